@@ -1,0 +1,48 @@
+# One command per task. Every target sets up what it needs from scratch.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+CONSTRAINTS := constraints/ci.txt
+PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check -c $(CONSTRAINTS)
+ARGS ?=
+
+.PHONY: help run test lint bench gpu-check clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+
+# Stamps re-run the install whenever the project's dependencies change.
+$(VENV)/.run-stamp: $(BIN)/python pyproject.toml $(CONSTRAINTS)
+	$(PIP) torch==2.13.0
+	$(PIP) -e '.[serve]'
+	@touch $@
+
+$(VENV)/.test-stamp: $(BIN)/python pyproject.toml $(CONSTRAINTS)
+	$(PIP) torch==2.13.0
+	$(PIP) -e '.[test,lint]'
+	@touch $@
+
+$(VENV)/.bench-stamp: $(VENV)/.test-stamp
+	$(PIP) -e '.[test,lint,peers]'
+	@touch $@
+
+run: $(VENV)/.run-stamp  ## the main job: the device doctor report
+	$(BIN)/torchplace doctor $(ARGS)
+
+test: $(VENV)/.test-stamp  ## run the whole test suite
+	$(BIN)/python -m pytest $(ARGS)
+
+lint: $(VENV)/.test-stamp  ## ruff and mypy (strict on the package)
+	$(BIN)/ruff check src tests benchmarks scripts
+	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/mypy
+
+bench: $(VENV)/.bench-stamp  ## run every benchmark in benchmarks/ side by side with its peers
+	@set -e; for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b $(ARGS); done
+
+clean:  ## remove the virtual environment and caches
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

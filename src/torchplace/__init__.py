@@ -1,0 +1,86 @@
+"""torchplace: make the PyTorch device contract explicit, checked, measured and observable.
+
+The public surface is exactly ``__all__``. Names are imported on first use, so ``import
+torchplace`` is cheap and does not import torch until a name that needs it is touched.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS: dict[str, str] = {
+    # core: devices
+    "DeviceInfo": "torchplace.devices",
+    "device_inventory": "torchplace.devices",
+    "resolve_device": "torchplace.devices",
+    # core: placement
+    "ModuleAudit": "torchplace.placement",
+    "audit_module": "torchplace.placement",
+    "check_same_device": "torchplace.placement",
+    "move": "torchplace.placement",
+    # core: checkpoints
+    "load_checkpoint": "torchplace.checkpoint",
+    # guard
+    "GuardReport": "torchplace.guard",
+    "guard": "torchplace.guard",
+    # bench
+    "Measurement": "torchplace.bench.timer",
+    "Timer": "torchplace.bench.timer",
+    "measure": "torchplace.bench.timer",
+    # prefetch
+    "DevicePrefetcher": "torchplace.prefetch",
+    # errors
+    "CheckpointError": "torchplace.errors",
+    "ConfigError": "torchplace.errors",
+    "DeviceError": "torchplace.errors",
+    "DeviceIndexError": "torchplace.errors",
+    "DeviceUnavailableError": "torchplace.errors",
+    "GuardViolation": "torchplace.errors",
+    "MixedDeviceError": "torchplace.errors",
+    "PlacementError": "torchplace.errors",
+    "StateDictMismatchError": "torchplace.errors",
+    "TimingError": "torchplace.errors",
+    "TorchplaceError": "torchplace.errors",
+    "UnsafeCheckpointError": "torchplace.errors",
+}
+
+__all__ = sorted([*_EXPORTS, "__version__"])
+
+if TYPE_CHECKING:
+    from torchplace.bench.timer import Measurement, Timer, measure
+    from torchplace.checkpoint import load_checkpoint
+    from torchplace.devices import DeviceInfo, device_inventory, resolve_device
+    from torchplace.errors import (
+        CheckpointError,
+        ConfigError,
+        DeviceError,
+        DeviceIndexError,
+        DeviceUnavailableError,
+        GuardViolation,
+        MixedDeviceError,
+        PlacementError,
+        StateDictMismatchError,
+        TimingError,
+        TorchplaceError,
+        UnsafeCheckpointError,
+    )
+    from torchplace.guard import GuardReport, guard
+    from torchplace.placement import ModuleAudit, audit_module, check_same_device, move
+    from torchplace.prefetch import DevicePrefetcher
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'torchplace' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,100 @@
+"""The ``torchplace`` command.
+
+Each subcommand lives in its own module, which provides ``configure(parser)`` to declare its
+arguments and ``run(args) -> int`` to do the work. Only the chosen subcommand's module is
+imported, so ``torchplace lint`` never pays for ``import torch``.
+
+Exit codes: 0 success, 1 the check failed (findings, unusable device, ...), 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from typing import NamedTuple, cast
+
+from torchplace import __version__
+from torchplace.errors import ConfigError, TorchplaceError
+
+__all__ = ["COMMANDS", "main"]
+
+
+class _Command(NamedTuple):
+    module: str
+    summary: str
+
+
+COMMANDS: dict[str, _Command] = {
+    "doctor": _Command(
+        "torchplace.doctor", "check that torch really runs on a device, and what is visible"
+    ),
+    "serve": _Command(
+        "torchplace.serve.cli", "serve a model over the Open Inference Protocol (KServe v2)"
+    ),
+    "bench": _Command(
+        "torchplace.bench.cli", "time GPU work honestly: timing, transfers, overlap, model stages"
+    ),
+    "guard": _Command(
+        "torchplace.guard.cli", "run a program and report every device crossing and host sync"
+    ),
+    "lint": _Command("torchplace.lint.cli", "find device-contract pitfalls in Python source"),
+}
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _main_parser() -> argparse.ArgumentParser:
+    width = max(len(name) for name in COMMANDS)
+    listing = "\n".join(f"  {name:<{width}}  {cmd.summary}" for name, cmd in COMMANDS.items())
+    parser = argparse.ArgumentParser(
+        prog="torchplace",
+        description="Make the PyTorch device contract explicit, checked, measured and observable.",
+        epilog=f"commands:\n{listing}\n\nRun 'torchplace COMMAND --help' for a command's options.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"torchplace {__version__}")
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0, help="log more (-v info, -vv debug)"
+    )
+    parser.add_argument("command", choices=sorted(COMMANDS), metavar="COMMAND", help="see below")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``torchplace`` console script; returns the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    parser = _main_parser()
+    # Split at the first word that names a command: what precedes it is ours, the rest its own.
+    split = next((i for i, word in enumerate(args) if word in COMMANDS), len(args))
+    top = parser.parse_args(args[: split + 1])
+    logging.basicConfig(
+        level=[logging.WARNING, logging.INFO, logging.DEBUG][min(top.verbose, 2)],
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    command = COMMANDS[top.command]
+    module = importlib.import_module(command.module)
+    sub = argparse.ArgumentParser(
+        prog=f"torchplace {top.command}",
+        description=(module.__doc__ or command.summary).strip().splitlines()[0],
+    )
+    configure = cast(Callable[[argparse.ArgumentParser], None], module.configure)
+    run = cast(Callable[[argparse.Namespace], int], module.run)
+    configure(sub)
+    sub_args = sub.parse_args(args[split + 1 :])
+    try:
+        return run(sub_args)
+    except ConfigError as exc:
+        print(f"torchplace {top.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except TorchplaceError as exc:
+        print(f"torchplace {top.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""The one exception tree of torchplace.
+
+Every error torchplace raises on purpose derives from :class:`TorchplaceError`, so callers can
+catch the whole family with one ``except``. Messages name the offending value and say how to fix
+it.
+
+::
+
+    TorchplaceError
+    ├── ConfigError                  bad argument, flag or configuration value (also a ValueError)
+    ├── DeviceError                  a device spec that cannot be honoured
+    │   ├── DeviceUnavailableError   no such backend here (CPU-only build, all GPUs hidden, ...)
+    │   └── DeviceIndexError         an index past the visible devices
+    ├── PlacementError               tensors or modules not where they should be
+    │   └── MixedDeviceError         operands that should share a device do not
+    ├── CheckpointError              a checkpoint that cannot be loaded as asked
+    │   ├── UnsafeCheckpointError    a pickle that needs arbitrary code to load
+    │   └── StateDictMismatchError   keys or shapes that do not fit the module
+    ├── TimingError                  a measurement that cannot be made honestly
+    ├── GuardViolation               a crossing that a guard in "raise" mode forbids
+    └── ServeError                   a request or replica failure, with its HTTP status
+        ├── InputError                400: the request does not match the model's inputs
+        ├── PayloadTooLargeError      413: the body is over the limit
+        ├── OverloadedError           503: the queue is full
+        ├── NotReadyError             503: no ready replica
+        ├── DeviceOutOfMemoryError    507: one row still does not fit after splitting
+        ├── TransferError             500: a host/device copy failed
+        └── KernelError               500: the forward pass failed
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CheckpointError",
+    "ConfigError",
+    "DeviceError",
+    "DeviceIndexError",
+    "DeviceOutOfMemoryError",
+    "DeviceUnavailableError",
+    "GuardViolation",
+    "InputError",
+    "KernelError",
+    "MixedDeviceError",
+    "NotReadyError",
+    "OverloadedError",
+    "PayloadTooLargeError",
+    "PlacementError",
+    "ServeError",
+    "StateDictMismatchError",
+    "TimingError",
+    "TorchplaceError",
+    "TransferError",
+    "UnsafeCheckpointError",
+]
+
+
+class TorchplaceError(Exception):
+    """Base class of every error torchplace raises on purpose."""
+
+
+class ConfigError(TorchplaceError, ValueError):
+    """A bad argument, command-line flag or configuration value."""
+
+
+class DeviceError(TorchplaceError):
+    """A device spec that cannot be honoured on this machine."""
+
+
+class DeviceUnavailableError(DeviceError):
+    """The requested backend is not usable here (CPU-only build, every GPU hidden, ...)."""
+
+
+class DeviceIndexError(DeviceError, IndexError):
+    """A device index past the devices this process can see."""
+
+
+class PlacementError(TorchplaceError):
+    """Tensors or modules are not on the device they should be on."""
+
+
+class MixedDeviceError(PlacementError):
+    """Operands that must share one device live on several."""
+
+
+class CheckpointError(TorchplaceError):
+    """A checkpoint that cannot be loaded as asked."""
+
+
+class UnsafeCheckpointError(CheckpointError):
+    """A pickle that needs arbitrary code execution to load."""
+
+
+class StateDictMismatchError(CheckpointError):
+    """Checkpoint keys or shapes that do not fit the module."""
+
+
+class TimingError(TorchplaceError):
+    """A measurement that cannot be made honestly on the given device."""
+
+
+class GuardViolation(TorchplaceError):
+    """A device crossing or host sync that a guard in "raise" mode forbids."""
+
+
+class ServeError(TorchplaceError):
+    """A failure while serving a request; ``status`` is the HTTP status it maps to."""
+
+    status: int = 500
+
+
+class InputError(ServeError):
+    """The request does not match the model's declared inputs."""
+
+    status = 400
+
+
+class PayloadTooLargeError(ServeError):
+    """The request body is over the configured limit."""
+
+    status = 413
+
+
+class OverloadedError(ServeError):
+    """The queue is full; retry later."""
+
+    status = 503
+
+
+class NotReadyError(ServeError):
+    """No replica is ready to take the request."""
+
+    status = 503
+
+
+class DeviceOutOfMemoryError(ServeError):
+    """A single row still does not fit in device memory after splitting the batch."""
+
+    status = 507
+
+
+class TransferError(ServeError):
+    """A host-to-device or device-to-host copy failed."""
+
+    status = 500
+
+
+class KernelError(ServeError):
+    """The model's forward pass failed on the device."""
+
+    status = 500
