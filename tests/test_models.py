@@ -29,7 +29,7 @@ def test_weights_are_deterministic_and_leave_global_rng_alone() -> None:
     b = build_model("seed-mlp")
     after = torch.rand(1)
     assert torch.equal(before, after)
-    for pa, pb in zip(a.parameters(), b.parameters()):
+    for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
         assert torch.equal(pa, pb)
 
 

@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 import torchplace
 from torchplace import errors
 
@@ -30,12 +32,8 @@ def test_every_public_name_resolves() -> None:
 
 
 def test_unknown_attribute_is_an_attribute_error() -> None:
-    try:
+    with pytest.raises(AttributeError, match="no_such_thing"):
         torchplace.no_such_thing  # type: ignore[attr-defined]  # noqa: B018
-    except AttributeError as exc:
-        assert "no_such_thing" in str(exc)
-    else:  # pragma: no cover
-        raise AssertionError("expected AttributeError")
 
 
 def test_every_error_derives_from_the_root() -> None:
@@ -67,7 +65,7 @@ def test_py_typed_marker_ships() -> None:
 def test_every_module_declares_all() -> None:
     missing = []
     for path in SRC.rglob("*.py"):
-        if path.name == "__main__.py" or path.name.startswith("_") and path.name != "__init__.py":
+        if path.name == "__main__.py" or (path.name.startswith("_") and path.name != "__init__.py"):
             continue
         tree = ast.parse(path.read_text())
         names = {

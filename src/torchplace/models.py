@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import TYPE_CHECKING
 
 from torchplace.errors import ConfigError
@@ -53,7 +54,7 @@ def _mlp(*widths: int) -> Callable[[], nn.Module]:
         from torch import nn
 
         layers: list[nn.Module] = []
-        for i, (fan_in, fan_out) in enumerate(zip(widths, widths[1:])):
+        for i, (fan_in, fan_out) in enumerate(pairwise(widths)):
             if i:
                 layers.append(nn.ReLU())
             layers.append(nn.Linear(fan_in, fan_out))
