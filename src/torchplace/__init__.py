@@ -4,10 +4,8 @@ The public surface is exactly ``__all__``. Names are imported on first use, so `
 torchplace`` is cheap and does not import torch until a name that needs it is touched.
 """
 
-from __future__ import annotations
-
-import importlib
-from typing import TYPE_CHECKING, Any
+import importlib as _importlib
+import typing as _typing
 
 __version__ = "0.1.0"
 
@@ -50,7 +48,7 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = sorted([*_EXPORTS, "__version__"])
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from torchplace.bench.timer import Measurement, Timer, measure
     from torchplace.checkpoint import load_checkpoint
     from torchplace.devices import DeviceInfo, device_inventory, resolve_device
@@ -73,11 +71,11 @@ if TYPE_CHECKING:
     from torchplace.prefetch import DevicePrefetcher
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _typing.Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'torchplace' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(_importlib.import_module(module), name)
     globals()[name] = value
     return value
 

@@ -1,0 +1,407 @@
+"""Device resolution and inventory, on fakes of many machines and on the real one."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import torchplace
+from torchplace.devices import (
+    DEVICE_ENV_VAR,
+    DeviceProbe,
+    DeviceProperties,
+    DriverInfo,
+    FakeProbe,
+    TorchProbe,
+    cuda_unavailable_reason,
+    device_inventory,
+    parse_visible_devices,
+    resolve_device,
+    visible_devices,
+)
+from torchplace.errors import (
+    ConfigError,
+    DeviceError,
+    DeviceIndexError,
+    DeviceUnavailableError,
+)
+
+GiB = 2**30
+H200 = DeviceProperties("NVIDIA H200", 9, 0, 141 * GiB, 132, "GPU-aaaa1111-0000")
+L4 = DeviceProperties("NVIDIA L4", 8, 9, 24 * GiB, 58, "GPU-bbbb2222-0000")
+T4 = DeviceProperties("Tesla T4", 7, 5, 16 * GiB, 40, "GPU-cccc3333-0000")
+MIG = DeviceProperties("NVIDIA H200 MIG 1g.18gb", 9, 0, 18 * GiB, 16, "MIG-dddd4444-0000")
+
+
+def gpus(*devices: DeviceProperties, env: dict[str, str] | None = None, **kw: object) -> FakeProbe:
+    return FakeProbe(
+        devices=list(devices),
+        cuda_version="12.8",
+        version="2.13.0+cu128",
+        env_vars=env or {},
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+CPU_ONLY = FakeProbe()
+
+
+# -- CUDA_VISIBLE_DEVICES ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, None),
+        ("", []),
+        ("-1", []),
+        ("0", ["0"]),
+        ("2,0", ["2", "0"]),
+        (" 1 , 3 ", ["1", "3"]),
+        ("0,-1,2", ["0"]),  # CUDA stops at the first invalid entry
+        ("1gpu,2", ["1", "2"]),  # strtoul-like
+        ("0,0", []),  # a repeated entry hides everything
+        ("abc", []),
+        ("GPU-aaaa,GPU-bbbb", ["GPU-aaaa", "GPU-bbbb"]),
+        ("MIG-dddd4444-0000", ["MIG-dddd4444-0000"]),
+        ("MIG-GPU-aaaa/1/0", ["MIG-GPU-aaaa/1/0"]),
+    ],
+)
+def test_parse_visible_devices(value: str | None, expected: list[str] | None) -> None:
+    assert parse_visible_devices(value) == expected
+
+
+@given(st.lists(st.integers(min_value=0, max_value=63), unique=True, max_size=8))
+def test_parse_visible_devices_roundtrips_distinct_ordinals(ordinals: list[int]) -> None:
+    value = ",".join(str(i) for i in ordinals)
+    assert parse_visible_devices(value) == [str(i) for i in ordinals]
+
+
+def test_visible_devices_describes_the_variable() -> None:
+    vis = visible_devices(probe=gpus(H200, env={"CUDA_VISIBLE_DEVICES": "-1"}))
+    assert vis.hides_all
+    assert vis.describe() == "CUDA_VISIBLE_DEVICES='-1'"
+    unset = visible_devices(probe=gpus(H200))
+    assert not unset.hides_all
+    assert unset.physical_id(3) == "3"
+    assert unset.describe() == "unset"
+
+
+def test_rocm_build_reads_hip_visible_devices() -> None:
+    probe = FakeProbe(devices=[H200, L4], hip_version="6.2", env_vars={"HIP_VISIBLE_DEVICES": "1"})
+    assert visible_devices(probe=probe).variable == "HIP_VISIBLE_DEVICES"
+    assert [d.name for d in device_inventory(probe=probe)] == ["NVIDIA L4"]
+
+
+# -- inventory --------------------------------------------------------------------------------
+
+
+def test_inventory_remaps_logical_to_physical() -> None:
+    probe = gpus(H200, L4, T4, env={"CUDA_VISIBLE_DEVICES": "2,0"}, free_memory={1: 100 * GiB})
+    inv = device_inventory(probe=probe)
+    assert [(d.device, d.index, d.physical_id, d.name) for d in inv] == [
+        ("cuda:0", 0, "2", "Tesla T4"),
+        ("cuda:1", 1, "0", "NVIDIA H200"),
+    ]
+    t4, h200 = inv
+    assert t4.capability == (7, 5)
+    assert t4.sm == "sm_75"
+    assert t4.total_memory == t4.free_memory == 16 * GiB
+    assert h200.free_memory == 100 * GiB
+    assert h200.total_memory == 141 * GiB
+    assert h200.multi_processor_count == 132
+    assert h200.uuid == H200.uuid
+
+
+def test_inventory_without_visibility_variable_is_identity() -> None:
+    inv = device_inventory(probe=gpus(H200, L4))
+    assert [(d.index, d.physical_id) for d in inv] == [(0, "0"), (1, "1")]
+
+
+def test_inventory_with_uuid_and_mig_entries() -> None:
+    probe = gpus(H200, T4, MIG, env={"CUDA_VISIBLE_DEVICES": "MIG-dddd4444,GPU-aaaa1111"})
+    inv = device_inventory(probe=probe)
+    assert [(d.device, d.physical_id, d.name) for d in inv] == [
+        ("cuda:0", "MIG-dddd4444", MIG.name),
+        ("cuda:1", "GPU-aaaa1111", H200.name),
+    ]
+
+
+def test_inventory_stops_at_unknown_physical_index() -> None:
+    # "0,7" on a two-GPU machine: CUDA shows only GPU 0
+    inv = device_inventory(probe=gpus(H200, L4, env={"CUDA_VISIBLE_DEVICES": "0,7,1"}))
+    assert [d.physical_id for d in inv] == ["0"]
+
+
+def test_inventory_is_empty_without_accelerators() -> None:
+    assert device_inventory(probe=CPU_ONLY) == []
+    assert device_inventory(probe=gpus(H200, env={"CUDA_VISIBLE_DEVICES": ""})) == []
+
+
+def test_inventory_lists_mps() -> None:
+    inv = device_inventory(probe=FakeProbe(backends={"mps": 1}))
+    assert [(d.device, d.name, d.capability) for d in inv] == [("mps:0", "MPS", None)]
+
+
+def test_device_info_is_frozen_and_serialisable() -> None:
+    (info,) = device_inventory(probe=gpus(H200))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        info.name = "x"  # type: ignore[misc]
+    data = json.loads(json.dumps(info.to_dict()))
+    assert data["capability"] == "9.0"
+    assert data["sm"] == "sm_90"
+    assert data["physical_id"] == "0"
+    assert data["total_memory"] == 141 * GiB
+    assert isinstance(info, torchplace.DeviceInfo)
+
+
+# -- resolve_device ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("auto", "cuda:0"),
+        (None, "cuda:0"),
+        ("cuda", "cuda:0"),
+        ("cuda:1", "cuda:1"),
+        (" CUDA:1 ", "cuda:1"),
+        (1, "cuda:1"),
+        ("1", "cuda:1"),
+        (torch.device("cuda", 1), "cuda:1"),
+        (torch.device("cuda"), "cuda:0"),
+        ("cpu", "cpu"),
+        ("meta", "meta"),
+        (torch.device("cpu"), "cpu"),
+    ],
+)
+def test_resolve_on_two_gpus(spec: object, expected: str) -> None:
+    got = resolve_device(spec, probe=gpus(H200, L4))  # type: ignore[arg-type]
+    assert got == torch.device(expected)
+    if got.type == "cuda":
+        assert got.index is not None
+
+
+def test_cuda_resolves_to_the_current_device() -> None:
+    probe = gpus(H200, L4, current=1)
+    assert resolve_device("cuda", probe=probe) == torch.device("cuda", 1)
+    assert resolve_device("auto", probe=probe) == torch.device("cuda", 1)
+
+
+def test_auto_is_cpu_on_a_cpu_only_build() -> None:
+    assert resolve_device(probe=CPU_ONLY) == torch.device("cpu")
+
+
+def test_auto_picks_mps_or_xpu_when_there_is_no_cuda() -> None:
+    assert resolve_device(probe=FakeProbe(backends={"mps": 1})) == torch.device("mps", 0)
+    assert resolve_device(probe=FakeProbe(backends={"xpu": 2})) == torch.device("xpu", 0)
+    assert resolve_device("xpu:1", probe=FakeProbe(backends={"xpu": 2})) == torch.device("xpu", 1)
+    # CUDA wins when both are present
+    both = gpus(H200, backends={"mps": 1})
+    assert resolve_device(probe=both) == torch.device("cuda", 0)
+
+
+def test_out_of_range_index_lists_what_is_visible() -> None:
+    probe = gpus(H200, L4, T4, env={"CUDA_VISIBLE_DEVICES": "2,0"})
+    with pytest.raises(DeviceIndexError) as info:
+        resolve_device("cuda:2", probe=probe)
+    msg = str(info.value)
+    assert "2 CUDA device(s) visible" in msg
+    assert "CUDA_VISIBLE_DEVICES='2,0'" in msg
+    assert "cuda:0 = physical 2 (Tesla T4)" in msg
+    assert "cuda:1 = physical 0 (NVIDIA H200)" in msg
+    assert "from 0 to 1" in msg
+    assert isinstance(info.value, IndexError)
+    assert isinstance(info.value, DeviceError)
+    with pytest.raises(DeviceIndexError):
+        resolve_device(7, probe=probe)
+
+
+def test_cpu_only_build_names_the_build_and_the_fix() -> None:
+    for spec in ("cuda", "cuda:0", 0, torch.device("cuda", 0)):
+        with pytest.raises(DeviceUnavailableError) as info:
+            resolve_device(spec, probe=CPU_ONLY)
+        msg = str(info.value)
+        assert "CPU-only build" in msg
+        assert "torch.version.cuda is None" in msg
+        assert "2.13.0+cpu" in msg
+        assert "pip install torch --index-url" in msg
+
+
+@pytest.mark.parametrize("value", ["", "-1", "0,0"])
+def test_visible_devices_hiding_everything(value: str) -> None:
+    probe = gpus(H200, L4, env={"CUDA_VISIBLE_DEVICES": value})
+    with pytest.raises(DeviceUnavailableError) as info:
+        resolve_device("cuda", probe=probe)
+    assert f"CUDA_VISIBLE_DEVICES={value!r}" in str(info.value)
+    assert "hides every GPU" in str(info.value)
+    assert "unset CUDA_VISIBLE_DEVICES" in str(info.value)
+    # "auto" still works: it falls back to the CPU
+    assert resolve_device("auto", probe=probe) == torch.device("cpu")
+
+
+def test_cuda_build_without_a_driver() -> None:
+    probe = FakeProbe(
+        cuda_version="12.8",
+        driver_info=DriverInfo(nvml_installed=True, error="NVML unavailable: no driver"),
+    )
+    with pytest.raises(DeviceUnavailableError) as info:
+        resolve_device("cuda:0", probe=probe)
+    msg = str(info.value)
+    assert "built for CUDA 12.8 but no CUDA device is usable" in msg
+    assert "NVML unavailable" in msg
+    assert "nvidia-smi" in msg
+
+
+def test_gpus_present_but_visibility_matches_none() -> None:
+    probe = gpus(
+        H200,
+        env={"CUDA_VISIBLE_DEVICES": "5"},
+        driver_info=DriverInfo(nvml_installed=True, physical_gpu_count=1),
+    )
+    with pytest.raises(DeviceUnavailableError) as info:
+        resolve_device("cuda", probe=probe)
+    assert "NVML sees 1 GPU(s) but CUDA_VISIBLE_DEVICES='5' matches none" in str(info.value)
+
+
+def test_mps_unavailable_and_out_of_range() -> None:
+    with pytest.raises(DeviceUnavailableError, match="no usable mps device"):
+        resolve_device("mps", probe=CPU_ONLY)
+    with pytest.raises(DeviceIndexError, match="1 mps device"):
+        resolve_device("mps:1", probe=FakeProbe(backends={"mps": 1}))
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "",
+        "cuda:x",
+        "tpu",
+        "gpu",
+        "auto:0",
+        "cuda:-1",
+        "cuda:0:1",
+        -1,
+        True,
+        1.5,
+        ["cuda"],
+        torch.device("hpu"),
+    ],
+)
+def test_bad_specs_are_config_errors(spec: object) -> None:
+    with pytest.raises(ConfigError) as info:
+        resolve_device(spec, probe=gpus(H200))  # type: ignore[arg-type]
+    assert repr(spec) in str(info.value) or str(spec) in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+def test_env_var_is_honoured_by_auto_only() -> None:
+    probe = gpus(H200, L4, env={DEVICE_ENV_VAR: "cuda:1"})
+    assert resolve_device(probe=probe) == torch.device("cuda", 1)
+    assert resolve_device("auto", probe=probe) == torch.device("cuda", 1)
+    assert resolve_device("cuda:0", probe=probe) == torch.device("cuda", 0)
+    assert resolve_device(probe=gpus(H200, env={DEVICE_ENV_VAR: "cpu"})) == torch.device("cpu")
+    assert resolve_device(probe=gpus(H200, env={DEVICE_ENV_VAR: "auto"})) == torch.device("cuda", 0)
+
+
+def test_env_var_errors_name_the_variable() -> None:
+    with pytest.raises(ConfigError, match=f"{DEVICE_ENV_VAR}='gpu0'"):
+        resolve_device(probe=gpus(H200, env={DEVICE_ENV_VAR: "gpu0"}))
+    with pytest.raises(DeviceUnavailableError, match="CPU-only"):
+        resolve_device(probe=FakeProbe(env_vars={DEVICE_ENV_VAR: "cuda"}))
+
+
+def test_cuda_unavailable_reason() -> None:
+    assert cuda_unavailable_reason(gpus(H200)) is None
+    problem = cuda_unavailable_reason(FakeProbe(env_vars={"CUDA_VISIBLE_DEVICES": ""}))
+    assert problem is not None
+    reason, fix = problem
+    assert "CPU-only" in reason
+    assert "CUDA_VISIBLE_DEVICES=''" in reason
+    assert "pip install torch" in fix
+
+
+# -- the real probe ---------------------------------------------------------------------------
+
+
+def test_probes_satisfy_the_protocol() -> None:
+    assert isinstance(TorchProbe(), DeviceProbe)
+    assert isinstance(FakeProbe(), DeviceProbe)
+
+
+def test_real_probe_matches_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    probe = TorchProbe()
+    assert probe.cuda_build() == torch.version.cuda
+    assert probe.torch_version() == torch.__version__
+    assert probe.cuda_available() == torch.cuda.is_available()
+    cuda = [d for d in device_inventory() if d.device.startswith("cuda")]
+    assert len(cuda) == (torch.cuda.device_count() if torch.cuda.is_available() else 0)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
+    assert visible_devices().physical_ids == ("3", "1")
+    monkeypatch.setenv(DEVICE_ENV_VAR, "meta")
+    assert resolve_device() == torch.device("meta")
+    assert torchplace.resolve_device("cpu") == torch.device("cpu")
+
+
+def test_real_probe_driver_reports_why_when_missing() -> None:
+    info = TorchProbe().driver()
+    assert isinstance(info, DriverInfo)
+    assert info.driver_version is not None or info.error is not None
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only path")
+def test_real_cpu_only_machine() -> None:
+    assert resolve_device() == torch.device("cpu")
+    assert device_inventory() == []
+    with pytest.raises(DeviceUnavailableError):
+        resolve_device("cuda:0")
+
+
+def test_import_does_not_initialise_cuda() -> None:
+    code = (
+        "import torchplace.devices, torchplace.doctor, torch; "
+        "torchplace.devices.default_probe(); print(torch.cuda.is_initialized())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.strip() == "False"
+
+
+# -- real CUDA --------------------------------------------------------------------------------
+
+
+@pytest.mark.cuda
+def test_cuda_resolves_with_index() -> None:
+    assert resolve_device("cuda") == torch.device("cuda", torch.cuda.current_device())
+    assert resolve_device(0) == torch.device("cuda", 0)
+    if DEVICE_ENV_VAR not in os.environ:
+        assert resolve_device("auto") == torch.device("cuda", torch.cuda.current_device())
+    with pytest.raises(DeviceIndexError):
+        resolve_device(torch.cuda.device_count())
+
+
+@pytest.mark.cuda
+def test_cuda_inventory_matches_torch() -> None:
+    inv = device_inventory()
+    assert len(inv) == torch.cuda.device_count()
+    vis = visible_devices()
+    for i, info in enumerate(inv):
+        props = torch.cuda.get_device_properties(i)
+        assert info.device == f"cuda:{i}"
+        assert info.index == i
+        assert info.name == props.name
+        assert info.capability == torch.cuda.get_device_capability(i)
+        assert info.total_memory == props.total_memory
+        assert info.free_memory is not None
+        assert 0 < info.free_memory <= props.total_memory
+        assert info.physical_id == vis.physical_id(i)
+        assert info.multi_processor_count == props.multi_processor_count
