@@ -84,3 +84,8 @@ def test_every_module_declares_all() -> None:
 def test_submodules_import_cleanly() -> None:
     for module in ("torchplace.errors", "torchplace.models", "torchplace.cli"):
         importlib.import_module(module)
+
+
+def test_all_matches_the_lazy_export_table() -> None:
+    exports = torchplace._EXPORTS  # type: ignore[attr-defined]
+    assert set(torchplace.__all__) == {*exports, "__version__"}

@@ -46,7 +46,35 @@ _EXPORTS: dict[str, str] = {
     "UnsafeCheckpointError": "torchplace.errors",
 }
 
-__all__ = sorted([*_EXPORTS, "__version__"])
+__all__ = [
+    "CheckpointError",
+    "ConfigError",
+    "DeviceError",
+    "DeviceIndexError",
+    "DeviceInfo",
+    "DevicePrefetcher",
+    "DeviceUnavailableError",
+    "GuardReport",
+    "GuardViolation",
+    "Measurement",
+    "MixedDeviceError",
+    "ModuleAudit",
+    "PlacementError",
+    "StateDictMismatchError",
+    "Timer",
+    "TimingError",
+    "TorchplaceError",
+    "UnsafeCheckpointError",
+    "__version__",
+    "audit_module",
+    "check_same_device",
+    "device_inventory",
+    "guard",
+    "load_checkpoint",
+    "measure",
+    "move",
+    "resolve_device",
+]
 
 if _typing.TYPE_CHECKING:
     from torchplace.bench.timer import Measurement, Timer, measure

@@ -1,0 +1,250 @@
+"""Safe loading of state dicts onto any device, whatever device they were saved from.
+
+:func:`load_checkpoint` reads safetensors files, and ``.pt``/``.pth``/``.bin`` files with
+``torch.load(weights_only=True)`` only: a pickle that would need arbitrary code to load is refused
+with :class:`~torchplace.errors.UnsafeCheckpointError` unless the caller opts in for a trusted
+file. Every storage is mapped to the requested device while loading, so a checkpoint saved on
+``cuda:1`` loads on a CPU-only machine. :func:`compare_state_dict` names missing, unexpected and
+mis-shaped keys against a module.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from torchplace.errors import CheckpointError, StateDictMismatchError, UnsafeCheckpointError
+
+__all__ = ["StateDictDiff", "compare_state_dict", "load_checkpoint"]
+
+_log = logging.getLogger(__name__)
+
+_SAFETENSORS_SUFFIXES = (".safetensors",)
+# Keys under which training scripts commonly nest the model's state dict, in order of preference.
+_CONTAINER_KEYS = ("state_dict", "model_state_dict", "model", "module", "net", "network")
+_SAFETENSORS_DEVICES = ("cpu", "cuda", "mps", "xpu", "npu", "hpu", "mlu")
+
+
+@dataclass(frozen=True)
+class StateDictDiff:
+    """How a state dict differs from what a module expects, by key name."""
+
+    missing: tuple[str, ...]
+    unexpected: tuple[str, ...]
+    mismatched: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...]
+    """(key, shape in the checkpoint, shape in the module)."""
+
+    @property
+    def ok(self) -> bool:
+        return not (self.missing or self.unexpected or self.mismatched)
+
+    def describe(self) -> str:
+        lines: list[str] = []
+        if self.missing:
+            lines.append(f"missing from the checkpoint ({len(self.missing)}):")
+            lines.extend(f"  {k}" for k in self.missing)
+        if self.unexpected:
+            lines.append(f"unexpected in the checkpoint ({len(self.unexpected)}):")
+            lines.extend(f"  {k}" for k in self.unexpected)
+        if self.mismatched:
+            lines.append(f"shape mismatches ({len(self.mismatched)}):")
+            lines.extend(
+                f"  {k}: checkpoint {list(a)} vs module {list(b)}" for k, a, b in self.mismatched
+            )
+        return "\n".join(lines) if lines else "state dict matches the module"
+
+
+def compare_state_dict(module: nn.Module, state_dict: Mapping[str, torch.Tensor]) -> StateDictDiff:
+    """Compare ``state_dict`` with ``module.state_dict()`` by key and shape."""
+    expected = module.state_dict()
+    missing = tuple(k for k in expected if k not in state_dict)
+    unexpected = tuple(k for k in state_dict if k not in expected)
+    mismatched = tuple(
+        (k, tuple(v.shape), tuple(expected[k].shape))
+        for k, v in state_dict.items()
+        if k in expected and isinstance(v, torch.Tensor) and v.shape != expected[k].shape
+    )
+    return StateDictDiff(missing, unexpected, mismatched)
+
+
+def load_checkpoint(
+    path: str | os.PathLike[str],
+    device: torch.device | str = "cpu",
+    *,
+    module: nn.Module | None = None,
+    strict: bool = True,
+    allow_pickle: bool = False,
+) -> dict[str, torch.Tensor]:
+    """Load a state dict from ``path`` with every tensor on ``device``.
+
+    - ``device`` goes through :func:`torchplace.resolve_device` (``"auto"``, ``"cuda"`` ->
+      ``cuda:N``, ...); storages are mapped there while loading, whatever device the file was
+      saved from (a checkpoint saved on ``cuda:1`` loads on a CPU-only machine).
+    - ``*.safetensors`` files (recognised by suffix or header) load with safetensors; anything
+      else with ``torch.load(weights_only=True)``. A pickle that needs arbitrary code raises
+      :class:`~torchplace.errors.UnsafeCheckpointError`; ``allow_pickle=True`` loads it anyway
+      with full pickle, which can run any code the file contains: only for files you trust.
+    - A state dict nested as ``{"state_dict": ...}``, ``{"model": ...}`` (also
+      ``model_state_dict``, ``module``, ``net``, ``network``) is unwrapped.
+    - With ``module``, the state dict is compared with the module by key and shape and loaded
+      into it. With ``strict`` (the default) any missing or unexpected key or shape mismatch
+      raises :class:`~torchplace.errors.StateDictMismatchError` naming each one, and the module
+      is left untouched; without ``strict`` the differences are logged as a warning and every
+      key that fits is loaded (use :func:`compare_state_dict` to get them as data).
+
+    Returns the state dict as a plain ``dict``. A missing or unreadable file raises
+    :class:`~torchplace.errors.CheckpointError` naming the path.
+    """
+    from torchplace.devices import resolve_device
+
+    target = resolve_device(device)
+    file = Path(os.fspath(path))
+    if not file.exists():
+        raise CheckpointError(f"checkpoint {str(file)!r} does not exist; check the path")
+    if not file.is_file():
+        raise CheckpointError(f"checkpoint {str(file)!r} is not a file")
+    if _is_safetensors(file):
+        loaded: object = _load_safetensors(file, target)
+    else:
+        loaded = _load_pickle(file, target, allow_pickle)
+    state = _as_state_dict(loaded, file)
+    state = {k: v if _on(v, target) else v.to(target) for k, v in state.items()}
+    if module is not None:
+        _load_into(module, state, strict, file)
+    return state
+
+
+def _on(t: torch.Tensor, device: torch.device) -> bool:
+    return t.device.type == device.type and (device.index is None or t.device.index == device.index)
+
+
+def _is_safetensors(file: Path) -> bool:
+    if file.suffix.lower() in _SAFETENSORS_SUFFIXES:
+        return True
+    try:
+        with file.open("rb") as fh:
+            head = fh.read(9)
+    except OSError as exc:
+        raise CheckpointError(f"cannot read checkpoint {str(file)!r}: {exc}") from exc
+    # safetensors: 8-byte little-endian header length, then a JSON object
+    return len(head) == 9 and head[8:9] == b"{" and 0 < int.from_bytes(head[:8], "little") < 1 << 28
+
+
+def _load_safetensors(file: Path, device: torch.device) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    direct = device.type in _SAFETENSORS_DEVICES
+    try:
+        state = load_file(file, device=str(device) if direct else "cpu")
+    except Exception as exc:  # safetensors raises its own SafetensorError and OSError
+        raise CheckpointError(
+            f"cannot load safetensors checkpoint {str(file)!r}: {exc}; is the file complete?"
+        ) from exc
+    return state if direct else {k: v.to(device) for k, v in state.items()}
+
+
+_GLOBAL_RE = re.compile(r"Unsupported global: GLOBAL (\S+)")
+
+
+def _load_pickle(file: Path, device: torch.device, allow_pickle: bool) -> object:
+    try:
+        return torch.load(file, map_location=device, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        if "weights only" not in str(exc).lower():
+            raise CheckpointError(
+                f"cannot load checkpoint {str(file)!r}: {exc}; is it a torch checkpoint, and "
+                "complete?"
+            ) from exc
+        if not allow_pickle:
+            match = _GLOBAL_RE.search(str(exc))
+            what = f" (it references {match.group(1)})" if match else ""
+            raise UnsafeCheckpointError(
+                f"checkpoint {str(file)!r} is a pickle that needs arbitrary code to load{what}. "
+                "Loading it could run any code its author put in it, so it was refused "
+                "(torch.load(weights_only=True) failed). If you trust the file, pass "
+                "allow_pickle=True; better, re-save it as safetensors or as a plain state dict "
+                "(torch.save(model.state_dict(), path))."
+            ) from exc
+        _log.warning(
+            "loading %s with full pickle (allow_pickle=True): this runs code from the file",
+            file,
+        )
+    except Exception as exc:  # torch.load raises many kinds on a corrupt or foreign file
+        raise CheckpointError(
+            f"cannot load checkpoint {str(file)!r}: {type(exc).__name__}: {exc}; is it a torch "
+            "checkpoint, and complete?"
+        ) from exc
+    try:
+        return torch.load(file, map_location=device, weights_only=False)
+    except Exception as exc:
+        raise CheckpointError(f"cannot load checkpoint {str(file)!r}: {exc}") from exc
+
+
+def _is_state_dict(obj: object) -> bool:
+    return (
+        isinstance(obj, Mapping)
+        and len(obj) > 0
+        and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items())
+    )
+
+
+def _as_state_dict(obj: object, file: Path) -> dict[str, torch.Tensor]:
+    if _is_state_dict(obj):
+        return _typed(obj)
+    if isinstance(obj, Mapping):
+        for key in _CONTAINER_KEYS:
+            inner = obj.get(key)
+            if _is_state_dict(inner):
+                _log.debug("checkpoint %s: using the state dict under %r", file, key)
+                return _typed(inner)
+        if len(obj) == 0:
+            raise CheckpointError(f"checkpoint {str(file)!r} holds an empty dict")
+        bad = [f"{k!r} ({type(v).__name__})" for k, v in obj.items() if not _tensor_entry(k, v)]
+        raise CheckpointError(
+            f"checkpoint {str(file)!r} is not a state dict: these entries are not named tensors: "
+            f"{', '.join(bad[:10])}{' ...' if len(bad) > 10 else ''}; and none of the keys "
+            f"{', '.join(_CONTAINER_KEYS)} holds one. Load it with torch.load and pick the "
+            "state dict yourself."
+        )
+    raise CheckpointError(
+        f"checkpoint {str(file)!r} holds a {type(obj).__name__}, not a state dict "
+        "(a mapping of names to tensors)"
+    )
+
+
+def _typed(obj: Any) -> dict[str, torch.Tensor]:
+    return {str(k): v for k, v in obj.items()}
+
+
+def _tensor_entry(key: Any, value: Any) -> bool:
+    return isinstance(key, str) and isinstance(value, torch.Tensor)
+
+
+def _load_into(module: nn.Module, state: dict[str, torch.Tensor], strict: bool, file: Path) -> None:
+    diff = compare_state_dict(module, state)
+    if not diff.ok:
+        if strict:
+            raise StateDictMismatchError(
+                f"checkpoint {str(file)!r} does not fit {type(module).__name__}:\n"
+                f"{diff.describe()}\n"
+                "Fix: load the checkpoint into the architecture it was saved from, or pass "
+                "strict=False to load only the keys that fit."
+            )
+        _log.warning(
+            "checkpoint %s does not fully fit %s; loading the keys that fit.\n%s",
+            file,
+            type(module).__name__,
+            diff.describe(),
+        )
+    bad = {k for k, _, _ in diff.mismatched}
+    fitting = {k: v for k, v in state.items() if k not in bad}
+    module.load_state_dict(fitting, strict=strict)

@@ -1,0 +1,772 @@
+"""DevicePrefetcher: pass-through on CPU, the stream pipeline with fake streams, the pinned pool.
+
+The stream pipeline runs on CPU-only machines through ``FakeStreams`` (the few stream and event
+operations the prefetcher uses, recorded in a log) aimed at the ``meta`` device, with a fake
+pinning function; real CUDA behaviour is covered by the ``@pytest.mark.cuda`` tests at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import time
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import torchplace.prefetch as prefetch_mod
+from torchplace import ConfigError, DevicePrefetcher
+from torchplace.prefetch import PinnedPool, PrefetchStats
+
+# --------------------------------------------------------------------------------------------
+# fakes
+# --------------------------------------------------------------------------------------------
+
+
+class FakeStream:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"FakeStream({self.name})"
+
+
+class FakeEvent:
+    def __init__(self, owner: FakeStreams) -> None:
+        self.owner = owner
+        self.recorded_on: FakeStream | None = None
+        self.completed = False
+
+    def record(self, stream: Any = None) -> None:
+        self.recorded_on = stream
+        self.completed = self.owner.auto_complete
+        self.owner.log.append(("record", self, stream))
+
+    def query(self) -> bool:
+        return self.completed
+
+    def synchronize(self) -> None:
+        self.completed = True
+        self.owner.syncs += 1
+
+    def elapsed_time(self, end: FakeEvent) -> float:
+        return 2.0  # milliseconds
+
+
+class FakeStreams:
+    """Records what the prefetcher asks of the streams; events complete at once unless told."""
+
+    def __init__(self, auto_complete: bool = True) -> None:
+        self.auto_complete = auto_complete
+        self.consumer = FakeStream("consumer")
+        self.current = self.consumer
+        self.log: list[tuple[Any, ...]] = []
+        self.pinned: set[int] = set()
+        self.pin_calls = 0
+        self.syncs = 0
+
+    def new_stream(self) -> FakeStream:
+        return FakeStream("side")
+
+    @contextlib.contextmanager
+    def use(self, stream: FakeStream) -> Iterator[FakeStream]:
+        prev, self.current = self.current, stream
+        try:
+            yield stream
+        finally:
+            self.current = prev
+
+    def current_stream(self) -> FakeStream:
+        return self.current
+
+    def new_event(self) -> FakeEvent:
+        return FakeEvent(self)
+
+    def wait(self, stream: FakeStream, event: FakeEvent) -> None:
+        self.log.append(("wait", stream, event))
+
+    def wait_stream(self, stream: FakeStream, other: FakeStream) -> None:
+        self.log.append(("wait_stream", stream, other))
+
+    def record_stream(self, t: torch.Tensor, stream: FakeStream) -> None:
+        self.log.append(("record_stream", t, stream))
+
+    def is_pinned(self, t: torch.Tensor) -> bool:
+        return t.untyped_storage().data_ptr() in self.pinned
+
+    def pin(self, t: torch.Tensor) -> torch.Tensor:
+        self.pin_calls += 1
+        out = t.clone()
+        self.pinned.add(out.untyped_storage().data_ptr())
+        return out
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeStreams:
+    streams = FakeStreams()
+    monkeypatch.setattr(prefetch_mod, "_streams_for", lambda device: streams)
+    return streams
+
+
+def staged(fake: FakeStreams, source: Any, **kw: Any) -> DevicePrefetcher[Any]:
+    """A stream-mode prefetcher to the meta device, pinning through the fake."""
+    return DevicePrefetcher(source, "meta", pin_fn=fake.pin, **kw)
+
+
+class Pair(NamedTuple):
+    a: torch.Tensor
+    b: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Frozen:
+    x: torch.Tensor
+    tag: str
+
+
+def nested(i: int) -> dict[str, Any]:
+    return {
+        "x": torch.full((i + 1, 4), float(i)),
+        "label": torch.tensor(i),
+        "pair": Pair(torch.ones(2) * i, torch.arange(3)),
+        "list": [torch.zeros(i + 1), (torch.ones(1), "s")],
+        "frozen": Frozen(torch.full((2,), float(i)), tag=f"t{i}"),
+        "index": i,
+    }
+
+
+def drain(p: Any, consume: Any) -> None:
+    for batch in p:
+        consume(batch)
+
+
+def leaves(obj: Any) -> list[torch.Tensor]:
+    out: list[torch.Tensor] = []
+    prefetch_mod.map_tensors(obj, lambda t: out.append(t) or t, copy=False)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# validation
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"depth": 0}, "depth=0"),
+        ({"depth": True}, "depth=True"),
+        ({"pin_pool_bytes": -1}, "pin_pool_bytes=-1"),
+        ({"dtype": torch.int64}, "dtype=torch.int64"),
+        ({"pin_fn": 3}, "pin_fn=3"),
+    ],
+)
+def test_bad_arguments_name_the_value(kwargs: dict[str, Any], needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle.replace("(", r"\(")):
+        DevicePrefetcher([], "cpu", **kwargs)
+
+
+def test_not_an_iterable() -> None:
+    with pytest.raises(ConfigError, match="iterable"):
+        DevicePrefetcher(42, "cpu")  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------------------------
+# pass-through (no streams)
+# --------------------------------------------------------------------------------------------
+
+
+def test_cpu_is_a_pass_through_that_yields_batches_as_they_are() -> None:
+    source = [nested(i) for i in range(6)]
+    p = DevicePrefetcher(source, "cpu")
+    assert p.mode == "pass-through"
+    out = list(p)
+    assert len(out) == 6
+    for i, (got, want) in enumerate(zip(out, source, strict=True)):
+        assert got is want, f"batch {i} was rebuilt although it was already on the cpu"
+    assert p.stats().batches == 6
+    assert p.stats().copy_device_s is None
+
+
+def test_pass_through_converts_floating_dtype_only() -> None:
+    source = [nested(i) for i in range(3)]
+    out = list(DevicePrefetcher(source, "cpu", dtype=torch.float64))
+    for i, batch in enumerate(out):
+        assert batch["x"].dtype == torch.float64
+        assert torch.equal(batch["x"], source[i]["x"].double())
+        assert batch["label"].dtype == torch.int64
+        assert batch["label"] is source[i]["label"]
+        assert isinstance(batch["pair"], Pair)
+        assert isinstance(batch["frozen"], Frozen)
+        assert batch["frozen"].tag == f"t{i}"
+        assert batch["frozen"].x.dtype == torch.float64
+        assert batch["index"] == i
+
+
+def test_pass_through_moves_nested_batches_to_another_device() -> None:
+    source = [nested(i) for i in range(4)]
+    out = list(DevicePrefetcher(source, "meta"))
+    for i, batch in enumerate(out):
+        assert all(t.device.type == "meta" for t in leaves(batch))
+        assert batch["x"].shape == (i + 1, 4)
+        assert batch["index"] == i
+        assert batch["list"][1][1] == "s"
+    assert all(t.device.type == "cpu" for t in leaves(source))  # the source is untouched
+
+
+def test_pass_through_plain_tensor_batches_and_values() -> None:
+    source = [torch.arange(5) * i for i in range(10)]
+    got = list(DevicePrefetcher(iter(source), "cpu"))
+    assert [int(t.sum()) for t in got] == [10 * i for i in range(10)]
+
+
+def test_len_follows_the_source() -> None:
+    assert len(DevicePrefetcher([1, 2, 3], "cpu")) == 3
+    loader = DataLoader(TensorDataset(torch.arange(10.0)), batch_size=4)
+    assert len(DevicePrefetcher(loader, "cpu")) == 3
+
+
+# --------------------------------------------------------------------------------------------
+# behaviour shared by both modes
+# --------------------------------------------------------------------------------------------
+
+
+class Source:
+    """A re-iterable source whose iterators count what they hand out and whether they closed."""
+
+    def __init__(self, n: int, fail_at: int | None = None) -> None:
+        self.n = n
+        self.fail_at = fail_at
+        self.pulled = 0
+        self.closed = 0
+        self.sentinels: list[weakref.ref[Any]] = []
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        try:
+            for i in range(self.n):
+                if i == self.fail_at:
+                    raise KeyError(f"bad sample {i}")
+                self.pulled += 1
+                sentinel = Sentinel(i)
+                self.sentinels.append(weakref.ref(sentinel))
+                yield {"x": torch.full((3,), float(i)), "i": i, "s": sentinel}
+        finally:
+            self.closed += 1
+
+
+class Sentinel:
+    def __init__(self, i: int) -> None:
+        self.i = i
+
+
+@pytest.fixture(params=["pass-through", "streams"])
+def make(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
+    if request.param == "streams":
+        streams = FakeStreams()
+        monkeypatch.setattr(prefetch_mod, "_streams_for", lambda device: streams)
+
+        def build(source: Any, **kw: Any) -> DevicePrefetcher[Any]:
+            p: DevicePrefetcher[Any] = DevicePrefetcher(source, "meta", pin_fn=streams.pin, **kw)
+            assert p.mode == "streams"
+            return p
+
+        return build
+
+    def plain(source: Any, **kw: Any) -> DevicePrefetcher[Any]:
+        p: DevicePrefetcher[Any] = DevicePrefetcher(source, "meta", **kw)
+        assert p.mode == "pass-through"
+        return p
+
+    return plain
+
+
+@pytest.mark.parametrize("depth", [1, 2, 5])
+def test_order_is_preserved(make: Any, depth: int) -> None:
+    source = Source(12)
+    out = [b["i"] for b in make(source, depth=depth)]
+    assert out == list(range(12))
+    assert source.closed == 1
+
+
+def test_nested_structures_keep_their_types(make: Any) -> None:
+    out = list(make([nested(i) for i in range(4)]))
+    for i, batch in enumerate(out):
+        assert isinstance(batch["pair"], Pair)
+        assert isinstance(batch["frozen"], Frozen)
+        assert isinstance(batch["list"][1], tuple)
+        assert batch["frozen"].tag == f"t{i}"
+        assert batch["x"].shape == (i + 1, 4)
+        assert batch["list"][0].shape == (i + 1,)
+        assert all(t.device.type == "meta" for t in leaves(batch))
+
+
+@pytest.mark.parametrize("fail_at", [0, 3, 5])
+def test_source_exceptions_surface_at_their_position(make: Any, fail_at: int) -> None:
+    source = Source(8, fail_at=fail_at)
+    got: list[int] = []
+    with pytest.raises(KeyError, match=f"bad sample {fail_at}"):
+        drain(make(source, depth=3), lambda b: got.append(b["i"]))
+    assert got == list(range(fail_at))
+
+
+def test_iteration_ends_after_an_exception(make: Any) -> None:
+    it = iter(make(Source(4, fail_at=1)))
+    assert next(it)["i"] == 0
+    with pytest.raises(KeyError):
+        next(it)
+    with pytest.raises(StopIteration):
+        next(it)
+
+
+def test_early_break_releases_batches_in_flight_and_the_source(make: Any) -> None:
+    source = Source(50)
+    p = make(source, depth=4)
+    for batch in p:
+        if batch["i"] == 2:
+            break
+    del batch
+    assert source.pulled <= 3 + 4  # never more than depth ahead
+    p.close_pass()
+    gc.collect()
+    assert source.closed == 1
+    alive = [r().i for r in source.sentinels if r() is not None]
+    assert alive == [], f"batches still referenced after the loop ended: {alive}"
+
+
+def test_context_manager_closes_the_pass(make: Any) -> None:
+    source = Source(20)
+    with make(source) as p:
+        it = iter(p)
+        next(it)
+    assert source.closed == 1
+    with pytest.raises(StopIteration):
+        next(it)
+
+
+def test_a_user_iterator_is_not_closed_on_early_break(make: Any) -> None:
+    gen = iter(Source(10))
+    for batch in make(gen, depth=1):
+        if batch["i"] == 1:
+            break
+    # the caller owns the iterator it passed: it can continue from where the prefetch stopped
+    assert next(gen)["i"] >= 2
+
+
+def test_new_pass_per_iter_and_stats_accumulate(make: Any) -> None:
+    source = Source(5)
+    p = make(source)
+    assert [b["i"] for b in p] == list(range(5))
+    assert [b["i"] for b in p] == list(range(5))
+    assert p.stats().batches == 10
+    p.reset_stats()
+    assert p.stats().batches == 0
+    assert p.stats().bottleneck == "none"
+
+
+def test_stats_measure_the_slow_source_and_consumer(make: Any) -> None:
+    def slow_source() -> Iterator[torch.Tensor]:
+        for i in range(4):
+            time.sleep(0.02)
+            yield torch.full((4,), float(i))
+
+    p = make(slow_source())
+    for _ in p:
+        pass
+    s = p.stats()
+    assert s.batches == 4
+    assert s.source_s >= 4 * 0.02  # lower bounds only: sleep never returns early
+    assert s.bottleneck == "source"
+
+    p = make([torch.ones(4)] * 4)
+    for _ in p:
+        time.sleep(0.02)
+    s = p.stats()
+    assert s.consumer_s >= 4 * 0.02
+    assert s.bottleneck == "consumer"
+    assert s.to_dict()["bottleneck"] == "consumer"
+    assert "bottleneck: consumer" in str(s)
+
+
+def test_dataloader_source(make: Any) -> None:
+    ds = TensorDataset(torch.arange(40.0).reshape(20, 2), torch.arange(20))
+    loader = DataLoader(ds, batch_size=6)
+    out = list(make(loader, dtype=torch.float16))
+    assert [tuple(b[0].shape) for b in out] == [(6, 2), (6, 2), (6, 2), (2, 2)]
+    assert out[0][0].dtype == torch.float16
+    assert out[0][1].dtype == torch.int64
+
+
+# --------------------------------------------------------------------------------------------
+# the stream pipeline (fake streams)
+# --------------------------------------------------------------------------------------------
+
+
+def test_consumer_waits_and_records_every_tensor_it_gets(fake: FakeStreams) -> None:
+    p = staged(fake, [nested(i) for i in range(5)], depth=2)
+    assert p.mode == "streams"
+    for batch in p:
+        handed = leaves(batch)
+        # the hand-over: wait on this batch's event, then record_stream of each produced tensor
+        # on the consumer's stream (copies of later batches are queued after that)
+        handover = [e for e in fake.log if e[0] in ("wait", "record_stream")]
+        tail = handover[-1 - len(handed) :]
+        assert tail[0][0] == "wait"
+        assert tail[0][1] is fake.consumer
+        event = tail[0][2]
+        assert event.recorded_on is not None
+        assert event.recorded_on.name == "side"
+        recorded = {id(entry[1]) for entry in tail[1:]}
+        assert all(entry[0] == "record_stream" and entry[2] is fake.consumer for entry in tail[1:])
+        assert recorded == {id(t) for t in handed}
+
+
+def test_record_stream_follows_the_consumers_current_stream(fake: FakeStreams) -> None:
+    other = FakeStream("other")
+    p = staged(fake, [torch.ones(3) for _ in range(3)])
+    it = iter(p)
+    next(it)
+    fake.current = other
+    batch = next(it)
+    records = [e for e in fake.log if e[0] == "record_stream" and e[1] is batch]
+    assert [e[2] for e in records] == [other]
+    assert any(e[0] == "wait" and e[1] is other for e in fake.log)
+
+
+def test_host_batches_are_staged_through_the_pool(fake: FakeStreams) -> None:
+    source = [nested(i % 3) for i in range(30)]
+    p = staged(fake, source, depth=2, pin_pool_bytes=1 << 20)
+    n = sum(1 for _ in p)
+    s = p.stats()
+    assert n == 30
+    assert s.staged_batches == 30
+    assert s.fallback_copies == 0
+    # steady state allocates nothing: a handful of buffers serve every batch
+    assert s.pool_allocations <= 3
+    assert s.pool_reuses == 30 - s.pool_allocations
+    assert fake.pin_calls == s.pool_allocations
+    assert s.pool_peak_bytes <= 1 << 20
+    assert s.copy_device_s == pytest.approx(30 * 2.0 / 1e3)
+    # no staging buffer is ever handed out
+    for batch in p:
+        for t in leaves(batch):
+            assert not fake.is_pinned(t)
+
+
+def test_over_the_cap_batches_are_copied_plainly(fake: FakeStreams) -> None:
+    big = [{"x": torch.ones(64, 1024)} for _ in range(4)]  # 256 KiB each
+    p = staged(fake, big, pin_pool_bytes=128 << 10)
+    out = list(p)
+    s = p.stats()
+    assert len(out) == 4
+    assert s.fallback_copies == 4
+    assert s.staged_batches == 0
+    assert s.pool_allocations == 0
+    assert fake.pin_calls == 0
+    assert s.pool_bytes == 0
+
+
+def test_zero_cap_disables_staging(fake: FakeStreams) -> None:
+    p = staged(fake, [torch.ones(8)] * 3, pin_pool_bytes=0)
+    assert len(list(p)) == 3
+    assert p.stats().fallback_copies == 3
+    assert fake.pin_calls == 0
+
+
+def test_already_pinned_batches_are_not_pinned_twice(fake: FakeStreams) -> None:
+    # what DataLoader(pin_memory=True) yields: tensors that are already pinned
+    source = [
+        {"x": fake.pin(torch.full((4,), float(i))), "y": fake.pin(torch.tensor(i))}
+        for i in range(6)
+    ]
+    fake.pin_calls = 0
+    p = staged(fake, source)
+    assert [b["x"].shape for b in p] == [torch.Size([4])] * 6
+    s = p.stats()
+    assert s.already_pinned == 12
+    assert s.staged_batches == 0
+    assert s.pool_allocations == 0
+    assert fake.pin_calls == 0
+
+
+def test_pin_false_copies_without_staging(fake: FakeStreams) -> None:
+    p = staged(fake, [torch.ones(8)] * 3, pin=False)
+    assert len(list(p)) == 3
+    assert fake.pin_calls == 0
+    assert p.stats().staged_batches == 0
+
+
+def test_tensors_already_on_a_device_wait_for_the_consumer_stream(fake: FakeStreams) -> None:
+    source = [{"x": torch.ones(2, device="meta")} for _ in range(2)]
+    out = list(staged(fake, source))
+    assert out[0]["x"] is source[0]["x"]  # nothing to copy
+    assert any(e[0] == "wait_stream" and e[2] is fake.consumer for e in fake.log)
+
+
+def test_close_frees_the_pool(fake: FakeStreams) -> None:
+    p = staged(fake, [torch.ones(16)] * 4)
+    list(p)
+    assert p.stats().pool_bytes > 0
+    p.close()
+    assert p.stats().pool_bytes == 0
+
+
+def test_pool_kept_across_epochs(fake: FakeStreams) -> None:
+    p = staged(fake, [torch.ones(256)] * 8)
+    list(p)
+    first = p.stats().pool_allocations
+    list(p)
+    assert p.stats().pool_allocations == first
+
+
+def test_copy_failure_surfaces_at_its_position(
+    fake: FakeStreams, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Boom:
+        def to(self, device: Any) -> Any:
+            raise RuntimeError("copy failed")
+
+    source: list[Any] = [torch.ones(2), torch.ones(2), {"b": Boom()}, torch.ones(2)]
+    got: list[Any] = []
+    with pytest.raises(RuntimeError, match="copy failed"):
+        drain(staged(fake, source), got.append)
+    assert len(got) == 2
+
+
+def test_objects_with_their_own_to_move_on_the_consumer_stream(fake: FakeStreams) -> None:
+    streams_seen: list[FakeStream] = []
+
+    class Packed:
+        def to(self, device: Any) -> Packed:
+            streams_seen.append(fake.current)
+            return self
+
+    out = list(staged(fake, [{"p": Packed(), "x": torch.ones(2)} for _ in range(3)]))
+    assert len(out) == 3
+    assert streams_seen == [fake.consumer] * 3
+
+
+def test_a_failed_copy_gives_its_staging_buffer_back(fake: FakeStreams) -> None:
+    class Boom:
+        def to(self, device: Any) -> Any:
+            raise RuntimeError("copy failed")
+
+    p = staged(fake, [{"x": torch.ones(64), "b": Boom()}], depth=1)
+    with pytest.raises(RuntimeError, match="copy failed"):
+        list(p)
+    assert p.stats().pool_allocations == 1
+    p._iterable = [{"x": torch.ones(64)} for _ in range(3)]
+    assert len(list(p)) == 3
+    assert p.stats().pool_allocations == 1  # the buffer came back and was reused
+
+
+# --------------------------------------------------------------------------------------------
+# the pinned pool itself
+# --------------------------------------------------------------------------------------------
+
+
+def test_pool_reuses_a_buffer_only_after_its_copy_completed() -> None:
+    fake = FakeStreams(auto_complete=False)
+    pool = PinnedPool(1 << 20, fake.pin)
+    a = pool.acquire(1000)
+    assert a is not None
+    ev = fake.new_event()
+    ev.record()
+    pool.release(a, ev)
+    b = pool.acquire(1000)
+    assert b is not None
+    assert b.data_ptr() != a.data_ptr(), "a buffer was reused while a copy still read it"
+    ev.completed = True
+    c = pool.acquire(1000)
+    assert c is not None
+    assert c.data_ptr() == a.data_ptr()
+    assert pool.allocations == 2
+    assert pool.reuses == 1
+
+
+def test_pool_never_exceeds_its_cap_and_waits_for_the_oldest_copy() -> None:
+    fake = FakeStreams(auto_complete=False)
+    granule = 64 << 10
+    pool = PinnedPool(2 * granule, fake.pin)
+    bufs = [pool.acquire(granule), pool.acquire(granule)]
+    assert all(b is not None for b in bufs)
+    events = []
+    for b in bufs:
+        ev = fake.new_event()
+        ev.record()
+        events.append(ev)
+        pool.release(b, ev)  # type: ignore[arg-type]
+    # full, both busy: the pool waits for the oldest copy instead of pinning more
+    c = pool.acquire(granule)
+    assert c is not None
+    assert c.data_ptr() == bufs[0].data_ptr()  # type: ignore[union-attr]
+    assert events[0].completed
+    assert not events[1].completed
+    assert pool.bytes == pool.peak_bytes == 2 * granule
+    assert fake.pin_calls == 2
+    # bigger than the cap: no buffer
+    assert pool.acquire(3 * granule) is None
+
+
+def test_pool_drops_small_free_buffers_to_fit_a_larger_one() -> None:
+    fake = FakeStreams()
+    granule = 64 << 10
+    pool = PinnedPool(3 * granule, fake.pin)
+    small = [pool.acquire(granule) for _ in range(3)]
+    for b in small:
+        pool.release(b, None)  # type: ignore[arg-type]
+    big = pool.acquire(2 * granule)
+    assert big is not None
+    assert big.numel() >= 2 * granule
+    assert pool.bytes <= 3 * granule
+
+
+def test_pool_rejects_bad_caps() -> None:
+    with pytest.raises(ConfigError, match="pin_pool_bytes"):
+        PinnedPool(-5)
+    with pytest.raises(ConfigError, match="pin_pool_bytes"):
+        PinnedPool(1.5)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------------------------
+# the verdict
+# --------------------------------------------------------------------------------------------
+
+
+def _stats(**kw: Any) -> PrefetchStats:
+    base: dict[str, Any] = {
+        "mode": "streams",
+        "device": "cuda:0",
+        "batches": 10,
+        "source_s": 0.0,
+        "copy_s": 0.0,
+        "copy_device_s": 0.0,
+        "consumer_s": 0.0,
+        "staged_batches": 0,
+        "already_pinned": 0,
+        "fallback_copies": 0,
+        "pool_cap_bytes": 0,
+        "pool_bytes": 0,
+        "pool_peak_bytes": 0,
+        "pool_allocations": 0,
+        "pool_reuses": 0,
+    }
+    base.update(kw)
+    return PrefetchStats(**base)
+
+
+@pytest.mark.parametrize(
+    ("kw", "verdict"),
+    [
+        ({"source_s": 3.0, "copy_s": 1.0, "consumer_s": 2.0}, "source"),
+        ({"source_s": 1.0, "copy_s": 0.1, "copy_device_s": 5.0, "consumer_s": 2.0}, "copy"),
+        ({"source_s": 1.0, "copy_s": 0.5, "consumer_s": 2.0}, "consumer"),
+        ({"batches": 0}, "none"),
+    ],
+)
+def test_bottleneck_verdict(kw: dict[str, Any], verdict: str) -> None:
+    assert _stats(**kw).bottleneck == verdict
+
+
+# --------------------------------------------------------------------------------------------
+# real CUDA
+# --------------------------------------------------------------------------------------------
+
+
+def _cuda() -> torch.device:
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+@pytest.mark.cuda
+def test_cuda_values_survive_a_consumer_that_mutates_and_frees() -> None:
+    device = _cuda()
+    n, size = 16, 4 << 20  # 16 MiB float32 per batch
+    source = [{"x": torch.full((size,), float(i)), "i": torch.tensor(i)} for i in range(n)]
+    w = torch.randn(2048, 2048, device=device)
+    checks = []
+    p = DevicePrefetcher(source, device, depth=3, pin_pool_bytes=256 << 20)
+    assert p.mode == "streams"
+    for batch in p:
+        for _ in range(4):
+            w = torch.tanh(w @ w)  # keep the consumer stream busy while copies run
+        x = batch["x"]
+        checks.append(torch.stack([x.min(), x.max(), batch["i"].float()]))
+        x.mul_(-1.0)  # mutate the batch in place
+        del batch, x
+        junk = torch.empty(size, device=device).fill_(-7.0)  # invite the allocator to reuse
+        del junk
+    torch.cuda.synchronize(device)
+    got = torch.stack(checks).cpu()
+    want = torch.tensor([[i, i, i] for i in range(n)], dtype=torch.float32)
+    assert torch.equal(got, want)
+    s = p.stats()
+    assert s.staged_batches == n
+    assert s.fallback_copies == 0
+    assert s.pool_peak_bytes <= 256 << 20
+    assert s.copy_device_s is not None
+    assert s.copy_device_s > 0
+
+
+@pytest.mark.cuda
+def test_cuda_no_use_before_copy_on_a_non_default_stream() -> None:
+    device = _cuda()
+    n, size = 8, 16 << 20  # 64 MiB per batch: long copies
+    source = [torch.full((size,), float(i + 1)) for i in range(n)]
+    stream = torch.cuda.Stream(device=device)
+    sums = []
+    with torch.cuda.stream(stream):
+        for x in DevicePrefetcher(source, device, depth=2, pin_pool_bytes=512 << 20):
+            sums.append(x.sum(dtype=torch.float64))  # reads at once, on the consumer's stream
+    torch.cuda.synchronize(device)
+    assert [float(s) for s in sums] == [float((i + 1) * size) for i in range(n)]
+
+
+@pytest.mark.cuda
+def test_cuda_over_cap_and_dtype() -> None:
+    device = _cuda()
+    source = [{"x": torch.full((1 << 20,), float(i)), "y": torch.arange(3) + i} for i in range(5)]
+    p = DevicePrefetcher(source, device, pin_pool_bytes=0, dtype=torch.float16)
+    out = [(b["x"].float().mean().item(), b["y"].tolist(), b["x"].dtype) for b in p]
+    assert out == [(float(i), [i, i + 1, i + 2], torch.float16) for i in range(5)]
+    assert p.stats().fallback_copies == 10
+
+
+@pytest.mark.cuda
+def test_cuda_dataloader_with_pin_memory_is_not_pinned_twice() -> None:
+    device = _cuda()
+    ds = TensorDataset(torch.arange(4096.0).reshape(256, 16), torch.arange(256))
+    loader = DataLoader(ds, batch_size=32, pin_memory=True)
+    p = DevicePrefetcher(loader, device)
+    total = torch.zeros((), device=device)
+    labels = []
+    for x, y in p:
+        assert x.device == device
+        total += x.sum()
+        labels.append(y)
+    assert float(total) == float(torch.arange(4096.0).sum())
+    assert torch.equal(torch.cat(labels).cpu(), torch.arange(256))
+    s = p.stats()
+    assert s.already_pinned == 16
+    assert s.pool_allocations == 0
+
+
+@pytest.mark.cuda
+def test_cuda_early_break_frees_device_memory() -> None:
+    device = _cuda()
+    source = [torch.ones(4 << 20) for _ in range(10)]
+    torch.cuda.synchronize(device)
+    gc.collect()
+    before = torch.cuda.memory_allocated(device)
+    p = DevicePrefetcher(source, device, depth=3, pin_pool_bytes=128 << 20)
+    it = iter(p)
+    next(it)
+    x = next(it)  # stop early, holding one batch, with depth more in flight
+    del x, it
+    p.close()
+    gc.collect()
+    torch.cuda.synchronize(device)
+    assert torch.cuda.memory_allocated(device) == before
