@@ -1,0 +1,250 @@
+"""Per-stage times of a model, per batch size: H2D, compute, D2H, total, throughput, peak memory.
+
+The article's exercise 7. For each batch size a batch is made on the host (pinned when the
+device is CUDA), and four things are timed with :class:`~torchplace.bench.timer.Timer`: the copy
+in (``x.to(device)``), the forward pass under :func:`torch.inference_mode`, the copy out
+(``y.cpu()``), and all three together, which gives the throughput in rows per second. Peak device
+memory is ``torch.cuda.max_memory_allocated`` during the batch; on the CPU torch keeps no such
+count, so it is reported as unavailable rather than guessed.
+
+When the model already runs on the host (``--device cpu``) there is no copy: ``x.to("cpu")``
+returns ``x`` itself, so H2D and D2H are reported as no-ops costing nothing, not timed.
+
+The model is one of the embedded ones (``seed-mlp``, ``wide-mlp``) or ``module:callable``, a
+callable that takes no arguments and returns an ``nn.Module`` (the input shape is then given
+explicitly).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from torchplace.bench.timer import Measurement, Timer
+from torchplace.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+__all__ = [
+    "DEFAULT_BATCH_SIZES",
+    "ModelSpec",
+    "StageResult",
+    "StagesResult",
+    "load_model_spec",
+    "parse_shape",
+    "run_stages",
+]
+
+DEFAULT_BATCH_SIZES: tuple[int, ...] = (1, 8, 32, 128)
+
+_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16", "float64": "float64"}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model to benchmark: its name, how to build it, and the shape of one input row."""
+
+    name: str
+    build: Callable[[], nn.Module]
+    row_shape: tuple[int, ...]
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """``"512"`` or ``"-1,512"`` or ``"3x224x224"`` -> the shape of one row (batch dim dropped)."""
+    parts = [p.strip() for p in text.replace("x", ",").split(",") if p.strip()]
+    try:
+        dims = [int(p) for p in parts]
+    except ValueError:
+        dims = []
+    if dims and dims[0] == -1:
+        dims = dims[1:]
+    if not dims or any(d < 1 for d in dims):
+        raise ConfigError(
+            f"cannot read input shape {text!r}; give the size of one row as positive integers, "
+            "such as 512 or 3,224,224 (a leading -1 for the batch dimension is allowed)"
+        )
+    return tuple(dims)
+
+
+def load_model_spec(model: str, input_shape: str | None = None) -> ModelSpec:
+    """An embedded model by name, or ``module:callable`` with ``input_shape`` (required)."""
+    from torchplace.models import embedded_model
+
+    if ":" not in model:
+        embedded = embedded_model(model)
+        row = tuple(embedded.inputs[0].shape[1:])
+        if input_shape is not None:
+            row = parse_shape(input_shape)
+        return ModelSpec(name=model, build=embedded.build, row_shape=row)
+    module_name, _, attr = model.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(
+            f"cannot read model {model!r}; write module:callable, such as pkg.mod:make"
+        )
+    if input_shape is None:
+        raise ConfigError(
+            f"model {model!r} declares no inputs: pass --input-shape with the size of one row, "
+            "such as --input-shape 512"
+        )
+    try:
+        factory: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            factory = getattr(factory, part)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"cannot load {model!r}: {exc}") from exc
+    if not callable(factory):
+        raise ConfigError(f"{model!r} is not callable; point at a function returning an nn.Module")
+
+    def build() -> nn.Module:
+        from torch import nn
+
+        built = factory()
+        if not isinstance(built, nn.Module):
+            raise ConfigError(
+                f"{model!r} returned {type(built).__name__}, not a torch.nn.Module; point at a "
+                "function that builds and returns the model"
+            )
+        return built.eval()
+
+    return ModelSpec(name=model, build=build, row_shape=parse_shape(input_shape))
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """One batch size: the stage timings (None for a no-op copy) and peak memory."""
+
+    batch_size: int
+    h2d: Measurement | None
+    compute: Measurement
+    d2h: Measurement | None
+    total: Measurement
+    peak_memory_bytes: int | None
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.batch_size / self.total.median_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "batch_size": self.batch_size,
+            "h2d_s": 0.0 if self.h2d is None else self.h2d.median_s,
+            "h2d_noop": self.h2d is None,
+            "compute_s": self.compute.median_s,
+            "d2h_s": 0.0 if self.d2h is None else self.d2h.median_s,
+            "d2h_noop": self.d2h is None,
+            "total_s": self.total.median_s,
+            "total_cold_s": self.total.cold_s,
+            "rows_per_s": self.rows_per_s,
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "timings": {
+                name: None if m is None else m.to_dict()
+                for name, m in (
+                    ("h2d", self.h2d),
+                    ("compute", self.compute),
+                    ("d2h", self.d2h),
+                    ("total", self.total),
+                )
+            },
+        }
+
+
+@dataclass(frozen=True)
+class StagesResult:
+    """Every batch size of one model on one device."""
+
+    model: str
+    device: str
+    dtype: str
+    row_shape: tuple[int, ...]
+    rows: tuple[StageResult, ...]
+    memory_note: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "device": self.device,
+            "dtype": self.dtype,
+            "row_shape": list(self.row_shape),
+            "memory_note": self.memory_note,
+            "batches": [row.to_dict() for row in self.rows],
+        }
+
+
+def _dtype(name: str) -> torch.dtype:
+    import torch
+
+    if name not in _DTYPES:
+        raise ConfigError(f"unknown dtype {name!r}; choose one of: {', '.join(_DTYPES)}")
+    result: torch.dtype = getattr(torch, _DTYPES[name])
+    return result
+
+
+def run_stages(
+    spec: ModelSpec,
+    device: torch.device,
+    *,
+    batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
+    dtype: str = "float32",
+    min_time: float = 0.1,
+    warmup: int = 3,
+    progress: Callable[[str], None] | None = None,
+) -> StagesResult:
+    """Time H2D, compute, D2H and the total for every batch size."""
+    import torch
+
+    if not batch_sizes or any(b < 1 for b in batch_sizes):
+        raise ConfigError(f"batch sizes must be positive integers, got {list(batch_sizes)!r}")
+    torch_dtype = _dtype(dtype)
+    timer = Timer(device=device, warmup=warmup, min_time=min_time, min_repeats=5, max_repeats=2000)
+    device = timer.device
+    model = spec.build().to(device=device, dtype=torch_dtype)
+    copies = device.type != "cpu"
+    cuda = device.type == "cuda"
+    rows: list[StageResult] = []
+    for batch in batch_sizes:
+        if progress is not None:
+            progress(f"batch {batch}")
+        host = torch.randn(batch, *spec.row_shape, dtype=torch_dtype)
+        if cuda:
+            host = host.pin_memory()
+            torch.cuda.reset_peak_memory_stats(device)
+
+        @torch.inference_mode()
+        def forward(x: torch.Tensor) -> torch.Tensor:
+            result: torch.Tensor = model(x)
+            return result
+
+        @torch.inference_mode()
+        def total(host: torch.Tensor = host) -> torch.Tensor:
+            result: torch.Tensor = model(host.to(device)).cpu()
+            return result
+
+        label = f"{spec.name} batch {batch}"
+        h2d = d2h = None
+        x = host.to(device)
+        y = forward(x)
+        if copies:
+            h2d = timer.measure(lambda host=host: host.to(device), label=f"{label} H2D")
+        compute = timer.measure(forward, inputs=[x], label=f"{label} compute")
+        if copies:
+            d2h = timer.measure(lambda y=y: y.cpu(), label=f"{label} D2H")
+        whole = timer.measure(total, label=f"{label} total")
+        peak = int(torch.cuda.max_memory_allocated(device)) if cuda else None
+        rows.append(StageResult(batch, h2d, compute, d2h, whole, peak))
+    note = (
+        "torch.cuda.max_memory_allocated during each batch (model weights included)"
+        if cuda
+        else f"not measured: torch keeps no peak-allocation count for {device.type}"
+    )
+    return StagesResult(
+        model=spec.name,
+        device=str(device),
+        dtype=dtype,
+        row_shape=spec.row_shape,
+        rows=tuple(rows),
+        memory_note=note,
+    )

@@ -1,0 +1,325 @@
+"""The benchmark functions behind ``torchplace bench``, their results, tables and plots."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from rich.console import Console
+
+from torchplace.bench import render
+from torchplace.bench.link import LinkInfo
+from torchplace.bench.overlap import OverlapResult, hidden_fraction, run_overlap
+from torchplace.bench.plot import plot_stages, plot_transfer
+from torchplace.bench.stages import load_model_spec, parse_shape, run_stages
+from torchplace.bench.timer import Measurement
+from torchplace.bench.timing import compare_clocks, default_size
+from torchplace.bench.transfer import (
+    DEFAULT_SIZES,
+    TransferCase,
+    TransferResult,
+    run_transfer,
+    transfer_cases,
+)
+from torchplace.errors import ConfigError
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+# Real clocks on a shared machine can be noisy; the warning itself is tested in test_timer.py.
+pytestmark = pytest.mark.filterwarnings("ignore::torchplace.bench.timer.TimingWarning")
+
+
+def text_of(*renderables: object) -> str:
+    console = Console(file=io.StringIO(), width=200)
+    for renderable in renderables:
+        console.print(renderable)
+    out = console.file.getvalue()  # type: ignore[attr-defined]
+    assert isinstance(out, str)
+    return out
+
+
+def fake_measurement(seconds: float, label: str = "x") -> Measurement:
+    return Measurement(
+        label=label,
+        device="cuda:0",
+        clock="cuda events",
+        times_s=(seconds * 0.99, seconds, seconds * 1.01),
+        cold_s=seconds * 10,
+        cold_wall_s=seconds * 11,
+        wall_per_call_s=seconds * 1.1,
+        warmup=2,
+    )
+
+
+def fake_transfer(link: LinkInfo | None) -> TransferResult:
+    cases = []
+    for size in (4 << 10, 1 << 20, 256 << 20):
+        for direction, memory, non_blocking in transfer_cases():
+            rate = (25e9 if memory == "pinned" else 10e9) * min(1.0, size / (1 << 20))
+            cases.append(
+                TransferCase(
+                    size,
+                    direction,
+                    memory,
+                    non_blocking,
+                    fake_measurement(size / rate),
+                    None if link is None else link.peak_bytes_per_s,
+                )
+            )
+    sizes = sorted({c.size_bytes for c in cases})
+    return TransferResult(
+        device="cuda:0",
+        cases=tuple(cases),
+        pinned_alloc_s={s: 1e-3 for s in sizes},
+        pageable_alloc_s={s: 1e-4 for s in sizes},
+        link=link,
+        link_note="n/a" if link is None else str(link),
+    )
+
+
+GEN5 = LinkInfo(32.0, 16, 63e9, "NVML", 5)
+
+
+def test_default_transfer_sweep_spans_kilobytes_to_256_mib() -> None:
+    assert min(DEFAULT_SIZES) <= 4 << 10
+    assert max(DEFAULT_SIZES) >= 256 << 20
+    assert len(transfer_cases()) == 8
+    assert {(d, m) for d, m, _ in transfer_cases()} == {
+        ("H2D", "pageable"),
+        ("H2D", "pinned"),
+        ("D2H", "pageable"),
+        ("D2H", "pinned"),
+    }
+
+
+def test_transfer_case_rate_and_share_of_peak() -> None:
+    case = TransferCase(1 << 30, "H2D", "pinned", True, fake_measurement(0.05), 50e9)
+    assert case.bytes_per_s == pytest.approx((1 << 30) / 0.05)
+    assert case.percent_of_peak == pytest.approx(100 * (1 << 30) / 0.05 / 50e9)
+    assert TransferCase(1, "H2D", "pinned", True, fake_measurement(1.0)).percent_of_peak is None
+    d = case.to_dict()
+    assert d["gb_per_s"] == pytest.approx(case.bytes_per_s / 1e9)
+    assert d["first_copy_s"] == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("link", [GEN5, None])
+def test_transfer_tables_and_json(link: LinkInfo | None) -> None:
+    result = fake_transfer(link)
+    out = text_of(*render.transfer_tables(result))
+    assert "256 MiB" in out
+    assert "pinned alloc" in out
+    assert (re.search(r"\d%", out) is not None) == (link is not None)
+    d = result.to_dict()
+    assert len(d["cases"]) == 24
+    assert [a["size_bytes"] for a in d["allocation"]] == [4 << 10, 1 << 20, 256 << 20]
+    assert (d["link"] is None) == (link is None)
+
+
+@pytest.mark.parametrize("link", [GEN5, None])
+def test_transfer_plot_is_written(tmp_path: Path, link: LinkInfo | None) -> None:
+    path = plot_transfer(fake_transfer(link), tmp_path / "transfer.png")
+    assert path.read_bytes().startswith(PNG_MAGIC)
+
+
+def test_transfer_and_overlap_refuse_non_cuda_devices() -> None:
+    with pytest.raises(ConfigError, match="CUDA"):
+        run_transfer(torch.device("cpu"))
+    with pytest.raises(ConfigError, match="CUDA"):
+        run_overlap(torch.device("cpu"))
+
+
+@pytest.mark.parametrize(
+    ("copy", "compute", "overlapped", "hidden"),
+    [
+        (1.0, 2.0, 2.0, 1.0),  # fully hidden
+        (1.0, 2.0, 3.0, 0.0),  # sequential
+        (1.0, 2.0, 2.5, 0.5),
+        (1.0, 2.0, 3.5, 0.0),  # worse than sequential: clipped
+        (1.0, 2.0, 1.0, 1.0),  # faster than compute alone (noise): clipped
+        (0.0, 2.0, 2.0, 0.0),
+    ],
+)
+def test_hidden_fraction(copy: float, compute: float, overlapped: float, hidden: float) -> None:
+    assert hidden_fraction(copy, compute, overlapped) == pytest.approx(hidden)
+
+
+def test_overlap_result_table_and_json() -> None:
+    result = OverlapResult("cuda:0", 64 << 20, 32, 3, 0.040, 0.060, 0.062, 5)
+    assert result.hidden == pytest.approx((0.04 + 0.06 - 0.062) / 0.04)
+    assert result.best_possible == pytest.approx(31 / 32)
+    d = result.to_dict()
+    assert d["hidden_fraction"] == pytest.approx(result.hidden)
+    assert d["sequential_s"] == pytest.approx(0.1)
+    out = text_of(render.overlap_table(result))
+    assert "hidden fraction" in out
+    assert "95.0%" in out
+
+
+def test_timing_on_cpu_uses_the_cpu_clock_and_skips_the_device_columns() -> None:
+    result = compare_clocks(torch.device("cpu"), size=32, repeats=3, warmup=1)
+    assert default_size(torch.device("cpu")) < default_size(torch.device("meta"))
+    assert result.workload.startswith("matmul 32x32")
+    measured = [row for row in result.rows if row.measurement is not None]
+    skipped = [row for row in result.rows if row.measurement is None]
+    assert [row.method for row in measured] == ["cpu clock"]
+    assert measured[0].measurement is not None
+    assert measured[0].measurement.count == 3
+    assert {row.method for row in skipped} == {"naive wall clock", "device events"}
+    assert all("CUDA only" in (row.skipped or "") for row in skipped)
+    out = text_of(render.timing_table(result))
+    assert "skipped" in out
+    assert "CUDA only" in out
+    d = result.to_dict()
+    assert [row["skipped"] for row in d["rows"]] == [False, True, True]
+
+
+def test_timing_rejects_bad_arguments() -> None:
+    with pytest.raises(ConfigError, match="repeats"):
+        compare_clocks(torch.device("cpu"), repeats=0)
+
+
+@pytest.mark.parametrize(
+    ("text", "shape"), [("512", (512,)), ("-1,512", (512,)), ("3x224x224", (3, 224, 224))]
+)
+def test_parse_shape(text: str, shape: tuple[int, ...]) -> None:
+    assert parse_shape(text) == shape
+
+
+@pytest.mark.parametrize("text", ["", "-1", "a,b", "0", "4,-2"])
+def test_parse_shape_rejects_nonsense(text: str) -> None:
+    with pytest.raises(ConfigError, match="input shape"):
+        parse_shape(text)
+
+
+def test_model_specs() -> None:
+    assert load_model_spec("seed-mlp").row_shape == (8,)
+    assert load_model_spec("wide-mlp").row_shape == (512,)
+    spec = load_model_spec("tests.bench.factories:tiny", "6")
+    assert spec.row_shape == (6,)
+    assert isinstance(spec.build(), torch.nn.Module)
+    with pytest.raises(ConfigError, match="--input-shape"):
+        load_model_spec("tests.bench.factories:tiny")
+    with pytest.raises(ConfigError, match="unknown embedded model"):
+        load_model_spec("no-such-model")
+    with pytest.raises(ConfigError, match="cannot load"):
+        load_model_spec("tests.bench.factories:missing", "6")
+    with pytest.raises(ConfigError, match="cannot load"):
+        load_model_spec("no_such_module_xyz:make", "6")
+    with pytest.raises(ConfigError, match="not callable"):
+        load_model_spec("tests.bench.factories:NOT_CALLABLE", "6")
+    with pytest.raises(ConfigError, match=r"not a torch\.nn\.Module"):
+        load_model_spec("tests.bench.factories:not_a_module", "6").build()
+    with pytest.raises(ConfigError, match="module:callable"):
+        load_model_spec(":make", "6")
+
+
+def test_stages_on_cpu_report_copies_as_no_ops(tmp_path: Path) -> None:
+    spec = load_model_spec("seed-mlp")
+    result = run_stages(spec, torch.device("cpu"), batch_sizes=(1, 4), min_time=0.002, warmup=1)
+    assert [row.batch_size for row in result.rows] == [1, 4]
+    for row in result.rows:
+        assert row.h2d is None
+        assert row.d2h is None
+        assert row.compute.count >= 5
+        assert row.rows_per_s == pytest.approx(row.batch_size / row.total.median_s)
+        assert row.peak_memory_bytes is None
+    d = result.to_dict()
+    assert d["batches"][0]["h2d_noop"] is True
+    assert d["batches"][0]["h2d_s"] == 0.0
+    assert d["batches"][1]["timings"]["d2h"] is None
+    assert "not measured" in d["memory_note"]
+    out = text_of(render.stages_table(result))
+    assert "no-op" in out
+    assert plot_stages(result, tmp_path / "model.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_stages_reject_bad_batches_and_dtypes() -> None:
+    spec = load_model_spec("seed-mlp")
+    with pytest.raises(ConfigError, match="batch sizes"):
+        run_stages(spec, torch.device("cpu"), batch_sizes=(0,))
+    with pytest.raises(ConfigError, match="dtype"):
+        run_stages(spec, torch.device("cpu"), dtype="int8")
+
+
+def test_stages_with_another_dtype() -> None:
+    spec = load_model_spec("seed-mlp")
+    result = run_stages(
+        spec, torch.device("cpu"), batch_sizes=(2,), dtype="float64", min_time=0.001
+    )
+    assert result.dtype == "float64"
+
+
+@pytest.mark.cuda
+def test_cuda_timing_shows_the_naive_clock_is_wrong() -> None:
+    result = compare_clocks(torch.device("cuda", 0), size=4096, repeats=10)
+    rows = {row.method: row.measurement for row in result.rows}
+    naive, synced, events = (
+        rows[m] for m in ("naive wall clock", "synchronised wall clock", "device events")
+    )
+    assert naive is not None
+    assert synced is not None
+    assert events is not None
+    assert events.clock == "cuda events"
+    # A 4096^3 matmul is milliseconds of device work; its launch is microseconds.
+    assert naive.median_s < events.median_s
+    assert synced.median_s > 0
+
+
+@pytest.mark.cuda
+def test_cuda_transfers() -> None:
+    result = run_transfer(torch.device("cuda", 0), sizes=(64 << 10, 8 << 20), min_time=0.01)
+    assert len(result.cases) == 16
+    assert set(result.pinned_alloc_s) == {64 << 10, 8 << 20}
+    for case in result.cases:
+        assert case.bytes_per_s > 0
+        assert case.measurement.clock == "cuda events"
+        assert case.measurement.count >= 5
+    d = result.to_dict()
+    assert len(d["cases"]) == 16
+    assert isinstance(d["link_note"], str)
+
+
+@pytest.mark.cuda
+def test_cuda_overlap() -> None:
+    result = run_overlap(torch.device("cuda", 0), batch_bytes=8 << 20, batches=8, repeats=2)
+    assert result.copy_s > 0
+    assert result.compute_s > 0
+    assert result.overlapped_s > 0
+    assert 0.0 <= result.hidden <= 1.0
+    assert result.matmuls_per_batch >= 1
+    # Compute is sized to cover the copy, so the pipeline cannot cost more than both in a row
+    # by more than the noise of a few launches.
+    assert result.overlapped_s <= 1.5 * (result.copy_s + result.compute_s)
+
+
+@pytest.mark.cuda
+def test_cuda_stages_measure_copies_and_memory() -> None:
+    result = run_stages(
+        load_model_spec("wide-mlp"), torch.device("cuda", 0), batch_sizes=(8,), min_time=0.01
+    )
+    row = result.rows[0]
+    assert row.h2d is not None
+    assert row.d2h is not None
+    assert row.h2d.clock == "cuda events"
+    assert row.peak_memory_bytes is not None
+    assert row.peak_memory_bytes > 0
+
+
+def test_three_way_comparison_rows_and_explanation() -> None:
+    from torchplace.bench import timing as timing_module
+    from torchplace.bench.timer import Timer
+
+    timer = Timer(device="cpu", warmup=1, repeats=4, spread_warning=None)
+    a = torch.randn(32, 32)
+    result = timing_module._three_ways(lambda: a @ a, timer, workload="mm 32", repeats=4)
+    assert [row.method for row in result.rows] == list(timing_module.METHODS)
+    for row in result.rows:
+        assert row.measurement is not None
+        assert row.measurement.count == 4
+        assert row.skipped is None
+    assert "no sync" in (result.rows[0].measurement.clock if result.rows[0].measurement else "")
+    assert "asynchronously" in result.explanation
+    assert "mm 32" in text_of(render.timing_table(result))

@@ -1,0 +1,273 @@
+"""``torchplace bench ...`` end to end on the CPU, through the real command-line entry point."""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from torchplace.bench import timing
+from torchplace.bench.cli import JSON_SCHEMA
+from torchplace.bench.timer import TimingWarning
+from torchplace.cli import main
+
+ENVELOPE = {
+    "schema",
+    "command",
+    "device",
+    "torch",
+    "torchplace",
+    "threads",
+    "skipped",
+    "reason",
+    "result",
+    "plot",
+    "warnings",
+}
+
+
+def read(path: Path) -> dict[str, Any]:
+    document = json.loads(path.read_text())
+    assert isinstance(document, dict)
+    assert set(document) == ENVELOPE
+    assert document["schema"] == JSON_SCHEMA
+    return document
+
+
+def test_timing_on_cpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "timing.json"
+    rc = main(
+        [
+            "bench",
+            "timing",
+            "--device",
+            "cpu",
+            "--size",
+            "48",
+            "--repeats",
+            "4",
+            "--json",
+            str(path),
+        ]
+    )
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "cpu clock" in out
+    assert "skipped" in out
+    assert "CUDA only" in out
+    document = read(path)
+    assert document["command"] == "bench timing"
+    assert document["device"] == "cpu"
+    assert document["skipped"] is False
+    rows = document["result"]["rows"]
+    assert [row["method"] for row in rows] == ["cpu clock", "naive wall clock", "device events"]
+    assert rows[0]["timing"]["count"] == 4
+    assert rows[0]["timing"]["median_s"] > 0
+    assert rows[1]["timing"] is None
+    assert "CUDA only" in rows[1]["reason"]
+    assert document["result"]["explanation"]
+
+
+@pytest.mark.parametrize("command", ["transfer", "overlap"])
+def test_cuda_only_commands_skip_plainly_on_cpu(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / f"{command}.json"
+    assert main(["bench", command, "--device", "cpu", "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "skipped on cpu" in out
+    assert "CUDA only" in out
+    document = read(path)
+    assert document["skipped"] is True
+    assert "CUDA only" in document["reason"]
+    assert document["result"] is None
+
+
+def test_transfer_plot_on_cpu_is_skipped_too(tmp_path: Path) -> None:
+    plot = tmp_path / "t.png"
+    assert main(["bench", "transfer", "--device", "cpu", "--plot", str(plot)]) == 0
+    assert not plot.exists()
+
+
+def test_model_json_to_stdout_is_pure_json(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(
+        [
+            "bench",
+            "model",
+            "--device",
+            "cpu",
+            "--batch-sizes",
+            "1,4",
+            "--min-time",
+            "0.002",
+            "--json",
+            "-",
+        ]
+    )
+    assert rc == 0
+    captured = capsys.readouterr()
+    document = json.loads(captured.out)
+    assert document["command"] == "bench model"
+    batches = document["result"]["batches"]
+    assert [b["batch_size"] for b in batches] == [1, 4]
+    for batch in batches:
+        assert batch["h2d_noop"] is True
+        assert batch["d2h_noop"] is True
+        assert batch["h2d_s"] == 0.0
+        assert batch["d2h_s"] == 0.0
+        assert batch["compute_s"] > 0
+        assert batch["total_s"] > 0
+        assert batch["rows_per_s"] == pytest.approx(batch["batch_size"] / batch["total_s"])
+        assert batch["peak_memory_bytes"] is None
+
+
+def test_model_table_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plot = tmp_path / "model.png"
+    rc = main(
+        [
+            "bench",
+            "model",
+            "--model",
+            "seed-mlp",
+            "--device",
+            "cpu",
+            "--batch-sizes",
+            "2",
+            "--min-time",
+            "0.002",
+            "--plot",
+            str(plot),
+        ]
+    )
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "seed-mlp on cpu" in out
+    assert "no-op" in out
+    assert "wrote plot" in out
+    assert plot.read_bytes().startswith(b"\x89PNG")
+
+
+def test_model_from_module_callable(tmp_path: Path) -> None:
+    path = tmp_path / "m.json"
+    rc = main(
+        [
+            "bench",
+            "model",
+            "--model",
+            "tests.bench.factories:tiny",
+            "--input-shape",
+            "6",
+            "--batch-sizes",
+            "3",
+            "--min-time",
+            "0.002",
+            "--device",
+            "cpu",
+            "--json",
+            str(path),
+        ]
+    )
+    assert rc == 0
+    result = read(path)["result"]
+    assert result["model"] == "tests.bench.factories:tiny"
+    assert result["row_shape"] == [6]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["model", "--model", "tests.bench.factories:tiny"], "--input-shape"),
+        (["model", "--model", "no-such-model"], "unknown embedded model"),
+        (["model", "--plot", "out.svg"], ".png"),
+        (["timing", "--warmup", "-1"], "--warmup"),
+        (["timing", "--device", "warp:0"], "warp"),
+    ],
+)
+def test_usage_errors_exit_2(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["bench", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["model", "--batch-sizes", "1,x"],
+        ["transfer", "--sizes", "4Q"],
+        ["timing", "--repeats", "0"],
+        [],
+    ],
+)
+def test_bad_flags_are_argparse_errors(argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", *argv])
+    assert exc.value.code == 2
+
+
+def test_meta_device_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "timing", "--device", "meta"]) == 1
+    assert "TimingError" in capsys.readouterr().err
+
+
+def test_plot_without_matplotlib_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert main(["bench", "model", "--device", "cpu", "--plot", "x.png"]) == 2
+    assert "pip install 'torchplace[plot]'" in capsys.readouterr().err
+
+
+def test_timing_warnings_become_notes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = timing.compare_clocks
+
+    def noisy(*args: Any, **kwargs: Any) -> Any:
+        warnings.warn(TimingWarning("the spread is large (test)"), stacklevel=1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(timing, "compare_clocks", noisy)
+    path = tmp_path / "t.json"
+    rc = main(
+        [
+            "bench",
+            "timing",
+            "--device",
+            "cpu",
+            "--size",
+            "16",
+            "--repeats",
+            "2",
+            "--json",
+            str(path),
+        ]
+    )
+    assert rc == 0
+    assert "note: the spread is large (test)" in capsys.readouterr().out
+    assert read(path)["warnings"] == ["the spread is large (test)"]
+
+
+def test_help_lists_the_benchmarks(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    out = capsys.readouterr().out
+    for name in ("timing", "transfer", "overlap", "model"):
+        assert name in out
+
+
+def test_threads_flag_sets_torch_threads(tmp_path: Path) -> None:
+    import torch
+
+    before = torch.get_num_threads()
+    path = tmp_path / "t.json"
+    try:
+        args = ["bench", "timing", "--device", "cpu", "--size", "8", "--repeats", "2"]
+        assert main([*args, "--threads", "1", "--json", str(path)]) == 0
+        assert read(path)["threads"] == 1
+    finally:
+        torch.set_num_threads(before)
