@@ -38,7 +38,7 @@ COMMANDS: dict[str, _Command] = {
         "torchplace.bench.cli", "time GPU work honestly: timing, transfers, overlap, model stages"
     ),
     "guard": _Command(
-        "torchplace.guard.cli", "run a program and report every device crossing and host sync"
+        "torchplace.sanitizer.cli", "run a program and report every device crossing and host sync"
     ),
     "lint": _Command("torchplace.lint.cli", "find device-contract pitfalls in Python source"),
 }

@@ -1,0 +1,160 @@
+"""Run a Python program under the placement guard and print every device crossing at exit.
+
+``torchplace guard [--json] [--top N] [--mode MODE] [--allow X] -- python script.py args`` runs
+the program in this process (like ``python -m cProfile``), with ``sys.argv`` set as the program
+expects; ``script.py args`` and ``-m module args`` work too. The report is printed when the
+program ends, also when it raises or calls ``sys.exit``; the program's exit code is returned.
+Only the main thread is guarded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from torchplace.errors import ConfigError
+
+__all__ = ["configure", "run", "split_program"]
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Declare the ``torchplace guard`` arguments."""
+    parser.add_argument(
+        "--mode",
+        choices=("record", "warn", "raise"),
+        default="record",
+        help="record only (default), also warn once per new line, or raise at the first crossing",
+    )
+    parser.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="KIND_OR_LINE",
+        help="ignore an event kind (h2d, d2h, d2d, transfer, sync, pageable_non_blocking, "
+        "mixed_device) or a source location (file.py, file.py:42); repeatable",
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--max-events",
+        type=int,
+        default=100_000,
+        metavar="N",
+        help="events kept one by one in the report (counts go on beyond); default 100000",
+    )
+    parser.add_argument(
+        "--top", type=int, default=None, metavar="N", help="show only the N busiest lines"
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        default=None,
+        metavar="PATH",
+        help="write the report to PATH instead of standard error",
+    )
+    parser.add_argument(
+        "program",
+        nargs=argparse.REMAINDER,
+        help="the program: [python] script.py args, or [python] -m module args (after --)",
+    )
+
+
+def split_program(words: Sequence[str]) -> tuple[str, str, list[str]]:
+    """``(kind, target, argv)`` for a command line: kind is ``"path"`` or ``"module"``."""
+    rest = list(words)
+    if rest and rest[0] == "--":
+        rest = rest[1:]
+    if rest and _is_python(rest[0]):
+        rest = rest[1:]
+    if not rest:
+        raise ConfigError("no program given; use: torchplace guard -- python script.py [args]")
+    if rest[0] == "-m":
+        if len(rest) < 2:
+            raise ConfigError("-m needs a module name: torchplace guard -- python -m pkg.mod")
+        return "module", rest[1], rest[1:]
+    if rest[0].startswith("-"):
+        raise ConfigError(
+            f"unsupported interpreter option {rest[0]!r}; give a script path or -m module"
+        )
+    if not Path(rest[0]).is_file():
+        raise ConfigError(f"no such script: {rest[0]!r}")
+    return "path", rest[0], rest
+
+
+def _is_python(word: str) -> bool:
+    name = os.path.basename(word)
+    return word == sys.executable or (name.startswith("python") and not name.endswith(".py"))
+
+
+def _exit_code(exc: SystemExit) -> int:
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the program under a guard; print the report; return the program's exit code."""
+    kind, target, argv = split_program(args.program)
+    if args.top is not None and args.top < 0:
+        raise ConfigError(f"--top must be >= 0, got {args.top}")
+
+    from torchplace.sanitizer.recorder import Guard
+
+    guard = Guard(args.mode, allow=args.allow, max_events=args.max_events)
+    saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
+    sys.argv = argv
+    if kind == "path":
+        sys.path.insert(0, str(Path(target).resolve().parent))
+    code = 0
+    try:
+        with guard:
+            if kind == "module":
+                runpy.run_module(target, run_name="__main__", alter_sys=True)
+            else:
+                runpy.run_path(target, run_name="__main__")
+    except SystemExit as exc:
+        code = _exit_code(exc)
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException as exc:  # the program's own error: show it, as python would
+        _print_program_error(exc)
+        code = 1
+    finally:
+        sys.argv = saved_argv
+        if kind == "path" and sys.path and sys.path[0] != saved_path0:
+            sys.path.pop(0)
+        _write(guard.report, args)
+    return code
+
+
+def _print_program_error(exc: BaseException) -> None:
+    tb = exc.__traceback__
+    # drop the frames of this runner and runpy: the program's traceback starts at its code
+    while tb is not None and (
+        tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__)
+        or tb.tb_frame.f_code.co_filename.startswith("<frozen runpy")
+    ):
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
+
+
+def _write(report: object, args: argparse.Namespace) -> None:
+    from torchplace.sanitizer.report import GuardReport
+
+    assert isinstance(report, GuardReport)
+    text = report.to_json(top=args.top) + "\n" if args.json else report.format(top=args.top)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+        return
+    stream: TextIO = sys.stderr
+    stream.write(text)
+    stream.flush()

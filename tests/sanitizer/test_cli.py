@@ -1,0 +1,122 @@
+"""``torchplace guard -- python script.py``: in-process runs, exit codes, report at exit."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from torchplace.cli import main
+from torchplace.sanitizer.cli import split_program
+
+DEMO = textwrap.dedent(
+    """\
+    import sys
+    import torch
+
+    x = torch.ones(4, 8)
+    for _ in range(3):
+        y = x.to("meta")
+    print("argv", sys.argv[1:], __name__)
+    if len(sys.argv) > 1 and sys.argv[1] == "boom":
+        raise ValueError("boom")
+    sys.exit(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
+    """
+)
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> Path:
+    path = tmp_path / "demo.py"
+    path.write_text(DEMO)
+    return path
+
+
+def _h2d_rows(data: dict[str, object], path: Path) -> list[dict[str, object]]:
+    sites = data["sites"]
+    assert isinstance(sites, list)
+    return [s for s in sites if s["kind"] == "h2d" and s["file"] == str(path)]
+
+
+def test_runs_the_script_with_its_argv_and_reports_json(
+    demo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "report.json"
+    code = main(["guard", "--json", "-o", str(out), "--", "python", str(demo), "3"])
+    assert code == 3
+    assert "argv ['3'] __main__" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    (row,) = _h2d_rows(data, demo)
+    assert (row["line"], row["count"], row["bytes"]) == (6, 3, 3 * 128)
+    assert sys.argv[0] != str(demo)  # restored
+
+
+def test_report_is_printed_when_the_script_raises(
+    demo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["guard", "--top", "1", str(demo), "boom"])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "ValueError: boom" in err
+    assert "demo.py" in err
+    assert "cli.py" not in err
+    assert "h2d" in err
+
+
+def test_module_form(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "guarddemo_pkg").mkdir()
+    (tmp_path / "guarddemo_pkg" / "__init__.py").write_text("")
+    (tmp_path / "guarddemo_pkg" / "run.py").write_text(DEMO)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "r.json"
+    code = main(["guard", "--json", "-o", str(out), "--", "-m", "guarddemo_pkg.run"])
+    assert code == 0
+    data = json.loads(out.read_text())
+    assert data["totals"]["h2d"]["count"] == 3
+
+
+@pytest.mark.parametrize(
+    ("words", "message"),
+    [
+        ([], "no program"),
+        (["--", "python"], "no program"),
+        (["python", "-m"], "-m needs a module"),
+        (["python", "-c", "pass"], "unsupported interpreter option"),
+        (["no_such_script.py"], "no such script"),
+    ],
+)
+def test_usage_errors_exit_2(
+    words: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["guard", *words]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_split_program_strips_the_interpreter(demo: Path) -> None:
+    assert split_program(["--", sys.executable, str(demo), "a"]) == (
+        "path",
+        str(demo),
+        [str(demo), "a"],
+    )
+    assert split_program(["python3", "-m", "pkg.mod", "x"]) == (
+        "module",
+        "pkg.mod",
+        ["pkg.mod", "x"],
+    )
+
+
+def test_console_command_end_to_end(demo: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "torchplace.cli", "guard", "--", "python", str(demo)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "argv [] __main__" in proc.stdout
+    assert "demo.py" in proc.stderr
+    assert "3 events" in proc.stderr

@@ -1,0 +1,146 @@
+"""The guard on a real CUDA device (run by scripts/gpu-check; skipped without CUDA)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import torchplace
+from torchplace.errors import GuardViolation
+from torchplace.models import build_model
+
+from .fakes import line_of
+
+pytestmark = pytest.mark.cuda
+
+HERE = __file__
+MIB = 1 << 20
+
+
+@pytest.fixture
+def cuda() -> torch.device:
+    return torch.device("cuda", 0)
+
+
+def test_h2d_and_d2h_bytes(cuda: torch.device) -> None:
+    host = torch.ones(MIB // 4)  # 1 MiB of float32
+    with torchplace.guard() as report:
+        dev = host.to(cuda)
+        back = dev.cpu()
+    assert back.sum().item() == MIB // 4
+    assert (report.h2d, report.h2d_bytes) == (1, MIB)
+    assert (report.d2h, report.d2h_bytes) == (1, MIB)
+    h2d, d2h = report.transfers
+    assert (h2d.src, d2h.dst) == ("cpu", "cpu")
+    assert str(h2d.dst).startswith("cuda")
+    assert [e.detail for e in report.syncs] == ["blocking device-to-host copy"]
+
+
+def test_item_is_one_sync(cuda: torch.device) -> None:
+    t = torch.arange(10.0, device=cuda)
+    with torchplace.guard() as report:
+        value = t.sum().item()  # item-line
+    assert value == 45.0
+    (sync,) = report.syncs
+    assert (sync.op, sync.site.lineno) == ("Tensor.item", line_of(HERE, "item-line"))
+    assert report.transfers == []
+
+
+def test_other_syncs(cuda: torch.device) -> None:
+    t = torch.arange(6.0, device=cuda)
+    with torchplace.guard() as report:
+        t[t > 2]
+        t.nonzero()
+        assert t.tolist()[0] == 0.0
+        if t.sum():
+            pass
+        torch.cuda.synchronize()
+    assert [e.op for e in report.syncs] == [
+        "aten.index.Tensor",
+        "aten.nonzero",
+        "Tensor.tolist",
+        "Tensor.__bool__",
+        "torch.cuda.synchronize",
+    ]
+    assert report.d2h == 1  # the bytes tolist() brings back
+
+
+def test_pageable_non_blocking_is_flagged_and_pinned_is_not(cuda: torch.device) -> None:
+    pageable = torch.ones(MIB)
+    pinned = torch.ones(MIB).pin_memory()
+    with torchplace.guard() as report:
+        pageable.to(cuda, non_blocking=True)  # pageable-line
+        pinned.to(cuda, non_blocking=True)
+        torch.cuda.current_stream().synchronize()
+    (event,) = report.pageable_non_blocking
+    assert event.site.lineno == line_of(HERE, "pageable-line")
+    assert report.h2d == 2
+    assert [e.op for e in report.syncs] == ["torch.cuda.Stream.synchronize"]
+
+
+def test_non_blocking_d2h(cuda: torch.device) -> None:
+    dev = torch.ones(MIB, device=cuda)
+    pinned_dst = torch.empty(MIB).pin_memory()
+    pageable_dst = torch.empty(MIB)
+    with torchplace.guard() as report:
+        dev.to("cpu", non_blocking=True)  # torch allocates a pinned destination
+        pinned_dst.copy_(dev, non_blocking=True)
+        pageable_dst.copy_(dev, non_blocking=True)  # d2h-pageable
+    assert report.d2h == 3
+    (event,) = report.pageable_non_blocking
+    assert event.site.lineno == line_of(HERE, "d2h-pageable")
+    assert [e.site.lineno for e in report.syncs] == [line_of(HERE, "d2h-pageable")]
+
+
+def test_mixed_device_raise_names_every_operand(cuda: torch.device) -> None:
+    weight = torch.ones(4, 3, device=cuda, dtype=torch.float16)
+    x = torch.ones(2, 3, dtype=torch.float16)
+    with torchplace.guard("raise") as report, pytest.raises(GuardViolation) as info:
+        torch.nn.functional.linear(x, weight)  # raise-line
+    text = str(info.value)
+    assert f"test_cuda.py:{line_of(HERE, 'raise-line')}" in text
+    assert "shape=(2, 3) dtype=float16 device=cpu" in text
+    assert "shape=(4, 3) dtype=float16 device=cuda:0" in text
+    assert len(report.mixed_device_ops) == 1
+
+
+def test_record_mode_lets_torchs_own_error_through(cuda: torch.device) -> None:
+    with torchplace.guard() as report, pytest.raises(RuntimeError):
+        torch.ones(2) + torch.ones(2, device=cuda)
+    assert len(report.mixed_device_ops) == 1
+
+
+def test_cpu_scalars_are_fine_and_cpu_indices_are_flagged(cuda: torch.device) -> None:
+    t = torch.ones(4, device=cuda)
+    with torchplace.guard() as report:
+        t * torch.tensor(2.0)
+        t[torch.tensor([0, 1])]  # torch copies the CPU indices over silently
+    assert [e.op for e in report.mixed_device_ops] == ["aten.index.Tensor"]
+
+
+def test_factory_from_host_data(cuda: torch.device) -> None:
+    with torchplace.guard() as report:
+        torch.tensor([1.0, 2.0], device=cuda)
+    assert (report.h2d, report.h2d_bytes) == (1, 8)
+
+
+def test_article_loop_on_cuda(cuda: torch.device) -> None:
+    model = build_model("seed-mlp").to(cuda)
+    batches = [torch.randn(4, 8) for _ in range(3)]
+    with torchplace.guard() as report:
+        for batch in batches:
+            scores = model(batch.to(cuda))
+            scores = scores.cpu()  # cuda-d2h
+            scores.argmax(dim=-1)
+    assert report.d2h == 3
+    assert {e.site.lineno for e in report.filter("d2h")} == {line_of(HERE, "cuda-d2h")}
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 GPUs"
+)
+def test_d2d() -> None:
+    t = torch.ones(256, device="cuda:0")
+    with torchplace.guard() as report:
+        t.to("cuda:1")
+    assert (report.d2d, report.d2d_bytes) == (1, 1024)
