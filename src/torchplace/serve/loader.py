@@ -1,0 +1,273 @@
+"""Build the served model once, on the host: embedded name, ``module:callable`` or ``.pt2``.
+
+Where the declarations come from, first match wins:
+
+1. ``inputs`` / ``outputs`` passed explicitly (the command line or the config file);
+2. for a ``module:callable`` factory, the attributes ``torchplace_inputs`` /
+   ``torchplace_outputs`` (tuples of :class:`~torchplace.models.TensorSpec`) on the returned
+   module, else on the callable itself;
+3. for an embedded model, its built-in declarations;
+4. for an exported program (``.pt2``), the dtypes and shapes recorded in the program (a
+   dynamic first dimension becomes ``-1``; names are ``input``/``output`` for a single tensor
+   and ``input_0``, ``input_1``, ... otherwise).
+
+The first dimension of every declared shape must be ``-1``: it is the batch dimension the
+dynamic batcher fills.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from torchplace.errors import ConfigError
+from torchplace.models import EMBEDDED_MODELS, TensorSpec
+from torchplace.serve.datatypes import numpy_dtype
+
+if TYPE_CHECKING:
+    from torch import nn
+
+__all__ = ["LoadedModel", "load_model", "set_eval", "weight_bytes"]
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model built on the host, with its declarations; replicas copy it to their devices."""
+
+    name: str
+    version: str
+    module: nn.Module
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    weight_bytes: int
+    source: str
+    #: builds a fresh private copy for a replica; None = ``copy.deepcopy(module)``
+    rebuild: Callable[[], nn.Module] | None = None
+
+
+def set_eval(module: nn.Module) -> nn.Module:
+    """``module.eval()``; an exported program's module (which refuses it) is left as it is."""
+    with contextlib.suppress(NotImplementedError):
+        module.eval()
+    return module
+
+
+def weight_bytes(module: nn.Module) -> int:
+    """Bytes held by the module's parameters and buffers."""
+    total = 0
+    for tensor in (*module.parameters(), *module.buffers()):
+        total += tensor.numel() * tensor.element_size()
+    return total
+
+
+def load_model(
+    model: str = "seed-mlp",
+    *,
+    version: str = "1",
+    weights: Path | str | None = None,
+    exported: Path | str | None = None,
+    inputs: tuple[TensorSpec, ...] | None = None,
+    outputs: tuple[TensorSpec, ...] | None = None,
+) -> LoadedModel:
+    """Build the model on the CPU in eval mode, load optional weights, resolve declarations.
+
+    With ``exported`` the program is loaded with :func:`torch.export.load` and ``model`` is used
+    only as the served name (the file's stem when ``model`` is an embedded name).
+    """
+    declared_in: tuple[TensorSpec, ...] | None = None
+    declared_out: tuple[TensorSpec, ...] | None = None
+    rebuild: Callable[[], nn.Module] | None = None
+    name = model
+    if exported is not None:
+        path = Path(exported)
+        module, declared_in, declared_out = _load_exported(path)
+        # an exported module does not deep-copy cleanly: each replica loads its own
+        rebuild = functools.partial(_reload_exported, path)
+        if model in EMBEDDED_MODELS:
+            name = Path(exported).stem
+        source = f"exported:{exported}"
+    elif model in EMBEDDED_MODELS:
+        embedded = EMBEDDED_MODELS[model]
+        module = embedded.build()
+        declared_in, declared_out = embedded.inputs, embedded.outputs
+        source = f"embedded:{model}"
+    elif ":" in model:
+        module, declared_in, declared_out = _load_factory(model)
+        name = model.rsplit(":", 1)[1]
+        source = f"factory:{model}"
+    else:
+        known = ", ".join(sorted(EMBEDDED_MODELS))
+        raise ConfigError(
+            f"model {model!r} is neither an embedded model ({known}) nor 'module:callable'; "
+            "pass e.g. --model mypkg.models:build"
+        )
+    if weights is not None:
+        from torchplace.checkpoint import load_checkpoint
+
+        load_checkpoint(Path(weights), "cpu", module=module)
+    set_eval(module)
+    final_in = _declarations("inputs", inputs or declared_in, model)
+    final_out = _declarations("outputs", outputs or declared_out, model)
+    return LoadedModel(
+        name=name,
+        version=version,
+        module=module,
+        inputs=final_in,
+        outputs=final_out,
+        weight_bytes=weight_bytes(module),
+        source=source,
+        rebuild=rebuild,
+    )
+
+
+def _declarations(
+    kind: str, specs: tuple[TensorSpec, ...] | None, model: str
+) -> tuple[TensorSpec, ...]:
+    flag = "--input" if kind == "inputs" else "--output"
+    if not specs:
+        raise ConfigError(
+            f"model {model!r} declares no {kind}; declare them with {flag} NAME:DATATYPE:-1,DIMS "
+            f"or a torchplace_{kind} attribute on the factory"
+        )
+    names = [spec.name for spec in specs]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{kind} of {model!r} repeat a name: {names}")
+    for spec in specs:
+        numpy_dtype(spec.datatype)
+        if not spec.shape or spec.shape[0] != -1:
+            raise ConfigError(
+                f"{kind[:-1]} {spec.name!r} has shape {list(spec.shape)}; the first dimension "
+                "must be -1 (the batch dimension), e.g. [-1, 8]"
+            )
+        if any(dim < -1 or dim == 0 for dim in spec.shape[1:]):
+            raise ConfigError(
+                f"{kind[:-1]} {spec.name!r} has shape {list(spec.shape)}; dimensions after the "
+                "first must be positive or -1"
+            )
+    return tuple(specs)
+
+
+def _load_factory(
+    target: str,
+) -> tuple[nn.Module, tuple[TensorSpec, ...] | None, tuple[TensorSpec, ...] | None]:
+    from torch import nn
+
+    module_name, _, attr = target.rpartition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"model {target!r} must look like 'package.module:callable'")
+    try:
+        namespace = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(
+            f"cannot import {module_name!r} for model {target!r}: {exc}; "
+            "check the module is on PYTHONPATH"
+        ) from exc
+    factory: Any = namespace
+    for part in attr.split("."):
+        try:
+            factory = getattr(factory, part)
+        except AttributeError:
+            raise ConfigError(f"module {module_name!r} has no attribute {attr!r}") from None
+    if not callable(factory):
+        raise ConfigError(f"{target!r} is not callable; point --model at a factory function")
+    built = factory()
+    if not isinstance(built, nn.Module):
+        raise ConfigError(
+            f"factory {target!r} returned {type(built).__name__}, not a torch.nn.Module"
+        )
+    declared_in = getattr(built, "torchplace_inputs", None) or getattr(
+        factory, "torchplace_inputs", None
+    )
+    declared_out = getattr(built, "torchplace_outputs", None) or getattr(
+        factory, "torchplace_outputs", None
+    )
+    return built, _spec_tuple(declared_in), _spec_tuple(declared_out)
+
+
+def _spec_tuple(value: object) -> tuple[TensorSpec, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, (tuple, list)) or not all(isinstance(v, TensorSpec) for v in value):
+        raise ConfigError(
+            f"torchplace_inputs/torchplace_outputs must be a tuple of TensorSpec, got {value!r}"
+        )
+    return tuple(value)
+
+
+_TORCH_TO_OIP = {
+    "torch.bool": "BOOL",
+    "torch.uint8": "UINT8",
+    "torch.uint16": "UINT16",
+    "torch.uint32": "UINT32",
+    "torch.uint64": "UINT64",
+    "torch.int8": "INT8",
+    "torch.int16": "INT16",
+    "torch.int32": "INT32",
+    "torch.int64": "INT64",
+    "torch.float16": "FP16",
+    "torch.float32": "FP32",
+    "torch.float64": "FP64",
+}
+
+
+def _load_exported(
+    path: Path,
+) -> tuple[nn.Module, tuple[TensorSpec, ...] | None, tuple[TensorSpec, ...] | None]:
+    import torch
+
+    if not path.is_file():
+        raise ConfigError(f"exported program {str(path)!r} does not exist; pass a .pt2 file")
+    try:
+        program = torch.export.load(path)
+    except Exception as exc:
+        raise ConfigError(
+            f"cannot load exported program {str(path)!r}: {exc}; "
+            "save it with torch.export.save(torch.export.export(model, args), path)"
+        ) from exc
+    module = program.module()
+    return module, _specs_from_graph(program, "input"), _specs_from_graph(program, "output")
+
+
+def _reload_exported(path: Path) -> nn.Module:
+    import torch
+
+    module: nn.Module = torch.export.load(path).module()
+    return module
+
+
+def _specs_from_graph(program: Any, kind: str) -> tuple[TensorSpec, ...] | None:
+    """Best effort: dtypes/shapes from the fake tensors recorded on the graph's nodes."""
+    try:
+        graph = program.graph
+        user_inputs = set(program.graph_signature.user_inputs)
+        if kind == "input":
+            vals = [
+                n.meta.get("val")
+                for n in graph.nodes
+                if n.op == "placeholder" and n.name in user_inputs
+            ]
+        else:
+            out_node = next(n for n in graph.nodes if n.op == "output")
+            args = out_node.args[0]
+            n_user = len(program.graph_signature.user_outputs)
+            nodes = list(args)[-n_user:] if n_user else []
+            vals = [n.meta.get("val") for n in nodes]
+    except Exception:
+        return None
+    specs: list[TensorSpec] = []
+    for i, val in enumerate(vals):
+        if val is None or not hasattr(val, "shape"):
+            return None
+        datatype = _TORCH_TO_OIP.get(str(val.dtype))
+        if datatype is None:
+            return None
+        dims = [d if isinstance(d, int) else -1 for d in val.shape]
+        shape = (-1, *dims[1:]) if dims else (-1,)
+        name = kind if len(vals) == 1 else f"{kind}_{i}"
+        specs.append(TensorSpec(name, datatype, tuple(shape)))
+    return tuple(specs) or None

@@ -1,0 +1,544 @@
+"""One copy of the model on one device, with its staging buffers and its worker thread.
+
+Start-up (:meth:`Replica.prepare`, once): copy the host model, ``eval()``, move it to the
+device, check from the parameters themselves that every weight is there, allocate the staging
+buffers (pinned when the device is CUDA) and run a dry run at the largest batch size through the
+very path requests take. Readiness = weights verified on the device + dry run passed + healthy.
+
+A batch (:meth:`Replica.run_batch`): gather the rows of every request into the staging buffer
+(one host memcpy per input) -> ONE host-to-device copy per input -> forward under
+:func:`torch.inference_mode` -> ONE device-to-host copy per output -> numpy rows per request.
+On a CUDA replica the copies and the forward run on the replica's own stream and the batch ends
+with one synchronisation of that stream (the results are needed on the host anyway).
+
+The model is called positionally with the inputs in their declared order and may return a
+tensor, a sequence of tensors (declared output order) or a mapping by output name.
+
+Failures are classified as in :mod:`torchplace.serve.failures`. The worker thread owns the
+replica's device work: batches arrive one at a time from the event loop, and after a
+replica-removing failure the same thread runs the background dry runs that bring it back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from torchplace.errors import ConfigError, InputError, ServeError
+from torchplace.serve.datatypes import numpy_dtype, torch_dtype
+from torchplace.serve.failures import BatchFailure, HealthTracker, is_oom
+from torchplace.serve.loader import set_eval
+from torchplace.serve.staging import StagingBuffers
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from torchplace.serve.loader import LoadedModel
+
+__all__ = ["BatchOutcome", "Replica", "Transfer"]
+
+Result = dict[str, np.ndarray] | ServeError
+
+
+class Transfer:
+    """How a batch crosses between host and device. Replace it to inject copy failures."""
+
+    def to_device(
+        self, host: torch.Tensor, device: torch.device, non_blocking: bool
+    ) -> torch.Tensor:
+        """Host -> device (a no-op when ``device`` is the CPU)."""
+        return host.to(device, non_blocking=non_blocking)
+
+    def to_host(
+        self, src: torch.Tensor, out: torch.Tensor | None, non_blocking: bool
+    ) -> torch.Tensor:
+        """Device -> host, into ``out`` (a staging slice) when given."""
+        if out is None:
+            return src.to("cpu")
+        out.copy_(src, non_blocking=non_blocking)
+        return out
+
+
+@dataclass
+class BatchOutcome:
+    """What happened to one batch: per-request results and per-stage seconds."""
+
+    results: list[Result] = field(default_factory=list)
+    rows: int = 0
+    started: float = 0.0  # perf_counter when the worker picked the batch up
+    finished: float = 0.0
+    h2d_s: float = 0.0
+    compute_s: float = 0.0
+    d2h_s: float = 0.0
+    oom_splits: int = 0
+    failures: list[str] = field(default_factory=list)  # kinds, for the errors counter
+    left_pool: bool = False
+
+
+class _Classified(Exception):
+    def __init__(self, failure: BatchFailure) -> None:
+        super().__init__(failure.detail)
+        self.failure = failure
+
+
+class Replica:
+    """One model copy on one device. Thread-safety: device work happens on its worker only."""
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        device: torch.device,
+        *,
+        index: int = 0,
+        max_batch_size: int = 32,
+        failure_threshold: int = 3,
+        fallback: bool = False,
+        transfer: Transfer | None = None,
+        recovery_interval_s: float = 0.25,
+    ) -> None:
+        if max_batch_size < 1:
+            raise ConfigError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        self.loaded = loaded
+        self.device = device
+        self.label = str(device)
+        self.index = index
+        self.name = f"{self.label}#{index}"
+        self.max_batch_size = max_batch_size
+        self.fallback = fallback
+        self.transfer = transfer or Transfer()
+        self.health = HealthTracker(failure_threshold)
+        self.recovery_interval_s = recovery_interval_s
+        self.module: nn.Module | None = None
+        self.staging: StagingBuffers | None = None
+        self.dry_run_passed = False
+        self.busy = False  # owned by the event loop
+        self.rows_served = 0  # owned by the event loop
+        self._input_names = tuple(spec.name for spec in loaded.inputs)
+        self._output_specs = loaded.outputs
+        self._out_dtypes: dict[str, torch.dtype] = {}
+        self._cuda = device.type == "cuda"
+        self._stream: Any = None
+        self._events: list[Any] = []
+        self._inbox: queue.SimpleQueue[
+            tuple[Any, Sequence[Mapping[str, np.ndarray]], Sequence[int]] | None
+        ] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ start-up
+    def prepare(self) -> None:
+        """Place the model, allocate staging buffers and pass the dry run; raises if it fails."""
+        import torch
+
+        self._out_dtypes = {spec.name: torch_dtype(spec.datatype) for spec in self._output_specs}
+        rebuild = self.loaded.rebuild
+        module = rebuild() if rebuild is not None else copy.deepcopy(self.loaded.module)
+        module = set_eval(module).to(self.device)
+        self.module = module
+        if not self.weights_on_device():
+            raise ConfigError(
+                f"replica {self.name}: some parameters are not on {self.label} after .to(); "
+                "the model may pin tensors to a device in its own code"
+            )
+        if self._cuda:
+            # the weights were copied on the default stream; the replica works on its own
+            torch.cuda.synchronize(self.device)
+            with torch.cuda.device(self.device):
+                self._stream = torch.cuda.Stream(self.device)  # type: ignore[no-untyped-call]
+                self._events = [
+                    torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+                    for _ in range(4)
+                ]
+        self.staging = StagingBuffers(self.loaded.inputs, self.max_batch_size, pin=self._cuda)
+        shapes = self.dry_run(self.max_batch_size)
+        if self._cuda:
+            fixed = {
+                spec.name: (self._out_dtypes[spec.name], shapes[spec.name])
+                for spec in self._output_specs
+                if all(dim >= 0 for dim in spec.shape[1:])
+            }
+            self.staging.prepare_outputs(fixed)
+            self.dry_run(self.max_batch_size)  # once more through the pinned output path
+
+    def weights_on_device(self) -> bool:
+        """Every parameter and buffer is on this replica's device (read from the tensors)."""
+        module = self.module
+        if module is None:
+            return False
+        device = self.device
+        return all(tensor.device == device for tensor in (*module.parameters(), *module.buffers()))
+
+    def dry_run(self, rows: int) -> dict[str, tuple[int, ...]]:
+        """Run ``rows`` rows of zeros through the request path; returns output row shapes."""
+        request = {
+            spec.name: np.zeros(
+                (rows, *(dim if dim > 0 else 1 for dim in spec.shape[1:])),
+                dtype=numpy_dtype(spec.datatype),
+            )
+            for spec in self.loaded.inputs
+        }
+        outcome = self.run_batch([request], [rows], count_health=False)
+        result = outcome.results[0]
+        if isinstance(result, ServeError):
+            self.dry_run_passed = False
+            raise result
+        shapes: dict[str, tuple[int, ...]] = {}
+        for spec in self._output_specs:
+            array = result[spec.name]
+            row_shape = tuple(array.shape[1:])
+            declared = spec.shape[1:]
+            if len(row_shape) != len(declared) or any(
+                d >= 0 and d != got for d, got in zip(declared, row_shape, strict=False)
+            ):
+                self.dry_run_passed = False
+                raise ConfigError(
+                    f"output {spec.name!r} of {self.loaded.name!r} has rows of shape "
+                    f"{list(row_shape)} but is declared {list(declared)}; fix --output"
+                )
+            shapes[spec.name] = row_shape
+        self.dry_run_passed = True
+        return shapes
+
+    @property
+    def in_pool(self) -> bool:
+        """Takes traffic: placed, dry run passed, healthy and not closed."""
+        return self.dry_run_passed and self.health.healthy and not self._closed
+
+    def is_ready(self) -> bool:
+        """In the pool and the weights are verified on the device right now."""
+        return self.in_pool and self.weights_on_device()
+
+    # ------------------------------------------------------------------ a batch
+    def run_batch(
+        self,
+        requests: Sequence[Mapping[str, np.ndarray]],
+        rows: Sequence[int],
+        *,
+        count_health: bool = True,
+    ) -> BatchOutcome:
+        """Run one batch (the worker thread calls this); never raises for request failures."""
+        outcome = BatchOutcome(rows=sum(rows), started=time.perf_counter())
+        staging = self.staging
+        if staging is None or self.module is None:
+            raise RuntimeError(f"replica {self.name} was not prepared")
+        total = outcome.rows
+        try:
+            host_in = staging.gather(requests, total)
+        except InputError as exc:
+            outcome.results = [InputError(str(exc)) for _ in requests]
+            outcome.finished = time.perf_counter()
+            return outcome
+        try:
+            with self._on_stream():
+                segments = self._run_range(host_in, 0, total, outcome)
+        except _Classified as exc:
+            failure = exc.failure
+            outcome.failures.append(failure.kind)
+            outcome.results = [failure.error() for _ in requests]
+            if count_health:
+                outcome.left_pool = self.health.failure()
+            outcome.finished = time.perf_counter()
+            return outcome
+        if count_health and any(not isinstance(seg[2], BatchFailure) for seg in segments):
+            self.health.success()
+        outcome.results = self._split(segments, rows, total, outcome)
+        outcome.finished = time.perf_counter()
+        return outcome
+
+    def _on_stream(self) -> contextlib.AbstractContextManager[Any]:
+        if self._stream is None:
+            return contextlib.nullcontext()
+        import torch
+
+        return torch.cuda.stream(self._stream)
+
+    def _run_range(
+        self, host_in: dict[str, torch.Tensor], start: int, stop: int, outcome: BatchOutcome
+    ) -> list[tuple[int, int, dict[str, np.ndarray] | BatchFailure]]:
+        try:
+            return [(start, stop, self._execute(host_in, start, stop, outcome))]
+        except _Classified as exc:
+            if exc.failure.kind != "oom":
+                raise
+            failure = exc.failure
+        # Out of the except block: the traceback (and the device tensors its frames hold) is
+        # gone, so releasing the cache can really free the failed attempt's memory.
+        outcome.failures.append("oom")
+        self._release_memory()
+        if stop - start == 1:
+            return [(start, stop, failure)]
+        outcome.oom_splits += 1
+        mid = (start + stop) // 2
+        return self._run_range(host_in, start, mid, outcome) + self._run_range(
+            host_in, mid, stop, outcome
+        )
+
+    def _classify(self, kind: str, exc: Exception) -> _Classified:
+        if is_oom(exc):
+            kind = "oom"
+        detail = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        return _Classified(BatchFailure(kind, self.label, detail))
+
+    def _execute(
+        self, host_in: dict[str, torch.Tensor], start: int, stop: int, outcome: BatchOutcome
+    ) -> dict[str, np.ndarray]:
+        import torch
+
+        n = stop - start
+        device = self.device
+        transfer = self.transfer
+        pinned = self._cuda
+        events = self._events
+        perf = time.perf_counter
+        t0 = perf()
+        if events:
+            events[0].record(self._stream)
+        try:
+            dev_in = [
+                transfer.to_device(host_in[name][start:stop], device, pinned)
+                for name in self._input_names
+            ]
+        except Exception as exc:
+            raise self._classify("transfer", exc) from exc
+        if events:
+            events[1].record(self._stream)
+        t1 = perf()
+        module = self.module
+        assert module is not None
+        try:
+            with torch.inference_mode():
+                raw = module(*dev_in)
+                outs = self._outputs(raw, n)
+        except _Classified:
+            raise
+        except Exception as exc:
+            raise self._classify("kernel", exc) from exc
+        if events:
+            events[2].record(self._stream)
+        t2 = perf()
+        staging = self.staging
+        assert staging is not None
+        arrays: dict[str, np.ndarray] = {}
+        try:
+            hosts: list[tuple[str, torch.Tensor, bool]] = []
+            for name, tensor in outs:
+                out = staging.output(name)
+                staged = out is not None
+                hosts.append(
+                    (
+                        name,
+                        transfer.to_host(tensor, out[:n] if out is not None else None, pinned),
+                        staged,
+                    )
+                )
+            if self._stream is not None:
+                events[3].record(self._stream)
+                events[3].synchronize()  # the one sync of the batch: results are needed now
+        except Exception as exc:
+            raise self._classify("transfer", exc) from exc
+        t3 = perf()
+        for name, host, staged in hosts:
+            if staged:
+                # the staging buffer is reused by the next batch: hand out a private copy
+                arrays[name] = staging.output_array(name)[:n].copy()
+            else:
+                arrays[name] = self._private(host, host_in)
+        if events:
+            outcome.h2d_s += events[0].elapsed_time(events[1]) / 1e3
+            outcome.compute_s += events[1].elapsed_time(events[2]) / 1e3
+            outcome.d2h_s += events[2].elapsed_time(events[3]) / 1e3
+        else:
+            outcome.h2d_s += t1 - t0
+            outcome.compute_s += t2 - t1
+            outcome.d2h_s += t3 - t2
+        return arrays
+
+    @staticmethod
+    def _private(host: torch.Tensor, host_in: dict[str, torch.Tensor]) -> np.ndarray:
+        """A numpy view of a host output, copied if it aliases a reused staging buffer."""
+        array: np.ndarray = host.detach().numpy()
+        ptr = host.untyped_storage().data_ptr()
+        for tensor in host_in.values():
+            if tensor.untyped_storage().data_ptr() == ptr:
+                copied: np.ndarray = array.copy()
+                return copied
+        return array
+
+    def _outputs(self, raw: Any, n: int) -> list[tuple[str, torch.Tensor]]:
+        import torch
+
+        specs = self._output_specs
+        if isinstance(raw, torch.Tensor):
+            tensors = [raw]
+        elif isinstance(raw, Mapping):
+            try:
+                tensors = [raw[spec.name] for spec in specs]
+            except KeyError as exc:
+                raise self._classify(
+                    "kernel", KeyError(f"model returned no output named {exc.args[0]!r}")
+                ) from None
+        elif isinstance(raw, (tuple, list)):
+            tensors = list(raw)
+        else:
+            raise self._classify(
+                "kernel", TypeError(f"model returned {type(raw).__name__}, not tensors")
+            )
+        if len(tensors) != len(specs):
+            raise self._classify(
+                "kernel",
+                ValueError(f"model returned {len(tensors)} outputs, {len(specs)} are declared"),
+            )
+        result: list[tuple[str, torch.Tensor]] = []
+        for spec, tensor in zip(specs, tensors, strict=True):
+            if not isinstance(tensor, torch.Tensor) or tensor.dim() == 0 or tensor.shape[0] != n:
+                got = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor)
+                raise self._classify(
+                    "kernel",
+                    ValueError(f"output {spec.name!r} has shape {got}, expected {n} rows"),
+                )
+            dtype = self._out_dtypes[spec.name]
+            if tensor.dtype != dtype:
+                tensor = tensor.to(dtype)  # on the device: no crossing
+            result.append((spec.name, tensor))
+        return result
+
+    def _release_memory(self) -> None:
+        if self._cuda:
+            import torch
+
+            with torch.cuda.device(self.device):
+                torch.cuda.empty_cache()
+
+    def _split(
+        self,
+        segments: list[tuple[int, int, dict[str, np.ndarray] | BatchFailure]],
+        rows: Sequence[int],
+        total: int,
+        outcome: BatchOutcome,
+    ) -> list[Result]:
+        results: list[Result] = []
+        if len(segments) == 1 and not isinstance(segments[0][2], BatchFailure):
+            full = segments[0][2]
+            if len(rows) == 1:
+                return [full]
+            if len(rows) == total:  # one row per request: iterate (n, 1, ...) views
+                names = list(full)
+                if len(names) == 1:
+                    name = names[0]
+                    return [{name: view} for view in full[name][:, None]]
+                columns = [full[name][:, None] for name in names]
+                return [
+                    dict(zip(names, views, strict=True)) for views in zip(*columns, strict=True)
+                ]
+            offset = 0
+            for count in rows:
+                end = offset + count
+                results.append({name: array[offset:end] for name, array in full.items()})
+                offset = end
+            return results
+        # after OOM splits: reassemble rows, failing only requests that own a failed row
+        failed = np.zeros(total, dtype=bool)
+        pieces: dict[str, list[np.ndarray]] = {}
+        first_failure: BatchFailure | None = None
+        shapes: dict[str, tuple[tuple[int, ...], np.dtype[Any]]] = {}
+        for start, stop, value in segments:
+            if isinstance(value, BatchFailure):
+                failed[start:stop] = True
+                first_failure = first_failure or value
+            else:
+                for name, array in value.items():
+                    shapes[name] = (tuple(array.shape[1:]), array.dtype)
+        for name, (row_shape, dtype) in shapes.items():
+            full_array = np.zeros((total, *row_shape), dtype=dtype)
+            for start, stop, value in segments:
+                if not isinstance(value, BatchFailure):
+                    full_array[start:stop] = value[name]
+            pieces[name] = [full_array]
+        offset = 0
+        for count in rows:
+            end = offset + count
+            if failed[offset:end].any():
+                assert first_failure is not None
+                results.append(first_failure.error())
+            else:
+                results.append({name: arrs[0][offset:end] for name, arrs in pieces.items()})
+            offset = end
+        return results
+
+    # ------------------------------------------------------------------ the worker
+    def start_worker(
+        self,
+        on_done: Callable[[Replica, Any, BatchOutcome], None],
+        on_recovered: Callable[[Replica], None],
+    ) -> None:
+        """Start the worker thread; ``on_done`` runs on that thread after every batch."""
+        if self._thread is not None:
+            return
+        self._on_done = on_done
+        self._on_recovered = on_recovered
+        self._thread = threading.Thread(
+            target=self._work, name=f"torchplace-replica-{self.name}", daemon=True
+        )
+        self._thread.start()
+
+    def submit(
+        self, token: Any, requests: Sequence[Mapping[str, np.ndarray]], rows: Sequence[int]
+    ) -> None:
+        """Hand a batch to the worker thread (called on the event loop)."""
+        self._inbox.put((token, requests, rows))
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the worker after the batch it is running (blocking; call off the loop)."""
+        self._closed = True
+        thread = self._thread
+        if thread is not None:
+            self._inbox.put(None)
+            thread.join(timeout)
+            self._thread = None
+
+    def _work(self) -> None:
+        while True:
+            job = self._inbox.get()
+            if job is None:
+                return
+            token, requests, rows = job
+            try:
+                outcome = self.run_batch(requests, rows)
+            except Exception as exc:  # a bug, not a request failure: fail the batch loudly
+                failure = BatchFailure("kernel", self.label, f"{type(exc).__name__}: {exc}")
+                outcome = BatchOutcome(rows=sum(rows), results=[failure.error() for _ in rows])
+                outcome.failures.append("kernel")
+            self._on_done(self, token, outcome)
+            if not self.health.healthy and not self._recover():
+                return
+
+    def _recover(self) -> bool:
+        """Background dry runs until one passes; False when the replica was closed meanwhile."""
+        delay = self.recovery_interval_s
+        while True:
+            with contextlib.suppress(queue.Empty):
+                if self._inbox.get(timeout=delay) is None:
+                    return False
+            if self._closed:
+                return False
+            if self._probe():
+                self.health.success()
+                self._on_recovered(self)
+                return True
+            delay = min(delay * 2, 5.0)
+
+    def _probe(self) -> bool:
+        try:
+            self.dry_run(1)
+        except Exception:
+            return False
+        return self.weights_on_device()

@@ -1,0 +1,278 @@
+"""Spans per request and per stage: OpenTelemetry and/or a Chrome/Perfetto trace file.
+
+Spans are recorded after the fact, by the replica's worker thread once a batch is done, from
+timestamps the hot path takes anyway; when tracing is off nothing is recorded at all.
+
+* **Chrome trace** (``trace_file``): the JSON "Trace Event Format" that ``chrome://tracing`` and
+  https://ui.perfetto.dev open. One track per replica with a ``batch`` slice and its ``h2d``,
+  ``compute`` and ``d2h`` slices; every request as an async ``request`` slice with a nested
+  ``queue`` slice. The hot path appends ONE compact record per batch; the JSON events are built
+  when the file is written (:meth:`Tracer.close`, at shutdown). At most ``max_events`` events
+  are kept; later batches are counted in ``dropped``.
+* **OpenTelemetry** (extra ``trace``): used when ``opentelemetry`` is importable *and* the
+  application installed an SDK tracer provider (``trace.set_tracer_provider(...)``, or
+  ``opentelemetry-instrument``); without a provider there is nowhere to export to, so no span
+  objects are built. Each request gives a ``torchplace.infer`` span (attributes: device, rows,
+  batch rows, status, ``torchplace.queue_seconds``); each batch a ``torchplace.batch`` span,
+  linked to its requests, with ``h2d``, ``compute`` and ``d2h`` children.
+
+On CUDA the h2d/compute/d2h durations are device times measured with CUDA events; the slices are
+laid out back to back ending when the batch's results reached the host.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import orjson
+
+__all__ = ["BatchRecord", "Tracer"]
+
+
+class BatchRecord(NamedTuple):
+    """One finished batch as the hot path records it (times are ``perf_counter`` seconds)."""
+
+    replica: str
+    device: str
+    arrivals: Sequence[float]  # per request
+    rows: Sequence[int]  # per request
+    statuses: Sequence[int] | None  # per request; None = every request answered 200
+    started: float
+    finished: float
+    h2d: float
+    compute: float
+    d2h: float
+
+
+def _otel_tracer() -> Any:
+    try:
+        from opentelemetry import trace
+    except ImportError:
+        return None
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
+        return None
+    return trace.get_tracer("torchplace.serve")
+
+
+class Tracer:
+    """Records request and stage spans for one engine."""
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        version: str,
+        trace_file: Path | str | None = None,
+        otel: bool | None = None,
+        max_events: int = 500_000,
+    ) -> None:
+        self.model = model
+        self.version = version
+        self.trace_file = Path(trace_file) if trace_file is not None else None
+        self.max_events = max_events
+        self._otel = _otel_tracer() if otel is not False else None
+        if otel and self._otel is None:
+            from opentelemetry import trace
+
+            self._otel = trace.get_tracer("torchplace.serve")
+        self._records: list[BatchRecord] = []
+        self._budget = max_events
+        self._lock = threading.Lock()
+        self._t0 = time.perf_counter()
+        self._epoch_offset_ns = time.time_ns() - time.perf_counter_ns()
+        self.enabled = self._otel is not None or self.trace_file is not None
+        self.dropped = 0
+
+    def batch(self, record: BatchRecord) -> None:
+        """Record one finished batch and the requests it answered (worker thread)."""
+        if self.trace_file is not None:
+            cost = 4 + 4 * len(record.arrivals)
+            with self._lock:
+                if cost > self._budget:
+                    self.dropped += 1
+                else:
+                    self._budget -= cost
+                    self._records.append(record)
+        if self._otel is not None:
+            self._spans(record)
+
+    # ------------------------------------------------------------------ Chrome trace
+    def events(self) -> list[dict[str, Any]]:
+        """The Chrome trace events of every recorded batch."""
+        return list(self._iter_events())
+
+    def _iter_events(self) -> Iterator[dict[str, Any]]:
+        with self._lock:
+            records = list(self._records)
+        t0 = self._t0
+
+        def us(t: float) -> float:
+            return round((t - t0) * 1e6, 3)
+
+        yield {
+            "ph": "M",
+            "pid": 1,
+            "name": "process_name",
+            "args": {"name": f"torchplace serve {self.model} v{self.version}"},
+        }
+        tracks: dict[str, int] = {}
+        ident = 0
+        for rec in records:
+            tid = tracks.get(rec.replica)
+            if tid is None:
+                tid = tracks[rec.replica] = len(tracks) + 1
+                yield {
+                    "ph": "M",
+                    "pid": 1,
+                    "tid": tid,
+                    "name": "thread_name",
+                    "args": {"name": f"replica {rec.replica}"},
+                }
+            total_rows = sum(rec.rows)
+            start, end = us(rec.started), us(rec.finished)
+            yield {
+                "ph": "X",
+                "pid": 1,
+                "tid": tid,
+                "name": "batch",
+                "ts": start,
+                "dur": max(end - start, 0.0),
+                "args": {"rows": total_rows, "device": rec.device},
+            }
+            for name, lo, hi in _stage_bounds(rec):
+                yield {
+                    "ph": "X",
+                    "pid": 1,
+                    "tid": tid,
+                    "name": name,
+                    "ts": us(lo),
+                    "dur": max(us(hi) - us(lo), 0.0),
+                }
+            for i, arrived in enumerate(rec.arrivals):
+                ident += 1
+                status = 200 if rec.statuses is None else rec.statuses[i]
+                args = {"rows": rec.rows[i], "status": status, "device": rec.device}
+                begin = us(arrived)
+                yield {
+                    "ph": "b",
+                    "cat": "request",
+                    "id": ident,
+                    "pid": 1,
+                    "name": "request",
+                    "ts": begin,
+                    "args": args,
+                }
+                yield {
+                    "ph": "b",
+                    "cat": "request",
+                    "id": ident,
+                    "pid": 1,
+                    "name": "queue",
+                    "ts": begin,
+                }
+                yield {
+                    "ph": "e",
+                    "cat": "request",
+                    "id": ident,
+                    "pid": 1,
+                    "name": "queue",
+                    "ts": start,
+                }
+                yield {
+                    "ph": "e",
+                    "cat": "request",
+                    "id": ident,
+                    "pid": 1,
+                    "name": "request",
+                    "ts": end,
+                }
+
+    def write(self, path: Path | str | None = None) -> Path | None:
+        """Write the Chrome trace JSON (to ``trace_file`` unless ``path`` is given)."""
+        target = Path(path) if path is not None else self.trace_file
+        if target is None:
+            return None
+        other = {"model": self.model, "version": self.version, "dropped_batches": self.dropped}
+        # streamed event by event: only the compact per-batch records are held in memory
+        with target.open("wb") as out:
+            out.write(b'{"displayTimeUnit":"ms","otherData":')
+            out.write(orjson.dumps(other))
+            out.write(b',"traceEvents":[\n')
+            separator = b""
+            for event in self._iter_events():
+                out.write(separator)
+                out.write(orjson.dumps(event))
+                separator = b",\n"
+            out.write(b"\n]}\n")
+        return target
+
+    def close(self) -> None:
+        """Flush: write the trace file if one was asked for."""
+        self.write()
+
+    # ------------------------------------------------------------------ OpenTelemetry
+    def _ns(self, t: float) -> int:
+        return int(t * 1e9) + self._epoch_offset_ns
+
+    def _spans(self, rec: BatchRecord) -> None:
+        from opentelemetry import trace
+
+        tracer: Any = self._otel
+        ns = self._ns
+        total_rows = sum(rec.rows)
+        links = []
+        for i, arrived in enumerate(rec.arrivals):
+            status = 200 if rec.statuses is None else rec.statuses[i]
+            span = tracer.start_span(
+                "torchplace.infer",
+                start_time=ns(arrived),
+                attributes={
+                    "torchplace.model": self.model,
+                    "torchplace.version": self.version,
+                    "torchplace.device": rec.device,
+                    "torchplace.rows": rec.rows[i],
+                    "torchplace.batch_rows": total_rows,
+                    "torchplace.queue_seconds": rec.started - arrived,
+                    "http.response.status_code": status,
+                },
+            )
+            if status >= 500:
+                span.set_status(trace.Status(trace.StatusCode.ERROR))
+            span.end(end_time=ns(rec.finished))
+            links.append(trace.Link(span.get_span_context()))
+        batch = tracer.start_span(
+            "torchplace.batch",
+            start_time=ns(rec.started),
+            links=links,
+            attributes={
+                "torchplace.device": rec.device,
+                "torchplace.replica": rec.replica,
+                "torchplace.batch_rows": total_rows,
+            },
+        )
+        context = trace.set_span_in_context(batch)
+        for name, lo, hi in _stage_bounds(rec):
+            child = tracer.start_span(
+                name,
+                context=context,
+                start_time=ns(lo),
+                attributes={"torchplace.device": rec.device},
+            )
+            child.end(end_time=ns(hi))
+        batch.end(end_time=ns(rec.finished))
+
+
+def _stage_bounds(rec: BatchRecord) -> tuple[tuple[str, float, float], ...]:
+    start = max(rec.started, rec.finished - (rec.h2d + rec.compute + rec.d2h))
+    h2d_end = start + rec.h2d
+    compute_end = h2d_end + rec.compute
+    return (
+        ("h2d", start, h2d_end),
+        ("compute", h2d_end, compute_end),
+        ("d2h", compute_end, compute_end + rec.d2h),
+    )

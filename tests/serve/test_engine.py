@@ -1,0 +1,417 @@
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from torchplace.errors import InputError, NotReadyError, OverloadedError
+from torchplace.models import TensorSpec
+from torchplace.serve.config import ServeConfig
+from torchplace.serve.engine import Engine, resolve_devices
+from torchplace.serve.loader import load_model
+from torchplace.serve.replica import Transfer
+
+from .engine_helpers import Scale, loaded
+
+CPU = torch.device("cpu")
+
+
+def run(coro_fn: Callable[[], Awaitable[Any]]) -> Any:
+    return asyncio.run(coro_fn())  # type: ignore[arg-type]
+
+
+def _expected(engine: Engine, x: np.ndarray) -> np.ndarray:
+    with torch.inference_mode():
+        return engine.loaded.module(torch.from_numpy(x)).numpy()
+
+
+def test_from_config_builds_without_placing() -> None:
+    engine = Engine.from_config(ServeConfig(model="seed-mlp", device="cpu", max_batch_size=8))
+    assert (engine.name, engine.version, engine.platform) == ("seed-mlp", "1", "pytorch")
+    assert engine.max_batch_size == 8
+    assert engine.inputs[0].shape == (-1, 8)
+    assert not engine.is_ready()
+    assert engine.is_live()
+    assert all(r.module is None for r in engine.replicas)
+
+
+def test_infer_before_start_is_not_ready() -> None:
+    async def main() -> None:
+        engine = Engine(load_model("seed-mlp"), [CPU])
+        with pytest.raises(NotReadyError, match="still loading"):
+            await engine.infer({"input": np.zeros((1, 8), np.float32)})
+
+    run(main)
+
+
+def test_many_concurrent_callers_get_their_own_rows(caplog: pytest.LogCaptureFixture) -> None:
+    async def main() -> None:
+        engine = Engine(load_model("seed-mlp"), [CPU], max_batch_size=32, max_delay_ms=1.0)
+        with caplog.at_level(logging.INFO, logger="torchplace.serve"):
+            await engine.start()
+        assert engine.is_ready()
+        rng = np.random.default_rng(0)
+        xs = [rng.standard_normal((1 + i % 4, 8)).astype(np.float32) for i in range(200)]
+        results = await asyncio.gather(*(engine.infer({"input": x}) for x in xs))
+        for x, result in zip(xs, results, strict=True):
+            assert set(result) == {"output"}
+            np.testing.assert_allclose(result["output"], _expected(engine, x), rtol=1e-5, atol=1e-6)
+        await engine.stop()
+        assert not engine.is_live()
+        assert not engine.is_ready()
+
+    run(main)
+    records = [
+        json.loads(r.getMessage()) for r in caplog.records if "serve.start" in r.getMessage()
+    ]
+    assert len(records) == 1
+    record = records[0]
+    assert record["device"] == "cpu"
+    assert record["model"] == "seed-mlp"
+    assert record["version"] == "1"
+    assert record["weight_bytes"] == load_model("seed-mlp").weight_bytes
+    assert record["max_batch_size"] == 32
+    assert "cpu" in record["visible_devices"]
+    assert "memory_after_warmup" in record
+    assert record["host_max_rss_bytes"] > 0
+
+
+def test_requests_are_batched() -> None:
+    async def main() -> None:
+        engine = Engine(loaded(Scale()), [CPU], max_batch_size=16, max_delay_ms=20.0)
+        await engine.start()
+        module = engine.replicas[0].module
+        assert module is not None
+        seen: list[int] = []
+        module.register_forward_hook(lambda m, args, out: seen.append(args[0].shape[0]))
+        xs = [np.full((1, 4), i, np.float32) for i in range(16)]
+        results = await asyncio.gather(*(engine.infer({"input": x}) for x in xs))
+        assert seen == [16]  # one forward for sixteen one-row requests
+        for x, result in zip(xs, results, strict=True):
+            np.testing.assert_array_equal(result["output"], x * 2)
+        await engine.stop()
+
+    run(main)
+
+
+def test_input_errors_name_the_problem() -> None:
+    async def main() -> None:
+        engine = Engine(load_model("seed-mlp"), [CPU], max_batch_size=4)
+        await engine.start()
+        with pytest.raises(InputError, match="missing"):
+            await engine.infer({"other": np.zeros((1, 8), np.float32)})
+        with pytest.raises(InputError, match=r"1\.\.4 rows"):
+            await engine.infer({"input": np.zeros((5, 8), np.float32)})
+        with pytest.raises(InputError, match="batch dimension"):
+            await engine.infer({"input": np.zeros((), np.float32)})
+        assert engine.is_ready()
+        await engine.stop()
+
+    run(main)
+
+
+def test_full_queue_is_overloaded_and_counted() -> None:
+    async def main() -> None:
+        engine = Engine(
+            load_model("seed-mlp"), [CPU], max_batch_size=1, max_queue=2, max_delay_ms=0.0
+        )
+        await engine.start()
+        x = np.zeros((1, 8), np.float32)
+        tasks = [asyncio.ensure_future(engine.infer({"input": x})) for _ in range(2)]
+        await asyncio.sleep(0)  # both queued, nothing dispatched yet
+        with pytest.raises(OverloadedError):
+            await engine.infer({"input": x})
+        await asyncio.gather(*tasks)
+        text = engine.metrics_text().decode()
+        assert (
+            'torchplace_errors_total{class="overload",device="cpu",model="seed-mlp",version="1"} 1.0'
+            in text
+        )
+        await engine.stop()
+
+    run(main)
+
+
+def test_replicas_share_the_load_and_stay_on_their_device() -> None:
+    async def main() -> None:
+        engine = Engine(
+            loaded(Scale()), [CPU], replicas_per_device=2, max_batch_size=4, max_delay_ms=0.0
+        )
+        await engine.start()
+        assert len(engine.replicas) == 2
+        modules = [r.module for r in engine.replicas]
+        assert modules[0] is not modules[1]  # one model copy per replica
+        devices_seen: list[list[torch.device]] = [[], []]
+        for i, module in enumerate(modules):
+            assert module is not None
+            module.register_forward_hook(
+                lambda m, args, out, i=i: devices_seen[i].append(args[0].device)
+            )
+        xs = [np.full((2, 4), i, np.float32) for i in range(64)]
+        results = await asyncio.gather(*(engine.infer({"input": x}) for x in xs))
+        for x, result in zip(xs, results, strict=True):
+            np.testing.assert_array_equal(result["output"], x * 2)
+        assert devices_seen[0]
+        assert devices_seen[1]
+        assert all(d == CPU for seen in devices_seen for d in seen)
+        lanes = engine._lanes
+        assert sum(lane.rows_served for lane in lanes) == 128
+        await engine.stop()
+
+    run(main)
+
+
+def test_drain_finishes_queued_work_then_refuses() -> None:
+    async def main() -> None:
+        engine = Engine(loaded(Scale()), [CPU], max_batch_size=2, max_delay_ms=0.0)
+        await engine.start()
+        xs = [np.full((1, 4), i, np.float32) for i in range(10)]
+        tasks = [asyncio.ensure_future(engine.infer({"input": x})) for x in xs]
+        await asyncio.sleep(0)
+        await engine.drain(5.0)
+        assert not engine.is_ready()
+        for x, task in zip(xs, tasks, strict=True):
+            np.testing.assert_array_equal(task.result()["output"], x * 2)
+        with pytest.raises(NotReadyError, match="shutting down"):
+            await engine.infer({"input": xs[0]})
+        await engine.stop()
+
+    run(main)
+
+
+def test_observe_request_labels_the_serving_device() -> None:
+    async def main() -> None:
+        engine = Engine(load_model("seed-mlp"), [CPU])
+        await engine.start()
+        await engine.infer({"input": np.zeros((1, 8), np.float32)})
+        engine.observe_request(200, 0.003)
+        engine.observe_request(400, 0.001)
+        text = engine.metrics_text().decode()
+        assert (
+            'torchplace_requests_total{device="cpu",model="seed-mlp",status="200",version="1"} 1.0'
+            in text
+        )
+        assert (
+            'torchplace_errors_total{class="input",device="cpu",model="seed-mlp",version="1"} 1.0'
+            in text
+        )
+        await engine.stop()
+
+    run(main)
+
+
+def test_trace_file_is_written_on_stop(tmp_path: Path) -> None:
+    path = tmp_path / "trace.json"
+
+    async def main() -> None:
+        engine = Engine(load_model("seed-mlp"), [CPU], trace_file=path)
+        await engine.start()
+        await asyncio.gather(
+            *(engine.infer({"input": np.zeros((1, 8), np.float32)}) for _ in range(5))
+        )
+        await engine.stop()
+
+    run(main)
+    document = json.loads(path.read_text())
+    names = {e["name"] for e in document["traceEvents"]}
+    assert {"batch", "h2d", "compute", "d2h", "request", "queue"} <= names
+    assert sum(1 for e in document["traceEvents"] if e["name"] == "request" and e["ph"] == "b") == 5
+
+
+def test_exported_program_serves_through_the_engine(tmp_path: Path) -> None:
+    host = load_model("seed-mlp").module
+    batch = torch.export.Dim("batch", min=1, max=1024)
+    program = torch.export.export(host, (torch.zeros(4, 8),), dynamic_shapes=({0: batch},))
+    path = tmp_path / "seed.pt2"
+    torch.export.save(program, str(path))
+
+    async def main() -> None:
+        engine = Engine.from_config(ServeConfig(model="seed-mlp", exported=path, device="cpu"))
+        await engine.start()
+        x = np.random.default_rng(3).standard_normal((3, 8)).astype(np.float32)
+        result = await engine.infer({"input": x})
+        with torch.inference_mode():
+            expected = host(torch.from_numpy(x)).numpy()
+        np.testing.assert_allclose(result["output"], expected, rtol=1e-5, atol=1e-6)
+        await engine.stop()
+
+    run(main)
+
+
+def test_resolve_devices() -> None:
+    assert resolve_devices("cpu") == [CPU]
+    assert resolve_devices("cpu", ("cpu", "cpu")) == [CPU]
+    assert resolve_devices("cpu", ("meta", "cpu")) == [torch.device("meta"), CPU]
+    if not torch.cuda.is_available():
+        assert resolve_devices("auto", ("all",)) == [CPU]
+
+
+@pytest.mark.cuda
+def test_cuda_engine_answers_and_logs_the_full_device(caplog: pytest.LogCaptureFixture) -> None:
+    async def main() -> None:
+        engine = Engine(load_model("wide-mlp"), [torch.device("cuda", 0)], max_batch_size=32)
+        with caplog.at_level(logging.INFO, logger="torchplace.serve"):
+            await engine.start()
+        rng = np.random.default_rng(0)
+        xs = [rng.standard_normal((1, 512)).astype(np.float32) for _ in range(64)]
+        results = await asyncio.gather(*(engine.infer({"input": x}) for x in xs))
+        for x, result in zip(xs, results, strict=True):
+            np.testing.assert_allclose(result["output"], _expected(engine, x), rtol=1e-3, atol=1e-4)
+        text = engine.metrics_text().decode()
+        assert 'device="cuda:0"' in text
+        assert "torchplace_device_memory_allocated_bytes{" in text
+        await engine.stop()
+
+    run(main)
+    record = next(
+        json.loads(r.getMessage()) for r in caplog.records if "serve.start" in r.getMessage()
+    )
+    assert record["device"] == "cuda:0"
+    assert record["memory_after_warmup"]["cuda:0"]["allocated_bytes"] > 0
+    assert record["replicas"][0]["pinned_staging"] is True
+
+
+def test_a_bad_request_does_not_poison_its_batch() -> None:
+    async def main() -> None:
+        engine = Engine(loaded(Scale()), [CPU], max_batch_size=8, max_delay_ms=5.0)
+        await engine.start()
+        good = np.ones((2, 4), np.float32)
+        results = await asyncio.gather(
+            engine.infer({"input": good}),
+            engine.infer({"input": np.ones((2, 5), np.float32)}),
+            engine.infer({"input": np.array([["a"] * 4], dtype=object)}),
+            engine.infer({"input": good.astype(np.float64)}),
+            return_exceptions=True,
+        )
+        np.testing.assert_array_equal(results[0]["output"], good * 2)
+        assert isinstance(results[1], InputError)
+        assert "expected [-1, 4]" in str(results[1])
+        assert isinstance(results[2], InputError)
+        assert "dtype object" in str(results[2])
+        np.testing.assert_array_equal(results[3]["output"], good * 2)  # cast on gather
+        await engine.stop()
+
+    run(main)
+
+
+def test_a_timed_out_request_is_dropped_from_the_queue() -> None:
+    gate = threading.Event()  # shared by every copy of the model (not deep-copied)
+    gate.set()
+
+    class Slow(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rows: list[float] = []
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            gate.wait(5.0)
+            self.rows += x[:, 0].tolist()
+            return x
+
+    async def main() -> None:
+        engine = Engine(loaded(Slow()), [CPU], max_batch_size=1, max_delay_ms=0.0)
+        await engine.start()
+        module = engine.replicas[0].module
+        assert isinstance(module, Slow)
+        module.rows.clear()
+        gate.clear()
+        first = asyncio.ensure_future(engine.infer({"input": np.full((1, 4), 1.0, np.float32)}))
+        await asyncio.sleep(0.01)
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(engine.infer({"input": np.full((1, 4), 2.0, np.float32)}), 0.01)
+        gate.set()
+        third = await engine.infer({"input": np.full((1, 4), 3.0, np.float32)})
+        assert (await first)["output"][0, 0] == 1.0
+        assert third["output"][0, 0] == 3.0
+        assert module.rows == [1.0, 3.0]  # the abandoned request never ran
+        await engine.stop()
+
+    run(main)
+
+
+def test_dynamic_row_shapes_are_served_one_request_per_batch() -> None:
+    class RowSum(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.sum(dim=1, keepdim=True)
+
+    model = loaded(
+        RowSum(),
+        inputs=(TensorSpec("input", "FP32", (-1, -1)),),
+        outputs=(TensorSpec("output", "FP32", (-1, 1)),),
+    )
+
+    async def main() -> None:
+        engine = Engine(model, [CPU], max_batch_size=8, max_delay_ms=5.0)
+        await engine.start()
+        xs = [np.ones((2, width), np.float32) for width in (3, 5, 7)]
+        results = await asyncio.gather(*(engine.infer({"input": x}) for x in xs))
+        for x, result in zip(xs, results, strict=True):
+            np.testing.assert_array_equal(result["output"], x.sum(axis=1, keepdims=True))
+        await engine.stop()
+
+    run(main)
+
+
+def test_through_the_engine_each_batch_crosses_once_each_way() -> None:
+    class Counting(Transfer):
+        def __init__(self) -> None:
+            self.h2d = 0
+            self.d2h = 0
+
+        def to_device(
+            self, host: torch.Tensor, device: torch.device, non_blocking: bool
+        ) -> torch.Tensor:
+            self.h2d += 1
+            return super().to_device(host, device, non_blocking)
+
+        def to_host(
+            self, src: torch.Tensor, out: torch.Tensor | None, non_blocking: bool
+        ) -> torch.Tensor:
+            self.d2h += 1
+            return super().to_host(src, out, non_blocking)
+
+    async def main() -> None:
+        counting = Counting()
+        engine = Engine(
+            loaded(Scale()), [CPU], max_batch_size=8, max_delay_ms=1.0, transfer=counting
+        )
+        await engine.start()
+        module = engine.replicas[0].module
+        assert module is not None
+        batches: list[int] = []
+        module.register_forward_hook(lambda m, args, out: batches.append(args[0].shape[0]))
+        counting.h2d = counting.d2h = 0
+        xs = [np.full((1 + i % 3, 4), i, np.float32) for i in range(40)]
+        results = await asyncio.gather(*(engine.infer({"input": x}) for x in xs))
+        for x, result in zip(xs, results, strict=True):
+            np.testing.assert_array_equal(result["output"], x * 2)
+        assert sum(batches) == sum(x.shape[0] for x in xs)
+        assert len(batches) < len(xs)  # requests were coalesced
+        assert counting.h2d == len(batches)
+        assert counting.d2h == len(batches)
+        await engine.stop()
+
+    run(main)
+
+
+def test_from_config_plans_replicas_and_fallback() -> None:
+    config = ServeConfig(
+        model="seed-mlp",
+        devices=("cpu",),
+        replicas_per_device=3,
+        fallback="cpu",
+        failure_threshold=2,
+    )
+    engine = Engine.from_config(config)
+    assert [r.name for r in engine.replicas] == ["cpu#0", "cpu#1", "cpu#2", "cpu#3"]
+    assert [r.fallback for r in engine.replicas] == [False, False, False, True]
+    assert all(r.health.threshold == 2 for r in engine.replicas)
+    assert engine.devices == ["cpu"]

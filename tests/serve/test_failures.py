@@ -1,0 +1,386 @@
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from torchplace.errors import (
+    DeviceOutOfMemoryError,
+    KernelError,
+    NotReadyError,
+    TransferError,
+)
+from torchplace.serve.engine import Engine
+from torchplace.serve.failures import BatchFailure, HealthTracker, is_oom
+from torchplace.serve.replica import Replica, Transfer
+
+from .engine_helpers import Faulty, loaded
+
+CPU = torch.device("cpu")
+
+
+def _rows(n: int, start: float = 0.0) -> np.ndarray:
+    return np.arange(start, start + 4 * n, dtype=np.float32).reshape(n, 4)
+
+
+def _faulty(replica: Replica) -> Faulty:
+    assert isinstance(replica.module, Faulty)
+    return replica.module
+
+
+def _error_count(engine: Engine, cls: str, device: str = "cpu") -> float:
+    needle = f'torchplace_errors_total{{class="{cls}",device="{device}",model="test-model",version="1"}} '
+    for line in engine.metrics_text().decode().splitlines():
+        if line.startswith(needle):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+class FailingTransfer(Transfer):
+    """Host -> device copies raise what a failed CUDA copy raises (a RuntimeError)."""
+
+    def __init__(self) -> None:
+        self.fail = False
+
+    def to_device(
+        self, host: torch.Tensor, device: torch.device, non_blocking: bool
+    ) -> torch.Tensor:
+        if self.fail:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return super().to_device(host, device, non_blocking)
+
+
+def test_the_oom_type_is_recognised() -> None:
+    assert is_oom(torch.OutOfMemoryError("x"))
+    assert is_oom(torch.cuda.OutOfMemoryError("x"))
+    assert not is_oom(RuntimeError("CUDA error"))
+    assert BatchFailure("oom", "cuda:1", "x").error().status == 507
+    assert BatchFailure("transfer", "cuda:1", "x").error().status == 500
+    assert isinstance(BatchFailure("kernel", "cuda:1", "x").error(), KernelError)
+
+
+def test_health_tracker_counts_consecutive_failures() -> None:
+    health = HealthTracker(2)
+    assert not health.failure()
+    health.success()
+    assert not health.failure()
+    assert health.failure()
+    assert not health.healthy
+    assert not health.failure()  # already out: reported once
+    health.success()
+    assert health.healthy
+    assert health.consecutive == 0
+
+
+def test_oom_splits_the_batch_and_every_row_is_answered() -> None:
+    replica = Replica(loaded(Faulty()), CPU, max_batch_size=16)
+    replica.prepare()
+    model = _faulty(replica)
+    model.oom_over = 3
+    model.rows_seen.clear()
+    requests = [{"input": _rows(n, 10.0 * i)} for i, n in enumerate((2, 1, 4, 1))]
+    outcome = replica.run_batch(requests, [2, 1, 4, 1])
+    for request, result in zip(requests, outcome.results, strict=True):
+        assert isinstance(result, dict)
+        np.testing.assert_array_equal(result["output"], request["input"] * 2)
+    assert model.rows_seen[0] == 8
+    assert max(model.rows_seen[1:]) <= 4
+    assert outcome.oom_splits >= 1
+    assert "oom" in outcome.failures
+    assert replica.in_pool
+    assert replica.health.consecutive == 0
+
+
+def test_only_the_request_with_a_row_that_still_ooms_gets_507() -> None:
+    replica = Replica(loaded(Faulty()), CPU, max_batch_size=16)
+    replica.prepare()
+    _faulty(replica).poison = 999.0
+    poisoned = _rows(3)
+    poisoned[1, 0] = 999.0
+    requests = [{"input": _rows(2, 100.0)}, {"input": poisoned}, {"input": _rows(1, 200.0)}]
+    outcome = replica.run_batch(requests, [2, 3, 1])
+    first, second, third = outcome.results
+    assert isinstance(second, DeviceOutOfMemoryError)
+    assert second.status == 507
+    assert "single row" in str(second)
+    assert isinstance(first, dict)
+    assert isinstance(third, dict)
+    np.testing.assert_array_equal(first["output"], requests[0]["input"] * 2)
+    np.testing.assert_array_equal(third["output"], requests[2]["input"] * 2)
+    assert replica.in_pool  # OOM does not take a replica out
+
+
+def test_kernel_and_transfer_failures_are_500s_counted_apart() -> None:
+    async def main() -> None:
+        transfer = FailingTransfer()
+        engine = Engine(
+            loaded(Faulty()), [CPU], max_delay_ms=0.0, failure_threshold=5, transfer=transfer
+        )
+        await engine.start()
+        model = _faulty(engine.replicas[0])
+        model.kernel_failures = 1
+        with pytest.raises(KernelError, match="forward pass failed on cpu") as kernel:
+            await engine.infer({"input": _rows(1)})
+        assert kernel.value.status == 500
+        transfer.fail = True
+        with pytest.raises(TransferError, match="copy failed on cpu") as copy:
+            await engine.infer({"input": _rows(1)})
+        assert copy.value.status == 500
+        transfer.fail = False
+        result = await engine.infer({"input": _rows(1)})
+        np.testing.assert_array_equal(result["output"], _rows(1) * 2)
+        assert _error_count(engine, "kernel") == 1.0
+        assert _error_count(engine, "transfer") == 1.0
+        assert engine.is_ready()
+        await engine.stop()
+
+    asyncio.run(main())
+
+
+def test_oom_507_is_counted_in_metrics() -> None:
+    async def main() -> None:
+        engine = Engine(loaded(Faulty()), [CPU], max_delay_ms=0.0)
+        await engine.start()
+        _faulty(engine.replicas[0]).oom_over = 0  # even one row does not fit
+        with pytest.raises(DeviceOutOfMemoryError):
+            await engine.infer({"input": _rows(2)})
+        assert _error_count(engine, "oom") == 1.0
+        assert engine.is_ready()
+        await engine.stop()
+
+    asyncio.run(main())
+
+
+async def _wait_for(predicate: Any, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.01)
+
+
+def test_consecutive_failures_remove_the_replica_and_a_dry_run_brings_it_back() -> None:
+    async def main() -> None:
+        engine = Engine(
+            loaded(Faulty()), [CPU], max_delay_ms=0.0, failure_threshold=3, recovery_interval_s=0.02
+        )
+        await engine.start()
+        model = _faulty(engine.replicas[0])
+        model.always_fail = True
+        for _ in range(3):
+            with pytest.raises(KernelError):
+                await engine.infer({"input": _rows(1)})
+        assert not engine.is_ready()
+        assert (
+            'torchplace_replica_ready{device="cpu",model="test-model",replica="cpu#0",version="1"} 0.0'
+            in engine.metrics_text().decode()
+        )
+        with pytest.raises(NotReadyError, match="no healthy replica"):
+            await engine.infer({"input": _rows(1)})
+        calls = model.calls
+        await _wait_for(lambda: model.calls > calls + 1)  # background dry runs keep probing
+        assert not engine.is_ready()
+        model.always_fail = False
+        await _wait_for(engine.is_ready)
+        result = await engine.infer({"input": _rows(2)})
+        np.testing.assert_array_equal(result["output"], _rows(2) * 2)
+        await engine.stop()
+
+    asyncio.run(main())
+
+
+def test_queued_requests_fail_cleanly_when_the_last_replica_leaves() -> None:
+    async def main() -> None:
+        engine = Engine(
+            loaded(Faulty()),
+            [CPU],
+            max_batch_size=1,
+            max_delay_ms=0.0,
+            failure_threshold=1,
+            recovery_interval_s=10.0,
+        )
+        await engine.start()
+        _faulty(engine.replicas[0]).always_fail = True
+        tasks = [asyncio.ensure_future(engine.infer({"input": _rows(1)})) for _ in range(4)]
+        done = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 5.0)
+        assert isinstance(done[0], KernelError)
+        assert all(isinstance(e, NotReadyError) for e in done[1:])
+        await engine.stop()
+
+    asyncio.run(main())
+
+
+def test_fallback_cpu_replica_takes_traffic_while_no_primary_is_healthy() -> None:
+    async def main() -> None:
+        engine = Engine(
+            loaded(Faulty()),
+            [CPU],
+            replicas_per_device=2,
+            max_delay_ms=0.0,
+            failure_threshold=1,
+            fallback="cpu",
+            recovery_interval_s=0.02,
+        )
+        await engine.start()
+        primaries = [r for r in engine.replicas if not r.fallback]
+        (fallback,) = [r for r in engine.replicas if r.fallback]
+        assert len(primaries) == 2
+        fallback_model = _faulty(fallback)
+        served_before = fallback_model.calls
+        # healthy primaries: the fallback stays idle
+        await asyncio.gather(*(engine.infer({"input": _rows(1)}) for _ in range(8)))
+        assert fallback_model.calls == served_before
+        for replica in primaries:
+            _faulty(replica).always_fail = True
+        for _ in range(2):
+            with pytest.raises(KernelError):
+                await engine.infer({"input": _rows(1)})
+        assert not any(r.in_pool for r in primaries)
+        assert engine.is_ready()  # the fallback keeps the model ready
+        result = await engine.infer({"input": _rows(3)})
+        np.testing.assert_array_equal(result["output"], _rows(3) * 2)
+        assert fallback_model.calls > served_before
+        for replica in primaries:
+            _faulty(replica).always_fail = False
+        await _wait_for(lambda: all(r.in_pool for r in primaries))
+        calls = fallback_model.calls
+        await asyncio.gather(*(engine.infer({"input": _rows(1)}) for _ in range(8)))
+        assert fallback_model.calls == calls  # back on the primaries
+        await engine.stop()
+
+    asyncio.run(main())
+
+
+class _GreedyPerRow(torch.nn.Module):
+    """Allocates ``per_row`` bytes of device memory per row: two rows do not fit, one does."""
+
+    def __init__(self, per_row: int) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.full((4,), 2.0))
+        self.per_row = per_row
+        self.single_row_fails = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.shape[0] * (1000 if self.single_row_fails else 1)
+        scratch = torch.empty(rows * self.per_row, dtype=torch.uint8, device=x.device)
+        del scratch
+        return x * self.weight
+
+
+@pytest.mark.cuda
+def test_real_cuda_oom_is_split_then_507_for_a_row_that_cannot_fit() -> None:
+    device = torch.device("cuda", 0)
+    free, _ = torch.cuda.mem_get_info(device)
+    model = _GreedyPerRow(int(free * 0.6))
+    replica = Replica(loaded(model), device, max_batch_size=4)
+    replica.prepare()  # the dry run itself only passes by splitting down to single rows
+    requests = [{"input": _rows(1, 10.0 * i)} for i in range(4)]
+    outcome = replica.run_batch(requests, [1, 1, 1, 1])
+    assert outcome.oom_splits >= 1
+    for request, result in zip(requests, outcome.results, strict=True):
+        assert isinstance(result, dict), result
+        np.testing.assert_array_equal(result["output"], request["input"] * 2)
+    assert isinstance(replica.module, _GreedyPerRow)
+    replica.module.single_row_fails = True
+    (result,) = replica.run_batch([{"input": _rows(1)}], [1]).results
+    assert isinstance(result, DeviceOutOfMemoryError)
+    assert result.status == 507
+    assert replica.in_pool
+
+
+@pytest.mark.cuda
+def test_replicas_on_every_gpu_answer_from_their_own_device() -> None:
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+
+    async def main() -> None:
+        devices = [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
+        engine = Engine(loaded(Faulty()), devices, max_delay_ms=0.0)
+        await engine.start()
+        seen: list[tuple[torch.device, torch.device]] = []  # (replica device, input device)
+        for replica in engine.replicas:
+            assert replica.module is not None
+            replica.module.register_forward_hook(
+                lambda m, args, out, d=replica.device: seen.append((d, args[0].device))
+            )
+        xs = [_rows(2, i) for i in range(64)]
+        results = await asyncio.gather(*(engine.infer({"input": x}) for x in xs))
+        for x, result in zip(xs, results, strict=True):
+            np.testing.assert_array_equal(result["output"], x * 2)
+        assert all(home == got for home, got in seen), seen  # nothing crossed devices
+        assert len({home for home, _ in seen}) >= 2  # and more than one GPU served
+        await engine.stop()
+
+    asyncio.run(main())
+
+
+def test_a_real_failing_device_to_host_copy_is_a_transfer_error() -> None:
+    class OutputOnMeta(torch.nn.Module):
+        """Its output lives where no data can be copied back from: torch's own copy raises."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.broken = False
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = x * 2
+            return y.to("meta") if self.broken else y
+
+    replica = Replica(loaded(OutputOnMeta()), CPU, max_batch_size=4, failure_threshold=2)
+    replica.prepare()
+    assert isinstance(replica.module, OutputOnMeta)
+    replica.module.broken = True
+    outcome = replica.run_batch([{"input": _rows(1)}, {"input": _rows(2)}], [1, 2])
+    assert outcome.failures == ["transfer"]
+    for result in outcome.results:
+        assert isinstance(result, TransferError)
+        assert "Cannot copy out of meta tensor" in str(result)
+    assert replica.in_pool
+    replica.run_batch([{"input": _rows(1)}], [1])
+    assert not replica.in_pool  # two transfer failures in a row
+
+
+@pytest.mark.cuda
+def test_cuda_replicas_share_a_gpu_and_fall_back_to_cpu() -> None:
+    async def main() -> None:
+        engine = Engine(
+            loaded(Faulty()),
+            [torch.device("cuda", 0)],
+            replicas_per_device=2,
+            max_delay_ms=0.0,
+            failure_threshold=1,
+            fallback="cpu",
+            recovery_interval_s=0.02,
+        )
+        await engine.start()
+        primaries = [r for r in engine.replicas if not r.fallback]
+        (fallback,) = [r for r in engine.replicas if r.fallback]
+        assert [r.label for r in primaries] == ["cuda:0", "cuda:0"]
+        assert fallback.label == "cpu"
+        assert all(r.staging is not None and r.staging.is_pinned() for r in primaries)
+        xs = [_rows(1, i) for i in range(64)]
+        results = await asyncio.gather(*(engine.infer({"input": x}) for x in xs))
+        for x, result in zip(xs, results, strict=True):
+            np.testing.assert_array_equal(result["output"], x * 2)
+        for replica in primaries:
+            _faulty(replica).always_fail = True
+        for _ in range(2):
+            with pytest.raises(KernelError, match="cuda:0"):
+                await engine.infer({"input": _rows(1)})
+        assert engine.is_ready()
+        calls = _faulty(fallback).calls
+        result = await engine.infer({"input": _rows(2)})
+        np.testing.assert_array_equal(result["output"], _rows(2) * 2)
+        assert _faulty(fallback).calls == calls + 1
+        text = engine.metrics_text().decode()
+        assert 'torchplace_errors_total{class="kernel",device="cuda:0"' in text
+        assert (
+            'torchplace_replica_ready{device="cuda:0",model="test-model",replica="cuda:0#0"' in text
+        )
+        await engine.stop()
+
+    asyncio.run(main())

@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from torchplace.errors import ConfigError
+from torchplace.models import TensorSpec, embedded_model
+from torchplace.serve.loader import load_model
+
+from .engine_helpers import Scale
+
+HELPERS = "tests.serve.engine_helpers"
+
+
+def test_embedded_model_keeps_its_name_and_declarations() -> None:
+    model = load_model("seed-mlp", version="7")
+    assert (model.name, model.version) == ("seed-mlp", "7")
+    assert model.inputs == embedded_model("seed-mlp").inputs
+    assert model.outputs == embedded_model("seed-mlp").outputs
+    assert model.weight_bytes == (8 * 16 + 16 + 16 * 2 + 2) * 4
+    assert not model.module.training
+
+
+def test_factory_declarations_come_from_the_returned_module() -> None:
+    model = load_model(f"{HELPERS}:scale_factory")
+    assert model.name == "scale_factory"
+    assert model.inputs == (TensorSpec("x", "FP32", (-1, 4)),)
+    assert model.outputs == (TensorSpec("y", "FP32", (-1, 4)),)
+
+
+def test_factory_declarations_may_sit_on_the_callable() -> None:
+    model = load_model(f"{HELPERS}:declared_on_callable")
+    assert model.inputs[0].name == "x"
+    assert model.outputs[0].name == "y"
+
+
+def test_explicit_declarations_win() -> None:
+    spec_in = (TensorSpec("features", "FP32", (-1, 4)),)
+    spec_out = (TensorSpec("scores", "FP32", (-1, 4)),)
+    model = load_model(f"{HELPERS}:scale_factory", inputs=spec_in, outputs=spec_out)
+    assert model.inputs == spec_in
+    assert model.outputs == spec_out
+
+
+def test_undeclared_factory_asks_for_declarations() -> None:
+    with pytest.raises(ConfigError, match=r"declares no inputs.*--input"):
+        load_model(f"{HELPERS}:undeclared_factory")
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("no_such_module_xyz:build", "cannot import 'no_such_module_xyz'"),
+        (f"{HELPERS}:missing", "has no attribute 'missing'"),
+        (f"{HELPERS}:not_a_module", "returned object, not a torch.nn.Module"),
+        ("not-a-model", "neither an embedded model"),
+    ],
+)
+def test_bad_model_targets_are_config_errors(target: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_model(target)
+
+
+def test_batch_dimension_must_be_declared_first() -> None:
+    with pytest.raises(ConfigError, match="first dimension must be -1"):
+        load_model("seed-mlp", inputs=(TensorSpec("input", "FP32", (8,)),))
+    with pytest.raises(ConfigError, match="datatype 'BYTES'"):
+        load_model("seed-mlp", inputs=(TensorSpec("input", "BYTES", (-1, 8)),))
+
+
+def test_weights_load_through_load_checkpoint(tmp_path: Path) -> None:
+    source = Scale()
+    with torch.no_grad():
+        source.weight.fill_(3.0)
+    path = tmp_path / "scale.safetensors"
+    save_file(source.state_dict(), str(path))
+    model = load_model(f"{HELPERS}:scale_factory", weights=path)
+    assert isinstance(model.module, Scale)
+    assert torch.equal(model.module.weight, torch.full((4,), 3.0))
+
+
+def test_exported_program_is_served_with_recorded_shapes(tmp_path: Path) -> None:
+    host = embedded_model("seed-mlp").build()
+    batch = torch.export.Dim("batch", min=1, max=1024)
+    program = torch.export.export(host, (torch.zeros(4, 8),), dynamic_shapes=({0: batch},))
+    path = tmp_path / "seed.pt2"
+    torch.export.save(program, str(path))
+    model = load_model("seed-mlp", exported=path)
+    assert model.name == "seed"
+    assert model.inputs == (TensorSpec("input", "FP32", (-1, 8)),)
+    assert model.outputs == (TensorSpec("output", "FP32", (-1, 2)),)
+    x = torch.from_numpy(np.random.default_rng(0).standard_normal((5, 8)).astype(np.float32))
+    with torch.inference_mode():
+        torch.testing.assert_close(model.module(x), host(x))
+
+
+def test_missing_exported_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_model("seed-mlp", exported=tmp_path / "nope.pt2")

@@ -1,0 +1,178 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from torchplace.errors import ConfigError, InputError, KernelError
+from torchplace.models import TensorSpec
+from torchplace.serve.loader import load_model
+from torchplace.serve.replica import Replica
+
+from .engine_helpers import CopyCounter, Scale, TwoInTwoOut, loaded
+
+
+def _rows(n: int, width: int = 4, start: float = 0.0) -> np.ndarray:
+    return (np.arange(n * width, dtype=np.float32).reshape(n, width) + start).astype(np.float32)
+
+
+def test_prepare_places_a_private_copy_and_passes_the_dry_run() -> None:
+    model = loaded(Scale())
+    replica = Replica(model, torch.device("cpu"), max_batch_size=8)
+    assert not replica.is_ready()
+    replica.prepare()
+    assert replica.is_ready()
+    assert replica.module is not model.module
+    assert replica.staging is not None
+    assert replica.staging.max_rows == 8
+    assert not replica.staging.is_pinned()  # pinned only for CUDA
+
+
+def test_readiness_is_read_from_the_parameters() -> None:
+    replica = Replica(loaded(Scale()), torch.device("cpu"), max_batch_size=4)
+    replica.prepare()
+    assert replica.module is not None
+    replica.module.weight = torch.nn.Parameter(torch.ones(4, device="meta"))
+    assert not replica.weights_on_device()
+    assert not replica.is_ready()
+
+
+def test_run_batch_splits_rows_back_per_request() -> None:
+    replica = Replica(loaded(Scale()), torch.device("cpu"), max_batch_size=16)
+    replica.prepare()
+    requests = [{"input": _rows(n, start=10.0 * i)} for i, n in enumerate((1, 3, 2, 5))]
+    outcome = replica.run_batch(requests, [1, 3, 2, 5])
+    assert outcome.rows == 11
+    for request, result in zip(requests, outcome.results, strict=True):
+        assert isinstance(result, dict)
+        np.testing.assert_array_equal(result["output"], request["input"] * 2)
+
+
+def test_results_do_not_alias_the_staging_buffer() -> None:
+    class Identity(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x
+
+    replica = Replica(loaded(Identity()), torch.device("cpu"), max_batch_size=4)
+    replica.prepare()
+    first = replica.run_batch([{"input": _rows(2)}], [2]).results[0]
+    replica.run_batch([{"input": _rows(2, start=100.0)}], [2])
+    assert isinstance(first, dict)
+    np.testing.assert_array_equal(first["output"], _rows(2))
+
+
+def test_one_h2d_and_one_d2h_per_batch_counted_on_a_second_device() -> None:
+    # The replica runs on `meta` (a real second device for the dispatcher); the counter sees
+    # every aten copy that crosses devices, whatever code path issued it.
+    with CopyCounter() as counter:
+        replica = Replica(loaded(Scale()), torch.device("meta"), max_batch_size=32)
+        replica.prepare()
+        assert replica.weights_on_device()
+        for sizes in ((1,), (3, 1, 4), tuple([1] * 32), (16, 16)):
+            counter.crossings.clear()
+            requests = [{"input": _rows(n)} for n in sizes]
+            outcome = replica.run_batch(requests, list(sizes))
+            assert all(isinstance(r, dict) for r in outcome.results)
+            assert counter.h2d() == 1, (sizes, counter.crossings)
+            assert counter.d2h() == 1, (sizes, counter.crossings)
+            assert len(counter.crossings) == 2
+
+
+def test_one_copy_per_declared_tensor_with_two_inputs_and_outputs() -> None:
+    model = loaded(
+        TwoInTwoOut(),
+        inputs=(TensorSpec("a", "FP32", (-1, 3)), TensorSpec("b", "FP32", (-1, 3))),
+        outputs=(TensorSpec("sum", "FP32", (-1, 3)), TensorSpec("prod", "FP32", (-1, 1))),
+    )
+    with CopyCounter() as counter:
+        replica = Replica(model, torch.device("meta"), max_batch_size=8)
+        replica.prepare()
+        counter.crossings.clear()
+        requests = [{"a": _rows(2, 3), "b": _rows(2, 3)}, {"a": _rows(3, 3), "b": _rows(3, 3)}]
+        replica.run_batch(requests, [2, 3])
+    assert counter.h2d() == 2
+    assert counter.d2h() == 2
+
+
+def test_two_inputs_two_outputs_values_on_cpu() -> None:
+    model = loaded(
+        TwoInTwoOut(),
+        inputs=(TensorSpec("a", "FP32", (-1, 3)), TensorSpec("b", "FP32", (-1, 3))),
+        outputs=(TensorSpec("sum", "FP32", (-1, 3)), TensorSpec("prod", "FP32", (-1, 1))),
+    )
+    replica = Replica(model, torch.device("cpu"), max_batch_size=8)
+    replica.prepare()
+    a, b = _rows(2, 3), _rows(2, 3, start=1.0)
+    (result,) = replica.run_batch([{"a": a, "b": b}], [2]).results
+    assert isinstance(result, dict)
+    np.testing.assert_allclose(result["sum"], a + b)
+    np.testing.assert_allclose(result["prod"], (a * b).sum(axis=1, keepdims=True))
+
+
+def test_declared_output_shape_is_checked_by_the_dry_run() -> None:
+    model = loaded(Scale(), outputs=(TensorSpec("output", "FP32", (-1, 5)),))
+    replica = Replica(model, torch.device("cpu"), max_batch_size=4)
+    with pytest.raises(ConfigError, match=r"output 'output'.*\[4\].*\[-?5\]"):
+        replica.prepare()
+    assert not replica.is_ready()
+
+
+def test_output_dtype_follows_the_declaration() -> None:
+    model = loaded(Scale(), outputs=(TensorSpec("output", "FP64", (-1, 4)),))
+    replica = Replica(model, torch.device("cpu"), max_batch_size=4)
+    replica.prepare()
+    (result,) = replica.run_batch([{"input": _rows(1)}], [1]).results
+    assert isinstance(result, dict)
+    assert result["output"].dtype == np.float64
+
+
+def test_a_wrong_output_count_is_a_kernel_error() -> None:
+    class Pair(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return x, x
+
+    replica = Replica(loaded(Pair()), torch.device("cpu"), max_batch_size=4)
+    with pytest.raises(KernelError, match="2 outputs, 1 are declared"):
+        replica.prepare()
+
+
+def test_rows_of_the_wrong_width_are_an_input_error() -> None:
+    replica = Replica(loaded(Scale()), torch.device("cpu"), max_batch_size=4)
+    replica.prepare()
+    (result,) = replica.run_batch([{"input": np.zeros((2, 5), np.float32)}], [2]).results
+    assert isinstance(result, InputError)
+    assert "input 'input'" in str(result)
+
+
+def test_embedded_models_match_the_host_model() -> None:
+    for name, width in (("seed-mlp", 8), ("wide-mlp", 512)):
+        model = load_model(name)
+        replica = Replica(model, torch.device("cpu"), max_batch_size=4)
+        replica.prepare()
+        x = np.random.default_rng(1).standard_normal((3, width)).astype(np.float32)
+        (result,) = replica.run_batch([{"input": x}], [3]).results
+        with torch.inference_mode():
+            expected = model.module(torch.from_numpy(x)).numpy()
+        assert isinstance(result, dict)
+        np.testing.assert_allclose(result["output"], expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.cuda
+def test_cuda_replica_pins_staging_and_copies_once_each_way() -> None:
+    device = torch.device("cuda", 0)
+    replica = Replica(load_model("seed-mlp"), device, max_batch_size=32)
+    replica.prepare()
+    assert replica.is_ready()
+    assert replica.staging is not None
+    assert replica.staging.is_pinned()
+    x = np.random.default_rng(0).standard_normal((5, 8)).astype(np.float32)
+    with CopyCounter() as counter:
+        outcome = replica.run_batch([{"input": x[:2]}, {"input": x[2:]}], [2, 3])
+    assert counter.h2d() == 1, counter.crossings
+    assert counter.d2h() == 1, counter.crossings
+    with torch.inference_mode():
+        expected = load_model("seed-mlp").module(torch.from_numpy(x)).numpy()
+    got = np.concatenate([r["output"] for r in outcome.results if isinstance(r, dict)])
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+    assert outcome.h2d_s >= 0
+    assert outcome.compute_s > 0

@@ -1,0 +1,112 @@
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from torchplace.serve import tracing
+from torchplace.serve.tracing import BatchRecord, Tracer
+
+
+def _batch(tracer: Tracer, requests: int = 2) -> None:
+    now = time.perf_counter()
+    tracer.batch(
+        BatchRecord(
+            replica="cuda:1#0",
+            device="cuda:1",
+            arrivals=[now - 0.003] * (requests - 1) + [now - 0.002],
+            rows=[1] * (requests - 1) + [2],
+            statuses=[200] * (requests - 1) + [507],
+            started=now - 0.001,
+            finished=now,
+            h2d=0.0001,
+            compute=0.0005,
+            d2h=0.0002,
+        )
+    )
+
+
+def test_disabled_by_default_records_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tracing, "_otel_tracer", lambda: None)
+    tracer = Tracer(model="m", version="1")
+    assert not tracer.enabled
+    _batch(tracer)  # the engine never calls it when disabled; if it does, nothing is kept
+    assert [e for e in tracer.events() if e["ph"] != "M"] == []
+    assert tracer.write() is None
+
+
+def test_chrome_trace_has_batch_stages_and_requests(tmp_path: Path) -> None:
+    path = tmp_path / "out.json"
+    tracer = Tracer(model="m", version="1", trace_file=path, otel=False)
+    assert tracer.enabled
+    _batch(tracer, requests=3)
+    tracer.close()
+    document = json.loads(path.read_text())
+    events = document["traceEvents"]
+    slices = [e for e in events if e["ph"] == "X"]
+    assert [e["name"] for e in slices] == ["batch", "h2d", "compute", "d2h"]
+    batch = slices[0]
+    assert batch["args"] == {"rows": 4, "device": "cuda:1"}
+    for stage in slices[1:]:
+        assert batch["ts"] <= stage["ts"]
+        assert stage["ts"] + stage["dur"] <= batch["ts"] + batch["dur"] + 1
+    begins = [e for e in events if e["ph"] == "b" and e["name"] == "request"]
+    ends = [e for e in events if e["ph"] == "e" and e["name"] == "request"]
+    assert len(begins) == len(ends) == 3
+    assert begins[-1]["args"]["status"] == 507
+    assert {e["id"] for e in begins} == {e["id"] for e in ends}
+    names = [e for e in events if e["ph"] == "M" and e["name"] == "thread_name"]
+    assert [e["args"]["name"] for e in names] == ["replica cuda:1#0"]
+
+
+def test_event_buffer_is_bounded(tmp_path: Path) -> None:
+    tracer = Tracer(
+        model="m", version="1", trace_file=tmp_path / "t.json", otel=False, max_events=20
+    )
+    for _ in range(10):
+        _batch(tracer)
+    assert len(tracer.events()) <= 20
+    assert tracer.dropped > 0
+
+
+def test_opentelemetry_spans_per_request_and_stage() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = Tracer(model="m", version="1", otel=False)
+    tracer._otel = provider.get_tracer("test")
+    tracer.enabled = True
+    _batch(tracer, requests=2)
+    spans = exporter.get_finished_spans()
+    requests = [s for s in spans if s.name == "torchplace.infer"]
+    assert len(requests) == 2
+    for span in requests:
+        assert span.attributes is not None
+        assert span.attributes["torchplace.device"] == "cuda:1"
+        assert span.attributes["torchplace.queue_seconds"] > 0
+        assert span.start_time is not None
+        assert span.end_time is not None
+        assert span.start_time < span.end_time
+    assert requests[0].status.status_code == trace.StatusCode.UNSET
+    assert requests[1].status.status_code == trace.StatusCode.ERROR
+    (batch,) = [s for s in spans if s.name == "torchplace.batch"]
+    assert {link.context.span_id for link in batch.links} == {s.context.span_id for s in requests}
+    stages = [
+        s for s in spans if s.parent is not None and s.parent.span_id == batch.context.span_id
+    ]
+    assert [s.name for s in stages] == ["h2d", "compute", "d2h"]
+
+
+def test_opentelemetry_is_used_only_with_a_real_provider() -> None:
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, trace.ProxyTracerProvider):
+        assert tracing._otel_tracer() is None
+        assert not Tracer(model="m", version="1").enabled
+    else:  # some code in this process installed an SDK provider
+        assert tracing._otel_tracer() is not None
