@@ -23,8 +23,8 @@ _EXPORTS: dict[str, str] = {
     # core: checkpoints
     "load_checkpoint": "torchplace.checkpoint",
     # guard
-    "GuardReport": "torchplace.guard",
-    "guard": "torchplace.guard",
+    "GuardReport": "torchplace.sanitizer",
+    "guard": "torchplace.sanitizer",
     # bench
     "Measurement": "torchplace.bench.timer",
     "Timer": "torchplace.bench.timer",
@@ -94,7 +94,7 @@ if _typing.TYPE_CHECKING:
         TorchplaceError,
         UnsafeCheckpointError,
     )
-    from torchplace.guard import GuardReport, guard
+    from torchplace.sanitizer import GuardReport, guard
     from torchplace.placement import ModuleAudit, audit_module, check_same_device, move
     from torchplace.prefetch import DevicePrefetcher
 
