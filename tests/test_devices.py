@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -405,3 +406,57 @@ def test_cuda_inventory_matches_torch() -> None:
         assert 0 < info.free_memory <= props.total_memory
         assert info.physical_id == vis.physical_id(i)
         assert info.multi_processor_count == props.multi_processor_count
+        if torch.version.hip is None:
+            # CUDA builds alias gcnArchName to the name: it must not pass for an arch
+            assert info.arch is None
+            assert info.uuid is not None
+            assert info.uuid.startswith(("GPU-", "MIG-"))
+        if info.pci_bus_id is not None:
+            assert re.fullmatch(r"[0-9a-f]{8}:[0-9a-f]{2}:[0-9a-f]{2}\.0", info.pci_bus_id)
+
+
+class _Uuid:
+    """Stands in for torch's ``_CUuuid``: str() gives the bare 8-4-4-4-12 hex form."""
+
+    def __str__(self) -> str:
+        return "aaaa1111-2222-3333-4444-555566667777"
+
+
+@pytest.mark.parametrize("hip", [None, "6.4"])
+def test_torch_probe_reads_cuda_properties(
+    monkeypatch: pytest.MonkeyPatch, hip: str | None
+) -> None:
+    # The real probe on CPU, with torch.cuda's answers replaced by what a CUDA (or ROCm) build
+    # gives on a GPU: CUDA aliases gcnArchName to the device name; ROCm puts the gfx arch there.
+    import types
+
+    props = types.SimpleNamespace(
+        name="NVIDIA H200",
+        major=9,
+        minor=0,
+        total_memory=141 * GiB,
+        multi_processor_count=132,
+        uuid=_Uuid(),
+        pci_domain_id=0,
+        pci_bus_id=0x3B,
+        pci_device_id=0,
+        L2_cache_size=50 << 20,
+        is_integrated=0,
+        gcnArchName="gfx942:sramecc+:xnack-" if hip else "NVIDIA H200",
+    )
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props)
+    monkeypatch.setattr(torch.version, "hip", hip)
+    got = TorchProbe().properties(0)
+    assert got.name == "NVIDIA H200"
+    assert (got.major, got.minor) == (9, 0)
+    assert got.total_memory == 141 * GiB
+    assert got.multi_processor_count == 132
+    assert got.pci_bus_id == "00000000:3b:00.0"
+    assert got.l2_cache_size == 50 << 20
+    assert got.is_integrated is False
+    if hip:
+        assert got.uuid == "aaaa1111-2222-3333-4444-555566667777"
+        assert got.gcn_arch_name == "gfx942:sramecc+:xnack-"
+    else:
+        assert got.uuid == "GPU-aaaa1111-2222-3333-4444-555566667777"
+        assert got.gcn_arch_name is None

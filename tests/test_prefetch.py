@@ -507,6 +507,31 @@ def test_tensors_already_on_a_device_wait_for_the_consumer_stream(fake: FakeStre
     assert any(e[0] == "wait_stream" and e[2] is fake.consumer for e in fake.log)
 
 
+def test_a_tensor_that_requires_grad_keeps_its_autograd_link(fake: FakeStreams) -> None:
+    w = torch.ones(4, requires_grad=True)
+    p = staged(fake, [{"w": w, "x": torch.ones(4)}])
+    out = list(p)
+    assert out[0]["w"].requires_grad
+    assert out[0]["w"].grad_fn is not None  # a copy of w, as w.to(device) gives
+    assert not out[0]["x"].requires_grad
+    assert p.stats().fallback_copies == 0  # w is copied directly, x is still staged
+    assert p.stats().staged_batches == 1
+
+
+def test_a_device_tensor_read_on_the_side_stream_is_recorded_on_it(fake: FakeStreams) -> None:
+    # converting a tensor already on the device reads it on the side stream, after the consumer
+    # stream's work (wait_stream); the source may drop it at once, so it is record_stream-ed on
+    # the side stream too, or the allocator could give its memory to the consumer meanwhile
+    x = torch.ones(2, device="meta")
+    p = staged(fake, [{"x": x}], dtype=torch.float16)
+    out = list(p)
+    assert out[0]["x"].dtype == torch.float16
+    on_side = [e for e in fake.log if e[0] == "record_stream" and e[1] is x]
+    assert [e[2].name for e in on_side] == ["side"]
+    kinds = [e[0] for e in fake.log]
+    assert kinds.index("wait_stream") < kinds.index("record_stream")
+
+
 def test_close_frees_the_pool(fake: FakeStreams) -> None:
     p = staged(fake, [torch.ones(16)] * 4)
     list(p)
@@ -564,6 +589,63 @@ def test_a_failed_copy_gives_its_staging_buffer_back(fake: FakeStreams) -> None:
     assert p.stats().pool_allocations == 1  # the buffer came back and was reused
 
 
+def test_a_staging_buffer_is_rewritten_only_after_its_copy_completed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Events complete only when the host waits on them: every reuse of a staging buffer must
+    # come after the event of the copy out of it, never while that copy could still read it.
+    fake = FakeStreams(auto_complete=False)
+    monkeypatch.setattr(prefetch_mod, "_streams_for", lambda device: fake)
+    released: dict[int, FakeEvent | None] = {}
+    real_acquire, real_release = PinnedPool.acquire, PinnedPool.release
+
+    def acquire(self: PinnedPool, nbytes: int) -> torch.Tensor | None:
+        buf = real_acquire(self, nbytes)
+        if buf is not None:
+            event = released.pop(buf.data_ptr(), None)
+            assert event is None or event.completed, "staging buffer reused during its copy"
+        return buf
+
+    def release(self: PinnedPool, buf: torch.Tensor, event: Any) -> None:
+        assert event is not None
+        assert event.recorded_on is not None
+        assert event.recorded_on.name == "side"
+        released[buf.data_ptr()] = event
+        real_release(self, buf, event)
+
+    monkeypatch.setattr(PinnedPool, "acquire", acquire)
+    monkeypatch.setattr(PinnedPool, "release", release)
+    granule = 64 << 10
+    source = [torch.full((granule // 4,), float(i)) for i in range(8)]  # one granule each
+    p = staged(fake, source, depth=1, pin_pool_bytes=3 * granule)
+    assert len(list(p)) == 8
+    s = p.stats()
+    assert s.staged_batches == 8
+    assert s.pool_allocations == 3  # the cap holds three buffers ...
+    assert s.pool_reuses == 5  # ... and the other five batches wait for one of them
+    assert s.pool_peak_bytes == 3 * granule
+    assert fake.syncs >= 5
+
+
+def busy_buffer(fake: FakeStreams, pool: PinnedPool) -> tuple[torch.Tensor, FakeEvent]:
+    """A buffer handed back to ``pool`` while the (fake) copy out of it is still running."""
+    buf = pool.acquire(1000)
+    assert buf is not None
+    event = fake.new_event()
+    event.record()
+    pool.release(buf, event)
+    return buf, event
+
+
+def test_clear_waits_for_copies_still_reading_a_buffer() -> None:
+    fake = FakeStreams(auto_complete=False)
+    pool = PinnedPool(1 << 20, fake.pin)
+    _, event = busy_buffer(fake, pool)
+    pool.clear()
+    assert event.completed
+    assert pool.bytes == 0
+
+
 # --------------------------------------------------------------------------------------------
 # the pinned pool itself
 # --------------------------------------------------------------------------------------------
@@ -572,11 +654,7 @@ def test_a_failed_copy_gives_its_staging_buffer_back(fake: FakeStreams) -> None:
 def test_pool_reuses_a_buffer_only_after_its_copy_completed() -> None:
     fake = FakeStreams(auto_complete=False)
     pool = PinnedPool(1 << 20, fake.pin)
-    a = pool.acquire(1000)
-    assert a is not None
-    ev = fake.new_event()
-    ev.record()
-    pool.release(a, ev)
+    a, ev = busy_buffer(fake, pool)
     b = pool.acquire(1000)
     assert b is not None
     assert b.data_ptr() != a.data_ptr(), "a buffer was reused while a copy still read it"
@@ -623,6 +701,27 @@ def test_pool_drops_small_free_buffers_to_fit_a_larger_one() -> None:
     assert big is not None
     assert big.numel() >= 2 * granule
     assert pool.bytes <= 3 * granule
+
+
+def test_pool_counts_what_the_host_allocator_really_pins() -> None:
+    # torch's host allocator rounds a pinned request up to a power of two: the pool makes its
+    # buffers that size and counts them so, or the cap would bound only half the real memory
+    fake = FakeStreams()
+    pool = PinnedPool(1 << 20, fake.pin)
+    buf = pool.acquire(300 << 10)  # 300 KiB -> 512 KiB pinned
+    assert buf is not None
+    assert buf.numel() == 512 << 10
+    assert pool.bytes == 512 << 10
+    small = pool.acquire(100)  # the smallest buffer is 64 KiB
+    assert small is not None
+    assert small.numel() == 64 << 10
+    pool.release(buf, None)
+    again = pool.acquire(400 << 10)  # the spare room serves a larger batch later
+    assert again is not None
+    assert again.data_ptr() == buf.data_ptr()
+    # 600 KiB fits a 1 MiB cap as asked, but would pin 1 MiB next to what is held: refused
+    assert pool.acquire(600 << 10) is None
+    assert pool.bytes <= pool.cap_bytes
 
 
 def test_pool_rejects_bad_caps() -> None:
@@ -682,17 +781,24 @@ def _cuda() -> torch.device:
 
 
 @pytest.mark.cuda
-def test_cuda_values_survive_a_consumer_that_mutates_and_frees() -> None:
+@pytest.mark.parametrize("pinned_source", [False, True], ids=["staged", "already-pinned"])
+def test_cuda_values_survive_a_consumer_that_mutates_and_frees(pinned_source: bool) -> None:
     device = _cuda()
     n, size = 16, 4 << 20  # 16 MiB float32 per batch
     source = [{"x": torch.full((size,), float(i)), "i": torch.tensor(i)} for i in range(n)]
-    w = torch.randn(2048, 2048, device=device)
+    if pinned_source:
+        source = [{k: v.pin_memory() for k, v in b.items()} for b in source]
+    w = torch.randn(4096, 4096, device=device)
     checks = []
     p = DevicePrefetcher(source, device, depth=3, pin_pool_bytes=256 << 20)
     assert p.mode == "streams"
     for batch in p:
+        # milliseconds of work per batch: the consumer's stream lags far behind the host, so
+        # the reads below are still queued when the host frees the batch and asks for the next.
+        # Without record_stream the allocator would hand this memory to a later copy on the
+        # side stream, which would overwrite it before these reads run.
         for _ in range(4):
-            w = torch.tanh(w @ w)  # keep the consumer stream busy while copies run
+            w = torch.tanh(w @ w)
         x = batch["x"]
         checks.append(torch.stack([x.min(), x.max(), batch["i"].float()]))
         x.mul_(-1.0)  # mutate the batch in place
@@ -704,7 +810,11 @@ def test_cuda_values_survive_a_consumer_that_mutates_and_frees() -> None:
     want = torch.tensor([[i, i, i] for i in range(n)], dtype=torch.float32)
     assert torch.equal(got, want)
     s = p.stats()
-    assert s.staged_batches == n
+    if pinned_source:
+        assert s.already_pinned == 2 * n
+        assert s.staged_batches == 0
+    else:
+        assert s.staged_batches == n
     assert s.fallback_copies == 0
     assert s.pool_peak_bytes <= 256 << 20
     assert s.copy_device_s is not None
@@ -714,13 +824,29 @@ def test_cuda_values_survive_a_consumer_that_mutates_and_frees() -> None:
 @pytest.mark.cuda
 def test_cuda_no_use_before_copy_on_a_non_default_stream() -> None:
     device = _cuda()
-    n, size = 8, 16 << 20  # 64 MiB per batch: long copies
-    source = [torch.full((size,), float(i + 1)) for i in range(n)]
+    # Already-pinned batches: launching a copy costs the host microseconds, so each batch is
+    # handed out while its 128 MiB copy (milliseconds) is still running. A consumer that did
+    # not wait on the copy's event would read a partly written tensor.
+    n, size = 6, 32 << 20
+    source = [torch.full((size,), float(i + 1)).pin_memory() for i in range(n)]
     stream = torch.cuda.Stream(device=device)
     sums = []
     with torch.cuda.stream(stream):
-        for x in DevicePrefetcher(source, device, depth=2, pin_pool_bytes=512 << 20):
+        for x in DevicePrefetcher(source, device, depth=2):
             sums.append(x.sum(dtype=torch.float64))  # reads at once, on the consumer's stream
+    torch.cuda.synchronize(device)
+    assert [float(s) for s in sums] == [float((i + 1) * size) for i in range(n)]
+
+
+@pytest.mark.cuda
+def test_cuda_staged_batches_are_right_when_read_at_once() -> None:
+    device = _cuda()
+    n, size = 8, 16 << 20  # 64 MiB per batch, staged through the pinned pool
+    source = [torch.full((size,), float(i + 1)) for i in range(n)]
+    sums = [
+        x.sum(dtype=torch.float64)
+        for x in DevicePrefetcher(source, device, depth=2, pin_pool_bytes=512 << 20)
+    ]
     torch.cuda.synchronize(device)
     assert [float(s) for s in sums] == [float((i + 1) * size) for i in range(n)]
 
@@ -733,6 +859,23 @@ def test_cuda_over_cap_and_dtype() -> None:
     out = [(b["x"].float().mean().item(), b["y"].tolist(), b["x"].dtype) for b in p]
     assert out == [(float(i), [i, i + 1, i + 2], torch.float16) for i in range(5)]
     assert p.stats().fallback_copies == 10
+
+
+@pytest.mark.cuda
+def test_cuda_batches_already_on_the_device_are_converted_after_their_producer() -> None:
+    device = _cuda()
+    w = torch.randn(2048, 2048, device=device)
+
+    def source() -> Iterator[torch.Tensor]:
+        for i in range(6):
+            x = torch.empty(1 << 20, device=device)
+            for _ in range(3):
+                torch.tanh(w @ w)  # the producer's stream is busy before it fills x ...
+            x.fill_(float(i))  # ... so the side stream must wait for this write
+            yield x  # and the source drops x at once
+
+    got = [b.float().mean().item() for b in DevicePrefetcher(source(), device, dtype=torch.float16)]
+    assert got == [float(i) for i in range(6)]
 
 
 @pytest.mark.cuda

@@ -206,7 +206,8 @@ class TorchProbe:
             pci_bus_id=bus,
             l2_cache_size=_int_or_none(getattr(p, "L2_cache_size", None)),
             is_integrated=_bool_or_none(getattr(p, "is_integrated", None)),
-            gcn_arch_name=getattr(p, "gcnArchName", None) or None,
+            # CUDA builds alias gcnArchName to the device name; it is an arch on ROCm only
+            gcn_arch_name=(getattr(p, "gcnArchName", None) or None) if torch.version.hip else None,
         )
 
     def mem_get_info(self, index: int) -> tuple[int, int]:  # pragma: no cover - needs a GPU
@@ -524,6 +525,10 @@ def device_inventory(*, probe: DeviceProbe | None = None) -> list[DeviceInfo]:
     CUDA (and ROCm) devices come with the physical id each maps to under
     ``CUDA_VISIBLE_DEVICES``, name, compute capability and memory. An MPS or XPU device is listed
     with what its backend reports. A CPU-only machine gives ``[]``.
+
+    Free memory comes from ``torch.cuda.mem_get_info``, which creates the CUDA context of every
+    device it asks about (a few hundred MiB of device memory each, for the life of the
+    process): call this from a diagnostic tool, not from every rank of a multi-GPU job.
     """
     probe = probe or default_probe()
     out: list[DeviceInfo] = []

@@ -378,33 +378,14 @@ class ModuleAudit:
         return json.dumps(self.to_dict(), indent=indent)
 
     def __str__(self) -> str:
-        rows = [
-            [
-                str(g.device),
-                _dtype_name(g.dtype),
-                str(g.parameters),
-                str(g.buffers),
-                str(g.numel),
-                _human_bytes(g.nbytes),
-            ]
-            for g in self.groups
-        ]
         out = [
             f"{self.module}: {len(self.tensors)} parameters and buffers, "
             f"{_human_bytes(self.nbytes)}",
-            _table(["device", "dtype", "params", "buffers", "numel", "bytes"], rows),
+            _table(list(_GROUP_COLUMNS), [_group_cells(g) for g in self.groups]),
         ]
         if self.strays:
             out.append(f"{len(self.strays)} stray tensor(s) that module.to() will not move:")
-            out.append(
-                _table(
-                    ["name", "shape", "dtype", "device"],
-                    [
-                        [r.name, str(r.shape), _dtype_name(r.dtype), str(r.device)]
-                        for r in self.strays
-                    ],
-                )
-            )
+            out.append(_table(list(_STRAY_COLUMNS), [_stray_cells(r) for r in self.strays]))
         else:
             out.append("no stray tensors")
         return "\n".join(out)
@@ -414,25 +395,37 @@ class ModuleAudit:
         from rich.table import Table
 
         groups = Table(title=f"{self.module}: parameters and buffers")
-        for col in ("device", "dtype", "params", "buffers", "numel", "bytes"):
+        for col in _GROUP_COLUMNS:
             groups.add_column(col, justify="right" if col not in ("device", "dtype") else "left")
         for g in self.groups:
-            groups.add_row(
-                str(g.device),
-                _dtype_name(g.dtype),
-                str(g.parameters),
-                str(g.buffers),
-                str(g.numel),
-                _human_bytes(g.nbytes),
-            )
+            groups.add_row(*_group_cells(g))
         if not self.strays:
             return groups
         strays = Table(title="stray tensors (module.to() will not move these)")
-        for col in ("name", "shape", "dtype", "device"):
+        for col in _STRAY_COLUMNS:
             strays.add_column(col)
         for r in self.strays:
-            strays.add_row(r.name, str(r.shape), _dtype_name(r.dtype), str(r.device))
+            strays.add_row(*_stray_cells(r))
         return Group(groups, strays)
+
+
+_GROUP_COLUMNS = ("device", "dtype", "params", "buffers", "numel", "bytes")
+_STRAY_COLUMNS = ("name", "shape", "dtype", "device")
+
+
+def _group_cells(g: TensorGroup) -> list[str]:
+    return [
+        str(g.device),
+        _dtype_name(g.dtype),
+        str(g.parameters),
+        str(g.buffers),
+        str(g.numel),
+        _human_bytes(g.nbytes),
+    ]
+
+
+def _stray_cells(r: TensorRecord) -> list[str]:
+    return [r.name, str(r.shape), _dtype_name(r.dtype), str(r.device)]
 
 
 def _numel(shape: tuple[int, ...]) -> int:

@@ -52,7 +52,17 @@ DEFAULT_PIN_POOL_BYTES = 64 << 20
 """Default cap on the pinned host memory one prefetcher keeps for staging (64 MiB)."""
 
 _ALIGN = 64  # byte alignment of each tensor inside a staging buffer
-_GRANULE = 64 << 10  # staging buffers are allocated in multiples of this many bytes
+_GRANULE = 64 << 10  # the smallest staging buffer
+
+
+def _footprint(nbytes: int) -> int:
+    """The pinned bytes a staging buffer for ``nbytes`` really takes.
+
+    torch's host allocator rounds every pinned request up to a power of two, so a buffer is made
+    that large (the extra room serves later, larger batches) and counted at that size: the cap
+    bounds the memory really pinned, not the memory asked for.
+    """
+    return max(_GRANULE, 1 << max(0, nbytes - 1).bit_length())
 
 
 # --------------------------------------------------------------------------------------------
@@ -133,11 +143,13 @@ class PinnedPool:
     :meth:`acquire` hands out a buffer of at least ``nbytes``: a free one if one fits, else a
     new one while the pool stays under ``cap_bytes`` (free buffers too small are dropped to make
     room), else the oldest busy one that fits once its copy has completed, else None: the caller
-    then copies without staging. :meth:`release` gives a buffer back together with the event
-    that marks the end of the copy out of it; the buffer is not handed out again before that
-    event has completed. ``pin_fn`` returns a pinned copy of a host tensor; by default buffers are
-    allocated pinned (``torch.empty(..., pin_memory=True)``). Tests inject a fake one to run the
-    pool on CPU-only machines.
+    then copies without staging. New buffers are a power of two in size (at least 64 KiB), as
+    torch's host allocator pins that much anyway, and count against the cap at that size.
+    :meth:`release` gives a buffer back together with the event that marks the end of the copy
+    out of it; the buffer is not handed out again before that event has completed. ``pin_fn``
+    returns a pinned copy of a host tensor; by default buffers are allocated pinned
+    (``torch.empty(..., pin_memory=True)``). Tests inject a fake one to run the pool on CPU-only
+    machines.
     """
 
     def __init__(self, cap_bytes: int = DEFAULT_PIN_POOL_BYTES, pin_fn: PinFn | None = None):
@@ -175,10 +187,8 @@ class PinnedPool:
             self._free.remove(buf)
             self.reuses += 1
             return buf
-        size = -(-nbytes // _GRANULE) * _GRANULE
-        if size > self.cap_bytes:
-            size = nbytes
-        if nbytes <= self.cap_bytes:
+        size = _footprint(nbytes)
+        if size <= self.cap_bytes:
             # drop free buffers (all too small) until the new one fits under the cap
             self._free.sort(key=lambda b: b.numel())
             while self._free and self.bytes + size > self.cap_bytes:
@@ -207,7 +217,14 @@ class PinnedPool:
         self._busy.append((buf, event))
 
     def clear(self) -> None:
-        """Drop every buffer (copies still reading one are protected by torch's host allocator)."""
+        """Drop every buffer, once the copies still reading one have finished.
+
+        torch's host allocator would keep its own pinned blocks alive for those copies anyway,
+        but memory from a custom ``pin_fn`` may not be protected that way, so this waits.
+        """
+        for _, event in self._busy:
+            if event is not None:
+                event.synchronize()
         self._free.clear()
         self._busy.clear()
         self.bytes = 0
@@ -347,8 +364,10 @@ class DevicePrefetcher(Generic[T]):
             dataclasses of them (whatever :func:`torchplace.move` handles), e.g. a ``DataLoader``
             with or without ``pin_memory``. Each ``iter()`` of the prefetcher starts a new pass.
         device: where batches go; resolved with :func:`torchplace.resolve_device`.
-        depth: how many batches are copied ahead of the one the consumer holds (>= 1). Device
-            memory holds up to ``depth + 1`` batches.
+        depth: how many batches are copied ahead of the one the consumer holds (>= 1). The
+            host keeps ``depth + 1`` batches referenced; when the host runs ahead of the device,
+            the allocator also keeps the memory of batches whose kernels are still queued
+            (that is what ``record_stream`` protects), as with any asynchronous loop.
         pin: stage pageable host tensors through pinned buffers, so their copies can overlap.
         non_blocking: issue copies asynchronously on the side stream (only ever from pinned
             memory); False makes every copy blocking.
@@ -625,7 +644,8 @@ class DevicePrefetcher(Generic[T]):
             elif d.type != "cpu":
                 plan[id(t)] = "device"
                 resident = True
-            elif t.numel() == 0 or t.layout != torch.strided or t.is_nested:
+            elif t.numel() == 0 or t.layout != torch.strided or t.is_nested or t.requires_grad:
+                # a copy through a staging buffer would drop the autograd link of such a tensor
                 plan[id(t)] = "blocking"
             elif streams.is_pinned(t):
                 plan[id(t)] = "pinned"
@@ -673,7 +693,12 @@ class DevicePrefetcher(Generic[T]):
             how = plan[id(t)]
             convert = dtype is not None and t.dtype != dtype and t.is_floating_point()
             if how == "here":
-                out = t.to(dtype) if convert else t
+                if not convert:
+                    return t
+                # read on the side stream: the source may free it at once, and the allocator
+                # must not hand its memory to the consumer's stream before this read has run
+                streams.record_stream(t, side)
+                out = t.to(dtype)
             else:
                 src = views.get(id(t), t)
                 nb = non_blocking and how in ("stage", "pinned", "device")

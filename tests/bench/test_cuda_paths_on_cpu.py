@@ -108,6 +108,12 @@ def test_overlap_pipeline_orders_its_streams(fake_streams: list[str]) -> None:
     assert 0.0 <= result.hidden <= 1.0
     assert result.matmuls_per_batch >= 1
     assert result.best_possible == pytest.approx(3 / 4)
+    # the DevicePrefetcher run (a pass-through on this CPU stand-in) is timed and reported too
+    assert result.prefetcher_s is not None
+    assert result.prefetcher_s > 0
+    assert result.prefetcher_hidden is not None
+    assert 0.0 <= result.prefetcher_hidden <= 1.0
+    assert result.to_dict()["prefetcher_hidden_fraction"] == result.prefetcher_hidden
     # In the pipeline the compute stream waits for each batch's copy, and from the third batch
     # on the side stream waits until the buffer it overwrites has been consumed.
     # Three pipeline runs (one warm-up, two repeats) of four batches.

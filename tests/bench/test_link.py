@@ -102,3 +102,38 @@ def test_read_link_says_why_it_failed(tmp_path: Path) -> None:
     link, note = read_link(None)
     assert link is None
     assert "bus id" in note
+
+
+def test_sysfs_accepts_the_eight_digit_domain_of_nvml_and_the_inventory(tmp_path: Path) -> None:
+    root = sysfs(tmp_path, "16.0 GT/s PCIe", "16")
+    for spelling in ("00000000:3B:00.0", "00000000:3b:00.0", BUS):
+        link = link_from_sysfs(spelling, root=root)
+        assert link is not None, spelling
+        assert link.generation == 4
+
+
+def test_cuda_bus_id_comes_from_the_device_properties(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    import torch
+
+    from torchplace.bench.transfer import cuda_bus_id
+
+    seen: list[int] = []
+
+    def props(index: int) -> Any:
+        seen.append(index)
+        return types.SimpleNamespace(
+            name="NVIDIA H200",
+            major=9,
+            minor=0,
+            total_memory=1,
+            multi_processor_count=132,
+            pci_domain_id=0,
+            pci_bus_id=0x3B,
+            pci_device_id=0,
+        )
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", props)
+    assert cuda_bus_id(torch.device("cuda", 1)) == "00000000:3b:00.0"
+    assert seen == [1]

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import statistics
 from collections.abc import Iterator
@@ -340,3 +341,52 @@ def test_a_clock_that_does_not_move_gives_the_largest_count() -> None:
     )
     assert m.count == 9
     assert m.spread == 0.0
+
+
+class FakeCuda(FakeAccelerator):
+    """torch.cuda as the event backend sees it: a device context and per-device sync."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock)
+        self.current = 0
+
+    @contextlib.contextmanager
+    def device(self, device: torch.device) -> Iterator[None]:
+        previous, self.current = self.current, device.index
+        self.log.append(f"enter cuda:{device.index}")
+        try:
+            yield
+        finally:
+            self.current = previous
+            self.log.append("exit")
+
+    def synchronize(self, device: torch.device | None = None) -> None:  # type: ignore[override]
+        assert device is not None, "synchronize() without a device waits for the wrong GPU"
+        self.log.append(f"sync {device}")
+
+
+def test_cuda_events_are_recorded_with_the_timers_device_current() -> None:
+    # Events record on the current stream of the *current* device: a timer for cuda:1 must
+    # make cuda:1 current around its events and wait for cuda:1, not the default device.
+    clock = FakeClock()
+    cuda = FakeCuda(clock)
+    recorded_on: list[int] = []
+
+    class Event(FakeEvent):
+        def record(self, stream: object = None) -> None:
+            recorded_on.append(cuda.current)
+            super().record(stream)
+
+    def make_event(enable_timing: bool = False) -> Event:
+        return Event(clock, cuda.log, enable_timing)
+
+    cuda.Event = make_event  # type: ignore[method-assign]
+    backend = timer_module._EventBackend(torch.device("cuda", 1), cuda, clock)
+    fn, _ = scripted(clock, [0.002, 0.001, 0.003])
+    times, _ = backend.time_block(lambda k: fn(), 3)
+    assert times == pytest.approx([0.002, 0.001, 0.003])
+    assert recorded_on == [1] * 6
+    assert cuda.log[0] == "enter cuda:1"
+    assert cuda.log[1] == "sync cuda:1"
+    assert cuda.log[-2:] == ["sync cuda:1", "exit"]
+    assert backend.clock_name == "cuda events"

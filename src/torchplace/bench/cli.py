@@ -85,6 +85,15 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _subcommand(
+    subs: Any, name: str, parents: list[argparse.ArgumentParser], text: str
+) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = subs.add_parser(
+        name, parents=parents, help=text, description=text
+    )
+    return parser
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     """Declare the ``bench`` subcommands and their flags."""
     common = argparse.ArgumentParser(add_help=False)
@@ -106,11 +115,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     subs = parser.add_subparsers(dest="bench", metavar="BENCHMARK", required=True)
 
-    timing = subs.add_parser(
+    timing = _subcommand(
+        subs,
         "timing",
-        parents=[common],
-        help="one matmul timed three ways: naive clock, synchronised clock, device events",
-        description="one matmul timed three ways: naive clock, synchronised clock, device events",
+        [common],
+        "one matmul timed three ways: naive clock, synchronised clock, device events",
     )
     timing.add_argument(
         "--size", type=_positive_int, metavar="N", help="matrix side (default 4096; CPU 1024)"
@@ -118,11 +127,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     timing.add_argument("--repeats", type=_positive_int, default=20, help="timed calls per way")
     timing.add_argument("--warmup", type=int, default=3, help="untimed calls after the first")
 
-    transfer = subs.add_parser(
+    transfer = _subcommand(
+        subs,
         "transfer",
-        parents=[common, plot],
-        help="H2D/D2H bandwidth: pageable vs pinned, non_blocking off/on (CUDA only)",
-        description="H2D/D2H bandwidth: pageable vs pinned, non_blocking off/on (CUDA only)",
+        [common, plot],
+        "H2D/D2H bandwidth: pageable vs pinned, non_blocking off/on (CUDA only)",
     )
     transfer.add_argument(
         "--sizes",
@@ -138,11 +147,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="seconds of copies per case",
     )
 
-    overlap = subs.add_parser(
+    overlap = _subcommand(
+        subs,
         "overlap",
-        parents=[common],
-        help="fraction of a side-stream copy hidden behind compute (CUDA only)",
-        description="fraction of a side-stream copy hidden behind compute (CUDA only)",
+        [common],
+        "fraction of a side-stream copy hidden behind compute (CUDA only)",
     )
     overlap.add_argument(
         "--batch-mib", type=_positive_int, default=64, help="MiB copied per batch (default 64)"
@@ -156,11 +165,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     overlap.add_argument("--repeats", type=_positive_int, default=5, help="runs; the median counts")
 
-    model = subs.add_parser(
+    model = _subcommand(
+        subs,
         "model",
-        parents=[common, plot],
-        help="per-stage times of a model per batch size: H2D, compute, D2H, total, rows/s",
-        description="per-stage times of a model per batch size: H2D, compute, D2H, total, rows/s",
+        [common, plot],
+        "per-stage times of a model per batch size: H2D, compute, D2H, total, rows/s",
     )
     model.add_argument(
         "--model",

@@ -81,9 +81,19 @@ def _link(gigatransfers: float, width: int, source: str) -> LinkInfo | None:
     )
 
 
+def _sysfs_name(bus_id: str) -> str:
+    """sysfs spells the PCI domain with 4 hex digits (``0000:3b:00.0``), NVML and torchplace's
+    inventory with 8 (``00000000:3B:00.0``): accept either."""
+    domain, sep, rest = bus_id.lower().partition(":")
+    try:
+        return f"{int(domain, 16):04x}{sep}{rest}" if sep else bus_id.lower()
+    except ValueError:
+        return bus_id.lower()
+
+
 def link_from_sysfs(bus_id: str, *, root: Path = SYSFS_PCI_DEVICES) -> LinkInfo | None:
     """Read ``current_link_speed`` ("32.0 GT/s PCIe") and ``current_link_width`` ("16")."""
-    device = root / bus_id.lower()
+    device = root / _sysfs_name(bus_id)
     try:
         speed = (device / "current_link_speed").read_text()
         width = (device / "current_link_width").read_text()

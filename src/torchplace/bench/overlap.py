@@ -6,7 +6,10 @@ Three timings of ``batches`` batches, each with CUDA events on the compute strea
 - compute alone: the per-batch compute (matrix products over the batch) with no copies;
 - overlapped: a double-buffered pipeline, the side stream copying batch n+1 while the compute
   stream works on batch n. Events order the streams: compute on a buffer waits for its copy, and
-  the next copy into a buffer waits until the compute that read it is done.
+  the next copy into a buffer waits until the compute that read it is done;
+- prefetcher: the same batches and compute through :class:`torchplace.DevicePrefetcher` (the
+  batches are already pinned, as ``DataLoader(pin_memory=True)`` yields them), to show that the
+  component reaches what the hand-written pipeline reaches.
 
 The hidden fraction is ``(copy + compute - overlapped) / copy``, clipped to [0, 1]: 1 when the
 pipeline costs no more than the compute alone, 0 when it costs copy plus compute. The first copy
@@ -54,11 +57,19 @@ class OverlapResult:
     compute_s: float
     overlapped_s: float
     repeats: int
+    prefetcher_s: float | None = None
 
     @property
     def hidden(self) -> float:
         """The fraction of the copy time hidden behind compute, in [0, 1]."""
         return hidden_fraction(self.copy_s, self.compute_s, self.overlapped_s)
+
+    @property
+    def prefetcher_hidden(self) -> float | None:
+        """The same fraction for :class:`~torchplace.DevicePrefetcher` (None if not run)."""
+        if self.prefetcher_s is None:
+            return None
+        return hidden_fraction(self.copy_s, self.compute_s, self.prefetcher_s)
 
     @property
     def best_possible(self) -> float:
@@ -77,6 +88,8 @@ class OverlapResult:
             "sequential_s": self.copy_s + self.compute_s,
             "hidden_fraction": self.hidden,
             "best_possible_fraction": self.best_possible,
+            "prefetcher_s": self.prefetcher_s,
+            "prefetcher_hidden_fraction": self.prefetcher_hidden,
             "repeats": self.repeats,
         }
 
@@ -117,6 +130,8 @@ def _run(
     progress: Callable[[str], None] | None,
 ) -> OverlapResult:
     import torch
+
+    from torchplace.prefetch import DevicePrefetcher
 
     main = torch.cuda.current_stream(device)
     side = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
@@ -174,6 +189,13 @@ def _run(
             consumed[n % 2].record(main)
         main.wait_stream(side)
 
+    # Already-pinned batches, as DataLoader(pin_memory=True) yields them: copied, never staged.
+    prefetcher = DevicePrefetcher([host] * batches, device, depth=2)
+
+    def prefetched() -> None:
+        for batch in prefetcher:
+            compute(batch)
+
     # Warm up (cuBLAS handles, kernel choice), then size the compute so it covers the copy.
     if progress is not None:
         progress("calibrating")
@@ -184,14 +206,21 @@ def _run(
     target = max(1.25 * per_copy, (compute_ms or 0.0) * 1e-3)
     matmuls = max(1, math.ceil(target / per_matmul))
     overlapped()
-    samples: dict[str, list[float]] = {"copy": [], "compute": [], "overlapped": []}
+    prefetched()  # the allocator grows its pool for the prefetcher's batches here, untimed
+    runs = {
+        "copy": copy_alone,
+        "compute": compute_alone,
+        "overlapped": overlapped,
+        "prefetcher": prefetched,
+    }
+    samples: dict[str, list[float]] = {name: [] for name in runs}
     for r in range(repeats):
         if progress is not None:
             progress(f"repeat {r + 1}/{repeats}")
-        # Interleave the three so that drifting clocks or neighbours affect each alike.
-        samples["copy"].append(elapsed(copy_alone))
-        samples["compute"].append(elapsed(compute_alone))
-        samples["overlapped"].append(elapsed(overlapped))
+        # Interleave the runs so that drifting clocks or neighbours affect each alike.
+        for name, work in runs.items():
+            samples[name].append(elapsed(work))
+    prefetcher.close()
     return OverlapResult(
         device=str(device),
         batch_bytes=batch_bytes,
@@ -201,4 +230,5 @@ def _run(
         compute_s=statistics.median(samples["compute"]),
         overlapped_s=statistics.median(samples["overlapped"]),
         repeats=repeats,
+        prefetcher_s=statistics.median(samples["prefetcher"]),
     )

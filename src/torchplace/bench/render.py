@@ -116,10 +116,15 @@ def overlap_table(result: OverlapResult) -> Table:
         ("compute alone", result.compute_s),
         ("copy + compute, sequential", result.copy_s + result.compute_s),
         ("overlapped pipeline", result.overlapped_s),
+        ("DevicePrefetcher", result.prefetcher_s),
     ):
-        table.add_row(name, format_duration(seconds), format_duration(seconds / result.batches))
+        if seconds is not None:
+            per_batch = format_duration(seconds / result.batches)
+            table.add_row(name, format_duration(seconds), per_batch)
     table.add_row("copy rate", format_rate(result.batch_bytes * result.batches / result.copy_s), "")
     table.add_row("hidden fraction", f"{result.hidden:.1%}", "")
+    if result.prefetcher_hidden is not None:
+        table.add_row("hidden fraction, DevicePrefetcher", f"{result.prefetcher_hidden:.1%}", "")
     return table
 
 

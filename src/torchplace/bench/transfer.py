@@ -120,15 +120,10 @@ def transfer_cases() -> list[tuple[str, str, bool]]:
 
 
 def cuda_bus_id(device: torch.device) -> str | None:
-    """The sysfs PCI address (``0000:3b:00.0``) of a CUDA device, when torch exposes it."""
-    import torch
+    """The PCI address (``00000000:3b:00.0``) of a CUDA device, when torch exposes it."""
+    from torchplace.devices import default_probe
 
-    props: Any = torch.cuda.get_device_properties(device)
-    try:
-        domain, bus, dev = props.pci_domain_id, props.pci_bus_id, props.pci_device_id
-    except AttributeError:
-        return None
-    return f"{int(domain):04x}:{int(bus):02x}:{int(dev):02x}.0"
+    return default_probe().properties(device.index or 0).pci_bus_id
 
 
 def _timed(fn: Callable[[], Any], clock: Callable[[], int]) -> tuple[Any, float]:
