@@ -30,8 +30,8 @@ $(VENV)/.bench-stamp: $(VENV)/.test-stamp
 	$(PIP) -e '.[test,lint,peers]'
 	@touch $@
 
-run: $(VENV)/.run-stamp  ## the main job: the device doctor report
-	$(BIN)/torchplace doctor $(ARGS)
+run: $(VENV)/.run-stamp  ## the main job: serve the embedded demo model (seed-mlp) on 127.0.0.1:8000
+	$(BIN)/torchplace serve $(ARGS)
 
 test: $(VENV)/.test-stamp  ## run the whole test suite
 	$(BIN)/python -m pytest $(ARGS)
