@@ -40,6 +40,7 @@ lint: $(VENV)/.test-stamp  ## ruff and mypy (strict on the package)
 	$(BIN)/ruff check src tests benchmarks scripts
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/torchplace lint .
 
 bench: $(VENV)/.bench-stamp  ## run every benchmark in benchmarks/ side by side with its peers
 	@set -e; for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b $(ARGS); done

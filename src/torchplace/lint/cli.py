@@ -1,0 +1,145 @@
+"""Find device-contract pitfalls in Python source, statically (no torch import, no GPU).
+
+Exit status: 0 no findings, 1 findings, 2 usage or internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from torchplace.errors import ConfigError
+from torchplace.lint.config import load_settings
+from torchplace.lint.engine import decode_source, lint_bytes
+from torchplace.lint.finding import Finding
+from torchplace.lint.fix import apply_fixes
+from torchplace.lint.output import FORMATS, format_findings, format_statistics
+from torchplace.lint.rules import ALL_RULES
+from torchplace.lint.runner import lint_paths
+
+__all__ = ["configure", "run"]
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+def _codes(values: list[str] | None) -> list[str] | None:
+    if values is None:
+        return None
+    return [code for value in values for code in value.split(",") if code.strip()]
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Declare the ``torchplace lint`` arguments."""
+    parser.epilog = (
+        "Codes expand by prefix: --select TPL2 runs every TPL2xx rule. Silence one line with "
+        "'# noqa' or '# noqa: TPL101'. Settings are read from [tool.torchplace.lint] in the "
+        "nearest pyproject.toml (select, ignore, extend-select, exclude, per-file-ignores)."
+    )
+    parser.add_argument(
+        "paths", nargs="*", default=["."], metavar="PATH", help="files or directories (default: .)"
+    )
+    parser.add_argument(
+        "--select",
+        action="append",
+        metavar="CODES",
+        help="comma-separated codes or prefixes to run",
+    )
+    parser.add_argument(
+        "--ignore",
+        action="append",
+        metavar="CODES",
+        help="comma-separated codes or prefixes to skip",
+    )
+    parser.add_argument(
+        "--extend-select", action="append", metavar="CODES", help="add codes to the selection"
+    )
+    parser.add_argument(
+        "--exclude", action="append", metavar="PATTERN", help="gitignore-style pattern to skip"
+    )
+    parser.add_argument(
+        "--format", choices=FORMATS, default="text", help="output format (default: text)"
+    )
+    parser.add_argument("--fix", action="store_true", help="apply the fixes marked safe")
+    parser.add_argument(
+        "--statistics", action="store_true", help="print the number of findings per rule"
+    )
+    parser.add_argument(
+        "-j", "--jobs", type=int, default=None, metavar="N", help="worker processes (default: CPUs)"
+    )
+    parser.add_argument(
+        "--exit-zero", action="store_true", help="exit 0 even when there are findings"
+    )
+    parser.add_argument("--isolated", action="store_true", help="ignore pyproject.toml settings")
+    parser.add_argument("--list-rules", action="store_true", help="list the rules and exit")
+
+
+def _apply_fixes(findings: list[Finding]) -> tuple[int, set[str]]:
+    """Fix files in place; return (fixes applied, files changed)."""
+    by_file: dict[str, list[Finding]] = defaultdict(list)
+    for finding in findings:
+        if finding.fix is not None:
+            by_file[finding.path].append(finding)
+    applied = 0
+    changed: set[str] = set()
+    for path, file_findings in by_file.items():
+        raw = Path(path).read_bytes()
+        source = decode_source(raw)
+        if source.encode("utf-8") != raw:
+            continue  # a BOM or another encoding: leave the bytes alone
+        fixed, count = apply_fixes(source, file_findings)
+        if count and fixed != source:
+            Path(path).write_bytes(fixed.encode("utf-8"))
+            applied += count
+            changed.add(path)
+    return applied, changed
+
+
+def run(args: argparse.Namespace) -> int:
+    """Lint the paths; print the findings; return the exit status."""
+    if args.list_rules:
+        for rule in ALL_RULES.values():
+            mark = " [*]" if rule.fix == "safe" else ""
+            print(f"{rule.code}  {rule.name:<28} {rule.summary}{mark}")
+        return EXIT_CLEAN
+    if args.jobs is not None and args.jobs < 1:
+        raise ConfigError(f"--jobs must be at least 1, got {args.jobs}")
+    settings = load_settings(
+        select=_codes(args.select),
+        ignore=_codes(args.ignore),
+        extend_select=_codes(args.extend_select),
+        exclude=args.exclude,
+        isolated=args.isolated,
+    )
+    result = lint_paths(args.paths, settings, jobs=args.jobs)
+    findings = result.findings
+    if args.fix:
+        applied, changed = _apply_fixes(findings)
+        if changed:
+            kept = [f for f in findings if f.path not in changed]
+            for path in sorted(changed):
+                try:
+                    rel = Path(path).resolve().relative_to(settings.root).as_posix()
+                except ValueError:
+                    rel = path
+                codes = settings.codes_for(rel)
+                kept.extend(lint_bytes(Path(path).read_bytes(), path, select=codes))
+            findings = sorted(kept)
+        print(f"Fixed {applied} finding(s) in {len(changed)} file(s).", file=sys.stderr)
+    from torchplace import __version__
+
+    if args.statistics and args.format == "text":
+        if findings:
+            print(format_statistics(findings))
+    else:
+        text = format_findings(findings, args.format, files=result.files, version=__version__)
+        if text:
+            print(text)
+    for path, message in result.errors:
+        print(f"torchplace lint: internal error on {path}: {message}", file=sys.stderr)
+    if result.errors:
+        return EXIT_ERROR
+    if findings and not args.exit_zero:
+        return EXIT_FINDINGS
+    return EXIT_CLEAN

@@ -1,0 +1,414 @@
+"""The engine: parse a file once, walk it once, dispatch nodes to the selected rules' checks.
+
+Speed comes from three choices. Parsing is Python's own ``ast`` (C). Statements are walked in a
+single pass that keeps the context (scopes, loops, enclosing blocks) the checks need. And the
+expressions of a statement are only visited when one of its lines matches a trigger of a
+selected rule (one regular expression run over the whole text), since most lines of most files
+cannot hold a finding.
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import codecs
+import gc
+import re
+import tokenize
+from collections.abc import Iterable
+from functools import lru_cache
+from io import BytesIO
+
+from torchplace.lint.base import Check, Context, Scope
+from torchplace.lint.finding import Finding, Fix
+from torchplace.lint.resolver import Resolver, module_name_for
+from torchplace.lint.rules import ALL_RULES, FAMILIES
+
+__all__ = ["decode_source", "lint_bytes", "lint_source", "split_lines"]
+
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+_NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]*(?:[\s,]+[A-Za-z]+[0-9]*)*))?", re.I)
+_NEWLINE = re.compile(r"\r\n|\r|\n")
+_LEAVES = frozenset({ast.Name, ast.Constant})
+# Fields of each node type that may hold expressions (``ctx`` and operators never do).
+_CHILD_FIELDS: dict[type[ast.AST], tuple[str, ...]] = {}
+_NO_CHILDREN = frozenset({"ctx", "op"})
+
+
+def _child_fields(kind: type[ast.AST]) -> tuple[str, ...]:
+    fields = tuple(name for name in kind._fields if name not in _NO_CHILDREN)
+    _CHILD_FIELDS[kind] = fields
+    return fields
+
+
+class _Plan:
+    """The dispatch table and trigger pattern for one selection of rules."""
+
+    def __init__(self, selected: frozenset[str]) -> None:
+        self.selected = selected
+        self.dispatch: dict[type[ast.AST], list[Check]] = {}
+        triggers: set[str] = set()
+        for family in FAMILIES:
+            if not any(rule.code in selected for rule in family.rules):
+                continue
+            for node_type, check, codes in family.checks:
+                if any(code in selected for code in codes):
+                    self.dispatch.setdefault(node_type, []).append(check)
+            triggers.update(family.triggers)
+        # Drop literals that contain a shorter one: every hit of theirs is already a hit.
+        self.triggers = tuple(
+            sorted(t for t in triggers if not any(o != t and o in t for o in triggers))
+        )
+
+
+@lru_cache(maxsize=32)
+def _plan(selected: frozenset[str]) -> _Plan:
+    return _Plan(selected)
+
+
+def split_lines(source: str) -> list[str]:
+    """Lines as Python's tokenizer counts them (``\\r\\n``, ``\\r`` or ``\\n``), without ends."""
+    return _NEWLINE.split(source)
+
+
+def _char_col(line: str, byte_col: int) -> int:
+    """1-based character column of a 0-based UTF-8 byte offset into ``line``."""
+    if line.isascii():
+        return byte_col + 1
+    return len(line.encode("utf-8")[:byte_col].decode("utf-8", "replace")) + 1
+
+
+def decode_source(raw: bytes) -> str:
+    """Decode source bytes as Python does (BOM, PEP 263 cookie, else UTF-8); may raise."""
+    if raw.startswith(codecs.BOM_UTF8):
+        return raw[3:].decode("utf-8")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        encoding, _ = tokenize.detect_encoding(BytesIO(raw).readline)
+        if encoding in {"utf-8", "utf-8-sig"}:
+            raise
+        return raw.decode(encoding)
+
+
+class _Walker:
+    """One pass over a module's statements, visiting hot expressions with the context kept."""
+
+    def __init__(self, ctx: Context, plan: _Plan, hot: list[int]) -> None:
+        self.ctx = ctx
+        self.dispatch = plan.dispatch
+        self.hot = hot
+
+    def is_hot(self, first: int, last: int) -> bool:
+        hot = self.hot
+        i = bisect.bisect_left(hot, first)
+        return i < len(hot) and hot[i] <= last
+
+    def block(self, body: list[ast.stmt]) -> None:
+        path = self.ctx.stmt_path
+        for index, stmt in enumerate(body):
+            path.append((body, index))
+            try:
+                self.stmt(stmt)
+            finally:
+                path.pop()
+
+    def exprs(self, nodes: Iterable[ast.AST | None]) -> None:
+        for node in nodes:
+            if node is not None and self.is_hot(
+                node.lineno,  # type: ignore[attr-defined]
+                node.end_lineno or node.lineno,  # type: ignore[attr-defined]
+            ):
+                self.expr(node)
+
+    def _checks(self, node: ast.AST) -> None:
+        checks = self.dispatch.get(type(node))
+        if checks:
+            for check in checks:
+                check(node, self.ctx)
+
+    def stmt(self, node: ast.stmt) -> None:
+        ctx = self.ctx
+        kind = type(node)
+        if kind is ast.Import:
+            ctx.resolver.add_import(node)  # type: ignore[arg-type]
+            return
+        if kind is ast.ImportFrom:
+            ctx.resolver.add_import_from(node)  # type: ignore[arg-type]
+            return
+        parents = ctx.parents
+        if kind in _FUNCTIONS or kind is ast.ClassDef:
+            self._definition(node)
+            return
+        if kind in _LOOPS:
+            header = node.iter if kind is not ast.While else node.test  # type: ignore[attr-defined]
+            if self.is_hot(node.lineno, header.end_lineno or node.lineno):
+                self._checks(node)
+            parents.append(node)
+            if kind is ast.While:
+                ctx.scope.loops.append(node)
+                self.exprs([header])
+            else:
+                self.exprs([header])
+                ctx.scope.loops.append(node)
+                self.exprs([node.target])  # type: ignore[attr-defined]
+            self.block(node.body)  # type: ignore[attr-defined]
+            ctx.scope.loops.pop()
+            self.block(node.orelse)  # type: ignore[attr-defined]
+            parents.pop()
+            return
+        if kind is ast.If:
+            parents.append(node)
+            self.exprs([node.test])  # type: ignore[attr-defined]
+            self.block(node.body)  # type: ignore[attr-defined]
+            self.block(node.orelse)  # type: ignore[attr-defined]
+            parents.pop()
+            return
+        if kind is ast.With or kind is ast.AsyncWith:
+            parents.append(node)
+            for item in node.items:  # type: ignore[attr-defined]
+                self.exprs([item.context_expr, item.optional_vars])
+            self.block(node.body)  # type: ignore[attr-defined]
+            parents.pop()
+            return
+        if kind is ast.Try or kind.__name__ == "TryStar":
+            parents.append(node)
+            self.block(node.body)  # type: ignore[attr-defined]
+            for handler in node.handlers:  # type: ignore[attr-defined]
+                parents.append(handler)
+                self.exprs([handler.type])
+                self.block(handler.body)
+                parents.pop()
+            self.block(node.orelse)  # type: ignore[attr-defined]
+            self.block(node.finalbody)  # type: ignore[attr-defined]
+            parents.pop()
+            return
+        if kind is ast.Match:
+            parents.append(node)
+            self.exprs([node.subject])  # type: ignore[attr-defined]
+            for case in node.cases:  # type: ignore[attr-defined]
+                self.exprs([case.guard])
+                self.block(case.body)
+            parents.pop()
+            return
+        # A simple statement: its own checks always (they are cheap), its expressions if hot.
+        self._checks(node)
+        if not self.is_hot(node.lineno, node.end_lineno or node.lineno):
+            return
+        depth, loops = len(parents), ctx.scope.loops
+        looping = len(loops)
+        parents.append(node)
+        try:
+            for child in ast.iter_child_nodes(node):
+                self.expr(child)
+        except RecursionError:  # absurdly nested expression: stay silent on it
+            del loops[looping:]
+        del parents[depth:]
+
+    def _definition(self, node: ast.stmt) -> None:
+        ctx = self.ctx
+        is_class = isinstance(node, ast.ClassDef)
+        assert isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        self.exprs(node.decorator_list)
+        if is_class:
+            assert isinstance(node, ast.ClassDef)
+            self.exprs([*node.bases, *(kw.value for kw in node.keywords)])
+            module_class = ctx.resolver.is_module_class(node)
+            if module_class:
+                ctx.resolver.local_module_classes.add(node.name)
+            scope = Scope("class", node, node.name, ctx.scope, is_module_class=module_class)
+        else:
+            assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            args = node.args
+            self.exprs([*args.defaults, *args.kw_defaults])
+            scope = Scope("function", node, node.name, ctx.scope)
+        if self.is_hot(node.lineno, node.body[0].lineno - 1 if node.body else node.lineno):
+            self._checks(node)
+        outer = ctx.scope
+        ctx.scope = scope
+        ctx.parents.append(node)
+        try:
+            self.block(node.body)
+        finally:
+            ctx.parents.pop()
+            ctx.scope = outer
+
+    def expr(self, node: ast.AST) -> None:
+        kind = type(node)
+        checks = self.dispatch.get(kind)
+        ctx = self.ctx
+        if checks:
+            for check in checks:
+                check(node, ctx)
+        if kind in _LEAVES:
+            return
+        parents = ctx.parents
+        parents.append(node)
+        if isinstance(node, _COMPREHENSIONS):
+            generators = node.generators
+            self.expr(generators[0].iter)
+            loops = ctx.scope.loops
+            loops.append(node)
+            for index, gen in enumerate(generators):
+                if index:
+                    self.expr(gen.iter)
+                self.expr(gen.target)
+                for cond in gen.ifs:
+                    self.expr(cond)
+            if isinstance(node, ast.DictComp):
+                self.expr(node.key)
+                self.expr(node.value)
+            else:
+                self.expr(node.elt)
+            loops.pop()
+        else:
+            for name in _CHILD_FIELDS.get(kind) or _child_fields(kind):
+                child = getattr(node, name, None)
+                if child is None:
+                    continue
+                if type(child) is list:
+                    for item in child:
+                        if isinstance(item, ast.AST):
+                            self.expr(item)
+                elif isinstance(child, ast.AST):
+                    self.expr(child)
+        parents.pop()
+
+
+def _hot_lines(text: str, triggers: tuple[str, ...]) -> list[int]:
+    """Sorted numbers of the lines holding a trigger literal (``str.find`` is fast C)."""
+    positions: list[int] = []
+    find = text.find
+    append = positions.append
+    for literal in triggers:
+        index = find(literal)
+        while index != -1:
+            append(index)
+            index = find(literal, index + 1)
+    if not positions:
+        return []
+    positions.sort()
+    lines: list[int] = []
+    count = text.count
+    line, pos = 1, 0
+    for start in positions:
+        line += count("\n", pos, start)
+        pos = start
+        if not lines or lines[-1] != line:
+            lines.append(line)
+    return lines
+
+
+def _suppressed(line_text: str, code: str) -> bool:
+    if "noqa" not in line_text.lower():
+        return False
+    for match in _NOQA.finditer(line_text):
+        codes = match.group("codes")
+        if codes is None:
+            return True
+        for item in re.split(r"[\s,]+", codes.strip()):
+            if item and code.upper().startswith(item.upper()):
+                return True
+    return False
+
+
+def lint_source(
+    source: str,
+    path: str = "<string>",
+    *,
+    select: Iterable[str] | None = None,
+    raw: bytes | None = None,
+    module: str | None = None,
+    is_package: bool = False,
+) -> list[Finding]:
+    """Lint one file's text; return its findings sorted by position.
+
+    ``select`` is the set of rule codes to run (default: all). ``module`` is the file's dotted
+    module name, used for relative imports (default: derived from ``path`` if it exists).
+    """
+    selected = frozenset(ALL_RULES) if select is None else frozenset(select)
+    plan = _plan(selected)
+    try:
+        tree = ast.parse(raw if raw is not None else source, filename=path)
+    except (SyntaxError, ValueError) as exc:
+        if "TPL000" not in selected:
+            return []
+        line = getattr(exc, "lineno", None) or 1
+        col = getattr(exc, "offset", None) or 1
+        message = getattr(exc, "msg", None) or str(exc)
+        return [Finding(path, line, max(col, 1), "TPL000", f"syntax error: {message}")]
+    except (RecursionError, MemoryError) as exc:
+        if "TPL000" not in selected:
+            return []
+        return [Finding(path, 1, 1, "TPL000", f"cannot parse: {type(exc).__name__}")]
+    return _lint_tree(tree, source, path, plan, module, is_package)
+
+
+def _lint_tree(
+    tree: ast.Module, source: str, path: str, plan: _Plan, module: str | None, is_package: bool
+) -> list[Finding]:
+    if not plan.dispatch:
+        return []
+    hot = _hot_lines(source, plan.triggers)
+    found: list[tuple[str, ast.AST, str, Fix | None]] = []
+
+    selected = plan.selected
+
+    def report(code: str, node: ast.AST, message: str, fix: Fix | None) -> None:
+        if code in selected:
+            found.append((code, node, message, fix))
+
+    resolver = Resolver(module, is_package=is_package)
+    ctx = Context(path=path, source=source, resolver=resolver, report_fn=report)
+    ctx.scope = Scope("module", tree, "<module>", None)
+    _Walker(ctx, plan, hot).block(tree.body)
+    if not found:
+        return []
+    lines = split_lines(source)
+    findings: set[Finding] = set()
+    for code, node, message, fix in found:
+        line = getattr(node, "lineno", 1)
+        text = lines[line - 1] if line <= len(lines) else ""
+        if _suppressed(text, code):
+            continue
+        end_line = getattr(node, "end_lineno", None) or line
+        end_text = lines[end_line - 1] if end_line <= len(lines) else ""
+        findings.add(
+            Finding(
+                path,
+                line,
+                _char_col(text, getattr(node, "col_offset", 0)),
+                code,
+                message,
+                end_line,
+                _char_col(end_text, getattr(node, "end_col_offset", None) or 0),
+                fix,
+            )
+        )
+    return sorted(findings)
+
+
+def lint_bytes(
+    raw: bytes, path: str, *, select: Iterable[str] | None = None, resolve_module: bool = True
+) -> list[Finding]:
+    """Lint a file's raw bytes: undecodable text is a ``TPL001`` finding, never an exception."""
+    selected = frozenset(ALL_RULES) if select is None else frozenset(select)
+    try:
+        source = decode_source(raw)
+    except (UnicodeDecodeError, LookupError, SyntaxError) as exc:
+        if "TPL001" not in selected:
+            return []
+        return [Finding(path, 1, 1, "TPL001", f"cannot decode file: {exc}")]
+    module, is_package = module_name_for(path) if resolve_module else (None, False)
+    # Parsing allocates millions of objects; the cyclic collector only slows that down.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return lint_source(
+            source, path, select=selected, raw=raw, module=module, is_package=is_package
+        )
+    finally:
+        if enabled:
+            gc.enable()

@@ -1,0 +1,122 @@
+"""Output formats: ``text`` (ruff-like), ``json``, ``sarif`` (2.1.0) and ``github`` annotations."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+
+from torchplace.lint.finding import Finding
+from torchplace.lint.rules import ALL_RULES
+
+__all__ = ["FORMATS", "format_findings", "format_statistics"]
+
+FORMATS = ("text", "json", "sarif", "github")
+_SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+
+
+def _text(findings: Sequence[Finding], files: int) -> str:
+    lines = [
+        f"{f.path}:{f.line}:{f.col}: {f.code}{' [*]' if f.fix else ''} {f.message}"
+        for f in findings
+    ]
+    if findings:
+        fixable = sum(1 for f in findings if f.fix is not None)
+        noun = "finding" if len(findings) == 1 else "findings"
+        lines.append(f"Found {len(findings)} {noun} in {files} file(s).")
+        if fixable:
+            lines.append(f"[*] {fixable} fixable with the `--fix` option.")
+    else:
+        lines.append(f"All checks passed ({files} file(s)).")
+    return "\n".join(lines)
+
+
+def _sarif(findings: Sequence[Finding], version: str) -> str:
+    rules = [
+        {
+            "id": rule.code,
+            "name": rule.name,
+            "shortDescription": {"text": rule.summary},
+            "properties": {"fixable": rule.fix == "safe"},
+        }
+        for rule in ALL_RULES.values()
+    ]
+    index = {code: i for i, code in enumerate(ALL_RULES)}
+    results = [
+        {
+            "ruleId": f.code,
+            "ruleIndex": index[f.code],
+            "level": "error",
+            "message": {"text": f.message},
+            "locations": [
+                {
+                    "physicalLocation": {
+                        "artifactLocation": {"uri": f.path.replace("\\", "/")},
+                        "region": {
+                            "startLine": f.line,
+                            "startColumn": f.col,
+                            "endLine": f.end_line or f.line,
+                            "endColumn": f.end_col or f.col,
+                        },
+                    }
+                }
+            ],
+        }
+        for f in findings
+    ]
+    document = {
+        "$schema": _SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "torchplace-lint",
+                        "version": version,
+                        "rules": rules,
+                    }
+                },
+                "results": results,
+            }
+        ],
+    }
+    return json.dumps(document, indent=2)
+
+
+def _github_escape(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _github(findings: Sequence[Finding]) -> str:
+    return "\n".join(
+        f"::error title=torchplace ({f.code}),file={_github_escape(f.path)},line={f.line},"
+        f"col={f.col},endLine={f.end_line or f.line},endColumn={f.end_col or f.col}::"
+        f"{_github_escape(f'{f.code} {f.message}')}"
+        for f in findings
+    )
+
+
+def format_findings(
+    findings: Sequence[Finding], fmt: str, *, files: int = 0, version: str = "0"
+) -> str:
+    """Render findings in one of :data:`FORMATS`."""
+    if fmt == "text":
+        return _text(findings, files)
+    if fmt == "json":
+        return json.dumps([f.to_dict() for f in findings], indent=2)
+    if fmt == "sarif":
+        return _sarif(findings, version)
+    if fmt == "github":
+        return _github(findings)
+    raise ValueError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
+
+
+def format_statistics(findings: Sequence[Finding]) -> str:
+    """One line per code: count, code, fixable mark, rule name (most frequent first)."""
+    counts = Counter(f.code for f in findings)
+    fixable = {f.code for f in findings if f.fix is not None}
+    width = max((len(str(n)) for n in counts.values()), default=1)
+    return "\n".join(
+        f"{count:>{width}}\t{code}\t{'[*] ' if code in fixable else ''}{ALL_RULES[code].name}"
+        for code, count in sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    )

@@ -1,0 +1,136 @@
+"""A small name resolver: which dotted name does an expression refer to through the imports?
+
+``import torch as t`` makes ``t.zeros`` resolve to ``torch.zeros``; ``from torch import nn``
+makes ``nn.Module`` resolve to ``torch.nn.Module``; relative imports resolve against the file's
+own package, so ``from .module import Module`` inside ``torch/nn/modules/`` is found too.
+Imports are file-wide (a local import counts everywhere after it): precise enough for lint,
+and it keeps the resolver one dictionary.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from functools import lru_cache
+
+__all__ = ["Resolver", "is_module_base", "module_name_for"]
+
+# Upper-case names under torch.nn that are not nn.Module subclasses.
+_NOT_MODULES = frozenset(
+    {"Parameter", "UninitializedParameter", "UninitializedBuffer", "Buffer", "ParameterDict"}
+)
+_MODULE_ROOTS = frozenset(
+    {
+        "torch.nn.Module",
+        "torch.jit.ScriptModule",
+        "lightning.LightningModule",
+        "lightning.pytorch.LightningModule",
+        "pytorch_lightning.LightningModule",
+    }
+)
+
+
+def is_module_base(qualname: str) -> bool:
+    """Whether a resolved base-class name is ``nn.Module`` or one of torch's module classes."""
+    if qualname in _MODULE_ROOTS:
+        return True
+    if not qualname.startswith("torch.nn."):
+        return False
+    parts = qualname.split(".")
+    last = parts[-1]
+    if not last[:1].isupper() or last in _NOT_MODULES:
+        return False
+    # torch.nn.X, torch.nn.modules.<file>.X, torch.nn.parallel.X, torch.nn.quantized...X
+    return len(parts) == 3 or parts[2] in {"modules", "parallel", "quantized", "intrinsic", "qat"}
+
+
+@lru_cache(maxsize=4096)
+def _package_of_dir(directory: str) -> str | None:
+    """The dotted package a directory is, climbing while ``__init__.py`` files exist."""
+    if not os.path.isfile(os.path.join(directory, "__init__.py")):
+        return None
+    parent, name = os.path.split(directory)
+    if not name.isidentifier():
+        return None
+    above = _package_of_dir(parent) if parent != directory else None
+    return f"{above}.{name}" if above else name
+
+
+def module_name_for(path: str) -> tuple[str | None, bool]:
+    """``(dotted module name, is a package __init__)`` of a source file, or ``(None, False)``."""
+    directory, filename = os.path.split(os.path.abspath(path))
+    stem = filename[:-3] if filename.endswith(".py") else filename
+    package = _package_of_dir(directory)
+    if package is None:
+        return (stem if stem.isidentifier() else None), False
+    if stem == "__init__":
+        return package, True
+    return f"{package}.{stem}", False
+
+
+class Resolver:
+    """Maps local names to the dotted names they were imported as."""
+
+    __slots__ = ("is_package", "local_module_classes", "module", "names")
+
+    def __init__(self, module: str | None = None, *, is_package: bool = False) -> None:
+        self.module = module
+        self.is_package = is_package
+        self.names: dict[str, str] = {}
+        # Classes of this file that subclass nn.Module, directly or through each other.
+        self.local_module_classes: set[str] = set()
+
+    def add_import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            if alias.asname:
+                self.names[alias.asname] = alias.name
+            else:
+                top = alias.name.split(".")[0]
+                self.names[top] = top
+
+    def add_import_from(self, node: ast.ImportFrom) -> None:
+        base = self._absolute(node.module, node.level)
+        if base is None:
+            return
+        for alias in node.names:
+            if alias.name == "*":
+                continue
+            self.names[alias.asname or alias.name] = f"{base}.{alias.name}"
+
+    def _absolute(self, module: str | None, level: int) -> str | None:
+        if level == 0:
+            return module
+        if self.module is None:
+            return None
+        parts = self.module.split(".")
+        drop = level - 1 if self.is_package else level
+        if drop >= len(parts):
+            return None
+        package = parts[: len(parts) - drop]
+        return ".".join(package + ([module] if module else []))
+
+    def qualname(self, node: ast.AST) -> str | None:
+        """``t.nn.Linear`` -> ``torch.nn.Linear``; None when the root is not an import."""
+        parts: list[str] = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name):
+            return None
+        root = self.names.get(node.id)
+        if root is None:
+            return None
+        if not parts:
+            return root
+        parts.append(root)
+        return ".".join(reversed(parts))
+
+    def is_module_class(self, node: ast.ClassDef) -> bool:
+        """Whether a class derives from ``nn.Module`` by import or through a class of this file."""
+        for base in node.bases:
+            if isinstance(base, ast.Name) and base.id in self.local_module_classes:
+                return True
+            name = self.qualname(base)
+            if name is not None and is_module_base(name):
+                return True
+        return False

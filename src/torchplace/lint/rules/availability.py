@@ -1,0 +1,111 @@
+"""TPL6xx: CUDA-only calls that run where no CUDA device may exist."""
+
+from __future__ import annotations
+
+import ast
+
+from torchplace.lint.base import Context, Family, Rule
+from torchplace.lint.rules.facts import CUDA_ONLY, mentions
+
+__all__ = ["FAMILY"]
+
+UNGUARDED = Rule("TPL601", "unguarded-cuda-call", "CUDA-only call outside an availability check")
+
+_EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+_SKIP_WORDS = ("skip", "exit")
+
+
+def _call(call: ast.Call, ctx: Context) -> None:
+    name = ctx.call_qualname(call)
+    if name not in CUDA_ONLY or not _entry_point(ctx) or _guarded(ctx):
+        return
+    ctx.report(
+        UNGUARDED.code,
+        call,
+        f"`{name}()` raises where CUDA is not available (CPU-only build, hidden GPUs, another "
+        "backend); check `torch.cuda.is_available()` first or take the device as a parameter",
+    )
+
+
+def _entry_point(ctx: Context) -> bool:
+    """Code no caller can have checked for: module level, ``main()`` and ``test_*()``.
+
+    Inside any other function the caller may own the check (a CUDA-only code path called
+    only for CUDA devices), which cannot be seen statically: stay silent there.
+    """
+    scope = ctx.function_scope()
+    while scope is not None:
+        if scope.name == "main" or scope.name.startswith("test"):
+            return True
+        parent = scope.parent
+        while parent is not None and parent.kind != "function":
+            parent = parent.parent
+        if parent is None:
+            return False
+        scope = parent
+    return True
+
+
+def _guarded(ctx: Context) -> bool:
+    path = ctx.path.replace("\\", "/")
+    # The CUDA API's own implementation runs on CUDA by contract.
+    if "/cuda/" in path:
+        return True
+    for parent in ctx.parents:
+        if isinstance(parent, (ast.If, ast.While, ast.IfExp)):
+            if mentions(parent.test):
+                return True
+        elif isinstance(parent, ast.BoolOp):
+            if any(mentions(value) for value in parent.values):
+                return True
+        elif isinstance(parent, (ast.Try, ast.ExceptHandler)) or type(parent).__name__ == "TryStar":
+            # Errors handled (or the call sits in the handler of a failed attempt).
+            if not isinstance(parent, ast.ExceptHandler) and not getattr(parent, "handlers", None):
+                continue
+            return True
+        elif isinstance(parent, (ast.With, ast.AsyncWith)):
+            # with contextlib.suppress(RuntimeError): / with pytest.raises(...):
+            if any(
+                isinstance(item.context_expr, ast.Call)
+                and mentions(item.context_expr.func, ("suppress", "raises", "skip"))
+                for item in parent.items
+            ):
+                return True
+        elif isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if mentions(ast.Name(id=parent.name), ("cuda", "gpu", "nccl", "device")):
+                return True
+            if any(mentions(d) for d in parent.decorator_list):
+                return True
+    # An earlier early exit or assertion: `if not torch.cuda.is_available(): return`.
+    for block, index in ctx.stmt_path:
+        for stmt in block[:index]:
+            if _is_guard_statement(stmt):
+                return True
+    return False
+
+
+def _is_guard_statement(stmt: ast.stmt) -> bool:
+    if isinstance(stmt, ast.Assert):
+        return mentions(stmt.test)
+    if isinstance(stmt, ast.If) and mentions(stmt.test):
+        last = stmt.body[-1]
+        if isinstance(last, _EXITS):
+            return True
+        if isinstance(last, ast.Expr) and isinstance(last.value, ast.Call):
+            return mentions(last.value.func, _SKIP_WORDS)
+    if isinstance(stmt, ast.Assign):
+        # pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), ...)
+        return any(
+            isinstance(t, ast.Name) and t.id == "pytestmark" for t in stmt.targets
+        ) and mentions(stmt.value)
+    return False
+
+
+FAMILY = Family(
+    rules=(UNGUARDED,),
+    checks=((ast.Call, _call, (UNGUARDED.code,)),),
+    triggers=(
+        *("get_device_", "current_device", "set_device", "mem_get_info", "synchronize"),
+        *("memory_", "_stream(", "Stream", "Event", "CUDAGraph"),
+    ),
+)

@@ -1,0 +1,414 @@
+"""What the rules know about PyTorch, kept as data, and the small inferences built on it.
+
+Every inference here answers "yes", "no" or "cannot tell"; rules act on "yes" only, so an
+unknown receiver, a computed device or a value passed through ``**kwargs`` keeps them silent.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from torchplace.lint.base import Context, Scope, call_name, keyword
+
+__all__ = [
+    "CUDA_ONLY",
+    "DEVICE_STRING",
+    "FACTORIES",
+    "SYNC_CALLS",
+    "TENSOR_FUNCTIONS",
+    "TIMERS",
+    "device_argument",
+    "in_periodic_branch",
+    "in_test",
+    "is_device_bound_loop",
+    "is_module_expr",
+    "is_tensor_expr",
+    "loop_bound_names",
+    "mentions",
+    "moves_to_device",
+    "receiver_root",
+]
+
+# Factories that allocate on the default device (the CPU) unless given ``device=``.
+FACTORIES = frozenset(
+    f"torch.{name}"
+    for name in (
+        "zeros",
+        "ones",
+        "empty",
+        "full",
+        "arange",
+        "tensor",
+        "rand",
+        "randn",
+        "randint",
+        "randperm",
+        "eye",
+        "linspace",
+        "logspace",
+        "empty_strided",
+        "tril_indices",
+        "triu_indices",
+    )
+)
+
+# torch functions known to return a tensor (factories, conversions, common ops).
+TENSOR_FUNCTIONS = FACTORIES | frozenset(
+    f"torch.{name}"
+    for name in (
+        "as_tensor",
+        "from_numpy",
+        "cat",
+        "concat",
+        "stack",
+        "matmul",
+        "mm",
+        "bmm",
+        "einsum",
+        "where",
+        "zeros_like",
+        "ones_like",
+        "empty_like",
+        "full_like",
+        "rand_like",
+        "randn_like",
+        "randint_like",
+        "clone",
+    )
+)
+
+# Tensor methods that return a tensor.
+TENSOR_METHODS = frozenset(
+    {
+        "to",
+        "cuda",
+        "cpu",
+        "float",
+        "half",
+        "double",
+        "long",
+        "int",
+        "bool",
+        "bfloat16",
+        "contiguous",
+        "view",
+        "reshape",
+        "clone",
+        "detach",
+        "pin_memory",
+        "unsqueeze",
+        "squeeze",
+        "permute",
+        "transpose",
+        "flatten",
+    }
+)
+
+# Calls that make the host wait for the device (explicitly or by reading a value back).
+SYNC_CALLS = frozenset(
+    {"synchronize", "elapsed_time", "item", "cpu", "tolist", "numpy", "block_until_ready", "wait"}
+)
+
+TIMERS = frozenset(
+    {
+        "time.time",
+        "time.perf_counter",
+        "time.monotonic",
+        "time.perf_counter_ns",
+        "time.time_ns",
+        "time.monotonic_ns",
+        "timeit.default_timer",
+    }
+)
+
+# torch.cuda functions that raise (or initialise CUDA) when no CUDA device is usable.
+CUDA_ONLY = frozenset(
+    f"torch.cuda.{name}"
+    for name in (
+        "get_device_name",
+        "get_device_properties",
+        "get_device_capability",
+        "current_device",
+        "set_device",
+        "mem_get_info",
+        "synchronize",
+        "memory_allocated",
+        "max_memory_allocated",
+        "memory_reserved",
+        "max_memory_reserved",
+        "reset_peak_memory_stats",
+        "memory_stats",
+        "memory_summary",
+        "current_stream",
+        "default_stream",
+        "Stream",
+        "Event",
+        "CUDAGraph",
+    )
+)
+
+# An accelerator device string: "cuda", "cuda:1", "mps", "xpu:0", ...
+DEVICE_STRING = re.compile(r"(cuda|mps|xpu|hpu|npu)(:\d+)?")
+
+# Words that mark a condition as a device-availability or device-type check.
+_GUARD_WORDS = (
+    "cuda",
+    "gpu",
+    "available",
+    "device",
+    "accelerator",
+    "hip",
+    "rocm",
+    "initialized",
+    "nccl",
+)
+
+
+def in_test(ctx: Context) -> bool:
+    """Whether the code is a test: a ``test*`` file or directory, or a ``test*`` function."""
+    parts = ctx.path.replace("\\", "/").lower().split("/")
+    if any(part.startswith(("test", "_test")) or part.endswith("_test.py") for part in parts):
+        return True
+    scope: Scope | None = ctx.scope
+    while scope is not None:
+        if scope.name.lower().lstrip("_").startswith("test"):
+            return True
+        scope = scope.parent
+    return False
+
+
+def mentions(node: ast.AST, words: tuple[str, ...] = _GUARD_WORDS) -> bool:
+    """Whether any name, attribute or string inside ``node`` contains one of ``words``."""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name):
+            text = sub.id
+        elif isinstance(sub, ast.Attribute):
+            text = sub.attr
+        elif isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+            text = sub.value
+        elif isinstance(sub, ast.arg):
+            text = sub.arg
+        else:
+            continue
+        lowered = text.lower()
+        if any(word in lowered for word in words):
+            return True
+    return False
+
+
+def device_argument(call: ast.Call, ctx: Context) -> ast.expr | None:
+    """The expression a call passes as its device, if it is a placement call.
+
+    ``torch.device(X)``, ``t.to(X)``, ``t.to(device=X)``, ``t.cuda(X)`` and any ``device=X``.
+    """
+    kw = keyword(call, "device")
+    if kw is not None:
+        return kw.value
+    name = call_name(call)
+    if name == "to" and isinstance(call.func, ast.Attribute) and call.args:
+        return call.args[0]
+    if name == "device" and call.args and ctx.call_qualname(call) == "torch.device":
+        return call.args[0]
+    return None
+
+
+def receiver_root(node: ast.expr) -> str | None:
+    """``self.x.y`` -> ``self``; ``x`` -> ``x``; anything else -> None."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def is_module_expr(node: ast.expr, ctx: Context) -> bool:
+    """Whether ``node`` is certainly an ``nn.Module``: ``self`` in a module, or a module built."""
+    if isinstance(node, ast.Name) and node.id == "self":
+        scope = ctx.function_scope()
+        return scope is not None and scope.cls is not None and scope.cls.is_module_class
+    if isinstance(node, ast.Call):
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in ctx.resolver.local_module_classes:
+            return True
+        name = ctx.qualname(func)
+        from torchplace.lint.resolver import is_module_base
+
+        return name is not None and is_module_base(name)
+    return False
+
+
+def is_tensor_expr(
+    node: ast.expr,
+    ctx: Context,
+    scope: Scope | None,
+    depth: int = 0,
+    visiting: frozenset[str] = frozenset(),
+) -> bool:
+    """Whether ``node`` is certainly a tensor (a torch call, a tensor method, a typed name)."""
+    if depth > 4:
+        return False
+    if isinstance(node, ast.Call):
+        name = ctx.call_qualname(node)
+        if name is not None:
+            return name in TENSOR_FUNCTIONS
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr in TENSOR_METHODS:
+            return is_tensor_expr(func.value, ctx, scope, depth + 1, visiting)
+        return False
+    if isinstance(node, ast.Name) and scope is not None:
+        if node.id in visiting:
+            return True  # `x = x.to(d)`: a tensor stays a tensor; the other bindings decide
+        bindings = ctx.scope_bindings(scope).get(node.id)
+        annotation = ctx.param_annotation(scope, node.id)
+        annotated = annotation is not None and _is_tensor_annotation(annotation, ctx)
+        if bindings is None:
+            return False
+        values = [value for value in bindings if value is not None]
+        unknown = len(bindings) - len(values)
+        # Every binding must be a tensor; a parameter counts when annotated as one.
+        if unknown > (1 if annotated else 0):
+            return False
+        if unknown == 0 and not values:
+            return False
+        inner = visiting | {node.id}
+        return all(is_tensor_expr(value, ctx, scope, depth + 1, inner) for value in values)
+    return False
+
+
+def _is_tensor_annotation(node: ast.expr, ctx: Context) -> bool:
+    name = ctx.qualname(node)
+    if name in {"torch.Tensor", "torch.FloatTensor", "torch.LongTensor"}:
+        return True
+    return isinstance(node, ast.Constant) and node.value in {"Tensor", "torch.Tensor"}
+
+
+def moves_to_device(call: ast.Call, ctx: Context) -> bool:
+    """Whether a ``.to(...)``/``.cuda(...)`` call changes device (not only the dtype)."""
+    name = call_name(call)
+    if name == "cuda":
+        return True
+    if name != "to":
+        return False
+    if keyword(call, "device") is not None:
+        return True
+    if not call.args:
+        return False
+    first = call.args[0]
+    qualname = ctx.qualname(first)
+    if qualname is not None and qualname.startswith("torch.") and qualname != "torch.device":
+        return False  # torch.float16 and friends: a dtype
+    if isinstance(first, ast.Attribute) and "dtype" in first.attr:
+        return False
+    if isinstance(first, ast.Name) and "dtype" in first.id:
+        return False
+    return not (isinstance(first, ast.Constant) and not isinstance(first.value, str))
+
+
+def is_device_bound_loop(loop: ast.AST, ctx: Context) -> bool:
+    """Whether a loop is a training or inference step loop that runs on a device.
+
+    Evidence, in the loop itself (not in functions defined inside it): a ``.backward()``,
+    an optimizer ``.step()``/``.zero_grad()``, or the loop's own items moved to a device
+    (``for x, y in loader: x = x.to(device)``). A loop that merely touches a device now and
+    then (a conversion pass over a state dict, a test's checks) is not one.
+    """
+    key = f"device-bound:{id(loop)}"
+    scope = ctx.scope
+    cached = scope.cache.get(key)
+    if cached is not None:
+        return bool(cached)
+    result = False
+    items: set[str] = set()
+    if isinstance(loop, (ast.For, ast.AsyncFor)):
+        items = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+    elif isinstance(loop, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+        items = {
+            n.id for g in loop.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)
+        }
+    for sub in _loop_nodes(loop):
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
+            name = sub.func.attr
+            if name == "backward" or (name in {"step", "zero_grad"} and not sub.args):
+                result = True
+            elif name in {"cuda", "to"} and moves_to_device(sub, ctx) and not _to_cpu(sub):
+                result = receiver_root(sub.func.value) in items and _over_loader(loop)
+            if result:
+                break
+    scope.cache[key] = result
+    return result
+
+
+def _over_loader(loop: ast.AST) -> bool:
+    """The loop iterates a data loader (by the name it is bound to)."""
+    iters: list[ast.expr] = []
+    if isinstance(loop, (ast.For, ast.AsyncFor)):
+        iters.append(loop.iter)
+    elif isinstance(loop, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+        iters.extend(g.iter for g in loop.generators)
+    for node in iters:
+        for sub in ast.walk(node):
+            text = sub.id if isinstance(sub, ast.Name) else getattr(sub, "attr", "")
+            if "loader" in text.lower() or text == "DataLoader":
+                return True
+    return False
+
+
+def _to_cpu(call: ast.Call) -> bool:
+    target = call.args[0] if call.args else getattr(keyword(call, "device"), "value", None)
+    return isinstance(target, ast.Constant) and target.value == "cpu"
+
+
+def in_periodic_branch(ctx: Context) -> bool:
+    """Inside ``if step % log_every == 0:`` (or a test naming logging): runs every N steps."""
+    for parent in reversed(ctx.parents):
+        if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)):
+            return False
+        if isinstance(parent, ast.If):
+            for sub in ast.walk(parent.test):
+                if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Mod):
+                    return True
+                text = sub.id if isinstance(sub, ast.Name) else getattr(sub, "attr", "")
+                if any(word in text.lower() for word in ("log", "every", "interval", "verbose")):
+                    return True
+    return False
+
+
+def _loop_nodes(loop: ast.AST) -> list[ast.AST]:
+    if isinstance(loop, (ast.For, ast.AsyncFor, ast.While)):
+        todo: list[ast.AST] = list(loop.body)
+    else:
+        todo = [loop]
+    out: list[ast.AST] = []
+    while todo:
+        sub = todo.pop()
+        out.append(sub)
+        if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        todo.extend(ast.iter_child_nodes(sub))
+    return out
+
+
+def loop_bound_names(loop: ast.AST, ctx: Context) -> set[str]:
+    """Names that change from one step of a loop to the next (targets and assignments)."""
+    key = f"loop-names:{id(loop)}"
+    cached: set[str] | None = ctx.scope.cache.get(key)
+    if cached is not None:
+        return cached
+    names: set[str] = set()
+    targets: list[ast.AST] = []
+    if isinstance(loop, (ast.For, ast.AsyncFor)):
+        targets.append(loop.target)
+    elif isinstance(loop, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+        targets.extend(gen.target for gen in loop.generators)
+    for sub in _loop_nodes(loop):
+        if isinstance(sub, ast.Assign):
+            targets.extend(sub.targets)
+        elif isinstance(sub, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor, ast.NamedExpr)):
+            targets.append(sub.target)
+        elif isinstance(sub, ast.withitem) and sub.optional_vars is not None:
+            targets.append(sub.optional_vars)
+        elif isinstance(sub, ast.comprehension):
+            targets.append(sub.target)
+    for target in targets:
+        names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+    ctx.scope.cache[key] = names
+    return names

@@ -1,0 +1,266 @@
+"""TPL4xx: checkpoints and model loading (where a load lands, what it may run, when it runs)."""
+
+from __future__ import annotations
+
+import ast
+
+from torchplace.lint.base import Context, Family, Rule, Scope, has_star_kwargs, keyword
+from torchplace.lint.finding import Edit, Fix
+from torchplace.lint.rules.facts import in_test, loop_bound_names, receiver_root
+
+__all__ = ["FAMILY"]
+
+NO_MAP_LOCATION = Rule("TPL401", "load-without-map-location", "`torch.load` without `map_location`")
+NO_WEIGHTS_ONLY = Rule(
+    "TPL402", "load-without-weights-only", "`torch.load` without `weights_only=True`", "safe"
+)
+LOAD_PER_REQUEST = Rule(
+    "TPL403", "load-in-loop-or-handler", "model loaded inside a request handler or a loop"
+)
+
+_LOADERS = frozenset(
+    {
+        "torch.load",
+        "torch.jit.load",
+        "torch.export.load",
+        "torch.hub.load",
+        "safetensors.torch.load_file",
+        "safetensors.torch.load_model",
+    }
+)
+_ROUTE_DECORATORS = frozenset(
+    {"get", "post", "put", "patch", "delete", "route", "api_route", "websocket", "endpoint"}
+)
+_HANDLER_METHODS = frozenset({"do_GET", "do_POST", "do_PUT", "do_PATCH", "do_DELETE"})
+_LITAPI_METHODS = frozenset({"decode_request", "predict", "encode_response", "batch", "unbatch"})
+
+
+def _call(call: ast.Call, ctx: Context) -> None:
+    name = ctx.call_qualname(call)
+    if name == "torch.load":
+        _torch_load(call, ctx)
+    if name in _LOADERS:
+        _load_site(call, ctx, name)
+    elif isinstance(call.func, ast.Attribute) and call.func.attr == "from_pretrained":
+        _load_site(call, ctx, ctx.segment(call.func) or "from_pretrained")
+
+
+def _torch_load(call: ast.Call, ctx: Context) -> None:
+    if has_star_kwargs(call):
+        return
+    if (
+        len(call.args) < 2
+        and keyword(call, "map_location") is None
+        and not in_test(ctx)
+        and not _in_dataset(ctx)
+        and not _round_trip(call, ctx)
+        and not _host_only_payload(call, ctx)
+    ):
+        ctx.report(
+            NO_MAP_LOCATION.code,
+            call,
+            "`torch.load` without `map_location`: tensors return to the device they were saved "
+            'from, which may not exist here; pass `map_location=` (e.g. "cpu" or the target '
+            "device)",
+        )
+    if (
+        keyword(call, "weights_only") is None
+        and not any(isinstance(arg, ast.Starred) for arg in call.args)
+        and not in_test(ctx)
+        and not _round_trip(call, ctx)
+        and not _decided_elsewhere(ctx)
+    ):
+        fix = None
+        last = max(
+            [*call.args, *(kw.value for kw in call.keywords)],
+            key=lambda node: (node.end_lineno or 0, node.end_col_offset or 0),
+            default=None,
+        )
+        if last is not None and last.end_lineno is not None and last.end_col_offset is not None:
+            fix = Fix(
+                "add `weights_only=True`",
+                (
+                    Edit(
+                        last.end_lineno,
+                        last.end_col_offset,
+                        last.end_lineno,
+                        last.end_col_offset,
+                        ", weights_only=True",
+                    ),
+                ),
+            )
+        ctx.report(
+            NO_WEIGHTS_ONLY.code,
+            call,
+            "`torch.load` without `weights_only=True` unpickles arbitrary objects (code "
+            "execution on a crafted file) on torch < 2.6; pass `weights_only=True`",
+            fix,
+        )
+
+
+_HOST_PAYLOADS = ("rng", "scheduler", "metadata", "meta_", "_meta", "vocab", "config")
+
+
+def _host_only_payload(call: ast.Call, ctx: Context) -> bool:
+    """What is loaded is named as state that holds no device tensors: RNG state, an LR
+    scheduler, metadata, a vocabulary, a config (in the path or the function's name)."""
+    words: list[str] = []
+    for arg in call.args[:1]:
+        for sub in ast.walk(arg):
+            if isinstance(sub, ast.Name):
+                words.append(sub.id)
+            elif isinstance(sub, ast.Attribute):
+                words.append(sub.attr)
+            elif isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                words.append(sub.value)
+    scope = ctx.function_scope()
+    if scope is not None:
+        words.append(scope.name)
+    return any(payload in word.lower() for word in words for payload in _HOST_PAYLOADS)
+
+
+def _decided_elsewhere(ctx: Context) -> bool:
+    """Inside ``if not weights_only:``: the caller chose, and this branch honours it."""
+    return any(
+        isinstance(parent, (ast.If, ast.IfExp))
+        and any(
+            isinstance(n, (ast.Name, ast.Attribute))
+            and "weights_only" in (n.id if isinstance(n, ast.Name) else n.attr)
+            for n in ast.walk(parent.test)
+        )
+        for parent in ctx.parents
+    )
+
+
+def _in_dataset(ctx: Context) -> bool:
+    """Datasets load the data files they wrote themselves, on the CPU."""
+    if "/datasets/" in ctx.path.replace("\\", "/"):
+        return True
+    scope: Scope | None = ctx.scope
+    while scope is not None:
+        node = scope.node
+        if isinstance(node, ast.ClassDef) and any(
+            str(ctx.qualname(base) or getattr(base, "id", "")).endswith("Dataset")
+            for base in node.bases
+        ):
+            return True
+        scope = scope.parent
+    return False
+
+
+_IN_MEMORY = ("BytesIO", "TemporaryFile", "NamedTemporaryFile", "SpooledTemporaryFile")
+
+
+def _round_trip(call: ast.Call, ctx: Context) -> bool:
+    """Loading what this process just saved (an in-memory buffer, a temporary file, a
+    ``torch.save`` in the same function): the saving device exists, by construction."""
+    source = call.args[0] if call.args else getattr(keyword(call, "f"), "value", None)
+    if source is None:
+        return True
+    scope = ctx.function_scope() or ctx.scope
+    if _names_buffer(source, ctx, scope):
+        return True
+    cached = scope.cache.get("saves")
+    if cached is None:
+        cached = scope.cache["saves"] = any(
+            isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Attribute)
+            and sub.func.attr in {"save", "seek"}
+            for sub in ast.walk(scope.node)
+        )
+    return bool(cached)
+
+
+def _names_buffer(source: ast.expr, ctx: Context, scope: Scope) -> bool:
+    if isinstance(source, ast.Call):
+        name = ctx.call_qualname(source) or ""
+        return name.endswith(_IN_MEMORY)
+    root = receiver_root(source) if isinstance(source, (ast.Name, ast.Attribute)) else None
+    if root is None:
+        return False
+    for value in ctx.scope_bindings(scope).get(root, []):
+        if isinstance(value, ast.Call) and (ctx.call_qualname(value) or "").endswith(_IN_MEMORY):
+            return True
+    return False
+
+
+def _load_site(call: ast.Call, ctx: Context, what: str) -> None:
+    handler = _request_handler(ctx)
+    if handler is not None:
+        ctx.report(
+            LOAD_PER_REQUEST.code,
+            call,
+            f"`{what}(...)` inside request handler `{handler}`: every request reloads the "
+            "model; load it once at start-up and reuse it",
+        )
+        return
+    used = _names(call)
+    loops = ctx.loops()
+    if loops and loops[-1] in ctx.parents:
+        inside = ctx.parents[ctx.parents.index(loops[-1]) + 1 :]
+        if any(isinstance(p, ast.Try) for p in inside):
+            return  # a retry loop: `for _ in range(n): try: load(...)`
+    for loop in loops:
+        bound = loop_bound_names(loop, ctx)
+        inside = ctx.parents[ctx.parents.index(loop) + 1 :] if loop in ctx.parents else []
+        if any(isinstance(p, ast.If) and _names_in(p.test) & bound for p in inside):
+            continue  # a branch chosen per step: not the same load every time
+        if not used & bound:
+            ctx.report(
+                LOAD_PER_REQUEST.code,
+                call,
+                f"`{what}(...)` inside a loop loads the same thing on every step; load it "
+                "once before the loop",
+            )
+            return
+
+
+def _names_in(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _names(call: ast.Call) -> set[str]:
+    names: set[str] = set()
+    for arg in [*call.args, *(kw.value for kw in call.keywords)]:
+        names.update(n.id for n in ast.walk(arg) if isinstance(n, ast.Name))
+    root = receiver_root(call.func.value) if isinstance(call.func, ast.Attribute) else None
+    if root is not None:
+        names.add(root)
+    return names
+
+
+def _request_handler(ctx: Context) -> str | None:
+    """The name of the enclosing function if it serves requests (route, handler, LitAPI)."""
+    scope: Scope | None = ctx.function_scope()
+    while scope is not None:
+        node = scope.node
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for decorator in node.decorator_list:
+                target = decorator.func if isinstance(decorator, ast.Call) else decorator
+                if isinstance(target, ast.Attribute) and target.attr in _ROUTE_DECORATORS:
+                    return node.name
+            if scope.cls is not None:
+                if node.name in _HANDLER_METHODS:
+                    return f"{scope.cls.name}.{node.name}"
+                if node.name in _LITAPI_METHODS and _is_litapi(scope.cls, ctx):
+                    return f"{scope.cls.name}.{node.name}"
+        scope = scope.parent
+    return None
+
+
+def _is_litapi(cls: Scope, ctx: Context) -> bool:
+    assert isinstance(cls.node, ast.ClassDef)
+    for base in cls.node.bases:
+        name = ctx.qualname(base)
+        if name is not None and name.split(".")[0] == "litserve" and name.endswith("LitAPI"):
+            return True
+    return False
+
+
+FAMILY = Family(
+    rules=(NO_MAP_LOCATION, NO_WEIGHTS_ONLY, LOAD_PER_REQUEST),
+    checks=(
+        (ast.Call, _call, (NO_MAP_LOCATION.code, NO_WEIGHTS_ONLY.code, LOAD_PER_REQUEST.code)),
+    ),
+    triggers=("load(", "load_file(", "load_model(", "from_pretrained"),
+)

@@ -1,0 +1,459 @@
+"""TPL1xx: transfers and placement (pitfalls 1, 3 and 6 of the article)."""
+
+from __future__ import annotations
+
+import ast
+
+from torchplace.lint.base import Context, Family, Rule, Scope, has_star_kwargs, keyword
+from torchplace.lint.finding import Edit, Fix
+from torchplace.lint.rules.facts import (
+    DEVICE_STRING,
+    FACTORIES,
+    device_argument,
+    is_module_expr,
+    is_tensor_expr,
+)
+
+__all__ = ["FAMILY"]
+
+DISCARDED = Rule(
+    "TPL101", "discarded-transfer", "result of `.to()`/`.cuda()`/`.cpu()` discarded", "safe"
+)
+DEVICE_IN_MODULE = Rule(
+    "TPL102", "device-in-module", "`.cuda()` or a hard-coded device inside an `nn.Module` method"
+)
+FACTORY = Rule("TPL103", "factory-without-device", "tensor factory without `device=` in `forward`")
+BARE_CUDA = Rule(
+    "TPL104", "bare-cuda-device", 'bare `"cuda"` where an index or an injected device belongs'
+)
+
+
+def _chain(node: ast.expr) -> bool:
+    """A plain name or attribute chain (``x``, ``self.buf``): safe to assign to."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
+
+
+def _discarded(node: ast.Expr, ctx: Context) -> None:
+    call = node.value
+    if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Attribute):
+        return
+    method = call.func.attr
+    if method not in {"to", "cuda", "cpu"}:
+        return
+    receiver = call.func.value
+    if not _chain(receiver) or is_module_expr(receiver, ctx):
+        return  # `torch.ones(3).to(d)` alone is written for its side effect, not forgotten
+    scope: Scope | None = ctx.function_scope() or ctx.scope
+    if not is_tensor_expr(receiver, ctx, scope):
+        return
+    text = ctx.segment(receiver) or "x"
+    fix = None
+    if method != "cpu" and "\n" not in text:
+        fix = Fix(
+            f"assign the result back: `{text} = {text}.{method}(...)`",
+            (Edit(node.lineno, node.col_offset, node.lineno, node.col_offset, f"{text} = "),),
+        )
+    message = (
+        f"result of `{text}.{method}(...)` is discarded: it returns a new tensor and leaves "
+        f"`{text}` where it was; write `{text} = {text}.{method}(...)`"
+    )
+    ctx.report(DISCARDED.code, call, message, fix)
+
+
+def _forward_reachable(cls: Scope) -> set[str]:
+    """``forward`` and the methods it calls through ``self.name(...)``, transitively."""
+    cached: set[str] | None = cls.cache.get("forward-reachable")
+    if cached is not None:
+        return cached
+    assert isinstance(cls.node, ast.ClassDef)
+    methods = {
+        item.name: item
+        for item in cls.node.body
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+    reached: set[str] = set()
+    todo = ["forward"] if "forward" in methods else []
+    while todo:
+        name = todo.pop()
+        if name in reached:
+            continue
+        reached.add(name)
+        for sub in ast.walk(methods[name]):
+            if (
+                isinstance(sub, ast.Call)
+                and isinstance(sub.func, ast.Attribute)
+                and isinstance(sub.func.value, ast.Name)
+                and sub.func.value.id == "self"
+                and sub.func.attr in methods
+            ):
+                todo.append(sub.func.attr)
+    cls.cache["forward-reachable"] = reached
+    return reached
+
+
+def _device_literal(node: ast.expr | None) -> str | None:
+    if (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and DEVICE_STRING.fullmatch(node.value)
+    ):
+        return node.value
+    return None
+
+
+_PLACEMENT_API = frozenset({"cuda", "cpu", "to", "to_empty", "_apply", "type", "xpu", "mps"})
+
+
+def _call(call: ast.Call, ctx: Context) -> None:
+    method = ctx.method_of_module()
+    if method is not None and method.name in _PLACEMENT_API:
+        method = None  # an override of the placement API itself: placing is its job
+    func = call.func
+    if (
+        method is not None
+        and isinstance(func, ast.Attribute)
+        and func.attr == "cuda"
+        and ctx.qualname(func) is None  # not torch.cuda itself
+    ):
+        assert method.cls is not None
+        ctx.report(
+            DEVICE_IN_MODULE.code,
+            call,
+            f"`.cuda()` inside `{method.cls.name}.{method.name}`: the module decides its "
+            "own device; follow the input (`x.device`) or register a buffer",
+        )
+        return
+    literal = _device_literal(device_argument(call, ctx))
+    if literal is not None:
+        if method is not None:
+            assert method.cls is not None
+            ctx.report(
+                DEVICE_IN_MODULE.code,
+                call,
+                f'hard-coded device "{literal}" inside `{method.cls.name}.{method.name}`: '
+                "follow the input (`x.device`) or a registered buffer",
+            )
+        elif literal == "cuda" and not _has_index(call, ctx) and _per_rank(ctx):
+            ctx.report(
+                BARE_CUDA.code,
+                call,
+                'bare "cuda" device in per-rank code: it means whatever device is current, '
+                "the same GPU for every rank unless `set_device` ran; use `cuda:{local_rank}`",
+            )
+        return
+    name = ctx.call_qualname(call)
+    if name in FACTORIES and method is not None:
+        _factory(call, ctx, name, method)
+
+
+def _per_rank(ctx: Context) -> bool:
+    """The enclosing function (or module) deals with ranks and never calls ``set_device``."""
+    scope = ctx.function_scope() or ctx.scope
+    cached = scope.cache.get("per-rank")
+    if cached is None:
+        rank = set_device = False
+        for sub in ast.walk(scope.node):
+            if isinstance(sub, ast.Name):
+                rank = rank or "rank" in sub.id.lower()
+            elif isinstance(sub, ast.Attribute):
+                rank = rank or "rank" in sub.attr.lower() or sub.attr == "init_process_group"
+                set_device = set_device or sub.attr in {"set_device", "device"}
+            elif isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                rank = rank or sub.value in {"LOCAL_RANK", "RANK"}
+        cached = scope.cache["per-rank"] = rank and not set_device
+    return bool(cached)
+
+
+def _defaults(node: ast.FunctionDef | ast.AsyncFunctionDef, ctx: Context) -> None:
+    """``def f(device="cuda")``: the device should be injected, not defaulted to CUDA."""
+    args = node.args
+    positional = [*args.posonlyargs, *args.args]
+    with_defaults = positional[len(positional) - len(args.defaults) :]
+    pairs = list(zip(with_defaults, args.defaults, strict=True))
+    pairs += [
+        (arg, d) for arg, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None
+    ]
+    if _cuda_specific(ctx, node.name):
+        return
+    for arg, default in pairs:
+        if "device" not in arg.arg or arg.arg.endswith("type"):
+            continue  # device_type="cuda" names a backend, which is right
+        value: ast.expr | None = default
+        if isinstance(default, ast.Call) and ctx.call_qualname(default) == "torch.device":
+            value = default.args[0] if len(default.args) == 1 and not default.keywords else None
+        if (
+            isinstance(value, ast.Constant)
+            and value.value == "cuda"
+            and _places_with(node, arg.arg, ctx)
+        ):
+            ctx.report(
+                BARE_CUDA.code,
+                default,
+                f'parameter `{arg.arg}` defaults to bare "cuda": callers without CUDA fail '
+                "by default and the GPU is whichever is current; default to None and resolve "
+                "it, or require the device",
+            )
+
+
+_CUDA_WORDS = (
+    "cuda",
+    "gpu",
+    "nccl",
+    "triton",
+    "cutlass",
+    "cudnn",
+    "cublas",
+    "nvmath",
+    "tensorrt",
+    "nvtx",
+    "rng",
+)
+
+
+def _cuda_specific(ctx: Context, name: str) -> bool:
+    """Code whose file, class or function name says it is CUDA-only (CUDA is its contract)."""
+    path = ctx.path.replace("\\", "/").lower()
+    names = [name, *(s.name for s in _scopes(ctx))]
+    return any(word in path for word in _CUDA_WORDS) or any(
+        word in n.lower() for n in names for word in _CUDA_WORDS
+    )
+
+
+def _scopes(ctx: Context) -> list[Scope]:
+    out: list[Scope] = []
+    scope: Scope | None = ctx.scope
+    while scope is not None:
+        out.append(scope)
+        scope = scope.parent
+    return out
+
+
+def _places_with(func: ast.FunctionDef | ast.AsyncFunctionDef, name: str, ctx: Context) -> bool:
+    """The parameter is used to place tensors (``device=name``, ``.to(name)``) and never
+    compared (a compared ``"cuda"`` is a backend name, such as ``device_type``)."""
+    places = False
+    for sub in ast.walk(func):
+        if isinstance(sub, ast.Compare):
+            if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(sub)):
+                return False
+        elif isinstance(sub, ast.Call):
+            target = device_argument(sub, ctx)
+            if isinstance(target, ast.Name) and target.id == name:
+                places = True
+            elif (
+                isinstance(sub.func, ast.Name)
+                and sub.func.id == "getattr"
+                and any(isinstance(a, ast.Name) and a.id == name for a in sub.args)
+            ):
+                return False
+    return places
+
+
+def _has_index(call: ast.Call, ctx: Context) -> bool:
+    """``torch.device("cuda", 0)`` names an index in its second argument."""
+    return ctx.call_qualname(call) == "torch.device" and (
+        len(call.args) > 1 or keyword(call, "index") is not None
+    )
+
+
+_HOST_READS = frozenset({"item", "tolist", "numpy", "cpu", "to", "cuda", "type_as"})
+_HOST_CASTS = frozenset({"int", "float", "bool", "round", "len", "range"})
+_DRAWS = frozenset(
+    {"torch.rand", "torch.randn", "torch.randint", "torch.empty", "torch.zeros", "torch.randperm"}
+)
+
+
+def _takes_tensor(method: Scope) -> bool:
+    """Whether a method has a parameter (besides ``self``) that may be a tensor."""
+    node = method.node
+    assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    args = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+    for arg in args[1:] if args and args[0].arg in {"self", "cls"} else args:
+        annotation = arg.annotation
+        if annotation is None:
+            return True
+        text = ast.dump(annotation)
+        if "Tensor" in text or "Any" in text:
+            return True
+    return node.args.vararg is not None
+
+
+def _static(method: Scope) -> bool:
+    node = method.node
+    assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    return any(
+        isinstance(d, ast.Name) and d.id in {"staticmethod", "classmethod"}
+        for d in node.decorator_list
+    )
+
+
+_SCALAR_CALLS = frozenset({"len", "int", "float", "round", "max", "min", "abs", "sum"})
+_SCALAR_METHODS = frozenset({"size", "item", "dim", "numel", "sqrt", "log"})
+
+
+def _scalar_draw(call: ast.Call, name: str) -> bool:
+    """``torch.rand(1)``, ``torch.randint(0, n, (1,))``: a host-side random scalar."""
+    if name not in _DRAWS:
+        return False
+    size = keyword(call, "size")
+    if size is not None:
+        shape: ast.expr | None = size.value
+    elif name == "torch.randint":
+        shape = call.args[-1] if call.args else None
+    else:
+        shape = call.args[0] if len(call.args) == 1 else None
+    if isinstance(shape, (ast.Tuple, ast.List)) and len(shape.elts) == 1:
+        shape = shape.elts[0]
+    if isinstance(shape, (ast.Tuple, ast.List)) and not shape.elts and name != "torch.randint":
+        return True  # torch.rand([]): a 0-dim draw
+    if isinstance(shape, ast.Constant) and shape.value == 0 and name != "torch.randint":
+        return True  # torch.empty([0]): an empty placeholder
+    return (
+        isinstance(shape, ast.Constant)
+        and shape.value == 1
+        and (name != "torch.randint" or len(call.args) >= 2 or size is not None)
+    )
+
+
+def _scalar_tensor(call: ast.Call, name: str) -> bool:
+    """``torch.tensor(2.0)`` is 0-dim (mixes with any device) and ``torch.tensor([])`` empty."""
+    if name != "torch.tensor" or not call.args:
+        return False
+    data = call.args[0]
+    if isinstance(data, (ast.List, ast.Tuple)):
+        return not data.elts
+    if isinstance(data, ast.Call):
+        func = data.func
+        if isinstance(func, ast.Name):
+            return func.id in _SCALAR_CALLS
+        # x.size(-1), x.numel(), math.sqrt(d): a Python number
+        return (
+            isinstance(func, ast.Attribute)
+            and func.attr in _SCALAR_METHODS
+            and (func.attr != "size" or bool(data.args))
+        )
+    return not isinstance(data, (ast.ListComp, ast.Name, ast.Subscript, ast.Starred))
+
+
+def _moved_later(call: ast.Call, ctx: Context) -> bool:
+    """``t = torch.zeros(n)`` and, in the statements after it, ``t`` (or a value built
+    from it) goes through ``.to(...)``/``.cuda()``: placed, only later."""
+    if not ctx.stmt_path:
+        return False
+    block, index = ctx.stmt_path[-1]
+    stmt = block[index]
+    names: set[str] = set()
+    if isinstance(stmt, ast.Assign):  # t = torch.arange(n).float() * 2
+        names = {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    elif (  # parts.append(torch.arange(n))
+        isinstance(stmt, ast.Expr)
+        and isinstance(stmt.value, ast.Call)
+        and isinstance(stmt.value.func, ast.Attribute)
+        and stmt.value.func.attr in {"append", "extend"}
+    ):
+        names = {n.id for n in ast.walk(stmt.value.func.value) if isinstance(n, ast.Name)}
+    names.discard("self")
+    if not names:
+        return False
+    scope = ctx.function_scope()
+    own_body = getattr(scope.node, "body", None) if scope is not None else None
+    for block, index in reversed(ctx.stmt_path):
+        for later in block[index + 1 :]:
+            if _moves_any(later, names):
+                return True
+            if (
+                isinstance(later, ast.Assign)
+                and {n.id for n in ast.walk(later.value) if isinstance(n, ast.Name)} & names
+            ):
+                names |= {
+                    n.id for t in later.targets for n in ast.walk(t) if isinstance(n, ast.Name)
+                }
+        if block is own_body:
+            break
+    return False
+
+
+def _moves_any(stmt: ast.stmt, names: set[str]) -> bool:
+    for sub in ast.walk(stmt):
+        if (
+            isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Attribute)
+            and sub.func.attr in {"to", "cuda", "type_as"}
+            and {n.id for n in ast.walk(sub.func.value) if isinstance(n, ast.Name)} & names
+        ):
+            return True
+    return False
+
+
+def _used_on_host(call: ast.Call, ctx: Context) -> bool:
+    """The result is read back, cast to a Python number, placed right away, or tested."""
+    node: ast.AST = call
+    for parent in reversed(ctx.parents):
+        if isinstance(parent, ast.Attribute) and parent.value is node:
+            if parent.attr in _HOST_READS:
+                return True
+        elif isinstance(parent, ast.Call):
+            if node is not parent.func:
+                return isinstance(parent.func, ast.Name) and parent.func.id in _HOST_CASTS
+        elif isinstance(parent, (ast.If, ast.While, ast.IfExp)):
+            test = parent.test
+            return _inside(call, test)
+        elif isinstance(parent, ast.stmt):
+            return False
+        node = parent
+    return False
+
+
+def _inside(node: ast.expr, outer: ast.expr) -> bool:
+    start = (node.lineno, node.col_offset)
+    return (outer.lineno, outer.col_offset) <= start and (
+        node.end_lineno or 0,
+        node.end_col_offset or 0,
+    ) <= (outer.end_lineno or 0, outer.end_col_offset or 0)
+
+
+def _factory(call: ast.Call, ctx: Context, name: str, method: Scope) -> None:
+    assert method.cls is not None
+    if method.name not in _forward_reachable(method.cls):
+        return
+    if method.name != "forward" and (not _takes_tensor(method) or _static(method)):
+        return  # a helper given no tensor, or a static one, leaves placement to its caller
+    if keyword(call, "device") is not None or keyword(call, "out") is not None:
+        return
+    if has_star_kwargs(call) or _scalar_draw(call, name) or _scalar_tensor(call, name):
+        return
+    if _used_on_host(call, ctx) or _moved_later(call, ctx):
+        return
+    short = name.removeprefix("torch.")
+    where = f"{method.cls.name}.{method.name}"
+    ctx.report(
+        FACTORY.code,
+        call,
+        f"`torch.{short}(...)` in `{where}` allocates on the default device (the CPU) whatever "
+        f"the input's device; pass `device=x.device` or use `torch.{short}_like` / `x.new_{short}`"
+        if short in {"zeros", "ones", "empty", "full"}
+        else f"`torch.{short}(...)` in `{where}` allocates on the default device (the CPU) "
+        "whatever the input's device; pass `device=x.device`",
+    )
+
+
+FAMILY = Family(
+    rules=(DISCARDED, DEVICE_IN_MODULE, FACTORY, BARE_CUDA),
+    checks=(
+        (ast.Expr, _discarded, (DISCARDED.code,)),
+        (ast.FunctionDef, _defaults, (BARE_CUDA.code,)),
+        (ast.AsyncFunctionDef, _defaults, (BARE_CUDA.code,)),
+        (ast.Call, _call, (DEVICE_IN_MODULE.code, FACTORY.code, BARE_CUDA.code)),
+    ),
+    triggers=(
+        ".to(",
+        ".cuda(",
+        ".cpu(",
+        "cuda",
+        *(f"{quote}{device}" for quote in "\"'" for device in ("mps", "xpu", "hpu", "npu")),
+        *("zeros(", "ones(", "empty", "full(", "arange(", "tensor(", "rand", "eye(", "space("),
+        "_indices(",
+    ),
+)

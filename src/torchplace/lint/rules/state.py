@@ -1,0 +1,179 @@
+"""TPL5xx: module state that ``nn.Module.to()`` cannot see (pitfall 12)."""
+
+from __future__ import annotations
+
+import ast
+
+from torchplace.lint.base import Context, Family, Rule, Scope
+from torchplace.lint.rules.facts import is_module_expr, is_tensor_expr
+
+__all__ = ["FAMILY"]
+
+PLAIN_CONTAINER = Rule(
+    "TPL501", "tensor-in-plain-container", "tensors or modules kept in a plain list/dict attribute"
+)
+
+_CONTAINERS = (ast.List, ast.Tuple, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)
+_PARAMETERS = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
+
+
+def _self_attr(node: ast.AST) -> str | None:
+    if (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+    ):
+        return node.attr
+    return None
+
+
+def _held(node: ast.expr, ctx: Context, scope: Scope) -> str | None:
+    """``"tensors"``/``"modules"`` when ``node`` certainly builds a tensor or module."""
+    if not isinstance(node, ast.Call):
+        return None
+    if ctx.call_qualname(node) in _PARAMETERS or is_tensor_expr(node, ctx, scope):
+        return "tensors"
+    if is_module_expr(node, ctx):
+        return "modules"
+    return None
+
+
+def _contents(container: ast.expr, ctx: Context, scope: Scope) -> str | None:
+    elements: list[ast.expr]
+    if isinstance(container, ast.Dict):
+        elements = [v for v in container.values if v is not None]
+    elif isinstance(container, (ast.List, ast.Tuple, ast.Set)):
+        elements = list(container.elts)
+    elif isinstance(container, ast.DictComp):
+        elements = [container.value]
+    elif isinstance(container, (ast.ListComp, ast.SetComp)):
+        elements = [container.elt]
+    else:
+        return None
+    for element in elements:
+        held = _held(element, ctx, scope)
+        if held is not None:
+            return held
+    return None
+
+
+def _advice(held: str) -> str:
+    return (
+        "use `nn.ParameterList`/`ParameterDict` or `register_buffer`"
+        if held == "tensors"
+        else "use `nn.ModuleList`/`nn.ModuleDict`"
+    )
+
+
+def _assign(node: ast.Assign, ctx: Context) -> None:
+    method = ctx.method_of_module()
+    if method is None or method.cls is None or len(node.targets) != 1:
+        return
+    target = node.targets[0]
+    attr = _self_attr(target)
+    value = node.value
+    plain: set[str] = method.cls.cache.setdefault("plain-containers", set())
+    if attr is not None:
+        if isinstance(value, _CONTAINERS):
+            if isinstance(value, (ast.List, ast.Dict, ast.Set)) and not (
+                value.keys if isinstance(value, ast.Dict) else value.elts
+            ):
+                plain.add(attr)
+                return
+            held = _contents(value, ctx, method)
+            if held is not None:
+                _report(ctx, node, method.cls.name, attr, held)
+        elif (
+            isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Name)
+            and value.func.id in {"list", "dict"}
+            and not value.args
+        ):
+            plain.add(attr)
+        return
+    # self.cache[key] = torch.zeros(...)
+    if isinstance(target, ast.Subscript):
+        attr = _self_attr(target.value)
+        if attr in plain:
+            held = _held(value, ctx, method)
+            if held is not None:
+                _report(ctx, node, method.cls.name, attr, held)
+
+
+def _expr(node: ast.Expr, ctx: Context) -> None:
+    call = node.value
+    if not isinstance(call, ast.Call):
+        return
+    func = call.func
+    if not isinstance(func, ast.Attribute) or func.attr not in {"append", "insert", "extend"}:
+        return
+    attr = _self_attr(func.value)
+    if attr is None or not call.args:
+        return
+    method = ctx.method_of_module()
+    if method is None or method.cls is None:
+        return
+    if attr not in method.cls.cache.get("plain-containers", ()):
+        return
+    value = call.args[-1]
+    held = _contents(value, ctx, method) if func.attr == "extend" else _held(value, ctx, method)
+    if held is not None:
+        _report(ctx, call, method.cls.name, attr, held)
+
+
+_REGISTER = frozenset(
+    {"add_module", "register_module", "register_buffer", "register_parameter", "setattr"}
+)
+
+
+def _registered_later(cls: Scope) -> set[str]:
+    """Attributes the class registers after all: ``self.x = nn.ModuleList(self.x)``, or
+    ``for i, m in enumerate(self.x): self.add_module(str(i), m)``."""
+    cached: set[str] | None = cls.cache.get("registered-later")
+    if cached is not None:
+        return cached
+    found: set[str] = set()
+    for sub in ast.walk(cls.node):
+        if isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Call):
+            for target in sub.targets:
+                attr = _self_attr(target)
+                if attr is not None and any(
+                    _self_attr(n) == attr for arg in sub.value.args for n in ast.walk(arg)
+                ):
+                    found.add(attr)
+        elif isinstance(sub, (ast.For, ast.AsyncFor)):
+            iterated = {_self_attr(n) for n in ast.walk(sub.iter)} - {None}
+            if iterated and any(
+                isinstance(n, ast.Call)
+                and (
+                    (isinstance(n.func, ast.Attribute) and n.func.attr in _REGISTER)
+                    or (isinstance(n.func, ast.Name) and n.func.id in _REGISTER)
+                )
+                for stmt in sub.body
+                for n in ast.walk(stmt)
+            ):
+                found.update(a for a in iterated if a is not None)
+    cls.cache["registered-later"] = found
+    return found
+
+
+def _report(ctx: Context, node: ast.AST, cls: str, attr: str, held: str) -> None:
+    method = ctx.method_of_module()
+    if method is not None and method.cls is not None and attr in _registered_later(method.cls):
+        return
+    ctx.report(
+        PLAIN_CONTAINER.code,
+        node,
+        f"`{cls}.{attr}` keeps {held} in a plain Python container: `.to()`, `state_dict()` "
+        f"and `parameters()` do not see them; {_advice(held)}",
+    )
+
+
+FAMILY = Family(
+    rules=(PLAIN_CONTAINER,),
+    checks=(
+        (ast.Assign, _assign, (PLAIN_CONTAINER.code,)),
+        (ast.Expr, _expr, (PLAIN_CONTAINER.code,)),
+    ),
+    triggers=(),
+)

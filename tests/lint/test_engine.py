@@ -1,0 +1,106 @@
+"""The engine and resolver on small sources; the import stays free of torch."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+from torchplace.lint.engine import lint_bytes, lint_source
+from torchplace.lint.resolver import Resolver, module_name_for
+
+
+def _resolver(source: str, module: str | None = None) -> tuple[Resolver, ast.Module]:
+    tree = ast.parse(source)
+    resolver = Resolver(module)
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            resolver.add_import(node)
+        elif isinstance(node, ast.ImportFrom):
+            resolver.add_import_from(node)
+    return resolver, tree
+
+
+def _expr(source: str) -> ast.expr:
+    node = ast.parse(source, mode="eval").body
+    return node
+
+
+def test_resolver_follows_aliases() -> None:
+    resolver, _ = _resolver(
+        "import torch as t\nfrom torch import zeros, nn\nimport torch.nn.functional as F\n"
+    )
+    assert resolver.qualname(_expr("t.zeros")) == "torch.zeros"
+    assert resolver.qualname(_expr("zeros")) == "torch.zeros"
+    assert resolver.qualname(_expr("nn.Module")) == "torch.nn.Module"
+    assert resolver.qualname(_expr("F.relu")) == "torch.nn.functional.relu"
+    assert resolver.qualname(_expr("unknown.zeros")) is None
+
+
+def test_resolver_relative_imports() -> None:
+    resolver, _ = _resolver("from .module import Module\n", module="torch.nn.modules.linear")
+    assert resolver.qualname(_expr("Module")) == "torch.nn.modules.module.Module"
+
+
+def test_module_subclasses_direct_and_indirect() -> None:
+    source = (
+        "from torch import nn\n"
+        "class A(nn.Module):\n    def forward(self, x):\n        return x.cuda()\n"
+        "class B(A):\n    def forward(self, x):\n        return x.cuda()\n"
+        "class C:\n    def forward(self, x):\n        return x.cuda()\n"
+    )
+    lines = [f.line for f in lint_source(source, select={"TPL102"})]
+    assert lines == [4, 7]
+
+
+def test_module_name_for_package(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg" / "sub"
+    pkg.mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    assert module_name_for(str(pkg / "mod.py")) == ("pkg.sub.mod", False)
+    assert module_name_for(str(pkg / "__init__.py")) == ("pkg.sub", True)
+
+
+def test_noqa_comments() -> None:
+    source = (
+        "import torch\n"
+        "a = torch.load('a', weights_only=True)  # noqa\n"
+        "b = torch.load('b', weights_only=True)  # noqa: TPL401\n"
+        "c = torch.load('c', weights_only=True)  # noqa: TPL402\n"
+        "d = torch.load('d', weights_only=True)  # noqa: TPL4\n"
+        "e = torch.load('e', weights_only=True)\n"
+    )
+    lines = [f.line for f in lint_source(source, select={"TPL401"})]
+    assert lines == [4, 6]
+
+
+def test_syntax_error_and_bad_bytes_are_findings() -> None:
+    [syntax] = lint_bytes(b"def f(:\n", "bad.py")
+    assert (syntax.code, syntax.line) == ("TPL000", 1)
+    [null] = lint_bytes(b"x = 1\x00\n", "null.py")
+    assert null.code == "TPL000"
+    [undecodable] = lint_bytes(b"x = '\xff\xfe'\n", "latin.py")
+    assert undecodable.code == "TPL001"
+
+
+def test_cookie_encoding_and_columns() -> None:
+    source = "# -*- coding: latin-1 -*-\nimport torch\ns = 'é'; torch.load('é')\n"
+    [finding, *_] = lint_bytes(source.encode("latin-1"), "enc.py", select={"TPL401"})
+    assert (finding.line, finding.col) == (3, 10)
+
+
+def test_deeply_nested_expression_does_not_crash() -> None:
+    source = "import torch\nx = " + " + ".join(["torch.zeros(1).cpu()"] * 3000) + "\n"
+    lint_source(source)  # no exception
+
+
+def test_import_does_not_pull_in_torch() -> None:
+    code = (
+        "import sys, torchplace.lint, torchplace.lint.cli, torchplace.lint.engine\n"
+        "from torchplace.lint import lint_source\n"
+        "lint_source('import torch\\ntorch.load(\"x\")\\n')\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
