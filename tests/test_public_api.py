@@ -45,6 +45,7 @@ def test_every_error_derives_from_the_root() -> None:
 def test_serve_errors_carry_http_status() -> None:
     assert errors.InputError.status == 400
     assert errors.PayloadTooLargeError.status == 413
+    assert errors.UnsupportedMediaTypeError.status == 415
     assert errors.OverloadedError.status == 503
     assert errors.NotReadyError.status == 503
     assert errors.DeviceOutOfMemoryError.status == 507

@@ -21,6 +21,7 @@ it.
     └── ServeError                   a request or replica failure, with its HTTP status
         ├── InputError                400: the request does not match the model's inputs
         ├── PayloadTooLargeError      413: the body is over the limit
+        ├── UnsupportedMediaTypeError 415: a content type or encoding the server does not take
         ├── OverloadedError           503: the queue is full
         ├── NotReadyError             503: no ready replica
         ├── DeviceOutOfMemoryError    507: one row still does not fit after splitting
@@ -51,6 +52,7 @@ __all__ = [
     "TorchplaceError",
     "TransferError",
     "UnsafeCheckpointError",
+    "UnsupportedMediaTypeError",
 ]
 
 
@@ -118,6 +120,12 @@ class PayloadTooLargeError(ServeError):
     """The request body is over the configured limit."""
 
     status = 413
+
+
+class UnsupportedMediaTypeError(InputError):
+    """A content type or content encoding the server does not take."""
+
+    status = 415
 
 
 class OverloadedError(ServeError):

@@ -1,0 +1,582 @@
+"""The Open Inference Protocol routes of ``torchplace serve``, and how to run them.
+
+:class:`App` maps KServe v2 REST routes onto an engine (anything shaped like
+:class:`EngineLike`, in practice :class:`torchplace.serve.engine.Engine`) and serves them with
+:class:`~torchplace.serve.http.HttpServer`. :func:`serve` runs an app until SIGTERM/SIGINT and
+then drains: readiness turns false, new inference requests get 503, queued and in-flight ones
+finish, and it returns within the drain timeout. :class:`ServerThread` runs one in a background
+thread (tests, notebooks, benchmarks).
+
+Routes: ``GET /v2/health/live``, ``GET /v2/health/ready``, ``GET /v2``, ``GET /v2/models/{name}``
+``[/versions/{v}]``, ``GET .../ready``, ``POST .../infer``, ``GET .../config`` (Triton's model
+configuration, for clients that ask), ``GET /metrics`` (Prometheus) and ``GET /v2/openapi.json``.
+Errors are ``{"error": "..."}`` with the statuses of the design's error table. With a bearer
+token configured every route but the two health probes needs ``Authorization: Bearer TOKEN``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import hmac
+import logging
+import signal
+import threading
+import time
+import zlib
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import unquote_to_bytes
+
+import numpy as np
+import orjson
+
+from torchplace import __version__
+from torchplace.errors import (
+    ConfigError,
+    InputError,
+    PayloadTooLargeError,
+    ServeError,
+    UnsupportedMediaTypeError,
+)
+from torchplace.models import TensorSpec
+from torchplace.serve import protocol
+from torchplace.serve.http import HttpServer, Request, Response, error_response
+
+if TYPE_CHECKING:
+    from torchplace.serve.config import ServeConfig
+
+__all__ = ["App", "EngineLike", "ServerThread", "load_token", "new_event_loop", "serve"]
+
+logger = logging.getLogger("torchplace.serve")
+
+EXTENSIONS = ("binary_tensor_data", "metrics", "openapi")
+_JSON = b"application/json"
+_BINARY = b"application/octet-stream"
+_METRICS_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
+_ACCEPTED_TYPES = (b"application/json", b"application/octet-stream", b"text/plain")
+_RETRY = [(b"retry-after", b"1")]
+_CLOSE_GRACE_S = 1.0  # after a drain, how long idle connections may still get a clean 503
+
+
+class EngineLike(Protocol):
+    """What the HTTP side needs from an engine (see :mod:`torchplace.serve.engine`)."""
+
+    name: str
+    version: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    max_batch_size: int
+    platform: str
+
+    async def start(self) -> None: ...
+    def is_ready(self) -> bool: ...
+    def is_live(self) -> bool: ...
+    async def infer(
+        self, inputs: dict[str, np.ndarray[Any, Any]]
+    ) -> dict[str, np.ndarray[Any, Any]]: ...
+    async def drain(self, timeout: float) -> None: ...
+    async def stop(self) -> None: ...
+    def metrics_text(self) -> bytes: ...
+    def observe_request(self, status: int, seconds: float) -> None: ...
+
+
+def load_token(path: Path) -> bytes:
+    """Read a bearer token file (surrounding whitespace dropped); ConfigError if unusable."""
+    try:
+        token = path.read_bytes().strip()
+    except OSError as exc:
+        raise ConfigError(f"cannot read auth token file {str(path)!r}: {exc.strerror}") from None
+    if not token or any(c <= 0x20 or c >= 0x7F for c in token):
+        raise ConfigError(
+            f"auth token file {str(path)!r} must hold one printable token without spaces"
+        )
+    return token
+
+
+_Route = Callable[[Request], "Response | Coroutine[Any, Any, Response]"]
+
+
+class App:
+    """KServe v2 routes over one engine."""
+
+    def __init__(self, engine: EngineLike, config: ServeConfig) -> None:
+        self.engine = engine
+        self.config = config
+        self.server = HttpServer(
+            self.handle,
+            max_body_bytes=config.max_body_bytes,
+            request_timeout_s=config.request_timeout_s,
+            keepalive_timeout_s=config.keepalive_timeout_s,
+        )
+        self._token = (
+            b"Bearer " + load_token(config.auth_token_file) if config.auth_token_file else None
+        )
+        self._started = False
+        self._name = engine.name
+        self._version = engine.version
+        self._inputs = tuple(engine.inputs)
+        self._outputs = tuple(engine.outputs)
+        self._max_rows = engine.max_batch_size
+        self._allow_nan = config.allow_nan
+        self._metrics_on = config.metrics
+        self._server_meta = protocol.server_metadata(
+            name="torchplace", version=__version__, extensions=EXTENSIONS
+        )
+        self._model_meta = protocol.model_metadata(
+            name=self._name,
+            versions=[self._version],
+            platform=engine.platform,
+            inputs=self._inputs,
+            outputs=self._outputs,
+        )
+        self._model_config = orjson.dumps(
+            {
+                "name": self._name,
+                "platform": engine.platform,
+                "backend": "pytorch",
+                "max_batch_size": self._max_rows,
+                "input": [_config_tensor(s) for s in self._inputs],
+                "output": [_config_tensor(s) for s in self._outputs],
+            }
+        )
+        self._openapi: bytes | None = None
+        # Exact paths answered without parsing; anything else goes through _route_slow.
+        self._routes: dict[bytes, tuple[bytes, _Route]] = {
+            b"/v2/health/live": (b"GET", self._live),
+            b"/v2/health/ready": (b"GET", self._ready),
+            b"/v2": (b"GET", self._metadata),
+            b"/v2/": (b"GET", self._metadata),
+            b"/metrics": (b"GET", self._metrics),
+            b"/v2/openapi.json": (b"GET", self._openapi_doc),
+        }
+        for base in self._model_paths(self._name, self._version):
+            self._routes[base] = (b"GET", self._model_metadata)
+            self._routes[base + b"/ready"] = (b"GET", self._model_ready)
+            self._routes[base + b"/config"] = (b"GET", self._config_doc)
+            self._routes[base + b"/infer"] = (b"POST", self._infer)
+        self._open = {b"/v2/health/live", b"/v2/health/ready"}
+
+    @staticmethod
+    def _model_paths(name: str, version: str) -> list[bytes]:
+        base = b"/v2/models/" + name.encode()
+        return [base, base + b"/versions/" + version.encode()]
+
+    # -- lifecycle -------------------------------------------------------------------------
+    @property
+    def port(self) -> int:
+        """The port the server listens on."""
+        return self.server.port
+
+    @property
+    def ready(self) -> bool:
+        """Ready to take inference requests: engine ready and not draining."""
+        return self._started and not self.server.draining and self.engine.is_ready()
+
+    async def start(self) -> None:
+        """Listen first (liveness answers during warm-up), then start the engine."""
+        await self.server.start(self.config.host, self.config.port)
+        await self.engine.start()
+        self._started = True
+
+    async def shutdown(self, timeout: float) -> None:
+        """Drain: refuse new work, let in-flight requests finish, then stop; all within
+        ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        self.server.draining = True
+        while self.server.in_flight and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        try:
+            await asyncio.wait_for(
+                self.engine.drain(max(0.0, deadline - time.monotonic())),
+                max(0.01, deadline - time.monotonic()),
+            )
+        except (asyncio.TimeoutError, ServeError):
+            logger.warning("drain did not finish within %.1f s", timeout)
+        # Refuse new connections, then give open keep-alive connections a short grace in which
+        # any request still gets a clean 503 + Connection: close instead of a reset.
+        self.server.stop_accepting()
+        grace_end = min(deadline, time.monotonic() + _CLOSE_GRACE_S)
+        while self.server.connections and time.monotonic() < grace_end:
+            await asyncio.sleep(0.01)
+        await self.server.close()
+        await self.engine.stop()
+
+    # -- dispatch --------------------------------------------------------------------------
+    def handle(self, request: Request) -> Response | Coroutine[Any, Any, Response]:
+        """Route one request (the HTTP server's handler)."""
+        route = self._routes.get(request.path)
+        if route is None:
+            return self._route_slow(request)
+        method, fn = route
+        if self._token is not None and request.path not in self._open:
+            denied = self._check_auth(request)
+            if denied is not None:
+                return denied
+        if request.method != method:
+            return error_response(
+                405,
+                f"{request.method.decode(errors='replace')} is not allowed on "
+                f"{_text(request.path)}; use {method.decode()}",
+                [(b"allow", method)],
+            )
+        return fn(request)
+
+    def _check_auth(self, request: Request) -> Response | None:
+        assert self._token is not None
+        given = request.headers.get(b"authorization", b"")
+        if hmac.compare_digest(given, self._token):
+            return None
+        why = "missing" if not given else "wrong"
+        return error_response(
+            401,
+            f"{why} bearer token; send 'Authorization: Bearer TOKEN'",
+            [(b"www-authenticate", b'Bearer realm="torchplace"')],
+        )
+
+    def _route_slow(self, request: Request) -> Response | Coroutine[Any, Any, Response]:
+        path = request.path
+        if b"%" in path:
+            path = unquote_to_bytes(path)
+            if path in self._routes:
+                request.path = path
+                return self.handle(request)
+        if self._token is not None:
+            denied = self._check_auth(request)
+            if denied is not None:
+                return denied
+        parts = path.split(b"/")
+        if len(parts) >= 4 and parts[:3] == [b"", b"v2", b"models"]:
+            name = parts[3]
+            rest = parts[4:]
+            if name != self._name.encode():
+                return error_response(
+                    404, f"unknown model {_text(name)!r}; this server serves {self._name!r}"
+                )
+            if rest[:1] == [b"versions"]:
+                if len(rest) < 2:
+                    return error_response(404, "missing version after /versions/")
+                if rest[1] != self._version.encode():
+                    return error_response(
+                        404,
+                        f"unknown version {_text(rest[1])!r} of model {self._name!r}; "
+                        f"available: {self._version!r}",
+                    )
+                rest = rest[2:]
+            if rest and rest[-1] == b"":
+                rest = rest[:-1]
+            what = rest[0].decode(errors="replace") if rest else ""
+            if len(rest) > 1 or what not in ("", "ready", "infer", "config"):
+                return error_response(404, f"no route {_text(request.path)}")
+            suffix = b"/" + what.encode() if what else b""
+            canonical = b"/v2/models/" + self._name.encode() + suffix
+            request.path = canonical
+            return self.handle(request)
+        if path.endswith(b"/") and path.rstrip(b"/") in self._routes:
+            request.path = path.rstrip(b"/")
+            return self.handle(request)
+        return error_response(
+            404,
+            f"no route {_text(request.path)}; see /v2/openapi.json for the routes served",
+        )
+
+    # -- routes ----------------------------------------------------------------------------
+    def _live(self, request: Request) -> Response:
+        if self.engine.is_live():
+            return Response(200, b'{"live":true}')
+        return Response(503, b'{"live":false}')
+
+    def _ready(self, request: Request) -> Response:
+        if self.ready:
+            return Response(200, b'{"ready":true}')
+        return Response(503, b'{"ready":false}', headers=list(_RETRY))
+
+    def _model_ready(self, request: Request) -> Response:
+        if self.ready:
+            return Response(200, b'{"name":%s,"ready":true}' % orjson.dumps(self._name))
+        return Response(
+            503, b'{"name":%s,"ready":false}' % orjson.dumps(self._name), headers=list(_RETRY)
+        )
+
+    def _metadata(self, request: Request) -> Response:
+        return Response(200, self._server_meta)
+
+    def _model_metadata(self, request: Request) -> Response:
+        return Response(200, self._model_meta)
+
+    def _config_doc(self, request: Request) -> Response:
+        return Response(200, self._model_config)
+
+    def _metrics(self, request: Request) -> Response:
+        if not self.config.metrics:
+            return error_response(404, "metrics are turned off (--no-metrics)")
+        return Response(200, self.engine.metrics_text(), _METRICS_TYPE)
+
+    def _openapi_doc(self, request: Request) -> Response:
+        if self._openapi is None:
+            from torchplace.serve.openapi import openapi_document
+
+            self._openapi = orjson.dumps(
+                openapi_document(
+                    name=self._name,
+                    version=self._version,
+                    inputs=self._inputs,
+                    outputs=self._outputs,
+                    max_batch_size=self._max_rows,
+                    auth=self._token is not None,
+                )
+            )
+        return Response(200, self._openapi)
+
+    def _infer(self, request: Request) -> Response | Coroutine[Any, Any, Response]:
+        started = time.perf_counter()
+        if self.server.draining:
+            refusal = error_response(
+                503, "the server is shutting down; retry elsewhere", list(_RETRY)
+            )
+            refusal.close = True  # the client reconnects elsewhere (after Retry-After)
+            return self._finish(refusal, started)
+        try:
+            decoded = self._decode(request)
+        except ServeError as exc:
+            return self._finish(error_response(exc.status, str(exc)), started)
+        return self._run(decoded, started)
+
+    def _decode(self, request: Request) -> protocol.InferRequest:
+        headers = request.headers
+        ctype = headers.get(b"content-type")
+        if ctype is not None:
+            base = ctype.split(b";", 1)[0].strip().lower()
+            if base not in _ACCEPTED_TYPES:
+                raise UnsupportedMediaTypeError(
+                    f"content type {_text(base)!r} is not accepted; send application/json "
+                    "(or application/octet-stream with Inference-Header-Content-Length)"
+                )
+        body = request.body
+        encoding = headers.get(b"content-encoding")
+        if encoding is not None and encoding.lower() not in (b"identity", b""):
+            body = self._decompress(body, encoding.lower())
+        if not body:
+            raise InputError("the request body is empty; send an OIP inference request object")
+        header_length: int | None = None
+        raw_length = headers.get(b"inference-header-content-length")
+        if raw_length is not None:
+            if not raw_length.isdigit():
+                raise InputError(
+                    f"Inference-Header-Content-Length {_text(raw_length)!r} is not a number"
+                )
+            header_length = int(raw_length)
+        return protocol.decode_infer_request(
+            body,
+            inputs=self._inputs,
+            outputs=self._outputs,
+            max_batch_size=self._max_rows,
+            header_length=header_length,
+            allow_nan=self._allow_nan,
+        )
+
+    def _decompress(self, body: bytes, encoding: bytes) -> bytes:
+        wbits = {b"gzip": 16 + zlib.MAX_WBITS, b"deflate": zlib.MAX_WBITS}.get(encoding)
+        if wbits is None:
+            raise UnsupportedMediaTypeError(
+                f"content encoding {_text(encoding)!r} is not supported; use gzip, deflate or none"
+            )
+        limit = self.config.max_body_bytes
+        inflater = zlib.decompressobj(wbits)
+        try:
+            out = inflater.decompress(body, limit + 1)
+        except zlib.error as exc:
+            raise InputError(f"the {encoding.decode()} body does not decompress: {exc}") from None
+        if len(out) > limit:
+            raise PayloadTooLargeError(f"the decompressed body is over the limit of {limit} bytes")
+        return out
+
+    async def _run(self, decoded: protocol.InferRequest, started: float) -> Response:
+        try:
+            results = await self.engine.infer(decoded.inputs)
+            body, header_length = protocol.encode_infer_response(
+                model_name=self._name,
+                model_version=self._version,
+                request=decoded,
+                results=results,
+                outputs=self._outputs,
+            )
+        except ServeError as exc:
+            extra = list(_RETRY) if exc.status == 503 else []
+            return self._finish(error_response(exc.status, str(exc), extra), started)
+        except asyncio.CancelledError:
+            self._finish(Response(503), started)  # timed out (or the client went away)
+            raise
+        except Exception as exc:
+            logger.exception("inference failed")
+            return self._finish(
+                error_response(500, f"inference failed: {type(exc).__name__}: {exc}"), started
+            )
+        if header_length is None:
+            response = Response(200, body)
+        else:
+            response = Response(
+                200,
+                body,
+                _BINARY,
+                [(b"inference-header-content-length", str(header_length).encode())],
+            )
+        return self._finish(response, started)
+
+    def _finish(self, response: Response, started: float) -> Response:
+        if self._metrics_on:
+            self.engine.observe_request(response.status, time.perf_counter() - started)
+        return response
+
+
+def _text(raw: bytes) -> str:
+    text = raw.decode("utf-8", errors="replace")
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def _config_tensor(spec: TensorSpec) -> dict[str, Any]:
+    return {"name": spec.name, "data_type": "TYPE_" + spec.datatype, "dims": list(spec.shape[1:])}
+
+
+# -- running ---------------------------------------------------------------------------------
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A uvloop loop when uvloop is installed, else asyncio's default."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is part of the serve extra
+        return asyncio.new_event_loop()
+    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+    return loop
+
+
+def _build_engine(config: ServeConfig) -> EngineLike:
+    from torchplace.serve.engine import Engine
+
+    engine: EngineLike = Engine.from_config(config)
+    return engine
+
+
+async def serve(
+    config: ServeConfig,
+    *,
+    engine: EngineLike | None = None,
+    stop: asyncio.Event | None = None,
+    on_ready: Callable[[App], None] | None = None,
+    handle_signals: bool = True,
+    freeze_gc: bool = False,
+) -> int:
+    """Serve until ``stop`` is set or SIGTERM/SIGINT arrives, then drain; returns 0.
+
+    ``freeze_gc`` (what ``torchplace serve`` does) moves everything alive after start-up (torch
+    and the model: hundreds of thousands of objects) out of the cyclic garbage collector's
+    reach with :func:`gc.freeze`, so full collections stay short and do not show up as p99
+    latency spikes.
+    """
+    app = App(engine if engine is not None else _build_engine(config), config)
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    if handle_signals:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, stop.set)
+                installed.append(sig)
+    try:
+        try:
+            await app.start()
+        except BaseException:
+            await app.server.close()
+            raise
+        logger.info(
+            "serving %s version %s on http://%s:%d",
+            app.engine.name,
+            app.engine.version,
+            config.host,
+            app.port,
+        )
+        if freeze_gc:
+            gc.collect()
+            gc.freeze()
+        if on_ready is not None:
+            on_ready(app)
+        await stop.wait()
+        logger.info("draining (up to %.1f s)", config.drain_timeout_s)
+        await app.shutdown(config.drain_timeout_s)
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+    return 0
+
+
+class ServerThread:
+    """Run :func:`serve` in a background thread; ``with ServerThread(cfg) as s: s.url``."""
+
+    def __init__(self, config: ServeConfig, engine: EngineLike | None = None) -> None:
+        self.config = config
+        self.engine = engine
+        self.app: App | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound port."""
+        assert self.app is not None, "start() first"
+        return self.app.port
+
+    @property
+    def url(self) -> str:
+        """``http://host:port``."""
+        return f"http://{self.config.host}:{self.port}"
+
+    def start(self, timeout: float = 120.0) -> ServerThread:
+        """Start and wait until the server listens and the engine has started."""
+        self._thread = threading.Thread(target=self._main, name="torchplace-serve", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise TimeoutError(f"server did not start within {timeout} s")
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def _main(self) -> None:
+        loop = new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._serve())
+        except BaseException as exc:
+            self._error = exc
+        finally:
+            self._ready.set()
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    async def _serve(self) -> None:
+        self._stop = asyncio.Event()
+
+        def ready(app: App) -> None:
+            self.app = app
+            self._ready.set()
+
+        await serve(
+            self.config, engine=self.engine, stop=self._stop, on_ready=ready, handle_signals=False
+        )
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Drain and stop; waits for the thread."""
+        if self._loop is not None and self._stop is not None and not self._loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def __enter__(self) -> ServerThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,294 @@
+"""Configuration of ``torchplace serve``: one frozen, validated dataclass.
+
+A :class:`ServeConfig` can be built in code (keyword arguments), from a mapping, or from a
+config file: TOML (``.toml``, needs Python 3.11+ for :mod:`tomllib`) or JSON (``.json``, any
+Python). Keys are the field names (``max_batch_size`` or ``max-batch-size``), optionally under a
+``[serve]`` table. On the command line, flags override the file.
+
+Tensor declarations (``inputs``/``outputs``) use ``NAME:DATATYPE:DIMS`` strings such as
+``input:FP32:-1,8`` (``-1`` is the batch dimension) or ``{"name", "datatype", "shape"}`` tables.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torchplace.errors import ConfigError
+from torchplace.models import TensorSpec
+from torchplace.serve.datatypes import NUMPY_DTYPES
+
+__all__ = ["DATATYPES", "LOG_LEVELS", "ServeConfig", "parse_tensor_spec"]
+
+#: Open Inference Protocol datatypes a served model may declare (those torch and numpy share;
+#: BYTES is not a torch type and BF16 has no numpy dtype).
+DATATYPES: frozenset[str] = frozenset(NUMPY_DTYPES)
+LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error", "critical")
+MIB = 1024 * 1024
+
+
+def parse_tensor_spec(text: str) -> TensorSpec:
+    """Parse ``NAME:DATATYPE:DIMS`` (e.g. ``input:FP32:-1,8``) into a :class:`TensorSpec`."""
+    parts = text.strip().split(":")
+    if len(parts) != 3 or not parts[0]:
+        raise ConfigError(
+            f"tensor declaration {text!r} is not NAME:DATATYPE:DIMS; write e.g. 'input:FP32:-1,8'"
+        )
+    name, datatype, dims = parts
+    try:
+        shape = tuple(int(d) for d in dims.split(",") if d.strip() != "")
+    except ValueError:
+        raise ConfigError(
+            f"tensor declaration {text!r}: dims {dims!r} must be comma-separated integers "
+            "(-1 for the batch dimension), e.g. '-1,8'"
+        ) from None
+    return _checked_spec(TensorSpec(name, datatype.upper(), shape), where="tensor declaration")
+
+
+def _checked_spec(spec: TensorSpec, *, where: str) -> TensorSpec:
+    if spec.datatype not in DATATYPES:
+        raise ConfigError(
+            f"{where} {spec.name!r}: datatype {spec.datatype!r} is not servable; "
+            f"choose one of {', '.join(sorted(DATATYPES))}"
+        )
+    if not spec.shape or spec.shape[0] != -1:
+        raise ConfigError(
+            f"{where} {spec.name!r}: shape {list(spec.shape)} must start with -1, the batch "
+            "dimension, e.g. [-1, 8]"
+        )
+    if any(d < -1 for d in spec.shape) or -1 in spec.shape[1:]:
+        raise ConfigError(
+            f"{where} {spec.name!r}: shape {list(spec.shape)} may use -1 only as its first "
+            "(batch) dimension; the other dimensions must be sizes >= 0"
+        )
+    return spec
+
+
+def _to_spec(value: Any, field_name: str) -> TensorSpec:
+    if isinstance(value, TensorSpec):
+        return _checked_spec(value, where=field_name)
+    if isinstance(value, str):
+        return parse_tensor_spec(value)
+    if isinstance(value, Mapping):
+        try:
+            name, datatype, shape = value["name"], value["datatype"], value["shape"]
+        except KeyError as exc:
+            raise ConfigError(
+                f"{field_name}: entry {dict(value)!r} lacks {exc.args[0]!r}; give name, "
+                "datatype and shape"
+            ) from None
+        if not isinstance(shape, list | tuple) or not all(
+            isinstance(d, int) and not isinstance(d, bool) for d in shape
+        ):
+            raise ConfigError(f"{field_name} {name!r}: shape {shape!r} must be a list of ints")
+        return _checked_spec(
+            TensorSpec(str(name), str(datatype).upper(), tuple(shape)), where=field_name
+        )
+    raise ConfigError(
+        f"{field_name}: {value!r} is not a tensor declaration; use 'NAME:DATATYPE:DIMS' or a "
+        "table with name, datatype and shape"
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeConfig:
+    """Everything ``torchplace serve`` needs; every field is validated on construction."""
+
+    model: str = "seed-mlp"
+    model_version: str = "1"
+    weights: Path | None = None
+    exported: Path | None = None
+    inputs: tuple[TensorSpec, ...] | None = None
+    outputs: tuple[TensorSpec, ...] | None = None
+    device: str = "auto"
+    devices: tuple[str, ...] | None = None
+    replicas_per_device: int = 1
+    max_batch_size: int = 32
+    max_delay_ms: float = 2.0
+    max_queue: int = 1024
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_body_bytes: int = 64 * MIB
+    request_timeout_s: float = 30.0
+    keepalive_timeout_s: float = 60.0
+    drain_timeout_s: float = 30.0
+    fallback: str | None = None
+    failure_threshold: int = 3
+    torch_threads: int | None = None
+    allow_nan: bool = False
+    metrics: bool = True
+    auth_token_file: Path | None = None
+    trace_file: Path | None = None
+    log_level: str = "info"
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        def fail(name: str, value: object, need: str) -> None:
+            raise ConfigError(f"serve config: {name}={value!r} is invalid; {need}")
+
+        for name in ("model", "model_version", "device", "host"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                fail(name, value, "give a non-empty string")
+        if "/" in self.model_version or "?" in self.model_version:
+            fail("model_version", self.model_version, "a version cannot contain '/' or '?'")
+        for name in ("weights", "exported", "auth_token_file", "trace_file"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, Path):
+                fail(name, value, "give a path")
+        if self.weights is not None and self.exported is not None:
+            fail("exported", str(self.exported), "give either weights or exported, not both")
+        for name in ("inputs", "outputs"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if not isinstance(value, tuple) or not value:
+                fail(name, value, "give a non-empty tuple of TensorSpec")
+            specs = tuple(_to_spec(v, name) for v in value)
+            if len({s.name for s in specs}) != len(specs):
+                fail(name, [s.name for s in specs], "tensor names must be unique")
+            object.__setattr__(self, name, specs)
+        if self.devices is not None and (
+            not isinstance(self.devices, tuple)
+            or not self.devices
+            or not all(isinstance(d, str) and d.strip() for d in self.devices)
+        ):
+            fail(
+                "devices",
+                self.devices,
+                "give device names such as ('cuda:0', 'cuda:1') or ('all',)",
+            )
+        for name, low in (
+            ("replicas_per_device", 1),
+            ("max_batch_size", 1),
+            ("max_queue", 1),
+            ("max_body_bytes", 1024),
+            ("failure_threshold", 1),
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                fail(name, value, f"give an integer >= {low}")
+        if self.torch_threads is not None and (
+            not isinstance(self.torch_threads, int)
+            or isinstance(self.torch_threads, bool)
+            or self.torch_threads < 1
+        ):
+            fail("torch_threads", self.torch_threads, "give an integer >= 1 (or leave it unset)")
+        if (
+            not isinstance(self.port, int)
+            or isinstance(self.port, bool)
+            or not 0 <= self.port <= 65535
+        ):
+            fail("port", self.port, "give a port in 0..65535 (0 picks a free one)")
+        for name, positive in (
+            ("max_delay_ms", False),
+            ("request_timeout_s", True),
+            ("keepalive_timeout_s", True),
+            ("drain_timeout_s", False),
+        ):
+            value = getattr(self, name)
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            ok = ok and math.isfinite(value) and (value > 0 if positive else value >= 0)
+            if not ok:
+                fail(name, value, "give a finite number " + ("> 0" if positive else ">= 0"))
+        if self.fallback not in (None, "cpu"):
+            fail("fallback", self.fallback, "the only fallback is 'cpu' (or leave it unset)")
+        for name in ("allow_nan", "metrics"):
+            if not isinstance(getattr(self, name), bool):
+                fail(name, getattr(self, name), "give true or false")
+        if self.log_level not in LOG_LEVELS:
+            fail("log_level", self.log_level, f"choose one of {', '.join(LOG_LEVELS)}")
+
+    # -- construction helpers ------------------------------------------------------------
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        """The names a config file or mapping may use (besides ``extra``)."""
+        return tuple(f.name for f in dataclasses.fields(cls) if f.name != "extra")
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], *, source: str = "config") -> ServeConfig:
+        """Build from a mapping of field names (dashes allowed) to plain values."""
+        return cls().with_overrides(data, source=source)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ServeConfig:
+        """Load a ``.toml`` (Python 3.11+) or ``.json`` config file."""
+        return cls.from_mapping(load_config_file(path), source=str(path))
+
+    def with_overrides(self, data: Mapping[str, Any], *, source: str = "config") -> ServeConfig:
+        """A copy with the given fields replaced (values converted like a config file's)."""
+        known = set(self.field_names())
+        changes: dict[str, Any] = {}
+        for raw_key, value in data.items():
+            key = str(raw_key).replace("-", "_")
+            if key not in known:
+                raise ConfigError(
+                    f"{source}: unknown setting {raw_key!r}; known settings: {', '.join(sorted(known))}"
+                )
+            changes[key] = _convert(key, value, source)
+        return dataclasses.replace(self, **changes)
+
+
+def _convert(key: str, value: Any, source: str) -> Any:
+    if value is None:
+        return None
+    if key in ("weights", "exported", "auth_token_file", "trace_file"):
+        if not isinstance(value, str | Path):
+            raise ConfigError(f"{source}: {key}={value!r} must be a path string")
+        return Path(value)
+    if key in ("inputs", "outputs"):
+        items = [value] if isinstance(value, str | Mapping) else value
+        if not isinstance(items, list | tuple):
+            raise ConfigError(f"{source}: {key}={value!r} must be a list of tensor declarations")
+        return tuple(_to_spec(v, key) for v in items)
+    if key == "devices":
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple):
+            raise ConfigError(f"{source}: devices={value!r} must be a list or 'cuda:0,cuda:1'")
+        return tuple(str(d).strip() for d in items)
+    seconds = ("max_delay_ms", "request_timeout_s", "keepalive_timeout_s", "drain_timeout_s")
+    if key in seconds and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a config file into a plain dict (the ``[serve]`` table if there is one)."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {str(path)!r}: {exc.strerror}") from None
+    suffix = path.suffix.lower()
+    data: Any
+    if suffix == ".json":
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            raise ConfigError(f"config file {str(path)!r} is not valid JSON: {exc}") from None
+    elif suffix == ".toml":
+        try:
+            tomllib = importlib.import_module("tomllib")
+        except ImportError:  # pragma: no cover - Python 3.10 only
+            raise ConfigError(
+                f"config file {str(path)!r}: TOML needs Python 3.11+; use a .json file instead"
+            ) from None
+        try:
+            data = tomllib.loads(raw.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"config file {str(path)!r} is not valid TOML: {exc}") from None
+    else:
+        raise ConfigError(
+            f"config file {str(path)!r}: unknown format {suffix!r}; use .toml or .json"
+        )
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(path)!r} must hold a table of settings")
+    if set(data) == {"serve"} and isinstance(data["serve"], dict):
+        data = data["serve"]
+    return dict(data)

@@ -1,0 +1,438 @@
+"""A small, fast HTTP/1.1 server on asyncio + httptools, with no framework in the way.
+
+One :class:`HttpServer` owns the listening socket and its connections. Each connection parses
+with ``httptools`` (keep-alive, pipelining: requests on one connection are answered in order,
+``Content-Length`` and chunked request bodies, ``Expect: 100-continue``), enforces the body
+limit while reading (413 before the body is read when ``Content-Length`` says so), and hands each
+complete :class:`Request` to the handler, which returns a :class:`Response` or an awaitable of
+one. A one-second ticker answers requests that run past the request timeout (503), drops clients
+that send a request more slowly than that (408), and closes idle keep-alive connections.
+
+Status lines and common headers are pre-encoded; a response is one ``transport.write``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import functools
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import Any
+
+import httptools
+import orjson
+
+__all__ = ["Handler", "HttpServer", "Request", "Response", "error_response"]
+
+logger = logging.getLogger("torchplace.serve.http")
+
+_STATUS_LINES: dict[int, bytes] = {
+    s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n".encode() for s in HTTPStatus
+}
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_JSON = b"application/json"
+_PIPELINE_DEPTH = 32  # complete requests queued on one connection before we stop reading
+_MAX_HEAD_BYTES = 64 * 1024  # request line + headers; more gets 431
+_LINGER_S = 1.0  # how long a rejected connection's remaining input is drained before closing
+
+
+class Request:
+    """One parsed HTTP request; ``headers`` keys are lower-case bytes."""
+
+    __slots__ = ("body", "headers", "keep_alive", "method", "path", "query", "received")
+
+    def __init__(
+        self,
+        method: bytes,
+        path: bytes,
+        query: bytes,
+        headers: dict[bytes, bytes],
+        body: bytes,
+        keep_alive: bool,
+        received: float,
+    ) -> None:
+        self.method = method
+        self.path = path
+        self.query = query
+        self.headers = headers
+        self.body = body
+        self.keep_alive = keep_alive
+        self.received = received
+
+
+@dataclass(slots=True)
+class Response:
+    """A response: status, body, content type and any extra ``(name, value)`` headers."""
+
+    status: int
+    body: bytes = b""
+    content_type: bytes = _JSON
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    close: bool = False
+
+
+def error_response(
+    status: int, message: str, headers: list[tuple[bytes, bytes]] | None = None
+) -> Response:
+    """An OIP error object ``{"error": message}`` with the given status."""
+    return Response(status, orjson.dumps({"error": message}), _JSON, headers or [])
+
+
+Handler = Callable[[Request], "Response | Coroutine[Any, Any, Response]"]
+
+
+class _Connection(asyncio.Protocol):
+    __slots__ = (
+        "_body",
+        "_body_size",
+        "_busy",
+        "_current",
+        "_expect_continue",
+        "_head_size",
+        "_headers",
+        "_last_active",
+        "_parser",
+        "_paused_reading",
+        "_pending",
+        "_reading_since",
+        "_rejected",
+        "_server",
+        "_task_started",
+        "_timed_out",
+        "_transport",
+        "_url",
+        "_write_paused",
+    )
+
+    def __init__(self, server: HttpServer) -> None:
+        self._server = server
+        self._transport: asyncio.Transport | None = None
+        self._parser = httptools.HttpRequestParser(self)
+        self._url = b""
+        self._headers: dict[bytes, bytes] = {}
+        self._head_size = 0
+        self._body: list[bytes] = []
+        self._body_size = 0
+        self._expect_continue = False
+        self._rejected = False
+        self._pending: deque[Request] = deque()
+        self._busy = False
+        self._current: asyncio.Future[Response] | None = None
+        self._task_started = 0.0
+        self._timed_out = False
+        self._reading_since = 0.0
+        self._last_active = time.monotonic()
+        self._paused_reading = False
+        self._write_paused = False
+
+    # -- asyncio.Protocol ----------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
+        self._server.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._server.connections.discard(self)
+        self._transport = None
+        self._pending.clear()
+        if self._current is not None and not self._current.done():
+            self._current.cancel()
+
+    def data_received(self, data: bytes) -> None:
+        if self._rejected:
+            return
+        self._last_active = time.monotonic()
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._reject(error_response(400, "protocol upgrades are not supported"))
+        except httptools.HttpParserError as exc:
+            if not self._rejected:
+                self._reject(error_response(400, f"malformed HTTP request: {exc}"))
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._next()
+
+    # -- httptools callbacks ---------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        self._url = b""
+        self._headers = {}
+        self._head_size = 0
+        self._body = []
+        self._body_size = 0
+        self._expect_continue = False
+        self._reading_since = time.monotonic()
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+        self._count_head(len(url))
+
+    def _count_head(self, size: int) -> None:
+        self._head_size += size
+        if self._head_size > _MAX_HEAD_BYTES:
+            self._reject(
+                error_response(
+                    431, f"request line and headers are over the limit of {_MAX_HEAD_BYTES} bytes"
+                )
+            )
+            raise httptools.HttpParserError("headers too large")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_head(len(name) + len(value) + 4)
+        key = name.lower()
+        if key in self._headers:
+            self._headers[key] += b"," + value
+        else:
+            self._headers[key] = value
+
+    def on_headers_complete(self) -> None:
+        length = self._headers.get(b"content-length")
+        limit = self._server.max_body_bytes
+        if length is not None and length.isdigit() and int(length) > limit:
+            self._reject(
+                error_response(
+                    413, f"request body of {int(length)} bytes is over the limit of {limit} bytes"
+                )
+            )
+            raise httptools.HttpParserError("body too large")  # stop parsing this connection
+        if self._headers.get(b"expect", b"").lower() == b"100-continue":
+            self._expect_continue = True
+            if self._transport is not None and not self._pending and not self._busy:
+                self._transport.write(_CONTINUE)
+                self._expect_continue = False
+
+    def on_body(self, body: bytes) -> None:
+        self._body_size += len(body)
+        if self._body_size > self._server.max_body_bytes:
+            self._reject(
+                error_response(
+                    413,
+                    f"request body is over the limit of {self._server.max_body_bytes} bytes",
+                )
+            )
+            raise httptools.HttpParserError("body too large")
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        parser = self._parser
+        url = self._url
+        mark = url.find(b"?")
+        path, query = (url, b"") if mark < 0 else (url[:mark], url[mark + 1 :])
+        body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+        request = Request(
+            parser.get_method(),
+            path,
+            query,
+            self._headers,
+            body,
+            parser.should_keep_alive(),
+            self._reading_since,
+        )
+        self._reading_since = 0.0
+        self._pending.append(request)
+        if len(self._pending) >= _PIPELINE_DEPTH and self._transport is not None:
+            self._transport.pause_reading()
+            self._paused_reading = True
+        if not self._busy:
+            self._next()
+
+    # -- request handling ------------------------------------------------------------------
+    def _next(self) -> None:
+        while self._pending and not self._busy and not self._write_paused:
+            if self._transport is None:
+                return
+            request = self._pending.popleft()
+            if self._paused_reading and len(self._pending) < _PIPELINE_DEPTH // 2:
+                self._transport.resume_reading()
+                self._paused_reading = False
+            self._server.in_flight += 1
+            try:
+                result = self._server.handler(request)
+            except Exception:
+                logger.exception("request handler failed")
+                result = error_response(500, "internal server error")
+            if isinstance(result, Response):
+                self._server.in_flight -= 1
+                self._write(result, request)
+                continue
+            self._busy = True
+            self._timed_out = False
+            self._task_started = time.monotonic()
+            task = self._server.loop.create_task(result)
+            self._current = task
+            task.add_done_callback(functools.partial(self._done, request=request))
+
+    def _done(self, task: asyncio.Future[Response], *, request: Request) -> None:
+        self._busy = False
+        self._current = None
+        self._server.in_flight -= 1
+        if task.cancelled():
+            if self._timed_out:
+                seconds = self._server.request_timeout_s
+                response = error_response(
+                    503,
+                    f"request timed out after {seconds:g} s; retry later",
+                    [(b"retry-after", b"1")],
+                )
+            else:
+                return  # the connection went away
+        else:
+            exc = task.exception()
+            if exc is None:
+                response = task.result()
+            else:
+                logger.error("request handler failed", exc_info=exc)
+                response = error_response(500, "internal server error")
+        self._write(response, request)
+        self._next()
+
+    def _write(self, response: Response, request: Request) -> None:
+        transport = self._transport
+        if transport is None:
+            return
+        close = response.close or not request.keep_alive
+        head = [
+            _STATUS_LINES.get(response.status) or f"HTTP/1.1 {response.status} \r\n".encode(),
+            b"content-type: ",
+            response.content_type,
+            b"\r\ncontent-length: ",
+            str(len(response.body)).encode(),
+            b"\r\n",
+            self._server.date_header,
+        ]
+        for name, value in response.headers:
+            head += (name, b": ", value, b"\r\n")
+        if close:
+            head.append(b"connection: close\r\n")
+        head.append(b"\r\n")
+        head.append(response.body)
+        transport.write(b"".join(head))
+        self._last_active = time.monotonic()
+        if close:
+            self._pending.clear()
+            transport.close()
+        elif self._expect_continue and not self._pending:
+            # A request that sent Expect: 100-continue while we were busy waits for this.
+            transport.write(_CONTINUE)
+            self._expect_continue = False
+
+    def _reject(self, response: Response) -> None:
+        """Answer a request we will not read any further, then close the connection.
+
+        The rest of the body is read and dropped for a moment (closing at once with unread
+        data would reset the connection before the client reads the answer).
+        """
+        self._rejected = True
+        transport = self._transport
+        if transport is None:
+            return
+        if self._busy or self._pending:
+            # Earlier requests are still being answered; drop them rather than reorder.
+            self._pending.clear()
+            if self._current is not None:
+                self._current.cancel()
+        response.headers.append((b"connection", b"close"))
+        response.close = False
+        self._write(response, Request(b"", b"", b"", {}, b"", True, 0.0))
+        if transport.can_write_eof():
+            transport.write_eof()
+        asyncio.get_running_loop().call_later(_LINGER_S, transport.close)
+
+    # -- ticker ----------------------------------------------------------------------------
+    def tick(self, now: float) -> None:
+        timeout = self._server.request_timeout_s
+        transport = self._transport
+        if transport is None or self._rejected:
+            return
+        if self._busy and self._current is not None and now - self._task_started > timeout:
+            self._timed_out = True
+            self._current.cancel()
+        elif self._reading_since and now - self._reading_since > timeout:
+            self._reject(error_response(408, f"request not received within {timeout:g} s; closing"))
+        elif (
+            not self._busy
+            and not self._pending
+            and not self._reading_since
+            and now - self._last_active > self._server.keepalive_timeout_s
+        ):
+            transport.close()
+
+    def close_if_idle(self) -> None:
+        if self._transport is not None and not self._busy and not self._pending:
+            self._transport.close()
+
+
+class HttpServer:
+    """Serve ``handler`` over HTTP/1.1; :meth:`start` binds, :meth:`close` stops."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        max_body_bytes: int,
+        request_timeout_s: float,
+        keepalive_timeout_s: float = 60.0,
+    ) -> None:
+        self.handler = handler
+        self.max_body_bytes = max_body_bytes
+        self.request_timeout_s = request_timeout_s
+        self.keepalive_timeout_s = keepalive_timeout_s
+        self.connections: set[_Connection] = set()
+        self.in_flight = 0
+        self.draining = False
+        self.date_header = b""
+        self.loop: asyncio.AbstractEventLoop  # set by start(), before any connection exists
+        self._server: asyncio.base_events.Server | None = None
+        self._ticker: asyncio.TimerHandle | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful after binding port 0)."""
+        assert self._server is not None, "start() the server first"
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def start(self, host: str, port: int, **kwargs: Any) -> None:
+        """Bind and start accepting connections."""
+        loop = asyncio.get_running_loop()
+        self.loop = loop
+        self._server = await loop.create_server(
+            lambda: _Connection(self), host, port, reuse_address=True, backlog=2048, **kwargs
+        )
+        self._tick()
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        self.date_header = b"date: " + email.utils.formatdate(usegmt=True).encode() + b"\r\n"
+        for conn in list(self.connections):
+            conn.tick(now)
+        self._ticker = asyncio.get_running_loop().call_later(1.0, self._tick)
+
+    def stop_accepting(self) -> None:
+        """Close the listening socket; open connections stay."""
+        if self._server is not None:
+            self._server.close()
+
+    async def close(self) -> None:
+        """Stop accepting, close every connection and wait for the socket to go."""
+        if self._ticker is not None:
+            self._ticker.cancel()
+            self._ticker = None
+        self.stop_accepting()
+        for conn in list(self.connections):
+            conn.close_if_idle()
+        for conn in list(self.connections):
+            if conn._transport is not None:
+                conn._transport.close()
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 5.0)
+            self._server = None

@@ -1,0 +1,477 @@
+"""The Open Inference Protocol (KServe v2 REST) codec, with Triton's binary tensor extension.
+
+:func:`decode_infer_request` turns an HTTP body into an :class:`InferRequest` whose arrays are
+already validated against the model's declared inputs (name, datatype, shape with ``-1`` as the
+batch dimension, element count, NaN policy); every problem raises
+:class:`~torchplace.errors.InputError` naming the input and what was expected.
+:func:`encode_infer_response` does the reverse for outputs, as JSON ``data`` or as binary tensor
+data (``binary_data`` per output, ``binary_data_output`` for all) after the JSON header, whose
+length then goes in the ``Inference-Header-Content-Length`` header.
+
+Datatypes map to little-endian numpy dtypes; ``BF16`` travels as ``float32`` arrays inside the
+server (rounded to bfloat16 bits on the wire). ``BYTES`` is not a torch type and is refused.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+
+from torchplace.errors import InputError
+from torchplace.models import TensorSpec
+
+__all__ = [
+    "WIRE_DTYPES",
+    "InferRequest",
+    "RequestedOutput",
+    "decode_infer_request",
+    "encode_error",
+    "encode_infer_response",
+    "model_metadata",
+    "server_metadata",
+]
+
+#: OIP datatype -> the dtype of its elements on the wire (binary extension, little-endian).
+WIRE_DTYPES: dict[str, np.dtype[Any]] = {
+    "BOOL": np.dtype("?"),
+    "UINT8": np.dtype("u1"),
+    "UINT16": np.dtype("<u2"),
+    "UINT32": np.dtype("<u4"),
+    "UINT64": np.dtype("<u8"),
+    "INT8": np.dtype("i1"),
+    "INT16": np.dtype("<i2"),
+    "INT32": np.dtype("<i4"),
+    "INT64": np.dtype("<i8"),
+    "FP16": np.dtype("<f2"),
+    "BF16": np.dtype("<u2"),
+    "FP32": np.dtype("<f4"),
+    "FP64": np.dtype("<f8"),
+}
+#: OIP datatype -> the numpy dtype arrays have inside the server.
+_ARRAY_DTYPES: dict[str, np.dtype[Any]] = {
+    **{k: v.newbyteorder("=") for k, v in WIRE_DTYPES.items()},
+    "BF16": np.dtype(np.float32),
+}
+# numpy kinds a JSON list may decode to for each datatype (bools are not numbers here).
+_FLOAT_KINDS = frozenset("iuf")
+_INT_KINDS = frozenset("iu")
+_JSON_KINDS: dict[str, frozenset[str]] = {
+    name: frozenset("b")
+    if name == "BOOL"
+    else _FLOAT_KINDS
+    if name in ("FP16", "BF16", "FP32", "FP64")
+    else _INT_KINDS
+    for name in WIRE_DTYPES
+}
+_JSON_OPTS = orjson.OPT_SERIALIZE_NUMPY
+
+
+@dataclass(frozen=True, slots=True)
+class RequestedOutput:
+    """An output the client asked for, and whether it wants it as binary tensor data."""
+
+    name: str
+    binary: bool
+
+
+@dataclass(frozen=True, slots=True)
+class InferRequest:
+    """A decoded, validated inference request."""
+
+    id: str | None
+    inputs: dict[str, np.ndarray[Any, Any]]
+    rows: int
+    outputs: tuple[RequestedOutput, ...] | None
+    binary_output: bool
+
+
+def _fail(message: str) -> InputError:
+    return InputError(message)
+
+
+def _kind_name(value: object) -> str:
+    return {
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        str: "string",
+        list: "array",
+        dict: "object",
+    }.get(type(value), type(value).__name__)
+
+
+def decode_infer_request(
+    body: bytes | bytearray | memoryview,
+    *,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+    max_batch_size: int,
+    header_length: int | None = None,
+    allow_nan: bool = False,
+) -> InferRequest:
+    """Decode and validate an OIP inference request body (JSON, or JSON + binary tensors)."""
+    view = memoryview(body)
+    if header_length is None:
+        json_part, binary = view, None
+    else:
+        if not 0 <= header_length <= len(view):
+            raise _fail(
+                f"Inference-Header-Content-Length {header_length} is outside the body of "
+                f"{len(view)} bytes; it must give the length of the JSON header"
+            )
+        json_part, binary = view[:header_length], view[header_length:]
+    try:
+        doc = orjson.loads(json_part)
+    except orjson.JSONDecodeError as exc:
+        raise _fail(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise _fail(f"request body must be a JSON object, not {_kind_name(doc)}")
+
+    request_id = doc.get("id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise _fail(f"'id' must be a string, not {_kind_name(request_id)}")
+    binary_output = False
+    params = doc.get("parameters")
+    if params is not None:
+        if not isinstance(params, dict):
+            raise _fail(f"'parameters' must be an object, not {_kind_name(params)}")
+        flag = params.get("binary_data_output", False)
+        if not isinstance(flag, bool):
+            raise _fail("parameter 'binary_data_output' must be true or false")
+        binary_output = flag
+
+    raw_inputs = doc.get("inputs")
+    if not isinstance(raw_inputs, list) or not raw_inputs:
+        raise _fail(
+            "request needs 'inputs', a non-empty array; the model takes "
+            + ", ".join(_describe(s) for s in inputs)
+        )
+    specs = {s.name: s for s in inputs}
+    arrays: dict[str, np.ndarray[Any, Any]] = {}
+    offset = 0
+    rows = -1
+    for raw in raw_inputs:
+        if not isinstance(raw, dict):
+            raise _fail(f"each entry of 'inputs' must be an object, not {_kind_name(raw)}")
+        name = raw.get("name")
+        if not isinstance(name, str):
+            raise _fail("each input needs a 'name' string")
+        spec = specs.get(name)
+        if spec is None:
+            raise _fail(
+                f"unknown input {name!r}; the model takes "
+                + ", ".join(_describe(s) for s in inputs)
+            )
+        if name in arrays:
+            raise _fail(f"input {name!r} is given twice")
+        array, offset = _decode_input(raw, spec, binary, offset, max_batch_size, allow_nan)
+        if rows == -1:
+            rows = len(array)
+        elif len(array) != rows:
+            raise _fail(
+                f"input {name!r} has {len(array)} rows but another input has {rows}; every "
+                "input must have the same batch size"
+            )
+        arrays[name] = array
+    missing = [s.name for s in inputs if s.name not in arrays]
+    if missing:
+        raise _fail(
+            "missing input(s) "
+            + ", ".join(repr(m) for m in missing)
+            + "; the model takes "
+            + ", ".join(_describe(s) for s in inputs)
+        )
+    if binary is not None and offset != len(binary):
+        raise _fail(
+            f"the binary section has {len(binary)} bytes but the inputs' binary_data_size "
+            f"add up to {offset}; the sizes must match the data exactly"
+        )
+    return InferRequest(
+        id=request_id,
+        inputs=arrays,
+        rows=rows,
+        outputs=_requested_outputs(doc.get("outputs"), outputs, binary_output),
+        binary_output=binary_output,
+    )
+
+
+def _describe(spec: TensorSpec) -> str:
+    return f"{spec.name!r} ({spec.datatype}, shape {list(spec.shape)})"
+
+
+def _decode_input(
+    raw: dict[str, Any],
+    spec: TensorSpec,
+    binary: memoryview | None,
+    offset: int,
+    max_batch_size: int,
+    allow_nan: bool,
+) -> tuple[np.ndarray[Any, Any], int]:
+    name = spec.name
+    datatype = raw.get("datatype")
+    if datatype != spec.datatype:
+        if datatype == "BYTES":
+            raise _fail(
+                f"input {name!r}: datatype BYTES is not a tensor type torch can take; "
+                f"send {spec.datatype}"
+            )
+        raise _fail(
+            f"input {name!r}: datatype {datatype!r} does not match the model's {spec.datatype}"
+        )
+    shape = raw.get("shape")
+    if type(shape) is not list or not all(type(d) is int and d >= 0 for d in shape):
+        raise _fail(
+            f"input {name!r}: 'shape' must be an array of non-negative integers, got {shape!r}"
+        )
+    declared = spec.shape
+    if len(shape) != len(declared) or any(
+        want != got and want != -1
+        for want, got in zip(declared, shape)  # noqa: B905
+    ):
+        raise _fail(
+            f"input {name!r}: shape {shape} does not fit the model's {list(declared)} "
+            "(-1 is the batch dimension)"
+        )
+    rows = shape[0]
+    if not 1 <= rows <= max_batch_size:
+        raise _fail(
+            f"input {name!r}: batch dimension {rows} must be between 1 and the max batch "
+            f"size {max_batch_size}; send at most {max_batch_size} rows per request"
+        )
+    count = math.prod(shape)
+    params = raw.get("parameters")
+    size = None
+    if params is not None:
+        if not isinstance(params, dict):
+            raise _fail(f"input {name!r}: 'parameters' must be an object")
+        if "shared_memory_region" in params:
+            raise _fail(f"input {name!r}: shared-memory inputs are not supported; send data")
+        size = params.get("binary_data_size")
+    data = raw.get("data")
+    dtype = _ARRAY_DTYPES[spec.datatype]
+    if size is not None:
+        if data is not None:
+            raise _fail(f"input {name!r} has both 'data' and 'binary_data_size'; send one")
+        if binary is None:
+            raise _fail(
+                f"input {name!r} has 'binary_data_size' but the request has no "
+                "Inference-Header-Content-Length header giving the JSON length"
+            )
+        wire = WIRE_DTYPES[spec.datatype]
+        if type(size) is not int or size != count * wire.itemsize:
+            raise _fail(
+                f"input {name!r}: binary_data_size {size!r} does not match shape {shape} of "
+                f"{spec.datatype} ({count * wire.itemsize} bytes)"
+            )
+        if offset + size > len(binary):
+            raise _fail(
+                f"input {name!r}: binary data ends at byte {offset + size} but the binary "
+                f"section has only {len(binary)} bytes"
+            )
+        array = np.frombuffer(binary[offset : offset + size], dtype=wire)
+        offset += size
+        if spec.datatype == "BF16":
+            array = (array.astype(np.uint32) << 16).view(np.float32)
+        elif spec.datatype == "BOOL":
+            if array.view(np.uint8).max(initial=0) > 1:
+                raise _fail(f"input {name!r}: BOOL bytes must be 0 or 1")
+            array = array.copy()
+        else:
+            array = array.astype(dtype, copy=True)
+    else:
+        if not isinstance(data, list):
+            raise _fail(
+                f"input {name!r} needs 'data', an array of {count} {spec.datatype} values "
+                "(or binary data with the binary_data_size parameter)"
+            )
+        try:
+            array = np.array(data)
+        except (ValueError, TypeError, OverflowError):
+            raise _fail(
+                f"input {name!r}: 'data' must be a flat or regularly nested array of "
+                f"{spec.datatype} numbers"
+            ) from None
+        if array.size != count:
+            raise _fail(
+                f"input {name!r}: shape {shape} needs {count} values but 'data' holds {array.size}"
+            )
+        if (
+            array.dtype.kind in "fO"
+            and dtype.kind in "iu"
+            and all(type(v) is int for v in data)  # past int64: numpy fell back to float
+        ):
+            try:
+                array = np.array(data, dtype=dtype)
+            except OverflowError:
+                raise _fail(
+                    f"input {name!r}: a value is out of range for {spec.datatype}"
+                ) from None
+        if array.dtype.kind not in _JSON_KINDS[spec.datatype] and count:
+            raise _fail(
+                f"input {name!r}: 'data' holds {_kind_label(array)}, not {spec.datatype} values"
+            )
+        if array.dtype.kind in "iu" and dtype.kind in "iu" and count:
+            info = np.iinfo(dtype)
+            low, high = array.min(), array.max()
+            if low < info.min or high > info.max:
+                raise _fail(
+                    f"input {name!r}: value {low if low < info.min else high} is out of range "
+                    f"for {spec.datatype} ({info.min}..{info.max})"
+                )
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow -> inf, refused below
+            array = array.astype(dtype, copy=False)
+    array = array.reshape(shape)
+    # A finite sum means every value is finite (NaN and inf propagate); only a non-finite sum
+    # (which may also be an overflow) needs the element-wise check.
+    if (
+        not allow_nan
+        and dtype.kind == "f"
+        and count
+        and not math.isfinite(array.sum(dtype=np.float64))
+        and not np.isfinite(array).all()
+    ):
+        raise _fail(
+            f"input {name!r}: NaN or infinite values are not allowed (the server runs with "
+            "NaN checks on)"
+        )
+    return array, offset
+
+
+def _kind_label(array: np.ndarray[Any, Any]) -> str:
+    return {
+        "b": "booleans",
+        "U": "strings",
+        "S": "strings",
+        "O": "mixed or nested values",
+        "f": "non-integer numbers",
+        "i": "integers",
+        "u": "integers",
+    }.get(array.dtype.kind, f"{array.dtype} values")
+
+
+def _requested_outputs(
+    raw: Any, outputs: Sequence[TensorSpec], binary_default: bool
+) -> tuple[RequestedOutput, ...] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise _fail(f"'outputs' must be an array of objects, not {_kind_name(raw)}")
+    known = {s.name for s in outputs}
+    chosen: list[RequestedOutput] = []
+    for entry in raw:
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise _fail("each entry of 'outputs' must be an object with a 'name' string")
+        name = entry["name"]
+        if name not in known:
+            raise _fail(
+                f"unknown output {name!r}; the model returns "
+                + ", ".join(_describe(s) for s in outputs)
+            )
+        binary = binary_default
+        params = entry.get("parameters")
+        if params is not None:
+            if not isinstance(params, dict):
+                raise _fail(f"output {name!r}: 'parameters' must be an object")
+            if params.get("classification"):
+                raise _fail(f"output {name!r}: the classification extension is not supported")
+            if "shared_memory_region" in params:
+                raise _fail(f"output {name!r}: shared-memory outputs are not supported")
+            flag = params.get("binary_data", binary_default)
+            if not isinstance(flag, bool):
+                raise _fail(f"output {name!r}: parameter 'binary_data' must be true or false")
+            binary = flag
+        if any(c.name == name for c in chosen):
+            raise _fail(f"output {name!r} is requested twice")
+        chosen.append(RequestedOutput(name, binary))
+    return tuple(chosen)
+
+
+def _bf16_bits(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """float32 -> bfloat16 bit patterns, rounding to nearest even (NaN stays NaN)."""
+    bits = np.ascontiguousarray(array, dtype=np.float32).view(np.uint32)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype("<u2")
+    nan = np.isnan(array.astype(np.float32, copy=False))
+    if nan.any():
+        rounded[nan.reshape(rounded.shape)] = 0x7FC0
+    return rounded
+
+
+def encode_infer_response(
+    *,
+    model_name: str,
+    model_version: str,
+    request: InferRequest,
+    results: Mapping[str, np.ndarray[Any, Any]],
+    outputs: Sequence[TensorSpec],
+) -> tuple[bytes, int | None]:
+    """Encode the outputs; returns the body and the JSON header length if binary data follows."""
+    if request.outputs is None:
+        chosen: Sequence[RequestedOutput] = [
+            RequestedOutput(s.name, request.binary_output) for s in outputs
+        ]
+    else:
+        chosen = request.outputs
+    datatypes = {s.name: s.datatype for s in outputs}
+    entries: list[dict[str, Any]] = []
+    chunks: list[bytes] = []
+    for want in chosen:
+        array = results[want.name]
+        datatype = datatypes[want.name]
+        entry: dict[str, Any] = {"name": want.name, "datatype": datatype, "shape": array.shape}
+        if want.binary:
+            if datatype == "BF16":
+                raw = _bf16_bits(array).tobytes()
+            else:
+                raw = np.ascontiguousarray(array, dtype=WIRE_DTYPES[datatype]).tobytes()
+            entry["parameters"] = {"binary_data_size": len(raw)}
+            chunks.append(raw)
+        else:
+            entry["data"] = np.ascontiguousarray(array).reshape(-1)
+        entries.append(entry)
+    doc: dict[str, Any] = {"model_name": model_name, "model_version": model_version}
+    if request.id is not None:
+        doc["id"] = request.id
+    doc["outputs"] = entries
+    header = orjson.dumps(doc, option=_JSON_OPTS)
+    if not chunks:
+        return header, None
+    return b"".join([header, *chunks]), len(header)
+
+
+def encode_error(message: str) -> bytes:
+    """The OIP error object, ``{"error": message}``."""
+    return orjson.dumps({"error": message})
+
+
+def server_metadata(*, name: str, version: str, extensions: Sequence[str]) -> bytes:
+    """The server metadata response body."""
+    return orjson.dumps({"name": name, "version": version, "extensions": list(extensions)})
+
+
+def model_metadata(
+    *,
+    name: str,
+    versions: Sequence[str],
+    platform: str,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+) -> bytes:
+    """The model metadata response body."""
+
+    def tensors(specs: Sequence[TensorSpec]) -> list[dict[str, Any]]:
+        return [{"name": s.name, "datatype": s.datatype, "shape": list(s.shape)} for s in specs]
+
+    return orjson.dumps(
+        {
+            "name": name,
+            "versions": list(versions),
+            "platform": platform,
+            "inputs": tensors(inputs),
+            "outputs": tensors(outputs),
+        }
+    )

@@ -1,0 +1,165 @@
+"""Fixtures for the HTTP side of serve: a fake engine and servers on free loopback ports."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from torchplace.errors import NotReadyError, ServeError
+from torchplace.models import TensorSpec, embedded_model
+from torchplace.serve.app import ServerThread
+from torchplace.serve.config import ServeConfig
+
+
+@dataclass
+class FakeEngine:
+    """Stands in for torchplace.serve.engine.Engine: runs an embedded model in the loop."""
+
+    model_name: str = "seed-mlp"
+    version: str = "1"
+    max_batch_size: int = 32
+    platform: str = "pytorch"
+    delay_s: float = 0.0
+    fail_with: ServeError | None = None
+    ready: bool = True
+    calls: int = 0
+    observed: list[tuple[int, float]] = field(default_factory=list)
+    started: bool = False
+    stopped: bool = False
+    drained: bool = False
+    in_flight: int = 0
+
+    def __post_init__(self) -> None:
+        spec = embedded_model(self.model_name)
+        self.name = self.model_name
+        self.inputs: tuple[TensorSpec, ...] = spec.inputs
+        self.outputs: tuple[TensorSpec, ...] = spec.outputs
+        self.module = spec.build()
+
+    async def start(self) -> None:
+        self.started = True
+
+    def is_ready(self) -> bool:
+        return self.started and self.ready and not self.drained
+
+    def is_live(self) -> bool:
+        return True
+
+    async def infer(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self.calls += 1
+        if not self.is_ready():
+            raise NotReadyError("model is not ready")
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.in_flight += 1
+        try:
+            if self.delay_s:
+                await asyncio.sleep(self.delay_s)
+            x = torch.from_numpy(inputs[self.inputs[0].name])
+            with torch.inference_mode():
+                y = self.module(x).numpy()
+            return {self.outputs[0].name: y}
+        finally:
+            self.in_flight -= 1
+
+    async def drain(self, timeout: float) -> None:
+        self.drained = True
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+    def metrics_text(self) -> bytes:
+        return b"# TYPE torchplace_fake_requests counter\ntorchplace_fake_requests 1\n"
+
+    def observe_request(self, status: int, seconds: float) -> None:
+        self.observed.append((status, seconds))
+
+    def reference(self, x: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            return self.module(torch.from_numpy(x)).numpy()
+
+
+def test_config(**overrides: Any) -> ServeConfig:
+    base: dict[str, Any] = {"port": 0, "request_timeout_s": 5.0, "drain_timeout_s": 5.0}
+    base.update(overrides)
+    return ServeConfig(**base)
+
+
+# Not a test: pytest would collect a module-level name starting with test_.
+test_config.__test__ = False  # type: ignore[attr-defined]
+
+
+class Client:
+    """Raw HTTP against a running server (one keep-alive connection per call)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, dict[str, str], bytes]:
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=10)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            resp = conn.getresponse()
+            data = resp.read()
+            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, data
+        finally:
+            conn.close()
+
+    def get(self, path: str, **kw: Any) -> tuple[int, dict[str, str], bytes]:
+        return self.request("GET", path, **kw)
+
+    def post(self, path: str, body: bytes, **kw: Any) -> tuple[int, dict[str, str], bytes]:
+        return self.request("POST", path, body=body, **kw)
+
+
+@dataclass
+class Running:
+    thread: ServerThread
+    engine: Any
+    client: Client
+
+    @property
+    def port(self) -> int:
+        return self.thread.port
+
+    @property
+    def url(self) -> str:
+        return self.thread.url
+
+
+StartServer = Callable[..., Running]
+
+
+@pytest.fixture
+def start_server() -> Iterator[StartServer]:
+    """Start servers (fake engine unless one is given); all are stopped at teardown."""
+    started: list[ServerThread] = []
+
+    def start(engine: Any = None, **config: Any) -> Running:
+        engine = engine if engine is not None else FakeEngine()
+        thread = ServerThread(test_config(**config), engine=engine).start(timeout=60)
+        started.append(thread)
+        return Running(thread, engine, Client("127.0.0.1", thread.port))
+
+    yield start
+    for thread in started:
+        thread.stop()
+
+
+@pytest.fixture
+def server(start_server: StartServer) -> Running:
+    """One server with the fake seed-mlp engine."""
+    return start_server()

@@ -1,0 +1,104 @@
+"""`torchplace serve` flags: each documented, file + flags merged, errors are usage errors."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from torchplace.cli import main
+from torchplace.errors import ConfigError
+from torchplace.models import TensorSpec
+from torchplace.serve import cli
+from torchplace.serve.config import ServeConfig
+
+
+def _parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    cli.configure(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_no_arguments_gives_the_defaults() -> None:
+    assert cli.config_from_args(_parse()) == ServeConfig()
+
+
+def test_every_field_has_a_documented_flag() -> None:
+    parser = argparse.ArgumentParser()
+    cli.configure(parser)
+    helps = {a.dest: a.help for a in parser._actions}
+    for name in ServeConfig.field_names():
+        assert helps.get(name), f"no documented flag for {name}"
+    assert helps["config"]
+
+
+def test_flags_override_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "serve.json"
+    path.write_text(json.dumps({"model": "wide-mlp", "port": 9000, "max_batch_size": 4}))
+    config = cli.config_from_args(
+        _parse(
+            "--config",
+            str(path),
+            "--port",
+            "0",
+            "--input",
+            "input:FP32:-1,512",
+            "--devices",
+            "cpu,cpu",
+            "--no-metrics",
+            "--allow-nan",
+            "--request-timeout",
+            "2",
+        )
+    )
+    assert config.model == "wide-mlp"  # from the file
+    assert config.max_batch_size == 4
+    assert config.port == 0  # the flag wins
+    assert config.inputs == (TensorSpec("input", "FP32", (-1, 512)),)
+    assert config.devices == ("cpu", "cpu")
+    assert config.metrics is False
+    assert config.allow_nan is True
+    assert config.request_timeout_s == 2.0
+
+
+def test_bad_value_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="max_batch_size=0"):
+        cli.config_from_args(_parse("--max-batch-size", "0"))
+
+
+def test_usage_error_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--max-batch-size", "0"]) == 2
+    assert "max_batch_size=0" in capsys.readouterr().err
+
+
+def test_help_lists_the_flags() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "torchplace.cli", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    for flag in (
+        "--config",
+        "--model",
+        "--weights",
+        "--exported",
+        "--input",
+        "--devices",
+        "--max-batch-size",
+        "--max-delay-ms",
+        "--host",
+        "--port",
+        "--max-body-bytes",
+        "--auth-token-file",
+        "--drain-timeout",
+        "--trace-file",
+        "--fallback",
+    ):
+        assert flag in out
+    assert "127.0.0.1" in out

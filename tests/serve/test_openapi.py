@@ -1,0 +1,54 @@
+"""The served OpenAPI document is valid and the API survives schemathesis fuzzing: no 5xx."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from torchplace.serve.app import ServerThread
+
+from .conftest import test_config
+
+schemathesis = pytest.importorskip("schemathesis")
+from schemathesis.generation import GenerationMode  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def api() -> Iterator[ServerThread]:
+    thread = ServerThread(test_config(device="cpu")).start(timeout=120)
+    try:
+        yield thread
+    finally:
+        thread.stop()
+
+
+def test_schemathesis_finds_no_server_errors(api: ServerThread) -> None:
+    schema = schemathesis.openapi.from_url(f"{api.url}/v2/openapi.json")
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert len(operations) >= 10
+    seen: dict[str, set[int]] = {}
+    for operation in operations:
+        _fuzz(operation, GenerationMode.POSITIVE, api.url, seen)
+        if operation.method.upper() == "POST":  # bodies that break the schema on purpose
+            _fuzz(operation, GenerationMode.NEGATIVE, api.url, seen)
+    infer = seen["POST /v2/models/{MODEL_NAME}/infer"]
+    assert 400 in infer, infer  # the fuzzer reached the decoder
+    print({k: sorted(v) for k, v in seen.items()})
+
+
+def _fuzz(operation: object, mode: object, base_url: str, seen: dict[str, set[int]]) -> None:
+    label = f"{operation.method.upper()} {operation.path}"  # type: ignore[attr-defined]
+    statuses = seen.setdefault(label, set())
+
+    @given(case=operation.as_strategy(generation_mode=mode))  # type: ignore[attr-defined]
+    @settings(
+        max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+    )
+    def check(case: object) -> None:
+        response = case.call(base_url=base_url)  # type: ignore[attr-defined]
+        statuses.add(response.status_code)
+        assert response.status_code < 500, (label, response.status_code, response.text)
+
+    check()
