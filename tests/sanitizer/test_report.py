@@ -94,7 +94,7 @@ def test_json_round_trips_totals_sites_and_events() -> None:
 def test_table_lists_each_line_with_counts_and_bytes() -> None:
     text = _report().format(top=3)
     assert "train.py" in text
-    assert "3.0 KiB" in text
+    assert "3 KiB" in text
     assert "aten._to_copy cpu->cuda:0" in text
     assert "eval.py:5" not in text  # cut by top
     assert "13 events" in text

@@ -279,6 +279,14 @@ def test_cuda_engine_answers_and_logs_the_full_device(caplog: pytest.LogCaptureF
     assert record["replicas"][0]["pinned_staging"] is True
 
 
+@pytest.mark.cuda
+def test_a_bare_cuda_device_gets_its_index() -> None:
+    engine = Engine(load_model("seed-mlp"), [torch.device("cuda")])
+    full = f"cuda:{torch.cuda.current_device()}"
+    assert engine.devices == [full]
+    assert [r.label for r in engine.replicas] == [full]
+
+
 def test_a_bad_request_does_not_poison_its_batch() -> None:
     async def main() -> None:
         engine = Engine(loaded(Scale()), [CPU], max_batch_size=8, max_delay_ms=5.0)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
@@ -214,11 +215,20 @@ def test_queued_requests_fail_cleanly_when_the_last_replica_leaves() -> None:
     asyncio.run(main())
 
 
-def test_fallback_cpu_replica_takes_traffic_while_no_primary_is_healthy() -> None:
+@pytest.mark.parametrize(
+    "device",
+    [CPU, pytest.param(torch.device("cuda", 0), marks=pytest.mark.cuda)],
+    ids=["cpu", "cuda"],
+)
+def test_fallback_cpu_replica_takes_traffic_while_no_primary_is_healthy(
+    device: torch.device,
+) -> None:
+    label = str(device)
+
     async def main() -> None:
         engine = Engine(
             loaded(Faulty()),
-            [CPU],
+            [device],
             replicas_per_device=2,
             max_delay_ms=0.0,
             failure_threshold=1,
@@ -228,22 +238,33 @@ def test_fallback_cpu_replica_takes_traffic_while_no_primary_is_healthy() -> Non
         await engine.start()
         primaries = [r for r in engine.replicas if not r.fallback]
         (fallback,) = [r for r in engine.replicas if r.fallback]
-        assert len(primaries) == 2
+        assert [r.label for r in primaries] == [label, label]
+        assert fallback.label == "cpu"
+        pinned = device.type == "cuda"
+        assert all(r.staging is not None and r.staging.is_pinned() == pinned for r in primaries)
         fallback_model = _faulty(fallback)
         served_before = fallback_model.calls
         # healthy primaries: the fallback stays idle
-        await asyncio.gather(*(engine.infer({"input": _rows(1)}) for _ in range(8)))
+        xs = [_rows(1, i) for i in range(16)]
+        results = await asyncio.gather(*(engine.infer({"input": x}) for x in xs))
+        for x, result in zip(xs, results, strict=True):
+            np.testing.assert_array_equal(result["output"], x * 2)
         assert fallback_model.calls == served_before
         for replica in primaries:
             _faulty(replica).always_fail = True
         for _ in range(2):
-            with pytest.raises(KernelError):
+            with pytest.raises(KernelError, match=f"failed on {label}"):
                 await engine.infer({"input": _rows(1)})
         assert not any(r.in_pool for r in primaries)
         assert engine.is_ready()  # the fallback keeps the model ready
         result = await engine.infer({"input": _rows(3)})
         np.testing.assert_array_equal(result["output"], _rows(3) * 2)
-        assert fallback_model.calls > served_before
+        assert fallback_model.calls == served_before + 1
+        assert _error_count(engine, "kernel", label) == 2.0
+        assert (
+            f'torchplace_replica_ready{{device="{label}",model="test-model",'
+            f'replica="{label}#0",version="1"}} 0.0'
+        ) in engine.metrics_text().decode()
         for replica in primaries:
             _faulty(replica).always_fail = False
         await _wait_for(lambda: all(r.in_pool for r in primaries))
@@ -344,43 +365,71 @@ def test_a_real_failing_device_to_host_copy_is_a_transfer_error() -> None:
     assert not replica.in_pool  # two transfer failures in a row
 
 
-@pytest.mark.cuda
-def test_cuda_replicas_share_a_gpu_and_fall_back_to_cpu() -> None:
-    async def main() -> None:
-        engine = Engine(
-            loaded(Faulty()),
-            [torch.device("cuda", 0)],
-            replicas_per_device=2,
-            max_delay_ms=0.0,
-            failure_threshold=1,
-            fallback="cpu",
-            recovery_interval_s=0.02,
-        )
-        await engine.start()
-        primaries = [r for r in engine.replicas if not r.fallback]
-        (fallback,) = [r for r in engine.replicas if r.fallback]
-        assert [r.label for r in primaries] == ["cuda:0", "cuda:0"]
-        assert fallback.label == "cpu"
-        assert all(r.staging is not None and r.staging.is_pinned() for r in primaries)
-        xs = [_rows(1, i) for i in range(64)]
-        results = await asyncio.gather(*(engine.infer({"input": x}) for x in xs))
-        for x, result in zip(xs, results, strict=True):
-            np.testing.assert_array_equal(result["output"], x * 2)
-        for replica in primaries:
-            _faulty(replica).always_fail = True
-        for _ in range(2):
-            with pytest.raises(KernelError, match="cuda:0"):
-                await engine.infer({"input": _rows(1)})
-        assert engine.is_ready()
-        calls = _faulty(fallback).calls
-        result = await engine.infer({"input": _rows(2)})
-        np.testing.assert_array_equal(result["output"], _rows(2) * 2)
-        assert _faulty(fallback).calls == calls + 1
-        text = engine.metrics_text().decode()
-        assert 'torchplace_errors_total{class="kernel",device="cuda:0"' in text
-        assert (
-            'torchplace_replica_ready{device="cuda:0",model="test-model",replica="cuda:0#0"' in text
-        )
-        await engine.stop()
+class _FakeStream:
+    """Stands in for a replica's CUDA stream on the CPU: counts the waits on it."""
 
-    asyncio.run(main())
+    def __init__(self) -> None:
+        self.waits = 0
+
+    def synchronize(self) -> None:
+        self.waits += 1
+
+
+class _FakeEvent:
+    """A CUDA timing event stand-in; ``fault`` makes the wait raise what a kernel fault raises."""
+
+    clock = 0.0
+
+    def __init__(self) -> None:
+        self.at = 0.0
+        self.fault = False
+
+    def record(self, stream: object) -> None:
+        _FakeEvent.clock += 0.001
+        self.at = _FakeEvent.clock
+
+    def synchronize(self) -> None:
+        if self.fault:
+            raise RuntimeError("CUDA error: device-side assert triggered")
+
+    def elapsed_time(self, end: _FakeEvent) -> float:
+        return (end.at - self.at) * 1e3  # milliseconds, as torch.cuda.Event answers
+
+
+def _with_fake_stream(replica: Replica) -> tuple[_FakeStream, list[_FakeEvent]]:
+    """Run ``replica`` through its CUDA code path (events, one wait per batch) on the CPU."""
+    stream, events = _FakeStream(), [_FakeEvent() for _ in range(4)]
+    replica._stream = stream
+    replica._events = events
+    replica._on_stream = lambda: contextlib.nullcontext()  # type: ignore[method-assign]
+    return stream, events
+
+
+def test_stage_times_come_from_the_events_on_the_stream_path() -> None:
+    replica = Replica(loaded(Faulty()), CPU, max_batch_size=4)
+    replica.prepare()
+    stream, _ = _with_fake_stream(replica)
+    outcome = replica.run_batch([{"input": _rows(2)}], [2])
+    result = outcome.results[0]
+    assert isinstance(result, dict)
+    np.testing.assert_array_equal(result["output"], _rows(2) * 2)
+    # each stage is the distance between two consecutive events (1 ms apart here)
+    assert (outcome.h2d_s, outcome.compute_s, outcome.d2h_s) == pytest.approx((1e-3,) * 3)
+    assert stream.waits == 0  # a good batch waits on its last event only
+
+
+def test_a_fault_surfacing_at_the_batch_sync_is_a_kernel_failure_and_the_stream_settles() -> None:
+    replica = Replica(loaded(Faulty()), CPU, max_batch_size=4)
+    replica.prepare()
+    stream, events = _with_fake_stream(replica)
+    events[3].fault = True
+    outcome = replica.run_batch([{"input": _rows(1)}, {"input": _rows(2)}], [1, 2])
+    assert outcome.failures == ["kernel"]
+    assert all(isinstance(r, KernelError) for r in outcome.results)
+    assert "device-side assert" in str(outcome.results[0])
+    # the copies the failed batch queued are waited for before the staging buffer is refilled
+    assert stream.waits == 1
+    events[3].fault = False
+    (result,) = replica.run_batch([{"input": _rows(1)}], [1]).results
+    assert isinstance(result, dict)
+    assert stream.waits == 1

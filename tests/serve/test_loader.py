@@ -10,6 +10,7 @@ from safetensors.torch import save_file
 from torchplace.errors import ConfigError
 from torchplace.models import TensorSpec, embedded_model
 from torchplace.serve.loader import load_model
+from torchplace.serve.replica import Replica
 
 from .engine_helpers import Scale
 
@@ -101,3 +102,54 @@ def test_exported_program_is_served_with_recorded_shapes(tmp_path: Path) -> None
 def test_missing_exported_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load_model("seed-mlp", exported=tmp_path / "nope.pt2")
+
+
+class _BurnsInItsDevice(torch.nn.Module):
+    """Creates a tensor in forward: tracing records the export device in the graph."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.full((4,), 2.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.weight + torch.ones(4, device=x.device)
+
+
+def test_each_replica_of_an_exported_program_runs_on_its_own_device(tmp_path: Path) -> None:
+    batch = torch.export.Dim("batch", min=1, max=1024)
+    program = torch.export.export(
+        _BurnsInItsDevice(), (torch.zeros(4, 4),), dynamic_shapes=({0: batch},)
+    )
+    path = tmp_path / "burnt.pt2"
+    torch.export.save(program, str(path))
+    model = load_model("burnt", exported=path)
+    assert model.rebuild is not None
+    # on `meta` (the second device here) the copy made for a replica creates its temporaries
+    # there too: nothing in its graph still points at the CPU it was exported on
+    on_meta = model.rebuild(torch.device("meta"))
+    out = on_meta(torch.zeros(3, 4, device="meta"))
+    assert out.device.type == "meta"
+    assert all(t.device.type == "meta" for t in (*on_meta.parameters(), *on_meta.buffers()))
+    replica = Replica(model, torch.device("cpu"), max_batch_size=4)
+    replica.prepare()
+    (result,) = replica.run_batch([{"input": np.ones((2, 4), np.float32)}], [2]).results
+    assert isinstance(result, dict)
+    np.testing.assert_array_equal(result["output"], np.full((2, 4), 3.0, np.float32))
+
+
+def test_weights_reach_every_replica_of_an_exported_program(tmp_path: Path) -> None:
+    batch = torch.export.Dim("batch", min=1, max=1024)
+    program = torch.export.export(Scale(), (torch.zeros(4, 4),), dynamic_shapes=({0: batch},))
+    path = tmp_path / "scale.pt2"
+    torch.export.save(program, str(path))
+    trained = Scale()
+    with torch.no_grad():
+        trained.weight.fill_(5.0)
+    weights = tmp_path / "trained.safetensors"
+    save_file(trained.state_dict(), str(weights))
+    model = load_model("scale", exported=path, weights=weights)
+    replica = Replica(model, torch.device("cpu"), max_batch_size=4)
+    replica.prepare()
+    (result,) = replica.run_batch([{"input": np.ones((2, 4), np.float32)}], [2]).results
+    assert isinstance(result, dict)
+    np.testing.assert_array_equal(result["output"], np.full((2, 4), 5.0, np.float32))

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+import torchplace
 from torchplace.errors import ConfigError, InputError, KernelError
 from torchplace.models import TensorSpec
 from torchplace.serve.loader import load_model
@@ -176,3 +177,36 @@ def test_cuda_replica_pins_staging_and_copies_once_each_way() -> None:
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
     assert outcome.h2d_s >= 0
     assert outcome.compute_s > 0
+    # the guard sees the same: one pinned (asynchronous) copy each way and ONE host sync, the
+    # wait on the batch's last event; no pageable non_blocking copy
+    with torchplace.guard() as report:
+        (result,) = replica.run_batch([{"input": x}], [5]).results
+    assert isinstance(result, dict)
+    np.testing.assert_allclose(result["output"], expected, rtol=1e-4, atol=1e-5)
+    assert (report.h2d, report.d2h) == (1, 1), report.events
+    assert report.h2d_bytes == x.nbytes
+    assert [e.op for e in report.syncs] == ["torch.cuda.Event.synchronize"], report.events
+    assert report.pageable_non_blocking == []
+    assert report.mixed_device_ops == []
+
+
+def test_staged_outputs_are_copied_out_before_the_buffer_is_reused() -> None:
+    """The CUDA output path (D2H into a reused host buffer), exercised on the CPU."""
+    replica = Replica(loaded(Scale()), torch.device("cpu"), max_batch_size=4)
+    replica.prepare()
+    assert replica.staging is not None
+    replica.staging.prepare_outputs({"output": (torch.float32, (4,))})
+    with CopyCounter() as counter:
+        first = replica.run_batch([{"input": _rows(1)}, {"input": _rows(2, start=4.0)}], [1, 2])
+    assert counter.crossings == []  # on the CPU the copy into the buffer is host to host
+    second = replica.run_batch([{"input": _rows(3, start=100.0)}], [3])
+    a, b = first.results
+    (c,) = second.results
+    assert isinstance(a, dict)
+    assert isinstance(b, dict)
+    assert isinstance(c, dict)
+    np.testing.assert_array_equal(a["output"], _rows(1) * 2)
+    np.testing.assert_array_equal(b["output"], _rows(2, start=4.0) * 2)
+    np.testing.assert_array_equal(c["output"], _rows(3, start=100.0) * 2)
+    buffer = replica.staging.output_array("output")
+    assert not np.shares_memory(c["output"], buffer)

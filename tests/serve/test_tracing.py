@@ -110,3 +110,28 @@ def test_opentelemetry_is_used_only_with_a_real_provider() -> None:
         assert not Tracer(model="m", version="1").enabled
     else:  # some code in this process installed an SDK provider
         assert tracing._otel_tracer() is not None
+
+
+def test_a_host_wait_for_the_device_is_a_sync_slice_ending_with_the_d2h() -> None:
+    tracer = Tracer(model="m", version="1", trace_file=Path("unused.json"), otel=False)
+    now = time.perf_counter()
+    tracer.batch(
+        BatchRecord(
+            replica="cuda:0#0",
+            device="cuda:0",
+            arrivals=[now - 0.003],
+            rows=[1],
+            statuses=None,
+            started=now - 0.002,
+            finished=now,
+            h2d=0.0001,
+            compute=0.0005,
+            d2h=0.0002,
+            sync=0.0006,
+        )
+    )
+    slices = {e["name"]: e for e in tracer.events() if e["ph"] == "X"}
+    assert list(slices) == ["batch", "h2d", "compute", "d2h", "sync"]
+    d2h, sync = slices["d2h"], slices["sync"]
+    assert sync["ts"] + sync["dur"] == pytest.approx(d2h["ts"] + d2h["dur"], abs=0.01)
+    assert sync["dur"] == pytest.approx(600.0, abs=0.01)  # microseconds

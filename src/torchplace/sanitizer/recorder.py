@@ -664,6 +664,7 @@ class Guard:
         self._function = _FunctionLayer(self)
         self._dispatch = _DispatchLayer(self)
         self._suppress_syncs = 0
+        self._transfers_seen = 0
         self._warned: set[tuple[Site, str]] = set()
         self._thread: int | None = None
 
@@ -709,12 +710,21 @@ class Guard:
                 finally:
                     self._suppress_syncs -= 1
         factory = _DATA_FACTORIES.get(func)
+        seen = self._transfers_seen
         with self._dispatch:
             out = func(*args, **kwargs)
-        if factory is not None and isinstance(out, Tensor) and out.device.type != "cpu":
+        if (
+            factory is not None
+            and isinstance(out, Tensor)
+            and out.device.type != "cpu"
+            and self._transfers_seen == seen
+        ):
+            # torch builds host data on the CPU, then copies it over with the Python dispatch
+            # key excluded (or, for meta, not at all): record the copy here unless the dispatch
+            # layer saw it already (tensor data, or a torch that lets the mode see it)
             position = 1 if factory == "Tensor.new_tensor" else 0
             data = args[position] if len(args) > position else kwargs.get("data")
-            if not isinstance(data, Tensor):  # tensor data: the dispatch layer saw the copy
+            if not isinstance(data, Tensor):
                 self._transfer(
                     "h2d", factory, _nbytes(out), torch.device("cpu"), out.device, False, after=True
                 )
@@ -746,6 +756,7 @@ class Guard:
         *,
         after: bool = False,
     ) -> None:
+        self._transfers_seen += 1
         detail = "non_blocking=True" if non_blocking else ""
         if after:
             detail = "copied from host data inside the factory"

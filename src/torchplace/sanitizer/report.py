@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from torchplace.bench.units import format_bytes
 from torchplace.errors import ConfigError
 from torchplace.sanitizer.events import KINDS, SYNC_KINDS, TRANSFER_KINDS, Event, Site
 
@@ -44,15 +45,6 @@ class SiteSummary:
             "ops": list(self.ops),
             "directions": list(self.directions),
         }
-
-
-def _human_bytes(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")  # pragma: no cover
 
 
 @dataclass
@@ -262,8 +254,8 @@ class GuardReport:
         table = Table(
             title="torchplace guard: device crossings and host syncs",
             caption=(
-                f"{len(self)} events ({summary}); H2D {_human_bytes(self.h2d_bytes)}, "
-                f"D2H {_human_bytes(self.d2h_bytes)}, D2D {_human_bytes(self.d2d_bytes)}"
+                f"{len(self)} events ({summary}); H2D {format_bytes(self.h2d_bytes)}, "
+                f"D2H {format_bytes(self.d2h_bytes)}, D2D {format_bytes(self.d2d_bytes)}"
             ),
         )
         table.add_column("file", overflow="fold")
@@ -283,7 +275,7 @@ class GuardReport:
                 row.site.function,
                 row.kind,
                 str(row.count),
-                _human_bytes(row.nbytes) if row.nbytes else "",
+                format_bytes(row.nbytes) if row.nbytes else "",
                 what,
             )
         return table

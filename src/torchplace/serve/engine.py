@@ -159,6 +159,7 @@ class Engine:
             raise ConfigError(f"max_batch_size must be >= 1, got {max_batch_size}")
         if fallback not in (None, "cpu"):
             raise ConfigError(f"fallback must be 'cpu' or None, got {fallback!r}")
+        devices = [_full_device(d) for d in devices]
         self.loaded = loaded
         self.name = loaded.name
         self.version = loaded.version
@@ -490,6 +491,7 @@ class Engine:
                     h2d=outcome.h2d_s,
                     compute=outcome.compute_s,
                     d2h=outcome.d2h_s,
+                    sync=outcome.sync_s,
                 )
             )
         loop = self._loop
@@ -618,6 +620,17 @@ class Engine:
             "torch_version": torch.__version__,
             "startup_seconds": round(seconds, 4),
         }
+
+
+def _full_device(device: torch.device) -> torch.device:
+    """``cuda`` -> ``cuda:N`` (the current device): labels, placement checks and memory gauges
+    all need the index."""
+    index: int | None = device.index  # None for a bare "cuda" (torch's stubs say int)
+    if index is not None or device.type in ("cpu", "meta"):
+        return device
+    from torchplace.devices import resolve_device
+
+    return resolve_device(device)
 
 
 def _device_memory(label: str) -> tuple[int, int] | None:

@@ -8,7 +8,10 @@ A batch can fail in three ways, told apart by where the exception was raised and
   does not count against the replica's health.
 * ``transfer`` -- any other exception while copying host -> device or device -> host:
   :class:`TransferError` (500).
-* ``kernel`` -- any other exception in the forward pass: :class:`KernelError` (500).
+* ``kernel`` -- any other exception in the forward pass: :class:`KernelError` (500). On CUDA the
+  kernels run asynchronously and their faults (device-side asserts, illegal addresses) surface
+  at the batch's one synchronisation, after the D2H was queued: a failure there counts as
+  ``kernel`` too.
 
 Transfer and kernel failures count as *consecutive failures*; after ``threshold`` in a row the
 replica leaves the pool until a background dry run passes.
@@ -30,7 +33,9 @@ def is_oom(exc: BaseException) -> bool:
     """Whether ``exc`` is a device out-of-memory error (CUDA, MPS, XPU all raise this type)."""
     import torch
 
-    return isinstance(exc, torch.OutOfMemoryError)
+    # torch.OutOfMemoryError appeared in torch 2.5; torch.cuda's name for it is older
+    oom = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+    return isinstance(exc, oom)
 
 
 @dataclass(frozen=True)

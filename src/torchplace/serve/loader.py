@@ -30,6 +30,7 @@ from torchplace.models import EMBEDDED_MODELS, TensorSpec
 from torchplace.serve.datatypes import numpy_dtype
 
 if TYPE_CHECKING:
+    import torch
     from torch import nn
 
 __all__ = ["LoadedModel", "load_model", "set_eval", "weight_bytes"]
@@ -46,8 +47,9 @@ class LoadedModel:
     outputs: tuple[TensorSpec, ...]
     weight_bytes: int
     source: str
-    #: builds a fresh private copy for a replica; None = ``copy.deepcopy(module)``
-    rebuild: Callable[[], nn.Module] | None = None
+    #: builds a fresh private copy for a replica on the given device (the replica still moves
+    #: it with ``.to``); None = ``copy.deepcopy(module)``
+    rebuild: Callable[[torch.device], nn.Module] | None = None
 
 
 def set_eval(module: nn.Module) -> nn.Module:
@@ -81,12 +83,13 @@ def load_model(
     """
     declared_in: tuple[TensorSpec, ...] | None = None
     declared_out: tuple[TensorSpec, ...] | None = None
-    rebuild: Callable[[], nn.Module] | None = None
+    rebuild: Callable[[torch.device], nn.Module] | None = None
     name = model
     if exported is not None:
         path = Path(exported)
         module, declared_in, declared_out = _load_exported(path)
-        # an exported module does not deep-copy cleanly: each replica loads its own
+        # an exported module does not deep-copy cleanly, and its graph may hold devices burnt
+        # in at export time: each replica loads its own, moved to its device
         rebuild = functools.partial(_reload_exported, path)
         if model in EMBEDDED_MODELS:
             name = Path(exported).stem
@@ -110,6 +113,9 @@ def load_model(
         from torchplace.checkpoint import load_checkpoint
 
         load_checkpoint(Path(weights), "cpu", module=module)
+        if exported is not None:
+            # the replicas' copies are loaded from the program again: give them these weights
+            rebuild = functools.partial(_reload_exported, Path(exported), weights=module)
     set_eval(module)
     final_in = _declarations("inputs", inputs or declared_in, model)
     final_out = _declarations("outputs", outputs or declared_out, model)
@@ -233,10 +239,25 @@ def _load_exported(
     return module, _specs_from_graph(program, "input"), _specs_from_graph(program, "output")
 
 
-def _reload_exported(path: Path) -> nn.Module:
+def _reload_exported(
+    path: Path, device: torch.device, *, weights: nn.Module | None = None
+) -> nn.Module:
+    """The program loaded again and moved to ``device``: weights, constants and the devices
+    that tracing burnt into the graph (``torch.ones(..., device=x.device)`` records the export
+    device); ``.to(device)`` on the module moves only parameters and buffers. ``weights``: a
+    host module whose state (``--weights``) replaces the program's own."""
     import torch
 
-    module: nn.Module = torch.export.load(path).module()
+    program = torch.export.load(path)
+    try:
+        from torch.export.passes import move_to_device_pass
+    except ImportError:  # torch < 2.6: parameters and buffers still move with .to()
+        pass
+    else:
+        program = move_to_device_pass(program, device)
+    module: nn.Module = program.module()
+    if weights is not None:
+        module.load_state_dict(weights.state_dict())  # copied onto the module's device
     return module
 
 

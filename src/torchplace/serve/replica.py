@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -79,6 +80,7 @@ class BatchOutcome:
     h2d_s: float = 0.0
     compute_s: float = 0.0
     d2h_s: float = 0.0
+    sync_s: float = 0.0  # host time waiting in the batch's one synchronisation (CUDA)
     oom_splits: int = 0
     failures: list[str] = field(default_factory=list)  # kinds, for the errors counter
     left_pool: bool = False
@@ -88,6 +90,28 @@ class _Classified(Exception):
     def __init__(self, failure: BatchFailure) -> None:
         super().__init__(failure.detail)
         self.failure = failure
+
+
+class _FailsAs:
+    """Turns any exception raised inside into a classified failure of one ``kind``."""
+
+    __slots__ = ("kind", "replica")
+
+    def __init__(self, replica: Replica, kind: str) -> None:
+        self.replica = replica
+        self.kind = kind
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if isinstance(exc, Exception) and not isinstance(exc, _Classified):
+            raise self.replica._classify(self.kind, exc) from exc
 
 
 class Replica:
@@ -133,6 +157,8 @@ class Replica:
         ] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._as_transfer = _FailsAs(self, "transfer")
+        self._as_kernel = _FailsAs(self, "kernel")
 
     # ------------------------------------------------------------------ start-up
     def prepare(self) -> None:
@@ -141,7 +167,7 @@ class Replica:
 
         self._out_dtypes = {spec.name: torch_dtype(spec.datatype) for spec in self._output_specs}
         rebuild = self.loaded.rebuild
-        module = rebuild() if rebuild is not None else copy.deepcopy(self.loaded.module)
+        module = rebuild(self.device) if rebuild is not None else copy.deepcopy(self.loaded.module)
         module = set_eval(module).to(self.device)
         self.module = module
         if not self.weights_on_device():
@@ -246,13 +272,29 @@ class Replica:
             outcome.results = [failure.error() for _ in requests]
             if count_health:
                 outcome.left_pool = self.health.failure()
+            self._settle()
             outcome.finished = time.perf_counter()
             return outcome
+        if outcome.failures:
+            self._settle()
         if count_health and any(not isinstance(seg[2], BatchFailure) for seg in segments):
             self.health.success()
         outcome.results = self._split(segments, rows, total, outcome)
         outcome.finished = time.perf_counter()
         return outcome
+
+    def _settle(self) -> None:
+        """After a failed attempt: wait for the copies it queued on the replica's stream.
+
+        A successful batch ends with its one synchronisation; a failed one may leave an
+        asynchronous H2D out of the pinned staging buffer in flight, and the next batch must
+        not refill that buffer under it. A sticky device error makes the wait raise: the
+        failure is already counted.
+        """
+        stream = self._stream
+        if stream is not None:
+            with contextlib.suppress(Exception):
+                stream.synchronize()
 
     def _on_stream(self) -> contextlib.AbstractContextManager[Any]:
         if self._stream is None:
@@ -302,33 +344,27 @@ class Replica:
         t0 = perf()
         if events:
             events[0].record(self._stream)
-        try:
+        staging = self.staging
+        assert staging is not None
+        async_in = staging.pinned_inputs  # a pageable source would copy synchronously anyway
+        with self._as_transfer:
             dev_in = [
-                transfer.to_device(host_in[name][start:stop], device, pinned)
+                transfer.to_device(host_in[name][start:stop], device, name in async_in)
                 for name in self._input_names
             ]
-        except Exception as exc:
-            raise self._classify("transfer", exc) from exc
         if events:
             events[1].record(self._stream)
         t1 = perf()
         module = self.module
         assert module is not None
-        try:
-            with torch.inference_mode():
-                raw = module(*dev_in)
-                outs = self._outputs(raw, n)
-        except _Classified:
-            raise
-        except Exception as exc:
-            raise self._classify("kernel", exc) from exc
+        with self._as_kernel, torch.inference_mode():
+            raw = module(*dev_in)
+            outs = self._outputs(raw, n)
         if events:
             events[2].record(self._stream)
         t2 = perf()
-        staging = self.staging
-        assert staging is not None
         arrays: dict[str, np.ndarray] = {}
-        try:
+        with self._as_transfer:
             hosts: list[tuple[str, torch.Tensor, bool]] = []
             for name, tensor in outs:
                 out = staging.output(name)
@@ -342,9 +378,14 @@ class Replica:
                 )
             if self._stream is not None:
                 events[3].record(self._stream)
-                events[3].synchronize()  # the one sync of the batch: results are needed now
-        except Exception as exc:
-            raise self._classify("transfer", exc) from exc
+        if self._stream is not None:
+            # The one sync of the batch: the results are needed on the host now. Device work
+            # is asynchronous, so a fault of the forward's kernels (a device-side assert, an
+            # illegal address) surfaces here rather than where the kernel was launched.
+            waited = perf()
+            with self._as_kernel:
+                events[3].synchronize()
+            outcome.sync_s += perf() - waited
         t3 = perf()
         for name, host, staged in hosts:
             if staged:

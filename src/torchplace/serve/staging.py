@@ -47,6 +47,10 @@ class StagingBuffers:
             spec.name: self._allocate(spec.datatype, spec.shape[1:]) for spec in self.inputs
         }
         self._out: dict[str, _HostBuffer] = {}
+        #: inputs gathered into a page-locked buffer: their H2D may be asynchronous
+        self.pinned_inputs = frozenset(
+            name for name, buffer in self._in.items() if buffer is not None and self.pin
+        )
 
     def _allocate(self, datatype: str, row_shape: tuple[int, ...]) -> _HostBuffer | None:
         import torch
@@ -106,9 +110,9 @@ class StagingBuffers:
         import torch
 
         for name, (dtype, row_shape) in outputs.items():
-            tensor = torch.empty((self.max_rows, *row_shape), dtype=dtype, device="cpu")
-            if self.pin:
-                tensor = tensor.pin_memory()
+            tensor = torch.empty(
+                (self.max_rows, *row_shape), dtype=dtype, device="cpu", pin_memory=self.pin
+            )
             self._out[name] = _HostBuffer(tensor)
 
     def output(self, name: str) -> torch.Tensor | None:

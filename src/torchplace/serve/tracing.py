@@ -5,7 +5,7 @@ timestamps the hot path takes anyway; when tracing is off nothing is recorded at
 
 * **Chrome trace** (``trace_file``): the JSON "Trace Event Format" that ``chrome://tracing`` and
   https://ui.perfetto.dev open. One track per replica with a ``batch`` slice and its ``h2d``,
-  ``compute`` and ``d2h`` slices; every request as an async ``request`` slice with a nested
+  ``compute`` and ``d2h`` slices (and, on CUDA, a ``sync`` slice: the host waiting for them); every request as an async ``request`` slice with a nested
   ``queue`` slice. The hot path appends ONE compact record per batch; the JSON events are built
   when the file is written (:meth:`Tracer.close`, at shutdown). At most ``max_events`` events
   are kept; later batches are counted in ``dropped``.
@@ -14,7 +14,7 @@ timestamps the hot path takes anyway; when tracing is off nothing is recorded at
   ``opentelemetry-instrument``); without a provider there is nowhere to export to, so no span
   objects are built. Each request gives a ``torchplace.infer`` span (attributes: device, rows,
   batch rows, status, ``torchplace.queue_seconds``); each batch a ``torchplace.batch`` span,
-  linked to its requests, with ``h2d``, ``compute`` and ``d2h`` children.
+  linked to its requests, with ``h2d``, ``compute``, ``d2h`` (and ``sync``) children.
 
 On CUDA the h2d/compute/d2h durations are device times measured with CUDA events; the slices are
 laid out back to back ending when the batch's results reached the host.
@@ -46,6 +46,7 @@ class BatchRecord(NamedTuple):
     h2d: float
     compute: float
     d2h: float
+    sync: float = 0.0  # host seconds spent waiting for the device (CUDA); 0 = no wait
 
 
 def _otel_tracer() -> Any:
@@ -271,8 +272,13 @@ def _stage_bounds(rec: BatchRecord) -> tuple[tuple[str, float, float], ...]:
     start = max(rec.started, rec.finished - (rec.h2d + rec.compute + rec.d2h))
     h2d_end = start + rec.h2d
     compute_end = h2d_end + rec.compute
-    return (
+    d2h_end = compute_end + rec.d2h
+    stages = (
         ("h2d", start, h2d_end),
         ("compute", h2d_end, compute_end),
-        ("d2h", compute_end, compute_end + rec.d2h),
+        ("d2h", compute_end, d2h_end),
     )
+    if rec.sync <= 0:
+        return stages
+    # the host's wait for the device ends when the device's last stage (the D2H) does
+    return (*stages, ("sync", max(rec.started, d2h_end - rec.sync), d2h_end))
