@@ -7,6 +7,11 @@ is a dispatch mode pushed *below* the guard that answers exactly those reads wit
 all-false mask for boolean indexing), so programs written for an accelerator run to the end.
 The guard sees every op before this mode does, and its code is unchanged; only the data a
 real device would have returned is made up.
+
+``meta`` has no device indices, so two accelerators cannot be told apart with it:
+``DeviceClaim`` is a data-less tensor that only claims a device (``cuda:1`` on a machine
+without CUDA); every op on it returns its first tensor argument unchanged. The guard's dispatch
+layer runs before the subclass, so it sees the ops, devices and sizes as it would on hardware.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["MetaReadback", "line_of"]
+__all__ = ["DeviceClaim", "MetaReadback", "line_of"]
 
 aten = torch.ops.aten
 
@@ -65,6 +70,27 @@ class MetaReadback(TorchDispatchMode):
         if func is aten.masked_select.default and _on_meta(src):
             return torch.empty((0,), dtype=src.dtype, device="meta")
         return func(*args, **kwargs)
+
+
+class DeviceClaim(torch.Tensor):
+    """A data-less float32 tensor that claims ``device`` (see the module docstring)."""
+
+    @staticmethod
+    def __new__(cls, shape: tuple[int, ...], device: str) -> DeviceClaim:
+        out: DeviceClaim = torch.Tensor._make_wrapper_subclass(
+            cls, shape, dtype=torch.float32, device=torch.device(device)
+        )
+        return out
+
+    @classmethod
+    def __torch_dispatch__(  # type: ignore[override]
+        cls,
+        func: Any,
+        types: Sequence[type],
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> Any:
+        return next(a for a in args if isinstance(a, torch.Tensor))
 
 
 def line_of(path: str, marker: str) -> int:

@@ -42,10 +42,19 @@ def test_not_recommended_loop_reports_one_d2h_per_step_at_its_line() -> None:
     h2d = report.filter("h2d")
     assert len(h2d) == STEPS
     assert {e.site.lineno for e in h2d} == {line_of(HERE, "article-h2d")}
+    # both copies are blocking: the host waits for the device twice per step
+    syncs = report.syncs
+    assert len(syncs) == 2 * STEPS
+    assert [(e.op, e.detail) for e in syncs[:2]] == [
+        ("aten._to_copy", "blocking host-to-device copy"),
+        ("aten._to_copy", "blocking device-to-host copy"),
+    ]
     rows = report.by_site()
-    assert {(r.site.lineno, r.kind, r.count) for r in rows} >= {
+    assert {(r.site.lineno, r.kind, r.count) for r in rows} == {
         (line_of(HERE, "article-d2h"), "d2h", STEPS),
+        (line_of(HERE, "article-d2h"), "sync", STEPS),
         (line_of(HERE, "article-h2d"), "h2d", STEPS),
+        (line_of(HERE, "article-h2d"), "sync", STEPS),
     }
 
 
@@ -54,7 +63,7 @@ def test_recommended_version_reports_one_d2h_at_the_end() -> None:
     batch = batches[0]
     with MetaReadback(), torchplace.guard() as report:
         with torch.inference_mode():
-            scores = model(batch.to(device))
+            scores = model(batch.to(device))  # article-input
             decisions = scores.argmax(dim=-1)
 
         # 只在输出边界回 CPU
@@ -64,16 +73,25 @@ def test_recommended_version_reports_one_d2h_at_the_end() -> None:
     assert d2h.site.lineno == line_of(HERE, "article-answer")
     assert d2h.nbytes == 4 * 8  # four int64 decisions
     assert report.h2d == 1
-    assert len(report.syncs) == 1  # the blocking copy; tolist() then reads host memory
+    # the two blocking copies; tolist() then reads host memory
+    assert [(e.site.lineno, e.detail) for e in report.syncs] == [
+        (line_of(HERE, "article-input"), "blocking host-to-device copy"),
+        (line_of(HERE, "article-answer"), "blocking device-to-host copy"),
+    ]
 
 
 def test_recommended_loop_over_many_batches_still_reads_back_once() -> None:
     model, device, batches = _setup()
     with MetaReadback(), torchplace.guard() as report:
         with torch.inference_mode():
-            decisions = [model(batch.to(device)).argmax(dim=-1) for batch in batches]
+            decisions = [model(b.to(device)).argmax(dim=-1) for b in batches]  # article-each
         answer = torch.cat(decisions).cpu().tolist()  # article-once
     assert len(answer) == STEPS * 4
     assert report.h2d == STEPS
     (d2h,) = report.filter("d2h")
     assert d2h.site.lineno == line_of(HERE, "article-once")
+    # one wait per blocking input copy (pinned memory and non_blocking=True would avoid them)
+    # and one for the answer
+    assert [e.site.lineno for e in report.syncs] == [line_of(HERE, "article-each")] * STEPS + [
+        line_of(HERE, "article-once")
+    ]

@@ -52,6 +52,8 @@ def test_runs_the_script_with_its_argv_and_reports_json(
     data = json.loads(out.read_text())
     (row,) = _h2d_rows(data, demo)
     assert (row["line"], row["count"], row["bytes"]) == (6, 3, 3 * 128)
+    syncs = [s for s in data["sites"] if s["kind"] == "sync" and s["file"] == str(demo)]
+    assert [(s["line"], s["count"]) for s in syncs] == [(6, 3)]  # each copy is blocking
     assert sys.argv[0] != str(demo)  # restored
 
 
@@ -119,4 +121,4 @@ def test_console_command_end_to_end(demo: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "argv [] __main__" in proc.stdout
     assert "demo.py" in proc.stderr
-    assert "3 events" in proc.stderr
+    assert "6 events" in proc.stderr  # three H2D copies, each a blocking sync

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
+
 import pytest
 import torch
 
@@ -25,15 +28,66 @@ def cuda() -> torch.device:
 def test_h2d_and_d2h_bytes(cuda: torch.device) -> None:
     host = torch.ones(MIB // 4)  # 1 MiB of float32
     with torchplace.guard() as report:
-        dev = host.to(cuda)
-        back = dev.cpu()
+        dev = host.to(cuda)  # cuda-h2d-line
+        back = dev.cpu()  # cuda-d2h-line
     assert back.sum().item() == MIB // 4
     assert (report.h2d, report.h2d_bytes) == (1, MIB)
     assert (report.d2h, report.d2h_bytes) == (1, MIB)
     h2d, d2h = report.transfers
     assert (h2d.src, d2h.dst) == ("cpu", "cpu")
-    assert str(h2d.dst).startswith("cuda")
-    assert [e.detail for e in report.syncs] == ["blocking device-to-host copy"]
+    assert h2d.dst == d2h.src == "cuda:0"
+    # both copies are blocking: torch waits for the stream (memcpy_and_sync) in each direction
+    assert [(e.op, e.site.lineno, e.detail) for e in report.syncs] == [
+        ("aten._to_copy", line_of(HERE, "cuda-h2d-line"), "blocking host-to-device copy"),
+        ("aten._to_copy", line_of(HERE, "cuda-d2h-line"), "blocking device-to-host copy"),
+    ]
+
+
+def _copy_call(case: str, cuda: torch.device) -> Callable[[], object]:
+    """One host/device copy, its tensors made beforehand (outside any guard)."""
+    host = torch.ones(1024)
+    pinned = torch.ones(1024).pin_memory()
+    dev = torch.ones(1024, device=cuda)
+    calls: dict[str, Callable[[], object]] = {
+        "blocking-h2d": lambda: host.to(cuda),
+        "blocking-h2d-copy_": lambda: dev.copy_(host),
+        "blocking-d2h": lambda: dev.cpu(),
+        "factory-from-a-list": lambda: torch.tensor([1.0, 2.0], device=cuda),
+        "pinned-non-blocking-h2d": lambda: pinned.to(cuda, non_blocking=True),
+        "pageable-non-blocking-h2d": lambda: host.to(cuda, non_blocking=True),
+        "same-device-copy": lambda: dev.clone(),
+    }
+    return calls[case]
+
+
+@pytest.mark.parametrize(
+    ("case", "syncs"),
+    [
+        ("blocking-h2d", 1),
+        ("blocking-h2d-copy_", 1),
+        ("blocking-d2h", 1),
+        ("factory-from-a-list", 1),
+        ("pinned-non-blocking-h2d", 0),
+        ("pageable-non-blocking-h2d", 0),  # staged by the driver; torch does not sync
+        ("same-device-copy", 0),
+    ],
+)
+def test_copy_syncs_agree_with_torchs_sync_debug_mode(
+    case: str, syncs: int, cuda: torch.device
+) -> None:
+    call = _copy_call(case, cuda)
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with torchplace.guard() as report:
+                call()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    seen_by_torch = [w for w in caught if "synchronizing" in str(w.message)]
+    assert len(seen_by_torch) == syncs, [str(w.message) for w in caught]
+    assert len(report.syncs) == syncs, report.format()
 
 
 def test_item_is_one_sync(cuda: torch.device) -> None:
@@ -65,7 +119,7 @@ def test_other_syncs(cuda: torch.device) -> None:
     assert report.d2h == 1  # the bytes tolist() brings back
 
 
-def test_pageable_non_blocking_is_flagged_and_pinned_is_not(cuda: torch.device) -> None:
+def test_pageable_non_blocking_is_flagged_and_neither_is_a_sync(cuda: torch.device) -> None:
     pageable = torch.ones(MIB)
     pinned = torch.ones(MIB).pin_memory()
     with torchplace.guard() as report:
@@ -120,8 +174,11 @@ def test_cpu_scalars_are_fine_and_cpu_indices_are_flagged(cuda: torch.device) ->
 
 def test_factory_from_host_data(cuda: torch.device) -> None:
     with torchplace.guard() as report:
-        torch.tensor([1.0, 2.0], device=cuda)
+        torch.tensor([1.0, 2.0], device=cuda)  # cuda-factory
     assert (report.h2d, report.h2d_bytes) == (1, 8)
+    (sync,) = report.syncs  # torch copies the host data over with a blocking copy
+    assert sync.site.lineno == line_of(HERE, "cuda-factory")
+    assert sync.detail == "blocking host-to-device copy"
 
 
 def test_article_loop_on_cuda(cuda: torch.device) -> None:
@@ -129,11 +186,15 @@ def test_article_loop_on_cuda(cuda: torch.device) -> None:
     batches = [torch.randn(4, 8) for _ in range(3)]
     with torchplace.guard() as report:
         for batch in batches:
-            scores = model(batch.to(cuda))
+            scores = model(batch.to(cuda))  # cuda-h2d
             scores = scores.cpu()  # cuda-d2h
             scores.argmax(dim=-1)
     assert report.d2h == 3
     assert {e.site.lineno for e in report.filter("d2h")} == {line_of(HERE, "cuda-d2h")}
+    assert [e.site.lineno for e in report.syncs] == [
+        line_of(HERE, "cuda-h2d"),
+        line_of(HERE, "cuda-d2h"),
+    ] * 3
 
 
 @pytest.mark.skipif(
@@ -144,3 +205,4 @@ def test_d2d() -> None:
     with torchplace.guard() as report:
         t.to("cuda:1")
     assert (report.d2d, report.d2d_bytes) == (1, 1024)
+    assert report.syncs == []

@@ -30,6 +30,22 @@ def test_a_sync():
         pass  # meta cannot answer; the read was still attempted
 
 
+@pytest.mark.max_syncs(0)
+def test_blocking_copy_is_a_sync():
+    torch.ones(2).to(META)
+
+
+@pytest.mark.max_syncs(0)
+def test_non_blocking_copy_is_not_a_sync():
+    torch.ones(2).to(META, non_blocking=True)
+
+
+@pytest.mark.max_transfers(h2d=1)
+@pytest.mark.max_syncs(1)
+def test_one_blocking_copy_within_both_limits():
+    torch.ones(2).to(META)
+
+
 @pytest.mark.max_syncs(1)
 def test_cpu_item_is_no_sync():
     assert torch.ones(2).sum().item() == 2.0
@@ -48,8 +64,8 @@ def test_unguarded_test_is_left_alone():
 
 def test_markers_and_fixture(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_suite=SUITE)
-    result = pytester.runpytest("--strict-markers", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=4, failed=2)
+    result = pytester.runpytest("--strict-markers", "-p", "no:cacheprovider", "-rA")
+    result.assert_outcomes(passed=6, failed=3)
     result.stdout.fnmatch_lines(
         [
             "*test_too_many_copies*",
@@ -57,7 +73,21 @@ def test_markers_and_fixture(pytester: pytest.Pytester) -> None:
             "*test_suite.py*test_too_many_copies*h2d*2*",
         ]
     )
-    result.stdout.fnmatch_lines(["*syncs: 1 > max 0*"])
+    result.stdout.fnmatch_lines(["*test_a_sync*", "*syncs: 1 > max 0*"])
+    # a blocking host-to-device copy counts against max_syncs, with its line in the table
+    result.stdout.fnmatch_lines(
+        [
+            "*test_blocking_copy_is_a_sync*",
+            "*syncs: 1 > max 0*",
+            "*test_suite.py*test_blocking_copy_is_a_sync* sync *1*",
+        ]
+    )
+    summary = {line for line in result.stdout.lines if line.startswith(("PASSED", "FAILED"))}
+    assert "PASSED test_suite.py::test_non_blocking_copy_is_not_a_sync" in summary
+    assert "PASSED test_suite.py::test_one_blocking_copy_within_both_limits" in summary
+    assert any(
+        line.startswith("FAILED test_suite.py::test_blocking_copy_is_a_sync") for line in summary
+    )
 
 
 def test_bad_marker_arguments_are_usage_errors(pytester: pytest.Pytester) -> None:

@@ -20,7 +20,7 @@ from torchplace.models import build_model
 from torchplace.sanitizer import GuardWarning
 from torchplace.sanitizer.recorder import _direction, user_site
 
-from .fakes import MetaReadback, line_of
+from .fakes import DeviceClaim, MetaReadback, line_of
 
 META = torch.device("meta")
 HERE = __file__
@@ -42,7 +42,7 @@ def test_h2d_copy_records_bytes_devices_and_the_users_line() -> None:
     with torchplace.guard() as report:
         y = x.to(META)  # h2d-line
     assert y.device == META
-    (event,) = report.events
+    event, sync = report.events
     assert event.kind == "h2d"
     assert (event.src, event.dst, event.nbytes) == ("cpu", "meta", 4 * 8 * 4)
     assert event.op == "aten._to_copy"
@@ -50,6 +50,10 @@ def test_h2d_copy_records_bytes_devices_and_the_users_line() -> None:
     assert event.site.lineno == line("h2d-line")
     assert event.site.function == "test_h2d_copy_records_bytes_devices_and_the_users_line"
     assert (report.h2d, report.h2d_bytes, report.d2h, report.d2h_bytes) == (1, 128, 0, 0)
+    # a blocking copy: the host waits for the device (on CUDA, memcpy_and_sync)
+    assert (sync.kind, sync.op, sync.site) == ("sync", "aten._to_copy", event.site)
+    assert sync.detail == "blocking host-to-device copy"
+    assert report.syncs == [sync]
 
 
 def test_d2h_copy_is_a_transfer_and_a_blocking_sync() -> None:
@@ -63,7 +67,7 @@ def test_d2h_copy_is_a_transfer_and_a_blocking_sync() -> None:
     assert (transfer.src, transfer.dst) == ("meta", "cpu")
     (sync,) = report.syncs
     assert sync.site.lineno == transfer.site.lineno == line("d2h-line")
-    assert "blocking" in sync.detail
+    assert sync.detail == "blocking device-to-host copy"
 
 
 def test_copies_inside_module_to_are_attributed_to_the_calling_line() -> None:
@@ -72,15 +76,20 @@ def test_copies_inside_module_to_are_attributed_to_the_calling_line() -> None:
         model.to(META)  # module-to
     assert report.h2d == 4  # two weights, two biases
     assert report.h2d_bytes == sum(p.numel() * 4 for p in build_model("seed-mlp").parameters())
+    assert len(report.syncs) == 4  # each blocking copy waits: one sync per copy
     assert {e.site.lineno for e in report.events} == {line("module-to")}
 
 
 def test_copy_into_an_existing_tensor_is_seen() -> None:
     dst = torch.empty(2, 2, device=META)
     with torchplace.guard() as report:
-        dst.copy_(torch.ones(2, 2))
-    assert report.h2d == 1
+        dst.copy_(torch.ones(2, 2))  # copy-line
+        dst.copy_(torch.ones(2, 2), non_blocking=True)
+    assert report.h2d == 2
     assert report.events[0].op == "aten.copy_"
+    (sync,) = report.syncs  # the blocking one only
+    assert (sync.op, sync.site.lineno) == ("aten.copy_", line("copy-line"))
+    assert sync.detail == "blocking host-to-device copy"
 
 
 def test_same_device_moves_and_cpu_compute_record_nothing() -> None:
@@ -104,12 +113,17 @@ def test_factory_from_host_data_onto_a_device_is_an_h2d_copy() -> None:
         torch.as_tensor([1, 2], device=META)
         on_device.new_tensor([1.0, 2.0])
         torch.tensor([1.0])  # stays on the host: nothing
+    # torch builds the data on the host and copies it over with a blocking copy: a sync too
     assert [(e.kind, e.op, e.nbytes) for e in report.events] == [
         ("h2d", "torch.tensor", 12),
+        ("sync", "torch.tensor", 0),
         ("h2d", "torch.as_tensor", 16),
+        ("sync", "torch.as_tensor", 0),
         ("h2d", "Tensor.new_tensor", 8),
+        ("sync", "Tensor.new_tensor", 0),
     ]
-    assert report.events[0].site.lineno == line("factory-line")
+    assert [e.site.lineno for e in report.events[:2]] == [line("factory-line")] * 2
+    assert {e.detail for e in report.syncs} == {"blocking host-to-device copy"}
 
 
 def test_direction_is_classified_by_device_type() -> None:
@@ -189,7 +203,7 @@ def test_cuda_synchronize_is_recorded_even_where_it_cannot_run() -> None:
 
 
 # -- non_blocking that is not --------------------------------------------------------------
-def test_non_blocking_from_pageable_memory_is_flagged() -> None:
+def test_non_blocking_from_pageable_memory_is_flagged_but_is_not_a_sync() -> None:
     x = torch.ones(16)
     with torchplace.guard() as report:
         x.to(META, non_blocking=True)  # pageable-line
@@ -197,6 +211,7 @@ def test_non_blocking_from_pageable_memory_is_flagged() -> None:
     assert event.site.lineno == line("pageable-line")
     assert "pin" in event.detail
     assert report.h2d == 1
+    # the driver stages pageable data and returns; torch does not wait for the stream
     assert report.syncs == []
 
 
@@ -210,10 +225,37 @@ def test_non_blocking_copy_into_pageable_host_memory_is_flagged_and_syncs() -> N
     assert len(report.syncs) == 1
 
 
-def test_blocking_h2d_is_not_flagged_as_pageable_non_blocking() -> None:
+def test_blocking_h2d_is_a_sync_not_a_pageable_non_blocking_copy() -> None:
     with torchplace.guard() as report:
-        torch.ones(4).to(META)
+        torch.ones(4).to(META)  # blocking-h2d
     assert report.pageable_non_blocking == []
+    (sync,) = report.syncs
+    assert (sync.op, sync.site.lineno) == ("aten._to_copy", line("blocking-h2d"))
+
+
+def test_device_to_device_copies_are_not_syncs_and_host_copies_are() -> None:
+    # meta has no device indices: tensors that only claim cuda:0 and cuda:1 stand in. Their
+    # aten ops are called directly (torch's Python bindings would want a CUDA build to pick
+    # the device); the guard's dispatch layer sees them exactly as it sees those of a user call
+    aten = torch.ops.aten
+    gpu0, gpu1, host = DeviceClaim((4,), "cuda:0"), DeviceClaim((4,), "cuda:1"), torch.ones(4)
+    with torchplace.guard() as report:
+        aten.copy_.default(gpu1, gpu0)  # d2d-line
+        aten._to_copy.default(gpu0, device=torch.device("cuda:1"))
+        aten.copy_.default(gpu0, host)  # claimed-h2d
+        aten.copy_.default(host, gpu0)  # claimed-d2h
+    assert (report.d2d, report.d2d_bytes) == (2, 32)
+    assert [(e.kind, e.op, e.src, e.dst) for e in report.transfers] == [
+        ("d2d", "aten.copy_", "cuda:0", "cuda:1"),
+        ("d2d", "aten._to_copy", "cuda:0", "cuda:1"),
+        ("h2d", "aten.copy_", "cpu", "cuda:0"),
+        ("d2h", "aten.copy_", "cuda:0", "cpu"),
+    ]
+    assert report.transfers[0].site.lineno == line("d2d-line")
+    assert [(e.site.lineno, e.detail) for e in report.syncs] == [
+        (line("claimed-h2d"), "blocking host-to-device copy"),
+        (line("claimed-d2h"), "blocking device-to-host copy"),
+    ]
 
 
 # -- mixed devices -------------------------------------------------------------------------
@@ -305,27 +347,37 @@ def test_warn_mode_warns_once_per_new_line_and_points_at_it() -> None:
         for _ in range(3):
             x.to(META)  # warn-line
     assert report.h2d == 3
+    assert len(report.syncs) == 3
     guard_warnings = [w for w in caught if issubclass(w.category, GuardWarning)]
-    assert len(guard_warnings) == 1
-    assert guard_warnings[0].filename == HERE
-    assert guard_warnings[0].lineno == line("warn-line")
+    assert len(guard_warnings) == 2  # once for the H2D kind, once for the sync kind
+    assert {(w.filename, w.lineno) for w in guard_warnings} == {(HERE, line("warn-line"))}
     assert "H2D" in str(guard_warnings[0].message)
+    assert "host synchronization" in str(guard_warnings[1].message)
 
 
 def test_allow_by_kind_and_by_line() -> None:
     x = torch.ones(2)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        with torchplace.guard("raise", allow=["h2d"]) as report:
+        with torchplace.guard("raise", allow=["h2d", "sync"]) as report:
             x.to(META)
         assert report.events == []
-        with torchplace.guard("raise", allow="transfer") as report:
+        with torchplace.guard("raise", allow=["transfer", "sync"]) as report:
             x.to(META)
+        with torchplace.guard("raise", allow=["h2d", "pageable_non_blocking"]) as report:
+            x.to(META, non_blocking=True)  # no sync to allow
+        assert report.events == []
         with torchplace.guard("raise", allow=[f"test_recorder.py:{line('allowed-line')}"]):
             x.to(META)  # allowed-line
         with torchplace.guard("raise", allow=["sanitizer/test_recorder.py"]):
             x.to(META)
     with torchplace.guard("raise", allow=["test_recorder.py:1"]), pytest.raises(GuardViolation):
+        x.to(META)
+    # allowing the copy does not allow the wait a blocking copy makes the host do
+    with (
+        torchplace.guard("raise", allow=["h2d"]),
+        pytest.raises(GuardViolation, match=r"host synchronization \(aten\._to_copy\)"),
+    ):
         x.to(META)
 
 
@@ -375,7 +427,11 @@ def test_only_the_entering_thread_is_recorded() -> None:
     assert seen == {"own": 1}
     assert report.h2d == 1
     assert report.h2d_bytes == 16
-    assert report.syncs == []
+    (sync,) = report.syncs  # the main thread's blocking copy only
+    assert (sync.op, sync.site.function) == (
+        "aten._to_copy",
+        "test_only_the_entering_thread_is_recorded",
+    )
 
 
 # -- where the user is ---------------------------------------------------------------------
@@ -406,7 +462,7 @@ def test_every_detection_also_works_under_inference_mode() -> None:
     # layer whole; the guard decomposes them to see the copies and reads inside.
     t = torch.ones(4, 2, device=META)
     with torch.inference_mode(), MetaReadback(), torchplace.guard() as report:
-        torch.ones(3).to(META)
+        torch.ones(3).to(META)  # inference-h2d
         torch.ones(3).to(META, non_blocking=True)
         t.cpu()
         t.sum().item()
@@ -417,12 +473,15 @@ def test_every_detection_also_works_under_inference_mode() -> None:
         attempt(lambda: torch.where(torch.ones(2, dtype=torch.bool), t[0], torch.ones(2)))
     assert (report.h2d, report.d2h) == (2, 2)
     assert [e.op for e in report.syncs] == [
-        "aten._to_copy",
+        "aten._to_copy",  # the blocking H2D (the non_blocking one is not a sync)
+        "aten._to_copy",  # the blocking D2H
         "Tensor.item",
         "Tensor.tolist",
         "aten.nonzero",
         "aten.index.Tensor",
     ]
+    assert report.syncs[0].site.lineno == line("inference-h2d")
+    assert report.syncs[0].detail == "blocking host-to-device copy"
     assert len(report.pageable_non_blocking) == 1
     assert [e.op for e in report.mixed_device_ops] == ["F.linear", "aten.where.self"]
 

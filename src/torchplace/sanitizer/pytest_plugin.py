@@ -5,7 +5,10 @@ installed. It imports neither torch nor the guard until a test asks for it.
 
 * ``@pytest.mark.max_transfers(h2d=1, d2h=1, d2d=None, total=None, h2d_bytes=None,
   d2h_bytes=None)`` fails the test when its call phase copies more than that across devices.
-* ``@pytest.mark.max_syncs(0)`` fails it on more host synchronizations than that.
+* ``@pytest.mark.max_syncs(0)`` fails it on more host synchronizations than that. Every sync
+  the guard records counts, blocking copies between the host and a device in either direction
+  included (``x.to(device)`` is one H2D transfer and one sync); a ``non_blocking=True`` copy to
+  a device is not a sync.
 * The ``torchplace_guard`` fixture is the :class:`~torchplace.sanitizer.report.GuardReport` of the
   test's call phase, to assert on directly.
 
@@ -45,7 +48,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "max_syncs(n=0): fail when the test synchronizes the host with a device more than n "
-        "times (torchplace guard)",
+        "times, blocking host<->device copies included (torchplace guard)",
     )
 
 

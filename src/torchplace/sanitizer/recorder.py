@@ -20,8 +20,11 @@ How it works, and why it is cheap:
   first frame outside torch and torchplace.
 
 Syncs are recorded only for tensors on a non-CPU device: reading a CPU tensor on the host
-stalls nothing. The ``meta`` device counts as a device, so CPU-only tests can stand it in for an
-accelerator.
+stalls nothing. A blocking copy between the host and a device, in either direction, is a sync as
+well as a transfer (on CUDA every such copy goes through ``at::cuda::memcpy_and_sync``, which
+waits for the stream); a ``non_blocking=True`` host-to-device copy is not (from pageable memory it
+is flagged as ``pageable_non_blocking`` instead). Device-to-device copies are never syncs. The
+``meta`` device counts as a device, so CPU-only tests can stand it in for an accelerator.
 """
 
 from __future__ import annotations
@@ -309,6 +312,23 @@ def _direction(src: torch.device, dst: torch.device) -> str:
     return "d2d"
 
 
+#: Why a blocking copy between the host and a device is a sync, by direction. On CUDA every one
+#: of them goes through ``at::cuda::memcpy_and_sync`` (a ``cudaStreamSynchronize``, and what
+#: ``torch.cuda.set_sync_debug_mode`` reports); device-to-device copies are not syncs.
+_BLOCKING_COPY: Final = {
+    "h2d": "blocking host-to-device copy",
+    "d2h": "blocking device-to-host copy",
+}
+
+#: A ``non_blocking=True`` host-to-device copy from pageable memory: torch does not wait for the
+#: stream (no sync), but the copy is staged by the driver and the call returns after staging.
+_PAGEABLE_H2D: Final = (
+    "non_blocking=True from pageable host memory is not asynchronous: the driver stages the "
+    "data and the call returns after staging; pin the source (tensor.pin_memory() or "
+    "DataLoader(pin_memory=True))"
+)
+
+
 def _is_pinned(t: Tensor) -> bool:
     try:
         return bool(t.is_pinned())
@@ -436,14 +456,9 @@ def _to_copy(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, 
     direction = _direction(src, dst)
     owner._transfer(direction, _op_name(func), _nbytes(src_t), src, dst, non_blocking)
     if direction == "h2d" and non_blocking and not _is_pinned(src_t):
-        owner._emit(
-            "pageable_non_blocking",
-            _op_name(func),
-            detail="non_blocking=True from pageable host memory runs synchronously; "
-            "pin the source (tensor.pin_memory() or DataLoader(pin_memory=True))",
-        )
-    if direction == "d2h" and not non_blocking:
-        owner._sync(_op_name(func), "blocking device-to-host copy")
+        owner._emit("pageable_non_blocking", _op_name(func), detail=_PAGEABLE_H2D)
+    if not non_blocking and direction in _BLOCKING_COPY:
+        owner._sync(_op_name(func), _BLOCKING_COPY[direction])
     out = func(*args, **kwargs)
     if direction == "d2h" and non_blocking and not _is_pinned(out):
         owner._emit(
@@ -467,23 +482,17 @@ def _copy_(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, An
     op = _op_name(func)
     owner._transfer(direction, op, _nbytes(src_t), src, dst, non_blocking)
     if direction == "h2d" and non_blocking and not _is_pinned(src_t):
+        owner._emit("pageable_non_blocking", op, detail=_PAGEABLE_H2D)
+    if not non_blocking and direction in _BLOCKING_COPY:
+        owner._sync(op, _BLOCKING_COPY[direction])
+    elif direction == "d2h" and not _is_pinned(dst_t):
         owner._emit(
             "pageable_non_blocking",
             op,
-            detail="non_blocking=True from pageable host memory runs synchronously; "
-            "pin the source (tensor.pin_memory() or DataLoader(pin_memory=True))",
+            detail="non_blocking=True into pageable host memory runs synchronously; "
+            "copy into a pinned buffer",
         )
-    if direction == "d2h":
-        if not non_blocking:
-            owner._sync(op, "blocking device-to-host copy")
-        elif not _is_pinned(dst_t):
-            owner._emit(
-                "pageable_non_blocking",
-                op,
-                detail="non_blocking=True into pageable host memory runs synchronously; "
-                "copy into a pinned buffer",
-            )
-            owner._sync(op, "device-to-host copy into pageable memory")
+        owner._sync(op, "device-to-host copy into pageable memory")
     return func(*args, **kwargs)
 
 
@@ -728,6 +737,8 @@ class Guard:
                 self._transfer(
                     "h2d", factory, _nbytes(out), torch.device("cpu"), out.device, False, after=True
                 )
+                # torch's own copy is a blocking one (non_blocking=False): a sync on CUDA
+                self._sync(factory, _BLOCKING_COPY["h2d"])
         return out
 
     def _check_mixed_call(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
