@@ -43,7 +43,9 @@ lint: $(VENV)/.test-stamp  ## ruff and mypy (strict on the package)
 	$(BIN)/torchplace lint .
 
 bench: $(VENV)/.bench-stamp  ## run every benchmark in benchmarks/ side by side with its peers
-	@set -e; for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b $(ARGS); done
+	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; } || \
+		echo "wrk is missing: install it (Debian: apt-get install wrk) for benchmarks/serve_vs_peers.py"
+	@failed=0; for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b $(ARGS) || failed=1; done; exit $$failed
 
 clean:  ## remove the virtual environment and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
