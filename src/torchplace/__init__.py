@@ -94,9 +94,9 @@ if _typing.TYPE_CHECKING:
         TorchplaceError,
         UnsafeCheckpointError,
     )
-    from torchplace.sanitizer import GuardReport, guard
     from torchplace.placement import ModuleAudit, audit_module, check_same_device, move
     from torchplace.prefetch import DevicePrefetcher
+    from torchplace.sanitizer import GuardReport, guard
 
 
 def __getattr__(name: str) -> _typing.Any:
