@@ -180,6 +180,13 @@ def test_missing_and_broken_files_name_the_path(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match=r"garbage\.pt") as info:
         load_checkpoint(garbage)
     assert not isinstance(info.value, UnsafeCheckpointError)
+    # A byte torch's weights-only unpickler reads as an unknown opcode is still just garbage:
+    # the error must not send the user to allow_pickle=True.
+    opcode = tmp_path / "opcode.pt"
+    opcode.write_bytes(b"x")
+    with pytest.raises(CheckpointError, match=r"opcode\.pt.*is it a torch checkpoint") as info:
+        load_checkpoint(opcode)
+    assert not isinstance(info.value, UnsafeCheckpointError)
     broken = tmp_path / "broken.safetensors"
     broken.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
     with pytest.raises(CheckpointError, match=r"broken\.safetensors"):

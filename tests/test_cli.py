@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -44,3 +45,47 @@ def test_version() -> None:
     )
     assert out.returncode == 0
     assert out.stdout.startswith("torchplace ")
+
+
+def _cli_isolated(args: list[str], cwd: Path) -> subprocess.Popen[str]:
+    """``torchplace ARGS`` as the console script runs it: the current directory not on sys.path."""
+    code = "import sys; from torchplace.cli import main; sys.exit(main(sys.argv[1:]))"
+    return subprocess.Popen(
+        [sys.executable, "-I", "-c", code, *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_modules_in_the_current_directory_are_importable(tmp_path: Path) -> None:
+    (tmp_path / "tp_cwd_probe.py").write_text("import sys\nprint('probe ran', sys.argv[1:])\n")
+    proc = _cli_isolated(["guard", "--", "python", "-m", "tp_cwd_probe", "x"], tmp_path)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "probe ran ['x']" in out
+
+
+def test_closed_pipe_exits_quietly(tmp_path: Path) -> None:
+    source = tmp_path / "many.py"
+    source.write_text("import torch\n" + "torch.load('m.pt')\n" * 2000)
+    proc = _cli_isolated(["lint", "--format", "json", str(source)], tmp_path)
+    assert proc.stdout is not None
+    proc.stdout.close()  # the reader goes away, like `| head`
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    assert "Traceback" not in err
+    assert "BrokenPipe" not in err
+
+
+def test_unwritable_output_path_is_an_error_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "ok.py"
+    script.write_text("pass\n")
+    missing = tmp_path / "nodir" / "report.json"
+    assert main(["guard", "-o", str(missing), "--", "python", str(script)]) == 1
+    err = capsys.readouterr().err
+    assert str(missing) in err
+    assert "Traceback" not in err

@@ -345,6 +345,17 @@ def test_move_dtype_converts_floating_tensors_only() -> None:
         move(torch.ones(1), "cpu", dtype=torch.int32)
 
 
+@pytest.mark.parametrize("device", ["tpu", "cuda:x", "auto", 1.5])
+def test_move_bad_device_is_a_usage_error_naming_it(device: Any) -> None:
+    with pytest.raises(ConfigError, match=re.escape(repr(device))):
+        move({"x": torch.ones(2)}, device)
+
+
+def test_move_dtype_must_be_a_torch_dtype() -> None:
+    with pytest.raises(ConfigError, match=r"torch\.float16"):
+        move(torch.ones(2), "cpu", dtype="float16")  # type: ignore[arg-type]
+
+
 def test_move_keeps_tensors_already_in_place_and_aliasing() -> None:
     t = torch.ones(3)
     out = move({"a": t, "b": [t]}, "cpu")

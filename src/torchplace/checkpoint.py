@@ -155,6 +155,16 @@ def _load_safetensors(file: Path, device: torch.device) -> dict[str, torch.Tenso
 _GLOBAL_RE = re.compile(r"Unsupported global: GLOBAL (\S+)")
 
 
+def _looks_like_torch_save(file: Path) -> bool:
+    """Whether ``file`` starts as torch.save writes: a zip archive, or a protocol 2+ pickle."""
+    try:
+        with file.open("rb") as stream:
+            head = stream.read(4)
+    except OSError:
+        return False
+    return head.startswith((b"PK\x03\x04", b"\x80"))
+
+
 def _load_pickle(file: Path, device: torch.device, allow_pickle: bool) -> object:
     try:
         return torch.load(file, map_location=device, weights_only=True)
@@ -163,6 +173,13 @@ def _load_pickle(file: Path, device: torch.device, allow_pickle: bool) -> object
             raise CheckpointError(
                 f"cannot load checkpoint {str(file)!r}: {exc}; is it a torch checkpoint, and "
                 "complete?"
+            ) from exc
+        if "unsupported operand" in str(exc).lower() and not _looks_like_torch_save(file):
+            # Neither torch.save's zip nor a protocol 2+ pickle: a foreign or broken file, not
+            # a checkpoint that needs code; allow_pickle would not help and must not be advised.
+            raise CheckpointError(
+                f"cannot load checkpoint {str(file)!r}: it is neither a torch.save zip archive "
+                "nor a pickle torch writes; is it a torch checkpoint, and complete?"
             ) from exc
         if not allow_pickle:
             match = _GLOBAL_RE.search(str(exc))

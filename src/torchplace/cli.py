@@ -10,8 +10,10 @@ Exit codes: 0 success, 1 the check failed (findings, unusable device, ...), 2 us
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import NamedTuple, cast
@@ -84,8 +86,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = cast(Callable[[argparse.Namespace], int], module.run)
     configure(sub)
     sub_args = sub.parse_args(args[split + 1 :])
+    _import_from_cwd()
     try:
-        return run(sub_args)
+        code = run(sub_args)
+        sys.stdout.flush()  # a closed pipe shows up here, where it can be handled
+        return code
     except ConfigError as exc:
         print(f"torchplace {top.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -94,6 +99,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`torchplace lint . | head`): stop quietly, as other tools do.
+        _silence_stdout()
+        return EXIT_FAILED
+    except OSError as exc:
+        if exc.filename is None:
+            raise
+        print(
+            f"torchplace {top.command}: error: cannot use {exc.filename!r}: "
+            f"{exc.strerror or exc}; check the path",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+
+
+def _import_from_cwd() -> None:
+    """Let the user's own modules in the current directory be found, as ``python -m`` does.
+
+    ``--model pkg:make`` (serve, bench) and ``guard -- python -m pkg`` import user code; the
+    console script's ``sys.path`` starts at its own bin directory instead. Appended, so a file in
+    the current directory never shadows an installed package.
+    """
+    cwd = os.getcwd()
+    if "" not in sys.path and cwd not in sys.path:
+        sys.path.append(cwd)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail again."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -680,7 +680,18 @@ def move(
       indices) keep their dtype.
     - Other leaves (numbers, strings, None, ...) are returned as they are.
     """
-    target = device if isinstance(device, torch.device) else torch.device(device)
+    try:
+        target = device if isinstance(device, torch.device) else torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ConfigError(
+            f"move: device {device!r} is not a torch device; pass a torch.device or a spec such "
+            "as 'cpu', 'cuda:0' or 'meta' (torchplace.resolve_device('auto') picks one)"
+        ) from None
+    if dtype is not None and not isinstance(dtype, torch.dtype):
+        raise ConfigError(
+            f"move(dtype={dtype!r}) must be a torch.dtype such as torch.float16, not "
+            f"{type(dtype).__name__}"
+        )
     if dtype is not None and not dtype.is_floating_point:
         raise ConfigError(
             f"move(dtype={dtype}) must be a floating-point dtype (it converts floating tensors "

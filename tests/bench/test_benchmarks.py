@@ -217,6 +217,9 @@ def test_model_specs() -> None:
         load_model_spec("tests.bench.factories:missing", "6")
     with pytest.raises(ConfigError, match="cannot load"):
         load_model_spec("no_such_module_xyz:make", "6")
+    # A module that does not exist is reported as such, not as a missing --input-shape.
+    with pytest.raises(ConfigError, match=r"cannot load 'no_such_module_xyz:make'.*PYTHONPATH"):
+        load_model_spec("no_such_module_xyz:make")
     with pytest.raises(ConfigError, match="not callable"):
         load_model_spec("tests.bench.factories:NOT_CALLABLE", "6")
     with pytest.raises(ConfigError, match=r"not a torch\.nn\.Module"):

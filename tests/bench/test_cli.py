@@ -209,6 +209,25 @@ def test_bad_flags_are_argparse_errors(argv: list[str]) -> None:
     assert exc.value.code == 2
 
 
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["timing", "--size", "8", "--json"], "--json"),
+        (["model", "--batch-sizes", "1", "--plot"], "--plot"),
+    ],
+)
+def test_unwritable_output_is_refused_before_running(
+    argv: list[str], flag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    suffix = ".png" if flag == "--plot" else ".json"
+    missing = tmp_path / "nodir" / f"out{suffix}"
+    assert main(["bench", *argv, str(missing), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert flag in err
+    assert "does not exist" in err
+    assert not missing.parent.exists()
+
+
 def test_meta_device_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "timing", "--device", "meta"]) == 1
     assert "TimingError" in capsys.readouterr().err

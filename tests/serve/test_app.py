@@ -347,6 +347,24 @@ def test_token_file_errors(tmp_path: Path) -> None:
         load_token(bad)
 
 
+def test_port_in_use_is_a_config_error_naming_the_port() -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        thread = ServerThread(test_config(port=port), engine=FakeEngine())
+        with pytest.raises(ConfigError, match=rf"127\.0\.0\.1:{port}.*already in use.*--port"):
+            thread.start()
+        thread.stop()
+
+
+def test_unresolvable_host_is_a_config_error_naming_the_host() -> None:
+    thread = ServerThread(test_config(host="nosuchhost.invalid", port=0), engine=FakeEngine())
+    with pytest.raises(ConfigError, match=r"'nosuchhost\.invalid' does not resolve.*--host"):
+        thread.start()
+    thread.stop()
+
+
 # -- metrics and openapi ---------------------------------------------------------------------
 def test_metrics_route(server: Running, start_server: StartServer) -> None:
     status, headers, body = server.client.get("/metrics")

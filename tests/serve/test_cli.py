@@ -75,6 +75,18 @@ def test_usage_error_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
     assert "max_batch_size=0" in capsys.readouterr().err
 
 
+def test_unwritable_trace_file_is_refused_before_serving(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nodir" / "trace.json"
+    assert main(["serve", "--port", "0", "--trace-file", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert str(missing.parent) in err
+    assert "does not exist" in err
+    assert main(["serve", "--port", "0", "--trace-file", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
+
+
 def test_help_lists_the_flags() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "torchplace.cli", "serve", "--help"],

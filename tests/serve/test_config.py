@@ -53,6 +53,8 @@ def test_is_frozen_and_keyword_only() -> None:
         ("allow_nan", "yes"),
         ("devices", ()),
         ("devices", ("cuda:0", "")),
+        ("device", "meta"),
+        ("devices", ("cpu", "meta")),
         ("weights", "model.pt"),
     ],
 )

@@ -217,6 +217,8 @@ def run(args: argparse.Namespace) -> int:
         if not str(args.plot).lower().endswith(".png"):
             raise ConfigError(f"--plot writes a PNG; give a path ending in .png, not {args.plot!r}")
     to_stdout = args.json == "-"
+    for flag, path in (("--json", None if to_stdout else args.json), ("--plot", _plot_path(args))):
+        _check_writable(flag, path)
     console = Console(file=sys.stderr if to_stdout else sys.stdout, highlight=False)
     device = resolve_device(args.device)
     if args.threads is not None:
@@ -250,6 +252,26 @@ def run(args: argparse.Namespace) -> int:
             Path(args.json).write_text(text + "\n")
             console.print(f"wrote {args.json}")
     return 0
+
+
+def _plot_path(args: argparse.Namespace) -> str | None:
+    """The ``--plot`` path, for the subcommands that have one."""
+    value = getattr(args, "plot", None)
+    return None if value is None else str(value)
+
+
+def _check_writable(flag: str, path: str | None) -> None:
+    """Refuse an output path that cannot be written before the benchmark runs, not after."""
+    if not path:
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise ConfigError(f"{flag} {path!r} is a directory; give a file path")
+    if not target.parent.is_dir():
+        raise ConfigError(
+            f"{flag} {path!r}: the directory {str(target.parent)!r} does not exist; create it "
+            "or give a path in an existing directory"
+        )
 
 
 def _envelope(

@@ -85,19 +85,22 @@ def load_model_spec(model: str, input_shape: str | None = None) -> ModelSpec:
         raise ConfigError(
             f"cannot read model {model!r}; write module:callable, such as pkg.mod:make"
         )
-    if input_shape is None:
-        raise ConfigError(
-            f"model {model!r} declares no inputs: pass --input-shape with the size of one row, "
-            "such as --input-shape 512"
-        )
     try:
         factory: Any = importlib.import_module(module_name)
         for part in attr.split("."):
             factory = getattr(factory, part)
     except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"cannot load {model!r}: {exc}") from exc
+        raise ConfigError(
+            f"cannot load {model!r}: {exc}; check that {module_name!r} is importable from the "
+            "current directory or PYTHONPATH and defines that callable"
+        ) from exc
     if not callable(factory):
         raise ConfigError(f"{model!r} is not callable; point at a function returning an nn.Module")
+    if input_shape is None:
+        raise ConfigError(
+            f"model {model!r} declares no inputs: pass --input-shape with the size of one row, "
+            "such as --input-shape 512"
+        )
 
     def build() -> nn.Module:
         from torch import nn

@@ -13,6 +13,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from torchplace.errors import ConfigError
 from torchplace.serve.config import LOG_LEVELS, MIB, ServeConfig
 
 __all__ = ["config_from_args", "configure", "run"]
@@ -204,9 +205,25 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
     )
 
 
+def _check_trace_file(path: Path | None) -> None:
+    """Refuse a trace file that cannot be written now, not after hours of serving."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise ConfigError(
+            f"--trace-file {str(path)!r} is a directory; give a file path such as trace.json"
+        )
+    if not path.parent.is_dir():
+        raise ConfigError(
+            f"--trace-file {str(path)!r}: the directory {str(path.parent)!r} does not exist; "
+            "create it or give a path in an existing directory"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM/SIGINT; returns 0 after a clean drain."""
     config = config_from_args(args)
+    _check_trace_file(config.trace_file)
     logging.getLogger("torchplace").setLevel(config.log_level.upper())
     if not logging.getLogger().handlers:
         logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")

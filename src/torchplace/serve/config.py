@@ -164,6 +164,12 @@ class ServeConfig:
                 self.devices,
                 "give device names such as ('cuda:0', 'cuda:1') or ('all',)",
             )
+        if self.device.strip().lower() == "meta":
+            fail("device", self.device, "meta runs no kernels and holds no data; use cpu or cuda:N")
+        if self.devices is not None and any(d.strip().lower() == "meta" for d in self.devices):
+            fail(
+                "devices", self.devices, "meta runs no kernels and holds no data; use cpu or cuda:N"
+            )
         for name, low in (
             ("replicas_per_device", 1),
             ("max_batch_size", 1),

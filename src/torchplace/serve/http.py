@@ -16,8 +16,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
+import errno
 import functools
 import logging
+import socket
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine
@@ -27,6 +29,8 @@ from typing import Any
 
 import httptools
 import orjson
+
+from torchplace.errors import ConfigError
 
 __all__ = ["Handler", "HttpServer", "Request", "Response", "error_response"]
 
@@ -40,6 +44,31 @@ _JSON = b"application/json"
 _PIPELINE_DEPTH = 32  # complete requests queued on one connection before we stop reading
 _MAX_HEAD_BYTES = 64 * 1024  # request line + headers; more gets 431
 _LINGER_S = 1.0  # how long a rejected connection's remaining input is drained before closing
+
+
+def _bind_error(host: str, port: int, exc: OSError) -> str:
+    """Why ``host:port`` cannot be listened on, and what to change."""
+    where = f"{host}:{port}"
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"cannot listen on {where}: the port is already in use; stop the process that holds "
+            "it or pick another --port (--port 0 picks a free one)"
+        )
+    if isinstance(exc, socket.gaierror):
+        return (
+            f"cannot listen on {where}: host {host!r} does not resolve ({exc.strerror}); "
+            "give an address of this machine with --host, such as 127.0.0.1"
+        )
+    if exc.errno == errno.EACCES:
+        return (
+            f"cannot listen on {where}: permission denied (ports below 1024 need privileges); "
+            "pick a --port of 1024 or more"
+        )
+    reason = exc.strerror or str(exc)
+    return (
+        f"cannot listen on {where}: {reason}; give an address of this machine with --host "
+        "(such as 127.0.0.1) and a free --port"
+    )
 
 
 class Request:
@@ -404,9 +433,12 @@ class HttpServer:
         """Bind and start accepting connections."""
         loop = asyncio.get_running_loop()
         self.loop = loop
-        self._server = await loop.create_server(
-            lambda: _Connection(self), host, port, reuse_address=True, backlog=2048, **kwargs
-        )
+        try:
+            self._server = await loop.create_server(
+                lambda: _Connection(self), host, port, reuse_address=True, backlog=2048, **kwargs
+            )
+        except OSError as exc:
+            raise ConfigError(_bind_error(host, port, exc)) from None
         self._tick()
 
     def _tick(self) -> None:
