@@ -210,6 +210,29 @@ def test_bad_flags_are_argparse_errors(argv: list[str]) -> None:
 
 
 @pytest.mark.parametrize(
+    ("argv", "value"),
+    [
+        (["model", "--batch-sizes", "1,,2"], "1,,2"),
+        (["model", "--batch-sizes", "1,2,"], "1,2,"),
+        (["model", "--batch-sizes", ",8"], ",8"),
+        (["model", "--input-shape", "3,,224"], "3,,224"),
+        (["model", "--input-shape", "3xx224"], "3xx224"),
+        (["transfer", "--sizes", "4K,,1M"], "4K,,1M"),
+        (["transfer", "--sizes", "4K,"], "4K,"),
+    ],
+)
+def test_empty_list_entries_are_usage_errors(
+    argv: list[str], value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", *argv, "--device", "cpu"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert argv[1] in err  # the flag
+    assert f"{value!r} has an empty entry" in err
+
+
+@pytest.mark.parametrize(
     ("argv", "flag"),
     [
         (["timing", "--size", "8", "--json"], "--json"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -96,6 +97,81 @@ def test_usage_errors_exit_2(
 ) -> None:
     assert main(["guard", *words]) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("interpreter", ["bash", "sh"])
+def test_a_non_python_interpreter_is_refused_as_python_only(
+    interpreter: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "x.sh"
+    script.write_text("echo hi\n")
+    assert main(["guard", "--", interpreter, str(script)]) == 2
+    err = capsys.readouterr().err
+    assert "no such script" not in err
+    assert f"{interpreter!r} is not a Python program" in err
+    assert "guard runs Python programs only" in err
+    assert "-m module" in err
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [("x.sh", "echo hi\n"), ("run", "#!/bin/bash\necho hi\n")],
+)
+def test_a_shell_script_is_refused_as_python_only(
+    name: str, text: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / name
+    script.write_text(text)
+    assert main(["guard", "--", str(script)]) == 2
+    assert "guard runs Python programs only" in capsys.readouterr().err
+
+
+def test_a_native_executable_is_refused_as_python_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    binary = tmp_path / "tool"
+    binary.write_bytes(b"\x7fELF\x02\x01\x01" + bytes(64))
+    assert main(["guard", "--", str(binary)]) == 2
+    assert "is not a Python program" in capsys.readouterr().err
+
+
+def test_a_python_script_without_suffix_still_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "tool"
+    script.write_text("#!/usr/bin/env python3\nprint('ran')\n")
+    assert main(["guard", "--", str(script)]) == 0
+    assert "ran" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("where", ["missing_dir", "is_a_dir"])
+def test_unusable_output_path_is_refused_before_the_program_runs(
+    where: str, demo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "no_such_dir" / "r.json" if where == "missing_dir" else tmp_path
+    assert main(["guard", "-o", str(out), "--", "python", str(demo)]) == 2
+    captured = capsys.readouterr()
+    assert "argv" not in captured.out  # the program never ran
+    assert str(out) in captured.err
+    assert "give -o a file in an existing, writable directory" in captured.err
+
+
+@pytest.mark.skipif(sys.platform == "win32" or os.geteuid() == 0, reason="root writes anywhere")
+def test_unwritable_output_directory_is_refused_before_the_program_runs(
+    demo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        out = locked / "r.json"
+        assert main(["guard", "-o", str(out), "--", "python", str(demo)]) == 2
+        captured = capsys.readouterr()
+        assert "argv" not in captured.out
+        assert "is not writable" in captured.err
+        assert str(out) in captured.err
+    finally:
+        locked.chmod(0o700)
 
 
 def test_split_program_strips_the_interpreter(demo: Path) -> None:

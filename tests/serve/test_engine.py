@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from torchplace.errors import InputError, NotReadyError, OverloadedError
+from torchplace.cli import main as cli_main
+from torchplace.errors import ConfigError, InputError, KernelError, NotReadyError, OverloadedError
 from torchplace.models import TensorSpec
 from torchplace.serve.config import ServeConfig
 from torchplace.serve.engine import Engine, resolve_devices
@@ -242,6 +243,83 @@ def test_exported_program_serves_through_the_engine(tmp_path: Path) -> None:
             expected = host(torch.from_numpy(x)).numpy()
         np.testing.assert_allclose(result["output"], expected, rtol=1e-5, atol=1e-6)
         await engine.stop()
+
+    run(main)
+
+
+def _start_fails(engine: Engine) -> ConfigError:
+    async def main() -> ConfigError:
+        try:
+            with pytest.raises(ConfigError) as exc:
+                await engine.start()
+            assert not engine.is_ready()
+            return exc.value
+        finally:
+            await engine.stop()
+
+    result: ConfigError = run(main)
+    return result
+
+
+def test_declared_inputs_that_do_not_fit_the_model_fail_start_up_as_config_error() -> None:
+    wrong = (TensorSpec("input", "FP32", (-1, 9)),)
+    engine = Engine.from_config(
+        ServeConfig(model="seed-mlp", inputs=wrong, device="cpu", max_batch_size=32)
+    )
+    message = str(_start_fails(engine))
+    assert "start-up dry run" in message
+    assert "input:FP32:-1,9" in message  # the declared name, datatype and shape
+    assert "--max-batch-size 32" in message
+    assert "mat1 and mat2 shapes cannot be multiplied" in message  # the model's own error
+    assert "--input NAME:DTYPE:DIMS" in message  # the fix
+
+
+@pytest.mark.parametrize("batch_max", [None, 16])
+def test_exported_program_with_a_small_batch_fails_start_up_as_config_error(
+    batch_max: int | None, tmp_path: Path
+) -> None:
+    host = load_model("seed-mlp").module
+    dynamic = None if batch_max is None else ({0: torch.export.Dim("batch", max=batch_max)},)
+    program = torch.export.export(host, (torch.zeros(4, 8),), dynamic_shapes=dynamic)
+    path = tmp_path / "small.pt2"
+    torch.export.save(program, str(path))
+    engine = Engine.from_config(
+        ServeConfig(model="seed-mlp", exported=path, device="cpu", max_batch_size=32)
+    )
+    message = str(_start_fails(engine))
+    assert "input:FP32:-1,8" in message
+    assert "--max-batch-size 32" in message
+    assert "dynamic batch dimension whose max >= --max-batch-size" in message
+
+
+def test_serve_command_exits_2_on_inputs_that_do_not_fit(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["serve", "--device", "cpu", "--port", "0", "--input", "input:FP32:-1,9"]
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err
+    assert "input:FP32:-1,9" in err
+    assert "KernelError" not in err
+
+
+class _FailsOnNegatives(torch.nn.Module):
+    """Passes the start-up dry run (zeros), fails on a request with a negative value."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if bool((x < 0).any()):
+            raise RuntimeError("negative input")
+        return x * 2
+
+
+def test_a_forward_failure_after_start_up_stays_a_kernel_error() -> None:
+    async def main() -> None:
+        engine = Engine(loaded(_FailsOnNegatives()), [CPU], max_batch_size=4)
+        await engine.start()
+        try:
+            with pytest.raises(KernelError, match="negative input"):
+                await engine.infer({"input": -np.ones((1, 4), np.float32)})
+        finally:
+            await engine.stop()
 
     run(main)
 

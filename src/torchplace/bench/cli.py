@@ -44,9 +44,25 @@ _CUDA_ONLY = {
 }
 
 
+def _has_empty_entry(text: str, separators: str = ",") -> bool:
+    """True for ``1,,2``, ``1,2,`` or ``,``: a list flag's empty entry is an error, not skipped."""
+    for sep in separators[1:]:
+        text = text.replace(sep, separators[0])
+    return not all(part.strip() for part in text.split(separators[0]))
+
+
+def _empty_entry(text: str, example: str) -> str:
+    return (
+        f"{text!r} has an empty entry; give a comma-separated list without empty entries "
+        f"or stray commas, such as {example}"
+    )
+
+
 def _positive_int_list(text: str) -> tuple[int, ...]:
+    if _has_empty_entry(text):
+        raise argparse.ArgumentTypeError(_empty_entry(text, "1,8,32,128"))
     try:
-        values = tuple(int(part) for part in text.split(",") if part.strip())
+        values = tuple(int(part) for part in text.split(","))
     except ValueError:
         values = ()
     if not values or any(v < 1 for v in values):
@@ -59,10 +75,19 @@ def _positive_int_list(text: str) -> tuple[int, ...]:
 def _sizes(text: str) -> tuple[int, ...]:
     from torchplace.bench.units import parse_sizes
 
+    if _has_empty_entry(text):
+        raise argparse.ArgumentTypeError(_empty_entry(text, "4K,64K,1M"))
     try:
         return parse_sizes(text)
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _row_shape(text: str) -> str:
+    """``--input-shape`` is read later, by the model loader; here only empty entries fail."""
+    if _has_empty_entry(text, ",x"):
+        raise argparse.ArgumentTypeError(_empty_entry(text, "512 or 3,224,224"))
+    return text
 
 
 def _positive_float(text: str) -> float:
@@ -185,6 +210,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     model.add_argument(
         "--input-shape",
+        type=_row_shape,
         metavar="SHAPE",
         help="shape of one input row, such as 512 (required for module:callable)",
     )

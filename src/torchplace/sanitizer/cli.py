@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import runpy
+import shutil
 import sys
 import traceback
 from collections.abc import Sequence
@@ -82,8 +83,46 @@ def split_program(words: Sequence[str]) -> tuple[str, str, list[str]]:
             f"unsupported interpreter option {rest[0]!r}; give a script path or -m module"
         )
     if not Path(rest[0]).is_file():
-        raise ConfigError(f"no such script: {rest[0]!r}")
+        if not rest[0].endswith(".py") and shutil.which(rest[0]) is not None:
+            raise ConfigError(_not_python(rest[0]))
+        raise ConfigError(f"no such script: {rest[0]!r}; {_PYTHON_ONLY}")
+    if not _looks_like_python(Path(rest[0])):
+        raise ConfigError(_not_python(rest[0]))
     return "path", rest[0], rest
+
+
+_PYTHON_ONLY = (
+    "guard runs Python programs only: give `python script.py [args]`, `script.py [args]` "
+    "or `-m module [args]` after --"
+)
+_NOT_PYTHON_SUFFIXES = frozenset({".sh", ".bash", ".zsh", ".ksh", ".fish", ".csh", ".bat", ".cmd"})
+
+_EXECUTABLE_MAGICS = (
+    b"\x7fELF",  # Linux
+    b"\xcf\xfa\xed\xfe",  # macOS, 64-bit Mach-O
+    b"\xce\xfa\xed\xfe",  # 32-bit Mach-O
+    b"\xca\xfe\xba\xbe",  # universal Mach-O
+)
+
+
+def _not_python(word: str) -> str:
+    return f"{word!r} is not a Python program; {_PYTHON_ONLY}"
+
+
+def _looks_like_python(path: Path) -> bool:
+    """False for files that are clearly something else: shell scripts and binaries."""
+    if path.suffix.lower() in _NOT_PYTHON_SUFFIXES:
+        return False
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(512)
+    except OSError:
+        return True  # let running it report the real problem
+    if head.startswith(_EXECUTABLE_MAGICS):
+        return False  # a native executable; .pyc files and zip apps run fine
+    if head.startswith(b"#!"):
+        return b"python" in head.split(b"\n", 1)[0]
+    return True
 
 
 def _is_python(word: str) -> bool:
@@ -106,6 +145,8 @@ def run(args: argparse.Namespace) -> int:
     kind, target, argv = split_program(args.program)
     if args.top is not None and args.top < 0:
         raise ConfigError(f"--top must be >= 0, got {args.top}")
+    if args.output:
+        _check_writable(Path(args.output))
 
     from torchplace.sanitizer.recorder import Guard
 
@@ -134,6 +175,26 @@ def run(args: argparse.Namespace) -> int:
             sys.path.pop(0)
         _write(guard.report, args)
     return code
+
+
+def _check_writable(path: Path) -> None:
+    """Fail before the program runs, not after, when the report could not be written."""
+    fix = "give -o a file in an existing, writable directory"
+    if path.is_dir():
+        raise ConfigError(f"-o {str(path)!r} is a directory; {fix}")
+    parent = path.parent
+    if not parent.is_dir():
+        raise ConfigError(
+            f"-o {str(path)!r}: directory {str(parent)!r} does not exist; create it or {fix}"
+        )
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise ConfigError(f"-o {str(path)!r} is not writable; fix its permissions or {fix}")
+    elif not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"-o {str(path)!r}: directory {str(parent)!r} is not writable; "
+            f"fix its permissions or {fix}"
+        )
 
 
 def _print_program_error(exc: BaseException) -> None:

@@ -269,7 +269,12 @@ class Engine:
         if threads is not None:
             torch.set_num_threads(threads)
         for replica in self.replicas:
-            await loop.run_in_executor(None, replica.prepare)
+            try:
+                await loop.run_in_executor(None, replica.prepare)
+            except KernelError as exc:
+                if "CUDA error" in str(exc):
+                    raise  # a device fault, not the declarations
+                raise self._startup_error(exc) from exc
         self._batcher = Batcher(
             loop=loop,
             pick=self._pick,
@@ -288,6 +293,22 @@ class Engine:
         self._refresh_serving()
         self.startup_record = self._startup_record(time.perf_counter() - began, threads)
         logger.info("%s", json.dumps(self.startup_record, sort_keys=True))
+
+    def _startup_error(self, exc: KernelError) -> ConfigError:
+        """The start-up dry run (zeros of the declared shapes, before any request) failed in
+        the forward pass: the declarations do not fit the model, a configuration error."""
+        declared = ", ".join(
+            f"{spec.name}:{spec.datatype}:{','.join(str(dim) for dim in spec.shape)}"
+            for spec in self.loaded.inputs
+        )
+        return ConfigError(
+            f"the start-up dry run of model {self.loaded.name!r} failed with the declared "
+            f"inputs {declared} (name:datatype:shape) at --max-batch-size {self.max_batch_size}: "
+            f"{exc}; declare the input shape the model takes with --input NAME:DTYPE:DIMS "
+            "(-1 first, for the batch; its outputs with --output), or, for a .pt2, export it "
+            "with a dynamic batch dimension whose max >= --max-batch-size "
+            "(torch.export.Dim('batch', max=N) in dynamic_shapes)"
+        )
 
     def _thread_count(self) -> int | None:
         if self.torch_threads is not None:
