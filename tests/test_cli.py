@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -79,13 +80,32 @@ def test_closed_pipe_exits_quietly(tmp_path: Path) -> None:
     assert "BrokenPipe" not in err
 
 
-def test_unwritable_output_path_is_an_error_not_a_traceback(
+def test_unwritable_output_path_is_a_usage_error_before_the_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     script = tmp_path / "ok.py"
-    script.write_text("pass\n")
+    script.write_text("print('ran')\n")
     missing = tmp_path / "nodir" / "report.json"
-    assert main(["guard", "-o", str(missing), "--", "python", str(script)]) == 1
+    assert main(["guard", "-o", str(missing), "--", "python", str(script)]) == 2
+    captured = capsys.readouterr()
+    assert str(missing) in captured.err
+    assert "ran" not in captured.out
+    assert "Traceback" not in captured.err
+
+
+def test_an_os_error_naming_a_file_is_reported_not_raised(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = types.ModuleType("fake_command")
+    fake.configure = lambda parser: None  # type: ignore[attr-defined]
+
+    def run(args: object) -> int:
+        raise FileNotFoundError(2, "No such file or directory", "/no/such/file")
+
+    fake.run = run  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "fake_command", fake)
+    monkeypatch.setitem(COMMANDS, "lint", COMMANDS["lint"]._replace(module="fake_command"))
+    assert main(["lint"]) == 1
     err = capsys.readouterr().err
-    assert str(missing) in err
+    assert "/no/such/file" in err
     assert "Traceback" not in err
