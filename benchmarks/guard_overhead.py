@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 import torchplace
+from torchplace.devices import resolve_device
 from torchplace.models import build_model
 
 TARGETS = {"seed-mlp": 1.5, "wide-mlp": 1.05}
@@ -53,12 +54,6 @@ class Result:
     target: float
     passed: bool
     events_in_forward: int
-
-
-def _device(spec: str) -> torch.device:
-    if spec == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(spec)
 
 
 def _block(
@@ -141,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds per model")
     parser.add_argument("--json", default=None, metavar="PATH", help="write results to PATH")
     args = parser.parse_args(argv)
-    device = _device(args.device)
+    device = resolve_device(args.device)
     rounds = args.rounds or (15 if args.quick else 41)
     budget = 20.0 if args.quick else 120.0
     torch.set_num_threads(torch.get_num_threads())

@@ -170,14 +170,6 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def resolve_device(spec: str) -> str:
-    import torch
-
-    if spec != "auto":
-        return spec
-    return "cuda:0" if torch.cuda.is_available() else "cpu"
-
-
 def body_for(model: str) -> bytes:
     from torchplace.models import embedded_model
 
@@ -202,11 +194,11 @@ def ceiling(model: str, device: str, seconds: float) -> float:
     """In-process batched forward throughput at batch 32 (rows/s): the upper bound."""
     import torch
 
-    from torchplace.models import build_model
+    from torchplace.models import build_model, embedded_model
 
     dev = torch.device(device)
     net = build_model(model).to(dev)
-    width = net[0].in_features
+    width = embedded_model(model).inputs[0].shape[1]
     x = torch.randn(32, width, device=dev)
     with torch.inference_mode():
         for _ in range(20):
@@ -445,8 +437,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, help="seconds per measured round (5; quick 2)")
     parser.add_argument("--rounds", type=int, help="measured rounds per server (5; quick 1)")
     parser.add_argument("--warmup", type=float, help="seconds of warm-up load (2; quick 1)")
-    parser.add_argument("--connections", type=int, default=32)
-    parser.add_argument("--wrk-threads", type=int, default=1)
+    parser.add_argument(
+        "--connections", type=int, default=32, help="open wrk connections (default 32)"
+    )
+    parser.add_argument("--wrk-threads", type=int, default=1, help="wrk threads (default 1)")
     parser.add_argument(
         "--no-peers", action="store_true", help="measure torchplace only (no ratios)"
     )
@@ -472,7 +466,9 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    device = resolve_device(args.device)
+    from torchplace.devices import resolve_device
+
+    device = str(resolve_device(args.device))
     accel = "cuda" if device.startswith("cuda") else "cpu"
     python = sys.executable
     runs: list[Run] = []

@@ -21,3 +21,11 @@ def test_readme_has_examples() -> None:
 def test_readme_example_runs(source: str, capsys: pytest.CaptureFixture[str]) -> None:
     exec(compile(source, str(README), "exec"), {"__name__": "readme"})
     assert capsys.readouterr().out.strip()
+
+
+def test_readme_names_every_public_name() -> None:
+    import torchplace
+
+    text = README.read_text()
+    missing = [name for name in torchplace.__all__ if name != "__version__" and name not in text]
+    assert missing == []

@@ -117,14 +117,10 @@ def load_checkpoint(
     else:
         loaded = _load_pickle(file, target, allow_pickle)
     state = _as_state_dict(loaded, file)
-    state = {k: v if _on(v, target) else v.to(target) for k, v in state.items()}
+    state = {k: v.to(target) for k, v in state.items()}  # .to returns a tensor in place itself
     if module is not None:
         _load_into(module, state, strict, file)
     return state
-
-
-def _on(t: torch.Tensor, device: torch.device) -> bool:
-    return t.device.type == device.type and (device.index is None or t.device.index == device.index)
 
 
 def _is_safetensors(file: Path) -> bool:
@@ -143,13 +139,12 @@ def _load_safetensors(file: Path, device: torch.device) -> dict[str, torch.Tenso
     from safetensors.torch import load_file
 
     direct = device.type in _SAFETENSORS_DEVICES
-    try:
-        state = load_file(file, device=str(device) if direct else "cpu")
+    try:  # on another device, load_checkpoint moves the tensors from the cpu
+        return load_file(file, device=str(device) if direct else "cpu")
     except Exception as exc:  # safetensors raises its own SafetensorError and OSError
         raise CheckpointError(
             f"cannot load safetensors checkpoint {str(file)!r}: {exc}; is the file complete?"
         ) from exc
-    return state if direct else {k: v.to(device) for k, v in state.items()}
 
 
 _GLOBAL_RE = re.compile(r"Unsupported global: GLOBAL (\S+)")
@@ -210,7 +205,7 @@ def _is_state_dict(obj: object) -> bool:
     return (
         isinstance(obj, Mapping)
         and len(obj) > 0
-        and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items())
+        and all(_tensor_entry(k, v) for k, v in obj.items())
     )
 
 

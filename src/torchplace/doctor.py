@@ -252,7 +252,7 @@ def round_trip_check(device: torch.device, *, elements: int = _ROUND_TRIP_ELEMEN
     mib = host.numel() * host.element_size() / 2**20
     if device.type == "cpu":
         # No host/device boundary on cpu: check a plain copy honestly, without pretending.
-        back = host.to(device, copy=True).clone()
+        back = host.to(device, copy=True)
         ok = torch.equal(host, back)
         return Check(
             name,

@@ -25,6 +25,7 @@ from typing import Any, Literal, TypeVar
 import torch
 from torch import nn
 
+from torchplace.bench.units import format_bytes
 from torchplace.errors import ConfigError, MixedDeviceError, PlacementError
 
 __all__ = [
@@ -289,15 +290,6 @@ class TensorGroup:
         }
 
 
-def _human_bytes(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"  # pragma: no cover
-
-
 @dataclass(frozen=True)
 class ModuleAudit:
     """Where a module's tensors live, and which ones ``module.to()`` would leave behind.
@@ -380,7 +372,7 @@ class ModuleAudit:
     def __str__(self) -> str:
         out = [
             f"{self.module}: {len(self.tensors)} parameters and buffers, "
-            f"{_human_bytes(self.nbytes)}",
+            f"{format_bytes(self.nbytes)}",
             _table(list(_GROUP_COLUMNS), [_group_cells(g) for g in self.groups]),
         ]
         if self.strays:
@@ -420,7 +412,7 @@ def _group_cells(g: TensorGroup) -> list[str]:
         str(g.parameters),
         str(g.buffers),
         str(g.numel),
-        _human_bytes(g.nbytes),
+        format_bytes(g.nbytes),
     ]
 
 

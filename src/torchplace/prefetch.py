@@ -31,14 +31,14 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from types import TracebackType
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 import torch
 
 from torchplace.errors import ConfigError
-from torchplace.placement import map_tensors
+from torchplace.placement import _tensor_mover, map_tensors
 
 __all__ = ["DEFAULT_PIN_POOL_BYTES", "DevicePrefetcher", "PinnedPool", "PrefetchStats"]
 
@@ -281,24 +281,7 @@ class PrefetchStats:
         return max(stages, key=lambda k: stages[k])
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "mode": self.mode,
-            "device": self.device,
-            "batches": self.batches,
-            "source_s": self.source_s,
-            "copy_s": self.copy_s,
-            "copy_device_s": self.copy_device_s,
-            "consumer_s": self.consumer_s,
-            "bottleneck": self.bottleneck,
-            "staged_batches": self.staged_batches,
-            "already_pinned": self.already_pinned,
-            "fallback_copies": self.fallback_copies,
-            "pool_cap_bytes": self.pool_cap_bytes,
-            "pool_bytes": self.pool_bytes,
-            "pool_peak_bytes": self.pool_peak_bytes,
-            "pool_allocations": self.pool_allocations,
-            "pool_reuses": self.pool_reuses,
-        }
+        return asdict(self) | {"bottleneck": self.bottleneck}
 
     def __str__(self) -> str:
         dev = "" if self.copy_device_s is None else f" (device {self.copy_device_s * 1e3:.1f} ms)"
@@ -502,7 +485,7 @@ class DevicePrefetcher(Generic[T]):
         it = iter(source)
         owned = it is not source
         acc = self._acc
-        leaf = self._plain_leaf()
+        leaf = _tensor_mover(self.device, self.non_blocking, self.dtype)
         ready = _ready_check(self.device, self.dtype)
         move_object = self._move_object
         clock = time.perf_counter
@@ -527,28 +510,6 @@ class DevicePrefetcher(Generic[T]):
                 acc.consumer_s += clock() - handed
             if owned:
                 _close(it)
-
-    def _plain_leaf(self) -> Callable[[torch.Tensor], torch.Tensor]:
-        device, dtype, non_blocking = self.device, self.dtype, self.non_blocking
-        kind, index = device.type, device.index
-
-        def leaf(t: torch.Tensor) -> torch.Tensor:
-            convert = dtype is not None and t.dtype != dtype and t.is_floating_point()
-            d = t.device
-            if not convert and d.type == kind and (index is None or d.index == index):
-                return t  # already in place: yielded as it is
-            # non_blocking only from pinned host memory to an accelerator (see move())
-            nb = (
-                non_blocking
-                and d.type == "cpu"
-                and kind not in ("cpu", "meta")
-                and bool(t.is_pinned())
-            )
-            return (
-                t.to(device, dtype, non_blocking=nb) if convert else t.to(device, non_blocking=nb)
-            )
-
-        return leaf
 
     # ---------------------------------------------------------------------------------------
     # With streams: copy ahead on a side stream
@@ -777,25 +738,7 @@ def _ready_check(device: torch.device, dtype: torch.dtype | None) -> Callable[[A
                 return False
         return True
 
-    def ready_cpu(obj: Any) -> bool:  # the same for the cpu without dtype, with no inner calls
-        cls = type(obj)
-        if cls is tensor:
-            return bool(obj.is_cpu)
-        if cls is dict:
-            values: Iterable[Any] = obj.values()
-        elif cls is list or cls is tuple:
-            values = obj
-        else:
-            return cls in atoms
-        for v in values:
-            if type(v) is tensor:
-                if not v.is_cpu:
-                    return False
-            elif not ready_cpu(v):
-                return False
-        return True
-
-    return ready_cpu if kind == "cpu" and dtype is None else ready
+    return ready
 
 
 def _keep(obj: Any) -> Any:

@@ -195,40 +195,45 @@ def test_usage_errors_exit_2(
 
 
 @pytest.mark.parametrize(
-    "argv",
+    ("argv", "message"),
     [
-        ["model", "--batch-sizes", "1,x"],
-        ["transfer", "--sizes", "4Q"],
-        ["timing", "--repeats", "0"],
-        [],
+        (["model", "--batch-sizes", "1,x"], "'1,x' is not a comma-separated list"),
+        (["transfer", "--sizes", "4Q"], "cannot read size '4Q'"),
+        (["timing", "--repeats", "0"], "'0' is not a positive integer"),
+        (["timing", "--repeats", "2.5"], "'2.5' is not a positive integer"),
+        (["transfer", "--min-time", "nan"], "'nan' is not a positive number"),
+        ([], "BENCHMARK"),
     ],
 )
-def test_bad_flags_are_argparse_errors(argv: list[str]) -> None:
+def test_bad_flags_are_argparse_errors(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["bench", *argv])
     assert exc.value.code == 2
+    assert message in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
-    ("argv", "value"),
+    ("command", "flag", "value"),
     [
-        (["model", "--batch-sizes", "1,,2"], "1,,2"),
-        (["model", "--batch-sizes", "1,2,"], "1,2,"),
-        (["model", "--batch-sizes", ",8"], ",8"),
-        (["model", "--input-shape", "3,,224"], "3,,224"),
-        (["model", "--input-shape", "3xx224"], "3xx224"),
-        (["transfer", "--sizes", "4K,,1M"], "4K,,1M"),
-        (["transfer", "--sizes", "4K,"], "4K,"),
+        ("model", "--batch-sizes", "1,,2"),
+        ("model", "--batch-sizes", "1,2,"),
+        ("model", "--batch-sizes", ",8"),
+        ("model", "--input-shape", "3,,224"),
+        ("model", "--input-shape", "3xx224"),
+        ("transfer", "--sizes", "4K,,1M"),
+        ("transfer", "--sizes", "4K,"),
     ],
 )
 def test_empty_list_entries_are_usage_errors(
-    argv: list[str], value: str, capsys: pytest.CaptureFixture[str]
+    command: str, flag: str, value: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exc:
-        main(["bench", *argv, "--device", "cpu"])
+        main(["bench", command, flag, value, "--device", "cpu"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert argv[1] in err  # the flag
+    assert flag in err
     assert f"{value!r} has an empty entry" in err
 
 

@@ -53,6 +53,7 @@ def test_format_bytes_and_rate() -> None:
     assert format_bytes(256 << 20) == "256 MiB"
     assert format_bytes(4 << 10) == "4 KiB"
     assert format_bytes(1536) == "1.5 KiB"
+    assert format_bytes(1000.5 * 1024) == "1000 KiB"  # never "1e+03 KiB"
     assert format_bytes(None) == "n/a"
     assert format_rate(2.5e10) == "25 GB/s"
     assert format_rate(None) == "n/a"

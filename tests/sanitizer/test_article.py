@@ -1,9 +1,9 @@
 """The founding article's section 2.3, under the guard.
 
 The article's two loops, verbatim apart from the device: ``meta`` stands in for the
-accelerator and :class:`~tests.guard.fakes.MetaReadback` answers the host read-backs with zeros,
-so the program runs to the end on a CPU-only machine while the guard sees exactly the ops it
-would see on a GPU.
+accelerator and :class:`~tests.sanitizer.fakes.MetaReadback` answers the host read-backs with
+zeros, so the program runs to the end on a CPU-only machine while the guard sees exactly the ops
+it would see on a GPU.
 """
 
 from __future__ import annotations

@@ -314,6 +314,18 @@ def test_mixed_lists_and_calls_seen_only_at_the_dispatch_layer() -> None:
     assert [o.name for o in report.mixed_device_ops[0].operands] == ["tensors[0]", "tensors[1]"]
 
 
+def test_mixed_operands_passed_by_keyword_are_seen_on_the_fast_path() -> None:
+    a, b = torch.ones(2), torch.ones(2, device=META)
+    with torchplace.guard() as report:
+        attempt(lambda: torch.add(b, other=a))
+        attempt(lambda: torch.add(b, a, alpha=2))  # a non-tensor keyword; operands positional
+        torch.add(b, b, alpha=2)
+    assert [(e.op, [o.name for o in e.operands]) for e in report.mixed_device_ops] == [
+        ("torch.add", ["self", "other"]),
+        ("torch.add", ["self", "other"]),
+    ]
+
+
 def test_raise_mode_stops_a_mixed_device_op_with_every_operand_and_the_line() -> None:
     x = torch.ones(2, 3)
     weight = torch.ones(4, 3, device=META, dtype=torch.float16)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 import torch
 
@@ -94,6 +95,24 @@ def test_config(**overrides: Any) -> ServeConfig:
 
 # Not a test: pytest would collect a module-level name starting with test_.
 test_config.__test__ = False  # type: ignore[attr-defined]
+
+
+def seed_input(**override: Any) -> dict[str, Any]:
+    """One valid ``seed-mlp`` input entry (one row of 0.5s), with fields overridden."""
+    entry: dict[str, Any] = {
+        "name": "input",
+        "datatype": "FP32",
+        "shape": [1, 8],
+        "data": [0.5] * 8,
+    }
+    entry.update(override)
+    return entry
+
+
+def seed_body(x: np.ndarray, **extra: Any) -> bytes:
+    """A JSON inference request carrying ``x`` as the ``seed-mlp`` input."""
+    entry = seed_input(shape=list(x.shape), data=x.ravel().tolist())
+    return orjson.dumps({"inputs": [entry], **extra})
 
 
 class Client:

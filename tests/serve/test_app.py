@@ -23,26 +23,10 @@ from torchplace.errors import (
 )
 from torchplace.serve.app import ServerThread, load_token
 
-from .conftest import Client, FakeEngine, Running, StartServer, test_config
+from .conftest import Client, FakeEngine, Running, StartServer, seed_body, test_config
 
 INFER = "/v2/models/seed-mlp/infer"
 JSON = {"Content-Type": "application/json"}
-
-
-def seed_body(x: np.ndarray, **extra: Any) -> bytes:
-    return orjson.dumps(
-        {
-            "inputs": [
-                {
-                    "name": "input",
-                    "datatype": "FP32",
-                    "shape": list(x.shape),
-                    "data": x.ravel().tolist(),
-                }
-            ],
-            **extra,
-        }
-    )
 
 
 def rows(n: int, seed: int = 0) -> np.ndarray:

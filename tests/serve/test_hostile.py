@@ -20,7 +20,7 @@ import torch
 from torchplace.models import build_model
 from torchplace.serve.app import ServerThread
 
-from .conftest import Client, test_config
+from .conftest import Client, seed_input, test_config
 
 INFER = b"/v2/models/seed-mlp/infer"
 LIMIT = 64 * 1024
@@ -42,19 +42,7 @@ def _req(
 
 
 def _doc(inputs: object = None, **extra: object) -> bytes:
-    good = {"name": "input", "datatype": "FP32", "shape": [1, 8], "data": [0.5] * 8}
-    return orjson.dumps({"inputs": [good] if inputs is None else inputs, **extra})
-
-
-def _inp(**override: object) -> dict[str, object]:
-    entry: dict[str, object] = {
-        "name": "input",
-        "datatype": "FP32",
-        "shape": [1, 8],
-        "data": [0.5] * 8,
-    }
-    entry.update(override)
-    return entry
+    return orjson.dumps({"inputs": [seed_input()] if inputs is None else inputs, **extra})
 
 
 def _binary(entry: dict[str, object], raw: bytes, header_length: int | None = None) -> bytes:
@@ -91,38 +79,38 @@ CORPUS: list[tuple[str, bytes, int]] = [
     ("inputs object", _req(b'{"inputs": {}}'), 400),
     ("inputs empty", _req(_doc([])), 400),
     ("input null", _req(_doc([None])), 400),
-    ("input name number", _req(_doc([_inp(name=5)])), 400),
-    ("unknown input", _req(_doc([_inp(name="image")])), 400),
-    ("duplicate input", _req(_doc([_inp(), _inp()])), 400),
+    ("input name number", _req(_doc([seed_input(name=5)])), 400),
+    ("unknown input", _req(_doc([seed_input(name="image")])), 400),
+    ("duplicate input", _req(_doc([seed_input(), seed_input()])), 400),
     # -- datatypes
-    ("datatype missing", _req(_doc([_inp(datatype=None)])), 400),
-    ("datatype BYTES", _req(_doc([_inp(datatype="BYTES")])), 400),
-    ("datatype FP64", _req(_doc([_inp(datatype="FP64")])), 400),
-    ("datatype lower case", _req(_doc([_inp(datatype="fp32")])), 400),
-    ("datatype made up", _req(_doc([_inp(datatype="FP8E4")])), 400),
+    ("datatype missing", _req(_doc([seed_input(datatype=None)])), 400),
+    ("datatype BYTES", _req(_doc([seed_input(datatype="BYTES")])), 400),
+    ("datatype FP64", _req(_doc([seed_input(datatype="FP64")])), 400),
+    ("datatype lower case", _req(_doc([seed_input(datatype="fp32")])), 400),
+    ("datatype made up", _req(_doc([seed_input(datatype="FP8E4")])), 400),
     # -- shapes
-    ("shape missing", _req(_doc([_inp(shape=None)])), 400),
-    ("shape string", _req(_doc([_inp(shape="1,8")])), 400),
-    ("shape rank 1", _req(_doc([_inp(shape=[8])])), 400),
-    ("shape rank 3", _req(_doc([_inp(shape=[1, 8, 1])])), 400),
-    ("shape wrong width", _req(_doc([_inp(shape=[1, 9])])), 400),
-    ("shape negative", _req(_doc([_inp(shape=[-1, 8])])), 400),
-    ("shape float", _req(_doc([_inp(shape=[1.0, 8])])), 400),
-    ("zero rows", _req(_doc([_inp(shape=[0, 8], data=[])])), 400),
-    ("over max batch", _req(_doc([_inp(shape=[33, 8], data=[0.5] * 264)])), 400),
-    ("huge shape", _req(_doc([_inp(shape=[2**62, 8])])), 400),
-    ("huge shape float", _req(_doc([_inp(shape=[1e300, 8])])), 400),
+    ("shape missing", _req(_doc([seed_input(shape=None)])), 400),
+    ("shape string", _req(_doc([seed_input(shape="1,8")])), 400),
+    ("shape rank 1", _req(_doc([seed_input(shape=[8])])), 400),
+    ("shape rank 3", _req(_doc([seed_input(shape=[1, 8, 1])])), 400),
+    ("shape wrong width", _req(_doc([seed_input(shape=[1, 9])])), 400),
+    ("shape negative", _req(_doc([seed_input(shape=[-1, 8])])), 400),
+    ("shape float", _req(_doc([seed_input(shape=[1.0, 8])])), 400),
+    ("zero rows", _req(_doc([seed_input(shape=[0, 8], data=[])])), 400),
+    ("over max batch", _req(_doc([seed_input(shape=[33, 8], data=[0.5] * 264)])), 400),
+    ("huge shape", _req(_doc([seed_input(shape=[2**62, 8])])), 400),
+    ("huge shape float", _req(_doc([seed_input(shape=[1e300, 8])])), 400),
     # -- element counts and values
-    ("count lies short", _req(_doc([_inp(data=[0.5] * 7)])), 400),
-    ("count lies long", _req(_doc([_inp(data=[0.5] * 9)])), 400),
-    ("count lies rows", _req(_doc([_inp(shape=[2, 8])])), 400),
-    ("data missing", _req(_doc([_inp(data=None)])), 400),
-    ("data string", _req(_doc([_inp(data="0.5")])), 400),
-    ("data strings", _req(_doc([_inp(data=["0.5"] * 8)])), 400),
-    ("data objects", _req(_doc([_inp(data=[{}] * 8)])), 400),
-    ("data nulls", _req(_doc([_inp(data=[None] * 8)])), 400),
-    ("data booleans", _req(_doc([_inp(data=[True] * 8)])), 400),
-    ("data ragged", _req(_doc([_inp(shape=[2, 8], data=[[0.5] * 8, [0.5] * 7])])), 400),
+    ("count lies short", _req(_doc([seed_input(data=[0.5] * 7)])), 400),
+    ("count lies long", _req(_doc([seed_input(data=[0.5] * 9)])), 400),
+    ("count lies rows", _req(_doc([seed_input(shape=[2, 8])])), 400),
+    ("data missing", _req(_doc([seed_input(data=None)])), 400),
+    ("data string", _req(_doc([seed_input(data="0.5")])), 400),
+    ("data strings", _req(_doc([seed_input(data=["0.5"] * 8)])), 400),
+    ("data objects", _req(_doc([seed_input(data=[{}] * 8)])), 400),
+    ("data nulls", _req(_doc([seed_input(data=[None] * 8)])), 400),
+    ("data booleans", _req(_doc([seed_input(data=[True] * 8)])), 400),
+    ("data ragged", _req(_doc([seed_input(shape=[2, 8], data=[[0.5] * 8, [0.5] * 7])])), 400),
     (
         "data huge number",
         _req(
@@ -130,8 +118,12 @@ CORPUS: list[tuple[str, bytes, int]] = [
         ),
         400,
     ),
-    ("data overflow fp32", _req(_doc([_inp(data=[1e39] + [0.5] * 7)])), 400),
-    ("data mixed types", _req(_doc([_inp(data=[0.5, "a", 0.5, 0.5, 0.5, 0.5, 0.5, 0.5])])), 400),
+    ("data overflow fp32", _req(_doc([seed_input(data=[1e39] + [0.5] * 7)])), 400),
+    (
+        "data mixed types",
+        _req(_doc([seed_input(data=[0.5, "a", 0.5, 0.5, 0.5, 0.5, 0.5, 0.5])])),
+        400,
+    ),
     # -- request fields
     ("id number", _req(_doc(id=42)), 400),
     ("parameters list", _req(_doc(parameters=[1])), 400),
@@ -143,33 +135,41 @@ CORPUS: list[tuple[str, bytes, int]] = [
         _req(_doc(outputs=[{"name": "output", "parameters": {"classification": 2}}])),
         400,
     ),
-    ("shared memory", _req(_doc([_inp(parameters={"shared_memory_region": "r0"})])), 400),
+    ("shared memory", _req(_doc([seed_input(parameters={"shared_memory_region": "r0"})])), 400),
     # -- binary extension
     (
         "binary without header",
-        _req(_doc([_inp(data=None, parameters={"binary_data_size": 32})])),
+        _req(_doc([seed_input(data=None, parameters={"binary_data_size": 32})])),
         400,
     ),
     ("header length text", _req(_doc(), headers={b"Inference-Header-Content-Length": b"abc"}), 400),
     (
         "header length past body",
-        _binary(_inp(data=None, parameters={"binary_data_size": 32}), _F32, 10**6),
+        _binary(seed_input(data=None, parameters={"binary_data_size": 32}), _F32, 10**6),
         400,
     ),
-    ("binary size wrong", _binary(_inp(data=None, parameters={"binary_data_size": 31}), _F32), 400),
+    (
+        "binary size wrong",
+        _binary(seed_input(data=None, parameters={"binary_data_size": 31}), _F32),
+        400,
+    ),
     (
         "binary size negative",
-        _binary(_inp(data=None, parameters={"binary_data_size": -32}), _F32),
+        _binary(seed_input(data=None, parameters={"binary_data_size": -32}), _F32),
         400,
     ),
-    ("binary short", _binary(_inp(data=None, parameters={"binary_data_size": 32}), _F32[:16]), 400),
+    (
+        "binary short",
+        _binary(seed_input(data=None, parameters={"binary_data_size": 32}), _F32[:16]),
+        400,
+    ),
     (
         "binary trailing bytes",
-        _binary(_inp(data=None, parameters={"binary_data_size": 32}), _F32 + b"xx"),
+        _binary(seed_input(data=None, parameters={"binary_data_size": 32}), _F32 + b"xx"),
         400,
     ),
-    ("binary NaN", _binary(_inp(data=None, parameters={"binary_data_size": 32}), _NAN), 400),
-    ("binary and data", _binary(_inp(parameters={"binary_data_size": 32}), _F32), 400),
+    ("binary NaN", _binary(seed_input(data=None, parameters={"binary_data_size": 32}), _NAN), 400),
+    ("binary and data", _binary(seed_input(parameters={"binary_data_size": 32}), _F32), 400),
     # -- media types and sizes
     ("content type html", _req(_doc(), headers={b"Content-Type": b"text/html"}), 415),
     (

@@ -23,24 +23,9 @@ import torch
 from torchplace.models import build_model
 from torchplace.serve.app import ServerThread
 
-from .conftest import test_config
+from .conftest import seed_body, test_config
 
 INFER = "/v2/models/seed-mlp/infer"
-
-
-def _body(x: np.ndarray) -> bytes:
-    return orjson.dumps(
-        {
-            "inputs": [
-                {
-                    "name": "input",
-                    "datatype": "FP32",
-                    "shape": list(x.shape),
-                    "data": x.ravel().tolist(),
-                }
-            ]
-        }
-    )
 
 
 def _reference(x: np.ndarray) -> np.ndarray:
@@ -107,7 +92,7 @@ def test_sigterm_mid_load_loses_nothing() -> None:
     stop = threading.Event()
     x = np.linspace(-2, 2, 24, dtype=np.float32).reshape(3, 8)
     want = _reference(x)
-    body = _body(x)
+    body = seed_body(x)
 
     def client() -> None:
         opened: list[http.client.HTTPConnection] = []
@@ -190,7 +175,7 @@ async def _load(
     requests = [
         b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         b"Content-Length: %d\r\n\r\n%s" % (INFER.encode(), len(b), b)
-        for b in (_body(x) for x in inputs)
+        for b in (seed_body(x) for x in inputs)
     ]
 
     async def worker() -> None:

@@ -22,6 +22,8 @@ from torchplace.serve.protocol import (
     server_metadata,
 )
 
+from .conftest import seed_input
+
 SEED_IN = (TensorSpec("input", "FP32", (-1, 8)),)
 SEED_OUT = (TensorSpec("output", "FP32", (-1, 2)),)
 
@@ -180,17 +182,6 @@ def test_metadata_bodies() -> None:
     assert model["outputs"][0]["shape"] == [-1, 2]
 
 
-def _seed_input(**override: Any) -> dict[str, Any]:
-    entry: dict[str, Any] = {
-        "name": "input",
-        "datatype": "FP32",
-        "shape": [1, 8],
-        "data": [0.5] * 8,
-    }
-    entry.update(override)
-    return entry
-
-
 BAD_REQUESTS: list[tuple[str, bytes, dict[str, Any], str]] = [
     ("not json", b"{nope", {}, "not valid JSON"),
     ("json array", b"[1, 2]", {}, "JSON object"),
@@ -198,63 +189,63 @@ BAD_REQUESTS: list[tuple[str, bytes, dict[str, Any], str]] = [
     ("empty inputs", _json_body([]), {}, "needs 'inputs'"),
     ("input not object", _json_body([5]), {}, "must be an object"),
     ("nameless input", _json_body([{"datatype": "FP32"}]), {}, "'name'"),
-    ("unknown input", _json_body([_seed_input(name="x")]), {}, "unknown input 'x'"),
-    ("twice", _json_body([_seed_input(), _seed_input()]), {}, "given twice"),
-    ("wrong datatype", _json_body([_seed_input(datatype="FP64")]), {}, "does not match"),
-    ("bytes", _json_body([_seed_input(datatype="BYTES")]), {}, "BYTES"),
-    ("shape not list", _json_body([_seed_input(shape="1,8")]), {}, "'shape'"),
-    ("negative dim", _json_body([_seed_input(shape=[-1, 8])]), {}, "non-negative"),
-    ("bool dim", _json_body([_seed_input(shape=[True, 8])]), {}, "non-negative"),
-    ("wrong rank", _json_body([_seed_input(shape=[8])]), {}, "does not fit"),
-    ("wrong width", _json_body([_seed_input(shape=[1, 7])]), {}, "does not fit"),
-    ("zero rows", _json_body([_seed_input(shape=[0, 8], data=[])]), {}, "between 1"),
-    ("huge rows", _json_body([_seed_input(shape=[10**12, 8])]), {}, "between 1"),
-    ("count lies", _json_body([_seed_input(shape=[2, 8])]), {}, "needs 16 values"),
-    ("no data", _json_body([_seed_input(data=None)]), {}, "needs 'data'"),
-    ("strings", _json_body([_seed_input(data=["a"] * 8)]), {}, "strings"),
-    ("bools for floats", _json_body([_seed_input(data=[True] * 8)]), {}, "booleans"),
-    ("ragged", _json_body([_seed_input(data=[[1.0], [1.0, 2.0]])]), {}, "regularly nested"),
-    ("objects", _json_body([_seed_input(data=[{}] * 8)]), {}, "mixed or nested"),
-    ("id not str", _json_body([_seed_input()], id=5), {}, "'id'"),
-    ("params not object", _json_body([_seed_input()], parameters=[1]), {}, "'parameters'"),
+    ("unknown input", _json_body([seed_input(name="x")]), {}, "unknown input 'x'"),
+    ("twice", _json_body([seed_input(), seed_input()]), {}, "given twice"),
+    ("wrong datatype", _json_body([seed_input(datatype="FP64")]), {}, "does not match"),
+    ("bytes", _json_body([seed_input(datatype="BYTES")]), {}, "BYTES"),
+    ("shape not list", _json_body([seed_input(shape="1,8")]), {}, "'shape'"),
+    ("negative dim", _json_body([seed_input(shape=[-1, 8])]), {}, "non-negative"),
+    ("bool dim", _json_body([seed_input(shape=[True, 8])]), {}, "non-negative"),
+    ("wrong rank", _json_body([seed_input(shape=[8])]), {}, "does not fit"),
+    ("wrong width", _json_body([seed_input(shape=[1, 7])]), {}, "does not fit"),
+    ("zero rows", _json_body([seed_input(shape=[0, 8], data=[])]), {}, "between 1"),
+    ("huge rows", _json_body([seed_input(shape=[10**12, 8])]), {}, "between 1"),
+    ("count lies", _json_body([seed_input(shape=[2, 8])]), {}, "needs 16 values"),
+    ("no data", _json_body([seed_input(data=None)]), {}, "needs 'data'"),
+    ("strings", _json_body([seed_input(data=["a"] * 8)]), {}, "strings"),
+    ("bools for floats", _json_body([seed_input(data=[True] * 8)]), {}, "booleans"),
+    ("ragged", _json_body([seed_input(data=[[1.0], [1.0, 2.0]])]), {}, "regularly nested"),
+    ("objects", _json_body([seed_input(data=[{}] * 8)]), {}, "mixed or nested"),
+    ("id not str", _json_body([seed_input()], id=5), {}, "'id'"),
+    ("params not object", _json_body([seed_input()], parameters=[1]), {}, "'parameters'"),
     (
         "binary flag not bool",
-        _json_body([_seed_input()], parameters={"binary_data_output": "yes"}),
+        _json_body([seed_input()], parameters={"binary_data_output": "yes"}),
         {},
         "binary_data_output",
     ),
-    ("outputs not list", _json_body([_seed_input()], outputs={}), {}, "'outputs'"),
-    ("unknown output", _json_body([_seed_input()], outputs=[{"name": "z"}]), {}, "unknown output"),
+    ("outputs not list", _json_body([seed_input()], outputs={}), {}, "'outputs'"),
+    ("unknown output", _json_body([seed_input()], outputs=[{"name": "z"}]), {}, "unknown output"),
     (
         "output twice",
-        _json_body([_seed_input()], outputs=[{"name": "output"}, {"name": "output"}]),
+        _json_body([seed_input()], outputs=[{"name": "output"}, {"name": "output"}]),
         {},
         "twice",
     ),
     (
         "classification",
         _json_body(
-            [_seed_input()], outputs=[{"name": "output", "parameters": {"classification": 3}}]
+            [seed_input()], outputs=[{"name": "output", "parameters": {"classification": 3}}]
         ),
         {},
         "classification",
     ),
     (
         "shm input",
-        _json_body([_seed_input(parameters={"shared_memory_region": "r"})]),
+        _json_body([seed_input(parameters={"shared_memory_region": "r"})]),
         {},
         "shared-memory",
     ),
     (
         "binary size without header",
-        _json_body([_seed_input(data=None, parameters={"binary_data_size": 32})]),
+        _json_body([seed_input(data=None, parameters={"binary_data_size": 32})]),
         {},
         "Inference-Header-Content-Length",
     ),
     (
         "data and binary",
-        _json_body([_seed_input(parameters={"binary_data_size": 32})]),
-        {"header_length": len(_json_body([_seed_input(parameters={"binary_data_size": 32})]))},
+        _json_body([seed_input(parameters={"binary_data_size": 32})]),
+        {"header_length": len(_json_body([seed_input(parameters={"binary_data_size": 32})]))},
         "both 'data' and 'binary_data_size'",
     ),
     ("empty json header", b"{}", {"header_length": 0}, "not valid JSON"),
@@ -273,7 +264,7 @@ def test_bad_requests_raise_input_error_naming_the_problem(
 
 def test_nan_is_refused_unless_allowed() -> None:
     raw = np.array([np.nan] + [0.0] * 7, dtype="<f4").tobytes()
-    entry = _seed_input(data=None, parameters={"binary_data_size": 32})
+    entry = seed_input(data=None, parameters={"binary_data_size": 32})
     body, hl = _binary_body([(entry, raw)])
     with pytest.raises(InputError, match="NaN"):
         _decode(body, header_length=hl)
@@ -315,7 +306,7 @@ def test_binary_sizes_must_match(size: int, extra: bytes, needle: str) -> None:
         if needle == "only 16 bytes"
         else np.zeros(8, "<f4").tobytes()
     )
-    entry = _seed_input(data=None, parameters={"binary_data_size": size})
+    entry = seed_input(data=None, parameters={"binary_data_size": size})
     body, hl = _binary_body([(entry, raw + extra)])
     with pytest.raises(InputError, match=needle):
         _decode(body, header_length=hl)

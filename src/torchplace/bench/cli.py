@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from torchplace.errors import ConfigError, TimingError
 
@@ -90,24 +90,26 @@ def _row_shape(text: str) -> str:
     return text
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
-    return value
+N = TypeVar("N", int, float)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
-    return value
+def _positive(cast: Callable[[str], N], noun: str) -> Callable[[str], N]:
+    """An argparse ``type`` that reads ``cast(text)`` and accepts it only when above 0."""
+
+    def parse(text: str) -> N:
+        try:
+            value = cast(text)
+        except ValueError:
+            value = cast("0")
+        if not value > 0:  # also rejects nan
+            raise argparse.ArgumentTypeError(f"{text!r} is not a positive {noun}")
+        return value
+
+    return parse
+
+
+_positive_float = _positive(float, "number")
+_positive_int = _positive(int, "integer")
 
 
 def _subcommand(

@@ -37,7 +37,8 @@ def format_bytes(n: int | float | None) -> str:
     value = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(value) < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.3g} {unit}"
+            # 4 significant digits: a value up to 1023.x never turns into "1e+03"
+            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.4g} {unit}"
         value /= 1024
     raise AssertionError("unreachable")  # pragma: no cover
 

@@ -11,10 +11,14 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from torchplace.lint.config import Settings
 from torchplace.lint.engine import lint_bytes
 from torchplace.lint.finding import Finding
+
+if TYPE_CHECKING:
+    from pathspec import GitIgnoreSpec
 
 __all__ = ["DEFAULT_EXCLUDES", "LintResult", "discover", "lint_paths"]
 
@@ -57,17 +61,16 @@ class _Ignores:
     """``.gitignore`` specs by directory, plus ``exclude`` patterns from the settings."""
 
     def __init__(self, settings: Settings, *, stop: Path | None = None) -> None:
-        import pathspec
+        from pathspec import GitIgnoreSpec
 
         self.stop = stop
-        self._pathspec = pathspec
         self.root = settings.root.resolve()
-        self.exclude = (
-            pathspec.GitIgnoreSpec.from_lines(settings.exclude) if settings.exclude else None
-        )
-        self._specs: dict[Path, list[tuple[Path, object]]] = {}
+        self.exclude = GitIgnoreSpec.from_lines(settings.exclude) if settings.exclude else None
+        self._specs: dict[Path, list[tuple[Path, GitIgnoreSpec]]] = {}
 
-    def _own(self, directory: Path) -> list[tuple[Path, object]]:
+    def _own(self, directory: Path) -> list[tuple[Path, GitIgnoreSpec]]:
+        from pathspec import GitIgnoreSpec
+
         gitignore = directory / ".gitignore"
         if not gitignore.is_file():
             return []
@@ -75,14 +78,14 @@ class _Ignores:
             lines = gitignore.read_text(encoding="utf-8", errors="replace").splitlines()
         except OSError:
             return []
-        return [(directory, self._pathspec.GitIgnoreSpec.from_lines(lines))]
+        return [(directory, GitIgnoreSpec.from_lines(lines))]
 
-    def specs(self, directory: Path) -> list[tuple[Path, object]]:
+    def specs(self, directory: Path) -> list[tuple[Path, GitIgnoreSpec]]:
         cached = self._specs.get(directory)
         if cached is not None:
             return cached
         parent = directory.parent
-        inherited: list[tuple[Path, object]] = []
+        inherited: list[tuple[Path, GitIgnoreSpec]] = []
         if parent != directory and directory != self.stop and not (directory / ".git").exists():
             inherited = self.specs(parent)
         result = inherited + self._own(directory)
@@ -96,7 +99,7 @@ class _Ignores:
                 rel = path.relative_to(base).as_posix()
             except ValueError:
                 continue
-            if spec.match_file(rel + suffix):  # type: ignore[attr-defined]
+            if spec.match_file(rel + suffix):
                 return True
         if self.exclude is not None:
             try:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TextIO
 
 from torchplace.errors import ConfigError
+from torchplace.sanitizer.report import DEFAULT_MAX_EVENTS, MODES, GuardReport
 
 __all__ = ["configure", "run", "split_program"]
 
@@ -28,7 +29,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """Declare the ``torchplace guard`` arguments."""
     parser.add_argument(
         "--mode",
-        choices=("record", "warn", "raise"),
+        choices=MODES,
         default="record",
         help="record only (default), also warn once per new line, or raise at the first crossing",
     )
@@ -44,9 +45,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-events",
         type=int,
-        default=100_000,
+        default=DEFAULT_MAX_EVENTS,
         metavar="N",
-        help="events kept one by one in the report (counts go on beyond); default 100000",
+        help="events kept one by one in the report (counts go on beyond); default %(default)s",
     )
     parser.add_argument(
         "--top", type=int, default=None, metavar="N", help="show only the N busiest lines"
@@ -208,10 +209,7 @@ def _print_program_error(exc: BaseException) -> None:
     traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
 
 
-def _write(report: object, args: argparse.Namespace) -> None:
-    from torchplace.sanitizer.report import GuardReport
-
-    assert isinstance(report, GuardReport)
+def _write(report: GuardReport, args: argparse.Namespace) -> None:
     text = report.to_json(top=args.top) + "\n" if args.json else report.format(top=args.top)
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")

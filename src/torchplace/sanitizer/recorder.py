@@ -47,13 +47,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import torchplace
 from torchplace.errors import ConfigError, GuardViolation
+from torchplace.placement import same_device
 from torchplace.sanitizer.events import KINDS, TRANSFER_KINDS, Event, GuardWarning, Operand, Site
-from torchplace.sanitizer.report import DEFAULT_MAX_EVENTS, GuardReport, _site_matches
+from torchplace.sanitizer.report import DEFAULT_MAX_EVENTS, MODES, GuardReport, _site_matches
 
-__all__ = ["MODES", "Guard", "guard"]
-
-#: The guard's modes: record only, also warn once per new (line, kind), or raise at the op.
-MODES: Final = ("record", "warn", "raise")
+__all__ = ["Guard", "guard"]
 
 # -------------------------------------------------------------------------------------------
 # Where the user's code is
@@ -187,6 +185,8 @@ _DATA_FACTORIES: Final[dict[Any, str]] = {
 }
 
 _GETITEM: Final = frozenset({Tensor.__getitem__})
+_SEQUENCES: Final = (list, tuple)
+_NO_KWARGS: Final[Mapping[str, Any]] = {}
 _PLAIN_INDEX_TYPES: Final = (int, bool, type(None), type(Ellipsis))
 
 
@@ -298,12 +298,6 @@ def _op_name(func: Any) -> str:
     return name.removesuffix(".default")
 
 
-def _same_device(src: torch.device, dst: torch.device) -> bool:
-    if src.type != dst.type:
-        return False
-    return src.index is None or dst.index is None or src.index == dst.index
-
-
 def _direction(src: torch.device, dst: torch.device) -> str:
     if src.type == "cpu":
         return "h2d"
@@ -404,35 +398,14 @@ class _FunctionLayer(TorchFunctionMode):
         kwargs: Mapping[str, Any] | None = None,
     ) -> Any:
         if func in _PURE:
-            # the fast path: pure device compute; only look for operands on two devices
-            if kwargs:
-                for value in kwargs.values():
-                    if isinstance(value, Tensor) or type(value) is list or type(value) is tuple:
-                        if _maybe_mixed(args, kwargs):
-                            self._owner._check_mixed_call(func, args, kwargs)
-                        return func(*args, **kwargs)
-            if len(args) > 1:
-                device = None
-                for value in args:
-                    if isinstance(value, Tensor):
-                        if device is None:
-                            device = value.device
-                        elif value.device != device:
-                            self._owner._check_mixed_call(func, args, kwargs or {})
-                            break
-                    elif type(value) is list or type(value) is tuple:
-                        if _maybe_mixed(args, {}):
-                            self._owner._check_mixed_call(func, args, kwargs or {})
-                        break
-            elif (
-                args
-                and (type(args[0]) is list or type(args[0]) is tuple)
-                and _maybe_mixed(args, {})
+            # the fast path: pure device compute; only look for operands on two devices (a
+            # lone positional operand that is not a list or tuple names one device at most)
+            if (kwargs or len(args) > 1 or (args and type(args[0]) in _SEQUENCES)) and _maybe_mixed(
+                args, kwargs or _NO_KWARGS
             ):
-                self._owner._check_mixed_call(func, args, kwargs or {})
+                self._owner._check_mixed_call(func, args, kwargs or _NO_KWARGS)
             return func(*args, **kwargs) if kwargs else func(*args)
-        if kwargs is None:
-            kwargs = {}
+        kwargs = kwargs or _NO_KWARGS
         if func in _GETITEM and _plain_index(args[1]):
             return func(*args, **kwargs)
         return self._owner._inspected_call(func, args, kwargs)
@@ -444,29 +417,38 @@ class _FunctionLayer(TorchFunctionMode):
 _Handler = Callable[["Guard", Any, Sequence[Any], Mapping[str, Any]], Any]
 
 
+def _record_copy(
+    owner: Guard, op: str, src_t: Tensor, dst: torch.device, non_blocking: bool
+) -> str | None:
+    """Record a copy of ``src_t`` to ``dst`` (transfer, pageable source, blocking sync); the
+    direction, or None when both sides are the same device (not a crossing)."""
+    src = src_t.device
+    if same_device(src, dst):
+        return None
+    direction = _direction(src, dst)
+    owner._transfer(direction, op, _nbytes(src_t), src, dst, non_blocking)
+    if direction == "h2d" and non_blocking and not _is_pinned(src_t):
+        owner._emit("pageable_non_blocking", op, detail=_PAGEABLE_H2D)
+    if not non_blocking and direction in _BLOCKING_COPY:
+        owner._sync(op, _BLOCKING_COPY[direction])
+    return direction
+
+
+def _pageable_d2h(owner: Guard, op: str, detail: str) -> None:
+    owner._emit("pageable_non_blocking", op, detail=detail)
+    owner._sync(op, "device-to-host copy into pageable memory")
+
+
 def _to_copy(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
-    src_t = args[0]
-    dst = kwargs.get("device")
+    src_t, dst = args[0], kwargs.get("device")
     if dst is None or not isinstance(src_t, Tensor):
         return func(*args, **kwargs)
-    src, dst = src_t.device, torch.device(dst)
-    if _same_device(src, dst):
-        return func(*args, **kwargs)
+    op = _op_name(func)
     non_blocking = bool(kwargs.get("non_blocking", False))
-    direction = _direction(src, dst)
-    owner._transfer(direction, _op_name(func), _nbytes(src_t), src, dst, non_blocking)
-    if direction == "h2d" and non_blocking and not _is_pinned(src_t):
-        owner._emit("pageable_non_blocking", _op_name(func), detail=_PAGEABLE_H2D)
-    if not non_blocking and direction in _BLOCKING_COPY:
-        owner._sync(_op_name(func), _BLOCKING_COPY[direction])
+    direction = _record_copy(owner, op, src_t, torch.device(dst), non_blocking)
     out = func(*args, **kwargs)
     if direction == "d2h" and non_blocking and not _is_pinned(out):
-        owner._emit(
-            "pageable_non_blocking",
-            _op_name(func),
-            detail="non_blocking=True into pageable host memory runs synchronously",
-        )
-        owner._sync(_op_name(func), "device-to-host copy into pageable memory")
+        _pageable_d2h(owner, op, "non_blocking=True into pageable host memory runs synchronously")
     return out
 
 
@@ -474,25 +456,16 @@ def _copy_(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, An
     dst_t, src_t = args[0], args[1]
     if not (isinstance(dst_t, Tensor) and isinstance(src_t, Tensor)):
         return func(*args, **kwargs)
-    src, dst = src_t.device, dst_t.device
-    if _same_device(src, dst):
-        return func(*args, **kwargs)
-    non_blocking = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
-    direction = _direction(src, dst)
     op = _op_name(func)
-    owner._transfer(direction, op, _nbytes(src_t), src, dst, non_blocking)
-    if direction == "h2d" and non_blocking and not _is_pinned(src_t):
-        owner._emit("pageable_non_blocking", op, detail=_PAGEABLE_H2D)
-    if not non_blocking and direction in _BLOCKING_COPY:
-        owner._sync(op, _BLOCKING_COPY[direction])
-    elif direction == "d2h" and not _is_pinned(dst_t):
-        owner._emit(
-            "pageable_non_blocking",
+    non_blocking = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
+    direction = _record_copy(owner, op, src_t, dst_t.device, non_blocking)
+    if direction == "d2h" and non_blocking and not _is_pinned(dst_t):
+        _pageable_d2h(
+            owner,
             op,
-            detail="non_blocking=True into pageable host memory runs synchronously; "
+            "non_blocking=True into pageable host memory runs synchronously; "
             "copy into a pinned buffer",
         )
-        owner._sync(op, "device-to-host copy into pageable memory")
     return func(*args, **kwargs)
 
 

@@ -19,7 +19,7 @@ from torchplace.sanitizer.events import KINDS, SYNC_KINDS, TRANSFER_KINDS, Event
 if TYPE_CHECKING:
     from rich.table import Table
 
-__all__ = ["DEFAULT_MAX_EVENTS", "GuardReport", "SiteSummary"]
+__all__ = ["DEFAULT_MAX_EVENTS", "MODES", "GuardReport", "SiteSummary"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,9 @@ class _Group:
 
 #: How many events a report keeps one by one; counts and bytes go on beyond it.
 DEFAULT_MAX_EVENTS = 100_000
+
+#: The guard's modes: record only, also warn once per new (line, kind), or raise at the op.
+MODES = ("record", "warn", "raise")
 
 
 class GuardReport:

@@ -53,10 +53,9 @@ __all__ = ["App", "EngineLike", "ServerThread", "load_token", "new_event_loop", 
 logger = logging.getLogger("torchplace.serve")
 
 EXTENSIONS = ("binary_tensor_data", "metrics", "openapi")
-_JSON = b"application/json"
 _BINARY = b"application/octet-stream"
 _METRICS_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
-_ACCEPTED_TYPES = (b"application/json", b"application/octet-stream", b"text/plain")
+_ACCEPTED_TYPES = (b"application/json", _BINARY, b"text/plain")
 _RETRY = [(b"retry-after", b"1")]
 _CLOSE_GRACE_S = 1.0  # after a drain, how long idle connections may still get a clean 503
 
@@ -310,7 +309,7 @@ class App:
         return Response(200, self._model_config)
 
     def _metrics(self, request: Request) -> Response:
-        if not self.config.metrics:
+        if not self._metrics_on:
             return error_response(404, "metrics are turned off (--no-metrics)")
         return Response(200, self.engine.metrics_text(), _METRICS_TYPE)
 

@@ -23,7 +23,8 @@ _D = ServeConfig()  # the defaults, shown in --help
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Declare ``torchplace serve``'s flags (one per ServeConfig field, plus --config)."""
-    sup = argparse.SUPPRESS
+    # A flag left out stays out of the namespace, so the config file's value is not overridden.
+    parser.argument_default = argparse.SUPPRESS
     parser.add_argument(
         "--config",
         type=Path,
@@ -33,27 +34,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     model = parser.add_argument_group("model")
     model.add_argument(
         "--model",
-        default=sup,
         help=f"embedded model name (seed-mlp, wide-mlp) or 'module:callable' factory "
         f"returning an nn.Module (default {_D.model})",
     )
-    model.add_argument(
-        "--model-version", default=sup, help=f"version served (default {_D.model_version})"
-    )
+    model.add_argument("--model-version", help=f"version served (default {_D.model_version})")
     model.add_argument(
         "--weights",
-        default=sup,
         metavar="FILE",
         help="weights to load into the model: .safetensors, or .pt loaded with weights_only=True",
     )
-    model.add_argument(
-        "--exported", default=sup, metavar="FILE.pt2", help="a torch.export program to serve"
-    )
+    model.add_argument("--exported", metavar="FILE.pt2", help="a torch.export program to serve")
     model.add_argument(
         "--input",
         dest="inputs",
         action="append",
-        default=sup,
         metavar="NAME:DATATYPE:DIMS",
         help="declare an input, e.g. input:FP32:-1,8 (-1 = batch dimension); repeatable; "
         "overrides the model's own declaration",
@@ -62,46 +56,39 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--output",
         dest="outputs",
         action="append",
-        default=sup,
         metavar="NAME:DATATYPE:DIMS",
         help="declare an output, e.g. output:FP32:-1,2; repeatable",
     )
     place = parser.add_argument_group("placement")
     place.add_argument(
         "--device",
-        default=sup,
         help=f"device to serve on: auto, cpu, cuda, cuda:N, mps (default {_D.device})",
     )
     place.add_argument(
         "--devices",
-        default=sup,
         metavar="LIST",
         help="several devices, comma-separated (cuda:0,cuda:1) or 'all'; overrides --device",
     )
     place.add_argument(
         "--replicas-per-device",
         type=int,
-        default=sup,
         metavar="N",
         help=f"model copies per device (default {_D.replicas_per_device})",
     )
     place.add_argument(
         "--fallback",
-        default=sup,
         choices=["cpu"],
         help="serve from a CPU replica while no accelerator replica is healthy",
     )
     place.add_argument(
         "--failure-threshold",
         type=int,
-        default=sup,
         metavar="N",
         help=f"consecutive failures before a replica leaves the pool (default {_D.failure_threshold})",
     )
     place.add_argument(
         "--torch-threads",
         type=int,
-        default=sup,
         metavar="N",
         help="torch intra-op threads (default on CPU: (cores - 1) / CPU replicas)",
     )
@@ -109,39 +96,32 @@ def configure(parser: argparse.ArgumentParser) -> None:
     batch.add_argument(
         "--max-batch-size",
         type=int,
-        default=sup,
         metavar="N",
         help=f"most rows per batch, and per request (default {_D.max_batch_size})",
     )
     batch.add_argument(
         "--max-delay-ms",
         type=float,
-        default=sup,
         metavar="MS",
         help=f"longest wait to fill a batch (default {_D.max_delay_ms})",
     )
     batch.add_argument(
         "--max-queue",
         type=int,
-        default=sup,
         metavar="N",
         help=f"queued requests before new ones get 503 (default {_D.max_queue})",
     )
     batch.add_argument(
         "--allow-nan",
         action="store_true",
-        default=sup,
         help="accept NaN/inf in float inputs (refused with 400 by default)",
     )
     http = parser.add_argument_group("HTTP")
-    http.add_argument("--host", default=sup, help=f"address to bind (default {_D.host})")
-    http.add_argument(
-        "--port", type=int, default=sup, help=f"port to bind, 0 = any free (default {_D.port})"
-    )
+    http.add_argument("--host", help=f"address to bind (default {_D.host})")
+    http.add_argument("--port", type=int, help=f"port to bind, 0 = any free (default {_D.port})")
     http.add_argument(
         "--max-body-bytes",
         type=int,
-        default=sup,
         metavar="N",
         help=f"largest request body; larger gets 413 (default {_D.max_body_bytes // MIB} MiB)",
     )
@@ -149,7 +129,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--request-timeout",
         dest="request_timeout_s",
         type=float,
-        default=sup,
         metavar="S",
         help=f"seconds a request may take to arrive or to be answered (default {_D.request_timeout_s:g})",
     )
@@ -157,7 +136,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--keepalive-timeout",
         dest="keepalive_timeout_s",
         type=float,
-        default=sup,
         metavar="S",
         help=f"idle keep-alive connections close after this (default {_D.keepalive_timeout_s:g})",
     )
@@ -165,13 +143,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--drain-timeout",
         dest="drain_timeout_s",
         type=float,
-        default=sup,
         metavar="S",
         help=f"on SIGTERM, longest wait for in-flight requests (default {_D.drain_timeout_s:g})",
     )
     http.add_argument(
         "--auth-token-file",
-        default=sup,
         metavar="FILE",
         help="require 'Authorization: Bearer TOKEN' (token read from FILE) on all but health routes",
     )
@@ -180,18 +156,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--no-metrics",
         dest="metrics",
         action="store_false",
-        default=sup,
         help="turn off /metrics and per-request metrics",
     )
     obs.add_argument(
         "--trace-file",
-        default=sup,
         metavar="FILE.json",
         help="write a Chrome/Perfetto trace of requests and stages",
     )
-    obs.add_argument(
-        "--log-level", default=sup, choices=LOG_LEVELS, help=f"log level (default {_D.log_level})"
-    )
+    obs.add_argument("--log-level", choices=LOG_LEVELS, help=f"log level (default {_D.log_level})")
 
 
 def config_from_args(args: argparse.Namespace) -> ServeConfig:

@@ -71,28 +71,17 @@ def _bind_error(host: str, port: int, exc: OSError) -> str:
     )
 
 
+@dataclass(slots=True)
 class Request:
     """One parsed HTTP request; ``headers`` keys are lower-case bytes."""
 
-    __slots__ = ("body", "headers", "keep_alive", "method", "path", "query", "received")
-
-    def __init__(
-        self,
-        method: bytes,
-        path: bytes,
-        query: bytes,
-        headers: dict[bytes, bytes],
-        body: bytes,
-        keep_alive: bool,
-        received: float,
-    ) -> None:
-        self.method = method
-        self.path = path
-        self.query = query
-        self.headers = headers
-        self.body = body
-        self.keep_alive = keep_alive
-        self.received = received
+    method: bytes
+    path: bytes
+    query: bytes
+    headers: dict[bytes, bytes]
+    body: bytes
+    keep_alive: bool
+    received: float
 
 
 @dataclass(slots=True)

@@ -18,7 +18,16 @@ from torchplace.models import TensorSpec
 
 __all__ = ["openapi_document"]
 
-_ERROR = {"$ref": "#/components/schemas/error_response"}
+
+def _ref(schema: str) -> dict[str, Any]:
+    return {"$ref": "#/components/schemas/" + schema}
+
+
+def _array_of(schema: str) -> dict[str, Any]:
+    return {"type": "array", "items": _ref(schema)}
+
+
+_ERROR = _ref("error_response")
 
 
 def _json(schema: dict[str, Any]) -> dict[str, Any]:
@@ -111,7 +120,7 @@ def openapi_document(
                     "required": True,
                     "content": {
                         "application/json": {
-                            "schema": {"$ref": "#/components/schemas/inference_request"},
+                            "schema": _ref("inference_request"),
                             "example": _example_request(inputs),
                         }
                     },
@@ -119,7 +128,7 @@ def openapi_document(
                 "responses": {
                     "200": {
                         "description": "OK",
-                        "content": _json({"$ref": "#/components/schemas/inference_response"}),
+                        "content": _json(_ref("inference_response")),
                     },
                     **_errors(400, 404, 413, 415, 500, 503, 507, *common),
                 },
@@ -129,7 +138,7 @@ def openapi_document(
     metadata_ok = {
         "200": {
             "description": "OK",
-            "content": _json({"$ref": "#/components/schemas/metadata_model_response"}),
+            "content": _json(_ref("metadata_model_response")),
         }
     }
     paths: dict[str, Any] = {
@@ -153,7 +162,7 @@ def openapi_document(
             {
                 "200": {
                     "description": "OK",
-                    "content": _json({"$ref": "#/components/schemas/metadata_server_response"}),
+                    "content": _json(_ref("metadata_server_response")),
                 }
             },
         ),
@@ -224,14 +233,8 @@ def openapi_document(
                 "name": {"type": "string"},
                 "versions": {"type": "array", "items": {"type": "string"}},
                 "platform": {"type": "string"},
-                "inputs": {
-                    "type": "array",
-                    "items": {"$ref": "#/components/schemas/metadata_tensor"},
-                },
-                "outputs": {
-                    "type": "array",
-                    "items": {"$ref": "#/components/schemas/metadata_tensor"},
-                },
+                "inputs": _array_of("metadata_tensor"),
+                "outputs": _array_of("metadata_tensor"),
             },
         },
         "parameters": {"type": "object"},
@@ -239,7 +242,7 @@ def openapi_document(
             "type": "array",
             "items": {
                 "anyOf": [
-                    {"$ref": "#/components/schemas/tensor_data"},
+                    _ref("tensor_data"),
                     {"type": "number"},
                     {"type": "string"},
                     {"type": "boolean"},
@@ -253,8 +256,8 @@ def openapi_document(
                 "name": {"type": "string", "enum": [s.name for s in inputs]},
                 "shape": {"type": "array", "items": {"type": "integer"}},
                 "datatype": {"type": "string"},
-                "parameters": {"$ref": "#/components/schemas/parameters"},
-                "data": {"$ref": "#/components/schemas/tensor_data"},
+                "parameters": _ref("parameters"),
+                "data": _ref("tensor_data"),
             },
         },
         "request_output": {
@@ -262,7 +265,7 @@ def openapi_document(
             "required": ["name"],
             "properties": {
                 "name": {"type": "string", "enum": [s.name for s in outputs]},
-                "parameters": {"$ref": "#/components/schemas/parameters"},
+                "parameters": _ref("parameters"),
             },
         },
         "inference_request": {
@@ -270,15 +273,9 @@ def openapi_document(
             "required": ["inputs"],
             "properties": {
                 "id": {"type": "string"},
-                "parameters": {"$ref": "#/components/schemas/parameters"},
-                "inputs": {
-                    "type": "array",
-                    "items": {"$ref": "#/components/schemas/request_input"},
-                },
-                "outputs": {
-                    "type": "array",
-                    "items": {"$ref": "#/components/schemas/request_output"},
-                },
+                "parameters": _ref("parameters"),
+                "inputs": _array_of("request_input"),
+                "outputs": _array_of("request_output"),
             },
         },
         "response_output": {
@@ -288,8 +285,8 @@ def openapi_document(
                 "name": {"type": "string"},
                 "shape": {"type": "array", "items": {"type": "integer"}},
                 "datatype": {"type": "string"},
-                "parameters": {"$ref": "#/components/schemas/parameters"},
-                "data": {"$ref": "#/components/schemas/tensor_data"},
+                "parameters": _ref("parameters"),
+                "data": _ref("tensor_data"),
             },
         },
         "inference_response": {
@@ -299,11 +296,8 @@ def openapi_document(
                 "model_name": {"type": "string"},
                 "model_version": {"type": "string"},
                 "id": {"type": "string"},
-                "parameters": {"$ref": "#/components/schemas/parameters"},
-                "outputs": {
-                    "type": "array",
-                    "items": {"$ref": "#/components/schemas/response_output"},
-                },
+                "parameters": _ref("parameters"),
+                "outputs": _array_of("response_output"),
             },
         },
     }

@@ -30,7 +30,6 @@ __all__ = [
     "InferRequest",
     "RequestedOutput",
     "decode_infer_request",
-    "encode_error",
     "encode_infer_response",
     "model_metadata",
     "server_metadata",
@@ -441,11 +440,6 @@ def encode_infer_response(
     if not chunks:
         return header, None
     return b"".join([header, *chunks]), len(header)
-
-
-def encode_error(message: str) -> bytes:
-    """The OIP error object, ``{"error": message}``."""
-    return orjson.dumps({"error": message})
 
 
 def server_metadata(*, name: str, version: str, extensions: Sequence[str]) -> bytes:
