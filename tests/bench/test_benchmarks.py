@@ -376,3 +376,95 @@ def test_timer_vs_peers_skips_a_peer_that_cannot_run(monkeypatch: pytest.MonkeyP
     assert len(targets) == 1
     assert targets[0].passed is None  # skipped, not failed, and it says why
     assert "no C compiler" in targets[0].note
+
+
+class FakeDriverConfig:
+    """triton.runtime.driver as do_bench sees it: ``active`` starts the driver on first use."""
+
+    def __init__(self, error: Exception | None) -> None:
+        self.error = error
+        self.stand_in: Any = None
+
+    @property
+    def active(self) -> Any:
+        if self.stand_in is not None:
+            return self.stand_in
+        if self.error is not None:
+            raise self.error
+        return "the real driver"
+
+    def set_active(self, driver: Any) -> None:
+        self.stand_in = driver
+
+
+def _fake_triton(monkeypatch: pytest.MonkeyPatch, error: Exception | None) -> FakeDriverConfig:
+    import sys
+    import types
+
+    config = FakeDriverConfig(error)
+    triton = types.ModuleType("triton")
+    runtime = types.ModuleType("triton.runtime")
+    runtime.driver = config  # type: ignore[attr-defined]
+    triton.runtime = runtime  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "triton", triton)
+    monkeypatch.setitem(sys.modules, "triton.runtime", runtime)
+    return config
+
+
+def test_timer_vs_peers_keeps_triton_s_own_driver_when_it_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    script = _load_script("timer_vs_peers", monkeypatch)
+    config = _fake_triton(monkeypatch, None)
+    assert script.prepare_triton() == ""
+    assert config.stand_in is None
+
+
+def test_timer_vs_peers_stands_in_for_a_triton_driver_that_cannot_build(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # triton's CUDA driver compiles a C helper on first use; without a compiler or a libcuda.so
+    # link, do_bench still runs, with a driver answering its three calls as triton's does.
+    script = _load_script("timer_vs_peers", monkeypatch)
+    config = _fake_triton(monkeypatch, AssertionError("libcuda.so cannot found!\nPossible ..."))
+    note = script.prepare_triton()
+    assert "AssertionError: libcuda.so cannot found!" in note
+    assert "stand-in" in note
+    driver = config.active
+    assert isinstance(driver, script.StandInTritonDriver)
+    assert driver.get_device_interface() is torch.cuda
+    cache = torch.ones(8, dtype=torch.int)
+    driver.clear_cache(cache)
+    assert int(cache.abs().sum()) == 0
+
+
+def test_timer_vs_peers_times_triton_in_seconds_on_the_chosen_device(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import contextlib
+    import sys
+    import types
+
+    script = _load_script("timer_vs_peers", monkeypatch)
+    calls: list[tuple[Any, ...]] = []
+
+    def do_bench(fn: Any, warmup: int = 25, rep: int = 100, **kwargs: Any) -> float:
+        calls.append((warmup, rep, kwargs))
+        return 2.5  # milliseconds, as triton returns
+
+    testing = types.ModuleType("triton.testing")
+    testing.do_bench = do_bench  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "triton", types.ModuleType("triton"))
+    monkeypatch.setitem(sys.modules, "triton.testing", testing)
+    entered: list[Any] = []
+
+    @contextlib.contextmanager
+    def on_device(device: Any) -> Any:
+        entered.append(device)
+        yield
+
+    monkeypatch.setattr(torch.cuda, "device", on_device)
+    seconds = script.time_triton(lambda: None, torch.device("cuda", 1), 0.1)
+    assert seconds == pytest.approx(2.5e-3)
+    assert calls == [(25, 100, {"return_mode": "median"})]
+    assert entered == [torch.device("cuda", 1)]

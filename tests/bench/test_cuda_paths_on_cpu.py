@@ -46,6 +46,28 @@ def test_transfer_sweep_times_every_case(monkeypatch: pytest.MonkeyPatch) -> Non
     assert result.to_dict()["link"]["generation"] == 4
 
 
+def test_transfer_times_a_real_pinning_not_a_cached_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    # torch's host allocator caches freed pinned blocks by size: a pinned allocation of a size
+    # freed earlier in the process would be timed as a cache hit. The sweep empties that cache
+    # right before each timed pinned allocation.
+    log: list[str] = []
+
+    def fake_pinned(size: int) -> torch.Tensor:
+        log.append(f"pin {size}")
+        return torch.empty(size, dtype=torch.uint8)
+
+    monkeypatch.setattr(transfer_module, "_pinned", fake_pinned)
+    monkeypatch.setattr(torch._C, "_host_emptyCache", lambda: log.append("empty"), raising=False)
+    timer = Timer(device="cpu", warmup=0, repeats=1, spread_warning=None)
+    transfer_module._sweep(timer, (1024, 4096), None, lambda d: (None, "no link"))
+    assert log == ["empty", "pin 1024", "empty", "pin 4096"]
+
+
+def test_transfer_without_a_pinned_cache_hook_still_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(torch._C, "_host_emptyCache", raising=False)
+    transfer_module._drop_cached_pinned_blocks()  # a build without the hook: nothing to drop
+
+
 class FakeEvent:
     def __init__(self, enable_timing: bool = False) -> None:
         self.at: int | None = None

@@ -173,6 +173,7 @@ def _sweep(
     timer.synchronize()
     for size in sizes:
         pageable, pageable_alloc[size] = _timed(functools.partial(_pageable, size), clock)
+        _drop_cached_pinned_blocks()
         pinned, pinned_alloc[size] = _timed(functools.partial(_pinned, size), clock)
         pinned.fill_(1)
         on_device = torch.empty(size, dtype=torch.uint8, device=device)
@@ -223,6 +224,22 @@ def _pinned(size: int) -> torch.Tensor:
     import torch
 
     return torch.empty(size, dtype=torch.uint8, pin_memory=True)
+
+
+def _drop_cached_pinned_blocks() -> None:
+    """Free the pinned blocks torch's host allocator keeps for reuse, so that the next pinned
+    allocation is timed as a real one (page-locking), not as a cache hit.
+
+    A pinned tensor freed earlier in the process (a previous sweep, a ``DataLoader`` with
+    ``pin_memory``, a prefetcher's staging pool) leaves its block cached by size, and an
+    allocation of the same size would then cost microseconds. Only free blocks are released.
+    Torch builds without the hook (CPU-only ones) have no pinned cache to drop.
+    """
+    import torch
+
+    empty_cache = getattr(torch._C, "_host_emptyCache", None)
+    if callable(empty_cache):
+        empty_cache()
 
 
 def _read_cuda_link(device: torch.device) -> tuple[LinkInfo | None, str]:
