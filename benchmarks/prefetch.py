@@ -163,8 +163,8 @@ class Batches(Dataset[torch.Tensor]):
 def cuda_epochs(
     device: torch.device, quick: bool
 ) -> tuple[list[Row], list[Target], dict[str, Any]]:
-    n = 48 if quick else 200
-    epochs = 3 if quick else 5
+    n = 64 if quick else 200
+    epochs = 5
     rows_b, cols = 512, 4096  # 8 MiB float32 per batch
     g = torch.Generator().manual_seed(0)
     items = [torch.randn(rows_b, cols, generator=g) for _ in range(n)]

@@ -51,11 +51,21 @@ class FakeEvent:
         return self.completed
 
     def synchronize(self) -> None:
+        # work on one stream completes in order: the events recorded before this one on its
+        # stream have completed too
+        for entry in self.owner.log:
+            if entry[0] == "record" and entry[2] is self.recorded_on:
+                entry[1].completed = True
+            if entry[1] is self:
+                break
         self.completed = True
         self.owner.syncs += 1
 
     def elapsed_time(self, end: FakeEvent) -> float:
-        return 2.0  # milliseconds
+        assert self.completed, "elapsed_time before the start event completed"
+        assert end.completed, "elapsed_time before the end event completed"
+        name = end.recorded_on.name if end.recorded_on is not None else ""
+        return self.owner.elapsed_ms.get(name, 2.0)  # milliseconds
 
 
 class FakeStreams:
@@ -69,6 +79,7 @@ class FakeStreams:
         self.pinned: set[int] = set()
         self.pin_calls = 0
         self.syncs = 0
+        self.elapsed_ms: dict[str, float] = {}  # per stream name of the end event; default 2 ms
 
     def new_stream(self) -> FakeStream:
         return FakeStream("side")
@@ -437,6 +448,61 @@ def test_record_stream_follows_the_consumers_current_stream(fake: FakeStreams) -
     assert any(e[0] == "wait" and e[1] is other for e in fake.log)
 
 
+def test_consumer_stream_time_is_measured_between_hand_out_and_next_request(
+    fake: FakeStreams,
+) -> None:
+    # a GPU-bound consumer that never waits for its kernels takes little host time; the
+    # consumer's stream time (events around each batch on it) is what shows it is the bottleneck
+    fake.elapsed_ms = {"side": 0.5, "consumer": 5000.0, "other": 5000.0}  # 5 s a batch
+    other = FakeStream("other")
+    p = staged(fake, [torch.ones(4) for _ in range(4)], depth=2)
+    for i, _ in enumerate(p):
+        # the span starts on the consumer's stream after its wait for this batch's copy and
+        # after the next copies were queued: it is the last thing before the hand-out
+        kind, _, stream = fake.log[-1]
+        assert (kind, stream) == ("record", fake.current)
+        last_wait = max(k for k, e in enumerate(fake.log) if e[0] == "wait")
+        assert fake.log[last_wait][1] is fake.current
+        queued = any(e[0] == "record" and e[2].name == "side" for e in fake.log[last_wait:])
+        assert queued == (i + 2 < 4)  # batch i + depth, while the source has one
+        if i == 1:
+            fake.current = other  # this span still ends on the stream it began on
+    spans = {
+        name: [e for e in fake.log if e[0] == "record" and e[2].name == name]
+        for name in ("consumer", "other")
+    }
+    assert len(spans["consumer"]) == 2 * 2  # batches 0 and 1, start and end
+    assert len(spans["other"]) == 2 * 2  # batches 2 and 3
+    s = p.stats()
+    assert s.consumer_device_s is not None
+    assert s.consumer_device_s == pytest.approx(4 * 5.0)
+    assert s.copy_device_s == pytest.approx(4 * 0.5 / 1e3)
+    assert s.consumer_s < s.consumer_device_s  # the host hardly waited for the consumer
+    assert s.bottleneck == "consumer"
+    assert "consumer" in str(s)
+    assert "(device 20000.0 ms)" in str(s)
+    assert s.to_dict()["consumer_device_s"] == s.consumer_device_s
+
+
+def test_consumer_spans_are_timed_only_once_complete(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeStreams(auto_complete=False)
+    monkeypatch.setattr(prefetch_mod, "_streams_for", lambda device: fake)
+    p = staged(fake, [torch.ones(4) for _ in range(3)])
+    assert len(list(p)) == 3  # nothing completes by itself: no elapsed_time is asked early
+    s = p.stats()  # ... until stats() waits for the spans
+    assert s.consumer_device_s == pytest.approx(3 * 2.0 / 1e3)
+    assert s.copy_device_s == pytest.approx(3 * 2.0 / 1e3)
+    p.reset_stats()
+    assert p.stats().consumer_device_s == 0.0
+
+
+def test_pass_through_has_no_device_times() -> None:
+    s = DevicePrefetcher([torch.ones(2)], "cpu")
+    list(s)
+    assert s.stats().consumer_device_s is None
+    assert s.stats().copy_device_s is None
+
+
 def test_host_batches_are_staged_through_the_pool(fake: FakeStreams) -> None:
     source = [nested(i % 3) for i in range(30)]
     p = staged(fake, source, depth=2, pin_pool_bytes=1 << 20)
@@ -498,6 +564,87 @@ def test_pin_false_copies_without_staging(fake: FakeStreams) -> None:
     assert len(list(p)) == 3
     assert fake.pin_calls == 0
     assert p.stats().staged_batches == 0
+
+
+def layouts() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return {
+        "contiguous": torch.randn(3, 5, generator=g),
+        "channels_last": torch.randn(2, 3, 4, 5, generator=g).to(memory_format=torch.channels_last),
+        "transposed": torch.randn(4, 6, generator=g).t(),
+        "permuted": torch.randn(2, 3, 4, generator=g).permute(2, 0, 1),
+        "strided_slice": torch.randn(4, 6, generator=g)[:, ::2],
+        "expanded": torch.randn(4, 1, generator=g).expand(4, 5),
+        "scalar": torch.tensor(7, dtype=torch.int64),
+        "half": torch.randn(3, 3, generator=g).half().t(),
+    }
+
+
+@pytest.mark.parametrize("name", list(layouts()))
+def test_a_staging_view_holds_the_values_in_the_layout_to_would_give(name: str) -> None:
+    t = layouts()[name]
+    buf = torch.full((4096,), 0xAB, dtype=torch.uint8)
+    off = 128
+    n = t.numel() * t.element_size()
+    view = prefetch_mod._staging_view(buf, off, t)
+    view.copy_(t)
+    assert torch.equal(view, t)
+    assert view.stride() == t.to(torch.float64).stride()  # what a copy by ``to`` would keep
+    assert view.untyped_storage().data_ptr() == buf.data_ptr()
+    # it writes inside its slot only
+    assert bool((buf[:off] == 0xAB).all())
+    assert bool((buf[off + n :] == 0xAB).all())
+
+
+def test_staging_keeps_the_memory_format_of_a_batch(fake: FakeStreams) -> None:
+    source = [layouts() for _ in range(3)]
+    p = staged(fake, source)
+    out = list(p)
+    assert p.stats().staged_batches == 3
+    assert p.stats().fallback_copies == 0
+    for batch, original in zip(out, source, strict=True):
+        for name, t in batch.items():
+            assert t.device.type == "meta"
+            assert t.stride() == original[name].to("meta").stride(), name
+
+
+def test_tensor_subclasses_are_copied_by_their_own_to_not_staged(fake: FakeStreams) -> None:
+    class Tagged(torch.Tensor):
+        pass
+
+    source = [{"img": torch.ones(2, 3).as_subclass(Tagged), "x": torch.ones(3)} for _ in range(2)]
+    p = staged(fake, source)
+    out = list(p)
+    assert all(type(b["img"]) is Tagged for b in out)  # staging would give a plain tensor
+    assert all(type(b["x"]) is torch.Tensor for b in out)
+    assert p.stats().staged_batches == 2  # the plain tensor still goes through the pool
+
+
+def test_a_failed_staging_copy_gives_its_buffer_back(
+    fake: FakeStreams, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = prefetch_mod._staging_view
+    calls = 0
+
+    def flaky(buf: torch.Tensor, off: int, t: torch.Tensor) -> torch.Tensor:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise RuntimeError("staging failed")
+        return real(buf, off, t)
+
+    monkeypatch.setattr(prefetch_mod, "_staging_view", flaky)
+    p = staged(fake, [torch.ones(64) for _ in range(4)], depth=1)
+    got: list[Any] = []
+    with pytest.raises(RuntimeError, match="staging failed"):
+        drain(p, got.append)
+    assert len(got) == 1
+    p._iterable = [torch.ones(64) for _ in range(5)]
+    assert len(list(p)) == 5
+    s = p.stats()
+    # one buffer, given back after the failure and reused by every later batch
+    assert s.pool_allocations == 1
+    assert s.pool_bytes == s.pool_peak_bytes == 64 << 10
 
 
 def test_tensors_already_on_a_device_wait_for_the_consumer_stream(fake: FakeStreams) -> None:
@@ -745,6 +892,7 @@ def _stats(**kw: Any) -> PrefetchStats:
         "copy_s": 0.0,
         "copy_device_s": 0.0,
         "consumer_s": 0.0,
+        "consumer_device_s": 0.0,
         "staged_batches": 0,
         "already_pinned": 0,
         "fallback_copies": 0,
@@ -764,6 +912,12 @@ def _stats(**kw: Any) -> PrefetchStats:
         ({"source_s": 3.0, "copy_s": 1.0, "consumer_s": 2.0}, "source"),
         ({"source_s": 1.0, "copy_s": 0.1, "copy_device_s": 5.0, "consumer_s": 2.0}, "copy"),
         ({"source_s": 1.0, "copy_s": 0.5, "consumer_s": 2.0}, "consumer"),
+        # a GPU-bound consumer that never waits for its kernels: little host time, much device
+        ({"source_s": 0.2, "copy_s": 0.5, "consumer_s": 0.1, "consumer_device_s": 3.0}, "consumer"),
+        (
+            {"source_s": 0.2, "copy_device_s": 4.0, "consumer_s": 0.1, "consumer_device_s": 3.0},
+            "copy",
+        ),
         ({"batches": 0}, "none"),
     ],
 )
@@ -819,6 +973,8 @@ def test_cuda_values_survive_a_consumer_that_mutates_and_frees(pinned_source: bo
     assert s.pool_peak_bytes <= 256 << 20
     assert s.copy_device_s is not None
     assert s.copy_device_s > 0
+    assert s.consumer_device_s is not None
+    assert s.consumer_device_s > 0
 
 
 @pytest.mark.cuda
@@ -849,6 +1005,27 @@ def test_cuda_staged_batches_are_right_when_read_at_once() -> None:
     ]
     torch.cuda.synchronize(device)
     assert [float(s) for s in sums] == [float((i + 1) * size) for i in range(n)]
+
+
+@pytest.mark.cuda
+def test_cuda_staged_batches_keep_their_memory_format_and_values() -> None:
+    device = _cuda()
+    g = torch.Generator().manual_seed(0)
+    source = [
+        {
+            "img": torch.randn(4, 3, 8, 8, generator=g).to(memory_format=torch.channels_last),
+            "t": torch.randn(6, 4, generator=g).t(),
+            "s": torch.randn(6, 4, generator=g)[:, ::2],
+        }
+        for _ in range(4)
+    ]
+    p = DevicePrefetcher(source, device)
+    out = [{k: (v.stride(), v.cpu()) for k, v in b.items()} for b in p]
+    for got, want in zip(out, source, strict=True):
+        for k, (stride, values) in got.items():
+            assert stride == want[k].to(torch.float64).stride(), k  # as ``to`` would lay it out
+            assert torch.equal(values, want[k]), k
+    assert p.stats().staged_batches == 4
 
 
 @pytest.mark.cuda

@@ -244,7 +244,10 @@ class PrefetchStats:
     waits for a staging buffer); ``copy_device_s``: device time of the copies, from events
     (None without streams). ``consumer_s``: host time between handing out a batch and being asked
     for the next one; asynchronous device work shows up there only where the consumer waits for
-    it (``.item()``, ``.cpu()``, a full allocator).
+    it (``.item()``, ``.cpu()``, a full allocator). ``consumer_device_s``: time the consumer's
+    stream spent on the batches, from events recorded on it at each hand-out (after its wait for
+    the copy) and at the next request, so the device work of a consumer that never waits for it
+    is seen too (None without streams).
     """
 
     mode: Literal["streams", "pass-through"]
@@ -254,6 +257,7 @@ class PrefetchStats:
     copy_s: float
     copy_device_s: float | None
     consumer_s: float
+    consumer_device_s: float | None
     staged_batches: int
     already_pinned: int
     fallback_copies: int
@@ -269,6 +273,11 @@ class PrefetchStats:
         return max(self.copy_s, self.copy_device_s or 0.0)
 
     @property
+    def consumer_busy_s(self) -> float:
+        """The larger of host and device consumer time."""
+        return max(self.consumer_s, self.consumer_device_s or 0.0)
+
+    @property
     def bottleneck(self) -> Bottleneck:
         """The stage that took the most time: ``source``, ``copy`` or ``consumer``."""
         if self.batches == 0:
@@ -276,7 +285,7 @@ class PrefetchStats:
         stages: dict[Bottleneck, float] = {
             "source": self.source_s,
             "copy": self.transfer_s,
-            "consumer": self.consumer_s,
+            "consumer": self.consumer_busy_s,
         }
         return max(stages, key=lambda k: stages[k])
 
@@ -284,11 +293,15 @@ class PrefetchStats:
         return asdict(self) | {"bottleneck": self.bottleneck}
 
     def __str__(self) -> str:
-        dev = "" if self.copy_device_s is None else f" (device {self.copy_device_s * 1e3:.1f} ms)"
+        def dev(s: float | None) -> str:
+            return "" if s is None else f" (device {s * 1e3:.1f} ms)"
+
         return (
             f"{self.batches} batches to {self.device} ({self.mode}): "
-            f"source {self.source_s * 1e3:.1f} ms, copy {self.copy_s * 1e3:.1f} ms{dev}, "
-            f"consumer {self.consumer_s * 1e3:.1f} ms; bottleneck: {self.bottleneck}"
+            f"source {self.source_s * 1e3:.1f} ms, "
+            f"copy {self.copy_s * 1e3:.1f} ms{dev(self.copy_device_s)}, "
+            f"consumer {self.consumer_s * 1e3:.1f} ms{dev(self.consumer_device_s)}; "
+            f"bottleneck: {self.bottleneck}"
         )
 
 
@@ -299,10 +312,12 @@ class _Acc:
     copy_s: float = 0.0
     copy_device_s: float = 0.0
     consumer_s: float = 0.0
+    consumer_device_s: float = 0.0
     staged_batches: int = 0
     already_pinned: int = 0
     fallback_copies: int = 0
-    pending: deque[tuple[_Event, _Event]] = field(default_factory=deque)
+    pending: deque[tuple[_Event, _Event]] = field(default_factory=deque)  # copies
+    consumed: deque[tuple[_Event, _Event]] = field(default_factory=deque)  # consumer's stream
 
     def reset(self) -> None:
         fresh = _Acc()
@@ -310,15 +325,28 @@ class _Acc:
             setattr(self, f.name, getattr(fresh, f.name))
 
     def settle(self, wait: bool) -> None:
-        """Add the device time of finished copies (all of them, waiting, when ``wait``)."""
-        while self.pending:
-            start, end = self.pending[0]
-            if wait:
-                end.synchronize()
-            elif not end.query():
-                return
-            self.pending.popleft()
-            self.copy_device_s += start.elapsed_time(end) / 1e3
+        """Add the device time of finished copies and consumer spans (waiting, when ``wait``)."""
+        self.copy_device_s += _drain(self.pending, wait)
+        self.consumer_device_s += _drain(self.consumed, wait)
+
+
+def _drain(spans: deque[tuple[_Event, _Event]], wait: bool) -> float:
+    """Seconds between the event pairs that have completed, oldest first; removes them.
+
+    ``elapsed_time`` is only valid once both events have completed: the end event is waited
+    for (``wait``) or queried, and the start event, recorded before it on the same stream, has
+    completed by then.
+    """
+    total = 0.0
+    while spans:
+        start, end = spans[0]
+        if wait:
+            end.synchronize()
+        elif not end.query():
+            break
+        spans.popleft()
+        total += start.elapsed_time(end) / 1e3  # milliseconds
+    return total
 
 
 # --------------------------------------------------------------------------------------------
@@ -462,6 +490,7 @@ class DevicePrefetcher(Generic[T]):
             copy_s=acc.copy_s,
             copy_device_s=acc.copy_device_s if self._streams is not None else None,
             consumer_s=acc.consumer_s,
+            consumer_device_s=acc.consumer_device_s if self._streams is not None else None,
             staged_batches=acc.staged_batches,
             already_pinned=acc.already_pinned,
             fallback_copies=acc.fallback_copies,
@@ -572,9 +601,16 @@ class DevicePrefetcher(Generic[T]):
                 batch = item.batch
                 del item
                 fill()
+                # the consumer's stream time for this batch: from here (after its wait for the
+                # copy, and after the next copies were queued) to the request for the next one
+                began = streams.new_event()
+                began.record(consumer)
                 handed = clock()
                 yield batch
                 del batch
+                ended = streams.new_event()
+                ended.record(consumer)
+                acc.consumed.append((began, ended))
                 acc.consumer_s += clock() - handed
                 handed = 0.0
         finally:
@@ -611,7 +647,9 @@ class DevicePrefetcher(Generic[T]):
             elif streams.is_pinned(t):
                 plan[id(t)] = "pinned"
                 acc.already_pinned += 1
-            elif self.pin and self.non_blocking:
+            elif self.pin and self.non_blocking and type(t) is torch.Tensor and not t.is_quantized:
+                # (a subclass, e.g. a torchvision tv_tensor, would come out of a staging buffer
+                # as a plain tensor, without its type or metadata; ``to`` keeps them)
                 plan[id(t)] = "stage"
                 staged.append(t)
             else:
@@ -639,12 +677,14 @@ class DevicePrefetcher(Generic[T]):
                     self._pool.cap_bytes,
                 )
             else:
-                with torch.no_grad():
-                    for t, off in zip(staged, offsets, strict=True):
-                        n = t.numel() * t.element_size()
-                        view = buf[off : off + n].view(t.dtype).view(t.shape)
-                        view.copy_(t)  # host memcpy into pinned memory
-                        views[id(t)] = view
+                try:
+                    with torch.no_grad():
+                        for t, off in zip(staged, offsets, strict=True):
+                            views[id(t)] = view = _staging_view(buf, off, t)
+                            view.copy_(t)  # host memcpy into pinned memory
+                except BaseException:
+                    self._pool.release(buf, None)  # no copy reads it yet
+                    raise
                 acc.staged_batches += 1
 
         produced: list[torch.Tensor] = []
@@ -698,6 +738,20 @@ class DevicePrefetcher(Generic[T]):
                     done.record(side)
                 self._pool.release(buf, done)
         return _InFlight(out, start, done, produced)
+
+
+def _staging_view(buf: torch.Tensor, offset: int, t: torch.Tensor) -> torch.Tensor:
+    """The part of the flat ``uint8`` buffer at ``offset`` seen as a tensor laid out as ``t``'s copy.
+
+    A contiguous ``t`` gets a contiguous view. Otherwise the view takes the strides that
+    ``t.to(device)`` would give its copy (the same for a dense layout such as channels_last or a
+    transpose, contiguous for a strided slice), so staging does not change the memory format of
+    a batch: the device copy of a dense view keeps its strides.
+    """
+    flat = buf[offset : offset + t.numel() * t.element_size()].view(t.dtype)
+    if t.is_contiguous():
+        return flat.view(t.shape)
+    return flat.as_strided(t.shape, torch.empty_like(t, device="meta").stride())
 
 
 def _ready_check(device: torch.device, dtype: torch.dtype | None) -> Callable[[Any], bool]:
