@@ -17,13 +17,27 @@ torchplace, one PASS/FAIL line per target, and exits 1 if a target is missed.
 Targets (issue 3/4): wide-mlp >= 5x LitServe and >= 4x FastAPI req/s; seed-mlp >= 6x LitServe
 and >= 3x FastAPI; torchplace p99 below both peers' in each case; metrics + tracing cost < 5%
 of req/s.
+
+Where something is missing the run goes on with what there is and says what it skipped: a
+peer whose packages are not installed is left out (SKIP line, no ratio); without ``wrk`` the load
+comes from a built-in Python client (keep-alive HTTP/1.1 over asyncio, the same connections,
+body and duration, spread over a few processes). A Python client saturates before a fast server
+does, so under it only "torchplace ran and answered every request" are checks; the ratios and
+the metrics/tracing cost are printed as INFO, since the targets are defined under ``wrk``.
+``--quick`` keeps the measurements within a time budget (``--time-budget``, 50 s): torchplace
+runs first and a server that would no longer fit is skipped, with a SKIP line; its rounds are
+too short to resolve a few percent, so the metrics/tracing costs are INFO there too.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import concurrent.futures
 import contextlib
+import importlib.util
 import json
+import multiprocessing
 import os
 import re
 import shutil
@@ -36,8 +50,9 @@ import tempfile
 import textwrap
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +63,10 @@ TARGETS = {  # model -> (x LitServe, x FastAPI)
     "wide-mlp": (5.0, 4.0),
 }
 OBSERVABILITY_BUDGET = 0.05
+#: peer -> the modules its server needs
+PEER_MODULES = {"LitServe": ("litserve",), "FastAPI+uvicorn": ("fastapi", "uvicorn")}
+#: most responses one Python client process records per measurement (the time bound comes first)
+CLIENT_MAX_REQUESTS = 2_000_000
 
 LITSERVE_SCRIPT = """
 import sys
@@ -334,6 +353,173 @@ def run_wrk(
     return result
 
 
+async def _keep_alive(
+    host: str, port: int, request: bytes, deadline: float, latencies: list[float]
+) -> tuple[int, int]:
+    """One connection: request after request until ``deadline``; (answered, non-2xx/errors)."""
+    answered = errors = 0
+    perf = time.perf_counter
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        while perf() < deadline and len(latencies) < CLIENT_MAX_REQUESTS:
+            began = perf()
+            writer.write(request)
+            status = await reader.readline()
+            length = 0
+            while True:
+                line = await reader.readline()
+                if line in (b"\r\n", b"\n", b""):
+                    break
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            await reader.readexactly(length)
+            latencies.append(perf() - began)
+            answered += 1
+            if status[9:10] != b"2":
+                errors += 1
+    except (OSError, ValueError, asyncio.IncompleteReadError):
+        errors += 1
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+    return answered, errors
+
+
+def client_worker(
+    url: str, body: bytes, seconds: float, connections: int
+) -> tuple[int, int, float, list[float]]:
+    """One client process: ``connections`` keep-alive connections POSTing ``body`` to ``url``
+    for ``seconds``; (answered, errors, elapsed seconds, latencies in seconds)."""
+    parsed = urllib.parse.urlsplit(url)
+    host, port = parsed.hostname or "127.0.0.1", parsed.port or 80
+    request = (
+        f"POST {parsed.path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+    async def run() -> tuple[int, int, float, list[float]]:
+        latencies: list[float] = []
+        began = time.perf_counter()
+        tasks = [
+            asyncio.ensure_future(_keep_alive(host, port, request, began + seconds, latencies))
+            for _ in range(connections)
+        ]
+        # every answer is awaited at most 10 s past the deadline, as wrk's --timeout 10s
+        done, pending = await asyncio.wait(tasks, timeout=seconds + 10.0)
+        for task in pending:
+            task.cancel()
+        elapsed = time.perf_counter() - began
+        answered = errors = 0
+        for task in done:
+            if task.exception() is not None:
+                errors += 1
+                continue
+            got, failed = task.result()
+            answered += got
+            errors += failed
+        return answered, errors + len(pending), elapsed, latencies
+
+    loop: asyncio.AbstractEventLoop
+    try:
+        import uvloop
+
+        loop = uvloop.new_event_loop()
+    except ImportError:
+        loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(run())
+    finally:
+        loop.close()
+
+
+class PythonLoad:
+    """The load generator used without ``wrk``: :func:`client_worker` in ``processes``
+    processes (in this one when 1), the connections spread over them."""
+
+    name = "python client"
+
+    def __init__(self, body: bytes, connections: int, processes: int) -> None:
+        self.body = body
+        self.processes = max(1, min(processes, connections))
+        self.connections = connections
+        self.pool: concurrent.futures.ProcessPoolExecutor | None = None
+        if self.processes > 1:
+            self.pool = concurrent.futures.ProcessPoolExecutor(
+                self.processes, mp_context=multiprocessing.get_context("spawn")
+            )
+
+    def describe(self) -> str:
+        return (
+            f"the built-in Python client ({self.processes} process(es), {self.connections} "
+            "keep-alive connections)"
+        )
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
+
+    def __call__(self, url: str, seconds: float) -> dict[str, Any]:
+        split = [
+            self.connections // self.processes + (1 if i < self.connections % self.processes else 0)
+            for i in range(self.processes)
+        ]
+        if self.pool is None:
+            parts = [client_worker(url, self.body, seconds, self.connections)]
+        else:
+            futures = [self.pool.submit(client_worker, url, self.body, seconds, n) for n in split]
+            parts = [f.result(timeout=seconds + 60) for f in futures]
+        latencies = sorted(lat for part in parts for lat in part[3])
+        answered = sum(part[0] for part in parts)
+
+        def pct(q: float) -> float:
+            if not latencies:
+                return float("nan")
+            return latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1e3
+
+        return {
+            "rps": sum(part[0] / part[2] for part in parts if part[2] > 0),
+            "requests": answered,
+            "p50": pct(0.50),
+            "p99": pct(0.99),
+            "errors": sum(part[1] for part in parts),
+        }
+
+
+class WrkLoad:
+    """``wrk`` with a Lua script that POSTs ``body``."""
+
+    name = "wrk"
+
+    def __init__(self, wrk: str, lua: Path, connections: int, threads: int) -> None:
+        self.wrk, self.lua, self.connections, self.threads = wrk, lua, connections, threads
+
+    def describe(self) -> str:
+        return f"wrk ({self.connections} connections)"
+
+    def close(self) -> None:
+        pass
+
+    def __call__(self, url: str, seconds: float) -> dict[str, Any]:
+        return run_wrk(
+            self.wrk,
+            url,
+            self.lua,
+            seconds=seconds,
+            connections=self.connections,
+            threads=self.threads,
+        )
+
+
+Load = Callable[[str, float], dict[str, Any]]
+
+
+def missing_modules(peer: str) -> list[str]:
+    """The modules ``peer``'s server needs that are not installed here."""
+    return [name for name in PEER_MODULES[peer] if importlib.util.find_spec(name) is None]
+
+
 @dataclass
 class Server:
     name: str
@@ -342,37 +528,50 @@ class Server:
     url: str
 
 
+def _clip(text: str, limit: int) -> str:
+    """``text`` cut to about ``limit`` characters, keeping its start and, above all, its end."""
+    if len(text) <= limit:
+        return text
+    head = limit // 5
+    return f"{text[:head]} [...] {text[-(limit - head) :]}"
+
+
 def measure(
     servers: list[Server],
     model: str,
     body: bytes,
     want: list[float],
     args: argparse.Namespace,
-    lua: Path,
-    wrk: str,
+    load: Load,
 ) -> list[Run]:
     """Start the servers together, warm each up, then measure them in turn, round after
     round (A B C, B C A, C A B, ...), so that drifting background load hits them alike;
     each figure is the median over the rounds."""
     runs = {s.name: Run(s.name, model) for s in servers}
     rounds: dict[str, list[dict[str, Any]]] = {s.name: [] for s in servers}
-    common = {"connections": args.connections, "threads": args.wrk_threads}
     try:
         with server_processes([(s.argv, s.health) for s in servers]):
             for server in servers:
                 check_answer(server.url, body, want)
             for server in servers:
-                run_wrk(wrk, server.url, lua, seconds=args.warmup, **common)
+                load(server.url, args.warmup)
             for index in range(args.rounds):
                 # Rotate who goes first: a slot in the round must not favour one variant.
                 shift = index % len(servers)
                 for server in servers[shift:] + servers[:shift]:
-                    result = run_wrk(wrk, server.url, lua, seconds=args.duration, **common)
+                    result = load(server.url, args.duration)
                     rounds[server.name].append(result)
-    except (RuntimeError, subprocess.SubprocessError, OSError) as exc:
+    except (
+        RuntimeError,
+        subprocess.SubprocessError,
+        OSError,
+        TimeoutError,
+        concurrent.futures.TimeoutError,
+    ) as exc:
         for run in runs.values():
-            run.note = f"failed: {exc}"[:500]
-        print(f"  {', '.join(runs)} {model}: failed: {exc}"[:600], flush=True)
+            run.note = _clip(f"failed: {exc}", 800)
+        # the end of a server's log is where its error is: keep it
+        print(f"  {', '.join(runs)} {model}: {_clip(f'failed: {exc}', 2500)}", flush=True)
         return list(runs.values())
     for name, run in runs.items():
         done = rounds[name]
@@ -399,8 +598,7 @@ def measure_both_orders(
     body: bytes,
     want: list[float],
     args: argparse.Namespace,
-    lua: Path,
-    wrk: str,
+    load: Load,
 ) -> list[Run]:
     """Measure the torchplace variants twice, started in one order and then in the reverse
     order (fresh processes), and pool the rounds. On a small machine the order in which
@@ -408,11 +606,11 @@ def measure_both_orders(
     out of the metrics and tracing cost, which is a difference of a few percent itself."""
     total = args.rounds
     first = argparse.Namespace(**{**vars(args), "rounds": max(1, (total + 1) // 2)})
-    runs = measure(servers, model, body, want, first, lua, wrk)
+    runs = measure(servers, model, body, want, first, load)
     if total < 2:
         return runs
     second = argparse.Namespace(**{**vars(args), "rounds": total // 2})
-    again = {run.server: run for run in measure(servers[::-1], model, body, want, second, lua, wrk)}
+    again = {run.server: run for run in measure(servers[::-1], model, body, want, second, load)}
     for run in runs:
         other = again.get(run.server)
         if other is None or run.note or other.note:
@@ -437,10 +635,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, help="seconds per measured round (5; quick 2)")
     parser.add_argument("--rounds", type=int, help="measured rounds per server (5; quick 1)")
     parser.add_argument("--warmup", type=float, help="seconds of warm-up load (2; quick 1)")
-    parser.add_argument(
-        "--connections", type=int, default=32, help="open wrk connections (default 32)"
-    )
+    parser.add_argument("--connections", type=int, default=32, help="open connections (default 32)")
     parser.add_argument("--wrk-threads", type=int, default=1, help="wrk threads (default 1)")
+    parser.add_argument(
+        "--load",
+        choices=("auto", "wrk", "python"),
+        default="auto",
+        help="load generator: wrk, the built-in Python client, or auto (wrk when installed, "
+        "else the Python client; default)",
+    )
+    parser.add_argument(
+        "--client-processes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="processes of the Python client (default 0: a quarter of the cores, 1 to 4)",
+    )
+    parser.add_argument(
+        "--time-budget",
+        type=float,
+        metavar="S",
+        help="seconds for the measurements: a server that would not fit is skipped, peers first "
+        "(default none; --quick 50)",
+    )
     parser.add_argument(
         "--no-peers", action="store_true", help="measure torchplace only (no ratios)"
     )
@@ -456,75 +673,139 @@ def main(argv: list[str] | None = None) -> int:
     args.duration = args.duration or (2.0 if args.quick else 5.0)
     args.rounds = args.rounds or (1 if args.quick else 5)
     args.warmup = args.warmup or (1.0 if args.quick else 2.0)
+    if args.time_budget is None:
+        args.time_budget = 50.0 if args.quick else 0.0
+    if args.connections < 1:
+        parser.error(f"--connections must be >= 1, got {args.connections}")
     models = [m.strip() for m in args.models.split(",") if m.strip()]
-    wrk = shutil.which("wrk")
-    if wrk is None:
+    skipped: list[str] = []
+    wrk = shutil.which("wrk") if args.load != "python" else None
+    if wrk is None and args.load == "wrk":
         print(
-            "wrk is not installed: this benchmark needs it as the load generator.\n"
-            "Install it (Debian/Ubuntu: apt-get update && apt-get install -y wrk; macOS: brew "
-            "install wrk) and run again.",
+            "wrk is not installed (Debian/Ubuntu: apt-get install -y wrk; macOS: brew install "
+            "wrk); run with --load python to use the built-in Python client instead.",
             file=sys.stderr,
         )
-        return 1
+        return 2
+    if wrk is None and args.load == "auto":
+        skipped.append(
+            "wrk: not installed; the load comes from the built-in Python client, which "
+            "saturates before a fast server: only 'ran' and 'answered every request' are checks"
+        )
+    args.client = "wrk" if wrk is not None else "python"
+    peers = [] if args.no_peers else list(PEER_MODULES)
+    for name in list(peers):
+        missing = missing_modules(name)
+        if missing:
+            peers.remove(name)
+            skipped.append(
+                f"{name}: {', '.join(missing)} not installed (pip install 'torchplace[peers]'); "
+                "no ratio against it"
+            )
+    args.skipped = skipped
+    for line in skipped:
+        print(f"SKIP  {line}", flush=True)
     from torchplace.devices import resolve_device
+    from torchplace.errors import TorchplaceError
 
-    device = str(resolve_device(args.device))
+    try:
+        device = str(resolve_device(args.device))
+    except TorchplaceError as exc:
+        print(f"FAIL  device {args.device!r} cannot be used here: {exc}", flush=True)
+        return 1
     accel = "cuda" if device.startswith("cuda") else "cpu"
     python = sys.executable
     runs: list[Run] = []
     ceilings: dict[str, float] = {}
+    processes = args.client_processes or min(4, max(1, (os.cpu_count() or 1) // 4))
     with tempfile.TemporaryDirectory(prefix="serve-bench-") as tmp_dir:
         tmp = Path(tmp_dir)
         lit = tmp / "litserve_peer.py"
         lit.write_text(textwrap.dedent(LITSERVE_SCRIPT))
         fast = tmp / "fastapi_peer.py"
         fast.write_text(textwrap.dedent(FASTAPI_SCRIPT))
-        print(
-            f"serve_vs_peers: device {device}, wrk {args.connections} connections, "
-            f"{args.rounds} x {args.duration:g} s per server (+{args.warmup:g} s warm-up), "
-            "one row per request; figures are medians over the rounds",
-            flush=True,
-        )
+        loads: dict[str, WrkLoad | PythonLoad] = {}
+        bodies: dict[str, tuple[bytes, list[float]]] = {}
         for model in models:
             body = body_for(model)
-            want = expected(model, body)
-            lua = tmp / f"{model}.lua"
-            lua.write_text(
-                'wrk.method = "POST"\n'
-                'wrk.headers["Content-Type"] = "application/json"\n'
-                f"wrk.body = [[{body.decode()}]]\n"
-            )
-            path = f"/v2/models/{model}/infer"
-
-            def torchplace(name: str, *extra: str, model: str = model, path: str = path) -> Server:
-                port = free_port()
-                base = f"http://127.0.0.1:{port}"
-                argv = [python, "-m", "torchplace.cli", "serve", "--model", model]
-                argv += ["--port", str(port), "--device", device, "--log-level", "warning"]
-                return Server(name, [*argv, *extra], f"{base}/v2/health/ready", base + path)
-
-            trace = tmp / f"{model}-trace.json"
-            variants = [
-                torchplace("torchplace"),
-                torchplace("torchplace no-metrics", "--no-metrics"),
-                torchplace("torchplace +trace-file", "--trace-file", str(trace)),
-            ]
-            runs += measure_both_orders(variants, model, body, want, args, lua, wrk)
-            if args.no_peers:
-                continue
-            for name, script, where in (
-                ("LitServe", lit, accel),
-                ("FastAPI+uvicorn", fast, device),
-            ):
-                port = free_port()
-                base = f"http://127.0.0.1:{port}"
-                peer = Server(
-                    name,
-                    [python, str(script), model, str(port), where, str(args.peer_torch_threads)],
-                    f"{base}/health",
-                    base + path,
+            bodies[model] = (body, expected(model, body))
+            if wrk is not None:
+                lua = tmp / f"{model}.lua"
+                lua.write_text(
+                    'wrk.method = "POST"\n'
+                    'wrk.headers["Content-Type"] = "application/json"\n'
+                    f"wrk.body = [[{body.decode()}]]\n"
                 )
-                runs += measure([peer], model, body, want, args, lua, wrk)
+                loads[model] = WrkLoad(wrk, lua, args.connections, args.wrk_threads)
+            else:
+                loads[model] = PythonLoad(body, args.connections, processes)
+        print(
+            f"serve_vs_peers: device {device}, load from {loads[models[0]].describe()}, "
+            f"{args.rounds} x {args.duration:g} s per server (+{args.warmup:g} s "
+            "warm-up), one row per request; figures are medians over the rounds"
+            + (f"; time budget {args.time_budget:g} s" if args.time_budget else ""),
+            flush=True,
+        )
+        began = time.monotonic()
+
+        def in_budget(what: str, servers: int) -> bool:
+            """Whether ``servers`` more servers fit the time budget; a SKIP line when not."""
+            if not args.time_budget:
+                return True
+            need = servers * (args.warmup + args.duration * args.rounds) + 10.0
+            left = args.time_budget - (time.monotonic() - began)
+            if need <= left:
+                return True
+            line = f"{what}: needs about {need:.0f} s, {max(left, 0.0):.0f} s of the budget left"
+            args.skipped.append(line)
+            print(f"SKIP  {line}", flush=True)
+            return False
+
+        try:
+            # torchplace on every model first: under a time budget the peers are what gives way
+            for model in models:
+                body, want = bodies[model]
+                path = f"/v2/models/{model}/infer"
+
+                def torchplace(
+                    name: str, *extra: str, model: str = model, path: str = path
+                ) -> Server:
+                    port = free_port()
+                    base = f"http://127.0.0.1:{port}"
+                    argv = [python, "-m", "torchplace.cli", "serve", "--model", model]
+                    argv += ["--port", str(port), "--device", device, "--log-level", "warning"]
+                    return Server(name, [*argv, *extra], f"{base}/v2/health/ready", base + path)
+
+                trace = tmp / f"{model}-trace.json"
+                variants = [
+                    torchplace("torchplace"),
+                    torchplace("torchplace no-metrics", "--no-metrics"),
+                    torchplace("torchplace +trace-file", "--trace-file", str(trace)),
+                ]
+                if in_budget(f"torchplace on {model}", len(variants)):
+                    runs += measure_both_orders(variants, model, body, want, args, loads[model])
+            for model in models:
+                body, want = bodies[model]
+                path = f"/v2/models/{model}/infer"
+                for name, script, where in (
+                    ("LitServe", lit, accel),
+                    ("FastAPI+uvicorn", fast, device),
+                ):
+                    if name not in peers or not in_budget(f"{name} on {model}", 1):
+                        continue
+                    port = free_port()
+                    base = f"http://127.0.0.1:{port}"
+                    argv = [python, str(script), model, str(port), where]
+                    peer = Server(
+                        name,
+                        [*argv, str(args.peer_torch_threads)],
+                        f"{base}/health",
+                        base + path,
+                    )
+                    runs += measure([peer], model, body, want, args, loads[model])
+        finally:
+            for load in loads.values():
+                load.close()
     # The ceilings run last, once no server is left whose threads they could compete with.
     for model in models:
         ceilings[model] = ceiling(model, device, 1.0 if args.quick else 3.0)
@@ -546,7 +827,7 @@ def report(runs: list[Run], ceilings: dict[str, float], args: argparse.Namespace
     by = {(r.server, r.model): r for r in runs}
     print()
     print(f"{'server':<22} {'model':<9} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'x tp':>6}")
-    for run in runs:
+    for run in sorted(runs, key=lambda r: r.model):
         tp = by.get(("torchplace", run.model))
         ratio = tp.rps / run.rps if tp and run.rps and tp.rps else float("nan")
         print(
@@ -557,7 +838,20 @@ def report(runs: list[Run], ceilings: dict[str, float], args: argparse.Namespace
         print(f"{'in-process ceiling':<22} {model:<9} {rows:>10.0f} rows/s at batch 32")
     print()
     checks: list[tuple[str, bool]] = []
-    for model in {r.model for r in runs}:
+    infos: list[tuple[str, bool, str]] = []  # (check, met, why it is information only)
+    # the targets are defined under wrk: under the Python client they are information only,
+    # and so are the few-percent costs of metrics and tracing in --quick's short rounds
+    under_wrk = args.client == "wrk"
+
+    def target_append(check: tuple[str, bool], *, small: bool = False) -> None:
+        if not under_wrk:
+            infos.append((*check, "targets hold under wrk only"))
+        elif small and args.quick:
+            infos.append((*check, "--quick rounds are too short to judge a few percent"))
+        else:
+            checks.append(check)
+
+    for model in sorted({r.model for r in runs}):
         tp = by.get(("torchplace", model))
         if tp is None or not tp.rps:
             checks.append((f"{model}: torchplace ran", False))
@@ -565,18 +859,21 @@ def report(runs: list[Run], ceilings: dict[str, float], args: argparse.Namespace
         checks.append(
             (f"{model}: torchplace answered every request (errors {tp.errors})", tp.errors == 0)
         )
+
         if not args.no_peers:
             lit_x, fast_x = TARGETS.get(model, (0.0, 0.0))
             for peer, need in (("LitServe", lit_x), ("FastAPI+uvicorn", fast_x)):
                 other = by.get((peer, model))
-                if other is None or not other.rps:
+                if other is None:
+                    continue  # not installed or out of time: said in a SKIP line
+                if not other.rps:
                     checks.append((f"{model}: {peer} ran", False))
                     continue
                 ratio = tp.rps / other.rps
-                checks.append(
+                target_append(
                     (f"{model}: req/s {ratio:.2f}x {peer} (target >= {need:g}x)", ratio >= need)
                 )
-                checks.append(
+                target_append(
                     (
                         f"{model}: p99 {tp.p99_ms:.2f} ms below {peer}'s {other.p99_ms:.2f} ms",
                         tp.p99_ms < other.p99_ms,
@@ -585,23 +882,29 @@ def report(runs: list[Run], ceilings: dict[str, float], args: argparse.Namespace
         off = by.get(("torchplace no-metrics", model))
         if off is not None and off.rps:
             cost = paired_cost(tp, off)
-            checks.append(
+            target_append(
                 (
                     f"{model}: metrics cost {cost:.1%} of req/s "
                     f"(target < {OBSERVABILITY_BUDGET:.0%})",
                     cost < OBSERVABILITY_BUDGET,
-                )
+                ),
+                small=True,
             )
         traced = by.get(("torchplace +trace-file", model))
         if traced is not None and traced.rps:
             cost = paired_cost(traced, tp)
-            checks.append(
+            target_append(
                 (
                     f"{model}: tracing (--trace-file) cost {cost:.1%} of req/s "
                     f"(target < {OBSERVABILITY_BUDGET:.0%})",
                     cost < OBSERVABILITY_BUDGET,
-                )
+                ),
+                small=True,
             )
+    for line in args.skipped:  # SKIP lines were printed at the start
+        print(f"skipped: {line}")
+    for text, ok, why in sorted(infos):
+        print(f"INFO  {text} ({'met' if ok else 'not met'}; {why})")
     for text, ok in sorted(checks):
         print(f"{'PASS' if ok else 'FAIL'}  {text}")
     if args.json:
@@ -611,11 +914,14 @@ def report(runs: list[Run], ceilings: dict[str, float], args: argparse.Namespace
                 {
                     "benchmark": "serve_vs_peers",
                     "device": args.device,
+                    "load": args.client,
                     "connections": args.connections,
                     "duration_s": args.duration,
                     "runs": [asdict(r) for r in runs],
                     "ceiling_rows_per_s": ceilings,
                     "checks": [{"check": t, "pass": ok} for t, ok in checks],
+                    "information": [{"check": t, "met": ok, "why": why} for t, ok, why in infos],
+                    "skipped": args.skipped,
                 },
                 indent=2,
             )

@@ -358,6 +358,17 @@ def test_cuda_engine_answers_and_logs_the_full_device(caplog: pytest.LogCaptureF
 
 
 @pytest.mark.cuda
+def test_all_devices_means_every_visible_gpu() -> None:
+    gpus = [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
+    assert resolve_devices("auto", ("all",)) == gpus
+    engine = Engine(
+        load_model("seed-mlp"), resolve_devices("auto", ("all",)), replicas_per_device=2
+    )
+    assert engine.devices == [str(gpu) for gpu in gpus]
+    assert [r.label for r in engine.replicas] == [str(gpu) for gpu in gpus for _ in range(2)]
+
+
+@pytest.mark.cuda
 def test_a_bare_cuda_device_gets_its_index() -> None:
     engine = Engine(load_model("seed-mlp"), [torch.device("cuda")])
     full = f"cuda:{torch.cuda.current_device()}"

@@ -295,22 +295,33 @@ class _GreedyPerRow(torch.nn.Module):
 @pytest.mark.cuda
 def test_real_cuda_oom_is_split_then_507_for_a_row_that_cannot_fit() -> None:
     device = torch.device("cuda", 0)
+    # memory cached by earlier tests would let two rows fit after the allocator frees it
+    torch.cuda.empty_cache()
     free, _ = torch.cuda.mem_get_info(device)
     model = _GreedyPerRow(int(free * 0.6))
-    replica = Replica(loaded(model), device, max_batch_size=4)
-    replica.prepare()  # the dry run itself only passes by splitting down to single rows
-    requests = [{"input": _rows(1, 10.0 * i)} for i in range(4)]
-    outcome = replica.run_batch(requests, [1, 1, 1, 1])
-    assert outcome.oom_splits >= 1
-    for request, result in zip(requests, outcome.results, strict=True):
-        assert isinstance(result, dict), result
-        np.testing.assert_array_equal(result["output"], request["input"] * 2)
-    assert isinstance(replica.module, _GreedyPerRow)
-    replica.module.single_row_fails = True
-    (result,) = replica.run_batch([{"input": _rows(1)}], [1]).results
-    assert isinstance(result, DeviceOutOfMemoryError)
-    assert result.status == 507
-    assert replica.in_pool
+    try:
+        replica = Replica(loaded(model), device, max_batch_size=4)
+        replica.prepare()  # the dry run itself only passes by splitting down to single rows
+        requests = [{"input": _rows(1, 10.0 * i)} for i in range(4)]
+        outcome = replica.run_batch(requests, [1, 1, 1, 1])
+        assert outcome.oom_splits >= 1
+        assert "oom" in outcome.failures
+        for request, result in zip(requests, outcome.results, strict=True):
+            assert isinstance(result, dict), result
+            np.testing.assert_array_equal(result["output"], request["input"] * 2)
+        assert isinstance(replica.module, _GreedyPerRow)
+        replica.module.single_row_fails = True
+        (result,) = replica.run_batch([{"input": _rows(1)}], [1]).results
+        assert isinstance(result, DeviceOutOfMemoryError)
+        assert result.status == 507
+        assert "cuda:0" in str(result)
+        assert replica.in_pool
+        # the cache was emptied: the single-row scratch block is no longer held
+        assert torch.cuda.memory_reserved(device) < model.per_row
+    finally:
+        # leave no scratch block cached, and no 60% peak, to the tests after this one
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
 
 
 @pytest.mark.cuda
@@ -433,3 +444,35 @@ def test_a_fault_surfacing_at_the_batch_sync_is_a_kernel_failure_and_the_stream_
     (result,) = replica.run_batch([{"input": _rows(1)}], [1]).results
     assert isinstance(result, dict)
     assert stream.waits == 1
+
+
+def test_an_oom_empties_the_allocator_cache_on_the_replica_device_before_each_retry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The CUDA memory release of the OOM path, run on the CPU with torch.cuda faked."""
+    replica = Replica(loaded(Faulty()), CPU, max_batch_size=8)
+    replica.prepare()
+    _with_fake_stream(replica)
+    replica._cuda = True  # take the CUDA branch of the release
+    model = _faulty(replica)
+    model.oom_over = 2
+    model.rows_seen.clear()
+    log: list[object] = []
+
+    class FakeDeviceContext:
+        def __init__(self, device: torch.device) -> None:
+            self.device = device
+
+        def __enter__(self) -> None:
+            log.append(("enter", self.device))
+
+        def __exit__(self, *exc: object) -> None:
+            log.append("exit")
+
+    monkeypatch.setattr(torch.cuda, "device", FakeDeviceContext)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: log.append(list(model.rows_seen)))
+    outcome = replica.run_batch([{"input": _rows(1, 10.0 * i)} for i in range(4)], [1] * 4)
+    assert all(isinstance(result, dict) for result in outcome.results)
+    assert model.rows_seen == [4, 2, 2]
+    # once, after the 4-row attempt failed and before either half ran, on the replica's device
+    assert log == [("enter", CPU), [4], "exit"]

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -115,6 +116,10 @@ class _BurnsInItsDevice(torch.nn.Module):
         return x * self.weight + torch.ones(4, device=x.device)
 
 
+@pytest.mark.skipif(
+    importlib.util.find_spec("torch.export.passes") is None,
+    reason="torch < 2.6 cannot move the devices burnt into an exported graph",
+)
 def test_each_replica_of_an_exported_program_runs_on_its_own_device(tmp_path: Path) -> None:
     batch = torch.export.Dim("batch", min=1, max=1024)
     program = torch.export.export(
@@ -153,3 +158,22 @@ def test_weights_reach_every_replica_of_an_exported_program(tmp_path: Path) -> N
     (result,) = replica.run_batch([{"input": np.ones((2, 4), np.float32)}], [2]).results
     assert isinstance(result, dict)
     np.testing.assert_array_equal(result["output"], np.full((2, 4), 5.0, np.float32))
+
+
+@pytest.mark.cuda
+def test_an_exported_program_exported_on_the_cpu_is_served_on_cuda(tmp_path: Path) -> None:
+    batch = torch.export.Dim("batch", min=1, max=1024)
+    program = torch.export.export(
+        _BurnsInItsDevice(), (torch.zeros(4, 4),), dynamic_shapes=({0: batch},)
+    )
+    path = tmp_path / "burnt.pt2"
+    torch.export.save(program, str(path))
+    device = torch.device("cuda", 0)
+    replica = Replica(load_model("burnt", exported=path), device, max_batch_size=8)
+    replica.prepare()  # the dry run at 8 rows runs on the GPU, temporaries included
+    assert replica.is_ready()
+    assert replica.staging is not None
+    assert replica.staging.is_pinned()
+    (result,) = replica.run_batch([{"input": np.ones((2, 4), np.float32)}], [2]).results
+    assert isinstance(result, dict)
+    np.testing.assert_array_equal(result["output"], np.full((2, 4), 3.0, np.float32))

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import threading
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -210,3 +213,63 @@ def test_staged_outputs_are_copied_out_before_the_buffer_is_reused() -> None:
     np.testing.assert_array_equal(c["output"], _rows(3, start=100.0) * 2)
     buffer = replica.staging.output_array("output")
     assert not np.shares_memory(c["output"], buffer)
+
+
+@pytest.mark.cuda
+def test_a_cuda_batch_runs_on_the_replica_stream_from_any_thread() -> None:
+    """The worker thread starts on the default device (0): a replica on the last GPU (cuda:1
+    and up when there are several) must still run every op on its device and its stream, and
+    leave the calling thread's device and streams as they were."""
+    device = torch.device("cuda", torch.cuda.device_count() - 1)
+    replica = Replica(loaded(Scale()), device, max_batch_size=8)
+    replica.prepare()
+    assert replica.module is not None
+    assert replica.weights_on_device()
+    seen: list[tuple[torch.device, Any, int]] = []
+    replica.module.register_forward_hook(
+        lambda module, args, out: seen.append(
+            (args[0].device, torch.cuda.current_stream(args[0].device), torch.cuda.current_device())
+        )
+    )
+    found: dict[str, Any] = {}
+
+    def work() -> None:
+        found["before"] = (torch.cuda.current_device(), torch.cuda.current_stream(device))
+        found["outcome"] = replica.run_batch([{"input": _rows(2)}, {"input": _rows(1)}], [2, 1])
+        found["after"] = (torch.cuda.current_device(), torch.cuda.current_stream(device))
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    worker.join(60)
+    first, second = found["outcome"].results
+    assert isinstance(first, dict)
+    assert isinstance(second, dict)
+    np.testing.assert_array_equal(first["output"], _rows(2) * 2)
+    np.testing.assert_array_equal(second["output"], _rows(1) * 2)
+    ((input_device, stream, current),) = seen
+    assert input_device == device
+    assert stream == replica._stream
+    assert stream != torch.cuda.default_stream(device)
+    assert current == device.index  # the stream context made the replica's GPU current
+    assert found["after"] == found["before"]
+
+
+@pytest.mark.cuda
+def test_a_replica_on_the_second_gpu_places_and_counts_memory_there() -> None:
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    device = torch.device("cuda", 1)
+    before = torch.cuda.memory_allocated(0)
+    replica = Replica(load_model("wide-mlp"), device, max_batch_size=32)
+    replica.prepare()
+    assert replica.is_ready()
+    assert replica._stream is not None
+    assert replica._stream.device == device
+    assert torch.cuda.memory_allocated(1) >= replica.loaded.weight_bytes
+    assert torch.cuda.memory_allocated(0) == before  # nothing of it landed on cuda:0
+    x = np.random.default_rng(2).standard_normal((4, 512)).astype(np.float32)
+    (result,) = replica.run_batch([{"input": x}], [4]).results
+    with torch.inference_mode():
+        expected = replica.loaded.module(torch.from_numpy(x)).numpy()
+    assert isinstance(result, dict)
+    np.testing.assert_allclose(result["output"], expected, rtol=1e-3, atol=1e-4)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -224,12 +225,11 @@ _TORCH_TO_OIP = {
 def _load_exported(
     path: Path,
 ) -> tuple[nn.Module, tuple[TensorSpec, ...] | None, tuple[TensorSpec, ...] | None]:
-    import torch
 
     if not path.is_file():
         raise ConfigError(f"exported program {str(path)!r} does not exist; pass a .pt2 file")
     try:
-        program = torch.export.load(path)
+        program = _export_load(path)
     except Exception as exc:
         raise ConfigError(
             f"cannot load exported program {str(path)!r}: {exc}; "
@@ -239,6 +239,17 @@ def _load_exported(
     return module, _specs_from_graph(program, "input"), _specs_from_graph(program, "output")
 
 
+def _export_load(path: Path) -> Any:
+    """``torch.export.load``, quiet about its internals: a read-only buffer (torch 2.11) and its
+    inner ``torch.load``'s ``weights_only`` default (torch 2.4) are nothing a user can act on."""
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given buffer is not writable")
+        warnings.filterwarnings("ignore", message="You are using `torch.load` with")
+        return torch.export.load(path)
+
+
 def _reload_exported(
     path: Path, device: torch.device, *, weights: nn.Module | None = None
 ) -> nn.Module:
@@ -246,9 +257,8 @@ def _reload_exported(
     that tracing burnt into the graph (``torch.ones(..., device=x.device)`` records the export
     device); ``.to(device)`` on the module moves only parameters and buffers. ``weights``: a
     host module whose state (``--weights``) replaces the program's own."""
-    import torch
 
-    program = torch.export.load(path)
+    program = _export_load(path)
     try:
         from torch.export.passes import move_to_device_pass
     except ImportError:  # torch < 2.6: parameters and buffers still move with .to()
