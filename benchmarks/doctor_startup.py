@@ -45,7 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto", help="device for the doctor (default auto)")
     parser.add_argument("--runs", type=int, default=5, help="rounds (default 5; --quick: 3)")
-    parser.add_argument("--quick", action="store_true", help="a short run (3 rounds)")
+    parser.add_argument(
+        "--quick", action="store_true", help="a short run (up to 3 rounds, about 40 s at most)"
+    )
     parser.add_argument("--target", type=float, default=TARGET_S, help="seconds (default 3)")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
     args = parser.parse_args(argv)
@@ -68,10 +70,15 @@ def main(argv: list[str] | None = None) -> int:
     timeout = max(60.0, 10 * args.target)
     times: dict[str, list[float]] = {name: [] for name in commands}
     codes: dict[str, list[int]] = {name: [] for name in commands}
-    deadline = time.monotonic() + (50 if args.quick else 600)
+    # --quick must end within about 40 s, even on a GPU machine where every cold start also
+    # creates a CUDA context: no new round after `deadline`, and no command past `hard_stop`
+    started = time.monotonic()
+    deadline = started + (25 if args.quick else 600)
+    hard_stop = started + (38 if args.quick else 900)
     for _ in range(runs):
         for name, cmd in commands.items():
-            seconds, rc = time_once(cmd, timeout)
+            left = max(2.0, hard_stop - time.monotonic())  # a hung command is cut short
+            seconds, rc = time_once(cmd, min(timeout, left))
             times[name].append(seconds)
             codes[name].append(rc)
         if time.monotonic() > deadline:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import zipfile
 from collections import OrderedDict
 from pathlib import Path
@@ -62,8 +63,9 @@ def test_checkpoint_saved_on_cuda1_loads_on_cpu(
 ) -> None:
     path, state = cuda1_checkpoint
     if not torch.cuda.is_available():
-        # the naive load fails here: the file really does claim a GPU
-        with pytest.raises(RuntimeError, match="CUDA"):
+        # the naive load fails here: the file really does claim a GPU (torch < 2.5 wraps the
+        # error in an UnpicklingError)
+        with pytest.raises((RuntimeError, pickle.UnpicklingError), match="CUDA"):
             torch.load(path, weights_only=True)
     loaded = load_checkpoint(path, "cpu")
     assert type(loaded) is dict
@@ -277,3 +279,29 @@ def test_cuda_load_onto_the_gpu_from_any_saved_device(
     st = tmp_path / "w.safetensors"
     save_file({k: v.contiguous() for k, v in state.items()}, str(st))
     assert all(t.device == dev for t in load_checkpoint(st, dev).values())
+
+
+@pytest.mark.cuda
+def test_cuda_saved_checkpoint_loads_on_the_cpu(tmp_path: Path) -> None:
+    # saved from real CUDA tensors (torch.save tags each storage 'cuda:0'), loaded on the CPU,
+    # into a CPU module, and back onto the GPU
+    dev = torch.device("cuda", torch.cuda.current_device())
+    net = model().to(dev)
+    state = net.state_dict()
+    assert all(t.device == dev for t in state.values())
+    path = tmp_path / "saved_on_gpu.pt"
+    torch.save(state, path)
+    assert f"cuda:{dev.index}".encode() in data_pickle(path)
+    loaded = load_checkpoint(path, "cpu")
+    assert all(t.device == torch.device("cpu") for t in loaded.values())
+    assert all(torch.equal(loaded[k], v.cpu()) for k, v in state.items())
+    target = model()
+    load_checkpoint(path, "cpu", module=target)
+    assert all(torch.equal(target.state_dict()[k], v.cpu()) for k, v in state.items())
+    again = load_checkpoint(path, "cuda:0")
+    assert all(t.device == torch.device("cuda", 0) for t in again.values())
+    st = tmp_path / "saved_on_gpu.safetensors"
+    save_file({k: v.contiguous() for k, v in state.items()}, str(st))  # from GPU tensors
+    on_cpu = load_checkpoint(st, "cpu")
+    assert all(t.device == torch.device("cpu") for t in on_cpu.values())
+    assert all(torch.equal(on_cpu[k], v.cpu()) for k, v in state.items())

@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -226,6 +227,18 @@ def test_out_of_range_index_lists_what_is_visible() -> None:
         resolve_device(7, probe=probe)
 
 
+def test_cuda_1_on_a_one_gpu_machine() -> None:
+    with pytest.raises(DeviceIndexError) as info:
+        resolve_device("cuda:1", probe=gpus(H200))
+    assert str(info.value) == (
+        "cannot use 'cuda:1': 1 CUDA device(s) visible (CUDA_VISIBLE_DEVICES unset): "
+        "cuda:0 = physical 0 (NVIDIA H200). Fix: use an index from 0 to 0, or make more GPUs "
+        "visible through CUDA_VISIBLE_DEVICES."
+    )
+    assert resolve_device("cuda", probe=gpus(H200)) == torch.device("cuda", 0)
+    assert resolve_device("cuda:0", probe=gpus(H200)) == torch.device("cuda", 0)
+
+
 def test_cpu_only_build_names_the_build_and_the_fix() -> None:
     for spec in ("cuda", "cuda:0", 0, torch.device("cuda", 0)):
         with pytest.raises(DeviceUnavailableError) as info:
@@ -358,6 +371,62 @@ def test_real_probe_driver_reports_why_when_missing() -> None:
     assert info.driver_version is not None or info.error is not None
 
 
+def test_real_probe_reads_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
+    # TorchProbe.driver() against nvidia-ml-py's API as an NVIDIA driver answers it
+    pynvml = pytest.importorskip("pynvml")
+    calls: list[str] = []
+    answers = {
+        "nvmlInit": lambda: calls.append("init"),
+        "nvmlShutdown": lambda: calls.append("shutdown"),
+        "nvmlSystemGetDriverVersion": lambda: "580.95.05",
+        "nvmlSystemGetCudaDriverVersion": lambda: 13000,
+        "nvmlDeviceGetCount": lambda: 2,
+        "nvmlDeviceGetHandleByIndex": lambda i: i,
+        "nvmlDeviceGetName": lambda h: b"NVIDIA H200" if h == 0 else "NVIDIA L4",
+        "nvmlDeviceGetUUID": lambda h: f"GPU-{h}{h}{h}{h}",
+    }
+    for name, fake in answers.items():
+        monkeypatch.setattr(pynvml, name, fake)
+    info = TorchProbe().driver()
+    assert info == DriverInfo(
+        nvml_installed=True,
+        driver_version="580.95.05",
+        cuda_driver_version="13.0",
+        physical_gpu_count=2,
+        physical_gpus=("0: NVIDIA H200 (GPU-0000)", "1: NVIDIA L4 (GPU-1111)"),
+    )
+    assert calls == ["init", "shutdown"]
+
+    def broken(handle: int) -> str:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetUUID", broken)
+    lost = TorchProbe().driver()
+    assert lost.nvml_installed
+    assert lost.error is not None
+    assert lost.error.startswith("NVML query failed")
+    assert calls[-1] == "shutdown"
+
+
+@pytest.mark.cuda
+def test_cuda_nvml_agrees_with_torch() -> None:
+    with warnings.catch_warnings():
+        # the old "pynvml" shim package warns on import that nvidia-ml-py replaces it
+        warnings.simplefilter("ignore", FutureWarning)
+        pytest.importorskip("pynvml")
+        info = TorchProbe().driver()
+    assert info.error is None, info.error
+    assert info.driver_version
+    assert re.fullmatch(r"\d+\.\d+", info.cuda_driver_version or "")
+    assert info.physical_gpu_count is not None
+    assert info.physical_gpu_count >= torch.cuda.device_count()
+    nvml = " ".join(info.physical_gpus)
+    for dev in device_inventory():
+        assert dev.name in nvml
+        if dev.uuid is not None and dev.uuid.startswith("GPU-"):
+            assert dev.uuid in nvml  # the same UUID NVML and nvidia-smi print
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only path")
 def test_real_cpu_only_machine() -> None:
     assert resolve_device() == torch.device("cpu")
@@ -383,11 +452,21 @@ def test_import_does_not_initialise_cuda() -> None:
 @pytest.mark.cuda
 def test_cuda_resolves_with_index() -> None:
     assert resolve_device("cuda") == torch.device("cuda", torch.cuda.current_device())
+    assert resolve_device("cuda:0") == torch.device("cuda", 0)
     assert resolve_device(0) == torch.device("cuda", 0)
+    assert resolve_device(torch.device("cuda")) == torch.device("cuda", torch.cuda.current_device())
     if DEVICE_ENV_VAR not in os.environ:
         assert resolve_device("auto") == torch.device("cuda", torch.cuda.current_device())
+    count = torch.cuda.device_count()
+    with pytest.raises(DeviceIndexError) as info:
+        resolve_device(f"cuda:{count}")  # cuda:1 on a one-GPU machine
+    msg = str(info.value)
+    assert f"cannot use 'cuda:{count}': {count} CUDA device(s) visible" in msg
+    assert f"cuda:0 = physical {visible_devices().physical_id(0)}" in msg
+    assert torch.cuda.get_device_name(0) in msg
+    assert f"use an index from 0 to {count - 1}" in msg
     with pytest.raises(DeviceIndexError):
-        resolve_device(torch.cuda.device_count())
+        resolve_device(count)
 
 
 @pytest.mark.cuda

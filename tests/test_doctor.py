@@ -170,14 +170,31 @@ def test_out_of_range_device() -> None:
 
 
 @pytest.mark.parametrize(
-    ("driver_cuda", "status"), [("12.8", "pass"), ("12.4", "warn"), ("11.8", "fail")]
+    ("driver_cuda", "status"), [("12.8", "pass"), ("12.4", "warn"), ("11.8", "warn")]
 )
 def test_driver_against_build(driver_cuda: str, status: str) -> None:
+    # CUDA initialised: an older kernel driver then runs through a forward-compatibility
+    # package (as in datacenter containers), which the smoke tests would catch if it did not
     probe = machine(H200, driver=DriverInfo(True, "550.0", driver_cuda, 1))
     report = report_for("cuda:0", probe)
     assert check(report, "driver")["status"] == status
     assert report["driver"]["driver_version"] == "550.0"
-    assert report["verdict"]["usable"] is (status != "fail")
+    assert report["verdict"]["usable"] is True
+
+
+def test_driver_too_old_for_the_build_fails_when_cuda_does_not_start() -> None:
+    probe = machine(driver=DriverInfo(True, "450.0", "11.0", 1))  # NVML sees a GPU, CUDA none
+    report = report_for("cuda:0", probe)
+    driver = check(report, "driver")
+    assert driver["status"] == "fail"
+    assert "torch was built with CUDA 12.8" in driver["detail"]
+    assert "update the NVIDIA driver" in driver["fix"]
+    assert not report["verdict"]["usable"]
+    assert "update the NVIDIA driver to one that supports CUDA 12.8" in " ".join(
+        report["verdict"]["fixes"]
+    )
+    compat = report_for("cuda:0", machine(H200, driver=DriverInfo(True, "450.0", "11.0", 1)))
+    assert "forward-compatibility" in check(compat, "driver")["detail"]
 
 
 def test_nvml_not_installed_is_said() -> None:
@@ -309,6 +326,43 @@ def test_tf32_loosens_the_limit() -> None:
     mm, _ = matmul_check(torch.device("cpu"), tf32=True)
     assert "TF32 allowed" in mm.detail
     assert "limit 1e-02" in mm.detail
+
+
+@pytest.mark.skipif(not hasattr(torch.backends.cuda.matmul, "fp32_precision"), reason="torch < 2.9")
+def test_new_tf32_api_neither_breaks_the_report_nor_hides_tf32() -> None:
+    # After torch.backends.cuda.matmul.fp32_precision = "tf32" the legacy getters raise
+    # ("mix of the legacy and new APIs"): the doctor must still report, and allow for TF32.
+    matmul: Any = torch.backends.cuda.matmul
+    before = matmul.fp32_precision
+    matmul.fp32_precision = "tf32"
+    try:
+        with pytest.raises(RuntimeError, match="legacy"):
+            torch.get_float32_matmul_precision()
+        flags = doctor._torch_flags()
+        report = collect("cpu", probe=FakeProbe(), smoke=False, toolkit=lambda: None)
+        out = io.StringIO()
+        render(report, file=out)
+    finally:
+        matmul.fp32_precision = before
+    assert flags["cuda_matmul_fp32_precision"] == "tf32"
+    assert doctor._tf32(flags)
+    assert report["build"]["cuda_matmul_fp32_precision"] == "tf32"
+    assert "fp32_precision tf32" in out.getvalue()
+    assert report["verdict"]["usable"]
+
+
+def test_tf32_flags() -> None:
+    base = {
+        "cuda_matmul_fp32_precision": None,
+        "cuda_matmul_allow_tf32": False,
+        "float32_matmul_precision": "highest",
+    }
+    assert not doctor._tf32(base)
+    assert doctor._tf32({**base, "cuda_matmul_allow_tf32": True})
+    assert doctor._tf32({**base, "float32_matmul_precision": "high"})
+    assert doctor._tf32({**base, "float32_matmul_precision": None})  # torch refused: be safe
+    assert not doctor._tf32({**base, "cuda_matmul_fp32_precision": "ieee"})
+    assert doctor._tf32({**base, "cuda_matmul_fp32_precision": "tf32"})
 
 
 def test_round_trip_mismatch_fails(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -479,3 +533,36 @@ def test_doc_commands_are_real(capsys: pytest.CaptureFixture[str]) -> None:
             argv.append("--no-smoke")  # keep the suite fast; the flags are what is checked
         assert main(argv) in (0, 1), line
     capsys.readouterr()
+
+
+@pytest.mark.cuda
+def test_cuda_visible_devices_on_real_hardware() -> None:
+    # the doctor in a fresh process (CUDA reads the variable once, at initialisation)
+    from torchplace.devices import visible_devices
+
+    first = visible_devices().physical_id(0)  # what logical cuda:0 is here: "0", "3", a UUID
+    cmd = [sys.executable, "-m", "torchplace.cli", "doctor", "--json", "--no-smoke"]
+    base = {k: v for k, v in os.environ.items() if k != "TORCHPLACE_DEVICE"}
+    one = subprocess.run(
+        [*cmd, "--device", "cuda:0"],
+        capture_output=True,
+        text=True,
+        env={**base, "CUDA_VISIBLE_DEVICES": first},
+        timeout=25,
+    )
+    assert one.returncode == 0, one.stderr
+    report = json.loads(one.stdout)
+    assert report["cuda"]["device_count"] == 1
+    assert report["cuda"]["visible_physical_ids"] == [first]
+    assert [(d["device"], d["physical_id"]) for d in report["devices"]] == [("cuda:0", first)]
+    assert f"cuda:0 = physical {first}" in check(report, "visible-devices")["detail"]
+    hidden = subprocess.run(
+        [*cmd, "--device", "cuda"],
+        capture_output=True,
+        text=True,
+        env={**base, "CUDA_VISIBLE_DEVICES": "-1"},
+        timeout=25,
+    )
+    assert hidden.returncode == 1, hidden.stdout
+    assert json.loads(hidden.stdout)["cuda"]["is_available"] is False
+    assert "CUDA_VISIBLE_DEVICES='-1' hides every GPU" in hidden.stderr

@@ -501,3 +501,13 @@ def test_move_preserves_any_nesting(batch: Any) -> None:
     found: list[torch.Tensor] = []
     map_tensors(on_meta, lambda t: found.append(t) or t)
     assert all(t.device == META for t in found)
+
+
+def test_canonical_device() -> None:
+    from torchplace.placement import canonical_device
+
+    assert canonical_device("cpu:0") == torch.device("cpu")
+    assert canonical_device(torch.device("meta")) == torch.device("meta")
+    assert canonical_device("cuda:1") == torch.device("cuda", 1)
+    current = torch.cuda.current_device() if torch.cuda.is_available() else 0
+    assert canonical_device("cuda") == torch.device("cuda", current)

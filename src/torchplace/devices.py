@@ -736,8 +736,9 @@ def _resolve_cuda(index: int | None, probe: DeviceProbe) -> torch.device:
         return torch.device("cuda", probe.current_device())
     if index >= count:
         vis = visible_devices(probe=probe)
+        where = vis.describe() if vis.value is not None else f"{vis.variable} unset"
         raise DeviceIndexError(
-            f"cannot use {want!r}: {count} CUDA device(s) visible ({vis.describe()}): "
+            f"cannot use {want!r}: {count} CUDA device(s) visible ({where}): "
             f"{_listing(probe, count)}. Fix: use an index from 0 to {count - 1}, "
             f"or make more GPUs visible through {vis.variable}."
         )

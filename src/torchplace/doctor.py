@@ -176,12 +176,26 @@ def _hip_config() -> tuple[str | None, str | None]:
     return pick("HIP Runtime"), pick("MIOpen")
 
 
+def _read(getter: Callable[[], Any]) -> Any:
+    """A torch setting, or None when torch refuses to answer.
+
+    Since torch 2.9 the legacy TF32 getters (``torch.get_float32_matmul_precision()``,
+    ``torch.backends.cuda.matmul.allow_tf32``) raise RuntimeError once the new
+    ``fp32_precision`` API was used to set something the legacy one cannot express.
+    """
+    try:
+        return getter()
+    except (RuntimeError, AttributeError):
+        return None
+
+
 def _torch_flags() -> dict[str, Any]:
     import torch
     import torch.backends.xnnpack
 
-    precision = torch.get_float32_matmul_precision()
     backends: Any = torch.backends  # some of its is_available() are untyped
+    matmul: Any = torch.backends.cuda.matmul
+    allow_tf32 = _read(lambda: matmul.allow_tf32)
     return {
         "debug_build": bool(torch.version.debug),
         "xnnpack": bool(getattr(torch.backends.xnnpack, "enabled", False)),
@@ -189,14 +203,21 @@ def _torch_flags() -> dict[str, Any]:
         "mkl": bool(backends.mkl.is_available()),
         "openmp": bool(backends.openmp.is_available()),
         "cpu_threads": int(torch.get_num_threads()),
-        "float32_matmul_precision": precision,
-        "cuda_matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+        "float32_matmul_precision": _read(torch.get_float32_matmul_precision),
+        "cuda_matmul_allow_tf32": None if allow_tf32 is None else bool(allow_tf32),
+        # torch >= 2.9: "ieee", "tf32" or "none" (follow the legacy settings); None before
+        "cuda_matmul_fp32_precision": _read(lambda: matmul.fp32_precision),
         "xpu_build": getattr(torch.version, "xpu", None),
     }
 
 
 def _tf32(flags: dict[str, Any]) -> bool:
-    return bool(flags["cuda_matmul_allow_tf32"]) or flags["float32_matmul_precision"] != "highest"
+    """Whether float32 CUDA matmuls may run in TF32 (a setting torch refuses to report counts)."""
+    if flags["cuda_matmul_fp32_precision"] == "tf32" or flags["cuda_matmul_allow_tf32"]:
+        return True
+    if flags["cuda_matmul_fp32_precision"] == "ieee":
+        return False
+    return bool(flags["float32_matmul_precision"] != "highest")  # None (refused): be safe
 
 
 # --------------------------------------------------------------------------------------------
@@ -516,7 +537,7 @@ def _collect(
             f"driver {driver.driver_version} supports CUDA up to {driver.cuda_driver_version}; "
             f"{driver.physical_gpu_count} physical GPU(s)"
         )
-        if need and have and have[0] < need[0]:
+        if need and have and have[0] < need[0] and not cuda_available:
             checks.append(
                 Check(
                     "driver",
@@ -524,6 +545,21 @@ def _collect(
                     f"{detail}, but torch was built with CUDA {cuda_build}",
                     f"update the NVIDIA driver to one that supports CUDA {cuda_build}, "
                     "or install a torch build for an older CUDA",
+                    "cuda",
+                )
+            )
+        elif need and have and have[0] < need[0]:
+            # CUDA initialised all the same: a CUDA forward-compatibility package (cuda-compat,
+            # as in many datacenter containers) supplies a newer user-mode driver than the
+            # kernel driver NVML reports; the smoke tests say whether it really works
+            checks.append(
+                Check(
+                    "driver",
+                    "warn",
+                    f"{detail}; torch was built with CUDA {cuda_build} and CUDA initialised "
+                    "anyway (a forward-compatibility package?)",
+                    f"to run without a compatibility package, update the NVIDIA driver to one "
+                    f"that supports CUDA {cuda_build}",
                     "cuda",
                 )
             )
@@ -649,7 +685,12 @@ def _collect(
         checks.append(matmul)
 
     device_str = None if chosen is None else str(chosen)
-    failures = [c for c in checks if c.status == "fail" and c.concerns(device_str)]
+    # a device that did not resolve is still judged by the checks of its type ("cuda:0" that
+    # cannot be used also gets the driver's and the visibility's fixes)
+    scope = device_str
+    if scope is None and isinstance(spec, str) and re.fullmatch(r"cuda(:\d+)?", spec.strip()):
+        scope = spec.strip()
+    failures = [c for c in checks if c.status == "fail" and c.concerns(scope)]
     usable = chosen is not None and not failures
     if usable:
         summary = f"{device_str} is usable"
@@ -791,7 +832,9 @@ def render(report: dict[str, Any], file: Any = None) -> None:
         ("debug build", _show(build["debug_build"])),
         (
             "matmul precision",
-            f"float32 {build['float32_matmul_precision']}, TF32 {_show(build['cuda_matmul_allow_tf32'])}",
+            f"float32 {_show(build['float32_matmul_precision'])}, TF32 "
+            f"{_show(build['cuda_matmul_allow_tf32'])} "
+            f"(fp32_precision {_show(build.get('cuda_matmul_fp32_precision'))})",
         ),
         (
             "CPU",

@@ -33,6 +33,7 @@ __all__ = [
     "TensorGroup",
     "TensorRecord",
     "audit_module",
+    "canonical_device",
     "check_same_device",
     "map_tensors",
     "move",
@@ -52,7 +53,7 @@ _MAJORITY_ROWS = 8  # rows of the majority device shown in a mismatch table
 # --------------------------------------------------------------------------------------------
 
 
-def _canonical(device: DeviceLike) -> torch.device:
+def canonical_device(device: DeviceLike) -> torch.device:
     """A device in the form tensors report: ``cpu`` without index, accelerators with one."""
     d = device if isinstance(device, torch.device) else torch.device(device)
     if d.type in ("cpu", "meta"):
@@ -72,7 +73,7 @@ def _canonical(device: DeviceLike) -> torch.device:
 
 def same_device(a: DeviceLike, b: DeviceLike) -> bool:
     """Whether two device specs name the same device (``cuda`` is the current ``cuda:N``)."""
-    return _canonical(a) == _canonical(b)
+    return canonical_device(a) == canonical_device(b)
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -172,7 +173,7 @@ def check_same_device(*, expected: DeviceLike | None = None, **named: object) ->
     :class:`~torchplace.errors.ConfigError` when no tensor was given and there is no
     ``expected`` device to return.
     """
-    want = _canonical(expected) if expected is not None else None
+    want = canonical_device(expected) if expected is not None else None
     seen: set[int] = set()
     found: list[tuple[str, torch.Tensor]] = []
     for name, value in named.items():
@@ -326,8 +327,8 @@ class ModuleAudit:
 
     def off(self, device: DeviceLike) -> list[TensorRecord]:
         """Every parameter, buffer and stray that is not on ``device``."""
-        want = _canonical(device)
-        return [r for r in (*self.tensors, *self.strays) if _canonical(r.device) != want]
+        want = canonical_device(device)
+        return [r for r in (*self.tensors, *self.strays) if canonical_device(r.device) != want]
 
     def assert_on(self, device: DeviceLike) -> None:
         """Raise :class:`~torchplace.errors.PlacementError` listing everything not on ``device``.
@@ -335,7 +336,7 @@ class ModuleAudit:
         Parameters, buffers and strays are all checked; ``cuda`` and ``cuda:0`` compare equal
         when device 0 is the current one.
         """
-        want = _canonical(device)
+        want = canonical_device(device)
         bad = self.off(want)
         if not bad:
             return

@@ -43,11 +43,12 @@ def test_h2d_and_d2h_bytes(cuda: torch.device) -> None:
     ]
 
 
-def _copy_call(case: str, cuda: torch.device) -> Callable[[], object]:
-    """One host/device copy, its tensors made beforehand (outside any guard)."""
+def _sync_call(case: str, cuda: torch.device) -> Callable[[], object]:
+    """One host/device copy or host read, its tensors made beforehand (outside any guard)."""
     host = torch.ones(1024)
     pinned = torch.ones(1024).pin_memory()
-    dev = torch.ones(1024, device=cuda)
+    dev = torch.arange(1024.0, device=cuda)
+    empty = torch.empty(0, device=cuda)
     calls: dict[str, Callable[[], object]] = {
         "blocking-h2d": lambda: host.to(cuda),
         "blocking-h2d-copy_": lambda: dev.copy_(host),
@@ -56,27 +57,50 @@ def _copy_call(case: str, cuda: torch.device) -> Callable[[], object]:
         "pinned-non-blocking-h2d": lambda: pinned.to(cuda, non_blocking=True),
         "pageable-non-blocking-h2d": lambda: host.to(cuda, non_blocking=True),
         "same-device-copy": lambda: dev.clone(),
+        "empty-d2h": lambda: empty.cpu(),
+        "empty-tolist": lambda: empty.tolist(),
+        "item": lambda: dev.sum().item(),
+        "tolist": lambda: dev[:8].tolist(),
+        "bool": lambda: bool(dev.sum()),
+        "nonzero": lambda: dev.nonzero(),
+        "boolean-mask": lambda: dev[dev > 3],
+        "format-0-dim": lambda: f"{dev.sum():.3f}",
+        # torch reads a printed tensor element by element (several syncs); the guard records
+        # the print once, as Tensor.__repr__
+        "repr": lambda: repr(dev[:4]),
     }
     return calls[case]
 
 
 @pytest.mark.parametrize(
-    ("case", "syncs"),
+    ("case", "syncs", "torch_syncs"),
     [
-        ("blocking-h2d", 1),
-        ("blocking-h2d-copy_", 1),
-        ("blocking-d2h", 1),
-        ("factory-from-a-list", 1),
-        ("pinned-non-blocking-h2d", 0),
-        ("pageable-non-blocking-h2d", 0),  # staged by the driver; torch does not sync
-        ("same-device-copy", 0),
+        ("blocking-h2d", 1, 1),
+        ("blocking-h2d-copy_", 1, 1),
+        ("blocking-d2h", 1, 1),
+        ("factory-from-a-list", 1, 1),
+        ("pinned-non-blocking-h2d", 0, 0),
+        ("pageable-non-blocking-h2d", 0, 0),  # staged by the driver; torch does not sync
+        ("same-device-copy", 0, 0),
+        ("empty-d2h", 0, 0),  # nothing to copy: torch returns before the memcpy
+        ("empty-tolist", 0, 0),
+        ("item", 1, 1),
+        ("tolist", 1, 1),
+        ("bool", 1, 1),
+        ("nonzero", 1, 1),
+        ("boolean-mask", 1, 1),
+        ("format-0-dim", 1, 1),
+        ("repr", 1, None),  # None: at least one
     ],
 )
-def test_copy_syncs_agree_with_torchs_sync_debug_mode(
-    case: str, syncs: int, cuda: torch.device
+def test_syncs_agree_with_torchs_sync_debug_mode(
+    case: str, syncs: int, torch_syncs: int | None, cuda: torch.device
 ) -> None:
-    call = _copy_call(case, cuda)
+    call = _sync_call(case, cuda)
     torch.cuda.synchronize()
+    before = torch.cuda.get_sync_debug_mode()
+    # torch reports each sync as a UserWarning; record them here, so that the suite's
+    # filterwarnings=error does not turn them into failures, and always restore the mode
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
@@ -84,9 +108,13 @@ def test_copy_syncs_agree_with_torchs_sync_debug_mode(
             with torchplace.guard() as report:
                 call()
         finally:
-            torch.cuda.set_sync_debug_mode("default")
-    seen_by_torch = [w for w in caught if "synchronizing" in str(w.message)]
-    assert len(seen_by_torch) == syncs, [str(w.message) for w in caught]
+            torch.cuda.set_sync_debug_mode(before)
+    assert torch.cuda.get_sync_debug_mode() == before
+    seen_by_torch = [str(w.message) for w in caught if "synchronizing" in str(w.message)]
+    if torch_syncs is None:
+        assert seen_by_torch, [str(w.message) for w in caught]
+    else:
+        assert len(seen_by_torch) == torch_syncs, [str(w.message) for w in caught]
     assert len(report.syncs) == syncs, report.format()
 
 
@@ -100,23 +128,33 @@ def test_item_is_one_sync(cuda: torch.device) -> None:
     assert report.transfers == []
 
 
-def test_other_syncs(cuda: torch.device) -> None:
+def test_other_syncs_at_their_lines(cuda: torch.device, capsys: pytest.CaptureFixture[str]) -> None:
     t = torch.arange(6.0, device=cuda)
     with torchplace.guard() as report:
-        t[t > 2]
-        t.nonzero()
-        assert t.tolist()[0] == 0.0
-        if t.sum():
+        t[t > 2]  # mask-line
+        t.nonzero()  # nonzero-line
+        assert t.tolist()[0] == 0.0  # tolist-line
+        if t.sum():  # bool-line
             pass
-        torch.cuda.synchronize()
-    assert [e.op for e in report.syncs] == [
-        "aten.index.Tensor",
-        "aten.nonzero",
-        "Tensor.tolist",
-        "Tensor.__bool__",
-        "torch.cuda.synchronize",
+        print(t)  # print-line
+        print(f"{t.sum():.1f}")  # format-line
+        torch.cuda.synchronize()  # synchronize-line
+    assert [(e.op, e.site.filename, e.site.lineno) for e in report.syncs] == [
+        (op, HERE, line_of(HERE, marker))
+        for op, marker in [
+            ("aten.index.Tensor", "mask-line"),
+            ("aten.nonzero", "nonzero-line"),
+            ("Tensor.tolist", "tolist-line"),
+            ("Tensor.__bool__", "bool-line"),
+            ("Tensor.__repr__", "print-line"),
+            ("Tensor.__format__", "format-line"),
+            ("torch.cuda.synchronize", "synchronize-line"),
+        ]
     ]
     assert report.d2h == 1  # the bytes tolist() brings back
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("tensor([0., 1., 2., 3., 4., 5.]")
+    assert printed[1] == "15.0"
 
 
 def test_pageable_non_blocking_is_flagged_and_neither_is_a_sync(cuda: torch.device) -> None:

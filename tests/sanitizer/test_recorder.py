@@ -169,6 +169,48 @@ def test_tolist_also_moves_its_bytes_device_to_host() -> None:
     assert (report.d2h, report.d2h_bytes) == (1, 80)
 
 
+@pytest.mark.parametrize(
+    ("name", "call"),
+    [
+        ("Tensor.__repr__", lambda t: print(t)),
+        ("Tensor.__repr__", lambda t: str(t)),
+        ("Tensor.__repr__", lambda t: repr(t)),
+        ("Tensor.__format__", lambda t: f"{t}"),
+        ("Tensor.__format__", lambda t: f"{t.sum()}"),  # meta refuses a spec such as :.3f
+    ],
+)
+def test_printing_a_device_tensor_is_one_sync(
+    name: str, call: Callable[[torch.Tensor], object], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # torch's printing code disables dispatch modes, so the many reads it makes on a real
+    # device are invisible below the function layer: the print itself is the sync
+    t = torch.ones(2, 3, device=META)
+    with MetaReadback(), torchplace.guard() as report:
+        call(t)
+    assert [(e.op, e.detail) for e in report.syncs] == [
+        (name, "printing a device tensor reads its values on the host")
+    ]
+    capsys.readouterr()
+
+
+def test_printing_host_or_empty_tensors_is_no_sync(capsys: pytest.CaptureFixture[str]) -> None:
+    with MetaReadback(), torchplace.guard() as report:
+        print(torch.ones(3), f"{torch.ones(())}")
+        print(torch.ones(0, device=META))  # nothing to read
+        assert torch.ones(0, device=META).tolist() == []
+    assert report.syncs == []
+    capsys.readouterr()
+
+
+def test_print_line_is_the_users(capsys: pytest.CaptureFixture[str]) -> None:
+    t = torch.ones(4, device=META)
+    with torchplace.guard() as report:
+        print("loss", t)  # print-line
+    (sync,) = report.syncs
+    assert (sync.site.filename, sync.site.lineno) == (HERE, line("print-line"))
+    capsys.readouterr()
+
+
 def test_numpy_of_a_device_tensor_is_recorded_before_torch_refuses_it() -> None:
     t = torch.ones(3, device=META)
     with torchplace.guard() as report, pytest.raises(TypeError, match="numpy"):
@@ -256,6 +298,17 @@ def test_device_to_device_copies_are_not_syncs_and_host_copies_are() -> None:
         (line("claimed-h2d"), "blocking host-to-device copy"),
         (line("claimed-d2h"), "blocking device-to-host copy"),
     ]
+
+
+def test_a_destination_without_index_is_reported_with_the_current_one() -> None:
+    # x.to("cuda") names no index; the copy lands on the current cuda:N, and the report says so
+    aten = torch.ops.aten
+    gpu0, host = DeviceClaim((4,), "cuda:0"), torch.ones(4)
+    with torchplace.guard() as report:
+        # recorded before it runs; a CPU-only build then refuses it
+        attempt(lambda: aten._to_copy.default(host, device=torch.device("cuda")))
+        aten._to_copy.default(gpu0, device=torch.device("cuda"))  # same device: no copy
+    assert [(e.kind, e.src, e.dst) for e in report.transfers] == [("h2d", "cpu", "cuda:0")]
 
 
 # -- mixed devices -------------------------------------------------------------------------

@@ -10,9 +10,11 @@ How it works, and why it is cheap:
   :class:`~torch.utils._python_dispatch.TorchDispatchMode` pushed for its duration, which sees
   the aten ops it decomposes into: ``_to_copy``/``copy_`` (direction, bytes, pinned or pageable),
   ``_local_scalar_dense``, ``nonzero``, boolean-mask ``index``, ...
-* API-level syncs (``Tensor.item``, ``.tolist()``, ``.numpy()``, ``bool(t)``) are recorded once,
-  at the function layer, under their user-facing name; the aten op they become is then not
-  counted again. The bytes a ``.tolist()`` moves are still recorded as a D2H transfer.
+* API-level syncs (``Tensor.item``, ``.tolist()``, ``.numpy()``, ``bool(t)``, and printing:
+  ``print(t)``, ``repr(t)``, ``f"{t}"``) are recorded once, at the function layer, under their
+  user-facing name; the aten ops they become are then not counted again (torch hides a print's
+  many small reads from dispatch modes anyway). The bytes a ``.tolist()`` moves are still
+  recorded as a D2H transfer.
 * ``torch.cuda.synchronize`` (and ``torch.accelerator.synchronize``, ``Stream``/``Event``
   ``synchronize``) are plain Python functions that no mode sees: while any guard is active they
   are wrapped, and the wrapper records only for guards active on the calling thread.
@@ -47,7 +49,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import torchplace
 from torchplace.errors import ConfigError, GuardViolation
-from torchplace.placement import same_device
+from torchplace.placement import canonical_device
 from torchplace.sanitizer.events import KINDS, TRANSFER_KINDS, Event, GuardWarning, Operand, Site
 from torchplace.sanitizer.report import DEFAULT_MAX_EVENTS, MODES, GuardReport, _site_matches
 
@@ -171,11 +173,22 @@ def _build_pure() -> frozenset[Any]:
 #: Calls that only compute on the device their operands are on: no copy, no sync.
 _PURE: Final = _build_pure()
 
-#: API calls that read device data on the host (a sync when the tensor is not on the CPU).
-_FUNCTION_SYNCS: Final[dict[Any, str]] = {
-    getattr(Tensor, name): f"Tensor.{name}"
-    for name in ("item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__")
-    if hasattr(Tensor, name)
+_READ_ON_HOST: Final = "a device value read on the host"
+#: Printing reads the values with many small device reads that torch hides from dispatch modes
+#: (``torch._tensor_str`` disables them): the guard records the print as one sync, by its name.
+_PRINTED: Final = "printing a device tensor reads its values on the host"
+
+#: API calls that read device data on the host (a sync when the tensor is not on the CPU and
+#: holds data): the name to record, and why it syncs.
+_FUNCTION_SYNCS: Final[dict[Any, tuple[str, str]]] = {
+    **{
+        getattr(Tensor, name): (f"Tensor.{name}", _READ_ON_HOST)
+        for name in ("item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__")
+        if hasattr(Tensor, name)
+    },
+    # print(t), str(t), repr(t) and f"{t}" (any dim), f"{loss:.3f}" (0-dim)
+    Tensor.__repr__: ("Tensor.__repr__", _PRINTED),
+    Tensor.__format__: ("Tensor.__format__", _PRINTED),
 }
 
 #: Factories that copy host data (lists, numbers, NumPy arrays) to the target device.
@@ -423,13 +436,15 @@ def _record_copy(
     """Record a copy of ``src_t`` to ``dst`` (transfer, pageable source, blocking sync); the
     direction, or None when both sides are the same device (not a crossing)."""
     src = src_t.device
-    if same_device(src, dst):
+    dst = canonical_device(dst)  # .to("cuda") names no index; the copy goes to cuda:N
+    if src == dst:
         return None
     direction = _direction(src, dst)
     owner._transfer(direction, op, _nbytes(src_t), src, dst, non_blocking)
     if direction == "h2d" and non_blocking and not _is_pinned(src_t):
         owner._emit("pageable_non_blocking", op, detail=_PAGEABLE_H2D)
-    if not non_blocking and direction in _BLOCKING_COPY:
+    # torch returns before any memcpy (so before any wait) when there is no element to copy
+    if not non_blocking and direction in _BLOCKING_COPY and src_t.numel() > 0:
         owner._sync(op, _BLOCKING_COPY[direction])
     return direction
 
@@ -507,7 +522,7 @@ def _build_handlers() -> dict[Any, _Handler]:
     handlers: dict[Any, _Handler] = {
         aten._to_copy.default: _to_copy,
         aten.copy_.default: _copy_,
-        aten._local_scalar_dense.default: _sync_handler("a device value read on the host"),
+        aten._local_scalar_dense.default: _sync_handler(_READ_ON_HOST),
         aten.nonzero.default: _sync_handler("nonzero (the result size depends on the data)"),
         aten.masked_select.default: _sync_handler("masked_select (data-dependent size)"),
         aten.equal.default: _sync_handler("equal (a Python bool computed from device data)"),
@@ -683,8 +698,9 @@ class Guard:
         api = _FUNCTION_SYNCS.get(func)
         if api is not None:
             t = args[0] if args else None
-            if isinstance(t, Tensor) and t.device.type != "cpu":
-                self._sync(api, "a device value read on the host")
+            # an empty tensor has nothing to read: torch copies or reads nothing, so no sync
+            if isinstance(t, Tensor) and t.device.type != "cpu" and t.numel() > 0:
+                self._sync(*api)
                 self._suppress_syncs += 1
                 try:
                     with self._dispatch:
@@ -710,8 +726,10 @@ class Guard:
                 self._transfer(
                     "h2d", factory, _nbytes(out), torch.device("cpu"), out.device, False, after=True
                 )
-                # torch's own copy is a blocking one (non_blocking=False): a sync on CUDA
-                self._sync(factory, _BLOCKING_COPY["h2d"])
+                # torch's own copy is a blocking one (non_blocking=False): a sync on CUDA,
+                # unless there is no element to copy
+                if out.numel() > 0:
+                    self._sync(factory, _BLOCKING_COPY["h2d"])
         return out
 
     def _check_mixed_call(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
