@@ -24,6 +24,10 @@ class CopyCounter(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.crossings: list[tuple[str, str]] = []
+        #: dtype conversions: (device type of the result, source dtype, result dtype)
+        self.casts: list[tuple[str, torch.dtype, torch.dtype]] = []
+        #: dtypes of the tensors that crossed, in the order of ``crossings``
+        self.crossed_dtypes: list[torch.dtype] = []
 
     def h2d(self) -> int:
         return sum(1 for src, dst in self.crossings if src == "cpu" and dst != "cpu")
@@ -43,22 +47,35 @@ class CopyCounter(TorchDispatchMode):
         if target is None and len(args) > 1 and isinstance(args[1], torch.device):
             target = args[1]  # aten.to.device(self, device, ...)
         # under inference_mode `Tensor.to` reaches the dispatcher as aten.to, else aten._to_copy
-        if func.overloadpacket in (aten._to_copy, aten.to) and target is not None:
+        converts = func.overloadpacket in (aten._to_copy, aten.to)
+        if converts and target is not None:
             src = args[0]
             dst = torch.device(target)
             if dst.type != src.device.type:
                 self.crossings.append((src.device.type, dst.type))
+                self.crossed_dtypes.append(src.dtype)
                 if src.device.type == "meta":
-                    return torch.zeros(
-                        src.shape, dtype=kwargs.get("dtype") or src.dtype, device=dst
-                    )
+                    out = torch.zeros(src.shape, dtype=kwargs.get("dtype") or src.dtype, device=dst)
+                    self._note_cast(src, out)
+                    return out
         if func is aten.copy_.default:
             dst, src = args[0], args[1]
             if dst.device.type != src.device.type:
                 self.crossings.append((src.device.type, dst.device.type))
+                self.crossed_dtypes.append(src.dtype)
                 if src.device.type == "meta":
                     return dst
-        return func(*args, **kwargs)
+            if dst.dtype != src.dtype:
+                self.casts.append((dst.device.type, src.dtype, dst.dtype))
+        result = func(*args, **kwargs)
+        if converts:
+            self._note_cast(args[0], result)
+        return result
+
+    def _note_cast(self, src: Any, out: Any) -> None:
+        tensors = isinstance(src, torch.Tensor) and isinstance(out, torch.Tensor)
+        if tensors and out.dtype != src.dtype:
+            self.casts.append((out.device.type, src.dtype, out.dtype))
 
 
 def loaded(

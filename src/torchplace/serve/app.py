@@ -119,6 +119,8 @@ class App:
         self._inputs = tuple(engine.inputs)
         self._outputs = tuple(engine.outputs)
         self._max_rows = engine.max_batch_size
+        #: the serving precision (--dtype) the engine casts the model to; None = its own dtypes
+        self.dtype: str | None = getattr(engine, "dtype", config.dtype)
         self._allow_nan = config.allow_nan
         self._metrics_on = config.metrics
         self._server_meta = protocol.server_metadata(
@@ -131,16 +133,18 @@ class App:
             inputs=self._inputs,
             outputs=self._outputs,
         )
-        self._model_config = orjson.dumps(
-            {
-                "name": self._name,
-                "platform": engine.platform,
-                "backend": "pytorch",
-                "max_batch_size": self._max_rows,
-                "input": [_config_tensor(s) for s in self._inputs],
-                "output": [_config_tensor(s) for s in self._outputs],
-            }
-        )
+        model_config: dict[str, Any] = {
+            "name": self._name,
+            "platform": engine.platform,
+            "backend": "pytorch",
+            "max_batch_size": self._max_rows,
+            "input": [_config_tensor(s) for s in self._inputs],
+            "output": [_config_tensor(s) for s in self._outputs],
+        }
+        if self.dtype is not None:
+            # Triton's free-form model parameters: where the serving precision is told
+            model_config["parameters"] = {"dtype": {"string_value": self.dtype}}
+        self._model_config = orjson.dumps(model_config)
         self._openapi: bytes | None = None
         # Exact paths answered without parsing; anything else goes through _route_slow.
         self._routes: dict[bytes, tuple[bytes, _Route]] = {
@@ -489,9 +493,10 @@ async def serve(
             await app.server.close()
             raise
         logger.info(
-            "serving %s version %s on http://%s:%d",
+            "serving %s version %s%s on http://%s:%d",
             app.engine.name,
             app.engine.version,
+            f" ({app.dtype})" if app.dtype is not None else "",
             config.host,
             app.port,
         )

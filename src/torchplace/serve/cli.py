@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from torchplace.errors import ConfigError
-from torchplace.serve.config import LOG_LEVELS, MIB, ServeConfig
+from torchplace.serve.config import DTYPES, LOG_LEVELS, MIB, ServeConfig
 
 __all__ = ["config_from_args", "configure", "run"]
 
@@ -68,6 +68,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--devices",
         metavar="LIST",
         help="several devices, comma-separated (cuda:0,cuda:1) or 'all'; overrides --device",
+    )
+    place.add_argument(
+        "--dtype",
+        metavar="{" + ",".join(DTYPES) + "}",
+        help="serving precision: each replica's floating weights are cast to it on the device "
+        "(aliases fp32, fp16, bf16); float inputs cross in their wire datatype and are cast on "
+        "the device, outputs keep their declared datatype (default: the model's own dtypes)",
     )
     place.add_argument(
         "--replicas-per-device",

@@ -22,13 +22,15 @@ from typing import Any
 
 from torchplace.errors import ConfigError
 from torchplace.models import TensorSpec
-from torchplace.serve.datatypes import NUMPY_DTYPES
+from torchplace.serve.datatypes import NUMPY_DTYPES, SERVING_DTYPES, serving_dtype
 
-__all__ = ["DATATYPES", "LOG_LEVELS", "ServeConfig", "parse_tensor_spec"]
+__all__ = ["DATATYPES", "DTYPES", "LOG_LEVELS", "ServeConfig", "parse_tensor_spec"]
 
 #: Open Inference Protocol datatypes a served model may declare (those torch and numpy share;
 #: BYTES is not a torch type and BF16 has no numpy dtype).
 DATATYPES: frozenset[str] = frozenset(NUMPY_DTYPES)
+#: ``dtype`` choices (serving precision); ``fp32``/``fp16``/``bf16`` are accepted as aliases.
+DTYPES: tuple[str, ...] = SERVING_DTYPES
 LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error", "critical")
 MIB = 1024 * 1024
 
@@ -108,6 +110,8 @@ class ServeConfig:
     outputs: tuple[TensorSpec, ...] | None = None
     device: str = "auto"
     devices: tuple[str, ...] | None = None
+    #: cast the model's floating weights to this dtype on each device; None = its own dtypes
+    dtype: str | None = None
     replicas_per_device: int = 1
     max_batch_size: int = 32
     max_delay_ms: float = 2.0
@@ -169,6 +173,10 @@ class ServeConfig:
         if self.devices is not None and any(d.strip().lower() == "meta" for d in self.devices):
             fail(
                 "devices", self.devices, "meta runs no kernels and holds no data; use cpu or cuda:N"
+            )
+        if self.dtype is not None:
+            object.__setattr__(
+                self, "dtype", serving_dtype(self.dtype, where="serve config: dtype")
             )
         for name, low in (
             ("replicas_per_device", 1),

@@ -11,7 +11,14 @@ from torchplace.errors import ConfigError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["NUMPY_DTYPES", "numpy_dtype", "torch_dtype"]
+__all__ = [
+    "FLOAT_DATATYPES",
+    "NUMPY_DTYPES",
+    "SERVING_DTYPES",
+    "numpy_dtype",
+    "serving_dtype",
+    "torch_dtype",
+]
 
 #: OIP datatype -> numpy dtype. BF16 has no numpy dtype and BYTES is not a torch type.
 NUMPY_DTYPES: dict[str, np.dtype[np.generic]] = {
@@ -46,3 +53,31 @@ def torch_dtype(datatype: str) -> torch.dtype:
     import torch
 
     return torch.from_numpy(np.empty(0, dtype=numpy_dtype(datatype))).dtype
+
+
+#: ``--dtype`` choices: the torch floating dtypes a replica's weights may be cast to.
+SERVING_DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")
+_DTYPE_NAMES: dict[str, str] = {
+    **{name: name for name in SERVING_DTYPES},
+    "fp32": "float32",
+    "fp16": "float16",
+    "bf16": "bfloat16",
+}
+#: OIP floating datatypes and their torch dtype names (the inputs a serving dtype casts).
+FLOAT_DATATYPES: dict[str, str] = {"FP16": "float16", "FP32": "float32", "FP64": "float64"}
+
+
+def serving_dtype(value: object, *, where: str = "dtype") -> str:
+    """The canonical ``--dtype`` name (``float32``/``float16``/``bfloat16``) for ``value``.
+
+    Accepts the aliases ``fp32``/``fp16``/``bf16``, in any case; anything else is a
+    ConfigError naming the value and the choices.
+    """
+    name = _DTYPE_NAMES.get(value.strip().lower()) if isinstance(value, str) else None
+    if name is None:
+        raise ConfigError(
+            f"{where}={value!r} is not a serving dtype; choose one of "
+            f"{', '.join(SERVING_DTYPES)} (or fp32, fp16, bf16), or leave it unset to keep "
+            "the model's own dtypes"
+        )
+    return name

@@ -25,6 +25,12 @@ stays with the event loop and CPU replicas do not oversubscribe the rest; ``torc
 (``--torch-threads``) overrides it.
 This is process-wide, as torch's setting is.
 
+``dtype`` (``--dtype``: ``float32``, ``float16``, ``bfloat16``) is the serving precision: each
+replica's module is placed with one ``.to(device, dtype)`` (floating parameters and buffers are
+cast), floating inputs still cross host -> device once in their wire datatype and are cast on
+the device, and outputs are cast back to their declared datatype on the device before their
+one copy to the host. Without it nothing is cast.
+
 ``metrics=False`` (``--no-metrics``) skips the per-batch histogram updates (the error counters
 and the scrape-time gauges stay); tracing costs nothing unless a trace file or an OpenTelemetry
 provider is configured.
@@ -57,8 +63,8 @@ from torchplace.errors import (
     TransferError,
 )
 from torchplace.serve.batcher import Batcher, Pending
-from torchplace.serve.datatypes import numpy_dtype
-from torchplace.serve.loader import LoadedModel, load_model
+from torchplace.serve.datatypes import numpy_dtype, serving_dtype
+from torchplace.serve.loader import LoadedModel, load_model, weight_bytes
 from torchplace.serve.metrics import ReplicaState, ServeMetrics
 from torchplace.serve.replica import BatchOutcome, Replica, Transfer
 from torchplace.serve.tracing import BatchRecord, Tracer
@@ -148,6 +154,7 @@ class Engine:
         recovery_interval_s: float = 0.25,
         otel: bool | None = None,
         metrics: bool = True,
+        dtype: str | None = None,
     ) -> None:
         import torch
 
@@ -160,6 +167,9 @@ class Engine:
         if fallback not in (None, "cpu"):
             raise ConfigError(f"fallback must be 'cpu' or None, got {fallback!r}")
         devices = [_full_device(d) for d in devices]
+        #: the serving precision (``float32``/``float16``/``bfloat16``); None = the model's own
+        self.dtype = serving_dtype(dtype) if dtype is not None else None
+        replica_dtype = getattr(torch, self.dtype) if self.dtype is not None else None
         self.loaded = loaded
         self.name = loaded.name
         self.version = loaded.version
@@ -182,6 +192,7 @@ class Engine:
                         failure_threshold=failure_threshold,
                         transfer=transfer,
                         recovery_interval_s=recovery_interval_s,
+                        dtype=replica_dtype,
                     )
                 )
         if fallback == "cpu":
@@ -194,6 +205,7 @@ class Engine:
                     failure_threshold=failure_threshold,
                     fallback=True,
                     recovery_interval_s=recovery_interval_s,
+                    dtype=replica_dtype,
                 )
             )
         self.devices = [str(d) for d in devices]
@@ -253,6 +265,7 @@ class Engine:
             trace_file=config.trace_file,
             torch_threads=config.torch_threads,
             metrics=config.metrics,
+            dtype=config.dtype,
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -274,7 +287,7 @@ class Engine:
             except KernelError as exc:
                 if "CUDA error" in str(exc):
                     raise  # a device fault, not the declarations
-                raise self._startup_error(exc) from exc
+                raise self._startup_error(exc, replica) from exc
         self._batcher = Batcher(
             loop=loop,
             pick=self._pick,
@@ -294,13 +307,23 @@ class Engine:
         self.startup_record = self._startup_record(time.perf_counter() - began, threads)
         logger.info("%s", json.dumps(self.startup_record, sort_keys=True))
 
-    def _startup_error(self, exc: KernelError) -> ConfigError:
+    def _startup_error(self, exc: KernelError, replica: Replica) -> ConfigError:
         """The start-up dry run (zeros of the declared shapes, before any request) failed in
-        the forward pass: the declarations do not fit the model, a configuration error."""
+        the forward pass: the declarations (or the serving dtype) do not fit the model, a
+        configuration error."""
         declared = ", ".join(
             f"{spec.name}:{spec.datatype}:{','.join(str(dim) for dim in spec.shape)}"
             for spec in self.loaded.inputs
         )
+        if self.dtype is not None:
+            return ConfigError(
+                f"the start-up dry run of model {self.loaded.name!r} with --dtype {self.dtype} "
+                f"on {replica.label} failed: {exc}; the model (or an op it uses) may not support "
+                f"{self.dtype} on {replica.device.type}: serve it without --dtype (its own "
+                "dtypes) or with another --dtype, or make its own tensors follow the inputs' "
+                "dtype (x.new_*/torch.*_like rather than fixed-dtype temporaries); if it fails "
+                f"without --dtype too, check the declared inputs {declared} (name:datatype:shape)"
+            )
         return ConfigError(
             f"the start-up dry run of model {self.loaded.name!r} failed with the declared "
             f"inputs {declared} (name:datatype:shape) at --max-batch-size {self.max_batch_size}: "
@@ -618,6 +641,7 @@ class Engine:
             "source": self.loaded.source,
             "device": self._default_label,
             "devices": self.devices,
+            "dtype": self.dtype,
             "replicas": [
                 {
                     "name": r.name,
@@ -625,6 +649,8 @@ class Engine:
                     "fallback": r.fallback,
                     "ready": r.is_ready(),
                     "pinned_staging": bool(r.staging and r.staging.is_pinned()),
+                    "weight_dtypes": r.weight_dtypes(),
+                    "weight_bytes": weight_bytes(r.module) if r.module is not None else 0,
                 }
                 for r in self.replicas
             ],

@@ -1,12 +1,15 @@
 """One copy of the model on one device, with its staging buffers and its worker thread.
 
 Start-up (:meth:`Replica.prepare`, once): copy the host model, ``eval()``, move it to the
-device, check from the parameters themselves that every weight is there, allocate the staging
-buffers (pinned when the device is CUDA) and run a dry run at the largest batch size through the
-very path requests take. Readiness = weights verified on the device + dry run passed + healthy.
+device with one ``.to(device, dtype)`` (``dtype``, the serving precision, casts the floating
+parameters and buffers; None keeps the model's own), check from the parameters themselves that
+every weight is there, allocate the staging buffers (pinned when the device is CUDA) and run a
+dry run at the largest batch size through the very path requests take. Readiness = weights
+verified on the device + dry run passed + healthy.
 
 A batch (:meth:`Replica.run_batch`): gather the rows of every request into the staging buffer
-(one host memcpy per input) -> ONE host-to-device copy per input -> forward under
+(one host memcpy per input) -> ONE host-to-device copy per input, in its wire datatype ->
+(with a serving dtype: floating inputs cast to it on the device) -> forward under
 :func:`torch.inference_mode` -> ONE device-to-host copy per output -> numpy rows per request.
 On a CUDA replica the copies and the forward run on the replica's own stream and the batch ends
 with one synchronisation of that stream (the results are needed on the host anyway).
@@ -34,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from torchplace.errors import ConfigError, InputError, ServeError
-from torchplace.serve.datatypes import numpy_dtype, torch_dtype
+from torchplace.serve.datatypes import FLOAT_DATATYPES, numpy_dtype, torch_dtype
 from torchplace.serve.failures import BatchFailure, HealthTracker, is_oom
 from torchplace.serve.loader import set_eval
 from torchplace.serve.staging import StagingBuffers
@@ -128,9 +131,15 @@ class Replica:
         fallback: bool = False,
         transfer: Transfer | None = None,
         recovery_interval_s: float = 0.25,
+        dtype: torch.dtype | None = None,
     ) -> None:
         if max_batch_size < 1:
             raise ConfigError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        if dtype is not None and not getattr(dtype, "is_floating_point", False):
+            raise ConfigError(
+                f"replica dtype={dtype!r} is not a floating torch dtype; give torch.float32, "
+                "torch.float16 or torch.bfloat16, or None for the model's own dtypes"
+            )
         self.loaded = loaded
         self.device = device
         self.label = str(device)
@@ -146,7 +155,18 @@ class Replica:
         self.dry_run_passed = False
         self.busy = False  # owned by the event loop
         self.rows_served = 0  # owned by the event loop
+        self.dtype = dtype
         self._input_names = tuple(spec.name for spec in loaded.inputs)
+        # which inputs the forward casts to ``dtype`` (on the device, after their one copy):
+        # the floating ones of another datatype. Empty without a dtype: the hot path only
+        # tests this tuple.
+        casts = tuple(
+            dtype is not None
+            and spec.datatype in FLOAT_DATATYPES
+            and f"torch.{FLOAT_DATATYPES[spec.datatype]}" != str(dtype)
+            for spec in loaded.inputs
+        )
+        self._in_casts: tuple[bool, ...] = casts if any(casts) else ()
         self._output_specs = loaded.outputs
         self._out_dtypes: dict[str, torch.dtype] = {}
         self._cuda = device.type == "cuda"
@@ -168,7 +188,11 @@ class Replica:
         self._out_dtypes = {spec.name: torch_dtype(spec.datatype) for spec in self._output_specs}
         rebuild = self.loaded.rebuild
         module = rebuild(self.device) if rebuild is not None else copy.deepcopy(self.loaded.module)
-        module = set_eval(module).to(self.device)
+        module = set_eval(module)
+        # one .to: placement and, with a serving dtype, the cast of the floating tensors
+        module = (
+            module.to(self.device) if self.dtype is None else module.to(self.device, self.dtype)
+        )
         self.module = module
         if not self.weights_on_device():
             raise ConfigError(
@@ -202,6 +226,16 @@ class Replica:
             return False
         device = self.device
         return all(tensor.device == device for tensor in (*module.parameters(), *module.buffers()))
+
+    def weight_dtypes(self) -> list[str]:
+        """The dtypes of the placed module's parameters and buffers (read from the tensors)."""
+        module = self.module
+        if module is None:
+            return []
+        found = {
+            str(t.dtype).removeprefix("torch.") for t in (*module.parameters(), *module.buffers())
+        }
+        return sorted(found)
 
     def dry_run(self, rows: int) -> dict[str, tuple[int, ...]]:
         """Run ``rows`` rows of zeros through the request path; returns output row shapes."""
@@ -358,6 +392,10 @@ class Replica:
         module = self.module
         assert module is not None
         with self._as_kernel, torch.inference_mode():
+            casts = self._in_casts
+            if casts:  # the serving dtype, on the device: the inputs crossed in wire dtype
+                dtype = self.dtype
+                dev_in = [t.to(dtype) if c else t for t, c in zip(dev_in, casts, strict=True)]
             raw = module(*dev_in)
             outs = self._outputs(raw, n)
         if events:
