@@ -47,5 +47,8 @@ bench: $(VENV)/.bench-stamp  ## run every benchmark in benchmarks/ side by side 
 		echo "wrk is missing: install it (Debian: apt-get install wrk) for benchmarks/serve_vs_peers.py"
 	@failed=0; for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b $(ARGS) || failed=1; done; exit $$failed
 
+gpu-check:  ## on a machine with a GPU: the cuda tests and the GPU benchmarks, summary in out/gpu-check
+	PYTHON=$(PYTHON) scripts/gpu-check
+
 clean:  ## remove the virtual environment and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
