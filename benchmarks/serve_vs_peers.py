@@ -929,5 +929,12 @@ def report(runs: list[Run], ceilings: dict[str, float], args: argparse.Namespace
     return 0 if checks and all(ok for _, ok in checks) else 1
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM (``timeout``, a CI runner) unwinds like Ctrl-C: the servers, each in its own
+    process group, are stopped by the ``finally`` blocks instead of being left running."""
+    raise SystemExit(128 + signum)
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     sys.exit(main())

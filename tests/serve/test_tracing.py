@@ -5,10 +5,6 @@ import time
 from pathlib import Path
 
 import pytest
-from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from torchplace.serve import tracing
 from torchplace.serve.tracing import BatchRecord, Tracer
@@ -76,6 +72,13 @@ def test_event_buffer_is_bounded(tmp_path: Path) -> None:
 
 
 def test_opentelemetry_spans_per_request_and_stage() -> None:
+    # OpenTelemetry is an extra (torchplace[trace]): only these tests need it
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -104,6 +107,9 @@ def test_opentelemetry_spans_per_request_and_stage() -> None:
 
 
 def test_opentelemetry_is_used_only_with_a_real_provider() -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry import trace
+
     provider = trace.get_tracer_provider()
     if isinstance(provider, trace.ProxyTracerProvider):
         assert tracing._otel_tracer() is None
