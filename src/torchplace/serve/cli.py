@@ -1,6 +1,6 @@
 """Serve a model over the Open Inference Protocol (KServe v2 REST) on 127.0.0.1:8000 by default.
 
-Every flag is also a setting of a ``--config`` file (TOML on Python 3.11+, or JSON); flags given
+Every flag is also a setting of a ``--config`` file (TOML or JSON); flags given
 on the command line override the file. With no arguments, ``torchplace serve`` serves the
 embedded ``seed-mlp`` model on http://127.0.0.1:8000. SIGTERM or Ctrl-C drains: readiness
 turns false, new requests get 503, in-flight ones finish, then the process exits 0.

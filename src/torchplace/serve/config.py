@@ -1,9 +1,8 @@
 """Configuration of ``torchplace serve``: one frozen, validated dataclass.
 
 A :class:`ServeConfig` can be built in code (keyword arguments), from a mapping, or from a
-config file: TOML (``.toml``, needs Python 3.11+ for :mod:`tomllib`) or JSON (``.json``, any
-Python). Keys are the field names (``max_batch_size`` or ``max-batch-size``), optionally under a
-``[serve]`` table. On the command line, flags override the file.
+config file: TOML (``.toml``) or JSON (``.json``). Keys are the field names (``max_batch_size``
+or ``max-batch-size``), optionally under a ``[serve]`` table. On the command line, flags override the file.
 
 Tensor declarations (``inputs``/``outputs``) use ``NAME:DATATYPE:DIMS`` strings such as
 ``input:FP32:-1,8`` (``-1`` is the batch dimension) or ``{"name", "datatype", "shape"}`` tables.
@@ -232,7 +231,7 @@ class ServeConfig:
 
     @classmethod
     def from_file(cls, path: str | Path) -> ServeConfig:
-        """Load a ``.toml`` (Python 3.11+) or ``.json`` config file."""
+        """Load a ``.toml`` or ``.json`` config file."""
         return cls.from_mapping(load_config_file(path), source=str(path))
 
     def with_overrides(self, data: Mapping[str, Any], *, source: str = "config") -> ServeConfig:
@@ -289,10 +288,8 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     elif suffix == ".toml":
         try:
             tomllib = importlib.import_module("tomllib")
-        except ImportError:  # pragma: no cover - Python 3.10 only
-            raise ConfigError(
-                f"config file {str(path)!r}: TOML needs Python 3.11+; use a .json file instead"
-            ) from None
+        except ImportError:  # pragma: no cover - Python 3.10: the tomli dependency
+            tomllib = importlib.import_module("tomli")
         try:
             data = tomllib.loads(raw.decode("utf-8"))
         except (ValueError, UnicodeDecodeError) as exc:
