@@ -2,7 +2,8 @@
 
 A :class:`ServeConfig` can be built in code (keyword arguments), from a mapping, or from a
 config file: TOML (``.toml``) or JSON (``.json``). Keys are the field names (``max_batch_size``
-or ``max-batch-size``), optionally under a ``[serve]`` table. On the command line, flags override the file.
+or ``max-batch-size``), optionally under a ``[serve]`` table. On the command line, flags
+override the file.
 
 Tensor declarations (``inputs``/``outputs``) use ``NAME:DATATYPE:DIMS`` strings such as
 ``input:FP32:-1,8`` (``-1`` is the batch dimension) or ``{"name", "datatype", "shape"}`` tables.
