@@ -3,9 +3,10 @@
 On the CPU (always run): the pass-through's overhead against a plain ``for batch in batches``
 loop, with a small but realistic consumer per batch (a 256x256 matrix product on one thread,
 about 0.1-0.2 ms; a training or inference step is rarely cheaper). Target: under 3 % overhead;
-the absolute cost per batch (about a microsecond) is printed too. The machine may be busy, so the two loops run back to back in many short rounds,
-in alternating order, timed by the thread's CPU clock (time spent descheduled does not count),
-and the figure compared is the median of the per-round ratios.
+the absolute cost per batch (about a microsecond) is printed too. The machine may be busy, so
+the two loops run back to back in many short rounds, in alternating order, timed by the
+thread's CPU clock (time spent descheduled does not count), and the figure compared is the
+median of the per-round ratios.
 
 On CUDA (``--device cuda:0``): epoch time over a ``DataLoader`` of 8 MiB host batches, with a
 consumer whose compute per batch is calibrated to the plain copy time, for
