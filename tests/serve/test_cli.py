@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,6 +87,21 @@ def test_unwritable_trace_file_is_refused_before_serving(
     assert "does not exist" in err
     assert main(["serve", "--port", "0", "--trace-file", str(tmp_path)]) == 2
     assert "is a directory" in capsys.readouterr().err
+
+
+def test_missing_serve_extra_names_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = importlib.util.find_spec
+
+    def find_spec(name: str, *args: Any) -> Any:
+        return None if name in ("orjson", "httptools") else real(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    assert main(["serve", "--port", "0"]) == 2  # before any model is loaded or port bound
+    err = capsys.readouterr().err
+    assert "httptools, orjson not installed" in err
+    assert "pip install 'torchplace[serve]'" in err
 
 
 def test_help_lists_the_flags() -> None:

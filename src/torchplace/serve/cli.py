@@ -9,6 +9,7 @@ turns false, new requests get 503, in-flight ones finish, then the process exits
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 from pathlib import Path
 from typing import Any
@@ -199,6 +200,20 @@ def _check_trace_file(path: Path | None) -> None:
         )
 
 
+#: Modules of the ``serve`` extra that the server cannot run without (uvloop is optional).
+_SERVE_EXTRA = ("httptools", "orjson", "prometheus_client")
+
+
+def _require_serve_extra() -> None:
+    """Raise :class:`ConfigError` naming the extra to install when one of its modules is missing."""
+    missing = [name for name in _SERVE_EXTRA if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigError(
+            f"torchplace serve needs the serve extra ({', '.join(missing)} not installed); "
+            "run: pip install 'torchplace[serve]'"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM/SIGINT; returns 0 after a clean drain."""
     config = config_from_args(args)
@@ -206,6 +221,7 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger("torchplace").setLevel(config.log_level.upper())
     if not logging.getLogger().handlers:
         logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
+    _require_serve_extra()
     from torchplace.serve.app import new_event_loop, serve
 
     loop = new_event_loop()
