@@ -217,7 +217,7 @@ def test_float32_serving_of_fp32_inputs_adds_no_input_cast() -> None:
     replica = Replica(_embed_model(), CPU, max_batch_size=4, dtype=torch.float32)
     assert replica._in_casts == ()
     replica = Replica(_embed_model(), CPU, max_batch_size=4, dtype=torch.float16)
-    assert replica._in_casts == (True, False)  # the FP32 input only, never the INT64 one
+    assert replica._in_casts == (torch.float16, None)  # the FP32 input only, not the INT64
 
 
 def test_integer_inputs_keep_their_dtype_values_on_cpu() -> None:

@@ -50,8 +50,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         dest="inputs",
         action="append",
         metavar="NAME:DATATYPE:DIMS",
-        help="declare an input, e.g. input:FP32:-1,8 (-1 = batch dimension); repeatable; "
-        "overrides the model's own declaration",
+        help="declare an input, e.g. input:FP32:-1,8 (-1 = batch dimension; DATATYPE is an "
+        "OIP datatype such as FP32, FP16, BF16, INT64); repeatable; overrides the model's own "
+        "declaration",
     )
     model.add_argument(
         "--output",
@@ -74,8 +75,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--dtype",
         metavar="{" + ",".join(DTYPES) + "}",
         help="serving precision: each replica's floating weights are cast to it on the device "
-        "(aliases fp32, fp16, bf16); float inputs cross in their wire datatype and are cast on "
-        "the device, outputs keep their declared datatype (default: the model's own dtypes)",
+        "(aliases fp32, fp16, bf16); float inputs (BF16 ones too) cross once and are cast to it "
+        "on the device, outputs keep their declared datatype (default: the model's own dtypes)",
     )
     place.add_argument(
         "--replicas-per-device",

@@ -1,4 +1,10 @@
-"""Open Inference Protocol datatype names and the numpy/torch dtypes they map to."""
+"""Open Inference Protocol datatype names and the numpy/torch dtypes they map to.
+
+Every servable datatype has a host dtype (numpy: staging buffers, requests, results) and a
+torch dtype (what the model sees). They are the same but for BF16: numpy has no bfloat16, so a
+BF16 tensor is float32 on the host, crosses host <-> device as float32 and is cast to and from
+torch.bfloat16 on the device.
+"""
 
 from __future__ import annotations
 
@@ -13,8 +19,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FLOAT_DATATYPES",
+    "HOST_DTYPES",
     "NUMPY_DTYPES",
     "SERVING_DTYPES",
+    "host_numpy_dtype",
+    "host_torch_dtype",
     "numpy_dtype",
     "serving_dtype",
     "torch_dtype",
@@ -37,21 +46,56 @@ NUMPY_DTYPES: dict[str, np.dtype[np.generic]] = {
 }
 
 
+#: OIP datatype -> the numpy dtype its tensors have on the host inside the server: the servable
+#: datatypes. A BF16 tensor is held as float32 (numpy has no bfloat16): the codec widens the
+#: wire's bfloat16 bits exactly and rounds back to nearest even on the way out.
+HOST_DTYPES: dict[str, np.dtype[np.generic]] = {**NUMPY_DTYPES, "BF16": np.dtype(np.float32)}
+
+
+def _unservable(datatype: str) -> ConfigError:
+    known = ", ".join(HOST_DTYPES)
+    return ConfigError(
+        f"datatype {datatype!r} cannot be served by a torch model; use one of: {known}"
+    )
+
+
 def numpy_dtype(datatype: str) -> np.dtype[np.generic]:
-    """The numpy dtype of an OIP datatype name; ConfigError names the ones that exist."""
+    """The numpy dtype of an OIP datatype name (none for BF16: see :func:`host_numpy_dtype`)."""
     try:
         return NUMPY_DTYPES[datatype]
     except KeyError:
-        known = ", ".join(NUMPY_DTYPES)
-        raise ConfigError(
-            f"datatype {datatype!r} cannot be served by a torch model; use one of: {known}"
-        ) from None
+        if datatype == "BF16":
+            raise ConfigError(
+                "datatype 'BF16' has no numpy dtype; its host representation is float32 "
+                "(host_numpy_dtype) and its torch dtype torch.bfloat16 (torch_dtype)"
+            ) from None
+        raise _unservable(datatype) from None
+
+
+def host_numpy_dtype(datatype: str) -> np.dtype[np.generic]:
+    """The numpy dtype a tensor of ``datatype`` has on the host (staging, dry runs, results).
+
+    That is its own numpy dtype, or float32 for BF16; ConfigError names the servable ones.
+    """
+    try:
+        return HOST_DTYPES[datatype]
+    except KeyError:
+        raise _unservable(datatype) from None
+
+
+def host_torch_dtype(datatype: str) -> torch.dtype:
+    """The torch dtype of the host representation (float32 for BF16): what crosses the bus."""
+    import torch
+
+    return torch.from_numpy(np.empty(0, dtype=host_numpy_dtype(datatype))).dtype
 
 
 def torch_dtype(datatype: str) -> torch.dtype:
-    """The torch dtype of an OIP datatype name."""
+    """The torch dtype an OIP datatype names (torch.bfloat16 for BF16): what a model sees."""
     import torch
 
+    if datatype == "BF16":
+        return torch.bfloat16
     return torch.from_numpy(np.empty(0, dtype=numpy_dtype(datatype))).dtype
 
 
@@ -64,7 +108,12 @@ _DTYPE_NAMES: dict[str, str] = {
     "bf16": "bfloat16",
 }
 #: OIP floating datatypes and their torch dtype names (the inputs a serving dtype casts).
-FLOAT_DATATYPES: dict[str, str] = {"FP16": "float16", "FP32": "float32", "FP64": "float64"}
+FLOAT_DATATYPES: dict[str, str] = {
+    "FP16": "float16",
+    "BF16": "bfloat16",
+    "FP32": "float32",
+    "FP64": "float64",
+}
 
 
 def serving_dtype(value: object, *, where: str = "dtype") -> str:

@@ -29,7 +29,11 @@ This is process-wide, as torch's setting is.
 replica's module is placed with one ``.to(device, dtype)`` (floating parameters and buffers are
 cast), floating inputs still cross host -> device once in their wire datatype and are cast on
 the device, and outputs are cast back to their declared datatype on the device before their
-one copy to the host. Without it nothing is cast.
+one copy to the host. Without it nothing is cast, but for BF16 tensors: their host form is
+float32 (numpy has no bfloat16), so a BF16 input crosses as float32 and is cast to bfloat16 on
+the device, and a BF16 output is cast to float32 on the device before its copy (the codec rounds
+it to bfloat16 on the wire). With ``dtype`` set, every floating input (BF16 included) reaches
+the model in that dtype: the serving dtype wins over the declared one.
 
 ``metrics=False`` (``--no-metrics``) skips the per-batch histogram updates (the error counters
 and the scrape-time gauges stay); tracing costs nothing unless a trace file or an OpenTelemetry
@@ -63,7 +67,7 @@ from torchplace.errors import (
     TransferError,
 )
 from torchplace.serve.batcher import Batcher, Pending
-from torchplace.serve.datatypes import numpy_dtype, serving_dtype
+from torchplace.serve.datatypes import host_numpy_dtype, serving_dtype
 from torchplace.serve.loader import LoadedModel, load_model, weight_bytes
 from torchplace.serve.metrics import ReplicaState, ServeMetrics
 from torchplace.serve.replica import BatchOutcome, Replica, Transfer
@@ -212,7 +216,7 @@ class Engine:
         self._default_label = self.devices[0]
         self._input_names = tuple(spec.name for spec in self.inputs)
         self._input_checks = tuple(
-            (spec.name, spec.shape[1:], numpy_dtype(spec.datatype)) for spec in self.inputs
+            (spec.name, spec.shape[1:], host_numpy_dtype(spec.datatype)) for spec in self.inputs
         )
         self._coalesce = all(dim > 0 for spec in self.inputs for dim in spec.shape[1:])
         self.metrics = ServeMetrics(
@@ -323,6 +327,15 @@ class Engine:
                 "dtypes) or with another --dtype, or make its own tensors follow the inputs' "
                 "dtype (x.new_*/torch.*_like rather than fixed-dtype temporaries); if it fails "
                 f"without --dtype too, check the declared inputs {declared} (name:datatype:shape)"
+            )
+        bf16 = [spec.name for spec in self.loaded.inputs if spec.datatype == "BF16"]
+        if bf16:
+            return ConfigError(
+                f"the start-up dry run of model {self.loaded.name!r} failed with the declared "
+                f"inputs {declared} (name:datatype:shape) at --max-batch-size "
+                f"{self.max_batch_size}: {exc}; the BF16 inputs {bf16} reach the model as "
+                "torch.bfloat16, so its weights must be bfloat16 too: serve it with --dtype "
+                "bf16, or declare the inputs FP32; if that is not it, check the declared shapes"
             )
         return ConfigError(
             f"the start-up dry run of model {self.loaded.name!r} failed with the declared "

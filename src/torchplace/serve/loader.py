@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchplace.errors import ConfigError
 from torchplace.models import EMBEDDED_MODELS, TensorSpec
-from torchplace.serve.datatypes import numpy_dtype
+from torchplace.serve.datatypes import host_numpy_dtype
 
 if TYPE_CHECKING:
     import torch
@@ -145,7 +145,7 @@ def _declarations(
     if len(set(names)) != len(names):
         raise ConfigError(f"{kind} of {model!r} repeat a name: {names}")
     for spec in specs:
-        numpy_dtype(spec.datatype)
+        host_numpy_dtype(spec.datatype)
         if not spec.shape or spec.shape[0] != -1:
             raise ConfigError(
                 f"{kind[:-1]} {spec.name!r} has shape {list(spec.shape)}; the first dimension "
@@ -217,6 +217,7 @@ _TORCH_TO_OIP = {
     "torch.int32": "INT32",
     "torch.int64": "INT64",
     "torch.float16": "FP16",
+    "torch.bfloat16": "BF16",
     "torch.float32": "FP32",
     "torch.float64": "FP64",
 }

@@ -9,7 +9,9 @@ data (``binary_data`` per output, ``binary_data_output`` for all) after the JSON
 length then goes in the ``Inference-Header-Content-Length`` header.
 
 Datatypes map to little-endian numpy dtypes; ``BF16`` travels as ``float32`` arrays inside the
-server (rounded to bfloat16 bits on the wire). ``BYTES`` is not a torch type and is refused.
+server: decoded exactly from bfloat16 bits (binary) or numbers (JSON), and on the way out
+rounded to nearest even bfloat16, as bits (binary) or as the numbers those bits hold (JSON).
+``BYTES`` is not a torch type and is refused.
 """
 
 from __future__ import annotations
@@ -429,6 +431,8 @@ def encode_infer_response(
                 raw = np.ascontiguousarray(array, dtype=WIRE_DTYPES[datatype]).tobytes()
             entry["parameters"] = {"binary_data_size": len(raw)}
             chunks.append(raw)
+        elif datatype == "BF16":  # the numbers a bfloat16 holds, like the binary form
+            entry["data"] = (_bf16_bits(array).reshape(-1).astype(np.uint32) << 16).view(np.float32)
         else:
             entry["data"] = np.ascontiguousarray(array).reshape(-1)
         entries.append(entry)

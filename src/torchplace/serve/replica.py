@@ -8,9 +8,11 @@ dry run at the largest batch size through the very path requests take. Readiness
 verified on the device + dry run passed + healthy.
 
 A batch (:meth:`Replica.run_batch`): gather the rows of every request into the staging buffer
-(one host memcpy per input) -> ONE host-to-device copy per input, in its wire datatype ->
-(with a serving dtype: floating inputs cast to it on the device) -> forward under
-:func:`torch.inference_mode` -> ONE device-to-host copy per output -> numpy rows per request.
+(one host memcpy per input) -> ONE host-to-device copy per input, in its host dtype (its wire
+datatype; float32 for BF16) -> casts on the device: with a serving dtype, floating inputs to it;
+without one, BF16 inputs to bfloat16 -> forward under :func:`torch.inference_mode` -> outputs
+cast on the device to their declared datatype's host dtype (float32 for BF16) -> ONE
+device-to-host copy per output -> numpy rows per request.
 On a CUDA replica the copies and the forward run on the replica's own stream and the batch ends
 with one synchronisation of that stream (the results are needed on the host anyway).
 
@@ -37,7 +39,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from torchplace.errors import ConfigError, InputError, ServeError
-from torchplace.serve.datatypes import FLOAT_DATATYPES, numpy_dtype, torch_dtype
+from torchplace.serve.datatypes import (
+    FLOAT_DATATYPES,
+    host_numpy_dtype,
+    host_torch_dtype,
+    torch_dtype,
+)
 from torchplace.serve.failures import BatchFailure, HealthTracker, is_oom
 from torchplace.serve.loader import set_eval
 from torchplace.serve.staging import StagingBuffers
@@ -157,16 +164,19 @@ class Replica:
         self.rows_served = 0  # owned by the event loop
         self.dtype = dtype
         self._input_names = tuple(spec.name for spec in loaded.inputs)
-        # which inputs the forward casts to ``dtype`` (on the device, after their one copy):
-        # the floating ones of another datatype. Empty without a dtype: the hot path only
-        # tests this tuple.
-        casts = tuple(
-            dtype is not None
-            and spec.datatype in FLOAT_DATATYPES
-            and f"torch.{FLOAT_DATATYPES[spec.datatype]}" != str(dtype)
-            for spec in loaded.inputs
+        # the dtype each input is cast to on the device, after its one copy (None: none). An
+        # input crosses in its host dtype and reaches the model in the serving dtype when one
+        # is set (floating inputs), else in its declared datatype (BF16: crossed as float32,
+        # cast to bfloat16). Empty when nothing is cast: the hot path only tests this tuple.
+        casts: list[torch.dtype | None] = []
+        for spec in loaded.inputs:
+            want = torch_dtype(spec.datatype)
+            if dtype is not None and spec.datatype in FLOAT_DATATYPES:
+                want = dtype
+            casts.append(want if want != host_torch_dtype(spec.datatype) else None)
+        self._in_casts: tuple[torch.dtype | None, ...] = (
+            tuple(casts) if any(c is not None for c in casts) else ()
         )
-        self._in_casts: tuple[bool, ...] = casts if any(casts) else ()
         self._output_specs = loaded.outputs
         self._out_dtypes: dict[str, torch.dtype] = {}
         self._cuda = device.type == "cuda"
@@ -185,7 +195,11 @@ class Replica:
         """Place the model, allocate staging buffers and pass the dry run; raises if it fails."""
         import torch
 
-        self._out_dtypes = {spec.name: torch_dtype(spec.datatype) for spec in self._output_specs}
+        # the host dtype of each output (float32 for BF16): the forward's result is cast to it
+        # on the device, before its one copy to the host
+        self._out_dtypes = {
+            spec.name: host_torch_dtype(spec.datatype) for spec in self._output_specs
+        }
         rebuild = self.loaded.rebuild
         module = rebuild(self.device) if rebuild is not None else copy.deepcopy(self.loaded.module)
         module = set_eval(module)
@@ -242,7 +256,7 @@ class Replica:
         request = {
             spec.name: np.zeros(
                 (rows, *(dim if dim > 0 else 1 for dim in spec.shape[1:])),
-                dtype=numpy_dtype(spec.datatype),
+                dtype=host_numpy_dtype(spec.datatype),
             )
             for spec in self.loaded.inputs
         }
@@ -393,9 +407,8 @@ class Replica:
         assert module is not None
         with self._as_kernel, torch.inference_mode():
             casts = self._in_casts
-            if casts:  # the serving dtype, on the device: the inputs crossed in wire dtype
-                dtype = self.dtype
-                dev_in = [t.to(dtype) if c else t for t, c in zip(dev_in, casts, strict=True)]
+            if casts:  # on the device: the inputs crossed in their host dtype
+                dev_in = [t if c is None else t.to(c) for t, c in zip(dev_in, casts, strict=True)]
             raw = module(*dev_in)
             outs = self._outputs(raw, n)
         if events:

@@ -9,6 +9,9 @@ receive the one D2H copy per output.
 Gathering is a ``numpy.concatenate`` straight into the buffer (no intermediate array) and the
 torch view of the buffer is shared memory (``torch.from_numpy`` / ``Tensor.numpy``), so the
 host side of a batch costs exactly one memcpy per input.
+
+Buffers hold the host representation of each datatype (:func:`host_numpy_dtype`): a BF16
+tensor is staged as float32 and cast to bfloat16 on the device, after its one copy.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import numpy as np
 
 from torchplace.errors import InputError
 from torchplace.models import TensorSpec
-from torchplace.serve.datatypes import numpy_dtype
+from torchplace.serve.datatypes import host_numpy_dtype
 
 if TYPE_CHECKING:
     import torch
@@ -57,7 +60,7 @@ class StagingBuffers:
 
         if any(dim < 0 for dim in row_shape):
             return None  # a dynamic dimension: gathered per batch instead
-        array = np.zeros((self.max_rows, *row_shape), dtype=numpy_dtype(datatype))
+        array = np.zeros((self.max_rows, *row_shape), dtype=host_numpy_dtype(datatype))
         tensor = torch.from_numpy(array)
         if self.pin:
             tensor = tensor.pin_memory()
