@@ -163,6 +163,20 @@ def test_visible_devices_hiding_everything() -> None:
     assert "CUDA_VISIBLE_DEVICES='-1'" in cuda["verdict"]["summary"]
 
 
+def test_every_cause_is_named_once_with_each_fix_once() -> None:
+    # no driver AND every GPU hidden: the one-line summary names both, and no fix repeats
+    probe = machine(
+        env={"CUDA_VISIBLE_DEVICES": ""},
+        driver=DriverInfo(True, error="NVML Shared Library Not Found"),
+    )
+    verdict = report_for("cuda", probe)["verdict"]
+    assert not verdict["usable"]
+    summary = verdict["summary"]
+    assert "NVML Shared Library Not Found" in summary
+    assert summary.count("CUDA_VISIBLE_DEVICES=''") == 1
+    assert len(verdict["fixes"]) == len(set(verdict["fixes"])) >= 2
+
+
 def test_out_of_range_device() -> None:
     report = report_for("cuda:4", machine(H200))
     assert not report["verdict"]["usable"]

@@ -697,16 +697,18 @@ def _collect(
         if not smoke:
             summary += " (smoke tests skipped)"
     else:
-        first = failures[0] if failures else None
         target = device_str or str(spec)
-        summary = f"{target} is not usable" + (f": {first.detail}" if first else "")
+        # every cause on the one line: the first failure, then the others
+        summary = f"{target} is not usable" + (
+            ": " + "; also: ".join(dict.fromkeys(c.detail for c in failures)) if failures else ""
+        )
     verdict = {
         "usable": usable,
         "status": "ok" if usable else "fail",
         "requested": spec,
         "device": device_str,
         "summary": summary,
-        "fixes": [c.fix for c in failures if c.fix],
+        "fixes": list(dict.fromkeys(c.fix for c in failures if c.fix)),  # once each, in order
         "warnings": [c.detail for c in checks if c.status == "warn"],
     }
 
