@@ -461,13 +461,11 @@ class PythonLoad:
             self.pool.shutdown(cancel_futures=True)
 
     def __call__(self, url: str, seconds: float) -> dict[str, Any]:
-        split = [
-            self.connections // self.processes + (1 if i < self.connections % self.processes else 0)
-            for i in range(self.processes)
-        ]
         if self.pool is None:
             parts = [client_worker(url, self.body, seconds, self.connections)]
         else:
+            share, more = divmod(self.connections, self.processes)
+            split = [share + (1 if i < more else 0) for i in range(self.processes)]
             futures = [self.pool.submit(client_worker, url, self.body, seconds, n) for n in split]
             parts = [f.result(timeout=seconds + 60) for f in futures]
         latencies = sorted(lat for part in parts for lat in part[3])
@@ -879,23 +877,17 @@ def report(runs: list[Run], ceilings: dict[str, float], args: argparse.Namespace
                         tp.p99_ms < other.p99_ms,
                     )
                 )
-        off = by.get(("torchplace no-metrics", model))
-        if off is not None and off.rps:
-            cost = paired_cost(tp, off)
+        costs = (  # (feature, the run with it, the run without it)
+            ("metrics", tp, by.get(("torchplace no-metrics", model))),
+            ("tracing (--trace-file)", by.get(("torchplace +trace-file", model)), tp),
+        )
+        for feature, with_it, without in costs:
+            if with_it is None or without is None or not (with_it.rps and without.rps):
+                continue
+            cost = paired_cost(with_it, without)
             target_append(
                 (
-                    f"{model}: metrics cost {cost:.1%} of req/s "
-                    f"(target < {OBSERVABILITY_BUDGET:.0%})",
-                    cost < OBSERVABILITY_BUDGET,
-                ),
-                small=True,
-            )
-        traced = by.get(("torchplace +trace-file", model))
-        if traced is not None and traced.rps:
-            cost = paired_cost(traced, tp)
-            target_append(
-                (
-                    f"{model}: tracing (--trace-file) cost {cost:.1%} of req/s "
+                    f"{model}: {feature} cost {cost:.1%} of req/s "
                     f"(target < {OBSERVABILITY_BUDGET:.0%})",
                     cost < OBSERVABILITY_BUDGET,
                 ),

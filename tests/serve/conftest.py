@@ -27,6 +27,7 @@ class FakeEngine:
     version: str = "1"
     max_batch_size: int = 32
     platform: str = "pytorch"
+    dtype: str | None = None
     delay_s: float = 0.0
     fail_with: ServeError | None = None
     ready: bool = True

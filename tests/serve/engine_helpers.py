@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -76,6 +77,26 @@ class CopyCounter(TorchDispatchMode):
         tensors = isinstance(src, torch.Tensor) and isinstance(out, torch.Tensor)
         if tensors and out.dtype != src.dtype:
             self.casts.append((out.device.type, src.dtype, out.dtype))
+
+
+def save_exported(
+    path: Path,
+    module: nn.Module,
+    example: torch.Tensor,
+    *,
+    batch_max: int | None = 1024,
+    batch_min: int | None = 1,
+) -> Path:
+    """``module`` exported on ``example`` with a dynamic first dimension (``batch_min`` ..
+    ``batch_max``; a static one when ``batch_max`` is None), saved to ``path``."""
+    dynamic = (
+        None
+        if batch_max is None
+        else ({0: torch.export.Dim("batch", min=batch_min, max=batch_max)},)
+    )
+    program = torch.export.export(module, (example,), dynamic_shapes=dynamic)
+    torch.export.save(program, str(path))
+    return path
 
 
 def loaded(

@@ -27,7 +27,7 @@ from torchplace.serve.loader import load_model
 from torchplace.serve.replica import Replica
 
 from .conftest import Client, seed_body, test_config
-from .engine_helpers import CopyCounter, Scale, loaded
+from .engine_helpers import CopyCounter, Scale, loaded, save_exported
 
 CPU = torch.device("cpu")
 META = torch.device("meta")
@@ -354,10 +354,9 @@ def test_the_start_up_record_shows_the_dtype(caplog: pytest.LogCaptureFixture) -
 
 def test_an_exported_program_serves_in_bf16(tmp_path: Path) -> None:
     host = build_model("seed-mlp").eval()
-    batch = torch.export.Dim("batch", max=64)
-    program = torch.export.export(host, (torch.zeros(4, 8),), dynamic_shapes=({0: batch},))
-    path = tmp_path / "seed.pt2"
-    torch.export.save(program, str(path))
+    path = save_exported(
+        tmp_path / "seed.pt2", host, torch.zeros(4, 8), batch_max=64, batch_min=None
+    )
 
     async def main() -> None:
         engine = Engine.from_config(

@@ -20,7 +20,7 @@ from torchplace.serve.engine import Engine, resolve_devices
 from torchplace.serve.loader import load_model
 from torchplace.serve.replica import Transfer
 
-from .engine_helpers import Scale, loaded
+from .engine_helpers import Scale, loaded, save_exported
 
 CPU = torch.device("cpu")
 
@@ -229,10 +229,7 @@ def test_trace_file_is_written_on_stop(tmp_path: Path) -> None:
 
 def test_exported_program_serves_through_the_engine(tmp_path: Path) -> None:
     host = load_model("seed-mlp").module
-    batch = torch.export.Dim("batch", min=1, max=1024)
-    program = torch.export.export(host, (torch.zeros(4, 8),), dynamic_shapes=({0: batch},))
-    path = tmp_path / "seed.pt2"
-    torch.export.save(program, str(path))
+    path = save_exported(tmp_path / "seed.pt2", host, torch.zeros(4, 8))
 
     async def main() -> None:
         engine = Engine.from_config(ServeConfig(model="seed-mlp", exported=path, device="cpu"))
@@ -279,10 +276,9 @@ def test_exported_program_with_a_small_batch_fails_start_up_as_config_error(
     batch_max: int | None, tmp_path: Path
 ) -> None:
     host = load_model("seed-mlp").module
-    dynamic = None if batch_max is None else ({0: torch.export.Dim("batch", max=batch_max)},)
-    program = torch.export.export(host, (torch.zeros(4, 8),), dynamic_shapes=dynamic)
-    path = tmp_path / "small.pt2"
-    torch.export.save(program, str(path))
+    path = save_exported(
+        tmp_path / "small.pt2", host, torch.zeros(4, 8), batch_max=batch_max, batch_min=None
+    )
     engine = Engine.from_config(
         ServeConfig(model="seed-mlp", exported=path, device="cpu", max_batch_size=32)
     )

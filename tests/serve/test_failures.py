@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from torchplace.errors import (
+    ConfigError,
     DeviceOutOfMemoryError,
     KernelError,
     NotReadyError,
@@ -75,6 +76,11 @@ def test_health_tracker_counts_consecutive_failures() -> None:
     health.success()
     assert health.healthy
     assert health.consecutive == 0
+
+
+def test_a_failure_threshold_below_one_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="failure_threshold must be >= 1, got 0"):
+        Engine(loaded(Faulty()), [CPU], failure_threshold=0)
 
 
 def test_oom_splits_the_batch_and_every_row_is_answered() -> None:

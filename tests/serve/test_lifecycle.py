@@ -208,7 +208,7 @@ def test_load_10k_requests_64_connections_two_cpu_replicas() -> None:
         assert engine is not None
         assert len(engine.replicas) == 2
         statuses, bodies = asyncio.run(_load(server.port, inputs, 10_000, 64))
-        served = [getattr(lane, "rows_served", 1) for lane in getattr(engine, "_lanes", [])]
+        served = [lane.rows_served for lane in engine._lanes]
     assert Counter(statuses) == {200: 10_000}
     exact = 0
     for i, body in enumerate(bodies):
@@ -217,5 +217,6 @@ def test_load_10k_requests_64_connections_two_cpu_replicas() -> None:
         got = got.reshape(wanted[x_index].shape)
         np.testing.assert_allclose(got, wanted[x_index], rtol=1e-5, atol=1e-6)
         exact += bool(np.array_equal(got, wanted[x_index]))
+    assert len(served) == 2
     assert all(rows > 0 for rows in served), served  # both replicas took work
     print(f"10,000 answers checked; {exact} bit-identical to the unbatched in-process result")

@@ -13,7 +13,7 @@ from torchplace.models import TensorSpec, embedded_model
 from torchplace.serve.loader import load_model
 from torchplace.serve.replica import Replica
 
-from .engine_helpers import Scale
+from .engine_helpers import Scale, save_exported
 
 HELPERS = "tests.serve.engine_helpers"
 
@@ -87,10 +87,7 @@ def test_weights_load_through_load_checkpoint(tmp_path: Path) -> None:
 
 def test_exported_program_is_served_with_recorded_shapes(tmp_path: Path) -> None:
     host = embedded_model("seed-mlp").build()
-    batch = torch.export.Dim("batch", min=1, max=1024)
-    program = torch.export.export(host, (torch.zeros(4, 8),), dynamic_shapes=({0: batch},))
-    path = tmp_path / "seed.pt2"
-    torch.export.save(program, str(path))
+    path = save_exported(tmp_path / "seed.pt2", host, torch.zeros(4, 8))
     model = load_model("seed-mlp", exported=path)
     assert model.name == "seed"
     assert model.inputs == (TensorSpec("input", "FP32", (-1, 8)),)
@@ -121,12 +118,7 @@ class _BurnsInItsDevice(torch.nn.Module):
     reason="torch < 2.6 cannot move the devices burnt into an exported graph",
 )
 def test_each_replica_of_an_exported_program_runs_on_its_own_device(tmp_path: Path) -> None:
-    batch = torch.export.Dim("batch", min=1, max=1024)
-    program = torch.export.export(
-        _BurnsInItsDevice(), (torch.zeros(4, 4),), dynamic_shapes=({0: batch},)
-    )
-    path = tmp_path / "burnt.pt2"
-    torch.export.save(program, str(path))
+    path = save_exported(tmp_path / "burnt.pt2", _BurnsInItsDevice(), torch.zeros(4, 4))
     model = load_model("burnt", exported=path)
     assert model.rebuild is not None
     # on `meta` (the second device here) the copy made for a replica creates its temporaries
@@ -143,10 +135,7 @@ def test_each_replica_of_an_exported_program_runs_on_its_own_device(tmp_path: Pa
 
 
 def test_weights_reach_every_replica_of_an_exported_program(tmp_path: Path) -> None:
-    batch = torch.export.Dim("batch", min=1, max=1024)
-    program = torch.export.export(Scale(), (torch.zeros(4, 4),), dynamic_shapes=({0: batch},))
-    path = tmp_path / "scale.pt2"
-    torch.export.save(program, str(path))
+    path = save_exported(tmp_path / "scale.pt2", Scale(), torch.zeros(4, 4))
     trained = Scale()
     with torch.no_grad():
         trained.weight.fill_(5.0)
@@ -162,12 +151,7 @@ def test_weights_reach_every_replica_of_an_exported_program(tmp_path: Path) -> N
 
 @pytest.mark.cuda
 def test_an_exported_program_exported_on_the_cpu_is_served_on_cuda(tmp_path: Path) -> None:
-    batch = torch.export.Dim("batch", min=1, max=1024)
-    program = torch.export.export(
-        _BurnsInItsDevice(), (torch.zeros(4, 4),), dynamic_shapes=({0: batch},)
-    )
-    path = tmp_path / "burnt.pt2"
-    torch.export.save(program, str(path))
+    path = save_exported(tmp_path / "burnt.pt2", _BurnsInItsDevice(), torch.zeros(4, 4))
     device = torch.device("cuda", 0)
     replica = Replica(load_model("burnt", exported=path), device, max_batch_size=8)
     replica.prepare()  # the dry run at 8 rows runs on the GPU, temporaries included

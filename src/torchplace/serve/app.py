@@ -69,6 +69,8 @@ class EngineLike(Protocol):
     outputs: tuple[TensorSpec, ...]
     max_batch_size: int
     platform: str
+    #: the serving precision (``--dtype``) the replicas run in; None = the model's own dtypes
+    dtype: str | None
 
     async def start(self) -> None: ...
     def is_ready(self) -> bool: ...
@@ -119,8 +121,6 @@ class App:
         self._inputs = tuple(engine.inputs)
         self._outputs = tuple(engine.outputs)
         self._max_rows = engine.max_batch_size
-        #: the serving precision (--dtype) the engine casts the model to; None = its own dtypes
-        self.dtype: str | None = getattr(engine, "dtype", config.dtype)
         self._allow_nan = config.allow_nan
         self._metrics_on = config.metrics
         self._server_meta = protocol.server_metadata(
@@ -141,9 +141,9 @@ class App:
             "input": [_config_tensor(s) for s in self._inputs],
             "output": [_config_tensor(s) for s in self._outputs],
         }
-        if self.dtype is not None:
+        if engine.dtype is not None:
             # Triton's free-form model parameters: where the serving precision is told
-            model_config["parameters"] = {"dtype": {"string_value": self.dtype}}
+            model_config["parameters"] = {"dtype": {"string_value": engine.dtype}}
         self._model_config = orjson.dumps(model_config)
         self._openapi: bytes | None = None
         # Exact paths answered without parsing; anything else goes through _route_slow.
@@ -496,7 +496,7 @@ async def serve(
             "serving %s version %s%s on http://%s:%d",
             app.engine.name,
             app.engine.version,
-            f" ({app.dtype})" if app.dtype is not None else "",
+            f" ({app.engine.dtype})" if app.engine.dtype is not None else "",
             config.host,
             app.port,
         )

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from torchplace.errors import ConfigError
-from torchplace.serve.config import DTYPES, LOG_LEVELS, MIB, ServeConfig
+from torchplace.serve.config import LOG_LEVELS, MIB, ServeConfig
+from torchplace.serve.datatypes import SERVING_DTYPES
 
 __all__ = ["config_from_args", "configure", "run"]
 
@@ -73,7 +74,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     place.add_argument(
         "--dtype",
-        metavar="{" + ",".join(DTYPES) + "}",
+        metavar="{" + ",".join(SERVING_DTYPES) + "}",
         help="serving precision: each replica's floating weights are cast to it on the device "
         "(aliases fp32, fp16, bf16); float inputs (BF16 ones too) cross once and are cast to it "
         "on the device, outputs keep their declared datatype (default: the model's own dtypes)",

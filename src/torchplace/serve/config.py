@@ -22,15 +22,13 @@ from typing import Any
 
 from torchplace.errors import ConfigError
 from torchplace.models import TensorSpec
-from torchplace.serve.datatypes import HOST_DTYPES, SERVING_DTYPES, serving_dtype
+from torchplace.serve.datatypes import HOST_DTYPES, serving_dtype
 
-__all__ = ["DATATYPES", "DTYPES", "LOG_LEVELS", "ServeConfig", "parse_tensor_spec"]
+__all__ = ["DATATYPES", "LOG_LEVELS", "ServeConfig", "parse_tensor_spec"]
 
 #: Open Inference Protocol datatypes a served model may declare: every torch tensor type (BF16
 #: is held as float32 on the host and is torch.bfloat16 on the device); BYTES is not a torch type.
 DATATYPES: frozenset[str] = frozenset(HOST_DTYPES)
-#: ``dtype`` choices (serving precision); ``fp32``/``fp16``/``bf16`` are accepted as aliases.
-DTYPES: tuple[str, ...] = SERVING_DTYPES
 LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error", "critical")
 MIB = 1024 * 1024
 

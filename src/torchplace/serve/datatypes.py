@@ -18,19 +18,19 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
-    "FLOAT_DATATYPES",
     "HOST_DTYPES",
-    "NUMPY_DTYPES",
     "SERVING_DTYPES",
     "host_numpy_dtype",
     "host_torch_dtype",
-    "numpy_dtype",
     "serving_dtype",
     "torch_dtype",
 ]
 
-#: OIP datatype -> numpy dtype. BF16 has no numpy dtype and BYTES is not a torch type.
-NUMPY_DTYPES: dict[str, np.dtype[np.generic]] = {
+#: OIP datatype -> the numpy dtype its tensors have on the host inside the server: the servable
+#: datatypes (BYTES is not a torch type). A BF16 tensor is held as float32 (numpy has no
+#: bfloat16): the codec widens the wire's bfloat16 bits exactly and rounds back to nearest even
+#: on the way out.
+HOST_DTYPES: dict[str, np.dtype[np.generic]] = {
     "BOOL": np.dtype(np.bool_),
     "UINT8": np.dtype(np.uint8),
     "UINT16": np.dtype(np.uint16),
@@ -43,13 +43,8 @@ NUMPY_DTYPES: dict[str, np.dtype[np.generic]] = {
     "FP16": np.dtype(np.float16),
     "FP32": np.dtype(np.float32),
     "FP64": np.dtype(np.float64),
+    "BF16": np.dtype(np.float32),
 }
-
-
-#: OIP datatype -> the numpy dtype its tensors have on the host inside the server: the servable
-#: datatypes. A BF16 tensor is held as float32 (numpy has no bfloat16): the codec widens the
-#: wire's bfloat16 bits exactly and rounds back to nearest even on the way out.
-HOST_DTYPES: dict[str, np.dtype[np.generic]] = {**NUMPY_DTYPES, "BF16": np.dtype(np.float32)}
 
 
 def _unservable(datatype: str) -> ConfigError:
@@ -57,19 +52,6 @@ def _unservable(datatype: str) -> ConfigError:
     return ConfigError(
         f"datatype {datatype!r} cannot be served by a torch model; use one of: {known}"
     )
-
-
-def numpy_dtype(datatype: str) -> np.dtype[np.generic]:
-    """The numpy dtype of an OIP datatype name (none for BF16: see :func:`host_numpy_dtype`)."""
-    try:
-        return NUMPY_DTYPES[datatype]
-    except KeyError:
-        if datatype == "BF16":
-            raise ConfigError(
-                "datatype 'BF16' has no numpy dtype; its host representation is float32 "
-                "(host_numpy_dtype) and its torch dtype torch.bfloat16 (torch_dtype)"
-            ) from None
-        raise _unservable(datatype) from None
 
 
 def host_numpy_dtype(datatype: str) -> np.dtype[np.generic]:
@@ -96,7 +78,7 @@ def torch_dtype(datatype: str) -> torch.dtype:
 
     if datatype == "BF16":
         return torch.bfloat16
-    return torch.from_numpy(np.empty(0, dtype=numpy_dtype(datatype))).dtype
+    return host_torch_dtype(datatype)
 
 
 #: ``--dtype`` choices: the torch floating dtypes a replica's weights may be cast to.
@@ -106,13 +88,6 @@ _DTYPE_NAMES: dict[str, str] = {
     "fp32": "float32",
     "fp16": "float16",
     "bf16": "bfloat16",
-}
-#: OIP floating datatypes and their torch dtype names (the inputs a serving dtype casts).
-FLOAT_DATATYPES: dict[str, str] = {
-    "FP16": "float16",
-    "BF16": "bfloat16",
-    "FP32": "float32",
-    "FP64": "float64",
 }
 
 

@@ -120,10 +120,9 @@ def resolve_devices(
 class _Lane:
     """A replica as the batcher sees it (a worker with a busy flag), on the event loop."""
 
-    __slots__ = ("busy", "engine", "replica", "rows_served")
+    __slots__ = ("busy", "replica", "rows_served")
 
-    def __init__(self, engine: Engine, replica: Replica) -> None:
-        self.engine = engine
+    def __init__(self, replica: Replica) -> None:
         self.replica = replica
         self.busy = False
         self.rows_served = 0
@@ -184,34 +183,24 @@ class Engine:
         self.max_queue = max_queue
         self.torch_threads = torch_threads
         self.metrics_enabled = metrics
-        self.replicas: list[Replica] = []
-        for device in devices:
-            for _ in range(replicas_per_device):
-                self.replicas.append(
-                    Replica(
-                        loaded,
-                        device,
-                        index=len(self.replicas),
-                        max_batch_size=max_batch_size,
-                        failure_threshold=failure_threshold,
-                        transfer=transfer,
-                        recovery_interval_s=recovery_interval_s,
-                        dtype=replica_dtype,
-                    )
-                )
+        # (device, is the CPU fallback): the primaries, then the fallback, if any
+        plan = [(device, False) for device in devices for _ in range(replicas_per_device)]
         if fallback == "cpu":
-            self.replicas.append(
-                Replica(
-                    loaded,
-                    torch.device("cpu"),
-                    index=len(self.replicas),
-                    max_batch_size=max_batch_size,
-                    failure_threshold=failure_threshold,
-                    fallback=True,
-                    recovery_interval_s=recovery_interval_s,
-                    dtype=replica_dtype,
-                )
+            plan.append((torch.device("cpu"), True))
+        self.replicas: list[Replica] = [
+            Replica(
+                loaded,
+                device,
+                index=index,
+                max_batch_size=max_batch_size,
+                failure_threshold=failure_threshold,
+                fallback=is_fallback,
+                transfer=None if is_fallback else transfer,
+                recovery_interval_s=recovery_interval_s,
+                dtype=replica_dtype,
             )
+            for index, (device, is_fallback) in enumerate(plan)
+        ]
         self.devices = [str(d) for d in devices]
         self._default_label = self.devices[0]
         self._input_names = tuple(spec.name for spec in self.inputs)
@@ -300,7 +289,7 @@ class Engine:
             max_queue=self.max_queue,
             coalesce=self._coalesce,
         )
-        self._lanes = [_Lane(self, r) for r in self.replicas]
+        self._lanes = [_Lane(r) for r in self.replicas]
         self._primary = [lane for lane in self._lanes if not lane.replica.fallback]
         self._fallback = [lane for lane in self._lanes if lane.replica.fallback]
         for replica in self.replicas:

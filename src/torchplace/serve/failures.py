@@ -21,7 +21,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torchplace.errors import DeviceOutOfMemoryError, KernelError, ServeError, TransferError
+from torchplace.errors import (
+    ConfigError,
+    DeviceOutOfMemoryError,
+    KernelError,
+    ServeError,
+    TransferError,
+)
 
 __all__ = ["FAILURE_KINDS", "BatchFailure", "HealthTracker", "is_oom"]
 
@@ -63,7 +69,7 @@ class HealthTracker:
 
     def __init__(self, threshold: int) -> None:
         if threshold < 1:
-            raise ValueError(f"failure threshold must be >= 1, got {threshold}")
+            raise ConfigError(f"failure_threshold must be >= 1, got {threshold}")
         self.threshold = threshold
         self.consecutive = 0
         self.healthy = True

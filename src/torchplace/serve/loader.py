@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchplace.errors import ConfigError
 from torchplace.models import EMBEDDED_MODELS, TensorSpec
-from torchplace.serve.datatypes import host_numpy_dtype
+from torchplace.serve.datatypes import HOST_DTYPES, host_numpy_dtype, torch_dtype
 
 if TYPE_CHECKING:
     import torch
@@ -206,23 +206,6 @@ def _spec_tuple(value: object) -> tuple[TensorSpec, ...] | None:
     return tuple(value)
 
 
-_TORCH_TO_OIP = {
-    "torch.bool": "BOOL",
-    "torch.uint8": "UINT8",
-    "torch.uint16": "UINT16",
-    "torch.uint32": "UINT32",
-    "torch.uint64": "UINT64",
-    "torch.int8": "INT8",
-    "torch.int16": "INT16",
-    "torch.int32": "INT32",
-    "torch.int64": "INT64",
-    "torch.float16": "FP16",
-    "torch.bfloat16": "BF16",
-    "torch.float32": "FP32",
-    "torch.float64": "FP64",
-}
-
-
 def _load_exported(
     path: Path,
 ) -> tuple[nn.Module, tuple[TensorSpec, ...] | None, tuple[TensorSpec, ...] | None]:
@@ -291,11 +274,12 @@ def _specs_from_graph(program: Any, kind: str) -> tuple[TensorSpec, ...] | None:
             vals = [n.meta.get("val") for n in nodes]
     except Exception:
         return None
+    oip = {torch_dtype(datatype): datatype for datatype in HOST_DTYPES}
     specs: list[TensorSpec] = []
     for i, val in enumerate(vals):
         if val is None or not hasattr(val, "shape"):
             return None
-        datatype = _TORCH_TO_OIP.get(str(val.dtype))
+        datatype = oip.get(val.dtype)
         if datatype is None:
             return None
         dims = [d if isinstance(d, int) else -1 for d in val.shape]

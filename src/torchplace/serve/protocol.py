@@ -26,6 +26,7 @@ import orjson
 
 from torchplace.errors import InputError
 from torchplace.models import TensorSpec
+from torchplace.serve.datatypes import HOST_DTYPES
 
 __all__ = [
     "WIRE_DTYPES",
@@ -52,11 +53,6 @@ WIRE_DTYPES: dict[str, np.dtype[Any]] = {
     "BF16": np.dtype("<u2"),
     "FP32": np.dtype("<f4"),
     "FP64": np.dtype("<f8"),
-}
-#: OIP datatype -> the numpy dtype arrays have inside the server.
-_ARRAY_DTYPES: dict[str, np.dtype[Any]] = {
-    **{k: v.newbyteorder("=") for k, v in WIRE_DTYPES.items()},
-    "BF16": np.dtype(np.float32),
 }
 # numpy kinds a JSON list may decode to for each datatype (bools are not numbers here).
 _FLOAT_KINDS = frozenset("iuf")
@@ -254,7 +250,7 @@ def _decode_input(
             raise _fail(f"input {name!r}: shared-memory inputs are not supported; send data")
         size = params.get("binary_data_size")
     data = raw.get("data")
-    dtype = _ARRAY_DTYPES[spec.datatype]
+    dtype: np.dtype[Any] = HOST_DTYPES[spec.datatype]  # the arrays' dtype in the server
     if size is not None:
         if data is not None:
             raise _fail(f"input {name!r} has both 'data' and 'binary_data_size'; send one")

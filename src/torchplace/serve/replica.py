@@ -39,12 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from torchplace.errors import ConfigError, InputError, ServeError
-from torchplace.serve.datatypes import (
-    FLOAT_DATATYPES,
-    host_numpy_dtype,
-    host_torch_dtype,
-    torch_dtype,
-)
+from torchplace.serve.datatypes import host_numpy_dtype, host_torch_dtype, torch_dtype
 from torchplace.serve.failures import BatchFailure, HealthTracker, is_oom
 from torchplace.serve.loader import set_eval
 from torchplace.serve.staging import StagingBuffers
@@ -92,7 +87,7 @@ class BatchOutcome:
     d2h_s: float = 0.0
     sync_s: float = 0.0  # host time waiting in the batch's one synchronisation (CUDA)
     oom_splits: int = 0
-    failures: list[str] = field(default_factory=list)  # kinds, for the errors counter
+    failures: list[str] = field(default_factory=list)  # the failure kinds met, in order
     left_pool: bool = False
 
 
@@ -160,8 +155,6 @@ class Replica:
         self.module: nn.Module | None = None
         self.staging: StagingBuffers | None = None
         self.dry_run_passed = False
-        self.busy = False  # owned by the event loop
-        self.rows_served = 0  # owned by the event loop
         self.dtype = dtype
         self._input_names = tuple(spec.name for spec in loaded.inputs)
         # the dtype each input is cast to on the device, after its one copy (None: none). An
@@ -171,7 +164,7 @@ class Replica:
         casts: list[torch.dtype | None] = []
         for spec in loaded.inputs:
             want = torch_dtype(spec.datatype)
-            if dtype is not None and spec.datatype in FLOAT_DATATYPES:
+            if dtype is not None and want.is_floating_point:
                 want = dtype
             casts.append(want if want != host_torch_dtype(spec.datatype) else None)
         self._in_casts: tuple[torch.dtype | None, ...] = (
