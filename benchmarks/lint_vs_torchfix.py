@@ -85,12 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     whole_seconds, whole = _run(_torchplace([str(root)]))
     crashes = [line for line in whole.stderr.splitlines() if "internal error" in line]
     whole_ok = whole.returncode == 0 and not crashes
-    whole_findings = len(json.loads(whole.stdout)) if whole.returncode == 0 else -1
-    syntax = (
-        sum(1 for f in json.loads(whole.stdout) if f["code"] == "TPL000")
-        if whole.returncode == 0
-        else -1
-    )
+    found = json.loads(whole.stdout) if whole.returncode == 0 else None
+    whole_findings = -1 if found is None else len(found)
+    syntax = -1 if found is None else sum(1 for f in found if f["code"] == "TPL000")
 
     tp_rate = len(files) / tp_seconds
     tf_rate = len(files) / tf_seconds

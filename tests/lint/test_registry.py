@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from torchplace.lint.rules import ALL_RULES, FAMILIES
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "rules.md"
@@ -43,3 +45,21 @@ def test_precision_table_covers_every_rule() -> None:
         if code in {"TPL000", "TPL001"}:
             continue
         assert f"| {code} " in table, code
+
+
+def test_python_api_example_runs_and_names_every_public_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import torchplace.lint
+
+    section = DOCS.read_text(encoding="utf-8").split("\n## From Python\n", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    (tmp_path / "train.py").write_text("import torch\nm = torch.load('m.pt')\n")
+    monkeypatch.chdir(tmp_path)
+    [example] = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    exec(compile(example, str(DOCS), "exec"), {"__name__": "docs"})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("model.py 2 9 TPL401 ")
+    assert lines[1:] == ["load-without-map-location", "1 2"]
+    for name in torchplace.lint.__all__:
+        assert f"`{name}" in section, name

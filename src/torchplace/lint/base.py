@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from torchplace.lint.finding import Edit, Fix
+from torchplace.lint.finding import Fix
 from torchplace.lint.resolver import Resolver
 
 __all__ = [
@@ -168,6 +168,13 @@ class Context:
         """Loops enclosing the node inside its own function (outermost first)."""
         return self.scope.loops
 
+    def lines(self) -> list[str]:
+        """The file's lines as Python's tokenizer counts them (``\\r\\n``, ``\\r`` or ``\\n``),
+        without ends (split once, on first use)."""
+        if self._lines is None:
+            self._lines = _NEWLINE.split(self.source)
+        return self._lines
+
     def segment(self, node: ast.AST) -> str | None:
         """The source text of ``node`` (lines joined with ``\\n``)."""
         first = getattr(node, "lineno", None)
@@ -176,9 +183,7 @@ class Context:
         end_col = getattr(node, "end_col_offset", None)
         if first is None or last is None or col is None or end_col is None:
             return None
-        if self._lines is None:
-            self._lines = _NEWLINE.split(self.source)
-        lines = self._lines
+        lines = self.lines()
         if last > len(lines):
             return None
         if first == last:
@@ -187,10 +192,6 @@ class Context:
         parts.extend(lines[first : last - 1])
         parts.append(_cut(lines[last - 1], 0, end_col))
         return "\n".join(parts)
-
-    def edit_insert(self, line: int, col: int, text: str) -> Edit:
-        """An edit inserting ``text`` at (line, byte column)."""
-        return Edit(line, col, line, col, text)
 
     def scope_bindings(self, scope: Scope) -> dict[str, list[ast.expr | None]]:
         """Every name bound in ``scope``'s own body -> the values assigned (None: not plain)."""
@@ -212,15 +213,15 @@ class Context:
                     if isinstance(target, ast.Name):
                         found.setdefault(target.id, []).append(sub.value)
                     else:
-                        for name in _bound_names(target):
+                        for name in names_in(target):
                             found.setdefault(name, []).append(None)
             elif isinstance(sub, ast.AnnAssign) and isinstance(sub.target, ast.Name):
                 found.setdefault(sub.target.id, []).append(sub.value)
             elif isinstance(sub, (ast.AugAssign, ast.For, ast.AsyncFor)):
-                for name in _bound_names(sub.target):
+                for name in names_in(sub.target):
                     found.setdefault(name, []).append(None)
             elif isinstance(sub, ast.withitem) and sub.optional_vars is not None:
-                for name in _bound_names(sub.optional_vars):
+                for name in names_in(sub.optional_vars):
                     found.setdefault(name, []).append(None)
             elif isinstance(sub, ast.NamedExpr):
                 found.setdefault(sub.target.id, []).append(sub.value)
@@ -261,9 +262,3 @@ def _walk_own_body(node: ast.AST) -> Iterator[ast.AST]:
         if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
             continue
         todo.extend(ast.iter_child_nodes(sub))
-
-
-def _bound_names(target: ast.AST) -> Iterator[str]:
-    for sub in ast.walk(target):
-        if isinstance(sub, ast.Name):
-            yield sub.id

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from torchplace.errors import ConfigError
 from torchplace.lint.config import load_settings
-from torchplace.lint.engine import decode_source, lint_bytes
+from torchplace.lint.engine import decode_source
 from torchplace.lint.finding import Finding
 from torchplace.lint.fix import apply_fixes
 from torchplace.lint.output import FORMATS, format_findings, format_statistics
@@ -116,16 +116,10 @@ def run(args: argparse.Namespace) -> int:
     findings = result.findings
     if args.fix:
         applied, changed = _apply_fixes(findings)
-        if changed:
-            kept = [f for f in findings if f.path not in changed]
-            for path in sorted(changed):
-                try:
-                    rel = Path(path).resolve().relative_to(settings.root).as_posix()
-                except ValueError:
-                    rel = path
-                codes = settings.codes_for(rel)
-                kept.extend(lint_bytes(Path(path).read_bytes(), path, select=codes))
-            findings = sorted(kept)
+        if changed:  # what is left in the fixed files
+            again = lint_paths(sorted(changed), settings, jobs=args.jobs)
+            findings = sorted([f for f in findings if f.path not in changed] + again.findings)
+            result.errors.extend(again.errors)
         print(f"Fixed {applied} finding(s) in {len(changed)} file(s).", file=sys.stderr)
     from torchplace import __version__
 

@@ -10,11 +10,15 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchplace.errors import ConfigError
 from torchplace.lint.rules import ALL_RULES
+
+if TYPE_CHECKING:
+    from pathspec import GitIgnoreSpec
 
 __all__ = ["Settings", "expand_codes", "find_pyproject", "load_settings"]
 
@@ -55,24 +59,34 @@ class Settings:
         """The codes that apply to a file (``per-file-ignores`` removed)."""
         if not self.per_file_ignores:
             return self.select
-        import pathspec
-
         codes = set(self.select)
         for pattern, ignored in self.per_file_ignores.items():
-            spec = pathspec.GitIgnoreSpec.from_lines([pattern])
-            if spec.match_file(relpath):
+            if _pattern(pattern).match_file(relpath):
                 codes -= ignored
         return frozenset(codes)
 
 
+@lru_cache(maxsize=256)
+def _pattern(pattern: str) -> GitIgnoreSpec:
+    """One ``per-file-ignores`` pattern, compiled once (not once per file)."""
+    from pathspec import GitIgnoreSpec
+
+    return GitIgnoreSpec.from_lines([pattern])
+
+
 def find_pyproject(start: Path) -> Path | None:
     """The nearest ``pyproject.toml`` with a ``[tool.torchplace.lint]`` table, upwards."""
+    found = _nearest_table(start)
+    return None if found is None else found[0]
+
+
+def _nearest_table(start: Path) -> tuple[Path, dict[str, Any]] | None:
     for directory in [start, *start.parents]:
         candidate = directory / "pyproject.toml"
         if candidate.is_file():
             table = _table(candidate)
             if table is not None:
-                return candidate
+                return candidate, table
     return None
 
 
@@ -114,9 +128,9 @@ def load_settings(
     root = start
     origin = "command line"
     if not isolated:
-        pyproject = find_pyproject(start)
-        if pyproject is not None:
-            table = _table(pyproject) or {}
+        found = _nearest_table(start)
+        if found is not None:
+            pyproject, table = found
             root = pyproject.parent
             origin = f"{pyproject} [tool.torchplace.lint]"
             unknown = set(table) - _KEYS

@@ -24,13 +24,12 @@ from torchplace.lint.finding import Finding, Fix
 from torchplace.lint.resolver import Resolver, module_name_for
 from torchplace.lint.rules import ALL_RULES, FAMILIES
 
-__all__ = ["decode_source", "lint_bytes", "lint_source", "split_lines"]
+__all__ = ["decode_source", "lint_bytes", "lint_source"]
 
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]*(?:[\s,]+[A-Za-z]+[0-9]*)*))?", re.I)
-_NEWLINE = re.compile(r"\r\n|\r|\n")
 _LEAVES = frozenset({ast.Name, ast.Constant})
 # Fields of each node type that may hold expressions (``ctx`` and operators never do).
 _CHILD_FIELDS: dict[type[ast.AST], tuple[str, ...]] = {}
@@ -66,11 +65,6 @@ class _Plan:
 @lru_cache(maxsize=32)
 def _plan(selected: frozenset[str]) -> _Plan:
     return _Plan(selected)
-
-
-def split_lines(source: str) -> list[str]:
-    """Lines as Python's tokenizer counts them (``\\r\\n``, ``\\r`` or ``\\n``), without ends."""
-    return _NEWLINE.split(source)
 
 
 def _char_col(line: str, byte_col: int) -> int:
@@ -326,7 +320,8 @@ def lint_source(
     """Lint one file's text; return its findings sorted by position.
 
     ``select`` is the set of rule codes to run (default: all). ``module`` is the file's dotted
-    module name, used for relative imports (default: derived from ``path`` if it exists).
+    module name, used for relative imports (default: none, so they stay unresolved;
+    :func:`lint_bytes` derives it from ``path``).
     """
     selected = frozenset(ALL_RULES) if select is None else frozenset(select)
     plan = _plan(selected)
@@ -366,7 +361,7 @@ def _lint_tree(
     _Walker(ctx, plan, hot).block(tree.body)
     if not found:
         return []
-    lines = split_lines(source)
+    lines = ctx.lines()
     findings: set[Finding] = set()
     for code, node, message, fix in found:
         line = getattr(node, "lineno", 1)

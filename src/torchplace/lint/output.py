@@ -6,6 +6,7 @@ import json
 from collections import Counter
 from collections.abc import Sequence
 
+from torchplace.errors import ConfigError
 from torchplace.lint.finding import Finding
 from torchplace.lint.rules import ALL_RULES
 
@@ -108,7 +109,7 @@ def format_findings(
         return _sarif(findings, version)
     if fmt == "github":
         return _github(findings)
-    raise ValueError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
+    raise ConfigError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
 
 
 def format_statistics(findings: Sequence[Finding]) -> str:

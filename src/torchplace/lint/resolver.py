@@ -13,7 +13,7 @@ import ast
 import os
 from functools import lru_cache
 
-__all__ = ["Resolver", "is_module_base", "module_name_for"]
+__all__ = ["Resolver", "dotted_name", "is_module_base", "module_name_for"]
 
 # Upper-case names under torch.nn that are not nn.Module subclasses.
 _NOT_MODULES = frozenset(
@@ -42,6 +42,18 @@ def is_module_base(qualname: str) -> bool:
         return False
     # torch.nn.X, torch.nn.modules.<file>.X, torch.nn.parallel.X, torch.nn.quantized...X
     return len(parts) == 3 or parts[2] in {"modules", "parallel", "quantized", "intrinsic", "qat"}
+
+
+def dotted_name(node: ast.AST) -> str | None:
+    """``self.model`` -> ``"self.model"`` as written; None for anything but a name or attributes."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return ".".join(reversed(parts))
 
 
 @lru_cache(maxsize=4096)
@@ -111,19 +123,12 @@ class Resolver:
 
     def qualname(self, node: ast.AST) -> str | None:
         """``t.nn.Linear`` -> ``torch.nn.Linear``; None when the root is not an import."""
-        parts: list[str] = []
-        while isinstance(node, ast.Attribute):
-            parts.append(node.attr)
-            node = node.value
-        if not isinstance(node, ast.Name):
+        written = dotted_name(node)
+        if written is None:
             return None
-        root = self.names.get(node.id)
-        if root is None:
-            return None
-        if not parts:
-            return root
-        parts.append(root)
-        return ".".join(reversed(parts))
+        first, dot, rest = written.partition(".")
+        root = self.names.get(first)
+        return None if root is None else root + dot + rest
 
     def is_module_class(self, node: ast.ClassDef) -> bool:
         """Whether a class derives from ``nn.Module`` by import or through a class of this file."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 import re
 
-from torchplace.lint.base import Context, Scope, call_name, keyword
+from torchplace.lint.base import Context, Scope, call_name, keyword, names_in
 
 __all__ = [
     "CUDA_ONLY",
@@ -319,11 +319,9 @@ def is_device_bound_loop(loop: ast.AST, ctx: Context) -> bool:
     result = False
     items: set[str] = set()
     if isinstance(loop, (ast.For, ast.AsyncFor)):
-        items = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+        items = names_in(loop.target)
     elif isinstance(loop, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
-        items = {
-            n.id for g in loop.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)
-        }
+        items = {name for g in loop.generators for name in names_in(g.target)}
     for sub in _loop_nodes(loop):
         if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
             name = sub.func.attr
@@ -409,6 +407,6 @@ def loop_bound_names(loop: ast.AST, ctx: Context) -> set[str]:
         elif isinstance(sub, ast.comprehension):
             targets.append(sub.target)
     for target in targets:
-        names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        names |= names_in(target)
     ctx.scope.cache[key] = names
     return names

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import ast
 
-from torchplace.lint.base import Context, Family, Rule, Scope, has_star_kwargs, keyword
+from torchplace.lint.base import (
+    Context,
+    Family,
+    Rule,
+    Scope,
+    has_star_kwargs,
+    keyword,
+    names_in,
+)
 from torchplace.lint.finding import Edit, Fix
 from torchplace.lint.rules.facts import in_test, loop_bound_names, receiver_root
 
@@ -203,7 +211,7 @@ def _load_site(call: ast.Call, ctx: Context, what: str) -> None:
     for loop in loops:
         bound = loop_bound_names(loop, ctx)
         inside = ctx.parents[ctx.parents.index(loop) + 1 :] if loop in ctx.parents else []
-        if any(isinstance(p, ast.If) and _names_in(p.test) & bound for p in inside):
+        if any(isinstance(p, ast.If) and names_in(p.test) & bound for p in inside):
             continue  # a branch chosen per step: not the same load every time
         if not used & bound:
             ctx.report(
@@ -215,14 +223,10 @@ def _load_site(call: ast.Call, ctx: Context, what: str) -> None:
             return
 
 
-def _names_in(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
-
-
 def _names(call: ast.Call) -> set[str]:
     names: set[str] = set()
     for arg in [*call.args, *(kw.value for kw in call.keywords)]:
-        names.update(n.id for n in ast.walk(arg) if isinstance(n, ast.Name))
+        names |= names_in(arg)
     root = receiver_root(call.func.value) if isinstance(call.func, ast.Attribute) else None
     if root is not None:
         names.add(root)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 
 from torchplace.lint.base import Context, Family, Rule, call_name
+from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import moves_to_device
 
 __all__ = ["FAMILY"]
@@ -49,20 +50,8 @@ def _parameters_owner(call: ast.Call, ctx: Context) -> str | None:
                 and isinstance(sub.func, ast.Attribute)
                 and sub.func.attr in {"parameters", "named_parameters"}
             ):
-                return _dotted(sub.func.value)
+                return dotted_name(sub.func.value)
     return None
-
-
-def _dotted(node: ast.expr) -> str | None:
-    """``self.model`` -> ``"self.model"``; None for anything but a name or attribute chain."""
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    parts.append(node.id)
-    return ".".join(reversed(parts))
 
 
 def _move_of(stmt: ast.stmt, model: str, ctx: Context) -> ast.Call | None:
@@ -72,7 +61,7 @@ def _move_of(stmt: ast.stmt, model: str, ctx: Context) -> ast.Call | None:
             and isinstance(sub.func, ast.Attribute)
             and call_name(sub) in {"to", "cuda"}
             and moves_to_device(sub, ctx)
-            and _dotted(sub.func.value) == model
+            and dotted_name(sub.func.value) == model
         ):
             return sub
     return None

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import ast
 
-from torchplace.lint.base import Context, Family, Rule, Scope, has_star_kwargs, keyword
+from torchplace.lint.base import (
+    Context,
+    Family,
+    Rule,
+    Scope,
+    has_star_kwargs,
+    keyword,
+    names_in,
+)
 from torchplace.lint.rules.facts import FACTORIES, is_device_bound_loop
 
 __all__ = ["FAMILY"]
@@ -77,7 +85,7 @@ def _unpinned_source(name: str, ctx: Context, scope: Scope) -> str | None:
     for loop in reversed(ctx.loops()):
         if not isinstance(loop, (ast.For, ast.AsyncFor)):
             continue
-        targets = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+        targets = names_in(loop.target)
         if name not in targets and not _derived(name, targets, loop):
             continue
         loader = _loader_call(loop.iter, ctx, scope)
@@ -111,7 +119,7 @@ def _derived(name: str, targets: set[str], loop: ast.For | ast.AsyncFor) -> bool
         if isinstance(stmt, ast.Assign) and any(
             isinstance(n, ast.Name) and n.id == name for t in stmt.targets for n in ast.walk(t)
         ):
-            return bool({n.id for n in ast.walk(stmt.value) if isinstance(n, ast.Name)} & targets)
+            return bool(names_in(stmt.value) & targets)
     return False
 
 

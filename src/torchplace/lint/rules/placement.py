@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import ast
 
-from torchplace.lint.base import Context, Family, Rule, Scope, has_star_kwargs, keyword
+from torchplace.lint.base import (
+    Context,
+    Family,
+    Rule,
+    Scope,
+    has_star_kwargs,
+    keyword,
+    names_in,
+)
 from torchplace.lint.finding import Edit, Fix
 from torchplace.lint.rules.facts import (
     DEVICE_STRING,
@@ -346,14 +354,14 @@ def _moved_later(call: ast.Call, ctx: Context) -> bool:
     stmt = block[index]
     names: set[str] = set()
     if isinstance(stmt, ast.Assign):  # t = torch.arange(n).float() * 2
-        names = {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        names = {name for t in stmt.targets for name in names_in(t)}
     elif (  # parts.append(torch.arange(n))
         isinstance(stmt, ast.Expr)
         and isinstance(stmt.value, ast.Call)
         and isinstance(stmt.value.func, ast.Attribute)
         and stmt.value.func.attr in {"append", "extend"}
     ):
-        names = {n.id for n in ast.walk(stmt.value.func.value) if isinstance(n, ast.Name)}
+        names = names_in(stmt.value.func.value)
     names.discard("self")
     if not names:
         return False
@@ -363,13 +371,8 @@ def _moved_later(call: ast.Call, ctx: Context) -> bool:
         for later in block[index + 1 :]:
             if _moves_any(later, names):
                 return True
-            if (
-                isinstance(later, ast.Assign)
-                and {n.id for n in ast.walk(later.value) if isinstance(n, ast.Name)} & names
-            ):
-                names |= {
-                    n.id for t in later.targets for n in ast.walk(t) if isinstance(n, ast.Name)
-                }
+            if isinstance(later, ast.Assign) and names_in(later.value) & names:
+                names |= {name for t in later.targets for name in names_in(t)}
         if block is own_body:
             break
     return False
@@ -381,7 +384,7 @@ def _moves_any(stmt: ast.stmt, names: set[str]) -> bool:
             isinstance(sub, ast.Call)
             and isinstance(sub.func, ast.Attribute)
             and sub.func.attr in {"to", "cuda", "type_as"}
-            and {n.id for n in ast.walk(sub.func.value) if isinstance(n, ast.Name)} & names
+            and names_in(sub.func.value) & names
         ):
             return True
     return False

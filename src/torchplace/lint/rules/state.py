@@ -82,7 +82,7 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
                 return
             held = _contents(value, ctx, method)
             if held is not None:
-                _report(ctx, node, method.cls.name, attr, held)
+                _report(ctx, node, method.cls, attr, held)
         elif (
             isinstance(value, ast.Call)
             and isinstance(value.func, ast.Name)
@@ -97,7 +97,7 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
         if attr in plain:
             held = _held(value, ctx, method)
             if held is not None:
-                _report(ctx, node, method.cls.name, attr, held)
+                _report(ctx, node, method.cls, attr, held)
 
 
 def _expr(node: ast.Expr, ctx: Context) -> None:
@@ -118,7 +118,7 @@ def _expr(node: ast.Expr, ctx: Context) -> None:
     value = call.args[-1]
     held = _contents(value, ctx, method) if func.attr == "extend" else _held(value, ctx, method)
     if held is not None:
-        _report(ctx, call, method.cls.name, attr, held)
+        _report(ctx, call, method.cls, attr, held)
 
 
 _REGISTER = frozenset(
@@ -157,14 +157,13 @@ def _registered_later(cls: Scope) -> set[str]:
     return found
 
 
-def _report(ctx: Context, node: ast.AST, cls: str, attr: str, held: str) -> None:
-    method = ctx.method_of_module()
-    if method is not None and method.cls is not None and attr in _registered_later(method.cls):
+def _report(ctx: Context, node: ast.AST, cls: Scope, attr: str, held: str) -> None:
+    if attr in _registered_later(cls):
         return
     ctx.report(
         PLAIN_CONTAINER.code,
         node,
-        f"`{cls}.{attr}` keeps {held} in a plain Python container: `.to()`, `state_dict()` "
+        f"`{cls.name}.{attr}` keeps {held} in a plain Python container: `.to()`, `state_dict()` "
         f"and `parameters()` do not see them; {_advice(held)}",
     )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from torchplace.lint.base import Context, Family, Rule, Scope, call_name
+from torchplace.lint.base import Context, Family, Rule, Scope, call_name, keyword
 from torchplace.lint.rules.facts import DEVICE_STRING, SYNC_CALLS, TIMERS, moves_to_device
 
 __all__ = ["FAMILY"]
@@ -139,10 +139,7 @@ def _places(call: ast.Call, ctx: Context) -> bool:
     if name == "to" and moves_to_device(call, ctx):
         first = call.args[0] if call.args else None
         return not (isinstance(first, ast.Constant) and first.value == "cpu")
-    device = None
-    for kw in call.keywords:
-        if kw.arg == "device":
-            device = kw.value
+    device = getattr(keyword(call, "device"), "value", None)
     return (
         isinstance(device, ast.Constant)
         and isinstance(device.value, str)
