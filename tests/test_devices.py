@@ -94,7 +94,7 @@ def test_visible_devices_describes_the_variable() -> None:
     unset = visible_devices(probe=gpus(H200))
     assert not unset.hides_all
     assert unset.physical_id(3) == "3"
-    assert unset.describe() == "unset"
+    assert unset.describe() == "CUDA_VISIBLE_DEVICES unset"
 
 
 def test_rocm_build_reads_hip_visible_devices() -> None:

@@ -27,7 +27,7 @@ from torchplace import (
     check_same_device,
     move,
 )
-from torchplace.placement import map_tensors, same_device
+from torchplace.placement import canonical_device, map_tensors
 
 META = torch.device("meta")
 CPU = torch.device("cpu")
@@ -118,11 +118,11 @@ def test_large_majority_is_summarised() -> None:
     assert len(msg.splitlines()) < 20
 
 
-def test_same_device_helper() -> None:
-    assert same_device("cpu", torch.device("cpu"))
-    assert same_device("cpu:0", "cpu")
-    assert not same_device("cpu", "meta")
-    assert same_device("cuda:0", torch.device("cuda", 0))
+def test_canonical_forms_compare_equal_for_the_same_device() -> None:
+    assert canonical_device("cpu") == canonical_device(torch.device("cpu"))
+    assert canonical_device("cpu:0") == canonical_device("cpu")
+    assert canonical_device("cpu") != canonical_device("meta")
+    assert canonical_device("cuda:0") == canonical_device(torch.device("cuda", 0))
 
 
 # --------------------------------------------------------------------------------------------
@@ -504,8 +504,6 @@ def test_move_preserves_any_nesting(batch: Any) -> None:
 
 
 def test_canonical_device() -> None:
-    from torchplace.placement import canonical_device
-
     assert canonical_device("cpu:0") == torch.device("cpu")
     assert canonical_device(torch.device("meta")) == torch.device("meta")
     assert canonical_device("cuda:1") == torch.device("cuda", 1)

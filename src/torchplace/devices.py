@@ -463,7 +463,12 @@ class VisibleDevices:
         return self.physical_ids[logical]
 
     def describe(self) -> str:
-        return f"{self.variable}={self.value!r}" if self.value is not None else "unset"
+        """``CUDA_VISIBLE_DEVICES='1,0'``, or ``CUDA_VISIBLE_DEVICES unset``."""
+        return (
+            f"{self.variable}={self.value!r}"
+            if self.value is not None
+            else f"{self.variable} unset"
+        )
 
 
 def _visible_var(probe: DeviceProbe) -> str:
@@ -736,9 +741,8 @@ def _resolve_cuda(index: int | None, probe: DeviceProbe) -> torch.device:
         return torch.device("cuda", probe.current_device())
     if index >= count:
         vis = visible_devices(probe=probe)
-        where = vis.describe() if vis.value is not None else f"{vis.variable} unset"
         raise DeviceIndexError(
-            f"cannot use {want!r}: {count} CUDA device(s) visible ({where}): "
+            f"cannot use {want!r}: {count} CUDA device(s) visible ({vis.describe()}): "
             f"{_listing(probe, count)}. Fix: use an index from 0 to {count - 1}, "
             f"or make more GPUs visible through {vis.variable}."
         )

@@ -177,11 +177,12 @@ def _hip_config() -> tuple[str | None, str | None]:
 
 
 def _read(getter: Callable[[], Any]) -> Any:
-    """A torch setting, or None when torch refuses to answer.
+    """A torch setting, or None when torch refuses to answer or does not have it.
 
     Since torch 2.9 the legacy TF32 getters (``torch.get_float32_matmul_precision()``,
     ``torch.backends.cuda.matmul.allow_tf32``) raise RuntimeError once the new
-    ``fp32_precision`` API was used to set something the legacy one cannot express.
+    ``fp32_precision`` API was used to set something the legacy one cannot express; before 2.9,
+    ``torch.backends.cuda.matmul.fp32_precision`` raises AttributeError.
     """
     try:
         return getter()
@@ -836,7 +837,7 @@ def render(report: dict[str, Any], file: Any = None) -> None:
             "matmul precision",
             f"float32 {_show(build['float32_matmul_precision'])}, TF32 "
             f"{_show(build['cuda_matmul_allow_tf32'])} "
-            f"(fp32_precision {_show(build.get('cuda_matmul_fp32_precision'))})",
+            f"(fp32_precision {_show(build['cuda_matmul_fp32_precision'])})",
         ),
         (
             "CPU",

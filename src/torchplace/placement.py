@@ -37,7 +37,6 @@ __all__ = [
     "check_same_device",
     "map_tensors",
     "move",
-    "same_device",
 ]
 
 _log = logging.getLogger(__name__)
@@ -54,7 +53,11 @@ _MAJORITY_ROWS = 8  # rows of the majority device shown in a mismatch table
 
 
 def canonical_device(device: DeviceLike) -> torch.device:
-    """A device in the form tensors report: ``cpu`` without index, accelerators with one."""
+    """A device in the form tensors report: ``cpu`` without index, accelerators with one.
+
+    ``"cuda"`` becomes the current ``cuda:N``, so two specs name the same device exactly when
+    their canonical forms are equal.
+    """
     d = device if isinstance(device, torch.device) else torch.device(device)
     if d.type in ("cpu", "meta"):
         return torch.device(d.type)
@@ -69,11 +72,6 @@ def canonical_device(device: DeviceLike) -> torch.device:
             index = 0
         return torch.device(d.type, index)
     return d
-
-
-def same_device(a: DeviceLike, b: DeviceLike) -> bool:
-    """Whether two device specs name the same device (``cuda`` is the current ``cuda:N``)."""
-    return canonical_device(a) == canonical_device(b)
 
 
 def _dtype_name(dtype: torch.dtype) -> str:

@@ -391,8 +391,7 @@ class _DispatchLayer(TorchDispatchMode):  # type: ignore[no-untyped-call]
             if out is not NotImplemented:
                 return out
         if _maybe_mixed(args, kwargs):
-            names = [a.name for a in func._schema.arguments]
-            self._owner._check_mixed(_op_name(func), _named_args(names, args, kwargs))
+            self._owner._check_mixed_op(func, args, kwargs)
         return func(*args, **kwargs)
 
 
@@ -503,8 +502,7 @@ def _index_handler(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping
     ):
         owner._sync(_op_name(func), "boolean-mask indexing (the result size needs a nonzero)")
     if _maybe_mixed(args, kwargs):
-        names = [a.name for a in func._schema.arguments]
-        owner._check_mixed(_op_name(func), _named_args(names, args, kwargs))
+        owner._check_mixed_op(func, args, kwargs)
     return func(*args, **kwargs)
 
 
@@ -734,6 +732,10 @@ class Guard:
 
     def _check_mixed_call(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
         self._check_mixed(_function_name(func), _named_args(_parameter_names(func), args, kwargs))
+
+    def _check_mixed_op(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+        names = [a.name for a in func._schema.arguments]  # an aten op names its operands
+        self._check_mixed(_op_name(func), _named_args(names, args, kwargs))
 
     def _check_mixed(self, op: str, named: list[tuple[str, Any]]) -> None:
         operands = _mixed_operands(named)
