@@ -70,7 +70,6 @@ class Target:
 def workloads(device: torch.device) -> dict[str, Callable[[], object]]:
     if device.type == "cpu":
         n_small, n_mm = 1 << 16, 768
-        g = torch.Generator().manual_seed(0)
     else:
         # Far beyond the L2 cache (50 MB on an H100 or H200): do_bench's flush leaves up to an
         # L2's worth of dirty lines that the timed call then writes back, a cost a back-to-back
@@ -78,12 +77,11 @@ def workloads(device: torch.device) -> dict[str, Callable[[], object]]:
         # where it could reach 6 % of 768 MiB. The inputs are drawn on the device: fast, and no
         # 1 GiB host copy.
         n_small, n_mm = 1 << 28, 4096
-        g = torch.Generator(device=device).manual_seed(0)
-    x = torch.randn(n_small, generator=g, device=g.device)
-    y = torch.randn(n_small, generator=g, device=g.device)
-    a = torch.randn(n_mm, n_mm, generator=g, device=g.device)
-    b = torch.randn(n_mm, n_mm, generator=g, device=g.device)
-    x, y, a, b = (t.to(device) for t in (x, y, a, b))
+    g = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(n_small, generator=g, device=device)
+    y = torch.randn(n_small, generator=g, device=device)
+    a = torch.randn(n_mm, n_mm, generator=g, device=device)
+    b = torch.randn(n_mm, n_mm, generator=g, device=device)
     out = torch.empty_like(x)
     mm_out = torch.empty_like(a)
 

@@ -168,7 +168,6 @@ class PinnedPool:
         self.peak_bytes = 0
         self.allocations = 0
         self.reuses = 0
-        self.waits = 0
 
     def _reclaim(self) -> None:
         while self._busy:
@@ -207,7 +206,6 @@ class PinnedPool:
                 if event is not None:
                     event.synchronize()  # host waits for that earlier copy, then reuses
                 del self._busy[i]
-                self.waits += 1
                 self.reuses += 1
                 return buf
         return None
@@ -268,24 +266,17 @@ class PrefetchStats:
     pool_reuses: int
 
     @property
-    def transfer_s(self) -> float:
-        """The larger of host and device copy time."""
-        return max(self.copy_s, self.copy_device_s or 0.0)
-
-    @property
-    def consumer_busy_s(self) -> float:
-        """The larger of host and device consumer time."""
-        return max(self.consumer_s, self.consumer_device_s or 0.0)
-
-    @property
     def bottleneck(self) -> Bottleneck:
-        """The stage that took the most time: ``source``, ``copy`` or ``consumer``."""
+        """The stage that took the most time: ``source``, ``copy`` or ``consumer``.
+
+        A stage with a device time counts the larger of its host and device times.
+        """
         if self.batches == 0:
             return "none"
         stages: dict[Bottleneck, float] = {
             "source": self.source_s,
-            "copy": self.transfer_s,
-            "consumer": self.consumer_busy_s,
+            "copy": max(self.copy_s, self.copy_device_s or 0.0),
+            "consumer": max(self.consumer_s, self.consumer_device_s or 0.0),
         }
         return max(stages, key=lambda k: stages[k])
 
