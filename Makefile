@@ -1,4 +1,4 @@
-# One command per task. Every target sets up what it needs from scratch.
+# One command per task. Every target but gpu-check sets up what it needs from scratch.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -36,7 +36,7 @@ run: $(VENV)/.run-stamp  ## the main job: serve the embedded demo model (seed-ml
 test: $(VENV)/.test-stamp  ## run the whole test suite
 	$(BIN)/python -m pytest $(ARGS)
 
-lint: $(VENV)/.test-stamp  ## ruff and mypy (strict on the package)
+lint: $(VENV)/.test-stamp  ## ruff, mypy (strict on the package) and torchplace lint on the tree
 	$(BIN)/ruff check src tests benchmarks scripts
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
@@ -47,7 +47,7 @@ bench: $(VENV)/.bench-stamp  ## run every benchmark in benchmarks/ side by side 
 		echo "wrk is missing: install it (Debian: apt-get install wrk) for benchmarks/serve_vs_peers.py"
 	@failed=0; for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b $(ARGS) || failed=1; done; exit $$failed
 
-gpu-check:  ## on a machine with a GPU: the cuda tests and the GPU benchmarks, summary in out/gpu-check
+gpu-check:  ## on a machine with a GPU, with its own python3 and CUDA torch: the cuda tests and the GPU benchmarks, summary in out/gpu-check
 	PYTHON=$(PYTHON) scripts/gpu-check
 
 clean:  ## remove the virtual environment and caches
