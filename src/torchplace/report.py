@@ -1,0 +1,139 @@
+"""One output convention for every report command (doctor, guard, bench, lint, plan, ...).
+
+Every report command takes the same three options, added by :func:`add_output_options`:
+
+* ``--format text|json`` (a command may add more, as lint adds ``sarif`` and ``github``), with
+  ``--json`` as the short form of ``--format json``; ``--json`` never takes an argument.
+* ``-o/--output PATH``: write the report there instead of the command's stream. The stream is
+  stdout, except for ``guard``, which reports on stderr so the program's own stdout stays clean.
+
+and the same exit statuses: :data:`EXIT_OK` (0) fine, :data:`EXIT_FAILED` (1) the check found
+something or failed, :data:`EXIT_USAGE` (2) usage or internal error.
+
+A JSON report is one envelope (:func:`envelope`): ``schema`` (``torchplace.COMMAND/vN``),
+``command``, ``torchplace`` and ``torch`` versions, ``device``, then the command's ``result``.
+Each command's JSON Schema ships in ``torchplace/schemas/COMMAND.vN.json``
+(:func:`schema_path`); a breaking change to a report takes a new version name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from torchplace import __version__
+
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "FORMATS",
+    "SCHEMA_VERSION",
+    "add_output_options",
+    "envelope",
+    "load_schema",
+    "schema_id",
+    "schema_path",
+    "to_json",
+    "torch_version",
+    "write_report",
+]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+FORMATS: tuple[str, ...] = ("text", "json")
+SCHEMA_VERSION = "v1"
+_SCHEMAS = Path(__file__).parent / "schemas"
+
+
+def add_output_options(
+    parser: argparse.ArgumentParser,
+    *,
+    formats: Sequence[str] = FORMATS,
+    stream: str = "stdout",
+) -> None:
+    """Add ``--format``, ``--json`` and ``-o/--output`` to a report command's parser."""
+    group = parser.add_argument_group("output (the same for every report command)")
+    group.add_argument(
+        "--format",
+        choices=list(formats),
+        default="text",
+        help=f"report format: {', '.join(formats)} (default: text)",
+    )
+    group.add_argument(
+        "--json",
+        dest="format",
+        action="store_const",
+        const="json",
+        help="short for --format json",
+    )
+    group.add_argument(
+        "-o",
+        "--output",
+        metavar="PATH",
+        help=f"write the report to PATH instead of {stream}",
+    )
+
+
+def torch_version() -> str | None:
+    """The torch version, read without importing torch when the command has not done so."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return str(torch.__version__)
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def schema_id(command: str, version: str = SCHEMA_VERSION) -> str:
+    """The ``schema`` value of a command's report, e.g. ``torchplace.doctor/v1``."""
+    return f"torchplace.{command}/{version}"
+
+
+def envelope(
+    command: str,
+    result: Mapping[str, Any] | Sequence[Any],
+    *,
+    device: str | None = None,
+    version: str = SCHEMA_VERSION,
+) -> dict[str, Any]:
+    """Wrap a command's result in the one JSON envelope every report shares."""
+    return {
+        "schema": schema_id(command, version),
+        "command": command,
+        "torchplace": __version__,
+        "torch": torch_version(),
+        "device": device,
+        "result": result,
+    }
+
+
+def to_json(document: Mapping[str, Any]) -> str:
+    """Serialise a report: indented, keys in insertion order, anything else as ``str``."""
+    return json.dumps(document, indent=2, default=str) + "\n"
+
+
+def write_report(text: str, output: str | Path | None, *, stream: TextIO | None = None) -> None:
+    """Write a rendered report to ``output`` when given, else to ``stream`` (stdout)."""
+    if output is not None:
+        Path(output).write_text(text, encoding="utf-8")
+        return
+    target = sys.stdout if stream is None else stream
+    target.write(text)
+    target.flush()
+
+
+def schema_path(command: str, version: str = SCHEMA_VERSION) -> Path:
+    """Where the JSON Schema of a command's report ships inside the package."""
+    return _SCHEMAS / f"{command}.{version}.json"
+
+
+def load_schema(command: str, version: str = SCHEMA_VERSION) -> dict[str, Any]:
+    """The JSON Schema of a command's report, as shipped."""
+    schema: dict[str, Any] = json.loads(schema_path(command, version).read_text(encoding="utf-8"))
+    return schema
