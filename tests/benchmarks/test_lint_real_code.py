@@ -195,6 +195,15 @@ def test_label_file_must_be_named_after_the_repo(bench: ModuleType, tmp_path: Pa
         bench.load_project(path)
 
 
+def test_held_out_repositories_are_refused(bench: ModuleType, tmp_path: Path) -> None:
+    path = tmp_path / "karpathy__nanoGPT.toml"
+    path.write_text(
+        'repo = "karpathy/nanoGPT"\ncommit = "' + "a" * 40 + '"\nkind = "training"\npaths = ["a"]\n'
+    )
+    with pytest.raises(bench.CorpusError, match="held out"):
+        bench.load_project(path)
+
+
 def test_main_lints_and_scores_end_to_end(
     bench: ModuleType, project: tuple[Path, Path, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
