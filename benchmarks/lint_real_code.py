@@ -369,9 +369,9 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0%}"
 
 
-def _row(name: str, tally: Tally) -> str:
+def _row(name: str, tally: Tally, width: int = 12) -> str:
     return (
-        f"{name:<12} {tally.pitfalls:>8} {tally.tp:>6} {_pct(tally.recall):>7} "
+        f"{name:<{width}} {tally.pitfalls:>8} {tally.tp:>6} {_pct(tally.recall):>7} "
         f"{tally.cleans:>7} {tally.fp:>7} {_pct(tally.precision):>10}"
     )
 
@@ -387,7 +387,8 @@ def render(result: Score, skipped: Sequence[str], show_unlabelled: int) -> str:
     for scope in SCOPES:
         lines.append(_row(f"  {scope}", result.by_scope.get(scope, Tally())))
     lines += ["", "by repository:"]
-    lines += [_row(repo.split("/")[1][:12], t) for repo, t in sorted(result.by_repo.items())]
+    width = max((len(repo) for repo in result.by_repo), default=12)
+    lines += [_row(repo, t, width) for repo, t in sorted(result.by_repo.items())]
     if skipped:
         lines += ["", "not scored (no sources):", *(f"  {s}" for s in skipped)]
     lines += ["", f"missed pitfalls: {len(result.misses)}"]
