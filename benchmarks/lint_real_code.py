@@ -14,6 +14,8 @@ linted with the torchplace installed for the running interpreter, and scored:
 
 Targets (``--check`` exits 1 when one fails): overall precision >= 90%, recall >= 75% on local
 rows, recall >= 60% for every rule with at least 5 pitfall rows, recall >= 50% on cross rows.
+Without ``--check`` the exit status is 0 whatever the scores; a label file that breaks the
+format is a usage error (exit 2) naming the file and the field.
 
 Sources come from ``https://github.com/OWNER/NAME`` by ``git fetch``, or from a local bare
 repository per project with ``--git-dir-template '/mirrors/{owner}/{name}.git'``. The cache is
@@ -448,7 +450,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--git-dir-template",
         default=None,
-        help="a local bare repository per project, e.g. '/mirrors/{owner}+{name}.git' "
+        help="where each project's git repository is: a local path (borrowed, not copied) "
+        "or a URL, {owner} and {name} substituted, e.g. '/mirrors/{owner}+{name}.git' "
         "(default: https://github.com/{owner}/{name})",
     )
     p.add_argument("--fetch-only", action="store_true", help="fetch the sources, do not lint")
