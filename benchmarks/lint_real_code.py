@@ -1,0 +1,518 @@
+"""torchplace lint on real code: precision and recall against the hand-labelled corpus.
+
+Every ``benchmarks/lint_corpus/OWNER__NAME.toml`` names a public repository, a pinned commit, the
+paths to lint and labelled locations: ``pitfall`` rows (the rule should report that line) and
+``clean`` rows (look-alikes the rule must not report). The sources are fetched at the pinned
+commit into a cache outside this repository (``scripts/lint-corpus-fetch`` does only that step),
+linted with the torchplace installed for the running interpreter, and scored:
+
+- TP: a pitfall row reported (same path, line and rule); FN: a pitfall row not reported;
+  FP: a clean row reported. Precision = TP / (TP + FP), recall = TP / (TP + FN).
+- Per rule, overall, and apart for ``scope = "local"`` (decidable inside one function) and
+  ``scope = "cross"`` (needs another function or file) rows.
+- Findings on unlabelled lines are counted and listed for review, never scored.
+
+Targets (``--check`` exits 1 when one fails): overall precision >= 90%, recall >= 75% on local
+rows, recall >= 60% for every rule with at least 5 pitfall rows, recall >= 50% on cross rows.
+Without ``--check`` the exit status is 0 whatever the scores; a label file that breaks the
+format is a usage error (exit 2) naming the file and the field.
+
+Sources come from ``https://github.com/OWNER/NAME`` by ``git fetch``, or from a local bare
+repository per project with ``--git-dir-template '/mirrors/{owner}/{name}.git'``. The cache is
+``~/.cache/torchplace/lint-corpus`` unless ``--cache DIR`` or ``TORCHPLACE_LINT_CORPUS`` says
+otherwise. No GPU is involved: ``--device`` is accepted for a uniform benchmark interface.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - the package depends on tomli there
+    import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
+
+CORPUS = Path(__file__).resolve().parent / "lint_corpus"
+DEFAULT_CACHE = Path("~/.cache/torchplace/lint-corpus")
+GITHUB = "https://github.com/{owner}/{name}"
+KINDS = ("training", "inference", "server", "distributed", "library")
+VERDICTS = ("pitfall", "clean")
+SCOPES = ("local", "cross")
+MIN_PRECISION = 0.90
+MIN_LOCAL_RECALL = 0.75
+MIN_RULE_RECALL = 0.60
+MIN_RULE_PITFALLS = 5
+MIN_CROSS_RECALL = 0.50
+GIT_TIMEOUT_S = 600.0
+# Kept out of the corpus on purpose: a held-out measure of the rules.
+HELD_OUT = frozenset(
+    {
+        "karpathy/nanogpt",
+        "karpathy/mingpt",
+        "pytorch/examples",
+        "eriklindernoren/pytorch-gan",
+        "lucidrains/denoising-diffusion-pytorch",
+        "openai/whisper",
+        "facebookresearch/detr",
+        "pytorch/serve",
+    }
+)
+
+
+class CorpusError(Exception):
+    """A label file that does not follow the format; the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class Label:
+    path: str
+    line: int
+    rule: str
+    verdict: str
+    scope: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Project:
+    repo: str
+    commit: str
+    kind: str
+    paths: tuple[str, ...]
+    labels: tuple[Label, ...]
+    source: Path  # the label file
+
+    @property
+    def slug(self) -> str:
+        return self.repo.replace("/", "__")
+
+
+@dataclass
+class Tally:
+    tp: int = 0
+    fn: int = 0
+    fp: int = 0
+    tn: int = 0
+
+    @property
+    def pitfalls(self) -> int:
+        return self.tp + self.fn
+
+    @property
+    def cleans(self) -> int:
+        return self.fp + self.tn
+
+    @property
+    def precision(self) -> float | None:
+        return self.tp / (self.tp + self.fp) if self.tp + self.fp else None
+
+    @property
+    def recall(self) -> float | None:
+        return self.tp / self.pitfalls if self.pitfalls else None
+
+    def add(self, label: Label, reported: bool) -> None:
+        if label.verdict == "pitfall":
+            if reported:
+                self.tp += 1
+            else:
+                self.fn += 1
+        elif reported:
+            self.fp += 1
+        else:
+            self.tn += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "tp": self.tp,
+            "fn": self.fn,
+            "fp": self.fp,
+            "tn": self.tn,
+            "precision": self.precision,
+            "recall": self.recall,
+        }
+
+
+@dataclass
+class Score:
+    by_rule: dict[str, Tally] = field(default_factory=dict)
+    by_scope: dict[str, Tally] = field(default_factory=dict)
+    by_repo: dict[str, Tally] = field(default_factory=dict)
+    overall: Tally = field(default_factory=Tally)
+    misses: list[tuple[str, Label]] = field(default_factory=list)  # FN rows
+    false_alarms: list[tuple[str, Label]] = field(default_factory=list)  # FP rows
+    unlabelled: list[tuple[str, str, int, str]] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------- label files
+
+
+def _field(table: dict[str, Any], key: str, kind: type, where: str) -> Any:
+    value = table.get(key)
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise CorpusError(f"{where}: {key!r} must be a {kind.__name__}, got {value!r}")
+    return value
+
+
+def _choice(table: dict[str, Any], key: str, allowed: Sequence[str], where: str) -> str:
+    value = _field(table, key, str, where)
+    if value not in allowed:
+        raise CorpusError(f"{where}: {key} = {value!r}; use one of {', '.join(allowed)}")
+    return str(value)
+
+
+def load_project(path: Path) -> Project:
+    """Read and validate one label file."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise CorpusError(f"{path}: {exc}") from exc
+    repo = _field(data, "repo", str, str(path))
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repo):
+        raise CorpusError(f"{path}: repo = {repo!r} is not 'owner/name'")
+    if repo.lower() in HELD_OUT:
+        raise CorpusError(f"{path}: {repo} is held out of the corpus; label another repository")
+    if path.stem != repo.replace("/", "__"):
+        raise CorpusError(
+            f"{path}: the file of repo {repo!r} must be named {repo.replace('/', '__')}.toml"
+        )
+    commit = _field(data, "commit", str, str(path))
+    if not re.fullmatch(r"[0-9a-f]{40}", commit):
+        raise CorpusError(f"{path}: commit = {commit!r} is not a 40-hex commit id")
+    kind = _choice(data, "kind", KINDS, str(path))
+    paths = _field(data, "paths", list, str(path))
+    if not paths or not all(isinstance(p, str) and p for p in paths):
+        raise CorpusError(f"{path}: paths must be a non-empty list of file or folder names")
+    labels: list[Label] = []
+    seen: set[tuple[str, int, str]] = set()
+    for index, row in enumerate(data.get("label", []), start=1):
+        where = f"{path}: label {index}"
+        label = Label(
+            path=_field(row, "path", str, where),
+            line=_field(row, "line", int, where),
+            rule=_field(row, "rule", str, where),
+            verdict=_choice(row, "verdict", VERDICTS, where),
+            scope=_choice(row, "scope", SCOPES, where),
+            reason=_field(row, "reason", str, where).strip(),
+        )
+        if label.line < 1:
+            raise CorpusError(f"{where}: line = {label.line}; lines are 1-based")
+        if not re.fullmatch(r"TPL\d{3}", label.rule):
+            raise CorpusError(f"{where}: rule = {label.rule!r} is not a code like 'TPL201'")
+        if not label.reason:
+            raise CorpusError(f"{where}: reason is empty; say in one line why")
+        key = (label.path, label.line, label.rule)
+        if key in seen:
+            raise CorpusError(f"{where}: {label.path}:{label.line} {label.rule} is labelled twice")
+        seen.add(key)
+        labels.append(label)
+    return Project(repo, commit, kind, tuple(paths), tuple(labels), path)
+
+
+def load_corpus(directory: Path) -> list[Project]:
+    files = sorted(directory.glob("*.toml"))
+    if not files:
+        raise CorpusError(f"{directory}: no label files (*.toml)")
+    return [load_project(p) for p in files]
+
+
+# ---------------------------------------------------------------- sources
+
+
+def _git(args: Sequence[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=GIT_TIMEOUT_S
+    )
+
+
+def _objects(origin: str) -> Path | None:
+    """The object folder of a local git repository (bare or not), or None for a URL."""
+    path = Path(origin).expanduser()
+    for candidate in (path / "objects", path / ".git" / "objects"):
+        if candidate.is_dir():
+            return candidate.resolve()
+    return None
+
+
+def fetch(project: Project, cache: Path, git_dir_template: str | None) -> Path:
+    """The project's linted paths at its pinned commit under ``cache``; fetched when missing.
+
+    Only ``paths`` are checked out (a sparse checkout), so large files elsewhere in the history
+    are never needed. A local repository is borrowed through git's alternates, not copied.
+    """
+    dest = cache / project.slug
+    if (dest / ".git").exists():
+        head = _git(["rev-parse", "HEAD"], dest)
+        on_commit = head.returncode == 0 and head.stdout.strip() == project.commit
+        if on_commit and all((dest / p).exists() for p in project.paths):
+            return dest
+    owner, name = project.repo.split("/")
+    origin = (git_dir_template or GITHUB).format(owner=owner, name=name)
+    dest.mkdir(parents=True, exist_ok=True)
+    steps = [["init", "--quiet"]]
+    objects = _objects(origin)
+    if objects is None:
+        steps += [
+            ["config", "remote.origin.url", origin],
+            ["config", "remote.origin.promisor", "true"],
+            ["config", "remote.origin.partialclonefilter", "blob:none"],
+            ["fetch", "--quiet", "--filter=blob:none", "--depth", "1", "origin", project.commit],
+        ]
+    else:
+        alternates = dest / ".git" / "objects" / "info" / "alternates"
+        alternates.parent.mkdir(parents=True, exist_ok=True)
+        alternates.write_text(f"{objects}\n", encoding="utf-8")
+    steps += [
+        ["sparse-checkout", "set", "--no-cone", *(f"/{p.strip('/')}" for p in project.paths)],
+        ["checkout", "--quiet", "--force", "--detach", project.commit],
+    ]
+    for step in steps:
+        done = _git(step, dest)
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"{project.repo}: git {' '.join(step)} failed in {dest}: "
+                f"{done.stderr.strip()[-400:]} (offline? pass --git-dir-template with a local "
+                "repository per project, or fill the cache beforehand)"
+            )
+    return dest
+
+
+# ---------------------------------------------------------------- linting and scoring
+
+
+def lint(root: Path, paths: Sequence[str]) -> set[tuple[str, int, str]]:
+    """``(path relative to root, line, code)`` of every finding, from the installed torchplace."""
+    from torchplace.lint import lint_paths
+
+    missing = [p for p in paths if not (root / p).exists()]
+    if missing:
+        raise CorpusError(f"{root.name}: paths not in the repository at its commit: {missing}")
+    here = Path.cwd()
+    os.chdir(root)  # as a user runs it: `torchplace lint PATH...` inside the project
+    try:
+        result = lint_paths(list(paths), jobs=1)
+    finally:
+        os.chdir(here)
+    found: set[tuple[str, int, str]] = set()
+    for finding in result.findings:
+        rel = Path(finding.path)
+        if rel.is_absolute():
+            rel = rel.relative_to(root.resolve())
+        found.add((rel.as_posix(), finding.line, finding.code))
+    return found
+
+
+def score(results: Iterable[tuple[Project, set[tuple[str, int, str]]]]) -> Score:
+    out = Score()
+    for project, found in results:
+        labelled: set[tuple[str, int, str]] = set()
+        for label in project.labels:
+            key = (label.path, label.line, label.rule)
+            labelled.add(key)
+            reported = key in found
+            for tally in (
+                out.overall,
+                out.by_rule.setdefault(label.rule, Tally()),
+                out.by_scope.setdefault(label.scope, Tally()),
+                out.by_repo.setdefault(project.repo, Tally()),
+            ):
+                tally.add(label, reported)
+            if label.verdict == "pitfall" and not reported:
+                out.misses.append((project.repo, label))
+            if label.verdict == "clean" and reported:
+                out.false_alarms.append((project.repo, label))
+        for path, line, code in sorted(found - labelled):
+            out.unlabelled.append((project.repo, path, line, code))
+    return out
+
+
+def targets(result: Score) -> list[tuple[str, bool]]:
+    """``(description, passed)`` for each of the issue's targets."""
+    checks: list[tuple[str, bool]] = []
+    precision = result.overall.precision
+    checks.append(
+        (
+            f"overall precision >= {MIN_PRECISION:.0%} ({_pct(precision)})",
+            precision is not None and precision >= MIN_PRECISION,
+        )
+    )
+    for scope, minimum in (("local", MIN_LOCAL_RECALL), ("cross", MIN_CROSS_RECALL)):
+        recall = result.by_scope.get(scope, Tally()).recall
+        checks.append(
+            (
+                f"recall on {scope} rows >= {minimum:.0%} ({_pct(recall)})",
+                recall is not None and recall >= minimum,
+            )
+        )
+    for rule, tally in sorted(result.by_rule.items()):
+        if tally.pitfalls >= MIN_RULE_PITFALLS:
+            recall = tally.recall or 0.0
+            checks.append(
+                (
+                    f"{rule} recall >= {MIN_RULE_RECALL:.0%} ({_pct(recall)} of {tally.pitfalls})",
+                    recall >= MIN_RULE_RECALL,
+                )
+            )
+    return checks
+
+
+# ---------------------------------------------------------------- report
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0%}"
+
+
+def _row(name: str, tally: Tally, width: int = 12) -> str:
+    return (
+        f"{name:<{width}} {tally.pitfalls:>8} {tally.tp:>6} {_pct(tally.recall):>7} "
+        f"{tally.cleans:>7} {tally.fp:>7} {_pct(tally.precision):>10}"
+    )
+
+
+def render(result: Score, skipped: Sequence[str], show_unlabelled: int) -> str:
+    head = (
+        f"{'':<12} {'pitfalls':>8} {'found':>6} {'recall':>7} "
+        f"{'cleans':>7} {'flagged':>7} {'precision':>10}"
+    )
+    lines = [head]
+    lines += [_row(rule, tally) for rule, tally in sorted(result.by_rule.items())]
+    lines.append(_row("overall", result.overall))
+    for scope in SCOPES:
+        lines.append(_row(f"  {scope}", result.by_scope.get(scope, Tally())))
+    lines += ["", "by repository:"]
+    width = max((len(repo) for repo in result.by_repo), default=12)
+    lines += [_row(repo, t, width) for repo, t in sorted(result.by_repo.items())]
+    if skipped:
+        lines += ["", "not scored (no sources):", *(f"  {s}" for s in skipped)]
+    lines += ["", f"missed pitfalls: {len(result.misses)}"]
+    lines += [
+        f"  {r}:{lb.path}:{lb.line} {lb.rule} [{lb.scope}] {lb.reason}" for r, lb in result.misses
+    ]
+    lines += [f"false alarms on clean rows: {len(result.false_alarms)}"]
+    lines += [
+        f"  {r}:{lb.path}:{lb.line} {lb.rule} [{lb.scope}] {lb.reason}"
+        for r, lb in result.false_alarms
+    ]
+    shown = result.unlabelled if show_unlabelled < 0 else result.unlabelled[:show_unlabelled]
+    lines += [f"findings on unlabelled lines (not scored): {len(result.unlabelled)}"]
+    lines += [f"  {r}:{p}:{n} {c}" for r, p, n, c in shown]
+    if len(shown) < len(result.unlabelled):
+        lines.append(f"  ... {len(result.unlabelled) - len(shown)} more (--show-unlabelled -1)")
+    return "\n".join(lines)
+
+
+def as_json(
+    result: Score, skipped: Sequence[str], checks: Sequence[tuple[str, bool]]
+) -> dict[str, Any]:
+    def rows(items: list[tuple[str, Label]]) -> list[dict[str, Any]]:
+        return [{"repo": r, **vars(lb)} for r, lb in items]
+
+    return {
+        "overall": result.overall.as_dict(),
+        "by_scope": {k: v.as_dict() for k, v in sorted(result.by_scope.items())},
+        "by_rule": {k: v.as_dict() for k, v in sorted(result.by_rule.items())},
+        "by_repo": {k: v.as_dict() for k, v in sorted(result.by_repo.items())},
+        "misses": rows(result.misses),
+        "false_alarms": rows(result.false_alarms),
+        "unlabelled": [
+            {"repo": r, "path": p, "line": n, "rule": c} for r, p, n, c in result.unlabelled
+        ],
+        "not_scored": list(skipped),
+        "targets": [{"target": name, "passed": ok} for name, ok in checks],
+    }
+
+
+def _cache(arg: Path | None) -> Path:
+    if arg is not None:
+        return arg.expanduser()
+    env = os.environ.get("TORCHPLACE_LINT_CORPUS")
+    return Path(env).expanduser() if env else DEFAULT_CACHE.expanduser()
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--corpus", type=Path, default=CORPUS, help="folder of OWNER__NAME.toml files")
+    p.add_argument(
+        "--cache",
+        type=Path,
+        default=None,
+        help="where the sources go (default: $TORCHPLACE_LINT_CORPUS or ~/.cache/torchplace/lint-corpus)",
+    )
+    p.add_argument(
+        "--git-dir-template",
+        default=None,
+        help="where each project's git repository is: a local path (borrowed, not copied) "
+        "or a URL, {owner} and {name} substituted, e.g. '/mirrors/{owner}+{name}.git' "
+        "(default: https://github.com/{owner}/{name})",
+    )
+    p.add_argument("--fetch-only", action="store_true", help="fetch the sources, do not lint")
+    p.add_argument("--check", action="store_true", help="exit 1 when a target fails")
+    p.add_argument(
+        "--show-unlabelled",
+        type=int,
+        default=40,
+        metavar="N",
+        help="list N findings on unlabelled lines (-1: all; default 40)",
+    )
+    p.add_argument("--json", type=Path, default=None, help="write the results here")
+    p.add_argument("--device", default="auto", help="ignored: linting needs no device")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        projects = load_corpus(args.corpus)
+    except CorpusError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    cache = _cache(args.cache)
+    sources: list[tuple[Project, Path]] = []
+    skipped: list[str] = []
+    for project in projects:
+        try:
+            sources.append((project, fetch(project, cache, args.git_dir_template)))
+        except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+            print(f"warning: {exc}", file=sys.stderr)
+            skipped.append(f"{project.repo}@{project.commit[:12]}")
+    if args.fetch_only:
+        for project, where in sources:
+            print(f"{project.repo}@{project.commit[:12]} -> {where}")
+        return 1 if skipped else 0
+    try:
+        results = [(project, lint(where, project.paths)) for project, where in sources]
+    except CorpusError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    result = score(results)
+    checks = targets(result)
+    labels = sum(len(p.labels) for p, _ in sources)
+    print(
+        f"lint corpus: {len(sources)} of {len(projects)} repositories, {labels} labelled "
+        f"locations ({result.overall.pitfalls} pitfalls, {result.overall.cleans} clean), "
+        f"cache {cache}"
+    )
+    print(render(result, skipped, args.show_unlabelled))
+    print()
+    for name, ok in checks:
+        print(f"{'PASS' if ok else 'FAIL'}: {name}")
+    if skipped:
+        print(f"FAIL: {len(skipped)} repositories could not be fetched")
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(as_json(result, skipped, checks), indent=2))
+    passed = all(ok for _, ok in checks) and not skipped and bool(sources)
+    return 1 if args.check and not passed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

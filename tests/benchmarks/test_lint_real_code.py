@@ -1,0 +1,258 @@
+"""benchmarks/lint_real_code.py: label files, fetching at a pinned commit, scoring and targets.
+
+Everything runs on a tiny git repository made in ``tmp_path``: no network.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "lint_real_code.py"
+
+SOURCE = """import torch
+
+
+def train(model, loader, opt, device):
+    total = 0.0
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        loss = model(x).sum()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        total += loss.item()
+    return total
+
+
+def restore(path):
+    return torch.load(path, map_location="cpu")
+"""
+LOAD_LINE = 17  # torch.load without weights_only: TPL402 reports it
+ITEM_LINE = 12  # loss.item() per batch
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("lint_real_code", SCRIPT)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _git(*args: str, cwd: Path) -> str:
+    done = subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def _label(path: str, line: int, rule: str, verdict: str, scope: str = "local") -> str:
+    return (
+        f'[[label]]\npath = "{path}"\nline = {line}\nrule = "{rule}"\n'
+        f'verdict = "{verdict}"\nscope = "{scope}"\nreason = "test row"\n'
+    )
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> tuple[Path, Path, str]:
+    """A git repository acme/demo with two commits, and a corpus that pins the first."""
+    repo = tmp_path / "mirrors" / "acme" / "demo"
+    (repo / "pkg").mkdir(parents=True)
+    _git("init", "--quiet", cwd=repo)
+    (repo / "pkg" / "train.py").write_text(SOURCE)
+    (repo / "big.bin").write_bytes(b"\0" * 64)  # outside `paths`: never checked out
+    _git("add", ".", cwd=repo)
+    _git("commit", "--quiet", "-m", "first", cwd=repo)
+    commit = _git("rev-parse", "HEAD", cwd=repo)
+    (repo / "pkg" / "train.py").write_text("# the second commit changes everything\n")
+    _git("commit", "--quiet", "-am", "second", cwd=repo)
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    rows = [
+        _label("pkg/train.py", LOAD_LINE, "TPL402", "pitfall"),  # reported: TP
+        _label("pkg/train.py", LOAD_LINE, "TPL401", "clean"),  # map_location given: TN
+        _label("pkg/train.py", 7, "TPL501", "pitfall", "cross"),  # nothing there: FN
+    ]
+    (corpus / "acme__demo.toml").write_text(
+        f'repo = "acme/demo"\ncommit = "{commit}"\nkind = "training"\npaths = ["pkg"]\n\n'
+        + "\n".join(rows)
+    )
+    return tmp_path, corpus, commit
+
+
+def test_fetch_checks_out_only_the_paths_at_the_pinned_commit(
+    bench: ModuleType, project: tuple[Path, Path, str]
+) -> None:
+    tmp_path, corpus, commit = project
+    (proj,) = bench.load_corpus(corpus)
+    template = str(tmp_path / "mirrors" / "{owner}" / "{name}")
+    where = bench.fetch(proj, tmp_path / "cache", template)
+    assert where == tmp_path / "cache" / "acme__demo"
+    assert (where / "pkg" / "train.py").read_text() == SOURCE  # the first commit, not HEAD
+    assert not (where / "big.bin").exists()
+    assert _git("rev-parse", "HEAD", cwd=where) == commit
+    (where / "pkg" / "train.py").write_text("edited")  # a second fetch trusts the checkout
+    assert bench.fetch(proj, tmp_path / "cache", template) == where
+    assert (where / "pkg" / "train.py").read_text() == "edited"
+
+
+def test_score_counts_each_row_once_and_lists_unlabelled_findings(bench: ModuleType) -> None:
+    labels = (
+        bench.Label("a.py", 1, "TPL201", "pitfall", "local", "r"),  # TP
+        bench.Label("a.py", 2, "TPL201", "pitfall", "cross", "r"),  # FN
+        bench.Label("a.py", 3, "TPL201", "clean", "local", "r"),  # FP
+        bench.Label("a.py", 4, "TPL401", "clean", "local", "r"),  # TN
+    )
+    proj = bench.Project("o/n", "0" * 40, "training", ("a.py",), labels, Path("o__n.toml"))
+    found = {("a.py", 1, "TPL201"), ("a.py", 3, "TPL201"), ("a.py", 9, "TPL103")}
+    result = bench.score([(proj, found)])
+    rule = result.by_rule["TPL201"]
+    assert (rule.tp, rule.fn, rule.fp, rule.tn) == (1, 1, 1, 0)
+    assert rule.precision == 0.5
+    assert rule.recall == 0.5
+    assert result.by_rule["TPL401"].precision is None  # no finding: nothing to be precise about
+    assert (result.overall.tp, result.overall.fn, result.overall.fp, result.overall.tn) == (
+        1,
+        1,
+        1,
+        1,
+    )
+    assert result.by_scope["local"].recall == 1.0
+    assert result.by_scope["cross"].recall == 0.0
+    assert [label.line for _, label in result.misses] == [2]
+    assert [label.line for _, label in result.false_alarms] == [3]
+    assert result.unlabelled == [("o/n", "a.py", 9, "TPL103")]
+
+
+def test_targets_follow_the_issue(bench: ModuleType) -> None:
+    result = bench.Score()
+    result.overall = bench.Tally(tp=9, fn=1, fp=1, tn=5)  # precision 90%
+    result.by_scope = {"local": bench.Tally(tp=8, fn=1), "cross": bench.Tally(tp=1, fn=1)}
+    result.by_rule = {
+        "TPL201": bench.Tally(tp=3, fn=2),  # 5 pitfalls, recall 60%: checked, passes
+        "TPL104": bench.Tally(tp=0, fn=4),  # 4 pitfalls: not checked
+    }
+    checks = dict(bench.targets(result))
+    assert all(checks.values())
+    assert not any("TPL104" in name for name in checks)
+    result.by_rule["TPL201"] = bench.Tally(tp=2, fn=3)
+    failed = [name for name, ok in bench.targets(result) if not ok]
+    assert len(failed) == 1
+    assert "TPL201" in failed[0]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('repo = "acme/demo"\ncommit = "abc"\nkind = "training"\npaths = ["a"]\n', "40-hex"),
+        ('repo = "acme/demo"\ncommit = "' + "a" * 40 + '"\nkind = "toy"\npaths = ["a"]\n', "kind"),
+        (
+            'repo = "acme/demo"\ncommit = "'
+            + "a" * 40
+            + '"\nkind = "training"\npaths = ["a"]\n'
+            + _label("a.py", 1, "TPL201", "maybe"),
+            "verdict",
+        ),
+        (
+            'repo = "acme/demo"\ncommit = "'
+            + "a" * 40
+            + '"\nkind = "training"\npaths = ["a"]\n'
+            + _label("a.py", 1, "TPL201", "clean")
+            + _label("a.py", 1, "TPL201", "pitfall"),
+            "labelled twice",
+        ),
+    ],
+)
+def test_bad_label_files_are_named(
+    bench: ModuleType, tmp_path: Path, text: str, message: str
+) -> None:
+    path = tmp_path / "acme__demo.toml"
+    path.write_text(text)
+    with pytest.raises(bench.CorpusError, match=message):
+        bench.load_project(path)
+
+
+def test_label_file_must_be_named_after_the_repo(bench: ModuleType, tmp_path: Path) -> None:
+    path = tmp_path / "other.toml"
+    path.write_text(
+        'repo = "acme/demo"\ncommit = "' + "a" * 40 + '"\nkind = "training"\npaths = ["a"]\n'
+    )
+    with pytest.raises(bench.CorpusError, match=r"acme__demo\.toml"):
+        bench.load_project(path)
+
+
+def test_held_out_repositories_are_refused(bench: ModuleType, tmp_path: Path) -> None:
+    path = tmp_path / "karpathy__nanoGPT.toml"
+    path.write_text(
+        'repo = "karpathy/nanoGPT"\ncommit = "' + "a" * 40 + '"\nkind = "training"\npaths = ["a"]\n'
+    )
+    with pytest.raises(bench.CorpusError, match="held out"):
+        bench.load_project(path)
+
+
+def test_main_lints_and_scores_end_to_end(
+    bench: ModuleType, project: tuple[Path, Path, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    tmp_path, corpus, _ = project
+    out = tmp_path / "result.json"
+    args = [
+        "--corpus",
+        str(corpus),
+        "--cache",
+        str(tmp_path / "cache"),
+        "--git-dir-template",
+        str(tmp_path / "mirrors" / "{owner}" / "{name}"),
+        "--json",
+        str(out),
+    ]
+    assert bench.main(args) == 0
+    text = capsys.readouterr().out
+    assert "1 of 1 repositories, 3 labelled locations (2 pitfalls, 1 clean)" in text
+    assert "FAIL: recall on cross rows" in text
+    result = json.loads(out.read_text())
+    assert result["by_rule"]["TPL402"]["tp"] == 1
+    assert result["by_rule"]["TPL401"]["fp"] == 0
+    assert result["by_rule"]["TPL501"]["fn"] == 1
+    assert [row["line"] for row in result["misses"]] == [7]
+    # the per-batch loss.item() is reported but not labelled: listed, never scored
+    assert {"repo": "acme/demo", "path": "pkg/train.py", "line": ITEM_LINE, "rule": "TPL201"} in (
+        result["unlabelled"]
+    )
+    assert bench.main([*args, "--check"]) == 1
+
+
+def test_unreachable_sources_are_reported_not_scored(
+    bench: ModuleType, project: tuple[Path, Path, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    tmp_path, corpus, _ = project
+    args = ["--corpus", str(corpus), "--cache", str(tmp_path / "cache")]
+    args += ["--git-dir-template", str(tmp_path / "nowhere" / "{owner}" / "{name}")]
+    assert bench.main(args) == 0
+    captured = capsys.readouterr()
+    assert "acme/demo" in captured.err
+    assert "--git-dir-template" in captured.err
+    assert "0 of 1 repositories" in captured.out
+    assert bench.main([*args, "--check"]) == 1
+    assert bench.main([*args, "--fetch-only"]) == 1
+
+
+def test_a_broken_corpus_is_a_usage_error(
+    bench: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "acme__demo.toml").write_text("repo = \n")
+    assert bench.main(["--corpus", str(tmp_path)]) == 2
+    assert "acme__demo.toml" in capsys.readouterr().err
