@@ -139,11 +139,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--plot", metavar="FILE.png", help="draw the sweep to a PNG (needs torchplace[plot])"
     )
     subs = parser.add_subparsers(dest="bench", metavar="BENCHMARK", required=True)
+    _timing_options(subs, [common])
+    _transfer_options(subs, [common, plot])
+    _overlap_options(subs, [common])
+    _model_options(subs, [common, plot])
 
+
+def _timing_options(subs: Any, parents: list[argparse.ArgumentParser]) -> None:
     timing = _subcommand(
         subs,
         "timing",
-        [common],
+        parents,
         "one matmul timed three ways: naive clock, synchronised clock, device events",
     )
     timing.add_argument(
@@ -152,10 +158,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     timing.add_argument("--repeats", type=_positive_int, default=20, help="timed calls per way")
     timing.add_argument("--warmup", type=int, default=3, help="untimed calls after the first")
 
+
+def _transfer_options(subs: Any, parents: list[argparse.ArgumentParser]) -> None:
     transfer = _subcommand(
         subs,
         "transfer",
-        [common, plot],
+        parents,
         "H2D/D2H bandwidth: pageable vs pinned, non_blocking off/on (CUDA only)",
     )
     transfer.add_argument(
@@ -172,10 +180,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="seconds of copies per case",
     )
 
+
+def _overlap_options(subs: Any, parents: list[argparse.ArgumentParser]) -> None:
     overlap = _subcommand(
         subs,
         "overlap",
-        [common],
+        parents,
         "fraction of a side-stream copy hidden behind compute (CUDA only)",
     )
     overlap.add_argument(
@@ -190,10 +200,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     overlap.add_argument("--repeats", type=_positive_int, default=5, help="runs; the median counts")
 
+
+def _model_options(subs: Any, parents: list[argparse.ArgumentParser]) -> None:
     model = _subcommand(
         subs,
         "model",
-        [common, plot],
+        parents,
         "per-stage times of a model per batch size: H2D, compute, D2H, total, rows/s",
     )
     model.add_argument(
