@@ -105,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure = cast(Callable[[argparse.ArgumentParser], None], module.configure)
     run = cast(Callable[[argparse.Namespace], int], module.run)
     configure(sub)
-    sub_args = sub.parse_args(args[split + 1 :])
+    sub_args = _parse(sub, args[split + 1 :])
     _import_from_cwd()
     try:
         code = run(sub_args)
@@ -132,6 +132,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_FAILED
+
+
+def _parse(parser: argparse.ArgumentParser, words: list[str]) -> argparse.Namespace:
+    """Parse a command's words; a path given to ``--json`` gets the fix (``-o PATH --json``)."""
+    parsed, extra = parser.parse_known_args(words)
+    if extra:
+        message = f"unrecognized arguments: {' '.join(extra)}"
+        at = words.index(extra[0])
+        if at > 0 and words[at - 1] == "--json":
+            message += f"; --json takes no argument: write the report to a file with -o {extra[0]}"
+        parser.error(message)
+    return parsed
 
 
 def _import_from_cwd() -> None:
