@@ -235,3 +235,32 @@ def test_lint_reports_json_without_importing_torch(files: dict[str, str], tmp_pa
     document = json.loads(done.stdout)
     assert document["torch"] == torch.__version__  # read from the installed metadata
     assert {f["code"] for f in document["result"]["findings"]} >= {"TPL401"}
+
+
+@pytest.mark.parametrize("command", REPORT_COMMANDS)
+def test_the_schemas_refuse_a_broken_envelope(command: str) -> None:
+    validator = jsonschema.Draft202012Validator(report.load_schema(command))
+    good = report.envelope(command, {})
+    for broken in (
+        {key: value for key, value in good.items() if key != "result"},
+        {**good, "schema": f"torchplace.{command}/v0"},
+        {**good, "extra": 1},
+        {**good, "result": {"unexpected": True}},
+    ):
+        with pytest.raises(jsonschema.ValidationError):
+            validator.validate(json.loads(report.to_json(broken)))
+
+
+def test_the_bench_schema_checks_the_figures_of_each_benchmark() -> None:
+    validator = jsonschema.Draft202012Validator(report.load_schema("bench"))
+    result = {
+        "benchmark": "timing",
+        "threads": 1,
+        "skipped": False,
+        "reason": None,
+        "figures": {"rows": "not a list"},
+        "plot": None,
+        "warnings": [],
+    }
+    with pytest.raises(jsonschema.ValidationError, match=r"required|rows"):
+        validator.validate(report.envelope("bench", result, device="cpu"))

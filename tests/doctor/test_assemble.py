@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 
+import pytest
 import torch
 
-from tests.doctor.machines import CU128_ARCHES, H200, check, report_for
+from tests.doctor.machines import CU128_ARCHES, H200, K80, GiB, check, machine, report_for
 from torchplace.devices import FakeProbe
 from torchplace.doctor import collect
 
@@ -55,3 +57,17 @@ def test_torch_warnings_become_checks() -> None:
     assert warned["status"] == "warn"
     assert "driver on your system is too old" in warned["detail"]
     assert any("too old" in w for w in report["verdict"]["warnings"])
+
+
+def test_a_multi_gpu_report_matches_the_shipped_schema() -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    from torchplace import report
+
+    probe = machine(K80, H200, env={"CUDA_VISIBLE_DEVICES": "1,0"}, free_memory={0: 2 * GiB})
+    result = report_for("cuda:1", probe)
+    assert len(result["devices"]) == 2
+    document = json.loads(report.to_json(report.envelope("doctor", result, device="cuda:1")))
+    jsonschema.Draft202012Validator(report.load_schema("doctor")).validate(document)
+    broken = {**document, "result": {**result, "devices": [{"device": "cuda:0"}]}}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft202012Validator(report.load_schema("doctor")).validate(broken)
