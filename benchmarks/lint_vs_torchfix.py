@@ -49,8 +49,7 @@ def _torchplace(files: list[str]) -> list[str]:
         "--jobs",
         "1",
         "--exit-zero",
-        "--format",
-        "json",
+        "--json",
         *files,
     ]
 
@@ -73,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     if tp.returncode != 0:
         print(tp.stderr, file=sys.stderr)
         raise SystemExit(f"torchplace lint failed with exit status {tp.returncode}")
-    tp_findings = len(json.loads(tp.stdout))
+    tp_findings = len(json.loads(tp.stdout)["result"]["findings"])
 
     tf_seconds, tf = _run([sys.executable, "-m", "torchfix", "--jobs", "1", *files])
     if tf.returncode not in (0, 1):
@@ -85,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     whole_seconds, whole = _run(_torchplace([str(root)]))
     crashes = [line for line in whole.stderr.splitlines() if "internal error" in line]
     whole_ok = whole.returncode == 0 and not crashes
-    found = json.loads(whole.stdout) if whole.returncode == 0 else None
+    found = json.loads(whole.stdout)["result"]["findings"] if whole.returncode == 0 else None
     whole_findings = -1 if found is None else len(found)
     syntax = -1 if found is None else sum(1 for f in found if f["code"] == "TPL000")
 

@@ -40,6 +40,15 @@ def test_every_command_has_help(command: str, capsys: pytest.CaptureFixture[str]
     assert f"torchplace {command}" in capsys.readouterr().out
 
 
+def test_a_path_after_json_gets_the_fix(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "timing", "--device", "cpu", "--json", "out.json"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: out.json" in err
+    assert "--json takes no argument: write the report to a file with -o out.json" in err
+
+
 def test_version() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "torchplace.cli", "--version"], capture_output=True, text=True

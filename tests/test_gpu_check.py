@@ -15,7 +15,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Packages of the extras (trace, test, peers) that a GPU machine's image may not have.
-ABSENT = ("opentelemetry", "schemathesis", "litserve", "fastapi", "uvicorn", "torchfix")
+ABSENT = (
+    "opentelemetry",
+    "schemathesis",
+    "jsonschema",
+    "litserve",
+    "fastapi",
+    "uvicorn",
+    "torchfix",
+)
 
 _COLLECT = f"""
 import importlib.abc, sys

@@ -4,7 +4,12 @@ Each subcommand lives in its own module, which provides ``configure(parser)`` to
 arguments and ``run(args) -> int`` to do the work. Only the chosen subcommand's module is
 imported, so ``torchplace lint`` never pays for ``import torch``.
 
-Exit codes: 0 success, 1 the check failed (findings, unusable device, ...), 2 usage error.
+A command marked ``report=True`` in :data:`COMMANDS` follows the one output convention of
+:mod:`torchplace.report` (``--format``, ``--json``, ``-o/--output``, one JSON envelope, a shipped
+schema); the test suite drives every such command and validates its JSON against its schema.
+
+Exit statuses, the same for every command: 0 fine, 1 the check found something or failed
+(findings, an unusable device, a failed program), 2 usage or internal error.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import NamedTuple, cast
 
 from torchplace import __version__
 from torchplace.errors import ConfigError, TorchplaceError
+from torchplace.report import EXIT_FAILED, EXIT_USAGE
 
 __all__ = ["COMMANDS", "main"]
 
@@ -27,34 +33,48 @@ __all__ = ["COMMANDS", "main"]
 class _Command(NamedTuple):
     module: str
     summary: str
+    report: bool = False  # follows torchplace.report's output convention and ships a schema
 
 
 COMMANDS: dict[str, _Command] = {
     "doctor": _Command(
-        "torchplace.doctor", "check that torch really runs on a device, and what is visible"
+        "torchplace.doctor.cli",
+        "check that torch really runs on a device, and what is visible",
+        report=True,
     ),
     "serve": _Command(
         "torchplace.serve.cli", "serve a model over the Open Inference Protocol (KServe v2)"
     ),
     "bench": _Command(
-        "torchplace.bench.cli", "time GPU work honestly: timing, transfers, overlap, model stages"
+        "torchplace.bench.cli",
+        "time GPU work honestly: timing, transfers, overlap, model stages",
+        report=True,
     ),
     "guard": _Command(
-        "torchplace.sanitizer.cli", "run a program and report every device crossing and host sync"
+        "torchplace.sanitizer.cli",
+        "run a program and report every device crossing and host sync",
+        report=True,
     ),
-    "lint": _Command("torchplace.lint.cli", "find device-contract pitfalls in Python source"),
+    "lint": _Command(
+        "torchplace.lint.cli", "find device-contract pitfalls in Python source", report=True
+    ),
 }
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def _main_parser() -> argparse.ArgumentParser:
     width = max(len(name) for name in COMMANDS)
     listing = "\n".join(f"  {name:<{width}}  {cmd.summary}" for name, cmd in COMMANDS.items())
+    reports = ", ".join(name for name, cmd in COMMANDS.items() if cmd.report)
     parser = argparse.ArgumentParser(
         prog="torchplace",
         description="Make the PyTorch device contract explicit, checked, measured and observable.",
-        epilog=f"commands:\n{listing}\n\nRun 'torchplace COMMAND --help' for a command's options.",
+        epilog=(
+            f"commands:\n{listing}\n\n"
+            f"Report commands ({reports}) share --format text|json, --json (short for\n"
+            "--format json) and -o/--output PATH; their reports go to stdout, guard's to stderr.\n"
+            "Exit status: 0 fine, 1 the check found something or failed, 2 usage error.\n\n"
+            "Run 'torchplace COMMAND --help' for a command's options."
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"torchplace {__version__}")
@@ -85,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure = cast(Callable[[argparse.ArgumentParser], None], module.configure)
     run = cast(Callable[[argparse.Namespace], int], module.run)
     configure(sub)
-    sub_args = sub.parse_args(args[split + 1 :])
+    sub_args = _parse(sub, args[split + 1 :])
     _import_from_cwd()
     try:
         code = run(sub_args)
@@ -112,6 +132,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_FAILED
+
+
+def _parse(parser: argparse.ArgumentParser, words: list[str]) -> argparse.Namespace:
+    """Parse a command's words; a path given to ``--json`` gets the fix (``-o PATH --json``)."""
+    parsed, extra = parser.parse_known_args(words)
+    if extra:
+        message = f"unrecognized arguments: {' '.join(extra)}"
+        at = words.index(extra[0])
+        if at > 0 and words[at - 1] == "--json":
+            message += f"; --json takes no argument: write the report to a file with -o {extra[0]}"
+        parser.error(message)
+    return parsed
 
 
 def _import_from_cwd() -> None:

@@ -21,12 +21,15 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
 from torchplace import __version__
+from torchplace.errors import ConfigError
 
 __all__ = [
     "EXIT_FAILED",
@@ -35,8 +38,10 @@ __all__ = [
     "FORMATS",
     "SCHEMA_VERSION",
     "add_output_options",
+    "check_output",
     "envelope",
     "load_schema",
+    "open_report",
     "schema_id",
     "schema_path",
     "to_json",
@@ -118,14 +123,48 @@ def to_json(document: Mapping[str, Any]) -> str:
     return json.dumps(document, indent=2, default=str) + "\n"
 
 
-def write_report(text: str, output: str | Path | None, *, stream: TextIO | None = None) -> None:
-    """Write a rendered report to ``output`` when given, else to ``stream`` (stdout)."""
+def check_output(output: str | Path | None) -> None:
+    """Refuse an ``-o`` path that cannot be written, before the command does its work."""
+    if output is None:
+        return
+    path = Path(output)
+    fix = "give -o a file in an existing, writable directory"
+    if path.is_dir():
+        raise ConfigError(f"-o {str(path)!r} is a directory; {fix}")
+    parent = path.parent
+    if not parent.is_dir():
+        raise ConfigError(
+            f"-o {str(path)!r}: directory {str(parent)!r} does not exist; create it or {fix}"
+        )
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise ConfigError(f"-o {str(path)!r} is not writable; fix its permissions or {fix}")
+    elif not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"-o {str(path)!r}: directory {str(parent)!r} is not writable; "
+            f"fix its permissions or {fix}"
+        )
+
+
+@contextmanager
+def open_report(output: str | Path | None, *, stream: TextIO | None = None) -> Iterator[TextIO]:
+    """The stream to write a report to: the file ``output`` when given, else ``stream`` (stdout).
+
+    For reports drawn piece by piece (rich tables); :func:`write_report` writes a finished text.
+    """
     if output is not None:
-        Path(output).write_text(text, encoding="utf-8")
+        with Path(output).open("w", encoding="utf-8") as file:
+            yield file
         return
     target = sys.stdout if stream is None else stream
-    target.write(text)
+    yield target
     target.flush()
+
+
+def write_report(text: str, output: str | Path | None, *, stream: TextIO | None = None) -> None:
+    """Write a rendered report to ``output`` when given, else to ``stream`` (stdout)."""
+    with open_report(output, stream=stream) as target:
+        target.write(text)
 
 
 def schema_path(command: str, version: str = SCHEMA_VERSION) -> Path:

@@ -11,65 +11,60 @@ from typing import Any
 import pytest
 
 from torchplace.bench import timing
-from torchplace.bench.cli import JSON_SCHEMA
 from torchplace.bench.timer import TimingWarning
 from torchplace.cli import main
 
-ENVELOPE = {
-    "schema",
-    "command",
-    "device",
-    "torch",
-    "torchplace",
-    "threads",
-    "skipped",
-    "reason",
-    "result",
-    "plot",
-    "warnings",
-}
+ENVELOPE = {"schema", "command", "device", "torch", "torchplace", "result"}
+RESULT = {"benchmark", "threads", "skipped", "reason", "figures", "plot", "warnings"}
+
+
+def parse(text: str) -> dict[str, Any]:
+    """The ``result`` of a bench JSON report, after checking its envelope."""
+    document = json.loads(text)
+    assert isinstance(document, dict)
+    assert set(document) == ENVELOPE
+    assert document["schema"] == "torchplace.bench/v1"
+    assert document["command"] == "bench"
+    result = document["result"]
+    assert set(result) == RESULT
+    assert isinstance(result, dict)
+    result["device"] = document["device"]
+    return result
 
 
 def read(path: Path) -> dict[str, Any]:
-    document = json.loads(path.read_text())
-    assert isinstance(document, dict)
-    assert set(document) == ENVELOPE
-    assert document["schema"] == JSON_SCHEMA
-    return document
+    return parse(path.read_text())
 
 
 def test_timing_on_cpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "timing.json"
-    rc = main(
-        [
-            "bench",
-            "timing",
-            "--device",
-            "cpu",
-            "--size",
-            "48",
-            "--repeats",
-            "4",
-            "--json",
-            str(path),
-        ]
-    )
-    assert rc == 0
+    args = ["bench", "timing", "--device", "cpu", "--size", "48", "--repeats", "4"]
+    assert main(args) == 0
     out = capsys.readouterr().out
     assert "cpu clock" in out
     assert "skipped" in out
     assert "CUDA only" in out
+    assert main([*args, "-o", str(path), "--json"]) == 0
+    assert capsys.readouterr().out == ""  # the report went to the file
     document = read(path)
-    assert document["command"] == "bench timing"
+    assert document["benchmark"] == "timing"
     assert document["device"] == "cpu"
     assert document["skipped"] is False
-    rows = document["result"]["rows"]
+    rows = document["figures"]["rows"]
     assert [row["method"] for row in rows] == ["cpu clock", "naive wall clock", "device events"]
     assert rows[0]["timing"]["count"] == 4
     assert rows[0]["timing"]["median_s"] > 0
     assert rows[1]["timing"] is None
     assert "CUDA only" in rows[1]["reason"]
-    assert document["result"]["explanation"]
+    assert document["figures"]["explanation"]
+
+
+def test_text_report_to_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "timing.txt"
+    args = ["bench", "timing", "--device", "cpu", "--size", "8", "--repeats", "2"]
+    assert main([*args, "-o", str(path)]) == 0
+    assert capsys.readouterr().out == ""
+    assert "cpu clock" in path.read_text()
 
 
 @pytest.mark.parametrize("command", ["transfer", "overlap"])
@@ -77,14 +72,15 @@ def test_cuda_only_commands_skip_plainly_on_cpu(
     command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / f"{command}.json"
-    assert main(["bench", command, "--device", "cpu", "--json", str(path)]) == 0
+    assert main(["bench", command, "--device", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "skipped on cpu" in out
     assert "CUDA only" in out
+    assert main(["bench", command, "--device", "cpu", "-o", str(path), "--json"]) == 0
     document = read(path)
     assert document["skipped"] is True
     assert "CUDA only" in document["reason"]
-    assert document["result"] is None
+    assert document["figures"] is None
 
 
 def test_transfer_plot_on_cpu_is_skipped_too(tmp_path: Path) -> None:
@@ -105,14 +101,13 @@ def test_model_json_to_stdout_is_pure_json(capsys: pytest.CaptureFixture[str]) -
             "--min-time",
             "0.002",
             "--json",
-            "-",
         ]
     )
     assert rc == 0
     captured = capsys.readouterr()
-    document = json.loads(captured.out)
-    assert document["command"] == "bench model"
-    batches = document["result"]["batches"]
+    document = parse(captured.out)
+    assert document["benchmark"] == "model"
+    batches = document["figures"]["batches"]
     assert [b["batch_size"] for b in batches] == [1, 4]
     for batch in batches:
         assert batch["h2d_noop"] is True
@@ -168,11 +163,12 @@ def test_model_from_module_callable(tmp_path: Path) -> None:
             "--device",
             "cpu",
             "--json",
+            "-o",
             str(path),
         ]
     )
     assert rc == 0
-    result = read(path)["result"]
+    result = read(path)["figures"]
     assert result["model"] == "tests.bench.factories:tiny"
     assert result["row_shape"] == [6]
 
@@ -240,7 +236,7 @@ def test_empty_list_entries_are_usage_errors(
 @pytest.mark.parametrize(
     ("argv", "flag"),
     [
-        (["timing", "--size", "8", "--json"], "--json"),
+        (["timing", "--size", "8", "--json", "-o"], "-o"),
         (["model", "--batch-sizes", "1", "--plot"], "--plot"),
     ],
 )
@@ -280,22 +276,10 @@ def test_timing_warnings_become_notes(
 
     monkeypatch.setattr(timing, "compare_clocks", noisy)
     path = tmp_path / "t.json"
-    rc = main(
-        [
-            "bench",
-            "timing",
-            "--device",
-            "cpu",
-            "--size",
-            "16",
-            "--repeats",
-            "2",
-            "--json",
-            str(path),
-        ]
-    )
-    assert rc == 0
+    args = ["bench", "timing", "--device", "cpu", "--size", "16", "--repeats", "2"]
+    assert main(args) == 0
     assert "note: the spread is large (test)" in capsys.readouterr().out
+    assert main([*args, "--json", "-o", str(path)]) == 0
     assert read(path)["warnings"] == ["the spread is large (test)"]
 
 
@@ -314,7 +298,7 @@ def test_threads_flag_sets_torch_threads(tmp_path: Path) -> None:
     path = tmp_path / "t.json"
     try:
         args = ["bench", "timing", "--device", "cpu", "--size", "8", "--repeats", "2"]
-        assert main([*args, "--threads", "1", "--json", str(path)]) == 0
+        assert main([*args, "--threads", "1", "--json", "-o", str(path)]) == 0
         assert read(path)["threads"] == 1
     finally:
         torch.set_num_threads(before)

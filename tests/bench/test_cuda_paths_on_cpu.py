@@ -14,10 +14,27 @@ from typing import Any
 import pytest
 import torch
 
+from torchplace import report
 from torchplace.bench import overlap as overlap_module
 from torchplace.bench import transfer as transfer_module
 from torchplace.bench.link import LinkInfo
 from torchplace.bench.timer import Timer
+
+
+def assert_schema_accepts(benchmark: str, figures: dict[str, Any]) -> None:
+    """The figures, in the report ``bench --json`` would write, match the shipped schema."""
+    jsonschema = pytest.importorskip("jsonschema")
+    result = {
+        "benchmark": benchmark,
+        "threads": 1,
+        "skipped": False,
+        "reason": None,
+        "figures": figures,
+        "plot": None,
+        "warnings": [],
+    }
+    document = report.envelope("bench", result, device="cuda:0")
+    jsonschema.Draft202012Validator(report.load_schema("bench")).validate(document)
 
 
 def test_transfer_sweep_times_every_case(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -44,6 +61,7 @@ def test_transfer_sweep_times_every_case(monkeypatch: pytest.MonkeyPatch) -> Non
         assert case.percent_of_peak is not None
     assert result.link == link
     assert result.to_dict()["link"]["generation"] == 4
+    assert_schema_accepts("transfer", result.to_dict())
 
 
 def test_transfer_times_a_real_pinning_not_a_cached_block(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -136,6 +154,7 @@ def test_overlap_pipeline_orders_its_streams(fake_streams: list[str]) -> None:
     assert result.prefetcher_hidden is not None
     assert 0.0 <= result.prefetcher_hidden <= 1.0
     assert result.to_dict()["prefetcher_hidden_fraction"] == result.prefetcher_hidden
+    assert_schema_accepts("overlap", result.to_dict())
     # In the pipeline the compute stream waits for each batch's copy, and from the third batch
     # on the side stream waits until the buffer it overwrites has been consumed.
     # Three pipeline runs (one warm-up, two repeats) of four batches.

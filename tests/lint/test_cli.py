@@ -113,7 +113,13 @@ def test_noqa(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def test_json_format(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(capsys, "--format", "json", "bad.py")
     assert code == 1
-    data = json.loads(out)
+    document = json.loads(out)
+    assert document["schema"] == "torchplace.lint/v1"
+    assert document["device"] is None
+    assert document["result"]["files"] == 1
+    assert document["result"]["errors"] == []
+    data = document["result"]["findings"]
+    assert _run(capsys, "--json", "bad.py")[1] == out  # the short form
     assert {d["code"] for d in data} == {"TPL401", "TPL402"}
     fixable = next(d for d in data if d["code"] == "TPL402")
     assert fixable["location"] == {"row": 2, "column": 9}

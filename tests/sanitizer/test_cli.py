@@ -48,9 +48,12 @@ def test_runs_the_script_with_its_argv_and_reports_json(
 ) -> None:
     out = tmp_path / "report.json"
     code = main(["guard", "--json", "-o", str(out), "--", "python", str(demo), "3"])
-    assert code == 3
+    assert code == 1  # the program failed; its own status is in the report
     assert "argv ['3'] __main__" in capsys.readouterr().out
-    data = json.loads(out.read_text())
+    document = json.loads(out.read_text())
+    assert document["schema"] == "torchplace.guard/v1"
+    data = document["result"]
+    assert data["program"] == {"argv": [str(demo), "3"], "exit_status": 3}
     (row,) = _h2d_rows(data, demo)
     assert (row["line"], row["count"], row["bytes"]) == (6, 3, 3 * 128)
     syncs = [s for s in data["sites"] if s["kind"] == "sync" and s["file"] == str(demo)]
@@ -65,6 +68,7 @@ def test_report_is_printed_when_the_script_raises(
     assert code == 1
     err = capsys.readouterr().err
     assert "ValueError: boom" in err
+    assert "the program exited with status 1" in err
     assert "demo.py" in err
     assert "cli.py" not in err
     assert "h2d" in err
@@ -78,7 +82,7 @@ def test_module_form(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "r.json"
     code = main(["guard", "--json", "-o", str(out), "--", "-m", "guarddemo_pkg.run"])
     assert code == 0
-    data = json.loads(out.read_text())
+    data = json.loads(out.read_text())["result"]
     assert data["totals"]["h2d"]["count"] == 3
 
 

@@ -7,30 +7,30 @@ Subcommands:
 - ``overlap``: how much of a side-stream copy hides behind compute (CUDA only);
 - ``model``: H2D, compute, D2H, total, throughput and peak memory per batch size.
 
-Every subcommand prints a table, or writes JSON with ``--json PATH`` (``--json -`` for stdout
-only). CUDA-only parts on a machine without CUDA say that they were skipped and why, and exit 0.
+Every subcommand prints a table, or its JSON report with ``--json`` (``-o PATH`` writes either to
+a file instead of stdout). CUDA-only parts on a machine without CUDA say that they were skipped
+and why, and exit 0.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from torchplace import report
 from torchplace.errors import ConfigError, TimingError
 
 if TYPE_CHECKING:
     import torch
     from rich.console import Console
 
-__all__ = ["JSON_SCHEMA", "configure", "run"]
-
-JSON_SCHEMA = "torchplace.bench/1"
+__all__ = ["configure", "run"]
 
 _CUDA_ONLY = {
     "transfer": (
@@ -128,24 +128,28 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--device", default="auto", help="device to measure on: auto, cpu, cuda, cuda:N, ..."
     )
     common.add_argument(
-        "--json", metavar="PATH", help="write the results as JSON to PATH ('-' for stdout only)"
-    )
-    common.add_argument(
         "--threads",
         type=_positive_int,
         metavar="N",
         help="torch CPU threads (torch.set_num_threads) for a reproducible CPU figure",
     )
+    report.add_output_options(common)
     plot = argparse.ArgumentParser(add_help=False)
     plot.add_argument(
         "--plot", metavar="FILE.png", help="draw the sweep to a PNG (needs torchplace[plot])"
     )
     subs = parser.add_subparsers(dest="bench", metavar="BENCHMARK", required=True)
+    _timing_options(subs, [common])
+    _transfer_options(subs, [common, plot])
+    _overlap_options(subs, [common])
+    _model_options(subs, [common, plot])
 
+
+def _timing_options(subs: Any, parents: list[argparse.ArgumentParser]) -> None:
     timing = _subcommand(
         subs,
         "timing",
-        [common],
+        parents,
         "one matmul timed three ways: naive clock, synchronised clock, device events",
     )
     timing.add_argument(
@@ -154,10 +158,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     timing.add_argument("--repeats", type=_positive_int, default=20, help="timed calls per way")
     timing.add_argument("--warmup", type=int, default=3, help="untimed calls after the first")
 
+
+def _transfer_options(subs: Any, parents: list[argparse.ArgumentParser]) -> None:
     transfer = _subcommand(
         subs,
         "transfer",
-        [common, plot],
+        parents,
         "H2D/D2H bandwidth: pageable vs pinned, non_blocking off/on (CUDA only)",
     )
     transfer.add_argument(
@@ -174,10 +180,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="seconds of copies per case",
     )
 
+
+def _overlap_options(subs: Any, parents: list[argparse.ArgumentParser]) -> None:
     overlap = _subcommand(
         subs,
         "overlap",
-        [common],
+        parents,
         "fraction of a side-stream copy hidden behind compute (CUDA only)",
     )
     overlap.add_argument(
@@ -192,10 +200,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     overlap.add_argument("--repeats", type=_positive_int, default=5, help="runs; the median counts")
 
+
+def _model_options(subs: Any, parents: list[argparse.ArgumentParser]) -> None:
     model = _subcommand(
         subs,
         "model",
-        [common, plot],
+        parents,
         "per-stage times of a model per batch size: H2D, compute, D2H, total, rows/s",
     )
     model.add_argument(
@@ -231,6 +241,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
+@dataclass
+class _Outcome:
+    """What one benchmark gives: its figures (None when skipped), tables, and notes."""
+
+    figures: dict[str, Any] | None
+    tables: list[Any] = field(default_factory=list)
+    reason: str | None = None
+    plot: str | None = None
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the chosen benchmark; 0 when it ran or was skipped for a stated reason."""
     from rich.console import Console
@@ -238,16 +258,8 @@ def run(args: argparse.Namespace) -> int:
     from torchplace.bench.timer import TimingWarning
     from torchplace.devices import resolve_device
 
-    if getattr(args, "plot", None):
-        from torchplace.bench.plot import require_matplotlib
-
-        require_matplotlib()
-        if not str(args.plot).lower().endswith(".png"):
-            raise ConfigError(f"--plot writes a PNG; give a path ending in .png, not {args.plot!r}")
-    to_stdout = args.json == "-"
-    for flag, path in (("--json", None if to_stdout else args.json), ("--plot", _plot_path(args))):
-        _check_writable(flag, path)
-    console = Console(file=sys.stderr if to_stdout else sys.stdout, highlight=False)
+    _check_plot(args)
+    report.check_output(args.output)
     device = resolve_device(args.device)
     if args.threads is not None:
         import torch
@@ -257,10 +269,10 @@ def run(args: argparse.Namespace) -> int:
         raise TimingError(
             "cannot benchmark on the 'meta' device: it runs no kernels; use cpu or cuda:N"
         )
-    notes: list[str] = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", TimingWarning)
-        payload = _dispatch(args, device, console, quiet=to_stdout)
+        outcome = _dispatch(args, device)
+    notes: list[str] = []
     for warning in caught:
         if issubclass(warning.category, TimingWarning):
             notes.append(str(warning.message))
@@ -268,64 +280,69 @@ def run(args: argparse.Namespace) -> int:
             warnings.warn_explicit(
                 warning.message, warning.category, warning.filename, warning.lineno
             )
-    if not to_stdout:
-        for note in notes:
-            console.print(f"[yellow]note:[/] {note}")
-    document = _envelope(args.bench, device, payload, notes)
-    if args.json:
-        text = json.dumps(document, indent=2)
-        if to_stdout:
-            sys.stdout.write(text + "\n")
-        else:
-            Path(args.json).write_text(text + "\n")
-            console.print(f"wrote {args.json}")
-    return 0
+    if args.format == "json":
+        result = _result(args.bench, outcome, notes)
+        report.write_report(
+            report.to_json(report.envelope("bench", result, device=str(device))), args.output
+        )
+    else:
+        with report.open_report(args.output) as out:
+            _print_text(Console(file=out, highlight=False), args.bench, device, outcome, notes)
+    return report.EXIT_OK
 
 
-def _plot_path(args: argparse.Namespace) -> str | None:
-    """The ``--plot`` path, for the subcommands that have one."""
-    value = getattr(args, "plot", None)
-    return None if value is None else str(value)
-
-
-def _check_writable(flag: str, path: str | None) -> None:
-    """Refuse an output path that cannot be written before the benchmark runs, not after."""
+def _check_plot(args: argparse.Namespace) -> None:
+    """Refuse a ``--plot`` path that cannot be written before the benchmark runs, not after."""
+    path = getattr(args, "plot", None)
     if not path:
         return
+    from torchplace.bench.plot import require_matplotlib
+
+    require_matplotlib()
+    if not str(path).lower().endswith(".png"):
+        raise ConfigError(f"--plot writes a PNG; give a path ending in .png, not {path!r}")
     target = Path(path)
     if target.is_dir():
-        raise ConfigError(f"{flag} {path!r} is a directory; give a file path")
+        raise ConfigError(f"--plot {path!r} is a directory; give a file path")
     if not target.parent.is_dir():
         raise ConfigError(
-            f"{flag} {path!r}: the directory {str(target.parent)!r} does not exist; create it "
+            f"--plot {path!r}: the directory {str(target.parent)!r} does not exist; create it "
             "or give a path in an existing directory"
         )
 
 
-def _envelope(
-    command: str, device: torch.device, payload: dict[str, Any], notes: list[str]
-) -> dict[str, Any]:
+def _result(benchmark: str, outcome: _Outcome, notes: list[str]) -> dict[str, Any]:
+    """The ``result`` of the JSON report (the shipped schema ``bench.v1.json``)."""
     import torch
 
-    from torchplace import __version__
-
     return {
-        "schema": JSON_SCHEMA,
-        "command": f"bench {command}",
-        "device": str(device),
-        "torch": torch.__version__,
-        "torchplace": __version__,
+        "benchmark": benchmark,
         "threads": torch.get_num_threads(),
-        "skipped": payload.get("skipped", False),
-        "reason": payload.get("reason"),
-        "result": payload.get("result"),
-        "plot": payload.get("plot"),
+        "skipped": outcome.figures is None,
+        "reason": outcome.reason,
+        "figures": outcome.figures,
+        "plot": outcome.plot,
         "warnings": notes,
     }
 
 
+def _print_text(
+    console: Console, benchmark: str, device: torch.device, outcome: _Outcome, notes: list[str]
+) -> None:
+    if outcome.figures is None:
+        console.print(
+            f"[bold]torchplace bench {benchmark}[/]: skipped on {device}. {outcome.reason}."
+        )
+    for table in outcome.tables:
+        console.print(table)
+    if outcome.plot:
+        console.print(f"wrote plot {outcome.plot}")
+    for note in notes:
+        console.print(f"[yellow]note:[/] {note}")
+
+
 @contextmanager
-def _steps(console: Console, total: int, quiet: bool) -> Iterator[Callable[[str], None]]:
+def _steps(total: int) -> Iterator[Callable[[str], None]]:
     """A progress bar on stderr (only on a terminal) advanced once per step."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -337,7 +354,7 @@ def _steps(console: Console, total: int, quiet: bool) -> Iterator[Callable[[str]
         MofNCompleteColumn(),
         console=err,
         transient=True,
-        disable=quiet or not err.is_terminal,
+        disable=not err.is_terminal,
     )
     with progress:
         task = progress.add_task("starting", total=total)
@@ -353,82 +370,79 @@ def _steps(console: Console, total: int, quiet: bool) -> Iterator[Callable[[str]
         yield step
 
 
-def _skip(console: Console, command: str, device: torch.device, quiet: bool) -> dict[str, Any]:
-    reason = f"{command} is CUDA only: " + _CUDA_ONLY[command].format(device=device)
-    if not quiet:
-        console.print(f"[bold]torchplace bench {command}[/]: skipped on {device}. {reason}.")
-    return {"skipped": True, "reason": reason, "result": None}
-
-
-def _dispatch(
-    args: argparse.Namespace, device: torch.device, console: Console, *, quiet: bool
-) -> dict[str, Any]:
-    from torchplace.bench import render
-
+def _dispatch(args: argparse.Namespace, device: torch.device) -> _Outcome:
     command = args.bench
     if command in _CUDA_ONLY and device.type != "cuda":
-        return _skip(console, command, device, quiet)
-    payload: dict[str, Any] = {}
-    if command == "timing":
-        from torchplace.bench.timing import compare_clocks
+        reason = f"{command} is CUDA only: " + _CUDA_ONLY[command].format(device=device)
+        return _Outcome(None, reason=reason)
+    run_one: dict[str, Callable[[argparse.Namespace, torch.device], _Outcome]] = {
+        "timing": _timing,
+        "transfer": _transfer,
+        "overlap": _overlap,
+        "model": _model,
+    }
+    return run_one[command](args, device)
 
-        if args.warmup < 0:
-            raise ConfigError(f"--warmup must be 0 or more, got {args.warmup}")
-        timing = compare_clocks(device, size=args.size, repeats=args.repeats, warmup=args.warmup)
-        payload["result"] = timing.to_dict()
-        if device.type == "cpu":
-            payload["reason"] = "naive clock and device events skipped: CUDA only"
-        if not quiet:
-            console.print(render.timing_table(timing))
-    elif command == "transfer":
-        from torchplace.bench.transfer import DEFAULT_SIZES, run_transfer, transfer_cases
 
-        sizes = args.sizes or DEFAULT_SIZES
-        with _steps(console, len(sizes) * len(transfer_cases()), quiet) as step:
-            transfer = run_transfer(device, sizes=sizes, min_time=args.min_time, progress=step)
-        payload["result"] = transfer.to_dict()
-        if not quiet:
-            for table in render.transfer_tables(transfer):
-                console.print(table)
-        if args.plot:
-            from torchplace.bench.plot import plot_transfer
+def _timing(args: argparse.Namespace, device: torch.device) -> _Outcome:
+    from torchplace.bench import timing
+    from torchplace.bench.render import timing_table
 
-            payload["plot"] = str(plot_transfer(transfer, args.plot))
-    elif command == "overlap":
-        from torchplace.bench.overlap import run_overlap
+    if args.warmup < 0:
+        raise ConfigError(f"--warmup must be 0 or more, got {args.warmup}")
+    result = timing.compare_clocks(device, size=args.size, repeats=args.repeats, warmup=args.warmup)
+    reason = "naive clock and device events skipped: CUDA only" if device.type == "cpu" else None
+    return _Outcome(result.to_dict(), [timing_table(result)], reason=reason)
 
-        with _steps(console, args.repeats + 1, quiet) as step:
-            overlap = run_overlap(
-                device,
-                batch_bytes=args.batch_mib << 20,
-                batches=args.batches,
-                compute_ms=args.compute_ms,
-                repeats=args.repeats,
-                progress=step,
-            )
-        payload["result"] = overlap.to_dict()
-        if not quiet:
-            console.print(render.overlap_table(overlap))
-    else:
-        from torchplace.bench.stages import load_model_spec, run_stages
 
-        spec = load_model_spec(args.model, args.input_shape)
-        with _steps(console, len(args.batch_sizes), quiet) as step:
-            stages = run_stages(
-                spec,
-                device,
-                batch_sizes=args.batch_sizes,
-                dtype=args.dtype,
-                min_time=args.min_time,
-                progress=step,
-            )
-        payload["result"] = stages.to_dict()
-        if not quiet:
-            console.print(render.stages_table(stages))
-        if args.plot:
-            from torchplace.bench.plot import plot_stages
+def _transfer(args: argparse.Namespace, device: torch.device) -> _Outcome:
+    from torchplace.bench.render import transfer_tables
+    from torchplace.bench.transfer import DEFAULT_SIZES, run_transfer, transfer_cases
 
-            payload["plot"] = str(plot_stages(stages, args.plot))
-    if payload.get("plot") and not quiet:
-        console.print(f"wrote plot {payload['plot']}")
-    return payload
+    sizes = args.sizes or DEFAULT_SIZES
+    with _steps(len(sizes) * len(transfer_cases())) as step:
+        result = run_transfer(device, sizes=sizes, min_time=args.min_time, progress=step)
+    outcome = _Outcome(result.to_dict(), transfer_tables(result))
+    if args.plot:
+        from torchplace.bench.plot import plot_transfer
+
+        outcome.plot = str(plot_transfer(result, args.plot))
+    return outcome
+
+
+def _overlap(args: argparse.Namespace, device: torch.device) -> _Outcome:
+    from torchplace.bench.overlap import run_overlap
+    from torchplace.bench.render import overlap_table
+
+    with _steps(args.repeats + 1) as step:
+        result = run_overlap(
+            device,
+            batch_bytes=args.batch_mib << 20,
+            batches=args.batches,
+            compute_ms=args.compute_ms,
+            repeats=args.repeats,
+            progress=step,
+        )
+    return _Outcome(result.to_dict(), [overlap_table(result)])
+
+
+def _model(args: argparse.Namespace, device: torch.device) -> _Outcome:
+    from torchplace.bench.render import stages_table
+    from torchplace.bench.stages import load_model_spec, run_stages
+
+    spec = load_model_spec(args.model, args.input_shape)
+    with _steps(len(args.batch_sizes)) as step:
+        result = run_stages(
+            spec,
+            device,
+            batch_sizes=args.batch_sizes,
+            dtype=args.dtype,
+            min_time=args.min_time,
+            progress=step,
+        )
+    outcome = _Outcome(result.to_dict(), [stages_table(result)])
+    if args.plot:
+        from torchplace.bench.plot import plot_stages
+
+        outcome.plot = str(plot_stages(result, args.plot))
+    return outcome

@@ -1,6 +1,7 @@
 """Find device-contract pitfalls in Python source, statically (no torch import, no GPU).
 
-Exit status: 0 no findings, 1 findings, 2 usage or internal error.
+The report goes to stdout (or ``-o PATH``) as text, JSON (``--json``), SARIF or GitHub
+annotations. Exit status: 0 no findings, 1 findings, 2 usage or internal error.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from torchplace import __version__, report
 from torchplace.errors import ConfigError
 from torchplace.lint.config import load_settings
 from torchplace.lint.engine import decode_source
@@ -20,8 +22,6 @@ from torchplace.lint.rules import ALL_RULES
 from torchplace.lint.runner import lint_paths
 
 __all__ = ["configure", "run"]
-
-EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
 
 def _codes(values: list[str] | None) -> list[str] | None:
@@ -58,9 +58,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--exclude", action="append", metavar="PATTERN", help="gitignore-style pattern to skip"
     )
-    parser.add_argument(
-        "--format", choices=FORMATS, default="text", help="output format (default: text)"
-    )
     parser.add_argument("--fix", action="store_true", help="apply the fixes marked safe")
     parser.add_argument(
         "--statistics", action="store_true", help="print the number of findings per rule"
@@ -73,6 +70,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--isolated", action="store_true", help="ignore pyproject.toml settings")
     parser.add_argument("--list-rules", action="store_true", help="list the rules and exit")
+    report.add_output_options(parser, formats=FORMATS)
 
 
 def _apply_fixes(findings: list[Finding]) -> tuple[int, set[str]]:
@@ -102,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
         for rule in ALL_RULES.values():
             mark = " [*]" if rule.fix == "safe" else ""
             print(f"{rule.code}  {rule.name:<28} {rule.summary}{mark}")
-        return EXIT_CLEAN
+        return report.EXIT_OK
+    report.check_output(args.output)
     if args.jobs is not None and args.jobs < 1:
         raise ConfigError(f"--jobs must be at least 1, got {args.jobs}")
     settings = load_settings(
@@ -121,19 +120,18 @@ def run(args: argparse.Namespace) -> int:
             findings = sorted([f for f in findings if f.path not in changed] + again.findings)
             result.errors.extend(again.errors)
         print(f"Fixed {applied} finding(s) in {len(changed)} file(s).", file=sys.stderr)
-    from torchplace import __version__
-
     if args.statistics and args.format == "text":
-        if findings:
-            print(format_statistics(findings))
+        text = format_statistics(findings)
     else:
-        text = format_findings(findings, args.format, files=result.files, version=__version__)
-        if text:
-            print(text)
+        text = format_findings(
+            findings, args.format, files=result.files, version=__version__, errors=result.errors
+        )
+    if text or args.output is not None:
+        report.write_report(text + "\n" if text else "", args.output)
     for path, message in result.errors:
         print(f"torchplace lint: internal error on {path}: {message}", file=sys.stderr)
     if result.errors:
-        return EXIT_ERROR
+        return report.EXIT_USAGE
     if findings and not args.exit_zero:
-        return EXIT_FINDINGS
-    return EXIT_CLEAN
+        return report.EXIT_FAILED
+    return report.EXIT_OK

@@ -1,4 +1,5 @@
-"""Output formats: ``text`` (ruff-like), ``json``, ``sarif`` (2.1.0) and ``github`` annotations."""
+"""Output formats: ``text`` (ruff-like), ``json`` (the report envelope of every torchplace
+command, schema ``lint.v1.json``), ``sarif`` (2.1.0) and ``github`` annotations."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 from collections import Counter
 from collections.abc import Sequence
 
+from torchplace import report
 from torchplace.errors import ConfigError
 from torchplace.lint.finding import Finding
 from torchplace.lint.rules import ALL_RULES
@@ -97,14 +99,28 @@ def _github(findings: Sequence[Finding]) -> str:
     )
 
 
+def _json(findings: Sequence[Finding], files: int, errors: Sequence[tuple[str, str]]) -> str:
+    result = {
+        "files": files,
+        "findings": [f.to_dict() for f in findings],
+        "errors": [{"path": path, "message": message} for path, message in errors],
+    }
+    return report.to_json(report.envelope("lint", result)).rstrip("\n")
+
+
 def format_findings(
-    findings: Sequence[Finding], fmt: str, *, files: int = 0, version: str = "0"
+    findings: Sequence[Finding],
+    fmt: str,
+    *,
+    files: int = 0,
+    version: str = "0",
+    errors: Sequence[tuple[str, str]] = (),
 ) -> str:
-    """Render findings in one of :data:`FORMATS`."""
+    """Render findings in one of :data:`FORMATS` (``errors``: files the linter could not read)."""
     if fmt == "text":
         return _text(findings, files)
     if fmt == "json":
-        return json.dumps([f.to_dict() for f in findings], indent=2)
+        return _json(findings, files, errors)
     if fmt == "sarif":
         return _sarif(findings, version)
     if fmt == "github":

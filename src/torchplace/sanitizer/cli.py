@@ -2,9 +2,12 @@
 
 ``torchplace guard [--json] [--top N] [--mode MODE] [--allow X] -- python script.py args`` runs
 the program in this process (like ``python -m cProfile``), with ``sys.argv`` set as the program
-expects; ``script.py args`` and ``-m module args`` work too. The report is printed when the
-program ends, also when it raises or calls ``sys.exit``; the program's exit code is returned.
-Only the main thread is guarded.
+expects; ``script.py args`` and ``-m module args`` work too. The report goes to stderr (or
+``-o PATH``) when the program ends, also when it raises or calls ``sys.exit``, so that the
+program's own stdout stays clean. Only the main thread is guarded.
+
+Exit status: 0 when the program ended well, 1 when it failed (a nonzero exit, an exception, or
+``--mode raise`` stopping it; its own exit status is in the JSON report), 2 for a usage error.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import Any
 
+from torchplace import report
 from torchplace.errors import ConfigError
 from torchplace.sanitizer.report import DEFAULT_MAX_EVENTS, MODES, GuardReport
 
@@ -41,7 +45,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="ignore an event kind (h2d, d2h, d2d, transfer, sync, pageable_non_blocking, "
         "mixed_device) or a source location (file.py, file.py:42); repeatable",
     )
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(
         "--max-events",
         type=int,
@@ -52,13 +55,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--top", type=int, default=None, metavar="N", help="show only the N busiest lines"
     )
-    parser.add_argument(
-        "-o",
-        "--output",
-        default=None,
-        metavar="PATH",
-        help="write the report to PATH instead of standard error",
-    )
+    report.add_output_options(parser, stream="stderr")
     parser.add_argument(
         "program",
         nargs=argparse.REMAINDER,
@@ -142,12 +139,11 @@ def _exit_code(exc: SystemExit) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the program under a guard; print the report; return the program's exit code."""
+    """Run the program under a guard; report; 0 when the program ended well, else 1."""
     kind, target, argv = split_program(args.program)
     if args.top is not None and args.top < 0:
         raise ConfigError(f"--top must be >= 0, got {args.top}")
-    if args.output:
-        _check_writable(Path(args.output))
+    report.check_output(args.output)
 
     from torchplace.sanitizer.recorder import Guard
 
@@ -174,28 +170,10 @@ def run(args: argparse.Namespace) -> int:
         sys.argv = saved_argv
         if kind == "path" and sys.path and sys.path[0] != saved_path0:
             sys.path.pop(0)
-        _write(guard.report, args)
-    return code
-
-
-def _check_writable(path: Path) -> None:
-    """Fail before the program runs, not after, when the report could not be written."""
-    fix = "give -o a file in an existing, writable directory"
-    if path.is_dir():
-        raise ConfigError(f"-o {str(path)!r} is a directory; {fix}")
-    parent = path.parent
-    if not parent.is_dir():
-        raise ConfigError(
-            f"-o {str(path)!r}: directory {str(parent)!r} does not exist; create it or {fix}"
-        )
-    if path.exists():
-        if not os.access(path, os.W_OK):
-            raise ConfigError(f"-o {str(path)!r} is not writable; fix its permissions or {fix}")
-    elif not os.access(parent, os.W_OK | os.X_OK):
-        raise ConfigError(
-            f"-o {str(path)!r}: directory {str(parent)!r} is not writable; "
-            f"fix its permissions or {fix}"
-        )
+    _write(guard.report, args, {"argv": argv, "exit_status": code})
+    if code == 130:
+        return code  # interrupted: the shell's convention, as the top-level command does
+    return report.EXIT_OK if code == 0 else report.EXIT_FAILED
 
 
 def _print_program_error(exc: BaseException) -> None:
@@ -209,11 +187,13 @@ def _print_program_error(exc: BaseException) -> None:
     traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
 
 
-def _write(report: GuardReport, args: argparse.Namespace) -> None:
-    text = report.to_json(top=args.top) + "\n" if args.json else report.format(top=args.top)
-    if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
-        return
-    stream: TextIO = sys.stderr
-    stream.write(text)
-    stream.flush()
+def _write(guarded: GuardReport, args: argparse.Namespace, program: dict[str, Any]) -> None:
+    """The report on stderr (the program's stdout stays its own) or in ``-o PATH``."""
+    if args.format == "json":
+        result = {"program": program, **guarded.to_dict(top=args.top)}
+        text = report.to_json(report.envelope("guard", result))
+    else:
+        text = guarded.format(top=args.top)
+        if program["exit_status"] not in (0, 130):
+            text += f"the program exited with status {program['exit_status']}\n"
+    report.write_report(text, args.output, stream=sys.stderr)

@@ -1,0 +1,313 @@
+"""The checks the doctor derives from the facts: build, driver, visibility, each device's arch
+and memory, and the requested device. Each :class:`Check` says how it went and, when it failed,
+the fix; the smoke tests that run on the device are in :mod:`torchplace.doctor.smoke`."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from torchplace.doctor.probes import Facts, build_kind
+
+if TYPE_CHECKING:
+    import torch
+
+    from torchplace.devices import DeviceInfo, DeviceProbe
+
+__all__ = [
+    "Check",
+    "Status",
+    "arch_support",
+    "build_check",
+    "device_checks",
+    "driver_check",
+    "init_check",
+    "resolve_check",
+    "visibility_checks",
+]
+
+Status = Literal["pass", "warn", "fail", "skip", "info"]
+
+# compute capabilities of integrated GPUs (Jetson/Tegra): their cubins do not mix with dGPUs
+_IGPU_CC = {53, 62, 72, 87}
+_LOW_FREE_FRACTION = 0.10
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the verdict: what was checked, how it went, and the fix when it failed.
+
+    ``applies_to`` scopes the check: None (always), a device type (``"cuda"``) or one device
+    (``"cuda:1"``). Only failures that apply to the requested device make it unusable.
+    """
+
+    name: str
+    status: Status
+    detail: str
+    fix: str | None = None
+    applies_to: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def concerns(self, device: str | None) -> bool:
+        if self.applies_to is None:
+            return True
+        if device is None:
+            return False
+        return self.applies_to in (device, device.split(":", 1)[0])
+
+
+def arch_support(capability: tuple[int, int], arch_list: list[str]) -> tuple[Status, str]:
+    """Whether a build with ``arch_list`` has kernels for a GPU of ``capability``.
+
+    ``sm_XY`` cubins run natively on X.Y and, within the same major version, on later minors
+    (integrated Tegra parts excepted); ``compute_XY`` PTX is JIT-compiled for any X.Y or newer,
+    which works but makes the first run slow.
+    """
+    dev = capability[0] * 10 + capability[1]
+    sm = f"sm_{dev}"
+    cubins: list[int] = []
+    ptx: list[int] = []
+    for arch in arch_list:
+        match = re.fullmatch(r"(sm|compute)_(\d+)([af]?)", arch)
+        if match is None:
+            continue
+        code, suffix = int(match.group(2)), match.group(3)
+        if match.group(1) == "compute":
+            ptx.append(code)
+        elif suffix != "a" or code == dev:
+            cubins.append(code)
+    if dev in cubins:
+        return "pass", f"{sm} is in the build"
+    compatible = [
+        c
+        for c in cubins
+        if c // 10 == dev // 10
+        and c % 10 <= dev % 10
+        and (c in _IGPU_CC) == (dev in _IGPU_CC)
+        and (c not in _IGPU_CC or c == dev)
+    ]
+    if compatible:
+        return "pass", f"{sm} runs the build's sm_{max(compatible)} kernels (same major version)"
+    jit = [c for c in ptx if c <= dev]
+    if jit:
+        return "warn", f"{sm} has no cubin; kernels are JIT-compiled from compute_{max(jit)} PTX"
+    return "fail", f"{sm} is not in the build's arch list ({' '.join(arch_list) or 'empty'})"
+
+
+def init_check(facts: Facts) -> list[Check]:
+    """The runtime's own failure when asked for its devices, if it failed."""
+    if facts.init_error is None:
+        return []
+    return [
+        Check(
+            "cuda-init",
+            "fail",
+            f"querying CUDA devices failed: {facts.init_error}",
+            "update the NVIDIA driver to one that supports this CUDA build, and check 'nvidia-smi'",
+            "cuda",
+        )
+    ]
+
+
+def build_check(facts: Facts) -> Check:
+    """A GPU build passes; a CPU-only build warns (it matters only when a GPU is wanted)."""
+    version = facts.probe.torch_version()
+    if facts.built:
+        return Check(
+            "build",
+            "pass",
+            f"torch {version}, {build_kind(facts.cuda_build, facts.hip_build)} build",
+        )
+    return Check(
+        "build",
+        "warn",
+        f"torch {version} is a CPU-only build (torch.version.cuda is None): "
+        "it cannot use an NVIDIA or AMD GPU",
+        "to use a GPU, install a CUDA build of torch, e.g. 'pip install torch "
+        "--index-url https://download.pytorch.org/whl/cu128'",
+        "cuda",
+    )
+
+
+def _version_tuple(text: str | None) -> tuple[int, ...] | None:
+    if not text:
+        return None
+    parts = re.findall(r"\d+", text)
+    return tuple(int(p) for p in parts[:2]) if parts else None
+
+
+def driver_check(facts: Facts) -> Check:
+    """The driver as NVML sees it, against the CUDA version torch was built with."""
+    driver = facts.driver
+    if not driver.nvml_installed:
+        known = facts.driver_version
+        return Check(
+            "driver",
+            "info",
+            "nvidia-ml-py is not installed, so NVML was not asked"
+            + (f"; kernel module reports driver {known}" if known else ""),
+            "pip install nvidia-ml-py (or torchplace[nvml]) for driver and physical GPU details",
+            "cuda",
+        )
+    if driver.error:
+        failed = facts.built and not facts.cuda_available and facts.hip_build is None
+        return Check(
+            "driver",
+            "fail" if failed else "info",
+            driver.error,
+            "install the NVIDIA driver and check that 'nvidia-smi' works" if facts.built else None,
+            "cuda",
+        )
+    return _driver_version_check(facts)
+
+
+def _driver_version_check(facts: Facts) -> Check:
+    driver, build = facts.driver, facts.cuda_build
+    need, have = _version_tuple(build), _version_tuple(driver.cuda_driver_version)
+    detail = (
+        f"driver {driver.driver_version} supports CUDA up to {driver.cuda_driver_version}; "
+        f"{driver.physical_gpu_count} physical GPU(s)"
+    )
+    update = f"update the NVIDIA driver to one that supports CUDA {build}"
+    if not (need and have and have < need):
+        return Check("driver", "pass", detail, None, "cuda")
+    if have[0] < need[0] and not facts.cuda_available:
+        return Check(
+            "driver",
+            "fail",
+            f"{detail}, but torch was built with CUDA {build}",
+            f"{update}, or install a torch build for an older CUDA",
+            "cuda",
+        )
+    if have[0] < need[0]:
+        # CUDA initialised all the same: a CUDA forward-compatibility package (cuda-compat, as
+        # in many datacenter containers) supplies a newer user-mode driver than the kernel
+        # driver NVML reports; the smoke tests say whether it really works
+        return Check(
+            "driver",
+            "warn",
+            f"{detail}; torch was built with CUDA {build} and CUDA initialised "
+            "anyway (a forward-compatibility package?)",
+            f"to run without a compatibility package, {update}",
+            "cuda",
+        )
+    return Check(
+        "driver",
+        "warn",
+        f"{detail}; torch was built with CUDA {build} (runs through minor "
+        "version compatibility; PTX JIT may fail)",
+        update,
+        "cuda",
+    )
+
+
+def visibility_checks(facts: Facts) -> list[Check]:
+    """What ``CUDA_VISIBLE_DEVICES`` hides or maps, and whether CUDA and nvidia-smi agree."""
+    vis, checks = facts.visible, []
+    if facts.built and vis.hides_all:
+        checks.append(
+            Check(
+                "visible-devices",
+                "fail",
+                f"{vis.describe()} hides every GPU from this process",
+                f"unset {vis.variable} or list the GPUs to use, e.g. {vis.variable}=0",
+                "cuda",
+            )
+        )
+    elif vis.value is not None:
+        mapping = ", ".join(f"{d.device} = physical {d.physical_id}" for d in facts.inventory)
+        detail = f"{vis.describe()}: {mapping or 'no device mapped'}"
+        checks.append(Check("visible-devices", "info", detail, None, "cuda"))
+    physical = facts.driver.physical_gpu_count or len(facts.inventory)
+    order = facts.env["CUDA_DEVICE_ORDER"]
+    if physical > 1 and order != "PCI_BUS_ID" and facts.hip_build is None:
+        checks.append(
+            Check(
+                "device-order",
+                "warn",
+                "CUDA numbers GPUs fastest first by default, nvidia-smi by PCI bus: "
+                "indices may not match between them",
+                "export CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA and nvidia-smi agree",
+                "cuda",
+            )
+        )
+    return checks
+
+
+def device_checks(facts: Facts, info: DeviceInfo) -> tuple[dict[str, Any], list[Check]]:
+    """One visible device's report entry, and its arch and free-memory checks."""
+    entry, checks = info.to_dict(), []
+    if info.capability is not None and facts.cuda_build is not None and facts.arch_list:
+        status, detail = arch_support(info.capability, facts.arch_list)
+        entry["arch_support"] = status
+        major, minor = info.capability
+        fix = (
+            None
+            if status == "pass"
+            else f"install a torch build whose arch list includes {info.sm} "
+            "(see https://pytorch.org/get-started/locally/), or build from source with "
+            f"TORCH_CUDA_ARCH_LIST={major}.{minor}"
+        )
+        checks.append(
+            Check(f"arch {info.device}", status, f"{info.name}: {detail}", fix, info.device)
+        )
+    if info.free_memory is not None and info.total_memory:
+        fraction = info.free_memory / info.total_memory
+        entry["free_fraction"] = round(fraction, 4)
+        if fraction < _LOW_FREE_FRACTION:
+            checks.append(
+                Check(
+                    f"memory {info.device}",
+                    "warn",
+                    f"only {gib(info.free_memory)} of {gib(info.total_memory)} free: "
+                    "another process is using this GPU",
+                    "see 'nvidia-smi' for the processes; pick another GPU or stop them",
+                    info.device,
+                )
+            )
+    return entry, checks
+
+
+def gib(value: int | None) -> str:
+    """Bytes as GiB with one decimal, ``?`` when unknown."""
+    return "?" if value is None else f"{value / 2**30:.1f} GiB"
+
+
+def _split_fix(message: str) -> tuple[str, str | None]:
+    message = re.sub(r"^cannot use '[^']*': ", "", message)
+    reason, sep, fix = message.partition(" Fix: ")
+    return (reason.rstrip("."), fix.rstrip(".")) if sep else (message, None)
+
+
+def resolve_check(spec: str | None, probe: DeviceProbe) -> tuple[torch.device | None, Check]:
+    """Resolve the requested device: the device (None when it cannot be used) and its check.
+
+    A spec that does not parse raises :class:`~torchplace.errors.ConfigError` (a usage error).
+    """
+    from torchplace.devices import DEVICE_ENV_VAR, cuda_unavailable_reason, resolve_device
+    from torchplace.errors import DeviceError
+
+    try:
+        chosen = resolve_device(spec, probe=probe)
+    except DeviceError as exc:
+        reason, fix = _split_fix(str(exc))
+        return None, Check("resolve", "fail", reason, fix, None)
+    except RuntimeError as exc:  # the runtime itself failed (driver too old, device lost, ...)
+        return None, Check(
+            "resolve",
+            "fail",
+            f"asking the runtime about {spec!r} failed: {exc}",
+            "check 'nvidia-smi' and that the driver supports this torch build",
+            None,
+        )
+    note = ""
+    from_env = probe.env(DEVICE_ENV_VAR)
+    if spec in (None, "auto") and from_env:
+        note = f" (from ${DEVICE_ENV_VAR}={from_env!r})"
+    elif spec in (None, "auto") and chosen.type == "cpu":
+        problem = cuda_unavailable_reason(probe)
+        note = f" (no accelerator: {problem[0]})" if problem else " (no accelerator)"
+    return chosen, Check("resolve", "pass", f"{spec!r} -> {chosen}{note}", None, None)

@@ -1,0 +1,195 @@
+"""The facts the doctor reads: the torch build, its settings, the driver, the toolkit, the
+environment and the visible devices, gathered once into :class:`Facts` through a device probe."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torchplace.devices import DeviceInfo, DeviceProbe, DriverInfo, VisibleDevices
+
+__all__ = ["ENV_VARS", "Facts", "build_kind", "gather", "nvcc_version", "tf32_allowed"]
+
+ENV_VARS = (
+    "TORCHPLACE_DEVICE",
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "CUDA_MODULE_LOADING",
+    "CUDA_LAUNCH_BLOCKING",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "PYTORCH_HIP_ALLOC_CONF",
+    "PYTORCH_ALLOC_CONF",
+    "PYTORCH_NVML_BASED_CUDA_CHECK",
+)
+
+
+@dataclass
+class Facts:
+    """What one look at the machine found; the checks and the report are derived from it.
+
+    ``init_error`` is the runtime's own failure when asking for the devices (a driver too old
+    for the runtime, a lost device), which the checks report instead of raising.
+    """
+
+    probe: DeviceProbe
+    flags: dict[str, Any]
+    cuda_build: str | None
+    hip_build: str | None
+    hip_runtime: str | None
+    miopen: str | None
+    cudnn: int | None
+    arch_list: list[str]
+    env: dict[str, str | None]
+    visible: VisibleDevices
+    driver: DriverInfo
+    driver_version: str | None
+    nvcc: str | None
+    backends: dict[str, bool]
+    cuda_available: bool = False
+    device_count: int = 0
+    inventory: list[DeviceInfo] = field(default_factory=list)
+    init_error: RuntimeError | None = None
+
+    @property
+    def built(self) -> bool:
+        """Whether torch was built for a GPU (CUDA or ROCm)."""
+        return self.cuda_build is not None or self.hip_build is not None
+
+
+def gather(probe: DeviceProbe, toolkit: Callable[[], str | None] = lambda: None) -> Facts:
+    """Ask ``probe`` (and the host) everything the doctor reports, once."""
+    from torchplace.devices import device_inventory, visible_devices
+
+    flags = torch_flags()
+    cuda_build, hip_build = probe.cuda_build(), probe.hip_build()
+    built = cuda_build is not None or hip_build is not None
+    hip_runtime, miopen = _hip_config() if hip_build is not None else (None, None)
+    cudnn = probe.cudnn_version()
+    arch_list = probe.arch_list() if built else []
+    env = {name: probe.env(name) for name in ENV_VARS}
+    visible = visible_devices(probe=probe)
+    driver = probe.driver()
+    facts = Facts(
+        probe=probe,
+        flags=flags,
+        cuda_build=cuda_build,
+        hip_build=hip_build,
+        hip_runtime=hip_runtime,
+        miopen=miopen,
+        cudnn=cudnn,
+        arch_list=arch_list,
+        env=env,
+        visible=visible,
+        driver=driver,
+        driver_version=driver.driver_version or _driver_from_proc(),
+        nvcc=toolkit(),
+        backends={},
+    )
+    try:
+        facts.cuda_available = built and probe.cuda_available()
+        facts.device_count = probe.device_count() if facts.cuda_available else 0
+        facts.inventory = device_inventory(probe=probe)
+    except RuntimeError as exc:  # e.g. a driver too old for the runtime
+        facts.init_error = exc
+    facts.backends = {kind: probe.backend_available(kind) for kind in ("mps", "xpu")}
+    return facts
+
+
+def nvcc_version() -> str | None:
+    """Version of the ``nvcc`` on PATH (the CUDA toolkit; pip wheels bring their own runtime)."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        return None
+    try:
+        out = subprocess.run(
+            [nvcc, "--version"], capture_output=True, text=True, timeout=2, check=False
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r"release .+ V(\S+)", out)
+    return match.group(1) if match else None
+
+
+def build_kind(cuda: str | None, hip: str | None) -> str:
+    """``ROCm (HIP x)``, ``CUDA x`` or ``CPU-only``."""
+    if hip is not None:
+        return f"ROCm (HIP {hip})"
+    if cuda is not None:
+        return f"CUDA {cuda}"
+    return "CPU-only"
+
+
+def _driver_from_proc() -> str | None:
+    try:
+        with open("/proc/driver/nvidia/version", encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return None
+    match = re.search(r"Kernel Module\s+(?:for\s+\S+\s+)?(\d[\d.]+)", text)
+    return match.group(1) if match else None
+
+
+def _hip_config() -> tuple[str | None, str | None]:
+    import torch
+
+    cfg = torch.__config__.show().splitlines()
+
+    def pick(prefix: str) -> str | None:
+        hits = [line.rsplit(None, 1)[-1] for line in cfg if prefix in line]
+        return hits[0] if hits else None
+
+    return pick("HIP Runtime"), pick("MIOpen")
+
+
+def _read(getter: Callable[[], Any]) -> Any:
+    """A torch setting, or None when torch refuses to answer or does not have it.
+
+    Since torch 2.9 the legacy TF32 getters (``torch.get_float32_matmul_precision()``,
+    ``torch.backends.cuda.matmul.allow_tf32``) raise RuntimeError once the new
+    ``fp32_precision`` API was used to set something the legacy one cannot express; before 2.9,
+    ``torch.backends.cuda.matmul.fp32_precision`` raises AttributeError.
+    """
+    try:
+        return getter()
+    except (RuntimeError, AttributeError):
+        return None
+
+
+def torch_flags() -> dict[str, Any]:
+    """The build's debug flag, CPU backends and threads, and its matmul precision settings."""
+    import torch
+    import torch.backends.xnnpack
+
+    backends: Any = torch.backends  # some of its is_available() are untyped
+    matmul: Any = torch.backends.cuda.matmul
+    allow_tf32 = _read(lambda: matmul.allow_tf32)
+    return {
+        "debug_build": bool(torch.version.debug),
+        "xnnpack": bool(getattr(torch.backends.xnnpack, "enabled", False)),
+        "mkldnn": bool(backends.mkldnn.is_available()),
+        "mkl": bool(backends.mkl.is_available()),
+        "openmp": bool(backends.openmp.is_available()),
+        "cpu_threads": int(torch.get_num_threads()),
+        "float32_matmul_precision": _read(torch.get_float32_matmul_precision),
+        "cuda_matmul_allow_tf32": None if allow_tf32 is None else bool(allow_tf32),
+        # torch >= 2.9: "ieee", "tf32" or "none" (follow the legacy settings); None before
+        "cuda_matmul_fp32_precision": _read(lambda: matmul.fp32_precision),
+        "xpu_build": getattr(torch.version, "xpu", None),
+    }
+
+
+def tf32_allowed(flags: dict[str, Any]) -> bool:
+    """Whether float32 CUDA matmuls may run in TF32 (a setting torch refuses to report counts)."""
+    if flags["cuda_matmul_fp32_precision"] == "tf32" or flags["cuda_matmul_allow_tf32"]:
+        return True
+    if flags["cuda_matmul_fp32_precision"] == "ieee":
+        return False
+    return bool(flags["float32_matmul_precision"] != "highest")  # None (refused): be safe
