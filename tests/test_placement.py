@@ -386,21 +386,21 @@ def test_non_blocking_from_pageable_memory_falls_back_and_says_so(
     # cpu -> cpu: nothing to copy, nothing to say
     move(t, "cpu", non_blocking=True)
     assert caplog.records == []
-    from torchplace import placement
+    from torchplace.placement import nested
 
-    assert placement._non_blocking_ok(t, torch.device("cuda", 0)) is False
+    assert nested._non_blocking_ok(t, torch.device("cuda", 0)) is False
     assert any("not pinned" in r.getMessage() for r in caplog.records)
 
 
 def test_non_blocking_device_to_host_is_blocking(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from torchplace import placement
+    from torchplace.placement import nested
 
     caplog.set_level(logging.DEBUG, logger="torchplace.placement")
     fake_gpu_tensor = torch.empty(2, device="meta")
     # meta carries no data: nothing to overlap, no message
-    assert placement._non_blocking_ok(fake_gpu_tensor, CPU) is False
+    assert nested._non_blocking_ok(fake_gpu_tensor, CPU) is False
     assert caplog.records == []
 
 
