@@ -19,8 +19,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-import torchplace.prefetch as prefetch_mod
+import torchplace.prefetch.staging as staging_mod
+import torchplace.prefetch.streams as stream_backend
 from torchplace import ConfigError, DevicePrefetcher
+from torchplace.placement import map_tensors
 from torchplace.prefetch import PinnedPool, PrefetchStats
 
 # --------------------------------------------------------------------------------------------
@@ -120,7 +122,7 @@ class FakeStreams:
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> FakeStreams:
     streams = FakeStreams()
-    monkeypatch.setattr(prefetch_mod, "_streams_for", lambda device: streams)
+    monkeypatch.setattr(stream_backend, "streams_for", lambda device: streams)
     return streams
 
 
@@ -158,7 +160,7 @@ def drain(p: Any, consume: Any) -> None:
 
 def leaves(obj: Any) -> list[torch.Tensor]:
     out: list[torch.Tensor] = []
-    prefetch_mod.map_tensors(obj, lambda t: out.append(t) or t, copy=False)
+    map_tensors(obj, lambda t: out.append(t) or t, copy=False)
     return out
 
 
@@ -279,7 +281,7 @@ class Sentinel:
 def make(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
     if request.param == "streams":
         streams = FakeStreams()
-        monkeypatch.setattr(prefetch_mod, "_streams_for", lambda device: streams)
+        monkeypatch.setattr(stream_backend, "streams_for", lambda device: streams)
 
         def build(source: Any, **kw: Any) -> DevicePrefetcher[Any]:
             p: DevicePrefetcher[Any] = DevicePrefetcher(source, "meta", pin_fn=streams.pin, **kw)
@@ -486,7 +488,7 @@ def test_consumer_stream_time_is_measured_between_hand_out_and_next_request(
 
 def test_consumer_spans_are_timed_only_once_complete(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeStreams(auto_complete=False)
-    monkeypatch.setattr(prefetch_mod, "_streams_for", lambda device: fake)
+    monkeypatch.setattr(stream_backend, "streams_for", lambda device: fake)
     p = staged(fake, [torch.ones(4) for _ in range(3)])
     assert len(list(p)) == 3  # nothing completes by itself: no elapsed_time is asked early
     s = p.stats()  # ... until stats() waits for the spans
@@ -586,7 +588,7 @@ def test_a_staging_view_holds_the_values_in_the_layout_to_would_give(name: str) 
     buf = torch.full((4096,), 0xAB, dtype=torch.uint8)
     off = 128
     n = t.numel() * t.element_size()
-    view = prefetch_mod._staging_view(buf, off, t)
+    view = staging_mod.staging_view(buf, off, t)
     view.copy_(t)
     assert torch.equal(view, t)
     assert view.stride() == t.to(torch.float64).stride()  # what a copy by ``to`` would keep
@@ -623,7 +625,7 @@ def test_tensor_subclasses_are_copied_by_their_own_to_not_staged(fake: FakeStrea
 def test_a_failed_staging_copy_gives_its_buffer_back(
     fake: FakeStreams, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = prefetch_mod._staging_view
+    real = staging_mod.staging_view
     calls = 0
 
     def flaky(buf: torch.Tensor, off: int, t: torch.Tensor) -> torch.Tensor:
@@ -633,7 +635,7 @@ def test_a_failed_staging_copy_gives_its_buffer_back(
             raise RuntimeError("staging failed")
         return real(buf, off, t)
 
-    monkeypatch.setattr(prefetch_mod, "_staging_view", flaky)
+    monkeypatch.setattr(staging_mod, "staging_view", flaky)
     p = staged(fake, [torch.ones(64) for _ in range(4)], depth=1)
     got: list[Any] = []
     with pytest.raises(RuntimeError, match="staging failed"):
@@ -742,7 +744,7 @@ def test_a_staging_buffer_is_rewritten_only_after_its_copy_completed(
     # Events complete only when the host waits on them: every reuse of a staging buffer must
     # come after the event of the copy out of it, never while that copy could still read it.
     fake = FakeStreams(auto_complete=False)
-    monkeypatch.setattr(prefetch_mod, "_streams_for", lambda device: fake)
+    monkeypatch.setattr(stream_backend, "streams_for", lambda device: fake)
     released: dict[int, FakeEvent | None] = {}
     real_acquire, real_release = PinnedPool.acquire, PinnedPool.release
 
