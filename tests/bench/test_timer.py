@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import torchplace
+from torchplace.bench import clocks
 from torchplace.bench import timer as timer_module
 from torchplace.bench.timer import Measurement, Timer, TimingWarning, measure
 from torchplace.errors import ConfigError, DeviceError, TimingError
@@ -182,10 +183,10 @@ def test_accelerator_without_events_cannot_be_timed(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(torch, "fpga", NoEvents(), raising=False)
     with pytest.raises(TimingError, match="no timing events"):
-        timer_module._backend_for(torch.device("fpga"), FakeClock())
+        clocks.backend_for(torch.device("fpga"), FakeClock())
     monkeypatch.delattr(torch, "fpga")
     with pytest.raises(TimingError, match="no timing events"):
-        timer_module._backend_for(torch.device("fpga"), FakeClock())
+        clocks.backend_for(torch.device("fpga"), FakeClock())
 
 
 def test_unavailable_cuda_is_refused() -> None:
@@ -194,7 +195,7 @@ def test_unavailable_cuda_is_refused() -> None:
     with pytest.raises((DeviceError, TimingError)):
         Timer(device="cuda:0")
     with pytest.raises(TimingError, match="CUDA is not available"):
-        timer_module._backend_for(torch.device("cuda", 0), FakeClock())
+        clocks.backend_for(torch.device("cuda", 0), FakeClock())
 
 
 class FakeEvent:
@@ -231,7 +232,7 @@ class FakeAccelerator:
 def test_event_backend_uses_one_event_pair_per_call_and_syncs_at_block_edges() -> None:
     clock = FakeClock()
     accel = FakeAccelerator(clock)
-    backend = timer_module._EventBackend(torch.device("cpu"), accel, clock)
+    backend = clocks.EventBackend(torch.device("cpu"), accel, clock)
     fn, _ = scripted(clock, [0.003, 0.001, 0.002, 0.004])
     times, wall = backend.time_block(lambda k: fn(), 4)
     assert times == pytest.approx([0.003, 0.001, 0.002, 0.004])
@@ -381,7 +382,7 @@ def test_cuda_events_are_recorded_with_the_timers_device_current() -> None:
         return Event(clock, cuda.log, enable_timing)
 
     cuda.Event = make_event  # type: ignore[method-assign]
-    backend = timer_module._EventBackend(torch.device("cuda", 1), cuda, clock)
+    backend = clocks.EventBackend(torch.device("cuda", 1), cuda, clock)
     fn, _ = scripted(clock, [0.002, 0.001, 0.003])
     times, _ = backend.time_block(lambda k: fn(), 3)
     assert times == pytest.approx([0.002, 0.001, 0.003])
