@@ -241,52 +241,61 @@ def audit_module(module: nn.Module) -> ModuleAudit:
         )
     tensors = [TensorRecord.of(n, "parameter", p) for n, p in module.named_parameters()]
     tensors += [TensorRecord.of(n, "buffer", b) for n, b in module.named_buffers()]
-    param_ids = {id(p) for p in module.parameters()}
-    module_ids = {id(m) for m in module.modules()}
-    strays: list[TensorRecord] = []
-    seen: set[int] = set()
-
-    def walk(value: object, path: str, depth: int) -> None:
-        if isinstance(value, torch.Tensor):
-            if id(value) not in param_ids and id(value) not in seen:
-                seen.add(id(value))
-                strays.append(TensorRecord.of(path, "stray", value))
-            return
-        if isinstance(value, ATOMS) or depth > _MAX_DEPTH or id(value) in seen:
-            return
-        if isinstance(value, nn.Module):
-            if id(value) in module_ids:
-                return  # registered somewhere in the tree: to() moves it
-            seen.add(id(value))
-            for name, p in value.named_parameters():
-                walk(p, f"{path}.{name}", depth + 1)
-            for name, b in value.named_buffers():
-                walk(b, f"{path}.{name}", depth + 1)
-            return
-        if isinstance(value, Mapping):
-            seen.add(id(value))
-            for k, v in value.items():
-                walk(v, path + key_path(k), depth + 1)
-        elif is_namedtuple(value):
-            seen.add(id(value))
-            for field, v in zip(namedtuple_fields(value), value, strict=True):  # type: ignore[call-overload]
-                walk(v, f"{path}.{field}", depth + 1)
-        elif isinstance(value, (list, tuple)):
-            seen.add(id(value))
-            for i, v in enumerate(value):
-                walk(v, f"{path}[{i}]", depth + 1)
-        elif isinstance(value, (set, frozenset)):
-            seen.add(id(value))
-            for i, v in enumerate(value):
-                walk(v, f"{path}{{{i}}}", depth + 1)
-        elif is_dataclass_instance(value):
-            seen.add(id(value))
-            for f in dataclasses.fields(value):  # type: ignore[arg-type]
-                walk(getattr(value, f.name, None), f"{path}.{f.name}", depth + 1)
-
+    finder = _StrayFinder(module)
     for prefix, sub in module.named_modules():
         for attr, value in vars(sub).items():
             if attr in _MODULE_INTERNALS:
                 continue
-            walk(value, f"{prefix}.{attr}" if prefix else attr, 0)
-    return ModuleAudit(type(module).__name__, tuple(tensors), tuple(strays))
+            finder.walk(value, f"{prefix}.{attr}" if prefix else attr, 0)
+    return ModuleAudit(type(module).__name__, tuple(tensors), tuple(finder.strays))
+
+
+class _StrayFinder:
+    """Walks a module's plain attributes for tensors that ``module.to()`` would not move."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self.param_ids = {id(p) for p in module.parameters()}
+        self.module_ids = {id(m) for m in module.modules()}
+        self.strays: list[TensorRecord] = []
+        self.seen: set[int] = set()
+
+    def walk(self, value: object, path: str, depth: int) -> None:
+        seen = self.seen
+        if isinstance(value, torch.Tensor):
+            if id(value) not in self.param_ids and id(value) not in seen:
+                seen.add(id(value))
+                self.strays.append(TensorRecord.of(path, "stray", value))
+            return
+        if isinstance(value, ATOMS) or depth > _MAX_DEPTH or id(value) in seen:
+            return
+        if isinstance(value, nn.Module):
+            if id(value) in self.module_ids:
+                return  # registered somewhere in the tree: to() moves it
+            seen.add(id(value))
+            for name, t in (*value.named_parameters(), *value.named_buffers()):
+                self.walk(t, f"{path}.{name}", depth + 1)
+            return
+        children = _children(value, path)
+        if children:
+            seen.add(id(value))
+        for child_path, child in children:
+            self.walk(child, child_path, depth + 1)
+
+
+def _children(value: object, path: str) -> list[tuple[str, object]]:
+    """The values inside a plain container, each with its path; [] for anything else."""
+    if isinstance(value, Mapping):
+        return [(path + key_path(k), v) for k, v in value.items()]
+    if is_namedtuple(value):
+        return [
+            (f"{path}.{field}", v)
+            for field, v in zip(namedtuple_fields(value), value, strict=True)  # type: ignore[call-overload]
+        ]
+    if isinstance(value, (list, tuple)):
+        return [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+    if isinstance(value, (set, frozenset)):
+        return [(f"{path}{{{i}}}", v) for i, v in enumerate(value)]
+    if is_dataclass_instance(value):
+        fields = dataclasses.fields(value)  # type: ignore[arg-type]
+        return [(f"{path}.{f.name}", getattr(value, f.name, None)) for f in fields]
+    return []
