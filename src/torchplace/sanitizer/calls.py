@@ -110,7 +110,9 @@ DATA_FACTORIES: Final[dict[Any, str]] = {
     Tensor.new_tensor: "Tensor.new_tensor",
 }
 
+#: ``x[i]``: pure unless the index holds a tensor (:func:`plain_index`).
 GETITEM: Final = frozenset({Tensor.__getitem__})
+#: Argument types whose items may be tensors on different devices.
 SEQUENCES: Final = (list, tuple)
 NO_KWARGS: Final[Mapping[str, Any]] = {}
 _PLAIN_INDEX_TYPES: Final = (int, bool, type(None), type(Ellipsis))
@@ -130,6 +132,7 @@ def plain_index(index: Any) -> bool:
 
 @functools.lru_cache(maxsize=512)
 def function_name(func: Callable[..., Any]) -> str:
+    """The name a report gives a torch function: ``Tensor.item``, ``F.linear``, ``torch.cat``."""
     name = getattr(func, "__name__", None) or repr(func)
     qualname = getattr(func, "__qualname__", name)
     if qualname.startswith(("TensorBase.", "Tensor.")):
@@ -145,5 +148,6 @@ def function_name(func: Callable[..., Any]) -> str:
 
 
 def op_name(func: Any) -> str:
+    """The name a report gives an aten op: ``aten._to_copy``, ``aten.index.Tensor``."""
     name = str(func)
     return name.removesuffix(".default")
