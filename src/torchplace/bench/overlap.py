@@ -129,89 +129,16 @@ def _run(
     repeats: int,
     progress: Callable[[str], None] | None,
 ) -> OverlapResult:
-    import torch
-
-    from torchplace.prefetch import DevicePrefetcher
-
-    main = torch.cuda.current_stream(device)
-    side = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
-    host = torch.randn(rows, _INNER).pin_memory()
-    buffers = [torch.empty(rows, _INNER, device=device) for _ in range(2)]
-    weight = torch.randn(_INNER, _INNER, device=device) / math.sqrt(_INNER)
-    out = torch.empty(rows, _INNER, device=device)
-
-    def event() -> Any:
-        return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-
-    def elapsed(work: Callable[[], None]) -> float:
-        start, end = event(), event()
-        torch.cuda.synchronize(device)
-        start.record(main)
-        work()
-        end.record(main)
-        torch.cuda.synchronize(device)
-        return float(start.elapsed_time(end)) * 1e-3
-
-    matmuls = 1
-
-    def compute(buf: torch.Tensor) -> None:
-        for _ in range(matmuls):
-            torch.mm(buf, weight, out=out)
-
-    def copy_alone() -> None:
-        side.wait_stream(main)
-        with torch.cuda.stream(side):
-            for n in range(batches):
-                buffers[n % 2].copy_(host, non_blocking=True)
-        main.wait_stream(side)
-
-    def compute_alone() -> None:
-        for n in range(batches):
-            compute(buffers[n % 2])
-
-    def overlapped() -> None:
-        copied = [event(), event()]
-        consumed = [event(), event()]
-        side.wait_stream(main)
-        with torch.cuda.stream(side):
-            buffers[0].copy_(host, non_blocking=True)
-            copied[0].record(side)
-        for n in range(batches):
-            if n + 1 < batches:  # batch n+1 travels while batch n is computed
-                nxt = (n + 1) % 2
-                with torch.cuda.stream(side):
-                    if n >= 1:  # the buffer last held batch n-1: wait until it was consumed
-                        side.wait_event(consumed[nxt])
-                    buffers[nxt].copy_(host, non_blocking=True)
-                    copied[nxt].record(side)
-            main.wait_event(copied[n % 2])
-            compute(buffers[n % 2])
-            consumed[n % 2].record(main)
-        main.wait_stream(side)
-
-    # Already-pinned batches, as DataLoader(pin_memory=True) yields them: copied, never staged.
-    prefetcher = DevicePrefetcher([host] * batches, device, depth=2)
-
-    def prefetched() -> None:
-        for batch in prefetcher:
-            compute(batch)
-
+    pipeline = _Pipeline(device, rows, batches)
     # Warm up (cuBLAS handles, kernel choice), then size the compute so it covers the copy.
     if progress is not None:
         progress("calibrating")
-    copy_alone()
-    compute_alone()
-    per_copy = elapsed(copy_alone) / batches
-    per_matmul = elapsed(compute_alone) / batches
-    target = max(1.25 * per_copy, (compute_ms or 0.0) * 1e-3)
-    matmuls = max(1, math.ceil(target / per_matmul))
-    overlapped()
-    prefetched()  # the allocator grows its pool for the prefetcher's batches here, untimed
+    pipeline.calibrate(compute_ms)
     runs = {
-        "copy": copy_alone,
-        "compute": compute_alone,
-        "overlapped": overlapped,
-        "prefetcher": prefetched,
+        "copy": pipeline.copy_alone,
+        "compute": pipeline.compute_alone,
+        "overlapped": pipeline.overlapped,
+        "prefetcher": pipeline.prefetched,
     }
     samples: dict[str, list[float]] = {name: [] for name in runs}
     for r in range(repeats):
@@ -219,16 +146,112 @@ def _run(
             progress(f"repeat {r + 1}/{repeats}")
         # Interleave the runs so that drifting clocks or neighbours affect each alike.
         for name, work in runs.items():
-            samples[name].append(elapsed(work))
-    prefetcher.close()
+            samples[name].append(pipeline.elapsed(work))
+    pipeline.prefetcher.close()
     return OverlapResult(
         device=str(device),
         batch_bytes=batch_bytes,
         batches=batches,
-        matmuls_per_batch=matmuls,
+        matmuls_per_batch=pipeline.matmuls,
         copy_s=statistics.median(samples["copy"]),
         compute_s=statistics.median(samples["compute"]),
         overlapped_s=statistics.median(samples["overlapped"]),
         repeats=repeats,
         prefetcher_s=statistics.median(samples["prefetcher"]),
     )
+
+
+class _Pipeline:
+    """The buffers, streams and the four ways of running ``batches`` batches on ``device``."""
+
+    def __init__(self, device: torch.device, rows: int, batches: int) -> None:
+        import torch
+
+        from torchplace.prefetch import DevicePrefetcher
+
+        self.device, self.batches, self.matmuls = device, batches, 1
+        self.main = torch.cuda.current_stream(device)
+        self.side = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
+        self.host = torch.randn(rows, _INNER).pin_memory()
+        self.buffers = [torch.empty(rows, _INNER, device=device) for _ in range(2)]
+        self.weight = torch.randn(_INNER, _INNER, device=device) / math.sqrt(_INNER)
+        self.out = torch.empty(rows, _INNER, device=device)
+        # Already-pinned batches, as DataLoader(pin_memory=True) yields them: copied, never
+        # staged.
+        self.prefetcher = DevicePrefetcher([self.host] * batches, device, depth=2)
+
+    @staticmethod
+    def event() -> Any:
+        import torch
+
+        return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+
+    def elapsed(self, work: Callable[[], None]) -> float:
+        """Seconds of ``work`` on the compute stream, between two synchronisations."""
+        import torch
+
+        start, end = self.event(), self.event()
+        torch.cuda.synchronize(self.device)
+        start.record(self.main)
+        work()
+        end.record(self.main)
+        torch.cuda.synchronize(self.device)
+        return float(start.elapsed_time(end)) * 1e-3
+
+    def calibrate(self, compute_ms: float | None) -> None:
+        """Warm every run up and size the per-batch compute to cover the copy (or
+        ``compute_ms``)."""
+        self.copy_alone()
+        self.compute_alone()
+        per_copy = self.elapsed(self.copy_alone) / self.batches
+        per_matmul = self.elapsed(self.compute_alone) / self.batches
+        target = max(1.25 * per_copy, (compute_ms or 0.0) * 1e-3)
+        self.matmuls = max(1, math.ceil(target / per_matmul))
+        self.overlapped()
+        self.prefetched()  # the allocator grows its pool for the prefetcher's batches, untimed
+
+    def compute(self, buf: torch.Tensor) -> None:
+        import torch
+
+        for _ in range(self.matmuls):
+            torch.mm(buf, self.weight, out=self.out)
+
+    def copy_alone(self) -> None:
+        import torch
+
+        self.side.wait_stream(self.main)
+        with torch.cuda.stream(self.side):
+            for n in range(self.batches):
+                self.buffers[n % 2].copy_(self.host, non_blocking=True)
+        self.main.wait_stream(self.side)
+
+    def compute_alone(self) -> None:
+        for n in range(self.batches):
+            self.compute(self.buffers[n % 2])
+
+    def overlapped(self) -> None:
+        import torch
+
+        main, side, buffers, host = self.main, self.side, self.buffers, self.host
+        copied = [self.event(), self.event()]
+        consumed = [self.event(), self.event()]
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            buffers[0].copy_(host, non_blocking=True)
+            copied[0].record(side)
+        for n in range(self.batches):
+            if n + 1 < self.batches:  # batch n+1 travels while batch n is computed
+                nxt = (n + 1) % 2
+                with torch.cuda.stream(side):
+                    if n >= 1:  # the buffer last held batch n-1: wait until it was consumed
+                        side.wait_event(consumed[nxt])
+                    buffers[nxt].copy_(host, non_blocking=True)
+                    copied[nxt].record(side)
+            main.wait_event(copied[n % 2])
+            self.compute(buffers[n % 2])
+            consumed[n % 2].record(main)
+        main.wait_stream(side)
+
+    def prefetched(self) -> None:
+        for batch in self.prefetcher:
+            self.compute(batch)

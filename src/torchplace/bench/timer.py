@@ -26,17 +26,16 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
 import math
-import statistics
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any
 
+from torchplace.bench.clocks import Clock, ClockBackend, backend_for
+from torchplace.bench.measurement import Measurement
 from torchplace.bench.units import format_duration
-from torchplace.errors import ConfigError, TimingError
+from torchplace.errors import ConfigError
 
 if TYPE_CHECKING:
     import torch
@@ -56,238 +55,9 @@ DEFAULT_MIN_TIME = 0.2
 SPREAD_WARNING = 0.10
 """Default threshold of interquartile range over median above which a warning is emitted."""
 
-Clock = Callable[[], int]
-"""A monotonic clock in integer nanoseconds, such as :func:`time.perf_counter_ns`."""
-
 
 class TimingWarning(RuntimeWarning):
     """A measurement that was made but should not be trusted as it is (large spread, ...)."""
-
-
-def _quartiles(values: Sequence[float]) -> tuple[float, float, float]:
-    if len(values) == 1:
-        return values[0], values[0], values[0]
-    q1, median, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return q1, median, q3
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """The result of timing one callable: warm per-call times plus the cold first call.
-
-    ``times_s`` are the warm calls in seconds, on the primary clock (``clock``: CUDA events on a
-    CUDA device, the monotonic CPU clock on the CPU). ``cold_s`` is the first call on the same
-    clock and ``cold_wall_s`` its synchronised wall time. ``wall_per_call_s`` is the synchronised
-    wall time of the whole warm block divided by the number of calls. Statistics (median,
-    quartiles, IQR, min, max, mean) are computed from ``times_s`` at construction.
-    """
-
-    label: str
-    device: str
-    clock: str
-    times_s: tuple[float, ...]
-    cold_s: float
-    cold_wall_s: float
-    wall_per_call_s: float
-    warmup: int
-    input_sets: int = 1
-    count: int = field(init=False)
-    median_s: float = field(init=False)
-    q1_s: float = field(init=False)
-    q3_s: float = field(init=False)
-    iqr_s: float = field(init=False)
-    min_s: float = field(init=False)
-    max_s: float = field(init=False)
-    mean_s: float = field(init=False)
-
-    def __post_init__(self) -> None:
-        if not self.times_s:
-            raise ConfigError("a Measurement needs at least one warm time; got an empty times_s")
-        q1, median, q3 = _quartiles(self.times_s)
-        derived = {
-            "count": len(self.times_s),
-            "median_s": median,
-            "q1_s": q1,
-            "q3_s": q3,
-            "iqr_s": q3 - q1,
-            "min_s": min(self.times_s),
-            "max_s": max(self.times_s),
-            "mean_s": statistics.fmean(self.times_s),
-        }
-        for name, value in derived.items():
-            object.__setattr__(self, name, value)
-
-    @property
-    def spread(self) -> float:
-        """Interquartile range over median (0 when the median is 0)."""
-        return self.iqr_s / self.median_s if self.median_s > 0 else 0.0
-
-    @property
-    def cold_overhead_s(self) -> float:
-        """How much longer the first call took than a typical warm one."""
-        return self.cold_s - self.median_s
-
-    def to_dict(self, *, include_times: bool = False) -> dict[str, Any]:
-        """A JSON-ready dict in base units (seconds); per-call times only when asked."""
-        out: dict[str, Any] = {
-            "label": self.label,
-            "device": self.device,
-            "clock": self.clock,
-            "count": self.count,
-            "warmup": self.warmup,
-            "input_sets": self.input_sets,
-            "median_s": self.median_s,
-            "q1_s": self.q1_s,
-            "q3_s": self.q3_s,
-            "iqr_s": self.iqr_s,
-            "spread": self.spread,
-            "min_s": self.min_s,
-            "max_s": self.max_s,
-            "mean_s": self.mean_s,
-            "cold_s": self.cold_s,
-            "cold_wall_s": self.cold_wall_s,
-            "wall_per_call_s": self.wall_per_call_s,
-        }
-        if include_times:
-            out["times_s"] = list(self.times_s)
-        return out
-
-    def __str__(self) -> str:
-        return (
-            f"{self.label} on {self.device} ({self.clock}): "
-            f"median {format_duration(self.median_s)}, "
-            f"IQR {format_duration(self.iqr_s)} ({self.spread:.1%}), "
-            f"min {format_duration(self.min_s)}, max {format_duration(self.max_s)}, "
-            f"mean {format_duration(self.mean_s)}, n={self.count}; "
-            f"cold first call {format_duration(self.cold_s)}; "
-            f"synchronised wall {format_duration(self.wall_per_call_s)}/call"
-        )
-
-
-class _Backend(Protocol):
-    clock_name: str
-
-    def time_one(self, call: Callable[[], object]) -> tuple[float, float]:
-        """(primary seconds, synchronised wall seconds) of one call."""
-
-    def time_block(self, calls: Callable[[int], object], n: int) -> tuple[list[float], float]:
-        """Per-call primary seconds of ``n`` calls and the synchronised wall seconds per call."""
-
-    def synchronize(self) -> None: ...
-
-
-class _CpuBackend:
-    clock_name = "cpu perf_counter"
-
-    def __init__(self, clock: Clock) -> None:
-        self._clock = clock
-
-    def synchronize(self) -> None:
-        """Nothing to wait for: CPU work is done when the call returns."""
-
-    def time_one(self, call: Callable[[], object]) -> tuple[float, float]:
-        clock = self._clock
-        start = clock()
-        call()
-        elapsed = (clock() - start) * 1e-9
-        return elapsed, elapsed
-
-    def time_block(self, calls: Callable[[int], object], n: int) -> tuple[list[float], float]:
-        clock = self._clock
-        times = [0.0] * n
-        block_start = clock()
-        for k in range(n):
-            start = clock()
-            calls(k)
-            times[k] = (clock() - start) * 1e-9
-        wall = (clock() - block_start) * 1e-9
-        return times, wall / n
-
-
-class _EventBackend:
-    """Timing events of an accelerator module (``torch.cuda`` and friends)."""
-
-    def __init__(self, device: torch.device, module: Any, clock: Clock) -> None:
-        self._device = device
-        self._module = module
-        self._clock = clock
-        self.clock_name = f"{device.type} events"
-
-    def synchronize(self) -> None:
-        if self._device.type == "cuda":
-            self._module.synchronize(self._device)
-        else:
-            self._module.synchronize()
-
-    def _event(self) -> Any:
-        return self._module.Event(enable_timing=True)
-
-    def _on_device(self) -> contextlib.AbstractContextManager[object]:
-        # Events record on the current stream of the current device: make ours current.
-        if self._device.type == "cuda":
-            return cast(
-                "contextlib.AbstractContextManager[object]", self._module.device(self._device)
-            )
-        return contextlib.nullcontext()
-
-    def time_one(self, call: Callable[[], object]) -> tuple[float, float]:
-        with self._on_device():
-            start, end = self._event(), self._event()
-            self.synchronize()
-            wall_start = self._clock()
-            start.record()
-            call()
-            end.record()
-            self.synchronize()
-            wall = (self._clock() - wall_start) * 1e-9
-        return float(start.elapsed_time(end)) * 1e-3, wall
-
-    def time_block(self, calls: Callable[[int], object], n: int) -> tuple[list[float], float]:
-        with self._on_device():
-            starts = [self._event() for _ in range(n)]
-            ends = [self._event() for _ in range(n)]
-            self.synchronize()
-            wall_start = self._clock()
-            # No synchronisation inside the loop: the events are read after the block, so the
-            # host keeps the device queue fed and per-call times are device times, not launch
-            # latency.
-            for k in range(n):
-                starts[k].record()
-                calls(k)
-                ends[k].record()
-            self.synchronize()
-            wall = (self._clock() - wall_start) * 1e-9
-        times = [float(s.elapsed_time(e)) * 1e-3 for s, e in zip(starts, ends, strict=True)]
-        return times, wall / n
-
-
-def _backend_for(device: torch.device, clock: Clock) -> _Backend:
-    import torch
-
-    if device.type == "cpu":
-        return _CpuBackend(clock)
-    if device.type == "meta":
-        raise TimingError(
-            "cannot time on the 'meta' device: it records shapes but runs no kernels, so any "
-            "time would be the Python overhead alone; time on 'cpu' or an accelerator instead"
-        )
-    module = getattr(torch, device.type, None)
-    if module is None or not hasattr(module, "Event") or not hasattr(module, "synchronize"):
-        raise TimingError(
-            f"cannot time {device} honestly: torch.{device.type} offers no timing events and "
-            "synchronisation, and a host clock around asynchronous work measures only the launch"
-        )
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise TimingError(f"cannot time on {device}: CUDA is not available in this process")
-    else:
-        current = getattr(module, "current_device", None)
-        if device.index is not None and current is not None and int(current()) != device.index:
-            raise TimingError(
-                f"cannot time on {device}: torch.{device.type} events time the current device "
-                f"({device.type}:{current()}); make {device} current first"
-            )
-    return _EventBackend(device, module, clock)
 
 
 def _check_int(name: str, value: object, minimum: int) -> int:
@@ -370,7 +140,7 @@ class Timer:
             raise ConfigError(f"clock must be a callable returning nanoseconds, got {clock!r}")
         self.clock = clock
         self.device = resolve_device(device)
-        self._backend = _backend_for(self.device, clock)
+        self._backend: ClockBackend = backend_for(self.device, clock)
 
     def __repr__(self) -> str:
         budget = f"repeats={self.repeats}" if self.repeats else f"min_time={self.min_time}"
@@ -443,22 +213,23 @@ class Timer:
             warmup=self.warmup,
             input_sets=count,
         )
-        if (
-            self.spread_warning is not None
-            and result.count >= 4
-            and result.spread > self.spread_warning
-        ):
-            warnings.warn(
-                TimingWarning(
-                    f"{result.label} on {result.device}: the spread is large (IQR "
-                    f"{format_duration(result.iqr_s)} is {result.spread:.0%} of the median "
-                    f"{format_duration(result.median_s)}); other work is competing for the "
-                    "device or the call is too short: run on a quieter machine, time more calls "
-                    "or a bigger workload"
-                ),
-                stacklevel=stacklevel,
-            )
+        self._warn_if_spread(result, stacklevel + 1)
         return result
+
+    def _warn_if_spread(self, result: Measurement, stacklevel: int) -> None:
+        """A :class:`TimingWarning` when IQR / median passes ``spread_warning``."""
+        if self.spread_warning is None or result.count < 4 or result.spread <= self.spread_warning:
+            return
+        warnings.warn(
+            TimingWarning(
+                f"{result.label} on {result.device}: the spread is large (IQR "
+                f"{format_duration(result.iqr_s)} is {result.spread:.0%} of the median "
+                f"{format_duration(result.median_s)}); other work is competing for the "
+                "device or the call is too short: run on a quieter machine, time more calls "
+                "or a bigger workload"
+            ),
+            stacklevel=stacklevel,
+        )
 
     def _count_for(self, per_call_s: float) -> int:
         assert self.min_time is not None

@@ -7,6 +7,23 @@ a whole program; the pytest plugin (``torchplace_guard`` fixture, ``max_transfer
 ``max_syncs`` markers) locks a hot path's crossings in a test suite.
 
 Importing this package does not import torch; the names below load on first use.
+
+Modules:
+
+* ``recorder``: :class:`Guard` and :func:`guard`; applies the mode and ``allow`` to each event;
+* ``function_mode``: the torch-function mode every call goes through (fast path, API syncs,
+  host-data factories);
+* ``dispatch_mode``: the torch-dispatch mode around every other call (copies, aten ops);
+* ``syncs``: sync detection (host reads, blocking copies, data-dependent sizes, the wrapped
+  ``torch.cuda.synchronize`` and friends);
+* ``mixed``: mixed-device detection (operands on two devices);
+* ``calls``: which torch calls are pure compute, and the names events carry;
+* ``sites``: site attribution (the user's line);
+* ``events``: :class:`Event`, :class:`Site`, :class:`Operand`, :class:`GuardWarning`;
+* ``report``: :class:`GuardReport`, the per-line summary, the table and the JSON;
+* ``cli``: ``torchplace guard -- python script.py``;
+* ``pytest_plugin``: the ``torchplace_guard`` fixture and the ``max_transfers`` /
+  ``max_syncs`` markers.
 """
 
 from __future__ import annotations

@@ -1,0 +1,119 @@
+"""A probe that describes an imaginary machine: :class:`FakeProbe`, for tests and CPU-only CI.
+
+It describes any machine: a CPU-only build, eight GPUs with ``CUDA_VISIBLE_DEVICES="2,0"``, an
+MPS laptop. The visible devices follow the environment it reports the way the CUDA runtime would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from torchplace.devices.probe import DeviceProperties, DriverInfo
+from torchplace.devices.visible import parse_visible_devices, visibility_variable
+
+__all__ = ["FakeProbe"]
+
+
+@dataclass
+class FakeProbe:
+    """A probe that describes an imaginary machine; for tests and CPU-only CI.
+
+    ``devices`` are the *physical* GPUs in CUDA order; ``env`` holds the environment variables
+    the probe reports (``CUDA_VISIBLE_DEVICES`` included), and the visible devices follow it the
+    way the CUDA runtime would: ``FakeProbe(devices=[a, b, c], env={"CUDA_VISIBLE_DEVICES":
+    "2,0"})`` shows ``c`` as logical 0 and ``a`` as logical 1. Physical devices are matched by
+    integer position or by ``uuid`` prefix.
+    """
+
+    devices: Sequence[DeviceProperties] = ()
+    cuda_version: str | None = None
+    hip_version: str | None = None
+    version: str = "2.13.0+cpu"
+    cudnn: int | None = None
+    arches: Sequence[str] = ()
+    env_vars: Mapping[str, str] = field(default_factory=dict)
+    free_memory: Mapping[int, int] = field(default_factory=dict)
+    current: int = 0
+    backends: Mapping[str, int] = field(default_factory=dict)
+    driver_info: DriverInfo = field(
+        default_factory=lambda: DriverInfo(nvml_installed=False, error="fake probe")
+    )
+
+    def _visible(self) -> list[DeviceProperties]:
+        if self.cuda_version is None and self.hip_version is None:
+            return []
+        parsed = parse_visible_devices(self.env(visibility_variable(self)))
+        if parsed is None:
+            return list(self.devices)
+        out: list[DeviceProperties] = []
+        for entry in parsed:
+            match = _match_physical(entry, self.devices)
+            if match is None:  # the CUDA runtime stops at the first unknown entry
+                break
+            if match in out:
+                return []
+            out.append(match)
+        return out
+
+    def torch_version(self) -> str:
+        return self.version
+
+    def cuda_build(self) -> str | None:
+        return self.cuda_version
+
+    def hip_build(self) -> str | None:
+        return self.hip_version
+
+    def cudnn_version(self) -> int | None:
+        return self.cudnn
+
+    def cuda_available(self) -> bool:
+        return bool(self._visible())
+
+    def device_count(self) -> int:
+        return len(self._visible())
+
+    def current_device(self) -> int:
+        return self.current
+
+    def properties(self, index: int) -> DeviceProperties:
+        visible = self._visible()
+        if not 0 <= index < len(visible):
+            raise RuntimeError(f"invalid device ordinal {index}")
+        return visible[index]
+
+    def mem_get_info(self, index: int) -> tuple[int, int]:
+        props = self.properties(index)
+        return self.free_memory.get(index, props.total_memory), props.total_memory
+
+    def arch_list(self) -> list[str]:
+        return list(self.arches)
+
+    def env(self, name: str) -> str | None:
+        return self.env_vars.get(name)
+
+    def backend_available(self, kind: str) -> bool:
+        return self.backends.get(kind, 0) > 0
+
+    def backend_device_count(self, kind: str) -> int:
+        return self.backends.get(kind, 0)
+
+    def backend_current_index(self, kind: str) -> int:
+        return 0
+
+    def accelerator(self) -> str | None:
+        if self.cuda_available():
+            return "cuda"
+        return next((k for k, n in self.backends.items() if n > 0), None)
+
+    def driver(self) -> DriverInfo:
+        return self.driver_info
+
+
+def _match_physical(entry: str, devices: Sequence[DeviceProperties]) -> DeviceProperties | None:
+    if entry.isdigit():
+        i = int(entry)
+        return devices[i] if i < len(devices) else None
+    hits = [d for d in devices if d.uuid is not None and d.uuid.startswith(entry)]
+    return hits[0] if len(hits) == 1 else None

@@ -1,0 +1,301 @@
+"""Module audit: :func:`audit_module` groups a module's parameters and buffers by device and dtype
+and finds the *stray* tensors that ``module.to()`` will not move (plain tensor attributes,
+tensors inside plain lists, tuples, dicts and sets, modules kept in plain containers), each
+named by its path. The result, a :class:`ModuleAudit`, renders as a table, rich or JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from torchplace.bench.units import format_bytes
+from torchplace.errors import ConfigError, PlacementError
+from torchplace.placement.canonical import DeviceLike, canonical_device
+from torchplace.placement.containers import (
+    ATOMS,
+    dtype_name,
+    is_dataclass_instance,
+    is_namedtuple,
+    key_path,
+    namedtuple_fields,
+    shape_of,
+    text_table,
+)
+
+__all__ = ["ModuleAudit", "TensorGroup", "TensorKind", "TensorRecord", "audit_module"]
+
+TensorKind = Literal["parameter", "buffer", "stray"]
+
+
+@dataclass(frozen=True)
+class TensorRecord:
+    """One tensor of a module audit: where it is, what it is, and how it was found."""
+
+    name: str
+    kind: TensorKind
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device
+    nbytes: int
+
+    @classmethod
+    def of(cls, name: str, kind: TensorKind, t: torch.Tensor) -> TensorRecord:
+        return cls(name, kind, shape_of(t), t.dtype, t.device, t.numel() * t.element_size())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "shape": list(self.shape),
+            "dtype": dtype_name(self.dtype),
+            "device": str(self.device),
+            "bytes": self.nbytes,
+        }
+
+
+@dataclass(frozen=True)
+class TensorGroup:
+    """Parameters and buffers that share one (device, dtype)."""
+
+    device: torch.device
+    dtype: torch.dtype
+    parameters: int
+    buffers: int
+    numel: int
+    nbytes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "device": str(self.device),
+            "dtype": dtype_name(self.dtype),
+            "parameters": self.parameters,
+            "buffers": self.buffers,
+            "numel": self.numel,
+            "bytes": self.nbytes,
+        }
+
+
+@dataclass(frozen=True)
+class ModuleAudit:
+    """Where a module's tensors live, and which ones ``module.to()`` would leave behind.
+
+    ``tensors`` holds the registered parameters and buffers, ``strays`` the tensors that
+    ``module.to()`` does not move. Render with ``str()`` (a table), rich (``__rich__``) or
+    :meth:`to_json`; :meth:`assert_on` raises when anything is off a device.
+    """
+
+    module: str
+    tensors: tuple[TensorRecord, ...]
+    strays: tuple[TensorRecord, ...]
+
+    @property
+    def groups(self) -> tuple[TensorGroup, ...]:
+        """Parameters and buffers grouped by (device, dtype), in order of first appearance."""
+        acc: dict[tuple[torch.device, torch.dtype], list[int]] = {}
+        for r in self.tensors:
+            g = acc.setdefault((r.device, r.dtype), [0, 0, 0, 0])
+            g[0 if r.kind == "parameter" else 1] += 1
+            g[2] += _numel(r.shape)
+            g[3] += r.nbytes
+        return tuple(TensorGroup(d, dt, *v) for (d, dt), v in acc.items())
+
+    @property
+    def devices(self) -> tuple[torch.device, ...]:
+        """Every device a parameter, buffer or stray lives on, in order of first appearance."""
+        return tuple(dict.fromkeys(r.device for r in (*self.tensors, *self.strays)))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by parameters and buffers."""
+        return sum(r.nbytes for r in self.tensors)
+
+    def off(self, device: DeviceLike) -> list[TensorRecord]:
+        """Every parameter, buffer and stray that is not on ``device``."""
+        want = canonical_device(device)
+        return [r for r in (*self.tensors, *self.strays) if canonical_device(r.device) != want]
+
+    def assert_on(self, device: DeviceLike) -> None:
+        """Raise :class:`~torchplace.errors.PlacementError` listing everything not on ``device``.
+
+        Parameters, buffers and strays are all checked; ``cuda`` and ``cuda:0`` compare equal
+        when device 0 is the current one.
+        """
+        want = canonical_device(device)
+        bad = self.off(want)
+        if not bad:
+            return
+        rows = [[r.name, r.kind, str(r.shape), dtype_name(r.dtype), str(r.device)] for r in bad]
+        n_strays = sum(r.kind == "stray" for r in bad)
+        head = f"{self.module}: {len(bad)} tensor(s) not on {want}"
+        if n_strays:
+            head += f", {n_strays} of them stray (module.to() does not move them)"
+        msg = head + ".\n" + text_table(["name", "kind", "shape", "dtype", "device"], rows)
+        fix = []
+        if n_strays < len(bad):
+            fix.append(f"call module.to({str(want)!r}) for parameters and buffers")
+        if n_strays:
+            fix.append(
+                "register stray tensors with register_buffer() (or use nn.ParameterList/"
+                "nn.ModuleList/nn.ModuleDict instead of plain containers) so module.to() "
+                "moves them"
+            )
+        raise PlacementError(msg + "\nFix: " + "; ".join(fix) + ".")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "module": self.module,
+            "bytes": self.nbytes,
+            "devices": [str(d) for d in self.devices],
+            "groups": [g.to_dict() for g in self.groups],
+            "tensors": [r.to_dict() for r in self.tensors],
+            "strays": [r.to_dict() for r in self.strays],
+        }
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def __str__(self) -> str:
+        out = [
+            f"{self.module}: {len(self.tensors)} parameters and buffers, "
+            f"{format_bytes(self.nbytes)}",
+            text_table(list(_GROUP_COLUMNS), [_group_cells(g) for g in self.groups]),
+        ]
+        if self.strays:
+            out.append(f"{len(self.strays)} stray tensor(s) that module.to() will not move:")
+            out.append(text_table(list(_STRAY_COLUMNS), [_stray_cells(r) for r in self.strays]))
+        else:
+            out.append("no stray tensors")
+        return "\n".join(out)
+
+    def __rich__(self) -> Any:
+        from rich.console import Group
+        from rich.table import Table
+
+        groups = Table(title=f"{self.module}: parameters and buffers")
+        for col in _GROUP_COLUMNS:
+            groups.add_column(col, justify="right" if col not in ("device", "dtype") else "left")
+        for g in self.groups:
+            groups.add_row(*_group_cells(g))
+        if not self.strays:
+            return groups
+        strays = Table(title="stray tensors (module.to() will not move these)")
+        for col in _STRAY_COLUMNS:
+            strays.add_column(col)
+        for r in self.strays:
+            strays.add_row(*_stray_cells(r))
+        return Group(groups, strays)
+
+
+_GROUP_COLUMNS = ("device", "dtype", "params", "buffers", "numel", "bytes")
+_STRAY_COLUMNS = ("name", "shape", "dtype", "device")
+
+
+def _group_cells(g: TensorGroup) -> list[str]:
+    return [
+        str(g.device),
+        dtype_name(g.dtype),
+        str(g.parameters),
+        str(g.buffers),
+        str(g.numel),
+        format_bytes(g.nbytes),
+    ]
+
+
+def _stray_cells(r: TensorRecord) -> list[str]:
+    return [r.name, str(r.shape), dtype_name(r.dtype), str(r.device)]
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+_MODULE_INTERNALS = frozenset({"_parameters", "_buffers", "_modules"})
+_MAX_DEPTH = 64
+
+
+def audit_module(module: nn.Module) -> ModuleAudit:
+    """Group ``module``'s parameters and buffers by device and dtype, and find stray tensors.
+
+    A stray is a tensor that ``module.to(device)`` leaves where it is: a tensor attribute that is
+    not a registered parameter or buffer, a tensor inside a plain list/tuple/dict/set/dataclass
+    (at any depth), or a parameter or buffer of a module kept in a plain container instead of an
+    ``nn.ModuleList``/``nn.ModuleDict``. Every submodule is searched; each stray is named by its
+    attribute path, e.g. ``encoder.layers.1.cache[0]``. A registered parameter that is also
+    referenced from a plain container is not a stray: between cpu and cuda ``to()`` moves
+    parameters in place, so the reference follows (a later audit reports it if it did not).
+    """
+    if not isinstance(module, nn.Module):
+        raise ConfigError(
+            f"audit_module expects an nn.Module, got {type(module).__name__}; "
+            "for tensors and batches use check_same_device"
+        )
+    tensors = [TensorRecord.of(n, "parameter", p) for n, p in module.named_parameters()]
+    tensors += [TensorRecord.of(n, "buffer", b) for n, b in module.named_buffers()]
+    finder = _StrayFinder(module)
+    for prefix, sub in module.named_modules():
+        for attr, value in vars(sub).items():
+            if attr in _MODULE_INTERNALS:
+                continue
+            finder.walk(value, f"{prefix}.{attr}" if prefix else attr, 0)
+    return ModuleAudit(type(module).__name__, tuple(tensors), tuple(finder.strays))
+
+
+class _StrayFinder:
+    """Walks a module's plain attributes for tensors that ``module.to()`` would not move."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self.param_ids = {id(p) for p in module.parameters()}
+        self.module_ids = {id(m) for m in module.modules()}
+        self.strays: list[TensorRecord] = []
+        self.seen: set[int] = set()
+
+    def walk(self, value: object, path: str, depth: int) -> None:
+        seen = self.seen
+        if isinstance(value, torch.Tensor):
+            if id(value) not in self.param_ids and id(value) not in seen:
+                seen.add(id(value))
+                self.strays.append(TensorRecord.of(path, "stray", value))
+            return
+        if isinstance(value, ATOMS) or depth > _MAX_DEPTH or id(value) in seen:
+            return
+        if isinstance(value, nn.Module):
+            if id(value) in self.module_ids:
+                return  # registered somewhere in the tree: to() moves it
+            seen.add(id(value))
+            for name, t in (*value.named_parameters(), *value.named_buffers()):
+                self.walk(t, f"{path}.{name}", depth + 1)
+            return
+        children = _children(value, path)
+        if children:
+            seen.add(id(value))
+        for child_path, child in children:
+            self.walk(child, child_path, depth + 1)
+
+
+def _children(value: object, path: str) -> list[tuple[str, object]]:
+    """The values inside a plain container, each with its path; [] for anything else."""
+    if isinstance(value, Mapping):
+        return [(path + key_path(k), v) for k, v in value.items()]
+    if is_namedtuple(value):
+        return [
+            (f"{path}.{field}", v)
+            for field, v in zip(namedtuple_fields(value), value, strict=True)  # type: ignore[call-overload]
+        ]
+    if isinstance(value, (list, tuple)):
+        return [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+    if isinstance(value, (set, frozenset)):
+        return [(f"{path}{{{i}}}", v) for i, v in enumerate(value)]
+    if is_dataclass_instance(value):
+        fields = dataclasses.fields(value)  # type: ignore[arg-type]
+        return [(f"{path}.{f.name}", getattr(value, f.name, None)) for f in fields]
+    return []

@@ -1,0 +1,153 @@
+"""Which torch calls the guard must look at, and what a report calls them.
+
+Calls known to be *pure device compute* (:data:`PURE`: matmuls, pointwise ops, views, norms, ...)
+take the function layer's fast path; indexing with plain Python values (:func:`plain_index`)
+cannot cross devices; factories that copy host data (:data:`DATA_FACTORIES`) are recorded as
+host-to-device copies. :func:`function_name` and :func:`op_name` give the names events carry.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "DATA_FACTORIES",
+    "GETITEM",
+    "NO_KWARGS",
+    "PURE",
+    "SEQUENCES",
+    "function_name",
+    "op_name",
+    "plain_index",
+]
+
+
+def _resolve(owner: Any, names: Iterable[str]) -> set[Any]:
+    found: set[Any] = set()
+    for name in names:
+        value = getattr(owner, name, None)
+        if value is not None:
+            found.add(value)
+    return found
+
+
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(text.split())
+
+
+_PURE_TENSOR_METHODS: Final = _words(
+    """
+__add__ __radd__ __iadd__ __sub__ __rsub__ __isub__ __mul__ __rmul__ __imul__ __truediv__
+__rtruediv__ __itruediv__ __floordiv__ __rfloordiv__ __matmul__ __rmatmul__ __neg__ __pos__
+__pow__ __rpow__ __ipow__ __mod__ __and__ __or__ __xor__ __invert__ __eq__ __ne__ __lt__ __le__
+__gt__ __ge__ __abs__ __len__ __hash__ add add_ sub sub_ mul mul_ div div_ matmul mm bmm addmm
+pow exp exp_ log sqrt rsqrt abs neg clamp clamp_ relu relu_ sigmoid tanh softmax log_softmax
+sum mean std var amax amin argmax argmin max min norm view view_as reshape reshape_as permute
+transpose t contiguous flatten unflatten unsqueeze squeeze expand expand_as repeat narrow chunk
+split unbind clone detach detach_ float half double bfloat16 int long bool type_as masked_fill
+masked_fill_ fill_ zero_ cumsum sort topk gather scatter scatter_ scatter_add_ index_select eq
+ne lt le gt ge logical_and logical_or logical_not any all size dim numel stride is_contiguous
+element_size nelement data_ptr requires_grad_ retain_grad new_zeros new_ones new_empty new_full
+sin cos erf flip roll tril triu maximum minimum square softplus exp2 dtype_
+is_floating_point is_complex
+"""
+)
+
+_PURE_TENSOR_PROPERTIES: Final = _words(
+    """
+shape device dtype is_cuda is_cpu is_meta ndim T mT H mH requires_grad grad data layout is_leaf
+grad_fn names is_sparse is_quantized itemsize nbytes
+"""
+)
+
+_PURE_TORCH_FUNCTIONS: Final = _words(
+    """
+add sub mul div matmul mm bmm addmm baddbmm cat concat concatenate stack hstack vstack relu
+sigmoid tanh softmax log_softmax exp log sqrt rsqrt abs neg clamp sum mean amax amin argmax
+argmin max min reshape flatten permute transpose t squeeze unsqueeze chunk split narrow
+zeros_like ones_like empty_like full_like rand_like randn_like einsum layer_norm group_norm
+batch_norm dropout conv1d conv2d conv3d embedding topk sort gather index_select masked_fill eq
+ne gt lt ge le logical_and logical_or logical_not maximum minimum erf sin cos cumsum flip roll
+tril triu outer dot zeros ones empty full arange rand randn randint linspace eye softplus
+square
+"""
+)
+
+_PURE_FUNCTIONAL: Final = _words(
+    """
+linear bilinear relu relu6 gelu silu mish elu leaky_relu sigmoid tanh softmax log_softmax
+dropout layer_norm group_norm batch_norm instance_norm rms_norm conv1d conv2d conv3d
+conv_transpose1d conv_transpose2d max_pool1d max_pool2d avg_pool1d avg_pool2d
+adaptive_avg_pool1d adaptive_avg_pool2d embedding scaled_dot_product_attention pad normalize
+mse_loss l1_loss softplus hardtanh hardswish
+"""
+)
+
+
+def _build_pure() -> frozenset[Any]:
+    pure = _resolve(Tensor, _PURE_TENSOR_METHODS)
+    for name in _PURE_TENSOR_PROPERTIES:
+        prop = getattr(Tensor, name, None)
+        getter = getattr(prop, "__get__", None)
+        if getter is not None:
+            pure.add(getter)
+    pure |= _resolve(torch, _PURE_TORCH_FUNCTIONS)
+    pure |= _resolve(torch.nn.functional, _PURE_FUNCTIONAL)
+    return frozenset(pure)
+
+
+#: Calls that only compute on the device their operands are on: no copy, no sync.
+PURE: Final = _build_pure()
+
+#: Factories that copy host data (lists, numbers, NumPy arrays) to the target device.
+DATA_FACTORIES: Final[dict[Any, str]] = {
+    **{getattr(torch, n): f"torch.{n}" for n in ("tensor", "as_tensor", "asarray")},
+    Tensor.new_tensor: "Tensor.new_tensor",
+}
+
+#: ``x[i]``: pure unless the index holds a tensor (:func:`plain_index`).
+GETITEM: Final = frozenset({Tensor.__getitem__})
+#: Argument types whose items may be tensors on different devices.
+SEQUENCES: Final = (list, tuple)
+NO_KWARGS: Final[Mapping[str, Any]] = {}
+_PLAIN_INDEX_TYPES: Final = (int, bool, type(None), type(Ellipsis))
+
+
+def plain_index(index: Any) -> bool:
+    """True when indexing cannot involve a tensor (ints, slices of ints, None, ...)."""
+    items = index if type(index) is tuple else (index,)
+    for item in items:
+        if type(item) is slice:
+            if not all(type(v) in _PLAIN_INDEX_TYPES for v in (item.start, item.stop, item.step)):
+                return False
+        elif type(item) not in _PLAIN_INDEX_TYPES:
+            return False
+    return True
+
+
+@functools.lru_cache(maxsize=512)
+def function_name(func: Callable[..., Any]) -> str:
+    """The name a report gives a torch function: ``Tensor.item``, ``F.linear``, ``torch.cat``."""
+    name = getattr(func, "__name__", None) or repr(func)
+    qualname = getattr(func, "__qualname__", name)
+    if qualname.startswith(("TensorBase.", "Tensor.")):
+        return "Tensor." + qualname.split(".", 1)[1]
+    if getattr(torch.nn.functional, name, None) is func:
+        return f"F.{name}"
+    if getattr(torch, name, None) is func:
+        return f"torch.{name}"
+    if "__get__" in name or qualname.endswith("__get__"):
+        owner = getattr(getattr(func, "__self__", None), "__name__", "?")
+        return f"Tensor.{owner}"
+    return qualname
+
+
+def op_name(func: Any) -> str:
+    """The name a report gives an aten op: ``aten._to_copy``, ``aten.index.Tensor``."""
+    name = str(func)
+    return name.removesuffix(".default")

@@ -1,0 +1,172 @@
+"""Dispatch-mode recording: the aten ops inside every call the function layer does not know.
+
+:class:`DispatchLayer` is a :class:`~torch.utils._python_dispatch.TorchDispatchMode` pushed only
+for the duration of such a call. It sees the aten ops the call decomposes into and records:
+
+* copies (``_to_copy``, ``copy_``): direction, bytes, source and destination; a blocking copy
+  between the host and a device is a sync as well as a transfer (on CUDA every such copy goes
+  through ``at::cuda::memcpy_and_sync``); a ``non_blocking=True`` host-to-device copy is not (from
+  pageable memory it is flagged as ``pageable_non_blocking`` instead). Device-to-device copies
+  are never syncs. The ``meta`` device counts as a device, so CPU-only tests can stand it in for
+  an accelerator;
+* the aten ops that sync (:func:`torchplace.sanitizer.syncs.sync_handlers`);
+* any other op whose operands sit on two devices (:mod:`torchplace.sanitizer.mixed`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+import torch
+from torch import Tensor
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from torchplace.placement import canonical_device
+from torchplace.sanitizer.calls import op_name
+from torchplace.sanitizer.mixed import check_op, maybe_mixed
+from torchplace.sanitizer.syncs import BLOCKING_COPY, Handler, sync_handlers
+
+if TYPE_CHECKING:
+    from torchplace.sanitizer.recorder import Guard
+
+__all__ = ["DispatchLayer", "copy_direction", "is_pinned", "nbytes"]
+
+
+_composite: dict[Any, bool] = {}
+
+
+class DispatchLayer(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Sees the aten ops of every call the function layer does not know to be pure."""
+
+    def __init__(self, owner: Guard) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self._owner = owner
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # The default wraps __torch_dispatch__ in a dynamo-disable shim that costs an import of
+        # torch._dynamo and a frame per op; the guard never runs under compilation.
+        return False
+
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Sequence[type],
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> Any:
+        if kwargs is None:
+            kwargs = {}
+        handler = _DISPATCH_HANDLERS.get(func)
+        if handler is not None:
+            return handler(self._owner, func, args, kwargs)
+        composite = _composite.get(func)
+        if composite is None:
+            composite = _composite[func] = torch._C._dispatch_has_kernel_for_dispatch_key(
+                func.name(), "CompositeImplicitAutograd"
+            )
+        if composite:
+            # Without autograd (inference_mode) composite ops such as aten.to or aten.item
+            # reach this mode whole; decompose them under it to see the copies inside.
+            with self:
+                out = func.decompose(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
+        if maybe_mixed(args, kwargs):
+            check_op(self._owner, func, args, kwargs)
+        return func(*args, **kwargs)
+
+
+# -------------------------------------------------------------------------------------------
+# copies
+# -------------------------------------------------------------------------------------------
+def copy_direction(src: torch.device, dst: torch.device) -> str:
+    """``h2d``, ``d2h`` or ``d2d``, by device type (``meta`` counts as a device)."""
+    if src.type == "cpu":
+        return "h2d"
+    if dst.type == "cpu":
+        return "d2h"
+    return "d2d"
+
+
+#: A ``non_blocking=True`` host-to-device copy from pageable memory: torch does not wait for the
+#: stream (no sync), but the copy is staged by the driver and the call returns after staging.
+_PAGEABLE_H2D: Final = (
+    "non_blocking=True from pageable host memory is not asynchronous: the driver stages the "
+    "data and the call returns after staging; pin the source (tensor.pin_memory() or "
+    "DataLoader(pin_memory=True))"
+)
+
+
+def is_pinned(t: Tensor) -> bool:
+    try:
+        return bool(t.is_pinned())
+    except RuntimeError:  # no accelerator backend to ask
+        return False
+
+
+def nbytes(t: Tensor) -> int:
+    """The bytes a copy of ``t`` moves."""
+    return int(t.numel()) * int(t.element_size())
+
+
+def _record_copy(
+    owner: Guard, op: str, src_t: Tensor, dst: torch.device, non_blocking: bool
+) -> str | None:
+    """Record a copy of ``src_t`` to ``dst`` (transfer, pageable source, blocking sync); the
+    direction, or None when both sides are the same device (not a crossing)."""
+    src = src_t.device
+    dst = canonical_device(dst)  # .to("cuda") names no index; the copy goes to cuda:N
+    if src == dst:
+        return None
+    direction = copy_direction(src, dst)
+    owner._transfer(direction, op, nbytes(src_t), src, dst, non_blocking)
+    if direction == "h2d" and non_blocking and not is_pinned(src_t):
+        owner._emit("pageable_non_blocking", op, detail=_PAGEABLE_H2D)
+    # torch returns before any memcpy (so before any wait) when there is no element to copy
+    if not non_blocking and direction in BLOCKING_COPY and src_t.numel() > 0:
+        owner._sync(op, BLOCKING_COPY[direction])
+    return direction
+
+
+def _pageable_d2h(owner: Guard, op: str, detail: str) -> None:
+    owner._emit("pageable_non_blocking", op, detail=detail)
+    owner._sync(op, "device-to-host copy into pageable memory")
+
+
+def _to_copy(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    src_t, dst = args[0], kwargs.get("device")
+    if dst is None or not isinstance(src_t, Tensor):
+        return func(*args, **kwargs)
+    op = op_name(func)
+    non_blocking = bool(kwargs.get("non_blocking", False))
+    direction = _record_copy(owner, op, src_t, torch.device(dst), non_blocking)
+    out = func(*args, **kwargs)
+    if direction == "d2h" and non_blocking and not is_pinned(out):
+        _pageable_d2h(owner, op, "non_blocking=True into pageable host memory runs synchronously")
+    return out
+
+
+def _copy_(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    dst_t, src_t = args[0], args[1]
+    if not (isinstance(dst_t, Tensor) and isinstance(src_t, Tensor)):
+        return func(*args, **kwargs)
+    op = op_name(func)
+    non_blocking = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
+    direction = _record_copy(owner, op, src_t, dst_t.device, non_blocking)
+    if direction == "d2h" and non_blocking and not is_pinned(dst_t):
+        _pageable_d2h(
+            owner,
+            op,
+            "non_blocking=True into pageable host memory runs synchronously; "
+            "copy into a pinned buffer",
+        )
+    return func(*args, **kwargs)
+
+
+_DISPATCH_HANDLERS: Final[dict[Any, Handler]] = {
+    torch.ops.aten._to_copy.default: _to_copy,
+    torch.ops.aten.copy_.default: _copy_,
+    **sync_handlers(),
+}

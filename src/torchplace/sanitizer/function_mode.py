@@ -1,0 +1,116 @@
+"""Function-mode recording: the front door every torch call from Python goes through.
+
+:class:`FunctionLayer` is a :class:`~torch.overrides.TorchFunctionMode` active for the whole
+guarded block. It sees every torch call the user's code makes (``F.linear``, ``Tensor.item``,
+``x[mask]``, ``torch.tensor(..., device=...)``):
+
+* calls known to be pure device compute (:data:`~torchplace.sanitizer.calls.PURE`) take the
+  fast path: a cheap same-device check of their operands, then the call itself;
+* every other call runs with the guard's
+  :class:`~torchplace.sanitizer.dispatch_mode.DispatchLayer` pushed for its duration;
+* API-level syncs (``Tensor.item``, ``.tolist()``, ``bool(t)``, printing) are recorded once,
+  here, under their user-facing name, and the aten ops they become are not counted again
+  (torch hides a print's many small reads from dispatch modes anyway). The bytes a
+  ``.tolist()`` moves are still recorded as a D2H transfer;
+* factories that copy host data onto a device (``torch.tensor(data, device=...)``) are recorded
+  as an H2D copy when torch does the copy out of the dispatch layer's sight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+from torch.overrides import TorchFunctionMode
+
+from torchplace.sanitizer.calls import (
+    DATA_FACTORIES,
+    GETITEM,
+    NO_KWARGS,
+    PURE,
+    SEQUENCES,
+    plain_index,
+)
+from torchplace.sanitizer.dispatch_mode import nbytes
+from torchplace.sanitizer.mixed import check_call, maybe_mixed
+from torchplace.sanitizer.syncs import BLOCKING_COPY, FUNCTION_SYNCS
+
+if TYPE_CHECKING:
+    from torchplace.sanitizer.recorder import Guard
+
+__all__ = ["FunctionLayer"]
+
+
+class FunctionLayer(TorchFunctionMode):
+    """The front door: every torch call from Python comes here first."""
+
+    def __init__(self, owner: Guard) -> None:
+        super().__init__()
+        self._owner = owner
+
+    def __torch_function__(
+        self,
+        func: Any,
+        types: Sequence[type],
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> Any:
+        if func in PURE:
+            # the fast path: pure device compute; only look for operands on two devices (a
+            # lone positional operand that is not a list or tuple names one device at most)
+            if (kwargs or len(args) > 1 or (args and type(args[0]) in SEQUENCES)) and maybe_mixed(
+                args, kwargs or NO_KWARGS
+            ):
+                check_call(self._owner, func, args, kwargs or NO_KWARGS)
+            return func(*args, **kwargs) if kwargs else func(*args)
+        kwargs = kwargs or NO_KWARGS
+        if func in GETITEM and plain_index(args[1]):
+            return func(*args, **kwargs)
+        return self._inspected_call(func, args, kwargs)
+
+    def _inspected_call(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        """Run a call that is not pure compute under the dispatch layer."""
+        owner = self._owner
+        api = FUNCTION_SYNCS.get(func)
+        if api is not None:
+            t = args[0] if args else None
+            # an empty tensor has nothing to read: torch copies or reads nothing, so no sync
+            if isinstance(t, Tensor) and t.device.type != "cpu" and t.numel() > 0:
+                owner._sync(*api)
+                owner._suppress_syncs += 1
+                try:
+                    with owner._dispatch:
+                        return func(*args, **kwargs)
+                finally:
+                    owner._suppress_syncs -= 1
+        factory = DATA_FACTORIES.get(func)
+        seen = owner._transfers_seen
+        with owner._dispatch:
+            out = func(*args, **kwargs)
+        if (
+            factory is not None
+            and isinstance(out, Tensor)
+            and out.device.type != "cpu"
+            and owner._transfers_seen == seen
+        ):
+            _record_factory_copy(owner, factory, args, kwargs, out)
+        return out
+
+
+def _record_factory_copy(
+    owner: Guard, factory: str, args: Sequence[Any], kwargs: Mapping[str, Any], out: Tensor
+) -> None:
+    """torch builds host data on the CPU, then copies it over with the Python dispatch key
+    excluded (or, for meta, not at all): record the copy here, since the dispatch layer did not
+    see it (tensor data, or a torch that lets the mode see it, is recorded there)."""
+    position = 1 if factory == "Tensor.new_tensor" else 0
+    data = args[position] if len(args) > position else kwargs.get("data")
+    if isinstance(data, Tensor):
+        return
+    owner._transfer("h2d", factory, nbytes(out), torch.device("cpu"), out.device, False, after=True)
+    # torch's own copy is a blocking one (non_blocking=False): a sync on CUDA, unless there is
+    # no element to copy
+    if out.numel() > 0:
+        owner._sync(factory, BLOCKING_COPY["h2d"])

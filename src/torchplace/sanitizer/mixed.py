@@ -1,0 +1,122 @@
+"""Mixed-device detection: an op whose tensor operands sit on more than one device.
+
+:func:`maybe_mixed` is the cheap pre-check every call runs; only a ``True`` reaches the precise
+check (:func:`check_call` for a torch function, :func:`check_op` for an aten op), which names
+every operand and lets CPU scalars through (``x * torch.tensor(2.0)`` is legitimate).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from torchplace.sanitizer.calls import function_name, op_name
+from torchplace.sanitizer.events import Operand
+
+if TYPE_CHECKING:
+    from torchplace.sanitizer.recorder import Guard
+
+__all__ = ["check_call", "check_op", "maybe_mixed"]
+
+
+def maybe_mixed(args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+    """Cheap pre-check: do the tensor operands name more than one device?
+
+    A ``True`` only sends the call to the precise check (:func:`_mixed_operands`), which also
+    lets CPU scalars through.
+    """
+    device = None
+    for value in (*args, *kwargs.values()) if kwargs else args:
+        if isinstance(value, Tensor):
+            if device is None:
+                device = value.device
+            elif value.device != device:
+                return True
+        elif type(value) is list or type(value) is tuple:
+            for item in value:
+                if isinstance(item, Tensor):
+                    if device is None:
+                        device = item.device
+                    elif item.device != device:
+                        return True
+    return False
+
+
+def _is_cpu_scalar(t: Tensor) -> bool:
+    return t.dim() == 0 and t.device.type == "cpu"
+
+
+def _describe(name: str, t: Tensor) -> Operand:
+    return Operand(name, tuple(t.shape), str(t.dtype).removeprefix("torch."), str(t.device))
+
+
+def _mixed_operands(named: Iterable[tuple[str, Any]]) -> tuple[Operand, ...] | None:
+    """Every tensor operand, when those that are not CPU scalars sit on 2+ devices."""
+    operands: list[Operand] = []
+    devices: set[str] = set()
+    for name, value in named:
+        if isinstance(value, Tensor):
+            tensors = [(name, value)]
+        elif isinstance(value, (list, tuple)):
+            tensors = [(f"{name}[{i}]", v) for i, v in enumerate(value) if isinstance(v, Tensor)]
+        else:
+            continue
+        for label, t in tensors:
+            operands.append(_describe(label, t))
+            if not _is_cpu_scalar(t):
+                devices.add(str(t.device))
+    return tuple(operands) if len(devices) > 1 else None
+
+
+@functools.lru_cache(maxsize=512)
+def _parameter_names(func: Callable[..., Any]) -> tuple[str, ...]:
+    """Argument names for messages: the Python signature, else the matching aten schema."""
+    try:
+        return tuple(inspect.signature(func).parameters)
+    except (TypeError, ValueError):
+        pass
+    name = getattr(func, "__name__", "").strip("_")
+    packet = getattr(torch.ops.aten, name, None) if name else None
+    if packet is None:
+        return ()
+    try:
+        overload = getattr(packet, packet.overloads()[0])
+        return tuple(argument.name for argument in overload._schema.arguments)
+    except (AttributeError, IndexError, RuntimeError):
+        return ()
+
+
+def _named_args(
+    names: Sequence[str], args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> list[tuple[str, Any]]:
+    named = [(names[i] if i < len(names) else f"arg{i}", a) for i, a in enumerate(args)]
+    named.extend(kwargs.items())
+    return named
+
+
+def check_call(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    """Record a torch function call whose operands sit on two or more devices."""
+    _check(owner, function_name(func), _named_args(_parameter_names(func), args, kwargs))
+
+
+def check_op(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    """Record an aten op whose operands sit on two or more devices."""
+    names = [a.name for a in func._schema.arguments]  # an aten op names its operands
+    _check(owner, op_name(func), _named_args(names, args, kwargs))
+
+
+def _check(owner: Guard, op: str, named: list[tuple[str, Any]]) -> None:
+    operands = _mixed_operands(named)
+    if operands is not None:
+        devices = sorted({o.device for o in operands})
+        owner._emit(
+            "mixed_device",
+            op,
+            detail=f"operands on {', '.join(devices)}",
+            operands=operands,
+        )

@@ -1,0 +1,194 @@
+"""Sync detection: every way the host can wait for a device, and why it does.
+
+* API-level reads of device data (``Tensor.item``, ``.tolist()``, ``bool(t)``, printing):
+  :data:`FUNCTION_SYNCS`, recorded by the function layer under their user-facing name.
+* Blocking copies between the host and a device: :data:`BLOCKING_COPY`, the reason the
+  dispatch layer records with each one.
+* aten ops whose result size depends on device data (``nonzero``, boolean-mask indexing,
+  ``unique``, ...): :func:`sync_handlers`, the dispatch layer's handlers for them.
+* ``torch.cuda.synchronize`` and friends are plain Python functions that no mode sees: while
+  any guard is active they are wrapped (:func:`install_sync_wrappers`), and the wrapper records
+  only for the guards active on the calling thread (:func:`active_guards`).
+
+Syncs are recorded only for tensors on a non-CPU device: reading a CPU tensor on the host
+stalls nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+import torch
+from torch import Tensor
+
+from torchplace.sanitizer.calls import op_name
+from torchplace.sanitizer.mixed import check_op, maybe_mixed
+
+if TYPE_CHECKING:
+    from torchplace.sanitizer.recorder import Guard
+
+__all__ = [
+    "BLOCKING_COPY",
+    "FUNCTION_SYNCS",
+    "Handler",
+    "active_guards",
+    "install_sync_wrappers",
+    "remove_sync_wrappers",
+    "sync_handlers",
+]
+
+#: An aten-op handler of the dispatch layer: ``(guard, op, args, kwargs) -> result``.
+Handler = Callable[["Guard", Any, Sequence[Any], Mapping[str, Any]], Any]
+
+_READ_ON_HOST: Final = "a device value read on the host"
+#: Printing reads the values with many small device reads that torch hides from dispatch modes
+#: (``torch._tensor_str`` disables them): the guard records the print as one sync, by its name.
+_PRINTED: Final = "printing a device tensor reads its values on the host"
+
+#: API calls that read device data on the host (a sync when the tensor is not on the CPU and
+#: holds data): the name to record, and why it syncs.
+FUNCTION_SYNCS: Final[dict[Any, tuple[str, str]]] = {
+    **{
+        getattr(Tensor, name): (f"Tensor.{name}", _READ_ON_HOST)
+        for name in ("item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__")
+        if hasattr(Tensor, name)
+    },
+    # print(t), str(t), repr(t) and f"{t}" (any dim), f"{loss:.3f}" (0-dim)
+    Tensor.__repr__: ("Tensor.__repr__", _PRINTED),
+    Tensor.__format__: ("Tensor.__format__", _PRINTED),
+}
+
+#: Why a blocking copy between the host and a device is a sync, by direction. On CUDA every one
+#: of them goes through ``at::cuda::memcpy_and_sync`` (a ``cudaStreamSynchronize``, and what
+#: ``torch.cuda.set_sync_debug_mode`` reports); device-to-device copies are not syncs.
+BLOCKING_COPY: Final = {
+    "h2d": "blocking host-to-device copy",
+    "d2h": "blocking device-to-host copy",
+}
+
+
+def _sync_handler(why: str) -> Handler:
+    def handler(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        t = args[0] if args else None
+        if isinstance(t, Tensor) and t.device.type != "cpu":
+            owner._sync(op_name(func), why)
+        return func(*args, **kwargs)
+
+    return handler
+
+
+def _index_handler(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    t, indices = args[0], args[1]
+    if (
+        isinstance(t, Tensor)
+        and t.device.type != "cpu"
+        and any(isinstance(i, Tensor) and i.dtype in (torch.bool, torch.uint8) for i in indices)
+    ):
+        owner._sync(op_name(func), "boolean-mask indexing (the result size needs a nonzero)")
+    if maybe_mixed(args, kwargs):
+        check_op(owner, func, args, kwargs)
+    return func(*args, **kwargs)
+
+
+def _repeat_interleave(
+    owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Any:
+    t = args[0]
+    if isinstance(t, Tensor) and t.device.type != "cpu" and kwargs.get("output_size") is None:
+        owner._sync(op_name(func), "repeat_interleave without output_size")
+    return func(*args, **kwargs)
+
+
+def sync_handlers() -> dict[Any, Handler]:
+    """The dispatch layer's handlers for the aten ops that sync."""
+    aten = torch.ops.aten
+    handlers: dict[Any, Handler] = {
+        aten._local_scalar_dense.default: _sync_handler(_READ_ON_HOST),
+        aten.nonzero.default: _sync_handler("nonzero (the result size depends on the data)"),
+        aten.masked_select.default: _sync_handler("masked_select (data-dependent size)"),
+        aten.equal.default: _sync_handler("equal (a Python bool computed from device data)"),
+        aten.index.Tensor: _index_handler,
+        aten.index_put_.default: _index_handler,
+        aten.index_put.default: _index_handler,
+        aten._index_put_impl_.default: _index_handler,
+        aten.repeat_interleave.Tensor: _repeat_interleave,
+        aten.repeat_interleave.self_Tensor: _repeat_interleave,
+    }
+    for name in ("_unique2", "unique_dim", "unique_consecutive", "_unique", "bincount"):
+        packet = getattr(aten, name, None)
+        overload = getattr(packet, "default", None) if packet is not None else None
+        if overload is not None:
+            handlers[overload] = _sync_handler(f"{name} (data-dependent size)")
+    return handlers
+
+
+# -------------------------------------------------------------------------------------------
+# torch.cuda.synchronize and friends (plain Python: no mode sees them)
+# -------------------------------------------------------------------------------------------
+_state = threading.local()
+_patch_lock = threading.Lock()
+_patch_users = 0
+_patched: list[tuple[Any, str, Any]] = []
+
+
+def active_guards() -> list[Guard]:
+    """The guards active on this thread, innermost last (each :class:`Guard` joins on entry)."""
+    guards: list[Guard] | None = getattr(_state, "guards", None)
+    if guards is None:
+        guards = _state.guards = []
+    return guards
+
+
+def _sync_targets() -> list[tuple[Any, str, str]]:
+    targets: list[tuple[Any, str, str]] = [(torch.cuda, "synchronize", "torch.cuda.synchronize")]
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and hasattr(accelerator, "synchronize"):
+        targets.append((accelerator, "synchronize", "torch.accelerator.synchronize"))
+    for cls_name in ("Stream", "Event"):
+        cls = getattr(torch.cuda, cls_name, None)
+        if cls is not None and "synchronize" in vars(cls):
+            targets.append((cls, "synchronize", f"torch.cuda.{cls_name}.synchronize"))
+    return targets
+
+
+def _wrap_sync(original: Callable[..., Any], name: str) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if getattr(_state, "in_sync", False):
+            return original(*args, **kwargs)
+        _state.in_sync = True
+        try:
+            for owner in reversed(active_guards()):
+                owner._sync(name, "explicit synchronization")
+            return original(*args, **kwargs)
+        finally:
+            _state.in_sync = False
+
+    wrapper.__torchplace_original__ = original  # type: ignore[attr-defined]
+    return wrapper
+
+
+def install_sync_wrappers() -> None:
+    """Wrap the explicit syncs; counted, so nested and concurrent guards wrap them once."""
+    global _patch_users
+    with _patch_lock:
+        if _patch_users == 0:
+            for owner_obj, attr, name in _sync_targets():
+                original = getattr(owner_obj, attr)
+                _patched.append((owner_obj, attr, original))
+                setattr(owner_obj, attr, _wrap_sync(original, name))
+        _patch_users += 1
+
+
+def remove_sync_wrappers() -> None:
+    """Undo :func:`install_sync_wrappers` when the last active guard exits."""
+    global _patch_users
+    with _patch_lock:
+        _patch_users -= 1
+        if _patch_users == 0:
+            while _patched:
+                owner_obj, attr, original = _patched.pop()
+                setattr(owner_obj, attr, original)

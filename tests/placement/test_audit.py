@@ -1,0 +1,179 @@
+"""audit_module: parameters and buffers grouped by device and dtype, and every stray tensor found."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from torchplace import (
+    ConfigError,
+    MixedDeviceError,
+    ModuleAudit,
+    PlacementError,
+    audit_module,
+    check_same_device,
+)
+
+from .helpers import CPU, META, marked, model
+
+# --------------------------------------------------------------------------------------------
+# audit_module
+# --------------------------------------------------------------------------------------------
+
+
+class Layer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.register_buffer("scale", torch.ones(4))
+        self.cache: list[torch.Tensor] = []
+
+
+class Encoder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([Layer(), Layer()])
+        self.layers[1].cache.append(torch.zeros(3))  # stray, two levels down
+        self.mask = torch.ones(2, 2)  # plain attribute: stray
+        self.tables = {"pos": {"sin": torch.zeros(5)}, "ids": (1, torch.arange(3))}
+        self.heads = [nn.Linear(4, 1)]  # a module in a plain list: its weights are strays
+        self.tags = {"a", "b"}
+        self.alias = [self.layers[0].lin.weight]  # a registered parameter: not a stray
+
+
+def test_audit_groups_by_device_and_dtype() -> None:
+    m = Encoder()
+    m.layers[0].half()
+    audit = audit_module(m)
+    groups = {(str(g.device), str(g.dtype)): g for g in audit.groups}
+    assert set(groups) == {("cpu", "torch.float16"), ("cpu", "torch.float32")}
+    half = groups[("cpu", "torch.float16")]
+    assert (half.parameters, half.buffers, half.numel) == (2, 1, 16 + 4 + 4)
+    assert half.nbytes == 2 * (16 + 4 + 4)
+    full = groups[("cpu", "torch.float32")]
+    assert (full.parameters, full.buffers) == (2, 1)
+    assert audit.nbytes == half.nbytes + full.nbytes
+
+
+def test_audit_finds_strays_at_any_depth() -> None:
+    audit = audit_module(Encoder())
+    names = sorted(s.name for s in audit.strays)
+    assert names == sorted(
+        [
+            "layers.1.cache[0]",
+            "mask",
+            'tables["pos"]["sin"]',
+            'tables["ids"][1]',
+            "heads[0].weight",
+            "heads[0].bias",
+        ]
+    )
+    assert all(s.kind == "stray" for s in audit.strays)
+
+
+def test_strays_are_exactly_what_module_to_leaves_behind() -> None:
+    m = Encoder()
+    m.to("meta")
+    audit = audit_module(m)
+    left = sorted(r.name for r in audit.off("meta"))
+    assert left == sorted(s.name for s in audit.strays)
+    assert "alias[0]" in left  # to("meta") swaps parameters, so the alias stays behind
+    assert all(r.device == META for r in audit.tensors)
+
+
+def test_standard_modules_have_no_strays() -> None:
+    mods: list[nn.Module] = [
+        nn.LSTM(4, 4, num_layers=2),
+        nn.GRU(3, 3),
+        nn.MultiheadAttention(8, 2),
+        nn.BatchNorm1d(3),
+        nn.Embedding(10, 4),
+        nn.TransformerEncoderLayer(16, 2, 32, batch_first=True),
+        nn.utils.parametrizations.weight_norm(nn.Linear(3, 3)),
+    ]
+    for mod in mods:
+        assert audit_module(mod).strays == (), type(mod).__name__
+
+
+def test_audit_renders_as_table_and_json() -> None:
+    audit = audit_module(Encoder())
+    text = str(audit)
+    assert "Encoder" in text
+    assert "layers.1.cache[0]" in text
+    assert "float32" in text
+    data = json.loads(audit.to_json())
+    assert data["module"] == "Encoder"
+    assert {s["name"] for s in data["strays"]} >= {"mask", "layers.1.cache[0]"}
+    assert data["groups"][0]["device"] == "cpu"
+    assert data["bytes"] == audit.nbytes
+    assert sum(g["parameters"] for g in data["groups"]) == len(list(Encoder().parameters()))
+
+    from rich.console import Console
+
+    console = Console(record=True, width=120)
+    console.print(audit)
+    assert "layers.1.cache[0]" in console.export_text()
+
+
+def test_assert_on_lists_everything_off_the_device() -> None:
+    m = Encoder()
+    with pytest.raises(PlacementError) as info:
+        audit_module(m).assert_on("meta")
+    msg = str(info.value)
+    for name in ("layers.0.lin.weight", "layers.1.scale", "mask", "heads[0].bias"):
+        assert name in msg
+    assert "module.to('meta')" in msg
+    m.to("meta")
+    with pytest.raises(PlacementError) as info:
+        audit_module(m).assert_on("meta")
+    msg = str(info.value)
+    assert "layers.0.lin.weight" not in msg
+    assert "layers.1.cache[0]" in msg
+    # alias[0] too: to("meta") replaces parameters instead of moving them in place (between cpu
+    # and cuda it moves them in place, and the alias follows)
+    assert "alias[0]" in msg
+    assert "7 tensor(s) not on meta, 7 of them stray" in msg
+    assert "register_buffer" in msg
+    assert "call module.to(" not in msg
+    # strays that happen to be on the device are not an error (yet): only placement is checked
+    audit_module(Encoder()).assert_on("cpu")
+
+
+def test_assert_on_passes_and_compares_devices_properly() -> None:
+    audit = audit_module(model())
+    audit.assert_on("cpu")
+    audit.assert_on(torch.device("cpu"))
+    audit.assert_on("cpu:0")
+    assert isinstance(audit, ModuleAudit)
+    assert audit.devices == (CPU,)
+
+
+def test_audit_is_safe_on_cycles() -> None:
+    m = model()
+    loop: list[Any] = [torch.ones(1)]
+    loop.append(loop)
+    m.loop = loop  # type: ignore[assignment]
+    m.parent = [m]  # type: ignore[assignment]
+    assert [s.name for s in audit_module(m).strays] == ["loop[0]"]
+
+
+def test_audit_rejects_non_modules() -> None:
+    with pytest.raises(ConfigError, match=r"nn\.Module"):
+        audit_module(torch.ones(1))  # type: ignore[arg-type]
+
+
+@pytest.mark.cuda
+def test_cuda_check_same_device_and_audit() -> None:
+    dev = torch.device("cuda", torch.cuda.current_device())
+    m = model().to(dev)
+    assert check_same_device(model=m, x=torch.ones(2, 8, device=dev)) == dev
+    assert check_same_device(expected="cuda", model=m) == dev
+    with pytest.raises(MixedDeviceError) as info:
+        check_same_device(model=m, x=torch.ones(2, 8))
+    assert marked(str(info.value)) == ["x"]
+    audit_module(m).assert_on("cuda")
+    audit_module(m).assert_on(dev)

@@ -1,0 +1,61 @@
+"""Function-mode recording: the fast path for pure compute and host-data factories.
+``meta`` stands in for the accelerator."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+import torch
+
+import torchplace
+from torchplace.models import build_model
+
+from .fakes import line_of
+
+META = torch.device("meta")
+HERE = __file__
+
+
+def line(marker: str) -> int:
+    return line_of(HERE, marker)
+
+
+def attempt(call: Callable[[], object]) -> None:
+    """Run ``call``; torch may refuse a mixed-device op after the guard recorded it."""
+    with contextlib.suppress(RuntimeError):
+        call()
+
+
+def test_same_device_moves_and_cpu_compute_record_nothing() -> None:
+    model = build_model("seed-mlp")
+    x = torch.randn(4, 8)
+    with torchplace.guard() as report:
+        x.to("cpu")
+        out = model(x).softmax(-1)
+        out.argmax(-1).tolist()
+        out.sum().item()
+        out[out > 0.5]
+        out.nonzero()
+        bool(out[0, 0] > 0)
+    assert report.events == []
+
+
+def test_factory_from_host_data_onto_a_device_is_an_h2d_copy() -> None:
+    on_device = torch.ones(1, device=META)
+    with torchplace.guard() as report:
+        torch.tensor([1.0, 2.0, 3.0], device=META)  # factory-line
+        torch.as_tensor([1, 2], device=META)
+        on_device.new_tensor([1.0, 2.0])
+        torch.tensor([1.0])  # stays on the host: nothing
+    # torch builds the data on the host and copies it over with a blocking copy: a sync too
+    assert [(e.kind, e.op, e.nbytes) for e in report.events] == [
+        ("h2d", "torch.tensor", 12),
+        ("sync", "torch.tensor", 0),
+        ("h2d", "torch.as_tensor", 16),
+        ("sync", "torch.as_tensor", 0),
+        ("h2d", "Tensor.new_tensor", 8),
+        ("sync", "Tensor.new_tensor", 0),
+    ]
+    assert [e.site.lineno for e in report.events[:2]] == [line("factory-line")] * 2
+    assert {e.detail for e in report.syncs} == {"blocking host-to-device copy"}

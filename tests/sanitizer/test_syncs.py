@@ -1,0 +1,127 @@
+"""Sync detection: host reads, printing, data-dependent sizes and explicit synchronization.
+``meta`` stands in for the accelerator."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+import pytest
+import torch
+
+import torchplace
+
+from .fakes import MetaReadback, line_of
+
+META = torch.device("meta")
+HERE = __file__
+
+
+def line(marker: str) -> int:
+    return line_of(HERE, marker)
+
+
+def attempt(call: Callable[[], object]) -> None:
+    """Run ``call``; torch may refuse a mixed-device op after the guard recorded it."""
+    with contextlib.suppress(RuntimeError):
+        call()
+
+
+@pytest.mark.parametrize(
+    ("name", "call"),
+    [
+        ("Tensor.item", lambda t: t.sum().item()),
+        ("Tensor.__bool__", lambda t: bool(t.sum())),
+        ("Tensor.__int__", lambda t: int(t.sum())),
+        ("Tensor.__float__", lambda t: float(t.sum())),
+        ("Tensor.tolist", lambda t: t.tolist()),
+    ],
+)
+def test_host_reads_of_device_values_are_one_sync_each(name: str, call: object) -> None:
+    t = torch.ones(2, 3, device=META)
+    with MetaReadback(), torchplace.guard() as report:
+        call(t)  # type: ignore[operator]
+    assert [e.op for e in report.syncs] == [name]  # seen at both layers, counted once
+
+
+def test_if_tensor_is_a_sync() -> None:
+    t = torch.ones(1, device=META)
+    with MetaReadback(), torchplace.guard() as report:
+        if t:  # if-line
+            pass
+    (sync,) = report.syncs
+    assert (sync.op, sync.site.lineno) == ("Tensor.__bool__", line("if-line"))
+
+
+def test_tolist_also_moves_its_bytes_device_to_host() -> None:
+    t = torch.ones(10, device=META, dtype=torch.float64)
+    with MetaReadback(), torchplace.guard() as report:
+        assert t.tolist() == [0.0] * 10
+    assert len(report.syncs) == 1
+    assert (report.d2h, report.d2h_bytes) == (1, 80)
+
+
+@pytest.mark.parametrize(
+    ("name", "call"),
+    [
+        ("Tensor.__repr__", lambda t: print(t)),
+        ("Tensor.__repr__", lambda t: str(t)),
+        ("Tensor.__repr__", lambda t: repr(t)),
+        ("Tensor.__format__", lambda t: f"{t}"),
+        ("Tensor.__format__", lambda t: f"{t.sum()}"),  # meta refuses a spec such as :.3f
+    ],
+)
+def test_printing_a_device_tensor_is_one_sync(
+    name: str, call: Callable[[torch.Tensor], object], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # torch's printing code disables dispatch modes, so the many reads it makes on a real
+    # device are invisible below the function layer: the print itself is the sync
+    t = torch.ones(2, 3, device=META)
+    with MetaReadback(), torchplace.guard() as report:
+        call(t)
+    assert [(e.op, e.detail) for e in report.syncs] == [
+        (name, "printing a device tensor reads its values on the host")
+    ]
+    capsys.readouterr()
+
+
+def test_printing_host_or_empty_tensors_is_no_sync(capsys: pytest.CaptureFixture[str]) -> None:
+    with MetaReadback(), torchplace.guard() as report:
+        print(torch.ones(3), f"{torch.ones(())}")
+        print(torch.ones(0, device=META))  # nothing to read
+        assert torch.ones(0, device=META).tolist() == []
+    assert report.syncs == []
+    capsys.readouterr()
+
+
+def test_numpy_of_a_device_tensor_is_recorded_before_torch_refuses_it() -> None:
+    t = torch.ones(3, device=META)
+    with torchplace.guard() as report, pytest.raises(TypeError, match="numpy"):
+        t.numpy()
+    assert [e.op for e in report.syncs] == ["Tensor.numpy"]
+
+
+@pytest.mark.parametrize(
+    ("op", "call"),
+    [
+        ("aten.nonzero", lambda t: t.nonzero()),
+        ("aten.nonzero", lambda t: torch.nonzero(t)),
+        ("aten.index.Tensor", lambda t: t[t > 0]),
+        ("aten.masked_select", lambda t: torch.masked_select(t, t > 0)),
+        ("aten.equal", lambda t: torch.equal(t, t)),
+    ],
+)
+def test_data_dependent_shapes_are_syncs(op: str, call: object) -> None:
+    t = torch.ones(4, 2, device=META)
+    with MetaReadback(), torchplace.guard() as report:
+        call(t)  # type: ignore[operator]
+    assert [e.op for e in report.syncs] == [op]
+
+
+def test_cuda_synchronize_is_recorded_even_where_it_cannot_run() -> None:
+    # a CPU-only build cannot synchronize; the call is still made, and recorded first
+    with torchplace.guard() as report, contextlib.suppress(AssertionError, RuntimeError):
+        torch.cuda.synchronize()  # sync-line
+    (sync,) = report.syncs
+    assert (sync.op, sync.site.lineno) == ("torch.cuda.synchronize", line("sync-line"))
+    assert getattr(torch.cuda.synchronize, "__torchplace_original__", None) is None  # unwrapped
