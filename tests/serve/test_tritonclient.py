@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from torchplace.models import build_model
-from torchplace.serve.app import ServerThread
+from torchplace.serve.running import ServerThread
 
 from .conftest import test_config
 
