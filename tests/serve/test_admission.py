@@ -174,10 +174,11 @@ def test_over_the_wait_limit_a_request_is_refused_at_once() -> None:
         queued = asyncio.ensure_future(engine.infer(_row(2.0)))  # nothing ahead: admitted
         await asyncio.sleep(0.02)
         with pytest.raises(OverloadedError, match="over the 10 ms limit"):
-            await engine.infer(_row(3.0))  # 50 ms of work ahead of it
+            await engine.infer(_row(3.0))  # a full batch (50 ms) of work ahead of it
         gate.open.set()
         await asyncio.gather(held, queued)
         assert gate.seen == [1.0, 2.0]
+        assert _errors(engine, "overload") == 1
         await engine.stop()
 
     asyncio.run(main())
@@ -196,6 +197,8 @@ def test_a_request_larger_than_a_batch_runs_in_chunks_with_oom_split_per_chunk()
         np.testing.assert_array_equal(result["output"], x * 2)  # rows in order
         assert max(model.rows_seen) == 8  # chunks of at most a batch
         assert sum(r for r in model.rows_seen if r <= 3) == 20  # every row ran once, split
+        assert engine.metrics.device("cpu").oom_splits.value == 7  # 8 -> 4+4 -> 2+2+2+2 twice, 4
+        assert b"torchplace_oom_splits_total{" in engine.metrics_text()
         await engine.stop()
 
     asyncio.run(main())

@@ -14,8 +14,10 @@
 * **Overload.** :class:`WaitEstimate` keeps a moving average of the time a batch takes; a new
   request is refused at once with 503 + Retry-After (:class:`~torchplace.errors.OverloadedError`)
   when the batches already queued ahead of it would take longer than ``max_queue_wait_s`` on
-  the serving replicas. The queue then never holds more work than that: the accepted requests'
-  latency stays bounded by about ``max_queue_wait_s`` plus one batch, however large the excess.
+  the serving replicas (one full batch per replica may always wait, so that none idles between
+  batches). The queue then never holds more work than that: the accepted requests' latency
+  stays bounded by about ``max_queue_wait_s`` (or one batch) plus their own batch, however
+  large the excess.
 """
 
 from __future__ import annotations

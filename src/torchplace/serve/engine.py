@@ -396,13 +396,17 @@ class Engine:
         ]  # fmt: skip
 
     def _admit(self, batcher: Batcher, rows: int) -> None:
-        """Refuse at once (503 + Retry-After) when the queued work would take too long."""
+        """Refuse at once (503 + Retry-After) when the queued work would take too long; one
+        full batch per serving replica may always wait, so that no replica idles between
+        batches however slow a batch is."""
         limit = self.policy.max_queue_wait_s
         if limit is None:
             return
-        wait = self._estimate.wait(
-            batcher.queued_rows, self.max_batch_size, self.pool.serving_count
-        )
+        replicas = self.pool.serving_count
+        queued = batcher.queued_rows
+        if queued < self.max_batch_size * max(replicas, 1):
+            return
+        wait = self._estimate.wait(queued, self.max_batch_size, replicas)
         if wait > limit:
             raise self._count(
                 OverloadedError(

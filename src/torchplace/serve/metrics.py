@@ -14,6 +14,7 @@ name                                                   type       extra labels
 ``torchplace_device_memory_allocated_bytes``           gauge      (accelerators only)
 ``torchplace_device_memory_reserved_bytes``            gauge      (accelerators only)
 ``torchplace_errors_total``                            counter    ``class``
+``torchplace_oom_splits_total``                        counter    (batches split after an OOM)
 ``torchplace_replica_ready``                           gauge      ``replica``
 =====================================================  =========  ==============================
 
@@ -167,6 +168,7 @@ class DeviceMetrics:
         self.batch_size = FastHistogram(parent.batch_buckets)
         self.duration = FastHistogram(_LATENCY_BUCKETS)
         self.errors = {cls: FastCounter() for cls in ERROR_CLASSES}
+        self.oom_splits = FastCounter()
         self.by_status: dict[int, int] = {}  # guarded by the duration histogram's lock
 
     def request(self, status: int, seconds: float) -> None:
@@ -276,6 +278,11 @@ class _StateCollector(Collector):
         batch = HistogramMetricFamily(
             "torchplace_batch_size", "Rows per batch run on a replica.", labels=labels
         )
+        splits = CounterMetricFamily(
+            "torchplace_oom_splits",
+            "Batches split in halves and retried after a device out-of-memory error.",
+            labels=labels,
+        )
         errors = CounterMetricFamily(
             "torchplace_errors",
             "Failed requests by error class (" + ", ".join(ERROR_CLASSES) + ").",
@@ -296,11 +303,13 @@ class _StateCollector(Collector):
             batch.add_metric(key, buckets, total)
             for cls, counter in bound.errors.items():
                 errors.add_metric([*key, cls], float(counter.value))
+            splits.add_metric(key, float(bound.oom_splits.value))
         yield requests
         yield duration
         yield stages
         yield batch
         yield errors
+        yield splits
 
     def _state_series(self) -> Iterator[Metric]:
         model, version = self._parent.model, self._parent.version

@@ -170,6 +170,8 @@ class ReplicaPool:
             bound.h2d.observe(outcome.h2d_s)
             bound.compute.observe(outcome.compute_s)
             bound.d2h.observe(outcome.d2h_s)
+        if outcome.oom_splits:
+            bound.oom_splits.inc(outcome.oom_splits)
         failed = [r for r in outcome.results if isinstance(r, ServeError)]
         for error in failed:
             cls = ERROR_CLASS.get(type(error))
