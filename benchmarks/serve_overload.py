@@ -213,7 +213,12 @@ async def _connect(port: int) -> Connection:
 async def _one(
     port: int, payload: bytes, pool: list[Connection], phase: Phase, since: float
 ) -> None:
-    conn = pool.pop() if pool else None
+    conn = None
+    while pool and conn is None:
+        conn = pool.pop()
+        if conn.reader.at_eof():  # closed by the server while idle (keep-alive timeout)
+            conn.writer.close()
+            conn = None
     try:
         if conn is None:
             conn = await _connect(port)

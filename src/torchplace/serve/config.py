@@ -96,6 +96,10 @@ def _to_spec(value: Any, field_name: str) -> TensorSpec:
     )
 
 
+def _fail(name: str, value: object, need: str) -> None:
+    raise ConfigError(f"serve config: {name}={value!r} is invalid; {need}")
+
+
 @dataclass(frozen=True, kw_only=True)
 class ServeConfig:
     """Everything ``torchplace serve`` needs; every field is validated on construction."""
@@ -142,9 +146,18 @@ class ServeConfig:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        def fail(name: str, value: object, need: str) -> None:
-            raise ConfigError(f"serve config: {name}={value!r} is invalid; {need}")
+        self._check_model_and_devices(_fail)
+        self._check_numbers(_fail)
+        self._check_priorities(_fail)
+        if self.fallback not in (None, "cpu"):
+            _fail("fallback", self.fallback, "the only fallback is 'cpu' (or leave it unset)")
+        for name in ("allow_nan", "metrics"):
+            if not isinstance(getattr(self, name), bool):
+                _fail(name, getattr(self, name), "give true or false")
+        if self.log_level not in LOG_LEVELS:
+            _fail("log_level", self.log_level, f"choose one of {', '.join(LOG_LEVELS)}")
 
+    def _check_model_and_devices(self, fail: Any) -> None:
         for name in ("model", "model_version", "device", "host"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip():
@@ -187,6 +200,8 @@ class ServeConfig:
             object.__setattr__(
                 self, "dtype", serving_dtype(self.dtype, where="serve config: dtype")
             )
+
+    def _check_numbers(self, fail: Any) -> None:
         for name, low in (
             ("replicas_per_device", 1),
             ("max_batch_size", 1),
@@ -199,7 +214,6 @@ class ServeConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 fail(name, value, f"give an integer >= {low}")
-        self._check_priorities(fail)
         if self.torch_threads is not None and (
             not isinstance(self.torch_threads, int)
             or isinstance(self.torch_threads, bool)
@@ -226,13 +240,6 @@ class ServeConfig:
             ok = ok and math.isfinite(value) and (value > 0 if positive else value >= 0)
             if not ok:
                 fail(name, value, "give a finite number " + ("> 0" if positive else ">= 0"))
-        if self.fallback not in (None, "cpu"):
-            fail("fallback", self.fallback, "the only fallback is 'cpu' (or leave it unset)")
-        for name in ("allow_nan", "metrics"):
-            if not isinstance(getattr(self, name), bool):
-                fail(name, getattr(self, name), "give true or false")
-        if self.log_level not in LOG_LEVELS:
-            fail("log_level", self.log_level, f"choose one of {', '.join(LOG_LEVELS)}")
 
     def _check_priorities(self, fail: Any) -> None:
         levels = self.priority_levels

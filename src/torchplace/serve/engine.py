@@ -90,6 +90,26 @@ logger = logging.getLogger("torchplace.serve")
 _SERVED_BY: contextvars.ContextVar[str] = contextvars.ContextVar("torchplace_served_by", default="")
 
 
+def _check_arguments(
+    devices: Sequence[torch.device],
+    replicas_per_device: int,
+    max_batch_size: int,
+    max_request_rows: int,
+    fallback: str | None,
+) -> None:
+    if not devices:
+        raise ConfigError("an engine needs at least one device, got none")
+    for name, value in (
+        ("replicas_per_device", replicas_per_device),
+        ("max_batch_size", max_batch_size),
+        ("max_request_rows", max_request_rows),
+    ):
+        if value < 1:
+            raise ConfigError(f"{name} must be >= 1, got {value}")
+    if fallback not in (None, "cpu"):
+        raise ConfigError(f"fallback must be 'cpu' or None, got {fallback!r}")
+
+
 class Engine:
     """Serves one model version from one or more replicas. See the module docstring."""
 
@@ -116,16 +136,7 @@ class Engine:
         metrics: bool = True,
         dtype: str | None = None,
     ) -> None:
-        if not devices:
-            raise ConfigError("an engine needs at least one device, got none")
-        if replicas_per_device < 1:
-            raise ConfigError(f"replicas_per_device must be >= 1, got {replicas_per_device}")
-        if max_batch_size < 1:
-            raise ConfigError(f"max_batch_size must be >= 1, got {max_batch_size}")
-        if max_request_rows < 1:
-            raise ConfigError(f"max_request_rows must be >= 1, got {max_request_rows}")
-        if fallback not in (None, "cpu"):
-            raise ConfigError(f"fallback must be 'cpu' or None, got {fallback!r}")
+        _check_arguments(devices, replicas_per_device, max_batch_size, max_request_rows, fallback)
         devices = [full_device(d) for d in devices]
         #: the serving precision (``float32``/``float16``/``bfloat16``); None = the model's own
         self.dtype = serving_dtype(dtype) if dtype is not None else None
@@ -402,8 +413,10 @@ class Engine:
         limit = self.policy.max_queue_wait_s
         if limit is None:
             return
-        replicas = self.pool.serving_count
         queued = batcher.queued_rows
+        if queued < self.max_batch_size:  # the common case, decided without the pool
+            return
+        replicas = self.pool.serving_count
         if queued < self.max_batch_size * max(replicas, 1):
             return
         wait = self._estimate.wait(queued, self.max_batch_size, replicas)
