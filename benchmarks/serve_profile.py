@@ -7,7 +7,8 @@ arrays), validate (the engine's check of the arrays against the declarations), g
 into the staging buffer), H2D, compute, D2H (one batch through the replica), split (the
 batch's rows back to the requests), encode (the response body). Two end-to-end figures frame
 them: ``engine.infer`` on an event loop (adds the queue, the batcher's dispatch and the
-worker-thread hand-off) and a keep-alive HTTP round trip to a running server (adds HTTP
+worker-thread hand-off; with the default ``--max-delay-ms`` a lone request also waits that
+long for company, so it is measured with 0 as well) and a keep-alive HTTP round trip to a running server (adds HTTP
 parsing, routing and the socket). Prints one table per model; nothing is asserted.
 
     python benchmarks/serve_profile.py                   # seed-mlp and wide-mlp on the CPU
@@ -77,9 +78,12 @@ def profile(model: str, device: str, repeat: int) -> list[tuple[str, float]]:
     for stage in ("h2d_s", "compute_s", "d2h_s"):
         value = statistics.median(getattr(o, stage) for o in outcomes) * 1e6
         rows.append((stage[:-2].upper() if stage != "compute_s" else "compute", value))
-    whole = statistics.median(o.finished - o.started for o in outcomes) * 1e6
-    staged = sum(v for name, v in rows if name in ("gather", "H2D", "compute", "D2H"))
-    rows.append(("split (+ batch bookkeeping)", max(0.0, whole - staged)))
+    # what a batch spends outside its timed stages (gather included), batch by batch
+    rest = statistics.median(
+        o.finished - o.started - o.h2d_s - o.compute_s - o.d2h_s for o in outcomes
+    )
+    gather = next(v for name, v in rows if name == "gather")
+    rows.append(("split (+ batch bookkeeping)", max(0.0, rest * 1e6 - gather)))
     result = outcomes[0].results[0]
     assert isinstance(result, dict)
 
@@ -95,6 +99,8 @@ def profile(model: str, device: str, repeat: int) -> list[tuple[str, float]]:
     rows.append(("encode", median_us(encode, repeat)))
     rows.append(("sum of the stages", sum(v for _, v in rows)))
     rows.append(("engine.infer on a loop", _engine_round_trip(config, decoded, repeat)))
+    no_wait = ServeConfig(model=model, device=device, port=0, drain_grace_s=0.0, max_delay_ms=0.0)
+    rows.append(("  the same, --max-delay-ms 0", _engine_round_trip(no_wait, decoded, repeat)))
     rows.append(("HTTP round trip (keep-alive)", _http_round_trip(config, body, model, repeat)))
     return rows
 
@@ -139,8 +145,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{model} on {args.device}, 1 row per request, median microseconds")
         print(f"| {'stage':<30} | {'us':>9} |")
         print(f"| {'-' * 30} | {'-' * 9}:|")
-        for name, value in profile(model, args.device, args.repeat):
+        rows = profile(model, args.device, args.repeat)
+        for name, value in rows:
             print(f"| {name:<30} | {value:9.1f} |")
+        summary = ", ".join(f"{name.strip()} {value:.0f}" for name, value in rows)
+        print(f"INFO {model} on {args.device}, median us per 1-row request: {summary}")
     return 0
 
 
