@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import orjson
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
@@ -35,6 +36,7 @@ from torchplace.serve import protocol
 from torchplace.serve.config import ServeConfig
 from torchplace.serve.engine import Engine
 from torchplace.serve.running import ServerThread
+from torchplace.serve.startup import thread_count
 
 
 def median_us(fn: Callable[[], object], repeat: int) -> float:
@@ -69,6 +71,9 @@ def profile(model: str, device: str, repeat: int) -> list[tuple[str, float]]:
     rows.append(("decode", median_us(decode, repeat)))
     decoded = decode()
     rows.append(("validate", median_us(lambda: engine._rows(decoded.inputs), repeat)))
+    threads = thread_count(engine)  # the torch threads the server itself would run with
+    if threads is not None:
+        torch.set_num_threads(threads)
     replica = engine.replicas[0]
     replica.prepare()
     staging = replica.staging
