@@ -90,6 +90,13 @@ logger = logging.getLogger("torchplace.serve")
 _SERVED_BY: contextvars.ContextVar[str] = contextvars.ContextVar("torchplace_served_by", default="")
 
 
+def _input_checks(
+    inputs: Sequence[TensorSpec],
+) -> tuple[tuple[str, tuple[int, ...], np.dtype[Any]], ...]:
+    """(name, row shape, host dtype) of each declared input: what a request is checked for."""
+    return tuple((spec.name, spec.shape[1:], host_numpy_dtype(spec.datatype)) for spec in inputs)
+
+
 def _check_arguments(
     devices: Sequence[torch.device],
     replicas_per_device: int,
@@ -163,9 +170,7 @@ class Engine:
         self.devices = [str(d) for d in devices]
         self.default_label = self.devices[0]
         self._input_names = tuple(spec.name for spec in self.inputs)
-        self._input_checks = tuple(
-            (spec.name, spec.shape[1:], host_numpy_dtype(spec.datatype)) for spec in self.inputs
-        )
+        self._input_checks = _input_checks(self.inputs)
         self._coalesce = all(dim > 0 for spec in self.inputs for dim in spec.shape[1:])
         self.metrics = ServeMetrics(
             self.name,
