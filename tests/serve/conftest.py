@@ -15,8 +15,8 @@ import torch
 
 from torchplace.errors import NotReadyError, ServeError
 from torchplace.models import TensorSpec, embedded_model
-from torchplace.serve.app import ServerThread
 from torchplace.serve.config import ServeConfig
+from torchplace.serve.running import ServerThread
 
 
 @dataclass
@@ -26,6 +26,7 @@ class FakeEngine:
     model_name: str = "seed-mlp"
     version: str = "1"
     max_batch_size: int = 32
+    max_request_rows: int = 4096
     platform: str = "pytorch"
     dtype: str | None = None
     delay_s: float = 0.0
@@ -37,6 +38,7 @@ class FakeEngine:
     stopped: bool = False
     drained: bool = False
     in_flight: int = 0
+    options: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         spec = embedded_model(self.model_name)
@@ -54,8 +56,9 @@ class FakeEngine:
     def is_live(self) -> bool:
         return True
 
-    async def infer(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    async def infer(self, inputs: dict[str, np.ndarray], **options: Any) -> dict[str, np.ndarray]:
         self.calls += 1
+        self.options.append(options)
         if not self.is_ready():
             raise NotReadyError("model is not ready")
         if self.fail_with is not None:
@@ -89,7 +92,12 @@ class FakeEngine:
 
 
 def test_config(**overrides: Any) -> ServeConfig:
-    base: dict[str, Any] = {"port": 0, "request_timeout_s": 5.0, "drain_timeout_s": 5.0}
+    base: dict[str, Any] = {
+        "port": 0,
+        "request_timeout_s": 5.0,
+        "drain_timeout_s": 5.0,
+        "drain_grace_s": 0.0,
+    }
     base.update(overrides)
     return ServeConfig(**base)
 

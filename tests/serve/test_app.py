@@ -21,7 +21,8 @@ from torchplace.errors import (
     OverloadedError,
     TransferError,
 )
-from torchplace.serve.app import ServerThread, load_token
+from torchplace.serve.app import load_token
+from torchplace.serve.running import ServerThread
 
 from .conftest import Client, FakeEngine, Running, StartServer, seed_body, test_config
 
@@ -378,7 +379,7 @@ def test_openapi_document(server: Running) -> None:
 # -- drain -----------------------------------------------------------------------------------
 def test_drain_finishes_in_flight_and_refuses_new() -> None:
     engine = FakeEngine(delay_s=1.0)
-    thread = ServerThread(test_config(), engine=engine).start()
+    thread = ServerThread(test_config(drain_grace_s=1.0), engine=engine).start()
     client = Client("127.0.0.1", thread.port)
     results: dict[str, Any] = {}
 

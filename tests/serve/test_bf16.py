@@ -21,12 +21,12 @@ from torch import nn
 from torchplace.errors import ConfigError
 from torchplace.models import TensorSpec, build_model
 from torchplace.serve import cli
-from torchplace.serve.app import ServerThread
 from torchplace.serve.config import DATATYPES, ServeConfig, parse_tensor_spec
 from torchplace.serve.datatypes import host_numpy_dtype, host_torch_dtype, torch_dtype
 from torchplace.serve.engine import Engine
 from torchplace.serve.loader import load_model
 from torchplace.serve.replica import Replica
+from torchplace.serve.running import ServerThread
 
 from .conftest import Client, test_config
 from .engine_helpers import CopyCounter, Scale, TwoInTwoOut, loaded, save_exported

@@ -56,6 +56,13 @@ def test_is_frozen_and_keyword_only() -> None:
         ("device", "meta"),
         ("devices", ("cpu", "meta")),
         ("weights", "model.pt"),
+        ("max_request_rows", 0),
+        ("priority_levels", 0),
+        ("default_priority", 2),
+        ("priority_queue_limits", (8, 8)),
+        ("default_timeout_ms", -1.0),
+        ("max_queue_wait_ms", float("inf")),
+        ("drain_grace_s", -0.5),
     ],
 )
 def test_bad_values_name_the_field_and_value(field: str, value: Any) -> None:
@@ -160,3 +167,18 @@ def test_overrides_keep_the_rest() -> None:
     base = ServeConfig(model="wide-mlp", port=9000)
     config = base.with_overrides({"port": 0, "max-queue": 5})
     assert (config.model, config.port, config.max_queue) == ("wide-mlp", 0, 5)
+
+
+def test_overload_and_priority_settings_from_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "serve.toml"
+    path.write_text(
+        "[serve]\nmax-request-rows = 1000\npriority-levels = 2\ndefault-priority = 1\n"
+        'priority-queue-limits = "64,1024"\ndefault-timeout-ms = 250\n'
+        "max-queue-wait-ms = 20\ndrain-grace-s = 0\n"
+    )
+    config = ServeConfig.from_file(path)
+    assert config.max_request_rows == 1000
+    assert (config.priority_levels, config.default_priority) == (2, 1)
+    assert config.priority_queue_limits == (64, 1024)
+    assert (config.default_timeout_ms, config.max_queue_wait_ms) == (250.0, 20.0)
+    assert config.drain_grace_s == 0.0

@@ -20,11 +20,11 @@ from torchplace.cli import main as cli_main
 from torchplace.errors import ConfigError
 from torchplace.models import TensorSpec, build_model
 from torchplace.serve import cli
-from torchplace.serve.app import ServerThread
 from torchplace.serve.config import ServeConfig
 from torchplace.serve.engine import Engine
 from torchplace.serve.loader import load_model
 from torchplace.serve.replica import Replica
+from torchplace.serve.running import ServerThread
 
 from .conftest import Client, seed_body, test_config
 from .engine_helpers import CopyCounter, Scale, loaded, save_exported

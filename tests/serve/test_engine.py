@@ -13,12 +13,19 @@ import pytest
 import torch
 
 from torchplace.cli import main as cli_main
-from torchplace.errors import ConfigError, InputError, KernelError, NotReadyError, OverloadedError
+from torchplace.errors import (
+    ConfigError,
+    InputError,
+    KernelError,
+    NotReadyError,
+    OverloadedError,
+    PayloadTooLargeError,
+)
 from torchplace.models import TensorSpec
 from torchplace.serve.config import ServeConfig
 from torchplace.serve.engine import Engine, resolve_devices
+from torchplace.serve.execution import Transfer
 from torchplace.serve.loader import load_model
-from torchplace.serve.replica import Transfer
 
 from .engine_helpers import Scale, loaded, save_exported
 
@@ -105,12 +112,14 @@ def test_requests_are_batched() -> None:
 
 def test_input_errors_name_the_problem() -> None:
     async def main() -> None:
-        engine = Engine(load_model("seed-mlp"), [CPU], max_batch_size=4)
+        engine = Engine(load_model("seed-mlp"), [CPU], max_batch_size=4, max_request_rows=6)
         await engine.start()
         with pytest.raises(InputError, match="missing"):
             await engine.infer({"other": np.zeros((1, 8), np.float32)})
-        with pytest.raises(InputError, match=r"1\.\.4 rows"):
-            await engine.infer({"input": np.zeros((5, 8), np.float32)})
+        with pytest.raises(PayloadTooLargeError, match=r"at most 6 rows \(--max-request-rows\)"):
+            await engine.infer({"input": np.zeros((7, 8), np.float32)})
+        with pytest.raises(InputError, match="at least one row"):
+            await engine.infer({"input": np.zeros((0, 8), np.float32)})
         with pytest.raises(InputError, match="batch dimension"):
             await engine.infer({"input": np.zeros((), np.float32)})
         assert engine.is_ready()
@@ -163,7 +172,7 @@ def test_replicas_share_the_load_and_stay_on_their_device() -> None:
         assert devices_seen[0]
         assert devices_seen[1]
         assert all(d == CPU for seen in devices_seen for d in seen)
-        lanes = engine._lanes
+        lanes = engine.pool.lanes
         assert sum(lane.rows_served for lane in lanes) == 128
         await engine.stop()
 

@@ -17,8 +17,9 @@ from torchplace.errors import (
     TransferError,
 )
 from torchplace.serve.engine import Engine
+from torchplace.serve.execution import Transfer
 from torchplace.serve.failures import BatchFailure, HealthTracker, is_oom
-from torchplace.serve.replica import Replica, Transfer
+from torchplace.serve.replica import Replica
 
 from .engine_helpers import Faulty, loaded
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from torchplace.models import build_model
-from torchplace.serve.app import ServerThread
+from torchplace.serve.running import ServerThread
 
 from .conftest import Client, seed_input, test_config
 
@@ -97,8 +97,8 @@ CORPUS: list[tuple[str, bytes, int]] = [
     ("shape negative", _req(_doc([seed_input(shape=[-1, 8])])), 400),
     ("shape float", _req(_doc([seed_input(shape=[1.0, 8])])), 400),
     ("zero rows", _req(_doc([seed_input(shape=[0, 8], data=[])])), 400),
-    ("over max batch", _req(_doc([seed_input(shape=[33, 8], data=[0.5] * 264)])), 400),
-    ("huge shape", _req(_doc([seed_input(shape=[2**62, 8])])), 400),
+    ("over max request rows", _req(_doc([seed_input(shape=[4097, 8], data=[0.5] * 32776)])), 413),
+    ("huge shape", _req(_doc([seed_input(shape=[2**62, 8])])), 413),
     ("huge shape float", _req(_doc([seed_input(shape=[1e300, 8])])), 400),
     # -- element counts and values
     ("count lies short", _req(_doc([seed_input(data=[0.5] * 7)])), 400),

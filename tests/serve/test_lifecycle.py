@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from torchplace.models import build_model
-from torchplace.serve.app import ServerThread
+from torchplace.serve.running import ServerThread
 
 from .conftest import seed_body, test_config
 
@@ -208,7 +208,7 @@ def test_load_10k_requests_64_connections_two_cpu_replicas() -> None:
         assert engine is not None
         assert len(engine.replicas) == 2
         statuses, bodies = asyncio.run(_load(server.port, inputs, 10_000, 64))
-        served = [lane.rows_served for lane in engine._lanes]
+        served = [lane.rows_served for lane in engine.pool.lanes]
     assert Counter(statuses) == {200: 10_000}
     exact = 0
     for i, body in enumerate(bodies):

@@ -124,3 +124,26 @@ def test_metrics_off_skips_the_per_batch_series() -> None:
     samples = _samples(asyncio.run(main()))
     assert sum(v for _, v in samples["torchplace_batch_size_count"]) == 0.0
     assert [v for _, v in samples["torchplace_replica_ready"]] == [1.0]
+
+
+def test_metrics_endpoint_has_no_created_series() -> None:
+    from torchplace.serve.running import ServerThread
+
+    from .conftest import Client, seed_body, test_config
+
+    with ServerThread(test_config(device="cpu")) as thread:
+        client = Client("127.0.0.1", thread.port)
+        status, _, _ = client.post("/v2/models/seed-mlp/infer", seed_body(np.ones((1, 8), "f4")))
+        assert status == 200
+        client.post("/v2/models/seed-mlp/infer", b"{")  # an input error: the counter moves
+        status, _, text = client.get("/metrics")
+    assert status == 200
+    lines = text.decode().splitlines()
+    assert any(line.startswith("torchplace_requests_total{") for line in lines)
+    assert any(
+        line.startswith("torchplace_errors_total{")
+        and 'class="input"' in line
+        and not line.endswith(" 0.0")
+        for line in lines
+    )
+    assert [line for line in lines if "_created" in line] == []

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from torchplace.serve.app import ServerThread
+from torchplace.serve.running import ServerThread
 
 from .conftest import test_config
 

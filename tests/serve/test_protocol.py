@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torchplace.errors import InputError
+from torchplace.errors import InputError, PayloadTooLargeError
 from torchplace.models import TensorSpec
 from torchplace.serve import protocol
 from torchplace.serve.protocol import (
@@ -55,7 +55,7 @@ def _json_body(inputs: list[dict[str, Any]], **extra: Any) -> bytes:  # a reques
 def _decode(body: bytes, **kw: Any) -> protocol.InferRequest:
     kw.setdefault("inputs", SEED_IN)
     kw.setdefault("outputs", SEED_OUT)
-    kw.setdefault("max_batch_size", 32)
+    kw.setdefault("max_rows", 32)
     return decode_infer_request(body, **kw)
 
 
@@ -198,8 +198,7 @@ BAD_REQUESTS: list[tuple[str, bytes, dict[str, Any], str]] = [
     ("bool dim", _json_body([seed_input(shape=[True, 8])]), {}, "non-negative"),
     ("wrong rank", _json_body([seed_input(shape=[8])]), {}, "does not fit"),
     ("wrong width", _json_body([seed_input(shape=[1, 7])]), {}, "does not fit"),
-    ("zero rows", _json_body([seed_input(shape=[0, 8], data=[])]), {}, "between 1"),
-    ("huge rows", _json_body([seed_input(shape=[10**12, 8])]), {}, "between 1"),
+    ("zero rows", _json_body([seed_input(shape=[0, 8], data=[])]), {}, "at least one row"),
     ("count lies", _json_body([seed_input(shape=[2, 8])]), {}, "needs 16 values"),
     ("no data", _json_body([seed_input(data=None)]), {}, "needs 'data'"),
     ("strings", _json_body([seed_input(data=["a"] * 8)]), {}, "strings"),
@@ -412,3 +411,25 @@ def test_arbitrary_json_never_raises_anything_but_input_error(doc: Any) -> None:
         return
     with contextlib.suppress(InputError):
         _decode(body)
+
+
+@pytest.mark.parametrize("rows", [33, 10**12])
+def test_more_rows_than_the_request_limit_is_payload_too_large(rows: int) -> None:
+    with pytest.raises(PayloadTooLargeError, match="over the limit of 32 rows per request"):
+        _decode(_json_body([seed_input(shape=[rows, 8])]))
+
+
+def test_rows_beyond_a_batch_but_within_the_request_limit_decode() -> None:
+    x = np.arange(40 * 8, dtype=np.float32).reshape(40, 8)
+    decoded = _decode(_json_body([seed_input(shape=[40, 8], data=x.ravel().tolist())]), max_rows=64)
+    assert decoded.rows == 40
+    np.testing.assert_array_equal(decoded.inputs["input"], x)
+
+
+def test_timeout_and_priority_parameters() -> None:
+    decoded = _decode(_json_body([seed_input()], parameters={"timeout": 5000, "priority": 2}))
+    assert (decoded.timeout_us, decoded.priority) == (5000, 2)
+    assert _decode(_json_body([seed_input()])).timeout_us is None
+    for bad in ({"timeout": -1}, {"timeout": 1.5}, {"priority": "high"}, {"priority": True}):
+        with pytest.raises(InputError, match="must be a non-negative integer"):
+            _decode(_json_body([seed_input()], parameters=bad))

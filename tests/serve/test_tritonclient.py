@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from torchplace.models import build_model
-from torchplace.serve.app import ServerThread
+from torchplace.serve.running import ServerThread
 
 from .conftest import test_config
 
@@ -147,3 +147,29 @@ def test_serves_on_cuda_with_binary_tensors() -> None:
             client.close()
     finally:
         thread.stop()
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
+def test_a_request_of_1000_rows_is_answered_in_order(binary: bool) -> None:
+    """1,000 rows at --max-batch-size 32: 32 chunks, two replicas, one answer, rows in order."""
+    config = test_config(device="cpu", replicas_per_device=2, max_request_rows=1000)
+    with ServerThread(config) as thread:
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{thread.port}")
+        try:
+            x = np.random.default_rng(3).standard_normal((1000, 8)).astype(np.float32)
+            x[:, 0] = np.arange(1000)  # each row says where it belongs
+            inp = httpclient.InferInput("input", list(x.shape), "FP32")
+            inp.set_data_from_numpy(x, binary_data=binary)
+            out = httpclient.InferRequestedOutput("output", binary_data=binary)
+            got = client.infer("seed-mlp", [inp], outputs=[out]).as_numpy("output")
+            assert got.shape == (1000, 2)
+            np.testing.assert_allclose(got, reference("seed-mlp", x), rtol=1e-5, atol=1e-5)
+            over = np.zeros((1001, 8), np.float32)
+            big = httpclient.InferInput("input", list(over.shape), "FP32")
+            big.set_data_from_numpy(over, binary_data=binary)
+            with pytest.raises(InferenceServerException) as info:
+                client.infer("seed-mlp", [big])
+            assert info.value.status() == "413"
+            assert "1001 rows is over the limit of 1000" in info.value.message()
+        finally:
+            client.close()

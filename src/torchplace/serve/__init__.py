@@ -1,7 +1,33 @@
 """``torchplace serve``: a model behind the Open Inference Protocol (KServe v2 REST).
 
-Modules: ``config`` (ServeConfig), ``protocol`` (the OIP codec), ``http`` and ``app`` (the
-server and its routes), ``engine`` (replicas, batcher, failures, metrics, tracing), ``cli``.
+What each module is for, along the path of a request:
+
+==============  ================================================================================
+``cli``         the ``torchplace serve`` flags, and running it from the command line
+``config``      :class:`ServeConfig`: every setting, validated; from flags and TOML/JSON files
+``running``     :func:`serve` until SIGTERM, then drain; :class:`ServerThread` for tests
+``http``        the HTTP/1.1 server on asyncio + httptools (connections, timeouts)
+``listener``    closing the listening socket without resetting what the kernel accepted
+``routes``      the routes and error statuses, declared once
+``app``         :class:`App`: the routes over one engine (decode, run, encode, drain)
+``protocol``    the OIP codec: request bodies to validated arrays, outputs to response bodies
+``messages``    the OIP messages as JSON Schema
+``openapi``     the ``/v2/openapi.json`` document, derived from ``routes`` and ``messages``
+``datatypes``   OIP datatypes <-> numpy and torch dtypes
+``engine``      :class:`Engine`: routing and lifecycle of one model version
+``admission``   deadlines, priorities and the overload limit of queued work
+``batcher``     the bounded queue and the dynamic batcher, on the event loop
+``pool``        the replica pool: picking a replica for a batch, answering a finished one
+``replica``     one model copy on one device: placement, readiness, its worker thread
+``execution``   one batch: gather, one H2D, forward, one D2H, split (OOM: split and retry)
+``staging``     the reused (pinned on CUDA) staging buffers of a replica
+``failures``    failure classes of a batch and a replica's health
+``startup``     devices, torch threads and the start-up record
+``loader``      building the model on the host (embedded, factory, weights, torch.export)
+``metrics``     Prometheus series of one engine, in its own registry
+``tracing``     Chrome/Perfetto traces and OpenTelemetry spans of batches
+==============  ================================================================================
+
 Nothing is imported here, so ``import torchplace.serve`` stays cheap.
 """
 

@@ -1,11 +1,11 @@
-"""The Open Inference Protocol routes of ``torchplace serve``, and how to run them.
+"""The Open Inference Protocol routes of ``torchplace serve`` over one engine.
 
-:class:`App` maps KServe v2 REST routes onto an engine (anything shaped like
-:class:`EngineLike`, in practice :class:`torchplace.serve.engine.Engine`) and serves them with
-:class:`~torchplace.serve.http.HttpServer`. :func:`serve` runs an app until SIGTERM/SIGINT and
-then drains: readiness turns false, new inference requests get 503, queued and in-flight ones
-finish, and it returns within the drain timeout. :class:`ServerThread` runs one in a background
-thread (tests, notebooks, benchmarks).
+:class:`App` maps KServe v2 REST routes (declared in :mod:`torchplace.serve.routes`) onto an
+engine (anything shaped like :class:`EngineLike`, in practice
+:class:`torchplace.serve.engine.Engine`) and serves them with
+:class:`~torchplace.serve.http.HttpServer`. :meth:`App.shutdown` drains: readiness turns false,
+new inference requests get 503, queued and in-flight ones finish, within the drain timeout.
+Running an app (signals, a background thread) is :mod:`torchplace.serve.running`'s.
 
 Routes: ``GET /v2/health/live``, ``GET /v2/health/ready``, ``GET /v2``, ``GET /v2/models/{name}``
 ``[/versions/{v}]``, ``GET .../ready``, ``POST .../infer``, ``GET .../config`` (Triton's model
@@ -17,12 +17,8 @@ token configured every route but the two health probes needs ``Authorization: Be
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
 import hmac
 import logging
-import signal
-import threading
 import time
 import zlib
 from collections.abc import Callable, Coroutine
@@ -44,11 +40,12 @@ from torchplace.errors import (
 from torchplace.models import TensorSpec
 from torchplace.serve import protocol
 from torchplace.serve.http import HttpServer, Request, Response, error_response
+from torchplace.serve.routes import ROUTES
 
 if TYPE_CHECKING:
     from torchplace.serve.config import ServeConfig
 
-__all__ = ["App", "EngineLike", "ServerThread", "load_token", "new_event_loop", "serve"]
+__all__ = ["App", "EngineLike", "load_token"]
 
 logger = logging.getLogger("torchplace.serve")
 
@@ -68,6 +65,8 @@ class EngineLike(Protocol):
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     max_batch_size: int
+    #: the most rows one request may carry (more is split into batches by the engine)
+    max_request_rows: int
     platform: str
     #: the serving precision (``--dtype``) the replicas run in; None = the model's own dtypes
     dtype: str | None
@@ -76,7 +75,11 @@ class EngineLike(Protocol):
     def is_ready(self) -> bool: ...
     def is_live(self) -> bool: ...
     async def infer(
-        self, inputs: dict[str, np.ndarray[Any, Any]]
+        self,
+        inputs: dict[str, np.ndarray[Any, Any]],
+        *,
+        timeout_s: float | None = None,
+        priority: int | None = None,
     ) -> dict[str, np.ndarray[Any, Any]]: ...
     async def drain(self, timeout: float) -> None: ...
     async def stop(self) -> None: ...
@@ -120,7 +123,7 @@ class App:
         self._version = engine.version
         self._inputs = tuple(engine.inputs)
         self._outputs = tuple(engine.outputs)
-        self._max_rows = engine.max_batch_size
+        self._max_rows = engine.max_request_rows
         self._allow_nan = config.allow_nan
         self._metrics_on = config.metrics
         self._server_meta = protocol.server_metadata(
@@ -137,7 +140,7 @@ class App:
             "name": self._name,
             "platform": engine.platform,
             "backend": "pytorch",
-            "max_batch_size": self._max_rows,
+            "max_batch_size": engine.max_batch_size,
             "input": [_config_tensor(s) for s in self._inputs],
             "output": [_config_tensor(s) for s in self._outputs],
         }
@@ -146,26 +149,23 @@ class App:
             model_config["parameters"] = {"dtype": {"string_value": engine.dtype}}
         self._model_config = orjson.dumps(model_config)
         self._openapi: bytes | None = None
-        # Exact paths answered without parsing; anything else goes through _route_slow.
-        self._routes: dict[bytes, tuple[bytes, _Route]] = {
-            b"/v2/health/live": (b"GET", self._live),
-            b"/v2/health/ready": (b"GET", self._ready),
-            b"/v2": (b"GET", self._metadata),
-            b"/v2/": (b"GET", self._metadata),
-            b"/metrics": (b"GET", self._metrics),
-            b"/v2/openapi.json": (b"GET", self._openapi_doc),
-        }
-        for base in self._model_paths(self._name, self._version):
-            self._routes[base] = (b"GET", self._model_metadata)
-            self._routes[base + b"/ready"] = (b"GET", self._model_ready)
-            self._routes[base + b"/config"] = (b"GET", self._config_doc)
-            self._routes[base + b"/infer"] = (b"POST", self._infer)
-        self._open = {b"/v2/health/live", b"/v2/health/ready"}
+        self._routes, self._open = self._routing_table()
 
-    @staticmethod
-    def _model_paths(name: str, version: str) -> list[bytes]:
-        base = b"/v2/models/" + name.encode()
-        return [base, base + b"/versions/" + version.encode()]
+    def _routing_table(self) -> tuple[dict[bytes, tuple[bytes, _Route]], set[bytes]]:
+        """Exact paths (from :data:`ROUTES`) answered without parsing; anything else goes
+        through :meth:`_route_slow`."""
+        table: dict[bytes, tuple[bytes, _Route]] = {}
+        public: set[bytes] = set()
+        for route in ROUTES:
+            handler: _Route = getattr(self, route.handler)
+            for template, _ in route.paths():
+                filled = template.replace("{MODEL_NAME}", self._name)
+                path = filled.replace("{MODEL_VERSION}", self._version).encode()
+                table[path] = (route.method.encode(), handler)
+                if route.public:
+                    public.add(path)
+        table[b"/v2/"] = table[b"/v2"]
+        return table, public
 
     # -- lifecycle -------------------------------------------------------------------------
     @property
@@ -184,11 +184,32 @@ class App:
         await self.engine.start()
         self._started = True
 
-    async def shutdown(self, timeout: float) -> None:
-        """Drain: refuse new work, let in-flight requests finish, then stop; all within
-        ``timeout`` seconds."""
+    async def shutdown(self, timeout: float, grace: float = 0.0) -> None:
+        """Drain, losing nothing: readiness false at once; for ``grace`` seconds connections
+        are still taken (new inference requests get 503 + ``Connection: close``) so that load
+        balancers notice; then the listener closes without resetting a connection the kernel
+        accepted; queued and in-flight requests finish within ``timeout`` seconds of the
+        start."""
         deadline = time.monotonic() + timeout
         self.server.draining = True
+        engine_drain = asyncio.ensure_future(self._drain_engine(deadline))
+        if grace > 0:
+            await asyncio.sleep(grace)
+        await self.server.close_listener(max(0.5, min(2.0, deadline - time.monotonic())))
+        await engine_drain
+        while self.server.in_flight and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        # Open keep-alive connections get a short grace in which any request still gets a
+        # clean 503 + Connection: close instead of a closed socket.
+        grace_end = min(max(deadline, time.monotonic()), time.monotonic() + _CLOSE_GRACE_S)
+        while self.server.connections and time.monotonic() < grace_end:
+            await asyncio.sleep(0.01)
+        await self.server.close()
+        await self.engine.stop()
+
+    async def _drain_engine(self, deadline: float) -> None:
+        """Wait for the HTTP requests in flight, then for the engine's queue, until
+        ``deadline``."""
         while self.server.in_flight and time.monotonic() < deadline:
             await asyncio.sleep(0.005)
         try:
@@ -197,15 +218,7 @@ class App:
                 max(0.01, deadline - time.monotonic()),
             )
         except (asyncio.TimeoutError, ServeError):
-            logger.warning("drain did not finish within %.1f s", timeout)
-        # Refuse new connections, then give open keep-alive connections a short grace in which
-        # any request still gets a clean 503 + Connection: close instead of a reset.
-        self.server.stop_accepting()
-        grace_end = min(deadline, time.monotonic() + _CLOSE_GRACE_S)
-        while self.server.connections and time.monotonic() < grace_end:
-            await asyncio.sleep(0.01)
-        await self.server.close()
-        await self.engine.stop()
+            logger.warning("drain did not finish in time; queued requests were answered 503")
 
     # -- dispatch --------------------------------------------------------------------------
     def handle(self, request: Request) -> Response | Coroutine[Any, Any, Response]:
@@ -327,7 +340,7 @@ class App:
                     version=self._version,
                     inputs=self._inputs,
                     outputs=self._outputs,
-                    max_batch_size=self._max_rows,
+                    max_rows=self._max_rows,
                     auth=self._token is not None,
                 )
             )
@@ -343,9 +356,10 @@ class App:
             return self._finish(refusal, started)
         try:
             decoded = self._decode(request)
+            timeout_us = _timeout_us(request.headers, decoded.timeout_us)
         except ServeError as exc:
             return self._finish(error_response(exc.status, str(exc)), started)
-        return self._run(decoded, started)
+        return self._run(decoded, timeout_us, started)
 
     def _decode(self, request: Request) -> protocol.InferRequest:
         headers = request.headers
@@ -375,7 +389,7 @@ class App:
             body,
             inputs=self._inputs,
             outputs=self._outputs,
-            max_batch_size=self._max_rows,
+            max_rows=self._max_rows,
             header_length=header_length,
             allow_nan=self._allow_nan,
         )
@@ -396,9 +410,15 @@ class App:
             raise PayloadTooLargeError(f"the decompressed body is over the limit of {limit} bytes")
         return out
 
-    async def _run(self, decoded: protocol.InferRequest, started: float) -> Response:
+    async def _run(
+        self, decoded: protocol.InferRequest, timeout_us: int | None, started: float
+    ) -> Response:
         try:
-            results = await self.engine.infer(decoded.inputs)
+            results = await self.engine.infer(
+                decoded.inputs,
+                timeout_s=timeout_us / 1e6 if timeout_us else None,
+                priority=decoded.priority,
+            )
             body, header_length = protocol.encode_infer_response(
                 model_name=self._name,
                 model_version=self._version,
@@ -434,6 +454,21 @@ class App:
         return response
 
 
+def _timeout_us(headers: dict[bytes, bytes], parameter: int | None) -> int | None:
+    """The request's timeout in microseconds: the shorter of its ``timeout`` parameter and
+    its ``Inference-Timeout-Us`` header (0 or absent: the server default)."""
+    raw = headers.get(b"inference-timeout-us")
+    if raw is None:
+        return parameter
+    if not raw.isdigit() or len(raw) > 18:
+        raise InputError(
+            f"Inference-Timeout-Us {_text(raw)!r} is not a number of microseconds; "
+            "give a non-negative integer (0: the server default)"
+        )
+    given = [t for t in (int(raw), parameter) if t]
+    return min(given) if given else None
+
+
 def _text(raw: bytes) -> str:
     text = raw.decode("utf-8", errors="replace")
     return text if len(text) <= 200 else text[:200] + "..."
@@ -441,146 +476,3 @@ def _text(raw: bytes) -> str:
 
 def _config_tensor(spec: TensorSpec) -> dict[str, Any]:
     return {"name": spec.name, "data_type": "TYPE_" + spec.datatype, "dims": list(spec.shape[1:])}
-
-
-# -- running ---------------------------------------------------------------------------------
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """A uvloop loop when uvloop is installed, else asyncio's default."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is part of the serve extra
-        return asyncio.new_event_loop()
-    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-    return loop
-
-
-def _build_engine(config: ServeConfig) -> EngineLike:
-    from torchplace.serve.engine import Engine
-
-    engine: EngineLike = Engine.from_config(config)
-    return engine
-
-
-async def serve(
-    config: ServeConfig,
-    *,
-    engine: EngineLike | None = None,
-    stop: asyncio.Event | None = None,
-    on_ready: Callable[[App], None] | None = None,
-    handle_signals: bool = True,
-    freeze_gc: bool = False,
-) -> int:
-    """Serve until ``stop`` is set or SIGTERM/SIGINT arrives, then drain; returns 0.
-
-    ``freeze_gc`` (what ``torchplace serve`` does) moves everything alive after start-up (torch
-    and the model: hundreds of thousands of objects) out of the cyclic garbage collector's
-    reach with :func:`gc.freeze`, so full collections stay short and do not show up as p99
-    latency spikes.
-    """
-    app = App(engine if engine is not None else _build_engine(config), config)
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    installed: list[signal.Signals] = []
-    if handle_signals:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(sig, stop.set)
-                installed.append(sig)
-    try:
-        try:
-            await app.start()
-        except BaseException:
-            await app.server.close()
-            raise
-        logger.info(
-            "serving %s version %s%s on http://%s:%d",
-            app.engine.name,
-            app.engine.version,
-            f" ({app.engine.dtype})" if app.engine.dtype is not None else "",
-            config.host,
-            app.port,
-        )
-        if freeze_gc:
-            gc.collect()
-            gc.freeze()
-        if on_ready is not None:
-            on_ready(app)
-        await stop.wait()
-        logger.info("draining (up to %.1f s)", config.drain_timeout_s)
-        await app.shutdown(config.drain_timeout_s)
-    finally:
-        for sig in installed:
-            loop.remove_signal_handler(sig)
-    return 0
-
-
-class ServerThread:
-    """Run :func:`serve` in a background thread; ``with ServerThread(cfg) as s: s.url``."""
-
-    def __init__(self, config: ServeConfig, engine: EngineLike | None = None) -> None:
-        self.config = config
-        self.engine = engine
-        self.app: App | None = None
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-
-    @property
-    def port(self) -> int:
-        """The bound port."""
-        assert self.app is not None, "start() first"
-        return self.app.port
-
-    @property
-    def url(self) -> str:
-        """``http://host:port``."""
-        return f"http://{self.config.host}:{self.port}"
-
-    def start(self, timeout: float = 120.0) -> ServerThread:
-        """Start and wait until the server listens and the engine has started."""
-        self._thread = threading.Thread(target=self._main, name="torchplace-serve", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(timeout):
-            raise TimeoutError(f"server did not start within {timeout} s")
-        if self._error is not None:
-            raise self._error
-        return self
-
-    def _main(self) -> None:
-        loop = new_event_loop()
-        self._loop = loop
-        try:
-            loop.run_until_complete(self._serve())
-        except BaseException as exc:
-            self._error = exc
-        finally:
-            self._ready.set()
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
-
-    async def _serve(self) -> None:
-        self._stop = asyncio.Event()
-
-        def ready(app: App) -> None:
-            self.app = app
-            self._ready.set()
-
-        await serve(
-            self.config, engine=self.engine, stop=self._stop, on_ready=ready, handle_signals=False
-        )
-
-    def stop(self, timeout: float = 30.0) -> None:
-        """Drain and stop; waits for the thread."""
-        if self._loop is not None and self._stop is not None and not self._loop.is_closed():
-            with contextlib.suppress(RuntimeError):
-                self._loop.call_soon_threadsafe(self._stop.set)
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def __enter__(self) -> ServerThread:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -1,10 +1,14 @@
 """The bounded request queue and the dynamic batcher; both live on the asyncio event loop.
 
-Every request carries 1..N rows. A batch is formed when a replica is free and either the queued
-rows reach ``max_batch_size`` or the oldest request has waited ``max_delay_s`` (Triton's
+Every queued request carries 1..N rows (the engine splits a larger request into chunks of at
+most ``max_batch_size`` rows first). A batch is formed when a replica is free and either the
+queued rows reach ``max_batch_size`` or the oldest request has waited ``max_delay_s`` (Triton's
 "max queue delay"); under load the batch simply takes what accumulated while every replica was
-busy. Requests are never split across batches, so a batch holds at most ``max_batch_size``
-rows. Dispatch is deferred with ``call_soon`` so that every request that arrives in the same
+busy. Queued requests are never split across batches, so a batch holds at most
+``max_batch_size`` rows. There is one FIFO per priority level (``queue_limits``, highest level
+first, each with its own limit); a batch takes from the highest levels first. A request whose
+future is already done (its client went away, or its deadline passed) is never handed out:
+:meth:`Batcher.discard` removes it at once. Dispatch is deferred with ``call_soon`` so that every request that arrives in the same
 event-loop iteration joins the same batch. With ``coalesce=False`` (a model with a dynamic
 non-batch dimension, whose requests cannot be concatenated) every request is a batch of its own.
 
@@ -18,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -29,18 +33,25 @@ __all__ = ["Batcher", "Pending", "Worker"]
 
 
 class Pending:
-    """One queued request: its input rows and the future its caller awaits."""
+    """One queued request: its input rows, its priority level and the future its caller awaits."""
 
-    __slots__ = ("arrived", "device", "future", "inputs", "rows")
+    __slots__ = ("arrived", "device", "future", "inputs", "level", "rows", "taken")
 
     def __init__(
-        self, inputs: Mapping[str, np.ndarray], rows: int, future: asyncio.Future[Any]
+        self,
+        inputs: Mapping[str, np.ndarray],
+        rows: int,
+        future: asyncio.Future[Any],
+        *,
+        level: int = 0,
     ) -> None:
         self.inputs = inputs
         self.rows = rows
         self.future = future
+        self.level = level  # the queue index: 0 is served first
         self.arrived = time.perf_counter()
         self.device = ""  # the device label of the replica that served it
+        self.taken = False  # handed to a replica: it will run
 
 
 class Worker(Protocol):
@@ -60,6 +71,7 @@ class Batcher:
         max_batch_size: int = 32,
         max_delay_s: float = 0.002,
         max_queue: int = 1024,
+        queue_limits: Sequence[int] | None = None,
         coalesce: bool = True,
     ) -> None:
         if max_batch_size < 1:
@@ -74,36 +86,65 @@ class Batcher:
         self.max_delay_s = max_delay_s
         self.max_queue = max_queue
         self.coalesce = coalesce
-        self.queue: deque[Pending] = deque()
+        self.limits = tuple(queue_limits) if queue_limits else (max_queue,)
+        if any(limit < 1 for limit in self.limits):
+            raise ConfigError(f"queue_limits must all be >= 1, got {list(self.limits)}")
+        self.levels: list[deque[Pending]] = [deque() for _ in self.limits]
+        self.queued = 0
         self.queued_rows = 0
         self._scheduled = False
         self._timer: asyncio.TimerHandle | None = None
 
     def __len__(self) -> int:
-        return len(self.queue)
+        return self.queued
 
     def submit(self, pending: Pending) -> None:
-        """Queue a request (on the loop); raises OverloadedError when the queue is full."""
-        if len(self.queue) >= self.max_queue:
+        """Queue a request (on the loop); raises OverloadedError when its level is full."""
+        queue = self.levels[pending.level]
+        limit = self.limits[pending.level]
+        if len(queue) >= limit:
+            where = f" at priority {pending.level + 1}" if len(self.limits) > 1 else ""
             raise OverloadedError(
-                f"the queue is full ({self.max_queue} requests waiting); retry shortly"
+                f"the queue is full ({limit} requests waiting{where}); retry shortly"
             )
-        self.queue.append(pending)
+        queue.append(pending)
+        self.queued += 1
         self.queued_rows += pending.rows
         if not self._scheduled:
             self._scheduled = True
             self.loop.call_soon(self.dispatch)
 
+    def discard(self, pending: Pending) -> bool:
+        """Remove a queued request (its client went away or its deadline passed); False if
+        it is no longer queued."""
+        queue = self.levels[pending.level]
+        try:
+            queue.remove(pending)
+        except ValueError:
+            return False
+        self.queued -= 1
+        self.queued_rows -= pending.rows
+        return True
+
+    def _head(self) -> Pending | None:
+        """The first live request, highest level first (done ones are dropped on the way)."""
+        for queue in self.levels:
+            while queue:
+                head = queue[0]
+                if not head.future.done():
+                    return head
+                queue.popleft()
+                self.queued -= 1
+                self.queued_rows -= head.rows
+        return None
+
     def dispatch(self) -> None:
         """Form and hand out as many batches as free workers and the policy allow."""
         self._scheduled = False
-        queue = self.queue
-        while queue:
-            head = queue[0]
-            if head.future.done():  # cancelled (timed out) while waiting
-                queue.popleft()
-                self.queued_rows -= head.rows
-                continue
+        while True:
+            head = self._head()
+            if head is None:
+                return
             if self.queued_rows < self.max_batch_size and self.max_delay_s > 0:
                 wait = head.arrived + self.max_delay_s - time.perf_counter()
                 if wait > 0:
@@ -122,20 +163,18 @@ class Batcher:
         self.dispatch()
 
     def _take(self) -> tuple[list[Pending], int]:
-        queue = self.queue
+        """Up to ``max_batch_size`` rows, highest level first, in order within a level."""
         limit = self.max_batch_size
         batch: list[Pending] = []
         rows = 0
-        while queue:
-            head = queue[0]
-            if head.future.done():
-                queue.popleft()
-                self.queued_rows -= head.rows
-                continue
-            if rows + head.rows > limit:
+        while True:
+            head = self._head()
+            if head is None or rows + head.rows > limit:
                 break
-            queue.popleft()
+            self.levels[head.level].popleft()
+            self.queued -= 1
             self.queued_rows -= head.rows
+            head.taken = True
             batch.append(head)
             rows += head.rows
             if not self.coalesce:
@@ -145,11 +184,13 @@ class Batcher:
     def fail_all(self, make_error: Callable[[], ServeError]) -> int:
         """Fail every queued request (e.g. no replica left, or drain timed out)."""
         failed = 0
-        while self.queue:
-            pending = self.queue.popleft()
-            if not pending.future.done():
-                pending.future.set_exception(make_error())
-                failed += 1
+        for queue in self.levels:
+            while queue:
+                pending = queue.popleft()
+                if not pending.future.done():
+                    pending.future.set_exception(make_error())
+                    failed += 1
+        self.queued = 0
         self.queued_rows = 0
         if self._timer is not None:
             self._timer.cancel()

@@ -33,7 +33,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="read settings from a .toml or .json file; flags given here override it",
     )
-    model = parser.add_argument_group("model")
+    _model_flags(parser.add_argument_group("model"))
+    _placement_flags(parser.add_argument_group("placement"))
+    _batching_flags(parser.add_argument_group("batching"))
+    _http_flags(parser.add_argument_group("HTTP"))
+    _observability_flags(parser.add_argument_group("observability"))
+
+
+def _model_flags(model: argparse._ArgumentGroup) -> None:
     model.add_argument(
         "--model",
         help=f"embedded model name (seed-mlp, wide-mlp) or 'module:callable' factory "
@@ -62,7 +69,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="NAME:DATATYPE:DIMS",
         help="declare an output, e.g. output:FP32:-1,2; repeatable",
     )
-    place = parser.add_argument_group("placement")
+
+
+def _placement_flags(place: argparse._ArgumentGroup) -> None:
     place.add_argument(
         "--device",
         help=f"device to serve on: auto, cpu, cuda, cuda:N, mps (default {_D.device})",
@@ -102,12 +111,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="torch intra-op threads (default on CPU: (cores - 1) / CPU replicas)",
     )
-    batch = parser.add_argument_group("batching")
+
+
+def _batching_flags(batch: argparse._ArgumentGroup) -> None:
     batch.add_argument(
         "--max-batch-size",
         type=int,
         metavar="N",
-        help=f"most rows per batch, and per request (default {_D.max_batch_size})",
+        help=f"most rows per batch; a larger request runs as several (default {_D.max_batch_size})",
+    )
+    batch.add_argument(
+        "--max-request-rows",
+        type=int,
+        metavar="N",
+        help=f"most rows per request; more gets 413 (default {_D.max_request_rows})",
     )
     batch.add_argument(
         "--max-delay-ms",
@@ -119,14 +136,49 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--max-queue",
         type=int,
         metavar="N",
-        help=f"queued requests before new ones get 503 (default {_D.max_queue})",
+        help=f"queued requests (per priority level) before new ones get 503 (default {_D.max_queue})",
+    )
+    batch.add_argument(
+        "--max-queue-wait-ms",
+        type=float,
+        metavar="MS",
+        help="refuse a request at once (503 + Retry-After) when the queued work ahead of it "
+        f"would take longer, from measured batch times; 0 = never (default {_D.max_queue_wait_ms:g})",
+    )
+    batch.add_argument(
+        "--default-timeout-ms",
+        type=float,
+        metavar="MS",
+        help="deadline of a request that gives none (its 'timeout' parameter in microseconds, "
+        "or an Inference-Timeout-Us header); still queued past it: dropped, 504; 0 = none "
+        f"(default {_D.default_timeout_ms:g})",
+    )
+    batch.add_argument(
+        "--priority-levels",
+        type=int,
+        metavar="N",
+        help="priority levels of the queue, 1 served first (a request's 'priority' parameter; "
+        f"default {_D.priority_levels})",
+    )
+    batch.add_argument(
+        "--default-priority",
+        type=int,
+        metavar="LEVEL",
+        help="level of a request that gives none or 0 (default: the lowest)",
+    )
+    batch.add_argument(
+        "--priority-queue-limits",
+        metavar="N,N",
+        help="a queue limit per priority level, highest first (default: --max-queue each)",
     )
     batch.add_argument(
         "--allow-nan",
         action="store_true",
         help="accept NaN/inf in float inputs (refused with 400 by default)",
     )
-    http = parser.add_argument_group("HTTP")
+
+
+def _http_flags(http: argparse._ArgumentGroup) -> None:
     http.add_argument("--host", help=f"address to bind (default {_D.host})")
     http.add_argument("--port", type=int, help=f"port to bind, 0 = any free (default {_D.port})")
     http.add_argument(
@@ -154,14 +206,26 @@ def configure(parser: argparse.ArgumentParser) -> None:
         dest="drain_timeout_s",
         type=float,
         metavar="S",
-        help=f"on SIGTERM, longest wait for in-flight requests (default {_D.drain_timeout_s:g})",
+        help="on SIGTERM, longest wait for queued and in-flight requests, grace included "
+        f"(default {_D.drain_timeout_s:g})",
+    )
+    http.add_argument(
+        "--drain-grace",
+        dest="drain_grace_s",
+        type=float,
+        metavar="S",
+        help="on SIGTERM, seconds the server still takes connections (readiness false, new "
+        "inference requests 503 + Connection: close) before it closes the listener without "
+        f"resetting any queued connection (default {_D.drain_grace_s:g})",
     )
     http.add_argument(
         "--auth-token-file",
         metavar="FILE",
         help="require 'Authorization: Bearer TOKEN' (token read from FILE) on all but health routes",
     )
-    obs = parser.add_argument_group("observability")
+
+
+def _observability_flags(obs: argparse._ArgumentGroup) -> None:
     obs.add_argument(
         "--no-metrics",
         dest="metrics",
@@ -224,7 +288,7 @@ def run(args: argparse.Namespace) -> int:
     if not logging.getLogger().handlers:
         logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
     _require_serve_extra()
-    from torchplace.serve.app import new_event_loop, serve
+    from torchplace.serve.running import new_event_loop, serve
 
     loop = new_event_loop()
     try:

@@ -96,6 +96,10 @@ def _to_spec(value: Any, field_name: str) -> TensorSpec:
     )
 
 
+def _fail(name: str, value: object, need: str) -> None:
+    raise ConfigError(f"serve config: {name}={value!r} is invalid; {need}")
+
+
 @dataclass(frozen=True, kw_only=True)
 class ServeConfig:
     """Everything ``torchplace serve`` needs; every field is validated on construction."""
@@ -114,12 +118,23 @@ class ServeConfig:
     max_batch_size: int = 32
     max_delay_ms: float = 2.0
     max_queue: int = 1024
+    max_request_rows: int = 4096
+    priority_levels: int = 1
+    #: the level of a request that names none (1 = served first); None = the lowest
+    default_priority: int | None = None
+    #: a queue limit per priority level, highest first; None = max_queue each
+    priority_queue_limits: tuple[int, ...] | None = None
+    #: a request's deadline when it gives none (0 = none)
+    default_timeout_ms: float = 0.0
+    #: refuse (503) a request when the queued work ahead of it takes longer (0 = never)
+    max_queue_wait_ms: float = 500.0
     host: str = "127.0.0.1"
     port: int = 8000
     max_body_bytes: int = 64 * MIB
     request_timeout_s: float = 30.0
     keepalive_timeout_s: float = 60.0
     drain_timeout_s: float = 30.0
+    drain_grace_s: float = 3.0
     fallback: str | None = None
     failure_threshold: int = 3
     torch_threads: int | None = None
@@ -131,9 +146,18 @@ class ServeConfig:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        def fail(name: str, value: object, need: str) -> None:
-            raise ConfigError(f"serve config: {name}={value!r} is invalid; {need}")
+        self._check_model_and_devices(_fail)
+        self._check_numbers(_fail)
+        self._check_priorities(_fail)
+        if self.fallback not in (None, "cpu"):
+            _fail("fallback", self.fallback, "the only fallback is 'cpu' (or leave it unset)")
+        for name in ("allow_nan", "metrics"):
+            if not isinstance(getattr(self, name), bool):
+                _fail(name, getattr(self, name), "give true or false")
+        if self.log_level not in LOG_LEVELS:
+            _fail("log_level", self.log_level, f"choose one of {', '.join(LOG_LEVELS)}")
 
+    def _check_model_and_devices(self, fail: Any) -> None:
         for name in ("model", "model_version", "device", "host"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip():
@@ -176,10 +200,14 @@ class ServeConfig:
             object.__setattr__(
                 self, "dtype", serving_dtype(self.dtype, where="serve config: dtype")
             )
+
+    def _check_numbers(self, fail: Any) -> None:
         for name, low in (
             ("replicas_per_device", 1),
             ("max_batch_size", 1),
             ("max_queue", 1),
+            ("max_request_rows", 1),
+            ("priority_levels", 1),
             ("max_body_bytes", 1024),
             ("failure_threshold", 1),
         ):
@@ -203,19 +231,34 @@ class ServeConfig:
             ("request_timeout_s", True),
             ("keepalive_timeout_s", True),
             ("drain_timeout_s", False),
+            ("drain_grace_s", False),
+            ("default_timeout_ms", False),
+            ("max_queue_wait_ms", False),
         ):
             value = getattr(self, name)
             ok = isinstance(value, int | float) and not isinstance(value, bool)
             ok = ok and math.isfinite(value) and (value > 0 if positive else value >= 0)
             if not ok:
                 fail(name, value, "give a finite number " + ("> 0" if positive else ">= 0"))
-        if self.fallback not in (None, "cpu"):
-            fail("fallback", self.fallback, "the only fallback is 'cpu' (or leave it unset)")
-        for name in ("allow_nan", "metrics"):
-            if not isinstance(getattr(self, name), bool):
-                fail(name, getattr(self, name), "give true or false")
-        if self.log_level not in LOG_LEVELS:
-            fail("log_level", self.log_level, f"choose one of {', '.join(LOG_LEVELS)}")
+
+    def _check_priorities(self, fail: Any) -> None:
+        levels = self.priority_levels
+        default = self.default_priority
+        if default is not None and (
+            not isinstance(default, int) or isinstance(default, bool) or not 1 <= default <= levels
+        ):
+            fail("default_priority", default, f"give a level in 1..{levels} (1 is served first)")
+        limits = self.priority_queue_limits
+        if limits is not None and (
+            not isinstance(limits, tuple)
+            or len(limits) != levels
+            or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in limits)
+        ):
+            fail(
+                "priority_queue_limits",
+                limits,
+                f"give one queue limit >= 1 per priority level ({levels}), highest first",
+            )
 
     # -- construction helpers ------------------------------------------------------------
     @classmethod
@@ -259,12 +302,30 @@ def _convert(key: str, value: Any, source: str) -> Any:
         if not isinstance(items, list | tuple):
             raise ConfigError(f"{source}: {key}={value!r} must be a list of tensor declarations")
         return tuple(_to_spec(v, key) for v in items)
+    if key == "priority_queue_limits":
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple):
+            raise ConfigError(f"{source}: {key}={value!r} must be a list or '64,1024'")
+        try:
+            return tuple(int(str(n).strip()) for n in items)
+        except ValueError:
+            raise ConfigError(
+                f"{source}: {key}={value!r} must be integers, e.g. '64,1024'"
+            ) from None
     if key == "devices":
         items = value.split(",") if isinstance(value, str) else value
         if not isinstance(items, list | tuple):
             raise ConfigError(f"{source}: devices={value!r} must be a list or 'cuda:0,cuda:1'")
         return tuple(str(d).strip() for d in items)
-    seconds = ("max_delay_ms", "request_timeout_s", "keepalive_timeout_s", "drain_timeout_s")
+    seconds = (
+        "max_delay_ms",
+        "request_timeout_s",
+        "keepalive_timeout_s",
+        "drain_timeout_s",
+        "drain_grace_s",
+        "default_timeout_ms",
+        "max_queue_wait_ms",
+    )
     if key in seconds and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     return value

@@ -1,8 +1,4 @@
-# NOTE (ENGINE -> HTTP): the three NEEDS at the top of app.py are done: ``config.metrics`` is
-# honoured (False skips the per-batch histograms), CPU torch threads default to
-# max(1, (cores - 1) // cpu_replicas), and --trace-file keeps one compact record per batch
-# (no per-request dicts) and streams the JSON at shutdown, off the event loop.
-"""The serving engine: replicas on their devices, the dynamic batcher, failures, metrics, traces.
+"""The serving engine: routing and lifecycle of one model version.
 
 This is the whole interface the HTTP side uses::
 
@@ -13,17 +9,18 @@ This is the whole interface the HTTP side uses::
     await engine.drain(timeout)             # readiness false, finish queued + in-flight work
     await engine.stop()
 
-Threads: the asyncio event loop owns the queue and the batcher; each replica has ONE worker
-thread that runs its batches (torch releases the GIL inside kernels, so CPU replicas compute in
-parallel). A finished batch resolves all of its futures with a single
-``loop.call_soon_threadsafe``. Requests go to the least-loaded ready replica (a free one, the one
-that has served the fewest rows first); a replica only ever sees tensors on its own device.
+The engine validates a request's arrays, queues it in the :class:`~torchplace.serve.batcher.Batcher`
+and starts, drains and stops everything. Threads: the asyncio event loop owns the queue and the
+batcher; each replica has ONE worker thread that runs its batches (torch releases the GIL inside
+kernels, so CPU replicas compute in parallel). Which replica takes a batch, and what happens
+when it finishes, is the :class:`~torchplace.serve.pool.ReplicaPool`'s; start-up details
+(devices, threads, the start-up record) are :mod:`torchplace.serve.startup`'s. A replica only
+ever sees tensors on its own device.
 
 ``torch.set_num_threads``: when every serving replica is on the CPU the engine sets the
 intra-op thread count to ``(cpu_count - 1) // cpu_replicas`` (at least 1) at start-up: one core
 stays with the event loop and CPU replicas do not oversubscribe the rest; ``torch_threads``
-(``--torch-threads``) overrides it.
-This is process-wide, as torch's setting is.
+(``--torch-threads``) overrides it. This is process-wide, as torch's setting is.
 
 ``dtype`` (``--dtype``: ``float32``, ``float16``, ``bfloat16``) is the serving precision: each
 replica's module is placed with one ``.to(device, dtype)`` (floating parameters and buffers are
@@ -46,9 +43,6 @@ import asyncio
 import contextvars
 import json
 import logging
-import os
-import resource
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -58,20 +52,30 @@ import numpy as np
 
 from torchplace.errors import (
     ConfigError,
-    DeviceOutOfMemoryError,
     InputError,
     KernelError,
     NotReadyError,
     OverloadedError,
+    PayloadTooLargeError,
     ServeError,
-    TransferError,
 )
+from torchplace.serve.admission import DeadlineExceededError, QueuePolicy, WaitEstimate
 from torchplace.serve.batcher import Batcher, Pending
 from torchplace.serve.datatypes import host_numpy_dtype, serving_dtype
-from torchplace.serve.loader import LoadedModel, load_model, weight_bytes
-from torchplace.serve.metrics import ReplicaState, ServeMetrics
-from torchplace.serve.replica import BatchOutcome, Replica, Transfer
-from torchplace.serve.tracing import BatchRecord, Tracer
+from torchplace.serve.execution import Transfer
+from torchplace.serve.loader import LoadedModel, load_model
+from torchplace.serve.metrics import ServeMetrics
+from torchplace.serve.pool import ReplicaPool
+from torchplace.serve.replica import Replica
+from torchplace.serve.startup import (
+    device_memory,
+    full_device,
+    resolve_devices,
+    startup_error,
+    startup_record,
+    thread_count,
+)
+from torchplace.serve.tracing import Tracer
 
 if TYPE_CHECKING:
     import torch
@@ -85,54 +89,32 @@ logger = logging.getLogger("torchplace.serve")
 
 _SERVED_BY: contextvars.ContextVar[str] = contextvars.ContextVar("torchplace_served_by", default="")
 
-_ERROR_CLASS: dict[type[ServeError], str] = {
-    DeviceOutOfMemoryError: "oom",
-    TransferError: "transfer",
-    KernelError: "kernel",
-    InputError: "input",
-}
+
+def _input_checks(
+    inputs: Sequence[TensorSpec],
+) -> tuple[tuple[str, tuple[int, ...], np.dtype[Any]], ...]:
+    """(name, row shape, host dtype) of each declared input: what a request is checked for."""
+    return tuple((spec.name, spec.shape[1:], host_numpy_dtype(spec.datatype)) for spec in inputs)
 
 
-def resolve_devices(
-    device: str = "auto", devices: Sequence[str] | None = None
-) -> list[torch.device]:
-    """The devices to place replicas on: ``devices`` (``"all"`` = every visible GPU) or ``device``."""
-    import torch
-
-    from torchplace.devices import resolve_device
-
-    specs = list(devices) if devices else [device]
-    resolved: list[torch.device] = []
-    for spec in specs:
-        if str(spec).strip().lower() == "all":
-            if torch.cuda.is_available() and torch.cuda.device_count() > 0:
-                found = [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
-            else:
-                found = [resolve_device("auto")]
-        else:
-            found = [resolve_device(spec)]
-        for dev in found:
-            if dev not in resolved:
-                resolved.append(dev)
-    return resolved
-
-
-class _Lane:
-    """A replica as the batcher sees it (a worker with a busy flag), on the event loop."""
-
-    __slots__ = ("busy", "replica", "rows_served")
-
-    def __init__(self, replica: Replica) -> None:
-        self.replica = replica
-        self.busy = False
-        self.rows_served = 0
-
-    def submit_batch(self, batch: list[Pending], rows: int) -> None:
-        self.busy = True
-        label = self.replica.label
-        for pending in batch:
-            pending.device = label
-        self.replica.submit(batch, [p.inputs for p in batch], [p.rows for p in batch])
+def _check_arguments(
+    devices: Sequence[torch.device],
+    replicas_per_device: int,
+    max_batch_size: int,
+    max_request_rows: int,
+    fallback: str | None,
+) -> None:
+    if not devices:
+        raise ConfigError("an engine needs at least one device, got none")
+    for name, value in (
+        ("replicas_per_device", replicas_per_device),
+        ("max_batch_size", max_batch_size),
+        ("max_request_rows", max_request_rows),
+    ):
+        if value < 1:
+            raise ConfigError(f"{name} must be >= 1, got {value}")
+    if fallback not in (None, "cpu"):
+        raise ConfigError(f"fallback must be 'cpu' or None, got {fallback!r}")
 
 
 class Engine:
@@ -149,6 +131,8 @@ class Engine:
         max_batch_size: int = 32,
         max_delay_ms: float = 2.0,
         max_queue: int = 1024,
+        max_request_rows: int = 4096,
+        queue: QueuePolicy | None = None,
         failure_threshold: int = 3,
         fallback: str | None = None,
         trace_file: Path | str | None = None,
@@ -159,20 +143,10 @@ class Engine:
         metrics: bool = True,
         dtype: str | None = None,
     ) -> None:
-        import torch
-
-        if not devices:
-            raise ConfigError("an engine needs at least one device, got none")
-        if replicas_per_device < 1:
-            raise ConfigError(f"replicas_per_device must be >= 1, got {replicas_per_device}")
-        if max_batch_size < 1:
-            raise ConfigError(f"max_batch_size must be >= 1, got {max_batch_size}")
-        if fallback not in (None, "cpu"):
-            raise ConfigError(f"fallback must be 'cpu' or None, got {fallback!r}")
-        devices = [_full_device(d) for d in devices]
+        _check_arguments(devices, replicas_per_device, max_batch_size, max_request_rows, fallback)
+        devices = [full_device(d) for d in devices]
         #: the serving precision (``float32``/``float16``/``bfloat16``); None = the model's own
         self.dtype = serving_dtype(dtype) if dtype is not None else None
-        replica_dtype = getattr(torch, self.dtype) if self.dtype is not None else None
         self.loaded = loaded
         self.name = loaded.name
         self.version = loaded.version
@@ -180,19 +154,78 @@ class Engine:
         self.outputs: tuple[TensorSpec, ...] = loaded.outputs
         self.max_batch_size = max_batch_size
         self.max_delay_ms = max_delay_ms
-        self.max_queue = max_queue
+        self.max_request_rows = max_request_rows
+        self.policy = queue if queue is not None else QueuePolicy(max_queue=max_queue)
+        self.max_queue = self.policy.max_queue
         self.torch_threads = torch_threads
         self.metrics_enabled = metrics
-        # (device, is the CPU fallback): the primaries, then the fallback, if any
+        self.replicas = self._plan(
+            devices,
+            replicas_per_device=replicas_per_device,
+            fallback=fallback,
+            failure_threshold=failure_threshold,
+            transfer=transfer,
+            recovery_interval_s=recovery_interval_s,
+        )
+        self.devices = [str(d) for d in devices]
+        self.default_label = self.devices[0]
+        self._input_names = tuple(spec.name for spec in self.inputs)
+        self._input_checks = _input_checks(self.inputs)
+        self._coalesce = all(dim > 0 for spec in self.inputs for dim in spec.shape[1:])
+        self.metrics = ServeMetrics(
+            self.name,
+            self.version,
+            max_batch_size=max_batch_size,
+            queue_depth=self._queue_depth,
+            queue_device=",".join(self.devices),
+            replicas=lambda: self.pool.states(),
+            memory=device_memory,
+            devices={r.label for r in self.replicas},
+        )
+        self._device_metrics = {r.label: self.metrics.device(r.label) for r in self.replicas}
+        self.tracer = Tracer(
+            model=self.name, version=self.version, trace_file=trace_file, otel=otel
+        )
+        self.pool = ReplicaPool(
+            self.replicas,
+            model=self.name,
+            version=self.version,
+            device_metrics=self._device_metrics,
+            tracer=self.tracer,
+            metrics=metrics,
+        )
+        self.startup_record: dict[str, Any] = {}
+        self._estimate = WaitEstimate()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._batcher: Batcher | None = None
+        self._accepting = False
+        self._serving = False
+        self._started = False
+        self._stopped = False
+
+    def _plan(
+        self,
+        devices: Sequence[torch.device],
+        *,
+        replicas_per_device: int,
+        fallback: str | None,
+        failure_threshold: int,
+        transfer: Transfer | None,
+        recovery_interval_s: float,
+    ) -> list[Replica]:
+        """The replicas: ``replicas_per_device`` on each device, then the CPU fallback if any."""
+        import torch
+
+        replica_dtype = getattr(torch, self.dtype) if self.dtype is not None else None
         plan = [(device, False) for device in devices for _ in range(replicas_per_device)]
         if fallback == "cpu":
             plan.append((torch.device("cpu"), True))
-        self.replicas: list[Replica] = [
+        return [
             Replica(
-                loaded,
+                self.loaded,
                 device,
                 index=index,
-                max_batch_size=max_batch_size,
+                max_batch_size=self.max_batch_size,
                 failure_threshold=failure_threshold,
                 fallback=is_fallback,
                 transfer=None if is_fallback else transfer,
@@ -201,39 +234,7 @@ class Engine:
             )
             for index, (device, is_fallback) in enumerate(plan)
         ]
-        self.devices = [str(d) for d in devices]
-        self._default_label = self.devices[0]
-        self._input_names = tuple(spec.name for spec in self.inputs)
-        self._input_checks = tuple(
-            (spec.name, spec.shape[1:], host_numpy_dtype(spec.datatype)) for spec in self.inputs
-        )
-        self._coalesce = all(dim > 0 for spec in self.inputs for dim in spec.shape[1:])
-        self.metrics = ServeMetrics(
-            self.name,
-            self.version,
-            max_batch_size=max_batch_size,
-            queue_depth=self._queue_depth,
-            queue_device=",".join(self.devices),
-            replicas=self._replica_states,
-            memory=_device_memory,
-            devices={r.label for r in self.replicas},
-        )
-        self._device_metrics = {r.label: self.metrics.device(r.label) for r in self.replicas}
-        self.tracer = Tracer(
-            model=self.name, version=self.version, trace_file=trace_file, otel=otel
-        )
-        self.startup_record: dict[str, Any] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._batcher: Batcher | None = None
-        self._lanes: list[_Lane] = []
-        self._primary: list[_Lane] = []
-        self._fallback: list[_Lane] = []
-        self._accepting = False
-        self._serving = False
-        self._started = False
-        self._stopped = False
 
-    # ------------------------------------------------------------------ construction
     @classmethod
     def from_config(cls, config: ServeConfig) -> Engine:
         """Build the model on the host and plan the replicas; nothing is placed yet."""
@@ -252,7 +253,15 @@ class Engine:
             replicas_per_device=config.replicas_per_device,
             max_batch_size=config.max_batch_size,
             max_delay_ms=config.max_delay_ms,
-            max_queue=config.max_queue,
+            max_request_rows=config.max_request_rows,
+            queue=QueuePolicy(
+                max_queue=config.max_queue,
+                priority_levels=config.priority_levels,
+                default_priority=config.default_priority,
+                queue_limits=config.priority_queue_limits,
+                default_timeout_s=config.default_timeout_ms / 1000 or None,
+                max_queue_wait_s=config.max_queue_wait_ms / 1000 or None,
+            ),
             failure_threshold=config.failure_threshold,
             fallback=config.fallback,
             trace_file=config.trace_file,
@@ -271,7 +280,7 @@ class Engine:
         loop = asyncio.get_running_loop()
         self._loop = loop
         began = time.perf_counter()
-        threads = self._thread_count()
+        threads = thread_count(self)
         if threads is not None:
             torch.set_num_threads(threads)
         for replica in self.replicas:
@@ -280,69 +289,26 @@ class Engine:
             except KernelError as exc:
                 if "CUDA error" in str(exc):
                     raise  # a device fault, not the declarations
-                raise self._startup_error(exc, replica) from exc
+                raise startup_error(self, exc, replica) from exc
         self._batcher = Batcher(
             loop=loop,
-            pick=self._pick,
+            pick=self.pool.pick,
             max_batch_size=self.max_batch_size,
             max_delay_s=self.max_delay_ms / 1000.0,
-            max_queue=self.max_queue,
+            queue_limits=self.policy.limits,
             coalesce=self._coalesce,
         )
-        self._lanes = [_Lane(r) for r in self.replicas]
-        self._primary = [lane for lane in self._lanes if not lane.replica.fallback]
-        self._fallback = [lane for lane in self._lanes if lane.replica.fallback]
-        for replica in self.replicas:
-            replica.start_worker(self._on_batch_done, self._on_recovered)
+        self.pool.start(
+            loop,
+            on_change=self._refresh_serving,
+            on_free=self._batcher.dispatch,
+            on_batch=self._estimate.record,
+        )
         self._started = True
         self._accepting = True
         self._refresh_serving()
-        self.startup_record = self._startup_record(time.perf_counter() - began, threads)
+        self.startup_record = startup_record(self, time.perf_counter() - began, threads)
         logger.info("%s", json.dumps(self.startup_record, sort_keys=True))
-
-    def _startup_error(self, exc: KernelError, replica: Replica) -> ConfigError:
-        """The start-up dry run (zeros of the declared shapes, before any request) failed in
-        the forward pass: the declarations (or the serving dtype) do not fit the model, a
-        configuration error."""
-        declared = ", ".join(
-            f"{spec.name}:{spec.datatype}:{','.join(str(dim) for dim in spec.shape)}"
-            for spec in self.loaded.inputs
-        )
-        if self.dtype is not None:
-            return ConfigError(
-                f"the start-up dry run of model {self.loaded.name!r} with --dtype {self.dtype} "
-                f"on {replica.label} failed: {exc}; the model (or an op it uses) may not support "
-                f"{self.dtype} on {replica.device.type}: serve it without --dtype (its own "
-                "dtypes) or with another --dtype, or make its own tensors follow the inputs' "
-                "dtype (x.new_*/torch.*_like rather than fixed-dtype temporaries); if it fails "
-                f"without --dtype too, check the declared inputs {declared} (name:datatype:shape)"
-            )
-        bf16 = [spec.name for spec in self.loaded.inputs if spec.datatype == "BF16"]
-        if bf16:
-            return ConfigError(
-                f"the start-up dry run of model {self.loaded.name!r} failed with the declared "
-                f"inputs {declared} (name:datatype:shape) at --max-batch-size "
-                f"{self.max_batch_size}: {exc}; the BF16 inputs {bf16} reach the model as "
-                "torch.bfloat16, so its weights must be bfloat16 too: serve it with --dtype "
-                "bf16, or declare the inputs FP32; if that is not it, check the declared shapes"
-            )
-        return ConfigError(
-            f"the start-up dry run of model {self.loaded.name!r} failed with the declared "
-            f"inputs {declared} (name:datatype:shape) at --max-batch-size {self.max_batch_size}: "
-            f"{exc}; declare the input shape the model takes with --input NAME:DTYPE:DIMS "
-            "(-1 first, for the batch; its outputs with --output), or, for a .pt2, export it "
-            "with a dynamic batch dimension whose max >= --max-batch-size "
-            "(torch.export.Dim('batch', max=N) in dynamic_shapes)"
-        )
-
-    def _thread_count(self) -> int | None:
-        if self.torch_threads is not None:
-            return self.torch_threads
-        primaries = [r for r in self.replicas if not r.fallback]
-        if primaries and all(r.device.type == "cpu" for r in primaries):
-            # keep one core for the event loop (HTTP parsing, batching), share the rest
-            return max(1, ((os.cpu_count() or 1) - 1) // len(primaries))
-        return None
 
     def is_live(self) -> bool:
         """The process answers (until :meth:`stop`)."""
@@ -350,12 +316,7 @@ class Engine:
 
     def is_ready(self) -> bool:
         """Taking work and at least one replica ready (weights checked on its device now)."""
-        if not (self._accepting and self._serving):
-            return False
-        primaries = [r for r in self.replicas if not r.fallback]
-        if any(r.is_ready() for r in primaries):
-            return True
-        return any(r.is_ready() for r in self.replicas if r.fallback)
+        return self._accepting and self._serving and self.pool.is_ready()
 
     async def drain(self, timeout: float) -> None:
         """Stop taking work; wait up to ``timeout`` s for queued and in-flight requests."""
@@ -364,51 +325,148 @@ class Engine:
         if loop is None or self._batcher is None:
             return
         deadline = loop.time() + max(timeout, 0.0)
-        while (len(self._batcher) or any(lane.busy for lane in self._lanes)) and (
-            loop.time() < deadline
-        ):
+        while (len(self._batcher) or self.pool.busy) and loop.time() < deadline:
             await asyncio.sleep(0.002)
         failed = self._batcher.fail_all(
             lambda: NotReadyError("the server is shutting down; retry on another instance")
         )
         if failed:
-            self._device_metrics[self._default_label].errors["not_ready"].inc(failed)
+            self._device_metrics[self.default_label].errors["not_ready"].inc(failed)
 
     async def stop(self) -> None:
         """Drain with no grace, stop the workers and flush the trace file."""
         if self._stopped:
             return
         await self.drain(0.0)
+        await self.pool.close()
         loop = asyncio.get_running_loop()
-        for replica in self.replicas:
-            await loop.run_in_executor(None, replica.close)
-        # answer anything a worker finished meanwhile
-        await asyncio.sleep(0)
-        for lane in self._lanes:
-            lane.busy = False
         await loop.run_in_executor(None, self.tracer.close)  # JSON built off the loop
         self._stopped = True
         self._serving = False
 
     # ------------------------------------------------------------------ the request path
-    async def infer(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run the rows of one request; every declared output comes back with as many rows."""
+    async def infer(
+        self,
+        inputs: Mapping[str, np.ndarray],
+        *,
+        timeout_s: float | None = None,
+        priority: int | None = None,
+    ) -> dict[str, np.ndarray]:
+        """Run the rows of one request; every declared output comes back with as many rows.
+
+        More rows than ``max_batch_size`` are queued as chunks of at most that many (they may
+        run on different replicas) and answered as one, rows in order. ``timeout_s`` (else the
+        server default) bounds the time the request may stay queued; ``priority`` picks its
+        level (1 is served first; 0 or None: the default).
+        """
         if not (self._accepting and self._serving):
             raise self._count(self._not_ready())
         rows = self._rows(inputs)
+        level = self.policy.level(priority)
         batcher = self._batcher
+        loop = self._loop
         assert batcher is not None
-        assert self._loop is not None
-        pending = Pending(inputs, rows, self._loop.create_future())
+        assert loop is not None
+        self._admit(batcher, rows)
+        pendings = [
+            Pending(chunk, n, loop.create_future(), level=level)
+            for chunk, n in self._chunks(inputs, rows)
+        ]
+        for index, pending in enumerate(pendings):
+            try:
+                batcher.submit(pending)
+            except OverloadedError as exc:
+                self._withdraw(pendings[:index])
+                raise self._count(exc) from None
+        timeout = self.policy.timeout(timeout_s)
+        timer = loop.call_later(timeout, self._expire, pendings) if timeout else None
         try:
-            batcher.submit(pending)
-        except OverloadedError as exc:
-            raise self._count(exc) from None
-        try:
-            result: dict[str, np.ndarray] = await pending.future
+            results = [await pending.future for pending in pendings]
+        except asyncio.CancelledError:  # the client went away: its queued work never runs
+            if self._withdraw(pendings):
+                self._count_drop("cancelled")
+            raise
+        except ServeError:
+            self._withdraw(pendings)
+            raise
         finally:
-            _SERVED_BY.set(pending.device)
-        return result
+            if timer is not None:
+                timer.cancel()
+            _SERVED_BY.set(pendings[0].device)
+        if len(results) == 1:
+            single: dict[str, np.ndarray] = results[0]
+            return single
+        return {name: np.concatenate([r[name] for r in results]) for name in results[0]}
+
+    def _chunks(
+        self, inputs: Mapping[str, np.ndarray], rows: int
+    ) -> list[tuple[Mapping[str, np.ndarray], int]]:
+        """The request as chunks of at most ``max_batch_size`` rows (views, no copy)."""
+        size = self.max_batch_size
+        if rows <= size:
+            return [(inputs, rows)]
+        return [
+            ({name: array[start : start + size] for name, array in inputs.items()},
+             min(size, rows - start))
+            for start in range(0, rows, size)
+        ]  # fmt: skip
+
+    def _admit(self, batcher: Batcher, rows: int) -> None:
+        """Refuse at once (503 + Retry-After) when the queued work would take too long; one
+        full batch per serving replica may always wait, so that no replica idles between
+        batches however slow a batch is."""
+        limit = self.policy.max_queue_wait_s
+        if limit is None:
+            return
+        queued = batcher.queued_rows
+        if queued < self.max_batch_size:  # the common case, decided without the pool
+            return
+        replicas = self.pool.serving_count
+        if queued < self.max_batch_size * max(replicas, 1):
+            return
+        wait = self._estimate.wait(queued, self.max_batch_size, replicas)
+        if wait > limit:
+            raise self._count(
+                OverloadedError(
+                    f"over capacity: the queued work takes about {wait * 1000:.0f} ms, over "
+                    f"the {limit * 1000:g} ms limit (--max-queue-wait-ms); retry shortly"
+                )
+            )
+
+    def _withdraw(self, pendings: Sequence[Pending]) -> int:
+        """Remove the still-queued chunks of a request (never computed) and settle the
+        futures of the others; returns how many were removed."""
+        batcher = self._batcher
+        removed = 0
+        for pending in pendings:
+            if not pending.taken and batcher is not None and batcher.discard(pending):
+                removed += 1
+            future = pending.future
+            if not future.done():
+                future.cancel()
+            elif not future.cancelled():
+                future.exception()  # retrieved: no "never retrieved" warning
+        return removed
+
+    def _expire(self, pendings: Sequence[Pending]) -> None:
+        """The deadline passed: the chunks still queued are removed and answered 504."""
+        queued = [p for p in pendings if not p.taken and not p.future.done()]
+        if not queued:
+            return
+        batcher = self._batcher
+        for pending in queued:
+            if batcher is not None:
+                batcher.discard(pending)
+            pending.future.set_exception(
+                DeadlineExceededError(
+                    "the request's deadline passed while it was queued; it was not run (give "
+                    "it a longer 'timeout' parameter, in microseconds, or retry)"
+                )
+            )
+        self._count_drop("deadline")
+
+    def _count_drop(self, cls: str) -> None:
+        self._device_metrics[self.default_label].errors[cls].inc()
 
     def _rows(self, inputs: Mapping[str, np.ndarray]) -> int:
         """Rows of the request; every input checked against its declaration (cheap)."""
@@ -441,9 +499,12 @@ class Engine:
                     f"input {name!r} has {shape[0]} rows but {self._input_names[0]!r} has "
                     f"{rows}; every input needs the same batch size"
                 )
-        if rows < 1 or rows > self.max_batch_size:
-            raise InputError(
-                f"a request must carry 1..{self.max_batch_size} rows (max batch size), got {rows}"
+        if rows < 1:
+            raise InputError(f"a request must carry at least one row, got {rows}")
+        if rows > self.max_request_rows:
+            raise PayloadTooLargeError(
+                f"a request may carry at most {self.max_request_rows} rows "
+                f"(--max-request-rows), got {rows}; split it"
             )
         return rows
 
@@ -469,145 +530,22 @@ class Engine:
 
     def _count(self, exc: ServeError) -> ServeError:
         cls = "overload" if isinstance(exc, OverloadedError) else "not_ready"
-        self._device_metrics[self._default_label].errors[cls].inc()
+        self._device_metrics[self.default_label].errors[cls].inc()
         return exc
 
-    def _pick(self) -> _Lane | None:
-        best: _Lane | None = None
-        any_healthy = False
-        for lane in self._primary:
-            if lane.replica.in_pool:
-                any_healthy = True
-                if not lane.busy and (best is None or lane.rows_served < best.rows_served):
-                    best = lane
-        if best is not None or any_healthy:
-            return best
-        for lane in self._fallback:
-            if lane.replica.in_pool and not lane.busy:
-                return lane
-        return None
-
     def _refresh_serving(self) -> None:
-        self._serving = any(r.in_pool for r in self.replicas)
+        self._serving = self.pool.serving
         if not self._serving and self._batcher is not None:
             failed = self._batcher.fail_all(self._not_ready)
             if failed:
-                self._device_metrics[self._default_label].errors["not_ready"].inc(failed)
-
-    # ------------------------------------------------------------------ worker callbacks
-    def _on_batch_done(self, replica: Replica, token: Any, outcome: BatchOutcome) -> None:
-        """Worker thread: record metrics and spans, then hand the results to the loop."""
-        batch: list[Pending] = token
-        bound = self._device_metrics[replica.label]
-        started = outcome.started
-        tracer = self.tracer
-        arrivals: list[float] | None = None
-        if self.metrics_enabled or tracer.enabled:
-            arrivals = [pending.arrived for pending in batch]
-        if self.metrics_enabled:
-            assert arrivals is not None
-            bound.queue.observe_many([started - arrived for arrived in arrivals])
-            bound.batch_size.observe(outcome.rows)
-            bound.h2d.observe(outcome.h2d_s)
-            bound.compute.observe(outcome.compute_s)
-            bound.d2h.observe(outcome.d2h_s)
-        failed = [r for r in outcome.results if isinstance(r, ServeError)]
-        for error in failed:
-            cls = _ERROR_CLASS.get(type(error))
-            if cls is not None and cls != "input":
-                bound.errors[cls].inc()
-        if failed:
-            self._log_failure(replica, outcome, failed[0])
-        if tracer.enabled:
-            assert arrivals is not None
-            statuses = (
-                [r.status if isinstance(r, ServeError) else 200 for r in outcome.results]
-                if failed
-                else None
-            )
-            tracer.batch(
-                BatchRecord(
-                    replica=replica.name,
-                    device=replica.label,
-                    arrivals=arrivals,
-                    rows=[pending.rows for pending in batch],
-                    statuses=statuses,
-                    started=started,
-                    finished=outcome.finished,
-                    h2d=outcome.h2d_s,
-                    compute=outcome.compute_s,
-                    d2h=outcome.d2h_s,
-                    sync=outcome.sync_s,
-                )
-            )
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self._finish, replica, batch, outcome)
-
-    def _finish(self, replica: Replica, batch: list[Pending], outcome: BatchOutcome) -> None:
-        """Event loop: resolve the futures of a finished batch and dispatch the next one."""
-        for pending, result in zip(batch, outcome.results, strict=False):
-            future = pending.future
-            if future.done():
-                continue
-            if isinstance(result, ServeError):
-                future.set_exception(result)
-            else:
-                future.set_result(result)
-        lane = self._lanes[replica.index]
-        lane.busy = False
-        lane.rows_served += outcome.rows
-        if outcome.left_pool:
-            self._refresh_serving()
-        if self._batcher is not None:
-            self._batcher.dispatch()
-
-    def _on_recovered(self, replica: Replica) -> None:
-        """Worker thread: a background dry run brought the replica back."""
-        logger.warning(
-            "%s",
-            json.dumps(
-                {
-                    "event": "torchplace.serve.replica_recovered",
-                    "replica": replica.name,
-                    "device": replica.label,
-                    "model": self.name,
-                    "version": self.version,
-                }
-            ),
-        )
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self._after_recovery)
-
-    def _after_recovery(self) -> None:
-        self._refresh_serving()
-        if self._batcher is not None:
-            self._batcher.dispatch()
-
-    def _log_failure(self, replica: Replica, outcome: BatchOutcome, error: ServeError) -> None:
-        record = {
-            "event": "torchplace.serve.batch_failed",
-            "replica": replica.name,
-            "device": replica.label,
-            "model": self.name,
-            "version": self.version,
-            "class": _ERROR_CLASS.get(type(error), "other"),
-            "status": error.status,
-            "rows": outcome.rows,
-            "oom_splits": outcome.oom_splits,
-            "error": str(error),
-            "consecutive_failures": replica.health.consecutive,
-            "left_pool": outcome.left_pool,
-        }
-        logger.warning("%s", json.dumps(record))
+                self._device_metrics[self.default_label].errors["not_ready"].inc(failed)
 
     # ------------------------------------------------------------------ observability
     def observe_request(self, status: int, seconds: float) -> None:
         """Count one answered request (called by the HTTP side, in the request's task)."""
-        bound = self._device_metrics.get(_SERVED_BY.get() or self._default_label)
+        bound = self._device_metrics.get(_SERVED_BY.get() or self.default_label)
         if bound is None:
-            bound = self._device_metrics[self._default_label]
+            bound = self._device_metrics[self.default_label]
         bound.request(status, seconds)
         if status in (400, 413):
             bound.errors["input"].inc()
@@ -618,76 +556,3 @@ class Engine:
 
     def _queue_depth(self) -> int:
         return len(self._batcher) if self._batcher is not None else 0
-
-    def _replica_states(self) -> list[ReplicaState]:
-        return [ReplicaState(r.name, r.label, r.is_ready()) for r in self.replicas]
-
-    def _startup_record(self, seconds: float, threads: int | None) -> dict[str, Any]:
-        import torch
-
-        visible = ["cpu"]
-        if torch.cuda.is_available():
-            visible += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
-        memory: dict[str, dict[str, int]] = {}
-        for label in {r.label for r in self.replicas}:
-            found = _device_memory(label)
-            if found is not None:
-                memory[label] = {"allocated_bytes": found[0], "reserved_bytes": found[1]}
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        rss_bytes = rss if sys.platform == "darwin" else rss * 1024
-        staging = sum(r.staging.nbytes for r in self.replicas if r.staging is not None)
-        return {
-            "event": "torchplace.serve.start",
-            "model": self.name,
-            "version": self.version,
-            "source": self.loaded.source,
-            "device": self._default_label,
-            "devices": self.devices,
-            "dtype": self.dtype,
-            "replicas": [
-                {
-                    "name": r.name,
-                    "device": r.label,
-                    "fallback": r.fallback,
-                    "ready": r.is_ready(),
-                    "pinned_staging": bool(r.staging and r.staging.is_pinned()),
-                    "weight_dtypes": r.weight_dtypes(),
-                    "weight_bytes": weight_bytes(r.module) if r.module is not None else 0,
-                }
-                for r in self.replicas
-            ],
-            "visible_devices": visible,
-            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-            "weight_bytes": self.loaded.weight_bytes,
-            "max_batch_size": self.max_batch_size,
-            "max_delay_ms": self.max_delay_ms,
-            "max_queue": self.max_queue,
-            "staging_bytes": staging,
-            "memory_after_warmup": memory,
-            "host_max_rss_bytes": rss_bytes,
-            "torch_threads": threads if threads is not None else torch.get_num_threads(),
-            "torch_version": torch.__version__,
-            "startup_seconds": round(seconds, 4),
-        }
-
-
-def _full_device(device: torch.device) -> torch.device:
-    """``cuda`` -> ``cuda:N`` (the current device): labels, placement checks and memory gauges
-    all need the index."""
-    index: int | None = device.index  # None for a bare "cuda" (torch's stubs say int)
-    if index is not None or device.type in ("cpu", "meta"):
-        return device
-    from torchplace.devices import resolve_device
-
-    return resolve_device(device)
-
-
-def _device_memory(label: str) -> tuple[int, int] | None:
-    """(allocated, reserved) bytes of an accelerator; None for the CPU and friends."""
-    if not label.startswith("cuda"):
-        return None
-    import torch
-
-    if not torch.cuda.is_available():
-        return None
-    return torch.cuda.memory_allocated(label), torch.cuda.memory_reserved(label)

@@ -31,6 +31,7 @@ import httptools
 import orjson
 
 from torchplace.errors import ConfigError
+from torchplace.serve.listener import close_listener
 
 __all__ = ["Handler", "HttpServer", "Request", "Response", "error_response"]
 
@@ -438,9 +439,16 @@ class HttpServer:
         self._ticker = asyncio.get_running_loop().call_later(1.0, self._tick)
 
     def stop_accepting(self) -> None:
-        """Close the listening socket; open connections stay."""
+        """Close the listening socket at once; open connections stay."""
         if self._server is not None:
             self._server.close()
+
+    async def close_listener(self, timeout: float = 2.0) -> None:
+        """Stop taking connections and close the listening socket without resetting any that
+        the kernel already accepted (see :mod:`torchplace.serve.listener`); open connections
+        stay."""
+        if self._server is not None:
+            await close_listener(self._server, timeout)
 
     async def close(self) -> None:
         """Stop accepting, close every connection and wait for the socket to go."""

@@ -14,12 +14,18 @@ name                                                   type       extra labels
 ``torchplace_device_memory_allocated_bytes``           gauge      (accelerators only)
 ``torchplace_device_memory_reserved_bytes``            gauge      (accelerators only)
 ``torchplace_errors_total``                            counter    ``class``
+``torchplace_oom_splits_total``                        counter    (batches split after an OOM)
 ``torchplace_replica_ready``                           gauge      ``replica``
 =====================================================  =========  ==============================
 
-``class`` is one of ``input``, ``overload``, ``not_ready``, ``oom``, ``transfer``, ``kernel``.
-The hot path only touches pre-bound children: the histograms and the request counter are plain
-bucket arrays (one ``bisect`` and one uncontended lock per observation, one lock per batch for
+``class`` is one of ``input``, ``overload`` (refused: queue full or over the wait limit),
+``not_ready``, ``deadline`` (dropped from the queue when its deadline passed, never run),
+``cancelled`` (dropped from the queue when its client went away, never run), ``oom``,
+``transfer``, ``kernel``.
+No series has a ``_created`` sample (prometheus-client adds one to every counter and histogram
+it owns; these are exposed through a collector that gives none): it would double what a scraper
+stores and tell no one anything. The hot path only touches pre-bound children: the histograms
+and the counters are plain bucket arrays and integers (one ``bisect`` and one uncontended lock per observation, one lock per batch for
 the per-request queue waits), exposed through a prometheus-client collector at scrape time;
 gauges that describe state (queue depth, memory, readiness) are read at scrape time too.
 """
@@ -32,7 +38,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -45,13 +51,23 @@ __all__ = [
     "ERROR_CLASSES",
     "STAGES",
     "DeviceMetrics",
+    "FastCounter",
     "FastHistogram",
     "ReplicaState",
     "ServeMetrics",
 ]
 
 STAGES = ("queue", "h2d", "compute", "d2h")
-ERROR_CLASSES = ("input", "overload", "not_ready", "oom", "transfer", "kernel")
+ERROR_CLASSES = (
+    "input",
+    "overload",
+    "not_ready",
+    "deadline",
+    "cancelled",
+    "oom",
+    "transfer",
+    "kernel",
+)
 
 _LATENCY_BUCKETS = (
     0.0001,
@@ -125,11 +141,25 @@ class FastHistogram:
         return buckets, total
 
 
+class FastCounter:
+    """A monotonic counter: an integer under a lock, exposed at scrape time."""
+
+    __slots__ = ("_lock", "value")
+
+    def __init__(self) -> None:
+        self.value = 0
+        self._lock = threading.Lock()
+
+    def inc(self, amount: int = 1) -> None:
+        """Add ``amount`` (>= 0)."""
+        with self._lock:
+            self.value += amount
+
+
 class DeviceMetrics:
     """Every series bound to one device: what the hot path updates."""
 
     def __init__(self, parent: ServeMetrics, device: str) -> None:
-        base = (parent.model, parent.version, device)
         self.device = device
         self.queue = FastHistogram(_LATENCY_BUCKETS)
         self.h2d = FastHistogram(_LATENCY_BUCKETS)
@@ -137,7 +167,8 @@ class DeviceMetrics:
         self.d2h = FastHistogram(_LATENCY_BUCKETS)
         self.batch_size = FastHistogram(parent.batch_buckets)
         self.duration = FastHistogram(_LATENCY_BUCKETS)
-        self.errors = {cls: parent.errors.labels(*base, cls) for cls in ERROR_CLASSES}
+        self.errors = {cls: FastCounter() for cls in ERROR_CLASSES}
+        self.oom_splits = FastCounter()
         self.by_status: dict[int, int] = {}  # guarded by the duration histogram's lock
 
     def request(self, status: int, seconds: float) -> None:
@@ -181,12 +212,6 @@ class ServeMetrics:
         self.batch_buckets = tuple(
             float(b)
             for b in sorted({2**i for i in range(max_batch_size.bit_length())} | {max_batch_size})
-        )
-        self.errors = Counter(
-            "torchplace_errors",
-            "Failed requests by error class (input, overload, not_ready, oom, transfer, kernel).",
-            ("model", "version", "device", "class"),
-            registry=self.registry,
         )
         self._devices: dict[str, DeviceMetrics] = {}
         for device in devices:
@@ -253,6 +278,16 @@ class _StateCollector(Collector):
         batch = HistogramMetricFamily(
             "torchplace_batch_size", "Rows per batch run on a replica.", labels=labels
         )
+        splits = CounterMetricFamily(
+            "torchplace_oom_splits",
+            "Batches split in halves and retried after a device out-of-memory error.",
+            labels=labels,
+        )
+        errors = CounterMetricFamily(
+            "torchplace_errors",
+            "Failed requests by error class (" + ", ".join(ERROR_CLASSES) + ").",
+            labels=[*labels, "class"],
+        )
         for bound in self._parent.bound():
             key = [model, version, bound.device]
             with bound.duration._lock:
@@ -266,10 +301,15 @@ class _StateCollector(Collector):
                 stages.add_metric([*key, name], buckets, total)
             buckets, total = bound.batch_size.snapshot()
             batch.add_metric(key, buckets, total)
+            for cls, counter in bound.errors.items():
+                errors.add_metric([*key, cls], float(counter.value))
+            splits.add_metric(key, float(bound.oom_splits.value))
         yield requests
         yield duration
         yield stages
         yield batch
+        yield errors
+        yield splits
 
     def _state_series(self) -> Iterator[Metric]:
         model, version = self._parent.model, self._parent.version

@@ -1,11 +1,10 @@
 """The OpenAPI 3.0 document ``torchplace serve`` publishes at ``/v2/openapi.json``.
 
-It follows the official Open Inference Protocol document (kserve ``rest_predict_v2.yaml``):
-the same paths, operations and schemas (``inference_request``, ``request_input``,
-``tensor_data``, ``inference_response``, metadata and error objects), with the path templates
-written as OpenAPI parameters, the error responses this server really gives (400, 401, 404,
-405, 413, 415, 503, 507, 500) listed per operation, and the served model's name, version and
-input declarations filled in as examples.
+Nothing here is restated by hand: the paths and operations come from the route declarations
+(:data:`torchplace.serve.routes.ROUTES`), each operation's error responses from the statuses its
+route declares (meanings in :data:`~torchplace.serve.routes.ERRORS`), and the schemas from the
+Open Inference Protocol messages (:mod:`torchplace.serve.messages`), with the served model's
+name, version and tensors filled in as examples.
 """
 
 from __future__ import annotations
@@ -15,59 +14,65 @@ from typing import Any
 
 from torchplace import __version__
 from torchplace.models import TensorSpec
+from torchplace.serve.messages import example_request, message_schemas, ref
+from torchplace.serve.routes import ERRORS, ROUTES, Route
 
 __all__ = ["openapi_document"]
-
-
-def _ref(schema: str) -> dict[str, Any]:
-    return {"$ref": "#/components/schemas/" + schema}
-
-
-def _array_of(schema: str) -> dict[str, Any]:
-    return {"type": "array", "items": _ref(schema)}
-
-
-_ERROR = _ref("error_response")
 
 
 def _json(schema: dict[str, Any]) -> dict[str, Any]:
     return {"application/json": {"schema": schema}}
 
 
-def _errors(*codes: int) -> dict[str, Any]:
-    words = {
-        400: "Bad Request: the request does not match the model's inputs",
-        401: "Unauthorized: missing or wrong bearer token",
-        404: "Not Found: unknown model, version or route",
-        405: "Method Not Allowed",
-        413: "Payload Too Large: the body is over the limit",
-        415: "Unsupported Media Type",
-        500: "Internal Server Error: a transfer or kernel failure",
-        503: "Service Unavailable: not ready, overloaded or shutting down (see Retry-After)",
-        507: "Insufficient Storage: one row does not fit in device memory",
-    }
-    return {str(c): {"description": words[c], "content": _json(_ERROR)} for c in codes}
+def _path_parameters(path: str, name: str, version: str) -> list[dict[str, Any]]:
+    found = []
+    for param, example in (("MODEL_NAME", name), ("MODEL_VERSION", version)):
+        if "{" + param + "}" in path:
+            found.append(
+                {
+                    "name": param,
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string"},
+                    "example": example,
+                }
+            )
+    return found
 
 
-def _example_request(inputs: Sequence[TensorSpec]) -> dict[str, Any]:
-    def value(datatype: str) -> object:
-        return True if datatype == "BOOL" else 0.5 if datatype.startswith(("FP", "BF")) else 1
-
-    tensors = []
-    for spec in inputs:
-        shape = [1 if d == -1 else d for d in spec.shape]
-        count = 1
-        for d in shape:
-            count *= d
-        tensors.append(
-            {
-                "name": spec.name,
-                "datatype": spec.datatype,
-                "shape": shape,
-                "data": [value(spec.datatype)] * count,
-            }
+def _operation(
+    route: Route, operation_id: str, *, auth: bool, inputs: Sequence[TensorSpec], rows: int
+) -> dict[str, Any]:
+    body = ref(route.ok) if route.ok is not None else {"type": "object"}
+    if route.content_type != "application/json":
+        ok_content: dict[str, Any] = {route.content_type: {"schema": {"type": "string"}}}
+    else:
+        ok_content = _json(body)
+    codes = sorted({*route.errors, *((401,) if auth and not route.public else ())})
+    op: dict[str, Any] = {
+        "operationId": operation_id,
+        "summary": route.summary,
+        "responses": {
+            "200": {"description": "OK", "content": ok_content},
+            **{str(c): {"description": ERRORS[c], "content": _json(ref("error_response"))}
+               for c in codes},
+        },
+    }  # fmt: skip
+    if route.body is not None:
+        op["description"] = (
+            f"Run the model on 1..{rows} rows. Tensors go as JSON 'data' or, with the binary "
+            "tensor data extension, after the JSON header whose length is given in the "
+            "Inference-Header-Content-Length header."
         )
-    return {"id": "1", "inputs": tensors}
+        op["requestBody"] = {
+            "required": True,
+            "content": {
+                "application/json": {"schema": ref(route.body), "example": example_request(inputs)}
+            },
+        }
+    if auth and not route.public:
+        op["security"] = [{"bearer": []}]
+    return op
 
 
 def openapi_document(
@@ -76,231 +81,22 @@ def openapi_document(
     version: str,
     inputs: Sequence[TensorSpec],
     outputs: Sequence[TensorSpec],
-    max_batch_size: int,
+    max_rows: int,
     auth: bool = False,
 ) -> dict[str, Any]:
-    """The OpenAPI document for a server that serves model ``name`` version ``version``."""
-    model = {
-        "name": "MODEL_NAME",
-        "in": "path",
-        "required": True,
-        "schema": {"type": "string"},
-        "example": name,
-    }
-    model_version = {
-        "name": "MODEL_VERSION",
-        "in": "path",
-        "required": True,
-        "schema": {"type": "string"},
-        "example": version,
-    }
-    common = (401,) if auth else ()
-    plain_ok = {"200": {"description": "OK", "content": _json({"type": "object"})}}
-
-    def get(op_id: str, summary: str, ok: dict[str, Any], *codes: int) -> dict[str, Any]:
-        return {
-            "get": {
-                "operationId": op_id,
-                "summary": summary,
-                "responses": {**ok, **_errors(*codes, *common)},
-            }
-        }
-
-    def infer(op_id: str) -> dict[str, Any]:
-        return {
-            "post": {
-                "operationId": op_id,
-                "summary": "Inference",
-                "description": (
-                    f"Run the model on 1..{max_batch_size} rows. Tensors go as JSON 'data' or, "
-                    "with the binary tensor data extension, after the JSON header whose length "
-                    "is given in the Inference-Header-Content-Length header."
-                ),
-                "requestBody": {
-                    "required": True,
-                    "content": {
-                        "application/json": {
-                            "schema": _ref("inference_request"),
-                            "example": _example_request(inputs),
-                        }
-                    },
-                },
-                "responses": {
-                    "200": {
-                        "description": "OK",
-                        "content": _json(_ref("inference_response")),
-                    },
-                    **_errors(400, 404, 413, 415, 500, 503, 507, *common),
-                },
-            }
-        }
-
-    metadata_ok = {
-        "200": {
-            "description": "OK",
-            "content": _json(_ref("metadata_model_response")),
-        }
-    }
-    paths: dict[str, Any] = {
-        "/v2/health/live": {
-            "get": {
-                "operationId": "get-v2-health-live",
-                "summary": "Server Live",
-                "responses": {**plain_ok, **_errors(503)},
-            }
-        },
-        "/v2/health/ready": {
-            "get": {
-                "operationId": "get-v2-health-ready",
-                "summary": "Server Ready",
-                "responses": {**plain_ok, **_errors(503)},
-            }
-        },
-        "/v2": get(
-            "get-v2",
-            "Server Metadata",
-            {
-                "200": {
-                    "description": "OK",
-                    "content": _json(_ref("metadata_server_response")),
-                }
-            },
-        ),
-        "/v2/models/{MODEL_NAME}": {
-            "parameters": [model],
-            **get("get-v2-models-name", "Model Metadata", metadata_ok, 404),
-        },
-        "/v2/models/{MODEL_NAME}/versions/{MODEL_VERSION}": {
-            "parameters": [model, model_version],
-            **get("get-v2-models-name-versions-version", "Model Metadata", metadata_ok, 404),
-        },
-        "/v2/models/{MODEL_NAME}/ready": {
-            "parameters": [model],
-            **get("get-v2-models-name-ready", "Model Ready", plain_ok, 404, 503),
-        },
-        "/v2/models/{MODEL_NAME}/versions/{MODEL_VERSION}/ready": {
-            "parameters": [model, model_version],
-            **get("get-v2-models-name-versions-version-ready", "Model Ready", plain_ok, 404, 503),
-        },
-        "/v2/models/{MODEL_NAME}/infer": {"parameters": [model], **infer("post-v2-infer")},
-        "/v2/models/{MODEL_NAME}/versions/{MODEL_VERSION}/infer": {
-            "parameters": [model, model_version],
-            **infer("post-v2-versions-infer"),
-        },
-        "/metrics": {
-            "get": {
-                "operationId": "get-metrics",
-                "summary": "Prometheus metrics",
-                "responses": {
-                    "200": {
-                        "description": "OK",
-                        "content": {"text/plain": {"schema": {"type": "string"}}},
-                    },
-                    **_errors(404, *common),
-                },
-            }
-        },
-    }
-    tensor_meta = {
-        "type": "object",
-        "required": ["name", "datatype", "shape"],
-        "properties": {
-            "name": {"type": "string"},
-            "datatype": {"type": "string"},
-            "shape": {"type": "array", "items": {"type": "integer"}},
-        },
-    }
-    schemas: dict[str, Any] = {
-        "error_response": {
-            "type": "object",
-            "required": ["error"],
-            "properties": {"error": {"type": "string"}},
-        },
-        "metadata_server_response": {
-            "type": "object",
-            "required": ["name", "version", "extensions"],
-            "properties": {
-                "name": {"type": "string"},
-                "version": {"type": "string"},
-                "extensions": {"type": "array", "items": {"type": "string"}},
-            },
-        },
-        "metadata_tensor": tensor_meta,
-        "metadata_model_response": {
-            "type": "object",
-            "required": ["name", "platform"],
-            "properties": {
-                "name": {"type": "string"},
-                "versions": {"type": "array", "items": {"type": "string"}},
-                "platform": {"type": "string"},
-                "inputs": _array_of("metadata_tensor"),
-                "outputs": _array_of("metadata_tensor"),
-            },
-        },
-        "parameters": {"type": "object"},
-        "tensor_data": {
-            "type": "array",
-            "items": {
-                "anyOf": [
-                    _ref("tensor_data"),
-                    {"type": "number"},
-                    {"type": "string"},
-                    {"type": "boolean"},
-                ]
-            },
-        },
-        "request_input": {
-            "type": "object",
-            "required": ["name", "shape", "datatype"],
-            "properties": {
-                "name": {"type": "string", "enum": [s.name for s in inputs]},
-                "shape": {"type": "array", "items": {"type": "integer"}},
-                "datatype": {"type": "string"},
-                "parameters": _ref("parameters"),
-                "data": _ref("tensor_data"),
-            },
-        },
-        "request_output": {
-            "type": "object",
-            "required": ["name"],
-            "properties": {
-                "name": {"type": "string", "enum": [s.name for s in outputs]},
-                "parameters": _ref("parameters"),
-            },
-        },
-        "inference_request": {
-            "type": "object",
-            "required": ["inputs"],
-            "properties": {
-                "id": {"type": "string"},
-                "parameters": _ref("parameters"),
-                "inputs": _array_of("request_input"),
-                "outputs": _array_of("request_output"),
-            },
-        },
-        "response_output": {
-            "type": "object",
-            "required": ["name", "shape", "datatype"],
-            "properties": {
-                "name": {"type": "string"},
-                "shape": {"type": "array", "items": {"type": "integer"}},
-                "datatype": {"type": "string"},
-                "parameters": _ref("parameters"),
-                "data": _ref("tensor_data"),
-            },
-        },
-        "inference_response": {
-            "type": "object",
-            "required": ["model_name", "outputs"],
-            "properties": {
-                "model_name": {"type": "string"},
-                "model_version": {"type": "string"},
-                "id": {"type": "string"},
-                "parameters": _ref("parameters"),
-                "outputs": _array_of("response_output"),
-            },
-        },
-    }
+    """The OpenAPI document for a server that serves model ``name`` version ``version``;
+    ``max_rows`` is the most rows one request may carry."""
+    paths: dict[str, Any] = {}
+    for route in ROUTES:
+        for path, operation_id in route.paths():
+            item: dict[str, Any] = {}
+            parameters = _path_parameters(path, name, version)
+            if parameters:
+                item["parameters"] = parameters
+            item[route.method.lower()] = _operation(
+                route, operation_id, auth=auth, inputs=inputs, rows=max_rows
+            )
+            paths[path] = item
     doc: dict[str, Any] = {
         "openapi": "3.0.3",
         "info": {
@@ -313,14 +109,8 @@ def openapi_document(
             "license": {"name": "Apache 2.0"},
         },
         "paths": paths,
-        "components": {"schemas": schemas},
+        "components": {"schemas": message_schemas(inputs, outputs)},
     }
     if auth:
         doc["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
-        for path, item in paths.items():
-            if path.startswith("/v2/health/"):
-                continue
-            for key, op in item.items():
-                if key != "parameters":
-                    op["security"] = [{"bearer": []}]
     return doc

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from torchplace.errors import InputError
+from torchplace.errors import InputError, PayloadTooLargeError
 from torchplace.models import TensorSpec
 from torchplace.serve.datatypes import HOST_DTYPES
 
@@ -85,6 +85,10 @@ class InferRequest:
     rows: int
     outputs: tuple[RequestedOutput, ...] | None
     binary_output: bool
+    #: the ``timeout`` parameter: how long it may stay queued, in microseconds (0: default)
+    timeout_us: int | None = None
+    #: the ``priority`` parameter: its level, 1 first (0: default)
+    priority: int | None = None
 
 
 def _fail(message: str) -> InputError:
@@ -107,11 +111,12 @@ def decode_infer_request(
     *,
     inputs: Sequence[TensorSpec],
     outputs: Sequence[TensorSpec],
-    max_batch_size: int,
+    max_rows: int,
     header_length: int | None = None,
     allow_nan: bool = False,
 ) -> InferRequest:
-    """Decode and validate an OIP inference request body (JSON, or JSON + binary tensors)."""
+    """Decode and validate an OIP inference request body (JSON, or JSON + binary tensors);
+    more than ``max_rows`` rows is :class:`~torchplace.errors.PayloadTooLargeError` (413)."""
     view = memoryview(body)
     if header_length is None:
         json_part, binary = view, None
@@ -128,21 +133,55 @@ def decode_infer_request(
         raise _fail(f"request body is not valid JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise _fail(f"request body must be a JSON object, not {_kind_name(doc)}")
-
     request_id = doc.get("id")
     if request_id is not None and not isinstance(request_id, str):
         raise _fail(f"'id' must be a string, not {_kind_name(request_id)}")
-    binary_output = False
-    params = doc.get("parameters")
-    if params is not None:
-        if not isinstance(params, dict):
-            raise _fail(f"'parameters' must be an object, not {_kind_name(params)}")
-        flag = params.get("binary_data_output", False)
-        if not isinstance(flag, bool):
-            raise _fail("parameter 'binary_data_output' must be true or false")
-        binary_output = flag
+    binary_output, timeout_us, priority = _request_parameters(doc.get("parameters"))
+    arrays, offset = _decode_inputs(doc.get("inputs"), inputs, binary, max_rows, allow_nan)
+    if binary is not None and offset != len(binary):
+        raise _fail(
+            f"the binary section has {len(binary)} bytes but the inputs' binary_data_size "
+            f"add up to {offset}; the sizes must match the data exactly"
+        )
+    return InferRequest(
+        id=request_id,
+        inputs=arrays,
+        rows=len(next(iter(arrays.values()))),
+        outputs=_requested_outputs(doc.get("outputs"), outputs, binary_output),
+        binary_output=binary_output,
+        timeout_us=timeout_us,
+        priority=priority,
+    )
 
-    raw_inputs = doc.get("inputs")
+
+def _request_parameters(params: object) -> tuple[bool, int | None, int | None]:
+    """``binary_data_output``, ``timeout`` (microseconds) and ``priority`` of a request."""
+    if params is None:
+        return False, None, None
+    if not isinstance(params, dict):
+        raise _fail(f"'parameters' must be an object, not {_kind_name(params)}")
+    flag = params.get("binary_data_output", False)
+    if not isinstance(flag, bool):
+        raise _fail("parameter 'binary_data_output' must be true or false")
+    found: list[int | None] = []
+    for key, meaning in (("timeout", "microseconds"), ("priority", "a level, 1 first")):
+        value = params.get(key)
+        if value is not None and (type(value) is not int or not 0 <= value < 2**63):
+            raise _fail(
+                f"parameter {key!r} must be a non-negative integer ({meaning}), got {value!r}"
+            )
+        found.append(value)
+    return flag, found[0], found[1]
+
+
+def _decode_inputs(
+    raw_inputs: object,
+    inputs: Sequence[TensorSpec],
+    binary: memoryview | None,
+    max_rows: int,
+    allow_nan: bool,
+) -> tuple[dict[str, np.ndarray[Any, Any]], int]:
+    """Every entry of ``inputs``, decoded and checked; the arrays and the binary offset."""
     if not isinstance(raw_inputs, list) or not raw_inputs:
         raise _fail(
             "request needs 'inputs', a non-empty array; the model takes "
@@ -166,7 +205,7 @@ def decode_infer_request(
             )
         if name in arrays:
             raise _fail(f"input {name!r} is given twice")
-        array, offset = _decode_input(raw, spec, binary, offset, max_batch_size, allow_nan)
+        array, offset = _decode_input(raw, spec, binary, offset, max_rows, allow_nan)
         if rows == -1:
             rows = len(array)
         elif len(array) != rows:
@@ -183,18 +222,7 @@ def decode_infer_request(
             + "; the model takes "
             + ", ".join(_describe(s) for s in inputs)
         )
-    if binary is not None and offset != len(binary):
-        raise _fail(
-            f"the binary section has {len(binary)} bytes but the inputs' binary_data_size "
-            f"add up to {offset}; the sizes must match the data exactly"
-        )
-    return InferRequest(
-        id=request_id,
-        inputs=arrays,
-        rows=rows,
-        outputs=_requested_outputs(doc.get("outputs"), outputs, binary_output),
-        binary_output=binary_output,
-    )
+    return arrays, offset
 
 
 def _describe(spec: TensorSpec) -> str:
@@ -206,9 +234,36 @@ def _decode_input(
     spec: TensorSpec,
     binary: memoryview | None,
     offset: int,
-    max_batch_size: int,
+    max_rows: int,
     allow_nan: bool,
 ) -> tuple[np.ndarray[Any, Any], int]:
+    """One entry of ``inputs`` -> its validated array (in its host dtype) and the next offset
+    into the binary section."""
+    shape = _checked_shape(raw, spec, max_rows)
+    count = math.prod(shape)
+    params = raw.get("parameters")
+    size = None
+    if params is not None:
+        if not isinstance(params, dict):
+            raise _fail(f"input {spec.name!r}: 'parameters' must be an object")
+        if "shared_memory_region" in params:
+            raise _fail(f"input {spec.name!r}: shared-memory inputs are not supported; send data")
+        size = params.get("binary_data_size")
+    if size is not None:
+        if raw.get("data") is not None:
+            raise _fail(f"input {spec.name!r} has both 'data' and 'binary_data_size'; send one")
+        array = _binary_array(spec, binary, offset, size, shape, count)
+        offset += size
+    else:
+        array = _json_array(spec, raw.get("data"), shape, count)
+    array = array.reshape(shape)
+    if not allow_nan:
+        _check_finite(spec, array)
+    return array, offset
+
+
+def _checked_shape(raw: dict[str, Any], spec: TensorSpec, max_rows: int) -> list[int]:
+    """The entry's datatype and shape checked against the declaration; returns the shape."""
     name = spec.name
     datatype = raw.get("datatype")
     if datatype != spec.datatype:
@@ -235,108 +290,115 @@ def _decode_input(
             "(-1 is the batch dimension)"
         )
     rows = shape[0]
-    if not 1 <= rows <= max_batch_size:
-        raise _fail(
-            f"input {name!r}: batch dimension {rows} must be between 1 and the max batch "
-            f"size {max_batch_size}; send at most {max_batch_size} rows per request"
+    if rows < 1:
+        raise _fail(f"input {name!r}: batch dimension {rows}; send at least one row")
+    if rows > max_rows:
+        raise PayloadTooLargeError(
+            f"input {name!r}: {rows} rows is over the limit of {max_rows} rows per request "
+            "(--max-request-rows); split the request"
         )
-    count = math.prod(shape)
-    params = raw.get("parameters")
-    size = None
-    if params is not None:
-        if not isinstance(params, dict):
-            raise _fail(f"input {name!r}: 'parameters' must be an object")
-        if "shared_memory_region" in params:
-            raise _fail(f"input {name!r}: shared-memory inputs are not supported; send data")
-        size = params.get("binary_data_size")
-    data = raw.get("data")
+    return shape
+
+
+def _binary_array(
+    spec: TensorSpec,
+    binary: memoryview | None,
+    offset: int,
+    size: object,
+    shape: list[int],
+    count: int,
+) -> np.ndarray[Any, Any]:
+    """The input's bytes from the binary section, as an array of its host dtype."""
+    name = spec.name
+    if binary is None:
+        raise _fail(
+            f"input {name!r} has 'binary_data_size' but the request has no "
+            "Inference-Header-Content-Length header giving the JSON length"
+        )
+    wire = WIRE_DTYPES[spec.datatype]
+    if type(size) is not int or size != count * wire.itemsize:
+        raise _fail(
+            f"input {name!r}: binary_data_size {size!r} does not match shape {shape} of "
+            f"{spec.datatype} ({count * wire.itemsize} bytes)"
+        )
+    if offset + size > len(binary):
+        raise _fail(
+            f"input {name!r}: binary data ends at byte {offset + size} but the binary "
+            f"section has only {len(binary)} bytes"
+        )
+    array = np.frombuffer(binary[offset : offset + size], dtype=wire)
+    if spec.datatype == "BF16":
+        return (array.astype(np.uint32) << 16).view(np.float32)
+    if spec.datatype == "BOOL":
+        if array.view(np.uint8).max(initial=0) > 1:
+            raise _fail(f"input {name!r}: BOOL bytes must be 0 or 1")
+        copied: np.ndarray[Any, Any] = array.copy()
+        return copied
+    return array.astype(HOST_DTYPES[spec.datatype], copy=True)
+
+
+def _json_array(
+    spec: TensorSpec, data: object, shape: list[int], count: int
+) -> np.ndarray[Any, Any]:
+    """The input's JSON ``data``, as an array of its host dtype (range-checked)."""
+    name = spec.name
     dtype: np.dtype[Any] = HOST_DTYPES[spec.datatype]  # the arrays' dtype in the server
-    if size is not None:
-        if data is not None:
-            raise _fail(f"input {name!r} has both 'data' and 'binary_data_size'; send one")
-        if binary is None:
-            raise _fail(
-                f"input {name!r} has 'binary_data_size' but the request has no "
-                "Inference-Header-Content-Length header giving the JSON length"
-            )
-        wire = WIRE_DTYPES[spec.datatype]
-        if type(size) is not int or size != count * wire.itemsize:
-            raise _fail(
-                f"input {name!r}: binary_data_size {size!r} does not match shape {shape} of "
-                f"{spec.datatype} ({count * wire.itemsize} bytes)"
-            )
-        if offset + size > len(binary):
-            raise _fail(
-                f"input {name!r}: binary data ends at byte {offset + size} but the binary "
-                f"section has only {len(binary)} bytes"
-            )
-        array = np.frombuffer(binary[offset : offset + size], dtype=wire)
-        offset += size
-        if spec.datatype == "BF16":
-            array = (array.astype(np.uint32) << 16).view(np.float32)
-        elif spec.datatype == "BOOL":
-            if array.view(np.uint8).max(initial=0) > 1:
-                raise _fail(f"input {name!r}: BOOL bytes must be 0 or 1")
-            array = array.copy()
-        else:
-            array = array.astype(dtype, copy=True)
-    else:
-        if not isinstance(data, list):
-            raise _fail(
-                f"input {name!r} needs 'data', an array of {count} {spec.datatype} values "
-                "(or binary data with the binary_data_size parameter)"
-            )
-        try:
-            array = np.array(data)
-        except (ValueError, TypeError, OverflowError):
-            raise _fail(
-                f"input {name!r}: 'data' must be a flat or regularly nested array of "
-                f"{spec.datatype} numbers"
-            ) from None
-        if array.size != count:
-            raise _fail(
-                f"input {name!r}: shape {shape} needs {count} values but 'data' holds {array.size}"
-            )
-        if (
-            array.dtype.kind in "fO"
-            and dtype.kind in "iu"
-            and all(type(v) is int for v in data)  # past int64: numpy fell back to float
-        ):
-            try:
-                array = np.array(data, dtype=dtype)
-            except OverflowError:
-                raise _fail(
-                    f"input {name!r}: a value is out of range for {spec.datatype}"
-                ) from None
-        if array.dtype.kind not in _JSON_KINDS[spec.datatype] and count:
-            raise _fail(
-                f"input {name!r}: 'data' holds {_kind_label(array)}, not {spec.datatype} values"
-            )
-        if array.dtype.kind in "iu" and dtype.kind in "iu" and count:
-            info = np.iinfo(dtype)
-            low, high = array.min(), array.max()
-            if low < info.min or high > info.max:
-                raise _fail(
-                    f"input {name!r}: value {low if low < info.min else high} is out of range "
-                    f"for {spec.datatype} ({info.min}..{info.max})"
-                )
-        with np.errstate(over="ignore", invalid="ignore"):  # overflow -> inf, refused below
-            array = array.astype(dtype, copy=False)
-    array = array.reshape(shape)
-    # A finite sum means every value is finite (NaN and inf propagate); only a non-finite sum
-    # (which may also be an overflow) needs the element-wise check.
+    if not isinstance(data, list):
+        raise _fail(
+            f"input {name!r} needs 'data', an array of {count} {spec.datatype} values "
+            "(or binary data with the binary_data_size parameter)"
+        )
+    try:
+        array = np.array(data)
+    except (ValueError, TypeError, OverflowError):
+        raise _fail(
+            f"input {name!r}: 'data' must be a flat or regularly nested array of "
+            f"{spec.datatype} numbers"
+        ) from None
+    if array.size != count:
+        raise _fail(
+            f"input {name!r}: shape {shape} needs {count} values but 'data' holds {array.size}"
+        )
     if (
-        not allow_nan
-        and dtype.kind == "f"
-        and count
+        array.dtype.kind in "fO"
+        and dtype.kind in "iu"
+        and all(type(v) is int for v in data)  # past int64: numpy fell back to float
+    ):
+        try:
+            array = np.array(data, dtype=dtype)
+        except OverflowError:
+            raise _fail(f"input {name!r}: a value is out of range for {spec.datatype}") from None
+    if array.dtype.kind not in _JSON_KINDS[spec.datatype] and count:
+        raise _fail(
+            f"input {name!r}: 'data' holds {_kind_label(array)}, not {spec.datatype} values"
+        )
+    if array.dtype.kind in "iu" and dtype.kind in "iu" and count:
+        info = np.iinfo(dtype)
+        low, high = array.min(), array.max()
+        if low < info.min or high > info.max:
+            raise _fail(
+                f"input {name!r}: value {low if low < info.min else high} is out of range "
+                f"for {spec.datatype} ({info.min}..{info.max})"
+            )
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow -> inf, refused below
+        converted: np.ndarray[Any, Any] = array.astype(dtype, copy=False)
+    return converted
+
+
+def _check_finite(spec: TensorSpec, array: np.ndarray[Any, Any]) -> None:
+    """Refuse NaN and infinite floats. A finite sum means every value is finite (NaN and inf
+    propagate); only a non-finite sum (which may also be an overflow) needs the element-wise
+    check."""
+    if (
+        array.dtype.kind == "f"
+        and array.size
         and not math.isfinite(array.sum(dtype=np.float64))
         and not np.isfinite(array).all()
     ):
         raise _fail(
-            f"input {name!r}: NaN or infinite values are not allowed (the server runs with "
-            "NaN checks on)"
+            f"input {spec.name!r}: NaN or infinite values are not allowed (the server runs "
+            "with NaN checks on)"
         )
-    return array, offset
 
 
 def _kind_label(array: np.ndarray[Any, Any]) -> str:

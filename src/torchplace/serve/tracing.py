@@ -158,40 +158,7 @@ class Tracer:
                 ident += 1
                 status = 200 if rec.statuses is None else rec.statuses[i]
                 args = {"rows": rec.rows[i], "status": status, "device": rec.device}
-                begin = us(arrived)
-                yield {
-                    "ph": "b",
-                    "cat": "request",
-                    "id": ident,
-                    "pid": 1,
-                    "name": "request",
-                    "ts": begin,
-                    "args": args,
-                }
-                yield {
-                    "ph": "b",
-                    "cat": "request",
-                    "id": ident,
-                    "pid": 1,
-                    "name": "queue",
-                    "ts": begin,
-                }
-                yield {
-                    "ph": "e",
-                    "cat": "request",
-                    "id": ident,
-                    "pid": 1,
-                    "name": "queue",
-                    "ts": start,
-                }
-                yield {
-                    "ph": "e",
-                    "cat": "request",
-                    "id": ident,
-                    "pid": 1,
-                    "name": "request",
-                    "ts": end,
-                }
+                yield from _request_events(ident, us(arrived), start, end, args)
 
     def write(self, path: Path | str | None = None) -> Path | None:
         """Write the Chrome trace JSON (to ``trace_file`` unless ``path`` is given)."""
@@ -282,3 +249,15 @@ def _stage_bounds(rec: BatchRecord) -> tuple[tuple[str, float, float], ...]:
         return stages
     # the host's wait for the device ends when the device's last stage (the D2H) does
     return (*stages, ("sync", max(rec.started, d2h_end - rec.sync), d2h_end))
+
+
+def _request_events(
+    ident: int, begin: float, start: float, end: float, args: dict[str, Any]
+) -> Iterator[dict[str, Any]]:
+    """One request as async events: ``request`` from arrival to answer, ``queue`` inside it
+    until its batch started."""
+    base = {"cat": "request", "id": ident, "pid": 1}
+    yield {"ph": "b", **base, "name": "request", "ts": begin, "args": args}
+    yield {"ph": "b", **base, "name": "queue", "ts": begin}
+    yield {"ph": "e", **base, "name": "queue", "ts": start}
+    yield {"ph": "e", **base, "name": "request", "ts": end}

@@ -1,0 +1,271 @@
+"""The replica pool: which replica takes the next batch, and what happens when one finishes.
+
+:class:`ReplicaPool` owns the replicas of one engine and their *lanes* (a replica as the batcher
+sees it: a worker with a busy flag and the rows it has served). It picks the least-loaded free
+replica for each batch (a free primary first, the one that has served the fewest rows; the CPU
+fallback only while no primary is healthy), records each finished batch's metrics and trace
+span on the worker thread, and resolves the batch's futures on the event loop with a single
+``loop.call_soon_threadsafe``. It tells the engine when the set of serving replicas changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from torchplace.errors import (
+    DeviceOutOfMemoryError,
+    InputError,
+    KernelError,
+    ServeError,
+    TransferError,
+)
+from torchplace.serve.batcher import Pending
+from torchplace.serve.execution import BatchOutcome
+from torchplace.serve.metrics import DeviceMetrics, ReplicaState
+from torchplace.serve.replica import Replica
+from torchplace.serve.tracing import BatchRecord, Tracer
+
+__all__ = ["Lane", "ReplicaPool"]
+
+logger = logging.getLogger("torchplace.serve")
+
+ERROR_CLASS: dict[type[ServeError], str] = {
+    DeviceOutOfMemoryError: "oom",
+    TransferError: "transfer",
+    KernelError: "kernel",
+    InputError: "input",
+}
+
+
+class Lane:
+    """A replica as the batcher sees it (a worker with a busy flag), on the event loop."""
+
+    __slots__ = ("busy", "replica", "rows_served")
+
+    def __init__(self, replica: Replica) -> None:
+        self.replica = replica
+        self.busy = False
+        self.rows_served = 0
+
+    def submit_batch(self, batch: list[Pending], rows: int) -> None:
+        self.busy = True
+        label = self.replica.label
+        for pending in batch:
+            pending.device = label
+        self.replica.submit(batch, [p.inputs for p in batch], [p.rows for p in batch])
+
+
+class ReplicaPool:
+    """The replicas of one model version, their lanes and the batch callbacks."""
+
+    def __init__(
+        self,
+        replicas: Sequence[Replica],
+        *,
+        model: str,
+        version: str,
+        device_metrics: dict[str, DeviceMetrics],
+        tracer: Tracer,
+        metrics: bool = True,
+    ) -> None:
+        self.replicas = list(replicas)
+        self.model = model
+        self.version = version
+        self.tracer = tracer
+        self.metrics_enabled = metrics
+        self._device_metrics = device_metrics
+        self.lanes = [Lane(r) for r in self.replicas]
+        self._primary = [lane for lane in self.lanes if not lane.replica.fallback]
+        self._fallback = [lane for lane in self.lanes if lane.replica.fallback]
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._changed: Callable[[], None] = lambda: None
+        self._freed: Callable[[], None] = lambda: None
+        self._timed: Callable[[float], None] = lambda seconds: None
+
+    def start(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        on_change: Callable[[], None],
+        on_free: Callable[[], None],
+        on_batch: Callable[[float], None] | None = None,
+    ) -> None:
+        """Start every worker; on the loop, ``on_change`` runs when a replica left or came
+        back, ``on_free`` when a lane is free again, ``on_batch`` with each batch's seconds."""
+        self._loop = loop
+        self._changed = on_change
+        self._freed = on_free
+        if on_batch is not None:
+            self._timed = on_batch
+        for replica in self.replicas:
+            replica.start_worker(self._on_batch_done, self._on_recovered)
+
+    # ------------------------------------------------------------------ state
+    @property
+    def serving(self) -> bool:
+        """Some replica takes traffic."""
+        return any(r.in_pool for r in self.replicas)
+
+    @property
+    def busy(self) -> bool:
+        """Some replica is running a batch."""
+        return any(lane.busy for lane in self.lanes)
+
+    @property
+    def serving_count(self) -> int:
+        """Replicas that take traffic now (the primaries, or the fallback without them)."""
+        primaries = sum(1 for lane in self._primary if lane.replica.in_pool)
+        return primaries or sum(1 for lane in self._fallback if lane.replica.in_pool)
+
+    def is_ready(self) -> bool:
+        """A replica is ready (weights checked on its device now)."""
+        return any(r.is_ready() for r in self.replicas)
+
+    def states(self) -> list[ReplicaState]:
+        """What the scrape-time collector reads about each replica."""
+        return [ReplicaState(r.name, r.label, r.is_ready()) for r in self.replicas]
+
+    def pick(self) -> Lane | None:
+        """The free primary that has served the fewest rows; the fallback only without any
+        healthy primary; None when every candidate is busy."""
+        best: Lane | None = None
+        any_healthy = False
+        for lane in self._primary:
+            if lane.replica.in_pool:
+                any_healthy = True
+                if not lane.busy and (best is None or lane.rows_served < best.rows_served):
+                    best = lane
+        if best is not None or any_healthy:
+            return best
+        for lane in self._fallback:
+            if lane.replica.in_pool and not lane.busy:
+                return lane
+        return None
+
+    async def close(self) -> None:
+        """Stop every worker after its current batch (off the loop)."""
+        loop = asyncio.get_running_loop()
+        for replica in self.replicas:
+            await loop.run_in_executor(None, replica.close)
+        await asyncio.sleep(0)  # answer anything a worker finished meanwhile
+        for lane in self.lanes:
+            lane.busy = False
+
+    # ------------------------------------------------------------------ worker callbacks
+    def _on_batch_done(self, replica: Replica, token: Any, outcome: BatchOutcome) -> None:
+        """Worker thread: record metrics and spans, then hand the results to the loop."""
+        batch: list[Pending] = token
+        bound = self._device_metrics[replica.label]
+        arrivals: list[float] | None = None
+        if self.metrics_enabled or self.tracer.enabled:
+            arrivals = [pending.arrived for pending in batch]
+        if self.metrics_enabled:
+            assert arrivals is not None
+            bound.queue.observe_many([outcome.started - arrived for arrived in arrivals])
+            bound.batch_size.observe(outcome.rows)
+            bound.h2d.observe(outcome.h2d_s)
+            bound.compute.observe(outcome.compute_s)
+            bound.d2h.observe(outcome.d2h_s)
+        if outcome.oom_splits:
+            bound.oom_splits.inc(outcome.oom_splits)
+        failed = [r for r in outcome.results if isinstance(r, ServeError)]
+        for error in failed:
+            cls = ERROR_CLASS.get(type(error))
+            if cls is not None and cls != "input":
+                bound.errors[cls].inc()
+        if failed:
+            self._log_failure(replica, outcome, failed[0])
+        if self.tracer.enabled:
+            assert arrivals is not None
+            self._trace(replica, batch, outcome, arrivals, bool(failed))
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._finish, replica, batch, outcome)
+
+    def _trace(
+        self,
+        replica: Replica,
+        batch: list[Pending],
+        outcome: BatchOutcome,
+        arrivals: list[float],
+        failed: bool,
+    ) -> None:
+        statuses = (
+            [r.status if isinstance(r, ServeError) else 200 for r in outcome.results]
+            if failed
+            else None
+        )
+        self.tracer.batch(
+            BatchRecord(
+                replica=replica.name,
+                device=replica.label,
+                arrivals=arrivals,
+                rows=[pending.rows for pending in batch],
+                statuses=statuses,
+                started=outcome.started,
+                finished=outcome.finished,
+                h2d=outcome.h2d_s,
+                compute=outcome.compute_s,
+                d2h=outcome.d2h_s,
+                sync=outcome.sync_s,
+            )
+        )
+
+    def _finish(self, replica: Replica, batch: list[Pending], outcome: BatchOutcome) -> None:
+        """Event loop: resolve the futures of a finished batch and free its lane."""
+        for pending, result in zip(batch, outcome.results, strict=False):
+            future = pending.future
+            if future.done():
+                continue
+            if isinstance(result, ServeError):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+        lane = self.lanes[replica.index]
+        lane.busy = False
+        lane.rows_served += outcome.rows
+        self._timed(outcome.finished - outcome.started)
+        if outcome.left_pool:
+            self._changed()
+        self._freed()
+
+    def _on_recovered(self, replica: Replica) -> None:
+        """Worker thread: a background dry run brought the replica back."""
+        self._log("torchplace.serve.replica_recovered", replica)
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._after_recovery)
+
+    def _after_recovery(self) -> None:
+        self._changed()
+        self._freed()
+
+    def _log_failure(self, replica: Replica, outcome: BatchOutcome, error: ServeError) -> None:
+        self._log(
+            "torchplace.serve.batch_failed",
+            replica,
+            **{
+                "class": ERROR_CLASS.get(type(error), "other"),
+                "status": error.status,
+                "rows": outcome.rows,
+                "oom_splits": outcome.oom_splits,
+                "error": str(error),
+                "consecutive_failures": replica.health.consecutive,
+                "left_pool": outcome.left_pool,
+            },
+        )
+
+    def _log(self, event: str, replica: Replica, **fields: object) -> None:
+        record = {
+            "event": event,
+            "replica": replica.name,
+            "device": replica.label,
+            "model": self.model,
+            "version": self.version,
+            **fields,
+        }
+        logger.warning("%s", json.dumps(record))

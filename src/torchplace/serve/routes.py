@@ -1,0 +1,82 @@
+"""The routes ``torchplace serve`` answers, and the error statuses they give, declared once.
+
+:data:`ROUTES` is read twice: :class:`~torchplace.serve.app.App` builds its routing table from it
+(each route's ``handler`` is the name of an App method) and
+:func:`~torchplace.serve.openapi.openapi_document` derives the published OpenAPI document
+from it. A route with ``versioned`` is also served under ``/versions/{MODEL_VERSION}``.
+:data:`ERRORS` says what each error status means; the body of every error is
+``{"error": "..."}`` (the ``error_response`` message of :mod:`torchplace.serve.messages`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["ERRORS", "MODEL", "ROUTES", "Route"]
+
+#: the model path prefix, with the OpenAPI parameter for the model's name
+MODEL = "/v2/models/{MODEL_NAME}"
+_VERSION = "/versions/{MODEL_VERSION}"
+
+#: every error status the server gives, and what it means
+ERRORS: dict[int, str] = {
+    400: "Bad Request: the request does not match the model's inputs",
+    401: "Unauthorized: missing or wrong bearer token",
+    404: "Not Found: unknown model, version or route",
+    405: "Method Not Allowed",
+    413: "Payload Too Large: the body, or its rows, are over the limit",
+    415: "Unsupported Media Type",
+    500: "Internal Server Error: a transfer or kernel failure",
+    503: "Service Unavailable: not ready, overloaded or shutting down (see Retry-After)",
+    504: "Gateway Timeout: the request's deadline passed before it reached the device",
+    507: "Insufficient Storage: one row does not fit in device memory",
+}
+
+
+@dataclass(frozen=True)
+class Route:
+    """One route: where, how, which App method answers, and what it can answer."""
+
+    path: str
+    method: str
+    handler: str
+    operation: str
+    summary: str
+    #: the message (a schema of :mod:`torchplace.serve.messages`) of a 200; None: any object
+    ok: str | None = None
+    errors: tuple[int, ...] = ()
+    #: answered without a bearer token (the health probes)
+    public: bool = False
+    versioned: bool = False
+    content_type: str = "application/json"
+    #: the request body's message, for POST routes
+    body: str | None = None
+
+    def paths(self) -> list[tuple[str, str]]:
+        """``(OpenAPI path, operationId)`` of the route and, if versioned, its versioned twin."""
+        found = [(self.path, self.operation)]
+        if self.versioned:
+            versioned = self.path.replace(MODEL, MODEL + _VERSION, 1)
+            found.append((versioned, self.operation.replace("models-name", "models-name-version")))
+        return found
+
+
+ROUTES: tuple[Route, ...] = (
+    Route("/v2/health/live", "GET", "_live", "get-v2-health-live", "Server Live",
+          errors=(503,), public=True),
+    Route("/v2/health/ready", "GET", "_ready", "get-v2-health-ready", "Server Ready",
+          errors=(503,), public=True),
+    Route("/v2", "GET", "_metadata", "get-v2", "Server Metadata", ok="metadata_server_response"),
+    Route(MODEL, "GET", "_model_metadata", "get-v2-models-name", "Model Metadata",
+          ok="metadata_model_response", errors=(404,), versioned=True),
+    Route(MODEL + "/ready", "GET", "_model_ready", "get-v2-models-name-ready", "Model Ready",
+          errors=(404, 503), versioned=True),
+    Route(MODEL + "/config", "GET", "_config_doc", "get-v2-models-name-config",
+          "Model Configuration (Triton's)", errors=(404,), versioned=True),
+    Route(MODEL + "/infer", "POST", "_infer", "post-v2-models-name-infer", "Inference",
+          ok="inference_response", errors=(400, 404, 413, 415, 500, 503, 504, 507),
+          versioned=True, body="inference_request"),
+    Route("/metrics", "GET", "_metrics", "get-metrics", "Prometheus metrics",
+          errors=(404,), content_type="text/plain"),
+    Route("/v2/openapi.json", "GET", "_openapi_doc", "get-v2-openapi", "This OpenAPI document"),
+)  # fmt: skip

@@ -1,0 +1,172 @@
+"""Running a server: :func:`serve` until SIGTERM/SIGINT, then drain; :class:`ServerThread`
+runs one in a background thread (tests, notebooks, benchmarks)::
+
+    with ServerThread(ServeConfig(port=0)) as server:
+        print(server.url)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from torchplace.serve.app import App, EngineLike
+
+if TYPE_CHECKING:
+    from torchplace.serve.config import ServeConfig
+
+__all__ = ["ServerThread", "new_event_loop", "serve"]
+
+logger = logging.getLogger("torchplace.serve")
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A uvloop loop when uvloop is installed, else asyncio's default."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is part of the serve extra
+        return asyncio.new_event_loop()
+    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+    return loop
+
+
+def _build_engine(config: ServeConfig) -> EngineLike:
+    from torchplace.serve.engine import Engine
+
+    engine: EngineLike = Engine.from_config(config)
+    return engine
+
+
+async def serve(
+    config: ServeConfig,
+    *,
+    engine: EngineLike | None = None,
+    stop: asyncio.Event | None = None,
+    on_ready: Callable[[App], None] | None = None,
+    handle_signals: bool = True,
+    freeze_gc: bool = False,
+) -> int:
+    """Serve until ``stop`` is set or SIGTERM/SIGINT arrives, then drain; returns 0.
+
+    ``freeze_gc`` (what ``torchplace serve`` does) moves everything alive after start-up (torch
+    and the model: hundreds of thousands of objects) out of the cyclic garbage collector's
+    reach with :func:`gc.freeze`, so full collections stay short and do not show up as p99
+    latency spikes.
+    """
+    app = App(engine if engine is not None else _build_engine(config), config)
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    if handle_signals:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, stop.set)
+                installed.append(sig)
+    try:
+        try:
+            await app.start()
+        except BaseException:
+            await app.server.close()
+            raise
+        logger.info(
+            "serving %s version %s%s on http://%s:%d",
+            app.engine.name,
+            app.engine.version,
+            f" ({app.engine.dtype})" if app.engine.dtype is not None else "",
+            config.host,
+            app.port,
+        )
+        if freeze_gc:
+            gc.collect()
+            gc.freeze()
+        if on_ready is not None:
+            on_ready(app)
+        await stop.wait()
+        logger.info(
+            "draining: %.1f s of grace, then up to %.1f s in all",
+            config.drain_grace_s,
+            config.drain_timeout_s,
+        )
+        await app.shutdown(config.drain_timeout_s, config.drain_grace_s)
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+    return 0
+
+
+class ServerThread:
+    """Run :func:`serve` in a background thread; ``with ServerThread(cfg) as s: s.url``."""
+
+    def __init__(self, config: ServeConfig, engine: EngineLike | None = None) -> None:
+        self.config = config
+        self.engine = engine
+        self.app: App | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound port."""
+        assert self.app is not None, "start() first"
+        return self.app.port
+
+    @property
+    def url(self) -> str:
+        """``http://host:port``."""
+        return f"http://{self.config.host}:{self.port}"
+
+    def start(self, timeout: float = 120.0) -> ServerThread:
+        """Start and wait until the server listens and the engine has started."""
+        self._thread = threading.Thread(target=self._main, name="torchplace-serve", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise TimeoutError(f"server did not start within {timeout} s")
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def _main(self) -> None:
+        loop = new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._serve())
+        except BaseException as exc:
+            self._error = exc
+        finally:
+            self._ready.set()
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    async def _serve(self) -> None:
+        self._stop = asyncio.Event()
+
+        def ready(app: App) -> None:
+            self.app = app
+            self._ready.set()
+
+        await serve(
+            self.config, engine=self.engine, stop=self._stop, on_ready=ready, handle_signals=False
+        )
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Drain and stop; waits for the thread."""
+        if self._loop is not None and self._stop is not None and not self._loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def __enter__(self) -> ServerThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
