@@ -23,6 +23,7 @@ it.
         ├── PayloadTooLargeError      413: the body is over the limit
         ├── UnsupportedMediaTypeError 415: a content type or encoding the server does not take
         ├── OverloadedError           503: the queue is full
+        ├── DeadlineExceededError     504: the deadline passed while queued; never run
         ├── NotReadyError             503: no ready replica
         ├── DeviceOutOfMemoryError    507: one row still does not fit after splitting
         ├── TransferError             500: a host/device copy failed
@@ -34,6 +35,7 @@ from __future__ import annotations
 __all__ = [
     "CheckpointError",
     "ConfigError",
+    "DeadlineExceededError",
     "DeviceError",
     "DeviceIndexError",
     "DeviceOutOfMemoryError",
@@ -132,6 +134,12 @@ class OverloadedError(ServeError):
     """The queue is full; retry later."""
 
     status = 503
+
+
+class DeadlineExceededError(ServeError):
+    """The request's deadline passed while it was queued; it was never run (504)."""
+
+    status = 504
 
 
 class NotReadyError(ServeError):

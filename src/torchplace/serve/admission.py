@@ -25,15 +25,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from torchplace.errors import ConfigError, InputError, ServeError
+from torchplace.errors import ConfigError, DeadlineExceededError, InputError
 
 __all__ = ["DeadlineExceededError", "QueuePolicy", "WaitEstimate"]
-
-
-class DeadlineExceededError(ServeError):
-    """The request's deadline passed while it was queued; it was never run (504)."""
-
-    status = 504
 
 
 @dataclass(frozen=True, kw_only=True)
