@@ -43,6 +43,9 @@ COMMANDS: dict[str, _Command] = {
         "torchplace.sanitizer.cli", "run a program and report every device crossing and host sync"
     ),
     "lint": _Command("torchplace.lint.cli", "find device-contract pitfalls in Python source"),
+    "plan": _Command(
+        "torchplace.planner.cli", "plan a model's placement over devices, with memory and crossings"
+    ),
 }
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
