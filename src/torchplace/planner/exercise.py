@@ -5,7 +5,7 @@ data crosses between devices.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from torchplace.planner.hardware import MiB
 from torchplace.planner.strategies import HOST
@@ -25,10 +25,48 @@ def _shape(shape: tuple[int, ...] | list[int], dtype: str) -> str:
 
 
 def _ranges(paths: list[str]) -> str:
-    """``h.0, h.1, h.2`` -> ``h.0-h.2``; other names as they are."""
-    if len(paths) <= 3:
-        return ", ".join(p or "(model)" for p in paths)
-    return f"{paths[0] or '(model)'} ... {paths[-1]} ({len(paths)} units)"
+    """``h.0, h.1, h.2, ln_f`` -> ``h.0-h.2, ln_f``: runs of numbered siblings folded."""
+    out: list[str] = []
+    run: list[str] = []
+
+    def flush() -> None:
+        if run:
+            out.append(run[0] if len(run) == 1 else f"{run[0]}-{run[-1].rsplit('.', 1)[1]}")
+            run.clear()
+
+    for path in paths:
+        stem, _, num = path.rpartition(".")
+        if num.isdigit() and run and run[-1].rpartition(".")[0] == stem and int(
+            run[-1].rpartition(".")[2]
+        ) + 1 == int(num):
+            run.append(path)
+            continue
+        flush()
+        if num.isdigit():
+            run.append(path)
+        else:
+            out.append(path or "(model)")
+    flush()
+    return ", ".join(out)
+
+
+def _copies_into(p: Plan, dev: str) -> str:
+    """The copies a device receives, one line per tensor (consumers folded)."""
+    groups: dict[tuple[object, ...], list[Any]] = {}
+    for c in p.flow.crossings:
+        if HOST in (c.src, c.dst) or c.dst != dev:
+            continue
+        groups.setdefault((c.src, c.producer, c.shape, c.dtype), []).append(c)
+    parts = []
+    for (src, producer, shape, dtype), items in groups.items():
+        count = sum(c.count for c in items)
+        consumers = _ranges([c.consumer for c in items])
+        again = " (hooks copy it again for each)" if any(c.kind == "recopy" for c in items) else ""
+        parts.append(
+            f"{src} -> {dev}: {producer or '(model code)'} output to {consumers}, "
+            f"{_shape(shape, dtype)}, {_mib(items[0].nbytes)} x{count}{again}"
+        )
+    return "; ".join(parts) or "none"
 
 
 def exercise_rows(p: Plan) -> tuple[list[str], list[tuple[str, list[str]]]]:
@@ -45,7 +83,7 @@ def exercise_rows(p: Plan) -> tuple[list[str], list[tuple[str, list[str]]]]:
             continue
         held = [u.path for u in p.units.units if p.placement.device_of(u.path) == dev]
         budget = p.budgets.get(dev)
-        cells.append(f"{_ranges(held)}, {_mib(budget.weights)}" if held and budget else "-")
+        cells.append(f"{_ranges(held)} ({_mib(budget.weights)})" if held and budget else "-")
     rows.append(("model replica", cells))
     ins = []
     for dev in devices:
@@ -63,17 +101,7 @@ def exercise_rows(p: Plan) -> tuple[list[str], list[tuple[str, list[str]]]]:
         got = [c for c in flow.crossings if c.kind == "d2h" and c.src == dev]
         outs.append("; ".join(f"{_shape(c.shape, c.dtype)} to host" for c in got) or "-")
     rows.append(("final outputs", outs))
-    comm = []
-    for dev in devices:
-        got = [c for c in flow.crossings if HOST not in (c.src, c.dst) and c.dst == dev]
-        comm.append(
-            "; ".join(
-                f"{c.src} -> {c.dst} at {c.consumer or '(model code)'}: "
-                f"{_shape(c.shape, c.dtype)}, {_mib(c.nbytes)} x{c.count}"
-                for c in got
-            )
-            or "none"
-        )
+    comm = [_copies_into(p, dev) for dev in devices]
     rows.append(("cross-device copies in", comm))
     return devices, rows
 

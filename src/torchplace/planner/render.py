@@ -222,9 +222,15 @@ def plot_plan(p: Plan, path: str | Path) -> None:
         heights = [value(d) / MiB for d in devices]
         ax.bar(devices, heights, bottom=bottoms, label=label, color=color, width=0.5)
         bottoms = [x + y for x, y in zip(bottoms, heights, strict=True)]
+    used = max(max(bottoms), 1e-9)
+    top = used
     for i, d in enumerate(devices):
-        ax.hlines(p.budgets[d].capacity / MiB, i - 0.3, i + 0.3, colors="black", linestyles="dashed")
-    top = max(max(bottoms), max(p.budgets[d].capacity / MiB for d in devices))
+        cap = p.budgets[d].capacity / MiB
+        if cap <= 3 * used:  # on the scale: a dashed line; else said in words
+            ax.hlines(cap, i - 0.3, i + 0.3, colors="black", linestyles="dashed")
+            top = max(top, cap)
+        else:
+            ax.text(i, bottoms[i], f"of {cap:,.0f} MiB", ha="center", va="bottom")
     edges: dict[tuple[str, str], int] = {}
     for c in p.flow.crossings:
         if c.src in devices and c.dst in devices and c.src != c.dst:

@@ -198,7 +198,12 @@ def trace_forward(
     finally:
         for handle in handles:
             handle.remove()
-    outputs = [i for i in (rec.lookup(t) for t in _tensors(out)) if i is not None]
+    outputs = []
+    for t in _tensors(out):
+        index = rec.lookup(t)
+        if index is not None:
+            rec.allocs[index].shape = tuple(t.shape)  # as returned, not as first allocated
+            outputs.append(index)
     for index in (*outputs, *(i for i in held if i is not None)):
         rec.allocs[index].end = rec.op  # alive when the forward returns
     del out
