@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from torchplace.planner.budget import DeviceBudget
 from torchplace.planner.crossings import Flow
-from torchplace.planner.hardware import MiB
+from torchplace.planner.hardware import human
 from torchplace.planner.strategies import HOST, Placement
 from torchplace.planner.units import Units
 
@@ -31,10 +31,6 @@ class PlanWarning:
 
     def to_dict(self) -> dict[str, str]:
         return {"code": self.code, "message": self.message}
-
-
-def _mib(n: int) -> str:
-    return f"{n / MiB:,.1f} MiB"
 
 
 def check_plan(
@@ -78,8 +74,8 @@ def check_plan(
             out.append(
                 PlanWarning(
                     "leaf-too-big",
-                    f"unit {unit.path or '(model)'} holds {_mib(unit.weight_bytes)} of weights, "
-                    f"more than {dev} has ({_mib(room)} after reserves); it cannot be placed whole",
+                    f"unit {unit.path or '(model)'} holds {human(unit.weight_bytes)} of weights, "
+                    f"more than {dev} has ({human(room)} after reserves); it cannot be placed whole",
                 )
             )
     for dev, budget in budgets.items():
@@ -88,7 +84,7 @@ def check_plan(
             out.append(
                 PlanWarning(
                     "does-not-fit",
-                    f"{dev} is over its {_mib(budget.capacity)} at batch {', '.join(map(str, over[:6]))}"
+                    f"{dev} is over its {human(budget.capacity)} at batch {', '.join(map(str, over[:6]))}"
                     f"{' ...' if len(over) > 6 else ''} (largest that fits: {budget.largest_batch()})",
                 )
             )
@@ -121,7 +117,7 @@ def _return_trip(flow: Flow) -> list[PlanWarning]:
                 PlanWarning(
                     "return-trip",
                     f"data goes back from {c.src} to {c.dst} ({c.producer or '(model code)'} -> "
-                    f"{c.consumer or '(model code)'}, {_mib(c.total)}) after going the other way",
+                    f"{c.consumer or '(model code)'}, {human(c.total)}) after going the other way",
                 )
             ]
         seen.add((c.src, c.dst))

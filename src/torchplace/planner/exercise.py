@@ -7,17 +7,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from torchplace.planner.hardware import MiB
+from torchplace.planner.hardware import human
 from torchplace.planner.strategies import HOST
 
 if TYPE_CHECKING:
     from torchplace.planner.api import Plan
 
 __all__ = ["exercise_rows", "exercise_table"]
-
-
-def _mib(n: int) -> str:
-    return f"{n / MiB:,.2f} MiB" if n < 100 * MiB else f"{n / MiB:,.0f} MiB"
 
 
 def _shape(shape: tuple[int, ...] | list[int], dtype: str) -> str:
@@ -64,7 +60,7 @@ def _copies_into(p: Plan, dev: str) -> str:
         again = " (hooks copy it again for each)" if any(c.kind == "recopy" for c in items) else ""
         parts.append(
             f"{src} -> {dev}: {producer or '(model code)'} output to {consumers}, "
-            f"{_shape(shape, dtype)}, {_mib(items[0].nbytes)} x{count}{again}"
+            f"{_shape(shape, dtype)}, {human(items[0].nbytes)} x{count}{again}"
         )
     return "; ".join(parts) or "none"
 
@@ -79,11 +75,11 @@ def exercise_rows(p: Plan) -> tuple[list[str], list[tuple[str, list[str]]]]:
     cells = []
     for dev in devices:
         if replicas:
-            cells.append(f"full copy, {_mib(p.budgets[dev].weights)}")
+            cells.append(f"full copy, {human(p.budgets[dev].weights)}")
             continue
         held = [u.path for u in p.units.units if p.placement.device_of(u.path) == dev]
         budget = p.budgets.get(dev)
-        cells.append(f"{_ranges(held)} ({_mib(budget.weights)})" if held and budget else "-")
+        cells.append(f"{_ranges(held)} ({human(budget.weights)})" if held and budget else "-")
     rows.append(("model replica", cells))
     ins = []
     for dev in devices:
@@ -93,7 +89,7 @@ def exercise_rows(p: Plan) -> tuple[list[str], list[tuple[str, list[str]]]]:
     rows.append(
         (
             "temporary activations (peak)",
-            [_mib(p.budgets[d].activation[b]) if d in p.budgets else "-" for d in devices],
+            [human(p.budgets[d].activation[b]) if d in p.budgets else "-" for d in devices],
         )
     )
     outs = []

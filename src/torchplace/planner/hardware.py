@@ -26,6 +26,7 @@ __all__ = [
     "GpuModel",
     "Link",
     "assume_devices",
+    "human",
     "inventory_devices",
     "parse_size",
 ]
@@ -113,6 +114,16 @@ class DeviceSpec:
             "host_link_gbps": self.host_link.gbps,
             "assumed": self.assumed,
         }
+
+
+def human(n: float) -> str:
+    """Bytes for a reader: ``512 B``, ``4.00 KiB``, ``1.50 MiB``, ``13.48 GiB``."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            return f"{value:,.0f} B" if unit == "B" else f"{value:,.2f} {unit}"
+        value /= 1024
+    raise AssertionError  # pragma: no cover
 
 
 def parse_size(text: str) -> int:

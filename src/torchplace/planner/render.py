@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from torchplace.errors import ConfigError
 from torchplace.planner.compute import copy_seconds
 from torchplace.planner.exercise import exercise_rows, exercise_table
-from torchplace.planner.hardware import MiB
+from torchplace.planner.hardware import MiB, human
 
 if TYPE_CHECKING:
     from torchplace.planner.api import Plan
@@ -59,8 +59,6 @@ def plan_result(p: Plan) -> dict[str, Any]:
     }
 
 
-def _mib(n: float) -> str:
-    return f"{n / MiB:,.1f}"
 
 
 def render_text(p: Plan, *, width: int = 160) -> str:
@@ -78,11 +76,11 @@ def render_text(p: Plan, *, width: int = 160) -> str:
         f"{'' if p.fits() else ' (DOES NOT FIT)'}"
     )
     devs = Table(title=f"devices ({kind} figures)", box=box.MARKDOWN, title_justify="left")
-    for head in ("device", "model", "memory MiB", "GB/s", "TFLOP/s", "link", "host link"):
+    for head in ("device", "model", "memory", "GB/s", "TFLOP/s", "link", "host link"):
         devs.add_column(head)
     for d in p.devices:
         devs.add_row(
-            d.device, d.model, _mib(d.memory), f"{d.mem_gbps:g}", f"{d.tflops:g}",
+            d.device, d.model, human(d.memory), f"{d.mem_gbps:g}", f"{d.tflops:g}",
             f"{d.link.name} {d.link.gbps:g} GB/s", f"{d.host_link.name} {d.host_link.gbps:g} GB/s",
         )
     console.print(devs)
@@ -96,7 +94,7 @@ def render_text(p: Plan, *, width: int = 160) -> str:
     if p.considered and len(p.considered) > 1:
         text += "\nconsidered: " + "; ".join(
             f"{name}: {'fits' if c['fits'] else 'does not fit'}, "
-            f"{_mib(c['device_bytes_per_forward'])} MiB between devices, "
+            f"{human(c['device_bytes_per_forward'])} between devices, "
             f"{c['forward_s'] * 1e3:.3f} ms/forward"
             for name, c in p.considered.items()
         ) + "\n"
@@ -114,7 +112,7 @@ def _placement_table(p: Plan) -> Any:
     from rich.table import Table
 
     table = Table(title="placement", box=box.MARKDOWN, title_justify="left")
-    for head in ("unit", "kind", "device", "params MiB", "buffers MiB", "dtype", "tied with"):
+    for head in ("unit", "kind", "device", "params", "buffers", "dtype", "tied with"):
         table.add_column(head)
     for row in plan_result_rows(p):
         table.add_row(*row)
@@ -127,7 +125,7 @@ def plan_result_rows(p: Plan) -> list[list[str]]:
         tied = sorted({m for g in p.units.tied if any(n in u.params for n in g) for m in g} - set(u.params))
         dev = "every device" if p.placement.replicas > 1 else p.placement.device_of(u.path)
         rows.append(
-            [u.path or "(model)", u.kind, dev, _mib(u.weight_bytes), _mib(u.buffer_bytes), u.dtype, ", ".join(tied) or "-"]
+            [u.path or "(model)", u.kind, dev, human(u.weight_bytes), human(u.buffer_bytes), u.dtype, ", ".join(tied) or "-"]
         )
     return rows
 
@@ -136,7 +134,7 @@ def _budget_table(p: Plan) -> Any:
     from rich import box
     from rich.table import Table
 
-    table = Table(title="memory per device (MiB)", box=box.MARKDOWN, title_justify="left")
+    table = Table(title="memory per device", box=box.MARKDOWN, title_justify="left")
     heads = ("device", "batch", "weights", "buffers", "activation peak", "inputs", "KV cache",
              "reserves", "total", "capacity", "headroom", "largest batch")
     for head in heads:
@@ -146,9 +144,9 @@ def _budget_table(p: Plan) -> Any:
         reserve = b.reserves.fixed()
         for n in shown:
             table.add_row(
-                dev, str(n), _mib(b.weights), _mib(b.buffers), _mib(b.activation[n]), _mib(b.inputs[n]),
-                _mib(b.kv_cache[n]), f"{_mib(reserve)} +{b.reserves.margin:.0%}", _mib(b.total(n)),
-                _mib(b.capacity), _mib(b.headroom(n)), str(b.largest_batch()),
+                dev, str(n), human(b.weights), human(b.buffers), human(b.activation[n]), human(b.inputs[n]),
+                human(b.kv_cache[n]), f"{human(reserve)} +{b.reserves.margin:.0%}", human(b.total(n)),
+                human(b.capacity), human(b.headroom(n)), str(b.largest_batch()),
             )
     return table
 
@@ -162,15 +160,15 @@ def _crossing_table(p: Plan) -> Any:
         box=box.MARKDOWN,
         title_justify="left",
     )
-    for head in ("from", "to", "producer", "consumer", "shape", "dtype", "MiB", "count", "kind", "ms at link"):
+    for head in ("from", "to", "producer", "consumer", "shape", "dtype", "bytes", "count", "kind", "ms at link"):
         table.add_column(head)
     for c in p.flow.crossings:
         table.add_row(
             c.src, c.dst, c.producer or "(model code)", c.consumer or "(model code)",
-            "x".join(map(str, c.shape)), c.dtype, f"{c.nbytes / MiB:,.3f}", str(c.count), c.kind,
+            "x".join(map(str, c.shape)), c.dtype, human(c.nbytes), str(c.count), c.kind,
             f"{copy_seconds(c, p.specs) * 1e3:.3f}",
         )
-    table.caption = f"between devices: {_mib(p.flow.bytes_between_devices())} MiB per forward"
+    table.caption = f"between devices: {human(p.flow.bytes_between_devices())} per forward"
     return table
 
 
@@ -179,10 +177,10 @@ def _compute_table(p: Plan) -> Any:
     from rich.table import Table
 
     table = Table(title=f"compute per forward (batch {p.reference_batch})", box=box.MARKDOWN, title_justify="left")
-    for head in ("device", "GFLOP", "MiB moved", "roofline ms", "idle share"):
+    for head in ("device", "GFLOP", "bytes moved", "roofline ms", "idle share"):
         table.add_column(head)
     for w in p.work:
-        table.add_row(w.device, f"{w.flops / 1e9:,.3f}", _mib(w.bytes_moved), f"{w.seconds * 1e3:.3f}", f"{w.idle_share:.0%}")
+        table.add_row(w.device, f"{w.flops / 1e9:,.3f}", human(w.bytes_moved), f"{w.seconds * 1e3:.3f}", f"{w.idle_share:.0%}")
     return table
 
 
@@ -239,7 +237,7 @@ def plot_plan(p: Plan, path: str | Path) -> None:
         i, j = devices.index(src), devices.index(dst)
         y = top * (1.08 + 0.08 * k)
         ax.annotate("", xy=(j, y), xytext=(i, y), arrowprops={"arrowstyle": "->", "lw": 2})
-        ax.text((i + j) / 2, y, f"{nbytes / MiB:,.1f} MiB/forward", ha="center", va="bottom")
+        ax.text((i + j) / 2, y, f"{human(nbytes)}/forward", ha="center", va="bottom")
     ax.set_ylim(0, top * (1.2 + 0.08 * len(edges)))
     ax.set_ylabel("MiB")
     ax.set_title(f"{p.model.name}: {p.placement.strategy}, batch {b} (dashed: capacity)")
