@@ -27,7 +27,7 @@ def _ranges(paths: list[str]) -> str:
 
     def flush() -> None:
         if run:
-            out.append(run[0] if len(run) == 1 else f"{run[0]}-{run[-1].rsplit('.', 1)[1]}")
+            out.append(run[0] if len(run) == 1 else f"{run[0]}-{run[-1].rpartition('.')[2]}")
             run.clear()
 
     for path in paths:

@@ -61,7 +61,8 @@ class Placement:
 
 
 def replicate(units: Units, devices: Sequence[str]) -> Placement:
-    return Placement("replicate", tuple(devices), {}, replicas=len(devices))
+    first = {path: devices[0] for path in units.paths}  # replica 0; each device has the same
+    return Placement("replicate", tuple(devices), first, replicas=len(devices))
 
 
 def pipeline(

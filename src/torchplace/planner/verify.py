@@ -185,10 +185,18 @@ def verify(p: Plan, *, tolerance: float = 0.10, module: nn.Module | None = None)
     inputs = p.model.example(batch, p.seq, "cpu")
     for t in inputs:
         rt.hold(t, HOST)
+    # the model's own code before its first unit runs where that unit runs, as in the plan
+    first = min(p.traces[batch].calls, key=lambda c: c.start).unit if p.traces[batch].calls else ""
+    rt.current = only or placement.device_of(first)
+    hooked = placement.hooks and only is None
     try:
         with torch.inference_mode(), Mode():
+            if hooked:  # accelerate's way: the caller moves the inputs to the first device
+                inputs = [moved(t, placement.devices[0], "(model call)") for t in inputs]
             out = model(*inputs)
             for t in _tensors(out):
+                if hooked:  # and the top hook sends the output back to the inputs' device
+                    t = moved(t, placement.devices[0], "(model return)")
                 moved(t, HOST, "(host)")
     finally:
         for handle in handles:
@@ -216,8 +224,6 @@ def _compare(
         )
     planned_edges: dict[tuple[str, str, str], list[int]] = {}
     for c in flow(p.traces[batch], p.placement, replica=only).crossings:
-        if c.kind == "return":
-            continue
         entry = planned_edges.setdefault((c.src, c.dst, c.consumer or "(model code)"), [0, 0])
         entry[0] += c.total
         entry[1] += c.count
