@@ -83,12 +83,17 @@ def _sweep(spans: Iterator[tuple[int, int, int]] | Sequence[tuple[int, int, int]
 
 
 def _tensors(value: Any) -> Iterator[torch.Tensor]:
+    """The tensors in an operator's arguments or results (tuples, lists, dicts, nested)."""
     import torch
-    from torch.utils._pytree import tree_leaves
 
-    for leaf in tree_leaves(value):
-        if isinstance(leaf, torch.Tensor):
-            yield leaf
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, tuple | list):
+        for item in value:
+            yield from _tensors(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item)
 
 
 def _key(t: torch.Tensor) -> int:
@@ -111,6 +116,18 @@ class _Recorder:
         self.calls: list[UnitCall] = []
         self.reads: list[tuple[int, str, int]] = []
         self.flops: dict[str, int] = {}
+        self.composite: dict[Any, bool] = {}  # operator -> has a composite decomposition
+
+    def _composite(self, func: Any) -> bool:
+        known = self.composite.get(func)
+        if known is None:
+            import torch
+
+            known = torch._C._dispatch_has_kernel_for_dispatch_key(
+                func.name(), "CompositeImplicitAutograd"
+            )
+            self.composite[func] = known
+        return known
 
     @property
     def unit(self) -> str:
@@ -142,7 +159,7 @@ class _Recorder:
 
     def dispatch(self, mode: Any, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         packet = func._overloadpacket
-        if packet not in self.registry:
+        if packet not in self.registry and self._composite(func):
             # A composite operator (linear, matmul, ...): record the operators it is made of,
             # as FlopCounterMode does, so that FLOPs and hidden copies are seen.
             with mode:
