@@ -100,8 +100,8 @@ def _tied(units: Units, placement: Placement) -> list[PlanWarning]:
             out.append(
                 PlanWarning(
                     "tied-split",
-                    f"tied weights split across devices ({spread}): each device holds a copy, "
-                    "and an update to one no longer reaches the other; keep the group together",
+                    f"tied weights split across devices ({spread}): each device holds a copy (fine "
+                    "for inference; in training an update to one no longer reaches the other)",
                 )
             )
     return out

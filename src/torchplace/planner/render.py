@@ -98,6 +98,7 @@ def render_text(p: Plan, *, width: int = 160) -> str:
             f"{c['forward_s'] * 1e3:.3f} ms/forward"
             for name, c in p.considered.items()
         ) + "\n"
+    text = "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
     return text + "\n" + exercise_table(p)
 
 
