@@ -241,7 +241,7 @@ def plot_plan(p: Plan, path: str | Path) -> None:
         ax.text((i + j) / 2, y, f"{human(nbytes)}/forward", ha="center", va="bottom")
     ax.set_ylim(0, top * (1.2 + 0.08 * len(edges)))
     ax.set_ylabel("MiB")
-    ax.set_title(f"{p.model.name}: {p.placement.strategy}, batch {b} (dashed: capacity)")
+    ax.set_title(f"{p.model.name}: {p.placement.strategy}, batch {b}")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
