@@ -67,7 +67,9 @@ def measured_peak(module: Any, inputs: list[Any], device: str) -> int:
     return peak
 
 
-def accuracy(device: str, cases: list[tuple[str, list[int], int | None]], tolerance: float) -> list[dict[str, Any]]:
+def accuracy(
+    device: str, cases: list[tuple[str, list[int], int | None]], tolerance: float
+) -> list[dict[str, Any]]:
     from torchplace.planner.api import plan
     from torchplace.planner.inputs import load_plan_model
 
@@ -81,10 +83,22 @@ def accuracy(device: str, cases: list[tuple[str, list[int], int | None]], tolera
             got = measured_peak(module, real.example(b, seq, device), device)
             error = (estimate - got) / got if got else 0.0
             ok = abs(error) <= tolerance
-            rows.append({"model": name, "batch": b, "seq": seq, "estimate": estimate, "measured": got, "error": error, "ok": ok})
+            rows.append(
+                {
+                    "model": name,
+                    "batch": b,
+                    "seq": seq,
+                    "estimate": estimate,
+                    "measured": got,
+                    "error": error,
+                    "ok": ok,
+                }
+            )
             label = f"{name} batch {b}" + (f" seq {seq}" if seq else "")
-            print(f"{'PASS' if ok else 'FAIL'} plan_accuracy {label} on {device}: estimated "
-                  f"{estimate:,} B, measured {got:,} B ({error:+.2%}, tolerance {tolerance:.0%})")
+            print(
+                f"{'PASS' if ok else 'FAIL'} plan_accuracy {label} on {device}: estimated "
+                f"{estimate:,} B, measured {got:,} B ({error:+.2%}, tolerance {tolerance:.0%})"
+            )
         del module
     return rows
 
@@ -101,17 +115,32 @@ _SELF_RSS = (
 def speed() -> dict[str, Any]:
     """``torchplace plan`` for llama-7b-like at batch 1-64, in a fresh process that reports its
     own peak RSS (``getrusage(RUSAGE_SELF)`` at exit)."""
-    cmd = [sys.executable, "-c", _SELF_RSS, "plan", "--model", "llama-7b-like",
-           "--batch", "1-64", "--assume", "2xH200", "--json", "-o", os.devnull]
+    cmd = [
+        sys.executable,
+        "-c",
+        _SELF_RSS,
+        "plan",
+        "--model",
+        "llama-7b-like",
+        "--batch",
+        "1-64",
+        "--assume",
+        "2xH200",
+        "--json",
+        "-o",
+        os.devnull,
+    ]
     start = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     wall = time.perf_counter() - start
     kib = [line.split()[1] for line in done.stderr.splitlines() if line.startswith("MAXRSS_KIB ")]
     rss = int(kib[-1]) * 1024 if kib else -1
     ok = done.returncode == 0 and wall <= SPEED_TARGET_S and 0 < rss < RSS_TARGET
-    print(f"{'PASS' if ok else 'FAIL'} plan_speed llama-7b-like batch 1-64: {wall:.1f} s wall "
-          f"(target {SPEED_TARGET_S:.0f} s), peak RSS {rss / 2**20:,.0f} MiB (target "
-          f"{RSS_TARGET / 2**30:.0f} GiB), exit {done.returncode}")
+    print(
+        f"{'PASS' if ok else 'FAIL'} plan_speed llama-7b-like batch 1-64: {wall:.1f} s wall "
+        f"(target {SPEED_TARGET_S:.0f} s), peak RSS {rss / 2**20:,.0f} MiB (target "
+        f"{RSS_TARGET / 2**30:.0f} GiB), exit {done.returncode}"
+    )
     if done.returncode:
         print(done.stderr[-2000:])
     return {"wall_s": wall, "peak_rss": rss, "rc": done.returncode, "ok": ok}
@@ -120,7 +149,9 @@ def speed() -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", help="where the real model runs (cpu, cuda:0)")
-    parser.add_argument("--tolerance", type=float, default=0.10, help="relative error (default 0.10)")
+    parser.add_argument(
+        "--tolerance", type=float, default=0.10, help="relative error (default 0.10)"
+    )
     parser.add_argument("--quick", action="store_true", help="fewer sizes")
     parser.add_argument("--no-speed", action="store_true", help="skip the llama-7b-like timing")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")

@@ -42,7 +42,14 @@ def run_case(batch: int, seq: int, memory: list[int], verify: bool) -> dict[str,
 
     row: dict[str, Any] = {"batch": batch, "seq": seq}
     for name, strategy in (("accelerate", "accelerate"), ("torchplace", "pipeline")):
-        p = plan("gpt2-like", batch_sizes=[batch], seq=seq, assume="2xH200", strategy=strategy, max_memory=memory)
+        p = plan(
+            "gpt2-like",
+            batch_sizes=[batch],
+            seq=seq,
+            assume="2xH200",
+            strategy=strategy,
+            max_memory=memory,
+        )
         edges = [c for c in p.flow.crossings if "cpu" not in (c.src, c.dst)]
         row[name] = {
             "map": summary(p),
@@ -64,27 +71,41 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
     args = parser.parse_args(argv)
     memory = MAX_MEMORY
-    print(f"gpt2-like over 2 assumed H200s; max_memory for weights: "
-          f"{memory[0] / MiB:,.0f} MiB, {memory[1] / MiB:,.0f} MiB (the same for both tools)")
+    print(
+        f"gpt2-like over 2 assumed H200s; max_memory for weights: "
+        f"{memory[0] / MiB:,.0f} MiB, {memory[1] / MiB:,.0f} MiB (the same for both tools)"
+    )
     rows = []
     failed = False
     for batch, seq in CASES[:2] if args.quick else CASES:
-        row = run_case(batch, seq, memory, verify=not args.no_verify and batch * seq <= VERIFY_TOKENS)
+        row = run_case(
+            batch, seq, memory, verify=not args.no_verify and batch * seq <= VERIFY_TOKENS
+        )
         rows.append(row)
         acc, ours = row["accelerate"], row["torchplace"]
         print(f"\nbatch {batch}, seq {seq}")
         for name, r in (("accelerate", acc), ("torchplace", ours)):
-            check = "" if "verified" not in r else f", verified on CPU: {'yes' if r['verified'] else 'NO'}"
+            check = (
+                ""
+                if "verified" not in r
+                else f", verified on CPU: {'yes' if r['verified'] else 'NO'}"
+            )
             print(f"  {name:<10} map  {r['map']}")
-            print(f"  {name:<10} {r['device_bytes'] / MiB:8.2f} MiB between devices per forward in "
-                  f"{r['copies']} copies ({r['recopies_bytes'] / MiB:.2f} MiB re-copied or sent back)"
-                  f"{check}; warnings: {', '.join(r['warnings']) or 'none'}")
+            print(
+                f"  {name:<10} {r['device_bytes'] / MiB:8.2f} MiB between devices per forward in "
+                f"{r['copies']} copies ({r['recopies_bytes'] / MiB:.2f} MiB re-copied or sent back)"
+                f"{check}; warnings: {', '.join(r['warnings']) or 'none'}"
+            )
         print(f"  ratio accelerate / torchplace: {row['ratio']:.2f}x")
-        ok = ours["device_bytes"] < acc["device_bytes"] and all(r.get("verified", True) for r in (acc, ours))
+        ok = ours["device_bytes"] < acc["device_bytes"] and all(
+            r.get("verified", True) for r in (acc, ours)
+        )
         failed |= not ok
-        print(f"{'PASS' if ok else 'FAIL'} plan_vs_accelerate batch {batch} seq {seq}: torchplace "
-              f"{ours['device_bytes'] / MiB:.2f} MiB vs accelerate {acc['device_bytes'] / MiB:.2f} MiB "
-              f"per forward ({row['ratio']:.2f}x fewer)")
+        print(
+            f"{'PASS' if ok else 'FAIL'} plan_vs_accelerate batch {batch} seq {seq}: torchplace "
+            f"{ours['device_bytes'] / MiB:.2f} MiB vs accelerate {acc['device_bytes'] / MiB:.2f} MiB "
+            f"per forward ({row['ratio']:.2f}x fewer)"
+        )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump({"max_memory": memory, "cases": rows}, fh, indent=2)

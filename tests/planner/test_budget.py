@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import pytest
 
+from tests.planner.conftest import NO_RESERVES
 from torchplace.errors import ConfigError
 from torchplace.planner.api import plan
 from torchplace.planner.budget import parse_reserves
 from torchplace.planner.shapes import SHAPES
-from tests.planner.conftest import NO_RESERVES
 
 
 def test_reserves_default_and_override() -> None:
     default = parse_reserves([])
-    assert default.cuda_context == 500 << 20 and default.margin == 0.05
+    assert default.cuda_context == 500 << 20
+    assert default.margin == 0.05
     assert parse_reserves(["cuda_context=1GiB", "margin=0.1"]).fixed() == (1 << 30) + (32 << 20)
     with pytest.raises(ConfigError, match="cuda_context=1GiB"):
         parse_reserves(["context=1GiB"])

@@ -19,7 +19,9 @@ def _validate(document: dict[str, object]) -> None:
 
 def test_json_report_validates_against_the_shipped_schema(tmp_path: Path) -> None:
     out = tmp_path / "plan.json"
-    code = main(["plan", "--model", "wide-mlp", "--batch", "1,4", "--format", "json", "-o", str(out)])
+    code = main(
+        ["plan", "--model", "wide-mlp", "--batch", "1,4", "--format", "json", "-o", str(out)]
+    )
     assert code == 0
     document = json.loads(out.read_text())
     _validate(document)
@@ -32,7 +34,8 @@ def test_json_with_verify_validates(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["plan", "--model", "wide-mlp", "--strategy", "pipeline", "--verify", "--json"])
     document = json.loads(capsys.readouterr().out)
     _validate(document)
-    assert code == 0 and document["result"]["verify"]["ok"] is True
+    assert code == 0
+    assert document["result"]["verify"]["ok"] is True
 
 
 def test_exit_statuses(capsys: pytest.CaptureFixture[str]) -> None:
@@ -52,19 +55,33 @@ def test_assumed_figures_are_printed_as_assumed(capsys: pytest.CaptureFixture[st
     assert main(["plan", "--assume", "2x80GiB", "--link", "pcie5"]) == 0
     text = capsys.readouterr().out
     assert "devices (assumed figures)" in text
-    assert "pcie5 52 GB/s" in text and "80.00 GiB" in text
+    assert "pcie5 52 GB/s" in text
+    assert "80.00 GiB" in text
 
 
 def test_exported_device_map_dispatches_with_accelerate(tmp_path: Path) -> None:
+    import torch
     from accelerate import dispatch_model
     from accelerate.utils import get_max_memory
-
-    import torch
 
     from torchplace.models import build_model
 
     path = tmp_path / "map.json"
-    assert main(["plan", "--model", "wide-mlp", "--strategy", "pipeline", "--export", "device-map", str(path)]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--model",
+                "wide-mlp",
+                "--strategy",
+                "pipeline",
+                "--export",
+                "device-map",
+                str(path),
+            ]
+        )
+        == 0
+    )
     exported = json.loads(path.read_text())
     assert set(exported["device_map"].values()) == {0, 1}
     max_memory = {int(k): v for k, v in exported["max_memory"].items()}
@@ -87,7 +104,10 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
 def test_explicit_map_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "map.json"
     path.write_text(json.dumps({"device_map": {"0": 0, "1": 0, "2": 1, "3": 1, "4": 1}}))
-    assert main(["plan", "--model", "wide-mlp", "--strategy", "map", "--map", str(path), "--json"]) == 0
+    assert (
+        main(["plan", "--model", "wide-mlp", "--strategy", "map", "--map", str(path), "--json"])
+        == 0
+    )
     result = json.loads(capsys.readouterr().out)["result"]
     assert result["strategy"] == "map"
     assert [e["consumer"] for e in result["crossings"]["edges"] if e["kind"] == "d2d"] == ["2"]

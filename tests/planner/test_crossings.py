@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from tests.planner.toy import Toy
 from torchplace.planner.crossings import flow
 from torchplace.planner.strategies import Placement
-from tests.planner.toy import Toy
 
 B, F32 = 2, 4
 ROW = B * 8 * F32  # a (B, 8) float32 tensor: the hidden state, or the mask

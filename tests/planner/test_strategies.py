@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from tests.planner.conftest import NO_RESERVES
 from torchplace.planner.api import plan
 from torchplace.planner.shapes import build_shape
 from torchplace.planner.strategies import accelerate_placement, fill
 from torchplace.planner.units import select_units
-from tests.planner.conftest import NO_RESERVES
 
 MiB = 1 << 20
 DEVICES = ["cuda:0", "cuda:1"]
@@ -43,7 +43,9 @@ def test_wide_mlp_fill_matches_accelerate() -> None:
     for budget in ([5 * MiB, 30 * MiB], [21 * MiB, 30 * MiB], [30 * MiB, 30 * MiB]):
         ours = fill(units, DEVICES, budget)
         theirs, _ = accelerate_placement(module, units, DEVICES, budget)
-        flat = {u: next(d for k, d in theirs.assign.items() if u == k or k == "") for u in units.paths}
+        flat = {
+            u: next(d for k, d in theirs.assign.items() if u == k or k == "") for u in units.paths
+        }
         assert ours.assign == flat, budget
 
 
@@ -86,14 +88,18 @@ def test_a_model_too_big_for_one_device_is_pipelined_over_three() -> None:
     # wide-mlp: 4.0 + 16.0 + 4.0 MiB of weights; no device of 18 MiB holds all 24.
     p = plan("wide-mlp", batch_sizes=[1], assume="3x18MiB", reserves=NO_RESERVES)
     assert p.considered["replicate"]["fits"] is False
-    assert p.placement.strategy.startswith("pipeline") and p.fits()
+    assert p.placement.strategy.startswith("pipeline")
+    assert p.fits()
     assert len({p.placement.device_of(u) for u in ("0", "2", "4")}) == 3
 
 
 def test_a_unit_bigger_than_its_device_is_named() -> None:
-    p = plan("wide-mlp", batch_sizes=[1], assume="2x12MiB", strategy="pipeline", reserves=NO_RESERVES)
+    p = plan(
+        "wide-mlp", batch_sizes=[1], assume="2x12MiB", strategy="pipeline", reserves=NO_RESERVES
+    )
     codes = [w.code for w in p.warnings]
-    assert "leaf-too-big" in codes and "does-not-fit" in codes
+    assert "leaf-too-big" in codes
+    assert "does-not-fit" in codes
     assert not p.fits()
     assert any("unit 2 " in w.message for w in p.warnings if w.code == "leaf-too-big")
 

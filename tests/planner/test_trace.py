@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from tests.planner.toy import Toy
 from torchplace.models import build_model
 from torchplace.planner.trace import INPUT, trace_forward
-from tests.planner.toy import Toy
 
 B = 2
 F32 = 4
@@ -14,7 +14,9 @@ F32 = 4
 
 def test_seed_mlp_peak_and_flops_by_hand() -> None:
     model = build_model("seed-mlp").to("meta")
-    trace = trace_forward(model, [torch.empty(B, 8, device="meta")], ["0", "1", "2"], batch=B, seq=None)
+    trace = trace_forward(
+        model, [torch.empty(B, 8, device="meta")], ["0", "1", "2"], batch=B, seq=None
+    )
     # Linear(8,16) makes B x 16; ReLU makes another B x 16 while the first is still held;
     # then the first dies and Linear(16,2) makes B x 2.
     assert trace.peak() == 2 * B * 16 * F32
@@ -40,7 +42,8 @@ def test_toy_peak_flops_and_calls_by_hand() -> None:
     }
     assert [c.unit for c in trace.calls] == units
     mask = trace.allocs[trace.calls[1].args[1]]
-    assert mask.owner == "" and mask.nbytes == row  # made by the model's own code, not a unit
+    assert mask.owner == ""
+    assert mask.nbytes == row
     assert all(mask.index in c.args for c in trace.calls[1:4])
 
 

@@ -6,15 +6,21 @@ import dataclasses
 
 import pytest
 
+from tests.planner.conftest import NO_RESERVES
+from tests.planner.toy import make_toy
 from torchplace.errors import ConfigError
 from torchplace.planner.api import plan
 from torchplace.planner.verify import verify
-from tests.planner.conftest import NO_RESERVES
-from tests.planner.toy import make_toy
 
 
 def test_a_pipeline_of_the_toy_model_verifies_exactly() -> None:
-    p = plan("tests.planner.toy:make_toy", batch_sizes=[2], assume="2x1GiB", strategy="pipeline", reserves=NO_RESERVES)
+    p = plan(
+        "tests.planner.toy:make_toy",
+        batch_sizes=[2],
+        assume="2x1GiB",
+        strategy="pipeline",
+        reserves=NO_RESERVES,
+    )
     verdict = verify(p, module=make_toy())
     assert verdict.ok
     assert all(m["error"] == 0 for m in verdict.memory)
@@ -24,15 +30,25 @@ def test_a_pipeline_of_the_toy_model_verifies_exactly() -> None:
         ("cuda:1", "cpu", "(host)"),
     ]
     inner = next(e for e in verdict.edges if e["src"] == "cuda:0")
-    assert inner["measured_count"] == 2 and inner["measured_bytes"] == 2 * 2 * 8 * 4
+    assert inner["measured_count"] == 2
+    assert inner["measured_bytes"] == 2 * 2 * 8 * 4
 
 
 def test_accelerate_hooks_verify_with_their_re_copies() -> None:
-    p = plan("gpt2-like", batch_sizes=[1], seq=16, assume="2xH200", strategy="accelerate", max_memory=[300 << 20, 600 << 20])
+    p = plan(
+        "gpt2-like",
+        batch_sizes=[1],
+        seq=16,
+        assume="2xH200",
+        strategy="accelerate",
+        max_memory=[300 << 20, 600 << 20],
+    )
     verdict = verify(p)
     assert verdict.ok, verdict.render()
     mask = [e for e in verdict.edges if e["src"] == "cuda:0" and e["dst"] == "cuda:1"]
-    assert sum(e["measured_count"] for e in mask) == 1 + 8  # the hidden state once, the mask per block
+    assert (
+        sum(e["measured_count"] for e in mask) == 1 + 8
+    )  # the hidden state once, the mask per block
 
 
 def test_a_wrong_plan_fails_past_the_tolerance() -> None:

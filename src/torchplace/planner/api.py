@@ -15,8 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torchplace.errors import ConfigError
-from torchplace.planner.budget import DeviceBudget, Reserves, activation_peak, device_weights
-from torchplace.planner.budget import parse_reserves
+from torchplace.planner.budget import (
+    DeviceBudget,
+    Reserves,
+    activation_peak,
+    device_weights,
+    parse_reserves,
+)
 from torchplace.planner.checks import PlanWarning, check_plan
 from torchplace.planner.compute import DeviceWork, copy_seconds, device_work
 from torchplace.planner.crossings import Flow, flow
@@ -140,6 +145,7 @@ def plan(
     def traced(units: Units) -> dict[int, Trace]:
         key = tuple(units.paths)
         if key not in cache:
+
             def run(b: int) -> Trace:
                 return trace_forward(
                     pm.module, pm.example(b, length, "meta"), units.paths, batch=b, seq=length
@@ -155,10 +161,17 @@ def plan(
     base = base.ordered(order) if order else base
     top = batches[-1]
     kv_all = pm.kv_cache.bytes(top, length or 1) if pm.kv_cache else 0
-    budget_mem = list(max_memory) if max_memory else [
-        max(0, int((d.memory - res.fixed()) / (1 + res.margin)) - base_traces[top].peak() - kv_all)
-        for d in specs
-    ]
+    budget_mem = (
+        list(max_memory)
+        if max_memory
+        else [
+            max(
+                0,
+                int((d.memory - res.fixed()) / (1 + res.margin)) - base_traces[top].peak() - kv_all,
+            )
+            for d in specs
+        ]
+    )
     if len(budget_mem) != len(specs):
         raise ConfigError(f"--max-memory has {len(budget_mem)} values for {len(specs)} devices")
     ctx = _Context(pm, specs, res, batches, length, budget_mem)
@@ -166,8 +179,10 @@ def plan(
     if strategy in ("auto", "replicate"):
         candidates.append((replicate(base, names), base))
     if strategy in ("auto", "pipeline"):
-        for by in (("memory", "compute") if strategy == "auto" else (balance,)):
-            candidates.append((_pipeline(base, names, base_traces[top], specs, budget_mem, by), base))
+        for by in ("memory", "compute") if strategy == "auto" else (balance,):
+            candidates.append(
+                (_pipeline(base, names, base_traces[top], specs, budget_mem, by), base)
+            )
     if strategy == "accelerate":
         with _quiet_accelerate():
             placed, keys = accelerate_placement(pm.module, base, names, budget_mem)
@@ -215,10 +230,14 @@ def _pipeline(
 
 
 def _forward_seconds(p: Plan) -> float:
-    stages = sum(w.seconds for w in p.work) if p.placement.replicas == 1 else max(
-        (w.seconds for w in p.work), default=0.0
+    stages = (
+        sum(w.seconds for w in p.work)
+        if p.placement.replicas == 1
+        else max((w.seconds for w in p.work), default=0.0)
     )
-    return stages + sum(copy_seconds(c, p.specs) for c in p.flow.crossings if HOST not in (c.src, c.dst))
+    return stages + sum(
+        copy_seconds(c, p.specs) for c in p.flow.crossings if HOST not in (c.src, c.dst)
+    )
 
 
 def _best(plans: list[Plan]) -> Plan:
@@ -294,7 +313,9 @@ class _Context:
                 {d: n for f in flows[top].values() for d, n in f.inputs.items()},
             )
         weights_by_dev = {d: b.weights for d, b in budgets.items()}
-        work = device_work(traces[top], placement, self.specs_by_name, weights_by_dev, ref.crossings)
+        work = device_work(
+            traces[top], placement, self.specs_by_name, weights_by_dev, ref.crossings
+        )
         chosen = Plan(
             self.model,
             self.specs,

@@ -95,7 +95,11 @@ class DeviceBudget:
 
     def total(self, batch: int) -> int:
         variable = (
-            self.weights + self.buffers + self.activation[batch] + self.inputs[batch] + self.kv_cache[batch]
+            self.weights
+            + self.buffers
+            + self.activation[batch]
+            + self.inputs[batch]
+            + self.kv_cache[batch]
         )
         return self.reserves.fixed() + int(variable * (1 + self.reserves.margin))
 

@@ -58,8 +58,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help=f"plan for assumed devices: 2xH200, 4xA100-80GB, 2x80GiB (models: "
         f"{', '.join(m.name for m in ASSUMED.values())}; default 2xH200)",
     )
-    hw.add_argument("--devices", metavar="LIST", help="this machine's devices: all or cuda:0,cuda:1")
-    hw.add_argument("--link", choices=sorted(LINKS), help="link between devices (default: the model's)")
+    hw.add_argument(
+        "--devices", metavar="LIST", help="this machine's devices: all or cuda:0,cuda:1"
+    )
+    hw.add_argument(
+        "--link", choices=sorted(LINKS), help="link between devices (default: the model's)"
+    )
     hw.add_argument(
         "--reserve",
         action="append",

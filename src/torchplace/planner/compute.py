@@ -80,9 +80,7 @@ def device_work(
             continue
         seconds[dev] = max(work / (spec.tflops * 1e12), moved[dev] / (spec.mem_gbps * 1e9))
     if placement.replicas > 1:  # every replica runs its own batch: nobody waits
-        return [
-            DeviceWork(d, flops.get(first, 0), moved[d], seconds[d], 0.0) for d in used
-        ]
+        return [DeviceWork(d, flops.get(first, 0), moved[d], seconds[d], 0.0) for d in used]
     whole = sum(seconds.values()) + sum(copy_seconds(c, specs) for c in crossings)
     return [
         DeviceWork(

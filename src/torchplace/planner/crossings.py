@@ -104,7 +104,9 @@ class _Walker:
         elif dst != HOST:
             self.spans.setdefault(dst, []).append((op, until, alloc.nbytes))
 
-    def add(self, src: str, dst: str, producer: str, consumer: str, alloc: Any, kind: str, op: int) -> None:
+    def add(
+        self, src: str, dst: str, producer: str, consumer: str, alloc: Any, kind: str, op: int
+    ) -> None:
         producer = "input" if producer == INPUT else producer
         key = (src, dst, producer, consumer, alloc.shape, alloc.dtype, kind)
         if key in self.found:

@@ -32,9 +32,12 @@ def _ranges(paths: list[str]) -> str:
 
     for path in paths:
         stem, _, num = path.rpartition(".")
-        if num.isdigit() and run and run[-1].rpartition(".")[0] == stem and int(
-            run[-1].rpartition(".")[2]
-        ) + 1 == int(num):
+        if (
+            num.isdigit()
+            and run
+            and run[-1].rpartition(".")[0] == stem
+            and int(run[-1].rpartition(".")[2]) + 1 == int(num)
+        ):
             run.append(path)
             continue
         flush()
@@ -48,7 +51,7 @@ def _ranges(paths: list[str]) -> str:
 
 def _copies_into(p: Plan, dev: str) -> str:
     """The copies a device receives, one line per tensor (consumers folded)."""
-    groups: dict[tuple[object, ...], list[Any]] = {}
+    groups: dict[tuple[str, str, tuple[int, ...], str], list[Any]] = {}
     for c in p.flow.crossings:
         if HOST in (c.src, c.dst) or c.dst != dev:
             continue

@@ -82,7 +82,9 @@ class PlanModel:
     def has_seq(self) -> bool:
         return any(SEQ in spec.shape for spec in self.inputs)
 
-    def example(self, batch: int, seq: int | None, device: torch.device | str) -> list[torch.Tensor]:
+    def example(
+        self, batch: int, seq: int | None, device: torch.device | str
+    ) -> list[torch.Tensor]:
         """Inputs for one forward at ``batch`` (and ``seq``) on ``device``."""
         length = seq if seq is not None else (self.default_seq or 1)
         return [spec.make(batch, length, device) for spec in self.inputs]
@@ -120,9 +122,8 @@ def load_plan_model(
         kv = shape.kv_cache if layers is None else None
         return PlanModel(model, f"shape:{model}", module, (ids,), kv, shape.default_seq)
     # Everything else as `torchplace serve` loads it, built under the target device.
-    from torchplace.serve.loader import load_model
-
     from torchplace.models import TensorSpec
+    from torchplace.serve.loader import load_model
 
     # the planner reads no output declaration: a placeholder satisfies the loader's check
     placeholder = (TensorSpec("output", "FP32", (-1,)),)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,8 +60,6 @@ def plan_result(p: Plan) -> dict[str, Any]:
     }
 
 
-
-
 def render_text(p: Plan, *, width: int = 160) -> str:
     """The report for a terminal: rich tables (Markdown-boxed, so they paste anywhere)."""
     from rich import box
@@ -80,8 +79,13 @@ def render_text(p: Plan, *, width: int = 160) -> str:
         devs.add_column(head)
     for d in p.devices:
         devs.add_row(
-            d.device, d.model, human(d.memory), f"{d.mem_gbps:g}", f"{d.tflops:g}",
-            f"{d.link.name} {d.link.gbps:g} GB/s", f"{d.host_link.name} {d.host_link.gbps:g} GB/s",
+            d.device,
+            d.model,
+            human(d.memory),
+            f"{d.mem_gbps:g}",
+            f"{d.tflops:g}",
+            f"{d.link.name} {d.link.gbps:g} GB/s",
+            f"{d.host_link.name} {d.host_link.gbps:g} GB/s",
         )
     console.print(devs)
     console.print(_placement_table(p))
@@ -92,12 +96,16 @@ def render_text(p: Plan, *, width: int = 160) -> str:
     if p.warnings:
         text += "\nwarnings:\n" + "".join(f"  [{w.code}] {w.message}\n" for w in p.warnings)
     if p.considered and len(p.considered) > 1:
-        text += "\nconsidered: " + "; ".join(
-            f"{name}: {'fits' if c['fits'] else 'does not fit'}, "
-            f"{human(c['device_bytes_per_forward'])} between devices, "
-            f"{c['forward_s'] * 1e3:.3f} ms/forward"
-            for name, c in p.considered.items()
-        ) + "\n"
+        text += (
+            "\nconsidered: "
+            + "; ".join(
+                f"{name}: {'fits' if c['fits'] else 'does not fit'}, "
+                f"{human(c['device_bytes_per_forward'])} between devices, "
+                f"{c['forward_s'] * 1e3:.3f} ms/forward"
+                for name, c in p.considered.items()
+            )
+            + "\n"
+        )
     text = "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
     return text + "\n" + exercise_table(p)
 
@@ -123,10 +131,20 @@ def _placement_table(p: Plan) -> Any:
 def plan_result_rows(p: Plan) -> list[list[str]]:
     rows = []
     for u in p.units.units:
-        tied = sorted({m for g in p.units.tied if any(n in u.params for n in g) for m in g} - set(u.params))
+        tied = sorted(
+            {m for g in p.units.tied if any(n in u.params for n in g) for m in g} - set(u.params)
+        )
         dev = "every device" if p.placement.replicas > 1 else p.placement.device_of(u.path)
         rows.append(
-            [u.path or "(model)", u.kind, dev, human(u.weight_bytes), human(u.buffer_bytes), u.dtype, ", ".join(tied) or "-"]
+            [
+                u.path or "(model)",
+                u.kind,
+                dev,
+                human(u.weight_bytes),
+                human(u.buffer_bytes),
+                u.dtype,
+                ", ".join(tied) or "-",
+            ]
         )
     return rows
 
@@ -136,18 +154,43 @@ def _budget_table(p: Plan) -> Any:
     from rich.table import Table
 
     table = Table(title="memory per device", box=box.MARKDOWN, title_justify="left")
-    heads = ("device", "batch", "weights", "buffers", "activation peak", "inputs", "KV cache",
-             "reserves", "total", "capacity", "headroom", "largest batch")
+    heads = (
+        "device",
+        "batch",
+        "weights",
+        "buffers",
+        "activation peak",
+        "inputs",
+        "KV cache",
+        "reserves",
+        "total",
+        "capacity",
+        "headroom",
+        "largest batch",
+    )
     for head in heads:
         table.add_column(head, justify="right" if head != "device" else "left")
-    shown = p.batches if len(p.batches) <= 8 else sorted({p.batches[0], *p.batches[7::8], p.batches[-1]})
+    shown = (
+        p.batches
+        if len(p.batches) <= 8
+        else sorted({p.batches[0], *p.batches[7::8], p.batches[-1]})
+    )
     for dev, b in p.budgets.items():
         reserve = b.reserves.fixed()
         for n in shown:
             table.add_row(
-                dev, str(n), human(b.weights), human(b.buffers), human(b.activation[n]), human(b.inputs[n]),
-                human(b.kv_cache[n]), f"{human(reserve)} +{b.reserves.margin:.0%}", human(b.total(n)),
-                human(b.capacity), human(b.headroom(n)), str(b.largest_batch()),
+                dev,
+                str(n),
+                human(b.weights),
+                human(b.buffers),
+                human(b.activation[n]),
+                human(b.inputs[n]),
+                human(b.kv_cache[n]),
+                f"{human(reserve)} +{b.reserves.margin:.0%}",
+                human(b.total(n)),
+                human(b.capacity),
+                human(b.headroom(n)),
+                str(b.largest_batch()),
             )
     return table
 
@@ -161,12 +204,30 @@ def _crossing_table(p: Plan) -> Any:
         box=box.MARKDOWN,
         title_justify="left",
     )
-    for head in ("from", "to", "producer", "consumer", "shape", "dtype", "bytes", "count", "kind", "ms at link"):
+    for head in (
+        "from",
+        "to",
+        "producer",
+        "consumer",
+        "shape",
+        "dtype",
+        "bytes",
+        "count",
+        "kind",
+        "ms at link",
+    ):
         table.add_column(head)
     for c in p.flow.crossings:
         table.add_row(
-            c.src, c.dst, c.producer or "(model code)", c.consumer or "(model code)",
-            "x".join(map(str, c.shape)), c.dtype, human(c.nbytes), str(c.count), c.kind,
+            c.src,
+            c.dst,
+            c.producer or "(model code)",
+            c.consumer or "(model code)",
+            "x".join(map(str, c.shape)),
+            c.dtype,
+            human(c.nbytes),
+            str(c.count),
+            c.kind,
             f"{copy_seconds(c, p.specs) * 1e3:.3f}",
         )
     table.caption = f"between devices: {human(p.flow.bytes_between_devices())} per forward"
@@ -177,11 +238,21 @@ def _compute_table(p: Plan) -> Any:
     from rich import box
     from rich.table import Table
 
-    table = Table(title=f"compute per forward (batch {p.reference_batch})", box=box.MARKDOWN, title_justify="left")
+    table = Table(
+        title=f"compute per forward (batch {p.reference_batch})",
+        box=box.MARKDOWN,
+        title_justify="left",
+    )
     for head in ("device", "GFLOP", "bytes moved", "roofline ms", "idle share"):
         table.add_column(head)
     for w in p.work:
-        table.add_row(w.device, f"{w.flops / 1e9:,.3f}", human(w.bytes_moved), f"{w.seconds * 1e3:.3f}", f"{w.idle_share:.0%}")
+        table.add_row(
+            w.device,
+            f"{w.flops / 1e9:,.3f}",
+            human(w.bytes_moved),
+            f"{w.seconds * 1e3:.3f}",
+            f"{w.idle_share:.0%}",
+        )
     return table
 
 
@@ -209,7 +280,7 @@ def plot_plan(p: Plan, path: str | Path) -> None:
     b = p.reference_batch
     devices = list(p.budgets)
     fig, ax = plt.subplots(figsize=(2.6 * len(devices) + 3, 5))
-    parts = [
+    parts: list[tuple[str, Callable[[str], int], str]] = [
         ("weights", lambda d: p.budgets[d].weights + p.budgets[d].buffers, "#4c72b0"),
         ("activation peak", lambda d: p.budgets[d].activation[b], "#dd8452"),
         ("inputs", lambda d: p.budgets[d].inputs[b], "#937860"),

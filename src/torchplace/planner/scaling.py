@@ -18,11 +18,22 @@ __all__ = ["traces_for"]
 
 
 def _same_structure(a: Trace, b: Trace) -> bool:
-    if (a.ops, len(a.allocs), len(a.calls), a.outputs) != (b.ops, len(b.allocs), len(b.calls), b.outputs):
+    if (a.ops, len(a.allocs), len(a.calls), a.outputs) != (
+        b.ops,
+        len(b.allocs),
+        len(b.calls),
+        b.outputs,
+    ):
         return False
-    if any((x.owner, x.start, x.end) != (y.owner, y.start, y.end) for x, y in zip(a.allocs, b.allocs, strict=True)):
+    if any(
+        (x.owner, x.start, x.end) != (y.owner, y.start, y.end)
+        for x, y in zip(a.allocs, b.allocs, strict=True)
+    ):
         return False
-    return all((x.unit, x.start, x.args) == (y.unit, y.start, y.args) for x, y in zip(a.calls, b.calls, strict=True))
+    return all(
+        (x.unit, x.start, x.args) == (y.unit, y.start, y.args)
+        for x, y in zip(a.calls, b.calls, strict=True)
+    )
 
 
 def _between(lo: Trace, hi: Trace, batch: int) -> Trace | None:

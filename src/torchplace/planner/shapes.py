@@ -137,7 +137,8 @@ def _model_class() -> Callable[[TransformerShape], nn.Module]:
                 q, k = _rotate(q, rope), _rotate(k, rope)
             scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(w // self.heads)) + mask
             out = F.softmax(scores, dim=-1) @ v
-            return self.proj(out.transpose(1, 2).reshape(b, n, w))
+            projected: torch.Tensor = self.proj(out.transpose(1, 2).reshape(b, n, w))
+            return projected
 
     def _rotate(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
         cos, sin = rope.unbind(0)
@@ -155,8 +156,11 @@ def _model_class() -> Callable[[TransformerShape], nn.Module]:
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             if self.gate is not None:
-                return self.down(F.silu(self.gate(x)) * self.up(x))
-            return self.down(F.gelu(self.up(x), approximate="tanh"))
+                hidden = F.silu(self.gate(x)) * self.up(x)
+            else:
+                hidden = F.gelu(self.up(x), approximate="tanh")
+            down: torch.Tensor = self.down(hidden)
+            return down
 
     class Block(nn.Module):
         def __init__(self, s: TransformerShape) -> None:
@@ -167,7 +171,8 @@ def _model_class() -> Callable[[TransformerShape], nn.Module]:
 
         def forward(self, x: torch.Tensor, mask: torch.Tensor, rope: Any = None) -> torch.Tensor:
             x = x + self.attn(self.ln_1(x), mask, rope)
-            return x + self.mlp(self.ln_2(x))
+            out: torch.Tensor = x + self.mlp(self.ln_2(x))
+            return out
 
     class Decoder(nn.Module):
         def __init__(self, s: TransformerShape) -> None:

@@ -66,7 +66,12 @@ def replicate(units: Units, devices: Sequence[str]) -> Placement:
 
 
 def pipeline(
-    units: Units, devices: Sequence[str], costs: Sequence[float], shares: Sequence[float], *, by: str
+    units: Units,
+    devices: Sequence[str],
+    costs: Sequence[float],
+    shares: Sequence[float],
+    *,
+    by: str,
 ) -> Placement:
     """Contiguous stages minimising the largest ``cost / share`` (dynamic programming)."""
     k, n = len(costs), len(devices)
@@ -110,8 +115,8 @@ def fill(units: Units, devices: Sequence[str], max_memory: Sequence[int]) -> Pla
     for position, unit in enumerate(units.units):
         if unit.path in assign:
             continue
-        group = [unit.path] + [p for p in partner.get(unit.path, []) if p not in assign]
-        need = sum(sizes[p] for p in group)
+        together = [unit.path] + [p for p in partner.get(unit.path, []) if p not in assign]
+        need = sum(sizes[p] for p in together)
         rest = [sizes[u.path] for u in units.units[position + 1 :] if u.path not in assign]
         largest = max(rest, default=0)  # room kept for the largest unit still to place
         while current < len(devices):
@@ -120,7 +125,7 @@ def fill(units: Units, devices: Sequence[str], max_memory: Sequence[int]) -> Pla
                 break
             current += 1
         target = devices[current] if current < len(devices) else HOST
-        for path in group:
+        for path in together:
             assign[path] = target
         if current < len(devices):
             used[current] += need
@@ -155,7 +160,9 @@ def read_map_file(path: str | Path) -> dict[str, Any]:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"cannot read the map file {str(path)!r}: {exc}; it must be JSON") from None
+        raise ConfigError(
+            f"cannot read the map file {str(path)!r}: {exc}; it must be JSON"
+        ) from None
     mapping = data.get("device_map", data) if isinstance(data, dict) else None
     if not isinstance(mapping, dict) or not mapping:
         raise ConfigError(

@@ -186,7 +186,12 @@ def _dtype(t: torch.Tensor) -> str:
 
 
 def trace_forward(
-    module: nn.Module, inputs: Sequence[torch.Tensor], units: Sequence[str], *, batch: int, seq: int | None
+    module: nn.Module,
+    inputs: Sequence[torch.Tensor],
+    units: Sequence[str],
+    *,
+    batch: int,
+    seq: int | None,
 ) -> Trace:
     """Run ``module(*inputs)`` once under the recorder; ``units`` are module paths."""
     import torch
@@ -195,8 +200,10 @@ def trace_forward(
     external = {_key(t) for t in (*module.parameters(), *module.buffers())}
     rec = _Recorder(external)
 
-    class Mode(TorchDispatchMode):
-        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+    class Mode(TorchDispatchMode):  # type: ignore[no-untyped-call]
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
             return rec.dispatch(self, func, args, kwargs or {})
 
     handles = []
@@ -205,7 +212,7 @@ def trace_forward(
     names = [f"input_{i}" if len(inputs) > 1 else "input" for i in range(len(inputs))]
     held = [rec.hold(t, INPUT, name) for t, name in zip(inputs, names, strict=True)]
     try:
-        with torch.inference_mode(), Mode():
+        with torch.inference_mode(), Mode():  # type: ignore[no-untyped-call]
             out = module(*inputs)
     except (RuntimeError, NotImplementedError) as exc:
         raise PlacementError(

@@ -142,8 +142,10 @@ def verify(p: Plan, *, tolerance: float = 0.10, module: nn.Module | None = None)
     measured: dict[tuple[str, str, str], list[int]] = {}
     copies: dict[tuple[int, str], torch.Tensor] = {}
 
-    class Mode(TorchDispatchMode):
-        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+    class Mode(TorchDispatchMode):  # type: ignore[no-untyped-call]
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
             out = func(*args, **(kwargs or {}))
             for t in _tensors(out):
                 rt.hold(t, rt.current)
@@ -173,7 +175,10 @@ def verify(p: Plan, *, tolerance: float = 0.10, module: nn.Module | None = None)
         def hook(_m: nn.Module, args: Any, kwargs: Any) -> Any:
             dst = only or placement.device_of(path)
             rt.current = dst
-            swap = lambda v: moved(v, dst, path) if isinstance(v, torch.Tensor) else v  # noqa: E731
+
+            def swap(v: Any) -> Any:
+                return moved(v, dst, path) if isinstance(v, torch.Tensor) else v
+
             return tuple(swap(a) for a in args), {k: swap(v) for k, v in kwargs.items()}
 
         return hook
@@ -190,7 +195,7 @@ def verify(p: Plan, *, tolerance: float = 0.10, module: nn.Module | None = None)
     rt.current = only or placement.device_of(first)
     hooked = placement.hooks and only is None
     try:
-        with torch.inference_mode(), Mode():
+        with torch.inference_mode(), Mode():  # type: ignore[no-untyped-call]
             if hooked:  # accelerate's way: the caller moves the inputs to the first device
                 inputs = [moved(t, placement.devices[0], "(model call)") for t in inputs]
             out = model(*inputs)
@@ -220,7 +225,13 @@ def _compare(
         planned, got = budget.activation[batch], peaks.get(dev, 0)
         error = (planned - got) / got if got else (0.0 if planned == 0 else 1.0)
         verdict.memory.append(
-            {"device": dev, "planned": planned, "measured": got, "error": error, "ok": abs(error) <= tolerance}
+            {
+                "device": dev,
+                "planned": planned,
+                "measured": got,
+                "error": error,
+                "ok": abs(error) <= tolerance,
+            }
         )
     planned_edges: dict[tuple[str, str, str], list[int]] = {}
     for c in flow(p.traces[batch], p.placement, replica=only).crossings:
