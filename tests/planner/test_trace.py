@@ -57,3 +57,36 @@ def test_peak_is_linear_in_the_batch_for_a_transformer_shape() -> None:
         ids = torch.zeros(b, 16, dtype=torch.long, device="meta")
         peaks.append(trace_forward(model, [ids], units, batch=b, seq=16).peak())
     assert peaks[2] - peaks[1] == peaks[1] - peaks[0] > 0
+
+
+def test_sizes_between_are_derived_exactly() -> None:
+    from torchplace.planner.scaling import traces_for
+    from torchplace.planner.shapes import build_shape
+
+    model = build_shape("gpt2-like", layers=2)
+    units = ["wte", "wpe", "h.0", "h.1", "ln_f", "lm_head"]
+    traced: list[int] = []
+
+    def run(b: int):  # type: ignore[no-untyped-def]
+        traced.append(b)
+        ids = torch.zeros(b, 16, dtype=torch.long, device="meta")
+        return trace_forward(model, [ids], units, batch=b, seq=16)
+
+    derived = traces_for([1, 2, 3, 5, 8], run)
+    assert sorted(traced) == [1, 2, 8]  # 3 and 5 follow from 2 and 8
+    for b in (3, 5):
+        direct = run(b)
+        assert derived[b].peak() == direct.peak()
+        assert derived[b].flops == direct.flops
+        assert [a.nbytes for a in derived[b].allocs] == [a.nbytes for a in direct.allocs]
+
+
+def test_batch_lists_and_ranges() -> None:
+    import pytest
+
+    from torchplace.errors import ConfigError
+    from torchplace.planner.cli import parse_batches
+
+    assert parse_batches("1-4,16") == [1, 2, 3, 4, 16]
+    with pytest.raises(ConfigError, match="1-64"):
+        parse_batches("a few")
