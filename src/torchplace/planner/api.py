@@ -124,76 +124,18 @@ def plan(
     probe: Any = None,
 ) -> Plan:
     """Plan ``model`` over a device set; see :mod:`torchplace.planner`."""
-    if strategy not in STRATEGIES:
-        raise ConfigError(f"unknown strategy {strategy!r}; choose one of: {', '.join(STRATEGIES)}")
-    if balance not in BALANCES:
-        raise ConfigError(f"unknown balance {balance!r}; choose one of: {', '.join(BALANCES)}")
-    batches = sorted(set(batch_sizes))
-    if not batches or batches[0] < 1:
-        raise ConfigError(f"batch sizes must be >= 1, got {list(batch_sizes)}")
-    if strategy == "map" and map_file is None:
-        raise ConfigError("strategy 'map' needs a map file: --map FILE.json")
+    batches = _checked(strategy, balance, batch_sizes, map_file)
     specs = _devices(assume, devices, link, probe)
     res = parse_reserves(reserves, accelerator=True)
     pm = load_plan_model(model, exported=exported, inputs=inputs)
     if seq is not None and not pm.has_seq:
         raise ConfigError(f"--seq {seq} given, but the inputs of {pm.name!r} have no sequence dim")
     length = seq if pm.has_seq and seq is not None else pm.default_seq
-    names = [d.device for d in specs]
-    cache: dict[tuple[str, ...], dict[int, Trace]] = {}
-
-    def traced(units: Units) -> dict[int, Trace]:
-        key = tuple(units.paths)
-        if key not in cache:
-
-            def run(b: int) -> Trace:
-                return trace_forward(
-                    pm.module, pm.example(b, length, "meta"), units.paths, batch=b, seq=length
-                )
-
-            cache[key] = traces_for(batches, run)
-        return cache[key]
-
-    usable = min(d.memory for d in specs) - res.fixed()
-    base = select_units(pm.module, limit=usable)
-    base_traces = traced(base)
-    order = _run_order(base_traces[batches[-1]])
-    base = base.ordered(order) if order else base
-    top = batches[-1]
-    kv_all = pm.kv_cache.bytes(top, length or 1) if pm.kv_cache else 0
-    budget_mem = (
-        list(max_memory)
-        if max_memory
-        else [
-            max(
-                0,
-                int((d.memory - res.fixed()) / (1 + res.margin)) - base_traces[top].peak() - kv_all,
-            )
-            for d in specs
-        ]
-    )
-    if len(budget_mem) != len(specs):
-        raise ConfigError(f"--max-memory has {len(budget_mem)} values for {len(specs)} devices")
-    ctx = _Context(pm, specs, res, batches, length, budget_mem)
-    candidates: list[tuple[Placement, Units]] = []
-    if strategy in ("auto", "replicate"):
-        candidates.append((replicate(base, names), base))
-    if strategy in ("auto", "pipeline"):
-        for by in ("memory", "compute") if strategy == "auto" else (balance,):
-            candidates.append(
-                (_pipeline(base, names, base_traces[top], specs, budget_mem, by), base)
-            )
-    if strategy == "accelerate":
-        with _quiet_accelerate():
-            placed, keys = accelerate_placement(pm.module, base, names, budget_mem)
-        units = select_units(pm.module, paths=keys)
-        units = units.ordered(_run_order(traced(units)[top]) or [])
-        candidates.append((placed, units))
-    if strategy == "map":
-        mapping = read_map_file(map_file)  # type: ignore[arg-type]
-        units = select_units(pm.module, paths=list(mapping))
-        candidates.append((map_placement(mapping, names), units))
-    plans = [ctx.build(p, u, traced(u)) for p, u in candidates]
+    ctx = _Context(pm, specs, res, batches, length)
+    base = ctx.base_units()
+    ctx.max_memory = ctx.weights_budget(base, max_memory)
+    candidates = ctx.candidates(strategy, balance, map_file, base)
+    plans = [ctx.build(p, u, ctx.traced(u)) for p, u in candidates]
     chosen = _best(plans) if strategy == "auto" else plans[0]
     chosen.considered = {
         p.placement.strategy: {
@@ -205,6 +147,21 @@ def plan(
         for p in plans
     }
     return chosen
+
+
+def _checked(
+    strategy: str, balance: str, batch_sizes: Sequence[int], map_file: str | Path | None
+) -> list[int]:
+    if strategy not in STRATEGIES:
+        raise ConfigError(f"unknown strategy {strategy!r}; choose one of: {', '.join(STRATEGIES)}")
+    if balance not in BALANCES:
+        raise ConfigError(f"unknown balance {balance!r}; choose one of: {', '.join(BALANCES)}")
+    batches = sorted(set(batch_sizes))
+    if not batches or batches[0] < 1:
+        raise ConfigError(f"batch sizes must be >= 1, got {list(batch_sizes)}")
+    if strategy == "map" and map_file is None:
+        raise ConfigError("strategy 'map' needs a map file: --map FILE.json")
+    return batches
 
 
 def _run_order(trace: Trace) -> list[str]:
@@ -264,12 +221,76 @@ class _quiet_accelerate:
 
 @dataclass
 class _Context:
+    """One planning run: the model, devices and sizes, and the traces made so far."""
+
     model: PlanModel
     specs: list[DeviceSpec]
     reserves: Reserves
     batches: list[int]
     seq: int | None
-    max_memory: list[int]
+    max_memory: list[int] = field(default_factory=list)
+    cache: dict[tuple[str, ...], dict[int, Trace]] = field(default_factory=dict)
+
+    @property
+    def names(self) -> list[str]:
+        return [d.device for d in self.specs]
+
+    def traced(self, units: Units) -> dict[int, Trace]:
+        """The traces for these units, at every batch size (made once per set of units)."""
+        key = tuple(units.paths)
+        if key not in self.cache:
+
+            def run(b: int) -> Trace:
+                inputs = self.model.example(b, self.seq, "meta")
+                return trace_forward(self.model.module, inputs, units.paths, batch=b, seq=self.seq)
+
+            self.cache[key] = traces_for(self.batches, run)
+        return self.cache[key]
+
+    def base_units(self) -> Units:
+        """The default units, in run order; a unit is split when no device could hold it."""
+        usable = min(d.memory for d in self.specs) - self.reserves.fixed()
+        base = select_units(self.model.module, limit=usable)
+        order = _run_order(self.traced(base)[self.batches[-1]])
+        return base.ordered(order) if order else base
+
+    def weights_budget(self, base: Units, given: Sequence[int] | None) -> list[int]:
+        """``max_memory``: given, or capacity less reserves, one-device activations and KV."""
+        if given:
+            if len(given) != len(self.specs):
+                raise ConfigError(
+                    f"--max-memory has {len(given)} values for {len(self.specs)} devices"
+                )
+            return list(given)
+        top = self.batches[-1]
+        peak = self.traced(base)[top].peak()
+        kv = self.model.kv_cache.bytes(top, self.seq or 1) if self.model.kv_cache else 0
+        room = [
+            int((d.memory - self.reserves.fixed()) / (1 + self.reserves.margin)) for d in self.specs
+        ]
+        return [max(0, r - peak - kv) for r in room]
+
+    def candidates(
+        self, strategy: str, balance: str, map_file: str | Path | None, base: Units
+    ) -> list[tuple[Placement, Units]]:
+        top, names, module = self.batches[-1], self.names, self.model.module
+        out: list[tuple[Placement, Units]] = []
+        if strategy in ("auto", "replicate"):
+            out.append((replicate(base, names), base))
+        if strategy in ("auto", "pipeline"):
+            trace = self.traced(base)[top]
+            for by in ("memory", "compute") if strategy == "auto" else (balance,):
+                out.append((_pipeline(base, names, trace, self.specs, self.max_memory, by), base))
+        if strategy == "accelerate":
+            with _quiet_accelerate():
+                placed, keys = accelerate_placement(module, base, names, self.max_memory)
+            units = select_units(module, paths=keys)
+            out.append((placed, units.ordered(_run_order(self.traced(units)[top]))))
+        if strategy == "map" and map_file is not None:
+            mapping = read_map_file(map_file)
+            units = select_units(module, paths=list(mapping))
+            out.append((map_placement(mapping, names), units))
+        return out
 
     def build(self, placement: Placement, units: Units, traces: dict[int, Trace]) -> Plan:
         top = self.batches[-1]

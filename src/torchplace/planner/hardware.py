@@ -166,6 +166,8 @@ def assume_devices(spec: str, *, link: str | None = None) -> list[DeviceSpec]:
                 "or give a size such as 80GiB"
             ) from None
     chosen = _link(link, model.link)
+    # a size alone names no part: its host link is the PCIe generation asked for, if one was
+    host = chosen if what.lower() not in ASSUMED and chosen.name.startswith("pcie") else None
     return [
         DeviceSpec(
             f"cuda:{i}",
@@ -174,7 +176,7 @@ def assume_devices(spec: str, *, link: str | None = None) -> list[DeviceSpec]:
             model.mem_gbps,
             model.tflops,
             chosen,
-            _link(None, model.host_link),
+            host or _link(None, model.host_link),
             True,
         )
         for i in range(count)
