@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -65,3 +66,20 @@ def test_too_big_to_verify_on_the_host_is_refused() -> None:
     p = plan("llama-7b-like", batch_sizes=[1], seq=8, assume="2xH200", strategy="pipeline")
     with pytest.raises(ConfigError, match="verify a smaller model"):
         verify(p)
+
+
+def test_an_exported_program_is_planned_by_its_weights_and_verifies(tmp_path: Path) -> None:
+    import torch
+
+    from torchplace.models import build_model
+
+    model = build_model("wide-mlp")
+    batch = torch.export.Dim("batch", min=1, max=64)
+    program = torch.export.export(model, (torch.randn(2, 512),), dynamic_shapes=({0: batch},))
+    path = tmp_path / "wide.pt2"
+    torch.export.save(program, path)
+    p = plan("seed-mlp", exported=path, batch_sizes=[2], strategy="pipeline")
+    # a graph module reads its weights without calling its submodules: still one crossing
+    inner = [c for c in p.flow.crossings if c.kind == "d2d"]
+    assert [(c.consumer, c.nbytes) for c in inner] == [("2", 2 * 2048 * 4)]
+    assert verify(p).ok

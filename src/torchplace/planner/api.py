@@ -164,6 +164,10 @@ def _checked(
     return batches
 
 
+def _within(name: str, unit: str) -> bool:
+    return unit == "" or name == unit or name.startswith(unit + ".")
+
+
 def _run_order(trace: Trace) -> list[str]:
     return list(dict.fromkeys(c.unit for c in sorted(trace.calls, key=lambda c: c.start)))
 
@@ -297,7 +301,10 @@ class _Context:
         flows = {b: self._flows(placement, traces[b]) for b in self.batches}
         budgets = {}
         # the shapes' layers (``h.N``) hold the KV cache, in proportion to how many a device has
-        kv_units = {u.path for u in units.units if u.path.startswith("h.")}
+        layers = self.model.kv_cache.layers if self.model.kv_cache else 0
+        held = {
+            u.path: sum(1 for i in range(layers) if _within(f"h.{i}", u.path)) for u in units.units
+        }
         for spec in self.specs:
             dev = spec.device
             if placement.replicas > 1:
@@ -307,9 +314,7 @@ class _Context:
             if dev not in placement.used():
                 continue
             weights, buffers = device_weights(units, assign, dev)
-            share = (
-                sum(1 for u in kv_units if assign.get(u) == dev) / len(kv_units) if kv_units else 0
-            )
+            share = sum(n for u, n in held.items() if assign.get(u) == dev) / max(1, layers)
             budgets[dev] = DeviceBudget(
                 dev,
                 spec.memory,

@@ -103,11 +103,11 @@ def _key(t: torch.Tensor) -> int:
 class _Recorder:
     """The bookkeeping behind the dispatch mode (kept apart so it is plain, typed Python)."""
 
-    def __init__(self, external: set[int]) -> None:
+    def __init__(self, external: dict[int, str]) -> None:
         from torch.utils.flop_counter import flop_registry
 
         self.registry = flop_registry
-        self.external = external  # parameter and buffer storages: never allocations
+        self.external = external  # parameter/buffer storage -> its unit: never allocations
         self.op = 0
         self.stack: list[str] = []
         self.allocs: list[Alloc] = []
@@ -128,6 +128,23 @@ class _Recorder:
             )
             self.composite[func] = known
         return known
+
+    def _by_weights(self, tensors: list[torch.Tensor]) -> str:
+        """Outside every unit's forward, an operator on one unit's weights belongs to it: a
+        graph module (``torch.export``) or functional code reads weights without calling the
+        module. Consecutive such operators make one call of that unit."""
+        owners = {self.external[k] for k in map(_key, tensors) if self.external.get(k)}
+        if len(owners) != 1:
+            return GLUE
+        (unit,) = owners
+        args = [i for i in map(self.lookup, tensors) if i is not None]
+        last = self.calls[-1] if self.calls else None
+        if last is not None and last.unit == unit and last.end == self.op - 1:
+            last.end = self.op
+            last.args += [i for i in args if self.allocs[i].owner != unit and i not in last.args]
+        else:
+            self.calls.append(UnitCall(unit, self.op, self.op, args))
+        return unit
 
     @property
     def unit(self) -> str:
@@ -167,7 +184,10 @@ class _Recorder:
             if result is not NotImplemented:
                 return result
         unit = self.unit
-        for t in _tensors((args, kwargs)):
+        tensors = list(_tensors((args, kwargs)))
+        if unit == GLUE:
+            unit = self._by_weights(tensors)
+        for t in tensors:
             index = self.lookup(t)
             if index is not None:
                 self.reads.append((self.op, unit, index))
@@ -197,7 +217,10 @@ def trace_forward(
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    external = {_key(t) for t in (*module.parameters(), *module.buffers())}
+    external = {_key(t): "" for t in (*module.parameters(), *module.buffers())}
+    for path in units:
+        sub = module.get_submodule(path)
+        external.update({_key(t): path for t in (*sub.parameters(), *sub.buffers())})
     rec = _Recorder(external)
 
     class Mode(TorchDispatchMode):  # type: ignore[no-untyped-call]

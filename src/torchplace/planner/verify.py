@@ -121,16 +121,17 @@ def _real_model(p: Plan) -> nn.Module:
             f"GiB), more than the {MAX_VERIFY_BYTES / GiB:.0f} GiB it allows; verify a smaller "
             "model, or fewer layers of the same shape"
         )
-    layers = None
-    if p.model.source.startswith("shape:"):
-        layers = sum(1 for u in p.units.units if u.path.startswith("h."))
-    return load_plan_model(p.model.name, device="cpu", layers=layers).module
+    kind, _, spec = p.model.source.partition(":")  # as load_plan_model named it
+    if kind == "exported":
+        return load_plan_model("seed-mlp", exported=spec, device="cpu").module
+    return load_plan_model(spec, device="cpu").module
 
 
 def verify(p: Plan, *, tolerance: float = 0.10, module: nn.Module | None = None) -> Verdict:
     """Run ``p``'s placement at its smallest batch on logical CPU devices and compare."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_map
 
     if not 0 < tolerance < 1:
         raise ConfigError(f"--tolerance {tolerance} must be a fraction between 0 and 1")
@@ -146,10 +147,38 @@ def verify(p: Plan, *, tolerance: float = 0.10, module: nn.Module | None = None)
         def __torch_dispatch__(
             self, func: Any, types: Any, args: Any = (), kwargs: Any = None
         ) -> Any:
-            out = func(*args, **(kwargs or {}))
+            args, kwargs = by_weights(args, kwargs or {})
+            out = func(*args, **kwargs)
             for t in _tensors(out):
                 rt.hold(t, rt.current)
             return out
+
+    owners = {
+        _key(t): path
+        for path in p.units.paths
+        for t in (*model.get_submodule(path).parameters(), *model.get_submodule(path).buffers())
+    }
+    active: list[str] = []  # units whose forward is running (their hooks moved the arguments)
+
+    def by_weights(args: Any, kwargs: Any) -> tuple[Any, Any]:
+        """Outside every unit's forward, an operator on one unit's weights runs on its device
+        (a graph module reads weights without calling the module), as the plan has it."""
+        if active:
+            return args, kwargs
+        found = {owners[k] for k in map(_key, _tensors((args, kwargs))) if k in owners}
+        if len(found) != 1:
+            return args, kwargs
+        (unit,) = found
+        dst = only or placement.device_of(unit)
+        rt.current = dst
+
+        def swap(v: Any) -> Any:
+            if isinstance(v, torch.Tensor) and _key(v) not in owners and _key(v) not in rt.external:
+                return moved(v, dst, unit)
+            return v
+
+        swapped: tuple[Any, Any] = tree_map(swap, (args, kwargs))
+        return swapped
 
     def moved(t: torch.Tensor, dst: str, consumer: str) -> torch.Tensor:
         src = rt.device_of(t)
@@ -160,6 +189,8 @@ def verify(p: Plan, *, tolerance: float = 0.10, module: nn.Module | None = None)
             return cached
         before, rt.current = rt.current, (HOST if src == HOST else dst)  # inputs: not activations
         copy = t.clone()  # the copy a real runner makes, here on the same memory
+        if _key(copy) not in rt.where:  # made inside the dispatch mode, which does not see it
+            rt.hold(copy, rt.current)
         rt.current = before
         if src == HOST:
             rt.where[_key(copy)] = dst
@@ -175,6 +206,7 @@ def verify(p: Plan, *, tolerance: float = 0.10, module: nn.Module | None = None)
         def hook(_m: nn.Module, args: Any, kwargs: Any) -> Any:
             dst = only or placement.device_of(path)
             rt.current = dst
+            active.append(path)
 
             def swap(v: Any) -> Any:
                 return moved(v, dst, path) if isinstance(v, torch.Tensor) else v
@@ -183,10 +215,13 @@ def verify(p: Plan, *, tolerance: float = 0.10, module: nn.Module | None = None)
 
         return hook
 
+    def post(_m: nn.Module, _args: Any, _out: Any) -> None:
+        active.pop()
+
     handles = [
         model.get_submodule(path).register_forward_pre_hook(pre(path), with_kwargs=True)
         for path in p.units.paths
-    ]
+    ] + [model.get_submodule(path).register_forward_hook(post) for path in p.units.paths]
     inputs = p.model.example(batch, p.seq, "cpu")
     for t in inputs:
         rt.hold(t, HOST)
