@@ -62,6 +62,7 @@ def samples(command: str, files: dict[str, str]) -> list[list[str]]:
             ["model", "--batch-sizes", "1", "--min-time", "0.001", *cpu_bench],
         ],
         "lint": [["--isolated", OUTPUT, files["bad_source.py"]]],
+        "plan": [["--model", "seed-mlp", OUTPUT], ["--model", "seed-mlp", "--verify", OUTPUT]],
     }
     if command not in table:
         pytest.fail(f"report command {command!r} has no sample invocation in {__file__}")
@@ -90,6 +91,11 @@ def exit_cases(command: str, files: dict[str, str]) -> dict[int, list[list[str]]
             0: [["--isolated", files["clean_source.py"]]],
             1: [["--isolated", files["bad_source.py"]]],
             2: [["--select", "TPL999", files["bad_source.py"]], ["--format", "xml"]],
+        },
+        "plan": {
+            0: [["--model", "seed-mlp"]],
+            1: [["--model", "wide-mlp", "--assume", "2x16MiB"]],
+            2: [["--model", "seed-mlp", "--assume", "2xB300"], ["--bogus"]],
         },
     }
     if command not in table:

@@ -31,6 +31,9 @@ _EXPORTS: dict[str, str] = {
     "measure": "torchplace.bench.timer",
     # prefetch
     "DevicePrefetcher": "torchplace.prefetch",
+    # plan
+    "Plan": "torchplace.planner.api",
+    "plan": "torchplace.planner.api",
     # errors
     "CheckpointError": "torchplace.errors",
     "ConfigError": "torchplace.errors",
@@ -60,6 +63,7 @@ __all__ = [
     "MixedDeviceError",
     "ModuleAudit",
     "PlacementError",
+    "Plan",
     "StateDictMismatchError",
     "Timer",
     "TimingError",
@@ -73,6 +77,7 @@ __all__ = [
     "load_checkpoint",
     "measure",
     "move",
+    "plan",
     "resolve_device",
 ]
 
@@ -95,6 +100,7 @@ if _typing.TYPE_CHECKING:
         UnsafeCheckpointError,
     )
     from torchplace.placement import ModuleAudit, audit_module, check_same_device, move
+    from torchplace.planner.api import Plan, plan
     from torchplace.prefetch import DevicePrefetcher
     from torchplace.sanitizer import GuardReport, guard
 

@@ -58,6 +58,11 @@ COMMANDS: dict[str, _Command] = {
     "lint": _Command(
         "torchplace.lint.cli", "find device-contract pitfalls in Python source", report=True
     ),
+    "plan": _Command(
+        "torchplace.planner.cli",
+        "plan a model's placement over devices, with memory and crossings",
+        report=True,
+    ),
 }
 
 

@@ -1,0 +1,371 @@
+"""``torchplace.plan(...)``: trace once per batch size, place, and account for it all.
+
+:func:`plan` builds the model on ``meta``, cuts it into units, traces the forward, evaluates
+the strategy (``auto`` tries ``replicate`` and ``pipeline`` by memory and by compute and keeps
+the best that fits), and returns a :class:`Plan` with the placement table, per-device budgets,
+crossings, compute, warnings and the exercise-8 table. Nothing is allocated on any device.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from torchplace.errors import ConfigError
+from torchplace.planner.budget import (
+    DeviceBudget,
+    Reserves,
+    activation_peak,
+    device_weights,
+    parse_reserves,
+)
+from torchplace.planner.checks import PlanWarning, check_plan
+from torchplace.planner.compute import DeviceWork, copy_seconds, device_work
+from torchplace.planner.crossings import Flow, flow
+from torchplace.planner.hardware import DeviceSpec, assume_devices, inventory_devices
+from torchplace.planner.inputs import PlanModel, load_plan_model
+from torchplace.planner.scaling import traces_for
+from torchplace.planner.strategies import (
+    HOST,
+    STRATEGIES,
+    Placement,
+    accelerate_placement,
+    fill,
+    map_placement,
+    pipeline,
+    read_map_file,
+    replicate,
+)
+from torchplace.planner.trace import Trace, trace_forward
+from torchplace.planner.units import Units, select_units
+
+if TYPE_CHECKING:
+    from torchplace.models import TensorSpec
+
+__all__ = ["BALANCES", "Plan", "plan"]
+
+BALANCES = ("memory", "compute", "fill")
+
+
+@dataclass
+class Plan:
+    """A placement and everything it implies; ``to_dict()`` is the JSON ``result``."""
+
+    model: PlanModel
+    devices: list[DeviceSpec]
+    units: Units
+    placement: Placement
+    batches: list[int]
+    seq: int | None
+    traces: dict[int, Trace]
+    flow: Flow
+    budgets: dict[str, DeviceBudget]
+    work: list[DeviceWork]
+    warnings: list[PlanWarning]
+    max_memory: dict[str, int]
+    considered: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def reference_batch(self) -> int:
+        """The batch the crossings and compute are shown for: the largest requested."""
+        return self.batches[-1]
+
+    @property
+    def specs(self) -> dict[str, DeviceSpec]:
+        return {d.device: d for d in self.devices}
+
+    def fits(self) -> bool:
+        return all(b.fits(n) for b in self.budgets.values() for n in self.batches)
+
+    def device_map(self) -> dict[str, int | str]:
+        """The placement as accelerate and transformers spell a ``device_map``."""
+        index = {d.device: i for i, d in enumerate(self.devices)}
+        if self.placement.replicas > 1:
+            return {"": 0}
+        return {
+            unit.path: index.get(self.placement.device_of(unit.path), HOST)
+            for unit in self.units.units
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        from torchplace.planner.render import plan_result
+
+        return plan_result(self)
+
+
+def _devices(
+    assume: str | None, devices: str | None, link: str | None, probe: Any
+) -> list[DeviceSpec]:
+    if assume and devices:
+        raise ConfigError("give either --assume (planned hardware) or --devices (this machine's)")
+    if devices:
+        return inventory_devices(devices, link=link, probe=probe)
+    return assume_devices(assume or "2xH200", link=link)
+
+
+def plan(
+    model: str = "seed-mlp",
+    *,
+    batch_sizes: Sequence[int] = (1,),
+    seq: int | None = None,
+    assume: str | None = None,
+    devices: str | None = None,
+    link: str | None = None,
+    strategy: str = "auto",
+    balance: str = "memory",
+    map_file: str | Path | None = None,
+    reserves: Sequence[str] = (),
+    max_memory: Sequence[int] | None = None,
+    exported: str | Path | None = None,
+    inputs: Sequence[TensorSpec] | None = None,
+    probe: Any = None,
+) -> Plan:
+    """Plan ``model`` over a device set; see :mod:`torchplace.planner`."""
+    batches = _checked(strategy, balance, batch_sizes, map_file)
+    specs = _devices(assume, devices, link, probe)
+    res = parse_reserves(reserves, accelerator=True)
+    pm = load_plan_model(model, exported=exported, inputs=inputs)
+    if seq is not None and not pm.has_seq:
+        raise ConfigError(f"--seq {seq} given, but the inputs of {pm.name!r} have no sequence dim")
+    length = seq if pm.has_seq and seq is not None else pm.default_seq
+    ctx = _Context(pm, specs, res, batches, length)
+    base = ctx.base_units()
+    ctx.max_memory = ctx.weights_budget(base, max_memory)
+    candidates = ctx.candidates(strategy, balance, map_file, base)
+    plans = [ctx.build(p, u, ctx.traced(u)) for p, u in candidates]
+    chosen = _best(plans) if strategy == "auto" else plans[0]
+    chosen.considered = {
+        p.placement.strategy: {
+            "fits": p.fits(),
+            "largest_batch": min(b.largest_batch() for b in p.budgets.values()),
+            "device_bytes_per_forward": p.flow.bytes_between_devices(),
+            "forward_s": _forward_seconds(p),
+        }
+        for p in plans
+    }
+    return chosen
+
+
+def _checked(
+    strategy: str, balance: str, batch_sizes: Sequence[int], map_file: str | Path | None
+) -> list[int]:
+    if strategy not in STRATEGIES:
+        raise ConfigError(f"unknown strategy {strategy!r}; choose one of: {', '.join(STRATEGIES)}")
+    if balance not in BALANCES:
+        raise ConfigError(f"unknown balance {balance!r}; choose one of: {', '.join(BALANCES)}")
+    batches = sorted(set(batch_sizes))
+    if not batches or batches[0] < 1:
+        raise ConfigError(f"batch sizes must be >= 1, got {list(batch_sizes)}")
+    if strategy == "map" and map_file is None:
+        raise ConfigError("strategy 'map' needs a map file: --map FILE.json")
+    return batches
+
+
+def _within(name: str, unit: str) -> bool:
+    return unit == "" or name == unit or name.startswith(unit + ".")
+
+
+def _run_order(trace: Trace) -> list[str]:
+    return list(dict.fromkeys(c.unit for c in sorted(trace.calls, key=lambda c: c.start)))
+
+
+def _pipeline(
+    units: Units, names: list[str], trace: Trace, specs: list[DeviceSpec], mem: list[int], by: str
+) -> Placement:
+    if by == "fill":
+        order = {p: i for i, p in enumerate(units.sizes)}
+        registration = Units(
+            tuple(sorted(units.units, key=lambda u: order.get(u.path, 0))), units.tied, units.sizes
+        )
+        return fill(registration, names, mem)
+    if by == "compute":
+        costs = [float(trace.flops.get(u.path, 0)) for u in units.units]
+        shares = [d.tflops for d in specs]
+    else:
+        costs = [float(u.weight_bytes) for u in units.units]
+        shares = [float(m) for m in mem]
+    return pipeline(units, names, costs, shares, by=by)
+
+
+def _forward_seconds(p: Plan) -> float:
+    stages = (
+        sum(w.seconds for w in p.work)
+        if p.placement.replicas == 1
+        else max((w.seconds for w in p.work), default=0.0)
+    )
+    return stages + sum(
+        copy_seconds(c, p.specs) for c in p.flow.crossings if HOST not in (c.src, c.dst)
+    )
+
+
+def _best(plans: list[Plan]) -> Plan:
+    fitting = [p for p in plans if p.fits()]
+    if not fitting:
+        return max(plans, key=lambda p: min(b.largest_batch() for b in p.budgets.values()))
+    replicas = [p for p in fitting if p.placement.replicas > 1]
+    if replicas:
+        return replicas[0]
+    return min(fitting, key=_forward_seconds)
+
+
+class _quiet_accelerate:
+    """accelerate logs 'Device N is not available' for planned devices; those are expected."""
+
+    def __enter__(self) -> None:
+        self.logger = logging.getLogger("accelerate")
+        self.level = self.logger.level
+        self.logger.setLevel(logging.ERROR)
+
+    def __exit__(self, *exc: object) -> None:
+        self.logger.setLevel(self.level)
+
+
+@dataclass
+class _Context:
+    """One planning run: the model, devices and sizes, and the traces made so far."""
+
+    model: PlanModel
+    specs: list[DeviceSpec]
+    reserves: Reserves
+    batches: list[int]
+    seq: int | None
+    max_memory: list[int] = field(default_factory=list)
+    cache: dict[tuple[str, ...], dict[int, Trace]] = field(default_factory=dict)
+
+    @property
+    def names(self) -> list[str]:
+        return [d.device for d in self.specs]
+
+    def traced(self, units: Units) -> dict[int, Trace]:
+        """The traces for these units, at every batch size (made once per set of units)."""
+        key = tuple(units.paths)
+        if key not in self.cache:
+
+            def run(b: int) -> Trace:
+                inputs = self.model.example(b, self.seq, "meta")
+                return trace_forward(self.model.module, inputs, units.paths, batch=b, seq=self.seq)
+
+            self.cache[key] = traces_for(self.batches, run)
+        return self.cache[key]
+
+    def base_units(self) -> Units:
+        """The default units, in run order; a unit is split when no device could hold it."""
+        usable = min(d.memory for d in self.specs) - self.reserves.fixed()
+        base = select_units(self.model.module, limit=usable)
+        order = _run_order(self.traced(base)[self.batches[-1]])
+        return base.ordered(order) if order else base
+
+    def weights_budget(self, base: Units, given: Sequence[int] | None) -> list[int]:
+        """``max_memory``: given, or capacity less reserves, one-device activations and KV."""
+        if given:
+            if len(given) != len(self.specs):
+                raise ConfigError(
+                    f"--max-memory has {len(given)} values for {len(self.specs)} devices"
+                )
+            return list(given)
+        top = self.batches[-1]
+        peak = self.traced(base)[top].peak()
+        kv = self.model.kv_cache.bytes(top, self.seq or 1) if self.model.kv_cache else 0
+        room = [
+            int((d.memory - self.reserves.fixed()) / (1 + self.reserves.margin)) for d in self.specs
+        ]
+        return [max(0, r - peak - kv) for r in room]
+
+    def candidates(
+        self, strategy: str, balance: str, map_file: str | Path | None, base: Units
+    ) -> list[tuple[Placement, Units]]:
+        top, names, module = self.batches[-1], self.names, self.model.module
+        out: list[tuple[Placement, Units]] = []
+        if strategy in ("auto", "replicate"):
+            out.append((replicate(base, names), base))
+        if strategy in ("auto", "pipeline"):
+            trace = self.traced(base)[top]
+            for by in ("memory", "compute") if strategy == "auto" else (balance,):
+                out.append((_pipeline(base, names, trace, self.specs, self.max_memory, by), base))
+        if strategy == "accelerate":
+            with _quiet_accelerate():
+                placed, keys = accelerate_placement(module, base, names, self.max_memory)
+            units = select_units(module, paths=keys)
+            out.append((placed, units.ordered(_run_order(self.traced(units)[top]))))
+        if strategy == "map" and map_file is not None:
+            mapping = read_map_file(map_file)
+            units = select_units(module, paths=list(mapping))
+            out.append((map_placement(mapping, names), units))
+        return out
+
+    def build(self, placement: Placement, units: Units, traces: dict[int, Trace]) -> Plan:
+        top = self.batches[-1]
+        flows = {b: self._flows(placement, traces[b]) for b in self.batches}
+        budgets = {}
+        # the shapes' layers (``h.N``) hold the KV cache, in proportion to how many a device has
+        layers = self.model.kv_cache.layers if self.model.kv_cache else 0
+        held = {
+            u.path: sum(1 for i in range(layers) if _within(f"h.{i}", u.path)) for u in units.units
+        }
+        for spec in self.specs:
+            dev = spec.device
+            if placement.replicas > 1:
+                assign = {u.path: dev for u in units.units}
+            else:
+                assign = {u.path: placement.device_of(u.path) for u in units.units}
+            if dev not in placement.used():
+                continue
+            weights, buffers = device_weights(units, assign, dev)
+            share = sum(n for u, n in held.items() if assign.get(u) == dev) / max(1, layers)
+            budgets[dev] = DeviceBudget(
+                dev,
+                spec.memory,
+                weights,
+                buffers,
+                {b: activation_peak(flows[b][dev].spans.get(dev, [])) for b in self.batches},
+                {b: flows[b][dev].inputs.get(dev, 0) for b in self.batches},
+                {
+                    b: int(self.model.kv_cache.bytes(b, self.seq or 1) * share)
+                    if self.model.kv_cache
+                    else 0
+                    for b in self.batches
+                },
+                self.reserves,
+            )
+        ref = flows[top][self.specs[0].device]
+        if placement.replicas > 1:  # every replica's own transfers
+            ref = Flow(
+                [c for f in flows[top].values() for c in f.crossings],
+                {},
+                [d for f in flows[top].values() for d in f.output_devices],
+                {d: n for f in flows[top].values() for d, n in f.inputs.items()},
+            )
+        weights_by_dev = {d: b.weights for d, b in budgets.items()}
+        work = device_work(
+            traces[top], placement, self.specs_by_name, weights_by_dev, ref.crossings
+        )
+        chosen = Plan(
+            self.model,
+            self.specs,
+            units,
+            placement,
+            self.batches,
+            self.seq,
+            traces,
+            ref,
+            budgets,
+            work,
+            [],
+            {d.device: m for d, m in zip(self.specs, self.max_memory, strict=True)},
+        )
+        chosen.warnings = check_plan(units, placement, ref, budgets, self.batches)
+        return chosen
+
+    @property
+    def specs_by_name(self) -> dict[str, DeviceSpec]:
+        return {d.device: d for d in self.specs}
+
+    def _flows(self, placement: Placement, trace: Trace) -> dict[str, Flow]:
+        """Per device: the flow that device sees (one replica's, or the shared pipeline's)."""
+        if placement.replicas > 1:
+            return {d.device: flow(trace, placement, replica=d.device) for d in self.specs}
+        shared = flow(trace, placement)
+        return {d.device: shared for d in self.specs}

@@ -1,0 +1,168 @@
+"""Plan where a model's weights, batches, activations and outputs go on a set of devices.
+
+Exit status: 0 the plan fits (and ``--verify`` agreed); 1 it does not fit at a requested batch
+size, or ``--verify`` measured past the tolerance; 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from torchplace import report
+from torchplace.errors import ConfigError
+
+__all__ = ["configure", "parse_batches", "run"]
+
+
+def parse_batches(text: str) -> list[int]:
+    """``1,2,8`` or ``1-64`` (every size) or a mix: ``1-4,16``."""
+    out: list[int] = []
+    try:
+        for part in text.split(","):
+            lo, _, hi = part.strip().partition("-")
+            out.extend(range(int(lo), int(hi) + 1) if hi else [int(lo)])
+    except ValueError:
+        raise ConfigError(f"cannot read --batch {text!r}; write e.g. 1,8,32 or 1-64") from None
+    if not out or min(out) < 1 or max(out) > 1 << 20:
+        raise ConfigError(f"--batch {text!r}: batch sizes must be between 1 and 1048576")
+    return sorted(set(out))
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from torchplace.planner.hardware import ASSUMED, LINKS
+
+    model = parser.add_argument_group("model (as torchplace serve takes it)")
+    model.add_argument(
+        "--model",
+        default="seed-mlp",
+        help="embedded model (seed-mlp, wide-mlp), transformer shape (gpt2-like, llama-7b-like) "
+        "or module:callable (default: seed-mlp)",
+    )
+    model.add_argument("--exported", metavar="FILE.pt2", help="plan a torch.export program")
+    model.add_argument(
+        "--input",
+        dest="inputs",
+        action="append",
+        metavar="NAME:DATATYPE:DIMS",
+        help="declare an input, e.g. input:FP32:-1,8 (first -1 = batch, a later -1 = sequence)",
+    )
+    model.add_argument(
+        "--batch", default="1", help="batch sizes: 1,8,32 or a range 1-64 (default: 1)"
+    )
+    model.add_argument("--seq", type=int, help="sequence length, where the inputs have one")
+    hw = parser.add_argument_group("devices")
+    hw.add_argument(
+        "--assume",
+        metavar="NxMODEL",
+        help=f"plan for assumed devices: 2xH200, 4xA100-80GB, 2x80GiB (models: "
+        f"{', '.join(m.name for m in ASSUMED.values())}; default 2xH200)",
+    )
+    hw.add_argument(
+        "--devices", metavar="LIST", help="this machine's devices: all or cuda:0,cuda:1"
+    )
+    hw.add_argument(
+        "--link", choices=sorted(LINKS), help="link between devices (default: the model's)"
+    )
+    hw.add_argument(
+        "--reserve",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override a reserve: cuda_context=500MiB, workspace=32MiB, margin=0.05",
+    )
+    hw.add_argument(
+        "--max-memory",
+        metavar="SIZES",
+        help="memory per device for weights, comma-separated (e.g. 30GiB,40GiB); default: "
+        "capacity less reserves, activation peak and KV cache",
+    )
+    how = parser.add_argument_group("strategy")
+    how.add_argument(
+        "--strategy",
+        default="auto",
+        choices=["auto", "replicate", "pipeline", "accelerate", "map"],
+        help="auto (best that fits), replicate, pipeline, accelerate (its "
+        "infer_auto_device_map), map (--map FILE)",
+    )
+    how.add_argument(
+        "--balance",
+        default="memory",
+        choices=["memory", "compute", "fill"],
+        help="pipeline stages balanced by weights, by FLOPs, or filled in order as accelerate does",
+    )
+    how.add_argument("--map", dest="map_file", metavar="FILE.json", help="an explicit device map")
+    act = parser.add_argument_group("check and export")
+    act.add_argument(
+        "--verify",
+        action="store_true",
+        help="run the placement for real (logical devices on the CPU here) and compare",
+    )
+    act.add_argument(
+        "--tolerance",
+        type=float,
+        default=0.10,
+        help="--verify: largest relative memory error accepted (default 0.10)",
+    )
+    act.add_argument(
+        "--export",
+        nargs=2,
+        metavar=("device-map", "FILE"),
+        help="write the device_map and max_memory accelerate and transformers accept",
+    )
+    act.add_argument("--plot", metavar="FILE.png", help="draw the placement and its crossings")
+    report.add_output_options(parser)
+
+
+def _sizes(text: str | None) -> list[int] | None:
+    from torchplace.planner.hardware import parse_size
+
+    return None if text is None else [parse_size(part) for part in text.split(",")]
+
+
+def run(args: argparse.Namespace) -> int:
+    from torchplace.planner.api import plan
+    from torchplace.planner.render import export_device_map, plot_plan, render_text
+
+    inputs: Any = None
+    if args.inputs:
+        from torchplace.serve.config import parse_tensor_spec
+
+        inputs = [parse_tensor_spec(text) for text in args.inputs]
+    if args.export and args.export[0] != "device-map":
+        raise ConfigError(f"--export {args.export[0]!r}: the one export is 'device-map FILE'")
+    result = plan(
+        args.model,
+        batch_sizes=parse_batches(args.batch),
+        seq=args.seq,
+        assume=args.assume,
+        devices=args.devices,
+        link=args.link,
+        strategy=args.strategy,
+        balance=args.balance,
+        map_file=args.map_file,
+        reserves=args.reserve,
+        max_memory=_sizes(args.max_memory),
+        exported=args.exported,
+        inputs=inputs,
+    )
+    verdict = None
+    if args.verify:
+        from torchplace.planner.verify import verify
+
+        verdict = verify(result, tolerance=args.tolerance)
+    if args.export:
+        export_device_map(result, args.export[1])
+    if args.plot:
+        plot_plan(result, args.plot)
+    ok = result.fits() and (verdict is None or verdict.ok)
+    if args.format == "json":
+        body = result.to_dict()
+        if verdict is not None:
+            body["verify"] = verdict.to_dict()
+        where = ",".join(d.device for d in result.devices)
+        text = report.to_json(report.envelope("plan", body, device=where))
+    else:
+        text = render_text(result) + ("" if verdict is None else "\n" + verdict.render())
+    report.write_report(text, args.output)
+    return report.EXIT_OK if ok else report.EXIT_FAILED

@@ -1,0 +1,166 @@
+"""Every copy between devices a placement causes, in run order, and where each tensor lives.
+
+:func:`flow` walks a :class:`~torchplace.planner.trace.Trace` under a
+:class:`~torchplace.planner.strategies.Placement`. A unit's arguments that live elsewhere are
+copied to its device: once per tensor and device when the runner keeps the copy (torchplace's
+stages), or on *every* call when dispatch hooks copy the arguments of each module anew
+(accelerate's ``AlignDevicesHook``, which also sends the output back to the input's device).
+Operators outside every unit run where the last unit ran. The result also holds each device's
+lifetimes (made, freed, bytes), copies included, for the memory budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from torchplace.planner.strategies import HOST, Placement
+from torchplace.planner.trace import GLUE, INPUT, Trace
+
+__all__ = ["Crossing", "Flow", "flow"]
+
+
+@dataclass
+class Crossing:
+    """Copies of one tensor between two devices, per forward."""
+
+    src: str
+    dst: str
+    producer: str
+    consumer: str
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int
+    count: int
+    kind: str  # h2d, d2d, d2h, recopy (a hook copying again), return (output sent back)
+    first_op: int
+
+    @property
+    def total(self) -> int:
+        return self.nbytes * self.count
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "src": self.src,
+            "dst": self.dst,
+            "producer": self.producer or "(model code)",
+            "consumer": self.consumer or "(model code)",
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "bytes": self.nbytes,
+            "count": self.count,
+            "total_bytes": self.total,
+            "kind": self.kind,
+        }
+
+
+@dataclass
+class Flow:
+    """Where everything lives under one placement, and what crosses."""
+
+    crossings: list[Crossing]
+    spans: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)  # device -> spans
+    output_devices: list[str] = field(default_factory=list)
+    inputs: dict[str, int] = field(default_factory=dict)  # device -> input bytes copied there
+
+    def bytes_between_devices(self) -> int:
+        """Bytes copied device to device per forward (host transfers excluded)."""
+        return sum(c.total for c in self.crossings if HOST not in (c.src, c.dst))
+
+    def total_bytes(self) -> int:
+        return sum(c.total for c in self.crossings)
+
+
+class _Walker:
+    def __init__(self, trace: Trace, placement: Placement, device: str | None) -> None:
+        self.trace, self.placement = trace, placement
+        self.only = device  # replicate: one replica's device
+        self.home: dict[int, str] = {}
+        self.copies: set[tuple[int, str]] = set()
+        self.found: dict[tuple[Any, ...], Crossing] = {}
+        self.spans: dict[str, list[tuple[int, int, int]]] = {}
+        self.inputs: dict[str, int] = {}  # device -> input bytes copied there
+
+    def device(self, unit: str) -> str:
+        return self.only or self.placement.device_of(unit)
+
+    def copy(
+        self, index: int, dst: str, consumer: str, op: int, until: int, kind: str | None = None
+    ) -> None:
+        alloc = self.trace.allocs[index]
+        src = self.home[index]
+        if src == dst:
+            return
+        hooked = self.placement.hooks and consumer != GLUE
+        again = (index, dst) in self.copies
+        if again and not hooked:
+            return
+        self.copies.add((index, dst))
+        if kind is None:
+            kind = "h2d" if src == HOST else "d2h" if dst == HOST else "recopy" if again else "d2d"
+        self.add(src, dst, alloc.owner, consumer, alloc, kind, op)
+        if alloc.owner == INPUT:
+            self.inputs[dst] = self.inputs.get(dst, 0) + alloc.nbytes
+        elif dst != HOST:
+            self.spans.setdefault(dst, []).append((op, until, alloc.nbytes))
+
+    def add(
+        self, src: str, dst: str, producer: str, consumer: str, alloc: Any, kind: str, op: int
+    ) -> None:
+        producer = "input" if producer == INPUT else producer
+        key = (src, dst, producer, consumer, alloc.shape, alloc.dtype, kind)
+        if key in self.found:
+            self.found[key].count += 1
+        else:
+            self.found[key] = Crossing(
+                src, dst, producer, consumer, alloc.shape, alloc.dtype, alloc.nbytes, 1, kind, op
+            )
+
+
+def flow(trace: Trace, placement: Placement, *, replica: str | None = None) -> Flow:
+    """Crossings and per-device lifetimes of one forward (of one replica, for ``replicate``)."""
+    w = _Walker(trace, placement, replica)
+    calls = sorted(trace.calls, key=lambda c: c.start)
+    first = w.device(calls[0].unit) if calls else (replica or placement.devices[0])
+    entry = placement.devices[0] if placement.hooks and not replica else first
+    starts = [(c.start, w.device(c.unit)) for c in calls]
+
+    def flow_device(op: int) -> str:
+        where = first
+        for start, dev in starts:
+            if start > op:
+                break
+            where = dev
+        return where
+
+    for alloc in trace.allocs:
+        if alloc.owner == INPUT:
+            w.home[alloc.index] = HOST
+        else:
+            dev = flow_device(alloc.start) if alloc.owner == GLUE else w.device(alloc.owner)
+            w.home[alloc.index] = dev
+            w.spans.setdefault(dev, []).append((alloc.start, alloc.end, alloc.nbytes))
+    inputs = [a for a in trace.allocs if a.owner == INPUT]
+    if placement.hooks and not replica:  # the user moves the inputs to the first device
+        for alloc in inputs:
+            w.copy(alloc.index, entry, "(model call)", 0, alloc.end)
+            w.home[alloc.index] = entry
+    events: list[tuple[int, int, Any]] = [(c.start, 0, c) for c in calls]
+    events += [(op, 1, (unit, index)) for op, unit, index in trace.reads if unit == GLUE]
+    for op, tag, item in sorted(events, key=lambda e: (e[0], e[1])):
+        if tag == 0:
+            dev = w.device(item.unit)
+            for index in dict.fromkeys(item.args):
+                alive = item.end + 1 if placement.hooks else trace.allocs[index].end
+                w.copy(index, dev, item.unit, op, alive)
+        else:
+            unit, index = item
+            w.copy(index, flow_device(op), unit, op, trace.allocs[index].end)
+    outs = []
+    for index in trace.outputs:
+        if placement.hooks and not replica and w.home[index] != entry:
+            w.copy(index, entry, "(model return)", trace.ops, trace.ops, kind="return")
+            w.home[index] = entry
+        outs.append(w.home[index])
+        w.copy(index, HOST, "(host)", trace.ops, trace.ops)
+    return Flow(sorted(w.found.values(), key=lambda c: c.first_op), w.spans, outs, w.inputs)

@@ -1,0 +1,139 @@
+"""What the planner plans for: a model built on ``meta``, its declared inputs and KV cache.
+
+Models come as ``torchplace serve`` takes them: an embedded name (``seed-mlp``, ``wide-mlp``),
+``module:callable`` with declared inputs, or ``--exported FILE.pt2``, plus the two transformer
+shapes of :mod:`torchplace.planner.shapes` (``gpt2-like``, ``llama-7b-like``). In a declared
+shape the first ``-1`` is the batch dimension, as for ``serve``, and any later ``-1`` is the
+sequence length (``--seq``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from torchplace.errors import ConfigError
+from torchplace.planner.shapes import SHAPES, KVCacheSpec, build_shape
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from torchplace.models import TensorSpec
+
+__all__ = ["BATCH", "SEQ", "InputSpec", "PlanModel", "load_plan_model"]
+
+BATCH, SEQ = -1, -2
+
+_DTYPES = {
+    "FP32": "float32",
+    "FP16": "float16",
+    "BF16": "bfloat16",
+    "FP64": "float64",
+    "INT64": "int64",
+    "INT32": "int32",
+    "INT16": "int16",
+    "INT8": "int8",
+    "UINT8": "uint8",
+    "BOOL": "bool",
+}
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One model input: name, torch dtype name, shape (-1 batch, -2 sequence), integer range."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    high: int = 2  # integer inputs are drawn from [0, high)
+
+    def concrete(self, batch: int, seq: int) -> tuple[int, ...]:
+        return tuple(batch if d == BATCH else seq if d == SEQ else d for d in self.shape)
+
+    def make(self, batch: int, seq: int, device: torch.device | str) -> torch.Tensor:
+        """A tensor of this spec (zeros on meta; seeded values elsewhere)."""
+        import torch
+
+        dtype = getattr(torch, self.dtype)
+        shape = self.concrete(batch, seq)
+        if torch.device(device).type == "meta":
+            return torch.empty(shape, dtype=dtype, device=device)
+        gen = torch.Generator().manual_seed(0)
+        if dtype.is_floating_point:
+            return torch.randn(shape, generator=gen, dtype=dtype).to(device)
+        return torch.randint(0, self.high, shape, generator=gen, dtype=dtype).to(device)
+
+
+@dataclass(frozen=True)
+class PlanModel:
+    """A model ready to plan: the module (on meta unless it could not be), inputs, KV cache."""
+
+    name: str
+    source: str
+    module: nn.Module
+    inputs: tuple[InputSpec, ...]
+    kv_cache: KVCacheSpec | None
+    default_seq: int | None  # None: the inputs have no sequence dimension
+
+    @property
+    def has_seq(self) -> bool:
+        return any(SEQ in spec.shape for spec in self.inputs)
+
+    def example(
+        self, batch: int, seq: int | None, device: torch.device | str
+    ) -> list[torch.Tensor]:
+        """Inputs for one forward at ``batch`` (and ``seq``) on ``device``."""
+        length = seq if seq is not None else (self.default_seq or 1)
+        return [spec.make(batch, length, device) for spec in self.inputs]
+
+
+def _from_tensor_specs(specs: Sequence[TensorSpec]) -> tuple[InputSpec, ...]:
+    out = []
+    for spec in specs:
+        dtype = _DTYPES.get(spec.datatype.upper())
+        if dtype is None:
+            raise ConfigError(
+                f"input {spec.name!r} has datatype {spec.datatype!r}, which the planner cannot "
+                f"build; use one of {', '.join(_DTYPES)}"
+            )
+        dims = tuple(SEQ if i and d == -1 else d for i, d in enumerate(spec.shape))
+        out.append(InputSpec(spec.name, dtype, dims))
+    return tuple(out)
+
+
+def load_plan_model(
+    model: str,
+    *,
+    exported: str | Path | None = None,
+    inputs: Sequence[TensorSpec] | None = None,
+    device: str = "meta",
+    layers: int | None = None,
+) -> PlanModel:
+    """Build ``model`` on ``device`` (``meta`` by default: nothing is allocated)."""
+    import torch
+
+    if model in SHAPES and exported is None:
+        shape = SHAPES[model]
+        ids = InputSpec("input_ids", "int64", (BATCH, SEQ), high=shape.vocab)
+        module = build_shape(model, device=device, layers=layers)
+        kv = shape.kv_cache if layers is None else None
+        return PlanModel(model, f"shape:{model}", module, (ids,), kv, shape.default_seq)
+    # Everything else as `torchplace serve` loads it, built under the target device.
+    from torchplace.models import TensorSpec
+    from torchplace.serve.loader import load_model
+
+    # the planner reads no output declaration: a placeholder satisfies the loader's check
+    placeholder = (TensorSpec("output", "FP32", (-1,)),)
+    with torch.device(device if exported is None else "cpu"):
+        loaded = load_model(
+            model, exported=exported, inputs=tuple(inputs) if inputs else None, outputs=placeholder
+        )
+    module = loaded.module
+    if exported is not None and device != "cpu":
+        module = module.to(device)
+    specs = _from_tensor_specs(loaded.inputs)
+    seq = 128 if any(SEQ in spec.shape for spec in specs) else None
+    return PlanModel(loaded.name, loaded.source, module, specs, None, seq)

@@ -1,0 +1,188 @@
+"""Where each unit goes: replicate, pipeline (by memory, by compute, or filled in order),
+accelerate's own map, or an explicit map file.
+
+A :class:`Placement` maps unit paths to device names. ``replicate`` keeps a full copy per
+device (what ``torchplace serve --devices`` does). ``pipeline`` cuts the units, in run order,
+into contiguous stages: ``memory`` and ``compute`` balance weights or FLOPs against each
+device's share; ``fill`` fills the devices in order up to ``max_memory``, keeping room for the
+largest unit on the first device and tied units together, as accelerate does. ``accelerate``
+asks ``infer_auto_device_map`` itself and dispatches the way its hooks do.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from torchplace.errors import ConfigError
+from torchplace.planner.units import Units, accelerate
+
+if TYPE_CHECKING:
+    from torch import nn
+
+__all__ = [
+    "STRATEGIES",
+    "Placement",
+    "accelerate_placement",
+    "fill",
+    "map_placement",
+    "pipeline",
+    "read_map_file",
+    "replicate",
+]
+
+STRATEGIES = ("auto", "replicate", "pipeline", "accelerate", "map")
+HOST = "cpu"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Unit path -> device; ``replicas`` > 1 means a full copy on each of ``devices``."""
+
+    strategy: str
+    devices: tuple[str, ...]
+    assign: dict[str, str] = field(default_factory=dict)
+    replicas: int = 1
+    hooks: bool = False  # accelerate's dispatch: every call re-copies its arguments
+    device_map: dict[str, Any] | None = None  # the map as accelerate spells it, when it made one
+
+    def device_of(self, unit: str) -> str:
+        return self.assign.get(unit, self.devices[0])
+
+    def used(self) -> list[str]:
+        """Devices that hold something, in order (a spill to the host comes last)."""
+        if self.replicas > 1:
+            return list(self.devices)
+        seen = dict.fromkeys(self.assign.values())
+        return [d for d in self.devices if d in seen] + ([HOST] if HOST in seen else [])
+
+
+def replicate(units: Units, devices: Sequence[str]) -> Placement:
+    first = {path: devices[0] for path in units.paths}  # replica 0; each device has the same
+    return Placement("replicate", tuple(devices), first, replicas=len(devices))
+
+
+def pipeline(
+    units: Units,
+    devices: Sequence[str],
+    costs: Sequence[float],
+    shares: Sequence[float],
+    *,
+    by: str,
+) -> Placement:
+    """Contiguous stages minimising the largest ``cost / share`` (dynamic programming)."""
+    k, n = len(costs), len(devices)
+    prefix = [0.0]
+    for c in costs:
+        prefix.append(prefix[-1] + c)
+    inf = float("inf")
+    # best[d][i]: the smallest worst stage using devices[:d] for units[:i]
+    best = [[inf] * (k + 1) for _ in range(n + 1)]
+    cut = [[0] * (k + 1) for _ in range(n + 1)]
+    best[0][0] = 0.0
+    for d in range(1, n + 1):
+        share = max(shares[d - 1], 1e-12)
+        for i in range(k + 1):
+            for j in range(i + 1):
+                worst = max(best[d - 1][j], (prefix[i] - prefix[j]) / share)
+                if worst < best[d][i] - 1e-12:
+                    best[d][i], cut[d][i] = worst, j
+    assign: dict[str, str] = {}
+    i = k
+    for d in range(n, 0, -1):
+        j = cut[d][i]
+        for unit in units.units[j:i]:
+            assign[unit.path] = devices[d - 1]
+        i = j
+    return Placement(f"pipeline-{by}", tuple(devices), assign)
+
+
+def fill(units: Units, devices: Sequence[str], max_memory: Sequence[int]) -> Placement:
+    """Greedy in registration order, as ``infer_auto_device_map`` fills: room for the largest unit is kept
+    on the first device, tied units go with the first of their group, leftovers go to the host."""
+    sizes = {u.path: units.sizes.get(u.path, 0) for u in units.units}
+    partner: dict[str, list[str]] = {}
+    for group in units.tied:
+        owners = list(dict.fromkeys(units.unit_of(name) for name in group))
+        for owner in owners:
+            partner[owner] = [o for o in owners if o != owner]
+    assign: dict[str, str] = {}
+    used = [0] * len(devices)
+    current = 0
+    for position, unit in enumerate(units.units):
+        if unit.path in assign:
+            continue
+        together = [unit.path] + [p for p in partner.get(unit.path, []) if p not in assign]
+        need = sum(sizes[p] for p in together)
+        rest = [sizes[u.path] for u in units.units[position + 1 :] if u.path not in assign]
+        largest = max(rest, default=0)  # room kept for the largest unit still to place
+        while current < len(devices):
+            cap = max_memory[current] - (largest if current == 0 else 0)
+            if used[current] + need <= cap:
+                break
+            current += 1
+        target = devices[current] if current < len(devices) else HOST
+        for path in together:
+            assign[path] = target
+        if current < len(devices):
+            used[current] += need
+    return Placement("pipeline-fill", tuple(devices), assign)
+
+
+def accelerate_placement(
+    model: nn.Module, units: Units, devices: Sequence[str], max_memory: Sequence[int]
+) -> tuple[Placement, list[str]]:
+    """accelerate's ``infer_auto_device_map`` with the same budget; also the map's keys."""
+    helpers = accelerate()
+    no_split = sorted({u.kind for u in units.units if u.path and _has_children(model, u.path)})
+    budget: dict[int | str, int] = dict(enumerate(max_memory))
+    budget[HOST] = 1 << 50
+    raw = helpers.infer_auto_device_map(model, max_memory=budget, no_split_module_classes=no_split)
+    device_map = {name: (dev if isinstance(dev, str) else int(dev)) for name, dev in raw.items()}
+    names = {i: d for i, d in enumerate(devices)}
+    assign = {
+        name: names[dev] if isinstance(dev, int) else HOST for name, dev in device_map.items()
+    }
+    return Placement("accelerate", tuple(devices), assign, hooks=True, device_map=device_map), list(
+        device_map
+    )
+
+
+def _has_children(model: nn.Module, path: str) -> bool:
+    return any(True for _ in model.get_submodule(path).children())
+
+
+def read_map_file(path: str | Path) -> dict[str, Any]:
+    """A JSON map: ``{"device_map": {...}}`` (as ``--export device-map`` writes) or the map."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"cannot read the map file {str(path)!r}: {exc}; it must be JSON"
+        ) from None
+    mapping = data.get("device_map", data) if isinstance(data, dict) else None
+    if not isinstance(mapping, dict) or not mapping:
+        raise ConfigError(
+            f"map file {str(path)!r} holds no device map; write "
+            '{"device_map": {"module.path": 0, ...}} or {"module.path": "cuda:1", ...}'
+        )
+    return mapping
+
+
+def map_placement(mapping: Mapping[str, Any], devices: Sequence[str]) -> Placement:
+    """An explicit map (keys: module paths; values: device index, ``cuda:N`` or ``cpu``)."""
+    assign: dict[str, str] = {}
+    for name, dev in mapping.items():
+        if isinstance(dev, int) and 0 <= dev < len(devices):
+            assign[name] = devices[dev]
+        elif isinstance(dev, str) and (dev in devices or dev == HOST):
+            assign[name] = dev
+        else:
+            raise ConfigError(
+                f"the map sends {name!r} to {dev!r}, which is not one of the plan's devices "
+                f"({', '.join(devices)}) nor 'cpu'; use an index 0..{len(devices) - 1} or a name"
+            )
+    return Placement("map", tuple(devices), assign, device_map=dict(mapping))

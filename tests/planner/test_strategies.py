@@ -1,0 +1,125 @@
+"""Strategies: parity with accelerate, tied weights, a model too big for one device."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.planner.conftest import NO_RESERVES
+from torchplace.planner.api import plan
+from torchplace.planner.shapes import build_shape
+from torchplace.planner.strategies import accelerate_placement, fill
+from torchplace.planner.units import select_units
+
+MiB = 1 << 20
+DEVICES = ["cuda:0", "cuda:1"]
+
+
+@pytest.mark.parametrize(
+    ("model", "budget"),
+    [
+        ("gpt2-like", (300 * MiB, 600 * MiB)),
+        ("gpt2-like", (200 * MiB, 400 * MiB)),
+        ("gpt2-like", (400 * MiB, 400 * MiB)),
+        ("gpt2-like", (250 * MiB, 150 * MiB)),  # too small: the rest spills to the host
+    ],
+)
+def test_fill_gives_accelerates_map_for_the_same_max_memory(
+    model: str, budget: tuple[int, int]
+) -> None:
+    module = build_shape(model)
+    units = select_units(module)
+    ours = fill(units, DEVICES, list(budget))
+    theirs, _keys = accelerate_placement(module, units, DEVICES, list(budget))
+    for unit in units.paths:  # accelerate may name a whole container ('h') where we name h.N
+        owner = next(k for k in theirs.assign if unit == k or unit.startswith(k + "."))
+        assert ours.assign[unit] == theirs.assign[owner], unit
+
+
+def test_wide_mlp_fill_matches_accelerate() -> None:
+    from torchplace.models import build_model
+
+    module = build_model("wide-mlp").to("meta")
+    units = select_units(module)
+    for budget in ([5 * MiB, 30 * MiB], [21 * MiB, 30 * MiB], [30 * MiB, 30 * MiB]):
+        ours = fill(units, DEVICES, budget)
+        theirs, _ = accelerate_placement(module, units, DEVICES, budget)
+        flat = {
+            u: next(d for k, d in theirs.assign.items() if u == k or k == "") for u in units.paths
+        }
+        assert ours.assign == flat, budget
+
+
+def test_tied_weights_are_one_group_counted_on_each_device_holding_them() -> None:
+    p = plan(
+        "tests.planner.toy:make_tied",
+        batch_sizes=[2],
+        seq=3,
+        assume="2x1GiB",
+        strategy="pipeline",
+        reserves=NO_RESERVES,
+    )
+    assert p.units.tied == (("emb.weight", "head.weight"),) or p.units.tied == (
+        ("head.weight", "emb.weight"),
+    )
+    where = {u: p.placement.device_of(u) for u in ("emb", "head")}
+    assert where == {"emb": "cuda:0", "head": "cuda:1"}
+    shared = 10 * 8 * 4
+    assert p.budgets["cuda:0"].weights == shared
+    assert p.budgets["cuda:1"].weights == shared + 8 * 8 * 4 + 8 * 4  # the head's copy, and mid
+    assert [w.code for w in p.warnings] == ["tied-split"]
+
+
+def test_fill_keeps_tied_units_together() -> None:
+    p = plan(
+        "tests.planner.toy:make_tied",
+        batch_sizes=[2],
+        seq=3,
+        assume="2x1GiB",
+        strategy="pipeline",
+        balance="fill",
+        max_memory=[400, 10_000],
+        reserves=NO_RESERVES,
+    )
+    assert p.placement.device_of("emb") == p.placement.device_of("head")
+    assert "tied-split" not in [w.code for w in p.warnings]
+
+
+def test_a_model_too_big_for_one_device_is_pipelined_over_three() -> None:
+    # wide-mlp: 4.0 + 16.0 + 4.0 MiB of weights; no device of 18 MiB holds all 24.
+    p = plan("wide-mlp", batch_sizes=[1], assume="3x18MiB", reserves=NO_RESERVES)
+    assert p.considered["replicate"]["fits"] is False
+    assert p.placement.strategy.startswith("pipeline")
+    assert p.fits()
+    assert len({p.placement.device_of(u) for u in ("0", "2", "4")}) == 3
+
+
+def test_a_unit_bigger_than_its_device_is_named() -> None:
+    p = plan(
+        "wide-mlp", batch_sizes=[1], assume="2x12MiB", strategy="pipeline", reserves=NO_RESERVES
+    )
+    codes = [w.code for w in p.warnings]
+    assert "leaf-too-big" in codes
+    assert "does-not-fit" in codes
+    assert not p.fits()
+    assert any("unit 2 " in w.message for w in p.warnings if w.code == "leaf-too-big")
+
+
+def test_accelerate_spill_to_the_host_is_warned() -> None:
+    p = plan(
+        "wide-mlp",
+        batch_sizes=[1],
+        assume="2x1GiB",
+        strategy="accelerate",
+        max_memory=[5 * MiB, 5 * MiB],
+        reserves=NO_RESERVES,
+    )
+    assert "cpu" in p.placement.assign.values()
+    assert "cpu-spill" in [w.code for w in p.warnings]
+
+
+def test_replicate_keeps_a_full_copy_per_device_and_copies_nothing_between_them() -> None:
+    p = plan("seed-mlp", batch_sizes=[4], assume="2xH200", strategy="replicate")
+    assert p.flow.bytes_between_devices() == 0
+    assert {c.kind for c in p.flow.crossings} == {"h2d", "d2h"}
+    weights = (8 * 16 + 16 + 16 * 2 + 2) * 4
+    assert [b.weights for b in p.budgets.values()] == [weights, weights]
