@@ -34,6 +34,7 @@ import re
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -51,7 +52,9 @@ def skip(reason: str) -> int:
 
 
 def _run(cmd: list[str], timeout: float, **kwargs: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False, **kwargs)  # type: ignore[call-overload]
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, check=False, **kwargs
+    )  # type: ignore[call-overload]
 
 
 def ensure_venv() -> tuple[Path, dict[str, str]] | str:
@@ -68,11 +71,18 @@ def ensure_venv() -> tuple[Path, dict[str, str]] | str:
                     *PACKAGES], 900)  # fmt: skip
         if pip.returncode != 0 or not binary.exists():
             return f"cannot install {' '.join(PACKAGES)}: {pip.stderr.strip()[-300:]}"
-    libs = glob.glob(str(VENV / "lib" / "python3*" / "site-packages" / "nvidia" / "cuda_runtime" / "lib"))
+    libs = glob.glob(
+        str(VENV / "lib" / "python3*" / "site-packages" / "nvidia" / "cuda_runtime" / "lib")
+    )
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = ":".join([*libs, env.get("LD_LIBRARY_PATH", "")]).rstrip(":")
     missing = _missing_libraries(binary, env)
-    if missing and any("libb64" in m for m in missing) and shutil.which("apt-get") and os.geteuid() == 0:
+    if (
+        missing
+        and any("libb64" in m for m in missing)
+        and shutil.which("apt-get")
+        and os.geteuid() == 0
+    ):
         print("installing libb64-0d with apt-get ...", flush=True)
         _run(["apt-get", "install", "-y", "-qq", "libb64-0d"], 300)
         missing = _missing_libraries(binary, env)
@@ -108,9 +118,9 @@ def torchplace_server(model: str, threads: int | None) -> Iterator[tuple[int, in
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise RuntimeError(f"torchplace serve exited with {proc.returncode}")
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/health/ready", timeout=1):
-                    break
+            ready = f"http://127.0.0.1:{http}/v2/health/ready"
+            with contextlib.suppress(OSError), urllib.request.urlopen(ready, timeout=1):
+                break
             time.sleep(0.2)
         else:
             raise RuntimeError("torchplace serve was not ready within 120 s")
@@ -126,12 +136,19 @@ def torchplace_server(model: str, threads: int | None) -> Iterator[tuple[int, in
 
 
 def sweep(
-    binary: Path, env: dict[str, str], model: str, protocol: str, url: str, args: argparse.Namespace
+    binary: Path,
+    env: dict[str, str],
+    model: str,
+    protocol: str,
+    url: str,
+    concurrency: str,
+    args: argparse.Namespace,
 ) -> tuple[str, dict[int, float]]:
     """perf_analyzer's output over one protocol, and req/s per concurrency."""
     cmd = [str(binary), "-m", model, "-u", url, "-i", protocol, "-b", "1",
-           "--concurrency-range", args.concurrency_range, "-p", str(args.interval_ms),
-           "--max-trials", str(args.max_trials), "--percentile", "99"]  # fmt: skip
+           "--concurrency-range", concurrency, "-p", str(args.interval_ms),
+           "--max-trials", str(args.max_trials),
+           "--input-data", "zero", "--stability-percentage", str(args.stability)]  # fmt: skip
     print(f"$ {' '.join(cmd)}", flush=True)
     done = _run(cmd, args.timeout, env=env)
     output = done.stdout + (done.stderr if done.returncode else "")
@@ -146,11 +163,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="wide-mlp")
     parser.add_argument(
-        "--concurrency-range", default="1:32:8", help="perf_analyzer's START:END:STEP"
+        "--concurrency-range", default="1:33:8", help="perf_analyzer's START:END:STEP"
     )
     parser.add_argument("--interval-ms", type=int, default=2000, help="measurement window")
-    parser.add_argument("--max-trials", type=int, default=5, help="windows per step, at most")
+    parser.add_argument("--max-trials", type=int, default=8, help="windows per step, at most")
+    parser.add_argument(
+        "--stability",
+        type=int,
+        default=100,
+        help="perf_analyzer's --stability-percentage (a shared machine is noisy; its default 10)",
+    )
     parser.add_argument("--timeout", type=float, default=300, help="seconds per protocol sweep")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per protocol")
     parser.add_argument("--torch-threads", type=int, default=None)
     args = parser.parse_args(argv)
     found = ensure_venv()
@@ -160,18 +184,36 @@ def main(argv: list[str] | None = None) -> int:
     version = _run([str(binary), "--version"], 30, env=env)
     if version.returncode not in (0, 1) or "error while loading" in version.stderr:
         return skip(f"the binary does not run: {version.stderr.strip()[-300:]}")
-    results: dict[str, dict[int, float]] = {}
+    tables: dict[str, dict[int, float]] = {}
+    rounds: dict[str, list[float]] = {"http": [], "grpc": []}
     with torchplace_server(args.model, args.torch_threads) as (http, grpc):
-        for protocol, port in (("http", http), ("grpc", grpc)):
-            output, rates = sweep(binary, env, args.model, protocol, f"127.0.0.1:{port}", args)
+        urls = {"http": f"127.0.0.1:{http}", "grpc": f"127.0.0.1:{grpc}"}
+        for protocol, url in urls.items():
+            output, rates = sweep(
+                binary, env, args.model, protocol, url, args.concurrency_range, args
+            )
             print(output, flush=True)
             if not rates:
                 return skip(f"perf_analyzer over {protocol} gave no throughput (output above)")
-            results[protocol] = rates
-    top = max(set(results["http"]) & set(results["grpc"]))
-    rest, grpc_rate = results["http"][top], results["grpc"][top]
-    print(f"{args.model} at concurrency {top}: REST (binary tensors) {rest:,.0f} req/s, "
-          f"gRPC {grpc_rate:,.0f} req/s, gRPC/REST {grpc_rate / rest:.2f}x")  # fmt: skip
+            tables[protocol] = rates
+        # the comparison: one concurrency, protocols alternated, medians (a shared machine's
+        # load drifts between runs)
+        top = max(set(tables["http"]) & set(tables["grpc"]))
+        print(f"gRPC vs REST at concurrency {top}: {args.rounds} alternating rounds", flush=True)
+        for _ in range(args.rounds):
+            for protocol, url in urls.items():
+                _, rates = sweep(binary, env, args.model, protocol, url, f"{top}:{top}:1", args)
+                if top in rates:
+                    rounds[protocol].append(rates[top])
+    if not rounds["http"] or not rounds["grpc"]:
+        return skip("no stable measurement in the alternating rounds")
+    rest, grpc_rate = statistics.median(rounds["http"]), statistics.median(rounds["grpc"])
+    print(
+        f"{args.model} at concurrency {top}, median of {len(rounds['http'])}/"
+        f"{len(rounds['grpc'])} rounds: REST (binary tensors) {rest:,.0f} req/s "
+        f"{[round(r) for r in rounds['http']]}, gRPC {grpc_rate:,.0f} req/s "
+        f"{[round(r) for r in rounds['grpc']]}, gRPC/REST {grpc_rate / rest:.2f}x"
+    )
     verdict = "PASS" if grpc_rate >= rest else "FAIL"
     print(f"{verdict} gRPC req/s >= REST req/s with binary tensors on {args.model}")
     return 0 if verdict == "PASS" else 1

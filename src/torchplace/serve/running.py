@@ -93,8 +93,8 @@ async def serve(
     reach with :func:`gc.freeze`, so full collections stay short and do not show up as p99
     latency spikes.
     """
+    grpc_at = grpc_port(config)  # a missing extra is refused before the model loads
     app = App(engine if engine is not None else _build_engine(config), config)
-    grpc_at = grpc_port(config)
     grpc = _grpc_server(app, config) if grpc_at is not None else None
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
