@@ -7,10 +7,10 @@ import pytest
 
 pytest.importorskip("google.protobuf")
 
-from torchplace.errors import InputError, PayloadTooLargeError  # noqa: E402
-from torchplace.models import TensorSpec  # noqa: E402
-from torchplace.serve.grpc_codec import decode_infer_request, encode_infer_response  # noqa: E402
-from torchplace.serve.proto import grpc_service_pb2 as pb  # noqa: E402
+from torchplace.errors import InputError, PayloadTooLargeError
+from torchplace.models import TensorSpec
+from torchplace.serve.grpc_codec import decode_infer_request, encode_infer_response
+from torchplace.serve.proto import grpc_service_pb2 as pb
 
 INPUTS = (TensorSpec("x", "FP32", (-1, 2)), TensorSpec("n", "INT8", (-1, 2)))
 OUTPUTS = (TensorSpec("y", "FP32", (-1, 2)), TensorSpec("b", "BF16", (-1, 1)))

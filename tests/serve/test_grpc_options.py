@@ -53,7 +53,9 @@ def test_a_grpc_port_in_use_is_a_config_error_naming_the_flag() -> None:
         taken.listen()
         port = taken.getsockname()[1]
         thread = ServerThread(test_config(grpc_port=port), engine=FakeEngine())
-        with pytest.raises(ConfigError, match=rf"cannot listen for gRPC on 127.0.0.1:{port}.*--grpc-port"):
+        with pytest.raises(
+            ConfigError, match=rf"cannot listen for gRPC on 127.0.0.1:{port}.*--grpc-port"
+        ):
             thread.start(timeout=30)
         thread.stop()
 
