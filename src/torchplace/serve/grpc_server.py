@@ -97,8 +97,31 @@ class _Abort(Exception):
         self.code = code
 
 
+class _Served:
+    """One model version as the gRPC side answers for it: its engine, its metadata and
+    configuration messages (built once), its series."""
+
+    def __init__(self, engine: EngineLike, metrics: bool) -> None:
+        self.engine = engine
+        self.metrics = _grpc_metrics(engine) if metrics else None
+        self.metadata = pb.ModelMetadataResponse(
+            name=engine.name, versions=[engine.version], platform=engine.platform
+        )
+        for specs, field in ((engine.inputs, "inputs"), (engine.outputs, "outputs")):
+            for spec in specs:
+                getattr(self.metadata, field).add(
+                    name=spec.name, datatype=spec.datatype, shape=list(spec.shape)
+                )
+        self.config = pb.ModelConfigResponse(
+            config=json_format.ParseDict(model_config(engine), config_pb.ModelConfig())
+        )
+
+
 class GrpcServer:
-    """``inference.GRPCInferenceService`` over one engine (see the module docstring)."""
+    """``inference.GRPCInferenceService`` over one engine (see the module docstring).
+
+    Models are looked up by name (one version each for now), so that a server of several
+    models needs only more entries in that table."""
 
     def __init__(
         self, engine: EngineLike, config: ServeConfig, *, token: bytes | None = None
@@ -110,20 +133,9 @@ class GrpcServer:
         self._token = b"Bearer " + token if token else None
         self._started = False
         self._server: grpc.aio.Server | None = None
-        self._metrics = _grpc_metrics(engine) if config.metrics else None
+        self._models = {engine.name: _Served(engine, config.metrics)}
         self._server_meta = pb.ServerMetadataResponse(
             name="torchplace", version=__version__, extensions=list(EXTENSIONS)
-        )
-        self._model_meta = pb.ModelMetadataResponse(
-            name=engine.name, versions=[engine.version], platform=engine.platform
-        )
-        for specs, field in ((engine.inputs, "inputs"), (engine.outputs, "outputs")):
-            for spec in specs:
-                getattr(self._model_meta, field).add(
-                    name=spec.name, datatype=spec.datatype, shape=list(spec.shape)
-                )
-        self._model_config = pb.ModelConfigResponse(
-            config=json_format.ParseDict(model_config(engine), config_pb.ModelConfig())
         )
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -226,21 +238,22 @@ class GrpcServer:
                 f"{why} bearer token; send metadata 'authorization: Bearer TOKEN'",
             )
 
-    def _engine(self, name: str, version: str) -> EngineLike:
-        """The engine serving ``name`` (and ``version``, '' = the latest); NOT_FOUND else."""
-        engine = self.engine
-        if name != engine.name:
+    def _model(self, name: str, version: str) -> _Served:
+        """The model ``name`` (at ``version``, '' = the latest); NOT_FOUND else."""
+        served = self._models.get(name)
+        if served is None:
+            names = ", ".join(repr(n) for n in self._models)
             raise _Abort(
-                grpc.StatusCode.NOT_FOUND,
-                f"unknown model {name!r}; this server serves {engine.name!r}",
+                grpc.StatusCode.NOT_FOUND, f"unknown model {name!r}; this server serves {names}"
             )
+        engine = served.engine
         if version and version != engine.version:
             raise _Abort(
                 grpc.StatusCode.NOT_FOUND,
                 f"unknown version {version!r} of model {engine.name!r}; "
                 f"available: {engine.version!r}",
             )
-        return engine
+        return served
 
     # -- RPCs ------------------------------------------------------------------------------
     async def _server_live(self, request: Any, context: Any) -> Any:
@@ -250,22 +263,23 @@ class GrpcServer:
         return pb.ServerReadyResponse(ready=self.ready())
 
     async def _model_ready(self, request: Any, context: Any) -> Any:
-        self._engine(request.name, request.version)
-        return pb.ModelReadyResponse(ready=self.ready())
+        engine = self._model(request.name, request.version).engine
+        return pb.ModelReadyResponse(ready=self.ready() and engine.is_ready())
 
     async def _server_metadata(self, request: Any, context: Any) -> Any:
         return self._server_meta
 
     async def _model_metadata(self, request: Any, context: Any) -> Any:
-        self._engine(request.name, request.version)
-        return self._model_meta
+        return self._model(request.name, request.version).metadata
 
     async def _model_config_rpc(self, request: Any, context: Any) -> Any:
-        self._engine(request.name, request.version)
-        return self._model_config
+        return self._model(request.name, request.version).config
 
     async def _model_statistics(self, request: Any, context: Any) -> Any:
-        engines = [self._engine(request.name, request.version)] if request.name else [self.engine]
+        if request.name:
+            engines = [self._model(request.name, request.version).engine]
+        else:
+            engines = [served.engine for served in self._models.values()]
         return json_format.ParseDict(model_statistics(engines), pb.ModelStatisticsResponse())
 
     async def _repository(self, request: Any, context: Any) -> Any:
@@ -274,9 +288,10 @@ class GrpcServer:
     async def _model_infer(self, request: Any, context: Any) -> Any:
         started = time.perf_counter()
         code = grpc.StatusCode.OK
+        served = self._models.get(request.model_name)
         try:
-            engine = self._engine(request.model_name, request.model_version)
-            return await self._infer(engine, request, context)
+            served = self._model(request.model_name, request.model_version)
+            return await self._infer(served.engine, request, context)
         except _Abort as exc:
             code = exc.code
             raise
@@ -284,8 +299,8 @@ class GrpcServer:
             code = grpc.StatusCode.CANCELLED
             raise
         finally:
-            if self._metrics is not None:
-                self._metrics.observe(code, time.perf_counter() - started)
+            if served is not None and served.metrics is not None:
+                served.metrics.observe(code, time.perf_counter() - started)
 
     async def _infer(self, engine: EngineLike, request: Any, context: Any) -> Any:
         try:
