@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import glob
+import json
 import os
 import re
 import shutil
@@ -104,8 +105,8 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def torchplace_server(model: str, threads: int | None) -> Iterator[tuple[int, int]]:
-    """``torchplace serve`` in its own process group; yields (HTTP port, gRPC port)."""
+def torchplace_server(model: str, threads: int | None) -> Iterator[tuple[int, int, int]]:
+    """``torchplace serve`` in its own process group; yields (HTTP port, gRPC port, pid)."""
     http, grpc = free_port(), free_port()
     cmd = [sys.executable, "-c", "import sys; from torchplace.cli import main; sys.exit(main())",
            "serve", "--model", model, "--device", "cpu", "--port", str(http),
@@ -124,7 +125,7 @@ def torchplace_server(model: str, threads: int | None) -> Iterator[tuple[int, in
             time.sleep(0.2)
         else:
             raise RuntimeError("torchplace serve was not ready within 120 s")
-        yield http, grpc
+        yield http, grpc, proc.pid
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
@@ -133,6 +134,16 @@ def torchplace_server(model: str, threads: int | None) -> Iterator[tuple[int, in
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
+
+
+def server_cost(pid: int, http: int, model: str) -> tuple[float, int]:
+    """The server's CPU seconds so far and the requests it has answered (its statistics)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+    with urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/models/{model}/stats", timeout=5) as r:
+        stats = json.loads(r.read())["model_stats"][0]["inference_stats"]
+    return cpu, int(stats["success"]["count"])
 
 
 def sweep(
@@ -174,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         help="perf_analyzer's --stability-percentage (a shared machine is noisy; its default 10)",
     )
     parser.add_argument("--timeout", type=float, default=300, help="seconds per protocol sweep")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per protocol")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds per protocol")
     parser.add_argument("--torch-threads", type=int, default=None)
     args = parser.parse_args(argv)
     found = ensure_venv()
@@ -186,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
         return skip(f"the binary does not run: {version.stderr.strip()[-300:]}")
     tables: dict[str, dict[int, float]] = {}
     rounds: dict[str, list[float]] = {"http": [], "grpc": []}
-    with torchplace_server(args.model, args.torch_threads) as (http, grpc):
+    costs: dict[str, list[float]] = {"http": [], "grpc": []}  # server CPU us per request
+    with torchplace_server(args.model, args.torch_threads) as (http, grpc, pid):
         urls = {"http": f"127.0.0.1:{http}", "grpc": f"127.0.0.1:{grpc}"}
         for protocol, url in urls.items():
             output, rates = sweep(
@@ -202,9 +214,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gRPC vs REST at concurrency {top}: {args.rounds} alternating rounds", flush=True)
         for _ in range(args.rounds):
             for protocol, url in urls.items():
+                cpu0, done0 = server_cost(pid, http, args.model)
                 _, rates = sweep(binary, env, args.model, protocol, url, f"{top}:{top}:1", args)
+                cpu1, done1 = server_cost(pid, http, args.model)
                 if top in rates:
                     rounds[protocol].append(rates[top])
+                if done1 > done0:
+                    costs[protocol].append((cpu1 - cpu0) / (done1 - done0) * 1e6)
     if not rounds["http"] or not rounds["grpc"]:
         return skip("no stable measurement in the alternating rounds")
     rest, grpc_rate = statistics.median(rounds["http"]), statistics.median(rounds["grpc"])
@@ -214,6 +230,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{[round(r) for r in rounds['http']]}, gRPC {grpc_rate:,.0f} req/s "
         f"{[round(r) for r in rounds['grpc']]}, gRPC/REST {grpc_rate / rest:.2f}x"
     )
+    if costs["http"] and costs["grpc"]:
+        rest_cpu, grpc_cpu = statistics.median(costs["http"]), statistics.median(costs["grpc"])
+        print(
+            f"server CPU per request (all threads, load and compute included; less sensitive to "
+            f"other load than req/s): REST {rest_cpu:,.0f} us, gRPC {grpc_cpu:,.0f} us"
+        )
     verdict = "PASS" if grpc_rate >= rest else "FAIL"
     print(f"{verdict} gRPC req/s >= REST req/s with binary tensors on {args.model}")
     return 0 if verdict == "PASS" else 1
