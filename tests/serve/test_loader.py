@@ -29,7 +29,7 @@ def test_embedded_model_keeps_its_name_and_declarations() -> None:
 
 def test_factory_declarations_come_from_the_returned_module() -> None:
     model = load_model(f"{HELPERS}:scale_factory")
-    assert model.name == "scale_factory"
+    assert model.name == "tests.serve.engine_helpers-scale_factory"
     assert model.inputs == (TensorSpec("x", "FP32", (-1, 4)),)
     assert model.outputs == (TensorSpec("y", "FP32", (-1, 4)),)
 

@@ -13,6 +13,11 @@ What each module is for, along the path of a request:
 ``protocol``    the OIP codec: request bodies to validated arrays, outputs to response bodies
 ``messages``    the OIP messages as JSON Schema
 ``openapi``     the ``/v2/openapi.json`` document, derived from ``routes`` and ``messages``
+``grpc_server`` the same protocol over gRPC (grpc.aio, on the same loop, into the same engine)
+``grpc_codec``  ``ModelInferRequest`` to validated arrays and back (the REST rules and messages)
+``proto``       Triton's ``.proto`` files and the modules generated from them
+``triton``      Triton's model configuration and statistics documents (REST and gRPC)
+``statistics``  the counts and nanoseconds behind Triton's statistics
 ``datatypes``   OIP datatypes <-> numpy and torch dtypes
 ``engine``      :class:`Engine`: routing and lifecycle of one model version
 ``admission``   deadlines, priorities and the overload limit of queued work

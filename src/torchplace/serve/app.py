@@ -8,8 +8,9 @@ new inference requests get 503, queued and in-flight ones finish, within the dra
 Running an app (signals, a background thread) is :mod:`torchplace.serve.running`'s.
 
 Routes: ``GET /v2/health/live``, ``GET /v2/health/ready``, ``GET /v2``, ``GET /v2/models/{name}``
-``[/versions/{v}]``, ``GET .../ready``, ``POST .../infer``, ``GET .../config`` (Triton's model
-configuration, for clients that ask), ``GET /metrics`` (Prometheus) and ``GET /v2/openapi.json``.
+``[/versions/{v}]``, ``GET .../ready``, ``POST .../infer``, ``GET .../config`` and ``GET .../stats``
+(Triton's model configuration and statistics extensions, :mod:`torchplace.serve.triton`),
+``GET /v2/models/stats``, ``GET /metrics`` (Prometheus) and ``GET /v2/openapi.json``.
 Errors are ``{"error": "..."}`` with the statuses of the design's error table. With a bearer
 token configured every route but the two health probes needs ``Authorization: Bearer TOKEN``.
 """
@@ -41,6 +42,7 @@ from torchplace.models import TensorSpec
 from torchplace.serve import protocol
 from torchplace.serve.http import HttpServer, Request, Response, error_response
 from torchplace.serve.routes import ROUTES
+from torchplace.serve.triton import EXTENSIONS, model_config, model_statistics
 
 if TYPE_CHECKING:
     from torchplace.serve.config import ServeConfig
@@ -49,7 +51,6 @@ __all__ = ["App", "EngineLike", "load_token"]
 
 logger = logging.getLogger("torchplace.serve")
 
-EXTENSIONS = ("binary_tensor_data", "metrics", "openapi")
 _BINARY = b"application/octet-stream"
 _METRICS_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 _ACCEPTED_TYPES = (b"application/json", _BINARY, b"text/plain")
@@ -119,6 +120,8 @@ class App:
             b"Bearer " + load_token(config.auth_token_file) if config.auth_token_file else None
         )
         self._started = False
+        #: the gRPC port served next to this app (set by :func:`~torchplace.serve.running.serve`)
+        self.grpc_port: int | None = None
         self._name = engine.name
         self._version = engine.version
         self._inputs = tuple(engine.inputs)
@@ -136,18 +139,7 @@ class App:
             inputs=self._inputs,
             outputs=self._outputs,
         )
-        model_config: dict[str, Any] = {
-            "name": self._name,
-            "platform": engine.platform,
-            "backend": "pytorch",
-            "max_batch_size": engine.max_batch_size,
-            "input": [_config_tensor(s) for s in self._inputs],
-            "output": [_config_tensor(s) for s in self._outputs],
-        }
-        if engine.dtype is not None:
-            # Triton's free-form model parameters: where the serving precision is told
-            model_config["parameters"] = {"dtype": {"string_value": engine.dtype}}
-        self._model_config = orjson.dumps(model_config)
+        self._model_config = orjson.dumps(model_config(engine))
         self._openapi: bytes | None = None
         self._routes, self._open = self._routing_table()
 
@@ -284,7 +276,7 @@ class App:
             if rest and rest[-1] == b"":
                 rest = rest[:-1]
             what = rest[0].decode(errors="replace") if rest else ""
-            if len(rest) > 1 or what not in ("", "ready", "infer", "config"):
+            if len(rest) > 1 or what not in ("", "ready", "infer", "config", "stats"):
                 return error_response(404, f"no route {_text(request.path)}")
             suffix = b"/" + what.encode() if what else b""
             canonical = b"/v2/models/" + self._name.encode() + suffix
@@ -324,6 +316,9 @@ class App:
 
     def _config_doc(self, request: Request) -> Response:
         return Response(200, self._model_config)
+
+    def _stats_doc(self, request: Request) -> Response:
+        return Response(200, orjson.dumps(model_statistics([self.engine])))
 
     def _metrics(self, request: Request) -> Response:
         if not self._metrics_on:
@@ -472,7 +467,3 @@ def _timeout_us(headers: dict[bytes, bytes], parameter: int | None) -> int | Non
 def _text(raw: bytes) -> str:
     text = raw.decode("utf-8", errors="replace")
     return text if len(text) <= 200 else text[:200] + "..."
-
-
-def _config_tensor(spec: TensorSpec) -> dict[str, Any]:
-    return {"name": spec.name, "data_type": "TYPE_" + spec.datatype, "dims": list(spec.shape[1:])}

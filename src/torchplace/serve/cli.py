@@ -46,6 +46,11 @@ def _model_flags(model: argparse._ArgumentGroup) -> None:
         help=f"embedded model name (seed-mlp, wide-mlp) or 'module:callable' factory "
         f"returning an nn.Module (default {_D.model})",
     )
+    model.add_argument(
+        "--name",
+        help="the name the model is served under (default: an embedded model's name, "
+        "MODULE-CALLABLE for a 'module:callable' factory, the file's stem for --exported)",
+    )
     model.add_argument("--model-version", help=f"version served (default {_D.model_version})")
     model.add_argument(
         "--weights",
@@ -181,6 +186,12 @@ def _batching_flags(batch: argparse._ArgumentGroup) -> None:
 def _http_flags(http: argparse._ArgumentGroup) -> None:
     http.add_argument("--host", help=f"address to bind (default {_D.host})")
     http.add_argument("--port", type=int, help=f"port to bind, 0 = any free (default {_D.port})")
+    http.add_argument(
+        "--grpc-port",
+        type=int,
+        help="port of the Open Inference Protocol over gRPC (the grpc extra); 0 = off "
+        "(default 8001 when the extra is installed, any free port when --port is 0)",
+    )
     http.add_argument(
         "--max-body-bytes",
         type=int,

@@ -105,6 +105,8 @@ class ServeConfig:
     """Everything ``torchplace serve`` needs; every field is validated on construction."""
 
     model: str = "seed-mlp"
+    #: the name the model is served under; None = derived from ``model`` (see the loader)
+    name: str | None = None
     model_version: str = "1"
     weights: Path | None = None
     exported: Path | None = None
@@ -130,6 +132,9 @@ class ServeConfig:
     max_queue_wait_ms: float = 500.0
     host: str = "127.0.0.1"
     port: int = 8000
+    #: the gRPC port; None = 8001 with the grpc extra installed (any free port when ``port``
+    #: is 0), else off; 0 = off
+    grpc_port: int | None = None
     max_body_bytes: int = 64 * MIB
     request_timeout_s: float = 30.0
     keepalive_timeout_s: float = 60.0
@@ -162,6 +167,12 @@ class ServeConfig:
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip():
                 fail(name, value, "give a non-empty string")
+        if self.name is not None and (
+            not isinstance(self.name, str)
+            or not self.name.strip()
+            or any(c in self.name for c in "/?#% ")
+        ):
+            fail("name", self.name, "give a non-empty name without '/', '?', '#', '%' or spaces")
         if "/" in self.model_version or "?" in self.model_version:
             fail("model_version", self.model_version, "a version cannot contain '/' or '?'")
         for name in ("weights", "exported", "auth_token_file", "trace_file"):
@@ -226,6 +237,12 @@ class ServeConfig:
             or not 0 <= self.port <= 65535
         ):
             fail("port", self.port, "give a port in 0..65535 (0 picks a free one)")
+        if self.grpc_port is not None and (
+            not isinstance(self.grpc_port, int)
+            or isinstance(self.grpc_port, bool)
+            or not 0 <= self.grpc_port <= 65535
+        ):
+            fail("grpc_port", self.grpc_port, "give a port in 1..65535, or 0 to turn gRPC off")
         for name, positive in (
             ("max_delay_ms", False),
             ("request_timeout_s", True),

@@ -75,6 +75,7 @@ from torchplace.serve.startup import (
     startup_record,
     thread_count,
 )
+from torchplace.serve.statistics import InferStatistics
 from torchplace.serve.tracing import Tracer
 
 if TYPE_CHECKING:
@@ -186,6 +187,8 @@ class Engine:
         self.tracer = Tracer(
             model=self.name, version=self.version, trace_file=trace_file, otel=otel
         )
+        #: Triton's statistics extension (counts and ns), kept whether metrics are on or not
+        self.statistics = InferStatistics()
         self.pool = ReplicaPool(
             self.replicas,
             model=self.name,
@@ -193,6 +196,7 @@ class Engine:
             device_metrics=self._device_metrics,
             tracer=self.tracer,
             metrics=metrics,
+            statistics=self.statistics,
         )
         self.startup_record: dict[str, Any] = {}
         self._estimate = WaitEstimate()
@@ -245,6 +249,7 @@ class Engine:
             exported=config.exported,
             inputs=config.inputs,
             outputs=config.outputs,
+            name=config.name,
         )
         devices = resolve_devices(config.device, config.devices)
         return cls(
@@ -346,6 +351,23 @@ class Engine:
 
     # ------------------------------------------------------------------ the request path
     async def infer(
+        self,
+        inputs: Mapping[str, np.ndarray],
+        *,
+        timeout_s: float | None = None,
+        priority: int | None = None,
+    ) -> dict[str, np.ndarray]:
+        """Run the rows of one request (see :meth:`_infer`), counted in :attr:`statistics`."""
+        began = time.perf_counter()
+        try:
+            results = await self._infer(inputs, timeout_s=timeout_s, priority=priority)
+        except BaseException:
+            self.statistics.request(False, time.perf_counter() - began)
+            raise
+        self.statistics.request(True, time.perf_counter() - began)
+        return results
+
+    async def _infer(
         self,
         inputs: Mapping[str, np.ndarray],
         *,
@@ -549,6 +571,10 @@ class Engine:
         bound.request(status, seconds)
         if status in (400, 413):
             bound.errors["input"].inc()
+
+    def served_by(self) -> str:
+        """The device that ran the current task's last request (else the first device)."""
+        return _SERVED_BY.get() or self.default_label
 
     def metrics_text(self) -> bytes:
         """Prometheus text exposition of this engine's registry."""

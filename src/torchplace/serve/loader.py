@@ -7,9 +7,17 @@ Where the declarations come from, first match wins:
    ``torchplace_outputs`` (tuples of :class:`~torchplace.models.TensorSpec`) on the returned
    module, else on the callable itself;
 3. for an embedded model, its built-in declarations;
-4. for an exported program (``.pt2``), the dtypes and shapes recorded in the program (a
-   dynamic first dimension becomes ``-1``; names are ``input``/``output`` for a single tensor
-   and ``input_0``, ``input_1``, ... otherwise).
+4. for an exported program (``.pt2``), the dtypes and shapes recorded in the program's
+   signature (a dynamic first dimension becomes ``-1``; names are ``input``/``output`` for a
+   single tensor and ``input_0``, ``input_1``, ... otherwise);
+5. outputs still undeclared: inferred from a dry run of the host model on two rows of zeros
+   (names as for an exported program, a dict's keys for a model that returns a dict; a
+   dimension that changes with an input's variable dimension becomes ``-1``). The replicas'
+   own dry runs then check them on their devices.
+
+The served name is ``name`` when given (``--name``), else the embedded model's name, the
+exported file's stem, or ``MODULE-CALLABLE`` for a ``module:callable`` factory
+(``mymodel:build`` is served as ``mymodel-build``).
 
 The first dimension of every declared shape must be ``-1``: it is the batch dimension the
 dynamic batcher fills.
@@ -34,7 +42,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-__all__ = ["LoadedModel", "load_model", "set_eval", "weight_bytes"]
+__all__ = ["LoadedModel", "infer_outputs", "load_model", "set_eval", "weight_bytes"]
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,7 @@ def load_model(
     exported: Path | str | None = None,
     inputs: tuple[TensorSpec, ...] | None = None,
     outputs: tuple[TensorSpec, ...] | None = None,
+    name: str | None = None,
 ) -> LoadedModel:
     """Build the model on the CPU in eval mode, load optional weights, resolve declarations.
 
@@ -85,7 +94,7 @@ def load_model(
     declared_in: tuple[TensorSpec, ...] | None = None
     declared_out: tuple[TensorSpec, ...] | None = None
     rebuild: Callable[[torch.device], nn.Module] | None = None
-    name = model
+    served = model
     if exported is not None:
         path = Path(exported)
         module, declared_in, declared_out = _load_exported(path)
@@ -93,7 +102,7 @@ def load_model(
         # in at export time: each replica loads its own, moved to its device
         rebuild = functools.partial(_reload_exported, path)
         if model in EMBEDDED_MODELS:
-            name = Path(exported).stem
+            served = Path(exported).stem
         source = f"exported:{exported}"
     elif model in EMBEDDED_MODELS:
         embedded = EMBEDDED_MODELS[model]
@@ -102,7 +111,7 @@ def load_model(
         source = f"embedded:{model}"
     elif ":" in model:
         module, declared_in, declared_out = _load_factory(model)
-        name = model.rsplit(":", 1)[1]
+        served = model.replace(":", "-")
         source = f"factory:{model}"
     else:
         known = ", ".join(sorted(EMBEDDED_MODELS))
@@ -119,9 +128,11 @@ def load_model(
             rebuild = functools.partial(_reload_exported, Path(exported), weights=module)
     set_eval(module)
     final_in = _declarations("inputs", inputs or declared_in, model)
-    final_out = _declarations("outputs", outputs or declared_out, model)
+    final_out = _declarations(
+        "outputs", outputs or declared_out or infer_outputs(module, final_in, model), model
+    )
     return LoadedModel(
-        name=name,
+        name=name or served,
         version=version,
         module=module,
         inputs=final_in,
@@ -129,6 +140,65 @@ def load_model(
         weight_bytes=weight_bytes(module),
         source=source,
         rebuild=rebuild,
+    )
+
+
+def infer_outputs(
+    module: nn.Module, inputs: tuple[TensorSpec, ...], model: str
+) -> tuple[TensorSpec, ...]:
+    """The outputs of a dry run of the host model on zeros (see the module docstring)."""
+    import torch
+
+    def run(rows: int, free: int) -> list[tuple[str, torch.Tensor]]:
+        batch = [
+            torch.zeros(
+                (rows, *(dim if dim > 0 else free for dim in spec.shape[1:])),
+                dtype=torch_dtype(spec.datatype),
+            )
+            for spec in inputs
+        ]
+        try:
+            with torch.inference_mode():
+                raw = module(*batch)
+        except Exception as exc:
+            raise ConfigError(
+                f"model {model!r} declares no outputs and its dry run on zeros failed "
+                f"({type(exc).__name__}: {exc}); declare them with --output NAME:DATATYPE:-1,DIMS"
+            ) from exc
+        return _named_outputs(raw, model)
+
+    first = run(2, 1)
+    variable = any(dim == -1 for spec in inputs for dim in spec.shape[1:])
+    second = run(3, 2) if variable else first
+    oip = {torch_dtype(datatype): datatype for datatype in HOST_DTYPES}
+    specs: list[TensorSpec] = []
+    for (name, tensor), (_, other) in zip(first, second, strict=True):
+        datatype = oip.get(tensor.dtype)
+        if datatype is None or tensor.dim() == 0 or tensor.shape[0] != 2:
+            raise ConfigError(
+                f"model {model!r}: output {name!r} of its dry run ({tensor.dtype}, shape "
+                f"{list(tensor.shape)}) is not a servable batch; declare it with --output"
+            )
+        dims = [
+            dim if dim == again else -1
+            for dim, again in zip(tensor.shape[1:], other.shape[1:], strict=False)
+        ]
+        specs.append(TensorSpec(name, datatype, (-1, *dims)))
+    return tuple(specs)
+
+
+def _named_outputs(raw: Any, model: str) -> list[tuple[str, torch.Tensor]]:
+    import torch
+
+    if isinstance(raw, torch.Tensor):
+        return [("output", raw)]
+    if isinstance(raw, dict) and all(isinstance(v, torch.Tensor) for v in raw.values()):
+        return [(str(key), value) for key, value in raw.items()]
+    if isinstance(raw, tuple | list) and all(isinstance(v, torch.Tensor) for v in raw):
+        return [(f"output_{i}", value) for i, value in enumerate(raw)]
+    raise ConfigError(
+        f"model {model!r} returned {type(raw).__name__} from its dry run, not tensors; "
+        "declare its outputs with --output NAME:DATATYPE:-1,DIMS"
     )
 
 

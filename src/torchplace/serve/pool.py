@@ -27,6 +27,7 @@ from torchplace.serve.batcher import Pending
 from torchplace.serve.execution import BatchOutcome
 from torchplace.serve.metrics import DeviceMetrics, ReplicaState
 from torchplace.serve.replica import Replica
+from torchplace.serve.statistics import InferStatistics
 from torchplace.serve.tracing import BatchRecord, Tracer
 
 __all__ = ["Lane", "ReplicaPool"]
@@ -71,8 +72,10 @@ class ReplicaPool:
         device_metrics: dict[str, DeviceMetrics],
         tracer: Tracer,
         metrics: bool = True,
+        statistics: InferStatistics | None = None,
     ) -> None:
         self.replicas = list(replicas)
+        self.statistics = statistics
         self.model = model
         self.version = version
         self.tracer = tracer
@@ -172,6 +175,15 @@ class ReplicaPool:
             bound.d2h.observe(outcome.d2h_s)
         if outcome.oom_splits:
             bound.oom_splits.inc(outcome.oom_splits)
+        if self.statistics is not None:
+            started = outcome.started
+            self.statistics.batch(
+                outcome.rows,
+                [started - pending.arrived for pending in batch],
+                outcome.h2d_s,
+                outcome.compute_s,
+                outcome.d2h_s,
+            )
         failed = [r for r in outcome.results if isinstance(r, ServeError)]
         for error in failed:
             cls = ERROR_CLASS.get(type(error))

@@ -10,18 +10,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import importlib.util
 import logging
 import signal
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from torchplace.serve.app import App, EngineLike
+from torchplace.errors import ConfigError
+from torchplace.serve.app import App, EngineLike, load_token
 
 if TYPE_CHECKING:
     from torchplace.serve.config import ServeConfig
+    from torchplace.serve.grpc_server import GrpcServer
 
-__all__ = ["ServerThread", "new_event_loop", "serve"]
+__all__ = ["ServerThread", "grpc_port", "new_event_loop", "serve"]
+
+#: Triton's gRPC port, the default of ``--grpc-port`` with the grpc extra installed
+GRPC_PORT = 8001
 
 logger = logging.getLogger("torchplace.serve")
 
@@ -34,6 +40,34 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
         return asyncio.new_event_loop()
     loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
     return loop
+
+
+def grpc_port(config: ServeConfig) -> int | None:
+    """The port to serve gRPC on (0: any free one), or None for no gRPC.
+
+    ``grpc_port`` unset: 8001 with the grpc extra installed (any free port when ``port`` is
+    0), else none. Set to a port without the extra: :class:`ConfigError` naming the extra.
+    """
+    installed = all(importlib.util.find_spec(m) is not None for m in ("grpc", "google.protobuf"))
+    if config.grpc_port == 0:
+        return None
+    if config.grpc_port is None:
+        if not installed:
+            return None
+        return 0 if config.port == 0 else GRPC_PORT
+    if not installed:
+        raise ConfigError(
+            f"--grpc-port {config.grpc_port} needs the grpc extra (grpcio and protobuf are not "
+            "installed); run: pip install 'torchplace[grpc]', or give --grpc-port 0"
+        )
+    return config.grpc_port
+
+
+def _grpc_server(app: App, config: ServeConfig) -> GrpcServer:
+    from torchplace.serve.grpc_server import GrpcServer
+
+    token = load_token(config.auth_token_file) if config.auth_token_file else None
+    return GrpcServer(app.engine, config, token=token)
 
 
 def _build_engine(config: ServeConfig) -> EngineLike:
@@ -59,7 +93,9 @@ async def serve(
     reach with :func:`gc.freeze`, so full collections stay short and do not show up as p99
     latency spikes.
     """
+    grpc_at = grpc_port(config)  # a missing extra is refused before the model loads
     app = App(engine if engine is not None else _build_engine(config), config)
+    grpc = _grpc_server(app, config) if grpc_at is not None else None
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     installed: list[signal.Signals] = []
@@ -74,13 +110,23 @@ async def serve(
         except BaseException:
             await app.server.close()
             raise
+        if grpc is not None:
+            assert grpc_at is not None
+            try:
+                await grpc.start(config.host, grpc_at)
+            except BaseException:
+                await app.server.close()
+                await app.engine.stop()
+                raise
+            app.grpc_port = grpc.port
         logger.info(
-            "serving %s version %s%s on http://%s:%d",
+            "serving %s version %s%s on http://%s:%d%s",
             app.engine.name,
             app.engine.version,
             f" ({app.engine.dtype})" if app.engine.dtype is not None else "",
             config.host,
             app.port,
+            f" and grpc://{config.host}:{grpc.port}" if grpc is not None else "",
         )
         if freeze_gc:
             gc.collect()
@@ -93,7 +139,10 @@ async def serve(
             config.drain_grace_s,
             config.drain_timeout_s,
         )
-        await app.shutdown(config.drain_timeout_s, config.drain_grace_s)
+        drains = [app.shutdown(config.drain_timeout_s, config.drain_grace_s)]
+        if grpc is not None:
+            drains.append(grpc.shutdown(config.drain_timeout_s, config.drain_grace_s))
+        await asyncio.gather(*drains)
     finally:
         for sig in installed:
             loop.remove_signal_handler(sig)
@@ -118,6 +167,12 @@ class ServerThread:
         """The bound port."""
         assert self.app is not None, "start() first"
         return self.app.port
+
+    @property
+    def grpc_port(self) -> int | None:
+        """The bound gRPC port (None: no gRPC)."""
+        assert self.app is not None, "start() first"
+        return self.app.grpc_port
 
     @property
     def url(self) -> str:

@@ -1,0 +1,402 @@
+"""The Open Inference Protocol over gRPC (``inference.GRPCInferenceService``), on grpc.aio.
+
+:class:`GrpcServer` serves the same engine as the REST app, on the same asyncio loop: a
+``ModelInfer`` goes through the codec of :mod:`torchplace.serve.grpc_codec` (the REST
+validation rules and messages) into :meth:`Engine.infer <torchplace.serve.engine.Engine.infer>`,
+so the batcher, the replicas, deadlines, priorities and row splitting are shared. The
+protocol's messages come from Triton's ``.proto`` (:mod:`torchplace.serve.proto`).
+
+RPCs: ``ServerLive``, ``ServerReady``, ``ModelReady``, ``ServerMetadata``, ``ModelMetadata``,
+``ModelInfer``, ``ModelConfig`` and ``ModelStatistics`` (Triton's extensions, the documents of
+:mod:`torchplace.serve.triton`). The repository RPCs answer ``UNIMPLEMENTED`` with a message
+(one model per server for now); any other RPC gets gRPC's own ``UNIMPLEMENTED``.
+
+Errors carry the REST messages, with the status code of the HTTP status:
+
+====  ==========================================================================
+400   ``INVALID_ARGUMENT``
+401   ``UNAUTHENTICATED`` (with ``--auth-token-file``: metadata ``authorization:
+      Bearer TOKEN`` on every RPC but ServerLive and ServerReady)
+404   ``NOT_FOUND``
+413   ``RESOURCE_EXHAUSTED`` (too many rows; a message over ``--max-body-bytes`` gets
+      gRPC's own ``RESOURCE_EXHAUSTED``)
+503   ``UNAVAILABLE`` (not ready, shutting down); ``RESOURCE_EXHAUSTED`` when overloaded
+504   ``DEADLINE_EXCEEDED``
+507   ``RESOURCE_EXHAUSTED`` (one row does not fit in device memory)
+500   ``INTERNAL``
+====  ==========================================================================
+
+A gRPC deadline set by the client bounds the request's queueing like the ``timeout``
+parameter does; a cancelled RPC's queued work is removed, never computed.
+
+Drain (:meth:`GrpcServer.shutdown`): readiness turns false and new ``ModelInfer`` calls get
+``UNAVAILABLE`` at once; after the grace, the server stops taking RPCs and waits for the ones in
+flight, within the drain timeout.
+
+Metrics: ``torchplace_grpc_requests_total{code}`` and
+``torchplace_grpc_request_duration_seconds`` (``ModelInfer`` calls, labelled ``model``,
+``version``, ``device`` like every series), in the engine's registry next to the HTTP series.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from google.protobuf import json_format
+
+from torchplace import __version__
+from torchplace.errors import ConfigError, NotReadyError, OverloadedError, ServeError
+from torchplace.serve.grpc_codec import decode_infer_request, encode_infer_response
+from torchplace.serve.proto import grpc_service_pb2 as pb
+from torchplace.serve.proto import model_config_pb2 as config_pb
+from torchplace.serve.triton import EXTENSIONS, model_config, model_statistics
+
+if TYPE_CHECKING:
+    from torchplace.serve.app import EngineLike
+    from torchplace.serve.config import ServeConfig
+
+__all__ = ["SERVICE", "GrpcServer", "status_code"]
+
+logger = logging.getLogger("torchplace.serve")
+
+SERVICE = "inference.GRPCInferenceService"
+_STATUS: dict[int, grpc.StatusCode] = {
+    400: grpc.StatusCode.INVALID_ARGUMENT,
+    401: grpc.StatusCode.UNAUTHENTICATED,
+    404: grpc.StatusCode.NOT_FOUND,
+    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    415: grpc.StatusCode.INVALID_ARGUMENT,
+    503: grpc.StatusCode.UNAVAILABLE,
+    504: grpc.StatusCode.DEADLINE_EXCEEDED,
+    507: grpc.StatusCode.RESOURCE_EXHAUSTED,
+}
+_REPOSITORY = (
+    "the model repository extension is not served yet: this server serves the one model given "
+    "with --model ({name!r}); load it by starting a server with that model"
+)
+
+
+def status_code(exc: ServeError) -> grpc.StatusCode:
+    """The gRPC status of a serving error (see the module docstring's table)."""
+    if isinstance(exc, OverloadedError):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED
+    return _STATUS.get(exc.status, grpc.StatusCode.INTERNAL)
+
+
+class _Abort(Exception):
+    """End an RPC with a status code and message (turned into ``context.abort``)."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class _Served:
+    """One model version as the gRPC side answers for it: its engine, its metadata and
+    configuration messages (built once), its series."""
+
+    def __init__(self, engine: EngineLike, metrics: bool) -> None:
+        self.engine = engine
+        self.metrics = _grpc_metrics(engine) if metrics else None
+        self.metadata = pb.ModelMetadataResponse(
+            name=engine.name, versions=[engine.version], platform=engine.platform
+        )
+        for specs, field in ((engine.inputs, "inputs"), (engine.outputs, "outputs")):
+            for spec in specs:
+                getattr(self.metadata, field).add(
+                    name=spec.name, datatype=spec.datatype, shape=list(spec.shape)
+                )
+        self.config = pb.ModelConfigResponse(
+            config=json_format.ParseDict(model_config(engine), config_pb.ModelConfig())
+        )
+
+
+class GrpcServer:
+    """``inference.GRPCInferenceService`` over one engine (see the module docstring).
+
+    Models are looked up by name (one version each for now), so that a server of several
+    models needs only more entries in that table."""
+
+    def __init__(
+        self, engine: EngineLike, config: ServeConfig, *, token: bytes | None = None
+    ) -> None:
+        self.engine = engine
+        self.config = config
+        self.draining = False
+        self.port = 0
+        self._token = b"Bearer " + token if token else None
+        self._started = False
+        self._server: grpc.aio.Server | None = None
+        self._models = {engine.name: _Served(engine, config.metrics)}
+        self._server_meta = pb.ServerMetadataResponse(
+            name="torchplace", version=__version__, extensions=list(EXTENSIONS)
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def start(self, host: str, port: int) -> None:
+        """Listen on ``host:port`` (0: any free port); ConfigError when it cannot bind."""
+        limit = self.config.max_body_bytes
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", limit),
+                ("grpc.max_send_message_length", -1),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        server.add_generic_rpc_handlers((self._handlers(),))
+        try:
+            bound = server.add_insecure_port(f"{host}:{port}")
+        except RuntimeError as exc:
+            bound, why = 0, str(exc)
+        else:
+            why = "the address is in use or not available"
+        if not bound:
+            raise ConfigError(
+                f"cannot listen for gRPC on {host}:{port}: {why}; give another --grpc-port "
+                "(0 turns gRPC off)"
+            )
+        await server.start()
+        self._server = server
+        self.port = bound
+        self._started = True
+
+    def ready(self) -> bool:
+        """Ready for inference: the engine is, and the server is not draining."""
+        return self._started and not self.draining and self.engine.is_ready()
+
+    async def shutdown(self, timeout: float, grace: float = 0.0) -> None:
+        """Drain: refuse new inference at once, stop taking RPCs after ``grace`` seconds,
+        wait for the RPCs in flight within ``timeout`` seconds of the start."""
+        deadline = time.monotonic() + timeout
+        self.draining = True
+        if grace > 0:
+            await asyncio.sleep(min(grace, timeout))
+        if self._server is not None:
+            await self._server.stop(max(0.0, deadline - time.monotonic()))
+
+    async def close(self) -> None:
+        """Stop at once (failed start-up)."""
+        if self._server is not None:
+            await self._server.stop(None)
+
+    # -- routing ---------------------------------------------------------------------------
+    def _handlers(self) -> grpc.GenericRpcHandler:
+        rpcs: dict[str, tuple[Callable[..., Awaitable[Any]], Any, bool]] = {
+            "ServerLive": (self._server_live, pb.ServerLiveRequest, True),
+            "ServerReady": (self._server_ready, pb.ServerReadyRequest, True),
+            "ModelReady": (self._model_ready, pb.ModelReadyRequest, False),
+            "ServerMetadata": (self._server_metadata, pb.ServerMetadataRequest, False),
+            "ModelMetadata": (self._model_metadata, pb.ModelMetadataRequest, False),
+            "ModelInfer": (self._model_infer, pb.ModelInferRequest, False),
+            "ModelConfig": (self._model_config_rpc, pb.ModelConfigRequest, False),
+            "ModelStatistics": (self._model_statistics, pb.ModelStatisticsRequest, False),
+            "RepositoryIndex": (self._repository, pb.RepositoryIndexRequest, False),
+            "RepositoryModelLoad": (self._repository, pb.RepositoryModelLoadRequest, False),
+            "RepositoryModelUnload": (self._repository, pb.RepositoryModelUnloadRequest, False),
+        }
+        handlers = {
+            name: grpc.unary_unary_rpc_method_handler(
+                self._guarded(fn, public), request_deserializer=message.FromString
+            )
+            for name, (fn, message, public) in rpcs.items()
+        }
+        return grpc.method_handlers_generic_handler(SERVICE, handlers)
+
+    def _guarded(
+        self, fn: Callable[[Any, Any], Awaitable[Any]], public: bool
+    ) -> Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[bytes]]:
+        """The RPC with the bearer-token check and :class:`_Abort` turned into a status."""
+
+        async def rpc(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
+            try:
+                if self._token is not None and not public:
+                    self._check_auth(context)
+                response = await fn(request, context)
+            except _Abort as exc:
+                await context.abort(exc.code, str(exc))
+            serialized: bytes = response.SerializeToString()
+            return serialized
+
+        return rpc
+
+    def _check_auth(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        assert self._token is not None
+        given = b""
+        for key, value in context.invocation_metadata() or ():
+            if key == "authorization":
+                given = value.encode() if isinstance(value, str) else value
+        if not hmac.compare_digest(given, self._token):
+            why = "missing" if not given else "wrong"
+            raise _Abort(
+                grpc.StatusCode.UNAUTHENTICATED,
+                f"{why} bearer token; send metadata 'authorization: Bearer TOKEN'",
+            )
+
+    def _model(self, name: str, version: str) -> _Served:
+        """The model ``name`` (at ``version``, '' = the latest); NOT_FOUND else."""
+        served = self._models.get(name)
+        if served is None:
+            names = ", ".join(repr(n) for n in self._models)
+            raise _Abort(
+                grpc.StatusCode.NOT_FOUND, f"unknown model {name!r}; this server serves {names}"
+            )
+        engine = served.engine
+        if version and version != engine.version:
+            raise _Abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"unknown version {version!r} of model {engine.name!r}; "
+                f"available: {engine.version!r}",
+            )
+        return served
+
+    # -- RPCs ------------------------------------------------------------------------------
+    async def _server_live(self, request: Any, context: Any) -> Any:
+        return pb.ServerLiveResponse(live=self.engine.is_live())
+
+    async def _server_ready(self, request: Any, context: Any) -> Any:
+        return pb.ServerReadyResponse(ready=self.ready())
+
+    async def _model_ready(self, request: Any, context: Any) -> Any:
+        engine = self._model(request.name, request.version).engine
+        return pb.ModelReadyResponse(ready=self.ready() and engine.is_ready())
+
+    async def _server_metadata(self, request: Any, context: Any) -> Any:
+        return self._server_meta
+
+    async def _model_metadata(self, request: Any, context: Any) -> Any:
+        return self._model(request.name, request.version).metadata
+
+    async def _model_config_rpc(self, request: Any, context: Any) -> Any:
+        return self._model(request.name, request.version).config
+
+    async def _model_statistics(self, request: Any, context: Any) -> Any:
+        if request.name:
+            engines = [self._model(request.name, request.version).engine]
+        else:
+            engines = [served.engine for served in self._models.values()]
+        return json_format.ParseDict(model_statistics(engines), pb.ModelStatisticsResponse())
+
+    async def _repository(self, request: Any, context: Any) -> Any:
+        raise _Abort(grpc.StatusCode.UNIMPLEMENTED, _REPOSITORY.format(name=self.engine.name))
+
+    async def _model_infer(self, request: Any, context: Any) -> Any:
+        started = time.perf_counter()
+        code = grpc.StatusCode.OK
+        served = self._models.get(request.model_name)
+        try:
+            served = self._model(request.model_name, request.model_version)
+            return await self._infer(served.engine, request, context)
+        except _Abort as exc:
+            code = exc.code
+            raise
+        except asyncio.CancelledError:
+            code = grpc.StatusCode.CANCELLED
+            raise
+        finally:
+            if served is not None and served.metrics is not None:
+                served.metrics.observe(code, time.perf_counter() - started)
+
+    async def _infer(self, engine: EngineLike, request: Any, context: Any) -> Any:
+        try:
+            if self.draining:
+                raise NotReadyError("the server is shutting down; retry elsewhere")
+            decoded = decode_infer_request(
+                request,
+                inputs=engine.inputs,
+                outputs=engine.outputs,
+                max_rows=engine.max_request_rows,
+                allow_nan=self.config.allow_nan,
+            )
+            timeout_s = decoded.timeout_us / 1e6 if decoded.timeout_us else None
+            remaining = context.time_remaining()
+            if remaining is not None and (timeout_s is None or remaining < timeout_s):
+                timeout_s = max(remaining, 1e-6)
+            results = await engine.infer(
+                decoded.inputs, timeout_s=timeout_s, priority=decoded.priority
+            )
+            return encode_infer_response(
+                model_name=engine.name,
+                model_version=engine.version,
+                request=decoded,
+                results=results,
+                outputs=engine.outputs,
+            )
+        except ServeError as exc:
+            raise _Abort(status_code(exc), str(exc)) from None
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.exception("inference failed")
+            raise _Abort(
+                grpc.StatusCode.INTERNAL, f"inference failed: {type(exc).__name__}: {exc}"
+            ) from None
+
+
+class _GrpcMetrics:
+    """``torchplace_grpc_*`` series of one engine, exposed from its registry."""
+
+    def __init__(self, engine: Any) -> None:
+        from torchplace.serve.metrics import FastHistogram
+
+        self.engine = engine
+        self._histogram = FastHistogram
+        self.durations: dict[str, FastHistogram] = {}
+        self.by_code: dict[tuple[str, str], int] = {}  # (device, code) -> count
+
+    def observe(self, code: grpc.StatusCode, seconds: float) -> None:
+        served_by = getattr(self.engine, "served_by", None)
+        device = served_by() if served_by is not None else ""
+        duration = self.durations.get(device)
+        if duration is None:
+            duration = self.durations.setdefault(device, self._histogram(_BUCKETS))
+        duration.observe(seconds)
+        key = (device, code.name)
+        with duration._lock:
+            self.by_code[key] = self.by_code.get(key, 0) + 1
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+
+        labels = ["model", "version", "device"]
+        model, version = self.engine.name, self.engine.version
+        requests = CounterMetricFamily(
+            "torchplace_grpc_requests",
+            "gRPC ModelInfer calls answered, by gRPC status code.",
+            labels=[*labels, "code"],
+        )
+        counts = sorted(self.by_code.items())
+        for (device, code), count in counts:
+            requests.add_metric([model, version, device, code], float(count))
+        duration = HistogramMetricFamily(
+            "torchplace_grpc_request_duration_seconds",
+            "Time from a ModelInfer call's arrival to its answer, in seconds.",
+            labels=labels,
+        )
+        for device, histogram in sorted(self.durations.items()):
+            buckets, total = histogram.snapshot()
+            duration.add_metric([model, version, device], buckets, total)
+        yield requests
+        yield duration
+
+    def describe(self) -> list[Any]:
+        return []
+
+
+_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+            1.0, 2.5, 5.0, 10.0, 30.0)  # fmt: skip
+
+
+def _grpc_metrics(engine: Any) -> _GrpcMetrics | None:
+    """The gRPC series, registered in the engine's registry (None: the engine keeps none)."""
+    registry = getattr(getattr(engine, "metrics", None), "registry", None)
+    if registry is None:
+        return None
+    metrics = _GrpcMetrics(engine)
+    registry.register(metrics)
+    return metrics

@@ -1,0 +1,9 @@
+"""The Open Inference Protocol over gRPC, as Triton defines it (``package inference``).
+
+``grpc_service.proto`` and ``model_config.proto`` are copied unchanged from
+triton-inference-server/common (``protobuf/``, commit 83adf7cf88a2, BSD-3-Clause, their
+licence kept in each file's header). ``grpc_service_pb2`` and ``model_config_pb2`` are
+generated from them by ``scripts/gen-grpc-proto`` (grpcio-tools 1.81.1; a test regenerates and
+compares) into torchplace's own descriptor pool, so that ``tritonclient.grpc`` can share the
+process. Importing this package imports nothing.
+"""

@@ -1,0 +1,61 @@
+"""Triton's model configuration and statistics documents, from a real engine's settings."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from torchplace.serve.admission import QueuePolicy
+from torchplace.serve.engine import Engine
+from torchplace.serve.loader import load_model
+from torchplace.serve.triton import model_config, model_statistics
+
+from .conftest import FakeEngine
+
+
+def _engine() -> Engine:
+    return Engine(
+        load_model("seed-mlp", version="3"),
+        [torch.device("cpu")],
+        replicas_per_device=2,
+        max_batch_size=16,
+        max_delay_ms=1.5,
+        queue=QueuePolicy(max_queue=100, priority_levels=2, queue_limits=(10, 100)),
+        dtype="bfloat16",
+    )
+
+
+def test_config_reads_the_batcher_the_queue_and_the_replicas() -> None:
+    doc = model_config(_engine())
+    assert doc["max_batch_size"] == 16
+    assert doc["version_policy"] == {"specific": {"versions": [3]}}
+    assert doc["input"] == [{"name": "input", "data_type": "TYPE_FP32", "dims": [8]}]
+    assert doc["output"] == [{"name": "output", "data_type": "TYPE_FP32", "dims": [2]}]
+    batching = doc["dynamic_batching"]
+    assert batching["max_queue_delay_microseconds"] == 1500
+    assert (batching["priority_levels"], batching["default_priority_level"]) == (2, 2)
+    assert batching["priority_queue_policy"]["1"]["max_queue_size"] == 10
+    assert batching["default_queue_policy"]["max_queue_size"] == 100
+    assert doc["instance_group"] == [
+        {"name": "seed-mlp_cpu", "kind": "KIND_CPU", "count": 2, "gpus": []}
+    ]
+    assert doc["parameters"] == {"dtype": {"string_value": "bfloat16"}}
+
+
+def test_the_config_is_a_valid_model_config_message() -> None:
+    pytest.importorskip("google.protobuf")
+    from google.protobuf import json_format
+
+    from torchplace.serve.proto import model_config_pb2
+
+    message = json_format.ParseDict(model_config(_engine()), model_config_pb2.ModelConfig())
+    assert message.instance_group[0].kind == model_config_pb2.ModelInstanceGroup.KIND_CPU
+    assert message.input[0].data_type == model_config_pb2.TYPE_FP32
+
+
+def test_statistics_of_an_engine_that_keeps_none_are_zeros() -> None:
+    doc = model_statistics([FakeEngine()])
+    entry = doc["model_stats"][0]
+    assert (entry["name"], entry["version"]) == ("seed-mlp", "1")
+    assert entry["inference_stats"]["success"] == {"count": 0, "ns": 0}
+    assert entry["batch_stats"] == []
