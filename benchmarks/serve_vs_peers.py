@@ -186,16 +186,20 @@ def _clip(text: str, limit: int) -> str:
 
 @contextlib.contextmanager
 def started(servers: list[Server], work: Workload) -> Iterator[list[procs.Started]]:
-    """Start every server, each ready once it answers correctly; stop them all on exit."""
+    """Start every server at once, each ready once it answers correctly; stop them all on exit."""
     with contextlib.ExitStack() as stack:
         up = []
         for server in servers:
+            proc = procs.start(server.argv, env=server.env)
+            stack.callback(procs.stop, proc)
+            up.append(proc)
+        for server, proc in zip(servers, up, strict=True):
             body = work.bodies[server.body]
 
             def ready(url: str = server.url, body: bytes = body) -> None:
                 procs.check_answer(url, body, work.want, timeout=10)
 
-            up.append(stack.enter_context(procs.running(server.argv, ready, env=server.env)))
+            procs.wait_ready(proc, ready)
         yield up
 
 

@@ -163,6 +163,43 @@ def stop(started: Started, grace: float = 15.0) -> None:
     started.log.close()
 
 
+def start(argv: list[str], *, env: dict[str, str] | None = None) -> Started:
+    """Start ``argv`` in a session of its own, its output in a temporary file."""
+    marker = uuid.uuid4().hex
+    full_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1", MARKER: marker}
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
+    try:
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True
+        )
+    except OSError:
+        log.close()
+        raise
+    return Started(proc, log, marker)
+
+
+def wait_ready(started: Started, ready: Callable[[], None], timeout: float = 240.0) -> None:
+    """Call ``ready()`` until it stops raising; RuntimeError with the log's end if the server
+    exits or ``timeout`` passes first. Records what the server listens on."""
+    proc = started.proc
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"exited with {proc.returncode}:\n{started.log_tail()}")
+        try:
+            ready()
+            break
+        except (urllib.error.URLError, OSError, ValueError, RuntimeError, KeyError) as exc:
+            last = exc
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"no correct answer within {timeout:.0f} s (last: {last}):\n{started.log_tail()}"
+            )
+        time.sleep(0.5)
+    started.listens = listening(members(proc.pid, started.marker))
+
+
 @contextlib.contextmanager
 def running(
     argv: list[str],
@@ -170,34 +207,11 @@ def running(
     *,
     env: dict[str, str] | None = None,
     timeout: float = 240.0,
-    cwd: str | None = None,
 ) -> Iterator[Started]:
     """Run ``argv`` in a new session until ``ready()`` stops raising; stop it all on exit."""
-    marker = uuid.uuid4().hex
-    full_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1", MARKER: marker}
-    log = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
-    proc = subprocess.Popen(
-        argv, stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=cwd, start_new_session=True
-    )
-    started = Started(proc, log, marker)
+    started = start(argv, env=env)
     try:
-        deadline = time.monotonic() + timeout
-        last: Exception | None = None
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"exited with {proc.returncode}:\n{started.log_tail()}")
-            try:
-                ready()
-                break
-            except (urllib.error.URLError, OSError, ValueError, RuntimeError, KeyError) as exc:
-                last = exc
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"no correct answer within {timeout:.0f} s (last: {last}):\n"
-                    f"{started.log_tail()}"
-                )
-            time.sleep(0.5)
-        started.listens = listening(members(proc.pid, marker))
+        wait_ready(started, ready, timeout)
         yield started
     finally:
         stop(started)

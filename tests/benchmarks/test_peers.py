@@ -122,7 +122,9 @@ def test_the_constant_reply_server_answers_every_request(tmp_path: Path) -> None
     url = f"http://127.0.0.1:{port}/anything"
     body = b'{"inputs":[]}'
     argv = [sys.executable, str(APPS / "const_reply.py"), str(port), str(reply)]
-    with procs.running(argv, lambda: procs.check_answer(url, body, [1.0, 2.0], timeout=5)) as up:
+    with procs.running(
+        argv, lambda: procs.check_answer(url, body, [1.0, 2.0], timeout=5), timeout=60
+    ) as up:
         procs.check_answer(url, body, [1.0, 2.0])
         assert up.listens == [f"127.0.0.1:{port}"]
         with pytest.raises(RuntimeError, match=r"expected \[9.0"):
