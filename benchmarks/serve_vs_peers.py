@@ -235,7 +235,10 @@ def measure(servers: list[Server], work: Workload, args: argparse.Namespace) -> 
         return list(runs.values())
     for name, run in runs.items():
         done = rounds[name]
-        run.rps = statistics.median(r["rps"] for r in done)
+        # error answers are no throughput: req/s counts the successful answers only
+        run.rps = statistics.median(
+            r["rps"] * (1 - r["errors"] / r["requests"]) if r["requests"] else 0.0 for r in done
+        )
         run.p50_ms = statistics.median(r["p50"] for r in done)
         run.p99_ms = statistics.median(r["p99"] for r in done)
         run.requests = sum(r["requests"] for r in done)

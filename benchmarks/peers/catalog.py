@@ -90,7 +90,9 @@ PEERS: tuple[Peer, ...] = (
     ),
     Peer(
         "FastAPI+uvicorn",
-        VenvSpec("fastapi", ("fastapi", "uvicorn[standard]"), ("fastapi", "uvicorn")),
+        VenvSpec(
+            "fastapi", ("fastapi", "uvicorn[standard]", "numpy"), ("fastapi", "uvicorn", "numpy")
+        ),
         "fastapi_peer.py",
         "the article's Predictor behind FastAPI on uvicorn (uvloop, httptools), OIP v2 JSON; "
         "1 worker, no batching",

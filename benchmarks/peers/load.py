@@ -232,9 +232,15 @@ Load = Callable[[str, float], dict[str, Any]]
 
 
 def lua_script(body: bytes) -> str:
-    """The wrk script that POSTs ``body`` as JSON."""
+    """The wrk script that POSTs ``body`` as JSON. The body goes in a Lua long string whose
+    brackets (``[==[ ... ]==]``) cannot occur in it: a JSON ``]]`` would end ``[[ ... ]]``."""
+    text = body.decode()
+    level = 1
+    while f"]{'=' * level}]" in text:
+        level += 1
+    eq = "=" * level
     return (
         'wrk.method = "POST"\n'
         'wrk.headers["Content-Type"] = "application/json"\n'
-        f"wrk.body = [[{body.decode()}]]\n"
+        f"wrk.body = [{eq}[{text}]{eq}]\n"
     )

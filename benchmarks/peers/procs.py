@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 MARKER = "TORCHPLACE_BENCH_RUN"
+#: seconds a server may answer with errors other than 503 before it counts as broken
+FAIL_AFTER = 30.0
 
 
 def free_port() -> int:
@@ -184,14 +186,25 @@ def wait_ready(started: Started, ready: Callable[[], None], timeout: float = 240
     proc = started.proc
     deadline = time.monotonic() + timeout
     last: Exception | None = None
+    failing_since: float | None = None  # when the server began answering with errors
     while True:
         if proc.poll() is not None:
             raise RuntimeError(f"exited with {proc.returncode}:\n{started.log_tail()}")
         try:
             ready()
             break
-        except (urllib.error.URLError, OSError, ValueError, RuntimeError, KeyError) as exc:
+        except urllib.error.HTTPError as exc:
+            # 503 is "not yet"; any other error answer held for FAIL_AFTER is a broken server
             last = exc
+            now = time.monotonic()
+            failing_since = failing_since or now
+            if exc.code != 503 and now - failing_since > FAIL_AFTER:
+                detail = exc.read().decode(errors="replace")[:500]
+                raise RuntimeError(
+                    f"answers {exc.code} ({detail}) for {FAIL_AFTER:.0f} s:\n{started.log_tail()}"
+                ) from None
+        except (urllib.error.URLError, OSError, ValueError, RuntimeError, KeyError) as exc:
+            last, failing_since = exc, None
         if time.monotonic() > deadline:
             raise RuntimeError(
                 f"no correct answer within {timeout:.0f} s (last: {last}):\n{started.log_tail()}"

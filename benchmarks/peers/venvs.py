@@ -10,7 +10,6 @@ which the benchmark prints as the peer's SKIP reason.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -61,14 +60,14 @@ def _tail(text: str, lines: int = 6) -> str:
 
 
 def build(root: Path, spec: VenvSpec, constraints: Path, *, timeout: float) -> Path:
-    """Create (or re-create) ``spec``'s venv under ``root``; its python, or :class:`SetupError`."""
+    """Create ``spec``'s venv under ``root``, or install into the one there (pip keeps what
+    already fits); its python, or :class:`SetupError`."""
     where = root / spec.name
-    if where.exists():
-        shutil.rmtree(where)
     where.parent.mkdir(parents=True, exist_ok=True)
+    (where / STAMP).unlink(missing_ok=True)
     python = python_of(root, spec)
     steps = (
-        [sys.executable, "-m", "venv", str(where)],
+        [sys.executable, "-m", "venv", str(where)] if not python.exists() else None,
         [
             str(python),
             "-m",
@@ -84,6 +83,8 @@ def build(root: Path, spec: VenvSpec, constraints: Path, *, timeout: float) -> P
         [str(python), "-c", "; ".join(f"import {name}" for name in spec.imports)],
     )
     for argv in steps:
+        if argv is None:
+            continue
         try:
             done = subprocess.run(
                 argv, capture_output=True, text=True, timeout=timeout, check=False

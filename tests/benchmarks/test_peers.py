@@ -129,3 +129,12 @@ def test_the_constant_reply_server_answers_every_request(tmp_path: Path) -> None
         assert up.listens == [f"127.0.0.1:{port}"]
         with pytest.raises(RuntimeError, match=r"expected \[9.0"):
             procs.check_answer(url, body, [9.0, 9.0])
+
+
+def test_the_wrk_script_keeps_a_body_with_closing_brackets_whole() -> None:
+    from peers.load import lua_script
+
+    body = request_body("bentoml", [0.5])  # {"x":[[0.5]]}: "]]" ends a plain Lua long string
+    script = lua_script(body)
+    assert f"[=[{body.decode()}]=]" in script
+    assert "[[" not in script.replace(body.decode(), "")
