@@ -2,13 +2,14 @@
 
 The Python model server has no dynamic batching (KServe batches in a sidecar of its
 Kubernetes deployment), so each request is one forward. One uvicorn worker, gRPC off, and the
-per-request latency log and access log off. OIP v2 JSON: ``predict`` gets an ``InferRequest``
+per-request access and timing logs off. OIP v2 JSON: ``predict`` gets an ``InferRequest``
 and answers an ``InferResponse``. KServe binds its HTTP server to 0.0.0.0 whatever it is told;
 this script makes it bind 127.0.0.1 (see :func:`loopback_only`).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -56,13 +57,17 @@ def main() -> None:
                 response_id=payload.id, model_name=self.name, infer_outputs=[output]
             )
 
-    ModelServer(
+    server = ModelServer(
         http_port=args.port,
         workers=CONFIG["workers"],
         enable_grpc=CONFIG["enable_grpc"],
         enable_latency_logging=CONFIG["enable_latency_logging"],
-        access_log_format=None,
-    ).start([TorchMLP()])
+    )
+    # KServe configured its loggers in the constructor: an access line and two timing lines
+    # per request are on
+    for name in ("uvicorn.access", "kserve.trace"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    server.start([TorchMLP()])
 
 
 if __name__ == "__main__":
