@@ -5,8 +5,9 @@ batch_wait_timeout_s=0.002)``, with ``max_ongoing_requests`` 64 so that a replic
 than one batch of requests (its default, 5, keeps batches from ever filling). One replica.
 
 Ray stays on loopback: the node's IP address is given as 127.0.0.1, the proxy binds
-127.0.0.1, the dashboard is off, usage reporting is off and Ray's temporary folder (sockets,
-logs, session files) lives in the scratch folder.
+127.0.0.1, the dashboard is off, usage reporting is off, each replica's gRPC server is moved
+to 127.0.0.1, and Ray's temporary folder (sockets, logs, session files) is a fresh one, removed
+at the end.
 """
 
 from __future__ import annotations
@@ -26,6 +27,20 @@ CONFIG = {
 }
 
 
+def replica_grpc_on_loopback() -> None:
+    """Ray Serve 2.60 binds each replica's inter-deployment gRPC server to ``[::]:0`` (every
+    interface) after the user's constructor ran; run in that constructor, this makes it bind
+    127.0.0.1 instead."""
+    from ray.serve._private import replica
+
+    original = replica.add_port_to_grpc_server
+
+    def on_loopback(server: object, address: str) -> object:
+        return original(server, address.replace("[::]", HOST))
+
+    replica.add_port_to_grpc_server = on_loopback
+
+
 def deployment(args: Args) -> object:
     import torch
     from ray import serve
@@ -38,6 +53,7 @@ def deployment(args: Args) -> object:
     )
     class TorchMLP:
         def __init__(self) -> None:
+            replica_grpc_on_loopback()
             self.net = build(args)
 
         @serve.batch(
