@@ -7,15 +7,18 @@ than one batch of requests (its default, 5, keeps batches from ever filling). On
 Ray stays on loopback: the node's IP address is given as 127.0.0.1, the proxy binds
 127.0.0.1, the dashboard is off, usage reporting is off, each replica's gRPC server is moved
 to 127.0.0.1, and Ray's temporary folder (sockets, logs, session files) is a fresh one, removed
-at the end.
+at the end. Ray's token auth (on by default for a new local cluster in Ray 2.60) stays on, with
+``RAY_AUTH_MODE=token`` given explicitly and the token in that folder, not in ``~/.ray``.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import tempfile
 import time
+from pathlib import Path
 
 from _common import HOST, Args, build, exit_on_sigterm, parse_args
 
@@ -86,14 +89,23 @@ def deployment(args: Args) -> object:
 
 def main() -> None:
     args = parse_args()
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    # short: Ray's unix socket paths live under it and must stay under ~107 characters
+    temp = tempfile.mkdtemp(prefix="r", dir=args.workdir.parent)
+    # Ray 2.60 turns token auth on for a new local cluster and writes the token under ~/.ray:
+    # the same mode, set explicitly, with the token in the temporary folder instead
+    token = Path(temp) / "auth_token"
+    token.write_text(secrets.token_hex(32))
+    token.chmod(0o600)
+    os.environ.update(
+        RAY_USAGE_STATS_ENABLED="0",
+        RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
+        RAY_AUTH_MODE="token",
+        RAY_AUTH_TOKEN_PATH=str(token),
+    )
     import ray
     from ray import serve
 
     exit_on_sigterm()
-    # short: Ray's unix socket paths live under it and must stay under ~107 characters
-    temp = tempfile.mkdtemp(prefix="tpb-ray-", dir="/tmp")
     ray.init(
         _node_ip_address=HOST,
         include_dashboard=False,
