@@ -2,8 +2,8 @@
 ``batch_timeout``, one worker on the device, OIP v2 JSON in and out (decoded by our ``LitAPI``).
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations``: LitServe builds its FastAPI route from
+# decode_request's annotation, and a string annotation makes the body a query parameter (422).
 from typing import Any
 
 import litserve as ls
