@@ -56,15 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the peers package be
 
 from peers import procs, venvs
 from peers.catalog import APPS, PEERS, Peer, request_body
-from peers.load import (  # noqa: F401 - client_worker and run_wrk are this script's API
-    CLIENT_MAX_REQUESTS,
-    Load,
-    PythonLoad,
-    WrkLoad,
-    client_worker,
-    lua_script,
-    run_wrk,
-)
+from peers.load import PythonLoad, WrkLoad, client_worker, lua_script  # noqa: F401 - API
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("seed-mlp", "wide-mlp")
