@@ -524,11 +524,12 @@ def main(argv: list[str] | None = None) -> int:
             )
         began = time.monotonic()
 
-        def in_budget(what: str, servers: int) -> bool:
-            """Whether ``servers`` more servers fit the time budget; a SKIP line when not."""
+        def in_budget(what: str, servers: int, startup: float = 10.0) -> bool:
+            """Whether ``servers`` more servers, started in about ``startup`` seconds, fit the
+            time budget; a SKIP line when not."""
             if not args.time_budget:
                 return True
-            need = servers * (args.warmup + args.duration * args.rounds) + 10.0
+            need = servers * (args.warmup + args.duration * args.rounds) + startup
             left = args.time_budget - (time.monotonic() - began)
             if need <= left:
                 return True
@@ -558,7 +559,8 @@ def main(argv: list[str] | None = None) -> int:
             for model, job in work.items():
                 for peer in peers:
                     python = pythons.get(peer.name)
-                    if python is None or not in_budget(f"{peer.name} on {model}", 1):
+                    # a peer may take half a minute to start (Ray, Triton)
+                    if python is None or not in_budget(f"{peer.name} on {model}", 1, 30.0):
                         continue
                     server = peer_server(peer, python, model, device, args, tmp)
                     runs += measure([server], job, args)
