@@ -29,7 +29,8 @@ cannot be built, or whose server does not start, is a SKIP line with the reason 
 are SKIP lines too); without ``wrk`` the load comes from a built-in Python client, which
 saturates before a fast server does, so the targets become INFO lines. Peer venvs are built
 (``--setup-peers``) on a full run and never under ``--quick``, which keeps within a time budget
-(``--time-budget``, 50 s) and skips what would no longer fit, peers first.
+(``--time-budget``, 50 s), skips what would no longer fit, peers first, and prints its speed
+targets as INFO lines: its rounds are too short to judge them.
 """
 
 from __future__ import annotations
@@ -629,11 +630,11 @@ def report(runs: list[Run], ceilings: dict[str, float], args: argparse.Namespace
     # and so are the few-percent costs of metrics and tracing in --quick's short rounds
     under_wrk = args.client == "wrk"
 
-    def target_append(check: tuple[str, bool], *, small: bool = False) -> None:
+    def target_append(check: tuple[str, bool]) -> None:
         if not under_wrk:
             infos.append((*check, "targets hold under wrk only"))
-        elif small and args.quick:
-            infos.append((*check, "--quick rounds are too short to judge a few percent"))
+        elif args.quick:
+            infos.append((*check, "--quick rounds are too short to judge speed"))
         else:
             checks.append(check)
 
@@ -655,11 +656,9 @@ def report(runs: list[Run], ceilings: dict[str, float], args: argparse.Namespace
             other = by.get((peer, model))
             need = RATIO_TARGETS.get(model, {}).get(peer)
             if other is None or not other.rps:
-                why = _first_line(other.note) if other else "not run (see the SKIP lines above)"
-                skips.append(f"{model}: {peer}: {why}")
-                if need:
-                    skips.append(f"{model}: target >= {need:g}x {peer}: {peer} did not run")
-                skips.append(f"{model}: target p99 below {peer}'s: {peer} did not run")
+                why = _first_line(other.note) if other else "see the SKIP lines above"
+                targets = f">= {need:g}x and p99 below" if need else "p99 below"
+                skips.append(f"{model}: {peer} did not run, no target ({targets}) judged: {why}")
                 continue
             ratio = tp.rps / other.rps
             if need:
@@ -703,8 +702,7 @@ def report(runs: list[Run], ceilings: dict[str, float], args: argparse.Namespace
                     f"{model}: {feature} cost {cost:.1%} of req/s "
                     f"(target < {OBSERVABILITY_BUDGET:.0%})",
                     cost < OBSERVABILITY_BUDGET,
-                ),
-                small=True,
+                )
             )
     for line in args.skipped:  # SKIP lines were printed at the start
         print(f"skipped: {line}")
