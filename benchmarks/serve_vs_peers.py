@@ -1,173 +1,78 @@
 #!/usr/bin/env python
-"""torchplace serve vs LitServe vs the article's Predictor behind FastAPI+uvicorn, under wrk.
+"""torchplace serve against the servers people deploy, and against the two limits, under wrk.
 
 One run, same machine, same models (seed-mlp, wide-mlp built by ``torchplace.models``), same
-load: ``wrk`` with 32 connections for a fixed duration, POSTing the same Open Inference
-Protocol JSON body (one row) to each server. Peers:
+load: ``wrk`` with 32 connections for a fixed duration, one row per request, the same Open
+Inference Protocol v2 JSON body wherever the peer speaks it. Peers, each in its own venv (built
+with pip outside the repository, with the repository's torch pin) and with its own batching
+configured as it documents it (32 rows / 2 ms where it has such a setting):
 
-* LitServe with dynamic batching (max batch 32, 5 ms batch timeout), one worker;
-* the article's ``Predictor`` (model placed once, one forward per request under
-  ``inference_mode``) behind FastAPI on uvicorn (uvloop + httptools), one worker.
+* Triton Inference Server (``nvidia-pytriton``, which bundles tritonserver);
+* the KServe model server (``kserve``); MLServer; Ray Serve; BentoML; LitServe;
+* the article's ``Predictor`` behind FastAPI+uvicorn (no batching).
 
-Each server is a subprocess on a free 127.0.0.1 port; each answer format is checked against
-the model run in-process before it is measured. Prints req/s, p50, p99 and the ratios, the
-model's in-process batched throughput (the ceiling), the cost of metrics + tracing in
-torchplace, one PASS/FAIL line per target, and exits 1 if a target is missed.
+Each peer's configuration is printed before it is measured. Two limits are measured in the same
+run: a constant-reply HTTP server (bare asyncio + httptools: the limit for tiny models) and the
+model's in-process batch-32 forward throughput at the server's torch thread count (the limit
+for compute). Every server is a subprocess in a session of its own on a free 127.0.0.1 port,
+checked against the in-process model before it is measured, and stopped with every process it
+started (also on SIGTERM and on errors). Prints req/s, p50, p99, ratios torchplace/peer, % of
+each limit, and one PASS/FAIL line per target; exits 1 if a target is missed.
 
-Targets (issue 3/4): wide-mlp >= 5x LitServe and >= 4x FastAPI req/s; seed-mlp >= 6x LitServe
-and >= 3x FastAPI; torchplace p99 below both peers' in each case; metrics + tracing cost < 5%
-of req/s.
+Targets (issue 13, on a 2-core machine): seed-mlp >= 12x Triton and >= 30% of the HTTP limit;
+wide-mlp >= 2.5x Triton and >= 80% of the in-process ceiling; torchplace p99 below every
+peer's. Earlier targets stay: wide-mlp >= 5x LitServe and >= 4x FastAPI, seed-mlp >= 6x LitServe
+and >= 3x FastAPI; metrics + tracing cost < 5% of req/s.
 
-Where something is missing the run goes on with what there is and says what it skipped: a
-peer whose packages are not installed is left out (SKIP line, no ratio); without ``wrk`` the load
-comes from a built-in Python client (keep-alive HTTP/1.1 over asyncio, the same connections,
-body and duration, spread over a few processes). A Python client saturates before a fast server
-does, so under it only "torchplace ran and answered every request" are checks; the ratios and
-the metrics/tracing cost are printed as INFO, since the targets are defined under ``wrk``.
-``--quick`` keeps the measurements within a time budget (``--time-budget``, 50 s): torchplace
-runs first and a server that would no longer fit is skipped, with a SKIP line; its rounds are
-too short to resolve a few percent, so the metrics/tracing costs are INFO there too.
+Where something is missing the run goes on with what there is and says so: a peer whose venv
+cannot be built, or whose server does not start, is a SKIP line with the reason (and its targets
+are SKIP lines too); without ``wrk`` the load comes from a built-in Python client, which
+saturates before a fast server does, so the targets become INFO lines. Peer venvs are built
+(``--setup-peers``) on a full run and never under ``--quick``, which keeps within a time budget
+(``--time-budget``, 50 s), skips what would no longer fit, peers first, and prints its speed
+targets as INFO lines: its rounds are too short to judge them.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import concurrent.futures
 import contextlib
 import importlib.util
 import json
-import multiprocessing
 import os
-import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the peers package beside this file
+
+from peers import procs, venvs
+from peers.catalog import APPS, PEERS, Peer, request_body
+from peers.load import PythonLoad, WrkLoad, client_worker, lua_script  # noqa: F401 - API
+
+ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("seed-mlp", "wide-mlp")
-TARGETS = {  # model -> (x LitServe, x FastAPI)
-    "seed-mlp": (6.0, 3.0),
-    "wide-mlp": (5.0, 4.0),
+#: model -> peer -> least torchplace req/s over the peer's
+RATIO_TARGETS = {
+    "seed-mlp": {"Triton": 12.0, "LitServe": 6.0, "FastAPI+uvicorn": 3.0},
+    "wide-mlp": {"Triton": 2.5, "LitServe": 5.0, "FastAPI+uvicorn": 4.0},
 }
+#: model -> (limit, least share of it torchplace reaches)
+LIMIT_TARGETS = {"seed-mlp": ("http", 0.30), "wide-mlp": ("ceiling", 0.80)}
+LIMIT_NAMES = {"http": "constant-reply HTTP limit", "ceiling": "in-process ceiling"}
 OBSERVABILITY_BUDGET = 0.05
-#: peer -> the modules its server needs
-PEER_MODULES = {"LitServe": ("litserve",), "FastAPI+uvicorn": ("fastapi", "uvicorn")}
-#: most responses one Python client process records per measurement (the time bound comes first)
-CLIENT_MAX_REQUESTS = 2_000_000
-
-LITSERVE_SCRIPT = """
-import sys
-import litserve as ls
-import torch
-from torchplace.models import build_model
-
-NAME, PORT, ACCEL = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-if len(sys.argv) > 4 and int(sys.argv[4]) > 0:
-    torch.set_num_threads(int(sys.argv[4]))
-
-
-class API(ls.LitAPI):
-    def setup(self, device):
-        self.device = device
-        self.model = build_model(NAME).eval().to(device)
-
-    def decode_request(self, request):
-        tensor = request["inputs"][0]
-        return torch.tensor(tensor["data"], dtype=torch.float32).reshape(tensor["shape"])
-
-    def batch(self, inputs):
-        return torch.cat(inputs)
-
-    def predict(self, x):
-        with torch.inference_mode():
-            return self.model(x.to(self.device)).cpu()
-
-    def unbatch(self, output):
-        return list(output.split(1))
-
-    def encode_response(self, output):
-        return {
-            "model_name": NAME,
-            "outputs": [
-                {
-                    "name": "output",
-                    "datatype": "FP32",
-                    "shape": list(output.shape),
-                    "data": output.flatten().tolist(),
-                }
-            ],
-        }
-
-
-if __name__ == "__main__":
-    api = API(max_batch_size=32, batch_timeout=0.005, api_path=f"/v2/models/{NAME}/infer")
-    server = ls.LitServer(api, accelerator=ACCEL, devices=1, workers_per_device=1)
-    server.run(host="127.0.0.1", port=PORT, generate_client_file=False, log_level="warning")
-"""
-
-FASTAPI_SCRIPT = """
-import sys
-import torch
-import uvicorn
-from fastapi import FastAPI
-from torchplace.models import build_model
-
-NAME, PORT, DEVICE = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-if len(sys.argv) > 4 and int(sys.argv[4]) > 0:
-    torch.set_num_threads(int(sys.argv[4]))
-
-
-class Predictor:  # the article's section 5.3, with the device injected
-    def __init__(self, model, device):
-        self.device = torch.device(device)
-        self.model = model.eval().to(self.device)
-
-    def predict(self, features):
-        x = torch.as_tensor(features, dtype=torch.float32)
-        x = x.to(self.device)
-        with torch.inference_mode():
-            y = self.model(x)
-        return y.cpu().numpy()
-
-
-predictor = Predictor(build_model(NAME), DEVICE)
-app = FastAPI()
-
-
-@app.get("/health")
-async def health():
-    return {"ok": True}
-
-
-@app.post(f"/v2/models/{NAME}/infer")
-async def infer(body: dict):
-    tensor = body["inputs"][0]
-    y = predictor.predict(tensor["data"]).reshape(tensor["shape"][0], -1)
-    return {
-        "model_name": NAME,
-        "outputs": [
-            {"name": "output", "datatype": "FP32", "shape": list(y.shape),
-             "data": y.ravel().tolist()}
-        ],
-    }
-
-
-if __name__ == "__main__":
-    uvicorn.run(app, host="127.0.0.1", port=PORT, log_level="warning", access_log=False)
-"""
+#: peer -> the modules it needs to run in this interpreter when its venv is not built
+PEER_MODULES = {p.name: p.fallback_modules for p in PEERS if p.fallback_modules}
+HTTP_LIMIT = "HTTP limit"
 
 
 @dataclass
@@ -183,34 +88,59 @@ class Run:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+@dataclass
+class Server:
+    """A server to measure: its command, the URL and body format it is sent, its env."""
+
+    name: str
+    argv: list[str]
+    url: str
+    body: str = "oip"
+    env: dict[str, str] = field(default_factory=dict)
 
 
-def body_for(model: str) -> bytes:
+@dataclass
+class Workload:
+    """One model's bodies, expected answer and loads, per body format."""
+
+    model: str
+    want: list[float]
+    bodies: dict[str, bytes]
+    loads: dict[str, WrkLoad | PythonLoad]
+
+
+def missing_modules(peer: str) -> list[str]:
+    """The modules ``peer``'s server needs that are not installed in this interpreter."""
+    return [name for name in PEER_MODULES[peer] if importlib.util.find_spec(name) is None]
+
+
+def input_row(model: str) -> list[float]:
     from torchplace.models import embedded_model
 
     width = embedded_model(model).inputs[0].shape[1]
-    data = [round(((i * 37) % 17) / 17.0 - 0.5, 4) for i in range(width)]
-    doc = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, width], "data": data}]}
-    return json.dumps(doc, separators=(",", ":")).encode()
+    return [round(((i * 37) % 17) / 17.0 - 0.5, 4) for i in range(width)]
 
 
-def expected(model: str, body: bytes) -> list[float]:
+def expected(model: str, row: list[float]) -> list[float]:
     import torch
 
     from torchplace.models import build_model
 
-    tensor = json.loads(body)["inputs"][0]
-    x = torch.tensor(tensor["data"], dtype=torch.float32).reshape(tensor["shape"])
     with torch.inference_mode():
-        return [float(v) for v in build_model(model)(x).flatten()]
+        return [float(v) for v in build_model(model)(torch.tensor([row])).flatten()]
 
 
-def ceiling(model: str, device: str, seconds: float) -> float:
-    """In-process batched forward throughput at batch 32 (rows/s): the upper bound."""
+def server_threads(device: str) -> int:
+    """torchplace's intra-op thread count for one CPU replica: one core stays with its loop."""
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.get_num_threads()
+    return max(1, (os.cpu_count() or 1) - 1)
+
+
+def ceiling(model: str, device: str, seconds: float, threads: int) -> float:
+    """In-process batched forward throughput at batch 32 (rows/s) on ``threads`` threads."""
     import torch
 
     from torchplace.models import build_model, embedded_model
@@ -219,311 +149,24 @@ def ceiling(model: str, device: str, seconds: float) -> float:
     net = build_model(model).to(dev)
     width = embedded_model(model).inputs[0].shape[1]
     x = torch.randn(32, width, device=dev)
-    with torch.inference_mode():
-        for _ in range(20):
-            net(x)
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
-        n, began = 0, time.perf_counter()
-        while time.perf_counter() - began < seconds and n < 1_000_000:
-            net(x)
-            n += 1
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
-        took = time.perf_counter() - began
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.inference_mode():
+            for _ in range(20):
+                net(x)
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+            n, began = 0, time.perf_counter()
+            while time.perf_counter() - began < seconds and n < 1_000_000:
+                net(x)
+                n += 1
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+            took = time.perf_counter() - began
+    finally:
+        torch.set_num_threads(before)
     return n * 32 / took
-
-
-@contextlib.contextmanager
-def server_processes(
-    servers: list[tuple[list[str], str]], timeout: float = 120.0
-) -> Iterator[None]:
-    """Start every ``(argv, health_url)`` at once, wait until all answer 200, stop them all."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    started: list[tuple[subprocess.Popen[bytes], Any]] = []
-    try:
-        for argv, _ in servers:
-            log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in the finally below
-            # A session of its own, so a peer's worker processes stop with it as a group.
-            proc = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
-            started.append((proc, log))
-        deadline = time.monotonic() + timeout
-        waiting = list(range(len(servers)))
-        while waiting:
-            for i in list(waiting):
-                proc, log = started[i]
-                argv, health_url = servers[i]
-                if proc.poll() is not None:
-                    log.seek(0)
-                    raise RuntimeError(
-                        f"{argv[1:3]} exited with {proc.returncode}:\n"
-                        f"{log.read().decode(errors='replace')[-3000:]}"
-                    )
-                with (
-                    contextlib.suppress(urllib.error.URLError, OSError),
-                    urllib.request.urlopen(health_url, timeout=2) as resp,
-                ):
-                    if resp.status == 200:
-                        waiting.remove(i)
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"servers not ready within {timeout} s")
-            if waiting:
-                time.sleep(0.2)
-        yield
-    finally:
-        for proc, _ in started:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc, log in started:
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
-            # Workers that outlived their parent (LitServe's may even start during shutdown):
-            # kill the group until it is empty, bounded.
-            for _ in range(50):
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    break
-                time.sleep(0.1)
-            log.close()
-
-
-def check_answer(url: str, body: bytes, want: list[float]) -> None:
-    req = urllib.request.Request(
-        url, data=body, headers={"Content-Type": "application/json"}, method="POST"
-    )
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        got = json.loads(resp.read())["outputs"][0]["data"]
-    flat = [float(v) for row in got for v in (row if isinstance(row, list) else [row])]
-    if len(flat) != len(want) or any(
-        abs(a - b) > 1e-4 + 1e-4 * abs(b) for a, b in zip(flat, want, strict=True)
-    ):
-        raise RuntimeError(f"{url} answered {flat[:4]}..., expected {want[:4]}...")
-
-
-_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
-
-
-def _ms(text: str) -> float:
-    found = re.fullmatch(r"([\d.]+)(us|ms|s)", text.strip())
-    if not found:
-        return float("nan")
-    return float(found.group(1)) * _UNITS[found.group(2)]
-
-
-def run_wrk(
-    wrk: str, url: str, lua: Path, *, seconds: float, connections: int, threads: int
-) -> dict[str, Any]:
-    cmd = [
-        wrk,
-        f"-t{threads}",
-        f"-c{connections}",
-        f"-d{max(1, round(seconds))}s",
-        "--timeout",
-        "10s",
-        "--latency",
-        "-s",
-        str(lua),
-        url,
-    ]
-    out = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=seconds + 60, check=True
-    ).stdout
-    result: dict[str, Any] = {"raw": out}
-    found = re.search(r"Requests/sec:\s+([\d.]+)", out)
-    result["rps"] = float(found.group(1)) if found else 0.0
-    found = re.search(r"(\d+) requests in", out)
-    result["requests"] = int(found.group(1)) if found else 0
-    for pct in ("50", "99"):
-        found = re.search(rf"^\s+{pct}%\s+(\S+)", out, re.M)
-        result[f"p{pct}"] = _ms(found.group(1)) if found else float("nan")
-    errors = 0
-    found = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
-    if found:
-        errors += int(found.group(1))
-    found = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
-    if found:
-        errors += sum(int(g) for g in found.groups())
-    result["errors"] = errors
-    return result
-
-
-async def _keep_alive(
-    host: str, port: int, request: bytes, deadline: float, latencies: list[float]
-) -> tuple[int, int]:
-    """One connection: request after request until ``deadline``; (answered, non-2xx/errors)."""
-    answered = errors = 0
-    perf = time.perf_counter
-    reader, writer = await asyncio.open_connection(host, port)
-    try:
-        while perf() < deadline and len(latencies) < CLIENT_MAX_REQUESTS:
-            began = perf()
-            writer.write(request)
-            status = await reader.readline()
-            length = 0
-            while True:
-                line = await reader.readline()
-                if line in (b"\r\n", b"\n", b""):
-                    break
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    length = int(value)
-            await reader.readexactly(length)
-            latencies.append(perf() - began)
-            answered += 1
-            if status[9:10] != b"2":
-                errors += 1
-    except (OSError, ValueError, asyncio.IncompleteReadError):
-        errors += 1
-    finally:
-        writer.close()
-        with contextlib.suppress(OSError):
-            await writer.wait_closed()
-    return answered, errors
-
-
-def client_worker(
-    url: str, body: bytes, seconds: float, connections: int
-) -> tuple[int, int, float, list[float]]:
-    """One client process: ``connections`` keep-alive connections POSTing ``body`` to ``url``
-    for ``seconds``; (answered, errors, elapsed seconds, latencies in seconds)."""
-    parsed = urllib.parse.urlsplit(url)
-    host, port = parsed.hostname or "127.0.0.1", parsed.port or 80
-    request = (
-        f"POST {parsed.path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    ).encode() + body
-
-    async def run() -> tuple[int, int, float, list[float]]:
-        latencies: list[float] = []
-        began = time.perf_counter()
-        tasks = [
-            asyncio.ensure_future(_keep_alive(host, port, request, began + seconds, latencies))
-            for _ in range(connections)
-        ]
-        # every answer is awaited at most 10 s past the deadline, as wrk's --timeout 10s
-        done, pending = await asyncio.wait(tasks, timeout=seconds + 10.0)
-        for task in pending:
-            task.cancel()
-        elapsed = time.perf_counter() - began
-        answered = errors = 0
-        for task in done:
-            if task.exception() is not None:
-                errors += 1
-                continue
-            got, failed = task.result()
-            answered += got
-            errors += failed
-        return answered, errors + len(pending), elapsed, latencies
-
-    loop: asyncio.AbstractEventLoop
-    try:
-        import uvloop
-
-        loop = uvloop.new_event_loop()
-    except ImportError:
-        loop = asyncio.new_event_loop()
-    try:
-        return loop.run_until_complete(run())
-    finally:
-        loop.close()
-
-
-class PythonLoad:
-    """The load generator used without ``wrk``: :func:`client_worker` in ``processes``
-    processes (in this one when 1), the connections spread over them."""
-
-    name = "python client"
-
-    def __init__(self, body: bytes, connections: int, processes: int) -> None:
-        self.body = body
-        self.processes = max(1, min(processes, connections))
-        self.connections = connections
-        self.pool: concurrent.futures.ProcessPoolExecutor | None = None
-        if self.processes > 1:
-            self.pool = concurrent.futures.ProcessPoolExecutor(
-                self.processes, mp_context=multiprocessing.get_context("spawn")
-            )
-
-    def describe(self) -> str:
-        return (
-            f"the built-in Python client ({self.processes} process(es), {self.connections} "
-            "keep-alive connections)"
-        )
-
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(cancel_futures=True)
-
-    def __call__(self, url: str, seconds: float) -> dict[str, Any]:
-        if self.pool is None:
-            parts = [client_worker(url, self.body, seconds, self.connections)]
-        else:
-            share, more = divmod(self.connections, self.processes)
-            split = [share + (1 if i < more else 0) for i in range(self.processes)]
-            futures = [self.pool.submit(client_worker, url, self.body, seconds, n) for n in split]
-            parts = [f.result(timeout=seconds + 60) for f in futures]
-        latencies = sorted(lat for part in parts for lat in part[3])
-        answered = sum(part[0] for part in parts)
-
-        def pct(q: float) -> float:
-            if not latencies:
-                return float("nan")
-            return latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1e3
-
-        return {
-            "rps": sum(part[0] / part[2] for part in parts if part[2] > 0),
-            "requests": answered,
-            "p50": pct(0.50),
-            "p99": pct(0.99),
-            "errors": sum(part[1] for part in parts),
-        }
-
-
-class WrkLoad:
-    """``wrk`` with a Lua script that POSTs ``body``."""
-
-    name = "wrk"
-
-    def __init__(self, wrk: str, lua: Path, connections: int, threads: int) -> None:
-        self.wrk, self.lua, self.connections, self.threads = wrk, lua, connections, threads
-
-    def describe(self) -> str:
-        return f"wrk ({self.connections} connections)"
-
-    def close(self) -> None:
-        pass
-
-    def __call__(self, url: str, seconds: float) -> dict[str, Any]:
-        return run_wrk(
-            self.wrk,
-            url,
-            self.lua,
-            seconds=seconds,
-            connections=self.connections,
-            threads=self.threads,
-        )
-
-
-Load = Callable[[str, float], dict[str, Any]]
-
-
-def missing_modules(peer: str) -> list[str]:
-    """The modules ``peer``'s server needs that are not installed here."""
-    return [name for name in PEER_MODULES[peer] if importlib.util.find_spec(name) is None]
-
-
-@dataclass
-class Server:
-    name: str
-    argv: list[str]
-    health: str
-    url: str
 
 
 def _clip(text: str, limit: int) -> str:
@@ -534,30 +177,42 @@ def _clip(text: str, limit: int) -> str:
     return f"{text[:head]} [...] {text[-(limit - head) :]}"
 
 
-def measure(
-    servers: list[Server],
-    model: str,
-    body: bytes,
-    want: list[float],
-    args: argparse.Namespace,
-    load: Load,
-) -> list[Run]:
+@contextlib.contextmanager
+def started(servers: list[Server], work: Workload) -> Iterator[list[procs.Started]]:
+    """Start every server at once, each ready once it answers correctly; stop them all on exit."""
+    with contextlib.ExitStack() as stack:
+        up = []
+        for server in servers:
+            proc = procs.start(server.argv, env=server.env)
+            stack.callback(procs.stop, proc)
+            up.append(proc)
+        for server, proc in zip(servers, up, strict=True):
+            body = work.bodies[server.body]
+
+            def ready(url: str = server.url, body: bytes = body) -> None:
+                procs.check_answer(url, body, work.want, timeout=10)
+
+            procs.wait_ready(proc, ready)
+        yield up
+
+
+def measure(servers: list[Server], work: Workload, args: argparse.Namespace) -> list[Run]:
     """Start the servers together, warm each up, then measure them in turn, round after
     round (A B C, B C A, C A B, ...), so that drifting background load hits them alike;
     each figure is the median over the rounds."""
-    runs = {s.name: Run(s.name, model) for s in servers}
+    runs = {s.name: Run(s.name, work.model) for s in servers}
     rounds: dict[str, list[dict[str, Any]]] = {s.name: [] for s in servers}
     try:
-        with server_processes([(s.argv, s.health) for s in servers]):
+        with started(servers, work) as up:
+            for server, proc in zip(servers, up, strict=True):
+                runs[server.name].extra["listens"] = proc.listens
             for server in servers:
-                check_answer(server.url, body, want)
-            for server in servers:
-                load(server.url, args.warmup)
+                work.loads[server.body](server.url, args.warmup)
             for index in range(args.rounds):
                 # Rotate who goes first: a slot in the round must not favour one variant.
                 shift = index % len(servers)
                 for server in servers[shift:] + servers[:shift]:
-                    result = load(server.url, args.duration)
+                    result = work.loads[server.body](server.url, args.duration)
                     rounds[server.name].append(result)
     except (
         RuntimeError,
@@ -569,11 +224,14 @@ def measure(
         for run in runs.values():
             run.note = _clip(f"failed: {exc}", 800)
         # the end of a server's log is where its error is: keep it
-        print(f"  {', '.join(runs)} {model}: {_clip(f'failed: {exc}', 2500)}", flush=True)
+        print(f"  {', '.join(runs)} {work.model}: {_clip(f'failed: {exc}', 2500)}", flush=True)
         return list(runs.values())
     for name, run in runs.items():
         done = rounds[name]
-        run.rps = statistics.median(r["rps"] for r in done)
+        # error answers are no throughput: req/s counts the successful answers only
+        run.rps = statistics.median(
+            r["rps"] * (1 - r["errors"] / r["requests"]) if r["requests"] else 0.0 for r in done
+        )
         run.p50_ms = statistics.median(r["p50"] for r in done)
         run.p99_ms = statistics.median(r["p99"] for r in done)
         run.requests = sum(r["requests"] for r in done)
@@ -583,7 +241,7 @@ def measure(
         ]
         per_round = ", ".join(f"{r['rps']:.0f}" for r in done)
         print(
-            f"  {name:<22} {model:<9} {run.rps:>10.0f} req/s  p50 {run.p50_ms:7.2f} ms  "
+            f"  {name:<22} {work.model:<9} {run.rps:>10.0f} req/s  p50 {run.p50_ms:7.2f} ms  "
             f"p99 {run.p99_ms:7.2f} ms  errors {run.errors}  (rounds: {per_round} req/s)",
             flush=True,
         )
@@ -591,12 +249,7 @@ def measure(
 
 
 def measure_both_orders(
-    servers: list[Server],
-    model: str,
-    body: bytes,
-    want: list[float],
-    args: argparse.Namespace,
-    load: Load,
+    servers: list[Server], work: Workload, args: argparse.Namespace
 ) -> list[Run]:
     """Measure the torchplace variants twice, started in one order and then in the reverse
     order (fresh processes), and pool the rounds. On a small machine the order in which
@@ -604,11 +257,11 @@ def measure_both_orders(
     out of the metrics and tracing cost, which is a difference of a few percent itself."""
     total = args.rounds
     first = argparse.Namespace(**{**vars(args), "rounds": max(1, (total + 1) // 2)})
-    runs = measure(servers, model, body, want, first, load)
+    runs = measure(servers, work, first)
     if total < 2:
         return runs
     second = argparse.Namespace(**{**vars(args), "rounds": total // 2})
-    again = {run.server: run for run in measure(servers[::-1], model, body, want, second, load)}
+    again = {run.server: run for run in measure(servers[::-1], work, second)}
     for run in runs:
         other = again.get(run.server)
         if other is None or run.note or other.note:
@@ -624,12 +277,93 @@ def measure_both_orders(
     return runs
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def peer_pythons(peers: list[Peer], args: argparse.Namespace) -> dict[str, str]:
+    """peer name -> the python that runs it; a SKIP line (in ``args.skipped``) for the rest.
+    Builds the missing venvs (two at a time) when ``args.setup_peers`` says so."""
+    pythons: dict[str, str] = {}
+    to_build: list[Peer] = []
+    for peer in peers:
+        if venvs.is_built(args.venvs, peer.venv):
+            pythons[peer.name] = str(venvs.python_of(args.venvs, peer.venv))
+        elif args.setup_peers:
+            to_build.append(peer)
+        elif peer.fallback_modules and not missing_modules(peer.name):
+            pythons[peer.name] = sys.executable
+        else:
+            args.skipped.append(
+                f"{peer.name}: no venv at {args.venvs / peer.venv.name} (built by a full run, "
+                "or --setup-peers); no ratio against it"
+            )
+    if to_build:
+        names = ", ".join(p.name for p in to_build)
+        print(f"setup: building venvs for {names} under {args.venvs} (pip) ...", flush=True)
+        constraints = ROOT / "constraints" / "ci.txt"
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            futures = {
+                pool.submit(
+                    venvs.build, args.venvs, p.venv, constraints, timeout=args.setup_timeout
+                ): p
+                for p in to_build
+            }
+            for future in concurrent.futures.as_completed(futures):
+                peer = futures[future]
+                try:
+                    pythons[peer.name] = str(future.result())
+                    print(f"setup: {peer.name} venv ready", flush=True)
+                except (venvs.SetupError, OSError) as exc:
+                    args.skipped.append(f"{peer.name}: venv could not be built: {exc}")
+    return pythons
+
+
+def peer_server(
+    peer: Peer, python: str, model: str, device: str, args: argparse.Namespace, scratch: Path
+) -> Server:
+    port = procs.free_port()
+    workdir = scratch / f"{peer.venv.name}-{model}"
+    argv = [python, str(peer.script_path), model, str(port), device]
+    argv += [str(args.peer_torch_threads), str(workdir)]
+    env = {
+        "PYTHONPATH": os.pathsep.join((str(APPS), str(ROOT / "src"))),
+        "TMPDIR": str(scratch),
+        **peer.env,
+    }
+    url = f"http://127.0.0.1:{port}" + peer.path.format(model=model)
+    return Server(peer.name, argv, url, peer.body, env)
+
+
+def torchplace_server(name: str, model: str, device: str, *extra: str) -> Server:
+    port = procs.free_port()
+    argv = [sys.executable, "-m", "torchplace.cli", "serve", "--model", model]
+    argv += ["--port", str(port), "--device", device, "--log-level", "warning", *extra]
+    return Server(name, argv, f"http://127.0.0.1:{port}/v2/models/{model}/infer")
+
+
+def http_limit_server(work: Workload, scratch: Path) -> Server:
+    reply = scratch / f"reply-{work.model}.json"
+    doc = {
+        "model_name": work.model,
+        "id": "1",
+        "outputs": [
+            {"name": "output", "datatype": "FP32", "shape": [1, len(work.want)], "data": work.want}
+        ],
+    }
+    reply.write_text(json.dumps(doc, separators=(",", ":")))
+    port = procs.free_port()
+    argv = [sys.executable, str(APPS / "const_reply.py"), str(port), str(reply)]
+    return Server(HTTP_LIMIT, argv, f"http://127.0.0.1:{port}/v2/models/{work.model}/infer")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda:N (default auto)")
     parser.add_argument("--quick", action="store_true", help="short runs (< 60 s in all)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the results here")
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated models")
+    parser.add_argument(
+        "--peers",
+        default=",".join(p.name for p in PEERS),
+        help="comma-separated peers to run (default all: %(default)s)",
+    )
     parser.add_argument("--duration", type=float, help="seconds per measured round (5; quick 2)")
     parser.add_argument("--rounds", type=int, help="measured rounds per server (5; quick 1)")
     parser.add_argument("--warmup", type=float, help="seconds of warm-up load (2; quick 1)")
@@ -657,7 +391,28 @@ def main(argv: list[str] | None = None) -> int:
         "(default none; --quick 50)",
     )
     parser.add_argument(
-        "--no-peers", action="store_true", help="measure torchplace only (no ratios)"
+        "--no-peers", action="store_true", help="measure torchplace and the limits only"
+    )
+    parser.add_argument(
+        "--setup-peers",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="build the missing peer venvs with pip before measuring (default: yes on a full "
+        "run, no under --quick)",
+    )
+    parser.add_argument(
+        "--venvs",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help=f"where the peer venvs live (default ${venvs.ROOT_ENV} or {venvs.DEFAULT_ROOT})",
+    )
+    parser.add_argument(
+        "--setup-timeout",
+        type=float,
+        default=1500.0,
+        metavar="S",
+        help="seconds one peer venv may take to build (default 1500)",
     )
     parser.add_argument(
         "--peer-torch-threads",
@@ -673,10 +428,43 @@ def main(argv: list[str] | None = None) -> int:
     args.warmup = args.warmup or (1.0 if args.quick else 2.0)
     if args.time_budget is None:
         args.time_budget = 50.0 if args.quick else 0.0
+    if args.setup_peers is None:
+        args.setup_peers = not args.quick
+    args.venvs = (args.venvs or venvs.default_root()).expanduser().resolve()
     if args.connections < 1:
         parser.error(f"--connections must be >= 1, got {args.connections}")
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
-    skipped: list[str] = []
+    known = {p.name.lower(): p.name for p in PEERS}
+    wanted = [name.strip() for name in args.peers.split(",") if name.strip()]
+    unknown = [name for name in wanted if name.lower() not in known]
+    if unknown:
+        parser.error(f"--peers: unknown {', '.join(unknown)}; known: {', '.join(known.values())}")
+    args.peer_names = [] if args.no_peers else [known[name.lower()] for name in wanted]
+    args.models = [m.strip() for m in args.models.split(",") if m.strip()]
+    return args
+
+
+def workloads(args: argparse.Namespace, wrk: str | None, tmp: Path) -> dict[str, Workload]:
+    """Per model: the body in each format, the expected answer and one load per format."""
+    processes = args.client_processes or min(4, max(1, (os.cpu_count() or 1) // 4))
+    out = {}
+    for model in args.models:
+        row = input_row(model)
+        bodies = {kind: request_body(kind, row) for kind in ("oip", "bentoml")}
+        loads: dict[str, WrkLoad | PythonLoad] = {}
+        for kind, body in bodies.items():
+            if wrk is not None:
+                lua = tmp / f"{model}-{kind}.lua"
+                lua.write_text(lua_script(body))
+                loads[kind] = WrkLoad(wrk, lua, args.connections, args.wrk_threads)
+            else:
+                loads[kind] = PythonLoad(body, args.connections, processes)
+        out[model] = Workload(model, expected(model, row), bodies, loads)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    args.skipped = []
     wrk = shutil.which("wrk") if args.load != "python" else None
     if wrk is None and args.load == "wrk":
         print(
@@ -685,24 +473,12 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    if wrk is None and args.load == "auto":
-        skipped.append(
+    if wrk is None:
+        args.skipped.append(
             "wrk: not installed; the load comes from the built-in Python client, which "
             "saturates before a fast server: only 'ran' and 'answered every request' are checks"
         )
     args.client = "wrk" if wrk is not None else "python"
-    peers = [] if args.no_peers else list(PEER_MODULES)
-    for name in list(peers):
-        missing = missing_modules(name)
-        if missing:
-            peers.remove(name)
-            skipped.append(
-                f"{name}: {', '.join(missing)} not installed (pip install 'torchplace[peers]'); "
-                "no ratio against it"
-            )
-    args.skipped = skipped
-    for line in skipped:
-        print(f"SKIP  {line}", flush=True)
     from torchplace.devices import resolve_device
     from torchplace.errors import TorchplaceError
 
@@ -711,46 +487,50 @@ def main(argv: list[str] | None = None) -> int:
     except TorchplaceError as exc:
         print(f"FAIL  device {args.device!r} cannot be used here: {exc}", flush=True)
         return 1
-    accel = "cuda" if device.startswith("cuda") else "cpu"
-    python = sys.executable
+    args.device_resolved = device
+    peers = [p for p in PEERS if p.name in args.peer_names]
+    pythons = peer_pythons(peers, args)
+    if importlib.util.find_spec("httptools") is None:
+        args.skipped.append(f"{HTTP_LIMIT}: httptools is not installed (torchplace[serve])")
+    for line in args.skipped:
+        print(f"SKIP  {line}", flush=True)
+    threads = server_threads(device)
+    args.threads = threads
     runs: list[Run] = []
     ceilings: dict[str, float] = {}
-    processes = args.client_processes or min(4, max(1, (os.cpu_count() or 1) // 4))
-    with tempfile.TemporaryDirectory(prefix="serve-bench-") as tmp_dir:
+    with tempfile.TemporaryDirectory(prefix="tpb-") as tmp_dir:
         tmp = Path(tmp_dir)
-        lit = tmp / "litserve_peer.py"
-        lit.write_text(textwrap.dedent(LITSERVE_SCRIPT))
-        fast = tmp / "fastapi_peer.py"
-        fast.write_text(textwrap.dedent(FASTAPI_SCRIPT))
-        loads: dict[str, WrkLoad | PythonLoad] = {}
-        bodies: dict[str, tuple[bytes, list[float]]] = {}
-        for model in models:
-            body = body_for(model)
-            bodies[model] = (body, expected(model, body))
-            if wrk is not None:
-                lua = tmp / f"{model}.lua"
-                lua.write_text(
-                    'wrk.method = "POST"\n'
-                    'wrk.headers["Content-Type"] = "application/json"\n'
-                    f"wrk.body = [[{body.decode()}]]\n"
-                )
-                loads[model] = WrkLoad(wrk, lua, args.connections, args.wrk_threads)
-            else:
-                loads[model] = PythonLoad(body, args.connections, processes)
+        work = workloads(args, wrk, tmp)
+        load_name = next(iter(work.values())).loads["oip"].describe()
         print(
-            f"serve_vs_peers: device {device}, load from {loads[models[0]].describe()}, "
-            f"{args.rounds} x {args.duration:g} s per server (+{args.warmup:g} s "
-            "warm-up), one row per request; figures are medians over the rounds"
+            f"serve_vs_peers: device {device}, load from {load_name}, {args.rounds} x "
+            f"{args.duration:g} s per server (+{args.warmup:g} s warm-up), one row per request; "
+            "figures are medians over the rounds"
             + (f"; time budget {args.time_budget:g} s" if args.time_budget else ""),
             flush=True,
         )
+        print("configurations:")
+        print(
+            "  torchplace: torchplace serve defaults: max batch 32, max delay 2 ms, 1 replica, "
+            f"{threads} torch thread(s) on CPU (cores - 1), OIP v2 JSON"
+        )
+        print(f"  {HTTP_LIMIT}: bare asyncio + httptools (uvloop when installed), fixed reply")
+        print(f"  in-process ceiling: batch-32 forward at {threads} torch thread(s)")
+        for peer in peers:
+            where = pythons.get(peer.name)
+            state = "SKIP" if where is None else f"python {where}"
+            print(
+                f"  {peer.name}: {peer.batching}; torch threads "
+                f"{args.peer_torch_threads or 'default'}; {state}"
+            )
         began = time.monotonic()
 
-        def in_budget(what: str, servers: int) -> bool:
-            """Whether ``servers`` more servers fit the time budget; a SKIP line when not."""
+        def in_budget(what: str, servers: int, startup: float = 10.0) -> bool:
+            """Whether ``servers`` more servers, started in about ``startup`` seconds, fit the
+            time budget; a SKIP line when not."""
             if not args.time_budget:
                 return True
-            need = servers * (args.warmup + args.duration * args.rounds) + 10.0
+            need = servers * (args.warmup + args.duration * args.rounds) + startup
             left = args.time_budget - (time.monotonic() - began)
             if need <= left:
                 return True
@@ -760,54 +540,42 @@ def main(argv: list[str] | None = None) -> int:
             return False
 
         try:
-            # torchplace on every model first: under a time budget the peers are what gives way
-            for model in models:
-                body, want = bodies[model]
-                path = f"/v2/models/{model}/infer"
-
-                def torchplace(
-                    name: str, *extra: str, model: str = model, path: str = path
-                ) -> Server:
-                    port = free_port()
-                    base = f"http://127.0.0.1:{port}"
-                    argv = [python, "-m", "torchplace.cli", "serve", "--model", model]
-                    argv += ["--port", str(port), "--device", device, "--log-level", "warning"]
-                    return Server(name, [*argv, *extra], f"{base}/v2/health/ready", base + path)
-
+            # torchplace and the HTTP limit on every model first: under a time budget the
+            # peers are what gives way
+            for model, job in work.items():
                 trace = tmp / f"{model}-trace.json"
                 variants = [
-                    torchplace("torchplace"),
-                    torchplace("torchplace no-metrics", "--no-metrics"),
-                    torchplace("torchplace +trace-file", "--trace-file", str(trace)),
+                    torchplace_server("torchplace", model, device),
+                    torchplace_server("torchplace no-metrics", model, device, "--no-metrics"),
+                    torchplace_server(
+                        "torchplace +trace-file", model, device, "--trace-file", str(trace)
+                    ),
                 ]
                 if in_budget(f"torchplace on {model}", len(variants)):
-                    runs += measure_both_orders(variants, model, body, want, args, loads[model])
-            for model in models:
-                body, want = bodies[model]
-                path = f"/v2/models/{model}/infer"
-                for name, script, where in (
-                    ("LitServe", lit, accel),
-                    ("FastAPI+uvicorn", fast, device),
+                    runs += measure_both_orders(variants, job, args)
+                if importlib.util.find_spec("httptools") and in_budget(
+                    f"{HTTP_LIMIT} on {model}", 1
                 ):
-                    if name not in peers or not in_budget(f"{name} on {model}", 1):
+                    runs += measure([http_limit_server(job, tmp)], job, args)
+            for model, job in work.items():
+                for peer in peers:
+                    python = pythons.get(peer.name)
+                    # a peer may take half a minute to start (Ray, Triton)
+                    if python is None or not in_budget(f"{peer.name} on {model}", 1, 30.0):
                         continue
-                    port = free_port()
-                    base = f"http://127.0.0.1:{port}"
-                    argv = [python, str(script), model, str(port), where]
-                    peer = Server(
-                        name,
-                        [*argv, str(args.peer_torch_threads)],
-                        f"{base}/health",
-                        base + path,
-                    )
-                    runs += measure([peer], model, body, want, args, loads[model])
+                    server = peer_server(peer, python, model, device, args, tmp)
+                    runs += measure([server], job, args)
         finally:
-            for load in loads.values():
-                load.close()
+            for job in work.values():
+                for load in job.loads.values():
+                    load.close()
     # The ceilings run last, once no server is left whose threads they could compete with.
-    for model in models:
-        ceilings[model] = ceiling(model, device, 1.0 if args.quick else 3.0)
-        print(f"  in-process batch-32 forward ceiling {model}: {ceilings[model]:,.0f} rows/s")
+    for model in args.models:
+        ceilings[model] = ceiling(model, device, 1.0 if args.quick else 3.0, threads)
+        print(
+            f"  in-process batch-32 forward ceiling {model}: {ceilings[model]:,.0f} rows/s "
+            f"at {threads} torch thread(s)"
+        )
     return report(runs, ceilings, args)
 
 
@@ -821,35 +589,62 @@ def paired_cost(with_it: Run, without: Run) -> float:
     return max(0.0, 1 - ratio)
 
 
-def report(runs: list[Run], ceilings: dict[str, float], args: argparse.Namespace) -> int:
+def _first_line(note: str) -> str:
+    return _clip(note.replace("\n", " | "), 300)
+
+
+def table(runs: list[Run], ceilings: dict[str, float], threads: int) -> None:
+    """The results: one row per server and model, torchplace's ratio to it, then the limits."""
     by = {(r.server, r.model): r for r in runs}
     print()
-    print(f"{'server':<22} {'model':<9} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'x tp':>6}")
-    for run in sorted(runs, key=lambda r: r.model):
+    print(f"{'server':<24} {'model':<9} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'tp/x':>7}")
+    for run in sorted(runs, key=lambda r: (r.model, not r.server.startswith("torchplace"))):
         tp = by.get(("torchplace", run.model))
         ratio = tp.rps / run.rps if tp and run.rps and tp.rps else float("nan")
+        note = f"  {_clip(run.note.splitlines()[0], 100)}" if run.note else ""
         print(
-            f"{run.server:<22} {run.model:<9} {run.rps:>10.0f} {run.p50_ms:>8.2f} "
-            f"{run.p99_ms:>8.2f} {ratio:>6.2f}" + (f"  {run.note}" if run.note else "")
+            f"{run.server:<24} {run.model:<9} {run.rps:>10.0f} {run.p50_ms:>8.2f} "
+            f"{run.p99_ms:>8.2f} {ratio:>6.2f}x{note}"
         )
     for model, rows in ceilings.items():
-        print(f"{'in-process ceiling':<22} {model:<9} {rows:>10.0f} rows/s at batch 32")
+        tp = by.get(("torchplace", model))
+        share = f"{tp.rps / rows:>7.0%}" if tp and tp.rps and rows else ""
+        print(
+            f"{'in-process ceiling':<24} {model:<9} {rows:>10.0f} rows/s at batch 32, "
+            f"{threads} thread(s); torchplace at {share.strip() or 'n/a'} of it"
+        )
+    for model in sorted({r.model for r in runs}):
+        tp, limit = by.get(("torchplace", model)), by.get((HTTP_LIMIT, model))
+        if tp and limit and tp.rps and limit.rps:
+            print(f"torchplace at {tp.rps / limit.rps:.0%} of the {LIMIT_NAMES['http']} on {model}")
     print()
+
+
+def report(runs: list[Run], ceilings: dict[str, float], args: argparse.Namespace) -> int:
+    table(runs, ceilings, args.threads)
+    by = {(r.server, r.model): r for r in runs}
     checks: list[tuple[str, bool]] = []
     infos: list[tuple[str, bool, str]] = []  # (check, met, why it is information only)
+    skips: list[str] = []
     # the targets are defined under wrk: under the Python client they are information only,
     # and so are the few-percent costs of metrics and tracing in --quick's short rounds
     under_wrk = args.client == "wrk"
 
-    def target_append(check: tuple[str, bool], *, small: bool = False) -> None:
+    def target_append(check: tuple[str, bool]) -> None:
         if not under_wrk:
             infos.append((*check, "targets hold under wrk only"))
-        elif small and args.quick:
-            infos.append((*check, "--quick rounds are too short to judge a few percent"))
+        elif args.quick:
+            infos.append((*check, "--quick rounds are too short to judge speed"))
         else:
             checks.append(check)
 
-    for model in sorted({r.model for r in runs}):
+    for run in runs:
+        outside = [a for a in run.extra.get("listens", []) if not procs.is_loopback(a)]
+        if outside:
+            checks.append(
+                (f"{run.server} on {run.model} listens on loopback only: {outside}", False)
+            )
+    for model in sorted({r.model for r in runs}):  # a model left out by the budget has a SKIP
         tp = by.get(("torchplace", model))
         if tp is None or not tp.rps:
             checks.append((f"{model}: torchplace ran", False))
@@ -857,25 +652,42 @@ def report(runs: list[Run], ceilings: dict[str, float], args: argparse.Namespace
         checks.append(
             (f"{model}: torchplace answered every request (errors {tp.errors})", tp.errors == 0)
         )
-
-        if not args.no_peers:
-            lit_x, fast_x = TARGETS.get(model, (0.0, 0.0))
-            for peer, need in (("LitServe", lit_x), ("FastAPI+uvicorn", fast_x)):
-                other = by.get((peer, model))
-                if other is None:
-                    continue  # not installed or out of time: said in a SKIP line
-                if not other.rps:
-                    checks.append((f"{model}: {peer} ran", False))
-                    continue
-                ratio = tp.rps / other.rps
+        for peer in args.peer_names:
+            other = by.get((peer, model))
+            need = RATIO_TARGETS.get(model, {}).get(peer)
+            if other is None or not other.rps:
+                why = _first_line(other.note) if other else "see the SKIP lines above"
+                targets = f">= {need:g}x and p99 below" if need else "p99 below"
+                skips.append(f"{model}: {peer} did not run, no target ({targets}) judged: {why}")
+                continue
+            ratio = tp.rps / other.rps
+            if need:
                 target_append(
                     (f"{model}: req/s {ratio:.2f}x {peer} (target >= {need:g}x)", ratio >= need)
                 )
+            target_append(
+                (
+                    f"{model}: p99 {tp.p99_ms:.2f} ms below {peer}'s {other.p99_ms:.2f} ms",
+                    tp.p99_ms < other.p99_ms,
+                )
+            )
+        if model in LIMIT_TARGETS:
+            kind, share = LIMIT_TARGETS[model]
+            limit_run = by.get((HTTP_LIMIT, model))
+            limit = ceilings.get(model) if kind == "ceiling" else (limit_run and limit_run.rps)
+            if limit:
+                got = tp.rps / limit
                 target_append(
                     (
-                        f"{model}: p99 {tp.p99_ms:.2f} ms below {peer}'s {other.p99_ms:.2f} ms",
-                        tp.p99_ms < other.p99_ms,
+                        f"{model}: {got:.0%} of the {LIMIT_NAMES[kind]} ({limit:,.0f}/s) "
+                        f"(target >= {share:.0%})",
+                        got >= share,
                     )
+                )
+            else:
+                skips.append(
+                    f"{model}: target >= {share:.0%} of the {LIMIT_NAMES[kind]}: "
+                    "the limit was not measured"
                 )
         costs = (  # (feature, the run with it, the run without it)
             ("metrics", tp, by.get(("torchplace no-metrics", model))),
@@ -890,40 +702,51 @@ def report(runs: list[Run], ceilings: dict[str, float], args: argparse.Namespace
                     f"{model}: {feature} cost {cost:.1%} of req/s "
                     f"(target < {OBSERVABILITY_BUDGET:.0%})",
                     cost < OBSERVABILITY_BUDGET,
-                ),
-                small=True,
+                )
             )
     for line in args.skipped:  # SKIP lines were printed at the start
         print(f"skipped: {line}")
+    for line in skips:
+        print(f"SKIP  {line}")
     for text, ok, why in sorted(infos):
         print(f"INFO  {text} ({'met' if ok else 'not met'}; {why})")
     for text, ok in sorted(checks):
         print(f"{'PASS' if ok else 'FAIL'}  {text}")
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(
-            json.dumps(
-                {
-                    "benchmark": "serve_vs_peers",
-                    "device": args.device,
-                    "load": args.client,
-                    "connections": args.connections,
-                    "duration_s": args.duration,
-                    "runs": [asdict(r) for r in runs],
-                    "ceiling_rows_per_s": ceilings,
-                    "checks": [{"check": t, "pass": ok} for t, ok in checks],
-                    "information": [{"check": t, "met": ok, "why": why} for t, ok, why in infos],
-                    "skipped": args.skipped,
-                },
-                indent=2,
-            )
-        )
+        write_json(args, runs, ceilings, checks, infos, skips)
     return 0 if checks and all(ok for _, ok in checks) else 1
+
+
+def write_json(
+    args: argparse.Namespace,
+    runs: list[Run],
+    ceilings: dict[str, float],
+    checks: list[tuple[str, bool]],
+    infos: list[tuple[str, bool, str]],
+    skips: list[str],
+) -> None:
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "benchmark": "serve_vs_peers",
+        "device": args.device_resolved,
+        "load": args.client,
+        "connections": args.connections,
+        "duration_s": args.duration,
+        "rounds": args.rounds,
+        "torch_threads": args.threads,
+        "peers": {p.name: p.batching for p in PEERS if p.name in args.peer_names},
+        "runs": [asdict(r) for r in runs],
+        "ceiling_rows_per_s": ceilings,
+        "checks": [{"check": t, "pass": ok} for t, ok in checks],
+        "information": [{"check": t, "met": ok, "why": why} for t, ok, why in infos],
+        "skipped": args.skipped + skips,
+    }
+    args.json.write_text(json.dumps(doc, indent=2))
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:
     """SIGTERM (``timeout``, a CI runner) unwinds like Ctrl-C: the servers, each in its own
-    process group, are stopped by the ``finally`` blocks instead of being left running."""
+    session, are stopped by the ``finally`` blocks instead of being left running."""
     raise SystemExit(128 + signum)
 
 

@@ -1,0 +1,140 @@
+"""benchmarks/peers: answers compared as numbers, request bodies, venv stamps, the loopback
+check and stopping every process a server started (also those that left its session)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from peers import procs, venvs
+from peers.catalog import APPS, PEERS, request_body
+
+
+def test_answers_are_read_from_oip_and_from_nested_lists() -> None:
+    oip = {"outputs": [{"name": "output", "data": [1.5, -2.0]}]}
+    assert procs.flat_floats(oip) == [1.5, -2.0]
+    assert procs.flat_floats([[1, 2], [3, [4]]]) == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_request_bodies_carry_one_row_in_each_format() -> None:
+    oip = json.loads(request_body("oip", [0.5, 1.0]))
+    assert oip["id"]  # KServe answers a v2 request without an id with a 500
+    assert oip["inputs"][0]["shape"] == [1, 2]
+    assert oip["inputs"][0]["data"] == [0.5, 1.0]
+    assert json.loads(request_body("bentoml", [0.5])) == {"x": [[0.5]]}
+    with pytest.raises(ValueError, match="'xml'"):
+        request_body("xml", [0.5])
+
+
+def test_every_peer_has_its_script_and_its_own_venv() -> None:
+    names = [p.venv.name for p in PEERS]
+    assert len(set(names)) == len(names)
+    for peer in PEERS:
+        assert peer.script_path.is_file(), peer.script
+        assert peer.batching
+    assert (APPS / "const_reply.py").is_file()
+
+
+def test_a_venv_counts_as_built_only_with_its_exact_requirements(tmp_path: Path) -> None:
+    spec = venvs.VenvSpec("demo", ("pkg==1",), ("pkg",))
+    python = venvs.python_of(tmp_path, spec)
+    python.parent.mkdir(parents=True)
+    python.touch()
+    assert not venvs.is_built(tmp_path, spec)
+    (tmp_path / "demo" / venvs.STAMP).write_text(spec.key())
+    assert venvs.is_built(tmp_path, spec)
+    changed = venvs.VenvSpec("demo", ("pkg==2",), ("pkg",))
+    assert not venvs.is_built(tmp_path, changed)
+
+
+def test_listening_sockets_are_found_with_their_address() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        found = procs.listening([os.getpid()])
+    assert f"127.0.0.1:{port}" in found
+    assert all(procs.is_loopback(a) for a in found if a.endswith(f":{port}"))
+    assert not procs.is_loopback("0.0.0.0:80")
+    assert not procs.is_loopback(":::80")
+    assert procs.is_loopback("::1:80")
+
+
+_FORKER = """
+import os, subprocess, sys, time
+# a child that leaves the session, as some servers' workers do
+subprocess.Popen([sys.executable, "-c", "import os, time; os.setsid(); time.sleep(60)"])
+time.sleep(60)
+"""
+
+
+def test_stop_ends_the_session_and_the_children_that_left_it() -> None:
+    answered: list[int] = []
+
+    def ready() -> None:
+        if not answered:
+            answered.append(1)
+            raise RuntimeError("not yet")  # the first probe fails, as a starting server's
+
+    with procs.running([sys.executable, "-c", _FORKER], ready, timeout=30) as started:
+        deadline = time.monotonic() + 20
+        while len(procs.members(started.proc.pid, started.marker)) < 2:
+            assert time.monotonic() < deadline, "the child never started"
+            time.sleep(0.05)
+        pids = procs.members(started.proc.pid, started.marker)
+    assert answered == [1]
+    time.sleep(0.2)
+    assert not [pid for pid in pids if Path(f"/proc/{pid}").exists() and _alive(pid)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_a_server_that_exits_is_reported_with_its_log() -> None:
+    argv = [sys.executable, "-c", "print('cannot start: no such model'); raise SystemExit(3)"]
+
+    def never() -> None:
+        raise RuntimeError("not ready")
+
+    with (
+        pytest.raises(RuntimeError, match=r"exited with 3:(.|\n)*no such model"),
+        procs.running(argv, never, timeout=30),
+    ):
+        pass
+
+
+def test_the_constant_reply_server_answers_every_request(tmp_path: Path) -> None:
+    pytest.importorskip("httptools")
+    reply = tmp_path / "reply.json"
+    reply.write_text('{"outputs":[{"data":[1.0,2.0]}]}')
+    port = procs.free_port()
+    url = f"http://127.0.0.1:{port}/anything"
+    body = b'{"inputs":[]}'
+    argv = [sys.executable, str(APPS / "const_reply.py"), str(port), str(reply)]
+    with procs.running(
+        argv, lambda: procs.check_answer(url, body, [1.0, 2.0], timeout=5), timeout=60
+    ) as up:
+        procs.check_answer(url, body, [1.0, 2.0])
+        assert up.listens == [f"127.0.0.1:{port}"]
+        with pytest.raises(RuntimeError, match=r"expected \[9.0"):
+            procs.check_answer(url, body, [9.0, 9.0])
+
+
+def test_the_wrk_script_keeps_a_body_with_closing_brackets_whole() -> None:
+    from peers.load import lua_script
+
+    body = request_body("bentoml", [0.5])  # {"x":[[0.5]]}: "]]" ends a plain Lua long string
+    script = lua_script(body)
+    assert f"[=[{body.decode()}]=]" in script
+    assert "[[" not in script.replace(body.decode(), "")

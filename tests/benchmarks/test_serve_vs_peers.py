@@ -1,0 +1,144 @@
+"""benchmarks/serve_vs_peers.py without servers: which peers run and which are SKIP lines, and
+how the targets are judged from given figures (no timing is measured here)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from peers import venvs
+
+_SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "serve_vs_peers.py"
+
+
+@pytest.fixture(scope="module")
+def bench() -> Iterator[ModuleType]:
+    spec = importlib.util.spec_from_file_location("serve_vs_peers_under_test", _SCRIPT)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while being built
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(spec.name, None)
+
+
+def _args(bench: ModuleType, *argv: str) -> argparse.Namespace:
+    args = bench.parse_args(list(argv))
+    args.skipped = []
+    args.client = "wrk"
+    args.threads = 1
+    args.device_resolved = "cpu"
+    return args
+
+
+def test_quick_never_builds_venvs_and_a_full_run_does(bench: ModuleType) -> None:
+    assert bench.parse_args(["--quick"]).setup_peers is False
+    assert bench.parse_args([]).setup_peers is True
+    assert bench.parse_args(["--quick", "--setup-peers"]).setup_peers is True
+
+
+def test_an_unknown_peer_is_a_usage_error(bench: ModuleType) -> None:
+    with pytest.raises(SystemExit) as exc:
+        bench.parse_args(["--peers", "Triton,Nope"])
+    assert exc.value.code == 2
+
+
+def test_peers_without_a_venv_are_skip_lines_with_the_reason(
+    bench: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bench, "missing_modules", lambda peer: ["absent"])
+    args = _args(bench, "--quick", "--venvs", str(tmp_path))
+    peers = list(bench.PEERS)
+    assert bench.peer_pythons(peers, args) == {}
+    assert len(args.skipped) == len(peers)
+    for peer, line in zip(peers, args.skipped, strict=True):
+        assert line.startswith(f"{peer.name}: no venv at {tmp_path / peer.venv.name}")
+
+
+def test_a_venv_that_cannot_be_built_is_a_skip_line(
+    bench: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fail(root: Path, spec: venvs.VenvSpec, constraints: Path, *, timeout: float) -> Path:
+        raise venvs.SetupError(f"pip install failed: no {spec.name} for this platform")
+
+    monkeypatch.setattr(bench.venvs, "build", fail)
+    args = _args(bench, "--venvs", str(tmp_path), "--peers", "Triton")
+    assert bench.peer_pythons([bench.PEERS[0]], args) == {}
+    assert args.skipped == [
+        "Triton: venv could not be built: pip install failed: no triton for this platform"
+    ]
+
+
+def _run(bench: ModuleType, server: str, model: str, rps: float, p99: float) -> object:
+    return bench.Run(server, model, rps=rps, p50_ms=p99 / 2, p99_ms=p99, requests=100)
+
+
+def test_targets_are_judged_against_triton_and_the_limits(
+    bench: ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = _args(bench, "--peers", "Triton", "--models", "seed-mlp")
+    runs = [
+        _run(bench, "torchplace", "seed-mlp", 24_000, 3.0),
+        _run(bench, "Triton", "seed-mlp", 2_000, 9.0),
+        _run(bench, bench.HTTP_LIMIT, "seed-mlp", 100_000, 1.0),
+    ]
+    assert bench.report(runs, {"seed-mlp": 50_000.0}, args) == 1  # 24% < 30% of the HTTP limit
+    out = capsys.readouterr().out
+    assert "PASS  seed-mlp: req/s 12.00x Triton (target >= 12x)" in out
+    assert "PASS  seed-mlp: p99 3.00 ms below Triton's 9.00 ms" in out
+    assert "FAIL  seed-mlp: 24% of the constant-reply HTTP limit (100,000/s)" in out
+
+
+def test_a_peer_that_did_not_start_makes_its_targets_skip_lines(
+    bench: ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = _args(bench, "--peers", "Triton", "--models", "seed-mlp")
+    failed = bench.Run("Triton", "seed-mlp", note="failed: exited with 1:\nno libpython")
+    runs = [
+        _run(bench, "torchplace", "seed-mlp", 24_000, 3.0),
+        failed,
+        _run(bench, bench.HTTP_LIMIT, "seed-mlp", 60_000, 1.0),
+    ]
+    assert bench.report(runs, {}, args) == 0
+    out = capsys.readouterr().out
+    assert (
+        "SKIP  seed-mlp: Triton did not run, no target (>= 12x and p99 below) judged: "
+        "failed: exited with 1: | no libpython"
+    ) in out
+    assert "Triton (target" not in out
+    assert "PASS  seed-mlp: 40% of the constant-reply HTTP limit" in out
+
+
+def test_a_server_listening_beyond_loopback_fails(
+    bench: ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = _args(bench, "--no-peers", "--models", "seed-mlp")
+    run = _run(bench, "torchplace", "seed-mlp", 24_000, 3.0)
+    run.extra["listens"] = ["127.0.0.1:8000", "0.0.0.0:9090"]
+    assert bench.report([run], {}, args) == 1
+    assert "FAIL  torchplace on seed-mlp listens on loopback only: ['0.0.0.0:9090']" in (
+        capsys.readouterr().out
+    )
+
+
+def test_quick_prints_speed_targets_as_information(
+    bench: ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = _args(bench, "--quick", "--no-peers", "--models", "seed-mlp")
+    runs = [
+        _run(bench, "torchplace", "seed-mlp", 1_000, 3.0),
+        _run(bench, bench.HTTP_LIMIT, "seed-mlp", 100_000, 1.0),
+    ]
+    assert bench.report(runs, {}, args) == 0
+    out = capsys.readouterr().out
+    assert "INFO  seed-mlp: 1% of the constant-reply HTTP limit" in out
+    assert "PASS  seed-mlp: torchplace answered every request (errors 0)" in out
