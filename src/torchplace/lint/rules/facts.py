@@ -10,6 +10,7 @@ import ast
 import re
 
 from torchplace.lint.base import Context, Scope, call_name, keyword, names_in
+from torchplace.lint.provenance import moves_to_device as _moves_to_device
 
 __all__ = [
     "CUDA_ONLY",
@@ -166,10 +167,18 @@ _GUARD_WORDS = (
 
 
 def in_test(ctx: Context) -> bool:
-    """Whether the code is a test: a ``test*`` file or directory, or a ``test*`` function."""
+    """Whether the code is a test: a ``test*`` file or directory, or a ``test*`` function in a
+    file that imports ``pytest`` or ``unittest`` (a script's ``def test(model, loader)`` is
+    an evaluation loop, not a test)."""
     parts = ctx.path.replace("\\", "/").lower().split("/")
-    if any(part.startswith(("test", "_test")) or part.endswith("_test.py") for part in parts):
+    if any(
+        part.startswith(("test", "_test")) or part.endswith(("_test.py", "_tests.py"))
+        or part == "conftest.py"
+        for part in parts
+    ):
         return True
+    if not any(name.split(".")[0] in {"pytest", "unittest"} for name in ctx.resolver.names.values()):
+        return False
     scope: Scope | None = ctx.scope
     while scope is not None:
         if scope.name.lower().lstrip("_").startswith("test"):
@@ -283,24 +292,7 @@ def _is_tensor_annotation(node: ast.expr, ctx: Context) -> bool:
 
 def moves_to_device(call: ast.Call, ctx: Context) -> bool:
     """Whether a ``.to(...)``/``.cuda(...)`` call changes device (not only the dtype)."""
-    name = call_name(call)
-    if name == "cuda":
-        return True
-    if name != "to":
-        return False
-    if keyword(call, "device") is not None:
-        return True
-    if not call.args:
-        return False
-    first = call.args[0]
-    qualname = ctx.qualname(first)
-    if qualname is not None and qualname.startswith("torch.") and qualname != "torch.device":
-        return False  # torch.float16 and friends: a dtype
-    if isinstance(first, ast.Attribute) and "dtype" in first.attr:
-        return False
-    if isinstance(first, ast.Name) and "dtype" in first.id:
-        return False
-    return not (isinstance(first, ast.Constant) and not isinstance(first.value, str))
+    return _moves_to_device(call, ctx.qualname)
 
 
 def is_device_bound_loop(loop: ast.AST, ctx: Context) -> bool:

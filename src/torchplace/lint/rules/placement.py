@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 
 from torchplace.lint.base import (
     Context,
@@ -143,35 +144,109 @@ def _call(call: ast.Call, ctx: Context) -> None:
                 f'hard-coded device "{literal}" inside `{method.cls.name}.{method.name}`: '
                 "follow the input (`x.device`) or a registered buffer",
             )
-        elif literal == "cuda" and not _has_index(call, ctx) and _per_rank(ctx):
-            ctx.report(
-                BARE_CUDA.code,
-                call,
-                'bare "cuda" device in per-rank code: it means whatever device is current, '
-                "the same GPU for every rank unless `set_device` ran; use `cuda:{local_rank}`",
-            )
+        elif literal == "cuda" and not _has_index(call, ctx) and not _compared(ctx):
+            if _rank_code(ctx):
+                ctx.report(
+                    BARE_CUDA.code,
+                    call,
+                    'bare "cuda" device in multi-rank code: it means whatever device is current, '
+                    "right only if `set_device` ran in this process first (GPU 0 for every rank "
+                    "otherwise); use `cuda:{local_rank}` or the device the code was given",
+                )
+            elif (holder := _model_holder(ctx)) is not None:
+                ctx.report(
+                    BARE_CUDA.code,
+                    call,
+                    f'bare "cuda" device in `{holder}`, which holds a model: its tensors land on '
+                    "the current GPU wherever the model is (and fail without CUDA); follow the "
+                    "model's device (`self.model.device`) instead",
+                )
+        return
+    if (
+        isinstance(func, ast.Attribute)
+        and func.attr == "add_argument"
+        and call.args
+        and _rank_code(ctx)
+    ):
+        _argparse_default(call, ctx)
         return
     name = ctx.call_qualname(call)
     if name in FACTORIES and method is not None:
         _factory(call, ctx, name, method)
 
 
-def _per_rank(ctx: Context) -> bool:
-    """The enclosing function (or module) deals with ranks and never calls ``set_device``."""
-    scope = ctx.function_scope() or ctx.scope
-    cached = scope.cache.get("per-rank")
+def _compared(ctx: Context) -> bool:
+    """``x.device == torch.device("cuda")``: a test of where something is, not a placement."""
+    for parent in reversed(ctx.parents):
+        if isinstance(parent, ast.Compare):
+            return True
+        if isinstance(parent, ast.stmt):
+            return False
+    return False
+
+
+def _rank_code(ctx: Context) -> bool:
+    """The file runs one process per GPU (reads a rank, builds a process group or DDP) and
+    does not pin each rank to one GPU through ``CUDA_VISIBLE_DEVICES``."""
+    scope = ctx.scope
+    while scope.parent is not None:
+        scope = scope.parent
+    cached = scope.cache.get("rank-code")
     if cached is None:
-        rank = set_device = False
-        for sub in ast.walk(scope.node):
-            if isinstance(sub, ast.Name):
-                rank = rank or "rank" in sub.id.lower()
-            elif isinstance(sub, ast.Attribute):
-                rank = rank or "rank" in sub.attr.lower() or sub.attr == "init_process_group"
-                set_device = set_device or sub.attr in {"set_device", "device"}
-            elif isinstance(sub, ast.Constant) and isinstance(sub.value, str):
-                rank = rank or sub.value in {"LOCAL_RANK", "RANK"}
-        cached = scope.cache["per-rank"] = rank and not set_device
+        source = ctx.source
+        cached = scope.cache["rank-code"] = any(
+            word in source for word in _RANK_WORDS
+        ) and not _VISIBLE_PER_RANK.search(source)
     return bool(cached)
+
+
+_RANK_WORDS = ("LOCAL_RANK", "local_rank", "init_process_group", "DistributedDataParallel")
+_VISIBLE_PER_RANK = re.compile(r"""environ\[\s*["']CUDA_VISIBLE_DEVICES["']\s*\]\s*=""")
+
+
+def _argparse_default(call: ast.Call, ctx: Context) -> None:
+    """``parser.add_argument("--device", default="cuda")`` in a multi-rank script."""
+    flag = call.args[0]
+    if not (isinstance(flag, ast.Constant) and isinstance(flag.value, str)):
+        return
+    if "device" not in flag.value or flag.value.endswith("type"):
+        return
+    default = keyword(call, "default")
+    if default is not None and _device_literal(default.value) == "cuda":
+        ctx.report(
+            BARE_CUDA.code,
+            default.value,
+            f'`{flag.value}` defaults to bare "cuda" in multi-rank code: every rank gets the '
+            "current device, right only if `set_device` ran first; default to "
+            "`cuda:{local_rank}` or derive the device from the rank",
+        )
+
+
+def _model_holder(ctx: Context) -> str | None:
+    """The class of the enclosing method when it keeps a model (``self.model = model``) and is
+    not itself an ``nn.Module`` (TPL102 covers those) nor CUDA-specific by name."""
+    scope = ctx.function_scope()
+    if scope is None or scope.cls is None or scope.cls.is_module_class:
+        return None
+    cls = scope.cls
+    cached = cls.cache.get("model-holder")
+    if cached is None:
+        assert isinstance(cls.node, ast.ClassDef)
+        holds = any(
+            isinstance(sub, ast.Assign)
+            and any(
+                isinstance(t, ast.Attribute)
+                and isinstance(t.value, ast.Name)
+                and t.value.id == "self"
+                and t.attr in {"model", "net", "module"}
+                for t in sub.targets
+            )
+            for item in cls.node.body
+            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == "__init__"
+            for sub in ast.walk(item)
+        )
+        cached = cls.cache["model-holder"] = holds and not _cuda_specific(ctx, cls.name)
+    return cls.name if cached else None
 
 
 def _defaults(node: ast.FunctionDef | ast.AsyncFunctionDef, ctx: Context) -> None:
@@ -194,7 +269,7 @@ def _defaults(node: ast.FunctionDef | ast.AsyncFunctionDef, ctx: Context) -> Non
         if (
             isinstance(value, ast.Constant)
             and value.value == "cuda"
-            and _places_with(node, arg.arg, ctx)
+            and (_places_with(node, arg.arg, ctx) or _stored_and_placed(node, arg.arg, ctx))
         ):
             ctx.report(
                 BARE_CUDA.code,
@@ -257,6 +332,43 @@ def _places_with(func: ast.FunctionDef | ast.AsyncFunctionDef, name: str, ctx: C
             ):
                 return False
     return places
+
+
+def _stored_and_placed(
+    func: ast.FunctionDef | ast.AsyncFunctionDef, name: str, ctx: Context
+) -> bool:
+    """``def __init__(self, device="cuda"): self.device = device`` and a method of the class
+    places with ``self.device``: the default decides where the class's tensors go."""
+    cls = ctx.scope
+    if cls.kind != "class" or func.name != "__init__":
+        return False
+    stored = {
+        target.attr
+        for sub in ast.walk(func)
+        if isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Name) and sub.value.id == name
+        for target in sub.targets
+        if isinstance(target, ast.Attribute)
+        and isinstance(target.value, ast.Name)
+        and target.value.id == "self"
+    }
+    if not stored:
+        return False
+    for sub in ast.walk(cls.node):
+        if isinstance(sub, ast.Compare) and any(
+            isinstance(n, ast.Attribute) and n.attr in stored for n in ast.walk(sub)
+        ):
+            return False
+    for sub in ast.walk(cls.node):
+        if isinstance(sub, ast.Call):
+            target = device_argument(sub, ctx)
+            if (
+                isinstance(target, ast.Attribute)
+                and target.attr in stored
+                and isinstance(target.value, ast.Name)
+                and target.value.id == "self"
+            ):
+                return True
+    return False
 
 
 def _has_index(call: ast.Call, ctx: Context) -> bool:

@@ -1,0 +1,1030 @@
+"""Device provenance: which values live on a device, which on the host, which loops step
+through batches.
+
+The rules ask three questions of a file, all answered here from evidence in the code:
+
+- **Where does a value live?** :meth:`FileFacts.fact` evaluates an expression at a line of its
+  function: a :class:`Fact` says ``"device"`` (a result of ``.to(device)``/``.cuda()``, a
+  factory given ``device=``, a call of a moved model, arithmetic, losses and methods of such
+  values, a batch that was moved) or ``"host"`` (a Python number, ``.item()``/``.cpu()``
+  results, NumPy, a factory without ``device=``), and where it came from. ``None`` means
+  nothing in the code says. Moving data to a ``device`` variable is evidence even when that
+  variable may hold the CPU at run time: the code is written for a device.
+- **Which loop steps through batches?** :meth:`FileFacts.loop_kind` classifies a loop by its
+  own statements: ``"batch"`` when it calls ``.backward()``/an optimizer step, moves what it
+  iterates to a device, runs a moved model or calls a training step; ``"rows"`` when it iterates
+  a device value element by element. A loop whose batch evidence is all inside a nested loop
+  (or a called function that has its own batch loop) runs once per epoch.
+- **Who calls whom per batch?** :meth:`FileFacts.per_batch_callers` lists the calls of a
+  function made inside batch loops of the same file, or of a module of the linted package that
+  imports it, with the facts of the arguments passed.
+
+Facts are computed on first use for one function at a time and cached; files are read once
+per process (:func:`facts_for_file`).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Literal
+from collections.abc import Callable
+
+from torchplace.lint.base import Context
+from torchplace.lint.resolver import Resolver, dotted_name, module_name_for
+
+__all__ = [
+    "Fact",
+    "FileFacts",
+    "LoopKind",
+    "facts_for_file",
+    "file_facts",
+    "is_device_expr",
+    "moves_to_device",
+    "scope_node",
+]
+
+Where = Literal["device", "host"]
+LoopKind = Literal["batch", "rows"]
+_Lookup = Callable[[str], "Fact | None"]
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+_COMPS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+# Methods whose result lives on the host whatever the receiver (reads, shapes, metadata).
+HOST_METHODS = frozenset(
+    {
+        "item",
+        "tolist",
+        "numpy",
+        "cpu",
+        "size",
+        "dim",
+        "ndimension",
+        "numel",
+        "nelement",
+        "get_device",
+        "data_ptr",
+        "element_size",
+        "stride",
+        "is_contiguous",
+        "is_floating_point",
+        "storage_offset",
+        "keys",
+        "state_dict",
+        "parameters",
+        "named_parameters",
+        "modules",
+        "children",
+        "train",
+        "eval",
+        "zero_grad",
+        "backward",
+        "step",
+        "register_buffer",
+        "append",
+        "extend",
+        "update",
+        "add_scalar",
+        "log",
+    }
+)
+HOST_ATTRS = frozenset(
+    {"shape", "device", "dtype", "ndim", "is_cuda", "requires_grad", "layout", "training"}
+)
+# Builtins and modules whose results live on the host.
+_HOST_CALLS = frozenset(
+    {"float", "int", "bool", "str", "len", "round", "isinstance", "range", "repr", "print"}
+)
+_HOST_ROOTS = frozenset({"numpy", "math", "random", "time", "os", "json", "pandas", "PIL"})
+_FOLLOW_CALLS = frozenset(
+    {"sum", "max", "min", "abs", "list", "tuple", "zip", "enumerate", "reversed", "sorted", "iter"}
+)
+_FACTORIES = frozenset(
+    {
+        "zeros",
+        "ones",
+        "empty",
+        "full",
+        "arange",
+        "tensor",
+        "as_tensor",
+        "rand",
+        "randn",
+        "randint",
+        "randperm",
+        "eye",
+        "linspace",
+        "logspace",
+        "from_numpy",
+        "zeros_like",
+        "ones_like",
+        "empty_like",
+        "full_like",
+        "rand_like",
+        "randn_like",
+    }
+)
+# Iterating these yields parameters, buffers or state: a conversion pass, not batches.
+_STATE_ITERS = ("state_dict", "parameters", "buffers", "named_", "modules", "children")
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """Where a value lives, and why we think so.
+
+    ``name`` is the variable it was read from (if any), ``source`` the text it was computed
+    from, ``move`` the evidence at its root (``"`data` moved to `device` at line 41"``), and
+    ``direct`` whether ``source`` is that move itself.
+    """
+
+    where: Where
+    source: str
+    move: str | None = None
+    name: str | None = None
+    direct: bool = False
+
+    @property
+    def on_device(self) -> bool:
+        return self.where == "device"
+
+    def describe(self) -> str:
+        """``"`loss` comes from `model(data)`, `model` moved to `device` at line 58"``."""
+        if self.name is not None and self.direct and self.move is not None:
+            return self.move
+        subject = f"`{self.name}` comes from `{self.source}`" if self.name else f"`{self.source}`"
+        if self.move is None:
+            return subject + (" is on the device" if not self.name else "")
+        return f"{subject}, {self.move}" if self.name else f"{subject}: {self.move}"
+
+
+def _short(text: str | None, limit: int = 48) -> str:
+    text = " ".join((text or "?").split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def moves_to_device(call: ast.Call, qualname: object = None) -> bool:
+    """Whether a ``.to(...)``/``.cuda(...)`` call changes device (not only the dtype).
+
+    ``qualname`` resolves an expression to its imported dotted name (a callable), so that
+    ``.to(torch.float16)`` reads as a dtype.
+    """
+    func = call.func
+    if not isinstance(func, ast.Attribute):
+        return False
+    if func.attr == "cuda":
+        return True
+    if func.attr != "to":
+        return False
+    if any(kw.arg == "device" for kw in call.keywords):
+        return True
+    if not call.args:
+        return False
+    first = call.args[0]
+    name = qualname(first) if callable(qualname) else dotted_name(first)
+    if isinstance(name, str) and name.startswith("torch.") and name != "torch.device":
+        if not name.startswith("torch.device"):
+            return False  # torch.float16 and friends: a dtype
+    if isinstance(first, ast.Attribute) and "dtype" in first.attr:
+        return False
+    if isinstance(first, ast.Name) and "dtype" in first.id:
+        return False
+    return not (isinstance(first, ast.Constant) and not isinstance(first.value, str))
+
+
+def _device_target(call: ast.Call) -> ast.expr | None:
+    if call.args:
+        return call.args[0]
+    for kw in call.keywords:
+        if kw.arg == "device":
+            return kw.value
+    return None
+
+
+def _is_cpu(node: ast.expr | None) -> bool:
+    if isinstance(node, ast.Constant):
+        return node.value == "cpu"
+    if isinstance(node, ast.Call) and node.args:  # torch.device("cpu")
+        return _is_cpu(node.args[0])
+    return False
+
+
+def is_device_expr(node: ast.expr) -> bool:
+    """A name that holds a device by what it is called: ``device``, ``args.device``, ``rank``."""
+    text = dotted_name(node)
+    if text is None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value.split(":")[0] in {"cuda", "mps", "xpu", "hpu", "npu"}
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            return node.func.attr in {"device", "current_device"}
+        return False
+    last = text.rsplit(".", 1)[-1].lower()
+    return "device" in last or last in {"gpu", "rank", "local_rank", "gpu_id", "dev"}
+
+
+class _Flow:
+    """Facts of one scope's names: ``bindings[name]`` lists ``(line, fact)`` in source order."""
+
+    __slots__ = ("bindings", "facts", "node", "seeds", "state")
+
+    def __init__(self, facts: FileFacts, node: ast.AST, seeds: dict[str, Fact]) -> None:
+        self.facts = facts
+        self.node = node
+        self.seeds = seeds
+        self.state: dict[str, Fact | None] = dict(seeds)
+        self.bindings: dict[str, list[tuple[int, Fact | None]]] = {}
+
+    # -- the in-order pass ------------------------------------------------------------------
+    def run(self) -> None:
+        body = getattr(self.node, "body", [])
+        self.block(body)
+
+    def block(self, body: list[ast.stmt]) -> None:
+        for stmt in body:
+            self.stmt(stmt)
+
+    def bind(self, target: ast.expr, fact: Fact | None, line: int, value: ast.expr | None) -> None:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            elts = value.elts if isinstance(value, (ast.Tuple, ast.List)) else None
+            for index, elt in enumerate(target.elts):
+                if elts is not None and len(elts) == len(target.elts):
+                    self.bind(elt, self.eval(elts[index], self.current), line, elts[index])
+                else:
+                    self.bind(elt, fact, line, None)
+            return
+        if isinstance(target, ast.Starred):
+            self.bind(target.value, fact, line, value)
+            return
+        name = dotted_name(target)
+        if name is None:
+            return
+        if fact is not None:
+            direct = (
+                isinstance(value, ast.Call) and fact.move is not None and _is_move_call(value)
+            )
+            fact = Fact(
+                fact.where,
+                _short(self.facts.segment(value)) if value is not None else fact.source,
+                fact.move,
+                name,
+                direct,
+            )
+        self.state[name] = fact
+        self.bindings.setdefault(name, []).append((line, fact))
+
+    def current(self, name: str) -> Fact | None:
+        if name in self.state:
+            return self.state[name]
+        return self.facts.outer_fact(self.node, name)
+
+    def stmt(self, node: ast.stmt) -> None:
+        if isinstance(node, ast.Assign):
+            fact = self.eval(node.value, self.current)
+            for target in node.targets:
+                self.bind(target, fact, node.lineno, node.value)
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            self.bind(node.target, self.eval(node.value, self.current), node.lineno, node.value)
+        elif isinstance(node, ast.AugAssign):
+            old = self.eval(node.target, self.current) if not isinstance(
+                node.target, ast.Subscript
+            ) else None
+            new = self.eval(node.value, self.current)
+            fact = _join(old, new) if old is not None else new
+            if old is not None and old.where == "host" and new is not None and new.on_device:
+                fact = new
+            self.bind(node.target, fact, node.lineno, node.value)
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            call = node.value
+            func = call.func
+            # `model.to(device)` / `model.cuda()` as a statement moves a module in place.
+            if (
+                isinstance(func, ast.Attribute)
+                and _is_move_call(call)
+                and moves_to_device(call, self.facts.qualname)
+                and dotted_name(func.value) is not None
+                and not _is_cpu(_device_target(call))
+            ):
+                self.bind(func.value, self.facts.move_fact(call, func.value), node.lineno, call)
+        elif isinstance(node, (ast.For, ast.AsyncFor)):
+            iter_fact = self.eval(node.iter, self.current)
+            for _ in range(2):  # twice: values carried from one step to the next
+                self.bind_loop_target(node.target, node.iter, iter_fact, node.lineno)
+                self.block(node.body)
+            self.block(node.orelse)
+        elif isinstance(node, ast.While):
+            for _ in range(2):
+                self.block(node.body)
+            self.block(node.orelse)
+        elif isinstance(node, ast.If):
+            self.block(node.body)
+            self.block(node.orelse)
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            for item in node.items:
+                if item.optional_vars is not None:
+                    self.bind(item.optional_vars, None, node.lineno, None)
+            self.block(node.body)
+        elif isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
+            self.block(node.body)  # type: ignore[attr-defined]
+            for handler in node.handlers:  # type: ignore[attr-defined]
+                self.block(handler.body)
+            self.block(node.orelse)  # type: ignore[attr-defined]
+            self.block(node.finalbody)  # type: ignore[attr-defined]
+        elif isinstance(node, ast.Match):
+            for case in node.cases:
+                self.block(case.body)
+        elif isinstance(node, _FUNCTIONS) or isinstance(node, ast.ClassDef):
+            self.state[node.name] = None
+
+    def bind_loop_target(
+        self, target: ast.expr, iterable: ast.expr, fact: Fact | None, line: int
+    ) -> None:
+        # `for i, (x, y) in enumerate(loader)`: the counter is a host int.
+        if (
+            isinstance(iterable, ast.Call)
+            and isinstance(iterable.func, ast.Name)
+            and iterable.func.id == "enumerate"
+            and isinstance(target, ast.Tuple)
+            and len(target.elts) == 2
+        ):
+            self.bind(target.elts[0], Fact("host", "enumerate"), line, None)
+            self.bind(target.elts[1], fact, line, None)
+            return
+        if fact is not None and fact.on_device and _iterates_items(iterable):
+            # `for k, v in batch.items()`: keys are strings, values follow the mapping.
+            if isinstance(target, ast.Tuple) and len(target.elts) == 2:
+                self.bind(target.elts[0], Fact("host", "key"), line, None)
+                self.bind(target.elts[1], fact, line, None)
+                return
+        self.bind(target, fact, line, None)
+
+    # -- expressions ------------------------------------------------------------------------
+    def eval(self, node: ast.expr, lookup: _Lookup) -> Fact | None:  # noqa: C901, PLR0911, PLR0912
+        facts = self.facts
+        if isinstance(node, ast.Name):
+            return lookup(node.id)
+        if isinstance(node, ast.Constant):
+            return Fact("host", repr(node.value)[:20])
+        if isinstance(node, ast.JoinedStr):
+            return Fact("host", "f-string")
+        if isinstance(node, ast.Attribute):
+            if node.attr in HOST_ATTRS:
+                return Fact("host", node.attr)
+            name = dotted_name(node)
+            if name is not None:
+                fact = lookup(name)
+                if fact is not None:
+                    return fact
+                if name.startswith("self."):
+                    return facts.self_attr_fact(self.node, name)
+            if facts.qualname(node) is not None:
+                return None  # torch.float16, np.pi: a module constant
+            return self.eval(node.value, lookup)
+        if isinstance(node, ast.Subscript):
+            return self.eval(node.value, lookup)
+        if isinstance(node, ast.Starred):
+            return self.eval(node.value, lookup)
+        if isinstance(node, ast.Await):
+            return self.eval(node.value, lookup)
+        if isinstance(node, ast.NamedExpr):
+            fact = self.eval(node.value, lookup)
+            self.bind(node.target, fact, node.lineno, node.value)
+            return fact
+        if isinstance(node, ast.BinOp):
+            return _join(self.eval(node.left, lookup), self.eval(node.right, lookup))
+        if isinstance(node, ast.UnaryOp):
+            return self.eval(node.operand, lookup)
+        if isinstance(node, ast.Compare):
+            fact: Fact | None = self.eval(node.left, lookup)
+            for other in node.comparators:
+                fact = _join(fact, self.eval(other, lookup))
+            if fact is not None and not fact.on_device:
+                return Fact("host", "comparison")
+            return fact
+        if isinstance(node, ast.IfExp):
+            return _either(self.eval(node.body, lookup), self.eval(node.orelse, lookup))
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return _any_device([self.eval(elt, lookup) for elt in node.elts])
+        if isinstance(node, ast.Dict):
+            return _any_device([self.eval(v, lookup) for v in node.values if v is not None])
+        if isinstance(node, _COMPS):
+            return self.comprehension(node, lookup)
+        if isinstance(node, ast.Call):
+            return self.call(node, lookup)
+        return None
+
+    def comprehension(self, node: ast.expr, lookup: _Lookup) -> Fact | None:
+        assert isinstance(node, _COMPS)
+        local: dict[str, Fact | None] = {}
+
+        def inner(name: str) -> Fact | None:
+            return local[name] if name in local else lookup(name)
+
+        for gen in node.generators:
+            fact = self.eval(gen.iter, inner)
+            items = _iterates_items(gen.iter)
+            targets = gen.target.elts if isinstance(gen.target, ast.Tuple) else [gen.target]
+            for index, target in enumerate(targets):
+                for name in _target_names(target):
+                    if items and index == 0 and len(targets) == 2:
+                        local[name] = Fact("host", "key")
+                    else:
+                        local[name] = fact
+        if isinstance(node, ast.DictComp):
+            return self.eval(node.value, inner)
+        return self.eval(node.elt, inner)
+
+    def call(self, node: ast.Call, lookup: _Lookup) -> Fact | None:  # noqa: C901, PLR0911
+        facts = self.facts
+        func = node.func
+        args = [*node.args, *(kw.value for kw in node.keywords)]
+        if isinstance(func, ast.Attribute):
+            method = func.attr
+            if _is_move_call(node):
+                if _is_cpu(_device_target(node)):
+                    return Fact("host", _short(facts.segment(node)))
+                if moves_to_device(node, facts.qualname):
+                    return facts.move_fact(node, func.value)
+                return self.eval(func.value, lookup)  # .to(torch.float16)
+            qualname = facts.qualname(func)
+            if qualname is not None:
+                return self.torch_call(node, qualname, args, lookup)
+            if method in HOST_METHODS:
+                return Fact("host", method)
+            receiver = self.eval(func.value, lookup)
+            if receiver is not None and receiver.on_device:
+                return receiver
+            arg_facts = [self.eval(arg, lookup) for arg in args]
+            found = _any_device(arg_facts)
+            if found is not None and found.on_device:
+                return found
+            if receiver is not None and receiver.where == "host":
+                return Fact("host", method)
+            if _device_helper(method, args):
+                return Fact("device", _short(facts.segment(node)), _moved_by(node, facts))
+            return None
+        if isinstance(func, ast.Name):
+            name = func.id
+            qualname = facts.qualname(func)
+            if qualname is not None and qualname.split(".")[0] in {"torch", *_HOST_ROOTS}:
+                return self.torch_call(node, qualname, args, lookup)
+            if name in _HOST_CALLS:
+                return Fact("host", name)
+            called = lookup(name)
+            if called is not None and called.on_device:  # a moved model, run
+                return Fact("device", _short(facts.segment(node)), called.move, called.name)
+            arg_facts = [self.eval(arg, lookup) for arg in args]
+            found = _any_device(arg_facts)
+            if found is not None and found.on_device:
+                return found
+            if name in _FOLLOW_CALLS and arg_facts and all(
+                f is not None and f.where == "host" for f in arg_facts
+            ):
+                return Fact("host", name)
+            if facts.returns_host(name):
+                return Fact("host", name)
+            if _device_helper(name, args):
+                return Fact("device", _short(facts.segment(node)), _moved_by(node, facts))
+            return None
+        called = self.eval(func, lookup)
+        if called is not None and called.on_device:
+            return Fact("device", _short(facts.segment(node)), called.move, called.name)
+        return None
+
+    def torch_call(
+        self, node: ast.Call, qualname: str, args: list[ast.expr], lookup: _Lookup
+    ) -> Fact | None:
+        root, _, last = qualname.rpartition(".")
+        top = qualname.split(".")[0]
+        if top in _HOST_ROOTS:
+            return Fact("host", qualname)
+        if top != "torch":
+            return None
+        device = next((kw.value for kw in node.keywords if kw.arg == "device"), None)
+        if last in _FACTORIES or root == "torch.cuda" or last == "device":
+            if device is not None and not _is_cpu(device):
+                if isinstance(device, ast.Attribute) and device.attr == "device":
+                    fact = self.eval(device.value, lookup)  # device=x.device: follows x
+                    if fact is not None:
+                        return fact
+                return Fact(
+                    "device",
+                    _short(self.facts.segment(node)),
+                    f"created on `{_short(self.facts.segment(device), 24)}` at line "
+                    f"{node.lineno}",
+                )
+            if last.endswith("_like") and node.args:
+                return self.eval(node.args[0], lookup)
+            if last in _FACTORIES:
+                return Fact("host", _short(self.facts.segment(node)))
+            return None
+        facts = [self.eval(arg, lookup) for arg in args]
+        return _any_device(facts) if facts else None
+
+    # -- queries ----------------------------------------------------------------------------
+    def at(self, line: int) -> _Lookup:
+        """A lookup of names as bound before ``line`` (else as bound anywhere: loop-carried)."""
+
+        def lookup(name: str) -> Fact | None:
+            found = self.bindings.get(name)
+            if not found:
+                if name in self.seeds:
+                    return self.seeds[name]
+                return self.facts.outer_fact(self.node, name)
+            best: Fact | None = None
+            seen = False
+            for bound_line, fact in found:
+                if bound_line < line:
+                    best, seen = fact, True
+            return best if seen else found[-1][1]
+
+        return lookup
+
+
+def _target_names(target: ast.expr) -> list[str]:
+    return [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
+
+
+def _iterates_items(node: ast.expr) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "items"
+    )
+
+
+def _is_move_call(call: ast.Call) -> bool:
+    return isinstance(call.func, ast.Attribute) and call.func.attr in {"to", "cuda"}
+
+
+def _device_helper(name: str, args: list[ast.expr]) -> bool:
+    """``to_device(batch, device)``, ``move_to_cuda(x)``: a project's own transfer helper."""
+    lowered = name.lower()
+    if not any(word in lowered for word in ("device", "cuda", "gpu")):
+        return False
+    if lowered.startswith(("get_", "is_", "set_", "init", "setup")) or "cpu" in lowered:
+        return False
+    return bool(args) and ("cuda" in lowered or "gpu" in lowered or any(
+        is_device_expr(arg) for arg in args
+    ))
+
+
+def _moved_by(call: ast.Call, facts: FileFacts) -> str:
+    name = dotted_name(call.func) or "a helper"
+    return f"moved by `{name}` at line {call.lineno}"
+
+
+def _join(a: Fact | None, b: Fact | None) -> Fact | None:
+    if a is not None and a.on_device:
+        return a
+    if b is not None and b.on_device:
+        return b
+    if a is not None and b is not None:
+        return a
+    return None
+
+
+def _either(a: Fact | None, b: Fact | None) -> Fact | None:
+    if a is not None and a.on_device:
+        return a
+    if b is not None and b.on_device:
+        return b
+    return a if a is not None and b is not None else None
+
+
+def _any_device(facts: list[Fact | None]) -> Fact | None:
+    for fact in facts:
+        if fact is not None and fact.on_device:
+            return fact
+    if facts and all(f is not None for f in facts):
+        return facts[0]
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class CallSite:
+    """A call of a function made inside a batch loop: where, and what was passed."""
+
+    line: int
+    caller: str
+    path: str
+    args: dict[str, Fact]
+
+
+class FileFacts:
+    """Provenance for one parsed file: flows per function, loop kinds, per-batch callers."""
+
+    def __init__(self, tree: ast.Module, source_lines: list[str], path: str) -> None:
+        self.tree = tree
+        self.lines = source_lines
+        self.path = path
+        module, is_package = module_name_for(path) if os.path.isfile(path) else (None, False)
+        self.resolver = Resolver(module, is_package=is_package)
+        self.defs: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}
+        self.parent: dict[int, ast.AST] = {}
+        self.classes: dict[int, ast.ClassDef] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                self.resolver.add_import(node)
+            elif isinstance(node, ast.ImportFrom):
+                self.resolver.add_import_from(node)
+            elif isinstance(node, _FUNCTIONS):
+                self.defs.setdefault(node.name, []).append(node)
+            if isinstance(node, (*_FUNCTIONS, ast.ClassDef, ast.Module)):
+                for child in ast.walk(node):
+                    if child is not node and isinstance(child, (*_FUNCTIONS, ast.ClassDef)):
+                        self.parent.setdefault(id(child), node)
+        self._flows: dict[int, _Flow | None] = {}
+        self._loop_kinds: dict[int, tuple[LoopKind, str] | None] = {}
+        self._callers: dict[str, list[CallSite]] | None = None
+        self._self_attrs: dict[int, dict[str, Fact]] = {}
+        self._returns_host: dict[str, bool] = {}
+
+    # -- text and names ---------------------------------------------------------------------
+    def segment(self, node: ast.AST | None) -> str:
+        if node is None:
+            return "?"
+        first, last = getattr(node, "lineno", 0), getattr(node, "end_lineno", 0)
+        col, end = getattr(node, "col_offset", 0), getattr(node, "end_col_offset", 0)
+        if not first or first > len(self.lines):
+            return "?"
+        if first == last:
+            return _cut(self.lines[first - 1], col, end)
+        return _cut(self.lines[first - 1], col, None) + " ..."
+
+    def qualname(self, node: ast.AST) -> str | None:
+        return self.resolver.qualname(node)
+
+    def move_fact(self, call: ast.Call, receiver: ast.expr) -> Fact:
+        target = _device_target(call)
+        where = f"`{_short(self.segment(target), 24)}`" if target is not None else "the GPU"
+        what = _short(self.segment(receiver), 24)
+        return Fact("device", _short(self.segment(call)), f"`{what}` moved to {where} at line "
+                    f"{call.lineno}")
+
+    # -- flows ------------------------------------------------------------------------------
+    def flow(self, node: ast.AST, seeds: dict[str, Fact] | None = None) -> _Flow:
+        """The flow of a function (or the module), computed once (seeded flows are not cached)."""
+        if seeds:
+            flow = _Flow(self, node, seeds)
+            flow.run()
+            return flow
+        key = id(node)
+        cached = self._flows.get(key)
+        if cached is not None:
+            return cached
+        if key in self._flows:  # being computed (recursion through outer facts)
+            return _Flow(self, node, {})
+        self._flows[key] = None
+        flow = _Flow(self, node, {})
+        flow.run()
+        self._flows[key] = flow
+        return flow
+
+    def scope_of(self, node: ast.AST) -> ast.AST:
+        return self.parent.get(id(node), self.tree)
+
+    def outer_fact(self, node: ast.AST, name: str) -> Fact | None:
+        """A name a function reads but does not bind: the module's final binding of it."""
+        if isinstance(node, ast.Module):
+            return None
+        if "." in name:
+            return None
+        module = self.flow(self.tree)
+        found = module.bindings.get(name)
+        return found[-1][1] if found else None
+
+    def fact(self, node: ast.expr, scope: ast.AST, seeds: dict[str, Fact] | None = None) -> (
+        Fact | None
+    ):
+        """Where ``node`` lives, evaluated at its line inside ``scope`` (a function or module)."""
+        flow = self.flow(scope, seeds)
+        return flow.eval(node, flow.at(getattr(node, "lineno", 0)))
+
+    def self_attr_fact(self, method: ast.AST, name: str) -> Fact | None:
+        """``self.model`` in a method: device when any method of the class moves it."""
+        cls = self.parent.get(id(method))
+        if not isinstance(cls, ast.ClassDef):
+            return None
+        attrs = self._self_attrs.get(id(cls))
+        if attrs is None:
+            attrs = self._self_attrs[id(cls)] = {}
+            for item in cls.body:
+                if isinstance(item, _FUNCTIONS):
+                    for key, bound in self.flow(item).bindings.items():
+                        if key.startswith("self.") and key not in attrs:
+                            device = [f for _, f in bound if f is not None and f.on_device]
+                            if device:
+                                attrs[key] = device[0]
+        return attrs.get(name)
+
+    def returns_host(self, name: str) -> bool:
+        """A function of this file whose every ``return`` gives a host value (``loss.item()``)."""
+        cached = self._returns_host.get(name)
+        if cached is not None:
+            return cached
+        self._returns_host[name] = False
+        result = False
+        for node in self.defs.get(name, []):
+            returns = [r for r in _own_nodes(node.body) if isinstance(r, ast.Return)]
+            values = [r.value for r in returns if r.value is not None]
+            result = bool(values) and all(
+                (f := self.fact(v, node)) is not None and f.where == "host" for v in values
+            )
+        self._returns_host[name] = result
+        return result
+
+    # -- loops ------------------------------------------------------------------------------
+    def loop_kind(self, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind, str] | None:
+        """``("batch"|"rows", evidence)`` for a loop of ``scope``, or None (once per epoch,
+        or nothing says it touches a device)."""
+        key = id(loop)
+        if key in self._loop_kinds:
+            return self._loop_kinds[key]
+        self._loop_kinds[key] = None
+        result = self._classify(loop, scope)
+        self._loop_kinds[key] = result
+        return result
+
+    def _classify(self, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind, str] | None:  # noqa: C901
+        if isinstance(loop, (ast.For, ast.AsyncFor)):
+            iters = [loop.iter]
+            body: list[ast.AST] = list(loop.body)
+            targets = set(_target_names(loop.target))
+        elif isinstance(loop, ast.While):
+            iters, body, targets = [], list(loop.body), set()
+        elif isinstance(loop, _COMPS):
+            iters = [g.iter for g in loop.generators]
+            body = [loop.elt] if not isinstance(loop, ast.DictComp) else [loop.key, loop.value]
+            targets = {n for g in loop.generators for n in _target_names(g.target)}
+        else:
+            return None
+        for it in iters:
+            fact = self.fact(it, scope)
+            if fact is not None and fact.on_device:
+                return "rows", f"it iterates `{_short(self.segment(it), 32)}` on the device: " + (
+                    fact.describe()
+                )
+        state_iter = any(
+            word in self.segment(it) for it in iters for word in _STATE_ITERS
+        )
+        own, nested = _split_own(body)
+        if isinstance(loop, ast.While):
+            targets = {
+                name
+                for node in own
+                if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+                for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                for name in _target_names(t)
+            }
+        derived = _derived(own, targets)
+        nested_batch = any(self.loop_kind(sub, scope) is not None for sub in nested)
+        step = None
+        for node in own:
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name == "backward":
+                return "batch", "it calls `.backward()` on every step"
+            if (
+                isinstance(func, ast.Attribute)
+                and name in {"step", "zero_grad"}
+                and not node.args
+                and "sched" not in self.segment(func.value).lower()
+                and not nested_batch
+            ):
+                return "batch", f"it calls `{_short(self.segment(func), 32)}()` on every step"
+            if (
+                not state_iter
+                and derived
+                and (
+                    (_is_move_call(node) and moves_to_device(node, self.qualname)
+                     and not _is_cpu(_device_target(node)))
+                    or (name is not None and _device_helper(name, node.args))
+                )
+            ):
+                moved = node.func.value if _is_move_call(node) else (node.args or [None])[0]
+                if moved is not None and _names(moved) & derived:
+                    what = _short(self.segment(moved), 24)
+                    its = "what it iterates" if iters else "what it reads"
+                    return "batch", f"it moves {its} to a device (`{what}`, line {node.lineno})"
+            if step is None and not nested_batch and name is not None:
+                step = self._step_call(node, scope)
+        return step
+
+    def _step_call(self, call: ast.Call, scope: ast.AST) -> tuple[LoopKind, str] | None:
+        """A call that runs device work per step: a moved model, or a training step function."""
+        func = call.func
+        if isinstance(func, (ast.Name, ast.Attribute)) and not self.qualname(func):
+            fact = self.fact(func, scope)
+            if fact is not None and fact.on_device and _names(func) - {"self"}:
+                name = _short(self.segment(func), 24)
+                return "batch", f"it runs `{name}` on every step ({fact.describe()})"
+        callee = self.local_def(func, scope)
+        if callee is not None and _is_step_function(callee):
+            return "batch", f"it calls the training step `{callee.name}` on every step"
+        return None
+
+    def local_def(
+        self, func: ast.expr, scope: ast.AST
+    ) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        """The function of this file a call invokes: ``f(...)`` or ``self.f(...)``."""
+        if isinstance(func, ast.Name):
+            found = self.defs.get(func.id)
+            return found[0] if found else None
+        if (
+            isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and func.value.id == "self"
+        ):
+            cls = self.parent.get(id(scope))
+            if isinstance(cls, ast.ClassDef):
+                for item in cls.body:
+                    if isinstance(item, _FUNCTIONS) and item.name == func.attr:
+                        return item
+        return None
+
+    # -- calls across functions -------------------------------------------------------------
+    def per_batch_callers(self, function: ast.AST) -> list[CallSite]:
+        """Calls of ``function`` (by name) inside batch loops of this file."""
+        if not isinstance(function, _FUNCTIONS):
+            return []
+        if self._callers is None:
+            self._callers = {}
+            for scope in [self.tree, *(f for fs in self.defs.values() for f in fs)]:
+                self._collect_callers(scope)
+        return self._callers.get(function.name, [])
+
+    def _collect_callers(self, scope: ast.AST) -> None:
+        assert self._callers is not None
+        body = getattr(scope, "body", [])
+        for loop in _own_loops(body):
+            kind = self.loop_kind(loop, scope)
+            if kind is None or kind[0] != "batch":
+                continue
+            for node in ast.walk(loop):
+                if not isinstance(node, ast.Call):
+                    continue
+                callee = self.local_def(node.func, scope)
+                if callee is None or callee is scope or _has_own_batch_loop(callee):
+                    continue
+                self._callers.setdefault(callee.name, []).append(
+                    CallSite(
+                        node.lineno,
+                        getattr(scope, "name", "<module>"),
+                        self.path,
+                        self._arg_facts(node, callee, scope),
+                    )
+                )
+
+    def _arg_facts(
+        self, call: ast.Call, callee: ast.FunctionDef | ast.AsyncFunctionDef, scope: ast.AST
+    ) -> dict[str, Fact]:
+        params = [a.arg for a in [*callee.args.posonlyargs, *callee.args.args]]
+        if params and params[0] in {"self", "cls"} and isinstance(call.func, ast.Attribute):
+            params = params[1:]
+        out: dict[str, Fact] = {}
+        for param, arg in zip(params, call.args, strict=False):
+            fact = self.fact(arg, scope)
+            if fact is not None:
+                out[param] = fact
+        for kw in call.keywords:
+            if kw.arg is not None:
+                fact = self.fact(kw.value, scope)
+                if fact is not None:
+                    out[kw.arg] = fact
+        return out
+
+
+def _cut(line: str, start: int, end: int | None) -> str:
+    if line.isascii():
+        return line[start:end]
+    return line.encode("utf-8")[start:end].decode("utf-8", "replace")
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _own_nodes(body: list[ast.stmt]) -> list[ast.AST]:
+    """Nodes of a body, not entering nested functions or classes."""
+    out: list[ast.AST] = []
+    todo: list[ast.AST] = list(body)
+    while todo:
+        sub = todo.pop()
+        out.append(sub)
+        if isinstance(sub, _SCOPES):
+            continue
+        todo.extend(ast.iter_child_nodes(sub))
+    return out
+
+
+def _split_own(body: list[ast.AST]) -> tuple[list[ast.AST], list[ast.AST]]:
+    """A loop body's own nodes (not inside nested loops or scopes), and its nested loops."""
+    own: list[ast.AST] = []
+    nested: list[ast.AST] = []
+    todo = list(reversed(body))
+    while todo:
+        sub = todo.pop()
+        if isinstance(sub, _LOOPS):
+            nested.append(sub)
+            continue
+        own.append(sub)
+        if isinstance(sub, _SCOPES):
+            continue
+        todo.extend(reversed(list(ast.iter_child_nodes(sub))))
+    return own, nested
+
+
+def _derived(own: list[ast.AST], targets: set[str]) -> set[str]:
+    """Names computed from a loop's items in its own body (``batch`` -> ``x, y = batch``)."""
+    derived = set(targets)
+    for _ in range(2):
+        for node in own:
+            if isinstance(node, ast.Assign) and _names(node.value) & derived:
+                for target in node.targets:
+                    derived |= set(_target_names(target))
+            elif isinstance(node, _COMPS):
+                for gen in node.generators:
+                    if _names(gen.iter) & derived:
+                        derived |= set(_target_names(gen.target))
+    return derived
+
+
+def _own_loops(body: list[ast.stmt]) -> list[ast.AST]:
+    return [n for n in _own_nodes(body) if isinstance(n, _LOOPS)]
+
+
+def _is_step_function(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A training step: calls ``.backward()`` or an optimizer step, outside any loop of its own."""
+    own, _ = _split_own(list(node.body))
+    for sub in own:
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
+            if sub.func.attr == "backward":
+                return True
+    return False
+
+
+def _has_own_batch_loop(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A function that iterates a loader itself (an epoch function, not a step)."""
+    _, nested = _split_own(list(node.body))
+    for loop in nested:
+        if isinstance(loop, (ast.For, ast.AsyncFor)):
+            text = ast.dump(loop.iter)
+            if "loader" in text.lower() or "dataset" in text.lower() or "batch" in text.lower():
+                return True
+        for sub in ast.walk(loop):
+            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
+                if sub.func.attr in {"backward", "to", "cuda"}:
+                    return True
+    return False
+
+
+@lru_cache(maxsize=64)
+def _parsed(path: str, mtime: float) -> FileFacts | None:
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+        tree = ast.parse(raw, filename=path)
+        text = raw.decode("utf-8", "replace")
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    import re
+
+    return FileFacts(tree, re.split(r"\r\n|\r|\n", text), path)
+
+
+def facts_for_file(path: str) -> FileFacts | None:
+    """The provenance of another file of the linted package (parsed once per process)."""
+    try:
+        mtime = os.path.getmtime(path)
+    except OSError:
+        return None
+    return _parsed(os.path.abspath(path), mtime)
+
+
+def file_facts(ctx: Context) -> FileFacts:
+    """The provenance of the file a check is looking at (built on first use, then cached)."""
+    scope = ctx.scope
+    while scope.parent is not None:
+        scope = scope.parent
+    cached = scope.cache.get("provenance")
+    if cached is None:
+        assert isinstance(scope.node, ast.Module)
+        cached = scope.cache["provenance"] = FileFacts(scope.node, ctx.lines(), ctx.path)
+    assert isinstance(cached, FileFacts)
+    return cached
+
+
+def scope_node(ctx: Context) -> ast.AST:
+    """The function a check is inside, or the module."""
+    scope = ctx.function_scope()
+    if scope is not None:
+        return scope.node
+    outer = ctx.scope
+    while outer.parent is not None:
+        outer = outer.parent
+    return outer.node
