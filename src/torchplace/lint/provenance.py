@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 Where = Literal["device", "host"]
-LoopKind = Literal["batch", "rows"]
+LoopKind = Literal["batch", "rows", "items"]
 _Lookup = Callable[[str], "Fact | None"]
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
@@ -74,11 +74,6 @@ HOST_METHODS = frozenset(
         "is_floating_point",
         "storage_offset",
         "keys",
-        "state_dict",
-        "parameters",
-        "named_parameters",
-        "modules",
-        "children",
         "train",
         "eval",
         "zero_grad",
@@ -146,6 +141,7 @@ class Fact:
     move: str | None = None
     name: str | None = None
     direct: bool = False
+    many: bool = False  # a list or tuple of such values (iterating it yields one each)
 
     @property
     def on_device(self) -> bool:
@@ -219,7 +215,7 @@ def is_device_expr(node: ast.expr) -> bool:
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             return node.value.split(":")[0] in {"cuda", "mps", "xpu", "hpu", "npu"}
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            return node.func.attr in {"device", "current_device"}
+            return node.func.attr in {"device", "current_device", "dev", "get_device"}
         return False
     last = text.rsplit(".", 1)[-1].lower()
     return "device" in last or last in {"gpu", "rank", "local_rank", "gpu_id", "dev"}
@@ -271,6 +267,7 @@ class _Flow:
                 fact.move,
                 name,
                 direct,
+                fact.many,
             )
         self.state[name] = fact
         self.bindings.setdefault(name, []).append((line, fact))
@@ -358,7 +355,7 @@ class _Flow:
                 self.bind(target.elts[0], Fact("host", "key"), line, None)
                 self.bind(target.elts[1], fact, line, None)
                 return
-        self.bind(target, fact, line, None)
+        self.bind(target, _one(fact), line, None)
 
     # -- expressions ------------------------------------------------------------------------
     def eval(self, node: ast.expr, lookup: _Lookup) -> Fact | None:  # noqa: C901, PLR0911, PLR0912
@@ -383,7 +380,7 @@ class _Flow:
                 return None  # torch.float16, np.pi: a module constant
             return self.eval(node.value, lookup)
         if isinstance(node, ast.Subscript):
-            return self.eval(node.value, lookup)
+            return _one(self.eval(node.value, lookup))
         if isinstance(node, ast.Starred):
             return self.eval(node.value, lookup)
         if isinstance(node, ast.Await):
@@ -406,11 +403,12 @@ class _Flow:
         if isinstance(node, ast.IfExp):
             return _either(self.eval(node.body, lookup), self.eval(node.orelse, lookup))
         if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-            return _any_device([self.eval(elt, lookup) for elt in node.elts])
+            return _many(_any_device([self.eval(elt, lookup) for elt in node.elts]))
         if isinstance(node, ast.Dict):
             return _any_device([self.eval(v, lookup) for v in node.values if v is not None])
         if isinstance(node, _COMPS):
-            return self.comprehension(node, lookup)
+            found = self.comprehension(node, lookup)
+            return found if isinstance(node, ast.DictComp) else _many(found)
         if isinstance(node, ast.Call):
             return self.call(node, lookup)
         return None
@@ -431,7 +429,7 @@ class _Flow:
                     if items and index == 0 and len(targets) == 2:
                         local[name] = Fact("host", "key")
                     else:
-                        local[name] = fact
+                        local[name] = _one(fact)
         if isinstance(node, ast.DictComp):
             return self.eval(node.value, inner)
         return self.eval(node.elt, inner)
@@ -462,7 +460,7 @@ class _Flow:
                 return found
             if receiver is not None and receiver.where == "host":
                 return Fact("host", method)
-            if _device_helper(method, args):
+            if _device_helper(method, args) or _passes_device(node):
                 return Fact("device", _short(facts.segment(node)), _moved_by(node, facts))
             return None
         if isinstance(func, ast.Name):
@@ -485,7 +483,7 @@ class _Flow:
                 return Fact("host", name)
             if facts.returns_host(name):
                 return Fact("host", name)
-            if _device_helper(name, args):
+            if _device_helper(name, args) or _passes_device(node):
                 return Fact("device", _short(facts.segment(node)), _moved_by(node, facts))
             return None
         called = self.eval(func, lookup)
@@ -571,9 +569,43 @@ def _device_helper(name: str, args: list[ast.expr]) -> bool:
     ))
 
 
+def _passes_device(call: ast.Call) -> bool:
+    """``make_steps(n, device)``, ``sample(shape, device=dev)``: built where it is told."""
+    name = (dotted_name(call.func) or "").rsplit(".", 1)[-1].lower()
+    if name.startswith(("get_device", "is_", "set_", "init", "setup", "print", "log")):
+        return False
+    if "cpu" in name or name in {"device", "dev", "str", "repr", "print"}:
+        return False
+    return any(kw.arg == "device" and not _is_cpu(kw.value) for kw in call.keywords) or any(
+        _names_device(arg) for arg in call.args
+    )
+
+
+def _names_device(node: ast.expr) -> bool:
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return node.func.attr in {"dev", "device"} and not node.args
+    text = dotted_name(node)
+    if text is None:
+        return False
+    last = text.rsplit(".", 1)[-1].lower()
+    return last == "dev" or ("device" in last and not last.endswith(("type", "s", "_id")))
+
+
 def _moved_by(call: ast.Call, facts: FileFacts) -> str:
     name = dotted_name(call.func) or "a helper"
-    return f"moved by `{name}` at line {call.lineno}"
+    return f"placed by `{name}(...)` at line {call.lineno}"
+
+
+def _many(fact: Fact | None) -> Fact | None:
+    if fact is None or fact.many:
+        return fact
+    return Fact(fact.where, fact.source, fact.move, fact.name, fact.direct, True)
+
+
+def _one(fact: Fact | None) -> Fact | None:
+    if fact is None or not fact.many:
+        return fact
+    return Fact(fact.where, fact.source, fact.move, fact.name, fact.direct, False)
 
 
 def _join(a: Fact | None, b: Fact | None) -> Fact | None:
@@ -764,7 +796,7 @@ class FileFacts:
         for it in iters:
             fact = self.fact(it, scope)
             if fact is not None and fact.on_device:
-                return "rows", f"it iterates `{_short(self.segment(it), 32)}` on the device: " + (
+                return "items" if fact.many else "rows", f"it iterates `{_short(self.segment(it), 32)}` on the device: " + (
                     fact.describe()
                 )
         state_iter = any(

@@ -26,6 +26,10 @@ SYNCHRONIZE_IN_LOOP = Rule(
 _READS = frozenset({"item", "tolist", "cpu", "numpy"})
 _CASTS = frozenset({"float", "int", "bool"})
 _PRINTS = frozenset({"print"})
+_COMPS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+_BULK = frozenset({"cpu", "numpy", "tolist"})
+# Calls that write results out: a read feeding them is the program's output, not a stall.
+_OUTPUT_WORDS = ("save", "write", "imsave", "savez", "fromarray", "dump", "send", "put")
 
 
 def _call(call: ast.Call, ctx: Context) -> None:
@@ -41,7 +45,11 @@ def _call(call: ast.Call, ctx: Context) -> None:
                 break
             ctx.claimed.add(id(inner))
             inner = inner.func.value
-        _check(call, inner, f"`.{func.attr}()`", ctx, explicit=True)
+        _check(_at_method(call), inner, f"`.{func.attr}()`", ctx, explicit=True, bulk=func.attr in _BULK, read=call)
+        return
+    if isinstance(func, ast.Name) and func.id in {"all", "any"} and len(call.args) == 1:
+        if ctx.qualname(func) is None and not isinstance(call.args[0], _COMPS):
+            _check(call, call.args[0], f"`{func.id}()` over the elements", ctx, explicit=False)
         return
     if isinstance(func, ast.Name) and func.id in _CASTS and len(call.args) == 1:
         arg = call.args[0]
@@ -108,11 +116,117 @@ def _per_step(ctx: Context, facts: FileFacts, scope: ast.AST) -> tuple[str, int,
 _ADVICE = "keep it on the device and read it once after the loop (or every N steps)"
 
 
+def _at_method(call: ast.Call) -> ast.AST:
+    """A node placed at ``.item`` of ``x.item()`` (the line a multi-line chain reads on)."""
+    func = call.func
+    assert isinstance(func, ast.Attribute)
+    end_line = func.end_lineno or call.lineno
+    if end_line == call.lineno:
+        return call
+    spot = ast.Name(id=func.attr)
+    spot.lineno = spot.end_lineno = end_line
+    spot.end_col_offset = func.end_col_offset or 0
+    spot.col_offset = max(spot.end_col_offset - len(func.attr) - 1, 0)
+    return spot
+
+
+def _exits(ctx: Context) -> bool:
+    """Inside a branch that leaves the loop (``raise``, ``sys.exit()``, ``break``): runs once."""
+    for parent in reversed(ctx.parents):
+        if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)):
+            return False
+        if isinstance(parent, ast.If):
+            last = parent.body[-1]
+            if isinstance(last, (ast.Raise, ast.Break, ast.Return)):
+                return True
+            if isinstance(last, ast.Expr) and isinstance(last.value, ast.Call):
+                name = getattr(last.value.func, "attr", getattr(last.value.func, "id", ""))
+                if name in {"exit", "quit", "_exit", "abort"}:
+                    return True
+    return False
+
+
+def _is_output(read: ast.AST, ctx: Context) -> bool:
+    """The read's result is written out: passed to a save/write call, stored on a response
+    object, or collected into a list that the function writes out later."""
+    node = read
+    for parent in reversed(ctx.parents):
+        if isinstance(parent, ast.Call) and node is not parent.func and _writes(parent):
+            return True
+        if isinstance(parent, ast.stmt):
+            stmt = parent
+            break
+        node = parent
+    else:
+        return False
+    names: set[str] = set()
+    if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        for target in targets:
+            if isinstance(target, ast.Attribute) and not (
+                isinstance(target.value, ast.Name) and target.value.id == "self"
+            ):
+                return True  # response.embeddings = x.cpu().numpy()
+            names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+    elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        func = stmt.value.func
+        if isinstance(func, ast.Attribute) and func.attr in {"append", "extend"}:
+            root = func.value
+            if isinstance(root, ast.Name):
+                names.add(root.id)
+    if not names:
+        return False
+    scope = ctx.function_scope()
+    body = scope.node if scope is not None else None
+    if body is None:
+        outer = ctx.scope
+        while outer.parent is not None:
+            outer = outer.parent
+        body = outer.node
+    return _flows_to_output(body, names)
+
+
+def _writes(call: ast.Call) -> bool:
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    lowered = name.lower()
+    return any(word in lowered for word in _OUTPUT_WORDS)
+
+
+def _flows_to_output(scope: ast.AST, names: set[str]) -> bool:
+    tainted = set(names)
+    nodes = list(ast.walk(scope))
+    for _ in range(3):
+        for sub in nodes:
+            if isinstance(sub, ast.Assign) and _mentions(sub.value, tainted):
+                for target in sub.targets:
+                    tainted |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+            elif isinstance(sub, (ast.For, ast.comprehension)) and _mentions(sub.iter, tainted):
+                tainted |= {n.id for n in ast.walk(sub.target) if isinstance(n, ast.Name)}
+    return any(
+        isinstance(sub, ast.Call)
+        and _writes(sub)
+        and any(_mentions(arg, tainted) for arg in [*sub.args, *(k.value for k in sub.keywords)])
+        for sub in nodes
+    )
+
+
+def _mentions(node: ast.AST, names: set[str]) -> bool:
+    return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(node))
+
+
 def _check(
-    node: ast.AST, receiver: ast.expr, what: str, ctx: Context, *, explicit: bool
+    node: ast.AST,
+    receiver: ast.expr,
+    what: str,
+    ctx: Context,
+    *,
+    explicit: bool,
+    bulk: bool = False,
+    read: ast.AST | None = None,
 ) -> bool:
     """Report ``what`` (a read of ``receiver``) if it runs per batch on a device value."""
-    if in_test(ctx) or in_periodic_branch(ctx):
+    if in_test(ctx) or in_periodic_branch(ctx) or _exits(ctx):
         return False
     loops = ctx.loops()
     if loops and _times_each_step(loops[-1], ctx):
@@ -128,8 +242,13 @@ def _check(
         kind, line, evidence = step
         if fact is None and (not explicit or kind != "batch"):
             return False
+        if bulk and kind != "rows" and not _trains(ctx):
+            if _is_output(read or node, ctx):
+                return False  # the copy to the host is the loop's output (images, a response)
         if kind == "rows":
             where = f"in the loop at line {line}, once per row of a device tensor,"
+        elif kind == "items":
+            where = f"in the loop at line {line}, once per device tensor of a list,"
         else:
             where = f"in the batch loop at line {line}"
         cause = fact.describe() if fact is not None else evidence
@@ -162,6 +281,17 @@ def _check(
     return True
 
 
+def _trains(ctx: Context) -> bool:
+    """The enclosing function calls ``.backward()``: a training step, not an output loop."""
+    scope = ctx.function_scope() or ctx.scope
+    cached = scope.cache.get("trains")
+    if cached is None:
+        cached = scope.cache["trains"] = any(
+            isinstance(sub, ast.Attribute) and sub.attr == "backward" for sub in ast.walk(scope.node)
+        )
+    return bool(cached)
+
+
 def _text(node: ast.AST, ctx: Context) -> str:
     text = " ".join((ctx.segment(node) or "the value").split())
     return text if len(text) <= 40 else text[:37] + "..."
@@ -180,6 +310,8 @@ def _times_each_step(loop: ast.AST, ctx: Context) -> bool:
     )
     result = False
     for stmt in body:
+        if isinstance(stmt, ast.If):
+            continue  # a clock read in a logging branch times the interval, not each step
         for sub in ast.walk(stmt):
             if isinstance(sub, ast.Call):
                 name = ctx.call_qualname(sub)
