@@ -845,7 +845,31 @@ class FileFacts:
                     return "batch", f"it moves {its} to a device (`{what}`, line {node.lineno})"
             if step is None and not nested_batch and name is not None:
                 step = self._step_call(node, scope)
+        if step is None and not nested_batch and iters:
+            step = self._updates_device(own, loop, scope)
         return step
+
+    def _updates_device(
+        self, own: list[ast.AST], loop: ast.AST, scope: ast.AST
+    ) -> tuple[LoopKind, str] | None:
+        """The loop recomputes a device value from its items or its own previous value."""
+        targets = set(_target_names(loop.target)) if isinstance(loop, (ast.For, ast.AsyncFor)) else set()
+        for node in own:
+            if not isinstance(node, (ast.Assign, ast.AugAssign)):
+                continue
+            value = node.value
+            bound = {
+                n
+                for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                for n in _target_names(t)
+            }
+            if not (_names(value) & (targets | bound)) or isinstance(node, ast.AugAssign):
+                continue
+            fact = self.fact(value, scope)
+            if fact is not None and fact.on_device and fact.move is not None:
+                what = _short(self.segment(value), 32)
+                return "batch", f"it computes `{what}` on the device every step ({fact.describe()})"
+        return None
 
     def _step_call(self, call: ast.Call, scope: ast.AST) -> tuple[LoopKind, str] | None:
         """A call that runs device work per step: a moved model, or a training step function."""

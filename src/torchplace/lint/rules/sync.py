@@ -132,10 +132,11 @@ def _at_method(call: ast.Call) -> ast.AST:
 
 def _exits(ctx: Context) -> bool:
     """Inside a branch that leaves the loop (``raise``, ``sys.exit()``, ``break``): runs once."""
+    child: ast.AST | None = None
     for parent in reversed(ctx.parents):
         if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)):
             return False
-        if isinstance(parent, ast.If):
+        if isinstance(parent, ast.If) and child is not parent.test:
             last = parent.body[-1]
             if isinstance(last, (ast.Raise, ast.Break, ast.Return)):
                 return True
@@ -143,6 +144,7 @@ def _exits(ctx: Context) -> bool:
                 name = getattr(last.value.func, "attr", getattr(last.value.func, "id", ""))
                 if name in {"exit", "quit", "_exit", "abort"}:
                     return True
+        child = parent
     return False
 
 
@@ -184,6 +186,18 @@ def _is_output(read: ast.AST, ctx: Context) -> bool:
             outer = outer.parent
         body = outer.node
     return _flows_to_output(body, names)
+
+
+def _fills_store(read: ast.AST, ctx: Context) -> bool:
+    node = read
+    for parent in reversed(ctx.parents):
+        if isinstance(parent, ast.Call) and node is not parent.func:
+            func = parent.func
+            return isinstance(func, ast.Attribute) and func.attr.endswith("_")
+        if isinstance(parent, ast.stmt):
+            return False
+        node = parent
+    return False
 
 
 def _writes(call: ast.Call) -> bool:
@@ -242,6 +256,8 @@ def _check(
         kind, line, evidence = step
         if fact is None and (not explicit or kind != "batch"):
             return False
+        if bulk and _fills_store(read or node, ctx):
+            return False  # store.index_copy_(0, i, x.cpu()): filling a host buffer is the job
         if bulk and kind != "rows" and not _trains(ctx):
             if _is_output(read or node, ctx):
                 return False  # the copy to the host is the loop's output (images, a response)
