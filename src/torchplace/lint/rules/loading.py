@@ -14,6 +14,7 @@ from torchplace.lint.base import (
     names_in,
 )
 from torchplace.lint.finding import Edit, Fix
+from torchplace.lint.provenance import file_facts
 from torchplace.lint.rules.facts import in_test, loop_bound_names, receiver_root
 
 __all__ = ["FAMILY"]
@@ -63,6 +64,7 @@ def _torch_load(call: ast.Call, ctx: Context) -> None:
         and not _in_dataset(ctx)
         and not _round_trip(call, ctx)
         and not _host_only_payload(call, ctx)
+        and not _saved_from_host(call, ctx)
     ):
         ctx.report(
             NO_MAP_LOCATION.code,
@@ -128,7 +130,16 @@ def _host_only_payload(call: ast.Call, ctx: Context) -> bool:
 
 
 def _decided_elsewhere(ctx: Context) -> bool:
-    """Inside ``if not weights_only:``: the caller chose, and this branch honours it."""
+    """Inside ``if not weights_only:`` (the caller chose, and this branch honours it), or in a
+    ``with torch.serialization.safe_globals([...]):`` block (code for torch >= 2.6, where
+    ``weights_only=True`` is the default and the block lists what it may unpickle)."""
+    for parent in ctx.parents:
+        if isinstance(parent, (ast.With, ast.AsyncWith)) and any(
+            isinstance(item.context_expr, ast.Call)
+            and (ctx.call_qualname(item.context_expr) or "").endswith("safe_globals")
+            for item in parent.items
+        ):
+            return True
     return any(
         isinstance(parent, (ast.If, ast.IfExp))
         and any(
@@ -160,23 +171,71 @@ _IN_MEMORY = ("BytesIO", "TemporaryFile", "NamedTemporaryFile", "SpooledTemporar
 
 
 def _round_trip(call: ast.Call, ctx: Context) -> bool:
-    """Loading what this process just saved (an in-memory buffer, a temporary file, a
-    ``torch.save`` in the same function): the saving device exists, by construction."""
+    """Loading what this process just saved (an in-memory buffer, a temporary file, the same
+    path given to ``torch.save`` in the same function): the saving device exists."""
     source = call.args[0] if call.args else getattr(keyword(call, "f"), "value", None)
     if source is None:
         return True
-    scope = ctx.function_scope() or ctx.scope
-    if _names_buffer(source, ctx, scope):
+    scope = ctx.function_scope()
+    if _names_buffer(source, ctx, scope or ctx.scope):
         return True
+    if scope is None:
+        return False
     cached = scope.cache.get("saves")
     if cached is None:
-        cached = scope.cache["saves"] = any(
-            isinstance(sub, ast.Call)
-            and isinstance(sub.func, ast.Attribute)
-            and sub.func.attr in {"save", "seek"}
+        cached = scope.cache["saves"] = {
+            "seek"
+            if sub.func.attr == "seek"
+            else " ".join((ctx.segment(sub.args[1]) or "").split())
             for sub in ast.walk(scope.node)
-        )
-    return bool(cached)
+            if isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Attribute)
+            and (sub.func.attr == "seek" or (sub.func.attr == "save" and len(sub.args) > 1))
+        }
+    return "seek" in cached or " ".join((ctx.segment(source) or "").split()) in cached
+
+
+def _saved_from_host(call: ast.Call, ctx: Context) -> bool:
+    """The file saves a host value (``.cpu()``, NumPy, Python data) under the same file name
+    this load reads: it holds no device tensors to restore."""
+    source = call.args[0] if call.args else getattr(keyword(call, "f"), "value", None)
+    if source is None:
+        return False
+    wanted = _file_names(source)
+    if not wanted:
+        return False
+    facts = file_facts(ctx)
+    for scope in [facts.tree, *(f for fs in facts.defs.values() for f in fs)]:
+        for sub in _own_body(scope):
+            if (
+                isinstance(sub, ast.Call)
+                and len(sub.args) > 1
+                and (facts.qualname(sub.func) or "").endswith("save")
+                and _file_names(sub.args[1]) & wanted
+            ):
+                fact = facts.fact(sub.args[0], scope)
+                if fact is not None and fact.where == "host":
+                    return True
+    return False
+
+
+def _file_names(node: ast.expr) -> set[str]:
+    return {
+        sub.value.rsplit("/", 1)[-1]
+        for sub in ast.walk(node)
+        if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and "." in sub.value
+    }
+
+
+def _own_body(node: ast.AST) -> list[ast.AST]:
+    out: list[ast.AST] = []
+    todo: list[ast.AST] = list(getattr(node, "body", []))
+    while todo:
+        sub = todo.pop()
+        out.append(sub)
+        if not isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            todo.extend(ast.iter_child_nodes(sub))
+    return out
 
 
 def _names_buffer(source: ast.expr, ctx: Context, scope: Scope) -> bool:
