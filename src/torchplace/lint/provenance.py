@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import ast
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
-from collections.abc import Callable
 
 from torchplace.lint.base import Context
 from torchplace.lint.resolver import Resolver, dotted_name, module_name_for
@@ -181,9 +181,8 @@ def moves_to_device(call: ast.Call, qualname: object = None) -> bool:
         return False
     first = call.args[0]
     name = qualname(first) if callable(qualname) else dotted_name(first)
-    if isinstance(name, str) and name.startswith("torch.") and name != "torch.device":
-        if not name.startswith("torch.device"):
-            return False  # torch.float16 and friends: a dtype
+    if isinstance(name, str) and name.startswith("torch.") and not name.startswith("torch.device"):
+        return False  # torch.float16 and friends: a dtype
     if isinstance(first, ast.Attribute) and "dtype" in first.attr:
         return False
     if isinstance(first, ast.Name) and "dtype" in first.id:
@@ -258,9 +257,7 @@ class _Flow:
         if name is None:
             return
         if fact is not None:
-            direct = (
-                isinstance(value, ast.Call) and fact.move is not None and _is_move_call(value)
-            )
+            direct = isinstance(value, ast.Call) and fact.move is not None and _is_move_call(value)
             fact = Fact(
                 fact.where,
                 _short(self.facts.segment(value)) if value is not None else fact.source,
@@ -285,9 +282,11 @@ class _Flow:
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
             self.bind(node.target, self.eval(node.value, self.current), node.lineno, node.value)
         elif isinstance(node, ast.AugAssign):
-            old = self.eval(node.target, self.current) if not isinstance(
-                node.target, ast.Subscript
-            ) else None
+            old = (
+                self.eval(node.target, self.current)
+                if not isinstance(node.target, ast.Subscript)
+                else None
+            )
             new = self.eval(node.value, self.current)
             fact = _join(old, new) if old is not None else new
             if old is not None and old.where == "host" and new is not None and new.on_device:
@@ -332,7 +331,7 @@ class _Flow:
         elif isinstance(node, ast.Match):
             for case in node.cases:
                 self.block(case.body)
-        elif isinstance(node, _FUNCTIONS) or isinstance(node, ast.ClassDef):
+        elif isinstance(node, (_FUNCTIONS, ast.ClassDef)):
             self.state[node.name] = None
 
     def bind_loop_target(
@@ -349,16 +348,21 @@ class _Flow:
             self.bind(target.elts[0], Fact("host", "enumerate"), line, None)
             self.bind(target.elts[1], fact, line, None)
             return
-        if fact is not None and fact.on_device and _iterates_items(iterable):
+        if (
+            fact is not None
+            and fact.on_device
+            and _iterates_items(iterable)
+            and isinstance(target, ast.Tuple)
+            and len(target.elts) == 2
+        ):
             # `for k, v in batch.items()`: keys are strings, values follow the mapping.
-            if isinstance(target, ast.Tuple) and len(target.elts) == 2:
-                self.bind(target.elts[0], Fact("host", "key"), line, None)
-                self.bind(target.elts[1], fact, line, None)
-                return
+            self.bind(target.elts[0], Fact("host", "key"), line, None)
+            self.bind(target.elts[1], fact, line, None)
+            return
         self.bind(target, _one(fact), line, None)
 
     # -- expressions ------------------------------------------------------------------------
-    def eval(self, node: ast.expr, lookup: _Lookup) -> Fact | None:  # noqa: C901, PLR0911, PLR0912
+    def eval(self, node: ast.expr, lookup: _Lookup) -> Fact | None:
         facts = self.facts
         if isinstance(node, ast.Name):
             return lookup(node.id)
@@ -394,7 +398,7 @@ class _Flow:
         if isinstance(node, ast.UnaryOp):
             return self.eval(node.operand, lookup)
         if isinstance(node, ast.Compare):
-            fact: Fact | None = self.eval(node.left, lookup)
+            fact = self.eval(node.left, lookup)
             for other in node.comparators:
                 fact = _join(fact, self.eval(other, lookup))
             if fact is not None and not fact.on_device:
@@ -434,7 +438,7 @@ class _Flow:
             return self.eval(node.value, inner)
         return self.eval(node.elt, inner)
 
-    def call(self, node: ast.Call, lookup: _Lookup) -> Fact | None:  # noqa: C901, PLR0911
+    def call(self, node: ast.Call, lookup: _Lookup) -> Fact | None:
         facts = self.facts
         func = node.func
         args = [*node.args, *(kw.value for kw in node.keywords)]
@@ -477,8 +481,10 @@ class _Flow:
             found = _any_device(arg_facts)
             if found is not None and found.on_device:
                 return found
-            if name in _FOLLOW_CALLS and arg_facts and all(
-                f is not None and f.where == "host" for f in arg_facts
+            if (
+                name in _FOLLOW_CALLS
+                and arg_facts
+                and all(f is not None and f.where == "host" for f in arg_facts)
             ):
                 return Fact("host", name)
             if facts.returns_host(name):
@@ -510,8 +516,7 @@ class _Flow:
                 return Fact(
                     "device",
                     _short(self.facts.segment(node)),
-                    f"created on `{_short(self.facts.segment(device), 24)}` at line "
-                    f"{node.lineno}",
+                    f"created on `{_short(self.facts.segment(device), 24)}` at line {node.lineno}",
                 )
             if last.endswith("_like") and node.args:
                 return self.eval(node.args[0], lookup)
@@ -564,9 +569,9 @@ def _device_helper(name: str, args: list[ast.expr]) -> bool:
         return False
     if lowered.startswith(("get_", "is_", "set_", "init", "setup")) or "cpu" in lowered:
         return False
-    return bool(args) and ("cuda" in lowered or "gpu" in lowered or any(
-        is_device_expr(arg) for arg in args
-    ))
+    return bool(args) and (
+        "cuda" in lowered or "gpu" in lowered or any(is_device_expr(arg) for arg in args)
+    )
 
 
 def _passes_device(call: ast.Call) -> bool:
@@ -693,8 +698,9 @@ class FileFacts:
         target = _device_target(call)
         where = f"`{_short(self.segment(target), 24)}`" if target is not None else "the GPU"
         what = _short(self.segment(receiver), 24)
-        return Fact("device", _short(self.segment(call)), f"`{what}` moved to {where} at line "
-                    f"{call.lineno}")
+        return Fact(
+            "device", _short(self.segment(call)), f"`{what}` moved to {where} at line {call.lineno}"
+        )
 
     # -- flows ------------------------------------------------------------------------------
     def flow(self, node: ast.AST, seeds: dict[str, Fact] | None = None) -> _Flow:
@@ -728,9 +734,9 @@ class FileFacts:
         found = module.bindings.get(name)
         return found[-1][1] if found else None
 
-    def fact(self, node: ast.expr, scope: ast.AST, seeds: dict[str, Fact] | None = None) -> (
-        Fact | None
-    ):
+    def fact(
+        self, node: ast.expr, scope: ast.AST, seeds: dict[str, Fact] | None = None
+    ) -> Fact | None:
         """Where ``node`` lives, evaluated at its line inside ``scope`` (a function or module)."""
         flow = self.flow(scope, seeds)
         return flow.eval(node, flow.at(getattr(node, "lineno", 0)))
@@ -780,7 +786,7 @@ class FileFacts:
         self._loop_kinds[key] = result
         return result
 
-    def _classify(self, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind, str] | None:  # noqa: C901
+    def _classify(self, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind, str] | None:
         if isinstance(loop, (ast.For, ast.AsyncFor)):
             iters = [loop.iter]
             body: list[ast.AST] = list(loop.body)
@@ -796,12 +802,12 @@ class FileFacts:
         for it in iters:
             fact = self.fact(it, scope)
             if fact is not None and fact.on_device:
-                return "items" if fact.many else "rows", f"it iterates `{_short(self.segment(it), 32)}` on the device: " + (
-                    fact.describe()
+                return (
+                    "items" if fact.many else "rows",
+                    f"it iterates `{_short(self.segment(it), 32)}` on the device: "
+                    + (fact.describe()),
                 )
-        state_iter = any(
-            word in self.segment(it) for it in iters for word in _STATE_ITERS
-        )
+        state_iter = any(word in self.segment(it) for it in iters for word in _STATE_ITERS)
         own, nested = _split_own(body)
         if isinstance(loop, ast.While):
             targets = {
@@ -833,12 +839,19 @@ class FileFacts:
                 not state_iter
                 and derived
                 and (
-                    (_is_move_call(node) and moves_to_device(node, self.qualname)
-                     and not _is_cpu(_device_target(node)))
+                    (
+                        _is_move_call(node)
+                        and moves_to_device(node, self.qualname)
+                        and not _is_cpu(_device_target(node))
+                    )
                     or (name is not None and _device_helper(name, node.args))
                 )
             ):
-                moved = node.func.value if _is_move_call(node) else (node.args or [None])[0]
+                moved: ast.expr | None = None
+                if isinstance(func, ast.Attribute) and _is_move_call(node):
+                    moved = func.value
+                elif node.args:
+                    moved = node.args[0]
                 if moved is not None and _names(moved) & derived:
                     what = _short(self.segment(moved), 24)
                     its = "what it iterates" if iters else "what it reads"
@@ -853,7 +866,9 @@ class FileFacts:
         self, own: list[ast.AST], loop: ast.AST, scope: ast.AST
     ) -> tuple[LoopKind, str] | None:
         """The loop recomputes a device value from its items or its own previous value."""
-        targets = set(_target_names(loop.target)) if isinstance(loop, (ast.For, ast.AsyncFor)) else set()
+        targets = (
+            set(_target_names(loop.target)) if isinstance(loop, (ast.For, ast.AsyncFor)) else set()
+        )
         for node in own:
             if not isinstance(node, (ast.Assign, ast.AugAssign)):
                 continue
@@ -1017,11 +1032,12 @@ def _own_loops(body: list[ast.stmt]) -> list[ast.AST]:
 def _is_step_function(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     """A training step: calls ``.backward()`` or an optimizer step, outside any loop of its own."""
     own, _ = _split_own(list(node.body))
-    for sub in own:
-        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
-            if sub.func.attr == "backward":
-                return True
-    return False
+    return any(
+        isinstance(sub, ast.Call)
+        and isinstance(sub.func, ast.Attribute)
+        and sub.func.attr == "backward"
+        for sub in own
+    )
 
 
 def _has_own_batch_loop(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
@@ -1032,10 +1048,13 @@ def _has_own_batch_loop(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
             text = ast.dump(loop.iter)
             if "loader" in text.lower() or "dataset" in text.lower() or "batch" in text.lower():
                 return True
-        for sub in ast.walk(loop):
-            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
-                if sub.func.attr in {"backward", "to", "cuda"}:
-                    return True
+        if any(
+            isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Attribute)
+            and sub.func.attr in {"backward", "to", "cuda"}
+            for sub in ast.walk(loop)
+        ):
+            return True
     return False
 
 

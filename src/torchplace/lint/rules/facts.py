@@ -172,12 +172,15 @@ def in_test(ctx: Context) -> bool:
     an evaluation loop, not a test)."""
     parts = ctx.path.replace("\\", "/").lower().split("/")
     if any(
-        part.startswith(("test", "_test")) or part.endswith(("_test.py", "_tests.py"))
+        part.startswith(("test", "_test"))
+        or part.endswith(("_test.py", "_tests.py"))
         or part == "conftest.py"
         for part in parts
     ):
         return True
-    if not any(name.split(".")[0] in {"pytest", "unittest"} for name in ctx.resolver.names.values()):
+    if not any(
+        name.split(".")[0] in {"pytest", "unittest"} for name in ctx.resolver.names.values()
+    ):
         return False
     scope: Scope | None = ctx.scope
     while scope is not None:

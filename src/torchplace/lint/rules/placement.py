@@ -10,6 +10,7 @@ from torchplace.lint.base import (
     Family,
     Rule,
     Scope,
+    at_method,
     has_star_kwargs,
     keyword,
     names_in,
@@ -129,7 +130,7 @@ def _call(call: ast.Call, ctx: Context) -> None:
         assert method.cls is not None
         ctx.report(
             DEVICE_IN_MODULE.code,
-            call,
+            at_method(call),
             f"`.cuda()` inside `{method.cls.name}.{method.name}`: the module decides its "
             "own device; follow the input (`x.device`) or register a buffer",
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 
-from torchplace.lint.base import Context, Family, Rule
+from torchplace.lint.base import Context, Family, Rule, at_method
 from torchplace.lint.provenance import Fact, FileFacts, file_facts, scope_node
 from torchplace.lint.rules.facts import TIMERS, in_periodic_branch, in_test
 
@@ -45,7 +45,15 @@ def _call(call: ast.Call, ctx: Context) -> None:
                 break
             ctx.claimed.add(id(inner))
             inner = inner.func.value
-        _check(_at_method(call), inner, f"`.{func.attr}()`", ctx, explicit=True, bulk=func.attr in _BULK, read=call)
+        _check(
+            at_method(call),
+            inner,
+            f"`.{func.attr}()`",
+            ctx,
+            explicit=True,
+            bulk=func.attr in _BULK,
+            read=call,
+        )
         return
     if isinstance(func, ast.Name) and func.id in {"all", "any"} and len(call.args) == 1:
         if ctx.qualname(func) is None and not isinstance(call.args[0], _COMPS):
@@ -56,15 +64,20 @@ def _call(call: ast.Call, ctx: Context) -> None:
         if not _is_read(arg) and ctx.qualname(func) is None:
             _check(call, arg, f"`{func.id}()`", ctx, explicit=False)
         return
-    if isinstance(func, ast.Name) and func.id in _PRINTS or (
+    if (isinstance(func, ast.Name) and func.id in _PRINTS) or (
         isinstance(func, ast.Attribute) and func.attr == "format" and call.args
     ):
         for sub in call.args:
             if isinstance(sub, ast.JoinedStr):
                 ctx.claimed.add(id(sub))
         values = [a for a in call.args if not isinstance(a, (ast.Constant, ast.JoinedStr))]
-        values += [v.value for a in call.args if isinstance(a, ast.JoinedStr)
-                   for v in a.values if isinstance(v, ast.FormattedValue)]
+        values += [
+            v.value
+            for a in call.args
+            if isinstance(a, ast.JoinedStr)
+            for v in a.values
+            if isinstance(v, ast.FormattedValue)
+        ]
         what = "`print()`" if isinstance(func, ast.Name) else "`str.format()`"
         _check_many(call, values, what, ctx)
         return
@@ -114,20 +127,6 @@ def _per_step(ctx: Context, facts: FileFacts, scope: ast.AST) -> tuple[str, int,
 
 
 _ADVICE = "keep it on the device and read it once after the loop (or every N steps)"
-
-
-def _at_method(call: ast.Call) -> ast.AST:
-    """A node placed at ``.item`` of ``x.item()`` (the line a multi-line chain reads on)."""
-    func = call.func
-    assert isinstance(func, ast.Attribute)
-    end_line = func.end_lineno or call.lineno
-    if end_line == call.lineno:
-        return call
-    spot = ast.Name(id=func.attr)
-    spot.lineno = spot.end_lineno = end_line
-    spot.end_col_offset = func.end_col_offset or 0
-    spot.col_offset = max(spot.end_col_offset - len(func.attr) - 1, 0)
-    return spot
 
 
 def _exits(ctx: Context) -> bool:
@@ -258,9 +257,8 @@ def _check(
             return False
         if bulk and _fills_store(read or node, ctx):
             return False  # store.index_copy_(0, i, x.cpu()): filling a host buffer is the job
-        if bulk and kind != "rows" and not _trains(ctx):
-            if _is_output(read or node, ctx):
-                return False  # the copy to the host is the loop's output (images, a response)
+        if bulk and kind != "rows" and not _trains(ctx) and _is_output(read or node, ctx):
+            return False  # the copy to the host is the loop's output (images, a response)
         if kind == "rows":
             where = f"in the loop at line {line}, once per row of a device tensor,"
         elif kind == "items":
@@ -303,7 +301,8 @@ def _trains(ctx: Context) -> bool:
     cached = scope.cache.get("trains")
     if cached is None:
         cached = scope.cache["trains"] = any(
-            isinstance(sub, ast.Attribute) and sub.attr == "backward" for sub in ast.walk(scope.node)
+            isinstance(sub, ast.Attribute) and sub.attr == "backward"
+            for sub in ast.walk(scope.node)
         )
     return bool(cached)
 
