@@ -661,23 +661,35 @@ class FileFacts:
         self.resolver = Resolver(module, is_package=is_package)
         self.defs: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}
         self.parent: dict[int, ast.AST] = {}
-        self.classes: dict[int, ast.ClassDef] = {}
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                self.resolver.add_import(node)
-            elif isinstance(node, ast.ImportFrom):
-                self.resolver.add_import_from(node)
-            elif isinstance(node, _FUNCTIONS):
-                self.defs.setdefault(node.name, []).append(node)
-            if isinstance(node, (*_FUNCTIONS, ast.ClassDef, ast.Module)):
-                for child in ast.walk(node):
-                    if child is not node and isinstance(child, (*_FUNCTIONS, ast.ClassDef)):
-                        self.parent.setdefault(id(child), node)
+        self._index(tree.body, tree)
         self._flows: dict[int, _Flow | None] = {}
         self._loop_kinds: dict[int, tuple[LoopKind, str] | None] = {}
         self._callers: dict[str, list[CallSite]] | None = None
         self._self_attrs: dict[int, dict[str, Fact]] = {}
         self._returns_host: dict[str, bool] = {}
+        self._text: str | None = None
+
+    def _index(self, body: list[ast.stmt], owner: ast.AST) -> None:
+        """Imports, functions by name, and the def or class enclosing each def or class:
+        one pass over statements (expressions are never entered)."""
+        for node in body:
+            if isinstance(node, ast.Import):
+                self.resolver.add_import(node)
+            elif isinstance(node, ast.ImportFrom):
+                self.resolver.add_import_from(node)
+            elif isinstance(node, (*_FUNCTIONS, ast.ClassDef)):
+                self.parent[id(node)] = owner
+                if isinstance(node, _FUNCTIONS):
+                    self.defs.setdefault(node.name, []).append(node)
+                self._index(node.body, node)
+                continue
+            for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+                inner = getattr(node, field, None)
+                if inner:
+                    for item in inner:
+                        if isinstance(item, (ast.ExceptHandler, ast.match_case)):
+                            self._index(item.body, owner)
+                    self._index([i for i in inner if isinstance(i, ast.stmt)], owner)
 
     # -- text and names ---------------------------------------------------------------------
     def segment(self, node: ast.AST | None) -> str:
@@ -690,6 +702,12 @@ class FileFacts:
         if first == last:
             return _cut(self.lines[first - 1], col, end)
         return _cut(self.lines[first - 1], col, None) + " ..."
+
+    @property
+    def text(self) -> str:
+        if self._text is None:
+            self._text = "\n".join(self.lines)
+        return self._text
 
     def qualname(self, node: ast.AST) -> str | None:
         return self.resolver.qualname(node)
@@ -923,6 +941,9 @@ class FileFacts:
         """Calls of ``function`` (by name) inside batch loops of this file."""
         if not isinstance(function, _FUNCTIONS):
             return []
+        name = function.name
+        if self.text.count(name + "(") < 2:
+            return []  # called nowhere else in this file
         if self._callers is None:
             self._callers = {}
             for scope in [self.tree, *(f for fs in self.defs.values() for f in fs)]:

@@ -244,13 +244,17 @@ def _check(
     loops = ctx.loops()
     if loops and _times_each_step(loops[-1], ctx):
         return False  # a profiling loop: it waits for the device on purpose
-    facts = file_facts(ctx)
     scope = scope_node(ctx)
+    if not loops and not _called_here(scope, ctx):
+        return False  # not in a loop, and not a function this file calls: cannot be per batch
+    facts = file_facts(ctx)
+    step = _per_step(ctx, facts, scope) if loops else None
+    if step is None and not _called_here(scope, ctx):
+        return False
     fact = facts.fact(receiver, scope)
     if fact is not None and fact.where == "host":
         return False
     text = _text(receiver, ctx)
-    step = _per_step(ctx, facts, scope) if loops else None
     if step is not None:
         kind, line, evidence = step
         if fact is None and (not explicit or kind != "batch"):
@@ -293,6 +297,17 @@ def _check(
         f"device ({fact.describe()}); {_ADVICE}",
     )
     return True
+
+
+def _called_here(scope: ast.AST, ctx: Context) -> bool:
+    name = getattr(scope, "name", None)
+    if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) or name is None:
+        return False
+    key = f"called:{name}"
+    cached = ctx.scope.cache.get(key)
+    if cached is None:
+        cached = ctx.scope.cache[key] = ctx.source.count(name + "(") > 1
+    return bool(cached)
 
 
 def _trains(ctx: Context) -> bool:
