@@ -123,6 +123,8 @@ _FACTORIES = frozenset(
         "randn_like",
     }
 )
+# Methods a training framework calls once per batch, with the batch already on the device.
+_STEP_HOOKS = frozenset({"training_step", "validation_step", "test_step", "predict_step"})
 # Iterating these yields parameters, buffers or state: a conversion pass, not batches.
 _STATE_ITERS = ("state_dict", "parameters", "buffers", "named_", "modules", "children")
 
@@ -640,16 +642,6 @@ def _any_device(facts: list[Fact | None]) -> Fact | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
-class CallSite:
-    """A call of a function made inside a batch loop: where, and what was passed."""
-
-    line: int
-    caller: str
-    path: str
-    args: dict[str, Fact]
-
-
 class FileFacts:
     """Provenance for one parsed file: flows per function, loop kinds, per-batch callers."""
 
@@ -664,7 +656,8 @@ class FileFacts:
         self._index(tree.body, tree)
         self._flows: dict[int, _Flow | None] = {}
         self._loop_kinds: dict[int, tuple[LoopKind, str] | None] = {}
-        self._callers: dict[str, list[CallSite]] | None = None
+        self._calls: dict[str, list[tuple[ast.AST, ast.Call, tuple[ast.AST, ...]]]] | None = None
+        self._per_batch: dict[int, tuple[str, dict[str, Fact]] | None] = {}
         self._self_attrs: dict[int, dict[str, Fact]] = {}
         self._returns_host: dict[str, bool] = {}
         self._text: str | None = None
@@ -937,55 +930,103 @@ class FileFacts:
         return None
 
     # -- calls across functions -------------------------------------------------------------
-    def per_batch_callers(self, function: ast.AST) -> list[CallSite]:
-        """Calls of ``function`` (by name) inside batch loops of this file."""
-        if not isinstance(function, _FUNCTIONS):
-            return []
-        name = function.name
-        if self.text.count(name + "(") < 2:
-            return []  # called nowhere else in this file
-        if self._callers is None:
-            self._callers = {}
-            for scope in [self.tree, *(f for fs in self.defs.values() for f in fs)]:
-                self._collect_callers(scope)
-        return self._callers.get(function.name, [])
+    def per_batch(self, function: ast.AST, depth: int = 0) -> tuple[str, dict[str, Fact]] | None:
+        """Whether ``function`` runs once per batch, and the device facts of its parameters.
 
-    def _collect_callers(self, scope: ast.AST) -> None:
-        assert self._callers is not None
-        body = getattr(scope, "body", [])
-        for loop in _own_loops(body):
-            kind = self.loop_kind(loop, scope)
-            if kind is None or kind[0] != "batch":
-                continue
-            for node in ast.walk(loop):
-                if not isinstance(node, ast.Call):
-                    continue
-                callee = self.local_def(node.func, scope)
-                if callee is None or callee is scope or _has_own_batch_loop(callee):
-                    continue
-                self._callers.setdefault(callee.name, []).append(
-                    CallSite(
-                        node.lineno,
-                        getattr(scope, "name", "<module>"),
-                        self.path,
-                        self._arg_facts(node, callee, scope),
-                    )
+        A training-framework hook (``training_step``, ...: the framework moves ``batch``), or
+        a function called inside a batch loop of this file, or called by such a function.
+        Returns ``(how, seeds)`` or None.
+        """
+        if not isinstance(function, _FUNCTIONS) or depth > 3:
+            return None
+        key = id(function)
+        if key in self._per_batch:
+            return self._per_batch[key]
+        self._per_batch[key] = None  # a cycle reads as "no"
+        result: tuple[str, dict[str, Fact]] | None = None
+        if function.name in _STEP_HOOKS:
+            params = [a.arg for a in function.args.args]
+            seeds = {}
+            if len(params) > 1:
+                seeds[params[1]] = Fact(
+                    "device", params[1], "moved to the device by the training framework"
                 )
+            result = f"`{function.name}` runs once per batch (a training-framework hook)", seeds
+        elif self.text.count(function.name + "(") > 1 and not _has_own_batch_loop(function):
+            result = self._from_callers(function, depth)
+        self._per_batch[key] = result
+        return result
+
+    def _from_callers(
+        self, function: ast.FunctionDef | ast.AsyncFunctionDef, depth: int
+    ) -> tuple[str, dict[str, Fact]] | None:
+        how: str | None = None
+        seeds: dict[str, Fact] = {}
+        for scope, call, loops in self._call_index().get(function.name, []):
+            if self.local_def(call.func, scope) is not function or scope is function:
+                continue
+            outer: dict[str, Fact] | None = None
+            if any(
+                (k := self.loop_kind(loop, scope)) is not None and k[0] == "batch" for loop in loops
+            ):
+                outer = {}
+                where = f"`{function.name}` is called in the batch loop of `{getattr(scope, 'name', '<module>')}` (line {call.lineno})"
+            else:
+                above = self.per_batch(scope, depth + 1)
+                if above is None:
+                    continue
+                outer = above[1]
+                where = f"`{function.name}` is called by `{getattr(scope, 'name', '?')}` (line {call.lineno}), which runs once per batch"
+            how = how or where
+            for param, fact in self._arg_facts(call, function, scope, outer).items():
+                if fact.on_device:
+                    seeds.setdefault(param, fact)
+        return (how, seeds) if how is not None else None
+
+    def _call_index(self) -> dict[str, list[tuple[ast.AST, ast.Call, tuple[ast.AST, ...]]]]:
+        """Every call by plain or ``self.`` name: ``name -> [(scope, call, enclosing loops)]``."""
+        if self._calls is not None:
+            return self._calls
+        index: dict[str, list[tuple[ast.AST, ast.Call, tuple[ast.AST, ...]]]] = {}
+        todo: list[tuple[ast.AST, ast.AST, tuple[ast.AST, ...]]] = [(self.tree, self.tree, ())]
+        while todo:
+            node, scope, loops = todo.pop()
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, _FUNCTIONS):
+                    todo.append((child, child, ()))
+                    continue
+                if isinstance(child, ast.Call):
+                    func = child.func
+                    name = (
+                        func.id
+                        if isinstance(func, ast.Name)
+                        else (func.attr if isinstance(func, ast.Attribute) else None)
+                    )
+                    if name is not None and name in self.defs:
+                        index.setdefault(name, []).append((scope, child, loops))
+                inner = (*loops, child) if isinstance(child, _LOOPS) else loops
+                todo.append((child, scope, inner))
+        self._calls = index
+        return index
 
     def _arg_facts(
-        self, call: ast.Call, callee: ast.FunctionDef | ast.AsyncFunctionDef, scope: ast.AST
+        self,
+        call: ast.Call,
+        callee: ast.FunctionDef | ast.AsyncFunctionDef,
+        scope: ast.AST,
+        seeds: dict[str, Fact] | None = None,
     ) -> dict[str, Fact]:
         params = [a.arg for a in [*callee.args.posonlyargs, *callee.args.args]]
         if params and params[0] in {"self", "cls"} and isinstance(call.func, ast.Attribute):
             params = params[1:]
         out: dict[str, Fact] = {}
         for param, arg in zip(params, call.args, strict=False):
-            fact = self.fact(arg, scope)
+            fact = self.fact(arg, scope, seeds)
             if fact is not None:
                 out[param] = fact
         for kw in call.keywords:
             if kw.arg is not None:
-                fact = self.fact(kw.value, scope)
+                fact = self.fact(kw.value, scope, seeds)
                 if fact is not None:
                     out[kw.arg] = fact
         return out

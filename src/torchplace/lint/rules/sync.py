@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 
 from torchplace.lint.base import Context, Family, Rule, at_method
-from torchplace.lint.provenance import Fact, FileFacts, file_facts, scope_node
+from torchplace.lint.provenance import FileFacts, file_facts, scope_node
 from torchplace.lint.rules.facts import TIMERS, in_periodic_branch, in_test
 
 __all__ = ["FAMILY"]
@@ -277,23 +277,17 @@ def _check(
             f"({cause}); {_ADVICE}",
         )
         return True
-    callers = facts.per_batch_callers(scope)
-    if not callers:
+    per_batch = facts.per_batch(scope)
+    if per_batch is None:
         return False
-    seeds: dict[str, Fact] = {}
-    for site in callers:
-        for param, arg in site.args.items():
-            if arg.on_device:
-                seeds.setdefault(param, arg)
+    how, seeds = per_batch
     fact = facts.fact(receiver, scope, seeds) if seeds else fact
     if fact is None or not fact.on_device:
         return False
-    site = callers[0]
     ctx.report(
         SYNC_IN_LOOP.code,
         node,
-        f"{what} of `{text}` runs once per batch (`{getattr(scope, 'name', '?')}` is called in "
-        f"the batch loop of `{site.caller}`, line {site.line}) and makes the host wait for the "
+        f"{what} of `{text}` runs once per batch ({how}) and makes the host wait for the "
         f"device ({fact.describe()}); {_ADVICE}",
     )
     return True
@@ -303,6 +297,8 @@ def _called_here(scope: ast.AST, ctx: Context) -> bool:
     name = getattr(scope, "name", None)
     if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) or name is None:
         return False
+    if name in {"training_step", "validation_step", "test_step", "predict_step"}:
+        return True
     key = f"called:{name}"
     cached = ctx.scope.cache.get(key)
     if cached is None:
