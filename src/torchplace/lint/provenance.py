@@ -15,9 +15,9 @@ The rules ask three questions of a file, all answered here from evidence in the 
   iterates to a device, runs a moved model or calls a training step; ``"rows"`` when it iterates
   a device value element by element. A loop whose batch evidence is all inside a nested loop
   (or a called function that has its own batch loop) runs once per epoch.
-- **Who calls whom per batch?** :meth:`FileFacts.per_batch_callers` lists the calls of a
-  function made inside batch loops of the same file, or of a module of the linted package that
-  imports it, with the facts of the arguments passed.
+- **Who runs per batch?** :meth:`FileFacts.per_batch` says whether a function runs once per
+  batch (a training-framework step hook, a function called inside a batch loop of the file, or
+  one called by such a function) and what its parameters hold at those calls.
 
 Facts are computed on first use for one function at a time and cached; files are read once
 per process (:func:`facts_for_file`).
@@ -26,6 +26,7 @@ per process (:func:`facts_for_file`).
 from __future__ import annotations
 
 import ast
+import bisect
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -656,7 +657,7 @@ class FileFacts:
         self._index(tree.body, tree)
         self._flows: dict[int, _Flow | None] = {}
         self._loop_kinds: dict[int, tuple[LoopKind, str] | None] = {}
-        self._calls: dict[str, list[tuple[ast.AST, ast.Call, tuple[ast.AST, ...]]]] | None = None
+        self._calls: dict[str, list[tuple[ast.AST, ast.Call, tuple[ast.AST, ...]]]] = {}
         self._per_batch: dict[int, tuple[str, dict[str, Fact]] | None] = {}
         self._self_attrs: dict[int, dict[str, Fact]] = {}
         self._returns_host: dict[str, bool] = {}
@@ -962,7 +963,7 @@ class FileFacts:
     ) -> tuple[str, dict[str, Fact]] | None:
         how: str | None = None
         seeds: dict[str, Fact] = {}
-        for scope, call, loops in self._call_index().get(function.name, []):
+        for scope, call, loops in self._calls_of(function.name):
             if self.local_def(call.func, scope) is not function or scope is function:
                 continue
             outer: dict[str, Fact] | None = None
@@ -983,31 +984,80 @@ class FileFacts:
                     seeds.setdefault(param, fact)
         return (how, seeds) if how is not None else None
 
-    def _call_index(self) -> dict[str, list[tuple[ast.AST, ast.Call, tuple[ast.AST, ...]]]]:
-        """Every call by plain or ``self.`` name: ``name -> [(scope, call, enclosing loops)]``."""
-        if self._calls is not None:
-            return self._calls
-        index: dict[str, list[tuple[ast.AST, ast.Call, tuple[ast.AST, ...]]]] = {}
-        todo: list[tuple[ast.AST, ast.AST, tuple[ast.AST, ...]]] = [(self.tree, self.tree, ())]
-        while todo:
-            node, scope, loops = todo.pop()
-            for child in ast.iter_child_nodes(node):
-                if isinstance(child, _FUNCTIONS):
-                    todo.append((child, child, ()))
-                    continue
-                if isinstance(child, ast.Call):
-                    func = child.func
-                    name = (
-                        func.id
-                        if isinstance(func, ast.Name)
-                        else (func.attr if isinstance(func, ast.Attribute) else None)
+    def _calls_of(self, name: str) -> list[tuple[ast.AST, ast.Call, tuple[ast.AST, ...]]]:
+        """Calls of ``name(...)``/``x.name(...)``: ``[(scope, call, enclosing loops)]``.
+
+        Found from the text first: only statements whose lines hold ``name(`` are entered.
+        """
+        cached = self._calls.get(name)
+        if cached is not None:
+            return cached
+        needle = name + "("
+        hits: list[int] = []
+        for number, line in enumerate(self.lines, 1):
+            if needle in line and "def " + needle not in line:
+                hits.append(number)
+        found: list[tuple[ast.AST, ast.Call, tuple[ast.AST, ...]]] = []
+        if hits:
+            self._find_calls(self.tree.body, self.tree, (), name, hits, found)
+        self._calls[name] = found
+        return found
+
+    def _find_calls(
+        self,
+        body: list[ast.stmt],
+        scope: ast.AST,
+        loops: tuple[ast.AST, ...],
+        name: str,
+        hits: list[int],
+        found: list[tuple[ast.AST, ast.Call, tuple[ast.AST, ...]]],
+    ) -> None:
+        for stmt in body:
+            first, last = stmt.lineno, stmt.end_lineno or stmt.lineno
+            i = bisect.bisect_left(hits, first)
+            if i == len(hits) or hits[i] > last:
+                continue
+            if isinstance(stmt, _FUNCTIONS):
+                self._find_calls(stmt.body, stmt, (), name, hits, found)
+                continue
+            if isinstance(stmt, ast.ClassDef):
+                self._find_calls(stmt.body, scope, (), name, hits, found)
+                continue
+            inner = (*loops, stmt) if isinstance(stmt, _LOOPS) else loops
+            nested = False
+            for field in ("body", "orelse", "finalbody"):
+                block = getattr(stmt, field, None)
+                if block and isinstance(block[0], ast.stmt):
+                    nested = True
+                    self._find_calls(
+                        block, scope, inner if field == "body" else loops, name, hits, found
                     )
-                    if name is not None and name in self.defs:
-                        index.setdefault(name, []).append((scope, child, loops))
-                inner = (*loops, child) if isinstance(child, _LOOPS) else loops
-                todo.append((child, scope, inner))
-        self._calls = index
-        return index
+            for handler in getattr(stmt, "handlers", []):
+                self._find_calls(handler.body, scope, loops, name, hits, found)
+            for case in getattr(stmt, "cases", []):
+                self._find_calls(case.body, scope, loops, name, hits, found)
+            heads: list[ast.AST] = (
+                [stmt]
+                if not nested
+                else [
+                    getattr(stmt, f)
+                    for f in ("test", "iter", "items", "subject")
+                    if getattr(stmt, f, None)
+                ]
+            )
+            for head in heads:
+                for sub in (
+                    ast.walk(head)
+                    if isinstance(head, ast.AST)
+                    else [n for item in head for n in ast.walk(item)]
+                ):
+                    if isinstance(sub, ast.Call):
+                        func = sub.func
+                        called = (
+                            func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+                        )
+                        if called == name:
+                            found.append((scope, sub, loops))
 
     def _arg_facts(
         self,
