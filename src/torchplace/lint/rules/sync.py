@@ -247,6 +247,8 @@ def _check(
     scope = scope_node(ctx)
     if not loops and not _called_here(scope, ctx):
         return False  # not in a loop, and not a function this file calls: cannot be per batch
+    if not explicit and (_host_syntax(receiver) or not _mentions_device(ctx)):
+        return False  # a print/f-string/cast needs a device value, and nothing here makes one
     facts = file_facts(ctx)
     step = _per_step(ctx, facts, scope) if loops else None
     if step is None and not _called_here(scope, ctx):
@@ -291,6 +293,40 @@ def _check(
         f"device ({fact.describe()}); {_ADVICE}",
     )
     return True
+
+
+_DEVICE_MARKS = (".to(", ".cuda(", "device", "backward")
+_HOST_FUNCS = frozenset({"len", "str", "repr", "type", "int", "float", "round", "id", "hex"})
+
+
+def _host_syntax(node: ast.expr) -> bool:
+    """Plainly a host value: a literal, ``len(x)``, ``x.shape``, ``x.dtype``, a string op."""
+    if isinstance(node, (ast.Constant, ast.JoinedStr)):
+        return True
+    if isinstance(node, ast.Attribute):
+        return node.attr in {"shape", "dtype", "device", "ndim", "__name__", "name"}
+    if isinstance(node, ast.Call):
+        func = node.func
+        if isinstance(func, ast.Name):
+            return func.id in _HOST_FUNCS
+        return isinstance(func, ast.Attribute) and func.attr in {"item", "tolist", "join", "size"}
+    return False
+
+
+def _mentions_device(ctx: Context) -> bool:
+    """The enclosing function's text (or the module's) shows device work at all."""
+    scope = ctx.function_scope() or ctx.scope
+    cached = scope.cache.get("mentions-device")
+    if cached is None:
+        node = scope.node
+        if isinstance(node, ast.Module):
+            text = ctx.source
+        else:
+            lines = ctx.lines()
+            start = getattr(node, "lineno", 1) - 1
+            text = "\n".join(lines[start : getattr(node, "end_lineno", start + 1)])
+        cached = scope.cache["mentions-device"] = any(mark in text for mark in _DEVICE_MARKS)
+    return bool(cached)
 
 
 def _called_here(scope: ast.AST, ctx: Context) -> bool:
