@@ -953,8 +953,10 @@ class FileFacts:
                     "device", params[1], "moved to the device by the training framework"
                 )
             result = f"`{function.name}` runs once per batch (a training-framework hook)", seeds
-        elif self.text.count(function.name + "(") > 1 and not _has_own_batch_loop(function):
+        elif self.text.count(function.name + "(") > 1:
             result = self._from_callers(function, depth)
+            if result is not None and _has_own_batch_loop(function):
+                result = None
         self._per_batch[key] = result
         return result
 
@@ -1156,18 +1158,27 @@ def _has_own_batch_loop(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     """A function that iterates a loader itself (an epoch function, not a step)."""
     _, nested = _split_own(list(node.body))
     for loop in nested:
-        if isinstance(loop, (ast.For, ast.AsyncFor)):
-            text = ast.dump(loop.iter)
-            if "loader" in text.lower() or "dataset" in text.lower() or "batch" in text.lower():
-                return True
-        if any(
-            isinstance(sub, ast.Call)
-            and isinstance(sub.func, ast.Attribute)
-            and sub.func.attr in {"backward", "to", "cuda"}
-            for sub in ast.walk(loop)
+        if isinstance(loop, (ast.For, ast.AsyncFor)) and any(
+            isinstance(sub, (ast.Name, ast.Attribute))
+            and any(
+                w in (sub.id if isinstance(sub, ast.Name) else sub.attr).lower()
+                for w in _BATCH_WORDS
+            )
+            for sub in ast.walk(loop.iter)
         ):
             return True
+        for stmt in loop.body:  # type: ignore[attr-defined]
+            for sub in ast.walk(stmt):
+                if (
+                    isinstance(sub, ast.Call)
+                    and isinstance(sub.func, ast.Attribute)
+                    and sub.func.attr in {"backward", "to", "cuda"}
+                ):
+                    return True
     return False
+
+
+_BATCH_WORDS = ("loader", "dataset", "batch")
 
 
 @lru_cache(maxsize=64)

@@ -239,16 +239,16 @@ def _check(
     read: ast.AST | None = None,
 ) -> bool:
     """Report ``what`` (a read of ``receiver``) if it runs per batch on a device value."""
-    if in_test(ctx) or in_periodic_branch(ctx) or _exits(ctx):
-        return False
     loops = ctx.loops()
-    if loops and _times_each_step(loops[-1], ctx):
-        return False  # a profiling loop: it waits for the device on purpose
     scope = scope_node(ctx)
     if not loops and not _called_here(scope, ctx):
         return False  # not in a loop, and not a function this file calls: cannot be per batch
     if not explicit and (_host_syntax(receiver) or not _mentions_device(ctx)):
         return False  # a print/f-string/cast needs a device value, and nothing here makes one
+    if in_test(ctx) or in_periodic_branch(ctx) or _exits(ctx):
+        return False
+    if loops and _times_each_step(loops[-1], ctx):
+        return False  # a profiling loop: it waits for the device on purpose
     facts = file_facts(ctx)
     step = _per_step(ctx, facts, scope) if loops else None
     if step is None and not _called_here(scope, ctx):
@@ -333,6 +333,8 @@ def _called_here(scope: ast.AST, ctx: Context) -> bool:
     name = getattr(scope, "name", None)
     if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) or name is None:
         return False
+    if name.startswith("__"):
+        return False  # __init__, __call__, ...: not called by this name
     if name in {"training_step", "validation_step", "test_step", "predict_step"}:
         return True
     key = f"called:{name}"
