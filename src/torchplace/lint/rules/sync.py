@@ -243,13 +243,21 @@ def _check(
     scope = scope_node(ctx)
     if not loops and not _called_here(scope, ctx):
         return False  # not in a loop, and not a function this file calls: cannot be per batch
-    if not explicit and (_host_syntax(receiver) or not _mentions_device(ctx)):
+    if not explicit and (
+        not isinstance(receiver, (ast.Name, ast.Attribute, ast.Subscript, ast.Call))
+        or _host_syntax(receiver)
+        or not _mentions_device(ctx)
+    ):
         return False  # a print/f-string/cast needs a device value, and nothing here makes one
     if in_test(ctx) or in_periodic_branch(ctx) or _exits(ctx):
         return False
     if loops and _times_each_step(loops[-1], ctx):
         return False  # a profiling loop: it waits for the device on purpose
     facts = file_facts(ctx)
+    if not explicit:
+        early = facts.fact(receiver, scope)
+        if early is None or not early.on_device:
+            return False
     step = _per_step(ctx, facts, scope) if loops else None
     if step is None and not _called_here(scope, ctx):
         return False
