@@ -129,9 +129,9 @@ def _per_step(ctx: Context, facts: FileFacts, scope: ast.AST) -> tuple[str, int,
 _ADVICE = "keep it on the device and read it once after the loop (or every N steps)"
 
 
-def _exits(ctx: Context) -> bool:
+def _exits(ctx: Context, node: ast.AST) -> bool:
     """Inside a branch that leaves the loop (``raise``, ``sys.exit()``, ``break``): runs once."""
-    child: ast.AST | None = None
+    child = node
     for parent in reversed(ctx.parents):
         if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)):
             return False
@@ -244,12 +244,12 @@ def _check(
     if not loops and not _called_here(scope, ctx):
         return False  # not in a loop, and not a function this file calls: cannot be per batch
     if not explicit and (
-        not isinstance(receiver, (ast.Name, ast.Attribute, ast.Subscript, ast.Call))
+        not isinstance(receiver, (ast.Name, ast.Attribute, ast.Subscript, ast.Call, ast.Compare))
         or _host_syntax(receiver)
         or not _mentions_device(ctx)
     ):
         return False  # a print/f-string/cast needs a device value, and nothing here makes one
-    if in_test(ctx) or in_periodic_branch(ctx) or _exits(ctx):
+    if in_test(ctx) or in_periodic_branch(ctx) or _exits(ctx, read or node):
         return False
     if loops and _times_each_step(loops[-1], ctx):
         return False  # a profiling loop: it waits for the device on purpose
@@ -417,6 +417,8 @@ FAMILY = Family(
         "float(",
         "int(",
         "bool(",
+        "all(",
+        "any(",
         "print(",
         ".format(",
         'f"',
