@@ -40,6 +40,7 @@ __all__ = [
     "Fact",
     "FileFacts",
     "LoopKind",
+    "PerBatch",
     "facts_for_file",
     "file_facts",
     "is_device_expr",
@@ -643,6 +644,16 @@ def _any_device(facts: list[Fact | None]) -> Fact | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class PerBatch:
+    """A function that runs once per batch: why, what its parameters hold, whether it is part
+    of a training step (a loop that calls ``.backward()``)."""
+
+    how: str
+    seeds: dict[str, Fact]
+    trains: bool
+
+
 class FileFacts:
     """Provenance for one parsed file: flows per function, loop kinds, per-batch callers."""
 
@@ -658,7 +669,7 @@ class FileFacts:
         self._flows: dict[int, _Flow | None] = {}
         self._loop_kinds: dict[int, tuple[LoopKind, str] | None] = {}
         self._calls: dict[str, list[tuple[ast.AST, ast.Call, tuple[ast.AST, ...]]]] = {}
-        self._per_batch: dict[int, tuple[str, dict[str, Fact]] | None] = {}
+        self._per_batch: dict[int, PerBatch | None] = {}
         self._self_attrs: dict[int, dict[str, Fact]] = {}
         self._returns_host: dict[str, bool] = {}
         self._text: str | None = None
@@ -931,12 +942,12 @@ class FileFacts:
         return None
 
     # -- calls across functions -------------------------------------------------------------
-    def per_batch(self, function: ast.AST, depth: int = 0) -> tuple[str, dict[str, Fact]] | None:
+    def per_batch(self, function: ast.AST, depth: int = 0) -> PerBatch | None:
         """Whether ``function`` runs once per batch, and the device facts of its parameters.
 
-        A training-framework hook (``training_step``, ...: the framework moves ``batch``), or
-        a function called inside a batch loop of this file, or called by such a function.
-        Returns ``(how, seeds)`` or None.
+        A training-framework hook (``training_step``, ...: the framework moves ``batch``), a
+        function called inside a batch loop of this file or of a sibling module that imports
+        it, or one called by such a function.
         """
         if not isinstance(function, _FUNCTIONS) or depth > 3:
             return None
@@ -944,7 +955,7 @@ class FileFacts:
         if key in self._per_batch:
             return self._per_batch[key]
         self._per_batch[key] = None  # a cycle reads as "no"
-        result: tuple[str, dict[str, Fact]] | None = None
+        result: PerBatch | None = None
         if function.name in _STEP_HOOKS:
             params = [a.arg for a in function.args.args]
             seeds = {}
@@ -952,39 +963,88 @@ class FileFacts:
                 seeds[params[1]] = Fact(
                     "device", params[1], "moved to the device by the training framework"
                 )
-            result = f"`{function.name}` runs once per batch (a training-framework hook)", seeds
-        elif self.text.count(function.name + "(") > 1:
-            result = self._from_callers(function, depth)
+            how = f"`{function.name}` runs once per batch (a training-framework hook)"
+            result = PerBatch(how, seeds, function.name == "training_step")
+        else:
+            if self.text.count(function.name + "(") > 1:
+                result = self._from_callers(function, depth, self, None)
+            if result is None and depth == 0 and self.parent.get(id(function)) is self.tree:
+                result = self._from_importers(function)
             if result is not None and _has_own_batch_loop(function):
                 result = None
         self._per_batch[key] = result
         return result
 
+    def _from_importers(self, function: ast.FunctionDef | ast.AsyncFunctionDef) -> PerBatch | None:
+        """Calls of a module-level function from sibling modules (``utils.f(...)``)."""
+        if not os.path.isfile(self.path):
+            return None
+        here = os.path.abspath(self.path)
+        directory, filename = os.path.split(here)
+        stem = filename[:-3]
+        wanted = f"{stem}.{function.name}"
+        for other in _siblings(directory):
+            if other == here:
+                continue
+            text = _text_of(other)
+            if text is None or function.name + "(" not in text or stem not in text:
+                continue
+            facts = facts_for_file(other)
+            if facts is None:
+                continue
+            found = facts._from_callers(function, 1, facts, wanted)
+            if found is not None:
+                return found
+        return None
+
     def _from_callers(
-        self, function: ast.FunctionDef | ast.AsyncFunctionDef, depth: int
-    ) -> tuple[str, dict[str, Fact]] | None:
+        self,
+        function: ast.FunctionDef | ast.AsyncFunctionDef,
+        depth: int,
+        callers: FileFacts,
+        qualified: str | None,
+    ) -> PerBatch | None:
         how: str | None = None
+        trains = False
         seeds: dict[str, Fact] = {}
-        for scope, call, loops in self._calls_of(function.name):
-            if self.local_def(call.func, scope) is not function or scope is function:
+        for scope, call, loops in callers._calls_of(function.name):
+            if scope is function:
+                continue
+            if qualified is None:
+                if callers.local_def(call.func, scope) is not function:
+                    continue
+            elif not (callers.qualname(call.func) or "").endswith(qualified):
                 continue
             outer: dict[str, Fact] | None = None
-            if any(
-                (k := self.loop_kind(loop, scope)) is not None and k[0] == "batch" for loop in loops
-            ):
+            batch = [
+                loop
+                for loop in loops
+                if (k := callers.loop_kind(loop, scope)) is not None and k[0] == "batch"
+            ]
+            caller = getattr(scope, "name", "<module>")
+            where_file = "" if callers is self else f" of {os.path.basename(callers.path)}"
+            if batch:
                 outer = {}
-                where = f"`{function.name}` is called in the batch loop of `{getattr(scope, 'name', '<module>')}` (line {call.lineno})"
+                trains = trains or any(_calls_backward(loop) for loop in batch)
+                where = (
+                    f"`{function.name}` is called in the batch loop of `{caller}`{where_file} "
+                    f"(line {call.lineno})"
+                )
             else:
-                above = self.per_batch(scope, depth + 1)
+                above = callers.per_batch(scope, depth + 1)
                 if above is None:
                     continue
-                outer = above[1]
-                where = f"`{function.name}` is called by `{getattr(scope, 'name', '?')}` (line {call.lineno}), which runs once per batch"
+                outer = above.seeds
+                trains = trains or above.trains
+                where = (
+                    f"`{function.name}` is called by `{caller}`{where_file} (line {call.lineno}), "
+                    "which runs once per batch"
+                )
             how = how or where
-            for param, fact in self._arg_facts(call, function, scope, outer).items():
+            for param, fact in callers._arg_facts(call, function, scope, outer).items():
                 if fact.on_device:
                     seeds.setdefault(param, fact)
-        return (how, seeds) if how is not None else None
+        return PerBatch(how, seeds, trains) if how is not None else None
 
     def _calls_of(self, name: str) -> list[tuple[ast.AST, ast.Call, tuple[ast.AST, ...]]]:
         """Calls of ``name(...)``/``x.name(...)``: ``[(scope, call, enclosing loops)]``.
@@ -1179,6 +1239,40 @@ def _has_own_batch_loop(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
 
 
 _BATCH_WORDS = ("loader", "dataset", "batch")
+
+
+def _calls_backward(loop: ast.AST) -> bool:
+    return any(isinstance(sub, ast.Attribute) and sub.attr == "backward" for sub in ast.walk(loop))
+
+
+# Directories with more modules than this are libraries: their callers are not searched.
+_MAX_SIBLINGS = 40
+
+
+@lru_cache(maxsize=256)
+def _siblings(directory: str) -> tuple[str, ...]:
+    """The modules next to a file and one folder up (where its importers usually are), if
+    there are few."""
+    found: list[str] = []
+    places = [directory, os.path.dirname(directory)]
+    for place in places:
+        try:
+            names = sorted(os.listdir(place))
+        except OSError:
+            continue
+        found.extend(os.path.join(place, n) for n in names if n.endswith(".py"))
+        if len(found) > _MAX_SIBLINGS:
+            return ()
+    return tuple(found)
+
+
+@lru_cache(maxsize=256)
+def _text_of(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
 
 
 @lru_cache(maxsize=64)

@@ -131,6 +131,8 @@ _ADVICE = "keep it on the device and read it once after the loop (or every N ste
 
 def _exits(ctx: Context, node: ast.AST) -> bool:
     """Inside a branch that leaves the loop (``raise``, ``sys.exit()``, ``break``): runs once."""
+    if not ctx.loops():
+        return False
     child = node
     for parent in reversed(ctx.parents):
         if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)):
@@ -241,8 +243,8 @@ def _check(
     """Report ``what`` (a read of ``receiver``) if it runs per batch on a device value."""
     loops = ctx.loops()
     scope = scope_node(ctx)
-    if not loops and not _called_here(scope, ctx):
-        return False  # not in a loop, and not a function this file calls: cannot be per batch
+    if not loops and not (_called_here(scope, ctx) or (explicit and _module_level(ctx))):
+        return False  # not in a loop, nor a function something calls: cannot be per batch
     if not explicit and (
         not isinstance(receiver, (ast.Name, ast.Attribute, ast.Subscript, ast.Call, ast.Compare))
         or _host_syntax(receiver)
@@ -259,7 +261,7 @@ def _check(
         if early is None or not early.on_device:
             return False
     step = _per_step(ctx, facts, scope) if loops else None
-    if step is None and not _called_here(scope, ctx):
+    if step is None and not (_called_here(scope, ctx) or (explicit and _module_level(ctx))):
         return False
     fact = facts.fact(receiver, scope)
     if fact is not None and fact.where == "host":
@@ -290,15 +292,17 @@ def _check(
     per_batch = facts.per_batch(scope)
     if per_batch is None:
         return False
-    how, seeds = per_batch
-    fact = facts.fact(receiver, scope, seeds) if seeds else fact
-    if fact is None or not fact.on_device:
+    fact = facts.fact(receiver, scope, per_batch.seeds) if per_batch.seeds else fact
+    if fact is not None and not fact.on_device:
         return False
+    if fact is None and not (explicit and per_batch.trains):
+        return False  # outside a training step, an unknown value may well be on the host
+    cause = fact.describe() if fact is not None else "a value of the training step"
     ctx.report(
         SYNC_IN_LOOP.code,
         node,
-        f"{what} of `{text}` runs once per batch ({how}) and makes the host wait for the "
-        f"device ({fact.describe()}); {_ADVICE}",
+        f"{what} of `{text}` runs once per batch ({per_batch.how}) and makes the host wait "
+        f"for the device ({cause}); {_ADVICE}",
     )
     return True
 
@@ -350,6 +354,12 @@ def _called_here(scope: ast.AST, ctx: Context) -> bool:
     if cached is None:
         cached = ctx.scope.cache[key] = ctx.source.count(name + "(") > 1
     return bool(cached)
+
+
+def _module_level(ctx: Context) -> bool:
+    """A module-level function: other modules of the package may call it per batch."""
+    scope = ctx.function_scope()
+    return scope is not None and scope.parent is not None and scope.parent.kind == "module"
 
 
 def _trains(ctx: Context) -> bool:
