@@ -310,6 +310,9 @@ class _Flow:
                 self.bind(func.value, self.facts.move_fact(call, func.value), node.lineno, call)
         elif isinstance(node, (ast.For, ast.AsyncFor)):
             iter_fact = self.eval(node.iter, self.current)
+            if iter_fact is None and _moves_some(node):
+                # A batch loop moves some of its items: the others stay on the host.
+                iter_fact = Fact("host", "a batch item that is never moved")
             for _ in range(2):  # twice: values carried from one step to the next
                 self.bind_loop_target(node.target, node.iter, iter_fact, node.lineno)
                 self.block(node.body)
@@ -554,6 +557,22 @@ def _target_names(target: ast.expr) -> list[str]:
     return [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
 
 
+def _moves_some(loop: ast.For | ast.AsyncFor) -> bool:
+    """The loop moves one of its own targets to a device (``x = x.to(device)``)."""
+    targets = set(_target_names(loop.target))
+    for stmt in loop.body:
+        for sub in ast.walk(stmt):
+            if (
+                isinstance(sub, ast.Call)
+                and isinstance(sub.func, ast.Attribute)
+                and sub.func.attr in {"to", "cuda"}
+                and isinstance(sub.func.value, ast.Name)
+                and sub.func.value.id in targets
+            ):
+                return True
+    return False
+
+
 def _iterates_items(node: ast.expr) -> bool:
     return (
         isinstance(node, ast.Call)
@@ -580,7 +599,10 @@ def _device_helper(name: str, args: list[ast.expr]) -> bool:
 
 def _passes_device(call: ast.Call) -> bool:
     """``make_steps(n, device)``, ``sample(shape, device=dev)``: built where it is told."""
-    name = (dotted_name(call.func) or "").rsplit(".", 1)[-1].lower()
+    written = (dotted_name(call.func) or "").rsplit(".", 1)[-1]
+    if written[:1].isupper():
+        return False  # a class (a timer, a config) given a device is not a tensor
+    name = written.lower()
     if name.startswith(("get_device", "is_", "set_", "init", "setup", "print", "log")):
         return False
     if "cpu" in name or name in {"device", "dev", "str", "repr", "print"}:
@@ -830,7 +852,9 @@ class FileFacts:
                     f"it iterates `{_short(self.segment(it), 32)}` on the device: "
                     + (fact.describe()),
                 )
-        state_iter = any(word in self.segment(it) for it in iters for word in _STATE_ITERS)
+        if any(word in self.segment(it) for it in iters for word in _STATE_ITERS):
+            return None  # a pass over parameters or a state dict: conversion, not batches
+        state_iter = False
         own, nested = _split_own(body)
         if isinstance(loop, ast.While):
             targets = {

@@ -351,16 +351,40 @@ def _to_cpu(call: ast.Call) -> bool:
 
 
 def in_periodic_branch(ctx: Context) -> bool:
-    """Inside ``if step % log_every == 0:`` (or a test naming logging): runs every N steps."""
+    """Inside a branch taken on few steps: ``if step % log_every == 0:``, a test naming logging
+    or debugging, ``if i == 0:`` (one step), ``if n < 10:`` (the first few), or a flag computed
+    with ``%`` (``regularize = i % every == 0``)."""
     for parent in reversed(ctx.parents):
         if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)):
             return False
-        if isinstance(parent, ast.If):
-            for sub in ast.walk(parent.test):
-                if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Mod):
-                    return True
-                text = sub.id if isinstance(sub, ast.Name) else getattr(sub, "attr", "")
-                if any(word in text.lower() for word in ("log", "every", "interval", "verbose")):
+        if isinstance(parent, ast.If) and _rare_test(parent.test, ctx):
+            return True
+    return False
+
+
+_RARE_WORDS = ("log", "every", "interval", "verbose", "debug", "print_freq", "freq")
+
+
+def _rare_test(test: ast.expr, ctx: Context) -> bool:
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        right = test.comparators[0]
+        if isinstance(right, ast.Constant) and isinstance(right.value, int):
+            op = test.ops[0]
+            if isinstance(op, ast.Eq) or (isinstance(op, (ast.Lt, ast.LtE)) and right.value <= 100):
+                return not isinstance(test.left, ast.Call)  # `len(x) == 0` tests data
+    scope = ctx.function_scope()
+    bindings = ctx.scope_bindings(scope) if scope is not None else {}
+    for sub in ast.walk(test):
+        if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Mod):
+            return True
+        text = sub.id if isinstance(sub, ast.Name) else getattr(sub, "attr", "")
+        if any(word in text.lower() for word in _RARE_WORDS):
+            return True
+        if isinstance(sub, ast.Name):
+            for value in bindings.get(sub.id, []):
+                if value is not None and any(
+                    isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(value)
+                ):
                     return True
     return False
 
