@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 
 from torchplace.lint.base import (
     Context,
@@ -65,6 +66,8 @@ def _torch_load(call: ast.Call, ctx: Context) -> None:
         and not _round_trip(call, ctx)
         and not _host_only_payload(call, ctx)
         and not _saved_from_host(call, ctx)
+        and _may_load_elsewhere(ctx)
+        and not _cuda_only_branch(ctx)
     ):
         ctx.report(
             NO_MAP_LOCATION.code,
@@ -193,6 +196,44 @@ def _round_trip(call: ast.Call, ctx: Context) -> bool:
             and (sub.func.attr == "seek" or (sub.func.attr == "save" and len(sub.args) > 1))
         }
     return "seek" in cached or " ".join((ctx.segment(source) or "").split()) in cached
+
+
+_FALLBACK = re.compile(
+    r"""["']cpu["']|no[_-]cuda|--cpu|use_cuda|LOCAL_RANK|local_rank|init_process_group|"""
+    r"""DistributedDataParallel|map_location"""
+)
+
+
+def _may_load_elsewhere(ctx: Context) -> bool:
+    """The file can run where the checkpoint was not saved: it falls back to the CPU, runs one
+    process per GPU, or is a library whose callers choose the device (no module-level code
+    pins one). A script that only ever runs on one CUDA device has nothing to remap."""
+    scope = ctx.scope
+    while scope.parent is not None:
+        scope = scope.parent
+    cached = scope.cache.get("loads-elsewhere")
+    if cached is None:
+        source = ctx.source
+        pinned = re.search(r"""(device\s*=\s*|torch\.device\()["']cuda(:0)?["']""", source)
+        cached = scope.cache["loads-elsewhere"] = bool(_FALLBACK.search(source)) or not pinned
+    return bool(cached)
+
+
+def _cuda_only_branch(ctx: Context) -> bool:
+    """The statements around the load move things with ``.cuda()``: a CUDA-only code path
+    (a TensorRT engine, a GPU-only branch), where the saving device is the loading one."""
+    if not ctx.stmt_path:
+        return False
+    block, _ = ctx.stmt_path[-1]
+    if len(ctx.stmt_path) < 2:
+        return False  # a whole function or module body is not a branch
+    return any(
+        isinstance(sub, ast.Call)
+        and isinstance(sub.func, ast.Attribute)
+        and sub.func.attr == "cuda"
+        for stmt in block
+        for sub in ast.walk(stmt)
+    )
 
 
 def _saved_from_host(call: ast.Call, ctx: Context) -> bool:

@@ -121,6 +121,8 @@ def _call(call: ast.Call, ctx: Context) -> None:
     if method is not None and method.name in _PLACEMENT_API:
         method = None  # an override of the placement API itself: placing is its job
     func = call.func
+    if method is not None and _fallback_path(ctx):
+        method = None  # an OOM handler or a device-type branch places on purpose
     if (
         method is not None
         and isinstance(func, ast.Attribute)
@@ -174,6 +176,21 @@ def _call(call: ast.Call, ctx: Context) -> None:
     name = ctx.call_qualname(call)
     if name in FACTORIES and method is not None:
         _factory(call, ctx, name, method)
+
+
+def _fallback_path(ctx: Context) -> bool:
+    """Inside an ``except`` handler (a CUDA out-of-memory fallback) or a branch on the device
+    type (``if device.type == "cpu":``): placement there is the point of the branch."""
+    for parent in ctx.parents:
+        if isinstance(parent, ast.ExceptHandler):
+            return True
+        if isinstance(parent, ast.If) and any(
+            (isinstance(sub, ast.Attribute) and sub.attr == "type")
+            or (isinstance(sub, ast.Constant) and sub.value in {"cpu", "cuda"})
+            for sub in ast.walk(parent.test)
+        ):
+            return True
+    return False
 
 
 def _compared(ctx: Context) -> bool:
@@ -379,7 +396,7 @@ def _has_index(call: ast.Call, ctx: Context) -> bool:
     )
 
 
-_HOST_READS = frozenset({"item", "tolist", "numpy", "cpu", "to", "cuda", "type_as"})
+_HOST_READS = frozenset({"item", "tolist", "numpy", "cpu", "to", "cuda", "type_as", "type"})
 _HOST_CASTS = frozenset({"int", "float", "bool", "round", "len", "range"})
 _DRAWS = frozenset(
     {"torch.rand", "torch.randn", "torch.randint", "torch.empty", "torch.zeros", "torch.randperm"}
@@ -496,7 +513,8 @@ def _moves_any(stmt: ast.stmt, names: set[str]) -> bool:
         if (
             isinstance(sub, ast.Call)
             and isinstance(sub.func, ast.Attribute)
-            and sub.func.attr in {"to", "cuda", "type_as"}
+            and sub.func.attr in {"to", "cuda", "type_as", "type"}
+            and (sub.func.attr != "type" or bool(sub.args))
             and names_in(sub.func.value) & names
         ):
             return True
