@@ -879,7 +879,6 @@ class FileFacts:
                 and name in {"step", "zero_grad"}
                 and not node.args
                 and "sched" not in self.segment(func.value).lower()
-                and not nested_batch
             ):
                 return "batch", f"it calls `{_short(self.segment(func), 32)}()` on every step"
             if (
@@ -936,7 +935,12 @@ class FileFacts:
     def _step_call(self, call: ast.Call, scope: ast.AST) -> tuple[LoopKind, str] | None:
         """A call that runs device work per step: a moved model, or a training step function."""
         func = call.func
-        if isinstance(func, (ast.Name, ast.Attribute)) and not self.qualname(func):
+        runs = isinstance(func, ast.Name) or (
+            isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and func.value.id == "self"
+        )  # `model(x)`, `self.model(x)`; `model.state_dict()` is a method, not a run
+        if runs and not self.qualname(func):
             fact = self.fact(func, scope)
             if fact is not None and fact.on_device and _names(func) - {"self"}:
                 name = _short(self.segment(func), 24)

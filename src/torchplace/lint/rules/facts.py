@@ -357,9 +357,19 @@ def in_periodic_branch(ctx: Context) -> bool:
     for parent in reversed(ctx.parents):
         if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)):
             return False
-        if isinstance(parent, ast.If) and _rare_test(parent.test, ctx):
+        if isinstance(parent, ast.If) and _rare_test(parent.test, ctx) and not _trains(parent):
             return True
     return False
+
+
+def _trains(branch: ast.If) -> bool:
+    """The branch runs a training step itself (``backward``, an optimizer ``step``): every N
+    steps is then how often it trains, and its reads are per step of that training."""
+    return any(
+        isinstance(sub, ast.Attribute) and sub.attr in {"backward", "step"}
+        for stmt in branch.body
+        for sub in ast.walk(stmt)
+    )
 
 
 _RARE_WORDS = ("log", "every", "interval", "verbose", "debug", "print_freq", "freq")

@@ -253,8 +253,6 @@ def _check(
         return False  # a print/f-string/cast needs a device value, and nothing here makes one
     if in_test(ctx) or in_periodic_branch(ctx) or _exits(ctx, read or node):
         return False
-    if loops and _times_each_step(loops[-1], ctx):
-        return False  # a profiling loop: it waits for the device on purpose
     facts = file_facts(ctx)
     if not explicit:
         early = facts.fact(receiver, scope)
