@@ -90,7 +90,19 @@ HOST_METHODS = frozenset(
     }
 )
 HOST_ATTRS = frozenset(
-    {"shape", "device", "dtype", "ndim", "is_cuda", "requires_grad", "layout", "training"}
+    {
+        "shape",
+        "device",
+        "dtype",
+        "ndim",
+        "is_cuda",
+        "requires_grad",
+        "layout",
+        "training",
+        "type",
+        "index",
+        "name",
+    }
 )
 # Builtins and modules whose results live on the host.
 _HOST_CALLS = frozenset(
@@ -150,6 +162,12 @@ class Fact:
     @property
     def on_device(self) -> bool:
         return self.where == "device"
+
+    @property
+    def moved(self) -> bool:
+        """On the device by a move, a factory given a device, or a run of a moved model (not
+        only because a device was passed to some helper)."""
+        return self.on_device and self.move is not None and not self.move.startswith("placed by")
 
     def describe(self) -> str:
         """``"`loss` comes from `model(data)`, `model` moved to `device` at line 58"``."""
@@ -483,7 +501,7 @@ class _Flow:
                 return Fact("host", name)
             called = lookup(name)
             if called is not None and called.on_device:  # a moved model, run
-                return Fact("device", _short(facts.segment(node)), called.move, called.name)
+                return Fact("device", _short(facts.segment(node)), _ran(called), called.name)
             arg_facts = [self.eval(arg, lookup) for arg in args]
             found = _any_device(arg_facts)
             if found is not None and found.on_device:
@@ -501,7 +519,7 @@ class _Flow:
             return None
         called = self.eval(func, lookup)
         if called is not None and called.on_device:
-            return Fact("device", _short(facts.segment(node)), called.move, called.name)
+            return Fact("device", _short(facts.segment(node)), _ran(called), called.name)
         return None
 
     def torch_call(
@@ -597,12 +615,16 @@ def _device_helper(name: str, args: list[ast.expr]) -> bool:
     )
 
 
+def _ran(model: Fact) -> str | None:
+    """The evidence for the output of running a model that is on the device."""
+    if model.move is not None and model.move.startswith("placed by"):
+        return f"the model was {model.move}"
+    return model.move
+
+
 def _passes_device(call: ast.Call) -> bool:
     """``make_steps(n, device)``, ``sample(shape, device=dev)``: built where it is told."""
-    written = (dotted_name(call.func) or "").rsplit(".", 1)[-1]
-    if written[:1].isupper():
-        return False  # a class (a timer, a config) given a device is not a tensor
-    name = written.lower()
+    name = (dotted_name(call.func) or "").rsplit(".", 1)[-1].lower()
     if name.startswith(("get_device", "is_", "set_", "init", "setup", "print", "log")):
         return False
     if "cpu" in name or name in {"device", "dev", "str", "repr", "print"}:

@@ -20,6 +20,7 @@ from torchplace.lint.rules.facts import (
     DEVICE_STRING,
     FACTORIES,
     device_argument,
+    in_test,
     is_module_expr,
     is_tensor_expr,
 )
@@ -212,13 +213,37 @@ def _rank_code(ctx: Context) -> bool:
     cached = scope.cache.get("rank-code")
     if cached is None:
         source = ctx.source
-        cached = scope.cache["rank-code"] = any(
-            word in source for word in _RANK_WORDS
-        ) and not _VISIBLE_PER_RANK.search(source)
+        cached = scope.cache["rank-code"] = (
+            any(word in source for word in _RANK_WORDS)
+            and not _VISIBLE_PER_RANK.search(source)
+            and not in_test(ctx)
+            and _uses_ranks(scope.node)
+        )
     return bool(cached)
 
 
 _RANK_WORDS = ("LOCAL_RANK", "local_rank", "init_process_group", "DistributedDataParallel")
+
+
+def _uses_ranks(tree: ast.AST) -> bool:
+    """The code (not its docstrings) builds a process group or DDP, or reads a local rank."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name in {"init_process_group", "DistributedDataParallel", "DDP"}:
+                return True
+        elif (isinstance(node, ast.Name) and node.id == "local_rank") or (
+            isinstance(node, ast.Attribute) and node.attr == "local_rank"
+        ):
+            return True
+        elif isinstance(node, ast.Subscript):
+            key = node.slice
+            if isinstance(key, ast.Constant) and key.value in {"LOCAL_RANK", "RANK"}:
+                return True
+    return False
+
+
 _VISIBLE_PER_RANK = re.compile(r"""environ\[\s*["']CUDA_VISIBLE_DEVICES["']\s*\]\s*=""")
 
 

@@ -256,7 +256,7 @@ def _check(
     facts = file_facts(ctx)
     if not explicit:
         early = facts.fact(receiver, scope)
-        if early is None or not early.on_device:
+        if early is None or not early.moved:
             return False
     step = _per_step(ctx, facts, scope) if loops else None
     if step is None and not (_called_here(scope, ctx) or (explicit and _module_level(ctx))):
