@@ -51,6 +51,8 @@ FACTORIES = frozenset(
         "empty_strided",
         "tril_indices",
         "triu_indices",
+        "LongTensor",
+        "FloatTensor",
     )
 )
 

@@ -486,7 +486,7 @@ def _scalar_tensor(call: ast.Call, name: str) -> bool:
         return False
     data = call.args[0]
     if isinstance(data, (ast.List, ast.Tuple)):
-        return not data.elts
+        return len(data.elts) <= 1 and all(isinstance(e, ast.Constant) for e in data.elts)
     if isinstance(data, ast.Call):
         func = data.func
         if isinstance(func, ast.Name):
@@ -528,6 +528,14 @@ def _moved_later(call: ast.Call, ctx: Context) -> bool:
                 return True
             if isinstance(later, ast.Assign) and names_in(later.value) & names:
                 names |= {name for t in later.targets for name in names_in(t)}
+            elif (  # grids.append(grid): the list now holds it
+                isinstance(later, ast.Expr)
+                and isinstance(later.value, ast.Call)
+                and isinstance(later.value.func, ast.Attribute)
+                and later.value.func.attr in {"append", "extend"}
+                and any(names_in(arg) & names for arg in later.value.args)
+            ):
+                names |= names_in(later.value.func.value) - {"self"}
         if block is own_body:
             break
     return False
@@ -550,9 +558,11 @@ def _used_on_host(call: ast.Call, ctx: Context) -> bool:
     """The result is read back, cast to a Python number, placed right away, or tested."""
     node: ast.AST = call
     for parent in reversed(ctx.parents):
+        if isinstance(parent, ast.Dict) and node in parent.values:
+            return True  # a value of a log dict: a number to report, never combined
         if isinstance(parent, ast.Attribute) and parent.value is node:
             if parent.attr in _HOST_READS:
-                return True
+                return not _to_global(parent, ctx)
         elif isinstance(parent, ast.Call):
             if node is not parent.func:
                 return isinstance(parent.func, ast.Name) and parent.func.id in _HOST_CASTS
@@ -563,6 +573,26 @@ def _used_on_host(call: ast.Call, ctx: Context) -> bool:
             return False
         node = parent
     return False
+
+
+def _to_global(attr: ast.Attribute, ctx: Context) -> bool:
+    """``torch.zeros(n).to(device)`` with ``device`` a module-level global: allocated on the
+    CPU and copied on every call, to a device that ignores the input's."""
+    if attr.attr not in {"to", "cuda"}:
+        return False
+    call = next(
+        (p for p in reversed(ctx.parents) if isinstance(p, ast.Call) and p.func is attr), None
+    )
+    if call is None or not call.args or not isinstance(call.args[0], ast.Name):
+        return False
+    name = call.args[0].id
+    scope = ctx.function_scope()
+    if scope is None or name in ctx.scope_bindings(scope):
+        return False
+    module = ctx.scope
+    while module.parent is not None:
+        module = module.parent
+    return name in ctx.scope_bindings(module)
 
 
 def _inside(node: ast.expr, outer: ast.expr) -> bool:
