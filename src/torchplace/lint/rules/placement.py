@@ -562,7 +562,7 @@ def _used_on_host(call: ast.Call, ctx: Context) -> bool:
             return True  # a value of a log dict: a number to report, never combined
         if isinstance(parent, ast.Attribute) and parent.value is node:
             if parent.attr in _HOST_READS:
-                return not _to_global(parent, ctx)
+                return True
         elif isinstance(parent, ast.Call):
             if node is not parent.func:
                 return isinstance(parent.func, ast.Name) and parent.func.id in _HOST_CASTS
@@ -570,6 +570,20 @@ def _used_on_host(call: ast.Call, ctx: Context) -> bool:
             test = parent.test
             return _inside(call, test)
         elif isinstance(parent, ast.stmt):
+            return False
+        node = parent
+    return False
+
+
+def _copied_to_global(call: ast.Call, ctx: Context) -> bool:
+    """The factory's chain ends in ``.to(<global>)`` within its statement."""
+    node: ast.AST = call
+    for parent in reversed(ctx.parents):
+        if isinstance(parent, ast.stmt):
+            return False
+        if isinstance(parent, ast.Attribute) and parent.value is node and _to_global(parent, ctx):
+            return True
+        if isinstance(parent, ast.Call) and node is not parent.func:
             return False
         node = parent
     return False
@@ -587,12 +601,7 @@ def _to_global(attr: ast.Attribute, ctx: Context) -> bool:
         return False
     name = call.args[0].id
     scope = ctx.function_scope()
-    if scope is None or name in ctx.scope_bindings(scope):
-        return False
-    module = ctx.scope
-    while module.parent is not None:
-        module = module.parent
-    return name in ctx.scope_bindings(module)
+    return scope is not None and name not in ctx.scope_bindings(scope)  # a global
 
 
 def _inside(node: ast.expr, outer: ast.expr) -> bool:
@@ -613,7 +622,7 @@ def _factory(call: ast.Call, ctx: Context, name: str, method: Scope) -> None:
         return
     if has_star_kwargs(call) or _scalar_draw(call, name) or _scalar_tensor(call, name):
         return
-    if _used_on_host(call, ctx) or _moved_later(call, ctx):
+    if not _copied_to_global(call, ctx) and (_used_on_host(call, ctx) or _moved_later(call, ctx)):
         return
     short = name.removeprefix("torch.")
     where = f"{method.cls.name}.{method.name}"
