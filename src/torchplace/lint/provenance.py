@@ -328,7 +328,7 @@ class _Flow:
                 self.bind(func.value, self.facts.move_fact(call, func.value), node.lineno, call)
         elif isinstance(node, (ast.For, ast.AsyncFor)):
             iter_fact = self.eval(node.iter, self.current)
-            if iter_fact is None and _moves_some(node):
+            if iter_fact is None and self.facts.moves_some(node):
                 # A batch loop moves some of its items: the others stay on the host.
                 iter_fact = Fact("host", "a batch item that is never moved")
             for _ in range(2):  # twice: values carried from one step to the next
@@ -575,6 +575,35 @@ def _target_names(target: ast.expr) -> list[str]:
     return [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
 
 
+def _places_self(method: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A method that may put a ``self.`` attribute on a device: it moves, runs or builds on
+    a device somewhere (checked on the statements' text-free structure, no flow needed)."""
+    for sub in ast.walk(method):
+        if isinstance(sub, ast.Call):
+            func = sub.func
+            if isinstance(func, ast.Attribute) and func.attr in {"to", "cuda"}:
+                return True
+            if any(kw.arg == "device" for kw in sub.keywords):
+                return True
+    return False
+
+
+def _plainly_host(value: ast.expr) -> bool:
+    """``loss.item()``, ``float(x)``, ``x.tolist()``, a literal: host, whatever ``x`` is."""
+    if isinstance(value, ast.Constant):
+        return True
+    if isinstance(value, (ast.Tuple, ast.List)):
+        return bool(value.elts) and all(_plainly_host(e) for e in value.elts)
+    if isinstance(value, ast.BinOp):
+        return _plainly_host(value.left) and _plainly_host(value.right)
+    if isinstance(value, ast.Call):
+        func = value.func
+        if isinstance(func, ast.Attribute):
+            return func.attr in {"item", "tolist", "numpy"}
+        return isinstance(func, ast.Name) and func.id in {"float", "int", "bool", "len", "str"}
+    return False
+
+
 def _moves_some(loop: ast.For | ast.AsyncFor) -> bool:
     """The loop moves one of its own targets to a device (``x = x.to(device)``)."""
     targets = set(_target_names(loop.target))
@@ -716,6 +745,7 @@ class FileFacts:
         self._per_batch: dict[int, PerBatch | None] = {}
         self._self_attrs: dict[int, dict[str, Fact]] = {}
         self._returns_host: dict[str, bool] = {}
+        self._moves: dict[int, bool] = {}
         self._text: str | None = None
 
     def _index(self, body: list[ast.stmt], owner: ast.AST) -> None:
@@ -817,13 +847,21 @@ class FileFacts:
         if attrs is None:
             attrs = self._self_attrs[id(cls)] = {}
             for item in cls.body:
-                if isinstance(item, _FUNCTIONS):
+                if isinstance(item, _FUNCTIONS) and _places_self(item):
                     for key, bound in self.flow(item).bindings.items():
                         if key.startswith("self.") and key not in attrs:
                             device = [f for _, f in bound if f is not None and f.on_device]
                             if device:
                                 attrs[key] = device[0]
         return attrs.get(name)
+
+    def moves_some(self, loop: ast.For | ast.AsyncFor) -> bool:
+        """:func:`_moves_some`, once per loop."""
+        key = id(loop)
+        cached = self._moves.get(key)
+        if cached is None:
+            cached = self._moves[key] = _moves_some(loop)
+        return cached
 
     def returns_host(self, name: str) -> bool:
         """A function of this file whose every ``return`` gives a host value (``loss.item()``)."""
@@ -835,9 +873,7 @@ class FileFacts:
         for node in self.defs.get(name, []):
             returns = [r for r in _own_nodes(node.body) if isinstance(r, ast.Return)]
             values = [r.value for r in returns if r.value is not None]
-            result = bool(values) and all(
-                (f := self.fact(v, node)) is not None and f.where == "host" for v in values
-            )
+            result = bool(values) and all(_plainly_host(v) for v in values)
         self._returns_host[name] = result
         return result
 

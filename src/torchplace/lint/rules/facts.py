@@ -384,21 +384,22 @@ def _rare_test(test: ast.expr, ctx: Context) -> bool:
             op = test.ops[0]
             if isinstance(op, ast.Eq) or (isinstance(op, (ast.Lt, ast.LtE)) and right.value <= 100):
                 return not isinstance(test.left, ast.Call)  # `len(x) == 0` tests data
-    scope = ctx.function_scope()
-    bindings = ctx.scope_bindings(scope) if scope is not None else {}
     for sub in ast.walk(test):
         if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Mod):
             return True
         text = sub.id if isinstance(sub, ast.Name) else getattr(sub, "attr", "")
         if any(word in text.lower() for word in _RARE_WORDS):
             return True
-        if isinstance(sub, ast.Name):
-            for value in bindings.get(sub.id, []):
-                if value is not None and any(
-                    isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(value)
-                ):
-                    return True
-    return False
+    flag = test.operand if isinstance(test, ast.UnaryOp) else test
+    if not isinstance(flag, ast.Name):
+        return False
+    scope = ctx.function_scope()  # `if regularize:` with `regularize = i % every == 0`
+    values = ctx.scope_bindings(scope).get(flag.id, []) if scope is not None else []
+    return any(
+        value is not None
+        and any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(value))
+        for value in values
+    )
 
 
 def _loop_nodes(loop: ast.AST) -> list[ast.AST]:

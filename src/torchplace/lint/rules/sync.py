@@ -95,8 +95,13 @@ def _call(call: ast.Call, ctx: Context) -> None:
 
 
 def _joined(node: ast.JoinedStr, ctx: Context) -> None:
-    if id(node) in ctx.claimed:
+    if id(node) in ctx.claimed or not ctx.loops():
         return
+    for parent in reversed(ctx.parents):
+        if isinstance(parent, (ast.Raise, ast.Assert)):
+            return  # an error message: built once, on the way out
+        if isinstance(parent, ast.stmt):
+            break
     values = [v.value for v in node.values if isinstance(v, ast.FormattedValue)]
     _check_many(node, values, "an f-string", ctx)
 
@@ -305,7 +310,7 @@ def _check(
     return True
 
 
-_DEVICE_MARKS = (".to(", ".cuda(", "device", "backward")
+_DEVICE_MARKS = (".to(", ".cuda(", "device=", "backward")
 _HOST_FUNCS = frozenset({"len", "str", "repr", "type", "int", "float", "round", "id", "hex"})
 
 
