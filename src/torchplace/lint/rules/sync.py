@@ -427,11 +427,8 @@ FAMILY = Family(
         ".cpu(",
         ".numpy(",
         "synchronize",
-        "float(",
-        "int(",
-        "bool(",
-        "all(",
-        "any(",
+        # builtins, preceded by what can stand before them (not `call(`, `print(`, `hint(`)
+        *(f"{lead}{name}(" for lead in " (=[" for name in ("float", "int", "bool", "all", "any")),
         "print(",
         ".format(",
         'f"',
