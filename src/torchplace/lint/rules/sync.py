@@ -258,6 +258,8 @@ def _check(
         return False  # a print/f-string/cast needs a device value, and nothing here makes one
     if in_test(ctx) or in_periodic_branch(ctx) or _exits(ctx, read or node):
         return False
+    if any(isinstance(parent, ast.Lambda) for parent in ctx.parents):
+        return False  # runs when something calls the lambda (a timer, a callback), not here
     facts = file_facts(ctx)
     if not explicit:
         early = facts.fact(receiver, scope)
