@@ -266,8 +266,13 @@ def _check(
         if early is None or not early.moved:
             return False
     step = _per_step(ctx, facts, scope) if loops else None
-    if step is None and not (_called_here(scope, ctx) or (explicit and _module_level(ctx))):
-        return False
+    per_batch = None
+    if step is None:
+        if not (_called_here(scope, ctx) or (explicit and _module_level(ctx))):
+            return False
+        per_batch = facts.per_batch(scope)  # before any flow: most functions are not
+        if per_batch is None:
+            return False
     fact = facts.fact(receiver, scope)
     if fact is not None and fact.where == "host":
         return False
@@ -294,9 +299,7 @@ def _check(
             f"({cause}); {_ADVICE}",
         )
         return True
-    per_batch = facts.per_batch(scope)
-    if per_batch is None:
-        return False
+    assert per_batch is not None
     fact = facts.fact(receiver, scope, per_batch.seeds) if per_batch.seeds else fact
     if fact is not None and not fact.on_device:
         return False
