@@ -26,6 +26,7 @@ __all__ = [
     "FixSafety",
     "Rule",
     "Scope",
+    "at_method",
     "call_name",
     "has_star_kwargs",
     "keyword",
@@ -108,6 +109,22 @@ def call_name(call: ast.Call) -> str | None:
     if isinstance(func, ast.Name):
         return func.id
     return None
+
+
+def at_method(call: ast.Call) -> ast.AST:
+    """Where to report ``x.method()``: the call itself, or, when a chain spans lines, a node
+    placed at ``.method`` (the line a reader looks for)."""
+    func = call.func
+    if not isinstance(func, ast.Attribute):
+        return call
+    end_line = func.end_lineno or call.lineno
+    if end_line == call.lineno:
+        return call
+    spot = ast.Name(id=func.attr)
+    spot.lineno = spot.end_lineno = end_line
+    spot.end_col_offset = func.end_col_offset or 0
+    spot.col_offset = max(spot.end_col_offset - len(func.attr) - 1, 0)
+    return spot
 
 
 def names_in(node: ast.AST) -> set[str]:

@@ -128,6 +128,8 @@ class Resolver:
             return None
         first, dot, rest = written.partition(".")
         root = self.names.get(first)
+        if root is None and first == "torch" and dot:
+            return written  # `torch` from a star import (`from utils import *`): still torch
         return None if root is None else root + dot + rest
 
     def is_module_class(self, node: ast.ClassDef) -> bool:

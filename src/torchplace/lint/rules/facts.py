@@ -10,6 +10,7 @@ import ast
 import re
 
 from torchplace.lint.base import Context, Scope, call_name, keyword, names_in
+from torchplace.lint.provenance import moves_to_device as _moves_to_device
 
 __all__ = [
     "CUDA_ONLY",
@@ -50,6 +51,8 @@ FACTORIES = frozenset(
         "empty_strided",
         "tril_indices",
         "triu_indices",
+        "LongTensor",
+        "FloatTensor",
     )
 )
 
@@ -166,10 +169,21 @@ _GUARD_WORDS = (
 
 
 def in_test(ctx: Context) -> bool:
-    """Whether the code is a test: a ``test*`` file or directory, or a ``test*`` function."""
+    """Whether the code is a test: a ``test*`` file or directory, or a ``test*`` function in a
+    file that imports ``pytest`` or ``unittest`` (a script's ``def test(model, loader)`` is
+    an evaluation loop, not a test)."""
     parts = ctx.path.replace("\\", "/").lower().split("/")
-    if any(part.startswith(("test", "_test")) or part.endswith("_test.py") for part in parts):
+    if any(
+        part.startswith(("test", "_test"))
+        or part.endswith(("_test.py", "_tests.py"))
+        or part == "conftest.py"
+        for part in parts
+    ):
         return True
+    if not any(
+        name.split(".")[0] in {"pytest", "unittest"} for name in ctx.resolver.names.values()
+    ):
+        return False
     scope: Scope | None = ctx.scope
     while scope is not None:
         if scope.name.lower().lstrip("_").startswith("test"):
@@ -283,24 +297,7 @@ def _is_tensor_annotation(node: ast.expr, ctx: Context) -> bool:
 
 def moves_to_device(call: ast.Call, ctx: Context) -> bool:
     """Whether a ``.to(...)``/``.cuda(...)`` call changes device (not only the dtype)."""
-    name = call_name(call)
-    if name == "cuda":
-        return True
-    if name != "to":
-        return False
-    if keyword(call, "device") is not None:
-        return True
-    if not call.args:
-        return False
-    first = call.args[0]
-    qualname = ctx.qualname(first)
-    if qualname is not None and qualname.startswith("torch.") and qualname != "torch.device":
-        return False  # torch.float16 and friends: a dtype
-    if isinstance(first, ast.Attribute) and "dtype" in first.attr:
-        return False
-    if isinstance(first, ast.Name) and "dtype" in first.id:
-        return False
-    return not (isinstance(first, ast.Constant) and not isinstance(first.value, str))
+    return _moves_to_device(call, ctx.qualname)
 
 
 def is_device_bound_loop(loop: ast.AST, ctx: Context) -> bool:
@@ -356,18 +353,53 @@ def _to_cpu(call: ast.Call) -> bool:
 
 
 def in_periodic_branch(ctx: Context) -> bool:
-    """Inside ``if step % log_every == 0:`` (or a test naming logging): runs every N steps."""
+    """Inside a branch taken on few steps: ``if step % log_every == 0:``, a test naming logging
+    or debugging, ``if i == 0:`` (one step), ``if n < 10:`` (the first few), or a flag computed
+    with ``%`` (``regularize = i % every == 0``)."""
     for parent in reversed(ctx.parents):
         if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)):
             return False
-        if isinstance(parent, ast.If):
-            for sub in ast.walk(parent.test):
-                if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Mod):
-                    return True
-                text = sub.id if isinstance(sub, ast.Name) else getattr(sub, "attr", "")
-                if any(word in text.lower() for word in ("log", "every", "interval", "verbose")):
-                    return True
+        if isinstance(parent, ast.If) and _rare_test(parent.test, ctx) and not _trains(parent):
+            return True
     return False
+
+
+def _trains(branch: ast.If) -> bool:
+    """The branch runs a training step itself (``backward``, an optimizer ``step``): every N
+    steps is then how often it trains, and its reads are per step of that training."""
+    return any(
+        isinstance(sub, ast.Attribute) and sub.attr in {"backward", "step"}
+        for stmt in branch.body
+        for sub in ast.walk(stmt)
+    )
+
+
+_RARE_WORDS = ("log", "every", "interval", "verbose", "debug", "print_freq", "freq")
+
+
+def _rare_test(test: ast.expr, ctx: Context) -> bool:
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        right = test.comparators[0]
+        if isinstance(right, ast.Constant) and isinstance(right.value, int):
+            op = test.ops[0]
+            if isinstance(op, ast.Eq) or (isinstance(op, (ast.Lt, ast.LtE)) and right.value <= 100):
+                return not isinstance(test.left, ast.Call)  # `len(x) == 0` tests data
+    for sub in ast.walk(test):
+        if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Mod):
+            return True
+        text = sub.id if isinstance(sub, ast.Name) else getattr(sub, "attr", "")
+        if any(word in text.lower() for word in _RARE_WORDS):
+            return True
+    flag = test.operand if isinstance(test, ast.UnaryOp) else test
+    if not isinstance(flag, ast.Name):
+        return False
+    scope = ctx.function_scope()  # `if regularize:` with `regularize = i % every == 0`
+    values = ctx.scope_bindings(scope).get(flag.id, []) if scope is not None else []
+    return any(
+        value is not None
+        and any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(value))
+        for value in values
+    )
 
 
 def _loop_nodes(loop: ast.AST) -> list[ast.AST]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 
 from torchplace.lint.base import (
     Context,
@@ -14,6 +15,7 @@ from torchplace.lint.base import (
     names_in,
 )
 from torchplace.lint.finding import Edit, Fix
+from torchplace.lint.provenance import file_facts
 from torchplace.lint.rules.facts import in_test, loop_bound_names, receiver_root
 
 __all__ = ["FAMILY"]
@@ -63,6 +65,9 @@ def _torch_load(call: ast.Call, ctx: Context) -> None:
         and not _in_dataset(ctx)
         and not _round_trip(call, ctx)
         and not _host_only_payload(call, ctx)
+        and not _saved_from_host(call, ctx)
+        and _may_load_elsewhere(ctx)
+        and not _cuda_only_branch(ctx)
     ):
         ctx.report(
             NO_MAP_LOCATION.code,
@@ -128,7 +133,16 @@ def _host_only_payload(call: ast.Call, ctx: Context) -> bool:
 
 
 def _decided_elsewhere(ctx: Context) -> bool:
-    """Inside ``if not weights_only:``: the caller chose, and this branch honours it."""
+    """Inside ``if not weights_only:`` (the caller chose, and this branch honours it), or in a
+    ``with torch.serialization.safe_globals([...]):`` block (code for torch >= 2.6, where
+    ``weights_only=True`` is the default and the block lists what it may unpickle)."""
+    for parent in ctx.parents:
+        if isinstance(parent, (ast.With, ast.AsyncWith)) and any(
+            isinstance(item.context_expr, ast.Call)
+            and (ctx.call_qualname(item.context_expr) or "").endswith("safe_globals")
+            for item in parent.items
+        ):
+            return True
     return any(
         isinstance(parent, (ast.If, ast.IfExp))
         and any(
@@ -160,23 +174,109 @@ _IN_MEMORY = ("BytesIO", "TemporaryFile", "NamedTemporaryFile", "SpooledTemporar
 
 
 def _round_trip(call: ast.Call, ctx: Context) -> bool:
-    """Loading what this process just saved (an in-memory buffer, a temporary file, a
-    ``torch.save`` in the same function): the saving device exists, by construction."""
+    """Loading what this process just saved (an in-memory buffer, a temporary file, the same
+    path given to ``torch.save`` in the same function): the saving device exists."""
     source = call.args[0] if call.args else getattr(keyword(call, "f"), "value", None)
     if source is None:
         return True
-    scope = ctx.function_scope() or ctx.scope
-    if _names_buffer(source, ctx, scope):
+    scope = ctx.function_scope()
+    if _names_buffer(source, ctx, scope or ctx.scope):
         return True
+    if scope is None:
+        return False
     cached = scope.cache.get("saves")
     if cached is None:
-        cached = scope.cache["saves"] = any(
-            isinstance(sub, ast.Call)
-            and isinstance(sub.func, ast.Attribute)
-            and sub.func.attr in {"save", "seek"}
+        cached = scope.cache["saves"] = {
+            "seek"
+            if sub.func.attr == "seek"
+            else " ".join((ctx.segment(sub.args[1]) or "").split())
             for sub in ast.walk(scope.node)
-        )
+            if isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Attribute)
+            and (sub.func.attr == "seek" or (sub.func.attr == "save" and len(sub.args) > 1))
+        }
+    return "seek" in cached or " ".join((ctx.segment(source) or "").split()) in cached
+
+
+_FALLBACK = re.compile(
+    r"""["']cpu["']|no[_-]cuda|--cpu|use_cuda|LOCAL_RANK|local_rank|init_process_group|"""
+    r"""DistributedDataParallel|map_location"""
+)
+
+
+def _may_load_elsewhere(ctx: Context) -> bool:
+    """The file can run where the checkpoint was not saved: it falls back to the CPU, runs one
+    process per GPU, or is a library whose callers choose the device (no module-level code
+    pins one). A script that only ever runs on one CUDA device has nothing to remap."""
+    scope = ctx.scope
+    while scope.parent is not None:
+        scope = scope.parent
+    cached = scope.cache.get("loads-elsewhere")
+    if cached is None:
+        source = ctx.source
+        pinned = re.search(r"""(device\s*=\s*|torch\.device\()["']cuda(:0)?["']""", source)
+        cached = scope.cache["loads-elsewhere"] = bool(_FALLBACK.search(source)) or not pinned
     return bool(cached)
+
+
+def _cuda_only_branch(ctx: Context) -> bool:
+    """The statements around the load move things with ``.cuda()``: a CUDA-only code path
+    (a TensorRT engine, a GPU-only branch), where the saving device is the loading one."""
+    if not ctx.stmt_path:
+        return False
+    block, _ = ctx.stmt_path[-1]
+    if len(ctx.stmt_path) < 2:
+        return False  # a whole function or module body is not a branch
+    return any(
+        isinstance(sub, ast.Call)
+        and isinstance(sub.func, ast.Attribute)
+        and sub.func.attr == "cuda"
+        for stmt in block
+        for sub in ast.walk(stmt)
+    )
+
+
+def _saved_from_host(call: ast.Call, ctx: Context) -> bool:
+    """The file saves a host value (``.cpu()``, NumPy, Python data) under the same file name
+    this load reads: it holds no device tensors to restore."""
+    source = call.args[0] if call.args else getattr(keyword(call, "f"), "value", None)
+    if source is None:
+        return False
+    wanted = _file_names(source)
+    if not wanted:
+        return False
+    facts = file_facts(ctx)
+    for scope in [facts.tree, *(f for fs in facts.defs.values() for f in fs)]:
+        for sub in _own_body(scope):
+            if (
+                isinstance(sub, ast.Call)
+                and len(sub.args) > 1
+                and (facts.qualname(sub.func) or "").endswith("save")
+                and _file_names(sub.args[1]) & wanted
+            ):
+                fact = facts.fact(sub.args[0], scope)
+                if fact is not None and fact.where == "host":
+                    return True
+    return False
+
+
+def _file_names(node: ast.expr) -> set[str]:
+    return {
+        sub.value.rsplit("/", 1)[-1]
+        for sub in ast.walk(node)
+        if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and "." in sub.value
+    }
+
+
+def _own_body(node: ast.AST) -> list[ast.AST]:
+    out: list[ast.AST] = []
+    todo: list[ast.AST] = list(getattr(node, "body", []))
+    while todo:
+        sub = todo.pop()
+        out.append(sub)
+        if not isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            todo.extend(ast.iter_child_nodes(sub))
+    return out
 
 
 def _names_buffer(source: ast.expr, ctx: Context, scope: Scope) -> bool:

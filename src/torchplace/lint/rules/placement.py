@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import ast
+import re
 
 from torchplace.lint.base import (
     Context,
     Family,
     Rule,
     Scope,
+    at_method,
     has_star_kwargs,
     keyword,
     names_in,
@@ -18,6 +20,7 @@ from torchplace.lint.rules.facts import (
     DEVICE_STRING,
     FACTORIES,
     device_argument,
+    in_test,
     is_module_expr,
     is_tensor_expr,
 )
@@ -119,6 +122,8 @@ def _call(call: ast.Call, ctx: Context) -> None:
     if method is not None and method.name in _PLACEMENT_API:
         method = None  # an override of the placement API itself: placing is its job
     func = call.func
+    if method is not None and _fallback_path(ctx):
+        method = None  # an OOM handler or a device-type branch places on purpose
     if (
         method is not None
         and isinstance(func, ast.Attribute)
@@ -128,7 +133,7 @@ def _call(call: ast.Call, ctx: Context) -> None:
         assert method.cls is not None
         ctx.report(
             DEVICE_IN_MODULE.code,
-            call,
+            at_method(call),
             f"`.cuda()` inside `{method.cls.name}.{method.name}`: the module decides its "
             "own device; follow the input (`x.device`) or register a buffer",
         )
@@ -143,35 +148,148 @@ def _call(call: ast.Call, ctx: Context) -> None:
                 f'hard-coded device "{literal}" inside `{method.cls.name}.{method.name}`: '
                 "follow the input (`x.device`) or a registered buffer",
             )
-        elif literal == "cuda" and not _has_index(call, ctx) and _per_rank(ctx):
-            ctx.report(
-                BARE_CUDA.code,
-                call,
-                'bare "cuda" device in per-rank code: it means whatever device is current, '
-                "the same GPU for every rank unless `set_device` ran; use `cuda:{local_rank}`",
-            )
+        elif literal == "cuda" and not _has_index(call, ctx) and not _compared(ctx):
+            if _rank_code(ctx):
+                ctx.report(
+                    BARE_CUDA.code,
+                    call,
+                    'bare "cuda" device in multi-rank code: it means whatever device is current, '
+                    "right only if `set_device` ran in this process first (GPU 0 for every rank "
+                    "otherwise); use `cuda:{local_rank}` or the device the code was given",
+                )
+            elif (holder := _model_holder(ctx)) is not None:
+                ctx.report(
+                    BARE_CUDA.code,
+                    call,
+                    f'bare "cuda" device in `{holder}`, which holds a model: its tensors land on '
+                    "the current GPU wherever the model is (and fail without CUDA); follow the "
+                    "model's device (`self.model.device`) instead",
+                )
+        return
+    if (
+        isinstance(func, ast.Attribute)
+        and func.attr == "add_argument"
+        and call.args
+        and _rank_code(ctx)
+    ):
+        _argparse_default(call, ctx)
         return
     name = ctx.call_qualname(call)
     if name in FACTORIES and method is not None:
         _factory(call, ctx, name, method)
 
 
-def _per_rank(ctx: Context) -> bool:
-    """The enclosing function (or module) deals with ranks and never calls ``set_device``."""
-    scope = ctx.function_scope() or ctx.scope
-    cached = scope.cache.get("per-rank")
+def _fallback_path(ctx: Context) -> bool:
+    """Inside an ``except`` handler (a CUDA out-of-memory fallback) or a branch on the device
+    type (``if device.type == "cpu":``): placement there is the point of the branch."""
+    for parent in ctx.parents:
+        if isinstance(parent, ast.ExceptHandler):
+            return True
+        if isinstance(parent, ast.If) and any(
+            (isinstance(sub, ast.Attribute) and sub.attr == "type")
+            or (isinstance(sub, ast.Constant) and sub.value in {"cpu", "cuda"})
+            for sub in ast.walk(parent.test)
+        ):
+            return True
+    return False
+
+
+def _compared(ctx: Context) -> bool:
+    """``x.device == torch.device("cuda")``: a test of where something is, not a placement."""
+    for parent in reversed(ctx.parents):
+        if isinstance(parent, ast.Compare):
+            return True
+        if isinstance(parent, ast.stmt):
+            return False
+    return False
+
+
+def _rank_code(ctx: Context) -> bool:
+    """The file runs one process per GPU (reads a rank, builds a process group or DDP) and
+    does not pin each rank to one GPU through ``CUDA_VISIBLE_DEVICES``."""
+    scope = ctx.scope
+    while scope.parent is not None:
+        scope = scope.parent
+    cached = scope.cache.get("rank-code")
     if cached is None:
-        rank = set_device = False
-        for sub in ast.walk(scope.node):
-            if isinstance(sub, ast.Name):
-                rank = rank or "rank" in sub.id.lower()
-            elif isinstance(sub, ast.Attribute):
-                rank = rank or "rank" in sub.attr.lower() or sub.attr == "init_process_group"
-                set_device = set_device or sub.attr in {"set_device", "device"}
-            elif isinstance(sub, ast.Constant) and isinstance(sub.value, str):
-                rank = rank or sub.value in {"LOCAL_RANK", "RANK"}
-        cached = scope.cache["per-rank"] = rank and not set_device
+        source = ctx.source
+        cached = scope.cache["rank-code"] = (
+            any(word in source for word in _RANK_WORDS)
+            and not _VISIBLE_PER_RANK.search(source)
+            and not in_test(ctx)
+            and _uses_ranks(scope.node)
+        )
     return bool(cached)
+
+
+_RANK_WORDS = ("LOCAL_RANK", "local_rank", "init_process_group", "DistributedDataParallel")
+
+
+def _uses_ranks(tree: ast.AST) -> bool:
+    """The code (not its docstrings) builds a process group or DDP, or reads a local rank."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name in {"init_process_group", "DistributedDataParallel", "DDP"}:
+                return True
+        elif (isinstance(node, ast.Name) and node.id == "local_rank") or (
+            isinstance(node, ast.Attribute) and node.attr == "local_rank"
+        ):
+            return True
+        elif isinstance(node, ast.Subscript):
+            key = node.slice
+            if isinstance(key, ast.Constant) and key.value in {"LOCAL_RANK", "RANK"}:
+                return True
+    return False
+
+
+_VISIBLE_PER_RANK = re.compile(r"""environ\[\s*["']CUDA_VISIBLE_DEVICES["']\s*\]\s*=""")
+
+
+def _argparse_default(call: ast.Call, ctx: Context) -> None:
+    """``parser.add_argument("--device", default="cuda")`` in a multi-rank script."""
+    flag = call.args[0]
+    if not (isinstance(flag, ast.Constant) and isinstance(flag.value, str)):
+        return
+    if "device" not in flag.value or flag.value.endswith("type"):
+        return
+    default = keyword(call, "default")
+    if default is not None and _device_literal(default.value) == "cuda":
+        ctx.report(
+            BARE_CUDA.code,
+            default.value,
+            f'`{flag.value}` defaults to bare "cuda" in multi-rank code: every rank gets the '
+            "current device, right only if `set_device` ran first; default to "
+            "`cuda:{local_rank}` or derive the device from the rank",
+        )
+
+
+def _model_holder(ctx: Context) -> str | None:
+    """The class of the enclosing method when it keeps a model (``self.model = model``) and is
+    not itself an ``nn.Module`` (TPL102 covers those) nor CUDA-specific by name."""
+    scope = ctx.function_scope()
+    if scope is None or scope.cls is None or scope.cls.is_module_class:
+        return None
+    cls = scope.cls
+    cached = cls.cache.get("model-holder")
+    if cached is None:
+        assert isinstance(cls.node, ast.ClassDef)
+        holds = any(
+            isinstance(sub, ast.Assign)
+            and any(
+                isinstance(t, ast.Attribute)
+                and isinstance(t.value, ast.Name)
+                and t.value.id == "self"
+                and t.attr in {"model", "net", "module"}
+                for t in sub.targets
+            )
+            for item in cls.node.body
+            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == "__init__"
+            for sub in ast.walk(item)
+        )
+        cached = cls.cache["model-holder"] = holds and not _cuda_specific(ctx, cls.name)
+    return cls.name if cached else None
 
 
 def _defaults(node: ast.FunctionDef | ast.AsyncFunctionDef, ctx: Context) -> None:
@@ -194,7 +312,7 @@ def _defaults(node: ast.FunctionDef | ast.AsyncFunctionDef, ctx: Context) -> Non
         if (
             isinstance(value, ast.Constant)
             and value.value == "cuda"
-            and _places_with(node, arg.arg, ctx)
+            and (_places_with(node, arg.arg, ctx) or _stored_and_placed(node, arg.arg, ctx))
         ):
             ctx.report(
                 BARE_CUDA.code,
@@ -259,6 +377,43 @@ def _places_with(func: ast.FunctionDef | ast.AsyncFunctionDef, name: str, ctx: C
     return places
 
 
+def _stored_and_placed(
+    func: ast.FunctionDef | ast.AsyncFunctionDef, name: str, ctx: Context
+) -> bool:
+    """``def __init__(self, device="cuda"): self.device = device`` and a method of the class
+    places with ``self.device``: the default decides where the class's tensors go."""
+    cls = ctx.scope
+    if cls.kind != "class" or func.name != "__init__":
+        return False
+    stored = {
+        target.attr
+        for sub in ast.walk(func)
+        if isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Name) and sub.value.id == name
+        for target in sub.targets
+        if isinstance(target, ast.Attribute)
+        and isinstance(target.value, ast.Name)
+        and target.value.id == "self"
+    }
+    if not stored:
+        return False
+    for sub in ast.walk(cls.node):
+        if isinstance(sub, ast.Compare) and any(
+            isinstance(n, ast.Attribute) and n.attr in stored for n in ast.walk(sub)
+        ):
+            return False
+    for sub in ast.walk(cls.node):
+        if isinstance(sub, ast.Call):
+            target = device_argument(sub, ctx)
+            if (
+                isinstance(target, ast.Attribute)
+                and target.attr in stored
+                and isinstance(target.value, ast.Name)
+                and target.value.id == "self"
+            ):
+                return True
+    return False
+
+
 def _has_index(call: ast.Call, ctx: Context) -> bool:
     """``torch.device("cuda", 0)`` names an index in its second argument."""
     return ctx.call_qualname(call) == "torch.device" and (
@@ -266,7 +421,7 @@ def _has_index(call: ast.Call, ctx: Context) -> bool:
     )
 
 
-_HOST_READS = frozenset({"item", "tolist", "numpy", "cpu", "to", "cuda", "type_as"})
+_HOST_READS = frozenset({"item", "tolist", "numpy", "cpu", "to", "cuda", "type_as", "type"})
 _HOST_CASTS = frozenset({"int", "float", "bool", "round", "len", "range"})
 _DRAWS = frozenset(
     {"torch.rand", "torch.randn", "torch.randint", "torch.empty", "torch.zeros", "torch.randperm"}
@@ -331,7 +486,7 @@ def _scalar_tensor(call: ast.Call, name: str) -> bool:
         return False
     data = call.args[0]
     if isinstance(data, (ast.List, ast.Tuple)):
-        return not data.elts
+        return len(data.elts) <= 1 and all(isinstance(e, ast.Constant) for e in data.elts)
     if isinstance(data, ast.Call):
         func = data.func
         if isinstance(func, ast.Name):
@@ -373,6 +528,14 @@ def _moved_later(call: ast.Call, ctx: Context) -> bool:
                 return True
             if isinstance(later, ast.Assign) and names_in(later.value) & names:
                 names |= {name for t in later.targets for name in names_in(t)}
+            elif (  # grids.append(grid): the list now holds it
+                isinstance(later, ast.Expr)
+                and isinstance(later.value, ast.Call)
+                and isinstance(later.value.func, ast.Attribute)
+                and later.value.func.attr in {"append", "extend"}
+                and any(names_in(arg) & names for arg in later.value.args)
+            ):
+                names |= names_in(later.value.func.value) - {"self"}
         if block is own_body:
             break
     return False
@@ -383,7 +546,8 @@ def _moves_any(stmt: ast.stmt, names: set[str]) -> bool:
         if (
             isinstance(sub, ast.Call)
             and isinstance(sub.func, ast.Attribute)
-            and sub.func.attr in {"to", "cuda", "type_as"}
+            and sub.func.attr in {"to", "cuda", "type_as", "type"}
+            and (sub.func.attr != "type" or bool(sub.args))
             and names_in(sub.func.value) & names
         ):
             return True
@@ -394,6 +558,8 @@ def _used_on_host(call: ast.Call, ctx: Context) -> bool:
     """The result is read back, cast to a Python number, placed right away, or tested."""
     node: ast.AST = call
     for parent in reversed(ctx.parents):
+        if isinstance(parent, ast.Dict) and node in parent.values:
+            return True  # a value of a log dict: a number to report, never combined
         if isinstance(parent, ast.Attribute) and parent.value is node:
             if parent.attr in _HOST_READS:
                 return True
@@ -407,6 +573,35 @@ def _used_on_host(call: ast.Call, ctx: Context) -> bool:
             return False
         node = parent
     return False
+
+
+def _copied_to_global(call: ast.Call, ctx: Context) -> bool:
+    """The factory's chain ends in ``.to(<global>)`` within its statement."""
+    node: ast.AST = call
+    for parent in reversed(ctx.parents):
+        if isinstance(parent, ast.stmt):
+            return False
+        if isinstance(parent, ast.Attribute) and parent.value is node and _to_global(parent, ctx):
+            return True
+        if isinstance(parent, ast.Call) and node is not parent.func:
+            return False
+        node = parent
+    return False
+
+
+def _to_global(attr: ast.Attribute, ctx: Context) -> bool:
+    """``torch.zeros(n).to(device)`` with ``device`` a module-level global: allocated on the
+    CPU and copied on every call, to a device that ignores the input's."""
+    if attr.attr not in {"to", "cuda"}:
+        return False
+    call = next(
+        (p for p in reversed(ctx.parents) if isinstance(p, ast.Call) and p.func is attr), None
+    )
+    if call is None or not call.args or not isinstance(call.args[0], ast.Name):
+        return False
+    name = call.args[0].id
+    scope = ctx.function_scope()
+    return scope is not None and name not in ctx.scope_bindings(scope)  # a global
 
 
 def _inside(node: ast.expr, outer: ast.expr) -> bool:
@@ -427,7 +622,7 @@ def _factory(call: ast.Call, ctx: Context, name: str, method: Scope) -> None:
         return
     if has_star_kwargs(call) or _scalar_draw(call, name) or _scalar_tensor(call, name):
         return
-    if _used_on_host(call, ctx) or _moved_later(call, ctx):
+    if not _copied_to_global(call, ctx) and (_used_on_host(call, ctx) or _moved_later(call, ctx)):
         return
     short = name.removeprefix("torch.")
     where = f"{method.cls.name}.{method.name}"

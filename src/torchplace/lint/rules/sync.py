@@ -1,33 +1,38 @@
-"""TPL2xx: host syncs inside loops (pitfall 11: every step reads the device back)."""
+"""TPL2xx: host syncs inside loops (pitfall 11: every step reads the device back).
+
+Built on :mod:`torchplace.lint.provenance`: a read is reported when it runs once per batch (in
+a loop that steps through batches, a loop over a device tensor's rows, or a function called
+from such a loop) and what it reads is on the device, or (for the explicit reads
+``.item()``/``.tolist()``/``.cpu()``/``.numpy()`` in a batch loop) not provably on the host.
+"""
 
 from __future__ import annotations
 
 import ast
 
-from torchplace.lint.base import Context, Family, Rule
-from torchplace.lint.rules.facts import (
-    TIMERS,
-    in_periodic_branch,
-    in_test,
-    is_device_bound_loop,
-)
+from torchplace.lint.base import Context, Family, Rule, at_method
+from torchplace.lint.provenance import FileFacts, file_facts, scope_node
+from torchplace.lint.rules.facts import TIMERS, in_periodic_branch, in_test
 
 __all__ = ["FAMILY"]
 
 SYNC_IN_LOOP = Rule(
-    "TPL201", "sync-in-loop", "`.item()`/`.tolist()`/`.cpu()`/`.numpy()` in a device loop"
+    "TPL201", "sync-in-loop", "host read of a device value (`.item()`, `float()`, ...) per batch"
 )
 SYNCHRONIZE_IN_LOOP = Rule(
     "TPL202", "synchronize-in-loop", "`torch.cuda.synchronize()` inside a loop"
 )
 
 _READS = frozenset({"item", "tolist", "cpu", "numpy"})
+_CASTS = frozenset({"float", "int", "bool"})
+_PRINTS = frozenset({"print"})
+_COMPS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+_BULK = frozenset({"cpu", "numpy", "tolist"})
+# Calls that write results out: a read feeding them is the program's output, not a stall.
+_OUTPUT_WORDS = ("save", "write", "imsave", "savez", "fromarray", "dump", "send", "put")
 
 
 def _call(call: ast.Call, ctx: Context) -> None:
-    loops = ctx.loops()
-    if not loops:
-        return
     func = call.func
     if isinstance(func, ast.Attribute) and func.attr in _READS and not call.args:
         if ctx.qualname(func) is not None:  # np.something.item: a module path, not a tensor
@@ -36,25 +41,50 @@ def _call(call: ast.Call, ctx: Context) -> None:
             return
         inner = func.value
         while isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute):
-            if inner.func.attr in _READS or inner.func.attr == "detach":
-                ctx.claimed.add(id(inner))
+            if inner.func.attr not in _READS and inner.func.attr != "detach":
+                break
+            ctx.claimed.add(id(inner))
             inner = inner.func.value
-        if in_test(ctx) or in_periodic_branch(ctx):
-            return
-        if _times_each_step(loops[-1], ctx):
-            return  # a profiling loop: it waits for the device on purpose
-        if any(is_device_bound_loop(loop, ctx) for loop in loops):
-            ctx.report(
-                SYNC_IN_LOOP.code,
-                call,
-                f"`.{func.attr}()` inside a loop that runs device work: the host waits for "
-                "the device on every step; keep results on the device and read them once "
-                "after the loop",
-            )
+        _check(
+            at_method(call),
+            inner,
+            f"`.{func.attr}()`",
+            ctx,
+            explicit=True,
+            bulk=func.attr in _BULK,
+            read=call,
+        )
+        return
+    if isinstance(func, ast.Name) and func.id in {"all", "any"} and len(call.args) == 1:
+        if ctx.qualname(func) is None and not isinstance(call.args[0], _COMPS):
+            _check(call, call.args[0], f"`{func.id}()` over the elements", ctx, explicit=False)
+        return
+    if isinstance(func, ast.Name) and func.id in _CASTS and len(call.args) == 1:
+        arg = call.args[0]
+        if not _is_read(arg) and ctx.qualname(func) is None:
+            _check(call, arg, f"`{func.id}()`", ctx, explicit=False)
+        return
+    if (isinstance(func, ast.Name) and func.id in _PRINTS) or (
+        isinstance(func, ast.Attribute) and func.attr == "format" and call.args
+    ):
+        for sub in call.args:
+            if isinstance(sub, ast.JoinedStr):
+                ctx.claimed.add(id(sub))
+        values = [a for a in call.args if not isinstance(a, (ast.Constant, ast.JoinedStr))]
+        values += [
+            v.value
+            for a in call.args
+            if isinstance(a, ast.JoinedStr)
+            for v in a.values
+            if isinstance(v, ast.FormattedValue)
+        ]
+        what = "`print()`" if isinstance(func, ast.Name) else "`str.format()`"
+        _check_many(call, values, what, ctx)
         return
     name = ctx.call_qualname(call)
     if name in {"torch.cuda.synchronize", "torch.accelerator.synchronize"}:
-        if any(_times_each_step(loop, ctx) for loop in loops) or in_test(ctx):
+        loops = ctx.loops()
+        if not loops or any(_times_each_step(loop, ctx) for loop in loops) or in_test(ctx):
             return  # timing each step, or a test making failures surface at the right step
         ctx.report(
             SYNCHRONIZE_IN_LOOP.code,
@@ -64,14 +94,314 @@ def _call(call: ast.Call, ctx: Context) -> None:
         )
 
 
+def _joined(node: ast.JoinedStr, ctx: Context) -> None:
+    if id(node) in ctx.claimed or not ctx.loops():
+        return
+    for parent in reversed(ctx.parents):
+        if isinstance(parent, (ast.Raise, ast.Assert)):
+            return  # an error message: built once, on the way out
+        if isinstance(parent, ast.stmt):
+            break
+    values = [v.value for v in node.values if isinstance(v, ast.FormattedValue)]
+    _check_many(node, values, "an f-string", ctx)
+
+
+def _is_read(node: ast.expr) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in _READS
+    )
+
+
+def _check_many(node: ast.AST, values: list[ast.expr], what: str, ctx: Context) -> None:
+    for value in values:
+        if _is_read(value) or isinstance(value, ast.Constant):
+            continue
+        if _check(node, value, what, ctx, explicit=False):
+            return
+
+
+def _per_step(ctx: Context, facts: FileFacts, scope: ast.AST) -> tuple[str, int, str] | None:
+    """``(kind, line, evidence)`` of the innermost enclosing loop that runs per batch or row."""
+    for loop in reversed(ctx.loops()):
+        kind = facts.loop_kind(loop, scope)
+        if kind is not None:
+            return kind[0], getattr(loop, "lineno", 0), kind[1]
+    return None
+
+
+_ADVICE = "keep it on the device and read it once after the loop (or every N steps)"
+
+
+def _exits(ctx: Context, node: ast.AST) -> bool:
+    """Inside a branch that leaves the loop (``raise``, ``sys.exit()``, ``break``): runs once."""
+    if not ctx.loops():
+        return False
+    child = node
+    for parent in reversed(ctx.parents):
+        if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)):
+            return False
+        if isinstance(parent, ast.If) and child is not parent.test:
+            last = parent.body[-1]
+            if isinstance(last, (ast.Raise, ast.Break, ast.Return)):
+                return True
+            if isinstance(last, ast.Expr) and isinstance(last.value, ast.Call):
+                name = getattr(last.value.func, "attr", getattr(last.value.func, "id", ""))
+                if name in {"exit", "quit", "_exit", "abort"}:
+                    return True
+        child = parent
+    return False
+
+
+def _is_output(read: ast.AST, ctx: Context) -> bool:
+    """The read's result is written out: passed to a save/write call, stored on a response
+    object, or collected into a list that the function writes out later."""
+    node = read
+    for parent in reversed(ctx.parents):
+        if isinstance(parent, ast.Call) and node is not parent.func and _writes(parent):
+            return True
+        if isinstance(parent, ast.stmt):
+            stmt = parent
+            break
+        node = parent
+    else:
+        return False
+    names: set[str] = set()
+    if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        for target in targets:
+            if isinstance(target, ast.Attribute) and not (
+                isinstance(target.value, ast.Name) and target.value.id == "self"
+            ):
+                return True  # response.embeddings = x.cpu().numpy()
+            names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+    elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        func = stmt.value.func
+        if isinstance(func, ast.Attribute) and func.attr in {"append", "extend"}:
+            root = func.value
+            if isinstance(root, ast.Name):
+                names.add(root.id)
+    if not names:
+        return False
+    scope = ctx.function_scope()
+    body = scope.node if scope is not None else None
+    if body is None:
+        outer = ctx.scope
+        while outer.parent is not None:
+            outer = outer.parent
+        body = outer.node
+    return _flows_to_output(body, names)
+
+
+def _fills_store(read: ast.AST, ctx: Context) -> bool:
+    node = read
+    for parent in reversed(ctx.parents):
+        if isinstance(parent, ast.Call) and node is not parent.func:
+            func = parent.func
+            return isinstance(func, ast.Attribute) and func.attr.endswith("_")
+        if isinstance(parent, ast.stmt):
+            return False
+        node = parent
+    return False
+
+
+def _writes(call: ast.Call) -> bool:
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    lowered = name.lower()
+    return any(word in lowered for word in _OUTPUT_WORDS)
+
+
+def _flows_to_output(scope: ast.AST, names: set[str]) -> bool:
+    tainted = set(names)
+    nodes = list(ast.walk(scope))
+    for _ in range(3):
+        for sub in nodes:
+            if isinstance(sub, ast.Assign) and _mentions(sub.value, tainted):
+                for target in sub.targets:
+                    tainted |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+            elif isinstance(sub, (ast.For, ast.comprehension)) and _mentions(sub.iter, tainted):
+                tainted |= {n.id for n in ast.walk(sub.target) if isinstance(n, ast.Name)}
+    return any(
+        isinstance(sub, ast.Call)
+        and _writes(sub)
+        and any(_mentions(arg, tainted) for arg in [*sub.args, *(k.value for k in sub.keywords)])
+        for sub in nodes
+    )
+
+
+def _mentions(node: ast.AST, names: set[str]) -> bool:
+    return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(node))
+
+
+def _check(
+    node: ast.AST,
+    receiver: ast.expr,
+    what: str,
+    ctx: Context,
+    *,
+    explicit: bool,
+    bulk: bool = False,
+    read: ast.AST | None = None,
+) -> bool:
+    """Report ``what`` (a read of ``receiver``) if it runs per batch on a device value."""
+    loops = ctx.loops()
+    scope = scope_node(ctx)
+    if not loops and not (_called_here(scope, ctx) or (explicit and _module_level(ctx))):
+        return False  # not in a loop, nor a function something calls: cannot be per batch
+    if not explicit and (
+        not isinstance(receiver, (ast.Name, ast.Attribute, ast.Subscript, ast.Call, ast.Compare))
+        or _host_syntax(receiver)
+        or not _mentions_device(ctx)
+    ):
+        return False  # a print/f-string/cast needs a device value, and nothing here makes one
+    if in_test(ctx) or in_periodic_branch(ctx) or _exits(ctx, read or node):
+        return False
+    if any(isinstance(parent, ast.Lambda) for parent in ctx.parents):
+        return False  # runs when something calls the lambda (a timer, a callback), not here
+    facts = file_facts(ctx)
+    if not explicit:
+        early = facts.fact(receiver, scope)
+        if early is None or not early.moved:
+            return False
+    step = _per_step(ctx, facts, scope) if loops else None
+    per_batch = None
+    if step is None:
+        if not (_called_here(scope, ctx) or (explicit and _module_level(ctx))):
+            return False
+        per_batch = facts.per_batch(scope)  # before any flow: most functions are not
+        if per_batch is None:
+            return False
+    fact = facts.fact(receiver, scope)
+    if fact is not None and fact.where == "host":
+        return False
+    text = _text(receiver, ctx)
+    if step is not None:
+        kind, line, evidence = step
+        if fact is None and (not explicit or kind != "batch"):
+            return False
+        if bulk and _fills_store(read or node, ctx):
+            return False  # store.index_copy_(0, i, x.cpu()): filling a host buffer is the job
+        if bulk and kind != "rows" and not _trains(ctx) and _is_output(read or node, ctx):
+            return False  # the copy to the host is the loop's output (images, a response)
+        if kind == "rows":
+            where = f"in the loop at line {line}, once per row of a device tensor,"
+        elif kind == "items":
+            where = f"in the loop at line {line}, once per device tensor of a list,"
+        else:
+            where = f"in the batch loop at line {line}"
+        cause = fact.describe() if fact is not None else evidence
+        ctx.report(
+            SYNC_IN_LOOP.code,
+            node,
+            f"{what} of `{text}` {where} makes the host wait for the device on every step "
+            f"({cause}); {_ADVICE}",
+        )
+        return True
+    assert per_batch is not None
+    fact = facts.fact(receiver, scope, per_batch.seeds) if per_batch.seeds else fact
+    if fact is not None and not fact.on_device:
+        return False
+    if fact is None and not (explicit and per_batch.trains):
+        return False  # outside a training step, an unknown value may well be on the host
+    cause = fact.describe() if fact is not None else "a value of the training step"
+    ctx.report(
+        SYNC_IN_LOOP.code,
+        node,
+        f"{what} of `{text}` runs once per batch ({per_batch.how}) and makes the host wait "
+        f"for the device ({cause}); {_ADVICE}",
+    )
+    return True
+
+
+_DEVICE_MARKS = (".to(", ".cuda(", "device=", "backward")
+_HOST_FUNCS = frozenset({"len", "str", "repr", "type", "int", "float", "round", "id", "hex"})
+
+
+def _host_syntax(node: ast.expr) -> bool:
+    """Plainly a host value: a literal, ``len(x)``, ``x.shape``, ``x.dtype``, a string op."""
+    if isinstance(node, (ast.Constant, ast.JoinedStr)):
+        return True
+    if isinstance(node, ast.Attribute):
+        return node.attr in {"shape", "dtype", "device", "ndim", "__name__", "name"}
+    if isinstance(node, ast.Call):
+        func = node.func
+        if isinstance(func, ast.Name):
+            return func.id in _HOST_FUNCS
+        return isinstance(func, ast.Attribute) and func.attr in {"item", "tolist", "join", "size"}
+    return False
+
+
+def _mentions_device(ctx: Context) -> bool:
+    """The enclosing function's text (or the module's) shows device work at all."""
+    scope = ctx.function_scope() or ctx.scope
+    cached = scope.cache.get("mentions-device")
+    if cached is None:
+        node = scope.node
+        if isinstance(node, ast.Module):
+            text = ctx.source
+        else:
+            lines = ctx.lines()
+            start = getattr(node, "lineno", 1) - 1
+            text = "\n".join(lines[start : getattr(node, "end_lineno", start + 1)])
+        cached = scope.cache["mentions-device"] = any(mark in text for mark in _DEVICE_MARKS)
+    return bool(cached)
+
+
+def _called_here(scope: ast.AST, ctx: Context) -> bool:
+    name = getattr(scope, "name", None)
+    if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) or name is None:
+        return False
+    if name.startswith("__"):
+        return False  # __init__, __call__, ...: not called by this name
+    if name in {"training_step", "validation_step", "test_step", "predict_step"}:
+        return True
+    key = f"called:{name}"
+    cached = ctx.scope.cache.get(key)
+    if cached is None:
+        cached = ctx.scope.cache[key] = ctx.source.count(name + "(") > 1
+    return bool(cached)
+
+
+def _module_level(ctx: Context) -> bool:
+    """A module-level function: other modules of the package may call it per batch."""
+    scope = ctx.function_scope()
+    return scope is not None and scope.parent is not None and scope.parent.kind == "module"
+
+
+def _trains(ctx: Context) -> bool:
+    """The enclosing function calls ``.backward()``: a training step, not an output loop."""
+    scope = ctx.function_scope() or ctx.scope
+    cached = scope.cache.get("trains")
+    if cached is None:
+        cached = scope.cache["trains"] = any(
+            isinstance(sub, ast.Attribute) and sub.attr == "backward"
+            for sub in ast.walk(scope.node)
+        )
+    return bool(cached)
+
+
+def _text(node: ast.AST, ctx: Context) -> str:
+    text = " ".join((ctx.segment(node) or "the value").split())
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def _times_each_step(loop: ast.AST, ctx: Context) -> bool:
     """A loop that reads a timer each step synchronizes on purpose, to time each step."""
+    key = f"times-each-step:{id(loop)}"
+    cached = ctx.scope.cache.get(key)
+    if cached is not None:
+        return bool(cached)
     body: list[ast.AST] = (
         [*loop.body, *([loop.test] if isinstance(loop, ast.While) else [])]
         if isinstance(loop, (ast.For, ast.AsyncFor, ast.While))
         else [loop]
     )
+    result = False
     for stmt in body:
+        if isinstance(stmt, ast.If):
+            continue  # a clock read in a logging branch times the interval, not each step
         for sub in ast.walk(stmt):
             if isinstance(sub, ast.Call):
                 name = ctx.call_qualname(sub)
@@ -79,14 +409,34 @@ def _times_each_step(loop: ast.AST, ctx: Context) -> bool:
                     isinstance(sub.func, ast.Attribute)
                     and sub.func.attr in {"elapsed_time", "record", "perf_counter", "time"}
                 ):
-                    return True
-                if isinstance(sub.func, ast.Name) and "time" in sub.func.id.lower():
-                    return True  # a project's own clock helper (time_sync(), timer())
-    return False
+                    result = True
+                elif isinstance(sub.func, ast.Name) and "time" in sub.func.id.lower():
+                    result = True  # a project's own clock helper (time_sync(), timer())
+            if result:
+                break
+        if result:
+            break
+    ctx.scope.cache[key] = result
+    return result
 
 
 FAMILY = Family(
     rules=(SYNC_IN_LOOP, SYNCHRONIZE_IN_LOOP),
-    checks=((ast.Call, _call, (SYNC_IN_LOOP.code, SYNCHRONIZE_IN_LOOP.code)),),
-    triggers=(".item(", ".tolist(", ".cpu(", ".numpy(", "synchronize"),
+    checks=(
+        (ast.Call, _call, (SYNC_IN_LOOP.code, SYNCHRONIZE_IN_LOOP.code)),
+        (ast.JoinedStr, _joined, (SYNC_IN_LOOP.code,)),
+    ),
+    triggers=(
+        ".item(",
+        ".tolist(",
+        ".cpu(",
+        ".numpy(",
+        "synchronize",
+        # builtins, preceded by what can stand before them (not `call(`, `print(`, `hint(`)
+        *(f"{lead}{name}(" for lead in " (=[" for name in ("float", "int", "bool", "all", "any")),
+        "print(",
+        ".format(",
+        'f"',
+        "f'",
+    ),
 )

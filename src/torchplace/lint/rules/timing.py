@@ -38,7 +38,7 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
     if not placed:
         return
     calls = [sub for stmt in region for sub in ast.walk(stmt) if isinstance(sub, ast.Call)]
-    if any(_syncs(call, ctx) for call in calls):
+    if any(_syncs(call, ctx) or _whole_run(call) for call in calls):
         return
     if not any(_uses(call, placed, ctx) for call in calls if call_name(call) not in _NOT_WORK):
         return
@@ -49,6 +49,16 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
         "this measures the launch, not the work; call `torch.cuda.synchronize()` before each "
         "clock read or time with CUDA events",
     )
+
+
+_RUN_WORDS = ("train", "epoch", "evaluate", "fit", "validate")
+
+
+def _whole_run(call: ast.Call) -> bool:
+    """``train_one_epoch(...)``, ``evaluate(...)``: the clock times a whole run of steps, which
+    read their results back as they go; the total is wall time, not a kernel launch."""
+    name = call_name(call) or ""
+    return any(word in name.lower() for word in _RUN_WORDS)
 
 
 def _is_clock(call: ast.Call, ctx: Context) -> bool:

@@ -1,0 +1,198 @@
+"""Device provenance: where values live, which loops step through batches, who runs per batch."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from torchplace.cli import main
+from torchplace.lint.provenance import Fact, FileFacts
+
+EXAMPLES = Path(__file__).parent / "fixtures" / "examples"
+
+
+def _facts(source: str, path: str = "<string>") -> FileFacts:
+    text = textwrap.dedent(source)
+    return FileFacts(ast.parse(text), text.splitlines(), path)
+
+
+def _function(facts: FileFacts, name: str) -> ast.FunctionDef:
+    node = facts.defs[name][0]
+    assert isinstance(node, ast.FunctionDef)
+    return node
+
+
+def _fact_at(facts: FileFacts, function: str, name: str, line: int) -> Fact | None:
+    node = ast.Name(id=name)
+    node.lineno = line
+    return facts.fact(node, _function(facts, function))
+
+
+TRAIN = """
+import numpy as np
+import torch
+
+def train(model, loader, optimizer, device):
+    for epoch in range(3):
+        for x, y in loader:
+            x = x.to(device)
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+            host = loss.item()
+            table = np.zeros(3)
+            cpu = torch.zeros(3)
+        mean = host
+"""
+
+
+def test_device_and_host_values_and_their_origin() -> None:
+    facts = _facts(TRAIN)
+    loss = _fact_at(facts, "train", "loss", 12)
+    assert loss is not None
+    assert loss.on_device
+    assert loss.moved
+    assert loss.describe() == "`loss` comes from `model(x).sum()`, `x` moved to `device` at line 8"
+    for name in ("host", "table", "cpu", "epoch"):
+        fact = _fact_at(facts, "train", name, 16)
+        assert fact is not None, name
+        assert fact.where == "host", name
+    item = _fact_at(facts, "train", "y", 12)  # a loader item the loop never moves
+    assert item is not None
+    assert item.where == "host"
+    assert _fact_at(facts, "train", "model", 12) is None  # a parameter: nothing says
+
+
+def test_x_is_host_before_its_move_and_device_after() -> None:
+    facts = _facts(TRAIN)
+    before = _fact_at(facts, "train", "x", 8)
+    after = _fact_at(facts, "train", "x", 9)
+    assert before is not None
+    assert before.where == "host"
+    assert after is not None
+    assert after.on_device
+
+
+def test_batch_loop_and_epoch_loop() -> None:
+    facts = _facts(TRAIN)
+    train = _function(facts, "train")
+    epoch, batch = [n for n in ast.walk(train) if isinstance(n, ast.For)]
+    assert facts.loop_kind(epoch, train) is None  # its batch evidence is in the nested loop
+    kind = facts.loop_kind(batch, train)
+    assert kind is not None
+    assert kind[0] == "batch"
+
+
+def test_rows_of_a_device_tensor_and_a_model_run_per_step() -> None:
+    facts = _facts(
+        """
+        import torch
+
+        def post(model, images, device, steps, idx):
+            model = model.to(device)
+            for row in model(images):
+                pass
+            for _ in range(steps):
+                idx = model(idx)
+            for v in [1, 2]:
+                pass
+        """
+    )
+    post = _function(facts, "post")
+    rows, decode, plain = [n for n in ast.walk(post) if isinstance(n, ast.For)]
+    assert (facts.loop_kind(rows, post) or ("",))[0] == "rows"
+    assert (facts.loop_kind(decode, post) or ("",))[0] == "batch"
+    assert facts.loop_kind(plain, post) is None
+
+
+def test_per_batch_functions_seed_their_parameters() -> None:
+    facts = _facts(
+        """
+        import torch
+
+        def accuracy(output, target):
+            return output.argmax(1).eq(target).sum().item()
+
+        def evaluate(model, loader, device):
+            for x, y in loader:
+                x, y = x.to(device), y.to(device)
+                out = model(x)
+                accuracy(out, y)
+
+        def once(model):
+            return accuracy(model, None)
+
+        class Lit:
+            def training_step(self, batch, batch_idx):
+                return batch
+        """
+    )
+    per_batch = facts.per_batch(_function(facts, "accuracy"))
+    assert per_batch is not None
+    assert "evaluate" in per_batch.how
+    assert per_batch.seeds["output"].on_device
+    assert facts.per_batch(_function(facts, "once")) is None
+    hook = facts.per_batch(_function(facts, "training_step"))
+    assert hook is not None
+    assert hook.seeds["batch"].on_device
+
+
+def test_mnist_shaped_script_reports_its_per_batch_item_calls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The canonical example: `.to(device)`, then `.item()` twice per batch in `test()`."""
+    script = tmp_path / "mnist" / "main.py"
+    script.parent.mkdir()
+    shutil.copy(EXAMPLES / "mnist_main.py", script)
+    monkeypatch.chdir(script.parent)
+    assert main(["lint", "--select", "TPL201", "main.py"]) == 1
+    out = capsys.readouterr().out
+    lines = script.read_text().splitlines()
+    expected = [i for i, line in enumerate(lines, 1) if "# per batch" in line]
+    found = [int(line.split(":")[1]) for line in out.splitlines() if ": TPL201 " in line]
+    assert found == expected
+    assert "`data` moved to `device`" in out
+
+
+def test_a_helper_called_per_batch_from_a_sibling_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "util").mkdir()
+    (tmp_path / "util" / "misc.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+            import torch.distributed as dist
+
+            def reduce_mean(x):
+                t = torch.tensor(x).cuda()
+                dist.all_reduce(t)
+                return t.item()
+            """
+        )
+    )
+    (tmp_path / "train.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+            import util.misc as misc
+
+            def train(model, loader, optimizer, device):
+                for x, y in loader:
+                    x, y = x.to(device), y.to(device)
+                    loss = torch.nn.functional.mse_loss(model(x), y)
+                    loss.backward()
+                    optimizer.step()
+                    misc.reduce_mean(1.0)
+            """
+        )
+    )
+    monkeypatch.chdir(tmp_path)
+    assert main(["lint", "--select", "TPL201", "util/misc.py"]) == 1
+    out = capsys.readouterr().out
+    assert "util/misc.py:8:" in out
+    assert "the batch loop of `train`" in out
