@@ -5,6 +5,7 @@ Modules, one concept each:
 
 - ``inputs``: the model to plan (embedded, ``module:callable``, exported, or a shape) and its inputs;
 - ``shapes``: the GPT-2-small-like and Llama-7B-like transformers, built in code on ``meta``;
+- ``decoder``: their module classes (imports torch, so ``shapes`` imports it on first build);
 - ``hardware``: the device set, assumed from a table of measured figures or the real inventory;
 - ``units``: the placeable modules, their sizes and tied groups (accelerate's helpers);
 - ``trace``: one forward on ``meta``: allocations, readers, FLOPs (``torch.utils.flop_counter``);

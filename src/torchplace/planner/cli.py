@@ -30,8 +30,14 @@ def parse_batches(text: str) -> list[int]:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from torchplace.planner.hardware import ASSUMED, LINKS
+    _model_options(parser)
+    _device_options(parser)
+    _strategy_options(parser)
+    _check_options(parser)
+    report.add_output_options(parser)
 
+
+def _model_options(parser: argparse.ArgumentParser) -> None:
     model = parser.add_argument_group("model (as torchplace serve takes it)")
     model.add_argument(
         "--model",
@@ -51,6 +57,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--batch", default="1", help="batch sizes: 1,8,32 or a range 1-64 (default: 1)"
     )
     model.add_argument("--seq", type=int, help="sequence length, where the inputs have one")
+
+
+def _device_options(parser: argparse.ArgumentParser) -> None:
+    from torchplace.planner.hardware import ASSUMED, LINKS
+
     hw = parser.add_argument_group("devices")
     hw.add_argument(
         "--assume",
@@ -77,6 +88,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="memory per device for weights, comma-separated (e.g. 30GiB,40GiB); default: "
         "capacity less reserves, activation peak and KV cache",
     )
+
+
+def _strategy_options(parser: argparse.ArgumentParser) -> None:
     how = parser.add_argument_group("strategy")
     how.add_argument(
         "--strategy",
@@ -92,6 +106,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="pipeline stages balanced by weights, by FLOPs, or filled in order as accelerate does",
     )
     how.add_argument("--map", dest="map_file", metavar="FILE.json", help="an explicit device map")
+
+
+def _check_options(parser: argparse.ArgumentParser) -> None:
     act = parser.add_argument_group("check and export")
     act.add_argument(
         "--verify",
@@ -111,7 +128,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="write the device_map and max_memory accelerate and transformers accept",
     )
     act.add_argument("--plot", metavar="FILE.png", help="draw the placement and its crossings")
-    report.add_output_options(parser)
 
 
 def _sizes(text: str | None) -> list[int] | None:

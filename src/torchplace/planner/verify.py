@@ -129,63 +129,77 @@ def _real_model(p: Plan) -> nn.Module:
 
 def verify(p: Plan, *, tolerance: float = 0.10, module: nn.Module | None = None) -> Verdict:
     """Run ``p``'s placement at its smallest batch on logical CPU devices and compare."""
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_map
-
     if not 0 < tolerance < 1:
         raise ConfigError(f"--tolerance {tolerance} must be a fraction between 0 and 1")
     model = module if module is not None else _real_model(p)
-    batch = p.batches[0]
-    placement = p.placement
-    only = placement.devices[0] if placement.replicas > 1 else None
-    rt = _Runtime({_key(t) for t in (*model.parameters(), *model.buffers())})
-    measured: dict[tuple[str, str, str], list[int]] = {}
-    copies: dict[tuple[int, str], torch.Tensor] = {}
+    run = _Run(p, model)
+    run.run()
+    return _compare(p, run.batch, tolerance, run.rt.peak, run.measured, run.only)
 
-    class Mode(TorchDispatchMode):  # type: ignore[no-untyped-call]
-        def __torch_dispatch__(
-            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
-        ) -> Any:
-            args, kwargs = by_weights(args, kwargs or {})
-            out = func(*args, **kwargs)
-            for t in _tensors(out):
-                rt.hold(t, rt.current)
-            return out
 
-    owners = {
-        _key(t): path
-        for path in p.units.paths
-        for t in (*model.get_submodule(path).parameters(), *model.get_submodule(path).buffers())
-    }
-    active: list[str] = []  # units whose forward is running (their hooks moved the arguments)
+class _Run:
+    """One forward of the placement: where it runs, the copies a runner makes, what they cost."""
 
-    def by_weights(args: Any, kwargs: Any) -> tuple[Any, Any]:
+    def __init__(self, p: Plan, model: nn.Module) -> None:
+        self.p, self.model, self.batch = p, model, p.batches[0]
+        self.placement = p.placement
+        self.only = self.placement.devices[0] if self.placement.replicas > 1 else None
+        self.rt = _Runtime({_key(t) for t in (*model.parameters(), *model.buffers())})
+        self.measured: dict[tuple[str, str, str], list[int]] = {}
+        self.copies: dict[tuple[int, str], torch.Tensor] = {}
+        self.owners = {
+            _key(t): path
+            for path in p.units.paths
+            for t in (*model.get_submodule(path).parameters(), *model.get_submodule(path).buffers())
+        }
+        self.active: list[str] = []  # units whose forward is running (their hooks moved the args)
+
+    def device_of(self, unit: str) -> str:
+        return self.only or self.placement.device_of(unit)
+
+    def dispatch(self, func: Any, args: Any, kwargs: Any) -> Any:
+        """The dispatch mode's work: run an operator, tag what it makes with the device."""
+        args, kwargs = self.by_weights(args, kwargs or {})
+        out = func(*args, **kwargs)
+        for t in _tensors(out):
+            self.rt.hold(t, self.rt.current)
+        return out
+
+    def by_weights(self, args: Any, kwargs: Any) -> tuple[Any, Any]:
         """Outside every unit's forward, an operator on one unit's weights runs on its device
         (a graph module reads weights without calling the module), as the plan has it."""
-        if active:
+        import torch
+        from torch.utils._pytree import tree_map
+
+        if self.active:
             return args, kwargs
-        found = {owners[k] for k in map(_key, _tensors((args, kwargs))) if k in owners}
+        found = {self.owners[k] for k in map(_key, _tensors((args, kwargs))) if k in self.owners}
         if len(found) != 1:
             return args, kwargs
         (unit,) = found
-        dst = only or placement.device_of(unit)
-        rt.current = dst
+        dst = self.device_of(unit)
+        self.rt.current = dst
 
         def swap(v: Any) -> Any:
-            if isinstance(v, torch.Tensor) and _key(v) not in owners and _key(v) not in rt.external:
-                return moved(v, dst, unit)
+            if (
+                isinstance(v, torch.Tensor)
+                and _key(v) not in self.owners
+                and _key(v) not in self.rt.external
+            ):
+                return self.moved(v, dst, unit)
             return v
 
         swapped: tuple[Any, Any] = tree_map(swap, (args, kwargs))
         return swapped
 
-    def moved(t: torch.Tensor, dst: str, consumer: str) -> torch.Tensor:
+    def moved(self, t: torch.Tensor, dst: str, consumer: str) -> torch.Tensor:
+        """``t`` on ``dst`` for ``consumer``: a copy, counted on its edge, where it lives elsewhere."""
+        rt = self.rt
         src = rt.device_of(t)
         if src == dst:
             return t
-        cached = copies.get((_key(t), dst))
-        if cached is not None and not placement.hooks:
+        cached = self.copies.get((_key(t), dst))
+        if cached is not None and not self.placement.hooks:
             return cached
         before, rt.current = rt.current, (HOST if src == HOST else dst)  # inputs: not activations
         copy = t.clone()  # the copy a real runner makes, here on the same memory
@@ -195,54 +209,80 @@ def verify(p: Plan, *, tolerance: float = 0.10, module: nn.Module | None = None)
         if src == HOST:
             rt.where[_key(copy)] = dst
         # a runner keeps the copy while the original lives, and no longer
-        copies[(_key(t), dst)] = copy
-        weakref.finalize(t, copies.pop, (_key(t), dst), None)
-        entry = measured.setdefault((src, dst, consumer), [0, 0])
+        self.copies[(_key(t), dst)] = copy
+        weakref.finalize(t, self.copies.pop, (_key(t), dst), None)
+        entry = self.measured.setdefault((src, dst, consumer), [0, 0])
         entry[0] += t.numel() * t.element_size()
         entry[1] += 1
         return copy
 
-    def pre(path: str) -> Any:
+    def pre_hook(self, path: str) -> Any:
+        """The forward pre-hook of unit ``path``: its arguments copied to its device."""
+        import torch
+
         def hook(_m: nn.Module, args: Any, kwargs: Any) -> Any:
-            dst = only or placement.device_of(path)
-            rt.current = dst
-            active.append(path)
+            dst = self.device_of(path)
+            self.rt.current = dst
+            self.active.append(path)
 
             def swap(v: Any) -> Any:
-                return moved(v, dst, path) if isinstance(v, torch.Tensor) else v
+                return self.moved(v, dst, path) if isinstance(v, torch.Tensor) else v
 
             return tuple(swap(a) for a in args), {k: swap(v) for k, v in kwargs.items()}
 
         return hook
 
-    def post(_m: nn.Module, _args: Any, _out: Any) -> None:
-        active.pop()
+    def post_hook(self, _m: nn.Module, _args: Any, _out: Any) -> None:
+        self.active.pop()
 
-    handles = [
-        model.get_submodule(path).register_forward_pre_hook(pre(path), with_kwargs=True)
-        for path in p.units.paths
-    ] + [model.get_submodule(path).register_forward_hook(post) for path in p.units.paths]
-    inputs = p.model.example(batch, p.seq, "cpu")
-    for t in inputs:
-        rt.hold(t, HOST)
-    # the model's own code before its first unit runs where that unit runs, as in the plan
-    first = min(p.traces[batch].calls, key=lambda c: c.start).unit if p.traces[batch].calls else ""
-    rt.current = only or placement.device_of(first)
-    hooked = placement.hooks and only is None
-    try:
-        with torch.inference_mode(), Mode():  # type: ignore[no-untyped-call]
-            if hooked:  # accelerate's way: the caller moves the inputs to the first device
-                inputs = [moved(t, placement.devices[0], "(model call)") for t in inputs]
-            out = model(*inputs)
-            for t in _tensors(out):
-                if hooked:  # and the top hook sends the output back to the inputs' device
-                    t = moved(t, placement.devices[0], "(model return)")
-                moved(t, HOST, "(host)")
-    finally:
-        for handle in handles:
-            handle.remove()
-    del out
-    return _compare(p, batch, tolerance, rt.peak, measured, only)
+    def run(self) -> None:
+        """The forward, with the hooks on every unit and the dispatch mode around it."""
+        import torch
+
+        p, model = self.p, self.model
+        handles = [
+            model.get_submodule(path).register_forward_pre_hook(
+                self.pre_hook(path), with_kwargs=True
+            )
+            for path in p.units.paths
+        ] + [
+            model.get_submodule(path).register_forward_hook(self.post_hook)
+            for path in p.units.paths
+        ]
+        inputs = p.model.example(self.batch, p.seq, "cpu")
+        for t in inputs:
+            self.rt.hold(t, HOST)
+        # the model's own code before its first unit runs where that unit runs, as in the plan
+        calls = p.traces[self.batch].calls
+        self.rt.current = self.device_of(min(calls, key=lambda c: c.start).unit if calls else "")
+        hooked = self.placement.hooks and self.only is None
+        try:
+            with torch.inference_mode(), _mode(self):
+                if hooked:  # accelerate's way: the caller moves the inputs to the first device
+                    inputs = [
+                        self.moved(t, self.placement.devices[0], "(model call)") for t in inputs
+                    ]
+                out = model(*inputs)
+                for t in _tensors(out):
+                    if hooked:  # and the top hook sends the output back to the inputs' device
+                        t = self.moved(t, self.placement.devices[0], "(model return)")
+                    self.moved(t, HOST, "(host)")
+        finally:
+            for handle in handles:
+                handle.remove()
+
+
+def _mode(run: _Run) -> Any:
+    """A dispatch mode that hands every operator to ``run``."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Mode(TorchDispatchMode):  # type: ignore[no-untyped-call]
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            return run.dispatch(func, args, kwargs)
+
+    return Mode()  # type: ignore[no-untyped-call]
 
 
 def _compare(
