@@ -28,6 +28,10 @@ def test_the_python_examples_of_docs_serve_run(
     with ServerThread(test_config(device="cpu")) as server:
         for block in blocks:
             code = block.replace("127.0.0.1:8000", f"127.0.0.1:{server.port}")
+            if "127.0.0.1:8001" in code:  # the gRPC example
+                pytest.importorskip("tritonclient.grpc")
+                assert server.grpc_port is not None, "the test server serves no gRPC"
+                code = code.replace("127.0.0.1:8001", f"127.0.0.1:{server.grpc_port}")
             namespace: dict[str, object] = {}
             exec(compile(code, str(DOC), "exec"), namespace)
             if "y" in namespace:
