@@ -43,6 +43,7 @@ __all__ = [
     "RAY_REQUIREMENT",
     "RayOptions",
     "TorchplaceReplica",
+    "app_settings",
     "build_app",
     "deployment",
     "replica_devices",
@@ -188,6 +189,10 @@ class TorchplaceReplica:
         context = ray.get_runtime_context()
         gpu_ids = ray.get_gpu_ids()
         devices = replica_devices(gpu_ids, device_override)
+        if not gpu_ids:
+            # no GPU reserved: hide the node's GPUs from this process (Ray >= 2.60 leaves them
+            # visible), before anything initialises CUDA
+            os.environ["CUDA_VISIBLE_DEVICES"] = ""
         self.node_id = context.get_node_id()
         self.node_ip = ray.util.get_node_ip_address()
         base = ServeConfig.from_mapping(config, source="ray deployment")
@@ -388,6 +393,11 @@ def build_app(args: Mapping[str, Any]) -> Any:
     :class:`RayOptions` fields (``replicas``, ``gpus_per_replica``, ...); a Serve config file
     gives them under ``args:``.
     """
+    return deployment(*app_settings(args))
+
+
+def app_settings(args: Mapping[str, Any]) -> tuple[ServeConfig, RayOptions]:
+    """The settings and placement options of :func:`build_app`'s arguments."""
     option_names = set(RayOptions.__dataclass_fields__)
     given = {str(k).replace("-", "_"): v for k, v in args.items()}
     raw_options = {k: v for k, v in given.items() if k in option_names}
@@ -396,7 +406,7 @@ def build_app(args: Mapping[str, Any]) -> Any:
     config = ServeConfig.from_mapping(
         {k: _typed(ServeConfig(), k, v) for k, v in settings.items()}, source="serve run args"
     )
-    return deployment(config, options)
+    return config, options
 
 
 _NUMERIC_WHEN_UNSET = frozenset(
