@@ -69,7 +69,11 @@ def payload(model: str, path: str, port: int) -> bytes:
 
     width = embedded_model(model).inputs[0].shape[1]
     body = orjson.dumps(
-        {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, width], "data": [0.25] * width}]}
+        {
+            "inputs": [
+                {"name": "input", "datatype": "FP32", "shape": [1, width], "data": [0.25] * width}
+            ]
+        }
     )
     head = (
         f"POST {path} HTTP/1.1\r\nhost: {LOOPBACK}:{port}\r\n"
@@ -175,7 +179,9 @@ def idiomatic_deployment(model: str) -> Any:
             out = await self.predict(row)
             return {
                 "model_name": self.name,
-                "outputs": [{"name": "output", "datatype": "FP32", "shape": [1, len(out)], "data": out}],
+                "outputs": [
+                    {"name": "output", "datatype": "FP32", "shape": [1, len(out)], "data": out}
+                ],
             }
 
     return Idiomatic.bind(model)
@@ -204,10 +210,12 @@ def free_port() -> int:
 def wait_ready(port: int, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        with contextlib.suppress(OSError):
-            with urllib.request.urlopen(f"http://{LOOPBACK}:{port}/v2/health/ready", timeout=2) as r:
-                if r.status == 200:
-                    return
+        with (
+            contextlib.suppress(OSError),
+            urllib.request.urlopen(f"http://{LOOPBACK}:{port}/v2/health/ready", timeout=2) as r,
+        ):
+            if r.status == 200:
+                return
         time.sleep(0.2)
     raise TimeoutError(f"nothing ready on port {port} within {timeout} s")
 
@@ -234,7 +242,9 @@ def standalone(model: str) -> Any:
 
 
 # ---------------------------------------------------------------------- the run
-def bench_model(model: str, proxy: int, noop: Result | None, args: argparse.Namespace) -> dict[str, Result]:
+def bench_model(
+    model: str, proxy: int, noop: Result | None, args: argparse.Namespace
+) -> dict[str, Result]:
     from ray import serve
 
     from torchplace.serve.config import ServeConfig
@@ -247,11 +257,17 @@ def bench_model(model: str, proxy: int, noop: Result | None, args: argparse.Name
     )
     record = handle.describe.remote().result(timeout_s=60)
     direct = int(record["direct_url"].rsplit(":", 1)[1])
-    results["tp_proxy"] = drive("torchplace on Ray (proxy)", [(proxy, payload(model, path, proxy))], args)
-    results["tp_direct"] = drive("torchplace on Ray (direct)", [(direct, payload(model, path, direct))], args)
+    results["tp_proxy"] = drive(
+        "torchplace on Ray (proxy)", [(proxy, payload(model, path, proxy))], args
+    )
+    results["tp_direct"] = drive(
+        "torchplace on Ray (direct)", [(direct, payload(model, path, direct))], args
+    )
     serve.delete("bench")
     serve.run(idiomatic_deployment(model), name="bench", route_prefix="/")
-    results["idiomatic"] = drive("idiomatic Ray Serve", [(proxy, payload(model, path, proxy))], args)
+    results["idiomatic"] = drive(
+        "idiomatic Ray Serve", [(proxy, payload(model, path, proxy))], args
+    )
     serve.delete("bench")
     if noop is None:
         serve.run(noop_deployment(), name="bench", route_prefix="/")
@@ -259,7 +275,9 @@ def bench_model(model: str, proxy: int, noop: Result | None, args: argparse.Name
         serve.delete("bench")
     results["noop"] = noop
     with standalone(model) as port:
-        results["standalone"] = drive("torchplace standalone", [(port, payload(model, path, port))], args)
+        results["standalone"] = drive(
+            "torchplace standalone", [(port, payload(model, path, port))], args
+        )
     return results
 
 
@@ -280,13 +298,17 @@ def report(all_results: dict[str, dict[str, Result]]) -> int:
         best = max(r["tp_proxy"].rate, r["tp_direct"].rate)
         for key, label in (("tp_proxy", "via proxy"), ("tp_direct", "direct")):
             ok = r[key].rate >= 3 * r["idiomatic"].rate
-            print(f"  {'PASS' if ok else 'FAIL'} {model}: torchplace on Ray ({label}) >= 3x idiomatic")
+            print(
+                f"  {'PASS' if ok else 'FAIL'} {model}: torchplace on Ray ({label}) >= 3x idiomatic"
+            )
         failed |= best < 3 * r["idiomatic"].rate
     r = all_results.get("seed-mlp")
     if r is not None:
         for key, label in (("tp_proxy", "via proxy"), ("tp_direct", "direct")):
             ok = r[key].rate >= 0.7 * r["noop"].rate
-            print(f"  {'PASS' if ok else 'FAIL'} seed-mlp: torchplace on Ray ({label}) >= 70% of the no-op ceiling")
+            print(
+                f"  {'PASS' if ok else 'FAIL'} seed-mlp: torchplace on Ray ({label}) >= 70% of the no-op ceiling"
+            )
         failed |= max(r["tp_proxy"].rate, r["tp_direct"].rate) < 0.7 * r["noop"].rate
     return 1 if failed else 0
 
@@ -326,7 +348,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             proxy = free_port()
             serve.start(http_options={"host": LOOPBACK, "port": proxy})
-            print(f"one run: {args.seconds:g} s per line, {args.connections} connections, 1-row requests")
+            print(
+                f"one run: {args.seconds:g} s per line, {args.connections} connections, 1-row requests"
+            )
             results: dict[str, dict[str, Result]] = {}
             noop: Result | None = None
             for model in args.models.split(","):

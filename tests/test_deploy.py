@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import importlib
 import re
-import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
+import tomllib
 import yaml
 
 from torchplace.serve.config import ServeConfig
@@ -64,7 +64,11 @@ def test_dockerfile_installs_extras_that_exist_and_the_pinned_torch() -> None:
 def test_dockerfile_entrypoint_is_the_project_script() -> None:
     entry = [rest for word, rest in _instructions() if word == "ENTRYPOINT"]
     scripts = _pyproject()["project"]["scripts"]
-    assert entry and all(re.fullmatch(r'\["(\w+)"\]', e)[1] in scripts for e in entry)  # type: ignore[index]
+    assert entry
+    for line in entry:
+        found = re.fullmatch(r'\["(\w+)"\]', line)
+        assert found is not None, f"ENTRYPOINT {line} is not an exec-form single program"
+        assert found[1] in scripts
 
 
 @pytest.mark.parametrize("path", ["deploy/ray/serve_config.yaml", "deploy/ray/rayservice.yaml"])

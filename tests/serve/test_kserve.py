@@ -70,7 +70,9 @@ def test_yaml_matches_the_kserve_sdk_models() -> None:
     runtime = models.V1alpha1ServingRuntimeSpec(**_snake(spec))
     assert runtime.protocol_versions == ["v2"]
     isvc = yaml.safe_load(ISVC.read_text())
-    predictor = models.V1beta1PredictorSpec(model=models.V1beta1ModelSpec(**_snake(isvc["spec"]["predictor"]["model"])))
+    predictor = models.V1beta1PredictorSpec(
+        model=models.V1beta1ModelSpec(**_snake(isvc["spec"]["predictor"]["model"]))
+    )
     assert predictor.model.runtime == _runtime()["metadata"]["name"]
 
 
@@ -97,7 +99,9 @@ def _model_dir(tmp_path: Path) -> Path:
     with torch.no_grad():
         for p in module.parameters():
             p.mul_(2.0)  # weights that differ from the embedded ones
-    save_file({k: v.contiguous() for k, v in module.state_dict().items()}, model_dir / "model.safetensors")
+    save_file(
+        {k: v.contiguous() for k, v in module.state_dict().items()}, model_dir / "model.safetensors"
+    )
     (model_dir / "torchplace.toml").write_text('model = "seed-mlp"\nmax_batch_size = 8\n')
     return model_dir
 
@@ -117,7 +121,9 @@ def test_model_dir_settings_find_the_weights_and_config(tmp_path: Path) -> None:
         "max_batch_size": 8,
         "weights": str(model_dir / "model.safetensors"),
     }
-    config = kserve_config(_parse([f"--model_dir={model_dir}"]), ServeConfig(), env={"PORT": "9123"})
+    config = kserve_config(
+        _parse([f"--model_dir={model_dir}"]), ServeConfig(), env={"PORT": "9123"}
+    )
     assert config.weights == model_dir / "model.safetensors"
     assert config.port == 9123  # PORT from the environment without --http_port
     config = kserve_config(_parse(["--http_port=8081"]), ServeConfig(), env={"PORT": "9123"})
@@ -164,7 +170,10 @@ def test_torchplace_serve_started_as_kserve_starts_it(tmp_path: Path) -> None:
     # loopback only here; in the pod KServe binds 0.0.0.0 (the runtime's --host)
     args = [f"--host={LOOPBACK}" if a.startswith("--host=") else a for a in args]
     args = [f"--http_port={free_port}" if a.startswith("--http_port=") else a for a in args]
-    env = {**os.environ, **{e["name"]: _render(e["value"], name, "gs://bucket/seed-mlp") for e in container["env"]}}
+    env = {
+        **os.environ,
+        **{e["name"]: _render(e["value"], name, "gs://bucket/seed-mlp") for e in container["env"]},
+    }
     proc = subprocess.Popen(
         [str(Path(sys.executable).parent / "torchplace"), *args],
         env=env,
@@ -184,7 +193,9 @@ def test_torchplace_serve_started_as_kserve_starts_it(tmp_path: Path) -> None:
             if ready == 200:
                 break
             time.sleep(0.2)
-        assert ready == 200, proc.stderr.read().decode() if proc.poll() is not None and proc.stderr else "not ready"
+        assert ready == 200, (
+            proc.stderr.read().decode() if proc.poll() is not None and proc.stderr else "not ready"
+        )
         assert _get(base + container["livenessProbe"]["httpGet"]["path"]) == 200
         assert _get(base + container["startupProbe"]["httpGet"]["path"]) == 200
         assert _get(base + "/metrics") == 200

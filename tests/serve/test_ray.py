@@ -23,7 +23,9 @@ import torch
 # Ray is imported only once the fixture has set the cluster's environment (auth mode, token):
 # Ray reads it when first imported.
 if importlib.util.find_spec("ray") is None:
-    pytest.skip("the Ray tests need Ray Serve: pip install torchplace[ray]", allow_module_level=True)
+    pytest.skip(
+        "the Ray tests need Ray Serve: pip install torchplace[ray]", allow_module_level=True
+    )
 tritonhttp = pytest.importorskip("tritonclient.http")
 
 from tests.serve.ray_cluster import (  # noqa: E402
@@ -45,6 +47,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
     pytest.mark.filterwarnings("ignore::ResourceWarning"),
 ]
+
 
 class Service:
     def __init__(self, cluster: Any, workers: list[Any], handle: Any, proxy: str) -> None:
@@ -174,7 +177,9 @@ def test_each_replica_also_answers_directly(service: Service) -> None:
     for record in replicas(service.handle, 2).values():
         url = record["direct_url"].removeprefix("http://")
         client = tritonhttp.InferenceServerClient(url)
-        np.testing.assert_allclose(_infer(client, rows, service.model), _expected(rows), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            _infer(client, rows, service.model), _expected(rows), rtol=1e-5, atol=1e-6
+        )
         client.close()
 
 
@@ -190,7 +195,11 @@ def test_device_labelled_metrics_reach_rays_metrics_export(service: Service) -> 
             status, body = get(f"http://{LOOPBACK}:{port}/metrics")
             text = body.decode()
             if status == 200 and any(float(v) > 0 for v in pattern.findall(text)):
-                nodes.update(re.findall(r'^ray_torchplace_batch_size_count\{[^}]*replica="([^"]+)"', text, re.M))
+                nodes.update(
+                    re.findall(
+                        r'^ray_torchplace_batch_size_count\{[^}]*replica="([^"]+)"', text, re.M
+                    )
+                )
         return nodes if len(nodes) >= 2 else set()
 
     replicas_seen = wait_for("both replicas' series in Ray's metrics export", scraped, 60)
@@ -212,7 +221,9 @@ def test_replica_failing_its_health_check_is_replaced(service: Service) -> None:
     now = wait_for("a fresh replica replacing the failed one", replaced, 90, every=1.0)
     assert len(set(now) - set(before)) == 1  # the healthy one stayed
     rows = np.ones((3, 8), dtype=np.float32)
-    np.testing.assert_allclose(_infer(client, rows, service.model), _expected(rows), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        _infer(client, rows, service.model), _expected(rows), rtol=1e-5, atol=1e-6
+    )
     client.close()
 
 

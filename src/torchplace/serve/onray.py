@@ -194,7 +194,7 @@ class TorchplaceReplica:
             # visible), before anything initialises CUDA
             os.environ["CUDA_VISIBLE_DEVICES"] = ""
         self.node_id = context.get_node_id()
-        self.node_ip = ray.util.get_node_ip_address()
+        self.node_ip: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
         base = ServeConfig.from_mapping(config, source="ray deployment")
         served = base.with_overrides(
             {
@@ -246,7 +246,8 @@ class TorchplaceReplica:
         )
         app = self._server.app
         loop = self._server._loop
-        assert app is not None and loop is not None
+        assert app is not None, "the replica's server has not started"
+        assert loop is not None, "the replica's server has no event loop"
 
         async def run() -> Any:
             answer = app.handle(ours)
@@ -377,7 +378,9 @@ def _plain(config: ServeConfig) -> dict[str, Any]:
         if value is None:
             continue
         if name in ("inputs", "outputs"):
-            value = [{"name": s.name, "datatype": s.datatype, "shape": list(s.shape)} for s in value]
+            value = [
+                {"name": s.name, "datatype": s.datatype, "shape": list(s.shape)} for s in value
+            ]
         elif isinstance(value, tuple):
             value = list(value)
         elif isinstance(value, os.PathLike):

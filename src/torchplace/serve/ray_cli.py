@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import signal
 import sys
 import threading
@@ -100,7 +101,7 @@ def run_on_ray(args: argparse.Namespace, config: ServeConfig) -> int:
 
     address = getattr(args, "address", "auto")
     try:
-        ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise ConfigError(
             f"cannot join the Ray cluster at --address {address!r}: {exc}; start one with "
