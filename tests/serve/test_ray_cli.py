@@ -102,14 +102,32 @@ def cluster() -> Iterator[tuple[str, Path]]:
             started.append(_spawn(head, tmp / "head.log"))
             wait_for("the head node", lambda: "Ray runtime started" in _log(tmp / "head.log"), 90)
             for i in range(2):
-                worker = [sys.executable, "-c", _LOOPBACK_RAY_START, "start", "--address", gcs]
-                worker += ["--num-gpus", "1", *common, *_node_ports()]
-                multi = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}
-                started.append(_spawn(worker, tmp / f"worker{i}.log", multi))
+                started.append(_start_worker(gcs, common, tmp / f"worker{i}.log"))
             yield gcs, tmp
         finally:
             for proc in reversed(started):
                 _stop(proc)
+
+
+def _start_worker(gcs: str, common: list[str], log: Path) -> subprocess.Popen[bytes]:
+    """``ray start --address`` one node at a time; once more if it did not come up (Ray gives
+    a node's raylet a fixed 30 s to register, which a loaded 2-core machine can miss)."""
+    worker = [sys.executable, "-c", _LOOPBACK_RAY_START, "start", "--address", gcs]
+    worker += ["--num-gpus", "1", *common]
+    multi = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}
+    for _attempt in range(2):
+        proc = _spawn([*worker, *_node_ports()], log, multi)
+        up = wait_for("a worker node", lambda p=proc: _state(p, log), 120)  # type: ignore[misc]
+        if up == "up":
+            return proc
+        _stop(proc)
+    raise AssertionError(f"a worker node did not start twice: {_log(log)[-2000:]}")
+
+
+def _state(proc: subprocess.Popen[bytes], log: Path) -> str | None:
+    if "Ray runtime started" in _log(log):
+        return "up"
+    return "down" if proc.poll() is not None else None
 
 
 def _log(path: Path) -> str:
