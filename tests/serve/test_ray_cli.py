@@ -117,7 +117,7 @@ def _start_worker(gcs: str, common: list[str], log: Path) -> subprocess.Popen[by
     multi = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}
     for _attempt in range(2):
         proc = _spawn([*worker, *_node_ports()], log, multi)
-        up = wait_for("a worker node", lambda p=proc: _state(p, log), 120)  # type: ignore[misc]
+        up = wait_for("a worker node", lambda p=proc: _state(p, log), 120)
         if up == "up":
             return proc
         _stop(proc)
