@@ -31,6 +31,9 @@ What each module is for, along the path of a request:
 ``loader``      building the model on the host (embedded, factory, weights, torch.export)
 ``metrics``     Prometheus series of one engine, in its own registry
 ``tracing``     Chrome/Perfetto traces and OpenTelemetry spans of batches
+``onray``       the Ray Serve deployment: this server in each Ray replica, on Ray's devices
+``ray_cli``     ``--engine ray``: deploying on a Ray cluster from the command line
+``kserve``      the arguments, environment and model directory KServe passes
 ==============  ================================================================================
 
 Nothing is imported here, so ``import torchplace.serve`` stays cheap.

@@ -17,6 +17,8 @@ from typing import Any
 from torchplace.errors import ConfigError
 from torchplace.serve.config import LOG_LEVELS, MIB, ServeConfig
 from torchplace.serve.datatypes import SERVING_DTYPES
+from torchplace.serve.kserve import add_kserve_flags, kserve_config, served_engine
+from torchplace.serve.ray_cli import add_ray_flags, run_on_ray
 
 __all__ = ["config_from_args", "configure", "run"]
 
@@ -38,6 +40,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     _batching_flags(parser.add_argument_group("batching"))
     _http_flags(parser.add_argument_group("HTTP"))
     _observability_flags(parser.add_argument_group("observability"))
+    add_ray_flags(parser.add_argument_group("Ray Serve"))
+    add_kserve_flags(parser.add_argument_group("KServe (what its runtime passes)"))
 
 
 def _model_flags(model: argparse._ArgumentGroup) -> None:
@@ -293,16 +297,19 @@ def _require_serve_extra() -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM/SIGINT; returns 0 after a clean drain."""
-    config = config_from_args(args)
+    config = kserve_config(args, config_from_args(args))
     _check_trace_file(config.trace_file)
     logging.getLogger("torchplace").setLevel(config.log_level.upper())
     if not logging.getLogger().handlers:
         logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
     _require_serve_extra()
+    if getattr(args, "engine", "local") == "ray":
+        return run_on_ray(args, config)
     from torchplace.serve.running import new_event_loop, serve
 
     loop = new_event_loop()
     try:
-        return loop.run_until_complete(serve(config, freeze_gc=True))
+        engine = served_engine(args, config)
+        return loop.run_until_complete(serve(config, engine=engine, freeze_gc=True))
     finally:
         loop.close()

@@ -1,0 +1,368 @@
+"""torchplace on Ray Serve against an idiomatic Ray Serve deployment, a no-op deployment
+(Ray's own ceiling through its proxy) and torchplace standalone: one run, one client, one load.
+
+    python benchmarks/serve_on_ray.py [--seconds 5] [--connections 64]
+
+For each model (seed-mlp, wide-mlp) the same closed-loop client (keep-alive HTTP/1.1
+connections, one-row OIP JSON requests) drives, one after the other:
+
+* ``torchplace on Ray (proxy)``: :mod:`torchplace.serve.onray` behind Ray's HTTP proxy;
+* ``torchplace on Ray (direct)``: the same replica's own listener (no proxy on the path);
+* ``idiomatic Ray Serve``: the model in a deployment with ``@serve.batch``
+  (max_batch_size 32, 2 ms, ``max_ongoing_requests`` 64), JSON in and out;
+* ``no-op Ray Serve``: a deployment that answers at once, behind the same proxy;
+* ``torchplace standalone``: ``torchplace serve`` in its own process.
+
+It prints req/s, p50, p99, the ratios, and PASS/FAIL lines for the targets: torchplace on Ray
+>= 3x the idiomatic deployment on both models, and >= 70% of the no-op ceiling on seed-mlp.
+Everything runs on 127.0.0.1 (a one-node Ray cluster with token auth, temp dir and token in a
+temporary folder); everything started is stopped at the end. Needs ``torchplace[ray]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.util
+import os
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+LOOPBACK = "127.0.0.1"
+MODELS = ("seed-mlp", "wide-mlp")
+MAX_REQUESTS_PER_CONNECTION = 1_000_000  # bounds every client loop
+
+
+# ---------------------------------------------------------------------- the client
+@dataclass
+class Result:
+    name: str
+    seconds: float = 0.0
+    ok: int = 0
+    failed: int = 0
+    latencies: list[float] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        return self.ok / self.seconds if self.seconds else 0.0
+
+    def p(self, q: float) -> float:
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def payload(model: str, path: str, port: int) -> bytes:
+    from torchplace.models import embedded_model
+
+    width = embedded_model(model).inputs[0].shape[1]
+    body = orjson.dumps(
+        {
+            "inputs": [
+                {"name": "input", "datatype": "FP32", "shape": [1, width], "data": [0.25] * width}
+            ]
+        }
+    )
+    head = (
+        f"POST {path} HTTP/1.1\r\nhost: {LOOPBACK}:{port}\r\n"
+        f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+async def _exchange(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, data: bytes
+) -> bool:
+    writer.write(data)
+    head = await reader.readuntil(b"\r\n\r\n")
+    lower = head.lower()
+    length = re.search(rb"content-length: *(\d+)", lower)
+    if length is not None:
+        await reader.readexactly(int(length.group(1)))
+    else:  # chunked (Ray's proxy may answer so)
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).strip(), 16)
+            await reader.readexactly(size + 2)
+            if size == 0:
+                break
+    return head[9:12] == b"200"
+
+
+async def closed_loop(
+    name: str, targets: list[tuple[int, bytes]], connections: int, seconds: float
+) -> Result:
+    """``connections`` keep-alive connections spread over ``targets``, each sending its next
+    request when the last is answered, for ``seconds`` after a one-second warm-up."""
+    result = Result(name)
+    start = time.perf_counter() + 1.0
+    end = start + seconds
+
+    async def worker(index: int) -> None:
+        port, data = targets[index % len(targets)]
+        reader, writer = await asyncio.open_connection(LOOPBACK, port)
+        try:
+            for _ in range(MAX_REQUESTS_PER_CONNECTION):
+                began = time.perf_counter()
+                if began >= end:
+                    return
+                try:
+                    ok = await asyncio.wait_for(_exchange(reader, writer, data), 30)
+                except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError, ValueError):
+                    result.failed += 1
+                    writer.close()
+                    reader, writer = await asyncio.open_connection(LOOPBACK, port)
+                    continue
+                if began < start:
+                    continue
+                if ok:
+                    result.ok += 1
+                    result.latencies.append(time.perf_counter() - began)
+                else:
+                    result.failed += 1
+        finally:
+            writer.close()
+
+    await asyncio.gather(*(worker(i) for i in range(connections)))
+    result.seconds = seconds
+    return result
+
+
+def drive(name: str, targets: list[tuple[int, bytes]], args: argparse.Namespace) -> Result:
+    result = asyncio.run(closed_loop(name, targets, args.connections, args.seconds))
+    print(
+        f"  {name:<28} {result.rate:9.1f} req/s  p50 {result.p(0.5) * 1e3:7.2f} ms  "
+        f"p99 {result.p(0.99) * 1e3:7.2f} ms  failed {result.failed}",
+        flush=True,
+    )
+    return result
+
+
+# ---------------------------------------------------------------------- the peers on Ray
+def idiomatic_deployment(model: str) -> Any:
+    """What the Ray Serve docs show: the model in a deployment, ``@serve.batch`` on lists."""
+    from ray import serve
+
+    @serve.deployment(max_ongoing_requests=64, ray_actor_options={"num_cpus": 1})
+    class Idiomatic:
+        def __init__(self, name: str) -> None:
+            import torch
+
+            from torchplace.models import build_model
+
+            torch.set_num_threads(1)
+            self.name = name
+            self.model = build_model(name)
+
+        @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.002)
+        async def predict(self, rows: list[Any]) -> list[Any]:
+            import torch
+
+            with torch.inference_mode():
+                out = self.model(torch.as_tensor(rows, dtype=torch.float32))
+            return out.tolist()  # type: ignore[no-any-return]
+
+        async def __call__(self, request: Any) -> dict[str, Any]:
+            body = await request.json()
+            row = body["inputs"][0]["data"]
+            out = await self.predict(row)
+            return {
+                "model_name": self.name,
+                "outputs": [
+                    {"name": "output", "datatype": "FP32", "shape": [1, len(out)], "data": out}
+                ],
+            }
+
+    return Idiomatic.bind(model)
+
+
+def noop_deployment() -> Any:
+    from ray import serve
+
+    @serve.deployment(max_ongoing_requests=64, ray_actor_options={"num_cpus": 1})
+    class NoOp:
+        async def __call__(self, request: Any) -> dict[str, Any]:
+            await request.body()
+            return {"outputs": []}
+
+    return NoOp.bind()
+
+
+# ---------------------------------------------------------------------- standalone
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((LOOPBACK, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_ready(port: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with (
+            contextlib.suppress(OSError),
+            urllib.request.urlopen(f"http://{LOOPBACK}:{port}/v2/health/ready", timeout=2) as r,
+        ):
+            if r.status == 200:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"nothing ready on port {port} within {timeout} s")
+
+
+@contextlib.contextmanager
+def standalone(model: str) -> Any:
+    port = free_port()
+    exe = str(Path(sys.executable).parent / "torchplace")
+    proc = subprocess.Popen(
+        [exe, "serve", "--model", model, "--port", str(port), "--log-level", "warning"],
+        start_new_session=True,
+    )
+    try:
+        wait_ready(port)
+        yield port
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+# ---------------------------------------------------------------------- the run
+def bench_model(
+    model: str, proxy: int, noop: Result | None, args: argparse.Namespace
+) -> dict[str, Result]:
+    from ray import serve
+
+    from torchplace.serve.config import ServeConfig
+    from torchplace.serve.onray import RayOptions, deployment
+
+    path = f"/v2/models/{model}/infer"
+    results: dict[str, Result] = {}
+    handle = serve.run(
+        deployment(ServeConfig(model=model), RayOptions(replicas=1)), name="bench", route_prefix="/"
+    )
+    record = handle.describe.remote().result(timeout_s=60)
+    direct = int(record["direct_url"].rsplit(":", 1)[1])
+    results["tp_proxy"] = drive(
+        "torchplace on Ray (proxy)", [(proxy, payload(model, path, proxy))], args
+    )
+    results["tp_direct"] = drive(
+        "torchplace on Ray (direct)", [(direct, payload(model, path, direct))], args
+    )
+    serve.delete("bench")
+    serve.run(idiomatic_deployment(model), name="bench", route_prefix="/")
+    results["idiomatic"] = drive(
+        "idiomatic Ray Serve", [(proxy, payload(model, path, proxy))], args
+    )
+    serve.delete("bench")
+    if noop is None:
+        serve.run(noop_deployment(), name="bench", route_prefix="/")
+        noop = drive("no-op Ray Serve (ceiling)", [(proxy, payload(model, path, proxy))], args)
+        serve.delete("bench")
+    results["noop"] = noop
+    with standalone(model) as port:
+        results["standalone"] = drive(
+            "torchplace standalone", [(port, payload(model, path, port))], args
+        )
+    return results
+
+
+def report(all_results: dict[str, dict[str, Result]]) -> int:
+    failed = False
+    print("\nratios")
+    for model, r in all_results.items():
+        idiomatic = r["idiomatic"].rate or float("nan")
+        noop = r["noop"].rate or float("nan")
+        for key, label in (("tp_proxy", "via proxy"), ("tp_direct", "direct")):
+            print(
+                f"  {model} torchplace on Ray ({label}): {r[key].rate / idiomatic:5.2f}x idiomatic, "
+                f"{r[key].rate / noop:5.2f}x the no-op ceiling, "
+                f"{r[key].rate / (r['standalone'].rate or float('nan')):5.2f}x standalone"
+            )
+    print("\ntargets")
+    for model, r in all_results.items():
+        best = max(r["tp_proxy"].rate, r["tp_direct"].rate)
+        for key, label in (("tp_proxy", "via proxy"), ("tp_direct", "direct")):
+            ok = r[key].rate >= 3 * r["idiomatic"].rate
+            print(
+                f"  {'PASS' if ok else 'FAIL'} {model}: torchplace on Ray ({label}) >= 3x idiomatic"
+            )
+        failed |= best < 3 * r["idiomatic"].rate
+    r = all_results.get("seed-mlp")
+    if r is not None:
+        for key, label in (("tp_proxy", "via proxy"), ("tp_direct", "direct")):
+            ok = r[key].rate >= 0.7 * r["noop"].rate
+            print(
+                f"  {'PASS' if ok else 'FAIL'} seed-mlp: torchplace on Ray ({label}) >= 70% of the no-op ceiling"
+            )
+        failed |= max(r["tp_proxy"].rate, r["tp_direct"].rate) < 0.7 * r["noop"].rate
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per run")
+    parser.add_argument("--connections", type=int, default=64, help="client connections")
+    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated models")
+    args = parser.parse_args(argv)
+    if importlib.util.find_spec("ray") is None:
+        print("SKIP serve_on_ray: Ray Serve is not installed (pip install 'torchplace[ray]')")
+        return 0
+    with tempfile.TemporaryDirectory(prefix="tpbench") as tmp:
+        token = Path(tmp) / "auth_token"
+        token.write_text(secrets.token_hex(16))
+        os.environ.update(
+            {
+                "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # keeps the one-node cluster on loopback
+                "RAY_TMPDIR": tmp,
+                "RAY_AUTH_MODE": "token",
+                "RAY_AUTH_TOKEN_PATH": str(token),
+                "RAY_USAGE_STATS_ENABLED": "0",
+            }
+        )
+        import ray
+        from ray import serve
+
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            _node_ip_address=LOOPBACK,
+            _temp_dir=str(Path(tmp) / "ray"),
+            logging_level="ERROR",
+            log_to_driver=False,
+        )
+        try:
+            proxy = free_port()
+            serve.start(http_options={"host": LOOPBACK, "port": proxy})
+            print(
+                f"one run: {args.seconds:g} s per line, {args.connections} connections, 1-row requests"
+            )
+            results: dict[str, dict[str, Result]] = {}
+            noop: Result | None = None
+            for model in args.models.split(","):
+                print(f"\n{model}")
+                results[model] = bench_model(model, proxy, noop, args)
+                noop = results[model]["noop"]
+        finally:
+            with contextlib.suppress(Exception):
+                serve.shutdown()
+            ray.shutdown()
+    return report(results)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
