@@ -17,7 +17,7 @@ from typing import Any
 from torchplace.errors import ConfigError
 from torchplace.serve.config import LOG_LEVELS, MIB, ServeConfig
 from torchplace.serve.datatypes import SERVING_DTYPES
-from torchplace.serve.kserve import add_kserve_flags, kserve_config, served_engine
+from torchplace.serve.kserve import add_kserve_flags, kserve_config
 from torchplace.serve.ray_cli import add_ray_flags, run_on_ray
 
 __all__ = ["config_from_args", "configure", "run"]
@@ -309,7 +309,6 @@ def run(args: argparse.Namespace) -> int:
 
     loop = new_event_loop()
     try:
-        engine = served_engine(args, config)
-        return loop.run_until_complete(serve(config, engine=engine, freeze_gc=True))
+        return loop.run_until_complete(serve(config, freeze_gc=True))
     finally:
         loop.close()

@@ -20,24 +20,19 @@ as ``--weights``/``--exported``.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torchplace.errors import ConfigError
 from torchplace.serve.config import ServeConfig, load_config_file
-
-if TYPE_CHECKING:
-    from torchplace.serve.engine import Engine
 
 __all__ = [
     "CONFIG_NAME",
     "add_kserve_flags",
     "kserve_config",
     "model_dir_settings",
-    "served_engine",
 ]
 
 #: the optional settings file of a model directory
@@ -121,6 +116,8 @@ def kserve_config(
         from_dir = model_dir_settings(Path(model_dir))
         given = {k for k in vars(args) if k in ServeConfig.field_names()}
         changes.update({k: v for k, v in from_dir.items() if k not in given})
+    if getattr(args, "model_name", None) is not None:
+        changes["name"] = args.model_name  # validated by ServeConfig like --name
     port = getattr(args, "http_port", None)
     if port is None and "port" not in vars(args) and env.get("PORT"):
         raw = env["PORT"]
@@ -135,24 +132,3 @@ def kserve_config(
         changes.setdefault("weights", None)
         changes.setdefault("exported", None)
     return config.with_overrides(changes, source="KServe arguments")
-
-
-def served_engine(args: argparse.Namespace, config: ServeConfig) -> Engine | None:
-    """The engine serving under ``--model_name``; None when no name was given (the default
-    engine)."""
-    name = getattr(args, "model_name", None)
-    if name is None:
-        return None
-    if not name.strip() or any(c in name for c in "/?#% "):
-        raise ConfigError(
-            f"--model_name {name!r} is invalid; give a name without '/', '?', '#', '%' or spaces"
-        )
-    from torchplace.serve.engine import Engine
-
-    class NamedEngine(Engine):
-        """The engine with its model renamed before anything (metrics, routes) uses it."""
-
-        def __init__(self, loaded: Any, devices: Any, **kwargs: Any) -> None:
-            super().__init__(dataclasses.replace(loaded, name=name), devices, **kwargs)
-
-    return NamedEngine.from_config(config)
