@@ -12,7 +12,6 @@ import re
 import tempfile
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -106,10 +105,14 @@ def service() -> Iterator[Service]:
                 cluster.shutdown()
 
 
-def _infer(client: Any, rows: np.ndarray, model: str) -> np.ndarray:
+def _tensor(rows: np.ndarray) -> Any:
     tensor = tritonhttp.InferInput("input", list(rows.shape), "FP32")
     tensor.set_data_from_numpy(rows, binary_data=True)
-    out = client.infer(model, [tensor])
+    return tensor
+
+
+def _infer(client: Any, rows: np.ndarray, model: str) -> np.ndarray:
+    out = client.infer(model, [_tensor(rows)])
     answer: np.ndarray = out.as_numpy("output")
     return answer
 
@@ -156,8 +159,9 @@ def test_concurrent_oip_requests_batched_on_both_replicas(service: Service) -> N
     assert client.is_server_ready()
     assert client.is_model_ready(service.model)
     batches = [rng.standard_normal((1, 8), dtype=np.float32) for _ in range(400)]
-    with ThreadPoolExecutor(32) as pool:
-        answers = list(pool.map(lambda rows: _infer(client, rows, service.model), batches))
+    # tritonclient.http is gevent-based: concurrency comes from async_infer, not from threads
+    pending = [client.async_infer(service.model, [_tensor(rows)]) for rows in batches]
+    answers = [request.get_result().as_numpy("output") for request in pending]
     client.close()
     for rows, answer in zip(batches, answers, strict=True):
         np.testing.assert_allclose(answer, _expected(rows), rtol=1e-5, atol=1e-6)
