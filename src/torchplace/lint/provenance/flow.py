@@ -108,16 +108,7 @@ class Flow:
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
             self.bind(node.target, self.eval(node.value, self.current), node.lineno, node.value)
         elif isinstance(node, ast.AugAssign):
-            old = (
-                self.eval(node.target, self.current)
-                if not isinstance(node.target, ast.Subscript)
-                else None
-            )
-            new = self.eval(node.value, self.current)
-            fact = _join(old, new) if old is not None else new
-            if old is not None and old.where == "host" and new is not None and new.on_device:
-                fact = new
-            self.bind(node.target, fact, node.lineno, node.value)
+            self.aug_assign(node)
         elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
             call = node.value
             func = call.func
@@ -131,14 +122,7 @@ class Flow:
             ):
                 self.bind(func.value, self.facts.move_fact(call, func.value), node.lineno, call)
         elif isinstance(node, (ast.For, ast.AsyncFor)):
-            iter_fact = self.eval(node.iter, self.current)
-            if iter_fact is None and self.facts.moves_some(node):
-                # A batch loop moves some of its items: the others stay on the host.
-                iter_fact = Fact("host", "a batch item that is never moved")
-            for _ in range(2):  # twice: values carried from one step to the next
-                self.bind_loop_target(node.target, node.iter, iter_fact, node.lineno)
-                self.block(node.body)
-            self.block(node.orelse)
+            self.for_loop(node)
         elif isinstance(node, ast.While):
             for _ in range(2):
                 self.block(node.body)
@@ -162,6 +146,29 @@ class Flow:
                 self.block(case.body)
         elif isinstance(node, (_FUNCTIONS, ast.ClassDef)):
             self.state[node.name] = None
+
+    def aug_assign(self, node: ast.AugAssign) -> None:
+        """``x += y``: a host value that gains a device term moves to the device."""
+        old = (
+            self.eval(node.target, self.current)
+            if not isinstance(node.target, ast.Subscript)
+            else None
+        )
+        new = self.eval(node.value, self.current)
+        fact = _join(old, new) if old is not None else new
+        if old is not None and old.where == "host" and new is not None and new.on_device:
+            fact = new
+        self.bind(node.target, fact, node.lineno, node.value)
+
+    def for_loop(self, node: ast.For | ast.AsyncFor) -> None:
+        iter_fact = self.eval(node.iter, self.current)
+        if iter_fact is None and self.facts.moves_some(node):
+            # A batch loop moves some of its items: the others stay on the host.
+            iter_fact = Fact("host", "a batch item that is never moved")
+        for _ in range(2):  # twice: values carried from one step to the next
+            self.bind_loop_target(node.target, node.iter, iter_fact, node.lineno)
+            self.block(node.body)
+        self.block(node.orelse)
 
     def bind_loop_target(
         self, target: ast.expr, iterable: ast.expr, fact: Fact | None, line: int
