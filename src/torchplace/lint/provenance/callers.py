@@ -91,6 +91,9 @@ def _from_callers(
     callers: FileFacts,
     qualified: str | None,
 ) -> PerBatch | None:
+    """``function`` as called in ``callers``: per batch when a call sits in a
+    batch loop or in a per-batch function. ``qualified`` (``module.name``) matches calls from
+    another file; ``None`` matches this file's own calls of the same definition."""
     how: str | None = None
     trains = False
     seeds: dict[str, Fact] = {}
