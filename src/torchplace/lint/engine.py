@@ -137,21 +137,7 @@ class _Walker:
             self._definition(node)
             return
         if kind in _LOOPS:
-            header = node.iter if kind is not ast.While else node.test  # type: ignore[attr-defined]
-            if self.is_hot(node.lineno, header.end_lineno or node.lineno):
-                self._checks(node)
-            parents.append(node)
-            if kind is ast.While:
-                ctx.scope.loops.append(node)
-                self.exprs([header])
-            else:
-                self.exprs([header])
-                ctx.scope.loops.append(node)
-                self.exprs([node.target])  # type: ignore[attr-defined]
-            self.block(node.body)  # type: ignore[attr-defined]
-            ctx.scope.loops.pop()
-            self.block(node.orelse)  # type: ignore[attr-defined]
-            parents.pop()
+            self._loop(node, kind)
             return
         if kind is ast.If:
             parents.append(node)
@@ -168,16 +154,7 @@ class _Walker:
             parents.pop()
             return
         if kind is ast.Try or kind.__name__ == "TryStar":
-            parents.append(node)
-            self.block(node.body)  # type: ignore[attr-defined]
-            for handler in node.handlers:  # type: ignore[attr-defined]
-                parents.append(handler)
-                self.exprs([handler.type])
-                self.block(handler.body)
-                parents.pop()
-            self.block(node.orelse)  # type: ignore[attr-defined]
-            self.block(node.finalbody)  # type: ignore[attr-defined]
-            parents.pop()
+            self._try(node)
             return
         if kind is ast.Match:
             parents.append(node)
@@ -200,6 +177,39 @@ class _Walker:
         except RecursionError:  # absurdly nested expression: stay silent on it
             del loops[looping:]
         del parents[depth:]
+
+    def _loop(self, node: ast.stmt, kind: type) -> None:
+        """A ``for``/``while``: its checks if its header is hot, then its body as a loop."""
+        ctx = self.ctx
+        parents = ctx.parents
+        header = node.iter if kind is not ast.While else node.test  # type: ignore[attr-defined]
+        if self.is_hot(node.lineno, header.end_lineno or node.lineno):
+            self._checks(node)
+        parents.append(node)
+        if kind is ast.While:
+            ctx.scope.loops.append(node)
+            self.exprs([header])
+        else:
+            self.exprs([header])
+            ctx.scope.loops.append(node)
+            self.exprs([node.target])  # type: ignore[attr-defined]
+        self.block(node.body)  # type: ignore[attr-defined]
+        ctx.scope.loops.pop()
+        self.block(node.orelse)  # type: ignore[attr-defined]
+        parents.pop()
+
+    def _try(self, node: ast.stmt) -> None:
+        parents = self.ctx.parents
+        parents.append(node)
+        self.block(node.body)  # type: ignore[attr-defined]
+        for handler in node.handlers:  # type: ignore[attr-defined]
+            parents.append(handler)
+            self.exprs([handler.type])
+            self.block(handler.body)
+            parents.pop()
+        self.block(node.orelse)  # type: ignore[attr-defined]
+        self.block(node.finalbody)  # type: ignore[attr-defined]
+        parents.pop()
 
     def _definition(self, node: ast.stmt) -> None:
         ctx = self.ctx

@@ -13,6 +13,8 @@ TPL6xx   CUDA availability                           :mod:`.availability`
 TPL7xx   pinned memory and asynchronous copies       :mod:`.pinned`
 TPL8xx   training setup order                        :mod:`.optimizer`
 =======  ==========================================  =======================
+
+The placement family's TPL103 (factories in ``forward``) lives in :mod:`.factories`.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 
 from torchplace.lint.base import Context, Family, Rule, at_method
-from torchplace.lint.provenance import FileFacts, file_facts, scope_node
+from torchplace.lint.provenance import Fact, FileFacts, file_facts, scope_node
 from torchplace.lint.rules.facts import TIMERS, in_periodic_branch, in_test
 
 __all__ = ["FAMILY"]
@@ -278,27 +278,7 @@ def _check(
         return False
     text = _text(receiver, ctx)
     if step is not None:
-        kind, line, evidence = step
-        if fact is None and (not explicit or kind != "batch"):
-            return False
-        if bulk and _fills_store(read or node, ctx):
-            return False  # store.index_copy_(0, i, x.cpu()): filling a host buffer is the job
-        if bulk and kind != "rows" and not _trains(ctx) and _is_output(read or node, ctx):
-            return False  # the copy to the host is the loop's output (images, a response)
-        if kind == "rows":
-            where = f"in the loop at line {line}, once per row of a device tensor,"
-        elif kind == "items":
-            where = f"in the loop at line {line}, once per device tensor of a list,"
-        else:
-            where = f"in the batch loop at line {line}"
-        cause = fact.describe() if fact is not None else evidence
-        ctx.report(
-            SYNC_IN_LOOP.code,
-            node,
-            f"{what} of `{text}` {where} makes the host wait for the device on every step "
-            f"({cause}); {_ADVICE}",
-        )
-        return True
+        return _in_loop(node, what, text, fact, step, ctx, explicit=explicit, bulk=bulk, read=read)
     assert per_batch is not None
     fact = facts.fact(receiver, scope, per_batch.seeds) if per_batch.seeds else fact
     if fact is not None and not fact.on_device:
@@ -311,6 +291,42 @@ def _check(
         node,
         f"{what} of `{text}` runs once per batch ({per_batch.how}) and makes the host wait "
         f"for the device ({cause}); {_ADVICE}",
+    )
+    return True
+
+
+def _in_loop(
+    node: ast.AST,
+    what: str,
+    text: str,
+    fact: Fact | None,
+    step: tuple[str, int, str],
+    ctx: Context,
+    *,
+    explicit: bool,
+    bulk: bool,
+    read: ast.AST | None,
+) -> bool:
+    """Report a read inside the loop ``step`` names (its kind, line and evidence)."""
+    kind, line, evidence = step
+    if fact is None and (not explicit or kind != "batch"):
+        return False
+    if bulk and _fills_store(read or node, ctx):
+        return False  # store.index_copy_(0, i, x.cpu()): filling a host buffer is the job
+    if bulk and kind != "rows" and not _trains(ctx) and _is_output(read or node, ctx):
+        return False  # the copy to the host is the loop's output (images, a response)
+    if kind == "rows":
+        where = f"in the loop at line {line}, once per row of a device tensor,"
+    elif kind == "items":
+        where = f"in the loop at line {line}, once per device tensor of a list,"
+    else:
+        where = f"in the batch loop at line {line}"
+    cause = fact.describe() if fact is not None else evidence
+    ctx.report(
+        SYNC_IN_LOOP.code,
+        node,
+        f"{what} of `{text}` {where} makes the host wait for the device on every step "
+        f"({cause}); {_ADVICE}",
     )
     return True
 

@@ -1,0 +1,235 @@
+"""Who runs per batch: a function is per-batch when a training framework calls it per batch,
+when it is called inside a batch loop of its file or of a sibling module that imports it, or
+when a per-batch function calls it. Calls are found through a text index of the file.
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from torchplace.lint.provenance.loops import calls_backward, has_own_batch_loop
+from torchplace.lint.provenance.values import _FUNCTIONS, _LOOPS, Fact
+
+if TYPE_CHECKING:
+    from torchplace.lint.provenance.files import FileFacts
+
+__all__ = ["PerBatch", "calls_in", "find_per_batch"]
+
+# Methods a training framework calls once per batch, with the batch already on the device.
+_STEP_HOOKS = frozenset({"training_step", "validation_step", "test_step", "predict_step"})
+
+
+@dataclass(frozen=True, slots=True)
+class PerBatch:
+    """A function that runs once per batch: why, what its parameters hold, whether it is part
+    of a training step (a loop that calls ``.backward()``)."""
+
+    how: str
+    seeds: dict[str, Fact]
+    trains: bool
+
+
+def find_per_batch(
+    facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunctionDef, depth: int
+) -> PerBatch | None:
+    """Whether ``function`` runs once per batch (see :meth:`~.files.FileFacts.per_batch`)."""
+    if function.name in _STEP_HOOKS:
+        params = [a.arg for a in function.args.args]
+        seeds = {}
+        if len(params) > 1:
+            seeds[params[1]] = Fact(
+                "device", params[1], "moved to the device by the training framework"
+            )
+        how = f"`{function.name}` runs once per batch (a training-framework hook)"
+        return PerBatch(how, seeds, function.name == "training_step")
+    result: PerBatch | None = None
+    if facts.text.count(function.name + "(") > 1:
+        result = _from_callers(facts, function, depth, facts, None)
+    if result is None and depth == 0 and facts.parent.get(id(function)) is facts.tree:
+        result = _from_importers(facts, function)
+    if result is not None and has_own_batch_loop(function):
+        result = None
+    return result
+
+
+def _from_importers(
+    facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunctionDef
+) -> PerBatch | None:
+    """Calls of a module-level function from sibling modules (``utils.f(...)``)."""
+    from torchplace.lint.provenance.files import facts_for_file  # files builds on this module
+
+    if not os.path.isfile(facts.path):
+        return None
+    here = os.path.abspath(facts.path)
+    directory, filename = os.path.split(here)
+    stem = filename[:-3]
+    wanted = f"{stem}.{function.name}"
+    for other in _siblings(directory):
+        if other == here:
+            continue
+        text = _text_of(other)
+        if text is None or function.name + "(" not in text or stem not in text:
+            continue
+        others = facts_for_file(other)
+        if others is None:
+            continue
+        found = _from_callers(others, function, 1, others, wanted)
+        if found is not None:
+            return found
+    return None
+
+
+def _from_callers(
+    facts: FileFacts,
+    function: ast.FunctionDef | ast.AsyncFunctionDef,
+    depth: int,
+    callers: FileFacts,
+    qualified: str | None,
+) -> PerBatch | None:
+    """``function`` as called in ``callers``: per batch when a call sits in a
+    batch loop or in a per-batch function. ``qualified`` (``module.name``) matches calls from
+    another file; ``None`` matches this file's own calls of the same definition."""
+    how: str | None = None
+    trains = False
+    seeds: dict[str, Fact] = {}
+    for scope, call, loops in callers.calls_of(function.name):
+        if scope is function:
+            continue
+        if qualified is None:
+            if callers.local_def(call.func, scope) is not function:
+                continue
+        elif not (callers.qualname(call.func) or "").endswith(qualified):
+            continue
+        outer: dict[str, Fact] | None = None
+        batch = [
+            loop
+            for loop in loops
+            if (k := callers.loop_kind(loop, scope)) is not None and k[0] == "batch"
+        ]
+        caller = getattr(scope, "name", "<module>")
+        where_file = "" if callers is facts else f" of {os.path.basename(callers.path)}"
+        if batch:
+            outer = {}
+            trains = trains or any(calls_backward(loop) for loop in batch)
+            where = (
+                f"`{function.name}` is called in the batch loop of `{caller}`{where_file} "
+                f"(line {call.lineno})"
+            )
+        else:
+            above = callers.per_batch(scope, depth + 1)
+            if above is None:
+                continue
+            outer = above.seeds
+            trains = trains or above.trains
+            where = (
+                f"`{function.name}` is called by `{caller}`{where_file} (line {call.lineno}), "
+                "which runs once per batch"
+            )
+        how = how or where
+        for param, fact in callers.arg_facts(call, function, scope, outer).items():
+            if fact.on_device:
+                seeds.setdefault(param, fact)
+    return PerBatch(how, seeds, trains) if how is not None else None
+
+
+def calls_in(facts: FileFacts, name: str) -> list[tuple[ast.AST, ast.Call, tuple[ast.AST, ...]]]:
+    """Calls of ``name(...)``/``x.name(...)`` in a file: ``[(scope, call, enclosing loops)]``.
+
+    Found from the text first: only statements whose lines hold ``name(`` are entered.
+    """
+    needle = name + "("
+    hits: list[int] = []
+    for number, line in enumerate(facts.lines, 1):
+        if needle in line and "def " + needle not in line:
+            hits.append(number)
+    found: list[tuple[ast.AST, ast.Call, tuple[ast.AST, ...]]] = []
+    if hits:
+        _find_calls(facts.tree.body, facts.tree, (), name, hits, found)
+    return found
+
+
+def _find_calls(
+    body: list[ast.stmt],
+    scope: ast.AST,
+    loops: tuple[ast.AST, ...],
+    name: str,
+    hits: list[int],
+    found: list[tuple[ast.AST, ast.Call, tuple[ast.AST, ...]]],
+) -> None:
+    for stmt in body:
+        first, last = stmt.lineno, stmt.end_lineno or stmt.lineno
+        i = bisect.bisect_left(hits, first)
+        if i == len(hits) or hits[i] > last:
+            continue
+        if isinstance(stmt, _FUNCTIONS):
+            _find_calls(stmt.body, stmt, (), name, hits, found)
+            continue
+        if isinstance(stmt, ast.ClassDef):
+            _find_calls(stmt.body, scope, (), name, hits, found)
+            continue
+        inner = (*loops, stmt) if isinstance(stmt, _LOOPS) else loops
+        nested = False
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(stmt, field, None)
+            if block and isinstance(block[0], ast.stmt):
+                nested = True
+                _find_calls(block, scope, inner if field == "body" else loops, name, hits, found)
+        for handler in getattr(stmt, "handlers", []):
+            _find_calls(handler.body, scope, loops, name, hits, found)
+        for case in getattr(stmt, "cases", []):
+            _find_calls(case.body, scope, loops, name, hits, found)
+        heads: list[ast.AST] = (
+            [stmt]
+            if not nested
+            else [
+                getattr(stmt, f)
+                for f in ("test", "iter", "items", "subject")
+                if getattr(stmt, f, None)
+            ]
+        )
+        for head in heads:
+            for sub in (
+                ast.walk(head)
+                if isinstance(head, ast.AST)
+                else [n for item in head for n in ast.walk(item)]
+            ):
+                if isinstance(sub, ast.Call):
+                    func = sub.func
+                    called = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+                    if called == name:
+                        found.append((scope, sub, loops))
+
+
+# Directories with more modules than this are libraries: their callers are not searched.
+_MAX_SIBLINGS = 40
+
+
+@lru_cache(maxsize=256)
+def _siblings(directory: str) -> tuple[str, ...]:
+    """The modules next to a file and one folder up (where its importers usually are), if
+    there are few."""
+    found: list[str] = []
+    places = [directory, os.path.dirname(directory)]
+    for place in places:
+        try:
+            names = sorted(os.listdir(place))
+        except OSError:
+            continue
+        found.extend(os.path.join(place, n) for n in names if n.endswith(".py"))
+        if len(found) > _MAX_SIBLINGS:
+            return ()
+    return tuple(found)
+
+
+@lru_cache(maxsize=256)
+def _text_of(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None

@@ -1,0 +1,302 @@
+"""The provenance of one file: :class:`FileFacts` indexes a parsed module once and answers the
+rules' questions (where a value lives, what kind a loop is, whether a function runs per batch),
+caching each answer; :func:`file_facts` builds it once per linted file.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+from functools import lru_cache
+
+from torchplace.lint.base import Context
+from torchplace.lint.provenance.callers import PerBatch, calls_in, find_per_batch
+from torchplace.lint.provenance.flow import Flow
+from torchplace.lint.provenance.loops import classify, moves_some
+from torchplace.lint.provenance.values import (
+    _FUNCTIONS,
+    Fact,
+    LoopKind,
+    _cut,
+    _device_target,
+    _own_nodes,
+    _places_self,
+    _plainly_host,
+    _short,
+)
+from torchplace.lint.resolver import Resolver, module_name_for
+
+__all__ = ["FileFacts", "facts_for_file", "file_facts", "scope_node"]
+
+
+class FileFacts:
+    """Provenance for one parsed file: flows per function, loop kinds, per-batch callers."""
+
+    def __init__(self, tree: ast.Module, source_lines: list[str], path: str) -> None:
+        self.tree = tree
+        self.lines = source_lines
+        self.path = path
+        module, is_package = module_name_for(path) if os.path.isfile(path) else (None, False)
+        self.resolver = Resolver(module, is_package=is_package)
+        self.defs: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}
+        self.parent: dict[int, ast.AST] = {}
+        self._index(tree.body, tree)
+        self._flows: dict[int, Flow | None] = {}
+        self._loop_kinds: dict[int, tuple[LoopKind, str] | None] = {}
+        self._calls: dict[str, list[tuple[ast.AST, ast.Call, tuple[ast.AST, ...]]]] = {}
+        self._per_batch: dict[int, PerBatch | None] = {}
+        self._self_attrs: dict[int, dict[str, Fact]] = {}
+        self._returns_host: dict[str, bool] = {}
+        self._moves: dict[int, bool] = {}
+        self._text: str | None = None
+
+    def _index(self, body: list[ast.stmt], owner: ast.AST) -> None:
+        """Imports, functions by name, and the def or class enclosing each def or class:
+        one pass over statements (expressions are never entered)."""
+        for node in body:
+            if isinstance(node, ast.Import):
+                self.resolver.add_import(node)
+            elif isinstance(node, ast.ImportFrom):
+                self.resolver.add_import_from(node)
+            elif isinstance(node, (*_FUNCTIONS, ast.ClassDef)):
+                self.parent[id(node)] = owner
+                if isinstance(node, _FUNCTIONS):
+                    self.defs.setdefault(node.name, []).append(node)
+                self._index(node.body, node)
+                continue
+            for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+                inner = getattr(node, field, None)
+                if inner:
+                    for item in inner:
+                        if isinstance(item, (ast.ExceptHandler, ast.match_case)):
+                            self._index(item.body, owner)
+                    self._index([i for i in inner if isinstance(i, ast.stmt)], owner)
+
+    # -- text and names ---------------------------------------------------------------------
+    def segment(self, node: ast.AST | None) -> str:
+        if node is None:
+            return "?"
+        first, last = getattr(node, "lineno", 0), getattr(node, "end_lineno", 0)
+        col, end = getattr(node, "col_offset", 0), getattr(node, "end_col_offset", 0)
+        if not first or first > len(self.lines):
+            return "?"
+        if first == last:
+            return _cut(self.lines[first - 1], col, end)
+        return _cut(self.lines[first - 1], col, None) + " ..."
+
+    @property
+    def text(self) -> str:
+        if self._text is None:
+            self._text = "\n".join(self.lines)
+        return self._text
+
+    def qualname(self, node: ast.AST) -> str | None:
+        return self.resolver.qualname(node)
+
+    def move_fact(self, call: ast.Call, receiver: ast.expr) -> Fact:
+        target = _device_target(call)
+        where = f"`{_short(self.segment(target), 24)}`" if target is not None else "the GPU"
+        what = _short(self.segment(receiver), 24)
+        return Fact(
+            "device", _short(self.segment(call)), f"`{what}` moved to {where} at line {call.lineno}"
+        )
+
+    # -- flows ------------------------------------------------------------------------------
+    def flow(self, node: ast.AST, seeds: dict[str, Fact] | None = None) -> Flow:
+        """The flow of a function (or the module), computed once (seeded flows are not cached)."""
+        if seeds:
+            flow = Flow(self, node, seeds)
+            flow.run()
+            return flow
+        key = id(node)
+        cached = self._flows.get(key)
+        if cached is not None:
+            return cached
+        if key in self._flows:  # being computed (recursion through outer facts)
+            return Flow(self, node, {})
+        self._flows[key] = None
+        flow = Flow(self, node, {})
+        flow.run()
+        self._flows[key] = flow
+        return flow
+
+    def outer_fact(self, node: ast.AST, name: str) -> Fact | None:
+        """A name a function reads but does not bind: the module's final binding of it."""
+        if isinstance(node, ast.Module):
+            return None
+        if "." in name:
+            return None
+        module = self.flow(self.tree)
+        found = module.bindings.get(name)
+        return found[-1][1] if found else None
+
+    def fact(
+        self, node: ast.expr, scope: ast.AST, seeds: dict[str, Fact] | None = None
+    ) -> Fact | None:
+        """Where ``node`` lives, evaluated at its line inside ``scope`` (a function or module)."""
+        flow = self.flow(scope, seeds)
+        return flow.eval(node, flow.at(getattr(node, "lineno", 0)))
+
+    def self_attr_fact(self, method: ast.AST, name: str) -> Fact | None:
+        """``self.model`` in a method: device when any method of the class moves it."""
+        cls = self.parent.get(id(method))
+        if not isinstance(cls, ast.ClassDef):
+            return None
+        attrs = self._self_attrs.get(id(cls))
+        if attrs is None:
+            attrs = self._self_attrs[id(cls)] = {}
+            for item in cls.body:
+                if isinstance(item, _FUNCTIONS) and _places_self(item):
+                    for key, bound in self.flow(item).bindings.items():
+                        if key.startswith("self.") and key not in attrs:
+                            device = [f for _, f in bound if f is not None and f.on_device]
+                            if device:
+                                attrs[key] = device[0]
+        return attrs.get(name)
+
+    def moves_some(self, loop: ast.For | ast.AsyncFor) -> bool:
+        """:func:`~.loops.moves_some`, once per loop."""
+        key = id(loop)
+        cached = self._moves.get(key)
+        if cached is None:
+            cached = self._moves[key] = moves_some(loop)
+        return cached
+
+    def returns_host(self, name: str) -> bool:
+        """A function of this file whose every ``return`` gives a host value (``loss.item()``)."""
+        cached = self._returns_host.get(name)
+        if cached is not None:
+            return cached
+        self._returns_host[name] = False
+        result = False
+        for node in self.defs.get(name, []):
+            returns = [r for r in _own_nodes(node.body) if isinstance(r, ast.Return)]
+            values = [r.value for r in returns if r.value is not None]
+            result = bool(values) and all(_plainly_host(v) for v in values)
+        self._returns_host[name] = result
+        return result
+
+    # -- loops ------------------------------------------------------------------------------
+    def loop_kind(self, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind, str] | None:
+        """``("batch"|"rows", evidence)`` for a loop of ``scope``, or None (once per epoch,
+        or nothing says it touches a device)."""
+        key = id(loop)
+        if key in self._loop_kinds:
+            return self._loop_kinds[key]
+        self._loop_kinds[key] = None
+        result = classify(self, loop, scope)
+        self._loop_kinds[key] = result
+        return result
+
+    def local_def(
+        self, func: ast.expr, scope: ast.AST
+    ) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        """The function of this file a call invokes: ``f(...)`` or ``self.f(...)``."""
+        if isinstance(func, ast.Name):
+            found = self.defs.get(func.id)
+            return found[0] if found else None
+        if (
+            isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and func.value.id == "self"
+        ):
+            cls = self.parent.get(id(scope))
+            if isinstance(cls, ast.ClassDef):
+                for item in cls.body:
+                    if isinstance(item, _FUNCTIONS) and item.name == func.attr:
+                        return item
+        return None
+
+    # -- calls across functions -------------------------------------------------------------
+    def per_batch(self, function: ast.AST, depth: int = 0) -> PerBatch | None:
+        """Whether ``function`` runs once per batch, and the device facts of its parameters.
+
+        A training-framework hook (``training_step``, ...: the framework moves ``batch``), a
+        function called inside a batch loop of this file or of a sibling module that imports
+        it, or one called by such a function.
+        """
+        if not isinstance(function, _FUNCTIONS) or depth > 3:
+            return None
+        key = id(function)
+        if key in self._per_batch:
+            return self._per_batch[key]
+        self._per_batch[key] = None  # a cycle reads as "no"
+        result = find_per_batch(self, function, depth)
+        self._per_batch[key] = result
+        return result
+
+    def calls_of(self, name: str) -> list[tuple[ast.AST, ast.Call, tuple[ast.AST, ...]]]:
+        """:func:`~.callers.calls_in`, once per name."""
+        cached = self._calls.get(name)
+        if cached is None:
+            cached = self._calls[name] = calls_in(self, name)
+        return cached
+
+    def arg_facts(
+        self,
+        call: ast.Call,
+        callee: ast.FunctionDef | ast.AsyncFunctionDef,
+        scope: ast.AST,
+        seeds: dict[str, Fact] | None = None,
+    ) -> dict[str, Fact]:
+        """The facts of the arguments of ``call``, by the parameter of ``callee`` they bind."""
+        params = [a.arg for a in [*callee.args.posonlyargs, *callee.args.args]]
+        if params and params[0] in {"self", "cls"} and isinstance(call.func, ast.Attribute):
+            params = params[1:]
+        out: dict[str, Fact] = {}
+        for param, arg in zip(params, call.args, strict=False):
+            fact = self.fact(arg, scope, seeds)
+            if fact is not None:
+                out[param] = fact
+        for kw in call.keywords:
+            if kw.arg is not None:
+                fact = self.fact(kw.value, scope, seeds)
+                if fact is not None:
+                    out[kw.arg] = fact
+        return out
+
+
+@lru_cache(maxsize=64)
+def _parsed(path: str, mtime: float) -> FileFacts | None:
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+        tree = ast.parse(raw, filename=path)
+        text = raw.decode("utf-8", "replace")
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    return FileFacts(tree, re.split(r"\r\n|\r|\n", text), path)
+
+
+def facts_for_file(path: str) -> FileFacts | None:
+    """The provenance of another file of the linted package (parsed once per process)."""
+    try:
+        mtime = os.path.getmtime(path)
+    except OSError:
+        return None
+    return _parsed(os.path.abspath(path), mtime)
+
+
+def file_facts(ctx: Context) -> FileFacts:
+    """The provenance of the file a check is looking at (built on first use, then cached)."""
+    scope = ctx.scope
+    while scope.parent is not None:
+        scope = scope.parent
+    cached = scope.cache.get("provenance")
+    if cached is None:
+        assert isinstance(scope.node, ast.Module)
+        cached = scope.cache["provenance"] = FileFacts(scope.node, ctx.lines(), ctx.path)
+    assert isinstance(cached, FileFacts)
+    return cached
+
+
+def scope_node(ctx: Context) -> ast.AST:
+    """The function a check is inside, or the module."""
+    scope = ctx.function_scope()
+    if scope is not None:
+        return scope.node
+    outer = ctx.scope
+    while outer.parent is not None:
+        outer = outer.parent
+    return outer.node

@@ -1,0 +1,382 @@
+"""Where values live through one function: :class:`Flow` walks a function's statements in
+order, binding each name to the :class:`~.values.Fact` of its value, and evaluates an expression
+at a line from those bindings.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from torchplace.lint.provenance.values import (
+    _COMPS,
+    _FACTORIES,
+    _FOLLOW_CALLS,
+    _FUNCTIONS,
+    _HOST_CALLS,
+    _HOST_ROOTS,
+    HOST_ATTRS,
+    HOST_METHODS,
+    Fact,
+    _any_device,
+    _device_helper,
+    _device_target,
+    _either,
+    _is_cpu,
+    _is_move_call,
+    _iterates_items,
+    _join,
+    _many,
+    _moved_by,
+    _one,
+    _passes_device,
+    _ran,
+    _short,
+    _target_names,
+    moves_to_device,
+)
+from torchplace.lint.resolver import dotted_name
+
+if TYPE_CHECKING:
+    from torchplace.lint.provenance.files import FileFacts
+
+__all__ = ["Flow"]
+
+Lookup = Callable[[str], "Fact | None"]
+
+
+class Flow:
+    """Facts of one scope's names: ``bindings[name]`` lists ``(line, fact)`` in source order."""
+
+    __slots__ = ("bindings", "facts", "node", "seeds", "state")
+
+    def __init__(self, facts: FileFacts, node: ast.AST, seeds: dict[str, Fact]) -> None:
+        self.facts = facts
+        self.node = node
+        self.seeds = seeds
+        self.state: dict[str, Fact | None] = dict(seeds)
+        self.bindings: dict[str, list[tuple[int, Fact | None]]] = {}
+
+    # -- the in-order pass ------------------------------------------------------------------
+    def run(self) -> None:
+        body = getattr(self.node, "body", [])
+        self.block(body)
+
+    def block(self, body: list[ast.stmt]) -> None:
+        for stmt in body:
+            self.stmt(stmt)
+
+    def bind(self, target: ast.expr, fact: Fact | None, line: int, value: ast.expr | None) -> None:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            elts = value.elts if isinstance(value, (ast.Tuple, ast.List)) else None
+            for index, elt in enumerate(target.elts):
+                if elts is not None and len(elts) == len(target.elts):
+                    self.bind(elt, self.eval(elts[index], self.current), line, elts[index])
+                else:
+                    self.bind(elt, fact, line, None)
+            return
+        if isinstance(target, ast.Starred):
+            self.bind(target.value, fact, line, value)
+            return
+        name = dotted_name(target)
+        if name is None:
+            return
+        if fact is not None:
+            direct = isinstance(value, ast.Call) and fact.move is not None and _is_move_call(value)
+            fact = Fact(
+                fact.where,
+                _short(self.facts.segment(value)) if value is not None else fact.source,
+                fact.move,
+                name,
+                direct,
+                fact.many,
+            )
+        self.state[name] = fact
+        self.bindings.setdefault(name, []).append((line, fact))
+
+    def current(self, name: str) -> Fact | None:
+        if name in self.state:
+            return self.state[name]
+        return self.facts.outer_fact(self.node, name)
+
+    def stmt(self, node: ast.stmt) -> None:
+        if isinstance(node, ast.Assign):
+            fact = self.eval(node.value, self.current)
+            for target in node.targets:
+                self.bind(target, fact, node.lineno, node.value)
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            self.bind(node.target, self.eval(node.value, self.current), node.lineno, node.value)
+        elif isinstance(node, ast.AugAssign):
+            self.aug_assign(node)
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            call = node.value
+            func = call.func
+            # `model.to(device)` / `model.cuda()` as a statement moves a module in place.
+            if (
+                isinstance(func, ast.Attribute)
+                and _is_move_call(call)
+                and moves_to_device(call, self.facts.qualname)
+                and dotted_name(func.value) is not None
+                and not _is_cpu(_device_target(call))
+            ):
+                self.bind(func.value, self.facts.move_fact(call, func.value), node.lineno, call)
+        elif isinstance(node, (ast.For, ast.AsyncFor)):
+            self.for_loop(node)
+        elif isinstance(node, ast.While):
+            for _ in range(2):
+                self.block(node.body)
+            self.block(node.orelse)
+        elif isinstance(node, ast.If):
+            self.block(node.body)
+            self.block(node.orelse)
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            for item in node.items:
+                if item.optional_vars is not None:
+                    self.bind(item.optional_vars, None, node.lineno, None)
+            self.block(node.body)
+        elif isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
+            self.block(node.body)  # type: ignore[attr-defined]
+            for handler in node.handlers:  # type: ignore[attr-defined]
+                self.block(handler.body)
+            self.block(node.orelse)  # type: ignore[attr-defined]
+            self.block(node.finalbody)  # type: ignore[attr-defined]
+        elif isinstance(node, ast.Match):
+            for case in node.cases:
+                self.block(case.body)
+        elif isinstance(node, (_FUNCTIONS, ast.ClassDef)):
+            self.state[node.name] = None
+
+    def aug_assign(self, node: ast.AugAssign) -> None:
+        """``x += y``: a host value that gains a device term moves to the device."""
+        old = (
+            self.eval(node.target, self.current)
+            if not isinstance(node.target, ast.Subscript)
+            else None
+        )
+        new = self.eval(node.value, self.current)
+        fact = _join(old, new) if old is not None else new
+        if old is not None and old.where == "host" and new is not None and new.on_device:
+            fact = new
+        self.bind(node.target, fact, node.lineno, node.value)
+
+    def for_loop(self, node: ast.For | ast.AsyncFor) -> None:
+        iter_fact = self.eval(node.iter, self.current)
+        if iter_fact is None and self.facts.moves_some(node):
+            # A batch loop moves some of its items: the others stay on the host.
+            iter_fact = Fact("host", "a batch item that is never moved")
+        for _ in range(2):  # twice: values carried from one step to the next
+            self.bind_loop_target(node.target, node.iter, iter_fact, node.lineno)
+            self.block(node.body)
+        self.block(node.orelse)
+
+    def bind_loop_target(
+        self, target: ast.expr, iterable: ast.expr, fact: Fact | None, line: int
+    ) -> None:
+        # `for i, (x, y) in enumerate(loader)`: the counter is a host int.
+        if (
+            isinstance(iterable, ast.Call)
+            and isinstance(iterable.func, ast.Name)
+            and iterable.func.id == "enumerate"
+            and isinstance(target, ast.Tuple)
+            and len(target.elts) == 2
+        ):
+            self.bind(target.elts[0], Fact("host", "enumerate"), line, None)
+            self.bind(target.elts[1], fact, line, None)
+            return
+        if (
+            fact is not None
+            and fact.on_device
+            and _iterates_items(iterable)
+            and isinstance(target, ast.Tuple)
+            and len(target.elts) == 2
+        ):
+            # `for k, v in batch.items()`: keys are strings, values follow the mapping.
+            self.bind(target.elts[0], Fact("host", "key"), line, None)
+            self.bind(target.elts[1], fact, line, None)
+            return
+        self.bind(target, _one(fact), line, None)
+
+    # -- expressions ------------------------------------------------------------------------
+    def eval(self, node: ast.expr, lookup: Lookup) -> Fact | None:
+        facts = self.facts
+        if isinstance(node, ast.Name):
+            return lookup(node.id)
+        if isinstance(node, ast.Constant):
+            return Fact("host", repr(node.value)[:20])
+        if isinstance(node, ast.JoinedStr):
+            return Fact("host", "f-string")
+        if isinstance(node, ast.Attribute):
+            if node.attr in HOST_ATTRS:
+                return Fact("host", node.attr)
+            name = dotted_name(node)
+            if name is not None:
+                fact = lookup(name)
+                if fact is not None:
+                    return fact
+                if name.startswith("self."):
+                    return facts.self_attr_fact(self.node, name)
+            if facts.qualname(node) is not None:
+                return None  # torch.float16, np.pi: a module constant
+            return self.eval(node.value, lookup)
+        if isinstance(node, ast.Subscript):
+            return _one(self.eval(node.value, lookup))
+        if isinstance(node, ast.Starred):
+            return self.eval(node.value, lookup)
+        if isinstance(node, ast.Await):
+            return self.eval(node.value, lookup)
+        if isinstance(node, ast.NamedExpr):
+            fact = self.eval(node.value, lookup)
+            self.bind(node.target, fact, node.lineno, node.value)
+            return fact
+        if isinstance(node, ast.BinOp):
+            return _join(self.eval(node.left, lookup), self.eval(node.right, lookup))
+        if isinstance(node, ast.UnaryOp):
+            return self.eval(node.operand, lookup)
+        if isinstance(node, ast.Compare):
+            fact = self.eval(node.left, lookup)
+            for other in node.comparators:
+                fact = _join(fact, self.eval(other, lookup))
+            if fact is not None and not fact.on_device:
+                return Fact("host", "comparison")
+            return fact
+        if isinstance(node, ast.IfExp):
+            return _either(self.eval(node.body, lookup), self.eval(node.orelse, lookup))
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return _many(_any_device([self.eval(elt, lookup) for elt in node.elts]))
+        if isinstance(node, ast.Dict):
+            return _any_device([self.eval(v, lookup) for v in node.values if v is not None])
+        if isinstance(node, _COMPS):
+            found = self.comprehension(node, lookup)
+            return found if isinstance(node, ast.DictComp) else _many(found)
+        if isinstance(node, ast.Call):
+            return self.call(node, lookup)
+        return None
+
+    def comprehension(self, node: ast.expr, lookup: Lookup) -> Fact | None:
+        assert isinstance(node, _COMPS)
+        local: dict[str, Fact | None] = {}
+
+        def inner(name: str) -> Fact | None:
+            return local[name] if name in local else lookup(name)
+
+        for gen in node.generators:
+            fact = self.eval(gen.iter, inner)
+            items = _iterates_items(gen.iter)
+            targets = gen.target.elts if isinstance(gen.target, ast.Tuple) else [gen.target]
+            for index, target in enumerate(targets):
+                for name in _target_names(target):
+                    if items and index == 0 and len(targets) == 2:
+                        local[name] = Fact("host", "key")
+                    else:
+                        local[name] = _one(fact)
+        if isinstance(node, ast.DictComp):
+            return self.eval(node.value, inner)
+        return self.eval(node.elt, inner)
+
+    def call(self, node: ast.Call, lookup: Lookup) -> Fact | None:
+        facts = self.facts
+        func = node.func
+        args = [*node.args, *(kw.value for kw in node.keywords)]
+        if isinstance(func, ast.Attribute):
+            method = func.attr
+            if _is_move_call(node):
+                if _is_cpu(_device_target(node)):
+                    return Fact("host", _short(facts.segment(node)))
+                if moves_to_device(node, facts.qualname):
+                    return facts.move_fact(node, func.value)
+                return self.eval(func.value, lookup)  # .to(torch.float16)
+            qualname = facts.qualname(func)
+            if qualname is not None:
+                return self.torch_call(node, qualname, args, lookup)
+            if method in HOST_METHODS:
+                return Fact("host", method)
+            receiver = self.eval(func.value, lookup)
+            if receiver is not None and receiver.on_device:
+                return receiver
+            arg_facts = [self.eval(arg, lookup) for arg in args]
+            found = _any_device(arg_facts)
+            if found is not None and found.on_device:
+                return found
+            if receiver is not None and receiver.where == "host":
+                return Fact("host", method)
+            if _device_helper(method, args) or _passes_device(node):
+                return Fact("device", _short(facts.segment(node)), _moved_by(node))
+            return None
+        if isinstance(func, ast.Name):
+            name = func.id
+            qualname = facts.qualname(func)
+            if qualname is not None and qualname.split(".")[0] in {"torch", *_HOST_ROOTS}:
+                return self.torch_call(node, qualname, args, lookup)
+            if name in _HOST_CALLS:
+                return Fact("host", name)
+            called = lookup(name)
+            if called is not None and called.on_device:  # a moved model, run
+                return Fact("device", _short(facts.segment(node)), _ran(called), called.name)
+            arg_facts = [self.eval(arg, lookup) for arg in args]
+            found = _any_device(arg_facts)
+            if found is not None and found.on_device:
+                return found
+            if (
+                name in _FOLLOW_CALLS
+                and arg_facts
+                and all(f is not None and f.where == "host" for f in arg_facts)
+            ):
+                return Fact("host", name)
+            if facts.returns_host(name):
+                return Fact("host", name)
+            if _device_helper(name, args) or _passes_device(node):
+                return Fact("device", _short(facts.segment(node)), _moved_by(node))
+            return None
+        called = self.eval(func, lookup)
+        if called is not None and called.on_device:
+            return Fact("device", _short(facts.segment(node)), _ran(called), called.name)
+        return None
+
+    def torch_call(
+        self, node: ast.Call, qualname: str, args: list[ast.expr], lookup: Lookup
+    ) -> Fact | None:
+        root, _, last = qualname.rpartition(".")
+        top = qualname.split(".")[0]
+        if top in _HOST_ROOTS:
+            return Fact("host", qualname)
+        if top != "torch":
+            return None
+        device = next((kw.value for kw in node.keywords if kw.arg == "device"), None)
+        if last in _FACTORIES or root == "torch.cuda" or last == "device":
+            if device is not None and not _is_cpu(device):
+                if isinstance(device, ast.Attribute) and device.attr == "device":
+                    fact = self.eval(device.value, lookup)  # device=x.device: follows x
+                    if fact is not None:
+                        return fact
+                return Fact(
+                    "device",
+                    _short(self.facts.segment(node)),
+                    f"created on `{_short(self.facts.segment(device), 24)}` at line {node.lineno}",
+                )
+            if last.endswith("_like") and node.args:
+                return self.eval(node.args[0], lookup)
+            if last in _FACTORIES:
+                return Fact("host", _short(self.facts.segment(node)))
+            return None
+        facts = [self.eval(arg, lookup) for arg in args]
+        return _any_device(facts) if facts else None
+
+    # -- queries ----------------------------------------------------------------------------
+    def at(self, line: int) -> Lookup:
+        """A lookup of names as bound before ``line`` (else as bound anywhere: loop-carried)."""
+
+        def lookup(name: str) -> Fact | None:
+            found = self.bindings.get(name)
+            if not found:
+                if name in self.seeds:
+                    return self.seeds[name]
+                return self.facts.outer_fact(self.node, name)
+            best: Fact | None = None
+            seen = False
+            for bound_line, fact in found:
+                if bound_line < line:
+                    best, seen = fact, True
+            return best if seen else found[-1][1]
+
+        return lookup

@@ -1,0 +1,258 @@
+"""Loop classification: which loops step through batches (``"batch"``), which walk a device
+value element by element (``"rows"``/``"items"``), and which run once per epoch (their batch
+evidence is all inside a nested loop).
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from torchplace.lint.provenance.values import (
+    _COMPS,
+    _LOOPS,
+    _SCOPES,
+    LoopKind,
+    _device_helper,
+    _device_target,
+    _is_cpu,
+    _is_move_call,
+    _names,
+    _short,
+    _target_names,
+    moves_to_device,
+)
+
+if TYPE_CHECKING:
+    from torchplace.lint.provenance.files import FileFacts
+
+__all__ = ["calls_backward", "classify", "has_own_batch_loop", "moves_some"]
+
+# Iterating these yields parameters, buffers or state: a conversion pass, not batches.
+_STATE_ITERS = ("state_dict", "parameters", "buffers", "named_", "modules", "children")
+
+
+def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind, str] | None:
+    """``("batch"|"rows"|"items", evidence)`` for a loop or comprehension of ``scope``, or None
+    (once per epoch, or nothing says it touches a device)."""
+    parts = _parts(loop)
+    if parts is None:
+        return None
+    iters, body, targets = parts
+    found = _iterates_device(facts, iters, scope)
+    if found is not None:
+        return found
+    if any(word in facts.segment(it) for it in iters for word in _STATE_ITERS):
+        return None  # a pass over parameters or a state dict: conversion, not batches
+    own, nested = _split_own(body)
+    if isinstance(loop, ast.While):
+        targets = {
+            name
+            for node in own
+            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+            for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            for name in _target_names(t)
+        }
+    derived = _derived(own, targets)
+    nested_batch = any(facts.loop_kind(sub, scope) is not None for sub in nested)
+    step = None
+    for node in own:
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        if name == "backward":
+            return "batch", "it calls `.backward()` on every step"
+        if (
+            isinstance(func, ast.Attribute)
+            and name in {"step", "zero_grad"}
+            and not node.args
+            and "sched" not in facts.segment(func.value).lower()
+        ):
+            return "batch", f"it calls `{_short(facts.segment(func), 32)}()` on every step"
+        if derived and (
+            (
+                _is_move_call(node)
+                and moves_to_device(node, facts.qualname)
+                and not _is_cpu(_device_target(node))
+            )
+            or (name is not None and _device_helper(name, node.args))
+        ):
+            moved: ast.expr | None = None
+            if isinstance(func, ast.Attribute) and _is_move_call(node):
+                moved = func.value
+            elif node.args:
+                moved = node.args[0]
+            if moved is not None and _names(moved) & derived:
+                what = _short(facts.segment(moved), 24)
+                its = "what it iterates" if iters else "what it reads"
+                return "batch", f"it moves {its} to a device (`{what}`, line {node.lineno})"
+        if step is None and not nested_batch and name is not None:
+            step = _step_call(facts, node, scope)
+    if step is None and not nested_batch and iters:
+        step = _updates_device(facts, own, loop, scope)
+    return step
+
+
+def _parts(loop: ast.AST) -> tuple[list[ast.expr], list[ast.AST], set[str]] | None:
+    """What a loop iterates, its body, and the names it binds per step."""
+    if isinstance(loop, (ast.For, ast.AsyncFor)):
+        return [loop.iter], list(loop.body), set(_target_names(loop.target))
+    if isinstance(loop, ast.While):
+        return [], list(loop.body), set()
+    if isinstance(loop, _COMPS):
+        iters = [g.iter for g in loop.generators]
+        body: list[ast.AST] = (
+            [loop.elt] if not isinstance(loop, ast.DictComp) else [loop.key, loop.value]
+        )
+        return iters, body, {n for g in loop.generators for n in _target_names(g.target)}
+    return None
+
+
+def _iterates_device(
+    facts: FileFacts, iters: list[ast.expr], scope: ast.AST
+) -> tuple[LoopKind, str] | None:
+    """A loop over a device value: its rows (a tensor) or its items (a list of tensors)."""
+    for it in iters:
+        fact = facts.fact(it, scope)
+        if fact is not None and fact.on_device:
+            return (
+                "items" if fact.many else "rows",
+                f"it iterates `{_short(facts.segment(it), 32)}` on the device: "
+                + (fact.describe()),
+            )
+    return None
+
+
+def _updates_device(
+    facts: FileFacts, own: list[ast.AST], loop: ast.AST, scope: ast.AST
+) -> tuple[LoopKind, str] | None:
+    """The loop recomputes a device value from its items or its own previous value."""
+    targets = (
+        set(_target_names(loop.target)) if isinstance(loop, (ast.For, ast.AsyncFor)) else set()
+    )
+    for node in own:
+        if not isinstance(node, (ast.Assign, ast.AugAssign)):
+            continue
+        value = node.value
+        bound = {
+            n
+            for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            for n in _target_names(t)
+        }
+        if not (_names(value) & (targets | bound)) or isinstance(node, ast.AugAssign):
+            continue
+        fact = facts.fact(value, scope)
+        if fact is not None and fact.on_device and fact.move is not None:
+            what = _short(facts.segment(value), 32)
+            return "batch", f"it computes `{what}` on the device every step ({fact.describe()})"
+    return None
+
+
+def _step_call(facts: FileFacts, call: ast.Call, scope: ast.AST) -> tuple[LoopKind, str] | None:
+    """A call that runs device work per step: a moved model, or a training step function."""
+    func = call.func
+    runs = isinstance(func, ast.Name) or (
+        isinstance(func, ast.Attribute)
+        and isinstance(func.value, ast.Name)
+        and func.value.id == "self"
+    )  # `model(x)`, `facts.model(x)`; `model.state_dict()` is a method, not a run
+    if runs and not facts.qualname(func):
+        fact = facts.fact(func, scope)
+        if fact is not None and fact.on_device and _names(func) - {"self"}:
+            name = _short(facts.segment(func), 24)
+            return "batch", f"it runs `{name}` on every step ({fact.describe()})"
+    callee = facts.local_def(func, scope)
+    if callee is not None and _is_step_function(callee):
+        return "batch", f"it calls the training step `{callee.name}` on every step"
+    return None
+
+
+def moves_some(loop: ast.For | ast.AsyncFor) -> bool:
+    """The loop moves one of its own targets to a device (``x = x.to(device)``)."""
+    targets = set(_target_names(loop.target))
+    for stmt in loop.body:
+        for sub in ast.walk(stmt):
+            if (
+                isinstance(sub, ast.Call)
+                and isinstance(sub.func, ast.Attribute)
+                and sub.func.attr in {"to", "cuda"}
+                and isinstance(sub.func.value, ast.Name)
+                and sub.func.value.id in targets
+            ):
+                return True
+    return False
+
+
+def _split_own(body: list[ast.AST]) -> tuple[list[ast.AST], list[ast.AST]]:
+    """A loop body's own nodes (not inside nested loops or scopes), and its nested loops."""
+    own: list[ast.AST] = []
+    nested: list[ast.AST] = []
+    todo = list(reversed(body))
+    while todo:
+        sub = todo.pop()
+        if isinstance(sub, _LOOPS):
+            nested.append(sub)
+            continue
+        own.append(sub)
+        if isinstance(sub, _SCOPES):
+            continue
+        todo.extend(reversed(list(ast.iter_child_nodes(sub))))
+    return own, nested
+
+
+def _derived(own: list[ast.AST], targets: set[str]) -> set[str]:
+    """Names computed from a loop's items in its own body (``batch`` -> ``x, y = batch``)."""
+    derived = set(targets)
+    for _ in range(2):
+        for node in own:
+            if isinstance(node, ast.Assign) and _names(node.value) & derived:
+                for target in node.targets:
+                    derived |= set(_target_names(target))
+            elif isinstance(node, _COMPS):
+                for gen in node.generators:
+                    if _names(gen.iter) & derived:
+                        derived |= set(_target_names(gen.target))
+    return derived
+
+
+def _is_step_function(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A training step: calls ``.backward()`` or an optimizer step, outside any loop of its own."""
+    own, _ = _split_own(list(node.body))
+    return any(
+        isinstance(sub, ast.Call)
+        and isinstance(sub.func, ast.Attribute)
+        and sub.func.attr == "backward"
+        for sub in own
+    )
+
+
+def has_own_batch_loop(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A function that iterates a loader itself (an epoch function, not a step)."""
+    _, nested = _split_own(list(node.body))
+    for loop in nested:
+        if isinstance(loop, (ast.For, ast.AsyncFor)) and any(
+            isinstance(sub, (ast.Name, ast.Attribute))
+            and any(
+                w in (sub.id if isinstance(sub, ast.Name) else sub.attr).lower()
+                for w in _BATCH_WORDS
+            )
+            for sub in ast.walk(loop.iter)
+        ):
+            return True
+        for stmt in loop.body:  # type: ignore[attr-defined]
+            for sub in ast.walk(stmt):
+                if (
+                    isinstance(sub, ast.Call)
+                    and isinstance(sub.func, ast.Attribute)
+                    and sub.func.attr in {"backward", "to", "cuda"}
+                ):
+                    return True
+    return False
+
+
+_BATCH_WORDS = ("loader", "dataset", "batch")
+
+
+def calls_backward(loop: ast.AST) -> bool:
+    return any(isinstance(sub, ast.Attribute) and sub.attr == "backward" for sub in ast.walk(loop))

@@ -1,0 +1,357 @@
+"""What an expression says by its shape: the :class:`Fact` of where a value lives, the
+vocabulary of host and device calls (moves, factories, host reads, device helpers), and how facts
+combine (arithmetic, containers, either branch).
+
+Nothing here follows names through a function (that is :mod:`.flow`); each helper reads one node.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Literal
+
+from torchplace.lint.resolver import dotted_name
+
+__all__ = ["HOST_ATTRS", "HOST_METHODS", "Fact", "LoopKind", "is_device_expr", "moves_to_device"]
+
+Where = Literal["device", "host"]
+LoopKind = Literal["batch", "rows", "items"]
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+_COMPS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+# Methods whose result lives on the host whatever the receiver (reads, shapes, metadata).
+HOST_METHODS = frozenset(
+    {
+        "item",
+        "tolist",
+        "numpy",
+        "cpu",
+        "size",
+        "dim",
+        "ndimension",
+        "numel",
+        "nelement",
+        "get_device",
+        "data_ptr",
+        "element_size",
+        "stride",
+        "is_contiguous",
+        "is_floating_point",
+        "storage_offset",
+        "keys",
+        "train",
+        "eval",
+        "zero_grad",
+        "backward",
+        "step",
+        "register_buffer",
+        "append",
+        "extend",
+        "update",
+        "add_scalar",
+        "log",
+    }
+)
+HOST_ATTRS = frozenset(
+    {
+        "shape",
+        "device",
+        "dtype",
+        "ndim",
+        "is_cuda",
+        "requires_grad",
+        "layout",
+        "training",
+        "type",
+        "index",
+        "name",
+    }
+)
+# Builtins and modules whose results live on the host.
+_HOST_CALLS = frozenset(
+    {"float", "int", "bool", "str", "len", "round", "isinstance", "range", "repr", "print"}
+)
+_HOST_ROOTS = frozenset({"numpy", "math", "random", "time", "os", "json", "pandas", "PIL"})
+_FOLLOW_CALLS = frozenset(
+    {"sum", "max", "min", "abs", "list", "tuple", "zip", "enumerate", "reversed", "sorted", "iter"}
+)
+_FACTORIES = frozenset(
+    {
+        "zeros",
+        "ones",
+        "empty",
+        "full",
+        "arange",
+        "tensor",
+        "as_tensor",
+        "rand",
+        "randn",
+        "randint",
+        "randperm",
+        "eye",
+        "linspace",
+        "logspace",
+        "from_numpy",
+        "zeros_like",
+        "ones_like",
+        "empty_like",
+        "full_like",
+        "rand_like",
+        "randn_like",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """Where a value lives, and why we think so.
+
+    ``name`` is the variable it was read from (if any), ``source`` the text it was computed
+    from, ``move`` the evidence at its root (``"`data` moved to `device` at line 41"``), and
+    ``direct`` whether ``source`` is that move itself.
+    """
+
+    where: Where
+    source: str
+    move: str | None = None
+    name: str | None = None
+    direct: bool = False
+    many: bool = False  # a list or tuple of such values (iterating it yields one each)
+
+    @property
+    def on_device(self) -> bool:
+        return self.where == "device"
+
+    @property
+    def moved(self) -> bool:
+        """On the device by a move, a factory given a device, or a run of a moved model (not
+        only because a device was passed to some helper)."""
+        return self.on_device and self.move is not None and not self.move.startswith("placed by")
+
+    def describe(self) -> str:
+        """``"`loss` comes from `model(data)`, `model` moved to `device` at line 58"``."""
+        if self.name is not None and self.direct and self.move is not None:
+            return self.move
+        subject = f"`{self.name}` comes from `{self.source}`" if self.name else f"`{self.source}`"
+        if self.move is None:
+            return subject + (" is on the device" if not self.name else "")
+        return f"{subject}, {self.move}" if self.name else f"{subject}: {self.move}"
+
+
+def _short(text: str | None, limit: int = 48) -> str:
+    text = " ".join((text or "?").split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def moves_to_device(call: ast.Call, qualname: object = None) -> bool:
+    """Whether a ``.to(...)``/``.cuda(...)`` call changes device (not only the dtype).
+
+    ``qualname`` resolves an expression to its imported dotted name (a callable), so that
+    ``.to(torch.float16)`` reads as a dtype.
+    """
+    func = call.func
+    if not isinstance(func, ast.Attribute):
+        return False
+    if func.attr == "cuda":
+        return True
+    if func.attr != "to":
+        return False
+    if any(kw.arg == "device" for kw in call.keywords):
+        return True
+    if not call.args:
+        return False
+    first = call.args[0]
+    name = qualname(first) if callable(qualname) else dotted_name(first)
+    if isinstance(name, str) and name.startswith("torch.") and not name.startswith("torch.device"):
+        return False  # torch.float16 and friends: a dtype
+    if isinstance(first, ast.Attribute) and "dtype" in first.attr:
+        return False
+    if isinstance(first, ast.Name) and "dtype" in first.id:
+        return False
+    return not (isinstance(first, ast.Constant) and not isinstance(first.value, str))
+
+
+def _device_target(call: ast.Call) -> ast.expr | None:
+    if call.args:
+        return call.args[0]
+    for kw in call.keywords:
+        if kw.arg == "device":
+            return kw.value
+    return None
+
+
+def _is_cpu(node: ast.expr | None) -> bool:
+    if isinstance(node, ast.Constant):
+        return node.value == "cpu"
+    if isinstance(node, ast.Call) and node.args:  # torch.device("cpu")
+        return _is_cpu(node.args[0])
+    return False
+
+
+def is_device_expr(node: ast.expr) -> bool:
+    """A name that holds a device by what it is called: ``device``, ``args.device``, ``rank``."""
+    text = dotted_name(node)
+    if text is None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value.split(":")[0] in {"cuda", "mps", "xpu", "hpu", "npu"}
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            return node.func.attr in {"device", "current_device", "dev", "get_device"}
+        return False
+    last = text.rsplit(".", 1)[-1].lower()
+    return "device" in last or last in {"gpu", "rank", "local_rank", "gpu_id", "dev"}
+
+
+def _target_names(target: ast.expr) -> list[str]:
+    return [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
+
+
+def _places_self(method: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A method that may put a ``self.`` attribute on a device: it moves, runs or builds on
+    a device somewhere (checked on the statements' text-free structure, no flow needed)."""
+    for sub in ast.walk(method):
+        if isinstance(sub, ast.Call):
+            func = sub.func
+            if isinstance(func, ast.Attribute) and func.attr in {"to", "cuda"}:
+                return True
+            if any(kw.arg == "device" for kw in sub.keywords):
+                return True
+    return False
+
+
+def _plainly_host(value: ast.expr) -> bool:
+    """``loss.item()``, ``float(x)``, ``x.tolist()``, a literal: host, whatever ``x`` is."""
+    if isinstance(value, ast.Constant):
+        return True
+    if isinstance(value, (ast.Tuple, ast.List)):
+        return bool(value.elts) and all(_plainly_host(e) for e in value.elts)
+    if isinstance(value, ast.BinOp):
+        return _plainly_host(value.left) and _plainly_host(value.right)
+    if isinstance(value, ast.Call):
+        func = value.func
+        if isinstance(func, ast.Attribute):
+            return func.attr in {"item", "tolist", "numpy"}
+        return isinstance(func, ast.Name) and func.id in {"float", "int", "bool", "len", "str"}
+    return False
+
+
+def _iterates_items(node: ast.expr) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "items"
+    )
+
+
+def _is_move_call(call: ast.Call) -> bool:
+    return isinstance(call.func, ast.Attribute) and call.func.attr in {"to", "cuda"}
+
+
+def _device_helper(name: str, args: list[ast.expr]) -> bool:
+    """``to_device(batch, device)``, ``move_to_cuda(x)``: a project's own transfer helper."""
+    lowered = name.lower()
+    if not any(word in lowered for word in ("device", "cuda", "gpu")):
+        return False
+    if lowered.startswith(("get_", "is_", "set_", "init", "setup")) or "cpu" in lowered:
+        return False
+    return bool(args) and (
+        "cuda" in lowered or "gpu" in lowered or any(is_device_expr(arg) for arg in args)
+    )
+
+
+def _ran(model: Fact) -> str | None:
+    """The evidence for the output of running a model that is on the device."""
+    if model.move is not None and model.move.startswith("placed by"):
+        return f"the model was {model.move}"
+    return model.move
+
+
+def _passes_device(call: ast.Call) -> bool:
+    """``make_steps(n, device)``, ``sample(shape, device=dev)``: built where it is told."""
+    name = (dotted_name(call.func) or "").rsplit(".", 1)[-1].lower()
+    if name.startswith(("get_device", "is_", "set_", "init", "setup", "print", "log")):
+        return False
+    if "cpu" in name or name in {"device", "dev", "str", "repr", "print"}:
+        return False
+    return any(kw.arg == "device" and not _is_cpu(kw.value) for kw in call.keywords) or any(
+        _names_device(arg) for arg in call.args
+    )
+
+
+def _names_device(node: ast.expr) -> bool:
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return node.func.attr in {"dev", "device"} and not node.args
+    text = dotted_name(node)
+    if text is None:
+        return False
+    last = text.rsplit(".", 1)[-1].lower()
+    return last == "dev" or ("device" in last and not last.endswith(("type", "s", "_id")))
+
+
+def _moved_by(call: ast.Call) -> str:
+    name = dotted_name(call.func) or "a helper"
+    return f"placed by `{name}(...)` at line {call.lineno}"
+
+
+def _many(fact: Fact | None) -> Fact | None:
+    if fact is None or fact.many:
+        return fact
+    return Fact(fact.where, fact.source, fact.move, fact.name, fact.direct, True)
+
+
+def _one(fact: Fact | None) -> Fact | None:
+    if fact is None or not fact.many:
+        return fact
+    return Fact(fact.where, fact.source, fact.move, fact.name, fact.direct, False)
+
+
+def _join(a: Fact | None, b: Fact | None) -> Fact | None:
+    if a is not None and a.on_device:
+        return a
+    if b is not None and b.on_device:
+        return b
+    if a is not None and b is not None:
+        return a
+    return None
+
+
+def _either(a: Fact | None, b: Fact | None) -> Fact | None:
+    if a is not None and a.on_device:
+        return a
+    if b is not None and b.on_device:
+        return b
+    return a if a is not None and b is not None else None
+
+
+def _any_device(facts: list[Fact | None]) -> Fact | None:
+    for fact in facts:
+        if fact is not None and fact.on_device:
+            return fact
+    if facts and all(f is not None for f in facts):
+        return facts[0]
+    return None
+
+
+def _cut(line: str, start: int, end: int | None) -> str:
+    if line.isascii():
+        return line[start:end]
+    return line.encode("utf-8")[start:end].decode("utf-8", "replace")
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _own_nodes(body: list[ast.stmt]) -> list[ast.AST]:
+    """Nodes of a body, not entering nested functions or classes."""
+    out: list[ast.AST] = []
+    todo: list[ast.AST] = list(body)
+    while todo:
+        sub = todo.pop()
+        out.append(sub)
+        if isinstance(sub, _SCOPES):
+            continue
+        todo.extend(ast.iter_child_nodes(sub))
+    return out

@@ -1,0 +1,265 @@
+"""TPL103 (placement family): a tensor factory on a module's ``forward`` path that allocates
+on the default device whatever the input's device.
+
+A factory is left alone when it is given ``device=``/``out=``, draws a host scalar
+(``torch.rand(1)``), builds a 0-dim or empty tensor, is read back or tested on the host, or is
+moved to a device in the statements after it.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from torchplace.lint.base import Context, Rule, Scope, has_star_kwargs, keyword, names_in
+
+__all__ = ["FACTORY", "check_factory"]
+
+FACTORY = Rule("TPL103", "factory-without-device", "tensor factory without `device=` in `forward`")
+
+
+def _forward_reachable(cls: Scope) -> set[str]:
+    """``forward`` and the methods it calls through ``self.name(...)``, transitively."""
+    cached: set[str] | None = cls.cache.get("forward-reachable")
+    if cached is not None:
+        return cached
+    assert isinstance(cls.node, ast.ClassDef)
+    methods = {
+        item.name: item
+        for item in cls.node.body
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+    reached: set[str] = set()
+    todo = ["forward"] if "forward" in methods else []
+    while todo:
+        name = todo.pop()
+        if name in reached:
+            continue
+        reached.add(name)
+        for sub in ast.walk(methods[name]):
+            if (
+                isinstance(sub, ast.Call)
+                and isinstance(sub.func, ast.Attribute)
+                and isinstance(sub.func.value, ast.Name)
+                and sub.func.value.id == "self"
+                and sub.func.attr in methods
+            ):
+                todo.append(sub.func.attr)
+    cls.cache["forward-reachable"] = reached
+    return reached
+
+
+_HOST_READS = frozenset({"item", "tolist", "numpy", "cpu", "to", "cuda", "type_as", "type"})
+_HOST_CASTS = frozenset({"int", "float", "bool", "round", "len", "range"})
+_DRAWS = frozenset(
+    {"torch.rand", "torch.randn", "torch.randint", "torch.empty", "torch.zeros", "torch.randperm"}
+)
+
+
+def _takes_tensor(method: Scope) -> bool:
+    """Whether a method has a parameter (besides ``self``) that may be a tensor."""
+    node = method.node
+    assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    args = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+    for arg in args[1:] if args and args[0].arg in {"self", "cls"} else args:
+        annotation = arg.annotation
+        if annotation is None:
+            return True
+        text = ast.dump(annotation)
+        if "Tensor" in text or "Any" in text:
+            return True
+    return node.args.vararg is not None
+
+
+def _static(method: Scope) -> bool:
+    node = method.node
+    assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    return any(
+        isinstance(d, ast.Name) and d.id in {"staticmethod", "classmethod"}
+        for d in node.decorator_list
+    )
+
+
+_SCALAR_CALLS = frozenset({"len", "int", "float", "round", "max", "min", "abs", "sum"})
+_SCALAR_METHODS = frozenset({"size", "item", "dim", "numel", "sqrt", "log"})
+
+
+def _scalar_draw(call: ast.Call, name: str) -> bool:
+    """``torch.rand(1)``, ``torch.randint(0, n, (1,))``: a host-side random scalar."""
+    if name not in _DRAWS:
+        return False
+    size = keyword(call, "size")
+    if size is not None:
+        shape: ast.expr | None = size.value
+    elif name == "torch.randint":
+        shape = call.args[-1] if call.args else None
+    else:
+        shape = call.args[0] if len(call.args) == 1 else None
+    if isinstance(shape, (ast.Tuple, ast.List)) and len(shape.elts) == 1:
+        shape = shape.elts[0]
+    if isinstance(shape, (ast.Tuple, ast.List)) and not shape.elts and name != "torch.randint":
+        return True  # torch.rand([]): a 0-dim draw
+    if isinstance(shape, ast.Constant) and shape.value == 0 and name != "torch.randint":
+        return True  # torch.empty([0]): an empty placeholder
+    return (
+        isinstance(shape, ast.Constant)
+        and shape.value == 1
+        and (name != "torch.randint" or len(call.args) >= 2 or size is not None)
+    )
+
+
+def _scalar_tensor(call: ast.Call, name: str) -> bool:
+    """``torch.tensor(2.0)`` is 0-dim (mixes with any device) and ``torch.tensor([])`` empty."""
+    if name != "torch.tensor" or not call.args:
+        return False
+    data = call.args[0]
+    if isinstance(data, (ast.List, ast.Tuple)):
+        return len(data.elts) <= 1 and all(isinstance(e, ast.Constant) for e in data.elts)
+    if isinstance(data, ast.Call):
+        func = data.func
+        if isinstance(func, ast.Name):
+            return func.id in _SCALAR_CALLS
+        # x.size(-1), x.numel(), math.sqrt(d): a Python number
+        return (
+            isinstance(func, ast.Attribute)
+            and func.attr in _SCALAR_METHODS
+            and (func.attr != "size" or bool(data.args))
+        )
+    return not isinstance(data, (ast.ListComp, ast.Name, ast.Subscript, ast.Starred))
+
+
+def _moved_later(call: ast.Call, ctx: Context) -> bool:
+    """``t = torch.zeros(n)`` and, in the statements after it, ``t`` (or a value built
+    from it) goes through ``.to(...)``/``.cuda()``: placed, only later."""
+    if not ctx.stmt_path:
+        return False
+    block, index = ctx.stmt_path[-1]
+    stmt = block[index]
+    names: set[str] = set()
+    if isinstance(stmt, ast.Assign):  # t = torch.arange(n).float() * 2
+        names = {name for t in stmt.targets for name in names_in(t)}
+    elif (  # parts.append(torch.arange(n))
+        isinstance(stmt, ast.Expr)
+        and isinstance(stmt.value, ast.Call)
+        and isinstance(stmt.value.func, ast.Attribute)
+        and stmt.value.func.attr in {"append", "extend"}
+    ):
+        names = names_in(stmt.value.func.value)
+    names.discard("self")
+    if not names:
+        return False
+    scope = ctx.function_scope()
+    own_body = getattr(scope.node, "body", None) if scope is not None else None
+    for block, index in reversed(ctx.stmt_path):
+        for later in block[index + 1 :]:
+            if _moves_any(later, names):
+                return True
+            if isinstance(later, ast.Assign) and names_in(later.value) & names:
+                names |= {name for t in later.targets for name in names_in(t)}
+            elif (  # grids.append(grid): the list now holds it
+                isinstance(later, ast.Expr)
+                and isinstance(later.value, ast.Call)
+                and isinstance(later.value.func, ast.Attribute)
+                and later.value.func.attr in {"append", "extend"}
+                and any(names_in(arg) & names for arg in later.value.args)
+            ):
+                names |= names_in(later.value.func.value) - {"self"}
+        if block is own_body:
+            break
+    return False
+
+
+def _moves_any(stmt: ast.stmt, names: set[str]) -> bool:
+    for sub in ast.walk(stmt):
+        if (
+            isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Attribute)
+            and sub.func.attr in {"to", "cuda", "type_as", "type"}
+            and (sub.func.attr != "type" or bool(sub.args))
+            and names_in(sub.func.value) & names
+        ):
+            return True
+    return False
+
+
+def _used_on_host(call: ast.Call, ctx: Context) -> bool:
+    """The result is read back, cast to a Python number, placed right away, or tested."""
+    node: ast.AST = call
+    for parent in reversed(ctx.parents):
+        if isinstance(parent, ast.Dict) and node in parent.values:
+            return True  # a value of a log dict: a number to report, never combined
+        if isinstance(parent, ast.Attribute) and parent.value is node:
+            if parent.attr in _HOST_READS:
+                return True
+        elif isinstance(parent, ast.Call):
+            if node is not parent.func:
+                return isinstance(parent.func, ast.Name) and parent.func.id in _HOST_CASTS
+        elif isinstance(parent, (ast.If, ast.While, ast.IfExp)):
+            test = parent.test
+            return _inside(call, test)
+        elif isinstance(parent, ast.stmt):
+            return False
+        node = parent
+    return False
+
+
+def _copied_to_global(call: ast.Call, ctx: Context) -> bool:
+    """The factory's chain ends in ``.to(<global>)`` within its statement."""
+    node: ast.AST = call
+    for parent in reversed(ctx.parents):
+        if isinstance(parent, ast.stmt):
+            return False
+        if isinstance(parent, ast.Attribute) and parent.value is node and _to_global(parent, ctx):
+            return True
+        if isinstance(parent, ast.Call) and node is not parent.func:
+            return False
+        node = parent
+    return False
+
+
+def _to_global(attr: ast.Attribute, ctx: Context) -> bool:
+    """``torch.zeros(n).to(device)`` with ``device`` a module-level global: allocated on the
+    CPU and copied on every call, to a device that ignores the input's."""
+    if attr.attr not in {"to", "cuda"}:
+        return False
+    call = next(
+        (p for p in reversed(ctx.parents) if isinstance(p, ast.Call) and p.func is attr), None
+    )
+    if call is None or not call.args or not isinstance(call.args[0], ast.Name):
+        return False
+    name = call.args[0].id
+    scope = ctx.function_scope()
+    return scope is not None and name not in ctx.scope_bindings(scope)  # a global
+
+
+def _inside(node: ast.expr, outer: ast.expr) -> bool:
+    start = (node.lineno, node.col_offset)
+    return (outer.lineno, outer.col_offset) <= start and (
+        node.end_lineno or 0,
+        node.end_col_offset or 0,
+    ) <= (outer.end_lineno or 0, outer.end_col_offset or 0)
+
+
+def check_factory(call: ast.Call, ctx: Context, name: str, method: Scope) -> None:
+    """TPL103 for a call of the factory ``name`` inside ``method`` of an ``nn.Module``."""
+    assert method.cls is not None
+    if method.name not in _forward_reachable(method.cls):
+        return
+    if method.name != "forward" and (not _takes_tensor(method) or _static(method)):
+        return  # a helper given no tensor, or a static one, leaves placement to its caller
+    if keyword(call, "device") is not None or keyword(call, "out") is not None:
+        return
+    if has_star_kwargs(call) or _scalar_draw(call, name) or _scalar_tensor(call, name):
+        return
+    if not _copied_to_global(call, ctx) and (_used_on_host(call, ctx) or _moved_later(call, ctx)):
+        return
+    short = name.removeprefix("torch.")
+    where = f"{method.cls.name}.{method.name}"
+    ctx.report(
+        FACTORY.code,
+        call,
+        f"`torch.{short}(...)` in `{where}` allocates on the default device (the CPU) whatever "
+        f"the input's device; pass `device=x.device` or use `torch.{short}_like` / `x.new_{short}`"
+        if short in {"zeros", "ones", "empty", "full"}
+        else f"`torch.{short}(...)` in `{where}` allocates on the default device (the CPU) "
+        "whatever the input's device; pass `device=x.device`",
+    )
