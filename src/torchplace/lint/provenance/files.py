@@ -164,13 +164,17 @@ class FileFacts:
         return cached
 
     def returns_host(self, name: str) -> bool:
-        """A function of this file whose every ``return`` gives a host value (``loss.item()``)."""
+        """A function of this file whose every ``return`` gives a host value (``loss.item()``),
+        or whose return annotation says so (``-> int``)."""
         cached = self._returns_host.get(name)
         if cached is not None:
             return cached
         self._returns_host[name] = False
         result = False
         for node in self.defs.get(name, []):
+            if _host_annotation(node.returns):
+                result = True
+                continue
             returns = [r for r in _own_nodes(node.body) if isinstance(r, ast.Return)]
             values = [r.value for r in returns if r.value is not None]
             result = bool(values) and all(_plainly_host(v) for v in values)
@@ -300,3 +304,27 @@ def scope_node(ctx: Context) -> ast.AST:
     while outer.parent is not None:
         outer = outer.parent
     return outer.node
+
+
+#: return annotations that say a function hands back a host value, whatever its arguments
+_HOST_TYPES = frozenset({"int", "float", "bool", "str", "bytes", "complex", "None"})
+
+
+def _host_annotation(annotation: ast.expr | None) -> bool:
+    """``-> int``, ``-> float``, ``-> "str"``, ``-> list[float]``, ``-> tuple[int, ...]``."""
+    if isinstance(annotation, ast.Constant):
+        if annotation.value is None:
+            return True
+        if isinstance(annotation.value, str):
+            return annotation.value in _HOST_TYPES
+        return annotation.value is Ellipsis
+    if isinstance(annotation, ast.Name):
+        return annotation.id in _HOST_TYPES
+    if isinstance(annotation, ast.Subscript) and isinstance(annotation.value, ast.Name):
+        if annotation.value.id not in ("list", "tuple", "dict", "set"):
+            return False
+        inner = annotation.slice
+        parts = inner.elts if isinstance(inner, ast.Tuple) else [inner]
+        return all(_host_annotation(part) for part in parts)
+    return False
+

@@ -313,6 +313,8 @@ class Flow:
             called = lookup(name)
             if called is not None and called.on_device:  # a moved model, run
                 return Fact("device", _short(facts.segment(node)), _ran(called), called.name)
+            if facts.returns_host(name):  # also when device values go in (``-> int``)
+                return Fact("host", name)
             arg_facts = [self.eval(arg, lookup) for arg in args]
             found = _any_device(arg_facts)
             if found is not None and found.on_device:
@@ -322,8 +324,6 @@ class Flow:
                 and arg_facts
                 and all(f is not None and f.where == "host" for f in arg_facts)
             ):
-                return Fact("host", name)
-            if facts.returns_host(name):
                 return Fact("host", name)
             if _device_helper(name, args) or _passes_device(node):
                 return Fact("device", _short(facts.segment(node)), _moved_by(node))
