@@ -173,10 +173,22 @@ class Engine:
         self._input_names = tuple(spec.name for spec in self.inputs)
         self._input_checks = _input_checks(self.inputs)
         self._coalesce = all(dim > 0 for spec in self.inputs for dim in spec.shape[1:])
+        self._observe(trace_file=trace_file, otel=otel)
+        self.startup_record: dict[str, Any] = {}
+        self._estimate = WaitEstimate()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._batcher: Batcher | None = None
+        self._accepting = False
+        self._serving = False
+        self._started = False
+        self._stopped = False
+
+    def _observe(self, *, trace_file: Path | str | None, otel: bool | None) -> None:
+        """The metrics, tracer and statistics of this model version, and its replica pool."""
         self.metrics = ServeMetrics(
             self.name,
             self.version,
-            max_batch_size=max_batch_size,
+            max_batch_size=self.max_batch_size,
             queue_depth=self._queue_depth,
             queue_device=",".join(self.devices),
             replicas=lambda: self.pool.states(),
@@ -195,17 +207,9 @@ class Engine:
             version=self.version,
             device_metrics=self._device_metrics,
             tracer=self.tracer,
-            metrics=metrics,
+            metrics=self.metrics_enabled,
             statistics=self.statistics,
         )
-        self.startup_record: dict[str, Any] = {}
-        self._estimate = WaitEstimate()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._batcher: Batcher | None = None
-        self._accepting = False
-        self._serving = False
-        self._started = False
-        self._stopped = False
 
     def _plan(
         self,
