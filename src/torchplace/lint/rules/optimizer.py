@@ -1,10 +1,17 @@
-"""TPL8xx: training setup order (an optimizer must see the parameters where they will live)."""
+"""TPL8xx: training setup order (an optimizer must see the parameters where they will live).
+
+The optimizer and the move may sit in one function, or in two: a helper that builds the
+optimizer from its ``model`` argument, called before the caller moves what it passed; or a
+class whose ``__init__`` (or a method called before another) builds it from
+``self.model.parameters()`` while another method moves ``self.model``.
+"""
 
 from __future__ import annotations
 
 import ast
 
 from torchplace.lint.base import Context, Family, Rule, call_name
+from torchplace.lint.provenance import file_facts
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import moves_to_device
 
@@ -40,6 +47,139 @@ def _call(call: ast.Call, ctx: Context) -> None:
                 return
         if block is own_body:
             break  # later statements of an enclosing scope run at another time
+    if isinstance(own_body, list):
+        _across_functions(call, model, scope.node, ctx)
+
+
+_FUNCTION = (ast.FunctionDef, ast.AsyncFunctionDef)
+_NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+
+def _across_functions(call: ast.Call, model: str, function: ast.AST, ctx: Context) -> None:
+    """The move happens in another function, after this one built the optimizer."""
+    if not isinstance(function, _FUNCTION):
+        return
+    found = _moved_by_caller(model, function, ctx)
+    if found is None and model.startswith("self."):
+        found = _moved_by_method(model, function, ctx)
+    if found is not None:
+        move, how = found
+        ctx.report(
+            OPTIMIZER_BEFORE_MOVE.code,
+            call,
+            f"optimizer built from `{model}.parameters()` in `{function.name}()`, but {how} "
+            f"moves it afterwards on line {move.lineno}: move the model first, then build the "
+            "optimizer",
+        )
+
+
+def _moved_by_caller(
+    model: str, function: ast.FunctionDef | ast.AsyncFunctionDef, ctx: Context
+) -> tuple[ast.Call, str] | None:
+    """``setup(model)`` builds the optimizer from its argument; the caller moves it later."""
+    params = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
+    keywords = {a.arg for a in function.args.kwonlyargs} | set(params)
+    if model not in keywords:
+        return None
+    method = bool(params) and params[0] in ("self", "cls")
+    for scope, site, _loops in file_facts(ctx).calls_of(function.name):
+        passed = _argument(site, model, params, method)
+        name = dotted_name(passed) if passed is not None else None
+        move = _move_after(scope, site, name, ctx) if name is not None else None
+        if move is not None:
+            return move, f"its caller (line {site.lineno}) passes `{name}` and"
+    return None
+
+
+def _argument(site: ast.Call, param: str, params: list[str], method: bool) -> ast.expr | None:
+    for kw in site.keywords:
+        if kw.arg == param:
+            return kw.value
+    if param not in params:
+        return None
+    index = params.index(param) - (1 if method and isinstance(site.func, ast.Attribute) else 0)
+    if 0 <= index < len(site.args) and not isinstance(site.args[index], ast.Starred):
+        return site.args[index]
+    return None
+
+
+def _moved_by_method(
+    model: str, function: ast.FunctionDef | ast.AsyncFunctionDef, ctx: Context
+) -> tuple[ast.Call, str] | None:
+    """A method builds the optimizer from ``self.model``; another method of the class moves it
+    and runs later: after ``__init__``, or called after the builder by the same code."""
+    scope = ctx.function_scope()
+    cls = scope.cls.node if scope is not None and scope.cls is not None else None
+    if not isinstance(cls, ast.ClassDef):
+        return None
+    for other in cls.body:
+        if not isinstance(other, _FUNCTION) or other is function:
+            continue
+        move = _first_move(other.body, model, ctx, after=0)
+        if move is None or not _runs_after(function, other, ctx):
+            continue
+        return move, f"`{other.name}()` of the same class"
+    return None
+
+
+def _runs_after(
+    builder: ast.FunctionDef | ast.AsyncFunctionDef,
+    mover: ast.FunctionDef | ast.AsyncFunctionDef,
+    ctx: Context,
+) -> bool:
+    if builder.name == "__init__":
+        calls = [c for c in _own_calls(builder.body) if _calls_self(c, mover.name)]
+        return not calls  # the constructor does not move first itself
+    facts = file_facts(ctx)
+    built = {(id(scope), site.lineno) for scope, site, _ in facts.calls_of(builder.name)}
+    for scope, site, _ in facts.calls_of(mover.name):
+        if any(key == id(scope) and line < site.lineno for key, line in built):
+            return True
+    return False
+
+
+def _calls_self(call: ast.Call, name: str) -> bool:
+    func = call.func
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr == name
+        and isinstance(func.value, ast.Name)
+        and func.value.id == "self"
+    )
+
+
+def _move_after(scope: ast.AST, site: ast.Call, name: str, ctx: Context) -> ast.Call | None:
+    body = getattr(scope, "body", None)
+    if not isinstance(body, list):
+        return None
+    return _first_move(body, name, ctx, after=site.end_lineno or site.lineno)
+
+
+def _first_move(body: list[ast.stmt], model: str, ctx: Context, *, after: int) -> ast.Call | None:
+    moves = [
+        c
+        for c in _own_calls(body)
+        if c.lineno > after
+        and isinstance(c.func, ast.Attribute)
+        and call_name(c) in {"to", "cuda"}
+        and dotted_name(c.func.value) == model
+        and moves_to_device(c, ctx)
+    ]
+    return min(moves, key=lambda c: (c.lineno, c.col_offset)) if moves else None
+
+
+def _own_calls(body: list[ast.stmt]) -> list[ast.Call]:
+    """The calls of a body, not those of functions, classes or lambdas defined in it."""
+    found: list[ast.Call] = []
+    stack: list[ast.AST] = list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, _NESTED):
+            continue
+        if isinstance(node, ast.Call):
+            found.append(node)
+        stack.extend(ast.iter_child_nodes(node))
+    return found
 
 
 def _parameters_owner(call: ast.Call, ctx: Context) -> str | None:
