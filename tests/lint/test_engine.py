@@ -7,6 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from torchplace.lint.engine import lint_bytes, lint_source
 from torchplace.lint.resolver import Resolver, module_name_for
 
@@ -104,3 +107,22 @@ def test_import_does_not_pull_in_torch() -> None:
         "assert 'torch' not in sys.modules, 'torch imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _hot_lines_one_by_one(text: str, triggers: tuple[str, ...]) -> list[int]:
+    """The plain definition: every line holding any trigger literal."""
+    return [n for n, line in enumerate(text.split("\n"), 1) if any(t in line for t in triggers)]
+
+
+@given(
+    st.lists(
+        st.sampled_from(["int(", " ", "(", "=", "[", "pr", "\n", "x.item(", "all", "c", "f'"]),
+        max_size=40,
+    )
+)
+def test_hot_lines_equal_the_plain_definition(pieces: list[str]) -> None:
+    from torchplace.lint.engine import _hot_lines
+
+    triggers = (" int(", "(int(", "=int(", "[int(", ".item(", " all(", "(all(", "f'", "print(")
+    text = "".join(pieces)
+    assert _hot_lines(text, triggers) == _hot_lines_one_by_one(text, triggers)

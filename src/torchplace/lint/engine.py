@@ -282,14 +282,23 @@ class _Walker:
 
 
 def _hot_lines(text: str, triggers: tuple[str, ...]) -> list[int]:
-    """Sorted numbers of the lines holding a trigger literal (``str.find`` is fast C)."""
+    """Sorted numbers of the lines holding a trigger literal (``str.find`` is fast C).
+
+    Literals that differ only in their first character (``" int("``, ``"(int("``) are found
+    with one pass over their shared tail, then the character before is checked."""
     positions: list[int] = []
     find = text.find
     append = positions.append
-    for literal in triggers:
+    for literal, leads in _search_plan(triggers):
         index = find(literal)
+        if leads is None:
+            while index != -1:
+                append(index)
+                index = find(literal, index + 1)
+            continue
         while index != -1:
-            append(index)
+            if index and text[index - 1] in leads:
+                append(index - 1)
             index = find(literal, index + 1)
     if not positions:
         return []
@@ -303,6 +312,23 @@ def _hot_lines(text: str, triggers: tuple[str, ...]) -> list[int]:
         if not lines or lines[-1] != line:
             lines.append(line)
     return lines
+
+
+@lru_cache(maxsize=64)
+def _search_plan(triggers: tuple[str, ...]) -> tuple[tuple[str, str | None], ...]:
+    """Each literal to search for, with the first characters allowed before it (None: any)."""
+    plain = set(triggers)
+    tails: dict[str, set[str]] = {}
+    for literal in triggers:
+        if len(literal) > 3 and literal[0] != "\n":
+            tails.setdefault(literal[1:], set()).add(literal[0])
+    plan: list[tuple[str, str | None]] = []
+    for tail, leads in tails.items():
+        if len(leads) > 1 and tail not in plain:
+            plan.append((tail, "".join(sorted(leads))))
+            plain -= {lead + tail for lead in leads}
+    plan.extend((literal, None) for literal in sorted(plain))
+    return tuple(plan)
 
 
 def _suppressed(line_text: str, code: str) -> bool:

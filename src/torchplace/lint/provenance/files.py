@@ -147,13 +147,18 @@ class FileFacts:
         if attrs is None:
             attrs = self._self_attrs[id(cls)] = {}
             for item in cls.body:
-                if isinstance(item, _FUNCTIONS) and _places_self(item):
+                if isinstance(item, _FUNCTIONS) and self._may_place(item) and _places_self(item):
                     for key, bound in self.flow(item).bindings.items():
                         if key.startswith("self.") and key not in attrs:
                             device = [f for _, f in bound if f is not None and f.on_device]
                             if device:
                                 attrs[key] = device[0]
         return attrs.get(name)
+
+    def _may_place(self, method: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+        """Whether a method's text mentions a move or a device at all (cheaper than its tree)."""
+        text = "\n".join(self.lines[method.lineno - 1 : method.end_lineno])
+        return ".to(" in text or ".cuda(" in text or "device" in text
 
     def moves_some(self, loop: ast.For | ast.AsyncFor) -> bool:
         """:func:`~.loops.moves_some`, once per loop."""
@@ -327,4 +332,3 @@ def _host_annotation(annotation: ast.expr | None) -> bool:
         parts = inner.elts if isinstance(inner, ast.Tuple) else [inner]
         return all(_host_annotation(part) for part in parts)
     return False
-
