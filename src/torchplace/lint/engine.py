@@ -395,6 +395,11 @@ def _lint_tree(
     ctx = Context(path=path, source=source, resolver=resolver, report_fn=report)
     ctx.scope = Scope("module", tree, "<module>", None)
     _Walker(ctx, plan, hot).block(tree.body)
+    for cached in ctx.scope.cache.values():  # per-file analyses: break their cycles now
+        release = getattr(cached, "release", None)
+        if release is not None:
+            release()
+    ctx.scope.cache.clear()
     if not found:
         return []
     lines = ctx.lines()

@@ -155,6 +155,13 @@ class FileFacts:
                                 attrs[key] = device[0]
         return attrs.get(name)
 
+    def release(self) -> None:
+        """Drop every cache: flows point back here, and a cycle would keep the file's whole
+        tree alive until the cyclic collector, which a big run pays for again and again."""
+        for value in vars(self).values():
+            if isinstance(value, dict):
+                value.clear()
+
     def _may_place(self, method: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
         """Whether a method's text mentions a move or a device at all (cheaper than its tree)."""
         text = "\n".join(self.lines[method.lineno - 1 : method.end_lineno])
