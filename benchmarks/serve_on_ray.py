@@ -64,6 +64,10 @@ class Result:
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
+#: torchplace standalone: REST only (gRPC off), warnings only
+_QUIET = ("--log-level", "warning")
+
+
 def payload(model: str, path: str, port: int) -> bytes:
     from torchplace.models import embedded_model
 
@@ -225,7 +229,7 @@ def standalone(model: str) -> Any:
     port = free_port()
     exe = str(Path(sys.executable).parent / "torchplace")
     proc = subprocess.Popen(
-        [exe, "serve", "--model", model, "--port", str(port), "--log-level", "warning"],
+        [exe, "serve", "--model", model, "--port", str(port), "--grpc-port", "0", *_QUIET],
         start_new_session=True,
     )
     try:

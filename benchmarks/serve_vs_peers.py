@@ -334,7 +334,9 @@ def peer_server(
 def torchplace_server(name: str, model: str, device: str, *extra: str) -> Server:
     port = procs.free_port()
     argv = [sys.executable, "-m", "torchplace.cli", "serve", "--model", model]
-    argv += ["--port", str(port), "--device", device, "--log-level", "warning", *extra]
+    # REST is what is compared; gRPC off, so servers started together do not all want 8001
+    argv += ["--port", str(port), "--grpc-port", "0", "--device", device, "--log-level", "warning"]
+    argv += extra
     return Server(name, argv, f"http://127.0.0.1:{port}/v2/models/{model}/infer")
 
 
