@@ -78,15 +78,16 @@ _HOST_ROOTS = frozenset({"numpy", "math", "random", "time", "os", "json", "panda
 _FOLLOW_CALLS = frozenset(
     {"sum", "max", "min", "abs", "list", "tuple", "zip", "enumerate", "reversed", "sorted", "iter"}
 )
-_FACTORIES = frozenset(
-    {
+#: torch factories that allocate a new tensor (on the CPU unless given ``device=``); the
+#: rules' own list (``rules.facts.FACTORIES``) is built on it
+FACTORY_NAMES = frozenset(
+    (
         "zeros",
         "ones",
         "empty",
         "full",
         "arange",
         "tensor",
-        "as_tensor",
         "rand",
         "randn",
         "randint",
@@ -94,6 +95,11 @@ _FACTORIES = frozenset(
         "eye",
         "linspace",
         "logspace",
+    )
+)
+_FACTORIES = FACTORY_NAMES | frozenset(
+    (
+        "as_tensor",
         "from_numpy",
         "zeros_like",
         "ones_like",
@@ -101,7 +107,7 @@ _FACTORIES = frozenset(
         "full_like",
         "rand_like",
         "randn_like",
-    }
+    )
 )
 
 

@@ -10,7 +10,8 @@ import ast
 import re
 
 from torchplace.lint.base import Context, Scope, call_name, keyword, names_in
-from torchplace.lint.provenance import moves_to_device as _moves_to_device
+from torchplace.lint.provenance.values import FACTORY_NAMES
+from torchplace.lint.provenance.values import moves_to_device as _moves_to_device
 
 __all__ = [
     "CUDA_ONLY",
@@ -34,25 +35,15 @@ __all__ = [
 # Factories that allocate on the default device (the CPU) unless given ``device=``.
 FACTORIES = frozenset(
     f"torch.{name}"
-    for name in (
-        "zeros",
-        "ones",
-        "empty",
-        "full",
-        "arange",
-        "tensor",
-        "rand",
-        "randn",
-        "randint",
-        "randperm",
-        "eye",
-        "linspace",
-        "logspace",
-        "empty_strided",
-        "tril_indices",
-        "triu_indices",
-        "LongTensor",
-        "FloatTensor",
+    for name in FACTORY_NAMES
+    | frozenset(
+        (
+            "empty_strided",
+            "tril_indices",
+            "triu_indices",
+            "LongTensor",
+            "FloatTensor",
+        )
     )
 )
 
