@@ -5,16 +5,14 @@ Everything runs on a tiny git repository made in ``tmp_path``: no network.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "lint_real_code.py"
+from tests.scripts import load_benchmark
 
 SOURCE = """import torch
 
@@ -40,13 +38,7 @@ ITEM_LINE = 12  # loss.item() per batch
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("lint_real_code", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("lint_real_code")
 
 
 def _git(*args: str, cwd: Path) -> str:

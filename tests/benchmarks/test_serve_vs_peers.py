@@ -4,8 +4,6 @@ how the targets are judged from given figures (no timing is measured here)."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -13,22 +11,14 @@ from types import ModuleType
 import pytest
 
 from peers import venvs
-
-_SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "serve_vs_peers.py"
+from tests.scripts import load_benchmark, unload
 
 
 @pytest.fixture(scope="module")
 def bench() -> Iterator[ModuleType]:
-    spec = importlib.util.spec_from_file_location("serve_vs_peers_under_test", _SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while being built
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.modules.pop(spec.name, None)
+    module = load_benchmark("serve_vs_peers", module_name="serve_vs_peers_under_test")
+    yield module
+    unload(module)
 
 
 def _args(bench: ModuleType, *argv: str) -> argparse.Namespace:

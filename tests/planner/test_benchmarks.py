@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from tests.scripts import load_benchmark
 
 
 def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark(name)
 
 
 def test_plan_vs_accelerate_reports_fewer_bytes_for_torchplace(tmp_path: Path) -> None:

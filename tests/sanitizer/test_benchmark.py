@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import time
-from pathlib import Path
 from types import ModuleType
 
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "guard_overhead.py"
+from tests.scripts import load_benchmark
 
 
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("guard_overhead", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("guard_overhead")
 
 
 def test_run_model_compares_bare_and_guarded_forwards() -> None:

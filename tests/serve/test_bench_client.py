@@ -3,33 +3,23 @@ how it tells which peers can run, against a real server on a loopback port."""
 
 from __future__ import annotations
 
-import importlib.util
 import socket
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
 
-from .conftest import StartServer, seed_body
+from tests.scripts import load_benchmark, unload
 
-_SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "serve_vs_peers.py"
+from .conftest import StartServer, seed_body
 
 
 @pytest.fixture(scope="module")
 def bench() -> Iterator[ModuleType]:
-    spec = importlib.util.spec_from_file_location("serve_vs_peers_under_test", _SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while being built
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.modules.pop(spec.name, None)
+    module = load_benchmark("serve_vs_peers", module_name="serve_vs_peers_under_test")
+    yield module
+    unload(module)
 
 
 def _body() -> bytes:

@@ -1,0 +1,31 @@
+"""Loading a script of benchmarks/ (not a package) as a module, for tests of its helpers."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def load_benchmark(name: str, *, module_name: str | None = None) -> ModuleType:
+    """``benchmarks/NAME.py`` as a module, registered in ``sys.modules`` under ``module_name``
+    (dataclasses look their module up while being built); :func:`unload` removes it."""
+    spec = importlib.util.spec_from_file_location(module_name or name, BENCHMARKS / f"{name}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(spec.name, None)
+        raise
+    return module
+
+
+def unload(module: ModuleType) -> None:
+    """Forget a module :func:`load_benchmark` registered."""
+    sys.modules.pop(module.__name__, None)
