@@ -33,8 +33,6 @@ import json
 import os
 import re
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -42,6 +40,8 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+
+from peers.procs import free_port, stop_group  # benchmarks/ is this script's folder
 
 VENV = Path.home() / ".cache" / "torchplace-bench" / "venvs" / "perf-analyzer"
 PACKAGES = ("tritonclient[all]==2.51.0", "nvidia-cuda-runtime-cu12")
@@ -97,13 +97,6 @@ def _missing_libraries(binary: Path, env: dict[str, str]) -> list[str]:
     return sorted({line.split()[0] for line in ldd.stdout.splitlines() if "not found" in line})
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @contextlib.contextmanager
 def torchplace_server(model: str, threads: int | None) -> Iterator[tuple[int, int, int]]:
     """``torchplace serve`` in its own process group; yields (HTTP port, gRPC port, pid)."""
@@ -127,13 +120,7 @@ def torchplace_server(model: str, threads: int | None) -> Iterator[tuple[int, in
             raise RuntimeError("torchplace serve was not ready within 120 s")
         yield http, grpc, proc.pid
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+        stop_group(proc, grace=30)
 
 
 def server_cost(pid: int, http: int, model: str) -> tuple[float, int]:

@@ -28,8 +28,6 @@ import importlib.util
 import os
 import re
 import secrets
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
+from peers.procs import free_port, stop_group  # benchmarks/ is this script's folder
 
 LOOPBACK = "127.0.0.1"
 MODELS = ("seed-mlp", "wide-mlp")
@@ -204,13 +204,6 @@ def noop_deployment() -> Any:
 
 
 # ---------------------------------------------------------------------- standalone
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((LOOPBACK, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def wait_ready(port: int, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -236,13 +229,7 @@ def standalone(model: str) -> Any:
         wait_ready(port)
         yield port
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+        stop_group(proc, grace=30)
 
 
 # ---------------------------------------------------------------------- the run

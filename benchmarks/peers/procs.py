@@ -144,16 +144,22 @@ class Started:
         return str(self.log.read().decode(errors="replace")[-chars:])
 
 
-def stop(started: Started, grace: float = 15.0) -> None:
-    """SIGTERM to the session's group, then SIGKILL to whatever of it is left, bounded."""
-    proc = started.proc
+def stop_group(proc: subprocess.Popen[bytes], grace: float = 15.0) -> None:
+    """SIGTERM to the process group ``proc`` leads, then SIGKILL to it after ``grace``."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
     try:
         proc.wait(grace)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
+
+
+def stop(started: Started, grace: float = 15.0) -> None:
+    """SIGTERM to the session's group, then SIGKILL to whatever of it is left, bounded."""
+    proc = started.proc
+    stop_group(proc, grace)
     for _ in range(50):  # workers that outlived their parent, or left its process group
         left = members(proc.pid, started.marker)
         if not left:
