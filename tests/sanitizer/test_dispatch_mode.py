@@ -3,29 +3,19 @@ behind every call that is not pure compute. ``meta`` stands in for the accelerat
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable
-
 import torch
 import torch.nn.functional as F
 
 import torchplace
 from torchplace.sanitizer.dispatch_mode import copy_direction
 
-from .fakes import DeviceClaim, MetaReadback, line_of
+from .fakes import META, DeviceClaim, MetaReadback, attempt, line_of
 
-META = torch.device("meta")
 HERE = __file__
 
 
 def line(marker: str) -> int:
     return line_of(HERE, marker)
-
-
-def attempt(call: Callable[[], object]) -> None:
-    """Run ``call``; torch may refuse a mixed-device op after the guard recorded it."""
-    with contextlib.suppress(RuntimeError):
-        call()
 
 
 def test_h2d_copy_records_bytes_devices_and_the_users_line() -> None:

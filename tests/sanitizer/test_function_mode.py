@@ -3,28 +3,18 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable
-
 import torch
 
 import torchplace
 from torchplace.models import build_model
 
-from .fakes import line_of
+from .fakes import META, line_of
 
-META = torch.device("meta")
 HERE = __file__
 
 
 def line(marker: str) -> int:
     return line_of(HERE, marker)
-
-
-def attempt(call: Callable[[], object]) -> None:
-    """Run ``call``; torch may refuse a mixed-device op after the guard recorded it."""
-    with contextlib.suppress(RuntimeError):
-        call()
 
 
 def test_same_device_moves_and_cpu_compute_record_nothing() -> None:

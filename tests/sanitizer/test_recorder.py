@@ -8,7 +8,6 @@ import subprocess
 import sys
 import threading
 import warnings
-from collections.abc import Callable
 
 import pytest
 import torch
@@ -17,20 +16,13 @@ import torchplace
 from torchplace.errors import ConfigError, GuardViolation
 from torchplace.sanitizer import GuardWarning
 
-from .fakes import line_of
+from .fakes import META, line_of
 
-META = torch.device("meta")
 HERE = __file__
 
 
 def line(marker: str) -> int:
     return line_of(HERE, marker)
-
-
-def attempt(call: Callable[[], object]) -> None:
-    """Run ``call``; torch may refuse a mixed-device op after the guard recorded it."""
-    with contextlib.suppress(RuntimeError):
-        call()
 
 
 def test_raise_mode_raises_before_the_copy_runs() -> None:

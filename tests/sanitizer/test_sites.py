@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable
-
 import pytest
 import torch
 
@@ -12,20 +9,13 @@ import torchplace
 from torchplace.models import build_model
 from torchplace.sanitizer.sites import user_site
 
-from .fakes import MetaReadback, line_of
+from .fakes import META, MetaReadback, line_of
 
-META = torch.device("meta")
 HERE = __file__
 
 
 def line(marker: str) -> int:
     return line_of(HERE, marker)
-
-
-def attempt(call: Callable[[], object]) -> None:
-    """Run ``call``; torch may refuse a mixed-device op after the guard recorded it."""
-    with contextlib.suppress(RuntimeError):
-        call()
 
 
 def test_copies_inside_module_to_are_attributed_to_the_calling_line() -> None:
