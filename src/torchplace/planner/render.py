@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,9 +62,7 @@ def plan_result(p: Plan) -> dict[str, Any]:
 
 def render_text(p: Plan, *, width: int = 160) -> str:
     """The report for a terminal: rich tables (Markdown-boxed, so they paste anywhere)."""
-    from rich import box
     from rich.console import Console
-    from rich.table import Table
 
     out = io.StringIO()
     console = Console(file=out, width=width, no_color=True, highlight=False, soft_wrap=False)
@@ -74,9 +72,10 @@ def render_text(p: Plan, *, width: int = 160) -> str:
         f"{f', seq {p.seq}' if p.seq else ''}; strategy {p.placement.strategy}"
         f"{'' if p.fits() else ' (DOES NOT FIT)'}"
     )
-    devs = Table(title=f"devices ({kind} figures)", box=box.MARKDOWN, title_justify="left")
-    for head in ("device", "model", "memory", "GB/s", "TFLOP/s", "link", "host link"):
-        devs.add_column(head)
+    devs = _table(
+        f"devices ({kind} figures)",
+        ("device", "model", "memory", "GB/s", "TFLOP/s", "link", "host link"),
+    )
     for d in p.devices:
         devs.add_row(
             d.device,
@@ -117,12 +116,10 @@ def _short(batches: list[int]) -> list[str]:
 
 
 def _placement_table(p: Plan) -> Any:
-    from rich import box
-    from rich.table import Table
 
-    table = Table(title="placement", box=box.MARKDOWN, title_justify="left")
-    for head in ("unit", "kind", "device", "params", "buffers", "dtype", "tied with"):
-        table.add_column(head)
+    table = _table(
+        "placement", ("unit", "kind", "device", "params", "buffers", "dtype", "tied with")
+    )
     for row in plan_result_rows(p):
         table.add_row(*row)
     return table
@@ -196,27 +193,22 @@ def _budget_table(p: Plan) -> Any:
 
 
 def _crossing_table(p: Plan) -> Any:
-    from rich import box
-    from rich.table import Table
 
-    table = Table(
-        title=f"crossings per forward, in run order (batch {p.reference_batch})",
-        box=box.MARKDOWN,
-        title_justify="left",
+    table = _table(
+        f"crossings per forward, in run order (batch {p.reference_batch})",
+        (
+            "from",
+            "to",
+            "producer",
+            "consumer",
+            "shape",
+            "dtype",
+            "bytes",
+            "count",
+            "kind",
+            "ms at link",
+        ),
     )
-    for head in (
-        "from",
-        "to",
-        "producer",
-        "consumer",
-        "shape",
-        "dtype",
-        "bytes",
-        "count",
-        "kind",
-        "ms at link",
-    ):
-        table.add_column(head)
     for c in p.flow.crossings:
         table.add_row(
             c.src,
@@ -235,16 +227,11 @@ def _crossing_table(p: Plan) -> Any:
 
 
 def _compute_table(p: Plan) -> Any:
-    from rich import box
-    from rich.table import Table
 
-    table = Table(
-        title=f"compute per forward (batch {p.reference_batch})",
-        box=box.MARKDOWN,
-        title_justify="left",
+    table = _table(
+        f"compute per forward (batch {p.reference_batch})",
+        ("device", "GFLOP", "bytes moved", "roofline ms", "idle share"),
     )
-    for head in ("device", "GFLOP", "bytes moved", "roofline ms", "idle share"):
-        table.add_column(head)
     for w in p.work:
         table.add_row(
             w.device,
@@ -317,3 +304,14 @@ def plot_plan(p: Plan, path: str | Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _table(title: str, heads: Sequence[str]) -> Any:
+    """A rich table in Markdown style with these columns, titled on the left."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=title, box=box.MARKDOWN, title_justify="left")
+    for head in heads:
+        table.add_column(head)
+    return table
