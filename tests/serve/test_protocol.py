@@ -433,3 +433,75 @@ def test_timeout_and_priority_parameters() -> None:
     for bad in ({"timeout": -1}, {"timeout": 1.5}, {"priority": "high"}, {"priority": True}):
         with pytest.raises(InputError, match="must be a non-negative integer"):
             _decode(_json_body([seed_input()], parameters=bad))
+
+
+# ---------------------------------------------------------------- the quick JSON path
+_QUICK_VALUES = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True, width=64),
+    st.sampled_from([65504.0, 65520.0, 3.4028234663852886e38, 3.5e38, -0.0, 5e-324, 1e308]),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.booleans(),
+)
+
+
+def _general(raw: dict[str, Any], spec: TensorSpec) -> np.ndarray | str:
+    """What the general path answers for one input entry: its array, or its error."""
+    try:
+        return protocol._decode_input(raw, spec, None, 0, 4096, False)[0]
+    except (InputError, PayloadTooLargeError) as exc:
+        return str(exc)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    datatype=st.sampled_from(["FP16", "FP32", "FP64", "INT32", "BF16"]),
+    values=st.lists(_QUICK_VALUES, min_size=0, max_size=12),
+    extra_dim=st.booleans(),
+)
+def test_quick_json_path_equals_the_general_one(
+    datatype: str, values: list[Any], extra_dim: bool
+) -> None:
+    """Whatever the quick path takes, it decodes exactly as the general path; whatever it
+    declines (NaN, infinities, overflow, ints, bools) the general path still decides."""
+    spec = TensorSpec("x", datatype, (-1, len(values)))
+    shape = [1, len(values)] + ([1] if extra_dim else [])
+    raw = {"name": "x", "datatype": datatype, "shape": shape, "data": values}
+    quick = protocol._quick_json_array(raw, spec, 4096)
+    general = _general(raw, spec)
+    if quick is None:
+        return
+    assert isinstance(general, np.ndarray), general
+    assert quick.dtype == general.dtype and quick.shape == general.shape
+    np.testing.assert_array_equal(quick, general)
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"data": [1.0, float("nan")]}, "NaN"),
+        ({"data": [1.0, float("inf")]}, "infinite"),
+        ({"data": [1.0, 1e39]}, "overflows FP32"),
+        ({"data": [1.0, 2]}, "an int"),
+        ({"data": [1.0, True]}, "a bool"),
+        ({"data": [[1.0, 2.0]]}, "nested"),
+        ({"shape": [1, 3]}, "a shape that does not match the data"),
+        ({"shape": [0, 2]}, "an empty batch"),
+        ({"shape": [5000, 2]}, "over the row limit"),
+        ({"datatype": "FP64"}, "another datatype"),
+        ({"parameters": {}}, "parameters"),
+    ],
+)
+def test_quick_json_path_declines_what_it_does_not_check(
+    change: dict[str, Any], reason: str
+) -> None:
+    spec = TensorSpec("x", "FP32", (-1, 2))
+    raw = {"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [1.0, 2.0], **change}
+    assert protocol._quick_json_array(raw, spec, 4096) is None, reason
+
+
+def test_quick_json_path_takes_the_common_request() -> None:
+    spec = TensorSpec("x", "FP32", (-1, 2))
+    raw = {"name": "x", "datatype": "FP32", "shape": [2, 2], "data": [0.5, -1.0, 2.0, 3.25]}
+    quick = protocol._quick_json_array(raw, spec, 4096)
+    assert quick is not None
+    np.testing.assert_array_equal(quick, np.array([[0.5, -1.0], [2.0, 3.25]], np.float32))
