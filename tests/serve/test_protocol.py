@@ -505,3 +505,21 @@ def test_quick_json_path_takes_the_common_request() -> None:
     quick = protocol._quick_json_array(raw, spec, 4096)
     assert quick is not None
     np.testing.assert_array_equal(quick, np.array([[0.5, -1.0], [2.0, 3.25]], np.float32))
+
+
+@pytest.mark.parametrize(
+    ("datatype", "data"),
+    [
+        ("FP32", [1.0, True]),
+        ("FP32", [[1, 2.0], [3.0, False]]),
+        ("INT32", [True, 2]),
+        ("UINT8", [[1, 2], [3, True]]),
+    ],
+)
+def test_booleans_among_numbers_are_refused(datatype: str, data: list[Any]) -> None:
+    """numpy reads ``true`` as 1 next to numbers; the codec refuses it instead of guessing."""
+    shape = [2, 2] if isinstance(data[0], list) else [1, 2]
+    spec = TensorSpec("x", datatype, (-1, 2))
+    raw = {"name": "x", "datatype": datatype, "shape": shape, "data": data}
+    with pytest.raises(InputError, match="mixes booleans with numbers"):
+        protocol._decode_input(raw, spec, None, 0, 4096, False)

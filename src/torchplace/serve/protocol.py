@@ -416,6 +416,11 @@ def _json_array(
             array = np.array(data, dtype=dtype)
         except OverflowError:
             raise _fail(f"input {name!r}: a value is out of range for {spec.datatype}") from None
+    if array.dtype.kind in "iuf" and dtype.kind != "b" and _holds_bool(data):
+        raise _fail(
+            f"input {name!r}: 'data' mixes booleans with numbers; send {spec.datatype} numbers "
+            "only (true and false are not numbers here)"
+        )
     if array.dtype.kind not in _JSON_KINDS[spec.datatype] and count:
         raise _fail(
             f"input {name!r}: 'data' holds {_kind_label(array)}, not {spec.datatype} values"
@@ -431,6 +436,14 @@ def _json_array(
     with np.errstate(over="ignore", invalid="ignore"):  # overflow -> inf, refused below
         converted: np.ndarray[Any, Any] = array.astype(dtype, copy=False)
     return converted
+
+
+def _holds_bool(data: list[Any]) -> bool:
+    """Whether a (nested) JSON list holds a boolean (numpy reads true as 1 next to numbers)."""
+    kinds = set(map(type, data))
+    if bool in kinds:
+        return True
+    return list in kinds and any(_holds_bool(item) for item in data if type(item) is list)
 
 
 def _check_finite(spec: TensorSpec, array: np.ndarray[Any, Any]) -> None:
