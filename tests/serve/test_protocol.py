@@ -471,7 +471,8 @@ def test_quick_json_path_equals_the_general_one(
     if quick is None:
         return
     assert isinstance(general, np.ndarray), general
-    assert quick.dtype == general.dtype and quick.shape == general.shape
+    assert quick.dtype == general.dtype
+    assert quick.shape == general.shape
     np.testing.assert_array_equal(quick, general)
 
 
