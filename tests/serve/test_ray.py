@@ -8,7 +8,10 @@ records are real while torch runs on the CPU.
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import re
+import secrets
 import tempfile
 import time
 from collections.abc import Iterator
@@ -65,6 +68,7 @@ def service() -> Iterator[Service]:
         import ray
         from ray import serve
         from ray.cluster_utils import Cluster
+        from ray.serve.schema import TracingConfig
 
         tmp = Path(raw)
         (tmp / "ray").mkdir()
@@ -80,7 +84,15 @@ def service() -> Iterator[Service]:
             ]
             ray.init(address=cluster.address, logging_level="WARNING", log_to_driver=False)
             port = free_port()
-            serve.start(http_options={"host": LOOPBACK, "port": port, "location": "HeadOnly"})
+            # Serve's tracing on, sampling only what a caller sampled (the tracing test)
+            serve.start(
+                http_options={"host": LOOPBACK, "port": port, "location": "HeadOnly"},
+                tracing_config=TracingConfig(
+                    enabled=True,
+                    exporter_import_path="tests.serve.ray_models:span_exporter",
+                    sampling_ratio=0.0,
+                ),
+            )
             config = ServeConfig(
                 model="tests.serve.ray_models:faulty_seed_mlp",
                 max_batch_size=16,
@@ -208,6 +220,55 @@ def test_device_labelled_metrics_reach_rays_metrics_export(service: Service) -> 
 
     replicas_seen = wait_for("both replicas' series in Ray's metrics export", scraped, 60)
     assert len(replicas_seen) >= 2
+
+
+def _spans(trace_id: str) -> list[dict[str, Any]]:
+    """The spans of one trace exported so far by the proxy and the replicas."""
+    folder = Path(os.environ["TORCHPLACE_TEST_RAY_TMP"]) / "spans"
+    found = []
+    for path in folder.glob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            span = json.loads(line)
+            if span["trace_id"] == trace_id:
+                found.append(span)
+    return found
+
+
+def test_stage_spans_join_the_callers_trace_through_serve(service: Service) -> None:
+    trace_id, client_span = secrets.token_hex(16), secrets.token_hex(8)
+    client = tritonhttp.InferenceServerClient(service.proxy)
+    rows = np.ones((2, 8), dtype=np.float32)
+    out = client.infer(
+        service.model, [_tensor(rows)], headers={"traceparent": f"00-{trace_id}-{client_span}-01"}
+    )
+    np.testing.assert_allclose(out.as_numpy("output"), _expected(rows), rtol=1e-5, atol=1e-6)
+    client.close()
+    stages = {"queue", "h2d", "compute", "d2h"}
+
+    def complete() -> list[dict[str, Any]] | None:
+        spans = _spans(trace_id)
+        infer = [s for s in spans if s["name"] == "torchplace.infer"]
+        if len(infer) != 1:
+            return None
+        children = {s["name"] for s in spans if s["parent_id"] == infer[0]["span_id"]}
+        return spans if children >= stages else None
+
+    spans = wait_for("our spans in the caller's trace", complete, 30)
+    by_id = {s["span_id"]: s for s in spans}
+    (infer,) = [s for s in spans if s["name"] == "torchplace.infer"]
+    # our request span is a child of Serve's span for the replica call ...
+    assert by_id[infer["parent_id"]]["name"].startswith("replica_handle_request")
+    # ... which descends, through Serve's proxy span, from the client's span
+    chain, span = [], infer
+    while span["parent_id"] in by_id:
+        span = by_id[span["parent_id"]]
+        chain.append(span["name"])
+    assert span["parent_id"] == client_span, chain
+    assert any(name.startswith("proxy") for name in chain), chain
+    children = [s for s in spans if s["parent_id"] == infer["span_id"]]
+    assert sorted(s["name"] for s in children) == sorted(stages)
+    for child in children:  # inside the request, in time
+        assert infer["start"] <= child["start"] <= child["end"] <= infer["end"]
 
 
 def test_replica_failing_its_health_check_is_replaced(service: Service) -> None:
