@@ -320,38 +320,43 @@ def report(all_results: dict[str, dict[str, Result]]) -> int:
             )
         print(f"  {model} no-op ceiling: {noop / idiomatic:5.2f}x idiomatic")
     print("\ntargets")
-    met = True
+    met, missed = True, []
     for model, r in all_results.items():
         idiomatic, noop = r["idiomatic"].rate, r["noop"].rate
-        paths = [
-            verdict(
-                r[key].rate >= 3 * idiomatic,
-                f"{model}: torchplace on Ray ({label}) >= 3x idiomatic",
-            )
-            for key, label in (("tp_proxy", "via proxy"), ("tp_direct", "direct"))
-        ]
-        if not paths[0] and noop < 3 * idiomatic:
+        proxy = verdict(
+            r["tp_proxy"].rate >= 3 * idiomatic,
+            f"{model}: torchplace on Ray (via proxy) >= 3x idiomatic",
+        )
+        if not proxy and noop < 3 * idiomatic:
             print(
-                f"       Ray's proxy caps that path: its no-op ceiling is {noop:,.0f} req/s, "
-                f"{noop / (idiomatic or nan):.2f}x idiomatic"
+                f"       Ray's proxy caps that path: a no-op deployment behind it answers "
+                f"{noop:,.0f} req/s, {noop / (idiomatic or nan):.2f}x idiomatic"
             )
-        met &= any(paths)
+        direct = verdict(
+            r["tp_direct"].rate >= 3 * idiomatic,
+            f"{model}: torchplace on Ray (direct) >= 3x idiomatic",
+        )
+        missed += [f"{model} 3x via proxy"] * (not proxy) + [f"{model} 3x direct"] * (not direct)
+        met &= proxy or direct
     r = all_results.get("seed-mlp")
     if r is not None:
         noop = r["noop"].rate
-        paths = [
-            verdict(
+        for key, label in (("tp_proxy", "via proxy"), ("tp_direct", "direct")):
+            ok = verdict(
                 r[key].rate >= 0.7 * noop,
                 f"seed-mlp: torchplace on Ray ({label}) >= 70% of the no-op ceiling",
             )
-            for key, label in (("tp_proxy", "via proxy"), ("tp_direct", "direct"))
-        ]
-        met &= any(paths)
-        verdict(
+            missed += [f"seed-mlp 70% {label}"] * (not ok)
+        met &= max(r["tp_proxy"].rate, r["tp_direct"].rate) >= 0.7 * noop
+        ok = verdict(
             r["tp_direct"].rate > noop,
             "seed-mlp: the direct path beats the no-op ceiling (no proxy on it)",
         )
-    print(f"\n{'all targets met' if met else 'some target missed on every path'}")
+        missed += ["seed-mlp direct above the ceiling"] * (not ok)
+    print(
+        f"\n{'each target met on at least one path' if met else 'a target missed on every path'}"
+        + (f"; missed: {', '.join(missed)}" if missed else "")
+    )
     return 0 if met else 1
 
 
