@@ -51,6 +51,14 @@ pytestmark = [
 ]
 
 
+#: Serve's tracing on (the proxy reads only these variables), recording only the requests
+#: whose caller sampled them
+SERVE_TRACING = {
+    "RAY_SERVE_TRACING_EXPORTER_IMPORT_PATH": "tests.serve.ray_models:span_exporter",
+    "RAY_SERVE_TRACING_SAMPLING_RATIO": "0",
+}
+
+
 class Service:
     def __init__(self, cluster: Any, workers: list[Any], handle: Any, proxy: str) -> None:
         self.cluster = cluster
@@ -63,12 +71,14 @@ class Service:
 @pytest.fixture(scope="module")
 def service() -> Iterator[Service]:
     # a short path: Ray's socket paths must stay under the kernel's 107-byte limit
-    with tempfile.TemporaryDirectory(prefix="tpray") as raw, ray_environment(Path(raw)):
+    with (
+        tempfile.TemporaryDirectory(prefix="tpray") as raw,
+        ray_environment(Path(raw), **SERVE_TRACING),
+    ):
         # Ray reads its environment (auth mode, loopback, temp dir) when first imported
         import ray
         from ray import serve
         from ray.cluster_utils import Cluster
-        from ray.serve.schema import TracingConfig
 
         tmp = Path(raw)
         (tmp / "ray").mkdir()
@@ -84,15 +94,7 @@ def service() -> Iterator[Service]:
             ]
             ray.init(address=cluster.address, logging_level="WARNING", log_to_driver=False)
             port = free_port()
-            # Serve's tracing on, sampling only what a caller sampled (the tracing test)
-            serve.start(
-                http_options={"host": LOOPBACK, "port": port, "location": "HeadOnly"},
-                tracing_config=TracingConfig(
-                    enabled=True,
-                    exporter_import_path="tests.serve.ray_models:span_exporter",
-                    sampling_ratio=0.0,
-                ),
-            )
+            serve.start(http_options={"host": LOOPBACK, "port": port, "location": "HeadOnly"})
             config = ServeConfig(
                 model="tests.serve.ray_models:faulty_seed_mlp",
                 max_batch_size=16,
@@ -245,26 +247,27 @@ def test_stage_spans_join_the_callers_trace_through_serve(service: Service) -> N
     client.close()
     stages = {"queue", "h2d", "compute", "d2h"}
 
-    def complete() -> list[dict[str, Any]] | None:
+    def complete() -> list[dict[str, Any]]:
+        """The trace once it holds our spans and every ancestor up to the client's span."""
         spans = _spans(trace_id)
-        infer = [s for s in spans if s["name"] == "torchplace.infer"]
-        if len(infer) != 1:
-            return None
-        children = {s["name"] for s in spans if s["parent_id"] == infer[0]["span_id"]}
-        return spans if children >= stages else None
+        by_id = {s["span_id"]: s for s in spans}
+        (infer,) = [s for s in spans if s["name"] == "torchplace.infer"]
+        span, chain = infer, []
+        while span["parent_id"] in by_id:
+            span = by_id[span["parent_id"]]
+            chain.append(span["name"])
+        seen = [(s["name"], s["span_id"], s["parent_id"]) for s in spans]
+        assert span["parent_id"] == client_span, f"chain {chain} stops; spans so far {seen}"
+        # our request span is a child of Serve's span for the replica call, which descends,
+        # through Serve's proxy span, from the client's span
+        assert chain[0].startswith("replica_handle_request"), chain
+        assert any(name.startswith("proxy") for name in chain), chain
+        children = {s["name"] for s in spans if s["parent_id"] == infer["span_id"]}
+        assert children >= stages, children
+        return spans
 
-    spans = wait_for("our spans in the caller's trace", complete, 30)
-    by_id = {s["span_id"]: s for s in spans}
+    spans = wait_for("our spans joined to the caller's trace", complete, 30)
     (infer,) = [s for s in spans if s["name"] == "torchplace.infer"]
-    # our request span is a child of Serve's span for the replica call ...
-    assert by_id[infer["parent_id"]]["name"].startswith("replica_handle_request")
-    # ... which descends, through Serve's proxy span, from the client's span
-    chain, span = [], infer
-    while span["parent_id"] in by_id:
-        span = by_id[span["parent_id"]]
-        chain.append(span["name"])
-    assert span["parent_id"] == client_span, chain
-    assert any(name.startswith("proxy") for name in chain), chain
     children = [s for s in spans if s["parent_id"] == infer["span_id"]]
     assert sorted(s["name"] for s in children) == sorted(stages)
     for child in children:  # inside the request, in time

@@ -160,7 +160,7 @@ def _memory_tracer() -> tuple[Tracer, Any]:
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = Tracer(model="m", version="1", otel=False)
     tracer._otel = provider.get_tracer("test")
-    tracer.enabled = tracer.otel = True
+    tracer.enabled = True
     return tracer, exporter
 
 

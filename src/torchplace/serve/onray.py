@@ -185,6 +185,7 @@ class TorchplaceReplica:
         import ray
 
         from torchplace.serve.running import ServerThread
+        from torchplace.serve.tracing import exports_spans
 
         context = ray.get_runtime_context()
         gpu_ids = ray.get_gpu_ids()
@@ -223,10 +224,8 @@ class TorchplaceReplica:
             "engine": getattr(self._server.app.engine, "startup_record", {}),
         }
         logger.info("%s", json.dumps(self.record, sort_keys=True, default=str))
-        #: spans are exported (Serve's tracing or the application set a tracer provider)
-        self._traced = bool(
-            getattr(getattr(self._server.app.engine, "tracer", None), "otel", False)
-        )
+        #: spans are exported (Serve's tracing, or the application, set a tracer provider)
+        self._traced = exports_spans()
         self._mirror = _MetricsMirror(self)
         self._stop = threading.Event()
         threading.Thread(target=self._watch, name="torchplace-ray-watch", daemon=True).start()

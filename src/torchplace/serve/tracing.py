@@ -39,7 +39,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-__all__ = ["CALLER", "BatchRecord", "Tracer", "caller_context"]
+__all__ = ["CALLER", "BatchRecord", "Tracer", "caller_context", "exports_spans"]
 
 
 class BatchRecord(NamedTuple):
@@ -97,6 +97,11 @@ def _otel_tracer() -> Any:
     return trace.get_tracer("torchplace.serve")
 
 
+def exports_spans() -> bool:
+    """Whether this process exports OpenTelemetry spans (an SDK tracer provider is set)."""
+    return _otel_tracer() is not None
+
+
 class Tracer:
     """Records request and stage spans for one engine."""
 
@@ -124,8 +129,6 @@ class Tracer:
         self._t0 = time.perf_counter()
         self._epoch_offset_ns = time.time_ns() - time.perf_counter_ns()
         self.enabled = self._otel is not None or self.trace_file is not None
-        #: spans go to OpenTelemetry (a caller's trace context is worth capturing)
-        self.otel = self._otel is not None
         self.dropped = 0
 
     def batch(self, record: BatchRecord) -> None:
