@@ -186,6 +186,17 @@ def test_caller_context_from_a_traceparent_header() -> None:
     assert caller_context({"traceparent": "not-a-trace-context"}) is None
 
 
+def test_caller_context_from_the_headers_ray_serve_hands_a_replica() -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    datastructures = pytest.importorskip("starlette.datastructures")
+    from opentelemetry import trace
+
+    raw = [(b"traceparent", f"00-{TRACE_ID}-{CLIENT_SPAN}-01".encode())]
+    context = caller_context(datastructures.Headers(raw=raw))
+    span = trace.get_current_span(context).get_span_context()
+    assert f"{span.span_id:016x}" == CLIENT_SPAN
+
+
 def test_caller_context_prefers_the_current_span_over_the_header() -> None:
     tracer, _ = _memory_tracer()
     pytest.importorskip("opentelemetry.sdk")
