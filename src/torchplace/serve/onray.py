@@ -239,7 +239,6 @@ class TorchplaceReplica:
         from torchplace.serve.tracing import CALLER, caller_context
 
         body = await request.body()
-        headers = {k.lower(): v for k, v in request.headers.raw}
         # the stage spans join Serve's request span (or the client's traceparent); the
         # context var travels with the coroutine to the server's loop
         caller = caller_context(request.headers) if self._traced else None
@@ -247,7 +246,7 @@ class TorchplaceReplica:
             method=request.method.encode(),
             path=request.url.path.encode(),
             query=request.url.query.encode(),
-            headers=headers,
+            headers={k.lower(): v for k, v in request.headers.raw},
             body=body,
             keep_alive=True,
             received=0.0,
