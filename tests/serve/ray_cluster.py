@@ -29,8 +29,9 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def ray_environment(tmp: Path) -> Iterator[dict[str, str]]:
-    """The environment every node and driver of a test cluster shares (restored after)."""
+def ray_environment(tmp: Path, **extra: str) -> Iterator[dict[str, str]]:
+    """The environment every node and driver of a test cluster shares (restored after),
+    with ``extra`` variables."""
     token_file = tmp / "auth_token"
     token_file.write_text(secrets.token_hex(16))
     env = {
@@ -46,6 +47,7 @@ def ray_environment(tmp: Path) -> Iterator[dict[str, str]]:
             p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
         ),
         "TORCHPLACE_TEST_RAY_TMP": str(tmp),
+        **extra,
     }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)

@@ -8,7 +8,10 @@ records are real while torch runs on the CPU.
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import re
+import secrets
 import tempfile
 import time
 from collections.abc import Iterator
@@ -48,6 +51,14 @@ pytestmark = [
 ]
 
 
+#: Serve's tracing on (the proxy reads only these variables), recording only the requests
+#: whose caller sampled them
+SERVE_TRACING = {
+    "RAY_SERVE_TRACING_EXPORTER_IMPORT_PATH": "tests.serve.ray_models:span_exporter",
+    "RAY_SERVE_TRACING_SAMPLING_RATIO": "0",
+}
+
+
 class Service:
     def __init__(self, cluster: Any, workers: list[Any], handle: Any, proxy: str) -> None:
         self.cluster = cluster
@@ -60,7 +71,10 @@ class Service:
 @pytest.fixture(scope="module")
 def service() -> Iterator[Service]:
     # a short path: Ray's socket paths must stay under the kernel's 107-byte limit
-    with tempfile.TemporaryDirectory(prefix="tpray") as raw, ray_environment(Path(raw)):
+    with (
+        tempfile.TemporaryDirectory(prefix="tpray") as raw,
+        ray_environment(Path(raw), **SERVE_TRACING),
+    ):
         # Ray reads its environment (auth mode, loopback, temp dir) when first imported
         import ray
         from ray import serve
@@ -208,6 +222,56 @@ def test_device_labelled_metrics_reach_rays_metrics_export(service: Service) -> 
 
     replicas_seen = wait_for("both replicas' series in Ray's metrics export", scraped, 60)
     assert len(replicas_seen) >= 2
+
+
+def _spans(trace_id: str) -> list[dict[str, Any]]:
+    """The spans of one trace exported so far by the proxy and the replicas."""
+    folder = Path(os.environ["TORCHPLACE_TEST_RAY_TMP"]) / "spans"
+    found = []
+    for path in folder.glob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            span = json.loads(line)
+            if span["trace_id"] == trace_id:
+                found.append(span)
+    return found
+
+
+def test_stage_spans_join_the_callers_trace_through_serve(service: Service) -> None:
+    trace_id, client_span = secrets.token_hex(16), secrets.token_hex(8)
+    client = tritonhttp.InferenceServerClient(service.proxy)
+    rows = np.ones((2, 8), dtype=np.float32)
+    out = client.infer(
+        service.model, [_tensor(rows)], headers={"traceparent": f"00-{trace_id}-{client_span}-01"}
+    )
+    np.testing.assert_allclose(out.as_numpy("output"), _expected(rows), rtol=1e-5, atol=1e-6)
+    client.close()
+    stages = {"queue", "h2d", "compute", "d2h"}
+
+    def complete() -> list[dict[str, Any]]:
+        """The trace once it holds our spans and every ancestor up to the client's span."""
+        spans = _spans(trace_id)
+        by_id = {s["span_id"]: s for s in spans}
+        (infer,) = [s for s in spans if s["name"] == "torchplace.infer"]
+        span, chain = infer, []
+        while span["parent_id"] in by_id:
+            span = by_id[span["parent_id"]]
+            chain.append(span["name"])
+        seen = [(s["name"], s["span_id"], s["parent_id"]) for s in spans]
+        assert span["parent_id"] == client_span, f"chain {chain} stops; spans so far {seen}"
+        # our request span is a child of Serve's span for the replica call, which descends,
+        # through Serve's proxy span, from the client's span
+        assert chain[0].startswith("replica_handle_request"), chain
+        assert any(name.startswith("proxy") for name in chain), chain
+        children = {s["name"] for s in spans if s["parent_id"] == infer["span_id"]}
+        assert children >= stages, children
+        return spans
+
+    spans = wait_for("our spans joined to the caller's trace", complete, 30)
+    (infer,) = [s for s in spans if s["name"] == "torchplace.infer"]
+    children = [s for s in spans if s["parent_id"] == infer["span_id"]]
+    assert sorted(s["name"] for s in children) == sorted(stages)
+    for child in children:  # inside the request, in time
+        assert infer["start"] <= child["start"] <= child["end"] <= infer["end"]
 
 
 def test_replica_failing_its_health_check_is_replaced(service: Service) -> None:

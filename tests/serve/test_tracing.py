@@ -1,13 +1,19 @@
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
+import torch
 
 from torchplace.serve import tracing
-from torchplace.serve.tracing import BatchRecord, Tracer
+from torchplace.serve.engine import Engine
+from torchplace.serve.loader import load_model
+from torchplace.serve.tracing import BatchRecord, Tracer, caller_context
 
 
 def _batch(tracer: Tracer, requests: int = 2) -> None:
@@ -141,3 +147,130 @@ def test_a_host_wait_for_the_device_is_a_sync_slice_ending_with_the_d2h() -> Non
     d2h, sync = slices["d2h"], slices["sync"]
     assert sync["ts"] + sync["dur"] == pytest.approx(d2h["ts"] + d2h["dur"], abs=0.01)
     assert sync["dur"] == pytest.approx(600.0, abs=0.01)  # microseconds
+
+
+def _memory_tracer() -> tuple[Tracer, Any]:
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = Tracer(model="m", version="1", otel=False)
+    tracer._otel = provider.get_tracer("test")
+    tracer.enabled = True
+    return tracer, exporter
+
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+CLIENT_SPAN = "00f067aa0ba902b7"
+
+
+def _caller(flags: str = "01") -> Any:
+    context = caller_context({"traceparent": f"00-{TRACE_ID}-{CLIENT_SPAN}-{flags}"})
+    assert context is not None
+    return context
+
+
+def test_caller_context_from_a_traceparent_header() -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry import trace
+
+    span = trace.get_current_span(_caller()).get_span_context()
+    assert (f"{span.trace_id:032x}", f"{span.span_id:016x}") == (TRACE_ID, CLIENT_SPAN)
+    assert span.is_remote
+    assert caller_context(None) is None
+    assert caller_context({"content-type": "application/json"}) is None
+    assert caller_context({"traceparent": "not-a-trace-context"}) is None
+
+
+def test_caller_context_from_the_headers_ray_serve_hands_a_replica() -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    datastructures = pytest.importorskip("starlette.datastructures")
+    from opentelemetry import trace
+
+    raw = [(b"traceparent", f"00-{TRACE_ID}-{CLIENT_SPAN}-01".encode())]
+    context = caller_context(datastructures.Headers(raw=raw))
+    span = trace.get_current_span(context).get_span_context()
+    assert f"{span.span_id:016x}" == CLIENT_SPAN
+
+
+def test_caller_context_prefers_the_current_span_over_the_header() -> None:
+    tracer, _ = _memory_tracer()
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry import trace
+
+    with tracer._otel.start_as_current_span("serve.replica") as current:
+        context = caller_context({"traceparent": f"00-{TRACE_ID}-{CLIENT_SPAN}-01"})
+        assert trace.get_current_span(context) is current
+
+
+def test_request_spans_join_their_callers_trace_with_their_stages() -> None:
+    tracer, exporter = _memory_tracer()
+    now = time.perf_counter()
+    tracer.batch(
+        BatchRecord(
+            replica="cpu#0",
+            device="cpu",
+            arrivals=[now - 0.003, now - 0.002],
+            rows=[1, 1],
+            statuses=None,
+            started=now - 0.001,
+            finished=now,
+            h2d=0.0001,
+            compute=0.0005,
+            d2h=0.0002,
+            parents=[_caller(), None],
+        )
+    )
+    spans = exporter.get_finished_spans()
+    joined, alone = [s for s in spans if s.name == "torchplace.infer"]
+    assert joined.parent is not None
+    assert f"{joined.parent.span_id:016x}" == CLIENT_SPAN
+    assert f"{joined.context.trace_id:032x}" == TRACE_ID
+    stages = [
+        s for s in spans if s.parent is not None and s.parent.span_id == joined.context.span_id
+    ]
+    assert [s.name for s in stages] == ["queue", "h2d", "compute", "d2h"]
+    assert {s.context.trace_id for s in stages} == {joined.context.trace_id}
+    for stage in stages:
+        assert joined.start_time <= stage.start_time <= stage.end_time <= joined.end_time
+    assert alone.parent is None  # no caller: a root span, its stages under the batch span
+    assert not [
+        s for s in spans if s.parent is not None and s.parent.span_id == alone.context.span_id
+    ]
+
+
+def test_an_unsampled_caller_records_no_request_spans() -> None:
+    tracer, exporter = _memory_tracer()
+    now = time.perf_counter()
+    record = BatchRecord("cpu#0", "cpu", [now - 0.002], [1], None, now - 0.001, now, 0.0, 0.0, 0.0)
+    tracer.batch(record._replace(parents=[_caller(flags="00")]))
+    assert [s.name for s in exporter.get_finished_spans() if s.name != "torchplace.batch"] == [
+        "h2d",
+        "compute",
+        "d2h",
+    ]
+
+
+def test_the_engine_carries_the_callers_context_to_the_request_spans() -> None:
+    tracer, exporter = _memory_tracer()
+
+    async def main() -> None:
+        engine = Engine(load_model("seed-mlp"), [torch.device("cpu")], otel=False)
+        engine.tracer._otel, engine.tracer.enabled = tracer._otel, True
+        await engine.start()
+
+        async def traced() -> None:
+            tracing.CALLER.set(_caller())
+            await engine.infer({"input": np.zeros((1, 8), np.float32)})
+
+        await asyncio.gather(traced(), engine.infer({"input": np.ones((1, 8), np.float32)}))
+        await engine.stop()
+
+    asyncio.run(main())
+    requests = [s for s in exporter.get_finished_spans() if s.name == "torchplace.infer"]
+    parents = sorted(f"{s.parent.span_id:016x}" if s.parent else "" for s in requests)
+    assert parents == ["", CLIENT_SPAN]

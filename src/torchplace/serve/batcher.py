@@ -35,7 +35,7 @@ __all__ = ["Batcher", "Pending", "Worker"]
 class Pending:
     """One queued request: its input rows, its priority level and the future its caller awaits."""
 
-    __slots__ = ("arrived", "device", "future", "inputs", "level", "rows", "taken")
+    __slots__ = ("arrived", "caller", "device", "future", "inputs", "level", "rows", "taken")
 
     def __init__(
         self,
@@ -52,6 +52,7 @@ class Pending:
         self.arrived = time.perf_counter()
         self.device = ""  # the device label of the replica that served it
         self.taken = False  # handed to a replica: it will run
+        self.caller: Any = None  # the caller's trace context its spans join (tracing.CALLER)
 
 
 class Worker(Protocol):

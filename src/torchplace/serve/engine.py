@@ -76,7 +76,7 @@ from torchplace.serve.startup import (
     thread_count,
 )
 from torchplace.serve.statistics import InferStatistics
-from torchplace.serve.tracing import Tracer
+from torchplace.serve.tracing import CALLER, Tracer
 
 if TYPE_CHECKING:
     import torch
@@ -398,7 +398,9 @@ class Engine:
             Pending(chunk, n, loop.create_future(), level=level)
             for chunk, n in self._chunks(inputs, rows)
         ]
+        caller = CALLER.get()
         for index, pending in enumerate(pendings):
+            pending.caller = caller
             try:
                 batcher.submit(pending)
             except OverloadedError as exc:

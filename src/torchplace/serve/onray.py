@@ -185,6 +185,7 @@ class TorchplaceReplica:
         import ray
 
         from torchplace.serve.running import ServerThread
+        from torchplace.serve.tracing import exports_spans
 
         context = ray.get_runtime_context()
         gpu_ids = ray.get_gpu_ids()
@@ -223,6 +224,8 @@ class TorchplaceReplica:
             "engine": getattr(self._server.app.engine, "startup_record", {}),
         }
         logger.info("%s", json.dumps(self.record, sort_keys=True, default=str))
+        #: spans are exported (Serve's tracing, or the application, set a tracer provider)
+        self._traced = exports_spans()
         self._mirror = _MetricsMirror(self)
         self._stop = threading.Event()
         threading.Thread(target=self._watch, name="torchplace-ray-watch", daemon=True).start()
@@ -233,8 +236,12 @@ class TorchplaceReplica:
         from starlette.responses import Response as StarletteResponse
 
         from torchplace.serve.http import Request
+        from torchplace.serve.tracing import CALLER, caller_context
 
         body = await request.body()
+        # the stage spans join Serve's request span (or the client's traceparent); the
+        # context var travels with the coroutine to the server's loop
+        caller = caller_context(request.headers) if self._traced else None
         ours = Request(
             method=request.method.encode(),
             path=request.url.path.encode(),
@@ -250,6 +257,7 @@ class TorchplaceReplica:
         assert loop is not None, "the replica's server has no event loop"
 
         async def run() -> Any:
+            CALLER.set(caller)
             answer = app.handle(ours)
             return answer if not asyncio.iscoroutine(answer) else await answer
 

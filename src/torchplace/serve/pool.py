@@ -211,6 +211,7 @@ class ReplicaPool:
             if failed
             else None
         )
+        parents = [pending.caller for pending in batch]
         self.tracer.batch(
             BatchRecord(
                 replica=replica.name,
@@ -224,6 +225,7 @@ class ReplicaPool:
                 compute=outcome.compute_s,
                 d2h=outcome.d2h_s,
                 sync=outcome.sync_s,
+                parents=parents if any(p is not None for p in parents) else None,
             )
         )
 

@@ -16,6 +16,14 @@ timestamps the hot path takes anyway; when tracing is off nothing is recorded at
   batch rows, status, ``torchplace.queue_seconds``); each batch a ``torchplace.batch`` span,
   linked to its requests, with ``h2d``, ``compute``, ``d2h`` (and ``sync``) children.
 
+  **Joining the caller's trace.** A request handled while :data:`CALLER` holds a trace
+  context (set from :func:`caller_context`: Ray Serve's request span, or a W3C ``traceparent``
+  header) gets its ``torchplace.infer`` span as a child of that context, with children of its
+  own: ``queue`` (arrival to batch start) and the ``h2d``, ``compute``, ``d2h`` (and ``sync``)
+  of the batch it ran in, so the caller's trace shows every stage of its request. The
+  tracer provider's sampler decides as for any child span (an unsampled parent records
+  nothing).
+
 On CUDA the h2d/compute/d2h durations are device times measured with CUDA events; the slices are
 laid out back to back ending when the batch's results reached the host.
 """
@@ -24,13 +32,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import orjson
 
-__all__ = ["BatchRecord", "Tracer"]
+__all__ = ["CALLER", "BatchRecord", "Tracer", "caller_context", "exports_spans"]
 
 
 class BatchRecord(NamedTuple):
@@ -47,6 +56,34 @@ class BatchRecord(NamedTuple):
     compute: float
     d2h: float
     sync: float = 0.0  # host seconds spent waiting for the device (CUDA); 0 = no wait
+    #: per request: the caller's OpenTelemetry context its spans join (None: a root span)
+    parents: Sequence[Any] | None = None
+
+
+#: The caller's OpenTelemetry context for the requests submitted in this task (None: none)
+CALLER: ContextVar[Any] = ContextVar("torchplace_trace_caller", default=None)
+
+
+def caller_context(headers: Mapping[str, str] | None = None) -> Any:
+    """The OpenTelemetry context a request's spans should join, or None.
+
+    The current context when it holds a valid span (Ray Serve's request span, or any
+    instrumentation around the caller), else the W3C trace context of ``headers``
+    (``traceparent``, ``tracestate``; names in lower case), else None. None as well without
+    ``opentelemetry`` installed.
+    """
+    try:
+        from opentelemetry import context, trace
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+    except ImportError:
+        return None
+    current = context.get_current()
+    if trace.get_current_span(current).get_span_context().is_valid:
+        return current
+    if headers is None or "traceparent" not in headers:
+        return None
+    carried = TraceContextTextMapPropagator().extract(carrier=headers)
+    return carried if trace.get_current_span(carried).get_span_context().is_valid else None
 
 
 def _otel_tracer() -> Any:
@@ -58,6 +95,11 @@ def _otel_tracer() -> Any:
     if isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
         return None
     return trace.get_tracer("torchplace.serve")
+
+
+def exports_spans() -> bool:
+    """Whether this process exports OpenTelemetry spans (an SDK tracer provider is set)."""
+    return _otel_tracer() is not None
 
 
 class Tracer:
@@ -194,10 +236,13 @@ class Tracer:
         ns = self._ns
         total_rows = sum(rec.rows)
         links = []
+        stages = _stage_bounds(rec)
         for i, arrived in enumerate(rec.arrivals):
             status = 200 if rec.statuses is None else rec.statuses[i]
+            parent = rec.parents[i] if rec.parents is not None else None
             span = tracer.start_span(
                 "torchplace.infer",
+                context=parent,
                 start_time=ns(arrived),
                 attributes={
                     "torchplace.model": self.model,
@@ -211,6 +256,9 @@ class Tracer:
             )
             if status >= 500:
                 span.set_status(trace.Status(trace.StatusCode.ERROR))
+            if parent is not None and span.is_recording():
+                own = trace.set_span_in_context(span)
+                self._children(own, (("queue", arrived, rec.started), *stages), rec.device)
             span.end(end_time=ns(rec.finished))
             links.append(trace.Link(span.get_span_context()))
         batch = tracer.start_span(
@@ -223,16 +271,20 @@ class Tracer:
                 "torchplace.batch_rows": total_rows,
             },
         )
-        context = trace.set_span_in_context(batch)
-        for name, lo, hi in _stage_bounds(rec):
-            child = tracer.start_span(
-                name,
-                context=context,
-                start_time=ns(lo),
-                attributes={"torchplace.device": rec.device},
-            )
-            child.end(end_time=ns(hi))
+        self._children(trace.set_span_in_context(batch), stages, rec.device)
         batch.end(end_time=ns(rec.finished))
+
+    def _children(
+        self, context: Any, stages: Sequence[tuple[str, float, float]], device: str
+    ) -> None:
+        """One span per stage, children of the span in ``context``."""
+        tracer: Any = self._otel
+        attributes = {"torchplace.device": device}
+        for name, lo, hi in stages:
+            child = tracer.start_span(
+                name, context=context, start_time=self._ns(lo), attributes=attributes
+            )
+            child.end(end_time=self._ns(hi))
 
 
 def _stage_bounds(rec: BatchRecord) -> tuple[tuple[str, float, float], ...]:
