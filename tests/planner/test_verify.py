@@ -83,3 +83,25 @@ def test_an_exported_program_is_planned_by_its_weights_and_verifies(tmp_path: Pa
     inner = [c for c in p.flow.crossings if c.kind == "d2d"]
     assert [(c.consumer, c.nbytes) for c in inner] == [("2", 2 * 2048 * 4)]
     assert verify(p).ok
+
+
+def test_a_model_placed_whole_as_one_root_unit_verifies_exactly() -> None:
+    # accelerate puts wide-mlp whole on cuda:1 (cuda:0 holds 1 MiB): the one unit is the root
+    # module, path "", which once read as the model's own code between units
+    p = plan(
+        "wide-mlp",
+        batch_sizes=[1],
+        assume="2xH200",
+        strategy="accelerate",
+        max_memory=[1 << 20, 1 << 30],
+    )
+    assert p.units.paths == [""]
+    inner = [c.to_dict() for c in p.flow.crossings if c.kind == "d2d"]
+    assert [(c["producer"], c["consumer"]) for c in inner] == [("input", "(model)")]
+    verdict = verify(p)
+    assert verdict.ok, verdict.render()
+    assert [m["error"] for m in verdict.memory] == [0.0]
+    assert ("cuda:0", "cuda:1", "(model)") in {
+        (e["src"], e["dst"], e["consumer"]) for e in verdict.edges
+    }
+    assert all(e["consumer"] for e in verdict.edges)
