@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.planner.conftest import NO_RESERVES
 from tests.planner.toy import make_toy
 from torchplace.errors import ConfigError
-from torchplace.planner.api import plan
-from torchplace.planner.verify import verify
+from torchplace.planner.api import Plan, plan
+from torchplace.planner.budget import activation_peak
+from torchplace.planner.verify import Verdict, _compare_transfers, real_devices, verify
+
+if TYPE_CHECKING:
+    import torch
 
 
 def test_a_pipeline_of_the_toy_model_verifies_exactly() -> None:
@@ -105,3 +110,128 @@ def test_a_model_placed_whole_as_one_root_unit_verifies_exactly() -> None:
         (e["src"], e["dst"], e["consumer"]) for e in verdict.edges
     }
     assert all(e["consumer"] for e in verdict.edges)
+
+
+class ScriptedMemory:
+    """A memory probe that reports a given peak for each real device, and what it was asked."""
+
+    name = "scripted"
+
+    def __init__(self, peaks: dict[str, int]) -> None:
+        self.peaks, self.started = peaks, []
+
+    def start(self, device: torch.device) -> None:
+        self.started.append(str(device))
+
+    def peak(self, device: torch.device) -> int:
+        return self.peaks[str(device)]
+
+
+def _toy_pipeline() -> Plan:
+    return plan(
+        "tests.planner.toy:make_toy",
+        batch_sizes=[2],
+        assume="2x1GiB",
+        strategy="pipeline",
+        reserves=NO_RESERVES,
+    )
+
+
+def test_logical_devices_map_onto_fewer_real_ones_in_contiguous_runs() -> None:
+    p = plan("wide-mlp", assume="4x80GiB", strategy="pipeline")
+    assert real_devices(p, ["cuda:0"]) == {
+        "cuda:0": "cuda:0",
+        "cuda:1": "cuda:0",
+        "cuda:2": "cuda:0",
+        "cuda:3": "cuda:0",
+        "cpu": "cpu",
+    }
+    two = real_devices(p, ["cuda:0", "cuda:1"])
+    assert [two[f"cuda:{i}"] for i in range(4)] == ["cuda:0", "cuda:0", "cuda:1", "cuda:1"]
+    assert real_devices(p, [f"cuda:{i}" for i in range(8)])["cuda:3"] == "cuda:3"
+
+
+def test_a_plan_for_this_machines_devices_runs_on_them_by_name() -> None:
+    from tests.planner.test_hardware import H200, L4, _probe
+
+    p = plan("seed-mlp", devices="all", probe=_probe(H200, L4))
+    assert real_devices(p) == {"cuda:0": "cuda:0", "cuda:1": "cuda:1", "cpu": "cpu"}
+
+
+def test_two_logical_devices_on_one_real_one_are_measured_together() -> None:
+    # the CUDA path's logic on the CPU: both stages on one real device, memory from a probe
+    p = _toy_pipeline()
+    flow = p.flow
+    inputs = 2 * 4 * 4  # x, copied to cuda:0
+    together = activation_peak(flow.spans["cuda:0"] + flow.spans["cuda:1"]) + inputs
+    assert together > max(b.activation[2] for b in p.budgets.values()) + inputs
+    probe = ScriptedMemory({"cpu": together})
+    verdict = verify(p, module=make_toy(), devices=["cpu"], probe=probe)
+    assert verdict.ok, verdict.render()
+    assert probe.started == ["cpu"]  # once, after the warm-up run
+    (row,) = verdict.memory
+    assert (row["device"], row["logical"], row["planned"]) == (
+        "cpu",
+        ["cuda:0", "cuda:1"],
+        together,
+    )
+    assert verdict.devices == {"cuda:0": "cpu", "cuda:1": "cpu", "cpu": "cpu"}
+    # one real device: no copy between real devices, the stage boundary still counted
+    assert verdict.transfers == []
+    inner = next(e for e in verdict.edges if e["src"] == "cuda:0")
+    assert (inner["dst"], inner["measured_count"], inner["ok"]) == ("cuda:1", 2, True)
+    text = verdict.render()
+    assert "logical devices on the CPU, memory by scripted" in text
+    assert "cpu (logical cuda:0, cuda:1): activation peak planned" in text
+    shared = Verdict(2, 0.1, {"cuda:0": "cuda:0", "cuda:1": "cuda:0", "cpu": "cpu"}, "probe")
+    assert "cuda:0 -> cuda:0, cuda:1 -> cuda:0; logical devices that share" in (shared.render())
+
+
+def test_a_real_device_past_the_tolerance_fails_the_verdict() -> None:
+    p = _toy_pipeline()
+    planned = verify(p, module=make_toy(), devices=["cpu"], probe=ScriptedMemory({"cpu": 1}))
+    want = planned.memory[0]["planned"]
+    assert not planned.ok
+    ok = verify(
+        p, module=make_toy(), devices=["cpu"], probe=ScriptedMemory({"cpu": int(want * 1.05)})
+    )
+    assert ok.ok
+    bad = verify(p, module=make_toy(), devices=["cpu"], probe=ScriptedMemory({"cpu": want * 2}))
+    assert not bad.ok
+    assert "PAST TOLERANCE" in bad.render()
+
+
+def test_copies_between_real_devices_are_compared_with_what_the_guard_recorded() -> None:
+    from torchplace.sanitizer import GuardReport
+    from torchplace.sanitizer.events import Event, Site
+
+    p = _toy_pipeline()
+    site = Site("serve.py", 1, "forward")
+    report = GuardReport()
+    for src, dst, nbytes in [
+        ("cpu", "cuda:0", 32),
+        ("cuda:0", "cuda:1", 64),
+        ("cuda:0", "cuda:1", 64),
+    ]:
+        report.add(Event("h2d" if src == "cpu" else "d2d", site, "aten._to_copy", nbytes, src, dst))
+    mapping = {"cuda:0": "cuda:0", "cuda:1": "cuda:1", "cpu": "cpu"}
+    verdict = Verdict(2, 0.1, mapping, "scripted")
+    _compare_transfers(verdict, p.flow.crossings, report)
+    rows = {(t["src"], t["dst"]): t for t in verdict.transfers}
+    assert rows["cpu", "cuda:0"]["ok"]
+    assert rows["cuda:0", "cuda:1"]["ok"]
+    assert not rows["cuda:1", "cpu"]["ok"]  # the output's copy to the host was not recorded
+    assert rows["cuda:1", "cpu"]["planned_bytes"] == 2 * 2 * 4
+    # on one GPU the stage boundary is no copy between real devices
+    shared = Verdict(2, 0.1, {"cuda:0": "cuda:0", "cuda:1": "cuda:0", "cpu": "cpu"}, "scripted")
+    _compare_transfers(shared, p.flow.crossings, report)
+    assert [(t["src"], t["dst"], t["planned_count"]) for t in shared.transfers][:2] == [
+        ("cpu", "cuda:0", 1),
+        ("cuda:0", "cpu", 1),
+    ]
+
+
+def test_a_device_verify_cannot_measure_is_refused() -> None:
+    p = _toy_pipeline()
+    with pytest.raises(ConfigError, match="MemoryProbe"):
+        verify(p, module=make_toy(), devices=["meta"])

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from torchplace.errors import ConfigError, PlacementError
 from torchplace.planner.budget import activation_peak
-from torchplace.planner.crossings import Flow, flow
+from torchplace.planner.crossings import Crossing, Flow, flow
 from torchplace.planner.hardware import GiB, MiB
 from torchplace.planner.runner import Run, place_weights
 from torchplace.planner.strategies import HOST
@@ -110,7 +110,7 @@ class Verdict:
         """The mapping in words."""
         if set(self.devices.values()) == {HOST}:
             return "logical devices on the CPU"
-        text = ", ".join(f"{k} -> {v}" for k, v in self.devices.items())
+        text = ", ".join(f"{k} -> {v}" for k, v in self.devices.items() if k != HOST)
         if len(set(self.devices.values())) < len(self.devices):
             text += "; logical devices that share a real one cross at the stage boundaries"
         return text
@@ -225,7 +225,7 @@ def verify(
         run, report = _guarded_run(p, model, real)
         verdict = Verdict(p.batches[0], tolerance, mapping, probe.name)
         _compare_memory_real(p, verdict, run, {str(d): probe.peak(d) for d in used})
-        _compare_transfers(p, verdict, run, report)
+        _compare_transfers(verdict, _planned_flow(p, run).crossings, report)
     _compare_edges(p, verdict, run)
     return verdict
 
@@ -296,12 +296,14 @@ def _compare_edges(p: Plan, verdict: Verdict, run: Run) -> None:
     )
 
 
-def _compare_transfers(p: Plan, verdict: Verdict, run: Run, report: GuardReport) -> None:
+def _compare_transfers(
+    verdict: Verdict, crossings: Sequence[Crossing], report: GuardReport
+) -> None:
     """The plan's crossings between two real devices, against the copies the guard recorded."""
     to_real = verdict.devices
     planned: dict[tuple[str, str], list[int]] = {}
-    for c in _planned_flow(p, run).crossings:
-        src, dst = to_real[c.src], to_real[c.dst]
+    for c in crossings:
+        src, dst = to_real.get(c.src, c.src), to_real.get(c.dst, c.dst)
         if src != dst:
             entry = planned.setdefault((src, dst), [0, 0])
             entry[0] += c.total
