@@ -235,3 +235,12 @@ def test_a_device_verify_cannot_measure_is_refused() -> None:
     p = _toy_pipeline()
     with pytest.raises(ConfigError, match="MemoryProbe"):
         verify(p, module=make_toy(), devices=["meta"])
+
+
+def test_a_gpu_this_machine_lacks_is_refused() -> None:
+    import torch
+
+    p = _toy_pipeline()
+    missing = f"cuda:{torch.cuda.device_count()}"
+    with pytest.raises(ConfigError, match=f"cannot run on {missing}"):
+        verify(p, module=make_toy(), devices=[missing])

@@ -159,6 +159,19 @@ def real_devices(p: Plan, devices: Sequence[str] | None = None) -> dict[str, str
     return {**out, HOST: HOST}
 
 
+def _checked(real: dict[str, torch.device]) -> None:
+    """Every real CUDA device exists here."""
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    for dev in real.values():
+        if dev.type == "cuda" and (dev.index or 0) >= count:
+            raise ConfigError(
+                f"--verify cannot run on {dev}: this machine has {count} CUDA device(s); "
+                "plan with --assume to run on what is here"
+            )
+
+
 def _available() -> list[str]:
     import torch
 
@@ -195,7 +208,8 @@ def verify(
 
     ``devices``: the real devices (see :func:`real_devices`). ``probe``: what measures their
     memory; default :class:`CudaMemory` when a real device is not the CPU, else the logical
-    devices' tracker.
+    devices' tracker. ``module``: the model with real weights (default: built from the plan's
+    model); its units are moved onto the real devices.
     """
     import torch
 
@@ -203,6 +217,7 @@ def verify(
         raise ConfigError(f"--tolerance {tolerance} must be a fraction between 0 and 1")
     mapping = real_devices(p, devices)
     real = {k: torch.device(v) for k, v in mapping.items()}
+    _checked(real)
     if probe is None and any(d.type != "cpu" for d in real.values()):
         if any(d.type not in ("cpu", "cuda") for d in real.values()):
             raise ConfigError(
