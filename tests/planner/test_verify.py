@@ -244,3 +244,13 @@ def test_a_gpu_this_machine_lacks_is_refused() -> None:
     missing = f"cuda:{torch.cuda.device_count()}"
     with pytest.raises(ConfigError, match=f"cannot run on {missing}"):
         verify(p, module=make_toy(), devices=[missing])
+
+
+def test_a_replicated_plan_is_measured_on_its_one_running_replica() -> None:
+    p = plan("seed-mlp", batch_sizes=[4], assume="2xH200", strategy="replicate")
+    planned = p.budgets["cuda:0"].activation[4] + p.budgets["cuda:0"].inputs[4]
+    verdict = verify(p, devices=["cpu"], probe=ScriptedMemory({"cpu": planned}))
+    assert [(m["device"], m["logical"], m["planned"]) for m in verdict.memory] == [
+        ("cpu", ["cuda:0"], planned)
+    ]
+    assert verdict.ok, verdict.render()

@@ -290,8 +290,10 @@ def _compare_memory_real(p: Plan, verdict: Verdict, run: Run, peaks: dict[str, i
     planned = _planned_flow(p, run)
     for dev, got in peaks.items():
         held = [k for k, v in verdict.devices.items() if v == dev and k != HOST]
-        if run.only is not None:
+        if run.only is not None:  # replicate: one replica ran
             held = [k for k in held if k == run.only]
+        if not held:
+            continue
         spans = [s for k in held for s in planned.spans.get(k, [])]
         want = activation_peak(spans) + sum(planned.inputs.get(k, 0) for k in held)
         verdict.memory.append(
