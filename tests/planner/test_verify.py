@@ -1,4 +1,5 @@
-"""--verify: the planned placement run for real on logical CPU devices agrees with the plan."""
+"""--verify: the planned placement run for real agrees with the plan; the CUDA path's logic on
+the CPU (one real device, a scripted memory probe); the GPU itself in test_verify_cuda.py."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from torchplace.planner.verify import Verdict, _compare_transfers, real_devices,
 if TYPE_CHECKING:
     import torch
 
+#: the plan's devices as logical devices on the CPU, measured by the tracker (also on a GPU machine)
+CPU = ["cpu"]
+
 
 def test_a_pipeline_of_the_toy_model_verifies_exactly() -> None:
     p = plan(
@@ -27,7 +31,7 @@ def test_a_pipeline_of_the_toy_model_verifies_exactly() -> None:
         strategy="pipeline",
         reserves=NO_RESERVES,
     )
-    verdict = verify(p, module=make_toy())
+    verdict = verify(p, module=make_toy(), devices=CPU)
     assert verdict.ok
     assert all(m["error"] == 0 for m in verdict.memory)
     assert [(e["src"], e["dst"], e["consumer"]) for e in verdict.edges] == [
@@ -49,7 +53,7 @@ def test_accelerate_hooks_verify_with_their_re_copies() -> None:
         strategy="accelerate",
         max_memory=[300 << 20, 600 << 20],
     )
-    verdict = verify(p)
+    verdict = verify(p, devices=CPU)
     assert verdict.ok, verdict.render()
     mask = [e for e in verdict.edges if e["src"] == "cuda:0" and e["dst"] == "cuda:1"]
     assert (
@@ -62,7 +66,7 @@ def test_a_wrong_plan_fails_past_the_tolerance() -> None:
     dev = next(iter(p.budgets))
     budget = p.budgets[dev]
     p.budgets[dev] = dataclasses.replace(budget, activation={2: budget.activation[2] * 2})
-    verdict = verify(p, tolerance=0.1)
+    verdict = verify(p, tolerance=0.1, devices=CPU)
     assert not verdict.ok
     assert "PAST TOLERANCE" in verdict.render()
 
@@ -87,7 +91,7 @@ def test_an_exported_program_is_planned_by_its_weights_and_verifies(tmp_path: Pa
     # a graph module reads its weights without calling its submodules: still one crossing
     inner = [c for c in p.flow.crossings if c.kind == "d2d"]
     assert [(c.consumer, c.nbytes) for c in inner] == [("2", 2 * 2048 * 4)]
-    assert verify(p).ok
+    assert verify(p, devices=CPU).ok
 
 
 def test_a_model_placed_whole_as_one_root_unit_verifies_exactly() -> None:
@@ -103,7 +107,7 @@ def test_a_model_placed_whole_as_one_root_unit_verifies_exactly() -> None:
     assert p.units.paths == [""]
     inner = [c.to_dict() for c in p.flow.crossings if c.kind == "d2d"]
     assert [(c["producer"], c["consumer"]) for c in inner] == [("input", "(model)")]
-    verdict = verify(p)
+    verdict = verify(p, devices=CPU)
     assert verdict.ok, verdict.render()
     assert [m["error"] for m in verdict.memory] == [0.0]
     assert ("cuda:0", "cuda:1", "(model)") in {
