@@ -59,7 +59,7 @@ def run_case(batch: int, seq: int, memory: list[int], verify: bool) -> dict[str,
             "warnings": [w.code for w in p.warnings],
         }
         if verify:
-            row[name]["verified"] = run_verify(p).ok
+            row[name]["verified"] = run_verify(p, devices=["cpu"]).ok
     row["ratio"] = row["accelerate"]["device_bytes"] / max(1, row["torchplace"]["device_bytes"])
     return row
 

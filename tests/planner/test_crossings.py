@@ -7,6 +7,7 @@ import torch
 from tests.planner.toy import Toy
 from torchplace.planner.crossings import flow
 from torchplace.planner.strategies import Placement
+from torchplace.planner.trace import GLUE
 
 B, F32 = 2, 4
 ROW = B * 8 * F32  # a (B, 8) float32 tensor: the hidden state, or the mask
@@ -26,7 +27,7 @@ def test_a_stage_runner_copies_each_tensor_once() -> None:
     assert edges == [
         ("cpu", "d0", "input", "inp", B * 4 * F32, 1, "h2d"),
         ("d0", "d1", "blocks.0", "blocks.1", ROW, 1, "d2d"),
-        ("d0", "d1", "", "blocks.1", ROW, 1, "d2d"),  # the mask, once
+        ("d0", "d1", GLUE, "blocks.1", ROW, 1, "d2d"),  # the mask, once
         ("d1", "cpu", "out", "(host)", B * 2 * F32, 1, "d2h"),
     ]
     assert f.bytes_between_devices() == 2 * ROW

@@ -13,6 +13,7 @@ from torchplace.cli import main
 DOC = Path(__file__).resolve().parents[2] / "docs" / "plan.md"
 TEXT = DOC.read_text(encoding="utf-8")
 TABLES = re.findall(r"<!-- exercise8: (.*?) -->\n```text\n(.*?)```", TEXT, flags=re.S)
+VERIFY = re.findall(r"<!-- verify: (.*?) -->\n```text\n(.*?)```", TEXT, flags=re.S)
 
 
 def test_the_doc_shows_the_tables_of_the_embedded_models() -> None:
@@ -27,6 +28,19 @@ def test_each_table_is_the_commands_output(
     assert main(["plan", *shlex.split(args)]) == 0
     out = capsys.readouterr().out
     assert out[out.index("Exercise 8:") :] == table
+
+
+@pytest.mark.parametrize(("args", "shown"), VERIFY, ids=[a for a, _ in VERIFY])
+def test_the_verify_example_is_the_commands_output(
+    args: str, shown: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("the doc shows --verify on a machine without CUDA")
+    assert main(["plan", *shlex.split(args), "--verify"]) == 0
+    out = capsys.readouterr().out
+    assert out[out.index("verify (") :] == shown
 
 
 def test_the_python_example_runs(capsys: pytest.CaptureFixture[str]) -> None:

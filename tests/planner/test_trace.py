@@ -6,7 +6,7 @@ import torch
 
 from tests.planner.toy import Toy
 from torchplace.models import build_model
-from torchplace.planner.trace import INPUT, trace_forward
+from torchplace.planner.trace import GLUE, INPUT, trace_forward
 
 B = 2
 F32 = 4
@@ -42,7 +42,7 @@ def test_toy_peak_flops_and_calls_by_hand() -> None:
     }
     assert [c.unit for c in trace.calls] == units
     mask = trace.allocs[trace.calls[1].args[1]]
-    assert mask.owner == ""
+    assert mask.owner == GLUE
     assert mask.nbytes == row
     assert all(mask.index in c.args for c in trace.calls[1:4])
 

@@ -16,7 +16,8 @@ Modules, one concept each:
 - ``compute``: FLOPs, roofline time and pipeline idle share per device;
 - ``checks``: the warnings (tied split, return trip, spill, too big, does not fit);
 - ``exercise``: the founding article's exercise-8 table;
-- ``verify``: run the placement for real and compare;
+- ``runner``: one forward of a placement for real, logical devices mapped onto real ones;
+- ``verify``: run it and compare: memory (tracker or ``max_memory_allocated``), edges, copies (guard);
 - ``render``: JSON result, rich tables, device-map export, PNG;
 - ``api``: :func:`plan` and :class:`Plan`; ``cli``: the command.
 """

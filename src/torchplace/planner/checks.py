@@ -19,6 +19,7 @@ from torchplace.planner.budget import DeviceBudget
 from torchplace.planner.crossings import Flow
 from torchplace.planner.hardware import human
 from torchplace.planner.strategies import HOST, Placement
+from torchplace.planner.trace import label
 from torchplace.planner.units import Units
 
 __all__ = ["PlanWarning", "check_plan"]
@@ -116,8 +117,8 @@ def _return_trip(flow: Flow) -> list[PlanWarning]:
             return [
                 PlanWarning(
                     "return-trip",
-                    f"data goes back from {c.src} to {c.dst} ({c.producer or '(model code)'} -> "
-                    f"{c.consumer or '(model code)'}, {human(c.total)}) after going the other way",
+                    f"data goes back from {c.src} to {c.dst} ({label(c.producer)} -> "
+                    f"{label(c.consumer)}, {human(c.total)}) after going the other way",
                 )
             ]
         seen.add((c.src, c.dst))

@@ -113,13 +113,16 @@ def _check_options(parser: argparse.ArgumentParser) -> None:
     act.add_argument(
         "--verify",
         action="store_true",
-        help="run the placement for real (logical devices on the CPU here) and compare",
+        help="run the placement for real and compare: on the --devices named, or the plan's "
+        "devices mapped onto this machine's GPUs (several onto one when there are fewer), or "
+        "as logical devices on the CPU where there is no GPU",
     )
     act.add_argument(
         "--tolerance",
         type=float,
         default=0.10,
-        help="--verify: largest relative memory error accepted (default 0.10)",
+        help="--verify: largest relative memory error accepted (default 0.10); crossings and "
+        "copies must match exactly",
     )
     act.add_argument(
         "--export",

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchplace.planner.strategies import HOST, Placement
-from torchplace.planner.trace import GLUE, INPUT, Trace
+from torchplace.planner.trace import GLUE, INPUT, Trace, label
 
 __all__ = ["Crossing", "Flow", "flow"]
 
@@ -43,8 +43,8 @@ class Crossing:
         return {
             "src": self.src,
             "dst": self.dst,
-            "producer": self.producer or "(model code)",
-            "consumer": self.consumer or "(model code)",
+            "producer": label(self.producer),
+            "consumer": label(self.consumer),
             "shape": list(self.shape),
             "dtype": self.dtype,
             "bytes": self.nbytes,

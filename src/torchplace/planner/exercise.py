@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchplace.planner.hardware import human
 from torchplace.planner.strategies import HOST
+from torchplace.planner.trace import label
 
 if TYPE_CHECKING:
     from torchplace.planner.api import Plan
@@ -62,7 +63,7 @@ def _copies_into(p: Plan, dev: str) -> str:
         consumers = _ranges([c.consumer for c in items])
         again = " (hooks copy it again for each)" if any(c.kind == "recopy" for c in items) else ""
         parts.append(
-            f"{src} -> {dev}: {producer or '(model code)'} output to {consumers}, "
+            f"{src} -> {dev}: {label(producer)} output to {consumers}, "
             f"{_shape(shape, dtype)}, {human(items[0].nbytes)} x{count}{again}"
         )
     return "; ".join(parts) or "none"

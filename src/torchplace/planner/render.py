@@ -12,6 +12,7 @@ from torchplace.errors import ConfigError
 from torchplace.planner.compute import copy_seconds
 from torchplace.planner.exercise import exercise_rows, exercise_table
 from torchplace.planner.hardware import MiB, human
+from torchplace.planner.trace import label as unit_label
 
 if TYPE_CHECKING:
     from torchplace.planner.api import Plan
@@ -213,8 +214,8 @@ def _crossing_table(p: Plan) -> Any:
         table.add_row(
             c.src,
             c.dst,
-            c.producer or "(model code)",
-            c.consumer or "(model code)",
+            unit_label(c.producer),
+            unit_label(c.consumer),
             "x".join(map(str, c.shape)),
             c.dtype,
             human(c.nbytes),

@@ -22,10 +22,17 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-__all__ = ["GLUE", "INPUT", "Alloc", "Trace", "UnitCall", "trace_forward"]
+__all__ = ["GLUE", "INPUT", "Alloc", "Trace", "UnitCall", "label", "trace_forward"]
 
-GLUE = ""  # operators run outside every unit (the model's own forward between its units)
+#: Operators run outside every unit (the model's own forward between its units). Not a module
+#: path: the root module's path is ``""``, a unit when the model is placed whole.
+GLUE = "(model code)"
 INPUT = "<input>"  # owner of the model's inputs
+
+
+def label(unit: str) -> str:
+    """How reports name a unit, the model's own code (GLUE) or its inputs."""
+    return "(model)" if unit == "" else "input" if unit == INPUT else unit
 
 
 @dataclass

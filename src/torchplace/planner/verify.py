@@ -1,66 +1,129 @@
 """``--verify``: run the planned placement for real and compare with the plan.
 
-The model is built on the CPU with real weights and run once at the smallest planned batch.
-Each of the plan's devices is a *logical* device on the CPU: a dispatch mode tags every tensor
-with the logical device it was made on and keeps each device's live bytes (a tensor-allocation
-tracker, the CPU's stand-in for ``max_memory_allocated``); forward pre-hooks on the units copy
-each argument that lives on another logical device, as a stage runner would, and count the copy
-at that stage boundary. The measured crossings (per edge: bytes and count) and activation peaks
-(per device) are compared with the plan; past ``tolerance`` the verdict fails.
+The model is built with real weights and run once at the smallest planned batch (see
+:mod:`torchplace.planner.runner`). The plan's devices are logical; :func:`real_devices` maps
+them onto real ones: the devices named with ``--devices`` as they are; an assumed set onto this
+machine's CUDA devices in order (contiguous stages share one when there are fewer, so with one
+GPU every logical device is ``cuda:0``), or onto the CPU where there is none.
+
+Compared with the plan, per logical edge (crossings counted at the stage boundaries, bytes and
+count), and:
+
+* on the CPU, each logical device's activation peak, from a tensor-allocation tracker;
+* on real devices, each real device's peak from a :class:`MemoryProbe` (``CudaMemory``:
+  ``max_memory_allocated`` above what the weights and a warm-up left, after a warm-up run)
+  against the planned peak of the logical devices it holds, the inputs copied there included;
+  and the bytes and count of every copy between two real devices, recorded by
+  ``torchplace.guard``.
+
+Memory past ``tolerance`` (relative), or any edge or copy that differs, fails the verdict.
 """
 
 from __future__ import annotations
 
-import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from torchplace.errors import ConfigError
-from torchplace.planner.crossings import flow
+from torchplace.errors import ConfigError, PlacementError
+from torchplace.planner.budget import activation_peak
+from torchplace.planner.crossings import Crossing, Flow, flow
 from torchplace.planner.hardware import GiB, MiB
+from torchplace.planner.runner import Run, place_weights
 from torchplace.planner.strategies import HOST
-from torchplace.planner.trace import _key, _tensors
+from torchplace.planner.trace import label
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
     from torchplace.planner.api import Plan
+    from torchplace.sanitizer import GuardReport
 
-__all__ = ["Verdict", "verify"]
+__all__ = ["CudaMemory", "MemoryProbe", "Verdict", "real_devices", "verify"]
 
 #: The largest model --verify builds in host memory.
 MAX_VERIFY_BYTES = 4 * GiB
+
+
+class MemoryProbe(Protocol):
+    """Peak memory of real devices: ``start`` before the forward, ``peak`` (bytes above what
+    was allocated at ``start``) after it. ``name`` says what it reads."""
+
+    name: str
+
+    def start(self, device: torch.device) -> None: ...
+
+    def peak(self, device: torch.device) -> int: ...
+
+
+class CudaMemory:
+    """``torch.cuda.max_memory_allocated`` above ``memory_allocated`` at the start."""
+
+    name = "max_memory_allocated"
+
+    def __init__(self) -> None:
+        self.base: dict[torch.device, int] = {}
+
+    def start(self, device: torch.device) -> None:
+        import torch
+
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        self.base[device] = torch.cuda.memory_allocated(device)
+
+    def peak(self, device: torch.device) -> int:
+        import torch
+
+        torch.cuda.synchronize(device)  # the forward's kernels done: its allocations are final
+        return int(torch.cuda.max_memory_allocated(device)) - self.base[device]
 
 
 @dataclass
 class Verdict:
     batch: int
     tolerance: float
+    devices: dict[str, str]  # logical device -> real device
+    measure: str  # what measured the memory: "tracker" or the probe's name
     memory: list[dict[str, Any]] = field(default_factory=list)
     edges: list[dict[str, Any]] = field(default_factory=list)
+    transfers: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return all(m["ok"] for m in self.memory) and all(e["ok"] for e in self.edges)
+        rows = (*self.memory, *self.edges, *self.transfers)
+        return all(row["ok"] for row in rows)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "batch": self.batch,
             "tolerance": self.tolerance,
             "ok": self.ok,
+            "devices": self.devices,
+            "measure": self.measure,
             "memory": self.memory,
             "edges": self.edges,
+            "transfers": self.transfers,
         }
+
+    def where(self) -> str:
+        """The mapping in words."""
+        if set(self.devices.values()) == {HOST}:
+            return "logical devices on the CPU"
+        text = ", ".join(f"{k} -> {v}" for k, v in self.devices.items() if k != HOST)
+        if len(set(self.devices.values())) < len(self.devices):
+            text += "; logical devices that share a real one cross at the stage boundaries"
+        return text
 
     def render(self) -> str:
         lines = [
-            f"verify (batch {self.batch}, logical devices on the CPU, tolerance "
+            f"verify (batch {self.batch}, {self.where()}, memory by {self.measure}, tolerance "
             f"{self.tolerance:.0%}): {'PASS' if self.ok else 'FAIL'}"
         ]
         for m in self.memory:
+            held = f" (logical {', '.join(m['logical'])})" if m["logical"] != [m["device"]] else ""
             lines.append(
-                f"  {m['device']}: activation peak planned {m['planned'] / MiB:,.3f} MiB, "
+                f"  {m['device']}{held}: activation peak planned {m['planned'] / MiB:,.3f} MiB, "
                 f"measured {m['measured'] / MiB:,.3f} MiB ({m['error']:+.1%}) "
                 f"{'ok' if m['ok'] else 'PAST TOLERANCE'}"
             )
@@ -70,45 +133,51 @@ class Verdict:
                 f"x{e['planned_count']}, measured {e['measured_bytes']:,} B x{e['measured_count']} "
                 f"{'ok' if e['ok'] else 'DIFFERS'}"
             )
+        for t in self.transfers:
+            lines.append(
+                f"  copies {t['src']} -> {t['dst']} (guard): planned {t['planned_bytes']:,} B "
+                f"x{t['planned_count']}, recorded {t['measured_bytes']:,} B "
+                f"x{t['measured_count']} {'ok' if t['ok'] else 'DIFFERS'}"
+            )
         return "\n".join(lines) + "\n"
 
 
-class _Runtime:
-    """Logical devices on the CPU: where each tensor lives, and each device's live bytes."""
+def real_devices(p: Plan, devices: Sequence[str] | None = None) -> dict[str, str]:
+    """Logical device -> real device. ``devices``: the real ones to use (default: the plan's
+    own when it was made for this machine's devices; else this machine's CUDA devices, or the
+    CPU). With fewer real devices than logical ones, contiguous logical devices share one."""
+    logical = [d.device for d in p.devices]
+    if devices is None:
+        devices = logical if not any(d.assumed for d in p.devices) else _available()
+    if not devices:
+        raise ConfigError("--verify needs a real device to run on; none was given")
+    if set(logical) <= set(devices):
+        out = {d: d for d in logical}
+    else:
+        k, n = len(logical), len(devices)
+        out = {d: devices[i * n // k] for i, d in enumerate(logical)}
+    return {**out, HOST: HOST}
 
-    def __init__(self, external: set[int]) -> None:
-        self.external = external
-        self.where: dict[int, str] = {}  # storage key -> logical device
-        self.refs: dict[int, int] = {}
-        self.sizes: dict[int, int] = {}
-        self.live: dict[str, int] = {}
-        self.peak: dict[str, int] = {}
-        self.current = HOST
 
-    def hold(self, t: torch.Tensor, device: str) -> None:
-        key = _key(t)
-        if key in self.external:
-            return
-        if key not in self.where:
-            self.where[key] = device
-            self.sizes[key] = t.untyped_storage().nbytes()
-            if device != HOST:
-                self.live[device] = self.live.get(device, 0) + self.sizes[key]
-                self.peak[device] = max(self.peak.get(device, 0), self.live[device])
-        self.refs[key] = self.refs.get(key, 0) + 1
-        weakref.finalize(t, self._release, key)
+def _checked(real: dict[str, torch.device]) -> None:
+    """Every real CUDA device exists here."""
+    import torch
 
-    def _release(self, key: int) -> None:
-        self.refs[key] -= 1
-        if self.refs[key]:
-            return
-        del self.refs[key]
-        device = self.where.pop(key)
-        if device != HOST:
-            self.live[device] -= self.sizes.pop(key)
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    for dev in real.values():
+        if dev.type == "cuda" and (dev.index or 0) >= count:
+            raise ConfigError(
+                f"--verify cannot run on {dev}: this machine has {count} CUDA device(s); "
+                "plan with --assume to run on what is here"
+            )
 
-    def device_of(self, t: torch.Tensor) -> str:
-        return self.where.get(_key(t), self.current)
+
+def _available() -> list[str]:
+    import torch
+
+    if torch.cuda.is_available():
+        return [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    return [HOST]
 
 
 def _real_model(p: Plan) -> nn.Module:
@@ -127,204 +196,161 @@ def _real_model(p: Plan) -> nn.Module:
     return load_plan_model(spec, device="cpu").module
 
 
-def verify(p: Plan, *, tolerance: float = 0.10, module: nn.Module | None = None) -> Verdict:
-    """Run ``p``'s placement at its smallest batch on logical CPU devices and compare."""
+def verify(
+    p: Plan,
+    *,
+    tolerance: float = 0.10,
+    module: nn.Module | None = None,
+    devices: Sequence[str] | None = None,
+    probe: MemoryProbe | None = None,
+) -> Verdict:
+    """Run ``p``'s placement at its smallest batch on real devices and compare.
+
+    ``devices``: the real devices (see :func:`real_devices`). ``probe``: what measures their
+    memory; default :class:`CudaMemory` when a real device is not the CPU, else the logical
+    devices' tracker. ``module``: the model with real weights (default: built from the plan's
+    model); its units are moved onto the real devices.
+    """
+    import torch
+
     if not 0 < tolerance < 1:
         raise ConfigError(f"--tolerance {tolerance} must be a fraction between 0 and 1")
-    model = module if module is not None else _real_model(p)
-    run = _Run(p, model)
-    run.run()
-    return _compare(p, run.batch, tolerance, run.rt.peak, run.measured, run.only)
-
-
-class _Run:
-    """One forward of the placement: where it runs, the copies a runner makes, what they cost."""
-
-    def __init__(self, p: Plan, model: nn.Module) -> None:
-        self.p, self.model, self.batch = p, model, p.batches[0]
-        self.placement = p.placement
-        self.only = self.placement.devices[0] if self.placement.replicas > 1 else None
-        self.rt = _Runtime({_key(t) for t in (*model.parameters(), *model.buffers())})
-        self.measured: dict[tuple[str, str, str], list[int]] = {}
-        self.copies: dict[tuple[int, str], torch.Tensor] = {}
-        self.owners = {
-            _key(t): path
-            for path in p.units.paths
-            for t in (*model.get_submodule(path).parameters(), *model.get_submodule(path).buffers())
-        }
-        self.active: list[str] = []  # units whose forward is running (their hooks moved the args)
-
-    def device_of(self, unit: str) -> str:
-        return self.only or self.placement.device_of(unit)
-
-    def dispatch(self, func: Any, args: Any, kwargs: Any) -> Any:
-        """The dispatch mode's work: run an operator, tag what it makes with the device."""
-        args, kwargs = self.by_weights(args, kwargs or {})
-        out = func(*args, **kwargs)
-        for t in _tensors(out):
-            self.rt.hold(t, self.rt.current)
-        return out
-
-    def by_weights(self, args: Any, kwargs: Any) -> tuple[Any, Any]:
-        """Outside every unit's forward, an operator on one unit's weights runs on its device
-        (a graph module reads weights without calling the module), as the plan has it."""
-        import torch
-        from torch.utils._pytree import tree_map
-
-        if self.active:
-            return args, kwargs
-        found = {self.owners[k] for k in map(_key, _tensors((args, kwargs))) if k in self.owners}
-        if len(found) != 1:
-            return args, kwargs
-        (unit,) = found
-        dst = self.device_of(unit)
-        self.rt.current = dst
-
-        def swap(v: Any) -> Any:
-            if (
-                isinstance(v, torch.Tensor)
-                and _key(v) not in self.owners
-                and _key(v) not in self.rt.external
-            ):
-                return self.moved(v, dst, unit)
-            return v
-
-        swapped: tuple[Any, Any] = tree_map(swap, (args, kwargs))
-        return swapped
-
-    def moved(self, t: torch.Tensor, dst: str, consumer: str) -> torch.Tensor:
-        """``t`` on ``dst`` for ``consumer``: a copy, counted on its edge, where it lives elsewhere."""
-        rt = self.rt
-        src = rt.device_of(t)
-        if src == dst:
-            return t
-        cached = self.copies.get((_key(t), dst))
-        if cached is not None and not self.placement.hooks:
-            return cached
-        before, rt.current = rt.current, (HOST if src == HOST else dst)  # inputs: not activations
-        copy = t.clone()  # the copy a real runner makes, here on the same memory
-        if _key(copy) not in rt.where:  # made inside the dispatch mode, which does not see it
-            rt.hold(copy, rt.current)
-        rt.current = before
-        if src == HOST:
-            rt.where[_key(copy)] = dst
-        # a runner keeps the copy while the original lives, and no longer
-        self.copies[(_key(t), dst)] = copy
-        weakref.finalize(t, self.copies.pop, (_key(t), dst), None)
-        entry = self.measured.setdefault((src, dst, consumer), [0, 0])
-        entry[0] += t.numel() * t.element_size()
-        entry[1] += 1
-        return copy
-
-    def pre_hook(self, path: str) -> Any:
-        """The forward pre-hook of unit ``path``: its arguments copied to its device."""
-        import torch
-
-        def hook(_m: nn.Module, args: Any, kwargs: Any) -> Any:
-            dst = self.device_of(path)
-            self.rt.current = dst
-            self.active.append(path)
-
-            def swap(v: Any) -> Any:
-                return self.moved(v, dst, path) if isinstance(v, torch.Tensor) else v
-
-            return tuple(swap(a) for a in args), {k: swap(v) for k, v in kwargs.items()}
-
-        return hook
-
-    def post_hook(self, _m: nn.Module, _args: Any, _out: Any) -> None:
-        self.active.pop()
-
-    def run(self) -> None:
-        """The forward, with the hooks on every unit and the dispatch mode around it."""
-        import torch
-
-        p, model = self.p, self.model
-        handles = [
-            model.get_submodule(path).register_forward_pre_hook(
-                self.pre_hook(path), with_kwargs=True
+    mapping = real_devices(p, devices)
+    real = {k: torch.device(v) for k, v in mapping.items()}
+    _checked(real)
+    if probe is None and any(d.type != "cpu" for d in real.values()):
+        if any(d.type not in ("cpu", "cuda") for d in real.values()):
+            raise ConfigError(
+                f"--verify measures memory on cpu and cuda devices, not {sorted(mapping.values())}; "
+                "pass a MemoryProbe for others"
             )
-            for path in p.units.paths
-        ] + [
-            model.get_submodule(path).register_forward_hook(self.post_hook)
-            for path in p.units.paths
-        ]
-        inputs = p.model.example(self.batch, p.seq, "cpu")
-        for t in inputs:
-            self.rt.hold(t, HOST)
-        # the model's own code before its first unit runs where that unit runs, as in the plan
-        calls = p.traces[self.batch].calls
-        self.rt.current = self.device_of(min(calls, key=lambda c: c.start).unit if calls else "")
-        hooked = self.placement.hooks and self.only is None
-        try:
-            with torch.inference_mode(), _mode(self):
-                if hooked:  # accelerate's way: the caller moves the inputs to the first device
-                    inputs = [
-                        self.moved(t, self.placement.devices[0], "(model call)") for t in inputs
-                    ]
-                out = model(*inputs)
-                for t in _tensors(out):
-                    if hooked:  # and the top hook sends the output back to the inputs' device
-                        t = self.moved(t, self.placement.devices[0], "(model return)")
-                    self.moved(t, HOST, "(host)")
-        finally:
-            for handle in handles:
-                handle.remove()
+        probe = CudaMemory()
+    model = module if module is not None else _real_model(p)
+    place_weights(p, model, real)
+    if probe is None:  # the CPU: the logical devices' tracker
+        run = _run(p, model, real)
+        verdict = Verdict(p.batches[0], tolerance, mapping, "tracker")
+        _compare_memory_logical(p, verdict, run)
+    else:
+        _run(p, model, real)  # warm-up: lazy state, kernels, library workspaces
+        used = list(dict.fromkeys(d for k, d in real.items() if k != HOST and d.type != "cpu"))
+        used = used or [real[k] for k in real if k != HOST][:1]
+        for dev in used:
+            probe.start(dev)
+        run, report = _guarded_run(p, model, real)
+        verdict = Verdict(p.batches[0], tolerance, mapping, probe.name)
+        _compare_memory_real(p, verdict, run, {str(d): probe.peak(d) for d in used})
+        _compare_transfers(verdict, _planned_flow(p, run).crossings, report)
+    _compare_edges(p, verdict, run)
+    return verdict
 
 
-def _mode(run: _Run) -> Any:
-    """A dispatch mode that hands every operator to ``run``."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Mode(TorchDispatchMode):  # type: ignore[no-untyped-call]
-        def __torch_dispatch__(
-            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
-        ) -> Any:
-            return run.dispatch(func, args, kwargs)
-
-    return Mode()  # type: ignore[no-untyped-call]
+def _run(p: Plan, model: nn.Module, real: dict[str, torch.device]) -> Run:
+    run = Run(p, model, real)
+    try:
+        run.run()
+    except (RuntimeError, NotImplementedError) as exc:
+        where = ", ".join(sorted({str(d) for d in real.values()}))
+        raise PlacementError(f"--verify could not run the placement on {where}: {exc}") from exc
+    return run
 
 
-def _compare(
-    p: Plan,
-    batch: int,
-    tolerance: float,
-    peaks: dict[str, int],
-    measured: dict[tuple[str, str, str], list[int]],
-    only: str | None,
-) -> Verdict:
-    verdict = Verdict(batch, tolerance)
+def _guarded_run(
+    p: Plan, model: nn.Module, real: dict[str, torch.device]
+) -> tuple[Run, GuardReport]:
+    from torchplace.sanitizer import guard
+
+    with guard(allow=["sync", "mixed_device", "pageable_non_blocking"], max_events=1 << 20) as g:
+        run = _run(p, model, real)
+    return run, g
+
+
+def _planned_flow(p: Plan, run: Run) -> Flow:
+    return flow(p.traces[run.batch], p.placement, replica=run.only)
+
+
+def _row(planned: int, got: int, tolerance: float) -> dict[str, Any]:
+    error = (planned - got) / got if got else (0.0 if planned == 0 else 1.0)
+    return {"planned": planned, "measured": got, "error": error, "ok": abs(error) <= tolerance}
+
+
+def _compare_memory_logical(p: Plan, verdict: Verdict, run: Run) -> None:
     for dev, budget in p.budgets.items():
-        if only is not None and dev != only:
+        if run.only is not None and dev != run.only:
             continue
-        planned, got = budget.activation[batch], peaks.get(dev, 0)
-        error = (planned - got) / got if got else (0.0 if planned == 0 else 1.0)
+        got = run.rt.peak.get(dev, 0)
+        planned = budget.activation[run.batch]
+        row = {"device": dev, "logical": [dev], **_row(planned, got, verdict.tolerance)}
+        verdict.memory.append(row)
+
+
+def _compare_memory_real(p: Plan, verdict: Verdict, run: Run, peaks: dict[str, int]) -> None:
+    """Per real device: the planned peak of the logical devices it holds, together, and the
+    inputs copied there (a real device's allocator sees both), against the probe's peak."""
+    planned = _planned_flow(p, run)
+    for dev, got in peaks.items():
+        held = [k for k, v in verdict.devices.items() if v == dev and k != HOST]
+        if run.only is not None:  # replicate: one replica ran
+            held = [k for k in held if k == run.only]
+        if not held:
+            continue
+        spans = [s for k in held for s in planned.spans.get(k, [])]
+        want = activation_peak(spans) + sum(planned.inputs.get(k, 0) for k in held)
         verdict.memory.append(
-            {
-                "device": dev,
-                "planned": planned,
-                "measured": got,
-                "error": error,
-                "ok": abs(error) <= tolerance,
-            }
+            {"device": dev, "logical": held, **_row(want, got, verdict.tolerance)}
         )
-    planned_edges: dict[tuple[str, str, str], list[int]] = {}
-    for c in flow(p.traces[batch], p.placement, replica=only).crossings:
-        entry = planned_edges.setdefault((c.src, c.dst, c.consumer or "(model code)"), [0, 0])
+
+
+def _compare_edges(p: Plan, verdict: Verdict, run: Run) -> None:
+    planned: dict[tuple[str, str, str], list[int]] = {}
+    for c in _planned_flow(p, run).crossings:
+        entry = planned.setdefault((c.src, c.dst, label(c.consumer)), [0, 0])
         entry[0] += c.total
         entry[1] += c.count
-    for key in dict.fromkeys([*planned_edges, *measured]):
-        want, got_edge = planned_edges.get(key, [0, 0]), measured.get(key, [0, 0])
-        verdict.edges.append(
-            {
-                "src": key[0],
-                "dst": key[1],
-                "consumer": key[2],
-                "planned_bytes": want[0],
-                "planned_count": want[1],
-                "measured_bytes": got_edge[0],
-                "measured_count": got_edge[1],
-                "ok": want == got_edge,
-            }
+    verdict.edges.extend(
+        {"src": k[0], "dst": k[1], "consumer": k[2], **row}
+        for k, row in _matched(planned, run.measured)
+    )
+
+
+def _compare_transfers(
+    verdict: Verdict, crossings: Sequence[Crossing], report: GuardReport
+) -> None:
+    """The plan's crossings between two real devices, against the copies the guard recorded."""
+    to_real = verdict.devices
+    planned: dict[tuple[str, str], list[int]] = {}
+    for c in crossings:
+        src, dst = to_real.get(c.src, c.src), to_real.get(c.dst, c.dst)
+        if src != dst:
+            entry = planned.setdefault((src, dst), [0, 0])
+            entry[0] += c.total
+            entry[1] += c.count
+    recorded: dict[tuple[str, str], list[int]] = {}
+    for event in report.transfers:
+        entry = recorded.setdefault((str(event.src), str(event.dst)), [0, 0])
+        entry[0] += event.nbytes
+        entry[1] += 1
+    verdict.transfers.extend(
+        {"src": k[0], "dst": k[1], **row} for k, row in _matched(planned, recorded)
+    )
+
+
+def _matched(
+    planned: dict[Any, list[int]], measured: dict[Any, list[int]]
+) -> list[tuple[Any, dict[str, Any]]]:
+    out = []
+    for key in dict.fromkeys([*planned, *measured]):
+        want, got = planned.get(key, [0, 0]), measured.get(key, [0, 0])
+        out.append(
+            (
+                key,
+                {
+                    "planned_bytes": want[0],
+                    "planned_count": want[1],
+                    "measured_bytes": got[0],
+                    "measured_count": got[1],
+                    "ok": want == got,
+                },
+            )
         )
-    return verdict
+    return out

@@ -1,0 +1,237 @@
+"""One forward of a planned placement, for real: where each tensor lives, the copies a runner
+makes, and what they cost.
+
+The plan's devices are *logical*; each maps onto a *real* device (``cpu`` on a CPU-only
+machine, ``cuda:N`` on a GPU one, several logical devices possibly on one real device). A
+dispatch mode tags every tensor with the logical device it was made on and keeps each logical
+device's live bytes (a tensor-allocation tracker); forward pre-hooks on the units copy each
+argument that lives on another logical device, as a stage runner would, and count the copy at
+that stage boundary. A copy between two real devices is ``Tensor.to`` (what ``torchplace.guard``
+sees); between two logical devices on one real device it is a clone, so memory is spent as
+the plan has it. A tensor the model's own code made on another real device than its logical
+one (``torch.arange(n, device=ids.device)`` while ``ids`` is still on the host) is moved too:
+a real transfer, counted by the guard but not at a stage boundary.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from torchplace.planner.strategies import HOST
+from torchplace.planner.trace import _key, _tensors, label
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from torchplace.planner.api import Plan
+
+__all__ = ["Run", "place_weights"]
+
+
+class _Runtime:
+    """Where each tensor lives (logical device), and each logical device's live bytes."""
+
+    def __init__(self, external: set[int]) -> None:
+        self.external = external
+        self.where: dict[int, str] = {}  # storage key -> logical device
+        self.refs: dict[int, int] = {}
+        self.sizes: dict[int, int] = {}
+        self.live: dict[str, int] = {}
+        self.peak: dict[str, int] = {}
+        self.current = HOST
+
+    def hold(self, t: torch.Tensor, device: str) -> None:
+        key = _key(t)
+        if key in self.external:
+            return
+        if key not in self.where:
+            self.where[key] = device
+            self.sizes[key] = t.untyped_storage().nbytes()
+            if device != HOST:
+                self.live[device] = self.live.get(device, 0) + self.sizes[key]
+                self.peak[device] = max(self.peak.get(device, 0), self.live[device])
+        self.refs[key] = self.refs.get(key, 0) + 1
+        weakref.finalize(t, self._release, key)
+
+    def _release(self, key: int) -> None:
+        self.refs[key] -= 1
+        if self.refs[key]:
+            return
+        del self.refs[key]
+        device = self.where.pop(key)
+        if device != HOST:
+            self.live[device] -= self.sizes.pop(key)
+
+    def device_of(self, t: torch.Tensor) -> str:
+        return self.where.get(_key(t), self.current)
+
+
+def place_weights(p: Plan, model: nn.Module, real: dict[str, torch.device]) -> None:
+    """Each unit's weights on the real device of its logical one (one replica's, replicated);
+    weights outside every unit go with the first unit."""
+    only = p.placement.devices[0] if p.placement.replicas > 1 else None
+    paths = p.units.paths
+    first = only or (p.placement.device_of(paths[0]) if paths else p.placement.devices[0])
+    model.to(real[first])
+    for path in paths:
+        model.get_submodule(path).to(real[only or p.placement.device_of(path)])
+
+
+class Run:
+    """One forward of ``p``'s placement on ``real`` devices (logical device -> real one)."""
+
+    def __init__(self, p: Plan, model: nn.Module, real: dict[str, torch.device]) -> None:
+        self.p, self.model, self.real, self.batch = p, model, real, p.batches[0]
+        self.placement = p.placement
+        self.only = self.placement.devices[0] if self.placement.replicas > 1 else None
+        self.rt = _Runtime({_key(t) for t in (*model.parameters(), *model.buffers())})
+        self.measured: dict[tuple[str, str, str], list[int]] = {}
+        self.copies: dict[tuple[int, str], torch.Tensor] = {}
+        self.owners = {
+            _key(t): path
+            for path in p.units.paths
+            for t in (*model.get_submodule(path).parameters(), *model.get_submodule(path).buffers())
+        }
+        self.active: list[str] = []  # units whose forward is running (their hooks moved the args)
+        self.inputs: set[int] = set()  # storage keys of the model's inputs and their copies
+
+    def device_of(self, unit: str) -> str:
+        return self.only or self.placement.device_of(unit)
+
+    def dispatch(self, func: Any, args: Any, kwargs: Any) -> Any:
+        """The dispatch mode's work: run an operator, tag what it makes with the device."""
+        args, kwargs = self.by_weights(args, kwargs or {})
+        out = func(*args, **kwargs)
+        for t in _tensors(out):
+            self.rt.hold(t, self.rt.current)
+        return out
+
+    def by_weights(self, args: Any, kwargs: Any) -> tuple[Any, Any]:
+        """Outside every unit's forward, an operator on one unit's weights runs on its device
+        (a graph module reads weights without calling the module), as the plan has it."""
+        import torch
+        from torch.utils._pytree import tree_map
+
+        if self.active:
+            return args, kwargs
+        found = {self.owners[k] for k in map(_key, _tensors((args, kwargs))) if k in self.owners}
+        if len(found) != 1:
+            return args, kwargs
+        (unit,) = found
+        dst = self.device_of(unit)
+        self.rt.current = dst
+
+        def swap(v: Any) -> Any:
+            if (
+                isinstance(v, torch.Tensor)
+                and _key(v) not in self.owners
+                and _key(v) not in self.rt.external
+            ):
+                return self.moved(v, dst, unit)
+            return v
+
+        swapped: tuple[Any, Any] = tree_map(swap, (args, kwargs))
+        return swapped
+
+    def moved(self, t: torch.Tensor, dst: str, consumer: str) -> torch.Tensor:
+        """``t`` on logical device ``dst`` for ``consumer``: a copy where it lives elsewhere,
+        counted on its edge when it crosses between logical devices."""
+        rt = self.rt
+        src, there = rt.device_of(t), self.real[dst]
+        crossing = src != dst
+        if not crossing and t.device == there:
+            return t
+        cached = self.copies.get((_key(t), dst))
+        if cached is not None and not (crossing and self.placement.hooks):
+            return cached
+        # a model input, and every copy of one, is an input where it lands, not an activation
+        # (as the plan counts it), whichever device it comes from
+        is_input = src == HOST or _key(t) in self.inputs
+        before, rt.current = rt.current, (HOST if is_input else dst)
+        # the copy a real runner makes: to another real device, or beside it on the same one
+        copy = t.to(there) if t.device != there else t.clone()
+        if _key(copy) not in rt.where:  # made inside the dispatch mode, which does not see it
+            rt.hold(copy, rt.current)
+        rt.current = before
+        if is_input:
+            rt.where[_key(copy)] = dst
+            self.inputs.add(_key(copy))
+        # a runner keeps the copy while the original lives, and no longer
+        self.copies[(_key(t), dst)] = copy
+        weakref.finalize(t, self.copies.pop, (_key(t), dst), None)
+        if crossing:
+            entry = self.measured.setdefault((src, dst, label(consumer)), [0, 0])
+            entry[0] += t.numel() * t.element_size()
+            entry[1] += 1
+        return copy
+
+    def pre_hook(self, path: str) -> Any:
+        """The forward pre-hook of unit ``path``: its arguments copied to its device."""
+        import torch
+
+        def hook(_m: nn.Module, args: Any, kwargs: Any) -> Any:
+            dst = self.device_of(path)
+            self.rt.current = dst
+            self.active.append(path)
+
+            def swap(v: Any) -> Any:
+                return self.moved(v, dst, path) if isinstance(v, torch.Tensor) else v
+
+            return tuple(swap(a) for a in args), {k: swap(v) for k, v in kwargs.items()}
+
+        return hook
+
+    def post_hook(self, _m: nn.Module, _args: Any, _out: Any) -> None:
+        self.active.pop()
+
+    def run(self) -> None:
+        """The forward, with the hooks on every unit and the dispatch mode around it."""
+        import torch
+
+        p, model = self.p, self.model
+        handles = [
+            model.get_submodule(path).register_forward_pre_hook(
+                self.pre_hook(path), with_kwargs=True
+            )
+            for path in p.units.paths
+        ] + [
+            model.get_submodule(path).register_forward_hook(self.post_hook)
+            for path in p.units.paths
+        ]
+        inputs = p.model.example(self.batch, p.seq, "cpu")
+        for t in inputs:
+            self.rt.hold(t, HOST)
+            self.inputs.add(_key(t))
+        # the model's own code before its first unit runs where that unit runs, as in the plan
+        calls = p.traces[self.batch].calls
+        self.rt.current = self.device_of(min(calls, key=lambda c: c.start).unit if calls else "")
+        hooked = self.placement.hooks and self.only is None
+        try:
+            with torch.inference_mode(), _mode(self):
+                if hooked:  # accelerate's way: the caller moves the inputs to the first device
+                    inputs = [
+                        self.moved(t, self.placement.devices[0], "(model call)") for t in inputs
+                    ]
+                out = model(*inputs)
+                for t in _tensors(out):
+                    if hooked:  # and the top hook sends the output back to the inputs' device
+                        t = self.moved(t, self.placement.devices[0], "(model return)")
+                    self.moved(t, HOST, "(host)")
+        finally:
+            for handle in handles:
+                handle.remove()
+
+
+def _mode(run: Run) -> Any:
+    """A dispatch mode that hands every operator to ``run``."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Mode(TorchDispatchMode):  # type: ignore[no-untyped-call]
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            return run.dispatch(func, args, kwargs)
+
+    return Mode()  # type: ignore[no-untyped-call]
