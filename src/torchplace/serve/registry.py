@@ -112,10 +112,12 @@ class Registry:
 
     def publish(self, name: str, handles: Sequence[ModelHandle]) -> list[ModelHandle]:
         """Make ``handles`` the versions of ``name`` in one step; returns the replaced ones."""
-        old = self._models.pop(name, {})
+        old = self._models.get(name, {})
         if handles:
             ordered = sorted(handles, key=lambda h: _version_key(h.version))
             self._models[name] = {h.version: h for h in ordered}
+        else:
+            self._models.pop(name, None)
         kept = {h.version for h in handles}
         for version in old:
             if version not in kept:

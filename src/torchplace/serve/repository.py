@@ -257,8 +257,8 @@ def triton_settings(text: str) -> dict[str, Any]:
     if batching:
         out["batching"] = batching
     policy = doc.get("version_policy")
-    if isinstance(policy, dict) and "version_policy" not in out:
-        out["version_policy"] = _triton_policy(policy)
+    if isinstance(policy, dict) and any(isinstance(v, dict) for v in policy.values()):
+        out["version_policy"] = _triton_policy(policy)  # Triton's {"latest": {...}} shape
     groups = doc.get("instance_group")
     if isinstance(groups, list) and groups and isinstance(groups[0], dict):
         out["replicas"] = int(groups[0].get("count", 1))

@@ -1,0 +1,252 @@
+"""Models loaded, reloaded and unloaded while the server serves (a real server, real requests)."""
+
+from __future__ import annotations
+
+import http.client
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+from torchplace.serve.running import ServerThread
+
+from .conftest import test_config
+from .repository_helpers import expected, infer_body, write_model, write_version
+
+BODY = orjson.dumps(infer_body())
+
+
+def _call(port: int, method: str, path: str, body: bytes | None = None) -> tuple[int, Any]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        conn.request(method, path, body=body, headers=headers)
+        response = conn.getresponse()
+        raw = response.read()
+        return response.status, orjson.loads(raw) if raw else None
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def repository(tmp_path: Path) -> Path:
+    for name in ("a", "b", "c"):
+        write_model(tmp_path, name)
+    return tmp_path
+
+
+@pytest.fixture
+def server(repository: Path) -> Iterator[ServerThread]:
+    config = test_config(
+        device="cpu",
+        model_repository=repository,
+        model_control_mode="explicit",
+        load_models=("*",),
+        grpc_port=0,
+    )
+    with ServerThread(config) as thread:
+        yield thread
+
+
+@dataclass
+class Answer:
+    sent: float
+    done: float
+    status: int
+    version: str
+    output: np.ndarray | None
+    error: str
+
+
+class Load:
+    """Bounded concurrent load: ``per_model`` threads per model, each one request at a time."""
+
+    def __init__(self, port: int, models: tuple[str, ...], per_model: int = 2) -> None:
+        self.port = port
+        self.stop = threading.Event()
+        self.answers: dict[tuple[str, int], list[Answer]] = {}
+        self.threads = [
+            threading.Thread(target=self._run, args=(m, i), daemon=True)
+            for m in models
+            for i in range(per_model)
+        ]
+
+    def _run(self, model: str, index: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        log = self.answers.setdefault((model, index), [])
+        deadline = time.monotonic() + 60.0  # bounded in time and count
+        while not self.stop.is_set() and time.monotonic() < deadline and len(log) < 5000:
+            sent = time.monotonic()
+            conn.request("POST", f"/v2/models/{model}/infer", body=BODY,
+                         headers={"Content-Type": "application/json"})  # fmt: skip
+            response = conn.getresponse()
+            doc = orjson.loads(response.read())
+            done = time.monotonic()
+            if response.status == 200:
+                out = np.asarray(doc["outputs"][0]["data"], np.float32).reshape(1, 2)
+                log.append(Answer(sent, done, 200, doc["model_version"], out, ""))
+            else:
+                log.append(Answer(sent, done, response.status, "", None, doc["error"]))
+        conn.close()
+
+    def of(self, model: str) -> list[Answer]:
+        return sorted(
+            (a for (m, _), log in self.answers.items() if m == model for a in log),
+            key=lambda a: a.done,
+        )
+
+    def wait_for(self, model: str, count: int, version: str = "") -> None:
+        deadline = time.monotonic() + 30.0
+        while time.monotonic() < deadline:
+            if sum(1 for a in self.of(model) if not version or a.version == version) >= count:
+                return
+            time.sleep(0.01)
+        raise AssertionError(f"{model} did not get {count} answers of version {version!r}")
+
+    def __enter__(self) -> Load:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(30)
+
+
+def test_three_models_reload_and_unload_under_load(
+    server: ServerThread, repository: Path
+) -> None:
+    port = server.port
+    with Load(port, ("a", "b", "c")) as load:
+        for model in ("a", "b", "c"):
+            load.wait_for(model, 30)
+        write_version(repository, "a", 2, scale=2.0)
+        status, body = _call(port, "POST", "/v2/repository/models/a/load", b"{}")
+        assert status == 200, body
+        status, body = _call(port, "POST", "/v2/repository/models/c/unload", b"{}")
+        assert status == 200, body
+        load.wait_for("a", 30, version="2")
+        load.wait_for("b", len(load.of("b")) + 30)
+    a, b, c = load.of("a"), load.of("b"), load.of("c")
+    # zero failed requests on the models that stay
+    assert all(x.status == 200 for x in a), [x.error for x in a if x.status != 200][:3]
+    assert all(x.status == 200 and x.version == "1" for x in b)
+    # the reloaded model's answers switch at one point in time: on each connection version 1
+    # then version 2, and no request sent after any version 2 answer arrived got version 1
+    # (requests admitted before the switch finish on version 1, so across connections a late
+    # v1 answer may complete just after the first v2 one: completion order is per connection)
+    for log in _per_connection(load, "a"):
+        versions = [x.version for x in log]
+        assert versions == sorted(versions), versions  # "1"... then "2"...
+    old = [x for x in a if x.version == "1"]
+    new = [x for x in a if x.version == "2"]
+    assert old and new
+    assert max(x.sent for x in old) < min(x.done for x in new)
+    for x in old:
+        np.testing.assert_allclose(x.output, expected(1.0), rtol=1e-5)  # type: ignore[arg-type]
+    for x in new:
+        np.testing.assert_allclose(x.output, expected(2.0), rtol=1e-5)  # type: ignore[arg-type]
+    # the unloaded model: requests answered (drained), then a clear 404, nothing else
+    for log in _per_connection(load, "c"):
+        statuses = [x.status for x in log]
+        assert statuses == sorted(statuses) and set(statuses) <= {200, 404}, statuses
+    served = [x for x in c if x.status == 200]
+    gone = [x for x in c if x.status == 404]
+    assert served and gone and max(x.sent for x in served) < min(x.done for x in gone)
+    assert "unknown model 'c'; this server serves 'a', 'b'" in gone[-1].error
+    switch = len(old)
+    first_404 = len(served)
+    print(f"a: {switch} answers of v1 then {len(new)} of v2; b: {len(b)}; c: {first_404} then 404")
+
+
+def _per_connection(load: Load, model: str) -> list[list[Answer]]:
+    return [log for (m, _), log in load.answers.items() if m == model]
+
+
+def test_a_reload_with_bad_weights_leaves_the_old_version_serving(
+    server: ServerThread, repository: Path
+) -> None:
+    port = server.port
+    folder = repository / "a" / "2"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"not a safetensors file")
+    status, body = _call(port, "POST", "/v2/repository/models/a/load", b"{}")
+    assert status == 400
+    assert "model.safetensors" in body["error"]
+    status, body = _call(port, "POST", "/v2/models/a/infer", BODY)
+    assert status == 200 and body["model_version"] == "1"
+    _, index = _call(port, "POST", "/v2/repository/index", b"{}")
+    states = {(e["name"], e["version"]): e for e in index}
+    assert states[("a", "1")]["state"] == "READY"
+    assert states[("a", "2")]["state"] == "UNAVAILABLE"
+    assert "model.safetensors" in states[("a", "2")]["reason"]
+
+
+def test_a_failed_dry_run_leaves_the_old_version_serving(
+    server: ServerThread, repository: Path
+) -> None:
+    config = 'source = "seed-mlp"\noutputs = ["output:FP32:-1,3"]\n'  # the model gives 2
+    (repository / "a" / "config.toml").write_text(config)
+    write_version(repository, "a", 2, scale=2.0)
+    status, body = _call(server.port, "POST", "/v2/repository/models/a/load", b"{}")
+    assert status == 400 and "declared [3]" in body["error"], body
+    status, body = _call(server.port, "POST", "/v2/models/a/infer", BODY)
+    assert status == 200 and body["model_version"] == "1"
+
+
+def test_load_with_an_inline_config_and_specific_versions(
+    server: ServerThread, repository: Path
+) -> None:
+    write_version(repository, "b", 2, scale=2.0)
+    config = orjson.dumps({"max_batch_size": 4, "version_policy": {"all": {}}}).decode()
+    body = orjson.dumps({"parameters": {"config": config}})
+    status, answer = _call(server.port, "POST", "/v2/repository/models/b/load", body)
+    assert status == 200, answer
+    _, doc = _call(server.port, "GET", "/v2/models/b/versions/1/config")
+    assert doc["max_batch_size"] == 4
+    for version, scale in (("1", 1.0), ("2", 2.0)):
+        status, out = _call(server.port, "POST", f"/v2/models/b/versions/{version}/infer", BODY)
+        assert status == 200 and out["model_version"] == version
+        got = np.asarray(out["outputs"][0]["data"], np.float32).reshape(1, 2)
+        np.testing.assert_allclose(got, expected(scale), rtol=1e-5)
+    _, latest = _call(server.port, "POST", "/v2/models/b/infer", BODY)
+    assert latest["model_version"] == "2"
+
+
+def test_metrics_and_statistics_cover_every_model(server: ServerThread) -> None:
+    for model in ("a", "b", "c"):
+        assert _call(server.port, "POST", f"/v2/models/{model}/infer", BODY)[0] == 200
+    _, stats = _call(server.port, "GET", "/v2/models/stats")
+    assert sorted(s["name"] for s in stats["model_stats"]) == ["a", "b", "c"]
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    requests = families["torchplace_requests"]
+    models = {s.labels["model"] for s in requests.samples if s.labels.get("status") == "200"}
+    assert models == {"a", "b", "c"}
+    assert text.count("# TYPE torchplace_requests_total counter") <= 1
+
+
+def test_unknown_model_lists_the_known_ones(server: ServerThread) -> None:
+    status, body = _call(server.port, "POST", "/v2/models/zz/infer", BODY)
+    assert status == 404
+    assert body["error"] == "unknown model 'zz'; this server serves 'a', 'b', 'c'"
+    status, body = _call(server.port, "GET", "/v2/models/a/versions/9/ready")
+    assert status == 404 and "available: '1'" in body["error"]
+
+
+def test_server_metadata_lists_the_repository_extension(server: ServerThread) -> None:
+    _, meta = _call(server.port, "GET", "/v2")
+    assert "model_repository" in meta["extensions"]
+
