@@ -17,6 +17,7 @@ import pytest
 from torchplace.serve.running import ServerThread
 
 from .conftest import test_config
+from .engine_helpers import save_exported
 from .repository_helpers import expected, infer_body, write_model, write_version
 
 BODY = orjson.dumps(infer_body())
@@ -48,8 +49,7 @@ def server(repository: Path) -> Iterator[ServerThread]:
         model_repository=repository,
         model_control_mode="explicit",
         load_models=("*",),
-        grpc_port=0,
-    )
+    )  # gRPC on any free port too
     with ServerThread(config) as thread:
         yield thread
 
@@ -250,3 +250,120 @@ def test_server_metadata_lists_the_repository_extension(server: ServerThread) ->
     _, meta = _call(server.port, "GET", "/v2")
     assert "model_repository" in meta["extensions"]
 
+
+
+def test_kserve_agent_calls_as_it_sends_them(tmp_path: Path) -> None:
+    """KServe's model puller (pkg/agent/puller.go) downloads a model into MODEL_DIR/NAME, then
+    POSTs '{}' as application/json to /v2/repository/models/NAME/load; to remove one it
+    deletes the directory first, then POSTs '{}' to .../unload. Both must answer 200."""
+    import shutil
+
+    import torch
+
+    from torchplace.models import build_model
+
+    config = test_config(
+        device="cpu", model_repository=tmp_path, model_control_mode="explicit", grpc_port=0
+    )
+    with ServerThread(config) as thread:
+        port = thread.port
+        folder = tmp_path / "iris"  # what the puller downloaded: one exported program
+        folder.mkdir()
+        save_exported(folder / "model.pt2", build_model("seed-mlp"), torch.zeros(2, 8))
+        status, body = _call(port, "POST", "/v2/repository/models/iris/load", b"{}")
+        assert status == 200, body
+        status, out = _call(port, "POST", "/v2/models/iris/infer", BODY)
+        assert status == 200
+        got = np.asarray(out["outputs"][0]["data"], np.float32).reshape(1, 2)
+        np.testing.assert_allclose(got, expected(1.0), rtol=1e-5)
+        shutil.rmtree(folder)
+        status, body = _call(port, "POST", "/v2/repository/models/iris/unload", b"{}")
+        assert status == 200, body
+        status, body = _call(port, "POST", "/v2/models/iris/infer", BODY)
+        assert status == 404
+
+
+def test_load_and_unload_are_refused_in_mode_none(repository: Path) -> None:
+    config = test_config(device="cpu", model_repository=repository, grpc_port=0)
+    with ServerThread(config) as thread:
+        _, index = _call(thread.port, "POST", "/v2/repository/index", b"")
+        assert [(e["name"], e["state"]) for e in index] == [
+            ("a", "READY"), ("b", "READY"), ("c", "READY")
+        ]  # fmt: skip
+        for action in ("load", "unload"):
+            status, body = _call(thread.port, "POST", f"/v2/repository/models/a/{action}")
+            assert status == 403
+            assert "not allowed in model control mode 'none'" in body["error"]
+            assert "--model-control-mode explicit" in body["error"]
+
+
+def test_poll_mode_loads_new_models_and_unloads_removed_ones(repository: Path) -> None:
+    import shutil
+
+    config = test_config(
+        device="cpu",
+        model_repository=repository,
+        model_control_mode="poll",
+        repository_poll_secs=0.1,
+        grpc_port=0,
+    )
+
+    def wait(path: str, want: int) -> None:
+        deadline = time.monotonic() + 30
+        while _call(thread.port, "POST", path, BODY)[0] != want:
+            assert time.monotonic() < deadline, f"{path} never answered {want}"
+            time.sleep(0.05)
+
+    with ServerThread(config) as thread:
+        write_model(repository, "d", scale=3.0)
+        wait("/v2/models/d/infer", 200)
+        write_version(repository, "d", 2, scale=2.0)
+        wait("/v2/models/d/versions/2/infer", 200)
+        shutil.rmtree(repository / "b")
+        wait("/v2/models/b/infer", 404)
+        status, _ = _call(thread.port, "POST", "/v2/repository/models/a/load", b"{}")
+        assert status == 403  # Triton: no explicit load while polling
+
+
+def test_one_bad_model_config_does_not_stop_the_others(repository: Path) -> None:
+    (repository / "b" / "config.toml").write_text('source = "seed-mlp"\nreplica = 2\n')
+    config = test_config(device="cpu", model_repository=repository, grpc_port=0)
+    with ServerThread(config) as thread:
+        assert _call(thread.port, "POST", "/v2/models/a/infer", BODY)[0] == 200
+        assert _call(thread.port, "POST", "/v2/models/c/infer", BODY)[0] == 200
+        _, index = _call(thread.port, "POST", "/v2/repository/index", b"{}")
+        bad = [e for e in index if e["name"] == "b"]
+        assert bad[0]["state"] == "UNAVAILABLE"
+        reason = bad[0]["reason"]
+        assert str(repository / "b" / "config.toml") in reason
+        assert "'replica' is not a setting" in reason and "replicas" in reason
+
+
+def test_repository_twins_over_grpc(server: ServerThread, repository: Path) -> None:
+    grpcclient = pytest.importorskip("tritonclient.grpc")
+    from tritonclient.utils import InferenceServerException
+
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+    index = client.get_model_repository_index(as_json=True)["models"]
+    assert {(m["name"], m["version"], m["state"]) for m in index} == {
+        ("a", "1", "READY"), ("b", "1", "READY"), ("c", "1", "READY")
+    }  # fmt: skip
+    write_version(repository, "a", 2, scale=2.0)
+    client.load_model("a")
+    x = grpcclient.InferInput("input", [1, 8], "FP32")
+    x.set_data_from_numpy(np.linspace(-1.0, 1.0, 8, dtype=np.float32).reshape(1, 8))
+    result = client.infer("a", [x])
+    assert result.get_response().model_version == "2"
+    np.testing.assert_allclose(result.as_numpy("output"), expected(2.0), rtol=1e-5)
+    client.load_model("b", config=orjson.dumps({"max_batch_size": 2}).decode())
+    assert client.get_model_config("b", as_json=True)["config"]["max_batch_size"] == 2
+    client.unload_model("c")
+    with pytest.raises(InferenceServerException) as caught:
+        client.infer("c", [x])
+    assert "StatusCode.NOT_FOUND" in str(caught.value.status())
+    with pytest.raises(InferenceServerException) as caught:
+        client.load_model("nope")
+    assert "StatusCode.INVALID_ARGUMENT" in str(caught.value.status())
+    assert "model 'nope' is not in the repository" in caught.value.message()
+    ready = client.get_model_repository_index(ready=True, as_json=True)["models"]
+    assert {(m["name"], m["version"]) for m in ready} == {("a", "2"), ("b", "1")}
