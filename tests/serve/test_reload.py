@@ -365,5 +365,7 @@ def test_repository_twins_over_grpc(server: ServerThread, repository: Path) -> N
         client.load_model("nope")
     assert "StatusCode.INVALID_ARGUMENT" in str(caught.value.status())
     assert "model 'nope' is not in the repository" in caught.value.message()
-    ready = client.get_model_repository_index(ready=True, as_json=True)["models"]
-    assert {(m["name"], m["version"]) for m in ready} == {("a", "2"), ("b", "1")}
+    index = client.get_model_repository_index(as_json=True)["models"]
+    ready = {(m["name"], m["version"]) for m in index if m["state"] == "READY"}
+    assert ready == {("a", "2"), ("b", "1")}
+    assert {"name": "c", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"} in index
