@@ -23,11 +23,14 @@ def write_version(root: Path, name: str, version: int, scale: float) -> Path:
     return folder
 
 
-def write_model(root: Path, name: str, scale: float = 1.0, config: str = CONFIG) -> Path:
-    """A model directory with its config and version 1."""
-    (root / name).mkdir(parents=True, exist_ok=True)
+def write_model(
+    root: Path, name: str, scale: float = 1.0, config: str = CONFIG, weights: bool = True
+) -> Path:
+    """A model directory with its config and version 1 (without weights: the source's own)."""
+    (root / name / "1").mkdir(parents=True, exist_ok=True)
     (root / name / "config.toml").write_text(config)
-    write_version(root, name, 1, scale)
+    if weights:
+        write_version(root, name, 1, scale)
     return root / name
 
 
