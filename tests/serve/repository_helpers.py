@@ -47,6 +47,11 @@ def expected(scale: float, x: np.ndarray = X) -> np.ndarray:
 def infer_body(x: np.ndarray = X) -> dict[str, object]:
     return {
         "inputs": [
-            {"name": "input", "datatype": "FP32", "shape": list(x.shape), "data": x.ravel().tolist()}
+            {
+                "name": "input",
+                "datatype": "FP32",
+                "shape": list(x.shape),
+                "data": x.ravel().tolist(),
+            }
         ]
     }

@@ -87,7 +87,8 @@ def test_a_server_refuses_a_load_over_the_budget_and_keeps_serving(tmp_path: Pat
         assert f"only {(budget - 3 * seed) / 2**20:.1f} MiB" in message
         status, index = _post(thread.port, "/v2/repository/index")
         big = [e for e in index if e["name"] == "big"]  # type: ignore[union-attr]
-        assert big[0]["state"] == "UNAVAILABLE" and "needs" in big[0]["reason"]
+        assert big[0]["state"] == "UNAVAILABLE"
+        assert "needs" in big[0]["reason"]
         infer = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 8],
                              "data": [0.5] * 8}]}  # fmt: skip
         assert _post(thread.port, "/v2/models/a/infer", orjson.dumps(infer))[0] == 200
@@ -130,8 +131,10 @@ def test_a_load_over_the_free_cuda_memory_is_refused(tmp_path: Path) -> None:
     with ServerThread(config) as thread:
         status, body = _post(thread.port, "/v2/repository/models/huge/load")
         assert status == 409, body
-        assert "model 'huge' needs" in body["error"] and "on cuda:0" in body["error"]
-        assert "device free: " in body["error"] and "device free: unknown" not in body["error"]
+        assert "model 'huge' needs" in body["error"]
+        assert "on cuda:0" in body["error"]
+        assert "device free: " in body["error"]
+        assert "device free: unknown" not in body["error"]
         print(body["error"], f"(free before: {free} bytes)")
         infer = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 8],
                              "data": [0.5] * 8}]}  # fmt: skip

@@ -120,9 +120,7 @@ class Load:
             thread.join(30)
 
 
-def test_three_models_reload_and_unload_under_load(
-    server: ServerThread, repository: Path
-) -> None:
+def test_three_models_reload_and_unload_under_load(server: ServerThread, repository: Path) -> None:
     port = server.port
     with Load(port, ("a", "b", "c")) as load:
         for model in ("a", "b", "c"):
@@ -147,7 +145,8 @@ def test_three_models_reload_and_unload_under_load(
         assert versions == sorted(versions), versions  # "1"... then "2"...
     old = [x for x in a if x.version == "1"]
     new = [x for x in a if x.version == "2"]
-    assert old and new
+    assert old
+    assert new
     assert max(x.sent for x in old) < min(x.done for x in new)
     for x in old:
         np.testing.assert_allclose(x.output, expected(1.0), rtol=1e-5)  # type: ignore[arg-type]
@@ -156,10 +155,13 @@ def test_three_models_reload_and_unload_under_load(
     # the unloaded model: requests answered (drained), then a clear 404, nothing else
     for log in _per_connection(load, "c"):
         statuses = [x.status for x in log]
-        assert statuses == sorted(statuses) and set(statuses) <= {200, 404}, statuses
+        assert statuses == sorted(statuses), statuses
+        assert set(statuses) <= {200, 404}, statuses
     served = [x for x in c if x.status == 200]
     gone = [x for x in c if x.status == 404]
-    assert served and gone and max(x.sent for x in served) < min(x.done for x in gone)
+    assert served
+    assert gone
+    assert max(x.sent for x in served) < min(x.done for x in gone)
     assert "unknown model 'c'; this server serves 'a', 'b'" in gone[-1].error
     switch = len(old)
     first_404 = len(served)
@@ -181,7 +183,8 @@ def test_a_reload_with_bad_weights_leaves_the_old_version_serving(
     assert status == 400
     assert "model.safetensors" in body["error"]
     status, body = _call(port, "POST", "/v2/models/a/infer", BODY)
-    assert status == 200 and body["model_version"] == "1"
+    assert status == 200
+    assert body["model_version"] == "1"
     _, index = _call(port, "POST", "/v2/repository/index", b"{}")
     states = {(e["name"], e["version"]): e for e in index}
     assert states[("a", "1")]["state"] == "READY"
@@ -196,9 +199,11 @@ def test_a_failed_dry_run_leaves_the_old_version_serving(
     (repository / "a" / "config.toml").write_text(config)
     write_version(repository, "a", 2, scale=2.0)
     status, body = _call(server.port, "POST", "/v2/repository/models/a/load", b"{}")
-    assert status == 400 and "declared [3]" in body["error"], body
+    assert status == 400, body
+    assert "declared [3]" in body["error"]
     status, body = _call(server.port, "POST", "/v2/models/a/infer", BODY)
-    assert status == 200 and body["model_version"] == "1"
+    assert status == 200
+    assert body["model_version"] == "1"
 
 
 def test_load_with_an_inline_config_and_specific_versions(
@@ -213,7 +218,8 @@ def test_load_with_an_inline_config_and_specific_versions(
     assert doc["max_batch_size"] == 4
     for version, scale in (("1", 1.0), ("2", 2.0)):
         status, out = _call(server.port, "POST", f"/v2/models/b/versions/{version}/infer", BODY)
-        assert status == 200 and out["model_version"] == version
+        assert status == 200
+        assert out["model_version"] == version
         got = np.asarray(out["outputs"][0]["data"], np.float32).reshape(1, 2)
         np.testing.assert_allclose(got, expected(scale), rtol=1e-5)
     _, latest = _call(server.port, "POST", "/v2/models/b/infer", BODY)
@@ -243,13 +249,13 @@ def test_unknown_model_lists_the_known_ones(server: ServerThread) -> None:
     assert status == 404
     assert body["error"] == "unknown model 'zz'; this server serves 'a', 'b', 'c'"
     status, body = _call(server.port, "GET", "/v2/models/a/versions/9/ready")
-    assert status == 404 and "available: '1'" in body["error"]
+    assert status == 404
+    assert "available: '1'" in body["error"]
 
 
 def test_server_metadata_lists_the_repository_extension(server: ServerThread) -> None:
     _, meta = _call(server.port, "GET", "/v2")
     assert "model_repository" in meta["extensions"]
-
 
 
 def test_kserve_agent_calls_as_it_sends_them(tmp_path: Path) -> None:
@@ -336,7 +342,8 @@ def test_one_bad_model_config_does_not_stop_the_others(repository: Path) -> None
         assert bad[0]["state"] == "UNAVAILABLE"
         reason = bad[0]["reason"]
         assert str(repository / "b" / "config.toml") in reason
-        assert "'replica' is not a setting" in reason and "replicas" in reason
+        assert "'replica' is not a setting" in reason
+        assert "replicas" in reason
 
 
 def test_repository_twins_over_grpc(server: ServerThread, repository: Path) -> None:

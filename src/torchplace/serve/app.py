@@ -47,7 +47,7 @@ from torchplace.serve.metrics import merged_text
 from torchplace.serve.registry import ModelHandle
 from torchplace.serve.repository import inline_config, model_names
 from torchplace.serve.routes import MODEL, REPOSITORY, ROUTES
-from torchplace.serve.triton import EXTENSIONS, model_config, model_statistics
+from torchplace.serve.triton import EXTENSIONS, model_statistics
 
 if TYPE_CHECKING:
     from torchplace.serve.config import ServeConfig
@@ -312,7 +312,9 @@ class App:
         what = rest[0].decode(errors="replace") if rest else ""
         if len(rest) > 1 or what not in ("", "ready", "infer", "config", "stats"):
             return error_response(404, f"no route {_text(request.path)}")
-        canonical = MODEL.replace("{MODEL_NAME}", name) + (f"/versions/{version}" if version else "")
+        canonical = MODEL.replace("{MODEL_NAME}", name) + (
+            f"/versions/{version}" if version else ""
+        )
         request.path = (canonical + ("/" + what if what else "")).encode()
         if request.path not in self._routes:
             return error_response(404, f"no route {_text(request.path)}")

@@ -194,10 +194,15 @@ class ServeConfig:
             if not isinstance(value, tuple) or not all(isinstance(v, str) and v for v in value):
                 fail(name, value, "give a tuple of non-empty names")
         if self.models and any(
-            getattr(self, k) is not None for k in ("name", "weights", "exported", "inputs", "outputs")
+            getattr(self, k) is not None
+            for k in ("name", "weights", "exported", "inputs", "outputs")
         ):
-            fail("models", self.models, "with several --model, --name, --weights, --exported, "
-                 "--input and --output are ambiguous; give them per model in a --model-repository")
+            fail(
+                "models",
+                self.models,
+                "with several --model, --name, --weights, --exported, "
+                "--input and --output are ambiguous; give them per model in a --model-repository",
+            )
 
     def _check_model_and_devices(self, fail: Any) -> None:
         for name in ("model", "model_version", "device", "host"):

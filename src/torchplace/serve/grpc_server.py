@@ -56,10 +56,10 @@ from google.protobuf import json_format
 
 from torchplace import __version__
 from torchplace.errors import ConfigError, NotReadyError, OverloadedError, ServeError
-from torchplace.serve.repository import inline_config, model_names
 from torchplace.serve.grpc_codec import decode_infer_request, encode_infer_response
 from torchplace.serve.proto import grpc_service_pb2 as pb
 from torchplace.serve.proto import model_config_pb2 as config_pb
+from torchplace.serve.repository import inline_config, model_names
 from torchplace.serve.triton import EXTENSIONS, model_config, model_statistics
 
 if TYPE_CHECKING:
@@ -203,7 +203,9 @@ class GrpcServer:
             "RepositoryIndex": (self._repository_index, pb.RepositoryIndexRequest, False),
             "RepositoryModelLoad": (self._repository_load, pb.RepositoryModelLoadRequest, False),
             "RepositoryModelUnload": (
-                self._repository_unload, pb.RepositoryModelUnloadRequest, False
+                self._repository_unload,
+                pb.RepositoryModelUnloadRequest,
+                False,
             ),
         }
         handlers = {

@@ -26,8 +26,6 @@ from torchplace.errors import InsufficientMemoryError
 from torchplace.serve.datatypes import host_torch_dtype
 
 if TYPE_CHECKING:
-    import torch
-
     from torchplace.serve.loader import LoadedModel
 
 __all__ = ["MemoryCheck", "cuda_free_bytes", "estimate", "parse_bytes"]

@@ -379,4 +379,4 @@ def merged_text(engines: Iterable[object]) -> bytes:
         for registry in (getattr(getattr(e, "metrics", None), "registry", None) for e in engines)
         if isinstance(registry, CollectorRegistry)
     ]
-    return generate_latest(_Merged(registries))  # type: ignore[arg-type]
+    return generate_latest(_Merged(registries))

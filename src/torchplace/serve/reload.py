@@ -246,11 +246,13 @@ class ModelControl:
         assert self.root is not None
         names = model_names(self.root)
         for name in names:
+            stamp: Any
             try:
                 stamp = read_model(self.root, name).fingerprint()
             except ConfigError as exc:
                 stamp = str(exc)
             if self._stamps.get(name) != stamp:
+                self._stamps[name] = stamp  # a broken model is reported once per change
                 with contextlib.suppress(ModelLoadError):
                     await self._load(name, None)
         for name in self.registry.names():

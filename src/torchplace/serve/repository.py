@@ -156,8 +156,8 @@ def read_model(root: Path, name: str, inline: Mapping[str, Any] | None = None) -
         data = load_config_file(config_file)
     elif inline is None and not _model_files(directory, "*.pt2"):
         raise ConfigError(
-            f"{where} is missing; write one with at least source = \"seed-mlp\" (an embedded "
-            "model) or \"module:callable\""
+            f'{where} is missing; write one with at least source = "seed-mlp" (an embedded '
+            'model) or "module:callable"'
         )
     if inline is not None:
         data = {**data, **inline}
@@ -232,8 +232,11 @@ def _policy(where: str, raw: Any) -> VersionPolicy:
         return VersionPolicy("latest", value)
     if kind == "all" and value is True:
         return VersionPolicy("all")
-    if kind == "specific" and isinstance(value, list) and value and all(
-        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
+    if (
+        kind == "specific"
+        and isinstance(value, list)
+        and value
+        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
     ):
         return VersionPolicy("specific", versions=tuple(value))
     raise _fail(where, f"version_policy.{kind}", f"= {value!r} is invalid", fix)
@@ -246,7 +249,7 @@ def triton_settings(text: str) -> dict[str, Any]:
     except ValueError as exc:
         raise ConfigError(f"inline config is not JSON: {exc}; send a JSON object") from None
     if not isinstance(doc, dict):
-        raise ConfigError("inline config must be a JSON object, e.g. {\"max_batch_size\": 8}")
+        raise ConfigError('inline config must be a JSON object, e.g. {"max_batch_size": 8}')
     out: dict[str, Any] = {k: v for k, v in doc.items() if k in _KEYS}
     batching: dict[str, Any] = dict(out.pop("batching", {}))
     if "max_batch_size" in doc:
