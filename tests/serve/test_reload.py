@@ -376,3 +376,19 @@ def test_repository_twins_over_grpc(server: ServerThread, repository: Path) -> N
     ready = {(m["name"], m["version"]) for m in index if m["state"] == "READY"}
     assert ready == {("a", "2"), ("b", "1")}
     assert {"name": "c", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"} in index
+
+
+def test_repeated_model_flags_serve_several_models_on_one_device() -> None:
+    config = test_config(device="cpu", model="seed-mlp", models=("wide-mlp",), grpc_port=0)
+    with ServerThread(config) as thread:
+        status, out = _call(thread.port, "POST", "/v2/models/seed-mlp/infer", BODY)
+        assert status == 200
+        assert out["model_name"] == "seed-mlp"
+        wide = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 512],
+                            "data": [0.1] * 512}]}  # fmt: skip
+        status, out = _call(thread.port, "POST", "/v2/models/wide-mlp/infer", orjson.dumps(wide))
+        assert status == 200
+        assert out["outputs"][0]["shape"] == [1, 512]
+        assert thread.app is not None
+        devices = {str(r.device) for h in thread.app.registry.handles() for r in h.engine.replicas}  # type: ignore[attr-defined]
+        assert devices == {"cpu"}
