@@ -86,7 +86,7 @@ def test_no_version_directory_and_no_config(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no numbered version directory; create"):
         read_model(tmp_path, "m")
     (tmp_path / "n" / "1").mkdir(parents=True)
-    with pytest.raises(ConfigError, match="config.toml is missing; write one"):
+    with pytest.raises(ConfigError, match=r"config\.toml is missing; write one"):
         read_model(tmp_path, "n")
     with pytest.raises(ConfigError, match="model 'zz' is not in the repository"):
         read_model(tmp_path, "zz")
