@@ -392,3 +392,18 @@ def test_repeated_model_flags_serve_several_models_on_one_device() -> None:
         assert thread.app is not None
         devices = {str(r.device) for h in thread.app.registry.handles() for r in h.engine.replicas}  # type: ignore[attr-defined]
         assert devices == {"cpu"}
+
+
+def test_several_models_write_a_trace_file_each(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.json"
+    config = test_config(
+        device="cpu", model="seed-mlp", models=("wide-mlp",), grpc_port=0, trace_file=trace
+    )
+    with ServerThread(config) as thread:
+        assert _call(thread.port, "POST", "/v2/models/seed-mlp/infer", BODY)[0] == 200
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "trace.seed-mlp.1.json",
+        "trace.wide-mlp.1.json",
+    ]
+    events = orjson.loads((tmp_path / "trace.seed-mlp.1.json").read_bytes())
+    assert events

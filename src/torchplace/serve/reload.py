@@ -151,7 +151,8 @@ class ModelControl:
             try:
                 recipes = self._versions(name, inline)
             except ConfigError as exc:
-                self.registry.mark(name, "", "UNAVAILABLE", str(exc))
+                if self.root is not None and (self.root / name).is_dir():
+                    self.registry.mark(name, "", "UNAVAILABLE", str(exc))
                 logger.error("model %s: %s", name, exc)
                 raise ModelLoadError(str(exc)) from None
             fresh: list[ModelHandle] = []
@@ -205,7 +206,7 @@ class ModelControl:
         from torchplace.serve.loader import load_model
         from torchplace.serve.startup import full_device, resolve_devices
 
-        config = self.config.with_overrides(settings, source=source)
+        config = self._traced(self.config.with_overrides(settings, source=source))
         loop = asyncio.get_running_loop()
         loaded: LoadedModel = await loop.run_in_executor(
             None,
@@ -230,6 +231,15 @@ class ModelControl:
         self.memory.reserve(owner, needs)
         handle.views["memory"] = owner
         return handle
+
+    def _traced(self, config: ServeConfig) -> ServeConfig:
+        """With several models, each version writes its own trace file (NAME.VERSION added)."""
+        path = config.trace_file
+        if path is None or (self.root is None and not config.models and not self.config.models):
+            return config
+        name = config.name or config.model.replace(":", "-")
+        stem = f"{path.stem}.{name}.{config.model_version}"
+        return config.with_overrides({"trace_file": path.with_name(stem + path.suffix)})
 
     # -- poll ------------------------------------------------------------------------------
     async def _poll(self) -> None:
