@@ -255,7 +255,10 @@ class GrpcServer:
 
     def _model(self, name: str, version: str) -> _Served:
         """The gRPC view of the model ``name`` (at ``version``, '' = the latest)."""
-        handle = self._handle(name, version)
+        return self._served(self._handle(name, version))
+
+    def _served(self, handle: ModelHandle) -> _Served:
+        """The gRPC view of a model version (its messages built once)."""
         served: _Served | None = handle.views.get("grpc")
         if served is None:
             served = handle.views["grpc"] = _Served(handle.engine, self.config.metrics)
@@ -320,7 +323,7 @@ class GrpcServer:
         handle: ModelHandle | None = None
         try:
             handle = self._handle(request.model_name, request.model_version).enter()
-            served = self._model(handle.name, handle.version)
+            served = self._served(handle)
             return await self._infer(served.engine, request, context)
         except _Abort as exc:
             code = exc.code
