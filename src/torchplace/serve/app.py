@@ -1,8 +1,9 @@
-"""The Open Inference Protocol routes of ``torchplace serve`` over one engine.
+"""The Open Inference Protocol routes of ``torchplace serve`` over the models it serves.
 
-:class:`App` maps KServe v2 REST routes (declared in :mod:`torchplace.serve.routes`) onto an
-engine (anything shaped like :class:`EngineLike`, in practice
-:class:`torchplace.serve.engine.Engine`) and serves them with
+:class:`App` maps KServe v2 REST routes (declared in :mod:`torchplace.serve.routes`) onto the
+engines of a :class:`~torchplace.serve.registry.Registry` (one per model version: anything
+shaped like :class:`EngineLike`, in practice :class:`torchplace.serve.engine.Engine`), looked up
+by name and version at each request, and serves them with
 :class:`~torchplace.serve.http.HttpServer`. :meth:`App.shutdown` drains: readiness turns false,
 new inference requests get 503, queued and in-flight ones finish, within the drain timeout.
 Running an app (signals, a background thread) is :mod:`torchplace.serve.running`'s.
@@ -10,7 +11,9 @@ Running an app (signals, a background thread) is :mod:`torchplace.serve.running`
 Routes: ``GET /v2/health/live``, ``GET /v2/health/ready``, ``GET /v2``, ``GET /v2/models/{name}``
 ``[/versions/{v}]``, ``GET .../ready``, ``POST .../infer``, ``GET .../config`` and ``GET .../stats``
 (Triton's model configuration and statistics extensions, :mod:`torchplace.serve.triton`),
-``GET /v2/models/stats``, ``GET /metrics`` (Prometheus) and ``GET /v2/openapi.json``.
+``GET /v2/models/stats``, ``GET /metrics`` (Prometheus, every model's series), ``GET
+/v2/openapi.json`` and Triton's repository extension (``POST /v2/repository/index``,
+``.../models/{name}/load`` and ``/unload``, :mod:`torchplace.serve.reload`).
 Errors are ``{"error": "..."}`` with the statuses of the design's error table. With a bearer
 token configured every route but the two health probes needs ``Authorization: Bearer TOKEN``.
 """
@@ -111,7 +114,7 @@ _Route = Callable[[Request], "Response | Coroutine[Any, Any, Response]"]
 
 
 class App:
-    """KServe v2 routes over one engine."""
+    """KServe v2 routes over the models of a :class:`~torchplace.serve.reload.ModelControl`."""
 
     def __init__(self, control: ModelControl, config: ServeConfig) -> None:
         self.control = control
