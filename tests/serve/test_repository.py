@@ -140,3 +140,16 @@ def test_inline_config_overrides_the_file(tmp_path: Path) -> None:
     model = read_model(tmp_path, "m", {"replicas": 2})
     assert model.settings["replicas_per_device"] == 2
     assert model.source.endswith("config.toml with the inline config")
+
+
+def test_kserve_layout_with_a_torchplace_toml(tmp_path: Path) -> None:
+    folder = tmp_path / "seed"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"")
+    (folder / "torchplace.toml").write_text('model = "seed-mlp"\nmax-batch-size = 4\n')
+    model = read_model(tmp_path, "seed")
+    assert model.settings == {"model": "seed-mlp", "max_batch_size": 4}
+    assert model.version_settings("1")["weights"] == str(folder / "model.safetensors")
+    (folder / "torchplace.toml").write_text('model = "seed-mlp"\nport = 9\n')
+    with pytest.raises(ConfigError, match=r"torchplace\.toml: field 'port' is not a setting"):
+        read_model(tmp_path, "seed")

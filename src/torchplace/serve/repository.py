@@ -28,6 +28,10 @@
     [version_policy]                # one of: latest = N (default 1), all = true, specific = [1, 3]
     latest = 1
 
+A model directory without version directories that holds its model file directly (what
+KServe's model puller downloads) is version 1; its settings may then come from a
+``torchplace.toml`` as for ``--model_dir`` (``model = "seed-mlp"``, any batching setting).
+
 An error in one model's configuration names the file, the field and the fix
 (:class:`~torchplace.errors.ConfigError`); the other models are not affected. A load request
 may carry an inline configuration (Triton's ``parameters.config``, a JSON string): either these
@@ -57,6 +61,8 @@ __all__ = [
 ]
 
 CONFIG_NAME = "config.toml"
+#: the settings file of a KServe model directory, read when there is no config.toml
+KSERVE_CONFIG = "torchplace.toml"
 _WEIGHTS = (".safetensors", ".pt", ".pth")
 _KEYS = ("source", "weights", "exported", "inputs", "outputs", "dtype", "devices", "replicas",
          "batching", "version_policy")  # fmt: skip
@@ -152,8 +158,11 @@ def read_model(root: Path, name: str, inline: Mapping[str, Any] | None = None) -
         )
     data: dict[str, Any] = {}
     where = str(config_file)
+    kserve_file = directory / KSERVE_CONFIG
     if config_file.is_file():
         data = load_config_file(config_file)
+    elif kserve_file.is_file():  # a KServe model directory (see torchplace.serve.kserve)
+        where, data = str(kserve_file), _from_kserve(load_config_file(kserve_file))
     elif inline is None and not _model_files(directory, "*.pt2"):
         raise ConfigError(
             f'{where} is missing; write one with at least source = "seed-mlp" (an embedded '
@@ -191,6 +200,23 @@ def _checked(directory: Path, name: str, where: str, data: Mapping[str, Any]) ->
                         "give the file's name inside each version directory")  # fmt: skip
     return ModelDir(name, directory, where, settings, files["weights"], files["exported"],
                     policy, tuple(str(v) for v in chosen), flat)  # fmt: skip
+
+
+def _from_kserve(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A KServe model directory's ``torchplace.toml`` (``torchplace serve`` settings) in the
+    repository's terms: ``model`` is the source, batching settings go under ``batching``."""
+    renamed = {"model": "source", "replicas_per_device": "replicas"}
+    out: dict[str, Any] = {}
+    batching: dict[str, Any] = {}
+    for raw, value in data.items():
+        key = str(raw).replace("-", "_")
+        if key in _BATCHING:
+            batching[key] = value
+        else:
+            out[renamed.get(key, key)] = value
+    if batching:
+        out["batching"] = batching
+    return out
 
 
 def _model_files(folder: Path, pattern: str) -> list[Path]:
