@@ -407,3 +407,15 @@ def test_several_models_write_a_trace_file_each(tmp_path: Path) -> None:
     ]
     events = orjson.loads((tmp_path / "trace.seed-mlp.1.json").read_bytes())
     assert events
+
+
+def test_an_invalid_value_names_the_file_and_the_field(
+    server: ServerThread, repository: Path
+) -> None:
+    (repository / "a" / "config.toml").write_text('source = "seed-mlp"\nreplicas = 0\n')
+    status, body = _call(server.port, "POST", "/v2/repository/models/a/load", b"{}")
+    assert status == 400
+    assert body["error"] == (
+        f"{repository / 'a' / 'config.toml'}: replicas = 0 is invalid; give an integer >= 1"
+    )
+    assert _call(server.port, "POST", "/v2/models/a/infer", BODY)[0] == 200

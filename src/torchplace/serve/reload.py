@@ -49,6 +49,13 @@ __all__ = ["ModelControl", "model_settings"]
 
 logger = logging.getLogger("torchplace.serve")
 _MODEL_FIELDS = ("name", "weights", "exported", "inputs", "outputs")
+#: ServeConfig fields as a repository's config.toml names them
+_SETTING_NAMES = {
+    "replicas_per_device": "replicas",
+    "max_batch_size": "[batching] max_batch_size",
+    "max_delay_ms": "[batching] max_delay_ms",
+    "model": "source",
+}
 
 
 def model_settings(config: ServeConfig) -> list[dict[str, Any]]:
@@ -192,6 +199,8 @@ class ModelControl:
     def _load_error(exc: BaseException) -> ModelLoadError:
         if isinstance(exc, ModelLoadError):
             return exc
+        if isinstance(exc, TorchplaceError):
+            return ModelLoadError(str(exc))
         return ModelLoadError(f"{type(exc).__name__}: {exc}")
 
     async def _retire(self, handles: list[ModelHandle]) -> None:
@@ -206,7 +215,7 @@ class ModelControl:
         from torchplace.serve.loader import load_model
         from torchplace.serve.startup import full_device, resolve_devices
 
-        config = self._traced(self.config.with_overrides(settings, source=source))
+        config = self._traced(self._configured(settings, source))
         loop = asyncio.get_running_loop()
         loaded: LoadedModel = await loop.run_in_executor(
             None,
@@ -231,6 +240,17 @@ class ModelControl:
         self.memory.reserve(owner, needs)
         handle.views["memory"] = owner
         return handle
+
+    def _configured(self, settings: Mapping[str, Any], source: str) -> ServeConfig:
+        """The server's config with a version's settings; an invalid value names its file."""
+        try:
+            return self.config.with_overrides(settings, source=source)
+        except ConfigError as exc:
+            message = str(exc).removeprefix("serve config: ")
+            for ours, theirs in _SETTING_NAMES.items():
+                message = message.replace(f"{ours}=", f"{theirs} = ")
+            named = message if message.startswith(source) else f"{source}: {message}"
+            raise ConfigError(named) from None
 
     def _traced(self, config: ServeConfig) -> ServeConfig:
         """With several models, each version writes its own trace file (NAME.VERSION added)."""
