@@ -88,7 +88,8 @@ def _repository_flags(repo: argparse._ArgumentGroup) -> None:
         "--model-repository",
         metavar="DIR",
         help="serve the models of DIR: one directory per model with a config.toml and numbered "
-        "version directories (see docs/serve.md); --model adds models next to them",
+        "version directories (see docs/serve.md); a --model other than the default adds a model "
+        "next to them",
     )
     repo.add_argument(
         "--model-control-mode",
