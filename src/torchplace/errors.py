@@ -20,6 +20,10 @@ it.
     ├── GuardViolation               a crossing that a guard in "raise" mode forbids
     └── ServeError                   a request or replica failure, with its HTTP status
         ├── InputError                400: the request does not match the model's inputs
+        ├── ModelNotFoundError        404: no such model or version is loaded
+        ├── ModelLoadError            400: a model (version) could not be loaded; the old one serves
+        │   └── InsufficientMemoryError 409: the load would not fit in the device's free memory
+        ├── ModelControlError         403: load/unload refused by the model control mode
         ├── PayloadTooLargeError      413: the body is over the limit
         ├── UnsupportedMediaTypeError 415: a content type or encoding the server does not take
         ├── OverloadedError           503: the queue is full
@@ -42,8 +46,12 @@ __all__ = [
     "DeviceUnavailableError",
     "GuardViolation",
     "InputError",
+    "InsufficientMemoryError",
     "KernelError",
     "MixedDeviceError",
+    "ModelControlError",
+    "ModelLoadError",
+    "ModelNotFoundError",
     "NotReadyError",
     "OverloadedError",
     "PayloadTooLargeError",
@@ -116,6 +124,30 @@ class InputError(ServeError):
     """The request does not match the model's declared inputs."""
 
     status = 400
+
+
+class ModelNotFoundError(ServeError):
+    """No model (or version of it) of that name is loaded."""
+
+    status = 404
+
+
+class ModelLoadError(ServeError):
+    """A model could not be loaded (config, weights, dry run); what served before still does."""
+
+    status = 400
+
+
+class InsufficientMemoryError(ModelLoadError):
+    """A load that would not fit in the target device's free memory (or the budget)."""
+
+    status = 409
+
+
+class ModelControlError(ServeError):
+    """Loading or unloading is not allowed in the server's model control mode."""
+
+    status = 403
 
 
 class PayloadTooLargeError(ServeError):

@@ -34,6 +34,9 @@ def test_every_field_has_a_documented_flag() -> None:
     cli.configure(parser)
     helps = {a.dest: a.help for a in parser._actions}
     for name in ServeConfig.field_names():
+        if name == "models":  # the models after the first --model, when it is repeated
+            assert "repeat it" in str(helps["model"])
+            continue
         assert helps.get(name), f"no documented flag for {name}"
     assert helps["config"]
 
@@ -131,3 +134,29 @@ def test_help_lists_the_flags() -> None:
     ):
         assert flag in out
     assert "127.0.0.1" in out
+
+
+def test_repeated_model_flags_and_the_repository_flags(tmp_path: Path) -> None:
+    config = cli.config_from_args(
+        _parse(
+            "--model", "seed-mlp", "--model", "wide-mlp", "--model-repository", str(tmp_path),
+            "--model-control-mode", "poll", "--repository-poll-secs", "2",
+            "--memory-budget", "2GiB", "--load-model", "a", "--load-model", "b",
+        )
+    )  # fmt: skip
+    assert config.model == "seed-mlp"
+    assert config.models == ("wide-mlp",)
+    assert config.model_repository == tmp_path
+    assert config.model_control_mode == "poll"
+    assert config.repository_poll_secs == 2.0
+    assert config.memory_budget == 2 * 2**30
+    assert config.load_models == ("a", "b")
+
+
+def test_repository_flags_are_checked() -> None:
+    with pytest.raises(ConfigError, match="explicit and poll need a --model-repository"):
+        cli.config_from_args(_parse("--model-control-mode", "explicit"))
+    with pytest.raises(ConfigError, match="memory_budget: 'lots' is not a size"):
+        cli.config_from_args(_parse("--memory-budget", "lots"))
+    with pytest.raises(ConfigError, match="--name, --weights, --exported"):
+        cli.config_from_args(_parse("--model", "seed-mlp", "--model", "wide-mlp", "--name", "x"))

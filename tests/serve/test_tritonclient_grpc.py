@@ -193,8 +193,8 @@ def test_errors_carry_the_status_codes_and_messages(client: Any) -> None:
     assert "--max-request-rows" in caught.value.message()
     with pytest.raises(InferenceServerException) as caught:
         client.load_model(NAME)
-    assert _status(caught.value) == "StatusCode.UNIMPLEMENTED"
-    assert "model repository extension is not served yet" in caught.value.message()
+    assert _status(caught.value) == "StatusCode.FAILED_PRECONDITION"
+    assert "not allowed in model control mode 'none'" in caught.value.message()
 
 
 def test_statistics_count_requests_batches_and_nanoseconds(

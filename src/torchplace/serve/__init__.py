@@ -9,7 +9,11 @@ What each module is for, along the path of a request:
 ``http``        the HTTP/1.1 server on asyncio + httptools (connections, timeouts)
 ``listener``    closing the listening socket without resetting what the kernel accepted
 ``routes``      the routes and error statuses, declared once
-``app``         :class:`App`: the routes over one engine (decode, run, encode, drain)
+``app``         :class:`App`: the routes over the served models (decode, run, encode, drain)
+``registry``    the live set of models and versions, switched in one step
+``reload``      loading, reloading and unloading models while serving (model control modes)
+``repository``  the model repository on disk: config.toml per model, numbered versions
+``memory``      the memory check before a load (weights + activation peak vs free/budget)
 ``protocol``    the OIP codec: request bodies to validated arrays, outputs to response bodies
 ``messages``    the OIP messages as JSON Schema
 ``openapi``     the ``/v2/openapi.json`` document, derived from ``routes`` and ``messages``

@@ -1,8 +1,9 @@
-"""The Open Inference Protocol routes of ``torchplace serve`` over one engine.
+"""The Open Inference Protocol routes of ``torchplace serve`` over the models it serves.
 
-:class:`App` maps KServe v2 REST routes (declared in :mod:`torchplace.serve.routes`) onto an
-engine (anything shaped like :class:`EngineLike`, in practice
-:class:`torchplace.serve.engine.Engine`) and serves them with
+:class:`App` maps KServe v2 REST routes (declared in :mod:`torchplace.serve.routes`) onto the
+engines of a :class:`~torchplace.serve.registry.Registry` (one per model version: anything
+shaped like :class:`EngineLike`, in practice :class:`torchplace.serve.engine.Engine`), looked up
+by name and version at each request, and serves them with
 :class:`~torchplace.serve.http.HttpServer`. :meth:`App.shutdown` drains: readiness turns false,
 new inference requests get 503, queued and in-flight ones finish, within the drain timeout.
 Running an app (signals, a background thread) is :mod:`torchplace.serve.running`'s.
@@ -10,7 +11,9 @@ Running an app (signals, a background thread) is :mod:`torchplace.serve.running`
 Routes: ``GET /v2/health/live``, ``GET /v2/health/ready``, ``GET /v2``, ``GET /v2/models/{name}``
 ``[/versions/{v}]``, ``GET .../ready``, ``POST .../infer``, ``GET .../config`` and ``GET .../stats``
 (Triton's model configuration and statistics extensions, :mod:`torchplace.serve.triton`),
-``GET /v2/models/stats``, ``GET /metrics`` (Prometheus) and ``GET /v2/openapi.json``.
+``GET /v2/models/stats``, ``GET /metrics`` (Prometheus, every model's series), ``GET
+/v2/openapi.json`` and Triton's repository extension (``POST /v2/repository/index``,
+``.../models/{name}/load`` and ``/unload``, :mod:`torchplace.serve.reload`).
 Errors are ``{"error": "..."}`` with the statuses of the design's error table. With a bearer
 token configured every route but the two health probes needs ``Authorization: Bearer TOKEN``.
 """
@@ -18,6 +21,7 @@ token configured every route but the two health probes needs ``Authorization: Be
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import logging
 import time
@@ -34,6 +38,7 @@ from torchplace import __version__
 from torchplace.errors import (
     ConfigError,
     InputError,
+    ModelNotFoundError,
     PayloadTooLargeError,
     ServeError,
     UnsupportedMediaTypeError,
@@ -41,11 +46,15 @@ from torchplace.errors import (
 from torchplace.models import TensorSpec
 from torchplace.serve import protocol
 from torchplace.serve.http import HttpServer, Request, Response, error_response
-from torchplace.serve.routes import ROUTES
-from torchplace.serve.triton import EXTENSIONS, model_config, model_statistics
+from torchplace.serve.metrics import merged_text
+from torchplace.serve.registry import ModelHandle
+from torchplace.serve.repository import inline_config, model_names
+from torchplace.serve.routes import MODEL, REPOSITORY, ROUTES
+from torchplace.serve.triton import EXTENSIONS, model_statistics
 
 if TYPE_CHECKING:
     from torchplace.serve.config import ServeConfig
+    from torchplace.serve.reload import ModelControl
 
 __all__ = ["App", "EngineLike", "load_token"]
 
@@ -105,10 +114,11 @@ _Route = Callable[[Request], "Response | Coroutine[Any, Any, Response]"]
 
 
 class App:
-    """KServe v2 routes over one engine."""
+    """KServe v2 routes over the models of a :class:`~torchplace.serve.reload.ModelControl`."""
 
-    def __init__(self, engine: EngineLike, config: ServeConfig) -> None:
-        self.engine = engine
+    def __init__(self, control: ModelControl, config: ServeConfig) -> None:
+        self.control = control
+        self.registry = control.registry
         self.config = config
         self.server = HttpServer(
             self.handle,
@@ -120,42 +130,53 @@ class App:
             b"Bearer " + load_token(config.auth_token_file) if config.auth_token_file else None
         )
         self._started = False
+        self._stopped = False
         #: the gRPC port served next to this app (set by :func:`~torchplace.serve.running.serve`)
         self.grpc_port: int | None = None
-        self._name = engine.name
-        self._version = engine.version
-        self._inputs = tuple(engine.inputs)
-        self._outputs = tuple(engine.outputs)
-        self._max_rows = engine.max_request_rows
         self._allow_nan = config.allow_nan
         self._metrics_on = config.metrics
         self._server_meta = protocol.server_metadata(
             name="torchplace", version=__version__, extensions=EXTENSIONS
         )
-        self._model_meta = protocol.model_metadata(
-            name=self._name,
-            versions=[self._version],
-            platform=engine.platform,
-            inputs=self._inputs,
-            outputs=self._outputs,
-        )
-        self._model_config = orjson.dumps(model_config(engine))
         self._openapi: bytes | None = None
+        self._routes, self._open = self._routing_table()
+        self.registry.subscribe(self._rebuild_routes)
+
+    @property
+    def engine(self) -> EngineLike:
+        """The engine of the first model served (the only one in a one-model server)."""
+        handles = self.registry.handles()
+        if not handles:
+            raise ModelNotFoundError("no model is loaded")
+        return handles[0].engine
+
+    def _rebuild_routes(self) -> None:
         self._routes, self._open = self._routing_table()
 
     def _routing_table(self) -> tuple[dict[bytes, tuple[bytes, _Route]], set[bytes]]:
-        """Exact paths (from :data:`ROUTES`) answered without parsing; anything else goes
-        through :meth:`_route_slow`."""
+        """Exact paths (from :data:`ROUTES`, filled in for every loaded model and version)
+        answered without parsing; anything else goes through :meth:`_route_slow`."""
         table: dict[bytes, tuple[bytes, _Route]] = {}
         public: set[bytes] = set()
+        keys = [(n, "") for n in self.registry.names()]
+        keys += [(h.name, h.version) for h in self.registry.handles()]
         for route in ROUTES:
-            handler: _Route = getattr(self, route.handler)
+            handler: Callable[..., Any] = getattr(self, route.handler)
             for template, _ in route.paths():
-                filled = template.replace("{MODEL_NAME}", self._name)
-                path = filled.replace("{MODEL_VERSION}", self._version).encode()
-                table[path] = (route.method.encode(), handler)
-                if route.public:
-                    public.add(path)
+                if template.startswith(REPOSITORY):
+                    continue  # any model name, loaded or not: parsed in _route_slow
+                if MODEL not in template:
+                    table[template.encode()] = (route.method.encode(), handler)
+                    public.update([template.encode()] if route.public else [])
+                    continue
+                versioned = "{MODEL_VERSION}" in template
+                for name, version in keys:
+                    if bool(version) != versioned:
+                        continue
+                    path = template.replace("{MODEL_NAME}", name)
+                    path = path.replace("{MODEL_VERSION}", version)
+                    bound = functools.partial(handler, key=(name, version))
+                    table[path.encode()] = (route.method.encode(), bound)
         table[b"/v2/"] = table[b"/v2"]
         return table, public
 
@@ -168,12 +189,14 @@ class App:
     @property
     def ready(self) -> bool:
         """Ready to take inference requests: engine ready and not draining."""
-        return self._started and not self.server.draining and self.engine.is_ready()
+        if not self._started or self.server.draining:
+            return False
+        return all(h.engine.is_ready() for h in self.registry.handles())
 
     async def start(self) -> None:
-        """Listen first (liveness answers during warm-up), then start the engine."""
+        """Listen first (liveness answers during warm-up), then load the models."""
         await self.server.start(self.config.host, self.config.port)
-        await self.engine.start()
+        await self.control.start()
         self._started = True
 
     async def shutdown(self, timeout: float, grace: float = 0.0) -> None:
@@ -197,16 +220,19 @@ class App:
         while self.server.connections and time.monotonic() < grace_end:
             await asyncio.sleep(0.01)
         await self.server.close()
-        await self.engine.stop()
+        await self.control.stop(0.0)
+        self._stopped = True
 
     async def _drain_engine(self, deadline: float) -> None:
         """Wait for the HTTP requests in flight, then for the engine's queue, until
         ``deadline``."""
         while self.server.in_flight and time.monotonic() < deadline:
             await asyncio.sleep(0.005)
+        engines = [h.engine for h in self.registry.handles()]
+        left = max(0.0, deadline - time.monotonic())
         try:
             await asyncio.wait_for(
-                self.engine.drain(max(0.0, deadline - time.monotonic())),
+                asyncio.gather(*(e.drain(left) for e in engines)),
                 max(0.01, deadline - time.monotonic()),
             )
         except (asyncio.TimeoutError, ServeError):
@@ -257,31 +283,9 @@ class App:
                 return denied
         parts = path.split(b"/")
         if len(parts) >= 4 and parts[:3] == [b"", b"v2", b"models"]:
-            name = parts[3]
-            rest = parts[4:]
-            if name != self._name.encode():
-                return error_response(
-                    404, f"unknown model {_text(name)!r}; this server serves {self._name!r}"
-                )
-            if rest[:1] == [b"versions"]:
-                if len(rest) < 2:
-                    return error_response(404, "missing version after /versions/")
-                if rest[1] != self._version.encode():
-                    return error_response(
-                        404,
-                        f"unknown version {_text(rest[1])!r} of model {self._name!r}; "
-                        f"available: {self._version!r}",
-                    )
-                rest = rest[2:]
-            if rest and rest[-1] == b"":
-                rest = rest[:-1]
-            what = rest[0].decode(errors="replace") if rest else ""
-            if len(rest) > 1 or what not in ("", "ready", "infer", "config", "stats"):
-                return error_response(404, f"no route {_text(request.path)}")
-            suffix = b"/" + what.encode() if what else b""
-            canonical = b"/v2/models/" + self._name.encode() + suffix
-            request.path = canonical
-            return self.handle(request)
+            return self._route_model(request, parts[3], parts[4:])
+        if len(parts) >= 4 and parts[:3] == [b"", b"v2", b"repository"]:
+            return self._repository(request, parts[3:])
         if path.endswith(b"/") and path.rstrip(b"/") in self._routes:
             request.path = path.rstrip(b"/")
             return self.handle(request)
@@ -290,9 +294,73 @@ class App:
             f"no route {_text(request.path)}; see /v2/openapi.json for the routes served",
         )
 
+    def _route_model(
+        self, request: Request, raw_name: bytes, rest: list[bytes]
+    ) -> Response | Coroutine[Any, Any, Response]:
+        """``/v2/models/{name}[/versions/{v}][/what]`` not in the exact table."""
+        name = _text(raw_name)
+        version = ""
+        if rest[:1] == [b"versions"]:
+            if len(rest) < 2:
+                return error_response(404, "missing version after /versions/")
+            version, rest = _text(rest[1]), rest[2:]
+        try:
+            self.registry.get(name, version)
+        except ModelNotFoundError as exc:
+            if not self._started:
+                return error_response(503, "the models are still loading; retry shortly", _RETRY)
+            return error_response(404, str(exc))
+        if rest and rest[-1] == b"":
+            rest = rest[:-1]
+        what = rest[0].decode(errors="replace") if rest else ""
+        if len(rest) > 1 or what not in ("", "ready", "infer", "config", "stats"):
+            return error_response(404, f"no route {_text(request.path)}")
+        canonical = MODEL.replace("{MODEL_NAME}", name) + (
+            f"/versions/{version}" if version else ""
+        )
+        request.path = (canonical + ("/" + what if what else "")).encode()
+        if request.path not in self._routes:
+            return error_response(404, f"no route {_text(request.path)}")
+        return self.handle(request)
+
+    def _repository(
+        self, request: Request, rest: list[bytes]
+    ) -> Response | Coroutine[Any, Any, Response]:
+        """The repository extension: ``index``, ``models/{m}/load``, ``models/{m}/unload``."""
+        if request.method != b"POST":
+            return error_response(405, f"use POST on {_text(request.path)}", [(b"allow", b"POST")])
+        try:
+            body = orjson.loads(request.body) if request.body.strip() else {}
+        except orjson.JSONDecodeError as exc:
+            return error_response(400, f"the body is not JSON: {exc}; send a JSON object or none")
+        if not isinstance(body, dict):
+            return error_response(400, "the body must be a JSON object (or empty)")
+        if rest == [b"index"]:
+            return Response(200, orjson.dumps(self._index(bool(body.get("ready", False)))))
+        if len(rest) == 3 and rest[0] == b"models" and rest[2] in (b"load", b"unload"):
+            return self._control(_text(rest[1]), rest[2] == b"load", body)
+        return error_response(404, f"no route {_text(request.path)}")
+
+    def _index(self, ready: bool) -> list[dict[str, str]]:
+        root = self.config.model_repository
+        known = model_names(root) if root is not None and root.is_dir() else []
+        return self.registry.index(ready, known)
+
+    async def _control(self, name: str, load: bool, body: dict[str, Any]) -> Response:
+        try:
+            if load:
+                await self.control.load(name, inline_config(body))
+            else:
+                await self.control.unload(name)
+        except ServeError as exc:
+            return error_response(exc.status, str(exc))
+        except ConfigError as exc:
+            return error_response(400, str(exc))
+        return Response(200, b"")
+
     # -- routes ----------------------------------------------------------------------------
     def _live(self, request: Request) -> Response:
-        if self.engine.is_live():
+        if not self._stopped:
             return Response(200, b'{"live":true}')
         return Response(503, b'{"live":false}')
 
@@ -301,62 +369,94 @@ class App:
             return Response(200, b'{"ready":true}')
         return Response(503, b'{"ready":false}', headers=list(_RETRY))
 
-    def _model_ready(self, request: Request) -> Response:
-        if self.ready:
-            return Response(200, b'{"name":%s,"ready":true}' % orjson.dumps(self._name))
-        return Response(
-            503, b'{"name":%s,"ready":false}' % orjson.dumps(self._name), headers=list(_RETRY)
-        )
+    def _model_ready(self, request: Request, key: tuple[str, str]) -> Response:
+        try:
+            handle = self.registry.get(*key)
+        except ServeError as exc:
+            return error_response(exc.status, str(exc))
+        name = orjson.dumps(handle.name)
+        if self.ready and handle.engine.is_ready():
+            return Response(200, b'{"name":%s,"ready":true}' % name)
+        return Response(503, b'{"name":%s,"ready":false}' % name, headers=list(_RETRY))
 
     def _metadata(self, request: Request) -> Response:
         return Response(200, self._server_meta)
 
-    def _model_metadata(self, request: Request) -> Response:
-        return Response(200, self._model_meta)
+    def _model_metadata(self, request: Request, key: tuple[str, str]) -> Response:
+        try:
+            return Response(200, self.registry.get(*key).metadata)
+        except ServeError as exc:
+            return error_response(exc.status, str(exc))
 
-    def _config_doc(self, request: Request) -> Response:
-        return Response(200, self._model_config)
+    def _config_doc(self, request: Request, key: tuple[str, str]) -> Response:
+        try:
+            return Response(200, self.registry.get(*key).config)
+        except ServeError as exc:
+            return error_response(exc.status, str(exc))
 
-    def _stats_doc(self, request: Request) -> Response:
-        return Response(200, orjson.dumps(model_statistics([self.engine])))
+    def _stats_doc(self, request: Request, key: tuple[str, str] | None = None) -> Response:
+        if key is None:
+            handles = self.registry.handles()
+        elif key[1]:
+            try:
+                handles = [self.registry.get(*key)]
+            except ServeError as exc:
+                return error_response(exc.status, str(exc))
+        else:
+            handles = self.registry.versions(key[0])
+        return Response(200, orjson.dumps(model_statistics([h.engine for h in handles])))
 
     def _metrics(self, request: Request) -> Response:
         if not self._metrics_on:
             return error_response(404, "metrics are turned off (--no-metrics)")
-        return Response(200, self.engine.metrics_text(), _METRICS_TYPE)
+        engines = [h.engine for h in self.registry.handles()]
+        if len(engines) == 1:
+            return Response(200, engines[0].metrics_text(), _METRICS_TYPE)
+        return Response(200, merged_text(engines), _METRICS_TYPE)
 
     def _openapi_doc(self, request: Request) -> Response:
-        if self._openapi is None:
+        handles = self.registry.handles()
+        if self._openapi is None and handles:
             from torchplace.serve.openapi import openapi_document
 
+            first = handles[0]
             self._openapi = orjson.dumps(
                 openapi_document(
-                    name=self._name,
-                    version=self._version,
-                    inputs=self._inputs,
-                    outputs=self._outputs,
-                    max_rows=self._max_rows,
+                    name=first.name,
+                    version=first.version,
+                    inputs=first.inputs,
+                    outputs=first.outputs,
+                    max_rows=first.max_request_rows,
                     auth=self._token is not None,
                 )
             )
+        if self._openapi is None:
+            return error_response(503, "no model is loaded yet; retry shortly", list(_RETRY))
         return Response(200, self._openapi)
 
-    def _infer(self, request: Request) -> Response | Coroutine[Any, Any, Response]:
+    def _infer(
+        self, request: Request, key: tuple[str, str]
+    ) -> Response | Coroutine[Any, Any, Response]:
         started = time.perf_counter()
+        try:
+            handle = self.registry.get(*key)
+        except ServeError as exc:
+            return error_response(exc.status, str(exc))
         if self.server.draining:
             refusal = error_response(
                 503, "the server is shutting down; retry elsewhere", list(_RETRY)
             )
             refusal.close = True  # the client reconnects elsewhere (after Retry-After)
-            return self._finish(refusal, started)
+            return self._finish(handle, refusal, started)
         try:
-            decoded = self._decode(request)
+            decoded = self._decode(request, handle)
             timeout_us = _timeout_us(request.headers, decoded.timeout_us)
         except ServeError as exc:
-            return self._finish(error_response(exc.status, str(exc)), started)
-        return self._run(decoded, timeout_us, started)
+            return self._finish(handle, error_response(exc.status, str(exc)), started)
+        # held from here to the answer: a reload drains this version before releasing it
+        return self._run(handle.enter(), decoded, timeout_us, started)
 
-    def _decode(self, request: Request) -> protocol.InferRequest:
+    def _decode(self, request: Request, handle: ModelHandle) -> protocol.InferRequest:
         headers = request.headers
         ctype = headers.get(b"content-type")
         if ctype is not None:
@@ -382,9 +482,9 @@ class App:
             header_length = int(raw_length)
         return protocol.decode_infer_request(
             body,
-            inputs=self._inputs,
-            outputs=self._outputs,
-            max_rows=self._max_rows,
+            inputs=handle.inputs,
+            outputs=handle.outputs,
+            max_rows=handle.max_request_rows,
             header_length=header_length,
             allow_nan=self._allow_nan,
         )
@@ -406,31 +506,49 @@ class App:
         return out
 
     async def _run(
-        self, decoded: protocol.InferRequest, timeout_us: int | None, started: float
+        self,
+        handle: ModelHandle,
+        decoded: protocol.InferRequest,
+        timeout_us: int | None,
+        started: float,
     ) -> Response:
         try:
-            results = await self.engine.infer(
+            return await self._answer(handle, decoded, timeout_us, started)
+        finally:
+            handle.leave()
+
+    async def _answer(
+        self,
+        handle: ModelHandle,
+        decoded: protocol.InferRequest,
+        timeout_us: int | None,
+        started: float,
+    ) -> Response:
+        try:
+            results = await handle.engine.infer(
                 decoded.inputs,
                 timeout_s=timeout_us / 1e6 if timeout_us else None,
                 priority=decoded.priority,
             )
             body, header_length = protocol.encode_infer_response(
-                model_name=self._name,
-                model_version=self._version,
+                model_name=handle.name,
+                model_version=handle.version,
                 request=decoded,
                 results=results,
-                outputs=self._outputs,
+                outputs=handle.outputs,
             )
         except ServeError as exc:
             extra = list(_RETRY) if exc.status == 503 else []
-            return self._finish(error_response(exc.status, str(exc), extra), started)
+            return self._finish(handle, error_response(exc.status, str(exc), extra), started)
         except asyncio.CancelledError:
-            self._finish(Response(503), started)  # timed out (or the client went away)
+            self._finish(handle, Response(503), started)  # timed out (or the client went away)
             raise
         except Exception as exc:
             logger.exception("inference failed")
             return self._finish(
-                error_response(500, f"inference failed: {type(exc).__name__}: {exc}"), started
+                handle,
+                error_response(500, f"inference failed: {type(exc).__name__}: {exc}"),
+                started,
             )
         if header_length is None:
             response = Response(200, body)
@@ -441,11 +559,11 @@ class App:
                 _BINARY,
                 [(b"inference-header-content-length", str(header_length).encode())],
             )
-        return self._finish(response, started)
+        return self._finish(handle, response, started)
 
-    def _finish(self, response: Response, started: float) -> Response:
+    def _finish(self, handle: ModelHandle, response: Response, started: float) -> Response:
         if self._metrics_on:
-            self.engine.observe_request(response.status, time.perf_counter() - started)
+            handle.engine.observe_request(response.status, time.perf_counter() - started)
         return response
 
 

@@ -36,6 +36,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="read settings from a .toml or .json file; flags given here override it",
     )
     _model_flags(parser.add_argument_group("model"))
+    _repository_flags(parser.add_argument_group("model repository"))
     _placement_flags(parser.add_argument_group("placement"))
     _batching_flags(parser.add_argument_group("batching"))
     _http_flags(parser.add_argument_group("HTTP"))
@@ -47,8 +48,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def _model_flags(model: argparse._ArgumentGroup) -> None:
     model.add_argument(
         "--model",
+        action="append",
         help=f"embedded model name (seed-mlp, wide-mlp) or 'module:callable' factory "
-        f"returning an nn.Module (default {_D.model})",
+        f"returning an nn.Module (default {_D.model}); repeat it to serve several models, "
+        "each with its own batcher and replicas",
     )
     model.add_argument(
         "--name",
@@ -77,6 +80,43 @@ def _model_flags(model: argparse._ArgumentGroup) -> None:
         action="append",
         metavar="NAME:DATATYPE:DIMS",
         help="declare an output, e.g. output:FP32:-1,2; repeatable",
+    )
+
+
+def _repository_flags(repo: argparse._ArgumentGroup) -> None:
+    repo.add_argument(
+        "--model-repository",
+        metavar="DIR",
+        help="serve the models of DIR: one directory per model with a config.toml and numbered "
+        "version directories (see docs/serve.md); a --model other than the default adds a model "
+        "next to them",
+    )
+    repo.add_argument(
+        "--model-control-mode",
+        choices=["none", "explicit", "poll"],
+        help="Triton's modes: none (load all at start; load/unload refused), explicit "
+        "(POST /v2/repository/models/M/load and /unload), poll (watch DIR) "
+        f"(default {_D.model_control_mode})",
+    )
+    repo.add_argument(
+        "--load-model",
+        dest="load_models",
+        action="append",
+        metavar="NAME",
+        help="in explicit mode, a repository model loaded at start ('*': all); repeatable",
+    )
+    repo.add_argument(
+        "--repository-poll-secs",
+        type=float,
+        metavar="S",
+        help=f"in poll mode, seconds between scans, 0.1..3600 (default {_D.repository_poll_secs:g})",
+    )
+    repo.add_argument(
+        "--memory-budget",
+        metavar="BYTES",
+        help="bytes each device may hold for the loaded models (e.g. 2GiB): a load whose "
+        "weights + activation peak would not fit is refused with the numbers (default: none; "
+        "a CUDA device is also checked against its free memory)",
     )
 
 

@@ -24,12 +24,13 @@ from torchplace.errors import ConfigError
 from torchplace.models import TensorSpec
 from torchplace.serve.datatypes import HOST_DTYPES, serving_dtype
 
-__all__ = ["DATATYPES", "LOG_LEVELS", "ServeConfig", "parse_tensor_spec"]
+__all__ = ["CONTROL_MODES", "DATATYPES", "LOG_LEVELS", "ServeConfig", "parse_tensor_spec"]
 
 #: Open Inference Protocol datatypes a served model may declare: every torch tensor type (BF16
 #: is held as float32 on the host and is torch.bfloat16 on the device); BYTES is not a torch type.
 DATATYPES: frozenset[str] = frozenset(HOST_DTYPES)
 LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error", "critical")
+CONTROL_MODES: tuple[str, ...] = ("none", "explicit", "poll")
 MIB = 1024 * 1024
 
 
@@ -148,6 +149,17 @@ class ServeConfig:
     auth_token_file: Path | None = None
     trace_file: Path | None = None
     log_level: str = "info"
+    #: more models served next to ``model``, each under its own name (``--model`` repeated)
+    models: tuple[str, ...] = ()
+    #: a model repository: one directory per model (see :mod:`torchplace.serve.repository`)
+    model_repository: Path | None = None
+    #: Triton's model control modes: none, explicit (load/unload calls), poll (watch the dir)
+    model_control_mode: str = "none"
+    #: repository models loaded at start in explicit mode ("*": all)
+    load_models: tuple[str, ...] = ()
+    repository_poll_secs: float = 15.0
+    #: bytes each device may hold for the loaded models (None: a CUDA device's free memory)
+    memory_budget: int | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -161,6 +173,36 @@ class ServeConfig:
                 _fail(name, getattr(self, name), "give true or false")
         if self.log_level not in LOG_LEVELS:
             _fail("log_level", self.log_level, f"choose one of {', '.join(LOG_LEVELS)}")
+        self._check_repository(_fail)
+
+    def _check_repository(self, fail: Any) -> None:
+        if self.model_control_mode not in CONTROL_MODES:
+            fail("model_control_mode", self.model_control_mode,
+                 f"choose one of {', '.join(CONTROL_MODES)}")  # fmt: skip
+        if self.model_control_mode != "none" and self.model_repository is None:
+            fail("model_control_mode", self.model_control_mode,
+                 "explicit and poll need a --model-repository DIR")  # fmt: skip
+        poll = self.repository_poll_secs
+        if not isinstance(poll, int | float) or isinstance(poll, bool) or not 0.1 <= poll <= 3600:
+            fail("repository_poll_secs", poll, "give seconds in 0.1..3600")
+        budget = self.memory_budget
+        if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool)
+                                   or budget < 0):  # fmt: skip
+            fail("memory_budget", budget, "give bytes >= 0 (or e.g. '2GiB' in a file or flag)")
+        for name in ("models", "load_models"):
+            value = getattr(self, name)
+            if not isinstance(value, tuple) or not all(isinstance(v, str) and v for v in value):
+                fail(name, value, "give a tuple of non-empty names")
+        if self.models and any(
+            getattr(self, k) is not None
+            for k in ("name", "weights", "exported", "inputs", "outputs")
+        ):
+            fail(
+                "models",
+                self.models,
+                "with several --model, --name, --weights, --exported, "
+                "--input and --output are ambiguous; give them per model in a --model-repository",
+            )
 
     def _check_model_and_devices(self, fail: Any) -> None:
         for name in ("model", "model_version", "device", "host"):
@@ -175,7 +217,7 @@ class ServeConfig:
             fail("name", self.name, "give a non-empty name without '/', '?', '#', '%' or spaces")
         if "/" in self.model_version or "?" in self.model_version:
             fail("model_version", self.model_version, "a version cannot contain '/' or '?'")
-        for name in ("weights", "exported", "auth_token_file", "trace_file"):
+        for name in ("weights", "exported", "auth_token_file", "trace_file", "model_repository"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, Path):
                 fail(name, value, "give a path")
@@ -303,6 +345,11 @@ class ServeConfig:
                 raise ConfigError(
                     f"{source}: unknown setting {raw_key!r}; known settings: {', '.join(sorted(known))}"
                 )
+            if key == "model" and isinstance(value, list | tuple):  # --model repeated
+                if not value:
+                    raise ConfigError(f"{source}: model=[] names no model")
+                changes["models"] = tuple(str(v) for v in value[1:])
+                value = value[0]
             changes[key] = _convert(key, value, source)
         return dataclasses.replace(self, **changes)
 
@@ -310,7 +357,7 @@ class ServeConfig:
 def _convert(key: str, value: Any, source: str) -> Any:
     if value is None:
         return None
-    if key in ("weights", "exported", "auth_token_file", "trace_file"):
+    if key in ("weights", "exported", "auth_token_file", "trace_file", "model_repository"):
         if not isinstance(value, str | Path):
             raise ConfigError(f"{source}: {key}={value!r} must be a path string")
         return Path(value)
@@ -329,6 +376,18 @@ def _convert(key: str, value: Any, source: str) -> Any:
             raise ConfigError(
                 f"{source}: {key}={value!r} must be integers, e.g. '64,1024'"
             ) from None
+    if key in ("models", "load_models"):
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple):
+            raise ConfigError(f"{source}: {key}={value!r} must be a list of names")
+        return tuple(str(v).strip() for v in items)
+    if key == "memory_budget":
+        from torchplace.serve.memory import parse_bytes
+
+        try:
+            return parse_bytes(value)
+        except ValueError as exc:
+            raise ConfigError(f"{source}: memory_budget: {exc}") from None
     if key == "devices":
         items = value.split(",") if isinstance(value, str) else value
         if not isinstance(items, list | tuple):
@@ -342,6 +401,7 @@ def _convert(key: str, value: Any, source: str) -> Any:
         "drain_grace_s",
         "default_timeout_ms",
         "max_queue_wait_ms",
+        "repository_poll_secs",
     )
     if key in seconds and isinstance(value, int) and not isinstance(value, bool):
         return float(value)

@@ -244,17 +244,19 @@ class Engine:
         ]
 
     @classmethod
-    def from_config(cls, config: ServeConfig) -> Engine:
-        """Build the model on the host and plan the replicas; nothing is placed yet."""
-        loaded = load_model(
-            config.model,
-            version=config.model_version,
-            weights=config.weights,
-            exported=config.exported,
-            inputs=config.inputs,
-            outputs=config.outputs,
-            name=config.name,
-        )
+    def from_config(cls, config: ServeConfig, loaded: LoadedModel | None = None) -> Engine:
+        """Build the model on the host (unless ``loaded`` is given) and plan the replicas;
+        nothing is placed yet."""
+        if loaded is None:
+            loaded = load_model(
+                config.model,
+                version=config.model_version,
+                weights=config.weights,
+                exported=config.exported,
+                inputs=config.inputs,
+                outputs=config.outputs,
+                name=config.name,
+            )
         devices = resolve_devices(config.device, config.devices)
         return cls(
             loaded,

@@ -8,8 +8,10 @@ protocol's messages come from Triton's ``.proto`` (:mod:`torchplace.serve.proto`
 
 RPCs: ``ServerLive``, ``ServerReady``, ``ModelReady``, ``ServerMetadata``, ``ModelMetadata``,
 ``ModelInfer``, ``ModelConfig`` and ``ModelStatistics`` (Triton's extensions, the documents of
-:mod:`torchplace.serve.triton`). The repository RPCs answer ``UNIMPLEMENTED`` with a message
-(one model per server for now); any other RPC gets gRPC's own ``UNIMPLEMENTED``.
+:mod:`torchplace.serve.triton`), and the repository extension's ``RepositoryIndex``,
+``RepositoryModelLoad`` and ``RepositoryModelUnload`` (:mod:`torchplace.serve.reload`); any
+other RPC gets gRPC's own ``UNIMPLEMENTED``. Models are looked up by name (and version) in the
+server's :class:`~torchplace.serve.registry.Registry` at each call, as the REST side does.
 
 Errors carry the REST messages, with the status code of the HTTP status:
 
@@ -17,7 +19,9 @@ Errors carry the REST messages, with the status code of the HTTP status:
 400   ``INVALID_ARGUMENT``
 401   ``UNAUTHENTICATED`` (with ``--auth-token-file``: metadata ``authorization:
       Bearer TOKEN`` on every RPC but ServerLive and ServerReady)
+403   ``FAILED_PRECONDITION`` (load/unload refused by the model control mode)
 404   ``NOT_FOUND``
+409   ``RESOURCE_EXHAUSTED`` (a load that would not fit in device memory)
 413   ``RESOURCE_EXHAUSTED`` (too many rows; a message over ``--max-body-bytes`` gets
       gRPC's own ``RESOURCE_EXHAUSTED``)
 503   ``UNAVAILABLE`` (not ready, shutting down); ``RESOURCE_EXHAUSTED`` when overloaded
@@ -55,11 +59,14 @@ from torchplace.errors import ConfigError, NotReadyError, OverloadedError, Serve
 from torchplace.serve.grpc_codec import decode_infer_request, encode_infer_response
 from torchplace.serve.proto import grpc_service_pb2 as pb
 from torchplace.serve.proto import model_config_pb2 as config_pb
+from torchplace.serve.repository import inline_config, model_names
 from torchplace.serve.triton import EXTENSIONS, model_config, model_statistics
 
 if TYPE_CHECKING:
     from torchplace.serve.app import EngineLike
     from torchplace.serve.config import ServeConfig
+    from torchplace.serve.registry import ModelHandle
+    from torchplace.serve.reload import ModelControl
 
 __all__ = ["SERVICE", "GrpcServer", "status_code"]
 
@@ -69,17 +76,15 @@ SERVICE = "inference.GRPCInferenceService"
 _STATUS: dict[int, grpc.StatusCode] = {
     400: grpc.StatusCode.INVALID_ARGUMENT,
     401: grpc.StatusCode.UNAUTHENTICATED,
+    403: grpc.StatusCode.FAILED_PRECONDITION,
     404: grpc.StatusCode.NOT_FOUND,
+    409: grpc.StatusCode.RESOURCE_EXHAUSTED,
     413: grpc.StatusCode.RESOURCE_EXHAUSTED,
     415: grpc.StatusCode.INVALID_ARGUMENT,
     503: grpc.StatusCode.UNAVAILABLE,
     504: grpc.StatusCode.DEADLINE_EXCEEDED,
     507: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
-_REPOSITORY = (
-    "the model repository extension is not served yet: this server serves the one model given "
-    "with --model ({name!r}); load it by starting a server with that model"
-)
 
 
 def status_code(exc: ServeError) -> grpc.StatusCode:
@@ -118,22 +123,19 @@ class _Served:
 
 
 class GrpcServer:
-    """``inference.GRPCInferenceService`` over one engine (see the module docstring).
-
-    Models are looked up by name (one version each for now), so that a server of several
-    models needs only more entries in that table."""
+    """``inference.GRPCInferenceService`` over a server's models (see the module docstring)."""
 
     def __init__(
-        self, engine: EngineLike, config: ServeConfig, *, token: bytes | None = None
+        self, control: ModelControl, config: ServeConfig, *, token: bytes | None = None
     ) -> None:
-        self.engine = engine
+        self.control = control
+        self.registry = control.registry
         self.config = config
         self.draining = False
         self.port = 0
         self._token = b"Bearer " + token if token else None
         self._started = False
         self._server: grpc.aio.Server | None = None
-        self._models = {engine.name: _Served(engine, config.metrics)}
         self._server_meta = pb.ServerMetadataResponse(
             name="torchplace", version=__version__, extensions=list(EXTENSIONS)
         )
@@ -167,8 +169,10 @@ class GrpcServer:
         self._started = True
 
     def ready(self) -> bool:
-        """Ready for inference: the engine is, and the server is not draining."""
-        return self._started and not self.draining and self.engine.is_ready()
+        """Ready for inference: every loaded model is, and the server is not draining."""
+        if not self._started or self.draining:
+            return False
+        return all(h.engine.is_ready() for h in self.registry.handles())
 
     async def shutdown(self, timeout: float, grace: float = 0.0) -> None:
         """Drain: refuse new inference at once, stop taking RPCs after ``grace`` seconds,
@@ -196,9 +200,13 @@ class GrpcServer:
             "ModelInfer": (self._model_infer, pb.ModelInferRequest, False),
             "ModelConfig": (self._model_config_rpc, pb.ModelConfigRequest, False),
             "ModelStatistics": (self._model_statistics, pb.ModelStatisticsRequest, False),
-            "RepositoryIndex": (self._repository, pb.RepositoryIndexRequest, False),
-            "RepositoryModelLoad": (self._repository, pb.RepositoryModelLoadRequest, False),
-            "RepositoryModelUnload": (self._repository, pb.RepositoryModelUnloadRequest, False),
+            "RepositoryIndex": (self._repository_index, pb.RepositoryIndexRequest, False),
+            "RepositoryModelLoad": (self._repository_load, pb.RepositoryModelLoadRequest, False),
+            "RepositoryModelUnload": (
+                self._repository_unload,
+                pb.RepositoryModelUnloadRequest,
+                False,
+            ),
         }
         handlers = {
             name: grpc.unary_unary_rpc_method_handler(
@@ -238,26 +246,27 @@ class GrpcServer:
                 f"{why} bearer token; send metadata 'authorization: Bearer TOKEN'",
             )
 
-    def _model(self, name: str, version: str) -> _Served:
+    def _handle(self, name: str, version: str) -> ModelHandle:
         """The model ``name`` (at ``version``, '' = the latest); NOT_FOUND else."""
-        served = self._models.get(name)
+        try:
+            return self.registry.get(name, version)
+        except ServeError as exc:
+            raise _Abort(status_code(exc), str(exc)) from None
+
+    def _model(self, name: str, version: str) -> _Served:
+        """The gRPC view of the model ``name`` (at ``version``, '' = the latest)."""
+        return self._served(self._handle(name, version))
+
+    def _served(self, handle: ModelHandle) -> _Served:
+        """The gRPC view of a model version (its messages built once)."""
+        served: _Served | None = handle.views.get("grpc")
         if served is None:
-            names = ", ".join(repr(n) for n in self._models)
-            raise _Abort(
-                grpc.StatusCode.NOT_FOUND, f"unknown model {name!r}; this server serves {names}"
-            )
-        engine = served.engine
-        if version and version != engine.version:
-            raise _Abort(
-                grpc.StatusCode.NOT_FOUND,
-                f"unknown version {version!r} of model {engine.name!r}; "
-                f"available: {engine.version!r}",
-            )
+            served = handle.views["grpc"] = _Served(handle.engine, self.config.metrics)
         return served
 
     # -- RPCs ------------------------------------------------------------------------------
     async def _server_live(self, request: Any, context: Any) -> Any:
-        return pb.ServerLiveResponse(live=self.engine.is_live())
+        return pb.ServerLiveResponse(live=True)
 
     async def _server_ready(self, request: Any, context: Any) -> Any:
         return pb.ServerReadyResponse(ready=self.ready())
@@ -279,18 +288,42 @@ class GrpcServer:
         if request.name:
             engines = [self._model(request.name, request.version).engine]
         else:
-            engines = [served.engine for served in self._models.values()]
+            engines = [handle.engine for handle in self.registry.handles()]
         return json_format.ParseDict(model_statistics(engines), pb.ModelStatisticsResponse())
 
-    async def _repository(self, request: Any, context: Any) -> Any:
-        raise _Abort(grpc.StatusCode.UNIMPLEMENTED, _REPOSITORY.format(name=self.engine.name))
+    async def _repository_index(self, request: Any, context: Any) -> Any:
+        root = self.config.model_repository
+        known = model_names(root) if root is not None and root.is_dir() else []
+        entries = self.registry.index(request.ready, known)
+        return json_format.ParseDict({"models": entries}, pb.RepositoryIndexResponse())
+
+    async def _repository_load(self, request: Any, context: Any) -> Any:
+        parameters = {k: v.string_param for k, v in request.parameters.items()}
+        await self._control(self.control.load(request.model_name, inline_config(
+            {"parameters": parameters}) if "config" in parameters else None))  # fmt: skip
+        return pb.RepositoryModelLoadResponse()
+
+    async def _repository_unload(self, request: Any, context: Any) -> Any:
+        await self._control(self.control.unload(request.model_name))
+        return pb.RepositoryModelUnloadResponse()
+
+    @staticmethod
+    async def _control(action: Awaitable[None]) -> None:
+        try:
+            await action
+        except ServeError as exc:
+            raise _Abort(status_code(exc), str(exc)) from None
+        except ConfigError as exc:
+            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
 
     async def _model_infer(self, request: Any, context: Any) -> Any:
         started = time.perf_counter()
         code = grpc.StatusCode.OK
-        served = self._models.get(request.model_name)
+        served: _Served | None = None
+        handle: ModelHandle | None = None
         try:
-            served = self._model(request.model_name, request.model_version)
+            handle = self._handle(request.model_name, request.model_version).enter()
+            served = self._served(handle)
             return await self._infer(served.engine, request, context)
         except _Abort as exc:
             code = exc.code
@@ -299,6 +332,8 @@ class GrpcServer:
             code = grpc.StatusCode.CANCELLED
             raise
         finally:
+            if handle is not None:
+                handle.leave()
             if served is not None and served.metrics is not None:
                 served.metrics.observe(code, time.perf_counter() - started)
 

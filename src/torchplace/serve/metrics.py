@@ -55,6 +55,7 @@ __all__ = [
     "FastHistogram",
     "ReplicaState",
     "ServeMetrics",
+    "merged_text",
 ]
 
 STAGES = ("queue", "h2d", "compute", "d2h")
@@ -349,3 +350,33 @@ class _StateCollector(Collector):
         yield ready
         yield allocated
         yield reserved
+
+
+class _Merged:
+    """The series of several engines' registries as one exposition: each family once, with
+    the samples of every model version (they differ by their ``model``/``version`` labels)."""
+
+    def __init__(self, registries: Sequence[CollectorRegistry]) -> None:
+        self.registries = registries
+
+    def collect(self) -> Iterator[Metric]:
+        families: dict[str, Metric] = {}
+        for registry in self.registries:
+            for family in registry.collect():
+                merged = families.get(family.name)
+                if merged is None:
+                    merged = families[family.name] = Metric(
+                        family.name, family.documentation, family.type, family.unit
+                    )
+                merged.samples.extend(family.samples)
+        yield from families.values()
+
+
+def merged_text(engines: Iterable[object]) -> bytes:
+    """The Prometheus text of several engines (those without a registry are left out)."""
+    registries = [
+        registry
+        for registry in (getattr(getattr(e, "metrics", None), "registry", None) for e in engines)
+        if isinstance(registry, CollectorRegistry)
+    ]
+    return generate_latest(_Merged(registries))

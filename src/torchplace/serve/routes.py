@@ -12,18 +12,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ERRORS", "MODEL", "ROUTES", "Route"]
+__all__ = ["ERRORS", "MODEL", "REPOSITORY", "ROUTES", "Route"]
 
 #: the model path prefix, with the OpenAPI parameter for the model's name
 MODEL = "/v2/models/{MODEL_NAME}"
+#: the repository extension's prefix (its routes take any model name, loaded or not)
+REPOSITORY = "/v2/repository"
 _VERSION = "/versions/{MODEL_VERSION}"
 
 #: every error status the server gives, and what it means
 ERRORS: dict[int, str] = {
     400: "Bad Request: the request does not match the model's inputs",
     401: "Unauthorized: missing or wrong bearer token",
+    403: "Forbidden: load/unload refused by the model control mode",
     404: "Not Found: unknown model, version or route",
     405: "Method Not Allowed",
+    409: "Conflict: the model would not fit in the device's free memory (or the budget)",
     413: "Payload Too Large: the body, or its rows, are over the limit",
     415: "Unsupported Media Type",
     500: "Internal Server Error: a transfer or kernel failure",
@@ -80,6 +84,14 @@ ROUTES: tuple[Route, ...] = (
     Route(MODEL + "/infer", "POST", "_infer", "post-v2-models-name-infer", "Inference",
           ok="inference_response", errors=(400, 404, 413, 415, 500, 503, 504, 507),
           versioned=True, body="inference_request"),
+    Route(REPOSITORY + "/index", "POST", "_repository", "post-v2-repository-index",
+          "Repository index (Triton's)"),
+    Route(REPOSITORY + "/models/{MODEL_NAME}/load", "POST", "_repository",
+          "post-v2-repository-models-name-load", "Load or reload a model (Triton's)",
+          errors=(400, 403, 404, 409)),
+    Route(REPOSITORY + "/models/{MODEL_NAME}/unload", "POST", "_repository",
+          "post-v2-repository-models-name-unload", "Unload a model (Triton's)",
+          errors=(403, 404)),
     Route("/metrics", "GET", "_metrics", "get-metrics", "Prometheus metrics",
           errors=(404,), content_type="text/plain"),
     Route("/v2/openapi.json", "GET", "_openapi_doc", "get-v2-openapi", "This OpenAPI document"),

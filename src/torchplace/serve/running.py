@@ -23,6 +23,7 @@ from torchplace.serve.app import App, EngineLike, load_token
 if TYPE_CHECKING:
     from torchplace.serve.config import ServeConfig
     from torchplace.serve.grpc_server import GrpcServer
+    from torchplace.serve.reload import ModelControl
 
 __all__ = ["ServerThread", "grpc_port", "new_event_loop", "serve"]
 
@@ -67,14 +68,20 @@ def _grpc_server(app: App, config: ServeConfig) -> GrpcServer:
     from torchplace.serve.grpc_server import GrpcServer
 
     token = load_token(config.auth_token_file) if config.auth_token_file else None
-    return GrpcServer(app.engine, config, token=token)
+    return GrpcServer(app.control, config, token=token)
 
 
-def _build_engine(config: ServeConfig) -> EngineLike:
-    from torchplace.serve.engine import Engine
+def _control(config: ServeConfig, engine: EngineLike | None) -> ModelControl:
+    """The models to serve: ``engine`` as given, else every --model and the repository's."""
+    from torchplace.serve.registry import Registry
+    from torchplace.serve.reload import ModelControl
 
-    engine: EngineLike = Engine.from_config(config)
-    return engine
+    return ModelControl(Registry(), config, engine=engine)
+
+
+def _described(engine: EngineLike) -> str:
+    dtype = f" ({engine.dtype})" if engine.dtype is not None else ""
+    return f"{engine.name} version {engine.version}{dtype}"
 
 
 async def serve(
@@ -94,7 +101,7 @@ async def serve(
     latency spikes.
     """
     grpc_at = grpc_port(config)  # a missing extra is refused before the model loads
-    app = App(engine if engine is not None else _build_engine(config), config)
+    app = App(_control(config, engine), config)
     grpc = _grpc_server(app, config) if grpc_at is not None else None
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -109,6 +116,7 @@ async def serve(
             await app.start()
         except BaseException:
             await app.server.close()
+            await app.control.stop(0.0)
             raise
         if grpc is not None:
             assert grpc_at is not None
@@ -116,14 +124,12 @@ async def serve(
                 await grpc.start(config.host, grpc_at)
             except BaseException:
                 await app.server.close()
-                await app.engine.stop()
+                await app.control.stop(0.0)
                 raise
             app.grpc_port = grpc.port
         logger.info(
-            "serving %s version %s%s on http://%s:%d%s",
-            app.engine.name,
-            app.engine.version,
-            f" ({app.engine.dtype})" if app.engine.dtype is not None else "",
+            "serving %s on http://%s:%d%s",
+            ", ".join(_described(h.engine) for h in app.registry.handles()) or "no model yet",
             config.host,
             app.port,
             f" and grpc://{config.host}:{grpc.port}" if grpc is not None else "",

@@ -26,7 +26,14 @@ from torchplace.models import TensorSpec
 __all__ = ["EXTENSIONS", "model_config", "model_statistics"]
 
 #: the protocol extensions ``/v2`` and gRPC ``ServerMetadata`` list
-EXTENSIONS = ("binary_tensor_data", "metrics", "openapi", "model_configuration", "statistics")
+EXTENSIONS = (
+    "binary_tensor_data",
+    "metrics",
+    "openapi",
+    "model_configuration",
+    "statistics",
+    "model_repository",
+)
 
 
 def _tensor(spec: TensorSpec) -> dict[str, Any]:

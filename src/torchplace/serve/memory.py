@@ -1,0 +1,142 @@
+"""The memory check before a model is loaded: would its replicas fit next to what is there?
+
+:func:`estimate` is what one replica of a model needs on its device: its parameter and buffer
+bytes plus the activation peak of one forward at ``max_batch_size`` rows, measured by running
+the model on ``meta`` (no memory, no kernels) under the planner's recorder
+(:func:`torchplace.planner.trace.trace_forward`). A model that cannot run on ``meta`` (an
+exported program, a forward that reads tensor values) is counted with its inputs and outputs
+instead of its peak.
+
+:class:`MemoryCheck` holds what the models already loaded reserve on each device and refuses a
+load that would not fit with :class:`~torchplace.errors.InsufficientMemoryError`, whose message
+gives the numbers (needed, free, budget, model). ``free`` comes from an injectable probe
+(default: ``torch.cuda.mem_get_info`` for CUDA devices; nothing for the CPU), ``budget`` from
+``--memory-budget`` (bytes per device, what the CPU is checked against): with a budget, what the
+loaded models reserve is subtracted from it; with a probe, the device's own free bytes already
+count them. With neither, there is nothing to check against and the load goes ahead.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from torchplace.errors import InsufficientMemoryError
+from torchplace.serve.datatypes import host_torch_dtype
+
+if TYPE_CHECKING:
+    from torchplace.serve.loader import LoadedModel
+
+__all__ = ["MemoryCheck", "cuda_free_bytes", "estimate", "parse_bytes"]
+
+#: free bytes of a device, or None when unknown (the CPU)
+FreeProbe = Callable[[str], "int | None"]
+
+_UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+          "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}  # fmt: skip
+
+
+def parse_bytes(value: int | str) -> int:
+    """``1073741824``, ``"512MiB"`` or ``"2GB"`` as bytes; ValueError naming the value else."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        number, unit = float(value), ""
+    elif isinstance(value, str):
+        text = value.strip().lower()
+        digits = text.rstrip("abcdefghijklmnopqrstuvwxyz ")
+        number, unit = float(digits) if digits else -1.0, text[len(digits) :].strip()
+    else:
+        raise ValueError(f"{value!r} is not a size; give bytes or e.g. '512MiB', '2GiB'")
+    if unit not in _UNITS or number < 0:
+        raise ValueError(f"{value!r} is not a size; give bytes or e.g. '512MiB', '2GiB'")
+    return int(number * _UNITS[unit])
+
+
+def cuda_free_bytes(label: str) -> int | None:
+    """Free bytes of a CUDA device from ``torch.cuda.mem_get_info``; None for other devices."""
+    if not label.startswith("cuda"):
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    free, _total = torch.cuda.mem_get_info(label)
+    return int(free)
+
+
+def _activation_peak(loaded: LoadedModel, rows: int) -> int:
+    """The activation peak of one forward of ``rows`` rows, traced on ``meta``."""
+    import torch
+
+    from torchplace.planner.trace import trace_forward
+
+    batch = [
+        torch.zeros(
+            (rows, *(d if d > 0 else 1 for d in spec.shape[1:])),
+            dtype=host_torch_dtype(spec.datatype),
+            device="meta",
+        )
+        for spec in loaded.inputs
+    ]
+    try:
+        module = copy.deepcopy(loaded.module).to("meta")
+        return trace_forward(module, batch, (), batch=rows, seq=None).peak()
+    except Exception:  # cannot run on meta: count the batch's inputs and outputs
+        return sum(_spec_bytes(spec.shape, spec.datatype, rows) for spec in
+                   (*loaded.inputs, *loaded.outputs))  # fmt: skip
+
+
+def _spec_bytes(shape: tuple[int, ...], datatype: str, rows: int) -> int:
+    import torch
+
+    count = rows
+    for dim in shape[1:]:
+        count *= max(dim, 1)
+    element: int = torch.empty((), dtype=host_torch_dtype(datatype)).element_size()
+    return count * element
+
+
+def estimate(loaded: LoadedModel, max_batch_size: int) -> int:
+    """Bytes one replica needs: weights (parameters + buffers) + the activation peak."""
+    return loaded.weight_bytes + _activation_peak(loaded, max_batch_size)
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB ({n} bytes)"
+
+
+class MemoryCheck:
+    """What the loaded models reserve per device, and the check of a new load against it."""
+
+    def __init__(self, *, budget: int | None = None, probe: FreeProbe | None = None) -> None:
+        if budget is not None and budget < 0:
+            raise ValueError(f"memory budget {budget} must be >= 0 bytes")
+        self.budget = budget
+        self.probe: FreeProbe = probe if probe is not None else cuda_free_bytes
+        self.reserved: dict[str, dict[str, int]] = {}  # owner -> device -> bytes
+
+    def check(self, model: str, needs: Mapping[str, int], *, owner: str) -> None:
+        """Refuse (InsufficientMemoryError) when ``needs`` (device -> bytes) does not fit."""
+        for device, needed in needs.items():
+            free = self.probe(device)
+            used = sum(r.get(device, 0) for o, r in self.reserved.items() if o != owner)
+            left = None if self.budget is None else self.budget - used
+            available = min((v for v in (free, left) if v is not None), default=None)
+            if available is None or needed <= available:
+                continue
+            raise InsufficientMemoryError(
+                f"model {model!r} needs {_mib(needed)} on {device} (weights + activation peak "
+                f"at max_batch_size, times its replicas) but only {_mib(available)} is free "
+                f"(device free: {'unknown' if free is None else _mib(free)}; budget: "
+                f"{'none' if self.budget is None else _mib(self.budget)}; held by loaded "
+                f"models: {_mib(used)}); unload a model, lower max_batch_size or replicas, "
+                "or raise --memory-budget"
+            )
+
+    def reserve(self, owner: str, needs: Mapping[str, int]) -> None:
+        """Count ``needs`` as held by ``owner`` (a loaded model version)."""
+        self.reserved[owner] = dict(needs)
+
+    def release(self, owner: str) -> None:
+        """``owner`` was unloaded: its bytes are free again."""
+        self.reserved.pop(owner, None)

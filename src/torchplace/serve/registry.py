@@ -1,0 +1,154 @@
+"""The live set of models and versions a server answers for, switched atomically.
+
+A :class:`ModelHandle` is one loaded model version: its engine, its protocol documents (built
+once) and how many requests hold it. The :class:`Registry` maps a model name to its loaded
+versions; :meth:`Registry.publish` replaces a model's versions in one step on the event loop,
+so a request resolves either the old set or the new one, never a mix. A request takes its
+handle with :meth:`ModelHandle.enter` when it is routed and gives it back with
+:meth:`ModelHandle.leave` when answered; :meth:`ModelHandle.retire` waits for those (then for
+the engine's queue) before the engine stops, so a switch loses no request.
+
+The registry also keeps the repository index (Triton's ``name``/``version``/``state``/``reason``):
+``READY`` for what is published, ``LOADING``, ``UNAVAILABLE`` with the reason of a failed load
+or an unload.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from torchplace.errors import ModelNotFoundError
+from torchplace.serve import protocol
+from torchplace.serve.triton import model_config
+
+if TYPE_CHECKING:
+    from torchplace.serve.app import EngineLike
+
+__all__ = ["ModelHandle", "Registry"]
+
+
+class ModelHandle:
+    """One loaded model version (see the module docstring)."""
+
+    def __init__(self, engine: EngineLike) -> None:
+        self.engine = engine
+        self.name = engine.name
+        self.version = engine.version
+        self.inputs = tuple(engine.inputs)
+        self.outputs = tuple(engine.outputs)
+        self.max_request_rows = engine.max_request_rows
+        self.metadata = protocol.model_metadata(
+            name=self.name, versions=[self.version], platform=engine.platform,
+            inputs=self.inputs, outputs=self.outputs,
+        )  # fmt: skip
+        self.config = orjson.dumps(model_config(engine))
+        #: requests routed to this version and not answered yet
+        self.active = 0
+        #: per-protocol views of this version (the gRPC side keeps its messages here)
+        self.views: dict[str, Any] = {}
+
+    def enter(self) -> ModelHandle:
+        self.active += 1
+        return self
+
+    def leave(self) -> None:
+        self.active -= 1
+
+    async def retire(self, timeout: float) -> None:
+        """Wait (up to ``timeout`` s) for the requests routed here, drain the engine, stop."""
+        deadline = time.monotonic() + max(timeout, 0.0)
+        while self.active > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.002)
+        await self.engine.drain(max(0.0, deadline - time.monotonic()))
+        await self.engine.stop()
+
+
+def _version_key(version: str) -> tuple[int, int | str]:
+    return (1, int(version)) if version.isdigit() else (0, version)
+
+
+class Registry:
+    """Model name -> its loaded versions, plus the repository index (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._models: dict[str, dict[str, ModelHandle]] = {}
+        self._latest: dict[str, ModelHandle] = {}  # what a request without a version gets
+        self._states: dict[tuple[str, str], tuple[str, str]] = {}
+        self._listeners: list[Callable[[], None]] = []
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` (on the loop) after every change of the published set."""
+        self._listeners.append(listener)
+
+    def names(self) -> list[str]:
+        return list(self._models)
+
+    def versions(self, name: str) -> list[ModelHandle]:
+        """The loaded versions of ``name``, oldest first (empty when none)."""
+        return list(self._models.get(name, {}).values())
+
+    def handles(self) -> list[ModelHandle]:
+        return [h for versions in self._models.values() for h in versions.values()]
+
+    def get(self, name: str, version: str = "") -> ModelHandle:
+        """``name`` at ``version`` ('' = its latest loaded); ModelNotFoundError else."""
+        if not version:
+            latest = self._latest.get(name)
+            if latest is not None:
+                return latest
+        versions = self._models.get(name)
+        if not versions:
+            known = ", ".join(repr(n) for n in self._models) or "none"
+            raise ModelNotFoundError(f"unknown model {name!r}; this server serves {known}")
+        handle = versions.get(version)
+        if handle is None:
+            raise ModelNotFoundError(
+                f"unknown version {version!r} of model {name!r}; available: "
+                + ", ".join(repr(v) for v in versions)
+            )
+        return handle
+
+    def publish(self, name: str, handles: Sequence[ModelHandle]) -> list[ModelHandle]:
+        """Make ``handles`` the versions of ``name`` in one step; returns the replaced ones."""
+        old = self._models.get(name, {})
+        if handles:
+            ordered = sorted(handles, key=lambda h: _version_key(h.version))
+            self._models[name] = {h.version: h for h in ordered}
+            self._latest[name] = ordered[-1]
+        else:
+            self._models.pop(name, None)
+            self._latest.pop(name, None)
+        kept = {h.version for h in handles}
+        for version in old:
+            if version not in kept:
+                self._states[(name, version)] = ("UNAVAILABLE", "unloaded")
+        for handle in handles:
+            self._states[(name, handle.version)] = ("READY", "")
+        for listener in self._listeners:
+            listener()
+        return [h for h in old.values() if all(h is not n for n in handles)]
+
+    def mark(self, name: str, version: str, state: str, reason: str = "") -> None:
+        """Record a state of the index (LOADING, UNAVAILABLE with its reason)."""
+        self._states[(name, version)] = (state, reason)
+
+    def index(self, ready_only: bool = False, known: Sequence[str] = ()) -> list[dict[str, str]]:
+        """Triton's repository index: one entry per model version (and per known model)."""
+        entries: list[dict[str, str]] = []
+        seen = set()
+        for (name, version), (state, reason) in sorted(self._states.items()):
+            seen.add(name)
+            if ready_only and state != "READY":
+                continue
+            entry = {"name": name, "version": version, "state": state}
+            if reason:
+                entry["reason"] = reason
+            entries.append(entry)
+        if not ready_only:
+            entries.extend({"name": n} for n in known if n not in seen)
+        return sorted(entries, key=lambda e: (e["name"], e.get("version", "")))

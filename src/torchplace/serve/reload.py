@@ -1,0 +1,291 @@
+"""Loading, reloading and unloading models while the server serves (Triton's model control).
+
+:class:`ModelControl` builds the engines of a :class:`~torchplace.serve.registry.Registry`:
+
+- at start, every ``--model`` and, from ``--model-repository``, every model (modes ``none``
+  and ``poll``) or those of ``--load-model`` (mode ``explicit``). A repository model whose
+  config or load fails is marked ``UNAVAILABLE`` with the reason; the others load.
+- :meth:`ModelControl.load` (``POST /v2/repository/models/{m}/load``): read the model's
+  directory (and an inline config), then for each version the policy selects: build the model
+  on the host, check memory (:mod:`torchplace.serve.memory`), place and warm every replica with
+  its dry run, all while the loaded versions keep serving. Only when every version is ready is
+  the set switched (:meth:`Registry.publish`, one step on the loop); the replaced versions are
+  drained (requests routed to them finish there) and released. A failed load changes nothing
+  that serves: the index shows the reason.
+- :meth:`ModelControl.unload`: unpublish, then drain and release.
+- mode ``poll``: every ``--repository-poll-secs`` the repository is scanned; a new or changed
+  model directory is (re)loaded, a removed one unloaded.
+
+In mode ``none`` load and unload are refused (:class:`~torchplace.errors.ModelControlError`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import itertools
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from torchplace.errors import (
+    ConfigError,
+    ModelControlError,
+    ModelLoadError,
+    ModelNotFoundError,
+    TorchplaceError,
+)
+from torchplace.serve.memory import MemoryCheck, estimate
+from torchplace.serve.registry import ModelHandle, Registry
+from torchplace.serve.repository import ModelDir, model_names, read_model
+
+if TYPE_CHECKING:
+    from torchplace.serve.app import EngineLike
+    from torchplace.serve.config import ServeConfig
+    from torchplace.serve.loader import LoadedModel
+
+__all__ = ["ModelControl", "model_settings"]
+
+logger = logging.getLogger("torchplace.serve")
+_MODEL_FIELDS = ("name", "weights", "exported", "inputs", "outputs")
+#: ServeConfig fields as a repository's config.toml names them
+_SETTING_NAMES = {
+    "replicas_per_device": "replicas",
+    "max_batch_size": "[batching] max_batch_size",
+    "max_delay_ms": "[batching] max_delay_ms",
+    "model": "source",
+}
+
+
+def model_settings(config: ServeConfig) -> list[dict[str, Any]]:
+    """The settings of each ``--model`` (the first keeps --name, --weights...)."""
+    first = {"model": config.model, "models": ()}
+    rest = [{"model": m, "models": (), **dict.fromkeys(_MODEL_FIELDS)} for m in config.models]
+    return [first, *rest]
+
+
+class ModelControl:
+    """Loads the models of a registry and changes them live (see the module docstring)."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        config: ServeConfig,
+        *,
+        memory: MemoryCheck | None = None,
+        engine: EngineLike | None = None,
+    ) -> None:
+        self.registry = registry
+        self.config = config
+        self.mode = config.model_control_mode
+        self.root = config.model_repository
+        self.memory = memory if memory is not None else MemoryCheck(budget=config.memory_budget)
+        self._given = engine
+        self._recipes: dict[str, list[dict[str, Any]]] = {}  # --model name -> its settings
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._stamps: dict[str, Any] = {}
+        self._owners = itertools.count()
+        self._poller: asyncio.Task[None] | None = None
+
+    # -- start and stop --------------------------------------------------------------------
+    async def start(self) -> None:
+        """Load the ``--model`` ones (a failure stops the start), then the repository's."""
+        if self._given is not None:
+            await self._given.start()
+            self.registry.publish(self._given.name, [ModelHandle(self._given)])
+        elif self.root is None or self.config.models or self.config.model != "seed-mlp":
+            for settings in model_settings(self.config):
+                await self._start_model(settings)
+        if self.root is None:
+            return
+        for name in self._initial(model_names(self.root)):
+            with contextlib.suppress(ModelLoadError):
+                await self._load(name, None)
+        if self.mode == "poll":
+            self._poller = asyncio.ensure_future(self._poll())
+
+    async def _start_model(self, settings: dict[str, Any]) -> None:
+        handle = await self._build(settings, source="command line")
+        if handle.name in self._recipes:
+            await handle.retire(0.0)
+            raise ConfigError(f"two --model are served as {handle.name!r}; names must differ")
+        self._recipes[handle.name] = [settings]
+        self.registry.publish(handle.name, [handle])
+
+    def _initial(self, names: list[str]) -> list[str]:
+        if self.mode != "explicit":
+            return names
+        if "*" in self.config.load_models:
+            return names
+        return [n for n in names if n in self.config.load_models]
+
+    async def stop(self, timeout: float) -> None:
+        """Stop polling; drain and stop every loaded version."""
+        if self._poller is not None:
+            self._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poller
+        handles = self.registry.handles()
+        await asyncio.gather(*(h.retire(timeout) for h in handles))
+
+    # -- load and unload -------------------------------------------------------------------
+    def _allowed(self, what: str) -> None:
+        if self.mode != "explicit":
+            raise ModelControlError(
+                f"{what} is not allowed in model control mode {self.mode!r}; start the server "
+                "with --model-repository DIR --model-control-mode explicit"
+            )
+
+    async def load(self, name: str, inline: Mapping[str, Any] | None = None) -> None:
+        """Load (or reload) ``name``; see the module docstring. Raises ModelLoadError."""
+        self._allowed("loading a model")
+        await self._load(name, inline)
+
+    async def unload(self, name: str) -> None:
+        """Unpublish ``name``, then drain and release its versions."""
+        self._allowed("unloading a model")
+        async with self._lock(name):
+            if not self.registry.versions(name):
+                self.registry.get(name)  # ModelNotFoundError naming the loaded models
+            await self._retire(self.registry.publish(name, []))
+
+    def _lock(self, name: str) -> asyncio.Lock:
+        return self._locks.setdefault(name, asyncio.Lock())
+
+    async def _load(self, name: str, inline: Mapping[str, Any] | None) -> None:
+        async with self._lock(name):
+            try:
+                recipes = self._versions(name, inline)
+            except ConfigError as exc:
+                if self.root is not None and (self.root / name).is_dir():
+                    self.registry.mark(name, "", "UNAVAILABLE", str(exc))
+                logger.error("model %s: %s", name, exc)
+                raise ModelLoadError(str(exc)) from None
+            fresh: list[ModelHandle] = []
+            try:
+                for settings, where in recipes:
+                    self.registry.mark(name, settings.get("model_version", ""), "LOADING")
+                    fresh.append(await self._build(settings, source=where))
+            except BaseException as exc:
+                await self._failed(name, settings, fresh, exc)
+                raise self._load_error(exc) from None
+            await self._retire(self.registry.publish(name, fresh))
+            logger.info("model %s: serving versions %s", name, [h.version for h in fresh])
+
+    def _versions(
+        self, name: str, inline: Mapping[str, Any] | None
+    ) -> list[tuple[dict[str, Any], str]]:
+        """The settings of each version to load (and where they come from)."""
+        if self.root is not None and ((self.root / name).is_dir() or name not in self._recipes):
+            model: ModelDir = read_model(self.root, name, inline)
+            self._stamps[name] = model.fingerprint()
+            return [(model.version_settings(v), model.source) for v in model.versions]
+        if name in self._recipes:
+            return [(s, "command line") for s in self._recipes[name]]
+        raise ModelNotFoundError(f"unknown model {name!r}; no --model-repository holds it")
+
+    async def _failed(
+        self, name: str, settings: Mapping[str, Any], fresh: list[ModelHandle], exc: BaseException
+    ) -> None:
+        version = str(settings.get("model_version", ""))
+        self.registry.mark(name, version, "UNAVAILABLE", str(self._load_error(exc)))
+        logger.error("model %s version %s did not load: %s", name, version, exc)
+        await self._retire(fresh)
+        for handle in self.registry.versions(name):  # what served before still does
+            self.registry.mark(name, handle.version, "READY")
+
+    @staticmethod
+    def _load_error(exc: BaseException) -> ModelLoadError:
+        if isinstance(exc, ModelLoadError):
+            return exc
+        if isinstance(exc, TorchplaceError):
+            return ModelLoadError(str(exc))
+        return ModelLoadError(f"{type(exc).__name__}: {exc}")
+
+    async def _retire(self, handles: list[ModelHandle]) -> None:
+        await asyncio.gather(*(h.retire(self.config.drain_timeout_s) for h in handles))
+        for handle in handles:
+            self.memory.release(handle.views.get("memory", ""))
+
+    # -- building one version --------------------------------------------------------------
+    async def _build(self, settings: Mapping[str, Any], *, source: str) -> ModelHandle:
+        """One version: host model, memory check, engine placed and warmed (dry run)."""
+        from torchplace.serve.engine import Engine
+        from torchplace.serve.loader import load_model
+        from torchplace.serve.startup import full_device, resolve_devices
+
+        config = self._traced(self._configured(settings, source))
+        loop = asyncio.get_running_loop()
+        loaded: LoadedModel = await loop.run_in_executor(
+            None,
+            functools.partial(
+                load_model, config.model, version=config.model_version, weights=config.weights,
+                exported=config.exported, inputs=config.inputs, outputs=config.outputs,
+                name=config.name,
+            ),
+        )  # fmt: skip
+        one = await loop.run_in_executor(None, estimate, loaded, config.max_batch_size)
+        devices = [str(full_device(d)) for d in resolve_devices(config.device, config.devices)]
+        needs = {d: one * config.replicas_per_device * devices.count(d) for d in devices}
+        self.memory.check(loaded.name, needs, owner="")
+        engine = Engine.from_config(config, loaded=loaded)
+        try:
+            await engine.start()
+        except BaseException:
+            await engine.stop()
+            raise
+        handle = ModelHandle(engine)
+        owner = f"{loaded.name}/{loaded.version}#{next(self._owners)}"
+        self.memory.reserve(owner, needs)
+        handle.views["memory"] = owner
+        return handle
+
+    def _configured(self, settings: Mapping[str, Any], source: str) -> ServeConfig:
+        """The server's config with a version's settings; an invalid value names its file."""
+        try:
+            return self.config.with_overrides(settings, source=source)
+        except ConfigError as exc:
+            message = str(exc).removeprefix("serve config: ")
+            for ours, theirs in _SETTING_NAMES.items():
+                message = message.replace(f"{ours}=", f"{theirs} = ")
+            named = message if message.startswith(source) else f"{source}: {message}"
+            raise ConfigError(named) from None
+
+    def _traced(self, config: ServeConfig) -> ServeConfig:
+        """With several models, each version writes its own trace file (NAME.VERSION added)."""
+        path = config.trace_file
+        if path is None or (self.root is None and not config.models and not self.config.models):
+            return config
+        name = config.name or config.model.replace(":", "-")
+        stem = f"{path.stem}.{name}.{config.model_version}"
+        return config.with_overrides({"trace_file": path.with_name(stem + path.suffix)})
+
+    # -- poll ------------------------------------------------------------------------------
+    async def _poll(self) -> None:
+        assert self.root is not None
+        while True:
+            await asyncio.sleep(self.config.repository_poll_secs)
+            try:
+                await self.poll_once()
+            except TorchplaceError as exc:
+                logger.error("polling the model repository: %s", exc)
+
+    async def poll_once(self) -> None:
+        """One scan: load new or changed models, unload removed ones."""
+        assert self.root is not None
+        names = model_names(self.root)
+        for name in names:
+            stamp: Any
+            try:
+                stamp = read_model(self.root, name).fingerprint()
+            except ConfigError as exc:
+                stamp = str(exc)
+            if self._stamps.get(name) != stamp:
+                self._stamps[name] = stamp  # a broken model is reported once per change
+                with contextlib.suppress(ModelLoadError):
+                    await self._load(name, None)
+        for name in self.registry.names():
+            if name not in names and name not in self._recipes:
+                async with self._lock(name):
+                    await self._retire(self.registry.publish(name, []))

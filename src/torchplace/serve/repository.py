@@ -1,0 +1,330 @@
+"""A model repository on disk: one directory per model, a ``config.toml`` each, numbered versions.
+
+::
+
+    models/                         # --model-repository models
+      seed/
+        config.toml                 # source = "seed-mlp"
+        1/model.safetensors         # version 1's weights
+        2/model.safetensors
+      wide/
+        config.toml
+        1/                          # no weights: the model as its source builds it
+
+``config.toml`` (every field but ``source`` optional)::
+
+    source = "seed-mlp"             # an embedded model, or "module:callable" returning an nn.Module
+    weights = "model.safetensors"   # the weights file in each version directory (default: the
+                                    # one .safetensors/.pt/.pth there, if any)
+    exported = "model.pt2"          # or a torch.export program in each version directory
+    inputs = ["input:FP32:-1,8"]    # when they cannot be inferred (outputs come from a dry run)
+    outputs = ["output:FP32:-1,2"]
+    dtype = "float32"
+    devices = ["cpu"]               # default: the server's --device/--devices
+    replicas = 1                    # per device
+    [batching]
+    max_batch_size = 32
+    max_delay_ms = 2.0
+    [version_policy]                # one of: latest = N (default 1), all = true, specific = [1, 3]
+    latest = 1
+
+A model directory without version directories that holds its model file directly (what
+KServe's model puller downloads) is version 1; its settings may then come from a
+``torchplace.toml`` as for ``--model_dir`` (``model = "seed-mlp"``, any batching setting).
+
+An error in one model's configuration names the file, the field and the fix
+(:class:`~torchplace.errors.ConfigError`); the other models are not affected. A load request
+may carry an inline configuration (Triton's ``parameters.config``, a JSON string): either these
+keys, or Triton's ``ModelConfig`` JSON (``max_batch_size``, ``dynamic_batching``,
+``version_policy``, ``instance_group``, ``input``/``output``), which :func:`triton_settings` maps.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torchplace.errors import ConfigError
+from torchplace.serve.config import load_config_file
+
+__all__ = [
+    "CONFIG_NAME",
+    "ModelDir",
+    "VersionPolicy",
+    "inline_config",
+    "model_names",
+    "read_model",
+    "triton_settings",
+]
+
+CONFIG_NAME = "config.toml"
+#: the settings file of a KServe model directory, read when there is no config.toml
+KSERVE_CONFIG = "torchplace.toml"
+_WEIGHTS = (".safetensors", ".pt", ".pth")
+_KEYS = ("source", "weights", "exported", "inputs", "outputs", "dtype", "devices", "replicas",
+         "batching", "version_policy")  # fmt: skip
+_BATCHING = ("max_batch_size", "max_delay_ms")
+
+
+@dataclass(frozen=True)
+class VersionPolicy:
+    """Which numbered versions are served: the ``latest`` N, ``all``, or ``specific`` ones."""
+
+    kind: str = "latest"
+    count: int = 1
+    versions: tuple[int, ...] = ()
+
+    def select(self, available: list[int]) -> list[int]:
+        """The versions to serve, oldest first."""
+        found = sorted(available)
+        if self.kind == "all":
+            return found
+        if self.kind == "specific":
+            return [v for v in found if v in self.versions]
+        return found[-self.count :]
+
+
+@dataclass(frozen=True)
+class ModelDir:
+    """One model of the repository, read and checked: what each of its versions loads."""
+
+    name: str
+    directory: Path
+    source: str  # the config file, or "inline config"
+    settings: dict[str, Any]  # ServeConfig fields shared by every version
+    weights: str | None
+    exported: str | None
+    policy: VersionPolicy
+    versions: tuple[str, ...]  # the selected version directories, oldest first
+    #: the model files lie in the directory itself (KServe's layout): one version, "1"
+    flat: bool = False
+
+    def version_settings(self, version: str) -> dict[str, Any]:
+        """The ServeConfig fields of one version (its weights or program resolved)."""
+        folder = self.directory if self.flat else self.directory / version
+        settings = {**self.settings, "name": self.name, "model_version": version,
+                    "weights": None, "exported": None}  # fmt: skip
+        if self.exported is not None:
+            settings["exported"] = str(folder / self.exported)
+        elif self.weights is not None:
+            settings["weights"] = str(folder / self.weights)
+        else:
+            found = sorted(p for p in folder.iterdir() if p.suffix in _WEIGHTS)
+            exported = sorted(folder.glob("*.pt2"))
+            if exported:
+                settings["exported"] = str(exported[0])
+            elif found:
+                settings["weights"] = str(found[0])
+        return settings
+
+    def fingerprint(self) -> tuple[Any, ...]:
+        """Changes when the config or a version directory changes (for polling)."""
+        paths = [self.directory / CONFIG_NAME, *(self.directory / v for v in self.versions)]
+        paths = [self.directory] if self.flat else paths
+        stamps: list[Any] = [self.versions]
+        for path in paths:
+            for item in [path, *(path.iterdir() if path.is_dir() else ())]:
+                if item.exists():
+                    stat = item.stat()
+                    stamps.append((str(item), stat.st_mtime_ns, stat.st_size))
+        return tuple(stamps)
+
+
+def model_names(root: Path) -> list[str]:
+    """The model directories of the repository (hidden ones skipped), sorted."""
+    if not root.is_dir():
+        raise ConfigError(
+            f"model repository {str(root)!r} is not a directory; create it with one "
+            "directory per model (see docs/serve.md, 'Model repository')"
+        )
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def _fail(where: str, key: str, problem: str, fix: str) -> ConfigError:
+    return ConfigError(f"{where}: {key} {problem}; {fix}")
+
+
+def read_model(root: Path, name: str, inline: Mapping[str, Any] | None = None) -> ModelDir:
+    """Read and check ``root/name`` (its ``config.toml``, then ``inline`` over it)."""
+    directory = root / name
+    config_file = directory / CONFIG_NAME
+    if not directory.is_dir():
+        raise ConfigError(
+            f"model {name!r} is not in the repository {str(root)!r}; create {str(directory)!r} "
+            f"with a {CONFIG_NAME} and a version directory such as 1/"
+        )
+    data: dict[str, Any] = {}
+    where = str(config_file)
+    kserve_file = directory / KSERVE_CONFIG
+    if config_file.is_file():
+        data = load_config_file(config_file)
+    elif kserve_file.is_file():  # a KServe model directory (see torchplace.serve.kserve)
+        where, data = str(kserve_file), _from_kserve(load_config_file(kserve_file))
+    elif inline is None and not _model_files(directory, "*.pt2"):
+        raise ConfigError(
+            f'{where} is missing; write one with at least source = "seed-mlp" (an embedded '
+            'model) or "module:callable"'
+        )
+    if inline is not None:
+        data = {**data, **inline}
+        where = f"{where} with the inline config" if config_file.is_file() else "inline config"
+    return _checked(directory, name, where, data)
+
+
+def _checked(directory: Path, name: str, where: str, data: Mapping[str, Any]) -> ModelDir:
+    unknown = sorted(set(data) - set(_KEYS))
+    if unknown:
+        raise _fail(where, f"field {unknown[0]!r}", "is not a setting",
+                    f"use one of {', '.join(_KEYS)}")  # fmt: skip
+    policy = _policy(where, data.get("version_policy", {}))
+    available = [int(p.name) for p in directory.iterdir() if p.is_dir() and p.name.isdigit()]
+    flat = not available and bool(_model_files(directory, "*"))
+    if not available and not flat:
+        raise _fail(where, "model", "has no numbered version directory",
+                    f"create {str(directory / '1')!r} holding the version's weights")  # fmt: skip
+    folders = [directory] if flat else [directory / str(v) for v in available]
+    exported = any(_model_files(folder, "*.pt2") for folder in folders)
+    settings = _settings(where, data, exported or data.get("exported") is not None)
+    available = [1] if flat else available
+    chosen = policy.select(available)
+    if not chosen:
+        raise _fail(where, "version_policy", f"selects none of the versions {sorted(available)}",
+                    "name versions that exist, or use latest = 1")  # fmt: skip
+    files = {key: data.get(key) for key in ("weights", "exported")}
+    for key, value in files.items():
+        if value is not None and (not isinstance(value, str) or "/" in value or not value):
+            raise _fail(where, f"field {key!r}", f"= {value!r} is not a file name",
+                        "give the file's name inside each version directory")  # fmt: skip
+    return ModelDir(name, directory, where, settings, files["weights"], files["exported"],
+                    policy, tuple(str(v) for v in chosen), flat)  # fmt: skip
+
+
+def _from_kserve(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A KServe model directory's ``torchplace.toml`` (``torchplace serve`` settings) in the
+    repository's terms: ``model`` is the source, batching settings go under ``batching``."""
+    renamed = {"model": "source", "replicas_per_device": "replicas"}
+    out: dict[str, Any] = {}
+    batching: dict[str, Any] = {}
+    for raw, value in data.items():
+        key = str(raw).replace("-", "_")
+        if key in _BATCHING:
+            batching[key] = value
+        else:
+            out[renamed.get(key, key)] = value
+    if batching:
+        out["batching"] = batching
+    return out
+
+
+def _model_files(folder: Path, pattern: str) -> list[Path]:
+    """The model files (programs, weights) directly in ``folder``."""
+    suffixes = (".pt2", *_WEIGHTS)
+    return [p for p in folder.glob(pattern) if p.is_file() and p.suffix in suffixes]
+
+
+def _settings(where: str, data: Mapping[str, Any], exported: bool) -> dict[str, Any]:
+    source = data.get("source")
+    if source is None and not exported:
+        raise _fail(where, "field 'source'", "is missing",
+                    "give an embedded model (seed-mlp, wide-mlp) or 'module:callable'")  # fmt: skip
+    if source is not None and (not isinstance(source, str) or not source.strip()):
+        raise _fail(where, "field 'source'", f"= {source!r} is not a model",
+                    "give an embedded model name or 'module:callable'")  # fmt: skip
+    settings: dict[str, Any] = {"model": source or "seed-mlp"}
+    for key in ("inputs", "outputs", "dtype", "devices"):
+        if key in data:
+            settings[key] = data[key]
+    if "replicas" in data:
+        settings["replicas_per_device"] = data["replicas"]
+    batching = data.get("batching", {})
+    if not isinstance(batching, Mapping) or set(batching) - set(_BATCHING):
+        raise _fail(where, "table [batching]", f"= {batching!r} is not understood",
+                    f"give only {', '.join(_BATCHING)}")  # fmt: skip
+    settings.update(batching)
+    return settings
+
+
+def _policy(where: str, raw: Any) -> VersionPolicy:
+    fix = "write latest = N, all = true, or specific = [1, 3] under [version_policy]"
+    if not isinstance(raw, Mapping) or len(raw) > 1:
+        raise _fail(where, "[version_policy]", f"= {raw!r} is not one policy", fix)
+    if not raw:
+        return VersionPolicy()
+    ((kind, value),) = raw.items()
+    if kind == "latest" and isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return VersionPolicy("latest", value)
+    if kind == "all" and value is True:
+        return VersionPolicy("all")
+    if (
+        kind == "specific"
+        and isinstance(value, list)
+        and value
+        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
+    ):
+        return VersionPolicy("specific", versions=tuple(value))
+    raise _fail(where, f"version_policy.{kind}", f"= {value!r} is invalid", fix)
+
+
+def triton_settings(text: str) -> dict[str, Any]:
+    """An inline config (a JSON string): our keys as they are, Triton's ``ModelConfig`` mapped."""
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"inline config is not JSON: {exc}; send a JSON object") from None
+    if not isinstance(doc, dict):
+        raise ConfigError('inline config must be a JSON object, e.g. {"max_batch_size": 8}')
+    out: dict[str, Any] = {k: v for k, v in doc.items() if k in _KEYS}
+    batching: dict[str, Any] = dict(out.pop("batching", {}))
+    if "max_batch_size" in doc:
+        batching["max_batch_size"] = doc["max_batch_size"]
+    delay = doc.get("dynamic_batching", {}).get("max_queue_delay_microseconds")
+    if delay is not None:
+        batching["max_delay_ms"] = float(delay) / 1000
+    if batching:
+        out["batching"] = batching
+    policy = doc.get("version_policy")
+    if isinstance(policy, dict) and any(isinstance(v, dict) for v in policy.values()):
+        out["version_policy"] = _triton_policy(policy)  # Triton's {"latest": {...}} shape
+    groups = doc.get("instance_group")
+    if isinstance(groups, list) and groups and isinstance(groups[0], dict):
+        out["replicas"] = int(groups[0].get("count", 1))
+    for ours, theirs in (("inputs", "input"), ("outputs", "output")):
+        if isinstance(doc.get(theirs), list):
+            out[ours] = [
+                {"name": t["name"], "datatype": str(t["data_type"]).removeprefix("TYPE_"),
+                 "shape": [-1, *t.get("dims", [])]}
+                for t in doc[theirs]
+            ]  # fmt: skip
+    parameters = doc.get("parameters", {})
+    source = parameters.get("source", {}) if isinstance(parameters, dict) else {}
+    if isinstance(source, dict) and "string_value" in source:
+        out["source"] = source["string_value"]
+    return out
+
+
+def _triton_policy(policy: Mapping[str, Any]) -> dict[str, Any]:
+    if "latest" in policy:
+        return {"latest": int(policy["latest"].get("num_versions", 1))}
+    if "specific" in policy:
+        return {"specific": [int(v) for v in policy["specific"].get("versions", [])]}
+    return {"all": True}
+
+
+def inline_config(body: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The inline config of a load request's body (``parameters.config``), or None."""
+    parameters = body.get("parameters")
+    if parameters is None:
+        return None
+    if not isinstance(parameters, Mapping):
+        raise ConfigError("the load request's 'parameters' must be an object")
+    text = parameters.get("config")
+    if text is None:
+        return None
+    if isinstance(text, Mapping):
+        text = json.dumps(text)
+    if not isinstance(text, str):
+        raise ConfigError("parameters.config must be the model configuration as a JSON string")
+    return triton_settings(text)

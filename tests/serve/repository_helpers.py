@@ -1,0 +1,57 @@
+"""Model repositories built on disk for the tests: seed-mlp versions with scaled weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+
+from torchplace.models import build_model
+
+X = np.linspace(-1.0, 1.0, 8, dtype=np.float32).reshape(1, 8)
+CONFIG = 'source = "seed-mlp"\n[batching]\nmax_batch_size = 8\nmax_delay_ms = 1.0\n'
+
+
+def write_version(root: Path, name: str, version: int, scale: float) -> Path:
+    """``root/name/version/model.safetensors``: seed-mlp's weights times ``scale``."""
+    folder = root / name / str(version)
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {k: t * scale for k, t in build_model("seed-mlp").state_dict().items()}
+    save_file(state, folder / "model.safetensors")
+    return folder
+
+
+def write_model(
+    root: Path, name: str, scale: float = 1.0, config: str = CONFIG, weights: bool = True
+) -> Path:
+    """A model directory with its config and version 1 (without weights: the source's own)."""
+    (root / name / "1").mkdir(parents=True, exist_ok=True)
+    (root / name / "config.toml").write_text(config)
+    if weights:
+        write_version(root, name, 1, scale)
+    return root / name
+
+
+def expected(scale: float, x: np.ndarray = X) -> np.ndarray:
+    """What seed-mlp with weights times ``scale`` answers for ``x``."""
+    model = build_model("seed-mlp")
+    with torch.no_grad():
+        for tensor in model.state_dict().values():
+            tensor.mul_(scale)
+        out: np.ndarray = model(torch.from_numpy(x)).numpy()
+    return out
+
+
+def infer_body(x: np.ndarray = X) -> dict[str, object]:
+    return {
+        "inputs": [
+            {
+                "name": "input",
+                "datatype": "FP32",
+                "shape": list(x.shape),
+                "data": x.ravel().tolist(),
+            }
+        ]
+    }

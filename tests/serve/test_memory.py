@@ -1,0 +1,141 @@
+"""The memory check before a load: estimates, the refusal's numbers, a real server refusing."""
+
+from __future__ import annotations
+
+import http.client
+from pathlib import Path
+
+import orjson
+import pytest
+
+from torchplace.errors import InsufficientMemoryError
+from torchplace.serve.loader import load_model
+from torchplace.serve.memory import MemoryCheck, estimate, parse_bytes
+from torchplace.serve.running import ServerThread
+
+from .conftest import test_config
+from .repository_helpers import write_model
+
+WIDE = 'source = "wide-mlp"\n[batching]\nmax_batch_size = 8\n'
+
+
+def test_parse_bytes() -> None:
+    assert parse_bytes(1024) == 1024
+    assert parse_bytes("512MiB") == 512 * 2**20
+    assert parse_bytes("2 GB") == 2 * 10**9
+    with pytest.raises(ValueError, match="'lots' is not a size"):
+        parse_bytes("lots")
+
+
+def test_estimate_is_weights_plus_an_activation_peak_growing_with_the_batch() -> None:
+    loaded = load_model("wide-mlp")
+    small, large = estimate(loaded, 1), estimate(loaded, 64)
+    assert small > loaded.weight_bytes
+    # 64 rows of 2048-wide float32 activations at least, over one row's
+    assert large - small >= 63 * 2048 * 4
+
+
+def test_a_load_over_the_budget_is_refused_with_the_numbers() -> None:
+    check = MemoryCheck(budget=1000)
+    check.reserve("a/1", {"cpu": 600})
+    check.check("b", {"cpu": 400}, owner="")  # fits exactly
+    with pytest.raises(InsufficientMemoryError) as caught:
+        check.check("b", {"cpu": 401}, owner="")
+    message = str(caught.value)
+    assert "model 'b' needs 0.0 MiB (401 bytes) on cpu" in message
+    assert "only 0.0 MiB (400 bytes) is free" in message
+    assert "budget: 0.0 MiB (1000 bytes); held by loaded models: 0.0 MiB (600 bytes)" in message
+    assert caught.value.status == 409
+    check.release("a/1")
+    check.check("b", {"cpu": 1000}, owner="")
+
+
+def test_the_device_probe_counts_too() -> None:
+    check = MemoryCheck(probe=lambda device: 10 if device == "cuda:0" else None)
+    check.check("m", {"cpu": 10**12}, owner="")  # no budget, no probe: nothing to check
+    with pytest.raises(InsufficientMemoryError, match=r"device free: 0.0 MiB \(10 bytes\)"):
+        check.check("m", {"cuda:0": 11}, owner="")
+
+
+def _post(port: int, path: str, body: bytes = b"{}") -> tuple[int, dict[str, str]]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+    response = conn.getresponse()
+    raw = response.read()
+    conn.close()
+    return response.status, orjson.loads(raw) if raw else {}
+
+
+def test_a_server_refuses_a_load_over_the_budget_and_keeps_serving(tmp_path: Path) -> None:
+    for name in ("a", "b", "c"):
+        write_model(tmp_path, name)
+    write_model(tmp_path, "big", config=WIDE, weights=False)
+    seed = estimate(load_model("seed-mlp"), 8)
+    wide = estimate(load_model("wide-mlp"), 8)
+    budget = 2 * seed + wide  # a, b and c leave one seed short of what big needs
+    config = test_config(
+        device="cpu", model_repository=tmp_path, model_control_mode="explicit",
+        load_models=("a", "b", "c"), memory_budget=budget,
+    )  # fmt: skip
+    with ServerThread(config) as thread:
+        status, body = _post(thread.port, "/v2/repository/models/big/load")
+        assert status == 409
+        message = body["error"]
+        assert f"model 'big' needs {wide / 2**20:.1f} MiB ({wide} bytes) on cpu" in message
+        assert f"budget: {budget / 2**20:.1f} MiB ({budget} bytes)" in message
+        assert f"held by loaded models: {3 * seed / 2**20:.1f} MiB ({3 * seed} bytes)" in message
+        assert f"only {(budget - 3 * seed) / 2**20:.1f} MiB" in message
+        status, index = _post(thread.port, "/v2/repository/index")
+        big = [e for e in index if e["name"] == "big"]  # type: ignore[union-attr]
+        assert big[0]["state"] == "UNAVAILABLE"
+        assert "needs" in big[0]["reason"]
+        infer = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 8],
+                             "data": [0.5] * 8}]}  # fmt: skip
+        assert _post(thread.port, "/v2/models/a/infer", orjson.dumps(infer))[0] == 200
+        assert _post(thread.port, "/v2/repository/models/a/unload")[0] == 200
+        assert _post(thread.port, "/v2/repository/models/big/load")[0] == 200  # fits now
+
+
+def test_the_refusal_over_grpc_is_resource_exhausted(tmp_path: Path) -> None:
+    grpcclient = pytest.importorskip("tritonclient.grpc")
+    from tritonclient.utils import InferenceServerException
+
+    write_model(tmp_path, "big", config=WIDE, weights=False)
+    config = test_config(
+        device="cpu", model_repository=tmp_path, model_control_mode="explicit",
+        memory_budget=1024,
+    )  # fmt: skip
+    with ServerThread(config) as thread:
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{thread.grpc_port}")
+        with pytest.raises(InferenceServerException) as caught:
+            client.load_model("big")
+        assert "StatusCode.RESOURCE_EXHAUSTED" in str(caught.value.status())
+        assert "model 'big' needs" in caught.value.message()
+        assert client.is_server_live()
+
+
+@pytest.mark.cuda
+def test_a_load_over_the_free_cuda_memory_is_refused(tmp_path: Path) -> None:
+    """On a real GPU, against torch.cuda.mem_get_info: wide-mlp at 2**24 rows per batch needs
+    hundreds of GiB of activations (estimated on meta; nothing is allocated)."""
+    import torch
+
+    free, _ = torch.cuda.mem_get_info(0)
+    huge = 'source = "wide-mlp"\ndevices = ["cuda:0"]\n[batching]\nmax_batch_size = 16777216\n'
+    write_model(tmp_path, "huge", config=huge, weights=False)
+    write_model(tmp_path, "small", config='source = "seed-mlp"\ndevices = ["cuda:0"]\n')
+    config = test_config(
+        device="cuda:0", model_repository=tmp_path, model_control_mode="explicit",
+        load_models=("small",),
+    )  # fmt: skip
+    with ServerThread(config) as thread:
+        status, body = _post(thread.port, "/v2/repository/models/huge/load")
+        assert status == 409, body
+        assert "model 'huge' needs" in body["error"]
+        assert "on cuda:0" in body["error"]
+        assert "device free: " in body["error"]
+        assert "device free: unknown" not in body["error"]
+        print(body["error"], f"(free before: {free} bytes)")
+        infer = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 8],
+                             "data": [0.5] * 8}]}  # fmt: skip
+        assert _post(thread.port, "/v2/models/small/infer", orjson.dumps(infer))[0] == 200
