@@ -274,3 +274,34 @@ def test_the_engine_carries_the_callers_context_to_the_request_spans() -> None:
     requests = [s for s in exporter.get_finished_spans() if s.name == "torchplace.infer"]
     parents = sorted(f"{s.parent.span_id:016x}" if s.parent else "" for s in requests)
     assert parents == ["", CLIENT_SPAN]
+
+
+def test_a_traceparent_header_joins_the_request_spans_to_the_callers_trace() -> None:
+    """Straight over HTTP (no Ray, no instrumentation around the server): a request that
+    carries a W3C traceparent gets its spans in that trace; one without starts its own."""
+    import urllib.request
+
+    from torchplace.serve.config import ServeConfig
+    from torchplace.serve.running import ServerThread
+
+    tracer, exporter = _memory_tracer()
+    engine = Engine(load_model("seed-mlp"), [torch.device("cpu")], otel=False)
+    engine.tracer._otel, engine.tracer.enabled = tracer._otel, True
+    body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 8], "data": [0.5] * 8}]}
+
+    def post(url: str, headers: dict[str, str]) -> int:
+        data = json.dumps(body).encode()
+        headers = {"content-type": "application/json", **headers}
+        with urllib.request.urlopen(urllib.request.Request(url, data, headers), timeout=30) as r:
+            return int(r.status)
+
+    with ServerThread(ServeConfig(port=0, grpc_port=0), engine=engine) as server:
+        url = f"{server.url}/v2/models/seed-mlp/infer"
+        assert post(url, {"traceparent": f"00-{TRACE_ID}-{CLIENT_SPAN}-01"}) == 200
+        assert post(url, {}) == 200
+    requests = [s for s in exporter.get_finished_spans() if s.name == "torchplace.infer"]
+    assert len(requests) == 2
+    joined = [s for s in requests if s.parent is not None]
+    assert len(joined) == 1
+    assert f"{joined[0].context.trace_id:032x}" == TRACE_ID
+    assert f"{joined[0].parent.span_id:016x}" == CLIENT_SPAN

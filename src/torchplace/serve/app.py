@@ -44,7 +44,7 @@ from torchplace.errors import (
     UnsupportedMediaTypeError,
 )
 from torchplace.models import TensorSpec
-from torchplace.serve import protocol
+from torchplace.serve import protocol, tracing
 from torchplace.serve.http import HttpServer, Request, Response, error_response
 from torchplace.serve.metrics import merged_text
 from torchplace.serve.registry import ModelHandle
@@ -454,7 +454,7 @@ class App:
         except ServeError as exc:
             return self._finish(handle, error_response(exc.status, str(exc)), started)
         # held from here to the answer: a reload drains this version before releasing it
-        return self._run(handle.enter(), decoded, timeout_us, started)
+        return self._run(handle.enter(), decoded, timeout_us, started, _caller(request.headers))
 
     def _decode(self, request: Request, handle: ModelHandle) -> protocol.InferRequest:
         headers = request.headers
@@ -511,7 +511,10 @@ class App:
         decoded: protocol.InferRequest,
         timeout_us: int | None,
         started: float,
+        caller: Any = None,
     ) -> Response:
+        if caller is not None:  # this task's own context: the request's spans join its trace
+            tracing.CALLER.set(caller)
         try:
             return await self._answer(handle, decoded, timeout_us, started)
         finally:
@@ -565,6 +568,18 @@ class App:
         if self._metrics_on:
             handle.engine.observe_request(response.status, time.perf_counter() - started)
         return response
+
+
+def _caller(headers: dict[bytes, bytes]) -> Any:
+    """The trace a request with a W3C ``traceparent`` header joins (None without one)."""
+    parent = headers.get(b"traceparent")
+    if parent is None:
+        return None
+    carrier = {"traceparent": _text(parent)}
+    state = headers.get(b"tracestate")
+    if state is not None:
+        carrier["tracestate"] = _text(state)
+    return tracing.caller_context(carrier)
 
 
 def _timeout_us(headers: dict[bytes, bytes], parameter: int | None) -> int | None:
