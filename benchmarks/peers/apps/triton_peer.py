@@ -2,7 +2,8 @@
 
 Dynamic batching as Triton documents it: ``max_batch_size`` 32 and a 2 ms
 ``max_queue_delay_microseconds``; one model instance; HTTP (JSON OIP v2), gRPC and metrics all
-on 127.0.0.1. The inference function gets whole batches as numpy arrays (``@batch``).
+on 127.0.0.1 (gRPC on ``$PEER_GRPC_PORT`` when set). The inference function gets whole
+batches as numpy arrays (``@batch``).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def main() -> None:
         http_address=HOST,
         http_port=args.port,
         grpc_address=HOST,
-        grpc_port=free_port(),
+        grpc_port=int(os.environ.get("PEER_GRPC_PORT") or 0) or free_port(),
         metrics_address=HOST,
         metrics_port=free_port(),
         log_verbose=0,
