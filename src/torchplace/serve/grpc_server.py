@@ -149,7 +149,7 @@ class GrpcServer:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        server.add_generic_rpc_handlers((self._handlers(),))
+        server.add_registered_method_handlers(SERVICE, self._handlers())
         try:
             bound = server.add_insecure_port(f"{host}:{port}")
         except RuntimeError as exc:
@@ -186,14 +186,15 @@ class GrpcServer:
             await self._server.stop(None)
 
     # -- routing ---------------------------------------------------------------------------
-    def _handlers(self) -> grpc.GenericRpcHandler:
+    def _handlers(self) -> dict[str, grpc.RpcMethodHandler]:
+        """The RPCs by name, served as gRPC's registered methods (matched by the core, with no
+        per-call lookup in Python)."""
         rpcs: dict[str, tuple[Callable[..., Awaitable[Any]], Any, bool]] = {
             "ServerLive": (self._server_live, pb.ServerLiveRequest, True),
             "ServerReady": (self._server_ready, pb.ServerReadyRequest, True),
             "ModelReady": (self._model_ready, pb.ModelReadyRequest, False),
             "ServerMetadata": (self._server_metadata, pb.ServerMetadataRequest, False),
             "ModelMetadata": (self._model_metadata, pb.ModelMetadataRequest, False),
-            "ModelInfer": (self._model_infer, pb.ModelInferRequest, False),
             "ModelConfig": (self._model_config_rpc, pb.ModelConfigRequest, False),
             "ModelStatistics": (self._model_statistics, pb.ModelStatisticsRequest, False),
             "RepositoryIndex": (self._repository, pb.RepositoryIndexRequest, False),
@@ -206,7 +207,10 @@ class GrpcServer:
             )
             for name, (fn, message, public) in rpcs.items()
         }
-        return grpc.method_handlers_generic_handler(SERVICE, handlers)
+        handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(
+            self._model_infer, request_deserializer=pb.ModelInferRequest.FromString
+        )
+        return handlers
 
     def _guarded(
         self, fn: Callable[[Any, Any], Awaitable[Any]], public: bool
@@ -285,22 +289,34 @@ class GrpcServer:
     async def _repository(self, request: Any, context: Any) -> Any:
         raise _Abort(grpc.StatusCode.UNIMPLEMENTED, _REPOSITORY.format(name=self.engine.name))
 
-    async def _model_infer(self, request: Any, context: Any) -> Any:
+    async def _model_infer(self, request: Any, context: Any) -> bytes:
+        """ModelInfer, the hot path: one coroutine from the request to its answer's bytes
+        (the bearer token, the model, :meth:`_infer`, its series; an :class:`_Abort` is the
+        RPC's status, sent once the call is counted, as :meth:`_guarded` does)."""
+        if self._token is not None:
+            try:
+                self._check_auth(context)
+            except _Abort as exc:
+                await context.abort(exc.code, str(exc))
         started = time.perf_counter()
         code = grpc.StatusCode.OK
+        failed: _Abort | None = None
         served = self._models.get(request.model_name)
         try:
             served = self._model(request.model_name, request.model_version)
-            return await self._infer(served.engine, request, context)
+            response = await self._infer(served.engine, request, context)
         except _Abort as exc:
-            code = exc.code
-            raise
+            code, failed = exc.code, exc
         except asyncio.CancelledError:
             code = grpc.StatusCode.CANCELLED
             raise
         finally:
             if served is not None and served.metrics is not None:
                 served.metrics.observe(code, time.perf_counter() - started)
+        if failed is not None:
+            await context.abort(failed.code, str(failed))
+        serialized: bytes = response.SerializeToString()
+        return serialized
 
     async def _infer(self, engine: EngineLike, request: Any, context: Any) -> Any:
         try:
