@@ -19,6 +19,14 @@ checked against the in-process model before it is measured, and stopped with eve
 started (also on SIGTERM and on errors). Prints req/s, p50, p99, ratios torchplace/peer, % of
 each limit, and one PASS/FAIL line per target; exits 1 if a target is missed.
 
+Protocols (``--grpc``, default on): torchplace is also measured over REST with binary tensors
+(Triton's binary tensor extension) and over gRPC, one server each, by Triton's ``perf_analyzer``
+(``peers.perf_client``; its venv is installed like a peer's) at the same 32 concurrent requests of
+one row, in alternating rounds; so is Triton, which serves both (KServe and MLServer serve gRPC
+but not the model configuration perf_analyzer reads: SKIP lines). Those rows are compared with
+torchplace's row of the same protocol, and the target is torchplace's gRPC req/s >= its REST
+binary req/s on wide-mlp.
+
 Targets (issue 13, on a 2-core machine): seed-mlp >= 12x Triton and >= 30% of the HTTP limit;
 wide-mlp >= 2.5x Triton and >= 80% of the in-process ceiling; torchplace p99 below every
 peer's. Earlier targets stay: wide-mlp >= 5x LitServe and >= 4x FastAPI, seed-mlp >= 6x LitServe
@@ -420,7 +428,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, help="seconds per measured round (5; quick 2)")
     parser.add_argument("--rounds", type=int, help="measured rounds per server (5; quick 1)")
     parser.add_argument("--warmup", type=float, help="seconds of warm-up load (2; quick 1)")
-    parser.add_argument("--connections", type=int, default=32, help="open connections (default 32)")
+    parser.add_argument(
+        "--connections",
+        type=int,
+        default=32,
+        help="open connections, and perf_analyzer's concurrent requests (default 32)",
+    )
     parser.add_argument("--wrk-threads", type=int, default=1, help="wrk threads (default 1)")
     parser.add_argument(
         "--load",
