@@ -683,14 +683,18 @@ def main(argv: list[str] | None = None) -> int:
     return report(runs, ceilings, args)
 
 
-def paired_cost(with_it: Run, without: Run) -> float:
-    """Throughput lost to a feature: 1 - the median over rounds of the ratio between the two
-    variants measured back to back in the same round, so background load that drifts from
-    round to round cancels out instead of landing on one side."""
-    pairs = zip(with_it.extra.get("rounds", []), without.extra.get("rounds", []), strict=False)
+def paired_ratio(one: Run, other: Run) -> float:
+    """``one``'s req/s over ``other``'s: the median over rounds of the ratio between the two
+    measured back to back in the same round, so background load that drifts from round to
+    round cancels out instead of landing on one side."""
+    pairs = zip(one.extra.get("rounds", []), other.extra.get("rounds", []), strict=False)
     ratios = [a["rps"] / b["rps"] for a, b in pairs if b["rps"]]
-    ratio = statistics.median(ratios) if ratios else with_it.rps / without.rps
-    return max(0.0, 1 - ratio)
+    return statistics.median(ratios) if ratios else one.rps / other.rps
+
+
+def paired_cost(with_it: Run, without: Run) -> float:
+    """Throughput lost to a feature: 1 - :func:`paired_ratio`."""
+    return max(0.0, 1 - paired_ratio(with_it, without))
 
 
 def _first_line(note: str) -> str:
@@ -733,8 +737,8 @@ def table(runs: list[Run], ceilings: dict[str, float], threads: int) -> None:
         )
         if rest and grpc and rest.rps and grpc.rps:
             print(
-                f"torchplace {GRPC}/{REST_BINARY} on {model}: {grpc.rps / rest.rps:.2f}x "
-                "(perf_analyzer, medians over the rounds)"
+                f"torchplace {GRPC}/{REST_BINARY} on {model}: {paired_ratio(grpc, rest):.2f}x "
+                "(perf_analyzer; the median of the ratios of rounds run back to back)"
             )
     print()
 
@@ -846,7 +850,8 @@ def grpc_verdict(
     skips: list[str],
 ) -> None:
     """torchplace's gRPC req/s against its REST req/s with binary tensors, both measured by
-    perf_analyzer: a check on GRPC_TARGET_MODELS (information under --quick), else information."""
+    perf_analyzer, judged on their :func:`paired_ratio`: a check on GRPC_TARGET_MODELS
+    (information under --quick), else information."""
     if not args.grpc:
         return
     rest, grpc = by.get((f"torchplace {REST_BINARY}", model)), by.get((f"torchplace {GRPC}", model))
@@ -857,10 +862,12 @@ def grpc_verdict(
             why = _first_line(run.note) if run is not None and run.note else "see SKIP above"
             skips.append(f"{text}: not judged, torchplace was not measured over both: {why}")
         return
+    ratio = paired_ratio(grpc, rest)
     check = (
-        f"{text} ({grpc.rps:,.0f} vs {rest.rps:,.0f}, {grpc.rps / rest.rps:.2f}x; perf_analyzer, "
-        f"{args.connections} concurrent, medians of {len(grpc.extra.get('rounds', []))} rounds)",
-        grpc.rps >= rest.rps,
+        f"{text} ({grpc.rps:,.0f} vs {rest.rps:,.0f} req/s; paired ratio {ratio:.2f}x; "
+        f"perf_analyzer, {args.connections} concurrent, {len(grpc.extra.get('rounds', []))} "
+        "rounds)",
+        ratio >= 1.0,
     )
     if model not in GRPC_TARGET_MODELS:
         infos.append((*check, f"the target is on {', '.join(GRPC_TARGET_MODELS)}"))
