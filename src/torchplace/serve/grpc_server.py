@@ -149,7 +149,7 @@ class GrpcServer:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        server.add_registered_method_handlers(SERVICE, self._handlers())
+        server.add_generic_rpc_handlers((self._handlers(),))
         try:
             bound = server.add_insecure_port(f"{host}:{port}")
         except RuntimeError as exc:
@@ -186,9 +186,7 @@ class GrpcServer:
             await self._server.stop(None)
 
     # -- routing ---------------------------------------------------------------------------
-    def _handlers(self) -> dict[str, grpc.RpcMethodHandler]:
-        """The RPCs by name, served as gRPC's registered methods (matched by the core, with no
-        per-call lookup in Python)."""
+    def _handlers(self) -> grpc.GenericRpcHandler:
         rpcs: dict[str, tuple[Callable[..., Awaitable[Any]], Any, bool]] = {
             "ServerLive": (self._server_live, pb.ServerLiveRequest, True),
             "ServerReady": (self._server_ready, pb.ServerReadyRequest, True),
@@ -210,7 +208,7 @@ class GrpcServer:
         handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(
             self._model_infer, request_deserializer=pb.ModelInferRequest.FromString
         )
-        return handlers
+        return grpc.method_handlers_generic_handler(SERVICE, handlers)
 
     def _guarded(
         self, fn: Callable[[Any, Any], Awaitable[Any]], public: bool
