@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 VENV = Path.home() / ".cache" / "torchplace-bench" / "venvs" / "perf-analyzer"
+#: a --stability-percentage no three windows miss: a fixed-length measurement
+STABILITY_OFF = 10_000
 PACKAGES = ("tritonclient[all]==2.51.0", "nvidia-cuda-runtime-cu12")
 
 
@@ -139,7 +141,7 @@ def summary(output: str) -> dict[str, Any]:
 class PerfLoad:
     """perf_analyzer as a load of :mod:`peers.load`'s shape: ``load(address, seconds)`` holds
     ``connections`` requests in flight over ``protocol`` (``http`` with binary tensors, or
-    ``grpc``) for three windows of ``seconds / 3`` and returns ``rps``, ``requests``, ``p50``,
+    ``grpc``) for three windows of ``seconds / 3`` (no stability check) and returns ``rps``, ``requests``, ``p50``,
     ``p99`` (ms) and ``errors`` (perf_analyzer stops at the first failed request: a failure is a
     RuntimeError with its output's end)."""
 
@@ -166,8 +168,10 @@ class PerfLoad:
             self.protocol,
             f"{c}:{c}:1",
             interval_ms=max(200, round(seconds * 1000 / 3)),
-            max_trials=6,  # three windows when stable (always, at 100%), six at most
-            stability=100,
+            max_trials=3,
+            # its stability check off: three windows, averaged, every time (on a shared machine
+            # even 100% failed now and then); the benchmark's rounds and medians handle noise
+            stability=STABILITY_OFF,
         )
         done = self.tool.run(args, timeout=60 + 3 * seconds)
         result = summary(done.stdout)
