@@ -6,16 +6,10 @@ model configuration extension), sends binary tensors (HTTP: the binary tensor ex
 raw contents), sweeps concurrency, and reads the server-side statistics (the statistics
 extension) into its table: queue, compute input, compute infer and compute output per request.
 
-What it needs, installed here if missing (outside the repository):
-
-* ``tritonclient==2.51.0`` in its own venv (``~/.cache/torchplace-bench/venvs/perf-analyzer``):
-  its wheel bundles a ``perf_analyzer`` binary that runs on older glibc than the newer
-  ``perf-analyzer`` wheel (glibc >= 2.38);
-* the CUDA runtime library the binary links against, from the ``nvidia-cuda-runtime-cu12``
-  wheel in the same venv (no GPU is needed or used);
-* ``libb64.so.0d`` (Debian: ``apt-get install libb64-0d``; tried when missing and root).
-
-Anything that cannot be installed or run is a SKIP line with the reason, and the script exits 0.
+What it needs is installed outside the repository when missing (``peers.perf_client``:
+``tritonclient==2.51.0``, whose wheel bundles the binary, the CUDA runtime wheel it links
+against, ``libb64-0d``). Anything that cannot be installed or run is a SKIP line with the
+reason, and the script exits 0.
 
 Run: ``python benchmarks/perf_analyzer.py [--model wide-mlp] [--concurrency 1,4,16,32]``.
 It starts ``torchplace serve`` (a subprocess on free 127.0.0.1 ports), runs the sweep over HTTP
@@ -28,11 +22,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import glob
 import json
 import os
-import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -41,60 +32,13 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from peers import perf_client
 from peers.procs import free_port, stop_group  # benchmarks/ is this script's folder
-
-VENV = Path.home() / ".cache" / "torchplace-bench" / "venvs" / "perf-analyzer"
-PACKAGES = ("tritonclient[all]==2.51.0", "nvidia-cuda-runtime-cu12")
 
 
 def skip(reason: str) -> int:
     print(f"SKIP perf_analyzer: {reason}")
     return 0
-
-
-def _run(cmd: list[str], timeout: float, **kwargs: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        cmd, capture_output=True, text=True, timeout=timeout, check=False, **kwargs
-    )  # type: ignore[call-overload]
-
-
-def ensure_venv() -> tuple[Path, dict[str, str]] | str:
-    """The perf_analyzer binary and the environment it runs in, or why not."""
-    python = VENV / "bin" / "python"
-    binary = VENV / "bin" / "perf_analyzer"
-    if not binary.exists():
-        if not python.exists():
-            made = _run([sys.executable, "-m", "venv", str(VENV)], 300)
-            if made.returncode != 0:
-                return f"cannot create {VENV}: {made.stderr.strip()[-300:]}"
-        print(f"installing {' '.join(PACKAGES)} into {VENV} ...", flush=True)
-        pip = _run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                    *PACKAGES], 900)  # fmt: skip
-        if pip.returncode != 0 or not binary.exists():
-            return f"cannot install {' '.join(PACKAGES)}: {pip.stderr.strip()[-300:]}"
-    libs = glob.glob(
-        str(VENV / "lib" / "python3*" / "site-packages" / "nvidia" / "cuda_runtime" / "lib")
-    )
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = ":".join([*libs, env.get("LD_LIBRARY_PATH", "")]).rstrip(":")
-    missing = _missing_libraries(binary, env)
-    if (
-        missing
-        and any("libb64" in m for m in missing)
-        and shutil.which("apt-get")
-        and os.geteuid() == 0
-    ):
-        print("installing libb64-0d with apt-get ...", flush=True)
-        _run(["apt-get", "install", "-y", "-qq", "libb64-0d"], 300)
-        missing = _missing_libraries(binary, env)
-    if missing:
-        return f"the binary lacks {', '.join(missing)} (Debian: apt-get install libb64-0d)"
-    return binary, env
-
-
-def _missing_libraries(binary: Path, env: dict[str, str]) -> list[str]:
-    ldd = _run(["ldd", str(binary)], 30, env=env)
-    return sorted({line.split()[0] for line in ldd.stdout.splitlines() if "not found" in line})
 
 
 @contextlib.contextmanager
@@ -134,8 +78,7 @@ def server_cost(pid: int, http: int, model: str) -> tuple[float, int]:
 
 
 def sweep(
-    binary: Path,
-    env: dict[str, str],
+    tool: perf_client.PerfAnalyzer,
     model: str,
     protocol: str,
     url: str,
@@ -143,18 +86,19 @@ def sweep(
     args: argparse.Namespace,
 ) -> tuple[str, dict[int, float]]:
     """perf_analyzer's output over one protocol, and req/s per concurrency."""
-    cmd = [str(binary), "-m", model, "-u", url, "-i", protocol, "-b", "1",
-           "--concurrency-range", concurrency, "-p", str(args.interval_ms),
-           "--max-trials", str(args.max_trials),
-           "--input-data", "zero", "--stability-percentage", str(args.stability)]  # fmt: skip
-    print(f"$ {' '.join(cmd)}", flush=True)
-    done = _run(cmd, args.timeout, env=env)
+    cmd = perf_client.command(
+        model,
+        url,
+        protocol,
+        concurrency,
+        interval_ms=args.interval_ms,
+        max_trials=args.max_trials,
+        stability=args.stability,
+    )
+    print(f"$ perf_analyzer {' '.join(cmd)}", flush=True)
+    done = tool.run(cmd, args.timeout)
     output = done.stdout + (done.stderr if done.returncode else "")
-    rates = {
-        int(c): float(r)
-        for c, r in re.findall(r"Concurrency: (\d+), throughput: ([\d.]+) infer/sec", output)
-    }
-    return output, rates
+    return output, perf_client.rates(output)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,22 +119,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds per protocol")
     parser.add_argument("--torch-threads", type=int, default=None)
     args = parser.parse_args(argv)
-    found = ensure_venv()
-    if isinstance(found, str):
-        return skip(found)
-    binary, env = found
-    version = _run([str(binary), "--version"], 30, env=env)
-    if version.returncode not in (0, 1) or "error while loading" in version.stderr:
-        return skip(f"the binary does not run: {version.stderr.strip()[-300:]}")
+    tool = perf_client.ensure()
+    if isinstance(tool, str):
+        return skip(tool)
     tables: dict[str, dict[int, float]] = {}
     rounds: dict[str, list[float]] = {"http": [], "grpc": []}
     costs: dict[str, list[float]] = {"http": [], "grpc": []}  # server CPU us per request
     with torchplace_server(args.model, args.torch_threads) as (http, grpc, pid):
         urls = {"http": f"127.0.0.1:{http}", "grpc": f"127.0.0.1:{grpc}"}
         for protocol, url in urls.items():
-            output, rates = sweep(
-                binary, env, args.model, protocol, url, args.concurrency_range, args
-            )
+            output, rates = sweep(tool, args.model, protocol, url, args.concurrency_range, args)
             print(output, flush=True)
             if not rates:
                 return skip(f"perf_analyzer over {protocol} gave no throughput (output above)")
@@ -202,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.rounds):
             for protocol, url in urls.items():
                 cpu0, done0 = server_cost(pid, http, args.model)
-                _, rates = sweep(binary, env, args.model, protocol, url, f"{top}:{top}:1", args)
+                _, rates = sweep(tool, args.model, protocol, url, f"{top}:{top}:1", args)
                 cpu1, done1 = server_cost(pid, http, args.model)
                 if top in rates:
                     rounds[protocol].append(rates[top])

@@ -19,6 +19,14 @@ checked against the in-process model before it is measured, and stopped with eve
 started (also on SIGTERM and on errors). Prints req/s, p50, p99, ratios torchplace/peer, % of
 each limit, and one PASS/FAIL line per target; exits 1 if a target is missed.
 
+Protocols (``--grpc``, default on): torchplace is also measured over REST with binary tensors
+(Triton's binary tensor extension) and over gRPC, one server each, by Triton's ``perf_analyzer``
+(``peers.perf_client``; its venv is installed like a peer's) at the same 32 concurrent requests of
+one row, in alternating rounds; so is Triton, which serves both (KServe and MLServer serve gRPC
+but not the model configuration perf_analyzer reads: SKIP lines). Those rows are compared with
+torchplace's row of the same protocol, and the target is torchplace's gRPC req/s >= its REST
+binary req/s on wide-mlp.
+
 Targets (issue 13, on a 2-core machine): seed-mlp >= 12x Triton and >= 30% of the HTTP limit;
 wide-mlp >= 2.5x Triton and >= 80% of the in-process ceiling; torchplace p99 below every
 peer's. Earlier targets stay: wide-mlp >= 5x LitServe and >= 4x FastAPI, seed-mlp >= 6x LitServe
@@ -55,9 +63,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the peers package beside this file
 
-from peers import procs, venvs
+from peers import perf_client, procs, venvs
 from peers.catalog import APPS, PEERS, Peer, request_body
 from peers.load import PythonLoad, WrkLoad, client_worker, lua_script  # noqa: F401 - API
+from peers.perf_client import PerfLoad
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("seed-mlp", "wide-mlp")
@@ -73,6 +82,11 @@ OBSERVABILITY_BUDGET = 0.05
 #: peer -> the modules it needs to run in this interpreter when its venv is not built
 PEER_MODULES = {p.name: p.fallback_modules for p in PEERS if p.fallback_modules}
 HTTP_LIMIT = "HTTP limit"
+#: the two protocols perf_analyzer measures: (row suffix, its load in Workload.loads)
+REST_BINARY, GRPC = "REST binary", "gRPC"
+PERF_LOADS = {REST_BINARY: "perf-http", GRPC: "perf-grpc"}
+#: the models on which torchplace's gRPC req/s must reach its REST req/s with binary tensors
+GRPC_TARGET_MODELS = ("wide-mlp",)
 
 
 @dataclass
@@ -97,6 +111,9 @@ class Server:
     url: str
     body: str = "oip"
     env: dict[str, str] = field(default_factory=dict)
+    load: str = ""  # the load's key in Workload.loads (default: body)
+    target: str = ""  # the address the load is given (default: url)
+    extra: dict[str, Any] = field(default_factory=dict)  # copied into its Run's extra
 
 
 @dataclass
@@ -106,7 +123,7 @@ class Workload:
     model: str
     want: list[float]
     bodies: dict[str, bytes]
-    loads: dict[str, WrkLoad | PythonLoad]
+    loads: dict[str, WrkLoad | PythonLoad | PerfLoad]
 
 
 def missing_modules(peer: str) -> list[str]:
@@ -200,19 +217,20 @@ def measure(servers: list[Server], work: Workload, args: argparse.Namespace) -> 
     """Start the servers together, warm each up, then measure them in turn, round after
     round (A B C, B C A, C A B, ...), so that drifting background load hits them alike;
     each figure is the median over the rounds."""
-    runs = {s.name: Run(s.name, work.model) for s in servers}
+    runs = {s.name: Run(s.name, work.model, extra=dict(s.extra)) for s in servers}
     rounds: dict[str, list[dict[str, Any]]] = {s.name: [] for s in servers}
     try:
         with started(servers, work) as up:
             for server, proc in zip(servers, up, strict=True):
                 runs[server.name].extra["listens"] = proc.listens
             for server in servers:
-                work.loads[server.body](server.url, args.warmup)
+                work.loads[server.load or server.body](server.target or server.url, args.warmup)
             for index in range(args.rounds):
                 # Rotate who goes first: a slot in the round must not favour one variant.
                 shift = index % len(servers)
                 for server in servers[shift:] + servers[:shift]:
-                    result = work.loads[server.body](server.url, args.duration)
+                    load = work.loads[server.load or server.body]
+                    result = load(server.target or server.url, args.duration)
                     rounds[server.name].append(result)
     except (
         RuntimeError,
@@ -340,6 +358,47 @@ def torchplace_server(name: str, model: str, device: str, *extra: str) -> Server
     return Server(name, argv, f"http://127.0.0.1:{port}/v2/models/{model}/infer")
 
 
+def over_protocol(server: Server, base: str, protocol: str, address: str) -> Server:
+    """``server`` measured by perf_analyzer over ``protocol`` (REST_BINARY or GRPC) at
+    ``address`` (host:port); its row is named ``BASE PROTOCOL`` and compared with
+    torchplace's row of the same protocol."""
+    server.name = f"{base} {protocol}"
+    server.load, server.target = PERF_LOADS[protocol], address
+    server.extra = {"client": "perf_analyzer", "protocol": protocol,
+                    "compare_to": f"torchplace {protocol}"}  # fmt: skip
+    return server
+
+
+def torchplace_protocols(model: str, device: str) -> list[Server]:
+    """torchplace over REST with binary tensors and over gRPC (one server each)."""
+    rest = torchplace_server("torchplace", model, device)
+    http = rest.url.removeprefix("http://").split("/", 1)[0]
+    grpc_port = procs.free_port()
+    grpc = torchplace_server("torchplace", model, device, "--grpc-port", str(grpc_port))
+    return [
+        over_protocol(rest, "torchplace", REST_BINARY, http),
+        over_protocol(grpc, "torchplace", GRPC, f"127.0.0.1:{grpc_port}"),
+    ]
+
+
+def peer_protocols(
+    peer: Peer, python: str, model: str, device: str, args: argparse.Namespace, scratch: Path
+) -> list[Server]:
+    """A peer that serves Triton's extensions over REST with binary tensors and over gRPC (one
+    server each; its script takes the gRPC port from ``PEER_GRPC_PORT``)."""
+    (scratch / "rest").mkdir(exist_ok=True)
+    (scratch / "grpc").mkdir(exist_ok=True)
+    rest = peer_server(peer, python, model, device, args, scratch / "rest")
+    grpc = peer_server(peer, python, model, device, args, scratch / "grpc")
+    grpc_port = procs.free_port()
+    grpc.env["PEER_GRPC_PORT"] = str(grpc_port)
+    http = rest.url.removeprefix("http://").split("/", 1)[0]
+    return [
+        over_protocol(rest, peer.name, REST_BINARY, http),
+        over_protocol(grpc, peer.name, GRPC, f"127.0.0.1:{grpc_port}"),
+    ]
+
+
 def http_limit_server(work: Workload, scratch: Path) -> Server:
     reply = scratch / f"reply-{work.model}.json"
     doc = {
@@ -369,7 +428,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, help="seconds per measured round (5; quick 2)")
     parser.add_argument("--rounds", type=int, help="measured rounds per server (5; quick 1)")
     parser.add_argument("--warmup", type=float, help="seconds of warm-up load (2; quick 1)")
-    parser.add_argument("--connections", type=int, default=32, help="open connections (default 32)")
+    parser.add_argument(
+        "--connections",
+        type=int,
+        default=32,
+        help="open connections, and perf_analyzer's concurrent requests (default 32)",
+    )
     parser.add_argument("--wrk-threads", type=int, default=1, help="wrk threads (default 1)")
     parser.add_argument(
         "--load",
@@ -394,6 +458,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--no-peers", action="store_true", help="measure torchplace and the limits only"
+    )
+    parser.add_argument(
+        "--grpc",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also measure torchplace (and Triton) over gRPC and over REST with binary tensors, "
+        "with perf_analyzer at --connections concurrent requests (default: yes; its venv is "
+        "installed when --setup-peers says so)",
     )
     parser.add_argument(
         "--setup-peers",
@@ -442,6 +514,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--peers: unknown {', '.join(unknown)}; known: {', '.join(known.values())}")
     args.peer_names = [] if args.no_peers else [known[name.lower()] for name in wanted]
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
+    args.perf = None  # perf_analyzer, once main() has found it
     return args
 
 
@@ -452,7 +525,7 @@ def workloads(args: argparse.Namespace, wrk: str | None, tmp: Path) -> dict[str,
     for model in args.models:
         row = input_row(model)
         bodies = {kind: request_body(kind, row) for kind in ("oip", "bentoml")}
-        loads: dict[str, WrkLoad | PythonLoad] = {}
+        loads: dict[str, WrkLoad | PythonLoad | PerfLoad] = {}
         for kind, body in bodies.items():
             if wrk is not None:
                 lua = tmp / f"{model}-{kind}.lua"
@@ -460,6 +533,10 @@ def workloads(args: argparse.Namespace, wrk: str | None, tmp: Path) -> dict[str,
                 loads[kind] = WrkLoad(wrk, lua, args.connections, args.wrk_threads)
             else:
                 loads[kind] = PythonLoad(body, args.connections, processes)
+        if args.perf is not None:
+            for protocol, key in PERF_LOADS.items():
+                kind = "grpc" if protocol == GRPC else "http"
+                loads[key] = PerfLoad(args.perf, model, kind, args.connections)
         out[model] = Workload(model, expected(model, row), bodies, loads)
     return out
 
@@ -492,6 +569,16 @@ def main(argv: list[str] | None = None) -> int:
     args.device_resolved = device
     peers = [p for p in PEERS if p.name in args.peer_names]
     pythons = peer_pythons(peers, args)
+    args.perf = None
+    if args.grpc:
+        found = perf_client.ensure(install=args.setup_peers)
+        if isinstance(found, str):
+            args.skipped.append(f"gRPC and REST binary rows: perf_analyzer {found}")
+        else:
+            args.perf = found
+            for peer in peers:
+                if peer.grpc_skip:
+                    args.skipped.append(f"{peer.name} over gRPC: {peer.grpc_skip}")
     if importlib.util.find_spec("httptools") is None:
         args.skipped.append(f"{HTTP_LIMIT}: httptools is not installed (torchplace[serve])")
     for line in args.skipped:
@@ -518,6 +605,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"  {HTTP_LIMIT}: bare asyncio + httptools (uvloop when installed), fixed reply")
         print(f"  in-process ceiling: batch-32 forward at {threads} torch thread(s)")
+        if args.perf is not None:
+            print(
+                f"  {REST_BINARY} and {GRPC} rows: the same servers measured by Triton's "
+                f"perf_analyzer, {args.connections} concurrent requests of 1 row (zeros), "
+                "binary tensors over HTTP, raw contents over gRPC; one server per protocol"
+            )
         for peer in peers:
             where = pythons.get(peer.name)
             state = "SKIP" if where is None else f"python {where}"
@@ -559,6 +652,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"{HTTP_LIMIT} on {model}", 1
                 ):
                     runs += measure([http_limit_server(job, tmp)], job, args)
+                if args.perf is not None and in_budget(f"torchplace {GRPC} on {model}", 2):
+                    runs += measure_both_orders(torchplace_protocols(model, device), job, args)
             for model, job in work.items():
                 for peer in peers:
                     python = pythons.get(peer.name)
@@ -567,6 +662,13 @@ def main(argv: list[str] | None = None) -> int:
                         continue
                     server = peer_server(peer, python, model, device, args, tmp)
                     runs += measure([server], job, args)
+                    if (
+                        args.perf is not None
+                        and peer.perf_analyzer
+                        and in_budget(f"{peer.name} {GRPC} on {model}", 2, 30.0)
+                    ):
+                        pair = peer_protocols(peer, python, model, device, args, tmp)
+                        runs += measure(pair, job, args)
         finally:
             for job in work.values():
                 for load in job.loads.values():
@@ -581,14 +683,18 @@ def main(argv: list[str] | None = None) -> int:
     return report(runs, ceilings, args)
 
 
-def paired_cost(with_it: Run, without: Run) -> float:
-    """Throughput lost to a feature: 1 - the median over rounds of the ratio between the two
-    variants measured back to back in the same round, so background load that drifts from
-    round to round cancels out instead of landing on one side."""
-    pairs = zip(with_it.extra.get("rounds", []), without.extra.get("rounds", []), strict=False)
+def paired_ratio(one: Run, other: Run) -> float:
+    """``one``'s req/s over ``other``'s: the median over rounds of the ratio between the two
+    measured back to back in the same round, so background load that drifts from round to
+    round cancels out instead of landing on one side."""
+    pairs = zip(one.extra.get("rounds", []), other.extra.get("rounds", []), strict=False)
     ratios = [a["rps"] / b["rps"] for a, b in pairs if b["rps"]]
-    ratio = statistics.median(ratios) if ratios else with_it.rps / without.rps
-    return max(0.0, 1 - ratio)
+    return statistics.median(ratios) if ratios else one.rps / other.rps
+
+
+def paired_cost(with_it: Run, without: Run) -> float:
+    """Throughput lost to a feature: 1 - :func:`paired_ratio`."""
+    return max(0.0, 1 - paired_ratio(with_it, without))
 
 
 def _first_line(note: str) -> str:
@@ -596,12 +702,18 @@ def _first_line(note: str) -> str:
 
 
 def table(runs: list[Run], ceilings: dict[str, float], threads: int) -> None:
-    """The results: one row per server and model, torchplace's ratio to it, then the limits."""
+    """The results: one row per server and model, torchplace's ratio to it, then the limits.
+    The perf_analyzer rows (REST binary, gRPC) follow the wrk rows of their model and are
+    compared with torchplace's row of the same protocol."""
     by = {(r.server, r.model): r for r in runs}
     print()
     print(f"{'server':<24} {'model':<9} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'tp/x':>7}")
-    for run in sorted(runs, key=lambda r: (r.model, not r.server.startswith("torchplace"))):
-        tp = by.get(("torchplace", run.model))
+
+    def order(run: Run) -> tuple[str, bool, bool]:
+        return run.model, "client" in run.extra, not run.server.startswith("torchplace")
+
+    for run in sorted(runs, key=order):
+        tp = by.get((run.extra.get("compare_to", "torchplace"), run.model))
         ratio = tp.rps / run.rps if tp and run.rps and tp.rps else float("nan")
         note = f"  {_clip(run.note.splitlines()[0], 100)}" if run.note else ""
         print(
@@ -619,6 +731,15 @@ def table(runs: list[Run], ceilings: dict[str, float], threads: int) -> None:
         tp, limit = by.get(("torchplace", model)), by.get((HTTP_LIMIT, model))
         if tp and limit and tp.rps and limit.rps:
             print(f"torchplace at {tp.rps / limit.rps:.0%} of the {LIMIT_NAMES['http']} on {model}")
+        rest, grpc = (
+            by.get((f"torchplace {REST_BINARY}", model)),
+            by.get((f"torchplace {GRPC}", model)),
+        )
+        if rest and grpc and rest.rps and grpc.rps:
+            print(
+                f"torchplace {GRPC}/{REST_BINARY} on {model}: {paired_ratio(grpc, rest):.2f}x "
+                "(perf_analyzer; the median of the ratios of rounds run back to back)"
+            )
     print()
 
 
@@ -691,6 +812,7 @@ def report(runs: list[Run], ceilings: dict[str, float], args: argparse.Namespace
                     f"{model}: target >= {share:.0%} of the {LIMIT_NAMES[kind]}: "
                     "the limit was not measured"
                 )
+        grpc_verdict(by, model, args, checks, infos, skips)
         costs = (  # (feature, the run with it, the run without it)
             ("metrics", tp, by.get(("torchplace no-metrics", model))),
             ("tracing (--trace-file)", by.get(("torchplace +trace-file", model)), tp),
@@ -719,6 +841,42 @@ def report(runs: list[Run], ceilings: dict[str, float], args: argparse.Namespace
     return 0 if checks and all(ok for _, ok in checks) else 1
 
 
+def grpc_verdict(
+    by: dict[tuple[str, str], Run],
+    model: str,
+    args: argparse.Namespace,
+    checks: list[tuple[str, bool]],
+    infos: list[tuple[str, bool, str]],
+    skips: list[str],
+) -> None:
+    """torchplace's gRPC req/s against its REST req/s with binary tensors, both measured by
+    perf_analyzer, judged on their :func:`paired_ratio`: a check on GRPC_TARGET_MODELS
+    (information under --quick), else information."""
+    if not args.grpc:
+        return
+    rest, grpc = by.get((f"torchplace {REST_BINARY}", model)), by.get((f"torchplace {GRPC}", model))
+    text = f"{model}: gRPC req/s >= REST binary req/s on {model}"
+    if rest is None or grpc is None or not (rest.rps and grpc.rps):
+        if model in GRPC_TARGET_MODELS:
+            run = rest if rest is not None and rest.note else grpc
+            why = _first_line(run.note) if run is not None and run.note else "see SKIP above"
+            skips.append(f"{text}: not judged, torchplace was not measured over both: {why}")
+        return
+    ratio = paired_ratio(grpc, rest)
+    check = (
+        f"{text} ({grpc.rps:,.0f} vs {rest.rps:,.0f} req/s; paired ratio {ratio:.2f}x; "
+        f"perf_analyzer, {args.connections} concurrent, {len(grpc.extra.get('rounds', []))} "
+        "rounds)",
+        ratio >= 1.0,
+    )
+    if model not in GRPC_TARGET_MODELS:
+        infos.append((*check, f"the target is on {', '.join(GRPC_TARGET_MODELS)}"))
+    elif args.quick:
+        infos.append((*check, "--quick rounds are too short to judge speed"))
+    else:
+        checks.append(check)
+
+
 def write_json(
     args: argparse.Namespace,
     runs: list[Run],
@@ -739,6 +897,11 @@ def write_json(
         "peers": {p.name: p.batching for p in PEERS if p.name in args.peer_names},
         "runs": [asdict(r) for r in runs],
         "ceiling_rows_per_s": ceilings,
+        "protocols": {
+            "client": "perf_analyzer (tritonclient 2.51.0)" if args.perf else None,
+            "concurrency": args.connections,
+            "rows": f"'torchplace|PEER {REST_BINARY}', 'torchplace|PEER {GRPC}'",
+        },
         "checks": [{"check": t, "pass": ok} for t, ok in checks],
         "information": [{"check": t, "met": ok, "why": why} for t, ok, why in infos],
         "skipped": args.skipped + skips,

@@ -24,7 +24,10 @@ class Peer:
     ``body`` is the request format: ``"oip"`` (Open Inference Protocol v2 JSON, the same body
     torchplace gets) or ``"bentoml"`` (BentoML's own ``{"x": [[...]]}``). ``path`` is formatted
     with the model's name. ``fallback_modules``: a peer that may also run in the benchmark's own
-    interpreter when these are installed there and its venv is not built.
+    interpreter when these are installed there and its venv is not built. ``perf_analyzer``: the
+    peer serves Triton's model configuration extension over HTTP and gRPC, so perf_analyzer
+    measures it over both (its script takes the gRPC port from ``PEER_GRPC_PORT``);
+    ``grpc_skip``: why a peer that serves gRPC is not measured over it.
     """
 
     name: str
@@ -35,11 +38,20 @@ class Peer:
     body: str = "oip"
     fallback_modules: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    perf_analyzer: bool = False
+    grpc_skip: str = ""
 
     @property
     def script_path(self) -> Path:
         return APPS / self.script
 
+
+#: why KServe and MLServer, which serve gRPC, are not measured over it
+NO_MODEL_CONFIG = (
+    "it serves the Open Inference Protocol over gRPC but not Triton's model configuration "
+    "extension (REST /config, gRPC ModelConfig), which perf_analyzer reads before it sends a "
+    "request ('failed to get model config')"
+)
 
 PEERS: tuple[Peer, ...] = (
     Peer(
@@ -48,6 +60,7 @@ PEERS: tuple[Peer, ...] = (
         "triton_peer.py",
         "tritonserver via nvidia-pytriton, OIP v2 JSON over HTTP; dynamic batcher "
         "max_batch_size 32, max_queue_delay_microseconds 2000; 1 model instance",
+        perf_analyzer=True,
     ),
     Peer(
         "KServe",
@@ -55,6 +68,7 @@ PEERS: tuple[Peer, ...] = (
         "kserve_peer.py",
         "kserve.ModelServer (uvicorn), OIP v2 JSON; 1 worker, no batching (KServe's batcher "
         "is a Kubernetes sidecar, not part of the model server); latency and access logs off",
+        grpc_skip=NO_MODEL_CONFIG,
     ),
     Peer(
         "MLServer",
@@ -62,6 +76,7 @@ PEERS: tuple[Peer, ...] = (
         "mlserver_peer.py",
         "mlserver start, custom MLModel runtime, OIP v2 JSON; adaptive batching "
         "max_batch_size 32, max_batch_time 0.002 s; parallel_workers 1 (default)",
+        grpc_skip=NO_MODEL_CONFIG,
     ),
     Peer(
         "Ray Serve",

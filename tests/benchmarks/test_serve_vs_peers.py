@@ -132,3 +132,62 @@ def test_quick_prints_speed_targets_as_information(
     out = capsys.readouterr().out
     assert "INFO  seed-mlp: 1% of the constant-reply HTTP limit" in out
     assert "PASS  seed-mlp: torchplace answered every request (errors 0)" in out
+
+
+def _protocol_runs(bench: ModuleType, rest: float, grpc: float) -> list[object]:
+    """torchplace over both protocols; in round 2 the machine was busier for gRPC alone."""
+    runs = [_run(bench, "torchplace", "wide-mlp", 600, 50.0)]
+    for protocol, rps in ((bench.REST_BINARY, rest), (bench.GRPC, grpc)):
+        run = _run(bench, f"torchplace {protocol}", "wide-mlp", rps, 80.0)
+        rounds = [rps, rps / 3 if protocol == bench.GRPC else rps, rps]
+        run.extra = {
+            "client": "perf_analyzer",
+            "protocol": protocol,
+            "rounds": [{"rps": r} for r in rounds],
+        }
+        runs.append(run)
+    return runs
+
+
+@pytest.mark.parametrize(("rest", "grpc", "verdict"), [(600, 650, "PASS"), (650, 600, "FAIL")])
+def test_grpc_against_rest_binary_is_judged_on_wide_mlp(
+    bench: ModuleType, capsys: pytest.CaptureFixture[str], rest: float, grpc: float, verdict: str
+) -> None:
+    args = _args(bench, "--no-peers", "--models", "wide-mlp")
+    assert bench.report(_protocol_runs(bench, rest, grpc), {}, args) == (verdict == "FAIL")
+    out = capsys.readouterr().out
+    ratio = grpc / rest  # the median of the per-round ratios: the busy round is left out
+    assert (
+        f"{verdict}  wide-mlp: gRPC req/s >= REST binary req/s on wide-mlp ({grpc:,.0f} vs "
+        f"{rest:,.0f} req/s; paired ratio {ratio:.2f}x; perf_analyzer, 32 concurrent, 3 rounds)"
+    ) in out
+    assert f"torchplace gRPC/REST binary on wide-mlp: {ratio:.2f}x" in out
+
+
+def test_grpc_rows_compare_with_torchplace_over_the_same_protocol(
+    bench: ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = _args(bench, "--no-peers", "--models", "wide-mlp", "--quick")
+    runs = _protocol_runs(bench, 600, 500)
+    triton = _run(bench, f"Triton {bench.GRPC}", "wide-mlp", 250, 80.0)
+    triton.extra = {"client": "perf_analyzer", "compare_to": f"torchplace {bench.GRPC}"}
+    assert bench.report([*runs, triton], {}, args) == 0  # --quick: information only
+    out = capsys.readouterr().out
+    assert "Triton gRPC              wide-mlp         250" in out
+    assert "2.00x" in out
+    assert "INFO  wide-mlp: gRPC req/s >= REST binary req/s on wide-mlp (500 vs 600" in out
+
+
+def test_grpc_not_measured_is_a_skip_line_and_no_grpc_says_nothing(
+    bench: ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = _args(bench, "--no-peers", "--models", "wide-mlp")
+    failed = bench.Run(f"torchplace {bench.GRPC}", "wide-mlp", note="failed: perf_analyzer: x")
+    bench.report([_run(bench, "torchplace", "wide-mlp", 600, 50.0), failed], {}, args)
+    assert (
+        "SKIP  wide-mlp: gRPC req/s >= REST binary req/s on wide-mlp: not judged, torchplace "
+        "was not measured over both: failed: perf_analyzer: x"
+    ) in capsys.readouterr().out
+    args = _args(bench, "--no-peers", "--models", "wide-mlp", "--no-grpc")
+    bench.report([_run(bench, "torchplace", "wide-mlp", 600, 50.0)], {}, args)
+    assert "gRPC" not in capsys.readouterr().out

@@ -2,7 +2,9 @@
 
 Dynamic batching as Triton documents it: ``max_batch_size`` 32 and a 2 ms
 ``max_queue_delay_microseconds``; one model instance; HTTP (JSON OIP v2), gRPC and metrics all
-on 127.0.0.1. The inference function gets whole batches as numpy arrays (``@batch``).
+on 127.0.0.1 (gRPC on ``$PEER_GRPC_PORT`` when set). The inference function gets whole
+batches as numpy arrays (``@batch``). PyTriton restricts some endpoints to a generated token;
+the statistics extension is left open, since perf_analyzer reads it (read-only counts).
 """
 
 from __future__ import annotations
@@ -42,13 +44,15 @@ def main() -> None:
         http_address=HOST,
         http_port=args.port,
         grpc_address=HOST,
-        grpc_port=free_port(),
+        grpc_port=int(os.environ.get("PEER_GRPC_PORT") or 0) or free_port(),
         metrics_address=HOST,
         metrics_port=free_port(),
         log_verbose=0,
     )
     exit_on_sigterm()
-    with Triton(config=config, workspace=str(args.workdir / "workspace")) as triton:
+    with Triton(
+        config=config, workspace=str(args.workdir / "workspace"), **_statistics_open()
+    ) as triton:
         triton.bind(
             model_name=args.model,
             infer_func=infer,
@@ -63,6 +67,17 @@ def main() -> None:
             strict=False,
         )
         triton.serve()
+
+
+def _statistics_open() -> dict[str, object]:
+    """PyTriton's default restricted endpoints less ``statistics`` (none before PyTriton
+    restricted any)."""
+    try:
+        from pytriton.triton import DEFAULT_PROTECTED_ENDPOINTS, TritonSecurityConfig
+    except ImportError:
+        return {}
+    kept = [e for e in DEFAULT_PROTECTED_ENDPOINTS if e != "statistics"]
+    return {"security_config": TritonSecurityConfig(restricted_endpoints=kept)}
 
 
 if __name__ == "__main__":
