@@ -338,6 +338,9 @@ class Engine:
         deadline = loop.time() + max(timeout, 0.0)
         while (len(self._batcher) or self.pool.busy) and loop.time() < deadline:
             await asyncio.sleep(0.002)
+        # the last batch's futures may have resolved in this very loop iteration: let their
+        # requests take their answers before draining is reported done
+        await asyncio.sleep(0)
         failed = self._batcher.fail_all(
             lambda: NotReadyError("the server is shutting down; retry on another instance")
         )
