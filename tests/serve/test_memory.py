@@ -7,6 +7,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+import torch
 
 from torchplace.errors import InsufficientMemoryError
 from torchplace.serve.loader import load_model
@@ -33,6 +34,19 @@ def test_estimate_is_weights_plus_an_activation_peak_growing_with_the_batch() ->
     assert small > loaded.weight_bytes
     # 64 rows of 2048-wide float32 activations at least, over one row's
     assert large - small >= 63 * 2048 * 4
+
+
+def test_the_estimate_traces_a_meta_copy_without_copying_the_weights() -> None:
+    from torchplace.serve import memory
+
+    model = load_model("seed-mlp").module
+    before = {name: p.data_ptr() for name, p in model.named_parameters()}
+    copied = memory._on_meta(model)
+    assert all(p.device.type == "meta" for p in copied.parameters())
+    assert all(isinstance(p, torch.nn.Parameter) for p in copied.parameters())
+    assert [n for n, _ in copied.named_parameters()] == list(before)
+    assert {n: p.data_ptr() for n, p in model.named_parameters()} == before
+    assert all(p.device.type == "cpu" for p in model.parameters())
 
 
 def test_a_load_over_the_budget_is_refused_with_the_numbers() -> None:

@@ -26,6 +26,8 @@ from torchplace.errors import InsufficientMemoryError
 from torchplace.serve.datatypes import host_torch_dtype
 
 if TYPE_CHECKING:
+    import torch
+
     from torchplace.serve.loader import LoadedModel
 
 __all__ = ["MemoryCheck", "cuda_free_bytes", "estimate", "parse_bytes"]
@@ -79,11 +81,26 @@ def _activation_peak(loaded: LoadedModel, rows: int) -> int:
         for spec in loaded.inputs
     ]
     try:
-        module = copy.deepcopy(loaded.module).to("meta")
-        return trace_forward(module, batch, (), batch=rows, seq=None).peak()
+        return trace_forward(_on_meta(loaded.module), batch, (), batch=rows, seq=None).peak()
     except Exception:  # cannot run on meta: count the batch's inputs and outputs
         return sum(_spec_bytes(spec.shape, spec.datatype, rows) for spec in
                    (*loaded.inputs, *loaded.outputs))  # fmt: skip
+
+
+def _on_meta(module: torch.nn.Module) -> torch.nn.Module:
+    """A copy of ``module`` whose parameters and buffers are on ``meta``: the weights are not
+    copied on the host (a deepcopy of a large model would double its host memory)."""
+    import torch
+
+    memo: dict[int, object] = {}
+    for param in module.parameters():
+        memo[id(param)] = torch.nn.Parameter(
+            torch.empty_like(param, device="meta"), requires_grad=param.requires_grad
+        )
+    for buffer in module.buffers():
+        memo[id(buffer)] = torch.empty_like(buffer, device="meta")
+    copied: torch.nn.Module = copy.deepcopy(module, memo)
+    return copied
 
 
 def _spec_bytes(shape: tuple[int, ...], datatype: str, rows: int) -> int:
