@@ -160,3 +160,32 @@ def test_repository_flags_are_checked() -> None:
         cli.config_from_args(_parse("--memory-budget", "lots"))
     with pytest.raises(ConfigError, match="--name, --weights, --exported"):
         cli.config_from_args(_parse("--model", "seed-mlp", "--model", "wide-mlp", "--name", "x"))
+
+
+def test_the_gil_switch_interval_flag_and_its_check() -> None:
+    assert ServeConfig().gil_switch_interval_ms == 0.2
+    config = cli.config_from_args(_parse("--gil-switch-interval-ms", "1.5"))
+    assert config.gil_switch_interval_ms == 1.5
+    with pytest.raises(ConfigError, match="gil_switch_interval_ms=0"):
+        cli.config_from_args(_parse("--gil-switch-interval-ms", "0"))
+
+
+def test_serving_sets_the_gil_switch_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command owns its process: it shortens how long the loop may keep the GIL."""
+    import sys
+
+    from torchplace.serve import running
+
+    seen: list[float] = []
+
+    async def served(config: ServeConfig, **kwargs: Any) -> int:
+        seen.append(sys.getswitchinterval())
+        return 0
+
+    monkeypatch.setattr(running, "serve", served)
+    before = sys.getswitchinterval()
+    try:
+        assert main(["serve", "--port", "0", "--gil-switch-interval-ms", "0.5"]) == 0
+    finally:
+        sys.setswitchinterval(before)
+    assert seen == [pytest.approx(0.0005)]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +160,14 @@ def _placement_flags(place: argparse._ArgumentGroup) -> None:
         type=int,
         metavar="N",
         help="torch intra-op threads (default on CPU: (cores - 1) / CPU replicas)",
+    )
+    place.add_argument(
+        "--gil-switch-interval-ms",
+        type=float,
+        metavar="MS",
+        help="how long the event loop may keep the GIL while a replica's worker thread waits "
+        "for it between torch ops (Python's own default is 5 ms; default "
+        f"{_D.gil_switch_interval_ms})",
     )
 
 
@@ -347,6 +356,9 @@ def run(args: argparse.Namespace) -> int:
         return run_on_ray(args, config)
     from torchplace.serve.running import new_event_loop, serve
 
+    # process-wide, as the command owns its process: a worker thread back from a torch op
+    # waits at most this long for the GIL while the loop decodes and encodes requests
+    sys.setswitchinterval(config.gil_switch_interval_ms / 1000)
     loop = new_event_loop()
     try:
         return loop.run_until_complete(serve(config, freeze_gc=True))

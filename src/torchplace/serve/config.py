@@ -144,6 +144,7 @@ class ServeConfig:
     fallback: str | None = None
     failure_threshold: int = 3
     torch_threads: int | None = None
+    gil_switch_interval_ms: float = 0.2
     allow_nan: bool = False
     metrics: bool = True
     auth_token_file: Path | None = None
@@ -293,6 +294,7 @@ class ServeConfig:
             ("drain_grace_s", False),
             ("default_timeout_ms", False),
             ("max_queue_wait_ms", False),
+            ("gil_switch_interval_ms", True),
         ):
             value = getattr(self, name)
             ok = isinstance(value, int | float) and not isinstance(value, bool)
