@@ -30,9 +30,11 @@ from torchplace.serve.protocol import (
     RequestedOutput,
     _bf16_bits,
     _binary_array,
+    _check_complete,
     _check_finite,
     _checked_shape,
     _describe,
+    _same_rows,
 )
 
 __all__ = ["decode_infer_request", "encode_infer_response"]
@@ -103,22 +105,9 @@ def decode_infer_request(
         array = array.reshape(shape)
         if not allow_nan:
             _check_finite(spec, array)
-        if rows == -1:
-            rows = len(array)
-        elif len(array) != rows:
-            raise InputError(
-                f"input {spec.name!r} has {len(array)} rows but another input has {rows}; every "
-                "input must have the same batch size"
-            )
+        rows = _same_rows(spec.name, array, rows)
         arrays[spec.name] = array
-    missing = [s.name for s in inputs if s.name not in arrays]
-    if missing:
-        raise InputError(
-            "missing input(s) "
-            + ", ".join(repr(m) for m in missing)
-            + "; the model takes "
-            + ", ".join(_describe(s) for s in inputs)
-        )
+    _check_complete(inputs, arrays)
     timeout_us, priority = _parameters(message.parameters)
     return InferRequest(
         id=message.id or None,

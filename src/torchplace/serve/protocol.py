@@ -217,14 +217,24 @@ def _decode_inputs(
         array = _quick_json_array(raw, spec, max_rows)
         if array is None:
             array, offset = _decode_input(raw, spec, binary, offset, max_rows, allow_nan)
-        if rows == -1:
-            rows = len(array)
-        elif len(array) != rows:
-            raise _fail(
-                f"input {name!r} has {len(array)} rows but another input has {rows}; every "
-                "input must have the same batch size"
-            )
+        rows = _same_rows(name, array, rows)
         arrays[name] = array
+    _check_complete(inputs, arrays)
+    return arrays, offset
+
+
+def _same_rows(name: str, array: np.ndarray[Any, Any], rows: int) -> int:
+    """The batch size so far (-1: none yet), checked against one more input's rows."""
+    if rows != -1 and len(array) != rows:
+        raise _fail(
+            f"input {name!r} has {len(array)} rows but another input has {rows}; every "
+            "input must have the same batch size"
+        )
+    return len(array)
+
+
+def _check_complete(inputs: Sequence[TensorSpec], arrays: Mapping[str, object]) -> None:
+    """Every declared input was given."""
     missing = [s.name for s in inputs if s.name not in arrays]
     if missing:
         raise _fail(
@@ -233,7 +243,6 @@ def _decode_inputs(
             + "; the model takes "
             + ", ".join(_describe(s) for s in inputs)
         )
-    return arrays, offset
 
 
 def _describe(spec: TensorSpec) -> str:
