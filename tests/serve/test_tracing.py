@@ -79,18 +79,9 @@ def test_event_buffer_is_bounded(tmp_path: Path) -> None:
 
 def test_opentelemetry_spans_per_request_and_stage() -> None:
     # OpenTelemetry is an extra (torchplace[trace]): only these tests need it
-    pytest.importorskip("opentelemetry.sdk")
+    tracer, exporter = _memory_tracer()
     from opentelemetry import trace
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracer = Tracer(model="m", version="1", otel=False)
-    tracer._otel = provider.get_tracer("test")
-    tracer.enabled = True
     _batch(tracer, requests=2)
     spans = exporter.get_finished_spans()
     requests = [s for s in spans if s.name == "torchplace.infer"]
