@@ -156,7 +156,7 @@ def test_repeated_model_flags_and_the_repository_flags(tmp_path: Path) -> None:
 def test_repository_flags_are_checked() -> None:
     with pytest.raises(ConfigError, match="explicit and poll need a --model-repository"):
         cli.config_from_args(_parse("--model-control-mode", "explicit"))
-    with pytest.raises(ConfigError, match="memory_budget: 'lots' is not a size"):
+    with pytest.raises(ConfigError, match="memory_budget: cannot read the size 'lots'"):
         cli.config_from_args(_parse("--memory-budget", "lots"))
     with pytest.raises(ConfigError, match="--name, --weights, --exported"):
         cli.config_from_args(_parse("--model", "seed-mlp", "--model", "wide-mlp", "--name", "x"))

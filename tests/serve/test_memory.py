@@ -9,9 +9,10 @@ import orjson
 import pytest
 import torch
 
-from torchplace.errors import InsufficientMemoryError
+from torchplace.errors import ConfigError, InsufficientMemoryError
+from torchplace.serve.config import ServeConfig
 from torchplace.serve.loader import load_model
-from torchplace.serve.memory import MemoryCheck, estimate, parse_bytes
+from torchplace.serve.memory import MemoryCheck, estimate
 from torchplace.serve.running import ServerThread
 
 from .conftest import test_config
@@ -20,12 +21,12 @@ from .repository_helpers import write_model
 WIDE = 'source = "wide-mlp"\n[batching]\nmax_batch_size = 8\n'
 
 
-def test_parse_bytes() -> None:
-    assert parse_bytes(1024) == 1024
-    assert parse_bytes("512MiB") == 512 * 2**20
-    assert parse_bytes("2 GB") == 2 * 10**9
-    with pytest.raises(ValueError, match="'lots' is not a size"):
-        parse_bytes("lots")
+def test_the_memory_budget_is_read_as_bytes_or_a_size() -> None:
+    assert ServeConfig().with_overrides({"memory_budget": 1024}).memory_budget == 1024
+    assert ServeConfig().with_overrides({"memory_budget": "512MiB"}).memory_budget == 512 * 2**20
+    assert ServeConfig().with_overrides({"memory_budget": "2 GB"}).memory_budget == 2 * 10**9
+    with pytest.raises(ConfigError, match="memory_budget: cannot read the size 'lots'"):
+        ServeConfig().with_overrides({"memory_budget": "lots"})
 
 
 def test_estimate_is_weights_plus_an_activation_peak_growing_with_the_batch() -> None:

@@ -384,11 +384,13 @@ def _convert(key: str, value: Any, source: str) -> Any:
             raise ConfigError(f"{source}: {key}={value!r} must be a list of names")
         return tuple(str(v).strip() for v in items)
     if key == "memory_budget":
-        from torchplace.serve.memory import parse_bytes
+        from torchplace.planner.hardware import parse_size
 
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value  # bytes; the range is checked with the other fields
         try:
-            return parse_bytes(value)
-        except ValueError as exc:
+            return parse_size(str(value))
+        except ConfigError as exc:
             raise ConfigError(f"{source}: memory_budget: {exc}") from None
     if key == "devices":
         items = value.split(",") if isinstance(value, str) else value

@@ -30,28 +30,10 @@ if TYPE_CHECKING:
 
     from torchplace.serve.loader import LoadedModel
 
-__all__ = ["MemoryCheck", "cuda_free_bytes", "estimate", "parse_bytes"]
+__all__ = ["MemoryCheck", "cuda_free_bytes", "estimate"]
 
 #: free bytes of a device, or None when unknown (the CPU)
 FreeProbe = Callable[[str], "int | None"]
-
-_UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-          "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}  # fmt: skip
-
-
-def parse_bytes(value: int | str) -> int:
-    """``1073741824``, ``"512MiB"`` or ``"2GB"`` as bytes; ValueError naming the value else."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        number, unit = float(value), ""
-    elif isinstance(value, str):
-        text = value.strip().lower()
-        digits = text.rstrip("abcdefghijklmnopqrstuvwxyz ")
-        number, unit = float(digits) if digits else -1.0, text[len(digits) :].strip()
-    else:
-        raise ValueError(f"{value!r} is not a size; give bytes or e.g. '512MiB', '2GiB'")
-    if unit not in _UNITS or number < 0:
-        raise ValueError(f"{value!r} is not a size; give bytes or e.g. '512MiB', '2GiB'")
-    return int(number * _UNITS[unit])
 
 
 def cuda_free_bytes(label: str) -> int | None:
