@@ -459,6 +459,13 @@ def _general(raw: dict[str, Any], spec: TensorSpec) -> np.ndarray | str:
         st.lists(_QUICK_VALUES, min_size=0, max_size=12),
         # lists the quick path takes (most mixed lists above it declines)
         st.lists(st.floats(allow_nan=False, allow_infinity=False, width=16), min_size=1),
+        # long lists, converted by numpy first
+        st.lists(_QUICK_VALUES, min_size=257, max_size=300),
+        st.lists(
+            st.one_of(st.floats(width=32), st.integers(-(2**60), 2**60)),
+            min_size=257,
+            max_size=300,
+        ),
     ),
     extra_dim=st.booleans(),
 )
@@ -470,7 +477,8 @@ def test_quick_json_path_equals_the_general_one(
     spec = TensorSpec("x", datatype, (-1, len(values)))
     shape = [1, len(values)] + ([1] if extra_dim else [])
     raw = {"name": "x", "datatype": datatype, "shape": shape, "data": values}
-    quick = protocol._quick_json_array(raw, spec, 4096)
+    no_bools = not any(type(v) is bool for v in values)
+    quick = protocol._quick_json_array(raw, spec, 4096, no_bools=no_bools)
     general = _general(raw, spec)
     if quick is None:
         return
@@ -502,6 +510,51 @@ def test_quick_json_path_declines_what_it_does_not_check(
     spec = TensorSpec("x", "FP32", (-1, 2))
     raw = {"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [1.0, 2.0], **change}
     assert protocol._quick_json_array(raw, spec, 4096) is None, reason
+
+
+def test_quick_json_path_takes_a_long_list_only_when_told_it_holds_no_booleans() -> None:
+    spec = TensorSpec("x", "FP32", (-1, 300))
+    raw = {"name": "x", "datatype": "FP32", "shape": [1, 300], "data": [0.5] * 299 + [True]}
+    assert protocol._quick_json_array(raw, spec, 4096) is None
+    raw["data"] = [0.5] * 299 + [2]
+    quick = protocol._quick_json_array(raw, spec, 4096, no_bools=True)
+    assert quick is not None
+    assert quick.dtype == np.float32
+    assert quick[0, -1] == 2.0
+    for bad in ("0.5", None, [0.5], float("nan"), 1e39):
+        raw["data"] = [0.5] * 299 + [bad]
+        assert protocol._quick_json_array(raw, spec, 4096, no_bools=True) is None, bad
+
+
+def test_a_long_request_with_a_boolean_is_refused_as_before() -> None:
+    """The body scan sees the boolean: the general path refuses it (not a quiet 1.0)."""
+    spec = TensorSpec("x", "FP32", (-1, 300))
+    body = orjson.dumps(
+        {
+            "inputs": [
+                {"name": "x", "datatype": "FP32", "shape": [1, 300], "data": [0.5] * 299 + [True]}
+            ]
+        }
+    )
+    with pytest.raises(InputError, match="booleans"):
+        protocol.decode_infer_request(body, inputs=(spec,), outputs=(), max_rows=4096)
+
+
+def test_the_quick_request_path_keeps_the_id_and_declines_anything_else() -> None:
+    spec = TensorSpec("x", "FP32", (-1, 2))
+    entry = {"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [0.5, 1.5]}
+    decoded = protocol._quick_request({"inputs": [entry], "id": "r1"}, spec, 4096, False)
+    assert decoded is not None
+    assert (decoded.id, decoded.rows) == ("r1", 1)
+    for doc in (
+        {"inputs": [entry], "id": 7},
+        {"inputs": [entry], "id": None},
+        {"inputs": [entry], "parameters": {}},
+        {"inputs": [entry], "outputs": [{"name": "y"}]},
+        {"inputs": [entry, entry]},
+        {"inputs": [{**entry, "name": "z"}]},
+    ):
+        assert protocol._quick_request(doc, spec, 4096, False) is None, doc
 
 
 def test_quick_json_path_takes_the_common_request() -> None:

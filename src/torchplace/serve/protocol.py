@@ -142,11 +142,25 @@ def decode_infer_request(
         raise _fail(f"request body is not valid JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise _fail(f"request body must be a JSON object, not {_kind_name(doc)}")
+    # numpy converts true/false to numbers: long lists are taken quickly only without any
+    no_bools = (
+        type(body) is bytes
+        and binary is None
+        and len(body) > 2 * _QUICK_MAX_VALUES
+        and b"true" not in body
+        and b"false" not in body
+    )
+    if len(inputs) == 1 and binary is None:
+        quick = _quick_request(doc, inputs[0], max_rows, no_bools)
+        if quick is not None:
+            return quick
     request_id = doc.get("id")
     if request_id is not None and not isinstance(request_id, str):
         raise _fail(f"'id' must be a string, not {_kind_name(request_id)}")
     binary_output, timeout_us, priority = _request_parameters(doc.get("parameters"))
-    arrays, offset = _decode_inputs(doc.get("inputs"), inputs, binary, max_rows, allow_nan)
+    arrays, offset = _decode_inputs(
+        doc.get("inputs"), inputs, binary, max_rows, allow_nan, no_bools
+    )
     if binary is not None and offset != len(binary):
         raise _fail(
             f"the binary section has {len(binary)} bytes but the inputs' binary_data_size "
@@ -161,6 +175,29 @@ def decode_infer_request(
         timeout_us=timeout_us,
         priority=priority,
     )
+
+
+def _quick_request(
+    doc: dict[str, Any], spec: TensorSpec, max_rows: int, no_bools: bool
+) -> InferRequest | None:
+    """A request of its one input and nothing else (an ``id`` string at most), decoded by
+    :func:`_quick_json_array`; None for anything else."""
+    raw_inputs = doc.get("inputs")
+    request_id = doc.get("id")
+    if (
+        type(raw_inputs) is not list
+        or len(raw_inputs) != 1
+        or len(doc) != (1 if request_id is None else 2)
+        or (request_id is not None and type(request_id) is not str)
+    ):
+        return None
+    raw = raw_inputs[0]
+    if type(raw) is not dict or raw.get("name") != spec.name:
+        return None
+    array = _quick_json_array(raw, spec, max_rows, no_bools=no_bools)
+    if array is None:
+        return None
+    return InferRequest(request_id, {spec.name: array}, len(array), None, False)
 
 
 def _request_parameters(params: object) -> tuple[bool, int | None, int | None]:
@@ -189,6 +226,7 @@ def _decode_inputs(
     binary: memoryview | None,
     max_rows: int,
     allow_nan: bool,
+    no_bools: bool = False,
 ) -> tuple[dict[str, np.ndarray[Any, Any]], int]:
     """Every entry of ``inputs``, decoded and checked; the arrays and the binary offset."""
     if not isinstance(raw_inputs, list) or not raw_inputs:
@@ -214,7 +252,7 @@ def _decode_inputs(
             )
         if name in arrays:
             raise _fail(f"input {name!r} is given twice")
-        array = _quick_json_array(raw, spec, max_rows)
+        array = _quick_json_array(raw, spec, max_rows, no_bools=no_bools)
         if array is None:
             array, offset = _decode_input(raw, spec, binary, offset, max_rows, allow_nan)
         rows = _same_rows(name, array, rows)
@@ -283,12 +321,16 @@ def _decode_input(
 
 
 def _quick_json_array(
-    raw: dict[str, Any], spec: TensorSpec, max_rows: int
+    raw: dict[str, Any], spec: TensorSpec, max_rows: int, *, no_bools: bool = False
 ) -> np.ndarray[Any, Any] | None:
     """The common request, decoded without the general checks: a float input whose ``data`` is
-    a short flat list of finite Python floats that fit its dtype, with a valid shape and no
-    parameters. Anything else (errors included) is None, for :func:`_decode_input` to decide;
-    an array returned here equals the one that path would return."""
+    a flat list of finite numbers that fit its dtype, with a valid shape and no parameters.
+    Anything else (errors included) is None, for :func:`_decode_input` to decide; an array
+    returned here equals the one that path would return.
+
+    Up to ``_QUICK_MAX_VALUES`` values are checked one by one (Python floats only); a longer
+    list is converted first and checked by numpy, which cannot tell a boolean from a number:
+    it is taken only when the caller vouches there is none (``no_bools``)."""
     limit = _QUICK_LIMITS.get(spec.datatype)
     data = raw.get("data")
     shape = raw.get("shape")
@@ -299,7 +341,7 @@ def _quick_json_array(
         or raw.get("datatype") != spec.datatype
         or "parameters" in raw
         or len(shape) != len(spec.shape)
-        or not 0 < len(data) <= _QUICK_MAX_VALUES
+        or not data
     ):
         return None
     count = 1
@@ -307,16 +349,34 @@ def _quick_json_array(
         if type(got) is not int or got < 1 or (want != got and want != -1):
             return None
         count *= got
+    if count != len(data) or shape[0] > max_rows:
+        return None
+    if count > _QUICK_MAX_VALUES:
+        return _quick_long_array(data, spec, limit, shape) if no_bools else None
     if (
-        count != len(data)
-        or shape[0] > max_rows
-        or not _FLOATS.issuperset(map(type, data))
+        not _FLOATS.issuperset(map(type, data))
         # a NaN or an infinity makes the sum non-finite; the bounds rule out overflow
         or not math.isfinite(sum(data))
         or not (-limit <= min(data) and max(data) <= limit)
     ):
         return None
     return np.array(data, dtype=HOST_DTYPES[spec.datatype]).reshape(shape)
+
+
+def _quick_long_array(
+    data: list[Any], spec: TensorSpec, limit: float, shape: list[int]
+) -> np.ndarray[Any, Any] | None:
+    """A long list without booleans, as the general path converts it (numpy infers float64
+    from numbers; strings, None and nested lists give another dtype or shape)."""
+    try:
+        array = np.array(data)
+    except (ValueError, TypeError, OverflowError):
+        return None
+    if array.dtype != np.float64 or array.ndim != 1:
+        return None
+    if not float(np.abs(array).max()) <= limit:  # NaN compares false
+        return None
+    return array.astype(HOST_DTYPES[spec.datatype]).reshape(shape)
 
 
 def _checked_shape(raw: dict[str, Any], spec: TensorSpec, max_rows: int) -> list[int]:
