@@ -170,6 +170,13 @@ def test_the_gil_switch_interval_flag_and_its_check() -> None:
         cli.config_from_args(_parse("--gil-switch-interval-ms", "0"))
 
 
+def test_the_inline_batch_flag_and_its_check() -> None:
+    assert ServeConfig().inline_batch_ms == 1.0
+    assert cli.config_from_args(_parse("--inline-batch-ms", "0")).inline_batch_ms == 0.0
+    with pytest.raises(ConfigError, match="inline_batch_ms=-1"):
+        cli.config_from_args(_parse("--inline-batch-ms", "-1"))
+
+
 def test_serving_sets_the_gil_switch_interval(monkeypatch: pytest.MonkeyPatch) -> None:
     """The command owns its process: it shortens how long the loop may keep the GIL."""
     import sys

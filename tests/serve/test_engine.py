@@ -517,3 +517,61 @@ def test_from_config_plans_replicas_and_fallback() -> None:
     assert [r.fallback for r in engine.replicas] == [False, False, False, True]
     assert all(r.health.threshold == 2 for r in engine.replicas)
     assert engine.devices == ["cpu"]
+
+
+class _Where(Scale):
+    """Scale that records the thread each forward runs on."""
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+        self.threads: list[int] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.threads.append(threading.get_ident())
+        if self.delay_s:
+            threading.Event().wait(self.delay_s)
+        return super().forward(x)
+
+
+@pytest.mark.parametrize(("inline_ms", "on_loop"), [(1000.0, True), (0.0, False)])
+def test_a_cheap_cpu_batch_runs_on_the_event_loop_only_when_allowed(
+    inline_ms: float, on_loop: bool
+) -> None:
+    async def main() -> None:
+        engine = Engine(loaded(_Where()), [CPU], inline_batch_ms=inline_ms)
+        await engine.start()
+        replica = engine.replicas[0]
+        assert replica.full_batch_s is not None
+        assert replica.full_batch_s > 0
+        assert replica.inline is on_loop
+        assert engine.startup_record["replicas"][0]["inline"] is on_loop
+        assert engine.startup_record["replicas"][0]["full_batch_ms"] > 0
+        model = replica.module
+        assert isinstance(model, _Where)
+        rows = np.arange(8, dtype=np.float32).reshape(2, 4)
+        result = await engine.infer({"input": rows})
+        np.testing.assert_array_equal(result["output"], rows * 2)
+        assert (model.threads[-1] == threading.get_ident()) is on_loop
+        await engine.stop()
+
+    asyncio.run(main())
+
+
+def test_batches_stay_on_worker_threads_when_slow_or_shared() -> None:
+    """Over the limit, or with several replicas (which compute in parallel), no replica is
+    inline."""
+
+    async def main() -> None:
+        slow = Engine(loaded(_Where(delay_s=0.01)), [CPU], inline_batch_ms=1.0)
+        shared = Engine(loaded(_Where()), [CPU], replicas_per_device=2, inline_batch_ms=1000.0)
+        for engine in (slow, shared):
+            await engine.start()
+            assert not any(r.inline for r in engine.replicas)
+            result = await engine.infer({"input": np.ones((1, 4), np.float32)})
+            np.testing.assert_array_equal(result["output"], np.full((1, 4), 2.0, np.float32))
+            await engine.stop()
+        assert slow.replicas[0].full_batch_s is not None
+        assert slow.replicas[0].full_batch_s >= 0.01
+
+    asyncio.run(main())

@@ -171,12 +171,24 @@ async def _wait_for(predicate: Any, timeout: float = 5.0) -> None:
         await asyncio.sleep(0.01)
 
 
-def test_consecutive_failures_remove_the_replica_and_a_dry_run_brings_it_back() -> None:
+@pytest.mark.parametrize("inline", [False, True])
+def test_consecutive_failures_remove_the_replica_and_a_dry_run_brings_it_back(
+    inline: bool,
+) -> None:
+    """Also for a replica whose batches run on the event loop: its worker thread, idle until
+    then, runs the background dry runs."""
+
     async def main() -> None:
         engine = Engine(
-            loaded(Faulty()), [CPU], max_delay_ms=0.0, failure_threshold=3, recovery_interval_s=0.02
+            loaded(Faulty()),
+            [CPU],
+            max_delay_ms=0.0,
+            failure_threshold=3,
+            recovery_interval_s=0.02,
+            inline_batch_ms=1000.0 if inline else 0.0,
         )
         await engine.start()
+        assert engine.replicas[0].inline is inline
         model = _faulty(engine.replicas[0])
         model.always_fail = True
         for _ in range(3):

@@ -169,6 +169,14 @@ def _placement_flags(place: argparse._ArgumentGroup) -> None:
         "for it between torch ops (Python's own default is 5 ms; default "
         f"{_D.gil_switch_interval_ms})",
     )
+    place.add_argument(
+        "--inline-batch-ms",
+        type=float,
+        metavar="MS",
+        help="a sole CPU replica whose full batch takes at most MS in its warm dry run runs "
+        "its batches on the event loop, without a worker thread's GIL hand-overs (0: always "
+        f"a worker thread; default {_D.inline_batch_ms})",
+    )
 
 
 def _batching_flags(batch: argparse._ArgumentGroup) -> None:

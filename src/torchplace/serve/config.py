@@ -145,6 +145,8 @@ class ServeConfig:
     failure_threshold: int = 3
     torch_threads: int | None = None
     gil_switch_interval_ms: float = 0.2
+    #: a sole CPU replica whose full batch takes at most this runs batches on the event loop
+    inline_batch_ms: float = 1.0
     allow_nan: bool = False
     metrics: bool = True
     auth_token_file: Path | None = None
@@ -295,6 +297,7 @@ class ServeConfig:
             ("default_timeout_ms", False),
             ("max_queue_wait_ms", False),
             ("gil_switch_interval_ms", True),
+            ("inline_batch_ms", False),
         ):
             value = getattr(self, name)
             ok = isinstance(value, int | float) and not isinstance(value, bool)
@@ -406,6 +409,8 @@ def _convert(key: str, value: Any, source: str) -> Any:
         "default_timeout_ms",
         "max_queue_wait_ms",
         "repository_poll_secs",
+        "gil_switch_interval_ms",
+        "inline_batch_ms",
     )
     if key in seconds and isinstance(value, int) and not isinstance(value, bool):
         return float(value)

@@ -32,6 +32,13 @@ the device, and a BF16 output is cast to float32 on the device before its copy (
 it to bfloat16 on the wire). With ``dtype`` set, every floating input (BF16 included) reaches
 the model in that dtype: the serving dtype wins over the declared one.
 
+``inline_batch_ms`` (``--inline-batch-ms``; 1.0 in ``torchplace serve``, 0 = off when an engine
+is built directly): a sole CPU replica whose full batch took at most that long in its warm dry
+run runs its batches on the event loop, not on its worker thread. A worker thread releases the
+GIL inside every torch op and waits for it again after each; for a model that small the
+hand-overs cost more than the batch. The loop is blocked for the batch (at most about that long),
+and several replicas (which compute in parallel) always keep their threads.
+
 ``metrics=False`` (``--no-metrics``) skips the per-batch histogram updates (the error counters
 and the scrape-time gauges stay); tracing costs nothing unless a trace file or an OpenTelemetry
 provider is configured.
@@ -143,6 +150,7 @@ class Engine:
         otel: bool | None = None,
         metrics: bool = True,
         dtype: str | None = None,
+        inline_batch_ms: float = 0.0,
     ) -> None:
         _check_arguments(devices, replicas_per_device, max_batch_size, max_request_rows, fallback)
         devices = [full_device(d) for d in devices]
@@ -160,6 +168,7 @@ class Engine:
         self.max_queue = self.policy.max_queue
         self.torch_threads = torch_threads
         self.metrics_enabled = metrics
+        self.inline_batch_ms = inline_batch_ms
         self.replicas = self._plan(
             devices,
             replicas_per_device=replicas_per_device,
@@ -279,6 +288,7 @@ class Engine:
             torch_threads=config.torch_threads,
             metrics=config.metrics,
             dtype=config.dtype,
+            inline_batch_ms=config.inline_batch_ms,
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -301,6 +311,7 @@ class Engine:
                 if "CUDA error" in str(exc):
                     raise  # a device fault, not the declarations
                 raise startup_error(self, exc, replica) from exc
+        self._choose_inline()
         self._batcher = Batcher(
             loop=loop,
             pick=self.pool.pick,
@@ -320,6 +331,14 @@ class Engine:
         self._refresh_serving()
         self.startup_record = startup_record(self, time.perf_counter() - began, threads)
         logger.info("%s", json.dumps(self.startup_record, sort_keys=True))
+
+    def _choose_inline(self) -> None:
+        """A sole CPU replica whose full batch took at most ``inline_batch_ms`` in its dry
+        run runs its batches on the event loop (see :mod:`torchplace.serve.replica`)."""
+        limit = self.inline_batch_ms / 1000
+        for replica in self.replicas:
+            took = replica.full_batch_s
+            replica.inline = len(self.replicas) == 1 and took is not None and took <= limit
 
     def is_live(self) -> bool:
         """The process answers (until :meth:`stop`)."""

@@ -10,7 +10,10 @@ verified on the device + dry run passed + healthy.
 A batch runs through :class:`~torchplace.serve.execution.BatchExecutor` (the replica is one).
 The worker thread owns the replica's device work: batches arrive one at a time from the event
 loop, and after a replica-removing failure the same thread runs the background dry runs that
-bring it back.
+bring it back. A batch cheaper than handing it over (:attr:`Replica.inline`, decided by the
+engine from :attr:`Replica.full_batch_s`) runs on the event loop itself, :meth:`Replica.run_now`:
+a worker thread takes the GIL back after every torch op, and for a small CPU model those
+hand-overs cost more than the batch.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import contextlib
 import copy
 import queue
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +41,10 @@ if TYPE_CHECKING:
     from torchplace.serve.loader import LoadedModel
 
 __all__ = ["BatchOutcome", "Replica", "Transfer"]
+
+_Job = tuple[Any, Sequence[Mapping[str, np.ndarray]], Sequence[int]]
+_RECOVER: _Job = (None, (), ())  # the worker's cue to bring an inline replica back
+_TIMED_DRY_RUN_S = 0.05  # a first dry run under this is timed once more, warm
 
 
 class Replica(BatchExecutor):
@@ -93,9 +101,11 @@ class Replica(BatchExecutor):
         self._cuda = device.type == "cuda"
         self._stream = None
         self._events = []
-        self._inbox: queue.SimpleQueue[
-            tuple[Any, Sequence[Mapping[str, np.ndarray]], Sequence[int]] | None
-        ] = queue.SimpleQueue()
+        #: seconds a full batch took in the start-up dry run (warm, on a CPU replica)
+        self.full_batch_s: float | None = None
+        #: batches run on the calling thread (the event loop), see :meth:`run_now`
+        self.inline = False
+        self._inbox: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._closed = False
         self._as_transfer = FailureScope(self, "transfer")
@@ -134,7 +144,10 @@ class Replica(BatchExecutor):
                     for _ in range(4)
                 ]
         self.staging = StagingBuffers(self.loaded.inputs, self.max_batch_size, pin=self._cuda)
+        began = time.perf_counter()
         shapes = self.dry_run(self.max_batch_size)
+        if not self._cuda and time.perf_counter() - began < _TIMED_DRY_RUN_S:
+            self.full_batch_s = min(self._timed_dry_run() for _ in range(3))  # warm by then
         if self._cuda:
             fixed = {
                 spec.name: (self._out_dtypes[spec.name], shapes[spec.name])
@@ -143,6 +156,11 @@ class Replica(BatchExecutor):
             }
             self.staging.prepare_outputs(fixed)
             self.dry_run(self.max_batch_size)  # once more through the pinned output path
+
+    def _timed_dry_run(self) -> float:
+        began = time.perf_counter()
+        self.dry_run(self.max_batch_size)
+        return time.perf_counter() - began
 
     def weights_on_device(self) -> bool:
         """Every parameter and buffer is on this replica's device (read from the tensors)."""
@@ -226,6 +244,16 @@ class Replica(BatchExecutor):
         """Hand a batch to the worker thread (called on the event loop)."""
         self._inbox.put((token, requests, rows))
 
+    def run_now(
+        self, token: Any, requests: Sequence[Mapping[str, np.ndarray]], rows: Sequence[int]
+    ) -> None:
+        """Run a batch on the calling thread (an inline replica's, on the event loop) and
+        report it as the worker does; a failure that takes the replica out of the pool starts
+        the worker's background recovery."""
+        self._on_done(self, token, self._run_safely(requests, rows))
+        if not self.health.healthy:
+            self._inbox.put(_RECOVER)
+
     def close(self, timeout: float = 5.0) -> None:
         """Stop the worker after the batch it is running (blocking; call off the loop)."""
         self._closed = True
@@ -240,16 +268,22 @@ class Replica(BatchExecutor):
             job = self._inbox.get()
             if job is None:
                 return
-            token, requests, rows = job
-            try:
-                outcome = self.run_batch(requests, rows)
-            except Exception as exc:  # a bug, not a request failure: fail the batch loudly
-                failure = BatchFailure("kernel", self.label, f"{type(exc).__name__}: {exc}")
-                outcome = BatchOutcome(rows=sum(rows), results=[failure.error() for _ in rows])
-                outcome.failures.append("kernel")
-            self._on_done(self, token, outcome)
+            if job is not _RECOVER:
+                token, requests, rows = job
+                self._on_done(self, token, self._run_safely(requests, rows))
             if not self.health.healthy and not self._recover():
                 return
+
+    def _run_safely(
+        self, requests: Sequence[Mapping[str, np.ndarray]], rows: Sequence[int]
+    ) -> BatchOutcome:
+        try:
+            return self.run_batch(requests, rows)
+        except Exception as exc:  # a bug, not a request failure: fail the batch loudly
+            failure = BatchFailure("kernel", self.label, f"{type(exc).__name__}: {exc}")
+            outcome = BatchOutcome(rows=sum(rows), results=[failure.error() for _ in rows])
+            outcome.failures.append("kernel")
+            return outcome
 
     def _recover(self) -> bool:
         """Background dry runs until one passes; False when the replica was closed meanwhile."""

@@ -137,6 +137,10 @@ def startup_record(engine: Engine, seconds: float, threads: int | None) -> dict[
                 "pinned_staging": bool(r.staging and r.staging.is_pinned()),
                 "weight_dtypes": r.weight_dtypes(),
                 "weight_bytes": weight_bytes(r.module) if r.module is not None else 0,
+                "full_batch_ms": (
+                    round(r.full_batch_s * 1000, 3) if r.full_batch_s is not None else None
+                ),
+                "inline": r.inline,
             }
             for r in engine.replicas
         ],
