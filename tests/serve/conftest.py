@@ -6,6 +6,7 @@ import asyncio
 import http.client
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -74,6 +75,12 @@ class FakeEngine:
         finally:
             self.in_flight -= 1
 
+    def submit(self, inputs: dict[str, np.ndarray], *, caller: Any = None, **options: Any) -> Any:
+        """:meth:`infer` as a task, shaped like the engine's ``Submitted``."""
+        return SimpleNamespace(
+            future=asyncio.ensure_future(self.infer(inputs, **options)), device=""
+        )
+
     async def drain(self, timeout: float) -> None:
         self.drained = True
 
@@ -83,7 +90,7 @@ class FakeEngine:
     def metrics_text(self) -> bytes:
         return b"# TYPE torchplace_fake_requests counter\ntorchplace_fake_requests 1\n"
 
-    def observe_request(self, status: int, seconds: float) -> None:
+    def observe_request(self, status: int, seconds: float, device: str | None = None) -> None:
         self.observed.append((status, seconds))
 
     def reference(self, x: np.ndarray) -> np.ndarray:

@@ -575,3 +575,22 @@ def test_batches_stay_on_worker_threads_when_slow_or_shared() -> None:
         assert slow.replicas[0].full_batch_s >= 0.01
 
     asyncio.run(main())
+
+
+def test_submit_queues_without_a_task_and_names_the_device_that_served() -> None:
+    async def main() -> None:
+        engine = Engine(loaded(Scale()), [CPU], max_batch_size=2)
+        await engine.start()
+        rows = np.arange(20, dtype=np.float32).reshape(5, 4)  # 3 chunks
+        submitted = engine.submit({"input": rows})
+        assert submitted.device == ""  # not run yet
+        np.testing.assert_array_equal((await submitted.future)["output"], rows * 2)
+        assert submitted.device == "cpu"
+        engine.observe_request(200, 0.001, submitted.device)
+        assert 'status="200"' in engine.metrics_text().decode()
+        assert engine.statistics.inference_count == 5
+        with pytest.raises(InputError):
+            engine.submit({"input": np.zeros((1, 3), np.float32)})  # raised, not queued
+        await engine.stop()
+
+    asyncio.run(main())

@@ -26,7 +26,7 @@ import hmac
 import logging
 import time
 import zlib
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote_to_bytes
@@ -45,7 +45,7 @@ from torchplace.errors import (
 )
 from torchplace.models import TensorSpec
 from torchplace.serve import protocol, tracing
-from torchplace.serve.http import HttpServer, Request, Response, error_response
+from torchplace.serve.http import Answer, HttpServer, Request, Response, error_response
 from torchplace.serve.metrics import merged_text
 from torchplace.serve.registry import ModelHandle
 from torchplace.serve.repository import inline_config, model_names
@@ -65,6 +65,15 @@ _METRICS_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 _ACCEPTED_TYPES = (b"application/json", _BINARY, b"text/plain")
 _RETRY = [(b"retry-after", b"1")]
 _CLOSE_GRACE_S = 1.0  # after a drain, how long idle connections may still get a clean 503
+
+
+class SubmittedLike(Protocol):
+    """A queued request (:class:`torchplace.serve.engine.Submitted`)."""
+
+    @property
+    def future(self) -> asyncio.Future[dict[str, np.ndarray[Any, Any]]]: ...
+    @property
+    def device(self) -> str: ...
 
 
 class EngineLike(Protocol):
@@ -91,10 +100,18 @@ class EngineLike(Protocol):
         timeout_s: float | None = None,
         priority: int | None = None,
     ) -> dict[str, np.ndarray[Any, Any]]: ...
+    def submit(
+        self,
+        inputs: dict[str, np.ndarray[Any, Any]],
+        *,
+        timeout_s: float | None = None,
+        priority: int | None = None,
+        caller: Any = None,
+    ) -> SubmittedLike: ...
     async def drain(self, timeout: float) -> None: ...
     async def stop(self) -> None: ...
     def metrics_text(self) -> bytes: ...
-    def observe_request(self, status: int, seconds: float) -> None: ...
+    def observe_request(self, status: int, seconds: float, device: str | None = None) -> None: ...
 
 
 def load_token(path: Path) -> bytes:
@@ -110,7 +127,7 @@ def load_token(path: Path) -> bytes:
     return token
 
 
-_Route = Callable[[Request], "Response | Coroutine[Any, Any, Response]"]
+_Route = Callable[[Request], Answer]
 
 
 class App:
@@ -239,7 +256,7 @@ class App:
             logger.warning("drain did not finish in time; queued requests were answered 503")
 
     # -- dispatch --------------------------------------------------------------------------
-    def handle(self, request: Request) -> Response | Coroutine[Any, Any, Response]:
+    def handle(self, request: Request) -> Answer:
         """Route one request (the HTTP server's handler)."""
         route = self._routes.get(request.path)
         if route is None:
@@ -270,7 +287,7 @@ class App:
             [(b"www-authenticate", b'Bearer realm="torchplace"')],
         )
 
-    def _route_slow(self, request: Request) -> Response | Coroutine[Any, Any, Response]:
+    def _route_slow(self, request: Request) -> Answer:
         path = request.path
         if b"%" in path:
             path = unquote_to_bytes(path)
@@ -294,9 +311,7 @@ class App:
             f"no route {_text(request.path)}; see /v2/openapi.json for the routes served",
         )
 
-    def _route_model(
-        self, request: Request, raw_name: bytes, rest: list[bytes]
-    ) -> Response | Coroutine[Any, Any, Response]:
+    def _route_model(self, request: Request, raw_name: bytes, rest: list[bytes]) -> Answer:
         """``/v2/models/{name}[/versions/{v}][/what]`` not in the exact table."""
         name = _text(raw_name)
         version = ""
@@ -323,9 +338,7 @@ class App:
             return error_response(404, f"no route {_text(request.path)}")
         return self.handle(request)
 
-    def _repository(
-        self, request: Request, rest: list[bytes]
-    ) -> Response | Coroutine[Any, Any, Response]:
+    def _repository(self, request: Request, rest: list[bytes]) -> Answer:
         """The repository extension: ``index``, ``models/{m}/load``, ``models/{m}/unload``."""
         if request.method != b"POST":
             return error_response(405, f"use POST on {_text(request.path)}", [(b"allow", b"POST")])
@@ -434,9 +447,7 @@ class App:
             return error_response(503, "no model is loaded yet; retry shortly", list(_RETRY))
         return Response(200, self._openapi)
 
-    def _infer(
-        self, request: Request, key: tuple[str, str]
-    ) -> Response | Coroutine[Any, Any, Response]:
+    def _infer(self, request: Request, key: tuple[str, str]) -> Answer:
         started = time.perf_counter()
         try:
             handle = self.registry.get(*key)
@@ -453,8 +464,23 @@ class App:
             timeout_us = _timeout_us(request.headers, decoded.timeout_us)
         except ServeError as exc:
             return self._finish(handle, error_response(exc.status, str(exc)), started)
-        # held from here to the answer: a reload drains this version before releasing it
-        return self._run(handle.enter(), decoded, timeout_us, started, _caller(request.headers))
+        handle.enter()  # held to the answer: a reload drains this version before releasing it
+        try:
+            submitted = handle.engine.submit(
+                decoded.inputs,
+                timeout_s=timeout_us / 1e6 if timeout_us else None,
+                priority=decoded.priority,
+                caller=_caller(request.headers),
+            )
+        except Exception as exc:
+            handle.leave()
+            return self._finish(handle, self._failure(exc), started)
+        answer: asyncio.Future[Response] = self.server.loop.create_future()
+        submitted.future.add_done_callback(
+            functools.partial(self._answer, handle, decoded, started, submitted, answer)
+        )
+        answer.add_done_callback(functools.partial(_abandon, submitted.future))
+        return answer
 
     def _decode(self, request: Request, handle: ModelHandle) -> protocol.InferRequest:
         headers = request.headers
@@ -505,76 +531,84 @@ class App:
             raise PayloadTooLargeError(f"the decompressed body is over the limit of {limit} bytes")
         return out
 
-    async def _run(
+    def _answer(
         self,
         handle: ModelHandle,
         decoded: protocol.InferRequest,
-        timeout_us: int | None,
         started: float,
-        caller: Any = None,
-    ) -> Response:
-        if caller is not None:  # this task's own context: the request's spans join its trace
-            tracing.CALLER.set(caller)
-        try:
-            return await self._answer(handle, decoded, timeout_us, started)
-        finally:
-            handle.leave()
-
-    async def _answer(
-        self,
-        handle: ModelHandle,
-        decoded: protocol.InferRequest,
-        timeout_us: int | None,
-        started: float,
-    ) -> Response:
-        try:
-            results = await handle.engine.infer(
-                decoded.inputs,
-                timeout_s=timeout_us / 1e6 if timeout_us else None,
-                priority=decoded.priority,
-            )
-            body, header_length = protocol.encode_infer_response(
-                model_name=handle.name,
-                model_version=handle.version,
-                request=decoded,
-                results=results,
-                outputs=handle.outputs,
-            )
-        except ServeError as exc:
-            extra = list(_RETRY) if exc.status == 503 else []
-            return self._finish(handle, error_response(exc.status, str(exc), extra), started)
-        except asyncio.CancelledError:
-            self._finish(handle, Response(503), started)  # timed out (or the client went away)
-            raise
-        except Exception as exc:
-            logger.exception("inference failed")
-            return self._finish(
-                handle,
-                error_response(500, f"inference failed: {type(exc).__name__}: {exc}"),
-                started,
-            )
-        if header_length is None:
-            response = Response(200, body)
+        submitted: SubmittedLike,
+        answer: asyncio.Future[Response],
+        future: asyncio.Future[dict[str, np.ndarray[Any, Any]]],
+    ) -> None:
+        """The engine is done with a request: encode its outputs (or its error) as the
+        answer. An answer already cancelled (the client went away, or the request timed out)
+        is counted as a 503."""
+        handle.leave()
+        if answer.done():
+            self._finish(handle, Response(503), started, submitted.device)
+            return
+        if future.cancelled():
+            response = error_response(503, "the request was cancelled; retry", list(_RETRY))
+        elif (error := future.exception()) is not None:
+            response = self._failure(error)
         else:
-            response = Response(
-                200,
-                body,
-                _BINARY,
-                [(b"inference-header-content-length", str(header_length).encode())],
-            )
-        return self._finish(handle, response, started)
+            try:
+                response = self._encoded(handle, decoded, future.result())
+            except Exception as exc:
+                response = self._failure(exc)
+        answer.set_result(self._finish(handle, response, started, submitted.device))
 
-    def _finish(self, handle: ModelHandle, response: Response, started: float) -> Response:
+    @staticmethod
+    def _encoded(
+        handle: ModelHandle,
+        decoded: protocol.InferRequest,
+        results: dict[str, np.ndarray[Any, Any]],
+    ) -> Response:
+        body, header_length = protocol.encode_infer_response(
+            model_name=handle.name,
+            model_version=handle.version,
+            request=decoded,
+            results=results,
+            outputs=handle.outputs,
+        )
+        if header_length is None:
+            return Response(200, body)
+        return Response(
+            200, body, _BINARY, [(b"inference-header-content-length", str(header_length).encode())]
+        )
+
+    @staticmethod
+    def _failure(exc: BaseException) -> Response:
+        """The answer to a request that failed: its status, or a logged 500."""
+        if isinstance(exc, ServeError):
+            extra = list(_RETRY) if exc.status == 503 else []
+            return error_response(exc.status, str(exc), extra)
+        logger.error("inference failed", exc_info=exc)
+        return error_response(500, f"inference failed: {type(exc).__name__}: {exc}")
+
+    def _finish(
+        self, handle: ModelHandle, response: Response, started: float, device: str = ""
+    ) -> Response:
         if self._metrics_on:
-            handle.engine.observe_request(response.status, time.perf_counter() - started)
+            handle.engine.observe_request(
+                response.status, time.perf_counter() - started, device or None
+            )
         return response
 
 
+def _abandon(work: asyncio.Future[Any], answer: asyncio.Future[Response]) -> None:
+    """The answer was cancelled (the connection went away, or the request timed out): so is
+    the engine's work, whose queued rows are then withdrawn, never run."""
+    if answer.cancelled():
+        work.cancel()
+
+
 def _caller(headers: dict[bytes, bytes]) -> Any:
-    """The trace a request with a W3C ``traceparent`` header joins (None without one)."""
+    """The trace a request joins: its W3C ``traceparent`` header's, else the caller's
+    (:data:`~torchplace.serve.tracing.CALLER`, set by a Ray Serve replica), else None."""
     parent = headers.get(b"traceparent")
     if parent is None:
-        return None
+        return tracing.CALLER.get()
     carrier = {"traceparent": _text(parent)}
     state = headers.get(b"tracestate")
     if state is not None:

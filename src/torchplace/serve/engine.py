@@ -5,7 +5,8 @@ This is the whole interface the HTTP side uses::
     engine = Engine.from_config(config)     # builds the model on the host; nothing placed yet
     await engine.start()                    # place, warm up, dry run every replica; start workers
     outputs = await engine.infer({"input": rows})
-    engine.observe_request(200, seconds)    # the HTTP side reports every request it answered
+    submitted = engine.submit({"input": rows})  # the same without a task: submitted.future
+    engine.observe_request(200, seconds, submitted.device)  # every answered request
     await engine.drain(timeout)             # readiness false, finish queued + in-flight work
     await engine.stop()
 
@@ -48,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import json
 import logging
 import time
@@ -91,11 +93,57 @@ if TYPE_CHECKING:
     from torchplace.models import TensorSpec
     from torchplace.serve.config import ServeConfig
 
-__all__ = ["Engine", "resolve_devices"]
+__all__ = ["Engine", "Submitted", "resolve_devices"]
 
 logger = logging.getLogger("torchplace.serve")
 
 _SERVED_BY: contextvars.ContextVar[str] = contextvars.ContextVar("torchplace_served_by", default="")
+
+
+class Submitted:
+    """A request queued by :meth:`Engine.submit`: ``future`` resolves to its outputs."""
+
+    __slots__ = ("future", "pendings")
+
+    def __init__(
+        self, future: asyncio.Future[dict[str, np.ndarray]], pendings: Sequence[Pending]
+    ) -> None:
+        self.future = future
+        self.pendings = pendings
+
+    @property
+    def device(self) -> str:
+        """The device label of the replica that ran it (its first chunk); "" before."""
+        return self.pendings[0].device
+
+
+def _joined(
+    loop: asyncio.AbstractEventLoop, pendings: Sequence[Pending]
+) -> asyncio.Future[dict[str, np.ndarray]]:
+    """One future for the chunks of a request: their outputs in order, or the first error."""
+    joined: asyncio.Future[dict[str, np.ndarray]] = loop.create_future()
+    left = [len(pendings)]
+
+    def chunk_done(chunk: asyncio.Future[dict[str, np.ndarray]]) -> None:
+        if joined.done():
+            return
+        if chunk.cancelled():
+            joined.cancel()
+            return
+        error = chunk.exception()
+        if error is not None:
+            joined.set_exception(error)
+            return
+        left[0] -= 1
+        if left[0] == 0:
+            results = [p.future.result() for p in pendings]
+            joined.set_result(
+                {name: np.concatenate([r[name] for r in results]) for name in results[0]}
+            )
+
+    for pending in pendings:
+        pending.future.add_done_callback(chunk_done)
+    return joined
 
 
 def _input_checks(
@@ -385,30 +433,50 @@ class Engine:
         timeout_s: float | None = None,
         priority: int | None = None,
     ) -> dict[str, np.ndarray]:
-        """Run the rows of one request (see :meth:`_infer`), counted in :attr:`statistics`."""
-        began = time.perf_counter()
+        """Run the rows of one request (see :meth:`submit`), in the caller's trace
+        (:data:`~torchplace.serve.tracing.CALLER`); cancelling the call withdraws them."""
+        submitted = self.submit(inputs, timeout_s=timeout_s, priority=priority, caller=CALLER.get())
         try:
-            results = await self._infer(inputs, timeout_s=timeout_s, priority=priority)
-        except BaseException:
-            self.statistics.request(False, time.perf_counter() - began)
-            raise
-        self.statistics.request(True, time.perf_counter() - began)
-        return results
+            return await submitted.future
+        finally:
+            _SERVED_BY.set(submitted.device)
 
-    async def _infer(
+    def submit(
         self,
         inputs: Mapping[str, np.ndarray],
         *,
         timeout_s: float | None = None,
         priority: int | None = None,
-    ) -> dict[str, np.ndarray]:
-        """Run the rows of one request; every declared output comes back with as many rows.
+        caller: Any = None,
+    ) -> Submitted:
+        """Queue the rows of one request (on the event loop); its future resolves to every
+        declared output with as many rows. What is wrong with the request raises here.
 
         More rows than ``max_batch_size`` are queued as chunks of at most that many (they may
         run on different replicas) and answered as one, rows in order. ``timeout_s`` (else the
         server default) bounds the time the request may stay queued; ``priority`` picks its
-        level (1 is served first; 0 or None: the default).
+        level (1 is served first; 0 or None: the default); ``caller`` is the trace its spans
+        join. Cancelling the future withdraws what is still queued (counted, never run).
+        Every request is counted in :attr:`statistics` when it settles.
         """
+        began = time.perf_counter()
+        try:
+            pendings = self._queue(inputs, priority, caller)
+        except BaseException:
+            self.statistics.request(False, time.perf_counter() - began)
+            raise
+        loop = self._loop
+        assert loop is not None
+        timeout = self.policy.timeout(timeout_s)
+        timer = loop.call_later(timeout, self._expire, pendings) if timeout else None
+        future = pendings[0].future if len(pendings) == 1 else _joined(loop, pendings)
+        future.add_done_callback(functools.partial(self._settled, pendings, timer, began))
+        return Submitted(future, pendings)
+
+    def _queue(
+        self, inputs: Mapping[str, np.ndarray], priority: int | None, caller: Any
+    ) -> list[Pending]:
+        """The request checked, admitted and queued as one :class:`Pending` per chunk."""
         if not (self._accepting and self._serving):
             raise self._count(self._not_ready())
         rows = self._rows(inputs)
@@ -422,7 +490,6 @@ class Engine:
             Pending(chunk, n, loop.create_future(), level=level)
             for chunk, n in self._chunks(inputs, rows)
         ]
-        caller = CALLER.get()
         for index, pending in enumerate(pendings):
             pending.caller = caller
             try:
@@ -430,25 +497,28 @@ class Engine:
             except OverloadedError as exc:
                 self._withdraw(pendings[:index])
                 raise self._count(exc) from None
-        timeout = self.policy.timeout(timeout_s)
-        timer = loop.call_later(timeout, self._expire, pendings) if timeout else None
-        try:
-            results = [await pending.future for pending in pendings]
-        except asyncio.CancelledError:  # the client went away: its queued work never runs
-            if self._withdraw(pendings):
+        return pendings
+
+    def _settled(
+        self,
+        pendings: Sequence[Pending],
+        timer: asyncio.TimerHandle | None,
+        began: float,
+        future: asyncio.Future[dict[str, np.ndarray]],
+    ) -> None:
+        """A request's future is done: its deadline timer goes, and when it did not succeed
+        its chunks still queued are withdrawn (a cancelled one's are counted)."""
+        if timer is not None:
+            timer.cancel()
+        if future.cancelled():
+            ok = False
+            if self._withdraw(pendings):  # the client went away: its queued work never runs
                 self._count_drop("cancelled")
-            raise
-        except ServeError:
-            self._withdraw(pendings)
-            raise
-        finally:
-            if timer is not None:
-                timer.cancel()
-            _SERVED_BY.set(pendings[0].device)
-        if len(results) == 1:
-            single: dict[str, np.ndarray] = results[0]
-            return single
-        return {name: np.concatenate([r[name] for r in results]) for name in results[0]}
+        else:
+            ok = future.exception() is None
+            if not ok:
+                self._withdraw(pendings)
+        self.statistics.request(ok, time.perf_counter() - began)
 
     def _chunks(
         self, inputs: Mapping[str, np.ndarray], rows: int
@@ -593,9 +663,10 @@ class Engine:
                 self._device_metrics[self.default_label].errors["not_ready"].inc(failed)
 
     # ------------------------------------------------------------------ observability
-    def observe_request(self, status: int, seconds: float) -> None:
-        """Count one answered request (called by the HTTP side, in the request's task)."""
-        bound = self._device_metrics.get(_SERVED_BY.get() or self.default_label)
+    def observe_request(self, status: int, seconds: float, device: str | None = None) -> None:
+        """Count one answered request (called by the HTTP side), under the ``device`` that
+        served it (else the one that ran the current task's last request)."""
+        bound = self._device_metrics.get(device or _SERVED_BY.get() or self.default_label)
         if bound is None:
             bound = self._device_metrics[self.default_label]
         bound.request(status, seconds)

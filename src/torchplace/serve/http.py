@@ -4,8 +4,9 @@ One :class:`HttpServer` owns the listening socket and its connections. Each conn
 with ``httptools`` (keep-alive, pipelining: requests on one connection are answered in order,
 ``Content-Length`` and chunked request bodies, ``Expect: 100-continue``), enforces the body
 limit while reading (413 before the body is read when ``Content-Length`` says so), and hands each
-complete :class:`Request` to the handler, which returns a :class:`Response` or an awaitable of
-one. A one-second ticker answers requests that run past the request timeout (503), drops clients
+complete :class:`Request` to the handler, which returns a :class:`Response`, a coroutine of one
+(run as a task) or a future the handler settles (no task at all: the cheapest way to answer
+later; cancelling it is how the server says the client went away or the request timed out). A one-second ticker answers requests that run past the request timeout (503), drops clients
 that send a request more slowly than that (408), and closes idle keep-alive connections.
 
 Status lines and common headers are pre-encoded; a response is one ``transport.write``.
@@ -25,7 +26,7 @@ from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Any
+from typing import Any, TypeAlias
 
 import httptools
 import orjson
@@ -33,7 +34,7 @@ import orjson
 from torchplace.errors import ConfigError
 from torchplace.serve.listener import close_listener
 
-__all__ = ["Handler", "HttpServer", "Request", "Response", "error_response"]
+__all__ = ["Answer", "Handler", "HttpServer", "Request", "Response", "error_response"]
 
 logger = logging.getLogger("torchplace.serve.http")
 
@@ -103,7 +104,9 @@ def error_response(
     return Response(status, orjson.dumps({"error": message}), _JSON, headers or [])
 
 
-Handler = Callable[[Request], "Response | Coroutine[Any, Any, Response]"]
+#: a handler answers at once, or later: with a coroutine (run as a task) or a future it settles
+Answer: TypeAlias = "Response | Coroutine[Any, Any, Response] | asyncio.Future[Response]"
+Handler = Callable[[Request], Answer]
 
 
 class _Connection(asyncio.Protocol):
@@ -286,9 +289,10 @@ class _Connection(asyncio.Protocol):
             self._busy = True
             self._timed_out = False
             self._task_started = time.monotonic()
-            task = self._server.loop.create_task(result)
-            self._current = task
-            task.add_done_callback(functools.partial(self._done, request=request))
+            if not isinstance(result, asyncio.Future):
+                result = self._server.loop.create_task(result)
+            self._current = result
+            result.add_done_callback(functools.partial(self._done, request=request))
 
     def _done(self, task: asyncio.Future[Response], *, request: Request) -> None:
         self._busy = False

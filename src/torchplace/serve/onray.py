@@ -235,7 +235,7 @@ class TorchplaceReplica:
         """A Starlette request from Ray's proxy, answered by the standalone routes."""
         from starlette.responses import Response as StarletteResponse
 
-        from torchplace.serve.http import Request
+        from torchplace.serve.http import Request, Response
         from torchplace.serve.tracing import CALLER, caller_context
 
         body = await request.body()
@@ -259,7 +259,7 @@ class TorchplaceReplica:
         async def run() -> Any:
             CALLER.set(caller)
             answer = app.handle(ours)
-            return answer if not asyncio.iscoroutine(answer) else await answer
+            return answer if isinstance(answer, Response) else await answer
 
         response = await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(run(), loop))
         headers = {k.decode(): v.decode() for k, v in response.headers}
