@@ -75,7 +75,9 @@ class FakeEngine:
         finally:
             self.in_flight -= 1
 
-    def submit(self, inputs: dict[str, np.ndarray], *, caller: Any = None, **options: Any) -> Any:
+    def submit(
+        self, inputs: dict[str, np.ndarray], *, caller: Any = None, rows: Any = None, **options: Any
+    ) -> Any:
         """:meth:`infer` as a task, shaped like the engine's ``Submitted``."""
         return SimpleNamespace(
             future=asyncio.ensure_future(self.infer(inputs, **options)), device=""

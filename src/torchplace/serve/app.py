@@ -107,6 +107,7 @@ class EngineLike(Protocol):
         timeout_s: float | None = None,
         priority: int | None = None,
         caller: Any = None,
+        rows: int | None = None,
     ) -> SubmittedLike: ...
     async def drain(self, timeout: float) -> None: ...
     async def stop(self) -> None: ...
@@ -471,6 +472,7 @@ class App:
                 timeout_s=timeout_us / 1e6 if timeout_us else None,
                 priority=decoded.priority,
                 caller=_caller(request.headers),
+                rows=decoded.rows,
             )
         except Exception as exc:
             handle.leave()
@@ -485,7 +487,7 @@ class App:
     def _decode(self, request: Request, handle: ModelHandle) -> protocol.InferRequest:
         headers = request.headers
         ctype = headers.get(b"content-type")
-        if ctype is not None:
+        if ctype is not None and ctype != b"application/json":
             base = ctype.split(b";", 1)[0].strip().lower()
             if base not in _ACCEPTED_TYPES:
                 raise UnsupportedMediaTypeError(

@@ -448,6 +448,7 @@ class Engine:
         timeout_s: float | None = None,
         priority: int | None = None,
         caller: Any = None,
+        rows: int | None = None,
     ) -> Submitted:
         """Queue the rows of one request (on the event loop); its future resolves to every
         declared output with as many rows. What is wrong with the request raises here.
@@ -457,11 +458,13 @@ class Engine:
         server default) bounds the time the request may stay queued; ``priority`` picks its
         level (1 is served first; 0 or None: the default); ``caller`` is the trace its spans
         join. Cancelling the future withdraws what is still queued (counted, never run).
-        Every request is counted in :attr:`statistics` when it settles.
+        Every request is counted in :attr:`statistics` when it settles. ``rows`` says the
+        caller already checked ``inputs`` against the declared inputs and the row limit (the
+        REST and gRPC codecs do), and how many rows they hold.
         """
         began = time.perf_counter()
         try:
-            pendings = self._queue(inputs, priority, caller)
+            pendings = self._queue(inputs, priority, caller, rows)
         except BaseException:
             self.statistics.request(False, time.perf_counter() - began)
             raise
@@ -474,12 +477,17 @@ class Engine:
         return Submitted(future, pendings)
 
     def _queue(
-        self, inputs: Mapping[str, np.ndarray], priority: int | None, caller: Any
+        self,
+        inputs: Mapping[str, np.ndarray],
+        priority: int | None,
+        caller: Any,
+        rows: int | None,
     ) -> list[Pending]:
         """The request checked, admitted and queued as one :class:`Pending` per chunk."""
         if not (self._accepting and self._serving):
             raise self._count(self._not_ready())
-        rows = self._rows(inputs)
+        if rows is None:
+            rows = self._rows(inputs)
         level = self.policy.level(priority)
         batcher = self._batcher
         loop = self._loop

@@ -186,35 +186,34 @@ class _Connection(asyncio.Protocol):
 
     # -- httptools callbacks ---------------------------------------------------------------
     def on_message_begin(self) -> None:
-        self._url = b""
-        self._headers = {}
-        self._head_size = 0
-        self._body = []
-        self._body_size = 0
+        # the rest of the per-message state is reset when the previous message completes
         self._expect_continue = False
         self._reading_since = time.monotonic()
 
     def on_url(self, url: bytes) -> None:
         self._url += url
-        self._count_head(len(url))
-
-    def _count_head(self, size: int) -> None:
-        self._head_size += size
+        self._head_size += len(url)
         if self._head_size > _MAX_HEAD_BYTES:
-            self._reject(
-                error_response(
-                    431, f"request line and headers are over the limit of {_MAX_HEAD_BYTES} bytes"
-                )
+            self._head_too_large()
+
+    def _head_too_large(self) -> None:
+        self._reject(
+            error_response(
+                431, f"request line and headers are over the limit of {_MAX_HEAD_BYTES} bytes"
             )
-            raise httptools.HttpParserError("headers too large")
+        )
+        raise httptools.HttpParserError("headers too large")
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._count_head(len(name) + len(value) + 4)
+        self._head_size += len(name) + len(value) + 4
+        if self._head_size > _MAX_HEAD_BYTES:
+            self._head_too_large()
         key = name.lower()
-        if key in self._headers:
-            self._headers[key] += b"," + value
+        headers = self._headers
+        if key in headers:
+            headers[key] += b"," + value
         else:
-            self._headers[key] = value
+            headers[key] = value
 
     def on_headers_complete(self) -> None:
         length = self._headers.get(b"content-length")
@@ -260,6 +259,11 @@ class _Connection(asyncio.Protocol):
             self._reading_since,
         )
         self._reading_since = 0.0
+        self._url = b""
+        self._headers = {}
+        self._head_size = 0
+        self._body = []
+        self._body_size = 0
         self._pending.append(request)
         if len(self._pending) >= _PIPELINE_DEPTH and self._transport is not None:
             self._transport.pause_reading()

@@ -593,19 +593,17 @@ def encode_infer_response(
 ) -> tuple[bytes, int | None]:
     """Encode the outputs; returns the body and the JSON header length if binary data follows."""
     if request.outputs is None:
-        chosen: Sequence[RequestedOutput] = [
-            RequestedOutput(s.name, request.binary_output) for s in outputs
-        ]
+        binary_output = request.binary_output
+        chosen = [(s.name, s.datatype, binary_output) for s in outputs]
     else:
-        chosen = request.outputs
-    datatypes = {s.name: s.datatype for s in outputs}
+        datatypes = {s.name: s.datatype for s in outputs}
+        chosen = [(w.name, datatypes[w.name], w.binary) for w in request.outputs]
     entries: list[dict[str, Any]] = []
     chunks: list[bytes] = []
-    for want in chosen:
-        array = results[want.name]
-        datatype = datatypes[want.name]
-        entry: dict[str, Any] = {"name": want.name, "datatype": datatype, "shape": array.shape}
-        if want.binary:
+    for name, datatype, binary in chosen:
+        array = results[name]
+        entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": array.shape}
+        if binary:
             if datatype == "BF16":
                 raw = _bf16_bits(array).tobytes()
             else:
@@ -615,7 +613,7 @@ def encode_infer_response(
         elif datatype == "BF16":  # the numbers a bfloat16 holds, like the binary form
             entry["data"] = (_bf16_bits(array).reshape(-1).astype(np.uint32) << 16).view(np.float32)
         else:
-            entry["data"] = np.ascontiguousarray(array).reshape(-1)
+            entry["data"] = array.ravel()  # a view when contiguous
         entries.append(entry)
     doc: dict[str, Any] = {"model_name": model_name, "model_version": model_version}
     if request.id is not None:
