@@ -1,0 +1,78 @@
+"""The HTTP server's contract with a handler that answers later through a future."""
+
+from __future__ import annotations
+
+import asyncio
+
+from torchplace.serve.http import HttpServer, Request, Response
+
+_GET = b"GET /x HTTP/1.1\r\nHost: t\r\n\r\n"
+
+
+async def _serve(futures: list[asyncio.Future[Response]], timeout_s: float = 30.0) -> HttpServer:
+    loop = asyncio.get_running_loop()
+
+    def handler(request: Request) -> asyncio.Future[Response]:
+        future: asyncio.Future[Response] = loop.create_future()
+        futures.append(future)
+        return future
+
+    server = HttpServer(handler, max_body_bytes=1024, request_timeout_s=timeout_s)
+    await server.start("127.0.0.1", 0)
+    return server
+
+
+async def _until(check: object, limit: float = 5.0) -> None:
+    end = asyncio.get_running_loop().time() + limit
+    while not check():  # type: ignore[operator]
+        assert asyncio.get_running_loop().time() < end, "timed out"
+        await asyncio.sleep(0.01)
+
+
+def test_a_future_settled_later_is_the_answer_and_nothing_else_runs_a_task() -> None:
+    async def main() -> None:
+        futures: list[asyncio.Future[Response]] = []
+        server = await _serve(futures)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(_GET)
+        await _until(lambda: futures)
+        assert server.in_flight == 1
+        futures[0].set_result(Response(200, b'{"ok":true}'))
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK")
+        assert await reader.readexactly(11) == b'{"ok":true}'
+        await _until(lambda: server.in_flight == 0)
+        writer.close()
+        await server.close()
+
+    asyncio.run(main())
+
+
+def test_a_client_that_goes_away_cancels_the_future() -> None:
+    async def main() -> None:
+        futures: list[asyncio.Future[Response]] = []
+        server = await _serve(futures)
+        _, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(_GET)
+        await _until(lambda: futures)
+        writer.close()
+        await _until(futures[0].cancelled)
+        await server.close()
+
+    asyncio.run(main())
+
+
+def test_a_request_past_its_timeout_cancels_the_future_and_gets_503() -> None:
+    async def main() -> None:
+        futures: list[asyncio.Future[Response]] = []
+        server = await _serve(futures, timeout_s=0.2)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(_GET)
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5.0)  # the 1 s ticker
+        assert head.startswith(b"HTTP/1.1 503")
+        assert b"retry-after: 1" in head
+        assert futures[0].cancelled()
+        writer.close()
+        await server.close()
+
+    asyncio.run(main())
