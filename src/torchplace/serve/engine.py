@@ -460,7 +460,7 @@ class Engine:
         join. Cancelling the future withdraws what is still queued (counted, never run).
         Every request is counted in :attr:`statistics` when it settles. ``rows`` says the
         caller already checked ``inputs`` against the declared inputs and the row limit (the
-        REST and gRPC codecs do), and how many rows they hold.
+        REST route passes what its codec checked), and how many rows they hold.
         """
         began = time.perf_counter()
         try:

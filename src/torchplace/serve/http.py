@@ -6,8 +6,9 @@ with ``httptools`` (keep-alive, pipelining: requests on one connection are answe
 limit while reading (413 before the body is read when ``Content-Length`` says so), and hands each
 complete :class:`Request` to the handler, which returns a :class:`Response`, a coroutine of one
 (run as a task) or a future the handler settles (no task at all: the cheapest way to answer
-later; cancelling it is how the server says the client went away or the request timed out). A one-second ticker answers requests that run past the request timeout (503), drops clients
-that send a request more slowly than that (408), and closes idle keep-alive connections.
+later; cancelling it is how the server says the client went away or the request timed out).
+A one-second ticker answers requests that run past the request timeout (503), drops clients that
+send a request more slowly than that (408), and closes idle keep-alive connections.
 
 Status lines and common headers are pre-encoded; a response is one ``transport.write``.
 """

@@ -44,7 +44,7 @@ __all__ = ["BatchOutcome", "Replica", "Transfer"]
 
 _Job = tuple[Any, Sequence[Mapping[str, np.ndarray]], Sequence[int]]
 _RECOVER: _Job = (None, (), ())  # the worker's cue to bring an inline replica back
-_TIMED_DRY_RUN_S = 0.05  # a first dry run under this is timed once more, warm
+_TIMED_DRY_RUN_S = 0.05  # a first dry run under this is timed three times more, warm
 
 
 class Replica(BatchExecutor):
