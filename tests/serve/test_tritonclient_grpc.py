@@ -100,6 +100,8 @@ def test_live_ready_and_metadata(client: Any) -> None:
     assert client.is_server_ready()
     assert client.is_model_ready(NAME)
     assert client.is_model_ready(NAME, "1")
+    assert not client.is_model_ready("no-such-model")  # not ready, not an error (as Triton)
+    assert not client.is_model_ready(NAME, "9")
     server = client.get_server_metadata(as_json=True)
     assert server["name"] == "torchplace"
     assert {"model_configuration", "statistics", "binary_tensor_data"} <= set(server["extensions"])

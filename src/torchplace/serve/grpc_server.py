@@ -274,8 +274,13 @@ class GrpcServer:
         return pb.ServerReadyResponse(ready=self.ready())
 
     async def _model_ready(self, request: Any, context: Any) -> Any:
-        engine = self._model(request.name, request.version).engine
-        return pb.ModelReadyResponse(ready=self.ready() and engine.is_ready())
+        """Ready or not; a model (or version) not loaded is not ready, not an error, as in
+        Triton (``tritonclient``'s ``is_model_ready`` is then False, as over REST)."""
+        try:
+            handle = self.registry.get(request.name, request.version)
+        except ServeError:
+            return pb.ModelReadyResponse(ready=False)
+        return pb.ModelReadyResponse(ready=self.ready() and handle.engine.is_ready())
 
     async def _server_metadata(self, request: Any, context: Any) -> Any:
         return self._server_meta
