@@ -1,18 +1,19 @@
-"""The served OpenAPI document is valid and the API survives schemathesis fuzzing: no 5xx."""
+"""The OpenAPI document: it describes every served model, is valid, and the API survives
+schemathesis fuzzing (no 5xx)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from torchplace.models import TensorSpec
+from torchplace.serve.openapi import openapi_document
 from torchplace.serve.running import ServerThread
 
 from .conftest import test_config
-
-schemathesis = pytest.importorskip("schemathesis")
-from schemathesis.generation import GenerationMode  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -25,6 +26,9 @@ def api() -> Iterator[ServerThread]:
 
 
 def test_schemathesis_finds_no_server_errors(api: ServerThread) -> None:
+    schemathesis = pytest.importorskip("schemathesis")
+    from schemathesis.generation import GenerationMode
+
     schema = schemathesis.openapi.from_url(f"{api.url}/v2/openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) >= 10
@@ -52,3 +56,35 @@ def _fuzz(operation: object, mode: object, base_url: str, seen: dict[str, set[in
         assert response.status_code < 500, (label, response.status_code, response.text)
 
     check()
+
+
+@dataclass
+class _Model:
+    name: str
+    version: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    max_request_rows: int
+
+
+def test_the_document_describes_every_served_model() -> None:
+    first = _Model(
+        "a", "1", (TensorSpec("x", "FP32", (-1, 4)),), (TensorSpec("y", "FP32", (-1, 2)),), 64
+    )
+    second = _Model(
+        "b",
+        "3",
+        (TensorSpec("tokens", "INT64", (-1, 8)),),
+        (TensorSpec("y", "FP32", (-1, 1)),),
+        512,
+    )
+    doc = openapi_document([first, second])
+    assert "model 'a' version '1', model 'b' version '3'" in doc["info"]["description"]
+    schemas = doc["components"]["schemas"]
+    assert schemas["request_input"]["properties"]["name"]["enum"] == ["x", "tokens"]
+    assert schemas["request_output"]["properties"]["name"]["enum"] == ["y"]
+    infer = doc["paths"]["/v2/models/{MODEL_NAME}/infer"]
+    assert "1..512 rows" in infer["post"]["description"]
+    assert infer["parameters"][0]["example"] == "a"  # the first model gives the examples
+    with pytest.raises(ValueError, match="at least one"):
+        openapi_document([])

@@ -364,7 +364,15 @@ def test_repository_twins_over_grpc(server: ServerThread, repository: Path) -> N
     np.testing.assert_allclose(result.as_numpy("output"), expected(2.0), rtol=1e-5)
     client.load_model("b", config=orjson.dumps({"max_batch_size": 2}).decode())
     assert client.get_model_config("b", as_json=True)["config"]["max_batch_size"] == 2
+    assert (
+        "model 'c' version '1'"
+        in _call(server.port, "GET", "/v2/openapi.json")[1]["info"]["description"]
+    )
     client.unload_model("c")
+    assert not client.is_model_ready("c")  # not loaded: not ready, not an error
+    described = _call(server.port, "GET", "/v2/openapi.json")[1]["info"]["description"]
+    assert "model 'c'" not in described  # the document follows the served set
+    assert "model 'a' version '2'" in described
     with pytest.raises(InferenceServerException) as caught:
         client.infer("c", [x])
     assert "StatusCode.NOT_FOUND" in str(caught.value.status())
@@ -389,6 +397,8 @@ def test_repeated_model_flags_serve_several_models_on_one_device() -> None:
         status, out = _call(thread.port, "POST", "/v2/models/wide-mlp/infer", orjson.dumps(wide))
         assert status == 200
         assert out["outputs"][0]["shape"] == [1, 512]
+        described = _call(thread.port, "GET", "/v2/openapi.json")[1]["info"]["description"]
+        assert "model 'seed-mlp' version '1', model 'wide-mlp' version '1'" in described
         assert thread.app is not None
         devices = {str(r.device) for h in thread.app.registry.handles() for r in h.engine.replicas}  # type: ignore[attr-defined]
         assert devices == {"cpu"}

@@ -170,6 +170,7 @@ class App:
 
     def _rebuild_routes(self) -> None:
         self._routes, self._open = self._routing_table()
+        self._openapi = None  # the models it describes changed
 
     def _routing_table(self) -> tuple[dict[bytes, tuple[bytes, _Route]], set[bytes]]:
         """Exact paths (from :data:`ROUTES`, filled in for every loaded model and version)
@@ -433,17 +434,7 @@ class App:
         if self._openapi is None and handles:
             from torchplace.serve.openapi import openapi_document
 
-            first = handles[0]
-            self._openapi = orjson.dumps(
-                openapi_document(
-                    name=first.name,
-                    version=first.version,
-                    inputs=first.inputs,
-                    outputs=first.outputs,
-                    max_rows=first.max_request_rows,
-                    auth=self._token is not None,
-                )
-            )
+            self._openapi = orjson.dumps(openapi_document(handles, auth=self._token is not None))
         if self._openapi is None:
             return error_response(503, "no model is loaded yet; retry shortly", list(_RETRY))
         return Response(200, self._openapi)
