@@ -542,11 +542,16 @@ def test_a_cheap_cpu_batch_runs_on_the_event_loop_only_when_allowed(
         engine = Engine(loaded(_Where()), [CPU], inline_batch_ms=inline_ms)
         await engine.start()
         replica = engine.replicas[0]
-        assert replica.full_batch_s is not None
-        assert replica.full_batch_s > 0
+        record = engine.startup_record["replicas"][0]
+        if on_loop:
+            assert replica.full_batch_s is not None
+            assert replica.full_batch_s > 0
+            assert record["full_batch_ms"] > 0
+        else:  # never inline: no start-up time spent timing its batch
+            assert replica.full_batch_s is None
+            assert record["full_batch_ms"] is None
         assert replica.inline is on_loop
-        assert engine.startup_record["replicas"][0]["inline"] is on_loop
-        assert engine.startup_record["replicas"][0]["full_batch_ms"] > 0
+        assert record["inline"] is on_loop
         model = replica.module
         assert isinstance(model, _Where)
         rows = np.arange(8, dtype=np.float32).reshape(2, 4)
@@ -568,6 +573,8 @@ def test_batches_stay_on_worker_threads_when_slow_or_shared() -> None:
         for engine in (slow, shared):
             await engine.start()
             assert not any(r.inline for r in engine.replicas)
+        assert all(r.full_batch_s is None for r in shared.replicas)  # not even timed
+        for engine in (slow, shared):
             result = await engine.infer({"input": np.ones((1, 4), np.float32)})
             np.testing.assert_array_equal(result["output"], np.full((1, 4), 2.0, np.float32))
             await engine.stop()

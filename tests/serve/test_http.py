@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from torchplace.serve.http import HttpServer, Request, Response
 
@@ -22,21 +23,30 @@ async def _serve(futures: list[asyncio.Future[Response]], timeout_s: float = 30.
     return server
 
 
-async def _until(check: object, limit: float = 5.0) -> None:
+async def _until(check: Callable[[], object], limit: float = 5.0) -> None:
     end = asyncio.get_running_loop().time() + limit
-    while not check():  # type: ignore[operator]
+    while not check():
         assert asyncio.get_running_loop().time() < end, "timed out"
         await asyncio.sleep(0.01)
+
+
+async def _sent(
+    futures: list[asyncio.Future[Response]], timeout_s: float = 30.0
+) -> tuple[HttpServer, asyncio.StreamReader, asyncio.StreamWriter]:
+    """A server, and a connection whose GET its handler has taken (a future in ``futures``)."""
+    server = await _serve(futures, timeout_s)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(_GET)
+    await _until(lambda: futures)
+    return server, reader, writer
 
 
 def test_a_future_settled_later_is_the_answer_and_nothing_else_runs_a_task() -> None:
     async def main() -> None:
         futures: list[asyncio.Future[Response]] = []
-        server = await _serve(futures)
-        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-        writer.write(_GET)
-        await _until(lambda: futures)
+        server, reader, writer = await _sent(futures)
         assert server.in_flight == 1
+        assert asyncio.all_tasks() == {asyncio.current_task()}  # the server made no task
         futures[0].set_result(Response(200, b'{"ok":true}'))
         head = await reader.readuntil(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 200 OK")
@@ -51,10 +61,7 @@ def test_a_future_settled_later_is_the_answer_and_nothing_else_runs_a_task() -> 
 def test_a_client_that_goes_away_cancels_the_future() -> None:
     async def main() -> None:
         futures: list[asyncio.Future[Response]] = []
-        server = await _serve(futures)
-        _, writer = await asyncio.open_connection("127.0.0.1", server.port)
-        writer.write(_GET)
-        await _until(lambda: futures)
+        server, _, writer = await _sent(futures)
         writer.close()
         await _until(futures[0].cancelled)
         await server.close()
@@ -65,9 +72,7 @@ def test_a_client_that_goes_away_cancels_the_future() -> None:
 def test_a_request_past_its_timeout_cancels_the_future_and_gets_503() -> None:
     async def main() -> None:
         futures: list[asyncio.Future[Response]] = []
-        server = await _serve(futures, timeout_s=0.2)
-        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-        writer.write(_GET)
+        server, reader, writer = await _sent(futures, timeout_s=0.2)
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5.0)  # the 1 s ticker
         assert head.startswith(b"HTTP/1.1 503")
         assert b"retry-after: 1" in head

@@ -461,8 +461,11 @@ def _general(raw: dict[str, Any], spec: TensorSpec) -> np.ndarray | str:
         st.lists(st.floats(allow_nan=False, allow_infinity=False, width=16), min_size=1),
         # long lists, converted by numpy first
         st.lists(_QUICK_VALUES, min_size=257, max_size=300),
-        st.lists(
-            st.one_of(st.floats(width=32), st.integers(-(2**60), 2**60)),
+        st.lists(  # finite: most of these the quick path takes, so equality is checked
+            st.one_of(
+                st.floats(allow_nan=False, allow_infinity=False, width=32),
+                st.integers(-(2**60), 2**60),
+            ),
             min_size=257,
             max_size=300,
         ),

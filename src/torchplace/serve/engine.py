@@ -352,9 +352,11 @@ class Engine:
         threads = thread_count(self)
         if threads is not None:
             torch.set_num_threads(threads)
+        # only a sole replica may run inline: time its batch, and nobody else's
+        time_batch = len(self.replicas) == 1 and self.inline_batch_ms > 0
         for replica in self.replicas:
             try:
-                await loop.run_in_executor(None, replica.prepare)
+                await loop.run_in_executor(None, functools.partial(replica.prepare, time_batch))
             except KernelError as exc:
                 if "CUDA error" in str(exc):
                     raise  # a device fault, not the declarations
@@ -382,11 +384,12 @@ class Engine:
 
     def _choose_inline(self) -> None:
         """A sole CPU replica whose full batch took at most ``inline_batch_ms`` in its dry
-        run runs its batches on the event loop (see :mod:`torchplace.serve.replica`)."""
+        run runs its batches on the event loop (see :mod:`torchplace.serve.replica`); only
+        such a replica's batch was timed."""
         limit = self.inline_batch_ms / 1000
         for replica in self.replicas:
             took = replica.full_batch_s
-            replica.inline = len(self.replicas) == 1 and took is not None and took <= limit
+            replica.inline = took is not None and took <= limit
 
     def is_live(self) -> bool:
         """The process answers (until :meth:`stop`)."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -88,7 +87,6 @@ class ReplicaPool:
         self._primary = [lane for lane in self.lanes if not lane.replica.fallback]
         self._fallback = [lane for lane in self.lanes if lane.replica.fallback]
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread = 0
         self._changed: Callable[[], None] = lambda: None
         self._freed: Callable[[], None] = lambda: None
         self._timed: Callable[[float], None] = lambda seconds: None
@@ -104,7 +102,6 @@ class ReplicaPool:
         """Start every worker; on the loop, ``on_change`` runs when a replica left or came
         back, ``on_free`` when a lane is free again, ``on_batch`` with each batch's seconds."""
         self._loop = loop
-        self._loop_thread = threading.get_ident()
         self._changed = on_change
         self._freed = on_free
         if on_batch is not None:
@@ -201,8 +198,8 @@ class ReplicaPool:
             self._trace(replica, batch, outcome, arrivals, bool(failed))
         loop = self._loop
         if loop is not None and not loop.is_closed():
-            on_loop = threading.get_ident() == self._loop_thread  # an inline replica's batch
-            (loop.call_soon if on_loop else loop.call_soon_threadsafe)(
+            # an inline replica's batch ran on the loop, anyone else's on its worker thread
+            (loop.call_soon if replica.inline else loop.call_soon_threadsafe)(
                 self._finish, replica, batch, outcome
             )
 

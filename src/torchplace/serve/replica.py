@@ -101,7 +101,7 @@ class Replica(BatchExecutor):
         self._cuda = device.type == "cuda"
         self._stream = None
         self._events = []
-        #: seconds a full batch took in the start-up dry run (warm, on a CPU replica)
+        #: seconds a full batch took in the warm start-up dry run (``prepare(time_batch=True)``)
         self.full_batch_s: float | None = None
         #: batches run on the calling thread (the event loop), see :meth:`run_now`
         self.inline = False
@@ -112,8 +112,10 @@ class Replica(BatchExecutor):
         self._as_kernel = FailureScope(self, "kernel")
 
     # ------------------------------------------------------------------ start-up
-    def prepare(self) -> None:
-        """Place the model, allocate staging buffers and pass the dry run; raises if it fails."""
+    def prepare(self, time_batch: bool = False) -> None:
+        """Place the model, allocate staging buffers and pass the dry run; raises if it fails.
+        ``time_batch``: measure :attr:`full_batch_s` too (on the CPU, when the first dry run
+        was cheap), for the engine to decide :attr:`inline`."""
         import torch
 
         # the host dtype of each output (float32 for BF16): the forward's result is cast to it
@@ -146,7 +148,8 @@ class Replica(BatchExecutor):
         self.staging = StagingBuffers(self.loaded.inputs, self.max_batch_size, pin=self._cuda)
         began = time.perf_counter()
         shapes = self.dry_run(self.max_batch_size)
-        if not self._cuda and time.perf_counter() - began < _TIMED_DRY_RUN_S:
+        cheap = time.perf_counter() - began < _TIMED_DRY_RUN_S
+        if time_batch and cheap and not self._cuda:
             self.full_batch_s = min(self._timed_dry_run() for _ in range(3))  # warm by then
         if self._cuda:
             fixed = {
