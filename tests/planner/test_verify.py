@@ -11,7 +11,7 @@ import pytest
 
 from tests.planner.conftest import NO_RESERVES
 from tests.planner.toy import make_toy
-from torchplace.errors import ConfigError
+from torchplace.errors import ConfigError, DeviceError
 from torchplace.planner.api import Plan, plan
 from torchplace.planner.budget import activation_peak
 from torchplace.planner.verify import Verdict, _compare_transfers, real_devices, verify
@@ -24,13 +24,7 @@ CPU = ["cpu"]
 
 
 def test_a_pipeline_of_the_toy_model_verifies_exactly() -> None:
-    p = plan(
-        "tests.planner.toy:make_toy",
-        batch_sizes=[2],
-        assume="2x1GiB",
-        strategy="pipeline",
-        reserves=NO_RESERVES,
-    )
+    p = _toy_pipeline()
     verdict = verify(p, module=make_toy(), devices=CPU)
     assert verdict.ok
     assert all(m["error"] == 0 for m in verdict.memory)
@@ -113,7 +107,6 @@ def test_a_model_placed_whole_as_one_root_unit_verifies_exactly() -> None:
     assert ("cuda:0", "cuda:1", "(model)") in {
         (e["src"], e["dst"], e["consumer"]) for e in verdict.edges
     }
-    assert all(e["consumer"] for e in verdict.edges)
 
 
 class ScriptedMemory:
@@ -246,7 +239,7 @@ def test_a_gpu_this_machine_lacks_is_refused() -> None:
 
     p = _toy_pipeline()
     missing = f"cuda:{torch.cuda.device_count()}"
-    with pytest.raises(ConfigError, match=f"cannot run on {missing}"):
+    with pytest.raises(DeviceError, match=f"cannot use '{missing}'"):
         verify(p, module=make_toy(), devices=[missing])
 
 

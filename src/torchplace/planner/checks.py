@@ -75,7 +75,7 @@ def check_plan(
             out.append(
                 PlanWarning(
                     "leaf-too-big",
-                    f"unit {unit.path or '(model)'} holds {human(unit.weight_bytes)} of weights, "
+                    f"unit {label(unit.path)} holds {human(unit.weight_bytes)} of weights, "
                     f"more than {dev} has ({human(room)} after reserves); it cannot be placed whole",
                 )
             )

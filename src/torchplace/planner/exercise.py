@@ -45,7 +45,7 @@ def _ranges(paths: list[str]) -> str:
         if num.isdigit():
             run.append(path)
         else:
-            out.append(path or "(model)")
+            out.append(label(path))
     flush()
     return ", ".join(out)
 

@@ -33,7 +33,7 @@ def plan_result(p: Plan) -> dict[str, Any]:
         "considered": p.considered,
         "placement": [
             {
-                "unit": u.path or "(model)",
+                "unit": unit_label(u.path),
                 "kind": u.kind,
                 "device": "all" if p.placement.replicas > 1 else p.placement.device_of(u.path),
                 "param_bytes": u.weight_bytes,
@@ -135,7 +135,7 @@ def plan_result_rows(p: Plan) -> list[list[str]]:
         dev = "every device" if p.placement.replicas > 1 else p.placement.device_of(u.path)
         rows.append(
             [
-                u.path or "(model)",
+                unit_label(u.path),
                 u.kind,
                 dev,
                 human(u.weight_bytes),

@@ -71,7 +71,7 @@ class _Runtime:
 def place_weights(p: Plan, model: nn.Module, real: dict[str, torch.device]) -> None:
     """Each unit's weights on the real device of its logical one (one replica's, replicated);
     weights outside every unit go with the first unit."""
-    only = p.placement.devices[0] if p.placement.replicas > 1 else None
+    only = p.placement.replica
     paths = p.units.paths
     first = only or (p.placement.device_of(paths[0]) if paths else p.placement.devices[0])
     model.to(real[first])
@@ -85,7 +85,7 @@ class Run:
     def __init__(self, p: Plan, model: nn.Module, real: dict[str, torch.device]) -> None:
         self.p, self.model, self.real, self.batch = p, model, real, p.batches[0]
         self.placement = p.placement
-        self.only = self.placement.devices[0] if self.placement.replicas > 1 else None
+        self.only = self.placement.replica
         self.rt = _Runtime({_key(t) for t in (*model.parameters(), *model.buffers())})
         self.measured: dict[tuple[str, str, str], list[int]] = {}
         self.copies: dict[tuple[int, str], torch.Tensor] = {}

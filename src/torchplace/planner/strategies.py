@@ -52,6 +52,11 @@ class Placement:
     def device_of(self, unit: str) -> str:
         return self.assign.get(unit, self.devices[0])
 
+    @property
+    def replica(self) -> str | None:
+        """The device of the one replica a replicated placement runs (None: not replicated)."""
+        return self.devices[0] if self.replicas > 1 else None
+
     def used(self) -> list[str]:
         """Devices that hold something, in order (a spill to the host comes last)."""
         if self.replicas > 1:

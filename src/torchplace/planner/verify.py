@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from torchplace.devices import resolve_device
 from torchplace.errors import ConfigError, PlacementError
 from torchplace.planner.budget import activation_peak
 from torchplace.planner.crossings import Crossing, Flow, flow
@@ -159,19 +160,6 @@ def real_devices(p: Plan, devices: Sequence[str] | None = None) -> dict[str, str
     return {**out, HOST: HOST}
 
 
-def _checked(real: dict[str, torch.device]) -> None:
-    """Every real CUDA device exists here."""
-    import torch
-
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    for dev in real.values():
-        if dev.type == "cuda" and (dev.index or 0) >= count:
-            raise ConfigError(
-                f"--verify cannot run on {dev}: this machine has {count} CUDA device(s); "
-                "plan with --assume to run on what is here"
-            )
-
-
 def _available() -> list[str]:
     import torch
 
@@ -211,13 +199,11 @@ def verify(
     devices' tracker. ``module``: the model with real weights (default: built from the plan's
     model); its units are moved onto the real devices.
     """
-    import torch
 
     if not 0 < tolerance < 1:
         raise ConfigError(f"--tolerance {tolerance} must be a fraction between 0 and 1")
     mapping = real_devices(p, devices)
-    real = {k: torch.device(v) for k, v in mapping.items()}
-    _checked(real)
+    real = {k: resolve_device(v) for k, v in mapping.items()}  # each one usable here
     if probe is None and any(d.type != "cpu" for d in real.values()):
         if any(d.type not in ("cpu", "cuda") for d in real.values()):
             raise ConfigError(
@@ -227,6 +213,7 @@ def verify(
         probe = CudaMemory()
     model = module if module is not None else _real_model(p)
     place_weights(p, model, real)
+    planned = flow(p.traces[p.batches[0]], p.placement, replica=p.placement.replica)
     if probe is None:  # the CPU: the logical devices' tracker
         run = _run(p, model, real)
         verdict = Verdict(p.batches[0], tolerance, mapping, "tracker")
@@ -239,9 +226,9 @@ def verify(
             probe.start(dev)
         run, report = _guarded_run(p, model, real)
         verdict = Verdict(p.batches[0], tolerance, mapping, probe.name)
-        _compare_memory_real(p, verdict, run, {str(d): probe.peak(d) for d in used})
-        _compare_transfers(verdict, _planned_flow(p, run).crossings, report)
-    _compare_edges(p, verdict, run)
+        _compare_memory_real(planned, verdict, run, {str(d): probe.peak(d) for d in used})
+        _compare_transfers(verdict, planned.crossings, report)
+    _compare_edges(planned, verdict, run)
     return verdict
 
 
@@ -265,10 +252,6 @@ def _guarded_run(
     return run, g
 
 
-def _planned_flow(p: Plan, run: Run) -> Flow:
-    return flow(p.traces[run.batch], p.placement, replica=run.only)
-
-
 def _row(planned: int, got: int, tolerance: float) -> dict[str, Any]:
     error = (planned - got) / got if got else (0.0 if planned == 0 else 1.0)
     return {"planned": planned, "measured": got, "error": error, "ok": abs(error) <= tolerance}
@@ -284,10 +267,9 @@ def _compare_memory_logical(p: Plan, verdict: Verdict, run: Run) -> None:
         verdict.memory.append(row)
 
 
-def _compare_memory_real(p: Plan, verdict: Verdict, run: Run, peaks: dict[str, int]) -> None:
+def _compare_memory_real(planned: Flow, verdict: Verdict, run: Run, peaks: dict[str, int]) -> None:
     """Per real device: the planned peak of the logical devices it holds, together, and the
     inputs copied there (a real device's allocator sees both), against the probe's peak."""
-    planned = _planned_flow(p, run)
     for dev, got in peaks.items():
         held = [k for k, v in verdict.devices.items() if v == dev and k != HOST]
         if run.only is not None:  # replicate: one replica ran
@@ -301,15 +283,15 @@ def _compare_memory_real(p: Plan, verdict: Verdict, run: Run, peaks: dict[str, i
         )
 
 
-def _compare_edges(p: Plan, verdict: Verdict, run: Run) -> None:
-    planned: dict[tuple[str, str, str], list[int]] = {}
-    for c in _planned_flow(p, run).crossings:
-        entry = planned.setdefault((c.src, c.dst, label(c.consumer)), [0, 0])
+def _compare_edges(planned: Flow, verdict: Verdict, run: Run) -> None:
+    edges: dict[tuple[str, str, str], list[int]] = {}
+    for c in planned.crossings:
+        entry = edges.setdefault((c.src, c.dst, label(c.consumer)), [0, 0])
         entry[0] += c.total
         entry[1] += c.count
     verdict.edges.extend(
         {"src": k[0], "dst": k[1], "consumer": k[2], **row}
-        for k, row in _matched(planned, run.measured)
+        for k, row in _matched(edges, run.measured)
     )
 
 
