@@ -341,18 +341,21 @@ def report(all_results: dict[str, dict[str, Result]]) -> int:
     r = all_results.get("seed-mlp")
     if r is not None:
         noop = r["noop"].rate
+        oks = []
         for key, label in (("tp_proxy", "via proxy"), ("tp_direct", "direct")):
             ok = verdict(
                 r[key].rate >= 0.7 * noop,
                 f"seed-mlp: torchplace on Ray ({label}) >= 70% of the no-op ceiling",
             )
             missed += [f"seed-mlp 70% {label}"] * (not ok)
-        met &= max(r["tp_proxy"].rate, r["tp_direct"].rate) >= 0.7 * noop
+            oks.append(ok)
+        met &= any(oks)
         ok = verdict(
             r["tp_direct"].rate > noop,
             "seed-mlp: the direct path beats the no-op ceiling (no proxy on it)",
         )
         missed += ["seed-mlp direct above the ceiling"] * (not ok)
+        met &= ok  # a target of the direct path alone
     print(
         f"\n{'each target met on at least one path' if met else 'a target missed on every path'}"
         + (f"; missed: {', '.join(missed)}" if missed else "")

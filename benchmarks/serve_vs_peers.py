@@ -569,7 +569,6 @@ def main(argv: list[str] | None = None) -> int:
     args.device_resolved = device
     peers = [p for p in PEERS if p.name in args.peer_names]
     pythons = peer_pythons(peers, args)
-    args.perf = None
     if args.grpc:
         found = perf_client.ensure(install=args.setup_peers)
         if isinstance(found, str):

@@ -37,11 +37,19 @@ def test_estimate_is_weights_plus_an_activation_peak_growing_with_the_batch() ->
     assert large - small >= 63 * 2048 * 4
 
 
-def test_the_estimate_traces_a_meta_copy_without_copying_the_weights() -> None:
+def test_the_estimate_traces_a_meta_copy_without_copying_the_weights(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from torchplace.serve import memory
 
     model = load_model("seed-mlp").module
     before = {name: p.data_ptr() for name, p in model.named_parameters()}
+
+    def copied_weights(self: object, memo: object) -> None:
+        pytest.fail("a weight tensor was deep-copied on the host")
+
+    for kind in (torch.Tensor, torch.nn.Parameter):  # what a plain deepcopy would call
+        monkeypatch.setattr(kind, "__deepcopy__", copied_weights)
     copied = memory._on_meta(model)
     assert all(p.device.type == "meta" for p in copied.parameters())
     assert all(isinstance(p, torch.nn.Parameter) for p in copied.parameters())

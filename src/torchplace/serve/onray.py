@@ -239,9 +239,9 @@ class TorchplaceReplica:
         from torchplace.serve.tracing import CALLER, caller_context
 
         body = await request.body()
-        # the stage spans join Serve's request span (or the client's traceparent); the
-        # context var travels with the coroutine to the server's loop
-        caller = caller_context(request.headers) if self._traced else None
+        # the stage spans join Serve's request span (a client's traceparent header is read,
+        # first, by the app); the context var travels with the coroutine to the server's loop
+        caller = caller_context() if self._traced else None
         ours = Request(
             method=request.method.encode(),
             path=request.url.path.encode(),

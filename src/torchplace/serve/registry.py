@@ -77,7 +77,6 @@ class Registry:
 
     def __init__(self) -> None:
         self._models: dict[str, dict[str, ModelHandle]] = {}
-        self._latest: dict[str, ModelHandle] = {}  # what a request without a version gets
         self._states: dict[tuple[str, str], tuple[str, str]] = {}
         self._listeners: list[Callable[[], None]] = []
 
@@ -97,14 +96,12 @@ class Registry:
 
     def get(self, name: str, version: str = "") -> ModelHandle:
         """``name`` at ``version`` ('' = its latest loaded); ModelNotFoundError else."""
-        if not version:
-            latest = self._latest.get(name)
-            if latest is not None:
-                return latest
         versions = self._models.get(name)
         if not versions:
             known = ", ".join(repr(n) for n in self._models) or "none"
             raise ModelNotFoundError(f"unknown model {name!r}; this server serves {known}")
+        if not version:
+            return next(reversed(versions.values()))  # kept in version order by publish
         handle = versions.get(version)
         if handle is None:
             raise ModelNotFoundError(
@@ -119,10 +116,8 @@ class Registry:
         if handles:
             ordered = sorted(handles, key=lambda h: _version_key(h.version))
             self._models[name] = {h.version: h for h in ordered}
-            self._latest[name] = ordered[-1]
         else:
             self._models.pop(name, None)
-            self._latest.pop(name, None)
         kept = {h.version for h in handles}
         for version in old:
             if version not in kept:

@@ -38,7 +38,7 @@ from torchplace.errors import (
 )
 from torchplace.serve.memory import MemoryCheck, estimate
 from torchplace.serve.registry import ModelHandle, Registry
-from torchplace.serve.repository import ModelDir, model_names, read_model
+from torchplace.serve.repository import RENAMED, ModelDir, model_names, read_model
 
 if TYPE_CHECKING:
     from torchplace.serve.app import EngineLike
@@ -51,10 +51,9 @@ logger = logging.getLogger("torchplace.serve")
 _MODEL_FIELDS = ("name", "weights", "exported", "inputs", "outputs")
 #: ServeConfig fields as a repository's config.toml names them
 _SETTING_NAMES = {
-    "replicas_per_device": "replicas",
+    **RENAMED,
     "max_batch_size": "[batching] max_batch_size",
     "max_delay_ms": "[batching] max_delay_ms",
-    "model": "source",
 }
 
 
@@ -215,7 +214,7 @@ class ModelControl:
         from torchplace.serve.loader import load_model
         from torchplace.serve.startup import full_device, resolve_devices
 
-        config = self._traced(self._configured(settings, source))
+        config = self._configured(settings, source)
         loop = asyncio.get_running_loop()
         loaded: LoadedModel = await loop.run_in_executor(
             None,
@@ -229,7 +228,7 @@ class ModelControl:
         devices = [str(full_device(d)) for d in resolve_devices(config.device, config.devices)]
         needs = {d: one * config.replicas_per_device * devices.count(d) for d in devices}
         self.memory.check(loaded.name, needs, owner="")
-        engine = Engine.from_config(config, loaded=loaded)
+        engine = Engine.from_config(self._traced(config, loaded), loaded=loaded)
         try:
             await engine.start()
         except BaseException:
@@ -252,13 +251,13 @@ class ModelControl:
             named = message if message.startswith(source) else f"{source}: {message}"
             raise ConfigError(named) from None
 
-    def _traced(self, config: ServeConfig) -> ServeConfig:
-        """With several models, each version writes its own trace file (NAME.VERSION added)."""
+    def _traced(self, config: ServeConfig, loaded: LoadedModel) -> ServeConfig:
+        """With several models, each version writes its own trace file (the served NAME and
+        VERSION added, as the loader named them)."""
         path = config.trace_file
         if path is None or (self.root is None and not config.models and not self.config.models):
             return config
-        name = config.name or config.model.replace(":", "-")
-        stem = f"{path.stem}.{name}.{config.model_version}"
+        stem = f"{path.stem}.{loaded.name}.{loaded.version}"
         return config.with_overrides({"trace_file": path.with_name(stem + path.suffix)})
 
     # -- poll ------------------------------------------------------------------------------

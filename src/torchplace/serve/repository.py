@@ -49,9 +49,11 @@ from typing import Any
 
 from torchplace.errors import ConfigError
 from torchplace.serve.config import load_config_file
+from torchplace.serve.kserve import CONFIG_NAME as KSERVE_CONFIG
 
 __all__ = [
     "CONFIG_NAME",
+    "RENAMED",
     "ModelDir",
     "VersionPolicy",
     "inline_config",
@@ -61,8 +63,8 @@ __all__ = [
 ]
 
 CONFIG_NAME = "config.toml"
-#: the settings file of a KServe model directory, read when there is no config.toml
-KSERVE_CONFIG = "torchplace.toml"
+#: ServeConfig fields that config.toml names otherwise (KServe's torchplace.toml uses ours)
+RENAMED = {"model": "source", "replicas_per_device": "replicas"}
 _WEIGHTS = (".safetensors", ".pt", ".pth")
 _KEYS = ("source", "weights", "exported", "inputs", "outputs", "dtype", "devices", "replicas",
          "batching", "version_policy")  # fmt: skip
@@ -170,7 +172,8 @@ def read_model(root: Path, name: str, inline: Mapping[str, Any] | None = None) -
         )
     if inline is not None:
         data = {**data, **inline}
-        where = f"{where} with the inline config" if config_file.is_file() else "inline config"
+        from_file = config_file.is_file() or kserve_file.is_file()
+        where = f"{where} with the inline config" if from_file else "inline config"
     return _checked(directory, name, where, data)
 
 
@@ -205,7 +208,6 @@ def _checked(directory: Path, name: str, where: str, data: Mapping[str, Any]) ->
 def _from_kserve(data: Mapping[str, Any]) -> dict[str, Any]:
     """A KServe model directory's ``torchplace.toml`` (``torchplace serve`` settings) in the
     repository's terms: ``model`` is the source, batching settings go under ``batching``."""
-    renamed = {"model": "source", "replicas_per_device": "replicas"}
     out: dict[str, Any] = {}
     batching: dict[str, Any] = {}
     for raw, value in data.items():
@@ -213,7 +215,7 @@ def _from_kserve(data: Mapping[str, Any]) -> dict[str, Any]:
         if key in _BATCHING:
             batching[key] = value
         else:
-            out[renamed.get(key, key)] = value
+            out[RENAMED.get(key, key)] = value
     if batching:
         out["batching"] = batching
     return out
@@ -237,8 +239,8 @@ def _settings(where: str, data: Mapping[str, Any], exported: bool) -> dict[str, 
     for key in ("inputs", "outputs", "dtype", "devices"):
         if key in data:
             settings[key] = data[key]
-    if "replicas" in data:
-        settings["replicas_per_device"] = data["replicas"]
+    if RENAMED["replicas_per_device"] in data:
+        settings["replicas_per_device"] = data[RENAMED["replicas_per_device"]]
     batching = data.get("batching", {})
     if not isinstance(batching, Mapping) or set(batching) - set(_BATCHING):
         raise _fail(where, "table [batching]", f"= {batching!r} is not understood",

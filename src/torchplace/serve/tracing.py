@@ -30,6 +30,7 @@ laid out back to back ending when the batch's results reached the host.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -72,18 +73,29 @@ def caller_context(headers: Mapping[str, str] | None = None) -> Any:
     (``traceparent``, ``tracestate``; names in lower case), else None. None as well without
     ``opentelemetry`` installed.
     """
-    try:
-        from opentelemetry import context, trace
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-    except ImportError:
+    found = _propagation()
+    if found is None:
         return None
+    context, trace, propagator = found
     current = context.get_current()
     if trace.get_current_span(current).get_span_context().is_valid:
         return current
     if headers is None or "traceparent" not in headers:
         return None
-    carried = TraceContextTextMapPropagator().extract(carrier=headers)
+    carried = propagator.extract(carrier=headers)
     return carried if trace.get_current_span(carried).get_span_context().is_valid else None
+
+
+@functools.cache
+def _propagation() -> tuple[Any, Any, Any] | None:
+    """OpenTelemetry's context and trace modules and a W3C propagator, imported once (this
+    runs per request that carries a ``traceparent``); None without ``opentelemetry``."""
+    try:
+        from opentelemetry import context, trace
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+    except ImportError:
+        return None
+    return context, trace, TraceContextTextMapPropagator()
 
 
 def _otel_tracer() -> Any:
