@@ -349,19 +349,26 @@ def peer_server(
     return Server(peer.name, argv, url, peer.body, env)
 
 
-def torchplace_server(name: str, model: str, device: str, *extra: str) -> Server:
+def torchplace_server(
+    name: str, model: str, device: str, *extra: str, grpc_port: int = 0
+) -> Server:
+    """``torchplace serve`` on a free port; gRPC off unless ``grpc_port`` is given (servers
+    started together must not all want 8001)."""
     port = procs.free_port()
     argv = [sys.executable, "-m", "torchplace.cli", "serve", "--model", model]
-    # REST is what is compared; gRPC off, so servers started together do not all want 8001
-    argv += ["--port", str(port), "--grpc-port", "0", "--device", device, "--log-level", "warning"]
-    argv += extra
+    argv += ["--port", str(port), "--grpc-port", str(grpc_port), "--device", device]
+    argv += ["--log-level", "warning", *extra]
     return Server(name, argv, f"http://127.0.0.1:{port}/v2/models/{model}/infer")
 
 
-def over_protocol(server: Server, base: str, protocol: str, address: str) -> Server:
-    """``server`` measured by perf_analyzer over ``protocol`` (REST_BINARY or GRPC) at
-    ``address`` (host:port); its row is named ``BASE PROTOCOL`` and compared with
-    torchplace's row of the same protocol."""
+def over_protocol(server: Server, base: str, protocol: str, grpc_port: int | None = None) -> Server:
+    """``server`` measured by perf_analyzer over ``protocol`` (REST_BINARY or GRPC): at its
+    REST host:port, or at ``grpc_port`` on 127.0.0.1; its row is named ``BASE PROTOCOL`` and
+    compared with torchplace's row of the same protocol."""
+    if grpc_port is None:
+        address = server.url.removeprefix("http://").split("/", 1)[0]
+    else:
+        address = f"127.0.0.1:{grpc_port}"
     server.name = f"{base} {protocol}"
     server.load, server.target = PERF_LOADS[protocol], address
     server.extra = {"client": "perf_analyzer", "protocol": protocol,
@@ -372,12 +379,11 @@ def over_protocol(server: Server, base: str, protocol: str, address: str) -> Ser
 def torchplace_protocols(model: str, device: str) -> list[Server]:
     """torchplace over REST with binary tensors and over gRPC (one server each)."""
     rest = torchplace_server("torchplace", model, device)
-    http = rest.url.removeprefix("http://").split("/", 1)[0]
     grpc_port = procs.free_port()
-    grpc = torchplace_server("torchplace", model, device, "--grpc-port", str(grpc_port))
+    grpc = torchplace_server("torchplace", model, device, grpc_port=grpc_port)
     return [
-        over_protocol(rest, "torchplace", REST_BINARY, http),
-        over_protocol(grpc, "torchplace", GRPC, f"127.0.0.1:{grpc_port}"),
+        over_protocol(rest, "torchplace", REST_BINARY),
+        over_protocol(grpc, "torchplace", GRPC, grpc_port),
     ]
 
 
@@ -392,10 +398,9 @@ def peer_protocols(
     grpc = peer_server(peer, python, model, device, args, scratch / "grpc")
     grpc_port = procs.free_port()
     grpc.env["PEER_GRPC_PORT"] = str(grpc_port)
-    http = rest.url.removeprefix("http://").split("/", 1)[0]
     return [
-        over_protocol(rest, peer.name, REST_BINARY, http),
-        over_protocol(grpc, peer.name, GRPC, f"127.0.0.1:{grpc_port}"),
+        over_protocol(rest, peer.name, REST_BINARY),
+        over_protocol(grpc, peer.name, GRPC, grpc_port),
     ]
 
 

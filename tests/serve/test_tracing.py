@@ -16,20 +16,34 @@ from torchplace.serve.loader import load_model
 from torchplace.serve.tracing import BatchRecord, Tracer, caller_context
 
 
+def _record(now: float, **changes: Any) -> BatchRecord:
+    """A batch of one one-row request on the CPU that finished at ``now``, as ``changes``
+    say otherwise."""
+    record = BatchRecord(
+        replica="cpu#0",
+        device="cpu",
+        arrivals=[now - 0.003],
+        rows=[1],
+        statuses=None,
+        started=now - 0.001,
+        finished=now,
+        h2d=0.0001,
+        compute=0.0005,
+        d2h=0.0002,
+    )
+    return record._replace(**changes)
+
+
 def _batch(tracer: Tracer, requests: int = 2) -> None:
     now = time.perf_counter()
     tracer.batch(
-        BatchRecord(
+        _record(
+            now,
             replica="cuda:1#0",
             device="cuda:1",
             arrivals=[now - 0.003] * (requests - 1) + [now - 0.002],
             rows=[1] * (requests - 1) + [2],
             statuses=[200] * (requests - 1) + [507],
-            started=now - 0.001,
-            finished=now,
-            h2d=0.0001,
-            compute=0.0005,
-            d2h=0.0002,
         )
     )
 
@@ -119,19 +133,7 @@ def test_a_host_wait_for_the_device_is_a_sync_slice_ending_with_the_d2h() -> Non
     tracer = Tracer(model="m", version="1", trace_file=Path("unused.json"), otel=False)
     now = time.perf_counter()
     tracer.batch(
-        BatchRecord(
-            replica="cuda:0#0",
-            device="cuda:0",
-            arrivals=[now - 0.003],
-            rows=[1],
-            statuses=None,
-            started=now - 0.002,
-            finished=now,
-            h2d=0.0001,
-            compute=0.0005,
-            d2h=0.0002,
-            sync=0.0006,
-        )
+        _record(now, replica="cuda:0#0", device="cuda:0", started=now - 0.002, sync=0.0006)
     )
     slices = {e["name"]: e for e in tracer.events() if e["ph"] == "X"}
     assert list(slices) == ["batch", "h2d", "compute", "d2h", "sync"]
@@ -202,19 +204,7 @@ def test_request_spans_join_their_callers_trace_with_their_stages() -> None:
     tracer, exporter = _memory_tracer()
     now = time.perf_counter()
     tracer.batch(
-        BatchRecord(
-            replica="cpu#0",
-            device="cpu",
-            arrivals=[now - 0.003, now - 0.002],
-            rows=[1, 1],
-            statuses=None,
-            started=now - 0.001,
-            finished=now,
-            h2d=0.0001,
-            compute=0.0005,
-            d2h=0.0002,
-            parents=[_caller(), None],
-        )
+        _record(now, arrivals=[now - 0.003, now - 0.002], rows=[1, 1], parents=[_caller(), None])
     )
     spans = exporter.get_finished_spans()
     joined, alone = [s for s in spans if s.name == "torchplace.infer"]
@@ -237,8 +227,7 @@ def test_request_spans_join_their_callers_trace_with_their_stages() -> None:
 def test_an_unsampled_caller_records_no_request_spans() -> None:
     tracer, exporter = _memory_tracer()
     now = time.perf_counter()
-    record = BatchRecord("cpu#0", "cpu", [now - 0.002], [1], None, now - 0.001, now, 0.0, 0.0, 0.0)
-    tracer.batch(record._replace(parents=[_caller(flags="00")]))
+    tracer.batch(_record(now, arrivals=[now - 0.002], parents=[_caller(flags="00")]))
     assert [s.name for s in exporter.get_finished_spans() if s.name != "torchplace.batch"] == [
         "h2d",
         "compute",
