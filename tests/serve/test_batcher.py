@@ -107,6 +107,42 @@ def test_a_full_batch_does_not_wait_for_the_delay() -> None:
     asyncio.run(main())
 
 
+def test_a_freed_worker_gives_a_partial_batch_a_fresh_fill_window() -> None:
+    """Rows that waited out the delay behind a busy worker still wait for more rows once it
+    frees up (at most the delay again), instead of leaving at once as a small batch."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        worker = FakeWorker()
+        worker.busy = True
+        batcher = _batcher(loop, worker, max_batch_size=4, max_delay_s=0.05)
+        early = [_pending(loop) for _ in range(2)]
+        for item in early:
+            batcher.submit(item)
+        await asyncio.sleep(0.08)  # past the delay, behind the busy worker
+        worker.busy = False
+        batcher.freed()
+        assert worker.batches == []  # a fresh window opened when the worker freed up
+        late = [_pending(loop) for _ in range(2)]
+        for item in late:
+            batcher.submit(item)
+        await asyncio.sleep(0)
+        assert worker.batches == [early + late]  # full: it goes without waiting out the window
+
+        worker.finish()
+        lone = _pending(loop)
+        batcher.submit(lone)
+        batcher.freed()
+        assert len(worker.batches) == 1
+        for _ in range(200):  # the window closes: a partial batch goes
+            await asyncio.sleep(0.01)
+            if len(worker.batches) == 2:
+                break
+        assert worker.batches[-1] == [lone]
+
+    asyncio.run(main())
+
+
 def test_queue_is_bounded() -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()

@@ -373,7 +373,7 @@ class Engine:
         self.pool.start(
             loop,
             on_change=self._refresh_serving,
-            on_free=self._batcher.dispatch,
+            on_free=self._batcher.freed,
             on_batch=self._estimate.record,
         )
         self._started = True
