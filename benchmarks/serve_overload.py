@@ -3,8 +3,9 @@
 
 One run against the real server (``torchplace serve``, a subprocess on a free 127.0.0.1 port):
 
-1. **capacity**: a closed loop of ``--connections`` keep-alive clients for ``--seconds``; its
-   req/s is the capacity C;
+1. **capacity**: a closed loop of ``--connections`` keep-alive clients for ``--seconds`` (a
+   client refused with 503 waits the queue-wait limit before its next request); its req/s of
+   answered (200) requests is the capacity C;
 2. **half load**: an open loop at 0.5 C (requests are sent on a fixed schedule, whatever the
    answers; latency counts from the scheduled time, so a slow answer cannot hide later ones);
 3. **2x load**: an open loop at 2 C.
@@ -212,7 +213,8 @@ async def _connect(port: int) -> Connection:
 
 async def _one(
     port: int, payload: bytes, pool: list[Connection], phase: Phase, since: float
-) -> None:
+) -> str:
+    """One request on a pooled connection (or a new one); its status, as counted in ``phase``."""
     conn = None
     while pool and conn is None:
         conn = pool.pop()
@@ -225,12 +227,12 @@ async def _one(
         status, retry_after, reusable = await asyncio.wait_for(conn.exchange(payload), 30)
     except ConnectionRefusedError:
         phase.statuses["refused"] += 1
-        return
+        return "refused"
     except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError) as exc:
         phase.statuses[type(exc).__name__] += 1
         if conn is not None:
             conn.writer.close()
-        return
+        return type(exc).__name__
     phase.statuses[status] += 1
     if status == "200":
         phase.latencies.append(time.perf_counter() - since)
@@ -240,9 +242,16 @@ async def _one(
         pool.append(conn)
     else:
         conn.writer.close()
+    return status
 
 
-async def closed_loop(port: int, payload: bytes, connections: int, seconds: float) -> Phase:
+async def closed_loop(
+    port: int, payload: bytes, connections: int, seconds: float, backoff: float
+) -> Phase:
+    """``connections`` clients, each sending its next request when the last is answered; a
+    client refused with 503 waits ``backoff`` seconds first, as a client that honours the
+    refusal does (retrying at once would turn the capacity run into a storm of refusals that
+    takes the CPU the batches need)."""
     phase = Phase("capacity")
     pool: list[Connection] = []
     end = time.perf_counter() + seconds
@@ -251,7 +260,8 @@ async def closed_loop(port: int, payload: bytes, connections: int, seconds: floa
         for _ in range(MAX_REQUESTS):
             if time.perf_counter() >= end:
                 return
-            await _one(port, payload, pool, phase, time.perf_counter())
+            if await _one(port, payload, pool, phase, time.perf_counter()) == "503":
+                await asyncio.sleep(backoff)
 
     began = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(connections)))
@@ -298,7 +308,10 @@ def overload(args: argparse.Namespace) -> int:
     proc, port = start_server(args.model, flags)
     try:
         payload = request_bytes(args.model, args.rows, port)
-        capacity = asyncio.run(closed_loop(port, payload, args.connections, args.seconds))
+        backoff = args.queue_wait_ms / 1000
+        capacity = asyncio.run(
+            closed_loop(port, payload, args.connections, args.seconds, backoff)
+        )
         rate = capacity.statuses["200"] / capacity.seconds
         print(f"INFO model {args.model}, {args.rows} rows per request; capacity {rate:.1f} req/s")
         print("INFO", capacity.line())
@@ -332,7 +345,10 @@ def soak(args: argparse.Namespace) -> int:
         payload = request_bytes("wide-mlp", args.rows, port).replace(
             b"/v2/models/wide-mlp/", b"/v2/models/flaky_model/"
         )
-        probe = asyncio.run(closed_loop(port, payload, args.connections, min(args.seconds, 5)))
+        backoff = args.queue_wait_ms / 1000
+        probe = asyncio.run(
+            closed_loop(port, payload, args.connections, min(args.seconds, 5), backoff)
+        )
         rate = 0.8 * probe.statuses["200"] / probe.seconds
         print(f"INFO soak: {args.soak:.0f} s at {rate:.1f} req/s (0.8 of the measured capacity)")
         began = time.perf_counter()
