@@ -309,9 +309,7 @@ def overload(args: argparse.Namespace) -> int:
     try:
         payload = request_bytes(args.model, args.rows, port)
         backoff = args.queue_wait_ms / 1000
-        capacity = asyncio.run(
-            closed_loop(port, payload, args.connections, args.seconds, backoff)
-        )
+        capacity = asyncio.run(closed_loop(port, payload, args.connections, args.seconds, backoff))
         rate = capacity.statuses["200"] / capacity.seconds
         print(f"INFO model {args.model}, {args.rows} rows per request; capacity {rate:.1f} req/s")
         print("INFO", capacity.line())
