@@ -25,9 +25,10 @@ Protocols (``--grpc``, default on): torchplace is also measured over REST with b
 one row, in alternating rounds; so is Triton, which serves both (KServe and MLServer serve gRPC
 but not the model configuration perf_analyzer reads: SKIP lines). Those rows are compared with
 torchplace's row of the same protocol, and the target is torchplace's gRPC req/s >= its REST
-binary req/s on wide-mlp.
+binary req/s on wide-mlp. The gRPC limit is measured the same way: a bare ``grpc.aio`` server
+that answers every call with one fixed response (what a unary call costs in grpcio here).
 
-Targets (issue 13, on a 2-core machine): seed-mlp >= 12x Triton and >= 30% of the HTTP limit;
+Targets (on a 2-core machine): seed-mlp >= 12x Triton and >= 30% of the HTTP limit;
 wide-mlp >= 2.5x Triton and >= 80% of the in-process ceiling; torchplace p99 below every
 peer's. Earlier targets stay: wide-mlp >= 5x LitServe and >= 4x FastAPI, seed-mlp >= 6x LitServe
 and >= 3x FastAPI; metrics + tracing cost < 5% of req/s.
@@ -82,6 +83,7 @@ OBSERVABILITY_BUDGET = 0.05
 #: peer -> the modules it needs to run in this interpreter when its venv is not built
 PEER_MODULES = {p.name: p.fallback_modules for p in PEERS if p.fallback_modules}
 HTTP_LIMIT = "HTTP limit"
+GRPC_LIMIT = "gRPC limit"
 #: the two protocols perf_analyzer measures: (row suffix, its load in Workload.loads)
 REST_BINARY, GRPC = "REST binary", "gRPC"
 PERF_LOADS = {REST_BINARY: "perf-http", GRPC: "perf-grpc"}
@@ -404,7 +406,8 @@ def peer_protocols(
     ]
 
 
-def http_limit_server(work: Workload, scratch: Path) -> Server:
+def reply_file(work: Workload, scratch: Path) -> Path:
+    """The model's REST answer to the benchmark's row, as a file the limit servers read."""
     reply = scratch / f"reply-{work.model}.json"
     doc = {
         "model_name": work.model,
@@ -414,9 +417,25 @@ def http_limit_server(work: Workload, scratch: Path) -> Server:
         ],
     }
     reply.write_text(json.dumps(doc, separators=(",", ":")))
+    return reply
+
+
+def http_limit_server(work: Workload, scratch: Path) -> Server:
     port = procs.free_port()
-    argv = [sys.executable, str(APPS / "const_reply.py"), str(port), str(reply)]
+    argv = [sys.executable, str(APPS / "const_reply.py"), str(port), str(reply_file(work, scratch))]
     return Server(HTTP_LIMIT, argv, f"http://127.0.0.1:{port}/v2/models/{work.model}/infer")
+
+
+def grpc_limit_server(work: Workload, scratch: Path) -> Server:
+    """A constant-reply grpc.aio server, measured by perf_analyzer over gRPC like torchplace's
+    gRPC row (it answers the constant REST reply on a second port, for the readiness check)."""
+    grpc_port, http_port = procs.free_port(), procs.free_port()
+    argv = [sys.executable, str(APPS / "const_grpc.py"), str(grpc_port), str(http_port)]
+    argv += [work.model, str(reply_file(work, scratch))]
+    server = Server("", argv, f"http://127.0.0.1:{http_port}/v2/models/{work.model}/infer")
+    over_protocol(server, "", GRPC, grpc_port)
+    server.name = GRPC_LIMIT
+    return server
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -658,6 +677,8 @@ def main(argv: list[str] | None = None) -> int:
                     runs += measure([http_limit_server(job, tmp)], job, args)
                 if args.perf is not None and in_budget(f"torchplace {GRPC} on {model}", 2):
                     runs += measure_both_orders(torchplace_protocols(model, device), job, args)
+                if args.perf is not None and in_budget(f"{GRPC_LIMIT} on {model}", 1):
+                    runs += measure([grpc_limit_server(job, tmp)], job, args)
             for model, job in work.items():
                 for peer in peers:
                     python = pythons.get(peer.name)
@@ -744,6 +765,9 @@ def table(runs: list[Run], ceilings: dict[str, float], threads: int) -> None:
                 f"torchplace {GRPC}/{REST_BINARY} on {model}: {paired_ratio(grpc, rest):.2f}x "
                 "(perf_analyzer; the median of the ratios of rounds run back to back)"
             )
+        limit = by.get((GRPC_LIMIT, model))
+        if grpc and limit and grpc.rps and limit.rps:
+            print(f"torchplace at {grpc.rps / limit.rps:.0%} of the {GRPC_LIMIT} on {model}")
     print()
 
 

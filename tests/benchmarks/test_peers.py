@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from peers import procs, venvs
@@ -129,6 +130,36 @@ def test_the_constant_reply_server_answers_every_request(tmp_path: Path) -> None
         assert up.listens == [f"127.0.0.1:{port}"]
         with pytest.raises(RuntimeError, match=r"expected \[9.0"):
             procs.check_answer(url, body, [9.0, 9.0])
+
+
+def test_the_constant_grpc_server_answers_what_perf_analyzer_asks(tmp_path: Path) -> None:
+    grpcclient = pytest.importorskip("tritonclient.grpc")
+    reply = tmp_path / "reply.json"
+    data = [0.5] * 512
+    out = {"name": "output", "datatype": "FP32", "shape": [1, 512], "data": data}
+    reply.write_text(json.dumps({"outputs": [out]}))
+    grpc_port, http_port = procs.free_port(), procs.free_port()
+    argv = [sys.executable, str(APPS / "const_grpc.py"), str(grpc_port), str(http_port)]
+    argv += ["wide-mlp", str(reply)]
+    url = f"http://127.0.0.1:{http_port}/v2/models/wide-mlp/infer"
+    with procs.running(
+        argv, lambda: procs.check_answer(url, b"{}", data, timeout=5), timeout=60
+    ) as up:
+        assert all(procs.is_loopback(address) for address in up.listens)
+        assert {int(a.rsplit(":", 1)[1]) for a in up.listens} == {grpc_port, http_port}
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+        assert client.is_server_ready()
+        assert client.is_model_ready("wide-mlp")
+        config = client.get_model_config("wide-mlp", as_json=True)["config"]
+        assert config["max_batch_size"] == 32
+        assert config["input"][0]["dims"] == ["512"]
+        metadata = client.get_model_metadata("wide-mlp", as_json=True)
+        assert metadata["inputs"][0]["shape"] == ["-1", "512"]
+        row = grpcclient.InferInput("input", [1, 512], "FP32")
+        row.set_data_from_numpy(np.zeros((1, 512), np.float32))
+        result = client.infer("wide-mlp", [row])
+        np.testing.assert_array_equal(result.as_numpy("output"), np.full((1, 512), 0.5))
+        client.close()
 
 
 def test_the_wrk_script_keeps_a_body_with_closing_brackets_whole() -> None:

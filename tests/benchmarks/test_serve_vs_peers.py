@@ -178,6 +178,23 @@ def test_grpc_rows_compare_with_torchplace_over_the_same_protocol(
     assert "INFO  wide-mlp: gRPC req/s >= REST binary req/s on wide-mlp (500 vs 600" in out
 
 
+def test_the_grpc_limit_is_a_perf_analyzer_row_and_torchplace_s_share_of_it_is_printed(
+    bench: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    work = bench.Workload("wide-mlp", [0.5, 0.25], {}, {})
+    server = bench.grpc_limit_server(work, tmp_path)
+    assert server.name == bench.GRPC_LIMIT
+    assert server.load == bench.PERF_LOADS[bench.GRPC]
+    assert server.target.startswith("127.0.0.1:")
+    assert server.target not in server.url
+    assert server.extra["compare_to"] == f"torchplace {bench.GRPC}"
+    limit = _run(bench, bench.GRPC_LIMIT, "wide-mlp", 2_000, 20.0)
+    limit.extra = dict(server.extra)
+    args = _args(bench, "--no-peers", "--models", "wide-mlp", "--quick")
+    bench.report([*_protocol_runs(bench, 600, 500), limit], {}, args)
+    assert "torchplace at 25% of the gRPC limit on wide-mlp" in capsys.readouterr().out
+
+
 def test_grpc_not_measured_is_a_skip_line_and_no_grpc_says_nothing(
     bench: ModuleType, capsys: pytest.CaptureFixture[str]
 ) -> None:

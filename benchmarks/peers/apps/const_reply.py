@@ -37,11 +37,16 @@ class ConstantReply(asyncio.Protocol):
             self.transport.write(self.reply)
 
 
-async def serve(port: int, body: bytes) -> None:
+def http_reply(body: bytes) -> bytes:
+    """The whole HTTP response that carries ``body``."""
     head = (
         f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     )
-    reply = head.encode() + body
+    return head.encode() + body
+
+
+async def serve(port: int, body: bytes) -> None:
+    reply = http_reply(body)
     loop = asyncio.get_running_loop()
     server = await loop.create_server(lambda: ConstantReply(reply), "127.0.0.1", port, backlog=1024)
     async with server:

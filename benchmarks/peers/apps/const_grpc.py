@@ -1,0 +1,101 @@
+"""The gRPC limit: a bare ``grpc.aio`` server (on uvloop when installed, as torchplace runs it)
+that answers every ``ModelInfer`` with one fixed response, whatever it asks. No decoding, no
+batching, no model: what one unary Open Inference Protocol call costs at least in Python's
+grpcio on this machine. It also answers what perf_analyzer asks before it starts (server and
+model metadata, the model configuration, statistics), and serves the constant HTTP reply of
+``const_reply.py`` on a second port, where the benchmark checks that it is up.
+
+Called as ``const_grpc.py GRPC_PORT HTTP_PORT MODEL REPLY_FILE``: the reply file is the REST
+answer (JSON) of the model, whose numbers also make the gRPC answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+from const_reply import ConstantReply, http_reply
+
+from torchplace.models import embedded_model
+from torchplace.serve.proto import grpc_service_pb2 as pb
+from torchplace.serve.proto import model_config_pb2 as config_pb
+
+SERVICE = "inference.GRPCInferenceService"
+
+
+def answers(model: str, reply: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """RPC name -> (its fixed answer message, its request message class)."""
+    spec = embedded_model(model)
+    metadata = pb.ModelMetadataResponse(name=model, versions=["1"], platform="pytorch")
+    config = config_pb.ModelConfig(name=model, max_batch_size=32)
+    for specs, meta_field, config_field in (
+        (spec.inputs, metadata.inputs, config.input),
+        (spec.outputs, metadata.outputs, config.output),
+    ):
+        for tensor in specs:
+            meta_field.add(name=tensor.name, datatype=tensor.datatype, shape=list(tensor.shape))
+            config_field.add(
+                name=tensor.name,
+                data_type=config_pb.DataType.Value(f"TYPE_{tensor.datatype}"),
+                dims=list(tensor.shape[1:]),
+            )
+    out = reply["outputs"][0]
+    infer = pb.ModelInferResponse(model_name=model, model_version="1", id="1")
+    infer.outputs.add(name=out["name"], datatype=out["datatype"], shape=out["shape"])
+    infer.raw_output_contents.append(np.asarray(out["data"], np.float32).tobytes())
+    return {
+        "ServerLive": (pb.ServerLiveResponse(live=True), pb.ServerLiveRequest),
+        "ServerReady": (pb.ServerReadyResponse(ready=True), pb.ServerReadyRequest),
+        "ModelReady": (pb.ModelReadyResponse(ready=True), pb.ModelReadyRequest),
+        "ServerMetadata": (pb.ServerMetadataResponse(name="constant"), pb.ServerMetadataRequest),
+        "ModelMetadata": (metadata, pb.ModelMetadataRequest),
+        "ModelConfig": (pb.ModelConfigResponse(config=config), pb.ModelConfigRequest),
+        "ModelStatistics": (pb.ModelStatisticsResponse(), pb.ModelStatisticsRequest),
+        "ModelInfer": (infer, pb.ModelInferRequest),
+    }
+
+
+def constant(body: bytes) -> Callable[[Any, Any], Any]:
+    async def rpc(request: Any, context: Any) -> bytes:
+        return body
+
+    return rpc
+
+
+async def serve(grpc_port: int, http_port: int, model: str, reply: bytes) -> None:
+    handlers = {
+        name: grpc.unary_unary_rpc_method_handler(
+            constant(message.SerializeToString()), request_deserializer=request.FromString
+        )
+        for name, (message, request) in answers(model, json.loads(reply)).items()
+    }
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    server.add_insecure_port(f"127.0.0.1:{grpc_port}")
+    await server.start()
+    loop = asyncio.get_running_loop()
+    whole = http_reply(reply)
+    http = await loop.create_server(lambda: ConstantReply(whole), "127.0.0.1", http_port)
+    async with http:
+        await server.wait_for_termination()
+
+
+def main() -> None:
+    grpc_port, http_port, model = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    reply = Path(sys.argv[4]).read_bytes()
+    try:
+        import uvloop
+
+        uvloop.run(serve(grpc_port, http_port, model, reply))
+    except ImportError:
+        asyncio.run(serve(grpc_port, http_port, model, reply))
+
+
+if __name__ == "__main__":
+    main()
