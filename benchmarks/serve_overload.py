@@ -310,6 +310,8 @@ def overload(args: argparse.Namespace) -> int:
         payload = request_bytes(args.model, args.rows, port)
         backoff = args.queue_wait_ms / 1000
         capacity = asyncio.run(closed_loop(port, payload, args.connections, args.seconds, backoff))
+        if not capacity.statuses["200"]:
+            return report([(False, f"the capacity run got no answer: {capacity.line()}")])
         rate = capacity.statuses["200"] / capacity.seconds
         print(f"INFO model {args.model}, {args.rows} rows per request; capacity {rate:.1f} req/s")
         print("INFO", capacity.line())
@@ -337,6 +339,7 @@ def overload(args: argparse.Namespace) -> int:
 def soak(args: argparse.Namespace) -> int:
     flags = ["--device", args.device, "--max-queue-wait-ms", str(args.queue_wait_ms),
              "--torch-threads", str(args.torch_threads)]  # fmt: skip
+    flags += ["--name", "flaky_model"]
     proc, port = start_server("serve_overload:flaky_model", flags)
     samples: list[tuple[float, int]] = []
     try:
@@ -347,6 +350,8 @@ def soak(args: argparse.Namespace) -> int:
         probe = asyncio.run(
             closed_loop(port, payload, args.connections, min(args.seconds, 5), backoff)
         )
+        if not probe.statuses["200"]:
+            return report([(False, f"the capacity probe got no answer: {probe.line()}")])
         rate = 0.8 * probe.statuses["200"] / probe.seconds
         print(f"INFO soak: {args.soak:.0f} s at {rate:.1f} req/s (0.8 of the measured capacity)")
         began = time.perf_counter()
@@ -370,7 +375,7 @@ def soak(args: argparse.Namespace) -> int:
     final = statistics.median(warm[-max(1, len(warm) // 3) :]) if warm else 0
     print(f"INFO RSS after warm-up {first / 2**20:.1f} MiB, at the end {final / 2**20:.1f} MiB")
     checks = [
-        (not lost and not phase.unsent,
+        (phase.statuses["200"] > 0 and not lost and not phase.unsent,
          f"nothing lost: every request answered 200, 500 (injected kernel fault) or 503; "
          f"others {lost}, unsent {phase.unsent}"),
         (metrics.get("oom_splits", 0) > 0 and metrics.get("kernel", 0) > 0,

@@ -196,7 +196,11 @@ def _batching_flags(batch: argparse._ArgumentGroup) -> None:
         "--max-delay-ms",
         type=float,
         metavar="MS",
-        help=f"longest wait to fill a batch (default {_D.max_delay_ms})",
+        help=(
+            "longest wait to fill a batch, counted from its first request's arrival or, "
+            f"when that request waited for a busy replica, from the replica freeing up "
+            f"(default {_D.max_delay_ms})"
+        ),
     )
     batch.add_argument(
         "--max-queue",
