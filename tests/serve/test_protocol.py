@@ -480,8 +480,7 @@ def test_quick_json_path_equals_the_general_one(
     spec = TensorSpec("x", datatype, (-1, len(values)))
     shape = [1, len(values)] + ([1] if extra_dim else [])
     raw = {"name": "x", "datatype": datatype, "shape": shape, "data": values}
-    no_bools = not any(type(v) is bool for v in values)
-    quick = protocol._quick_json_array(raw, spec, 4096, no_bools=no_bools)
+    quick = protocol._quick_json_array(raw, spec, 4096)
     general = _general(raw, spec)
     if quick is None:
         return
@@ -515,22 +514,25 @@ def test_quick_json_path_declines_what_it_does_not_check(
     assert protocol._quick_json_array(raw, spec, 4096) is None, reason
 
 
-def test_quick_json_path_takes_a_long_list_only_when_told_it_holds_no_booleans() -> None:
+def test_quick_json_path_takes_a_long_list_of_numbers_and_declines_anything_else() -> None:
     spec = TensorSpec("x", "FP32", (-1, 300))
-    raw = {"name": "x", "datatype": "FP32", "shape": [1, 300], "data": [0.5] * 299 + [True]}
-    assert protocol._quick_json_array(raw, spec, 4096) is None
-    raw["data"] = [0.5] * 299 + [2]
-    quick = protocol._quick_json_array(raw, spec, 4096, no_bools=True)
+    raw = {"name": "x", "datatype": "FP32", "shape": [1, 300], "data": [0.5] * 300}
+    quick = protocol._quick_json_array(raw, spec, 4096)
     assert quick is not None
     assert quick.dtype == np.float32
+    raw["data"] = [0.5] * 299 + [2]  # an int among floats: as numpy converts it
+    quick = protocol._quick_json_array(raw, spec, 4096)
+    assert quick is not None
     assert quick[0, -1] == 2.0
-    for bad in ("0.5", None, [0.5], float("nan"), 1e39):
+    for bad in (True, "0.5", None, [0.5], float("nan"), 1e39, 2**64):
         raw["data"] = [0.5] * 299 + [bad]
-        assert protocol._quick_json_array(raw, spec, 4096, no_bools=True) is None, bad
+        assert protocol._quick_json_array(raw, spec, 4096) is None, bad
+    raw["data"] = [2] * 300  # ints only: the general path's integer rules decide
+    assert protocol._quick_json_array(raw, spec, 4096) is None
 
 
 def test_a_long_request_with_a_boolean_is_refused_as_before() -> None:
-    """The body scan sees the boolean: the general path refuses it (not a quiet 1.0)."""
+    """The quick path sees the boolean: the general path refuses it (not a quiet 1.0)."""
     spec = TensorSpec("x", "FP32", (-1, 300))
     body = orjson.dumps(
         {
@@ -546,7 +548,7 @@ def test_a_long_request_with_a_boolean_is_refused_as_before() -> None:
 def test_the_quick_request_path_keeps_the_id_and_declines_anything_else() -> None:
     spec = TensorSpec("x", "FP32", (-1, 2))
     entry = {"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [0.5, 1.5]}
-    decoded = protocol._quick_request({"inputs": [entry], "id": "r1"}, spec, 4096, False)
+    decoded = protocol._quick_request({"inputs": [entry], "id": "r1"}, spec, 4096)
     assert decoded is not None
     assert (decoded.id, decoded.rows) == ("r1", 1)
     for doc in (
@@ -557,7 +559,7 @@ def test_the_quick_request_path_keeps_the_id_and_declines_anything_else() -> Non
         {"inputs": [entry, entry]},
         {"inputs": [{**entry, "name": "z"}]},
     ):
-        assert protocol._quick_request(doc, spec, 4096, False) is None, doc
+        assert protocol._quick_request(doc, spec, 4096) is None, doc
 
 
 def test_quick_json_path_takes_the_common_request() -> None:

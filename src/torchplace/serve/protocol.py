@@ -75,6 +75,7 @@ _QUICK_LIMITS: dict[str, float] = {
 }
 _QUICK_MAX_VALUES = 256  # past this, numpy's vectorised checks beat per-element Python ones
 _FLOATS = frozenset((float,))
+_NUMBERS = frozenset((float, int))
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,25 +143,15 @@ def decode_infer_request(
         raise _fail(f"request body is not valid JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise _fail(f"request body must be a JSON object, not {_kind_name(doc)}")
-    # numpy converts true/false to numbers: long lists are taken quickly only without any
-    no_bools = (
-        type(body) is bytes
-        and binary is None
-        and len(body) > 2 * _QUICK_MAX_VALUES
-        and b"true" not in body
-        and b"false" not in body
-    )
     if len(inputs) == 1 and binary is None:
-        quick = _quick_request(doc, inputs[0], max_rows, no_bools)
+        quick = _quick_request(doc, inputs[0], max_rows)
         if quick is not None:
             return quick
     request_id = doc.get("id")
     if request_id is not None and not isinstance(request_id, str):
         raise _fail(f"'id' must be a string, not {_kind_name(request_id)}")
     binary_output, timeout_us, priority = _request_parameters(doc.get("parameters"))
-    arrays, offset = _decode_inputs(
-        doc.get("inputs"), inputs, binary, max_rows, allow_nan, no_bools
-    )
+    arrays, offset = _decode_inputs(doc.get("inputs"), inputs, binary, max_rows, allow_nan)
     if binary is not None and offset != len(binary):
         raise _fail(
             f"the binary section has {len(binary)} bytes but the inputs' binary_data_size "
@@ -177,9 +168,7 @@ def decode_infer_request(
     )
 
 
-def _quick_request(
-    doc: dict[str, Any], spec: TensorSpec, max_rows: int, no_bools: bool
-) -> InferRequest | None:
+def _quick_request(doc: dict[str, Any], spec: TensorSpec, max_rows: int) -> InferRequest | None:
     """A request of its one input and nothing else (an ``id`` string at most), decoded by
     :func:`_quick_json_array`; None for anything else."""
     raw_inputs = doc.get("inputs")
@@ -194,7 +183,7 @@ def _quick_request(
     raw = raw_inputs[0]
     if type(raw) is not dict or raw.get("name") != spec.name:
         return None
-    array = _quick_json_array(raw, spec, max_rows, no_bools=no_bools)
+    array = _quick_json_array(raw, spec, max_rows)
     if array is None:
         return None
     return InferRequest(request_id, {spec.name: array}, len(array), None, False)
@@ -226,7 +215,6 @@ def _decode_inputs(
     binary: memoryview | None,
     max_rows: int,
     allow_nan: bool,
-    no_bools: bool = False,
 ) -> tuple[dict[str, np.ndarray[Any, Any]], int]:
     """Every entry of ``inputs``, decoded and checked; the arrays and the binary offset."""
     if not isinstance(raw_inputs, list) or not raw_inputs:
@@ -252,7 +240,7 @@ def _decode_inputs(
             )
         if name in arrays:
             raise _fail(f"input {name!r} is given twice")
-        array = _quick_json_array(raw, spec, max_rows, no_bools=no_bools)
+        array = _quick_json_array(raw, spec, max_rows)
         if array is None:
             array, offset = _decode_input(raw, spec, binary, offset, max_rows, allow_nan)
         rows = _same_rows(name, array, rows)
@@ -321,7 +309,7 @@ def _decode_input(
 
 
 def _quick_json_array(
-    raw: dict[str, Any], spec: TensorSpec, max_rows: int, *, no_bools: bool = False
+    raw: dict[str, Any], spec: TensorSpec, max_rows: int
 ) -> np.ndarray[Any, Any] | None:
     """The common request, decoded without the general checks: a float input whose ``data`` is
     a flat list of finite numbers that fit its dtype, with a valid shape and no parameters.
@@ -329,8 +317,7 @@ def _quick_json_array(
     returned here equals the one that path would return.
 
     Up to ``_QUICK_MAX_VALUES`` values are checked one by one (Python floats only); a longer
-    list is converted first and checked by numpy, which cannot tell a boolean from a number:
-    it is taken only when the caller vouches there is none (``no_bools``)."""
+    list is converted first and checked by numpy (:func:`_quick_long_array`)."""
     limit = _QUICK_LIMITS.get(spec.datatype)
     data = raw.get("data")
     shape = raw.get("shape")
@@ -352,7 +339,7 @@ def _quick_json_array(
     if count != len(data) or shape[0] > max_rows:
         return None
     if count > _QUICK_MAX_VALUES:
-        return _quick_long_array(data, spec, limit, shape) if no_bools else None
+        return _quick_long_array(data, spec, limit, shape)
     if (
         not _FLOATS.issuperset(map(type, data))
         # a NaN or an infinity makes the sum non-finite; the bounds rule out overflow
@@ -366,13 +353,20 @@ def _quick_json_array(
 def _quick_long_array(
     data: list[Any], spec: TensorSpec, limit: float, shape: list[int]
 ) -> np.ndarray[Any, Any] | None:
-    """A long list without booleans, as the general path converts it (numpy infers float64
-    from numbers; strings, None and nested lists give another dtype or shape)."""
-    try:
+    """A long list of numbers, converted as the general path converts it, then range-checked.
+
+    The types of its values decide: floats only, numpy is told the dtype (float64, what it would
+    infer, without looking at each value); floats and ints, numpy infers it as the general path
+    does (an int past 64 bits makes an object array: declined); anything else is declined,
+    booleans first (numpy would take them as numbers), strings, None and nested lists."""
+    kinds = set(map(type, data))
+    if kinds == _FLOATS:
+        array = np.array(data, dtype=np.float64)
+    elif kinds == _NUMBERS:
         array = np.array(data)
-    except (ValueError, TypeError, OverflowError):
-        return None
-    if array.dtype != np.float64 or array.ndim != 1:
+        if array.dtype != np.float64:
+            return None
+    else:
         return None
     if not float(np.abs(array).max()) <= limit:  # NaN compares false
         return None
