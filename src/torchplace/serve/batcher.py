@@ -8,13 +8,16 @@ replica last became free (:meth:`Batcher.freed`). Rows that waited behind busy r
 still get up to ``max_delay_s`` to be joined by more, instead of leaving as a small batch the
 instant a replica frees: when a batch costs about as much at 16 rows as at 32 (a model whose
 weights' memory traffic dominates), a closed loop of clients would otherwise settle into
-alternating half batches at nearly half the throughput. Queued requests are never split across batches, so a batch holds at most
-``max_batch_size`` rows. There is one FIFO per priority level (``queue_limits``, highest level
-first, each with its own limit); a batch takes from the highest levels first. A request whose
-future is already done (its client went away, or its deadline passed) is never handed out:
-:meth:`Batcher.discard` removes it at once. Dispatch is deferred with ``call_soon`` so that every request that arrives in the same
-event-loop iteration joins the same batch. With ``coalesce=False`` (a model with a dynamic
-non-batch dimension, whose requests cannot be concatenated) every request is a batch of its own.
+alternating half batches at nearly half the throughput.
+
+Queued requests are never split across batches, so a batch holds at most ``max_batch_size``
+rows. There is one FIFO per priority level (``queue_limits``, highest level first, each with its
+own limit); a batch takes from the highest levels first. A request whose future is already done
+(its client went away, or its deadline passed) is never handed out: :meth:`Batcher.discard`
+removes it at once. Dispatch is deferred with ``call_soon`` so that every request that arrives
+in the same event-loop iteration joins the same batch. With ``coalesce=False`` (a model with a
+dynamic non-batch dimension, whose requests cannot be concatenated) every request is a batch of
+its own.
 
 The batcher knows nothing about torch: a *worker* is anything with
 ``submit_batch(batch: list[Pending], rows: int)``, chosen by the ``pick`` callable (the engine picks
