@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import signal
@@ -30,6 +31,8 @@ from torchplace.serve.kserve import add_kserve_flags, kserve_config, model_dir_s
 REPO = Path(__file__).resolve().parents[2]
 RUNTIME = REPO / "deploy" / "kserve" / "cluster-serving-runtime.yaml"
 ISVC = REPO / "deploy" / "kserve" / "inference-service.yaml"
+MULTI = REPO / "deploy" / "kserve" / "multi-model-serving-runtime.yaml"
+TRAINED = REPO / "deploy" / "kserve" / "trained-model.yaml"
 LOOPBACK = "127.0.0.1"
 
 
@@ -174,28 +177,10 @@ def test_torchplace_serve_started_as_kserve_starts_it(tmp_path: Path) -> None:
         **os.environ,
         **{e["name"]: _render(e["value"], name, "gs://bucket/seed-mlp") for e in container["env"]},
     }
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).parent / "torchplace"), *args],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    proc = _start(args, env)
     base = f"http://{LOOPBACK}:{free_port}"
     try:
-        deadline = time.monotonic() + 60
-        ready = 0
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                ready = _get(base + container["readinessProbe"]["httpGet"]["path"])
-            except OSError:
-                ready = 0
-            if ready == 200:
-                break
-            time.sleep(0.2)
-        assert ready == 200, (
-            proc.stderr.read().decode() if proc.poll() is not None and proc.stderr else "not ready"
-        )
+        _wait_ready(proc, base + container["readinessProbe"]["httpGet"]["path"])
         assert _get(base + container["livenessProbe"]["httpGet"]["path"]) == 200
         assert _get(base + container["startupProbe"]["httpGet"]["path"]) == 200
         assert _get(base + "/metrics") == 200
@@ -214,8 +199,131 @@ def test_torchplace_serve_started_as_kserve_starts_it(tmp_path: Path) -> None:
             expected = module(torch.from_numpy(rows)).numpy()
         np.testing.assert_allclose(answer, expected, rtol=1e-5, atol=1e-6)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-        assert proc.wait(30) == 0
-        if proc.stderr is not None:
-            proc.stderr.close()
+        _stop(proc)
+
+
+def _start(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """``torchplace ARGS`` in a session of its own, as the container's entry point runs it."""
+    return subprocess.Popen(
+        [str(Path(sys.executable).parent / "torchplace"), *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+
+
+def _wait_ready(proc: subprocess.Popen[bytes], url: str) -> None:
+    """Until the readiness probe answers 200 (60 s at most); the server's log if it exits."""
+    deadline = time.monotonic() + 60
+    ready = 0
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            ready = _get(url)
+        except OSError:
+            ready = 0
+        if ready == 200:
+            break
+        time.sleep(0.2)
+    assert ready == 200, (
+        proc.stderr.read().decode() if proc.poll() is not None and proc.stderr else "not ready"
+    )
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to its process group; it must drain and exit 0."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+    assert proc.wait(30) == 0
+    if proc.stderr is not None:
+        proc.stderr.close()
+
+
+def _yaml(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(path.read_text())
+    return data
+
+
+def test_multi_model_runtime_serves_a_repository_under_explicit_control() -> None:
+    runtime = _yaml(MULTI)
+    assert runtime["kind"] == "ClusterServingRuntime"
+    spec = runtime["spec"]
+    assert spec["multiModel"] is True
+    assert spec["protocolVersions"] == ["v2"]
+    (container,) = spec["containers"]
+    assert container["name"] == "kserve-container"
+    assert "--model-repository=/mnt/models" in container["args"]
+    assert "--model-control-mode=explicit" in container["args"]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": 8080}
+    isvc, trained = yaml.safe_load_all(TRAINED.read_text())
+    model = isvc["spec"]["predictor"]["model"]
+    assert model["runtime"] == runtime["metadata"]["name"]
+    assert "storageUri" not in model  # its models come as TrainedModels
+    assert trained["kind"] == "TrainedModel"
+    assert trained["spec"]["inferenceService"] == isvc["metadata"]["name"]
+    formats = {f["name"] for f in spec["supportedModelFormats"]}
+    assert trained["spec"]["model"]["framework"] in formats
+    assert model["modelFormat"]["name"] in formats
+
+
+def test_multi_model_yaml_matches_the_kserve_sdk_models() -> None:
+    models = pytest.importorskip("kserve.models", reason="the kserve SDK is not installed")
+    runtime = models.V1alpha1ServingRuntimeSpec(**_snake(_yaml(MULTI)["spec"]))
+    assert runtime.multi_model is True
+    _, trained = yaml.safe_load_all(TRAINED.read_text())
+    spec = models.V1alpha1TrainedModelSpec(
+        inference_service=trained["spec"]["inferenceService"],
+        model=models.V1alpha1ModelSpec(**_snake(trained["spec"]["model"])),
+    )
+    assert spec.model.framework == "torchplace"
+
+
+@pytest.mark.slow
+def test_the_multi_model_runtime_takes_the_agents_load_and_unload(tmp_path: Path) -> None:
+    """Started with the runtime's arguments on an empty /mnt/models, the server is ready; then
+    as KServe's agent does: a model downloaded into /mnt/models/NAME and loaded, answered,
+    its folder deleted and unloaded."""
+    import shutil
+
+    from .engine_helpers import save_exported
+
+    port = _free_port()
+    (container,) = _yaml(MULTI)["spec"]["containers"]
+    args = [a.replace("/mnt/models", str(tmp_path)) for a in container["args"]]
+    args = [f"--host={LOOPBACK}" if a.startswith("--host=") else a for a in args]
+    args = [f"--port={port}" if a.startswith("--port=") else a for a in args]
+    proc = _start([*args, "--grpc-port=0"])  # the pod's gRPC port could be taken here
+    base = f"http://{LOOPBACK}:{port}"
+    try:
+        _wait_ready(proc, base + container["readinessProbe"]["httpGet"]["path"])
+        folder = tmp_path / "seed-mlp"
+        folder.mkdir()
+        module = build_model("seed-mlp")
+        save_exported(folder / "model.pt2", module, torch.zeros(2, 8))
+        assert _post(f"{base}/v2/repository/models/seed-mlp/load", b"{}")[0] == 200
+        rows = np.linspace(-1, 1, 16, dtype=np.float32).reshape(2, 8)
+        body = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [2, 8],
+                                       "data": rows.ravel().tolist()}]}).encode()  # fmt: skip
+        status, answer = _post(f"{base}/v2/models/seed-mlp/infer", body)
+        assert status == 200
+        with torch.no_grad():
+            want = module(torch.from_numpy(rows)).numpy()
+        got = np.asarray(answer["outputs"][0]["data"], np.float32).reshape(want.shape)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        shutil.rmtree(folder)
+        assert _post(f"{base}/v2/repository/models/seed-mlp/unload", b"{}")[0] == 200
+        assert _post(f"{base}/v2/models/seed-mlp/infer", body)[0] == 404
+    finally:
+        _stop(proc)
+
+
+def _post(url: str, body: bytes) -> tuple[int, Any]:
+    """POST a JSON body; the status and the decoded answer."""
+    request = urllib.request.Request(
+        url, data=body, headers={"Content-Type": "application/json"}, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            return int(reply.status), json.loads(reply.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), json.loads(exc.read() or b"null")
