@@ -36,6 +36,14 @@ def _pending(loop: asyncio.AbstractEventLoop, rows: int = 1) -> Pending:
     return Pending({"input": np.zeros((rows, 2), np.float32)}, rows, loop.create_future())
 
 
+def _queued(batcher: Batcher, loop: asyncio.AbstractEventLoop, count: int) -> list[Pending]:
+    """``count`` one-row requests, submitted in order."""
+    items = [_pending(loop) for _ in range(count)]
+    for item in items:
+        batcher.submit(item)
+    return items
+
+
 def _batcher(loop: asyncio.AbstractEventLoop, worker: FakeWorker, **kwargs: Any) -> Batcher:
     def pick() -> FakeWorker | None:
         return None if worker.busy else worker
@@ -116,16 +124,12 @@ def test_a_freed_worker_gives_a_partial_batch_a_fresh_fill_window() -> None:
         worker = FakeWorker()
         worker.busy = True
         batcher = _batcher(loop, worker, max_batch_size=4, max_delay_s=0.05)
-        early = [_pending(loop) for _ in range(2)]
-        for item in early:
-            batcher.submit(item)
+        early = _queued(batcher, loop, 2)
         await asyncio.sleep(0.08)  # past the delay, behind the busy worker
         worker.busy = False
         batcher.freed()
         assert worker.batches == []  # a fresh window opened when the worker freed up
-        late = [_pending(loop) for _ in range(2)]
-        for item in late:
-            batcher.submit(item)
+        late = _queued(batcher, loop, 2)
         await asyncio.sleep(0)
         assert worker.batches == [early + late]  # full: it goes without waiting out the window
 
@@ -163,9 +167,7 @@ def test_cancelled_requests_are_skipped() -> None:
         loop = asyncio.get_running_loop()
         worker = FakeWorker()
         batcher = _batcher(loop, worker, max_batch_size=4, max_delay_s=0.0)
-        items = [_pending(loop) for _ in range(3)]
-        for item in items:
-            batcher.submit(item)
+        items = _queued(batcher, loop, 3)
         items[1].future.cancel()
         await asyncio.sleep(0)
         assert worker.batches[0] == [items[0], items[2]]
@@ -179,9 +181,7 @@ def test_fail_all_answers_every_waiting_request() -> None:
         worker = FakeWorker()
         worker.busy = True
         batcher = _batcher(loop, worker, max_batch_size=4, max_delay_s=0.0)
-        items = [_pending(loop) for _ in range(3)]
-        for item in items:
-            batcher.submit(item)
+        items = _queued(batcher, loop, 3)
         assert batcher.fail_all(lambda: NotReadyError("gone")) == 3
         for item in items:
             with pytest.raises(NotReadyError):

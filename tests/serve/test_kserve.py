@@ -28,17 +28,24 @@ from torchplace.models import build_model
 from torchplace.serve.config import ServeConfig
 from torchplace.serve.kserve import add_kserve_flags, kserve_config, model_dir_settings
 
+from .conftest import Client, seed_body
+
 REPO = Path(__file__).resolve().parents[2]
 RUNTIME = REPO / "deploy" / "kserve" / "cluster-serving-runtime.yaml"
 ISVC = REPO / "deploy" / "kserve" / "inference-service.yaml"
 MULTI = REPO / "deploy" / "kserve" / "multi-model-serving-runtime.yaml"
 TRAINED = REPO / "deploy" / "kserve" / "trained-model.yaml"
 LOOPBACK = "127.0.0.1"
+_JSON = {"Content-Type": "application/json"}  # as KServe's agent sends its calls
+
+
+def _yaml(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(path.read_text())
+    return data
 
 
 def _runtime() -> dict[str, Any]:
-    data: dict[str, Any] = yaml.safe_load(RUNTIME.read_text())
-    return data
+    return _yaml(RUNTIME)
 
 
 def _render(value: str, name: str, storage_uri: str) -> str:
@@ -239,11 +246,6 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.stderr.close()
 
 
-def _yaml(path: Path) -> dict[str, Any]:
-    data: dict[str, Any] = yaml.safe_load(path.read_text())
-    return data
-
-
 def test_multi_model_runtime_serves_a_repository_under_explicit_control() -> None:
     runtime = _yaml(MULTI)
     assert runtime["kind"] == "ClusterServingRuntime"
@@ -300,30 +302,17 @@ def test_the_multi_model_runtime_takes_the_agents_load_and_unload(tmp_path: Path
         folder.mkdir()
         module = build_model("seed-mlp")
         save_exported(folder / "model.pt2", module, torch.zeros(2, 8))
-        assert _post(f"{base}/v2/repository/models/seed-mlp/load", b"{}")[0] == 200
+        client = Client(LOOPBACK, port)
+        assert client.post("/v2/repository/models/seed-mlp/load", b"{}", headers=_JSON)[0] == 200
         rows = np.linspace(-1, 1, 16, dtype=np.float32).reshape(2, 8)
-        body = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [2, 8],
-                                       "data": rows.ravel().tolist()}]}).encode()  # fmt: skip
-        status, answer = _post(f"{base}/v2/models/seed-mlp/infer", body)
+        status, _, answer = client.post("/v2/models/seed-mlp/infer", seed_body(rows))
         assert status == 200
         with torch.no_grad():
             want = module(torch.from_numpy(rows)).numpy()
-        got = np.asarray(answer["outputs"][0]["data"], np.float32).reshape(want.shape)
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        got = np.asarray(json.loads(answer)["outputs"][0]["data"], np.float32)
+        np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-5, atol=1e-6)
         shutil.rmtree(folder)
-        assert _post(f"{base}/v2/repository/models/seed-mlp/unload", b"{}")[0] == 200
-        assert _post(f"{base}/v2/models/seed-mlp/infer", body)[0] == 404
+        assert client.post("/v2/repository/models/seed-mlp/unload", b"{}", headers=_JSON)[0] == 200
+        assert client.post("/v2/models/seed-mlp/infer", seed_body(rows))[0] == 404
     finally:
         _stop(proc)
-
-
-def _post(url: str, body: bytes) -> tuple[int, Any]:
-    """POST a JSON body; the status and the decoded answer."""
-    request = urllib.request.Request(
-        url, data=body, headers={"Content-Type": "application/json"}, method="POST"
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as reply:
-            return int(reply.status), json.loads(reply.read() or b"null")
-    except urllib.error.HTTPError as exc:
-        return int(exc.code), json.loads(exc.read() or b"null")

@@ -199,7 +199,6 @@ def verify(
     devices' tracker. ``module``: the model with real weights (default: built from the plan's
     model); its units are moved onto the real devices.
     """
-
     if not 0 < tolerance < 1:
         raise ConfigError(f"--tolerance {tolerance} must be a fraction between 0 and 1")
     mapping = real_devices(p, devices)

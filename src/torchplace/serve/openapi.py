@@ -10,7 +10,7 @@ names of every model allowed).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from torchplace import __version__
@@ -134,7 +134,7 @@ def openapi_document(models: Sequence[DocumentedModel], *, auth: bool = False) -
     return doc
 
 
-def _unique(specs: Any) -> list[TensorSpec]:
+def _unique(specs: Iterable[TensorSpec]) -> list[TensorSpec]:
     """One spec per tensor name, in the order first seen."""
     seen: dict[str, TensorSpec] = {}
     for spec in specs:
