@@ -70,6 +70,11 @@ def test_parameters_timeout_and_priority() -> None:
         (lambda r: r.outputs.add(name="q"), "unknown output 'q'"),
         (lambda r: r.raw_input_contents.append(b"1234"),
          "has 2 inputs but 1 raw_input_contents"),
+        (lambda r: r.raw_input_contents.extend([b"\0" * 16, b"\0" * 4]),
+         "input 'x' has both contents and raw_input_contents; send one"),
+        (lambda r: r.inputs[0].contents.ClearField("fp32_contents")
+         or r.inputs[0].contents.int_contents.extend([1, 2, 3, 4]),
+         r"fp32_contents holds 0 \(FP32 goes in fp32_contents, not int_contents\)"),
     ],
 )  # fmt: skip
 def test_bad_requests_get_the_rest_messages(edit, message: str) -> None:  # type: ignore[no-untyped-def]

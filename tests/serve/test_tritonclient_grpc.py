@@ -199,6 +199,22 @@ def test_errors_carry_the_status_codes_and_messages(client: Any) -> None:
     assert "not allowed in model control mode 'none'" in caught.value.message()
 
 
+@pytest.mark.parametrize("rpc", ["ModelInfer", "ModelMetadata", "ModelStatistics"])
+def test_bytes_that_are_not_the_message_are_invalid_argument(
+    server: ServerThread, client: Any, rpc: str
+) -> None:
+    import grpc
+
+    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
+        call = channel.unary_unary(f"/inference.GRPCInferenceService/{rpc}")
+        with pytest.raises(grpc.RpcError) as caught:
+            call(b"\xff\xff\xff\xff not protobuf", timeout=10)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    message = f"the request is not a valid inference.{rpc}Request message"
+    assert message in caught.value.details()
+    assert client.is_server_ready()
+
+
 def test_statistics_count_requests_batches_and_nanoseconds(
     server: ServerThread, client: Any
 ) -> None:

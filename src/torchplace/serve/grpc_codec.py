@@ -98,6 +98,10 @@ def decode_infer_request(
         )
         count = math.prod(shape)
         if raw:
+            if tensor.HasField("contents"):
+                raise InputError(
+                    f"input {spec.name!r} has both contents and raw_input_contents; send one"
+                )
             data = raw[index]
             array = _binary_array(spec, memoryview(data), 0, len(data), shape, count)
         else:
@@ -129,9 +133,11 @@ def _typed_array(spec: TensorSpec, tensor: Any, shape: list[int], count: int) ->
         )
     values = getattr(tensor.contents, field)
     if len(values) != count:
+        others = [f.name for f, _ in tensor.contents.ListFields() if f.name != field]
+        wrong = f" ({spec.datatype} goes in {field}, not {others[0]})" if others else ""
         raise InputError(
             f"input {spec.name!r}: shape {shape} needs {count} values but {field} holds "
-            f"{len(values)}"
+            f"{len(values)}{wrong}"
         )
     dtype: np.dtype[Any] = HOST_DTYPES[spec.datatype]
     if dtype.kind not in "iu":  # floats and bools: the field already has the type

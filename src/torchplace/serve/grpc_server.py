@@ -16,7 +16,7 @@ server's :class:`~torchplace.serve.registry.Registry` at each call, as the REST 
 Errors carry the REST messages, with the status code of the HTTP status:
 
 ====  ==========================================================================
-400   ``INVALID_ARGUMENT``
+400   ``INVALID_ARGUMENT`` (also a request that does not parse as the RPC's message)
 401   ``UNAUTHENTICATED`` (with ``--auth-token-file``: metadata ``authorization:
       Bearer TOKEN`` on every RPC but ServerLive and ServerReady)
 403   ``FAILED_PRECONDITION`` (load/unload refused by the model control mode)
@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf import json_format
+from google.protobuf.message import DecodeError
 
 from torchplace import __version__
 from torchplace.errors import ConfigError, NotReadyError, OverloadedError, ServeError
@@ -207,27 +208,26 @@ class GrpcServer:
                 False,
             ),
         }
+        # requests arrive as bytes and are parsed in the RPC: a message that does not parse
+        # is the client's error (INVALID_ARGUMENT), not grpcio's UNKNOWN
         handlers = {
-            name: grpc.unary_unary_rpc_method_handler(
-                self._guarded(fn, public), request_deserializer=message.FromString
-            )
+            name: grpc.unary_unary_rpc_method_handler(self._guarded(fn, message, public))
             for name, (fn, message, public) in rpcs.items()
         }
-        handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(
-            self._model_infer, request_deserializer=pb.ModelInferRequest.FromString
-        )
+        handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(self._model_infer)
         return grpc.method_handlers_generic_handler(SERVICE, handlers)
 
     def _guarded(
-        self, fn: Callable[[Any, Any], Awaitable[Any]], public: bool
-    ) -> Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[bytes]]:
-        """The RPC with the bearer-token check and :class:`_Abort` turned into a status."""
+        self, fn: Callable[[Any, Any], Awaitable[Any]], message: Any, public: bool
+    ) -> Callable[[bytes, grpc.aio.ServicerContext[Any, Any]], Awaitable[bytes]]:
+        """The RPC with its request parsed, the bearer-token check and :class:`_Abort` turned
+        into a status."""
 
-        async def rpc(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
+        async def rpc(data: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
             try:
                 if self._token is not None and not public:
                     self._check_auth(context)
-                response = await fn(request, context)
+                response = await fn(_parsed(message, data), context)
             except _Abort as exc:
                 await context.abort(exc.code, str(exc))
             serialized: bytes = response.SerializeToString()
@@ -323,7 +323,7 @@ class GrpcServer:
         except ConfigError as exc:
             raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
 
-    async def _model_infer(self, request: Any, context: Any) -> bytes:
+    async def _model_infer(self, data: bytes, context: Any) -> bytes:
         """ModelInfer, the hot path: one coroutine from the request to its answer's bytes
         (the bearer token, the model, :meth:`_infer`, its series; an :class:`_Abort` is the
         RPC's status, sent once the call is counted, as :meth:`_guarded` does)."""
@@ -338,6 +338,7 @@ class GrpcServer:
         served: _Served | None = None
         handle: ModelHandle | None = None
         try:
+            request = _parsed(pb.ModelInferRequest, data)
             handle = self._handle(request.model_name, request.model_version).enter()
             served = self._served(handle)
             response = await self._infer(served.engine, request, context)
@@ -390,6 +391,18 @@ class GrpcServer:
             raise _Abort(
                 grpc.StatusCode.INTERNAL, f"inference failed: {type(exc).__name__}: {exc}"
             ) from None
+
+
+def _parsed(message: Any, data: bytes) -> Any:
+    """``data`` parsed as a ``message``; INVALID_ARGUMENT when it is not one."""
+    try:
+        return message.FromString(data)
+    except DecodeError as exc:
+        raise _Abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"the request is not a valid {message.DESCRIPTOR.full_name} message ({exc}); "
+            "build it from the protocol's .proto (grpc_service.proto)",
+        ) from None
 
 
 class _GrpcMetrics:
