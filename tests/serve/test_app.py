@@ -156,7 +156,34 @@ def test_wrong_method_is_405_with_allow(server: Running) -> None:
     assert headers["allow"] == "POST"
     assert "use POST" in orjson.loads(body)["error"]
     status, headers, _ = server.client.post("/v2/health/ready", b"{}")
-    assert (status, headers["allow"]) == (405, "GET")
+    assert (status, headers["allow"]) == (405, "GET, HEAD")
+
+
+def test_head_is_the_get_without_its_body(server: Running) -> None:
+    _, _, body = server.client.get("/v2/models/seed-mlp")
+    payload = (
+        b"HEAD /v2/models/seed-mlp HTTP/1.1\r\nHost: x\r\n\r\n"
+        b"HEAD /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n"
+        b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    reply = raw_exchange(server.port, payload)
+    heads = reply.split(b"\r\n\r\n")
+    assert heads[0].startswith(b"HTTP/1.1 200 OK")
+    assert b"content-length: %d" % len(body) in heads[0]
+    assert heads[1].startswith(b"HTTP/1.1 200 OK")  # no body came between the two answers
+    assert heads[2].startswith(b"HTTP/1.1 200 OK")
+
+
+def test_a_request_target_in_absolute_form_is_routed_by_its_path(server: Running) -> None:
+    body = seed_body(rows(1), id="abs")
+    reply = raw_exchange(
+        server.port,
+        b"POST http://127.0.0.1:%d%s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\nConnection: close\r\n\r\n%s"
+        % (server.port, INFER.encode(), len(body), body),
+    )
+    assert reply.startswith(b"HTTP/1.1 200 OK")
+    assert json.loads(reply.split(b"\r\n\r\n", 1)[1])["id"] == "abs"
 
 
 def test_bad_input_is_400_naming_the_input(server: Running) -> None:

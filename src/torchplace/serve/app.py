@@ -268,12 +268,13 @@ class App:
             denied = self._check_auth(request)
             if denied is not None:
                 return denied
-        if request.method != method:
+        if request.method != method and not (request.method == b"HEAD" and method == b"GET"):
+            allow = method + b", HEAD" if method == b"GET" else method
             return error_response(
                 405,
                 f"{request.method.decode(errors='replace')} is not allowed on "
-                f"{_text(request.path)}; use {method.decode()}",
-                [(b"allow", method)],
+                f"{_text(request.path)}; use {allow.decode()}",
+                [(b"allow", allow)],
             )
         return fn(request)
 
@@ -291,6 +292,12 @@ class App:
 
     def _route_slow(self, request: Request) -> Answer:
         path = request.path
+        if path.startswith((b"http://", b"https://")):
+            # absolute-form (RFC 9112, 3.2.2): the route is the path after the authority
+            after = path.partition(b"://")[2]
+            slash = after.find(b"/")
+            request.path = after[slash:] if slash >= 0 else b"/"
+            return self.handle(request)
         if b"%" in path:
             path = unquote_to_bytes(path)
             if path in self._routes:

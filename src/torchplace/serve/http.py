@@ -342,7 +342,8 @@ class _Connection(asyncio.Protocol):
         if close:
             head.append(b"connection: close\r\n")
         head.append(b"\r\n")
-        head.append(response.body)
+        if request.method != b"HEAD":  # a HEAD answer is the GET's head, without its body
+            head.append(response.body)
         transport.write(b"".join(head))
         self._last_active = time.monotonic()
         if close:
