@@ -289,6 +289,34 @@ def test_a_client_that_disconnects_while_queued_is_never_computed(
     assert gate.seen == [1.0]
 
 
+def test_a_grpc_stream_that_ends_while_its_request_is_queued_is_never_computed(
+    gated: tuple[ServerThread, Engine, Gate],
+) -> None:
+    grpc = pytest.importorskip("grpc")
+    from torchplace.serve.proto import grpc_service_pb2 as pb
+
+    thread, engine, gate = gated
+    holder = _hold_over_http(thread, gate)
+    request = pb.ModelInferRequest(model_name="test-model", id="queued")
+    request.inputs.add(name="input", datatype="FP32", shape=[1, 4])
+    request.raw_input_contents.append(np.full(4, 2.0, np.float32).tobytes())
+    with grpc.insecure_channel(f"127.0.0.1:{thread.grpc_port}") as channel:
+        stream = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
+        call = stream(iter([request.SerializeToString()]))
+        end = time.monotonic() + 10
+        while not engine._queue_depth():
+            assert time.monotonic() < end, "the request never reached the queue"
+            time.sleep(0.01)
+        call.cancel()
+    while not _errors(engine, "cancelled"):
+        assert time.monotonic() < end, "the end of the stream was not noticed"
+        time.sleep(0.01)
+    assert engine._queue_depth() == 0
+    gate.open.set()
+    holder.join(10)
+    assert gate.seen == [1.0]
+
+
 def test_overload_over_http_is_503_with_retry_after_and_nothing_else(
     gated: tuple[ServerThread, Engine, Gate],
 ) -> None:

@@ -154,6 +154,45 @@ def test_infer_every_datatype_equals_the_model_in_process(client: Any, rows: int
         np.testing.assert_array_equal(got, expected, err_msg=dt)
 
 
+def test_a_stream_answers_every_request_by_id_and_outlives_a_bad_one(client: Any) -> None:
+    """ModelStreamInfer (``start_stream``/``async_stream_infer``): answers equal the model's,
+    matched by request id; a bad request's error arrives on the stream, which goes on."""
+    import queue
+
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    sent = {str(i): {dt: _rows(dt, 1 + i % 6, seed=40 + i) for dt in ALL} for i in range(12)}
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        for request_id, arrays in list(sent.items())[:6]:
+            client.async_stream_infer(NAME, _inputs(arrays), request_id=request_id)
+        bad = {dt: _rows(dt, 1, seed=1) for dt in ALL}
+        bad["FP32"] = bad["FP32"][:, :2]
+        client.async_stream_infer(NAME, _inputs(bad), request_id="bad")
+        for request_id, arrays in list(sent.items())[6:]:
+            client.async_stream_infer(NAME, _inputs(arrays), request_id=request_id)
+        got, errors = {}, []
+        for _ in range(len(sent) + 1):
+            result, error = answers.get(timeout=30)
+            if error is not None:
+                errors.append(error.message())
+            else:
+                got[result.get_response().id] = result
+    finally:
+        client.stop_stream()
+    assert errors == ["input 'in_FP32': shape [1, 2] does not fit the model's [-1, 3]"
+                      " (-1 is the batch dimension)"]  # fmt: skip
+    assert set(got) == set(sent)
+    for request_id, arrays in sent.items():
+        want = _reference(arrays)
+        for dt in ALL:
+            answer = got[request_id].as_numpy(f"out_{dt}")
+            np.testing.assert_array_equal(
+                answer.astype(np.float32) if dt == "BF16" else answer,
+                want[f"out_{dt}"].astype(np.float32) if dt == "BF16" else want[f"out_{dt}"],
+                err_msg=f"{request_id} {dt}",
+            )
+
+
 def test_fp16_and_bf16_need_raw_contents(client: Any) -> None:
     """The protocol has no typed field for FP16/BF16: sent typed, the server says so."""
     from tritonclient.grpc import service_pb2

@@ -7,7 +7,9 @@ so the batcher, the replicas, deadlines, priorities and row splitting are shared
 protocol's messages come from Triton's ``.proto`` (:mod:`torchplace.serve.proto`).
 
 RPCs: ``ServerLive``, ``ServerReady``, ``ModelReady``, ``ServerMetadata``, ``ModelMetadata``,
-``ModelInfer``, ``ModelConfig`` and ``ModelStatistics`` (Triton's extensions, the documents of
+``ModelInfer``, ``ModelStreamInfer`` (each message a ``ModelInfer``, answered as it finishes;
+a failure is the answer's ``error_message`` and the stream goes on), ``ModelConfig`` and
+``ModelStatistics`` (Triton's extensions, the documents of
 :mod:`torchplace.serve.triton`), and the repository extension's ``RepositoryIndex``,
 ``RepositoryModelLoad`` and ``RepositoryModelUnload`` (:mod:`torchplace.serve.reload`); any
 other RPC gets gRPC's own ``UNIMPLEMENTED``. Models are looked up by name (and version) in the
@@ -48,7 +50,7 @@ import asyncio
 import hmac
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -215,6 +217,9 @@ class GrpcServer:
             for name, (fn, message, public) in rpcs.items()
         }
         handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(self._model_infer)
+        handlers["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
+            self._model_stream_infer
+        )
         return grpc.method_handlers_generic_handler(SERVICE, handlers)
 
     def _guarded(
@@ -324,26 +329,74 @@ class GrpcServer:
             raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
 
     async def _model_infer(self, data: bytes, context: Any) -> bytes:
-        """ModelInfer, the hot path: one coroutine from the request to its answer's bytes
-        (the bearer token, the model, :meth:`_infer`, its series; an :class:`_Abort` is the
-        RPC's status, sent once the call is counted, as :meth:`_guarded` does)."""
+        """ModelInfer, the hot path: the bearer token, then :meth:`_answer`; an
+        :class:`_Abort` is the RPC's status."""
+        try:
+            if self._token is not None:
+                self._check_auth(context)
+            response = await self._answer(_parsed(pb.ModelInferRequest, data), context)
+        except _Abort as exc:
+            await context.abort(exc.code, str(exc))
+        serialized: bytes = response.SerializeToString()
+        return serialized
+
+    async def _model_stream_infer(
+        self, requests: AsyncIterator[bytes], context: Any
+    ) -> AsyncIterator[bytes]:
+        """ModelStreamInfer: every message on the stream is a ModelInfer, run as it arrives;
+        answers come back as they finish (``infer_response.id`` tells which), a failed
+        request's as ``error_message``, and the stream goes on. Requests still running when
+        the stream ends are withdrawn."""
         if self._token is not None:
             try:
                 self._check_auth(context)
             except _Abort as exc:
                 await context.abort(exc.code, str(exc))
+        answers: asyncio.Queue[bytes | None] = asyncio.Queue()
+        running: set[asyncio.Task[None]] = set()
+
+        async def one(data: bytes) -> None:
+            answer = pb.ModelStreamInferResponse()
+            try:
+                request = _parsed(pb.ModelInferRequest, data)
+                answer.infer_response.id = request.id
+                answer.infer_response.CopyFrom(await self._answer(request, context))
+            except _Abort as exc:
+                answer.error_message = str(exc)
+            answers.put_nowait(answer.SerializeToString())
+
+        async def read() -> None:
+            async for data in requests:
+                task = asyncio.ensure_future(one(data))
+                running.add(task)
+                task.add_done_callback(running.discard)
+            while running:
+                await asyncio.wait(set(running))
+            answers.put_nowait(None)
+
+        reader = asyncio.ensure_future(read())
+        try:
+            while (answer := await answers.get()) is not None:
+                yield answer
+            await reader  # its error, if any, ends the stream
+        finally:
+            for task in (reader, *running):
+                task.cancel()
+
+    async def _answer(self, request: Any, context: Any) -> Any:
+        """One inference request to its ``ModelInferResponse`` (the model, :meth:`_infer`,
+        its series); :class:`_Abort` once the call is counted."""
         started = time.perf_counter()
         code = grpc.StatusCode.OK
-        failed: _Abort | None = None
         served: _Served | None = None
         handle: ModelHandle | None = None
         try:
-            request = _parsed(pb.ModelInferRequest, data)
             handle = self._handle(request.model_name, request.model_version).enter()
             served = self._served(handle)
-            response = await self._infer(served.engine, request, context)
+            return await self._infer(served.engine, request, context)
         except _Abort as exc:
-            code, failed = exc.code, exc
+            code = exc.code
+            raise
         except asyncio.CancelledError:
             code = grpc.StatusCode.CANCELLED
             raise
@@ -352,10 +405,6 @@ class GrpcServer:
                 handle.leave()
             if served is not None and served.metrics is not None:
                 served.metrics.observe(code, time.perf_counter() - started)
-        if failed is not None:
-            await context.abort(failed.code, str(failed))
-        serialized: bytes = response.SerializeToString()
-        return serialized
 
     async def _infer(self, engine: EngineLike, request: Any, context: Any) -> Any:
         try:
