@@ -304,6 +304,49 @@ def test_expect_100_continue_and_chunked_body(server: Running) -> None:
     assert b'"shape":[1,2]' in reply
 
 
+def test_an_upgrade_is_ignored_and_the_request_answered_over_http_1_1(server: Running) -> None:
+    """``curl --http2`` on http:// asks for h2c on a POST with a body; a WebSocket client
+    asks on a GET. Each gets one HTTP/1.1 answer, and the connection goes on."""
+    body = seed_body(rows(1), id="h2c")
+    post = (
+        b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
+        b"HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n%s" % (INFER.encode(), len(body), body)
+    )
+    websocket = (
+        b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\n"
+        b"Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+    )
+    last = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(post[:-10])  # the body arrives after the parser stopped at the Upgrade
+        time.sleep(0.05)
+        sock.sendall(post[-10:] + websocket + last)
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    assert reply.count(b"HTTP/1.1 ") == 3
+    answers = reply.split(b"HTTP/1.1 ")[1:]
+    assert all(a.startswith(b"200 OK") for a in answers), reply
+    assert json.loads(answers[0].split(b"\r\n\r\n", 1)[1])["id"] == "h2c"
+    assert answers[1].endswith(b'{"ready":true}')
+
+
+def test_upgrade_with_a_chunked_body_and_http2_are_one_clear_400(server: Running) -> None:
+    chunked = raw_exchange(
+        server.port,
+        b"POST %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: Upgrade\r\n"
+        b"Upgrade: h2c\r\n\r\n2\r\n{}\r\n0\r\n\r\n" % INFER.encode(),
+    )
+    assert chunked.count(b"HTTP/1.1 ") == 1
+    assert chunked.startswith(b"HTTP/1.1 400")
+    assert b"cannot have a chunked body here" in chunked
+    preface = raw_exchange(server.port, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+    assert preface.startswith(b"HTTP/1.1 400")
+    assert b"--grpc-port" in preface
+
+
 def test_malformed_http_is_400_and_server_lives(server: Running) -> None:
     reply = raw_exchange(server.port, b"THIS IS NOT HTTP\r\n\r\n")
     assert reply.startswith(b"HTTP/1.1 400")

@@ -110,6 +110,15 @@ Answer: TypeAlias = "Response | Coroutine[Any, Any, Response] | asyncio.Future[R
 Handler = Callable[[Request], Answer]
 
 
+def _malformed(data: bytes, exc: Exception) -> str:
+    if data.startswith(b"PRI * HTTP/2"):
+        return (
+            "this port speaks HTTP/1.1, not HTTP/2 with prior knowledge; gRPC clients "
+            "connect to the gRPC port (--grpc-port)"
+        )
+    return f"malformed HTTP request: {exc}"
+
+
 class _Connection(asyncio.Protocol):
     __slots__ = (
         "_body",
@@ -129,6 +138,7 @@ class _Connection(asyncio.Protocol):
         "_task_started",
         "_timed_out",
         "_transport",
+        "_upgrade_body",
         "_url",
         "_write_paused",
     )
@@ -153,6 +163,9 @@ class _Connection(asyncio.Protocol):
         self._last_active = time.monotonic()
         self._paused_reading = False
         self._write_paused = False
+        #: an Upgrade request whose body the parser left unread: (request, bytes still due);
+        #: the body's parts gather in ``_body`` meanwhile
+        self._upgrade_body: tuple[Request, int] | None = None
 
     # -- asyncio.Protocol ----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -170,13 +183,38 @@ class _Connection(asyncio.Protocol):
         if self._rejected:
             return
         self._last_active = time.monotonic()
-        try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            self._reject(error_response(400, "protocol upgrades are not supported"))
-        except httptools.HttpParserError as exc:
-            if not self._rejected:
-                self._reject(error_response(400, f"malformed HTTP request: {exc}"))
+        while data and not self._rejected:
+            if self._upgrade_body is not None:
+                data = self._read_upgrade_body(data)
+                continue
+            try:
+                self._parser.feed_data(data)
+                return
+            except httptools.HttpParserUpgrade as exc:
+                # Upgrade (and CONNECT) are ignored (RFC 9110, 7.8): the request is answered
+                # over HTTP/1.1, and what follows it is HTTP/1.1 again, for a fresh parser
+                self._parser = httptools.HttpRequestParser(self)
+                data = data[exc.args[0] :]
+            except httptools.HttpParserError as exc:
+                if not self._rejected:
+                    self._reject(error_response(400, _malformed(data, exc)))
+                return
+
+    def _read_upgrade_body(self, data: bytes) -> bytes:
+        """Take the body the parser skipped for an Upgrade request; return what follows it."""
+        assert self._upgrade_body is not None
+        request, due = self._upgrade_body
+        taken = data[:due]
+        self._body.append(taken)
+        if len(taken) < due:
+            self._upgrade_body = (request, due - len(taken))
+            return b""
+        request.body = b"".join(self._body)
+        self._body = []
+        self._upgrade_body = None
+        self._reading_since = 0.0
+        self._queue(request)
+        return data[due:]
 
     def pause_writing(self) -> None:
         self._write_paused = True
@@ -259,12 +297,34 @@ class _Connection(asyncio.Protocol):
             parser.should_keep_alive(),
             self._reading_since,
         )
-        self._reading_since = 0.0
         self._url = b""
         self._headers = {}
         self._head_size = 0
         self._body = []
         self._body_size = 0
+        if parser.should_upgrade() and self._body_skipped(request):
+            return
+        self._reading_since = 0.0
+        self._queue(request)
+
+    def _body_skipped(self, request: Request) -> bool:
+        """An Upgrade request's declared body, which the parser does not read: read by
+        :meth:`_read_upgrade_body` (True), or refused when chunked."""
+        if b"transfer-encoding" in request.headers:
+            self._reject(
+                error_response(
+                    400,
+                    "a request that asks for a protocol upgrade cannot have a chunked body "
+                    "here; send it without the Upgrade header, or with a Content-Length",
+                )
+            )
+            return True
+        length = int(request.headers.get(b"content-length", b"0") or b"0")
+        if length:
+            self._upgrade_body = (request, length)
+        return length > 0
+
+    def _queue(self, request: Request) -> None:
         self._pending.append(request)
         if len(self._pending) >= _PIPELINE_DEPTH and self._transport is not None:
             self._transport.pause_reading()
