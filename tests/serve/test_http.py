@@ -81,3 +81,33 @@ def test_a_request_past_its_timeout_cancels_the_future_and_gets_503() -> None:
         await server.close()
 
     asyncio.run(main())
+
+
+def test_a_pipelining_client_is_read_no_further_than_a_body_limit_of_waiting_requests() -> None:
+    """While a request is answered, the connection's waiting requests may hold a body limit
+    (1,024 bytes here) at most: then reading stops until they are answered, in order."""
+
+    async def main() -> None:
+        futures: list[asyncio.Future[Response]] = []
+        server, reader, writer = await _sent(futures)
+        (connection,) = server.connections
+        post = b"POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 600\r\n\r\n" + b"x" * 600
+        for sent in range(5):
+            writer.write(post)
+            await writer.drain()
+            if sent < 2:  # one packet each, so that the server stops between them
+                await _until(lambda n=sent + 1: len(connection._pending) == n)
+        await asyncio.sleep(0.1)  # time to read the rest, were it to
+        assert len(connection._pending) == 2  # 1,200 bytes waiting: the rest is not read
+        assert connection._paused_reading
+        for answered in range(6):
+            await _until(lambda n=answered: len(futures) > n)
+            futures[answered].set_result(Response(200, b"%d" % answered))
+        for answered in range(6):
+            await reader.readuntil(b"\r\n\r\n")
+            assert await reader.readexactly(1) == b"%d" % answered
+        assert not connection._paused_reading
+        writer.close()
+        await server.close()
+
+    asyncio.run(main())

@@ -132,6 +132,7 @@ class _Connection(asyncio.Protocol):
         "_parser",
         "_paused_reading",
         "_pending",
+        "_pending_bytes",
         "_reading_since",
         "_rejected",
         "_server",
@@ -155,6 +156,7 @@ class _Connection(asyncio.Protocol):
         self._expect_continue = False
         self._rejected = False
         self._pending: deque[Request] = deque()
+        self._pending_bytes = 0  # the bodies of the requests in _pending
         self._busy = False
         self._current: asyncio.Future[Response] | None = None
         self._task_started = 0.0
@@ -176,6 +178,7 @@ class _Connection(asyncio.Protocol):
         self._server.connections.discard(self)
         self._transport = None
         self._pending.clear()
+        self._pending_bytes = 0
         if self._current is not None and not self._current.done():
             self._current.cancel()
 
@@ -325,8 +328,13 @@ class _Connection(asyncio.Protocol):
         return length > 0
 
     def _queue(self, request: Request) -> None:
+        """Queue a complete request; stop reading the connection while it has too many, or
+        a body limit's worth of them, waiting (a pipelining client cannot make the server
+        hold more than that)."""
         self._pending.append(request)
-        if len(self._pending) >= _PIPELINE_DEPTH and self._transport is not None:
+        self._pending_bytes += len(request.body)
+        full = self._pending_bytes >= self._server.max_body_bytes
+        if (full or len(self._pending) >= _PIPELINE_DEPTH) and self._transport is not None:
             self._transport.pause_reading()
             self._paused_reading = True
         if not self._busy:
@@ -338,7 +346,12 @@ class _Connection(asyncio.Protocol):
             if self._transport is None:
                 return
             request = self._pending.popleft()
-            if self._paused_reading and len(self._pending) < _PIPELINE_DEPTH // 2:
+            self._pending_bytes -= len(request.body)
+            if (
+                self._paused_reading
+                and len(self._pending) < _PIPELINE_DEPTH // 2
+                and self._pending_bytes < self._server.max_body_bytes // 2
+            ):
                 self._transport.resume_reading()
                 self._paused_reading = False
             self._server.in_flight += 1
@@ -408,6 +421,7 @@ class _Connection(asyncio.Protocol):
         self._last_active = time.monotonic()
         if close:
             self._pending.clear()
+            self._pending_bytes = 0
             transport.close()
         elif self._expect_continue and not self._pending:
             # A request that sent Expect: 100-continue while we were busy waits for this.
@@ -427,6 +441,7 @@ class _Connection(asyncio.Protocol):
         if self._busy or self._pending:
             # Earlier requests are still being answered; drop them rather than reorder.
             self._pending.clear()
+            self._pending_bytes = 0
             if self._current is not None:
                 self._current.cancel()
         response.headers.append((b"connection", b"close"))
