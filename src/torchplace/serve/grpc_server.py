@@ -12,7 +12,8 @@ a failure is the answer's ``error_message`` and the stream goes on), ``ModelConf
 ``ModelStatistics`` (Triton's extensions, the documents of
 :mod:`torchplace.serve.triton`), and the repository extension's ``RepositoryIndex``,
 ``RepositoryModelLoad`` and ``RepositoryModelUnload`` (:mod:`torchplace.serve.reload`); any
-other RPC gets gRPC's own ``UNIMPLEMENTED``. Models are looked up by name (and version) in the
+other RPC gets gRPC's own ``UNIMPLEMENTED``. The same port serves gRPC's health checking
+protocol (:mod:`torchplace.serve.grpc_health`). Models are looked up by name (and version) in the
 server's :class:`~torchplace.serve.registry.Registry` at each call, as the REST side does.
 
 Errors carry the REST messages, with the status code of the HTTP status:
@@ -60,6 +61,7 @@ from google.protobuf.message import DecodeError
 from torchplace import __version__
 from torchplace.errors import ConfigError, NotReadyError, OverloadedError, ServeError
 from torchplace.serve.grpc_codec import decode_infer_request, encode_infer_response
+from torchplace.serve.grpc_health import NOT_SERVING, SERVING, health_handler
 from torchplace.serve.proto import grpc_service_pb2 as pb
 from torchplace.serve.proto import model_config_pb2 as config_pb
 from torchplace.serve.repository import inline_config, model_names
@@ -154,7 +156,8 @@ class GrpcServer:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        server.add_generic_rpc_handlers((self._handlers(),))
+        health = health_handler(self._health, lambda: self.draining)
+        server.add_generic_rpc_handlers((self._handlers(), health))
         try:
             bound = server.add_insecure_port(f"{host}:{port}")
         except RuntimeError as exc:
@@ -186,6 +189,18 @@ class GrpcServer:
             await asyncio.sleep(min(grace, timeout))
         if self._server is not None:
             await self._server.stop(max(0.0, deadline - time.monotonic()))
+
+    def _health(self, service: str) -> int | None:
+        """The health protocol's status of the server ('' or the OIP service) or of a model
+        (by name); None for any other name."""
+        if service in ("", SERVICE):
+            return SERVING if self.ready() else NOT_SERVING
+        try:
+            handle = self.registry.get(service, "")
+        except ServeError:
+            return None
+        up = self._started and not self.draining and handle.engine.is_ready()
+        return SERVING if up else NOT_SERVING
 
     async def close(self) -> None:
         """Stop at once (failed start-up)."""

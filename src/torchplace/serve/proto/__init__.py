@@ -5,5 +5,7 @@ triton-inference-server/common (``protobuf/``, commit 83adf7cf88a2, BSD-3-Clause
 licence kept in each file's header). ``grpc_service_pb2`` and ``model_config_pb2`` are
 generated from them by ``scripts/gen-grpc-proto`` (grpcio-tools 1.81.1; a test regenerates and
 compares) into torchplace's own descriptor pool, so that ``tritonclient.grpc`` can share the
-process. Importing this package imports nothing.
+process. ``health.proto`` is gRPC's health checking protocol, copied unchanged from grpc/grpc
+(``src/proto/grpc/health/v1/``, Apache-2.0, its licence kept in the header); ``health_pb2`` is
+generated the same way. Importing this package imports nothing.
 """

@@ -1,0 +1,84 @@
+"""gRPC's standard health checking protocol, ``grpc.health.v1.Health``, on the gRPC port.
+
+What Kubernetes' ``grpc`` probes, ``grpc_health_probe`` and service meshes ask. The service
+name is ``""`` or ``inference.GRPCInferenceService`` for the server (``SERVING`` when it is
+ready, as ``ServerReady`` says), or a model's name for that model (``SERVING`` when it is
+loaded and ready). ``Check`` answers an unknown name with ``NOT_FOUND``; ``Watch`` sends the
+status at once and again whenever it changes (``SERVICE_UNKNOWN`` for an unknown name), and
+ends once the server drains, so that a watcher does not hold the drain up. No bearer token is
+asked for, as for the other health probes. The messages come from gRPC's own ``health.proto``
+(:mod:`torchplace.serve.proto`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from torchplace.serve.proto import health_pb2 as health
+
+__all__ = ["HEALTH", "NOT_SERVING", "SERVING", "health_handler"]
+
+HEALTH = "grpc.health.v1.Health"
+SERVING: int = health.HealthCheckResponse.SERVING
+NOT_SERVING: int = health.HealthCheckResponse.NOT_SERVING
+
+#: how often a Watch looks at the status again
+WATCH_INTERVAL_S = 0.25
+
+
+def health_handler(
+    status: Callable[[str], int | None], draining: Callable[[], bool]
+) -> grpc.GenericRpcHandler:
+    """``Check`` and ``Watch`` over ``status(service)`` (SERVING, NOT_SERVING, or None for a
+    name it does not know); ``draining()`` ends the watches."""
+
+    async def check(data: bytes, context: Any) -> bytes:
+        service = await _service(data, context)
+        found = status(service)
+        if found is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, _unknown(service))
+        answer: bytes = health.HealthCheckResponse(status=found).SerializeToString()
+        return answer
+
+    async def watch(data: bytes, context: Any) -> AsyncIterator[bytes]:
+        service = await _service(data, context)
+        last = None
+        while True:
+            found = status(service)
+            now = health.HealthCheckResponse.SERVICE_UNKNOWN if found is None else found
+            if now != last:
+                yield health.HealthCheckResponse(status=now).SerializeToString()
+                last = now
+            if draining():
+                return
+            await asyncio.sleep(WATCH_INTERVAL_S)
+
+    methods: dict[str, grpc.RpcMethodHandler] = {
+        "Check": grpc.unary_unary_rpc_method_handler(check),
+        "Watch": grpc.unary_stream_rpc_method_handler(watch),
+    }
+    return grpc.method_handlers_generic_handler(HEALTH, methods)
+
+
+async def _service(data: bytes, context: Any) -> str:
+    """The service name a request asks about (INVALID_ARGUMENT when it does not parse)."""
+    try:
+        name: str = health.HealthCheckRequest.FromString(data).service
+    except DecodeError as exc:
+        await context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"the request is not a valid grpc.health.v1.HealthCheckRequest message ({exc})",
+        )
+    return name
+
+
+def _unknown(service: str) -> str:
+    return (
+        f"unknown service {service!r}; ask for '' or 'inference.GRPCInferenceService' (the "
+        "server) or a model's name"
+    )
