@@ -174,6 +174,20 @@ def test_head_is_the_get_without_its_body(server: Running) -> None:
     assert heads[2].startswith(b"HTTP/1.1 200 OK")
 
 
+def test_an_http_1_0_client_keeps_the_connection_only_when_it_asks(server: Running) -> None:
+    """``ab -k`` speaks HTTP/1.0 with ``Connection: Keep-Alive`` and reuses the connection
+    only when the answer says keep-alive too; without it, HTTP/1.0 closes."""
+    kept = raw_exchange(
+        server.port,
+        b"GET /v2/health/live HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n"
+        b"GET /v2/health/ready HTTP/1.0\r\n\r\n",
+    )
+    first, second = kept.split(b"HTTP/1.1 200 OK")[1:]
+    assert b"connection: keep-alive" in first
+    assert b"connection: close" in second
+    assert second.endswith(b'{"ready":true}')
+
+
 def test_a_request_target_in_absolute_form_is_routed_by_its_path(server: Running) -> None:
     body = seed_body(rows(1), id="abs")
     reply = raw_exchange(

@@ -85,6 +85,9 @@ class Request:
     body: bytes
     keep_alive: bool
     received: float
+    #: the request asked for ``Connection: keep-alive`` by name (an HTTP/1.0 client keeps
+    #: the connection only when the answer says so too)
+    asked_keep_alive: bool = False
 
 
 @dataclass(slots=True)
@@ -297,8 +300,9 @@ class _Connection(asyncio.Protocol):
             query,
             self._headers,
             body,
-            parser.should_keep_alive(),
+            keep_alive := parser.should_keep_alive(),
             self._reading_since,
+            keep_alive and self._headers.get(b"connection", b"").lower() == b"keep-alive",
         )
         self._url = b""
         self._headers = {}
@@ -414,6 +418,8 @@ class _Connection(asyncio.Protocol):
             head += (name, b": ", value, b"\r\n")
         if close:
             head.append(b"connection: close\r\n")
+        elif request.asked_keep_alive:
+            head.append(b"connection: keep-alive\r\n")
         head.append(b"\r\n")
         if request.method != b"HEAD":  # a HEAD answer is the GET's head, without its body
             head.append(response.body)
