@@ -210,7 +210,7 @@ CORPUS: list[tuple[str, bytes, int]] = [
     ("DELETE model", _req(b"", method=b"DELETE", path=b"/v2/models/seed-mlp"), 405),
     # -- broken HTTP
     ("huge headers", _req(b"{}", headers={b"X-Pad-%d" % i: b"x" * 1000 for i in range(80)}), 431),
-    ("huge url", _req(b"", method=b"GET", path=b"/v2/" + b"a" * 70_000), 431),
+    ("huge url", _req(b"", method=b"GET", path=b"/v2/" + b"a" * 70_000), 414),
     ("not http", b"HELLO THERE\r\n\r\n", 400),
     ("bad header line", b"GET /v2 HTTP/1.1\r\nHost localhost\r\n\r\n", 400),
     (

@@ -45,7 +45,7 @@ _STATUS_LINES: dict[int, bytes] = {
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _JSON = b"application/json"
 _PIPELINE_DEPTH = 32  # complete requests queued on one connection before we stop reading
-_MAX_HEAD_BYTES = 64 * 1024  # request line + headers; more gets 431
+_MAX_HEAD_BYTES = 64 * 1024  # request line + headers; more gets 431 (414: the target alone)
 _LINGER_S = 1.0  # how long a rejected connection's remaining input is drained before closing
 
 
@@ -239,14 +239,10 @@ class _Connection(asyncio.Protocol):
         self._url += url
         self._head_size += len(url)
         if self._head_size > _MAX_HEAD_BYTES:
-            self._head_too_large()
+            self._head_too_large(414, "the request target")
 
-    def _head_too_large(self) -> None:
-        self._reject(
-            error_response(
-                431, f"request line and headers are over the limit of {_MAX_HEAD_BYTES} bytes"
-            )
-        )
+    def _head_too_large(self, status: int = 431, what: str = "request line and headers") -> None:
+        self._reject(error_response(status, f"{what} is over the limit of {_MAX_HEAD_BYTES} bytes"))
         raise httptools.HttpParserError("headers too large")
 
     def on_header(self, name: bytes, value: bytes) -> None:
