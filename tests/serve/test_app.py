@@ -93,6 +93,27 @@ def test_infer_json_with_and_without_version(server: Running) -> None:
     assert all(status == 200 for status, _ in server.engine.observed)
 
 
+def test_kserve_v1_live_list_ready_and_predict(server: Running) -> None:
+    """KServe's V1 protocol, as its own ``InferenceRESTClient(protocol="v1")`` calls it."""
+    c = server.client
+    assert (c.get("/")[0], orjson.loads(c.get("/")[2])) == (200, {"status": "alive"})
+    assert orjson.loads(c.get("/v1/models")[2]) == {"models": ["seed-mlp"]}
+    status, _, body = c.get("/v1/models/seed-mlp")
+    assert (status, orjson.loads(body)) == (200, {"name": "seed-mlp", "ready": True})
+    assert c.get("/v1/models/other")[0] == 404
+    x = rows(3)
+    doc = orjson.dumps({"instances": x.tolist()})
+    status, _, body = c.post("/v1/models/seed-mlp:predict", doc, headers=JSON)
+    assert status == 200, body
+    got = np.array(orjson.loads(body)["predictions"], np.float32)
+    np.testing.assert_array_equal(got, server.engine.reference(x))
+    status, _, body = c.post("/v1/models/seed-mlp:predict", seed_body(x), headers=JSON)
+    assert status == 400
+    assert b"/v2/models/{name}/infer" in body
+    assert c.get("/v1/models/seed-mlp:predict")[0] == 405
+    assert c.post("/v1/models/seed-mlp:explain", doc, headers=JSON)[0] == 404
+
+
 def test_infer_binary_in_and_out(server: Running) -> None:
     x = rows(2)
     raw = x.tobytes()

@@ -53,12 +53,12 @@ def _render(value: str, name: str, storage_uri: str) -> str:
     return value.replace("{{.Name}}", name).replace("{{.StorageUri}}", storage_uri)
 
 
-def test_runtime_is_a_v2_cluster_serving_runtime_with_http_probes() -> None:
+def test_runtime_is_a_v1_and_v2_cluster_serving_runtime_with_http_probes() -> None:
     runtime = _runtime()
     assert runtime["apiVersion"] == "serving.kserve.io/v1alpha1"
     assert runtime["kind"] == "ClusterServingRuntime"
     spec = runtime["spec"]
-    assert spec["protocolVersions"] == ["v2"]
+    assert spec["protocolVersions"] == ["v1", "v2"]
     assert spec["annotations"]["prometheus.kserve.io/port"] == "8080"
     assert spec["annotations"]["prometheus.kserve.io/path"] == "/metrics"
     (container,) = spec["containers"]
@@ -78,7 +78,7 @@ def test_yaml_matches_the_kserve_sdk_models() -> None:
     models = pytest.importorskip("kserve.models", reason="the kserve SDK is not installed")
     spec = _runtime()["spec"]
     runtime = models.V1alpha1ServingRuntimeSpec(**_snake(spec))
-    assert runtime.protocol_versions == ["v2"]
+    assert runtime.protocol_versions == ["v1", "v2"]
     isvc = yaml.safe_load(ISVC.read_text())
     predictor = models.V1beta1PredictorSpec(
         model=models.V1beta1ModelSpec(**_snake(isvc["spec"]["predictor"]["model"]))
@@ -251,7 +251,7 @@ def test_multi_model_runtime_serves_a_repository_under_explicit_control() -> Non
     assert runtime["kind"] == "ClusterServingRuntime"
     spec = runtime["spec"]
     assert spec["multiModel"] is True
-    assert spec["protocolVersions"] == ["v2"]
+    assert spec["protocolVersions"] == ["v1", "v2"]
     (container,) = spec["containers"]
     assert container["name"] == "kserve-container"
     assert "--model-repository=/mnt/models" in container["args"]

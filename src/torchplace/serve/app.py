@@ -44,7 +44,7 @@ from torchplace.errors import (
     UnsupportedMediaTypeError,
 )
 from torchplace.models import TensorSpec
-from torchplace.serve import protocol, tracing
+from torchplace.serve import protocol, protocol_v1, tracing
 from torchplace.serve.http import Answer, HttpServer, Request, Response, error_response
 from torchplace.serve.metrics import merged_text
 from torchplace.serve.registry import ModelHandle
@@ -303,6 +303,10 @@ class App:
             if path in self._routes:
                 request.path = path
                 return self.handle(request)
+        if path == b"/":  # KServe V1's liveness probe, public as /v2/health/live is
+            if request.method not in (b"GET", b"HEAD"):
+                return error_response(405, "use GET on /", [(b"allow", b"GET, HEAD")])
+            return Response(200, b'{"status":"alive"}')
         if self._token is not None:
             denied = self._check_auth(request)
             if denied is not None:
@@ -312,6 +316,8 @@ class App:
             return self._route_model(request, parts[3], parts[4:])
         if len(parts) >= 4 and parts[:3] == [b"", b"v2", b"repository"]:
             return self._repository(request, parts[3:])
+        if parts[:3] == [b"", b"v1", b"models"]:
+            return self._route_v1(request, [p for p in parts[3:] if p])
         if path.endswith(b"/") and path.rstrip(b"/") in self._routes:
             request.path = path.rstrip(b"/")
             return self.handle(request)
@@ -319,6 +325,24 @@ class App:
             404,
             f"no route {_text(request.path)}; see /v2/openapi.json for the routes served",
         )
+
+    def _route_v1(self, request: Request, rest: list[bytes]) -> Answer:
+        """KServe's V1 protocol: ``GET /v1/models``, ``GET /v1/models/{name}`` and
+        ``POST /v1/models/{name}:predict``."""
+        name, _, verb = _text(rest[0]).partition(":") if len(rest) == 1 else ("", "", "")
+        want = b"POST" if verb else b"GET"
+        if len(rest) > 1 or verb not in ("", "predict"):
+            return error_response(404, f"no route {_text(request.path)}")
+        if request.method != want and not (want == b"GET" and request.method == b"HEAD"):
+            allow = want + (b", HEAD" if want == b"GET" else b"")
+            return error_response(
+                405, f"use {allow.decode()} on {_text(request.path)}", [(b"allow", allow)]
+            )
+        if not rest:
+            return Response(200, orjson.dumps({"models": self.registry.names()}))
+        if verb:
+            return self._infer(request, (name, ""), v1=True)
+        return self._model_ready(request, (name, ""))  # V1's model status is the same object
 
     def _route_model(self, request: Request, raw_name: bytes, rest: list[bytes]) -> Answer:
         """``/v2/models/{name}[/versions/{v}][/what]`` not in the exact table."""
@@ -446,7 +470,8 @@ class App:
             return error_response(503, "no model is loaded yet; retry shortly", list(_RETRY))
         return Response(200, self._openapi)
 
-    def _infer(self, request: Request, key: tuple[str, str]) -> Answer:
+    def _infer(self, request: Request, key: tuple[str, str], v1: bool = False) -> Answer:
+        """An inference request: OIP's, or KServe V1's ``:predict`` (``v1``)."""
         started = time.perf_counter()
         try:
             handle = self.registry.get(*key)
@@ -459,7 +484,7 @@ class App:
             refusal.close = True  # the client reconnects elsewhere (after Retry-After)
             return self._finish(handle, refusal, started)
         try:
-            decoded = self._decode(request, handle)
+            decoded = self._decode_v1(request, handle) if v1 else self._decode(request, handle)
             timeout_us = _timeout_us(request.headers, decoded.timeout_us)
         except ServeError as exc:
             return self._finish(handle, error_response(exc.status, str(exc)), started)
@@ -476,13 +501,43 @@ class App:
             handle.leave()
             return self._finish(handle, self._failure(exc), started)
         answer: asyncio.Future[Response] = self.server.loop.create_future()
+        encode = self._encoded_v1 if v1 else self._encoded
         submitted.future.add_done_callback(
-            functools.partial(self._answer, handle, decoded, started, submitted, answer)
+            functools.partial(self._answer, encode, handle, decoded, started, submitted, answer)
         )
         answer.add_done_callback(functools.partial(_abandon, submitted.future))
         return answer
 
     def _decode(self, request: Request, handle: ModelHandle) -> protocol.InferRequest:
+        body = self._body(request)
+        header_length: int | None = None
+        raw_length = request.headers.get(b"inference-header-content-length")
+        if raw_length is not None:
+            if not raw_length.isdigit():
+                raise InputError(
+                    f"Inference-Header-Content-Length {_text(raw_length)!r} is not a number"
+                )
+            header_length = int(raw_length)
+        return protocol.decode_infer_request(
+            body,
+            inputs=handle.inputs,
+            outputs=handle.outputs,
+            max_rows=handle.max_request_rows,
+            header_length=header_length,
+            allow_nan=self._allow_nan,
+        )
+
+    def _decode_v1(self, request: Request, handle: ModelHandle) -> protocol.InferRequest:
+        return protocol_v1.decode_predict_request(
+            self._body(request),
+            inputs=handle.inputs,
+            outputs=handle.outputs,
+            max_rows=handle.max_request_rows,
+            allow_nan=self._allow_nan,
+        )
+
+    def _body(self, request: Request) -> bytes:
+        """The request's body, its media type checked and its content encoding undone."""
         headers = request.headers
         ctype = headers.get(b"content-type")
         if ctype is not None and ctype != b"application/json":
@@ -498,22 +553,7 @@ class App:
             body = self._decompress(body, encoding.lower())
         if not body:
             raise InputError("the request body is empty; send an OIP inference request object")
-        header_length: int | None = None
-        raw_length = headers.get(b"inference-header-content-length")
-        if raw_length is not None:
-            if not raw_length.isdigit():
-                raise InputError(
-                    f"Inference-Header-Content-Length {_text(raw_length)!r} is not a number"
-                )
-            header_length = int(raw_length)
-        return protocol.decode_infer_request(
-            body,
-            inputs=handle.inputs,
-            outputs=handle.outputs,
-            max_rows=handle.max_request_rows,
-            header_length=header_length,
-            allow_nan=self._allow_nan,
-        )
+        return body
 
     def _decompress(self, body: bytes, encoding: bytes) -> bytes:
         wbits = {b"gzip": 16 + zlib.MAX_WBITS, b"deflate": zlib.MAX_WBITS}.get(encoding)
@@ -533,6 +573,7 @@ class App:
 
     def _answer(
         self,
+        encode: Callable[..., Response],
         handle: ModelHandle,
         decoded: protocol.InferRequest,
         started: float,
@@ -553,7 +594,7 @@ class App:
             response = self._failure(error)
         else:
             try:
-                response = self._encoded(handle, decoded, future.result())
+                response = encode(handle, decoded, future.result())
             except Exception as exc:
                 response = self._failure(exc)
         answer.set_result(self._finish(handle, response, started, submitted.device))
@@ -576,6 +617,14 @@ class App:
         return Response(
             200, body, _BINARY, [(b"inference-header-content-length", str(header_length).encode())]
         )
+
+    @staticmethod
+    def _encoded_v1(
+        handle: ModelHandle,
+        decoded: protocol.InferRequest,
+        results: dict[str, np.ndarray[Any, Any]],
+    ) -> Response:
+        return Response(200, protocol_v1.encode_predict_response(results, handle.outputs))
 
     @staticmethod
     def _failure(exc: BaseException) -> Response:

@@ -1,0 +1,121 @@
+"""KServe's V1 inference protocol (``POST /v1/models/{name}:predict``), checked as the Open
+Inference Protocol request it stands for.
+
+A request is ``{"instances": [...]}`` (or ``{"inputs": [...]}``), one entry per row: for a
+model with one input, the row itself (a number, or a nested list in the input's shape without
+the batch dimension); for any model, an object naming each input. It becomes the OIP request
+with one tensor per input (the rows stacked) and goes through
+:func:`~torchplace.serve.protocol.decode_infer_request`, so the rules and messages are the
+OIP's: datatypes, shapes, element counts, NaN, the rows limit.
+
+The answer is ``{"predictions": [...]}``, one entry per row: the output's row for a model with
+one output, else an object naming each output (BF16 as the numbers a bfloat16 holds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import orjson
+
+from torchplace.errors import InputError
+from torchplace.models import TensorSpec
+from torchplace.serve.protocol import InferRequest, _bf16_bits, decode_infer_request
+
+__all__ = ["decode_predict_request", "encode_predict_response"]
+
+
+def decode_predict_request(
+    body: bytes,
+    *,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+    max_rows: int,
+    allow_nan: bool = False,
+) -> InferRequest:
+    """A V1 ``:predict`` body, validated as the OIP request of the same rows."""
+    rows = _instances(body)
+    tensors = []
+    for spec in inputs:
+        column = [_value(row, index, spec, inputs) for index, row in enumerate(rows)]
+        tensors.append(
+            {"name": spec.name, "datatype": spec.datatype, "shape": _shape(column), "data": column}
+        )
+    return decode_infer_request(
+        orjson.dumps({"inputs": tensors}),
+        inputs=inputs,
+        outputs=outputs,
+        max_rows=max_rows,
+        allow_nan=allow_nan,
+    )
+
+
+def encode_predict_response(
+    results: Mapping[str, np.ndarray[Any, Any]], outputs: Sequence[TensorSpec]
+) -> bytes:
+    """``{"predictions": [...]}``, one entry per row."""
+    arrays = [(spec.name, _plain(results[spec.name], spec.datatype)) for spec in outputs]
+    predictions: Any
+    if len(arrays) == 1:
+        predictions = arrays[0][1]
+    else:
+        rows = len(arrays[0][1])
+        predictions = [{name: array[row] for name, array in arrays} for row in range(rows)]
+    return orjson.dumps({"predictions": predictions}, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def _instances(body: bytes) -> list[Any]:
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InputError(f"the body is not valid JSON: {exc}") from None
+    rows = doc.get("instances", doc.get("inputs")) if isinstance(doc, dict) else None
+    if not isinstance(rows, list) or not rows:
+        raise InputError(
+            'a V1 request is {"instances": [...]}, a non-empty array with one entry per row'
+        )
+    if isinstance(rows[0], dict) and "datatype" in rows[0]:
+        raise InputError(
+            "this is an Open Inference Protocol (v2) request; send it to "
+            "/v2/models/{name}/infer, or send V1 rows as 'instances'"
+        )
+    return rows
+
+
+def _value(row: Any, index: int, spec: TensorSpec, inputs: Sequence[TensorSpec]) -> Any:
+    """Input ``spec``'s part of one row."""
+    if isinstance(row, dict):
+        if spec.name not in row:
+            raise InputError(
+                f"instance {index} has no input {spec.name!r}; the model takes "
+                + ", ".join(repr(s.name) for s in inputs)
+            )
+        return row[spec.name]
+    if len(inputs) > 1:
+        raise InputError(
+            f"the model takes {len(inputs)} inputs ("
+            + ", ".join(repr(s.name) for s in inputs)
+            + "): give each instance as an object naming them"
+        )
+    return row
+
+
+def _shape(column: list[Any]) -> list[int]:
+    """The stacked rows' shape, read along the first element of each level (the OIP decoder
+    then checks that the values fill it)."""
+    shape = [len(column)]
+    value = column[0]
+    while isinstance(value, list):
+        shape.append(len(value))
+        value = value[0] if value else None
+    return shape
+
+
+def _plain(array: np.ndarray[Any, Any], datatype: str) -> np.ndarray[Any, Any]:
+    if datatype == "BF16":
+        bits = _bf16_bits(array).astype(np.uint32) << 16
+        numbers: np.ndarray[Any, Any] = bits.view(np.float32).reshape(array.shape)
+        return numbers
+    return np.ascontiguousarray(array)

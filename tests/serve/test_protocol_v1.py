@@ -1,0 +1,85 @@
+"""KServe's V1 protocol: rows in, rows out, checked as the OIP request they stand for."""
+
+from __future__ import annotations
+
+import numpy as np
+import orjson
+import pytest
+
+from torchplace.errors import InputError, PayloadTooLargeError
+from torchplace.models import TensorSpec
+from torchplace.serve.protocol_v1 import decode_predict_request, encode_predict_response
+
+ONE_IN = (TensorSpec("x", "FP32", (-1, 2, 2)),)
+TWO_IN = (TensorSpec("a", "FP32", (-1, 2)), TensorSpec("n", "INT8", (-1,)))
+ONE_OUT = (TensorSpec("y", "FP32", (-1, 2)),)
+TWO_OUT = (TensorSpec("y", "FP32", (-1, 2)), TensorSpec("b", "BF16", (-1,)))
+
+
+def _decode(doc: object, inputs: tuple[TensorSpec, ...] = ONE_IN, max_rows: int = 8):  # type: ignore[no-untyped-def]
+    return decode_predict_request(
+        orjson.dumps(doc), inputs=inputs, outputs=ONE_OUT, max_rows=max_rows
+    )
+
+
+def test_rows_of_one_input_stack_into_its_tensor() -> None:
+    rows = [[[1, 2], [3, 4]], [[5, 6], [7, 8.5]]]
+    for key in ("instances", "inputs"):
+        decoded = _decode({key: rows})
+        assert decoded.rows == 2
+        assert decoded.inputs["x"].dtype == np.float32
+        np.testing.assert_array_equal(decoded.inputs["x"], np.array(rows, np.float32))
+    named = _decode({"instances": [{"x": row} for row in rows]})
+    np.testing.assert_array_equal(named.inputs["x"], np.array(rows, np.float32))
+
+
+def test_rows_of_several_inputs_name_them() -> None:
+    decoded = _decode({"instances": [{"a": [1, 2], "n": 3}, {"a": [4, 5], "n": -6}]}, TWO_IN)
+    np.testing.assert_array_equal(decoded.inputs["a"], [[1, 2], [4, 5]])
+    np.testing.assert_array_equal(decoded.inputs["n"], np.array([3, -6], np.int8))
+    with pytest.raises(InputError, match="instance 1 has no input 'n'"):
+        _decode({"instances": [{"a": [1, 2], "n": 3}, {"a": [4, 5]}]}, TWO_IN)
+    with pytest.raises(InputError, match="give each instance as an object naming them"):
+        _decode({"instances": [[1, 2]]}, TWO_IN)
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ({"instances": []}, "a non-empty array with one entry per row"),
+        ({"rows": [[1]]}, "a non-empty array with one entry per row"),
+        ([[1, 2]], "a non-empty array with one entry per row"),
+        ({"instances": [[[1, 2], [3]]]}, "must be a flat or regularly nested array"),
+        ({"instances": [[[1, 2]]]}, r"shape \[1, 1, 2\] does not fit the model's \[-1, 2, 2\]"),
+        ({"instances": [[["a", "b"], ["c", "d"]]]}, "holds strings"),
+        (
+            {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2, 2], "data": [1] * 4}]},
+            r"Open Inference Protocol \(v2\) request; send it to /v2/models/\{name\}/infer",
+        ),
+    ],
+)
+def test_bad_rows_get_the_oip_messages(doc: object, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        _decode(doc)
+
+
+def test_more_rows_than_the_limit_is_413() -> None:
+    with pytest.raises(PayloadTooLargeError):
+        _decode({"instances": [[[0, 0], [0, 0]]] * 9})
+
+
+@pytest.mark.parametrize("body", [b"{oops", b'{"instances": [[[1, 2], [3, NaN]]]}'])
+def test_not_json_is_a_clear_400(body: bytes) -> None:
+    with pytest.raises(InputError, match="not valid JSON"):
+        decode_predict_request(body, inputs=ONE_IN, outputs=ONE_OUT, max_rows=8)
+
+
+def test_predictions_are_one_entry_per_row() -> None:
+    y = np.array([[0.5, 1.0], [2.0, -3.25]], np.float32)
+    assert orjson.loads(encode_predict_response({"y": y}, ONE_OUT)) == {
+        "predictions": [[0.5, 1.0], [2.0, -3.25]]
+    }
+    b = np.array([1.00390625, 3.0], np.float32)  # 1 + 2**-8 rounds to 1.0 in bfloat16
+    assert orjson.loads(encode_predict_response({"y": y, "b": b}, TWO_OUT)) == {
+        "predictions": [{"y": [0.5, 1.0], "b": 1.0}, {"y": [2.0, -3.25], "b": 3.0}]
+    }
