@@ -13,9 +13,11 @@ Routes: ``GET /v2/health/live``, ``GET /v2/health/ready``, ``GET /v2``, ``GET /v
 (Triton's model configuration and statistics extensions, :mod:`torchplace.serve.triton`),
 ``GET /v2/models/stats``, ``GET /metrics`` (Prometheus, every model's series), ``GET
 /v2/openapi.json`` and Triton's repository extension (``POST /v2/repository/index``,
-``.../models/{name}/load`` and ``/unload``, :mod:`torchplace.serve.reload`).
+``.../models/{name}/load`` and ``/unload``, :mod:`torchplace.serve.reload`); KServe's V1
+protocol beside them (``POST /v1/models/{name}:predict``, :mod:`torchplace.serve.protocol_v1`,
+``GET /v1/models[/{name}]`` and ``GET /``, its liveness probe). Every GET route answers HEAD.
 Errors are ``{"error": "..."}`` with the statuses of the design's error table. With a bearer
-token configured every route but the two health probes needs ``Authorization: Bearer TOKEN``.
+token configured every route but the health probes needs ``Authorization: Bearer TOKEN``.
 """
 
 from __future__ import annotations
