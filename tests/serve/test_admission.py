@@ -317,6 +317,40 @@ def test_a_grpc_stream_that_ends_while_its_request_is_queued_is_never_computed(
     assert gate.seen == [1.0]
 
 
+def test_a_grpc_stream_that_does_not_read_is_held_to_its_window(
+    gated: tuple[ServerThread, Engine, Gate],
+) -> None:
+    grpc = pytest.importorskip("grpc")
+    from torchplace.serve.grpc_server import STREAM_WINDOW
+    from torchplace.serve.proto import grpc_service_pb2 as pb
+
+    thread, engine, gate = gated
+    holder = _hold_over_http(thread, gate)
+    sent = STREAM_WINDOW + 40
+
+    def requests() -> Iterator[bytes]:
+        for index in range(sent):
+            request = pb.ModelInferRequest(model_name="test-model", id=str(index))
+            request.inputs.add(name="input", datatype="FP32", shape=[1, 4])
+            request.raw_input_contents.append(np.full(4, 3.0, np.float32).tobytes())
+            yield request.SerializeToString()
+
+    with grpc.insecure_channel(f"127.0.0.1:{thread.grpc_port}") as channel:
+        stream = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
+        answers = stream(requests(), timeout=60)
+        end = time.monotonic() + 10
+        while engine._queue_depth() < STREAM_WINDOW:
+            assert time.monotonic() < end, f"only {engine._queue_depth()} requests queued"
+            time.sleep(0.01)
+        time.sleep(0.2)  # time to queue more, were the stream read further
+        assert engine._queue_depth() == STREAM_WINDOW
+        gate.open.set()
+        got = [pb.ModelStreamInferResponse.FromString(a) for a in answers]
+    holder.join(10)
+    assert sorted(int(a.infer_response.id) for a in got) == list(range(sent))
+    assert not any(a.error_message for a in got)
+
+
 def test_overload_over_http_is_503_with_retry_after_and_nothing_else(
     gated: tuple[ServerThread, Engine, Gate],
 ) -> None:

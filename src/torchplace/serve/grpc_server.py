@@ -78,6 +78,8 @@ __all__ = ["SERVICE", "GrpcServer", "status_code"]
 logger = logging.getLogger("torchplace.serve")
 
 SERVICE = "inference.GRPCInferenceService"
+#: requests of one ModelStreamInfer stream in flight or answered but not yet sent
+STREAM_WINDOW = 128
 _STATUS: dict[int, grpc.StatusCode] = {
     400: grpc.StatusCode.INVALID_ARGUMENT,
     401: grpc.StatusCode.UNAUTHENTICATED,
@@ -360,8 +362,9 @@ class GrpcServer:
     ) -> AsyncIterator[bytes]:
         """ModelStreamInfer: every message on the stream is a ModelInfer, run as it arrives;
         answers come back as they finish (``infer_response.id`` tells which), a failed
-        request's as ``error_message``, and the stream goes on. Requests still running when
-        the stream ends are withdrawn."""
+        request's as ``error_message``, and the stream goes on. At most :data:`STREAM_WINDOW`
+        requests are in flight or unsent; requests still running when the stream ends are
+        withdrawn."""
         if self._token is not None:
             try:
                 self._check_auth(context)
@@ -369,6 +372,9 @@ class GrpcServer:
                 await context.abort(exc.code, str(exc))
         answers: asyncio.Queue[bytes | None] = asyncio.Queue()
         running: set[asyncio.Task[None]] = set()
+        # a request holds a slot until its answer is sent: a client that sends without reading
+        # is read no further once STREAM_WINDOW answers wait (HTTP/2 flow control holds it)
+        slots = asyncio.Semaphore(STREAM_WINDOW)
 
         async def one(data: bytes) -> None:
             answer = pb.ModelStreamInferResponse()
@@ -382,6 +388,7 @@ class GrpcServer:
 
         async def read() -> None:
             async for data in requests:
+                await slots.acquire()
                 task = asyncio.ensure_future(one(data))
                 running.add(task)
                 task.add_done_callback(running.discard)
@@ -393,6 +400,7 @@ class GrpcServer:
         try:
             while (answer := await answers.get()) is not None:
                 yield answer
+                slots.release()
             await reader  # its error, if any, ends the stream
         finally:
             for task in (reader, *running):
