@@ -352,3 +352,50 @@ def test_drain_refuses_new_grpc_inference_and_finishes_the_rest() -> None:
     finally:
         client.close()
         thread.stop()
+
+
+def _raw_request(arrays: dict[str, np.ndarray], request_id: str) -> bytes:
+    """A ModelInferRequest of ``arrays`` with raw contents, as tritonclient sends it."""
+    from torchplace.serve.proto import grpc_service_pb2 as pb
+
+    message = pb.ModelInferRequest(model_name=NAME, id=request_id)
+    for dt in ALL:
+        array = np.ascontiguousarray(arrays[dt])
+        message.inputs.add(name=f"in_{dt}", datatype=dt, shape=list(array.shape))
+        if dt == "BF16":  # the upper half of each float32
+            array = (array.view(np.uint32) >> 16).astype("<u2")
+        message.raw_input_contents.append(array.tobytes())
+    return message.SerializeToString()
+
+
+def test_a_stream_ends_when_the_server_drains_once_its_requests_are_answered() -> None:
+    """A drain would otherwise wait its whole timeout (60 s here) for an open stream."""
+    import grpc
+
+    from torchplace.serve.proto import grpc_service_pb2 as pb
+
+    thread = ServerThread(
+        test_config(model=MODEL, device="cpu", drain_grace_s=0.5, drain_timeout_s=60.0)
+    ).start(timeout=120)
+    request = _raw_request({dt: _rows(dt, 1, seed=11) for dt in ALL}, "before")
+    done = threading.Event()
+
+    def requests() -> Iterator[bytes]:
+        yield request
+        done.wait(120)  # the client keeps its side open past the call's deadline
+
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{thread.grpc_port}") as channel:
+            stream = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
+            answers = stream(requests(), timeout=40)
+            first = pb.ModelStreamInferResponse.FromString(next(answers))
+            assert (first.error_message, first.infer_response.id) == ("", "before")
+            stopper = threading.Thread(target=thread.stop)
+            stopper.start()
+            assert list(answers) == []  # ended by the server, with OK, before any timeout
+            done.set()
+            stopper.join(30)
+            assert not stopper.is_alive()
+    finally:
+        done.set()
+        thread.stop()

@@ -78,6 +78,8 @@ __all__ = ["SERVICE", "GrpcServer", "status_code"]
 logger = logging.getLogger("torchplace.serve")
 
 SERVICE = "inference.GRPCInferenceService"
+#: put on a stream's answer queue when the drain starts; compared by identity only
+_DRAINING = bytes(bytearray(b"draining"))
 #: requests of one ModelStreamInfer stream in flight or answered but not yet sent
 STREAM_WINDOW = 128
 _STATUS: dict[int, grpc.StatusCode] = {
@@ -142,6 +144,8 @@ class GrpcServer:
         self.port = 0
         self._token = b"Bearer " + token if token else None
         self._started = False
+        #: the answer queues of the open ModelStreamInfer streams (told when the drain starts)
+        self._streams: set[asyncio.Queue[bytes | None]] = set()
         self._server: grpc.aio.Server | None = None
         self._server_meta = pb.ServerMetadataResponse(
             name="torchplace", version=__version__, extensions=list(EXTENSIONS)
@@ -187,6 +191,8 @@ class GrpcServer:
         wait for the RPCs in flight within ``timeout`` seconds of the start."""
         deadline = time.monotonic() + timeout
         self.draining = True
+        for answers in self._streams:
+            answers.put_nowait(_DRAINING)  # a stream ends once its requests are answered
         if grace > 0:
             await asyncio.sleep(min(grace, timeout))
         if self._server is not None:
@@ -364,7 +370,7 @@ class GrpcServer:
         answers come back as they finish (``infer_response.id`` tells which), a failed
         request's as ``error_message``, and the stream goes on. At most :data:`STREAM_WINDOW`
         requests are in flight or unsent; requests still running when the stream ends are
-        withdrawn."""
+        withdrawn. When the server drains, the stream ends once its requests are answered."""
         if self._token is not None:
             try:
                 self._check_auth(context)
@@ -397,12 +403,17 @@ class GrpcServer:
             answers.put_nowait(None)
 
         reader = asyncio.ensure_future(read())
+        self._streams.add(answers)
         try:
             while (answer := await answers.get()) is not None:
-                yield answer
-                slots.release()
+                if answer is not _DRAINING:
+                    yield answer
+                    slots.release()
+                if self.draining and answers.empty() and all(t.done() for t in running):
+                    return  # drained: every request answered, the client goes elsewhere
             await reader  # its error, if any, ends the stream
         finally:
+            self._streams.discard(answers)
             for task in (reader, *running):
                 task.cancel()
 
