@@ -264,6 +264,40 @@ def test_timeout_parameter_and_header_answer_504_over_http(
     assert _errors(engine, "deadline") == 2
 
 
+def _until(check: Any, why: str) -> None:
+    """Wait (10 s at most) until ``check()`` is true."""
+    end = time.monotonic() + 10
+    while not check():
+        assert time.monotonic() < end, why
+        time.sleep(0.01)
+
+
+def _withdrawn_never_computed(
+    engine: Engine, gate: Gate, holder: threading.Thread, disconnect: Any
+) -> None:
+    """Once the request is queued, ``disconnect()``: it is removed, counted, never computed."""
+    _until(engine._queue_depth, "the request never reached the queue")
+    disconnect()
+    _until(lambda: _errors(engine, "cancelled"), "the disconnect was not noticed")
+    assert engine._queue_depth() == 0
+    gate.open.set()
+    holder.join(10)
+    assert gate.seen == [1.0]
+
+
+def _stream_request(value: float, request_id: str) -> bytes:
+    """One row of ``value`` as a serialized ModelInferRequest for test-model."""
+    from torchplace.serve.proto import grpc_service_pb2 as pb
+
+    request = pb.ModelInferRequest(model_name="test-model", id=request_id)
+    request.inputs.add(name="input", datatype="FP32", shape=[1, 4])
+    request.raw_input_contents.append(np.full(4, value, np.float32).tobytes())
+    return request.SerializeToString()
+
+
+_STREAM = "/inference.GRPCInferenceService/ModelStreamInfer"
+
+
 def test_a_client_that_disconnects_while_queued_is_never_computed(
     gated: tuple[ServerThread, Engine, Gate],
 ) -> None:
@@ -275,46 +309,18 @@ def test_a_client_that_disconnects_while_queued_is_never_computed(
         b"POST " + INFER.encode() + b" HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
         b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
     )
-    end = time.monotonic() + 10
-    while not engine._queue_depth():
-        assert time.monotonic() < end, "the request never reached the queue"
-        time.sleep(0.01)
-    raw.close()
-    while not _errors(engine, "cancelled"):
-        assert time.monotonic() < end, "the disconnect was not noticed"
-        time.sleep(0.01)
-    assert engine._queue_depth() == 0
-    gate.open.set()
-    holder.join(10)
-    assert gate.seen == [1.0]
+    _withdrawn_never_computed(engine, gate, holder, raw.close)
 
 
 def test_a_grpc_stream_that_ends_while_its_request_is_queued_is_never_computed(
     gated: tuple[ServerThread, Engine, Gate],
 ) -> None:
     grpc = pytest.importorskip("grpc")
-    from torchplace.serve.proto import grpc_service_pb2 as pb
-
     thread, engine, gate = gated
     holder = _hold_over_http(thread, gate)
-    request = pb.ModelInferRequest(model_name="test-model", id="queued")
-    request.inputs.add(name="input", datatype="FP32", shape=[1, 4])
-    request.raw_input_contents.append(np.full(4, 2.0, np.float32).tobytes())
     with grpc.insecure_channel(f"127.0.0.1:{thread.grpc_port}") as channel:
-        stream = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
-        call = stream(iter([request.SerializeToString()]))
-        end = time.monotonic() + 10
-        while not engine._queue_depth():
-            assert time.monotonic() < end, "the request never reached the queue"
-            time.sleep(0.01)
-        call.cancel()
-    while not _errors(engine, "cancelled"):
-        assert time.monotonic() < end, "the end of the stream was not noticed"
-        time.sleep(0.01)
-    assert engine._queue_depth() == 0
-    gate.open.set()
-    holder.join(10)
-    assert gate.seen == [1.0]
+        call = channel.stream_stream(_STREAM)(iter([_stream_request(2.0, "queued")]))
+        _withdrawn_never_computed(engine, gate, holder, call.cancel)
 
 
 def test_a_grpc_stream_that_does_not_read_is_held_to_its_window(
@@ -327,21 +333,10 @@ def test_a_grpc_stream_that_does_not_read_is_held_to_its_window(
     thread, engine, gate = gated
     holder = _hold_over_http(thread, gate)
     sent = STREAM_WINDOW + 40
-
-    def requests() -> Iterator[bytes]:
-        for index in range(sent):
-            request = pb.ModelInferRequest(model_name="test-model", id=str(index))
-            request.inputs.add(name="input", datatype="FP32", shape=[1, 4])
-            request.raw_input_contents.append(np.full(4, 3.0, np.float32).tobytes())
-            yield request.SerializeToString()
-
+    requests = (_stream_request(3.0, str(index)) for index in range(sent))
     with grpc.insecure_channel(f"127.0.0.1:{thread.grpc_port}") as channel:
-        stream = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
-        answers = stream(requests(), timeout=60)
-        end = time.monotonic() + 10
-        while engine._queue_depth() < STREAM_WINDOW:
-            assert time.monotonic() < end, f"only {engine._queue_depth()} requests queued"
-            time.sleep(0.01)
+        answers = channel.stream_stream(_STREAM)(requests, timeout=60)
+        _until(lambda: engine._queue_depth() >= STREAM_WINDOW, "the window never filled")
         time.sleep(0.2)  # time to queue more, were the stream read further
         assert engine._queue_depth() == STREAM_WINDOW
         gate.open.set()

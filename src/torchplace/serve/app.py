@@ -270,15 +270,8 @@ class App:
             denied = self._check_auth(request)
             if denied is not None:
                 return denied
-        if request.method != method and not (request.method == b"HEAD" and method == b"GET"):
-            allow = method + b", HEAD" if method == b"GET" else method
-            return error_response(
-                405,
-                f"{request.method.decode(errors='replace')} is not allowed on "
-                f"{_text(request.path)}; use {allow.decode()}",
-                [(b"allow", allow)],
-            )
-        return fn(request)
+        refused = _wrong_method(request, method)
+        return fn(request) if refused is None else refused
 
     def _check_auth(self, request: Request) -> Response | None:
         assert self._token is not None
@@ -306,9 +299,7 @@ class App:
                 request.path = path
                 return self.handle(request)
         if path == b"/":  # KServe V1's liveness probe, public as /v2/health/live is
-            if request.method not in (b"GET", b"HEAD"):
-                return error_response(405, "use GET on /", [(b"allow", b"GET, HEAD")])
-            return Response(200, b'{"status":"alive"}')
+            return _wrong_method(request, b"GET") or Response(200, b'{"status":"alive"}')
         if self._token is not None:
             denied = self._check_auth(request)
             if denied is not None:
@@ -332,14 +323,11 @@ class App:
         """KServe's V1 protocol: ``GET /v1/models``, ``GET /v1/models/{name}`` and
         ``POST /v1/models/{name}:predict``."""
         name, _, verb = _text(rest[0]).partition(":") if len(rest) == 1 else ("", "", "")
-        want = b"POST" if verb else b"GET"
         if len(rest) > 1 or verb not in ("", "predict"):
             return error_response(404, f"no route {_text(request.path)}")
-        if request.method != want and not (want == b"GET" and request.method == b"HEAD"):
-            allow = want + (b", HEAD" if want == b"GET" else b"")
-            return error_response(
-                405, f"use {allow.decode()} on {_text(request.path)}", [(b"allow", allow)]
-            )
+        refused = _wrong_method(request, b"POST" if verb else b"GET")
+        if refused is not None:
+            return refused
         if not rest:
             return Response(200, orjson.dumps({"models": self.registry.names()}))
         if verb:
@@ -645,6 +633,19 @@ class App:
                 response.status, time.perf_counter() - started, device or None
             )
         return response
+
+
+def _wrong_method(request: Request, method: bytes) -> Response | None:
+    """The 405 for a request whose method is not ``method`` (HEAD goes where GET does)."""
+    if request.method == method or (request.method == b"HEAD" and method == b"GET"):
+        return None
+    allow = method + b", HEAD" if method == b"GET" else method
+    return error_response(
+        405,
+        f"{request.method.decode(errors='replace')} is not allowed on "
+        f"{_text(request.path)}; use {allow.decode()}",
+        [(b"allow", allow)],
+    )
 
 
 def _abandon(work: asyncio.Future[Any], answer: asyncio.Future[Response]) -> None:

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from torchplace.errors import InputError
 from torchplace.models import TensorSpec
@@ -37,7 +38,7 @@ from torchplace.serve.protocol import (
     _same_rows,
 )
 
-__all__ = ["decode_infer_request", "encode_infer_response"]
+__all__ = ["decode_infer_request", "encode_infer_response", "parse_message"]
 
 #: OIP datatype -> the typed ``InferTensorContents`` field that may carry it
 _CONTENTS: dict[str, str] = {
@@ -53,6 +54,17 @@ _CONTENTS: dict[str, str] = {
     "FP32": "fp32_contents",
     "FP64": "fp64_contents",
 }
+
+
+def parse_message(message: Any, data: bytes) -> Any:
+    """``data`` parsed as a ``message`` (a protobuf class); InputError when it is not one."""
+    try:
+        return message.FromString(data)
+    except DecodeError as exc:
+        raise InputError(
+            f"the request is not a valid {message.DESCRIPTOR.full_name} message ({exc}); "
+            "build it from the protocol's .proto"
+        ) from None
 
 
 def decode_infer_request(

@@ -17,8 +17,9 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
-from google.protobuf.message import DecodeError
 
+from torchplace.errors import InputError
+from torchplace.serve.grpc_codec import parse_message
 from torchplace.serve.proto import health_pb2 as health
 
 __all__ = ["HEALTH", "NOT_SERVING", "SERVING", "health_handler"]
@@ -41,7 +42,11 @@ def health_handler(
         service = await _service(data, context)
         found = status(service)
         if found is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, _unknown(service))
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"unknown service {service!r}; ask for '' or 'inference.GRPCInferenceService' "
+                "(the server) or a model's name",
+            )
         answer: bytes = health.HealthCheckResponse(status=found).SerializeToString()
         return answer
 
@@ -68,17 +73,7 @@ def health_handler(
 async def _service(data: bytes, context: Any) -> str:
     """The service name a request asks about (INVALID_ARGUMENT when it does not parse)."""
     try:
-        name: str = health.HealthCheckRequest.FromString(data).service
-    except DecodeError as exc:
-        await context.abort(
-            grpc.StatusCode.INVALID_ARGUMENT,
-            f"the request is not a valid grpc.health.v1.HealthCheckRequest message ({exc})",
-        )
+        name: str = parse_message(health.HealthCheckRequest, data).service
+    except InputError as exc:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
     return name
-
-
-def _unknown(service: str) -> str:
-    return (
-        f"unknown service {service!r}; ask for '' or 'inference.GRPCInferenceService' (the "
-        "server) or a model's name"
-    )

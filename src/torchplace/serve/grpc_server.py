@@ -56,11 +56,20 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf import json_format
-from google.protobuf.message import DecodeError
 
 from torchplace import __version__
-from torchplace.errors import ConfigError, NotReadyError, OverloadedError, ServeError
-from torchplace.serve.grpc_codec import decode_infer_request, encode_infer_response
+from torchplace.errors import (
+    ConfigError,
+    InputError,
+    NotReadyError,
+    OverloadedError,
+    ServeError,
+)
+from torchplace.serve.grpc_codec import (
+    decode_infer_request,
+    encode_infer_response,
+    parse_message,
+)
 from torchplace.serve.grpc_health import NOT_SERVING, SERVING, health_handler
 from torchplace.serve.proto import grpc_service_pb2 as pb
 from torchplace.serve.proto import model_config_pb2 as config_pb
@@ -384,12 +393,14 @@ class GrpcServer:
 
         async def one(data: bytes) -> None:
             answer = pb.ModelStreamInferResponse()
+            request = None
             try:
                 request = _parsed(pb.ModelInferRequest, data)
-                answer.infer_response.id = request.id
                 answer.infer_response.CopyFrom(await self._answer(request, context))
             except _Abort as exc:
                 answer.error_message = str(exc)
+                if request is not None:  # which request failed
+                    answer.infer_response.id = request.id
             answers.put_nowait(answer.SerializeToString())
 
         async def read() -> None:
@@ -479,13 +490,9 @@ class GrpcServer:
 def _parsed(message: Any, data: bytes) -> Any:
     """``data`` parsed as a ``message``; INVALID_ARGUMENT when it is not one."""
     try:
-        return message.FromString(data)
-    except DecodeError as exc:
-        raise _Abort(
-            grpc.StatusCode.INVALID_ARGUMENT,
-            f"the request is not a valid {message.DESCRIPTOR.full_name} message ({exc}); "
-            "build it from the protocol's .proto (grpc_service.proto)",
-        ) from None
+        return parse_message(message, data)
+    except InputError as exc:
+        raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
 
 
 class _GrpcMetrics:

@@ -85,9 +85,6 @@ class Request:
     body: bytes
     keep_alive: bool
     received: float
-    #: the request asked for ``Connection: keep-alive`` by name (an HTTP/1.0 client keeps
-    #: the connection only when the answer says so too)
-    asked_keep_alive: bool = False
 
 
 @dataclass(slots=True)
@@ -296,9 +293,8 @@ class _Connection(asyncio.Protocol):
             query,
             self._headers,
             body,
-            keep_alive := parser.should_keep_alive(),
+            parser.should_keep_alive(),
             self._reading_since,
-            keep_alive and self._headers.get(b"connection", b"").lower() == b"keep-alive",
         )
         self._url = b""
         self._headers = {}
@@ -414,7 +410,8 @@ class _Connection(asyncio.Protocol):
             head += (name, b": ", value, b"\r\n")
         if close:
             head.append(b"connection: close\r\n")
-        elif request.asked_keep_alive:
+        elif request.headers.get(b"connection", b"").lower() == b"keep-alive":
+            # said back: an HTTP/1.0 client keeps the connection only when the answer says so
             head.append(b"connection: keep-alive\r\n")
         head.append(b"\r\n")
         if request.method != b"HEAD":  # a HEAD answer is the GET's head, without its body

@@ -33,6 +33,7 @@ __all__ = [
     "WIRE_DTYPES",
     "InferRequest",
     "RequestedOutput",
+    "bf16_values",
     "decode_infer_request",
     "encode_infer_response",
     "model_metadata",
@@ -577,6 +578,14 @@ def _bf16_bits(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return rounded
 
 
+def bf16_values(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """The numbers a bfloat16 holds for ``array``'s values, as float32 of the same shape (what
+    a JSON answer carries for a BF16 output)."""
+    bits = _bf16_bits(array).astype(np.uint32) << 16
+    values: np.ndarray[Any, Any] = bits.view(np.float32).reshape(array.shape)
+    return values
+
+
 def encode_infer_response(
     *,
     model_name: str,
@@ -605,7 +614,7 @@ def encode_infer_response(
             entry["parameters"] = {"binary_data_size": len(raw)}
             chunks.append(raw)
         elif datatype == "BF16":  # the numbers a bfloat16 holds, like the binary form
-            entry["data"] = (_bf16_bits(array).reshape(-1).astype(np.uint32) << 16).view(np.float32)
+            entry["data"] = bf16_values(array).reshape(-1)
         else:
             entry["data"] = array.ravel()  # a view when contiguous
         entries.append(entry)

@@ -22,7 +22,7 @@ import orjson
 
 from torchplace.errors import InputError
 from torchplace.models import TensorSpec
-from torchplace.serve.protocol import InferRequest, _bf16_bits, decode_infer_request
+from torchplace.serve.protocol import InferRequest, bf16_values, decode_infer_request
 
 __all__ = ["decode_predict_request", "encode_predict_response"]
 
@@ -114,8 +114,4 @@ def _shape(column: list[Any]) -> list[int]:
 
 
 def _plain(array: np.ndarray[Any, Any], datatype: str) -> np.ndarray[Any, Any]:
-    if datatype == "BF16":
-        bits = _bf16_bits(array).astype(np.uint32) << 16
-        numbers: np.ndarray[Any, Any] = bits.view(np.float32).reshape(array.shape)
-        return numbers
-    return np.ascontiguousarray(array)
+    return bf16_values(array) if datatype == "BF16" else np.ascontiguousarray(array)
