@@ -12,7 +12,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from torchplace.lint.provenance.loops import calls_backward, has_own_batch_loop
+from torchplace.lint.provenance.loops import (
+    branch_trains,
+    calls_backward,
+    has_own_batch_loop,
+    rare_test,
+)
 from torchplace.lint.provenance.values import _FUNCTIONS, _LOOPS, Fact
 
 if TYPE_CHECKING:
@@ -111,6 +116,8 @@ def _from_callers(
             for loop in loops
             if (k := callers.loop_kind(loop, scope)) is not None and k[0] == "batch"
         ]
+        if _in_rare_branch(loops, batch):
+            continue  # `if step % eval_every == 0: evaluate(...)`: not once per batch
         caller = getattr(scope, "name", "<module>")
         where_file = "" if callers is facts else f" of {os.path.basename(callers.path)}"
         if batch:
@@ -137,8 +144,20 @@ def _from_callers(
     return PerBatch(how, seeds, trains) if how is not None else None
 
 
+def _rare_branch(stmt: ast.stmt) -> bool:
+    return isinstance(stmt, ast.If) and rare_test(stmt.test) and not branch_trains(stmt)
+
+
+def _in_rare_branch(enclosing: tuple[ast.AST, ...], batch: list[ast.AST]) -> bool:
+    """A rare branch (``if step % n == 0:``) inside the innermost batch loop (or anywhere,
+    when the caller runs per batch itself) holds the call."""
+    start = enclosing.index(batch[-1]) + 1 if batch else 0
+    return any(isinstance(node, ast.If) for node in enclosing[start:])
+
+
 def calls_in(facts: FileFacts, name: str) -> list[tuple[ast.AST, ast.Call, tuple[ast.AST, ...]]]:
-    """Calls of ``name(...)``/``x.name(...)`` in a file: ``[(scope, call, enclosing loops)]``.
+    """Calls of ``name(...)``/``x.name(...)`` in a file: ``[(scope, call, enclosing loops)]``
+    (the enclosing loops, outermost first, and the branches taken on few steps among them).
 
     Found from the text first: only statements whose lines hold ``name(`` are entered.
     """
@@ -172,7 +191,7 @@ def _find_calls(
         if isinstance(stmt, ast.ClassDef):
             _find_calls(stmt.body, scope, (), name, hits, found)
             continue
-        inner = (*loops, stmt) if isinstance(stmt, _LOOPS) else loops
+        inner = (*loops, stmt) if isinstance(stmt, _LOOPS) or _rare_branch(stmt) else loops
         nested = False
         for field in ("body", "orelse", "finalbody"):
             block = getattr(stmt, field, None)

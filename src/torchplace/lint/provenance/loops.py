@@ -12,6 +12,7 @@ from torchplace.lint.provenance.values import (
     _COMPS,
     _LOOPS,
     _SCOPES,
+    Fact,
     LoopKind,
     _device_helper,
     _device_target,
@@ -26,7 +27,14 @@ from torchplace.lint.provenance.values import (
 if TYPE_CHECKING:
     from torchplace.lint.provenance.files import FileFacts
 
-__all__ = ["calls_backward", "classify", "has_own_batch_loop", "moves_some"]
+__all__ = [
+    "branch_trains",
+    "calls_backward",
+    "classify",
+    "has_own_batch_loop",
+    "moves_some",
+    "rare_test",
+]
 
 # Iterating these yields parameters, buffers or state: a conversion pass, not batches.
 _STATE_ITERS = ("state_dict", "parameters", "buffers", "named_", "modules", "children")
@@ -112,9 +120,13 @@ def _parts(loop: ast.AST) -> tuple[list[ast.expr], list[ast.AST], set[str]] | No
 def _iterates_device(
     facts: FileFacts, iters: list[ast.expr], scope: ast.AST
 ) -> tuple[LoopKind, str] | None:
-    """A loop over a device value: its rows (a tensor) or its items (a list of tensors)."""
+    """A loop over a device value: its rows (a tensor) or its items (a list of tensors); or
+    over what a helper built for the device (``create_loader(ds, device=device)``): batches."""
     for it in iters:
         fact = facts.fact(it, scope)
+        if fact is not None and fact.on_device and _loader_for_device(fact, facts.segment(it)):
+            what = _short(facts.segment(it), 32)
+            return "batch", f"it iterates `{what}`, built for the device ({fact.describe()})"
         if fact is not None and fact.on_device:
             return (
                 "items" if fact.many else "rows",
@@ -122,6 +134,15 @@ def _iterates_device(
                 + (fact.describe()),
             )
     return None
+
+
+def _loader_for_device(fact: Fact, text: str) -> bool:
+    """A loader a call built for the device (``create_loader(ds, device=device)``), not a
+    tensor the code moved: what it yields are batches, not rows."""
+    if fact.many or fact.move is None or not fact.move.startswith("placed by"):
+        return False
+    words = f"{text} {fact.source}".lower()
+    return any(word in words for word in _BATCH_WORDS)
 
 
 def _updates_device(
@@ -256,3 +277,41 @@ _BATCH_WORDS = ("loader", "dataset", "batch")
 
 def calls_backward(loop: ast.AST) -> bool:
     return any(isinstance(sub, ast.Attribute) and sub.attr == "backward" for sub in ast.walk(loop))
+
+
+_RARE_WORDS = ("log", "every", "interval", "verbose", "debug", "print_freq", "freq")
+
+
+def rare_test(test: ast.expr) -> bool:
+    """A branch test that holds on few steps: ``step % every == 0``, ``i == 0``, ``n < 10``, or
+    one naming logging or debugging (``if args.verbose:``), or ``and`` with one of these
+    (``plots and i < 3``)."""
+    if (
+        isinstance(test, ast.BoolOp)
+        and isinstance(test.op, ast.And)
+        and any(rare_test(value) for value in test.values)
+    ):
+        return True
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        right = test.comparators[0]
+        if isinstance(right, ast.Constant) and isinstance(right.value, int):
+            op = test.ops[0]
+            if isinstance(op, ast.Eq) or (isinstance(op, (ast.Lt, ast.LtE)) and right.value <= 100):
+                return not isinstance(test.left, ast.Call)  # `len(x) == 0` tests data
+    for sub in ast.walk(test):
+        if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Mod):
+            return True
+        text = sub.id if isinstance(sub, ast.Name) else getattr(sub, "attr", "")
+        if any(word in text.lower() for word in _RARE_WORDS):
+            return True
+    return False
+
+
+def branch_trains(branch: ast.If) -> bool:
+    """The branch runs a training step itself (``backward``, an optimizer ``step``): every N
+    steps is then how often it trains, and its reads are per step of that training."""
+    return any(
+        isinstance(sub, ast.Attribute) and sub.attr in {"backward", "step"}
+        for stmt in branch.body
+        for sub in ast.walk(stmt)
+    )

@@ -190,11 +190,17 @@ def _device_target(call: ast.Call) -> ast.expr | None:
 
 
 def _is_cpu(node: ast.expr | None) -> bool:
+    """``"cpu"``, ``torch.device("cpu")``, or a variable named for the CPU (``cpu_device``,
+    ``self._cpu_device``): a move there is a copy to the host, not to an accelerator."""
     if isinstance(node, ast.Constant):
         return node.value == "cpu"
     if isinstance(node, ast.Call) and node.args:  # torch.device("cpu")
         return _is_cpu(node.args[0])
-    return False
+    text = dotted_name(node) if node is not None else None
+    if text is None:
+        return False
+    words = text.rsplit(".", 1)[-1].lower().split("_")
+    return "cpu" in words and not {"gpu", "cuda", "or", "if"} & set(words)
 
 
 def is_device_expr(node: ast.expr) -> bool:

@@ -2,8 +2,9 @@
 on the default device whatever the input's device.
 
 A factory is left alone when it is given ``device=``/``out=``, draws a host scalar
-(``torch.rand(1)``), builds a 0-dim or empty tensor, is read back or tested on the host, or is
-moved to a device in the statements after it.
+(``torch.rand(1)``), builds a 0-dim or empty tensor, is read back or tested on the host, is
+moved to a device in the statements after it, or sits in a test (a stand-in model runs where
+the test does).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import ast
 
 from torchplace.lint.base import Context, Rule, Scope, has_star_kwargs, keyword, names_in
+from torchplace.lint.rules.facts import in_test
 
 __all__ = ["FACTORY", "check_factory"]
 
@@ -242,7 +244,7 @@ def _inside(node: ast.expr, outer: ast.expr) -> bool:
 def check_factory(call: ast.Call, ctx: Context, name: str, method: Scope) -> None:
     """TPL103 for a call of the factory ``name`` inside ``method`` of an ``nn.Module``."""
     assert method.cls is not None
-    if method.name not in _forward_reachable(method.cls):
+    if method.name not in _forward_reachable(method.cls) or in_test(ctx):
         return
     if method.name != "forward" and (not _takes_tensor(method) or _static(method)):
         return  # a helper given no tensor, or a static one, leaves placement to its caller

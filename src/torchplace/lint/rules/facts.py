@@ -10,7 +10,8 @@ import ast
 import re
 
 from torchplace.lint.base import Context, Scope, call_name, keyword, names_in
-from torchplace.lint.provenance.values import FACTORY_NAMES
+from torchplace.lint.provenance.loops import branch_trains, rare_test
+from torchplace.lint.provenance.values import FACTORY_NAMES, _is_cpu
 from torchplace.lint.provenance.values import moves_to_device as _moves_to_device
 
 __all__ = [
@@ -340,7 +341,7 @@ def _over_loader(loop: ast.AST) -> bool:
 
 def _to_cpu(call: ast.Call) -> bool:
     target = call.args[0] if call.args else getattr(keyword(call, "device"), "value", None)
-    return isinstance(target, ast.Constant) and target.value == "cpu"
+    return _is_cpu(target)
 
 
 def in_periodic_branch(ctx: Context) -> bool:
@@ -350,37 +351,18 @@ def in_periodic_branch(ctx: Context) -> bool:
     for parent in reversed(ctx.parents):
         if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)):
             return False
-        if isinstance(parent, ast.If) and _rare_test(parent.test, ctx) and not _trains(parent):
+        if (
+            isinstance(parent, ast.If)
+            and _rare_test(parent.test, ctx)
+            and not branch_trains(parent)
+        ):
             return True
     return False
 
 
-def _trains(branch: ast.If) -> bool:
-    """The branch runs a training step itself (``backward``, an optimizer ``step``): every N
-    steps is then how often it trains, and its reads are per step of that training."""
-    return any(
-        isinstance(sub, ast.Attribute) and sub.attr in {"backward", "step"}
-        for stmt in branch.body
-        for sub in ast.walk(stmt)
-    )
-
-
-_RARE_WORDS = ("log", "every", "interval", "verbose", "debug", "print_freq", "freq")
-
-
 def _rare_test(test: ast.expr, ctx: Context) -> bool:
-    if isinstance(test, ast.Compare) and len(test.ops) == 1:
-        right = test.comparators[0]
-        if isinstance(right, ast.Constant) and isinstance(right.value, int):
-            op = test.ops[0]
-            if isinstance(op, ast.Eq) or (isinstance(op, (ast.Lt, ast.LtE)) and right.value <= 100):
-                return not isinstance(test.left, ast.Call)  # `len(x) == 0` tests data
-    for sub in ast.walk(test):
-        if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Mod):
-            return True
-        text = sub.id if isinstance(sub, ast.Name) else getattr(sub, "attr", "")
-        if any(word in text.lower() for word in _RARE_WORDS):
-            return True
+    if rare_test(test):
+        return True
     flag = test.operand if isinstance(test, ast.UnaryOp) else test
     if not isinstance(flag, ast.Name):
         return False

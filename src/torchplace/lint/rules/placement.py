@@ -96,6 +96,7 @@ def _call(call: ast.Call, ctx: Context) -> None:
         and isinstance(func, ast.Attribute)
         and func.attr == "cuda"
         and ctx.qualname(func) is None  # not torch.cuda itself
+        and not _follows_tensor(call)
     ):
         assert method.cls is not None
         ctx.report(
@@ -106,7 +107,7 @@ def _call(call: ast.Call, ctx: Context) -> None:
         )
         return
     literal = _device_literal(device_argument(call, ctx))
-    if literal is not None:
+    if literal is not None and not _queried(ctx):
         if method is not None:
             assert method.cls is not None
             ctx.report(
@@ -144,6 +145,27 @@ def _call(call: ast.Call, ctx: Context) -> None:
     name = ctx.call_qualname(call)
     if name in FACTORIES and method is not None:
         check_factory(call, ctx, name, method)
+
+
+def _follows_tensor(call: ast.Call) -> bool:
+    """``w.cuda(x.device)``: onto the device of a tensor that is already there."""
+    target = call.args[0] if call.args else getattr(keyword(call, "device"), "value", None)
+    return isinstance(target, ast.Attribute) and target.attr == "device"
+
+
+_QUERIES = ("get_", "mem_get_info", "max_memory", "memory_", "is_", "can_", "utilization")
+
+
+def _queried(ctx: Context) -> bool:
+    """``torch.cuda.get_device_properties(torch.device("cuda"))``: the device is asked about,
+    nothing is placed on it."""
+    for parent in reversed(ctx.parents):
+        if isinstance(parent, ast.Call):
+            name = ctx.call_qualname(parent) or ""
+            return name.startswith("torch.cuda.") and name.rsplit(".", 1)[-1].startswith(_QUERIES)
+        if isinstance(parent, ast.stmt):
+            return False
+    return False
 
 
 def _fallback_path(ctx: Context) -> bool:

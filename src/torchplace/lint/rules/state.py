@@ -126,14 +126,29 @@ _REGISTER = frozenset(
 )
 
 
+def _is_register(call: ast.AST) -> bool:
+    if not isinstance(call, ast.Call):
+        return False
+    func = call.func
+    return (isinstance(func, ast.Attribute) and func.attr in _REGISTER) or (
+        isinstance(func, ast.Name) and func.id in _REGISTER
+    )
+
+
 def _registered_later(cls: Scope) -> set[str]:
-    """Attributes the class registers after all: ``self.x = nn.ModuleList(self.x)``, or
-    ``for i, m in enumerate(self.x): self.add_module(str(i), m)``."""
+    """Attributes the class registers after all: ``self.x = nn.ModuleList(self.x)``,
+    ``for i, m in enumerate(self.x): self.add_module(str(i), m)``, or each element as it is
+    added (``self.add_module(name, self.x[-1])``)."""
     cached: set[str] | None = cls.cache.get("registered-later")
     if cached is not None:
         return cached
     found: set[str] = set()
     for sub in ast.walk(cls.node):
+        if isinstance(sub, ast.Call) and _is_register(sub):
+            for arg in sub.args[1:]:
+                attr = _self_attr(arg.value) if isinstance(arg, ast.Subscript) else None
+                if attr is not None:
+                    found.add(attr)
         if isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Call):
             for target in sub.targets:
                 attr = _self_attr(target)
@@ -143,15 +158,7 @@ def _registered_later(cls: Scope) -> set[str]:
                     found.add(attr)
         elif isinstance(sub, (ast.For, ast.AsyncFor)):
             iterated = {_self_attr(n) for n in ast.walk(sub.iter)} - {None}
-            if iterated and any(
-                isinstance(n, ast.Call)
-                and (
-                    (isinstance(n.func, ast.Attribute) and n.func.attr in _REGISTER)
-                    or (isinstance(n.func, ast.Name) and n.func.id in _REGISTER)
-                )
-                for stmt in sub.body
-                for n in ast.walk(stmt)
-            ):
+            if iterated and any(_is_register(n) for stmt in sub.body for n in ast.walk(stmt)):
                 found.update(a for a in iterated if a is not None)
     cls.cache["registered-later"] = found
     return found

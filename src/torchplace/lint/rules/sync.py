@@ -86,6 +86,8 @@ def _call(call: ast.Call, ctx: Context) -> None:
         loops = ctx.loops()
         if not loops or any(_times_each_step(loop, ctx) for loop in loops) or in_test(ctx):
             return  # timing each step, or a test making failures surface at the right step
+        if in_periodic_branch(ctx):
+            return  # `if step % log_every == 0:`: once every N steps, not every step
         ctx.report(
             SYNCHRONIZE_IN_LOOP.code,
             call,
@@ -223,12 +225,26 @@ def _flows_to_output(scope: ast.AST, names: set[str]) -> bool:
                     tainted |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
             elif isinstance(sub, (ast.For, ast.comprehension)) and _mentions(sub.iter, tainted):
                 tainted |= {n.id for n in ast.walk(sub.target) if isinstance(n, ast.Name)}
+            else:
+                tainted |= _collector(sub, tainted)
     return any(
         isinstance(sub, ast.Call)
         and _writes(sub)
         and any(_mentions(arg, tainted) for arg in [*sub.args, *(k.value for k in sub.keywords)])
         for sub in nodes
     )
+
+
+def _collector(node: ast.AST, names: set[str]) -> set[str]:
+    """``rows.append(x)`` with ``x`` in ``names``: ``{"rows"}``, the list now holds it."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in {"append", "extend"}
+        and any(_mentions(arg, names) for arg in node.args)
+    ):
+        return {n.id for n in ast.walk(node.func.value) if isinstance(n, ast.Name)}
+    return set()
 
 
 def _mentions(node: ast.AST, names: set[str]) -> bool:
