@@ -105,15 +105,19 @@ def command(
     interval_ms: int,
     max_trials: int,
     stability: int,
+    shared_memory: str = "none",
 ) -> list[str]:
     """perf_analyzer's arguments: one row per request, zeros as input, ``concurrency`` as
-    ``START:END:STEP``, binary tensors both ways over HTTP (its default, said explicitly)."""
+    ``START:END:STEP``, binary tensors both ways over HTTP (its default, said explicitly);
+    ``shared_memory="system"``: tensors through system shared memory instead."""
     args = ["-m", model, "-u", address, "-i", protocol, "-b", "1",
             "--concurrency-range", concurrency, "-p", str(interval_ms),
             "--max-trials", str(max_trials), "--input-data", "zero",
             "--stability-percentage", str(stability)]  # fmt: skip
     if protocol == "http":
         args += ["--input-tensor-format", "binary", "--output-tensor-format", "binary"]
+    if shared_memory != "none":
+        args += ["--shared-memory", shared_memory]
     return args
 
 

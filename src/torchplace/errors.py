@@ -25,6 +25,9 @@ it.
         │   └── InsufficientMemoryError 409: the load would not fit in the device's free memory
         ├── ModelControlError         403: load/unload refused by the model control mode
         ├── PayloadTooLargeError      413: the body is over the limit
+        ├── SharedMemoryError         400: a shared-memory region that cannot be registered or used
+        │   ├── SharedMemoryDisabledError 403: client shared memory is off (--allow-client-shm)
+        │   └── SharedMemoryNotFoundError 404: no region of that name is registered
         ├── UnsupportedMediaTypeError 415: a content type or encoding the server does not take
         ├── OverloadedError           503: the queue is full
         ├── DeadlineExceededError     504: the deadline passed while queued; never run
@@ -57,6 +60,9 @@ __all__ = [
     "PayloadTooLargeError",
     "PlacementError",
     "ServeError",
+    "SharedMemoryDisabledError",
+    "SharedMemoryError",
+    "SharedMemoryNotFoundError",
     "StateDictMismatchError",
     "TimingError",
     "TorchplaceError",
@@ -154,6 +160,24 @@ class PayloadTooLargeError(ServeError):
     """The request body is over the configured limit."""
 
     status = 413
+
+
+class SharedMemoryError(ServeError):
+    """A shared-memory region that cannot be registered, or a request's use of one."""
+
+    status = 400
+
+
+class SharedMemoryDisabledError(SharedMemoryError):
+    """Client shared memory is off (the server runs without ``--allow-client-shm``)."""
+
+    status = 403
+
+
+class SharedMemoryNotFoundError(SharedMemoryError):
+    """No shared-memory region of that name is registered."""
+
+    status = 404
 
 
 class UnsupportedMediaTypeError(InputError):

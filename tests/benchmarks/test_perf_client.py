@@ -40,6 +40,12 @@ def test_the_command_sends_one_row_and_binary_tensors_over_http() -> None:
         stability=100,
     )  # fmt: skip
     assert "--input-tensor-format" not in grpc  # perf_analyzer refuses it over gRPC
+    assert "--shared-memory" not in grpc
+    shm = perf_client.command(
+        "wide-mlp", "127.0.0.1:8001", "grpc", "32:32:1", interval_ms=1000, max_trials=6,
+        stability=100, shared_memory="system",
+    )  # fmt: skip
+    assert shm[-2:] == ["--shared-memory", "system"]
 
 
 def test_the_summary_reads_throughput_count_and_latencies_in_ms() -> None:

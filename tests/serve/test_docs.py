@@ -25,7 +25,8 @@ def test_the_python_examples_of_docs_serve_run(
     monkeypatch.chdir(tmp_path)  # the examples write files (model.pt2)
     blocks = _blocks()
     assert len(blocks) >= 2, "docs/serve.md lost its python examples"
-    with ServerThread(test_config(device="cpu")) as server:
+    # the shared-memory example needs --allow-client-shm
+    with ServerThread(test_config(device="cpu", allow_client_shm=True)) as server:
         for block in blocks:
             code = block.replace("127.0.0.1:8000", f"127.0.0.1:{server.port}")
             if "127.0.0.1:8001" in code:  # the gRPC example

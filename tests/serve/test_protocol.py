@@ -233,7 +233,7 @@ BAD_REQUESTS: list[tuple[str, bytes, dict[str, Any], str]] = [
         "shm input",
         _json_body([seed_input(parameters={"shared_memory_region": "r"})]),
         {},
-        "shared-memory",
+        "'shared_memory_region' and also 'data'",
     ),
     (
         "binary size without header",

@@ -15,6 +15,7 @@ What each module is for, along the path of a request:
 ``repository``  the model repository on disk: config.toml per model, numbered versions
 ``memory``      the memory check before a load (weights + activation peak vs free/budget)
 ``protocol``    the OIP codec: request bodies to validated arrays, outputs to response bodies
+``shm``         Triton's system shared memory: client regions mapped, tensors read and written
 ``messages``    the OIP messages as JSON Schema
 ``openapi``     the ``/v2/openapi.json`` document, derived from ``routes`` and ``messages``
 ``grpc_server`` the same protocol over gRPC (grpc.aio, on the same loop, into the same engine)

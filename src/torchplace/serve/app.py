@@ -51,8 +51,9 @@ from torchplace.serve.http import Answer, HttpServer, Request, Response, error_r
 from torchplace.serve.metrics import merged_text
 from torchplace.serve.registry import ModelHandle
 from torchplace.serve.repository import inline_config, model_names
-from torchplace.serve.routes import MODEL, REPOSITORY, ROUTES
-from torchplace.serve.triton import EXTENSIONS, model_statistics
+from torchplace.serve.routes import MODEL, REPOSITORY, ROUTES, SHARED_MEMORY
+from torchplace.serve.shm import SharedMemoryRegions
+from torchplace.serve.triton import extensions, model_statistics
 
 if TYPE_CHECKING:
     from torchplace.serve.config import ServeConfig
@@ -67,6 +68,7 @@ _METRICS_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 _ACCEPTED_TYPES = (b"application/json", _BINARY, b"text/plain")
 _RETRY = [(b"retry-after", b"1")]
 _CLOSE_GRACE_S = 1.0  # after a drain, how long idle connections may still get a clean 503
+_SHM_KINDS = (b"systemsharedmemory", b"cudasharedmemory")
 
 
 class SubmittedLike(Protocol):
@@ -155,8 +157,10 @@ class App:
         self.grpc_port: int | None = None
         self._allow_nan = config.allow_nan
         self._metrics_on = config.metrics
+        #: the client shared-memory regions (REST and gRPC)
+        self.regions = SharedMemoryRegions(allowed=config.allow_client_shm)
         self._server_meta = protocol.server_metadata(
-            name="torchplace", version=__version__, extensions=EXTENSIONS
+            name="torchplace", version=__version__, extensions=extensions(config)
         )
         self._openapi: bytes | None = None
         self._routes, self._open = self._routing_table()
@@ -184,8 +188,8 @@ class App:
         for route in ROUTES:
             handler: Callable[..., Any] = getattr(self, route.handler)
             for template, _ in route.paths():
-                if template.startswith(REPOSITORY):
-                    continue  # any model name, loaded or not: parsed in _route_slow
+                if template.startswith((REPOSITORY, SHARED_MEMORY)):
+                    continue  # any model or region name: parsed in _route_slow
                 if MODEL not in template:
                     table[template.encode()] = (route.method.encode(), handler)
                     public.update([template.encode()] if route.public else [])
@@ -309,6 +313,8 @@ class App:
             return self._route_model(request, parts[3], parts[4:])
         if len(parts) >= 4 and parts[:3] == [b"", b"v2", b"repository"]:
             return self._repository(request, parts[3:])
+        if len(parts) >= 4 and parts[:2] == [b"", b"v2"] and parts[2] in _SHM_KINDS:
+            return self._shared_memory(request, parts[2] == b"cudasharedmemory", parts[3:])
         if parts[:3] == [b"", b"v1", b"models"]:
             return self._route_v1(request, [p for p in parts[3:] if p])
         if path.endswith(b"/") and path.rstrip(b"/") in self._routes:
@@ -366,16 +372,44 @@ class App:
         if request.method != b"POST":
             return error_response(405, f"use POST on {_text(request.path)}", [(b"allow", b"POST")])
         try:
-            body = orjson.loads(request.body) if request.body.strip() else {}
-        except orjson.JSONDecodeError as exc:
-            return error_response(400, f"the body is not JSON: {exc}; send a JSON object or none")
-        if not isinstance(body, dict):
-            return error_response(400, "the body must be a JSON object (or empty)")
+            body = _json_object(request.body)
+        except InputError as exc:
+            return error_response(400, str(exc))
         if rest == [b"index"]:
             return Response(200, orjson.dumps(self._index(bool(body.get("ready", False)))))
         if len(rest) == 3 and rest[0] == b"models" and rest[2] in (b"load", b"unload"):
             return self._control(_text(rest[1]), rest[2] == b"load", body)
         return error_response(404, f"no route {_text(request.path)}")
+
+    def _shared_memory(self, request: Request, cuda: bool, rest: list[bytes]) -> Response:
+        """The shared-memory extensions: ``[region/{name}/]status``, ``region/{name}/register``
+        and ``[region/{name}/]unregister`` (:mod:`torchplace.serve.shm`)."""
+        rest = rest[:-1] if len(rest) > 1 and rest[-1] == b"" else rest
+        name = _text(unquote_to_bytes(rest[1])) if len(rest) == 3 else None
+        action = rest[-1]
+        if (len(rest) == 3 and rest[0] != b"region") or len(rest) not in (1, 3) or (
+            action not in (b"status", b"register", b"unregister")
+        ) or (action == b"register" and name is None):  # fmt: skip
+            return error_response(404, f"no route {_text(request.path)}")
+        refused = _wrong_method(request, b"GET" if action == b"status" else b"POST")
+        if refused is not None:
+            return refused
+        regions = self.regions
+        try:
+            if action == b"status":
+                found = regions.cuda_status(name) if cuda else regions.status(name)
+                return Response(200, orjson.dumps(found))
+            if action == b"unregister":
+                regions.cuda_unregister() if cuda else regions.unregister(name)
+            elif cuda:
+                regions.cuda_register()
+            else:
+                body = _json_object(request.body)
+                regions.register(name or "", body.get("key"), body.get("offset", 0),
+                                 body.get("byte_size"))  # fmt: skip
+        except ServeError as exc:
+            return error_response(exc.status, str(exc))
+        return Response(200, b"")
 
     def _index(self, ready: bool) -> list[dict[str, str]]:
         root = self.config.model_repository
@@ -515,6 +549,7 @@ class App:
             max_rows=handle.max_request_rows,
             header_length=header_length,
             allow_nan=self._allow_nan,
+            regions=self.regions,
         )
 
     def _decode_v1(self, request: Request, handle: ModelHandle) -> protocol.InferRequest:
@@ -633,6 +668,17 @@ class App:
                 response.status, time.perf_counter() - started, device or None
             )
         return response
+
+
+def _json_object(body: bytes) -> dict[str, Any]:
+    """A request body that must be a JSON object (empty: an empty one)."""
+    try:
+        doc = orjson.loads(body) if body.strip() else {}
+    except orjson.JSONDecodeError as exc:
+        raise InputError(f"the body is not JSON: {exc}; send a JSON object or none") from None
+    if not isinstance(doc, dict):
+        raise InputError("the body must be a JSON object (or empty)")
+    return doc
 
 
 def _wrong_method(request: Request, method: bytes) -> Response | None:

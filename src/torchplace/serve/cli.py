@@ -299,6 +299,13 @@ def _http_flags(http: argparse._ArgumentGroup) -> None:
         metavar="FILE",
         help="require 'Authorization: Bearer TOKEN' (token read from FILE) on all but health routes",
     )
+    http.add_argument(
+        "--allow-client-shm",
+        action="store_true",
+        help="let clients on this machine register system shared-memory regions and pass "
+        "tensors through them (Triton's extension; off by default: a client may then map any "
+        "shared-memory object this server's user can open)",
+    )
 
 
 def _observability_flags(obs: argparse._ArgumentGroup) -> None:

@@ -148,6 +148,8 @@ class ServeConfig:
     #: a sole CPU replica whose full batch takes at most this runs batches on the event loop
     inline_batch_ms: float = 1.0
     allow_nan: bool = False
+    #: let clients register system shared-memory regions (Triton's extension)
+    allow_client_shm: bool = False
     metrics: bool = True
     auth_token_file: Path | None = None
     trace_file: Path | None = None
@@ -171,7 +173,7 @@ class ServeConfig:
         self._check_priorities(_fail)
         if self.fallback not in (None, "cpu"):
             _fail("fallback", self.fallback, "the only fallback is 'cpu' (or leave it unset)")
-        for name in ("allow_nan", "metrics"):
+        for name in ("allow_nan", "allow_client_shm", "metrics"):
             if not isinstance(getattr(self, name), bool):
                 _fail(name, getattr(self, name), "give true or false")
         if self.log_level not in LOG_LEVELS:

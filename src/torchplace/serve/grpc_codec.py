@@ -6,10 +6,13 @@ name, datatype, shape with ``-1`` as the batch dimension, element count, the row
 NaN policy. Tensor data may come as ``raw_input_contents`` (one entry per input, in order,
 little-endian: what ``tritonclient.grpc`` sends) or as the typed ``contents`` fields
 (``fp32_contents``...; FP16 and BF16 have none and must be raw). The ``timeout``
-(microseconds) and ``priority`` parameters are read as over REST.
+(microseconds) and ``priority`` parameters are read as over REST. An input or output with
+the ``shared_memory_region`` parameters is read from, or written to, a registered region
+(:mod:`torchplace.serve.shm`) and has no raw entry in the request.
 
 :func:`encode_infer_response` answers every output as ``raw_output_contents`` (what
-``tritonclient.grpc``'s ``as_numpy`` reads), BF16 rounded to bfloat16 bits as over REST.
+``tritonclient.grpc``'s ``as_numpy`` reads), BF16 rounded to bfloat16 bits as over REST; an
+output written to shared memory has an empty entry there, as in Triton.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from torchplace.models import TensorSpec
 from torchplace.serve.datatypes import HOST_DTYPES
 from torchplace.serve.proto import grpc_service_pb2 as pb
 from torchplace.serve.protocol import (
+    _NO_REGIONS,
     WIRE_DTYPES,
     InferRequest,
     RequestedOutput,
@@ -36,7 +40,12 @@ from torchplace.serve.protocol import (
     _checked_shape,
     _describe,
     _same_rows,
+    _write_output,
+    check_output_room,
+    output_target,
+    shared_memory_array,
 )
+from torchplace.serve.shm import SharedMemoryRegions
 
 __all__ = ["decode_infer_request", "encode_infer_response", "parse_message"]
 
@@ -74,9 +83,11 @@ def decode_infer_request(
     outputs: Sequence[TensorSpec],
     max_rows: int,
     allow_nan: bool = False,
+    regions: SharedMemoryRegions = _NO_REGIONS,
 ) -> InferRequest:
     """Validate a ``ModelInferRequest`` into an :class:`~torchplace.serve.protocol.InferRequest`
-    (``binary_output`` is meaningless over gRPC: every output is raw)."""
+    (``binary_output`` is meaningless over gRPC: every output is raw). Inputs and outputs in
+    shared memory are looked up in ``regions``."""
     tensors = message.inputs
     if not tensors:
         raise InputError(
@@ -84,15 +95,19 @@ def decode_infer_request(
             + ", ".join(_describe(s) for s in inputs)
         )
     raw = message.raw_input_contents
-    if raw and len(raw) != len(tensors):
+    in_shm = [_shared(t.parameters) for t in tensors]
+    if raw and len(raw) != in_shm.count(None):
+        where = " outside shared memory" if len(in_shm) > in_shm.count(None) else ""
         raise InputError(
-            f"the request has {len(tensors)} inputs but {len(raw)} raw_input_contents; give "
-            "one raw entry per input, in order, or use the typed contents for every input"
+            f"the request has {in_shm.count(None)} inputs{where} but {len(raw)} "
+            "raw_input_contents; give one raw entry per such input, in order, or use the typed "
+            "contents for every input"
         )
     specs = {s.name: s for s in inputs}
     arrays: dict[str, np.ndarray[Any, Any]] = {}
     rows = -1
-    for index, tensor in enumerate(tensors):
+    index = 0
+    for tensor, shm_params in zip(tensors, in_shm):  # noqa: B905 (same length)
         spec = specs.get(tensor.name)
         if spec is None:
             raise InputError(
@@ -101,20 +116,18 @@ def decode_infer_request(
             )
         if tensor.name in arrays:
             raise InputError(f"input {tensor.name!r} is given twice")
-        if "shared_memory_region" in tensor.parameters:
-            raise InputError(
-                f"input {spec.name!r}: shared-memory inputs are not supported; send data"
-            )
         shape = _checked_shape(
             {"datatype": tensor.datatype, "shape": list(tensor.shape)}, spec, max_rows
         )
         count = math.prod(shape)
-        if raw:
-            if tensor.HasField("contents"):
-                raise InputError(
-                    f"input {spec.name!r} has both contents and raw_input_contents; send one"
-                )
+        if (raw or shm_params is not None) and tensor.HasField("contents"):
+            where = "raw_input_contents" if shm_params is None else "shared_memory_region"
+            raise InputError(f"input {spec.name!r} has both contents and {where}; send one")
+        if shm_params is not None:
+            array = shared_memory_array(spec, shm_params, regions, shape, count)
+        elif raw:
             data = raw[index]
+            index += 1
             array = _binary_array(spec, memoryview(data), 0, len(data), shape, count)
         else:
             array = _typed_array(spec, tensor, shape, count)
@@ -125,11 +138,13 @@ def decode_infer_request(
         arrays[spec.name] = array
     _check_complete(inputs, arrays)
     timeout_us, priority = _parameters(message.parameters)
+    requested = _requested(message.outputs, outputs, regions)
+    check_output_room(requested, outputs, rows)
     return InferRequest(
         id=message.id or None,
         inputs=arrays,
         rows=rows,
-        outputs=_requested(message.outputs, outputs),
+        outputs=requested,
         binary_output=True,
         timeout_us=timeout_us,
         priority=priority,
@@ -184,8 +199,22 @@ def _parameters(params: Mapping[str, Any]) -> tuple[int | None, int | None]:
     return found[0], found[1]
 
 
+def _shared(params: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The shared-memory parameters of an input or output as plain values (None: not in
+    shared memory)."""
+    if "shared_memory_region" not in params:
+        return None
+    keys = ("shared_memory_region", "shared_memory_offset", "shared_memory_byte_size")
+    found: dict[str, Any] = {}
+    for key in keys:
+        if key in params:
+            which = params[key].WhichOneof("parameter_choice")
+            found[key] = getattr(params[key], which) if which is not None else None
+    return found
+
+
 def _requested(
-    requested: Sequence[Any], outputs: Sequence[TensorSpec]
+    requested: Sequence[Any], outputs: Sequence[TensorSpec], regions: SharedMemoryRegions
 ) -> tuple[RequestedOutput, ...] | None:
     if not requested:
         return None
@@ -200,11 +229,11 @@ def _requested(
             )
         if "classification" in entry.parameters:
             raise InputError(f"output {name!r}: the classification extension is not supported")
-        if "shared_memory_region" in entry.parameters:
-            raise InputError(f"output {name!r}: shared-memory outputs are not supported")
         if any(c.name == name for c in chosen):
             raise InputError(f"output {name!r} is requested twice")
-        chosen.append(RequestedOutput(name, True))
+        shm_params = _shared(entry.parameters)
+        target = None if shm_params is None else output_target(name, shm_params, regions)
+        chosen.append(RequestedOutput(name, True, target))
     return tuple(chosen)
 
 
@@ -218,7 +247,8 @@ def encode_infer_response(
 ) -> Any:
     """A ``ModelInferResponse`` with every chosen output as raw little-endian bytes."""
     datatypes = {s.name: s.datatype for s in outputs}
-    names = [o.name for o in request.outputs] if request.outputs else list(datatypes)
+    targets = {o.name: o.target for o in request.outputs} if request.outputs else {}
+    names = list(targets) if targets else list(datatypes)
     response = pb.ModelInferResponse(model_name=model_name, model_version=model_version)
     if request.id is not None:
         response.id = request.id
@@ -226,7 +256,11 @@ def encode_infer_response(
         array = results[name]
         datatype = datatypes[name]
         response.outputs.add(name=name, datatype=datatype, shape=array.shape)
-        if datatype == "BF16":
+        target = targets.get(name)
+        if target is not None:  # the client reads it from its region; an empty entry here
+            _write_output(name, datatype, array, target)
+            raw = b""
+        elif datatype == "BF16":
             raw = _bf16_bits(array).tobytes()
         else:
             raw = np.ascontiguousarray(array, dtype=WIRE_DTYPES[datatype]).tobytes()

@@ -11,9 +11,10 @@ RPCs: ``ServerLive``, ``ServerReady``, ``ModelReady``, ``ServerMetadata``, ``Mod
 a failure is the answer's ``error_message`` and the stream goes on), ``ModelConfig`` and
 ``ModelStatistics`` (Triton's extensions, the documents of
 :mod:`torchplace.serve.triton`), and the repository extension's ``RepositoryIndex``,
-``RepositoryModelLoad`` and ``RepositoryModelUnload`` (:mod:`torchplace.serve.reload`); any
-other RPC gets gRPC's own ``UNIMPLEMENTED``. The same port serves gRPC's health checking
-protocol (:mod:`torchplace.serve.grpc_health`). Models are looked up by name (and version) in the
+``RepositoryModelLoad`` and ``RepositoryModelUnload`` (:mod:`torchplace.serve.reload`), and
+the shared-memory extensions' ``SystemSharedMemory*`` and ``CudaSharedMemory*``
+(:mod:`torchplace.serve.shm`); any other RPC gets gRPC's own ``UNIMPLEMENTED``. The same port
+serves gRPC's health checking protocol (:mod:`torchplace.serve.grpc_health`). Models are looked up by name (and version) in the
 server's :class:`~torchplace.serve.registry.Registry` at each call, as the REST side does.
 
 Errors carry the REST messages, with the status code of the HTTP status:
@@ -22,7 +23,8 @@ Errors carry the REST messages, with the status code of the HTTP status:
 400   ``INVALID_ARGUMENT`` (also a request that does not parse as the RPC's message)
 401   ``UNAUTHENTICATED`` (with ``--auth-token-file``: metadata ``authorization:
       Bearer TOKEN`` on every RPC but ServerLive and ServerReady)
-403   ``FAILED_PRECONDITION`` (load/unload refused by the model control mode)
+403   ``FAILED_PRECONDITION`` (load/unload refused by the model control mode; client shared
+      memory off)
 404   ``NOT_FOUND``
 409   ``RESOURCE_EXHAUSTED`` (a load that would not fit in device memory)
 413   ``RESOURCE_EXHAUSTED`` (too many rows; a message over ``--max-body-bytes`` gets
@@ -74,7 +76,8 @@ from torchplace.serve.grpc_health import NOT_SERVING, SERVING, health_handler
 from torchplace.serve.proto import grpc_service_pb2 as pb
 from torchplace.serve.proto import model_config_pb2 as config_pb
 from torchplace.serve.repository import inline_config, model_names
-from torchplace.serve.triton import EXTENSIONS, model_config, model_statistics
+from torchplace.serve.shm import SharedMemoryRegions
+from torchplace.serve.triton import extensions, model_config, model_statistics
 
 if TYPE_CHECKING:
     from torchplace.serve.app import EngineLike
@@ -144,9 +147,16 @@ class GrpcServer:
     """``inference.GRPCInferenceService`` over a server's models (see the module docstring)."""
 
     def __init__(
-        self, control: ModelControl, config: ServeConfig, *, token: bytes | None = None
+        self,
+        control: ModelControl,
+        config: ServeConfig,
+        *,
+        token: bytes | None = None,
+        regions: SharedMemoryRegions | None = None,
     ) -> None:
         self.control = control
+        #: the client shared-memory regions (the REST app's, when both serve)
+        self.regions = regions or SharedMemoryRegions(allowed=config.allow_client_shm)
         self.registry = control.registry
         self.config = config
         self.draining = False
@@ -157,7 +167,7 @@ class GrpcServer:
         self._streams: set[asyncio.Queue[bytes | None]] = set()
         self._server: grpc.aio.Server | None = None
         self._server_meta = pb.ServerMetadataResponse(
-            name="torchplace", version=__version__, extensions=list(EXTENSIONS)
+            name="torchplace", version=__version__, extensions=extensions(config)
         )
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -241,6 +251,7 @@ class GrpcServer:
                 pb.RepositoryModelUnloadRequest,
                 False,
             ),
+            **self._shared_memory_rpcs(),
         }
         # requests arrive as bytes and are parsed in the RPC: a message that does not parse
         # is the client's error (INVALID_ARGUMENT), not grpcio's UNKNOWN
@@ -350,6 +361,52 @@ class GrpcServer:
     async def _repository_unload(self, request: Any, context: Any) -> Any:
         await self._control(self.control.unload(request.model_name))
         return pb.RepositoryModelUnloadResponse()
+
+    def _shared_memory_rpcs(self) -> dict[str, tuple[Callable[..., Awaitable[Any]], Any, bool]]:
+        """The shared-memory extensions' RPCs (:mod:`torchplace.serve.shm`)."""
+        regions = self.regions
+
+        async def status(request: Any, context: Any) -> Any:
+            found = _shm_call(regions.status, request.name or None)
+            response = pb.SystemSharedMemoryStatusResponse()
+            for entry in found:
+                response.regions[entry["name"]].CopyFrom(
+                    pb.SystemSharedMemoryStatusResponse.RegionStatus(**entry)
+                )
+            return response
+
+        async def register(request: Any, context: Any) -> Any:
+            _shm_call(regions.register, request.name, request.key, request.offset,
+                      request.byte_size)  # fmt: skip
+            return pb.SystemSharedMemoryRegisterResponse()
+
+        async def unregister(request: Any, context: Any) -> Any:
+            _shm_call(regions.unregister, request.name or None)
+            return pb.SystemSharedMemoryUnregisterResponse()
+
+        async def cuda_status(request: Any, context: Any) -> Any:
+            _shm_call(regions.cuda_status, request.name or None)
+            return pb.CudaSharedMemoryStatusResponse()
+
+        async def cuda_register(request: Any, context: Any) -> Any:
+            _shm_call(regions.cuda_register)
+            return pb.CudaSharedMemoryRegisterResponse()
+
+        async def cuda_unregister(request: Any, context: Any) -> Any:
+            _shm_call(regions.cuda_unregister)
+            return pb.CudaSharedMemoryUnregisterResponse()
+
+        return {
+            "SystemSharedMemoryStatus": (status, pb.SystemSharedMemoryStatusRequest, False),
+            "SystemSharedMemoryRegister": (register, pb.SystemSharedMemoryRegisterRequest, False),
+            "SystemSharedMemoryUnregister": (
+                unregister, pb.SystemSharedMemoryUnregisterRequest, False),
+            "CudaSharedMemoryStatus": (cuda_status, pb.CudaSharedMemoryStatusRequest, False),
+            "CudaSharedMemoryRegister": (
+                cuda_register, pb.CudaSharedMemoryRegisterRequest, False),
+            "CudaSharedMemoryUnregister": (
+                cuda_unregister, pb.CudaSharedMemoryUnregisterRequest, False),
+        }  # fmt: skip
 
     @staticmethod
     async def _control(action: Awaitable[None]) -> None:
@@ -461,6 +518,7 @@ class GrpcServer:
                 outputs=engine.outputs,
                 max_rows=engine.max_request_rows,
                 allow_nan=self.config.allow_nan,
+                regions=self.regions,
             )
             timeout_s = decoded.timeout_us / 1e6 if decoded.timeout_us else None
             remaining = context.time_remaining()
@@ -485,6 +543,14 @@ class GrpcServer:
             raise _Abort(
                 grpc.StatusCode.INTERNAL, f"inference failed: {type(exc).__name__}: {exc}"
             ) from None
+
+
+def _shm_call(fn: Callable[..., Any], *args: Any) -> Any:
+    """A call into the shared-memory regions, its error the RPC's status."""
+    try:
+        return fn(*args)
+    except ServeError as exc:
+        raise _Abort(status_code(exc), str(exc)) from None
 
 
 def _parsed(message: Any, data: bytes) -> Any:

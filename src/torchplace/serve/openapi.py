@@ -42,7 +42,11 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
 
 def _path_parameters(path: str, name: str, version: str) -> list[dict[str, Any]]:
     found = []
-    for param, example in (("MODEL_NAME", name), ("MODEL_VERSION", version)):
+    for param, example in (
+        ("MODEL_NAME", name),
+        ("MODEL_VERSION", version),
+        ("REGION_NAME", "input_data"),
+    ):
         if "{" + param + "}" in path:
             found.append(
                 {

@@ -6,7 +6,10 @@ batch dimension, element count, NaN policy); every problem raises
 :class:`~torchplace.errors.InputError` naming the input and what was expected.
 :func:`encode_infer_response` does the reverse for outputs, as JSON ``data`` or as binary tensor
 data (``binary_data`` per output, ``binary_data_output`` for all) after the JSON header, whose
-length then goes in the ``Inference-Header-Content-Length`` header.
+length then goes in the ``Inference-Header-Content-Length`` header. With Triton's system
+shared-memory extension an input's bytes come from a registered region, and an output's go to
+one (its answer then carries no data): the ``shared_memory_*`` parameters, looked up in a
+:class:`~torchplace.serve.shm.SharedMemoryRegions`.
 
 Datatypes map to little-endian numpy dtypes; ``BF16`` travels as ``float32`` arrays inside the
 server: decoded exactly from bfloat16 bits (binary) or numbers (JSON), and on the way out
@@ -19,25 +22,29 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import orjson
 
-from torchplace.errors import InputError, PayloadTooLargeError
+from torchplace.errors import InputError, PayloadTooLargeError, SharedMemoryError
 from torchplace.models import TensorSpec
 from torchplace.serve.datatypes import HOST_DTYPES
+from torchplace.serve.shm import SharedMemoryRegions
 
 __all__ = [
     "WIRE_DTYPES",
     "InferRequest",
     "RequestedOutput",
     "bf16_values",
+    "check_output_room",
     "decode_infer_request",
     "encode_infer_response",
     "model_metadata",
+    "output_target",
     "server_metadata",
+    "shared_memory_array",
 ]
 
 #: OIP datatype -> the dtype of its elements on the wire (binary extension, little-endian).
@@ -77,14 +84,18 @@ _QUICK_LIMITS: dict[str, float] = {
 _QUICK_MAX_VALUES = 256  # past this, numpy's vectorised checks beat per-element Python ones
 _FLOATS = frozenset((float,))
 _NUMBERS = frozenset((float, int))
+#: the registry of a caller that gives none: client shared memory is off
+_NO_REGIONS = SharedMemoryRegions(allowed=False)
 
 
 @dataclass(frozen=True, slots=True)
 class RequestedOutput:
-    """An output the client asked for, and whether it wants it as binary tensor data."""
+    """An output the client asked for, and whether it wants it as binary tensor data or
+    written into a shared-memory region (``target``, a view of it)."""
 
     name: str
     binary: bool
+    target: memoryview | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,9 +136,11 @@ def decode_infer_request(
     max_rows: int,
     header_length: int | None = None,
     allow_nan: bool = False,
+    regions: SharedMemoryRegions = _NO_REGIONS,
 ) -> InferRequest:
     """Decode and validate an OIP inference request body (JSON, or JSON + binary tensors);
-    more than ``max_rows`` rows is :class:`~torchplace.errors.PayloadTooLargeError` (413)."""
+    more than ``max_rows`` rows is :class:`~torchplace.errors.PayloadTooLargeError` (413).
+    Inputs and outputs in shared memory are looked up in ``regions``."""
     view = memoryview(body)
     if header_length is None:
         json_part, binary = view, None
@@ -152,17 +165,20 @@ def decode_infer_request(
     if request_id is not None and not isinstance(request_id, str):
         raise _fail(f"'id' must be a string, not {_kind_name(request_id)}")
     binary_output, timeout_us, priority = _request_parameters(doc.get("parameters"))
-    arrays, offset = _decode_inputs(doc.get("inputs"), inputs, binary, max_rows, allow_nan)
+    arrays, offset = _decode_inputs(doc.get("inputs"), inputs, binary, max_rows, allow_nan, regions)
     if binary is not None and offset != len(binary):
         raise _fail(
             f"the binary section has {len(binary)} bytes but the inputs' binary_data_size "
             f"add up to {offset}; the sizes must match the data exactly"
         )
+    rows = len(next(iter(arrays.values())))
+    requested = _requested_outputs(doc.get("outputs"), outputs, binary_output, regions)
+    check_output_room(requested, outputs, rows)
     return InferRequest(
         id=request_id,
         inputs=arrays,
-        rows=len(next(iter(arrays.values()))),
-        outputs=_requested_outputs(doc.get("outputs"), outputs, binary_output),
+        rows=rows,
+        outputs=requested,
         binary_output=binary_output,
         timeout_us=timeout_us,
         priority=priority,
@@ -216,6 +232,7 @@ def _decode_inputs(
     binary: memoryview | None,
     max_rows: int,
     allow_nan: bool,
+    regions: SharedMemoryRegions,
 ) -> tuple[dict[str, np.ndarray[Any, Any]], int]:
     """Every entry of ``inputs``, decoded and checked; the arrays and the binary offset."""
     if not isinstance(raw_inputs, list) or not raw_inputs:
@@ -243,7 +260,7 @@ def _decode_inputs(
             raise _fail(f"input {name!r} is given twice")
         array = _quick_json_array(raw, spec, max_rows)
         if array is None:
-            array, offset = _decode_input(raw, spec, binary, offset, max_rows, allow_nan)
+            array, offset = _decode_input(raw, spec, binary, offset, max_rows, allow_nan, regions)
         rows = _same_rows(name, array, rows)
         arrays[name] = array
     _check_complete(inputs, arrays)
@@ -283,6 +300,7 @@ def _decode_input(
     offset: int,
     max_rows: int,
     allow_nan: bool,
+    regions: SharedMemoryRegions = _NO_REGIONS,
 ) -> tuple[np.ndarray[Any, Any], int]:
     """One entry of ``inputs`` -> its validated array (in its host dtype) and the next offset
     into the binary section."""
@@ -293,10 +311,15 @@ def _decode_input(
     if params is not None:
         if not isinstance(params, dict):
             raise _fail(f"input {spec.name!r}: 'parameters' must be an object")
-        if "shared_memory_region" in params:
-            raise _fail(f"input {spec.name!r}: shared-memory inputs are not supported; send data")
         size = params.get("binary_data_size")
-    if size is not None:
+    if params is not None and "shared_memory_region" in params:
+        if size is not None or raw.get("data") is not None:
+            raise _fail(
+                f"input {spec.name!r} has 'shared_memory_region' and also "
+                f"{'binary_data_size' if size is not None else 'data'!r}; send one"
+            )
+        array = shared_memory_array(spec, params, regions, shape, count)
+    elif size is not None:
         if raw.get("data") is not None:
             raise _fail(f"input {spec.name!r} has both 'data' and 'binary_data_size'; send one")
         array = _binary_array(spec, binary, offset, size, shape, count)
@@ -419,8 +442,10 @@ def _binary_array(
     size: object,
     shape: list[int],
     count: int,
+    field: str = "binary_data_size",
 ) -> np.ndarray[Any, Any]:
-    """The input's bytes from the binary section, as an array of its host dtype."""
+    """The input's bytes from the binary section (or the view ``field`` gives), as an array
+    of its host dtype."""
     name = spec.name
     if binary is None:
         raise _fail(
@@ -430,7 +455,7 @@ def _binary_array(
     wire = WIRE_DTYPES[spec.datatype]
     if type(size) is not int or size != count * wire.itemsize:
         raise _fail(
-            f"input {name!r}: binary_data_size {size!r} does not match shape {shape} of "
+            f"input {name!r}: {field} {size!r} does not match shape {shape} of "
             f"{spec.datatype} ({count * wire.itemsize} bytes)"
         )
     if offset + size > len(binary):
@@ -447,6 +472,24 @@ def _binary_array(
         copied: np.ndarray[Any, Any] = array.copy()
         return copied
     return array.astype(HOST_DTYPES[spec.datatype], copy=True)
+
+
+def shared_memory_array(
+    spec: TensorSpec,
+    params: Mapping[str, Any],
+    regions: SharedMemoryRegions,
+    shape: list[int],
+    count: int,
+) -> np.ndarray[Any, Any]:
+    """An input's bytes from the shared-memory region its parameters name, copied into an
+    array of its host dtype."""
+    view = regions.view(
+        params.get("shared_memory_region"),
+        params.get("shared_memory_offset"),
+        params.get("shared_memory_byte_size"),
+        f"input {spec.name!r}",
+    )
+    return _binary_array(spec, view, 0, len(view), shape, count, "shared_memory_byte_size")
 
 
 def _json_array(
@@ -532,7 +575,7 @@ def _kind_label(array: np.ndarray[Any, Any]) -> str:
 
 
 def _requested_outputs(
-    raw: Any, outputs: Sequence[TensorSpec], binary_default: bool
+    raw: Any, outputs: Sequence[TensorSpec], binary_default: bool, regions: SharedMemoryRegions
 ) -> tuple[RequestedOutput, ...] | None:
     if raw is None:
         return None
@@ -549,23 +592,77 @@ def _requested_outputs(
                 f"unknown output {name!r}; the model returns "
                 + ", ".join(_describe(s) for s in outputs)
             )
-        binary = binary_default
-        params = entry.get("parameters")
-        if params is not None:
-            if not isinstance(params, dict):
-                raise _fail(f"output {name!r}: 'parameters' must be an object")
-            if params.get("classification"):
-                raise _fail(f"output {name!r}: the classification extension is not supported")
-            if "shared_memory_region" in params:
-                raise _fail(f"output {name!r}: shared-memory outputs are not supported")
-            flag = params.get("binary_data", binary_default)
-            if not isinstance(flag, bool):
-                raise _fail(f"output {name!r}: parameter 'binary_data' must be true or false")
-            binary = flag
         if any(c.name == name for c in chosen):
             raise _fail(f"output {name!r} is requested twice")
-        chosen.append(RequestedOutput(name, binary))
+        chosen.append(_requested_output(name, entry.get("parameters"), binary_default, regions))
     return tuple(chosen)
+
+
+def _requested_output(
+    name: str, params: object, binary_default: bool, regions: SharedMemoryRegions
+) -> RequestedOutput:
+    """One entry of ``outputs``, from its parameters: binary or JSON, or shared memory."""
+    if params is None:
+        return RequestedOutput(name, binary_default)
+    if not isinstance(params, dict):
+        raise _fail(f"output {name!r}: 'parameters' must be an object")
+    if params.get("classification"):
+        raise _fail(f"output {name!r}: the classification extension is not supported")
+    flag = params.get("binary_data", binary_default)
+    if not isinstance(flag, bool):
+        raise _fail(f"output {name!r}: parameter 'binary_data' must be true or false")
+    if "shared_memory_region" not in params:
+        return RequestedOutput(name, flag)
+    if params.get("binary_data") is True:
+        raise _fail(
+            f"output {name!r}: 'binary_data' true and 'shared_memory_region' both set; "
+            "an output goes to one place"
+        )
+    return RequestedOutput(name, False, output_target(name, params, regions))
+
+
+def output_target(name: str, params: Mapping[str, Any], regions: SharedMemoryRegions) -> memoryview:
+    """The view of the shared-memory region an output's parameters name."""
+    return regions.view(
+        params.get("shared_memory_region"),
+        params.get("shared_memory_offset"),
+        params.get("shared_memory_byte_size"),
+        f"output {name!r}",
+    )
+
+
+def check_output_room(
+    requested: Sequence[RequestedOutput] | None, outputs: Sequence[TensorSpec], rows: int
+) -> None:
+    """Refuse, before anything runs, an output whose shared-memory range cannot hold its
+    ``rows`` rows (when its declared shape fixes their size)."""
+    for wanted in requested or ():
+        if wanted.target is None:
+            continue
+        spec = next(s for s in outputs if s.name == wanted.name)
+        if any(d < 0 for d in spec.shape[1:]):
+            continue  # known once computed: checked when written
+        need = rows * math.prod(spec.shape[1:]) * WIRE_DTYPES[spec.datatype].itemsize
+        _check_room(wanted.name, len(wanted.target), need)
+
+
+def _check_room(name: str, have: int, need: int) -> None:
+    if need > have:
+        raise SharedMemoryError(
+            f"shared memory size specified with the request for output '{name}' ({have} "
+            f"bytes) should be at least {need} bytes to hold the results; register a larger "
+            "region or send fewer rows"
+        )
+
+
+def _write_output(
+    name: str, datatype: str, array: np.ndarray[Any, Any], target: memoryview
+) -> None:
+    """The output's bytes (little-endian, BF16 as bfloat16 bits) into its shared memory."""
+    wire = WIRE_DTYPES[datatype]
+    _check_room(name, len(target), array.size * wire.itemsize)
+    dest = np.frombuffer(target, dtype=wire, count=array.size).reshape(array.shape)
+    dest[...] = _bf16_bits(array).reshape(array.shape) if datatype == "BF16" else array
 
 
 def _bf16_bits(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -595,18 +692,21 @@ def encode_infer_response(
     outputs: Sequence[TensorSpec],
 ) -> tuple[bytes, int | None]:
     """Encode the outputs; returns the body and the JSON header length if binary data follows."""
+    chosen: list[tuple[str, str, bool, memoryview | None]]
     if request.outputs is None:
         binary_output = request.binary_output
-        chosen = [(s.name, s.datatype, binary_output) for s in outputs]
+        chosen = [(s.name, s.datatype, binary_output, None) for s in outputs]
     else:
         datatypes = {s.name: s.datatype for s in outputs}
-        chosen = [(w.name, datatypes[w.name], w.binary) for w in request.outputs]
+        chosen = [(w.name, datatypes[w.name], w.binary, w.target) for w in request.outputs]
     entries: list[dict[str, Any]] = []
     chunks: list[bytes] = []
-    for name, datatype, binary in chosen:
+    for name, datatype, binary, target in chosen:
         array = results[name]
         entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": array.shape}
-        if binary:
+        if target is not None:  # the client reads it from its region
+            _write_output(name, datatype, array, target)
+        elif binary:
             if datatype == "BF16":
                 raw = _bf16_bits(array).tobytes()
             else:

@@ -12,20 +12,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ERRORS", "MODEL", "REPOSITORY", "ROUTES", "Route"]
+__all__ = ["ERRORS", "MODEL", "REPOSITORY", "ROUTES", "SHARED_MEMORY", "Route"]
 
 #: the model path prefix, with the OpenAPI parameter for the model's name
 MODEL = "/v2/models/{MODEL_NAME}"
 #: the repository extension's prefix (its routes take any model name, loaded or not)
 REPOSITORY = "/v2/repository"
+#: the system shared-memory extension's prefix (its region routes take any region name)
+SHARED_MEMORY = "/v2/systemsharedmemory"
+_REGION = SHARED_MEMORY + "/region/{REGION_NAME}"
 _VERSION = "/versions/{MODEL_VERSION}"
 
 #: every error status the server gives, and what it means
 ERRORS: dict[int, str] = {
     400: "Bad Request: the request does not match the model's inputs",
     401: "Unauthorized: missing or wrong bearer token",
-    403: "Forbidden: load/unload refused by the model control mode",
-    404: "Not Found: unknown model, version or route",
+    403: "Forbidden: load/unload refused by the model control mode, or client shared memory off",
+    404: "Not Found: unknown model, version, route or shared-memory region",
     405: "Method Not Allowed",
     409: "Conflict: the model would not fit in the device's free memory (or the budget)",
     413: "Payload Too Large: the body, or its rows, are over the limit",
@@ -92,6 +95,20 @@ ROUTES: tuple[Route, ...] = (
     Route(REPOSITORY + "/models/{MODEL_NAME}/unload", "POST", "_repository",
           "post-v2-repository-models-name-unload", "Unload a model (Triton's)",
           errors=(403, 404)),
+    Route(SHARED_MEMORY + "/status", "GET", "_shared_memory", "get-v2-systemsharedmemory-status",
+          "System shared-memory regions (Triton's)"),
+    Route(_REGION + "/status", "GET", "_shared_memory",
+          "get-v2-systemsharedmemory-region-name-status",
+          "A system shared-memory region (Triton's)", errors=(404,)),
+    Route(_REGION + "/register", "POST", "_shared_memory",
+          "post-v2-systemsharedmemory-region-name-register",
+          "Register a system shared-memory region (Triton's)", errors=(400, 403)),
+    Route(_REGION + "/unregister", "POST", "_shared_memory",
+          "post-v2-systemsharedmemory-region-name-unregister",
+          "Unregister a system shared-memory region (Triton's)", errors=(403,)),
+    Route(SHARED_MEMORY + "/unregister", "POST", "_shared_memory",
+          "post-v2-systemsharedmemory-unregister",
+          "Unregister every system shared-memory region (Triton's)", errors=(403,)),
     Route("/metrics", "GET", "_metrics", "get-metrics", "Prometheus metrics",
           errors=(404,), content_type="text/plain"),
     Route("/v2/openapi.json", "GET", "_openapi_doc", "get-v2-openapi", "This OpenAPI document"),

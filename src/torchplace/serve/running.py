@@ -68,7 +68,7 @@ def _grpc_server(app: App, config: ServeConfig) -> GrpcServer:
     from torchplace.serve.grpc_server import GrpcServer
 
     token = load_token(config.auth_token_file) if config.auth_token_file else None
-    return GrpcServer(app.control, config, token=token)
+    return GrpcServer(app.control, config, token=token, regions=app.regions)
 
 
 def _control(config: ServeConfig, engine: EngineLike | None) -> ModelControl:

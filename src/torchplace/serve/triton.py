@@ -23,7 +23,7 @@ from typing import Any
 
 from torchplace.models import TensorSpec
 
-__all__ = ["EXTENSIONS", "model_config", "model_statistics"]
+__all__ = ["EXTENSIONS", "extensions", "model_config", "model_statistics"]
 
 #: the protocol extensions ``/v2`` and gRPC ``ServerMetadata`` list
 EXTENSIONS = (
@@ -34,6 +34,12 @@ EXTENSIONS = (
     "statistics",
     "model_repository",
 )
+
+
+def extensions(config: Any) -> list[str]:
+    """The extensions a server with this :class:`~torchplace.serve.config.ServeConfig` lists:
+    :data:`EXTENSIONS`, and ``system_shared_memory`` when clients may register regions."""
+    return [*EXTENSIONS, *(["system_shared_memory"] if config.allow_client_shm else [])]
 
 
 def _tensor(spec: TensorSpec) -> dict[str, Any]:

@@ -1,0 +1,201 @@
+"""Triton's system shared-memory extension: tensors that cross in host memory, not the socket.
+
+A client on the same machine creates a POSIX shared-memory object (``/dev/shm/KEY``; what
+``tritonclient.utils.shared_memory`` does), registers a range of it under a region name, and
+then names the region instead of sending data: an input's ``shared_memory_region``,
+``shared_memory_byte_size`` and optional ``shared_memory_offset`` parameters say where its
+bytes are; the same parameters on a requested output say where its bytes go, and the answer
+then carries the output's name, datatype and shape only.
+
+:class:`SharedMemoryRegions` is the registry, shared by the REST and gRPC sides. Registering
+maps the range once (read-write, ``MAP_SHARED``); an input's bytes are copied out of it when
+the request is decoded, an output's written into it when the answer is encoded. Unregistering
+removes the name at once; a request already holding a view of the region keeps the mapping
+alive until it is answered, so nothing in flight reads or writes unmapped memory.
+
+Client shared memory is off unless the server runs with ``--allow-client-shm`` (as Triton's
+``--allow-client-shm``): a client that may register regions may map any shared-memory object
+the server's user can open. Off, the status lists nothing and register/unregister are refused
+with :class:`~torchplace.errors.SharedMemoryDisabledError`. CUDA shared memory (cudaIpc
+handles) is not supported: its status lists nothing, its unregister has nothing to do, and its
+register is refused with the alternative.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torchplace.errors import (
+    SharedMemoryDisabledError,
+    SharedMemoryError,
+    SharedMemoryNotFoundError,
+)
+
+__all__ = ["CUDA_REFUSED", "Region", "SharedMemoryRegions"]
+
+#: where POSIX shared-memory objects live on Linux (what ``shm_open`` opens)
+SHM_ROOT = Path("/dev/shm")
+#: the answer to a CUDA shared-memory registration
+CUDA_REFUSED = (
+    "CUDA shared memory is not supported by this server; register system shared memory "
+    "(/v2/systemsharedmemory) or send the tensor data in the request"
+)
+
+
+@dataclass(frozen=True)
+class Region:
+    """A registered range of a shared-memory object: ``byte_size`` bytes from ``offset``."""
+
+    name: str
+    key: str
+    offset: int
+    byte_size: int
+    #: the mapped range, writable
+    view: memoryview
+
+    def status(self) -> dict[str, Any]:
+        """The region's entry in a status response."""
+        return {"name": self.name, "key": self.key, "offset": self.offset,
+                "byte_size": self.byte_size}  # fmt: skip
+
+
+class SharedMemoryRegions:
+    """The registered system shared-memory regions of one server (see the module docstring)."""
+
+    def __init__(self, *, allowed: bool, root: Path = SHM_ROOT) -> None:
+        self.allowed = allowed
+        self._root = root
+        self._regions: dict[str, Region] = {}
+
+    def status(self, name: str | None = None) -> list[dict[str, Any]]:
+        """Every region's status, or the one named (not registered: 404)."""
+        if name is None:
+            return [region.status() for region in self._regions.values()]
+        return [self._get(name).status()]
+
+    def register(self, name: str, key: object, offset: object, byte_size: object) -> None:
+        """Map ``byte_size`` bytes from ``offset`` of the object ``key`` under ``name``."""
+        self._check_allowed()
+        if not name:
+            raise SharedMemoryError("a region name is needed to register system shared memory")
+        if name in self._regions:
+            raise SharedMemoryError(
+                f"shared memory region '{name}' already in manager; unregister it first or "
+                "choose another name"
+            )
+        path = self._path(name, key)
+        offset, byte_size = _natural("offset", offset), _natural("byte_size", byte_size)
+        self._regions[name] = Region(name, str(key), offset, byte_size,
+                                     self._map(name, path, offset, byte_size))  # fmt: skip
+
+    def unregister(self, name: str | None = None) -> None:
+        """Forget the region ``name`` (every region when None); an unknown name is no error."""
+        self._check_allowed()
+        if name is None:
+            self._regions.clear()
+        else:
+            self._regions.pop(name, None)
+
+    def view(self, name: object, offset: object, byte_size: object, what: str) -> memoryview:
+        """``byte_size`` bytes from ``offset`` into the region ``name``, for ``what`` (an input
+        or output, named in errors)."""
+        if not isinstance(name, str):
+            raise SharedMemoryError(f"{what}: 'shared_memory_region' must be a region name")
+        if byte_size is None:
+            raise SharedMemoryError(
+                f"{what}: 'shared_memory_byte_size' is needed with 'shared_memory_region'"
+            )
+        self._check_allowed()
+        region = self._get(name)
+        offset = _natural(f"{what}: shared_memory_offset", 0 if offset is None else offset)
+        size = _natural(f"{what}: shared_memory_byte_size", byte_size)
+        if offset >= region.byte_size:
+            raise SharedMemoryError(
+                f"Invalid offset for shared memory region: '{name}' ({what}: offset {offset} "
+                f"is past its {region.byte_size} bytes)"
+            )
+        if offset + size > region.byte_size:
+            raise SharedMemoryError(
+                f"Invalid offset + byte size for shared memory region: '{name}' ({what}: "
+                f"{offset} + {size} bytes is past its {region.byte_size} bytes)"
+            )
+        return region.view[offset : offset + size]
+
+    def cuda_status(self, name: str | None = None) -> list[dict[str, Any]]:
+        """CUDA regions: there are none (a named one is 404)."""
+        if name is not None:
+            raise SharedMemoryNotFoundError(
+                f"Unable to find cuda shared memory region: '{name}'; {CUDA_REFUSED}"
+            )
+        return []
+
+    def cuda_register(self) -> None:
+        """Refused: see :data:`CUDA_REFUSED`."""
+        self._check_allowed()
+        raise SharedMemoryError(CUDA_REFUSED)
+
+    def cuda_unregister(self) -> None:
+        """Nothing to unregister (refused like the system regions' when disabled)."""
+        self._check_allowed()
+
+    def _check_allowed(self) -> None:
+        if not self.allowed:
+            raise SharedMemoryDisabledError(
+                "Client shared memory is disabled; start the server with --allow-client-shm "
+                "to register regions, or send the tensor data in the request"
+            )
+
+    def _get(self, name: str) -> Region:
+        region = self._regions.get(name)
+        if region is None:
+            known = ", ".join(repr(n) for n in self._regions) or "none"
+            raise SharedMemoryNotFoundError(
+                f"Unable to find system shared memory region: '{name}' (registered: {known}); "
+                "register it first"
+            )
+        return region
+
+    def _path(self, name: str, key: object) -> Path:
+        """The object ``key`` names, as ``shm_open`` reads it: leading slashes dropped, then
+        one path component."""
+        bare = key.lstrip("/") if isinstance(key, str) else ""
+        if not bare or "/" in bare or "\0" in bare or bare in (".", ".."):
+            raise SharedMemoryError(
+                f"cannot register shared memory region '{name}' - invalid shm key {key!r}; "
+                "give the key the object was created with, such as '/input_data'"
+            )
+        return self._root / bare
+
+    @staticmethod
+    def _map(name: str, path: Path, offset: int, byte_size: int) -> memoryview:
+        try:
+            fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC)
+        except OSError as exc:
+            raise SharedMemoryError(
+                f"Unable to open shared memory region: '{path.name}' ({exc.strerror}); create "
+                "it before registering it (tritonclient.utils.shared_memory does)"
+            ) from None
+        try:
+            size = os.fstat(fd).st_size
+            if offset + byte_size > size or byte_size == 0:
+                raise SharedMemoryError(
+                    f"failed to register shared memory region '{name}': invalid args (offset "
+                    f"{offset} + byte_size {byte_size} must fit in the object's {size} bytes, "
+                    "byte_size at least 1)"
+                )
+            start = offset - offset % mmap.ALLOCATIONGRANULARITY
+            mapped = mmap.mmap(fd, offset + byte_size - start, offset=start)
+        finally:
+            os.close(fd)
+        return memoryview(mapped)[offset - start :]
+
+
+def _natural(what: str, value: object) -> int:
+    """A byte count or offset: a non-negative integer."""
+    if type(value) is not int or value < 0:
+        raise SharedMemoryError(f"{what} must be a non-negative integer, got {value!r}")
+    return value
