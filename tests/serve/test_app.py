@@ -146,6 +146,28 @@ def test_infer_binary_in_and_out(server: Running) -> None:
     np.testing.assert_array_equal(got, server.engine.reference(x))
 
 
+def test_raw_binary_request(server: Running) -> None:
+    """Triton's raw binary request: Inference-Header-Content-Length 0, the body one row of the
+    one input; every output answered as binary data."""
+    x = rows(1)
+    raw = {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": "0"}
+    status, headers, body = server.client.post(INFER, x.tobytes(), headers=raw)
+    assert status == 200, body
+    length = int(headers["inference-header-content-length"])
+    assert orjson.loads(body[:length])["outputs"][0]["shape"] == [1, 2]
+    got = np.frombuffer(body[length:], np.float32).reshape(1, 2)
+    np.testing.assert_array_equal(got, server.engine.reference(x))
+    status, _, body = server.client.post(INFER, x.tobytes()[:-4], headers=raw)
+    assert status == 400
+    assert b"the raw body's byte size 28 does not match shape [1, 8] of FP32 (32 bytes)" in body
+
+
+def test_the_models_list(server: Running) -> None:
+    status, _, body = server.client.get("/v2/models")
+    assert status == 200
+    assert orjson.loads(body) == {"models": ["seed-mlp"]}
+
+
 def test_gzip_request_body(server: Running) -> None:
     x = rows(1)
     status, _, body = server.client.post(
@@ -159,10 +181,10 @@ def test_unknown_routes_models_versions_are_404(server: Running) -> None:
     c = server.client
     for path, needle in [
         ("/nope", "no route"),
-        ("/v2/models/other", "unknown model 'other'"),
+        ("/v2/models/other", "unknown model: 'other'"),
         ("/v2/models/other/infer", "unknown model"),
-        ("/v2/models/seed-mlp/versions/7", "unknown version '7'"),
-        ("/v2/models/seed-mlp/versions/7/infer", "unknown version"),
+        ("/v2/models/seed-mlp/versions/7", "'seed-mlp' version '7' is not found"),
+        ("/v2/models/seed-mlp/versions/7/infer", "version '7' is not found"),
         ("/v2/models/seed-mlp/bogus", "no route"),
         ("/v2/models/seed-mlp/versions", "missing version"),
     ]:

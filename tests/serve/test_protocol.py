@@ -247,7 +247,7 @@ BAD_REQUESTS: list[tuple[str, bytes, dict[str, Any], str]] = [
         {"header_length": len(_json_body([seed_input(parameters={"binary_data_size": 32})]))},
         "both 'data' and 'binary_data_size'",
     ),
-    ("empty json header", b"{}", {"header_length": 0}, "not valid JSON"),
+    ("raw body of the wrong size", b"{}", {"header_length": 0}, "the whole body is one row"),
 ]
 
 

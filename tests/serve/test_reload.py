@@ -162,7 +162,9 @@ def test_three_models_reload_and_unload_under_load(server: ServerThread, reposit
     assert served
     assert gone
     assert max(x.sent for x in served) < min(x.done for x in gone)
-    assert "unknown model 'c'; this server serves 'a', 'b'" in gone[-1].error
+    assert (
+        "Request for unknown model: 'c' is not found; this server serves 'a', 'b'" in gone[-1].error
+    )
     switch = len(old)
     first_404 = len(served)
     print(f"a: {switch} answers of v1 then {len(new)} of v2; b: {len(b)}; c: {first_404} then 404")
@@ -224,6 +226,36 @@ def test_load_with_an_inline_config_and_specific_versions(
         np.testing.assert_allclose(got, expected(scale), rtol=1e-5)
     _, latest = _call(server.port, "POST", "/v2/models/b/infer", BODY)
     assert latest["model_version"] == "2"
+    for path in ("/v2/models/b", "/v2/models/b/versions/1"):  # every version served
+        assert _call(server.port, "GET", path)[1]["versions"] == ["1", "2"]
+    grpcclient = pytest.importorskip("tritonclient.grpc")
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+    assert list(client.get_model_metadata("b", "1").versions) == ["1", "2"]
+    client.close()
+
+
+def test_model_control_as_triton_s_examples_call_it(server: ServerThread) -> None:
+    """What simple_http_model_control.py and Triton's lifecycle tests send."""
+    port = server.port
+    load = "/v2/repository/models/{}/load"
+    config = {"parameters": {"config": '{"max_batch_size":"16"}'}}  # an int64 as a string
+    assert _call(port, "POST", load.format("a"), orjson.dumps(config))[0] == 200
+    assert _call(port, "GET", "/v2/models/a/config")[1]["max_batch_size"] == 16
+    for name in ("c", "c", "never-loaded"):  # unloading what is not loaded changes nothing
+        assert _call(port, "POST", f"/v2/repository/models/{name}/unload", b"")[0] == 200
+    files = {"parameters": {"config": "{}", "file:1/model.safetensors": "YQ=="}}
+    bad = {"parameters": {"config": '{"dynamic_batching": 5}'}}
+    for name, body, message in (
+        ("a", files, "model files sent with a load request are not supported"),
+        ("a", bad, "dynamic_batching must be an object"),
+    ):
+        status, answer = _call(port, "POST", load.format(name), orjson.dumps(body))
+        assert status == 400, answer
+        assert message in answer["error"]
+    status, answer = _call(port, "POST", "/v2/repository/index", b'{"ready": "yes"}')
+    assert status == 400
+    assert "Invalid value for 'ready'" in answer["error"]
+    assert _call(port, "GET", "/v2/models")[1] == {"models": ["a", "b"]}
 
 
 def test_metrics_and_statistics_cover_every_model(server: ServerThread) -> None:
@@ -247,7 +279,10 @@ def test_metrics_and_statistics_cover_every_model(server: ServerThread) -> None:
 def test_unknown_model_lists_the_known_ones(server: ServerThread) -> None:
     status, body = _call(server.port, "POST", "/v2/models/zz/infer", BODY)
     assert status == 404
-    assert body["error"] == "unknown model 'zz'; this server serves 'a', 'b', 'c'"
+    assert (
+        body["error"]
+        == "Request for unknown model: 'zz' is not found; this server serves 'a', 'b', 'c'"
+    )
     status, body = _call(server.port, "GET", "/v2/models/a/versions/9/ready")
     assert status == 404
     assert "available: '1'" in body["error"]
@@ -362,6 +397,7 @@ def test_repository_twins_over_grpc(server: ServerThread, repository: Path) -> N
     result = client.infer("a", [x])
     assert result.get_response().model_version == "2"
     np.testing.assert_allclose(result.as_numpy("output"), expected(2.0), rtol=1e-5)
+    assert client.get_model_metadata("a").versions == ["2"]
     client.load_model("b", config=orjson.dumps({"max_batch_size": 2}).decode())
     assert client.get_model_config("b", as_json=True)["config"]["max_batch_size"] == 2
     assert (
@@ -376,11 +412,18 @@ def test_repository_twins_over_grpc(server: ServerThread, repository: Path) -> N
     with pytest.raises(InferenceServerException) as caught:
         client.infer("c", [x])
     assert "StatusCode.NOT_FOUND" in str(caught.value.status())
+    client.unload_model("c")  # again: nothing to do, no error
+    with pytest.raises(InferenceServerException) as caught:
+        client.load_model("b", config='{"version_policy": {"specific": {"versions": ["x"]}}}')
+    assert "StatusCode.INVALID_ARGUMENT" in str(caught.value.status())
+    with pytest.raises(InferenceServerException, match="failed to load"):
+        client.load_model(f"../{repository.name}/a")  # refused, and not listed afterwards
     with pytest.raises(InferenceServerException) as caught:
         client.load_model("nope")
     assert "StatusCode.INVALID_ARGUMENT" in str(caught.value.status())
     assert "model 'nope' is not in the repository" in caught.value.message()
     index = client.get_model_repository_index(as_json=True)["models"]
+    assert {m["name"] for m in index} == {"a", "b", "c"}
     ready = {(m["name"], m["version"]) for m in index if m["state"] == "READY"}
     assert ready == {("a", "2"), ("b", "1")}
     assert {"name": "c", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"} in index
@@ -426,6 +469,7 @@ def test_an_invalid_value_names_the_file_and_the_field(
     status, body = _call(server.port, "POST", "/v2/repository/models/a/load", b"{}")
     assert status == 400
     assert body["error"] == (
-        f"{repository / 'a' / 'config.toml'}: replicas = 0 is invalid; give an integer >= 1"
+        f"failed to load 'a': {repository / 'a' / 'config.toml'}: replicas = 0 is invalid; "
+        "give an integer >= 1"
     )
     assert _call(server.port, "POST", "/v2/models/a/infer", BODY)[0] == 200

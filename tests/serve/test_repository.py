@@ -4,6 +4,7 @@ the file, the field and the fix."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -133,6 +134,52 @@ def test_inline_config_in_triton_s_shape_is_mapped() -> None:
     assert inline_config({"parameters": {"config": '{"replicas": 2}'}}) == {"replicas": 2}
     with pytest.raises(ConfigError, match="inline config is not JSON"):
         inline_config({"parameters": {"config": "{"}})
+
+
+def test_inline_config_takes_integers_written_as_strings() -> None:
+    """protobuf's JSON mapping writes int64 fields as strings (tritonclient's
+    get_model_config(as_json=True) returns them so); Triton's examples send them so."""
+    triton = {
+        "max_batch_size": "16",
+        "dynamic_batching": {"max_queue_delay_microseconds": "100"},
+        "input": [{"name": "input", "data_type": "TYPE_FP32", "dims": ["8"]}],
+        "version_policy": {"specific": {"versions": ["1", 2]}},
+    }
+    settings = triton_settings(orjson.dumps(triton).decode())
+    assert settings["batching"] == {"max_batch_size": 16, "max_delay_ms": 0.1}
+    assert settings["inputs"][0]["shape"] == [-1, 8]
+    assert settings["version_policy"] == {"specific": [1, 2]}
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"dynamic_batching": 5}, "dynamic_batching must be an object"),
+        ({"version_policy": {"specific": {"versions": ["x"]}}}, "must be an integer, not 'x'"),
+        ({"input": 5}, "input must be an array"),
+        ({"input": [{"name": "x"}]}, "input\\[0\\] needs a 'name' and a 'data_type'"),
+        ({"max_batch_size": 1.5}, "max_batch_size must be an integer"),
+        ({"instance_group": [{"count": "two"}]}, "instance_group\\[0\\].count"),
+    ],
+)
+def test_an_inline_config_of_the_wrong_shape_is_a_config_error(
+    config: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        triton_settings(orjson.dumps(config).decode())
+
+
+def test_model_files_in_a_load_request_are_refused() -> None:
+    body = {"parameters": {"config": "{}", "file:1/model.safetensors": "YQ=="}}
+    with pytest.raises(ConfigError, match=r"file:1/model\.safetensors: model files sent with"):
+        inline_config(body)
+
+
+@pytest.mark.parametrize("name", ["../other", "..", "a/b", ""])
+def test_a_name_outside_the_repository_is_refused(tmp_path: Path, name: str) -> None:
+    write_model(tmp_path, "other")
+    with pytest.raises(ConfigError, match="is not a directory name of the repository"):
+        read_model(tmp_path / "repo", name)
 
 
 def test_inline_config_overrides_the_file(tmp_path: Path) -> None:

@@ -214,7 +214,10 @@ def test_errors_carry_the_status_codes_and_messages(client: Any) -> None:
     with pytest.raises(InferenceServerException) as caught:
         client.infer("nope", _inputs(arrays))
     assert _status(caught.value) == "StatusCode.NOT_FOUND"
-    assert f"unknown model 'nope'; this server serves {NAME!r}" in caught.value.message()
+    assert (
+        f"Request for unknown model: 'nope' is not found; this server serves {NAME!r}"
+        in caught.value.message()
+    )
     with pytest.raises(InferenceServerException) as caught:
         client.get_model_metadata(NAME, "9")
     assert _status(caught.value) == "StatusCode.NOT_FOUND"

@@ -335,7 +335,7 @@ class App:
         if refused is not None:
             return refused
         if not rest:
-            return Response(200, orjson.dumps({"models": self.registry.names()}))
+            return self._models_list(request)
         if verb:
             return self._infer(request, (name, ""), v1=True)
         return self._model_ready(request, (name, ""))  # V1's model status is the same object
@@ -376,7 +376,12 @@ class App:
         except InputError as exc:
             return error_response(400, str(exc))
         if rest == [b"index"]:
-            return Response(200, orjson.dumps(self._index(bool(body.get("ready", False)))))
+            ready = body.get("ready", False)
+            if not isinstance(ready, bool):
+                return error_response(
+                    400, f"Invalid value for 'ready': expected a boolean, got {ready!r}"
+                )
+            return Response(200, orjson.dumps(self._index(ready)))
         if len(rest) == 3 and rest[0] == b"models" and rest[2] in (b"load", b"unload"):
             return self._control(_text(rest[1]), rest[2] == b"load", body)
         return error_response(404, f"no route {_text(request.path)}")
@@ -451,6 +456,9 @@ class App:
 
     def _metadata(self, request: Request) -> Response:
         return Response(200, self._server_meta)
+
+    def _models_list(self, request: Request) -> Response:
+        return Response(200, orjson.dumps({"models": self.registry.names()}))
 
     def _model_metadata(self, request: Request, key: tuple[str, str]) -> Response:
         try:

@@ -334,7 +334,11 @@ class GrpcServer:
         return self._server_meta
 
     async def _model_metadata(self, request: Any, context: Any) -> Any:
-        return self._model(request.name, request.version).metadata
+        handle = self._handle(request.name, request.version)
+        metadata = pb.ModelMetadataResponse()
+        metadata.CopyFrom(self._served(handle).metadata)
+        metadata.versions[:] = handle.versions  # every published version, as over REST
+        return metadata
 
     async def _model_config_rpc(self, request: Any, context: Any) -> Any:
         return self._model(request.name, request.version).config
@@ -354,8 +358,11 @@ class GrpcServer:
 
     async def _repository_load(self, request: Any, context: Any) -> Any:
         parameters = {k: v.string_param for k, v in request.parameters.items()}
-        await self._control(self.control.load(request.model_name, inline_config(
-            {"parameters": parameters}) if "config" in parameters else None))  # fmt: skip
+        try:
+            inline = inline_config({"parameters": parameters})
+        except ConfigError as exc:
+            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+        await self._control(self.control.load(request.model_name, inline))
         return pb.RepositoryModelLoadResponse()
 
     async def _repository_unload(self, request: Any, context: Any) -> Any:

@@ -142,6 +142,8 @@ def decode_infer_request(
     more than ``max_rows`` rows is :class:`~torchplace.errors.PayloadTooLargeError` (413).
     Inputs and outputs in shared memory are looked up in ``regions``."""
     view = memoryview(body)
+    if header_length == 0:
+        return _raw_request(view, inputs, allow_nan)
     if header_length is None:
         json_part, binary = view, None
     else:
@@ -183,6 +185,37 @@ def decode_infer_request(
         timeout_us=timeout_us,
         priority=priority,
     )
+
+
+def _raw_request(body: memoryview, inputs: Sequence[TensorSpec], allow_nan: bool) -> InferRequest:
+    """Triton's raw binary request (``Inference-Header-Content-Length: 0``): the body is the
+    one input's bytes, one row; every output is answered as binary data."""
+    if len(inputs) != 1:
+        raise _fail(
+            "a raw binary request (Inference-Header-Content-Length: 0) needs a model with one "
+            "input; this one takes " + ", ".join(_describe(s) for s in inputs) + "; send the "
+            "JSON header with the binary data"
+        )
+    spec = inputs[0]
+    shape = [1, *spec.shape[1:]]
+    if any(d < 0 for d in shape):
+        raise _fail(
+            f"a raw binary request needs a fixed row shape, but input {spec.name!r} is "
+            f"{list(spec.shape)}; send the JSON header with the binary data"
+        )
+    try:
+        array = _binary_array(
+            spec, body, 0, len(body), shape, math.prod(shape), "the raw body's byte size"
+        )
+    except InputError as exc:
+        raise _fail(
+            f"{exc}; with Inference-Header-Content-Length: 0 the whole body is one row of the "
+            "input's raw bytes"
+        ) from None
+    array = array.reshape(shape)
+    if not allow_nan:
+        _check_finite(spec, array)
+    return InferRequest(None, {spec.name: array}, 1, None, True)
 
 
 def _quick_request(doc: dict[str, Any], spec: TensorSpec, max_rows: int) -> InferRequest | None:

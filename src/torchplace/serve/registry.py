@@ -42,15 +42,23 @@ class ModelHandle:
         self.inputs = tuple(engine.inputs)
         self.outputs = tuple(engine.outputs)
         self.max_request_rows = engine.max_request_rows
-        self.metadata = protocol.model_metadata(
-            name=self.name, versions=[self.version], platform=engine.platform,
-            inputs=self.inputs, outputs=self.outputs,
-        )  # fmt: skip
+        #: the model's published versions, this one among them (what its metadata lists)
+        self.versions: list[str] = []
+        self.metadata = b""
+        self.set_versions([self.version])
         self.config = orjson.dumps(model_config(engine))
         #: requests routed to this version and not answered yet
         self.active = 0
         #: per-protocol views of this version (the gRPC side keeps its messages here)
         self.views: dict[str, Any] = {}
+
+    def set_versions(self, versions: Sequence[str]) -> None:
+        """The versions of the model published next to this one (its metadata names them)."""
+        self.versions = list(versions)
+        self.metadata = protocol.model_metadata(
+            name=self.name, versions=self.versions, platform=self.engine.platform,
+            inputs=self.inputs, outputs=self.outputs,
+        )  # fmt: skip
 
     def enter(self) -> ModelHandle:
         self.active += 1
@@ -99,14 +107,16 @@ class Registry:
         versions = self._models.get(name)
         if not versions:
             known = ", ".join(repr(n) for n in self._models) or "none"
-            raise ModelNotFoundError(f"unknown model {name!r}; this server serves {known}")
+            raise ModelNotFoundError(
+                f"Request for unknown model: {name!r} is not found; this server serves {known}"
+            )
         if not version:
             return next(reversed(versions.values()))  # kept in version order by publish
         handle = versions.get(version)
         if handle is None:
             raise ModelNotFoundError(
-                f"unknown version {version!r} of model {name!r}; available: "
-                + ", ".join(repr(v) for v in versions)
+                f"Request for unknown model: {name!r} version {version!r} is not found; "
+                "available: " + ", ".join(repr(v) for v in versions)
             )
         return handle
 
@@ -116,6 +126,8 @@ class Registry:
         if handles:
             ordered = sorted(handles, key=lambda h: _version_key(h.version))
             self._models[name] = {h.version: h for h in ordered}
+            for handle in ordered:
+                handle.set_versions([h.version for h in ordered])
         else:
             self._models.pop(name, None)
         kept = {h.version for h in handles}

@@ -145,9 +145,8 @@ class ModelControl:
         """Unpublish ``name``, then drain and release its versions."""
         self._allowed("unloading a model")
         async with self._lock(name):
-            if not self.registry.versions(name):
-                self.registry.get(name)  # ModelNotFoundError naming the loaded models
-            await self._retire(self.registry.publish(name, []))
+            if self.registry.versions(name):  # not loaded: nothing to do, as in Triton
+                await self._retire(self.registry.publish(name, []))
 
     def _lock(self, name: str) -> asyncio.Lock:
         return self._locks.setdefault(name, asyncio.Lock())
@@ -157,10 +156,11 @@ class ModelControl:
             try:
                 recipes = self._versions(name, inline)
             except ConfigError as exc:
-                if self.root is not None and (self.root / name).is_dir():
+                root = self.root
+                if root is not None and root.is_dir() and name in model_names(root):
                     self.registry.mark(name, "", "UNAVAILABLE", str(exc))
                 logger.error("model %s: %s", name, exc)
-                raise ModelLoadError(str(exc)) from None
+                raise ModelLoadError(f"failed to load {name!r}: {exc}") from None
             fresh: list[ModelHandle] = []
             try:
                 for settings, where in recipes:
@@ -168,7 +168,7 @@ class ModelControl:
                     fresh.append(await self._build(settings, source=where))
             except BaseException as exc:
                 await self._failed(name, settings, fresh, exc)
-                raise self._load_error(exc) from None
+                raise self._load_error(exc, name) from None
             await self._retire(self.registry.publish(name, fresh))
             logger.info("model %s: serving versions %s", name, [h.version for h in fresh])
 
@@ -182,25 +182,27 @@ class ModelControl:
             return [(model.version_settings(v), model.source) for v in model.versions]
         if name in self._recipes:
             return [(s, "command line") for s in self._recipes[name]]
-        raise ModelNotFoundError(f"unknown model {name!r}; no --model-repository holds it")
+        raise ModelNotFoundError(
+            f"failed to load {name!r}: no model of that name; the repository holds "
+            + (", ".join(repr(n) for n in model_names(self.root)) if self.root else "nothing")
+        )
 
     async def _failed(
         self, name: str, settings: Mapping[str, Any], fresh: list[ModelHandle], exc: BaseException
     ) -> None:
         version = str(settings.get("model_version", ""))
-        self.registry.mark(name, version, "UNAVAILABLE", str(self._load_error(exc)))
+        self.registry.mark(name, version, "UNAVAILABLE", str(self._load_error(exc, name)))
         logger.error("model %s version %s did not load: %s", name, version, exc)
         await self._retire(fresh)
         for handle in self.registry.versions(name):  # what served before still does
             self.registry.mark(name, handle.version, "READY")
 
     @staticmethod
-    def _load_error(exc: BaseException) -> ModelLoadError:
-        if isinstance(exc, ModelLoadError):
-            return exc
-        if isinstance(exc, TorchplaceError):
-            return ModelLoadError(str(exc))
-        return ModelLoadError(f"{type(exc).__name__}: {exc}")
+    def _load_error(exc: BaseException, name: str) -> ModelLoadError:
+        """The error a failed load answers (Triton's words first: 'failed to load')."""
+        why = str(exc) if isinstance(exc, TorchplaceError) else f"{type(exc).__name__}: {exc}"
+        kind = type(exc) if isinstance(exc, ModelLoadError) else ModelLoadError
+        return kind(f"failed to load {name!r}: {why}")
 
     async def _retire(self, handles: list[ModelHandle]) -> None:
         await asyncio.gather(*(h.retire(self.config.drain_timeout_s) for h in handles))

@@ -153,6 +153,11 @@ def read_model(root: Path, name: str, inline: Mapping[str, Any] | None = None) -
     """Read and check ``root/name`` (its ``config.toml``, then ``inline`` over it)."""
     directory = root / name
     config_file = directory / CONFIG_NAME
+    if name in ("", ".", "..") or "/" in name or "\\" in name or "\0" in name:
+        raise ConfigError(
+            f"model name {name!r} is not a directory name of the repository; give the name "
+            "of one of its model directories"
+        )
     if not directory.is_dir():
         raise ConfigError(
             f"model {name!r} is not in the repository {str(root)!r}; create {str(directory)!r} "
@@ -271,7 +276,10 @@ def _policy(where: str, raw: Any) -> VersionPolicy:
 
 
 def triton_settings(text: str) -> dict[str, Any]:
-    """An inline config (a JSON string): our keys as they are, Triton's ``ModelConfig`` mapped."""
+    """An inline config (a JSON string): our keys as they are, Triton's ``ModelConfig`` mapped.
+
+    Triton's integers may come as JSON strings (protobuf's JSON mapping writes int64 fields so,
+    and ``tritonclient``'s ``get_model_config(as_json=True)`` returns them so)."""
     try:
         doc = json.loads(text)
     except ValueError as exc:
@@ -279,40 +287,74 @@ def triton_settings(text: str) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise ConfigError('inline config must be a JSON object, e.g. {"max_batch_size": 8}')
     out: dict[str, Any] = {k: v for k, v in doc.items() if k in _KEYS}
-    batching: dict[str, Any] = dict(out.pop("batching", {}))
+    batching: dict[str, Any] = dict(_object(out.pop("batching", {}), "batching"))
     if "max_batch_size" in doc:
-        batching["max_batch_size"] = doc["max_batch_size"]
-    delay = doc.get("dynamic_batching", {}).get("max_queue_delay_microseconds")
+        batching["max_batch_size"] = _integer(doc["max_batch_size"], "max_batch_size")
+    dynamic = _object(doc.get("dynamic_batching", {}), "dynamic_batching")
+    delay = dynamic.get("max_queue_delay_microseconds")
     if delay is not None:
-        batching["max_delay_ms"] = float(delay) / 1000
+        where = "dynamic_batching.max_queue_delay_microseconds"
+        batching["max_delay_ms"] = _integer(delay, where) / 1000
     if batching:
         out["batching"] = batching
-    policy = doc.get("version_policy")
-    if isinstance(policy, dict) and any(isinstance(v, dict) for v in policy.values()):
+    policy = _object(doc.get("version_policy", {}), "version_policy")
+    if any(isinstance(v, dict) for v in policy.values()):
         out["version_policy"] = _triton_policy(policy)  # Triton's {"latest": {...}} shape
-    groups = doc.get("instance_group")
-    if isinstance(groups, list) and groups and isinstance(groups[0], dict):
-        out["replicas"] = int(groups[0].get("count", 1))
+    groups = _list(doc.get("instance_group", []), "instance_group")
+    if groups:
+        group = _object(groups[0], "instance_group[0]")
+        out["replicas"] = _integer(group.get("count", 1), "instance_group[0].count")
     for ours, theirs in (("inputs", "input"), ("outputs", "output")):
-        if isinstance(doc.get(theirs), list):
-            out[ours] = [
-                {"name": t["name"], "datatype": str(t["data_type"]).removeprefix("TYPE_"),
-                 "shape": [-1, *t.get("dims", [])]}
-                for t in doc[theirs]
-            ]  # fmt: skip
-    parameters = doc.get("parameters", {})
-    source = parameters.get("source", {}) if isinstance(parameters, dict) else {}
-    if isinstance(source, dict) and "string_value" in source:
+        if theirs in doc:
+            out[ours] = [_tensor(t, f"{theirs}[{i}]")
+                         for i, t in enumerate(_list(doc[theirs], theirs))]  # fmt: skip
+    parameters = _object(doc.get("parameters", {}), "parameters")
+    source = _object(parameters.get("source", {}), "parameters.source")
+    if "string_value" in source:
         out["source"] = source["string_value"]
     return out
 
 
+def _tensor(raw: object, where: str) -> dict[str, Any]:
+    """One of Triton's ``input``/``output`` entries as our tensor declaration."""
+    tensor = _object(raw, where)
+    if not isinstance(tensor.get("name"), str) or not isinstance(tensor.get("data_type"), str):
+        raise ConfigError(f"inline config: {where} needs a 'name' and a 'data_type' string")
+    dims = [_integer(d, f"{where}.dims") for d in _list(tensor.get("dims", []), f"{where}.dims")]
+    datatype = tensor["data_type"].removeprefix("TYPE_")
+    return {"name": tensor["name"], "datatype": datatype, "shape": [-1, *dims]}
+
+
 def _triton_policy(policy: Mapping[str, Any]) -> dict[str, Any]:
     if "latest" in policy:
-        return {"latest": int(policy["latest"].get("num_versions", 1))}
+        latest = _object(policy["latest"], "version_policy.latest")
+        return {"latest": _integer(latest.get("num_versions", 1), "latest.num_versions")}
     if "specific" in policy:
-        return {"specific": [int(v) for v in policy["specific"].get("versions", [])]}
+        specific = _object(policy["specific"], "version_policy.specific")
+        versions = _list(specific.get("versions", []), "version_policy.specific.versions")
+        return {"specific": [_integer(v, "version_policy.specific.versions") for v in versions]}
     return {"all": True}
+
+
+def _object(value: object, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"inline config: {where} must be an object, not {value!r}")
+    return value
+
+
+def _list(value: object, where: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise ConfigError(f"inline config: {where} must be an array, not {value!r}")
+    return value
+
+
+def _integer(value: object, where: str) -> int:
+    """An integer, or one written as a JSON string (as protobuf writes int64 fields)."""
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        return int(value)
+    if type(value) is not int:
+        raise ConfigError(f"inline config: {where} must be an integer, not {value!r}")
+    return value
 
 
 def inline_config(body: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -322,6 +364,12 @@ def inline_config(body: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     if not isinstance(parameters, Mapping):
         raise ConfigError("the load request's 'parameters' must be an object")
+    files = [k for k in parameters if isinstance(k, str) and k.startswith("file:")]
+    if files:
+        raise ConfigError(
+            f"load parameters {', '.join(files)}: model files sent with a load request are "
+            "not supported; put them in the model's directory of the repository and load it"
+        )
     text = parameters.get("config")
     if text is None:
         return None

@@ -74,6 +74,7 @@ ROUTES: tuple[Route, ...] = (
     Route("/v2/health/ready", "GET", "_ready", "get-v2-health-ready", "Server Ready",
           errors=(503,), public=True),
     Route("/v2", "GET", "_metadata", "get-v2", "Server Metadata", ok="metadata_server_response"),
+    Route("/v2/models", "GET", "_models_list", "get-v2-models", "The models served (KServe's)"),
     Route(MODEL, "GET", "_model_metadata", "get-v2-models-name", "Model Metadata",
           ok="metadata_model_response", errors=(404,), versioned=True),
     Route(MODEL + "/ready", "GET", "_model_ready", "get-v2-models-name-ready", "Model Ready",
