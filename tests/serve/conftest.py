@@ -46,6 +46,7 @@ class FakeEngine:
         self.name = self.model_name
         self.inputs: tuple[TensorSpec, ...] = spec.inputs
         self.outputs: tuple[TensorSpec, ...] = spec.outputs
+        self.labels: dict[str, tuple[str, ...]] = {}
         self.module = spec.build()
 
     async def start(self) -> None:

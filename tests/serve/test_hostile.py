@@ -132,7 +132,7 @@ CORPUS: list[tuple[str, bytes, int]] = [
     ("unknown output", _req(_doc(outputs=[{"name": "logits"}])), 400),
     (
         "classification",
-        _req(_doc(outputs=[{"name": "output", "parameters": {"classification": 2}}])),
+        _req(_doc(outputs=[{"name": "output", "parameters": {"classification": -2}}])),
         400,
     ),
     ("shared memory", _req(_doc([seed_input(parameters={"shared_memory_region": "r0"})])), 400),

@@ -224,10 +224,10 @@ BAD_REQUESTS: list[tuple[str, bytes, dict[str, Any], str]] = [
     (
         "classification",
         _json_body(
-            [seed_input()], outputs=[{"name": "output", "parameters": {"classification": 3}}]
+            [seed_input()], outputs=[{"name": "output", "parameters": {"classification": "3"}}]
         ),
         {},
-        "classification",
+        "'classification' must be a positive integer",
     ),
     (
         "shm input",

@@ -28,7 +28,7 @@ import hmac
 import logging
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote_to_bytes
@@ -87,6 +87,8 @@ class EngineLike(Protocol):
     version: str
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    #: class labels per output (Triton's classification extension)
+    labels: Mapping[str, tuple[str, ...]]
     max_batch_size: int
     #: the most rows one request may carry (more is split into batches by the engine)
     max_request_rows: int
@@ -644,6 +646,7 @@ class App:
             request=decoded,
             results=results,
             outputs=handle.outputs,
+            labels=handle.engine.labels,
         )
         if header_length is None:
             return Response(200, body)

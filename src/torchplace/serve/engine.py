@@ -209,6 +209,7 @@ class Engine:
         self.version = loaded.version
         self.inputs: tuple[TensorSpec, ...] = loaded.inputs
         self.outputs: tuple[TensorSpec, ...] = loaded.outputs
+        self.labels: Mapping[str, tuple[str, ...]] = loaded.labels
         self.max_batch_size = max_batch_size
         self.max_delay_ms = max_delay_ms
         self.max_request_rows = max_request_rows

@@ -26,9 +26,11 @@ from google.protobuf.message import DecodeError
 
 from torchplace.errors import InputError
 from torchplace.models import TensorSpec
+from torchplace.serve.classification import classify, serialize_bytes
 from torchplace.serve.datatypes import HOST_DTYPES
 from torchplace.serve.proto import grpc_service_pb2 as pb
 from torchplace.serve.protocol import (
+    _NO_LABELS,
     _NO_REGIONS,
     WIRE_DTYPES,
     InferRequest,
@@ -42,6 +44,7 @@ from torchplace.serve.protocol import (
     _same_rows,
     _write_output,
     check_output_room,
+    class_count,
     output_target,
     shared_memory_array,
 )
@@ -205,12 +208,7 @@ def _shared(params: Mapping[str, Any]) -> dict[str, Any] | None:
     if "shared_memory_region" not in params:
         return None
     keys = ("shared_memory_region", "shared_memory_offset", "shared_memory_byte_size")
-    found: dict[str, Any] = {}
-    for key in keys:
-        if key in params:
-            which = params[key].WhichOneof("parameter_choice")
-            found[key] = getattr(params[key], which) if which is not None else None
-    return found
+    return {key: _value(params, key) for key in keys if key in params}
 
 
 def _requested(
@@ -218,7 +216,7 @@ def _requested(
 ) -> tuple[RequestedOutput, ...] | None:
     if not requested:
         return None
-    known = {s.name for s in outputs}
+    known = {s.name: s.datatype for s in outputs}
     chosen: list[RequestedOutput] = []
     for entry in requested:
         name = entry.name
@@ -227,14 +225,26 @@ def _requested(
                 f"unknown output {name!r}; the model returns "
                 + ", ".join(_describe(s) for s in outputs)
             )
-        if "classification" in entry.parameters:
-            raise InputError(f"output {name!r}: the classification extension is not supported")
         if any(c.name == name for c in chosen):
             raise InputError(f"output {name!r} is requested twice")
+        classes = class_count(name, known[name], _value(entry.parameters, "classification"))
         shm_params = _shared(entry.parameters)
+        if classes and shm_params is not None:
+            raise InputError(
+                f"output {name!r}: 'classification' and 'shared_memory_region' both set; the "
+                "classes are answered in the response, ask for one or the other"
+            )
         target = None if shm_params is None else output_target(name, shm_params, regions)
-        chosen.append(RequestedOutput(name, True, target))
+        chosen.append(RequestedOutput(name, True, target, classes))
     return tuple(chosen)
+
+
+def _value(params: Mapping[str, Any], key: str) -> Any:
+    """A parameter's value (None when absent or empty)."""
+    if key not in params:
+        return None
+    which = params[key].WhichOneof("parameter_choice")
+    return getattr(params[key], which) if which is not None else None
 
 
 def encode_infer_response(
@@ -244,19 +254,27 @@ def encode_infer_response(
     request: InferRequest,
     results: Mapping[str, np.ndarray[Any, Any]],
     outputs: Sequence[TensorSpec],
+    labels: Mapping[str, Sequence[str]] = _NO_LABELS,
 ) -> Any:
-    """A ``ModelInferResponse`` with every chosen output as raw little-endian bytes."""
+    """A ``ModelInferResponse`` with every chosen output as raw little-endian bytes (an output
+    asked as classes: their ``BYTES`` serialization, with ``labels``)."""
     datatypes = {s.name: s.datatype for s in outputs}
-    targets = {o.name: o.target for o in request.outputs} if request.outputs else {}
-    names = list(targets) if targets else list(datatypes)
+    chosen = {o.name: o for o in request.outputs} if request.outputs else {}
+    names = list(chosen) if chosen else list(datatypes)
     response = pb.ModelInferResponse(model_name=model_name, model_version=model_version)
     if request.id is not None:
         response.id = request.id
     for name in names:
         array = results[name]
         datatype = datatypes[name]
+        wanted = chosen.get(name)
+        if wanted is not None and wanted.classes:
+            items, shape = classify(array, datatype, wanted.classes, labels.get(name, ()))
+            response.outputs.add(name=name, datatype="BYTES", shape=shape)
+            response.raw_output_contents.append(serialize_bytes(items))
+            continue
         response.outputs.add(name=name, datatype=datatype, shape=array.shape)
-        target = targets.get(name)
+        target = None if wanted is None else wanted.target
         if target is not None:  # the client reads it from its region; an empty entry here
             _write_output(name, datatype, array, target)
             raw = b""

@@ -540,6 +540,7 @@ class GrpcServer:
                 request=decoded,
                 results=results,
                 outputs=engine.outputs,
+                labels=engine.labels,
             )
         except ServeError as exc:
             raise _Abort(status_code(exc), str(exc)) from None

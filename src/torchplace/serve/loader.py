@@ -21,6 +21,10 @@ exported file's stem, or ``MODULE-CALLABLE`` for a ``module:callable`` factory
 
 The first dimension of every declared shape must be ``-1``: it is the batch dimension the
 dynamic batcher fills.
+
+Class labels for Triton's classification extension come from the module's
+``torchplace_labels``: one sequence of class names for every output, or a mapping of output
+name to its sequence.
 """
 
 from __future__ import annotations
@@ -29,8 +33,8 @@ import contextlib
 import functools
 import importlib
 import warnings
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +63,8 @@ class LoadedModel:
     #: builds a fresh private copy for a replica on the given device (the replica still moves
     #: it with ``.to``); None = ``copy.deepcopy(module)``
     rebuild: Callable[[torch.device], nn.Module] | None = None
+    #: class labels per output (Triton's classification extension): ``torchplace_labels``
+    labels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def set_eval(module: nn.Module) -> nn.Module:
@@ -140,7 +146,34 @@ def load_model(
         weight_bytes=weight_bytes(module),
         source=source,
         rebuild=rebuild,
+        labels=_labels(getattr(module, "torchplace_labels", None), final_out),
     )
+
+
+def _labels(value: object, outputs: tuple[TensorSpec, ...]) -> dict[str, tuple[str, ...]]:
+    """A module's ``torchplace_labels``: one sequence of class names for every output, or a
+    mapping of output name to its sequence (index i names class i)."""
+    if value is None:
+        return {}
+    every = {spec.name: value for spec in outputs}
+    given = dict(value) if isinstance(value, Mapping) else every
+    unknown = sorted(set(given) - {spec.name for spec in outputs})
+    if unknown:
+        raise ConfigError(
+            f"torchplace_labels names {unknown}, not outputs of the model "
+            f"({', '.join(s.name for s in outputs)})"
+        )
+    labels: dict[str, tuple[str, ...]] = {}
+    for name, names in given.items():
+        if isinstance(names, str) or not isinstance(names, Sequence) or not all(
+            isinstance(n, str) for n in names
+        ):  # fmt: skip
+            raise ConfigError(
+                f"torchplace_labels[{name!r}] must be a sequence of class names (strings), "
+                f"got {names!r}"
+            )
+        labels[name] = tuple(names)
+    return labels
 
 
 def infer_outputs(

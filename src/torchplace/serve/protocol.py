@@ -14,7 +14,8 @@ one (its answer then carries no data): the ``shared_memory_*`` parameters, looke
 Datatypes map to little-endian numpy dtypes; ``BF16`` travels as ``float32`` arrays inside the
 server: decoded exactly from bfloat16 bits (binary) or numbers (JSON), and on the way out
 rounded to nearest even bfloat16, as bits (binary) or as the numbers those bits hold (JSON).
-``BYTES`` is not a torch type and is refused.
+``BYTES`` is not a torch type and is refused as an input; an output asked for with Triton's
+``classification`` parameter is answered as ``BYTES`` (:mod:`torchplace.serve.classification`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import orjson
 
 from torchplace.errors import InputError, PayloadTooLargeError, SharedMemoryError
 from torchplace.models import TensorSpec
+from torchplace.serve.classification import CLASSIFIABLE, classify, serialize_bytes
 from torchplace.serve.datatypes import HOST_DTYPES
 from torchplace.serve.shm import SharedMemoryRegions
 
@@ -39,6 +41,7 @@ __all__ = [
     "RequestedOutput",
     "bf16_values",
     "check_output_room",
+    "class_count",
     "decode_infer_request",
     "encode_infer_response",
     "model_metadata",
@@ -86,16 +89,19 @@ _FLOATS = frozenset((float,))
 _NUMBERS = frozenset((float, int))
 #: the registry of a caller that gives none: client shared memory is off
 _NO_REGIONS = SharedMemoryRegions(allowed=False)
+_NO_LABELS: Mapping[str, Sequence[str]] = {}
 
 
 @dataclass(frozen=True, slots=True)
 class RequestedOutput:
     """An output the client asked for, and whether it wants it as binary tensor data or
-    written into a shared-memory region (``target``, a view of it)."""
+    written into a shared-memory region (``target``, a view of it), and as its top
+    ``classes`` classes instead of its values (Triton's classification extension)."""
 
     name: str
     binary: bool
     target: memoryview | None = field(default=None, compare=False)
+    classes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -614,7 +620,7 @@ def _requested_outputs(
         return None
     if not isinstance(raw, list):
         raise _fail(f"'outputs' must be an array of objects, not {_kind_name(raw)}")
-    known = {s.name for s in outputs}
+    known = {s.name: s.datatype for s in outputs}
     chosen: list[RequestedOutput] = []
     for entry in raw:
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
@@ -627,31 +633,51 @@ def _requested_outputs(
             )
         if any(c.name == name for c in chosen):
             raise _fail(f"output {name!r} is requested twice")
-        chosen.append(_requested_output(name, entry.get("parameters"), binary_default, regions))
+        params = entry.get("parameters")
+        chosen.append(_requested_output(name, known[name], params, binary_default, regions))
     return tuple(chosen)
 
 
 def _requested_output(
-    name: str, params: object, binary_default: bool, regions: SharedMemoryRegions
+    name: str, datatype: str, params: object, binary_default: bool, regions: SharedMemoryRegions
 ) -> RequestedOutput:
-    """One entry of ``outputs``, from its parameters: binary or JSON, or shared memory."""
+    """One entry of ``outputs``, from its parameters: binary or JSON, or shared memory; its
+    values or its top classes."""
     if params is None:
         return RequestedOutput(name, binary_default)
     if not isinstance(params, dict):
         raise _fail(f"output {name!r}: 'parameters' must be an object")
-    if params.get("classification"):
-        raise _fail(f"output {name!r}: the classification extension is not supported")
     flag = params.get("binary_data", binary_default)
     if not isinstance(flag, bool):
         raise _fail(f"output {name!r}: parameter 'binary_data' must be true or false")
+    classes = class_count(name, datatype, params.get("classification"))
     if "shared_memory_region" not in params:
-        return RequestedOutput(name, flag)
+        return RequestedOutput(name, flag, None, classes)
+    if classes:
+        raise _fail(
+            f"output {name!r}: 'classification' and 'shared_memory_region' both set; the "
+            "classes are answered in the response, ask for one or the other"
+        )
     if params.get("binary_data") is True:
         raise _fail(
             f"output {name!r}: 'binary_data' true and 'shared_memory_region' both set; "
             "an output goes to one place"
         )
     return RequestedOutput(name, False, output_target(name, params, regions))
+
+
+def class_count(name: str, datatype: str, value: object) -> int:
+    """The ``classification`` parameter of an output: how many classes (0: none asked)."""
+    if value is None or value is False or value == 0:
+        return 0
+    if type(value) is not int or value < 0:
+        raise _fail(
+            f"output {name!r}: 'classification' must be a positive integer (the number of "
+            f"top classes to answer), got {value!r}"
+        )
+    if datatype not in CLASSIFIABLE:
+        raise _fail(f"output {name!r}: a {datatype} output has no classes to rank")
+    return value
 
 
 def output_target(name: str, params: Mapping[str, Any], regions: SharedMemoryRegions) -> memoryview:
@@ -723,21 +749,33 @@ def encode_infer_response(
     request: InferRequest,
     results: Mapping[str, np.ndarray[Any, Any]],
     outputs: Sequence[TensorSpec],
+    labels: Mapping[str, Sequence[str]] = _NO_LABELS,
 ) -> tuple[bytes, int | None]:
-    """Encode the outputs; returns the body and the JSON header length if binary data follows."""
-    chosen: list[tuple[str, str, bool, memoryview | None]]
+    """Encode the outputs; returns the body and the JSON header length if binary data follows.
+    ``labels``: an output's class labels, for the classification extension."""
+    chosen: list[tuple[str, str, bool, memoryview | None, int]]
     if request.outputs is None:
         binary_output = request.binary_output
-        chosen = [(s.name, s.datatype, binary_output, None) for s in outputs]
+        chosen = [(s.name, s.datatype, binary_output, None, 0) for s in outputs]
     else:
         datatypes = {s.name: s.datatype for s in outputs}
-        chosen = [(w.name, datatypes[w.name], w.binary, w.target) for w in request.outputs]
+        chosen = [(w.name, datatypes[w.name], w.binary, w.target, w.classes)
+                  for w in request.outputs]  # fmt: skip
     entries: list[dict[str, Any]] = []
     chunks: list[bytes] = []
-    for name, datatype, binary, target in chosen:
+    for name, datatype, binary, target, classes in chosen:
         array = results[name]
         entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": array.shape}
-        if target is not None:  # the client reads it from its region
+        if classes:
+            items, entry["shape"] = classify(array, datatype, classes, labels.get(name, ()))
+            entry["datatype"] = "BYTES"
+            if binary:
+                raw = serialize_bytes(items)
+                entry["parameters"] = {"binary_data_size": len(raw)}
+                chunks.append(raw)
+            else:
+                entry["data"] = [item.decode() for item in items]
+        elif target is not None:  # the client reads it from its region
             _write_output(name, datatype, array, target)
         elif binary:
             if datatype == "BF16":

@@ -33,6 +33,7 @@ EXTENSIONS = (
     "model_configuration",
     "statistics",
     "model_repository",
+    "classification",
 )
 
 

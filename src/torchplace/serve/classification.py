@@ -1,0 +1,54 @@
+"""Triton's classification extension: an output answered as its top classes, not its values.
+
+A requested output with the ``classification`` parameter (``tritonclient``'s
+``InferRequestedOutput(name, class_count=k)``) comes back as a ``BYTES`` tensor of shape
+``[rows, k]``: for each row, its ``k`` largest values, best first, each the string
+``"value:index"``, or ``"value:index:label"`` when the model has labels for that output. Values
+are written as Triton writes them (C's ``%f`` for floats, integers as they are); ties keep the
+lower index first.
+
+Over REST the strings are JSON ``data`` or, as binary data, Triton's ``BYTES`` serialization
+(each element a 4-byte little-endian length, then its bytes); over gRPC that serialization in
+``raw_output_contents``, which ``tritonclient``'s ``as_numpy`` reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["CLASSIFIABLE", "classify", "serialize_bytes"]
+
+#: the datatypes whose values rank classes (everything but BOOL)
+CLASSIFIABLE = frozenset(
+    ("UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16", "BF16",
+     "FP32", "FP64")
+)  # fmt: skip
+
+
+def classify(
+    array: np.ndarray[Any, Any], datatype: str, count: int, labels: Sequence[str] = ()
+) -> tuple[list[bytes], list[int]]:
+    """Each row's ``count`` top classes as ``value:index[:label]``, and the ``[rows, k]``
+    shape of the answer (``k``: ``count``, or fewer when a row has fewer values)."""
+    rows = array.reshape(len(array), -1)
+    k = min(count, rows.shape[1])
+    order = np.argsort(-rows.astype(np.float64), axis=1, kind="stable")[:, :k]
+    floats = datatype.startswith(("FP", "BF"))
+    found: list[bytes] = []
+    for row, indices in zip(rows.tolist(), order.tolist(), strict=True):
+        for index in indices:
+            value = row[index]
+            text = f"{value:f}:{index}" if floats else f"{value}:{index}"
+            if index < len(labels):
+                text += ":" + labels[index]
+            found.append(text.encode())
+    return found, [len(rows), k]
+
+
+def serialize_bytes(items: Sequence[bytes]) -> bytes:
+    """Triton's serialization of a ``BYTES`` tensor: each element's length (4 bytes,
+    little-endian), then the element."""
+    return b"".join(len(item).to_bytes(4, "little") + item for item in items)
