@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,7 @@ from torchplace.models import TensorSpec
 from torchplace.serve import protocol
 from torchplace.serve.classification import classify, serialize_bytes
 from torchplace.serve.loader import load_model
+from torchplace.serve.repository import read_model
 from torchplace.serve.running import ServerThread
 
 from .classifier_model import LABELS
@@ -98,6 +100,24 @@ def test_labels_are_checked_at_load(monkeypatch: pytest.MonkeyPatch) -> None:
     assert load_model(MODEL).labels == {"output": ("x", "y")}
 
 
+def test_a_labels_file_names_every_output_s_classes(tmp_path: Path) -> None:
+    labels = tmp_path / "labels.txt"
+    labels.write_text("no\nyes\n")
+    assert load_model(MODEL, labels=labels).labels == {"output": ("no", "yes")}  # over the module's
+    with pytest.raises(ConfigError, match=r"cannot read the labels file .*one class name per line"):
+        load_model(MODEL, labels=tmp_path / "missing.txt")
+
+
+def test_a_repository_model_names_its_labels_file(tmp_path: Path) -> None:
+    (tmp_path / "m" / "1").mkdir(parents=True)
+    (tmp_path / "m" / "config.toml").write_text('source = "seed-mlp"\nlabels = "labels.txt"\n')
+    model = read_model(tmp_path, "m")
+    assert model.version_settings("1")["labels"] == str(tmp_path / "m" / "labels.txt")
+    (tmp_path / "m" / "config.toml").write_text('source = "seed-mlp"\nlabels = "a/b.txt"\n')
+    with pytest.raises(ConfigError, match=r"'labels' = 'a/b\.txt' is not a file name"):
+        read_model(tmp_path, "m")
+
+
 httpclient = pytest.importorskip("tritonclient.http")
 grpcclient = pytest.importorskip("tritonclient.grpc")
 
@@ -125,3 +145,17 @@ def test_tritonclient_class_count_gets_the_top_classes(server: ServerThread, how
     texts = [[v.decode() if isinstance(v, bytes) else v for v in row] for row in got]
     assert texts == [["0.900000:1:dog", "0.300000:2:bird"], ["0.800000:3:fish", "0.500000:0:cat"]]
     client.close()
+
+
+def test_labels_given_by_file_to_the_server(tmp_path: Path) -> None:
+    labels = tmp_path / "labels.txt"
+    labels.write_text("low\nhigh\n")
+    config = test_config(model="seed-mlp", device="cpu", labels=labels, grpc_port=0)
+    with ServerThread(config) as thread:
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{thread.port}")
+        inp = httpclient.InferInput("input", [1, 8], "FP32")
+        inp.set_data_from_numpy(np.ones((1, 8), np.float32))
+        out = httpclient.InferRequestedOutput("output", binary_data=False, class_count=2)
+        got = client.infer("seed-mlp", [inp], outputs=[out]).as_numpy("output")
+        assert sorted(v.split(":")[2] for v in got[0]) == ["high", "low"]
+        client.close()

@@ -67,6 +67,12 @@ def _model_flags(model: argparse._ArgumentGroup) -> None:
     )
     model.add_argument("--exported", metavar="FILE.pt2", help="a torch.export program to serve")
     model.add_argument(
+        "--labels",
+        metavar="FILE",
+        help="class names, one per line, for outputs asked for as classes (Triton's "
+        "classification extension; default: the module's torchplace_labels)",
+    )
+    model.add_argument(
         "--input",
         dest="inputs",
         action="append",

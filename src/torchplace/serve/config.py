@@ -110,6 +110,8 @@ class ServeConfig:
     name: str | None = None
     model_version: str = "1"
     weights: Path | None = None
+    #: class labels (one per line) for the classification extension, for every output
+    labels: Path | None = None
     exported: Path | None = None
     inputs: tuple[TensorSpec, ...] | None = None
     outputs: tuple[TensorSpec, ...] | None = None
@@ -200,12 +202,12 @@ class ServeConfig:
                 fail(name, value, "give a tuple of non-empty names")
         if self.models and any(
             getattr(self, k) is not None
-            for k in ("name", "weights", "exported", "inputs", "outputs")
+            for k in ("name", "weights", "exported", "labels", "inputs", "outputs")
         ):
             fail(
                 "models",
                 self.models,
-                "with several --model, --name, --weights, --exported, "
+                "with several --model, --name, --weights, --exported, --labels, "
                 "--input and --output are ambiguous; give them per model in a --model-repository",
             )
 
@@ -222,7 +224,14 @@ class ServeConfig:
             fail("name", self.name, "give a non-empty name without '/', '?', '#', '%' or spaces")
         if "/" in self.model_version or "?" in self.model_version:
             fail("model_version", self.model_version, "a version cannot contain '/' or '?'")
-        for name in ("weights", "exported", "auth_token_file", "trace_file", "model_repository"):
+        for name in (
+            "weights",
+            "exported",
+            "labels",
+            "auth_token_file",
+            "trace_file",
+            "model_repository",
+        ):
             value = getattr(self, name)
             if value is not None and not isinstance(value, Path):
                 fail(name, value, "give a path")
@@ -364,7 +373,14 @@ class ServeConfig:
 def _convert(key: str, value: Any, source: str) -> Any:
     if value is None:
         return None
-    if key in ("weights", "exported", "auth_token_file", "trace_file", "model_repository"):
+    if key in (
+        "weights",
+        "exported",
+        "labels",
+        "auth_token_file",
+        "trace_file",
+        "model_repository",
+    ):
         if not isinstance(value, str | Path):
             raise ConfigError(f"{source}: {key}={value!r} must be a path string")
         return Path(value)

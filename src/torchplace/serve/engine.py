@@ -72,7 +72,7 @@ from torchplace.serve.admission import DeadlineExceededError, QueuePolicy, WaitE
 from torchplace.serve.batcher import Batcher, Pending
 from torchplace.serve.datatypes import host_numpy_dtype, serving_dtype
 from torchplace.serve.execution import Transfer
-from torchplace.serve.loader import LoadedModel, load_model
+from torchplace.serve.loader import LoadedModel, load_configured
 from torchplace.serve.metrics import ServeMetrics
 from torchplace.serve.pool import ReplicaPool
 from torchplace.serve.replica import Replica
@@ -306,15 +306,7 @@ class Engine:
         """Build the model on the host (unless ``loaded`` is given) and plan the replicas;
         nothing is placed yet."""
         if loaded is None:
-            loaded = load_model(
-                config.model,
-                version=config.model_version,
-                weights=config.weights,
-                exported=config.exported,
-                inputs=config.inputs,
-                outputs=config.outputs,
-                name=config.name,
-            )
+            loaded = load_configured(config)
         devices = resolve_devices(config.device, config.devices)
         return cls(
             loaded,

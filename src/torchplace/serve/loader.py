@@ -22,9 +22,9 @@ exported file's stem, or ``MODULE-CALLABLE`` for a ``module:callable`` factory
 The first dimension of every declared shape must be ``-1``: it is the batch dimension the
 dynamic batcher fills.
 
-Class labels for Triton's classification extension come from the module's
-``torchplace_labels``: one sequence of class names for every output, or a mapping of output
-name to its sequence.
+Class labels for Triton's classification extension come from a labels file (``--labels``,
+one class name per line, for every output), else from the module's ``torchplace_labels``: one
+sequence of class names for every output, or a mapping of output name to its sequence.
 """
 
 from __future__ import annotations
@@ -46,7 +46,16 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-__all__ = ["LoadedModel", "infer_outputs", "load_model", "set_eval", "weight_bytes"]
+    from torchplace.serve.config import ServeConfig
+
+__all__ = [
+    "LoadedModel",
+    "infer_outputs",
+    "load_configured",
+    "load_model",
+    "set_eval",
+    "weight_bytes",
+]
 
 
 @dataclass(frozen=True)
@@ -91,11 +100,14 @@ def load_model(
     inputs: tuple[TensorSpec, ...] | None = None,
     outputs: tuple[TensorSpec, ...] | None = None,
     name: str | None = None,
+    labels: Path | str | None = None,
 ) -> LoadedModel:
     """Build the model on the CPU in eval mode, load optional weights, resolve declarations.
 
     With ``exported`` the program is loaded with :func:`torch.export.load` and ``model`` is used
-    only as the served name (the file's stem when ``model`` is an embedded name).
+    only as the served name (the file's stem when ``model`` is an embedded name). ``labels``: a
+    file of class names, one per line, for every output (else the module's
+    ``torchplace_labels``).
     """
     declared_in: tuple[TensorSpec, ...] | None = None
     declared_out: tuple[TensorSpec, ...] | None = None
@@ -146,8 +158,25 @@ def load_model(
         weight_bytes=weight_bytes(module),
         source=source,
         rebuild=rebuild,
-        labels=_labels(getattr(module, "torchplace_labels", None), final_out),
+        labels=_labels(
+            _read_labels(labels)
+            if labels is not None
+            else getattr(module, "torchplace_labels", None),
+            final_out,
+        ),
     )
+
+
+def _read_labels(path: str | Path) -> tuple[str, ...]:
+    """A labels file: one class name per line (index i on line i + 1)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(
+            f"cannot read the labels file {str(path)!r}: {exc}; give a UTF-8 text file with one "
+            "class name per line"
+        ) from None
+    return tuple(text.splitlines())
 
 
 def _labels(value: object, outputs: tuple[TensorSpec, ...]) -> dict[str, tuple[str, ...]]:
@@ -174,6 +203,20 @@ def _labels(value: object, outputs: tuple[TensorSpec, ...]) -> dict[str, tuple[s
             )
         labels[name] = tuple(names)
     return labels
+
+
+def load_configured(config: ServeConfig) -> LoadedModel:
+    """:func:`load_model` with the model fields of a server's configuration."""
+    return load_model(
+        config.model,
+        version=config.model_version,
+        weights=config.weights,
+        exported=config.exported,
+        inputs=config.inputs,
+        outputs=config.outputs,
+        name=config.name,
+        labels=config.labels,
+    )
 
 
 def infer_outputs(

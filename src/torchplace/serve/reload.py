@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 __all__ = ["ModelControl", "model_settings"]
 
 logger = logging.getLogger("torchplace.serve")
-_MODEL_FIELDS = ("name", "weights", "exported", "inputs", "outputs")
+_MODEL_FIELDS = ("name", "weights", "exported", "labels", "inputs", "outputs")
 #: ServeConfig fields as a repository's config.toml names them
 _SETTING_NAMES = {
     **RENAMED,
@@ -213,19 +213,15 @@ class ModelControl:
     async def _build(self, settings: Mapping[str, Any], *, source: str) -> ModelHandle:
         """One version: host model, memory check, engine placed and warmed (dry run)."""
         from torchplace.serve.engine import Engine
-        from torchplace.serve.loader import load_model
+        from torchplace.serve.loader import load_configured
         from torchplace.serve.startup import full_device, resolve_devices
 
         config = self._configured(settings, source)
         loop = asyncio.get_running_loop()
         loaded: LoadedModel = await loop.run_in_executor(
             None,
-            functools.partial(
-                load_model, config.model, version=config.model_version, weights=config.weights,
-                exported=config.exported, inputs=config.inputs, outputs=config.outputs,
-                name=config.name,
-            ),
-        )  # fmt: skip
+            functools.partial(load_configured, config),
+        )
         one = await loop.run_in_executor(None, estimate, loaded, config.max_batch_size)
         devices = [str(full_device(d)) for d in resolve_devices(config.device, config.devices)]
         needs = {d: one * config.replicas_per_device * devices.count(d) for d in devices}

@@ -17,6 +17,7 @@
     weights = "model.safetensors"   # the weights file in each version directory (default: the
                                     # one .safetensors/.pt/.pth there, if any)
     exported = "model.pt2"          # or a torch.export program in each version directory
+    labels = "labels.txt"           # class names, one per line (classification extension)
     inputs = ["input:FP32:-1,8"]    # when they cannot be inferred (outputs come from a dry run)
     outputs = ["output:FP32:-1,2"]
     dtype = "float32"
@@ -66,8 +67,8 @@ CONFIG_NAME = "config.toml"
 #: ServeConfig fields that config.toml names otherwise (KServe's torchplace.toml uses ours)
 RENAMED = {"model": "source", "replicas_per_device": "replicas"}
 _WEIGHTS = (".safetensors", ".pt", ".pth")
-_KEYS = ("source", "weights", "exported", "inputs", "outputs", "dtype", "devices", "replicas",
-         "batching", "version_policy")  # fmt: skip
+_KEYS = ("source", "weights", "exported", "labels", "inputs", "outputs", "dtype", "devices",
+         "replicas", "batching", "version_policy")  # fmt: skip
 _BATCHING = ("max_batch_size", "max_delay_ms")
 
 
@@ -201,11 +202,14 @@ def _checked(directory: Path, name: str, where: str, data: Mapping[str, Any]) ->
     if not chosen:
         raise _fail(where, "version_policy", f"selects none of the versions {sorted(available)}",
                     "name versions that exist, or use latest = 1")  # fmt: skip
-    files = {key: data.get(key) for key in ("weights", "exported")}
+    files = {key: data.get(key) for key in ("weights", "exported", "labels")}
     for key, value in files.items():
         if value is not None and (not isinstance(value, str) or "/" in value or not value):
+            inside = "the model directory" if key == "labels" else "each version directory"
             raise _fail(where, f"field {key!r}", f"= {value!r} is not a file name",
-                        "give the file's name inside each version directory")  # fmt: skip
+                        f"give the file's name inside {inside}")  # fmt: skip
+    if files["labels"] is not None:
+        settings["labels"] = str(directory / files["labels"])
     return ModelDir(name, directory, where, settings, files["weights"], files["exported"],
                     policy, tuple(str(v) for v in chosen), flat)  # fmt: skip
 
