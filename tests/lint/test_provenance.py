@@ -109,6 +109,27 @@ def test_rows_of_a_device_tensor_and_a_model_run_per_step() -> None:
     assert facts.loop_kind(plain, post) is None
 
 
+def test_zipped_names_and_string_methods_stay_on_the_host() -> None:
+    facts = _facts(
+        """
+        import torch
+
+        def sample(model, x, names, device):
+            out = model.to(device)(x)
+            for row, name in zip(out, names):
+                tag = "_".join([name, "{}".format(row)])
+                pass
+        """
+    )
+    row = _fact_at(facts, "sample", "row", 9)
+    assert row is not None
+    assert row.on_device
+    assert _fact_at(facts, "sample", "name", 9) is None  # follows `names`, not `out`
+    tag = _fact_at(facts, "sample", "tag", 10)
+    assert tag is not None
+    assert tag.where == "host"
+
+
 def test_per_batch_functions_seed_their_parameters() -> None:
     facts = _facts(
         """

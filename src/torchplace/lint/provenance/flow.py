@@ -184,6 +184,12 @@ class Flow:
             self.bind(target.elts[0], Fact("host", "enumerate"), line, None)
             self.bind(target.elts[1], fact, line, None)
             return
+        zipped = _zipped(iterable, target)
+        if zipped is not None:
+            # `for image, name in zip(images, names)`: each name follows its own sequence.
+            for elt, seq in zipped:
+                self.bind(elt, _one(self.eval(seq, self.current)), line, None)
+            return
         if (
             fact is not None
             and fact.on_device
@@ -289,8 +295,8 @@ class Flow:
             qualname = facts.qualname(func)
             if qualname is not None:
                 return self.torch_call(node, qualname, args, lookup)
-            if method in HOST_METHODS:
-                return Fact("host", method)
+            if method in HOST_METHODS or isinstance(func.value, (ast.Constant, ast.JoinedStr)):
+                return Fact("host", method)  # also `"_".join(xs)`: a string's methods
             receiver = self.eval(func.value, lookup)
             if receiver is not None and receiver.on_device:
                 return receiver
@@ -306,6 +312,8 @@ class Flow:
         if isinstance(func, ast.Name):
             name = func.id
             qualname = facts.qualname(func)
+            if qualname == "typing.cast" and len(node.args) == 2:
+                return self.eval(node.args[1], lookup)  # cast(T, v) is v, whatever T names
             if qualname is not None and qualname.split(".")[0] in {"torch", *_HOST_ROOTS}:
                 return self.torch_call(node, qualname, args, lookup)
             if name in _HOST_CALLS:
@@ -380,3 +388,20 @@ class Flow:
             return best if seen else found[-1][1]
 
         return lookup
+
+
+def _zipped(iterable: ast.expr, target: ast.expr) -> list[tuple[ast.expr, ast.expr]] | None:
+    """``for a, b in zip(xs, ys)``: each target with the sequence it comes from (one target
+    per sequence, no ``*`` on either side), else None."""
+    if not (
+        isinstance(iterable, ast.Call)
+        and isinstance(iterable.func, ast.Name)
+        and iterable.func.id == "zip"
+        and isinstance(target, ast.Tuple)
+        and len(target.elts) == len(iterable.args)
+    ):
+        return None
+    pairs = list(zip(target.elts, iterable.args, strict=True))
+    if any(isinstance(n, ast.Starred) for pair in pairs for n in pair):
+        return None
+    return pairs

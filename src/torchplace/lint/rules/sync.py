@@ -12,6 +12,7 @@ import ast
 
 from torchplace.lint.base import Context, Family, Rule, at_method
 from torchplace.lint.provenance import Fact, FileFacts, file_facts, scope_node
+from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import TIMERS, in_periodic_branch, in_test
 
 __all__ = ["FAMILY"]
@@ -45,6 +46,8 @@ def _call(call: ast.Call, ctx: Context) -> None:
                 break
             ctx.claimed.add(id(inner))
             inner = inner.func.value
+        if func.attr == "cpu" and inner is func.value and _runs_as_module(inner, ctx):
+            return  # `layer.cpu()` of a layer the function runs: a module moved back, no read
         _check(
             at_method(call),
             inner,
@@ -137,13 +140,16 @@ _ADVICE = "keep it on the device and read it once after the loop (or every N ste
 
 
 def _exits(ctx: Context, node: ast.AST) -> bool:
-    """Inside a branch that leaves the loop (``raise``, ``sys.exit()``, ``break``): runs once."""
+    """Inside a branch that leaves the loop (``raise``, ``sys.exit()``, ``break``), or an
+    ``except`` handler of the loop's body (a step that failed): runs once, not every step."""
     if not ctx.loops():
         return False
     child = node
     for parent in reversed(ctx.parents):
         if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)):
             return False
+        if isinstance(parent, ast.ExceptHandler):
+            return True
         if isinstance(parent, ast.If) and child is not parent.test:
             last = parent.body[-1]
             if isinstance(last, (ast.Raise, ast.Break, ast.Return)):
@@ -154,6 +160,18 @@ def _exits(ctx: Context, node: ast.AST) -> bool:
                     return True
         child = parent
     return False
+
+
+def _runs_as_module(node: ast.expr, ctx: Context) -> bool:
+    """``node`` (a name or ``self.`` attribute) is called in the enclosing function: a module
+    or another callable, whose ``.cpu()`` moves it rather than reading a tensor back."""
+    text = dotted_name(node)
+    scope = ctx.function_scope()
+    if text is None or scope is None:
+        return False
+    return any(
+        isinstance(sub, ast.Call) and dotted_name(sub.func) == text for sub in ast.walk(scope.node)
+    )
 
 
 def _is_output(read: ast.AST, ctx: Context) -> bool:
