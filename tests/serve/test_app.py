@@ -7,6 +7,7 @@ import json
 import socket
 import threading
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -166,6 +167,26 @@ def test_the_models_list(server: Running) -> None:
     status, _, body = server.client.get("/v2/models")
     assert status == 200
     assert orjson.loads(body) == {"models": ["seed-mlp"]}
+
+
+@pytest.mark.parametrize(
+    ("accepted", "coding"),
+    [("gzip", "gzip"), ("deflate", "deflate"), ("br, deflate;q=0.5, gzip;q=0", "deflate"),
+     ("gzip;q=0, deflate;q=0.0", None), ("identity", None)],
+)  # fmt: skip
+def test_answers_are_compressed_as_accept_encoding_allows(
+    server: Running, accepted: str, coding: str | None
+) -> None:
+    x = rows(2)
+    status, headers, body = server.client.post(
+        INFER, seed_body(x), headers={**JSON, "Accept-Encoding": accepted}
+    )
+    assert status == 200
+    assert headers.get("content-encoding") == coding
+    if coding is not None:
+        body = zlib.decompress(body, 16 + zlib.MAX_WBITS if coding == "gzip" else zlib.MAX_WBITS)
+    got = np.asarray(orjson.loads(body)["outputs"][0]["data"], np.float32).reshape(2, 2)
+    np.testing.assert_allclose(got, server.engine.reference(x), rtol=1e-6)
 
 
 def test_gzip_request_body(server: Running) -> None:

@@ -173,3 +173,26 @@ def test_a_request_of_1000_rows_is_answered_in_order(binary: bool) -> None:
             assert "1001 rows is over the limit of 1000" in info.value.message()
         finally:
             client.close()
+
+
+@pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
+def test_compressed_requests_and_answers(served: tuple[str, str], algorithm: str) -> None:
+    name, url = served
+    client = httpclient.InferenceServerClient(url)
+    try:
+        width = client.get_model_metadata(name)["inputs"][0]["shape"][1]
+        x = np.random.default_rng(3).standard_normal((3, width)).astype(np.float32)
+        inp = httpclient.InferInput("input", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x, binary_data=True)
+        result = client.infer(
+            name,
+            [inp],
+            outputs=[httpclient.InferRequestedOutput("output", binary_data=True)],
+            request_compression_algorithm=algorithm,
+            response_compression_algorithm=algorithm,
+        )
+        np.testing.assert_allclose(
+            result.as_numpy("output"), reference(name, x), rtol=1e-5, atol=1e-6
+        )
+    finally:
+        client.close()

@@ -536,6 +536,9 @@ class App:
             return self._finish(handle, self._failure(exc), started)
         answer: asyncio.Future[Response] = self.server.loop.create_future()
         encode = self._encoded_v1 if v1 else self._encoded
+        accepted = request.headers.get(b"accept-encoding")
+        if accepted is not None:  # the answer compressed, as the client allows
+            encode = functools.partial(_compressed, encode, accepted)
         submitted.future.add_done_callback(
             functools.partial(self._answer, encode, handle, decoded, started, submitted, answer)
         )
@@ -679,6 +682,24 @@ class App:
                 response.status, time.perf_counter() - started, device or None
             )
         return response
+
+
+def _compressed(encode: Callable[..., Response], accepted: bytes, *args: Any) -> Response:
+    """``encode``'s answer in the first of gzip and deflate that ``Accept-Encoding`` allows
+    (q=0 refuses one), as Triton compresses; as it is when it allows neither."""
+    response = encode(*args)
+    allowed = {}
+    for item in accepted.lower().split(b","):
+        name, _, param = item.strip().partition(b";")
+        quality = param.strip().removeprefix(b"q=")
+        allowed[name.strip()] = not (param and quality.replace(b"0", b"").strip(b". ") == b"")
+    for coding, wbits in ((b"gzip", 16 + zlib.MAX_WBITS), (b"deflate", zlib.MAX_WBITS)):
+        if allowed.get(coding):
+            packer = zlib.compressobj(1, zlib.DEFLATED, wbits)
+            response.body = packer.compress(response.body) + packer.flush()
+            response.headers = [*response.headers, (b"content-encoding", coding)]
+            return response
+    return response
 
 
 def _json_object(body: bytes) -> dict[str, Any]:
