@@ -160,7 +160,7 @@ def test_raw_binary_request(server: Running) -> None:
     np.testing.assert_array_equal(got, server.engine.reference(x))
     status, _, body = server.client.post(INFER, x.tobytes()[:-4], headers=raw)
     assert status == 400
-    assert b"the raw body's byte size 28 does not match shape [1, 8] of FP32 (32 bytes)" in body
+    assert b"expected 32 bytes (shape [1, 8] of FP32), got the raw body's byte size 28" in body
 
 
 def test_the_models_list(server: Running) -> None:

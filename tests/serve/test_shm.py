@@ -7,6 +7,7 @@ and run the client code of Triton's shared-memory examples against a real server
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,6 +56,28 @@ def test_register_status_unregister(regions: SharedMemoryRegions) -> None:
     assert regions.status() == []
     with pytest.raises(SharedMemoryNotFoundError, match=r"Unable to find .* 'b'"):
         regions.status("b")
+
+
+def test_a_region_in_use_is_unregistered_when_its_last_user_is_answered(
+    regions: SharedMemoryRegions,
+) -> None:
+    regions.register("a", "/obj", 0, 8)
+    regions.register("b", "/obj", 8, 8)
+    with regions.recording() as used:
+        regions.view("a", 0, 8, "input 'x'")
+        regions.view("a", 0, 4, "output 'y'")
+    first = regions.hold(used)
+    second = regions.hold(used)
+    regions.unregister()  # 'b' goes at once; 'a' stays, listed and usable, while in use
+    assert [r["name"] for r in regions.status()] == ["a"]
+    assert len(regions.view("a", 0, 8, "input 'x'")) == 8
+    with pytest.raises(SharedMemoryError, match="already in manager"):
+        regions.register("a", "/obj", 0, 8)
+    regions.release(first)
+    assert [r["name"] for r in regions.status()] == ["a"]
+    regions.release(second)
+    assert regions.status() == []
+    regions.register("a", "/obj", 0, 8)  # the name is free again
 
 
 def test_views_read_and_write_the_object(regions: SharedMemoryRegions, tmp_path: Path) -> None:
@@ -176,7 +199,7 @@ def test_codec_errors_name_the_tensor_and_the_parameter(regions: SharedMemoryReg
     raw = _entry("INPUT1", data=[0] * 16)
     cases = [
         (_entry("INPUT0", parameters=_shm("in", 128)), raw, None,
-         r"input 'INPUT0': shared_memory_byte_size 128 does not match .* \(64 bytes\)"),
+         r"mismatch for input 'INPUT0': expected 64 bytes .*, got shared_memory_byte_size 128"),
         (_entry("INPUT0", data=[0] * 16, parameters=_shm("in", 64)), raw, None,
          "'INPUT0' has 'shared_memory_region' and also 'data'"),
         (_entry("INPUT0", parameters=_shm("gone", 64)), raw, None, r"Unable to find .*'gone'"),
@@ -281,6 +304,49 @@ def test_tritons_shared_memory_example_runs_unchanged(server: ServerThread, kind
         client.close()
         for handle in handles:
             shm.destroy_shared_memory_region(handle)
+
+
+@pytest.mark.parametrize("kind", ["http", "grpc"])
+def test_unregistering_during_a_request_waits_for_it(kind: str) -> None:
+    """Triton's TestSharedMemoryUnregister: regions unregistered while a request that named
+    them runs stay listed (and usable) until it is answered, then go."""
+    import threading
+
+    config = test_config(model="tests.serve.addsub_model:build_slow", name="simple",
+                         device="cpu", allow_client_shm=True, inline_batch_ms=0.0)  # fmt: skip
+    tag = uuid.uuid4().hex[:8]
+    handle = shm.create_shared_memory_region(f"io_{tag}", f"/tp_io_{tag}", 192)
+    try:
+        with ServerThread(config) as thread:
+            mod = httpclient if kind == "http" else grpcclient
+            other = _client(thread, "http")
+            shm.set_shared_memory_region(handle, [np.ones(16, np.int32), np.ones(16, np.int32)])
+            other.register_system_shared_memory("io", f"/tp_io_{tag}", 192)
+            inputs = [mod.InferInput(f"INPUT{i}", [1, 16], "INT32") for i in (0, 1)]
+            for i, inp in enumerate(inputs):
+                inp.set_shared_memory("io", 64, offset=64 * i)
+            out = mod.InferRequestedOutput("OUTPUT0")
+            out.set_shared_memory("io", 64, offset=128)
+            done: list[Any] = []
+
+            def infer() -> None:  # its own client: tritonclient.http's stays on its thread
+                client = _client(thread, kind)
+                done.append(client.infer("simple", inputs, outputs=[out]))
+                client.close()
+
+            worker = threading.Thread(target=infer)
+            worker.start()
+            time.sleep(0.4)  # the request is computing (a second)
+            other.unregister_system_shared_memory()
+            assert [r["name"] for r in other.get_system_shared_memory_status()] == ["io"]
+            worker.join(30)
+            assert done, "the request was not answered"
+            got = shm.get_contents_as_numpy(handle, np.int32, [1, 16], offset=128)
+            np.testing.assert_array_equal(got[0], np.full(16, 2))
+            assert other.get_system_shared_memory_status() == []
+            other.close()
+    finally:
+        shm.destroy_shared_memory_region(handle)
 
 
 def test_a_server_without_the_flag_refuses_registration() -> None:

@@ -52,7 +52,7 @@ from torchplace.serve.metrics import merged_text
 from torchplace.serve.registry import ModelHandle
 from torchplace.serve.repository import inline_config, model_names
 from torchplace.serve.routes import MODEL, REPOSITORY, ROUTES, SHARED_MEMORY
-from torchplace.serve.shm import SharedMemoryRegions
+from torchplace.serve.shm import Region, SharedMemoryRegions
 from torchplace.serve.triton import extensions, model_statistics
 
 if TYPE_CHECKING:
@@ -517,10 +517,12 @@ class App:
             )
             refusal.close = True  # the client reconnects elsewhere (after Retry-After)
             return self._finish(handle, refusal, started)
+        held: tuple[Region, ...] = ()
         try:
-            decoded = self._decode_v1(request, handle) if v1 else self._decode(request, handle)
+            decoded, held = self._decoded(request, handle, v1)
             timeout_us = _timeout_us(request.headers, decoded.timeout_us)
         except ServeError as exc:
+            self.regions.release(held)
             return self._finish(handle, error_response(exc.status, str(exc)), started)
         handle.enter()  # held to the answer: a reload drains this version before releasing it
         try:
@@ -533,6 +535,7 @@ class App:
             )
         except Exception as exc:
             handle.leave()
+            self.regions.release(held)
             return self._finish(handle, self._failure(exc), started)
         answer: asyncio.Future[Response] = self.server.loop.create_future()
         encode = self._encoded_v1 if v1 else self._encoded
@@ -542,8 +545,22 @@ class App:
         submitted.future.add_done_callback(
             functools.partial(self._answer, encode, handle, decoded, started, submitted, answer)
         )
+        if held:  # after the answer's callback, which writes the outputs into them
+            submitted.future.add_done_callback(lambda _: self.regions.release(held))
         answer.add_done_callback(functools.partial(_abandon, submitted.future))
         return answer
+
+    def _decoded(
+        self, request: Request, handle: ModelHandle, v1: bool
+    ) -> tuple[protocol.InferRequest, tuple[Region, ...]]:
+        """The request decoded, and the shared-memory regions it holds until it is answered."""
+        if v1:
+            return self._decode_v1(request, handle), ()
+        if not self.regions.active:
+            return self._decode(request, handle), ()
+        with self.regions.recording() as used:
+            decoded = self._decode(request, handle)
+        return decoded, self.regions.hold(used)
 
     def _decode(self, request: Request, handle: ModelHandle) -> protocol.InferRequest:
         body = self._body(request)

@@ -131,7 +131,9 @@ def decode_infer_request(
         elif raw:
             data = raw[index]
             index += 1
-            array = _binary_array(spec, memoryview(data), 0, len(data), shape, count)
+            array = _binary_array(
+                spec, memoryview(data), 0, len(data), shape, count, "raw_input_contents bytes"
+            )
         else:
             array = _typed_array(spec, tensor, shape, count)
         array = array.reshape(shape)

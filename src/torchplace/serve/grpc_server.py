@@ -50,6 +50,7 @@ Metrics: ``torchplace_grpc_requests_total{code}`` and
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import logging
 import time
@@ -76,7 +77,7 @@ from torchplace.serve.grpc_health import NOT_SERVING, SERVING, health_handler
 from torchplace.serve.proto import grpc_service_pb2 as pb
 from torchplace.serve.proto import model_config_pb2 as config_pb
 from torchplace.serve.repository import inline_config, model_names
-from torchplace.serve.shm import SharedMemoryRegions
+from torchplace.serve.shm import Region, SharedMemoryRegions
 from torchplace.serve.triton import extensions, model_config, model_statistics
 
 if TYPE_CHECKING:
@@ -516,10 +517,12 @@ class GrpcServer:
                 served.metrics.observe(code, time.perf_counter() - started)
 
     async def _infer(self, engine: EngineLike, request: Any, context: Any) -> Any:
+        held: tuple[Region, ...] = ()  # the shared-memory regions it named, until answered
         try:
             if self.draining:
                 raise NotReadyError("the server is shutting down; retry elsewhere")
-            decoded = decode_infer_request(
+            decode = functools.partial(
+                decode_infer_request,
                 request,
                 inputs=engine.inputs,
                 outputs=engine.outputs,
@@ -527,6 +530,12 @@ class GrpcServer:
                 allow_nan=self.config.allow_nan,
                 regions=self.regions,
             )
+            if self.regions.active:
+                with self.regions.recording() as used:
+                    decoded = decode()
+                held = self.regions.hold(used)
+            else:
+                decoded = decode()
             timeout_s = decoded.timeout_us / 1e6 if decoded.timeout_us else None
             remaining = context.time_remaining()
             if remaining is not None and (timeout_s is None or remaining < timeout_s):
@@ -551,6 +560,8 @@ class GrpcServer:
             raise _Abort(
                 grpc.StatusCode.INTERNAL, f"inference failed: {type(exc).__name__}: {exc}"
             ) from None
+        finally:
+            self.regions.release(held)
 
 
 def _shm_call(fn: Callable[..., Any], *args: Any) -> Any:

@@ -493,9 +493,9 @@ def _binary_array(
         )
     wire = WIRE_DTYPES[spec.datatype]
     if type(size) is not int or size != count * wire.itemsize:
-        raise _fail(
-            f"input {name!r}: {field} {size!r} does not match shape {shape} of "
-            f"{spec.datatype} ({count * wire.itemsize} bytes)"
+        raise _fail(  # Triton's words first: clients match on them
+            f"input byte size mismatch for input {name!r}: expected {count * wire.itemsize} "
+            f"bytes (shape {shape} of {spec.datatype}), got {field} {size!r}"
         )
     if offset + size > len(binary):
         raise _fail(

@@ -9,9 +9,10 @@ then carries the output's name, datatype and shape only.
 
 :class:`SharedMemoryRegions` is the registry, shared by the REST and gRPC sides. Registering
 maps the range once (read-write, ``MAP_SHARED``); an input's bytes are copied out of it when
-the request is decoded, an output's written into it when the answer is encoded. Unregistering
-removes the name at once; a request already holding a view of the region keeps the mapping
-alive until it is answered, so nothing in flight reads or writes unmapped memory.
+the request is decoded, an output's written into it when the answer is encoded. A request in
+flight holds the regions it named (:meth:`SharedMemoryRegions.hold`): unregistering one of them
+leaves it listed and usable until the last such request is answered, as in Triton; and a view
+keeps its mapping alive in any case, so nothing in flight reads or writes unmapped memory.
 
 Client shared memory is off unless the server runs with ``--allow-client-shm`` (as Triton's
 ``--allow-client-shm``): a client that may register regions may map any shared-memory object
@@ -23,8 +24,10 @@ register is refused with the alternative.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +49,7 @@ CUDA_REFUSED = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class Region:
     """A registered range of a shared-memory object: ``byte_size`` bytes from ``offset``."""
 
@@ -56,6 +59,10 @@ class Region:
     byte_size: int
     #: the mapped range, writable
     view: memoryview
+    #: requests in flight that named the region
+    users: int = 0
+    #: unregistered while in use: it goes when its last user is answered
+    leaving: bool = False
 
     def status(self) -> dict[str, Any]:
         """The region's entry in a status response."""
@@ -70,6 +77,7 @@ class SharedMemoryRegions:
         self.allowed = allowed
         self._root = root
         self._regions: dict[str, Region] = {}
+        self._used: list[Region] | None = None
 
     def status(self, name: str | None = None) -> list[dict[str, Any]]:
         """Every region's status, or the one named (not registered: 404)."""
@@ -93,12 +101,44 @@ class SharedMemoryRegions:
                                      self._map(name, path, offset, byte_size))  # fmt: skip
 
     def unregister(self, name: str | None = None) -> None:
-        """Forget the region ``name`` (every region when None); an unknown name is no error."""
+        """Forget the region ``name`` (every region when None); an unknown name is no error.
+        A region that requests in flight named stays, listed and usable, until the last of
+        them is answered (as in Triton)."""
         self._check_allowed()
-        if name is None:
-            self._regions.clear()
-        else:
-            self._regions.pop(name, None)
+        names = list(self._regions) if name is None else [name]
+        for region in [self._regions[n] for n in names if n in self._regions]:
+            region.leaving = True
+            if not region.users:
+                del self._regions[region.name]
+
+    @property
+    def active(self) -> bool:
+        """Whether any region is registered (else no request can name one)."""
+        return bool(self._regions)
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[list[Region]]:
+        """The regions the views taken inside the block come from (a request's decode)."""
+        used: list[Region] = []
+        self._used = used
+        try:
+            yield used
+        finally:
+            self._used = None
+
+    def hold(self, used: list[Region]) -> tuple[Region, ...]:
+        """Count a request as a user of the regions it named, until :meth:`release`."""
+        held = tuple(dict.fromkeys(used))
+        for region in held:
+            region.users += 1
+        return held
+
+    def release(self, held: tuple[Region, ...]) -> None:
+        """The request that held these regions is answered; unregistered ones now go."""
+        for region in held:
+            region.users -= 1
+            if region.leaving and not region.users and self._regions.get(region.name) is region:
+                del self._regions[region.name]
 
     def view(self, name: object, offset: object, byte_size: object, what: str) -> memoryview:
         """``byte_size`` bytes from ``offset`` into the region ``name``, for ``what`` (an input
@@ -111,6 +151,8 @@ class SharedMemoryRegions:
             )
         self._check_allowed()
         region = self._get(name)
+        if self._used is not None:
+            self._used.append(region)
         offset = _natural(f"{what}: shared_memory_offset", 0 if offset is None else offset)
         size = _natural(f"{what}: shared_memory_byte_size", byte_size)
         if offset >= region.byte_size:
