@@ -601,3 +601,35 @@ def test_submit_queues_without_a_task_and_names_the_device_that_served() -> None
         await engine.stop()
 
     asyncio.run(main())
+
+
+class _SlowOnData(_Where):
+    """_Where that is slow only on inputs that are not zeros (the dry runs send zeros)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.delay_s = 0.2 if bool(x.any()) else 0.0
+        return super().forward(x)
+
+
+def test_an_inline_batch_far_slower_than_its_dry_run_moves_to_the_worker() -> None:
+    """A forward whose time depends on the data: fast in the dry run (so inline), slow on a
+    real batch; after that batch the replica's batches run on its worker thread."""
+
+    async def main() -> None:
+        engine = Engine(loaded(_SlowOnData()), [CPU], inline_batch_ms=1.0)
+        await engine.start()
+        replica = engine.replicas[0]
+        assert replica.inline
+        model = replica.module
+        assert isinstance(model, _SlowOnData)
+        ones = np.ones((1, 4), np.float32)
+        for _ in range(2):
+            result = await engine.infer({"input": ones})
+            np.testing.assert_array_equal(result["output"], ones * 2)
+        assert not replica.inline
+        loop_thread = threading.get_ident()
+        assert model.threads[-2] == loop_thread  # the slow batch ran on the loop
+        assert model.threads[-1] != loop_thread  # the next one on the worker
+        await engine.stop()
+
+    asyncio.run(main())

@@ -173,6 +173,11 @@ def _check_arguments(
         raise ConfigError(f"fallback must be 'cpu' or None, got {fallback!r}")
 
 
+#: an inline batch this many times slower than ``inline_batch_ms`` moves its replica's batches
+#: to the worker thread (see :meth:`Replica.run_now <torchplace.serve.replica.Replica.run_now>`)
+INLINE_GIVE_UP = 50
+
+
 class Engine:
     """Serves one model version from one or more replicas. See the module docstring."""
 
@@ -383,6 +388,7 @@ class Engine:
         for replica in self.replicas:
             took = replica.full_batch_s
             replica.inline = took is not None and took <= limit
+            replica.inline_limit_s = INLINE_GIVE_UP * limit
 
     def is_live(self) -> bool:
         """The process answers (until :meth:`stop`)."""

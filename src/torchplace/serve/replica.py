@@ -13,13 +13,15 @@ loop, and after a replica-removing failure the same thread runs the background d
 bring it back. A batch cheaper than handing it over (:attr:`Replica.inline`, decided by the
 engine from :attr:`Replica.full_batch_s`) runs on the event loop itself, :meth:`Replica.run_now`:
 a worker thread takes the GIL back after every torch op, and for a small CPU model those
-hand-overs cost more than the batch.
+hand-overs cost more than the batch. An inline batch that takes far longer than that (the
+forward's time depends on the data) moves the batches after it to the worker thread.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 import queue
 import threading
 import time
@@ -41,6 +43,8 @@ if TYPE_CHECKING:
     from torchplace.serve.loader import LoadedModel
 
 __all__ = ["BatchOutcome", "Replica", "Transfer"]
+
+logger = logging.getLogger("torchplace.serve")
 
 _Job = tuple[Any, Sequence[Mapping[str, np.ndarray]], Sequence[int]]
 _RECOVER: _Job = (None, (), ())  # the worker's cue to bring an inline replica back
@@ -105,6 +109,8 @@ class Replica(BatchExecutor):
         self.full_batch_s: float | None = None
         #: batches run on the calling thread (the event loop), see :meth:`run_now`
         self.inline = False
+        #: an inline batch slower than this (s) sends later batches to the worker thread
+        self.inline_limit_s = float("inf")
         self._inbox: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -252,8 +258,18 @@ class Replica(BatchExecutor):
     ) -> None:
         """Run a batch on the calling thread (an inline replica's, on the event loop) and
         report it as the worker does; a failure that takes the replica out of the pool starts
-        the worker's background recovery."""
+        the worker's background recovery. A batch far slower than the dry run promised (a
+        forward whose time depends on the data) sends the batches after it to the worker
+        thread, so that the event loop is not held again."""
+        started = time.perf_counter()
         self._on_done(self, token, self._run_safely(requests, rows))
+        took = time.perf_counter() - started
+        if took > self.inline_limit_s:
+            self.inline = False
+            logger.warning(
+                "replica %s: a batch took %.1f ms on the event loop, over %.1f ms; its batches "
+                "now run on its worker thread", self.label, took * 1e3, self.inline_limit_s * 1e3
+            )  # fmt: skip
         if not self.health.healthy:
             self._inbox.put(_RECOVER)
 
