@@ -126,3 +126,13 @@ def test_hot_lines_equal_the_plain_definition(pieces: list[str]) -> None:
     triggers = (" int(", "(int(", "=int(", "[int(", ".item(", " all(", "(all(", "f'", "print(")
     text = "".join(pieces)
     assert _hot_lines(text, triggers) == _hot_lines_one_by_one(text, triggers)
+
+
+def test_module_named_for_a_cuda_backend_needs_no_availability_check() -> None:
+    source = "import torch\nmajor, minor = torch.cuda.get_device_capability()\n"
+    assert lint_source(source, "pkg/attention/cuda.py", select={"TPL601"}) == []
+    assert lint_source(source, "pkg/attention/rocm_ops.py", select={"TPL601"}) == []
+    found = lint_source(source, "pkg/attention/common.py", select={"TPL601"})
+    assert [f.line for f in found] == [2]
+    test = "import torch\n\ndef test_name():\n    torch.cuda.get_device_name(0)\n"
+    assert [f.line for f in lint_source(test, "tests/test_cuda.py", select={"TPL601"})] == [4]

@@ -51,6 +51,8 @@ def _guarded(ctx: Context) -> bool:
     # The CUDA API's own implementation runs on CUDA by contract.
     if "/cuda/" in path:
         return True
+    if ctx.function_scope() is None and _cuda_module(path):
+        return True  # module-level code of a backend module, imported for that backend only
     for parent in ctx.parents:
         if isinstance(parent, (ast.If, ast.While, ast.IfExp)):
             if mentions(parent.test):
@@ -82,6 +84,16 @@ def _guarded(ctx: Context) -> bool:
             if _is_guard_statement(stmt):
                 return True
     return False
+
+
+_BACKEND_WORDS = frozenset({"cuda", "rocm", "hip", "nccl", "cudnn", "cublas", "cutlass"})
+
+
+def _cuda_module(path: str) -> bool:
+    """A module named for a CUDA backend (``attention/cuda.py``, ``rocm_ops.py``): the package
+    imports it only where that backend exists, so its module-level code needs no check."""
+    stem = path.rsplit("/", 1)[-1].removesuffix(".py").lower()
+    return bool(_BACKEND_WORDS & set(stem.replace("-", "_").split("_")))
 
 
 def _is_guard_statement(stmt: ast.stmt) -> bool:

@@ -339,10 +339,8 @@ def _request_handler(ctx: Context) -> str | None:
     while scope is not None:
         node = scope.node
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for decorator in node.decorator_list:
-                target = decorator.func if isinstance(decorator, ast.Call) else decorator
-                if isinstance(target, ast.Attribute) and target.attr in _ROUTE_DECORATORS:
-                    return node.name
+            if any(_route(decorator) for decorator in node.decorator_list):
+                return node.name
             if scope.cls is not None:
                 if node.name in _HANDLER_METHODS:
                     return f"{scope.cls.name}.{node.name}"
@@ -350,6 +348,18 @@ def _request_handler(ctx: Context) -> str | None:
                     return f"{scope.cls.name}.{node.name}"
         scope = scope.parent
     return None
+
+
+def _route(decorator: ast.expr) -> bool:
+    """``@app.post("/predict")``, ``@router.get(path)``; not ``@mock.patch("torch.load")``,
+    whose first argument is a dotted name where a route has a URL path."""
+    target = decorator.func if isinstance(decorator, ast.Call) else decorator
+    if not (isinstance(target, ast.Attribute) and target.attr in _ROUTE_DECORATORS):
+        return False
+    first = decorator.args[0] if isinstance(decorator, ast.Call) and decorator.args else None
+    if isinstance(first, ast.Constant) and isinstance(first.value, str):
+        return first.value == "" or first.value.startswith("/")
+    return True
 
 
 def _is_litapi(cls: Scope, ctx: Context) -> bool:

@@ -45,6 +45,8 @@ def _call(call: ast.Call, ctx: Context) -> None:
                     f"line {move.lineno}: move the model first, then build the optimizer",
                 )
                 return
+            if _rebinds(stmt, model):
+                return  # `model = Net()`: what is moved later is another model
         if block is own_body:
             break  # later statements of an enclosing scope run at another time
     if isinstance(own_body, list):
@@ -165,7 +167,40 @@ def _first_move(body: list[ast.stmt], model: str, ctx: Context, *, after: int) -
         and dotted_name(c.func.value) == model
         and moves_to_device(c, ctx)
     ]
-    return min(moves, key=lambda c: (c.lineno, c.col_offset)) if moves else None
+    if not moves:
+        return None
+    move = min(moves, key=lambda c: (c.lineno, c.col_offset))
+    if any(
+        after < stmt.lineno < move.lineno and _rebinds(stmt, model) for stmt in _own_stmts(body)
+    ):
+        return None  # `model = FSDP(build())` in between: the move is of another model
+    return move
+
+
+def _rebinds(stmt: ast.AST, model: str) -> bool:
+    """``model = Net()``: the name now holds another model (``model = DDP(model)`` wraps the
+    same parameters, so it does not count)."""
+    if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or stmt.value is None:
+        return False
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+    return any(dotted_name(t) == model for t in targets) and not any(
+        dotted_name(sub) == model for sub in ast.walk(stmt.value) if isinstance(sub, ast.expr)
+    )
+
+
+def _own_stmts(body: list[ast.stmt]) -> list[ast.stmt]:
+    """The statements of a body and of its blocks, not those of nested functions or classes."""
+    found: list[ast.stmt] = []
+    stack: list[ast.AST] = list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, _NESTED):
+            continue
+        if isinstance(node, ast.stmt):
+            found.append(node)
+        if not isinstance(node, ast.expr):
+            stack.extend(ast.iter_child_nodes(node))
+    return found
 
 
 def _own_calls(body: list[ast.stmt]) -> list[ast.Call]:

@@ -88,6 +88,8 @@ def _call(call: ast.Call, ctx: Context) -> None:
     method = ctx.method_of_module()
     if method is not None and method.name in _PLACEMENT_API:
         method = None  # an override of the placement API itself: placing is its job
+    if method is not None and in_test(ctx):
+        method = None  # a test's stand-in module runs where the test puts it
     func = call.func
     if method is not None and _fallback_path(ctx):
         method = None  # an OOM handler or a device-type branch places on purpose
@@ -96,7 +98,7 @@ def _call(call: ast.Call, ctx: Context) -> None:
         and isinstance(func, ast.Attribute)
         and func.attr == "cuda"
         and ctx.qualname(func) is None  # not torch.cuda itself
-        and not _follows_tensor(call)
+        and not _follows_tensor(call, ctx)
     ):
         assert method.cls is not None
         ctx.report(
@@ -107,7 +109,7 @@ def _call(call: ast.Call, ctx: Context) -> None:
         )
         return
     literal = _device_literal(device_argument(call, ctx))
-    if literal is not None and not _queried(ctx):
+    if literal is not None and not _queried(call, ctx):
         if method is not None:
             assert method.cls is not None
             ctx.report(
@@ -147,25 +149,40 @@ def _call(call: ast.Call, ctx: Context) -> None:
         check_factory(call, ctx, name, method)
 
 
-def _follows_tensor(call: ast.Call) -> bool:
-    """``w.cuda(x.device)``: onto the device of a tensor that is already there."""
+def _follows_tensor(call: ast.Call, ctx: Context) -> bool:
+    """``w.cuda(x.device)``: onto the device of a tensor that is already there, also through
+    a name bound to one in the function (``device = weight.device``, then ``w.cuda(device)``)."""
     target = call.args[0] if call.args else getattr(keyword(call, "device"), "value", None)
-    return isinstance(target, ast.Attribute) and target.attr == "device"
+    if isinstance(target, ast.Name):
+        scope = ctx.function_scope()
+        values = ctx.scope_bindings(scope).get(target.id, []) if scope is not None else []
+        return bool(values) and all(_is_device_of(value) for value in values)
+    return _is_device_of(target)
+
+
+def _is_device_of(node: ast.expr | None) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "device"
 
 
 _QUERIES = ("get_", "mem_get_info", "max_memory", "memory_", "is_", "can_", "utilization")
 
 
-def _queried(ctx: Context) -> bool:
-    """``torch.cuda.get_device_properties(torch.device("cuda"))``: the device is asked about,
-    nothing is placed on it."""
+def _queried(call: ast.Call, ctx: Context) -> bool:
+    """``torch.cuda.get_device_properties(torch.device("cuda"))`` or
+    ``get_device_properties(device="cuda")``: the device is asked about, nothing is placed."""
+    if _is_query(call, ctx):
+        return True
     for parent in reversed(ctx.parents):
         if isinstance(parent, ast.Call):
-            name = ctx.call_qualname(parent) or ""
-            return name.startswith("torch.cuda.") and name.rsplit(".", 1)[-1].startswith(_QUERIES)
+            return _is_query(parent, ctx)
         if isinstance(parent, ast.stmt):
             return False
     return False
+
+
+def _is_query(call: ast.Call, ctx: Context) -> bool:
+    name = ctx.call_qualname(call) or ""
+    return name.startswith("torch.cuda.") and name.rsplit(".", 1)[-1].startswith(_QUERIES)
 
 
 def _fallback_path(ctx: Context) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 
-from torchplace.lint.base import Context, Family, Rule, at_method
+from torchplace.lint.base import Context, Family, Rule, at_method, keyword, names_in
 from torchplace.lint.provenance import Fact, FileFacts, file_facts, scope_node
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import TIMERS, in_periodic_branch, in_test
@@ -91,12 +91,26 @@ def _call(call: ast.Call, ctx: Context) -> None:
             return  # timing each step, or a test making failures surface at the right step
         if in_periodic_branch(ctx):
             return  # `if step % log_every == 0:`: once every N steps, not every step
+        if all(_not_a_step(loop, call) for loop in loops):
+            return  # `for device in devices: synchronize(device)`: each device once
         ctx.report(
             SYNCHRONIZE_IN_LOOP.code,
             call,
             f"`{name}()` inside a loop stalls the host on every step; synchronize once "
             "after the loop (or record CUDA events)",
         )
+
+
+def _not_a_step(loop: ast.AST, call: ast.Call) -> bool:
+    """A loop over a literal list (``for t in [a, b]:``), or one that synchronizes the device
+    it iterates (``for d in devices: torch.cuda.synchronize(d)``): a pass over a few fixed
+    things or devices, not a step of work."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor)):
+        return False
+    if isinstance(loop.iter, (ast.List, ast.Tuple, ast.Set)):
+        return True
+    device = call.args[0] if call.args else getattr(keyword(call, "device"), "value", None)
+    return isinstance(device, ast.Name) and device.id in names_in(loop.target)
 
 
 def _joined(node: ast.JoinedStr, ctx: Context) -> None:
@@ -319,6 +333,10 @@ def _check(
         return False
     if fact is None and not (explicit and per_batch.trains):
         return False  # outside a training step, an unknown value may well be on the host
+    if bulk and _fills_store(read or node, ctx):
+        return False
+    if bulk and not per_batch.trains and not _trains(ctx) and _is_output(read or node, ctx):
+        return False  # `save_image(x)` per batch: the copy to the host is the output
     cause = fact.describe() if fact is not None else "a value of the training step"
     ctx.report(
         SYNC_IN_LOOP.code,
