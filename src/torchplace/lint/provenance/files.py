@@ -132,11 +132,19 @@ class FileFacts:
         return found[-1][1] if found else None
 
     def fact(
-        self, node: ast.expr, scope: ast.AST, seeds: dict[str, Fact] | None = None
+        self,
+        node: ast.expr,
+        scope: ast.AST,
+        seeds: dict[str, Fact] | None = None,
+        comps: tuple[ast.expr, ...] = (),
     ) -> Fact | None:
-        """Where ``node`` lives, evaluated at its line inside ``scope`` (a function or module)."""
+        """Where ``node`` lives, evaluated at its line inside ``scope`` (a function or module),
+        inside the comprehensions ``comps`` (outermost first) when it sits in their body."""
         flow = self.flow(scope, seeds)
-        return flow.eval(node, flow.at(getattr(node, "lineno", 0)))
+        lookup = flow.at(getattr(node, "lineno", 0))
+        for comp in comps:
+            lookup = flow.comp_lookup(comp, lookup)
+        return flow.eval(node, lookup)
 
     def self_attr_fact(self, method: ast.AST, name: str) -> Fact | None:
         """``self.model`` in a method: device when any method of the class moves it."""

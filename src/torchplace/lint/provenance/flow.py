@@ -128,8 +128,7 @@ class Flow:
                 self.block(node.body)
             self.block(node.orelse)
         elif isinstance(node, ast.If):
-            self.block(node.body)
-            self.block(node.orelse)
+            self.branches(node)
         elif isinstance(node, (ast.With, ast.AsyncWith)):
             for item in node.items:
                 if item.optional_vars is not None:
@@ -146,6 +145,33 @@ class Flow:
                 self.block(case.body)
         elif isinstance(node, (_FUNCTIONS, ast.ClassDef)):
             self.state[node.name] = None
+
+    def branches(self, node: ast.If) -> None:
+        """``if``/``else``: each branch starts from the state before it. A name on the device
+        on one path stays on the device after the statement, even where the other path moved
+        it to the host (``if device == "mps": x = x.cpu()``): the code runs on a device."""
+        before = dict(self.state)
+        self.block(node.body)
+        after_body = self.state
+        self.state = dict(before)
+        self.block(node.orelse)
+        after_else = self.state
+        self.state = merged = dict(after_else)
+        line = node.end_lineno or node.lineno
+        for name in after_body.keys() | after_else.keys():
+            one = after_body.get(name)
+            other = after_else[name] if name in after_else else before.get(name)
+            if one is other:
+                continue
+            else_bound = name in after_else and (
+                name not in before or after_else[name] is not before[name]
+            )
+            linear = other if else_bound or name not in after_body else one
+            device = next((f for f in (one, other) if f is not None and f.on_device), None)
+            fact = device if device is not None else linear
+            merged[name] = fact
+            if fact is not self.bindings.get(name, [(0, None)])[-1][1]:
+                self.bindings.setdefault(name, []).append((line, fact))
 
     def aug_assign(self, node: ast.AugAssign) -> None:
         """``x += y``: a host value that gains a device term moves to the device."""
@@ -261,24 +287,54 @@ class Flow:
 
     def comprehension(self, node: ast.expr, lookup: Lookup) -> Fact | None:
         assert isinstance(node, _COMPS)
+        inner = self.comp_lookup(node, lookup)
+        if isinstance(node, ast.DictComp):
+            return self.eval(node.value, inner)
+        return self.eval(node.elt, inner)
+
+    def comp_lookup(self, node: ast.expr, lookup: Lookup) -> Lookup:
+        """A lookup that also knows the names a comprehension binds: each target follows
+        what its generator iterates (an ``enumerate`` counter and a ``.items()`` key are host
+        values, ``zip`` targets follow their own sequences)."""
+        assert isinstance(node, _COMPS)
         local: dict[str, Fact | None] = {}
 
         def inner(name: str) -> Fact | None:
             return local[name] if name in local else lookup(name)
 
         for gen in node.generators:
-            fact = self.eval(gen.iter, inner)
-            items = _iterates_items(gen.iter)
-            targets = gen.target.elts if isinstance(gen.target, ast.Tuple) else [gen.target]
-            for index, target in enumerate(targets):
-                for name in _target_names(target):
+            target = gen.target
+            iterable = gen.iter
+            zipped = _zipped(iterable, target)
+            if zipped is not None:
+                for elt, seq in zipped:
+                    for name in _target_names(elt):
+                        local[name] = _one(self.eval(seq, inner))
+                continue
+            if (
+                isinstance(iterable, ast.Call)
+                and isinstance(iterable.func, ast.Name)
+                and iterable.func.id == "enumerate"
+                and iterable.args
+                and isinstance(target, ast.Tuple)
+                and len(target.elts) == 2
+            ):
+                for name in _target_names(target.elts[0]):
+                    local[name] = Fact("host", "enumerate")
+                fact = _one(self.eval(iterable.args[0], inner))
+                for name in _target_names(target.elts[1]):
+                    local[name] = fact
+                continue
+            fact = self.eval(iterable, inner)
+            items = _iterates_items(iterable)
+            targets = target.elts if isinstance(target, ast.Tuple) else [target]
+            for index, elt in enumerate(targets):
+                for name in _target_names(elt):
                     if items and index == 0 and len(targets) == 2:
                         local[name] = Fact("host", "key")
                     else:
                         local[name] = _one(fact)
-        if isinstance(node, ast.DictComp):
-            return self.eval(node.value, inner)
-        return self.eval(node.elt, inner)
+        return inner
 
     def call(self, node: ast.Call, lookup: Lookup) -> Fact | None:
         facts = self.facts

@@ -47,11 +47,11 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
     if parts is None:
         return None
     iters, body, targets = parts
+    if any(word in facts.segment(it) for it in iters for word in _STATE_ITERS):
+        return None  # a pass over parameters or a state dict: conversion, not batches
     found = _iterates_device(facts, iters, scope)
     if found is not None:
         return found
-    if any(word in facts.segment(it) for it in iters for word in _STATE_ITERS):
-        return None  # a pass over parameters or a state dict: conversion, not batches
     own, nested = _split_own(body)
     if isinstance(loop, ast.While):
         targets = {
@@ -152,6 +152,7 @@ def _updates_device(
     targets = (
         set(_target_names(loop.target)) if isinstance(loop, (ast.For, ast.AsyncFor)) else set()
     )
+    targets |= _carried(own)
     for node in own:
         if not isinstance(node, (ast.Assign, ast.AugAssign)):
             continue
@@ -168,6 +169,28 @@ def _updates_device(
             what = _short(facts.segment(value), 32)
             return "batch", f"it computes `{what}` on the device every step ({fact.describe()})"
     return None
+
+
+def _carried(own: list[ast.AST]) -> set[str]:
+    """Names a loop body reads before it binds them: each step starts from the value the
+    previous step left (``token`` fed to the model, then drawn from its output)."""
+    first_bound: dict[str, int] = {}
+    for node in own:
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for name in _target_names(target):
+                    line = first_bound.get(name)
+                    if line is None or node.lineno < line:
+                        first_bound[name] = node.lineno
+    return {
+        node.id
+        for node in own
+        if isinstance(node, ast.Name)
+        and isinstance(node.ctx, ast.Load)
+        and node.id in first_bound
+        and node.lineno < first_bound[node.id]
+    }
 
 
 def _step_call(facts: FileFacts, call: ast.Call, scope: ast.AST) -> tuple[LoopKind, str] | None:
@@ -279,7 +302,18 @@ def calls_backward(loop: ast.AST) -> bool:
     return any(isinstance(sub, ast.Attribute) and sub.attr == "backward" for sub in ast.walk(loop))
 
 
-_RARE_WORDS = ("log", "every", "interval", "verbose", "debug", "print_freq", "freq")
+_RARE_WORDS = ("every", "interval", "verbose", "debug", "print_freq", "freq")
+# "log" as a word of the name (`log_every`, `should_log`, `logging_steps`, `logger`), not as
+# the start of another word (`logits`, `logprobs`, `log_softmax` name data, not logging).
+_LOG_WORDS = frozenset({"log", "logs", "logging", "logger", "logged", "tensorboard", "wandb"})
+
+
+def _names_logging(text: str) -> bool:
+    lowered = text.lower()
+    if any(word in lowered for word in _RARE_WORDS):
+        return True
+    parts = lowered.split("_")
+    return any(part in _LOG_WORDS for part in parts) or lowered.endswith(("logging", "logger"))
 
 
 def rare_test(test: ast.expr) -> bool:
@@ -302,7 +336,7 @@ def rare_test(test: ast.expr) -> bool:
         if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Mod):
             return True
         text = sub.id if isinstance(sub, ast.Name) else getattr(sub, "attr", "")
-        if any(word in text.lower() for word in _RARE_WORDS):
+        if text and _names_logging(text):
             return True
     return False
 

@@ -344,19 +344,26 @@ def _to_cpu(call: ast.Call) -> bool:
     return _is_cpu(target)
 
 
-def in_periodic_branch(ctx: Context) -> bool:
+def in_periodic_branch(ctx: Context, node: ast.AST | None = None) -> bool:
     """Inside a branch taken on few steps: ``if step % log_every == 0:``, a test naming logging
     or debugging, ``if i == 0:`` (one step), ``if n < 10:`` (the first few), or a flag computed
-    with ``%`` (``regularize = i % every == 0``)."""
+    with ``%`` (``regularize = i % every == 0``). The test of such a branch (``node`` inside
+    it) runs on every step."""
+    child = node
     for parent in reversed(ctx.parents):
+        if isinstance(parent, (ast.For, ast.AsyncFor)) and child is parent.iter:
+            child = parent  # the header of a loop inside the branch: runs with the branch
+            continue
         if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)):
             return False
         if (
             isinstance(parent, ast.If)
+            and (child is None or child is not parent.test)
             and _rare_test(parent.test, ctx)
             and not branch_trains(parent)
         ):
             return True
+        child = parent
     return False
 
 

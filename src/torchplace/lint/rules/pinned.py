@@ -9,6 +9,8 @@ from torchplace.lint.base import (
     Family,
     Rule,
     Scope,
+    _walk_own_body,
+    call_name,
     has_star_kwargs,
     keyword,
     names_in,
@@ -23,7 +25,17 @@ PAGEABLE_NON_BLOCKING = Rule(
 PIN_IN_LOOP = Rule("TPL702", "pin-memory-in-loop", "`.pin_memory()` inside a device loop")
 
 _DATALOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
-_WRAPPERS = frozenset({"enumerate", "tqdm", "iter", "zip"})
+_WRAPPERS = frozenset({"enumerate", "tqdm", "iter", "zip", "islice", "track"})
+_PROGRESS_WORDS = ("log", "progress", "tqdm", "track", "meter", "metric")
+_MOVING_WORDS = ("prefetch", "pin", "device", "cuda", "gpu", "prepare", "to_")
+
+
+def _names_progress(name: str) -> bool:
+    """A wrapper named for progress or logging, not for moving or pinning batches."""
+    lowered = name.lower()
+    return any(w in lowered for w in _PROGRESS_WORDS) and not any(
+        w in lowered for w in _MOVING_WORDS
+    )
 
 
 def _call(call: ast.Call, ctx: Context) -> None:
@@ -55,7 +67,7 @@ def _call(call: ast.Call, ctx: Context) -> None:
         root = _root_name(func.value)
         if root is None:
             return
-        source = _unpinned_source(root, ctx, scope)
+        source = _unpinned_source(root, ctx, scope, call.lineno)
     if source is not None:
         ctx.report(
             PAGEABLE_NON_BLOCKING.code,
@@ -80,7 +92,7 @@ def _root_name(node: ast.expr) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
-def _unpinned_source(name: str, ctx: Context, scope: Scope) -> str | None:
+def _unpinned_source(name: str, ctx: Context, scope: Scope, line: int) -> str | None:
     # (a) a batch from a DataLoader without pin_memory=True.
     for loop in reversed(ctx.loops()):
         if not isinstance(loop, (ast.For, ast.AsyncFor)):
@@ -97,20 +109,96 @@ def _unpinned_source(name: str, ctx: Context, scope: Scope) -> str | None:
         if pin is None or (isinstance(pin.value, ast.Constant) and pin.value.value is False):
             return f"the DataLoader on line {loader.lineno} has no `pin_memory=True`"
         return None
-    # (b) a tensor built right here by a factory without pin_memory=True.
-    values = ctx.scope_bindings(scope).get(name)
+    # (b) a tensor built right here by a factory without pin_memory=True: the binding that
+    # reaches the copy (the nearest one above it), through reshapes and dtype conversions of
+    # the same name, which allocate pageable memory again.
+    values = _rebindings(ctx, scope).get(name)
     if not values or any(value is None for value in values):
         return None
-    for value in values:
-        if not isinstance(value, ast.Call) or has_star_kwargs(value):
-            return None
-        qualname = ctx.call_qualname(value)
-        if qualname not in FACTORIES and qualname != "torch.from_numpy":
-            return None
-        pin = keyword(value, "pin_memory")
-        if pin is not None or keyword(value, "device") is not None:
-            return None
-    return f"`{name}` is created on line {values[0].lineno} without `pin_memory=True`"  # type: ignore[union-attr]
+    bound = [value for value in values if value is not None]
+    if any(_pins(value) for value in bound):
+        return None
+    value = _reaching(bound, line)
+    while (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr in _PAGEABLE_METHODS
+        and isinstance(value.func.value, ast.Name)
+        and value.func.value.id == name
+    ):
+        value = _reaching(bound, value.lineno)
+    if not isinstance(value, ast.Call) or has_star_kwargs(value):
+        return None
+    qualname = ctx.call_qualname(value)
+    if qualname not in FACTORIES and qualname != "torch.from_numpy":
+        return None
+    if keyword(value, "pin_memory") is not None or keyword(value, "device") is not None:
+        return None
+    return f"`{name}` is created on line {value.lineno} without `pin_memory=True`"
+
+
+# Methods whose result is a new host tensor (or a view of one) in pageable memory.
+_PAGEABLE_METHODS = frozenset(
+    {
+        "reshape",
+        "view",
+        "flatten",
+        "permute",
+        "transpose",
+        "contiguous",
+        "unsqueeze",
+        "squeeze",
+        "float",
+        "half",
+        "double",
+        "long",
+        "int",
+        "bool",
+        "clone",
+        "t",
+        "expand",
+    }
+)
+
+
+def _rebindings(ctx: Context, scope: Scope) -> dict[str, list[ast.expr | None]]:
+    """:meth:`Context.scope_bindings` without the stores into a name's elements or
+    attributes (``mask[i, j] = 1`` fills the tensor, it does not rebind ``mask``)."""
+    cached: dict[str, list[ast.expr | None]] | None = scope.cache.get("rebindings")
+    if cached is not None:
+        return cached
+    found = {name: list(values) for name, values in ctx.scope_bindings(scope).items()}
+    stores: dict[str, int] = {}
+    for sub in _walk_own_body(scope.node):
+        if isinstance(sub, ast.Assign):
+            for target in sub.targets:
+                if isinstance(target, (ast.Subscript, ast.Attribute)):
+                    for name in names_in(target):
+                        stores[name] = stores.get(name, 0) + 1
+    for name, count in stores.items():
+        values = found.get(name, [])
+        for _ in range(count):
+            if None in values:
+                values.remove(None)
+    scope.cache["rebindings"] = found
+    return found
+
+
+def _reaching(values: list[ast.expr], line: int) -> ast.expr | None:
+    """The binding written last above ``line`` (the one that reaches it in straight code)."""
+    above = [value for value in values if value.lineno < line]
+    return max(above, key=lambda v: (v.lineno, v.col_offset)) if above else None
+
+
+def _pins(value: ast.expr) -> bool:
+    """``x.pin_memory()`` or a factory given ``pin_memory=...``: the name may be pinned."""
+    for sub in ast.walk(value):
+        if isinstance(sub, ast.Call) and (
+            keyword(sub, "pin_memory") is not None
+            or (isinstance(sub.func, ast.Attribute) and sub.func.attr == "pin_memory")
+        ):
+            return True
+    return False
 
 
 def _derived(name: str, targets: set[str], loop: ast.For | ast.AsyncFor) -> bool:
@@ -124,8 +212,11 @@ def _derived(name: str, targets: set[str], loop: ast.For | ast.AsyncFor) -> bool
 
 
 def _loader_call(node: ast.expr, ctx: Context, scope: Scope) -> ast.Call | None:
-    while isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-        if node.func.id not in _WRAPPERS or not node.args:
+    while isinstance(node, ast.Call) and node.args:
+        # enumerate(loader), tqdm(loader), metric_logger.log_every(loader, 10): what the
+        # loop gets is the loader's batches, as they were loaded
+        name = call_name(node)
+        if name is None or not (name in _WRAPPERS or _names_progress(name)):
             break
         node = node.args[0]
     if isinstance(node, ast.Name):

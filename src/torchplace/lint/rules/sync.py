@@ -12,6 +12,7 @@ import ast
 
 from torchplace.lint.base import Context, Family, Rule, at_method, keyword, names_in
 from torchplace.lint.provenance import Fact, FileFacts, file_facts, scope_node
+from torchplace.lint.provenance.values import HOST_METHODS
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import TIMERS, in_periodic_branch, in_test
 
@@ -123,6 +124,62 @@ def _joined(node: ast.JoinedStr, ctx: Context) -> None:
             break
     values = [v.value for v in node.values if isinstance(v, ast.FormattedValue)]
     _check_many(node, values, "an f-string", ctx)
+
+
+_TRUTH_OPS = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+
+
+def _compare(node: ast.Compare, ctx: Context) -> None:
+    """``if x[i] == 1:``, ``while loss > tol:``, ``[i for i, t in enumerate(ts) if t != end]``:
+    a comparison used as a condition is ``bool()`` of its result, a read of the device."""
+    if not ctx.loops() or not all(isinstance(op, _TRUTH_OPS) for op in node.ops):
+        return
+    child: ast.AST = node
+    for parent in reversed(ctx.parents):
+        if isinstance(parent, ast.BoolOp) or (
+            isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not)
+        ):
+            child = parent
+            continue
+        if isinstance(parent, (ast.If, ast.While, ast.IfExp)):
+            tested = parent.test is child
+        elif isinstance(parent, _COMPS):
+            tested = any(child is cond for gen in parent.generators for cond in gen.ifs)
+        else:
+            tested = False
+        if tested and any(_tensor_operand(side, ctx) for side in [node.left, *node.comparators]):
+            _check(node, node, "a condition", ctx, explicit=False)
+        return
+
+
+def _tensor_operand(node: ast.expr, ctx: Context) -> bool:
+    """An operand that is a tensor by its form: an element or slice (``x[i]``), a tensor
+    method or torch call (``x.mean()``, ``torch.abs(d)``), a name bound only to such values,
+    or a comprehension target (the comprehension's loop decides whether it walks a device
+    tensor). Arithmetic of names and builtins (``i + n * epoch``, ``max(a, b)``) are left
+    out: their device facts are guesses, and counters and scores are host numbers."""
+    if isinstance(node, ast.Subscript):
+        return True
+    if isinstance(node, ast.Call):
+        qualname = ctx.qualname(node.func)
+        if qualname is not None:
+            return qualname.startswith("torch.")
+        return isinstance(node.func, ast.Attribute) and node.func.attr not in HOST_METHODS
+    if not isinstance(node, ast.Name):
+        return False
+    for parent in ctx.parents:
+        if isinstance(parent, _COMPS) and any(
+            node.id in names_in(gen.target) for gen in parent.generators
+        ):
+            return True
+    scope = ctx.function_scope()
+    if scope is None:
+        return False
+    values = ctx.scope_bindings(scope).get(node.id) or []
+    return bool(values) and all(
+        isinstance(value, (ast.Subscript, ast.Call)) and _tensor_operand(value, ctx)
+        for value in values
+    )
 
 
 def _is_read(node: ast.expr) -> bool:
@@ -304,13 +361,14 @@ def _check(
         or not _mentions_device(ctx)
     ):
         return False  # a print/f-string/cast needs a device value, and nothing here makes one
-    if in_test(ctx) or in_periodic_branch(ctx) or _exits(ctx, read or node):
+    if in_test(ctx) or in_periodic_branch(ctx, node) or _exits(ctx, read or node):
         return False
     if any(isinstance(parent, ast.Lambda) for parent in ctx.parents):
         return False  # runs when something calls the lambda (a timer, a callback), not here
     facts = file_facts(ctx)
+    comps = _enclosing_comps(ctx, node)
     if not explicit:
-        early = facts.fact(receiver, scope)
+        early = facts.fact(receiver, scope, comps=comps)
         if early is None or not early.moved:
             return False
     step = _per_step(ctx, facts, scope) if loops else None
@@ -321,14 +379,14 @@ def _check(
         per_batch = facts.per_batch(scope)  # before any flow: most functions are not
         if per_batch is None:
             return False
-    fact = facts.fact(receiver, scope)
+    fact = facts.fact(receiver, scope, comps=comps)
     if fact is not None and fact.where == "host":
         return False
     text = _text(receiver, ctx)
     if step is not None:
         return _in_loop(node, what, text, fact, step, ctx, explicit=explicit, bulk=bulk, read=read)
     assert per_batch is not None
-    fact = facts.fact(receiver, scope, per_batch.seeds) if per_batch.seeds else fact
+    fact = facts.fact(receiver, scope, per_batch.seeds, comps) if per_batch.seeds else fact
     if fact is not None and not fact.on_device:
         return False
     if fact is None and not (explicit and per_batch.trains):
@@ -345,6 +403,20 @@ def _check(
         f"for the device ({cause}); {_ADVICE}",
     )
     return True
+
+
+def _enclosing_comps(ctx: Context, node: ast.AST) -> tuple[ast.expr, ...]:
+    """The comprehensions whose body (element, filters, later generators) holds ``node``,
+    outermost first: their targets are names there. The first generator's iterable is
+    evaluated outside its comprehension."""
+    parents = ctx.parents
+    found: list[ast.expr] = []
+    for index, parent in enumerate(parents):
+        if isinstance(parent, _COMPS):
+            child = parents[index + 1] if index + 1 < len(parents) else node
+            if child is not parent.generators[0].iter:
+                found.append(parent)
+    return tuple(found)
 
 
 def _in_loop(
@@ -493,6 +565,7 @@ FAMILY = Family(
     checks=(
         (ast.Call, _call, (SYNC_IN_LOOP.code, SYNCHRONIZE_IN_LOOP.code)),
         (ast.JoinedStr, _joined, (SYNC_IN_LOOP.code,)),
+        (ast.Compare, _compare, (SYNC_IN_LOOP.code,)),
     ),
     triggers=(
         ".item(",
@@ -506,5 +579,8 @@ FAMILY = Family(
         ".format(",
         'f"',
         "f'",
+        "if ",
+        " if",  # also a comprehension's filter at the end of a line
+        "while ",
     ),
 )
