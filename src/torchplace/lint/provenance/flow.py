@@ -149,7 +149,10 @@ class Flow:
     def branches(self, node: ast.If) -> None:
         """``if``/``else``: each branch starts from the state before it. A name on the device
         on one path stays on the device after the statement, even where the other path moved
-        it to the host (``if device == "mps": x = x.cpu()``): the code runs on a device."""
+        it to the host (``if device == "mps": x = x.cpu()``): the code runs on a device. Unless
+        the test asks where that name lives (``if x.is_cuda: x = x.cpu()``): then the path that
+        leaves it alone holds it where the other path puts it, and the rebinding decides."""
+        inspected = _inspects_device(node.test)
         before = dict(self.state)
         self.block(node.body)
         after_body = self.state
@@ -169,6 +172,11 @@ class Flow:
             linear = other if else_bound or name not in after_body else one
             device = next((f for f in (one, other) if f is not None and f.on_device), None)
             fact = device if device is not None else linear
+            body_bound = name in after_body and (
+                name not in before or after_body[name] is not before[name]
+            )
+            if name in inspected and body_bound != else_bound:
+                fact = one if body_bound else other
             merged[name] = fact
             if fact is not self.bindings.get(name, [(0, None)])[-1][1]:
                 self.bindings.setdefault(name, []).append((line, fact))
@@ -444,6 +452,22 @@ class Flow:
             return best if seen else found[-1][1]
 
         return lookup
+
+
+# Attributes and methods that say where a tensor lives (`x.is_cuda`, `x.device.type`).
+_DEVICE_QUERIES = frozenset({"device", "is_cuda", "is_cpu", "is_mps", "is_xpu", "get_device"})
+
+
+def _inspects_device(test: ast.expr) -> set[str]:
+    """The names whose own device a branch test asks about (``x.is_cuda``,
+    ``x.device.type != "cpu"``, ``x.get_device() >= 0``)."""
+    return {
+        sub.value.id
+        for sub in ast.walk(test)
+        if isinstance(sub, ast.Attribute)
+        and sub.attr in _DEVICE_QUERIES
+        and isinstance(sub.value, ast.Name)
+    }
 
 
 def _zipped(iterable: ast.expr, target: ast.expr) -> list[tuple[ast.expr, ast.expr]] | None:

@@ -127,6 +127,23 @@ def _joined(node: ast.JoinedStr, ctx: Context) -> None:
 
 
 _TRUTH_OPS = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+# torch functions that answer from a tensor's metadata, on the host: `torch.numel(x) == 0`
+# reads nothing from the device.
+_TORCH_QUERIES = frozenset(
+    {
+        "numel",
+        "is_tensor",
+        "is_floating_point",
+        "is_complex",
+        "is_storage",
+        "typename",
+        "get_device",
+        "result_type",
+        "promote_types",
+        "can_cast",
+        "is_same_size",
+    }
+)
 
 
 def _compare(node: ast.Compare, ctx: Context) -> None:
@@ -163,7 +180,9 @@ def _tensor_operand(node: ast.expr, ctx: Context) -> bool:
     if isinstance(node, ast.Call):
         qualname = ctx.qualname(node.func)
         if qualname is not None:
-            return qualname.startswith("torch.")
+            return qualname.startswith("torch.") and qualname.rpartition(".")[2] not in (
+                _TORCH_QUERIES
+            )
         return isinstance(node.func, ast.Attribute) and node.func.attr not in HOST_METHODS
     if not isinstance(node, ast.Name):
         return False
