@@ -465,6 +465,11 @@ def test_bearer_token(start_server: StartServer, tmp_path: Path) -> None:
     assert c.post(INFER, seed_body(rows(1)), headers=wrong)[0] == 401
     good = {**JSON, "Authorization": "Bearer s3cret-token"}
     assert c.post(INFER, seed_body(rows(1)), headers=good)[0] == 200
+    for scheme in ("bearer", "BEARER"):  # the scheme in any case (RFC 9110 11.1)
+        spelled = {**JSON, "Authorization": f"{scheme} s3cret-token"}
+        assert c.post(INFER, seed_body(rows(1)), headers=spelled)[0] == 200
+    for value in ("Basic s3cret-token", "s3cret-token", "Bearer s3cret-token-and-more"):
+        assert c.post(INFER, seed_body(rows(1)), headers={**JSON, "Authorization": value})[0] == 401
     assert c.get("/v2/models/seed-mlp", headers=good)[0] == 200
     assert c.get("/v2/models/seed-mlp")[0] == 401
     assert c.get("/metrics")[0] == 401

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torchplace.errors import InputError, PayloadTooLargeError
+from torchplace.errors import InputError, PayloadTooLargeError, ServeError
 from torchplace.models import TensorSpec
-from torchplace.serve import protocol
+from torchplace.serve import protocol, protocol_v1
 from torchplace.serve.protocol import (
     WIRE_DTYPES,
     decode_infer_request,
@@ -586,3 +586,25 @@ def test_booleans_among_numbers_are_refused(datatype: str, data: list[Any]) -> N
     raw = {"name": "x", "datatype": datatype, "shape": shape, "data": data}
     with pytest.raises(InputError, match="mixes booleans with numbers"):
         protocol._decode_input(raw, spec, None, 0, 4096, False)
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_non_finite_outputs_are_not_answered_as_json_null(value: float) -> None:
+    """JSON has no number for them (orjson would write null); the binary form carries them."""
+    spec = (TensorSpec("output", "FP32", (-1, 2)),)
+    request = protocol.InferRequest(None, {}, 1, None, False)
+    results = {"output": np.array([[1.0, value]], np.float32)}
+    with pytest.raises(ServeError, match="NaN or infinite values, which JSON numbers cannot"):
+        protocol.encode_infer_response(
+            model_name="m", model_version="1", request=request, results=results, outputs=spec
+        )
+    binary = protocol.InferRequest(None, {}, 1, None, True)
+    body, header = protocol.encode_infer_response(
+        model_name="m", model_version="1", request=binary, results=results, outputs=spec
+    )
+    assert header is not None
+    got = np.frombuffer(body[header:], np.float32)
+    assert got[0] == 1.0
+    assert (np.isnan(got[1]) and np.isnan(value)) or got[1] == value
+    with pytest.raises(ServeError, match="NaN or infinite"):
+        protocol_v1.encode_predict_response(results, spec)

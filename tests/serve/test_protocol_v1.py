@@ -66,6 +66,15 @@ def test_bad_rows_get_the_oip_messages(doc: object, message: str) -> None:
 def test_more_rows_than_the_limit_is_413() -> None:
     with pytest.raises(PayloadTooLargeError):
         _decode({"instances": [[[0, 0], [0, 0]]] * 9})
+    # counted before anything is built from them (a body of millions of rows stays cheap)
+    with pytest.raises(PayloadTooLargeError, match="10 instances is over the limit of 8"):
+        _decode({"instances": [0] * 10})
+
+
+def test_instances_nested_too_deeply_are_a_400() -> None:
+    body = b'{"instances":' + b"[" * 252 + b"0.5" + b"]" * 252 + b"}"  # orjson reads it
+    with pytest.raises(InputError, match="nested too deeply"):
+        decode_predict_request(body, inputs=ONE_IN, outputs=ONE_OUT, max_rows=8)
 
 
 @pytest.mark.parametrize("body", [b"{oops", b'{"instances": [[[1, 2], [3, NaN]]]}'])

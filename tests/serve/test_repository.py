@@ -169,6 +169,17 @@ def test_an_inline_config_of_the_wrong_shape_is_a_config_error(
         triton_settings(orjson.dumps(config).decode())
 
 
+@pytest.mark.parametrize(
+    "config", ['{"source": "os:abort"}', '{"parameters": {"source": {"string_value": "sys:exit"}}}']
+)
+def test_a_load_request_does_not_choose_code_to_run(config: str) -> None:
+    with pytest.raises(ConfigError, match="does not choose code to import and run"):
+        inline_config({"parameters": {"config": config}})
+    assert inline_config({"parameters": {"config": '{"source": "wide-mlp"}'}}) == {
+        "source": "wide-mlp"
+    }
+
+
 def test_model_files_in_a_load_request_are_refused() -> None:
     body = {"parameters": {"config": "{}", "file:1/model.safetensors": "YQ=="}}
     with pytest.raises(ConfigError, match=r"file:1/model\.safetensors: model files sent with"):

@@ -7,6 +7,7 @@ and run the client code of Triton's shared-memory examples against a real server
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from torchplace.errors import (
 )
 from torchplace.models import TensorSpec
 from torchplace.serve import protocol
+from torchplace.serve import shm as shm_module
 from torchplace.serve.running import ServerThread
 from torchplace.serve.shm import SharedMemoryRegions
 
@@ -64,13 +66,13 @@ def test_a_region_in_use_is_unregistered_when_its_last_user_is_answered(
     regions.register("a", "/obj", 0, 8)
     regions.register("b", "/obj", 8, 8)
     with regions.recording() as used:
-        regions.view("a", 0, 8, "input 'x'")
-        regions.view("a", 0, 4, "output 'y'")
+        regions.read("a", 0, 8, "input 'x'")
+        regions.target("a", 0, 4, "output 'y'")
     first = regions.hold(used)
     second = regions.hold(used)
     regions.unregister()  # 'b' goes at once; 'a' stays, listed and usable, while in use
     assert [r["name"] for r in regions.status()] == ["a"]
-    assert len(regions.view("a", 0, 8, "input 'x'")) == 8
+    assert len(regions.read("a", 0, 8, "input 'x'")) == 8
     with pytest.raises(SharedMemoryError, match="already in manager"):
         regions.register("a", "/obj", 0, 8)
     regions.release(first)
@@ -80,14 +82,47 @@ def test_a_region_in_use_is_unregistered_when_its_last_user_is_answered(
     regions.register("a", "/obj", 0, 8)  # the name is free again
 
 
-def test_views_read_and_write_the_object(regions: SharedMemoryRegions, tmp_path: Path) -> None:
-    regions.register("r", "/obj", 64, 64)  # offset inside a page: the mapping starts before it
-    view = regions.view("r", 8, 4, "input 'x'")
-    view[:] = b"abcd"
+def test_reads_and_writes_reach_the_object(regions: SharedMemoryRegions, tmp_path: Path) -> None:
+    regions.register("r", "/obj", 64, 64)
+    regions.target("r", 8, 4, "output 'y'").write(b"abcd")
     assert (tmp_path / "obj").read_bytes()[72:76] == b"abcd"
-    regions.unregister("r")
-    view[:] = b"wxyz"  # a view held by a request in flight keeps its mapping
-    assert (tmp_path / "obj").read_bytes()[72:76] == b"wxyz"
+    assert regions.read("r", 8, 4, "input 'x'") == b"abcd"
+
+
+def test_a_truncated_object_is_an_error_not_a_crash(
+    regions: SharedMemoryRegions, tmp_path: Path
+) -> None:
+    """The object shrinks under the server (a mapping would die with SIGBUS)."""
+    regions.register("r", "/obj", 0, 256)
+    os.truncate(tmp_path / "obj", 16)
+    with pytest.raises(SharedMemoryError, match=r"now ends before byte 32 .*register it again"):
+        regions.read("r", 0, 32, "input 'x'")
+    regions.target("r", 0, 32, "output 'y'").write(bytes(32))  # grows it back, harmlessly
+
+
+def test_descriptors_are_closed_and_counted(
+    regions: SharedMemoryRegions, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened = len(os.listdir("/proc/self/fd"))
+    regions.register("a", "/obj", 0, 8)
+    assert len(os.listdir("/proc/self/fd")) == opened + 1
+    regions.unregister("a")
+    assert len(os.listdir("/proc/self/fd")) == opened
+    monkeypatch.setattr(shm_module, "MAX_REGIONS", 2)
+    regions.register("a", "/obj", 0, 8)
+    regions.register("b", "/obj", 0, 8)
+    with pytest.raises(SharedMemoryError, match="2 shared memory regions are registered"):
+        regions.register("c", "/obj", 0, 8)
+
+
+def test_only_shared_memory_objects_are_registered(
+    regions: SharedMemoryRegions, tmp_path: Path
+) -> None:
+    (tmp_path / "dir").mkdir()
+    os.mkfifo(tmp_path / "fifo")
+    for key in ("/dir", "/fifo"):
+        with pytest.raises(SharedMemoryError, match=r"is not a shared memory object|Unable to"):
+            regions.register("r", key, 0, 8)
 
 
 @pytest.mark.parametrize("key", ["/", "///", "a/b", "/..", "", None, 7])
@@ -120,14 +155,14 @@ def test_register_errors_name_what_to_do(regions: SharedMemoryRegions) -> None:
 def test_a_view_outside_the_region_is_refused(regions: SharedMemoryRegions) -> None:
     regions.register("r", "/obj", 0, 64)
     with pytest.raises(SharedMemoryError, match=r"Invalid offset for .*'r'"):
-        regions.view("r", 64, 1, "output 'y'")
+        regions.target("r", 64, 1, "output 'y'")
     with pytest.raises(SharedMemoryError, match=r"Invalid offset \+ byte size .*1 \+ 64"):
-        regions.view("r", 1, 64, "output 'y'")
+        regions.target("r", 1, 64, "output 'y'")
     with pytest.raises(SharedMemoryError, match=r"'shared_memory_byte_size' is needed"):
-        regions.view("r", 0, None, "input 'x'")
+        regions.read("r", 0, None, "input 'x'")
     with pytest.raises(SharedMemoryNotFoundError, match=r"'nope' \(registered: 'r'\)"):
-        regions.view("nope", 0, 8, "input 'x'")
-    assert len(regions.view("r", None, 64, "input 'x'")) == 64  # the offset defaults to 0
+        regions.read("nope", 0, 8, "input 'x'")
+    assert len(regions.read("r", None, 64, "input 'x'")) == 64  # the offset defaults to 0
 
 
 def test_disabled_lists_nothing_and_refuses_the_rest(tmp_path: Path) -> None:
@@ -138,7 +173,7 @@ def test_disabled_lists_nothing_and_refuses_the_rest(tmp_path: Path) -> None:
     for call in (
         lambda: off.register("r", "/obj", 0, 8),
         lambda: off.unregister(),
-        lambda: off.view("r", 0, 8, "input 'x'"),
+        lambda: off.read("r", 0, 8, "input 'x'"),
         lambda: off.cuda_unregister(),
     ):
         with pytest.raises(SharedMemoryDisabledError, match=r"--allow-client-shm"):
@@ -174,7 +209,7 @@ def test_inputs_come_from_and_outputs_go_to_regions(regions: SharedMemoryRegions
     regions.register("in", "/obj", 0, 128)
     regions.register("out", "/obj", 128, 128)
     a, b = np.arange(16, dtype="<i4"), np.full(16, 7, "<i4")
-    regions.view("in", 0, 128, "setup")[:] = a.tobytes() + b.tobytes()
+    regions.target("in", 0, 128, "setup").write(a.tobytes() + b.tobytes())
     request = _request(regions, {
         "inputs": [_entry("INPUT0", parameters=_shm("in", 64)),
                    _entry("INPUT1", parameters=_shm("in", 64, 64))],
@@ -190,7 +225,7 @@ def test_inputs_come_from_and_outputs_go_to_regions(regions: SharedMemoryRegions
     doc = orjson.loads(body[:header])
     assert doc["outputs"][0] == {"name": "OUTPUT0", "datatype": "INT32", "shape": [1, 16]}
     assert doc["outputs"][1]["parameters"] == {"binary_data_size": 64}
-    written = np.frombuffer(regions.view("out", 0, 64, "check"), "<i4")
+    written = np.frombuffer(regions.read("out", 0, 64, "check"), "<i4")
     np.testing.assert_array_equal(written, a + b)
 
 

@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from torchplace.serve.config import ServeConfig
     from torchplace.serve.reload import ModelControl
 
-__all__ = ["App", "EngineLike", "load_token"]
+__all__ = ["App", "EngineLike", "bearer_matches", "load_token"]
 
 logger = logging.getLogger("torchplace.serve")
 
@@ -121,6 +121,13 @@ class EngineLike(Protocol):
     def observe_request(self, status: int, seconds: float, device: str | None = None) -> None: ...
 
 
+def bearer_matches(given: bytes, token: bytes) -> bool:
+    """Whether an ``Authorization`` value is ``Bearer TOKEN`` (the scheme in any case, as
+    RFC 9110 11.1 has it), compared in constant time."""
+    scheme, _, credential = given.strip().partition(b" ")
+    return scheme.lower() == b"bearer" and hmac.compare_digest(credential.strip(), token)
+
+
 def load_token(path: Path) -> bytes:
     """Read a bearer token file (surrounding whitespace dropped); ConfigError if unusable."""
     try:
@@ -150,9 +157,7 @@ class App:
             request_timeout_s=config.request_timeout_s,
             keepalive_timeout_s=config.keepalive_timeout_s,
         )
-        self._token = (
-            b"Bearer " + load_token(config.auth_token_file) if config.auth_token_file else None
-        )
+        self._token = load_token(config.auth_token_file) if config.auth_token_file else None
         self._started = False
         self._stopped = False
         #: the gRPC port served next to this app (set by :func:`~torchplace.serve.running.serve`)
@@ -282,7 +287,7 @@ class App:
     def _check_auth(self, request: Request) -> Response | None:
         assert self._token is not None
         given = request.headers.get(b"authorization", b"")
-        if hmac.compare_digest(given, self._token):
+        if bearer_matches(given, self._token):
             return None
         why = "missing" if not given else "wrong"
         return error_response(
@@ -567,7 +572,7 @@ class App:
         header_length: int | None = None
         raw_length = request.headers.get(b"inference-header-content-length")
         if raw_length is not None:
-            if not raw_length.isdigit():
+            if not raw_length.isdigit() or len(raw_length) > 18:
                 raise InputError(
                     f"Inference-Header-Content-Length {_text(raw_length)!r} is not a number"
                 )

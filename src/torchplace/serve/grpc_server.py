@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hmac
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -68,6 +67,7 @@ from torchplace.errors import (
     OverloadedError,
     ServeError,
 )
+from torchplace.serve.app import bearer_matches
 from torchplace.serve.grpc_codec import (
     decode_infer_request,
     encode_infer_response,
@@ -162,7 +162,7 @@ class GrpcServer:
         self.config = config
         self.draining = False
         self.port = 0
-        self._token = b"Bearer " + token if token else None
+        self._token = token or None
         self._started = False
         #: the answer queues of the open ModelStreamInfer streams (told when the drain starts)
         self._streams: set[asyncio.Queue[bytes | None]] = set()
@@ -290,7 +290,7 @@ class GrpcServer:
         for key, value in context.invocation_metadata() or ():
             if key == "authorization":
                 given = value.encode() if isinstance(value, str) else value
-        if not hmac.compare_digest(given, self._token):
+        if not bearer_matches(given, self._token):
             why = "missing" if not given else "wrong"
             raise _Abort(
                 grpc.StatusCode.UNAUTHENTICATED,

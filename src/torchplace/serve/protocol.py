@@ -29,17 +29,18 @@ from typing import Any
 import numpy as np
 import orjson
 
-from torchplace.errors import InputError, PayloadTooLargeError, SharedMemoryError
+from torchplace.errors import InputError, PayloadTooLargeError, ServeError, SharedMemoryError
 from torchplace.models import TensorSpec
 from torchplace.serve.classification import CLASSIFIABLE, classify, serialize_bytes
 from torchplace.serve.datatypes import HOST_DTYPES
-from torchplace.serve.shm import SharedMemoryRegions
+from torchplace.serve.shm import SharedMemoryRegions, Target
 
 __all__ = [
     "WIRE_DTYPES",
     "InferRequest",
     "RequestedOutput",
     "bf16_values",
+    "check_json_finite",
     "check_output_room",
     "class_count",
     "decode_infer_request",
@@ -95,12 +96,12 @@ _NO_LABELS: Mapping[str, Sequence[str]] = {}
 @dataclass(frozen=True, slots=True)
 class RequestedOutput:
     """An output the client asked for, and whether it wants it as binary tensor data or
-    written into a shared-memory region (``target``, a view of it), and as its top
+    written into a shared-memory region (``target``), and as its top
     ``classes`` classes instead of its values (Triton's classification extension)."""
 
     name: str
     binary: bool
-    target: memoryview | None = field(default=None, compare=False)
+    target: Target | None = field(default=None, compare=False)
     classes: int = 0
 
 
@@ -522,12 +523,13 @@ def shared_memory_array(
 ) -> np.ndarray[Any, Any]:
     """An input's bytes from the shared-memory region its parameters name, copied into an
     array of its host dtype."""
-    view = regions.view(
+    data = regions.read(
         params.get("shared_memory_region"),
         params.get("shared_memory_offset"),
         params.get("shared_memory_byte_size"),
         f"input {spec.name!r}",
     )
+    view = memoryview(data)
     return _binary_array(spec, view, 0, len(view), shape, count, "shared_memory_byte_size")
 
 
@@ -680,9 +682,9 @@ def class_count(name: str, datatype: str, value: object) -> int:
     return value
 
 
-def output_target(name: str, params: Mapping[str, Any], regions: SharedMemoryRegions) -> memoryview:
-    """The view of the shared-memory region an output's parameters name."""
-    return regions.view(
+def output_target(name: str, params: Mapping[str, Any], regions: SharedMemoryRegions) -> Target:
+    """Where in the shared-memory region an output's parameters name it goes."""
+    return regions.target(
         params.get("shared_memory_region"),
         params.get("shared_memory_offset"),
         params.get("shared_memory_byte_size"),
@@ -702,7 +704,7 @@ def check_output_room(
         if any(d < 0 for d in spec.shape[1:]):
             continue  # known once computed: checked when written
         need = rows * math.prod(spec.shape[1:]) * WIRE_DTYPES[spec.datatype].itemsize
-        _check_room(wanted.name, len(wanted.target), need)
+        _check_room(wanted.name, wanted.target.size, need)
 
 
 def _check_room(name: str, have: int, need: int) -> None:
@@ -714,14 +716,12 @@ def _check_room(name: str, have: int, need: int) -> None:
         )
 
 
-def _write_output(
-    name: str, datatype: str, array: np.ndarray[Any, Any], target: memoryview
-) -> None:
+def _write_output(name: str, datatype: str, array: np.ndarray[Any, Any], target: Target) -> None:
     """The output's bytes (little-endian, BF16 as bfloat16 bits) into its shared memory."""
     wire = WIRE_DTYPES[datatype]
-    _check_room(name, len(target), array.size * wire.itemsize)
-    dest = np.frombuffer(target, dtype=wire, count=array.size).reshape(array.shape)
-    dest[...] = _bf16_bits(array).reshape(array.shape) if datatype == "BF16" else array
+    _check_room(name, target.size, array.size * wire.itemsize)
+    data = _bf16_bits(array) if datatype == "BF16" else np.ascontiguousarray(array, dtype=wire)
+    target.write(data)
 
 
 def _bf16_bits(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -753,7 +753,7 @@ def encode_infer_response(
 ) -> tuple[bytes, int | None]:
     """Encode the outputs; returns the body and the JSON header length if binary data follows.
     ``labels``: an output's class labels, for the classification extension."""
-    chosen: list[tuple[str, str, bool, memoryview | None, int]]
+    chosen: list[tuple[str, str, bool, Target | None, int]]
     if request.outputs is None:
         binary_output = request.binary_output
         chosen = [(s.name, s.datatype, binary_output, None, 0) for s in outputs]
@@ -794,9 +794,23 @@ def encode_infer_response(
         doc["id"] = request.id
     doc["outputs"] = entries
     header = orjson.dumps(doc, option=_JSON_OPTS)
+    if b"null" in header:  # orjson writes NaN and infinities as null: never let one pass
+        check_json_finite({e["name"]: e["data"] for e in entries if "data" in e})
     if not chunks:
         return header, None
     return b"".join([header, *chunks]), len(header)
+
+
+def check_json_finite(data: Mapping[str, Any]) -> None:
+    """Refuse to answer NaN or infinite output values as JSON, which has no numbers for them
+    (they would read as null): the binary form carries them."""
+    for name, values in data.items():
+        floats = isinstance(values, np.ndarray) and values.dtype.kind == "f"
+        if floats and not np.isfinite(values).all():
+            raise ServeError(
+                f"output {name!r} holds NaN or infinite values, which JSON numbers cannot "
+                'carry; ask for it as binary data ("binary_data": true) to get them'
+            )
 
 
 def server_metadata(*, name: str, version: str, extensions: Sequence[str]) -> bytes:

@@ -20,9 +20,14 @@ from typing import Any
 import numpy as np
 import orjson
 
-from torchplace.errors import InputError
+from torchplace.errors import InputError, PayloadTooLargeError
 from torchplace.models import TensorSpec
-from torchplace.serve.protocol import InferRequest, bf16_values, decode_infer_request
+from torchplace.serve.protocol import (
+    InferRequest,
+    bf16_values,
+    check_json_finite,
+    decode_infer_request,
+)
 
 __all__ = ["decode_predict_request", "encode_predict_response"]
 
@@ -37,14 +42,23 @@ def decode_predict_request(
 ) -> InferRequest:
     """A V1 ``:predict`` body, validated as the OIP request of the same rows."""
     rows = _instances(body)
+    if len(rows) > max_rows:
+        raise PayloadTooLargeError(
+            f"{len(rows)} instances is over the limit of {max_rows} rows per request "
+            "(--max-request-rows); split the request"
+        )
     tensors = []
     for spec in inputs:
         column = [_value(row, index, spec, inputs) for index, row in enumerate(rows)]
         tensors.append(
             {"name": spec.name, "datatype": spec.datatype, "shape": _shape(column), "data": column}
         )
+    try:
+        document = orjson.dumps({"inputs": tensors})
+    except TypeError as exc:  # nested past orjson's depth limit
+        raise InputError(f"the instances are nested too deeply to be tensor rows ({exc})") from None
     return decode_infer_request(
-        orjson.dumps({"inputs": tensors}),
+        document,
         inputs=inputs,
         outputs=outputs,
         max_rows=max_rows,
@@ -57,6 +71,7 @@ def encode_predict_response(
 ) -> bytes:
     """``{"predictions": [...]}``, one entry per row."""
     arrays = [(spec.name, _plain(results[spec.name], spec.datatype)) for spec in outputs]
+    check_json_finite(dict(arrays))
     predictions: Any
     if len(arrays) == 1:
         predictions = arrays[0][1]

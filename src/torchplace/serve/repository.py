@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from torchplace.errors import ConfigError
+from torchplace.models import EMBEDDED_MODELS
 from torchplace.serve.config import load_config_file
 from torchplace.serve.kserve import CONFIG_NAME as KSERVE_CONFIG
 
@@ -381,4 +382,12 @@ def inline_config(body: Mapping[str, Any]) -> dict[str, Any] | None:
         text = json.dumps(text)
     if not isinstance(text, str):
         raise ConfigError("parameters.config must be the model configuration as a JSON string")
-    return triton_settings(text)
+    settings = triton_settings(text)
+    source = settings.get("source")
+    if source is not None and source not in EMBEDDED_MODELS:
+        raise ConfigError(
+            f"an inline config may name an embedded model as its source, not {source!r}: a load "
+            "request does not choose code to import and run; set source in the model's "
+            f"{CONFIG_NAME}"
+        )
+    return settings

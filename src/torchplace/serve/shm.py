@@ -8,11 +8,13 @@ bytes are; the same parameters on a requested output say where its bytes go, and
 then carries the output's name, datatype and shape only.
 
 :class:`SharedMemoryRegions` is the registry, shared by the REST and gRPC sides. Registering
-maps the range once (read-write, ``MAP_SHARED``); an input's bytes are copied out of it when
-the request is decoded, an output's written into it when the answer is encoded. A request in
+opens the object once and keeps its descriptor; an input's bytes are read from it when the
+request is decoded, an output's written to it when the answer is encoded, with ``pread`` and
+``pwrite`` rather than through a mapping: a client that truncates the object under the server
+gets an error for that request (a mapping would crash the process with SIGBUS). A request in
 flight holds the regions it named (:meth:`SharedMemoryRegions.hold`): unregistering one of them
-leaves it listed and usable until the last such request is answered, as in Triton; and a view
-keeps its mapping alive in any case, so nothing in flight reads or writes unmapped memory.
+leaves it listed and usable until the last such request is answered, as in Triton, and its
+descriptor is closed then. At most :data:`MAX_REGIONS` regions are registered at once.
 
 Client shared memory is off unless the server runs with ``--allow-client-shm`` (as Triton's
 ``--allow-client-shm``): a client that may register regions may map any shared-memory object
@@ -25,8 +27,8 @@ register is refused with the alternative.
 from __future__ import annotations
 
 import contextlib
-import mmap
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,10 +40,12 @@ from torchplace.errors import (
     SharedMemoryNotFoundError,
 )
 
-__all__ = ["CUDA_REFUSED", "Region", "SharedMemoryRegions"]
+__all__ = ["CUDA_REFUSED", "MAX_REGIONS", "Region", "SharedMemoryRegions", "Target"]
 
 #: where POSIX shared-memory objects live on Linux (what ``shm_open`` opens)
 SHM_ROOT = Path("/dev/shm")
+#: regions registered at once, at most (each holds a file descriptor)
+MAX_REGIONS = 1024
 #: the answer to a CUDA shared-memory registration
 CUDA_REFUSED = (
     "CUDA shared memory is not supported by this server; register system shared memory "
@@ -57,8 +61,8 @@ class Region:
     key: str
     offset: int
     byte_size: int
-    #: the mapped range, writable
-    view: memoryview
+    #: the object's descriptor, open read-write while the region is registered
+    fd: int
     #: requests in flight that named the region
     users: int = 0
     #: unregistered while in use: it goes when its last user is answered
@@ -68,6 +72,30 @@ class Region:
         """The region's entry in a status response."""
         return {"name": self.name, "key": self.key, "offset": self.offset,
                 "byte_size": self.byte_size}  # fmt: skip
+
+    def read(self, start: int, size: int) -> bytes:
+        """``size`` bytes from ``start`` into the region (the object as it is now)."""
+        data = os.pread(self.fd, size, self.offset + start)
+        if len(data) != size:
+            raise SharedMemoryError(
+                f"shared memory region '{self.name}': the object {self.key!r} now ends before "
+                f"byte {self.offset + start + size} (it was truncated after it was "
+                "registered); register it again"
+            )
+        return data
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where an output goes: ``size`` bytes from ``start`` into a region."""
+
+    region: Region
+    start: int
+    size: int
+
+    def write(self, data: Any) -> None:
+        """Write ``data`` (bytes, or a contiguous array) at the target's start."""
+        os.pwrite(self.region.fd, data, self.region.offset + self.start)
 
 
 class SharedMemoryRegions:
@@ -95,10 +123,15 @@ class SharedMemoryRegions:
                 f"shared memory region '{name}' already in manager; unregister it first or "
                 "choose another name"
             )
+        if len(self._regions) >= MAX_REGIONS:
+            raise SharedMemoryError(
+                f"{MAX_REGIONS} shared memory regions are registered, the most this server "
+                "holds at once; unregister some, or register larger regions and use offsets"
+            )
         path = self._path(name, key)
         offset, byte_size = _natural("offset", offset), _natural("byte_size", byte_size)
-        self._regions[name] = Region(name, str(key), offset, byte_size,
-                                     self._map(name, path, offset, byte_size))  # fmt: skip
+        fd = self._open(name, path, offset, byte_size)
+        self._regions[name] = Region(name, str(key), offset, byte_size, fd)
 
     def unregister(self, name: str | None = None) -> None:
         """Forget the region ``name`` (every region when None); an unknown name is no error.
@@ -109,7 +142,7 @@ class SharedMemoryRegions:
         for region in [self._regions[n] for n in names if n in self._regions]:
             region.leaving = True
             if not region.users:
-                del self._regions[region.name]
+                self._drop(region)
 
     @property
     def active(self) -> bool:
@@ -138,11 +171,26 @@ class SharedMemoryRegions:
         for region in held:
             region.users -= 1
             if region.leaving and not region.users and self._regions.get(region.name) is region:
-                del self._regions[region.name]
+                self._drop(region)
 
-    def view(self, name: object, offset: object, byte_size: object, what: str) -> memoryview:
-        """``byte_size`` bytes from ``offset`` into the region ``name``, for ``what`` (an input
-        or output, named in errors)."""
+    def _drop(self, region: Region) -> None:
+        del self._regions[region.name]
+        os.close(region.fd)
+
+    def read(self, name: object, offset: object, byte_size: object, what: str) -> bytes:
+        """An input's ``byte_size`` bytes from ``offset`` into the region ``name`` (``what``
+        names the input in errors)."""
+        region, start, size = self._locate(name, offset, byte_size, what)
+        return region.read(start, size)
+
+    def target(self, name: object, offset: object, byte_size: object, what: str) -> Target:
+        """Where an output goes: ``byte_size`` bytes from ``offset`` into the region ``name``."""
+        return Target(*self._locate(name, offset, byte_size, what))
+
+    def _locate(
+        self, name: object, offset: object, byte_size: object, what: str
+    ) -> tuple[Region, int, int]:
+        """The region ``name`` and the range ``offset``, ``byte_size`` checked inside it."""
         if not isinstance(name, str):
             raise SharedMemoryError(f"{what}: 'shared_memory_region' must be a region name")
         if byte_size is None:
@@ -165,7 +213,7 @@ class SharedMemoryRegions:
                 f"Invalid offset + byte size for shared memory region: '{name}' ({what}: "
                 f"{offset} + {size} bytes is past its {region.byte_size} bytes)"
             )
-        return region.view[offset : offset + size]
+        return region, offset, size
 
     def cuda_status(self, name: str | None = None) -> list[dict[str, Any]]:
         """CUDA regions: there are none (a named one is 404)."""
@@ -213,7 +261,8 @@ class SharedMemoryRegions:
         return self._root / bare
 
     @staticmethod
-    def _map(name: str, path: Path, offset: int, byte_size: int) -> memoryview:
+    def _open(name: str, path: Path, offset: int, byte_size: int) -> int:
+        """The object's descriptor, once the range is checked to lie inside it."""
         try:
             fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC)
         except OSError as exc:
@@ -221,19 +270,22 @@ class SharedMemoryRegions:
                 f"Unable to open shared memory region: '{path.name}' ({exc.strerror}); create "
                 "it before registering it (tritonclient.utils.shared_memory does)"
             ) from None
-        try:
-            size = os.fstat(fd).st_size
-            if offset + byte_size > size or byte_size == 0:
-                raise SharedMemoryError(
-                    f"failed to register shared memory region '{name}': invalid args (offset "
-                    f"{offset} + byte_size {byte_size} must fit in the object's {size} bytes, "
-                    "byte_size at least 1)"
-                )
-            start = offset - offset % mmap.ALLOCATIONGRANULARITY
-            mapped = mmap.mmap(fd, offset + byte_size - start, offset=start)
-        finally:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
             os.close(fd)
-        return memoryview(mapped)[offset - start :]
+            raise SharedMemoryError(
+                f"failed to register shared memory region '{name}': {path.name!r} is not a "
+                "shared memory object; give the key it was created with"
+            )
+        size = status.st_size
+        if offset + byte_size > size or byte_size == 0:
+            os.close(fd)
+            raise SharedMemoryError(
+                f"failed to register shared memory region '{name}': invalid args (offset "
+                f"{offset} + byte_size {byte_size} must fit in the object's {size} bytes, "
+                "byte_size at least 1)"
+            )
+        return fd
 
 
 def _natural(what: str, value: object) -> int:
