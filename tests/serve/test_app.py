@@ -559,3 +559,11 @@ def test_drain_finishes_in_flight_and_refuses_new() -> None:
     assert engine.stopped
     with pytest.raises(ConnectionRefusedError):
         client.get("/v2/health/live")
+
+
+@pytest.mark.parametrize("length", ["12x", "9" * 4301])
+def test_a_header_length_that_is_no_byte_count_is_a_400(server: Running, length: str) -> None:
+    headers = {**JSON, "Inference-Header-Content-Length": length}
+    status, _, body = server.client.post(INFER, seed_body(rows(1)), headers=headers)
+    assert status == 400
+    assert b"Inference-Header-Content-Length" in body
