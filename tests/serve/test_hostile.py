@@ -223,6 +223,20 @@ CORPUS: list[tuple[str, bytes, int]] = [
         _req(b"0\r\n\r\n", headers={b"Transfer-Encoding": b"chunked", b"Content-Length": b"5"}),
         400,
     ),
+    ("no host", b"GET /v2/health/ready HTTP/1.1\r\nConnection: close\r\n\r\n", 400),
+    ("two hosts", b"GET /v2/health/ready HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
+    (
+        "chunked in HTTP/1.0",
+        _req(b"2\r\n{}\r\n0\r\n\r\n", headers={b"Transfer-Encoding": b"chunked"}).replace(
+            b"HTTP/1.1", b"HTTP/1.0", 1
+        ),
+        400,
+    ),
+    (
+        "transfer coding gzip",
+        _req(b"2\r\n{}\r\n0\r\n\r\n", headers={b"Transfer-Encoding": b"gzip, chunked"}),
+        501,
+    ),
 ]
 
 

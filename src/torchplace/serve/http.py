@@ -8,7 +8,15 @@ complete :class:`Request` to the handler, which returns a :class:`Response`, a c
 (run as a task) or a future the handler settles (no task at all: the cheapest way to answer
 later; cancelling it is how the server says the client went away or the request timed out).
 A one-second ticker answers requests that run past the request timeout (503), drops clients that
-send a request more slowly than that (408), and closes idle keep-alive connections.
+send a request more slowly than that (408) or leave their answers unread that long, and closes
+idle keep-alive connections (empty lines between requests do not count as activity).
+
+What one connection can make the server hold is bounded: its waiting requests hold one body limit
+at most (then reading stops until they are answered), and while the transport's write buffer is
+over its high-water mark (a client that does not read its answers) no further request is handled
+and the connection is not read. A body arrives into one buffer however it is chunked.
+Answers go out in request order: a request that is refused (malformed, body over the limit) is
+answered after the requests before it, and then the connection closes.
 
 Status lines and common headers are pre-encoded; a response is one ``transport.write``.
 """
@@ -122,10 +130,10 @@ def _malformed(data: bytes, exc: Exception) -> str:
 class _Connection(asyncio.Protocol):
     __slots__ = (
         "_body",
-        "_body_size",
         "_busy",
         "_current",
         "_expect_continue",
+        "_final",
         "_head_size",
         "_headers",
         "_last_active",
@@ -133,6 +141,7 @@ class _Connection(asyncio.Protocol):
         "_paused_reading",
         "_pending",
         "_pending_bytes",
+        "_queue_full",
         "_reading_since",
         "_rejected",
         "_server",
@@ -142,6 +151,7 @@ class _Connection(asyncio.Protocol):
         "_upgrade_body",
         "_url",
         "_write_paused",
+        "_write_paused_since",
     )
 
     def __init__(self, server: HttpServer) -> None:
@@ -151,10 +161,11 @@ class _Connection(asyncio.Protocol):
         self._url = b""
         self._headers: dict[bytes, bytes] = {}
         self._head_size = 0
-        self._body: list[bytes] = []
-        self._body_size = 0
-        self._expect_continue = False
+        #: the body so far: the first part as it came, then one bytearray for all of them
+        self._body: bytes | bytearray = b""
+        self._expect_continue = False  # the request being read asked for 100 and has not had it
         self._rejected = False
+        self._final: Response | None = None  # the refusal to send once earlier answers are out
         self._pending: deque[Request] = deque()
         self._pending_bytes = 0  # the bodies of the requests in _pending
         self._busy = False
@@ -163,10 +174,12 @@ class _Connection(asyncio.Protocol):
         self._timed_out = False
         self._reading_since = 0.0
         self._last_active = time.monotonic()
-        self._paused_reading = False
-        self._write_paused = False
+        self._paused_reading = False  # the transport is not being read
+        self._queue_full = False  # too many requests waiting: a reason not to read
+        self._write_paused = False  # the write buffer is over its high-water mark: another reason
+        self._write_paused_since = 0.0
         #: an Upgrade request whose body the parser left unread: (request, bytes still due);
-        #: the body's parts gather in ``_body`` meanwhile
+        #: the body gathers in ``_body`` meanwhile
         self._upgrade_body: tuple[Request, int] | None = None
 
     # -- asyncio.Protocol ----------------------------------------------------------------
@@ -185,7 +198,6 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._rejected:
             return
-        self._last_active = time.monotonic()
         while data and not self._rejected:
             if self._upgrade_body is not None:
                 data = self._read_upgrade_body(data)
@@ -208,23 +220,38 @@ class _Connection(asyncio.Protocol):
         assert self._upgrade_body is not None
         request, due = self._upgrade_body
         taken = data[:due]
-        self._body.append(taken)
+        self._add_body(taken)
         if len(taken) < due:
             self._upgrade_body = (request, due - len(taken))
             return b""
-        request.body = b"".join(self._body)
-        self._body = []
+        request.body = bytes(self._body)
+        self._body = b""
         self._upgrade_body = None
         self._reading_since = 0.0
         self._queue(request)
         return data[due:]
 
     def pause_writing(self) -> None:
+        """The client is not reading its answers: handle and read nothing more until it does."""
         self._write_paused = True
+        self._write_paused_since = time.monotonic()
+        self._update_reading()
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        self._update_reading()
         self._next()
+
+    def _update_reading(self) -> None:
+        """Read the connection unless its output is stalled, too many requests wait, or a
+        refusal waits for earlier answers (and reading would parse what follows it)."""
+        hold = self._write_paused or self._queue_full or self._final is not None
+        if hold != self._paused_reading and self._transport is not None:
+            if hold:
+                self._transport.pause_reading()
+            else:
+                self._transport.resume_reading()
+            self._paused_reading = hold
 
     # -- httptools callbacks ---------------------------------------------------------------
     def on_message_begin(self) -> None:
@@ -254,57 +281,105 @@ class _Connection(asyncio.Protocol):
             headers[key] = value
 
     def on_headers_complete(self) -> None:
-        length = self._headers.get(b"content-length")
+        headers = self._headers
+        length = headers.get(b"content-length")
         limit = self._server.max_body_bytes
         if length is not None and length.isdigit() and int(length) > limit:
-            self._reject(
-                error_response(
-                    413, f"request body of {int(length)} bytes is over the limit of {limit} bytes"
-                )
+            self._refuse(
+                413, f"request body of {int(length)} bytes is over the limit of {limit} bytes"
             )
-            raise httptools.HttpParserError("body too large")  # stop parsing this connection
-        if self._headers.get(b"expect", b"").lower() == b"100-continue":
+        coding = headers.get(b"transfer-encoding")
+        if coding is not None:
+            self._check_transfer_coding(coding)
+        if b"expect" in headers:
+            self._continue(headers[b"expect"], length is not None and length != b"0")
+
+    def _refuse(self, status: int, message: str) -> None:
+        """Refuse the request being parsed (see :meth:`_reject`) and stop parsing."""
+        self._reject(error_response(status, message))
+        raise httptools.HttpParserError(message)
+
+    def _check_transfer_coding(self, coding: bytes) -> None:
+        """Chunked is the one transfer coding read here, and only from HTTP/1.1 (RFC 9112, 6.1)."""
+        if self._parser.get_http_version() == "1.0":
+            self._refuse(
+                400,
+                "Transfer-Encoding in an HTTP/1.0 request is faulty framing; send the body "
+                "with a Content-Length, or use HTTP/1.1",
+            )
+        if [c.strip() for c in coding.lower().split(b",")] != [b"chunked"]:
+            self._refuse(
+                501,
+                f"transfer coding {coding.decode('latin-1')!r} is not supported; send the body "
+                "with a Content-Length or Transfer-Encoding: chunked (for gzip, use "
+                "Content-Encoding: gzip)",
+            )
+
+    def _continue(self, expect: bytes, has_body: bool) -> None:
+        """``Expect: 100-continue``: say 100 now if the request is next to be answered, else
+        after the answer before it, if its body has not arrived by then (see :meth:`_write`);
+        never to HTTP/1.0 (RFC 9110, 10.1.1)."""
+        if expect.lower() != b"100-continue" or self._parser.get_http_version() == "1.0":
+            return
+        if not has_body and b"transfer-encoding" not in self._headers:
+            return  # nothing to wait for: the final answer is next
+        if self._transport is not None and not self._pending and not self._busy:
+            self._transport.write(_CONTINUE)
+        else:
             self._expect_continue = True
-            if self._transport is not None and not self._pending and not self._busy:
-                self._transport.write(_CONTINUE)
-                self._expect_continue = False
 
     def on_body(self, body: bytes) -> None:
-        self._body_size += len(body)
-        if self._body_size > self._server.max_body_bytes:
-            self._reject(
-                error_response(
-                    413,
-                    f"request body is over the limit of {self._server.max_body_bytes} bytes",
-                )
-            )
-            raise httptools.HttpParserError("body too large")
-        self._body.append(body)
+        limit = self._server.max_body_bytes
+        if len(self._body) + len(body) > limit:
+            self._refuse(413, f"request body is over the limit of {limit} bytes")
+        self._add_body(body)
+
+    def _add_body(self, part: bytes) -> None:
+        """One buffer for the body however many parts it comes in (a bytes object each)."""
+        if not self._body:
+            self._body = part  # one part, no copy: the common case
+        elif isinstance(self._body, bytearray):
+            self._body += part
+        else:
+            self._body = bytearray(self._body) + part
 
     def on_message_complete(self) -> None:
         parser = self._parser
+        self._expect_continue = False  # its body is here: no 100 for it any more
+        host = self._headers.get(b"host")
+        if host is None or b"," in host:
+            self._check_host(host)
         url = self._url
         mark = url.find(b"?")
         path, query = (url, b"") if mark < 0 else (url[:mark], url[mark + 1 :])
-        body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+        body = self._body
         request = Request(
             parser.get_method(),
             path,
             query,
             self._headers,
-            body,
+            body if isinstance(body, bytes) else bytes(body),
             parser.should_keep_alive(),
             self._reading_since,
         )
         self._url = b""
         self._headers = {}
         self._head_size = 0
-        self._body = []
-        self._body_size = 0
+        self._body = b""
         if parser.should_upgrade() and self._body_skipped(request):
             return
         self._reading_since = 0.0
         self._queue(request)
+
+    def _check_host(self, host: bytes | None) -> None:
+        """One Host field, and in HTTP/1.1 at least one (RFC 9112, 3.2); checked once the
+        request is complete, so that a slow one is still told 408."""
+        if host is None and self._parser.get_http_version() == "1.0":
+            return
+        what = "no Host header" if host is None else "more than one Host header"
+        self._refuse(
+            400, f"request has {what}; an HTTP/1.1 request needs exactly one (RFC 9112, 3.2)"
+        )
 
     def _body_skipped(self, request: Request) -> bool:
         """An Upgrade request's declared body, which the parser does not read: read by
@@ -330,9 +405,9 @@ class _Connection(asyncio.Protocol):
         self._pending.append(request)
         self._pending_bytes += len(request.body)
         full = self._pending_bytes >= self._server.max_body_bytes
-        if (full or len(self._pending) >= _PIPELINE_DEPTH) and self._transport is not None:
-            self._transport.pause_reading()
-            self._paused_reading = True
+        if full or len(self._pending) >= _PIPELINE_DEPTH:
+            self._queue_full = True
+            self._update_reading()
         if not self._busy:
             self._next()
 
@@ -344,12 +419,12 @@ class _Connection(asyncio.Protocol):
             request = self._pending.popleft()
             self._pending_bytes -= len(request.body)
             if (
-                self._paused_reading
+                self._queue_full
                 and len(self._pending) < _PIPELINE_DEPTH // 2
                 and self._pending_bytes < self._server.max_body_bytes // 2
             ):
-                self._transport.resume_reading()
-                self._paused_reading = False
+                self._queue_full = False
+                self._update_reading()
             self._server.in_flight += 1
             try:
                 result = self._server.handler(request)
@@ -367,6 +442,8 @@ class _Connection(asyncio.Protocol):
                 result = self._server.loop.create_task(result)
             self._current = result
             result.add_done_callback(functools.partial(self._done, request=request))
+        if self._final is not None and not self._pending and not self._busy:
+            self._send_final()
 
     def _done(self, task: asyncio.Future[Response], *, request: Request) -> None:
         self._busy = False
@@ -421,44 +498,56 @@ class _Connection(asyncio.Protocol):
         if close:
             self._pending.clear()
             self._pending_bytes = 0
+            self._final = None
             transport.close()
         elif self._expect_continue and not self._pending:
-            # A request that sent Expect: 100-continue while we were busy waits for this.
+            # The request being read asked for 100 while earlier ones were answered, and
+            # its body has not arrived yet: this was the last answer before it.
             transport.write(_CONTINUE)
             self._expect_continue = False
 
     def _reject(self, response: Response) -> None:
-        """Answer a request we will not read any further, then close the connection.
-
-        The rest of the body is read and dropped for a moment (closing at once with unread
-        data would reset the connection before the client reads the answer).
+        """Answer a request we will not read any further, after the requests before it (in
+        order, RFC 9112 9.3.2), then close the connection; the connection is not read meanwhile.
         """
         self._rejected = True
-        transport = self._transport
-        if transport is None:
-            return
-        if self._busy or self._pending:
-            # Earlier requests are still being answered; drop them rather than reorder.
-            self._pending.clear()
-            self._pending_bytes = 0
-            if self._current is not None:
-                self._current.cancel()
+        self._expect_continue = False
         response.headers.append((b"connection", b"close"))
         response.close = False
+        self._final = response
+        if self._busy or self._pending:
+            self._update_reading()
+        else:
+            self._send_final()
+
+    def _send_final(self) -> None:
+        """Send the refusal and close. The rest of the input is read and dropped for a moment
+        first (closing at once with unread data would reset the connection before the client
+        reads the answer)."""
+        response, self._final = self._final, None
+        transport = self._transport
+        if transport is None or response is None:
+            return
         self._write(response, Request(b"", b"", b"", {}, b"", True, 0.0))
         if transport.can_write_eof():
             transport.write_eof()
+        self._update_reading()
         asyncio.get_running_loop().call_later(_LINGER_S, transport.close)
 
     # -- ticker ----------------------------------------------------------------------------
     def tick(self, now: float) -> None:
         timeout = self._server.request_timeout_s
         transport = self._transport
-        if transport is None or self._rejected:
+        if transport is None:
             return
-        if self._busy and self._current is not None and now - self._task_started > timeout:
+        if self._write_paused:
+            if now - self._write_paused_since > timeout:
+                transport.abort()  # close() would wait for the client to read it all
+        elif self._busy and self._current is not None and now - self._task_started > timeout:
             self._timed_out = True
             self._current.cancel()
+        elif self._rejected:
+            return
         elif self._reading_since and now - self._reading_since > timeout:
             self._reject(error_response(408, f"request not received within {timeout:g} s; closing"))
         elif (
