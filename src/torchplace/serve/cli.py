@@ -309,7 +309,7 @@ def _http_flags(http: argparse._ArgumentGroup) -> None:
         "--allow-client-shm",
         action="store_true",
         help="let clients on this machine register system shared-memory regions and pass "
-        "tensors through them (Triton's extension; off by default: a client may then map any "
+        "tensors through them (Triton's extension; off by default: a client may then read and write any "
         "shared-memory object this server's user can open)",
     )
 

@@ -17,8 +17,8 @@ leaves it listed and usable until the last such request is answered, as in Trito
 descriptor is closed then. At most :data:`MAX_REGIONS` regions are registered at once.
 
 Client shared memory is off unless the server runs with ``--allow-client-shm`` (as Triton's
-``--allow-client-shm``): a client that may register regions may map any shared-memory object
-the server's user can open. Off, the status lists nothing and register/unregister are refused
+``--allow-client-shm``): a client that may register regions may read and write any
+shared-memory object the server's user can open. Off, the status lists nothing and register/unregister are refused
 with :class:`~torchplace.errors.SharedMemoryDisabledError`. CUDA shared memory (cudaIpc
 handles) is not supported: its status lists nothing, its unregister has nothing to do, and its
 register is refused with the alternative.
@@ -114,7 +114,7 @@ class SharedMemoryRegions:
         return [self._get(name).status()]
 
     def register(self, name: str, key: object, offset: object, byte_size: object) -> None:
-        """Map ``byte_size`` bytes from ``offset`` of the object ``key`` under ``name``."""
+        """Register ``byte_size`` bytes from ``offset`` of the object ``key`` as ``name``."""
         self._check_allowed()
         if not name:
             raise SharedMemoryError("a region name is needed to register system shared memory")
