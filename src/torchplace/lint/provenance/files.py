@@ -48,6 +48,7 @@ class FileFacts:
         self._per_batch: dict[int, PerBatch | None] = {}
         self._self_attrs: dict[int, dict[str, Fact]] = {}
         self._returns_host: dict[str, bool] = {}
+        self._returns_args: dict[tuple[int, frozenset[str]], bool] = {}
         self._moves: dict[int, bool] = {}
         self._text: str | None = None
 
@@ -201,6 +202,55 @@ class FileFacts:
         self._returns_host[name] = result
         return result
 
+    def callees(
+        self, name: str, qualname: str | None
+    ) -> list[tuple[FileFacts, ast.FunctionDef | ast.AsyncFunctionDef]]:
+        """The definitions a call of ``name`` runs: this file's functions of that name, or the
+        function ``from module import name`` names in a module file of the linted tree."""
+        if qualname is None:
+            return [(self, node) for node in self.defs.get(name, [])]
+        module, _, function = qualname.rpartition(".")
+        if not module or not os.path.isfile(self.path):
+            return []
+        parts = module.split(".")
+        directory = os.path.dirname(os.path.abspath(self.path))
+        for _ in range(len(parts) + 2):  # the file's folder, then the folders of its packages
+            for candidate in (
+                os.path.join(directory, *parts) + ".py",
+                os.path.join(directory, *parts, "__init__.py"),
+            ):
+                if os.path.isfile(candidate):
+                    other = facts_for_file(candidate)
+                    if other is None:
+                        return []
+                    return [(other, node) for node in other.defs.get(function, [])]
+            directory = os.path.dirname(directory)
+        return []
+
+    def returns_arguments(
+        self, callee: ast.FunctionDef | ast.AsyncFunctionDef, seeds: dict[str, Fact]
+    ) -> bool:
+        """Whether ``callee`` may hand back the device values it is given (``seeds``, by
+        parameter): a return reads a device value, or reads a name that a device value is
+        stored into (``outs.append(model(x))``, ``result["y"] = y``). A function that returns
+        its own meters (``return meter.avg``) gives host numbers even from a device model."""
+        key = (id(callee), frozenset(seeds))
+        cached = self._returns_args.get(key)
+        if cached is not None:
+            return cached
+        self._returns_args[key] = True  # recursion: assume it may
+        flow = self.flow(callee, seeds)
+        nodes = _own_nodes(callee.body)
+        values = [n.value for n in nodes if isinstance(n, ast.Return) and n.value is not None]
+        read = {n.id for v in values for n in ast.walk(v) if isinstance(n, ast.Name)}
+        result = not values or any(
+            (fact := flow.eval(v, flow.at(v.lineno))) is not None and fact.on_device for v in values
+        )
+        if not result:
+            result = any(_stores_device(n, read, flow) for n in nodes)
+        self._returns_args[key] = result
+        return result
+
     # -- loops ------------------------------------------------------------------------------
     def loop_kind(self, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind, str] | None:
         """``("batch"|"rows", evidence)`` for a loop of ``scope``, or None (once per epoch,
@@ -328,6 +378,28 @@ def scope_node(ctx: Context) -> ast.AST:
 
 #: return annotations that say a function hands back a host value, whatever its arguments
 _HOST_TYPES = frozenset({"int", "float", "bool", "str", "bytes", "complex", "None"})
+
+
+def _stores_device(node: ast.AST, names: set[str], flow: Flow) -> bool:
+    """``names`` gain a device value at ``node``: a method call on one of them with a device
+    argument (``outs.append(y)``), or a store into one (``out["y"] = y``, ``out.y = y``)."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        root: ast.expr = node.func.value
+        values = [*node.args, *(kw.value for kw in node.keywords)]
+    elif isinstance(node, (ast.Assign, ast.AugAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        stores = [t for t in targets if isinstance(t, (ast.Subscript, ast.Attribute))]
+        if not stores:
+            return False
+        root, values = stores[0], [node.value]
+    else:
+        return False
+    while isinstance(root, (ast.Attribute, ast.Subscript, ast.Call)):
+        root = root.func if isinstance(root, ast.Call) else root.value
+    if not (isinstance(root, ast.Name) and root.id in names):
+        return False
+    lookup = flow.at(getattr(node, "lineno", 0))
+    return any((fact := flow.eval(v, lookup)) is not None and fact.on_device for v in values)
 
 
 def _host_annotation(annotation: ast.expr | None) -> bool:

@@ -49,7 +49,7 @@ Lookup = Callable[[str], "Fact | None"]
 class Flow:
     """Facts of one scope's names: ``bindings[name]`` lists ``(line, fact)`` in source order."""
 
-    __slots__ = ("bindings", "facts", "node", "seeds", "state")
+    __slots__ = ("apart", "bindings", "facts", "node", "seeds", "state")
 
     def __init__(self, facts: FileFacts, node: ast.AST, seeds: dict[str, Fact]) -> None:
         self.facts = facts
@@ -57,6 +57,8 @@ class Flow:
         self.seeds = seeds
         self.state: dict[str, Fact | None] = dict(seeds)
         self.bindings: dict[str, list[tuple[int, Fact | None]]] = {}
+        # `(first, last)` line spans of an `if` body and of its `else`: neither sees the other
+        self.apart: list[tuple[tuple[int, int], tuple[int, int]]] = []
 
     # -- the in-order pass ------------------------------------------------------------------
     def run(self) -> None:
@@ -153,6 +155,8 @@ class Flow:
         the test asks where that name lives (``if x.is_cuda: x = x.cpu()``): then the path that
         leaves it alone holds it where the other path puts it, and the rebinding decides."""
         inspected = _inspects_device(node.test)
+        if node.orelse:
+            self.apart.append((_span(node.body), _span(node.orelse)))
         before = dict(self.state)
         self.block(node.body)
         after_body = self.state
@@ -390,6 +394,8 @@ class Flow:
             arg_facts = [self.eval(arg, lookup) for arg in args]
             found = _any_device(arg_facts)
             if found is not None and found.on_device:
+                if self.returns_own(node, name, qualname, arg_facts):
+                    return None  # `evaluate(model, ...)` returning its meters' averages
                 return found
             if (
                 name in _FOLLOW_CALLS
@@ -404,6 +410,31 @@ class Flow:
         if called is not None and called.on_device:
             return Fact("device", _short(facts.segment(node)), _ran(called), called.name)
         return None
+
+    def returns_own(
+        self, node: ast.Call, name: str, qualname: str | None, arg_facts: list[Fact | None]
+    ) -> bool:
+        """``node`` calls functions of the linted code (this file's, or one imported from a
+        module file beside it) none of which hands back the device values it is given."""
+        callees = self.facts.callees(name, qualname)
+        if not callees:
+            return False
+        for owner, callee in callees:
+            params = [a.arg for a in [*callee.args.posonlyargs, *callee.args.args]]
+            seeds: dict[str, Fact] = {}
+            for param, fact in zip(params, arg_facts[: len(node.args)], strict=False):
+                if fact is not None and fact.on_device:
+                    seeds[param] = fact
+            for kw, fact in zip(node.keywords, arg_facts[len(node.args) :], strict=True):
+                if kw.arg is not None and fact is not None and fact.on_device:
+                    seeds[kw.arg] = fact
+            if any(isinstance(arg, ast.Starred) for arg in node.args) or any(
+                kw.arg is None for kw in node.keywords
+            ):
+                return False  # `f(*args)`, `f(**kw)`: which parameter gets what is unknown
+            if not seeds or owner.returns_arguments(callee, seeds):
+                return False
+        return True
 
     def torch_call(
         self, node: ast.Call, qualname: str, args: list[ast.expr], lookup: Lookup
@@ -447,11 +478,23 @@ class Flow:
             best: Fact | None = None
             seen = False
             for bound_line, fact in found:
-                if bound_line < line:
+                if bound_line < line and not self.exclusive(bound_line, line):
                     best, seen = fact, True
             return best if seen else found[-1][1]
 
         return lookup
+
+    def exclusive(self, bound: int, line: int) -> bool:
+        """A binding at line ``bound`` in an ``if`` body cannot reach ``line`` in its ``else``
+        (``if isinstance(v, Tensor): v = v.to(device)`` / ``else: float(v)``)."""
+        return any(
+            body[0] <= bound <= body[1] and other[0] <= line <= other[1]
+            for body, other in self.apart
+        )
+
+
+def _span(body: list[ast.stmt]) -> tuple[int, int]:
+    return body[0].lineno, body[-1].end_lineno or body[-1].lineno
 
 
 # Attributes and methods that say where a tensor lives (`x.is_cuda`, `x.device.type`).

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 
 from torchplace.lint.base import Context, Scope, call_name, keyword, names_in
 from torchplace.lint.provenance.loops import branch_trains, rare_test
@@ -344,17 +345,25 @@ def _to_cpu(call: ast.Call) -> bool:
     return _is_cpu(target)
 
 
-def in_periodic_branch(ctx: Context, node: ast.AST | None = None) -> bool:
+def in_periodic_branch(
+    ctx: Context,
+    node: ast.AST | None = None,
+    through: Callable[[ast.AST], bool] | None = None,
+) -> bool:
     """Inside a branch taken on few steps: ``if step % log_every == 0:``, a test naming logging
     or debugging, ``if i == 0:`` (one step), ``if n < 10:`` (the first few), or a flag computed
     with ``%`` (``regularize = i % every == 0``). The test of such a branch (``node`` inside
-    it) runs on every step."""
+    it) runs on every step. The search stops at the innermost loop, or goes on past the loops
+    ``through`` accepts (``for k, v in losses.items():`` inside ``if step % 100 == 0:``)."""
     child = node
     for parent in reversed(ctx.parents):
         if isinstance(parent, (ast.For, ast.AsyncFor)) and child is parent.iter:
             child = parent  # the header of a loop inside the branch: runs with the branch
             continue
         if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)):
+            if through is not None and through(parent):
+                child = parent
+                continue
             return False
         if (
             isinstance(parent, ast.If)

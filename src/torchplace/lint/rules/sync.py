@@ -49,6 +49,8 @@ def _call(call: ast.Call, ctx: Context) -> None:
             inner = inner.func.value
         if func.attr == "cpu" and inner is func.value and _runs_as_module(inner, ctx):
             return  # `layer.cpu()` of a layer the function runs: a module moved back, no read
+        if func.attr == "numpy" and keyword(call, "force") is None and not _moves(func.value):
+            return  # `x.float().numpy()` raises for a device tensor: `x` is on the host
         _check(
             at_method(call),
             inner,
@@ -100,6 +102,20 @@ def _call(call: ast.Call, ctx: Context) -> None:
             f"`{name}()` inside a loop stalls the host on every step; synchronize once "
             "after the loop (or record CUDA events)",
         )
+
+
+def _moves(node: ast.expr) -> bool:
+    """The chain of calls that ends at ``node`` copies or moves a tensor (``.cpu()``,
+    ``.to(...)``, ``.cuda()``) somewhere: what ``.numpy()`` reads may have been on a device."""
+    while isinstance(node, (ast.Call, ast.Attribute, ast.Subscript)):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Attribute) and func.attr in {"cpu", "to", "cuda"}:
+                return True
+            node = func
+        else:
+            node = node.value
+    return False
 
 
 def _not_a_step(loop: ast.AST, call: ast.Call) -> bool:
@@ -380,7 +396,9 @@ def _check(
         or not _mentions_device(ctx)
     ):
         return False  # a print/f-string/cast needs a device value, and nothing here makes one
-    if in_test(ctx) or in_periodic_branch(ctx, node) or _exits(ctx, read or node):
+    if in_test(ctx) or _exits(ctx, read or node):
+        return False
+    if in_periodic_branch(ctx, node, through=lambda loop: _not_batch(loop, scope, ctx)):
         return False
     if any(isinstance(parent, ast.Lambda) for parent in ctx.parents):
         return False  # runs when something calls the lambda (a timer, a callback), not here
@@ -422,6 +440,13 @@ def _check(
         f"for the device ({cause}); {_ADVICE}",
     )
     return True
+
+
+def _not_batch(loop: ast.AST, scope: ast.AST, ctx: Context) -> bool:
+    """A loop that does not step through batches (over a dict of losses, the rows of a
+    tensor, a few names): a periodic branch around it makes all of it periodic."""
+    kind = file_facts(ctx).loop_kind(loop, scope)
+    return kind is None or kind[0] != "batch"
 
 
 def _enclosing_comps(ctx: Context, node: ast.AST) -> tuple[ast.expr, ...]:
