@@ -608,3 +608,17 @@ def test_non_finite_outputs_are_not_answered_as_json_null(value: float) -> None:
     assert (np.isnan(got[1]) and np.isnan(value)) or got[1] == value
     with pytest.raises(ServeError, match="NaN or infinite"):
         protocol_v1.encode_predict_response(results, spec)
+
+
+def test_a_raw_binary_request_works_out_one_variable_dimension() -> None:
+    """Inference-Header-Content-Length: 0 with a row of [-1] values: its length from the body
+    (Triton's raw binary request), one variable dimension at most."""
+    body = np.arange(8, dtype="<f4").tobytes()
+    spec = (TensorSpec("x", "FP32", (-1, -1)),)
+    decoded = decode_infer_request(body, inputs=spec, outputs=spec, max_rows=4, header_length=0)
+    np.testing.assert_array_equal(decoded.inputs["x"], np.arange(8, dtype=np.float32)[None])
+    with pytest.raises(InputError, match="do not fill a row of \\[-1\\] FP32"):
+        decode_infer_request(body[:6], inputs=spec, outputs=spec, max_rows=4, header_length=0)
+    two = (TensorSpec("x", "FP32", (-1, -1, -1)),)
+    with pytest.raises(InputError, match="at most one variable dimension"):
+        decode_infer_request(body, inputs=two, outputs=two, max_rows=4, header_length=0)

@@ -204,12 +204,7 @@ def _raw_request(body: memoryview, inputs: Sequence[TensorSpec], allow_nan: bool
             "JSON header with the binary data"
         )
     spec = inputs[0]
-    shape = [1, *spec.shape[1:]]
-    if any(d < 0 for d in shape):
-        raise _fail(
-            f"a raw binary request needs a fixed row shape, but input {spec.name!r} is "
-            f"{list(spec.shape)}; send the JSON header with the binary data"
-        )
+    shape = _raw_shape(spec, len(body))
     try:
         array = _binary_array(
             spec, body, 0, len(body), shape, math.prod(shape), "the raw body's byte size"
@@ -223,6 +218,28 @@ def _raw_request(body: memoryview, inputs: Sequence[TensorSpec], allow_nan: bool
     if not allow_nan:
         _check_finite(spec, array)
     return InferRequest(None, {spec.name: array}, 1, None, True)
+
+
+def _raw_shape(spec: TensorSpec, size: int) -> list[int]:
+    """One row of ``spec`` in ``size`` bytes: its fixed dimensions, and at most one variable
+    one worked out from the byte count (as Triton does)."""
+    shape = [1, *spec.shape[1:]]
+    variable = [i for i, d in enumerate(shape) if d < 0]
+    if len(variable) > 1:
+        raise _fail(
+            f"a raw binary request needs at most one variable dimension in a row, but input "
+            f"{spec.name!r} is {list(spec.shape)}; send the JSON header with the binary data"
+        )
+    if variable:
+        fixed = math.prod(d for d in shape if d >= 0) * WIRE_DTYPES[spec.datatype].itemsize
+        shape[variable[0]] = size // fixed if fixed and size % fixed == 0 else -1
+        if shape[variable[0]] < 1:
+            raise _fail(
+                f"input byte size mismatch for input {spec.name!r}: the raw body's {size} "
+                f"bytes do not fill a row of {list(spec.shape[1:])} {spec.datatype} (a "
+                f"positive multiple of {fixed} bytes)"
+            )
+    return shape
 
 
 def _quick_request(doc: dict[str, Any], spec: TensorSpec, max_rows: int) -> InferRequest | None:
