@@ -68,6 +68,7 @@ HOST_ATTRS = frozenset(
         "type",
         "index",
         "name",
+        "columns",  # a DataFrame's column labels: tensors have no such attribute
     }
 )
 # Builtins and modules whose results live on the host.

@@ -27,17 +27,13 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
         return
     start = node.targets[0].id
     block, index = ctx.stmt_path[-1]
-    region: list[ast.stmt] = []
-    for stmt in block[index + 1 :]:
-        region.append(stmt)
-        if _reads_elapsed(stmt, start) or _reads_clock(stmt, ctx):
-            break  # the stop: `end = time.time()` or `time.time() - t0`
-    else:
+    region = _until_read(block[index + 1 :], start, ctx)
+    if region is None:
         return  # no end read in this block: cannot tell what is timed
     placed = _device_names(ctx.function_scope() or ctx.scope, ctx)
     if not placed:
         return
-    calls = [sub for stmt in region for sub in ast.walk(stmt) if isinstance(sub, ast.Call)]
+    calls = [sub for node in region for sub in ast.walk(node) if isinstance(sub, ast.Call)]
     if any(_syncs(call, ctx) or _whole_run(call) for call in calls):
         return
     if not any(_uses(call, placed, ctx) for call in calls if call_name(call) not in _NOT_WORK):
@@ -49,6 +45,31 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
         "this measures the launch, not the work; call `torch.cuda.synchronize()` before each "
         "clock read or time with CUDA events",
     )
+
+
+def _until_read(block: list[ast.stmt], start: str, ctx: Context) -> list[ast.AST] | None:
+    """The code that runs between the clock's start and its first read, in program order.
+
+    A loop whose body reads the clock first thing (``for batch in loader:
+    data_time.update(time.time() - end)``) times only its header and the statements before
+    that read on the first pass; later passes are timed from the loop's own restart of the
+    clock. ``None`` when the block never reads the clock."""
+    region: list[ast.AST] = []
+    for stmt in block:
+        if not (_reads_elapsed(stmt, start) or _reads_clock(stmt, ctx)):
+            region.append(stmt)
+            continue
+        if isinstance(stmt, (ast.For, ast.AsyncFor)) and not _reads_clock(stmt.iter, ctx):
+            inner = _until_read(stmt.body, start, ctx)
+            if inner is not None:
+                return [*region, stmt.iter, *inner]
+        elif isinstance(stmt, ast.While) and not _reads_clock(stmt.test, ctx):
+            inner = _until_read(stmt.body, start, ctx)
+            if inner is not None:
+                return [*region, stmt.test, *inner]
+        region.append(stmt)
+        return region  # the stop: `end = time.time()` or `time.time() - t0`
+    return None
 
 
 _RUN_WORDS = ("train", "epoch", "evaluate", "fit", "validate")
@@ -65,7 +86,7 @@ def _is_clock(call: ast.Call, ctx: Context) -> bool:
     return ctx.call_qualname(call) in TIMERS
 
 
-def _reads_clock(stmt: ast.stmt, ctx: Context) -> bool:
+def _reads_clock(stmt: ast.AST, ctx: Context) -> bool:
     return any(isinstance(sub, ast.Call) and _is_clock(sub, ctx) for sub in ast.walk(stmt))
 
 
