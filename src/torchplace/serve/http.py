@@ -30,6 +30,7 @@ import errno
 import functools
 import logging
 import socket
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine
@@ -118,6 +119,22 @@ Answer: TypeAlias = "Response | Coroutine[Any, Any, Response] | asyncio.Future[R
 Handler = Callable[[Request], Answer]
 
 
+def _unsent(transport: asyncio.BaseTransport) -> int:
+    """Bytes written to the connection that the client has not taken yet: the transport's
+    buffer and, on Linux, the socket's send queue (where a steadily reading client's progress
+    shows first)."""
+    unsent = transport.get_write_buffer_size()  # type: ignore[attr-defined]
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(ImportError, AttributeError, OSError, ValueError):
+            import fcntl  # Unix only
+            import termios
+
+            queued = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+            unsent += int.from_bytes(queued, sys.byteorder)
+    return int(unsent)
+
+
 def _malformed(data: bytes, exc: Exception) -> str:
     if data.startswith(b"PRI * HTTP/2"):
         return (
@@ -152,6 +169,7 @@ class _Connection(asyncio.Protocol):
         "_url",
         "_write_paused",
         "_write_paused_since",
+        "_write_unsent",
     )
 
     def __init__(self, server: HttpServer) -> None:
@@ -177,7 +195,8 @@ class _Connection(asyncio.Protocol):
         self._paused_reading = False  # the transport is not being read
         self._queue_full = False  # too many requests waiting: a reason not to read
         self._write_paused = False  # the write buffer is over its high-water mark: another reason
-        self._write_paused_since = 0.0
+        self._write_paused_since = 0.0  # when the client last read any of its answers
+        self._write_unsent = 0  # bytes waiting in the write buffer then
         #: an Upgrade request whose body the parser left unread: (request, bytes still due);
         #: the body gathers in ``_body`` meanwhile
         self._upgrade_body: tuple[Request, int] | None = None
@@ -235,6 +254,8 @@ class _Connection(asyncio.Protocol):
         """The client is not reading its answers: handle and read nothing more until it does."""
         self._write_paused = True
         self._write_paused_since = time.monotonic()
+        if self._transport is not None:
+            self._write_unsent = _unsent(self._transport)
         self._update_reading()
 
     def resume_writing(self) -> None:
@@ -251,6 +272,8 @@ class _Connection(asyncio.Protocol):
                 self._transport.pause_reading()
             else:
                 self._transport.resume_reading()
+                if self._reading_since:  # a request we stopped reading: its clock starts again
+                    self._reading_since = time.monotonic()
             self._paused_reading = hold
 
     # -- httptools callbacks ---------------------------------------------------------------
@@ -499,7 +522,7 @@ class _Connection(asyncio.Protocol):
             self._pending.clear()
             self._pending_bytes = 0
             self._final = None
-            transport.close()
+            self._linger(transport)
         elif self._expect_continue and not self._pending:
             # The request being read asked for 100 while earlier ones were answered, and
             # its body has not arrived yet: this was the last answer before it.
@@ -529,9 +552,17 @@ class _Connection(asyncio.Protocol):
         if transport is None or response is None:
             return
         self._write(response, Request(b"", b"", b"", {}, b"", True, 0.0))
+        self._linger(transport)
+
+    def _linger(self, transport: asyncio.Transport) -> None:
+        """Close in stages (RFC 9112 9.6): no more answers, the rest of the input read and
+        dropped for a moment, then close (closing at once with unread input would reset the
+        connection, which can erase the answer before the client reads it)."""
+        self._rejected = True  # what still arrives is dropped
+        self._queue_full = False
+        self._update_reading()
         if transport.can_write_eof():
             transport.write_eof()
-        self._update_reading()
         asyncio.get_running_loop().call_later(_LINGER_S, transport.close)
 
     # -- ticker ----------------------------------------------------------------------------
@@ -541,14 +572,19 @@ class _Connection(asyncio.Protocol):
         if transport is None:
             return
         if self._write_paused:
-            if now - self._write_paused_since > timeout:
+            unsent = _unsent(transport)
+            if unsent < self._write_unsent:  # the client read some: it is slow, not gone
+                self._write_unsent, self._write_paused_since = unsent, now
+            elif now - self._write_paused_since > timeout:
                 transport.abort()  # close() would wait for the client to read it all
         elif self._busy and self._current is not None and now - self._task_started > timeout:
             self._timed_out = True
             self._current.cancel()
         elif self._rejected:
             return
-        elif self._reading_since and now - self._reading_since > timeout:
+        elif (
+            self._reading_since and not self._paused_reading and now - self._reading_since > timeout
+        ):
             self._reject(error_response(408, f"request not received within {timeout:g} s; closing"))
         elif (
             not self._busy
