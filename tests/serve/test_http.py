@@ -326,3 +326,54 @@ def test_framing_that_rfc_9112_forbids_is_refused_and_the_connection_closed() ->
         await server.close()
 
     asyncio.run(main())
+
+
+def test_a_client_reading_a_large_answer_steadily_gets_all_of_it_past_the_timeout() -> None:
+    """The stall clock restarts whenever the client takes some of its answer: a slow but steady
+    reader is not a gone one (it was dropped after the request timeout, mid-answer)."""
+    size = 6 << 20
+    big = Response(200, b"x" * size)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        server = await _serve_with(lambda request: big, request_timeout_s=0.5)
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+            sock.setblocking(False)
+            await loop.sock_connect(sock, ("127.0.0.1", server.port))
+            await loop.sock_sendall(
+                sock, b"GET /x HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+            )
+            got = 0
+            began = loop.time()
+            while chunk := await loop.sock_recv(sock, 65536):
+                got += len(chunk)
+                await asyncio.sleep(0.02)  # about 3 MB/s at most: seconds for the answer
+            assert loop.time() - began > 1.0  # longer than the timeout, twice over
+            assert got > size  # the whole body (and its head) arrived
+        await server.close()
+
+    asyncio.run(main())
+
+
+def test_a_request_the_server_stopped_reading_is_not_timed_out_as_slow() -> None:
+    """Queue full: the server stops reading, with the next request half read. Answering the
+    queue takes longer than the request timeout; that request is still answered, not 408."""
+
+    async def slow(request: Request) -> Response:
+        await asyncio.sleep(0.1)
+        return Response(200)
+
+    async def main() -> None:
+        server = await _serve_with(slow, request_timeout_s=0.5)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(_GET * 40 + _GET[:10])  # 40 x 0.1 s of answers: past the timeout
+        await asyncio.sleep(0.2)
+        writer.write(_GET[10:].replace(b"Host: t", b"Host: t\r\nConnection: close"))
+        answers = await _read_all(reader, limit=10.0)
+        writer.close()
+        assert answers.count(b"HTTP/1.1 200") == 41
+        assert b" 408 " not in answers
+        await server.close()
+
+    asyncio.run(main())
