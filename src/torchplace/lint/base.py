@@ -31,6 +31,7 @@ __all__ = [
     "has_star_kwargs",
     "keyword",
     "names_in",
+    "walk_body",
 ]
 
 FixSafety = Literal["safe", "none"]
@@ -272,7 +273,12 @@ def _cut(line: str, start: int, end: int | None) -> str:
 
 def _walk_own_body(node: ast.AST) -> Iterator[ast.AST]:
     """Like ``ast.walk`` over a scope's body, without entering nested functions or classes."""
-    todo: list[ast.AST] = list(getattr(node, "body", []))
+    return walk_body(getattr(node, "body", []))
+
+
+def walk_body(body: list[ast.stmt]) -> Iterator[ast.AST]:
+    """Every node of ``body``; a nested function, class or lambda is yielded but not entered."""
+    todo: list[ast.AST] = list(body)
     while todo:
         sub = todo.pop()
         yield sub

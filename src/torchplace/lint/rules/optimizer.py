@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 
-from torchplace.lint.base import Context, Family, Rule, call_name
+from torchplace.lint.base import Context, Family, Rule, call_name, walk_body
 from torchplace.lint.provenance import file_facts
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import moves_to_device
@@ -54,7 +54,6 @@ def _call(call: ast.Call, ctx: Context) -> None:
 
 
 _FUNCTION = (ast.FunctionDef, ast.AsyncFunctionDef)
-_NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 
 
 def _across_functions(call: ast.Call, model: str, function: ast.AST, ctx: Context) -> None:
@@ -171,7 +170,8 @@ def _first_move(body: list[ast.stmt], model: str, ctx: Context, *, after: int) -
         return None
     move = min(moves, key=lambda c: (c.lineno, c.col_offset))
     if any(
-        after < stmt.lineno < move.lineno and _rebinds(stmt, model) for stmt in _own_stmts(body)
+        isinstance(stmt, ast.stmt) and after < stmt.lineno < move.lineno and _rebinds(stmt, model)
+        for stmt in walk_body(body)
     ):
         return None  # `model = FSDP(build())` in between: the move is of another model
     return move
@@ -188,33 +188,9 @@ def _rebinds(stmt: ast.AST, model: str) -> bool:
     )
 
 
-def _own_stmts(body: list[ast.stmt]) -> list[ast.stmt]:
-    """The statements of a body and of its blocks, not those of nested functions or classes."""
-    found: list[ast.stmt] = []
-    stack: list[ast.AST] = list(body)
-    while stack:
-        node = stack.pop()
-        if isinstance(node, _NESTED):
-            continue
-        if isinstance(node, ast.stmt):
-            found.append(node)
-        if not isinstance(node, ast.expr):
-            stack.extend(ast.iter_child_nodes(node))
-    return found
-
-
 def _own_calls(body: list[ast.stmt]) -> list[ast.Call]:
     """The calls of a body, not those of functions, classes or lambdas defined in it."""
-    found: list[ast.Call] = []
-    stack: list[ast.AST] = list(body)
-    while stack:
-        node = stack.pop()
-        if isinstance(node, _NESTED):
-            continue
-        if isinstance(node, ast.Call):
-            found.append(node)
-        stack.extend(ast.iter_child_nodes(node))
-    return found
+    return [node for node in walk_body(body) if isinstance(node, ast.Call)]
 
 
 def _parameters_owner(call: ast.Call, ctx: Context) -> str | None:

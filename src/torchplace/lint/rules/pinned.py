@@ -9,11 +9,11 @@ from torchplace.lint.base import (
     Family,
     Rule,
     Scope,
-    _walk_own_body,
     call_name,
     has_star_kwargs,
     keyword,
     names_in,
+    walk_body,
 )
 from torchplace.lint.rules.facts import FACTORIES, is_device_bound_loop
 
@@ -169,7 +169,7 @@ def _rebindings(ctx: Context, scope: Scope) -> dict[str, list[ast.expr | None]]:
         return cached
     found = {name: list(values) for name, values in ctx.scope_bindings(scope).items()}
     stores: dict[str, int] = {}
-    for sub in _walk_own_body(scope.node):
+    for sub in walk_body(getattr(scope.node, "body", [])):
         if isinstance(sub, ast.Assign):
             for target in sub.targets:
                 if isinstance(target, (ast.Subscript, ast.Attribute)):
