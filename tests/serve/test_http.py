@@ -56,6 +56,17 @@ async def _until(check: Callable[[], object], limit: float = 5.0) -> None:
         await asyncio.sleep(0.01)
 
 
+async def _connected(server: HttpServer, receive_buffer: int = 0) -> socket.socket:
+    """A non-blocking socket connected to ``server``; a small ``receive_buffer`` makes a client
+    whose unread answers back up quickly."""
+    sock = socket.socket()
+    if receive_buffer:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", server.port))
+    return sock
+
+
 async def _sent(
     futures: list[asyncio.Future[Response]], timeout_s: float = 30.0
 ) -> tuple[HttpServer, asyncio.StreamReader, asyncio.StreamWriter]:
@@ -147,10 +158,7 @@ def test_a_client_that_reads_no_answers_is_read_no_further_and_dropped_after_the
     async def main() -> None:
         loop = asyncio.get_running_loop()
         server = await _serve_with(lambda request: big, request_timeout_s=0.5)
-        with socket.socket() as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            sock.setblocking(False)
-            await loop.sock_connect(sock, ("127.0.0.1", server.port))
+        with await _connected(server, 4096) as sock:
             await loop.sock_sendall(sock, _GET * 3)
             await _until(lambda: any(c._write_paused for c in server.connections))
             (connection,) = server.connections
@@ -180,9 +188,7 @@ def test_a_body_of_many_small_chunks_is_held_in_one_buffer_up_to_the_limit_exact
     async def main() -> None:
         loop = asyncio.get_running_loop()
         server = await _serve_with(handler, max_body_bytes=size)
-        with socket.socket() as sock:
-            sock.setblocking(False)
-            await loop.sock_connect(sock, ("127.0.0.1", server.port))
+        with await _connected(server) as sock:
             tracemalloc.start()
             try:
                 await loop.sock_sendall(sock, payload)
@@ -337,10 +343,7 @@ def test_a_client_reading_a_large_answer_steadily_gets_all_of_it_past_the_timeou
     async def main() -> None:
         loop = asyncio.get_running_loop()
         server = await _serve_with(lambda request: big, request_timeout_s=0.5)
-        with socket.socket() as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
-            sock.setblocking(False)
-            await loop.sock_connect(sock, ("127.0.0.1", server.port))
+        with await _connected(server, 65536) as sock:
             await loop.sock_sendall(
                 sock, b"GET /x HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
             )

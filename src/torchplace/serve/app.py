@@ -23,6 +23,7 @@ token configured every route but the health probes needs ``Authorization: Bearer
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hmac
 import logging
@@ -561,11 +562,7 @@ class App:
         """The request decoded, and the shared-memory regions it holds until it is answered."""
         if v1:
             return self._decode_v1(request, handle), ()
-        if not self.regions.active:
-            return self._decode(request, handle), ()
-        with self.regions.recording() as used:
-            decoded = self._decode(request, handle)
-        return decoded, self.regions.hold(used)
+        return self.regions.holding(self._decode, request, handle)
 
     def _decode(self, request: Request, handle: ModelHandle) -> protocol.InferRequest:
         body = self._body(request)
@@ -710,13 +707,16 @@ def _compressed(encode: Callable[..., Response], accepted: bytes, *args: Any) ->
     """``encode``'s answer in the first of gzip and deflate that ``Accept-Encoding`` allows
     (q=0 refuses one), as Triton compresses; as it is when it allows neither."""
     response = encode(*args)
-    allowed = {}
+    allowed = set()
     for item in accepted.lower().split(b","):
-        name, _, param = item.strip().partition(b";")
-        quality = param.strip().removeprefix(b"q=")
-        allowed[name.strip()] = not (param and quality.replace(b"0", b"").strip(b". ") == b"")
+        name, _, param = item.partition(b";")
+        key, _, quality = param.strip().partition(b"=")
+        with contextlib.suppress(ValueError):
+            if key == b"q" and float(quality) == 0:
+                continue
+        allowed.add(name.strip())
     for coding, wbits in ((b"gzip", 16 + zlib.MAX_WBITS), (b"deflate", zlib.MAX_WBITS)):
-        if allowed.get(coding):
+        if coding in allowed:
             packer = zlib.compressobj(1, zlib.DEFLATED, wbits)
             response.body = packer.compress(response.body) + packer.flush()
             response.headers = [*response.headers, (b"content-encoding", coding)]

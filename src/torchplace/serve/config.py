@@ -97,6 +97,10 @@ def _to_spec(value: Any, field_name: str) -> TensorSpec:
     )
 
 
+#: the fields that hold a path (strings from flags and files become :class:`~pathlib.Path`)
+_PATHS = ("weights", "exported", "labels", "auth_token_file", "trace_file", "model_repository")
+
+
 def _fail(name: str, value: object, need: str) -> None:
     raise ConfigError(f"serve config: {name}={value!r} is invalid; {need}")
 
@@ -224,14 +228,7 @@ class ServeConfig:
             fail("name", self.name, "give a non-empty name without '/', '?', '#', '%' or spaces")
         if "/" in self.model_version or "?" in self.model_version:
             fail("model_version", self.model_version, "a version cannot contain '/' or '?'")
-        for name in (
-            "weights",
-            "exported",
-            "labels",
-            "auth_token_file",
-            "trace_file",
-            "model_repository",
-        ):
+        for name in _PATHS:
             value = getattr(self, name)
             if value is not None and not isinstance(value, Path):
                 fail(name, value, "give a path")
@@ -373,14 +370,7 @@ class ServeConfig:
 def _convert(key: str, value: Any, source: str) -> Any:
     if value is None:
         return None
-    if key in (
-        "weights",
-        "exported",
-        "labels",
-        "auth_token_file",
-        "trace_file",
-        "model_repository",
-    ):
+    if key in _PATHS:
         if not isinstance(value, str | Path):
             raise ConfigError(f"{source}: {key}={value!r} must be a path string")
         return Path(value)

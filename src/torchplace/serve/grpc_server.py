@@ -50,7 +50,6 @@ Metrics: ``torchplace_grpc_requests_total{code}`` and
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -521,7 +520,7 @@ class GrpcServer:
         try:
             if self.draining:
                 raise NotReadyError("the server is shutting down; retry elsewhere")
-            decode = functools.partial(
+            decoded, held = self.regions.holding(
                 decode_infer_request,
                 request,
                 inputs=engine.inputs,
@@ -530,12 +529,6 @@ class GrpcServer:
                 allow_nan=self.config.allow_nan,
                 regions=self.regions,
             )
-            if self.regions.active:
-                with self.regions.recording() as used:
-                    decoded = decode()
-                held = self.regions.hold(used)
-            else:
-                decoded = decode()
             timeout_s = decoded.timeout_us / 1e6 if decoded.timeout_us else None
             remaining = context.time_remaining()
             if remaining is not None and (timeout_s is None or remaining < timeout_s):

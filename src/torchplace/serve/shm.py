@@ -29,10 +29,10 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from torchplace.errors import (
     SharedMemoryDisabledError,
@@ -42,6 +42,7 @@ from torchplace.errors import (
 
 __all__ = ["CUDA_REFUSED", "MAX_REGIONS", "Region", "SharedMemoryRegions", "Target"]
 
+_T = TypeVar("_T")
 #: where POSIX shared-memory objects live on Linux (what ``shm_open`` opens)
 SHM_ROOT = Path("/dev/shm")
 #: regions registered at once, at most (each holds a file descriptor)
@@ -144,11 +145,6 @@ class SharedMemoryRegions:
             if not region.users:
                 self._drop(region)
 
-    @property
-    def active(self) -> bool:
-        """Whether any region is registered (else no request can name one)."""
-        return bool(self._regions)
-
     @contextlib.contextmanager
     def recording(self) -> Iterator[list[Region]]:
         """The regions the views taken inside the block come from (a request's decode)."""
@@ -158,6 +154,17 @@ class SharedMemoryRegions:
             yield used
         finally:
             self._used = None
+
+    def holding(
+        self, decode: Callable[..., _T], *args: Any, **kwargs: Any
+    ) -> tuple[_T, tuple[Region, ...]]:
+        """``decode(*args, **kwargs)`` (a request's decode), and the regions it named, held
+        until :meth:`release`; nothing recorded while no region is registered."""
+        if not self._regions:
+            return decode(*args, **kwargs), ()
+        with self.recording() as used:
+            decoded = decode(*args, **kwargs)
+        return decoded, self.hold(used)
 
     def hold(self, used: list[Region]) -> tuple[Region, ...]:
         """Count a request as a user of the regions it named, until :meth:`release`."""
