@@ -178,6 +178,15 @@ def test_syntax_error_and_unreadable(project: Path, capsys: pytest.CaptureFixtur
     assert "missing.py:1:1: TPL001 no such file or directory" in out
 
 
+def test_a_symlink_loop_is_a_finding(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (project / "loop.py").symlink_to(project / "back.py")
+    (project / "back.py").symlink_to(project / "loop.py")
+    code, out, _ = _run(capsys, "loop.py", ".")
+    assert code == 1
+    assert "loop.py:1:1: TPL001 cannot read file" in out
+    assert "back.py:1:1: TPL001 cannot read file" in out  # found by the walk
+
+
 @pytest.mark.skipif(os.geteuid() == 0 if hasattr(os, "geteuid") else True, reason="root reads all")
 def test_permission_denied_is_a_finding(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     target = project / "secret.py"

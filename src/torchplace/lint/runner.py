@@ -119,7 +119,11 @@ def discover(paths: Sequence[str], settings: Settings) -> tuple[list[tuple[str, 
     ignores: _Ignores | None = None
     for given in paths:
         path = Path(given)
-        absolute = path.resolve()
+        try:
+            absolute = path.resolve()
+        except (OSError, RuntimeError):  # a symlink loop (RuntimeError before Python 3.13)
+            found.append((given, path.absolute()))  # reading it reports why, as TPL001
+            continue
         if absolute.is_file():
             if absolute not in seen:
                 seen.add(absolute)
