@@ -114,3 +114,25 @@ def test_explicit_map_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     path.write_text(json.dumps({"0": 5}))
     assert main(["plan", "--model", "wide-mlp", "--strategy", "map", "--map", str(path)]) == 2
     assert "not one of the plan's devices" in capsys.readouterr().err
+
+
+def test_a_map_given_alone_is_planned_and_a_bad_one_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "map.json"
+    path.write_text(json.dumps({"0": 0, "1": 0, "2": 1, "3": 1, "4": 1}))
+    assert main(["plan", "--model", "wide-mlp", "--map", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["result"]["strategy"] == "map"
+    assert main(["plan", "--model", "wide-mlp", "--strategy", "pipeline", "--map", str(path)]) == 2
+    assert "read by strategy 'map' only" in capsys.readouterr().err
+    assert main(["plan", "--model", "wide-mlp", "--map", str(tmp_path / "none.json")]) == 2
+    assert "cannot read the map file" in capsys.readouterr().err
+
+
+def test_an_empty_device_list_and_an_unwritable_output_are_usage_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan", "--model", "seed-mlp", "--devices", ""]) == 2
+    assert "names no device" in capsys.readouterr().err
+    assert main(["plan", "--model", "seed-mlp", "-o", str(tmp_path / "no" / "x.json")]) == 2
+    assert "does not exist" in capsys.readouterr().err

@@ -124,6 +124,8 @@ def plan(
     probe: Any = None,
 ) -> Plan:
     """Plan ``model`` over a device set; see :mod:`torchplace.planner`."""
+    if map_file is not None and strategy == "auto":
+        strategy = "map"  # a map given alone is the placement asked for
     batches = _checked(strategy, balance, batch_sizes, map_file)
     specs = _devices(assume, devices, link, probe)
     res = parse_reserves(reserves, accelerator=True)
@@ -161,6 +163,11 @@ def _checked(
         raise ConfigError(f"batch sizes must be >= 1, got {list(batch_sizes)}")
     if strategy == "map" and map_file is None:
         raise ConfigError("strategy 'map' needs a map file: --map FILE.json")
+    if strategy != "map" and map_file is not None:
+        raise ConfigError(
+            f"--map {str(map_file)!r} is read by strategy 'map' only, not {strategy!r}; "
+            "drop --strategy (or give --strategy map) to plan that map"
+        )
     return batches
 
 

@@ -105,7 +105,12 @@ def _strategy_options(parser: argparse.ArgumentParser) -> None:
         choices=["memory", "compute", "fill"],
         help="pipeline stages balanced by weights, by FLOPs, or filled in order as accelerate does",
     )
-    how.add_argument("--map", dest="map_file", metavar="FILE.json", help="an explicit device map")
+    how.add_argument(
+        "--map",
+        dest="map_file",
+        metavar="FILE.json",
+        help="an explicit device map (implies --strategy map)",
+    )
 
 
 def _check_options(parser: argparse.ArgumentParser) -> None:
@@ -143,6 +148,9 @@ def run(args: argparse.Namespace) -> int:
     from torchplace.planner.api import plan
     from torchplace.planner.render import export_device_map, plot_plan, render_text
 
+    report.check_output(args.output)
+    if args.devices is not None and not args.devices.strip():
+        raise ConfigError("--devices '' names no device; give 'all' or a list like cuda:0,cuda:1")
     inputs: Any = None
     if args.inputs:
         from torchplace.serve.config import parse_tensor_spec

@@ -164,7 +164,11 @@ def read_map_file(path: str | Path) -> dict[str, Any]:
     """A JSON map: ``{"device_map": {...}}`` (as ``--export device-map`` writes) or the map."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read the map file {str(path)!r}: {exc.strerror or exc}; check the path"
+        ) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(
             f"cannot read the map file {str(path)!r}: {exc}; it must be JSON"
         ) from None
