@@ -98,8 +98,9 @@ def _scalar_draw(call: ast.Call, name: str) -> bool:
         shape = call.args[0] if len(call.args) == 1 else None
     if isinstance(shape, (ast.Tuple, ast.List)) and len(shape.elts) == 1:
         shape = shape.elts[0]
-    if isinstance(shape, (ast.Tuple, ast.List)) and not shape.elts and name != "torch.randint":
-        return True  # torch.rand([]): a 0-dim draw
+    if isinstance(shape, (ast.Tuple, ast.List)) and not shape.elts:
+        # torch.rand([]), torch.randint(0, n, ()): a 0-dim draw
+        return name != "torch.randint" or len(call.args) >= 2 or size is not None
     if isinstance(shape, ast.Constant) and shape.value == 0 and name != "torch.randint":
         return True  # torch.empty([0]): an empty placeholder
     return (
@@ -193,7 +194,7 @@ def _used_on_host(call: ast.Call, ctx: Context) -> bool:
             if parent.attr in _HOST_READS:
                 return True
         elif isinstance(parent, ast.Call):
-            if node is not parent.func:
+            if node is not parent.func and not _combines(parent, ctx):
                 return isinstance(parent.func, ast.Name) and parent.func.id in _HOST_CASTS
         elif isinstance(parent, (ast.If, ast.While, ast.IfExp)):
             test = parent.test
@@ -212,10 +213,29 @@ def _copied_to_global(call: ast.Call, ctx: Context) -> bool:
             return False
         if isinstance(parent, ast.Attribute) and parent.value is node and _to_global(parent, ctx):
             return True
-        if isinstance(parent, ast.Call) and node is not parent.func:
+        if isinstance(parent, ast.Call) and node is not parent.func and not _combines(parent, ctx):
             return False
         node = parent
     return False
+
+
+# torch functions whose result holds their tensor arguments: where the result goes, they go.
+_COMBINERS = frozenset(
+    {
+        "torch.cat",
+        "torch.concat",
+        "torch.concatenate",
+        "torch.stack",
+        "torch.hstack",
+        "torch.vstack",
+    }
+)
+
+
+def _combines(call: ast.Call, ctx: Context) -> bool:
+    """``torch.cat([torch.ones(n), torch.zeros(m)])``: the factory's tensor is part of the
+    result, so the result's placement (``.to(x.device)``) places it too."""
+    return ctx.call_qualname(call) in _COMBINERS
 
 
 def _to_global(attr: ast.Attribute, ctx: Context) -> bool:

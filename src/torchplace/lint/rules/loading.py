@@ -293,6 +293,8 @@ def _names_buffer(source: ast.expr, ctx: Context, scope: Scope) -> bool:
 
 
 def _load_site(call: ast.Call, ctx: Context, what: str) -> None:
+    if in_test(ctx):
+        return  # a test loads on purpose (round trips, one model per case)
     handler = _request_handler(ctx)
     if handler is not None:
         ctx.report(
@@ -309,6 +311,8 @@ def _load_site(call: ast.Call, ctx: Context, what: str) -> None:
         if any(isinstance(p, ast.Try) for p in inside):
             return  # a retry loop: `for _ in range(n): try: load(...)`
     for loop in loops:
+        if _loads_into_each_module(loop):
+            continue  # one load per module of a short list (a checkpoint-restore hook)
         bound = loop_bound_names(loop, ctx)
         inside = ctx.parents[ctx.parents.index(loop) + 1 :] if loop in ctx.parents else []
         if any(isinstance(p, ast.If) and names_in(p.test) & bound for p in inside):
@@ -321,6 +325,40 @@ def _load_site(call: ast.Call, ctx: Context, what: str) -> None:
                 "once before the loop",
             )
             return
+
+
+def _loads_into_each_module(loop: ast.AST) -> bool:
+    """A loop over modules that loads weights into each in turn: ``for model in models:``,
+    ``for _ in range(len(models)):`` or ``while models:`` with ``model = models.pop()``, then
+    ``model.load_state_dict(...)`` (the load-state hook of a training script). It runs once per
+    module it is given, not once per step of work."""
+    if isinstance(loop, (ast.For, ast.AsyncFor)):
+        items = names_in(loop.target)
+    elif isinstance(loop, ast.While):
+        items = set()
+    else:
+        return False
+    nodes = [sub for stmt in loop.body for sub in ast.walk(stmt)]
+    for sub in nodes:
+        if isinstance(sub, ast.Assign) and _pops(sub.value):
+            items |= {name for target in sub.targets for name in names_in(target)}
+    return any(
+        isinstance(sub, ast.Call)
+        and isinstance(sub.func, ast.Attribute)
+        and sub.func.attr == "load_state_dict"
+        and isinstance(sub.func.value, ast.Name)
+        and sub.func.value.id in items
+        for sub in nodes
+    )
+
+
+def _pops(value: ast.expr) -> bool:
+    """``models.pop()``: the next element of a collection the loop drains."""
+    return (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr == "pop"
+    )
 
 
 def _names(call: ast.Call) -> set[str]:

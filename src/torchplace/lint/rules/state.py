@@ -1,16 +1,19 @@
-"""TPL5xx: module state that ``nn.Module.to()`` cannot see (pitfall 12)."""
+"""TPL5xx: module state that ``nn.Module.to()`` cannot see (pitfall 12): tensors and modules in
+plain containers, and tensors kept as plain attributes."""
 
 from __future__ import annotations
 
 import ast
 
 from torchplace.lint.base import Context, Family, Rule, Scope
-from torchplace.lint.rules.facts import is_module_expr, is_tensor_expr
+from torchplace.lint.rules.facts import FACTORIES, is_module_expr, is_tensor_expr
 
 __all__ = ["FAMILY"]
 
 PLAIN_CONTAINER = Rule(
-    "TPL501", "tensor-in-plain-container", "tensors or modules kept in a plain list/dict attribute"
+    "TPL501",
+    "tensor-in-plain-container",
+    "tensors or modules kept in a plain list/dict attribute, or a tensor as a plain attribute",
 )
 
 _CONTAINERS = (ast.List, ast.Tuple, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)
@@ -74,7 +77,9 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
     value = node.value
     plain: set[str] = method.cls.cache.setdefault("plain-containers", set())
     if attr is not None:
-        if isinstance(value, _CONTAINERS):
+        if _plain_tensor(value, ctx, method, attr):
+            _report_attribute(ctx, node, method.cls, attr)
+        elif isinstance(value, _CONTAINERS):
             if isinstance(value, (ast.List, ast.Dict, ast.Set)) and not (
                 value.keys if isinstance(value, ast.Dict) else value.elts
             ):
@@ -119,6 +124,92 @@ def _expr(node: ast.Expr, ctx: Context) -> None:
     held = _contents(value, ctx, method) if func.attr == "extend" else _held(value, ctx, method)
     if held is not None:
         _report(ctx, call, method.cls, attr, held)
+
+
+# Methods that take over placement: a class that overrides one moves its own plain tensors.
+_PLACEMENT_OVERRIDES = frozenset({"_apply", "to", "cuda", "cpu"})
+
+
+def _plain_tensor(value: ast.expr, ctx: Context, method: Scope, attr: str) -> bool:
+    """``self.cache = torch.zeros(n, d)`` in ``__init__``: a tensor of more than one element
+    kept as a plain attribute, which ``.to()`` leaves behind, used by the other methods
+    without being moved there first."""
+    if method.name != "__init__" or method.cls is None or not isinstance(value, ast.Call):
+        return False
+    name = ctx.call_qualname(value)
+    if name not in FACTORIES or _single_value(value, name):
+        return False
+    cls = method.cls
+    return not (_overrides_placement(cls) or _moved_where_used(cls, attr))
+
+
+def _single_value(call: ast.Call, name: str) -> bool:
+    """``torch.tensor(0.5)``, ``torch.tensor(x)`` of a number: 0-dim, it mixes with tensors
+    on any device (only ``torch.tensor`` of a literal list or a name may hold more)."""
+    if name != "torch.tensor" or not call.args:
+        return False
+    return not isinstance(call.args[0], (ast.List, ast.Tuple, ast.ListComp, ast.Name, ast.Call))
+
+
+def _overrides_placement(cls: Scope) -> bool:
+    assert isinstance(cls.node, ast.ClassDef)
+    return any(
+        isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and item.name in _PLACEMENT_OVERRIDES
+        for item in cls.node.body
+    )
+
+
+def _moved_where_used(cls: Scope, attr: str) -> bool:
+    """Every read of ``self.<attr>`` outside ``__init__`` places it first
+    (``self.mean.to(x.device)``, ``self.table[t].to(x)``), or nothing reads it."""
+    assert isinstance(cls.node, ast.ClassDef)
+    reads = 0
+    for item in cls.node.body:
+        if not isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) or item.name == "__init__":
+            continue
+        placed: set[int] = set()
+        for sub in ast.walk(item):
+            if (
+                isinstance(sub, ast.Call)
+                and isinstance(sub.func, ast.Attribute)
+                and sub.func.attr in {"to", "cuda", "type_as"}
+            ):
+                placed |= {id(n) for n in ast.walk(sub.func.value)}
+        for sub in ast.walk(item):
+            if (
+                isinstance(sub, ast.Attribute)
+                and _self_attr(sub) == attr
+                and isinstance(sub.ctx, ast.Load)
+                and id(sub) not in placed
+            ):
+                reads += 1
+    return reads == 0
+
+
+def _report_attribute(ctx: Context, node: ast.AST, cls: Scope, attr: str) -> None:
+    if attr in _registered_later(cls) or attr in _registered_by_name(cls):
+        return
+    ctx.report(
+        PLAIN_CONTAINER.code,
+        node,
+        f"`{cls.name}.{attr}` keeps a tensor as a plain attribute: `.to()` leaves it on the "
+        "device it was built on and `state_dict()` does not save it; use `register_buffer` "
+        "(`persistent=False` for a cache)",
+    )
+
+
+def _registered_by_name(cls: Scope) -> set[str]:
+    """Attributes passed to a registration call by value or by name
+    (``self.register_buffer("mask", self.mask)``, ``setattr(self, "mask", ...)``)."""
+    found: set[str] = set()
+    for sub in ast.walk(cls.node):
+        if isinstance(sub, ast.Call) and _is_register(sub):
+            for arg in sub.args:
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                    found.add(arg.value)
+                found |= {_self_attr(n) or "" for n in ast.walk(arg)} - {""}
+    return found
 
 
 _REGISTER = frozenset(

@@ -9,6 +9,7 @@ from such a loop) and what it reads is on the device, or (for the explicit reads
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 
 from torchplace.lint.base import Context, Family, Rule, at_method, keyword, names_in
 from torchplace.lint.provenance import Fact, FileFacts, file_facts, scope_node
@@ -31,7 +32,18 @@ _PRINTS = frozenset({"print"})
 _COMPS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 _BULK = frozenset({"cpu", "numpy", "tolist"})
 # Calls that write results out: a read feeding them is the program's output, not a stall.
-_OUTPUT_WORDS = ("save", "write", "imsave", "savez", "fromarray", "dump", "send", "put")
+# `pool.submit(f, x.cpu())` hands the copy to a worker process: it leaves as output too.
+_OUTPUT_WORDS = (
+    "save",
+    "write",
+    "imsave",
+    "savez",
+    "fromarray",
+    "dump",
+    "send",
+    "put",
+    "submit",
+)
 
 
 def _call(call: ast.Call, ctx: Context) -> None:
@@ -268,6 +280,19 @@ def _exits(ctx: Context, node: ast.AST) -> bool:
     return False
 
 
+def _in_assert_message(ctx: Context, node: ast.AST) -> bool:
+    """The message of an ``assert`` (``assert x.max() < n, x.max().item()``) is evaluated only
+    when the assertion fails: once, on the way out."""
+    child = node
+    for parent in reversed(ctx.parents):
+        if isinstance(parent, ast.Assert):
+            return child is parent.msg
+        if isinstance(parent, ast.stmt):
+            return False
+        child = parent
+    return False
+
+
 def _runs_as_module(node: ast.expr, ctx: Context) -> bool:
     """``node`` (a name or ``self.`` attribute) is called in the enclosing function: a module
     or another callable, whose ``.cpu()`` moves it rather than reading a tensor back."""
@@ -280,12 +305,44 @@ def _runs_as_module(node: ast.expr, ctx: Context) -> bool:
     )
 
 
-def _is_output(read: ast.AST, ctx: Context) -> bool:
+def _is_output(read: ast.AST, ctx: Context, *, returns: bool = False) -> bool:
     """The read's result is written out: passed to a save/write call, stored on a response
-    object, or collected into a list that the function writes out later."""
+    object, or collected into a list that the function writes out (or, with ``returns``, one
+    it returns as it is) later."""
+    return _flows_into(read, ctx, _writes, returns=returns, attributes=True)
+
+
+def _steps_environment(read: ast.AST, ctx: Context) -> bool:
+    """The read's result is the action handed to an environment (``envs.step(a.cpu().numpy())``,
+    or through a name: ``actions = q.argmax(1).cpu().numpy()``, then ``env.step(actions)``): a
+    host simulator needs its actions on the host, every step, whatever the loop trains."""
+    return _flows_into(read, ctx, _is_env_step, returns=False, attributes=False)
+
+
+def _is_env_step(call: ast.Call) -> bool:
+    """``env.step(action)``, ``self.envs.step(a)``: the Gym-style call that advances an
+    environment (not ``optimizer.step()`` or ``scheduler.step()``)."""
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and func.attr == "step" and call.args):
+        return False
+    receiver = dotted_name(func.value)
+    return receiver is not None and "env" in receiver.rpartition(".")[2].lower()
+
+
+def _flows_into(
+    read: ast.AST,
+    ctx: Context,
+    sink: Callable[[ast.Call], bool],
+    *,
+    returns: bool,
+    attributes: bool,
+) -> bool:
+    """The read's result reaches a call ``sink`` accepts: as its argument, or through the
+    names its statement binds or collects into (and, with ``returns``, a ``return`` of them
+    counts; with ``attributes``, so does a store on another object's attribute)."""
     node = read
     for parent in reversed(ctx.parents):
-        if isinstance(parent, ast.Call) and node is not parent.func and _writes(parent):
+        if isinstance(parent, ast.Call) and node is not parent.func and sink(parent):
             return True
         if isinstance(parent, ast.stmt):
             stmt = parent
@@ -297,8 +354,10 @@ def _is_output(read: ast.AST, ctx: Context) -> bool:
     if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
         for target in targets:
-            if isinstance(target, ast.Attribute) and not (
-                isinstance(target.value, ast.Name) and target.value.id == "self"
+            if (
+                attributes
+                and isinstance(target, ast.Attribute)
+                and not (isinstance(target.value, ast.Name) and target.value.id == "self")
             ):
                 return True  # response.embeddings = x.cpu().numpy()
             names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
@@ -317,7 +376,7 @@ def _is_output(read: ast.AST, ctx: Context) -> bool:
         while outer.parent is not None:
             outer = outer.parent
         body = outer.node
-    return _flows_to_output(body, names)
+    return _flows_to(body, names, sink) or (returns and _returned(body, names))
 
 
 def _fills_store(read: ast.AST, ctx: Context) -> bool:
@@ -339,7 +398,8 @@ def _writes(call: ast.Call) -> bool:
     return any(word in lowered for word in _OUTPUT_WORDS)
 
 
-def _flows_to_output(scope: ast.AST, names: set[str]) -> bool:
+def _flows_to(scope: ast.AST, names: set[str], sink: Callable[[ast.Call], bool]) -> bool:
+    """Values built from ``names`` in ``scope`` reach a call ``sink`` accepts."""
     tainted = set(names)
     nodes = list(ast.walk(scope))
     for _ in range(3):
@@ -353,10 +413,64 @@ def _flows_to_output(scope: ast.AST, names: set[str]) -> bool:
                 tainted |= _collector(sub, tainted)
     return any(
         isinstance(sub, ast.Call)
-        and _writes(sub)
+        and sink(sub)
         and any(_mentions(arg, tainted) for arg in [*sub.args, *(k.value for k in sub.keywords)])
         for sub in nodes
     )
+
+
+# Calls that hand back the same values joined or converted, not something computed from them.
+_JOINS = frozenset(
+    {"concatenate", "cat", "concat", "stack", "vstack", "hstack", "array", "asarray"}
+)
+
+
+def _returned(scope: ast.AST, names: set[str]) -> bool:
+    """The values in ``names`` are what the function returns: collected (``out.append(v)``),
+    joined (``np.concatenate(out)``), sliced or renamed, then returned unchanged. A value
+    computed from them (a score, a decoded text) is a different result."""
+    carried = set(names)
+    nodes = list(ast.walk(scope))
+    for _ in range(3):
+        for sub in nodes:
+            if isinstance(sub, ast.Assign) and _carries(sub.value, carried):
+                for target in sub.targets:
+                    carried |= names_in(target)
+            else:
+                carried |= _collected_into(sub, carried)
+    return any(
+        isinstance(sub, ast.Return) and sub.value is not None and _carries(sub.value, carried)
+        for sub in nodes
+    )
+
+
+def _collected_into(node: ast.AST, names: set[str]) -> set[str]:
+    """``out.append(v)``/``out.extend(v)`` with ``v`` one of ``names`` as it is: ``{"out"}``."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in {"append", "extend"}
+        and any(_carries(arg, names) for arg in node.args)
+    ):
+        return names_in(node.func.value) - {"self"}
+    return set()
+
+
+def _carries(node: ast.expr, names: set[str]) -> bool:
+    """``node`` is one of ``names`` as it is: the name, a slice, a tuple of them, a join."""
+    if isinstance(node, ast.Name):
+        return node.id in names
+    if isinstance(node, ast.Subscript):
+        return isinstance(node.slice, ast.Slice) and _carries(node.value, names)  # arr[:n]
+    if isinstance(node, ast.Starred):
+        return _carries(node.value, names)
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return any(_carries(element, names) for element in node.elts)
+    if isinstance(node, ast.Call):
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        return name in _JOINS and any(_carries(arg, names) for arg in node.args)
+    return False
 
 
 def _collector(node: ast.AST, names: set[str]) -> set[str]:
@@ -396,7 +510,7 @@ def _check(
         or not _mentions_device(ctx)
     ):
         return False  # a print/f-string/cast needs a device value, and nothing here makes one
-    if in_test(ctx) or _exits(ctx, read or node):
+    if in_test(ctx) or _exits(ctx, read or node) or _in_assert_message(ctx, read or node):
         return False
     if in_periodic_branch(ctx, node, through=lambda loop: _not_batch(loop, scope, ctx)):
         return False
@@ -430,7 +544,14 @@ def _check(
         return False  # outside a training step, an unknown value may well be on the host
     if bulk and _fills_store(read or node, ctx):
         return False
-    if bulk and not per_batch.trains and not _trains(ctx) and _is_output(read or node, ctx):
+    if explicit and _steps_environment(read or node, ctx):
+        return False  # the action a host environment steps on: the loop's output
+    if (
+        bulk
+        and not per_batch.trains
+        and not _trains(ctx)
+        and _is_output(read or node, ctx, returns=not loops)
+    ):
         return False  # `save_image(x)` per batch: the copy to the host is the output
     cause = fact.describe() if fact is not None else "a value of the training step"
     ctx.report(
@@ -440,6 +561,34 @@ def _check(
         f"for the device ({cause}); {_ADVICE}",
     )
     return True
+
+
+def _feeds_device(loop: ast.AST) -> bool:
+    """A loop that moves each input it takes to the device (``for x in batches:``, or
+    ``x = next(data)``, then ``model(x.to(device))``): a pipeline from host data to results,
+    whose read back of each step's result is that step's output. A decoding loop that feeds
+    its own last token back is not one."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor)):
+        return False
+    nodes = [sub for stmt in loop.body for sub in ast.walk(stmt)]
+    inputs = names_in(loop.target)
+    for sub in nodes:
+        if isinstance(sub, ast.Assign) and _reads_next(sub.value):
+            inputs |= {name for target in sub.targets for name in names_in(target)}
+    return any(
+        isinstance(sub, ast.Call)
+        and isinstance(sub.func, ast.Attribute)
+        and sub.func.attr in {"to", "cuda"}
+        and not any(isinstance(arg, ast.Constant) and arg.value == "cpu" for arg in sub.args)
+        and bool(names_in(sub.func.value) & inputs)
+        for sub in nodes
+    )
+
+
+def _reads_next(value: ast.expr) -> bool:
+    return (
+        isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "next"
+    )
 
 
 def _not_batch(loop: ast.AST, scope: ast.AST, ctx: Context) -> bool:
@@ -481,8 +630,11 @@ def _in_loop(
         return False
     if bulk and _fills_store(read or node, ctx):
         return False  # store.index_copy_(0, i, x.cpu()): filling a host buffer is the job
-    if bulk and kind != "rows" and not _trains(ctx) and _is_output(read or node, ctx):
-        return False  # the copy to the host is the loop's output (images, a response)
+    if explicit and _steps_environment(read or node, ctx):
+        return False  # `envs.step(action.cpu().numpy())`: a host environment's input
+    once = _feeds_device(ctx.loops()[-1]) if kind == "batch" else False
+    if bulk and kind != "rows" and not _trains(ctx) and _is_output(read or node, ctx, returns=once):
+        return False  # the copy to the host is the loop's output (images, a response, samples)
     if kind == "rows":
         where = f"in the loop at line {line}, once per row of a device tensor,"
     elif kind == "items":
