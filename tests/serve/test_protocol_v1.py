@@ -43,6 +43,18 @@ def test_rows_of_several_inputs_name_them() -> None:
         _decode({"instances": [[1, 2]]}, TWO_IN)
 
 
+def test_the_columnar_form_gives_each_inputs_rows_under_its_name() -> None:
+    decoded = _decode({"inputs": {"a": [[1, 2], [4, 5]], "n": [3, -6]}}, TWO_IN)
+    assert decoded.rows == 2
+    np.testing.assert_array_equal(decoded.inputs["a"], [[1, 2], [4, 5]])
+    np.testing.assert_array_equal(decoded.inputs["n"], np.array([3, -6], np.int8))
+    with pytest.raises(InputError, match=r"the same number of rows; got \{'a': 2, 'n': 1\}"):
+        _decode({"inputs": {"a": [[1, 2], [4, 5]], "n": [3]}}, TWO_IN)
+    for columns in ({}, {"a": []}, {"a": 3}):
+        with pytest.raises(InputError, match="maps each input name to a non-empty array"):
+            _decode({"inputs": columns}, TWO_IN)
+
+
 @pytest.mark.parametrize(
     ("doc", "message"),
     [

@@ -3,7 +3,9 @@ Inference Protocol request it stands for.
 
 A request is ``{"instances": [...]}`` (or ``{"inputs": [...]}``), one entry per row: for a
 model with one input, the row itself (a number, or a nested list in the input's shape without
-the batch dimension); for any model, an object naming each input. It becomes the OIP request
+the batch dimension); for any model, an object naming each input. The columnar form
+``{"inputs": {"name": [...], ...}}`` (TensorFlow Serving's) gives each input's rows under its
+name instead. It becomes the OIP request
 with one tensor per input (the rows stacked) and goes through
 :func:`~torchplace.serve.protocol.decode_infer_request`, so the rules and messages are the
 OIP's: datatypes, shapes, element counts, NaN, the rows limit.
@@ -87,9 +89,12 @@ def _instances(body: bytes) -> list[Any]:
     except orjson.JSONDecodeError as exc:
         raise InputError(f"the body is not valid JSON: {exc}") from None
     rows = doc.get("instances", doc.get("inputs")) if isinstance(doc, dict) else None
+    if isinstance(rows, dict) and "instances" not in doc:
+        rows = _rows_of_columns(rows)
     if not isinstance(rows, list) or not rows:
         raise InputError(
-            'a V1 request is {"instances": [...]}, a non-empty array with one entry per row'
+            'a V1 request is {"instances": [...]}, a non-empty array with one entry per row '
+            '(or {"inputs": {"name": [...]}}, the rows of each input under its name)'
         )
     if isinstance(rows[0], dict) and "datatype" in rows[0]:
         raise InputError(
@@ -97,6 +102,23 @@ def _instances(body: bytes) -> list[Any]:
             "/v2/models/{name}/infer, or send V1 rows as 'instances'"
         )
     return rows
+
+
+def _rows_of_columns(columns: dict[str, Any]) -> list[dict[str, Any]]:
+    """The columnar form's rows: ``{"a": [a0, a1], "b": [b0, b1]}`` as
+    ``[{"a": a0, "b": b0}, {"a": a1, "b": b1}]``."""
+    counts = {name: len(rows) if isinstance(rows, list) else 0 for name, rows in columns.items()}
+    if not counts or 0 in counts.values():
+        raise InputError(
+            'columnar "inputs" maps each input name to a non-empty array with one entry per row, '
+            'e.g. {"inputs": {"input": [[1, 2], [3, 4]]}}'
+        )
+    if len(set(counts.values())) > 1:
+        raise InputError(
+            f'columnar "inputs" must give every input the same number of rows; got {counts}'
+        )
+    (count,) = set(counts.values())
+    return [{name: rows[i] for name, rows in columns.items()} for i in range(count)]
 
 
 def _value(row: Any, index: int, spec: TensorSpec, inputs: Sequence[TensorSpec]) -> Any:
