@@ -50,7 +50,19 @@ from torchplace.serve.protocol import (
 )
 from torchplace.serve.shm import SharedMemoryRegions
 
-__all__ = ["decode_infer_request", "encode_infer_response", "parse_message"]
+__all__ = [
+    "MAX_DETAILS_BYTES",
+    "decode_infer_request",
+    "encode_infer_response",
+    "parse_message",
+    "status_details",
+]
+
+#: the most bytes an error's message takes in the ``grpc-message`` trailer, percent-encoded:
+#: clients refuse trailers over 8 KiB (16 KiB hard), and would then report the call as
+#: RESOURCE_EXHAUSTED instead of its status, so a message that quotes a long client-given
+#: string (a model name, a datatype) is cut to this
+MAX_DETAILS_BYTES = 4096
 
 #: OIP datatype -> the typed ``InferTensorContents`` field that may carry it
 _CONTENTS: dict[str, str] = {
@@ -77,6 +89,20 @@ def parse_message(message: Any, data: bytes) -> Any:
             f"the request is not a valid {message.DESCRIPTOR.full_name} message ({exc}); "
             "build it from the protocol's .proto"
         ) from None
+
+
+def status_details(message: str, limit: int = MAX_DETAILS_BYTES) -> str:
+    """``message`` as an RPC status's details: cut, with a note of what was left out, where its
+    percent-encoded form (what the ``grpc-message`` trailer carries) is over ``limit`` bytes."""
+    if len(message) * 12 <= limit:  # quick: even all 4-byte UTF-8, each byte as %XX, fits
+        return message
+    size = 0
+    for index, char in enumerate(message):
+        literal = " " <= char <= "~" and char != "%"
+        size += 1 if literal else 3 * len(char.encode("utf-8", "surrogatepass"))
+        if size > limit - 64:  # room for the note
+            return f"{message[:index]}... ({len(message) - index} more characters)"
+    return message
 
 
 def decode_infer_request(

@@ -19,7 +19,7 @@ from typing import Any
 import grpc
 
 from torchplace.errors import InputError
-from torchplace.serve.grpc_codec import parse_message
+from torchplace.serve.grpc_codec import parse_message, status_details
 from torchplace.serve.proto import health_pb2 as health
 
 __all__ = ["HEALTH", "NOT_SERVING", "SERVING", "health_handler"]
@@ -44,8 +44,10 @@ def health_handler(
         if found is None:
             await context.abort(
                 grpc.StatusCode.NOT_FOUND,
-                f"unknown service {service!r}; ask for '' or 'inference.GRPCInferenceService' "
-                "(the server) or a model's name",
+                status_details(
+                    f"unknown service {service!r}; ask for '' or "
+                    "'inference.GRPCInferenceService' (the server) or a model's name"
+                ),
             )
         answer: bytes = health.HealthCheckResponse(status=found).SerializeToString()
         return answer
@@ -75,5 +77,5 @@ async def _service(data: bytes, context: Any) -> str:
     try:
         name: str = parse_message(health.HealthCheckRequest, data).service
     except InputError as exc:
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, status_details(str(exc)))
     return name

@@ -71,6 +71,7 @@ from torchplace.serve.grpc_codec import (
     decode_infer_request,
     encode_infer_response,
     parse_message,
+    status_details,
 )
 from torchplace.serve.grpc_health import NOT_SERVING, SERVING, health_handler
 from torchplace.serve.proto import grpc_service_pb2 as pb
@@ -94,6 +95,11 @@ SERVICE = "inference.GRPCInferenceService"
 _DRAINING = bytes(bytearray(b"draining"))
 #: requests of one ModelStreamInfer stream in flight or answered but not yet sent
 STREAM_WINDOW = 128
+#: bytes of one stream's requests in flight and answers not yet sent, past which it is read no
+#: further (at least one message of --max-body-bytes always fits): 128 requests of the largest
+#: size, each answered with as much (an echoed id), would otherwise be held for a client that
+#: sends without reading
+STREAM_WINDOW_BYTES = 64 * 1024 * 1024
 _STATUS: dict[int, grpc.StatusCode] = {
     400: grpc.StatusCode.INVALID_ARGUMENT,
     401: grpc.StatusCode.UNAUTHENTICATED,
@@ -116,10 +122,11 @@ def status_code(exc: ServeError) -> grpc.StatusCode:
 
 
 class _Abort(Exception):
-    """End an RPC with a status code and message (turned into ``context.abort``)."""
+    """End an RPC with a status code and message (turned into ``context.abort``; a message
+    too long for the status trailer is cut, see :func:`status_details`)."""
 
     def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
+        super().__init__(status_details(message))
         self.code = code
 
 
@@ -442,7 +449,8 @@ class GrpcServer:
         """ModelStreamInfer: every message on the stream is a ModelInfer, run as it arrives;
         answers come back as they finish (``infer_response.id`` tells which), a failed
         request's as ``error_message``, and the stream goes on. At most :data:`STREAM_WINDOW`
-        requests are in flight or unsent; requests still running when the stream ends are
+        requests, and about :data:`STREAM_WINDOW_BYTES`, are in flight or unsent (the client
+        is read no further meanwhile); requests still running when the stream ends are
         withdrawn. When the server drains, the stream ends once its requests are answered."""
         if self._token is not None:
             try:
@@ -452,8 +460,20 @@ class GrpcServer:
         answers: asyncio.Queue[bytes | None] = asyncio.Queue()
         running: set[asyncio.Task[None]] = set()
         # a request holds a slot until its answer is sent: a client that sends without reading
-        # is read no further once STREAM_WINDOW answers wait (HTTP/2 flow control holds it)
+        # is read no further once STREAM_WINDOW answers wait (HTTP/2 flow control holds it);
+        # the same once their bytes are over the byte window
         slots = asyncio.Semaphore(STREAM_WINDOW)
+        limit = max(STREAM_WINDOW_BYTES, self.config.max_body_bytes)
+        held = [0]  # bytes of the requests in flight and of the answers not sent
+        room = asyncio.Event()
+        room.set()
+
+        def hold(size: int) -> None:
+            held[0] += size
+            if held[0] > limit:
+                room.clear()
+            else:
+                room.set()
 
         async def one(data: bytes) -> None:
             answer = pb.ModelStreamInferResponse()
@@ -465,11 +485,15 @@ class GrpcServer:
                 answer.error_message = str(exc)
                 if request is not None:  # which request failed
                     answer.infer_response.id = request.id
-            answers.put_nowait(answer.SerializeToString())
+            serialized = answer.SerializeToString()
+            hold(len(serialized) - len(data))
+            answers.put_nowait(serialized)
 
         async def read() -> None:
             async for data in requests:
                 await slots.acquire()
+                await room.wait()
+                hold(len(data))
                 task = asyncio.ensure_future(one(data))
                 running.add(task)
                 task.add_done_callback(running.discard)
@@ -484,6 +508,7 @@ class GrpcServer:
                 if answer is not _DRAINING:
                     yield answer
                     slots.release()
+                    hold(-len(answer))
                 if self.draining and answers.empty() and all(t.done() for t in running):
                     return  # drained: every request answered, the client goes elsewhere
             await reader  # its error, if any, ends the stream

@@ -131,6 +131,9 @@ class Registry:
         else:
             self._models.pop(name, None)
         kept = {h.version for h in handles}
+        # a failed load's entry without a version (its config did not read) is history once
+        # the model's versions change: the index lists what they are now
+        self._states.pop((name, ""), None)
         for version in old:
             if version not in kept:
                 self._states[(name, version)] = ("UNAVAILABLE", "unloaded")

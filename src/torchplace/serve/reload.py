@@ -26,8 +26,8 @@ import contextlib
 import functools
 import itertools
 import logging
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from torchplace.errors import (
     ConfigError,
@@ -38,7 +38,13 @@ from torchplace.errors import (
 )
 from torchplace.serve.memory import MemoryCheck, estimate
 from torchplace.serve.registry import ModelHandle, Registry
-from torchplace.serve.repository import RENAMED, ModelDir, model_names, read_model
+from torchplace.serve.repository import (
+    RENAMED,
+    ModelDir,
+    check_model_name,
+    model_names,
+    read_model,
+)
 
 if TYPE_CHECKING:
     from torchplace.serve.app import EngineLike
@@ -46,6 +52,8 @@ if TYPE_CHECKING:
     from torchplace.serve.loader import LoadedModel
 
 __all__ = ["ModelControl", "model_settings"]
+
+_T = TypeVar("_T")
 
 logger = logging.getLogger("torchplace.serve")
 _MODEL_FIELDS = ("name", "weights", "exported", "labels", "inputs", "outputs")
@@ -82,7 +90,11 @@ class ModelControl:
         self.memory = memory if memory is not None else MemoryCheck(budget=config.memory_budget)
         self._given = engine
         self._recipes: dict[str, list[dict[str, Any]]] = {}  # --model name -> its settings
-        self._locks: dict[str, asyncio.Lock] = {}
+        #: model name -> its lock and how many hold or wait for it (dropped at none: the
+        #: names come from clients, a table that kept them all would grow without end)
+        self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+        #: loads and unloads under way, finished even when their caller goes away
+        self._actions: set[asyncio.Task[Any]] = set()
         self._stamps: dict[str, Any] = {}
         self._owners = itertools.count()
         self._poller: asyncio.Task[None] | None = None
@@ -120,11 +132,14 @@ class ModelControl:
         return [n for n in names if n in self.config.load_models]
 
     async def stop(self, timeout: float) -> None:
-        """Stop polling; drain and stop every loaded version."""
+        """Stop polling; let the loads and unloads under way finish (within ``timeout``);
+        drain and stop every loaded version."""
         if self._poller is not None:
             self._poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._poller
+        if self._actions:
+            await asyncio.wait(set(self._actions), timeout=timeout)
         handles = self.registry.handles()
         await asyncio.gather(*(h.retire(timeout) for h in handles))
 
@@ -137,19 +152,44 @@ class ModelControl:
             )
 
     async def load(self, name: str, inline: Mapping[str, Any] | None = None) -> None:
-        """Load (or reload) ``name``; see the module docstring. Raises ModelLoadError."""
+        """Load (or reload) ``name``; see the module docstring. Raises ModelLoadError.
+        A caller that goes away (a cancelled call) does not stop it halfway."""
         self._allowed("loading a model")
-        await self._load(name, inline)
+        await self._detached(self._load(name, inline))
 
     async def unload(self, name: str) -> None:
-        """Unpublish ``name``, then drain and release its versions."""
+        """Unpublish ``name``, then drain and release its versions (to the end, even when the
+        caller goes away)."""
         self._allowed("unloading a model")
+        await self._detached(self._unload(name))
+
+    async def _unload(self, name: str) -> None:
         async with self._lock(name):
             if self.registry.versions(name):  # not loaded: nothing to do, as in Triton
                 await self._retire(self.registry.publish(name, []))
 
-    def _lock(self, name: str) -> asyncio.Lock:
-        return self._locks.setdefault(name, asyncio.Lock())
+    async def _detached(self, action: Awaitable[_T]) -> _T:
+        """Run ``action`` to its end in a task of its own: cancelling the caller (a client
+        that disconnects, a deadline) must not stop a load or unload halfway, between the
+        switch and the release of the replaced versions, which would never stop then."""
+        task = asyncio.ensure_future(action)
+        self._actions.add(task)
+        task.add_done_callback(_finished)
+        task.add_done_callback(self._actions.discard)
+        return await asyncio.shield(task)
+
+    @contextlib.asynccontextmanager
+    async def _lock(self, name: str) -> AsyncIterator[None]:
+        """Hold the lock of ``name`` (loads and unloads of one model go one at a time)."""
+        lock, users = self._locks.setdefault(name, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._locks[name]
 
     async def _load(self, name: str, inline: Mapping[str, Any] | None) -> None:
         async with self._lock(name):
@@ -176,6 +216,8 @@ class ModelControl:
         self, name: str, inline: Mapping[str, Any] | None
     ) -> list[tuple[dict[str, Any], str]]:
         """The settings of each version to load (and where they come from)."""
+        if self.root is not None and name not in self._recipes:
+            check_model_name(name)  # before the name becomes a path
         if self.root is not None and ((self.root / name).is_dir() or name not in self._recipes):
             model: ModelDir = read_model(self.root, name, inline)
             self._stamps[name] = model.fingerprint()
@@ -229,10 +271,10 @@ class ModelControl:
         engine = Engine.from_config(self._traced(config, loaded), loaded=loaded)
         try:
             await engine.start()
+            handle = ModelHandle(engine)  # its documents: a setting may not fit them
         except BaseException:
-            await engine.stop()
+            await engine.stop()  # else its replicas' threads and memory stay, unused
             raise
-        handle = ModelHandle(engine)
         owner = f"{loaded.name}/{loaded.version}#{next(self._owners)}"
         self.memory.reserve(owner, needs)
         handle.views["memory"] = owner
@@ -286,3 +328,9 @@ class ModelControl:
             if name not in names and name not in self._recipes:
                 async with self._lock(name):
                     await self._retire(self.registry.publish(name, []))
+
+
+def _finished(task: asyncio.Task[Any]) -> None:
+    """Retrieve a detached action's error (its caller, if still there, has it too)."""
+    if not task.cancelled():
+        task.exception()

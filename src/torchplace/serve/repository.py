@@ -55,9 +55,12 @@ from torchplace.serve.kserve import CONFIG_NAME as KSERVE_CONFIG
 
 __all__ = [
     "CONFIG_NAME",
+    "MAX_INLINE_REPLICAS",
+    "MAX_NAME_BYTES",
     "RENAMED",
     "ModelDir",
     "VersionPolicy",
+    "check_model_name",
     "inline_config",
     "model_names",
     "read_model",
@@ -151,15 +154,39 @@ def _fail(where: str, key: str, problem: str, fix: str) -> ConfigError:
     return ConfigError(f"{where}: {key} {problem}; {fix}")
 
 
+#: replicas per device a load request's inline config may ask for (the model's config.toml,
+#: the operator's, may set more): a client's load must not start threads without bound
+MAX_INLINE_REPLICAS = 64
+#: the longest model directory name (Linux's NAME_MAX, in bytes)
+MAX_NAME_BYTES = 255
+
+
+def check_model_name(name: str) -> None:
+    """Refuse (ConfigError) a name that cannot be one directory of the repository."""
+    bad = name in ("", ".", "..") or any(c in name for c in "/\\\0")
+    if bad or len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        shown = name if len(name) <= 80 else f"{name[:80]}... ({len(name)} characters)"
+        raise ConfigError(
+            f"model name {shown!r} is not a directory name of the repository; give the name "
+            f"of one of its model directories (at most {MAX_NAME_BYTES} bytes)"
+        )
+
+
 def read_model(root: Path, name: str, inline: Mapping[str, Any] | None = None) -> ModelDir:
     """Read and check ``root/name`` (its ``config.toml``, then ``inline`` over it)."""
+    check_model_name(name)
+    try:
+        return _read_model(root, name, inline)
+    except OSError as exc:  # unreadable, or removed while it is read
+        raise ConfigError(
+            f"model {name!r}: cannot read its directory ({exc.strerror or exc}); check the "
+            "repository's files and permissions"
+        ) from None
+
+
+def _read_model(root: Path, name: str, inline: Mapping[str, Any] | None) -> ModelDir:
     directory = root / name
     config_file = directory / CONFIG_NAME
-    if name in ("", ".", "..") or "/" in name or "\\" in name or "\0" in name:
-        raise ConfigError(
-            f"model name {name!r} is not a directory name of the repository; give the name "
-            "of one of its model directories"
-        )
     if not directory.is_dir():
         raise ConfigError(
             f"model {name!r} is not in the repository {str(root)!r}; create {str(directory)!r} "
@@ -289,6 +316,10 @@ def triton_settings(text: str) -> dict[str, Any]:
         doc = json.loads(text)
     except ValueError as exc:
         raise ConfigError(f"inline config is not JSON: {exc}; send a JSON object") from None
+    except RecursionError:  # arrays or objects nested thousands deep
+        raise ConfigError(
+            "inline config is nested too deeply to read; send a flat JSON object"
+        ) from None
     if not isinstance(doc, dict):
         raise ConfigError('inline config must be a JSON object, e.g. {"max_batch_size": 8}')
     out: dict[str, Any] = {k: v for k, v in doc.items() if k in _KEYS}
@@ -354,12 +385,20 @@ def _list(value: object, where: str) -> list[Any]:
 
 
 def _integer(value: object, where: str) -> int:
-    """An integer, or one written as a JSON string (as protobuf writes int64 fields)."""
-    if isinstance(value, str) and value.lstrip("-").isdigit():
-        return int(value)
-    if type(value) is not int:
-        raise ConfigError(f"inline config: {where} must be an integer, not {value!r}")
-    return value
+    """An integer, or one written as a JSON string (as protobuf writes int64 fields), in
+    protobuf's int64 range (what Triton's ``ModelConfig`` fields hold)."""
+    number: int | None = None
+    if isinstance(value, str):
+        digits = value.removeprefix("-")
+        if digits.isascii() and digits.isdigit() and len(digits) <= 19:  # int() has a limit
+            number = int(value)
+    elif type(value) is int:
+        number = value
+    if number is None or not -(2**63) <= number < 2**63:
+        shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:40]}..."
+        why = "" if number is None else " in the 64-bit range"
+        raise ConfigError(f"inline config: {where} must be an integer{why}, not {shown}")
+    return number
 
 
 def inline_config(body: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -383,6 +422,13 @@ def inline_config(body: Mapping[str, Any]) -> dict[str, Any] | None:
     if not isinstance(text, str):
         raise ConfigError("parameters.config must be the model configuration as a JSON string")
     settings = triton_settings(text)
+    replicas = settings.get("replicas")
+    if type(replicas) is int and replicas > MAX_INLINE_REPLICAS:
+        raise ConfigError(
+            f"an inline config may ask for at most {MAX_INLINE_REPLICAS} replicas per device, "
+            f"not {replicas}: each is a worker thread and a copy of the model; set more in the "
+            f"model's {CONFIG_NAME}"
+        )
     source = settings.get("source")
     if source is not None and source not in EMBEDDED_MODELS:
         raise ConfigError(
