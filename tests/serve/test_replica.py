@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import torchplace
-from torchplace.errors import ConfigError, InputError, KernelError
+from torchplace.errors import ConfigError, InputError, KernelError, ServeError
 from torchplace.models import TensorSpec
 from torchplace.serve.loader import load_model
 from torchplace.serve.replica import Replica
@@ -273,3 +273,19 @@ def test_a_replica_on_the_second_gpu_places_and_counts_memory_there() -> None:
         expected = replica.loaded.module(torch.from_numpy(x)).numpy()
     assert isinstance(result, dict)
     np.testing.assert_allclose(result["output"], expected, rtol=1e-3, atol=1e-4)
+
+
+def test_a_worker_thread_that_cannot_start_is_a_clear_error_and_not_taken_as_started(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    replica = Replica(loaded(Scale()), torch.device("cpu"), max_batch_size=4)
+
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    with pytest.raises(ServeError, match=r"cannot start the worker thread.*serve fewer replicas"):
+        replica.start_worker(lambda *args: None, lambda replica: None)
+    monkeypatch.undo()
+    replica.start_worker(lambda *args: None, lambda replica: None)  # not taken as started
+    replica.close()

@@ -98,6 +98,13 @@ def _to_spec(value: Any, field_name: str) -> TensorSpec:
 
 
 #: the fields that hold a path (strings from flags and files become :class:`~pathlib.Path`)
+#: upper bounds: past them a setting is a mistake (or a client's load asking for the
+#: impossible: a batch of millions of rows, a delay of hours, thousands of worker threads)
+_MOST: dict[str, int | float] = {
+    "max_batch_size": 1 << 20,
+    "replicas_per_device": 1024,
+    "max_delay_ms": 3_600_000.0,
+}
 _PATHS = ("weights", "exported", "labels", "auth_token_file", "trace_file", "model_repository")
 
 
@@ -278,6 +285,9 @@ class ServeConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 fail(name, value, f"give an integer >= {low}")
+        for name in ("max_batch_size", "replicas_per_device"):
+            if getattr(self, name) > _MOST[name]:
+                fail(name, getattr(self, name), f"give an integer <= {_MOST[name]}")
         if self.torch_threads is not None and (
             not isinstance(self.torch_threads, int)
             or isinstance(self.torch_threads, bool)
@@ -312,6 +322,8 @@ class ServeConfig:
             ok = ok and math.isfinite(value) and (value > 0 if positive else value >= 0)
             if not ok:
                 fail(name, value, "give a finite number " + ("> 0" if positive else ">= 0"))
+        if self.max_delay_ms > _MOST["max_delay_ms"]:
+            fail("max_delay_ms", self.max_delay_ms, f"give at most {_MOST['max_delay_ms']:g}")
 
     def _check_priorities(self, fail: Any) -> None:
         levels = self.priority_levels

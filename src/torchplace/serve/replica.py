@@ -242,10 +242,17 @@ class Replica(BatchExecutor):
             return
         self._on_done = on_done
         self._on_recovered = on_recovered
-        self._thread = threading.Thread(
+        thread = threading.Thread(
             target=self._work, name=f"torchplace-replica-{self.name}", daemon=True
         )
-        self._thread.start()
+        try:
+            thread.start()
+        except RuntimeError as exc:  # the process's thread limit
+            raise ServeError(
+                f"cannot start the worker thread of replica {self.label} ({exc}); serve fewer "
+                "replicas, or raise the limit on threads (ulimit -u, the container's pids limit)"
+            ) from None
+        self._thread = thread
 
     def submit(
         self, token: Any, requests: Sequence[Mapping[str, np.ndarray]], rows: Sequence[int]
