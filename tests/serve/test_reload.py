@@ -234,6 +234,28 @@ def test_load_with_an_inline_config_and_specific_versions(
     client.close()
 
 
+def test_the_config_states_the_model_s_version_policy_and_survives_a_round_trip(
+    server: ServerThread, repository: Path
+) -> None:
+    """A config read back and sent with a load (``load_model(name, config=get_model_config())``)
+    keeps the model's policy: it named this one version before, which pinned the model to it."""
+    write_version(repository, "b", 2, scale=2.0)
+    config = orjson.dumps({"version_policy": {"latest": {"num_versions": 1}}}).decode()
+    body = orjson.dumps({"parameters": {"config": config}})
+    assert _call(server.port, "POST", "/v2/repository/models/b/load", body)[0] == 200
+    _, doc = _call(server.port, "GET", "/v2/models/b/config")
+    assert doc["version_policy"] == {"latest": {"num_versions": 1}}
+    grpcclient = pytest.importorskip("tritonclient.grpc")
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+    as_json = client.get_model_config("b", as_json=True)["config"]
+    assert as_json["version_policy"] == {"latest": {"num_versions": 1}}
+    client.close()
+    write_version(repository, "b", 3, scale=3.0)  # a newer version appears; the doc goes back
+    body = orjson.dumps({"parameters": {"config": orjson.dumps(doc).decode()}})
+    assert _call(server.port, "POST", "/v2/repository/models/b/load", body)[0] == 200
+    assert _call(server.port, "POST", "/v2/models/b/infer", BODY)[1]["model_version"] == "3"
+
+
 def test_model_control_as_triton_s_examples_call_it(server: ServerThread) -> None:
     """What simple_http_model_control.py and Triton's lifecycle tests send."""
     port = server.port

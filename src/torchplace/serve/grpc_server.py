@@ -78,7 +78,7 @@ from torchplace.serve.proto import grpc_service_pb2 as pb
 from torchplace.serve.proto import model_config_pb2 as config_pb
 from torchplace.serve.repository import inline_config, model_names
 from torchplace.serve.shm import Region, SharedMemoryRegions
-from torchplace.serve.triton import extensions, model_config, model_statistics
+from torchplace.serve.triton import extensions, model_statistics
 
 if TYPE_CHECKING:
     from torchplace.serve.app import EngineLike
@@ -134,8 +134,8 @@ class _Served:
     """One model version as the gRPC side answers for it: its engine, its metadata and
     configuration messages (built once), its series."""
 
-    def __init__(self, engine: EngineLike, metrics: bool) -> None:
-        self.engine = engine
+    def __init__(self, handle: ModelHandle, metrics: bool) -> None:
+        engine = self.engine = handle.engine
         self.metrics = _grpc_metrics(engine) if metrics else None
         self.metadata = pb.ModelMetadataResponse(
             name=engine.name, versions=[engine.version], platform=engine.platform
@@ -146,7 +146,7 @@ class _Served:
                     name=spec.name, datatype=spec.datatype, shape=list(spec.shape)
                 )
         self.config = pb.ModelConfigResponse(
-            config=json_format.ParseDict(model_config(engine), config_pb.ModelConfig())
+            config=json_format.ParseDict(handle.config_doc, config_pb.ModelConfig())
         )
 
 
@@ -318,7 +318,7 @@ class GrpcServer:
         """The gRPC view of a model version (its messages built once)."""
         served: _Served | None = handle.views.get("grpc")
         if served is None:
-            served = handle.views["grpc"] = _Served(handle.engine, self.config.metrics)
+            served = handle.views["grpc"] = _Served(handle, self.config.metrics)
         return served
 
     # -- RPCs ------------------------------------------------------------------------------

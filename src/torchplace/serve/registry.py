@@ -46,7 +46,9 @@ class ModelHandle:
         self.versions: list[str] = []
         self.metadata = b""
         self.set_versions([self.version])
-        self.config = orjson.dumps(model_config(engine))
+        #: Triton's ModelConfig document of this version, and as JSON bytes
+        self.config_doc = model_config(engine)
+        self.config = orjson.dumps(self.config_doc)
         #: requests routed to this version and not answered yet
         self.active = 0
         #: per-protocol views of this version (the gRPC side keeps its messages here)
@@ -59,6 +61,13 @@ class ModelHandle:
             name=self.name, versions=self.versions, platform=self.engine.platform,
             inputs=self.inputs, outputs=self.outputs,
         )  # fmt: skip
+
+    def set_policy(self, policy: dict[str, Any]) -> None:
+        """The model's version policy, as its repository states it (Triton's JSON), in the
+        config document instead of this version alone: a config read back and sent with a
+        load keeps the policy the model has."""
+        self.config_doc = {**self.config_doc, "version_policy": policy}
+        self.config = orjson.dumps(self.config_doc)
 
     def enter(self) -> ModelHandle:
         self.active += 1

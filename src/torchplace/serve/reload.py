@@ -194,7 +194,7 @@ class ModelControl:
     async def _load(self, name: str, inline: Mapping[str, Any] | None) -> None:
         async with self._lock(name):
             try:
-                recipes = self._versions(name, inline)
+                recipes, policy = self._versions(name, inline)
             except ConfigError as exc:
                 root = self.root
                 if root is not None and root.is_dir() and name in model_names(root):
@@ -209,21 +209,26 @@ class ModelControl:
             except BaseException as exc:
                 await self._failed(name, settings, fresh, exc)
                 raise self._load_error(exc, name) from None
+            for handle in fresh:
+                if policy is not None:
+                    handle.set_policy(policy)
             await self._retire(self.registry.publish(name, fresh))
             logger.info("model %s: serving versions %s", name, [h.version for h in fresh])
 
     def _versions(
         self, name: str, inline: Mapping[str, Any] | None
-    ) -> list[tuple[dict[str, Any], str]]:
-        """The settings of each version to load (and where they come from)."""
+    ) -> tuple[list[tuple[dict[str, Any], str]], dict[str, Any] | None]:
+        """The settings of each version to load (and where they come from), and the model's
+        version policy as Triton writes it (None for a model named on the command line)."""
         if self.root is not None and name not in self._recipes:
             check_model_name(name)  # before the name becomes a path
         if self.root is not None and ((self.root / name).is_dir() or name not in self._recipes):
             model: ModelDir = read_model(self.root, name, inline)
             self._stamps[name] = model.fingerprint()
-            return [(model.version_settings(v), model.source) for v in model.versions]
+            recipes = [(model.version_settings(v), model.source) for v in model.versions]
+            return recipes, model.policy.triton()
         if name in self._recipes:
-            return [(s, "command line") for s in self._recipes[name]]
+            return [(s, "command line") for s in self._recipes[name]], None
         raise ModelNotFoundError(
             f"failed to load {name!r}: no model of that name; the repository holds "
             + (", ".join(repr(n) for n in model_names(self.root)) if self.root else "nothing")

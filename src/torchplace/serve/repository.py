@@ -84,6 +84,15 @@ class VersionPolicy:
     count: int = 1
     versions: tuple[int, ...] = ()
 
+    def triton(self) -> dict[str, Any]:
+        """The policy as Triton's ``ModelConfig.version_policy`` JSON (what a model's config
+        document says, and what a load's inline config may send back)."""
+        if self.kind == "all":
+            return {"all": {}}
+        if self.kind == "specific":
+            return {"specific": {"versions": list(self.versions)}}
+        return {"latest": {"num_versions": self.count}}
+
     def select(self, available: list[int]) -> list[int]:
         """The versions to serve, oldest first."""
         found = sorted(available)
