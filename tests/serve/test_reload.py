@@ -357,6 +357,7 @@ def test_load_and_unload_are_refused_in_mode_none(repository: Path) -> None:
             status, body = _call(thread.port, "POST", f"/v2/repository/models/a/{action}")
             assert status == 403
             assert "not allowed in model control mode 'none'" in body["error"]
+            assert body["error"].startswith("explicit model load / unload is not allowed")
             assert "--model-control-mode explicit" in body["error"]
 
 
@@ -384,8 +385,9 @@ def test_poll_mode_loads_new_models_and_unloads_removed_ones(repository: Path) -
         wait("/v2/models/d/versions/2/infer", 200)
         shutil.rmtree(repository / "b")
         wait("/v2/models/b/infer", 404)
-        status, _ = _call(thread.port, "POST", "/v2/repository/models/a/load", b"{}")
-        assert status == 403  # Triton: no explicit load while polling
+        status, body = _call(thread.port, "POST", "/v2/repository/models/a/load", b"{}")
+        assert status == 403  # Triton: no explicit load while polling, in its words
+        assert "explicit model load / unload is not allowed if polling is enabled" in body["error"]
 
 
 def test_one_bad_model_config_does_not_stop_the_others(repository: Path) -> None:
