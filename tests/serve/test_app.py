@@ -145,6 +145,18 @@ def test_infer_binary_in_and_out(server: Running) -> None:
     assert doc["outputs"][0]["parameters"]["binary_data_size"] == 16
     got = np.frombuffer(body[length:], np.float32).reshape(2, 2)
     np.testing.assert_array_equal(got, server.engine.reference(x))
+    short = header.replace(b'"binary_data_size":64', b'"binary_data_size":60')
+    status, _, body = server.client.post(
+        INFER,
+        short + raw[:60],
+        headers={"Inference-Header-Content-Length": str(len(short))},
+    )
+    assert status == 400
+    # Triton's words, which its clients and tests match on, then what the size is for
+    assert (
+        b"input byte size mismatch for input 'input' for model 'seed-mlp'. Expected 64, got 60:"
+        in body
+    )
 
 
 def test_raw_binary_request(server: Running) -> None:
@@ -160,7 +172,7 @@ def test_raw_binary_request(server: Running) -> None:
     np.testing.assert_array_equal(got, server.engine.reference(x))
     status, _, body = server.client.post(INFER, x.tobytes()[:-4], headers=raw)
     assert status == 400
-    assert b"expected 32 bytes (shape [1, 8] of FP32), got the raw body's byte size 28" in body
+    assert b"Expected 32, got 28: the raw body's byte size 28, where shape [1, 8] of FP32" in body
 
 
 def test_the_models_list(server: Running) -> None:

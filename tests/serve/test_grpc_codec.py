@@ -84,6 +84,16 @@ def test_bad_requests_get_the_rest_messages(edit, message: str) -> None:  # type
         _decode(request)
 
 
+def test_a_raw_tensor_of_the_wrong_size_is_told_in_triton_s_words_with_the_model() -> None:
+    request = _request(typed=False)
+    request.raw_input_contents[0] = b"\0" * 12
+    with pytest.raises(InputError) as info:
+        decode_infer_request(request, inputs=INPUTS, outputs=OUTPUTS, max_rows=8, model="m")
+    assert str(info.value).startswith(
+        "input byte size mismatch for input 'x' for model 'm'. Expected 16, got 12: "
+    )
+
+
 def test_too_many_rows_is_payload_too_large() -> None:
     with pytest.raises(PayloadTooLargeError, match="--max-request-rows"):
         _decode(_request(), max_rows=1)

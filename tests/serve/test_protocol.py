@@ -294,7 +294,7 @@ def test_binary_bool_bytes_must_be_0_or_1() -> None:
 @pytest.mark.parametrize(
     ("size", "extra", "needle"),
     [
-        (31, b"", "input byte size mismatch for input 'input': expected 32 bytes"),
+        (31, b"", "input byte size mismatch for input 'input'. Expected 32, got 31"),
         (32, b"", "only 16 bytes"),  # the section is short
         (32, b"\0" * 32, "add up to 32"),  # trailing bytes nobody claims
     ],

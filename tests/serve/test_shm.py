@@ -234,7 +234,7 @@ def test_codec_errors_name_the_tensor_and_the_parameter(regions: SharedMemoryReg
     raw = _entry("INPUT1", data=[0] * 16)
     cases = [
         (_entry("INPUT0", parameters=_shm("in", 128)), raw, None,
-         r"mismatch for input 'INPUT0': expected 64 bytes .*, got shared_memory_byte_size 128"),
+         r"mismatch for input 'INPUT0'. Expected 64, got 128: shared_memory_byte_size 128"),
         (_entry("INPUT0", data=[0] * 16, parameters=_shm("in", 64)), raw, None,
          "'INPUT0' has 'shared_memory_region' and also 'data'"),
         (_entry("INPUT0", parameters=_shm("gone", 64)), raw, None, r"Unable to find .*'gone'"),

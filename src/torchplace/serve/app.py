@@ -582,6 +582,7 @@ class App:
             header_length=header_length,
             allow_nan=self._allow_nan,
             regions=self.regions,
+            model=handle.name,
         )
 
     def _decode_v1(self, request: Request, handle: ModelHandle) -> protocol.InferRequest:

@@ -42,6 +42,7 @@ from torchplace.serve.protocol import (
     _checked_shape,
     _describe,
     _same_rows,
+    _SizeMismatch,
     _write_output,
     check_output_room,
     class_count,
@@ -113,10 +114,26 @@ def decode_infer_request(
     max_rows: int,
     allow_nan: bool = False,
     regions: SharedMemoryRegions = _NO_REGIONS,
+    model: str = "",
 ) -> InferRequest:
     """Validate a ``ModelInferRequest`` into an :class:`~torchplace.serve.protocol.InferRequest`
     (``binary_output`` is meaningless over gRPC: every output is raw). Inputs and outputs in
-    shared memory are looked up in ``regions``."""
+    shared memory are looked up in ``regions``; ``model`` names the model in the messages that
+    Triton's name it in."""
+    try:
+        return _decode_request(message, inputs, outputs, max_rows, allow_nan, regions)
+    except _SizeMismatch as exc:
+        raise exc.of_model(model) from None
+
+
+def _decode_request(
+    message: Any,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+    max_rows: int,
+    allow_nan: bool,
+    regions: SharedMemoryRegions,
+) -> InferRequest:
     tensors = message.inputs
     if not tensors:
         raise InputError(

@@ -553,6 +553,7 @@ class GrpcServer:
                 max_rows=engine.max_request_rows,
                 allow_nan=self.config.allow_nan,
                 regions=self.regions,
+                model=engine.name,
             )
             timeout_s = decoded.timeout_us / 1e6 if decoded.timeout_us else None
             remaining = context.time_remaining()

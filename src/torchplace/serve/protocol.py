@@ -124,6 +124,22 @@ def _fail(message: str) -> InputError:
     return InputError(message)
 
 
+class _SizeMismatch(InputError):
+    """Triton's "input byte size mismatch" (its clients and tests match on the words), with
+    the model's name once the decoder is told it (:meth:`of_model`)."""
+
+    def __init__(self, name: str, expected: int, got: object, detail: str, model: str = ""):
+        self.parts = (name, expected, got, detail)
+        of = f" for model {model!r}" if model else ""
+        super().__init__(
+            f"input byte size mismatch for input {name!r}{of}. Expected {expected}, got {got}: "
+            f"{detail}"
+        )
+
+    def of_model(self, model: str) -> InputError:
+        return _SizeMismatch(*self.parts, model=model) if model else self
+
+
 def _kind_name(value: object) -> str:
     return {
         bool: "boolean",
@@ -144,10 +160,27 @@ def decode_infer_request(
     header_length: int | None = None,
     allow_nan: bool = False,
     regions: SharedMemoryRegions = _NO_REGIONS,
+    model: str = "",
 ) -> InferRequest:
     """Decode and validate an OIP inference request body (JSON, or JSON + binary tensors);
     more than ``max_rows`` rows is :class:`~torchplace.errors.PayloadTooLargeError` (413).
-    Inputs and outputs in shared memory are looked up in ``regions``."""
+    Inputs and outputs in shared memory are looked up in ``regions``; ``model`` names the
+    model in the messages that Triton's name it in."""
+    try:
+        return _decode_request(body, inputs, outputs, max_rows, header_length, allow_nan, regions)
+    except _SizeMismatch as exc:
+        raise exc.of_model(model) from None
+
+
+def _decode_request(
+    body: bytes | bytearray | memoryview,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+    max_rows: int,
+    header_length: int | None,
+    allow_nan: bool,
+    regions: SharedMemoryRegions,
+) -> InferRequest:
     view = memoryview(body)
     if header_length == 0:
         return _raw_request(view, inputs, allow_nan)
@@ -511,9 +544,12 @@ def _binary_array(
         )
     wire = WIRE_DTYPES[spec.datatype]
     if type(size) is not int or size != count * wire.itemsize:
-        raise _fail(  # Triton's words first: clients match on them
-            f"input byte size mismatch for input {name!r}: expected {count * wire.itemsize} "
-            f"bytes (shape {shape} of {spec.datatype}), got {field} {size!r}"
+        expected = count * wire.itemsize
+        raise _SizeMismatch(
+            name,
+            expected,
+            size if type(size) is int else repr(size),
+            f"{field} {size!r}, where shape {shape} of {spec.datatype} takes {expected} bytes",
         )
     if offset + size > len(binary):
         raise _fail(
