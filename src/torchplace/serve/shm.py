@@ -215,6 +215,12 @@ class SharedMemoryRegions:
                 f"Invalid offset for shared memory region: '{name}' ({what}: offset {offset} "
                 f"is past its {region.byte_size} bytes)"
             )
+        if offset + size > _SIZE_MAX:  # the protocol's sizes are 64-bit: Triton's words
+            raise SharedMemoryError(
+                f"Integer overflow detected: byte_size ({size}) + offset ({offset}) exceeds "
+                f"maximum value ({_SIZE_MAX}) for region '{name}' ({what}; the region holds "
+                f"{region.byte_size} bytes)"
+            )
         if offset + size > region.byte_size:
             raise SharedMemoryError(
                 f"Invalid offset + byte size for shared memory region: '{name}' ({what}: "
@@ -293,6 +299,10 @@ class SharedMemoryRegions:
                 "byte_size at least 1)"
             )
         return fd
+
+
+#: the largest byte count or offset the protocol carries (an unsigned 64-bit integer)
+_SIZE_MAX = 2**64 - 1
 
 
 def _natural(what: str, value: object) -> int:
