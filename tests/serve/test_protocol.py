@@ -219,7 +219,7 @@ BAD_REQUESTS: list[tuple[str, bytes, dict[str, Any], str]] = [
         "output twice",
         _json_body([seed_input()], outputs=[{"name": "output"}, {"name": "output"}]),
         {},
-        "twice",
+        "output 'output' already exists in request",  # Triton's words
     ),
     (
         "classification",
@@ -610,6 +610,15 @@ def test_non_finite_outputs_are_not_answered_as_json_null(value: float) -> None:
         protocol_v1.encode_predict_response(results, spec)
 
 
+def test_a_raw_binary_request_to_a_model_of_two_inputs_is_told_in_triton_s_words() -> None:
+    spec = (TensorSpec("a", "FP32", (-1, 2)), TensorSpec("b", "FP32", (-1, 2)))
+    with pytest.raises(InputError) as info:
+        decode_infer_request(b"\0" * 16, inputs=spec, outputs=spec, max_rows=4, header_length=0)
+    assert str(info.value).startswith(
+        "Raw request must only have 1 input (found 1) to be deduced but got 2 inputs"
+    )
+
+
 def test_a_raw_binary_request_works_out_one_variable_dimension() -> None:
     """Inference-Header-Content-Length: 0 with a row of [-1] values: its length from the body
     (Triton's raw binary request), one variable dimension at most."""
@@ -620,5 +629,5 @@ def test_a_raw_binary_request_works_out_one_variable_dimension() -> None:
     with pytest.raises(InputError, match="do not fill a row of \\[-1\\] FP32"):
         decode_infer_request(body[:6], inputs=spec, outputs=spec, max_rows=4, header_length=0)
     two = (TensorSpec("x", "FP32", (-1, -1, -1)),)
-    with pytest.raises(InputError, match="at most one variable dimension"):
+    with pytest.raises(InputError, match=r"^The shape of the raw input 'x' can not be deduced"):
         decode_infer_request(body, inputs=two, outputs=two, max_rows=4, header_length=0)

@@ -277,6 +277,11 @@ def test_model_control_as_triton_s_examples_call_it(server: ServerThread) -> Non
     status, answer = _call(port, "POST", "/v2/repository/index", b'{"ready": "yes"}')
     assert status == 400
     assert "Invalid value for 'ready'" in answer["error"]
+    status, answer = _call(port, "POST", "/v2/repository/index", b'{"ready": [[true]]}')
+    assert (status, answer["error"]) == (
+        400,
+        "Invalid value for 'ready': expected a boolean, got [[true]]",  # as sent, not Python's
+    )
     assert _call(port, "GET", "/v2/models")[1] == {"models": ["a", "b"]}
 
 

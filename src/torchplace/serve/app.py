@@ -387,7 +387,7 @@ class App:
             ready = body.get("ready", False)
             if not isinstance(ready, bool):
                 return error_response(
-                    400, f"Invalid value for 'ready': expected a boolean, got {ready!r}"
+                    400, f"Invalid value for 'ready': expected a boolean, got {_json_text(ready)}"
                 )
             return Response(200, orjson.dumps(self._index(ready)))
         if len(rest) == 3 and rest[0] == b"models" and rest[2] in (b"load", b"unload"):
@@ -787,3 +787,8 @@ def _timeout_us(headers: dict[bytes, bytes], parameter: int | None) -> int | Non
 def _text(raw: bytes) -> str:
     text = raw.decode("utf-8", errors="replace")
     return text if len(text) <= 200 else text[:200] + "..."
+
+
+def _json_text(value: object) -> str:
+    """A value the client sent, as JSON (``true``, not Python's ``True``), cut short."""
+    return _text(orjson.dumps(value))

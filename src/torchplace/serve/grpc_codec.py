@@ -271,7 +271,7 @@ def _requested(
                 + ", ".join(_describe(s) for s in outputs)
             )
         if any(c.name == name for c in chosen):
-            raise InputError(f"output {name!r} is requested twice")
+            raise InputError(f"output {name!r} already exists in request; ask for each output once")
         classes = class_count(name, known[name], _value(entry.parameters, "classification"))
         shm_params = _shared(entry.parameters)
         if classes and shm_params is not None:

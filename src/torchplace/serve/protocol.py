@@ -231,10 +231,11 @@ def _raw_request(body: memoryview, inputs: Sequence[TensorSpec], allow_nan: bool
     """Triton's raw binary request (``Inference-Header-Content-Length: 0``): the body is the
     one input's bytes, one row; every output is answered as binary data."""
     if len(inputs) != 1:
-        raise _fail(
-            "a raw binary request (Inference-Header-Content-Length: 0) needs a model with one "
-            "input; this one takes " + ", ".join(_describe(s) for s in inputs) + "; send the "
-            "JSON header with the binary data"
+        raise _fail(  # Triton's words first: its clients and tests match on them
+            f"Raw request must only have 1 input (found 1) to be deduced but got {len(inputs)} "
+            "inputs: a raw binary request (Inference-Header-Content-Length: 0) needs a model "
+            "with one input; this one takes " + ", ".join(_describe(s) for s in inputs) + "; "
+            "send the JSON header with the binary data"
         )
     spec = inputs[0]
     shape = _raw_shape(spec, len(body))
@@ -259,9 +260,10 @@ def _raw_shape(spec: TensorSpec, size: int) -> list[int]:
     shape = [1, *spec.shape[1:]]
     variable = [i for i, d in enumerate(shape) if d < 0]
     if len(variable) > 1:
-        raise _fail(
-            f"a raw binary request needs at most one variable dimension in a row, but input "
-            f"{spec.name!r} is {list(spec.shape)}; send the JSON header with the binary data"
+        raise _fail(  # Triton's words first
+            f"The shape of the raw input {spec.name!r} can not be deduced because there are "
+            "more than one variable-sized dimension: a raw binary request needs at most one "
+            f"in a row, but it is {list(spec.shape)}; send the JSON header with the binary data"
         )
     if variable:
         fixed = math.prod(d for d in shape if d >= 0) * WIRE_DTYPES[spec.datatype].itemsize
@@ -687,7 +689,7 @@ def _requested_outputs(
                 + ", ".join(_describe(s) for s in outputs)
             )
         if any(c.name == name for c in chosen):
-            raise _fail(f"output {name!r} is requested twice")
+            raise _fail(f"output {name!r} already exists in request; ask for each output once")
         params = entry.get("parameters")
         chosen.append(_requested_output(name, known[name], params, binary_default, regions))
     return tuple(chosen)
