@@ -369,7 +369,8 @@ def test_a_mismatched_datatype_is_a_clear_400(served: tuple[str, str, int]) -> N
         inp = httpclient.InferInput("input", [1, 8], "FP32")
         inp.set_data_from_numpy(np.zeros((1, 8), np.float32))
         with pytest.raises(
-            InferenceServerException, match="'FP32' does not match the model's BF16"
+            InferenceServerException,
+            match=rf"data-type is 'FP32', but model '{name}' expects 'BF16'",
         ):
             client.infer(name, [inp])
         assert client.is_server_ready()
@@ -380,7 +381,7 @@ def test_a_mismatched_datatype_is_a_clear_400(served: tuple[str, str, int]) -> N
         f"/v2/models/{name}/infer", orjson.dumps({"inputs": [entry]}), headers=JSON
     )
     assert status == 400
-    assert "'FP16' does not match the model's BF16" in raw.decode()
+    assert f"data-type is 'FP16', but model '{name}' expects 'BF16'" in raw.decode()
 
 
 # ---------------------------------------------------------------------- CUDA

@@ -125,7 +125,7 @@ def test_a_long_datatype_keeps_invalid_argument(fake_server: ServerThread) -> No
     failed = _call(fake_server.grpc_port, "ModelInfer", request, pb.ModelInferResponse)
     assert isinstance(failed, grpc.RpcError)
     assert failed.code().name == "INVALID_ARGUMENT"
-    assert failed.details().startswith("input 'input': datatype")
+    assert failed.details().startswith("inference input 'input' data-type is")
 
 
 # -- model control -----------------------------------------------------------------------------

@@ -189,15 +189,20 @@ BAD_REQUESTS: list[tuple[str, bytes, dict[str, Any], str]] = [
     ("empty inputs", _json_body([]), {}, "needs 'inputs'"),
     ("input not object", _json_body([5]), {}, "must be an object"),
     ("nameless input", _json_body([{"datatype": "FP32"}]), {}, "'name'"),
-    ("unknown input", _json_body([seed_input(name="x")]), {}, "unknown input 'x'"),
+    ("unknown input", _json_body([seed_input(name="x")]), {}, "unexpected inference input 'x'"),
     ("twice", _json_body([seed_input(), seed_input()]), {}, "given twice"),
-    ("wrong datatype", _json_body([seed_input(datatype="FP64")]), {}, "does not match"),
+    (
+        "wrong datatype",
+        _json_body([seed_input(datatype="FP64")]),
+        {},
+        "data-type is 'FP64', but the model expects 'FP32'",
+    ),
     ("bytes", _json_body([seed_input(datatype="BYTES")]), {}, "BYTES"),
     ("shape not list", _json_body([seed_input(shape="1,8")]), {}, "'shape'"),
     ("negative dim", _json_body([seed_input(shape=[-1, 8])]), {}, "non-negative"),
     ("bool dim", _json_body([seed_input(shape=[True, 8])]), {}, "non-negative"),
-    ("wrong rank", _json_body([seed_input(shape=[8])]), {}, "does not fit"),
-    ("wrong width", _json_body([seed_input(shape=[1, 7])]), {}, "does not fit"),
+    ("wrong rank", _json_body([seed_input(shape=[8])]), {}, "Expected [-1,8], got [8]"),
+    ("wrong width", _json_body([seed_input(shape=[1, 7])]), {}, "unexpected shape for input"),
     ("zero rows", _json_body([seed_input(shape=[0, 8], data=[])]), {}, "at least one row"),
     ("count lies", _json_body([seed_input(shape=[2, 8])]), {}, "needs 16 values"),
     ("no data", _json_body([seed_input(data=None)]), {}, "needs 'data'"),
@@ -214,7 +219,12 @@ BAD_REQUESTS: list[tuple[str, bytes, dict[str, Any], str]] = [
         "binary_data_output",
     ),
     ("outputs not list", _json_body([seed_input()], outputs={}), {}, "'outputs'"),
-    ("unknown output", _json_body([seed_input()], outputs=[{"name": "z"}]), {}, "unknown output"),
+    (
+        "unknown output",
+        _json_body([seed_input()], outputs=[{"name": "z"}]),
+        {},
+        "unexpected inference output 'z'",
+    ),
     (
         "output twice",
         _json_body([seed_input()], outputs=[{"name": "output"}, {"name": "output"}]),
@@ -327,7 +337,7 @@ def test_inputs_must_agree_on_rows() -> None:
     with pytest.raises(InputError, match="same batch size"):
         _decode(body, inputs=inputs)
     body = _json_body([{"name": "a", "datatype": "FP32", "shape": [1, 1], "data": [1.0]}])
-    with pytest.raises(InputError, match="missing input"):
+    with pytest.raises(InputError, match="but missing required input"):
         _decode(body, inputs=inputs)
 
 

@@ -62,7 +62,10 @@ def test_the_columnar_form_gives_each_inputs_rows_under_its_name() -> None:
         ({"rows": [[1]]}, "a non-empty array with one entry per row"),
         ([[1, 2]], "a non-empty array with one entry per row"),
         ({"instances": [[[1, 2], [3]]]}, "must be a flat or regularly nested array"),
-        ({"instances": [[[1, 2]]]}, r"shape \[1, 1, 2\] does not fit the model's \[-1, 2, 2\]"),
+        (
+            {"instances": [[[1, 2]]]},
+            r"unexpected shape for input 'x'. Expected \[-1,2,2\], got \[1,1,2\]",
+        ),
         ({"instances": [[["a", "b"], ["c", "d"]]]}, "holds strings"),
         (
             {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2, 2], "data": [1] * 4}]},

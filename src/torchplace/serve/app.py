@@ -592,6 +592,7 @@ class App:
             outputs=handle.outputs,
             max_rows=handle.max_request_rows,
             allow_nan=self._allow_nan,
+            model=handle.name,
         )
 
     def _body(self, request: Request) -> bytes:

@@ -41,8 +41,10 @@ from torchplace.serve.protocol import (
     _check_finite,
     _checked_shape,
     _describe,
+    _ModelWords,
     _same_rows,
-    _SizeMismatch,
+    _unknown_input,
+    _unknown_output,
     _write_output,
     check_output_room,
     class_count,
@@ -122,7 +124,7 @@ def decode_infer_request(
     Triton's name it in."""
     try:
         return _decode_request(message, inputs, outputs, max_rows, allow_nan, regions)
-    except _SizeMismatch as exc:
+    except _ModelWords as exc:
         raise exc.of_model(model) from None
 
 
@@ -156,10 +158,7 @@ def _decode_request(
     for tensor, shm_params in zip(tensors, in_shm):  # noqa: B905 (same length)
         spec = specs.get(tensor.name)
         if spec is None:
-            raise InputError(
-                f"unknown input {tensor.name!r}; the model takes "
-                + ", ".join(_describe(s) for s in inputs)
-            )
+            raise _unknown_input(tensor.name, inputs)
         if tensor.name in arrays:
             raise InputError(f"input {tensor.name!r} is given twice")
         shape = _checked_shape(
@@ -266,10 +265,7 @@ def _requested(
     for entry in requested:
         name = entry.name
         if name not in known:
-            raise InputError(
-                f"unknown output {name!r}; the model returns "
-                + ", ".join(_describe(s) for s in outputs)
-            )
+            raise _unknown_output(name, outputs)
         if any(c.name == name for c in chosen):
             raise InputError(f"output {name!r} already exists in request; ask for each output once")
         classes = class_count(name, known[name], _value(entry.parameters, "classification"))

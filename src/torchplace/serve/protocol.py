@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,20 +124,47 @@ def _fail(message: str) -> InputError:
     return InputError(message)
 
 
-class _SizeMismatch(InputError):
-    """Triton's "input byte size mismatch" (its clients and tests match on the words), with
-    the model's name once the decoder is told it (:meth:`of_model`)."""
+class _ModelWords(InputError):
+    """An error in Triton's words (its clients and tests match on them), which name the model:
+    ``render(model)`` writes it ('' when the name is not known here), and the decoder writes it
+    again once it is (:meth:`of_model`)."""
 
-    def __init__(self, name: str, expected: int, got: object, detail: str, model: str = ""):
-        self.parts = (name, expected, got, detail)
-        of = f" for model {model!r}" if model else ""
-        super().__init__(
-            f"input byte size mismatch for input {name!r}{of}. Expected {expected}, got {got}: "
-            f"{detail}"
-        )
+    def __init__(self, render: Callable[[str], str], model: str = "") -> None:
+        self.render = render
+        super().__init__(render(model))
 
     def of_model(self, model: str) -> InputError:
-        return _SizeMismatch(*self.parts, model=model) if model else self
+        return _ModelWords(self.render, model) if model else self
+
+
+def _for(model: str) -> str:
+    return f" for model {model!r}" if model else ""
+
+
+def _dims(shape: Sequence[int]) -> str:
+    """A shape as Triton writes one: ``[-1,16]``."""
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def _unknown_input(name: str, inputs: Sequence[TensorSpec]) -> InputError:
+    takes = ", ".join(_describe(s) for s in inputs)
+    return _ModelWords(lambda m: f"unexpected inference input {name!r}{_for(m)}; it takes {takes}")
+
+
+def _unknown_output(name: str, outputs: Sequence[TensorSpec]) -> InputError:
+    gives = ", ".join(_describe(s) for s in outputs)
+    return _ModelWords(
+        lambda m: f"unexpected inference output {name!r}{_for(m)}; it returns {gives}"
+    )
+
+
+def _size_mismatch(name: str, expected: int, got: object, detail: str) -> InputError:
+    return _ModelWords(
+        lambda m: (
+            f"input byte size mismatch for input {name!r}{_for(m)}. Expected {expected}, "
+            f"got {got}: {detail}"
+        )
+    )
 
 
 def _kind_name(value: object) -> str:
@@ -168,7 +195,7 @@ def decode_infer_request(
     model in the messages that Triton's name it in."""
     try:
         return _decode_request(body, inputs, outputs, max_rows, header_length, allow_nan, regions)
-    except _SizeMismatch as exc:
+    except _ModelWords as exc:
         raise exc.of_model(model) from None
 
 
@@ -344,10 +371,7 @@ def _decode_inputs(
             raise _fail("each input needs a 'name' string")
         spec = specs.get(name)
         if spec is None:
-            raise _fail(
-                f"unknown input {name!r}; the model takes "
-                + ", ".join(_describe(s) for s in inputs)
-            )
+            raise _unknown_input(name, inputs)
         if name in arrays:
             raise _fail(f"input {name!r} is given twice")
         array = _quick_json_array(raw, spec, max_rows)
@@ -373,11 +397,14 @@ def _check_complete(inputs: Sequence[TensorSpec], arrays: Mapping[str, object]) 
     """Every declared input was given."""
     missing = [s.name for s in inputs if s.name not in arrays]
     if missing:
-        raise _fail(
-            "missing input(s) "
-            + ", ".join(repr(m) for m in missing)
-            + "; the model takes "
-            + ", ".join(_describe(s) for s in inputs)
+        given, lacking = list(arrays), missing
+        takes = ", ".join(_describe(s) for s in inputs)
+        raise _ModelWords(
+            lambda m: (
+                f"expected {len(inputs)} inputs but got {len(given)} inputs{_for(m)}. "
+                f"Got input(s) {given}, but missing required input(s) {lacking}. Please provide "
+                f"all required input(s): {takes}"
+            )
         )
 
 
@@ -499,8 +526,11 @@ def _checked_shape(raw: dict[str, Any], spec: TensorSpec, max_rows: int) -> list
                 f"input {name!r}: datatype BYTES is not a tensor type torch can take; "
                 f"send {spec.datatype}"
             )
-        raise _fail(
-            f"input {name!r}: datatype {datatype!r} does not match the model's {spec.datatype}"
+        raise _ModelWords(
+            lambda m: (
+                f"inference input {name!r} data-type is {datatype!r}, but "
+                f"{f'model {m!r}' if m else 'the model'} expects {spec.datatype!r}"
+            )
         )
     shape = raw.get("shape")
     if type(shape) is not list or not all(type(d) is int and d >= 0 for d in shape):
@@ -512,9 +542,12 @@ def _checked_shape(raw: dict[str, Any], spec: TensorSpec, max_rows: int) -> list
         want != got and want != -1
         for want, got in zip(declared, shape)  # noqa: B905
     ):
-        raise _fail(
-            f"input {name!r}: shape {shape} does not fit the model's {list(declared)} "
-            "(-1 is the batch dimension)"
+        raise _ModelWords(
+            lambda m: (
+                f"unexpected shape for input {name!r}{_for(m)}. Expected "
+                f"{_dims(declared)}, got {_dims(shape)} (the first dimension is the batch: -1, "
+                "any number of rows)"
+            )
         )
     rows = shape[0]
     if rows < 1:
@@ -547,7 +580,7 @@ def _binary_array(
     wire = WIRE_DTYPES[spec.datatype]
     if type(size) is not int or size != count * wire.itemsize:
         expected = count * wire.itemsize
-        raise _SizeMismatch(
+        raise _size_mismatch(
             name,
             expected,
             size if type(size) is int else repr(size),
@@ -684,10 +717,7 @@ def _requested_outputs(
             raise _fail("each entry of 'outputs' must be an object with a 'name' string")
         name = entry["name"]
         if name not in known:
-            raise _fail(
-                f"unknown output {name!r}; the model returns "
-                + ", ".join(_describe(s) for s in outputs)
-            )
+            raise _unknown_output(name, outputs)
         if any(c.name == name for c in chosen):
             raise _fail(f"output {name!r} already exists in request; ask for each output once")
         params = entry.get("parameters")

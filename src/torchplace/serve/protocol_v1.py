@@ -41,8 +41,10 @@ def decode_predict_request(
     outputs: Sequence[TensorSpec],
     max_rows: int,
     allow_nan: bool = False,
+    model: str = "",
 ) -> InferRequest:
-    """A V1 ``:predict`` body, validated as the OIP request of the same rows."""
+    """A V1 ``:predict`` body, validated as the OIP request of the same rows (``model`` named
+    in the messages that name it)."""
     rows = _instances(body)
     if len(rows) > max_rows:
         raise PayloadTooLargeError(
@@ -65,6 +67,7 @@ def decode_predict_request(
         outputs=outputs,
         max_rows=max_rows,
         allow_nan=allow_nan,
+        model=model,
     )
 
 
