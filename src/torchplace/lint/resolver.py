@@ -26,6 +26,10 @@ _MODULE_ROOTS = frozenset(
         "lightning.LightningModule",
         "lightning.pytorch.LightningModule",
         "pytorch_lightning.LightningModule",
+        # PyTorch Geometric's base of every graph layer (an nn.Module)
+        "torch_geometric.nn.MessagePassing",
+        "torch_geometric.nn.conv.MessagePassing",
+        "torch_geometric.nn.conv.message_passing.MessagePassing",
     }
 )
 

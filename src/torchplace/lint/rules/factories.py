@@ -19,8 +19,17 @@ __all__ = ["FACTORY", "check_factory"]
 FACTORY = Rule("TPL103", "factory-without-device", "tensor factory without `device=` in `forward`")
 
 
+# Base-class methods that call the subclass's hooks: PyTorch Geometric's
+# ``MessagePassing.propagate`` runs ``message``, ``aggregate`` and ``update`` on the inputs.
+_DISPATCHERS = {
+    "propagate": ("message", "aggregate", "update", "message_and_aggregate"),
+    "edge_updater": ("edge_update",),
+}
+
+
 def _forward_reachable(cls: Scope) -> set[str]:
-    """``forward`` and the methods it calls through ``self.name(...)``, transitively."""
+    """``forward`` and the methods it calls through ``self.name(...)``, transitively (also
+    the hooks a base-class dispatcher such as ``self.propagate(...)`` calls)."""
     cached: set[str] | None = cls.cache.get("forward-reachable")
     if cached is not None:
         return cached
@@ -43,9 +52,11 @@ def _forward_reachable(cls: Scope) -> set[str]:
                 and isinstance(sub.func, ast.Attribute)
                 and isinstance(sub.func.value, ast.Name)
                 and sub.func.value.id == "self"
-                and sub.func.attr in methods
             ):
-                todo.append(sub.func.attr)
+                if sub.func.attr in methods:
+                    todo.append(sub.func.attr)
+                elif sub.func.attr in _DISPATCHERS:
+                    todo.extend(h for h in _DISPATCHERS[sub.func.attr] if h in methods)
     cls.cache["forward-reachable"] = reached
     return reached
 
@@ -111,12 +122,15 @@ def _scalar_draw(call: ast.Call, name: str) -> bool:
 
 
 def _scalar_tensor(call: ast.Call, name: str) -> bool:
-    """``torch.tensor(2.0)`` is 0-dim (mixes with any device) and ``torch.tensor([])`` empty."""
-    if name != "torch.tensor" or not call.args:
+    """``torch.tensor(2.0)`` is 0-dim (mixes with any device) and ``torch.tensor([])`` empty
+    (``torch.Tensor([...])`` likewise; ``torch.Tensor(n)`` is a size, never a value)."""
+    if name not in {"torch.tensor", "torch.Tensor"} or not call.args:
         return False
     data = call.args[0]
     if isinstance(data, (ast.List, ast.Tuple)):
         return len(data.elts) <= 1 and all(isinstance(e, ast.Constant) for e in data.elts)
+    if name == "torch.Tensor":
+        return False  # torch.Tensor(n) is n uninitialised elements, not the number n
     if isinstance(data, ast.Call):
         func = data.func
         if isinstance(func, ast.Name):

@@ -27,6 +27,7 @@ __all__ = [
     "in_test",
     "is_device_bound_loop",
     "is_module_expr",
+    "is_tensor_annotation",
     "is_tensor_expr",
     "loop_bound_names",
     "mentions",
@@ -45,6 +46,7 @@ FACTORIES = frozenset(
             "triu_indices",
             "LongTensor",
             "FloatTensor",
+            "Tensor",
         )
     )
 )
@@ -282,10 +284,31 @@ def is_tensor_expr(
 
 
 def _is_tensor_annotation(node: ast.expr, ctx: Context) -> bool:
+    return is_tensor_annotation(node, ctx)
+
+
+def is_tensor_annotation(node: ast.expr, ctx: Context, *, optional: bool = False) -> bool:
+    """``torch.Tensor`` (also as a string); with ``optional``, ``Optional[Tensor]`` and
+    ``Tensor | None`` too. A union with anything else (``Union[Parameter, Tensor]``) is not."""
     name = ctx.qualname(node)
     if name in {"torch.Tensor", "torch.FloatTensor", "torch.LongTensor"}:
         return True
-    return isinstance(node, ast.Constant) and node.value in {"Tensor", "torch.Tensor"}
+    if isinstance(node, ast.Constant) and node.value in {"Tensor", "torch.Tensor"}:
+        return True
+    if not optional:
+        return False
+    if isinstance(node, ast.Subscript) and ctx.qualname(node.value) in {
+        "typing.Optional",
+        "Optional",
+    }:
+        return is_tensor_annotation(node.slice, ctx)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        sides = [node.left, node.right]
+        nones = [s for s in sides if isinstance(s, ast.Constant) and s.value is None]
+        return len(nones) == 1 and all(
+            is_tensor_annotation(s, ctx) for s in sides if s is not nones[0]
+        )
+    return False
 
 
 def moves_to_device(call: ast.Call, ctx: Context) -> bool:

@@ -441,7 +441,8 @@ FAMILY = Family(
         ".cpu(",
         "cuda",
         *(f"{quote}{device}" for quote in "\"'" for device in ("mps", "xpu", "hpu", "npu")),
-        *("zeros(", "ones(", "empty", "full(", "arange(", "tensor(", "rand", "eye(", "space("),
+        *("zeros(", "ones(", "empty", "full(", "arange(", "tensor(", "Tensor(", "rand", "eye("),
+        "space(",
         "_indices(",
     ),
 )

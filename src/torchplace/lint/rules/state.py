@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import ast
 
-from torchplace.lint.base import Context, Family, Rule, Scope
-from torchplace.lint.rules.facts import FACTORIES, is_module_expr, is_tensor_expr
+from torchplace.lint.base import Context, Family, Rule, Scope, walk_body
+from torchplace.lint.rules.facts import (
+    FACTORIES,
+    TENSOR_FUNCTIONS,
+    is_module_expr,
+    is_tensor_annotation,
+    is_tensor_expr,
+)
 
 __all__ = ["FAMILY"]
 
@@ -77,7 +83,7 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
     value = node.value
     plain: set[str] = method.cls.cache.setdefault("plain-containers", set())
     if attr is not None:
-        if _plain_tensor(value, ctx, method, attr):
+        if _plain_tensor(value, ctx, method, attr, node.lineno):
             _report_attribute(ctx, node, method.cls, attr)
         elif isinstance(value, _CONTAINERS):
             if isinstance(value, (ast.List, ast.Dict, ast.Set)) and not (
@@ -86,6 +92,8 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
                 plain.add(attr)
                 return
             held = _contents(value, ctx, method)
+            if held is None and _constructs(method):
+                held = _named_tensors(value, ctx, method, node.lineno)
             if held is not None:
                 _report(ctx, node, method.cls, attr, held)
         elif (
@@ -126,21 +134,328 @@ def _expr(node: ast.Expr, ctx: Context) -> None:
         _report(ctx, call, method.cls, attr, held)
 
 
-# Methods that take over placement: a class that overrides one moves its own plain tensors.
-_PLACEMENT_OVERRIDES = frozenset({"_apply", "to", "cuda", "cpu"})
+# The method that takes over placement: a class that overrides ``_apply`` moves its own plain
+# tensors. Overriding ``to``/``cuda``/``cpu`` does not: a parent's ``.to()`` reaches its
+# children through ``_apply``, never through their ``to``, and ``.half()``/``.cuda()`` bypass it.
+_PLACEMENT_OVERRIDES = frozenset({"_apply"})
 
 
-def _plain_tensor(value: ast.expr, ctx: Context, method: Scope, attr: str) -> bool:
-    """``self.cache = torch.zeros(n, d)`` in ``__init__``: a tensor of more than one element
-    kept as a plain attribute, which ``.to()`` leaves behind, used by the other methods
-    without being moved there first."""
-    if method.name != "__init__" or method.cls is None or not isinstance(value, ast.Call):
+def _constructs(method: Scope) -> bool:
+    """``__init__``, or a method ``__init__`` calls through ``self.name(...)`` (a builder such
+    as ``self.init_states(x)``, ``self._build_cache(n)``): code that runs at construction."""
+    return method.name == "__init__" or (
+        method.cls is not None and method.name in _construction_helpers(method.cls)
+    )
+
+
+def _methods(cls: Scope) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    assert isinstance(cls.node, ast.ClassDef)
+    return {
+        item.name: item
+        for item in cls.node.body
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+
+
+def _self_calls(node: ast.AST) -> set[str]:
+    return {
+        sub.func.attr
+        for sub in walk_body(getattr(node, "body", []))
+        if isinstance(sub, ast.Call)
+        and isinstance(sub.func, ast.Attribute)
+        and isinstance(sub.func.value, ast.Name)
+        and sub.func.value.id == "self"
+    }
+
+
+def _construction_helpers(cls: Scope) -> set[str]:
+    """Methods ``__init__`` calls through ``self.name(...)``, directly or through another such
+    method (``forward`` and the placement API excluded)."""
+    cached: set[str] | None = cls.cache.get("construction-helpers")
+    if cached is not None:
+        return cached
+    methods = _methods(cls)
+    found: set[str] = set()
+    todo = [methods["__init__"]] if "__init__" in methods else []
+    for _ in range(8):  # a bounded walk: helpers of helpers, a few levels deep
+        if not todo:
+            break
+        called = set().union(*(_self_calls(m) for m in todo)) & set(methods)
+        called -= found | {"__init__", "forward", "__call__"} | _PLACEMENT_API
+        found |= called
+        todo = [methods[name] for name in called]
+    cls.cache["construction-helpers"] = found
+    return found
+
+
+_PLACEMENT_API = frozenset({"_apply", "to", "cuda", "cpu", "half", "float", "double", "type"})
+# torch functions of a tensor argument that return a new tensor on the argument's device.
+_TENSOR_OF_ARGS = TENSOR_FUNCTIONS | frozenset(
+    f"torch.{name}"
+    for name in (
+        "cumprod",
+        "cumsum",
+        "outer",
+        "polar",
+        "exp",
+        "log",
+        "sin",
+        "cos",
+        "sqrt",
+        "pow",
+        "complex",
+        "view_as_complex",
+        "view_as_real",
+        "tril",
+        "triu",
+        "flip",
+        "repeat_interleave",
+    )
+)
+
+
+def _plain_tensor(value: ast.expr, ctx: Context, method: Scope, attr: str, line: int) -> bool:
+    """``self.cache = torch.zeros(n, d)`` at construction (``__init__`` or a builder it
+    calls): a tensor of more than one element kept as a plain attribute, which ``.to()``
+    leaves behind, used by the other methods without being moved there first. The tensor may
+    come from a factory, a name bound to one, a parameter annotated ``Tensor``, or a function
+    of the file (or a method of the class) that returns one."""
+    if method.cls is None or not _constructs(method):
         return False
-    name = ctx.call_qualname(value)
-    if name not in FACTORIES or _single_value(value, name):
+    if not _builds_tensor(value, ctx, method.node, line, method.cls):
         return False
     cls = method.cls
-    return not (_overrides_placement(cls) or _moved_where_used(cls, attr))
+    return not (_overrides_placement(cls) or _moved_where_used(cls, attr, method.name))
+
+
+def _builds_tensor(
+    value: ast.expr,
+    ctx: Context,
+    function: ast.AST,
+    line: int,
+    cls: Scope | None,
+    depth: int = 0,
+) -> bool:
+    """Whether ``value``, evaluated at ``line`` of ``function``, is certainly a new tensor of
+    more than one element (a factory, a torch function of one, a tensor method of one)."""
+    if depth > 8:
+        return False
+    if isinstance(value, ast.Name):
+        bound = _bound_before(function, value.id, line)
+        if isinstance(bound, ast.expr):
+            return _builds_tensor(bound, ctx, function, bound.lineno, cls, depth + 1)
+        if bound == "parameter":  # a tensor handed to the constructor (not to a setter)
+            return (
+                getattr(function, "name", None) == "__init__"
+                and _tensor_parameter(function, value.id, ctx)
+                and not (cls is not None and _built_per_call(cls, ctx))
+            )
+        return False
+    if not isinstance(value, ast.Call):
+        return False
+    name = ctx.call_qualname(value)
+    if name in FACTORIES:
+        if depth > 0 and _of_number(value, name, function, ctx):
+            return False
+        return not _single_value(value, name)
+    if name in _TENSOR_OF_ARGS:
+        return any(
+            _builds_tensor(arg, ctx, function, line, cls, depth + 1)
+            for arg in [*value.args, *(kw.value for kw in value.keywords)]
+        )
+    func = value.func
+    if isinstance(func, ast.Attribute) and func.attr in _TENSOR_CHAIN:
+        return _builds_tensor(func.value, ctx, function, line, cls, depth + 1)
+    callee = _local_function(value, ctx, cls)
+    return callee is not None and _returns_tensor(callee, ctx, cls, depth + 1)
+
+
+# Methods of a tensor that return a tensor of the same elements (placed, cast or reshaped).
+_TENSOR_CHAIN = frozenset(
+    {
+        "to",
+        "cuda",
+        "float",
+        "half",
+        "double",
+        "long",
+        "int",
+        "bool",
+        "contiguous",
+        "view",
+        "reshape",
+        "clone",
+        "detach",
+        "unsqueeze",
+        "squeeze",
+        "permute",
+        "transpose",
+        "flatten",
+        "expand",
+        "repeat",
+        "clamp",
+        "clamp_",
+        "exp",
+        "sin",
+        "cos",
+    }
+)
+
+
+def _of_number(call: ast.Call, name: str, function: ast.AST, ctx: Context) -> bool:
+    """``torch.tensor(n)`` of a name not known to hold a sequence (``torch.tensor(attn_dim)``
+    is 0-dim): only a name bound to a literal sequence or a parameter annotated as one
+    (``levels: list[int]``) is taken for more than one element."""
+    if name != "torch.tensor" or not call.args or not isinstance(call.args[0], ast.Name):
+        return False
+    arg = call.args[0]
+    bound = _bound_before(function, arg.id, call.lineno)
+    if isinstance(bound, (ast.List, ast.Tuple, ast.ListComp)):
+        return False
+    if bound == "parameter":
+        args = getattr(function, "args", None)
+        for a in [*args.posonlyargs, *args.args, *args.kwonlyargs] if args else []:
+            if a.arg == arg.id and a.annotation is not None:
+                text = ast.unparse(a.annotation).lower()
+                return not any(k in text for k in ("list", "sequence", "tuple", "iterable"))
+    return True
+
+
+def _bound_before(function: ast.AST, name: str, line: int) -> ast.expr | str | None:
+    """The value last assigned to ``name`` in ``function``'s own body before ``line``;
+    ``"parameter"`` when nothing was (a parameter of the function); None when unknown (a
+    loop target, a tuple unpacking, ...). An augmented assignment keeps what was bound."""
+    last: tuple[int, ast.expr | None] | None = None
+    for sub in walk_body(getattr(function, "body", [])):
+        sub_line = getattr(sub, "lineno", line)
+        if sub_line >= line or (last is not None and sub_line <= last[0]):
+            continue
+        if isinstance(sub, ast.Assign):
+            for target in sub.targets:
+                if isinstance(target, ast.Name) and target.id == name:
+                    last = (sub_line, sub.value)
+                elif name in {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}:
+                    last = (sub_line, None)
+        elif isinstance(sub, ast.AnnAssign) and isinstance(sub.target, ast.Name):
+            if sub.target.id == name:
+                last = (sub_line, sub.value)
+        elif isinstance(sub, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith, ast.NamedExpr)):
+            bound = (
+                [item.optional_vars for item in sub.items if item.optional_vars is not None]
+                if isinstance(sub, (ast.With, ast.AsyncWith))
+                else [sub.target]
+            )
+            if any(name in {n.id for n in ast.walk(b) if isinstance(n, ast.Name)} for b in bound):
+                last = (sub_line, None)
+    if last is not None:
+        return last[1]
+    args = getattr(function, "args", None)
+    if isinstance(args, ast.arguments) and any(
+        a.arg == name for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]
+    ):
+        return "parameter"
+    return None
+
+
+def _tensor_parameter(function: ast.AST, name: str, ctx: Context) -> bool:
+    """A parameter annotated ``Tensor`` (or ``Optional[Tensor]``, ``Tensor | None``): the
+    caller hands over a tensor, and storing it as is keeps it out of ``.to()``."""
+    args = getattr(function, "args", None)
+    if not isinstance(args, ast.arguments):
+        return False
+    for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
+        if arg.arg == name and arg.annotation is not None:
+            return is_tensor_annotation(arg.annotation, ctx, optional=True)
+    return False
+
+
+def _built_per_call(cls: Scope, ctx: Context) -> bool:
+    """The file builds the class inside a function other than an ``__init__``
+    (``sampler = ImportanceRaySampler(ts, weights)`` in a render step): a temporary made from
+    the caller's tensors, never moved or saved, not a submodule."""
+    cached: bool | None = cls.cache.get("built-per-call")
+    if cached is not None:
+        return cached
+    found = False
+    scope: Scope | None = ctx.scope
+    while scope is not None and scope.kind != "module":
+        scope = scope.parent
+    if scope is not None:
+        for node in ast.walk(scope.node):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if node.name == "__init__":
+                continue
+            if any(
+                isinstance(sub, ast.Call)
+                and isinstance(sub.func, ast.Name)
+                and sub.func.id == cls.name
+                for sub in walk_body(node.body)
+            ):
+                found = True
+                break
+    cls.cache["built-per-call"] = found
+    return found
+
+
+def _local_function(
+    call: ast.Call, ctx: Context, cls: Scope | None
+) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The definition a call reaches in this file: ``self.name(...)`` a method of ``cls``,
+    ``name(...)`` a function at the module level."""
+    func = call.func
+    if (
+        isinstance(func, ast.Attribute)
+        and isinstance(func.value, ast.Name)
+        and func.value.id == "self"
+        and cls is not None
+    ):
+        return _methods(cls).get(func.attr)
+    if isinstance(func, ast.Name):
+        scope: Scope | None = ctx.scope
+        while scope is not None and scope.kind != "module":
+            scope = scope.parent
+        if scope is None:
+            return None
+        for item in getattr(scope.node, "body", []):
+            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == func.id:
+                return item
+    return None
+
+
+def _returns_tensor(
+    function: ast.FunctionDef | ast.AsyncFunctionDef,
+    ctx: Context,
+    cls: Scope | None,
+    depth: int,
+) -> bool:
+    """Every ``return`` of ``function`` (one at least) hands back a tensor it built."""
+    returns = [
+        sub
+        for sub in walk_body(function.body)
+        if isinstance(sub, ast.Return) and sub.value is not None
+    ]
+    return bool(returns) and all(
+        r.value is not None and _builds_tensor(r.value, ctx, function, r.lineno, cls, depth)
+        for r in returns
+    )
+
+
+def _named_tensors(value: ast.expr, ctx: Context, method: Scope, line: int) -> str | None:
+    """``self.flags = {"weights": weights}`` at construction, ``weights`` a ``Tensor``
+    parameter or a name bound to a factory: a plain container of tensors all the same."""
+    if isinstance(value, ast.Dict):
+        elements = [v for v in value.values if v is not None]
+    elif isinstance(value, (ast.List, ast.Tuple, ast.Set)):
+        elements = list(value.elts)
+    else:
+        return None
+    for element in elements:
+        if isinstance(element, ast.Name) and _builds_tensor(
+            element, ctx, method.node, line, method.cls
+        ):
+            return "tensors"
+    return None
 
 
 def _single_value(call: ast.Call, name: str) -> bool:
@@ -148,7 +463,12 @@ def _single_value(call: ast.Call, name: str) -> bool:
     on any device (only ``torch.tensor`` of a literal list or a name may hold more)."""
     if name != "torch.tensor" or not call.args:
         return False
-    return not isinstance(call.args[0], (ast.List, ast.Tuple, ast.ListComp, ast.Name, ast.Call))
+    data = call.args[0]
+    if isinstance(data, ast.BinOp) and any(
+        isinstance(side, (ast.List, ast.ListComp)) for side in (data.left, data.right)
+    ):
+        return False  # torch.tensor([1] + sizes[:-1]): a list joined to another
+    return not isinstance(data, (ast.List, ast.Tuple, ast.ListComp, ast.Name, ast.Call))
 
 
 def _overrides_placement(cls: Scope) -> bool:
@@ -160,15 +480,21 @@ def _overrides_placement(cls: Scope) -> bool:
     )
 
 
-def _moved_where_used(cls: Scope, attr: str) -> bool:
-    """Every read of ``self.<attr>`` outside ``__init__`` places it first
-    (``self.mean.to(x.device)``, ``self.table[t].to(x)``), or nothing reads it."""
+def _moved_where_used(cls: Scope, attr: str, builder: str = "__init__") -> bool:
+    """Every read of ``self.<attr>`` outside ``__init__`` (and the builder that set it)
+    places it first (``self.mean.to(x.device)``, ``self.table[t].to(x)``), or nothing
+    reads it."""
     assert isinstance(cls.node, ast.ClassDef)
     reads = 0
     for item in cls.node.body:
-        if not isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) or item.name == "__init__":
+        if not isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) or item.name in {
+            "__init__",
+            builder,
+        }:
             continue
         placed: set[int] = set()
+        # `self.x = self.x.to(x.device)`: from there on, the method reads it placed
+        placed_from: float = float("inf")
         for sub in ast.walk(item):
             if (
                 isinstance(sub, ast.Call)
@@ -176,15 +502,32 @@ def _moved_where_used(cls: Scope, attr: str) -> bool:
                 and sub.func.attr in {"to", "cuda", "type_as"}
             ):
                 placed |= {id(n) for n in ast.walk(sub.func.value)}
+            if (
+                isinstance(sub, ast.Assign)
+                and any(_self_attr(t) == attr for t in sub.targets)
+                and any(_places_attr(n, attr) for n in ast.walk(sub.value))
+            ):
+                placed_from = min(placed_from, sub.lineno)
         for sub in ast.walk(item):
             if (
                 isinstance(sub, ast.Attribute)
                 and _self_attr(sub) == attr
                 and isinstance(sub.ctx, ast.Load)
                 and id(sub) not in placed
+                and sub.lineno < placed_from
             ):
                 reads += 1
     return reads == 0
+
+
+def _places_attr(node: ast.AST, attr: str) -> bool:
+    """``self.<attr>.to(...)`` (``.cuda()``, ``.type_as(...)``)."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in {"to", "cuda", "type_as"}
+        and any(_self_attr(n) == attr for n in ast.walk(node.func.value))
+    )
 
 
 def _report_attribute(ctx: Context, node: ast.AST, cls: Scope, attr: str) -> None:
