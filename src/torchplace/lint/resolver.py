@@ -87,12 +87,14 @@ def module_name_for(path: str) -> tuple[str | None, bool]:
 class Resolver:
     """Maps local names to the dotted names they were imported as."""
 
-    __slots__ = ("is_package", "local_module_classes", "module", "names")
+    __slots__ = ("is_package", "local_module_classes", "module", "names", "stars")
 
     def __init__(self, module: str | None = None, *, is_package: bool = False) -> None:
         self.module = module
         self.is_package = is_package
         self.names: dict[str, str] = {}
+        # Modules star-imported (`from utils import *`): their names are the file's own.
+        self.stars: list[str] = []
         # Classes of this file that subclass nn.Module, directly or through each other.
         self.local_module_classes: set[str] = set()
 
@@ -110,6 +112,7 @@ class Resolver:
             return
         for alias in node.names:
             if alias.name == "*":
+                self.stars.append(base)
                 continue
             self.names[alias.asname or alias.name] = f"{base}.{alias.name}"
 

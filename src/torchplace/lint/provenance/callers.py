@@ -19,11 +19,12 @@ from torchplace.lint.provenance.loops import (
     rare_test,
 )
 from torchplace.lint.provenance.values import _FUNCTIONS, _LOOPS, Fact
+from torchplace.lint.resolver import dotted_name
 
 if TYPE_CHECKING:
     from torchplace.lint.provenance.files import FileFacts
 
-__all__ = ["PerBatch", "calls_in", "find_per_batch"]
+__all__ = ["PerBatch", "call_sites", "calls_in", "find_per_batch"]
 
 # Methods a training framework calls once per batch, with the batch already on the device.
 _STEP_HOOKS = frozenset({"training_step", "validation_step", "test_step", "predict_step"})
@@ -57,6 +58,8 @@ def find_per_batch(
         result = _from_callers(facts, function, depth, facts, None)
     if result is None and depth == 0 and facts.parent.get(id(function)) is facts.tree:
         result = _from_importers(facts, function)
+    if result is None and depth < 3:
+        result = _from_instances(facts, function, depth)
     if result is not None and has_own_batch_loop(function):
         result = None
     return result
@@ -89,26 +92,185 @@ def _from_importers(
     return None
 
 
+def call_sites(
+    facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunctionDef
+) -> list[ast.Call]:
+    """The calls of a module-level ``function`` in its file and in the sibling modules that
+    import it (``utils.load(...)``, ``from utils import load``)."""
+    from torchplace.lint.provenance.files import facts_for_file  # files builds on this module
+
+    found = [
+        call
+        for scope, call, _ in facts.calls_of(function.name)
+        if scope is not function and facts.local_def(call.func, scope) is function
+    ]
+    if not os.path.isfile(facts.path):
+        return found
+    here = os.path.abspath(facts.path)
+    directory, filename = os.path.split(here)
+    wanted = f"{filename[:-3]}.{function.name}"
+    for other in _siblings(directory):
+        text = _text_of(other) if other != here else None
+        if text is None or function.name + "(" not in text or filename[:-3] not in text:
+            continue
+        others = facts_for_file(other)
+        if others is not None:
+            found += [
+                call
+                for _, call, _ in others.calls_of(function.name)
+                if _imported_as(others, call.func, wanted)
+            ]
+    return found
+
+
+def _from_instances(
+    facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunctionDef, depth: int
+) -> PerBatch | None:
+    """A method of a module-level class, called on an instance: ``aug = Augment(...)``, then
+    ``aug.tune(pred)`` (or ``model(x)`` for ``forward``) in a batch loop or a per-batch
+    function, of this file or of a sibling module that imports the class."""
+    from torchplace.lint.provenance.files import facts_for_file  # files builds on this module
+
+    cls = facts.parent.get(id(function))
+    if not isinstance(cls, ast.ClassDef) or facts.parent.get(id(cls)) is not facts.tree:
+        return None
+    if function.name.startswith("__") and function.name != "__call__":
+        return None
+    candidates: list[tuple[FileFacts, str | None]] = [(facts, None)]
+    if os.path.isfile(facts.path):
+        here = os.path.abspath(facts.path)
+        directory, filename = os.path.split(here)
+        stem = filename[:-3]
+        for other in _siblings(directory):
+            text = _text_of(other) if other != here else None
+            if text is None or cls.name + "(" not in text or stem not in text:
+                continue
+            others = facts_for_file(other)
+            if others is not None:
+                candidates.append((others, f"{stem}.{cls.name}"))
+    for callers, qualified in candidates:
+        instances = _instances(callers, cls, qualified)
+        if not instances:
+            continue
+        found = _from_callers(
+            facts, function, depth + 1, callers, None, instances=instances, method=cls.name
+        )
+        if found is not None:
+            # A helper object's method is part of a training step only for what it is given:
+            # with no device argument, its unknown values (`v.item()` of a meter's `**kwargs`)
+            # may well be host numbers.
+            return found if found.seeds else PerBatch(found.how, {}, False)
+    return None
+
+
+_RUN_METHODS = frozenset({"forward", "__call__"})
+
+
+def _instances(callers: FileFacts, cls: ast.ClassDef, qualified: str | None) -> frozenset[str]:
+    """The names (``aug``, ``self.trainer``) ``callers`` binds to a new instance of ``cls``
+    (``qualified``: as imported from another module; ``None``: this file's own class)."""
+    if cls.name + "(" not in callers.text:
+        return frozenset()
+    names: set[str] = set()
+    for node in ast.walk(callers.tree):
+        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
+            continue
+        func = node.value.func
+        if qualified is None:
+            if not (isinstance(func, ast.Name) and callers.defs_class(func.id) is cls):
+                continue
+        elif not _imported_as(callers, func, qualified):
+            continue
+        for target in node.targets:
+            name = dotted_name(target)
+            if name is not None:
+                names.add(name)
+                names.add(f"{node.lineno}:{name}")  # which assignment: see `_on_instance`
+    return frozenset(names)
+
+
+def _imported_as(callers: FileFacts, func: ast.expr, qualified: str) -> bool:
+    """``func`` names ``module.Class`` through an import, or a star import of ``module``."""
+    name = callers.qualname(func)
+    if name is not None:
+        return name.endswith(qualified)
+    module, _, last = qualified.rpartition(".")
+    return (
+        isinstance(func, ast.Name)
+        and func.id == last
+        and any(star.endswith(module) for star in callers.resolver.stars)
+    )
+
+
+def _on_instance(
+    call: ast.Call,
+    scope: ast.AST,
+    function: ast.FunctionDef | ast.AsyncFunctionDef,
+    instances: frozenset[str],
+) -> bool:
+    """``aug.tune(...)`` (``aug`` bound to an instance), or ``model(...)`` for ``forward``;
+    also through a parameter of the calling function named as the instance is where it is
+    made (``train(loader, decoder)`` handed ``decoder = Decoder(...)``)."""
+    func = call.func
+    if function.name in _RUN_METHODS:
+        receiver: ast.expr = func
+    elif isinstance(func, ast.Attribute) and func.attr == function.name:
+        receiver = func.value
+    else:
+        return False
+    name = dotted_name(receiver)
+    if name is None:
+        return False
+    if "." in name:
+        return name in instances  # `self.trainer`: an attribute, one per object
+    if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return name in instances
+    own = _bound_here(scope, name)
+    if own is not None:
+        return f"{own}:{name}" in instances  # `meter = Meter()` here: its own binding decides
+    params = {a.arg for a in [*scope.args.posonlyargs, *scope.args.args, *scope.args.kwonlyargs]}
+    return name in params and any(i.rpartition(".")[2] == name for i in instances)
+
+
+def _bound_here(scope: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> int | None:
+    """The line where ``scope`` first assigns ``name`` itself (a local, not the parameter)."""
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
+        ):
+            return node.lineno
+    return None
+
+
 def _from_callers(
     facts: FileFacts,
     function: ast.FunctionDef | ast.AsyncFunctionDef,
     depth: int,
     callers: FileFacts,
     qualified: str | None,
+    *,
+    instances: frozenset[str] = frozenset(),
+    method: str | None = None,
 ) -> PerBatch | None:
     """``function`` as called in ``callers``: per batch when a call sits in a
     batch loop or in a per-batch function. ``qualified`` (``module.name``) matches calls from
-    another file; ``None`` matches this file's own calls of the same definition."""
+    another file; ``None`` matches this file's own calls of the same definition; with
+    ``instances``, calls of the method on those instances (``method``: the class's name)."""
     how: str | None = None
     trains = False
     seeds: dict[str, Fact] = {}
-    for scope, call, loops in callers.calls_of(function.name):
+    names = {i.rpartition(".")[2] for i in instances} if function.name in _RUN_METHODS else set()
+    sites = [site for name in sorted(names or {function.name}) for site in callers.calls_of(name)]
+    for scope, call, loops in sites:
         if scope is function:
             continue
-        if qualified is None:
+        if instances:
+            if not _on_instance(call, scope, function, instances):
+                continue
+        elif qualified is None:
             if callers.local_def(call.func, scope) is not function:
                 continue
-        elif not (callers.qualname(call.func) or "").endswith(qualified):
+        elif not _matches(callers, call.func, qualified):
             continue
         outer: dict[str, Fact] | None = None
         batch = [
@@ -120,11 +282,12 @@ def _from_callers(
             continue  # `if step % eval_every == 0: evaluate(...)`: not once per batch
         caller = getattr(scope, "name", "<module>")
         where_file = "" if callers is facts else f" of {os.path.basename(callers.path)}"
+        called = function.name if method is None else f"{method}.{function.name}"
         if batch:
             outer = {}
             trains = trains or any(calls_backward(loop) for loop in batch)
             where = (
-                f"`{function.name}` is called in the batch loop of `{caller}`{where_file} "
+                f"`{called}` is called in the batch loop of `{caller}`{where_file} "
                 f"(line {call.lineno})"
             )
         else:
@@ -134,14 +297,20 @@ def _from_callers(
             outer = above.seeds
             trains = trains or above.trains
             where = (
-                f"`{function.name}` is called by `{caller}`{where_file} (line {call.lineno}), "
+                f"`{called}` is called by `{caller}`{where_file} (line {call.lineno}), "
                 "which runs once per batch"
             )
         how = how or where
-        for param, fact in callers.arg_facts(call, function, scope, outer).items():
+        bound = bool(instances)
+        for param, fact in callers.arg_facts(call, function, scope, outer, bound=bound).items():
             if fact.on_device:
                 seeds.setdefault(param, fact)
     return PerBatch(how, seeds, trains) if how is not None else None
+
+
+def _matches(callers: FileFacts, func: ast.expr, qualified: str) -> bool:
+    """``func`` is ``module.name`` imported into ``callers`` (also by ``from module import *``)."""
+    return _imported_as(callers, func, qualified)
 
 
 def _rare_branch(stmt: ast.stmt) -> bool:

@@ -282,6 +282,13 @@ class FileFacts:
                         return item
         return None
 
+    def defs_class(self, name: str) -> ast.ClassDef | None:
+        """The module-level class of this file named ``name``."""
+        for node in self.tree.body:
+            if isinstance(node, ast.ClassDef) and node.name == name:
+                return node
+        return None
+
     # -- calls across functions -------------------------------------------------------------
     def per_batch(self, function: ast.AST, depth: int = 0) -> PerBatch | None:
         """Whether ``function`` runs once per batch, and the device facts of its parameters.
@@ -313,10 +320,17 @@ class FileFacts:
         callee: ast.FunctionDef | ast.AsyncFunctionDef,
         scope: ast.AST,
         seeds: dict[str, Fact] | None = None,
+        *,
+        bound: bool = False,
     ) -> dict[str, Fact]:
-        """The facts of the arguments of ``call``, by the parameter of ``callee`` they bind."""
+        """The facts of the arguments of ``call``, by the parameter of ``callee`` they bind
+        (``bound``: a call on an instance, ``model(x)`` for ``forward``, passes ``self``)."""
         params = [a.arg for a in [*callee.args.posonlyargs, *callee.args.args]]
-        if params and params[0] in {"self", "cls"} and isinstance(call.func, ast.Attribute):
+        if (
+            params
+            and params[0] in {"self", "cls"}
+            and (bound or isinstance(call.func, ast.Attribute))
+        ):
             params = params[1:]
         out: dict[str, Fact] = {}
         for param, arg in zip(params, call.args, strict=False):

@@ -260,8 +260,9 @@ class Flow:
                     return fact
                 if name.startswith("self."):
                     return facts.self_attr_fact(self.node, name)
-            if facts.qualname(node) is not None:
-                return None  # torch.float16, np.pi: a module constant
+            qualname = facts.qualname(node)
+            if qualname is not None:
+                return _cuda_type(qualname, node.lineno)  # torch.float16, np.pi: a constant
             return self.eval(node.value, lookup)
         if isinstance(node, ast.Subscript):
             return _one(self.eval(node.value, lookup))
@@ -491,6 +492,15 @@ class Flow:
             body[0] <= bound <= body[1] and other[0] <= line <= other[1]
             for body, other in self.apart
         )
+
+
+def _cuda_type(qualname: str, line: int) -> Fact | None:
+    """``torch.cuda.HalfTensor``: a CUDA tensor type, which ``x.type(T)`` casts *and moves* to
+    (``x.type(T)`` then follows it as an argument does). Other module constants: nothing."""
+    module, _, last = qualname.rpartition(".")
+    if module == "torch.cuda" and last.endswith("Tensor"):
+        return Fact("device", qualname, f"cast to the CUDA type `{qualname}` at line {line}")
+    return None
 
 
 def _span(body: list[ast.stmt]) -> tuple[int, int]:

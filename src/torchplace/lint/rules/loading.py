@@ -16,6 +16,7 @@ from torchplace.lint.base import (
 )
 from torchplace.lint.finding import Edit, Fix
 from torchplace.lint.provenance import file_facts
+from torchplace.lint.provenance.callers import call_sites
 from torchplace.lint.rules.facts import in_test, loop_bound_names, receiver_root
 
 __all__ = ["FAMILY"]
@@ -57,13 +58,15 @@ def _call(call: ast.Call, ctx: Context) -> None:
 
 def _torch_load(call: ast.Call, ctx: Context) -> None:
     if has_star_kwargs(call):
+        if _callers_leave_out(call, ctx, "weights_only"):
+            _report_weights_only(call, ctx, forwarded=True)
         return
     if (
         len(call.args) < 2
         and keyword(call, "map_location") is None
         and not in_test(ctx)
         and not _in_dataset(ctx)
-        and not _round_trip(call, ctx)
+        and not _round_trip(call, ctx, wrapped=True)
         and not _host_only_payload(call, ctx)
         and not _saved_from_host(call, ctx)
         and _may_load_elsewhere(ctx)
@@ -76,9 +79,32 @@ def _torch_load(call: ast.Call, ctx: Context) -> None:
             'from, which may not exist here; pass `map_location=` (e.g. "cpu" or the target '
             "device)",
         )
+    if keyword(call, "weights_only") is None:
+        _report_weights_only(call, ctx, forwarded=False)
+
+
+def _callers_leave_out(call: ast.Call, ctx: Context, name: str) -> bool:
+    """``def load(path, **kwargs): return torch.load(path, **kwargs)``: the enclosing
+    module-level function forwards its ``**kwargs`` to the load, it is called (in its file or
+    a sibling module), and no call passes ``name`` (nor ``**`` of its own)."""
+    scope = ctx.function_scope()
+    if scope is None or scope.parent is None or scope.parent.kind != "module":
+        return False
+    node = scope.node
+    assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    kwarg = node.args.kwarg
+    star = [kw.value for kw in call.keywords if kw.arg is None]
+    if kwarg is None or not all(isinstance(v, ast.Name) and v.id == kwarg.arg for v in star):
+        return False
+    sites = call_sites(file_facts(ctx), node)
+    return bool(sites) and not any(
+        kw.arg is None or kw.arg == name for site in sites for kw in site.keywords
+    )
+
+
+def _report_weights_only(call: ast.Call, ctx: Context, *, forwarded: bool) -> None:
     if (
-        keyword(call, "weights_only") is None
-        and not any(isinstance(arg, ast.Starred) for arg in call.args)
+        not any(isinstance(arg, ast.Starred) for arg in call.args)
         and not in_test(ctx)
         and not _round_trip(call, ctx)
         and not _decided_elsewhere(ctx)
@@ -102,11 +128,13 @@ def _torch_load(call: ast.Call, ctx: Context) -> None:
                     ),
                 ),
             )
+        callers = " (no caller passes it through `**kwargs`)" if forwarded else ""
         ctx.report(
             NO_WEIGHTS_ONLY.code,
             call,
-            "`torch.load` without `weights_only=True` unpickles arbitrary objects (code "
-            "execution on a crafted file) on torch < 2.6; pass `weights_only=True`",
+            "`torch.load` without `weights_only=True`" + callers + " unpickles arbitrary "
+            "objects (code execution on a crafted file) on torch < 2.6; pass "
+            "`weights_only=True`",
             fix,
         )
 
@@ -173,14 +201,17 @@ def _in_dataset(ctx: Context) -> bool:
 _IN_MEMORY = ("BytesIO", "TemporaryFile", "NamedTemporaryFile", "SpooledTemporaryFile")
 
 
-def _round_trip(call: ast.Call, ctx: Context) -> bool:
+def _round_trip(call: ast.Call, ctx: Context, *, wrapped: bool = False) -> bool:
     """Loading what this process just saved (an in-memory buffer, a temporary file, the same
-    path given to ``torch.save`` in the same function): the saving device exists."""
+    path given to ``torch.save`` in the same function): the saving device exists. With
+    ``wrapped``, a buffer over given bytes (``BytesIO(data)``) counts too: bytes passed
+    around in memory come from a process of this run (for where tensors land), though not
+    necessarily from a trusted file (for what unpickling may run)."""
     source = call.args[0] if call.args else getattr(keyword(call, "f"), "value", None)
     if source is None:
         return True
     scope = ctx.function_scope()
-    if _names_buffer(source, ctx, scope or ctx.scope):
+    if _names_buffer(source, ctx, scope or ctx.scope, wrapped=wrapped):
         return True
     if scope is None:
         return False
@@ -279,17 +310,42 @@ def _own_body(node: ast.AST) -> list[ast.AST]:
     return out
 
 
-def _names_buffer(source: ast.expr, ctx: Context, scope: Scope) -> bool:
+def _names_buffer(source: ast.expr, ctx: Context, scope: Scope, *, wrapped: bool = False) -> bool:
+    """An in-memory buffer or temporary file, built empty: what it holds was saved here.
+    ``io.BytesIO(data)`` wraps bytes read from elsewhere (a file, the network, another rank):
+    a round trip only when the function saved into what ``data`` names."""
     if isinstance(source, ast.Call):
         name = ctx.call_qualname(source) or ""
-        return name.endswith(_IN_MEMORY)
+        if not name.endswith(_IN_MEMORY):
+            return False
+        return wrapped or not _wraps_bytes(source) or _saved_into(source, ctx, scope)
     root = receiver_root(source) if isinstance(source, (ast.Name, ast.Attribute)) else None
     if root is None:
         return False
     for value in ctx.scope_bindings(scope).get(root, []):
-        if isinstance(value, ast.Call) and (ctx.call_qualname(value) or "").endswith(_IN_MEMORY):
+        if isinstance(value, ast.Call) and _names_buffer(value, ctx, scope, wrapped=wrapped):
             return True
     return False
+
+
+def _wraps_bytes(call: ast.Call) -> bool:
+    """``BytesIO(data)``: a buffer over bytes it is given (not ``BytesIO()``, not a temporary
+    file's options)."""
+    name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+    return name == "BytesIO" and bool(call.args)
+
+
+def _saved_into(call: ast.Call, ctx: Context, scope: Scope) -> bool:
+    """The function ``torch.save``s into a name the buffer's bytes come from
+    (``torch.save(obj, buf)``, then ``BytesIO(buf.getvalue())``)."""
+    wanted = names_in(call.args[0])
+    return any(
+        isinstance(sub, ast.Call)
+        and len(sub.args) > 1
+        and (ctx.call_qualname(sub) or "").endswith("save")
+        and names_in(sub.args[1]) & wanted
+        for sub in ast.walk(scope.node)
+    )
 
 
 def _load_site(call: ast.Call, ctx: Context, what: str) -> None:

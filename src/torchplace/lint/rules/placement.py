@@ -220,12 +220,47 @@ def _rank_code(ctx: Context) -> bool:
     if cached is None:
         source = ctx.source
         cached = scope.cache["rank-code"] = (
-            any(word in source for word in _RANK_WORDS)
-            and not _VISIBLE_PER_RANK.search(source)
+            not _VISIBLE_PER_RANK.search(source)
             and not in_test(ctx)
-            and _uses_ranks(scope.node)
+            and (
+                (any(word in source for word in _RANK_WORDS) and _uses_ranks(scope.node))
+                or _calls_collective(scope.node, ctx)
+            )
         )
     return bool(cached)
+
+
+# `torch.distributed` calls that move tensors between ranks: every rank runs the code around
+# them, with whatever device is current in its process.
+_COLLECTIVES = frozenset(
+    {
+        "all_gather",
+        "all_gather_into_tensor",
+        "all_reduce",
+        "all_to_all",
+        "all_to_all_single",
+        "broadcast",
+        "gather",
+        "reduce",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "scatter",
+    }
+)
+
+
+def _calls_collective(tree: ast.AST, ctx: Context) -> bool:
+    """The file runs a tensor collective of ``torch.distributed`` (``dist.all_gather``): a
+    helper of multi-rank code, whose rank set-up (``set_device``) is in another file."""
+    if "all_" not in ctx.source and "broadcast" not in ctx.source and "reduce" not in ctx.source:
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            name = ctx.qualname(node.func) or ""
+            module, _, last = name.rpartition(".")
+            if module == "torch.distributed" and last in _COLLECTIVES:
+                return True
+    return False
 
 
 _RANK_WORDS = ("LOCAL_RANK", "local_rank", "init_process_group", "DistributedDataParallel")

@@ -689,8 +689,8 @@ def _called_here(scope: ast.AST, ctx: Context) -> bool:
     name = getattr(scope, "name", None)
     if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) or name is None:
         return False
-    if name.startswith("__"):
-        return False  # __init__, __call__, ...: not called by this name
+    if name.startswith("__") and name.endswith("__"):
+        return False  # __init__, __call__, ...: not called by this name (`self.__helper()` is)
     if name in {"training_step", "validation_step", "test_step", "predict_step"}:
         return True
     key = f"called:{name}"
