@@ -270,3 +270,37 @@ def test_the_bench_schema_checks_the_figures_of_each_benchmark() -> None:
     }
     with pytest.raises(jsonschema.ValidationError, match=r"required|rows"):
         validator.validate(report.envelope("bench", result, device="cpu"))
+
+
+def test_a_failed_write_to_the_output_file_names_the_file(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    with pytest.raises(OSError, match="No space left") as caught:
+        report.write_report("x" * 100_000, "/dev/full")
+    assert caught.value.filename == "/dev/full"
+    # and the command turns it into a one-line error, not a traceback
+    assert main(["doctor", "--no-smoke", "--json", "-o", "/dev/full"]) == 1
+    err = capsys.readouterr().err
+    assert "cannot use '/dev/full'" in err
+    assert "Traceback" not in err
+
+
+def test_a_closed_stdout_is_a_clear_error_not_a_traceback() -> None:
+    import subprocess
+    import sys
+
+    for words in (["--json"], []):
+        proc = subprocess.run(
+            [sys.executable, "-m", "torchplace.cli", "doctor", "--no-smoke", *words],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            # the child starts with file descriptor 1 closed, as `torchplace doctor >&-` does
+            preexec_fn=lambda: __import__("os").close(1),
+        )
+        assert proc.returncode == 2, proc.stderr
+        assert "standard output is closed" in proc.stderr
+        assert "Traceback" not in proc.stderr

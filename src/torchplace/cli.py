@@ -114,7 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     _import_from_cwd()
     try:
         code = run(sub_args)
-        sys.stdout.flush()  # a closed pipe shows up here, where it can be handled
+        if sys.stdout is not None and not sys.stdout.closed:
+            sys.stdout.flush()  # a closed pipe shows up here, where it can be handled
         return code
     except ConfigError as exc:
         print(f"torchplace {top.command}: error: {exc}", file=sys.stderr)

@@ -123,25 +123,26 @@ def to_json(document: Mapping[str, Any]) -> str:
     return json.dumps(document, indent=2, default=str) + "\n"
 
 
-def check_output(output: str | Path | None) -> None:
-    """Refuse an ``-o`` path that cannot be written, before the command does its work."""
+def check_output(output: str | Path | None, *, flag: str = "-o") -> None:
+    """Refuse an output path (``-o``, or another ``flag``) that cannot be written, before the
+    command does its work."""
     if output is None:
         return
     path = Path(output)
-    fix = "give -o a file in an existing, writable directory"
+    fix = f"give {flag} a file in an existing, writable directory"
     if path.is_dir():
-        raise ConfigError(f"-o {str(path)!r} is a directory; {fix}")
+        raise ConfigError(f"{flag} {str(path)!r} is a directory; {fix}")
     parent = path.parent
     if not parent.is_dir():
         raise ConfigError(
-            f"-o {str(path)!r}: directory {str(parent)!r} does not exist; create it or {fix}"
+            f"{flag} {str(path)!r}: directory {str(parent)!r} does not exist; create it or {fix}"
         )
     if path.exists():
         if not os.access(path, os.W_OK):
-            raise ConfigError(f"-o {str(path)!r} is not writable; fix its permissions or {fix}")
+            raise ConfigError(f"{flag} {str(path)!r} is not writable; fix its permissions or {fix}")
     elif not os.access(parent, os.W_OK | os.X_OK):
         raise ConfigError(
-            f"-o {str(path)!r}: directory {str(parent)!r} is not writable; "
+            f"{flag} {str(path)!r}: directory {str(parent)!r} is not writable; "
             f"fix its permissions or {fix}"
         )
 
@@ -153,10 +154,20 @@ def open_report(output: str | Path | None, *, stream: TextIO | None = None) -> I
     For reports drawn piece by piece (rich tables); :func:`write_report` writes a finished text.
     """
     if output is not None:
-        with Path(output).open("w", encoding="utf-8") as file:
-            yield file
+        try:
+            with Path(output).open("w", encoding="utf-8") as file:
+                yield file
+        except OSError as exc:
+            if exc.filename is None:  # a failed write or close (a full disk): name the file
+                exc.filename = str(output)
+            raise
         return
     target = sys.stdout if stream is None else stream
+    if target is None or target.closed:
+        name = "standard output" if stream is None else "the report's stream"
+        raise ConfigError(
+            f"{name} is closed, so the report has nowhere to go; write it with -o PATH"
+        )
     yield target
     target.flush()
 
