@@ -202,3 +202,168 @@ def test_console_command_end_to_end(demo: Path) -> None:
     assert "argv [] __main__" in proc.stdout
     assert "demo.py" in proc.stderr
     assert "6 events" in proc.stderr  # three H2D copies, each a blocking sync
+
+
+def _guard_proc(
+    tmp_path: Path, source: str, *words: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "prog.py"
+    script.write_text(textwrap.dedent(source))
+    return subprocess.run(
+        [sys.executable, "-m", "torchplace.cli", "guard", *words, "--", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        input=stdin,
+    )
+
+
+def test_os_exit_still_writes_the_report(tmp_path: Path) -> None:
+    proc = _guard_proc(
+        tmp_path,
+        """\
+        import os
+        import torch
+        torch.ones(2).to("meta")
+        os._exit(3)
+        """,
+        "--json",
+        "-o",
+        "r.json",
+    )
+    assert proc.returncode == 3, proc.stderr
+    data = json.loads((tmp_path / "r.json").read_text())["result"]
+    assert data["program"]["exit_status"] == 3
+    assert data["totals"]["h2d"]["count"] == 1
+
+
+def test_a_forked_child_does_not_write_a_second_report(tmp_path: Path) -> None:
+    proc = _guard_proc(
+        tmp_path,
+        """\
+        import os
+        import torch
+        torch.ones(2).to("meta")
+        pid = os.fork()
+        if pid:
+            os.waitpid(pid, 0)
+        """,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("torchplace guard: device crossings") == 1
+
+
+def test_a_multiprocessing_fork_child_writes_no_report(tmp_path: Path) -> None:
+    proc = _guard_proc(
+        tmp_path,
+        """\
+        import multiprocessing as mp
+        import torch
+
+        def work():
+            torch.ones(2).to("meta")
+
+        if __name__ == "__main__":
+            p = mp.get_context("fork").Process(target=work)
+            p.start()
+            p.join()
+            assert p.exitcode == 0, p.exitcode
+        """,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("torchplace guard: device crossings") == 1
+
+
+def test_sigterm_still_writes_the_report(tmp_path: Path) -> None:
+    proc = _guard_proc(
+        tmp_path,
+        """\
+        import os
+        import signal
+        import time
+        import torch
+        torch.ones(2).to("meta")
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)
+        """,
+    )
+    assert proc.returncode == 143, proc.stderr
+    assert "prog.py" in proc.stderr
+    assert "the program was terminated (SIGTERM)" in proc.stderr
+
+
+def test_a_program_that_closes_stdout_still_gets_its_report(tmp_path: Path) -> None:
+    proc = _guard_proc(tmp_path, "import sys\nsys.stdout.close()\n")
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "torchplace guard: device crossings" in proc.stderr
+
+
+def test_a_relative_output_path_survives_the_program_changing_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    script = tmp_path / "cd.py"
+    script.write_text(f"import os\nos.chdir({str(elsewhere)!r})\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["guard", "--json", "-o", "r.json", "--", str(script)]) == 0
+    assert (tmp_path / "r.json").is_file()
+    assert not (elsewhere / "r.json").exists()
+
+
+def test_the_report_goes_to_the_stderr_guard_started_with(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "swap.py"
+    script.write_text("import io, sys\nsys.stderr = io.StringIO()\n")
+    saved = sys.stderr
+    try:
+        assert main(["guard", "--", str(script)]) == 0
+    finally:
+        sys.stderr = saved
+    assert "torchplace guard: device crossings" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("module", "message"),
+    [
+        ("no_such_module_xyz", "cannot run -m no_such_module_xyz: No module named"),
+        ("guard_pkg_nomain", "is a package and cannot be directly executed"),
+    ],
+)
+def test_a_module_that_cannot_run_is_a_one_line_usage_error(
+    module: str,
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    (tmp_path / "guard_pkg_nomain").mkdir()
+    (tmp_path / "guard_pkg_nomain" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["guard", "--", "-m", module]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
+    assert "device crossings" not in err  # the program never ran: no report
+
+
+def test_an_import_error_inside_a_module_program_is_the_program_failing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "guard_bad_import.py").write_text("import no_such_dependency_xyz\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["guard", "--", "-m", "guard_bad_import"]) == 1
+    err = capsys.readouterr().err
+    assert "ModuleNotFoundError" in err
+    assert "device crossings" in err
+
+
+@pytest.mark.parametrize("pattern", [":", "train.py:", ":42", "train.py:step", "train.py:42:"])
+def test_an_allow_location_that_can_match_nothing_is_refused(
+    pattern: str, demo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["guard", "--allow", pattern, "--", str(demo)]) == 2
+    assert "is not a source location" in capsys.readouterr().err

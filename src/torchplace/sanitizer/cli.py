@@ -3,8 +3,9 @@
 ``torchplace guard [--json] [--top N] [--mode MODE] [--allow X] -- python script.py args`` runs
 the program in this process (like ``python -m cProfile``), with ``sys.argv`` set as the program
 expects; ``script.py args`` and ``-m module args`` work too. The report goes to stderr (or
-``-o PATH``) when the program ends, also when it raises or calls ``sys.exit``, so that the
-program's own stdout stays clean. Only the main thread is guarded.
+``-o PATH``) when the program ends, also when it raises, calls ``sys.exit`` or ``os._exit``, or
+is sent SIGTERM, so that the program's own stdout stays clean; a child it forks writes none.
+Only the main thread is guarded.
 
 Exit status: 0 when the program ended well, 1 when it failed (a nonzero exit, an exception, or
 ``--mode raise`` stopping it; its own exit status is in the JSON report), 2 for a usage error.
@@ -13,14 +14,17 @@ Exit status: 0 when the program ended well, 1 when it failed (a nonzero exit, an
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import runpy
 import shutil
+import signal
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import Any, NoReturn, TextIO
 
 from torchplace import report
 from torchplace.errors import ConfigError
@@ -148,13 +152,24 @@ def run(args: argparse.Namespace) -> int:
     from torchplace.sanitizer.recorder import Guard
 
     guard = Guard(args.mode, allow=args.allow, max_events=args.max_events)
+    # Fixed before the program runs: it may chdir (a relative -o), replace sys.stderr, fork.
+    output = None if args.output is None else os.path.abspath(args.output)
+    stream, pid = sys.stderr, os.getpid()
+    written = False
+
+    def write(code: int) -> None:
+        nonlocal written
+        if not written and os.getpid() == pid:  # a forked child never writes the report
+            written = True
+            _write(guard.report, args, {"argv": argv, "exit_status": code}, output, stream)
+
     saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
     sys.argv = argv
     if kind == "path":
         sys.path.insert(0, str(Path(target).resolve().parent))
     code = 0
     try:
-        with guard:
+        with guard, _report_on_hard_exit(write, pid):
             if kind == "module":
                 runpy.run_module(target, run_name="__main__", alter_sys=True)
             else:
@@ -164,36 +179,104 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         code = 130
     except BaseException as exc:  # the program's own error: show it, as python would
+        if kind == "module" and isinstance(exc, ImportError) and _raised_by_runpy(exc):
+            # `-m` named nothing runnable: the program never started; say so, as python does
+            raise ConfigError(f"cannot run -m {target}: {exc}") from None
         _print_program_error(exc)
         code = 1
     finally:
         sys.argv = saved_argv
         if kind == "path" and sys.path and sys.path[0] != saved_path0:
             sys.path.pop(0)
-    _write(guard.report, args, {"argv": argv, "exit_status": code})
-    if code == 130:
-        return code  # interrupted: the shell's convention, as the top-level command does
+    if os.getpid() != pid:
+        return code  # a child the program forked, leaving through its code: exit as python would
+    write(code)
+    if code in _STOPPED:
+        return code  # interrupted or terminated: the shell's convention, as the top command does
     return report.EXIT_OK if code == 0 else report.EXIT_FAILED
+
+
+#: Exit statuses of a program stopped by SIGINT (Ctrl-C) or SIGTERM, and what the report says.
+_STOPPED = {130: "", 128 + signal.SIGTERM: "the program was terminated (SIGTERM)\n"}
+
+
+@contextlib.contextmanager
+def _report_on_hard_exit(write: Callable[[int], None], pid: int) -> Iterator[None]:
+    """Write the report also when the program leaves by ``os._exit`` or is sent SIGTERM.
+
+    ``os._exit`` ends the process on the spot, and SIGTERM's default action kills it: either
+    would lose the report. While the program runs, ``os._exit`` writes the report first (in this
+    process only: a forked child's ``os._exit``, as multiprocessing makes, writes nothing), and
+    SIGTERM, unless the program handles it itself, exits through ``SystemExit(143)``.
+    """
+    real_exit = os._exit
+
+    def _exit(status: int) -> NoReturn:
+        if os.getpid() == pid:
+            with contextlib.suppress(Exception):
+                write(status)
+        real_exit(status)
+
+    def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != pid:  # a forked child: die by the signal, as it would have
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        raise SystemExit(128 + signum)
+
+    previous: Any = None
+    with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
+        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    os._exit = _exit
+    try:
+        yield
+    finally:
+        os._exit = real_exit
+        if previous is not None and signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _raised_by_runpy(exc: BaseException) -> bool:
+    """True when runpy itself raised ``exc`` (no such module, no ``__main__``), not the program."""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return _is_runpy(tb.tb_frame.f_code.co_filename)
+
+
+def _is_runpy(filename: str) -> bool:
+    return filename == runpy.__file__ or filename.startswith("<frozen runpy")
 
 
 def _print_program_error(exc: BaseException) -> None:
     tb = exc.__traceback__
     # drop the frames of this runner and runpy: the program's traceback starts at its code
     while tb is not None and (
-        tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__)
-        or tb.tb_frame.f_code.co_filename.startswith("<frozen runpy")
+        tb.tb_frame.f_code.co_filename == __file__ or _is_runpy(tb.tb_frame.f_code.co_filename)
     ):
         tb = tb.tb_next
     traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
 
 
-def _write(guarded: GuardReport, args: argparse.Namespace, program: dict[str, Any]) -> None:
+def _write(
+    guarded: GuardReport,
+    args: argparse.Namespace,
+    program: dict[str, Any],
+    output: str | None,
+    stream: TextIO,
+) -> None:
     """The report on stderr (the program's stdout stays its own) or in ``-o PATH``."""
     if args.format == "json":
         result = {"program": program, **guarded.to_dict(top=args.top)}
         text = report.to_json(report.envelope("guard", result))
     else:
         text = guarded.format(top=args.top)
-        if program["exit_status"] not in (0, 130):
-            text += f"the program exited with status {program['exit_status']}\n"
-    report.write_report(text, args.output, stream=sys.stderr)
+        status = program["exit_status"]
+        if status in _STOPPED:
+            text += _STOPPED[status]
+        elif status != 0:
+            text += f"the program exited with status {status}\n"
+    report.write_report(text, output, stream=stream)

@@ -28,7 +28,13 @@ from torchplace.errors import ConfigError, GuardViolation
 from torchplace.sanitizer.dispatch_mode import DispatchLayer
 from torchplace.sanitizer.events import KINDS, TRANSFER_KINDS, Event, GuardWarning, Operand, Site
 from torchplace.sanitizer.function_mode import FunctionLayer
-from torchplace.sanitizer.report import DEFAULT_MAX_EVENTS, MODES, GuardReport, _site_matches
+from torchplace.sanitizer.report import (
+    DEFAULT_MAX_EVENTS,
+    MODES,
+    GuardReport,
+    _site_matches,
+    check_site_pattern,
+)
 from torchplace.sanitizer.sites import user_site
 from torchplace.sanitizer.syncs import active_guards, install_sync_wrappers, remove_sync_wrappers
 
@@ -52,6 +58,7 @@ def _parse_allow(allow: Iterable[str] | str | None) -> tuple[frozenset[str], tup
         elif item == "transfer":
             kinds |= TRANSFER_KINDS
         elif ".py" in item or ":" in item or "/" in item or item.startswith("<"):
+            check_site_pattern(item, "allow entry")
             sites.append(item)
         else:
             raise ConfigError(

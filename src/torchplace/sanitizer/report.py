@@ -7,7 +7,9 @@ does not import torch.
 
 from __future__ import annotations
 
+import io
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -287,7 +289,14 @@ class GuardReport:
         """The table as plain text."""
         from rich.console import Console
 
-        console = Console(width=width, record=True, color_system=None, force_terminal=False)
+        # drawn into a buffer: never to sys.stdout, which the guarded program may have closed
+        console = Console(
+            file=io.StringIO(),
+            width=width,
+            record=True,
+            color_system=None,
+            force_terminal=False,
+        )
         with console.capture() as capture:
             console.print(self.render(top))
         return capture.get()
@@ -308,14 +317,31 @@ def _check_kind(kind: str | None) -> None:
         raise ConfigError(f"unknown event kind {kind!r}; use one of {', '.join(KINDS)}, transfer")
 
 
-def _site_matches(site: Site, pattern: str) -> bool:
-    """``file.py``, ``dir/file.py``, ``file.py:12`` or ``file.py:12:function`` (path suffix)."""
+def _split_site(pattern: str) -> tuple[str, int | None, str | None]:
+    """``(path, line, function)`` of ``file.py``, ``file.py:12`` or ``file.py:12:function``."""
     path, line, function = pattern, None, None
     parts = pattern.rsplit(":", 2)
     if len(parts) == 3 and parts[1].isdigit():
         path, line, function = parts[0], int(parts[1]), parts[2]
     elif len(parts) >= 2 and parts[-1].isdigit():
         path, line = pattern.rsplit(":", 1)[0], int(parts[-1])
+    return path, line, function
+
+
+def check_site_pattern(pattern: str, what: str = "site") -> None:
+    """Refuse a location that can match nothing: ``train.py:``, ``:42``, ``train.py:step``."""
+    path, _, function = _split_site(pattern)
+    # a colon left in the path is a typo (a drive letter, ``C:/...`` or ``C:\\...``, excepted)
+    if not path or function == "" or re.search(r":(?![\\/])", path):
+        raise ConfigError(
+            f"{what} {pattern!r} is not a source location; write 'file.py', 'file.py:LINE' "
+            "or 'file.py:LINE:FUNCTION', e.g. 'train.py:42'"
+        )
+
+
+def _site_matches(site: Site, pattern: str) -> bool:
+    """``file.py``, ``dir/file.py``, ``file.py:12`` or ``file.py:12:function`` (path suffix)."""
+    path, line, function = _split_site(pattern)
     if line is not None and site.lineno != line:
         return False
     if function is not None and site.function != function:
