@@ -136,3 +136,109 @@ def test_an_empty_device_list_and_an_unwritable_output_are_usage_errors(
     assert "names no device" in capsys.readouterr().err
     assert main(["plan", "--model", "seed-mlp", "-o", str(tmp_path / "no" / "x.json")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+_FACTORIES = """\
+import sys
+import torch
+
+
+def loud():
+    print("hello from the factory")
+    return torch.nn.Sequential(torch.nn.Linear(8, 4))
+
+
+def raises():
+    raise RuntimeError("factory boom")
+
+
+def needs(width):
+    return torch.nn.Linear(width, 2)
+
+
+def exits():
+    sys.exit(3)
+
+
+class _Bad(torch.nn.Module):
+    def forward(self, x):
+        raise ValueError("forward boom")
+
+
+def bad_forward():
+    return _Bad()
+"""
+
+
+@pytest.fixture
+def factories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    (tmp_path / "plan_factories_mod.py").write_text(_FACTORIES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "plan_factories_mod"
+
+
+def test_what_the_factory_prints_stays_out_of_the_json_report(
+    factories: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    words = ["plan", "--model", f"{factories}:loud", "--input", "x:FP32:-1,8", "--json"]
+    assert main([*words, "--strategy", "pipeline", "--verify"]) == 0
+    captured = capsys.readouterr()
+    _validate(json.loads(captured.out))  # stdout is the report alone
+    assert "hello from the factory" in captured.err
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("raises", "RuntimeError: factory boom"),
+        ("needs", "TypeError: needs() missing 1 required positional argument"),
+        ("exits", "SystemExit: 3"),
+    ],
+)
+def test_a_factory_that_fails_is_a_one_line_error(
+    factories: str, name: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    words = ["plan", "--model", f"{factories}:{name}", "--input", "x:FP32:-1,8"]
+    assert main(words) == 2
+    err = capsys.readouterr().err
+    assert f"cannot build the model '{factories}:{name}': {message}" in err
+    assert "Traceback" not in err
+
+
+def test_a_forward_that_raises_is_a_one_line_error(
+    factories: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan", "--model", f"{factories}:bad_forward", "--input", "x:FP32:-1,8"]) == 1
+    err = capsys.readouterr().err
+    assert "its forward raised ValueError: forward boom" in err
+
+
+@pytest.mark.parametrize(
+    ("words", "message"),
+    [
+        (["--batch", "1-1048576"], "more than 1024 batch sizes"),
+        (["--batch", "1-"], "cannot read --batch '1-'"),
+        (["--batch", "8-2"], "a range must go up"),
+        (["--assume", "100000xH200"], "more than the 1024 a plan takes"),
+        (["--assume", ""], "--assume '' names no device"),
+        (["--reserve", "margin=nan"], "margin is a fraction"),
+        (["--reserve", "cuda_context=-5MiB"], "cuda_context is a size of 0 or more"),
+        (["--model", "gpt2-like", "--seq", "0"], "--seq 0: a sequence length is 1 or more"),
+        (["--export", "device-map", "/no/such/dir/map.json"], "--export device-map"),
+        (["--plot", "/no/such/dir/p.png"], "--plot '/no/such/dir/p.png'"),
+    ],
+)
+def test_edge_values_are_usage_errors_before_any_work(
+    words: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan", *words]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_a_failed_export_write_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    assert main(["plan", "--export", "device-map", "/dev/full"]) == 1
+    assert "cannot use '/dev/full': No space left on device" in capsys.readouterr().err

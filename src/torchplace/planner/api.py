@@ -99,6 +99,8 @@ class Plan:
 def _devices(
     assume: str | None, devices: str | None, link: str | None, probe: Any
 ) -> list[DeviceSpec]:
+    if assume is not None and not assume.strip():
+        raise ConfigError("--assume '' names no device; give COUNTxMODEL, e.g. 2xH200 or 2x80GiB")
     if assume and devices:
         raise ConfigError("give either --assume (planned hardware) or --devices (this machine's)")
     if devices:
@@ -127,6 +129,8 @@ def plan(
     if map_file is not None and strategy == "auto":
         strategy = "map"  # a map given alone is the placement asked for
     batches = _checked(strategy, balance, batch_sizes, map_file)
+    if seq is not None and seq < 1:
+        raise ConfigError(f"--seq {seq}: a sequence length is 1 or more")
     specs = _devices(assume, devices, link, probe)
     res = parse_reserves(reserves, accelerator=True)
     pm = load_plan_model(model, exported=exported, inputs=inputs)

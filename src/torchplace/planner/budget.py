@@ -10,6 +10,7 @@ left; the largest batch that fits extends the traced batch sizes linearly.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -57,12 +58,23 @@ def parse_reserves(items: Sequence[str], *, accelerator: bool = True) -> Reserve
                 f"cannot read --reserve {item!r}; write NAME=VALUE with NAME one of "
                 f"{', '.join(values)}, e.g. cuda_context=1GiB or margin=0.1"
             )
+        if name == "margin":
+            try:
+                values[name] = float(text)
+            except ValueError:
+                values[name] = math.nan
+            if not 0 <= values[name] < 1:  # also refuses nan and inf
+                raise ConfigError(
+                    f"--reserve {item!r}: margin is a fraction from 0 up to (not including) 1, "
+                    "such as 0.05"
+                )
+            continue
         try:
-            values[name] = float(text) if name == "margin" else parse_size(text)
-        except ValueError:
-            raise ConfigError(f"--reserve {item!r}: margin is a fraction such as 0.05") from None
-        if values[name] < 0 or (name == "margin" and values[name] >= 1):
-            raise ConfigError(f"--reserve {item!r} is out of range; use >= 0 (margin < 1)")
+            values[name] = parse_size(text)
+        except ConfigError:
+            raise ConfigError(
+                f"--reserve {item!r}: {name} is a size of 0 or more, such as 512MiB or 1GiB"
+            ) from None
     return Reserves(int(values["cuda_context"]), int(values["workspace"]), values["margin"])
 
 

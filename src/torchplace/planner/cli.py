@@ -7,26 +7,45 @@ size, or ``--verify`` measured past the tolerance; 2 usage error.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sys
 from typing import Any
 
 from torchplace import report
 from torchplace.errors import ConfigError
 
-__all__ = ["configure", "parse_batches", "run"]
+__all__ = ["MAX_BATCH", "MAX_BATCHES", "configure", "parse_batches", "run"]
 
 
 def parse_batches(text: str) -> list[int]:
     """``1,2,8`` or ``1-64`` (every size) or a mix: ``1-4,16``."""
-    out: list[int] = []
+    out: set[int] = set()
     try:
         for part in text.split(","):
-            lo, _, hi = part.strip().partition("-")
-            out.extend(range(int(lo), int(hi) + 1) if hi else [int(lo)])
-    except ValueError:
+            lo, dash, hi = part.strip().partition("-")
+            if dash and not hi:
+                raise ValueError(part)  # "1-": a range without its end
+            first, last = int(lo), int(hi) if dash else int(lo)
+            if first < 1 or last > MAX_BATCH or first > last:
+                raise ConfigError(
+                    f"--batch {text!r}: batch sizes must be between 1 and {MAX_BATCH}, "
+                    "and a range must go up (1-64)"
+                )
+            if last - first + len(out) >= MAX_BATCHES:
+                raise ConfigError(
+                    f"--batch {text!r} asks for more than {MAX_BATCHES} batch sizes; plan a few "
+                    "at a time, e.g. 1,8,32,128 (the report gives the largest batch that fits)"
+                )
+            out.update(range(first, last + 1))
+    except ValueError as exc:
+        if isinstance(exc, ConfigError):
+            raise
         raise ConfigError(f"cannot read --batch {text!r}; write e.g. 1,8,32 or 1-64") from None
-    if not out or min(out) < 1 or max(out) > 1 << 20:
-        raise ConfigError(f"--batch {text!r}: batch sizes must be between 1 and 1048576")
-    return sorted(set(out))
+    return sorted(out)
+
+
+#: The largest batch size, and the most batch sizes, one plan takes.
+MAX_BATCH, MAX_BATCHES = 1 << 20, 1024
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -145,7 +164,6 @@ def _sizes(text: str | None) -> list[int] | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from torchplace.planner.api import plan
     from torchplace.planner.render import export_device_map, plot_plan, render_text
 
     report.check_output(args.output)
@@ -158,6 +176,33 @@ def run(args: argparse.Namespace) -> int:
         inputs = [parse_tensor_spec(text) for text in args.inputs]
     if args.export and args.export[0] != "device-map":
         raise ConfigError(f"--export {args.export[0]!r}: the one export is 'device-map FILE'")
+    if args.export:
+        report.check_output(args.export[1], flag="--export device-map")
+    report.check_output(args.plot, flag="--plot")
+    # The user's factory and forward run in this process: whatever they print goes to stderr,
+    # so that stdout holds the report alone (and --json stays parseable).
+    with contextlib.redirect_stdout(sys.stderr):
+        result, verdict = _plan_and_verify(args, inputs)
+    if args.export:
+        export_device_map(result, args.export[1])
+    if args.plot:
+        plot_plan(result, args.plot)
+    ok = result.fits() and (verdict is None or verdict.ok)
+    if args.format == "json":
+        body = result.to_dict()
+        if verdict is not None:
+            body["verify"] = verdict.to_dict()
+        where = ",".join(d.device for d in result.devices)
+        text = report.to_json(report.envelope("plan", body, device=where))
+    else:
+        text = render_text(result) + ("" if verdict is None else "\n" + verdict.render())
+    report.write_report(text, args.output)
+    return report.EXIT_OK if ok else report.EXIT_FAILED
+
+
+def _plan_and_verify(args: argparse.Namespace, inputs: Any) -> tuple[Any, Any]:
+    from torchplace.planner.api import plan
+
     result = plan(
         args.model,
         batch_sizes=parse_batches(args.batch),
@@ -178,18 +223,4 @@ def run(args: argparse.Namespace) -> int:
         from torchplace.planner.verify import verify
 
         verdict = verify(result, tolerance=args.tolerance)
-    if args.export:
-        export_device_map(result, args.export[1])
-    if args.plot:
-        plot_plan(result, args.plot)
-    ok = result.fits() and (verdict is None or verdict.ok)
-    if args.format == "json":
-        body = result.to_dict()
-        if verdict is not None:
-            body["verify"] = verdict.to_dict()
-        where = ",".join(d.device for d in result.devices)
-        text = report.to_json(report.envelope("plan", body, device=where))
-    else:
-        text = render_text(result) + ("" if verdict is None else "\n" + verdict.render())
-    report.write_report(text, args.output)
-    return report.EXIT_OK if ok else report.EXIT_FAILED
+    return result, verdict

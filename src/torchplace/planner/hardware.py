@@ -82,6 +82,8 @@ LINKS: dict[str, Link] = {
         Link("host", 0.0, "same memory: no copy"),
     )
 }
+#: The most devices one plan takes (the planner's work grows with every device).
+MAX_DEVICES = 1024
 #: When only a memory size is assumed (``2x80GiB``): the rates of a mid-range part.
 _GENERIC = GpuModel("generic", 0, 1500.0, 200.0, "pcie4", "pcie4")
 _ASSUME_RE = re.compile(r"^(?P<count>\d+)x(?P<what>.+)$", re.IGNORECASE)
@@ -155,6 +157,11 @@ def assume_devices(spec: str, *, link: str | None = None) -> list[DeviceSpec]:
             f"e.g. 2xH200, 4xA100-80GB, 2x80GiB"
         )
     count, what = int(match["count"]), match["what"]
+    if count > MAX_DEVICES:
+        raise ConfigError(
+            f"--assume {spec!r}: {count} devices is more than the {MAX_DEVICES} a plan takes; "
+            "plan one node or pipeline group, e.g. 8xH200"
+        )
     model = ASSUMED.get(what.lower())
     if model is None:
         try:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from torchplace.errors import ConfigError
+from torchplace.errors import ConfigError, TorchplaceError
 from torchplace.planner.shapes import SHAPES, KVCacheSpec, build_shape
 
 if TYPE_CHECKING:
@@ -77,6 +77,7 @@ class PlanModel:
     inputs: tuple[InputSpec, ...]
     kv_cache: KVCacheSpec | None
     default_seq: int | None  # None: the inputs have no sequence dimension
+    declared: tuple[TensorSpec, ...] | None = None  # inputs given by the caller (--input)
 
     @property
     def has_seq(self) -> bool:
@@ -127,13 +128,27 @@ def load_plan_model(
 
     # the planner reads no output declaration: a placeholder satisfies the loader's check
     placeholder = (TensorSpec("output", "FP32", (-1,)),)
-    with torch.device(device if exported is None else "cpu"):
-        loaded = load_model(
-            model, exported=exported, inputs=tuple(inputs) if inputs else None, outputs=placeholder
-        )
+    try:
+        with torch.device(device if exported is None else "cpu"):
+            loaded = load_model(
+                model,
+                exported=exported,
+                inputs=tuple(inputs) if inputs else None,
+                outputs=placeholder,
+            )
+    except TorchplaceError:
+        raise
+    except (Exception, SystemExit) as exc:  # the user's factory failed (or called sys.exit)
+        if exported is not None:
+            what, fix = f"exported program {str(exported)!r}", "save it with torch.export.save"
+        else:
+            what = f"model {model!r}"
+            fix = "the factory is called with no arguments and must return a torch.nn.Module"
+        raise ConfigError(f"cannot build the {what}: {type(exc).__name__}: {exc}; {fix}") from exc
     module = loaded.module
     if exported is not None and device != "cpu":
         module = module.to(device)
     specs = _from_tensor_specs(loaded.inputs)
     seq = 128 if any(SEQ in spec.shape for spec in specs) else None
-    return PlanModel(loaded.name, loaded.source, module, specs, None, seq)
+    declared = tuple(inputs) if inputs else None
+    return PlanModel(loaded.name, loaded.source, module, specs, None, seq, declared)

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from torchplace import report
 from torchplace.errors import ConfigError
 from torchplace.planner.compute import copy_seconds
 from torchplace.planner.exercise import exercise_rows, exercise_table
@@ -251,7 +252,7 @@ def export_device_map(p: Plan, path: str | Path) -> dict[str, Any]:
         "device_map": p.device_map(),
         "max_memory": {str(index[d]): m for d, m in p.max_memory.items()},
     }
-    Path(path).write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    report.write_report(json.dumps(document, indent=2) + "\n", path)  # a failure names the file
     return document
 
 

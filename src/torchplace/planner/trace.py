@@ -249,6 +249,11 @@ def trace_forward(
             f"cannot trace the model on 'meta': {exc}. The planner runs the forward without "
             "data; a model whose control flow reads tensor values cannot be planned this way"
         ) from exc
+    except Exception as exc:  # the model's own forward failed: say so in one line
+        raise PlacementError(
+            f"cannot trace the model on 'meta': its forward raised {type(exc).__name__}: {exc}; "
+            "check the declared inputs (--input) match what the forward expects"
+        ) from exc
     finally:
         for handle in handles:
             handle.remove()

@@ -179,9 +179,10 @@ def _real_model(p: Plan) -> nn.Module:
             "model, or fewer layers of the same shape"
         )
     kind, _, spec = p.model.source.partition(":")  # as load_plan_model named it
+    declared = p.model.declared  # --input, which a factory without declarations needs again
     if kind == "exported":
-        return load_plan_model("seed-mlp", exported=spec, device="cpu").module
-    return load_plan_model(spec, device="cpu").module
+        return load_plan_model("seed-mlp", exported=spec, inputs=declared, device="cpu").module
+    return load_plan_model(spec, inputs=declared, device="cpu").module
 
 
 def verify(
