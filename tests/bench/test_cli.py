@@ -302,3 +302,71 @@ def test_threads_flag_sets_torch_threads(tmp_path: Path) -> None:
         assert read(path)["threads"] == 1
     finally:
         torch.set_num_threads(before)
+
+
+_SHORT = ["--batch-sizes", "1", "--min-time", "0.001", "--input-shape", "6"]
+
+
+@pytest.mark.parametrize(
+    ("factory", "message"),
+    [
+        ("raises", "cannot build 'tests.bench.factories:raises': RuntimeError: factory boom"),
+        ("needs_args", "TypeError: needs_args() missing 1 required positional argument"),
+        ("bad_forward", "failed on a 1x6 float32 input: ValueError: forward boom"),
+    ],
+)
+def test_a_model_that_fails_is_a_one_line_error(
+    factory: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["bench", "model", "--model", f"tests.bench.factories:{factory}", *_SHORT])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_a_wrong_input_shape_names_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    words = ["--batch-sizes", "1", "--min-time", "0.001", "--input-shape", "5"]
+    assert main(["bench", "model", "--model", "tests.bench.factories:tiny", *words]) == 2
+    err = capsys.readouterr().err
+    assert "mat1 and mat2 shapes cannot be multiplied" in err
+    assert "check --input-shape" in err
+
+
+def test_what_the_model_prints_stays_out_of_the_json_report(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(["bench", "model", "--model", "tests.bench.factories:loud", *_SHORT, "--json"])
+    assert code == 0
+    captured = capsys.readouterr()
+    assert parse(captured.out)["benchmark"] == "model"
+    assert "hello from the factory" in captured.err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["timing", "--size", "100000"], "a 100000x100000 float32 matmul"),
+        (["model", "--batch-sizes", "100000000"], "batch 100000000 of 'seed-mlp'"),
+    ],
+)
+def test_sizes_past_the_free_memory_are_refused_before_allocating(
+    argv: list[str],
+    message: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from torchplace.bench import memory
+
+    monkeypatch.setattr(memory, "host_available_bytes", lambda: 64 << 20)  # 64 MiB free
+    assert main(["bench", *argv, "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "64 MiB free" in err
+
+
+def test_an_absurd_thread_count_is_refused_not_a_crash(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "timing", "--threads", "100000"])
+    assert exc.value.code == 2
+    assert "more than the 1024 allowed" in capsys.readouterr().err

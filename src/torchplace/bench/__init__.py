@@ -14,6 +14,7 @@ Modules:
   ways; copy bandwidth; copies hidden behind compute; per-stage times of a model);
 * ``link``: the theoretical peak of a GPU's PCIe link;
 * ``units``: durations, byte counts and rates, formatted and parsed;
+* ``memory``: free host and device memory, and refusing a run that cannot fit in it;
 * ``render``, ``plot``: the results as tables and PNG charts;
 * ``cli``: the ``torchplace bench`` command.
 """

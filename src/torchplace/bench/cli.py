@@ -15,6 +15,7 @@ and why, and exit 0.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -111,6 +112,22 @@ def _positive(cast: Callable[[str], N], noun: str) -> Callable[[str], N]:
 _positive_float = _positive(float, "number")
 _positive_int = _positive(int, "integer")
 
+#: The most CPU threads --threads takes: far more than any machine's cores, and far below the
+#: counts at which the thread pool crashes the process (100000 segfaults).
+MAX_THREADS = 1024
+
+
+def _threads(text: str) -> int:
+    value = _positive_int(text)
+    if value > MAX_THREADS:
+        import os
+
+        raise argparse.ArgumentTypeError(
+            f"{text!r} threads is more than the {MAX_THREADS} allowed; this machine has "
+            f"{os.cpu_count() or 'an unknown number of'} CPUs"
+        )
+    return value
+
 
 def _subcommand(
     subs: Any, name: str, parents: list[argparse.ArgumentParser], text: str
@@ -129,9 +146,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     common.add_argument(
         "--threads",
-        type=_positive_int,
+        type=_threads,
         metavar="N",
-        help="torch CPU threads (torch.set_num_threads) for a reproducible CPU figure",
+        help=f"torch CPU threads (torch.set_num_threads) for a reproducible CPU figure; 1 to "
+        f"{MAX_THREADS}",
     )
     report.add_output_options(common)
     plot = argparse.ArgumentParser(add_help=False)
@@ -271,7 +289,9 @@ def run(args: argparse.Namespace) -> int:
         )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", TimingWarning)
-        outcome = _dispatch(args, device)
+        # a model's own prints go to stderr: stdout holds the report alone (--json parses)
+        with contextlib.redirect_stdout(sys.stderr):
+            outcome = _dispatch(args, device)
     notes: list[str] = []
     for warning in caught:
         if issubclass(warning.category, TimingWarning):

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from torchplace.bench.memory import require_memory
 from torchplace.bench.timer import Measurement, Timer
 from torchplace.errors import ConfigError
 
@@ -105,7 +106,13 @@ def load_model_spec(model: str, input_shape: str | None = None) -> ModelSpec:
     def build() -> nn.Module:
         from torch import nn
 
-        built = factory()
+        try:
+            built = factory()
+        except (Exception, SystemExit) as exc:  # the user's factory failed (or called sys.exit)
+            raise ConfigError(
+                f"cannot build {model!r}: {type(exc).__name__}: {exc}; the callable is called "
+                "with no arguments and must return an nn.Module"
+            ) from exc
         if not isinstance(built, nn.Module):
             raise ConfigError(
                 f"{model!r} returned {type(built).__name__}, not a torch.nn.Module; point at a "
@@ -211,6 +218,7 @@ def run_stages(
     for batch in batch_sizes:
         if progress is not None:
             progress(f"batch {batch}")
+        _require_batch_memory(spec, device, batch, torch_dtype)
         host = torch.randn(batch, *spec.row_shape, dtype=torch_dtype)
         if cuda:
             host = host.pin_memory()
@@ -229,7 +237,7 @@ def run_stages(
         label = f"{spec.name} batch {batch}"
         h2d = d2h = None
         x = host.to(device)
-        y = forward(x)
+        y = _first_forward(spec, forward, x, batch, dtype)
         if copies:
             h2d = timer.measure(lambda host=host: host.to(device), label=f"{label} H2D")
         compute = timer.measure(forward, inputs=[x], label=f"{label} compute")
@@ -251,3 +259,46 @@ def run_stages(
         rows=tuple(rows),
         memory_note=note,
     )
+
+
+def _require_batch_memory(
+    spec: ModelSpec, device: torch.device, batch: int, dtype: torch.dtype
+) -> None:
+    """Refuse a batch whose input alone cannot fit: on the host twice (random, then pinned or
+    moved), once more on the device."""
+    import math
+
+    import torch
+
+    nbytes = batch * math.prod(spec.row_shape) * dtype.itemsize
+    what = f"batch {batch} of {spec.name!r} (input {batch}x{'x'.join(map(str, spec.row_shape))})"
+    fix = "give smaller --batch-sizes (or a smaller --input-shape)"
+    require_memory(torch.device("cpu"), 2 * nbytes, what, fix)
+    if device.type != "cpu":
+        require_memory(device, nbytes, what, fix)
+
+
+def _first_forward(
+    spec: ModelSpec,
+    forward: Callable[[torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    batch: int,
+    dtype: str,
+) -> torch.Tensor:
+    """The untimed first call, where a model that cannot run on these inputs says so once."""
+    import torch
+
+    try:
+        return forward(x)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        if isinstance(exc, torch.OutOfMemoryError) or "can't allocate memory" in first:
+            raise ConfigError(
+                f"batch {batch} of {spec.name!r} ran out of memory on {x.device} ({first}); "
+                "give smaller --batch-sizes"
+            ) from exc
+        shape = "x".join(map(str, x.shape))
+        raise ConfigError(
+            f"{spec.name!r} failed on a {shape} {dtype} input: {type(exc).__name__}: {first}; "
+            "check --input-shape (one row) and --dtype, and that the model runs on its own"
+        ) from exc

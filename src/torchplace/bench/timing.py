@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from torchplace.bench.memory import require_memory
 from torchplace.bench.timer import Measurement, Timer
 from torchplace.bench.units import format_duration
 from torchplace.errors import ConfigError
@@ -126,6 +127,12 @@ def compare_clocks(
     n = size or default_size(device)
     if n < 1:
         raise ConfigError(f"size must be a positive matrix side, got {n}")
+    matrix = n * n * 4
+    fix = "give a smaller --size (the matrix side)"
+    what = f"a {n}x{n} float32 matmul (two operands and the product)"
+    require_memory(device, 3 * matrix, what, fix)
+    if device.type != "cpu":
+        require_memory(torch.device("cpu"), matrix, f"{what}, staged through the host,", fix)
     generator = torch.Generator().manual_seed(0)
     a = torch.randn(n, n, generator=generator).to(device)
     b = torch.randn(n, n, generator=generator).to(device)
