@@ -59,6 +59,7 @@ def test_undeclared_factory_asks_for_declarations() -> None:
         ("no_such_module_xyz:build", "cannot import 'no_such_module_xyz'"),
         (f"{HELPERS}:missing", "has no attribute 'missing'"),
         (f"{HELPERS}:not_a_module", "returned object, not a torch.nn.Module"),
+        (f"{HELPERS}:save_exported", r"cannot build the model .*: TypeError: .*no arguments"),
         ("not-a-model", "neither an embedded model"),
     ],
 )

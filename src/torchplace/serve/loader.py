@@ -328,7 +328,13 @@ def _load_factory(
             raise ConfigError(f"module {module_name!r} has no attribute {attr!r}") from None
     if not callable(factory):
         raise ConfigError(f"{target!r} is not callable; point --model at a factory function")
-    built = factory()
+    try:
+        built = factory()
+    except Exception as exc:  # the user's code: one line that says where, not a traceback
+        raise ConfigError(
+            f"cannot build the model {target!r}: {type(exc).__name__}: {exc}; the factory must "
+            "take no arguments and return a torch.nn.Module"
+        ) from exc
     if not isinstance(built, nn.Module):
         raise ConfigError(
             f"factory {target!r} returned {type(built).__name__}, not a torch.nn.Module"
