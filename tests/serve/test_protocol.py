@@ -623,9 +623,12 @@ def test_non_finite_outputs_are_not_answered_as_json_null(value: float) -> None:
 def test_a_raw_binary_request_to_a_model_of_two_inputs_is_told_in_triton_s_words() -> None:
     spec = (TensorSpec("a", "FP32", (-1, 2)), TensorSpec("b", "FP32", (-1, 2)))
     with pytest.raises(InputError) as info:
-        decode_infer_request(b"\0" * 16, inputs=spec, outputs=spec, max_rows=4, header_length=0)
+        decode_infer_request(
+            b"\0" * 16, inputs=spec, outputs=spec, max_rows=4, header_length=0, model="m"
+        )
     assert str(info.value).startswith(
-        "Raw request must only have 1 input (found 1) to be deduced but got 2 inputs"
+        "Raw request must only have 1 input (found 1) to be deduced but got 2 inputs in 'm' "
+        "model configuration"
     )
 
 

@@ -258,11 +258,14 @@ def _raw_request(body: memoryview, inputs: Sequence[TensorSpec], allow_nan: bool
     """Triton's raw binary request (``Inference-Header-Content-Length: 0``): the body is the
     one input's bytes, one row; every output is answered as binary data."""
     if len(inputs) != 1:
-        raise _fail(  # Triton's words first: its clients and tests match on them
-            f"Raw request must only have 1 input (found 1) to be deduced but got {len(inputs)} "
-            "inputs: a raw binary request (Inference-Header-Content-Length: 0) needs a model "
-            "with one input; this one takes " + ", ".join(_describe(s) for s in inputs) + "; "
-            "send the JSON header with the binary data"
+        takes = ", ".join(_describe(s) for s in inputs)
+        raise _ModelWords(  # Triton's words first: its clients and tests match on them
+            lambda m: (
+                f"Raw request must only have 1 input (found 1) to be deduced but got "
+                f"{len(inputs)} inputs in {repr(m) if m else 'the'} model configuration: a raw "
+                "binary request (Inference-Header-Content-Length: 0) needs a model with one input; "
+                f"this one takes {takes}; send the JSON header with the binary data"
+            )
         )
     spec = inputs[0]
     shape = _raw_shape(spec, len(body))
