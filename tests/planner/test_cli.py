@@ -221,6 +221,7 @@ def test_a_forward_that_raises_is_a_one_line_error(
         (["--batch", "8-2"], "a range must go up"),
         (["--assume", "100000xH200"], "more than the 1024 a plan takes"),
         (["--assume", ""], "--assume '' names no device"),
+        (["--assume", "2x0GiB"], "a device of 0GiB holds nothing"),
         (["--reserve", "margin=nan"], "margin is a fraction"),
         (["--reserve", "cuda_context=-5MiB"], "cuda_context is a size of 0 or more"),
         (["--model", "gpt2-like", "--seq", "0"], "--seq 0: a sequence length is 1 or more"),

@@ -172,6 +172,11 @@ def assume_devices(spec: str, *, link: str | None = None) -> list[DeviceSpec]:
                 f"unknown device model {what!r} in --assume {spec!r}; choose one of: {known}, "
                 "or give a size such as 80GiB"
             ) from None
+        if model.memory < 1:
+            raise ConfigError(
+                f"--assume {spec!r}: a device of {what} holds nothing; give its memory, "
+                "e.g. 2x80GiB"
+            )
     chosen = _link(link, model.link)
     # a size alone names no part: its host link is the PCIe generation asked for, if one was
     host = chosen if what.lower() not in ASSUMED and chosen.name.startswith("pcie") else None
