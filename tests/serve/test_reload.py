@@ -362,7 +362,9 @@ def test_load_and_unload_are_refused_in_mode_none(repository: Path) -> None:
             status, body = _call(thread.port, "POST", f"/v2/repository/models/a/{action}")
             assert status == 403
             assert "not allowed in model control mode 'none'" in body["error"]
-            assert body["error"].startswith("explicit model load / unload is not allowed")
+            assert body["error"].startswith(  # Triton's words, which it says in mode none too
+                "explicit model load / unload is not allowed if polling is enabled"
+            )
             assert "--model-control-mode explicit" in body["error"]
 
 

@@ -144,7 +144,9 @@ def test_register_errors_name_what_to_do(regions: SharedMemoryRegions) -> None:
     regions.register("r", "/obj", 0, 8)
     with pytest.raises(SharedMemoryError, match=r"'r' already in manager; unregister it first"):
         regions.register("r", "/obj", 0, 8)
-    with pytest.raises(SharedMemoryError, match=r"Unable to open .*'missing'.*create it"):
+    with pytest.raises(
+        SharedMemoryError, match=r"^Unable to open shared memory region: '/missing' .*create it"
+    ):
         regions.register("s", "/missing", 0, 8)
     with pytest.raises(SharedMemoryError, match=r"byte_size must be a non-negative integer"):
         regions.register("s", "/obj", 0, "8")

@@ -146,12 +146,12 @@ class ModelControl:
     # -- load and unload -------------------------------------------------------------------
     def _allowed(self, what: str) -> None:
         if self.mode != "explicit":
-            # Triton's words first, where they are true (its clients and tests match on them)
-            why = "if polling is enabled" if self.mode == "poll" else "in this server"
+            # Triton's words first (its clients and tests match on them; Triton says them in
+            # model control mode none too), then what is true here
             raise ModelControlError(
-                f"explicit model load / unload is not allowed {why}: {what} is not allowed in "
-                f"model control mode {self.mode!r}; start the server with --model-repository "
-                "DIR --model-control-mode explicit"
+                "explicit model load / unload is not allowed if polling is enabled: "
+                f"{what} is not allowed in model control mode {self.mode!r}; start the server "
+                "with --model-repository DIR --model-control-mode explicit"
             )
 
     async def load(self, name: str, inline: Mapping[str, Any] | None = None) -> None:

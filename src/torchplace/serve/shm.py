@@ -131,7 +131,7 @@ class SharedMemoryRegions:
             )
         path = self._path(name, key)
         offset, byte_size = _natural("offset", offset), _natural("byte_size", byte_size)
-        fd = self._open(name, path, offset, byte_size)
+        fd = self._open(name, str(key), path, offset, byte_size)
         self._regions[name] = Region(name, str(key), offset, byte_size, fd)
 
     def unregister(self, name: str | None = None) -> None:
@@ -274,13 +274,13 @@ class SharedMemoryRegions:
         return self._root / bare
 
     @staticmethod
-    def _open(name: str, path: Path, offset: int, byte_size: int) -> int:
+    def _open(name: str, key: str, path: Path, offset: int, byte_size: int) -> int:
         """The object's descriptor, once the range is checked to lie inside it."""
         try:
             fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC)
         except OSError as exc:
-            raise SharedMemoryError(
-                f"Unable to open shared memory region: '{path.name}' ({exc.strerror}); create "
+            raise SharedMemoryError(  # the key as sent, as Triton says it
+                f"Unable to open shared memory region: '{key}' ({exc.strerror}); create "
                 "it before registering it (tritonclient.utils.shared_memory does)"
             ) from None
         status = os.fstat(fd)
