@@ -30,6 +30,7 @@ __all__ = [
     "call_name",
     "has_star_kwargs",
     "keyword",
+    "loop_items",
     "names_in",
     "walk_body",
 ]
@@ -131,6 +132,20 @@ def at_method(call: ast.Call) -> ast.AST:
 def names_in(node: ast.AST) -> set[str]:
     """Every plain name read anywhere inside ``node``."""
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def loop_items(
+    loop: ast.For | ast.AsyncFor | ast.While, taken: Callable[[ast.expr], bool]
+) -> tuple[set[str], list[ast.AST]]:
+    """The names a loop binds to the item it takes each turn (its target, and the names
+    assigned a value ``taken`` accepts in its body: ``x = next(it)``, ``m = models.pop()``),
+    with every node of its body."""
+    nodes = [sub for stmt in loop.body for sub in ast.walk(stmt)]
+    items = set() if isinstance(loop, ast.While) else names_in(loop.target)
+    for sub in nodes:
+        if isinstance(sub, ast.Assign) and taken(sub.value):
+            items |= {name for target in sub.targets for name in names_in(target)}
+    return items, nodes
 
 
 @dataclass

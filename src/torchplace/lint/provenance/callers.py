@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import bisect
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -69,27 +70,30 @@ def _from_importers(
     facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunctionDef
 ) -> PerBatch | None:
     """Calls of a module-level function from sibling modules (``utils.f(...)``)."""
-    from torchplace.lint.provenance.files import facts_for_file  # files builds on this module
-
-    if not os.path.isfile(facts.path):
-        return None
-    here = os.path.abspath(facts.path)
-    directory, filename = os.path.split(here)
-    stem = filename[:-3]
-    wanted = f"{stem}.{function.name}"
-    for other in _siblings(directory):
-        if other == here:
-            continue
-        text = _text_of(other)
-        if text is None or function.name + "(" not in text or stem not in text:
-            continue
-        others = facts_for_file(other)
-        if others is None:
-            continue
-        found = _from_callers(others, function, 1, others, wanted)
+    for others, stem in _importers(facts, function.name):
+        found = _from_callers(others, function, 1, others, f"{stem}.{function.name}")
         if found is not None:
             return found
     return None
+
+
+def _importers(facts: FileFacts, name: str) -> Iterator[tuple[FileFacts, str]]:
+    """The sibling modules that may import ``name`` from ``facts``'s file (their text calls
+    ``name(`` and mentions the module), with that module's name."""
+    from torchplace.lint.provenance.files import facts_for_file  # files builds on this module
+
+    if not os.path.isfile(facts.path):
+        return
+    here = os.path.abspath(facts.path)
+    directory, filename = os.path.split(here)
+    stem = filename[:-3]
+    for other in _siblings(directory):
+        text = _text_of(other) if other != here else None
+        if text is None or name + "(" not in text or stem not in text:
+            continue
+        others = facts_for_file(other)
+        if others is not None:
+            yield others, stem
 
 
 def call_sites(
@@ -97,29 +101,17 @@ def call_sites(
 ) -> list[ast.Call]:
     """The calls of a module-level ``function`` in its file and in the sibling modules that
     import it (``utils.load(...)``, ``from utils import load``)."""
-    from torchplace.lint.provenance.files import facts_for_file  # files builds on this module
-
     found = [
         call
         for scope, call, _ in facts.calls_of(function.name)
         if scope is not function and facts.local_def(call.func, scope) is function
     ]
-    if not os.path.isfile(facts.path):
-        return found
-    here = os.path.abspath(facts.path)
-    directory, filename = os.path.split(here)
-    wanted = f"{filename[:-3]}.{function.name}"
-    for other in _siblings(directory):
-        text = _text_of(other) if other != here else None
-        if text is None or function.name + "(" not in text or filename[:-3] not in text:
-            continue
-        others = facts_for_file(other)
-        if others is not None:
-            found += [
-                call
-                for _, call, _ in others.calls_of(function.name)
-                if _imported_as(others, call.func, wanted)
-            ]
+    for others, stem in _importers(facts, function.name):
+        found += [
+            call
+            for _, call, _ in others.calls_of(function.name)
+            if _imported_as(others, call.func, f"{stem}.{function.name}")
+        ]
     return found
 
 
@@ -129,25 +121,13 @@ def _from_instances(
     """A method of a module-level class, called on an instance: ``aug = Augment(...)``, then
     ``aug.tune(pred)`` (or ``model(x)`` for ``forward``) in a batch loop or a per-batch
     function, of this file or of a sibling module that imports the class."""
-    from torchplace.lint.provenance.files import facts_for_file  # files builds on this module
-
     cls = facts.parent.get(id(function))
     if not isinstance(cls, ast.ClassDef) or facts.parent.get(id(cls)) is not facts.tree:
         return None
     if function.name.startswith("__") and function.name != "__call__":
         return None
     candidates: list[tuple[FileFacts, str | None]] = [(facts, None)]
-    if os.path.isfile(facts.path):
-        here = os.path.abspath(facts.path)
-        directory, filename = os.path.split(here)
-        stem = filename[:-3]
-        for other in _siblings(directory):
-            text = _text_of(other) if other != here else None
-            if text is None or cls.name + "(" not in text or stem not in text:
-                continue
-            others = facts_for_file(other)
-            if others is not None:
-                candidates.append((others, f"{stem}.{cls.name}"))
+    candidates += [(others, f"{stem}.{cls.name}") for others, stem in _importers(facts, cls.name)]
     for callers, qualified in candidates:
         instances = _instances(callers, cls, qualified)
         if not instances:

@@ -12,6 +12,7 @@ from torchplace.lint.base import (
     Scope,
     has_star_kwargs,
     keyword,
+    loop_items,
     names_in,
 )
 from torchplace.lint.finding import Edit, Fix
@@ -388,16 +389,9 @@ def _loads_into_each_module(loop: ast.AST) -> bool:
     ``for _ in range(len(models)):`` or ``while models:`` with ``model = models.pop()``, then
     ``model.load_state_dict(...)`` (the load-state hook of a training script). It runs once per
     module it is given, not once per step of work."""
-    if isinstance(loop, (ast.For, ast.AsyncFor)):
-        items = names_in(loop.target)
-    elif isinstance(loop, ast.While):
-        items = set()
-    else:
+    if not isinstance(loop, (ast.For, ast.AsyncFor, ast.While)):
         return False
-    nodes = [sub for stmt in loop.body for sub in ast.walk(stmt)]
-    for sub in nodes:
-        if isinstance(sub, ast.Assign) and _pops(sub.value):
-            items |= {name for target in sub.targets for name in names_in(target)}
+    items, nodes = loop_items(loop, _pops)
     return any(
         isinstance(sub, ast.Call)
         and isinstance(sub.func, ast.Attribute)

@@ -9,6 +9,7 @@ from torchplace.lint.base import Context, Family, Rule, Scope, walk_body
 from torchplace.lint.rules.facts import (
     FACTORIES,
     TENSOR_FUNCTIONS,
+    TENSOR_METHODS,
     is_module_expr,
     is_tensor_annotation,
     is_tensor_expr,
@@ -270,36 +271,18 @@ def _builds_tensor(
     return callee is not None and _returns_tensor(callee, ctx, cls, depth + 1)
 
 
-# Methods of a tensor that return a tensor of the same elements (placed, cast or reshaped).
-_TENSOR_CHAIN = frozenset(
-    {
-        "to",
-        "cuda",
-        "float",
-        "half",
-        "double",
-        "long",
-        "int",
-        "bool",
-        "contiguous",
-        "view",
-        "reshape",
-        "clone",
-        "detach",
-        "unsqueeze",
-        "squeeze",
-        "permute",
-        "transpose",
-        "flatten",
-        "expand",
-        "repeat",
-        "clamp",
-        "clamp_",
-        "exp",
-        "sin",
-        "cos",
-    }
-)
+# Methods of a tensor that return a tensor built from it on the same device (cast, reshaped,
+# computed elementwise): the project's list of tensor methods, less the ones that move it to
+# the host, and a few more.
+_TENSOR_CHAIN = (TENSOR_METHODS - {"cpu", "pin_memory"}) | {
+    "expand",
+    "repeat",
+    "clamp",
+    "clamp_",
+    "exp",
+    "sin",
+    "cos",
+}
 
 
 def _of_number(call: ast.Call, name: str, function: ast.AST, ctx: Context) -> bool:

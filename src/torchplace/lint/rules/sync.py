@@ -11,7 +11,15 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable
 
-from torchplace.lint.base import Context, Family, Rule, at_method, keyword, names_in
+from torchplace.lint.base import (
+    Context,
+    Family,
+    Rule,
+    at_method,
+    keyword,
+    loop_items,
+    names_in,
+)
 from torchplace.lint.provenance import Fact, FileFacts, file_facts, scope_node
 from torchplace.lint.provenance.values import HOST_METHODS
 from torchplace.lint.resolver import dotted_name
@@ -437,23 +445,11 @@ def _returned(scope: ast.AST, names: set[str]) -> bool:
                 for target in sub.targets:
                     carried |= names_in(target)
             else:
-                carried |= _collected_into(sub, carried)
+                carried |= _collector(sub, carried, _carries) - {"self"}
     return any(
         isinstance(sub, ast.Return) and sub.value is not None and _carries(sub.value, carried)
         for sub in nodes
     )
-
-
-def _collected_into(node: ast.AST, names: set[str]) -> set[str]:
-    """``out.append(v)``/``out.extend(v)`` with ``v`` one of ``names`` as it is: ``{"out"}``."""
-    if (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr in {"append", "extend"}
-        and any(_carries(arg, names) for arg in node.args)
-    ):
-        return names_in(node.func.value) - {"self"}
-    return set()
 
 
 def _carries(node: ast.expr, names: set[str]) -> bool:
@@ -473,15 +469,21 @@ def _carries(node: ast.expr, names: set[str]) -> bool:
     return False
 
 
-def _collector(node: ast.AST, names: set[str]) -> set[str]:
-    """``rows.append(x)`` with ``x`` in ``names``: ``{"rows"}``, the list now holds it."""
+def _collector(
+    node: ast.AST,
+    names: set[str],
+    holds: Callable[[ast.expr, set[str]], bool] | None = None,
+) -> set[str]:
+    """``rows.append(x)`` with ``x`` in ``names`` (by ``holds``: mentioning one of them, by
+    default): ``{"rows"}``, the list now holds it."""
+    holds = holds or _mentions
     if (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
         and node.func.attr in {"append", "extend"}
-        and any(_mentions(arg, names) for arg in node.args)
+        and any(holds(arg, names) for arg in node.args)
     ):
-        return {n.id for n in ast.walk(node.func.value) if isinstance(n, ast.Name)}
+        return names_in(node.func.value)
     return set()
 
 
@@ -570,11 +572,7 @@ def _feeds_device(loop: ast.AST) -> bool:
     its own last token back is not one."""
     if not isinstance(loop, (ast.For, ast.AsyncFor)):
         return False
-    nodes = [sub for stmt in loop.body for sub in ast.walk(stmt)]
-    inputs = names_in(loop.target)
-    for sub in nodes:
-        if isinstance(sub, ast.Assign) and _reads_next(sub.value):
-            inputs |= {name for target in sub.targets for name in names_in(target)}
+    inputs, nodes = loop_items(loop, _reads_next)
     return any(
         isinstance(sub, ast.Call)
         and isinstance(sub.func, ast.Attribute)
