@@ -23,7 +23,7 @@ from torchplace.errors import (
 )
 from torchplace.models import TensorSpec
 from torchplace.serve.config import ServeConfig
-from torchplace.serve.engine import Engine, resolve_devices
+from torchplace.serve.engine import INLINE_PROBATION, Engine, resolve_devices
 from torchplace.serve.execution import Transfer
 from torchplace.serve.loader import load_model
 
@@ -550,14 +550,19 @@ def test_a_cheap_cpu_batch_runs_on_the_event_loop_only_when_allowed(
         else:  # never inline: no start-up time spent timing its batch
             assert replica.full_batch_s is None
             assert record["full_batch_ms"] is None
-        assert replica.inline is on_loop
         assert record["inline"] is on_loop
+        assert not replica.inline  # first its probation on the worker thread
+        assert replica.probation == (INLINE_PROBATION if on_loop else 0)
         model = replica.module
         assert isinstance(model, _Where)
         rows = np.arange(8, dtype=np.float32).reshape(2, 4)
-        result = await engine.infer({"input": rows})
-        np.testing.assert_array_equal(result["output"], rows * 2)
-        assert (model.threads[-1] == threading.get_ident()) is on_loop
+        for _ in range(INLINE_PROBATION + 1):
+            result = await engine.infer({"input": rows})
+            np.testing.assert_array_equal(result["output"], rows * 2)
+        loop_thread = threading.get_ident()
+        assert loop_thread not in model.threads[-INLINE_PROBATION - 1 : -1]
+        assert (model.threads[-1] == loop_thread) is on_loop
+        assert replica.inline is on_loop
         await engine.stop()
 
     asyncio.run(main())
@@ -604,30 +609,104 @@ def test_submit_queues_without_a_task_and_names_the_device_that_served() -> None
 
 
 class _SlowOnData(_Where):
-    """_Where that is slow only on inputs that are not zeros (the dry runs send zeros)."""
+    """_Where that is slow on inputs that are not zeros (the dry runs send zeros) once it has
+    run ``fast`` of them."""
+
+    def __init__(self, fast: int = 0) -> None:
+        super().__init__()
+        self.fast = fast
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.delay_s = 0.2 if bool(x.any()) else 0.0
+        self.delay_s = 0.0
+        if bool(x.any()):
+            self.delay_s = 0.3 if self.fast <= 0 else 0.0
+            self.fast -= 1
         return super().forward(x)
 
 
-def test_an_inline_batch_far_slower_than_its_dry_run_moves_to_the_worker() -> None:
-    """A forward whose time depends on the data: fast in the dry run (so inline), slow on a
-    real batch; after that batch the replica's batches run on its worker thread."""
+def test_a_model_slow_on_real_rows_never_runs_on_the_event_loop() -> None:
+    """Fast in the dry run (zeros), slow on the first real batch: that batch runs on the
+    worker thread (the probation), and so do the batches after it; the loop is never held."""
 
     async def main() -> None:
-        engine = Engine(loaded(_SlowOnData()), [CPU], inline_batch_ms=1.0)
+        engine = Engine(loaded(_SlowOnData()), [CPU], inline_batch_ms=5.0)
         await engine.start()
         replica = engine.replicas[0]
-        assert replica.inline
+        assert engine.startup_record["replicas"][0]["inline"]  # planned, on probation
         model = replica.module
         assert isinstance(model, _SlowOnData)
         ones = np.ones((1, 4), np.float32)
+        loop_thread = threading.get_ident()
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        ticker = asyncio.ensure_future(tick())
+        result = await engine.infer({"input": ones})  # 0.3 s on the worker
+        assert ticks >= 5  # the loop ran meanwhile
+        ticker.cancel()
+        np.testing.assert_array_equal(result["output"], ones * 2)
+        assert replica.probation == 0
+        model.delay_s, model.fast = 0.0, 100  # cheap from now on: still the worker
+        for _ in range(INLINE_PROBATION + 1):
+            await engine.infer({"input": ones})
+        assert not replica.inline
+        assert loop_thread not in model.threads[1:]  # nothing but the dry runs on the loop
+        await engine.stop()
+
+    asyncio.run(main())
+
+
+def test_a_slow_probation_batch_starts_the_count_again() -> None:
+    """A batch over the cheap bound but under the give-up one restarts the probation."""
+
+    async def main() -> None:
+        engine = Engine(loaded(_Where()), [CPU], inline_batch_ms=5.0)
+        await engine.start()
+        replica = engine.replicas[0]
+        model = replica.module
+        assert isinstance(model, _Where)
+        ones = np.ones((1, 4), np.float32)
+        for _ in range(INLINE_PROBATION - 1):
+            await engine.infer({"input": ones})
+        assert replica.probation == 1
+        model.delay_s = 0.1  # over 4 x 5 ms, under 50 x 5 ms
+        await engine.infer({"input": ones})
+        assert replica.probation == INLINE_PROBATION
+        model.delay_s = 0.0
+        for _ in range(INLINE_PROBATION + 1):
+            await engine.infer({"input": ones})
+        assert replica.inline
+        assert model.threads[-1] == threading.get_ident()
+        await engine.stop()
+
+    asyncio.run(main())
+
+
+def test_an_inline_batch_far_slower_than_its_dry_run_moves_to_the_worker() -> None:
+    """A forward whose time depends on the data: cheap through the probation (so inline),
+    slow on a later batch; after that batch the replica's batches run on its worker thread."""
+
+    async def main() -> None:
+        engine = Engine(loaded(_SlowOnData(fast=INLINE_PROBATION + 1)), [CPU], inline_batch_ms=5.0)
+        await engine.start()
+        replica = engine.replicas[0]
+        model = replica.module
+        assert isinstance(model, _SlowOnData)
+        ones = np.ones((1, 4), np.float32)
+        for _ in range(INLINE_PROBATION + 1):
+            await engine.infer({"input": ones})
+        assert replica.inline
         for _ in range(2):
             result = await engine.infer({"input": ones})
             np.testing.assert_array_equal(result["output"], ones * 2)
         assert not replica.inline
         loop_thread = threading.get_ident()
+        assert model.threads[-3] == loop_thread  # a cheap inline batch
         assert model.threads[-2] == loop_thread  # the slow batch ran on the loop
         assert model.threads[-1] != loop_thread  # the next one on the worker
         await engine.stop()

@@ -16,7 +16,7 @@ from torchplace.errors import (
     NotReadyError,
     TransferError,
 )
-from torchplace.serve.engine import Engine
+from torchplace.serve.engine import INLINE_PROBATION, Engine
 from torchplace.serve.execution import Transfer
 from torchplace.serve.failures import BatchFailure, HealthTracker, is_oom
 from torchplace.serve.replica import Replica
@@ -188,8 +188,13 @@ def test_consecutive_failures_remove_the_replica_and_a_dry_run_brings_it_back(
             inline_batch_ms=1000.0 if inline else 0.0,
         )
         await engine.start()
-        assert engine.replicas[0].inline is inline
+        for _ in range(INLINE_PROBATION if inline else 0):  # cheap on its worker thread first
+            await engine.infer({"input": _rows(1)})
         model = _faulty(engine.replicas[0])
+        assert model.calls  # the dry runs at least
+        result = await engine.infer({"input": _rows(1)})
+        np.testing.assert_array_equal(result["output"], _rows(1) * 2)
+        assert engine.replicas[0].inline is inline
         model.always_fail = True
         for _ in range(3):
             with pytest.raises(KernelError):

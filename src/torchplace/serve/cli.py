@@ -180,8 +180,9 @@ def _placement_flags(place: argparse._ArgumentGroup) -> None:
         type=float,
         metavar="MS",
         help="a sole CPU replica whose full batch takes at most MS in its warm dry run runs "
-        "its batches on the event loop, without a worker thread's GIL hand-overs (0: always "
-        f"a worker thread; default {_D.inline_batch_ms})",
+        "its batches on the event loop, without a worker thread's GIL hand-overs, once its "
+        "first real batches were cheap on the worker thread too (0: always a worker thread; "
+        f"default {_D.inline_batch_ms})",
     )
 
 

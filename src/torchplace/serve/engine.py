@@ -35,10 +35,12 @@ the model in that dtype: the serving dtype wins over the declared one.
 
 ``inline_batch_ms`` (``--inline-batch-ms``; 1.0 in ``torchplace serve``, 0 = off when an engine
 is built directly): a sole CPU replica whose full batch took at most that long in its warm dry
-run runs its batches on the event loop, not on its worker thread. A worker thread releases the
-GIL inside every torch op and waits for it again after each; for a model that small the
-hand-overs cost more than the batch. The loop is blocked for the batch (at most about that long),
-and several replicas (which compute in parallel) always keep their threads.
+run runs its batches on the event loop, not on its worker thread, once its first
+:data:`INLINE_PROBATION` real batches in a row were cheap on the worker thread too (the dry
+run's zeros may be cheaper than real rows). A worker thread releases the GIL inside every torch
+op and waits for it again after each; for a model that small the hand-overs cost more than the
+batch. The loop is blocked for the batch (at most about that long), and several replicas (which
+compute in parallel) always keep their threads.
 
 ``metrics=False`` (``--no-metrics``) skips the per-batch histogram updates (the error counters
 and the scrape-time gauges stay); tracing costs nothing unless a trace file or an OpenTelemetry
@@ -176,6 +178,9 @@ def _check_arguments(
 #: an inline batch this many times slower than ``inline_batch_ms`` moves its replica's batches
 #: to the worker thread (see :meth:`Replica.run_now <torchplace.serve.replica.Replica.run_now>`)
 INLINE_GIVE_UP = 50
+#: real batches in a row an inline replica first runs cheaply on its worker thread, timed
+#: (see :meth:`Replica.plan_inline <torchplace.serve.replica.Replica.plan_inline>`)
+INLINE_PROBATION = 8
 
 
 class Engine:
@@ -387,8 +392,9 @@ class Engine:
         limit = self.inline_batch_ms / 1000
         for replica in self.replicas:
             took = replica.full_batch_s
-            replica.inline = took is not None and took <= limit
             replica.inline_limit_s = INLINE_GIVE_UP * limit
+            if took is not None and took <= limit:
+                replica.plan_inline(limit, INLINE_PROBATION)
 
     def is_live(self) -> bool:
         """The process answers (until :meth:`stop`)."""

@@ -57,9 +57,7 @@ class Lane:
         label = self.replica.label
         for pending in batch:
             pending.device = label
-        replica = self.replica
-        run = replica.run_now if replica.inline else replica.submit
-        run(batch, [p.inputs for p in batch], [p.rows for p in batch])
+        self.replica.dispatch(batch, [p.inputs for p in batch], [p.rows for p in batch])
 
 
 class ReplicaPool:

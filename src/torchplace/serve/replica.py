@@ -13,8 +13,12 @@ loop, and after a replica-removing failure the same thread runs the background d
 bring it back. A batch cheaper than handing it over (:attr:`Replica.inline`, decided by the
 engine from :attr:`Replica.full_batch_s`) runs on the event loop itself, :meth:`Replica.run_now`:
 a worker thread takes the GIL back after every torch op, and for a small CPU model those
-hand-overs cost more than the batch. An inline batch that takes far longer than that (the
-forward's time depends on the data) moves the batches after it to the worker thread.
+hand-overs cost more than the batch. The dry run's rows are zeros, and a forward's time may
+depend on the data (post-processing that has nothing to do on zeros), so such a replica first
+runs its real batches on its worker thread, timed (:meth:`Replica.plan_inline`), and moves to
+the loop after a run of cheap ones; a batch far slower than the dry run keeps it on its worker
+thread for good. An inline batch that takes far longer than that later moves the batches after
+it back to the worker thread.
 """
 
 from __future__ import annotations
@@ -49,6 +53,9 @@ logger = logging.getLogger("torchplace.serve")
 _Job = tuple[Any, Sequence[Mapping[str, np.ndarray]], Sequence[int]]
 _RECOVER: _Job = (None, (), ())  # the worker's cue to bring an inline replica back
 _TIMED_DRY_RUN_S = 0.05  # a first dry run under this is timed three times more, warm
+#: a worker batch on probation counts as cheap when it took at most this many times the
+#: inline limit (the hand-overs of the GIL slow a forward on the worker 2 to 4 times)
+_PROBATION_SLACK = 4.0
 
 
 class Replica(BatchExecutor):
@@ -111,6 +118,11 @@ class Replica(BatchExecutor):
         self.inline = False
         #: an inline batch slower than this (s) sends later batches to the worker thread
         self.inline_limit_s = float("inf")
+        #: cheap worker batches in a row still needed before :attr:`inline` (0: none planned)
+        self.probation = 0
+        self._probation_batches = 0
+        self._cheap_s = 0.0
+        self._promote = False  # set by the worker, applied on the loop by :meth:`dispatch`
         self._inbox: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -254,6 +266,25 @@ class Replica(BatchExecutor):
             ) from None
         self._thread = thread
 
+    def plan_inline(self, limit_s: float, batches: int) -> None:
+        """Run batches on the event loop once ``batches`` real batches in a row took at most
+        :data:`_PROBATION_SLACK` times ``limit_s`` each on the worker thread (a slower one starts
+        the count again); one over :attr:`inline_limit_s` (``give_up`` times ``limit_s``) ends
+        the probation, on the worker thread for good. ``batches=0``: inline at once."""
+        self._cheap_s = _PROBATION_SLACK * limit_s
+        self._probation_batches = self.probation = batches
+        self.inline = batches == 0
+
+    def dispatch(
+        self, token: Any, requests: Sequence[Mapping[str, np.ndarray]], rows: Sequence[int]
+    ) -> None:
+        """Run a batch where it runs now (called on the event loop, the replica idle):
+        :meth:`run_now` when inline, else :meth:`submit`."""
+        if self._promote:  # the worker's last batch ended the probation; it is idle now
+            self._promote = False
+            self.inline = True
+        (self.run_now if self.inline else self.submit)(token, requests, rows)
+
     def submit(
         self, token: Any, requests: Sequence[Mapping[str, np.ndarray]], rows: Sequence[int]
     ) -> None:
@@ -296,9 +327,29 @@ class Replica(BatchExecutor):
                 return
             if job is not _RECOVER:
                 token, requests, rows = job
-                self._on_done(self, token, self._run_safely(requests, rows))
+                started = time.perf_counter()
+                outcome = self._run_safely(requests, rows)
+                took = time.perf_counter() - started
+                if self.probation:
+                    self._on_probation(took)
+                self._on_done(self, token, outcome)
             if not self.health.healthy and not self._recover():
                 return
+
+    def _on_probation(self, took: float) -> None:
+        """Count a worker batch of :meth:`plan_inline`'s probation (on the worker thread)."""
+        if took > self.inline_limit_s:
+            self.probation = 0
+            logger.warning(
+                "replica %s: a batch took %.1f ms, over %.1f ms; its batches stay on its worker "
+                "thread instead of the event loop", self.label, took * 1e3,
+                self.inline_limit_s * 1e3,
+            )  # fmt: skip
+        elif took > self._cheap_s:
+            self.probation = self._probation_batches
+        else:
+            self.probation -= 1
+            self._promote = self.probation == 0
 
     def _run_safely(
         self, requests: Sequence[Mapping[str, np.ndarray]], rows: Sequence[int]

@@ -140,7 +140,7 @@ def startup_record(engine: Engine, seconds: float, threads: int | None) -> dict[
                 "full_batch_ms": (
                     round(r.full_batch_s * 1000, 3) if r.full_batch_s is not None else None
                 ),
-                "inline": r.inline,
+                "inline": r.inline or r.probation > 0,
             }
             for r in engine.replicas
         ],
