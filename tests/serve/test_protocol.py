@@ -281,6 +281,35 @@ def test_nan_is_refused_unless_allowed() -> None:
     assert np.isnan(req.inputs["input"][0, 0])
 
 
+@pytest.mark.parametrize(("datatype", "big", "limit"), [("FP32", 1e39, "3.403e+38"),
+                                                      ("FP16", 70000.0, "6.55e+04")])  # fmt: skip
+def test_a_json_number_past_the_float_range_is_named_with_its_index_and_the_fix(
+    datatype: str, big: float, limit: str
+) -> None:
+    inputs, outputs = _specs(datatype)
+    entry = {"name": "x", "shape": [2, 2], "datatype": datatype, "data": [1.0, 2.0, big, 3.0]}
+    body = orjson.dumps({"inputs": [entry]})
+    with pytest.raises(InputError) as info:
+        decode_infer_request(body, inputs=inputs, outputs=outputs, max_rows=4)
+    message = str(info.value)
+    assert f"past {datatype}'s range (±{limit})" in message, message
+    assert "flat index 2" in message, message
+    assert "--allow-nan" in message, message
+
+
+def test_a_utf8_byte_order_mark_before_the_json_is_ignored() -> None:
+    body = _json_body([seed_input()])
+    plain = _decode(body)
+    for bom_body, header_length in (
+        (b"\xef\xbb\xbf" + body, None),
+        (b"\xef\xbb\xbf" + body, len(body) + 3),
+    ):
+        req = _decode(bom_body, header_length=header_length)
+        np.testing.assert_array_equal(req.inputs["input"], plain.inputs["input"])
+    with pytest.raises(InputError, match="not valid JSON"):
+        _decode(b"\xef\xbb" + body)  # a broken one is still an error
+
+
 def test_integer_out_of_range_is_refused() -> None:
     inputs, outputs = _specs("INT8")
     body = _json_body([{"name": "x", "datatype": "INT8", "shape": [1, 2], "data": [1, 300]}])

@@ -729,7 +729,7 @@ def _compressed(encode: Callable[..., Response], accepted: bytes, *args: Any) ->
 def _json_object(body: bytes) -> dict[str, Any]:
     """A request body that must be a JSON object (empty: an empty one)."""
     try:
-        doc = orjson.loads(body) if body.strip() else {}
+        doc = protocol.json_loads(body) if body.strip() else {}
     except orjson.JSONDecodeError as exc:
         raise InputError(f"the body is not JSON: {exc}; send a JSON object or none") from None
     if not isinstance(doc, dict):

@@ -45,6 +45,7 @@ __all__ = [
     "class_count",
     "decode_infer_request",
     "encode_infer_response",
+    "json_loads",
     "model_metadata",
     "output_target",
     "server_metadata",
@@ -221,7 +222,7 @@ def _decode_request(
             )
         json_part, binary = view[:header_length], view[header_length:]
     try:
-        doc = orjson.loads(json_part)
+        doc = json_loads(json_part)
     except orjson.JSONDecodeError as exc:
         raise _fail(f"request body is not valid JSON: {exc}") from None
     if not isinstance(doc, dict):
@@ -685,12 +686,27 @@ def _holds_bool(data: list[Any]) -> bool:
     return list in kinds and any(_holds_bool(item) for item in data if type(item) is list)
 
 
+_BOM = b"\xef\xbb\xbf"
+
+
+def json_loads(data: bytes | memoryview) -> Any:
+    """``orjson.loads``, past a UTF-8 byte order mark (RFC 8259 lets a parser ignore one, and
+    some clients, PowerShell's among them, send it); raises ``orjson.JSONDecodeError``."""
+    if data[:3] == _BOM:
+        data = data[3:]
+    return orjson.loads(data)
+
+
 def _check_finite(spec: TensorSpec, array: np.ndarray[Any, Any]) -> None:
-    """Refuse NaN and infinite floats."""
+    """Refuse NaN and infinite floats (a JSON number past the datatype's range is one once
+    converted: 1e39 as FP32)."""
     if array.dtype.kind == "f" and not np.isfinite(array).all():
+        where = int(np.flatnonzero(~np.isfinite(array))[0])
+        limit = float(np.finfo(array.dtype).max)
         raise _fail(
-            f"input {spec.name!r}: NaN or infinite values are not allowed (the server runs "
-            "with NaN checks on)"
+            f"input {spec.name!r}: NaN or infinite values are not allowed, and a number past "
+            f"{spec.datatype}'s range (±{limit:.4g}) is infinite there; the first is at flat "
+            f"index {where}; send finite values in range, or start the server with --allow-nan"
         )
 
 

@@ -29,6 +29,7 @@ from torchplace.serve.protocol import (
     bf16_values,
     check_json_finite,
     decode_infer_request,
+    json_loads,
 )
 
 __all__ = ["decode_predict_request", "encode_predict_response"]
@@ -88,7 +89,7 @@ def encode_predict_response(
 
 def _instances(body: bytes) -> list[Any]:
     try:
-        doc = orjson.loads(body)
+        doc = json_loads(body)
     except orjson.JSONDecodeError as exc:
         raise InputError(f"the body is not valid JSON: {exc}") from None
     rows = doc.get("instances", doc.get("inputs")) if isinstance(doc, dict) else None
