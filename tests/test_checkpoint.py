@@ -305,3 +305,37 @@ def test_cuda_saved_checkpoint_loads_on_the_cpu(tmp_path: Path) -> None:
     on_cpu = load_checkpoint(st, "cpu")
     assert all(t.device == torch.device("cpu") for t in on_cpu.values())
     assert all(torch.equal(on_cpu[k], v.cpu()) for k, v in state.items())
+
+
+def test_a_checkpoint_saved_from_meta_tensors_names_them_instead_of_crashing(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "meta.pt"
+    torch.save({k: v.to("meta") for k, v in model().state_dict().items()}, path)
+    with pytest.raises(CheckpointError, match=r"without data.*0\.weight.*onto cpu.*to_empty"):
+        load_checkpoint(path, "cpu")
+    with pytest.raises(CheckpointError, match="without data"):
+        load_checkpoint(path, "cpu", module=model())
+    assert load_checkpoint(path, "meta")["0.weight"].is_meta  # shapes only: fine
+
+
+def test_loading_onto_meta_into_a_module_with_data_leaves_it_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "ckpt.pt"
+    torch.save(model().state_dict(), path)
+    target = nn.Linear(8, 16)
+    before = target.weight.detach().clone()
+    with pytest.raises(CheckpointError, match=r"onto the meta device.*weight.*live on cpu"):
+        load_checkpoint(path, "meta", module=nn.Sequential(target))
+    assert torch.equal(target.weight, before)
+    on_meta = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Linear(16, 2)).to("meta")
+    assert sorted(load_checkpoint(path, "meta", module=on_meta)) == sorted(model().state_dict())
+
+
+def test_a_path_that_is_not_a_path_is_a_config_error(tmp_path: Path) -> None:
+    from torchplace import ConfigError
+
+    with pytest.raises(ConfigError, match="path 3 has type int"):
+        load_checkpoint(3)  # type: ignore[arg-type]
+    path = tmp_path / "ckpt.pt"
+    torch.save(model().state_dict(), path)
+    assert "0.weight" in load_checkpoint(os.fsencode(path))  # type: ignore[arg-type]

@@ -22,7 +22,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from torchplace.errors import CheckpointError, StateDictMismatchError, UnsafeCheckpointError
+from torchplace.errors import (
+    CheckpointError,
+    ConfigError,
+    StateDictMismatchError,
+    UnsafeCheckpointError,
+)
 
 __all__ = ["StateDictDiff", "compare_state_dict", "load_checkpoint"]
 
@@ -107,7 +112,13 @@ def load_checkpoint(
     from torchplace.devices import resolve_device
 
     target = resolve_device(device)
-    file = Path(os.fspath(path))
+    try:
+        file = Path(os.fsdecode(path))
+    except TypeError:
+        raise ConfigError(
+            f"load_checkpoint: path {path!r} has type {type(path).__name__}; pass the checkpoint's "
+            "path as a str or a pathlib.Path"
+        ) from None
     if not file.exists():
         raise CheckpointError(f"checkpoint {str(file)!r} does not exist; check the path")
     if not file.is_file():
@@ -117,10 +128,25 @@ def load_checkpoint(
     else:
         loaded = _load_pickle(file, target, allow_pickle)
     state = _as_state_dict(loaded, file)
+    if target.type != "meta":
+        _refuse_meta(state, file, target)
     state = {k: v.to(target) for k, v in state.items()}  # .to returns a tensor in place itself
     if module is not None:
         _load_into(module, state, strict, file)
     return state
+
+
+def _refuse_meta(state: dict[str, torch.Tensor], file: Path, target: torch.device) -> None:
+    """Raise when the file holds meta tensors (shapes without data) that cannot go to ``target``."""
+    empty = [k for k, v in state.items() if v.is_meta]
+    if empty:
+        raise CheckpointError(
+            f"checkpoint {str(file)!r} holds {len(empty)} tensor(s) without data, saved from the "
+            f"meta device ({', '.join(empty[:5])}{' ...' if len(empty) > 5 else ''}), which "
+            f"cannot be loaded onto {target}. Fix: save the state dict of a materialised model "
+            "(module.to_empty(device=...), then initialise or load real weights), or load it "
+            "with device='meta' to get the shapes only"
+        )
 
 
 def _is_safetensors(file: Path) -> bool:
@@ -242,6 +268,16 @@ def _tensor_entry(key: Any, value: Any) -> bool:
 
 
 def _load_into(module: nn.Module, state: dict[str, torch.Tensor], strict: bool, file: Path) -> None:
+    own = module.state_dict()
+    no_data = [k for k, v in state.items() if v.is_meta and k in own and not own[k].is_meta]
+    if no_data:
+        raise CheckpointError(
+            f"checkpoint {str(file)!r} was loaded onto the meta device (shapes, no data), but "
+            f"{type(module).__name__}'s {', '.join(no_data[:5])}{' ...' if len(no_data) > 5 else ''} "
+            f"live on {own[no_data[0]].device}: there is nothing to copy into them, and the "
+            "module was left untouched. Fix: load onto the module's device "
+            "(load_checkpoint(path, device, module=...)), or pass a module on the meta device"
+        )
     diff = compare_state_dict(module, state)
     if not diff.ok:
         if strict:

@@ -223,3 +223,16 @@ def test_cuda_resolves_with_index() -> None:
     assert f"use an index from 0 to {count - 1}" in msg
     with pytest.raises(DeviceIndexError):
         resolve_device(count)
+
+
+@pytest.mark.parametrize("spec", ["cpu:0", torch.device("cpu", 0), "meta:0"])
+def test_cpu_and_meta_come_back_as_tensors_report_them(spec: str | torch.device) -> None:
+    got = resolve_device(spec, probe=FakeProbe())
+    assert got.index is None
+    assert torch.empty(1, device=got).device == got  # so a plain == check does not misfire
+
+
+@pytest.mark.parametrize("spec", ["٣", "cuda:٣", "１"])
+def test_digits_of_other_scripts_are_not_indices(spec: str) -> None:
+    with pytest.raises(ConfigError, match="is not understood"):
+        resolve_device(spec, probe=FakeProbe())

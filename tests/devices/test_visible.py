@@ -60,3 +60,8 @@ def test_rocm_build_reads_hip_visible_devices() -> None:
     probe = FakeProbe(devices=[H200, L4], hip_version="6.2", env_vars={"HIP_VISIBLE_DEVICES": "1"})
     assert visible_devices(probe=probe).variable == "HIP_VISIBLE_DEVICES"
     assert [d.name for d in device_inventory(probe=probe)] == ["NVIDIA L4"]
+
+
+@pytest.mark.parametrize(("value", "parsed"), [("٣", []), ("0,٣", ["0"]), ("１,0", [])])
+def test_only_ascii_digits_are_indices_as_strtoul_reads_them(value: str, parsed: list[str]) -> None:
+    assert parse_visible_devices(value) == parsed

@@ -177,3 +177,23 @@ def test_cuda_check_same_device_and_audit() -> None:
     assert marked(str(info.value)) == ["x"]
     audit_module(m).assert_on("cuda")
     audit_module(m).assert_on(dev)
+
+
+def test_audit_finds_strays_in_a_deque_and_skips_unset_dataclass_fields() -> None:
+    import collections
+    import dataclasses
+
+    @dataclasses.dataclass
+    class State:
+        step: torch.Tensor
+        cache: torch.Tensor = dataclasses.field(init=False)
+
+    class Windowed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+            self.history = collections.deque([torch.zeros(2)], maxlen=8)
+            self.state = State(torch.zeros(1))
+
+    strays = [s.name for s in audit_module(Windowed()).strays]
+    assert strays == ["history[0]", "state.step"]

@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 
 from torchplace import (
     ConfigError,
+    DeviceError,
+    PlacementError,
     move,
 )
 from torchplace.placement import map_tensors
@@ -224,3 +226,98 @@ def test_move_preserves_any_nesting(batch: Any) -> None:
     found: list[torch.Tensor] = []
     map_tensors(on_meta, lambda t: found.append(t) or t)
     assert all(t.device == META for t in found)
+
+
+# --------------------------------------------------------------------------------------------
+# exotic but legitimate containers
+# --------------------------------------------------------------------------------------------
+
+
+def test_move_walks_deques_and_keeps_maxlen() -> None:
+    t = torch.randn(2)
+    out = move({"window": collections.deque([t, 1], maxlen=4)}, "meta")
+    window = out["window"]
+    assert isinstance(window, collections.deque)
+    assert window.maxlen == 4
+    assert window[0].device == META
+    assert window[1] == 1
+
+
+class Args(tuple):  # a tuple subclass whose constructor takes the items one by one
+    def __new__(cls, *items: Any) -> Args:
+        return super().__new__(cls, items)
+
+
+class Tagged(list):  # a list subclass with its own __init__ signature and an attribute
+    def __init__(self, a: Any, b: Any) -> None:
+        super().__init__([a, b])
+        self.tag = "train"
+
+
+def test_move_rebuilds_sequence_subclasses_with_their_items_not_nested_in_one() -> None:
+    t = torch.randn(2)
+    args = move(Args(t, 1), "meta")
+    assert type(args) is Args
+    assert len(args) == 2
+    assert args[0].device == META
+    assert args[1] == 1
+    tagged = move(Tagged(t, 2), "meta")
+    assert type(tagged) is Tagged
+    assert tagged.tag == "train"
+    assert tagged[0].device == META
+    assert tagged[1] == 2
+    assert type(move(torch.Size([2, 100_000]), "meta")) is torch.Size
+
+
+@dataclass
+class Lazy:
+    x: torch.Tensor
+    cache: torch.Tensor = field(init=False)  # set on first use, not in __init__
+
+
+def test_move_leaves_an_unset_init_false_dataclass_field_unset() -> None:
+    out = move(Lazy(torch.randn(2)), "meta")
+    assert out.x.device == META
+    assert not hasattr(out, "cache")
+
+
+def test_a_structure_that_contains_itself_is_a_config_error() -> None:
+    cyclic: list[Any] = [torch.randn(2)]
+    cyclic.append(cyclic)
+    with pytest.raises(ConfigError, match=re.escape("value[1]") + ".*cyclic"):
+        move(cyclic, "meta")
+    looped: dict[str, Any] = {"x": torch.randn(2)}
+    looped["self"] = looped
+    with pytest.raises(ConfigError, match=re.escape('value["self"]')):
+        map_tensors(looped, lambda t: t)
+
+
+def test_nesting_past_the_recursion_limit_is_a_config_error() -> None:
+    deep: Any = torch.randn(2)
+    for _ in range(10_000):
+        deep = [deep]
+    with pytest.raises(ConfigError, match=r"10000 levels deep.*flatten"):
+        move(deep, "meta")
+
+
+def test_move_of_a_meta_tensor_to_a_real_device_says_it_has_no_data() -> None:
+    with pytest.raises(PlacementError, match=r"meta tensor \(float32 \(3,\)\) to cpu.*to_empty"):
+        move({"w": torch.empty(3, device="meta")}, "cpu")
+
+
+# ids without the word "cuda": tests/conftest.py skips items with that keyword on CPU
+@pytest.mark.parametrize("device", ["cuda", "cuda:7", "mps"], ids=["gpu", "gpu7", "mps"])
+def test_move_to_a_device_this_machine_lacks_says_why(device: str) -> None:
+    if torch.cuda.is_available() and device.startswith("cuda"):
+        pytest.skip("this machine has CUDA")
+    if device == "mps" and torch.backends.mps.is_available():
+        pytest.skip("this machine has MPS")
+    with pytest.raises(DeviceError, match=f"cannot use {device!r}.*Fix:"):
+        move({"x": torch.randn(2)}, device)
+
+
+def test_move_to_cpu_0_reuses_tensors_already_on_the_cpu() -> None:
+    t = torch.randn(2)
+    out = move({"x": t}, "cpu:0")
+    assert out["x"] is t
+    assert out["x"].device == CPU

@@ -91,3 +91,40 @@ def test_large_majority_is_summarised() -> None:
     assert marked(msg) == ["odd"]
     assert "... and 22 more on cpu" in msg
     assert len(msg.splitlines()) < 20
+
+
+# --------------------------------------------------------------------------------------------
+# exotic values
+# --------------------------------------------------------------------------------------------
+
+
+def test_tensors_inside_a_deque_are_checked() -> None:
+    import collections
+
+    window = collections.deque([torch.zeros(2, device="meta")])
+    with pytest.raises(MixedDeviceError, match=re.escape(">> window[0]")):
+        check_same_device(x=torch.zeros(2), window=window)
+
+
+@dataclass
+class Lazy:
+    x: torch.Tensor
+    cache: torch.Tensor = field(init=False)
+
+
+def test_an_unset_init_false_dataclass_field_is_skipped() -> None:
+    assert check_same_device(batch=Lazy(torch.zeros(2))) == CPU
+
+
+def test_nesting_past_the_recursion_limit_is_a_config_error() -> None:
+    deep: Any = torch.zeros(2)
+    for _ in range(10_000):
+        deep = {"inner": deep}
+    with pytest.raises(ConfigError, match="check_same_device: batch nests containers 10000"):
+        check_same_device(batch=deep)
+
+
+@pytest.mark.parametrize("expected", ["", " cpu", "CPU", -1, True])
+def test_an_expected_device_torch_cannot_read_is_a_config_error(expected: Any) -> None:
+    with pytest.raises(ConfigError, match=f"device {re.escape(repr(expected))} is not a device"):
+        check_same_device(x=torch.zeros(2), expected=expected)

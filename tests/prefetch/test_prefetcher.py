@@ -389,3 +389,70 @@ def test_cuda_early_break_frees_device_memory() -> None:
     gc.collect()
     torch.cuda.synchronize(device)
     assert torch.cuda.memory_allocated(device) == before
+
+
+# --------------------------------------------------------------------------------------------
+# awkward sources and batches
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_one_shot_iterator_used_up_by_a_pass_is_refused_on_the_next(make: Any) -> None:
+    p = make(torch.full((2,), float(i)) for i in range(3))
+    assert len(list(p)) == 3
+    with pytest.raises(ConfigError, match=r"generator, is a one-shot iterator.*re-iterable"):
+        iter(p)
+    # a re-iterable source serves every pass, and an iterator left early can go on
+    assert [len(list(make([torch.zeros(1)] * 2))) for _ in range(2)] == [2, 2]
+
+
+def test_an_iterator_left_early_can_be_resumed_in_a_new_pass(make: Any) -> None:
+    p = make(iter(Source(4)), depth=1)
+    next(iter(p))
+    assert [b["i"] for b in p] != []  # not refused: the iterator was not used up
+
+
+def test_deques_in_a_batch_are_moved(make: Any) -> None:
+    import collections
+
+    (batch,) = list(make([{"window": collections.deque([torch.zeros(2)], maxlen=3)}]))
+    assert batch["window"].maxlen == 3
+    assert batch["window"][0].device.type == "meta"
+
+
+def test_a_batch_that_contains_itself_is_a_config_error_at_its_position(make: Any) -> None:
+    cyclic: list[Any] = [torch.zeros(2)]
+    cyclic.append(cyclic)
+    it = iter(make([[torch.ones(1)], cyclic]))
+    assert next(it)[0].device.type == "meta"  # the batch before it is handed out
+    with pytest.raises(ConfigError, match="contains itself"):
+        next(it)
+
+
+def test_a_meta_batch_to_the_cpu_says_it_has_no_data() -> None:
+    from torchplace import PlacementError
+
+    with pytest.raises(PlacementError, match=r"meta tensor .* no data"):
+        list(DevicePrefetcher([{"x": torch.empty(2, device="meta")}], "cpu"))
+
+
+def test_a_meta_tensor_on_the_stream_route_says_it_has_no_data() -> None:
+    from torchplace import PlacementError
+    from torchplace.prefetch import PinnedPool
+    from torchplace.prefetch.copies import BatchCopier
+    from torchplace.prefetch.stats import StatsAccumulator
+
+    from .fakes import FakeStreams
+
+    streams = FakeStreams()
+    copier = BatchCopier(
+        torch.device("cuda", 0),
+        None,
+        True,
+        True,
+        streams,
+        PinnedPool(0),
+        StatsAccumulator(),
+        lambda o: o,
+    )
+    with pytest.raises(PlacementError, match=r"meta tensor \(float32 \(2,\)\) to cuda:0"):
+        copier.launch({"x": torch.empty(2, device="meta")}, streams.new_stream())

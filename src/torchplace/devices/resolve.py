@@ -35,7 +35,8 @@ def resolve_device(
       (``cuda:N`` with N the current device, normally 0; else ``mps:0`` or ``xpu:N``); else
       ``cpu``.
     - ``"cuda"`` -> ``cuda:N`` (the current device); ``"cuda:1"`` or ``1`` -> ``cuda:1``.
-    - ``"cpu"`` and ``"meta"`` are returned as they are.
+    - ``"cpu"`` and ``"meta"`` come back without an index, as tensors report them (``"cpu:0"``
+      -> ``cpu``), so ``tensor.device == resolve_device(spec)`` holds for a tensor there.
 
     Raises :class:`~torchplace.errors.DeviceUnavailableError` when the backend is not usable (a
     CPU-only torch build, ``CUDA_VISIBLE_DEVICES`` hiding every GPU, no driver),
@@ -53,7 +54,7 @@ def resolve_device(
                 raise ConfigError(f"${DEVICE_ENV_VAR}={from_env!r}: {exc}") from exc
         return _auto(probe)
     if kind in PASS_THROUGH:
-        return torch.device(kind) if index is None else torch.device(kind, index)
+        return torch.device(kind)  # as tensors report it: torch.device("cpu", 0) != cpu
     if kind == "cuda":
         return _resolve_cuda(index, probe)
     return _resolve_other(kind, index, probe)

@@ -17,7 +17,7 @@ __all__ = ["OTHER_ACCELERATORS", "PASS_THROUGH", "parse_spec"]
 OTHER_ACCELERATORS = ("mps", "xpu")
 #: Devices returned as they are, with no hardware to ask.
 PASS_THROUGH = ("cpu", "meta")
-_SPEC_RE = re.compile(r"^(?P<type>[a-z_]+)(?::(?P<index>-?\d+))?$")
+_SPEC_RE = re.compile(r"^(?P<type>[a-z_]+)(?::(?P<index>-?[0-9]+))?$")
 
 
 def parse_spec(spec: str | torch.device | int | None) -> tuple[str, int | None]:
@@ -38,7 +38,7 @@ def parse_spec(spec: str | torch.device | int | None) -> tuple[str, int | None]:
             "pass a str ('auto', 'cpu', 'cuda', 'cuda:1'), an int or a torch.device"
         )
     text = spec.strip().lower()
-    if text.isdigit():
+    if text.isascii() and text.isdigit():  # not "٣": str.isdigit takes any script's digits
         return "cuda", int(text)
     match = _SPEC_RE.match(text)
     if match is None:

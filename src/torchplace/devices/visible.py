@@ -32,7 +32,7 @@ def parse_visible_devices(value: str | None) -> list[str] | None:
         if entry.startswith(("GPU-", "MIG-")):
             token = entry
         else:
-            digits = re.match(r"^\+?(\d+)", entry)
+            digits = re.match(r"^\+?([0-9]+)", entry)  # ASCII digits only, as strtoul reads
             if digits is None:
                 break
             token = str(int(digits.group(1)))

@@ -6,9 +6,7 @@ named by its path. The result, a :class:`ModuleAudit`, renders as a table, rich 
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -18,16 +16,7 @@ from torch import nn
 from torchplace.bench.units import format_bytes
 from torchplace.errors import ConfigError, PlacementError
 from torchplace.placement.canonical import DeviceLike, canonical_device
-from torchplace.placement.containers import (
-    ATOMS,
-    dtype_name,
-    is_dataclass_instance,
-    is_namedtuple,
-    key_path,
-    namedtuple_fields,
-    shape_of,
-    text_table,
-)
+from torchplace.placement.containers import ATOMS, children, dtype_name, shape_of, text_table
 
 __all__ = ["ModuleAudit", "TensorGroup", "TensorKind", "TensorRecord", "audit_module"]
 
@@ -275,27 +264,8 @@ class _StrayFinder:
             for name, t in (*value.named_parameters(), *value.named_buffers()):
                 self.walk(t, f"{path}.{name}", depth + 1)
             return
-        children = _children(value, path)
-        if children:
+        kids = children(value, path)
+        if kids:
             seen.add(id(value))
-        for child_path, child in children:
+        for child_path, child in kids:
             self.walk(child, child_path, depth + 1)
-
-
-def _children(value: object, path: str) -> list[tuple[str, object]]:
-    """The values inside a plain container, each with its path; [] for anything else."""
-    if isinstance(value, Mapping):
-        return [(path + key_path(k), v) for k, v in value.items()]
-    if is_namedtuple(value):
-        return [
-            (f"{path}.{field}", v)
-            for field, v in zip(namedtuple_fields(value), value, strict=True)  # type: ignore[call-overload]
-        ]
-    if isinstance(value, (list, tuple)):
-        return [(f"{path}[{i}]", v) for i, v in enumerate(value)]
-    if isinstance(value, (set, frozenset)):
-        return [(f"{path}{{{i}}}", v) for i, v in enumerate(value)]
-    if is_dataclass_instance(value):
-        fields = dataclasses.fields(value)  # type: ignore[arg-type]
-        return [(f"{path}.{f.name}", getattr(value, f.name, None)) for f in fields]
-    return []

@@ -7,22 +7,33 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
+from collections import deque
+from collections.abc import Mapping
 
 import torch
 
+from torchplace.errors import ConfigError
+
 __all__ = [
     "ATOMS",
+    "SEQUENCES",
+    "children",
+    "dataclass_items",
     "dtype_name",
     "is_dataclass_instance",
     "is_namedtuple",
     "key_path",
     "namedtuple_fields",
+    "nesting_error",
     "shape_of",
     "text_table",
 ]
 
 #: Leaves that never hold a tensor.
 ATOMS = (str, bytes, bytearray, int, float, complex, bool, type(None))
+#: Containers walked item by item (besides mappings, namedtuples and dataclasses).
+SEQUENCES = (list, tuple, deque, set, frozenset)
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -53,6 +64,82 @@ def namedtuple_fields(obj: object) -> tuple[str, ...]:
 def is_dataclass_instance(obj: object) -> bool:
     """A dataclass instance (not the class itself)."""
     return dataclasses.is_dataclass(obj) and not isinstance(obj, type)
+
+
+def dataclass_items(obj: object) -> list[tuple[str, object]]:
+    """A dataclass instance's (field name, value) pairs; a field that was never set (an
+    ``init=False`` field without a default, not assigned in ``__post_init__``) is left out."""
+    out = []
+    for f in dataclasses.fields(obj):  # type: ignore[arg-type]
+        try:
+            out.append((f.name, getattr(obj, f.name)))
+        except AttributeError:
+            continue
+    return out
+
+
+def children(value: object, path: str) -> list[tuple[str, object]]:
+    """The values inside a container, each with its path; [] for anything else."""
+    if isinstance(value, (torch.Tensor, *ATOMS)):
+        return []
+    if isinstance(value, Mapping):
+        return [(path + key_path(k), v) for k, v in value.items()]
+    if is_namedtuple(value):
+        fields = namedtuple_fields(value)
+        return [(f"{path}.{f}", v) for f, v in zip(fields, value, strict=True)]  # type: ignore[call-overload]
+    if isinstance(value, (list, tuple, deque)):
+        return [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+    if isinstance(value, (set, frozenset)):
+        return [(f"{path}{{{i}}}", v) for i, v in enumerate(value)]
+    if is_dataclass_instance(value):
+        return [(f"{path}.{name}", v) for name, v in dataclass_items(value)]
+    return []
+
+
+def _cycle_or_depth(obj: object, root: str) -> tuple[str | None, int]:
+    """Where ``obj`` first contains itself (the path of the repeated container), and how deep
+    its containers nest; walked without recursion, so any depth and any cycle is fine."""
+    on_path: set[int] = set()
+    done: set[int] = set()
+    deepest = 0
+    stack: list[tuple[object, str, int, bool]] = [(obj, root, 0, False)]
+    while stack:
+        value, path, depth, leaving = stack.pop()
+        if leaving:
+            on_path.discard(id(value))
+            done.add(id(value))
+            continue
+        if id(value) in on_path:
+            return path, deepest
+        kids = children(value, path)
+        if not kids or id(value) in done:
+            continue
+        deepest = max(deepest, depth + 1)
+        on_path.add(id(value))
+        stack.append((value, path, depth, True))
+        stack.extend((v, p, depth + 1, False) for p, v in reversed(kids))
+    return None, deepest
+
+
+def nesting_error(where: str, obj: object, root: str, exc: RecursionError) -> BaseException:
+    """The error to raise when walking ``obj`` ran out of stack: a :class:`ConfigError` that
+    names the cycle or the depth, or ``exc`` itself when neither explains it."""
+    cycle, depth = _cycle_or_depth(obj, root)
+    if cycle is not None:
+        return ConfigError(
+            f"{where}: {root} contains itself: {cycle} is one of its own enclosing containers "
+            "(a cyclic reference), and a structure that contains itself cannot be walked to "
+            "its tensors. Fix: break the cycle (keep the back reference outside the batch), "
+            "or pass the tensors in a structure without one"
+        )
+    limit = sys.getrecursionlimit()
+    if depth * 4 < limit:
+        return exc  # not the nesting: the recursion is somewhere else
+    return ConfigError(
+        f"{where}: {root} nests containers {depth} levels deep, more than Python's recursion "
+        f"limit ({limit}) lets it walk. Fix: flatten it (e.g. one list or dict of tensors), or "
+        "raise the limit with sys.setrecursionlimit() if the nesting is intended"
+    )
 
 
 def text_table(headers: list[str], rows: list[list[str]], marks: list[bool] | None = None) -> str:

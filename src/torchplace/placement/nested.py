@@ -6,25 +6,28 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 import logging
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import torch
 from torch import nn
 
-from torchplace.errors import ConfigError
+from torchplace.errors import ConfigError, PlacementError, TorchplaceError
 from torchplace.placement.canonical import DeviceLike
 from torchplace.placement.containers import (
     ATOMS,
+    SEQUENCES,
+    dataclass_items,
     dtype_name,
     is_dataclass_instance,
     is_namedtuple,
+    nesting_error,
     shape_of,
 )
 
-__all__ = ["map_tensors", "move", "tensor_mover"]
+__all__ = ["map_tensors", "move", "no_data_error", "tensor_mover"]
 
 _log = logging.getLogger("torchplace.placement")
 
@@ -40,14 +43,22 @@ def map_tensors(
 ) -> T:
     """Apply ``fn`` to every tensor inside ``obj`` and return the rebuilt structure.
 
-    Walks dicts (and other mappings), lists, tuples, namedtuples, sets and dataclasses (frozen
-    ones too, rebuilt without calling ``__init__``). A tensor that appears twice is mapped once,
-    so aliasing survives. Other leaves, and ``nn.Module`` instances, come back as they are.
-    With ``copy=False`` a container whose contents did not change is returned itself. With
-    ``objects``, any other object that has its own ``to`` method is replaced by
-    ``objects(obj)`` instead of being walked.
+    Walks dicts (and other mappings), lists, tuples, deques, namedtuples, sets and dataclasses
+    (frozen ones too, rebuilt without calling ``__init__``). A tensor that appears twice is
+    mapped once, so aliasing survives. Other leaves, and ``nn.Module`` instances, come back as
+    they are. With ``copy=False`` a container whose contents did not change is returned itself.
+    With ``objects``, any other object that has its own ``to`` method is replaced by
+    ``objects(obj)`` instead of being walked. A structure that contains itself, or nests deeper
+    than Python's recursion limit allows, raises :class:`~torchplace.errors.ConfigError`.
     """
-    return _Mapper(fn, copy, objects).map(obj)  # type: ignore[no-any-return]
+    return _walk("map_tensors", _Mapper(fn, copy, objects), obj)  # type: ignore[no-any-return]
+
+
+def _walk(where: str, mapper: _Mapper, obj: Any) -> Any:
+    try:
+        return mapper.map(obj)
+    except RecursionError as exc:
+        raise nesting_error(where, obj, "value", exc) from None
 
 
 class _Mapper:
@@ -99,14 +110,11 @@ class _Mapper:
         if is_namedtuple(obj):
             items = [self.map(v) for v in obj]
             return cls(*items) if self._copy or _changed(obj, items) else obj
-        if isinstance(obj, (list, tuple, set, frozenset)):
+        if isinstance(obj, SEQUENCES):
             items = [self.map(v) for v in obj]
             if not self._copy and not _changed(obj, items):
                 return obj
-            try:
-                return cls(items)
-            except TypeError:
-                return items if isinstance(obj, list) else tuple(items)
+            return _rebuild(obj, items)
         if is_dataclass_instance(obj):
             return self._dataclass(obj)
         return obj
@@ -125,15 +133,45 @@ class _Mapper:
             return new
 
     def _dataclass(self, obj: Any) -> Any:
-        fields = dataclasses.fields(obj)
-        old = [getattr(obj, f.name) for f in fields]
-        new = [self.map(v) for v in old]
-        if not self._copy and not _changed(old, new):
+        items = dataclass_items(obj)  # an init=False field never set is left unset
+        new = [self.map(v) for _, v in items]
+        if not self._copy and not _changed([v for _, v in items], new):
             return obj
         out = copy.copy(obj)  # no __init__/__post_init__ re-run; frozen classes too
-        for f, v in zip(fields, new, strict=True):
-            object.__setattr__(out, f.name, v)
+        for (name, _), v in zip(items, new, strict=True):
+            object.__setattr__(out, name, v)
         return out
+
+
+def _rebuild(obj: Any, items: list[Any]) -> Any:
+    """A list, tuple, deque, set or frozenset (or a subclass) like ``obj``, holding ``items``.
+
+    The subclass, its instance attributes and a deque's ``maxlen`` are kept. A subclass's own
+    ``__new__``/``__init__`` is not re-run (it may take other arguments than the items, as a
+    dataclass's ``__init__`` does); where that is impossible the plain base type comes back.
+    """
+    cls = type(obj)
+    base: Any = next(b for b in SEQUENCES if isinstance(obj, b))
+    if cls is base:
+        return deque(items, obj.maxlen) if base is deque else base(items)
+    try:
+        if base is tuple or base is frozenset:
+            out = base.__new__(cls, items)
+        elif base is deque:
+            out = deque.__new__(cls)
+            deque.__init__(out, items, obj.maxlen)
+        else:
+            out = base.__new__(cls)
+            base.__init__(out, items)
+    except TypeError:  # a C subclass (torch.Size) refuses the base __new__; its own takes items
+        try:
+            out = cls(items)
+        except TypeError:
+            return deque(items, obj.maxlen) if base is deque else base(items)
+        return out
+    if hasattr(obj, "__dict__"):
+        out.__dict__.update(vars(obj))
+    return out
 
 
 def _changed(old: Any, new: Any) -> bool:
@@ -182,10 +220,16 @@ def move(
 ) -> T:
     """Return ``obj`` with every tensor inside it on ``device`` (and ``dtype``), as a new structure.
 
-    - Walks dicts (and other mappings), lists, tuples, namedtuples, sets and dataclasses (frozen
-      ones too; rebuilt without re-running ``__init__``). Containers are always new; a tensor
-      already on ``device`` with the right dtype is reused, not copied. A tensor that appears
-      twice is moved once, so aliasing survives.
+    - Walks dicts (and other mappings), lists, tuples, deques, namedtuples, sets and dataclasses
+      (frozen ones too; rebuilt without re-running ``__init__``). Containers are always new; a
+      tensor already on ``device`` with the right dtype is reused, not copied. A tensor that
+      appears twice is moved once, so aliasing survives.
+    - A tensor that requires grad (an ``nn.Parameter`` too) comes back as ``t.to(device)`` gives
+      it: a plain tensor linked to the original by autograd. Move the module for parameters.
+    - A meta tensor going to a real device raises :class:`~torchplace.errors.PlacementError` (it
+      has no data); a device this machine lacks raises the
+      :class:`~torchplace.errors.DeviceError` of :func:`torchplace.resolve_device`; a structure
+      that contains itself or nests too deep raises :class:`~torchplace.errors.ConfigError`.
     - Objects with their own ``to`` method (``PackedSequence``, ``BatchEncoding``, ``TensorDict``,
       ...) are moved with ``obj.to(device)``; ``dtype`` and ``non_blocking`` are not passed on,
       as their meaning there is unknown.
@@ -215,10 +259,38 @@ def move(
             f"move(dtype={dtype}) must be a floating-point dtype (it converts floating tensors "
             "only); convert integer tensors yourself"
         )
+    if target.type in ("cpu", "meta") and target.index is not None:
+        target = torch.device(target.type)  # as tensors report it: "cpu:0" tensors are on "cpu"
     fn = tensor_mover(target, non_blocking, dtype)
-    if type(obj) is torch.Tensor:
-        return fn(obj)  # type: ignore[return-value, arg-type]
-    return _Mapper(fn, True, lambda o: o.to(target)).map(obj)  # type: ignore[no-any-return]
+    try:
+        if type(obj) is torch.Tensor:
+            return fn(obj)  # type: ignore[return-value, arg-type]
+        return _walk("move", _Mapper(fn, True, lambda o: o.to(target)), obj)  # type: ignore[no-any-return]
+    except TorchplaceError:
+        raise
+    except Exception as exc:
+        _raise_if_unusable(target, exc)
+        raise
+
+
+def _raise_if_unusable(device: torch.device, exc: Exception) -> None:
+    """After a failed copy to ``device``: raise the DeviceError that says why it cannot be used
+    here (no CUDA build, no such index, ...), if that is why; else return."""
+    if device.type not in ("cuda", "mps", "xpu"):
+        return
+    from torchplace.devices import resolve_device
+
+    resolve_device(device)  # raises DeviceUnavailableError / DeviceIndexError with the fix
+
+
+def no_data_error(t: torch.Tensor, device: torch.device) -> PlacementError:
+    """The error for a copy of meta tensor ``t`` to a real device: there is no data to copy."""
+    return PlacementError(
+        f"cannot copy a meta tensor ({dtype_name(t.dtype)} {shape_of(t)}) to {device}: a meta "
+        "tensor has a shape and dtype but no data. Fix: create it on the device it is used on, "
+        "or materialise a meta model with module.to_empty(device=...) and then initialise it or "
+        "load its weights (load_state_dict(..., assign=True))"
+    )
 
 
 def tensor_mover(
@@ -227,6 +299,8 @@ def tensor_mover(
     """The per-tensor move of :func:`move` (arguments already validated)."""
 
     def fn(t: torch.Tensor) -> torch.Tensor:
+        if t.is_meta and device.type != "meta":
+            raise no_data_error(t, device)
         nb = non_blocking and _non_blocking_ok(t, device)
         if dtype is not None and t.is_floating_point():
             return t.to(device, dtype, non_blocking=nb)

@@ -5,8 +5,7 @@ containers and returns their one common device, or raises
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 
 import torch
 from torch import nn
@@ -15,11 +14,9 @@ from torchplace.errors import ConfigError, MixedDeviceError
 from torchplace.placement.canonical import DeviceLike, canonical_device
 from torchplace.placement.containers import (
     ATOMS,
+    children,
     dtype_name,
-    is_dataclass_instance,
-    is_namedtuple,
-    key_path,
-    namedtuple_fields,
+    nesting_error,
     shape_of,
     text_table,
 )
@@ -44,33 +41,18 @@ def _named_tensors(obj: object, path: str, seen: set[int]) -> Iterator[tuple[str
         for name, t in (*obj.named_parameters(), *obj.named_buffers()):
             yield from _named_tensors(t, f"{path}.{name}", seen)
         return
-    if isinstance(obj, Mapping):
+    kids = children(obj, path)
+    if kids:
         seen.add(id(obj))
-        for k, v in obj.items():
-            yield from _named_tensors(v, path + key_path(k), seen)
-    elif is_namedtuple(obj):
-        seen.add(id(obj))
-        for field, v in zip(namedtuple_fields(obj), obj, strict=True):  # type: ignore[call-overload]
-            yield from _named_tensors(v, f"{path}.{field}", seen)
-    elif isinstance(obj, (list, tuple)):
-        seen.add(id(obj))
-        for i, v in enumerate(obj):
-            yield from _named_tensors(v, f"{path}[{i}]", seen)
-    elif isinstance(obj, (set, frozenset)):
-        seen.add(id(obj))
-        for i, v in enumerate(obj):
-            yield from _named_tensors(v, f"{path}{{{i}}}", seen)
-    elif is_dataclass_instance(obj):
-        seen.add(id(obj))
-        for f in dataclasses.fields(obj):  # type: ignore[arg-type]
-            yield from _named_tensors(getattr(obj, f.name), f"{path}.{f.name}", seen)
+    for child_path, child in kids:
+        yield from _named_tensors(child, child_path, seen)
 
 
 def check_same_device(*, expected: DeviceLike | None = None, **named: object) -> torch.device:
     """Return the one device every given tensor lives on, or raise with a table of who is where.
 
     Each keyword names a value: a tensor, an ``nn.Module`` (its parameters and buffers), or a
-    nested dict/list/tuple/set/namedtuple/dataclass of those; ``None`` and other leaves are
+    nested dict/list/tuple/deque/set/namedtuple/dataclass of those; ``None`` and other leaves are
     ignored. Rows are named by path, e.g. ``batch["x"]``, ``pair[1]`` or ``model.0.weight``.
 
     With ``expected`` (keyword-only, so no value may be called ``expected``), every tensor must
@@ -85,7 +67,10 @@ def check_same_device(*, expected: DeviceLike | None = None, **named: object) ->
     seen: set[int] = set()
     found: list[tuple[str, torch.Tensor]] = []
     for name, value in named.items():
-        found.extend(_named_tensors(value, name, seen))
+        try:
+            found.extend(_named_tensors(value, name, seen))
+        except RecursionError as exc:
+            raise nesting_error("check_same_device", value, name, exc) from None
     if not found:
         if want is not None:
             return want

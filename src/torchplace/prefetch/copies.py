@@ -17,6 +17,7 @@ from typing import Any, Literal
 import torch
 
 from torchplace.placement import map_tensors
+from torchplace.placement.nested import no_data_error
 from torchplace.prefetch import staging
 from torchplace.prefetch.staging import PinnedPool
 from torchplace.prefetch.stats import StatsAccumulator
@@ -86,6 +87,8 @@ class BatchCopier:
         d, kind, index = t.device, self.device.type, self.device.index
         if d.type == kind and (index is None or d.index == index):
             return "here"
+        if d.type == "meta":
+            raise no_data_error(t, self.device)
         if d.type != "cpu":
             return "device"
         if t.numel() == 0 or t.layout != torch.strided or t.is_nested or t.requires_grad:

@@ -41,7 +41,9 @@ class DevicePrefetcher(Generic[T]):
     Args:
         iterable: any iterable of batches: tensors, or dicts/lists/tuples/namedtuples/
             dataclasses of them (whatever :func:`torchplace.move` handles), e.g. a ``DataLoader``
-            with or without ``pin_memory``. Each ``iter()`` of the prefetcher starts a new pass.
+            with or without ``pin_memory``. Each ``iter()`` of the prefetcher starts a new pass;
+            a one-shot iterator (a generator) serves one pass, and ``iter()`` after a pass used
+            it up raises :class:`~torchplace.errors.ConfigError`.
         device: where batches go; resolved with :func:`torchplace.resolve_device`.
         depth: how many batches are copied ahead of the one the consumer holds (>= 1). The
             host keeps ``depth + 1`` batches referenced; when the host runs ahead of the device,
@@ -103,6 +105,7 @@ class DevicePrefetcher(Generic[T]):
         self._side: Any = None
         self._acc = StatsAccumulator()
         self._active: weakref.ref[Generator[T, None, None]] | None = None
+        self._spent = False  # the source is a one-shot iterator that a pass ran to its end
 
     @property
     def mode(self) -> Literal["streams", "pass-through"]:
@@ -114,6 +117,13 @@ class DevicePrefetcher(Generic[T]):
 
     def __iter__(self) -> Iterator[T]:
         self.close_pass()
+        if self._spent:
+            raise ConfigError(
+                f"DevicePrefetcher: its source, a {type(self._iterable).__name__}, is a one-shot "
+                "iterator that an earlier pass used up, so this pass would yield no batch. Fix: "
+                "pass a re-iterable source (a list, a DataLoader, any object whose __iter__ "
+                "returns a new iterator), or make a new DevicePrefetcher for each new iterator"
+            )
         gen = self._stream_pass() if self._streams is not None else self._plain_pass()
         self._active = weakref.ref(gen)
         return gen
@@ -193,7 +203,11 @@ class DevicePrefetcher(Generic[T]):
                 handed = clock()
                 acc.source_s += handed - t0
                 # the common case, a batch already in place, is only checked, never rebuilt
-                if not ready(batch):
+                try:
+                    in_place = ready(batch)
+                except RecursionError:  # a cyclic or very deep batch: map_tensors says which
+                    in_place = False
+                if not in_place:
                     batch = map_tensors(batch, leaf, copy=False, objects=move_object)
                     t1, handed = handed, clock()
                     acc.copy_s += handed - t1
@@ -202,6 +216,7 @@ class DevicePrefetcher(Generic[T]):
                 t0 = clock()
                 acc.consumer_s += t0 - handed
                 handed = 0.0
+            self._spent = not owned
         finally:
             if handed:
                 acc.consumer_s += clock() - handed
@@ -279,6 +294,7 @@ class DevicePrefetcher(Generic[T]):
                     batch = next(it)
                 except StopIteration:
                     done = True
+                    self._spent = it is self._iterable
                     return
                 except Exception as exc:  # re-raised when the consumer reaches this position
                     queue.append(_Failed(exc))
