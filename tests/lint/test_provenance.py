@@ -11,6 +11,7 @@ import pytest
 
 from torchplace.cli import main
 from torchplace.lint.provenance import Fact, FileFacts
+from torchplace.lint.provenance.loops import has_own_batch_loop
 
 EXAMPLES = Path(__file__).parent / "fixtures" / "examples"
 
@@ -128,6 +129,54 @@ def test_zipped_names_and_string_methods_stay_on_the_host() -> None:
     tag = _fact_at(facts, "sample", "tag", 10)
     assert tag is not None
     assert tag.where == "host"
+
+
+def test_a_device_value_bound_late_in_a_loop_reaches_the_next_step() -> None:
+    """``history = None`` before a decoding loop, ``history = token`` at its end: from the
+    second step on, the reads at the top of the loop see the device value; a host value the
+    loop carries stays on the host."""
+    facts = _facts(
+        """
+        import torch
+
+        def decode(model, x, steps, device):
+            x = x.to(device)
+            history = None
+            count = None
+            for step in range(steps):
+                use(history, count)
+                token = model(x)
+                history = token
+                count = step
+            done = history
+        """
+    )
+    carried = _fact_at(facts, "decode", "history", 10)
+    assert carried is not None
+    assert carried.on_device
+    host = _fact_at(facts, "decode", "count", 10)
+    assert host is not None
+    assert host.where == "host"
+    before = _fact_at(facts, "decode", "history", 8)  # before the loop: only the `None`
+    assert before is not None
+    assert before.where == "host"
+
+
+@pytest.mark.parametrize(
+    ("iterable", "own"),
+    [
+        ("train_loader", True),
+        ("range(num_batches)", True),
+        ("batch_iter", True),
+        ("tqdm(self.val_dataloader())", True),
+        ("range(batch_size)", False),
+        ("range(batch_size * num_beams)", False),
+        ("enumerate(banned_batch_tokens)", False),
+    ],
+)
+def test_an_epoch_function_iterates_batches_not_the_rows_of_one(iterable: str, own: bool) -> None:
+    facts = _facts(f"def helper(x):\n    for item in {iterable}:\n        pass\n")
+    assert has_own_batch_loop(_function(facts, "helper")) is own
 
 
 def test_per_batch_functions_seed_their_parameters() -> None:

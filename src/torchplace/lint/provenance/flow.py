@@ -49,7 +49,7 @@ Lookup = Callable[[str], "Fact | None"]
 class Flow:
     """Facts of one scope's names: ``bindings[name]`` lists ``(line, fact)`` in source order."""
 
-    __slots__ = ("apart", "bindings", "facts", "node", "seeds", "state")
+    __slots__ = ("apart", "bindings", "facts", "loops", "node", "seeds", "state")
 
     def __init__(self, facts: FileFacts, node: ast.AST, seeds: dict[str, Fact]) -> None:
         self.facts = facts
@@ -59,6 +59,8 @@ class Flow:
         self.bindings: dict[str, list[tuple[int, Fact | None]]] = {}
         # `(first, last)` line spans of an `if` body and of its `else`: neither sees the other
         self.apart: list[tuple[tuple[int, int], tuple[int, int]]] = []
+        # `(first, last)` lines of each loop: a binding late in its body reaches the next step
+        self.loops: list[tuple[int, int]] = []
 
     # -- the in-order pass ------------------------------------------------------------------
     def run(self) -> None:
@@ -126,6 +128,7 @@ class Flow:
         elif isinstance(node, (ast.For, ast.AsyncFor)):
             self.for_loop(node)
         elif isinstance(node, ast.While):
+            self.loops.append((node.lineno, node.end_lineno or node.lineno))
             for _ in range(2):
                 self.block(node.body)
             self.block(node.orelse)
@@ -199,6 +202,7 @@ class Flow:
         self.bind(node.target, fact, node.lineno, node.value)
 
     def for_loop(self, node: ast.For | ast.AsyncFor) -> None:
+        self.loops.append((node.lineno, node.end_lineno or node.lineno))
         iter_fact = self.eval(node.iter, self.current)
         if iter_fact is None and self.facts.moves_some(node):
             # A batch loop moves some of its items: the others stay on the host.
@@ -478,12 +482,34 @@ class Flow:
                 return self.facts.outer_fact(self.node, name)
             best: Fact | None = None
             seen = False
+            best_line = 0
             for bound_line, fact in found:
                 if bound_line < line and not self.exclusive(bound_line, line):
-                    best, seen = fact, True
-            return best if seen else found[-1][1]
+                    best, seen, best_line = fact, True, bound_line
+            if not seen:
+                return found[-1][1]
+            if best is None or not best.on_device:
+                carried = self.carried(found, best_line, line)
+                if carried is not None:
+                    return carried
+            return best
 
         return lookup
+
+    def carried(self, found: list[tuple[int, Fact | None]], before: int, line: int) -> Fact | None:
+        """A device value that a binding later in a loop around ``line`` leaves for the next
+        step, when the binding that reaches ``line`` in order (at ``before``) is outside that
+        loop: ``history = None`` before a decoding loop, then ``history = token`` at its end,
+        reaches the reads at the top of the loop from the second step on."""
+        for first, last in sorted(self.loops, key=lambda span: span[1] - span[0]):
+            if not first < line <= last:
+                continue
+            if first <= before:
+                return None  # bound inside this loop, before `line`: each step starts there
+            later = [f for bound, f in found if line <= bound <= last]
+            if later and later[-1] is not None and later[-1].on_device:
+                return later[-1]
+        return None
 
     def exclusive(self, bound: int, line: int) -> bool:
         """A binding at line ``bound`` in an ``if`` body cannot reach ``line`` in its ``else``

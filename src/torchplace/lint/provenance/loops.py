@@ -38,6 +38,18 @@ __all__ = [
 
 # Iterating these yields parameters, buffers or state: a conversion pass, not batches.
 _STATE_ITERS = ("state_dict", "parameters", "buffers", "named_", "modules", "children")
+# Words that name a state dict or a checkpoint (`full_sd`, `ckpt`, `checkpoint["model"]`).
+_STATE_WORDS = frozenset({"sd", "ckpt", "checkpoint"})
+
+
+def _names_state(node: ast.expr) -> bool:
+    """``node`` iterates a state dict or checkpoint named by one of its words."""
+    return any(
+        word in _STATE_WORDS
+        for sub in ast.walk(node)
+        if isinstance(sub, (ast.Name, ast.Attribute))
+        for word in (sub.id if isinstance(sub, ast.Name) else sub.attr).lower().split("_")
+    )
 
 
 def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind, str] | None:
@@ -47,7 +59,9 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
     if parts is None:
         return None
     iters, body, targets = parts
-    if any(word in facts.segment(it) for it in iters for word in _STATE_ITERS):
+    if any(word in facts.segment(it) for it in iters for word in _STATE_ITERS) or any(
+        _names_state(it) for it in iters
+    ):
         return None  # a pass over parameters or a state dict: conversion, not batches
     found = _iterates_device(facts, iters, scope)
     if found is not None:
@@ -277,10 +291,7 @@ def has_own_batch_loop(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     for loop in nested:
         if isinstance(loop, (ast.For, ast.AsyncFor)) and any(
             isinstance(sub, (ast.Name, ast.Attribute))
-            and any(
-                w in (sub.id if isinstance(sub, ast.Name) else sub.attr).lower()
-                for w in _BATCH_WORDS
-            )
+            and _names_batches(sub.id if isinstance(sub, ast.Name) else sub.attr)
             for sub in ast.walk(loop.iter)
         ):
             return True
@@ -296,6 +307,18 @@ def has_own_batch_loop(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
 
 
 _BATCH_WORDS = ("loader", "dataset", "batch")
+# Words that end an iterator's name after what it yields (`batch_iter`, `loader_it`).
+_ITER_WORDS = frozenset({"iter", "iterator", "it", "gen", "generator", "stream"})
+
+
+def _names_batches(name: str) -> bool:
+    """A name for batches or what yields them, by the noun that ends it (``train_loader``,
+    ``num_batches``, ``batch_iter``), not for what one batch holds (``batch_size``,
+    ``banned_batch_tokens``): ``range(batch_size)`` walks the rows of one batch."""
+    words = [w for w in name.lower().split("_") if w]
+    while len(words) > 1 and words[-1] in _ITER_WORDS:
+        words.pop()
+    return bool(words) and any(word in words[-1] for word in _BATCH_WORDS)
 
 
 def calls_backward(loop: ast.AST) -> bool:

@@ -78,12 +78,46 @@ def _guarded(ctx: Context) -> bool:
                 return True
             if any(mentions(d) for d in parent.decorator_list):
                 return True
-    # An earlier early exit or assertion: `if not torch.cuda.is_available(): return`.
+    # An earlier early exit or assertion: `if not torch.cuda.is_available(): return`; or an
+    # earlier statement that already needs CUDA (`device = "cuda"`, `model.cuda()`).
     for block, index in ctx.stmt_path:
         for stmt in block[:index]:
-            if _is_guard_statement(stmt):
+            if _is_guard_statement(stmt) or _pins_cuda(stmt):
                 return True
     return False
+
+
+def _pins_cuda(stmt: ast.stmt) -> bool:
+    """A statement that runs unconditionally and needs CUDA: ``device = "cuda"``,
+    ``model.cuda()``, ``Fabric(accelerator="cuda")``. The script is CUDA-only before the
+    call runs; a check there would not let it run anywhere else."""
+    if isinstance(stmt, ast.Assign) and _is_cuda(stmt.value):
+        return True
+    if not isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.Expr)) or stmt.value is None:
+        return False
+    for sub in ast.walk(stmt.value):
+        if not isinstance(sub, ast.Call):
+            continue
+        if isinstance(sub.func, ast.Attribute) and sub.func.attr == "cuda":
+            return True
+        if any(kw.arg in {"accelerator", "device"} and _is_cuda(kw.value) for kw in sub.keywords):
+            return True
+    return False
+
+
+def _is_cuda(node: ast.expr) -> bool:
+    """``"cuda"``, ``"cuda:0"``, ``torch.device("cuda")``."""
+    if isinstance(node, ast.Call) and len(node.args) >= 1:
+        func = node.func
+        if (isinstance(func, ast.Attribute) and func.attr == "device") or (
+            isinstance(func, ast.Name) and func.id == "device"
+        ):
+            node = node.args[0]
+    return (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and (node.value == "cuda" or node.value.startswith("cuda:"))
+    )
 
 
 _BACKEND_WORDS = frozenset({"cuda", "rocm", "hip", "nccl", "cudnn", "cublas", "cutlass"})

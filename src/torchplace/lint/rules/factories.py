@@ -275,10 +275,26 @@ def _inside(node: ast.expr, outer: ast.expr) -> bool:
     ) <= (outer.end_lineno or 0, outer.end_col_offset or 0)
 
 
+def _smoke_check(ctx: Context) -> bool:
+    """The module is defined under ``if __name__ == "__main__":``: a stand-in of the file's
+    quick check, which runs where that check builds its inputs (as a test's does)."""
+    return any(
+        isinstance(stmt, ast.If)
+        and isinstance(stmt.test, ast.Compare)
+        and isinstance(stmt.test.left, ast.Name)
+        and stmt.test.left.id == "__name__"
+        and any(
+            isinstance(c, ast.Constant) and c.value == "__main__" for c in stmt.test.comparators
+        )
+        for block, index in ctx.stmt_path
+        for stmt in [block[index]]
+    )
+
+
 def check_factory(call: ast.Call, ctx: Context, name: str, method: Scope) -> None:
     """TPL103 for a call of the factory ``name`` inside ``method`` of an ``nn.Module``."""
     assert method.cls is not None
-    if method.name not in _forward_reachable(method.cls) or in_test(ctx):
+    if method.name not in _forward_reachable(method.cls) or in_test(ctx) or _smoke_check(ctx):
         return
     if method.name != "forward" and (not _takes_tensor(method) or _static(method)):
         return  # a helper given no tensor, or a static one, leaves placement to its caller

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 
 from torchplace.lint.base import (
     Context,
@@ -403,7 +404,7 @@ def _places_with(func: ast.FunctionDef | ast.AsyncFunctionDef, name: str, ctx: C
     places = False
     for sub in ast.walk(func):
         if isinstance(sub, ast.Compare):
-            if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(sub)):
+            if _compares_as_name(sub, lambda n: isinstance(n, ast.Name) and n.id == name):
                 return False
         elif isinstance(sub, ast.Call):
             target = device_argument(sub, ctx)
@@ -438,8 +439,8 @@ def _stored_and_placed(
     if not stored:
         return False
     for sub in ast.walk(cls.node):
-        if isinstance(sub, ast.Compare) and any(
-            isinstance(n, ast.Attribute) and n.attr in stored for n in ast.walk(sub)
+        if isinstance(sub, ast.Compare) and _compares_as_name(
+            sub, lambda n: isinstance(n, ast.Attribute) and n.attr in stored
         ):
             return False
     for sub in ast.walk(cls.node):
@@ -453,6 +454,17 @@ def _stored_and_placed(
             ):
                 return True
     return False
+
+
+def _compares_as_name(compare: ast.Compare, is_param: Callable[[ast.AST], bool]) -> bool:
+    """The parameter itself is compared (``device == "cuda"``: a backend name), not only its
+    ``.type`` (``device.type == "cuda"`` asks what kind of device a ``torch.device`` is)."""
+    queried = {
+        id(sub.value)
+        for sub in ast.walk(compare)
+        if isinstance(sub, ast.Attribute) and sub.attr == "type" and is_param(sub.value)
+    }
+    return any(is_param(sub) and id(sub) not in queried for sub in ast.walk(compare))
 
 
 def _has_index(call: ast.Call, ctx: Context) -> bool:
