@@ -185,3 +185,13 @@ def test_overload_and_priority_settings_from_a_file(tmp_path: Path) -> None:
     assert config.priority_queue_limits == (64, 1024)
     assert (config.default_timeout_ms, config.max_queue_wait_ms) == (250.0, 20.0)
     assert config.drain_grace_s == 0.0
+
+
+def test_max_batch_size_0_says_no_batching_is_not_served_and_what_to_do() -> None:
+    """Triton's max_batch_size 0 (a model without batching) is refused with the way to serve
+    such a model, from a flag, a config file and a Triton inline config alike."""
+    with pytest.raises(ConfigError, match="Triton's 'no batching'") as info:
+        ServeConfig(max_batch_size=0)
+    assert "max_batch_size 1 and send one sample" in str(info.value)
+    with pytest.raises(ConfigError, match="give an integer >= 1"):
+        ServeConfig(max_batch_size=-1)

@@ -108,6 +108,15 @@ _MOST: dict[str, int | float] = {
 _PATHS = ("weights", "exported", "labels", "auth_token_file", "trace_file", "model_repository")
 
 
+#: why max_batch_size 0 (Triton's "no batching") is refused, and what to do instead
+_NO_BATCHING = (
+    "0 is Triton's 'no batching', which torchplace does not serve: every model is batched along "
+    "the first dimension of its inputs, and a request's rows are split into batches of at most "
+    "max_batch_size. For a model whose rows must stay together, declare a batch dimension "
+    "first (shape -1,...), give max_batch_size 1 and send one sample (one row) per request"
+)
+
+
 def _fail(name: str, value: object, need: str) -> None:
     raise ConfigError(f"serve config: {name}={value!r} is invalid; {need}")
 
@@ -283,6 +292,8 @@ class ServeConfig:
             ("failure_threshold", 1),
         ):
             value = getattr(self, name)
+            if name == "max_batch_size" and value == 0 and not isinstance(value, bool):
+                fail(name, value, _NO_BATCHING)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 fail(name, value, f"give an integer >= {low}")
         for name in ("max_batch_size", "replicas_per_device"):
