@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -55,6 +56,47 @@ def test_module_subclasses_direct_and_indirect() -> None:
     )
     lines = [f.line for f in lint_source(source, select={"TPL102"})]
     assert lines == [4, 7]
+
+
+def test_module_subclasses_through_classes_of_other_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # pkg/base.py: the package's own Module; pkg/layers/__init__.py re-exports a layer of
+    # pkg/layers/core.py that derives from it; pkg/layers/extra.py subclasses that layer.
+    pkg = tmp_path / "pkg"
+    (pkg / "layers").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "base.py").write_text("import torch.nn as nn\nclass Block(nn.Module):\n    pass\n")
+    (pkg / "plain.py").write_text("class Helper:\n    pass\n")
+    (pkg / "layers" / "__init__.py").write_text("from .core import Layer\n")
+    (pkg / "layers" / "core.py").write_text(
+        "from ..base import Block\nclass Layer(Block):\n    pass\n"
+    )
+    extra = pkg / "layers" / "extra.py"
+    extra.write_text(
+        "import torch\n"
+        "from pkg.layers import Layer\n"
+        "from ..plain import Helper\n"
+        "class Scaled(Layer):\n"
+        "    def __init__(self, scale: torch.Tensor):\n"
+        "        super().__init__()\n"
+        "        self.scale = scale\n"
+        "    def forward(self, x):\n"
+        "        return x * self.scale + torch.arange(x.shape[-1])\n"
+        "class Deeper(Scaled):\n"
+        "    def forward(self, x):\n"
+        "        return torch.ones(x.shape[0])\n"
+        "class NotAModule(Helper):\n"
+        "    def forward(self, x):\n"
+        "        return torch.zeros(x.shape[0])\n"
+    )
+    monkeypatch.chdir(tmp_path)  # a relative path: pytest's folder names say "test"
+    found = lint_bytes(extra.read_bytes(), "pkg/layers/extra.py", select={"TPL103", "TPL501"})
+    # forward of a module found through two files and a re-export (and of its subclass here);
+    # TPL501 stays silent: a base class of another file may register what it is given
+    assert [(f.line, f.code) for f in found] == [(9, "TPL103"), (12, "TPL103")]
+    # without the file's place in a package (a string), the bases cannot be followed
+    assert lint_source(extra.read_text(), select={"TPL103"}) == []
 
 
 def test_module_name_for_package(tmp_path: Path) -> None:

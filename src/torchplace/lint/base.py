@@ -68,7 +68,17 @@ class Family:
 class Scope:
     """A module, class or function body being walked."""
 
-    __slots__ = ("cache", "cls", "is_module_class", "kind", "loops", "name", "node", "parent")
+    __slots__ = (
+        "cache",
+        "cls",
+        "is_module_class",
+        "kind",
+        "loops",
+        "module_base_elsewhere",
+        "name",
+        "node",
+        "parent",
+    )
 
     def __init__(
         self,
@@ -78,12 +88,16 @@ class Scope:
         parent: Scope | None,
         *,
         is_module_class: bool = False,
+        module_base_elsewhere: bool = False,
     ) -> None:
         self.kind = kind
         self.node = node
         self.name = name
         self.parent = parent
         self.is_module_class = is_module_class
+        # A module class only through a class another file of the linted tree defines (which
+        # may register or move attributes itself: ``add_state``, buffers, its own ``_apply``).
+        self.module_base_elsewhere = module_base_elsewhere
         # For a function directly inside a class: that class's scope.
         self.cls: Scope | None = parent if parent is not None and parent.kind == "class" else None
         self.loops: list[ast.AST] = []

@@ -219,10 +219,25 @@ class _Walker:
         if is_class:
             assert isinstance(node, ast.ClassDef)
             self.exprs([*node.bases, *(kw.value for kw in node.keywords)])
-            module_class = ctx.resolver.is_module_class(node)
-            if module_class:
-                ctx.resolver.local_module_classes.add(node.name)
-            scope = Scope("class", node, node.name, ctx.scope, is_module_class=module_class)
+            resolver = ctx.resolver
+            module_class = resolver.is_module_class(node)
+            elsewhere = (
+                not module_class
+                and resolver.module is not None
+                and resolver.is_module_class_elsewhere(node, ctx.path)
+            )
+            if module_class or elsewhere:
+                resolver.local_module_classes.add(node.name)
+            if elsewhere:
+                resolver.elsewhere_module_classes.add(node.name)
+            scope = Scope(
+                "class",
+                node,
+                node.name,
+                ctx.scope,
+                is_module_class=module_class or elsewhere,
+                module_base_elsewhere=elsewhere,
+            )
         else:
             assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
             args = node.args

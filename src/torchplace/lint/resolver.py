@@ -13,7 +13,7 @@ import ast
 import os
 from functools import lru_cache
 
-__all__ = ["Resolver", "dotted_name", "is_module_base", "module_name_for"]
+__all__ = ["Resolver", "dotted_name", "imported_module_class", "is_module_base", "module_name_for"]
 
 # Upper-case names under torch.nn that are not nn.Module subclasses.
 _NOT_MODULES = frozenset(
@@ -87,7 +87,14 @@ def module_name_for(path: str) -> tuple[str | None, bool]:
 class Resolver:
     """Maps local names to the dotted names they were imported as."""
 
-    __slots__ = ("is_package", "local_module_classes", "module", "names", "stars")
+    __slots__ = (
+        "elsewhere_module_classes",
+        "is_package",
+        "local_module_classes",
+        "module",
+        "names",
+        "stars",
+    )
 
     def __init__(self, module: str | None = None, *, is_package: bool = False) -> None:
         self.module = module
@@ -97,6 +104,8 @@ class Resolver:
         self.stars: list[str] = []
         # Classes of this file that subclass nn.Module, directly or through each other.
         self.local_module_classes: set[str] = set()
+        # Those of them whose path to nn.Module goes through a class of another module.
+        self.elsewhere_module_classes: set[str] = set()
 
     def add_import(self, node: ast.Import) -> None:
         for alias in node.names:
@@ -143,8 +152,103 @@ class Resolver:
         """Whether a class derives from ``nn.Module`` by import or through a class of this file."""
         for base in node.bases:
             if isinstance(base, ast.Name) and base.id in self.local_module_classes:
-                return True
+                if base.id not in self.elsewhere_module_classes:
+                    return True
+                continue
             name = self.qualname(base)
             if name is not None and is_module_base(name):
                 return True
         return False
+
+    def is_module_class_elsewhere(self, node: ast.ClassDef, path: str) -> bool:
+        """Whether a class that :meth:`is_module_class` does not see derives from ``nn.Module``
+        through a class another module of the linted tree defines (``from .kernel import
+        Kernel``, where ``class Kernel(Module)`` and ``class Module(nn.Module)`` are in files
+        of the same package), also through a class of this file that does."""
+        for base in node.bases:
+            if isinstance(base, ast.Name) and base.id in self.elsewhere_module_classes:
+                return True
+            name = self.qualname(base)
+            if name is not None and imported_module_class(path, name):
+                return True
+        return False
+
+
+# How many imports and base classes are followed from a class to ``nn.Module``.
+_MAX_BASE_DEPTH = 8
+
+
+def _module_file(path: str, module: str) -> str | None:
+    """The file of the linted tree that the dotted ``module`` names, looked up from ``path``'s
+    folder and the folders above it (as far as the module's own depth, and two more)."""
+    parts = module.split(".")
+    directory = os.path.dirname(os.path.abspath(path))
+    for _ in range(len(parts) + 2):
+        for candidate in (
+            os.path.join(directory, *parts) + ".py",
+            os.path.join(directory, *parts, "__init__.py"),
+        ):
+            if os.path.isfile(candidate):
+                return candidate
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            break
+        directory = parent
+    return None
+
+
+@lru_cache(maxsize=512)
+def _classes_of(path: str) -> tuple[Resolver, dict[str, ast.ClassDef]] | None:
+    """The imports and the module-level classes of a file of the linted tree."""
+    try:
+        with open(path, "rb") as handle:
+            tree = ast.parse(handle.read(), filename=path)
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    module, is_package = module_name_for(path)
+    resolver = Resolver(module, is_package=is_package)
+    classes: dict[str, ast.ClassDef] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Import):
+            resolver.add_import(stmt)
+        elif isinstance(stmt, ast.ImportFrom):
+            resolver.add_import_from(stmt)
+        elif isinstance(stmt, ast.ClassDef):
+            classes[stmt.name] = stmt
+    return resolver, classes
+
+
+@lru_cache(maxsize=4096)
+def imported_module_class(path: str, qualname: str, depth: int = 0) -> bool:
+    """Whether ``qualname``, a class imported by the file at ``path``, is an ``nn.Module``
+    subclass defined in a module of the linted tree (through its bases, also those imported
+    from further modules, and through a package ``__init__`` that re-exports the class)."""
+    if depth > _MAX_BASE_DEPTH:
+        return False
+    module, _, name = qualname.rpartition(".")
+    if not module or module.split(".")[0] in {"torch", "typing", "abc", "builtins"}:
+        return False
+    found = _module_file(path, module)
+    if found is None:
+        return False
+    parsed = _classes_of(found)
+    if parsed is None:
+        return False
+    resolver, classes = parsed
+    node = classes.get(name)
+    if node is None:  # re-exported: ``from .kernel import Kernel`` in a package __init__
+        again = resolver.names.get(name)
+        return again is not None and (
+            is_module_base(again) or imported_module_class(found, again, depth + 1)
+        )
+    for base in node.bases:
+        if isinstance(base, ast.Name) and base.id in classes:
+            if base.id != name and imported_module_class(found, f"{module}.{base.id}", depth + 1):
+                return True
+            continue
+        base_name = resolver.qualname(base)
+        if base_name is not None and (
+            is_module_base(base_name) or imported_module_class(found, base_name, depth + 1)
+        ):
+            return True
+    return False

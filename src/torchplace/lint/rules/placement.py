@@ -100,6 +100,7 @@ def _call(call: ast.Call, ctx: Context) -> None:
         and func.attr == "cuda"
         and ctx.qualname(func) is None  # not torch.cuda itself
         and not _follows_tensor(call, ctx)
+        and not _caller_device(call, method)
     ):
         assert method.cls is not None
         ctx.report(
@@ -148,6 +149,18 @@ def _call(call: ast.Call, ctx: Context) -> None:
     name = ctx.call_qualname(call)
     if name in FACTORIES and method is not None:
         check_factory(call, ctx, name, method)
+
+
+def _caller_device(call: ast.Call, method: Scope) -> bool:
+    """``model.cuda(cuda_device)`` with ``cuda_device`` a parameter of the method: the caller
+    chooses the device (a loader's ``cuda_device=-1`` argument), the module does not."""
+    target = call.args[0] if call.args else getattr(keyword(call, "device"), "value", None)
+    if not isinstance(target, ast.Name):
+        return False
+    node = method.node
+    assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    params = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+    return any(arg.arg == target.id for arg in params)
 
 
 def _follows_tensor(call: ast.Call, ctx: Context) -> bool:

@@ -79,6 +79,8 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
     method = ctx.method_of_module()
     if method is None or method.cls is None or len(node.targets) != 1:
         return
+    if method.cls.module_base_elsewhere:
+        return  # a base class of another file may register or move what it holds
     target = node.targets[0]
     attr = _self_attr(target)
     value = node.value
@@ -125,7 +127,7 @@ def _expr(node: ast.Expr, ctx: Context) -> None:
     if attr is None or not call.args:
         return
     method = ctx.method_of_module()
-    if method is None or method.cls is None:
+    if method is None or method.cls is None or method.cls.module_base_elsewhere:
         return
     if attr not in method.cls.cache.get("plain-containers", ()):
         return
