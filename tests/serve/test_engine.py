@@ -4,6 +4,7 @@ import asyncio
 import json
 import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -525,12 +526,17 @@ class _Where(Scale):
     def __init__(self, delay_s: float = 0.0) -> None:
         super().__init__()
         self.delay_s = delay_s
+        self.spin_s = 0.0  # CPU time to burn in each forward
         self.threads: list[int] = []
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.threads.append(threading.get_ident())
         if self.delay_s:
             threading.Event().wait(self.delay_s)
+        if self.spin_s:
+            until = time.thread_time() + self.spin_s
+            while time.thread_time() < until:
+                pass
         return super().forward(x)
 
 
@@ -661,8 +667,9 @@ def test_a_model_slow_on_real_rows_never_runs_on_the_event_loop() -> None:
     asyncio.run(main())
 
 
-def test_a_slow_probation_batch_starts_the_count_again() -> None:
-    """A batch over the cheap bound but under the give-up one restarts the probation."""
+def test_a_dear_probation_batch_starts_the_count_again() -> None:
+    """A batch over the cheap bound of CPU time but under the give-up one of wall time
+    restarts the probation; one that only waits (no CPU: a busy machine, the GIL) does not."""
 
     async def main() -> None:
         engine = Engine(loaded(_Where()), [CPU], inline_batch_ms=5.0)
@@ -674,9 +681,13 @@ def test_a_slow_probation_batch_starts_the_count_again() -> None:
         for _ in range(INLINE_PROBATION - 1):
             await engine.infer({"input": ones})
         assert replica.probation == 1
-        model.delay_s = 0.1  # over 4 x 5 ms, under 50 x 5 ms
+        model.spin_s = 0.05  # CPU time over 4 x 5 ms, wall time under 50 x 5 ms
         await engine.infer({"input": ones})
         assert replica.probation == INLINE_PROBATION
+        model.spin_s, model.delay_s = 0.0, 0.05  # waiting only: still cheap
+        for _ in range(INLINE_PROBATION - 1):
+            await engine.infer({"input": ones})
+        assert replica.probation == 1
         model.delay_s = 0.0
         for _ in range(INLINE_PROBATION + 1):
             await engine.infer({"input": ones})

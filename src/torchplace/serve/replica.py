@@ -54,7 +54,7 @@ _Job = tuple[Any, Sequence[Mapping[str, np.ndarray]], Sequence[int]]
 _RECOVER: _Job = (None, (), ())  # the worker's cue to bring an inline replica back
 _TIMED_DRY_RUN_S = 0.05  # a first dry run under this is timed three times more, warm
 #: a worker batch on probation counts as cheap when it took at most this many times the
-#: inline limit (the hand-overs of the GIL slow a forward on the worker 2 to 4 times)
+#: inline limit of CPU time (handing the GIL over and back costs the worker CPU too)
 _PROBATION_SLACK = 4.0
 
 
@@ -268,8 +268,8 @@ class Replica(BatchExecutor):
 
     def plan_inline(self, limit_s: float, batches: int) -> None:
         """Run batches on the event loop once ``batches`` real batches in a row took at most
-        :data:`_PROBATION_SLACK` times ``limit_s`` each on the worker thread (a slower one starts
-        the count again); one over :attr:`inline_limit_s` (``give_up`` times ``limit_s``) ends
+        :data:`_PROBATION_SLACK` times ``limit_s`` of CPU time each on the worker thread (a
+        dearer one starts the count again); one over :attr:`inline_limit_s` of wall time ends
         the probation, on the worker thread for good. ``batches=0``: inline at once."""
         self._cheap_s = _PROBATION_SLACK * limit_s
         self._probation_batches = self.probation = batches
@@ -327,17 +327,19 @@ class Replica(BatchExecutor):
                 return
             if job is not _RECOVER:
                 token, requests, rows = job
-                started = time.perf_counter()
+                started, cpu = time.perf_counter(), time.thread_time()
                 outcome = self._run_safely(requests, rows)
-                took = time.perf_counter() - started
                 if self.probation:
-                    self._on_probation(took)
+                    self._on_probation(time.perf_counter() - started, time.thread_time() - cpu)
                 self._on_done(self, token, outcome)
             if not self.health.healthy and not self._recover():
                 return
 
-    def _on_probation(self, took: float) -> None:
-        """Count a worker batch of :meth:`plan_inline`'s probation (on the worker thread)."""
+    def _on_probation(self, took: float, cpu: float) -> None:
+        """Count a worker batch of :meth:`plan_inline`'s probation (on the worker thread):
+        ``took`` seconds of wall time (a forward that waits, sleeps or is slow on real rows
+        over :attr:`inline_limit_s` ends it), ``cpu`` of the thread's CPU time, which waiting
+        for the GIL on a busy machine does not inflate (cheap or not)."""
         if took > self.inline_limit_s:
             self.probation = 0
             logger.warning(
@@ -345,7 +347,7 @@ class Replica(BatchExecutor):
                 "thread instead of the event loop", self.label, took * 1e3,
                 self.inline_limit_s * 1e3,
             )  # fmt: skip
-        elif took > self._cheap_s:
+        elif cpu > self._cheap_s:
             self.probation = self._probation_batches
         else:
             self.probation -= 1
