@@ -112,7 +112,9 @@ def test_kserve_v1_live_list_ready_and_predict(server: Running) -> None:
     assert status == 400
     assert b"/v2/models/{name}/infer" in body
     assert c.get("/v1/models/seed-mlp:predict")[0] == 405
-    assert c.post("/v1/models/seed-mlp:explain", doc, headers=JSON)[0] == 404
+    assert (
+        c.post("/v1/models/seed-mlp:explain", doc, headers=JSON)[0] == 501
+    )  # KServe: no explainer
 
 
 def test_infer_binary_in_and_out(server: Running) -> None:

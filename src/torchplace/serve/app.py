@@ -335,18 +335,35 @@ class App:
 
     def _route_v1(self, request: Request, rest: list[bytes]) -> Answer:
         """KServe's V1 protocol: ``GET /v1/models``, ``GET /v1/models/{name}`` and
-        ``POST /v1/models/{name}:predict``."""
+        ``POST /v1/models/{name}:predict``; ``:explain`` is answered 501, as KServe answers it
+        for a model without an explainer."""
         name, _, verb = _text(rest[0]).partition(":") if len(rest) == 1 else ("", "", "")
-        if len(rest) > 1 or verb not in ("", "predict"):
+        if len(rest) > 1 or verb not in ("", "predict", "explain"):
             return error_response(404, f"no route {_text(request.path)}")
         refused = _wrong_method(request, b"POST" if verb else b"GET")
         if refused is not None:
             return refused
         if not rest:
             return self._models_list(request)
+        if verb == "explain":
+            return self._explain(name)
         if verb:
             return self._infer(request, (name, ""), v1=True)
         return self._model_ready(request, (name, ""))  # V1's model status is the same object
+
+    def _explain(self, name: str) -> Response:
+        """KServe V1's ``:explain``: no model served here has an explainer."""
+        try:
+            self.registry.get(name, "")
+        except ServeError as exc:
+            return error_response(exc.status, str(exc))
+        return error_response(
+            501,
+            f"model {name!r} has no explainer: torchplace serve answers KServe V1's :predict, "
+            f"not :explain; POST the same body to /v1/models/{name}:predict for the "
+            "predictions, and run an explainer (KServe's explainer component) beside the server "
+            "for explanations",
+        )
 
     def _route_model(self, request: Request, raw_name: bytes, rest: list[bytes]) -> Answer:
         """``/v2/models/{name}[/versions/{v}][/what]`` not in the exact table."""

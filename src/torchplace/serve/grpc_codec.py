@@ -165,7 +165,9 @@ def _decode_request(
             {"datatype": tensor.datatype, "shape": list(tensor.shape)}, spec, max_rows
         )
         count = math.prod(shape)
-        if (raw or shm_params is not None) and tensor.HasField("contents"):
+        # an empty ``contents`` message beside raw data is no conflict: MLServer's converter
+        # (``use_raw=True``) sends one, and KServe and MLServer read the raw data
+        if (raw or shm_params is not None) and tensor.contents.ListFields():
             where = "raw_input_contents" if shm_params is None else "shared_memory_region"
             raise InputError(f"input {spec.name!r} has both contents and {where}; send one")
         if shm_params is not None:

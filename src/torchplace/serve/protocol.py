@@ -431,6 +431,7 @@ def _decode_input(
     count = math.prod(shape)
     params = raw.get("parameters")
     size = None
+    from_json = False
     if params is not None:
         if not isinstance(params, dict):
             raise _fail(f"input {spec.name!r}: 'parameters' must be an object")
@@ -449,9 +450,10 @@ def _decode_input(
         offset += size
     else:
         array = _json_array(spec, raw.get("data"), shape, count)
+        from_json = True
     array = array.reshape(shape)
     if not allow_nan:
-        _check_finite(spec, array)
+        _check_finite(spec, array, json=from_json)
     return array, offset
 
 
@@ -647,6 +649,8 @@ def _json_array(
         raise _fail(
             f"input {name!r}: shape {shape} needs {count} values but 'data' holds {array.size}"
         )
+    if array.dtype.kind == "O" and dtype.kind == "f":
+        array = _nulls_as_nan(array)
     if (
         array.dtype.kind in "fO"
         and dtype.kind in "iu"
@@ -678,6 +682,20 @@ def _json_array(
     return converted
 
 
+def _nulls_as_nan(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """A float input's ``data`` of numbers and nulls, with each null read as NaN: MLServer's
+    ``NumpyCodec`` writes NaN as null (JSON has no NaN), and KServe and MLServer read it back so.
+    Anything else is returned as it is, for the type check to refuse."""
+    values = array.ravel().tolist()
+    kinds = set(map(type, values))
+    if type(None) not in kinds or not kinds <= {type(None), int, float}:
+        return array
+    nan = float("nan")
+    flat = np.array([nan if v is None else v for v in values], np.float64)
+    read: np.ndarray[Any, Any] = flat.reshape(array.shape)
+    return read
+
+
 def _holds_bool(data: list[Any]) -> bool:
     """Whether a (nested) JSON list holds a boolean (numpy reads true as 1 next to numbers)."""
     kinds = set(map(type, data))
@@ -697,16 +715,18 @@ def json_loads(data: bytes | memoryview) -> Any:
     return orjson.loads(data)
 
 
-def _check_finite(spec: TensorSpec, array: np.ndarray[Any, Any]) -> None:
+def _check_finite(spec: TensorSpec, array: np.ndarray[Any, Any], json: bool = False) -> None:
     """Refuse NaN and infinite floats (a JSON number past the datatype's range is one once
-    converted: 1e39 as FP32)."""
+    converted: 1e39 as FP32; so is a null in JSON ``data``, read as NaN)."""
     if array.dtype.kind == "f" and not np.isfinite(array).all():
         where = int(np.flatnonzero(~np.isfinite(array))[0])
         limit = float(np.finfo(array.dtype).max)
+        null = " (a null in JSON 'data' is NaN)" if json else ""
         raise _fail(
-            f"input {spec.name!r}: NaN or infinite values are not allowed, and a number past "
-            f"{spec.datatype}'s range (±{limit:.4g}) is infinite there; the first is at flat "
-            f"index {where}; send finite values in range, or start the server with --allow-nan"
+            f"input {spec.name!r}: NaN or infinite values are not allowed{null}, and a number "
+            f"past {spec.datatype}'s range (±{limit:.4g}) is infinite there; the first is at "
+            f"flat index {where}; send finite values in range, or start the server with "
+            "--allow-nan"
         )
 
 

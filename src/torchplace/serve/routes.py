@@ -34,7 +34,7 @@ ERRORS: dict[int, str] = {
     413: "Payload Too Large: the body, or its rows, are over the limit",
     415: "Unsupported Media Type",
     500: "Internal Server Error: a transfer or kernel failure",
-    501: "Not Implemented: a transfer coding other than chunked",
+    501: "Not Implemented: a transfer coding other than chunked, or KServe V1's :explain",
     503: "Service Unavailable: not ready, overloaded or shutting down (see Retry-After)",
     504: "Gateway Timeout: the request's deadline passed before it reached the device",
     507: "Insufficient Storage: one row does not fit in device memory",
