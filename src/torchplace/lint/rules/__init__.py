@@ -14,7 +14,8 @@ TPL7xx   pinned memory and asynchronous copies       :mod:`.pinned`
 TPL8xx   training setup order                        :mod:`.optimizer`
 =======  ==========================================  =======================
 
-The placement family's TPL103 (factories in ``forward``) lives in :mod:`.factories`.
+The placement family's TPL103 lives in :mod:`.factories` (factories in ``forward``) and
+:mod:`.factory_match` (factories built to match a tensor parameter, in any function).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""TPL103 (placement family): a tensor factory on a module's ``forward`` path that allocates
-on the default device whatever the input's device.
+"""TPL103 (placement family): a tensor factory on a module's ``forward`` path, or in any
+function where it is built to match a tensor parameter (``dtype=x.dtype``, or combined with
+``x``), that allocates on the default device whatever the input's device.
 
 A factory is left alone when it is given ``device=``/``out=``, draws a host scalar
 (``torch.rand(1)``), builds a 0-dim or empty tensor, is read back or tested on the host, is
@@ -12,11 +13,16 @@ from __future__ import annotations
 import ast
 
 from torchplace.lint.base import Context, Rule, Scope, has_star_kwargs, keyword, names_in
+from torchplace.lint.rules.factory_match import COMBINERS, HOST_CASTS, matched_to_parameter
 from torchplace.lint.rules.facts import in_test
 
 __all__ = ["FACTORY", "check_factory"]
 
-FACTORY = Rule("TPL103", "factory-without-device", "tensor factory without `device=` in `forward`")
+FACTORY = Rule(
+    "TPL103",
+    "factory-without-device",
+    "tensor factory without `device=` in `forward` or built to match a tensor parameter",
+)
 
 
 # Base-class methods that call the subclass's hooks: PyTorch Geometric's
@@ -62,7 +68,6 @@ def _forward_reachable(cls: Scope) -> set[str]:
 
 
 _HOST_READS = frozenset({"item", "tolist", "numpy", "cpu", "to", "cuda", "type_as", "type"})
-_HOST_CASTS = frozenset({"int", "float", "bool", "round", "len", "range"})
 _DRAWS = frozenset(
     {"torch.rand", "torch.randn", "torch.randint", "torch.empty", "torch.zeros", "torch.randperm"}
 )
@@ -209,7 +214,7 @@ def _used_on_host(call: ast.Call, ctx: Context) -> bool:
                 return True
         elif isinstance(parent, ast.Call):
             if node is not parent.func and not _combines(parent, ctx):
-                return isinstance(parent.func, ast.Name) and parent.func.id in _HOST_CASTS
+                return isinstance(parent.func, ast.Name) and parent.func.id in HOST_CASTS
         elif isinstance(parent, (ast.If, ast.While, ast.IfExp)):
             test = parent.test
             return _inside(call, test)
@@ -233,23 +238,10 @@ def _copied_to_global(call: ast.Call, ctx: Context) -> bool:
     return False
 
 
-# torch functions whose result holds their tensor arguments: where the result goes, they go.
-_COMBINERS = frozenset(
-    {
-        "torch.cat",
-        "torch.concat",
-        "torch.concatenate",
-        "torch.stack",
-        "torch.hstack",
-        "torch.vstack",
-    }
-)
-
-
 def _combines(call: ast.Call, ctx: Context) -> bool:
     """``torch.cat([torch.ones(n), torch.zeros(m)])``: the factory's tensor is part of the
     result, so the result's placement (``.to(x.device)``) places it too."""
-    return ctx.call_qualname(call) in _COMBINERS
+    return ctx.call_qualname(call) in COMBINERS
 
 
 def _to_global(attr: ast.Attribute, ctx: Context) -> bool:
@@ -291,27 +283,58 @@ def _smoke_check(ctx: Context) -> bool:
     )
 
 
-def check_factory(call: ast.Call, ctx: Context, name: str, method: Scope) -> None:
-    """TPL103 for a call of the factory ``name`` inside ``method`` of an ``nn.Module``."""
-    assert method.cls is not None
-    if method.name not in _forward_reachable(method.cls) or in_test(ctx) or _smoke_check(ctx):
+def check_factory(call: ast.Call, ctx: Context, name: str, method: Scope | None) -> None:
+    """TPL103 for a call of the factory ``name``: on the ``forward`` path of an ``nn.Module``
+    (``method``), or in any function where it is built to match a tensor parameter."""
+    if in_test(ctx) or _smoke_check(ctx):
         return
-    if method.name != "forward" and (not _takes_tensor(method) or _static(method)):
-        return  # a helper given no tensor, or a static one, leaves placement to its caller
     if keyword(call, "device") is not None or keyword(call, "out") is not None:
         return
     if has_star_kwargs(call) or _scalar_draw(call, name) or _scalar_tensor(call, name):
         return
-    if not _copied_to_global(call, ctx) and (_used_on_host(call, ctx) or _moved_later(call, ctx)):
-        return
     short = name.removeprefix("torch.")
-    where = f"{method.cls.name}.{method.name}"
+    if _on_forward_path(method):
+        assert method is not None
+        assert method.cls is not None
+        if not _copied_to_global(call, ctx) and (
+            _used_on_host(call, ctx) or _moved_later(call, ctx)
+        ):
+            return
+        where = f"{method.cls.name}.{method.name}"
+        ctx.report(
+            FACTORY.code,
+            call,
+            f"`torch.{short}(...)` in `{where}` allocates on the default device (the CPU) "
+            "whatever the input's device; pass `device=x.device` or use "
+            f"`torch.{short}_like` / `x.new_{short}`"
+            if short in {"zeros", "ones", "empty", "full"}
+            else f"`torch.{short}(...)` in `{where}` allocates on the default device (the CPU) "
+            "whatever the input's device; pass `device=x.device`",
+        )
+        return
+    if _used_on_host(call, ctx) or _moved_later(call, ctx):
+        return
+    match = matched_to_parameter(call, ctx)
+    if match is None:
+        return
+    scope, param, how = match
+    where = _where(scope)
     ctx.report(
         FACTORY.code,
         call,
-        f"`torch.{short}(...)` in `{where}` allocates on the default device (the CPU) whatever "
-        f"the input's device; pass `device=x.device` or use `torch.{short}_like` / `x.new_{short}`"
-        if short in {"zeros", "ones", "empty", "full"}
-        else f"`torch.{short}(...)` in `{where}` allocates on the default device (the CPU) "
-        "whatever the input's device; pass `device=x.device`",
+        f"`torch.{short}(...)` in `{where}` {how} `{param}` but allocates on the default device "
+        f"(the CPU) whatever `{param}`'s device; pass `device={param}.device`",
     )
+
+
+def _on_forward_path(method: Scope | None) -> bool:
+    """``method`` is ``forward`` or a non-static method given a tensor that it reaches."""
+    if method is None or method.cls is None:
+        return False
+    if method.name not in _forward_reachable(method.cls):
+        return False
+    return method.name == "forward" or (_takes_tensor(method) and not _static(method))
+
+
+def _where(scope: Scope) -> str:
+    return f"{scope.cls.name}.{scope.name}" if scope.cls is not None else scope.name

@@ -147,7 +147,7 @@ def _call(call: ast.Call, ctx: Context) -> None:
         _argparse_default(call, ctx)
         return
     name = ctx.call_qualname(call)
-    if name in FACTORIES and method is not None:
+    if name in FACTORIES and not _fallback_path(ctx):
         check_factory(call, ctx, name, method)
 
 

@@ -1,0 +1,484 @@
+"""TPL103's second path: a tensor factory, in any function, built to match a tensor parameter
+``x`` of that function (``dtype=x.dtype``, or its result combined with ``x``) but allocated on
+the default device: :func:`matched_to_parameter` finds the parameter, or None. Functions about
+host data (datasets, collate functions, numpy conversions, loading), module constructors,
+placement overrides and files that set the default device are left alone.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from torchplace.lint.base import Context, Scope, keyword
+from torchplace.lint.rules.facts import is_tensor_annotation
+
+__all__ = ["COMBINERS", "HOST_CASTS", "matched_to_parameter"]
+
+# torch functions whose result holds their tensor arguments: where the result goes, they go.
+COMBINERS = frozenset(
+    {
+        "torch.cat",
+        "torch.concat",
+        "torch.concatenate",
+        "torch.stack",
+        "torch.hstack",
+        "torch.vstack",
+    }
+)
+
+
+#: casts and calls whose result is a host value
+HOST_CASTS = frozenset({"int", "float", "bool", "round", "len", "range"})
+
+# Overrides of the placement API: placing is their job.
+_PLACEMENT_API = frozenset({"cuda", "cpu", "to", "to_empty", "_apply", "type", "xpu", "mps"})
+# Functions about host data: a dataset's items, a collate function, numpy conversions, loading.
+_HOST_FUNCTION_WORDS = (
+    "collate",
+    "numpy",
+    "getitem",
+    "dataset",
+    "loader",
+    "load",
+    "read",
+    "get_batch",
+)
+_HOST_CLASS_WORDS = ("dataset", "sampler", "dataloader", "datamodule", "collat")
+# Tensor methods and attributes whose result is not a tensor of the receiver's device.
+_NOT_TENSOR = frozenset(
+    {
+        "shape",
+        "size",
+        "dim",
+        "ndim",
+        "ndimension",
+        "numel",
+        "nelement",
+        "item",
+        "tolist",
+        "numpy",
+        "cpu",
+        "dtype",
+        "device",
+        "stride",
+        "data_ptr",
+        "element_size",
+        "get_device",
+        "is_contiguous",
+        "is_floating_point",
+        "is_complex",
+        "requires_grad",
+        "is_cuda",
+    }
+)
+# Uses of a parameter that only a tensor has (a numpy array or a number has none of them).
+_TENSOR_ONLY = frozenset(
+    {
+        "device",
+        "is_cuda",
+        "new_zeros",
+        "new_ones",
+        "new_empty",
+        "new_full",
+        "new_tensor",
+        "unsqueeze",
+        "masked_fill",
+        "masked_fill_",
+        "type_as",
+        "dim",
+        "size",
+        "detach",
+        "contiguous",
+        "permute",
+    }
+)
+# torch functions whose tensor arguments must share a device.
+_JOINERS = COMBINERS | frozenset(
+    {"torch.where", "torch.maximum", "torch.minimum", "torch.matmul", "torch.bmm", "torch.mm"}
+)
+
+
+def matched_to_parameter(call: ast.Call, ctx: Context) -> tuple[Scope, str, str] | None:
+    """``torch.zeros(n, dtype=x.dtype)`` or ``x + torch.arange(n)`` with ``x`` a tensor
+    parameter of the enclosing function: the factory is meant to match ``x`` (its dtype is
+    copied, or it meets ``x`` in an op), yet lands on the CPU when ``x`` is on a GPU."""
+    scope = ctx.function_scope()
+    if scope is None or scope.name in _PLACEMENT_API or _host_function(scope, ctx):
+        return None
+    if scope.name == "__init__" and scope.cls is not None and scope.cls.is_module_class:
+        return None  # a module's parameters are built on the CPU and moved with it
+    if _documentation(ctx):
+        return None
+    defaults, host_calls = _file_facts(scope)
+    if defaults:
+        return None  # the file sets the default device: factories follow it
+    params = _parameters(scope, ctx) - host_calls.get(scope.name, set())
+    if not params:
+        return None
+    dtype = keyword(call, "dtype")
+    if (
+        dtype is not None
+        and isinstance(dtype.value, ast.Attribute)
+        and dtype.value.attr == "dtype"
+        and isinstance(dtype.value.value, ast.Name)
+        and dtype.value.value.id in params
+        and _reaches_device(call, ctx, scope)
+    ):
+        return scope, dtype.value.value.id, "copies the dtype of"
+    tensors = {p for p in params if _tensor_evidence(scope, p, ctx)}
+    if tensors:
+        param = _combined_with(call, ctx, scope, tensors)
+        if param is not None:
+            return scope, param, "is combined with"
+    return None
+
+
+def _documentation(ctx: Context) -> bool:
+    """A file under ``docs/``: it builds the documentation on the build host."""
+    parts = ctx.path.replace("\\", "/").lower().split("/")[:-1]
+    return any(part in {"doc", "docs"} for part in parts)
+
+
+_SETS_DEFAULT = frozenset(
+    {"set_default_device", "set_default_tensor_type", "set_default_dtype_and_device"}
+)
+
+
+def _file_facts(scope: Scope) -> tuple[bool, dict[str, set[str]]]:
+    """Whether the file sets torch's default device, and, per function of the file, the
+    parameters its callers in the file give a host tensor (``f(torch.from_numpy(a))``,
+    ``f(x.cpu())``)."""
+    root = scope
+    while root.parent is not None:
+        root = root.parent
+    cached: tuple[bool, dict[str, set[str]]] | None = root.cache.get("tpl103-file")
+    if cached is not None:
+        return cached
+    functions: dict[str, list[str]] = {}
+    calls: list[ast.Call] = []
+    defaults = False
+    for node in ast.walk(root.node):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            args = [*node.args.posonlyargs, *node.args.args]
+            names = [a.arg for a in args]
+            if names and names[0] in {"self", "cls"}:
+                names = names[1:]
+            functions.setdefault(node.name, names + [a.arg for a in node.args.kwonlyargs])
+        elif isinstance(node, ast.Call):
+            calls.append(node)
+            func = node.func
+            attr = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            defaults = defaults or attr in _SETS_DEFAULT
+    host: dict[str, set[str]] = {}
+    for call in calls:
+        func = call.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        if name not in functions:
+            continue
+        params = functions[name]
+        for index, arg in enumerate(call.args):
+            if index < len(params) and _host_value(arg):
+                host.setdefault(name, set()).add(params[index])
+        for kw in call.keywords:
+            if kw.arg is not None and _host_value(kw.value):
+                host.setdefault(name, set()).add(kw.arg)
+    result = (defaults, host)
+    root.cache["tpl103-file"] = result
+    return result
+
+
+def _host_value(node: ast.expr) -> bool:
+    """``torch.from_numpy(a)``, ``torch.tensor(a)``, ``x.cpu()``, ``x.numpy()``: on the host."""
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+        return False
+    func = node.func
+    if func.attr in {"cpu", "numpy"}:
+        return True
+    return (
+        isinstance(func.value, ast.Name)
+        and func.value.id == "torch"
+        and func.attr in {"from_numpy", "tensor", "as_tensor"}
+        and keyword(node, "device") is None
+    )
+
+
+def _parameters(scope: Scope, ctx: Context) -> set[str]:
+    """Parameters that may be tensors and are never rebound to something else."""
+    node = scope.node
+    assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    args = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+    if args and args[0].arg in {"self", "cls"} and scope.cls is not None:
+        args = args[1:]
+    rebound: dict[str, list[ast.expr | None]] = {}
+    for sub in _own_nodes(scope):  # `x = ...` (not `x[i] = ...`, which keeps x a tensor)
+        if isinstance(sub, ast.Assign):
+            for target in sub.targets:
+                for name in _bare_names(target):
+                    rebound.setdefault(name, []).append(sub.value)
+        elif isinstance(sub, (ast.For, ast.AsyncFor, ast.withitem, ast.NamedExpr)):
+            bound = sub.optional_vars if isinstance(sub, ast.withitem) else sub.target
+            for name in _bare_names(bound):
+                rebound.setdefault(name, []).append(None)
+    found: set[str] = set()
+    for arg in args:
+        if arg.annotation is not None and not is_tensor_annotation(
+            arg.annotation, ctx, optional=True
+        ):
+            continue
+        if all(
+            value is not None and _same_tensor(value, arg.arg) for value in rebound.get(arg.arg, [])
+        ):
+            found.add(arg.arg)
+    return found
+
+
+def _bare_names(target: ast.expr | None) -> list[str]:
+    """Names a target binds as a whole: ``x``, ``x, y``; never ``x[i]`` or ``x.attr``."""
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [name for elt in target.elts for name in _bare_names(elt)]
+    if isinstance(target, ast.Starred):
+        return _bare_names(target.value)
+    return []
+
+
+def _same_tensor(value: ast.expr, param: str) -> bool:
+    """``x = x.float()``, ``x = x.view(-1)``: still the parameter's tensor, on its device
+    (never ``x = torch.FloatTensor(x)``, a new tensor built from a list)."""
+    while isinstance(value, (ast.Call, ast.Subscript, ast.Attribute)):
+        if isinstance(value, ast.Call):
+            func = value.func
+            if not isinstance(func, ast.Attribute) or func.attr in _NOT_TENSOR | {"to", "type"}:
+                return False
+            value = func.value
+        else:
+            value = value.value
+        if isinstance(value, ast.Name):
+            return value.id == param
+    return False
+
+
+def _tensor_evidence(scope: Scope, param: str, ctx: Context) -> bool:
+    """The function uses ``param`` as only a tensor can be used."""
+    annotation = ctx.param_annotation(scope, param)
+    if annotation is not None:
+        return True  # kept by `_parameters`: annotated as a tensor
+    for sub in _own_nodes(scope):
+        if (
+            isinstance(sub, ast.Attribute)
+            and sub.attr in _TENSOR_ONLY
+            and isinstance(sub.value, ast.Name)
+            and sub.value.id == param
+        ):
+            return True
+        if (
+            isinstance(sub, ast.keyword)
+            and sub.arg == "dtype"
+            and isinstance(sub.value, ast.Attribute)
+            and sub.value.attr == "dtype"
+            and isinstance(sub.value.value, ast.Name)
+            and sub.value.value.id == param
+        ):
+            return True
+    return False
+
+
+def _own_nodes(scope: Scope) -> list[ast.AST]:
+    cached: list[ast.AST] | None = scope.cache.get("tpl103-nodes")
+    if cached is None:
+        cached = list(ast.walk(scope.node))
+        scope.cache["tpl103-nodes"] = cached
+    return cached
+
+
+def _parent_map(scope: Scope) -> dict[int, ast.AST]:
+    cached: dict[int, ast.AST] | None = scope.cache.get("tpl103-parents")
+    if cached is None:
+        cached = {}
+        for node in _own_nodes(scope):
+            for child in ast.iter_child_nodes(node):
+                cached[id(child)] = node
+        scope.cache["tpl103-parents"] = cached
+    return cached
+
+
+def _host_function(scope: Scope, ctx: Context) -> bool:
+    """A function about host data: a dataset's ``__getitem__``, a collate function, a numpy
+    conversion, a loader; one that calls ``.numpy()`` or ``torch.from_numpy``; or one that
+    branches on the device (``x.is_cuda``, ``x.device.type``)."""
+    outer: Scope | None = scope
+    while outer is not None:  # also a helper nested in one (`get_batch`'s `pad_right`)
+        if outer.kind == "function" and any(
+            word in outer.name.lower() for word in _HOST_FUNCTION_WORDS
+        ):
+            return True
+        if outer.kind == "class" and isinstance(outer.node, ast.ClassDef):
+            text = " ".join(
+                [outer.name, *(ctx.segment(base) or "" for base in outer.node.bases)]
+            ).lower()
+            if any(word in text for word in _HOST_CLASS_WORDS):
+                return True
+        outer = outer.parent
+    for sub in _own_nodes(scope):
+        if isinstance(sub, ast.Attribute) and (
+            sub.attr in {"is_cuda", "is_cpu"}
+            or (sub.attr == "type" and isinstance(sub.value, ast.Attribute))
+        ):
+            return True  # branches on the device (`if x.is_cuda:`): each path places itself
+        if isinstance(sub, ast.Call):
+            if isinstance(sub.func, ast.Attribute) and sub.func.attr == "numpy":
+                return True
+            if ctx.call_qualname(sub) in {"torch.from_numpy", "numpy.asarray", "numpy.array"}:
+                return True
+    return False
+
+
+def _tensor_of(node: ast.AST, params: set[str]) -> str | None:
+    """The parameter whose tensor (on its device) ``node`` is: ``x``, ``x[i]``, ``x.float()``,
+    ``x.unsqueeze(1) * 2``, ``torch.exp(x)``; never ``x.shape[0]`` or ``x.size(1)``."""
+    if isinstance(node, ast.Name):
+        return node.id if node.id in params else None
+    if isinstance(node, ast.Subscript):
+        return _tensor_of(node.value, params)
+    if isinstance(node, ast.Attribute):
+        return _tensor_of(node.value, params) if node.attr in {"T", "mT", "data"} else None
+    if isinstance(node, ast.Call):
+        func = node.func
+        if (
+            isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and func.value.id == "torch"
+            and func.attr not in _NOT_TENSOR
+        ):
+            for arg in node.args:
+                found = _tensor_of(arg, params)
+                if found is not None:
+                    return found
+            return None
+        if isinstance(func, ast.Attribute) and func.attr not in _NOT_TENSOR | {"to", "type"}:
+            return _tensor_of(func.value, params)
+        return None
+    if isinstance(node, ast.BinOp):
+        return _tensor_of(node.left, params) or _tensor_of(node.right, params)
+    if isinstance(node, ast.UnaryOp):
+        return _tensor_of(node.operand, params)
+    return None
+
+
+def _climb(node: ast.AST, parents: dict[int, ast.AST]) -> tuple[ast.AST, ast.AST | None]:
+    """From a tensor expression up through what keeps it on its device (``.float()``,
+    ``[None]``, ``.view(...)``, ``-t``): the outermost such expression and its parent."""
+    parent = parents.get(id(node))
+    while parent is not None:
+        if isinstance(parent, ast.Attribute) and parent.value is node:
+            if parent.attr in _NOT_TENSOR | {"to", "type", "cuda", "type_as"}:
+                return node, None
+            call = parents.get(id(parent))
+            if not isinstance(call, ast.Call) or call.func is not parent:
+                return node, None
+            node = call
+        elif (isinstance(parent, ast.Subscript) and parent.value is node) or isinstance(
+            parent, ast.UnaryOp
+        ):
+            node = parent
+        else:
+            return node, parent
+        parent = parents.get(id(node))
+    return node, None
+
+
+def _joined(
+    node: ast.AST,
+    parent: ast.AST | None,
+    parents: dict[int, ast.AST],
+    ctx: Context,
+    tensors: set[str],
+) -> str | None:
+    """The parameter that the tensor expression ``node`` meets in ``parent``."""
+    if isinstance(parent, ast.BinOp):
+        other = parent.right if parent.left is node else parent.left
+        return _tensor_of(other, tensors)
+    if isinstance(parent, ast.Compare):
+        for side in [parent.left, *parent.comparators]:
+            if side is not node and (found := _tensor_of(side, tensors)) is not None:
+                return found
+        return None
+    if isinstance(parent, ast.Subscript) and parent.slice is not node:
+        return None
+    if isinstance(parent, (ast.Tuple, ast.List)):
+        grand = parents.get(id(parent))
+        if (isinstance(grand, ast.Subscript) and grand.slice is parent) or isinstance(
+            grand, ast.Call
+        ):
+            parent = grand
+        else:
+            return None
+    if isinstance(parent, ast.Subscript):  # x[torch.arange(n)]
+        return _tensor_of(parent.value, tensors)
+    if isinstance(parent, ast.Call) and ctx.call_qualname(parent) in _JOINERS:
+        for arg in parent.args:
+            elts = arg.elts if isinstance(arg, (ast.List, ast.Tuple)) else [arg]
+            for elt in elts:
+                if elt is not node and (found := _tensor_of(elt, tensors)) is not None:
+                    return found
+        return None
+    if isinstance(parent, ast.Assign) and isinstance(node, ast.Subscript):
+        return None
+    if isinstance(parent, ast.AugAssign) and parent.value is node:
+        return _tensor_of(parent.target, tensors)
+    return None
+
+
+def _combined_with(call: ast.Call, ctx: Context, scope: Scope, tensors: set[str]) -> str | None:
+    """The tensor parameter the factory's result meets (in an op, an index, ``torch.cat``,
+    an assignment into it), right there or through the name it is bound to."""
+    parents = _parent_map(scope)
+    node, parent = _climb(call, parents)
+    found = _joined(node, parent, parents, ctx, tensors)
+    if found is not None:
+        return found
+    if not (
+        isinstance(parent, ast.Assign)
+        and parent.value is node
+        and len(parent.targets) == 1
+        and isinstance(parent.targets[0], ast.Name)
+    ):
+        return None
+    name = parent.targets[0].id
+    after = (parent.end_lineno or parent.lineno, parent.end_col_offset or 0)
+    for sub in _own_nodes(scope):
+        if not (
+            isinstance(sub, ast.Name) and sub.id == name and (sub.lineno, sub.col_offset) > after
+        ):
+            continue
+        if isinstance(sub.ctx, ast.Store):
+            break  # rebound: what follows is another value
+        outer, where = _climb(sub, parents)
+        found = _joined(outer, where, parents, ctx, tensors)
+        if found is not None:
+            return found
+        # t[i] = x[j]: the parameter's values copied into the factory's tensor
+        if (
+            isinstance(where, ast.Assign)
+            and isinstance(outer, ast.Subscript)
+            and any(t is outer for t in where.targets)
+        ):
+            found = _tensor_of(where.value, tensors)
+            if found is not None:
+                return found
+    return None
+
+
+def _reaches_device(call: ast.Call, ctx: Context, scope: Scope) -> bool:
+    """The factory's result is used as a tensor (not only its shape or size)."""
+    parents = _parent_map(scope)
+    node, parent = _climb(call, parents)
+    if isinstance(parent, ast.Attribute):
+        return False
+    return not (
+        isinstance(parent, ast.Call)
+        and node is not parent.func
+        and isinstance(parent.func, ast.Name)
+        and parent.func.id in HOST_CASTS
+    )
