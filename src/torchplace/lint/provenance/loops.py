@@ -59,11 +59,14 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
     if parts is None:
         return None
     iters, body, targets = parts
+    few = bool(iters) and all(_few_constants(it, scope) for it in iters)
     if any(word in facts.segment(it) for it in iters for word in _STATE_ITERS) or any(
         _names_state(it) for it in iters
     ):
         return None  # a pass over parameters or a state dict: conversion, not batches
-    found = _iterates_device(facts, iters, scope)
+    # `for key in ("a", "b"):` steps a few times per run, not per row: only a step of work in
+    # its body (`.backward()`, a moved batch, a model run) makes it a batch loop
+    found = None if few else _iterates_device(facts, iters, scope)
     if found is not None:
         return found
     own, nested = _split_own(body)
@@ -111,9 +114,66 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
                 return "batch", f"it moves {its} to a device (`{what}`, line {node.lineno})"
         if step is None and not nested_batch and name is not None:
             step = _step_call(facts, node, scope)
-    if step is None and not nested_batch and iters:
+    if step is None and not nested_batch and iters and not few:
         step = _updates_device(facts, own, loop, scope)
     return step
+
+
+# A literal collection this small steps a few times per run, not once per batch.
+_FEW = 16
+# Methods that grow a list, set or dict in place.
+_GROWS = frozenset({"append", "extend", "insert", "add", "update", "setdefault", "__setitem__"})
+
+
+def _few_constants(it: ast.expr, scope: ast.AST, bound: bool = False) -> bool:
+    """``("a", "b")``, ``{"loss": l, "acc": a}`` (its keys), ``enumerate([...])``, ``d.items()``
+    of such a dict, or a name bound once in ``scope`` to one and never grown: a loop over it
+    runs a few times, with constants (or the few values named beside them)."""
+    if isinstance(it, ast.Call):
+        func = it.func
+        if isinstance(func, ast.Name) and func.id in {"enumerate", "reversed"} and it.args:
+            return _few_constants(it.args[0], scope, bound)
+        if isinstance(func, ast.Attribute) and func.attr in {"items", "keys", "values"}:
+            return not it.args and _few_constants(func.value, scope, bound)
+        return False
+    if isinstance(it, ast.Dict):
+        keys = it.keys
+        return 0 < len(keys) <= _FEW and all(isinstance(k, ast.Constant) for k in keys)
+    if isinstance(it, (ast.Tuple, ast.List, ast.Set)):
+        return 0 < len(it.elts) <= _FEW and all(isinstance(e, ast.Constant) for e in it.elts)
+    if not isinstance(it, ast.Name) or bound:
+        return False
+    values: list[ast.expr] = []
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Name) and node.id == it.id and not isinstance(node.ctx, ast.Load):
+            parent_value = _assigned(scope, node)
+            if parent_value is None:
+                return False
+            values.append(parent_value)
+        elif (  # `d[k] = v` with a computed key, `names.append(n)`: it grows
+            isinstance(node, ast.Subscript)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == it.id
+            and not isinstance(node.ctx, ast.Load)
+            and not isinstance(node.slice, ast.Constant)
+        ) or (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == it.id
+            and node.attr in _GROWS
+        ):
+            return False
+    return len(values) == 1 and _few_constants(values[0], scope, bound=True)
+
+
+def _assigned(scope: ast.AST, name: ast.Name) -> ast.expr | None:
+    """The value of ``name = value`` (a plain assignment of the name alone), or None."""
+    for node in ast.walk(scope):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(t is name for t in targets):
+                return node.value
+    return None
 
 
 def _parts(loop: ast.AST) -> tuple[list[ast.expr], list[ast.AST], set[str]] | None:

@@ -8,6 +8,7 @@ placement overrides and files that set the default device are left alone.
 from __future__ import annotations
 
 import ast
+from typing import Literal
 
 from torchplace.lint.base import Context, Scope, keyword
 from torchplace.lint.rules.facts import is_tensor_annotation
@@ -109,6 +110,8 @@ def matched_to_parameter(call: ast.Call, ctx: Context) -> tuple[Scope, str, str]
         return None  # a module's parameters are built on the CPU and moved with it
     if _documentation(ctx):
         return None
+    if _cpu_path(call, scope):
+        return None  # `if x.is_cuda: ... else: torch.zeros(n)`: built only for a CPU tensor
     defaults, host_calls = _file_facts(scope)
     if defaults:
         return None  # the file sets the default device: factories follow it
@@ -305,8 +308,7 @@ def _parent_map(scope: Scope) -> dict[int, ast.AST]:
 
 def _host_function(scope: Scope, ctx: Context) -> bool:
     """A function about host data: a dataset's ``__getitem__``, a collate function, a numpy
-    conversion, a loader; one that calls ``.numpy()`` or ``torch.from_numpy``; or one that
-    branches on the device (``x.is_cuda``, ``x.device.type``)."""
+    conversion, a loader; one that calls ``.numpy()`` or ``torch.from_numpy``."""
     outer: Scope | None = scope
     while outer is not None:  # also a helper nested in one (`get_batch`'s `pad_right`)
         if outer.kind == "function" and any(
@@ -321,16 +323,108 @@ def _host_function(scope: Scope, ctx: Context) -> bool:
                 return True
         outer = outer.parent
     for sub in _own_nodes(scope):
-        if isinstance(sub, ast.Attribute) and (
-            sub.attr in {"is_cuda", "is_cpu"}
-            or (sub.attr == "type" and isinstance(sub.value, ast.Attribute))
-        ):
-            return True  # branches on the device (`if x.is_cuda:`): each path places itself
         if isinstance(sub, ast.Call):
             if isinstance(sub.func, ast.Attribute) and sub.func.attr == "numpy":
                 return True
             if ctx.call_qualname(sub) in {"torch.from_numpy", "numpy.asarray", "numpy.array"}:
                 return True
+    return False
+
+
+_Where = Literal["cpu", "cuda"] | None
+
+
+def _device_test(test: ast.expr) -> tuple[_Where, _Where]:
+    """What a test says of a tensor's device when it holds and when it fails: ``x.is_cuda``
+    is ``("cuda", "cpu")``, ``x.device.type == "cpu"`` is ``("cpu", "cuda")`` (not the CPU
+    counts as CUDA, not CUDA as the CPU); ``None`` where it says nothing."""
+    if isinstance(test, ast.Attribute) and test.attr in {"is_cuda", "is_cpu"}:
+        return ("cuda", "cpu") if test.attr == "is_cuda" else ("cpu", "cuda")
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        on_true, on_false = _device_test(test.operand)
+        return on_false, on_true
+    if isinstance(test, ast.BoolOp):
+        parts = [_device_test(value) for value in test.values]
+        if isinstance(test.op, ast.And):  # all hold when it holds; any may fail
+            return next((t for t, _ in parts if t is not None), None), None
+        return None, next((f for _, f in parts if f is not None), None)
+    if (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], (ast.Eq, ast.NotEq, ast.Is, ast.IsNot))
+    ):
+        sides = [test.left, test.comparators[0]]
+        names = [_device_name(side) for side in sides]
+        if any(_device_query(side) for side in sides) and ("cpu" in names or "cuda" in names):
+            where: _Where = "cpu" if "cpu" in names else "cuda"
+            other: _Where = "cuda" if where == "cpu" else "cpu"
+            if isinstance(test.ops[0], (ast.Eq, ast.Is)):
+                return where, other
+            return other, where
+    return None, None
+
+
+def _device_query(node: ast.expr) -> bool:
+    """``x.device.type``, ``device.type``, ``x.device``, ``str(x.device)``."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args:
+        return node.func.id == "str" and _device_query(node.args[0])
+    if not isinstance(node, ast.Attribute):
+        return False
+    if node.attr == "device":
+        return True
+    inner = node.value
+    return node.attr == "type" and (
+        (isinstance(inner, ast.Attribute) and inner.attr == "device")
+        or (isinstance(inner, ast.Name) and "device" in inner.id.lower())
+    )
+
+
+def _device_name(node: ast.expr) -> str | None:
+    """``"cpu"``, ``torch.device("cuda")``: the backend a constant names."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "device"
+        and len(node.args) == 1
+    ):
+        node = node.args[0]
+    if isinstance(node, ast.Constant) and node.value in {"cpu", "cuda"}:
+        return str(node.value)
+    return None
+
+
+def _exits(block: list[ast.stmt]) -> bool:
+    return bool(block) and isinstance(block[-1], (ast.Return, ast.Raise, ast.Continue, ast.Break))
+
+
+def _cpu_path(node: ast.AST, scope: Scope) -> bool:
+    """``node`` runs only when a tensor is on the CPU: in the branch of a device test that
+    says so (``else`` of ``if x.is_cuda:``, ``if x.device.type == "cpu":``), or after a
+    branch that leaves the block when it is on CUDA (``if x.is_cuda: return ...``)."""
+    parents = _parent_map(scope)
+    child: ast.AST = node
+    parent = parents.get(id(child))
+    while parent is not None:
+        if isinstance(parent, (ast.If, ast.IfExp, ast.While)) and child is not parent.test:
+            on_true, on_false = _device_test(parent.test)
+            body = parent.body if isinstance(parent.body, list) else [parent.body]
+            if (on_true if any(s is child for s in body) else on_false) == "cpu":
+                return True
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(parent, field, None)
+            if not isinstance(block, list) or not any(s is child for s in block):
+                continue
+            for stmt in block[: next(i for i, s in enumerate(block) if s is child)]:
+                if not isinstance(stmt, ast.If):
+                    continue
+                on_true, on_false = _device_test(stmt.test)
+                if _exits(stmt.body) and not _exits(stmt.orelse) and on_false == "cpu":
+                    return True  # `if x.is_cuda: return ...`, then the CPU path
+                if _exits(stmt.orelse) and not _exits(stmt.body) and on_true == "cpu":
+                    return True
+        if parent is scope.node:
+            break
+        child, parent = parent, parents.get(id(parent))
     return False
 
 

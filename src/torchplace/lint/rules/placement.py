@@ -110,6 +110,24 @@ def _call(call: ast.Call, ctx: Context) -> None:
             "own device; follow the input (`x.device`) or register a buffer",
         )
         return
+    if (
+        method is None
+        and isinstance(func, ast.Attribute)
+        and func.attr == "cuda"
+        and not call.args
+        and keyword(call, "device") is None
+        and ctx.qualname(func) is None  # not torch.cuda itself
+        and _rank_code(ctx)
+        and _unpinned_setup(ctx)
+    ):
+        ctx.report(
+            BARE_CUDA.code,
+            call,
+            "bare `.cuda()` in multi-rank code that never calls `torch.cuda.set_device`: it "
+            "places on the current device, GPU 0 in every rank; call "
+            "`torch.cuda.set_device(local_rank)` first or pass the index (`.cuda(local_rank)`)",
+        )
+        return
     literal = _device_literal(device_argument(call, ctx))
     if literal is not None and not _queried(call, ctx):
         if method is not None:
@@ -241,6 +259,30 @@ def _rank_code(ctx: Context) -> bool:
                 or _calls_collective(scope.node, ctx)
             )
         )
+    return bool(cached)
+
+
+def _unpinned_setup(ctx: Context) -> bool:
+    """The file sets up the ranks itself (calls ``init_process_group``) and never picks a GPU
+    per rank (no ``torch.cuda.set_device(...)``, no ``with torch.cuda.device(...)``): a bare
+    ``.cuda()`` there lands on GPU 0 in every rank. A file whose set-up is a helper elsewhere
+    (``utils.init_distributed_mode(args)``) may pick the GPU there, and is left alone."""
+    scope = ctx.scope
+    while scope.parent is not None:
+        scope = scope.parent
+    cached = scope.cache.get("unpinned-setup")
+    if cached is None:
+        inits = picks = False
+        for node in ast.walk(scope.node):
+            if isinstance(node, ast.Call):
+                func = node.func
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                inits = inits or name == "init_process_group"
+                picks = picks or name == "set_device"
+                picks = picks or (
+                    isinstance(func, ast.Attribute) and ctx.qualname(func) == "torch.cuda.device"
+                )
+        cached = scope.cache["unpinned-setup"] = inits and not picks
     return bool(cached)
 
 
