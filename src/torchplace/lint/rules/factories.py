@@ -67,7 +67,10 @@ def _forward_reachable(cls: Scope) -> set[str]:
     return reached
 
 
-_HOST_READS = frozenset({"item", "tolist", "numpy", "cpu", "to", "cuda", "type_as", "type"})
+# `pin_memory`: a pinned buffer is host memory on purpose, a staging area for copies.
+_HOST_READS = frozenset(
+    {"item", "tolist", "numpy", "cpu", "to", "cuda", "type_as", "type", "pin_memory"}
+)
 _DRAWS = frozenset(
     {"torch.rand", "torch.randn", "torch.randint", "torch.empty", "torch.zeros", "torch.randperm"}
 )
@@ -204,7 +207,12 @@ def _moves_any(stmt: ast.stmt, names: set[str]) -> bool:
 
 
 def _used_on_host(call: ast.Call, ctx: Context) -> bool:
-    """The result is read back, cast to a Python number, placed right away, or tested."""
+    """The result is read back, cast to a Python number, placed right away, pinned (a host
+    staging buffer: ``torch.empty(n, pin_memory=True)``, ``torch.empty(n).pin_memory()``), or
+    tested."""
+    pinned = keyword(call, "pin_memory")
+    if pinned is not None and isinstance(pinned.value, ast.Constant) and pinned.value.value:
+        return True
     node: ast.AST = call
     for parent in reversed(ctx.parents):
         if isinstance(parent, ast.Dict) and node in parent.values:

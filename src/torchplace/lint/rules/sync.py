@@ -23,7 +23,7 @@ from torchplace.lint.base import (
 from torchplace.lint.provenance import Fact, FileFacts, file_facts, scope_node
 from torchplace.lint.provenance.values import HOST_METHODS
 from torchplace.lint.resolver import dotted_name
-from torchplace.lint.rules.facts import TIMERS, in_periodic_branch, in_test
+from torchplace.lint.rules.facts import TIMERS, in_periodic_branch, in_test, is_tensor_expr
 
 __all__ = ["FAMILY"]
 
@@ -69,6 +69,8 @@ def _call(call: ast.Call, ctx: Context) -> None:
             inner = inner.func.value
         if func.attr == "cpu" and inner is func.value and _runs_as_module(inner, ctx):
             return  # `layer.cpu()` of a layer the function runs: a module moved back, no read
+        if func.attr == "cpu" and inner is func.value and _moved_in_place(call, inner, ctx):
+            return  # `model.cpu()` as a statement: a module offloaded in place, no read
         if func.attr == "numpy" and keyword(call, "force") is None and not _moves(func.value):
             return  # `x.float().numpy()` raises for a device tensor: `x` is on the host
         _check(
@@ -200,7 +202,10 @@ def _compare(node: ast.Compare, ctx: Context) -> None:
             tested = any(child is cond for gen in parent.generators for cond in gen.ifs)
         else:
             tested = False
-        if tested and any(_tensor_operand(side, ctx) for side in [node.left, *node.comparators]):
+        sides = [node.left, *node.comparators]
+        if any(isinstance(side, ast.Constant) and isinstance(side.value, str) for side in sides):
+            return  # `r["label"] == "nsfw"`: a tensor never equals a string, nothing is read
+        if tested and any(_tensor_operand(side, ctx) for side in sides):
             _check(node, node, "a condition", ctx, explicit=False)
         return
 
@@ -311,6 +316,16 @@ def _runs_as_module(node: ast.expr, ctx: Context) -> bool:
     return any(
         isinstance(sub, ast.Call) and dotted_name(sub.func) == text for sub in ast.walk(scope.node)
     )
+
+
+def _moved_in_place(call: ast.Call, receiver: ast.expr, ctx: Context) -> bool:
+    """``model.cpu()`` as a statement, its result discarded, on a value that is not certainly
+    a tensor: a module moved in place (offloaded between stages). A tensor's ``.cpu()`` returns
+    a copy, so discarding it is pointless; only a certain tensor is still read back."""
+    parent = ctx.parents[-1] if ctx.parents else None
+    if not (isinstance(parent, ast.Expr) and parent.value is call):
+        return False
+    return not is_tensor_expr(receiver, ctx, ctx.function_scope() or ctx.scope)
 
 
 def _is_output(read: ast.AST, ctx: Context, *, returns: bool = False) -> bool:
