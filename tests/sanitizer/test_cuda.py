@@ -54,6 +54,7 @@ def _sync_call(case: str, cuda: torch.device) -> Callable[[], object]:
         "blocking-h2d-copy_": lambda: dev.copy_(host),
         "blocking-d2h": lambda: dev.cpu(),
         "factory-from-a-list": lambda: torch.tensor([1.0, 2.0], device=cuda),
+        "factory-from-device-scalars": lambda: torch.tensor([dev[0], dev[1]]),
         "pinned-non-blocking-h2d": lambda: pinned.to(cuda, non_blocking=True),
         "pageable-non-blocking-h2d": lambda: host.to(cuda, non_blocking=True),
         "same-device-copy": lambda: dev.clone(),
@@ -79,6 +80,7 @@ def _sync_call(case: str, cuda: torch.device) -> Callable[[], object]:
         ("blocking-h2d-copy_", 1, 1),
         ("blocking-d2h", 1, 1),
         ("factory-from-a-list", 1, 1),
+        ("factory-from-device-scalars", 2, 2),  # an item() per tensor; the result is on the host
         ("pinned-non-blocking-h2d", 0, 0),
         ("pageable-non-blocking-h2d", 0, 0),  # staged by the driver; torch does not sync
         ("same-device-copy", 0, 0),

@@ -164,3 +164,20 @@ def test_every_detection_also_works_under_inference_mode() -> None:
     assert report.syncs[0].detail == "blocking host-to-device copy"
     assert len(report.pageable_non_blocking) == 1
     assert [e.op for e in report.mixed_device_ops] == ["F.linear", "aten.where.self"]
+
+
+def test_copy_bytes_are_those_that_cross_after_a_dtype_change_or_a_broadcast() -> None:
+    # torch's copy kernel converts on the host before a blocking host-to-device copy and on
+    # the device before a non_blocking device-to-host one (else after), and a broadcasting
+    # copy_ sends one element per destination element
+    x, row = torch.ones(4, 8), torch.ones(8)
+    buf = torch.empty(4, 8, device=META, dtype=torch.float16)
+    y = torch.ones(4, 8, device=META)
+    with MetaReadback(), torchplace.guard() as report:
+        x.to(META, dtype=torch.float16)  # converted on the host: 4 * 8 * 2 bytes cross
+        x.to(META, torch.bfloat16, non_blocking=True)  # converted on the device: 4 * 8 * 4
+        buf.copy_(x)  # converted on the host: 4 * 8 * 2
+        buf.copy_(row)  # broadcast on the host: 4 * 8 * 2
+        y.to("cpu", dtype=torch.float16)  # converted on the host, after: 4 * 8 * 4
+        y.to("cpu", dtype=torch.float16, non_blocking=True)  # converted on the device: 4 * 8 * 2
+    assert [e.nbytes for e in report.transfers] == [64, 128, 64, 64, 128, 64]

@@ -49,3 +49,21 @@ def test_factory_from_host_data_onto_a_device_is_an_h2d_copy() -> None:
     ]
     assert [e.site.lineno for e in report.events[:2]] == [line("factory-line")] * 2
     assert {e.detail for e in report.syncs} == {"blocking host-to-device copy"}
+
+
+def test_factory_from_a_list_of_device_tensors_reads_each_one_on_the_host() -> None:
+    # torch.tensor([loss_a, loss_b]) reads every device tensor in the list as a Python scalar
+    # (an item() each, out of the dispatch layer's sight); torch.stack keeps them on the device
+    losses = [torch.ones((), device=META), torch.ones((), device=META)]
+    one = torch.ones(1, device=META)
+    with torchplace.guard() as report:
+        torch.tensor(losses, device=META)  # scalars-line
+        torch.as_tensor([[one, one], [one, torch.ones(1)]], device=META)  # nested-line
+        torch.stack(losses)
+    reads = [(e.op, e.site.lineno) for e in report.syncs if "blocking" not in e.detail]
+    assert reads == [
+        *[("torch.tensor", line("scalars-line"))] * 2,
+        *[("torch.as_tensor", line("nested-line"))] * 3,  # the CPU one reads nothing
+    ]
+    assert len(report.syncs) == len(reads) + 2  # and the two blocking copies of the host data
+    assert (report.h2d, report.h2d_bytes) == (2, 2 * 4 + 4 * 4)

@@ -111,17 +111,40 @@ def nbytes(t: Tensor) -> int:
     return int(t.numel()) * int(t.element_size())
 
 
+def _crossing_bytes(
+    direction: str, src_t: Tensor, numel: int, dst_dtype: torch.dtype, non_blocking: bool
+) -> int:
+    """The bytes a copy sends across: one element per destination element (a broadcasting
+    ``copy_`` expands its source first), of the dtype they cross in. Like torch's CUDA copy
+    kernel, a blocking host-to-device copy converts on the host and a ``non_blocking``
+    device-to-host copy on the device before the copy; any other converts after it."""
+    converted_first = (direction == "h2d" and not non_blocking) or (
+        direction == "d2h" and non_blocking
+    )
+    dtype = dst_dtype if converted_first else src_t.dtype
+    return numel * dtype.itemsize
+
+
 def _record_copy(
-    owner: Guard, op: str, src_t: Tensor, dst: torch.device, non_blocking: bool
+    owner: Guard,
+    op: str,
+    src_t: Tensor,
+    dst: torch.device,
+    non_blocking: bool,
+    *,
+    numel: int,
+    dst_dtype: torch.dtype,
 ) -> str | None:
-    """Record a copy of ``src_t`` to ``dst`` (transfer, pageable source, blocking sync); the
-    direction, or None when both sides are the same device (not a crossing)."""
+    """Record a copy of ``src_t`` to ``numel`` elements of ``dst_dtype`` on ``dst`` (transfer,
+    pageable source, blocking sync); the direction, or None when both sides are the same device
+    (not a crossing)."""
     src = src_t.device
     dst = canonical_device(dst)  # .to("cuda") names no index; the copy goes to cuda:N
     if src == dst:
         return None
     direction = copy_direction(src, dst)
-    owner._transfer(direction, op, nbytes(src_t), src, dst, non_blocking)
+    size = _crossing_bytes(direction, src_t, numel, dst_dtype, non_blocking)
+    owner._transfer(direction, op, size, src, dst, non_blocking)
     if direction == "h2d" and non_blocking and not is_pinned(src_t):
         owner._emit("pageable_non_blocking", op, detail=_PAGEABLE_H2D)
     # torch returns before any memcpy (so before any wait) when there is no element to copy
@@ -141,7 +164,10 @@ def _to_copy(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, 
         return func(*args, **kwargs)
     op = op_name(func)
     non_blocking = bool(kwargs.get("non_blocking", False))
-    direction = _record_copy(owner, op, src_t, torch.device(dst), non_blocking)
+    dtype = kwargs.get("dtype") or src_t.dtype
+    direction = _record_copy(
+        owner, op, src_t, torch.device(dst), non_blocking, numel=src_t.numel(), dst_dtype=dtype
+    )
     out = func(*args, **kwargs)
     if direction == "d2h" and non_blocking and not is_pinned(out):
         _pageable_d2h(owner, op, "non_blocking=True into pageable host memory runs synchronously")
@@ -154,7 +180,9 @@ def _copy_(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, An
         return func(*args, **kwargs)
     op = op_name(func)
     non_blocking = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
-    direction = _record_copy(owner, op, src_t, dst_t.device, non_blocking)
+    direction = _record_copy(
+        owner, op, src_t, dst_t.device, non_blocking, numel=dst_t.numel(), dst_dtype=dst_t.dtype
+    )
     if direction == "d2h" and non_blocking and not is_pinned(dst_t):
         _pageable_d2h(
             owner,

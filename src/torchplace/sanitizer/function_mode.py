@@ -35,7 +35,7 @@ from torchplace.sanitizer.calls import (
 )
 from torchplace.sanitizer.dispatch_mode import nbytes
 from torchplace.sanitizer.mixed import check_call, maybe_mixed
-from torchplace.sanitizer.syncs import BLOCKING_COPY, FUNCTION_SYNCS
+from torchplace.sanitizer.syncs import BLOCKING_COPY, FACTORY_READ, FUNCTION_SYNCS
 
 if TYPE_CHECKING:
     from torchplace.sanitizer.recorder import Guard
@@ -86,6 +86,11 @@ class FunctionLayer(TorchFunctionMode):
                 finally:
                     owner._suppress_syncs -= 1
         factory = DATA_FACTORIES.get(func)
+        if factory is not None:
+            # torch reads each device tensor inside the data on the host, as a Python scalar (an
+            # item() each, hidden from the dispatch layer): one sync per tensor
+            for _ in range(_device_scalars(_factory_data(factory, args, kwargs))):
+                owner._sync(factory, FACTORY_READ)
         seen = owner._transfers_seen
         with owner._dispatch:
             out = func(*args, **kwargs)
@@ -99,15 +104,35 @@ class FunctionLayer(TorchFunctionMode):
         return out
 
 
+def _factory_data(factory: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    position = 1 if factory == "Tensor.new_tensor" else 0
+    return args[position] if len(args) > position else kwargs.get("data")
+
+
+def _device_scalars(data: Any) -> int:
+    """How many device tensors a list or tuple of data holds (at any depth) that torch reads
+    as scalars (one element each; torch refuses any other before reading it)."""
+    if type(data) not in SEQUENCES:
+        return 0
+    kinds = set(map(type, data))  # at C speed: a list of numbers is not walked in Python
+    if not any(k in SEQUENCES or issubclass(k, Tensor) for k in kinds):
+        return 0
+    count = 0
+    for item in data:
+        if isinstance(item, Tensor):
+            count += item.device.type != "cpu" and item.numel() == 1
+        else:
+            count += _device_scalars(item)
+    return count
+
+
 def _record_factory_copy(
     owner: Guard, factory: str, args: Sequence[Any], kwargs: Mapping[str, Any], out: Tensor
 ) -> None:
     """torch builds host data on the CPU, then copies it over with the Python dispatch key
     excluded (or, for meta, not at all): record the copy here, since the dispatch layer did not
     see it (tensor data, or a torch that lets the mode see it, is recorded there)."""
-    position = 1 if factory == "Tensor.new_tensor" else 0
-    data = args[position] if len(args) > position else kwargs.get("data")
-    if isinstance(data, Tensor):
+    if isinstance(_factory_data(factory, args, kwargs), Tensor):
         return
     owner._transfer("h2d", factory, nbytes(out), torch.device("cpu"), out.device, False, after=True)
     # torch's own copy is a blocking one (non_blocking=False): a sync on CUDA, unless there is

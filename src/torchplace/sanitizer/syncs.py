@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BLOCKING_COPY",
+    "FACTORY_READ",
     "FUNCTION_SYNCS",
     "Handler",
     "active_guards",
@@ -60,6 +61,12 @@ FUNCTION_SYNCS: Final[dict[Any, tuple[str, str]]] = {
     Tensor.__repr__: ("Tensor.__repr__", _PRINTED),
     Tensor.__format__: ("Tensor.__format__", _PRINTED),
 }
+
+#: ``torch.tensor([loss_a, loss_b])``: torch reads every device tensor in the data on the host
+#: as a Python scalar, one ``item()`` each, where the dispatch layer cannot see them.
+FACTORY_READ: Final = (
+    "a device tensor in the data read on the host as a scalar (torch.stack keeps it on the device)"
+)
 
 #: Why a blocking copy between the host and a device is a sync, by direction. On CUDA every one
 #: of them goes through ``at::cuda::memcpy_and_sync`` (a ``cudaStreamSynchronize``, and what
