@@ -224,8 +224,11 @@ def _used_on_host(call: ast.Call, ctx: Context) -> bool:
             if node is not parent.func and not _combines(parent, ctx):
                 return isinstance(parent.func, ast.Name) and parent.func.id in HOST_CASTS
         elif isinstance(parent, (ast.If, ast.While, ast.IfExp)):
-            test = parent.test
-            return _inside(call, test)
+            if _inside(call, parent.test):
+                return True
+            if not isinstance(parent, ast.IfExp):
+                return False
+            # `torch.ones(n) if keep else torch.zeros(n)`: a branch's value is the expression's
         elif isinstance(parent, ast.stmt):
             return False
         node = parent

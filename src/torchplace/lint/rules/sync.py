@@ -588,6 +588,12 @@ def _feeds_device(loop: ast.AST) -> bool:
     if not isinstance(loop, (ast.For, ast.AsyncFor)):
         return False
     inputs, nodes = loop_items(loop, _reads_next)
+    inputs = set(inputs)
+    for sub in nodes:  # `{k: v.to(device) for k, v in batch.items()}` moves `batch` itself
+        if isinstance(sub, _COMPS):
+            for gen in sub.generators:
+                if names_in(gen.iter) & inputs:
+                    inputs |= names_in(gen.target)
     return any(
         isinstance(sub, ast.Call)
         and isinstance(sub.func, ast.Attribute)
