@@ -270,10 +270,11 @@ class Replica(BatchExecutor):
         """Run batches on the event loop once ``batches`` real batches in a row took at most
         :data:`_PROBATION_SLACK` times ``limit_s`` of CPU time each on the worker thread (a
         dearer one starts the count again); one over :attr:`inline_limit_s` of wall time ends
-        the probation, on the worker thread for good. ``batches=0``: inline at once."""
+        the probation, on the worker thread for good."""
+        if batches < 1:
+            raise ConfigError(f"plan_inline needs batches >= 1, got {batches}")
         self._cheap_s = _PROBATION_SLACK * limit_s
         self._probation_batches = self.probation = batches
-        self.inline = batches == 0
 
     def dispatch(
         self, token: Any, requests: Sequence[Mapping[str, np.ndarray]], rows: Sequence[int]
@@ -327,10 +328,12 @@ class Replica(BatchExecutor):
                 return
             if job is not _RECOVER:
                 token, requests, rows = job
-                started, cpu = time.perf_counter(), time.thread_time()
-                outcome = self._run_safely(requests, rows)
-                if self.probation:
+                if self.probation:  # timed only while on probation
+                    started, cpu = time.perf_counter(), time.thread_time()
+                    outcome = self._run_safely(requests, rows)
                     self._on_probation(time.perf_counter() - started, time.thread_time() - cpu)
+                else:
+                    outcome = self._run_safely(requests, rows)
                 self._on_done(self, token, outcome)
             if not self.health.healthy and not self._recover():
                 return
