@@ -142,7 +142,7 @@ def _refuse_meta(state: dict[str, torch.Tensor], file: Path, target: torch.devic
     if empty:
         raise CheckpointError(
             f"checkpoint {str(file)!r} holds {len(empty)} tensor(s) without data, saved from the "
-            f"meta device ({', '.join(empty[:5])}{' ...' if len(empty) > 5 else ''}), which "
+            f"meta device ({_some(empty)}), which "
             f"cannot be loaded onto {target}. Fix: save the state dict of a materialised model "
             "(module.to_empty(device=...), then initialise or load real weights), or load it "
             "with device='meta' to get the shapes only"
@@ -267,17 +267,28 @@ def _tensor_entry(key: Any, value: Any) -> bool:
     return isinstance(key, str) and isinstance(value, torch.Tensor)
 
 
-def _load_into(module: nn.Module, state: dict[str, torch.Tensor], strict: bool, file: Path) -> None:
+def _some(keys: list[str]) -> str:
+    """The first five keys, and an ellipsis when there are more."""
+    return ", ".join(keys[:5]) + (" ..." if len(keys) > 5 else "")
+
+
+def _refuse_meta_into(module: nn.Module, state: dict[str, torch.Tensor], file: Path) -> None:
+    """Raise, before any copy, when meta tensors would go into a module that has data."""
     own = module.state_dict()
     no_data = [k for k, v in state.items() if v.is_meta and k in own and not own[k].is_meta]
     if no_data:
         raise CheckpointError(
             f"checkpoint {str(file)!r} was loaded onto the meta device (shapes, no data), but "
-            f"{type(module).__name__}'s {', '.join(no_data[:5])}{' ...' if len(no_data) > 5 else ''} "
-            f"live on {own[no_data[0]].device}: there is nothing to copy into them, and the "
-            "module was left untouched. Fix: load onto the module's device "
-            "(load_checkpoint(path, device, module=...)), or pass a module on the meta device"
+            f"{type(module).__name__}'s {_some(no_data)} live on {own[no_data[0]].device}: there "
+            "is nothing to copy into them, and the module was left untouched. Fix: load onto "
+            "the module's device (load_checkpoint(path, device, module=...)), or pass a module "
+            "on the meta device"
         )
+
+
+def _load_into(module: nn.Module, state: dict[str, torch.Tensor], strict: bool, file: Path) -> None:
+    if any(v.is_meta for v in state.values()):  # loaded onto meta: shapes only
+        _refuse_meta_into(module, state, file)
     diff = compare_state_dict(module, state)
     if not diff.ok:
         if strict:
