@@ -60,7 +60,8 @@ class Flow:
         # `(first, last)` line spans of an `if` body and of its `else`: neither sees the other
         self.apart: list[tuple[tuple[int, int], tuple[int, int]]] = []
         # `(first, last)` lines of each loop: a binding late in its body reaches the next step
-        self.loops: list[tuple[int, int]] = []
+        # (a set: a loop's body is walked twice, and so are the loops nested in it)
+        self.loops: set[tuple[int, int]] = set()
 
     # -- the in-order pass ------------------------------------------------------------------
     def run(self) -> None:
@@ -128,7 +129,7 @@ class Flow:
         elif isinstance(node, (ast.For, ast.AsyncFor)):
             self.for_loop(node)
         elif isinstance(node, ast.While):
-            self.loops.append((node.lineno, node.end_lineno or node.lineno))
+            self.loops.add((node.lineno, node.end_lineno or node.lineno))
             for _ in range(2):
                 self.block(node.body)
             self.block(node.orelse)
@@ -202,7 +203,7 @@ class Flow:
         self.bind(node.target, fact, node.lineno, node.value)
 
     def for_loop(self, node: ast.For | ast.AsyncFor) -> None:
-        self.loops.append((node.lineno, node.end_lineno or node.lineno))
+        self.loops.add((node.lineno, node.end_lineno or node.lineno))
         iter_fact = self.eval(node.iter, self.current)
         if iter_fact is None and self.facts.moves_some(node):
             # A batch loop moves some of its items: the others stay on the host.

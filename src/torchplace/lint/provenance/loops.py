@@ -59,11 +59,11 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
     if parts is None:
         return None
     iters, body, targets = parts
-    few = bool(iters) and all(_few_constants(it, scope) for it in iters)
     if any(word in facts.segment(it) for it in iters for word in _STATE_ITERS) or any(
         _names_state(it) for it in iters
     ):
         return None  # a pass over parameters or a state dict: conversion, not batches
+    few = bool(iters) and all(_few_constants(it, scope) for it in iters)
     # `for key in ("a", "b"):` steps a few times per run, not per row: only a step of work in
     # its body (`.backward()`, a moved batch, a model run) makes it a batch loop
     found = None if few else _iterates_device(facts, iters, scope)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import ast
 from typing import Literal
 
-from torchplace.lint.base import Context, Scope, keyword
-from torchplace.lint.rules.facts import is_tensor_annotation
+from torchplace.lint.base import Context, Scope, call_name, keyword
+from torchplace.lint.rules.facts import PLACEMENT_API, is_tensor_annotation
 
 __all__ = ["COMBINERS", "HOST_CASTS", "matched_to_parameter"]
 
@@ -31,8 +31,6 @@ COMBINERS = frozenset(
 #: casts and calls whose result is a host value
 HOST_CASTS = frozenset({"int", "float", "bool", "round", "len", "range"})
 
-# Overrides of the placement API: placing is their job.
-_PLACEMENT_API = frozenset({"cuda", "cpu", "to", "to_empty", "_apply", "type", "xpu", "mps"})
 # Functions about host data: a dataset's items, a collate function, numpy conversions, loading.
 _HOST_FUNCTION_WORDS = (
     "collate",
@@ -104,20 +102,17 @@ def matched_to_parameter(call: ast.Call, ctx: Context) -> tuple[Scope, str, str]
     parameter of the enclosing function: the factory is meant to match ``x`` (its dtype is
     copied, or it meets ``x`` in an op), yet lands on the CPU when ``x`` is on a GPU."""
     scope = ctx.function_scope()
-    if scope is None or scope.name in _PLACEMENT_API or _host_function(scope, ctx):
+    if scope is None or scope.name in PLACEMENT_API:  # placing is an override's job
         return None
     if scope.name == "__init__" and scope.cls is not None and scope.cls.is_module_class:
         return None  # a module's parameters are built on the CPU and moved with it
     if _documentation(ctx):
         return None
-    if _cpu_path(call, scope):
-        return None  # `if x.is_cuda: ... else: torch.zeros(n)`: built only for a CPU tensor
-    defaults, host_calls = _file_facts(scope)
-    if defaults:
-        return None  # the file sets the default device: factories follow it
-    params = _parameters(scope, ctx) - host_calls.get(scope.name, set())
+    params, tensors = _candidates(scope, ctx)
     if not params:
         return None
+    if _cpu_path(call, scope):
+        return None  # `if x.is_cuda: ... else: torch.zeros(n)`: built only for a CPU tensor
     dtype = keyword(call, "dtype")
     if (
         dtype is not None
@@ -128,12 +123,28 @@ def matched_to_parameter(call: ast.Call, ctx: Context) -> tuple[Scope, str, str]
         and _reaches_device(call, ctx, scope)
     ):
         return scope, dtype.value.value.id, "copies the dtype of"
-    tensors = {p for p in params if _tensor_evidence(scope, p, ctx)}
     if tensors:
         param = _combined_with(call, ctx, scope, tensors)
         if param is not None:
             return scope, param, "is combined with"
     return None
+
+
+def _candidates(scope: Scope, ctx: Context) -> tuple[set[str], set[str]]:
+    """The parameters of a function scope a factory may be built to match, and those of them
+    the function uses as only a tensor can be used (none in a function about host data, nor
+    where the file sets the default device): worked out once per scope."""
+    cached: tuple[set[str], set[str]] | None = scope.cache.get("tpl103-params")
+    if cached is not None:
+        return cached
+    defaults, host_calls = _file_facts(scope)
+    if defaults or _host_function(scope, ctx):  # the file sets the default device: followed
+        params: set[str] = set()
+    else:
+        params = _parameters(scope, ctx) - host_calls.get(scope.name, set())
+    result = params, {p for p in params if _tensor_evidence(scope, p, ctx)}
+    scope.cache["tpl103-params"] = result
+    return result
 
 
 def _documentation(ctx: Context) -> bool:
@@ -169,14 +180,11 @@ def _file_facts(scope: Scope) -> tuple[bool, dict[str, set[str]]]:
             functions.setdefault(node.name, names + [a.arg for a in node.args.kwonlyargs])
         elif isinstance(node, ast.Call):
             calls.append(node)
-            func = node.func
-            attr = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-            defaults = defaults or attr in _SETS_DEFAULT
+            defaults = defaults or call_name(node) in _SETS_DEFAULT
     host: dict[str, set[str]] = {}
     for call in calls:
-        func = call.func
-        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-        if name not in functions:
+        name = call_name(call)
+        if name is None or name not in functions:
             continue
         params = functions[name]
         for index, arg in enumerate(call.args):

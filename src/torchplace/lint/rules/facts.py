@@ -19,6 +19,7 @@ __all__ = [
     "CUDA_ONLY",
     "DEVICE_STRING",
     "FACTORIES",
+    "PLACEMENT_API",
     "SYNC_CALLS",
     "TENSOR_FUNCTIONS",
     "TIMERS",
@@ -102,6 +103,9 @@ TENSOR_METHODS = frozenset(
         "flatten",
     }
 )
+
+# Methods of a module or tensor that place it (an override's job is to place).
+PLACEMENT_API = frozenset({"cuda", "cpu", "to", "to_empty", "_apply", "type", "xpu", "mps"})
 
 # Calls that make the host wait for the device (explicitly or by reading a value back).
 SYNC_CALLS = frozenset(

@@ -12,6 +12,7 @@ from torchplace.lint.base import (
     Rule,
     Scope,
     at_method,
+    call_name,
     keyword,
 )
 from torchplace.lint.finding import Edit, Fix
@@ -19,6 +20,7 @@ from torchplace.lint.rules.factories import FACTORY, check_factory
 from torchplace.lint.rules.facts import (
     DEVICE_STRING,
     FACTORIES,
+    PLACEMENT_API,
     device_argument,
     in_test,
     is_module_expr,
@@ -82,12 +84,9 @@ def _device_literal(node: ast.expr | None) -> str | None:
     return None
 
 
-_PLACEMENT_API = frozenset({"cuda", "cpu", "to", "to_empty", "_apply", "type", "xpu", "mps"})
-
-
 def _call(call: ast.Call, ctx: Context) -> None:
     method = ctx.method_of_module()
-    if method is not None and method.name in _PLACEMENT_API:
+    if method is not None and method.name in PLACEMENT_API:
         method = None  # an override of the placement API itself: placing is its job
     if method is not None and in_test(ctx):
         method = None  # a test's stand-in module runs where the test puts it
@@ -275,12 +274,12 @@ def _unpinned_setup(ctx: Context) -> bool:
         inits = picks = False
         for node in ast.walk(scope.node):
             if isinstance(node, ast.Call):
-                func = node.func
-                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                name = call_name(node)
                 inits = inits or name == "init_process_group"
                 picks = picks or name == "set_device"
                 picks = picks or (
-                    isinstance(func, ast.Attribute) and ctx.qualname(func) == "torch.cuda.device"
+                    isinstance(node.func, ast.Attribute)
+                    and ctx.qualname(node.func) == "torch.cuda.device"
                 )
         cached = scope.cache["unpinned-setup"] = inits and not picks
     return bool(cached)
