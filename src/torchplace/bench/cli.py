@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -120,8 +121,6 @@ MAX_THREADS = 1024
 def _threads(text: str) -> int:
     value = _positive_int(text)
     if value > MAX_THREADS:
-        import os
-
         raise argparse.ArgumentTypeError(
             f"{text!r} threads is more than the {MAX_THREADS} allowed; this machine has "
             f"{os.cpu_count() or 'an unknown number of'} CPUs"

@@ -46,11 +46,10 @@ def available_bytes(device: torch.device) -> int | None:
     if device.type == "cpu":
         return host_available_bytes()
     if device.type == "cuda":
-        import torch
+        from torchplace.serve.memory import cuda_free_bytes
 
         with contextlib.suppress(RuntimeError, AssertionError):
-            free, _ = torch.cuda.mem_get_info(device)
-            return int(free)
+            return cuda_free_bytes(str(device))
     return None
 
 

@@ -291,7 +291,7 @@ def _first_forward(
     try:
         return forward(x)
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        first = next(iter(str(exc).strip().splitlines()), "")
         if isinstance(exc, torch.OutOfMemoryError) or "can't allocate memory" in first:
             raise ConfigError(
                 f"batch {batch} of {spec.name!r} ran out of memory on {x.device} ({first}); "

@@ -17,35 +17,32 @@ from torchplace.errors import ConfigError
 __all__ = ["MAX_BATCH", "MAX_BATCHES", "configure", "parse_batches", "run"]
 
 
+#: The largest batch size, and the most batch sizes, one plan takes.
+MAX_BATCH, MAX_BATCHES = 1 << 20, 1024
+
+
 def parse_batches(text: str) -> list[int]:
     """``1,2,8`` or ``1-64`` (every size) or a mix: ``1-4,16``."""
     out: set[int] = set()
-    try:
-        for part in text.split(","):
-            lo, dash, hi = part.strip().partition("-")
-            if dash and not hi:
-                raise ValueError(part)  # "1-": a range without its end
-            first, last = int(lo), int(hi) if dash else int(lo)
-            if first < 1 or last > MAX_BATCH or first > last:
-                raise ConfigError(
-                    f"--batch {text!r}: batch sizes must be between 1 and {MAX_BATCH}, "
-                    "and a range must go up (1-64)"
-                )
-            if last - first + len(out) >= MAX_BATCHES:
-                raise ConfigError(
-                    f"--batch {text!r} asks for more than {MAX_BATCHES} batch sizes; plan a few "
-                    "at a time, e.g. 1,8,32,128 (the report gives the largest batch that fits)"
-                )
-            out.update(range(first, last + 1))
-    except ValueError as exc:
-        if isinstance(exc, ConfigError):
-            raise
-        raise ConfigError(f"cannot read --batch {text!r}; write e.g. 1,8,32 or 1-64") from None
+    for part in text.split(","):
+        lo, dash, hi = part.strip().partition("-")
+        try:
+            first = int(lo)
+            last = int(hi) if dash else first  # "1-", a range without its end, fails here
+        except ValueError:
+            raise ConfigError(f"cannot read --batch {text!r}; write e.g. 1,8,32 or 1-64") from None
+        if first < 1 or last > MAX_BATCH or first > last:
+            raise ConfigError(
+                f"--batch {text!r}: batch sizes must be between 1 and {MAX_BATCH}, "
+                "and a range must go up (1-64)"
+            )
+        if last - first + len(out) >= MAX_BATCHES:
+            raise ConfigError(
+                f"--batch {text!r} asks for more than {MAX_BATCHES} batch sizes; plan a few "
+                "at a time, e.g. 1,8,32,128 (the report gives the largest batch that fits)"
+            )
+        out.update(range(first, last + 1))
     return sorted(out)
-
-
-#: The largest batch size, and the most batch sizes, one plan takes.
-MAX_BATCH, MAX_BATCHES = 1 << 20, 1024
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -73,7 +70,10 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
         help="declare an input, e.g. input:FP32:-1,8 (first -1 = batch, a later -1 = sequence)",
     )
     model.add_argument(
-        "--batch", default="1", help="batch sizes: 1,8,32 or a range 1-64 (default: 1)"
+        "--batch",
+        default="1",
+        help=f"batch sizes: 1,8,32 or a range 1-64 (at most {MAX_BATCHES} sizes, each at most "
+        f"{MAX_BATCH}; default: 1)",
     )
     model.add_argument("--seq", type=int, help="sequence length, where the inputs have one")
 

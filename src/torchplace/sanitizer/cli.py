@@ -212,9 +212,8 @@ def _report_on_hard_exit(write: Callable[[int], None], pid: int) -> Iterator[Non
     real_exit = os._exit
 
     def _exit(status: int) -> NoReturn:
-        if os.getpid() == pid:
-            with contextlib.suppress(Exception):
-                write(status)
+        with contextlib.suppress(Exception):
+            write(status)  # which a forked child skips
         real_exit(status)
 
     def _on_sigterm(signum: int, frame: FrameType | None) -> None:

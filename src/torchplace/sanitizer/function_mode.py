@@ -86,10 +86,12 @@ class FunctionLayer(TorchFunctionMode):
                 finally:
                     owner._suppress_syncs -= 1
         factory = DATA_FACTORIES.get(func)
+        data = None
         if factory is not None:
+            data = _factory_data(factory, args, kwargs)
             # torch reads each device tensor inside the data on the host, as a Python scalar (an
             # item() each, hidden from the dispatch layer): one sync per tensor
-            for _ in range(_device_scalars(_factory_data(factory, args, kwargs))):
+            for _ in range(_device_scalars(data)):
                 owner._sync(factory, FACTORY_READ)
         seen = owner._transfers_seen
         with owner._dispatch:
@@ -100,7 +102,7 @@ class FunctionLayer(TorchFunctionMode):
             and out.device.type != "cpu"
             and owner._transfers_seen == seen
         ):
-            _record_factory_copy(owner, factory, args, kwargs, out)
+            _record_factory_copy(owner, factory, data, out)
         return out
 
 
@@ -126,13 +128,11 @@ def _device_scalars(data: Any) -> int:
     return count
 
 
-def _record_factory_copy(
-    owner: Guard, factory: str, args: Sequence[Any], kwargs: Mapping[str, Any], out: Tensor
-) -> None:
+def _record_factory_copy(owner: Guard, factory: str, data: Any, out: Tensor) -> None:
     """torch builds host data on the CPU, then copies it over with the Python dispatch key
     excluded (or, for meta, not at all): record the copy here, since the dispatch layer did not
     see it (tensor data, or a torch that lets the mode see it, is recorded there)."""
-    if isinstance(_factory_data(factory, args, kwargs), Tensor):
+    if isinstance(data, Tensor):
         return
     owner._transfer("h2d", factory, nbytes(out), torch.device("cpu"), out.device, False, after=True)
     # torch's own copy is a blocking one (non_blocking=False): a sync on CUDA, unless there is
