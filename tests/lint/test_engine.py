@@ -178,3 +178,24 @@ def test_module_named_for_a_cuda_backend_needs_no_availability_check() -> None:
     assert [f.line for f in found] == [2]
     test = "import torch\n\ndef test_name():\n    torch.cuda.get_device_name(0)\n"
     assert [f.line for f in lint_source(test, "tests/test_cuda.py", select={"TPL601"})] == [4]
+
+
+def test_a_test_named_evaluation_script_is_linted_as_code() -> None:
+    """``test.py`` that runs as a program (argparse main, no test framework, nothing a runner
+    collects) is a project's evaluation script; a ``test*`` file of a test suite is not."""
+    script = (
+        "import torch\n\n"
+        "def test(opt):\n"
+        "    return torch.load(opt.saved_model, map_location='cpu')\n\n"
+        "if __name__ == '__main__':\n"
+        "    test(None)\n"
+    )
+    assert [f.line for f in lint_source(script, "test.py", select={"TPL402"})] == [4]
+    assert [f.line for f in lint_source(script, "tools/test_net.py", select={"TPL402"})] == [4]
+    assert lint_source(script, "tests/test.py", select={"TPL402"}) == []  # a test folder
+    collected = script.replace("def test(opt)", "def test_load(opt)").replace("test(None)", "")
+    assert lint_source(collected + "    pass\n", "test.py", select={"TPL402"}) == []
+    framework = "import unittest\n" + script
+    assert lint_source(framework, "test_load.py", select={"TPL402"}) == []
+    no_main = script.split("if __name__")[0]
+    assert lint_source(no_main, "test_load.py", select={"TPL402"}) == []

@@ -13,7 +13,14 @@ import ast
 import os
 from functools import lru_cache
 
-__all__ = ["Resolver", "dotted_name", "imported_module_class", "is_module_base", "module_name_for"]
+__all__ = [
+    "Resolver",
+    "dotted_name",
+    "imported_module_class",
+    "is_module_base",
+    "module_file",
+    "module_name_for",
+]
 
 # Upper-case names under torch.nn that are not nn.Module subclasses.
 _NOT_MODULES = frozenset(
@@ -178,15 +185,22 @@ class Resolver:
 _MAX_BASE_DEPTH = 8
 
 
-def _module_file(path: str, module: str) -> str | None:
+def module_file(path: str, module: str) -> str | None:
     """The file of the linted tree that the dotted ``module`` names, looked up from ``path``'s
-    folder and the folders above it (as far as the module's own depth, and two more)."""
+    folder and the folders above it (as far as the module's own depth, and two more), also
+    under a ``src/`` folder there (the src layout of a package: ``src/pkg/mod.py``)."""
+    return _module_file_from(os.path.dirname(os.path.abspath(path)), module)
+
+
+@lru_cache(maxsize=4096)
+def _module_file_from(directory: str, module: str) -> str | None:
     parts = module.split(".")
-    directory = os.path.dirname(os.path.abspath(path))
     for _ in range(len(parts) + 2):
         for candidate in (
             os.path.join(directory, *parts) + ".py",
             os.path.join(directory, *parts, "__init__.py"),
+            os.path.join(directory, "src", *parts) + ".py",
+            os.path.join(directory, "src", *parts, "__init__.py"),
         ):
             if os.path.isfile(candidate):
                 return candidate
@@ -228,7 +242,7 @@ def imported_module_class(path: str, qualname: str, depth: int = 0) -> bool:
     module, _, name = qualname.rpartition(".")
     if not module or module.split(".")[0] in {"torch", "typing", "abc", "builtins"}:
         return False
-    found = _module_file(path, module)
+    found = module_file(path, module)
     if found is None:
         return False
     parsed = _classes_of(found)

@@ -148,13 +148,21 @@ _RUN_METHODS = frozenset({"forward", "__call__"})
 
 def _instances(callers: FileFacts, cls: ast.ClassDef, qualified: str | None) -> frozenset[str]:
     """The names (``aug``, ``self.trainer``) ``callers`` binds to a new instance of ``cls``
-    (``qualified``: as imported from another module; ``None``: this file's own class)."""
+    (``qualified``: as imported from another module; ``None``: this file's own class), found
+    once per class and file."""
+    key = (id(cls), qualified)
+    found = callers.instances.get(key)
+    if found is None:
+        found = callers.instances[key] = _find_instances(callers, cls, qualified)
+    return found
+
+
+def _find_instances(callers: FileFacts, cls: ast.ClassDef, qualified: str | None) -> frozenset[str]:
     if cls.name + "(" not in callers.text:
         return frozenset()
     names: set[str] = set()
-    for node in ast.walk(callers.tree):
-        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
-            continue
+    for node in callers.assigned_calls(cls.name):
+        assert isinstance(node.value, ast.Call)
         func = node.value.func
         if qualified is None:
             if not (isinstance(func, ast.Name) and callers.defs_class(func.id) is cls):

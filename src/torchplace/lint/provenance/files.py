@@ -50,6 +50,9 @@ class FileFacts:
         self._returns_host: dict[str, bool] = {}
         self._returns_args: dict[tuple[int, frozenset[str]], bool] = {}
         self._moves: dict[int, bool] = {}
+        # names bound to new instances of a class, by (class, import path): see callers
+        self.instances: dict[tuple[int, str | None], frozenset[str]] = {}
+        self._assigned_calls: dict[str, list[ast.Assign]] = {}
         self._text: str | None = None
 
     def _index(self, body: list[ast.stmt], owner: ast.AST) -> None:
@@ -281,6 +284,21 @@ class FileFacts:
                     if isinstance(item, _FUNCTIONS) and item.name == func.attr:
                         return item
         return None
+
+    def assigned_calls(self, name: str) -> list[ast.Assign]:
+        """The assignments of the file whose value calls ``name`` (``x = name(...)``, also
+        ``x = module.name(...)``), indexed in one walk of the tree."""
+        index = self._assigned_calls
+        if not index:
+            index[""] = []  # indexed, even when nothing is found
+            for node in ast.walk(self.tree):
+                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+                    func = node.value.func
+                    called = func.attr if isinstance(func, ast.Attribute) else None
+                    called = func.id if isinstance(func, ast.Name) else called
+                    if called:
+                        index.setdefault(called, []).append(node)
+        return index.get(name, [])
 
     def defs_class(self, name: str) -> ast.ClassDef | None:
         """The module-level class of this file named ``name``."""

@@ -20,6 +20,7 @@ from torchplace.lint.provenance.values import (
     HOST_METHODS,
     Fact,
     _any_device,
+    _decodes_text,
     _device_helper,
     _device_target,
     _either,
@@ -34,6 +35,7 @@ from torchplace.lint.provenance.values import (
     _ran,
     _short,
     _target_names,
+    moved_in_place,
     moves_to_device,
 )
 from torchplace.lint.resolver import dotted_name
@@ -110,6 +112,10 @@ class Flow:
             fact = self.eval(node.value, self.current)
             for target in node.targets:
                 self.bind(target, fact, node.lineno, node.value)
+                container = moved_in_place(target, node.value)
+                if container is not None and fact is not None and fact.on_device:
+                    # `batch[key] = batch[key].to(device)`: the mapping now holds device items
+                    self.bind(container, fact, node.lineno, node.value)
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
             self.bind(node.target, self.eval(node.value, self.current), node.lineno, node.value)
         elif isinstance(node, ast.AugAssign):
@@ -371,6 +377,8 @@ class Flow:
                 return self.torch_call(node, qualname, args, lookup)
             if method in HOST_METHODS or isinstance(func.value, (ast.Constant, ast.JoinedStr)):
                 return Fact("host", method)  # also `"_".join(xs)`: a string's methods
+            if _decodes_text(func):
+                return Fact("host", f"text from `{_short(facts.segment(func), 32)}`")
             receiver = self.eval(func.value, lookup)
             if receiver is not None and receiver.on_device:
                 return receiver

@@ -21,6 +21,7 @@ from torchplace.lint.provenance.values import (
     _names,
     _short,
     _target_names,
+    moved_in_place,
     moves_to_device,
 )
 
@@ -303,13 +304,15 @@ def moves_some(loop: ast.For | ast.AsyncFor) -> bool:
 
 
 def _split_own(body: list[ast.AST]) -> tuple[list[ast.AST], list[ast.AST]]:
-    """A loop body's own nodes (not inside nested loops or scopes), and its nested loops."""
+    """A loop body's own nodes (not inside nested loops or scopes), and its nested loops.
+    A nested loop that only moves the items of a mapping in place (``for k in batch:
+    batch[k] = batch[k].to(device)``) is part of the body's step, not a loop of its own."""
     own: list[ast.AST] = []
     nested: list[ast.AST] = []
     todo = list(reversed(body))
     while todo:
         sub = todo.pop()
-        if isinstance(sub, _LOOPS):
+        if isinstance(sub, _LOOPS) and not _moves_items(sub):
             nested.append(sub)
             continue
         own.append(sub)
@@ -317,6 +320,31 @@ def _split_own(body: list[ast.AST]) -> tuple[list[ast.AST], list[ast.AST]]:
             continue
         todo.extend(reversed(list(ast.iter_child_nodes(sub))))
     return own, nested
+
+
+def _moves_items(loop: ast.AST) -> bool:
+    """``for key in batch.keys(): batch[key] = batch[key].to(device)`` (also under an ``if``
+    that picks the device): a loop whose every statement moves an item of a mapping in place."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor)) or loop.orelse:
+        return False
+    leaves = _leaves(loop.body)
+    return bool(leaves) and all(
+        isinstance(stmt, ast.Assign)
+        and len(stmt.targets) == 1
+        and moved_in_place(stmt.targets[0], stmt.value) is not None
+        for stmt in leaves
+    )
+
+
+def _leaves(body: list[ast.stmt]) -> list[ast.stmt]:
+    """The statements of ``body``, with each ``if`` replaced by the leaves of its branches."""
+    out: list[ast.stmt] = []
+    for stmt in body:
+        if isinstance(stmt, ast.If):
+            out += _leaves(stmt.body) + _leaves(stmt.orelse)
+        else:
+            out.append(stmt)
+    return out
 
 
 def _derived(own: list[ast.AST], targets: set[str]) -> set[str]:

@@ -13,7 +13,15 @@ from typing import Literal
 
 from torchplace.lint.resolver import dotted_name
 
-__all__ = ["HOST_ATTRS", "HOST_METHODS", "Fact", "LoopKind", "is_device_expr", "moves_to_device"]
+__all__ = [
+    "HOST_ATTRS",
+    "HOST_METHODS",
+    "Fact",
+    "LoopKind",
+    "is_device_expr",
+    "moved_in_place",
+    "moves_to_device",
+]
 
 Where = Literal["device", "host"]
 LoopKind = Literal["batch", "rows", "items"]
@@ -71,6 +79,10 @@ HOST_ATTRS = frozenset(
         "columns",  # a DataFrame's column labels: tensors have no such attribute
     }
 )
+# Methods of a tokenizer or processor (by the receiver's name) that turn token ids into text:
+# Python strings, whatever device the ids are on.
+TEXT_METHODS = frozenset({"decode", "batch_decode", "convert_ids_to_tokens"})
+_TEXT_OWNERS = ("tokenizer", "processor")
 # Builtins and modules whose results live on the host.
 _HOST_CALLS = frozenset(
     {"float", "int", "bool", "str", "len", "round", "isinstance", "range", "repr", "print"}
@@ -258,8 +270,33 @@ def _iterates_items(node: ast.expr) -> bool:
     )
 
 
+def _decodes_text(func: ast.Attribute) -> bool:
+    """``tokenizer.decode(ids)``, ``self.processor.batch_decode(out)``: text, not tensors
+    (``vae.decode(z)`` is a model's decoder and gives a tensor)."""
+    owner = (dotted_name(func.value) or "").rsplit(".", 1)[-1].lower()
+    return func.attr in TEXT_METHODS and any(word in owner for word in _TEXT_OWNERS)
+
+
 def _is_move_call(call: ast.Call) -> bool:
     return isinstance(call.func, ast.Attribute) and call.func.attr in {"to", "cuda"}
+
+
+def moved_in_place(target: ast.expr, value: ast.expr) -> ast.expr | None:
+    """The container of ``batch[key] = batch[key].to(device)``: an item replaced by its own
+    move (same subscript on both sides), which leaves the container's items on the device.
+    None for anything else (``out[m] = x.to(d)`` copies into ``out``, whatever it is)."""
+    if not (
+        isinstance(target, ast.Subscript)
+        and isinstance(value, ast.Call)
+        and _is_move_call(value)
+        and isinstance(value.func, ast.Attribute)
+        and isinstance(value.func.value, ast.Subscript)
+    ):
+        return None
+    source = value.func.value
+    if ast.unparse(source) != ast.unparse(target) or dotted_name(target.value) is None:
+        return None
+    return target.value
 
 
 def _device_helper(name: str, args: list[ast.expr]) -> bool:

@@ -168,20 +168,16 @@ _GUARD_WORDS = (
 
 
 def in_test(ctx: Context) -> bool:
-    """Whether the code is a test: a ``test*`` file or directory, or a ``test*`` function in a
-    file that imports ``pytest`` or ``unittest`` (a script's ``def test(model, loader)`` is
-    an evaluation loop, not a test)."""
-    parts = ctx.path.replace("\\", "/").lower().split("/")
-    if any(
-        part.startswith(("test", "_test"))
-        or part.endswith(("_test.py", "_tests.py"))
-        or part == "conftest.py"
-        for part in parts
-    ):
+    """Whether the code is a test: a file in a ``test*`` directory, a ``test*`` file that is
+    not a script (see :func:`_evaluation_script`), or a ``test*`` function in a file that
+    imports ``pytest`` or ``unittest`` (a script's ``def test(model, loader)`` is an
+    evaluation loop, not a test)."""
+    *folders, filename = ctx.path.replace("\\", "/").lower().split("/")
+    if any(part.startswith(("test", "_test")) for part in folders):
         return True
-    if not any(
-        name.split(".")[0] in {"pytest", "unittest"} for name in ctx.resolver.names.values()
-    ):
+    if _test_file_name(filename) and not _evaluation_script(ctx):
+        return True
+    if not _imports_test_framework(ctx):
         return False
     scope: Scope | None = ctx.scope
     while scope is not None:
@@ -189,6 +185,49 @@ def in_test(ctx: Context) -> bool:
             return True
         scope = scope.parent
     return False
+
+
+def _test_file_name(name: str) -> bool:
+    return (
+        name.startswith(("test", "_test"))
+        or name.endswith(("_test.py", "_tests.py"))
+        or name == "conftest.py"
+    )
+
+
+def _imports_test_framework(ctx: Context) -> bool:
+    return any(name.split(".")[0] in {"pytest", "unittest"} for name in ctx.resolver.names.values())
+
+
+def _evaluation_script(ctx: Context) -> bool:
+    """A ``test.py`` that is a program, not a test module: it imports no test framework,
+    defines no ``test_*`` function or ``Test*`` class for a runner to collect, and runs from
+    ``if __name__ == "__main__":`` (the evaluation script of a training repository)."""
+    scope: Scope | None = ctx.scope
+    while scope is not None and scope.parent is not None:
+        scope = scope.parent
+    module = scope.node if scope is not None else None
+    if not isinstance(module, ast.Module) or _imports_test_framework(ctx):
+        return False
+    collected = any(
+        (
+            isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.name.startswith("test_")
+        )
+        or (isinstance(node, ast.ClassDef) and node.name.startswith("Test"))
+        for node in module.body
+    )
+    return not collected and any(_main_guard(node) for node in module.body)
+
+
+def _main_guard(node: ast.stmt) -> bool:
+    """``if __name__ == "__main__":``"""
+    return (
+        isinstance(node, ast.If)
+        and isinstance(node.test, ast.Compare)
+        and isinstance(node.test.left, ast.Name)
+        and node.test.left.id == "__name__"
+    )
 
 
 def mentions(node: ast.AST, words: tuple[str, ...] = _GUARD_WORDS) -> bool:

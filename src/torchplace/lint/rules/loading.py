@@ -18,7 +18,9 @@ from torchplace.lint.base import (
 from torchplace.lint.finding import Edit, Fix
 from torchplace.lint.provenance import file_facts
 from torchplace.lint.provenance.callers import call_sites
+from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import in_test, loop_bound_names, receiver_root
+from torchplace.lint.rules.model_loads import LOADERS, Load, in_tree, is_loader, load_behind
 
 __all__ = ["FAMILY"]
 
@@ -30,31 +32,44 @@ LOAD_PER_REQUEST = Rule(
     "TPL403", "load-in-loop-or-handler", "model loaded inside a request handler or a loop"
 )
 
-_LOADERS = frozenset(
-    {
-        "torch.load",
-        "torch.jit.load",
-        "torch.export.load",
-        "torch.hub.load",
-        "safetensors.torch.load_file",
-        "safetensors.torch.load_model",
-    }
-)
 _ROUTE_DECORATORS = frozenset(
     {"get", "post", "put", "patch", "delete", "route", "api_route", "websocket", "endpoint"}
 )
 _HANDLER_METHODS = frozenset({"do_GET", "do_POST", "do_PUT", "do_PATCH", "do_DELETE"})
 _LITAPI_METHODS = frozenset({"decode_request", "predict", "encode_response", "batch", "unbatch"})
+# Serving frameworks whose subclasses' methods answer requests: (package, base class, methods).
+_SERVING_BASES = (
+    ("litserve", "LitAPI", _LITAPI_METHODS),
+    ("cog", "BasePredictor", frozenset({"predict"})),
+)
+# Words of a handler's name that make loading its job.
+_LOAD_WORDS = frozenset({"load", "reload", "loader"})
+# Gradio calls that register an event handler (its `fn`, or first argument).
+_GRADIO_EVENTS = frozenset({"click", "submit", "change", "upload", "select"})
+_GRADIO_APPS = frozenset({"Interface", "ChatInterface"})
 
 
 def _call(call: ast.Call, ctx: Context) -> None:
     name = ctx.call_qualname(call)
     if name == "torch.load":
         _torch_load(call, ctx)
-    if name in _LOADERS:
+    if name in LOADERS:
         _load_site(call, ctx, name)
     elif isinstance(call.func, ast.Attribute) and call.func.attr == "from_pretrained":
         _load_site(call, ctx, ctx.segment(call.func) or "from_pretrained")
+
+
+def _loading_call(stmt: ast.Assign | ast.AnnAssign | ast.Expr, ctx: Context) -> None:
+    """``helper = FaceHelper(...)`` in a handler or a loop, where the project's class loads
+    weights in its constructor (or a project function loads them when called)."""
+    call = stmt.value
+    if not isinstance(call, ast.Call) or is_loader(call, ctx.call_qualname(call)) is not None:
+        return  # a loader itself: `_call` reports it
+    if not ctx.loops() and _request_handler(ctx) is None:
+        return
+    load = _load_behind(call, ctx)
+    if load is not None:
+        _load_site(call, ctx, ctx.segment(call.func) or "...", via=load)
 
 
 def _torch_load(call: ast.Call, ctx: Context) -> None:
@@ -349,15 +364,49 @@ def _saved_into(call: ast.Call, ctx: Context, scope: Scope) -> bool:
     )
 
 
-def _load_site(call: ast.Call, ctx: Context, what: str) -> None:
+def _load_behind(call: ast.Call, ctx: Context) -> Load | None:
+    """:func:`~.model_loads.load_behind`, once per called name in a file."""
+    name = dotted_name(call.func)
+    if name is None:
+        return None
+    root = ctx.scope
+    while root.parent is not None:
+        root = root.parent
+    qualname = ctx.qualname(call.func)
+    if qualname is None and name not in _defined_here(root):
+        return None  # neither this file's function or class, nor imported
+    if qualname is not None and not in_tree(ctx.path, qualname):
+        return None  # from an installed package: not the linted code
+    cache: dict[str, Load | None] = root.cache.setdefault("loads-behind", {})
+    if name not in cache:
+        memo: dict[tuple[int, int], Load | None] = root.cache.setdefault("loads-memo", {})
+        cache[name] = load_behind(call, file_facts(ctx), memo)
+    return cache[name]
+
+
+def _defined_here(root: Scope) -> frozenset[str]:
+    """The module-level functions and classes of the file (``root``: its module scope)."""
+    names: frozenset[str] | None = root.cache.get("defined-here")
+    if names is None:
+        body = getattr(root.node, "body", [])
+        names = root.cache["defined-here"] = frozenset(
+            node.name
+            for node in body
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        )
+    return names
+
+
+def _load_site(call: ast.Call, ctx: Context, what: str, via: Load | None = None) -> None:
     if in_test(ctx):
         return  # a test loads on purpose (round trips, one model per case)
+    loads = f"`{what}(...)`" if via is None else f"`{what}(...)` (it runs {via.describe()})"
     handler = _request_handler(ctx)
     if handler is not None:
         ctx.report(
             LOAD_PER_REQUEST.code,
             call,
-            f"`{what}(...)` inside request handler `{handler}`: every request reloads the "
+            f"{loads} inside request handler `{handler}`: every request reloads the "
             "model; load it once at start-up and reuse it",
         )
         return
@@ -378,7 +427,7 @@ def _load_site(call: ast.Call, ctx: Context, what: str) -> None:
             ctx.report(
                 LOAD_PER_REQUEST.code,
                 call,
-                f"`{what}(...)` inside a loop loads the same thing on every step; load it "
+                f"{loads} inside a loop loads the same thing on every step; load it "
                 "once before the loop",
             )
             return
@@ -422,18 +471,22 @@ def _names(call: ast.Call) -> set[str]:
 
 
 def _request_handler(ctx: Context) -> str | None:
-    """The name of the enclosing function if it serves requests (route, handler, LitAPI)."""
+    """The name of the enclosing function if it serves requests (route, handler, LitAPI, cog
+    predictor, Gradio event), unless its name says that loading is what it is asked to do
+    (``load_model``, ``reload_weights``: a "load" button's handler)."""
     scope: Scope | None = ctx.function_scope()
     while scope is not None:
         node = scope.node
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if _LOAD_WORDS & set(node.name.lower().split("_")):
+                return None
             if any(_route(decorator) for decorator in node.decorator_list):
                 return node.name
             if scope.cls is not None:
-                if node.name in _HANDLER_METHODS:
+                if node.name in _HANDLER_METHODS or _serves(scope.cls, node.name, ctx):
                     return f"{scope.cls.name}.{node.name}"
-                if node.name in _LITAPI_METHODS and _is_litapi(scope.cls, ctx):
-                    return f"{scope.cls.name}.{node.name}"
+            elif node.name in _gradio_handlers(ctx):
+                return node.name
         scope = scope.parent
     return None
 
@@ -450,19 +503,58 @@ def _route(decorator: ast.expr) -> bool:
     return True
 
 
-def _is_litapi(cls: Scope, ctx: Context) -> bool:
+def _serves(cls: Scope, method: str, ctx: Context) -> bool:
+    """A method a serving framework calls per request: ``LitAPI.predict``, cog's
+    ``BasePredictor.predict``, on a class deriving from that framework's base."""
     assert isinstance(cls.node, ast.ClassDef)
     for base in cls.node.bases:
         name = ctx.qualname(base)
-        if name is not None and name.split(".")[0] == "litserve" and name.endswith("LitAPI"):
-            return True
+        if name is None:
+            continue
+        for package, base_class, methods in _SERVING_BASES:
+            if name.split(".")[0] == package and name.endswith(base_class) and method in methods:
+                return True
     return False
+
+
+def _gradio_handlers(ctx: Context) -> frozenset[str]:
+    """The functions a Gradio app calls per request: ``gr.Interface(fn, ...)``,
+    ``button.click(fn, ...)`` (in a file that imports gradio)."""
+    scope = ctx.scope
+    while scope.parent is not None:
+        scope = scope.parent
+    cached: frozenset[str] | None = scope.cache.get("gradio-handlers")
+    if cached is None:
+        cached = scope.cache["gradio-handlers"] = _registered_handlers(scope.node, ctx)
+    return cached
+
+
+def _registered_handlers(tree: ast.AST, ctx: Context) -> frozenset[str]:
+    if not any(name.split(".")[0] == "gradio" for name in ctx.resolver.names.values()):
+        return frozenset()
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        qualname = ctx.qualname(node.func) or ""
+        app = qualname.startswith("gradio.") and qualname.rsplit(".", 1)[-1] in _GRADIO_APPS
+        event = isinstance(node.func, ast.Attribute) and node.func.attr in _GRADIO_EVENTS
+        if not (app or event) or (event and qualname):
+            continue
+        fn = keyword(node, "fn")
+        handler = fn.value if fn is not None else (node.args[0] if node.args else None)
+        if isinstance(handler, ast.Name):
+            names.add(handler.id)
+    return frozenset(names)
 
 
 FAMILY = Family(
     rules=(NO_MAP_LOCATION, NO_WEIGHTS_ONLY, LOAD_PER_REQUEST),
     checks=(
         (ast.Call, _call, (NO_MAP_LOCATION.code, NO_WEIGHTS_ONLY.code, LOAD_PER_REQUEST.code)),
+        (ast.Assign, _loading_call, (LOAD_PER_REQUEST.code,)),
+        (ast.AnnAssign, _loading_call, (LOAD_PER_REQUEST.code,)),
+        (ast.Expr, _loading_call, (LOAD_PER_REQUEST.code,)),
     ),
     triggers=("load(", "load_file(", "load_model(", "from_pretrained"),
 )

@@ -97,7 +97,7 @@ def _unpinned_source(name: str, ctx: Context, scope: Scope, line: int) -> str | 
     for loop in reversed(ctx.loops()):
         if not isinstance(loop, (ast.For, ast.AsyncFor)):
             continue
-        targets = names_in(loop.target)
+        targets = _batch_targets(loop)
         if name not in targets and not _derived(name, targets, loop):
             continue
         loader = _loader_call(loop.iter, ctx, scope)
@@ -211,6 +211,23 @@ def _derived(name: str, targets: set[str], loop: ast.For | ast.AsyncFor) -> bool
     return False
 
 
+def _batch_targets(loop: ast.For | ast.AsyncFor) -> set[str]:
+    """The names a loop binds to what its first sequence yields: all its targets, but only
+    the first element's in ``for (x, y), line in zip(loader, lines)`` (also under ``tqdm``)."""
+    node = loop.iter
+    while isinstance(node, ast.Call) and node.args and call_name(node) not in {"zip", "enumerate"}:
+        node = node.args[0]
+    target = loop.target
+    if (
+        isinstance(node, ast.Call)
+        and call_name(node) == "zip"
+        and isinstance(target, ast.Tuple)
+        and len(target.elts) == len(node.args)
+    ):
+        return names_in(target.elts[0])
+    return names_in(target)
+
+
 def _loader_call(node: ast.expr, ctx: Context, scope: Scope) -> ast.Call | None:
     while isinstance(node, ast.Call) and node.args:
         # enumerate(loader), tqdm(loader), metric_logger.log_every(loader, 10): what the
@@ -226,6 +243,45 @@ def _loader_call(node: ast.expr, ctx: Context, scope: Scope) -> ast.Call | None:
         node = values[0]
     if isinstance(node, ast.Call) and ctx.call_qualname(node) in _DATALOADERS:
         return node
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        return _helper_loader(node.func.id, ctx)
+    return None
+
+
+def _helper_loader(name: str, ctx: Context) -> ast.Call | None:
+    """The ``DataLoader(...)`` a module-level function of this file builds and returns
+    (``def create_data_loader(...): loader = DataLoader(...); return loader``), when its
+    only ``return`` hands back that loader."""
+    root = ctx.scope
+    while root.parent is not None:
+        root = root.parent
+    body = getattr(root.node, "body", [])
+    helper = next(
+        (
+            n
+            for n in body
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name
+        ),
+        None,
+    )
+    if helper is None:
+        return None
+    returns = [n for n in walk_body(helper.body) if isinstance(n, ast.Return)]
+    if len(returns) != 1 or returns[0].value is None:
+        return None
+    value: ast.expr = returns[0].value
+    if isinstance(value, ast.Name):
+        bound = [
+            n.value
+            for n in walk_body(helper.body)
+            if isinstance(n, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == value.id for t in n.targets)
+        ]
+        if len(bound) != 1:
+            return None
+        value = bound[0]
+    if isinstance(value, ast.Call) and ctx.call_qualname(value) in _DATALOADERS:
+        return value
     return None
 
 

@@ -16,6 +16,7 @@ from torchplace.lint.base import (
     keyword,
 )
 from torchplace.lint.finding import Edit, Fix
+from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.factories import FACTORY, check_factory
 from torchplace.lint.rules.facts import (
     DEVICE_STRING,
@@ -138,7 +139,7 @@ def _call(call: ast.Call, ctx: Context) -> None:
                 "follow the input (`x.device`) or a registered buffer",
             )
         elif literal == "cuda" and not _has_index(call, ctx) and not _compared(ctx):
-            if _rank_code(ctx):
+            if _rank_code(ctx) and not _single_process_branch(ctx):
                 ctx.report(
                     BARE_CUDA.code,
                     call,
@@ -229,6 +230,46 @@ def _fallback_path(ctx: Context) -> bool:
         ):
             return True
     return False
+
+
+# Words of a name for the distributed mode of a script (`args.distributed`, `enable_fsdp`).
+_DISTRIBUTED_WORDS = frozenset({"distributed", "ddp", "fsdp", "dist", "multiprocessing"})
+
+
+def _single_process_branch(ctx: Context) -> bool:
+    """Code that runs only when the script is not distributed: the ``else`` of ``if
+    cfg.enable_fsdp:`` (also through ``elif``), or the body of ``if not args.distributed:``
+    (alone or in an ``and``). One process: the current device is the only one it uses."""
+    for index, parent in enumerate(ctx.parents[:-1]):
+        if not isinstance(parent, ast.If):
+            continue
+        child = ctx.parents[index + 1]
+        if any(child is stmt for stmt in parent.orelse) and _names_distributed(parent.test):
+            return True
+        if any(child is stmt for stmt in parent.body) and any(
+            isinstance(term, ast.UnaryOp)
+            and isinstance(term.op, ast.Not)
+            and _names_distributed(term.operand)
+            for term in _conjuncts(parent.test)
+        ):
+            return True
+    return False
+
+
+def _conjuncts(test: ast.expr) -> list[ast.expr]:
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return test.values
+    return [test]
+
+
+def _names_distributed(test: ast.expr) -> bool:
+    """``args.distributed``, ``cfg.enable_fsdp``, ``ddp``: a flag for the distributed mode
+    (by the words of its name: ``args.distance`` is no such flag)."""
+    name = dotted_name(test)
+    if name is None:
+        return False
+    words = set(name.rsplit(".", 1)[-1].lower().split("_"))
+    return bool(words & _DISTRIBUTED_WORDS)
 
 
 def _compared(ctx: Context) -> bool:

@@ -524,7 +524,7 @@ def _check(
     if not explicit and (
         not isinstance(receiver, (ast.Name, ast.Attribute, ast.Subscript, ast.Call, ast.Compare))
         or _host_syntax(receiver)
-        or not _mentions_device(ctx)
+        or not (_mentions_device(ctx) or _handed_in(receiver, scope, ctx))
     ):
         return False  # a print/f-string/cast needs a device value, and nothing here makes one
     if in_test(ctx) or _exits(ctx, read or node) or _in_assert_message(ctx, read or node):
@@ -535,10 +535,8 @@ def _check(
         return False  # runs when something calls the lambda (a timer, a callback), not here
     facts = file_facts(ctx)
     comps = _enclosing_comps(ctx, node)
-    if not explicit:
-        early = facts.fact(receiver, scope, comps=comps)
-        if early is None or not early.moved:
-            return False
+    if not explicit and not _moved_value(receiver, scope, comps, ctx, facts):
+        return False  # a print/f-string/cast needs a device value, and nothing here makes one
     step = _per_step(ctx, facts, scope) if loops else None
     per_batch = None
     if step is None:
@@ -672,6 +670,54 @@ def _in_loop(
 
 _DEVICE_MARKS = (".to(", ".cuda(", "device=", "backward")
 _HOST_FUNCS = frozenset({"len", "str", "repr", "type", "int", "float", "round", "id", "hex"})
+
+
+def _moved_value(
+    receiver: ast.expr,
+    scope: ast.AST,
+    comps: tuple[ast.expr, ...],
+    ctx: Context,
+    facts: FileFacts,
+) -> bool:
+    """``receiver`` holds a value the code moved (or a moved model produced): in a function
+    that shows device work, by its own flow; in a loop of one that never names a device,
+    through the device values its per-batch callers hand it (``converter.decode(preds)``,
+    called from a batch loop with the model's output, tests each element in a loop)."""
+    if _mentions_device(ctx):
+        early = facts.fact(receiver, scope, comps=comps)
+        return early is not None and early.moved
+    if not _handed_in(receiver, scope, ctx):
+        return False
+    if facts.fact(receiver, scope, comps=comps) is not None:
+        return False  # a value this function makes itself (on the host)
+    per_batch = facts.per_batch(scope)
+    if per_batch is None or not per_batch.seeds:
+        return False
+    seeded = facts.fact(receiver, scope, per_batch.seeds, comps)
+    return seeded is not None and seeded.moved
+
+
+def _handed_in(receiver: ast.expr, scope: ast.AST, ctx: Context) -> bool:
+    """Read over and over (in a loop) from what the callers of a called function hand it."""
+    return bool(ctx.loops()) and _called_here(scope, ctx) and _reads_parameter(receiver, scope, ctx)
+
+
+def _reads_parameter(receiver: ast.expr, scope: ast.AST, ctx: Context) -> bool:
+    """``receiver`` reads a parameter of ``scope`` (not ``self``), directly or through a name
+    bound from one (``t = text_index[i]``, then ``t[j]``), two bindings deep."""
+    if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    arguments = scope.args
+    params = {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]}
+    params -= {"self", "cls"}
+    function = ctx.function_scope()
+    bindings = ctx.scope_bindings(function) if function is not None else {}
+    names = names_in(receiver)
+    for _ in range(3):
+        if names & params:
+            return True
+        names = {n for name in names for v in bindings.get(name) or [] if v for n in names_in(v)}
+    return False
 
 
 def _host_syntax(node: ast.expr) -> bool:

@@ -1,0 +1,177 @@
+"""Which calls load a model: the loaders themselves (``torch.load``, ``from_pretrained``, ...),
+and the functions and classes of the linted code that run one when called (a constructor that
+loads its weights, a helper that builds such an object), followed a few calls deep through
+this file, its class's own methods and the modules of the linted tree it imports.
+
+TPL403 asks this of a call inside a request handler or a loop: ``GFPGANer(...)`` in a
+``predict()`` handler reloads the weights its ``__init__`` reads on every request.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from dataclasses import dataclass
+
+from torchplace.lint.provenance.files import FileFacts, facts_for_file
+from torchplace.lint.provenance.values import _own_nodes
+from torchplace.lint.resolver import dotted_name, module_file
+
+__all__ = ["LOADERS", "Load", "in_tree", "is_loader", "load_behind"]
+
+LOADERS = frozenset(
+    {
+        "torch.load",
+        "torch.jit.load",
+        "torch.export.load",
+        "torch.hub.load",
+        "safetensors.torch.load_file",
+        "safetensors.torch.load_model",
+    }
+)
+# How many calls deep a load is looked for behind a call (a constructor, then the helper it
+# calls, then that helper's own helper).
+_DEPTH = 3
+_Def = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    """A load found behind a call: what loads (``torch.load``), in which function, where."""
+
+    what: str
+    where: str  # ``GFPGANer.__init__``
+    path: str
+    line: int
+
+    def describe(self) -> str:
+        return f"`{self.what}` in `{self.where}` at {os.path.basename(self.path)}:{self.line}"
+
+
+def is_loader(call: ast.Call, qualname: str | None) -> str | None:
+    """The name of the loader ``call`` is (``torch.load``, ``AutoModel.from_pretrained``)."""
+    if qualname in LOADERS:
+        return qualname
+    if isinstance(call.func, ast.Attribute) and call.func.attr == "from_pretrained":
+        return f"{dotted_name(call.func.value) or '...'}.from_pretrained"
+    return None
+
+
+def load_behind(
+    call: ast.Call, facts: FileFacts, memo: dict[tuple[int, int], Load | None]
+) -> Load | None:
+    """The load that calling ``call``'s function or class runs, when it is code of the linted
+    tree (this file's, or imported from a module file of the tree), else None. ``memo`` keeps
+    what each function was found to load (by node and depth) for the next call."""
+    for owner, node, cls in _targets(facts, call.func, None):
+        found = _loads(owner, node, cls, _DEPTH, memo)
+        if found is not None:
+            return found
+    return None
+
+
+def _targets(
+    facts: FileFacts, func: ast.expr, cls: ast.ClassDef | None
+) -> list[tuple[FileFacts, _Def, ast.ClassDef | None]]:
+    """The functions a call of ``func`` runs: a function of the file or of an imported module,
+    the ``__init__`` of a class (constructing it), or a method of ``cls`` (``self.f(...)``)."""
+    if (
+        isinstance(func, ast.Attribute)
+        and isinstance(func.value, ast.Name)
+        and func.value.id == "self"
+    ):
+        return [(facts, m, cls) for m in _methods(cls) if m.name == func.attr] if cls else []
+    qualname = facts.qualname(func)
+    if qualname is not None:
+        return _imported(facts.path, qualname, 0)
+    if isinstance(func, ast.Name):
+        return _defined(facts, func.id)
+    return []
+
+
+def _defined(facts: FileFacts, name: str) -> list[tuple[FileFacts, _Def, ast.ClassDef | None]]:
+    """A module-level function ``name`` of ``facts``'s file, or the constructor of its class."""
+    for node in facts.tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            return [(facts, node, None)]
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            return [(facts, m, node) for m in _methods(node) if m.name == "__init__"]
+    return []
+
+
+def in_tree(path: str, qualname: str) -> bool:
+    """``module.name``, imported by the file at ``path``, comes from a module file of the
+    linted tree (not from torch or another installed package)."""
+    module = qualname.rpartition(".")[0]
+    if not module or module.split(".")[0] in {"torch", "typing", "builtins"}:
+        return False
+    return module_file(path, module) is not None
+
+
+def _imported(
+    path: str, qualname: str, depth: int
+) -> list[tuple[FileFacts, _Def, ast.ClassDef | None]]:
+    """``module.name`` as imported by the file at ``path``: found in the module file of the
+    linted tree, also through a package ``__init__`` that re-exports it (by name or ``*``)."""
+    module, _, name = qualname.rpartition(".")
+    if depth > 2 or not in_tree(path, qualname):
+        return []
+    found = module_file(path, module)
+    other = facts_for_file(found) if found is not None else None
+    if other is None:
+        return []
+    direct = _defined(other, name)
+    if direct:
+        return direct
+    again = other.resolver.names.get(name)
+    if again is not None:
+        return _imported(other.path, again, depth + 1)
+    for star in other.resolver.stars:
+        through = _imported(other.path, f"{star}.{name}", depth + 1)
+        if through:
+            return through
+    return []
+
+
+def _methods(cls: ast.ClassDef) -> list[_Def]:
+    return [m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def _loads(
+    facts: FileFacts,
+    node: _Def,
+    cls: ast.ClassDef | None,
+    depth: int,
+    memo: dict[tuple[int, int], Load | None],
+) -> Load | None:
+    """A load ``node`` runs itself, or through the calls it makes (``depth`` levels)."""
+    key = (id(node), depth)
+    if key not in memo:
+        memo[key] = None  # recursion: not (yet) known to load
+        memo[key] = _search(facts, node, cls, depth, memo)
+    return memo[key]
+
+
+def _search(
+    facts: FileFacts,
+    node: _Def,
+    cls: ast.ClassDef | None,
+    depth: int,
+    memo: dict[tuple[int, int], Load | None],
+) -> Load | None:
+    """:func:`_loads` for a function not looked at before: its own loaders first, then the
+    functions and constructors of the linted tree it calls."""
+    calls = [sub for sub in _own_nodes(node.body) if isinstance(sub, ast.Call)]
+    where = f"{cls.name}.{node.name}" if cls is not None else node.name
+    for call in calls:
+        what = is_loader(call, facts.qualname(call.func))
+        if what is not None:
+            return Load(what, where, facts.path, call.lineno)
+    if depth <= 1:
+        return None
+    for call in calls:
+        for owner, callee, owner_cls in _targets(facts, call.func, cls):
+            found = _loads(owner, callee, owner_cls, depth - 1, memo)
+            if found is not None:
+                return found
+    return None
