@@ -43,3 +43,15 @@ def test_llama_7b_on_two_h200_fits_and_splits_the_kv_cache() -> None:
     weights = sum(b.weights for b in p.budgets.values())
     assert 6.7e9 * 2 * 0.98 < weights < 6.8e9 * 2
     assert p.fits()
+
+
+def test_max_memory_given_is_a_hard_budget_for_the_weights() -> None:
+    mib = 1 << 20
+    p = plan("wide-mlp", assume="2xH200", strategy="pipeline", max_memory=[mib, mib])
+    assert not p.fits()
+    over = [w for w in p.warnings if w.code == "over-max-memory"]
+    assert len(over) == 2
+    assert "over the 1.00 MiB --max-memory gives it" in over[0].message
+    assert all(b.largest_batch() == 0 for b in p.budgets.values())
+    roomy = plan("wide-mlp", assume="2xH200", strategy="pipeline", max_memory=[5 * mib, 21 * mib])
+    assert roomy.fits()

@@ -123,3 +123,33 @@ def test_replicate_keeps_a_full_copy_per_device_and_copies_nothing_between_them(
     assert {c.kind for c in p.flow.crossings} == {"h2d", "d2h"}
     weights = (8 * 16 + 16 + 16 * 2 + 2) * 4
     assert [b.weights for b in p.budgets.values()] == [weights, weights]
+
+
+def test_accelerate_places_a_model_with_top_level_parameters() -> None:
+    p = plan(
+        "tests.planner.toy:make_root_tensors",
+        batch_sizes=[2],
+        assume="2x1GiB",
+        strategy="accelerate",
+        max_memory=[400, 10_000],
+        reserves=NO_RESERVES,
+    )
+    assert "cls_token" in p.placement.assign
+    total = sum(b.weights + b.buffers for b in p.budgets.values())
+    assert total == 8 * 4 + 100 + 2 * (8 * 8 + 8) * 4
+
+
+def test_accelerates_own_failure_is_a_config_error_naming_the_way_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import accelerate.utils
+
+    from torchplace.errors import ConfigError
+
+    def broken(*_args: object, **_kwargs: object) -> None:
+        # as accelerate 1.x does on ties of a module registered twice (tests.planner.toy.Aliased)
+        raise IndexError("list index out of range")
+
+    monkeypatch.setattr(accelerate.utils, "infer_auto_device_map", broken)
+    with pytest.raises(ConfigError, match=r"IndexError.*--strategy pipeline --balance fill"):
+        plan("tests.planner.toy:make_aliased", assume="2x1GiB", strategy="accelerate")

@@ -90,3 +90,12 @@ def test_batch_lists_and_ranges() -> None:
     assert parse_batches("1-4,16") == [1, 2, 3, 4, 16]
     with pytest.raises(ConfigError, match="1-64"):
         parse_batches("a few")
+
+
+def test_a_dataclass_output_is_the_models_output() -> None:
+    from tests.planner.toy import DataclassOut
+
+    model = DataclassOut().to("meta")
+    trace = trace_forward(model, [torch.empty(B, 4, device="meta")], ["a", "b"], batch=B, seq=None)
+    shapes = sorted(trace.allocs[i].shape for i in trace.outputs)
+    assert shapes == [(B, 2), (B, 8)]

@@ -251,3 +251,20 @@ def test_a_replicated_plan_is_measured_on_its_one_running_replica() -> None:
         ("cpu", ["cuda:0"], planned)
     ]
     assert verdict.ok, verdict.render()
+
+
+def test_code_between_units_reading_two_stages_verifies() -> None:
+    """The model's own code adds two units' outputs made on two devices: the plan copies one
+    to the other, and the run does the same (a U-Net's skip, a BERT's mask)."""
+    p = plan(
+        "tests.planner.toy:make_branches",
+        batch_sizes=[2],
+        assume="2x1GiB",
+        strategy="pipeline",
+        reserves=NO_RESERVES,
+    )
+    glue = [c for c in p.flow.crossings if c.consumer == "(model code)"]
+    assert glue, "the plan has the model code's copies"
+    verdict = verify(p, devices=CPU)
+    assert verdict.ok, verdict.render()
+    assert any(e["consumer"] == "(model code)" and e["measured_count"] for e in verdict.edges)

@@ -244,6 +244,7 @@ class _Context:
     batches: list[int]
     seq: int | None
     max_memory: list[int] = field(default_factory=list)
+    explicit: bool = False  # max_memory given by the caller: a hard budget per device
     cache: dict[tuple[str, ...], dict[int, Trace]] = field(default_factory=dict)
 
     @property
@@ -276,6 +277,7 @@ class _Context:
                 raise ConfigError(
                     f"--max-memory has {len(given)} values for {len(self.specs)} devices"
                 )
+            self.explicit = True
             return list(given)
         top = self.batches[-1]
         peak = self.traced(base)[top].peak()
@@ -303,8 +305,8 @@ class _Context:
             out.append((placed, units.ordered(_run_order(self.traced(units)[top]))))
         if strategy == "map" and map_file is not None:
             mapping = read_map_file(map_file)
-            units = select_units(module, paths=list(mapping))
-            out.append((map_placement(mapping, names), units))
+            placed = map_placement(mapping, names)  # its devices checked before its paths
+            out.append((placed, select_units(module, paths=list(mapping))))
         return out
 
     def build(self, placement: Placement, units: Units, traces: dict[int, Trace]) -> Plan:
@@ -340,6 +342,7 @@ class _Context:
                     for b in self.batches
                 },
                 self.reserves,
+                self.max_memory[self.names.index(dev)] if self.explicit else None,
             )
         ref = flows[top][self.specs[0].device]
         if placement.replicas > 1:  # every replica's own transfers

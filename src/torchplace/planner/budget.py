@@ -104,6 +104,12 @@ class DeviceBudget:
     inputs: dict[int, int]  # batch -> input bytes
     kv_cache: dict[int, int]  # batch -> KV cache bytes
     reserves: Reserves
+    limit: int | None = None  # weights budget given with --max-memory, a hard one
+
+    @property
+    def over_limit(self) -> bool:
+        """Weights and buffers past the ``--max-memory`` the caller gave for this device."""
+        return self.limit is not None and self.weights + self.buffers > self.limit
 
     def total(self, batch: int) -> int:
         variable = (
@@ -119,10 +125,12 @@ class DeviceBudget:
         return self.capacity - self.total(batch)
 
     def fits(self, batch: int) -> bool:
-        return self.headroom(batch) >= 0
+        return self.headroom(batch) >= 0 and not self.over_limit
 
     def largest_batch(self) -> int:
         """The largest batch that fits, extending the traced sizes linearly (0: none fits)."""
+        if self.over_limit:
+            return 0
         sizes = sorted(self.activation)
         top = sizes[-1]
         low = sizes[-2] if len(sizes) > 1 else 0

@@ -7,6 +7,7 @@ Each check returns :class:`PlanWarning` items with a stable code:
 - ``io-same-device``: with several devices, one holds both the inputs and the outputs;
 - ``leaf-too-big``: a unit larger than the memory its device has for weights;
 - ``cpu-spill``: units left on the host because the devices are full;
+- ``over-max-memory``: a device's weights and buffers past the ``--max-memory`` given for it;
 - ``does-not-fit``: a device over its capacity at a requested batch size.
 """
 
@@ -80,7 +81,17 @@ def check_plan(
                 )
             )
     for dev, budget in budgets.items():
-        over = [b for b in batches if not budget.fits(b)]
+        if budget.over_limit and budget.limit is not None:
+            out.append(
+                PlanWarning(
+                    "over-max-memory",
+                    f"{dev} holds {human(budget.weights + budget.buffers)} of weights and "
+                    f"buffers, over the {human(budget.limit)} --max-memory gives it; raise "
+                    "--max-memory, add devices, or use --strategy accelerate (it spills the "
+                    "rest to the host)",
+                )
+            )
+        over = [b for b in batches if budget.headroom(b) < 0]
         if over:
             out.append(
                 PlanWarning(

@@ -6,7 +6,8 @@ machine, ``cuda:N`` on a GPU one, several logical devices possibly on one real d
 dispatch mode tags every tensor with the logical device it was made on and keeps each logical
 device's live bytes (a tensor-allocation tracker); forward pre-hooks on the units copy each
 argument that lives on another logical device, as a stage runner would, and count the copy at
-that stage boundary. A copy between two real devices is ``Tensor.to`` (what ``torchplace.guard``
+that stage boundary; the model's own code between units runs where the last unit ran, its
+operands from other logical devices copied there (once each), as the plan has it. A copy between two real devices is ``Tensor.to`` (what ``torchplace.guard``
 sees); between two logical devices on one real device it is a clone, so memory is spent as
 the plan has it. A tensor the model's own code made on another real device than its logical
 one (``torch.arange(n, device=ids.device)`` while ``ids`` is still on the host) is moved too:
@@ -19,7 +20,8 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from torchplace.planner.strategies import HOST
-from torchplace.planner.trace import _key, _tensors, label
+from torchplace.planner.trace import GLUE, _key, _tensors, label
+from torchplace.planner.units import is_tensor_unit, unit_tensors
 
 if TYPE_CHECKING:
     import torch
@@ -76,7 +78,21 @@ def place_weights(p: Plan, model: nn.Module, real: dict[str, torch.device]) -> N
     first = only or (p.placement.device_of(paths[0]) if paths else p.placement.devices[0])
     model.to(real[first])
     for path in paths:
-        model.get_submodule(path).to(real[only or p.placement.device_of(path)])
+        _move_unit(model, path, real[only or p.placement.device_of(path)])
+
+
+def _move_unit(model: nn.Module, path: str, device: torch.device) -> None:
+    """A module unit with ``.to``; a tensor unit (a parameter or buffer) in place."""
+    if not is_tensor_unit(model, path):
+        model.get_submodule(path).to(device)
+        return
+    owner, _, leaf = path.rpartition(".")
+    parent = model.get_submodule(owner)
+    tensor = parent._parameters.get(leaf)
+    if tensor is None:
+        parent._buffers[leaf] = parent._buffers[leaf].to(device)  # type: ignore[union-attr]
+    else:
+        tensor.data = tensor.data.to(device)
 
 
 class Run:
@@ -92,7 +108,8 @@ class Run:
         self.owners = {
             _key(t): path
             for path in p.units.paths
-            for t in (*model.get_submodule(path).parameters(), *model.get_submodule(path).buffers())
+            for group in unit_tensors(model, path)
+            for t in group.values()
         }
         self.active: list[str] = []  # units whose forward is running (their hooks moved the args)
         self.inputs: set[int] = set()  # storage keys of the model's inputs and their copies
@@ -110,18 +127,24 @@ class Run:
 
     def by_weights(self, args: Any, kwargs: Any) -> tuple[Any, Any]:
         """Outside every unit's forward, an operator on one unit's weights runs on its device
-        (a graph module reads weights without calling the module), as the plan has it."""
-        import torch
-        from torch.utils._pytree import tree_map
-
+        (a graph module reads weights without calling the module), as the plan has it; any
+        other operator there (the model's own code) runs where the last unit ran, its
+        arguments from other devices copied there, as the plan has it."""
         if self.active:
             return args, kwargs
         found = {self.owners[k] for k in map(_key, _tensors((args, kwargs))) if k in self.owners}
-        if len(found) != 1:
-            return args, kwargs
-        (unit,) = found
-        dst = self.device_of(unit)
-        self.rt.current = dst
+        if len(found) == 1:
+            (unit,) = found
+            self.rt.current = self.device_of(unit)
+            return self.gathered(args, kwargs, unit)
+        return self.gathered(args, kwargs, GLUE)
+
+    def gathered(self, args: Any, kwargs: Any, consumer: str) -> tuple[Any, Any]:
+        """The operator's tensors (not the model's weights) on the current logical device."""
+        import torch
+        from torch.utils._pytree import tree_map
+
+        dst = self.rt.current
 
         def swap(v: Any) -> Any:
             if (
@@ -129,7 +152,7 @@ class Run:
                 and _key(v) not in self.owners
                 and _key(v) not in self.rt.external
             ):
-                return self.moved(v, dst, unit)
+                return self.moved(v, dst, consumer)
             return v
 
         swapped: tuple[Any, Any] = tree_map(swap, (args, kwargs))
@@ -144,14 +167,21 @@ class Run:
         if not crossing and t.device == there:
             return t
         cached = self.copies.get((_key(t), dst))
-        if cached is not None and not (crossing and self.placement.hooks):
+        # dispatch hooks copy a module's arguments on every call; the model's own code once
+        again = crossing and self.placement.hooks and consumer != GLUE
+        if cached is not None and not again:
             return cached
         # a model input, and every copy of one, is an input where it lands, not an activation
         # (as the plan counts it), whichever device it comes from
         is_input = src == HOST or _key(t) in self.inputs
         before, rt.current = rt.current, (HOST if is_input else dst)
         # the copy a real runner makes: to another real device, or beside it on the same one
-        copy = t.to(there) if t.device != there else t.clone()
+        # (its own operator is the runner's, not the model's code: nothing to gather for it)
+        self.active.append("(copy)")
+        try:
+            copy = t.to(there) if t.device != there else t.clone()
+        finally:
+            self.active.pop()
         if _key(copy) not in rt.where:  # made inside the dispatch mode, which does not see it
             rt.hold(copy, rt.current)
         rt.current = before
@@ -191,15 +221,13 @@ class Run:
         import torch
 
         p, model = self.p, self.model
+        modules = [path for path in p.units.paths if not is_tensor_unit(model, path)]
         handles = [
             model.get_submodule(path).register_forward_pre_hook(
                 self.pre_hook(path), with_kwargs=True
             )
-            for path in p.units.paths
-        ] + [
-            model.get_submodule(path).register_forward_hook(self.post_hook)
-            for path in p.units.paths
-        ]
+            for path in modules
+        ] + [model.get_submodule(path).register_forward_hook(self.post_hook) for path in modules]
         inputs = p.model.example(self.batch, p.seq, "cpu")
         for t in inputs:
             self.rt.hold(t, HOST)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torchplace.errors import ConfigError
-from torchplace.planner.units import Units, accelerate
+from torchplace.planner.units import Units, accelerate, is_tensor_unit
 
 if TYPE_CHECKING:
     from torch import nn
@@ -145,7 +145,16 @@ def accelerate_placement(
     no_split = sorted({u.kind for u in units.units if u.path and _has_children(model, u.path)})
     budget: dict[int | str, int] = dict(enumerate(max_memory))
     budget[HOST] = 1 << 50
-    raw = helpers.infer_auto_device_map(model, max_memory=budget, no_split_module_classes=no_split)
+    try:
+        raw = helpers.infer_auto_device_map(
+            model, max_memory=budget, no_split_module_classes=no_split
+        )
+    except (IndexError, KeyError, ValueError, AttributeError) as exc:
+        raise ConfigError(
+            f"accelerate's infer_auto_device_map failed on {type(model).__name__} "
+            f"({type(exc).__name__}: {exc}); plan it with --strategy pipeline --balance fill, "
+            "which places the same way"
+        ) from exc
     device_map = {name: (dev if isinstance(dev, str) else int(dev)) for name, dev in raw.items()}
     names = {i: d for i, d in enumerate(devices)}
     assign = {
@@ -157,6 +166,8 @@ def accelerate_placement(
 
 
 def _has_children(model: nn.Module, path: str) -> bool:
+    if is_tensor_unit(model, path):
+        return False
     return any(True for _ in model.get_submodule(path).children())
 
 

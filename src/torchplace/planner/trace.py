@@ -11,6 +11,7 @@ Every placement is then evaluated on this record without running the model again
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -90,7 +91,8 @@ def _sweep(spans: Iterator[tuple[int, int, int]] | Sequence[tuple[int, int, int]
 
 
 def _tensors(value: Any) -> Iterator[torch.Tensor]:
-    """The tensors in an operator's arguments or results (tuples, lists, dicts, nested)."""
+    """The tensors in an operator's arguments or results, or a model's output (tuples, lists,
+    dicts, dataclasses, nested)."""
     import torch
 
     if isinstance(value, torch.Tensor):
@@ -101,6 +103,9 @@ def _tensors(value: Any) -> Iterator[torch.Tensor]:
     elif isinstance(value, dict):
         for item in value.values():
             yield from _tensors(item)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):  # a model's output
+        for item in dataclasses.fields(value):
+            yield from _tensors(getattr(value, item.name))
 
 
 def _key(t: torch.Tensor) -> int:
@@ -224,10 +229,12 @@ def trace_forward(
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
+    from torchplace.planner.units import is_tensor_unit, unit_tensors
+
     external = {_key(t): "" for t in (*module.parameters(), *module.buffers())}
     for path in units:
-        sub = module.get_submodule(path)
-        external.update({_key(t): path for t in (*sub.parameters(), *sub.buffers())})
+        params, buffers = unit_tensors(module, path)
+        external.update({_key(t): path for t in (*params.values(), *buffers.values())})
     rec = _Recorder(external)
 
     class Mode(TorchDispatchMode):  # type: ignore[no-untyped-call]
@@ -238,7 +245,8 @@ def trace_forward(
 
     handles = []
     for path in units:
-        handles.extend(_hooks(module.get_submodule(path), path, rec))
+        if not is_tensor_unit(module, path):  # a tensor unit is called when its tensor is read
+            handles.extend(_hooks(module.get_submodule(path), path, rec))
     names = [f"input_{i}" if len(inputs) > 1 else "input" for i in range(len(inputs))]
     held = [rec.hold(t, INPUT, name) for t, name in zip(inputs, names, strict=True)]
     try:

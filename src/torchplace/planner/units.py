@@ -3,7 +3,9 @@
 A *unit* is a module that a strategy puts on one device whole: the model's children, with
 containers (``ModuleList``, ``Sequential``, ``ModuleDict``) opened up and any module bigger
 than ``limit`` bytes split into its children, which is how accelerate cuts a model when
-``no_split_module_classes`` names the repeated blocks. Sizes and tied groups come from
+``no_split_module_classes`` names the repeated blocks. An opened module's own parameters and
+buffers (a ViT's top-level ``cls_token``, a model's top-level buffers) are units of their own,
+as accelerate's device maps have them. Sizes and tied groups come from
 accelerate's ``compute_module_sizes`` and ``find_tied_parameters``.
 """
 
@@ -18,7 +20,7 @@ from torchplace.errors import ConfigError
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["Unit", "Units", "accelerate", "select_units"]
+__all__ = ["Unit", "Units", "accelerate", "is_tensor_unit", "select_units", "unit_tensors"]
 
 _INSTALL = "pip install 'torchplace[plan]'"
 
@@ -69,7 +71,7 @@ class Units:
     def unit_of(self, name: str) -> str:
         """The unit holding parameter or module ``name``."""
         for unit in self.units:
-            if unit.path == "" or name == unit.path or name.startswith(unit.path + "."):
+            if _held(name, unit.path):
                 return unit.path
         raise ConfigError(f"{name!r} belongs to no unit of the plan")
 
@@ -86,6 +88,113 @@ def _is_container(module: nn.Module) -> bool:
     return isinstance(module, nn.ModuleList | nn.Sequential | nn.ModuleDict)
 
 
+def unit_tensors(model: nn.Module, path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A unit's parameters (aliases of one included: tied groups count them once) and buffers
+    by full name: a module's, recursively, or the one parameter or buffer a tensor unit is."""
+    prefix = f"{path}." if path else ""
+    if is_tensor_unit(model, path):
+        owner, _, leaf = path.rpartition(".")
+        parent = model.get_submodule(owner)
+        where = parent._parameters if leaf in parent._parameters else parent._buffers
+        tensor = where[leaf]
+        return ({path: tensor}, {}) if where is parent._parameters else ({}, {path: tensor})
+    module = model.get_submodule(path)
+    params = {prefix + n: t for n, t in module.named_parameters(remove_duplicate=False)}
+    buffers = {prefix + n: t for n, t in module.named_buffers()}
+    return params, buffers
+
+
+def is_tensor_unit(model: nn.Module, path: str) -> bool:
+    """Whether ``path`` names a parameter or buffer (a module's own tensor placed alone, as
+    accelerate places a model's top-level ``cls_token``) rather than a module."""
+    owner, _, leaf = path.rpartition(".")
+    try:
+        parent = model.get_submodule(owner)
+    except AttributeError:
+        return False
+    return leaf in parent._parameters or leaf in parent._buffers
+
+
+def _nbytes(tensors: dict[str, Any]) -> dict[str, int]:
+    return {n: t.numel() * t.element_size() for n, t in tensors.items() if t is not None}
+
+
+def _default_paths(model: nn.Module, sizes: dict[str, int], limit: int | None) -> list[str]:
+    """The model's children, containers opened and modules over ``limit`` split; an opened
+    module's own parameters and buffers become units of their own."""
+    chosen: list[str] = []
+
+    def visit(path: str, module: nn.Module) -> None:
+        children = list(module.named_children())
+        direct = any(True for _ in module.parameters(recurse=False))
+        too_big = limit is not None and sizes.get(path, 0) > limit
+        opened = path == "" or too_big or (_is_container(module) and not direct)
+        if not (children and opened):
+            chosen.append(path)
+            return
+        prefix = f"{path}." if path else ""
+        own = [*module._parameters.items(), *module._buffers.items()]
+        chosen.extend(prefix + name for name, t in own if t is not None)
+        for name, child in children:
+            visit(prefix + name, child)
+
+    visit("", model)
+    return chosen
+
+
+def _checked_paths(model: nn.Module, paths: Sequence[str]) -> None:
+    """Given paths (a device map's keys) must name modules or tensors, without overlapping,
+    and hold every parameter and buffer of the model between them."""
+    for path in paths:
+        if path and not is_tensor_unit(model, path):
+            try:
+                model.get_submodule(path)
+            except AttributeError:
+                raise ConfigError(
+                    f"the device map names {path!r}, which is neither a module nor a parameter "
+                    f"of {type(model).__name__}; use module paths as model.named_modules() "
+                    "gives them"
+                ) from None
+    for path in paths:
+        inner = [q for q in paths if q != path and (path == "" or q.startswith(path + "."))]
+        if inner:
+            raise ConfigError(
+                f"the device map places {path!r} and also {inner[0]!r} inside it; give each "
+                "module once (the parent, or its pieces)"
+            )
+    names = [n for n, _ in model.named_parameters()] + [n for n, _ in model.named_buffers()]
+    missing = [n for n in names if not any(_held(n, p) for p in paths)]
+    if missing:
+        raise ConfigError(
+            f"the device map places no device for {', '.join(missing[:4])}"
+            f"{', ...' if len(missing) > 4 else ''} ({len(missing)} tensor(s)); add their "
+            "module (or a parent) to the map"
+        )
+
+
+def _held(name: str, path: str) -> bool:
+    return path == "" or name == path or name.startswith(path + ".")
+
+
+def _tied_groups(model: nn.Module, paths: Sequence[str]) -> tuple[tuple[str, ...], ...]:
+    """accelerate's tied groups, each name as some unit holds it: an alias of a module
+    registered twice (``self.dec = self.enc``) is no unit's, so it becomes the name the unit
+    holds; a group left with one name is no tie between units."""
+    canonical = {id(t): n for n, t in model.named_parameters()}
+    every = dict(model.named_parameters(remove_duplicate=False))
+    out = []
+    for group in accelerate().find_tied_parameters(model):
+        names = [
+            n if any(_held(n, p) for p in paths) else canonical[id(every[n])]
+            for n in group
+            if n in every
+        ]
+        unique = tuple(dict.fromkeys(names))
+        if len(unique) > 1:
+            out.append(unique)
+    return tuple(out)
+
+
 def select_units(
     model: nn.Module, *, limit: int | None = None, paths: Sequence[str] | None = None
 ) -> Units:
@@ -93,32 +202,19 @@ def select_units(
     helpers = accelerate()
     sizes: dict[str, int] = dict(helpers.compute_module_sizes(model))
     if paths is None:
-        chosen: list[str] = []
-
-        def visit(path: str, module: nn.Module) -> None:
-            children = list(module.named_children())
-            direct = any(True for _ in module.parameters(recurse=False))
-            too_big = limit is not None and sizes.get(path, 0) > limit
-            if children and not direct and (path == "" or _is_container(module) or too_big):
-                for name, child in children:
-                    visit(f"{path}.{name}" if path else name, child)
-            else:
-                chosen.append(path)
-
-        visit("", model)
-        paths = chosen
+        paths = _default_paths(model, sizes, limit)
+    else:
+        _checked_paths(model, paths)
     units = []
     for path in paths:
-        module = model.get_submodule(path)
-        prefix = f"{path}." if path else ""
-        params = {
-            prefix + n: p.numel() * p.element_size()
-            for n, p in module.named_parameters(remove_duplicate=False)
-        }
-        buffers = {prefix + n: b.numel() * b.element_size() for n, b in module.named_buffers()}
-        dtypes = {str(p.dtype).removeprefix("torch.") for p in module.parameters()}
-        units.append(
-            Unit(path, type(module).__name__, params, buffers, ",".join(sorted(dtypes)) or "-")
+        params, buffers = unit_tensors(model, path)
+        kind = (
+            ("Parameter" if params else "Buffer")
+            if is_tensor_unit(model, path)
+            else type(model.get_submodule(path)).__name__
         )
-    tied = tuple(tuple(group) for group in helpers.find_tied_parameters(model))
-    return Units(tuple(units), tied, sizes)
+        dtypes = {str(p.dtype).removeprefix("torch.") for p in params.values()}
+        units.append(
+            Unit(path, kind, _nbytes(params), _nbytes(buffers), ",".join(sorted(dtypes)) or "-")
+        )
+    return Units(tuple(units), _tied_groups(model, paths), sizes)
