@@ -370,8 +370,12 @@ class App:
         name = _text(raw_name)
         version = ""
         if rest[:1] == [b"versions"]:
-            if len(rest) < 2:
-                return error_response(404, "missing version after /versions/")
+            if len(rest) < 2 or not rest[1]:  # /versions, /versions/, /versions//infer
+                return error_response(
+                    404,
+                    f"missing version after /versions/ in {_text(request.path)}; give one (GET "
+                    f"/v2/models/{name} lists them), or leave /versions/ out for the latest",
+                )
             version, rest = _text(rest[1]), rest[2:]
         try:
             self.registry.get(name, version)
@@ -632,20 +636,12 @@ class App:
         return body
 
     def _decompress(self, body: bytes, encoding: bytes) -> bytes:
-        wbits = {b"gzip": 16 + zlib.MAX_WBITS, b"deflate": zlib.MAX_WBITS}.get(encoding)
-        if wbits is None:
+        coding = _CODINGS.get(encoding)
+        if coding is None:
             raise UnsupportedMediaTypeError(
                 f"content encoding {_text(encoding)!r} is not supported; use gzip, deflate or none"
             )
-        limit = self.config.max_body_bytes
-        inflater = zlib.decompressobj(wbits)
-        try:
-            out = inflater.decompress(body, limit + 1)
-        except zlib.error as exc:
-            raise InputError(f"the {encoding.decode()} body does not decompress: {exc}") from None
-        if len(out) > limit:
-            raise PayloadTooLargeError(f"the decompressed body is over the limit of {limit} bytes")
-        return out
+        return _inflate(body, coding, self.config.max_body_bytes)
 
     def _answer(
         self,
@@ -741,6 +737,80 @@ def _compressed(encode: Callable[..., Response], accepted: bytes, *args: Any) ->
             response.headers = [*response.headers, (b"content-encoding", coding)]
             return response
     return response
+
+
+#: a ``Content-Encoding`` -> the coding's name and its zlib ``wbits`` (x-gzip is gzip, RFC 9110
+#: 8.4.1.3; deflate is the zlib format, RFC 9110 8.4.1.2)
+_CODINGS: dict[bytes, tuple[str, int]] = {
+    b"gzip": ("gzip", 16 + zlib.MAX_WBITS),
+    b"x-gzip": ("gzip", 16 + zlib.MAX_WBITS),
+    b"deflate": ("deflate", zlib.MAX_WBITS),
+}
+_GZIP_MAGIC = b"\x1f\x8b"
+#: the most gzip members one body may have: real ones have one, or a few (concatenated files);
+#: an empty member is 20 bytes, so a body of millions of them would be inflated one by one
+_MAX_GZIP_MEMBERS = 64
+_INFLATE_STEP = 1 << 20  # input fed to the inflater at a time: what a member's end copies
+
+
+def _inflate(body: bytes, coding: tuple[str, int], limit: int) -> bytes:
+    """``body`` decompressed, whole: every member of a gzip body (RFC 1952), up to ``limit``
+    bytes (more is :class:`PayloadTooLargeError`, found without inflating the rest). A body
+    cut short (its checksum trailer missing), or with anything but zero padding after its
+    end, is :class:`InputError`; so is one of more than :data:`_MAX_GZIP_MEMBERS` members."""
+    name, wbits = coding
+    view = memoryview(body)
+    parts: list[bytes] = []
+    size = position = 0
+    members = 1
+    inflater = zlib.decompressobj(wbits)
+    while position < len(view):
+        piece = view[position : position + _INFLATE_STEP]
+        try:
+            out = inflater.decompress(piece, limit + 1 - size)
+        except zlib.error as exc:
+            raise InputError(_undecodable(name, exc)) from None
+        size += len(out)
+        if size > limit:
+            raise PayloadTooLargeError(f"the decompressed body is over the limit of {limit} bytes")
+        parts.append(out)
+        position += len(piece) - len(inflater.unused_data)
+        if inflater.eof and position < len(view):
+            if not _another_member(name, view[position:], members):
+                break  # zero padding after the last member, which gzip ignores too
+            members += 1
+            inflater = zlib.decompressobj(wbits)
+    if body and not inflater.eof:
+        raise InputError(
+            f"the {name} body ends before its compressed data does (it was cut short, or its "
+            "checksum trailer is missing); send the whole compressed body"
+        )
+    return b"".join(parts)
+
+
+def _another_member(name: str, rest: memoryview, members: int) -> bool:
+    """What follows the end of a compressed stream of ``members`` members: another gzip member
+    (True), zero padding after a gzip body (False: the body ends), or an InputError."""
+    gzip = name == "gzip"
+    if gzip and rest[:2] == _GZIP_MAGIC and members < _MAX_GZIP_MEMBERS:
+        return True
+    if gzip and not rest.tobytes().strip(b"\0"):
+        return False
+    if gzip and rest[:2] == _GZIP_MAGIC:
+        raise InputError(
+            f"the gzip body has more than {_MAX_GZIP_MEMBERS} members; compress the body as "
+            "one gzip stream"
+        )
+    raise InputError(
+        f"the {name} body has {len(rest)} bytes after the end of its compressed data; send "
+        "the compressed body alone"
+    )
+
+
+def _undecodable(name: str, exc: zlib.error) -> str:
+    """Why a ``name`` body does not decompress, and what the coding must be."""
+    which = "the gzip format (RFC 1952)" if name == "gzip" else "the zlib format (RFC 1950)"
+    return f"the {name} body does not decompress ({exc}); Content-Encoding {name} is {which}"
 
 
 def _json_object(body: bytes) -> dict[str, Any]:

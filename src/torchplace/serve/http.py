@@ -2,7 +2,8 @@
 
 One :class:`HttpServer` owns the listening socket and its connections. Each connection parses
 with ``httptools`` (keep-alive, pipelining: requests on one connection are answered in order,
-``Content-Length`` and chunked request bodies, ``Expect: 100-continue``), enforces the body
+``Content-Length`` and chunked request bodies, whose trailer fields count towards the head limit
+and are dropped, never merged into the headers, ``Expect: 100-continue``), enforces the body
 limit while reading (413 before the body is read when ``Content-Length`` says so), and hands each
 complete :class:`Request` to the handler, which returns a :class:`Response`, a coroutine of one
 (run as a task) or a future the handler settles (no task at all: the cheapest way to answer
@@ -153,6 +154,7 @@ class _Connection(asyncio.Protocol):
         "_final",
         "_head_size",
         "_headers",
+        "_in_trailers",
         "_last_active",
         "_parser",
         "_paused_reading",
@@ -179,6 +181,7 @@ class _Connection(asyncio.Protocol):
         self._url = b""
         self._headers: dict[bytes, bytes] = {}
         self._head_size = 0
+        self._in_trailers = False  # the fields arriving are a chunked body's trailer section
         #: the body so far: the first part as it came, then one bytearray for all of them
         self._body: bytes | bytearray = b""
         self._expect_continue = False  # the request being read asked for 100 and has not had it
@@ -280,6 +283,7 @@ class _Connection(asyncio.Protocol):
     def on_message_begin(self) -> None:
         # the rest of the per-message state is reset when the previous message completes
         self._expect_continue = False
+        self._in_trailers = False
         self._reading_since = time.monotonic()
 
     def on_url(self, url: bytes) -> None:
@@ -293,9 +297,14 @@ class _Connection(asyncio.Protocol):
         raise httptools.HttpParserError("headers too large")
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        """A header field, kept; or a chunked body's trailer field, counted towards the head
+        limit and dropped: trailer fields are not merged into the header section (RFC 9110,
+        6.5.1), so a ``Content-Type`` or ``Host`` sent after the body changes nothing."""
         self._head_size += len(name) + len(value) + 4
         if self._head_size > _MAX_HEAD_BYTES:
             self._head_too_large()
+        if self._in_trailers:
+            return
         key = name.lower()
         headers = self._headers
         if key in headers:
@@ -304,6 +313,7 @@ class _Connection(asyncio.Protocol):
             headers[key] = value
 
     def on_headers_complete(self) -> None:
+        self._in_trailers = True  # any field from now on is a trailer field
         headers = self._headers
         length = headers.get(b"content-length")
         limit = self._server.max_body_bytes

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from torchplace.errors import InputError, PayloadTooLargeError, ServeError, SharedMemoryError
+from torchplace.errors import InputError, PayloadTooLargeError, SharedMemoryError
 from torchplace.models import TensorSpec
 from torchplace.serve.classification import CLASSIFIABLE, classify, serialize_bytes
 from torchplace.serve.datatypes import HOST_DTYPES
@@ -583,21 +583,13 @@ def _binary_array(
             f"input {name!r} has 'binary_data_size' but the request has no "
             "Inference-Header-Content-Length header giving the JSON length"
         )
-    wire = WIRE_DTYPES[spec.datatype]
-    if type(size) is not int or size != count * wire.itemsize:
-        expected = count * wire.itemsize
-        raise _size_mismatch(
-            name,
-            expected,
-            size if type(size) is int else repr(size),
-            f"{field} {size!r}, where shape {shape} of {spec.datatype} takes {expected} bytes",
-        )
-    if offset + size > len(binary):
+    length = _checked_size(spec, size, shape, count, field)
+    if offset + length > len(binary):
         raise _fail(
-            f"input {name!r}: binary data ends at byte {offset + size} but the binary "
+            f"input {name!r}: binary data ends at byte {offset + length} but the binary "
             f"section has only {len(binary)} bytes"
         )
-    array = np.frombuffer(binary[offset : offset + size], dtype=wire)
+    array = np.frombuffer(binary[offset : offset + length], dtype=WIRE_DTYPES[spec.datatype])
     if spec.datatype == "BF16":
         return (array.astype(np.uint32) << 16).view(np.float32)
     if spec.datatype == "BOOL":
@@ -608,6 +600,20 @@ def _binary_array(
     return array.astype(HOST_DTYPES[spec.datatype], copy=True)
 
 
+def _checked_size(spec: TensorSpec, size: object, shape: list[int], count: int, field: str) -> int:
+    """The byte size a client gave for an input (``field`` says where), checked against what
+    its shape of its datatype takes."""
+    expected = count * WIRE_DTYPES[spec.datatype].itemsize
+    if type(size) is not int or size != expected:
+        raise _size_mismatch(
+            spec.name,
+            expected,
+            size if type(size) is int else repr(size),
+            f"{field} {size!r}, where shape {shape} of {spec.datatype} takes {expected} bytes",
+        )
+    return size
+
+
 def shared_memory_array(
     spec: TensorSpec,
     params: Mapping[str, Any],
@@ -616,14 +622,16 @@ def shared_memory_array(
     count: int,
 ) -> np.ndarray[Any, Any]:
     """An input's bytes from the shared-memory region its parameters name, copied into an
-    array of its host dtype."""
-    data = regions.read(
+    array of its host dtype; a byte size its shape does not take is refused before anything
+    is read (a client's wrong size could otherwise make the server copy a whole region)."""
+    source = regions.target(
         params.get("shared_memory_region"),
         params.get("shared_memory_offset"),
         params.get("shared_memory_byte_size"),
         f"input {spec.name!r}",
     )
-    view = memoryview(data)
+    _checked_size(spec, source.size, shape, count, "shared_memory_byte_size")
+    view = memoryview(source.read())
     return _binary_array(spec, view, 0, len(view), shape, count, "shared_memory_byte_size")
 
 
@@ -637,6 +645,12 @@ def _json_array(
         raise _fail(
             f"input {name!r} needs 'data', an array of {count} {spec.datatype} values "
             "(or binary data with the binary_data_size parameter)"
+        )
+    if count and len(data) > count:  # too many whatever they hold: refused before numpy reads them
+        nested = " arrays" if isinstance(data[0], list) else ""
+        raise _fail(
+            f"input {name!r}: shape {shape} needs {count} values but 'data' holds "
+            f"{len(data)}{nested}"
         )
     try:
         array = np.array(data)
@@ -927,13 +941,16 @@ def encode_infer_response(
 
 def check_json_finite(data: Mapping[str, Any]) -> None:
     """Refuse to answer NaN or infinite output values as JSON, which has no numbers for them
-    (they would read as null): the binary form carries them."""
+    (they would read as null): the binary form carries them. An InputError (400): the server
+    did its work, and only the client can change what it asks for (a 500 would say the server
+    failed)."""
     for name, values in data.items():
         floats = isinstance(values, np.ndarray) and values.dtype.kind == "f"
         if floats and not np.isfinite(values).all():
-            raise ServeError(
+            raise InputError(
                 f"output {name!r} holds NaN or infinite values, which JSON numbers cannot "
-                'carry; ask for it as binary data ("binary_data": true) to get them'
+                "carry (the model's result for these inputs); ask for it as binary data "
+                '("binary_data": true) to get them, or send inputs it keeps finite'
             )
 
 

@@ -88,11 +88,16 @@ class Region:
 
 @dataclass(frozen=True)
 class Target:
-    """Where an output goes: ``size`` bytes from ``start`` into a region."""
+    """Where an output goes, or an input comes from: ``size`` bytes from ``start`` into a
+    region."""
 
     region: Region
     start: int
     size: int
+
+    def read(self) -> bytes:
+        """The target's bytes (the object as it is now)."""
+        return self.region.read(self.start, self.size)
 
     def write(self, data: Any) -> None:
         """Write ``data`` (bytes, or a contiguous array) at the target's start."""
@@ -191,7 +196,8 @@ class SharedMemoryRegions:
         return region.read(start, size)
 
     def target(self, name: object, offset: object, byte_size: object, what: str) -> Target:
-        """Where an output goes: ``byte_size`` bytes from ``offset`` into the region ``name``."""
+        """Where an output goes, or an input comes from: ``byte_size`` bytes from ``offset``
+        into the region ``name``, checked to lie inside it; nothing is read."""
         return Target(*self._locate(name, offset, byte_size, what))
 
     def _locate(
