@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.planner.conftest import NO_RESERVES
+from tests.planner.conftest import NO_RESERVES, toy_plan, weights_and_buffers
 from torchplace.planner.api import plan
 from torchplace.planner.shapes import build_shape
 from torchplace.planner.strategies import accelerate_placement, fill
@@ -50,14 +50,7 @@ def test_wide_mlp_fill_matches_accelerate() -> None:
 
 
 def test_tied_weights_are_one_group_counted_on_each_device_holding_them() -> None:
-    p = plan(
-        "tests.planner.toy:make_tied",
-        batch_sizes=[2],
-        seq=3,
-        assume="2x1GiB",
-        strategy="pipeline",
-        reserves=NO_RESERVES,
-    )
+    p = toy_plan("make_tied", seq=3, strategy="pipeline")
     assert p.units.tied == (("emb.weight", "head.weight"),) or p.units.tied == (
         ("head.weight", "emb.weight"),
     )
@@ -70,16 +63,7 @@ def test_tied_weights_are_one_group_counted_on_each_device_holding_them() -> Non
 
 
 def test_fill_keeps_tied_units_together() -> None:
-    p = plan(
-        "tests.planner.toy:make_tied",
-        batch_sizes=[2],
-        seq=3,
-        assume="2x1GiB",
-        strategy="pipeline",
-        balance="fill",
-        max_memory=[400, 10_000],
-        reserves=NO_RESERVES,
-    )
+    p = toy_plan("make_tied", seq=3, strategy="pipeline", balance="fill", max_memory=[400, 10_000])
     assert p.placement.device_of("emb") == p.placement.device_of("head")
     assert "tied-split" not in [w.code for w in p.warnings]
 
@@ -126,17 +110,9 @@ def test_replicate_keeps_a_full_copy_per_device_and_copies_nothing_between_them(
 
 
 def test_accelerate_places_a_model_with_top_level_parameters() -> None:
-    p = plan(
-        "tests.planner.toy:make_root_tensors",
-        batch_sizes=[2],
-        assume="2x1GiB",
-        strategy="accelerate",
-        max_memory=[400, 10_000],
-        reserves=NO_RESERVES,
-    )
+    p = toy_plan("make_root_tensors", strategy="accelerate", max_memory=[400, 10_000])
     assert "cls_token" in p.placement.assign
-    total = sum(b.weights + b.buffers for b in p.budgets.values())
-    assert total == 8 * 4 + 100 + 2 * (8 * 8 + 8) * 4
+    assert weights_and_buffers(p) == 8 * 4 + 100 + 2 * (8 * 8 + 8) * 4
 
 
 def test_accelerates_own_failure_is_a_config_error_naming_the_way_out(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.planner.conftest import NO_RESERVES
+from tests.planner.conftest import toy_plan, weights_and_buffers
 from tests.planner.toy import WIDTH, RootTensors
 from torchplace.errors import ConfigError
 from torchplace.planner.api import plan
@@ -17,39 +17,22 @@ from torchplace.planner.verify import verify
 F32, LINEAR = 4, (WIDTH * WIDTH + WIDTH) * 4
 
 
-def _total(p: object) -> int:
-    budgets = p.budgets.values()  # type: ignore[attr-defined]
-    return sum(b.weights + b.buffers for b in budgets)
-
-
 def test_top_level_parameters_and_buffers_are_units_and_counted() -> None:
     units = select_units(RootTensors().to("meta"))
     assert units.paths == ["cls_token", "table", "first", "second"]
     assert {u.path: u.kind for u in units.units}["table"] == "Buffer"
-    p = plan(
-        "tests.planner.toy:make_root_tensors",
-        batch_sizes=[2],
-        assume="2x1GiB",
-        strategy="pipeline",
-        reserves=NO_RESERVES,
-    )
+    p = toy_plan("make_root_tensors", strategy="pipeline")
     # the model is split (a top-level parameter no longer keeps it whole), and nothing is lost
     assert len(p.placement.used()) == 2
-    assert _total(p) == WIDTH * F32 + 100 + 2 * LINEAR
+    assert weights_and_buffers(p) == WIDTH * F32 + 100 + 2 * LINEAR
     assert verify(p, devices=["cpu"]).ok
 
 
 def test_a_module_registered_under_two_names_is_one_unit() -> None:
-    p = plan(
-        "tests.planner.toy:make_aliased",
-        batch_sizes=[2],
-        assume="2x1GiB",
-        strategy="pipeline",
-        reserves=NO_RESERVES,
-    )
+    p = toy_plan("make_aliased", strategy="pipeline")
     assert sorted(p.units.paths) == ["enc", "mid"]
     assert p.units.tied == ()
-    assert _total(p) == 2 * LINEAR
+    assert weights_and_buffers(p) == 2 * LINEAR
 
 
 @pytest.mark.parametrize(
@@ -72,12 +55,6 @@ def test_a_device_map_must_name_the_models_modules_once_and_all_of_them(
 def test_a_device_map_may_place_a_top_level_parameter(tmp_path: Path) -> None:
     path = tmp_path / "map.json"
     path.write_text(json.dumps({"cls_token": 0, "table": 1, "first": 0, "second": 1}))
-    p = plan(
-        "tests.planner.toy:make_root_tensors",
-        batch_sizes=[2],
-        assume="2x1GiB",
-        map_file=path,
-        reserves=NO_RESERVES,
-    )
+    p = toy_plan("make_root_tensors", map_file=path)
     assert p.budgets["cuda:1"].buffers == 100
     assert verify(p, devices=["cpu"]).ok

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.planner.conftest import NO_RESERVES
+from tests.planner.conftest import toy_plan
 from tests.planner.toy import make_toy
 from torchplace.errors import ConfigError, DeviceError
 from torchplace.planner.api import Plan, plan
@@ -125,13 +125,7 @@ class ScriptedMemory:
 
 
 def _toy_pipeline() -> Plan:
-    return plan(
-        "tests.planner.toy:make_toy",
-        batch_sizes=[2],
-        assume="2x1GiB",
-        strategy="pipeline",
-        reserves=NO_RESERVES,
-    )
+    return toy_plan("make_toy", strategy="pipeline")
 
 
 def test_logical_devices_map_onto_fewer_real_ones_in_contiguous_runs() -> None:
@@ -256,13 +250,7 @@ def test_a_replicated_plan_is_measured_on_its_one_running_replica() -> None:
 def test_code_between_units_reading_two_stages_verifies() -> None:
     """The model's own code adds two units' outputs made on two devices: the plan copies one
     to the other, and the run does the same (a U-Net's skip, a BERT's mask)."""
-    p = plan(
-        "tests.planner.toy:make_branches",
-        batch_sizes=[2],
-        assume="2x1GiB",
-        strategy="pipeline",
-        reserves=NO_RESERVES,
-    )
+    p = toy_plan("make_branches", strategy="pipeline")
     glue = [c for c in p.flow.crossings if c.consumer == "(model code)"]
     assert glue, "the plan has the model code's copies"
     verdict = verify(p, devices=CPU)

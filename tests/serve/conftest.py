@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
+import socket
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -18,6 +21,44 @@ from torchplace.errors import NotReadyError, ServeError
 from torchplace.models import TensorSpec, embedded_model
 from torchplace.serve.config import ServeConfig
 from torchplace.serve.running import ServerThread
+
+INFER = b"/v2/models/seed-mlp/infer"
+
+
+def raw_request(
+    body: bytes,
+    *,
+    path: bytes = INFER,
+    method: bytes = b"POST",
+    headers: dict[bytes, bytes] | None = None,
+) -> bytes:
+    """An HTTP/1.1 request, byte for byte, with ``Connection: close`` and (unless chunked) the
+    body's ``Content-Length``; ``headers`` add to the defaults or replace them."""
+    hdrs = {b"Host": b"localhost", b"Content-Type": b"application/json", b"Connection": b"close"}
+    hdrs.update(headers or {})
+    if b"Transfer-Encoding" not in hdrs:
+        hdrs.setdefault(b"Content-Length", str(len(body)).encode())
+    head = b"".join(b"%s: %s\r\n" % kv for kv in hdrs.items())
+    return b"%s %s HTTP/1.1\r\n%s\r\n%s" % (method, path, head, body)
+
+
+def exchange(port: int, payload: bytes) -> bytes:
+    """Send ``payload`` on a fresh loopback connection; everything read back within 10 s."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        # the server may answer and close before reading everything
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            sock.sendall(payload)
+        chunks = []
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                chunk = sock.recv(65536)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    return b"".join(chunks)
 
 
 @dataclass

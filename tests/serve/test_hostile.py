@@ -6,10 +6,7 @@ still be ready and still answer correctly.
 
 from __future__ import annotations
 
-import contextlib
 import gzip
-import socket
-import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -20,25 +17,9 @@ import torch
 from torchplace.models import build_model
 from torchplace.serve.running import ServerThread
 
-from .conftest import Client, seed_input, test_config
+from .conftest import INFER, Client, exchange, raw_request, seed_input, test_config
 
-INFER = b"/v2/models/seed-mlp/infer"
 LIMIT = 64 * 1024
-
-
-def _req(
-    body: bytes,
-    *,
-    path: bytes = INFER,
-    method: bytes = b"POST",
-    headers: dict[bytes, bytes] | None = None,
-) -> bytes:
-    hdrs = {b"Host": b"localhost", b"Content-Type": b"application/json", b"Connection": b"close"}
-    hdrs.update(headers or {})
-    if b"Transfer-Encoding" not in hdrs:
-        hdrs.setdefault(b"Content-Length", str(len(body)).encode())
-    head = b"".join(b"%s: %s\r\n" % kv for kv in hdrs.items())
-    return b"%s %s HTTP/1.1\r\n%s\r\n%s" % (method, path, head, body)
 
 
 def _doc(inputs: object = None, **extra: object) -> bytes:
@@ -48,7 +29,7 @@ def _doc(inputs: object = None, **extra: object) -> bytes:
 def _binary(entry: dict[str, object], raw: bytes, header_length: int | None = None) -> bytes:
     header = orjson.dumps({"inputs": [entry]})
     length = len(header) if header_length is None else header_length
-    return _req(
+    return raw_request(
         header + raw,
         headers={
             b"Content-Type": b"application/octet-stream",
@@ -62,87 +43,103 @@ _NAN = np.array([np.nan] + [0.0] * 7, "<f4").tobytes()
 
 CORPUS: list[tuple[str, bytes, int]] = [
     # -- JSON that is not an inference request
-    ("empty body", _req(b""), 400),
-    ("truncated json", _req(b'{"inputs": ['), 400),
-    ("json null", _req(b"null"), 400),
-    ("json array", _req(b"[]"), 400),
-    ("json string", _req(b'"infer please"'), 400),
-    ("non-utf8 bytes", _req(b"\xff\xfe\xfd{}"), 400),
+    ("empty body", raw_request(b""), 400),
+    ("truncated json", raw_request(b'{"inputs": ['), 400),
+    ("json null", raw_request(b"null"), 400),
+    ("json array", raw_request(b"[]"), 400),
+    ("json string", raw_request(b'"infer please"'), 400),
+    ("non-utf8 bytes", raw_request(b"\xff\xfe\xfd{}"), 400),
     (
         "NaN literal",
-        _req(b'{"inputs":[{"name":"input","datatype":"FP32","shape":[1,1],"data":[NaN]}]}'),
+        raw_request(b'{"inputs":[{"name":"input","datatype":"FP32","shape":[1,1],"data":[NaN]}]}'),
         400,
     ),
-    ("Infinity literal", _req(b'{"inputs":[{"data":[Infinity]}]}'), 400),
-    ("deep nesting", _req(b'{"inputs":' + b"[" * 5000 + b"]" * 5000 + b"}"), 400),
-    ("inputs null", _req(b'{"inputs": null}'), 400),
-    ("inputs object", _req(b'{"inputs": {}}'), 400),
-    ("inputs empty", _req(_doc([])), 400),
-    ("input null", _req(_doc([None])), 400),
-    ("input name number", _req(_doc([seed_input(name=5)])), 400),
-    ("unknown input", _req(_doc([seed_input(name="image")])), 400),
-    ("duplicate input", _req(_doc([seed_input(), seed_input()])), 400),
+    ("Infinity literal", raw_request(b'{"inputs":[{"data":[Infinity]}]}'), 400),
+    ("deep nesting", raw_request(b'{"inputs":' + b"[" * 5000 + b"]" * 5000 + b"}"), 400),
+    ("inputs null", raw_request(b'{"inputs": null}'), 400),
+    ("inputs object", raw_request(b'{"inputs": {}}'), 400),
+    ("inputs empty", raw_request(_doc([])), 400),
+    ("input null", raw_request(_doc([None])), 400),
+    ("input name number", raw_request(_doc([seed_input(name=5)])), 400),
+    ("unknown input", raw_request(_doc([seed_input(name="image")])), 400),
+    ("duplicate input", raw_request(_doc([seed_input(), seed_input()])), 400),
     # -- datatypes
-    ("datatype missing", _req(_doc([seed_input(datatype=None)])), 400),
-    ("datatype BYTES", _req(_doc([seed_input(datatype="BYTES")])), 400),
-    ("datatype FP64", _req(_doc([seed_input(datatype="FP64")])), 400),
-    ("datatype lower case", _req(_doc([seed_input(datatype="fp32")])), 400),
-    ("datatype made up", _req(_doc([seed_input(datatype="FP8E4")])), 400),
+    ("datatype missing", raw_request(_doc([seed_input(datatype=None)])), 400),
+    ("datatype BYTES", raw_request(_doc([seed_input(datatype="BYTES")])), 400),
+    ("datatype FP64", raw_request(_doc([seed_input(datatype="FP64")])), 400),
+    ("datatype lower case", raw_request(_doc([seed_input(datatype="fp32")])), 400),
+    ("datatype made up", raw_request(_doc([seed_input(datatype="FP8E4")])), 400),
     # -- shapes
-    ("shape missing", _req(_doc([seed_input(shape=None)])), 400),
-    ("shape string", _req(_doc([seed_input(shape="1,8")])), 400),
-    ("shape rank 1", _req(_doc([seed_input(shape=[8])])), 400),
-    ("shape rank 3", _req(_doc([seed_input(shape=[1, 8, 1])])), 400),
-    ("shape wrong width", _req(_doc([seed_input(shape=[1, 9])])), 400),
-    ("shape negative", _req(_doc([seed_input(shape=[-1, 8])])), 400),
-    ("shape float", _req(_doc([seed_input(shape=[1.0, 8])])), 400),
-    ("zero rows", _req(_doc([seed_input(shape=[0, 8], data=[])])), 400),
-    ("over max request rows", _req(_doc([seed_input(shape=[4097, 8], data=[0.5] * 32776)])), 413),
-    ("huge shape", _req(_doc([seed_input(shape=[2**62, 8])])), 413),
-    ("huge shape float", _req(_doc([seed_input(shape=[1e300, 8])])), 400),
+    ("shape missing", raw_request(_doc([seed_input(shape=None)])), 400),
+    ("shape string", raw_request(_doc([seed_input(shape="1,8")])), 400),
+    ("shape rank 1", raw_request(_doc([seed_input(shape=[8])])), 400),
+    ("shape rank 3", raw_request(_doc([seed_input(shape=[1, 8, 1])])), 400),
+    ("shape wrong width", raw_request(_doc([seed_input(shape=[1, 9])])), 400),
+    ("shape negative", raw_request(_doc([seed_input(shape=[-1, 8])])), 400),
+    ("shape float", raw_request(_doc([seed_input(shape=[1.0, 8])])), 400),
+    ("zero rows", raw_request(_doc([seed_input(shape=[0, 8], data=[])])), 400),
+    (
+        "over max request rows",
+        raw_request(_doc([seed_input(shape=[4097, 8], data=[0.5] * 32776)])),
+        413,
+    ),
+    ("huge shape", raw_request(_doc([seed_input(shape=[2**62, 8])])), 413),
+    ("huge shape float", raw_request(_doc([seed_input(shape=[1e300, 8])])), 400),
     # -- element counts and values
-    ("count lies short", _req(_doc([seed_input(data=[0.5] * 7)])), 400),
-    ("count lies long", _req(_doc([seed_input(data=[0.5] * 9)])), 400),
-    ("count lies rows", _req(_doc([seed_input(shape=[2, 8])])), 400),
-    ("data missing", _req(_doc([seed_input(data=None)])), 400),
-    ("data string", _req(_doc([seed_input(data="0.5")])), 400),
-    ("data strings", _req(_doc([seed_input(data=["0.5"] * 8)])), 400),
-    ("data objects", _req(_doc([seed_input(data=[{}] * 8)])), 400),
-    ("data nulls", _req(_doc([seed_input(data=[None] * 8)])), 400),
-    ("data booleans", _req(_doc([seed_input(data=[True] * 8)])), 400),
-    ("data ragged", _req(_doc([seed_input(shape=[2, 8], data=[[0.5] * 8, [0.5] * 7])])), 400),
+    ("count lies short", raw_request(_doc([seed_input(data=[0.5] * 7)])), 400),
+    ("count lies long", raw_request(_doc([seed_input(data=[0.5] * 9)])), 400),
+    ("count lies rows", raw_request(_doc([seed_input(shape=[2, 8])])), 400),
+    ("data missing", raw_request(_doc([seed_input(data=None)])), 400),
+    ("data string", raw_request(_doc([seed_input(data="0.5")])), 400),
+    ("data strings", raw_request(_doc([seed_input(data=["0.5"] * 8)])), 400),
+    ("data objects", raw_request(_doc([seed_input(data=[{}] * 8)])), 400),
+    ("data nulls", raw_request(_doc([seed_input(data=[None] * 8)])), 400),
+    ("data booleans", raw_request(_doc([seed_input(data=[True] * 8)])), 400),
+    (
+        "data ragged",
+        raw_request(_doc([seed_input(shape=[2, 8], data=[[0.5] * 8, [0.5] * 7])])),
+        400,
+    ),
     (
         "data huge number",
-        _req(
+        raw_request(
             b'{"inputs":[{"name":"input","datatype":"FP32","shape":[1,8],"data":[1e400,0,0,0,0,0,0,0]}]}'
         ),
         400,
     ),
-    ("data overflow fp32", _req(_doc([seed_input(data=[1e39] + [0.5] * 7)])), 400),
+    ("data overflow fp32", raw_request(_doc([seed_input(data=[1e39] + [0.5] * 7)])), 400),
     (
         "data mixed types",
-        _req(_doc([seed_input(data=[0.5, "a", 0.5, 0.5, 0.5, 0.5, 0.5, 0.5])])),
+        raw_request(_doc([seed_input(data=[0.5, "a", 0.5, 0.5, 0.5, 0.5, 0.5, 0.5])])),
         400,
     ),
     # -- request fields
-    ("id number", _req(_doc(id=42)), 400),
-    ("parameters list", _req(_doc(parameters=[1])), 400),
-    ("binary output not bool", _req(_doc(parameters={"binary_data_output": "yes"})), 400),
-    ("outputs object", _req(_doc(outputs={"name": "output"})), 400),
-    ("unknown output", _req(_doc(outputs=[{"name": "logits"}])), 400),
+    ("id number", raw_request(_doc(id=42)), 400),
+    ("parameters list", raw_request(_doc(parameters=[1])), 400),
+    ("binary output not bool", raw_request(_doc(parameters={"binary_data_output": "yes"})), 400),
+    ("outputs object", raw_request(_doc(outputs={"name": "output"})), 400),
+    ("unknown output", raw_request(_doc(outputs=[{"name": "logits"}])), 400),
     (
         "classification",
-        _req(_doc(outputs=[{"name": "output", "parameters": {"classification": -2}}])),
+        raw_request(_doc(outputs=[{"name": "output", "parameters": {"classification": -2}}])),
         400,
     ),
-    ("shared memory", _req(_doc([seed_input(parameters={"shared_memory_region": "r0"})])), 400),
+    (
+        "shared memory",
+        raw_request(_doc([seed_input(parameters={"shared_memory_region": "r0"})])),
+        400,
+    ),
     # -- binary extension
     (
         "binary without header",
-        _req(_doc([seed_input(data=None, parameters={"binary_data_size": 32})])),
+        raw_request(_doc([seed_input(data=None, parameters={"binary_data_size": 32})])),
         400,
     ),
-    ("header length text", _req(_doc(), headers={b"Inference-Header-Content-Length": b"abc"}), 400),
+    (
+        "header length text",
+        raw_request(_doc(), headers={b"Inference-Header-Content-Length": b"abc"}),
+        400,
+    ),
     (
         "header length past body",
         _binary(seed_input(data=None, parameters={"binary_data_size": 32}), _F32, 10**6),
@@ -171,91 +168,83 @@ CORPUS: list[tuple[str, bytes, int]] = [
     ("binary NaN", _binary(seed_input(data=None, parameters={"binary_data_size": 32}), _NAN), 400),
     ("binary and data", _binary(seed_input(parameters={"binary_data_size": 32}), _F32), 400),
     # -- media types and sizes
-    ("content type html", _req(_doc(), headers={b"Content-Type": b"text/html"}), 415),
+    ("content type html", raw_request(_doc(), headers={b"Content-Type": b"text/html"}), 415),
     (
         "content type multipart",
-        _req(_doc(), headers={b"Content-Type": b"multipart/form-data; boundary=x"}),
+        raw_request(_doc(), headers={b"Content-Type": b"multipart/form-data; boundary=x"}),
         415,
     ),
-    ("content type xml", _req(_doc(), headers={b"Content-Type": b"application/xml"}), 415),
-    ("content encoding br", _req(_doc(), headers={b"Content-Encoding": b"br"}), 415),
-    ("gzip garbage", _req(b"not gzip at all", headers={b"Content-Encoding": b"gzip"}), 400),
+    ("content type xml", raw_request(_doc(), headers={b"Content-Type": b"application/xml"}), 415),
+    ("content encoding br", raw_request(_doc(), headers={b"Content-Encoding": b"br"}), 415),
+    ("gzip garbage", raw_request(b"not gzip at all", headers={b"Content-Encoding": b"gzip"}), 400),
     (
         "gzip bomb",
-        _req(gzip.compress(b"[" * (LIMIT * 4)), headers={b"Content-Encoding": b"gzip"}),
+        raw_request(gzip.compress(b"[" * (LIMIT * 4)), headers={b"Content-Encoding": b"gzip"}),
         413,
     ),
     (
         "content length over limit",
-        _req(b"{}", headers={b"Content-Length": str(LIMIT * 100).encode()}),
+        raw_request(b"{}", headers={b"Content-Length": str(LIMIT * 100).encode()}),
         413,
     ),
-    ("body over limit", _req(b"[" * (LIMIT + 10)), 413),
+    ("body over limit", raw_request(b"[" * (LIMIT + 10)), 413),
     (
         "chunked over limit",
-        _req(
+        raw_request(
             b"%x\r\n%s\r\n0\r\n\r\n" % (LIMIT + 10, b"x" * (LIMIT + 10)),
             headers={b"Transfer-Encoding": b"chunked"},
         ),
         413,
     ),
     # -- routes and methods
-    ("unknown model", _req(_doc(), path=b"/v2/models/resnet50/infer"), 404),
-    ("unknown version", _req(_doc(), path=b"/v2/models/seed-mlp/versions/2/infer"), 404),
-    ("path traversal", _req(b"", method=b"GET", path=b"/v2/models/../../etc/passwd"), 404),
-    ("encoded traversal", _req(b"", method=b"GET", path=b"/v2/models/%2e%2e%2fetc/ready"), 404),
-    ("unknown route", _req(b"", method=b"GET", path=b"/admin"), 404),
-    ("very long path", _req(b"", method=b"GET", path=b"/v2/" + b"a" * 60_000), 404),
-    ("GET infer", _req(b"", method=b"GET"), 405),
-    ("DELETE model", _req(b"", method=b"DELETE", path=b"/v2/models/seed-mlp"), 405),
+    ("unknown model", raw_request(_doc(), path=b"/v2/models/resnet50/infer"), 404),
+    ("unknown version", raw_request(_doc(), path=b"/v2/models/seed-mlp/versions/2/infer"), 404),
+    ("path traversal", raw_request(b"", method=b"GET", path=b"/v2/models/../../etc/passwd"), 404),
+    (
+        "encoded traversal",
+        raw_request(b"", method=b"GET", path=b"/v2/models/%2e%2e%2fetc/ready"),
+        404,
+    ),
+    ("unknown route", raw_request(b"", method=b"GET", path=b"/admin"), 404),
+    ("very long path", raw_request(b"", method=b"GET", path=b"/v2/" + b"a" * 60_000), 404),
+    ("GET infer", raw_request(b"", method=b"GET"), 405),
+    ("DELETE model", raw_request(b"", method=b"DELETE", path=b"/v2/models/seed-mlp"), 405),
     # -- broken HTTP
-    ("huge headers", _req(b"{}", headers={b"X-Pad-%d" % i: b"x" * 1000 for i in range(80)}), 431),
-    ("huge url", _req(b"", method=b"GET", path=b"/v2/" + b"a" * 70_000), 414),
+    (
+        "huge headers",
+        raw_request(b"{}", headers={b"X-Pad-%d" % i: b"x" * 1000 for i in range(80)}),
+        431,
+    ),
+    ("huge url", raw_request(b"", method=b"GET", path=b"/v2/" + b"a" * 70_000), 414),
     ("not http", b"HELLO THERE\r\n\r\n", 400),
     ("bad header line", b"GET /v2 HTTP/1.1\r\nHost localhost\r\n\r\n", 400),
     (
         "bad chunk size",
-        _req(b"zz\r\nabc\r\n0\r\n\r\n", headers={b"Transfer-Encoding": b"chunked"}),
+        raw_request(b"zz\r\nabc\r\n0\r\n\r\n", headers={b"Transfer-Encoding": b"chunked"}),
         400,
     ),
     (
         "content length and chunked",
-        _req(b"0\r\n\r\n", headers={b"Transfer-Encoding": b"chunked", b"Content-Length": b"5"}),
+        raw_request(
+            b"0\r\n\r\n", headers={b"Transfer-Encoding": b"chunked", b"Content-Length": b"5"}
+        ),
         400,
     ),
     ("no host", b"GET /v2/health/ready HTTP/1.1\r\nConnection: close\r\n\r\n", 400),
     ("two hosts", b"GET /v2/health/ready HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
     (
         "chunked in HTTP/1.0",
-        _req(b"2\r\n{}\r\n0\r\n\r\n", headers={b"Transfer-Encoding": b"chunked"}).replace(
+        raw_request(b"2\r\n{}\r\n0\r\n\r\n", headers={b"Transfer-Encoding": b"chunked"}).replace(
             b"HTTP/1.1", b"HTTP/1.0", 1
         ),
         400,
     ),
     (
         "transfer coding gzip",
-        _req(b"2\r\n{}\r\n0\r\n\r\n", headers={b"Transfer-Encoding": b"gzip, chunked"}),
+        raw_request(b"2\r\n{}\r\n0\r\n\r\n", headers={b"Transfer-Encoding": b"gzip, chunked"}),
         501,
     ),
 ]
-
-
-def _exchange(port: int, payload: bytes) -> bytes:
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        # the server may answer and close before reading everything
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            sock.sendall(payload)
-        chunks = []
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                chunk = sock.recv(65536)
-            except ConnectionResetError:
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-    return b"".join(chunks)
 
 
 @pytest.fixture(scope="module")
@@ -276,7 +265,7 @@ def test_corpus_is_big_enough() -> None:
 def test_hostile_request_gets_a_clear_4xx(
     hostile_server: ServerThread, name: str, payload: bytes, status: int
 ) -> None:
-    reply = _exchange(hostile_server.port, payload)
+    reply = exchange(hostile_server.port, payload)
     head, _, body = reply.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 %d " % status), (name, reply[:300])
     message = orjson.loads(body)["error"]
@@ -286,7 +275,7 @@ def test_hostile_request_gets_a_clear_4xx(
 
 def test_still_ready_and_correct_after_the_corpus(hostile_server: ServerThread) -> None:
     for _, payload, _ in CORPUS:  # the whole corpus again, back to back
-        _exchange(hostile_server.port, payload)
+        exchange(hostile_server.port, payload)
     client = Client("127.0.0.1", hostile_server.port)
     assert client.get("/v2/health/ready")[0] == 200
     x = np.linspace(-1, 1, 16, dtype=np.float32).reshape(2, 8)

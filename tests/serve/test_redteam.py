@@ -6,9 +6,7 @@ still answers a normal inference correctly.
 
 from __future__ import annotations
 
-import contextlib
 import gzip
-import socket
 import time
 import tracemalloc
 import zlib
@@ -27,27 +25,11 @@ from torchplace.serve import protocol
 from torchplace.serve.running import ServerThread
 from torchplace.serve.shm import SharedMemoryRegions
 
-from .conftest import seed_input, test_config
+from .conftest import exchange, raw_request, seed_input, test_config
 
-INFER = b"/v2/models/seed-mlp/infer"
 LIMIT = 64 * 1024
 ROW = np.linspace(-1, 1, 8, dtype=np.float32).reshape(1, 8)
 GOOD = orjson.dumps({"inputs": [seed_input(data=ROW.ravel().tolist())]})
-
-
-def _request(
-    body: bytes,
-    *,
-    path: bytes = INFER,
-    method: bytes = b"POST",
-    headers: dict[bytes, bytes] | None = None,
-) -> bytes:
-    fields = {b"Host": b"localhost", b"Content-Type": b"application/json", b"Connection": b"close"}
-    fields.update(headers or {})
-    if b"Transfer-Encoding" not in fields:
-        fields.setdefault(b"Content-Length", str(len(body)).encode())
-    head = b"".join(b"%s: %s\r\n" % kv for kv in fields.items())
-    return b"%s %s HTTP/1.1\r\n%s\r\n%s" % (method, path, head, body)
 
 
 def _chunked(body: bytes, trailer: bytes) -> bytes:
@@ -57,20 +39,7 @@ def _chunked(body: bytes, trailer: bytes) -> bytes:
 
 def _exchange(port: int, payload: bytes) -> tuple[int, bytes]:
     """Send ``payload`` on a fresh connection; the status and body of the answer."""
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            sock.sendall(payload)
-        chunks = []
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                chunk = sock.recv(65536)
-            except ConnectionResetError:
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-    reply = b"".join(chunks)
+    reply = exchange(port, payload)
     head, _, body = reply.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 "), reply[:200]
     return int(head[9:12]), body
@@ -103,7 +72,7 @@ def _still_serving(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     if "served" in request.fixturenames:
         port = request.getfixturevalue("served").port
-        _assert_answered(*_exchange(port, _request(GOOD)))
+        _assert_answered(*_exchange(port, raw_request(GOOD)))
 
 
 # -- trailer fields ---------------------------------------------------------------------------
@@ -123,13 +92,13 @@ def test_trailer_fields_do_not_change_how_a_chunked_request_is_read(
 ) -> None:
     """RFC 9110, 6.5.1: trailer fields are not header fields; a Content-Type (or Host, or
     Content-Encoding...) sent after the body does not make a valid request a 415 or a 400."""
-    payload = _request(_chunked(GOOD, trailer), headers={b"Transfer-Encoding": b"chunked"})
+    payload = raw_request(_chunked(GOOD, trailer), headers={b"Transfer-Encoding": b"chunked"})
     _assert_answered(*_exchange(served.port, payload))
 
 
 def test_trailer_fields_still_count_towards_the_head_limit(served: ServerThread) -> None:
     trailer = b"\r\n".join(b"X-Pad-%d: %s" % (i, b"x" * 1000) for i in range(80))
-    payload = _request(_chunked(GOOD, trailer), headers={b"Transfer-Encoding": b"chunked"})
+    payload = raw_request(_chunked(GOOD, trailer), headers={b"Transfer-Encoding": b"chunked"})
     status, body = _exchange(served.port, payload)
     assert status == 431, body
     assert b"over the limit" in body
@@ -137,7 +106,7 @@ def test_trailer_fields_still_count_towards_the_head_limit(served: ServerThread)
 
 # -- content codings --------------------------------------------------------------------------
 def _gzip(body: bytes, coding: bytes = b"gzip") -> bytes:
-    return _request(body, headers={b"Content-Encoding": coding})
+    return raw_request(body, headers={b"Content-Encoding": coding})
 
 
 def test_a_gzip_body_of_several_members_is_read_whole(served: ServerThread) -> None:
@@ -245,7 +214,7 @@ def test_an_empty_version_is_not_the_default_one(
 ) -> None:
     """``/versions//infer`` names no version: a 404 that says so, not the latest version's
     answer (the client meant some version and built its path wrong)."""
-    status, answer = _exchange(served.port, _request(GOOD, path=path, method=method))
+    status, answer = _exchange(served.port, raw_request(GOOD, path=path, method=method))
     assert status == 404, answer
     assert b"version" in answer
 
@@ -287,12 +256,12 @@ def test_outputs_json_cannot_carry_are_a_400_that_says_to_ask_for_binary(
     """Valid FP32 inputs that the model takes to infinity: a JSON answer cannot carry the
     result, which only the client can change (ask for binary data, or send other values), so
     it is told with a 4xx, not a 500 (a 500 says the server failed)."""
-    status, body = _exchange(served.port, _request(_HUGE))
+    status, body = _exchange(served.port, raw_request(_HUGE))
     assert status == 400, body
     assert b'\\"binary_data\\": true' in body
     v1 = b'{"instances": [[3.4e38, 3.4e38, 3.4e38, 3.4e38, 3.4e38, 3.4e38, 3.4e38, 3.4e38]]}'
-    status, body = _exchange(served.port, _request(v1, path=b"/v1/models/seed-mlp:predict"))
+    status, body = _exchange(served.port, raw_request(v1, path=b"/v1/models/seed-mlp:predict"))
     assert status == 400, body
     binary = orjson.loads(_HUGE) | {"parameters": {"binary_data_output": True}}
-    status, body = _exchange(served.port, _request(orjson.dumps(binary)))
+    status, body = _exchange(served.port, raw_request(orjson.dumps(binary)))
     assert status == 200, body

@@ -66,13 +66,13 @@ def test_a_region_in_use_is_unregistered_when_its_last_user_is_answered(
     regions.register("a", "/obj", 0, 8)
     regions.register("b", "/obj", 8, 8)
     with regions.recording() as used:
-        regions.read("a", 0, 8, "input 'x'")
+        regions.target("a", 0, 8, "input 'x'").read()
         regions.target("a", 0, 4, "output 'y'")
     first = regions.hold(used)
     second = regions.hold(used)
     regions.unregister()  # 'b' goes at once; 'a' stays, listed and usable, while in use
     assert [r["name"] for r in regions.status()] == ["a"]
-    assert len(regions.read("a", 0, 8, "input 'x'")) == 8
+    assert len(regions.target("a", 0, 8, "input 'x'").read()) == 8
     with pytest.raises(SharedMemoryError, match="already in manager"):
         regions.register("a", "/obj", 0, 8)
     regions.release(first)
@@ -86,7 +86,7 @@ def test_reads_and_writes_reach_the_object(regions: SharedMemoryRegions, tmp_pat
     regions.register("r", "/obj", 64, 64)
     regions.target("r", 8, 4, "output 'y'").write(b"abcd")
     assert (tmp_path / "obj").read_bytes()[72:76] == b"abcd"
-    assert regions.read("r", 8, 4, "input 'x'") == b"abcd"
+    assert regions.target("r", 8, 4, "input 'x'").read() == b"abcd"
 
 
 def test_a_truncated_object_is_an_error_not_a_crash(
@@ -96,7 +96,7 @@ def test_a_truncated_object_is_an_error_not_a_crash(
     regions.register("r", "/obj", 0, 256)
     os.truncate(tmp_path / "obj", 16)
     with pytest.raises(SharedMemoryError, match=r"now ends before byte 32 .*register it again"):
-        regions.read("r", 0, 32, "input 'x'")
+        regions.target("r", 0, 32, "input 'x'").read()
     regions.target("r", 0, 32, "output 'y'").write(bytes(32))  # grows it back, harmlessly
 
 
@@ -163,10 +163,10 @@ def test_a_view_outside_the_region_is_refused(regions: SharedMemoryRegions) -> N
     with pytest.raises(SharedMemoryError, match=r"^Integer overflow detected: byte_size \("):
         regions.target("r", 32, 2**64 - 32, "output 'y'")  # Triton's qa sends this one
     with pytest.raises(SharedMemoryError, match=r"'shared_memory_byte_size' is needed"):
-        regions.read("r", 0, None, "input 'x'")
+        regions.target("r", 0, None, "input 'x'").read()
     with pytest.raises(SharedMemoryNotFoundError, match=r"'nope' \(registered: 'r'\)"):
-        regions.read("nope", 0, 8, "input 'x'")
-    assert len(regions.read("r", None, 64, "input 'x'")) == 64  # the offset defaults to 0
+        regions.target("nope", 0, 8, "input 'x'").read()
+    assert len(regions.target("r", None, 64, "input 'x'").read()) == 64  # the offset defaults to 0
 
 
 def test_disabled_lists_nothing_and_refuses_the_rest(tmp_path: Path) -> None:
@@ -177,7 +177,7 @@ def test_disabled_lists_nothing_and_refuses_the_rest(tmp_path: Path) -> None:
     for call in (
         lambda: off.register("r", "/obj", 0, 8),
         lambda: off.unregister(),
-        lambda: off.read("r", 0, 8, "input 'x'"),
+        lambda: off.target("r", 0, 8, "input 'x'").read(),
         lambda: off.cuda_unregister(),
     ):
         with pytest.raises(SharedMemoryDisabledError, match=r"--allow-client-shm"):
@@ -229,7 +229,7 @@ def test_inputs_come_from_and_outputs_go_to_regions(regions: SharedMemoryRegions
     doc = orjson.loads(body[:header])
     assert doc["outputs"][0] == {"name": "OUTPUT0", "datatype": "INT32", "shape": [1, 16]}
     assert doc["outputs"][1]["parameters"] == {"binary_data_size": 64}
-    written = np.frombuffer(regions.read("out", 0, 64, "check"), "<i4")
+    written = np.frombuffer(regions.target("out", 0, 64, "check").read(), "<i4")
     np.testing.assert_array_equal(written, a + b)
 
 

@@ -103,6 +103,13 @@ class Scope:
         self.loops: list[ast.AST] = []
         self.cache: dict[str, Any] = {}
 
+    def root(self) -> Scope:
+        """The file's module scope, where per-file facts are cached."""
+        scope = self
+        while scope.parent is not None:
+            scope = scope.parent
+        return scope
+
 
 def keyword(call: ast.Call, name: str) -> ast.keyword | None:
     """The keyword argument ``name`` of ``call``, if written."""

@@ -104,7 +104,8 @@ def _device_options(parser: argparse.ArgumentParser) -> None:
     hw.add_argument(
         "--max-memory",
         metavar="SIZES",
-        help="memory per device for weights, comma-separated (e.g. 30GiB,40GiB); default: "
+        help="memory per device for weights and buffers, comma-separated (e.g. 30GiB,40GiB); "
+        "a hard limit: a device over it is an over-max-memory warning and exit 1; default: "
         "capacity less reserves, activation peak and KV cache",
     )
 

@@ -7,9 +7,10 @@ dispatch mode tags every tensor with the logical device it was made on and keeps
 device's live bytes (a tensor-allocation tracker); forward pre-hooks on the units copy each
 argument that lives on another logical device, as a stage runner would, and count the copy at
 that stage boundary; the model's own code between units runs where the last unit ran, its
-operands from other logical devices copied there (once each), as the plan has it. A copy between two real devices is ``Tensor.to`` (what ``torchplace.guard``
-sees); between two logical devices on one real device it is a clone, so memory is spent as
-the plan has it. A tensor the model's own code made on another real device than its logical
+operands from other logical devices copied there (once each), as the plan has it. A copy
+between two real devices is ``Tensor.to`` (what ``torchplace.guard`` sees); between two
+logical devices on one real device it is a clone, so memory is spent as the plan has it. A
+tensor the model's own code made on another real device than its logical
 one (``torch.arange(n, device=ids.device)`` while ``ids`` is still on the host) is moved too:
 a real transfer, counted by the guard but not at a stage boundary.
 """
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchplace.planner.strategies import HOST
 from torchplace.planner.trace import GLUE, _key, _tensors, label
-from torchplace.planner.units import is_tensor_unit, unit_tensors
+from torchplace.planner.units import is_tensor_unit, tensor_slot, unit_tensors
 
 if TYPE_CHECKING:
     import torch
@@ -83,11 +84,11 @@ def place_weights(p: Plan, model: nn.Module, real: dict[str, torch.device]) -> N
 
 def _move_unit(model: nn.Module, path: str, device: torch.device) -> None:
     """A module unit with ``.to``; a tensor unit (a parameter or buffer) in place."""
-    if not is_tensor_unit(model, path):
+    slot = tensor_slot(model, path)
+    if slot is None:
         model.get_submodule(path).to(device)
         return
-    owner, _, leaf = path.rpartition(".")
-    parent = model.get_submodule(owner)
+    parent, leaf = slot
     tensor = parent._parameters.get(leaf)
     if tensor is None:
         parent._buffers[leaf] = parent._buffers[leaf].to(device)  # type: ignore[union-attr]

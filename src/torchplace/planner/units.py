@@ -20,7 +20,15 @@ from torchplace.errors import ConfigError
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["Unit", "Units", "accelerate", "is_tensor_unit", "select_units", "unit_tensors"]
+__all__ = [
+    "Unit",
+    "Units",
+    "accelerate",
+    "is_tensor_unit",
+    "select_units",
+    "tensor_slot",
+    "unit_tensors",
+]
 
 _INSTALL = "pip install 'torchplace[plan]'"
 
@@ -91,28 +99,34 @@ def _is_container(module: nn.Module) -> bool:
 def unit_tensors(model: nn.Module, path: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """A unit's parameters (aliases of one included: tied groups count them once) and buffers
     by full name: a module's, recursively, or the one parameter or buffer a tensor unit is."""
+    slot = tensor_slot(model, path)
+    if slot is not None:
+        parent, leaf = slot
+        if leaf in parent._parameters:
+            return {path: parent._parameters[leaf]}, {}
+        return {}, {path: parent._buffers[leaf]}
     prefix = f"{path}." if path else ""
-    if is_tensor_unit(model, path):
-        owner, _, leaf = path.rpartition(".")
-        parent = model.get_submodule(owner)
-        where = parent._parameters if leaf in parent._parameters else parent._buffers
-        tensor = where[leaf]
-        return ({path: tensor}, {}) if where is parent._parameters else ({}, {path: tensor})
     module = model.get_submodule(path)
     params = {prefix + n: t for n, t in module.named_parameters(remove_duplicate=False)}
     buffers = {prefix + n: t for n, t in module.named_buffers()}
     return params, buffers
 
 
-def is_tensor_unit(model: nn.Module, path: str) -> bool:
-    """Whether ``path`` names a parameter or buffer (a module's own tensor placed alone, as
-    accelerate places a model's top-level ``cls_token``) rather than a module."""
+def tensor_slot(model: nn.Module, path: str) -> tuple[nn.Module, str] | None:
+    """The module and attribute name of the parameter or buffer ``path`` names (a module's own
+    tensor placed alone, as accelerate places a model's top-level ``cls_token``); None when
+    ``path`` names a module."""
     owner, _, leaf = path.rpartition(".")
     try:
         parent = model.get_submodule(owner)
     except AttributeError:
-        return False
-    return leaf in parent._parameters or leaf in parent._buffers
+        return None
+    return (parent, leaf) if leaf in parent._parameters or leaf in parent._buffers else None
+
+
+def is_tensor_unit(model: nn.Module, path: str) -> bool:
+    """Whether ``path`` names a parameter or buffer rather than a module."""
+    return tensor_slot(model, path) is not None
 
 
 def _nbytes(tensors: dict[str, Any]) -> dict[str, int]:

@@ -189,12 +189,6 @@ class SharedMemoryRegions:
         del self._regions[region.name]
         os.close(region.fd)
 
-    def read(self, name: object, offset: object, byte_size: object, what: str) -> bytes:
-        """An input's ``byte_size`` bytes from ``offset`` into the region ``name`` (``what``
-        names the input in errors)."""
-        region, start, size = self._locate(name, offset, byte_size, what)
-        return region.read(start, size)
-
     def target(self, name: object, offset: object, byte_size: object, what: str) -> Target:
         """Where an output goes, or an input comes from: ``byte_size`` bytes from ``offset``
         into the region ``name``, checked to lie inside it; nothing is read."""

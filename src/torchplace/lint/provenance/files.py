@@ -386,9 +386,7 @@ def facts_for_file(path: str) -> FileFacts | None:
 
 def file_facts(ctx: Context) -> FileFacts:
     """The provenance of the file a check is looking at (built on first use, then cached)."""
-    scope = ctx.scope
-    while scope.parent is not None:
-        scope = scope.parent
+    scope = ctx.scope.root()
     cached = scope.cache.get("provenance")
     if cached is None:
         assert isinstance(scope.node, ast.Module)
@@ -402,10 +400,7 @@ def scope_node(ctx: Context) -> ast.AST:
     scope = ctx.function_scope()
     if scope is not None:
         return scope.node
-    outer = ctx.scope
-    while outer.parent is not None:
-        outer = outer.parent
-    return outer.node
+    return ctx.scope.root().node
 
 
 #: return annotations that say a function hands back a host value, whatever its arguments

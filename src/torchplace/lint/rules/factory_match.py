@@ -162,9 +162,7 @@ def _file_facts(scope: Scope) -> tuple[bool, dict[str, set[str]]]:
     """Whether the file sets torch's default device, and, per function of the file, the
     parameters its callers in the file give a host tensor (``f(torch.from_numpy(a))``,
     ``f(x.cpu())``)."""
-    root = scope
-    while root.parent is not None:
-        root = root.parent
+    root = scope.root()
     cached: tuple[bool, dict[str, set[str]]] | None = root.cache.get("tpl103-file")
     if cached is not None:
         return cached

@@ -203,10 +203,7 @@ def _evaluation_script(ctx: Context) -> bool:
     """A ``test.py`` that is a program, not a test module: it imports no test framework,
     defines no ``test_*`` function or ``Test*`` class for a runner to collect, and runs from
     ``if __name__ == "__main__":`` (the evaluation script of a training repository)."""
-    scope: Scope | None = ctx.scope
-    while scope is not None and scope.parent is not None:
-        scope = scope.parent
-    module = scope.node if scope is not None else None
+    module = ctx.scope.root().node
     if not isinstance(module, ast.Module) or _imports_test_framework(ctx):
         return False
     collected = any(

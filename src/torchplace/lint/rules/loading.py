@@ -255,9 +255,7 @@ def _may_load_elsewhere(ctx: Context) -> bool:
     """The file can run where the checkpoint was not saved: it falls back to the CPU, runs one
     process per GPU, or is a library whose callers choose the device (no module-level code
     pins one). A script that only ever runs on one CUDA device has nothing to remap."""
-    scope = ctx.scope
-    while scope.parent is not None:
-        scope = scope.parent
+    scope = ctx.scope.root()
     cached = scope.cache.get("loads-elsewhere")
     if cached is None:
         source = ctx.source
@@ -369,9 +367,7 @@ def _load_behind(call: ast.Call, ctx: Context) -> Load | None:
     name = dotted_name(call.func)
     if name is None:
         return None
-    root = ctx.scope
-    while root.parent is not None:
-        root = root.parent
+    root = ctx.scope.root()
     qualname = ctx.qualname(call.func)
     if qualname is None and name not in _defined_here(root):
         return None  # neither this file's function or class, nor imported
@@ -520,9 +516,7 @@ def _serves(cls: Scope, method: str, ctx: Context) -> bool:
 def _gradio_handlers(ctx: Context) -> frozenset[str]:
     """The functions a Gradio app calls per request: ``gr.Interface(fn, ...)``,
     ``button.click(fn, ...)`` (in a file that imports gradio)."""
-    scope = ctx.scope
-    while scope.parent is not None:
-        scope = scope.parent
+    scope = ctx.scope.root()
     cached: frozenset[str] | None = scope.cache.get("gradio-handlers")
     if cached is None:
         cached = scope.cache["gradio-handlers"] = _registered_handlers(scope.node, ctx)

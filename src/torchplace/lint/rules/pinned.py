@@ -252,9 +252,7 @@ def _helper_loader(name: str, ctx: Context) -> ast.Call | None:
     """The ``DataLoader(...)`` a module-level function of this file builds and returns
     (``def create_data_loader(...): loader = DataLoader(...); return loader``), when its
     only ``return`` hands back that loader."""
-    root = ctx.scope
-    while root.parent is not None:
-        root = root.parent
+    root = ctx.scope.root()
     body = getattr(root.node, "body", [])
     helper = next(
         (

@@ -285,9 +285,7 @@ def _compared(ctx: Context) -> bool:
 def _rank_code(ctx: Context) -> bool:
     """The file runs one process per GPU (reads a rank, builds a process group or DDP) and
     does not pin each rank to one GPU through ``CUDA_VISIBLE_DEVICES``."""
-    scope = ctx.scope
-    while scope.parent is not None:
-        scope = scope.parent
+    scope = ctx.scope.root()
     cached = scope.cache.get("rank-code")
     if cached is None:
         source = ctx.source
@@ -307,9 +305,7 @@ def _unpinned_setup(ctx: Context) -> bool:
     per rank (no ``torch.cuda.set_device(...)``, no ``with torch.cuda.device(...)``): a bare
     ``.cuda()`` there lands on GPU 0 in every rank. A file whose set-up is a helper elsewhere
     (``utils.init_distributed_mode(args)``) may pick the GPU there, and is left alone."""
-    scope = ctx.scope
-    while scope.parent is not None:
-        scope = scope.parent
+    scope = ctx.scope.root()
     cached = scope.cache.get("unpinned-setup")
     if cached is None:
         inits = picks = False

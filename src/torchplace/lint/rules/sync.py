@@ -395,10 +395,7 @@ def _flows_into(
     scope = ctx.function_scope()
     body = scope.node if scope is not None else None
     if body is None:
-        outer = ctx.scope
-        while outer.parent is not None:
-            outer = outer.parent
-        body = outer.node
+        body = ctx.scope.root().node
     return _flows_to(body, names, sink) or (returns and _returned(body, names))
 
 
