@@ -187,6 +187,17 @@ def test_a_symlink_loop_is_a_finding(project: Path, capsys: pytest.CaptureFixtur
     assert "back.py:1:1: TPL001 cannot read file" in out  # found by the walk
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+def test_a_fifo_is_not_read(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    os.mkfifo(project / "pipe.py")  # opening it to read would block until a writer comes
+    _, out, _ = _run(capsys, ".")
+    assert "bad.py:2:9: TPL401" in out
+    assert "pipe.py" not in out
+    code, out, _ = _run(capsys, "pipe.py")
+    assert code == 1
+    assert "pipe.py:1:1: TPL001 not a regular file or directory" in out
+
+
 @pytest.mark.skipif(os.geteuid() == 0 if hasattr(os, "geteuid") else True, reason="root reads all")
 def test_permission_denied_is_a_finding(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     target = project / "secret.py"

@@ -130,7 +130,7 @@ def discover(paths: Sequence[str], settings: Settings) -> tuple[list[tuple[str, 
                 found.append((given, absolute))
             continue
         if not absolute.is_dir():
-            missing.append(given)
+            missing.append(given)  # or a FIFO, socket or device: read, it could block
             continue
         if ignores is None:
             ignores = _Ignores(settings)  # pathspec is only imported to walk a directory
@@ -153,6 +153,8 @@ def discover(paths: Sequence[str], settings: Settings) -> tuple[list[tuple[str, 
                     continue
                 file = directory / name
                 if file in seen or walk_ignores.ignored(file, directory, is_dir=False):
+                    continue
+                if file.exists() and not file.is_file():  # a FIFO would block the read
                     continue
                 seen.add(file)
                 rel = file.relative_to(absolute).as_posix()
@@ -195,6 +197,12 @@ def _chunks(
         yield items[start : start + size]
 
 
+def _missing_words(given: str) -> str:
+    if os.path.lexists(given):
+        return "not a regular file or directory (a FIFO, socket or device is not read)"
+    return "no such file or directory"
+
+
 def lint_paths(
     paths: Sequence[str], settings: Settings | None = None, *, jobs: int | None = None
 ) -> LintResult:
@@ -204,7 +212,7 @@ def lint_paths(
     result = LintResult(files=len(files))
     for given in missing:
         if "TPL001" in settings.select:
-            result.findings.append(Finding(given, 1, 1, "TPL001", "no such file or directory"))
+            result.findings.append(Finding(given, 1, 1, "TPL001", _missing_words(given)))
     work: list[tuple[str, str, frozenset[str]]] = []
     root = settings.root
     for display, path in files:
