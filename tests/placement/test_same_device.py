@@ -27,6 +27,15 @@ def test_same_device_returns_it() -> None:
     assert check_same_device(x=torch.ones(2, device="meta")) == META
 
 
+def test_positional_values_are_named_by_position() -> None:
+    assert check_same_device(torch.ones(2), model()) == CPU
+    with pytest.raises(MixedDeviceError) as info:
+        check_same_device(torch.ones(2), torch.ones(1, device="meta"), y=torch.ones(1))
+    assert ">> args[1]" in str(info.value)
+    assert "args[0]" in str(info.value)
+    assert " y " in str(info.value)
+
+
 def test_none_and_plain_leaves_are_ignored() -> None:
     assert check_same_device(x=torch.ones(1), mask=None, meta={"n": 3, "s": "a"}) == CPU
 

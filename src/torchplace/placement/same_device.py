@@ -48,11 +48,14 @@ def _named_tensors(obj: object, path: str, seen: set[int]) -> Iterator[tuple[str
         yield from _named_tensors(child, child_path, seen)
 
 
-def check_same_device(*, expected: DeviceLike | None = None, **named: object) -> torch.device:
+def check_same_device(
+    *values: object, expected: DeviceLike | None = None, **named: object
+) -> torch.device:
     """Return the one device every given tensor lives on, or raise with a table of who is where.
 
-    Each keyword names a value: a tensor, an ``nn.Module`` (its parameters and buffers), or a
-    nested dict/list/tuple/deque/set/namedtuple/dataclass of those; ``None`` and other leaves are
+    Each keyword names a value, and positional values are named ``args[0]``, ``args[1]``, ...:
+    a tensor, an ``nn.Module`` (its parameters and buffers), or a nested
+    dict/list/tuple/deque/set/namedtuple/dataclass of those; ``None`` and other leaves are
     ignored. Rows are named by path, e.g. ``batch["x"]``, ``pair[1]`` or ``model.0.weight``.
 
     With ``expected`` (keyword-only, so no value may be called ``expected``), every tensor must
@@ -66,6 +69,7 @@ def check_same_device(*, expected: DeviceLike | None = None, **named: object) ->
     want = canonical_device(expected) if expected is not None else None
     seen: set[int] = set()
     found: list[tuple[str, torch.Tensor]] = []
+    named = {**{f"args[{i}]": v for i, v in enumerate(values)}, **named}
     for name, value in named.items():
         try:
             found.extend(_named_tensors(value, name, seen))
