@@ -61,6 +61,24 @@ def test_runs_the_script_with_its_argv_and_reports_json(
     assert sys.argv[0] != str(demo)  # restored
 
 
+def test_threads_of_the_program_are_watched(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "pool.py"
+    script.write_text(
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        "import torch\n"
+        "def work(n):\n"
+        "    return torch.ones(n).to('meta')\n"
+        "with ThreadPoolExecutor(2) as pool:\n"
+        "    list(pool.map(work, [1, 2, 3]))\n"
+    )
+    out = tmp_path / "report.json"
+    assert main(["guard", "--json", "-o", str(out), "--", str(script)]) == 0
+    (row,) = _h2d_rows(json.loads(out.read_text())["result"], script)
+    assert (row["line"], row["function"], row["count"], row["bytes"]) == (4, "work", 3, 24)
+
+
 def test_report_is_printed_when_the_script_raises(
     demo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

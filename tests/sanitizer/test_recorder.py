@@ -131,6 +131,52 @@ def test_only_the_entering_thread_is_recorded() -> None:
     )
 
 
+def test_threads_true_watches_threads_the_block_starts() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def copy(n: int) -> None:
+        torch.ones(n).to(META)
+
+    with torchplace.guard(threads=True) as report:
+        thread = threading.Thread(target=copy, args=(3,))
+        thread.start()
+        thread.join()
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(copy, [1, 2, 4]))
+        torch.ones(5).to(META)
+    assert report.h2d == 5
+    assert report.h2d_bytes == 4 * (3 + 1 + 2 + 4 + 5)
+    assert {e.site.function for e in report.transfers} == {
+        "copy",
+        "test_threads_true_watches_threads_the_block_starts",
+    }
+    assert threading.getprofile() is None  # the hook is gone with the guard
+    later = threading.Thread(target=copy, args=(6,))
+    later.start()
+    later.join()
+    assert report.h2d == 5
+
+
+def test_a_watched_thread_that_outlives_the_guard_records_no_more() -> None:
+    go, done = threading.Event(), threading.Event()
+
+    def late() -> None:
+        torch.ones(1).to(META)
+        go.wait(10)
+        torch.ones(2).to(META)  # after the guard exited
+        done.set()
+
+    with torchplace.guard(threads=True) as report:
+        thread = threading.Thread(target=late)
+        thread.start()
+        while report.h2d < 1 and thread.is_alive():
+            thread.join(0.01)
+    go.set()
+    assert done.wait(10)
+    thread.join()
+    assert report.h2d == 1
+
+
 def test_import_of_the_plugin_does_not_import_torch() -> None:
     code = (
         "import sys, torchplace.sanitizer.pytest_plugin, torchplace.sanitizer.cli, torchplace.sanitizer; "

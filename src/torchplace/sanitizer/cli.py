@@ -5,7 +5,7 @@ the program in this process (like ``python -m cProfile``), with ``sys.argv`` set
 expects; ``script.py args`` and ``-m module args`` work too. The report goes to stderr (or
 ``-o PATH``) when the program ends, also when it raises, calls ``sys.exit`` or ``os._exit``, or
 is sent SIGTERM, so that the program's own stdout stays clean; a child it forks writes none.
-Only the main thread is guarded.
+Threads the program starts through :mod:`threading` (thread pools included) are guarded too.
 
 Exit status: 0 when the program ended well, 1 when it failed (a nonzero exit, an exception, or
 ``--mode raise`` stopping it; its own exit status is in the JSON report), 2 for a usage error.
@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
 
     from torchplace.sanitizer.recorder import Guard
 
-    guard = Guard(args.mode, allow=args.allow, max_events=args.max_events)
+    guard = Guard(args.mode, allow=args.allow, max_events=args.max_events, threads=True)
     # Fixed before the program runs: it may chdir (a relative -o), replace sys.stderr, fork.
     output = None if args.output is None else os.path.abspath(args.output)
     stream, pid = sys.stderr, os.getpid()

@@ -17,10 +17,13 @@ This module applies the guard's mode (record, warn, raise) and ``allow`` list to
 
 from __future__ import annotations
 
+import copy
+import sys
 import threading
 import warnings
 from collections.abc import Iterable
-from types import TracebackType
+from types import FrameType, TracebackType
+from typing import Any
 
 import torch
 
@@ -69,7 +72,8 @@ def _parse_allow(allow: Iterable[str] | str | None) -> tuple[frozenset[str], tup
 
 
 class Guard:
-    """Records device crossings and host syncs on the thread that enters it.
+    """Records device crossings and host syncs on the thread that enters it and, with
+    ``threads=True``, on the threads started (through :mod:`threading`) while it is active.
 
     Use it through :func:`guard`; entering returns the :class:`GuardReport` that fills up
     while the block runs. A guard can be entered again after it exits (events accumulate in the
@@ -82,10 +86,12 @@ class Guard:
         *,
         allow: Iterable[str] | str | None = None,
         max_events: int = DEFAULT_MAX_EVENTS,
+        threads: bool = False,
     ) -> None:
         if mode not in MODES:
             raise ConfigError(f"guard mode must be one of {', '.join(MODES)}, got {mode!r}")
         self.mode = mode
+        self.threads = threads
         self.allow_kinds, self.allow_sites = _parse_allow(allow)
         self.report = GuardReport(mode, max_events=max_events)
         self._function = FunctionLayer(self)
@@ -94,15 +100,21 @@ class Guard:
         self._transfers_seen = 0
         self._warned: set[tuple[Site, str]] = set()
         self._thread: int | None = None
+        self._live = [False]  # shared with the guard's stand-ins on other threads
+        self._saved_profile: Any = None
 
     # -- context manager -------------------------------------------------------------------
     def __enter__(self) -> GuardReport:
         if self._thread is not None:
             raise ConfigError("this guard is already active; create another torchplace.guard()")
         self._thread = threading.get_ident()
+        self._live = [True]  # a new cell: stand-ins left from an earlier entry stay silent
         install_sync_wrappers()
         active_guards().append(self)
         self._function.__enter__()  # type: ignore[no-untyped-call]
+        if self.threads:
+            self._saved_profile = threading.getprofile()
+            threading.setprofile(self._join_new_thread)
         return self.report
 
     def __exit__(
@@ -111,6 +123,9 @@ class Guard:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        self._live[0] = False
+        if self.threads:
+            threading.setprofile(self._saved_profile)
         try:
             self._function.__exit__(exc_type, exc, tb)  # type: ignore[no-untyped-call]
         finally:
@@ -119,6 +134,21 @@ class Guard:
                 guards.remove(self)
             remove_sync_wrappers()
             self._thread = None
+
+    def _join_new_thread(self, frame: FrameType, event: str, arg: object) -> None:
+        """The profile hook :mod:`threading` installs in each thread it starts: it removes
+        itself and puts a stand-in for this guard on the new thread, with its own layers and
+        per-thread counts, recording into the same report until the guard exits."""
+        sys.setprofile(self._saved_profile)
+        if not self._live[0]:
+            return
+        stand_in = copy.copy(self)  # shares the report, settings, warned lines and live cell
+        stand_in._function = FunctionLayer(stand_in)
+        stand_in._dispatch = DispatchLayer(stand_in)
+        stand_in._suppress_syncs = stand_in._transfers_seen = 0
+        stand_in._thread = threading.get_ident()
+        active_guards().append(stand_in)
+        stand_in._function.__enter__()  # type: ignore[no-untyped-call]
 
     def __repr__(self) -> str:
         return f"Guard(mode={self.mode!r}, events={len(self.report)})"
@@ -157,7 +187,7 @@ class Guard:
         detail: str = "",
         operands: tuple[Operand, ...] = (),
     ) -> None:
-        if kind in self.allow_kinds:
+        if kind in self.allow_kinds or not self._live[0]:
             return
         site = user_site()
         if self.allow_sites and any(_site_matches(site, p) for p in self.allow_sites):
@@ -186,8 +216,10 @@ def guard(
     *,
     allow: Iterable[str] | str | None = None,
     max_events: int = DEFAULT_MAX_EVENTS,
+    threads: bool = False,
 ) -> Guard:
-    """Watch the current thread for device crossings and host syncs.
+    """Watch the current thread for device crossings and host syncs (with ``threads=True``,
+    also the threads the block starts).
 
     ``mode``: ``"record"`` (default) only records; ``"warn"`` also issues a
     :class:`~torchplace.sanitizer.events.GuardWarning` once per new (line, kind), pointing at the
@@ -196,6 +228,9 @@ def guard(
     ``"pageable_non_blocking"``, ``"mixed_device"``) and/or source locations (``"train.py"``,
     ``"train.py:42"``, ``"train.py:42:step"``) whose events are ignored entirely.
     ``max_events``: how many events the report keeps one by one (counts and bytes go on).
+    ``threads``: also watch every thread started through :mod:`threading` (thread pools
+    included) while the guard is active, into the same report; threads that already run are
+    not watched.
 
     ::
 
@@ -204,4 +239,4 @@ def guard(
         print(report.h2d_bytes, len(report.syncs))
         print(report)  # a table: line, kind, count, bytes
     """
-    return Guard(mode, allow=allow, max_events=max_events)
+    return Guard(mode, allow=allow, max_events=max_events, threads=threads)

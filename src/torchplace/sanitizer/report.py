@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -85,12 +86,17 @@ class GuardReport:
         self._groups: dict[tuple[Site, str], _Group] = {}
         self._counts: dict[str, int] = dict.fromkeys(KINDS, 0)
         self._bytes: dict[str, int] = dict.fromkeys(KINDS, 0)
+        self._lock = threading.Lock()
 
     # -- recording -------------------------------------------------------------------------
     def add(self, event: Event) -> None:
         """Record one event (the guard calls this; tests and tools may too)."""
         if event.kind not in self._counts:
             raise ConfigError(f"unknown event kind {event.kind!r}; use one of {', '.join(KINDS)}")
+        with self._lock:  # a guard watching threads records from several at once
+            self._add(event)
+
+    def _add(self, event: Event) -> None:
         self._counts[event.kind] += 1
         self._bytes[event.kind] += event.nbytes
         group = self._groups.get((event.site, event.kind))
