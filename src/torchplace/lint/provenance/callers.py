@@ -301,8 +301,33 @@ def _matches(callers: FileFacts, func: ast.expr, qualified: str) -> bool:
     return _imported_as(callers, func, qualified)
 
 
-def _rare_branch(stmt: ast.stmt) -> bool:
-    return isinstance(stmt, ast.If) and rare_test(stmt.test) and not branch_trains(stmt)
+def _rare_branch(stmt: ast.stmt, scope: ast.AST) -> bool:
+    return (
+        isinstance(stmt, ast.If)
+        and (rare_test(stmt.test) or _periodic_flag(stmt.test, scope))
+        and not branch_trains(stmt)
+    )
+
+
+def _periodic_flag(test: ast.expr, scope: ast.AST) -> bool:
+    """``if save_fake:`` with ``save_fake = total_steps % display_freq == 0`` in the caller's
+    own body: a flag computed with ``%``, true on few steps."""
+    flag = test.operand if isinstance(test, ast.UnaryOp) else test
+    if not isinstance(flag, ast.Name):
+        return False
+    todo: list[ast.AST] = list(getattr(scope, "body", []))
+    while todo:
+        sub = todo.pop()
+        if isinstance(sub, (*_FUNCTIONS, ast.ClassDef, ast.Lambda)):
+            continue
+        if (
+            isinstance(sub, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == flag.id for t in sub.targets)
+            and any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(sub))
+        ):
+            return True
+        todo.extend(ast.iter_child_nodes(sub))
+    return False
 
 
 def _in_rare_branch(enclosing: tuple[ast.AST, ...], batch: list[ast.AST]) -> bool:
@@ -348,7 +373,8 @@ def _find_calls(
         if isinstance(stmt, ast.ClassDef):
             _find_calls(stmt.body, scope, (), name, hits, found)
             continue
-        inner = (*loops, stmt) if isinstance(stmt, _LOOPS) or _rare_branch(stmt) else loops
+        rare = isinstance(stmt, _LOOPS) or _rare_branch(stmt, scope)
+        inner = (*loops, stmt) if rare else loops
         nested = False
         for field in ("body", "orelse", "finalbody"):
             block = getattr(stmt, field, None)

@@ -84,7 +84,18 @@ def _guarded(ctx: Context) -> bool:
         for stmt in block[:index]:
             if _is_guard_statement(stmt) or _pins_cuda(stmt):
                 return True
+    # Or the very next statement starts an NCCL process group (`torch.cuda.set_device(rank)`,
+    # then `init_process_group(backend="nccl")`): NCCL runs on CUDA only, and the device pick
+    # is its per-rank set-up, so the script is CUDA-only by design.
+    if ctx.stmt_path:
+        block, index = ctx.stmt_path[-1]
+        return index + 1 < len(block) and _starts_nccl(block[index + 1])
     return False
+
+
+def _starts_nccl(stmt: ast.stmt) -> bool:
+    value = stmt.value if isinstance(stmt, (ast.Expr, ast.Assign)) else None
+    return isinstance(value, ast.Call) and _nccl_group(value)
 
 
 def _pins_cuda(stmt: ast.stmt) -> bool:
@@ -102,7 +113,21 @@ def _pins_cuda(stmt: ast.stmt) -> bool:
             return True
         if any(kw.arg in {"accelerator", "device"} and _is_cuda(kw.value) for kw in sub.keywords):
             return True
+        if _nccl_group(sub):
+            return True
     return False
+
+
+def _nccl_group(call: ast.Call) -> bool:
+    """``dist.init_process_group(backend="nccl")``: NCCL runs on CUDA devices only."""
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    if name != "init_process_group":
+        return False
+    backend = next((kw.value for kw in call.keywords if kw.arg == "backend"), None)
+    if backend is None and call.args:
+        backend = call.args[0]
+    return isinstance(backend, ast.Constant) and backend.value == "nccl"
 
 
 def _is_cuda(node: ast.expr) -> bool:

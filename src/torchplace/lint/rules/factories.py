@@ -152,6 +152,28 @@ def _scalar_tensor(call: ast.Call, name: str) -> bool:
     return not isinstance(data, (ast.ListComp, ast.Name, ast.Subscript, ast.Starred))
 
 
+_CLAMPS = frozenset({"clamp", "clamp_", "clip", "clip_"})
+
+
+def _clamp_bound(call: ast.Call, ctx: Context) -> bool:
+    """``torch.clamp(x, max=torch.log(torch.tensor(100.0)))``: a tensor bound of ``clamp``
+    must be on ``x``'s device (since torch 1.12), 0-dim or not; a 0-dim tensor mixes with any
+    device only as an operand of arithmetic."""
+    inner: ast.AST = call
+    for outer in reversed(ctx.parents):
+        if isinstance(outer, ast.Call):
+            func = outer.func
+            is_clamp = isinstance(func, ast.Attribute) and func.attr in _CLAMPS
+            if is_clamp and inner is not func:
+                # torch.clamp(x, lo, hi): x is the first argument; x.clamp(lo, hi): the receiver
+                own = ctx.qualname(func) is not None
+                return not (own and outer.args and outer.args[0] is inner)
+        elif not isinstance(outer, (ast.expr, ast.keyword)) or isinstance(outer, ast.Lambda):
+            return False
+        inner = outer
+    return False
+
+
 def _moved_later(call: ast.Call, ctx: Context) -> bool:
     """``t = torch.zeros(n)`` and, in the statements after it, ``t`` (or a value built
     from it) goes through ``.to(...)``/``.cuda()``: placed, only later."""
@@ -301,7 +323,9 @@ def check_factory(call: ast.Call, ctx: Context, name: str, method: Scope | None)
         return
     if keyword(call, "device") is not None or keyword(call, "out") is not None:
         return
-    if has_star_kwargs(call) or _scalar_draw(call, name) or _scalar_tensor(call, name):
+    if has_star_kwargs(call) or _scalar_draw(call, name):
+        return
+    if _scalar_tensor(call, name) and not _clamp_bound(call, ctx):
         return
     short = name.removeprefix("torch.")
     if _on_forward_path(method):

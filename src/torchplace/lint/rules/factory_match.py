@@ -11,6 +11,7 @@ import ast
 from typing import Literal
 
 from torchplace.lint.base import Context, Scope, call_name, keyword
+from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import PLACEMENT_API, is_tensor_annotation
 
 __all__ = ["COMBINERS", "HOST_CASTS", "matched_to_parameter"]
@@ -109,7 +110,8 @@ def matched_to_parameter(call: ast.Call, ctx: Context) -> tuple[Scope, str, str]
     if _documentation(ctx):
         return None
     params, tensors = _candidates(scope, ctx)
-    if not params:
+    placed = _placed(scope, ctx)
+    if not params and not placed:
         return None
     if _cpu_path(call, scope):
         return None  # `if x.is_cuda: ... else: torch.zeros(n)`: built only for a CPU tensor
@@ -123,11 +125,44 @@ def matched_to_parameter(call: ast.Call, ctx: Context) -> tuple[Scope, str, str]
         and _reaches_device(call, ctx, scope)
     ):
         return scope, dtype.value.value.id, "copies the dtype of"
-    if tensors:
-        param = _combined_with(call, ctx, scope, tensors)
+    if tensors or placed:
+        param = _combined_with(call, ctx, scope, tensors | placed)
         if param is not None:
             return scope, param, "is combined with"
     return None
+
+
+def _placed(scope: Scope, ctx: Context) -> set[str]:
+    """Names and attributes the function itself binds to a tensor it moves to a device
+    (``self.queue = torch.zeros(n, c).cuda()``, ``x = x.to(device)``): a factory that meets
+    them is as foreign as one that meets a tensor parameter. Worked out once per scope."""
+    cached: set[str] | None = scope.cache.get("tpl103-placed")
+    if cached is not None:
+        return cached
+    found: set[str] = set()
+    if not _file_facts(scope)[0] and not _host_function(scope, ctx):
+        for sub in _own_nodes(scope):
+            if isinstance(sub, ast.Assign) and len(sub.targets) == 1 and _moved(sub.value):
+                name = dotted_name(sub.targets[0])
+                if name is not None:
+                    found.add(name)
+    scope.cache["tpl103-placed"] = found
+    return found
+
+
+def _moved(value: ast.expr) -> bool:
+    """``t.cuda()``, ``t.to(device)``, ``t.to("cuda:0")``: a move to an accelerator."""
+    if not isinstance(value, ast.Call) or not isinstance(value.func, ast.Attribute):
+        return False
+    if value.func.attr == "cuda":
+        return True
+    if value.func.attr != "to":
+        return False
+    target = value.args[0] if value.args else getattr(keyword(value, "device"), "value", None)
+    if isinstance(target, ast.Constant):
+        return isinstance(target.value, str) and target.value.startswith("cuda")
+    text = dotted_name(target) if target is not None else None
+    return text is not None and "device" in text.lower()
 
 
 def _candidates(scope: Scope, ctx: Context) -> tuple[set[str], set[str]]:
@@ -442,6 +477,8 @@ def _tensor_of(node: ast.AST, params: set[str]) -> str | None:
     if isinstance(node, ast.Subscript):
         return _tensor_of(node.value, params)
     if isinstance(node, ast.Attribute):
+        if (text := dotted_name(node)) in params:
+            return text  # self.queue, a placed attribute
         return _tensor_of(node.value, params) if node.attr in {"T", "mT", "data"} else None
     if isinstance(node, ast.Call):
         func = node.func

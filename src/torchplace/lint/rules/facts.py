@@ -445,8 +445,9 @@ def _rare_test(test: ast.expr, ctx: Context) -> bool:
     flag = test.operand if isinstance(test, ast.UnaryOp) else test
     if not isinstance(flag, ast.Name):
         return False
-    scope = ctx.function_scope()  # `if regularize:` with `regularize = i % every == 0`
-    values = ctx.scope_bindings(scope).get(flag.id, []) if scope is not None else []
+    # `if regularize:` with `regularize = i % every == 0`, in a function or a script's body
+    scope = ctx.function_scope() or ctx.scope.root()
+    values = ctx.scope_bindings(scope).get(flag.id, [])
     return any(
         value is not None
         and any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(value))

@@ -287,7 +287,8 @@ def _saved_from_host(call: ast.Call, ctx: Context) -> bool:
     source = call.args[0] if call.args else getattr(keyword(call, "f"), "value", None)
     if source is None:
         return False
-    wanted = _file_names(source)
+    own = ctx.function_scope()
+    wanted = _file_names(source, own.node if own is not None else None)
     if not wanted:
         return False
     facts = file_facts(ctx)
@@ -297,7 +298,7 @@ def _saved_from_host(call: ast.Call, ctx: Context) -> bool:
                 isinstance(sub, ast.Call)
                 and len(sub.args) > 1
                 and (facts.qualname(sub.func) or "").endswith("save")
-                and _file_names(sub.args[1]) & wanted
+                and _file_names(sub.args[1], scope) & wanted
             ):
                 fact = facts.fact(sub.args[0], scope)
                 if fact is not None and fact.where == "host":
@@ -305,12 +306,32 @@ def _saved_from_host(call: ast.Call, ctx: Context) -> bool:
     return False
 
 
-def _file_names(node: ast.expr) -> set[str]:
-    return {
-        sub.value.rsplit("/", 1)[-1]
-        for sub in ast.walk(node)
-        if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and "." in sub.value
-    }
+def _file_names(node: ast.expr, body: ast.AST | None = None) -> set[str]:
+    """The file names (string constants with a suffix) a path is built from, also through the
+    names ``body`` binds it from (``name = "%s_net_%s.pth" % (epoch, label)``, then
+    ``path = os.path.join(root, name)``)."""
+    bound = _bindings(body) if body is not None else {}
+    names: set[str] = set()
+    todo, seen = [node], set()
+    while todo:
+        for sub in ast.walk(todo.pop()):
+            if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and "." in sub.value:
+                names.add(sub.value.rsplit("/", 1)[-1])
+            elif isinstance(sub, ast.Name) and sub.id in bound and sub.id not in seen:
+                seen.add(sub.id)
+                todo.extend(bound[sub.id])
+    return names
+
+
+def _bindings(body: ast.AST) -> dict[str, list[ast.expr]]:
+    """What each plain name of a function (or module) body is assigned."""
+    bound: dict[str, list[ast.expr]] = {}
+    for sub in _own_body(body):
+        if isinstance(sub, ast.Assign) and len(sub.targets) == 1:
+            target = sub.targets[0]
+            if isinstance(target, ast.Name):
+                bound.setdefault(target.id, []).append(sub.value)
+    return bound
 
 
 def _own_body(node: ast.AST) -> list[ast.AST]:
@@ -369,15 +390,31 @@ def _load_behind(call: ast.Call, ctx: Context) -> Load | None:
         return None
     root = ctx.scope.root()
     qualname = ctx.qualname(call.func)
-    if qualname is None and name not in _defined_here(root):
+    cls = _own_class(call, ctx)
+    if cls is not None:
+        name = f"{cls.name}.{name}"  # self.choose_model(...): a method of the handler's class
+    elif qualname is None and name not in _defined_here(root):
         return None  # neither this file's function or class, nor imported
     if qualname is not None and not in_tree(ctx.path, qualname):
         return None  # from an installed package: not the linted code
     cache: dict[str, Load | None] = root.cache.setdefault("loads-behind", {})
     if name not in cache:
         memo: dict[tuple[int, int], Load | None] = root.cache.setdefault("loads-memo", {})
-        cache[name] = load_behind(call, file_facts(ctx), memo)
+        cache[name] = load_behind(call, file_facts(ctx), memo, cls)
     return cache[name]
+
+
+def _own_class(call: ast.Call, ctx: Context) -> ast.ClassDef | None:
+    """The class whose method ``call`` is (``self.choose_model(...)`` in a method of a class
+    of this file), else None."""
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
+        return None
+    scope = ctx.function_scope()
+    if func.value.id != "self" or scope is None or scope.cls is None:
+        return None
+    node = scope.cls.node
+    return node if isinstance(node, ast.ClassDef) else None
 
 
 def _defined_here(root: Scope) -> frozenset[str]:

@@ -58,13 +58,17 @@ def is_loader(call: ast.Call, qualname: str | None) -> str | None:
 
 
 def load_behind(
-    call: ast.Call, facts: FileFacts, memo: dict[tuple[int, int], Load | None]
+    call: ast.Call,
+    facts: FileFacts,
+    memo: dict[tuple[int, int], Load | None],
+    cls: ast.ClassDef | None = None,
 ) -> Load | None:
     """The load that calling ``call``'s function or class runs, when it is code of the linted
-    tree (this file's, or imported from a module file of the tree), else None. ``memo`` keeps
-    what each function was found to load (by node and depth) for the next call."""
-    for owner, node, cls in _targets(facts, call.func, None):
-        found = _loads(owner, node, cls, _DEPTH, memo)
+    tree (this file's, or imported from a module file of the tree; with ``cls``, also a method
+    of that class called on ``self``), else None. ``memo`` keeps what each function was found
+    to load (by node and depth) for the next call."""
+    for owner, node, owner_cls in _targets(facts, call.func, cls):
+        found = _loads(owner, node, owner_cls, _DEPTH, memo)
         if found is not None:
             return found
     return None
@@ -161,7 +165,10 @@ def _search(
 ) -> Load | None:
     """:func:`_loads` for a function not looked at before: its own loaders first, then the
     functions and constructors of the linted tree it calls."""
-    calls = [sub for sub in _own_nodes(node.body) if isinstance(sub, ast.Call)]
+    once = _memoised(node)
+    calls = [
+        sub for sub in _own_nodes(node.body) if isinstance(sub, ast.Call) and id(sub) not in once
+    ]
     where = f"{cls.name}.{node.name}" if cls is not None else node.name
     for call in calls:
         what = is_loader(call, facts.qualname(call.func))
@@ -175,3 +182,29 @@ def _search(
             if found is not None:
                 return found
     return None
+
+
+def _memoised(node: _Def) -> set[int]:
+    """Calls under a test that nothing is loaded yet (``if self.model is None:``,
+    ``if not hasattr(self, "net"):``, ``if key not in self.cache:``): a lazy load that runs
+    on the first call only."""
+    once: set[int] = set()
+    for sub in _own_nodes(node.body):
+        if isinstance(sub, ast.If) and _not_loaded_yet(sub.test):
+            once.update(id(c) for c in _own_nodes(sub.body) if isinstance(c, ast.Call))
+    return once
+
+
+def _not_loaded_yet(test: ast.expr) -> bool:
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return isinstance(test.operand, (ast.Name, ast.Attribute)) or (
+            isinstance(test.operand, ast.Call)
+            and isinstance(test.operand.func, ast.Name)
+            and test.operand.func.id == "hasattr"
+        )
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        op, right = test.ops[0], test.comparators[0]
+        if isinstance(op, ast.Is):
+            return isinstance(right, ast.Constant) and right.value is None
+        return isinstance(op, ast.NotIn)
+    return False

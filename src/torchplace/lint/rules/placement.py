@@ -128,6 +128,15 @@ def _call(call: ast.Call, ctx: Context) -> None:
             "`torch.cuda.set_device(local_rank)` first or pass the index (`.cuda(local_rank)`)",
         )
         return
+    if method is not None and (legacy := _cuda_tensor_type(call, ctx)) is not None:
+        assert method.cls is not None
+        ctx.report(
+            DEVICE_IN_MODULE.code,
+            call,
+            f"`{legacy}(...)` inside `{method.cls.name}.{method.name}` allocates on the current "
+            "CUDA device: follow the input (`x.new_zeros(...)`, `device=x.device`)",
+        )
+        return
     literal = _device_literal(device_argument(call, ctx))
     if literal is not None and not _queried(call, ctx):
         if method is not None:
@@ -167,6 +176,14 @@ def _call(call: ast.Call, ctx: Context) -> None:
     name = ctx.call_qualname(call)
     if name in FACTORIES and not _fallback_path(ctx):
         check_factory(call, ctx, name, method)
+
+
+def _cuda_tensor_type(call: ast.Call, ctx: Context) -> str | None:
+    """``torch.cuda.FloatTensor(n)``: the legacy CUDA constructors allocate on the current
+    CUDA device, a placement as hard-coded as ``.cuda()``."""
+    name = ctx.call_qualname(call)
+    module, _, last = (name or "").rpartition(".")
+    return name if module == "torch.cuda" and last.endswith("Tensor") else None
 
 
 def _caller_device(call: ast.Call, method: Scope) -> bool:
