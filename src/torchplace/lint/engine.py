@@ -140,8 +140,11 @@ class _Walker:
             self._loop(node, kind)
             return
         if kind is ast.If:
+            test = node.test  # type: ignore[attr-defined]
+            if self.is_hot(test.lineno, test.end_lineno or test.lineno):
+                self._checks(node)  # checks of the test as a whole (what it tests for truth)
             parents.append(node)
-            self.exprs([node.test])  # type: ignore[attr-defined]
+            self.exprs([test])
             self.block(node.body)  # type: ignore[attr-defined]
             self.block(node.orelse)  # type: ignore[attr-defined]
             parents.pop()

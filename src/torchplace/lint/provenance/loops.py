@@ -19,6 +19,7 @@ from torchplace.lint.provenance.values import (
     _is_cpu,
     _is_move_call,
     _names,
+    _passes_device,
     _short,
     _target_names,
     moved_in_place,
@@ -103,6 +104,12 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
                 and not _is_cpu(_device_target(node))
             )
             or (name is not None and _device_helper(name, node.args))
+            or (
+                name is not None
+                and not _is_move_call(node)
+                and not (facts.qualname(func) or "").startswith("torch.")
+                and _passes_device(node)
+            )
         ):
             moved: ast.expr | None = None
             if isinstance(func, ast.Attribute) and _is_move_call(node):

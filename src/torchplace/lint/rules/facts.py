@@ -246,14 +246,20 @@ def mentions(node: ast.AST, words: tuple[str, ...] = _GUARD_WORDS) -> bool:
     return False
 
 
+# Calls that build or update a mapping or namespace: `device=X` there is a stored value.
+_RECORDS = frozenset({"dict", "OrderedDict", "SimpleNamespace", "Namespace", "update"})
+
+
 def device_argument(call: ast.Call, ctx: Context) -> ast.expr | None:
     """The expression a call passes as its device, if it is a placement call.
 
-    ``torch.device(X)``, ``t.to(X)``, ``t.to(device=X)``, ``t.cuda(X)`` and any ``device=X``.
+    ``torch.device(X)``, ``t.to(X)``, ``t.to(device=X)``, ``t.cuda(X)`` and any ``device=X``,
+    except in a record (``dict(device=X, rank=r)``, ``SimpleNamespace(device=X)``,
+    ``config.update(device=X)``), which stores the device's name for a caller.
     """
     kw = keyword(call, "device")
     if kw is not None:
-        return kw.value
+        return None if call_name(call) in _RECORDS else kw.value
     name = call_name(call)
     if name == "to" and isinstance(call.func, ast.Attribute) and call.args:
         return call.args[0]

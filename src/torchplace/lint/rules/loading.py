@@ -251,15 +251,24 @@ _FALLBACK = re.compile(
 )
 
 
+# Words of code that runs one process per GPU (its rank set-up may live in another file).
+_RANKS = re.compile(r"rank|world_size|distributed")
+# CUDA as a choice (`--cuda`, `if opt.cuda:`, `torch.cuda.is_available()`): a CPU path exists.
+_CUDA_CHOICE = re.compile(r"--cuda|--gpu|use_gpu|\.cuda\b(?!\()")
+
+
 def _may_load_elsewhere(ctx: Context) -> bool:
     """The file can run where the checkpoint was not saved: it falls back to the CPU, runs one
-    process per GPU, or is a library whose callers choose the device (no module-level code
-    pins one). A script that only ever runs on one CUDA device has nothing to remap."""
+    process per GPU, or is a library whose callers choose the device (no code pins one). A
+    script that only ever runs on one CUDA device (``device="cuda"``, or ``model.cuda()`` with
+    no CPU path, no CUDA flag or check and no ranks anywhere) has nothing to remap."""
     scope = ctx.scope.root()
     cached = scope.cache.get("loads-elsewhere")
     if cached is None:
         source = ctx.source
-        pinned = re.search(r"""(device\s*=\s*|torch\.device\()["']cuda(:0)?["']""", source)
+        literal = re.search(r"""(device\s*=\s*|torch\.device\()["']cuda(:0)?["']""", source)
+        bare = ".cuda()" in source and not (_RANKS.search(source) or _CUDA_CHOICE.search(source))
+        pinned = literal is not None or bare
         cached = scope.cache["loads-elsewhere"] = bool(_FALLBACK.search(source)) or not pinned
     return bool(cached)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 
-from torchplace.lint.base import Context, Family, Rule, call_name, walk_body
+from torchplace.lint.base import Context, Family, Rule, call_name, names_in, walk_body
 from torchplace.lint.provenance import file_facts
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import moves_to_device
@@ -194,15 +194,63 @@ def _own_calls(body: list[ast.stmt]) -> list[ast.Call]:
 
 
 def _parameters_owner(call: ast.Call, ctx: Context) -> str | None:
+    """The model whose parameters the optimizer gets: directly (``model.parameters()``), or
+    through lists this function fills from them (``params = [p for p in model.parameters()]``,
+    ``for n, p in model.named_parameters(): decay.append(p)``, then ``SGD([{"params": decay}])``).
+    """
+    names: set[str] = set()
     for arg in [*call.args, *(kw.value for kw in call.keywords if kw.arg == "params")]:
         for sub in ast.walk(arg):
-            if (
-                isinstance(sub, ast.Call)
-                and isinstance(sub.func, ast.Attribute)
-                and sub.func.attr in {"parameters", "named_parameters"}
-            ):
-                return dotted_name(sub.func.value)
+            owner = _owner(sub)
+            if owner is not None:
+                return owner
+            if isinstance(sub, ast.Name):
+                names.add(sub.id)
+    scope = ctx.function_scope()
+    body = getattr(scope.node, "body", None) if scope is not None else None
+    return _collected_owner(body, names) if isinstance(body, list) and names else None
+
+
+def _owner(node: ast.AST) -> str | None:
+    """``model`` of ``model.parameters()`` or ``model.named_parameters()``."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in {"parameters", "named_parameters"}
+    ):
+        return dotted_name(node.func.value)
     return None
+
+
+def _collected_owner(body: list[ast.stmt], names: set[str]) -> str | None:
+    """The model whose parameters the lists ``names`` are built or filled from in ``body``,
+    also through the lists they are put in (``groups = [{"params": decay}]``)."""
+    nodes = list(walk_body(body))
+    for _ in range(3):
+        wanted = set(names)
+        for sub in nodes:
+            if isinstance(sub, ast.Assign) and any(names_in(t) & wanted for t in sub.targets):
+                source: ast.AST = sub.value
+            elif isinstance(sub, (ast.For, ast.AsyncFor)) and _appends_to(sub.body, wanted):
+                source = sub.iter
+            else:
+                continue
+            owner = next((o for n in ast.walk(source) if (o := _owner(n)) is not None), None)
+            if owner is not None:
+                return owner
+            names |= names_in(source)
+    return None
+
+
+def _appends_to(body: list[ast.stmt], names: set[str]) -> bool:
+    return any(
+        isinstance(sub, ast.Call)
+        and isinstance(sub.func, ast.Attribute)
+        and sub.func.attr in {"append", "extend"}
+        and isinstance(sub.func.value, ast.Name)
+        and sub.func.value.id in names
+        for sub in walk_body(body)
+    )
 
 
 def _move_of(stmt: ast.stmt, model: str, ctx: Context) -> ast.Call | None:
@@ -221,5 +269,5 @@ def _move_of(stmt: ast.stmt, model: str, ctx: Context) -> ast.Call | None:
 FAMILY = Family(
     rules=(OPTIMIZER_BEFORE_MOVE,),
     checks=((ast.Call, _call, (OPTIMIZER_BEFORE_MOVE.code,)),),
-    triggers=("parameters(",),
+    triggers=("parameters(", "optim."),
 )

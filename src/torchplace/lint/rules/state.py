@@ -518,6 +518,8 @@ def _places_attr(node: ast.AST, attr: str) -> bool:
 def _report_attribute(ctx: Context, node: ast.AST, cls: Scope, attr: str) -> None:
     if attr in _registered_later(cls) or attr in _registered_by_name(cls):
         return
+    if attr in _mapped_by_apply(ctx):
+        return
     ctx.report(
         PLAIN_CONTAINER.code,
         node,
@@ -525,6 +527,25 @@ def _report_attribute(ctx: Context, node: ast.AST, cls: Scope, attr: str) -> Non
         "device it was built on and `state_dict()` does not save it; use `register_buffer` "
         "(`persistent=False` for a cache)",
     )
+
+
+def _mapped_by_apply(ctx: Context) -> frozenset[str]:
+    """Attributes an ``_apply`` override of the file reassigns on a module it holds (a model
+    whose ``_apply`` does ``m.grid = list(map(fn, m.grid))`` for its ``Detect`` head): every
+    ``.to()``/``.half()`` of the model moves them too."""
+    root = ctx.scope.root()
+    cached: frozenset[str] | None = root.cache.get("mapped-by-apply")
+    if cached is None:
+        cached = root.cache["mapped-by-apply"] = frozenset(
+            target.attr
+            for sub in ast.walk(root.node)
+            if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)) and sub.name == "_apply"
+            for stmt in walk_body(sub.body)
+            if isinstance(stmt, ast.Assign)
+            for target in stmt.targets
+            if isinstance(target, ast.Attribute)
+        )
+    return cached
 
 
 def _registered_by_name(cls: Scope) -> set[str]:
@@ -584,7 +605,7 @@ def _registered_later(cls: Scope) -> set[str]:
 
 
 def _report(ctx: Context, node: ast.AST, cls: Scope, attr: str, held: str) -> None:
-    if attr in _registered_later(cls):
+    if attr in _registered_later(cls) or attr in _mapped_by_apply(ctx):
         return
     ctx.report(
         PLAIN_CONTAINER.code,

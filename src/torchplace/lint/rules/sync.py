@@ -21,6 +21,7 @@ from torchplace.lint.base import (
     names_in,
 )
 from torchplace.lint.provenance import Fact, FileFacts, file_facts, scope_node
+from torchplace.lint.provenance.loops import rare_test
 from torchplace.lint.provenance.values import HOST_METHODS
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import TIMERS, in_periodic_branch, in_test, is_tensor_expr
@@ -164,6 +165,26 @@ def _joined(node: ast.JoinedStr, ctx: Context) -> None:
     _check_many(node, values, "an f-string", ctx)
 
 
+def _percent(node: ast.BinOp, ctx: Context) -> None:
+    """``"loss %g" % loss``, ``("%11.4g" * 3) % (*mloss,)``: ``%`` formatting of a tensor
+    reads it, as an f-string does. Reported at the formatted values."""
+    if not isinstance(node.op, ast.Mod) or not ctx.loops() or not _is_text(node.left):
+        return
+    right = node.right
+    values = right.elts if isinstance(right, ast.Tuple) else [right]
+    operands = [v.value if isinstance(v, ast.Starred) else v for v in values]
+    _check_many(right, operands, "`%` formatting", ctx)
+
+
+def _is_text(node: ast.expr) -> bool:
+    """A format string by its form: a string literal, or literals joined or repeated."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
+        return _is_text(node.left) or _is_text(node.right)
+    return isinstance(node, ast.JoinedStr)
+
+
 _TRUTH_OPS = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
 # torch functions that answer from a tensor's metadata, on the host: `torch.numel(x) == 0`
 # reads nothing from the device.
@@ -208,6 +229,79 @@ def _compare(node: ast.Compare, ctx: Context) -> None:
         if tested and any(_tensor_operand(side, ctx) for side in sides):
             _check(node, node, "a condition", ctx, explicit=False)
         return
+
+
+# Tensor methods whose result a condition would read: reductions and elementwise tests.
+_TRUTH_METHODS = frozenset(
+    {"any", "all", "isnan", "isinf", "isfinite", "eq", "ne", "gt", "lt", "ge", "le", "equal"}
+)
+
+
+def _truth(node: ast.If | ast.IfExp, ctx: Context) -> None:
+    """``if class_acc:``, ``if torch.isnan(loss) or torch.isinf(loss):``, ``x if
+    mask.any() else y``: a tensor tested for truth is ``bool()`` of it, a read of the device."""
+    if not ctx.loops():
+        return
+    for leaf in _tested(node.test):
+        if _truth_operand(leaf, ctx) and _check(leaf, leaf, "a truth test", ctx, explicit=False):
+            return
+
+
+def _tested(test: ast.expr) -> list[ast.expr]:
+    """The operands a condition tests for truth on every pass, through ``and``/``or``/``not``;
+    those after a rare test joined by ``and`` (``step % 100 == 0 and torch.isnan(loss)``) run
+    only when it holds."""
+    if isinstance(test, ast.BoolOp):
+        leaves: list[ast.expr] = []
+        for value in test.values:
+            if isinstance(test.op, ast.And) and rare_test(value):
+                break
+            leaves += _tested(value)
+        return leaves
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _tested(test.operand)
+    return [test]
+
+
+def _truth_operand(node: ast.expr, ctx: Context) -> bool:
+    """A torch predicate or reduction (``torch.isnan(x)``, ``x.isnan().any()``), or a name
+    bound only to tensors by their form (``None`` aside: ``acc = ... if labels else None``)."""
+    if isinstance(node, ast.Call):
+        if _is_read(node):
+            return False  # `.item()` and friends: reported as reads themselves
+        qualname = ctx.qualname(node.func)
+        if qualname is not None:
+            head, _, last = qualname.partition(".")
+            return head == "torch" and "." not in last and _truth_function(last)
+        return isinstance(node.func, ast.Attribute) and node.func.attr in _TRUTH_METHODS
+    if not isinstance(node, ast.Name):
+        return False
+    scope = ctx.function_scope()
+    if scope is None:
+        return False
+    values = [
+        value
+        for bound in ctx.scope_bindings(scope).get(node.id) or []
+        for value in _alternatives(bound)
+        if not (isinstance(value, ast.Constant) and value.value is None)
+    ]
+    return bool(values) and all(
+        isinstance(value, (ast.Subscript, ast.Call)) and _tensor_operand(value, ctx)
+        for value in values
+    )
+
+
+def _alternatives(value: ast.expr | None) -> list[ast.expr | None]:
+    """The values a binding may take: both arms of ``a if test else b``."""
+    if isinstance(value, ast.IfExp):
+        return [*_alternatives(value.body), *_alternatives(value.orelse)]
+    return [value]
+
+
+def _truth_function(name: str) -> bool:
+    """``torch.isnan``, ``torch.any``, ``torch.equal``: answers from the values; not
+    ``torch.is_grad_enabled`` or ``torch.numel``, which answer on the host."""
+    return not name.startswith(("is_", "_")) and name not in _TORCH_QUERIES
 
 
 def _tensor_operand(node: ast.expr, ctx: Context) -> bool:
@@ -400,15 +494,29 @@ def _flows_into(
 
 
 def _fills_store(read: ast.AST, ctx: Context) -> bool:
+    """``store.index_copy_(0, i, x.cpu())``, ``ranks[a:b] = x.cpu()``: the copy fills a buffer
+    (in place, or a host tensor or array by index), which is the loop's job."""
     node = read
     for parent in reversed(ctx.parents):
         if isinstance(parent, ast.Call) and node is not parent.func:
             func = parent.func
             return isinstance(func, ast.Attribute) and func.attr.endswith("_")
         if isinstance(parent, ast.stmt):
-            return False
+            return _into_host_buffer(parent, node, ctx)
         node = parent
     return False
+
+
+def _into_host_buffer(stmt: ast.stmt, value: ast.AST, ctx: Context) -> bool:
+    """``ranks[start:end] = x.cpu()`` with ``ranks`` a host tensor or array (``torch.empty(n)``,
+    ``np.zeros(n)``): the copy lands in the host buffer the function fills."""
+    if not (isinstance(stmt, ast.Assign) and stmt.value is value and len(stmt.targets) == 1):
+        return False
+    target = stmt.targets[0]
+    if not (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)):
+        return False
+    fact = file_facts(ctx).fact(target.value, scope_node(ctx))
+    return fact is not None and fact.where == "host"
 
 
 def _writes(call: ast.Call) -> bool:
@@ -824,6 +932,9 @@ FAMILY = Family(
         (ast.Call, _call, (SYNC_IN_LOOP.code, SYNCHRONIZE_IN_LOOP.code)),
         (ast.JoinedStr, _joined, (SYNC_IN_LOOP.code,)),
         (ast.Compare, _compare, (SYNC_IN_LOOP.code,)),
+        (ast.BinOp, _percent, (SYNC_IN_LOOP.code,)),
+        (ast.If, _truth, (SYNC_IN_LOOP.code,)),
+        (ast.IfExp, _truth, (SYNC_IN_LOOP.code,)),
     ),
     triggers=(
         ".item(",
@@ -835,6 +946,9 @@ FAMILY = Family(
         *(f"{lead}{name}(" for lead in " (=[" for name in ("float", "int", "bool", "all", "any")),
         "print(",
         ".format(",
+        '" %',  # `%` formatting: `"%g" % x`, `("%g" * 3) % (...)`
+        "' %",
+        ") %",
         'f"',
         "f'",
         "if ",

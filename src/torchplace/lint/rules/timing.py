@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 
 from torchplace.lint.base import Context, Family, Rule, Scope, call_name, keyword
+from torchplace.lint.provenance import is_device_expr
+from torchplace.lint.provenance.values import _is_cpu
 from torchplace.lint.rules.facts import DEVICE_STRING, SYNC_CALLS, TIMERS, moves_to_device
 
 __all__ = ["FAMILY"]
@@ -14,6 +16,7 @@ UNSYNCED_TIMING = Rule(
 )
 
 _NOT_WORK = frozenset({"print", "len", "range", "append", "info", "debug", "warning", "format"})
+_CASTS = frozenset({"int", "float", "bool"})
 
 
 def _assign(node: ast.Assign, ctx: Context) -> None:
@@ -27,17 +30,19 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
         return
     start = node.targets[0].id
     block, index = ctx.stmt_path[-1]
-    region = _until_read(block[index + 1 :], start, ctx)
-    if region is None:
+    found = _until_read(block[index + 1 :], start, ctx)
+    if found is None:
         return  # no end read in this block: cannot tell what is timed
+    region, rest = found
+    if _limits(region[-1], start):
+        return  # `if time.time() - t > time_limit: break`: a timeout, not a measurement
     placed = _device_names(ctx.function_scope() or ctx.scope, ctx)
     if not placed:
         return
-    calls = [sub for node in region for sub in ast.walk(node) if isinstance(sub, ast.Call)]
-    if any(_syncs(call, ctx) or _whole_run(call) for call in calls):
-        return
-    if not any(_uses(call, placed, ctx) for call in calls if call_name(call) not in _NOT_WORK):
-        return
+    if not _times_work(region, placed, ctx):
+        later = [] if _restarts(region[-1], start, ctx) else _later_reads(rest, start, ctx)
+        if not (later and _times_work(region + later, placed, ctx)):
+            return  # nor do the later reads of the same start (the batch time after the data time)
     ctx.report(
         UNSYNCED_TIMING.code,
         value,
@@ -47,39 +52,94 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
     )
 
 
-def _until_read(block: list[ast.stmt], start: str, ctx: Context) -> list[ast.AST] | None:
-    """The code that runs between the clock's start and its first read, in program order.
+def _times_work(region: list[ast.AST], placed: set[str], ctx: Context) -> bool:
+    """The region runs device work and nothing in it waits for the device."""
+    calls = [sub for node in region for sub in ast.walk(node) if isinstance(sub, ast.Call)]
+    if any(_syncs(call, ctx) or _reads_back(call, placed) or _whole_run(call) for call in calls):
+        return False
+    return any(_uses(call, placed, ctx) for call in calls if call_name(call) not in _NOT_WORK)
+
+
+Found = tuple[list[ast.AST], list[ast.stmt]]
+
+
+def _until_read(block: list[ast.stmt], start: str, ctx: Context) -> Found | None:
+    """The code that runs between the clock's start and its first read, in program order, and
+    the statements after that read in its block.
 
     A loop whose body reads the clock first thing (``for batch in loader:
     data_time.update(time.time() - end)``) times only its header and the statements before
     that read on the first pass; later passes are timed from the loop's own restart of the
     clock. ``None`` when the block never reads the clock."""
     region: list[ast.AST] = []
-    for stmt in block:
+    for position, stmt in enumerate(block):
         if not (_reads_elapsed(stmt, start) or _reads_clock(stmt, ctx)):
             region.append(stmt)
             continue
         if isinstance(stmt, (ast.For, ast.AsyncFor)) and not _reads_clock(stmt.iter, ctx):
             inner = _until_read(stmt.body, start, ctx)
             if inner is not None:
-                return [*region, stmt.iter, *inner]
+                return [*region, stmt.iter, *inner[0]], inner[1]
         elif isinstance(stmt, ast.While) and not _reads_clock(stmt.test, ctx):
             inner = _until_read(stmt.body, start, ctx)
             if inner is not None:
-                return [*region, stmt.test, *inner]
+                return [*region, stmt.test, *inner[0]], inner[1]
         region.append(stmt)
-        return region  # the stop: `end = time.time()` or `time.time() - t0`
+        return region, block[position + 1 :]  # the stop: `end = time.time()` or `... - t0`
     return None
 
 
-_RUN_WORDS = ("train", "epoch", "evaluate", "fit", "validate")
+def _later_reads(rest: list[ast.stmt], start: str, ctx: Context) -> list[ast.AST]:
+    """The statements up to the last read of the same start before the clock restarts:
+    ``batch_time.update(time.time() - end)`` after ``data_time.update(time.time() - end)``
+    times the whole step, from the same ``end``."""
+    taken: list[ast.AST] = []
+    last = 0
+    for stmt in rest:
+        if _restarts(stmt, start, ctx):
+            break
+        taken.append(stmt)
+        if _reads_elapsed(stmt, start):
+            last = len(taken)
+    return taken[:last]
+
+
+def _restarts(stmt: ast.AST, start: str, ctx: Context) -> bool:
+    """``end = time.time()``: the clock starts again under the same name."""
+    return (
+        isinstance(stmt, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == start for t in stmt.targets)
+        and isinstance(stmt.value, ast.Call)
+        and _is_clock(stmt.value, ctx)
+    )
+
+
+# A whole run of steps (which reads results back as it goes: losses, each generated token for
+# its stop check), or a load of weights, whose copies from host memory the host waits for.
+_RUN_WORDS = (
+    "train",
+    "epoch",
+    "evaluate",
+    "fit",
+    "validate",
+    "generate",
+    "load_checkpoint",
+    "load_state",
+    "load_weights",
+    "load_model",
+)
 
 
 def _whole_run(call: ast.Call) -> bool:
-    """``train_one_epoch(...)``, ``evaluate(...)``: the clock times a whole run of steps, which
-    read their results back as they go; the total is wall time, not a kernel launch."""
-    name = call_name(call) or ""
-    return any(word in name.lower() for word in _RUN_WORDS)
+    """``train_one_epoch(...)``, ``evaluate(...)``, ``generate(model, prompt)``: the clock times
+    a whole run of steps, which read their results back as they go (a decoder reads each token
+    to check for a stop); ``load_checkpoint(...)`` copies from host memory, which the host waits
+    for. The total is wall time, not a kernel launch. A step (``train_step(batch)``) is not a
+    run."""
+    name = (call_name(call) or "").lower()
+    if "step" in name or "batch" in name:
+        return False  # `train_step(batch)`, `train_batch(x)`: one step's launches
+    return any(word in name for word in _RUN_WORDS)
 
 
 def _is_clock(call: ast.Call, ctx: Context) -> bool:
@@ -90,7 +150,16 @@ def _reads_clock(stmt: ast.AST, ctx: Context) -> bool:
     return any(isinstance(sub, ast.Call) and _is_clock(sub, ctx) for sub in ast.walk(stmt))
 
 
-def _reads_elapsed(stmt: ast.stmt, start: str) -> bool:
+def _limits(stop: ast.AST, start: str) -> bool:
+    """The first read compares the elapsed time with a limit (a time-out guard)."""
+    return any(
+        isinstance(sub, ast.Compare)
+        and any(_reads_elapsed(side, start) for side in [sub.left, *sub.comparators])
+        for sub in ast.walk(stop)
+    )
+
+
+def _reads_elapsed(stmt: ast.AST, start: str) -> bool:
     for sub in ast.walk(stmt):
         if (
             isinstance(sub, ast.BinOp)
@@ -110,6 +179,15 @@ def _syncs(call: ast.Call, ctx: Context) -> bool:
         return True  # a project's own helper: sync(), device_sync(), time_sync()
     qualname = ctx.call_qualname(call)
     return qualname is not None and "synchronize" in qualname
+
+
+def _reads_back(call: ast.Call, placed: set[str]) -> bool:
+    """``int(pred[0] == labels[i])``, ``float(loss)``: a cast of a value computed from a placed
+    tensor copies it to the host, which waits for the device's queued work."""
+    func = call.func
+    if not (isinstance(func, ast.Name) and func.id in _CASTS and len(call.args) == 1):
+        return False
+    return any(isinstance(n, ast.Name) and n.id in placed for n in ast.walk(call.args[0]))
 
 
 def _uses(call: ast.Call, placed: set[str], ctx: Context) -> bool:
@@ -140,8 +218,10 @@ def _uses(call: ast.Call, placed: set[str], ctx: Context) -> bool:
 def _device_names(scope: Scope, ctx: Context) -> set[str]:
     """Names this function binds to something it placed on an accelerator.
 
-    ``x = x.cuda()``, ``x = batch.to("cuda:0")``, ``y = torch.ones(3, device="cuda")``, and
-    modules moved in place (``model.cuda()``, ``model.to(device)`` as a statement).
+    ``x = x.cuda()``, ``x = batch.to("cuda:0")``, ``y = torch.ones(3, device="cuda")``, what a
+    call is told to build on or move to a device variable (``y = torch.ones(3, device=device)``,
+    ``batch = task.prepare_batch(batch, device=device)``), and modules moved in place
+    (``model.cuda()``, ``model.to(device)`` as a statement).
     """
     cached: set[str] | None = scope.cache.get("device-names")
     if cached is not None:
@@ -154,7 +234,7 @@ def _device_names(scope: Scope, ctx: Context) -> set[str]:
         elif isinstance(sub, ast.Expr) and isinstance(sub.value, ast.Call):
             call = sub.value
             if (
-                _places(call, ctx)
+                _places(call, ctx, told=False)
                 and isinstance(call.func, ast.Attribute)
                 and isinstance(call.func.value, ast.Name)
             ):
@@ -163,7 +243,10 @@ def _device_names(scope: Scope, ctx: Context) -> set[str]:
     return names
 
 
-def _places(call: ast.Call, ctx: Context) -> bool:
+def _places(call: ast.Call, ctx: Context, *, told: bool = True) -> bool:
+    """A move (``.cuda()``, ``.to(device)``), a call given an accelerator (``device="cuda"``),
+    or, with ``told``, one given a device variable (``device=device``) to build or put its
+    result on (as a statement, ``model.set_cache(device=d)`` does not move ``model``)."""
     name = call_name(call)
     if name == "cuda":
         return True
@@ -171,11 +254,9 @@ def _places(call: ast.Call, ctx: Context) -> bool:
         first = call.args[0] if call.args else None
         return not (isinstance(first, ast.Constant) and first.value == "cpu")
     device = getattr(keyword(call, "device"), "value", None)
-    return (
-        isinstance(device, ast.Constant)
-        and isinstance(device.value, str)
-        and DEVICE_STRING.fullmatch(device.value) is not None
-    )
+    if isinstance(device, ast.Constant):
+        return isinstance(device.value, str) and DEVICE_STRING.fullmatch(device.value) is not None
+    return told and device is not None and is_device_expr(device) and not _is_cpu(device)
 
 
 FAMILY = Family(
