@@ -218,8 +218,8 @@ def test_unknown_routes_models_versions_are_404(server: Running) -> None:
         ("/nope", "no route"),
         ("/v2/models/other", "unknown model: 'other'"),
         ("/v2/models/other/infer", "unknown model"),
-        ("/v2/models/seed-mlp/versions/7", "'seed-mlp' version '7' is not found"),
-        ("/v2/models/seed-mlp/versions/7/infer", "version '7' is not found"),
+        ("/v2/models/seed-mlp/versions/7", "'seed-mlp' version 7 is not found"),
+        ("/v2/models/seed-mlp/versions/7/infer", "version 7 is not found"),
         ("/v2/models/seed-mlp/bogus", "no route"),
         ("/v2/models/seed-mlp/versions", "missing version"),
     ]:

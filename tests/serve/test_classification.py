@@ -74,7 +74,9 @@ def test_classification_zero_asks_for_values_and_bool_has_no_classes() -> None:
     assert _decode([{"name": "output", "parameters": {"classification": 0}}]).outputs == (
         protocol.RequestedOutput("output", False),
     )
-    with pytest.raises(InputError, match="a BOOL output has no classes"):
+    with pytest.raises(
+        InputError, match="class result not available for output due to unsupported type 'BOOL'"
+    ):
         _decode([{"name": "mask", "parameters": {"classification": 1}}])
 
 

@@ -186,7 +186,7 @@ BAD_REQUESTS: list[tuple[str, bytes, dict[str, Any], str]] = [
     ("not json", b"{nope", {}, "not valid JSON"),
     ("json array", b"[1, 2]", {}, "JSON object"),
     ("no inputs", b"{}", {}, "needs 'inputs'"),
-    ("empty inputs", _json_body([]), {}, "needs 'inputs'"),
+    ("empty inputs", _json_body([]), {}, "missing required input(s) ['input']"),
     ("input not object", _json_body([5]), {}, "must be an object"),
     ("nameless input", _json_body([{"datatype": "FP32"}]), {}, "'name'"),
     ("unknown input", _json_body([seed_input(name="x")]), {}, "unexpected inference input 'x'"),

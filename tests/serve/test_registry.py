@@ -24,7 +24,7 @@ def test_lookup_by_name_and_version() -> None:
     assert registry.get("seed-mlp") is v10  # the latest, numerically
     assert registry.get("seed-mlp", "2") is v2
     assert [h.version for h in registry.versions("seed-mlp")] == ["1", "2", "10"]
-    with pytest.raises(ModelNotFoundError, match="'seed-mlp' version '3' is not found"):
+    with pytest.raises(ModelNotFoundError, match="'seed-mlp' version 3 is not found"):
         registry.get("seed-mlp", "3")
     with pytest.raises(
         ModelNotFoundError, match="unknown model: 'x' is not found; this server serves 'seed"

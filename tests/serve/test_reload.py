@@ -163,7 +163,8 @@ def test_three_models_reload_and_unload_under_load(server: ServerThread, reposit
     assert gone
     assert max(x.sent for x in served) < min(x.done for x in gone)
     assert (
-        "Request for unknown model: 'c' is not found; this server serves 'a', 'b'" in gone[-1].error
+        "Request for unknown model: 'c' has no available versions; this server serves 'a', 'b'"
+        in gone[-1].error
     )
     switch = len(old)
     first_404 = len(served)

@@ -27,6 +27,7 @@ import contextlib
 import functools
 import hmac
 import logging
+import re
 import time
 import zlib
 from collections.abc import Callable, Mapping
@@ -403,6 +404,14 @@ class App:
         try:
             body = _json_object(request.body)
         except InputError as exc:
+            deep = "depth limit" in str(exc)
+            if deep and rest == [b"index"] and _READY_NESTED.match(bytes(request.body[:256])):
+                # an array or object nested past what the parser reads: not a boolean either
+                return error_response(
+                    400,
+                    "Invalid value for 'ready': expected a boolean, got an array or object "
+                    "nested too deeply to read",
+                )
             return error_response(400, str(exc))
         if rest == [b"index"]:
             ready = body.get("ready", False)
@@ -436,7 +445,7 @@ class App:
             if action == b"unregister":
                 regions.cuda_unregister() if cuda else regions.unregister(name)
             elif cuda:
-                regions.cuda_register()
+                regions.cuda_register(name or "")
             else:
                 body = _json_object(request.body)
                 regions.register(name or "", body.get("key"), body.get("offset", 0),
@@ -453,7 +462,7 @@ class App:
     async def _control(self, name: str, load: bool, body: dict[str, Any]) -> Response:
         try:
             if load:
-                await self.control.load(name, inline_config(body))
+                await self.control.load(name, inline_config(body, name))
             else:
                 await self.control.unload(name)
         except ServeError as exc:
@@ -591,8 +600,9 @@ class App:
         raw_length = request.headers.get(b"inference-header-content-length")
         if raw_length is not None:
             if not raw_length.isdigit() or len(raw_length) > 18:
-                raise InputError(
-                    f"Inference-Header-Content-Length {_text(raw_length)!r} is not a number"
+                raise InputError(  # Triton's words first
+                    f"Unable to parse Inference-Header-Content-Length, got: {_text(raw_length)}; "
+                    "give the JSON header's length in bytes, a non-negative integer"
                 )
             header_length = int(raw_length)
         return protocol.decode_infer_request(
@@ -811,6 +821,10 @@ def _undecodable(name: str, exc: zlib.error) -> str:
     """Why a ``name`` body does not decompress, and what the coding must be."""
     which = "the gzip format (RFC 1952)" if name == "gzip" else "the zlib format (RFC 1950)"
     return f"the {name} body does not decompress ({exc}); Content-Encoding {name} is {which}"
+
+
+#: a repository index body whose ``ready`` is an array or an object
+_READY_NESTED = re.compile(rb'\s*\{\s*"ready"\s*:\s*[\[{]')
 
 
 def _json_object(body: bytes) -> dict[str, Any]:

@@ -19,7 +19,12 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CLASSIFIABLE", "classify", "serialize_bytes"]
+from torchplace.errors import InputError
+
+__all__ = ["CLASSIFIABLE", "MAX_CLASSIFIED", "classify", "serialize_bytes"]
+
+#: the most values a row may have to be ranked (Triton's limit: a larger output is refused)
+MAX_CLASSIFIED = 1_000_000
 
 #: the datatypes whose values rank classes (everything but BOOL)
 CLASSIFIABLE = frozenset(
@@ -34,6 +39,11 @@ def classify(
     """Each row's ``count`` top classes as ``value:index[:label]``, and the ``[rows, k]``
     shape of the answer (``k``: ``count``, or fewer when a row has fewer values)."""
     rows = array.reshape(len(array), -1)
+    if rows.shape[1] > MAX_CLASSIFIED:  # Triton's words first
+        raise InputError(
+            f"classification output tensor too large: {rows.shape[1]} values a row, at most "
+            f"{MAX_CLASSIFIED:,} can be ranked; ask for the output's values instead"
+        )
     k = min(count, rows.shape[1])
     order = np.argsort(-rows.astype(np.float64), axis=1, kind="stable")[:, :k]
     floats = datatype.startswith(("FP", "BF"))

@@ -275,14 +275,21 @@ def _http_flags(http: argparse._ArgumentGroup) -> None:
         dest="request_timeout_s",
         type=float,
         metavar="S",
-        help=f"seconds a request may take to arrive or to be answered (default {_D.request_timeout_s:g})",
+        help=(
+            "seconds a request (over gRPC: a call's request message) may take to arrive, or "
+            f"to be answered (default {_D.request_timeout_s:g})"
+        ),
     )
     http.add_argument(
         "--keepalive-timeout",
         dest="keepalive_timeout_s",
         type=float,
         metavar="S",
-        help=f"idle keep-alive connections close after this (default {_D.keepalive_timeout_s:g})",
+        help=(
+            "idle keep-alive connections close after this, and so do gRPC connections and "
+            "ModelStreamInfer streams with nothing in flight (default "
+            f"{_D.keepalive_timeout_s:g})"
+        ),
     )
     http.add_argument(
         "--drain-timeout",

@@ -40,13 +40,13 @@ from torchplace.serve.protocol import (
     _check_complete,
     _check_finite,
     _checked_shape,
-    _describe,
     _ModelWords,
     _same_rows,
     _unknown_input,
     _unknown_output,
     _write_output,
     check_output_room,
+    check_reserved,
     class_count,
     output_target,
     shared_memory_array,
@@ -137,11 +137,8 @@ def _decode_request(
     regions: SharedMemoryRegions,
 ) -> InferRequest:
     tensors = message.inputs
-    if not tensors:
-        raise InputError(
-            "request needs 'inputs', a non-empty array; the model takes "
-            + ", ".join(_describe(s) for s in inputs)
-        )
+    if not tensors:  # no inputs at all: Triton's count of what is missing
+        _check_complete(inputs, {})
     raw = message.raw_input_contents
     in_shm = [_shared(t.parameters) for t in tensors]
     if raw and len(raw) != in_shm.count(None):
@@ -230,8 +227,14 @@ def _typed_array(spec: TensorSpec, tensor: Any, shape: list[int], count: int) ->
     return converted
 
 
+#: the ``triton_`` parameters Triton's gRPC endpoint takes (``tritonclient``'s stream sends it
+#: with ``enable_empty_final_response``); every answer here is final, so it changes nothing
+_GRPC_TRITON_PARAMETERS = ("triton_enable_empty_final_response",)
+
+
 def _parameters(params: Mapping[str, Any]) -> tuple[int | None, int | None]:
     """The ``timeout`` (microseconds) and ``priority`` parameters of a request."""
+    check_reserved(params, _GRPC_TRITON_PARAMETERS)
     found: list[int | None] = []
     for key, meaning in (("timeout", "microseconds"), ("priority", "a level, 1 first")):
         if key not in params:

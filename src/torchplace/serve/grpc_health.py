@@ -20,6 +20,7 @@ import grpc
 
 from torchplace.errors import InputError
 from torchplace.serve.grpc_codec import parse_message, status_details
+from torchplace.serve.grpc_read import unary_stream_handler, unary_unary_handler
 from torchplace.serve.proto import health_pb2 as health
 
 __all__ = ["HEALTH", "NOT_SERVING", "SERVING", "health_handler"]
@@ -33,10 +34,13 @@ WATCH_INTERVAL_S = 0.25
 
 
 def health_handler(
-    status: Callable[[str], int | None], draining: Callable[[], bool]
+    status: Callable[[str], int | None],
+    draining: Callable[[], bool],
+    request_timeout_s: float = 30.0,
 ) -> grpc.GenericRpcHandler:
     """``Check`` and ``Watch`` over ``status(service)`` (SERVING, NOT_SERVING, or None for a
-    name it does not know); ``draining()`` ends the watches."""
+    name it does not know); ``draining()`` ends the watches; a request message that has not
+    arrived within ``request_timeout_s`` ends the call (:mod:`torchplace.serve.grpc_read`)."""
 
     async def check(data: bytes, context: Any) -> bytes:
         service = await _service(data, context)
@@ -66,8 +70,8 @@ def health_handler(
             await asyncio.sleep(WATCH_INTERVAL_S)
 
     methods: dict[str, grpc.RpcMethodHandler] = {
-        "Check": grpc.unary_unary_rpc_method_handler(check),
-        "Watch": grpc.unary_stream_rpc_method_handler(watch),
+        "Check": unary_unary_handler(check, request_timeout_s),
+        "Watch": unary_stream_handler(watch, request_timeout_s),
     }
     return grpc.method_handlers_generic_handler(HEALTH, methods)
 

@@ -74,6 +74,7 @@ from torchplace.serve.grpc_codec import (
     status_details,
 )
 from torchplace.serve.grpc_health import NOT_SERVING, SERVING, health_handler
+from torchplace.serve.grpc_read import unary_unary_handler
 from torchplace.serve.proto import grpc_service_pb2 as pb
 from torchplace.serve.proto import model_config_pb2 as config_pb
 from torchplace.serve.repository import inline_config, model_names
@@ -93,6 +94,8 @@ logger = logging.getLogger("torchplace.serve")
 SERVICE = "inference.GRPCInferenceService"
 #: put on a stream's answer queue when the drain starts; compared by identity only
 _DRAINING = bytes(bytearray(b"draining"))
+#: put on a stream's answer queue when it has been idle too long; compared by identity only
+_IDLE = bytes(bytearray(b"idle"))
 #: requests of one ModelStreamInfer stream in flight or answered but not yet sent
 STREAM_WINDOW = 128
 #: bytes of one stream's requests in flight and answers not yet sent, past which it is read no
@@ -100,6 +103,8 @@ STREAM_WINDOW = 128
 #: size, each answered with as much (an echoed id), would otherwise be held for a client that
 #: sends without reading
 STREAM_WINDOW_BYTES = 64 * 1024 * 1024
+#: calls gRPC core holds for the loop to take up before it starts cancelling them
+_MAX_PENDING_CALLS = 4096
 _STATUS: dict[int, grpc.StatusCode] = {
     400: grpc.StatusCode.INVALID_ARGUMENT,
     401: grpc.StatusCode.UNAUTHENTICATED,
@@ -186,9 +191,22 @@ class GrpcServer:
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", -1),
                 ("grpc.so_reuseport", 0),
+                # calls that arrived but that the loop has not taken up yet: past 1,000 (gRPC
+                # core's default) core cancels them at random (CANCELLED, no reason given), so a
+                # burst of 1,500 concurrent calls from one client lost one in seven; our own
+                # admission (--max-queue) answers overload with a reason instead
+                ("grpc.server.max_pending_requests", _MAX_PENDING_CALLS),
+                ("grpc.server.max_pending_requests_hard_limit", 3 * _MAX_PENDING_CALLS),
+                # a connection without a call for this long is closed (GOAWAY: a client's
+                # channel reconnects on its next call), as an idle HTTP connection is
+                # (in a C int: a longer timeout is about 24 days)
+                (
+                    "grpc.max_connection_idle_ms",
+                    int(min(max(self.config.keepalive_timeout_s * 1000, 1), 2**31 - 1)),
+                ),
             ]
         )
-        health = health_handler(self._health, lambda: self.draining)
+        health = health_handler(self._health, lambda: self.draining, self.config.request_timeout_s)
         server.add_generic_rpc_handlers((self._handlers(), health))
         try:
             bound = server.add_insecure_port(f"{host}:{port}")
@@ -262,11 +280,13 @@ class GrpcServer:
         }
         # requests arrive as bytes and are parsed in the RPC: a message that does not parse
         # is the client's error (INVALID_ARGUMENT), not grpcio's UNKNOWN
+        # and each request message must arrive within the request timeout (grpc_read)
+        timeout_s = self.config.request_timeout_s
         handlers = {
-            name: grpc.unary_unary_rpc_method_handler(self._guarded(fn, message, public))
+            name: unary_unary_handler(self._guarded(fn, message, public), timeout_s)
             for name, (fn, message, public) in rpcs.items()
         }
-        handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(self._model_infer)
+        handlers["ModelInfer"] = unary_unary_handler(self._model_infer, timeout_s)
         handlers["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
             self._model_stream_infer
         )
@@ -366,9 +386,11 @@ class GrpcServer:
     async def _repository_load(self, request: Any, context: Any) -> Any:
         parameters = {k: v.string_param for k, v in request.parameters.items()}
         try:
-            inline = inline_config({"parameters": parameters})
+            inline = inline_config({"parameters": parameters}, request.model_name)
         except ConfigError as exc:
             raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+        except ServeError as exc:  # a load Triton fails as an internal error
+            raise _Abort(status_code(exc), str(exc)) from None
         await self._control(self.control.load(request.model_name, inline))
         return pb.RepositoryModelLoadResponse()
 
@@ -403,7 +425,7 @@ class GrpcServer:
             return pb.CudaSharedMemoryStatusResponse()
 
         async def cuda_register(request: Any, context: Any) -> Any:
-            _shm_call(regions.cuda_register)
+            _shm_call(regions.cuda_register, request.name)
             return pb.CudaSharedMemoryRegisterResponse()
 
         async def cuda_unregister(request: Any, context: Any) -> Any:
@@ -451,7 +473,10 @@ class GrpcServer:
         request's as ``error_message``, and the stream goes on. At most :data:`STREAM_WINDOW`
         requests, and about :data:`STREAM_WINDOW_BYTES`, are in flight or unsent (the client
         is read no further meanwhile); requests still running when the stream ends are
-        withdrawn. When the server drains, the stream ends once its requests are answered."""
+        withdrawn. When the server drains, the stream ends once its requests are answered. A
+        stream with nothing in flight that receives no request for ``--keepalive-timeout`` (an
+        idle client, or one that stalled part-way through a message) ends with
+        ``DEADLINE_EXCEEDED``, as an idle HTTP connection is closed."""
         if self._token is not None:
             try:
                 self._check_auth(context)
@@ -467,6 +492,19 @@ class GrpcServer:
         held = [0]  # bytes of the requests in flight and of the answers not sent
         room = asyncio.Event()
         room.set()
+        loop = asyncio.get_running_loop()
+        idle_s = self.config.keepalive_timeout_s
+        last = [loop.time()]  # when a request last arrived or an answer was ready
+
+        def idle_check() -> None:
+            quiet = loop.time() - last[0]
+            if running or quiet < idle_s:
+                delay = idle_s if running else max(idle_s - quiet, 0.1)
+                timer[0] = loop.call_later(delay, idle_check)
+            else:
+                answers.put_nowait(_IDLE)  # answers not yet sent go first
+
+        timer = [loop.call_later(idle_s, idle_check)]
 
         def hold(size: int) -> None:
             held[0] += size
@@ -488,9 +526,11 @@ class GrpcServer:
             serialized = answer.SerializeToString()
             hold(len(serialized) - len(data))
             answers.put_nowait(serialized)
+            last[0] = loop.time()
 
         async def read() -> None:
             async for data in requests:
+                last[0] = loop.time()
                 await slots.acquire()
                 await room.wait()
                 hold(len(data))
@@ -505,6 +545,12 @@ class GrpcServer:
         self._streams.add(answers)
         try:
             while (answer := await answers.get()) is not None:
+                if answer is _IDLE:
+                    await context.abort(
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                        f"stream idle: no request for {idle_s:g} s and none in flight "
+                        "(--keepalive-timeout); start a new stream to send more",
+                    )
                 if answer is not _DRAINING:
                     yield answer
                     slots.release()
@@ -513,6 +559,7 @@ class GrpcServer:
                     return  # drained: every request answered, the client goes elsewhere
             await reader  # its error, if any, ends the stream
         finally:
+            timer[0].cancel()
             self._streams.discard(answers)
             for task in (reader, *running):
                 task.cancel()

@@ -16,8 +16,11 @@ What one connection can make the server hold is bounded: its waiting requests ho
 at most (then reading stops until they are answered), and while the transport's write buffer is
 over its high-water mark (a client that does not read its answers) no further request is handled
 and the connection is not read. A body arrives into one buffer however it is chunked.
-Answers go out in request order: a request that is refused (malformed, body over the limit) is
-answered after the requests before it, and then the connection closes.
+Answers go out in request order: a request that is refused (malformed, body over the limit, a
+version other than HTTP/1.1 and 1.0: 505) is answered after the requests before it, and then the
+connection closes. A chunk whose size line takes the body over the limit is refused at once.
+A client that shuts down its sending side after a request asking to close is still answered
+(see :meth:`_Connection.eof_received`); one that does so mid-request is told 400.
 
 Status lines and common headers are pre-encoded; a response is one ``transport.write``.
 """
@@ -136,19 +139,35 @@ def _unsent(transport: asyncio.BaseTransport) -> int:
     return int(unsent)
 
 
-def _malformed(data: bytes, exc: Exception) -> str:
+def _malformed(data: bytes, exc: Exception) -> Response:
+    """The 400 (or 505) for what the parser refused."""
     if data.startswith(b"PRI * HTTP/2"):
-        return (
+        return error_response(
+            400,
             "this port speaks HTTP/1.1, not HTTP/2 with prior knowledge; gRPC clients "
-            "connect to the gRPC port (--grpc-port)"
+            "connect to the gRPC port (--grpc-port)",
         )
-    return f"malformed HTTP request: {exc}"
+    if "HTTP version" in str(exc):
+        return _version_not_supported("the request line's HTTP version")
+    return error_response(400, f"malformed HTTP request: {exc}")
+
+
+def _version_not_supported(what: str) -> Response:
+    """505 (RFC 9110, 15.6.6) for a request line that is not HTTP/1.1 or HTTP/1.0."""
+    return error_response(
+        505,
+        f"{what} is not supported; send HTTP/1.1 (or HTTP/1.0) requests to this port "
+        "(HTTP/2 and gRPC clients connect to the gRPC port, --grpc-port)",
+    )
 
 
 class _Connection(asyncio.Protocol):
     __slots__ = (
         "_body",
         "_busy",
+        "_chunk_mark",
+        "_chunk_open",
+        "_chunked",
         "_current",
         "_expect_continue",
         "_final",
@@ -156,6 +175,7 @@ class _Connection(asyncio.Protocol):
         "_headers",
         "_in_trailers",
         "_last_active",
+        "_line_start",
         "_parser",
         "_paused_reading",
         "_pending",
@@ -189,7 +209,7 @@ class _Connection(asyncio.Protocol):
         self._final: Response | None = None  # the refusal to send once earlier answers are out
         self._pending: deque[Request] = deque()
         self._pending_bytes = 0  # the bodies of the requests in _pending
-        self._busy = False
+        self._busy: Request | None = None  # the request whose answer is being made
         self._current: asyncio.Future[Response] | None = None
         self._task_started = 0.0
         self._timed_out = False
@@ -203,6 +223,10 @@ class _Connection(asyncio.Protocol):
         #: an Upgrade request whose body the parser left unread: (request, bytes still due);
         #: the body gathers in ``_body`` meanwhile
         self._upgrade_body: tuple[Request, int] | None = None
+        self._chunked = False  # the request being read has a chunked body
+        self._chunk_open = False  # a chunk's size line was read in this data, not all its data
+        self._chunk_mark = 0  # the body's length before that chunk
+        self._line_start = b""  # the start of the last line of what was read (chunked only)
 
     # -- asyncio.Protocol ----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -226,6 +250,8 @@ class _Connection(asyncio.Protocol):
                 continue
             try:
                 self._parser.feed_data(data)
+                if self._chunked:
+                    self._track_chunks(data)
                 return
             except httptools.HttpParserUpgrade as exc:
                 # Upgrade (and CONNECT) are ignored (RFC 9110, 7.8): the request is answered
@@ -234,7 +260,7 @@ class _Connection(asyncio.Protocol):
                 data = data[exc.args[0] :]
             except httptools.HttpParserError as exc:
                 if not self._rejected:
-                    self._reject(error_response(400, _malformed(data, exc)))
+                    self._reject(_malformed(data, exc))
                 return
 
     def _read_upgrade_body(self, data: bytes) -> bytes:
@@ -252,6 +278,34 @@ class _Connection(asyncio.Protocol):
         self._reading_since = 0.0
         self._queue(request)
         return data[due:]
+
+    def eof_received(self) -> bool | None:
+        """The client closed its sending side. A FIN cannot tell a half-close
+        (``shutdown(SHUT_WR)``) from a client that closed and went away, so the last request
+        decides: if it asked to close the connection (``Connection: close``, HTTP/1.0 without
+        keep-alive), the client has said it sends nothing more and waits for its answers, which
+        are sent, then the connection closes; a FIN on a connection kept alive while an answer
+        is still due is the client going away (as nginx and Go take it), and its requests are
+        withdrawn, never computed. A request cut short is answered 400 either way."""
+        if self._rejected:  # a refusal waits for earlier answers, or the connection lingers
+            return True if self._final is not None else None
+        if self._reading_since or self._upgrade_body is not None:
+            if self._in_trailers or self._upgrade_body is not None:  # the headers were read
+                what = f"its body cut short after {len(self._body)} bytes"
+            else:
+                what = "its request line or headers cut short"
+            self._reject(
+                error_response(
+                    400,
+                    f"the client closed its side of the connection before the request was "
+                    f"complete ({what}); send the whole request before shutting down writing",
+                )
+            )
+            return True  # closed once the answer is out (see _linger)
+        last = self._pending[-1] if self._pending else self._busy
+        if last is None or last.keep_alive:
+            return None  # nothing to answer, or nobody waiting for it: close
+        return True  # the last answer closes the connection
 
     def pause_writing(self) -> None:
         """The client is not reading its answers: handle and read nothing more until it does."""
@@ -315,17 +369,31 @@ class _Connection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         self._in_trailers = True  # any field from now on is a trailer field
         headers = self._headers
+        # HTTP/1.1 keeps the connection by default, and only 1.1 does: any other version
+        # (llhttp also reads 0.9 and 2.0) says Connection: keep-alive or does not keep it
+        if b"connection" in headers or not self._parser.should_keep_alive():
+            self._check_version()
         length = headers.get(b"content-length")
         limit = self._server.max_body_bytes
         if length is not None and length.isdigit() and int(length) > limit:
             self._refuse(
-                413, f"request body of {int(length)} bytes is over the limit of {limit} bytes"
+                413,
+                f"request JSON size of {int(length)} bytes exceeds the maximum allowed input "
+                f"size of {limit} bytes (the request body, over --max-body-bytes); send less",
             )
         coding = headers.get(b"transfer-encoding")
         if coding is not None:
             self._check_transfer_coding(coding)
         if b"expect" in headers:
             self._continue(headers[b"expect"], length is not None and length != b"0")
+
+    def _check_version(self) -> None:
+        """HTTP/1.1 or 1.0; any other version is refused with 505 (RFC 9110, 15.6.6), not
+        answered as if it were 1.1."""
+        version = self._parser.get_http_version()
+        if version != "1.1" and version != "1.0":
+            self._reject(_version_not_supported(f"HTTP/{version}"))
+            raise httptools.HttpParserError("HTTP version not supported")
 
     def _refuse(self, status: int, message: str) -> None:
         """Refuse the request being parsed (see :meth:`_reject`) and stop parsing."""
@@ -347,6 +415,7 @@ class _Connection(asyncio.Protocol):
                 "with a Content-Length or Transfer-Encoding: chunked (for gzip, use "
                 "Content-Encoding: gzip)",
             )
+        self._chunked = True  # chunk sizes are checked against the limit as they are read
 
     def _continue(self, expect: bytes, has_body: bool) -> None:
         """``Expect: 100-continue``: say 100 now if the request is next to be answered, else
@@ -360,6 +429,45 @@ class _Connection(asyncio.Protocol):
             self._transport.write(_CONTINUE)
         else:
             self._expect_continue = True
+
+    def on_chunk_header(self) -> None:
+        self._chunk_open = True
+        self._chunk_mark = len(self._body)
+
+    def on_chunk_complete(self) -> None:
+        self._chunk_open = False
+
+    def _track_chunks(self, data: bytes) -> None:
+        """After ``data`` of a chunked body is parsed: a chunk whose size line came in it and
+        whose data has not all come yet is refused at once (413) if its size, which the parser
+        does not tell, takes the body over the limit, rather than waited for until the request
+        times out. The size line is the one ending where that chunk's data in ``data`` starts;
+        its start may have come in earlier data (``_line_start``)."""
+        if self._chunk_open:
+            self._chunk_open = False
+            got = len(self._body) - self._chunk_mark  # that chunk's data, all at the end
+            head = self._line_start + data[: len(data) - got]
+            line = head[head.rfind(b"\n", 0, len(head) - 1) + 1 :]
+            try:
+                size = int(line.split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                size = 0  # the parser read it; whatever it is, on_body still counts the bytes
+            limit = self._server.max_body_bytes
+            if self._chunk_mark + size > limit:
+                self._reject(
+                    error_response(
+                        413,
+                        f"chunked request body announces a chunk of {size} bytes after "
+                        f"{self._chunk_mark}: over the limit of {limit} bytes "
+                        "(--max-body-bytes); send less",
+                    )
+                )
+                return
+        end = data.rfind(b"\n")
+        if end >= 0:
+            self._line_start = data[end + 1 : end + 65]
+        elif len(self._line_start) < 64:
+            self._line_start += data[:64]
 
     def on_body(self, body: bytes) -> None:
         limit = self._server.max_body_bytes
@@ -379,6 +487,7 @@ class _Connection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         parser = self._parser
         self._expect_continue = False  # its body is here: no 100 for it any more
+        self._chunked = False
         host = self._headers.get(b"host")
         if host is None or b"," in host:
             self._check_host(host)
@@ -468,7 +577,7 @@ class _Connection(asyncio.Protocol):
                 self._server.in_flight -= 1
                 self._write(result, request)
                 continue
-            self._busy = True
+            self._busy = request
             self._timed_out = False
             self._task_started = time.monotonic()
             if not isinstance(result, asyncio.Future):
@@ -479,7 +588,7 @@ class _Connection(asyncio.Protocol):
             self._send_final()
 
     def _done(self, task: asyncio.Future[Response], *, request: Request) -> None:
-        self._busy = False
+        self._busy = None
         self._current = None
         self._server.in_flight -= 1
         if task.cancelled():

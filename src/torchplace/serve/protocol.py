@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -216,9 +216,10 @@ def _decode_request(
         json_part, binary = view, None
     else:
         if not 0 <= header_length <= len(view):
-            raise _fail(
-                f"Inference-Header-Content-Length {header_length} is outside the body of "
-                f"{len(view)} bytes; it must give the length of the JSON header"
+            raise _fail(  # Triton's words first
+                f"inference header size should be in range (0, {len(view)}), got: "
+                f"{header_length}; Inference-Header-Content-Length {header_length} is outside "
+                f"the body of {len(view)} bytes, it must give the length of the JSON header"
             )
         json_part, binary = view[:header_length], view[header_length:]
     try:
@@ -237,9 +238,13 @@ def _decode_request(
     binary_output, timeout_us, priority = _request_parameters(doc.get("parameters"))
     arrays, offset = _decode_inputs(doc.get("inputs"), inputs, binary, max_rows, allow_nan, regions)
     if binary is not None and offset != len(binary):
-        raise _fail(
-            f"the binary section has {len(binary)} bytes but the inputs' binary_data_size "
-            f"add up to {offset}; the sizes must match the data exactly"
+        have = len(binary)
+        raise _ModelWords(  # Triton's words first
+            lambda m: (
+                f"unexpected additional input data{_for(m)}: the binary section has {have} "
+                f"bytes but the inputs' binary_data_size add up to {offset}; the sizes must "
+                "match the data exactly"
+            )
         )
     rows = len(next(iter(arrays.values())))
     requested = _requested_outputs(doc.get("outputs"), outputs, binary_output, regions)
@@ -335,6 +340,7 @@ def _request_parameters(params: object) -> tuple[bool, int | None, int | None]:
         return False, None, None
     if not isinstance(params, dict):
         raise _fail(f"'parameters' must be an object, not {_kind_name(params)}")
+    check_reserved(params)
     flag = params.get("binary_data_output", False)
     if not isinstance(flag, bool):
         raise _fail("parameter 'binary_data_output' must be true or false")
@@ -349,6 +355,17 @@ def _request_parameters(params: object) -> tuple[bool, int | None, int | None]:
     return flag, found[0], found[1]
 
 
+def check_reserved(params: Iterable[str], allowed: Iterable[str] = ()) -> None:
+    """Refuse request parameters named with the ``triton_`` prefix, which Triton keeps for
+    itself (its parameters extension), in its words; ``allowed``: those it takes anyway."""
+    for key in params:
+        if isinstance(key, str) and key.startswith("triton_") and key not in allowed:
+            raise _fail(
+                "parameter keys starting with 'triton_' are reserved for Triton usage and "
+                f"should not be specified: {key!r}; give the custom parameter another name"
+            )
+
+
 def _decode_inputs(
     raw_inputs: object,
     inputs: Sequence[TensorSpec],
@@ -358,11 +375,13 @@ def _decode_inputs(
     regions: SharedMemoryRegions,
 ) -> tuple[dict[str, np.ndarray[Any, Any]], int]:
     """Every entry of ``inputs``, decoded and checked; the arrays and the binary offset."""
-    if not isinstance(raw_inputs, list) or not raw_inputs:
+    if not isinstance(raw_inputs, list):
         raise _fail(
             "request needs 'inputs', a non-empty array; the model takes "
             + ", ".join(_describe(s) for s in inputs)
         )
+    if not raw_inputs:  # no inputs at all: Triton's count of what is missing
+        _check_complete(inputs, {})
     specs = {s.name: s for s in inputs}
     arrays: dict[str, np.ndarray[Any, Any]] = {}
     offset = 0
@@ -401,15 +420,20 @@ def _check_complete(inputs: Sequence[TensorSpec], arrays: Mapping[str, object]) 
     """Every declared input was given."""
     missing = [s.name for s in inputs if s.name not in arrays]
     if missing:
-        given, lacking = list(arrays), missing
+        given, lacking = _names(arrays), _names(missing)
         takes = ", ".join(_describe(s) for s in inputs)
         raise _ModelWords(
             lambda m: (
-                f"expected {len(inputs)} inputs but got {len(given)} inputs{_for(m)}. "
+                f"expected {len(inputs)} inputs but got {len(arrays)} inputs{_for(m)}. "
                 f"Got input(s) {given}, but missing required input(s) {lacking}. Please provide "
-                f"all required input(s): {takes}"
+                f"all required input(s). The model takes {takes}"
             )
         )
+
+
+def _names(names: Iterable[str]) -> str:
+    """Tensor names as Triton lists them: ``['INPUT0','INPUT1']``."""
+    return "[" + ",".join(f"'{n}'" for n in names) + "]"
 
 
 def _describe(spec: TensorSpec) -> str:
@@ -585,9 +609,13 @@ def _binary_array(
         )
     length = _checked_size(spec, size, shape, count, field)
     if offset + length > len(binary):
-        raise _fail(
-            f"input {name!r}: binary data ends at byte {offset + length} but the binary "
-            f"section has only {len(binary)} bytes"
+        end, have = offset + length, len(binary)
+        raise _ModelWords(  # Triton's words first
+            lambda m: (
+                f"unexpected size for input {name!r}, expecting {end - have} additional bytes"
+                f"{_for(m)}: its binary data ends at byte {end} but the binary section has "
+                f"only {have} bytes"
+            )
         )
     array = np.frombuffer(binary[offset : offset + length], dtype=WIRE_DTYPES[spec.datatype])
     if spec.datatype == "BF16":
@@ -635,6 +663,30 @@ def shared_memory_array(
     return _binary_array(spec, view, 0, len(view), shape, count, "shared_memory_byte_size")
 
 
+#: Triton's limit on the nesting of an input's JSON ``data``: arrays at most 99 deep
+MAX_JSON_DEPTH = 100
+#: ``data`` nested deeper than this is first unwrapped of its singleton levels (numpy builds
+#: arrays of at most 32 dimensions in its 1.x releases, 64 in 2.x)
+_MAX_DIMS = 32
+
+
+def _unnested(name: str, data: list[Any]) -> list[Any]:
+    """``data`` (nested arrays), refused past Triton's depth limit, and with the singleton
+    levels of a deep nesting dropped (they hold no values: ``[[[1, 2]]]`` is ``[1, 2]``)."""
+    depth, inner = 0, data
+    while isinstance(inner, list) and inner and depth <= MAX_JSON_DEPTH:
+        inner, depth = inner[0], depth + 1
+    if depth >= MAX_JSON_DEPTH:  # Triton's words first
+        raise _fail(
+            f"JSON nesting depth exceeds maximum allowed limit ({MAX_JSON_DEPTH}): input "
+            f"{name!r} nests its 'data' {depth if depth <= MAX_JSON_DEPTH else 'over 100'} "
+            "arrays deep; send it flat, or nested as its shape"
+        )
+    while depth > _MAX_DIMS and len(data) == 1 and isinstance(data[0], list):
+        data, depth = data[0], depth - 1
+    return data
+
+
 def _json_array(
     spec: TensorSpec, data: object, shape: list[int], count: int
 ) -> np.ndarray[Any, Any]:
@@ -652,6 +704,8 @@ def _json_array(
             f"input {name!r}: shape {shape} needs {count} values but 'data' holds "
             f"{len(data)}{nested}"
         )
+    if data and isinstance(data[0], list):
+        data = _unnested(name, data)
     try:
         array = np.array(data)
     except (ValueError, TypeError, OverflowError):
@@ -763,6 +817,8 @@ def _requested_outputs(
         return None
     if not isinstance(raw, list):
         raise _fail(f"'outputs' must be an array of objects, not {_kind_name(raw)}")
+    if not raw:  # an empty array asks for nothing in particular: every output (as Triton)
+        return None
     known = {s.name: s.datatype for s in outputs}
     chosen: list[RequestedOutput] = []
     for entry in raw:
@@ -815,8 +871,11 @@ def class_count(name: str, datatype: str, value: object) -> int:
             f"output {name!r}: 'classification' must be a positive integer (the number of "
             f"top classes to answer), got {value!r}"
         )
-    if datatype not in CLASSIFIABLE:
-        raise _fail(f"output {name!r}: a {datatype} output has no classes to rank")
+    if datatype not in CLASSIFIABLE:  # Triton's words first
+        raise _fail(
+            f"class result not available for output due to unsupported type '{datatype}': "
+            f"output {name!r} has no classes to rank; ask for its values instead"
+        )
     return value
 
 

@@ -116,18 +116,26 @@ class Registry:
         versions = self._models.get(name)
         if not versions:
             known = ", ".join(repr(n) for n in self._models) or "none"
+            # Triton's words: a model it knows (unloaded, or its load failed) has no versions
+            why = "has no available versions" if self._known(name) else "is not found"
             raise ModelNotFoundError(
-                f"Request for unknown model: {name!r} is not found; this server serves {known}"
+                f"Request for unknown model: {name!r} {why}; this server serves {known}"
             )
         if not version:
             return next(reversed(versions.values()))  # kept in version order by publish
         handle = versions.get(version)
         if handle is None:
+            # a version unloaded or still loading is Triton's "not at ready state"
+            why = "is not at ready state" if (name, version) in self._states else "is not found"
             raise ModelNotFoundError(
-                f"Request for unknown model: {name!r} version {version!r} is not found; "
+                f"Request for unknown model: {name!r} version {version} {why}; "
                 "available: " + ", ".join(repr(v) for v in versions)
             )
         return handle
+
+    def _known(self, name: str) -> bool:
+        """Whether ``name`` was loaded, or its load tried, since the server started."""
+        return any(known == name for known, _ in self._states)
 
     def publish(self, name: str, handles: Sequence[ModelHandle]) -> list[ModelHandle]:
         """Make ``handles`` the versions of ``name`` in one step; returns the replaced ones."""

@@ -39,9 +39,11 @@ from torchplace.errors import (
 from torchplace.serve.memory import MemoryCheck, estimate
 from torchplace.serve.registry import ModelHandle, Registry
 from torchplace.serve.repository import (
+    POLL_FAILED,
     RENAMED,
     ModelDir,
     check_model_name,
+    load_failed,
     model_names,
     read_model,
 )
@@ -203,7 +205,7 @@ class ModelControl:
                 if root is not None and root.is_dir() and name in model_names(root):
                     self.registry.mark(name, "", "UNAVAILABLE", str(exc))
                 logger.error("model %s: %s", name, exc)
-                raise ModelLoadError(f"failed to load {name!r}: {exc}") from None
+                raise ModelLoadError(load_failed(name, exc)) from None
             fresh: list[ModelHandle] = []
             try:
                 for settings, where in recipes:
@@ -211,7 +213,7 @@ class ModelControl:
                     fresh.append(await self._build(settings, source=where))
             except BaseException as exc:
                 await self._failed(name, settings, fresh, exc)
-                raise self._load_error(exc, name) from None
+                raise self._load_error(exc, name, settings.get("model_version", "")) from None
             for handle in fresh:
                 if policy is not None:
                     handle.set_policy(policy)
@@ -233,7 +235,8 @@ class ModelControl:
         if name in self._recipes:
             return [(s, "command line") for s in self._recipes[name]], None
         raise ModelNotFoundError(
-            f"failed to load {name!r}: no model of that name; the repository holds "
+            f"failed to load {name!r}, {POLL_FAILED}: no model of that name; the repository "
+            "holds "
             + (", ".join(repr(n) for n in model_names(self.root)) if self.root else "nothing")
         )
 
@@ -241,18 +244,24 @@ class ModelControl:
         self, name: str, settings: Mapping[str, Any], fresh: list[ModelHandle], exc: BaseException
     ) -> None:
         version = str(settings.get("model_version", ""))
-        self.registry.mark(name, version, "UNAVAILABLE", str(self._load_error(exc, name)))
+        self.registry.mark(name, version, "UNAVAILABLE", str(self._load_error(exc, name, version)))
         logger.error("model %s version %s did not load: %s", name, version, exc)
         await self._retire(fresh)
         for handle in self.registry.versions(name):  # what served before still does
             self.registry.mark(name, handle.version, "READY")
 
     @staticmethod
-    def _load_error(exc: BaseException, name: str) -> ModelLoadError:
-        """The error a failed load answers (Triton's words first: 'failed to load')."""
+    def _load_error(exc: BaseException, name: str, version: object) -> ModelLoadError:
+        """The error a load answers when a version fails to build, in Triton's words: ``load
+        failed for model 'name': version V is at UNAVAILABLE state: why`` (a setting that does
+        not hold: ``failed to load 'name': why``, as for the configuration's other errors)."""
         why = str(exc) if isinstance(exc, TorchplaceError) else f"{type(exc).__name__}: {exc}"
         kind = type(exc) if isinstance(exc, ModelLoadError) else ModelLoadError
-        return kind(f"failed to load {name!r}: {why}")
+        if isinstance(exc, ConfigError):
+            return kind(load_failed(name, why))
+        return kind(
+            f"load failed for model {name!r}: version {version} is at UNAVAILABLE state: {why}"
+        )
 
     async def _retire(self, handles: list[ModelHandle]) -> None:
         await asyncio.gather(*(h.retire(self.config.drain_timeout_s) for h in handles))

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torchplace.errors import ConfigError
+from torchplace.errors import ConfigError, ModelLoadError
 from torchplace.models import EMBEDDED_MODELS
 from torchplace.serve.config import load_config_file
 from torchplace.serve.kserve import CONFIG_NAME as KSERVE_CONFIG
@@ -57,17 +57,22 @@ __all__ = [
     "CONFIG_NAME",
     "MAX_INLINE_REPLICAS",
     "MAX_NAME_BYTES",
+    "POLL_FAILED",
     "RENAMED",
     "ModelDir",
+    "RepositoryPollError",
     "VersionPolicy",
     "check_model_name",
     "inline_config",
+    "load_failed",
     "model_names",
     "read_model",
     "triton_settings",
 ]
 
 CONFIG_NAME = "config.toml"
+#: Triton's words for a load whose model could not be read from the repository
+POLL_FAILED = "failed to poll from model repository"
 #: ServeConfig fields that config.toml names otherwise (KServe's torchplace.toml uses ours)
 RENAMED = {"model": "source", "replicas_per_device": "replicas"}
 _WEIGHTS = (".safetensors", ".pt", ".pth")
@@ -170,11 +175,31 @@ MAX_INLINE_REPLICAS = 64
 MAX_NAME_BYTES = 255
 
 
+class RepositoryPollError(ModelLoadError):
+    """A load whose files could not be laid out, as Triton answers it: an internal error
+    (HTTP 500, gRPC ``INTERNAL``) whose message starts ``failed to poll from model
+    repository``."""
+
+    status = 500
+
+
 def check_model_name(name: str) -> None:
-    """Refuse (ConfigError) a name that cannot be one directory of the repository."""
-    bad = name in ("", ".", "..") or any(c in name for c in "/\\\0")
+    """Refuse (ConfigError) a name that cannot be one directory of the repository (Triton's
+    words first for an empty name and for one that climbs out of it)."""
+    shown = name if len(name) <= 80 else f"{name[:80]}... ({len(name)} characters)"
+    if not name.strip():
+        raise ConfigError(
+            f"Model name cannot be empty. Please enter a valid name to deploy. ({shown!r} "
+            "is not a directory name of the repository; give the name of one of its model "
+            "directories)"
+        )
+    if name.strip() == ".." or any(c in name for c in "/\\"):
+        raise ConfigError(
+            f"model name must not contain path traversal characters: {shown!r} is not a "
+            "directory name of the repository; give the name of one of its model directories"
+        )
+    bad = name == "." or "\0" in name
     if bad or len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
-        shown = name if len(name) <= 80 else f"{name[:80]}... ({len(name)} characters)"
         raise ConfigError(
             f"model name {shown!r} is not a directory name of the repository; give the name "
             f"of one of its model directories (at most {MAX_NAME_BYTES} bytes)"
@@ -198,7 +223,8 @@ def _read_model(root: Path, name: str, inline: Mapping[str, Any] | None) -> Mode
     config_file = directory / CONFIG_NAME
     if not directory.is_dir():
         raise ConfigError(
-            f"model {name!r} is not in the repository {str(root)!r}; create {str(directory)!r} "
+            f"{POLL_FAILED}: model {name!r} is not in the repository "
+            f"{str(root)!r}; create {str(directory)!r} "
             f"with a {CONFIG_NAME} and a version directory such as 1/"
         )
     data: dict[str, Any] = {}
@@ -410,18 +436,46 @@ def _integer(value: object, where: str) -> int:
     return number
 
 
-def inline_config(body: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The inline config of a load request's body (``parameters.config``), or None."""
+def load_failed(name: str, why: object) -> str:
+    """The message of a failed load of ``name``, as Triton's start: ``failed to load 'name',
+    failed to poll from model repository`` when the repository did not give the model (no such
+    directory, files it cannot take), else ``failed to load 'name': why``."""
+    text = str(why)
+    joint = ", " if text.startswith(POLL_FAILED) else ": "
+    return f"failed to load {name!r}{joint}{text}"
+
+
+def inline_config(body: Mapping[str, Any], model: str | None = None) -> dict[str, Any] | None:
+    """The inline config of a load request's body (``parameters.config``), or None. With
+    ``model``, an error names the load as Triton's do (``failed to load 'name': ...``)."""
+    if model is None:
+        return _inline_config(body)
+    try:
+        return _inline_config(body)
+    except (ConfigError, RepositoryPollError) as exc:
+        raise type(exc)(load_failed(model, exc)) from None
+
+
+def _inline_config(body: Mapping[str, Any]) -> dict[str, Any] | None:
     parameters = body.get("parameters")
     if parameters is None:
         return None
     if not isinstance(parameters, Mapping):
         raise ConfigError("the load request's 'parameters' must be an object")
     files = [k for k in parameters if isinstance(k, str) and k.startswith("file:")]
+    too_long = [k for k in files if any(len(p.encode()) > MAX_NAME_BYTES for p in k[5:].split("/"))]
+    if too_long:  # a path no file system takes: Triton fails its poll (500, gRPC INTERNAL)
+        shown = too_long[0] if len(too_long[0]) <= 80 else f"{too_long[0][:80]}..."
+        raise RepositoryPollError(
+            f"{POLL_FAILED}: load parameter {shown!r} names a path "
+            f"component over {MAX_NAME_BYTES} bytes; model files sent with a load request are "
+            "not supported anyway: put them in the model's directory of the repository"
+        )
     if files:
         raise ConfigError(
-            f"load parameters {', '.join(files)}: model files sent with a load request are "
-            "not supported; put them in the model's directory of the repository and load it"
+            f"{POLL_FAILED}: load parameters {', '.join(files)}: model "
+            "files sent with a load request are not supported; put them in the model's "
+            "directory of the repository and load it"
         )
     text = parameters.get("config")
     if text is None:

@@ -40,7 +40,15 @@ from torchplace.errors import (
     SharedMemoryNotFoundError,
 )
 
-__all__ = ["CUDA_REFUSED", "MAX_REGIONS", "Region", "SharedMemoryRegions", "Target"]
+__all__ = [
+    "CUDA_REFUSED",
+    "MAX_REGIONS",
+    "RESERVED_PREFIX",
+    "Region",
+    "SharedMemoryOpenError",
+    "SharedMemoryRegions",
+    "Target",
+]
 
 _T = TypeVar("_T")
 #: where POSIX shared-memory objects live on Linux (what ``shm_open`` opens)
@@ -52,6 +60,15 @@ CUDA_REFUSED = (
     "CUDA shared memory is not supported by this server; register system shared memory "
     "(/v2/systemsharedmemory) or send the tensor data in the request"
 )
+#: keys Triton keeps for its Python backend's own regions, refused as Triton refuses them
+RESERVED_PREFIX = "triton_python_backend_shm_region_"
+
+
+class SharedMemoryOpenError(SharedMemoryError):
+    """The object a registration names cannot be opened: Triton answers it as an internal
+    error (gRPC ``INTERNAL``, HTTP 500), and its clients' tests match on that."""
+
+    status = 500
 
 
 @dataclass(eq=False)
@@ -236,10 +253,12 @@ class SharedMemoryRegions:
             )
         return []
 
-    def cuda_register(self) -> None:
-        """Refused: see :data:`CUDA_REFUSED`."""
+    def cuda_register(self, name: str = "") -> None:
+        """Refused (Triton's words first): see :data:`CUDA_REFUSED`."""
         self._check_allowed()
-        raise SharedMemoryError(CUDA_REFUSED)
+        raise SharedMemoryError(
+            f"failed to register shared memory region '{name}': invalid args; {CUDA_REFUSED}"
+        )
 
     def cuda_unregister(self) -> None:
         """Nothing to unregister (refused like the system regions' when disabled)."""
@@ -271,6 +290,12 @@ class SharedMemoryRegions:
                 f"cannot register shared memory region '{name}' - invalid shm key {key!r}; "
                 "give the key the object was created with, such as '/input_data'"
             )
+        if bare.startswith(RESERVED_PREFIX):
+            raise SharedMemoryError(
+                f"cannot register shared memory region '{name}' with key '{key}' as the key "
+                f"contains the reserved prefix '{RESERVED_PREFIX}'; create the object under "
+                "another key"
+            )
         return self._root / bare
 
     @staticmethod
@@ -279,7 +304,7 @@ class SharedMemoryRegions:
         try:
             fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC)
         except OSError as exc:
-            raise SharedMemoryError(  # the key as sent, as Triton says it
+            raise SharedMemoryOpenError(  # the key as sent, as Triton says it
                 f"Unable to open shared memory region: '{key}' ({exc.strerror}); create "
                 "it before registering it (tritonclient.utils.shared_memory does)"
             ) from None

@@ -111,6 +111,7 @@ class InferStatistics:
             "inference_count": inferences,
             "execution_count": executions,
             "inference_stats": inference_stats,
+            "response_stats": {},  # per response of a decoupled model: none here
             "batch_stats": [
                 {
                     "batch_size": size,
