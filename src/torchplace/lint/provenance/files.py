@@ -48,6 +48,7 @@ class FileFacts:
         self._per_batch: dict[int, PerBatch | None] = {}
         self._self_attrs: dict[int, dict[str, Fact]] = {}
         self._returns_host: dict[str, bool] = {}
+        self._returns_device: dict[str, Fact | None] = {}
         self._returns_args: dict[tuple[int, frozenset[str]], bool] = {}
         self._moves: dict[int, bool] = {}
         # names bound to new instances of a class, by (class, import path): see callers
@@ -203,6 +204,28 @@ class FileFacts:
             values = [r.value for r in returns if r.value is not None]
             result = bool(values) and all(_plainly_host(v) for v in values)
         self._returns_host[name] = result
+        return result
+
+    def returns_device(self, name: str) -> Fact | None:
+        """The one function of this file by that name whose every ``return`` hands back a
+        device value it makes itself (``model = Net().cuda()``, then ``return model``)."""
+        if name in self._returns_device:
+            return self._returns_device[name]
+        self._returns_device[name] = None  # recursion: assume it does not
+        defs = self.defs.get(name, [])
+        if len(defs) != 1:
+            return None
+        node = defs[0]
+        returns = [r for r in _own_nodes(node.body) if isinstance(r, ast.Return)]
+        values = [r.value for r in returns if r.value is not None]
+        if not values or len(values) != len(returns):
+            return None
+        found = [self.fact(value, node) for value in values]
+        first = found[0]
+        if first is None or not all(f is not None and f.on_device for f in found):
+            return None
+        result = Fact("device", f"{name}(...)", first.move, first.name)
+        self._returns_device[name] = result
         return result
 
     def callees(

@@ -35,6 +35,7 @@ from torchplace.lint.provenance.values import (
     _ran,
     _short,
     _target_names,
+    cpu_names,
     moved_in_place,
     moves_to_device,
 )
@@ -51,7 +52,7 @@ Lookup = Callable[[str], "Fact | None"]
 class Flow:
     """Facts of one scope's names: ``bindings[name]`` lists ``(line, fact)`` in source order."""
 
-    __slots__ = ("apart", "bindings", "facts", "loops", "node", "seeds", "state")
+    __slots__ = ("apart", "bindings", "cpu", "facts", "loops", "node", "seeds", "state")
 
     def __init__(self, facts: FileFacts, node: ast.AST, seeds: dict[str, Fact]) -> None:
         self.facts = facts
@@ -64,6 +65,14 @@ class Flow:
         # `(first, last)` lines of each loop: a binding late in its body reaches the next step
         # (a set: a loop's body is walked twice, and so are the loops nested in it)
         self.loops: set[tuple[int, int]] = set()
+        # names the scope binds only to the CPU: `eval_device = "cpu"`
+        self.cpu = cpu_names(node)
+
+    def to_cpu(self, call: ast.Call) -> bool:
+        """``.to("cpu")``, ``.to(cpu_device)``, or ``.to(eval_device)`` where the scope binds
+        ``eval_device`` only to ``"cpu"``."""
+        target = _device_target(call)
+        return _is_cpu(target) or (isinstance(target, ast.Name) and target.id in self.cpu)
 
     # -- the in-order pass ------------------------------------------------------------------
     def run(self) -> None:
@@ -129,7 +138,7 @@ class Flow:
                 and _is_move_call(call)
                 and moves_to_device(call, self.facts.qualname)
                 and dotted_name(func.value) is not None
-                and not _is_cpu(_device_target(call))
+                and not self.to_cpu(call)
             ):
                 self.bind(func.value, self.facts.move_fact(call, func.value), node.lineno, call)
         elif isinstance(node, (ast.For, ast.AsyncFor)):
@@ -367,7 +376,7 @@ class Flow:
         if isinstance(func, ast.Attribute):
             method = func.attr
             if _is_move_call(node):
-                if _is_cpu(_device_target(node)):
+                if self.to_cpu(node):
                     return Fact("host", _short(facts.segment(node)))
                 if moves_to_device(node, facts.qualname):
                     return facts.move_fact(node, func.value)
@@ -405,6 +414,9 @@ class Flow:
                 return Fact("device", _short(facts.segment(node)), _ran(called), called.name)
             if facts.returns_host(name):  # also when device values go in (``-> int``)
                 return Fact("host", name)
+            made = facts.returns_device(name)
+            if made is not None:  # `model = load_model(cfg)`, which returns `Net().cuda()`
+                return made
             arg_facts = [self.eval(arg, lookup) for arg in args]
             found = _any_device(arg_facts)
             if found is not None and found.on_device:

@@ -25,6 +25,7 @@ from torchplace.lint.provenance.values import (
     moved_in_place,
     moves_to_device,
 )
+from torchplace.lint.resolver import dotted_name
 
 if TYPE_CHECKING:
     from torchplace.lint.provenance.files import FileFacts
@@ -449,7 +450,8 @@ def rare_test(test: ast.expr) -> bool:
         if isinstance(right, ast.Constant) and isinstance(right.value, int):
             op = test.ops[0]
             if isinstance(op, ast.Eq) or (isinstance(op, (ast.Lt, ast.LtE)) and right.value <= 100):
-                return not isinstance(test.left, ast.Call)  # `len(x) == 0` tests data
+                # `len(x) == 0` tests data; `rank == 0` holds on every step of the main process
+                return not isinstance(test.left, ast.Call) and not _names_rank(test.left)
     for sub in ast.walk(test):
         if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Mod):
             return True
@@ -457,6 +459,12 @@ def rare_test(test: ast.expr) -> bool:
         if text and _names_logging(text):
             return True
     return False
+
+
+def _names_rank(node: ast.expr) -> bool:
+    """``rank``, ``args.local_rank``, ``self.global_rank``: which process this is."""
+    name = dotted_name(node)
+    return name is not None and "rank" in name.rsplit(".", 1)[-1].lower().split("_")
 
 
 def branch_trains(branch: ast.If) -> bool:

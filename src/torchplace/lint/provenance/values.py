@@ -11,6 +11,7 @@ import ast
 from dataclasses import dataclass
 from typing import Literal
 
+from torchplace.lint.base import walk_body
 from torchplace.lint.resolver import dotted_name
 
 __all__ = [
@@ -214,6 +215,39 @@ def _is_cpu(node: ast.expr | None) -> bool:
         return False
     words = text.rsplit(".", 1)[-1].lower().split("_")
     return "cpu" in words and not {"gpu", "cuda", "or", "if"} & set(words)
+
+
+def cpu_names(node: ast.AST) -> frozenset[str]:
+    """Names a function binds only to the CPU (``eval_device = "cpu"``, never rebound, not a
+    parameter): ``x.to(eval_device)`` is then a copy to the host, as ``x.to("cpu")`` is."""
+    values: dict[str, list[ast.expr | None]] = {}
+    for sub in walk_body(getattr(node, "body", [])):
+        if isinstance(sub, ast.Assign) and len(sub.targets) == 1:
+            target = sub.targets[0]
+            if isinstance(target, ast.Name):
+                values.setdefault(target.id, []).append(sub.value)
+                continue
+        if isinstance(sub, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For, ast.withitem)):
+            for name in _bound_names(sub):
+                values.setdefault(name, []).append(None)
+    args = getattr(node, "args", None)
+    params = {a.arg for a in ast.walk(args) if isinstance(a, ast.arg)} if args else set()
+    return frozenset(
+        name
+        for name, found in values.items()
+        if name not in params and all(v is not None and _is_cpu(v) for v in found)
+    )
+
+
+def _bound_names(node: ast.AST) -> set[str]:
+    targets: list[ast.expr] = []
+    if isinstance(node, ast.Assign):
+        targets = node.targets
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For)):
+        targets = [node.target]
+    elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+        targets = [node.optional_vars]
+    return {sub.id for target in targets for sub in ast.walk(target) if isinstance(sub, ast.Name)}
 
 
 def is_device_expr(node: ast.expr) -> bool:

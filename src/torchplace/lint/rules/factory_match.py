@@ -146,8 +146,66 @@ def _placed(scope: Scope, ctx: Context) -> set[str]:
                 name = dotted_name(sub.targets[0])
                 if name is not None:
                     found.add(name)
+        found |= _submodule_outputs(scope)
     scope.cache["tpl103-placed"] = found
     return found
+
+
+# Reads that turn a tensor into host data: what they give is not on the module's device.
+_HOST_READS = frozenset({"item", "tolist", "cpu", "numpy", "size", "dim", "len", "int", "float"})
+
+
+def _submodule_outputs(scope: Scope) -> set[str]:
+    """In a method of an ``nn.Module``, names bound to what one of its ``torch.nn`` layers
+    gives (``logits = self.net(x)``) and to tensor ops of those (``p = logits.softmax(-1)``):
+    they live where the module lives, as a moved tensor does."""
+    cls = scope.cls
+    if cls is None or not cls.is_module_class or scope.name == "__init__":
+        return set()
+    layers = _torch_layers(cls)
+    found: set[str] = set()
+    for sub in sorted(_own_nodes(scope), key=lambda n: getattr(n, "lineno", 0)):
+        if not (
+            isinstance(sub, ast.Assign)
+            and len(sub.targets) == 1
+            and isinstance(sub.targets[0], ast.Name)
+        ):
+            continue
+        value = sub.value
+        runs = (
+            isinstance(value, ast.Call)
+            and (dotted_name(value.func) or "").removeprefix("self.") in layers
+        )
+        if runs or (_names(value) & found and not _host_read(value)):
+            found.add(sub.targets[0].id)
+    return found
+
+
+def _torch_layers(cls: Scope) -> set[str]:
+    """Attributes ``__init__`` binds to a ``torch.nn`` layer (``self.net = nn.Sequential(...)``)."""
+    layers: set[str] = set()
+    for item in getattr(cls.node, "body", []):
+        if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+            for sub in ast.walk(item):
+                if (
+                    isinstance(sub, ast.Assign)
+                    and len(sub.targets) == 1
+                    and isinstance(sub.value, ast.Call)
+                    and (dotted_name(sub.value.func) or "").startswith(("nn.", "torch.nn."))
+                ):
+                    name = dotted_name(sub.targets[0]) or ""
+                    if name.startswith("self."):
+                        layers.add(name.removeprefix("self."))
+    return layers
+
+
+def _names(node: ast.expr) -> set[str]:
+    return {sub.id for sub in ast.walk(node) if isinstance(sub, ast.Name)}
+
+
+def _host_read(node: ast.expr) -> bool:
+    """``x.item()``, ``int(x)``, ``len(x)``: the value itself is read back to the host."""
+    return isinstance(node, ast.Call) and (call_name(node) or "") in _HOST_READS
 
 
 def _moved(value: ast.expr) -> bool:

@@ -240,13 +240,26 @@ def _fallback_path(ctx: Context) -> bool:
     for parent in ctx.parents:
         if isinstance(parent, ast.ExceptHandler):
             return True
-        if isinstance(parent, ast.If) and any(
-            (isinstance(sub, ast.Attribute) and sub.attr == "type")
-            or (isinstance(sub, ast.Constant) and sub.value in {"cpu", "cuda"})
-            for sub in ast.walk(parent.test)
-        ):
+        if isinstance(parent, ast.If) and _device_type_test(parent.test, ctx):
             return True
     return False
+
+
+def _device_type_test(test: ast.expr, ctx: Context, follow: bool = True) -> bool:
+    """``device.type == "cpu"``, ``x.device.type == "mps"``, or a name the function binds
+    only to such a test (``is_mps = x.device.type == "mps"``, then ``if is_mps:``)."""
+    for sub in ast.walk(test):
+        if (isinstance(sub, ast.Attribute) and sub.attr == "type") or (
+            isinstance(sub, ast.Constant) and sub.value in {"cpu", "cuda"}
+        ):
+            return True
+    if not follow or not isinstance(test, ast.Name):
+        return False
+    scope = ctx.function_scope()
+    values = ctx.scope_bindings(scope).get(test.id, []) if scope is not None else []
+    return bool(values) and all(
+        value is not None and _device_type_test(value, ctx, follow=False) for value in values
+    )
 
 
 # Words of a name for the distributed mode of a script (`args.distributed`, `enable_fsdp`).

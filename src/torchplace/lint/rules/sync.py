@@ -37,6 +37,10 @@ SYNCHRONIZE_IN_LOOP = Rule(
 
 _READS = frozenset({"item", "tolist", "cpu", "numpy"})
 _CASTS = frozenset({"float", "int", "bool"})
+# `math` functions convert a tensor argument with `float()`: a host read like the casts.
+_MATH_READS = frozenset(
+    f"math.{name}" for name in ("isnan", "isinf", "isfinite", "sqrt", "log", "exp", "floor", "ceil")
+)
 _PRINTS = frozenset({"print"})
 _COMPS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 _BULK = frozenset({"cpu", "numpy", "tolist"})
@@ -92,6 +96,11 @@ def _call(call: ast.Call, ctx: Context) -> None:
         arg = call.args[0]
         if not _is_read(arg) and ctx.qualname(func) is None:
             _check(call, arg, f"`{func.id}()`", ctx, explicit=False)
+        return
+    if len(call.args) == 1 and ctx.call_qualname(call) in _MATH_READS:
+        arg = call.args[0]
+        if not _is_read(arg):
+            _check(call, arg, f"`{ctx.segment(func)}()`", ctx, explicit=False)
         return
     if (isinstance(func, ast.Name) and func.id in _PRINTS) or (
         isinstance(func, ast.Attribute) and func.attr == "format" and call.args
@@ -945,6 +954,10 @@ FAMILY = Family(
         # builtins, preceded by what can stand before them (not `call(`, `print(`, `hint(`)
         *(f"{lead}{name}(" for lead in " (=[" for name in ("float", "int", "bool", "all", "any")),
         "print(",
+        "math.",
+        "isnan(",
+        "isinf(",
+        "isfinite(",
         ".format(",
         '" %',  # `%` formatting: `"%g" % x`, `("%g" * 3) % (...)`
         "' %",
