@@ -1,11 +1,13 @@
 """The planner's activation peak against the peak of a real run, and the planner's own cost.
 
-For each model and batch size the planner traces the forward on ``meta`` and estimates the
-activation peak of one device (``Trace.peak()``: the most bytes alive at once, inputs
+For each model and batch size the planner traces the forward on ``meta`` (as the measuring
+device's kernels run: ``torchplace.planner.fused.kernels``) and estimates the activation peak
+of one device (``Trace.peak()``: the most bytes alive at once, inputs
 excluded). The real model then runs the same forward:
 
 * on the CPU, under torch's profiler with ``profile_memory=True``: the CPU allocator's own
-  allocation and free events, summed in time order (independent of the planner's tracker);
+  allocation and free events, summed in time order (independent of the planner's tracker;
+  each event at its own time, so a fused operator's temporaries count);
 * on CUDA (``--device cuda:0``), as ``torch.cuda.max_memory_allocated()`` less the memory
   allocated before the forward, after a warm-up run.
 
@@ -58,10 +60,24 @@ def measured_peak(module: Any, inputs: list[Any], device: str) -> int:
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
             out = module(*inputs)
             del out
+    return _allocator_peak(prof)
+
+
+def _allocator_peak(prof: Any) -> int:
+    """The most bytes the CPU allocator held at once: its allocation and free events (each
+    with its own time, wherever it happened: a fused operator's temporaries, freed by the
+    operator that made them or by its caller) summed in time order."""
+    from torch._C._profiler import _EventType
+
+    events: list[tuple[int, int]] = []
+    stack = list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        event = stack.pop()
+        stack.extend(event.children)
+        if event.tag == _EventType.Allocation:
+            events.append((event.start_time_ns, event.extra_fields.alloc_size))
     live = peak = 0
-    for event in sorted(prof.events(), key=lambda e: e.time_range.start):
-        # an operator's own allocations net of its frees; "[memory]" rows are frees outside one
-        change = event.cpu_memory_usage if event.name == "[memory]" else event.self_cpu_memory_usage
+    for _, change in sorted(events):
         live += change
         peak = max(peak, live)
     return peak
@@ -71,11 +87,14 @@ def accuracy(
     device: str, cases: list[tuple[str, list[int], int | None]], tolerance: float
 ) -> list[dict[str, Any]]:
     from torchplace.planner.api import plan
+    from torchplace.planner.fused import kernels
     from torchplace.planner.inputs import load_plan_model
 
     rows = []
     for name, batches, seq in cases:
-        p = plan(name, batch_sizes=batches, seq=seq, assume="1xH200", strategy="replicate")
+        # traced as the measuring device's kernels run (they differ for fused attention)
+        with kernels("cpu" if device == "cpu" else "cuda"):
+            p = plan(name, batch_sizes=batches, seq=seq, assume="1xH200", strategy="replicate")
         real = load_plan_model(name, device="cpu")
         module = real.module.to(device)
         for b in batches:

@@ -205,12 +205,22 @@ def test_a_factory_that_fails_is_a_one_line_error(
     assert "Traceback" not in err
 
 
-def test_a_forward_that_raises_is_a_one_line_error(
+def test_a_forward_that_raises_is_a_one_line_usage_error(
     factories: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["plan", "--model", f"{factories}:bad_forward", "--input", "x:FP32:-1,8"]) == 1
+    assert main(["plan", "--model", f"{factories}:bad_forward", "--input", "x:FP32:-1,8"]) == 2
     err = capsys.readouterr().err
     assert "its forward raised ValueError: forward boom" in err
+
+
+def test_a_forward_needing_a_non_tensor_argument_names_the_fix(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["plan", "--model", "tests.planner.toy:make_needs_flag"]) == 2
+    err = capsys.readouterr().err
+    assert "missing 1 required positional argument: 'flag'" in err
+    assert "give a non-tensor argument (an int or bool flag) a default" in err
+    assert "Traceback" not in err
 
 
 @pytest.mark.parametrize(

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import torch
 
+from tests.planner.conftest import toy_plan
 from tests.planner.toy import Toy
 from torchplace.planner.crossings import flow
 from torchplace.planner.strategies import Placement
@@ -55,3 +59,18 @@ def test_each_device_holds_its_copies_while_the_original_lives() -> None:
     # d0: mask, hidden, lin out, product; d1: the two copies, lin out, product.
     assert activation_peak(f.spans["d0"]) == 4 * ROW
     assert activation_peak(f.spans["d1"]) == 4 * ROW
+
+
+def test_a_weight_read_away_from_its_device_is_a_copy(tmp_path: Path) -> None:
+    """Top-level parameters on two devices: the model's code multiplies them where it runs
+    (cuda:0), and a block on cuda:1 takes one as an argument; each read elsewhere is a copy."""
+    path = tmp_path / "map.json"
+    path.write_text(json.dumps({"pos": 0, "scale": 1, "a": 0, "b": 1}))
+    p = toy_plan("make_shared_position", map_file=path)
+    row = 8 * F32  # one (1, 8) float32 parameter
+    weights = [(c.src, c.dst, c.producer, c.consumer, c.total) for c in p.flow.crossings]
+    assert ("cuda:1", "cuda:0", "scale", GLUE, row) in weights
+    assert ("cuda:0", "cuda:1", "pos", "b", row) in weights
+    # the copies are activations where they land: cuda:1 holds pos's copy to the end
+    assert p.budgets["cuda:1"].activation[B] >= row
+    assert p.budgets["cuda:0"].weights == 288 + row  # a's weights and pos, not the copies

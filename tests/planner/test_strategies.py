@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from tests.planner.conftest import NO_RESERVES, toy_plan, weights_and_buffers
 from torchplace.planner.api import plan
 from torchplace.planner.shapes import build_shape
-from torchplace.planner.strategies import accelerate_placement, fill
+from torchplace.planner.strategies import _best_cut, accelerate_placement, fill
 from torchplace.planner.units import select_units
 
 MiB = 1 << 20
@@ -129,3 +131,27 @@ def test_accelerates_own_failure_is_a_config_error_naming_the_way_out(
     monkeypatch.setattr(accelerate.utils, "infer_auto_device_map", broken)
     with pytest.raises(ConfigError, match=r"IndexError.*--strategy pipeline --balance fill"):
         plan("tests.planner.toy:make_aliased", assume="2x1GiB", strategy="accelerate")
+
+
+def test_the_stage_cut_is_the_exhaustive_searchs() -> None:
+    costs = [0.0, 3.0, 0.0, 0.0, 1.0, 2.0, 0.0, 5.0, 1.0]
+    prefix = [0.0]
+    for c in costs:
+        prefix.append(prefix[-1] + c)
+    before = [0.0] + [math.inf] * len(costs)
+    for share in (1.0, 0.5, 2.0):
+        after = []
+        for i in range(len(prefix)):
+            worst = [max(before[j], (prefix[i] - prefix[j]) / share) for j in range(i + 1)]
+            expected = (min(worst), worst.index(min(worst)))
+            assert _best_cut(before, prefix, i, share) == expected
+            after.append(expected[0])
+        before = after
+
+
+def test_a_thousand_layers_are_pipelined_in_contiguous_stages() -> None:
+    p = toy_plan("make_deep", assume="4x1GiB", strategy="pipeline", batch_sizes=[1, 8])
+    devices = [p.placement.device_of(str(i)) for i in range(1000)]
+    assert devices == sorted(devices)  # contiguous, in order
+    assert [devices.count(d) for d in p.placement.devices] == [250] * 4
+    assert p.flow.bytes_between_devices() == 3 * 8 * 16 * 4

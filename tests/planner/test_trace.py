@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
+from tests.planner.conftest import toy_plan
 from tests.planner.toy import Toy
+from torchplace.errors import ConfigError, PlacementError
 from torchplace.models import build_model
+from torchplace.planner.api import plan
 from torchplace.planner.trace import GLUE, INPUT, trace_forward
+from torchplace.planner.verify import verify
 
 B = 2
 F32 = 4
@@ -99,3 +104,17 @@ def test_a_dataclass_output_is_the_models_output() -> None:
     trace = trace_forward(model, [torch.empty(B, 4, device="meta")], ["a", "b"], batch=B, seq=None)
     shapes = sorted(trace.allocs[i].shape for i in trace.outputs)
     assert shapes == [(B, 2), (B, 8)]
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+def test_a_torchscript_model_is_planned_by_its_weights_and_verifies() -> None:
+    p = toy_plan("make_scripted", strategy="pipeline")
+    assert p.units.paths[:2] == ["0", "2"]  # in run order: ReLU (no weights) is never "called"
+    assert p.flow.bytes_between_devices() == B * 16 * F32
+    assert verify(p, devices=["cpu"]).ok
+
+
+def test_a_model_that_cannot_run_on_meta_is_a_usage_error_and_a_placement_error() -> None:
+    with pytest.raises(ConfigError, match="give a non-tensor argument") as info:
+        plan("tests.planner.toy:make_needs_flag")
+    assert isinstance(info.value, PlacementError)

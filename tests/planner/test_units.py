@@ -58,3 +58,10 @@ def test_a_device_map_may_place_a_top_level_parameter(tmp_path: Path) -> None:
     p = toy_plan("make_root_tensors", map_file=path)
     assert p.budgets["cuda:1"].buffers == 100
     assert verify(p, devices=["cpu"]).ok
+
+
+def test_a_hundred_billion_parameters_on_meta_are_planned_without_memory() -> None:
+    p = toy_plan("make_huge", assume="4xH200", strategy="pipeline", batch_sizes=[1, 8])
+    assert weights_and_buffers(p) == 100 * 10**9 * 2  # fp16, never allocated
+    assert p.fits()
+    assert [b.weights for b in p.budgets.values()] == [25 * 10**9 * 2] * 4

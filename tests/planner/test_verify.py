@@ -4,6 +4,7 @@ the CPU (one real device, a scripted memory probe); the GPU itself in test_verif
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -256,3 +257,27 @@ def test_code_between_units_reading_two_stages_verifies() -> None:
     verdict = verify(p, devices=CPU)
     assert verdict.ok, verdict.render()
     assert any(e["consumer"] == "(model code)" and e["measured_count"] for e in verdict.edges)
+
+
+def test_weights_read_on_another_device_are_copied_and_counted(tmp_path: Path) -> None:
+    """A top-level parameter read by the model's code and handed to a block on another
+    device: the run copies it as the plan does, and the edges agree."""
+    path = tmp_path / "map.json"
+    path.write_text(json.dumps({"pos": 0, "scale": 1, "a": 0, "b": 1}))
+    p = toy_plan("make_shared_position", map_file=path)
+    verdict = verify(p, devices=CPU)
+    assert verdict.ok, verdict.render()
+    assert {(e["src"], e["consumer"]) for e in verdict.edges} >= {
+        ("cuda:1", "(model code)"),
+        ("cuda:0", "b"),
+    }
+
+
+@pytest.mark.parametrize("factory", ["make_encoder_stack", "make_attention"])
+def test_fused_attention_verifies_exactly_on_the_cpu(factory: str) -> None:
+    """Encoder layers and multi-head attention on their fast paths: the tracker cannot see
+    inside their fused operators, so the run takes them as their parts, as the plan does."""
+    p = toy_plan(factory, strategy="pipeline")
+    verdict = verify(p, devices=CPU)
+    assert verdict.ok, verdict.render()
+    assert all(m["error"] == 0 for m in verdict.memory)

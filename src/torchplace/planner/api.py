@@ -78,7 +78,15 @@ class Plan:
         return {d.device: d for d in self.devices}
 
     def fits(self) -> bool:
+        """Every device used fits at every batch size; a plan that leaves every unit on the
+        host (accelerate's, with no room on any device) places nothing, and does not fit."""
+        if not self.budgets:
+            return False
         return all(b.fits(n) for b in self.budgets.values() for n in self.batches)
+
+    def largest_batch(self) -> int:
+        """The largest batch every device used fits (0 where none is used)."""
+        return min((b.largest_batch() for b in self.budgets.values()), default=0)
 
     def device_map(self) -> dict[str, int | str]:
         """The placement as accelerate and transformers spell a ``device_map``."""
@@ -146,7 +154,7 @@ def plan(
     chosen.considered = {
         p.placement.strategy: {
             "fits": p.fits(),
-            "largest_batch": min(b.largest_batch() for b in p.budgets.values()),
+            "largest_batch": p.largest_batch(),
             "device_bytes_per_forward": p.flow.bytes_between_devices(),
             "forward_s": _forward_seconds(p),
         }
@@ -215,7 +223,7 @@ def _forward_seconds(p: Plan) -> float:
 def _best(plans: list[Plan]) -> Plan:
     fitting = [p for p in plans if p.fits()]
     if not fitting:
-        return max(plans, key=lambda p: min(b.largest_batch() for b in p.budgets.values()))
+        return max(plans, key=lambda p: p.largest_batch())
     replicas = [p for p in fitting if p.placement.replicas > 1]
     if replicas:
         return replicas[0]
@@ -258,7 +266,9 @@ class _Context:
 
             def run(b: int) -> Trace:
                 inputs = self.model.example(b, self.seq, "meta")
-                return trace_forward(self.model.module, inputs, units.paths, batch=b, seq=self.seq)
+                names = [spec.name for spec in self.model.inputs]
+                module, paths = self.model.module, units.paths
+                return trace_forward(module, inputs, paths, batch=b, seq=self.seq, names=names)
 
             self.cache[key] = traces_for(self.batches, run)
         return self.cache[key]

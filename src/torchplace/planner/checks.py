@@ -5,7 +5,8 @@ Each check returns :class:`PlanWarning` items with a stable code:
 - ``tied-split``: a tied group's modules on different devices (each holds a copy; they untie);
 - ``return-trip``: data crosses back to a device it left during the forward;
 - ``io-same-device``: with several devices, one holds both the inputs and the outputs;
-- ``leaf-too-big``: a unit larger than the memory its device has for weights;
+- ``leaf-too-big``: units larger than the memory their device has for weights (one warning
+  for all, naming the largest);
 - ``cpu-spill``: units left on the host because the devices are full;
 - ``over-max-memory``: a device's weights and buffers past the ``--max-memory`` given for it;
 - ``does-not-fit``: a device over its capacity at a requested batch size.
@@ -46,26 +47,73 @@ def check_plan(
     if placement.replicas == 1:
         out += _tied(units, placement)
         out += _return_trip(flow)
-        used = [d for d in placement.used() if d != HOST]
-        entry = next(iter(flow.inputs), None)
-        if len(used) > 1 and entry is not None and entry in flow.output_devices:
-            out.append(
-                PlanWarning(
-                    "io-same-device",
-                    f"{entry} holds both the inputs and the outputs while the forward runs over "
-                    f"{', '.join(used)}: it carries both at its peak; end the last stage elsewhere",
-                )
+        out += _io_same_device(placement, flow)
+        out += _spilled(placement)
+    out += _too_big(units, placement, budgets)
+    for dev, budget in budgets.items():
+        out += _over_budget(dev, budget, batches)
+    return out
+
+
+def _io_same_device(placement: Placement, flow: Flow) -> list[PlanWarning]:
+    used = [d for d in placement.used() if d != HOST]
+    entry = next(iter(flow.inputs), None)
+    if len(used) < 2 or entry is None or entry not in flow.output_devices:
+        return []
+    message = (
+        f"{entry} holds both the inputs and the outputs while the forward runs over "
+        f"{', '.join(used)}: it carries both at its peak; end the last stage elsewhere"
+    )
+    return [PlanWarning("io-same-device", message)]
+
+
+def _spilled(placement: Placement) -> list[PlanWarning]:
+    spilled = [label(u) for u, d in placement.assign.items() if d == HOST]
+    if not spilled:
+        return []
+    message = (
+        f"{len(spilled)} unit(s) left on the host ({_first(spilled)}): every forward copies "
+        "their weights in; add devices or lower the batch"
+    )
+    if len(spilled) == len(placement.assign):
+        message = (
+            f"every unit is left on the host ({_first(spilled)}): no device has room for one "
+            "after its reserves; add devices with more memory, or lower --reserve"
+        )
+    return [PlanWarning("cpu-spill", message)]
+
+
+def _over_budget(dev: str, budget: DeviceBudget, batches: Sequence[int]) -> list[PlanWarning]:
+    out = []
+    if budget.over_limit and budget.limit is not None:
+        out.append(
+            PlanWarning(
+                "over-max-memory",
+                f"{dev} holds {human(budget.weights + budget.buffers)} of weights and "
+                f"buffers, over the {human(budget.limit)} --max-memory gives it; raise "
+                "--max-memory, add devices, or use --strategy accelerate (it spills the "
+                "rest to the host)",
             )
-        spilled = [u for u, d in placement.assign.items() if d == HOST]
-        if spilled:
-            out.append(
-                PlanWarning(
-                    "cpu-spill",
-                    f"{len(spilled)} unit(s) left on the host ({', '.join(spilled[:4])}"
-                    f"{', ...' if len(spilled) > 4 else ''}): every forward copies their weights "
-                    "in; add devices or lower the batch",
-                )
+        )
+    over = [b for b in batches if budget.headroom(b) < 0]
+    if over:
+        out.append(
+            PlanWarning(
+                "does-not-fit",
+                f"{dev} is over its {human(budget.capacity)} at batch "
+                f"{', '.join(map(str, over[:6]))}{' ...' if len(over) > 6 else ''} "
+                f"(largest that fits: {budget.largest_batch()})",
             )
+        )
+    return out
+
+
+def _too_big(
+    units: Units, placement: Placement, budgets: Mapping[str, DeviceBudget]
+) -> list[PlanWarning]:
+    """One ``leaf-too-big`` warning for every unit bigger than its device's memory after the
+    reserves: how many, the largest, and the first few."""
+    big: list[tuple[str, int, str, int]] = []  # unit, weight bytes, device, room there
     for unit in units.units:
         dev = placement.device_of(unit.path) if placement.replicas == 1 else placement.devices[0]
         budget = budgets.get(dev)
@@ -73,34 +121,27 @@ def check_plan(
             continue
         room = budget.capacity - budget.reserves.fixed()
         if unit.weight_bytes > room:
-            out.append(
-                PlanWarning(
-                    "leaf-too-big",
-                    f"unit {label(unit.path)} holds {human(unit.weight_bytes)} of weights, "
-                    f"more than {dev} has ({human(room)} after reserves); it cannot be placed whole",
-                )
-            )
-    for dev, budget in budgets.items():
-        if budget.over_limit and budget.limit is not None:
-            out.append(
-                PlanWarning(
-                    "over-max-memory",
-                    f"{dev} holds {human(budget.weights + budget.buffers)} of weights and "
-                    f"buffers, over the {human(budget.limit)} --max-memory gives it; raise "
-                    "--max-memory, add devices, or use --strategy accelerate (it spills the "
-                    "rest to the host)",
-                )
-            )
-        over = [b for b in batches if budget.headroom(b) < 0]
-        if over:
-            out.append(
-                PlanWarning(
-                    "does-not-fit",
-                    f"{dev} is over its {human(budget.capacity)} at batch {', '.join(map(str, over[:6]))}"
-                    f"{' ...' if len(over) > 6 else ''} (largest that fits: {budget.largest_batch()})",
-                )
-            )
-    return out
+            big.append((label(unit.path), unit.weight_bytes, dev, room))
+    if not big:
+        return []
+    name, nbytes, dev, room = max(big, key=lambda b: b[1])
+    others = [b[0] for b in big if b[0] != name]
+    tail = (
+        f", and {len(others)} more unit(s) are bigger than their device ({_first(others)}); "
+        "they cannot be placed whole"
+        if others
+        else "; it cannot be placed whole"
+    )
+    message = (
+        f"unit {name} holds {human(nbytes)} of weights, more than {dev} has ({human(room)} "
+        f"after reserves){tail}: add devices with more memory or lower the dtype"
+    )
+    return [PlanWarning("leaf-too-big", message)]
+
+
+def _first(names: Sequence[str], shown: int = 4) -> str:
+    """The first ``shown`` names, and ``...`` where there are more."""
+    return ", ".join(names[:shown]) + (", ..." if len(names) > shown else "")
 
 
 def _tied(units: Units, placement: Placement) -> list[PlanWarning]:

@@ -65,7 +65,7 @@ def device_work(
         dev = first if unit == GLUE or placement.replicas > 1 else placement.device_of(unit)
         flops[dev] = flops.get(dev, 0) + count
     for alloc in trace.allocs:
-        if alloc.owner in (INPUT, GLUE):
+        if alloc.owner in (INPUT, GLUE) or alloc.weight:  # a weight is in ``weights``
             continue
         dev = first if placement.replicas > 1 else placement.device_of(alloc.owner)
         made[dev] = made.get(dev, 0) + alloc.nbytes

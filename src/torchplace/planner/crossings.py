@@ -85,13 +85,22 @@ class _Walker:
         return self.only or self.placement.device_of(unit)
 
     def copy(
-        self, index: int, dst: str, consumer: str, op: int, until: int, kind: str | None = None
+        self,
+        index: int,
+        dst: str,
+        consumer: str,
+        op: int,
+        until: int,
+        kind: str | None = None,
+        once: bool = False,
     ) -> None:
+        """``index`` copied to ``dst`` for ``consumer`` (once per device for a stage runner,
+        or where ``once``; on every call for dispatch hooks)."""
         alloc = self.trace.allocs[index]
         src = self.home[index]
         if src == dst:
             return
-        hooked = self.placement.hooks and consumer != GLUE
+        hooked = self.placement.hooks and consumer != GLUE and not once
         again = (index, dst) in self.copies
         if again and not hooked:
             return
@@ -117,6 +126,18 @@ class _Walker:
             )
 
 
+def _events(trace: Trace, calls: list[Any]) -> list[tuple[int, int, Any]]:
+    """In run order: unit calls (tag 0), then the reads that copy outside a call's arguments
+    (tag 1): the model's own code reading a tensor, a unit reading another unit's weight."""
+    events: list[tuple[int, int, Any]] = [(c.start, 0, c) for c in calls]
+    events += [
+        (op, 1, (unit, index))
+        for op, unit, index in trace.reads
+        if unit == GLUE or trace.allocs[index].weight
+    ]
+    return sorted(events, key=lambda e: (e[0], e[1]))
+
+
 def flow(trace: Trace, placement: Placement, *, replica: str | None = None) -> Flow:
     """Crossings and per-device lifetimes of one forward (of one replica, for ``replicate``)."""
     w = _Walker(trace, placement, replica)
@@ -136,6 +157,8 @@ def flow(trace: Trace, placement: Placement, *, replica: str | None = None) -> F
     for alloc in trace.allocs:
         if alloc.owner == INPUT:
             w.home[alloc.index] = HOST
+        elif alloc.weight:  # in the weights already; a copy elsewhere is an activation there
+            w.home[alloc.index] = w.device(alloc.owner)
         else:
             dev = flow_device(alloc.start) if alloc.owner == GLUE else w.device(alloc.owner)
             w.home[alloc.index] = dev
@@ -145,21 +168,21 @@ def flow(trace: Trace, placement: Placement, *, replica: str | None = None) -> F
         for alloc in inputs:
             w.copy(alloc.index, entry, "(model call)", 0, alloc.end)
             w.home[alloc.index] = entry
-    events: list[tuple[int, int, Any]] = [(c.start, 0, c) for c in calls]
-    events += [(op, 1, (unit, index)) for op, unit, index in trace.reads if unit == GLUE]
-    for op, tag, item in sorted(events, key=lambda e: (e[0], e[1])):
+    for op, tag, item in _events(trace, calls):
         if tag == 0:
             dev = w.device(item.unit)
             for index in dict.fromkeys(item.args):
                 alive = item.end + 1 if placement.hooks else trace.allocs[index].end
                 w.copy(index, dev, item.unit, op, alive)
-        else:
+        else:  # the model's own code reads a tensor, or a unit another unit's weight
             unit, index = item
-            w.copy(index, flow_device(op), unit, op, trace.allocs[index].end)
+            dst = flow_device(op) if unit == GLUE else w.device(unit)
+            w.copy(index, dst, unit, op, trace.allocs[index].end, once=True)
     outs = []
     for index in trace.outputs:
         if placement.hooks and not replica and w.home[index] != entry:
-            w.copy(index, entry, "(model return)", trace.ops, trace.ops, kind="return")
+            # the copy sent back outlives the forward: the caller holds it
+            w.copy(index, entry, "(model return)", trace.ops, trace.ops + 1, kind="return")
             w.home[index] = entry
         outs.append(w.home[index])
         w.copy(index, HOST, "(host)", trace.ops, trace.ops)

@@ -78,12 +78,13 @@ def exercise_rows(p: Plan) -> tuple[list[str], list[tuple[str, list[str]]]]:
     replicas = p.placement.replicas > 1
     cells = []
     for dev in devices:
+        budget = p.budgets.get(dev)
+        state = human(budget.weights + budget.buffers) if budget else ""  # buffers are state too
         if replicas:
-            cells.append(f"full copy, {human(p.budgets[dev].weights)}")
+            cells.append(f"full copy, {state}")
             continue
         held = [u.path for u in p.units.units if p.placement.device_of(u.path) == dev]
-        budget = p.budgets.get(dev)
-        cells.append(f"{_ranges(held)} ({human(budget.weights)})" if held and budget else "-")
+        cells.append(f"{_ranges(held)} ({state})" if held and budget else "-")
     rows.append(("model replica", cells))
     ins = []
     for dev in devices:

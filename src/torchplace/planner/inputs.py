@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from torchplace.models import TensorSpec
 
-__all__ = ["BATCH", "SEQ", "InputSpec", "PlanModel", "load_plan_model"]
+__all__ = ["BATCH", "SEQ", "InputSpec", "PlanModel", "call_arguments", "load_plan_model"]
 
 BATCH, SEQ = -1, -2
 
@@ -89,6 +89,23 @@ class PlanModel:
         """Inputs for one forward at ``batch`` (and ``seq``) on ``device``."""
         length = seq if seq is not None else (self.default_seq or 1)
         return [spec.make(batch, length, device) for spec in self.inputs]
+
+
+def call_arguments(
+    module: nn.Module, inputs: Sequence[torch.Tensor], names: Sequence[str]
+) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
+    """How the planner calls ``module``: the inputs in order, but by their declared names those
+    its forward takes by keyword only (``forward(self, x, *, mask)``)."""
+    import inspect
+
+    try:
+        params = inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):  # a forward without a signature (compiled code)
+        return list(inputs), {}
+    keyword = {n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    named = list(zip(inputs, names, strict=False))
+    args = [t for t, n in named if n not in keyword] + list(inputs[len(named) :])
+    return args, {n: t for t, n in named if n in keyword}
 
 
 def _from_tensor_specs(specs: Sequence[TensorSpec]) -> tuple[InputSpec, ...]:

@@ -281,7 +281,7 @@ def plot_plan(p: Plan, path: str | Path) -> None:
         heights = [value(d) / MiB for d in devices]
         ax.bar(devices, heights, bottom=bottoms, label=label, color=color, width=0.5)
         bottoms = [x + y for x, y in zip(bottoms, heights, strict=True)]
-    used = max(max(bottoms), 1e-9)
+    used = max(max(bottoms, default=0.0), 1e-9)  # no device used: an empty chart
     top = used
     for i, d in enumerate(devices):
         cap = p.budgets[d].capacity / MiB

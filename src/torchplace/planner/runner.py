@@ -4,10 +4,11 @@ makes, and what they cost.
 The plan's devices are *logical*; each maps onto a *real* device (``cpu`` on a CPU-only
 machine, ``cuda:N`` on a GPU one, several logical devices possibly on one real device). A
 dispatch mode tags every tensor with the logical device it was made on and keeps each logical
-device's live bytes (a tensor-allocation tracker); forward pre-hooks on the units copy each
+device's live bytes (a tensor-allocation tracker); wrappers around the units' forward copy each
 argument that lives on another logical device, as a stage runner would, and count the copy at
 that stage boundary; the model's own code between units runs where the last unit ran, its
-operands from other logical devices copied there (once each), as the plan has it. A copy
+operands from other logical devices copied there (once each), as the plan has it, and so is a
+unit's weight read on another logical device than its unit's (by a unit or that code). A copy
 between two real devices is ``Tensor.to`` (what ``torchplace.guard`` sees); between two
 logical devices on one real device it is a clone, so memory is spent as the plan has it. A
 tensor the model's own code made on another real device than its logical
@@ -18,11 +19,22 @@ a real transfer, counted by the guard but not at a stage boundary.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from torchplace.planner.fused import opaque
+from torchplace.planner.inputs import call_arguments
 from torchplace.planner.strategies import HOST
-from torchplace.planner.trace import GLUE, _key, _tensors, label
-from torchplace.planner.units import is_tensor_unit, tensor_slot, unit_tensors
+from torchplace.planner.trace import (
+    GLUE,
+    _key,
+    _tensors,
+    decomposable,
+    decomposed,
+    label,
+    python_decomposed,
+)
+from torchplace.planner.units import submodule, tensor_slot, unit_tensors
 
 if TYPE_CHECKING:
     import torch
@@ -86,7 +98,7 @@ def _move_unit(model: nn.Module, path: str, device: torch.device) -> None:
     """A module unit with ``.to``; a tensor unit (a parameter or buffer) in place."""
     slot = tensor_slot(model, path)
     if slot is None:
-        model.get_submodule(path).to(device)
+        submodule(model, path).to(device)
         return
     parent, leaf = slot
     tensor = parent._parameters.get(leaf)
@@ -106,21 +118,42 @@ class Run:
         self.rt = _Runtime({_key(t) for t in (*model.parameters(), *model.buffers())})
         self.measured: dict[tuple[str, str, str], list[int]] = {}
         self.copies: dict[tuple[int, str], torch.Tensor] = {}
-        self.owners = {
-            _key(t): path
+        held = [
+            (_key(t), path)
             for path in p.units.paths
             for group in unit_tensors(model, path)
             for t in group.values()
-        }
-        self.active: list[str] = []  # units whose forward is running (their hooks moved the args)
+        ]
+        self.owners = dict(held)
+        counts: dict[int, int] = {}
+        for key, _ in dict.fromkeys(held):
+            counts[key] = counts.get(key, 0) + 1
+        self.shared = {k for k, n in counts.items() if n > 1}  # tied: each holder has its own
+        self.active: list[str] = []  # units whose forward is running (their args moved)
         self.inputs: set[int] = set()  # storage keys of the model's inputs and their copies
+        self.tracked = all(d.type == "cpu" for d in real.values())  # memory by the tracker
 
     def device_of(self, unit: str) -> str:
         return self.only or self.placement.device_of(unit)
 
-    def dispatch(self, func: Any, args: Any, kwargs: Any) -> Any:
-        """The dispatch mode's work: run an operator, tag what it makes with the device."""
-        args, kwargs = self.by_weights(args, kwargs or {})
+    def dispatch(self, mode: Any, func: Any, args: Any, kwargs: Any) -> Any:
+        """The dispatch mode's work: run an operator, tag what it makes with the device. As
+        the plan has them: a composite operator runs as the operators it is made of, and, on
+        the CPU (the tracker), a fused one whose temporaries no operator shows as its parts
+        (:func:`torchplace.planner.fused.opaque`)."""
+        kwargs = kwargs or {}
+        parts = opaque(func) if self.tracked else None
+        # a real device measures its own kernels: a recurrent layer runs whole there
+        whole = not self.tracked and python_decomposed(func)
+        if parts is None and decomposable(func) and not whole:  # its parts gather their operands
+            with mode:
+                result = decomposed(func, args, kwargs)
+            if result is not NotImplemented:
+                return result
+        args, kwargs = self.by_weights(args, kwargs)
+        if parts is not None:
+            with mode:
+                return parts(lambda _flops: None, *args, **kwargs)
         out = func(*args, **kwargs)
         for t in _tensors(out):
             self.rt.hold(t, self.rt.current)
@@ -132,13 +165,39 @@ class Run:
         other operator there (the model's own code) runs where the last unit ran, its
         arguments from other devices copied there, as the plan has it."""
         if self.active:
-            return args, kwargs
+            return self.foreign(args, kwargs)
         found = {self.owners[k] for k in map(_key, _tensors((args, kwargs))) if k in self.owners}
         if len(found) == 1:
             (unit,) = found
             self.rt.current = self.device_of(unit)
             return self.gathered(args, kwargs, unit)
         return self.gathered(args, kwargs, GLUE)
+
+    def foreign(self, args: Any, kwargs: Any) -> tuple[Any, Any]:
+        """Inside a unit's forward: another unit's weights, where that unit is on another
+        device, copied to this one (once), as the plan has it."""
+        import torch
+        from torch.utils._pytree import tree_map
+
+        reader = self.active[-1]
+        if reader == "(copy)":
+            return args, kwargs
+        dst = self.device_of(reader)
+
+        def swap(v: Any) -> Any:
+            if isinstance(v, torch.Tensor) and self.owners.get(_key(v), reader) != reader:
+                return self.moved(v, dst, reader, once=True)
+            return v
+
+        swapped: tuple[Any, Any] = tree_map(swap, (args, kwargs))
+        return swapped
+
+    def home(self, t: torch.Tensor) -> str:
+        """The logical device ``t`` lives on: its unit's, for a (not tied) weight."""
+        owner = self.owners.get(_key(t))
+        if owner is None or _key(t) in self.shared:
+            return self.rt.device_of(t)
+        return self.device_of(owner)
 
     def gathered(self, args: Any, kwargs: Any, consumer: str) -> tuple[Any, Any]:
         """The operator's tensors (not the model's weights) on the current logical device."""
@@ -148,28 +207,28 @@ class Run:
         dst = self.rt.current
 
         def swap(v: Any) -> Any:
-            if (
-                isinstance(v, torch.Tensor)
-                and _key(v) not in self.owners
-                and _key(v) not in self.rt.external
-            ):
-                return self.moved(v, dst, consumer)
-            return v
+            if not isinstance(v, torch.Tensor):
+                return v
+            if _key(v) in self.owners:  # a unit's weight: copied where it is not on dst
+                return self.moved(v, dst, consumer, once=True)
+            return v if _key(v) in self.rt.external else self.moved(v, dst, consumer)
 
         swapped: tuple[Any, Any] = tree_map(swap, (args, kwargs))
         return swapped
 
-    def moved(self, t: torch.Tensor, dst: str, consumer: str) -> torch.Tensor:
+    def moved(
+        self, t: torch.Tensor, dst: str, consumer: str, *, once: bool = False
+    ) -> torch.Tensor:
         """``t`` on logical device ``dst`` for ``consumer``: a copy where it lives elsewhere,
         counted on its edge when it crosses between logical devices."""
         rt = self.rt
-        src, there = rt.device_of(t), self.real[dst]
+        src, there = self.home(t), self.real[dst]
         crossing = src != dst
         if not crossing and t.device == there:
             return t
         cached = self.copies.get((_key(t), dst))
         # dispatch hooks copy a module's arguments on every call; the model's own code once
-        again = crossing and self.placement.hooks and consumer != GLUE
+        again = crossing and self.placement.hooks and consumer != GLUE and not once
         if cached is not None and not again:
             return cached
         # a model input, and every copy of one, is an input where it lands, not an activation
@@ -198,37 +257,37 @@ class Run:
             entry[1] += 1
         return copy
 
-    def pre_hook(self, path: str) -> Any:
-        """The forward pre-hook of unit ``path``: its arguments copied to its device."""
+    def wrap(self, path: str) -> Callable[[], None]:
+        """Unit ``path``'s forward, its arguments first copied to its device (a wrapper, as
+        accelerate's hooks are, so PyTorch's fast paths stay on); returns what undoes it."""
         import torch
 
-        def hook(_m: nn.Module, args: Any, kwargs: Any) -> Any:
-            dst = self.device_of(path)
-            self.rt.current = dst
+        sub = submodule(self.model, path)
+        forward, own = sub.forward, sub.__dict__.get("forward")
+
+        def swap(v: Any) -> Any:
+            return self.moved(v, self.device_of(path), path) if isinstance(v, torch.Tensor) else v
+
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            self.rt.current = self.device_of(path)
             self.active.append(path)
+            try:
+                moved = tuple(swap(a) for a in args), {k: swap(v) for k, v in kwargs.items()}
+                return forward(*moved[0], **moved[1])
+            finally:
+                self.active.pop()
 
-            def swap(v: Any) -> Any:
-                return self.moved(v, dst, path) if isinstance(v, torch.Tensor) else v
-
-            return tuple(swap(a) for a in args), {k: swap(v) for k, v in kwargs.items()}
-
-        return hook
-
-    def post_hook(self, _m: nn.Module, _args: Any, _out: Any) -> None:
-        self.active.pop()
+        sub.forward = wrapped
+        return lambda: _restore(sub, own)
 
     def run(self) -> None:
-        """The forward, with the hooks on every unit and the dispatch mode around it."""
+        """The forward, every unit's forward wrapped and the dispatch mode around it."""
         import torch
 
+        from torchplace.planner.trace import _wrappable
+
         p, model = self.p, self.model
-        modules = [path for path in p.units.paths if not is_tensor_unit(model, path)]
-        handles = [
-            model.get_submodule(path).register_forward_pre_hook(
-                self.pre_hook(path), with_kwargs=True
-            )
-            for path in modules
-        ] + [model.get_submodule(path).register_forward_hook(self.post_hook) for path in modules]
+        undo = [self.wrap(path) for path in p.units.paths if _wrappable(model, path)]
         inputs = p.model.example(self.batch, p.seq, "cpu")
         for t in inputs:
             self.rt.hold(t, HOST)
@@ -243,14 +302,23 @@ class Run:
                     inputs = [
                         self.moved(t, self.placement.devices[0], "(model call)") for t in inputs
                     ]
-                out = model(*inputs)
+                args, kwargs = call_arguments(model, inputs, [s.name for s in p.model.inputs])
+                out = model(*args, **kwargs)
                 for t in _tensors(out):
                     if hooked:  # and the top hook sends the output back to the inputs' device
                         t = self.moved(t, self.placement.devices[0], "(model return)")
                     self.moved(t, HOST, "(host)")
         finally:
-            for handle in handles:
-                handle.remove()
+            for restore in undo:
+                restore()
+
+
+def _restore(sub: nn.Module, own: Any) -> None:
+    """``sub``'s forward as it was before :meth:`Run.wrap`."""
+    if own is None:
+        del sub.forward
+    else:
+        sub.forward = own
 
 
 def _mode(run: Run) -> Any:
@@ -261,6 +329,6 @@ def _mode(run: Run) -> Any:
         def __torch_dispatch__(
             self, func: Any, types: Any, args: Any = (), kwargs: Any = None
         ) -> Any:
-            return run.dispatch(func, args, kwargs)
+            return run.dispatch(self, func, args, kwargs)
 
     return Mode()  # type: ignore[no-untyped-call]

@@ -12,13 +12,14 @@ asks ``infer_auto_device_map`` itself and dispatches the way its hooks do.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torchplace.errors import ConfigError
-from torchplace.planner.units import Units, accelerate, is_tensor_unit
+from torchplace.planner.units import Units, accelerate, is_tensor_unit, submodule
 
 if TYPE_CHECKING:
     from torch import nn
@@ -91,10 +92,7 @@ def pipeline(
     for d in range(1, n + 1):
         share = max(shares[d - 1], 1e-12)
         for i in range(k + 1):
-            for j in range(i + 1):
-                worst = max(best[d - 1][j], (prefix[i] - prefix[j]) / share)
-                if worst < best[d][i] - 1e-12:
-                    best[d][i], cut[d][i] = worst, j
+            best[d][i], cut[d][i] = _best_cut(best[d - 1], prefix, i, share)
     assign: dict[str, str] = {}
     i = k
     for d in range(n, 0, -1):
@@ -103,6 +101,40 @@ def pipeline(
             assign[unit.path] = devices[d - 1]
         i = j
     return Placement(f"pipeline-{by}", tuple(devices), assign)
+
+
+def _best_cut(
+    before: Sequence[float], prefix: Sequence[float], i: int, share: float
+) -> tuple[float, int]:
+    """The first cut ``j <= i`` minimising ``max(before[j], (prefix[i] - prefix[j]) / share)``.
+
+    ``before`` (the best worst stage of the first ``j`` units on the devices before) never
+    falls as ``j`` grows, and the last stage's cost never rises: the minimum is where they
+    cross, found by bisection (O(log i), not O(i): a 1,000-layer model plans in a moment)."""
+
+    def last(j: int) -> float:
+        return (prefix[i] - prefix[j]) / share
+
+    lo, hi = 0, i  # the first j where before[j] >= last(j) (i at the latest: last(i) == 0)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if before[mid] >= last(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    value = min(before[lo], max(before[lo - 1], last(lo - 1)) if lo else math.inf)
+    # left of the crossing the worst stage is the last one, which never rises: the first j
+    # within 1e-12 of the minimum is found by bisection too
+    first, end = 0, lo
+    while first < end:
+        mid = (first + end) // 2
+        if last(mid) <= value + 1e-12:
+            end = mid
+        else:
+            first = mid + 1
+    if first < lo:
+        return max(before[first], last(first)), first
+    return max(before[lo], last(lo)), lo
 
 
 def fill(units: Units, devices: Sequence[str], max_memory: Sequence[int]) -> Placement:
@@ -168,7 +200,7 @@ def accelerate_placement(
 def _has_children(model: nn.Module, path: str) -> bool:
     if is_tensor_unit(model, path):
         return False
-    return any(True for _ in model.get_submodule(path).children())
+    return any(True for _ in submodule(model, path).children())
 
 
 def read_map_file(path: str | Path) -> dict[str, Any]:

@@ -4,31 +4,54 @@
 kernels) under a :class:`~torch.utils._python_dispatch.TorchDispatchMode` that sees every aten
 operator. For each new storage it records the bytes, the *unit* (the placeable module, see
 :mod:`torchplace.planner.units`) running at the time, and the operator index at which the last
-tensor holding it died; each read of a recorded storage is kept with its reader; FLOPs come
-from :data:`torch.utils.flop_counter.flop_registry`, the table behind ``FlopCounterMode``.
-Every placement is then evaluated on this record without running the model again.
+tensor holding it died; each read of a recorded storage is kept with its reader (a read of a
+unit's parameter or buffer by another unit, or by the model's own code, as a read of that
+weight); FLOPs come from :data:`torch.utils.flop_counter.flop_registry`, the table behind
+``FlopCounterMode``. Operators whose ``meta`` kernels make other tensors than the real ones run
+as :mod:`torchplace.planner.fused` has them. Every placement is then evaluated on this record
+without running the model again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from torchplace.errors import PlacementError
+from torchplace.errors import ConfigError, PlacementError
+from torchplace.planner.fused import fast_paths, replacement
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-__all__ = ["GLUE", "INPUT", "Alloc", "Trace", "UnitCall", "label", "trace_forward"]
+__all__ = [
+    "GLUE",
+    "INPUT",
+    "Alloc",
+    "Trace",
+    "UnitCall",
+    "UntraceableModel",
+    "decomposable",
+    "decomposed",
+    "label",
+    "python_decomposed",
+    "trace_forward",
+]
 
 #: Operators run outside every unit (the model's own forward between its units). Not a module
 #: path: the root module's path is ``""``, a unit when the model is placed whole.
 GLUE = "(model code)"
 INPUT = "<input>"  # owner of the model's inputs
+
+
+class UntraceableModel(PlacementError, ConfigError):
+    """The forward cannot run on ``meta`` with the declared inputs: a PlacementError, and a
+    usage error for the command line (exit 2), since the fix is the model's or its inputs'."""
 
 
 def label(unit: str) -> str:
@@ -48,6 +71,7 @@ class Alloc:
     shape: tuple[int, ...]
     dtype: str
     name: str = ""
+    weight: bool = False  # a unit's parameter or buffer, read by another unit (not an activation)
 
 
 @dataclass
@@ -75,7 +99,8 @@ class Trace:
 
     def peak(self) -> int:
         """Activation peak on one device: most bytes alive at once, inputs excluded."""
-        return _sweep((a.start, a.end, a.nbytes) for a in self.allocs if a.owner != INPUT)
+        spans = (a for a in self.allocs if a.owner != INPUT and not a.weight)
+        return _sweep((a.start, a.end, a.nbytes) for a in spans)
 
 
 def _sweep(spans: Iterator[tuple[int, int, int]] | Sequence[tuple[int, int, int]]) -> int:
@@ -115,11 +140,13 @@ def _key(t: torch.Tensor) -> int:
 class _Recorder:
     """The bookkeeping behind the dispatch mode (kept apart so it is plain, typed Python)."""
 
-    def __init__(self, external: dict[int, str]) -> None:
+    def __init__(self, external: dict[int, str], shared: set[int]) -> None:
         from torch.utils.flop_counter import flop_registry
 
         self.registry = flop_registry
         self.external = external  # parameter/buffer storage -> its unit: never allocations
+        self.shared = shared  # storages of tied weights: each holder has its own copy
+        self.weights: dict[int, int] = {}  # storage key -> Alloc index of a weight read elsewhere
         self.op = 0
         self.stack: list[str] = []
         self.allocs: list[Alloc] = []
@@ -128,18 +155,6 @@ class _Recorder:
         self.calls: list[UnitCall] = []
         self.reads: list[tuple[int, str, int]] = []
         self.flops: dict[str, int] = {}
-        self.composite: dict[Any, bool] = {}  # operator -> has a composite decomposition
-
-    def _composite(self, func: Any) -> bool:
-        known = self.composite.get(func)
-        if known is None:
-            import torch
-
-            known = torch._C._dispatch_has_kernel_for_dispatch_key(
-                func.name(), "CompositeImplicitAutograd"
-            )
-            self.composite[func] = known
-        return known
 
     def _by_weights(self, tensors: list[torch.Tensor]) -> str:
         """Outside every unit's forward, an operator on one unit's weights belongs to it: a
@@ -186,23 +201,60 @@ class _Recorder:
     def lookup(self, t: torch.Tensor) -> int | None:
         return self.live.get(_key(t))
 
-    def dispatch(self, mode: Any, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        packet = func._overloadpacket
-        if packet not in self.registry and self._composite(func):
-            # A composite operator (linear, matmul, ...): record the operators it is made of,
-            # as FlopCounterMode does, so that FLOPs and hidden copies are seen.
-            with mode:
-                result = func.decompose(*args, **kwargs)
-            if result is not NotImplemented:
-                return result
+    def operand(self, t: torch.Tensor, reader: str) -> int | None:
+        """The Alloc index of ``t`` as ``reader`` reads it: an activation, or another unit's
+        parameter or buffer (a weight the reader's device needs a copy of); None for the
+        reader's own weights, the root's and tied ones."""
+        index = self.lookup(t)
+        if index is not None:
+            return index
+        key = _key(t)
+        owner = self.external.get(key)
+        if not owner or owner == reader or key in self.shared:
+            return None
+        if key not in self.weights:
+            self.weights[key] = len(self.allocs)
+            size = t.untyped_storage().nbytes()
+            self.allocs.append(
+                Alloc(len(self.allocs), size, owner, 0, -1, tuple(t.shape), _dtype(t), "", True)
+            )
+        return self.weights[key]
+
+    def read(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        """Record the reads of an operator's operands; the unit it runs for."""
         unit = self.unit
         tensors = list(_tensors((args, kwargs)))
         if unit == GLUE:
             unit = self._by_weights(tensors)
         for t in tensors:
-            index = self.lookup(t)
+            index = self.operand(t, unit)
             if index is not None:
                 self.reads.append((self.op, unit, index))
+        return unit
+
+    def count(self, flops: int) -> None:
+        """FLOPs of an operator run as its real kernel (:mod:`torchplace.planner.fused`)."""
+        self.flops[self.unit] = self.flops.get(self.unit, 0) + flops
+
+    def dispatch(self, mode: Any, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        packet = func._overloadpacket
+        impl = replacement(func)
+        if impl is not None:  # meta would take another path than the CPU and CUDA kernels
+            mark = len(self.reads)
+            self.read(args, kwargs)  # its operands, where the real kernel reads them
+            with mode:
+                result = impl(self.count, *args, **kwargs)
+            if result is not NotImplemented:
+                return result
+            del self.reads[mark:]  # the real kernel takes meta's path: recorded below
+        if decomposable(func):
+            # A composite operator (linear, matmul, ...): record the operators it is made of,
+            # as FlopCounterMode does, so that FLOPs and hidden copies are seen.
+            with mode:
+                result = decomposed(func, args, kwargs)
+            if result is not NotImplemented:
+                return result
+        unit = self.read(args, kwargs)
         out = func(*args, **kwargs)
         if packet in self.registry:
             count = int(self.registry[packet](*args, **kwargs, out_val=out))
@@ -211,6 +263,15 @@ class _Recorder:
             self.hold(t, unit)
         self.op += 1
         return out
+
+
+_ADVICE = {
+    Exception: "check the declared inputs (--input) match what the forward expects",
+    TypeError: "the planner passes the declared tensors alone, in order (by name where the "
+    "forward takes them by keyword only); check the declared inputs (--input), and give a "
+    "non-tensor argument (an int or bool flag) a default in forward, or wrap the model in a "
+    "module whose forward passes it",
+}
 
 
 def _dtype(t: torch.Tensor) -> str:
@@ -224,18 +285,77 @@ def trace_forward(
     *,
     batch: int,
     seq: int | None,
+    names: Sequence[str] = (),
 ) -> Trace:
-    """Run ``module(*inputs)`` once under the recorder; ``units`` are module paths."""
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
+    """Run ``module(*inputs)`` once under the recorder (an input its forward takes by keyword
+    only passed by its name in ``names``); ``units`` are module paths. PyTorch's
+    fast paths are taken as on a real device; where one cannot run on ``meta`` (a padding mask
+    turns ``nn.TransformerEncoder``'s into nested tensors, made from the mask's values), the
+    general path is traced instead: an upper bound."""
+    call = (inputs, names)
+    try:
+        return _traced(module, call, units, (batch, seq), fast=True)
+    except UntraceableModel:
+        return _traced(module, call, units, (batch, seq), fast=False)
 
-    from torchplace.planner.units import is_tensor_unit, unit_tensors
+
+def _recorder(module: nn.Module, units: Sequence[str]) -> _Recorder:
+    """A recorder that knows every unit's parameters and buffers (and which are tied)."""
+    from torchplace.planner.units import unit_tensors
 
     external = {_key(t): "" for t in (*module.parameters(), *module.buffers())}
+    holders: dict[int, int] = {}  # storage -> how many units hold it (tied: more than one)
     for path in units:
         params, buffers = unit_tensors(module, path)
-        external.update({_key(t): path for t in (*params.values(), *buffers.values())})
-    rec = _Recorder(external)
+        keys = {_key(t) for t in (*params.values(), *buffers.values())}
+        external.update(dict.fromkeys(keys, path))
+        holders.update({k: holders.get(k, 0) + 1 for k in keys})
+    return _Recorder(external, {k for k, n in holders.items() if n > 1})
+
+
+def _traced(
+    module: nn.Module,
+    call: tuple[Sequence[torch.Tensor], Sequence[str]],
+    units: Sequence[str],
+    size: tuple[int, int | None],
+    *,
+    fast: bool,
+) -> Trace:
+    import torch
+
+    from torchplace.planner.inputs import call_arguments
+    from torchplace.planner.units import submodule
+
+    inputs, declared = call
+    args, kwargs = call_arguments(module, inputs, declared)
+
+    rec = _recorder(module, units)
+    undo = [_wrap(submodule(module, path), path, rec) for path in units if _wrappable(module, path)]
+    names = [f"input_{i}" if len(inputs) > 1 else "input" for i in range(len(inputs))]
+    held = [rec.hold(t, INPUT, name) for t, name in zip(inputs, names, strict=True)]
+    paths = fast_paths() if fast else contextlib.nullcontext()
+    try:
+        with torch.inference_mode(), paths, _mode(rec):
+            out = module(*args, **kwargs)
+    except (RuntimeError, NotImplementedError) as exc:
+        raise UntraceableModel(
+            f"cannot trace the model on 'meta': {exc}. The planner runs the forward without "
+            "data; a model whose control flow reads tensor values cannot be planned this way"
+        ) from exc
+    except Exception as exc:  # the model's own forward failed: say so in one line
+        raise UntraceableModel(
+            f"cannot trace the model on 'meta': its forward raised {type(exc).__name__}: {exc}; "
+            f"{_ADVICE.get(type(exc), _ADVICE[Exception])}"
+        ) from exc
+    finally:
+        for restore in undo:
+            restore()
+    return _finished(rec, out, held, size)
+
+
+def _mode(rec: _Recorder) -> Any:
+    """A dispatch mode that hands every operator to ``rec``."""
+    from torch.utils._python_dispatch import TorchDispatchMode
 
     class Mode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         def __torch_dispatch__(
@@ -243,28 +363,13 @@ def trace_forward(
         ) -> Any:
             return rec.dispatch(self, func, args, kwargs or {})
 
-    handles = []
-    for path in units:
-        if not is_tensor_unit(module, path):  # a tensor unit is called when its tensor is read
-            handles.extend(_hooks(module.get_submodule(path), path, rec))
-    names = [f"input_{i}" if len(inputs) > 1 else "input" for i in range(len(inputs))]
-    held = [rec.hold(t, INPUT, name) for t, name in zip(inputs, names, strict=True)]
-    try:
-        with torch.inference_mode(), Mode():  # type: ignore[no-untyped-call]
-            out = module(*inputs)
-    except (RuntimeError, NotImplementedError) as exc:
-        raise PlacementError(
-            f"cannot trace the model on 'meta': {exc}. The planner runs the forward without "
-            "data; a model whose control flow reads tensor values cannot be planned this way"
-        ) from exc
-    except Exception as exc:  # the model's own forward failed: say so in one line
-        raise PlacementError(
-            f"cannot trace the model on 'meta': its forward raised {type(exc).__name__}: {exc}; "
-            "check the declared inputs (--input) match what the forward expects"
-        ) from exc
-    finally:
-        for handle in handles:
-            handle.remove()
+    return Mode()  # type: ignore[no-untyped-call]
+
+
+def _finished(
+    rec: _Recorder, out: Any, held: list[int | None], size: tuple[int, int | None]
+) -> Trace:
+    """The record as a Trace: the outputs (as returned) and the inputs alive to the end."""
     outputs = []
     for t in _tensors(out):
         index = rec.lookup(t)
@@ -277,21 +382,84 @@ def trace_forward(
     for alloc in rec.allocs:
         if alloc.end < 0:  # still held by something the forward kept (a cache, a closure)
             alloc.end = rec.op
+    batch, seq = size
     return Trace(batch, seq, rec.op, rec.allocs, rec.calls, rec.reads, rec.flops, outputs)
 
 
-def _hooks(sub: nn.Module, path: str, rec: _Recorder) -> list[Any]:
-    def pre(_m: nn.Module, args: Any, kwargs: Any) -> None:
+def _wrappable(model: nn.Module, path: str) -> bool:
+    """A module unit whose forward can be wrapped: a tensor unit is called when its tensor is
+    read, and a TorchScript module's calls are found by the weights its operators read."""
+    import torch
+
+    from torchplace.planner.units import is_tensor_unit, submodule
+
+    if is_tensor_unit(model, path):
+        return False
+    return not isinstance(submodule(model, path), torch.jit.ScriptModule)
+
+
+def _wrap(sub: nn.Module, path: str, rec: _Recorder) -> Callable[[], None]:
+    """Record each call of ``sub`` by wrapping its forward, as accelerate's hooks do: a forward
+    hook would turn off PyTorch's fast paths (``nn.TransformerEncoderLayer``'s), which a placed
+    model takes. Returns what undoes it."""
+    forward, own = sub.forward, sub.__dict__.get("forward")
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
         call = UnitCall(path, rec.op, -1)
-        call.args = [i for i in (rec.lookup(t) for t in _tensors((args, kwargs))) if i is not None]
+        found = (rec.operand(t, path) for t in _tensors((args, kwargs)))
+        call.args = [i for i in found if i is not None]
         rec.calls.append(call)
         rec.stack.append(path)
+        try:
+            return forward(*args, **kwargs)
+        finally:
+            rec.stack.pop()
+            call.end = rec.op - 1
 
-    def post(_m: nn.Module, _args: Any, _kwargs: Any, _out: Any) -> None:
-        rec.stack.pop()
-        next(c for c in reversed(rec.calls) if c.unit == path and c.end < 0).end = rec.op - 1
+    sub.forward = wrapped
 
-    return [
-        sub.register_forward_pre_hook(pre, with_kwargs=True),
-        sub.register_forward_hook(post, with_kwargs=True),
-    ]
+    def restore() -> None:
+        if own is None:
+            del sub.forward
+        else:
+            sub.forward = own
+
+    return restore
+
+
+@functools.cache
+def decomposable(func: Any) -> bool:
+    """Whether ``func`` is run as the operators it is made of: a composite operator (linear,
+    matmul, ...) that FLOP counting does not count whole, as ``FlopCounterMode`` does, so that
+    FLOPs and hidden copies are seen."""
+    import torch
+    from torch.utils.flop_counter import flop_registry
+
+    if func._overloadpacket in flop_registry:
+        return False
+    return bool(
+        torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
+    )
+
+
+#: Recurrent layers, run as PyTorch's Python decomposition: it projects the whole input first,
+#: as the CPU's kernels (oneDNN's or not) and cuDNN do; the C++ composite kernel, on ``meta``,
+#: projects one step at a time.
+_PYTHON_DECOMPOSED = frozenset({"lstm", "gru", "rnn_tanh", "rnn_relu"})
+
+
+def python_decomposed(func: Any) -> bool:
+    """Whether :func:`decomposed` runs ``func`` as its Python decomposition (not as eager
+    runs it on a real device)."""
+    return func._overloadpacket.__name__ in _PYTHON_DECOMPOSED
+
+
+def decomposed(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A composite operator run as its C++ composite kernel, as eager runs it: a Python
+    decomposition registered for tracing may differ (``dropout`` in inference clones its input
+    there; the C++ kernel returns the input itself). Recurrent layers excepted."""
+    import torch
+
+    if python_decomposed(func):
+        return func.decompose(*args, **kwargs)
+    return func._op_dk(torch._C.DispatchKey.CompositeImplicitAutograd, *args, **kwargs)

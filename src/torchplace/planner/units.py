@@ -26,6 +26,7 @@ __all__ = [
     "accelerate",
     "is_tensor_unit",
     "select_units",
+    "submodule",
     "tensor_slot",
     "unit_tensors",
 ]
@@ -106,10 +107,23 @@ def unit_tensors(model: nn.Module, path: str) -> tuple[dict[str, Any], dict[str,
             return {path: parent._parameters[leaf]}, {}
         return {}, {path: parent._buffers[leaf]}
     prefix = f"{path}." if path else ""
-    module = model.get_submodule(path)
+    module = submodule(model, path)
     params = {prefix + n: t for n, t in module.named_parameters(remove_duplicate=False)}
     buffers = {prefix + n: t for n, t in module.named_buffers()}
     return params, buffers
+
+
+def submodule(model: nn.Module, path: str) -> nn.Module:
+    """``submodule(model, path)``, for TorchScript modules too (which refuse it); an
+    AttributeError names the first missing part."""
+    module = model
+    for part in path.split(".") if path else ():
+        children = module._modules  # a TorchScript module's too (by lookup, not a copy)
+        child = children[part] if part in children else None  # noqa: SIM401 (no .get there)
+        if child is None:
+            raise AttributeError(f"{type(module).__name__} has no submodule {part!r}")
+        module = child
+    return module
 
 
 def tensor_slot(model: nn.Module, path: str) -> tuple[nn.Module, str] | None:
@@ -118,7 +132,7 @@ def tensor_slot(model: nn.Module, path: str) -> tuple[nn.Module, str] | None:
     ``path`` names a module."""
     owner, _, leaf = path.rpartition(".")
     try:
-        parent = model.get_submodule(owner)
+        parent = submodule(model, owner)
     except AttributeError:
         return None
     return (parent, leaf) if leaf in parent._parameters or leaf in parent._buffers else None
@@ -162,7 +176,7 @@ def _checked_paths(model: nn.Module, paths: Sequence[str]) -> None:
     for path in paths:
         if path and not is_tensor_unit(model, path):
             try:
-                model.get_submodule(path)
+                submodule(model, path)
             except AttributeError:
                 raise ConfigError(
                     f"the device map names {path!r}, which is neither a module nor a parameter "
@@ -225,7 +239,7 @@ def select_units(
         kind = (
             ("Parameter" if params else "Buffer")
             if is_tensor_unit(model, path)
-            else type(model.get_submodule(path)).__name__
+            else type(submodule(model, path)).__name__
         )
         dtypes = {str(p.dtype).removeprefix("torch.") for p in params.values()}
         units.append(

@@ -1,0 +1,272 @@
+"""Operators whose ``meta`` kernels allocate other than the CPU and CUDA ones, run as those do.
+
+The trace runs on ``meta``; where a real kernel makes different tensors, the recorder runs the
+replacement here instead, on ``meta``, so that every tensor the real kernel makes is recorded:
+
+- ``scaled_dot_product_attention``: meta takes the math path, which makes the
+  batch x heads x L x S score matrix; CPU and CUDA take a fused kernel (flash or
+  memory-efficient) when the inputs allow it, which makes the output, laid out
+  (batch, L, heads, dim) as those kernels lay it out, and a float32 log-sum-exp;
+- ``_native_multi_head_attention`` (``nn.MultiheadAttention``'s fast path) and
+  ``_transformer_encoder_layer_fwd`` (``nn.TransformerEncoderLayer``'s): the meta kernels make
+  the output alone; the real ones' intermediates follow PyTorch's C++ code
+  (``attention.cpp``, ``transformer.cpp``);
+- ``_nested_tensor_from_mask_left_aligned`` reads a padding mask's values: taken as not
+  aligned, so ``nn.TransformerEncoder`` with a padding mask is traced padded, not nested.
+
+:func:`fast_paths` lets those modules take their fast paths on ``meta``, as they do on the CPU
+and CUDA (their Python code accepts only those devices and a renamed private backend).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["Count", "fast_paths", "kernels", "opaque", "replacement"]
+
+#: Whose kernels the trace follows where CPU and CUDA differ: ``cuda`` (the planned devices)
+#: or ``cpu`` (to compare with a CPU run, as ``benchmarks/plan_accuracy.py`` does).
+_KERNELS: contextvars.ContextVar[str] = contextvars.ContextVar("kernels", default="cuda")
+
+#: Adds FLOPs to the running unit.
+Count = Callable[[int], None]
+
+
+@contextlib.contextmanager
+def kernels(kind: str) -> Iterator[None]:
+    """Trace as ``kind``'s kernels run (``cuda`` or ``cpu``) where they differ: CUDA's
+    ``_native_multi_head_attention`` runs self-attention through a fused kernel; the CPU's
+    always through two bmm and the full score matrix."""
+    if kind not in ("cuda", "cpu"):
+        raise ValueError(f"kernels {kind!r}: cuda or cpu")
+    token = _KERNELS.set(kind)
+    try:
+        yield
+    finally:
+        _KERNELS.reset(token)
+
+
+@contextlib.contextmanager
+def fast_paths() -> Iterator[None]:
+    """``meta`` accepted where PyTorch's modules check for a fast-path device (they accept the
+    private backend's name; that name is borrowed while no backend has taken it)."""
+    from torch.utils import backend_registration as registration
+
+    name = getattr(registration, "_privateuse1_backend_name", None)
+    if name != "privateuseone":  # a real backend took the name (or this torch lacks it)
+        yield
+        return
+    registration._privateuse1_backend_name = "meta"
+    try:
+        yield
+    finally:
+        registration._privateuse1_backend_name = name
+
+
+def replacement(func: Any) -> Callable[..., Any] | None:
+    """The meta stand-in for ``func`` (called as ``impl(count, *args, **kwargs)``, returns
+    NotImplemented where the real kernel takes the path meta takes), or None."""
+    return _REPLACED.get(func._overloadpacket.__name__)
+
+
+def opaque(func: Any) -> Callable[..., Any] | None:
+    """The stand-in for a real kernel whose temporaries a tensor tracker cannot see (they are
+    made inside one operator): run where the tracker must see them (``--verify`` on the CPU).
+    Its outputs hold no values, which verify does not read."""
+    name = func._overloadpacket.__name__
+    return _REPLACED[name] if name in _OPAQUE else None
+
+
+def _floats() -> tuple[torch.dtype, ...]:
+    import torch
+
+    return (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def _empty(shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+    import torch
+
+    return torch.empty(shape, dtype=like.dtype, device=like.device)
+
+
+def _fused_sdpa_ok(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout: float, gqa: bool = False
+) -> bool:
+    """Whether CPU and CUDA run this attention as a fused kernel (the checks both share):
+    grouped-query attention (fewer key/value heads) included where asked for."""
+    heads = q.shape[1] == k.shape[1] == v.shape[1] if q.dim() == 4 else False
+    grouped = gqa and k.shape[1] == v.shape[1] > 0 and q.shape[1] % k.shape[1] == 0
+    return (
+        q.dim() == k.dim() == v.dim() == 4
+        and q.dtype in _floats()
+        and q.dtype == k.dtype == v.dtype
+        and not any(t.is_nested for t in (q, k, v))
+        and dropout == 0.0
+        and q.shape[0] == k.shape[0] == v.shape[0]
+        and (heads or grouped)
+        and q.shape[-1] == k.shape[-1] == v.shape[-1]
+        and min(q.shape[2], k.shape[2]) > 0
+        and all(t.stride(-1) == 1 for t in (q, k, v))
+    )
+
+
+def _sdpa(
+    count: Count,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> Any:
+    """A fused kernel's output, (B, L, H, E) in memory, and its log-sum-exp, freed at once; a
+    boolean mask is first made an additive one of the query's dtype, as the composite does."""
+    import torch
+    from torch.utils.flop_counter import flop_registry
+
+    if not _fused_sdpa_ok(q, k, v, dropout_p, enable_gqa):
+        return NotImplemented
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        inverted = torch.empty(attn_mask.shape, dtype=torch.bool, device=q.device)
+        attn_mask = _empty(tuple(attn_mask.shape), q)
+        del inverted
+    b, h, n, e = q.shape
+    out = torch.empty((b, n, h, e), dtype=q.dtype, device=q.device).transpose(1, 2)
+    lse = torch.empty((b, h, n), dtype=torch.float32, device=q.device)
+    del lse
+    count(int(flop_registry[torch.ops.aten._scaled_dot_product_flash_attention](q, k, v)))
+    return out
+
+
+def _native_mha(
+    count: Count,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    embed_dim: int,
+    num_head: int,
+    qkv_weight: torch.Tensor,
+    qkv_bias: torch.Tensor,
+    proj_weight: torch.Tensor,
+    proj_bias: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    need_weights: bool = True,
+    average_attn_weights: bool = True,
+    mask_type: int | None = None,
+) -> Any:
+    """``native_multi_head_attention_cuda``: self-attention through a fused kernel where it
+    can (projected qkv alive to the end), else (and always on the CPU) two bmm."""
+    from torch.nn import functional as F
+
+    head, b = embed_dim // num_head, query.shape[0]
+    fused = (
+        _KERNELS.get() == "cuda"
+        and query is key is value
+        and head % 8 == 0
+        and not need_weights
+        and mask is None
+        and query.dim() == 3
+        and query.dtype in _floats()
+        and query.shape[1] > 0
+    )
+    if not fused:
+        dims, asked = (embed_dim, num_head), (need_weights, average_attn_weights)
+        return _mha_bmm(count, query, dims, (proj_weight, proj_bias), mask, asked)
+    x = F.linear(query, qkv_weight, qkv_bias)
+    q, k, v = (c.view(b, -1, num_head, head).transpose(1, 2) for c in x.chunk(3, -1))
+    y = F.scaled_dot_product_attention(q, k, v)  # fused, where the recorder runs it
+    out = F.linear(y.transpose(1, 2).reshape(b, -1, embed_dim), proj_weight, proj_bias)
+    return out, _empty((0,), query)
+
+
+def _mha_bmm(
+    count: Count,
+    query: torch.Tensor,
+    dims: tuple[int, int],
+    proj: tuple[torch.Tensor, torch.Tensor],
+    mask: torch.Tensor | None,
+    weights: tuple[bool, bool],
+) -> Any:
+    """The C++ path without a fused kernel: projected qkv, then q, k, v packed in one tensor
+    (qkv freed), the score matrix (softmax in place, or masked into a new one), the context
+    written over q and transposed for the output projection (the scores freed first unless
+    asked for); then the scores, averaged over the heads where asked."""
+    import torch
+    from torch.nn import functional as F
+
+    (embed_dim, num_head), (need, average) = dims, weights
+    b, t, head = query.shape[0], query.shape[1], embed_dim // num_head
+    qkv = _empty((b, t, 3 * embed_dim), query)
+    packed = _empty((3, b, num_head, t, head), query)
+    del qkv
+    scores = _empty((b, num_head, t, t), query)
+    if mask is not None:
+        scores = torch.empty_like(scores)
+    count(2 * b * t * embed_dim * 3 * embed_dim + 4 * b * num_head * t * t * head)
+    kept = scores if need else _empty((0,), query)
+    del scores
+    ctx = packed[0].transpose(1, 2).contiguous().view(b * t, embed_dim)
+    out = F.linear(ctx, *proj).view(b, t, embed_dim)
+    del ctx
+    return out, kept.sum(1) if need and average else kept
+
+
+def _encoder_layer(
+    count: Count,
+    src: torch.Tensor,
+    embed_dim: int,
+    num_heads: int,
+    *rest: Any,
+    **named: Any,
+) -> Any:
+    """``transformer_encoder_layer_forward``: attention, residual, norm, FFN, residual, norm
+    (norm first where asked), the residuals added in place. ``rest``: the qkv and output
+    projections' weights and biases, use_gelu, norm_first, eps, the two norms' and the two FFN
+    linears' weights and biases, then the mask and its type."""
+    import torch
+    from torch.nn import functional as F
+
+    attn, (use_gelu, norm_first, eps), weights = rest[:4], rest[4:7], rest[7:15]
+    mask, mask_type = (*rest[15:], named.get("mask"), named.get("mask_type"))[:2]
+    if src.numel() == 0:
+        return src.clone()
+    n1w, n1b, n2w, n2b, w1, b1, w2, b2 = weights
+
+    def norm(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, (embed_dim,), w, bias, eps)
+
+    x = norm(src, n1w, n1b) if norm_first else src
+    mha = torch.ops.aten._native_multi_head_attention
+    x = mha(x, x, x, embed_dim, num_heads, *attn, mask, False, True, mask_type)[0]
+    x.add_(src)
+    pre = x = x if norm_first else norm(x, n1w, n1b)
+    if norm_first:
+        x = norm(x, n2w, n2b)
+    x = F.linear(x, w1, b1)
+    x = F.gelu(x) if use_gelu else x.relu_()
+    x = F.linear(x, w2, b2)
+    x.add_(pre)
+    return x if norm_first else norm(x, n2w, n2b)
+
+
+def _not_left_aligned(count: Count, *args: Any, **kwargs: Any) -> bool:
+    """Whether a padding mask is left-aligned reads its values; on ``meta`` it is taken as not
+    (``nn.TransformerEncoder`` then runs padded, not as nested tensors: an upper bound)."""
+    return False
+
+
+_REPLACED: dict[str, Callable[..., Any]] = {
+    "scaled_dot_product_attention": _sdpa,
+    "_native_multi_head_attention": _native_mha,
+    "_transformer_encoder_layer_fwd": _encoder_layer,
+    "_nested_tensor_from_mask_left_aligned": _not_left_aligned,
+}
+_OPAQUE = frozenset({"_native_multi_head_attention", "_transformer_encoder_layer_fwd"})
