@@ -414,7 +414,10 @@ class App:
                 )
             return error_response(400, str(exc))
         if rest == [b"index"]:
-            ready = body.get("ready", False)
+            # null is "not given", as for the other optional fields: MLServer's
+            # RepositoryIndexRequest(ready=None).model_dump() sends {"ready": null}
+            ready = body.get("ready")
+            ready = False if ready is None else ready
             if not isinstance(ready, bool):
                 return error_response(
                     400, f"Invalid value for 'ready': expected a boolean, got {_json_text(ready)}"
@@ -472,25 +475,43 @@ class App:
         return Response(200, b"")
 
     # -- routes ----------------------------------------------------------------------------
+    # A 503 of a health route carries the OIP's "error" beside its "ready": false (KServe
+    # answers {"error": ...}; clients that report a failed request read that key).
     def _live(self, request: Request) -> Response:
         if not self._stopped:
             return Response(200, b'{"live":true}')
-        return Response(503, b'{"live":false}')
+        return Response(503, orjson.dumps({"live": False, "error": "the server is stopping"}))
 
     def _ready(self, request: Request) -> Response:
         if self.ready:
             return Response(200, b'{"ready":true}')
-        return Response(503, b'{"ready":false}', headers=list(_RETRY))
+        waiting = [h.name for h in self.registry.handles() if not h.engine.is_ready()]
+        body = {"ready": False, "error": self._not_ready(waiting)}
+        return Response(503, orjson.dumps(body), headers=list(_RETRY))
 
     def _model_ready(self, request: Request, key: tuple[str, str]) -> Response:
         try:
             handle = self.registry.get(*key)
         except ServeError as exc:
             return error_response(exc.status, str(exc))
-        name = orjson.dumps(handle.name)
         if self.ready and handle.engine.is_ready():
-            return Response(200, b'{"name":%s,"ready":true}' % name)
-        return Response(503, b'{"name":%s,"ready":false}' % name, headers=list(_RETRY))
+            return Response(200, b'{"name":%s,"ready":true}' % orjson.dumps(handle.name))
+        waiting = [] if handle.engine.is_ready() else [handle.name]
+        body = {"name": handle.name, "ready": False, "error": self._not_ready(waiting)}
+        return Response(503, orjson.dumps(body), headers=list(_RETRY))
+
+    def _not_ready(self, waiting: list[str]) -> str:
+        """Why a readiness probe is answered 503 (``waiting``: the models not ready)."""
+        if self.server.draining or self._stopped:
+            return "the server is shutting down; retry elsewhere"
+        if waiting:
+            names = ", ".join(repr(name) for name in waiting)
+            what = f"model {names} is" if len(waiting) == 1 else f"models {names} are"
+            return (
+                f"{what} not ready (still loading, or no replica in service); "
+                "retry after Retry-After"
+            )
+        return "the server is not ready: it is still starting; retry after Retry-After"
 
     def _metadata(self, request: Request) -> Response:
         return Response(200, self._server_meta)

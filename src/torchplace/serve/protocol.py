@@ -722,7 +722,7 @@ def _json_array(
     if (
         array.dtype.kind in "fO"
         and dtype.kind in "iu"
-        and all(type(v) is int for v in data)  # past int64: numpy fell back to float
+        and _all_ints(data)  # past int64 (or int64 and uint64 rows): numpy fell back to float
     ):
         try:
             array = np.array(data, dtype=dtype)
@@ -762,6 +762,14 @@ def _nulls_as_nan(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     flat = np.array([nan if v is None else v for v in values], np.float64)
     read: np.ndarray[Any, Any] = flat.reshape(array.shape)
     return read
+
+
+def _all_ints(data: list[Any]) -> bool:
+    """Whether a (nested) JSON list holds integers only (and at least one, at the bottom)."""
+    kinds = set(map(type, data))
+    if kinds == {int}:
+        return True
+    return kinds == {list} and all(_all_ints(item) for item in data)
 
 
 def _holds_bool(data: list[Any]) -> bool:
