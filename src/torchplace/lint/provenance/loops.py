@@ -289,10 +289,20 @@ def _step_call(facts: FileFacts, call: ast.Call, scope: ast.AST) -> tuple[LoopKi
         if fact is not None and fact.on_device and _names(func) - {"self"}:
             name = _short(facts.segment(func), 24)
             return "batch", f"it runs `{name}` on every step ({fact.describe()})"
+    if isinstance(func, ast.Attribute) and func.attr in _FRAMEWORK_STEPS:
+        name = _short(facts.segment(func), 32)
+        return "batch", f"it calls the framework step `{name}` on every step"
     callee = facts.local_def(func, scope)
     if callee is not None and _is_step_function(callee):
         return "batch", f"it calls the training step `{callee.name}` on every step"
     return None
+
+
+# The step methods of training frameworks (Lightning's hooks, the Hugging Face Trainer's
+# `training_step`/`prediction_step`): each runs the model on one batch the framework moved.
+_FRAMEWORK_STEPS = frozenset(
+    {"training_step", "validation_step", "test_step", "predict_step", "prediction_step"}
+)
 
 
 def moves_some(loop: ast.For | ast.AsyncFor) -> bool:
@@ -469,9 +479,19 @@ def _names_rank(node: ast.expr) -> bool:
 
 def branch_trains(branch: ast.If) -> bool:
     """The branch runs a training step itself (``backward``, an optimizer ``step``): every N
-    steps is then how often it trains, and its reads are per step of that training."""
+    steps is then how often it trains, and its reads are per step of that training. A
+    learning-rate scheduler's ``step`` (``scheduler.step(val_score)`` after an evaluation)
+    trains nothing."""
     return any(
-        isinstance(sub, ast.Attribute) and sub.attr in {"backward", "step"}
+        isinstance(sub, ast.Attribute)
+        and sub.attr in {"backward", "step"}
+        and not (sub.attr == "step" and _names_scheduler(sub.value))
         for stmt in branch.body
         for sub in ast.walk(stmt)
     )
+
+
+def _names_scheduler(node: ast.expr) -> bool:
+    """``scheduler``, ``self.lr_scheduler``, ``sched``: a learning-rate schedule."""
+    name = dotted_name(node)
+    return name is not None and "sched" in name.rsplit(".", 1)[-1].lower()

@@ -14,6 +14,7 @@ from torchplace.lint.base import Context, Scope, call_name, keyword, names_in
 from torchplace.lint.provenance.loops import branch_trains, rare_test
 from torchplace.lint.provenance.values import FACTORY_NAMES, _is_cpu
 from torchplace.lint.provenance.values import moves_to_device as _moves_to_device
+from torchplace.lint.resolver import dotted_name
 
 __all__ = [
     "CUDA_ONLY",
@@ -447,7 +448,7 @@ def in_periodic_branch(
 
 def _rare_test(test: ast.expr, ctx: Context) -> bool:
     if rare_test(test):
-        return True
+        return not _fixed_setting(test, ctx)
     flag = test.operand if isinstance(test, ast.UnaryOp) else test
     if not isinstance(flag, ast.Name):
         return False
@@ -458,6 +459,28 @@ def _rare_test(test: ast.expr, ctx: Context) -> bool:
         value is not None
         and any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(value))
         for value in values
+    )
+
+
+def _fixed_setting(test: ast.expr, ctx: Context) -> bool:
+    """``if net.n_classes == 1:``, ``if n_heads < 4:``: a comparison with a small constant of a
+    value no enclosing loop rebinds is a setting, the same on every step (all of them or none),
+    not a step counter's ``if i == 0:``. ``self.step == 0`` is left rare: another method may
+    count on ``self``."""
+    if not (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.left, (ast.Name, ast.Attribute))
+        and isinstance(test.comparators[0], ast.Constant)
+        and not rare_test(test.left)
+    ):
+        return False
+    root = dotted_name(test.left)
+    if root is None or root.split(".", 1)[0] == "self":
+        return False
+    loops = [p for p in ctx.parents if isinstance(p, (ast.For, ast.AsyncFor, ast.While))]
+    return bool(loops) and not any(
+        root.split(".", 1)[0] in loop_bound_names(loop, ctx) for loop in loops
     )
 
 

@@ -199,19 +199,48 @@ def _decided_elsewhere(ctx: Context) -> bool:
 
 
 def _in_dataset(ctx: Context) -> bool:
-    """Datasets load the data files they wrote themselves, on the CPU."""
+    """Datasets load the data files they wrote themselves, on the CPU (also through the
+    file's helpers that only its ``Dataset`` classes use)."""
     if "/datasets/" in ctx.path.replace("\\", "/"):
         return True
     scope: Scope | None = ctx.scope
     while scope is not None:
         node = scope.node
-        if isinstance(node, ast.ClassDef) and any(
-            str(ctx.qualname(base) or getattr(base, "id", "")).endswith("Dataset")
-            for base in node.bases
-        ):
+        if isinstance(node, ast.ClassDef) and _is_dataset_class(node, ctx):
             return True
         scope = scope.parent
-    return False
+    function = ctx.function_scope()
+    if function is None or function.parent is None or function.parent.kind != "module":
+        return False
+    name = getattr(function.node, "name", "")
+    return _serves_datasets(name, function.root().node, ctx, depth=2)
+
+
+def _serves_datasets(name: str, tree: ast.AST, ctx: Context, depth: int) -> bool:
+    """A module-level function the file uses only inside its ``Dataset`` classes, directly or
+    through other such functions (``load_image(f)`` called by ``__getitem__``): dataset code."""
+    users = [
+        stmt
+        for stmt in getattr(tree, "body", [])
+        if not (isinstance(stmt, ast.FunctionDef) and stmt.name == name)
+        and any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(stmt))
+    ]
+    return bool(users) and all(_dataset_user(stmt, tree, ctx, depth) for stmt in users)
+
+
+def _dataset_user(stmt: ast.stmt, tree: ast.AST, ctx: Context, depth: int) -> bool:
+    if isinstance(stmt, ast.ClassDef):
+        return _is_dataset_class(stmt, ctx)
+    if isinstance(stmt, ast.FunctionDef) and depth > 0:
+        return _serves_datasets(stmt.name, tree, ctx, depth - 1)
+    return False  # the script's own body, or a longer chain of helpers
+
+
+def _is_dataset_class(node: ast.ClassDef, ctx: Context) -> bool:
+    return any(
+        str(ctx.qualname(base) or getattr(base, "id", "")).endswith("Dataset")
+        for base in node.bases
+    )
 
 
 _IN_MEMORY = ("BytesIO", "TemporaryFile", "NamedTemporaryFile", "SpooledTemporaryFile")
@@ -281,6 +310,8 @@ def _cuda_only_branch(ctx: Context) -> bool:
     block, _ = ctx.stmt_path[-1]
     if len(ctx.stmt_path) < 2:
         return False  # a whole function or module body is not a branch
+    if any(isinstance(stmt, ast.If) and _asks_for_cuda(stmt.test) for stmt in block):
+        return False  # `if torch.cuda.is_available(): model = model.cuda()`: a CPU path too
     return any(
         isinstance(sub, ast.Call)
         and isinstance(sub.func, ast.Attribute)
@@ -288,6 +319,16 @@ def _cuda_only_branch(ctx: Context) -> bool:
         for stmt in block
         for sub in ast.walk(stmt)
     )
+
+
+def _asks_for_cuda(test: ast.expr) -> bool:
+    """A test that chooses CUDA or not: ``torch.cuda.is_available()``, ``if opt.cuda:``,
+    ``if use_gpu:``."""
+    for sub in ast.walk(test):
+        text = sub.id if isinstance(sub, ast.Name) else getattr(sub, "attr", "")
+        if "cuda" in text.lower() or "gpu" in text.lower():
+            return True
+    return False
 
 
 def _saved_from_host(call: ast.Call, ctx: Context) -> bool:

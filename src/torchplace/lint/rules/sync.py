@@ -215,8 +215,9 @@ _TORCH_QUERIES = frozenset(
 
 
 def _compare(node: ast.Compare, ctx: Context) -> None:
-    """``if x[i] == 1:``, ``while loss > tol:``, ``[i for i, t in enumerate(ts) if t != end]``:
-    a comparison used as a condition is ``bool()`` of its result, a read of the device."""
+    """``if x[i] == 1:``, ``while loss > tol:``, ``[i for i, t in enumerate(ts) if t != end]``,
+    ``assert mask.max() <= 1``: a comparison used as a condition is ``bool()`` of its result, a
+    read of the device."""
     if not ctx.loops() or not all(isinstance(op, _TRUTH_OPS) for op in node.ops):
         return
     child: ast.AST = node
@@ -226,7 +227,7 @@ def _compare(node: ast.Compare, ctx: Context) -> None:
         ):
             child = parent
             continue
-        if isinstance(parent, (ast.If, ast.While, ast.IfExp)):
+        if isinstance(parent, (ast.If, ast.While, ast.IfExp, ast.Assert)):
             tested = parent.test is child
         elif isinstance(parent, _COMPS):
             tested = any(child is cond for gen in parent.generators for cond in gen.ifs)
@@ -246,9 +247,10 @@ _TRUTH_METHODS = frozenset(
 )
 
 
-def _truth(node: ast.If | ast.IfExp, ctx: Context) -> None:
+def _truth(node: ast.If | ast.IfExp | ast.Assert, ctx: Context) -> None:
     """``if class_acc:``, ``if torch.isnan(loss) or torch.isinf(loss):``, ``x if
-    mask.any() else y``: a tensor tested for truth is ``bool()`` of it, a read of the device."""
+    mask.any() else y``, ``assert not x.isnan().any()``: a tensor tested for truth is
+    ``bool()`` of it, a read of the device."""
     if not ctx.loops():
         return
     for leaf in _tested(node.test):
@@ -320,7 +322,7 @@ def _tensor_operand(node: ast.expr, ctx: Context) -> bool:
     tensor). Arithmetic of names and builtins (``i + n * epoch``, ``max(a, b)``) are left
     out: their device facts are guesses, and counters and scores are host numbers."""
     if isinstance(node, ast.Subscript):
-        return True
+        return not _shape_of(node.value)
     if isinstance(node, ast.Call):
         qualname = ctx.qualname(node.func)
         if qualname is not None:
@@ -343,6 +345,14 @@ def _tensor_operand(node: ast.expr, ctx: Context) -> bool:
         isinstance(value, (ast.Subscript, ast.Call)) and _tensor_operand(value, ctx)
         for value in values
     )
+
+
+def _shape_of(node: ast.expr) -> bool:
+    """``x.shape`` or ``x.size()``: metadata the host holds, so ``x.shape[1]`` is an int."""
+    if isinstance(node, ast.Call):
+        node = node.func
+        return isinstance(node, ast.Attribute) and node.attr == "size"
+    return isinstance(node, ast.Attribute) and node.attr == "shape"
 
 
 def _is_read(node: ast.expr) -> bool:
@@ -944,6 +954,7 @@ FAMILY = Family(
         (ast.BinOp, _percent, (SYNC_IN_LOOP.code,)),
         (ast.If, _truth, (SYNC_IN_LOOP.code,)),
         (ast.IfExp, _truth, (SYNC_IN_LOOP.code,)),
+        (ast.Assert, _truth, (SYNC_IN_LOOP.code,)),
     ),
     triggers=(
         ".item(",
@@ -967,5 +978,6 @@ FAMILY = Family(
         "if ",
         " if",  # also a comprehension's filter at the end of a line
         "while ",
+        "assert ",
     ),
 )
