@@ -193,6 +193,10 @@ def test_missing_and_broken_files_name_the_path(tmp_path: Path) -> None:
     broken.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
     with pytest.raises(CheckpointError, match=r"broken\.safetensors"):
         load_checkpoint(broken)
+    empty = tmp_path / "empty.pt"  # an interrupted save or download
+    empty.write_bytes(b"")
+    with pytest.raises(CheckpointError, match=r"empty\.pt' is empty \(0 bytes\)"):
+        load_checkpoint(empty)
 
 
 def test_pathlike_and_device_objects(tmp_path: Path) -> None:

@@ -123,6 +123,11 @@ def load_checkpoint(
         raise CheckpointError(f"checkpoint {str(file)!r} does not exist; check the path")
     if not file.is_file():
         raise CheckpointError(f"checkpoint {str(file)!r} is not a file")
+    if file.stat().st_size == 0:
+        raise CheckpointError(
+            f"checkpoint {str(file)!r} is empty (0 bytes); was it written completely? Save it "
+            "again (torch.save or safetensors) or check the download"
+        )
     if _is_safetensors(file):
         loaded: object = _load_safetensors(file, target)
     else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 
@@ -36,3 +37,16 @@ class _BadForward(nn.Module):
 
 def bad_forward() -> nn.Module:
     return _BadForward()
+
+
+class _TwoInputs(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(6, 2)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.linear(x) * mask
+
+
+def two_inputs() -> nn.Module:
+    return _TwoInputs()

@@ -6,7 +6,7 @@ import dataclasses
 import io
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 import torch
@@ -16,7 +16,7 @@ from torchplace.bench import render
 from torchplace.bench.link import LinkInfo
 from torchplace.bench.overlap import OverlapResult, hidden_fraction, run_overlap
 from torchplace.bench.plot import plot_stages, plot_transfer
-from torchplace.bench.stages import load_model_spec, parse_shape, run_stages
+from torchplace.bench.stages import ModelSpec, load_model_spec, parse_shape, run_stages, to_host
 from torchplace.bench.timer import Measurement
 from torchplace.bench.timing import compare_clocks, default_size
 from torchplace.bench.transfer import (
@@ -254,6 +254,46 @@ def test_stages_reject_bad_batches_and_dtypes() -> None:
         run_stages(spec, torch.device("cpu"), batch_sizes=(0,))
     with pytest.raises(ConfigError, match="dtype"):
         run_stages(spec, torch.device("cpu"), dtype="int8")
+
+
+class _Out(NamedTuple):
+    logits: torch.Tensor
+    hidden: torch.Tensor | None
+
+
+class _Structured(torch.nn.Module):
+    """Returns what Hugging Face-style models return: a dict holding a named tuple and a list."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> dict[str, Any]:
+        logits = self.linear(x)
+        return {"out": _Out(logits, None), "extra": [x.sum(), "label"]}
+
+
+def test_stages_of_a_model_returning_dicts_and_tuples() -> None:
+    spec = ModelSpec(name="structured", build=_Structured, row_shape=(4,))
+    result = run_stages(spec, torch.device("cpu"), batch_sizes=(1, 3), min_time=0.001, warmup=1)
+    assert [row.batch_size for row in result.rows] == [1, 3]
+
+
+def test_to_host_keeps_the_structure_of_an_output() -> None:
+    out = to_host({"out": _Out(torch.ones(2), None), "extra": [torch.zeros(1), "label"]})
+    assert isinstance(out["out"], _Out)
+    assert out["out"].hidden is None
+    assert out["extra"][1] == "label"
+    assert torch.equal(out["out"].logits, torch.ones(2))
+
+
+def test_stages_of_a_model_taking_token_ids_with_an_integer_dtype() -> None:
+    spec = ModelSpec(name="embedding", build=lambda: torch.nn.Embedding(10, 4), row_shape=(6,))
+    result = run_stages(
+        spec, torch.device("cpu"), batch_sizes=(2,), dtype="int64", min_time=0.001, warmup=1
+    )
+    assert result.dtype == "int64"
+    assert result.rows[0].compute.count >= 5
 
 
 def test_stages_with_another_dtype() -> None:

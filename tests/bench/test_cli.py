@@ -313,6 +313,7 @@ _SHORT = ["--batch-sizes", "1", "--min-time", "0.001", "--input-shape", "6"]
         ("raises", "cannot build 'tests.bench.factories:raises': RuntimeError: factory boom"),
         ("needs_args", "TypeError: needs_args() missing 1 required positional argument"),
         ("bad_forward", "failed on a 1x6 float32 input: ValueError: forward boom"),
+        ("two_inputs", "calls forward with one input tensor; for a model that takes several"),
     ],
 )
 def test_a_model_that_fails_is_a_one_line_error(

@@ -95,6 +95,17 @@ def test_cli_as_a_subprocess() -> None:
     assert "CUDA_VISIBLE_DEVICES=''" in bad.stderr
 
 
+def test_an_environment_that_breaks_import_torch_is_a_clear_failure() -> None:
+    # torch reads TORCH_LOGS on import and raises on a value it does not know
+    env = {**os.environ, "TORCH_LOGS": "no-such-log"}
+    cmd = [sys.executable, "-m", "torchplace.cli", "doctor", "--json"]
+    run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 1
+    assert "Traceback" not in run.stderr
+    assert "torch cannot be imported (ValueError: Invalid log settings: no-such-log" in run.stderr
+    assert "TORCH_LOGS=no-such-log" in run.stderr  # the fix names the variable
+
+
 @pytest.mark.cuda
 def test_cuda_doctor_report(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["doctor", "--device", "cuda:0", "--json"]) == 0

@@ -96,6 +96,15 @@ def test_len_follows_the_source() -> None:
     assert len(DevicePrefetcher(loader, "cpu")) == 3
 
 
+def test_len_of_a_source_without_length_says_so_and_iteration_still_works() -> None:
+    prefetcher = DevicePrefetcher((torch.ones(1) for _ in range(2)), "cpu")
+    with pytest.raises(
+        TypeError, match=r"DevicePrefetcher has no len\(\): its source, a generator"
+    ):
+        len(prefetcher)
+    assert len(list(prefetcher)) == 2  # list() asks for a length hint, and goes on without
+
+
 # --------------------------------------------------------------------------------------------
 # behaviour shared by both modes
 # --------------------------------------------------------------------------------------------

@@ -53,7 +53,7 @@ def test_runs_the_script_with_its_argv_and_reports_json(
     document = json.loads(out.read_text())
     assert document["schema"] == "torchplace.guard/v1"
     data = document["result"]
-    assert data["program"] == {"argv": [str(demo), "3"], "exit_status": 3}
+    assert data["program"] == {"argv": [str(demo), "3"], "exit_status": 3, "violations": 0}
     (row,) = _h2d_rows(data, demo)
     assert (row["line"], row["count"], row["bytes"]) == (6, 3, 3 * 128)
     syncs = [s for s in data["sites"] if s["kind"] == "sync" and s["file"] == str(demo)]
@@ -385,3 +385,101 @@ def test_an_allow_location_that_can_match_nothing_is_refused(
 ) -> None:
     assert main(["guard", "--allow", pattern, "--", str(demo)]) == 2
     assert "is not a source location" in capsys.readouterr().err
+
+
+def test_a_guard_violation_traceback_ends_at_the_programs_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "step.py"
+    script.write_text(
+        "import torch\n\n"
+        "class Step(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return x.to('meta')\n\n"
+        "Step()(torch.ones(2))\n"
+    )
+    assert main(["guard", "--mode", "raise", "--allow", "sync", str(script)]) == 1
+    err = capsys.readouterr().err
+    traceback_text = err.split("GuardViolation:")[0]
+    assert "line 5, in forward" in traceback_text  # the last frame shown is the program's line
+    assert "torchplace/sanitizer" not in traceback_text  # no frame of the guard itself
+    assert "torch/_ops.py" not in traceback_text
+    assert "--allow h2d" in err  # the hint names the command-line option too
+
+
+def test_threads_the_program_leaves_running_are_waited_for_and_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # python waits for non-daemon threads before it exits; so does guard, before its report
+    script = tmp_path / "worker.py"
+    script.write_text(
+        "import threading, time, torch\n"
+        "def train():\n"
+        "    time.sleep(0.2)\n"
+        "    for _ in range(3):\n"
+        "        torch.ones(4).to('meta')\n"
+        "threading.Thread(target=train).start()\n"
+    )
+    assert main(["guard", "--json", str(script)]) == 0
+    data = json.loads(capsys.readouterr().err)["result"]
+    assert data["totals"]["h2d"] == {"count": 3, "bytes": 48}
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_mode_raise_stopping_a_thread_fails_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the thread dies of the violation, the program goes on and exits 0: a CI gate must fail
+    script = tmp_path / "threaded.py"
+    script.write_text(
+        "import threading, torch\n"
+        "t = threading.Thread(target=lambda: torch.ones(2).to('meta'))\n"
+        "t.start()\n"
+        "t.join()\n"
+    )
+    assert main(["guard", "--mode", "raise", str(script)]) == 1
+    assert "--mode raise stopped 1 crossing" in capsys.readouterr().err
+    assert main(["guard", "--mode", "raise", "--json", str(script)]) == 1
+    err = capsys.readouterr().err  # the report (after the thread's traceback, outside pytest)
+    program = json.loads(err[err.index("{\n") :])["result"]["program"]
+    assert (program["exit_status"], program["violations"]) == (0, 1)
+
+
+def test_a_directory_with_main_runs_as_python_runs_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "helper.py").write_text("STEPS = 2\n")
+    (app / "__main__.py").write_text(
+        "import torch\nimport helper\nfor _ in range(helper.STEPS):\n    torch.ones(2).to('meta')\n"
+    )
+    assert main(["guard", "--json", "--", "python", str(app)]) == 0
+    data = json.loads(capsys.readouterr().err)["result"]
+    assert data["totals"]["h2d"] == {"count": 2, "bytes": 16}
+    (tmp_path / "empty").mkdir()
+    assert main(["guard", str(tmp_path / "empty")]) == 2
+    assert "is a directory without a __main__.py" in capsys.readouterr().err
+
+
+def test_sigterm_ends_the_run_although_a_thread_of_the_program_still_runs(
+    tmp_path: Path,
+) -> None:
+    # SIGTERM kills python at once; guard must not then wait for the program's threads
+    proc = _guard_proc(
+        tmp_path,
+        """\
+        import os
+        import signal
+        import threading
+        import time
+        import torch
+        threading.Thread(target=time.sleep, args=(600,)).start()
+        torch.ones(2).to("meta")
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(600)
+        """,
+    )
+    assert proc.returncode == 143, proc.stderr
+    assert "the program was terminated (SIGTERM)" in proc.stderr
+    assert "prog.py" in proc.stderr

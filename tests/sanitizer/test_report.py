@@ -113,7 +113,8 @@ def test_empty_report_is_truthy_and_renders() -> None:
     report = GuardReport()
     assert report
     assert report.events == []
-    assert "0 events" in report.format()
+    assert "0 events: no device crossing or host sync was recorded" in report.format()
+    assert "h2d 0" not in report.format()  # no kind is listed with a zero count
     with pytest.raises(ConfigError, match="top"):
         report.top(-1)
 

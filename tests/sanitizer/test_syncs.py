@@ -118,3 +118,26 @@ def test_cuda_synchronize_is_recorded_even_where_it_cannot_run() -> None:
     (sync,) = report.syncs
     assert (sync.op, sync.site.lineno) == ("torch.cuda.synchronize", line("sync-line"))
     assert getattr(torch.cuda.synchronize, "__torchplace_original__", None) is None  # unwrapped
+
+
+def test_storage_copies_are_recorded_once_each_at_the_users_line() -> None:
+    # what torch.save (storage.cpu()) and torch.load(map_location=...) do to device tensors:
+    # copies between storages, which call no torch function
+    host = torch.arange(4, dtype=torch.float32).untyped_storage()
+    with torchplace.guard() as outer:
+        with torchplace.guard() as inner:
+            torch.UntypedStorage(16, device=META).copy_(host)  # storage-h2d
+        on_device = torch.ones(4, device=META).untyped_storage()
+        with contextlib.suppress(NotImplementedError):  # meta holds no data to copy back
+            on_device.cpu()  # storage-d2h
+    assert [(e.kind, e.nbytes, e.site.lineno) for e in inner.events] == [
+        ("h2d", 16, line("storage-h2d")),
+        ("sync", 0, line("storage-h2d")),
+    ]
+    assert [(e.kind, e.nbytes, e.site.lineno) for e in outer.events] == [
+        ("h2d", 16, line("storage-h2d")),
+        ("sync", 0, line("storage-h2d")),
+        ("d2h", 16, line("storage-d2h")),
+        ("sync", 0, line("storage-d2h")),
+    ]
+    assert "copy_" not in vars(torch.UntypedStorage)  # unwrapped again

@@ -246,8 +246,9 @@ def _model_options(subs: Any, parents: list[argparse.ArgumentParser]) -> None:
     model.add_argument(
         "--dtype",
         default="float32",
-        choices=("float32", "float16", "bfloat16", "float64"),
-        help="input and weight dtype",
+        choices=("float32", "float16", "bfloat16", "float64", "int64", "int32"),
+        help="input and weight dtype; int64 or int32 give index inputs (token ids 0 and 1) "
+        "to a model that takes them, such as an embedding, and leave its weights as they are",
     )
     model.add_argument(
         "--min-time",

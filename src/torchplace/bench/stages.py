@@ -38,11 +38,21 @@ __all__ = [
     "load_model_spec",
     "parse_shape",
     "run_stages",
+    "to_host",
 ]
 
 DEFAULT_BATCH_SIZES: tuple[int, ...] = (1, 8, 32, 128)
 
-_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16", "float64": "float64"}
+_DTYPES = {
+    "float32": "float32",
+    "float16": "float16",
+    "bfloat16": "bfloat16",
+    "float64": "float64",
+    "int64": "int64",
+    "int32": "int32",
+}
+# floating dtypes convert the weights too; integer ones make index inputs (token ids 0 and 1,
+# valid for any embedding) and leave the weights as they are
 
 
 @dataclass(frozen=True)
@@ -211,7 +221,10 @@ def run_stages(
     torch_dtype = _dtype(dtype)
     timer = Timer(device=device, warmup=warmup, min_time=min_time, min_repeats=5, max_repeats=2000)
     device = timer.device
-    model = spec.build().to(device=device, dtype=torch_dtype)
+    floating = torch_dtype.is_floating_point
+    model = spec.build()
+    # an integer dtype is the inputs' only (token ids): the weights keep their own dtype
+    model = model.to(device=device, dtype=torch_dtype) if floating else model.to(device=device)
     copies = device.type != "cpu"
     cuda = device.type == "cuda"
     rows: list[StageResult] = []
@@ -219,20 +232,22 @@ def run_stages(
         if progress is not None:
             progress(f"batch {batch}")
         _require_batch_memory(spec, device, batch, torch_dtype)
-        host = torch.randn(batch, *spec.row_shape, dtype=torch_dtype)
+        shape = (batch, *spec.row_shape)
+        if floating:
+            host = torch.randn(shape, dtype=torch_dtype)
+        else:
+            host = torch.randint(0, 2, shape, dtype=torch_dtype)
         if cuda:
             host = host.pin_memory()
             torch.cuda.reset_peak_memory_stats(device)
 
         @torch.inference_mode()
-        def forward(x: torch.Tensor) -> torch.Tensor:
-            result: torch.Tensor = model(x)
-            return result
+        def forward(x: torch.Tensor) -> Any:
+            return model(x)
 
         @torch.inference_mode()
-        def total(host: torch.Tensor = host) -> torch.Tensor:
-            result: torch.Tensor = model(host.to(device)).cpu()
-            return result
+        def total(host: torch.Tensor = host) -> Any:
+            return to_host(model(host.to(device)))
 
         label = f"{spec.name} batch {batch}"
         h2d = d2h = None
@@ -242,7 +257,7 @@ def run_stages(
             h2d = timer.measure(lambda host=host: host.to(device), label=f"{label} H2D")
         compute = timer.measure(forward, inputs=[x], label=f"{label} compute")
         if copies:
-            d2h = timer.measure(lambda y=y: y.cpu(), label=f"{label} D2H")
+            d2h = timer.measure(lambda y=y: to_host(y), label=f"{label} D2H")
         whole = timer.measure(total, label=f"{label} total")
         peak = int(torch.cuda.max_memory_allocated(device)) if cuda else None
         rows.append(StageResult(batch, h2d, compute, d2h, whole, peak))
@@ -259,6 +274,22 @@ def run_stages(
         rows=tuple(rows),
         memory_note=note,
     )
+
+
+def to_host(output: Any) -> Any:
+    """``output`` with every tensor in it copied to the host: a model may return a tensor, or
+    dicts, lists and tuples (named tuples included) of them, as Hugging Face models do."""
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return output.cpu()
+    if isinstance(output, dict):
+        return type(output)((k, to_host(v)) for k, v in output.items())
+    if isinstance(output, tuple) and hasattr(output, "_fields"):
+        return type(output)(*(to_host(v) for v in output))
+    if isinstance(output, (list, tuple)):
+        return type(output)(to_host(v) for v in output)
+    return output
 
 
 def _require_batch_memory(
@@ -280,11 +311,11 @@ def _require_batch_memory(
 
 def _first_forward(
     spec: ModelSpec,
-    forward: Callable[[torch.Tensor], torch.Tensor],
+    forward: Callable[[torch.Tensor], Any],
     x: torch.Tensor,
     batch: int,
     dtype: str,
-) -> torch.Tensor:
+) -> Any:
     """The untimed first call, where a model that cannot run on these inputs says so once."""
     import torch
 
@@ -298,7 +329,14 @@ def _first_forward(
                 "give smaller --batch-sizes"
             ) from exc
         shape = "x".join(map(str, x.shape))
+        fix = "check --input-shape (one row) and --dtype, and that the model runs on its own"
+        if isinstance(exc, TypeError) and "argument" in first:
+            # forward(x, mask), forward(input_ids=...): the call itself did not fit
+            fix = (
+                "bench model calls forward with one input tensor; for a model that takes "
+                "several, have the callable return a module whose forward(x) builds the others "
+                "and calls the model"
+            )
         raise ConfigError(
-            f"{spec.name!r} failed on a {shape} {dtype} input: {type(exc).__name__}: {first}; "
-            "check --input-shape (one row) and --dtype, and that the model runs on its own"
+            f"{spec.name!r} failed on a {shape} {dtype} input: {type(exc).__name__}: {first}; {fix}"
         ) from exc

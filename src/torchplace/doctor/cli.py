@@ -13,11 +13,13 @@ Exit status: 0 when the requested device is usable, 1 when it is not, 2 for a us
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from torchplace import report
 from torchplace.doctor.assemble import collect
 from torchplace.doctor.rendering import render
+from torchplace.errors import TorchplaceError
 
 __all__ = ["configure", "run"]
 
@@ -43,6 +45,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the doctor; 0 when the requested device is usable, 1 when it is not."""
     report.check_output(args.output)
+    _require_torch()
     result = collect(args.device, smoke=args.smoke)
     verdict = result["verdict"]
     if args.format == "json":
@@ -59,3 +62,27 @@ def run(args: argparse.Namespace) -> int:
         for fix in verdict["fixes"]:
             print(f"  fix: {fix}", file=sys.stderr)
     return report.EXIT_FAILED
+
+
+def _require_torch() -> None:
+    """Import torch, or say why it cannot be: a broken install, or an environment variable
+    torch reads on import (``TORCH_LOGS=bogus``) making ``import torch`` itself fail."""
+    try:
+        import torch  # noqa: F401
+    except Exception as exc:
+        text = " ".join(str(exc).split())
+        first = text.split(". ", 1)[0].rstrip(".")  # its first sentence: torch's can be long
+        why = f"{type(exc).__name__}: {first[:300]}".rstrip(": ")
+        suspects = sorted(
+            f"{name}={value}"
+            for name, value in os.environ.items()
+            if name.startswith(("TORCH_", "PYTORCH_"))
+        )
+        if suspects:
+            fix = (
+                "check the environment variables torch reads on import, or unset them: "
+                + ", ".join(suspects)
+            )
+        else:
+            fix = "reinstall torch (pip install --force-reinstall torch) in this environment"
+        raise TorchplaceError(f"torch cannot be imported ({why}). Fix: {fix}") from None

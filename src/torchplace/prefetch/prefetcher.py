@@ -113,7 +113,18 @@ class DevicePrefetcher(Generic[T]):
         return "streams" if self._streams is not None else "pass-through"
 
     def __len__(self) -> int:
-        return len(self._iterable)  # type: ignore[arg-type]
+        """The number of batches of the source (a pass yields as many), when it has a length."""
+        try:
+            return len(self._iterable)  # type: ignore[arg-type]
+        except TypeError:
+            if hasattr(type(self._iterable), "__len__"):
+                raise  # the source's own __len__ failed: its error says why
+        # a TypeError still, so that list(), tqdm and length hints go on without a length
+        raise TypeError(
+            f"DevicePrefetcher has no len(): its source, a {type(self._iterable).__name__}, has "
+            "no length (a generator or an IterableDataset's loader yields an unknown number of "
+            "batches); count the batches while iterating, or give the source a __len__"
+        ) from None
 
     def __iter__(self) -> Iterator[T]:
         self.close_pass()

@@ -5,10 +5,13 @@ the program in this process (like ``python -m cProfile``), with ``sys.argv`` set
 expects; ``script.py args`` and ``-m module args`` work too. The report goes to stderr (or
 ``-o PATH``) when the program ends, also when it raises, calls ``sys.exit`` or ``os._exit``, or
 is sent SIGTERM, so that the program's own stdout stays clean; a child it forks writes none.
-Threads the program starts through :mod:`threading` (thread pools included) are guarded too.
+Threads the program starts through :mod:`threading` (thread pools included) are guarded too,
+and, as python does, the non-daemon ones still running when the program's code ends are waited
+for before the report.
 
 Exit status: 0 when the program ended well, 1 when it failed (a nonzero exit, an exception, or
-``--mode raise`` stopping it; its own exit status is in the JSON report), 2 for a usage error.
+``--mode raise`` stopping it, in any thread; its own exit status and the number of violations
+raised are in the JSON report), 2 for a usage error.
 """
 
 from __future__ import annotations
@@ -20,14 +23,15 @@ import runpy
 import shutil
 import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from types import FrameType
+from types import FrameType, TracebackType
 from typing import Any, NoReturn, TextIO
 
 from torchplace import report
-from torchplace.errors import ConfigError
+from torchplace.errors import ConfigError, GuardViolation
 from torchplace.sanitizer.report import DEFAULT_MAX_EVENTS, MODES, GuardReport
 
 __all__ = ["configure", "run", "split_program"]
@@ -84,6 +88,14 @@ def split_program(words: Sequence[str]) -> tuple[str, str, list[str]]:
         raise ConfigError(
             f"unsupported interpreter option {rest[0]!r}; give a script path or -m module"
         )
+    if Path(rest[0]).is_dir():
+        # python runs a directory by its __main__.py (a zip app is a file, run below)
+        if not (Path(rest[0]) / "__main__.py").is_file():
+            raise ConfigError(
+                f"{rest[0]!r} is a directory without a __main__.py, so python cannot run it; "
+                "give the script inside it, or -m package"
+            )
+        return "path", rest[0], rest
     if not Path(rest[0]).is_file():
         if not rest[0].endswith(".py") and shutil.which(rest[0]) is not None:
             raise ConfigError(_not_python(rest[0]))
@@ -161,19 +173,38 @@ def run(args: argparse.Namespace) -> int:
         nonlocal written
         if not written and os.getpid() == pid:  # a forked child never writes the report
             written = True
-            _write(guard.report, args, {"argv": argv, "exit_status": code}, output, stream)
+            program = {"argv": argv, "exit_status": code, "violations": guard.violations}
+            _write(guard.report, args, program, output, stream)
 
     saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
     sys.argv = argv
-    if kind == "path":
+    # a script's directory goes first on sys.path, as python puts it; runpy puts a directory
+    # program (run by its __main__.py) there itself
+    script_dir = kind == "path" and not Path(target).is_dir()
+    if script_dir:
         sys.path.insert(0, str(Path(target).resolve().parent))
     code = 0
+    terminated = False
+    already_running = set(threading.enumerate())
     try:
         with guard, _report_on_hard_exit(write, pid):
-            if kind == "module":
-                runpy.run_module(target, run_name="__main__", alter_sys=True)
+            try:
+                if kind == "module":
+                    runpy.run_module(target, run_name="__main__", alter_sys=True)
+                else:
+                    runpy.run_path(target, run_name="__main__")
+            except _Terminated:
+                raise  # SIGTERM kills the process on the spot: python waits for no thread
+            except BaseException:
+                if os.getpid() == pid:
+                    _join_program_threads(already_running)
+                raise
             else:
-                runpy.run_path(target, run_name="__main__")
+                if os.getpid() == pid:
+                    _join_program_threads(already_running)
+    except _Terminated as exc:
+        code = _exit_code(exc)
+        terminated = True
     except SystemExit as exc:
         code = _exit_code(exc)
     except KeyboardInterrupt:
@@ -186,14 +217,49 @@ def run(args: argparse.Namespace) -> int:
         code = 1
     finally:
         sys.argv = saved_argv
-        if kind == "path" and sys.path and sys.path[0] != saved_path0:
+        if script_dir and sys.path and sys.path[0] != saved_path0:
             sys.path.pop(0)
     if os.getpid() != pid:
         return code  # a child the program forked, leaving through its code: exit as python would
     write(code)
+    if terminated and _program_threads(already_running):
+        # SIGTERM's default action ends the process at once; python's exit would instead wait
+        # for the threads the program left running, maybe forever: end it as the signal would
+        for stream_ in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream_.flush()
+        os._exit(code)
     if code in _STOPPED:
         return code  # interrupted or terminated: the shell's convention, as the top command does
-    return report.EXIT_OK if code == 0 else report.EXIT_FAILED
+    # --mode raise stopping a thread fails the run too, although the program went on and ended 0
+    return report.EXIT_OK if code == 0 and not guard.violations else report.EXIT_FAILED
+
+
+def _join_program_threads(already_running: set[threading.Thread]) -> None:
+    """Wait, as python does before it exits, for the non-daemon threads the program started
+    and left running (a worker that trains, a server thread): their crossings belong in the
+    report, and the program has not ended until they have. Idle ``ThreadPoolExecutor`` workers
+    are not waited for: python stops them at exit, and only then."""
+    while pending := _program_threads(already_running):
+        for thread in pending:
+            thread.join()
+
+
+def _program_threads(already_running: set[threading.Thread]) -> list[threading.Thread]:
+    """The non-daemon threads the program started that still run (idle pool workers aside)."""
+    return [
+        t
+        for t in threading.enumerate()
+        if t not in already_running
+        and t is not threading.current_thread()
+        and not t.daemon
+        and t.is_alive()
+        and getattr(getattr(t, "_target", None), "__module__", "") != "concurrent.futures.thread"
+    ]
+
+
+class _Terminated(SystemExit):
+    """The program was sent SIGTERM (and does not handle it)."""
 
 
 #: Exit statuses of a program stopped by SIGINT (Ctrl-C) or SIGTERM, and what the report says.
@@ -221,7 +287,7 @@ def _report_on_hard_exit(write: Callable[[int], None], pid: int) -> Iterator[Non
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
             return
-        raise SystemExit(128 + signum)
+        raise _Terminated(128 + signum)
 
     previous: Any = None
     with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
@@ -257,7 +323,23 @@ def _print_program_error(exc: BaseException) -> None:
         tb.tb_frame.f_code.co_filename == __file__ or _is_runpy(tb.tb_frame.f_code.co_filename)
     ):
         tb = tb.tb_next
+    if isinstance(exc, GuardViolation):
+        _cut_at_the_users_line(tb)
     traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
+
+
+def _cut_at_the_users_line(tb: TracebackType | None) -> None:
+    """A guard violation is raised from deep inside torch and torchplace: end its traceback at
+    the last frame of the program's own code, the line the message names."""
+    from torchplace.sanitizer.sites import is_internal
+
+    last_user = None
+    while tb is not None:
+        if not is_internal(tb.tb_frame.f_code.co_filename):
+            last_user = tb
+        tb = tb.tb_next
+    if last_user is not None:
+        last_user.tb_next = None
 
 
 def _write(
@@ -278,4 +360,11 @@ def _write(
             text += _STOPPED[status]
         elif status != 0:
             text += f"the program exited with status {status}\n"
+        elif program["violations"]:
+            count = program["violations"]
+            text += (
+                f"--mode raise stopped {count} crossing{'' if count == 1 else 's'} that the "
+                "program went on without (a thread died of it, or the program caught it); the "
+                "program itself exited with status 0\n"
+            )
     report.write_report(text, output, stream=stream)

@@ -101,6 +101,7 @@ class Guard:
         self._warned: set[tuple[Site, str]] = set()
         self._thread: int | None = None
         self._live = [False]  # shared with the guard's stand-ins on other threads
+        self._violations = [0]  # GuardViolations raised, on any thread (shared like _live)
         self._saved_profile: Any = None
 
     # -- context manager -------------------------------------------------------------------
@@ -149,6 +150,12 @@ class Guard:
         stand_in._thread = threading.get_ident()
         active_guards().append(stand_in)
         stand_in._function.__enter__()  # type: ignore[no-untyped-call]
+
+    @property
+    def violations(self) -> int:
+        """How many :class:`~torchplace.errors.GuardViolation` this guard raised (``"raise"``
+        mode), on every thread it watches: one a thread swallowed or died of counts too."""
+        return self._violations[0]
 
     def __repr__(self) -> str:
         return f"Guard(mode={self.mode!r}, events={len(self.report)})"
@@ -205,9 +212,11 @@ class Guard:
                     site.lineno,
                 )
         elif self.mode == "raise":
+            self._violations[0] += 1
             raise GuardViolation(
                 f"{event.describe()}\n(torchplace guard in mode='raise'; to permit it pass "
-                f"allow=[{kind!r}] or allow=[{site.short!r}])"
+                f"allow=[{kind!r}] or allow=[{site.short!r}]; on the command line "
+                f"--allow {kind} or --allow {site.short})"
             )
 
 

@@ -259,16 +259,16 @@ class GuardReport:
         from rich.table import Table
 
         rows = self.by_site() if top is None else self.top(top)
-        summary = ", ".join(
-            f"{kind} {self.count(kind)}" for kind in KINDS if self.count(kind) or kind == "h2d"
+        summary = ", ".join(f"{kind} {self.count(kind)}" for kind in KINDS if self.count(kind))
+        total = len(self)
+        caption = (
+            f"{total} event{'' if total == 1 else 's'} ({summary}); "
+            f"H2D {format_bytes(self.h2d_bytes)}, D2H {format_bytes(self.d2h_bytes)}, "
+            f"D2D {format_bytes(self.d2d_bytes)}"
+            if total
+            else "0 events: no device crossing or host sync was recorded"
         )
-        table = Table(
-            title="torchplace guard: device crossings and host syncs",
-            caption=(
-                f"{len(self)} events ({summary}); H2D {format_bytes(self.h2d_bytes)}, "
-                f"D2H {format_bytes(self.d2h_bytes)}, D2D {format_bytes(self.d2d_bytes)}"
-            ),
-        )
+        table = Table(title="torchplace guard: device crossings and host syncs", caption=caption)
         table.add_column("file", overflow="fold")
         table.add_column("line", justify="right")
         table.add_column("function")

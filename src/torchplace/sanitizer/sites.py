@@ -17,7 +17,7 @@ import torch
 import torchplace
 from torchplace.sanitizer.events import Site
 
-__all__ = ["user_site"]
+__all__ = ["is_internal", "user_site"]
 
 _INTERNAL_PREFIXES: Final = (
     os.path.dirname(torch.__file__) + os.sep,
@@ -29,7 +29,7 @@ _internal_files: dict[str, bool] = {}
 _UNKNOWN_SITE: Final = Site("<unknown>", 0, "<unknown>")
 
 
-def _is_internal(filename: str) -> bool:
+def is_internal(filename: str) -> bool:
     """torch, torchplace and the standard library (``copy``, ``contextlib``, ...) are not the
     user's code; third-party packages are."""
     internal = _internal_files.get(filename)
@@ -47,7 +47,7 @@ def _is_internal(filename: str) -> bool:
 def user_site() -> Site:
     """The innermost frame on this thread's stack that is neither torch nor torchplace code."""
     frame: FrameType | None = sys._getframe(1)
-    while frame is not None and _is_internal(frame.f_code.co_filename):
+    while frame is not None and is_internal(frame.f_code.co_filename):
         frame = frame.f_back
     if frame is None:
         return _UNKNOWN_SITE

@@ -16,6 +16,7 @@ stalls nothing.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -178,8 +179,36 @@ def _wrap_sync(original: Callable[..., Any], name: str) -> Callable[..., Any]:
     return wrapper
 
 
+def _wrap_storage_copy(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``UntypedStorage.copy_``: the copy behind ``torch.save`` of device tensors
+    (``storage.cpu()``), ``torch.load(map_location=...)`` and ``storage.cuda()``. No torch
+    function is called, so no dispatch layer is pushed: push those of the guards active on this
+    thread for the copy (one not already active), whose ``aten.copy_`` handler records it."""
+
+    @functools.wraps(original)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        guards = active_guards()
+        if not guards:
+            return original(self, *args, **kwargs)
+        from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+        stack = _get_current_dispatch_mode_stack()
+        with contextlib.ExitStack() as layers:
+            # the handler's own call of the op must not come back through a function layer,
+            # whose dispatch layer would record the copy a second time
+            layers.enter_context(torch._C.DisableTorchFunction())
+            for owner in guards:
+                if not any(mode is owner._dispatch for mode in stack):
+                    layers.enter_context(owner._dispatch)
+            return original(self, *args, **kwargs)
+
+    wrapper.__torchplace_original__ = original  # type: ignore[attr-defined]
+    return wrapper
+
+
 def install_sync_wrappers() -> None:
-    """Wrap the explicit syncs; counted, so nested and concurrent guards wrap them once."""
+    """Wrap the explicit syncs and storage copies; counted, so nested and concurrent guards
+    wrap them once."""
     global _patch_users
     with _patch_lock:
         if _patch_users == 0:
@@ -187,6 +216,10 @@ def install_sync_wrappers() -> None:
                 original = getattr(owner_obj, attr)
                 _patched.append((owner_obj, attr, original))
                 setattr(owner_obj, attr, _wrap_sync(original, name))
+            storage_copy = torch.UntypedStorage.__dict__.get("copy_")
+            original = torch.UntypedStorage.copy_
+            _patched.append((torch.UntypedStorage, "copy_", storage_copy))
+            torch.UntypedStorage.copy_ = _wrap_storage_copy(original)  # type: ignore[method-assign]
         _patch_users += 1
 
 
@@ -198,4 +231,7 @@ def remove_sync_wrappers() -> None:
         if _patch_users == 0:
             while _patched:
                 owner_obj, attr, original = _patched.pop()
-                setattr(owner_obj, attr, original)
+                if original is None:  # inherited: remove the wrapper to uncover it again
+                    delattr(owner_obj, attr)
+                else:
+                    setattr(owner_obj, attr, original)
