@@ -25,10 +25,13 @@ from torchplace.lint.resolver import dotted_name
 if TYPE_CHECKING:
     from torchplace.lint.provenance.files import FileFacts
 
-__all__ = ["PerBatch", "call_sites", "calls_in", "find_per_batch"]
+__all__ = ["PerBatch", "call_sites", "calls_in", "engine_step", "find_per_batch"]
 
 # Methods a training framework calls once per batch, with the batch already on the device.
 _STEP_HOOKS = frozenset({"training_step", "validation_step", "test_step", "predict_step"})
+# Engines that call the function they are built from once per iteration, with the batch as
+# the loader gave it (ignite's `Engine(process_function)`).
+_ENGINES = frozenset({"Engine", "DeterministicEngine"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +57,9 @@ def find_per_batch(
             )
         how = f"`{function.name}` runs once per batch (a training-framework hook)"
         return PerBatch(how, seeds, function.name == "training_step")
+    if engine_step(facts, function.name):
+        how = f"`{function.name}` is an `Engine`'s process function, run once per iteration"
+        return PerBatch(how, {}, calls_backward(function))
     result: PerBatch | None = None
     if facts.text.count(function.name + "(") > 1:
         result = _from_callers(facts, function, depth, facts, None)
@@ -64,6 +70,18 @@ def find_per_batch(
     if result is not None and has_own_batch_loop(function):
         result = None
     return result
+
+
+def engine_step(facts: FileFacts, name: str) -> bool:
+    """``name`` is handed to an engine of the file as its process function: ``trainer =
+    Engine(train_step)`` calls ``train_step(engine, batch)`` once per iteration."""
+    if name + ")" not in facts.text and name + "," not in facts.text:
+        return False
+    return any(
+        call.args and isinstance(call.args[0], ast.Name) and call.args[0].id == name
+        for engine in _ENGINES
+        for _, call, _ in facts.calls_of(engine)
+    )
 
 
 def _from_importers(

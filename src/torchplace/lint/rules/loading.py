@@ -262,16 +262,27 @@ def _round_trip(call: ast.Call, ctx: Context, *, wrapped: bool = False) -> bool:
         return False
     cached = scope.cache.get("saves")
     if cached is None:
-        cached = scope.cache["saves"] = {
-            "seek"
-            if sub.func.attr == "seek"
-            else " ".join((ctx.segment(sub.args[1]) or "").split())
-            for sub in ast.walk(scope.node)
-            if isinstance(sub, ast.Call)
-            and isinstance(sub.func, ast.Attribute)
-            and (sub.func.attr == "seek" or (sub.func.attr == "save" and len(sub.args) > 1))
-        }
-    return "seek" in cached or " ".join((ctx.segment(source) or "").split()) in cached
+        cached = scope.cache["saves"] = _saves(scope.node, ctx)
+    first = cached.get(" ".join((ctx.segment(source) or "").split()))
+    return "seek" in cached or (first is not None and first < call.lineno)
+
+
+def _saves(function: ast.AST, ctx: Context) -> dict[str, int]:
+    """The paths ``function`` saves to (``"seek"`` for a buffer it rewinds), each with the
+    first line that does: a load above every save of its path (a resume at start-up) reads
+    what an earlier run wrote, perhaps on another machine."""
+    found: dict[str, int] = {}
+    for sub in ast.walk(function):
+        if not (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute)):
+            continue
+        if sub.func.attr == "seek":
+            key = "seek"
+        elif sub.func.attr == "save" and len(sub.args) > 1:
+            key = " ".join((ctx.segment(sub.args[1]) or "").split())
+        else:
+            continue
+        found[key] = min(found.get(key, sub.lineno), sub.lineno)
+    return found
 
 
 _FALLBACK = re.compile(

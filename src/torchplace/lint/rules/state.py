@@ -254,6 +254,11 @@ def _builds_tensor(
                 and not (cls is not None and _built_per_call(cls, ctx))
             )
         return False
+    if isinstance(value, ast.IfExp):  # `torch.tensor(mean) if mean else None`
+        branches = [b for b in (value.body, value.orelse) if not _is_none(b)]
+        return bool(branches) and all(
+            _builds_tensor(b, ctx, function, line, cls, depth) for b in branches
+        )
     if not isinstance(value, ast.Call):
         return False
     name = ctx.call_qualname(value)
@@ -268,9 +273,25 @@ def _builds_tensor(
         )
     func = value.func
     if isinstance(func, ast.Attribute) and func.attr in _TENSOR_CHAIN:
+        if _per_channel(value, ctx):
+            return True
         return _builds_tensor(func.value, ctx, function, line, cls, depth + 1)
     callee = _local_function(value, ctx, cls)
     return callee is not None and _returns_tensor(callee, ctx, cls, depth + 1)
+
+
+def _per_channel(call: ast.Call, ctx: Context) -> bool:
+    """``torch.tensor(mean).view(-1, 1, 1)``: values shaped into a ``-1`` dimension, one per
+    channel, so more than one whatever the name holds."""
+    assert isinstance(call.func, ast.Attribute)
+    if call.func.attr not in {"view", "reshape"} or not isinstance(call.func.value, ast.Call):
+        return False
+    spread = any(isinstance(arg, ast.UnaryOp) and ast.unparse(arg) == "-1" for arg in call.args)
+    return spread and ctx.call_qualname(call.func.value) in {"torch.tensor", "torch.Tensor"}
+
+
+def _is_none(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
 
 
 # Methods of a tensor that return a tensor built from it on the same device (cast, reshaped,

@@ -21,6 +21,7 @@ from torchplace.lint.base import (
     names_in,
 )
 from torchplace.lint.provenance import Fact, FileFacts, file_facts, scope_node
+from torchplace.lint.provenance.callers import engine_step
 from torchplace.lint.provenance.loops import rare_test
 from torchplace.lint.provenance.values import HOST_METHODS
 from torchplace.lint.resolver import dotted_name
@@ -885,7 +886,9 @@ def _called_here(scope: ast.AST, ctx: Context) -> bool:
     key = f"called:{name}"
     cached = ctx.scope.cache.get(key)
     if cached is None:
-        cached = ctx.scope.cache[key] = ctx.source.count(name + "(") > 1
+        cached = ctx.scope.cache[key] = ctx.source.count(name + "(") > 1 or engine_step(
+            file_facts(ctx), name
+        )
     return bool(cached)
 
 
