@@ -288,8 +288,10 @@ def test_a_stream_that_is_not_read_is_bounded_in_bytes(monkeypatch: pytest.Monke
     reads had 128 of them and their answers held: up to 16 GiB at 64 MiB a message. Now the
     stream is read no further past the byte window."""
     import torchplace.serve.grpc_server as grpc_server
+    import torchplace.serve.protocol as protocol
 
     monkeypatch.setattr(grpc_server, "STREAM_WINDOW_BYTES", 8 << 20)
+    monkeypatch.setattr(protocol, "MAX_ID_CHARS", 2 << 20)  # the id is only a large payload here
     engine = FakeEngine()
     with ServerThread(test_config(max_body_bytes=4 << 20), engine=engine) as server:
         channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")

@@ -46,6 +46,7 @@ from torchplace.serve.protocol import (
     _unknown_output,
     _write_output,
     check_output_room,
+    check_request_id,
     check_reserved,
     class_count,
     output_target,
@@ -183,6 +184,8 @@ def _decode_request(
         rows = _same_rows(spec.name, array, rows)
         arrays[spec.name] = array
     _check_complete(inputs, arrays)
+    if message.id:
+        check_request_id(message.id)
     timeout_us, priority = _parameters(message.parameters)
     requested = _requested(message.outputs, outputs, regions)
     check_output_room(requested, outputs, rows)

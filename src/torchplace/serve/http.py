@@ -48,7 +48,16 @@ import orjson
 from torchplace.errors import ConfigError
 from torchplace.serve.listener import close_listener
 
-__all__ = ["Answer", "Handler", "HttpServer", "Request", "Response", "error_response"]
+__all__ = [
+    "Answer",
+    "Handler",
+    "HttpServer",
+    "Request",
+    "Response",
+    "connection_limit",
+    "error_response",
+    "raise_fd_limit",
+]
 
 logger = logging.getLogger("torchplace.serve.http")
 
@@ -139,6 +148,39 @@ def _unsent(transport: asyncio.BaseTransport) -> int:
     return int(unsent)
 
 
+#: file descriptors kept for everything but HTTP connections (gRPC, model files, shared memory)
+_FD_RESERVE = 128
+
+
+def raise_fd_limit() -> int:
+    """Raise this process's soft limit on open files to its hard limit (as Go and nginx do:
+    the soft limit, often 1,024, would cap the connections served); the limit now."""
+    try:
+        import resource  # Unix only
+    except ImportError:
+        return 0
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = 1 << 20 if hard == resource.RLIM_INFINITY else hard  # the hard limit is kept
+    if soft != resource.RLIM_INFINITY and soft < target:
+        with contextlib.suppress(OSError, ValueError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+    return int(soft)
+
+
+def connection_limit() -> int:
+    """Open HTTP connections to allow before the quietest are shed: the open file limit less a
+    reserve (an eighth of it, at least 128), so that accept() does not fail with EMFILE."""
+    try:
+        import resource
+    except ImportError:
+        return sys.maxsize
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return sys.maxsize
+    return max(soft - max(_FD_RESERVE, soft // 8), 16)
+
+
 def _malformed(data: bytes, exc: Exception) -> Response:
     """The 400 (or 505) for what the parser refused."""
     if data.startswith(b"PRI * HTTP/2"):
@@ -164,6 +206,8 @@ def _version_not_supported(what: str) -> Response:
 class _Connection(asyncio.Protocol):
     __slots__ = (
         "_body",
+        "_body_reserved",
+        "_body_wait",
         "_busy",
         "_chunk_mark",
         "_chunk_open",
@@ -227,14 +271,27 @@ class _Connection(asyncio.Protocol):
         self._chunk_open = False  # a chunk's size line was read in this data, not all its data
         self._chunk_mark = 0  # the body's length before that chunk
         self._line_start = b""  # the start of the last line of what was read (chunked only)
+        self._body_reserved = 0  # the large body being read, counted in the server's budget
+        self._body_wait = False  # waiting for room in that budget: not read meanwhile
 
     # -- asyncio.Protocol ----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
-        self._server.connections.add(self)
+        connections = self._server.connections
+        connections.add(self)
+        if len(connections) > self._server.max_connections:
+            self._server.shed_idle(keep=self)
+
+    def quiet_since(self) -> float | None:
+        """When this connection last did anything, if no answer is due on it (it may be shed
+        for a new one); None while a request is being answered or waits."""
+        if self._busy or self._pending or self._rejected or self._transport is None:
+            return None
+        return self._reading_since or self._last_active
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._server.connections.discard(self)
+        self._release_body()
         self._transport = None
         self._pending.clear()
         self._pending_bytes = 0
@@ -323,7 +380,7 @@ class _Connection(asyncio.Protocol):
     def _update_reading(self) -> None:
         """Read the connection unless its output is stalled, too many requests wait, or a
         refusal waits for earlier answers (and reading would parse what follows it)."""
-        hold = self._write_paused or self._queue_full or self._final is not None
+        hold = self._write_paused or self._queue_full or self._final is not None or self._body_wait
         if hold != self._paused_reading and self._transport is not None:
             if hold:
                 self._transport.pause_reading()
@@ -381,11 +438,30 @@ class _Connection(asyncio.Protocol):
                 f"request JSON size of {int(length)} bytes exceeds the maximum allowed input "
                 f"size of {limit} bytes (the request body, over --max-body-bytes); send less",
             )
+        elif length is not None and len(length) > 6 and length.isdigit():  # a MB or more
+            self._reserve_body(int(length))
         coding = headers.get(b"transfer-encoding")
         if coding is not None:
             self._check_transfer_coding(coding)
         if b"expect" in headers:
             self._continue(headers[b"expect"], length is not None and length != b"0")
+
+    def _reserve_body(self, length: int) -> None:
+        """Count a large body against the server's :attr:`HttpServer.body_budget` before it is
+        read; over the budget, the connection is not read (its request clock stopped) until
+        bodies already being read are in (see :meth:`HttpServer.release_body`)."""
+        server = self._server
+        self._body_reserved = length
+        if server.body_reading and server.body_reading + length > server.body_budget:
+            self._body_wait = True
+            server.body_waiting.append(self)
+            self._update_reading()
+        else:
+            server.body_reading += length
+
+    def _release_body(self) -> None:
+        if self._body_reserved:
+            self._server.release_body(self)
 
     def _check_version(self) -> None:
         """HTTP/1.1 or 1.0; any other version is refused with 505 (RFC 9110, 15.6.6), not
@@ -508,6 +584,8 @@ class _Connection(asyncio.Protocol):
         self._headers = {}
         self._head_size = 0
         self._body = b""
+        if self._body_reserved:
+            self._release_body()
         if parser.should_upgrade() and self._body_skipped(request):
             return
         self._reading_since = 0.0
@@ -654,6 +732,7 @@ class _Connection(asyncio.Protocol):
         """
         self._rejected = True
         self._expect_continue = False
+        self._release_body()
         response.headers.append((b"connection", b"close"))
         response.close = False
         self._final = response
@@ -738,6 +817,14 @@ class HttpServer:
         self.draining = False
         self.date_header = b""
         self.loop: asyncio.AbstractEventLoop  # set by start(), before any connection exists
+        #: open connections past which the quietest are closed (see :meth:`shed_idle`); start()
+        #: sets it below the file descriptor limit unless it was set
+        self.max_connections = sys.maxsize
+        #: bytes of large bodies (a MB or more, by Content-Length) read at once, all connections
+        #: together: four body limits (at least 256 MiB); past it a connection waits its turn
+        self.body_budget = max(4 * max_body_bytes, 256 << 20)
+        self.body_reading = 0
+        self.body_waiting: deque[_Connection] = deque()
         self._server: asyncio.base_events.Server | None = None
         self._ticker: asyncio.TimerHandle | None = None
 
@@ -757,7 +844,55 @@ class HttpServer:
             )
         except OSError as exc:
             raise ConfigError(_bind_error(host, port, exc)) from None
+        if self.max_connections == sys.maxsize:
+            self.max_connections = connection_limit()
         self._tick()
+
+    def release_body(self, conn: _Connection) -> None:
+        """``conn``'s large body is in (or refused, or its client gone): let the connections
+        waiting for room in :attr:`body_budget` read theirs, first come first served."""
+        if conn._body_wait:
+            conn._body_wait = False
+            with contextlib.suppress(ValueError):
+                self.body_waiting.remove(conn)
+        else:
+            self.body_reading -= conn._body_reserved
+        conn._body_reserved = 0
+        waiting = self.body_waiting
+        while waiting:
+            nxt = waiting[0]
+            if self.body_reading and self.body_reading + nxt._body_reserved > self.body_budget:
+                break
+            waiting.popleft()
+            self.body_reading += nxt._body_reserved
+            nxt._body_wait = False
+            nxt._update_reading()
+
+    def shed_idle(self, keep: _Connection | None = None) -> None:
+        """Over :attr:`max_connections`: close the quietest eighth of the connections with no
+        answer due (idle keep-alive connections, clients that connect and send nothing or
+        send a request a byte at a time), least recently active first, so that file
+        descriptors are left for clients that send requests. Batched, so that the scan is
+        paid once per many new connections."""
+        quiet = [
+            (since, c)
+            for c in self.connections
+            if c is not keep and (since := c.quiet_since()) is not None
+        ]
+        if not quiet:
+            return
+        quiet.sort(key=lambda pair: pair[0])
+        count = max(1, len(self.connections) - self.max_connections, len(self.connections) // 8)
+        for _, conn in quiet[:count]:
+            if conn._transport is not None:
+                conn._transport.abort()
+        logger.warning(
+            "%d connections open, over the limit of %d (from the open file limit): closed "
+            "the %d quietest with no answer due",
+            len(self.connections),
+            self.max_connections,
+            min(count, len(quiet)),
+        )
 
     def _tick(self) -> None:
         now = time.monotonic()

@@ -42,6 +42,7 @@ __all__ = [
     "bf16_values",
     "check_json_finite",
     "check_output_room",
+    "check_request_id",
     "class_count",
     "decode_infer_request",
     "encode_infer_response",
@@ -233,8 +234,8 @@ def _decode_request(
         if quick is not None:
             return quick
     request_id = doc.get("id")
-    if request_id is not None and not isinstance(request_id, str):
-        raise _fail(f"'id' must be a string, not {_kind_name(request_id)}")
+    if request_id is not None:
+        check_request_id(request_id)
     binary_output, timeout_us, priority = _request_parameters(doc.get("parameters"))
     arrays, offset = _decode_inputs(doc.get("inputs"), inputs, binary, max_rows, allow_nan, regions)
     if binary is not None and offset != len(binary):
@@ -322,7 +323,10 @@ def _quick_request(doc: dict[str, Any], spec: TensorSpec, max_rows: int) -> Infe
         type(raw_inputs) is not list
         or len(raw_inputs) != 1
         or len(doc) != (1 if request_id is None else 2)
-        or (request_id is not None and type(request_id) is not str)
+        or (
+            request_id is not None
+            and (type(request_id) is not str or len(request_id) > MAX_ID_CHARS)
+        )
     ):
         return None
     raw = raw_inputs[0]
@@ -332,6 +336,22 @@ def _quick_request(doc: dict[str, Any], spec: TensorSpec, max_rows: int) -> Infe
     if array is None:
         return None
     return InferRequest(request_id, {spec.name: array}, len(array), None, False)
+
+
+#: the longest request ``id`` taken (characters): it is echoed in the answer, so a huge one would
+#: double what the request holds and cost the event loop its copies
+MAX_ID_CHARS = 4096
+
+
+def check_request_id(request_id: object) -> None:
+    """Refuse an ``id`` that is not a string, or longer than :data:`MAX_ID_CHARS`."""
+    if not isinstance(request_id, str):
+        raise _fail(f"'id' must be a string, not {_kind_name(request_id)}")
+    if len(request_id) > MAX_ID_CHARS:
+        raise _fail(
+            f"'id' is {len(request_id)} characters long, over the limit of {MAX_ID_CHARS}; "
+            "send a shorter request id"
+        )
 
 
 def _request_parameters(params: object) -> tuple[bool, int | None, int | None]:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from torchplace.errors import ConfigError
 from torchplace.serve.app import App, EngineLike, load_token
+from torchplace.serve.http import raise_fd_limit
 
 if TYPE_CHECKING:
     from torchplace.serve.config import ServeConfig
@@ -101,6 +102,7 @@ async def serve(
     latency spikes.
     """
     grpc_at = grpc_port(config)  # a missing extra is refused before the model loads
+    raise_fd_limit()  # connections, not the soft limit's 1,024 open files, bound what is served
     app = App(_control(config, engine), config)
     grpc = _grpc_server(app, config) if grpc_at is not None else None
     stop = stop or asyncio.Event()
