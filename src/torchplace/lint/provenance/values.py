@@ -334,14 +334,19 @@ def moved_in_place(target: ast.expr, value: ast.expr) -> ast.expr | None:
 
 
 def _device_helper(name: str, args: list[ast.expr]) -> bool:
-    """``to_device(batch, device)``, ``move_to_cuda(x)``: a project's own transfer helper."""
+    """``to_device(batch, device)``, ``move_to_cuda(x)``: a project's own transfer helper;
+    also a bare ``to_device(x)`` (Lightning Fabric's ``fabric.to_device(batch)``), whose name
+    says it moves to the device its owner was set up with."""
     lowered = name.lower()
     if not any(word in lowered for word in ("device", "cuda", "gpu")):
         return False
     if lowered.startswith(("get_", "is_", "set_", "init", "setup")) or "cpu" in lowered:
         return False
     return bool(args) and (
-        "cuda" in lowered or "gpu" in lowered or any(is_device_expr(arg) for arg in args)
+        "cuda" in lowered
+        or "gpu" in lowered
+        or lowered in {"to_device", "move_to_device"}
+        or any(is_device_expr(arg) for arg in args)
     )
 
 

@@ -513,6 +513,8 @@ def _load_site(call: ast.Call, ctx: Context, what: str, via: Load | None = None)
     for loop in loops:
         if _loads_into_each_module(loop):
             continue  # one load per module of a short list (a checkpoint-restore hook)
+        if _sets_state(loop):
+            continue  # `for opt.weights in files: detect()`: each step sets what is loaded
         bound = loop_bound_names(loop, ctx)
         inside = ctx.parents[ctx.parents.index(loop) + 1 :] if loop in ctx.parents else []
         if any(isinstance(p, ast.If) and names_in(p.test) & bound for p in inside):
@@ -525,6 +527,17 @@ def _load_site(call: ast.Call, ctx: Context, what: str, via: Load | None = None)
                 "once before the loop",
             )
             return
+
+
+def _sets_state(loop: ast.AST) -> bool:
+    """A ``for`` loop whose target is an attribute or an item (``for opt.weights in files:``,
+    ``for cfg["ckpt"] in paths:``): each step stores into state the code it calls reads, so a
+    call with unchanged arguments may still load a different file every step."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor)):
+        return False
+    target = loop.target
+    parts = target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]
+    return any(isinstance(part, (ast.Attribute, ast.Subscript)) for part in parts)
 
 
 def _loads_into_each_module(loop: ast.AST) -> bool:
