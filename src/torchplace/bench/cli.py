@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from torchplace import report
+from torchplace.bench.stages import DTYPES
 from torchplace.errors import ConfigError, TimingError
 
 if TYPE_CHECKING:
@@ -246,7 +247,7 @@ def _model_options(subs: Any, parents: list[argparse.ArgumentParser]) -> None:
     model.add_argument(
         "--dtype",
         default="float32",
-        choices=("float32", "float16", "bfloat16", "float64", "int64", "int32"),
+        choices=DTYPES,
         help="input and weight dtype; int64 or int32 give index inputs (token ids 0 and 1) "
         "to a model that takes them, such as an embedding, and leave its weights as they are",
     )

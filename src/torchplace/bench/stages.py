@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_BATCH_SIZES",
+    "DTYPES",
     "ModelSpec",
     "StageResult",
     "StagesResult",
@@ -43,16 +44,9 @@ __all__ = [
 
 DEFAULT_BATCH_SIZES: tuple[int, ...] = (1, 8, 32, 128)
 
-_DTYPES = {
-    "float32": "float32",
-    "float16": "float16",
-    "bfloat16": "bfloat16",
-    "float64": "float64",
-    "int64": "int64",
-    "int32": "int32",
-}
-# floating dtypes convert the weights too; integer ones make index inputs (token ids 0 and 1,
-# valid for any embedding) and leave the weights as they are
+#: ``--dtype`` names, torch's own: floating ones convert the weights too; integer ones make
+#: index inputs (token ids 0 and 1, valid for any embedding) and leave the weights as they are
+DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16", "float64", "int64", "int32")
 
 
 @dataclass(frozen=True)
@@ -197,9 +191,9 @@ class StagesResult:
 def _dtype(name: str) -> torch.dtype:
     import torch
 
-    if name not in _DTYPES:
-        raise ConfigError(f"unknown dtype {name!r}; choose one of: {', '.join(_DTYPES)}")
-    result: torch.dtype = getattr(torch, _DTYPES[name])
+    if name not in DTYPES:
+        raise ConfigError(f"unknown dtype {name!r}; choose one of: {', '.join(DTYPES)}")
+    result: torch.dtype = getattr(torch, name)
     return result
 
 
