@@ -14,7 +14,7 @@ import ast
 
 from torchplace.lint.base import Context, Rule, Scope, has_star_kwargs, keyword, names_in
 from torchplace.lint.rules.factory_match import COMBINERS, HOST_CASTS, matched_to_parameter
-from torchplace.lint.rules.facts import in_test
+from torchplace.lint.rules.facts import in_test, main_test
 
 __all__ = ["FACTORY", "check_factory"]
 
@@ -304,15 +304,10 @@ def _smoke_check(ctx: Context) -> bool:
     """The module is defined under ``if __name__ == "__main__":``: a stand-in of the file's
     quick check, which runs where that check builds its inputs (as a test's does)."""
     return any(
-        isinstance(stmt, ast.If)
-        and isinstance(stmt.test, ast.Compare)
-        and isinstance(stmt.test.left, ast.Name)
-        and stmt.test.left.id == "__name__"
-        and any(
-            isinstance(c, ast.Constant) and c.value == "__main__" for c in stmt.test.comparators
-        )
+        test is not None
+        and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators)
         for block, index in ctx.stmt_path
-        for stmt in [block[index]]
+        for test in [main_test(block[index])]
     )
 
 

@@ -17,6 +17,7 @@ from torchplace.lint.provenance.values import moves_to_device as _moves_to_devic
 from torchplace.lint.resolver import dotted_name
 
 __all__ = [
+    "CASTS",
     "CUDA_ONLY",
     "DEVICE_STRING",
     "FACTORIES",
@@ -32,6 +33,7 @@ __all__ = [
     "is_tensor_annotation",
     "is_tensor_expr",
     "loop_bound_names",
+    "main_test",
     "mentions",
     "moves_to_device",
     "receiver_root",
@@ -107,6 +109,9 @@ TENSOR_METHODS = frozenset(
 
 # Methods of a module or tensor that place it (an override's job is to place).
 PLACEMENT_API = frozenset({"cuda", "cpu", "to", "to_empty", "_apply", "type", "xpu", "mps"})
+
+# Builtins that convert a tensor to a Python number, reading it back to the host.
+CASTS = frozenset({"float", "int", "bool"})
 
 # Calls that make the host wait for the device (explicitly or by reading a value back).
 SYNC_CALLS = frozenset(
@@ -215,17 +220,16 @@ def _evaluation_script(ctx: Context) -> bool:
         or (isinstance(node, ast.ClassDef) and node.name.startswith("Test"))
         for node in module.body
     )
-    return not collected and any(_main_guard(node) for node in module.body)
+    return not collected and any(main_test(node) is not None for node in module.body)
 
 
-def _main_guard(node: ast.stmt) -> bool:
-    """``if __name__ == "__main__":``"""
-    return (
-        isinstance(node, ast.If)
-        and isinstance(node.test, ast.Compare)
-        and isinstance(node.test.left, ast.Name)
-        and node.test.left.id == "__name__"
-    )
+def main_test(node: ast.stmt) -> ast.Compare | None:
+    """The test of ``if __name__ == "__main__":`` (a comparison of ``__name__``), if ``node``
+    is such a guard."""
+    if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare):
+        return None
+    left = node.test.left
+    return node.test if isinstance(left, ast.Name) and left.id == "__name__" else None
 
 
 def mentions(node: ast.AST, words: tuple[str, ...] = _GUARD_WORDS) -> bool:

@@ -25,7 +25,13 @@ from torchplace.lint.provenance.callers import engine_step
 from torchplace.lint.provenance.loops import rare_test
 from torchplace.lint.provenance.values import HOST_METHODS
 from torchplace.lint.resolver import dotted_name
-from torchplace.lint.rules.facts import TIMERS, in_periodic_branch, in_test, is_tensor_expr
+from torchplace.lint.rules.facts import (
+    CASTS,
+    TIMERS,
+    in_periodic_branch,
+    in_test,
+    is_tensor_expr,
+)
 
 __all__ = ["FAMILY"]
 
@@ -37,7 +43,6 @@ SYNCHRONIZE_IN_LOOP = Rule(
 )
 
 _READS = frozenset({"item", "tolist", "cpu", "numpy"})
-_CASTS = frozenset({"float", "int", "bool"})
 # `math` functions convert a tensor argument with `float()`: a host read like the casts.
 _MATH_READS = frozenset(
     f"math.{name}" for name in ("isnan", "isinf", "isfinite", "sqrt", "log", "exp", "floor", "ceil")
@@ -93,7 +98,7 @@ def _call(call: ast.Call, ctx: Context) -> None:
         if ctx.qualname(func) is None and not isinstance(call.args[0], _COMPS):
             _check(call, call.args[0], f"`{func.id}()` over the elements", ctx, explicit=False)
         return
-    if isinstance(func, ast.Name) and func.id in _CASTS and len(call.args) == 1:
+    if isinstance(func, ast.Name) and func.id in CASTS and len(call.args) == 1:
         arg = call.args[0]
         if not _is_read(arg) and ctx.qualname(func) is None:
             _check(call, arg, f"`{func.id}()`", ctx, explicit=False)
@@ -286,21 +291,7 @@ def _truth_operand(node: ast.expr, ctx: Context) -> bool:
             head, _, last = qualname.partition(".")
             return head == "torch" and "." not in last and _truth_function(last)
         return isinstance(node.func, ast.Attribute) and node.func.attr in _TRUTH_METHODS
-    if not isinstance(node, ast.Name):
-        return False
-    scope = ctx.function_scope()
-    if scope is None:
-        return False
-    values = [
-        value
-        for bound in ctx.scope_bindings(scope).get(node.id) or []
-        for value in _alternatives(bound)
-        if not (isinstance(value, ast.Constant) and value.value is None)
-    ]
-    return bool(values) and all(
-        isinstance(value, (ast.Subscript, ast.Call)) and _tensor_operand(value, ctx)
-        for value in values
-    )
+    return isinstance(node, ast.Name) and _bound_to_tensors(node, ctx, arms=True)
 
 
 def _alternatives(value: ast.expr | None) -> list[ast.expr | None]:
@@ -338,10 +329,24 @@ def _tensor_operand(node: ast.expr, ctx: Context) -> bool:
             node.id in names_in(gen.target) for gen in parent.generators
         ):
             return True
+    return _bound_to_tensors(node, ctx)
+
+
+def _bound_to_tensors(name: ast.Name, ctx: Context, *, arms: bool = False) -> bool:
+    """``name`` is bound in its function only to tensors by their form (elements, tensor
+    methods, torch calls); with ``arms``, through both arms of ``a if test else b``, ``None``
+    aside."""
     scope = ctx.function_scope()
     if scope is None:
         return False
-    values = ctx.scope_bindings(scope).get(node.id) or []
+    values = ctx.scope_bindings(scope).get(name.id) or []
+    if arms:
+        values = [
+            value
+            for bound in values
+            for value in _alternatives(bound)
+            if not (isinstance(value, ast.Constant) and value.value is None)
+        ]
     return bool(values) and all(
         isinstance(value, (ast.Subscript, ast.Call)) and _tensor_operand(value, ctx)
         for value in values

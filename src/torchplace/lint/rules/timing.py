@@ -7,7 +7,13 @@ import ast
 from torchplace.lint.base import Context, Family, Rule, Scope, call_name, keyword
 from torchplace.lint.provenance import is_device_expr
 from torchplace.lint.provenance.values import _is_cpu
-from torchplace.lint.rules.facts import DEVICE_STRING, SYNC_CALLS, TIMERS, moves_to_device
+from torchplace.lint.rules.facts import (
+    CASTS,
+    DEVICE_STRING,
+    SYNC_CALLS,
+    TIMERS,
+    moves_to_device,
+)
 
 __all__ = ["FAMILY"]
 
@@ -16,7 +22,6 @@ UNSYNCED_TIMING = Rule(
 )
 
 _NOT_WORK = frozenset({"print", "len", "range", "append", "info", "debug", "warning", "format"})
-_CASTS = frozenset({"int", "float", "bool"})
 
 
 def _assign(node: ast.Assign, ctx: Context) -> None:
@@ -185,7 +190,7 @@ def _reads_back(call: ast.Call, placed: set[str]) -> bool:
     """``int(pred[0] == labels[i])``, ``float(loss)``: a cast of a value computed from a placed
     tensor copies it to the host, which waits for the device's queued work."""
     func = call.func
-    if not (isinstance(func, ast.Name) and func.id in _CASTS and len(call.args) == 1):
+    if not (isinstance(func, ast.Name) and func.id in CASTS and len(call.args) == 1):
         return False
     return any(isinstance(n, ast.Name) and n.id in placed for n in ast.walk(call.args[0]))
 
