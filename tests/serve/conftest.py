@@ -23,6 +23,8 @@ from torchplace.serve.config import ServeConfig
 from torchplace.serve.running import ServerThread
 
 INFER = b"/v2/models/seed-mlp/infer"
+#: the body limit of :func:`hostile_server`
+LIMIT = 64 * 1024
 
 
 def raw_request(
@@ -242,3 +244,13 @@ def start_server() -> Iterator[StartServer]:
 def server(start_server: StartServer) -> Running:
     """One server with the fake seed-mlp engine."""
     return start_server()
+
+
+@pytest.fixture(scope="module")
+def hostile_server() -> Iterator[ServerThread]:
+    """A real server (CPU) with a small body limit (:data:`LIMIT`), one per test module."""
+    thread = ServerThread(test_config(max_body_bytes=LIMIT, device="cpu")).start(timeout=120)
+    try:
+        yield thread
+    finally:
+        thread.stop()

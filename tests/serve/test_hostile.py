@@ -7,7 +7,6 @@ still be ready and still answer correctly.
 from __future__ import annotations
 
 import gzip
-from collections.abc import Iterator
 
 import numpy as np
 import orjson
@@ -17,9 +16,7 @@ import torch
 from torchplace.models import build_model
 from torchplace.serve.running import ServerThread
 
-from .conftest import INFER, Client, exchange, raw_request, seed_input, test_config
-
-LIMIT = 64 * 1024
+from .conftest import INFER, LIMIT, Client, exchange, raw_request, seed_input
 
 
 def _doc(inputs: object = None, **extra: object) -> bytes:
@@ -245,15 +242,6 @@ CORPUS: list[tuple[str, bytes, int]] = [
         501,
     ),
 ]
-
-
-@pytest.fixture(scope="module")
-def hostile_server() -> Iterator[ServerThread]:
-    thread = ServerThread(test_config(max_body_bytes=LIMIT, device="cpu")).start(timeout=120)
-    try:
-        yield thread
-    finally:
-        thread.stop()
 
 
 def test_corpus_is_big_enough() -> None:

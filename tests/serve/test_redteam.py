@@ -25,9 +25,8 @@ from torchplace.serve import protocol
 from torchplace.serve.running import ServerThread
 from torchplace.serve.shm import SharedMemoryRegions
 
-from .conftest import exchange, raw_request, seed_input, test_config
+from .conftest import LIMIT, exchange, raw_request, seed_input
 
-LIMIT = 64 * 1024
 ROW = np.linspace(-1, 1, 8, dtype=np.float32).reshape(1, 8)
 GOOD = orjson.dumps({"inputs": [seed_input(data=ROW.ravel().tolist())]})
 
@@ -57,21 +56,12 @@ def _assert_answered(status: int, body: bytes) -> None:
     np.testing.assert_allclose(got, _want(), rtol=1e-5, atol=1e-6)
 
 
-@pytest.fixture(scope="module")
-def served() -> Iterator[ServerThread]:
-    thread = ServerThread(test_config(max_body_bytes=LIMIT, device="cpu")).start(timeout=120)
-    try:
-        yield thread
-    finally:
-        thread.stop()
-
-
 @pytest.fixture(autouse=True)
 def _still_serving(request: pytest.FixtureRequest) -> Iterator[None]:
     """After each test that used the server, a normal inference is still answered right."""
     yield
-    if "served" in request.fixturenames:
-        port = request.getfixturevalue("served").port
+    if "hostile_server" in request.fixturenames:
+        port = request.getfixturevalue("hostile_server").port
         _assert_answered(*_exchange(port, raw_request(GOOD)))
 
 
@@ -88,18 +78,18 @@ def _still_serving(request: pytest.FixtureRequest) -> Iterator[None]:
     ],
 )
 def test_trailer_fields_do_not_change_how_a_chunked_request_is_read(
-    served: ServerThread, trailer: bytes
+    hostile_server: ServerThread, trailer: bytes
 ) -> None:
     """RFC 9110, 6.5.1: trailer fields are not header fields; a Content-Type (or Host, or
     Content-Encoding...) sent after the body does not make a valid request a 415 or a 400."""
     payload = raw_request(_chunked(GOOD, trailer), headers={b"Transfer-Encoding": b"chunked"})
-    _assert_answered(*_exchange(served.port, payload))
+    _assert_answered(*_exchange(hostile_server.port, payload))
 
 
-def test_trailer_fields_still_count_towards_the_head_limit(served: ServerThread) -> None:
+def test_trailer_fields_still_count_towards_the_head_limit(hostile_server: ServerThread) -> None:
     trailer = b"\r\n".join(b"X-Pad-%d: %s" % (i, b"x" * 1000) for i in range(80))
     payload = raw_request(_chunked(GOOD, trailer), headers={b"Transfer-Encoding": b"chunked"})
-    status, body = _exchange(served.port, payload)
+    status, body = _exchange(hostile_server.port, payload)
     assert status == 431, body
     assert b"over the limit" in body
 
@@ -109,21 +99,23 @@ def _gzip(body: bytes, coding: bytes = b"gzip") -> bytes:
     return raw_request(body, headers={b"Content-Encoding": coding})
 
 
-def test_a_gzip_body_of_several_members_is_read_whole(served: ServerThread) -> None:
+def test_a_gzip_body_of_several_members_is_read_whole(hostile_server: ServerThread) -> None:
     """RFC 1952: a gzip body is a series of members (what concatenating gzip files, or a
     writer that flushes members as it streams, sends); every member is the body."""
     third = len(GOOD) // 3
     parts = (GOOD[:third], GOOD[third : 2 * third], GOOD[2 * third :])
-    _assert_answered(*_exchange(served.port, _gzip(b"".join(map(gzip.compress, parts)))))
+    _assert_answered(*_exchange(hostile_server.port, _gzip(b"".join(map(gzip.compress, parts)))))
 
 
-def test_x_gzip_is_read_as_gzip(served: ServerThread) -> None:
+def test_x_gzip_is_read_as_gzip(hostile_server: ServerThread) -> None:
     """RFC 9110, 8.4.1.3: a recipient should take x-gzip as gzip."""
-    _assert_answered(*_exchange(served.port, _gzip(gzip.compress(GOOD), b"x-gzip")))
+    _assert_answered(*_exchange(hostile_server.port, _gzip(gzip.compress(GOOD), b"x-gzip")))
 
 
-def test_zero_padding_after_a_gzip_body_is_ignored_as_gzip_does(served: ServerThread) -> None:
-    _assert_answered(*_exchange(served.port, _gzip(gzip.compress(GOOD) + bytes(16))))
+def test_zero_padding_after_a_gzip_body_is_ignored_as_gzip_does(
+    hostile_server: ServerThread,
+) -> None:
+    _assert_answered(*_exchange(hostile_server.port, _gzip(gzip.compress(GOOD) + bytes(16))))
 
 
 @pytest.mark.parametrize(
@@ -138,31 +130,31 @@ def test_zero_padding_after_a_gzip_body_is_ignored_as_gzip_does(served: ServerTh
     ids=["gzip trailing junk", "gzip no trailer", "gzip cut", "deflate twice", "deflate cut"],
 )
 def test_a_compressed_body_cut_short_or_followed_by_junk_is_a_clear_400(
-    served: ServerThread, coding: bytes, body: bytes, words: bytes
+    hostile_server: ServerThread, coding: bytes, body: bytes, words: bytes
 ) -> None:
     """Not silently read in part (a body missing its checksum trailer, or with bytes after
     its end, was taken as if it were whole)."""
-    status, answer = _exchange(served.port, _gzip(body, coding))
+    status, answer = _exchange(hostile_server.port, _gzip(body, coding))
     assert status == 400, answer
     assert words in answer, answer
     assert coding in answer
 
 
-def test_raw_deflate_is_told_what_deflate_means(served: ServerThread) -> None:
+def test_raw_deflate_is_told_what_deflate_means(hostile_server: ServerThread) -> None:
     packer = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
     status, answer = _exchange(
-        served.port, _gzip(packer.compress(GOOD) + packer.flush(), b"deflate")
+        hostile_server.port, _gzip(packer.compress(GOOD) + packer.flush(), b"deflate")
     )
     assert status == 400, answer
     assert b"zlib format" in answer
 
 
-def test_a_bomb_of_many_empty_gzip_members_is_refused_quickly(served: ServerThread) -> None:
+def test_a_bomb_of_many_empty_gzip_members_is_refused_quickly(hostile_server: ServerThread) -> None:
     """An empty member is 20 bytes: a body of thousands of them is refused by count, not
     inflated one by one on the event loop."""
     bomb = gzip.compress(b"") * (LIMIT // 24)
     began = time.monotonic()
-    status, answer = _exchange(served.port, _gzip(bomb))
+    status, answer = _exchange(hostile_server.port, _gzip(bomb))
     assert time.monotonic() - began < 2.0
     assert status == 400, answer
     assert b"members" in answer
@@ -210,11 +202,11 @@ def test_a_shared_memory_input_of_the_wrong_size_is_refused_before_it_is_read(
     ],
 )
 def test_an_empty_version_is_not_the_default_one(
-    served: ServerThread, method: bytes, path: bytes
+    hostile_server: ServerThread, method: bytes, path: bytes
 ) -> None:
     """``/versions//infer`` names no version: a 404 that says so, not the latest version's
     answer (the client meant some version and built its path wrong)."""
-    status, answer = _exchange(served.port, raw_request(GOOD, path=path, method=method))
+    status, answer = _exchange(hostile_server.port, raw_request(GOOD, path=path, method=method))
     assert status == 404, answer
     assert b"version" in answer
 
@@ -251,17 +243,19 @@ _HUGE = orjson.dumps({"inputs": [seed_input(data=[3.4e38] * 8)]})  # in range; t
 
 
 def test_outputs_json_cannot_carry_are_a_400_that_says_to_ask_for_binary(
-    served: ServerThread,
+    hostile_server: ServerThread,
 ) -> None:
     """Valid FP32 inputs that the model takes to infinity: a JSON answer cannot carry the
     result, which only the client can change (ask for binary data, or send other values), so
     it is told with a 4xx, not a 500 (a 500 says the server failed)."""
-    status, body = _exchange(served.port, raw_request(_HUGE))
+    status, body = _exchange(hostile_server.port, raw_request(_HUGE))
     assert status == 400, body
     assert b'\\"binary_data\\": true' in body
     v1 = b'{"instances": [[3.4e38, 3.4e38, 3.4e38, 3.4e38, 3.4e38, 3.4e38, 3.4e38, 3.4e38]]}'
-    status, body = _exchange(served.port, raw_request(v1, path=b"/v1/models/seed-mlp:predict"))
+    status, body = _exchange(
+        hostile_server.port, raw_request(v1, path=b"/v1/models/seed-mlp:predict")
+    )
     assert status == 400, body
     binary = orjson.loads(_HUGE) | {"parameters": {"binary_data_output": True}}
-    status, body = _exchange(served.port, raw_request(orjson.dumps(binary)))
+    status, body = _exchange(hostile_server.port, raw_request(orjson.dumps(binary)))
     assert status == 200, body

@@ -822,16 +822,16 @@ def _inflate(body: bytes, coding: tuple[str, int], limit: int) -> bytes:
 def _another_member(name: str, rest: memoryview, members: int) -> bool:
     """What follows the end of a compressed stream of ``members`` members: another gzip member
     (True), zero padding after a gzip body (False: the body ends), or an InputError."""
-    gzip = name == "gzip"
-    if gzip and rest[:2] == _GZIP_MAGIC and members < _MAX_GZIP_MEMBERS:
-        return True
-    if gzip and not rest.tobytes().strip(b"\0"):
-        return False
-    if gzip and rest[:2] == _GZIP_MAGIC:
-        raise InputError(
-            f"the gzip body has more than {_MAX_GZIP_MEMBERS} members; compress the body as "
-            "one gzip stream"
-        )
+    if name == "gzip":
+        if rest[:2] == _GZIP_MAGIC:
+            if members < _MAX_GZIP_MEMBERS:
+                return True
+            raise InputError(
+                f"the gzip body has more than {_MAX_GZIP_MEMBERS} members; compress the body "
+                "as one gzip stream"
+            )
+        if not rest.tobytes().strip(b"\0"):
+            return False
     raise InputError(
         f"the {name} body has {len(rest)} bytes after the end of its compressed data; send "
         "the compressed body alone"

@@ -148,6 +148,8 @@ def _unsent(transport: asyncio.BaseTransport) -> int:
     return int(unsent)
 
 
+#: a body this large or larger (by Content-Length) counts against HttpServer.body_budget
+_LARGE_BODY = 1_000_000
 #: file descriptors kept for everything but HTTP connections (gRPC, model files, shared memory)
 _FD_RESERVE = 128
 
@@ -431,15 +433,16 @@ class _Connection(asyncio.Protocol):
         if b"connection" in headers or not self._parser.should_keep_alive():
             self._check_version()
         length = headers.get(b"content-length")
-        limit = self._server.max_body_bytes
-        if length is not None and length.isdigit() and int(length) > limit:
-            self._refuse(
-                413,
-                f"request JSON size of {int(length)} bytes exceeds the maximum allowed input "
-                f"size of {limit} bytes (the request body, over --max-body-bytes); send less",
-            )
-        elif length is not None and len(length) > 6 and length.isdigit():  # a MB or more
-            self._reserve_body(int(length))
+        if length is not None and length.isdigit():
+            size, limit = int(length), self._server.max_body_bytes
+            if size > limit:
+                self._refuse(
+                    413,
+                    f"request JSON size of {size} bytes exceeds the maximum allowed input "
+                    f"size of {limit} bytes (the request body, over --max-body-bytes); send less",
+                )
+            elif size >= _LARGE_BODY:
+                self._reserve_body(size)
         coding = headers.get(b"transfer-encoding")
         if coding is not None:
             self._check_transfer_coding(coding)

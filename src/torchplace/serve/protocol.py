@@ -43,6 +43,7 @@ __all__ = [
     "check_json_finite",
     "check_output_room",
     "check_request_id",
+    "check_reserved",
     "class_count",
     "decode_infer_request",
     "encode_infer_response",
@@ -697,10 +698,10 @@ def _unnested(name: str, data: list[Any]) -> list[Any]:
     while isinstance(inner, list) and inner and depth <= MAX_JSON_DEPTH:
         inner, depth = inner[0], depth + 1
     if depth >= MAX_JSON_DEPTH:  # Triton's words first
+        deep = depth if depth == MAX_JSON_DEPTH else f"over {MAX_JSON_DEPTH}"
         raise _fail(
             f"JSON nesting depth exceeds maximum allowed limit ({MAX_JSON_DEPTH}): input "
-            f"{name!r} nests its 'data' {depth if depth <= MAX_JSON_DEPTH else 'over 100'} "
-            "arrays deep; send it flat, or nested as its shape"
+            f"{name!r} nests its 'data' {deep} arrays deep; send it flat, or nested as its shape"
         )
     while depth > _MAX_DIMS and len(data) == 1 and isinstance(data[0], list):
         data, depth = data[0], depth - 1

@@ -448,11 +448,11 @@ def load_failed(name: str, why: object) -> str:
 def inline_config(body: Mapping[str, Any], model: str | None = None) -> dict[str, Any] | None:
     """The inline config of a load request's body (``parameters.config``), or None. With
     ``model``, an error names the load as Triton's do (``failed to load 'name': ...``)."""
-    if model is None:
-        return _inline_config(body)
     try:
         return _inline_config(body)
     except (ConfigError, RepositoryPollError) as exc:
+        if model is None:
+            raise
         raise type(exc)(load_failed(model, exc)) from None
 
 
