@@ -3,9 +3,20 @@
 from __future__ import annotations
 
 import ast
+from itertools import pairwise
 
-from torchplace.lint.base import Context, Family, Rule, Scope, call_name, keyword
-from torchplace.lint.provenance import is_device_expr
+from torchplace.lint.base import (
+    Context,
+    Family,
+    Rule,
+    Scope,
+    call_name,
+    has_star_kwargs,
+    keyword,
+    names_in,
+)
+from torchplace.lint.provenance import FileFacts, file_facts, is_device_expr, scope_node
+from torchplace.lint.provenance.loops import branch_trains
 from torchplace.lint.provenance.values import _is_cpu
 from torchplace.lint.rules.facts import (
     CASTS,
@@ -41,7 +52,7 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
     region, rest = found
     if _limits(region[-1], start):
         return  # `if time.time() - t > time_limit: break`: a timeout, not a measurement
-    placed = _device_names(ctx.function_scope() or ctx.scope, ctx)
+    placed = _device_names(ctx.function_scope() or ctx.scope, ctx, node.lineno)
     if not placed:
         return
     if not _times_work(region, placed, ctx):
@@ -58,12 +69,48 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
 
 
 def _times_work(region: list[ast.AST], placed: set[str], ctx: Context) -> bool:
-    """The region runs device work and nothing in it waits for the device."""
+    """The region runs device work and nothing in it waits for the device (on most steps:
+    a wait inside ``if step % every == 0:`` before the clock's read is skipped on the others)."""
     calls = [sub for node in region for sub in ast.walk(node) if isinstance(sub, ast.Call)]
-    if any(_syncs(call, ctx) or _reads_back(call, placed) or _whole_run(call) for call in calls):
+    periodic = _periodic_calls(region[:-1])
+    if any(
+        _syncs(call, ctx) or _reads_back(call, placed) or _runs_synced(call, ctx)
+        for call in calls
+        if id(call) not in periodic
+    ):
         return False
     return any(_uses(call, placed, ctx) for call in calls if call_name(call) not in _NOT_WORK)
 
+
+def _periodic_calls(nodes: list[ast.AST]) -> set[int]:
+    """The calls (by id) in branches taken every few steps, ``if step % eval_every == 0:``,
+    that are not inside a loop of ``nodes`` and train nothing themselves: a wait there (an
+    evaluation that reads its losses back) leaves the other steps' clock reads unsynchronized.
+    Inside a loop of the region, such a wait still bounds how far the host runs ahead."""
+    found: set[int] = set()
+    todo = list(nodes)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (*_LOOPS, *_DEFS)):
+            continue
+        if (
+            isinstance(node, ast.If)
+            and any(
+                isinstance(s, ast.BinOp) and isinstance(s.op, ast.Mod) for s in ast.walk(node.test)
+            )
+            and not branch_trains(node)
+        ):
+            found.update(
+                id(sub) for stmt in node.body for sub in ast.walk(stmt) if isinstance(sub, ast.Call)
+            )
+            todo.extend(node.orelse)
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 
 Found = tuple[list[ast.AST], list[ast.stmt]]
 
@@ -147,6 +194,203 @@ def _whole_run(call: ast.Call) -> bool:
     return any(word in name for word in _RUN_WORDS)
 
 
+def _runs_synced(call: ast.Call, ctx: Context) -> bool:
+    """The call waits for the device: a function of the linted code (this file's, ``self.f``,
+    or one imported from a module beside it) whose body certainly syncs (``x.cpu()``,
+    ``torch.cuda.synchronize()``), or a run of steps or a load of weights by its name
+    (:func:`_whole_run`), unless it is a function of the linted code whose body may not sync
+    or read a value back anywhere (:func:`_body_syncs`): a project's own
+    ``generate(model, idx, n)`` that never reads a token back runs asynchronously like any
+    other launch."""
+    found = _callees(call, file_facts(ctx), scope_node(ctx))
+    memo: Memo = ctx.scope.root().cache.setdefault("tpl301-body-syncs", {})
+    if any(_body_syncs(o, c, _absent(call, c), 0, memo, definite=True) for o, c in found):
+        return True  # `custom_to_np(x)`, whose body runs `x.cpu()`
+    if not _whole_run(call):
+        return False
+    return not found or any(_body_syncs(o, c, _absent(call, c), 0, memo) for o, c in found)
+
+
+Callee = tuple[FileFacts, ast.FunctionDef | ast.AsyncFunctionDef]
+# Answers of `_body_syncs` in a file, by function, parameters left at `None`, and `definite`.
+Memo = dict[tuple[ast.AST, frozenset[str], bool], bool]
+
+
+def _callees(call: ast.Call, facts: FileFacts, scope: ast.AST) -> list[Callee]:
+    """The definitions of the linted code that ``call`` runs: ``f(...)`` (this file's ``f``
+    or ``from module import f`` of a module file beside it) or ``self.f(...)``."""
+    func = call.func
+    if isinstance(func, ast.Name):
+        return facts.callees(func.id, facts.qualname(func))
+    method = facts.local_def(func, scope) if isinstance(func, ast.Attribute) else None
+    return [(facts, method)] if method is not None else []
+
+
+def _absent(call: ast.Call, callee: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
+    """The parameters of ``callee`` that ``call`` leaves at a ``None`` default."""
+    if has_star_kwargs(call) or any(isinstance(arg, ast.Starred) for arg in call.args):
+        return frozenset()
+    args = callee.args
+    positional = [*args.posonlyargs, *args.args]
+    defaults: dict[str, ast.expr] = {
+        a.arg: d
+        for a, d in zip(
+            positional[len(positional) - len(args.defaults) :], args.defaults, strict=True
+        )
+    }
+    defaults.update(
+        {a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None}
+    )
+    names = [a.arg for a in positional]
+    if names and names[0] in {"self", "cls"} and isinstance(call.func, ast.Attribute):
+        names = names[1:]
+    passed = set(names[: len(call.args)]) | {kw.arg for kw in call.keywords if kw.arg}
+    return frozenset(
+        name
+        for name, default in defaults.items()
+        if name not in passed and isinstance(default, ast.Constant) and default.value is None
+    )
+
+
+# Calls whose result has a data-dependent shape: the host waits for the values to size it.
+_SHAPE_READS = frozenset({"nonzero", "unique", "unique_consecutive", "masked_select", "argwhere"})
+# Calls that print, log or save what they are given (a tensor among it is copied to the host).
+_OUTPUTS = frozenset(
+    {
+        "print",
+        "info",
+        "debug",
+        "warning",
+        "log",
+        "log_dict",
+        "write",
+        "add_scalar",
+        "set_postfix",
+        "set_description",
+        "save",
+    }
+)
+# Calls in a test that give a host value whatever they are handed.
+_HOST_TESTS = frozenset(
+    {"isinstance", "hasattr", "callable", "len", "getattr", "type", "exists", "is_available"}
+)
+_MAX_DEPTH = 3
+
+
+def _body_syncs(
+    owner: FileFacts,
+    function: ast.FunctionDef | ast.AsyncFunctionDef,
+    absent: frozenset[str],
+    depth: int,
+    memo: Memo,
+    *,
+    definite: bool = False,
+) -> bool:
+    """Whether a call of ``function`` may make the host wait for the device: its body (or a
+    function of the linted code it calls) synchronizes, reads a value back (``.item()``,
+    ``.cpu()``, ``.tolist()``, ``float(x)``, a ``.to("cpu")``, a data-dependent shape),
+    prints, logs or saves a computed value, tests a value that may be a tensor
+    (``if token.item() == eos:``, ``if (token == eos_id).all():``), or runs something whose
+    name says it is a whole run or a load (:func:`_whole_run`). A comparison with a parameter
+    the call leaves at ``None`` (``if idx_next == eos_id:`` with no ``eos_id`` given) reads
+    nothing: a tensor compared with ``None`` is ``False`` on the host. Unknown is "yes".
+
+    With ``definite``, only what certainly waits counts (a synchronize, ``.item()``,
+    ``.cpu()``, ``.tolist()``, ``.numpy()``, ``.to("cpu")``, a data-dependent shape, in
+    the body or in a function of the linted code it calls), and unknown is "no"."""
+    if depth > _MAX_DEPTH:
+        return not definite
+    key = (function, absent, definite)
+    known = memo.get(key)
+    if known is not None:
+        return known
+    memo[key] = not definite  # recursion: unknown
+    params = {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
+    result = False
+    for sub in ast.walk(function):
+        if isinstance(sub, ast.Call):
+            result = _call_syncs(sub, owner, function, depth, memo, definite)
+        elif not definite and isinstance(sub, (ast.If, ast.While, ast.IfExp, ast.Assert)):
+            result = _may_read_test(sub.test, params, absent)
+        if result:
+            break
+    memo[key] = result
+    return result
+
+
+def _call_syncs(
+    call: ast.Call,
+    owner: FileFacts,
+    function: ast.FunctionDef | ast.AsyncFunctionDef,
+    depth: int,
+    memo: Memo,
+    definite: bool,
+) -> bool:
+    name = call_name(call)
+    qualname = owner.qualname(call.func)
+    values = [*call.args, *(kw.value for kw in call.keywords)]
+    if name in SYNC_CALLS or name in _SHAPE_READS or name == "Event":
+        return True
+    if qualname is not None and "synchronize" in qualname:
+        return True
+    if name == "to" and any(_is_cpu(v) for v in values):
+        return True
+    if name is not None and _copies_to_host(name):
+        return True
+    if not definite:
+        if name is not None and "sync" in name.lower():
+            return True  # also `no_sync()`: unknown is "yes"
+        if name in CASTS and any(not isinstance(v, ast.Constant) for v in values):
+            return True
+        if name in _OUTPUTS and any(not _literal(v) for v in values):
+            return True
+    found = _callees(call, owner, function)
+    if not found:
+        return not definite and _whole_run(call)
+    return any(
+        _body_syncs(other, callee, _absent(call, callee), depth + 1, memo, definite=definite)
+        for other, callee in found
+    )
+
+
+def _literal(node: ast.expr) -> bool:
+    """A constant, or an f-string with nothing formatted into it."""
+    if isinstance(node, ast.JoinedStr):
+        return all(isinstance(part, ast.Constant) for part in node.values)
+    return isinstance(node, ast.Constant)
+
+
+def _may_read_test(test: ast.expr, params: set[str], absent: frozenset[str]) -> bool:
+    """Whether a branch's test may convert a device tensor to a Python bool (a read back).
+    Settings are not: a parameter used as a flag, an attribute (``x.is_cuda``,
+    ``args.verbose``), ``is``/``in`` tests, comparisons with a string or ``None`` (or with a
+    parameter the call leaves at ``None``), ``isinstance``, ``len`` and the like."""
+    if isinstance(test, ast.BoolOp):
+        return any(_may_read_test(value, params, absent) for value in test.values)
+    if isinstance(test, ast.UnaryOp):
+        return _may_read_test(test.operand, params, absent)
+    if isinstance(test, (ast.Constant, ast.Attribute)):
+        return False
+    if isinstance(test, ast.Name):
+        return test.id not in params
+    if isinstance(test, ast.Call):
+        return call_name(test) not in _HOST_TESTS
+    if isinstance(test, ast.Compare):
+        if all(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in test.ops):
+            return False
+        for side in [test.left, *test.comparators]:
+            if isinstance(side, ast.Constant) and (
+                side.value is None or isinstance(side.value, (str, bytes))
+            ):
+                return False
+            if isinstance(side, ast.Name) and side.id in absent:
+                return False
+            if isinstance(side, ast.Call) and call_name(side) in _HOST_TESTS:
+                return False
+        return True
+    return True
+
+
 def _is_clock(call: ast.Call, ctx: Context) -> bool:
     return ctx.call_qualname(call) in TIMERS
 
@@ -180,10 +424,29 @@ def _syncs(call: ast.Call, ctx: Context) -> bool:
     name = call_name(call)
     if name in SYNC_CALLS or name == "Event":
         return True
-    if name is not None and "sync" in name.lower():
+    if name is not None and "sync" in name.lower() and not _skips_sync(name):
         return True  # a project's own helper: sync(), device_sync(), time_sync()
+    if name is not None and _copies_to_host(name):
+        return True  # `to_python_float(loss)`, `tensor_to_numpy(x)`: a read back
     qualname = ctx.call_qualname(call)
     return qualname is not None and "synchronize" in qualname
+
+
+# What a helper named `..._to_<word>` hands back: a host value, copied from the device.
+_HOST_WORDS = frozenset({"python", "numpy", "np", "cpu", "host", "list", "float", "int"})
+
+
+def _copies_to_host(name: str) -> bool:
+    """``to_python_float``, ``tensor_to_numpy``, ``custom_to_np``, ``move_to_cpu``: a helper
+    whose name says it converts to a host value (``to_npu`` moves to a device)."""
+    words = name.lower().split("_")
+    return any(word == "to" and after in _HOST_WORDS for word, after in pairwise(words))
+
+
+def _skips_sync(name: str) -> bool:
+    """``model.no_sync()``, ``fabric.no_backward_sync(model)``: a context that skips the
+    gradients' all-reduce for a step; it does not wait for the device."""
+    return name.lower().startswith("no_")
 
 
 def _reads_back(call: ast.Call, placed: set[str]) -> bool:
@@ -220,19 +483,34 @@ def _uses(call: ast.Call, placed: set[str], ctx: Context) -> bool:
     return any(isinstance(n, ast.Name) and n.id in placed for op in operands for n in ast.walk(op))
 
 
-def _device_names(scope: Scope, ctx: Context) -> set[str]:
+def _device_names(scope: Scope, ctx: Context, line: int) -> set[str]:
     """Names this function binds to something it placed on an accelerator.
 
     ``x = x.cuda()``, ``x = batch.to("cuda:0")``, ``y = torch.ones(3, device="cuda")``, what a
     call is told to build on or move to a device variable (``y = torch.ones(3, device=device)``,
-    ``batch = task.prepare_batch(batch, device=device)``), and modules moved in place
-    (``model.cuda()``, ``model.to(device)`` as a statement).
+    ``batch = task.prepare_batch(batch, device=device)``), modules moved in place
+    (``model.cuda()``, ``model.to(device)`` as a statement), what a Lightning ``Fabric`` on an
+    accelerator sets up or builds before ``line`` (:func:`_fabric_names`), and the parameters
+    that a call of this function in its file hands a placed value (:func:`_placed_params`).
     """
-    cached: set[str] | None = scope.cache.get("device-names")
+    key = f"device-names:{line}"
+    cached: set[str] | None = scope.cache.get(key)
     if cached is not None:
         return cached
+    names = _placed_in(scope.node, ctx, 0, line)
+    scope.cache[key] = names
+    return names
+
+
+_CALLER_DEPTH = 2
+
+
+def _placed_in(node: ast.AST, ctx: Context, depth: int, line: int) -> set[str]:
+    """The placed names of a function (all of its nodes) or, for a caller at module level, of
+    the module's own statements (not its functions)."""
     names: set[str] = set()
-    for sub in ast.walk(scope.node):
+    nodes = _top_level(node) if depth and isinstance(node, ast.Module) else list(ast.walk(node))
+    for sub in nodes:
         if isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Call):
             if _places(sub.value, ctx):
                 names.update(t.id for t in sub.targets if isinstance(t, ast.Name))
@@ -244,8 +522,162 @@ def _device_names(scope: Scope, ctx: Context) -> set[str]:
                 and isinstance(call.func.value, ast.Name)
             ):
                 names.add(call.func.value.id)
-    scope.cache["device-names"] = names
+    names |= _fabric_names(nodes, ctx, line)
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and depth < _CALLER_DEPTH:
+        names |= _placed_params(node, ctx, depth)
     return names
+
+
+def _placed_params(
+    function: ast.FunctionDef | ast.AsyncFunctionDef, ctx: Context, depth: int
+) -> set[str]:
+    """The parameters of ``function`` that a call of it in the same file hands a placed value:
+    ``train(fabric, model, ...)`` from a ``main`` that set ``model`` up on the device. A value
+    counts as placed when the provenance says it is on a device, or when the caller binds it
+    as this rule sees placements (:func:`_placed_in`, which follows the caller's own callers)."""
+    facts = file_facts(ctx)
+    found: set[str] = set()
+    for caller, call, _loops in facts.calls_of(function.name):
+        if caller is function or facts.local_def(call.func, caller) is not function:
+            continue
+        found.update(
+            param
+            for param, fact in facts.arg_facts(call, function, caller).items()
+            if fact.on_device
+        )
+        placed = _placed_in(caller, ctx, depth + 1, call.lineno)
+        for param, arg in _bound_args(call, function):
+            if isinstance(arg, ast.Name) and arg.id in placed:
+                found.add(param)
+    return found
+
+
+def _bound_args(
+    call: ast.Call, function: ast.FunctionDef | ast.AsyncFunctionDef
+) -> list[tuple[str, ast.expr]]:
+    """The arguments of ``call`` by the parameter of ``function`` they bind (``self`` is the
+    receiver of ``self.f(...)``)."""
+    params = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
+    if params and params[0] in {"self", "cls"} and isinstance(call.func, ast.Attribute):
+        params = params[1:]
+    bound: list[tuple[str, ast.expr]] = []
+    for param, arg in zip(params, call.args, strict=False):
+        if isinstance(arg, ast.Starred):
+            break
+        bound.append((param, arg))
+    bound.extend((kw.arg, kw.value) for kw in call.keywords if kw.arg is not None)
+    return bound
+
+
+# Lightning Fabric: the methods that put modules, optimizers or tensors on its device, and the
+# context manager that builds modules there.
+_FABRIC_PLACES = frozenset({"setup", "setup_module", "to_device"})
+_FABRIC_BUILDS = frozenset({"init_module"})
+# The accelerators that put the work on a device (``"auto"``, the default, picks the GPU when
+# there is one: the code is written for it).
+_FABRIC_ACCELERATORS = frozenset({"cuda", "gpu", "mps", "auto"})
+
+
+def _fabric_names(nodes: list[ast.AST], ctx: Context, line: int) -> set[str]:
+    """What a Lightning ``Fabric`` on an accelerator places in ``nodes`` before ``line`` (a move
+    after the clock's start, ``model = fabric.to_device(model)`` once the model is sharded on
+    the host, leaves the timed setup on the host): the results of
+    ``fabric.setup(model, optimizer)``, ``fabric.setup_module(model)`` and
+    ``fabric.to_device(batch)`` (not with ``move_to_device=False``), and what is built under
+    ``with fabric.init_module():`` (not with ``torch.device("meta")`` beside it).
+    ``fabric`` is bound to ``Fabric(...)`` (``lightning.Fabric``, ``lightning.fabric.Fabric``)
+    in the same function or at module level, with no ``accelerator=`` or a constant that names
+    an accelerator; ``accelerator="cpu"``, a computed one or ``**kwargs`` keep it silent."""
+    root = ctx.scope.root()
+    module: set[str] | None = root.cache.get("tpl301-module-fabrics")
+    if module is None:
+        module = root.cache["tpl301-module-fabrics"] = _gpu_fabrics(_top_level(root.node), ctx)
+    fabrics = _gpu_fabrics(nodes, ctx) | module
+    if not fabrics:
+        return set()
+    names: set[str] = set()
+    for sub in nodes:
+        if getattr(sub, "lineno", line) >= line:
+            continue
+        if (
+            isinstance(sub, ast.Assign)
+            and _fabric_call(sub.value, fabrics, _FABRIC_PLACES)
+            and not _kept_off(sub.value)
+        ):
+            names.update(n for target in sub.targets for n in names_in(target))
+        elif (
+            isinstance(sub, (ast.With, ast.AsyncWith))
+            and any(_fabric_call(i.context_expr, fabrics, _FABRIC_BUILDS) for i in sub.items)
+            and not any(_kept_off(i.context_expr) for i in sub.items)
+        ):
+            for stmt in sub.body:
+                for inner in ast.walk(stmt):
+                    if isinstance(inner, ast.Assign) and isinstance(inner.value, ast.Call):
+                        names.update(t.id for t in inner.targets if isinstance(t, ast.Name))
+    return names
+
+
+def _kept_off(node: ast.expr) -> bool:
+    """``fabric.setup_module(model, move_to_device=False)``, or a ``with`` that also enters
+    ``torch.device("meta")`` (which wins): nothing lands on the accelerator."""
+    if not isinstance(node, ast.Call):
+        return False
+    move = getattr(keyword(node, "move_to_device"), "value", None)
+    if isinstance(move, ast.Constant) and move.value is False:
+        return True
+    return call_name(node) == "device" and not (
+        node.args and is_device_expr(node.args[0]) and not _is_cpu(node.args[0])
+    )
+
+
+def _fabric_call(node: ast.expr, fabrics: set[str], methods: frozenset[str]) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in methods
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id in fabrics
+    )
+
+
+def _gpu_fabrics(nodes: list[ast.AST], ctx: Context) -> set[str]:
+    """Names bound to a ``Fabric`` on an accelerator by assignments among ``nodes``."""
+    return {
+        target.id
+        for sub in nodes
+        if isinstance(sub, ast.Assign)
+        and isinstance(sub.value, ast.Call)
+        and _gpu_fabric(sub.value, ctx)
+        for target in sub.targets
+        if isinstance(target, ast.Name)
+    }
+
+
+def _top_level(node: ast.AST) -> list[ast.AST]:
+    """The nodes of a module's own statements, not of its functions and classes."""
+    found: list[ast.AST] = []
+    todo: list[ast.AST] = list(getattr(node, "body", []))
+    while todo:
+        sub = todo.pop()
+        if isinstance(sub, _DEFS):
+            continue
+        found.append(sub)
+        todo.extend(ast.iter_child_nodes(sub))
+    return found
+
+
+def _gpu_fabric(call: ast.Call, ctx: Context) -> bool:
+    """``L.Fabric(accelerator="cuda", ...)``, ``Fabric(devices=1)``: a Lightning Fabric whose
+    accelerator is a device (or the default, ``"auto"``)."""
+    if call_name(call) != "Fabric" or has_star_kwargs(call) or call.args:
+        return False
+    qualname = ctx.call_qualname(call)
+    if qualname is None or qualname.split(".")[0] not in {"lightning", "lightning_fabric"}:
+        return False
+    accelerator = getattr(keyword(call, "accelerator"), "value", None)
+    if accelerator is None:
+        return True
+    return isinstance(accelerator, ast.Constant) and accelerator.value in _FABRIC_ACCELERATORS
 
 
 def _places(call: ast.Call, ctx: Context, *, told: bool = True) -> bool:
