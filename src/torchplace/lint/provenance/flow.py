@@ -306,7 +306,12 @@ class Flow:
                 return Fact("host", "comparison")
             return fact
         if isinstance(node, ast.IfExp):
-            return _either(self.eval(node.body, lookup), self.eval(node.orelse, lookup))
+            orelse = (
+                Fact("host", ast.unparse(node.orelse))
+                if _not_a_tensor_there(node)
+                else self.eval(node.orelse, lookup)
+            )
+            return _either(self.eval(node.body, lookup), orelse)
         if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
             return _many(_any_device([self.eval(elt, lookup) for elt in node.elts]))
         if isinstance(node, ast.Dict):
@@ -539,6 +544,26 @@ class Flow:
             body[0] <= bound <= body[1] and other[0] <= line <= other[1]
             for body, other in self.apart
         )
+
+
+def _not_a_tensor_there(node: ast.IfExp) -> bool:
+    """``v.item() if isinstance(v, torch.Tensor) else v``: the ``else`` hands back ``v`` only
+    when it is not a tensor (a Python number), whatever ``v`` was bound to."""
+    test, orelse = node.test, node.orelse
+    return (
+        isinstance(orelse, ast.Name)
+        and isinstance(test, ast.Call)
+        and isinstance(test.func, ast.Name)
+        and test.func.id == "isinstance"
+        and len(test.args) == 2
+        and isinstance(test.args[0], ast.Name)
+        and test.args[0].id == orelse.id
+        and any(
+            (isinstance(sub, ast.Name) and sub.id == "Tensor")
+            or (isinstance(sub, ast.Attribute) and sub.attr == "Tensor")
+            for sub in ast.walk(test.args[1])
+        )
+    )
 
 
 def _cuda_type(qualname: str, line: int) -> Fact | None:

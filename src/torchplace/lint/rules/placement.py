@@ -156,7 +156,7 @@ def _call(call: ast.Call, ctx: Context) -> None:
                     "right only if `set_device` ran in this process first (GPU 0 for every rank "
                     "otherwise); use `cuda:{local_rank}` or the device the code was given",
                 )
-            elif (holder := _model_holder(ctx)) is not None:
+            elif (holder := _model_holder(ctx)) is not None and not _cpu_alternative(call, ctx):
                 ctx.report(
                     BARE_CUDA.code,
                     call,
@@ -232,6 +232,29 @@ def _queried(call: ast.Call, ctx: Context) -> bool:
 def _is_query(call: ast.Call, ctx: Context) -> bool:
     name = ctx.call_qualname(call) or ""
     return name.startswith("torch.cuda.") and name.rsplit(".", 1)[-1].startswith(_QUERIES)
+
+
+def _cpu_alternative(call: ast.Call, ctx: Context) -> bool:
+    """The body of an ``if`` whose ``else`` (or an ``elif`` of it) names the CPU:
+    ``if self.cuda: self.device = torch.device("cuda")`` ... ``else:
+    self.device = torch.device("cpu")``, the statement form of the ``"cuda" if ... else
+    "cpu"`` fallback."""
+    node: ast.AST = call
+    for parent in reversed(ctx.parents):
+        if (
+            isinstance(parent, ast.If)
+            and any(node is stmt for stmt in parent.body)
+            and any(
+                isinstance(sub, ast.Constant) and sub.value == "cpu"
+                for stmt in parent.orelse
+                for sub in ast.walk(stmt)
+            )
+        ):
+            return True
+        if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            break
+        node = parent
+    return False
 
 
 def _fallback_path(ctx: Context) -> bool:
@@ -429,8 +452,9 @@ def _argparse_default(call: ast.Call, ctx: Context) -> None:
 
 
 def _model_holder(ctx: Context) -> str | None:
-    """The class of the enclosing method when it keeps a model (``self.model = model``) and is
-    not itself an ``nn.Module`` (TPL102 covers those) nor CUDA-specific by name."""
+    """The class of the enclosing method when it keeps a model (``self.model = model``, also
+    private: ``self._model``) and is not itself an ``nn.Module`` (TPL102 covers those) nor
+    CUDA-specific by name."""
     scope = ctx.function_scope()
     if scope is None or scope.cls is None or scope.cls.is_module_class or in_test(ctx):
         return None
@@ -444,7 +468,7 @@ def _model_holder(ctx: Context) -> str | None:
                 isinstance(t, ast.Attribute)
                 and isinstance(t.value, ast.Name)
                 and t.value.id == "self"
-                and t.attr in {"model", "net", "module"}
+                and t.attr.lstrip("_") in {"model", "net", "module"}
                 for t in sub.targets
             )
             for item in cls.node.body

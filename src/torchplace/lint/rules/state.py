@@ -219,16 +219,58 @@ _TENSOR_OF_ARGS = TENSOR_FUNCTIONS | frozenset(
 
 def _plain_tensor(value: ast.expr, ctx: Context, method: Scope, attr: str, line: int) -> bool:
     """``self.cache = torch.zeros(n, d)`` at construction (``__init__`` or a builder it
-    calls): a tensor of more than one element kept as a plain attribute, which ``.to()``
-    leaves behind, used by the other methods without being moved there first. The tensor may
-    come from a factory, a name bound to one, a parameter annotated ``Tensor``, or a function
-    of the file (or a method of the class) that returns one."""
-    if method.cls is None or not _constructs(method):
-        return False
-    if not _builds_tensor(value, ctx, method.node, line, method.cls):
+    calls, or a set-up method callers run before ``forward``): a tensor of more than one
+    element kept as a plain attribute, which ``.to()`` leaves behind, used by the other
+    methods without being moved there first. The tensor may come from a factory, a name bound
+    to one, a parameter annotated ``Tensor``, or a function of the file (or a method of the
+    class) that returns one."""
+    if method.cls is None:
         return False
     cls = method.cls
+    if not (_constructs(method) or _sets_up_forward(method, attr)):
+        return False
+    if not _builds_tensor(value, ctx, method.node, line, cls):
+        return False
     return not (_overrides_placement(cls) or _moved_where_used(cls, attr, method.name))
+
+
+def _forward_methods(cls: Scope) -> set[str]:
+    """``forward`` (or ``__call__``) and the methods it calls through ``self.name(...)``,
+    directly or through another such method: the code of each call of the module."""
+    cached: set[str] | None = cls.cache.get("forward-methods")
+    if cached is not None:
+        return cached
+    methods = _methods(cls)
+    found: set[str] = {name for name in ("forward", "__call__") if name in methods}
+    todo = [methods[name] for name in found]
+    for _ in range(8):  # a bounded walk, as for the construction helpers
+        if not todo:
+            break
+        called = set().union(*(_self_calls(m) for m in todo)) & set(methods)
+        called -= found | {"__init__"}
+        found |= called
+        todo = [methods[name] for name in called]
+    cls.cache["forward-methods"] = found
+    return found
+
+
+def _sets_up_forward(method: Scope, attr: str) -> bool:
+    """A set-up method that callers run between construction and the forward passes
+    (``model.setup_caches(n)``, never called from ``forward``) and whose tensor ``forward``
+    reads: state the module keeps from call to call, as if built at construction. The
+    placement API (``to``, ``_apply``, ...) is not one."""
+    cls = method.cls
+    if cls is None or method.name in _PLACEMENT_API or method.name in {"__init__"}:
+        return False
+    forward = _forward_methods(cls)
+    if not forward or method.name in forward:
+        return False  # rebuilt by the forward pass itself, from its inputs
+    methods = _methods(cls)
+    return any(
+        isinstance(sub, ast.Attribute) and _self_attr(sub) == attr and isinstance(sub.ctx, ast.Load)
+        for name in forward
+        for sub in ast.walk(methods[name])
+    )
 
 
 def _builds_tensor(
@@ -241,7 +283,7 @@ def _builds_tensor(
 ) -> bool:
     """Whether ``value``, evaluated at ``line`` of ``function``, is certainly a new tensor of
     more than one element (a factory, a torch function of one, a tensor method of one)."""
-    if depth > 8:
+    if depth > _MAX_DEPTH:
         return False
     if isinstance(value, ast.Name):
         bound = _bound_before(function, value.id, line)
@@ -254,6 +296,8 @@ def _builds_tensor(
                 and not (cls is not None and _built_per_call(cls, ctx))
             )
         return False
+    if isinstance(value, ast.Attribute) and value.attr in _TENSOR_VIEWS:  # `freqs_cis.real`
+        return _builds_tensor(value.value, ctx, function, line, cls, depth + 1)
     if isinstance(value, ast.IfExp):  # `torch.tensor(mean) if mean else None`
         branches = [b for b in (value.body, value.orelse) if not _is_none(b)]
         return bool(branches) and all(
@@ -267,10 +311,12 @@ def _builds_tensor(
             return False
         return not _single_value(value, name)
     if name in _TENSOR_OF_ARGS:
-        return any(
-            _builds_tensor(arg, ctx, function, line, cls, depth + 1)
-            for arg in [*value.args, *(kw.value for kw in value.keywords)]
-        )
+        args = [*value.args, *(kw.value for kw in value.keywords)]
+        # `torch.stack([re, im], -1)`: the elements of a list or tuple argument count too
+        args += [
+            elt for arg in value.args if isinstance(arg, (ast.List, ast.Tuple)) for elt in arg.elts
+        ]
+        return any(_builds_tensor(arg, ctx, function, line, cls, depth + 1) for arg in args)
     func = value.func
     if isinstance(func, ast.Attribute) and func.attr in _TENSOR_CHAIN:
         if _per_channel(value, ctx):
@@ -293,6 +339,13 @@ def _per_channel(call: ast.Call, ctx: Context) -> bool:
 def _is_none(node: ast.expr) -> bool:
     return isinstance(node, ast.Constant) and node.value is None
 
+
+# How far `_builds_tensor` follows names, calls and arguments: a rotary table built through a
+# helper (`torch.stack([f.real, f.imag])` of `torch.polar(...)` of `torch.outer(t, freqs)`)
+# is a dozen steps from the factory at its root.
+_MAX_DEPTH = 12
+# Attributes of a tensor that are tensors of the same device (a view or a transpose).
+_TENSOR_VIEWS = frozenset({"real", "imag", "T", "mT", "H", "mH"})
 
 # Methods of a tensor that return a tensor built from it on the same device (cast, reshaped,
 # computed elementwise): the project's list of tensor methods, less the ones that move it to
