@@ -313,6 +313,8 @@ class App:
                 return self.handle(request)
         if path == b"/":  # KServe V1's liveness probe, public as /v2/health/live is
             return _wrong_method(request, b"GET") or Response(200, b'{"status":"alive"}')
+        if path == b"*":  # the asterisk-form: the server as a whole (RFC 9112, 3.2.4)
+            return _asterisk(request)
         if self._token is not None:
             denied = self._check_auth(request)
             if denied is not None:
@@ -431,7 +433,8 @@ class App:
         """The shared-memory extensions: ``[region/{name}/]status``, ``region/{name}/register``
         and ``[region/{name}/]unregister`` (:mod:`torchplace.serve.shm`)."""
         rest = rest[:-1] if len(rest) > 1 and rest[-1] == b"" else rest
-        name = _text(unquote_to_bytes(rest[1])) if len(rest) == 3 else None
+        # the path is percent-decoded already (once: a name sent as r%2541 is 'r%41')
+        name = _text(rest[1]) if len(rest) == 3 else None
         action = rest[-1]
         if (len(rest) == 3 and rest[0] != b"region") or len(rest) not in (1, 3) or (
             action not in (b"status", b"register", b"unregister")
@@ -869,6 +872,18 @@ def _wrong_method(request: Request, method: bytes) -> Response | None:
         f"{request.method.decode(errors='replace')} is not allowed on "
         f"{_text(request.path)}; use {allow.decode()}",
         [(b"allow", allow)],
+    )
+
+
+def _asterisk(request: Request) -> Response:
+    """``OPTIONS *`` asks what the server as a whole takes: the methods (RFC 9110, 9.3.7); any
+    other method has no business with the asterisk-form target (RFC 9112, 3.2.4)."""
+    if request.method == b"OPTIONS":
+        return Response(200, b"", b"text/plain", [(b"allow", b"GET, HEAD, POST")])
+    return error_response(
+        400,
+        f"the request target '*' is only for OPTIONS, not {_text(request.method)}; give a "
+        "path, such as /v2/health/ready (see /v2/openapi.json for the routes served)",
     )
 
 

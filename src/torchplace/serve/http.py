@@ -7,7 +7,8 @@ and are dropped, never merged into the headers, ``Expect: 100-continue``), enfor
 limit while reading (413 before the body is read when ``Content-Length`` says so), and hands each
 complete :class:`Request` to the handler, which returns a :class:`Response`, a coroutine of one
 (run as a task) or a future the handler settles (no task at all: the cheapest way to answer
-later; cancelling it is how the server says the client went away or the request timed out).
+later; cancelling it is how the server says the client went away or the request timed out;
+one that ends cancelled otherwise, its client still there, is answered 503).
 A one-second ticker answers requests that run past the request timeout (503), drops clients that
 send a request more slowly than that (408) or leave their answers unread that long, and closes
 idle keep-alive connections (empty lines between requests do not count as activity).
@@ -49,6 +50,7 @@ from torchplace.errors import ConfigError
 from torchplace.serve.listener import close_listener
 
 __all__ = [
+    "MAX_ERROR_CHARS",
     "Answer",
     "Handler",
     "HttpServer",
@@ -120,10 +122,19 @@ class Response:
     close: bool = False
 
 
+#: the longest error message answered (characters): past it the message is cut, so that a value
+#: it quotes from the request (a name, a shape of millions of entries) is not echoed back whole
+MAX_ERROR_CHARS = 16 * 1024
+
+
 def error_response(
     status: int, message: str, headers: list[tuple[bytes, bytes]] | None = None
 ) -> Response:
-    """An OIP error object ``{"error": message}`` with the given status."""
+    """An OIP error object ``{"error": message}`` with the given status (the message cut to
+    :data:`MAX_ERROR_CHARS`)."""
+    if len(message) > MAX_ERROR_CHARS:
+        cut = len(message) - MAX_ERROR_CHARS
+        message = f"{message[:MAX_ERROR_CHARS]}... ({cut} more characters)"
     return Response(status, orjson.dumps({"error": message}), _JSON, headers or [])
 
 
@@ -334,6 +345,7 @@ class _Connection(asyncio.Protocol):
         request.body = bytes(self._body)
         self._body = b""
         self._upgrade_body = None
+        self._release_body()
         self._reading_since = 0.0
         self._queue(request)
         return data[due:]
@@ -571,6 +583,9 @@ class _Connection(asyncio.Protocol):
         if host is None or b"," in host:
             self._check_host(host)
         url = self._url
+        fragment = url.find(b"#")
+        if fragment >= 0:  # a fragment is the client's own (RFC 3986, 3.5), never a route's part
+            url = url[:fragment]
         mark = url.find(b"?")
         path, query = (url, b"") if mark < 0 else (url[:mark], url[mark + 1 :])
         body = self._body
@@ -587,10 +602,10 @@ class _Connection(asyncio.Protocol):
         self._headers = {}
         self._head_size = 0
         self._body = b""
+        if parser.should_upgrade() and self._body_skipped(request):
+            return  # a large body still to come keeps its place in the budget until it is in
         if self._body_reserved:
             self._release_body()
-        if parser.should_upgrade() and self._body_skipped(request):
-            return
         self._reading_since = 0.0
         self._queue(request)
 
@@ -680,8 +695,14 @@ class _Connection(asyncio.Protocol):
                     f"request timed out after {seconds:g} s; retry later",
                     [(b"retry-after", b"1")],
                 )
-            else:
+            elif self._transport is None:
                 return  # the connection went away
+            else:  # cancelled by something else (the work it awaited was): still answered
+                response = error_response(
+                    503,
+                    "the request was cancelled before it was answered; retry",
+                    [(b"retry-after", b"1")],
+                )
         else:
             exc = task.exception()
             if exc is None:

@@ -21,6 +21,7 @@ rounded to nearest even bfloat16, as bits (binary) or as the numbers those bits 
 from __future__ import annotations
 
 import math
+import reprlib
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +53,7 @@ __all__ = [
     "output_target",
     "server_metadata",
     "shared_memory_array",
+    "shown",
 ]
 
 #: OIP datatype -> the dtype of its elements on the wire (binary extension, little-endian).
@@ -123,6 +125,18 @@ class InferRequest:
     priority: int | None = None
 
 
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring = _SHOWN.maxother = 200
+_SHOWN.maxlist = _SHOWN.maxtuple = _SHOWN.maxdict = 16
+_SHOWN.maxlevel = 4
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` for a message, of a value a client sent: long strings and arrays cut (a
+    shape of millions of entries would cost the event loop its repr and be echoed back whole)."""
+    return _SHOWN.repr(value)
+
+
 def _fail(message: str) -> InputError:
     return InputError(message)
 
@@ -145,19 +159,22 @@ def _for(model: str) -> str:
 
 
 def _dims(shape: Sequence[int]) -> str:
-    """A shape as Triton writes one: ``[-1,16]``."""
-    return "[" + ",".join(str(d) for d in shape) + "]"
+    """A shape as Triton writes one: ``[-1,16]`` (past 16 dimensions, cut)."""
+    more = f",... {len(shape) - 16} more" if len(shape) > 16 else ""
+    return "[" + ",".join(str(d) for d in shape[:16]) + more + "]"
 
 
 def _unknown_input(name: str, inputs: Sequence[TensorSpec]) -> InputError:
     takes = ", ".join(_describe(s) for s in inputs)
-    return _ModelWords(lambda m: f"unexpected inference input {name!r}{_for(m)}; it takes {takes}")
+    return _ModelWords(
+        lambda m: f"unexpected inference input {shown(name)}{_for(m)}; it takes {takes}"
+    )
 
 
 def _unknown_output(name: str, outputs: Sequence[TensorSpec]) -> InputError:
     gives = ", ".join(_describe(s) for s in outputs)
     return _ModelWords(
-        lambda m: f"unexpected inference output {name!r}{_for(m)}; it returns {gives}"
+        lambda m: f"unexpected inference output {shown(name)}{_for(m)}; it returns {gives}"
     )
 
 
@@ -370,7 +387,7 @@ def _request_parameters(params: object) -> tuple[bool, int | None, int | None]:
         value = params.get(key)
         if value is not None and (type(value) is not int or not 0 <= value < 2**63):
             raise _fail(
-                f"parameter {key!r} must be a non-negative integer ({meaning}), got {value!r}"
+                f"parameter {key!r} must be a non-negative integer ({meaning}), got {shown(value)}"
             )
         found.append(value)
     return flag, found[0], found[1]
@@ -579,14 +596,14 @@ def _checked_shape(raw: dict[str, Any], spec: TensorSpec, max_rows: int) -> list
             )
         raise _ModelWords(
             lambda m: (
-                f"inference input {name!r} data-type is {datatype!r}, but "
+                f"inference input {name!r} data-type is {shown(datatype)}, but "
                 f"{f'model {m!r}' if m else 'the model'} expects {spec.datatype!r}"
             )
         )
     shape = raw.get("shape")
     if type(shape) is not list or not all(type(d) is int and d >= 0 for d in shape):
         raise _fail(
-            f"input {name!r}: 'shape' must be an array of non-negative integers, got {shape!r}"
+            f"input {name!r}: 'shape' must be an array of non-negative integers, got {shown(shape)}"
         )
     declared = spec.shape
     if len(shape) != len(declared) or any(
@@ -657,8 +674,8 @@ def _checked_size(spec: TensorSpec, size: object, shape: list[int], count: int, 
         raise _size_mismatch(
             spec.name,
             expected,
-            size if type(size) is int else repr(size),
-            f"{field} {size!r}, where shape {shape} of {spec.datatype} takes {expected} bytes",
+            size if type(size) is int else shown(size),
+            f"{field} {shown(size)}, where shape {shape} of {spec.datatype} takes {expected} bytes",
         )
     return size
 
@@ -802,14 +819,65 @@ def _holds_bool(data: list[Any]) -> bool:
 
 
 _BOM = b"\xef\xbb\xbf"
+#: byte order marks of the encodings JSON is not sent in (RFC 8259, 8.1), longest first
+_OTHER_BOMS = (
+    (b"\xff\xfe\x00\x00", "UTF-32"),
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xff\xfe", "UTF-16"),
+    (b"\xfe\xff", "UTF-16"),
+)
+
+
+class _NotUtf8(orjson.JSONDecodeError):
+    """A body that is not UTF-8: said where, without orjson's misleading words (it calls any
+    invalid byte a surrogate, at char 0)."""
+
+    def __str__(self) -> str:
+        return str(self.msg)
 
 
 def json_loads(data: bytes | memoryview) -> Any:
     """``orjson.loads``, past a UTF-8 byte order mark (RFC 8259 lets a parser ignore one, and
-    some clients, PowerShell's among them, send it); raises ``orjson.JSONDecodeError``."""
+    some clients, PowerShell's among them, send it); raises ``orjson.JSONDecodeError`` (for a
+    body that is not UTF-8, one that says which byte, or which encoding it is in)."""
     if data[:3] == _BOM:
         data = data[3:]
-    return orjson.loads(data)
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        if "UTF-8" not in str(exc) and b"\0" not in bytes(data[:2]):
+            raise
+        raise _not_utf8(bytes(data)) from None
+
+
+def _not_utf8(data: bytes) -> _NotUtf8:
+    for bom, encoding in _OTHER_BOMS:
+        if data.startswith(bom):
+            return _NotUtf8(
+                f"the body is {encoding} (it starts with a {encoding} byte order mark); JSON "
+                "must be sent as UTF-8 (RFC 8259, 8.1): encode the body as UTF-8",
+                "",
+                0,
+            )
+    if b"\0" in data[:2]:  # JSON starts with an ASCII character: UTF-16 or -32 has a zero byte
+        return _NotUtf8(
+            "the body starts with a zero byte: it looks UTF-16 or UTF-32 encoded; JSON must be "
+            "sent as UTF-8 (RFC 8259, 8.1): encode the body as UTF-8",
+            "",
+            0,
+        )
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = data[exc.start : exc.end].hex(" ")
+        return _NotUtf8(
+            f"the body is not UTF-8: byte {exc.start} ({bad}) is not valid UTF-8 there; "
+            "JSON must be sent as UTF-8 (RFC 8259, 8.1), with any other character "
+            "escaped as \\uXXXX",
+            "",
+            exc.start,
+        )
+    return _NotUtf8("the body is not UTF-8; JSON must be sent as UTF-8 (RFC 8259, 8.1)", "", 0)
 
 
 def _check_finite(spec: TensorSpec, array: np.ndarray[Any, Any], json: bool = False) -> None:
@@ -898,7 +966,7 @@ def class_count(name: str, datatype: str, value: object) -> int:
     if type(value) is not int or value < 0:
         raise _fail(
             f"output {name!r}: 'classification' must be a positive integer (the number of "
-            f"top classes to answer), got {value!r}"
+            f"top classes to answer), got {shown(value)}"
         )
     if datatype not in CLASSIFIABLE:  # Triton's words first
         raise _fail(

@@ -30,6 +30,7 @@ from torchplace.serve.protocol import (
     check_json_finite,
     decode_infer_request,
     json_loads,
+    shown,
 )
 
 __all__ = ["decode_predict_request", "encode_predict_response"]
@@ -46,12 +47,7 @@ def decode_predict_request(
 ) -> InferRequest:
     """A V1 ``:predict`` body, validated as the OIP request of the same rows (``model`` named
     in the messages that name it)."""
-    rows = _instances(body)
-    if len(rows) > max_rows:
-        raise PayloadTooLargeError(
-            f"{len(rows)} instances is over the limit of {max_rows} rows per request "
-            "(--max-request-rows); split the request"
-        )
+    rows = _instances(body, max_rows)
     tensors = []
     for spec in inputs:
         column = [_value(row, index, spec, inputs) for index, row in enumerate(rows)]
@@ -87,14 +83,19 @@ def encode_predict_response(
     return orjson.dumps({"predictions": predictions}, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-def _instances(body: bytes) -> list[Any]:
+def _instances(body: bytes, max_rows: int) -> list[Any]:
+    """The request's rows, refused past ``max_rows`` before any is built (a columnar body of
+    millions of numbers would otherwise become as many row objects: gigabytes, and seconds of
+    the event loop)."""
     try:
         doc = json_loads(body)
     except orjson.JSONDecodeError as exc:
         raise InputError(f"the body is not valid JSON: {exc}") from None
     rows = doc.get("instances", doc.get("inputs")) if isinstance(doc, dict) else None
     if isinstance(rows, dict) and "instances" not in doc:
-        rows = _rows_of_columns(rows)
+        rows = _rows_of_columns(rows, max_rows)
+    if isinstance(rows, list) and len(rows) > max_rows:
+        raise _too_many(len(rows), max_rows)
     if not isinstance(rows, list) or not rows:
         raise InputError(
             'a V1 request is {"instances": [...]}, a non-empty array with one entry per row '
@@ -108,7 +109,14 @@ def _instances(body: bytes) -> list[Any]:
     return rows
 
 
-def _rows_of_columns(columns: dict[str, Any]) -> list[dict[str, Any]]:
+def _too_many(rows: int, max_rows: int) -> PayloadTooLargeError:
+    return PayloadTooLargeError(
+        f"{rows} instances is over the limit of {max_rows} rows per request "
+        "(--max-request-rows); split the request"
+    )
+
+
+def _rows_of_columns(columns: dict[str, Any], max_rows: int) -> list[dict[str, Any]]:
     """The columnar form's rows: ``{"a": [a0, a1], "b": [b0, b1]}`` as
     ``[{"a": a0, "b": b0}, {"a": a1, "b": b1}]``."""
     counts = {name: len(rows) if isinstance(rows, list) else 0 for name, rows in columns.items()}
@@ -119,9 +127,11 @@ def _rows_of_columns(columns: dict[str, Any]) -> list[dict[str, Any]]:
         )
     if len(set(counts.values())) > 1:
         raise InputError(
-            f'columnar "inputs" must give every input the same number of rows; got {counts}'
+            f'columnar "inputs" must give every input the same number of rows; got {shown(counts)}'
         )
     (count,) = set(counts.values())
+    if count > max_rows:
+        raise _too_many(count, max_rows)
     return [{name: rows[i] for name, rows in columns.items()} for i in range(count)]
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import reprlib
 import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -333,5 +334,5 @@ _SIZE_MAX = 2**64 - 1
 def _natural(what: str, value: object) -> int:
     """A byte count or offset: a non-negative integer."""
     if type(value) is not int or value < 0:
-        raise SharedMemoryError(f"{what} must be a non-negative integer, got {value!r}")
+        raise SharedMemoryError(f"{what} must be a non-negative integer, got {reprlib.repr(value)}")
     return value
