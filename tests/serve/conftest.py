@@ -27,6 +27,14 @@ INFER = b"/v2/models/seed-mlp/infer"
 LIMIT = 64 * 1024
 
 
+async def eventually(condition: Callable[[], object], tries: int = 100) -> None:
+    """Wait (up to ``tries`` times 10 ms) until ``condition()`` holds; the caller asserts."""
+    for _ in range(tries):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+
+
 def raw_request(
     body: bytes,
     *,

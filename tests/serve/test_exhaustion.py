@@ -8,7 +8,7 @@ import socket
 import orjson
 import pytest
 
-from tests.serve.conftest import Running, exchange, raw_request, seed_input
+from tests.serve.conftest import Running, eventually, exchange, raw_request, seed_input
 from torchplace.serve.http import HttpServer, Request, Response, connection_limit
 from torchplace.serve.protocol import MAX_ID_CHARS
 
@@ -161,16 +161,10 @@ def test_large_bodies_read_at_once_are_bounded_and_small_requests_pass() -> None
         try:
             first_w.write(head + b"a" * (size - 1))  # all but its last byte
             await first_w.drain()
-            for _ in range(100):
-                if server.body_reading:
-                    break
-                await asyncio.sleep(0.01)
+            await eventually(lambda: server.body_reading)
             assert server.body_reading == size
             second_w.write(head + b"b" * size)  # whole, but over the budget: waits
-            for _ in range(100):
-                if server.body_waiting:
-                    break
-                await asyncio.sleep(0.01)
+            await eventually(lambda: server.body_waiting)
             assert len(server.body_waiting) == 1
             assert server.body_reading <= server.body_budget
             assert b"200" in await _answered(server.port)  # small requests are not held up
@@ -180,10 +174,7 @@ def test_large_bodies_read_at_once_are_bounded_and_small_requests_pass() -> None
             assert b"200" in await asyncio.wait_for(first_r.readuntil(b"ok"), 5.0)
             answer = await asyncio.wait_for(second_r.readuntil(b"ok %d" % size), 5.0)
             assert b"200" in answer
-            for _ in range(100):
-                if not server.body_reading:
-                    break
-                await asyncio.sleep(0.01)
+            await eventually(lambda: not server.body_reading)
             assert server.body_reading == 0
             assert not server.body_waiting
         finally:
@@ -205,16 +196,10 @@ def test_a_client_that_goes_away_mid_body_gives_its_budget_back() -> None:
                 _, writer = await asyncio.open_connection("127.0.0.1", server.port)
                 writer.write(b"POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 3000000\r\n\r\nab")
                 await writer.drain()
-                for _ in range(100):
-                    if server.body_reading:
-                        break
-                    await asyncio.sleep(0.01)
+                await eventually(lambda: server.body_reading)
                 assert server.body_reading == 3000000
                 writer.transport.abort()
-                for _ in range(100):
-                    if not server.body_reading:
-                        break
-                    await asyncio.sleep(0.01)
+                await eventually(lambda: not server.body_reading)
                 assert server.body_reading == 0
         finally:
             await server.close()

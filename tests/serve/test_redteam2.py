@@ -27,7 +27,15 @@ from torchplace.serve.http import (
 from torchplace.serve.protocol_v1 import decode_predict_request
 from torchplace.serve.running import ServerThread
 
-from .conftest import INFER, StartServer, exchange, raw_request, seed_body, seed_input
+from .conftest import (
+    INFER,
+    StartServer,
+    eventually,
+    exchange,
+    raw_request,
+    seed_body,
+    seed_input,
+)
 
 _GOOD = orjson.dumps({"inputs": [seed_input()]})
 
@@ -103,19 +111,13 @@ def test_an_upgrade_request_s_large_body_counts_against_the_body_budget() -> Non
             assert server.body_reading == size  # held while the body comes
             second_w.write(head)
             await second_w.drain()
-            for _ in range(100):
-                if server.body_waiting:
-                    break
-                await asyncio.sleep(0.01)
+            await eventually(lambda: server.body_waiting)
             assert len(server.body_waiting) == 1  # over the budget: waits its turn
             first_w.write(b"a" * (size - size // 2))
             assert b"ok %d" % size in await asyncio.wait_for(first_r.readuntil(b"ok %d" % size), 5)
             second_w.write(b"b" * size)
             assert b"ok %d" % size in await asyncio.wait_for(second_r.readuntil(b"ok %d" % size), 5)
-            for _ in range(100):
-                if not server.body_reading:
-                    break
-                await asyncio.sleep(0.01)
+            await eventually(lambda: not server.body_reading)
             assert server.body_reading == 0
             assert not server.body_waiting
         finally:
