@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from torchplace.lint.finding import Fix
+from torchplace.lint.nodes import own_nodes, walk, walk_body
 from torchplace.lint.resolver import Resolver
 
 __all__ = [
@@ -152,7 +153,7 @@ def at_method(call: ast.Call) -> ast.AST:
 
 def names_in(node: ast.AST) -> set[str]:
     """Every plain name read anywhere inside ``node``."""
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    return {n.id for n in walk(node) if isinstance(n, ast.Name)}
 
 
 def loop_items(
@@ -161,7 +162,7 @@ def loop_items(
     """The names a loop binds to the item it takes each turn (its target, and the names
     assigned a value ``taken`` accepts in its body: ``x = next(it)``, ``m = models.pop()``),
     with every node of its body."""
-    nodes = [sub for stmt in loop.body for sub in ast.walk(stmt)]
+    nodes = [sub for stmt in loop.body for sub in walk(stmt)]
     items = set() if isinstance(loop, ast.While) else names_in(loop.target)
     for sub in nodes:
         if isinstance(sub, ast.Assign) and taken(sub.value):
@@ -226,7 +227,8 @@ class Context:
         """The file's lines as Python's tokenizer counts them (``\\r\\n``, ``\\r`` or ``\\n``),
         without ends (split once, on first use)."""
         if self._lines is None:
-            self._lines = _NEWLINE.split(self.source)
+            source = self.source
+            self._lines = _NEWLINE.split(source) if "\r" in source else source.split("\n")
         return self._lines
 
     def segment(self, node: ast.AST) -> str | None:
@@ -261,7 +263,7 @@ class Context:
             for extra in (args.vararg, args.kwarg):
                 if extra is not None:
                     found.setdefault(extra.arg, []).append(None)
-        for sub in _walk_own_body(node):
+        for sub in own_nodes(node):
             if isinstance(sub, ast.Assign):
                 for target in sub.targets:
                     if isinstance(target, ast.Name):
@@ -305,19 +307,3 @@ def _cut(line: str, start: int, end: int | None) -> str:
     if line.isascii():
         return line[start:end]
     return line.encode("utf-8")[start:end].decode("utf-8", "replace")
-
-
-def _walk_own_body(node: ast.AST) -> Iterator[ast.AST]:
-    """Like ``ast.walk`` over a scope's body, without entering nested functions or classes."""
-    return walk_body(getattr(node, "body", []))
-
-
-def walk_body(body: list[ast.stmt]) -> Iterator[ast.AST]:
-    """Every node of ``body``; a nested function, class or lambda is yielded but not entered."""
-    todo: list[ast.AST] = list(body)
-    while todo:
-        sub = todo.pop()
-        yield sub
-        if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            continue
-        todo.extend(ast.iter_child_nodes(sub))

@@ -21,6 +21,7 @@ from io import BytesIO
 
 from torchplace.lint.base import Check, Context, Scope
 from torchplace.lint.finding import Finding, Fix
+from torchplace.lint.nodes import children, forget
 from torchplace.lint.resolver import Resolver, module_name_for
 from torchplace.lint.rules import ALL_RULES, FAMILIES
 
@@ -175,7 +176,7 @@ class _Walker:
         looping = len(loops)
         parents.append(node)
         try:
-            for child in ast.iter_child_nodes(node):
+            for child in children(node):
                 self.expr(child)
         except RecursionError:  # absurdly nested expression: stay silent on it
             del loops[looping:]
@@ -338,7 +339,7 @@ def _search_plan(triggers: tuple[str, ...]) -> tuple[tuple[str, str | None], ...
     plain = set(triggers)
     tails: dict[str, set[str]] = {}
     for literal in triggers:
-        if len(literal) > 3 and literal[0] != "\n":
+        if len(literal) > 4 and literal[0] != "\n":
             tails.setdefault(literal[1:], set()).add(literal[0])
     plan: list[tuple[str, str | None]] = []
     for tail, leads in tails.items():
@@ -418,6 +419,7 @@ def _lint_tree(
         if release is not None:
             release()
     ctx.scope.cache.clear()
+    forget()
     if not found:
         return []
     lines = ctx.lines()

@@ -165,7 +165,8 @@ def discover(paths: Sequence[str], settings: Settings) -> tuple[list[tuple[str, 
 
 def _lint_one(display: str, path: str, codes: frozenset[str]) -> tuple[list[Finding], str | None]:
     try:
-        raw = Path(path).read_bytes()
+        with open(path, "rb") as handle:
+            raw = handle.read()
     except OSError as exc:
         if "TPL001" not in codes:
             return [], None

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from torchplace.lint.nodes import children, walk
 from torchplace.lint.provenance.loops import (
     branch_trains,
     calls_backward,
@@ -240,7 +241,7 @@ def _on_instance(
 
 def _bound_here(scope: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> int | None:
     """The line where ``scope`` first assigns ``name`` itself (a local, not the parameter)."""
-    for node in ast.walk(scope):
+    for node in walk(scope):
         if isinstance(node, ast.Assign) and any(
             isinstance(t, ast.Name) and t.id == name for t in node.targets
         ):
@@ -341,10 +342,10 @@ def _periodic_flag(test: ast.expr, scope: ast.AST) -> bool:
         if (
             isinstance(sub, ast.Assign)
             and any(isinstance(t, ast.Name) and t.id == flag.id for t in sub.targets)
-            and any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(sub))
+            and any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in walk(sub))
         ):
             return True
-        todo.extend(ast.iter_child_nodes(sub))
+        todo.extend(children(sub))
     return False
 
 
@@ -363,9 +364,19 @@ def calls_in(facts: FileFacts, name: str) -> list[tuple[ast.AST, ast.Call, tuple
     """
     needle = name + "("
     hits: list[int] = []
-    for number, line in enumerate(facts.lines, 1):
-        if needle in line and "def " + needle not in line:
+    text = facts.text
+    index = text.find(needle)
+    number, pos = 1, 0  # the line number at `pos`, the start of a line
+    while index != -1:
+        number += text.count("\n", pos, index)
+        start = text.rfind("\n", 0, index) + 1
+        end = text.find("\n", index)
+        if end == -1:
+            end = len(text)
+        if "def " + needle not in text[start:end]:
             hits.append(number)
+        pos, number = end + 1, number + 1
+        index = text.find(needle, pos)
     found: list[tuple[ast.AST, ast.Call, tuple[ast.AST, ...]]] = []
     if hits:
         _find_calls(facts.tree.body, facts.tree, (), name, hits, found)
@@ -414,9 +425,9 @@ def _find_calls(
         )
         for head in heads:
             for sub in (
-                ast.walk(head)
+                walk(head)
                 if isinstance(head, ast.AST)
-                else [n for item in head for n in ast.walk(item)]
+                else [n for item in head for n in walk(item)]
             ):
                 if isinstance(sub, ast.Call):
                     func = sub.func

@@ -11,6 +11,7 @@ import re
 from functools import lru_cache
 
 from torchplace.lint.base import Context
+from torchplace.lint.nodes import own_nodes, statements, walk
 from torchplace.lint.provenance.callers import PerBatch, calls_in, find_per_batch
 from torchplace.lint.provenance.flow import Flow
 from torchplace.lint.provenance.loops import classify, moves_some
@@ -20,7 +21,6 @@ from torchplace.lint.provenance.values import (
     LoopKind,
     _cut,
     _device_target,
-    _own_nodes,
     _places_self,
     _plainly_host,
     _short,
@@ -200,7 +200,7 @@ class FileFacts:
             if _host_annotation(node.returns):
                 result = True
                 continue
-            returns = [r for r in _own_nodes(node.body) if isinstance(r, ast.Return)]
+            returns = [r for r in own_nodes(node) if isinstance(r, ast.Return)]
             values = [r.value for r in returns if r.value is not None]
             result = bool(values) and all(_plainly_host(v) for v in values)
         self._returns_host[name] = result
@@ -216,7 +216,7 @@ class FileFacts:
         if len(defs) != 1:
             return None
         node = defs[0]
-        returns = [r for r in _own_nodes(node.body) if isinstance(r, ast.Return)]
+        returns = [r for r in own_nodes(node) if isinstance(r, ast.Return)]
         values = [r.value for r in returns if r.value is not None]
         if not values or len(values) != len(returns):
             return None
@@ -266,9 +266,9 @@ class FileFacts:
             return cached
         self._returns_args[key] = True  # recursion: assume it may
         flow = self.flow(callee, seeds)
-        nodes = _own_nodes(callee.body)
+        nodes = own_nodes(callee)
         values = [n.value for n in nodes if isinstance(n, ast.Return) and n.value is not None]
-        read = {n.id for v in values for n in ast.walk(v) if isinstance(n, ast.Name)}
+        read = {n.id for v in values for n in walk(v) if isinstance(n, ast.Name)}
         result = not values or any(
             (fact := flow.eval(v, flow.at(v.lineno))) is not None and fact.on_device for v in values
         )
@@ -310,11 +310,11 @@ class FileFacts:
 
     def assigned_calls(self, name: str) -> list[ast.Assign]:
         """The assignments of the file whose value calls ``name`` (``x = name(...)``, also
-        ``x = module.name(...)``), indexed in one walk of the tree."""
+        ``x = module.name(...)``), indexed in one pass over the statements."""
         index = self._assigned_calls
         if not index:
             index[""] = []  # indexed, even when nothing is found
-            for node in ast.walk(self.tree):
+            for node in statements(self.tree.body):
                 if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
                     func = node.value.func
                     called = func.attr if isinstance(func, ast.Attribute) else None

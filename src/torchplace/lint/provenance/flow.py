@@ -9,6 +9,7 @@ import ast
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from torchplace.lint.nodes import walk
 from torchplace.lint.provenance.values import (
     _COMPS,
     _FACTORIES,
@@ -65,14 +66,20 @@ class Flow:
         # `(first, last)` lines of each loop: a binding late in its body reaches the next step
         # (a set: a loop's body is walked twice, and so are the loops nested in it)
         self.loops: set[tuple[int, int]] = set()
-        # names the scope binds only to the CPU: `eval_device = "cpu"`
-        self.cpu = cpu_names(node)
+        # names the scope binds only to the CPU (`eval_device = "cpu"`), found on first use
+        self.cpu: frozenset[str] | None = None
 
     def to_cpu(self, call: ast.Call) -> bool:
         """``.to("cpu")``, ``.to(cpu_device)``, or ``.to(eval_device)`` where the scope binds
         ``eval_device`` only to ``"cpu"``."""
         target = _device_target(call)
-        return _is_cpu(target) or (isinstance(target, ast.Name) and target.id in self.cpu)
+        if _is_cpu(target):
+            return True
+        if not isinstance(target, ast.Name):
+            return False
+        if self.cpu is None:
+            self.cpu = cpu_names(self.node)
+        return target.id in self.cpu
 
     # -- the in-order pass ------------------------------------------------------------------
     def run(self) -> None:
@@ -561,7 +568,7 @@ def _not_a_tensor_there(node: ast.IfExp) -> bool:
         and any(
             (isinstance(sub, ast.Name) and sub.id == "Tensor")
             or (isinstance(sub, ast.Attribute) and sub.attr == "Tensor")
-            for sub in ast.walk(test.args[1])
+            for sub in walk(test.args[1])
         )
     )
 
@@ -588,7 +595,7 @@ def _inspects_device(test: ast.expr) -> set[str]:
     ``x.device.type != "cpu"``, ``x.get_device() >= 0``)."""
     return {
         sub.value.id
-        for sub in ast.walk(test)
+        for sub in walk(test)
         if isinstance(sub, ast.Attribute)
         and sub.attr in _DEVICE_QUERIES
         and isinstance(sub.value, ast.Name)

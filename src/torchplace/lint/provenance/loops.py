@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
+from torchplace.lint.nodes import children, walk
 from torchplace.lint.provenance.values import (
     _COMPS,
     _LOOPS,
@@ -49,7 +50,7 @@ def _names_state(node: ast.expr) -> bool:
     """``node`` iterates a state dict or checkpoint named by one of its words."""
     return any(
         word in _STATE_WORDS
-        for sub in ast.walk(node)
+        for sub in walk(node)
         if isinstance(sub, (ast.Name, ast.Attribute))
         for word in (sub.id if isinstance(sub, ast.Name) else sub.attr).lower().split("_")
     )
@@ -153,7 +154,7 @@ def _few_constants(it: ast.expr, scope: ast.AST, bound: bool = False) -> bool:
     if not isinstance(it, ast.Name) or bound:
         return False
     values: list[ast.expr] = []
-    for node in ast.walk(scope):
+    for node in walk(scope):
         if isinstance(node, ast.Name) and node.id == it.id and not isinstance(node.ctx, ast.Load):
             parent_value = _assigned(scope, node)
             if parent_value is None:
@@ -177,7 +178,7 @@ def _few_constants(it: ast.expr, scope: ast.AST, bound: bool = False) -> bool:
 
 def _assigned(scope: ast.AST, name: ast.Name) -> ast.expr | None:
     """The value of ``name = value`` (a plain assignment of the name alone), or None."""
-    for node in ast.walk(scope):
+    for node in walk(scope):
         if isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if any(t is name for t in targets):
@@ -309,7 +310,7 @@ def moves_some(loop: ast.For | ast.AsyncFor) -> bool:
     """The loop moves one of its own targets to a device (``x = x.to(device)``)."""
     targets = set(_target_names(loop.target))
     for stmt in loop.body:
-        for sub in ast.walk(stmt):
+        for sub in walk(stmt):
             if (
                 isinstance(sub, ast.Call)
                 and isinstance(sub.func, ast.Attribute)
@@ -336,7 +337,7 @@ def _split_own(body: list[ast.AST]) -> tuple[list[ast.AST], list[ast.AST]]:
         own.append(sub)
         if isinstance(sub, _SCOPES):
             continue
-        todo.extend(reversed(list(ast.iter_child_nodes(sub))))
+        todo.extend(reversed(children(sub)))
     return own, nested
 
 
@@ -398,11 +399,11 @@ def has_own_batch_loop(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
         if isinstance(loop, (ast.For, ast.AsyncFor)) and any(
             isinstance(sub, (ast.Name, ast.Attribute))
             and _names_batches(sub.id if isinstance(sub, ast.Name) else sub.attr)
-            for sub in ast.walk(loop.iter)
+            for sub in walk(loop.iter)
         ):
             return True
         for stmt in loop.body:  # type: ignore[attr-defined]
-            for sub in ast.walk(stmt):
+            for sub in walk(stmt):
                 if (
                     isinstance(sub, ast.Call)
                     and isinstance(sub.func, ast.Attribute)
@@ -428,7 +429,7 @@ def _names_batches(name: str) -> bool:
 
 
 def calls_backward(loop: ast.AST) -> bool:
-    return any(isinstance(sub, ast.Attribute) and sub.attr == "backward" for sub in ast.walk(loop))
+    return any(isinstance(sub, ast.Attribute) and sub.attr == "backward" for sub in walk(loop))
 
 
 _RARE_WORDS = ("every", "interval", "verbose", "debug", "print_freq", "freq")
@@ -462,7 +463,7 @@ def rare_test(test: ast.expr) -> bool:
             if isinstance(op, ast.Eq) or (isinstance(op, (ast.Lt, ast.LtE)) and right.value <= 100):
                 # `len(x) == 0` tests data; `rank == 0` holds on every step of the main process
                 return not isinstance(test.left, ast.Call) and not _names_rank(test.left)
-    for sub in ast.walk(test):
+    for sub in walk(test):
         if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Mod):
             return True
         text = sub.id if isinstance(sub, ast.Name) else getattr(sub, "attr", "")
@@ -487,7 +488,7 @@ def branch_trains(branch: ast.If) -> bool:
         and sub.attr in {"backward", "step"}
         and not (sub.attr == "step" and _names_scheduler(sub.value))
         for stmt in branch.body
-        for sub in ast.walk(stmt)
+        for sub in walk(stmt)
     )
 
 

@@ -11,7 +11,7 @@ import ast
 from dataclasses import dataclass
 from typing import Literal
 
-from torchplace.lint.base import walk_body
+from torchplace.lint.nodes import own_nodes, walk
 from torchplace.lint.resolver import dotted_name
 
 __all__ = [
@@ -221,7 +221,7 @@ def cpu_names(node: ast.AST) -> frozenset[str]:
     """Names a function binds only to the CPU (``eval_device = "cpu"``, never rebound, not a
     parameter): ``x.to(eval_device)`` is then a copy to the host, as ``x.to("cpu")`` is."""
     values: dict[str, list[ast.expr | None]] = {}
-    for sub in walk_body(getattr(node, "body", [])):
+    for sub in own_nodes(node):
         if isinstance(sub, ast.Assign) and len(sub.targets) == 1:
             target = sub.targets[0]
             if isinstance(target, ast.Name):
@@ -231,7 +231,7 @@ def cpu_names(node: ast.AST) -> frozenset[str]:
             for name in _bound_names(sub):
                 values.setdefault(name, []).append(None)
     args = getattr(node, "args", None)
-    params = {a.arg for a in ast.walk(args) if isinstance(a, ast.arg)} if args else set()
+    params = {a.arg for a in walk(args) if isinstance(a, ast.arg)} if args else set()
     return frozenset(
         name
         for name, found in values.items()
@@ -247,7 +247,7 @@ def _bound_names(node: ast.AST) -> set[str]:
         targets = [node.target]
     elif isinstance(node, ast.withitem) and node.optional_vars is not None:
         targets = [node.optional_vars]
-    return {sub.id for target in targets for sub in ast.walk(target) if isinstance(sub, ast.Name)}
+    return {sub.id for target in targets for sub in walk(target) if isinstance(sub, ast.Name)}
 
 
 def is_device_expr(node: ast.expr) -> bool:
@@ -264,13 +264,13 @@ def is_device_expr(node: ast.expr) -> bool:
 
 
 def _target_names(target: ast.expr) -> list[str]:
-    return [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
+    return [n.id for n in walk(target) if isinstance(n, ast.Name)]
 
 
 def _places_self(method: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     """A method that may put a ``self.`` attribute on a device: it moves, runs or builds on
     a device somewhere (checked on the statements' text-free structure, no flow needed)."""
-    for sub in ast.walk(method):
+    for sub in walk(method):
         if isinstance(sub, ast.Call):
             func = sub.func
             if isinstance(func, ast.Attribute) and func.attr in {"to", "cuda"}:
@@ -430,17 +430,4 @@ def _cut(line: str, start: int, end: int | None) -> str:
 
 
 def _names(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
-
-
-def _own_nodes(body: list[ast.stmt]) -> list[ast.AST]:
-    """Nodes of a body, not entering nested functions or classes."""
-    out: list[ast.AST] = []
-    todo: list[ast.AST] = list(body)
-    while todo:
-        sub = todo.pop()
-        out.append(sub)
-        if isinstance(sub, _SCOPES):
-            continue
-        todo.extend(ast.iter_child_nodes(sub))
-    return out
+    return {n.id for n in walk(node) if isinstance(n, ast.Name)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 
 from torchplace.lint.base import Context, Family, Rule
+from torchplace.lint.nodes import walk
 from torchplace.lint.rules.facts import CUDA_ONLY, mentions
 
 __all__ = ["FAMILY"]
@@ -106,7 +107,7 @@ def _pins_cuda(stmt: ast.stmt) -> bool:
         return True
     if not isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.Expr)) or stmt.value is None:
         return False
-    for sub in ast.walk(stmt.value):
+    for sub in walk(stmt.value):
         if not isinstance(sub, ast.Call):
             continue
         if isinstance(sub.func, ast.Attribute) and sub.func.attr == "cuda":

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 
 from torchplace.lint.base import Context, Rule, Scope, has_star_kwargs, keyword, names_in
+from torchplace.lint.nodes import walk
 from torchplace.lint.rules.factory_match import COMBINERS, HOST_CASTS, matched_to_parameter
 from torchplace.lint.rules.facts import in_test, main_test
 
@@ -52,7 +53,7 @@ def _forward_reachable(cls: Scope) -> set[str]:
         if name in reached:
             continue
         reached.add(name)
-        for sub in ast.walk(methods[name]):
+        for sub in walk(methods[name]):
             if (
                 isinstance(sub, ast.Call)
                 and isinstance(sub.func, ast.Attribute)
@@ -216,7 +217,7 @@ def _moved_later(call: ast.Call, ctx: Context) -> bool:
 
 
 def _moves_any(stmt: ast.stmt, names: set[str]) -> bool:
-    for sub in ast.walk(stmt):
+    for sub in walk(stmt):
         if (
             isinstance(sub, ast.Call)
             and isinstance(sub.func, ast.Attribute)

@@ -11,6 +11,7 @@ import ast
 from typing import Literal
 
 from torchplace.lint.base import Context, Scope, call_name, keyword
+from torchplace.lint.nodes import children, walk
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import PLACEMENT_API, is_tensor_annotation
 
@@ -186,7 +187,7 @@ def _torch_layers(cls: Scope) -> set[str]:
     layers: set[str] = set()
     for item in getattr(cls.node, "body", []):
         if isinstance(item, ast.FunctionDef) and item.name == "__init__":
-            for sub in ast.walk(item):
+            for sub in walk(item):
                 if (
                     isinstance(sub, ast.Assign)
                     and len(sub.targets) == 1
@@ -200,7 +201,7 @@ def _torch_layers(cls: Scope) -> set[str]:
 
 
 def _names(node: ast.expr) -> set[str]:
-    return {sub.id for sub in ast.walk(node) if isinstance(sub, ast.Name)}
+    return {sub.id for sub in walk(node) if isinstance(sub, ast.Name)}
 
 
 def _host_read(node: ast.expr) -> bool:
@@ -262,7 +263,7 @@ def _file_facts(scope: Scope) -> tuple[bool, dict[str, set[str]]]:
     functions: dict[str, list[str]] = {}
     calls: list[ast.Call] = []
     defaults = False
-    for node in ast.walk(root.node):
+    for node in walk(root.node):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             args = [*node.args.posonlyargs, *node.args.args]
             names = [a.arg for a in args]
@@ -389,7 +390,7 @@ def _tensor_evidence(scope: Scope, param: str, ctx: Context) -> bool:
 def _own_nodes(scope: Scope) -> list[ast.AST]:
     cached: list[ast.AST] | None = scope.cache.get("tpl103-nodes")
     if cached is None:
-        cached = list(ast.walk(scope.node))
+        cached = list(walk(scope.node))
         scope.cache["tpl103-nodes"] = cached
     return cached
 
@@ -399,7 +400,7 @@ def _parent_map(scope: Scope) -> dict[int, ast.AST]:
     if cached is None:
         cached = {}
         for node in _own_nodes(scope):
-            for child in ast.iter_child_nodes(node):
+            for child in children(node):
                 cached[id(child)] = node
         scope.cache["tpl103-parents"] = cached
     return cached

@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable
 
 from torchplace.lint.base import Context, Scope, call_name, keyword, names_in
+from torchplace.lint.nodes import children, walk
 from torchplace.lint.provenance.loops import branch_trains, rare_test
 from torchplace.lint.provenance.values import FACTORY_NAMES, _is_cpu
 from torchplace.lint.provenance.values import moves_to_device as _moves_to_device
@@ -234,7 +235,7 @@ def main_test(node: ast.stmt) -> ast.Compare | None:
 
 def mentions(node: ast.AST, words: tuple[str, ...] = _GUARD_WORDS) -> bool:
     """Whether any name, attribute or string inside ``node`` contains one of ``words``."""
-    for sub in ast.walk(node):
+    for sub in walk(node):
         if isinstance(sub, ast.Name):
             text = sub.id
         elif isinstance(sub, ast.Attribute):
@@ -407,7 +408,7 @@ def _over_loader(loop: ast.AST) -> bool:
     elif isinstance(loop, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
         iters.extend(g.iter for g in loop.generators)
     for node in iters:
-        for sub in ast.walk(node):
+        for sub in walk(node):
             text = sub.id if isinstance(sub, ast.Name) else getattr(sub, "attr", "")
             if "loader" in text.lower() or text == "DataLoader":
                 return True
@@ -461,7 +462,7 @@ def _rare_test(test: ast.expr, ctx: Context) -> bool:
     values = ctx.scope_bindings(scope).get(flag.id, [])
     return any(
         value is not None
-        and any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(value))
+        and any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in walk(value))
         for value in values
     )
 
@@ -499,7 +500,7 @@ def _loop_nodes(loop: ast.AST) -> list[ast.AST]:
         out.append(sub)
         if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
             continue
-        todo.extend(ast.iter_child_nodes(sub))
+        todo.extend(children(sub))
     return out
 
 

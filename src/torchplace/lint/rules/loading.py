@@ -16,6 +16,7 @@ from torchplace.lint.base import (
     names_in,
 )
 from torchplace.lint.finding import Edit, Fix
+from torchplace.lint.nodes import children, walk
 from torchplace.lint.provenance import file_facts
 from torchplace.lint.provenance.callers import call_sites
 from torchplace.lint.resolver import dotted_name
@@ -163,7 +164,7 @@ def _host_only_payload(call: ast.Call, ctx: Context) -> bool:
     scheduler, metadata, a vocabulary, a config (in the path or the function's name)."""
     words: list[str] = []
     for arg in call.args[:1]:
-        for sub in ast.walk(arg):
+        for sub in walk(arg):
             if isinstance(sub, ast.Name):
                 words.append(sub.id)
             elif isinstance(sub, ast.Attribute):
@@ -192,7 +193,7 @@ def _decided_elsewhere(ctx: Context) -> bool:
         and any(
             isinstance(n, (ast.Name, ast.Attribute))
             and "weights_only" in (n.id if isinstance(n, ast.Name) else n.attr)
-            for n in ast.walk(parent.test)
+            for n in walk(parent.test)
         )
         for parent in ctx.parents
     )
@@ -223,7 +224,7 @@ def _serves_datasets(name: str, tree: ast.AST, ctx: Context, depth: int) -> bool
         stmt
         for stmt in getattr(tree, "body", [])
         if not (isinstance(stmt, ast.FunctionDef) and stmt.name == name)
-        and any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(stmt))
+        and any(isinstance(n, ast.Name) and n.id == name for n in walk(stmt))
     ]
     return bool(users) and all(_dataset_user(stmt, tree, ctx, depth) for stmt in users)
 
@@ -272,7 +273,7 @@ def _saves(function: ast.AST, ctx: Context) -> dict[str, int]:
     first line that does: a load above every save of its path (a resume at start-up) reads
     what an earlier run wrote, perhaps on another machine."""
     found: dict[str, int] = {}
-    for sub in ast.walk(function):
+    for sub in walk(function):
         if not (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute)):
             continue
         if sub.func.attr == "seek":
@@ -328,14 +329,14 @@ def _cuda_only_branch(ctx: Context) -> bool:
         and isinstance(sub.func, ast.Attribute)
         and sub.func.attr == "cuda"
         for stmt in block
-        for sub in ast.walk(stmt)
+        for sub in walk(stmt)
     )
 
 
 def _asks_for_cuda(test: ast.expr) -> bool:
     """A test that chooses CUDA or not: ``torch.cuda.is_available()``, ``if opt.cuda:``,
     ``if use_gpu:``."""
-    for sub in ast.walk(test):
+    for sub in walk(test):
         text = sub.id if isinstance(sub, ast.Name) else getattr(sub, "attr", "")
         if "cuda" in text.lower() or "gpu" in text.lower():
             return True
@@ -375,7 +376,7 @@ def _file_names(node: ast.expr, body: ast.AST | None = None) -> set[str]:
     names: set[str] = set()
     todo, seen = [node], set()
     while todo:
-        for sub in ast.walk(todo.pop()):
+        for sub in walk(todo.pop()):
             if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and "." in sub.value:
                 names.add(sub.value.rsplit("/", 1)[-1])
             elif isinstance(sub, ast.Name) and sub.id in bound and sub.id not in seen:
@@ -402,7 +403,7 @@ def _own_body(node: ast.AST) -> list[ast.AST]:
         sub = todo.pop()
         out.append(sub)
         if not isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            todo.extend(ast.iter_child_nodes(sub))
+            todo.extend(children(sub))
     return out
 
 
@@ -440,7 +441,7 @@ def _saved_into(call: ast.Call, ctx: Context, scope: Scope) -> bool:
         and len(sub.args) > 1
         and (ctx.call_qualname(sub) or "").endswith("save")
         and names_in(sub.args[1]) & wanted
-        for sub in ast.walk(scope.node)
+        for sub in walk(scope.node)
     )
 
 
@@ -580,8 +581,18 @@ def _names(call: ast.Call) -> set[str]:
 def _request_handler(ctx: Context) -> str | None:
     """The name of the enclosing function if it serves requests (route, handler, LitAPI, cog
     predictor, Gradio event), unless its name says that loading is what it is asked to do
-    (``load_model``, ``reload_weights``: a "load" button's handler)."""
-    scope: Scope | None = ctx.function_scope()
+    (``load_model``, ``reload_weights``: a "load" button's handler). Found once per function."""
+    function = ctx.function_scope()
+    if function is None:
+        return None
+    if "request-handler" not in function.cache:
+        function.cache["request-handler"] = _handler_of(function, ctx)
+    found: str | None = function.cache["request-handler"]
+    return found
+
+
+def _handler_of(function: Scope, ctx: Context) -> str | None:
+    scope: Scope | None = function
     while scope is not None:
         node = scope.node
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -638,7 +649,7 @@ def _registered_handlers(tree: ast.AST, ctx: Context) -> frozenset[str]:
     if not any(name.split(".")[0] == "gradio" for name in ctx.resolver.names.values()):
         return frozenset()
     names: set[str] = set()
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if not isinstance(node, ast.Call):
             continue
         qualname = ctx.qualname(node.func) or ""

@@ -13,8 +13,8 @@ import ast
 import os
 from dataclasses import dataclass
 
+from torchplace.lint.nodes import own_nodes
 from torchplace.lint.provenance.files import FileFacts, facts_for_file
-from torchplace.lint.provenance.values import _own_nodes
 from torchplace.lint.resolver import dotted_name, module_file
 
 __all__ = ["LOADERS", "Load", "in_tree", "is_loader", "load_behind"]
@@ -166,9 +166,7 @@ def _search(
     """:func:`_loads` for a function not looked at before: its own loaders first, then the
     functions and constructors of the linted tree it calls."""
     once = _memoised(node)
-    calls = [
-        sub for sub in _own_nodes(node.body) if isinstance(sub, ast.Call) and id(sub) not in once
-    ]
+    calls = [sub for sub in own_nodes(node) if isinstance(sub, ast.Call) and id(sub) not in once]
     where = f"{cls.name}.{node.name}" if cls is not None else node.name
     for call in calls:
         what = is_loader(call, facts.qualname(call.func))
@@ -189,9 +187,9 @@ def _memoised(node: _Def) -> set[int]:
     ``if not hasattr(self, "net"):``, ``if key not in self.cache:``): a lazy load that runs
     on the first call only."""
     once: set[int] = set()
-    for sub in _own_nodes(node.body):
+    for sub in own_nodes(node):
         if isinstance(sub, ast.If) and _not_loaded_yet(sub.test):
-            once.update(id(c) for c in _own_nodes(sub.body) if isinstance(c, ast.Call))
+            once.update(id(c) for c in own_nodes(sub) if isinstance(c, ast.Call))
     return once
 
 

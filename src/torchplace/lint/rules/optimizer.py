@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 
 from torchplace.lint.base import Context, Family, Rule, call_name, names_in, walk_body
+from torchplace.lint.nodes import walk
 from torchplace.lint.provenance import file_facts
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import moves_to_device
@@ -184,7 +185,7 @@ def _rebinds(stmt: ast.AST, model: str) -> bool:
         return False
     targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
     return any(dotted_name(t) == model for t in targets) and not any(
-        dotted_name(sub) == model for sub in ast.walk(stmt.value) if isinstance(sub, ast.expr)
+        dotted_name(sub) == model for sub in walk(stmt.value) if isinstance(sub, ast.expr)
     )
 
 
@@ -200,7 +201,7 @@ def _parameters_owner(call: ast.Call, ctx: Context) -> str | None:
     """
     names: set[str] = set()
     for arg in [*call.args, *(kw.value for kw in call.keywords if kw.arg == "params")]:
-        for sub in ast.walk(arg):
+        for sub in walk(arg):
             owner = _owner(sub)
             if owner is not None:
                 return owner
@@ -235,7 +236,7 @@ def _collected_owner(body: list[ast.stmt], names: set[str]) -> str | None:
                 source = sub.iter
             else:
                 continue
-            owner = next((o for n in ast.walk(source) if (o := _owner(n)) is not None), None)
+            owner = next((o for n in walk(source) if (o := _owner(n)) is not None), None)
             if owner is not None:
                 return owner
             names |= names_in(source)
@@ -254,7 +255,7 @@ def _appends_to(body: list[ast.stmt], names: set[str]) -> bool:
 
 
 def _move_of(stmt: ast.stmt, model: str, ctx: Context) -> ast.Call | None:
-    for sub in ast.walk(stmt):
+    for sub in walk(stmt):
         if (
             isinstance(sub, ast.Call)
             and isinstance(sub.func, ast.Attribute)

@@ -13,8 +13,8 @@ from torchplace.lint.base import (
     has_star_kwargs,
     keyword,
     names_in,
-    walk_body,
 )
+from torchplace.lint.nodes import own_nodes, walk
 from torchplace.lint.rules.facts import FACTORIES, is_device_bound_loop
 
 __all__ = ["FAMILY"]
@@ -169,7 +169,7 @@ def _rebindings(ctx: Context, scope: Scope) -> dict[str, list[ast.expr | None]]:
         return cached
     found = {name: list(values) for name, values in ctx.scope_bindings(scope).items()}
     stores: dict[str, int] = {}
-    for sub in walk_body(getattr(scope.node, "body", [])):
+    for sub in own_nodes(scope.node):
         if isinstance(sub, ast.Assign):
             for target in sub.targets:
                 if isinstance(target, (ast.Subscript, ast.Attribute)):
@@ -192,7 +192,7 @@ def _reaching(values: list[ast.expr], line: int) -> ast.expr | None:
 
 def _pins(value: ast.expr) -> bool:
     """``x.pin_memory()`` or a factory given ``pin_memory=...``: the name may be pinned."""
-    for sub in ast.walk(value):
+    for sub in walk(value):
         if isinstance(sub, ast.Call) and (
             keyword(sub, "pin_memory") is not None
             or (isinstance(sub.func, ast.Attribute) and sub.func.attr == "pin_memory")
@@ -205,7 +205,7 @@ def _derived(name: str, targets: set[str], loop: ast.For | ast.AsyncFor) -> bool
     """``x, y = batch`` inside the loop: ``x`` comes from the loop target."""
     for stmt in loop.body:
         if isinstance(stmt, ast.Assign) and any(
-            isinstance(n, ast.Name) and n.id == name for t in stmt.targets for n in ast.walk(t)
+            isinstance(n, ast.Name) and n.id == name for t in stmt.targets for n in walk(t)
         ):
             return bool(names_in(stmt.value) & targets)
     return False
@@ -264,14 +264,14 @@ def _helper_loader(name: str, ctx: Context) -> ast.Call | None:
     )
     if helper is None:
         return None
-    returns = [n for n in walk_body(helper.body) if isinstance(n, ast.Return)]
+    returns = [n for n in own_nodes(helper) if isinstance(n, ast.Return)]
     if len(returns) != 1 or returns[0].value is None:
         return None
     value: ast.expr = returns[0].value
     if isinstance(value, ast.Name):
         bound = [
             n.value
-            for n in walk_body(helper.body)
+            for n in own_nodes(helper)
             if isinstance(n, ast.Assign)
             and any(isinstance(t, ast.Name) and t.id == value.id for t in n.targets)
         ]

@@ -16,6 +16,7 @@ from torchplace.lint.base import (
     keyword,
 )
 from torchplace.lint.finding import Edit, Fix
+from torchplace.lint.nodes import walk
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.factories import FACTORY, check_factory
 from torchplace.lint.rules.facts import (
@@ -247,7 +248,7 @@ def _cpu_alternative(call: ast.Call, ctx: Context) -> bool:
             and any(
                 isinstance(sub, ast.Constant) and sub.value == "cpu"
                 for stmt in parent.orelse
-                for sub in ast.walk(stmt)
+                for sub in walk(stmt)
             )
         ):
             return True
@@ -271,7 +272,7 @@ def _fallback_path(ctx: Context) -> bool:
 def _device_type_test(test: ast.expr, ctx: Context, follow: bool = True) -> bool:
     """``device.type == "cpu"``, ``x.device.type == "mps"``, or a name the function binds
     only to such a test (``is_mps = x.device.type == "mps"``, then ``if is_mps:``)."""
-    for sub in ast.walk(test):
+    for sub in walk(test):
         if (isinstance(sub, ast.Attribute) and sub.attr == "type") or (
             isinstance(sub, ast.Constant) and sub.value in {"cpu", "cuda"}
         ):
@@ -362,7 +363,7 @@ def _unpinned_setup(ctx: Context) -> bool:
     cached = scope.cache.get("unpinned-setup")
     if cached is None:
         inits = picks = False
-        for node in ast.walk(scope.node):
+        for node in walk(scope.node):
             if isinstance(node, ast.Call):
                 name = call_name(node)
                 inits = inits or name == "init_process_group"
@@ -399,7 +400,7 @@ def _calls_collective(tree: ast.AST, ctx: Context) -> bool:
     helper of multi-rank code, whose rank set-up (``set_device``) is in another file."""
     if "all_" not in ctx.source and "broadcast" not in ctx.source and "reduce" not in ctx.source:
         return False
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             name = ctx.qualname(node.func) or ""
             module, _, last = name.rpartition(".")
@@ -413,7 +414,7 @@ _RANK_WORDS = ("LOCAL_RANK", "local_rank", "init_process_group", "DistributedDat
 
 def _uses_ranks(tree: ast.AST) -> bool:
     """The code (not its docstrings) builds a process group or DDP, or reads a local rank."""
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if isinstance(node, ast.Call):
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
@@ -473,7 +474,7 @@ def _model_holder(ctx: Context) -> str | None:
             )
             for item in cls.node.body
             if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == "__init__"
-            for sub in ast.walk(item)
+            for sub in walk(item)
         )
         cached = cls.cache["model-holder"] = holds and not _cuda_specific(ctx, cls.name)
     return cls.name if cached else None
@@ -547,7 +548,7 @@ def _places_with(func: ast.FunctionDef | ast.AsyncFunctionDef, name: str, ctx: C
     """The parameter is used to place tensors (``device=name``, ``.to(name)``) and never
     compared (a compared ``"cuda"`` is a backend name, such as ``device_type``)."""
     places = False
-    for sub in ast.walk(func):
+    for sub in walk(func):
         if isinstance(sub, ast.Compare):
             if _compares_as_name(sub, lambda n: isinstance(n, ast.Name) and n.id == name):
                 return False
@@ -574,7 +575,7 @@ def _stored_and_placed(
         return False
     stored = {
         target.attr
-        for sub in ast.walk(func)
+        for sub in walk(func)
         if isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Name) and sub.value.id == name
         for target in sub.targets
         if isinstance(target, ast.Attribute)
@@ -583,12 +584,12 @@ def _stored_and_placed(
     }
     if not stored:
         return False
-    for sub in ast.walk(cls.node):
+    for sub in walk(cls.node):
         if isinstance(sub, ast.Compare) and _compares_as_name(
             sub, lambda n: isinstance(n, ast.Attribute) and n.attr in stored
         ):
             return False
-    for sub in ast.walk(cls.node):
+    for sub in walk(cls.node):
         if isinstance(sub, ast.Call):
             target = device_argument(sub, ctx)
             if (
@@ -606,10 +607,10 @@ def _compares_as_name(compare: ast.Compare, is_param: Callable[[ast.AST], bool])
     ``.type`` (``device.type == "cuda"`` asks what kind of device a ``torch.device`` is)."""
     queried = {
         id(sub.value)
-        for sub in ast.walk(compare)
+        for sub in walk(compare)
         if isinstance(sub, ast.Attribute) and sub.attr == "type" and is_param(sub.value)
     }
-    return any(is_param(sub) and id(sub) not in queried for sub in ast.walk(compare))
+    return any(is_param(sub) and id(sub) not in queried for sub in walk(compare))
 
 
 def _has_index(call: ast.Call, ctx: Context) -> bool:

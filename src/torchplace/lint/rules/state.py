@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import ast
 
-from torchplace.lint.base import Context, Family, Rule, Scope, walk_body
+from torchplace.lint.base import Context, Family, Rule, Scope
+from torchplace.lint.nodes import own_nodes, walk
 from torchplace.lint.rules.facts import (
     FACTORIES,
     TENSOR_FUNCTIONS,
@@ -163,7 +164,7 @@ def _methods(cls: Scope) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
 def _self_calls(node: ast.AST) -> set[str]:
     return {
         sub.func.attr
-        for sub in walk_body(getattr(node, "body", []))
+        for sub in own_nodes(node)
         if isinstance(sub, ast.Call)
         and isinstance(sub.func, ast.Attribute)
         and isinstance(sub.func.value, ast.Name)
@@ -269,7 +270,7 @@ def _sets_up_forward(method: Scope, attr: str) -> bool:
     return any(
         isinstance(sub, ast.Attribute) and _self_attr(sub) == attr and isinstance(sub.ctx, ast.Load)
         for name in forward
-        for sub in ast.walk(methods[name])
+        for sub in walk(methods[name])
     )
 
 
@@ -385,7 +386,7 @@ def _bound_before(function: ast.AST, name: str, line: int) -> ast.expr | str | N
     ``"parameter"`` when nothing was (a parameter of the function); None when unknown (a
     loop target, a tuple unpacking, ...). An augmented assignment keeps what was bound."""
     last: tuple[int, ast.expr | None] | None = None
-    for sub in walk_body(getattr(function, "body", [])):
+    for sub in own_nodes(function):
         sub_line = getattr(sub, "lineno", line)
         if sub_line >= line or (last is not None and sub_line <= last[0]):
             continue
@@ -393,7 +394,7 @@ def _bound_before(function: ast.AST, name: str, line: int) -> ast.expr | str | N
             for target in sub.targets:
                 if isinstance(target, ast.Name) and target.id == name:
                     last = (sub_line, sub.value)
-                elif name in {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}:
+                elif name in {n.id for n in walk(target) if isinstance(n, ast.Name)}:
                     last = (sub_line, None)
         elif isinstance(sub, ast.AnnAssign) and isinstance(sub.target, ast.Name):
             if sub.target.id == name:
@@ -404,7 +405,7 @@ def _bound_before(function: ast.AST, name: str, line: int) -> ast.expr | str | N
                 if isinstance(sub, (ast.With, ast.AsyncWith))
                 else [sub.target]
             )
-            if any(name in {n.id for n in ast.walk(b) if isinstance(n, ast.Name)} for b in bound):
+            if any(name in {n.id for n in walk(b) if isinstance(n, ast.Name)} for b in bound):
                 last = (sub_line, None)
     if last is not None:
         return last[1]
@@ -440,7 +441,7 @@ def _built_per_call(cls: Scope, ctx: Context) -> bool:
     while scope is not None and scope.kind != "module":
         scope = scope.parent
     if scope is not None:
-        for node in ast.walk(scope.node):
+        for node in walk(scope.node):
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             if node.name == "__init__":
@@ -449,7 +450,7 @@ def _built_per_call(cls: Scope, ctx: Context) -> bool:
                 isinstance(sub, ast.Call)
                 and isinstance(sub.func, ast.Name)
                 and sub.func.id == cls.name
-                for sub in walk_body(node.body)
+                for sub in own_nodes(node)
             ):
                 found = True
                 break
@@ -490,9 +491,7 @@ def _returns_tensor(
 ) -> bool:
     """Every ``return`` of ``function`` (one at least) hands back a tensor it built."""
     returns = [
-        sub
-        for sub in walk_body(function.body)
-        if isinstance(sub, ast.Return) and sub.value is not None
+        sub for sub in own_nodes(function) if isinstance(sub, ast.Return) and sub.value is not None
     ]
     return bool(returns) and all(
         r.value is not None and _builds_tensor(r.value, ctx, function, r.lineno, cls, depth)
@@ -554,20 +553,20 @@ def _moved_where_used(cls: Scope, attr: str, builder: str = "__init__") -> bool:
         placed: set[int] = set()
         # `self.x = self.x.to(x.device)`: from there on, the method reads it placed
         placed_from: float = float("inf")
-        for sub in ast.walk(item):
+        for sub in walk(item):
             if (
                 isinstance(sub, ast.Call)
                 and isinstance(sub.func, ast.Attribute)
                 and sub.func.attr in {"to", "cuda", "type_as"}
             ):
-                placed |= {id(n) for n in ast.walk(sub.func.value)}
+                placed |= {id(n) for n in walk(sub.func.value)}
             if (
                 isinstance(sub, ast.Assign)
                 and any(_self_attr(t) == attr for t in sub.targets)
-                and any(_places_attr(n, attr) for n in ast.walk(sub.value))
+                and any(_places_attr(n, attr) for n in walk(sub.value))
             ):
                 placed_from = min(placed_from, sub.lineno)
-        for sub in ast.walk(item):
+        for sub in walk(item):
             if (
                 isinstance(sub, ast.Attribute)
                 and _self_attr(sub) == attr
@@ -585,7 +584,7 @@ def _places_attr(node: ast.AST, attr: str) -> bool:
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
         and node.func.attr in {"to", "cuda", "type_as"}
-        and any(_self_attr(n) == attr for n in ast.walk(node.func.value))
+        and any(_self_attr(n) == attr for n in walk(node.func.value))
     )
 
 
@@ -612,9 +611,9 @@ def _mapped_by_apply(ctx: Context) -> frozenset[str]:
     if cached is None:
         cached = root.cache["mapped-by-apply"] = frozenset(
             target.attr
-            for sub in ast.walk(root.node)
+            for sub in walk(root.node)
             if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)) and sub.name == "_apply"
-            for stmt in walk_body(sub.body)
+            for stmt in own_nodes(sub)
             if isinstance(stmt, ast.Assign)
             for target in stmt.targets
             if isinstance(target, ast.Attribute)
@@ -626,12 +625,12 @@ def _registered_by_name(cls: Scope) -> set[str]:
     """Attributes passed to a registration call by value or by name
     (``self.register_buffer("mask", self.mask)``, ``setattr(self, "mask", ...)``)."""
     found: set[str] = set()
-    for sub in ast.walk(cls.node):
+    for sub in walk(cls.node):
         if isinstance(sub, ast.Call) and _is_register(sub):
             for arg in sub.args:
                 if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
                     found.add(arg.value)
-                found |= {_self_attr(n) or "" for n in ast.walk(arg)} - {""}
+                found |= {_self_attr(n) or "" for n in walk(arg)} - {""}
     return found
 
 
@@ -657,7 +656,7 @@ def _registered_later(cls: Scope) -> set[str]:
     if cached is not None:
         return cached
     found: set[str] = set()
-    for sub in ast.walk(cls.node):
+    for sub in walk(cls.node):
         if isinstance(sub, ast.Call) and _is_register(sub):
             for arg in sub.args[1:]:
                 attr = _self_attr(arg.value) if isinstance(arg, ast.Subscript) else None
@@ -667,12 +666,12 @@ def _registered_later(cls: Scope) -> set[str]:
             for target in sub.targets:
                 attr = _self_attr(target)
                 if attr is not None and any(
-                    _self_attr(n) == attr for arg in sub.value.args for n in ast.walk(arg)
+                    _self_attr(n) == attr for arg in sub.value.args for n in walk(arg)
                 ):
                     found.add(attr)
         elif isinstance(sub, (ast.For, ast.AsyncFor)):
-            iterated = {_self_attr(n) for n in ast.walk(sub.iter)} - {None}
-            if iterated and any(_is_register(n) for stmt in sub.body for n in ast.walk(stmt)):
+            iterated = {_self_attr(n) for n in walk(sub.iter)} - {None}
+            if iterated and any(_is_register(n) for stmt in sub.body for n in walk(stmt)):
                 found.update(a for a in iterated if a is not None)
     cls.cache["registered-later"] = found
     return found

@@ -20,6 +20,7 @@ from torchplace.lint.base import (
     loop_items,
     names_in,
 )
+from torchplace.lint.nodes import walk
 from torchplace.lint.provenance import Fact, FileFacts, file_facts, scope_node
 from torchplace.lint.provenance.callers import engine_step
 from torchplace.lint.provenance.loops import rare_test
@@ -433,7 +434,7 @@ def _runs_as_module(node: ast.expr, ctx: Context) -> bool:
     if text is None or scope is None:
         return False
     return any(
-        isinstance(sub, ast.Call) and dotted_name(sub.func) == text for sub in ast.walk(scope.node)
+        isinstance(sub, ast.Call) and dotted_name(sub.func) == text for sub in walk(scope.node)
     )
 
 
@@ -502,7 +503,7 @@ def _flows_into(
                 and not (isinstance(target.value, ast.Name) and target.value.id == "self")
             ):
                 return True  # response.embeddings = x.cpu().numpy()
-            names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+            names |= {n.id for n in walk(target) if isinstance(n, ast.Name)}
     elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
         func = stmt.value.func
         if isinstance(func, ast.Attribute) and func.attr in {"append", "extend"}:
@@ -554,14 +555,14 @@ def _writes(call: ast.Call) -> bool:
 def _flows_to(scope: ast.AST, names: set[str], sink: Callable[[ast.Call], bool]) -> bool:
     """Values built from ``names`` in ``scope`` reach a call ``sink`` accepts."""
     tainted = set(names)
-    nodes = list(ast.walk(scope))
+    nodes = list(walk(scope))
     for _ in range(3):
         for sub in nodes:
             if isinstance(sub, ast.Assign) and _mentions(sub.value, tainted):
                 for target in sub.targets:
-                    tainted |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+                    tainted |= {n.id for n in walk(target) if isinstance(n, ast.Name)}
             elif isinstance(sub, (ast.For, ast.comprehension)) and _mentions(sub.iter, tainted):
-                tainted |= {n.id for n in ast.walk(sub.target) if isinstance(n, ast.Name)}
+                tainted |= {n.id for n in walk(sub.target) if isinstance(n, ast.Name)}
             else:
                 tainted |= _collector(sub, tainted)
     return any(
@@ -583,7 +584,7 @@ def _returned(scope: ast.AST, names: set[str]) -> bool:
     joined (``np.concatenate(out)``), sliced or renamed, then returned unchanged. A value
     computed from them (a score, a decoded text) is a different result."""
     carried = set(names)
-    nodes = list(ast.walk(scope))
+    nodes = list(walk(scope))
     for _ in range(3):
         for sub in nodes:
             if isinstance(sub, ast.Assign) and _carries(sub.value, carried):
@@ -633,7 +634,7 @@ def _collector(
 
 
 def _mentions(node: ast.AST, names: set[str]) -> bool:
-    return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(node))
+    return any(isinstance(n, ast.Name) and n.id in names for n in walk(node))
 
 
 def _check(
@@ -909,8 +910,7 @@ def _trains(ctx: Context) -> bool:
     cached = scope.cache.get("trains")
     if cached is None:
         cached = scope.cache["trains"] = any(
-            isinstance(sub, ast.Attribute) and sub.attr == "backward"
-            for sub in ast.walk(scope.node)
+            isinstance(sub, ast.Attribute) and sub.attr == "backward" for sub in walk(scope.node)
         )
     return bool(cached)
 
@@ -935,7 +935,7 @@ def _times_each_step(loop: ast.AST, ctx: Context) -> bool:
     for stmt in body:
         if isinstance(stmt, ast.If):
             continue  # a clock read in a logging branch times the interval, not each step
-        for sub in ast.walk(stmt):
+        for sub in walk(stmt):
             if isinstance(sub, ast.Call):
                 name = ctx.call_qualname(sub)
                 if name in TIMERS or (

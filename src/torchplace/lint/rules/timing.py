@@ -15,6 +15,7 @@ from torchplace.lint.base import (
     keyword,
     names_in,
 )
+from torchplace.lint.nodes import children, walk
 from torchplace.lint.provenance import FileFacts, file_facts, is_device_expr, scope_node
 from torchplace.lint.provenance.loops import branch_trains
 from torchplace.lint.provenance.values import _is_cpu
@@ -71,7 +72,7 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
 def _times_work(region: list[ast.AST], placed: set[str], ctx: Context) -> bool:
     """The region runs device work and nothing in it waits for the device (on most steps:
     a wait inside ``if step % every == 0:`` before the clock's read is skipped on the others)."""
-    calls = [sub for node in region for sub in ast.walk(node) if isinstance(sub, ast.Call)]
+    calls = [sub for node in region for sub in walk(node) if isinstance(sub, ast.Call)]
     periodic = _periodic_calls(region[:-1])
     if any(
         _syncs(call, ctx) or _reads_back(call, placed) or _runs_synced(call, ctx)
@@ -95,17 +96,15 @@ def _periodic_calls(nodes: list[ast.AST]) -> set[int]:
             continue
         if (
             isinstance(node, ast.If)
-            and any(
-                isinstance(s, ast.BinOp) and isinstance(s.op, ast.Mod) for s in ast.walk(node.test)
-            )
+            and any(isinstance(s, ast.BinOp) and isinstance(s.op, ast.Mod) for s in walk(node.test))
             and not branch_trains(node)
         ):
             found.update(
-                id(sub) for stmt in node.body for sub in ast.walk(stmt) if isinstance(sub, ast.Call)
+                id(sub) for stmt in node.body for sub in walk(stmt) if isinstance(sub, ast.Call)
             )
             todo.extend(node.orelse)
             continue
-        todo.extend(ast.iter_child_nodes(node))
+        todo.extend(children(node))
     return found
 
 
@@ -305,9 +304,9 @@ def _body_syncs(
     if known is not None:
         return known
     memo[key] = not definite  # recursion: unknown
-    params = {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
+    params = {a.arg for a in walk(function.args) if isinstance(a, ast.arg)}
     result = False
-    for sub in ast.walk(function):
+    for sub in walk(function):
         if isinstance(sub, ast.Call):
             result = _call_syncs(sub, owner, function, depth, memo, definite)
         elif not definite and isinstance(sub, (ast.If, ast.While, ast.IfExp, ast.Assert)):
@@ -396,7 +395,7 @@ def _is_clock(call: ast.Call, ctx: Context) -> bool:
 
 
 def _reads_clock(stmt: ast.AST, ctx: Context) -> bool:
-    return any(isinstance(sub, ast.Call) and _is_clock(sub, ctx) for sub in ast.walk(stmt))
+    return any(isinstance(sub, ast.Call) and _is_clock(sub, ctx) for sub in walk(stmt))
 
 
 def _limits(stop: ast.AST, start: str) -> bool:
@@ -404,12 +403,12 @@ def _limits(stop: ast.AST, start: str) -> bool:
     return any(
         isinstance(sub, ast.Compare)
         and any(_reads_elapsed(side, start) for side in [sub.left, *sub.comparators])
-        for sub in ast.walk(stop)
+        for sub in walk(stop)
     )
 
 
 def _reads_elapsed(stmt: ast.AST, start: str) -> bool:
-    for sub in ast.walk(stmt):
+    for sub in walk(stmt):
         if (
             isinstance(sub, ast.BinOp)
             and isinstance(sub.op, ast.Sub)
@@ -455,7 +454,7 @@ def _reads_back(call: ast.Call, placed: set[str]) -> bool:
     func = call.func
     if not (isinstance(func, ast.Name) and func.id in CASTS and len(call.args) == 1):
         return False
-    return any(isinstance(n, ast.Name) and n.id in placed for n in ast.walk(call.args[0]))
+    return any(isinstance(n, ast.Name) and n.id in placed for n in walk(call.args[0]))
 
 
 def _uses(call: ast.Call, placed: set[str], ctx: Context) -> bool:
@@ -480,7 +479,7 @@ def _uses(call: ast.Call, placed: set[str], ctx: Context) -> bool:
         operands = [*call.args, *(kw.value for kw in call.keywords)]
     else:
         return False
-    return any(isinstance(n, ast.Name) and n.id in placed for op in operands for n in ast.walk(op))
+    return any(isinstance(n, ast.Name) and n.id in placed for op in operands for n in walk(op))
 
 
 def _device_names(scope: Scope, ctx: Context, line: int) -> set[str]:
@@ -509,7 +508,7 @@ def _placed_in(node: ast.AST, ctx: Context, depth: int, line: int) -> set[str]:
     """The placed names of a function (all of its nodes) or, for a caller at module level, of
     the module's own statements (not its functions)."""
     names: set[str] = set()
-    nodes = _top_level(node) if depth and isinstance(node, ast.Module) else list(ast.walk(node))
+    nodes = _top_level(node) if depth and isinstance(node, ast.Module) else list(walk(node))
     for sub in nodes:
         if isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Call):
             if _places(sub.value, ctx):
@@ -611,7 +610,7 @@ def _fabric_names(nodes: list[ast.AST], ctx: Context, line: int) -> set[str]:
             and not any(_kept_off(i.context_expr) for i in sub.items)
         ):
             for stmt in sub.body:
-                for inner in ast.walk(stmt):
+                for inner in walk(stmt):
                     if isinstance(inner, ast.Assign) and isinstance(inner.value, ast.Call):
                         names.update(t.id for t in inner.targets if isinstance(t, ast.Name))
     return names
@@ -662,7 +661,7 @@ def _top_level(node: ast.AST) -> list[ast.AST]:
         if isinstance(sub, _DEFS):
             continue
         found.append(sub)
-        todo.extend(ast.iter_child_nodes(sub))
+        todo.extend(children(sub))
     return found
 
 
