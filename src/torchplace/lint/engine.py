@@ -21,7 +21,7 @@ from io import BytesIO
 
 from torchplace.lint.base import Check, Context, Scope
 from torchplace.lint.finding import Finding, Fix
-from torchplace.lint.nodes import children, forget
+from torchplace.lint.nodes import FIELDS, children, forget
 from torchplace.lint.resolver import Resolver, module_name_for
 from torchplace.lint.rules import ALL_RULES, FAMILIES
 
@@ -32,15 +32,6 @@ _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]*(?:[\s,]+[A-Za-z]+[0-9]*)*))?", re.I)
 _LEAVES = frozenset({ast.Name, ast.Constant})
-# Fields of each node type that may hold expressions (``ctx`` and operators never do).
-_CHILD_FIELDS: dict[type[ast.AST], tuple[str, ...]] = {}
-_NO_CHILDREN = frozenset({"ctx", "op"})
-
-
-def _child_fields(kind: type[ast.AST]) -> tuple[str, ...]:
-    fields = tuple(name for name in kind._fields if name not in _NO_CHILDREN)
-    _CHILD_FIELDS[kind] = fields
-    return fields
 
 
 class _Plan:
@@ -287,37 +278,38 @@ class _Walker:
                 self.expr(node.elt)
             loops.pop()
         else:
-            for name in _CHILD_FIELDS.get(kind) or _child_fields(kind):
+            for name in FIELDS[kind]:
                 child = getattr(node, name, None)
                 if child is None:
                     continue
-                if type(child) is list:
+                if child.__class__ is list:
                     for item in child:
-                        if isinstance(item, ast.AST):
+                        if item is not None:
                             self.expr(item)
-                elif isinstance(child, ast.AST):
+                else:
                     self.expr(child)
         parents.pop()
 
 
 def _hot_lines(text: str, triggers: tuple[str, ...]) -> list[int]:
-    """Sorted numbers of the lines holding a trigger literal (``str.find`` is fast C).
+    """Sorted numbers of the lines holding a trigger literal.
 
-    Literals that differ only in their first character (``" int("``, ``"(int("``) are found
-    with one pass over their shared tail, then the character before is checked."""
+    Each pass over the text is C (``str.find``, or a regular expression that starts with one
+    character): literals that share their rarest character are found together, in one pass
+    that stops at that character only and looks around it; a literal alone is found with
+    ``str.find``."""
     positions: list[int] = []
-    find = text.find
     append = positions.append
-    for literal, leads in _search_plan(triggers):
+    groups, alone = _search_plan(triggers)
+    for pattern in groups:
+        for match in pattern.finditer(text):
+            append(match.start())
+    find = text.find
+    for literal, leads in alone:
         index = find(literal)
-        if leads is None:
-            while index != -1:
-                append(index)
-                index = find(literal, index + 1)
-            continue
         while index != -1:
-            if index and text[index - 1] in leads:
-                append(index - 1)
+            if leads is None or (index and text[index - 1] in leads):
+                append(index)
             index = find(literal, index + 1)
     if not positions:
         return []
@@ -333,21 +325,58 @@ def _hot_lines(text: str, triggers: tuple[str, ...]) -> list[int]:
     return lines
 
 
+# Characters of Python source, most common first (counted over real projects' code): a
+# literal is found from its rarest one.
+_COMMON = " etasroinl\n_dpmcf.u,hg=)(\":bv-ykxw'1[]0#z2"
+
+
+def _rarity(char: str) -> int:
+    rank = _COMMON.find(char)
+    return len(_COMMON) if rank == -1 else rank
+
+
 @lru_cache(maxsize=64)
-def _search_plan(triggers: tuple[str, ...]) -> tuple[tuple[str, str | None], ...]:
-    """Each literal to search for, with the first characters allowed before it (None: any)."""
+def _search_plan(
+    triggers: tuple[str, ...],
+) -> tuple[tuple[re.Pattern[str], ...], tuple[tuple[str, str | None], ...]]:
+    """The patterns of literals found together, and each other literal with the characters
+    allowed right before it (None: any). Literals that differ only in their first character
+    (``" int("``, ``"(int("``) are one literal, their tail, with those characters before."""
     plain = set(triggers)
     tails: dict[str, set[str]] = {}
     for literal in triggers:
         if len(literal) > 4 and literal[0] != "\n":
             tails.setdefault(literal[1:], set()).add(literal[0])
-    plan: list[tuple[str, str | None]] = []
-    for tail, leads in tails.items():
-        if len(leads) > 1 and tail not in plain:
-            plan.append((tail, "".join(sorted(leads))))
-            plain -= {lead + tail for lead in leads}
-    plan.extend((literal, None) for literal in sorted(plain))
-    return tuple(plan)
+    literals: list[tuple[str, str | None]] = []
+    for tail, firsts in tails.items():
+        if len(firsts) > 1 and tail not in plain:
+            literals.append((tail, "".join(sorted(firsts))))
+            plain -= {first + tail for first in firsts}
+    literals.extend((literal, None) for literal in sorted(plain))
+    by_anchor: dict[str, list[tuple[str, str | None, int]]] = {}
+    alone: list[tuple[str, str | None]] = []
+    for literal, leads in sorted(literals):
+        if "\n" in literal:
+            alone.append((literal, leads))
+            continue
+        at = max(range(len(literal)), key=lambda i: _rarity(literal[i]))
+        by_anchor.setdefault(literal[at], []).append((literal, leads, at))
+    groups: list[re.Pattern[str]] = []
+    for anchor, members in sorted(by_anchor.items()):
+        if len(members) == 1:
+            alone.append(members[0][:2])
+            continue
+        around = "|".join(_around(literal, leads, at) for literal, leads, at in members)
+        groups.append(re.compile(f"{re.escape(anchor)}(?:{around})"))
+    return tuple(groups), tuple(alone)
+
+
+def _around(literal: str, leads: str | None, at: int) -> str:
+    """What must come before and after the anchor ``literal[at]``, as lookarounds."""
+    lead = f"[{re.escape(leads)}]" if leads else ""
+    after = literal[at + 1 :]
+    ahead = f"(?={re.escape(after)})" if after else ""
+    return f"(?<={lead}{re.escape(literal[: at + 1])}){ahead}"
 
 
 def _suppressed(line_text: str, code: str) -> bool:

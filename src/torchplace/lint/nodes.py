@@ -14,7 +14,16 @@ import ast
 from collections import deque
 from collections.abc import Iterator
 
-__all__ = ["children", "forget", "own_nodes", "statements", "walk", "walk_body"]
+__all__ = [
+    "FIELDS",
+    "children",
+    "forget",
+    "own_nodes",
+    "statements",
+    "subtree",
+    "walk",
+    "walk_body",
+]
 
 # Fields that never hold a statement or an expression: names, flags, numbers, and the
 # ``ctx``/``op`` singletons.
@@ -44,9 +53,10 @@ _SCALARS = frozenset(
 # Node types whose remaining fields hold plain values (a constant, a list of names).
 _LEAVES = frozenset({"Constant", "Global", "MatchSingleton", "Name", "Nonlocal"})
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
-# own_nodes() of each owner walked since the last forget(), by id: the owner is kept with its
-# nodes, so its id cannot be taken by a new node while the entry lives.
+# own_nodes() and subtree() of each node walked since the last forget(), by id: the node is
+# kept with its result, so its id cannot be taken by a new node while the entry lives.
 _OWN: dict[int, tuple[ast.AST, tuple[ast.AST, ...]]] = {}
+_SUBTREES: dict[int, tuple[ast.AST, tuple[ast.AST, ...]]] = {}
 
 
 class _FieldTable(dict[type[ast.AST], tuple[str, ...]]):
@@ -61,14 +71,15 @@ class _FieldTable(dict[type[ast.AST], tuple[str, ...]]):
         return fields
 
 
-_FIELDS = _FieldTable()
+# Node type -> the fields that may hold statements or expressions, in order.
+FIELDS = _FieldTable()
 
 
 def children(node: ast.AST) -> list[ast.AST]:
     """The statements and expressions directly inside ``node``, in source order (as
     ``ast.iter_child_nodes``)."""
     found: list[ast.AST] = []
-    for name in _FIELDS[node.__class__]:
+    for name in FIELDS[node.__class__]:
         value = getattr(node, name, None)
         if value.__class__ is list:
             found.extend(item for item in value if item is not None)
@@ -80,7 +91,7 @@ def children(node: ast.AST) -> list[ast.AST]:
 def walk(node: ast.AST) -> Iterator[ast.AST]:
     """``node`` and every statement and expression inside it, breadth first (as ``ast.walk``)."""
     todo: deque[ast.AST | None] = deque([node])
-    pop, push, extend, table = todo.popleft, todo.append, todo.extend, _FIELDS
+    pop, push, extend, table = todo.popleft, todo.append, todo.extend, FIELDS
     while todo:
         sub = pop()
         if sub is None:  # a `**x` entry of a dict literal, a keyword-only argument's default
@@ -98,7 +109,7 @@ def walk_body(body: list[ast.stmt]) -> Iterator[ast.AST]:
     """Every node of ``body``, last statement first, each before what it holds (depth first);
     a nested function, class or lambda is yielded but not entered."""
     todo: list[ast.AST | None] = list(body)
-    pop, push, extend, table = todo.pop, todo.append, todo.extend, _FIELDS
+    pop, push, extend, table = todo.pop, todo.append, todo.extend, FIELDS
     while todo:
         sub = pop()
         if sub is None:
@@ -142,6 +153,19 @@ def own_nodes(owner: ast.AST) -> tuple[ast.AST, ...]:
     return found
 
 
+def subtree(node: ast.AST) -> tuple[ast.AST, ...]:
+    """:func:`walk` of ``node``, walked once and kept until :func:`forget` (a function that
+    rules search again and again)."""
+    hit = _SUBTREES.get(id(node))
+    if hit is not None and hit[0] is node:
+        return hit[1]
+    found = tuple(walk(node))
+    _SUBTREES[id(node)] = (node, found)
+    return found
+
+
 def forget() -> None:
-    """Drop what :func:`own_nodes` kept (the engine calls it once a file is done)."""
+    """Drop what :func:`own_nodes` and :func:`subtree` kept (the engine calls it once a file
+    is done)."""
     _OWN.clear()
+    _SUBTREES.clear()

@@ -188,13 +188,24 @@ _MAX_BASE_DEPTH = 8
 def module_file(path: str, module: str) -> str | None:
     """The file of the linted tree that the dotted ``module`` names, looked up from ``path``'s
     folder and the folders above it (as far as the module's own depth, and two more), also
-    under a ``src/`` folder there (the src layout of a package: ``src/pkg/mod.py``)."""
+    under a ``src/`` folder there (the src layout of a package: ``src/pkg/mod.py``). In an
+    installed package (under ``site-packages``), the other installed packages are not part of
+    the tree."""
     return _module_file_from(os.path.dirname(os.path.abspath(path)), module)
+
+
+_INSTALLED = frozenset({"site-packages", "dist-packages"})
 
 
 @lru_cache(maxsize=4096)
 def _module_file_from(directory: str, module: str) -> str | None:
     parts = module.split(".")
+    folders = directory.split(os.sep)
+    for index in range(len(folders) - 2, -1, -1):
+        if folders[index] in _INSTALLED:  # linting an installed package: only its own modules
+            if parts[0] != folders[index + 1]:
+                return None
+            break
     for _ in range(len(parts) + 2):
         for candidate in (
             os.path.join(directory, *parts) + ".py",

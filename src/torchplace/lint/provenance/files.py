@@ -29,6 +29,13 @@ from torchplace.lint.resolver import Resolver, module_name_for
 
 __all__ = ["FileFacts", "facts_for_file", "file_facts", "scope_node"]
 
+# Statements that hold blocks of statements, other than definitions.
+_COMPOUND = tuple(
+    getattr(ast, name)
+    for name in ("If", "For", "AsyncFor", "While", "With", "AsyncWith", "Try", "TryStar", "Match")
+    if hasattr(ast, name)
+)
+
 
 class FileFacts:
     """Provenance for one parsed file: flows per function, loop kinds, per-batch callers."""
@@ -55,6 +62,7 @@ class FileFacts:
         self.instances: dict[tuple[int, str | None], frozenset[str]] = {}
         self._assigned_calls: dict[str, list[ast.Assign]] = {}
         self._text: str | None = None
+        self._top: dict[str, ast.AST] | None = None
 
     def _index(self, body: list[ast.stmt], owner: ast.AST) -> None:
         """Imports, functions by name, and the def or class enclosing each def or class:
@@ -69,7 +77,8 @@ class FileFacts:
                 if isinstance(node, _FUNCTIONS):
                     self.defs.setdefault(node.name, []).append(node)
                 self._index(node.body, node)
-                continue
+            if not isinstance(node, _COMPOUND):
+                continue  # a simple statement (or a definition, done): no block inside
             for field in ("body", "orelse", "finalbody", "handlers", "cases"):
                 inner = getattr(node, field, None)
                 if inner:
@@ -322,6 +331,15 @@ class FileFacts:
                     if called:
                         index.setdefault(called, []).append(node)
         return index.get(name, [])
+
+    def top_level(self, name: str) -> ast.AST | None:
+        """The first module-level function or class of this file named ``name``."""
+        if self._top is None:
+            self._top = {}
+            for node in self.tree.body:
+                if isinstance(node, (*_FUNCTIONS, ast.ClassDef)):
+                    self._top.setdefault(node.name, node)
+        return self._top.get(name)
 
     def defs_class(self, name: str) -> ast.ClassDef | None:
         """The module-level class of this file named ``name``."""

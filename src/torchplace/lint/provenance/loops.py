@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from torchplace.lint.nodes import children, walk
+from torchplace.lint.nodes import children, subtree, walk
 from torchplace.lint.provenance.values import (
     _COMPS,
     _LOOPS,
@@ -154,7 +154,7 @@ def _few_constants(it: ast.expr, scope: ast.AST, bound: bool = False) -> bool:
     if not isinstance(it, ast.Name) or bound:
         return False
     values: list[ast.expr] = []
-    for node in walk(scope):
+    for node in subtree(scope):
         if isinstance(node, ast.Name) and node.id == it.id and not isinstance(node.ctx, ast.Load):
             parent_value = _assigned(scope, node)
             if parent_value is None:
@@ -178,7 +178,7 @@ def _few_constants(it: ast.expr, scope: ast.AST, bound: bool = False) -> bool:
 
 def _assigned(scope: ast.AST, name: ast.Name) -> ast.expr | None:
     """The value of ``name = value`` (a plain assignment of the name alone), or None."""
-    for node in walk(scope):
+    for node in subtree(scope):
         if isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if any(t is name for t in targets):

@@ -431,22 +431,24 @@ def in_periodic_branch(
     it) runs on every step. The search stops at the innermost loop, or goes on past the loops
     ``through`` accepts (``for k, v in losses.items():`` inside ``if step % 100 == 0:``)."""
     child = node
+    passed: list[ast.AST] = []  # loops on the way out: asked of `through` once a branch is found
     for parent in reversed(ctx.parents):
         if isinstance(parent, (ast.For, ast.AsyncFor)) and child is parent.iter:
             child = parent  # the header of a loop inside the branch: runs with the branch
             continue
         if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)):
-            if through is not None and through(parent):
-                child = parent
-                continue
-            return False
+            if through is None:
+                return False
+            passed.append(parent)
+            child = parent
+            continue
         if (
             isinstance(parent, ast.If)
             and (child is None or child is not parent.test)
             and _rare_test(parent.test, ctx)
             and not branch_trains(parent)
         ):
-            return True
+            return through is None or all(through(loop) for loop in passed)
         child = parent
     return False
 

@@ -64,10 +64,10 @@ def _loading_call(stmt: ast.Assign | ast.AnnAssign | ast.Expr, ctx: Context) -> 
     """``helper = FaceHelper(...)`` in a handler or a loop, where the project's class loads
     weights in its constructor (or a project function loads them when called)."""
     call = stmt.value
-    if not isinstance(call, ast.Call) or is_loader(call, ctx.call_qualname(call)) is not None:
-        return  # a loader itself: `_call` reports it
-    if not ctx.loops() and _request_handler(ctx) is None:
+    if not isinstance(call, ast.Call) or (not ctx.loops() and _request_handler(ctx) is None):
         return
+    if is_loader(call, ctx.call_qualname(call)) is not None:
+        return  # a loader itself: `_call` reports it
     load = _load_behind(call, ctx)
     if load is not None:
         _load_site(call, ctx, ctx.segment(call.func) or "...", via=load)

@@ -95,11 +95,11 @@ def _targets(
 
 def _defined(facts: FileFacts, name: str) -> list[tuple[FileFacts, _Def, ast.ClassDef | None]]:
     """A module-level function ``name`` of ``facts``'s file, or the constructor of its class."""
-    for node in facts.tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-            return [(facts, node, None)]
-        if isinstance(node, ast.ClassDef) and node.name == name:
-            return [(facts, m, node) for m in _methods(node) if m.name == "__init__"]
+    node = facts.top_level(name)
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return [(facts, node, None)]
+    if isinstance(node, ast.ClassDef):
+        return [(facts, m, node) for m in _methods(node) if m.name == "__init__"]
     return []
 
 
