@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from torchplace.lint.engine import lint_bytes, lint_source
-from torchplace.lint.resolver import Resolver, module_name_for
+from torchplace.lint.resolver import Resolver, module_file, module_name_for
 
 
 def _resolver(source: str, module: str | None = None) -> tuple[Resolver, ast.Module]:
@@ -168,6 +168,45 @@ def test_hot_lines_equal_the_plain_definition(pieces: list[str]) -> None:
     triggers = (" int(", "(int(", "=int(", "[int(", ".item(", " all(", "(all(", "f'", "print(")
     text = "".join(pieces)
     assert _hot_lines(text, triggers) == _hot_lines_one_by_one(text, triggers)
+
+
+def _all_triggers() -> tuple[str, ...]:
+    from torchplace.lint.engine import _plan
+    from torchplace.lint.rules import ALL_RULES
+
+    return _plan(frozenset(ALL_RULES)).triggers
+
+
+@given(
+    st.lists(
+        st.sampled_from(_all_triggers())
+        | st.sampled_from(["\n", " ", "(", '"', "'", "f", "if", "e", "y", "%", ".", "np"]),
+        max_size=30,
+    )
+)
+def test_hot_lines_of_every_rule_equal_the_plain_definition(pieces: list[str]) -> None:
+    """Literals found together from a shared character, or alone, hit the same lines."""
+    from torchplace.lint.engine import _hot_lines
+
+    triggers = _all_triggers()
+    text = "".join(pieces)
+    assert _hot_lines(text, triggers) == _hot_lines_one_by_one(text, triggers)
+
+
+def test_installed_packages_are_not_the_linted_tree(tmp_path: Path) -> None:
+    site = tmp_path / "lib" / "site-packages"
+    for package in ("torchlike", "otherpkg"):
+        (site / package).mkdir(parents=True)
+        (site / package / "__init__.py").write_text("")
+    (site / "torchlike" / "util.py").write_text("")
+    here = str(site / "torchlike" / "mod.py")
+    assert module_file(here, "torchlike.util") == str(site / "torchlike" / "util.py")
+    assert module_file(here, "otherpkg") is None  # another installed package
+    project = tmp_path / "project"
+    (project / "otherpkg").mkdir(parents=True)
+    (project / "otherpkg" / "__init__.py").write_text("")
+    found = module_file(str(project / "train.py"), "otherpkg")
+    assert found == str(project / "otherpkg" / "__init__.py")  # a project's own package
 
 
 def test_module_named_for_a_cuda_backend_needs_no_availability_check() -> None:
