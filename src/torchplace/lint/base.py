@@ -264,6 +264,8 @@ class Context:
                 if extra is not None:
                     found.setdefault(extra.arg, []).append(None)
         for sub in own_nodes(node):
+            if sub.__class__ not in _BINDS:
+                continue
             if isinstance(sub, ast.Assign):
                 for target in sub.targets:
                     if isinstance(target, ast.Name):
@@ -300,6 +302,13 @@ class Context:
 
 
 _NEWLINE = re.compile(r"\r\n|\r|\n")
+# The nodes that bind names, for Context.scope_bindings.
+_BINDS = frozenset(
+    {
+        *(ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor, ast.withitem),
+        *(ast.NamedExpr, ast.Import, ast.ImportFrom),
+    }
+)
 
 
 def _cut(line: str, start: int, end: int | None) -> str:

@@ -86,6 +86,7 @@ class _Walker:
         self.ctx = ctx
         self.dispatch = plan.dispatch
         self.hot = hot
+        self.silent = frozenset(kind for kind in _LEAVES if kind not in plan.dispatch)
 
     def is_hot(self, first: int, last: int) -> bool:
         hot = self.hot
@@ -278,13 +279,14 @@ class _Walker:
                 self.expr(node.elt)
             loops.pop()
         else:
+            silent = self.silent  # leaves no check looks at: not worth a call
             for name in FIELDS[kind]:
                 child = getattr(node, name, None)
-                if child is None:
+                if child is None or child.__class__ in silent:
                     continue
                 if child.__class__ is list:
                     for item in child:
-                        if item is not None:
+                        if item is not None and item.__class__ not in silent:
                             self.expr(item)
                 else:
                     self.expr(child)

@@ -29,10 +29,13 @@ from torchplace.lint.resolver import Resolver, module_name_for
 
 __all__ = ["FileFacts", "facts_for_file", "file_facts", "scope_node"]
 
-# Statements that hold blocks of statements, other than definitions.
-_COMPOUND = tuple(
+# The statements FileFacts indexes: imports, definitions, and those holding blocks.
+_INDEXED = frozenset(
     getattr(ast, name)
-    for name in ("If", "For", "AsyncFor", "While", "With", "AsyncWith", "Try", "TryStar", "Match")
+    for name in (
+        *("Import", "ImportFrom", "FunctionDef", "AsyncFunctionDef", "ClassDef"),
+        *("If", "For", "AsyncFor", "While", "With", "AsyncWith", "Try", "TryStar", "Match"),
+    )
     if hasattr(ast, name)
 )
 
@@ -68,6 +71,8 @@ class FileFacts:
         """Imports, functions by name, and the def or class enclosing each def or class:
         one pass over statements (expressions are never entered)."""
         for node in body:
+            if type(node) not in _INDEXED:
+                continue  # a simple statement: nothing to index, no block inside
             if isinstance(node, ast.Import):
                 self.resolver.add_import(node)
             elif isinstance(node, ast.ImportFrom):
@@ -77,15 +82,14 @@ class FileFacts:
                 if isinstance(node, _FUNCTIONS):
                     self.defs.setdefault(node.name, []).append(node)
                 self._index(node.body, node)
-            if not isinstance(node, _COMPOUND):
-                continue  # a simple statement (or a definition, done): no block inside
-            for field in ("body", "orelse", "finalbody", "handlers", "cases"):
-                inner = getattr(node, field, None)
-                if inner:
-                    for item in inner:
-                        if isinstance(item, (ast.ExceptHandler, ast.match_case)):
-                            self._index(item.body, owner)
-                    self._index([i for i in inner if isinstance(i, ast.stmt)], owner)
+            else:
+                for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+                    inner = getattr(node, field, None)
+                    if inner:
+                        for item in inner:
+                            if isinstance(item, (ast.ExceptHandler, ast.match_case)):
+                                self._index(item.body, owner)
+                        self._index([i for i in inner if isinstance(i, ast.stmt)], owner)
 
     # -- text and names ---------------------------------------------------------------------
     def segment(self, node: ast.AST | None) -> str:
