@@ -363,6 +363,12 @@ def _search_plan(
             continue
         at = max(range(len(literal)), key=lambda i: _rarity(literal[i]))
         by_anchor.setdefault(literal[at], []).append((literal, leads, at))
+    for anchor, members in list(by_anchor.items()):  # a literal alone joins a group it can
+        literal, leads, _ = members[0]
+        shared = [c for c in literal if c != anchor and len(by_anchor.get(c, ())) > 1]
+        if len(members) == 1 and shared:
+            del by_anchor[anchor]
+            by_anchor[shared[0]].append((literal, leads, literal.index(shared[0])))
     groups: list[re.Pattern[str]] = []
     for anchor, members in sorted(by_anchor.items()):
         if len(members) == 1:
