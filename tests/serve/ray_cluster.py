@@ -43,6 +43,8 @@ def ray_environment(tmp: Path, **extra: str) -> Iterator[dict[str, str]]:
         "RAY_USAGE_STATS_ENABLED": "0",
         "RAY_metrics_report_interval_ms": "1000",
         "RAY_SERVE_LOG_TO_STDERR": "0",
+        # the head's GCS may take longer than Ray's 30 s to bind on a busy two-core machine
+        "RAY_gcs_server_port_wait_time_s": "90",
         "PYTHONPATH": os.pathsep.join(
             p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
         ),
