@@ -21,7 +21,7 @@ from io import BytesIO
 
 from torchplace.lint.base import Check, Context, Scope
 from torchplace.lint.finding import Finding, Fix
-from torchplace.lint.nodes import FIELDS, children, forget
+from torchplace.lint.nodes import BLOCKS, FIELDS, children, forget
 from torchplace.lint.resolver import Resolver, module_name_for
 from torchplace.lint.rules import ALL_RULES, FAMILIES
 
@@ -117,8 +117,34 @@ class _Walker:
                 check(node, self.ctx)
 
     def stmt(self, node: ast.stmt) -> None:
+        kind = node.__class__
+        if kind in BLOCKS:
+            self._compound(node, kind)
+            return
+        # A simple statement: its own checks always (they are cheap), its expressions if hot.
         ctx = self.ctx
-        kind = type(node)
+        checks = self.dispatch.get(kind)
+        if checks:
+            for check in checks:
+                check(node, ctx)
+        hot = self.hot
+        i = bisect.bisect_left(hot, node.lineno)
+        if i == len(hot) or hot[i] > (node.end_lineno or node.lineno):
+            return
+        parents = ctx.parents
+        depth, loops = len(parents), ctx.scope.loops
+        looping = len(loops)
+        parents.append(node)
+        try:
+            for child in children(node):
+                self.expr(child)
+        except RecursionError:  # absurdly nested expression: stay silent on it
+            del loops[looping:]
+        del parents[depth:]
+
+    def _compound(self, node: ast.stmt, kind: type) -> None:
+        """An import, a definition, or a statement holding blocks."""
+        ctx = self.ctx
         if kind is ast.Import:
             ctx.resolver.add_import(node)  # type: ignore[arg-type]
             return
@@ -149,9 +175,6 @@ class _Walker:
             self.block(node.body)  # type: ignore[attr-defined]
             parents.pop()
             return
-        if kind is ast.Try or kind.__name__ == "TryStar":
-            self._try(node)
-            return
         if kind is ast.Match:
             parents.append(node)
             self.exprs([node.subject])  # type: ignore[attr-defined]
@@ -160,19 +183,7 @@ class _Walker:
                 self.block(case.body)
             parents.pop()
             return
-        # A simple statement: its own checks always (they are cheap), its expressions if hot.
-        self._checks(node)
-        if not self.is_hot(node.lineno, node.end_lineno or node.lineno):
-            return
-        depth, loops = len(parents), ctx.scope.loops
-        looping = len(loops)
-        parents.append(node)
-        try:
-            for child in children(node):
-                self.expr(child)
-        except RecursionError:  # absurdly nested expression: stay silent on it
-            del loops[looping:]
-        del parents[depth:]
+        self._try(node)  # `try` or `try`/`except*`
 
     def _loop(self, node: ast.stmt, kind: type) -> None:
         """A ``for``/``while``: its checks if its header is hot, then its body as a loop."""

@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Iterator
 
 __all__ = [
+    "BLOCKS",
     "FIELDS",
     "children",
     "forget",
@@ -53,6 +54,16 @@ _SCALARS = frozenset(
 # Node types whose remaining fields hold plain values (a constant, a list of names).
 _LEAVES = frozenset({"Constant", "Global", "MatchSingleton", "Name", "Nonlocal"})
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+# Imports, definitions and the statements that hold blocks: a pass over statements looks into
+# these; every other statement is simple (no statement inside, nothing imported or defined).
+BLOCKS = frozenset(
+    getattr(ast, name)
+    for name in (
+        *("Import", "ImportFrom", "FunctionDef", "AsyncFunctionDef", "ClassDef", "For"),
+        *("AsyncFor", "While", "If", "With", "AsyncWith", "Try", "TryStar", "Match"),
+    )
+    if hasattr(ast, name)
+)
 # own_nodes() and subtree() of each node walked since the last forget(), by id: the node is
 # kept with its result, so its id cannot be taken by a new node while the entry lives.
 _OWN: dict[int, tuple[ast.AST, tuple[ast.AST, ...]]] = {}
@@ -133,6 +144,8 @@ def statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
     while todo:
         stmt = pop()
         yield stmt
+        if stmt.__class__ not in BLOCKS:
+            continue
         for name in ("body", "orelse", "finalbody"):
             block = getattr(stmt, name, None)
             if block:

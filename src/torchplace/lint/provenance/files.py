@@ -11,7 +11,7 @@ import re
 from functools import lru_cache
 
 from torchplace.lint.base import Context
-from torchplace.lint.nodes import own_nodes, statements, walk
+from torchplace.lint.nodes import BLOCKS, own_nodes, statements, walk
 from torchplace.lint.provenance.callers import PerBatch, calls_in, find_per_batch
 from torchplace.lint.provenance.flow import Flow
 from torchplace.lint.provenance.loops import classify, moves_some
@@ -28,16 +28,6 @@ from torchplace.lint.provenance.values import (
 from torchplace.lint.resolver import Resolver, module_name_for
 
 __all__ = ["FileFacts", "facts_for_file", "file_facts", "scope_node"]
-
-# The statements FileFacts indexes: imports, definitions, and those holding blocks.
-_INDEXED = frozenset(
-    getattr(ast, name)
-    for name in (
-        *("Import", "ImportFrom", "FunctionDef", "AsyncFunctionDef", "ClassDef"),
-        *("If", "For", "AsyncFor", "While", "With", "AsyncWith", "Try", "TryStar", "Match"),
-    )
-    if hasattr(ast, name)
-)
 
 
 class FileFacts:
@@ -71,7 +61,7 @@ class FileFacts:
         """Imports, functions by name, and the def or class enclosing each def or class:
         one pass over statements (expressions are never entered)."""
         for node in body:
-            if type(node) not in _INDEXED:
+            if type(node) not in BLOCKS:
                 continue  # a simple statement: nothing to index, no block inside
             if isinstance(node, ast.Import):
                 self.resolver.add_import(node)
