@@ -104,15 +104,25 @@ def _importers(facts: FileFacts, name: str) -> Iterator[tuple[FileFacts, str]]:
     if not os.path.isfile(facts.path):
         return
     here = os.path.abspath(facts.path)
-    directory, filename = os.path.split(here)
-    stem = filename[:-3]
-    for other in _siblings(directory):
-        text = _text_of(other) if other != here else None
-        if text is None or name + "(" not in text or stem not in text:
+    stem = os.path.basename(here)[:-3]
+    for other in _mentioning(here):
+        text = _text_of(other)
+        if text is None or name + "(" not in text:
             continue
         others = facts_for_file(other)
         if others is not None:
             yield others, stem
+
+
+@lru_cache(maxsize=64)
+def _mentioning(here: str) -> tuple[str, ...]:
+    """The siblings of the file at ``here`` whose text names its module (found once per file,
+    not once per function of it)."""
+    directory, filename = os.path.split(here)
+    stem = filename[:-3]
+    return tuple(
+        other for other in _siblings(directory) if other != here and stem in (_text_of(other) or "")
+    )
 
 
 def call_sites(
