@@ -6,6 +6,9 @@ runs alone over the whole installed torch package in one process, which must fin
 20 s with no internal error (every file linted, syntax errors reported as findings).
 
 Targets: torchplace at least 50x TorchFix's files/second; the whole torch package in < 20 s.
+The same run measures the floor under any linter built on Python's ``ast``: every file of the
+package parsed (and its tree freed) in one process, with nothing else done. The ratio to it
+reads the same on a busy machine as on a quiet one.
 No GPU is involved: ``--device`` is accepted for a uniform benchmark interface and ignored.
 """
 
@@ -37,6 +40,22 @@ def _run(cmd: list[str]) -> tuple[float, subprocess.CompletedProcess[str]]:
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
     return time.perf_counter() - start, proc
+
+
+# Every .py/.pyi file under argv[1] through ast.parse, trees freed, the collector off as the
+# linter has it; prints the seconds it took.
+_PARSE_ONLY = """
+import ast, gc, pathlib, sys, time
+gc.disable()
+start = time.perf_counter()
+for path in sorted(pathlib.Path(sys.argv[1]).rglob("*.py*")):
+    if path.suffix in {".py", ".pyi"}:
+        try:
+            ast.parse(path.read_bytes())
+        except (SyntaxError, ValueError):
+            pass
+print(time.perf_counter() - start)
+"""
 
 
 def _torchplace(files: list[str]) -> list[str]:
@@ -88,6 +107,15 @@ def main(argv: list[str] | None = None) -> int:
     whole_findings = -1 if found is None else len(found)
     syntax = -1 if found is None else sum(1 for f in found if f["code"] == "TPL000")
 
+    floor = subprocess.run(
+        [sys.executable, "-c", _PARSE_ONLY, str(root)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=True,
+    )
+    parse_seconds = float(floor.stdout.strip())
+
     tp_rate = len(files) / tp_seconds
     tf_rate = len(files) / tf_seconds
     speedup = tp_rate / tf_rate
@@ -107,6 +135,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{whole_findings} findings ({syntax} syntax errors reported as TPL000), "
         f"{len(crashes)} internal errors"
     )
+    print(
+        f"floor: parsing the same files with Python's ast alone takes {parse_seconds:.2f} s; "
+        f"torchplace takes {whole_seconds / parse_seconds:.1f}x that"
+    )
     print(f"{'PASS' if speed_pass else 'FAIL'}: speed-up >= {MIN_SPEEDUP:.0f}x ({speedup:.0f}x)")
     print(
         f"{'PASS' if whole_pass else 'FAIL'}: whole torch package < {MAX_TORCH_SECONDS:.0f} s "
@@ -122,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             "whole_torch": {
                 "files": whole_files,
                 "seconds": whole_seconds,
+                "parse_only_seconds": parse_seconds,
                 "findings": whole_findings,
                 "internal_errors": len(crashes),
                 "exit_status": whole.returncode,
