@@ -48,6 +48,8 @@ class _Plan:
                 if any(code in selected for code in codes):
                     self.dispatch.setdefault(node_type, []).append(check)
             triggers.update(family.triggers)
+        # Leaves no selected check looks at: the expression walk does not call into them.
+        self.silent = frozenset(kind for kind in _LEAVES if kind not in self.dispatch)
         # Drop literals that contain a shorter one: every hit of theirs is already a hit.
         self.triggers = tuple(
             sorted(t for t in triggers if not any(o != t and o in t for o in triggers))
@@ -86,7 +88,7 @@ class _Walker:
         self.ctx = ctx
         self.dispatch = plan.dispatch
         self.hot = hot
-        self.silent = frozenset(kind for kind in _LEAVES if kind not in plan.dispatch)
+        self.silent = plan.silent
 
     def is_hot(self, first: int, last: int) -> bool:
         hot = self.hot
@@ -290,7 +292,7 @@ class _Walker:
                 self.expr(node.elt)
             loops.pop()
         else:
-            silent = self.silent  # leaves no check looks at: not worth a call
+            silent = self.silent
             for name in FIELDS[kind]:
                 child = getattr(node, name, None)
                 if child is None or child.__class__ in silent:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from torchplace.lint.nodes import children, walk
+from torchplace.lint.nodes import own_nodes, walk
 from torchplace.lint.provenance.loops import (
     branch_trains,
     calls_backward,
@@ -344,19 +344,12 @@ def _periodic_flag(test: ast.expr, scope: ast.AST) -> bool:
     flag = test.operand if isinstance(test, ast.UnaryOp) else test
     if not isinstance(flag, ast.Name):
         return False
-    todo: list[ast.AST] = list(getattr(scope, "body", []))
-    while todo:
-        sub = todo.pop()
-        if isinstance(sub, (*_FUNCTIONS, ast.ClassDef, ast.Lambda)):
-            continue
-        if (
-            isinstance(sub, ast.Assign)
-            and any(isinstance(t, ast.Name) and t.id == flag.id for t in sub.targets)
-            and any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in walk(sub))
-        ):
-            return True
-        todo.extend(children(sub))
-    return False
+    return any(
+        isinstance(sub, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == flag.id for t in sub.targets)
+        and any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in walk(sub))
+        for sub in own_nodes(scope)
+    )
 
 
 def _in_rare_branch(enclosing: tuple[ast.AST, ...], batch: list[ast.AST]) -> bool:

@@ -11,7 +11,7 @@ import ast
 from typing import Literal
 
 from torchplace.lint.base import Context, Scope, call_name, keyword
-from torchplace.lint.nodes import children, walk
+from torchplace.lint.nodes import children, subtree, walk
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import PLACEMENT_API, is_tensor_annotation
 
@@ -142,7 +142,7 @@ def _placed(scope: Scope, ctx: Context) -> set[str]:
         return cached
     found: set[str] = set()
     if not _file_facts(scope)[0] and not _host_function(scope, ctx):
-        for sub in _own_nodes(scope):
+        for sub in subtree(scope.node):
             if isinstance(sub, ast.Assign) and len(sub.targets) == 1 and _moved(sub.value):
                 name = dotted_name(sub.targets[0])
                 if name is not None:
@@ -165,7 +165,7 @@ def _submodule_outputs(scope: Scope) -> set[str]:
         return set()
     layers = _torch_layers(cls)
     found: set[str] = set()
-    for sub in sorted(_own_nodes(scope), key=lambda n: getattr(n, "lineno", 0)):
+    for sub in sorted(subtree(scope.node), key=lambda n: getattr(n, "lineno", 0)):
         if not (
             isinstance(sub, ast.Assign)
             and len(sub.targets) == 1
@@ -313,7 +313,7 @@ def _parameters(scope: Scope, ctx: Context) -> set[str]:
     if args and args[0].arg in {"self", "cls"} and scope.cls is not None:
         args = args[1:]
     rebound: dict[str, list[ast.expr | None]] = {}
-    for sub in _own_nodes(scope):  # `x = ...` (not `x[i] = ...`, which keeps x a tensor)
+    for sub in subtree(scope.node):  # `x = ...` (not `x[i] = ...`, which keeps x a tensor)
         if isinstance(sub, ast.Assign):
             for target in sub.targets:
                 for name in _bare_names(target):
@@ -367,7 +367,7 @@ def _tensor_evidence(scope: Scope, param: str, ctx: Context) -> bool:
     annotation = ctx.param_annotation(scope, param)
     if annotation is not None:
         return True  # kept by `_parameters`: annotated as a tensor
-    for sub in _own_nodes(scope):
+    for sub in subtree(scope.node):
         if (
             isinstance(sub, ast.Attribute)
             and sub.attr in _TENSOR_ONLY
@@ -387,19 +387,11 @@ def _tensor_evidence(scope: Scope, param: str, ctx: Context) -> bool:
     return False
 
 
-def _own_nodes(scope: Scope) -> list[ast.AST]:
-    cached: list[ast.AST] | None = scope.cache.get("tpl103-nodes")
-    if cached is None:
-        cached = list(walk(scope.node))
-        scope.cache["tpl103-nodes"] = cached
-    return cached
-
-
 def _parent_map(scope: Scope) -> dict[int, ast.AST]:
     cached: dict[int, ast.AST] | None = scope.cache.get("tpl103-parents")
     if cached is None:
         cached = {}
-        for node in _own_nodes(scope):
+        for node in subtree(scope.node):
             for child in children(node):
                 cached[id(child)] = node
         scope.cache["tpl103-parents"] = cached
@@ -422,7 +414,7 @@ def _host_function(scope: Scope, ctx: Context) -> bool:
             if any(word in text for word in _HOST_CLASS_WORDS):
                 return True
         outer = outer.parent
-    for sub in _own_nodes(scope):
+    for sub in subtree(scope.node):
         if isinstance(sub, ast.Call):
             if isinstance(sub.func, ast.Attribute) and sub.func.attr == "numpy":
                 return True
@@ -643,7 +635,7 @@ def _combined_with(call: ast.Call, ctx: Context, scope: Scope, tensors: set[str]
         return None
     name = parent.targets[0].id
     after = (parent.end_lineno or parent.lineno, parent.end_col_offset or 0)
-    for sub in _own_nodes(scope):
+    for sub in subtree(scope.node):
         if not (
             isinstance(sub, ast.Name) and sub.id == name and (sub.lineno, sub.col_offset) > after
         ):

@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 
 from torchplace.lint.base import Context, Scope, call_name, keyword, names_in
-from torchplace.lint.nodes import children, walk
+from torchplace.lint.nodes import walk, walk_body
 from torchplace.lint.provenance.loops import branch_trains, rare_test
 from torchplace.lint.provenance.values import FACTORY_NAMES, _is_cpu
 from torchplace.lint.provenance.values import moves_to_device as _moves_to_device
@@ -492,18 +492,9 @@ def _fixed_setting(test: ast.expr, ctx: Context) -> bool:
 
 
 def _loop_nodes(loop: ast.AST) -> list[ast.AST]:
-    if isinstance(loop, (ast.For, ast.AsyncFor, ast.While)):
-        todo: list[ast.AST] = list(loop.body)
-    else:
-        todo = [loop]
-    out: list[ast.AST] = []
-    while todo:
-        sub = todo.pop()
-        out.append(sub)
-        if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            continue
-        todo.extend(children(sub))
-    return out
+    """A loop's body (a comprehension: itself), not entering nested scopes."""
+    body = loop.body if isinstance(loop, (ast.For, ast.AsyncFor, ast.While)) else [loop]
+    return list(walk_body(body))
 
 
 def loop_bound_names(loop: ast.AST, ctx: Context) -> set[str]:

@@ -16,7 +16,7 @@ from torchplace.lint.base import (
     names_in,
 )
 from torchplace.lint.finding import Edit, Fix
-from torchplace.lint.nodes import children, walk
+from torchplace.lint.nodes import own_nodes, walk
 from torchplace.lint.provenance import file_facts
 from torchplace.lint.provenance.callers import call_sites
 from torchplace.lint.resolver import dotted_name
@@ -355,7 +355,7 @@ def _saved_from_host(call: ast.Call, ctx: Context) -> bool:
         return False
     facts = file_facts(ctx)
     for scope in [facts.tree, *(f for fs in facts.defs.values() for f in fs)]:
-        for sub in _own_body(scope):
+        for sub in own_nodes(scope):
             if (
                 isinstance(sub, ast.Call)
                 and len(sub.args) > 1
@@ -388,23 +388,12 @@ def _file_names(node: ast.expr, body: ast.AST | None = None) -> set[str]:
 def _bindings(body: ast.AST) -> dict[str, list[ast.expr]]:
     """What each plain name of a function (or module) body is assigned."""
     bound: dict[str, list[ast.expr]] = {}
-    for sub in _own_body(body):
+    for sub in own_nodes(body):
         if isinstance(sub, ast.Assign) and len(sub.targets) == 1:
             target = sub.targets[0]
             if isinstance(target, ast.Name):
                 bound.setdefault(target.id, []).append(sub.value)
     return bound
-
-
-def _own_body(node: ast.AST) -> list[ast.AST]:
-    out: list[ast.AST] = []
-    todo: list[ast.AST] = list(getattr(node, "body", []))
-    while todo:
-        sub = todo.pop()
-        out.append(sub)
-        if not isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            todo.extend(children(sub))
-    return out
 
 
 def _names_buffer(source: ast.expr, ctx: Context, scope: Scope, *, wrapped: bool = False) -> bool:
