@@ -508,6 +508,9 @@ def _general(raw: dict[str, Any], spec: TensorSpec) -> np.ndarray | str:
             min_size=257,
             max_size=300,
         ),
+        st.lists(  # ints alone, some past 2**53 (where float64 stops holding every int)
+            st.integers(-(2**54), 2**54), min_size=257, max_size=300
+        ),
     ),
     extra_dim=st.booleans(),
 )
@@ -519,14 +522,17 @@ def test_quick_json_path_equals_the_general_one(
     spec = TensorSpec("x", datatype, (-1, len(values)))
     shape = [1, len(values)] + ([1] if extra_dim else [])
     raw = {"name": "x", "datatype": datatype, "shape": shape, "data": values}
-    quick = protocol._quick_json_array(raw, spec, 4096)
     general = _general(raw, spec)
-    if quick is None:
-        return
-    assert isinstance(general, np.ndarray), general
-    assert quick.dtype == general.dtype
-    assert quick.shape == general.shape
-    np.testing.assert_array_equal(quick, general)
+    routes = [protocol._quick_json_array(raw, spec, 4096)]
+    if not any(type(v) is bool for v in values):  # the document holds no boolean literal
+        routes.append(protocol._quick_json_array(raw, spec, 4096, bools=False))
+    for quick in routes:
+        if quick is None:
+            continue
+        assert isinstance(general, np.ndarray), general
+        assert quick.dtype == general.dtype
+        assert quick.shape == general.shape
+        np.testing.assert_array_equal(quick, general)
 
 
 @pytest.mark.parametrize(
@@ -568,6 +574,40 @@ def test_quick_json_path_takes_a_long_list_of_numbers_and_declines_anything_else
         assert protocol._quick_json_array(raw, spec, 4096) is None, bad
     raw["data"] = [2] * 300  # ints only: the general path's integer rules decide
     assert protocol._quick_json_array(raw, spec, 4096) is None
+
+
+def test_a_long_list_in_a_document_without_booleans_goes_straight_to_float64() -> None:
+    """Told the document holds no boolean, the long path takes ints and floats in one
+    conversion, and still declines what it cannot vouch for."""
+    spec = TensorSpec("x", "FP32", (-1, 300))
+    raw = {"name": "x", "datatype": "FP32", "shape": [1, 300], "data": [2] * 299 + [0.5]}
+    quick = protocol._quick_json_array(raw, spec, 4096, bools=False)
+    assert quick is not None
+    assert quick.dtype == np.float32
+    np.testing.assert_array_equal(quick[0, :2], [2.0, 2.0])
+    for bad in ("0.5", None, [0.5], float("nan"), float("inf"), 1e39, 2**53 + 1, 10**400):
+        raw["data"] = [0.5] * 299 + [bad]
+        quick = protocol._quick_json_array(raw, spec, 4096, bools=False)
+        general = _general(raw, spec)
+        if quick is not None:  # taken by the exact route after the fast one declined
+            assert isinstance(general, np.ndarray), bad
+            np.testing.assert_array_equal(quick, general)
+
+
+@pytest.mark.parametrize(
+    ("body", "bools"),
+    [
+        (b'{"inputs":[{"data":[1.0,2]}]}', False),
+        (b'{"inputs":[{"data":[1.0,true]}]}', True),
+        (b'{"id":"false","inputs":[]}', True),  # the word in a string: safe, only slower
+        (bytearray(b'{"data":[false]}'), True),
+        (memoryview(b'{"data":[1.0]}'), True),  # not searched: assumed to hold one
+    ],
+)
+def test_a_document_may_hold_booleans_unless_neither_literal_appears(
+    body: bytes | bytearray | memoryview, bools: bool
+) -> None:
+    assert protocol._may_hold_bools(body) is bools
 
 
 def test_a_long_request_with_a_boolean_is_refused_as_before() -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import reprlib
 import sys
+from array import array as c_array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -248,7 +249,7 @@ def _decode_request(
     if not isinstance(doc, dict):
         raise _fail(f"request body must be a JSON object, not {_kind_name(doc)}")
     if len(inputs) == 1 and binary is None:
-        quick = _quick_request(doc, inputs[0], max_rows)
+        quick = _quick_request(doc, inputs[0], max_rows, _may_hold_bools(body))
         if quick is not None:
             return quick
     request_id = doc.get("id")
@@ -332,9 +333,11 @@ def _raw_shape(spec: TensorSpec, size: int) -> list[int]:
     return shape
 
 
-def _quick_request(doc: dict[str, Any], spec: TensorSpec, max_rows: int) -> InferRequest | None:
+def _quick_request(
+    doc: dict[str, Any], spec: TensorSpec, max_rows: int, bools: bool = True
+) -> InferRequest | None:
     """A request of its one input and nothing else (an ``id`` string at most), decoded by
-    :func:`_quick_json_array`; None for anything else."""
+    :func:`_quick_json_array` (``bools`` as it takes it); None for anything else."""
     raw_inputs = doc.get("inputs")
     request_id = doc.get("id")
     if (
@@ -350,7 +353,7 @@ def _quick_request(doc: dict[str, Any], spec: TensorSpec, max_rows: int) -> Infe
     raw = raw_inputs[0]
     if type(raw) is not dict or raw.get("name") != spec.name:
         return None
-    array = _quick_json_array(raw, spec, max_rows)
+    array = _quick_json_array(raw, spec, max_rows, bools)
     if array is None:
         return None
     return InferRequest(request_id, {spec.name: array}, len(array), None, False)
@@ -519,8 +522,16 @@ def _decode_input(
     return array, offset
 
 
+def _may_hold_bools(body: object) -> bool:
+    """False when the JSON text ``body`` cannot hold a boolean: it has neither literal (a
+    string holding the word, an ``id`` say, only makes this True, which is always safe)."""
+    if not isinstance(body, (bytes, bytearray)):
+        return True
+    return b"true" in body or b"false" in body
+
+
 def _quick_json_array(
-    raw: dict[str, Any], spec: TensorSpec, max_rows: int
+    raw: dict[str, Any], spec: TensorSpec, max_rows: int, bools: bool = True
 ) -> np.ndarray[Any, Any] | None:
     """The common request, decoded without the general checks: a float input whose ``data`` is
     a flat list of finite numbers that fit its dtype, with a valid shape and no parameters.
@@ -528,7 +539,8 @@ def _quick_json_array(
     returned here equals the one that path would return.
 
     Up to ``_QUICK_MAX_VALUES`` values are checked one by one (Python floats only); a longer
-    list is converted first and checked by numpy (:func:`_quick_long_array`)."""
+    list is converted first and checked by numpy (:func:`_quick_long_array`, told by ``bools``
+    False that the document holds no boolean)."""
     limit = _QUICK_LIMITS.get(spec.datatype)
     data = raw.get("data")
     shape = raw.get("shape")
@@ -550,7 +562,7 @@ def _quick_json_array(
     if count != len(data) or shape[0] > max_rows:
         return None
     if count > _QUICK_MAX_VALUES:
-        return _quick_long_array(data, spec, limit, shape)
+        return _quick_long_array(data, spec, limit, shape, bools)
     if (
         not _FLOATS.issuperset(map(type, data))
         # a NaN or an infinity makes the sum non-finite; the bounds rule out overflow
@@ -562,14 +574,20 @@ def _quick_json_array(
 
 
 def _quick_long_array(
-    data: list[Any], spec: TensorSpec, limit: float, shape: list[int]
+    data: list[Any], spec: TensorSpec, limit: float, shape: list[int], bools: bool = True
 ) -> np.ndarray[Any, Any] | None:
     """A long list of numbers, converted as the general path converts it, then range-checked.
 
-    The types of its values decide: floats only, numpy is told the dtype (float64, what it would
-    infer, without looking at each value); floats and ints, numpy infers it as the general path
-    does (an int past 64 bits makes an object array: declined); anything else is declined,
-    booleans first (numpy would take them as numbers), strings, None and nested lists."""
+    With ``bools`` False (no boolean anywhere in the document), the list goes straight into
+    float64 (:func:`_plain_floats`). What that cannot vouch for, or any list when ``bools`` is
+    True, is decided by the types of its values: floats only, numpy is told the dtype (float64,
+    what it would infer, without looking at each value); floats and ints, numpy infers it as the
+    general path does (an int past 64 bits makes an object array: declined); anything else is
+    declined, booleans first (numpy would take them as numbers), strings, None and nested lists."""
+    if not bools:
+        plain = _plain_floats(data, limit)
+        if plain is not None:
+            return plain.astype(HOST_DTYPES[spec.datatype]).reshape(shape)
     kinds = set(map(type, data))
     if kinds == _FLOATS:
         array = np.array(data, dtype=np.float64)
@@ -582,6 +600,31 @@ def _quick_long_array(
     if not float(np.abs(array).max()) <= limit:  # NaN compares false
         return None
     return array.astype(HOST_DTYPES[spec.datatype]).reshape(shape)
+
+
+#: below this magnitude every int is a float64 exactly, so any int64 or float64 road to the
+#: host dtype rounds it once, the same way
+_EXACT_INTS = float(2**53)
+
+
+def _plain_floats(data: list[Any], limit: float) -> np.ndarray[Any, Any] | None:
+    """A list of JSON numbers (no booleans: the caller knows) as float64, in one C loop,
+    when every value is under ``limit`` and under 2**53 in magnitude; None otherwise (a
+    string, None or a list stops the loop, a larger value fails the bound).
+
+    The values equal the general path's: floats are copied, and ints under 2**53 convert
+    exactly, so an all-int list that numpy reads as int64 rounds to the host dtype as it does
+    here. One sum of squares bounds them all: it is finite and at most ``bound**2`` only when
+    every value is within ``bound``."""
+    try:
+        values = c_array("d", data)
+    except (TypeError, OverflowError):
+        return None
+    floats = np.frombuffer(values, dtype=np.float64)
+    bound = min(limit, _EXACT_INTS)
+    if not float(floats.dot(floats)) <= bound * bound:  # NaN compares false
+        return None
+    return floats
 
 
 def _checked_shape(raw: dict[str, Any], spec: TensorSpec, max_rows: int) -> list[int]:
