@@ -610,6 +610,32 @@ def test_a_document_may_hold_booleans_unless_neither_literal_appears(
     assert protocol._may_hold_bools(body) is bools
 
 
+def test_a_long_request_body_without_booleans_takes_the_one_conversion(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """decode_infer_request sends a long list in a body with no boolean literal through
+    _plain_floats, and one with a boolean (anywhere) or a short body around it."""
+    calls: list[int] = []
+    original = protocol._plain_floats
+
+    def counted(data: list[Any], limit: float) -> np.ndarray | None:
+        calls.append(len(data))
+        return original(data, limit)
+
+    monkeypatch.setattr(protocol, "_plain_floats", counted)
+    spec = TensorSpec("x", "FP32", (-1, 300))
+    entry = {"name": "x", "datatype": "FP32", "shape": [1, 300], "data": [0.5] * 299 + [2]}
+    decoded = protocol.decode_infer_request(
+        orjson.dumps({"inputs": [entry]}), inputs=(spec,), outputs=(), max_rows=4096
+    )
+    assert calls == [300]
+    np.testing.assert_array_equal(decoded.inputs["x"][0, -2:], [0.5, 2.0])
+    protocol.decode_infer_request(
+        orjson.dumps({"id": "true", "inputs": [entry]}), inputs=(spec,), outputs=(), max_rows=4096
+    )
+    assert calls == [300]  # the word in the id: the type checks decide instead
+
+
 def test_a_long_request_with_a_boolean_is_refused_as_before() -> None:
     """The quick path sees the boolean: the general path refuses it (not a quiet 1.0)."""
     spec = TensorSpec("x", "FP32", (-1, 300))

@@ -249,7 +249,9 @@ def _decode_request(
     if not isinstance(doc, dict):
         raise _fail(f"request body must be a JSON object, not {_kind_name(doc)}")
     if len(inputs) == 1 and binary is None:
-        quick = _quick_request(doc, inputs[0], max_rows, _may_hold_bools(body))
+        # a list long enough for the long path takes at least two bytes a value
+        bools = len(view) <= 2 * _QUICK_MAX_VALUES or _may_hold_bools(body)
+        quick = _quick_request(doc, inputs[0], max_rows, bools)
         if quick is not None:
             return quick
     request_id = doc.get("id")
