@@ -454,6 +454,12 @@ def in_periodic_branch(
 
 
 def _rare_test(test: ast.expr, ctx: Context) -> bool:
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        rest = [value for value in test.values if not _every_step(value, ctx)]
+        if len(rest) < len(test.values):  # `i % log_interval == 0 and master`, interval 1
+            return any(_rare_test(value, ctx) for value in rest)
+    elif _every_step(test, ctx):
+        return False
     if rare_test(test):
         return not _fixed_setting(test, ctx)
     flag = test.operand if isinstance(test, ast.UnaryOp) else test
@@ -465,6 +471,32 @@ def _rare_test(test: ast.expr, ctx: Context) -> bool:
     return any(
         value is not None
         and any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in walk(value))
+        for value in values
+    )
+
+
+def _every_step(test: ast.expr, ctx: Context) -> bool:
+    """``step % log_interval == 0`` with ``log_interval = 1`` the only binding of the name (in
+    the function, or else in the module): a modulo by one holds on every step."""
+    if not (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.Eq)
+        and isinstance(test.left, ast.BinOp)
+        and isinstance(test.left.op, ast.Mod)
+        and isinstance(test.left.right, ast.Name)
+    ):
+        return False
+    right = test.comparators[0]
+    if not (isinstance(right, ast.Constant) and right.value == 0):
+        return False
+    name = test.left.right.id
+    function = ctx.function_scope()
+    values = ctx.scope_bindings(function).get(name) if function is not None else None
+    if values is None:
+        values = ctx.scope_bindings(ctx.scope.root()).get(name) or []
+    return bool(values) and all(
+        isinstance(value, ast.Constant) and type(value.value) is int and value.value == 1
         for value in values
     )
 

@@ -225,8 +225,10 @@ def _compare(node: ast.Compare, ctx: Context) -> None:
     """``if x[i] == 1:``, ``while loss > tol:``, ``[i for i, t in enumerate(ts) if t != end]``,
     ``assert mask.max() <= 1``: a comparison used as a condition is ``bool()`` of its result, a
     read of the device."""
-    if not ctx.loops() or not all(isinstance(op, _TRUTH_OPS) for op in node.ops):
+    if not all(isinstance(op, _TRUTH_OPS) for op in node.ops):
         return
+    if not ctx.loops() and not any(_torch_value(s, ctx) for s in (node.left, *node.comparators)):
+        return  # outside a loop, only a torch call of what a function's callers hand it
     child: ast.AST = node
     for parent in reversed(ctx.parents):
         if isinstance(parent, ast.BoolOp) or (
@@ -243,7 +245,7 @@ def _compare(node: ast.Compare, ctx: Context) -> None:
         sides = [node.left, *node.comparators]
         if any(isinstance(side, ast.Constant) and isinstance(side.value, str) for side in sides):
             return  # `r["label"] == "nsfw"`: a tensor never equals a string, nothing is read
-        if tested and any(_tensor_operand(side, ctx) for side in sides):
+        if tested and any(_repeated_operand(side, ctx) for side in sides):
             _check(node, node, "a condition", ctx, explicit=False)
         return
 
@@ -258,11 +260,48 @@ def _truth(node: ast.If | ast.IfExp | ast.Assert, ctx: Context) -> None:
     """``if class_acc:``, ``if torch.isnan(loss) or torch.isinf(loss):``, ``x if
     mask.any() else y``, ``assert not x.isnan().any()``: a tensor tested for truth is
     ``bool()`` of it, a read of the device."""
-    if not ctx.loops():
-        return
+    looping = bool(ctx.loops())
+    if not looping and not (_torch_test(node.test, ctx) and _called_here(scope_node(ctx), ctx)):
+        return  # outside a loop, only a torch test of what a function's callers hand it
     for leaf in _tested(node.test):
+        if not looping and not isinstance(leaf, ast.Call):
+            continue
         if _truth_operand(leaf, ctx) and _check(leaf, leaf, "a truth test", ctx, explicit=False):
             return
+
+
+def _torch_test(test: ast.expr, ctx: Context) -> bool:
+    """A torch predicate or reduction among the operands ``test`` tests for truth (through
+    ``and``/``or``/``not``)."""
+    if isinstance(test, ast.BoolOp):
+        return any(_torch_test(value, ctx) for value in test.values)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _torch_test(test.operand, ctx)
+    return isinstance(test, ast.Call) and _truth_operand(test, ctx)
+
+
+def _repeated_operand(side: ast.expr, ctx: Context) -> bool:
+    """A tensor operand of a condition that may run once per batch: in a loop, or, in a
+    function something calls (a per-batch helper tests what its caller hands it on every call,
+    ``if torch.min(y) < -1.0:``), a torch call or a tensor reduction."""
+    if ctx.loops():
+        return _tensor_operand(side, ctx)
+    return _torch_value(side, ctx) and _called_here(scope_node(ctx), ctx)
+
+
+# Tensor methods that compute a value from the elements (what a condition would then read).
+_REDUCTIONS = _TRUTH_METHODS | {"min", "max", "sum", "mean", "norm", "abs", "amax", "amin", "std"}
+
+
+def _torch_value(node: ast.expr, ctx: Context) -> bool:
+    """``torch.min(y)``, ``y.max()``, ``(a == b).all()``: a torch function or a tensor
+    reduction, a tensor by its form whatever the callers pass."""
+    if not isinstance(node, ast.Call):
+        return False
+    qualname = ctx.qualname(node.func)
+    if qualname is not None:
+        return qualname.startswith("torch.") and qualname.rpartition(".")[2] not in _TORCH_QUERIES
+    return isinstance(node.func, ast.Attribute) and node.func.attr in _REDUCTIONS
 
 
 def _tested(test: ast.expr) -> list[ast.expr]:
@@ -810,27 +849,38 @@ def _moved_value(
     ctx: Context,
     facts: FileFacts,
 ) -> bool:
-    """``receiver`` holds a value the code moved (or a moved model produced): in a function
-    that shows device work, by its own flow; in a loop of one that never names a device,
+    """``receiver`` holds a value the code moved (or a moved model produced): by the
+    function's own flow when it shows device work and knows where the value lives; otherwise
     through the device values its per-batch callers hand it (``converter.decode(preds)``,
-    called from a batch loop with the model's output, tests each element in a loop)."""
-    if _mentions_device(ctx):
+    called from a batch loop with the model's output, tests each element in a loop;
+    ``mel_spectrogram(y)``, called with the generator's output every batch, tests
+    ``torch.min(y) < -1``); outside a loop only a torch call or a tensor reduction of such a
+    value counts (a bare name may be anything the callers pass)."""
+    mentions = _mentions_device(ctx)
+    # outside a loop, only a torch call or a tensor reduction of what the callers hand in
+    by_form = bool(ctx.loops()) or isinstance(receiver, ast.Compare) or _torch_value(receiver, ctx)
+    handed = by_form and _handed_in(receiver, scope, ctx)
+    if not (mentions or handed):
+        return False
+    # most functions are not per batch: ask before any flow
+    per_batch = facts.per_batch(scope) if handed else None
+    seeds = per_batch.seeds if per_batch is not None else None
+    if mentions and not seeds:
         early = facts.fact(receiver, scope, comps=comps)
         return early is not None and early.moved
-    if not _handed_in(receiver, scope, ctx):
+    if not seeds:
         return False
-    if facts.fact(receiver, scope, comps=comps) is not None:
-        return False  # a value this function makes itself (on the host)
-    per_batch = facts.per_batch(scope)
-    if per_batch is None or not per_batch.seeds:
-        return False
-    seeded = facts.fact(receiver, scope, per_batch.seeds, comps)
+    early = facts.fact(receiver, scope, comps=comps)
+    if early is not None:
+        return mentions and early.moved  # else a value this function makes itself (on the host)
+    seeded = facts.fact(receiver, scope, seeds, comps)
     return seeded is not None and seeded.moved
 
 
 def _handed_in(receiver: ast.expr, scope: ast.AST, ctx: Context) -> bool:
-    """Read over and over (in a loop) from what the callers of a called function hand it."""
-    return bool(ctx.loops()) and _called_here(scope, ctx) and _reads_parameter(receiver, scope, ctx)
+    """Read from what the callers of a called function hand it (on every call, and over and
+    over when in a loop)."""
+    return _called_here(scope, ctx) and _reads_parameter(receiver, scope, ctx)
 
 
 def _reads_parameter(receiver: ast.expr, scope: ast.AST, ctx: Context) -> bool:
@@ -890,11 +940,10 @@ def _called_here(scope: ast.AST, ctx: Context) -> bool:
     if name in {"training_step", "validation_step", "test_step", "predict_step"}:
         return True
     key = f"called:{name}"
-    cached = ctx.scope.cache.get(key)
+    cache = ctx.scope.root().cache  # per file: the answer depends on the name only
+    cached = cache.get(key)
     if cached is None:
-        cached = ctx.scope.cache[key] = ctx.source.count(name + "(") > 1 or engine_step(
-            file_facts(ctx), name
-        )
+        cached = cache[key] = ctx.source.count(name + "(") > 1 or engine_step(file_facts(ctx), name)
     return bool(cached)
 
 
