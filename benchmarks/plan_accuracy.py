@@ -12,8 +12,8 @@ excluded). The real model then runs the same forward:
   (``memory_stats()["requested_bytes.all.peak"]``) less what was requested before the
   forward, after a warm-up run: the tensors' own bytes, as the plan counts them. The
   allocator rounds each block up to a multiple of 512 bytes, so ``max_memory_allocated()``
-  (printed beside it) reads 1,024 B for seed-mlp's three tensors of 64, 64 and 8 bytes at
-  batch 1; the plan's margin reserve covers that rounding. A torch without the requested-bytes
+  (printed beside it) counts seed-mlp's batch-1 peak, two 64-byte tensors, as two 512-byte
+  blocks; the plan's margin reserve covers that rounding. A torch without the requested-bytes
   statistic is measured by ``max_memory_allocated()``.
 
 A case passes within ``--tolerance`` (default 10%). Then the planner's cost: ``torchplace plan
