@@ -289,3 +289,56 @@ def test_a_worker_thread_that_cannot_start_is_a_clear_error_and_not_taken_as_sta
     monkeypatch.undo()
     replica.start_worker(lambda *args: None, lambda replica: None)  # not taken as started
     replica.close()
+
+
+def test_closing_lets_go_of_the_device_copy_and_empties_an_accelerator_cache(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After close the placed module and its staging are gone (an unloaded model's weights
+    are freed), and on an accelerator the allocator's cache is emptied on the replica's own
+    device, so the device's free memory counts them before the next load is checked."""
+    replica = Replica(loaded(Scale()), torch.device("cpu"), max_batch_size=4)
+    replica.prepare()
+    replica.start_worker(lambda *args: None, lambda replica: None)
+    emptied: list[object] = []
+    current: list[object] = []
+
+    class OnDevice:
+        def __init__(self, device: object) -> None:
+            self.device = device
+
+        def __enter__(self) -> None:
+            current.append(self.device)
+
+        def __exit__(self, *exc: object) -> None:
+            current.pop()
+
+    monkeypatch.setattr(torch.cuda, "device", OnDevice)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(list(current)))
+    replica._cuda = True  # as a CUDA replica would release it
+    replica.close()
+    assert replica.module is None
+    assert replica.staging is None
+    assert not replica.is_ready()
+    assert emptied == [[torch.device("cpu")]]
+
+
+def test_a_worker_still_in_a_batch_after_the_timeout_keeps_its_model() -> None:
+    release = threading.Event()
+
+    class Slow(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            release.wait(5.0)
+            return x
+
+    replica = Replica(loaded(Slow()), torch.device("cpu"), max_batch_size=4)
+    release.set()
+    replica.prepare()
+    release.clear()
+    finished = threading.Event()
+    replica.start_worker(lambda *args: finished.set(), lambda replica: None)
+    replica.submit(None, [{"input": _rows(1)}], [1])
+    replica.close(timeout=0.05)
+    assert replica.module is not None  # the batch still runs on it
+    release.set()
+    assert finished.wait(5.0)

@@ -313,13 +313,25 @@ class Replica(BatchExecutor):
             self._inbox.put(_RECOVER)
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop the worker after the batch it is running (blocking; call off the loop)."""
+        """Stop the worker after the batch it is running (blocking; call off the loop), then
+        let go of the device copy of the model and the staging buffers. On an accelerator the
+        allocator's cached blocks go back to the driver too, so that the device's free memory
+        (what the check before a load reads) counts what an unloaded model held, as Triton
+        empties the cache when it unloads a model. A worker still running a batch after
+        ``timeout`` keeps them."""
         self._closed = True
         thread = self._thread
         if thread is not None:
             self._inbox.put(None)
             thread.join(timeout)
+            if thread.is_alive():
+                return
             self._thread = None
+        self.module = None
+        self.staging = None
+        self._stream = None
+        self._events = []
+        self._release_memory()
 
     def _work(self) -> None:
         while True:
