@@ -179,6 +179,17 @@ def test_two_logical_devices_on_one_real_one_are_measured_together() -> None:
     assert "cuda:0 -> cuda:0, cuda:1 -> cuda:0; logical devices that share" in (shared.render())
 
 
+def test_a_real_device_named_otherwise_than_it_resolves_keeps_its_memory_row() -> None:
+    """``cpu:0`` resolves to ``cpu`` (as ``cuda`` to ``cuda:0``): the verdict names the real
+    device as the probe's measurements do, so its memory row is compared, not dropped."""
+    p = _toy_pipeline()
+    probe = ScriptedMemory({"cpu": 1 << 20})
+    verdict = verify(p, module=make_toy(), devices=["cpu:0"], probe=probe)
+    assert verdict.devices == {"cuda:0": "cpu", "cuda:1": "cpu", "cpu": "cpu"}
+    (row,) = verdict.memory
+    assert row["device"] == "cpu"
+
+
 def test_a_real_device_past_the_tolerance_fails_the_verdict() -> None:
     p = _toy_pipeline()
     planned = verify(p, module=make_toy(), devices=["cpu"], probe=ScriptedMemory({"cpu": 1}))

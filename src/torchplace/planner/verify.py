@@ -202,8 +202,9 @@ def verify(
     """
     if not 0 < tolerance < 1:
         raise ConfigError(f"--tolerance {tolerance} must be a fraction between 0 and 1")
-    mapping = real_devices(p, devices)
-    real = {k: resolve_device(v) for k, v in mapping.items()}  # each one usable here
+    real = {k: resolve_device(v) for k, v in real_devices(p, devices).items()}  # usable here
+    # named as they resolve ("cuda" is "cuda:0"), as the measurements are keyed
+    mapping = {k: str(d) for k, d in real.items()}
     if probe is None and any(d.type != "cpu" for d in real.values()):
         if any(d.type not in ("cpu", "cuda") for d in real.values()):
             raise ConfigError(
