@@ -129,6 +129,7 @@ class _Walker:
         if checks:
             for check in checks:
                 check(node, ctx)
+        # is_hot(), inlined: this runs once per simple statement, the walk's hottest path
         hot = self.hot
         i = bisect.bisect_left(hot, node.lineno)
         if i == len(hot) or hot[i] > (node.end_lineno or node.lineno):
