@@ -42,8 +42,8 @@ def _call(call: ast.Call, ctx: Context) -> None:
                 ctx.report(
                     OPTIMIZER_BEFORE_MOVE.code,
                     call,
-                    f"optimizer built from `{model}.parameters()` before `{model}` is moved on "
-                    f"line {move.lineno}: move the model first, then build the optimizer",
+                    f"optimizer built from `{model}.parameters()` before `{_moved(move)}` is "
+                    f"moved on line {move.lineno}: move the model first, then build the optimizer",
                 )
                 return
             if _rebinds(stmt, model):
@@ -164,7 +164,7 @@ def _first_move(body: list[ast.stmt], model: str, ctx: Context, *, after: int) -
         if c.lineno > after
         and isinstance(c.func, ast.Attribute)
         and call_name(c) in {"to", "cuda"}
-        and dotted_name(c.func.value) == model
+        and _holds(dotted_name(c.func.value), model)
         and moves_to_device(c, ctx)
     ]
     if not moves:
@@ -184,9 +184,21 @@ def _rebinds(stmt: ast.AST, model: str) -> bool:
     if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or stmt.value is None:
         return False
     targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-    return any(dotted_name(t) == model for t in targets) and not any(
-        dotted_name(sub) == model for sub in walk(stmt.value) if isinstance(sub, ast.expr)
+    names = {name for t in targets if _holds(name := dotted_name(t), model)}
+    return bool(names) and not any(
+        dotted_name(sub) in names for sub in walk(stmt.value) if isinstance(sub, ast.expr)
     )
+
+
+def _moved(move: ast.Call) -> str:
+    func = move.func
+    return (dotted_name(func.value) if isinstance(func, ast.Attribute) else None) or "the model"
+
+
+def _holds(moved: str | None, model: str) -> bool:
+    """Moving ``moved`` moves ``model``: the same module, or one it holds as a submodule
+    (``model.to(device)`` moves ``model.backbone``, whose parameters an optimizer got)."""
+    return moved is not None and (moved == model or model.startswith(moved + "."))
 
 
 def _own_calls(body: list[ast.stmt]) -> list[ast.Call]:
@@ -261,7 +273,7 @@ def _move_of(stmt: ast.stmt, model: str, ctx: Context) -> ast.Call | None:
             and isinstance(sub.func, ast.Attribute)
             and call_name(sub) in {"to", "cuda"}
             and moves_to_device(sub, ctx)
-            and dotted_name(sub.func.value) == model
+            and _holds(dotted_name(sub.func.value), model)
         ):
             return sub
     return None

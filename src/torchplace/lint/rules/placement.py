@@ -269,11 +269,15 @@ def _fallback_path(ctx: Context) -> bool:
     return False
 
 
+# Attributes that ask what kind of device a value is on: `device.type`, a tensor's `x.is_cuda`.
+_BACKEND_QUERIES = frozenset({"type", "is_cuda", "is_cpu", "is_mps", "is_xpu"})
+
+
 def _device_type_test(test: ast.expr, ctx: Context, follow: bool = True) -> bool:
-    """``device.type == "cpu"``, ``x.device.type == "mps"``, or a name the function binds
-    only to such a test (``is_mps = x.device.type == "mps"``, then ``if is_mps:``)."""
+    """``device.type == "cpu"``, ``x.device.type == "mps"``, ``x.is_cuda``, or a name the
+    function binds only to such a test (``is_mps = x.device.type == "mps"``, then ``if is_mps:``)."""
     for sub in walk(test):
-        if (isinstance(sub, ast.Attribute) and sub.attr == "type") or (
+        if (isinstance(sub, ast.Attribute) and sub.attr in _BACKEND_QUERIES) or (
             isinstance(sub, ast.Constant) and sub.value in {"cpu", "cuda"}
         ):
             return True

@@ -16,6 +16,7 @@ from torchplace.lint.base import (
     Family,
     Rule,
     at_method,
+    call_name,
     keyword,
     loop_items,
     names_in,
@@ -491,7 +492,7 @@ def _is_output(read: ast.AST, ctx: Context, *, returns: bool = False) -> bool:
     """The read's result is written out: passed to a save/write call, stored on a response
     object, or collected into a list that the function writes out (or, with ``returns``, one
     it returns as it is) later."""
-    return _flows_into(read, ctx, _writes, returns=returns, attributes=True)
+    return _flows_into(read, ctx, _writes, returns=returns, attributes=True, optional=True)
 
 
 def _steps_environment(read: ast.AST, ctx: Context) -> bool:
@@ -518,10 +519,13 @@ def _flows_into(
     *,
     returns: bool,
     attributes: bool,
+    optional: bool = False,
 ) -> bool:
     """The read's result reaches a call ``sink`` accepts: as its argument, or through the
     names its statement binds or collects into (and, with ``returns``, a ``return`` of them
-    counts; with ``attributes``, so does a store on another object's attribute)."""
+    counts; with ``attributes``, so does a store on another object's attribute). With
+    ``optional``, sinks only under a branch the read is not in do not count when the read's
+    result also feeds another call on every step (see ``_flows_to``)."""
     node = read
     for parent in reversed(ctx.parents):
         if isinstance(parent, ast.Call) and node is not parent.func and sink(parent):
@@ -555,7 +559,8 @@ def _flows_into(
     body = scope.node if scope is not None else None
     if body is None:
         body = ctx.scope.root().node
-    return _flows_to(body, names, sink) or (returns and _returned(body, names))
+    flows = _flows_to(body, names, sink, stmt if optional else None)
+    return flows or (returns and _returned(body, names))
 
 
 def _fills_store(read: ast.AST, ctx: Context) -> bool:
@@ -591,8 +596,17 @@ def _writes(call: ast.Call) -> bool:
     return any(word in lowered for word in _OUTPUT_WORDS)
 
 
-def _flows_to(scope: ast.AST, names: set[str], sink: Callable[[ast.Call], bool]) -> bool:
-    """Values built from ``names`` in ``scope`` reach a call ``sink`` accepts."""
+def _flows_to(
+    scope: ast.AST,
+    names: set[str],
+    sink: Callable[[ast.Call], bool],
+    read: ast.stmt | None = None,
+) -> bool:
+    """Values built from ``names`` in ``scope`` reach a call ``sink`` accepts. Given the
+    ``read`` statement that binds ``names``: when every such call sits under an ``if`` that
+    does not hold ``read`` (``if opts.save_val_results:``) and a call statement outside such
+    branches takes the names themselves (``metrics.update(targets, preds)``), the write is
+    optional and the copy is made for that call on every step: not the loop's output."""
     tainted = set(names)
     nodes = list(walk(scope))
     for _ in range(3):
@@ -604,12 +618,64 @@ def _flows_to(scope: ast.AST, names: set[str], sink: Callable[[ast.Call], bool])
                 tainted |= {n.id for n in walk(sub.target) if isinstance(n, ast.Name)}
             else:
                 tainted |= _collector(sub, tainted)
+    takers = [sub for sub in nodes if isinstance(sub, ast.Call) and _takes(sub, tainted)]
+    writes = [call for call in takers if sink(call)]
+    if not writes or read is None:
+        return bool(writes)
+    optional = _under_other_branches(scope, read)
+    if any(id(call) not in optional for call in writes):
+        return True
+    own = {id(sub) for sub in walk(read)}
+    return not any(
+        id(stmt.value) not in optional and id(stmt.value) not in own and _consumes(stmt, names)
+        for stmt in nodes
+        if isinstance(stmt, ast.Expr)
+    )
+
+
+def _takes(call: ast.Call, names: set[str]) -> bool:
+    """``call`` is given one of ``names`` (or a value built from it) as an argument."""
+    return any(_mentions(arg, names) for arg in [*call.args, *(k.value for k in call.keywords)])
+
+
+_COLLECTS = frozenset({"append", "extend", "insert"})
+
+
+def _consumes(stmt: ast.Expr, names: set[str]) -> bool:
+    """``metrics.update(targets, preds)`` as a statement: a call that takes the values for its
+    own effect (an accumulator, a metric), not to hand on a result; ``len(out)`` in an argument
+    asks for a count and takes nothing."""
+    call = stmt.value
+    if not isinstance(call, ast.Call) or call_name(call) in _COLLECTS:
+        return False  # `outputs.append(y)` hands the values on to what the list feeds
+    args = [*call.args, *(k.value for k in call.keywords)]
+    return any(
+        isinstance(sub, ast.Name) and sub.id in names and not _in_len(sub, arg)
+        for arg in args
+        for sub in walk(arg)
+    )
+
+
+def _in_len(name: ast.Name, root: ast.expr) -> bool:
     return any(
         isinstance(sub, ast.Call)
-        and sink(sub)
-        and any(_mentions(arg, tainted) for arg in [*sub.args, *(k.value for k in sub.keywords)])
-        for sub in nodes
+        and isinstance(sub.func, ast.Name)
+        and sub.func.id == "len"
+        and any(n is name for arg in sub.args for n in walk(arg))
+        for sub in walk(root)
     )
+
+
+def _under_other_branches(scope: ast.AST, stmt: ast.stmt) -> set[int]:
+    """The ids of the nodes inside an ``if`` of ``scope`` that does not hold ``stmt``: code that
+    runs on some steps only, as far as ``stmt`` is concerned."""
+    inside: set[int] = set()
+    for node in walk(scope):
+        if isinstance(node, ast.If) and id(node) not in inside:
+            ids = {id(sub) for sub in walk(node)}
+            if id(stmt) not in ids:
+                inside |= ids
+    return inside
 
 
 # Calls that hand back the same values joined or converted, not something computed from them.
