@@ -610,6 +610,19 @@ def test_a_document_may_hold_booleans_unless_neither_literal_appears(
     assert protocol._may_hold_bools(body) is bools
 
 
+@given(
+    st.lists(
+        st.sampled_from([b"true", b"false", b"u", b"l", b"tr", b"ue", b"fa", b"lse", b"1.5", b","]),
+        max_size=60,
+    )
+)
+def test_the_literal_search_answers_as_a_plain_substring_search(parts: list[bytes]) -> None:
+    """Marks near the start, many marks (past the one-by-one limit), words cut in two."""
+    body = b"".join(parts)
+    for text in (body, bytearray(body)):
+        assert protocol._may_hold_bools(text) is (b"true" in body or b"false" in body)
+
+
 def test_a_long_request_body_without_booleans_takes_the_one_conversion(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

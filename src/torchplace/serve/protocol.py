@@ -524,12 +524,35 @@ def _decode_input(
     return array, offset
 
 
+#: (a byte no JSON number holds, a literal holding it, where): ``true``'s ``u`` and ``false``'s
+#: ``l``, both at index 2
+_LITERAL_MARKS = ((ord("u"), b"true", 2), (ord("l"), b"false", 2))
+#: marks looked at one by one before the search falls back to the literal itself
+_MAX_MARKS = 16
+
+
 def _may_hold_bools(body: object) -> bool:
     """False when the JSON text ``body`` cannot hold a boolean: it has neither literal (a
-    string holding the word, an ``id`` say, only makes this True, which is always safe)."""
+    string holding the word, an ``id`` say, only makes this True, which is always safe).
+
+    A long body is mostly numbers, which never hold a ``u`` or an ``l``: each of those bytes is
+    found with one ``memchr`` and only the few outside numbers (in keys and names) are looked
+    at, where searching for the two words themselves costs a pass over the body each.
+    """
     if not isinstance(body, (bytes, bytearray)):
         return True
-    return b"true" in body or b"false" in body
+    for mark, word, at in _LITERAL_MARKS:
+        found = body.find(mark)
+        for _ in range(_MAX_MARKS):
+            if found < 0:
+                break
+            if found >= at and body.startswith(word, found - at):
+                return True
+            found = body.find(mark, found + 1)
+        else:
+            if word in body:  # many marks (a long name or id): the plain search
+                return True
+    return False
 
 
 def _quick_json_array(
