@@ -612,7 +612,9 @@ def test_a_document_may_hold_booleans_unless_neither_literal_appears(
 
 @given(
     st.lists(
-        st.sampled_from([b"true", b"false", b"u", b"l", b"tr", b"ue", b"fa", b"lse", b"1.5", b","]),
+        st.sampled_from(
+            [b"true", b"false", b"null", b"u", b"l", b"tr", b"ue", b"fa", b"lse", b"nu", b"1.5"]
+        ),
         max_size=60,
     )
 )
@@ -621,6 +623,7 @@ def test_the_literal_search_answers_as_a_plain_substring_search(parts: list[byte
     body = b"".join(parts)
     for text in (body, bytearray(body)):
         assert protocol._may_hold_bools(text) is (b"true" in body or b"false" in body)
+        assert protocol._holds_word(text, b"null", 2) is (b"null" in body)
 
 
 def test_a_long_request_body_without_booleans_takes_the_one_conversion(

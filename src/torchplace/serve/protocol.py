@@ -524,35 +524,32 @@ def _decode_input(
     return array, offset
 
 
-#: (a byte no JSON number holds, a literal holding it, where): ``true``'s ``u`` and ``false``'s
-#: ``l``, both at index 2
-_LITERAL_MARKS = ((ord("u"), b"true", 2), (ord("l"), b"false", 2))
-#: marks looked at one by one before the search falls back to the literal itself
+#: marks looked at one by one before :func:`_holds_word` falls back to the plain search
 _MAX_MARKS = 16
 
 
 def _may_hold_bools(body: object) -> bool:
     """False when the JSON text ``body`` cannot hold a boolean: it has neither literal (a
-    string holding the word, an ``id`` say, only makes this True, which is always safe).
-
-    A long body is mostly numbers, which never hold a ``u`` or an ``l``: each of those bytes is
-    found with one ``memchr`` and only the few outside numbers (in keys and names) are looked
-    at, where searching for the two words themselves costs a pass over the body each.
-    """
+    string holding the word, an ``id`` say, only makes this True, which is always safe)."""
     if not isinstance(body, (bytes, bytearray)):
         return True
-    for mark, word, at in _LITERAL_MARKS:
-        found = body.find(mark)
-        for _ in range(_MAX_MARKS):
-            if found < 0:
-                break
-            if found >= at and body.startswith(word, found - at):
-                return True
-            found = body.find(mark, found + 1)
-        else:
-            if word in body:  # many marks (a long name or id): the plain search
-                return True
-    return False
+    return _holds_word(body, b"true", 2) or _holds_word(body, b"false", 2)
+
+
+def _holds_word(text: bytes | bytearray, word: bytes, at: int) -> bool:
+    """``word in text``, for JSON text that is mostly numbers and a ``word[at]`` that no JSON
+    number holds (``true``'s ``u``, ``false``'s and ``null``'s ``l``): that byte is found with
+    one ``memchr`` and only its few places outside numbers (in keys and names) are looked at,
+    where a search for the word itself costs a pass over the text."""
+    mark = word[at]
+    found = text.find(mark)
+    for _ in range(_MAX_MARKS):
+        if found < 0:
+            return False
+        if found >= at and text.startswith(word, found - at):
+            return True
+        found = text.find(mark, found + 1)
+    return word in text  # many marks (a long name or id): the plain search
 
 
 def _quick_json_array(
@@ -1156,7 +1153,7 @@ def encode_infer_response(
         doc["id"] = request.id
     doc["outputs"] = entries
     header = orjson.dumps(doc, option=_JSON_OPTS)
-    if b"null" in header:  # orjson writes NaN and infinities as null: never let one pass
+    if _holds_word(header, b"null", 2):  # orjson writes NaN and infinity as null: refuse them
         check_json_finite({e["name"]: e["data"] for e in entries if "data" in e})
     if not chunks:
         return header, None
