@@ -580,7 +580,8 @@ class _Connection(asyncio.Protocol):
         self._expect_continue = False  # its body is here: no 100 for it any more
         self._chunked = False
         host = self._headers.get(b"host")
-        if host is None or b"," in host:
+        # find, not `in`: bytes' `in` first tries its operand as an int and raises inside
+        if host is None or host.find(b",") >= 0:
             self._check_host(host)
         url = self._url
         fragment = url.find(b"#")
