@@ -180,6 +180,34 @@ def test_a_load_request_does_not_choose_code_to_run(config: str) -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("triton", "message"),
+    [
+        ({"max_batch_size": 4097}, "batches of at most 4096 rows, not 4097"),
+        (  # 1 GiB and 4 bytes: one row of 2**28 + 1 floats
+            {"input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [2**28 + 1]}]},
+            "would stage 1,073,741,828 bytes",
+        ),
+        (  # 64 rows of 2**22 floats in and out: 2 GiB
+            {
+                "max_batch_size": 64,
+                "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [2**22]}],
+                "output": [{"name": "y", "data_type": "TYPE_FP32", "dims": [2**22]}],
+            },
+            "would stage 2,147,483,648 bytes",
+        ),
+    ],
+)
+def test_an_inline_config_may_not_ask_for_an_unbounded_batch(
+    triton: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        inline_config({"parameters": {"config": orjson.dumps(triton).decode()}})
+    within = {"max_batch_size": 4096, "input": [{"name": "x", "data_type": "TYPE_FP32",
+                                                  "dims": [2**16]}]}  # fmt: skip
+    assert inline_config({"parameters": {"config": orjson.dumps(within).decode()}})
+
+
 def test_model_files_in_a_load_request_are_refused() -> None:
     body = {"parameters": {"config": "{}", "file:1/model.safetensors": "YQ=="}}
     with pytest.raises(ConfigError, match=r"file:1/model\.safetensors: model files sent with"):

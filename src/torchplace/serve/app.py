@@ -300,7 +300,7 @@ class App:
 
     def _route_slow(self, request: Request) -> Answer:
         path = request.path
-        if path.startswith((b"http://", b"https://")):
+        if path[:8].lower().startswith((b"http://", b"https://")):  # a scheme in any case
             # absolute-form (RFC 9112, 3.2.2): the route is the path after the authority
             after = path.partition(b"://")[2]
             slash = after.find(b"/")

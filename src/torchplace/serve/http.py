@@ -34,6 +34,7 @@ import email.utils
 import errno
 import functools
 import logging
+import re
 import socket
 import sys
 import time
@@ -69,6 +70,7 @@ _STATUS_LINES: dict[int, bytes] = {
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _JSON = b"application/json"
 _PIPELINE_DEPTH = 32  # complete requests queued on one connection before we stop reading
+_NOT_ZERO = re.compile(rb"[^0]")
 _MAX_HEAD_BYTES = 64 * 1024  # request line + headers; more gets 431 (414: the target alone)
 _LINGER_S = 1.0  # how long a rejected connection's remaining input is drained before closing
 
@@ -192,6 +194,14 @@ def connection_limit() -> int:
     if soft == resource.RLIM_INFINITY:
         return sys.maxsize
     return max(soft - max(_FD_RESERVE, soft // 8), 16)
+
+
+def _keep_alive_asked(connection: bytes | None) -> bool:
+    """``Connection`` lists the ``keep-alive`` option (a comma-separated list of tokens in any
+    case, RFC 9110 7.6.1)."""
+    if connection is None:
+        return False
+    return b"keep-alive" in [token.strip() for token in connection.lower().split(b",")]
 
 
 def _malformed(data: bytes, exc: Exception) -> Response:
@@ -430,6 +440,9 @@ class _Connection(asyncio.Protocol):
             self._head_too_large()
         if self._in_trailers:
             return
+        # the parser drops whitespace before a value, not after it; neither is part of the
+        # value (RFC 9110, 5.5): `Content-Length: 10 ` is 10, `gzip\t` is gzip
+        value = value.rstrip(b" \t")
         key = name.lower()
         headers = self._headers
         if key in headers:
@@ -556,9 +569,14 @@ class _Connection(asyncio.Protocol):
                 return
         end = data.rfind(b"\n")
         if end >= 0:
-            self._line_start = data[end + 1 : end + 65]
-        elif len(self._line_start) < 64:
-            self._line_start += data[:64]
+            self._line_start = b""
+        kept = self._line_start
+        if len(kept) < 64:
+            start = end + 1
+            if not kept:  # leading zeros say nothing of a size, and may go on for any length
+                digit = _NOT_ZERO.search(data, start)
+                start = digit.start() if digit else len(data)
+            self._line_start = kept + data[start : start + 64 - len(kept)]
 
     def on_body(self, body: bytes) -> None:
         limit = self._server.max_body_bytes
@@ -732,7 +750,7 @@ class _Connection(asyncio.Protocol):
             head += (name, b": ", value, b"\r\n")
         if close:
             head.append(b"connection: close\r\n")
-        elif request.headers.get(b"connection", b"").lower() == b"keep-alive":
+        elif _keep_alive_asked(request.headers.get(b"connection")):
             # said back: an HTTP/1.0 client keeps the connection only when the answer says so
             head.append(b"connection: keep-alive\r\n")
         head.append(b"\r\n")

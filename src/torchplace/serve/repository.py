@@ -43,6 +43,7 @@ keys, or Triton's ``ModelConfig`` JSON (``max_batch_size``, ``dynamic_batching``
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +52,7 @@ from typing import Any
 from torchplace.errors import ConfigError, ModelLoadError
 from torchplace.models import EMBEDDED_MODELS
 from torchplace.serve.config import load_config_file
+from torchplace.serve.datatypes import HOST_DTYPES
 from torchplace.serve.kserve import CONFIG_NAME as KSERVE_CONFIG
 
 __all__ = [
@@ -171,6 +173,10 @@ def _fail(where: str, key: str, problem: str, fix: str) -> ConfigError:
 #: replicas per device a load request's inline config may ask for (the model's config.toml,
 #: the operator's, may set more): a client's load must not start threads without bound
 MAX_INLINE_REPLICAS = 64
+#: the largest batch (rows) and the most bytes of the tensors an inline config declares that
+#: one batch may stage: a client's load must not make the server allocate without bound
+MAX_INLINE_BATCH_ROWS = 4096
+MAX_INLINE_BATCH_BYTES = 1 << 30
 #: the longest model directory name (Linux's NAME_MAX, in bytes)
 MAX_NAME_BYTES = 255
 
@@ -386,6 +392,38 @@ def triton_settings(text: str) -> dict[str, Any]:
     return out
 
 
+def _check_inline_batch(settings: Mapping[str, Any]) -> None:
+    """An inline config's batch within :data:`MAX_INLINE_BATCH_ROWS` rows and, with the
+    tensors it declares, :data:`MAX_INLINE_BATCH_BYTES`: each replica stages and dry-runs a
+    whole batch before the load can fail."""
+    batching = settings.get("batching")
+    rows = batching.get("max_batch_size") if isinstance(batching, Mapping) else None
+    fix = f"set a larger batch in the model's {CONFIG_NAME}"
+    if type(rows) is int and rows > MAX_INLINE_BATCH_ROWS:
+        raise ConfigError(
+            f"an inline config may ask for batches of at most {MAX_INLINE_BATCH_ROWS} rows, "
+            f"not {rows}: every replica holds a whole batch; {fix}"
+        )
+    tensors = [*settings.get("inputs", ()), *settings.get("outputs", ())]
+    row_bytes = sum(_row_bytes(t) for t in tensors if isinstance(t, Mapping))
+    size = row_bytes * (rows if type(rows) is int and rows > 0 else 1)
+    if size > MAX_INLINE_BATCH_BYTES:
+        raise ConfigError(
+            f"an inline config's batch would stage {size:,} bytes of the tensors it declares "
+            f"({row_bytes:,} a row), over the {MAX_INLINE_BATCH_BYTES:,} an inline config may "
+            f"ask for; send fewer rows or smaller dims, or {fix}"
+        )
+
+
+def _row_bytes(tensor: Mapping[str, Any]) -> int:
+    """Bytes of one row of a declared tensor (0 for a datatype without a fixed size)."""
+    dtype = HOST_DTYPES.get(str(tensor.get("datatype")))
+    shape = tensor.get("shape")
+    if dtype is None or not isinstance(shape, list):
+        return 0
+    return dtype.itemsize * math.prod(max(d, 1) for d in shape[1:] if type(d) is int)
+
+
 def _tensor(raw: object, where: str) -> dict[str, Any]:
     """One of Triton's ``input``/``output`` entries as our tensor declaration."""
     tensor = _object(raw, where)
@@ -492,6 +530,7 @@ def _inline_config(body: Mapping[str, Any]) -> dict[str, Any] | None:
             f"not {replicas}: each is a worker thread and a copy of the model; set more in the "
             f"model's {CONFIG_NAME}"
         )
+    _check_inline_batch(settings)
     source = settings.get("source")
     if source is not None and source not in EMBEDDED_MODELS:
         raise ConfigError(
