@@ -3,7 +3,12 @@ every step, is a per-batch read, not the loop's output."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from torchplace.lint import lint_source
+from torchplace.lint.engine import lint_bytes
 
 VALIDATE = """\
 import torch
@@ -49,3 +54,147 @@ def test_copies_fed_to_a_metric_every_step_are_reported() -> None:
 
 def test_copies_written_out_are_still_the_output() -> None:
     assert lint_source(SAMPLE, "sample.py", select={"TPL201"}) == []
+
+
+# ---- a logger made in one module, handed to another's batch loop as a parameter
+
+LOGGER = """\
+class Logger:
+    def __init__(self, path):
+        self.totals = {}
+
+    def update(self, **kwargs):
+        for k, v in kwargs.items():
+            v = v.item()
+            self.totals.update({k: v})
+"""
+
+MAIN = """\
+import utils
+from engine import train
+
+
+def main(model, loader, device):
+    log_writer = utils.Logger("runs")
+    train(model, loader, device, log_writer=log_writer)
+"""
+
+ENGINE_EVERY_STEP = """\
+import utils
+
+
+def train(model, loader, device, log_writer=None):
+    for x, y in loader:
+        x = x.to(device)
+        loss = model(x).sum()
+        loss.backward()
+        if log_writer is not None:
+            log_writer.update(loss=loss)
+"""
+
+ENGINE_AFTER_LOOP = """\
+import utils
+
+
+def train(model, loader, device, log_writer=None):
+    for x, y in loader:
+        x = x.to(device)
+        loss = model(x).sum()
+        loss.backward()
+    if log_writer is not None:
+        log_writer.update(loss=loss)
+"""
+
+ENGINE_OWN_WRITER = """\
+import utils
+
+
+def train(model, loader, device, log_writer=None):
+    log_writer = Recorder()
+    for x, y in loader:
+        x = x.to(device)
+        loss = model(x).sum()
+        loss.backward()
+        log_writer.update(loss=loss)
+"""
+
+
+def _logger_findings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, engine: str
+) -> list[tuple[int, str]]:
+    (tmp_path / "utils.py").write_text(LOGGER)
+    (tmp_path / "main.py").write_text(MAIN)
+    (tmp_path / "engine.py").write_text(engine)
+    monkeypatch.chdir(tmp_path)
+    found = lint_bytes(LOGGER.encode(), "utils.py", select={"TPL201"})
+    return [(f.line, f.code) for f in found]
+
+
+def test_a_method_of_an_instance_handed_to_another_modules_batch_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `log_writer = utils.Logger(...)` in main, `log_writer.update(loss=loss)` in engine's
+    # batch loop through the parameter of that name; `is not None` holds on every step
+    assert _logger_findings(tmp_path, monkeypatch, ENGINE_EVERY_STEP) == [(7, "TPL201")]
+
+
+def test_a_handed_instance_called_after_the_loop_is_left_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert _logger_findings(tmp_path, monkeypatch, ENGINE_AFTER_LOOP) == []
+
+
+def test_a_parameter_rebound_to_something_else_is_not_the_instance(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert _logger_findings(tmp_path, monkeypatch, ENGINE_OWN_WRITER) == []
+
+
+# ---- an identity test of a setting is not a branch taken on few steps
+
+WRITER_SET = """\
+def train(model, loader, device, log_writer, optimizer):
+    for step, (x, y) in enumerate(loader):
+        x = x.to(device)
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+        if log_writer is not None:
+            log_writer.add_scalar("loss", loss.item(), step)
+        if log_writer is not None and step % 100 == 0:
+            log_writer.add_scalar("loss", loss.item(), step)
+"""
+
+
+def test_is_not_none_of_a_logger_holds_on_every_step() -> None:
+    # `log` in the name makes a test rare; `is not None` asks only whether it is set
+    lines = [f.line for f in lint_source(WRITER_SET, "train.py", select={"TPL201"})]
+    assert lines == [8]  # line 10 is every 100 steps
+
+
+# ---- copies collected and returned as they are, in another dtype
+
+PREDICT = """\
+import numpy as np
+import torch
+
+
+def predict(model, loader, device):
+    out = []
+    with torch.no_grad():
+        for (x,) in loader:
+            x = x.to(device).float()
+            y = model(x).cpu().data.numpy()
+            out.append(y)
+    return np.concatenate(out).astype("float64")
+"""
+
+
+def test_copies_returned_in_another_dtype_are_the_output() -> None:
+    assert lint_source(PREDICT, "predict.py", select={"TPL201"}) == []
+
+
+def test_a_value_computed_from_the_copies_is_not_the_output() -> None:
+    source = PREDICT.replace('.astype("float64")', ".mean()")
+    lines = [f.line for f in lint_source(source, "predict.py", select={"TPL201"})]
+    assert lines == [10]

@@ -157,19 +157,66 @@ def _from_instances(
         return None
     candidates: list[tuple[FileFacts, str | None]] = [(facts, None)]
     candidates += [(others, f"{stem}.{cls.name}") for others, stem in _importers(facts, cls.name)]
+    named: set[str] = set()  # the plain names instances get where they are made
+    fallback: PerBatch | None = None
+    searched: set[str] = set()
     for callers, qualified in candidates:
+        searched.add(os.path.abspath(callers.path))
         instances = _instances(callers, cls, qualified)
         if not instances:
             continue
+        named |= {i.rpartition(".")[2] for i in instances if ":" not in i}
         found = _from_callers(
             facts, function, depth + 1, callers, None, instances=instances, method=cls.name
         )
-        if found is not None:
-            # A helper object's method is part of a training step only for what it is given:
-            # with no device argument, its unknown values (`v.item()` of a meter's `**kwargs`)
-            # may well be host numbers.
-            return found if found.seeds else PerBatch(found.how, {}, False)
-    return None
+        if found is not None and found.seeds:
+            return found
+        fallback = fallback or found  # per batch, given nothing known: other callers may say
+    if named and function.name not in _RUN_METHODS and depth == 0:
+        # the instance handed on to another module of the package, a parameter named as the
+        # instance is where it is made: `log_writer = utils.TensorboardLogger(...)` in main,
+        # `train_one_epoch(..., log_writer=None)` in engine calls `log_writer.update(...)`
+        for others in _handed_to(facts, function.name, searched):
+            found = _from_callers(
+                facts,
+                function,
+                depth + 1,
+                others,
+                None,
+                instances=frozenset(named),
+                method=cls.name,
+                parameters_only=True,
+            )
+            if found is not None and found.seeds:
+                return found
+            fallback = fallback or found
+    return _helper_step(fallback) if fallback is not None else None
+
+
+def _helper_step(found: PerBatch) -> PerBatch:
+    """A helper object's method is part of a training step only for what it is given: with no
+    device argument, its unknown values (`v.item()` of a meter's `**kwargs`) may well be host
+    numbers."""
+    return found if found.seeds else PerBatch(found.how, {}, False)
+
+
+def _handed_to(facts: FileFacts, method: str, searched: set[str]) -> Iterator[FileFacts]:
+    """The sibling modules, not searched yet, that name ``facts``'s module and call
+    ``x.method(...)``."""
+    from torchplace.lint.provenance.files import facts_for_file  # files builds on this module
+
+    if not os.path.isfile(facts.path):
+        return
+    needle = f".{method}("
+    for other in _mentioning(os.path.abspath(facts.path)):
+        if other in searched:
+            continue
+        text = _text_of(other)
+        if text is None or needle not in text:
+            continue
+        others = facts_for_file(other)
+        if others is not None:
+            yield others
 
 
 _RUN_METHODS = frozenset({"forward", "__call__"})
@@ -224,6 +271,7 @@ def _on_instance(
     scope: ast.AST,
     function: ast.FunctionDef | ast.AsyncFunctionDef,
     instances: frozenset[str],
+    parameters_only: bool = False,
 ) -> bool:
     """``aug.tune(...)`` (``aug`` bound to an instance), or ``model(...)`` for ``forward``;
     also through a parameter of the calling function named as the instance is where it is
@@ -238,6 +286,15 @@ def _on_instance(
     name = dotted_name(receiver)
     if name is None:
         return False
+    if parameters_only:  # instances made in another module: only a parameter named as they are
+        if "." in name or not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return False
+        if _bound_here(scope, name) is not None:
+            return False
+        params = {
+            a.arg for a in [*scope.args.posonlyargs, *scope.args.args, *scope.args.kwonlyargs]
+        }
+        return name in params and name in instances
     if "." in name:
         return name in instances  # `self.trainer`: an attribute, one per object
     if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -268,6 +325,7 @@ def _from_callers(
     *,
     instances: frozenset[str] = frozenset(),
     method: str | None = None,
+    parameters_only: bool = False,
 ) -> PerBatch | None:
     """``function`` as called in ``callers``: per batch when a call sits in a
     batch loop or in a per-batch function. ``qualified`` (``module.name``) matches calls from
@@ -282,7 +340,7 @@ def _from_callers(
         if scope is function:
             continue
         if instances:
-            if not _on_instance(call, scope, function, instances):
+            if not _on_instance(call, scope, function, instances, parameters_only):
                 continue
         elif qualified is None:
             if callers.local_def(call.func, scope) is not function:

@@ -449,7 +449,8 @@ def _names_logging(text: str) -> bool:
 def rare_test(test: ast.expr) -> bool:
     """A branch test that holds on few steps: ``step % every == 0``, ``i == 0``, ``n < 10``, or
     one naming logging or debugging (``if args.verbose:``), or ``and`` with one of these
-    (``plots and i < 3``)."""
+    (``plots and i < 3``). An identity test (``if log_writer is not None:``) asks whether a
+    setting is there, on every step or on none: never rare by itself."""
     if (
         isinstance(test, ast.BoolOp)
         and isinstance(test.op, ast.And)
@@ -458,6 +459,10 @@ def rare_test(test: ast.expr) -> bool:
         return True
     if isinstance(test, ast.Compare) and len(test.ops) == 1:
         right = test.comparators[0]
+        if isinstance(test.ops[0], (ast.Is, ast.IsNot)):
+            # `if log_writer is not None:`: whether a setting is present, the same on every
+            # step (all of them or none), whatever the name says
+            return False
         if isinstance(right, ast.Constant) and isinstance(right.value, int):
             op = test.ops[0]
             if isinstance(op, ast.Eq) or (isinstance(op, (ast.Lt, ast.LtE)) and right.value <= 100):

@@ -684,6 +684,10 @@ _JOINS = frozenset(
 )
 
 
+# Methods that hand back the same values in another dtype or shape.
+_RESHAPES = frozenset({"astype", "reshape", "squeeze", "ravel", "flatten"})
+
+
 def _returned(scope: ast.AST, names: set[str]) -> bool:
     """The values in ``names`` are what the function returns: collected (``out.append(v)``),
     joined (``np.concatenate(out)``), sliced or renamed, then returned unchanged. A value
@@ -704,7 +708,8 @@ def _returned(scope: ast.AST, names: set[str]) -> bool:
 
 
 def _carries(node: ast.expr, names: set[str]) -> bool:
-    """``node`` is one of ``names`` as it is: the name, a slice, a tuple of them, a join."""
+    """``node`` is one of ``names`` as it is: the name, a slice, a tuple of them, a join, or
+    one of these in another dtype or shape (``.astype(...)``, ``.reshape(...)``)."""
     if isinstance(node, ast.Name):
         return node.id in names
     if isinstance(node, ast.Subscript):
@@ -715,6 +720,8 @@ def _carries(node: ast.expr, names: set[str]) -> bool:
         return any(_carries(element, names) for element in node.elts)
     if isinstance(node, ast.Call):
         func = node.func
+        if isinstance(func, ast.Attribute) and func.attr in _RESHAPES:
+            return _carries(func.value, names)  # np.concatenate(out).astype("float64")
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
         return name in _JOINS and any(_carries(arg, names) for arg in node.args)
     return False
