@@ -198,3 +198,39 @@ def test_a_value_computed_from_the_copies_is_not_the_output() -> None:
     source = PREDICT.replace('.astype("float64")', ".mean()")
     lines = [f.line for f in lint_source(source, "predict.py", select={"TPL201"})]
     assert lines == [10]
+
+
+REMAINDER = """\
+import torch
+
+
+def train(model, loader, optimizer, device):
+    step = 0
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        step += 1
+        if step % 50:
+            print(loss.item())
+        if step % 50 != 0:
+            print(loss.item())
+        if step % 50 == 0:
+            print(loss.item())
+        if not step % 50:
+            print(loss.item())
+"""
+
+
+def test_a_remainder_tested_for_truth_holds_on_most_steps() -> None:
+    # `if step % 50:` and `step % 50 != 0` skip one step in 50: the reads run every other step
+    lines = [f.line for f in lint_source(REMAINDER, "train.py", select={"TPL201"})]
+    assert 13 in lines
+    assert 15 in lines
+
+
+def test_a_remainder_equal_to_zero_stays_rare() -> None:
+    lines = [f.line for f in lint_source(REMAINDER, "train.py", select={"TPL201"})]
+    assert 17 not in lines
+    assert 19 not in lines

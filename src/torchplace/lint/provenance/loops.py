@@ -450,7 +450,10 @@ def rare_test(test: ast.expr) -> bool:
     """A branch test that holds on few steps: ``step % every == 0``, ``i == 0``, ``n < 10``, or
     one naming logging or debugging (``if args.verbose:``), or ``and`` with one of these
     (``plots and i < 3``). An identity test (``if log_writer is not None:``) asks whether a
-    setting is there, on every step or on none: never rare by itself."""
+    setting is there, on every step or on none: never rare by itself. A remainder tested for
+    truth (``if step % 50:``, ``step % 50 != 0``) holds on every step but one in N: frequent."""
+    if _remainder_nonzero(test):
+        return False
     if (
         isinstance(test, ast.BoolOp)
         and isinstance(test.op, ast.And)
@@ -475,6 +478,22 @@ def rare_test(test: ast.expr) -> bool:
         if text and _names_logging(text):
             return True
     return False
+
+
+def _remainder_nonzero(test: ast.expr) -> bool:
+    """``step % n`` as a truth value, or compared unequal to zero (``step % n != 0``,
+    ``step % n > 0``): true on all steps but the multiples of ``n``."""
+    if isinstance(test, ast.BinOp):
+        return isinstance(test.op, ast.Mod)
+    return (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], (ast.NotEq, ast.Gt))
+        and isinstance(test.left, ast.BinOp)
+        and isinstance(test.left.op, ast.Mod)
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value == 0
+    )
 
 
 def _names_rank(node: ast.expr) -> bool:

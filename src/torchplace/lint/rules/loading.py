@@ -83,7 +83,7 @@ def _torch_load(call: ast.Call, ctx: Context) -> None:
         and keyword(call, "map_location") is None
         and not in_test(ctx)
         and not _in_dataset(ctx)
-        and not _round_trip(call, ctx, wrapped=True)
+        and not _round_trip(call, ctx, wrapped=True, script=True)
         and not _host_only_payload(call, ctx)
         and not _saved_from_host(call, ctx)
         and _may_load_elsewhere(ctx)
@@ -247,23 +247,28 @@ def _is_dataset_class(node: ast.ClassDef, ctx: Context) -> bool:
 _IN_MEMORY = ("BytesIO", "TemporaryFile", "NamedTemporaryFile", "SpooledTemporaryFile")
 
 
-def _round_trip(call: ast.Call, ctx: Context, *, wrapped: bool = False) -> bool:
+def _round_trip(
+    call: ast.Call, ctx: Context, *, wrapped: bool = False, script: bool = False
+) -> bool:
     """Loading what this process just saved (an in-memory buffer, a temporary file, the same
     path given to ``torch.save`` in the same function): the saving device exists. With
     ``wrapped``, a buffer over given bytes (``BytesIO(data)``) counts too: bytes passed
     around in memory come from a process of this run (for where tensors land), though not
-    necessarily from a trusted file (for what unpickling may run)."""
+    necessarily from a trusted file (for what unpickling may run). With ``script``, a script's
+    own statements count as a function (``torch.save(net, "m.pt")``, then
+    ``torch.load("m.pt")`` at module level): the saving device exists."""
     source = call.args[0] if call.args else getattr(keyword(call, "f"), "value", None)
     if source is None:
         return True
     scope = ctx.function_scope()
     if _names_buffer(source, ctx, scope or ctx.scope, wrapped=wrapped):
         return True
-    if scope is None:
+    if scope is None and not script:
         return False
-    cached = scope.cache.get("saves")
+    owner = scope if scope is not None else ctx.scope.root()
+    cached = owner.cache.get("saves")
     if cached is None:
-        cached = scope.cache["saves"] = _saves(scope.node, ctx)
+        cached = owner.cache["saves"] = _saves(owner.node, ctx)
     first = cached.get(" ".join((ctx.segment(source) or "").split()))
     return "seek" in cached or (first is not None and first < call.lineno)
 
@@ -273,7 +278,8 @@ def _saves(function: ast.AST, ctx: Context) -> dict[str, int]:
     first line that does: a load above every save of its path (a resume at start-up) reads
     what an earlier run wrote, perhaps on another machine."""
     found: dict[str, int] = {}
-    for sub in walk(function):
+    # a module's own statements: a save inside a function runs only when called, maybe never
+    for sub in own_nodes(function) if isinstance(function, ast.Module) else walk(function):
         if not (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute)):
             continue
         if sub.func.attr == "seek":
