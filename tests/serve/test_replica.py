@@ -32,6 +32,28 @@ def test_prepare_places_a_private_copy_and_passes_the_dry_run() -> None:
     assert not replica.staging.is_pinned()  # pinned only for CUDA
 
 
+def test_a_device_without_an_index_is_named_as_it_resolves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``Replica(loaded, torch.device("cuda"))``: the parameters report ``cuda:N``, so the
+    replica holds the full device (its readiness check compares the two), as the engine's do."""
+    import torchplace.devices
+
+    asked: list[torch.device] = []
+
+    def resolve(device: torch.device) -> torch.device:
+        asked.append(device)
+        return torch.device("cuda", 1)
+
+    monkeypatch.setattr(torchplace.devices, "resolve_device", resolve)
+    replica = Replica(loaded(Scale()), torch.device("cuda"), max_batch_size=4)
+    assert asked == [torch.device("cuda")]
+    assert (replica.device, replica.label, replica.name) == (torch.device("cuda:1"), "cuda:1",
+                                                             "cuda:1#0")  # fmt: skip
+    assert Replica(loaded(Scale()), torch.device("cpu")).device == torch.device("cpu")
+    assert len(asked) == 1  # a device with an index, or the CPU, is taken as it is
+
+
 def test_readiness_is_read_from_the_parameters() -> None:
     replica = Replica(loaded(Scale()), torch.device("cpu"), max_batch_size=4)
     replica.prepare()

@@ -40,6 +40,7 @@ from torchplace.serve.execution import BatchExecutor, BatchOutcome, FailureScope
 from torchplace.serve.failures import BatchFailure, HealthTracker
 from torchplace.serve.loader import set_eval
 from torchplace.serve.staging import StagingBuffers
+from torchplace.serve.startup import full_device
 
 if TYPE_CHECKING:
     import torch
@@ -82,7 +83,7 @@ class Replica(BatchExecutor):
                 "torch.float16 or torch.bfloat16, or None for the model's own dtypes"
             )
         self.loaded = loaded
-        self.device = device
+        self.device = device = full_device(device)  # `cuda` -> `cuda:N`, as tensors report it
         self.label = str(device)
         self.index = index
         self.name = f"{self.label}#{index}"
