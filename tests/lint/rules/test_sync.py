@@ -234,3 +234,70 @@ def test_a_remainder_equal_to_zero_stays_rare() -> None:
     lines = [f.line for f in lint_source(REMAINDER, "train.py", select={"TPL201"})]
     assert 17 not in lines
     assert 19 not in lines
+
+
+# ---- `optimizer.zero_grad()` before a nested batch loop resets once per epoch
+
+EPOCH_ZERO_GRAD = """\
+import torch
+
+def train(model, loader, optimizer, device, epochs):
+    weights = torch.ones(10).to(device)
+    for epoch in range(epochs):
+        w = weights.cpu().numpy()
+        optimizer.zero_grad()
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+"""
+
+ZERO_GRAD_STEP = """\
+import torch
+
+def train(model, loader, optimizer, device, run_step):
+    weights = torch.ones(10).to(device)
+    for x in loader:
+        w = weights.cpu().numpy()
+        optimizer.zero_grad()
+        run_step(model, x, w)
+"""
+
+
+def test_a_read_before_the_batch_loop_of_an_epoch_is_left_alone() -> None:
+    # the epoch loop's own `optimizer.zero_grad()` runs once per epoch, like the read
+    assert lint_source(EPOCH_ZERO_GRAD, "train.py", select={"TPL201"}) == []
+
+
+def test_zero_grad_without_a_nested_batch_loop_still_marks_a_step() -> None:
+    lines = [f.line for f in lint_source(ZERO_GRAD_STEP, "train.py", select={"TPL201"})]
+    assert 6 in lines
+
+
+ACCUMULATE = """\
+import torch
+
+def train(model, batches, optimizer, scaler, device, accum):
+    while True:
+        for micro in range(accum):
+            x = next(batches).to(device)
+            loss = model(x).sum() / accum
+            scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        print(loss.item())
+"""
+
+ACCUMULATE_RESET_FIRST = ACCUMULATE.replace(
+    "        optimizer.zero_grad(set_to_none=True)\\n", ""
+).replace("    while True:\\n", "    while True:\\n        optimizer.zero_grad()\\n")
+
+
+@pytest.mark.parametrize("source", [ACCUMULATE, ACCUMULATE_RESET_FIRST])
+def test_zero_grad_around_accumulated_micro_steps_marks_a_step(source: str) -> None:
+    # flushed after the micro-step loop, or reset before it next to `scaler.step(optimizer)`
+    lines = [f.line for f in lint_source(source, "train.py", select={"TPL201"})]
+    assert 12 in lines

@@ -83,7 +83,10 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
             for name in _target_names(t)
         }
     derived = _derived(own, targets)
-    nested_batch = any(facts.loop_kind(sub, scope) is not None for sub in nested)
+    nested_batch_lines = [
+        getattr(sub, "lineno", 0) for sub in nested if facts.loop_kind(sub, scope) is not None
+    ]
+    nested_batch = bool(nested_batch_lines)
     step = None
     for node in own:
         if not isinstance(node, ast.Call):
@@ -97,6 +100,7 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
             and name in {"step", "zero_grad"}
             and not node.args
             and "sched" not in facts.segment(func.value).lower()
+            and not (name == "zero_grad" and _resets_epoch(node, own, nested_batch_lines))
         ):
             return "batch", f"it calls `{_short(facts.segment(func), 32)}()` on every step"
         if derived and (
@@ -320,6 +324,21 @@ def moves_some(loop: ast.For | ast.AsyncFor) -> bool:
             ):
                 return True
     return False
+
+
+def _resets_epoch(call: ast.Call, own: list[ast.AST], nested_batch_lines: list[int]) -> bool:
+    """``optimizer.zero_grad()`` before the nested batch loop of an epoch loop that steps no
+    optimizer itself: a reset once per epoch. After the nested loop (gradients accumulated over
+    micro-steps, then flushed), or next to a ``scaler.step(optimizer)``, it marks a step."""
+    if not nested_batch_lines or call.lineno >= min(nested_batch_lines):
+        return False
+    return not any(
+        isinstance(sub, ast.Call)
+        and isinstance(sub.func, ast.Attribute)
+        and sub.func.attr == "step"
+        and not _names_scheduler(sub.func.value)
+        for sub in own
+    )
 
 
 def _split_own(body: list[ast.AST]) -> tuple[list[ast.AST], list[ast.AST]]:
