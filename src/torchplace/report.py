@@ -23,7 +23,7 @@ import importlib.metadata
 import json
 import os
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
@@ -38,6 +38,7 @@ __all__ = [
     "FORMATS",
     "SCHEMA_VERSION",
     "add_output_options",
+    "check_distinct",
     "check_output",
     "envelope",
     "load_schema",
@@ -128,23 +129,66 @@ def check_output(output: str | Path | None, *, flag: str = "-o") -> None:
     command does its work."""
     if output is None:
         return
-    path = Path(output)
     fix = f"give {flag} a file in an existing, writable directory"
+    if str(output) == "":
+        raise ConfigError(f"{flag} '' is empty; {fix}")
+    try:
+        _check_writable(Path(output), flag, fix)
+    except OSError as exc:  # a name too long, a component that is not a directory, ...
+        raise ConfigError(f"{flag} {str(output)!r}: {exc.strerror or exc}; {fix}") from None
+
+
+def _check_writable(path: Path, flag: str, fix: str) -> None:
+    given = str(path)
     if path.is_dir():
-        raise ConfigError(f"{flag} {str(path)!r} is a directory; {fix}")
+        raise ConfigError(f"{flag} {given!r} is a directory; {fix}")
+    if path.is_symlink():  # written through: where the link leads must be writable
+        try:
+            path = path.resolve(strict=False)
+        except RuntimeError:  # a loop of links (Python < 3.13; later ones raise OSError)
+            raise ConfigError(f"{flag} {given!r} is a loop of symbolic links; {fix}") from None
+        if path.is_symlink():  # still a link: resolve stopped at a loop
+            raise ConfigError(f"{flag} {given!r} is a loop of symbolic links; {fix}")
     parent = path.parent
     if not parent.is_dir():
         raise ConfigError(
-            f"{flag} {str(path)!r}: directory {str(parent)!r} does not exist; create it or {fix}"
+            f"{flag} {given!r}: directory {str(parent)!r} does not exist; create it or {fix}"
         )
+    pathconf = getattr(os, "pathconf", None)  # POSIX only
+    longest = pathconf(parent, "PC_NAME_MAX") if pathconf is not None else 255
+    if len(os.fsencode(path.name)) > longest:
+        raise ConfigError(f"{flag} {given!r}: the file name is too long; {fix}")
     if path.exists():
         if not os.access(path, os.W_OK):
-            raise ConfigError(f"{flag} {str(path)!r} is not writable; fix its permissions or {fix}")
+            raise ConfigError(f"{flag} {given!r} is not writable; fix its permissions or {fix}")
     elif not os.access(parent, os.W_OK | os.X_OK):
         raise ConfigError(
-            f"{flag} {str(path)!r}: directory {str(parent)!r} is not writable; "
+            f"{flag} {given!r}: directory {str(parent)!r} is not writable; "
             f"fix its permissions or {fix}"
         )
+
+
+def check_distinct(outputs: Iterable[str | Path | None], inputs: Iterable[str | Path] = ()) -> None:
+    """Refuse two outputs that name one file (one would overwrite the other), or an output that
+    names one of the command's ``inputs`` (the report would overwrite what it reports on)."""
+    seen: dict[Path, str] = {}
+    for output in outputs:
+        if output is None or str(output) == "":
+            continue
+        key = Path(output).resolve()
+        if key in seen:
+            raise ConfigError(
+                f"{seen[key]!r} and {str(output)!r} name the same file, and one would overwrite "
+                "the other; give each its own path"
+            )
+        seen[key] = str(output)
+    for given in inputs:
+        key = Path(given).resolve()
+        if key in seen:
+            raise ConfigError(
+                f"{seen[key]!r} is also an input of this command ({str(given)!r}): the report "
+                "would overwrite it; give the output another path"
+            )
 
 
 @contextmanager

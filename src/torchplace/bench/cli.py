@@ -279,6 +279,7 @@ def run(args: argparse.Namespace) -> int:
 
     _check_plot(args)
     report.check_output(args.output)
+    report.check_distinct([args.output, getattr(args, "plot", None)])
     device = resolve_device(args.device)
     if args.threads is not None:
         import torch

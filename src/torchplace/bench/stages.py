@@ -99,6 +99,11 @@ def load_model_spec(model: str, input_shape: str | None = None) -> ModelSpec:
             f"cannot load {model!r}: {exc}; check that {module_name!r} is importable from the "
             "current directory or PYTHONPATH and defines that callable"
         ) from exc
+    except (Exception, SystemExit) as exc:  # the module's own code failed (or exited) on import
+        raise ConfigError(
+            f"cannot load {model!r}: importing {module_name!r} failed with "
+            f"{type(exc).__name__}: {exc}; fix the module so that it imports cleanly"
+        ) from exc
     if not callable(factory):
         raise ConfigError(f"{model!r} is not callable; point at a function returning an nn.Module")
     if input_shape is None:

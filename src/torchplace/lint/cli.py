@@ -7,6 +7,7 @@ annotations. Exit status: 0 no findings, 1 findings, 2 usage or internal error.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -94,6 +95,17 @@ def _apply_fixes(findings: list[Finding]) -> tuple[int, set[str]]:
     return applied, changed
 
 
+def _linted_files(paths: list[str], output: str | None) -> list[str]:
+    """The files given to lint, and ``output`` itself when it is an existing source file
+    under a folder given to lint: a report there would overwrite what it reports on."""
+    files = [p for p in paths if os.path.isfile(p)]
+    if output and output.endswith((".py", ".pyi")) and os.path.isfile(output):
+        target = Path(output).resolve()
+        if any(target.is_relative_to(Path(p).resolve()) for p in paths if os.path.isdir(p)):
+            files.append(output)
+    return files
+
+
 def run(args: argparse.Namespace) -> int:
     """Lint the paths; print the findings; return the exit status."""
     if args.list_rules:
@@ -102,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{rule.code}  {rule.name:<28} {rule.summary}{mark}")
         return report.EXIT_OK
     report.check_output(args.output)
+    report.check_distinct([args.output], _linted_files(args.paths, args.output))
     if args.jobs is not None and args.jobs < 1:
         raise ConfigError(f"--jobs must be at least 1, got {args.jobs}")
     settings = load_settings(

@@ -99,7 +99,15 @@ def _table(path: Path) -> dict[str, Any] | None:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read the TOML: {exc}") from exc
-    table = data.get("tool", {}).get("torchplace", {}).get("lint")
+    table: Any = data
+    for key, name in (("tool", "tool"), ("torchplace", "tool.torchplace")):
+        table = table.get(key, {})
+        if not isinstance(table, dict):
+            raise ConfigError(
+                f"{path}: {name} must be a table, not {table!r}; the settings go under "
+                "[tool.torchplace.lint]"
+            )
+    table = table.get("lint")
     if table is None:
         return None
     if not isinstance(table, dict):

@@ -90,9 +90,14 @@ def _github_escape(text: str) -> str:
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
+def _github_property(text: str) -> str:
+    """A property value: ``,`` would end it and ``:`` (as ``::``) the properties."""
+    return _github_escape(text).replace(":", "%3A").replace(",", "%2C")
+
+
 def _github(findings: Sequence[Finding]) -> str:
     return "\n".join(
-        f"::error title=torchplace ({f.code}),file={_github_escape(f.path)},line={f.line},"
+        f"::error title=torchplace ({f.code}),file={_github_property(f.path)},line={f.line},"
         f"col={f.col},endLine={f.end_line or f.line},endColumn={f.end_col or f.col}::"
         f"{_github_escape(f'{f.code} {f.message}')}"
         for f in findings

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+from pathlib import Path
 from typing import Any
 
 from torchplace import report
@@ -174,12 +175,16 @@ def run(args: argparse.Namespace) -> int:
     if args.inputs:
         from torchplace.serve.config import parse_tensor_spec
 
-        inputs = [parse_tensor_spec(text) for text in args.inputs]
+        inputs = [parse_tensor_spec(text, sequence=True) for text in args.inputs]
     if args.export and args.export[0] != "device-map":
         raise ConfigError(f"--export {args.export[0]!r}: the one export is 'device-map FILE'")
     if args.export:
         report.check_output(args.export[1], flag="--export device-map")
     report.check_output(args.plot, flag="--plot")
+    if args.plot and Path(args.plot).suffix.lower() != ".png":
+        raise ConfigError(f"--plot {args.plot!r}: the drawing is a PNG; give a FILE.png")
+    outputs = [p for p in (args.output, args.export and args.export[1], args.plot) if p]
+    report.check_distinct(outputs)
     # The user's factory and forward run in this process: whatever they print goes to stderr,
     # so that stdout holds the report alone (and --json stays parseable).
     with contextlib.redirect_stdout(sys.stderr):

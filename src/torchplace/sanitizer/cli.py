@@ -160,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
     if args.top is not None and args.top < 0:
         raise ConfigError(f"--top must be >= 0, got {args.top}")
     report.check_output(args.output)
+    report.check_distinct([args.output], [target] if kind == "path" else [])
 
     from torchplace.sanitizer.recorder import Guard
 
@@ -367,4 +368,16 @@ def _write(
                 "program went on without (a thread died of it, or the program caught it); the "
                 "program itself exited with status 0\n"
             )
+    if output is None and stream.closed:
+        stream = _reopened(stream)
     report.write_report(text, output, stream=stream)
+
+
+def _reopened(stream: TextIO) -> TextIO:
+    """The program closed ``sys.stderr``: its descriptor, 2, usually is still open (Python's
+    standard streams do not close theirs), and the report goes there; else ``stream`` as it is
+    (the report then says it has nowhere to go)."""
+    try:
+        return os.fdopen(os.dup(2), "w", encoding="utf-8")
+    except OSError:
+        return stream

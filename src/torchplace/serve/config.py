@@ -34,8 +34,14 @@ CONTROL_MODES: tuple[str, ...] = ("none", "explicit", "poll")
 MIB = 1024 * 1024
 
 
-def parse_tensor_spec(text: str) -> TensorSpec:
-    """Parse ``NAME:DATATYPE:DIMS`` (e.g. ``input:FP32:-1,8``) into a :class:`TensorSpec`."""
+#: the most elements one row of a declared tensor may hold (8 GiB of float32): a declaration
+#: past it is a typo, and would fail (or exhaust memory) only when its first batch is staged
+MAX_ROW_ELEMENTS = 2**31
+
+
+def parse_tensor_spec(text: str, *, sequence: bool = False) -> TensorSpec:
+    """Parse ``NAME:DATATYPE:DIMS`` (e.g. ``input:FP32:-1,8``) into a :class:`TensorSpec`.
+    With ``sequence`` (the planner's declarations), a later ``-1`` is the sequence length."""
     parts = text.strip().split(":")
     if len(parts) != 3 or not parts[0]:
         raise ConfigError(
@@ -49,10 +55,11 @@ def parse_tensor_spec(text: str) -> TensorSpec:
             f"tensor declaration {text!r}: dims {dims!r} must be comma-separated integers "
             "(-1 for the batch dimension), e.g. '-1,8'"
         ) from None
-    return _checked_spec(TensorSpec(name, datatype.upper(), shape), where="tensor declaration")
+    spec = TensorSpec(name, datatype.upper(), shape)
+    return _checked_spec(spec, where="tensor declaration", sequence=sequence)
 
 
-def _checked_spec(spec: TensorSpec, *, where: str) -> TensorSpec:
+def _checked_spec(spec: TensorSpec, *, where: str, sequence: bool = False) -> TensorSpec:
     if spec.datatype not in DATATYPES:
         raise ConfigError(
             f"{where} {spec.name!r}: datatype {spec.datatype!r} is not servable; "
@@ -63,10 +70,15 @@ def _checked_spec(spec: TensorSpec, *, where: str) -> TensorSpec:
             f"{where} {spec.name!r}: shape {list(spec.shape)} must start with -1, the batch "
             "dimension, e.g. [-1, 8]"
         )
-    if any(d < -1 for d in spec.shape) or -1 in spec.shape[1:]:
+    if any(d < -1 for d in spec.shape) or (-1 in spec.shape[1:] and not sequence):
         raise ConfigError(
             f"{where} {spec.name!r}: shape {list(spec.shape)} may use -1 only as its first "
             "(batch) dimension; the other dimensions must be sizes >= 0"
+        )
+    if math.prod(d for d in spec.shape[1:] if d > 0) > MAX_ROW_ELEMENTS:
+        raise ConfigError(
+            f"{where} {spec.name!r}: shape {list(spec.shape)} makes a row of more than "
+            f"{MAX_ROW_ELEMENTS:,} elements; check the dimensions"
         )
     return spec
 
@@ -100,6 +112,9 @@ def _to_spec(value: Any, field_name: str) -> TensorSpec:
 #: the fields that hold a path (strings from flags and files become :class:`~pathlib.Path`)
 #: upper bounds: past them a setting is a mistake (or a client's load asking for the
 #: impossible: a batch of millions of rows, a delay of hours, thousands of worker threads)
+#: the most torch threads: far more than any machine's cores, far below the counts at which
+#: torch's thread pool crashes the process (100000 segfaults at the first op)
+_MOST_THREADS = 1024
 _MOST: dict[str, int | float] = {
     "max_batch_size": 1 << 20,
     "replicas_per_device": 1024,
@@ -302,9 +317,13 @@ class ServeConfig:
         if self.torch_threads is not None and (
             not isinstance(self.torch_threads, int)
             or isinstance(self.torch_threads, bool)
-            or self.torch_threads < 1
+            or not 1 <= self.torch_threads <= _MOST_THREADS
         ):
-            fail("torch_threads", self.torch_threads, "give an integer >= 1 (or leave it unset)")
+            fail(
+                "torch_threads",
+                self.torch_threads,
+                f"give an integer from 1 to {_MOST_THREADS} (or leave it unset)",
+            )
         if (
             not isinstance(self.port, int)
             or isinstance(self.port, bool)
