@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -254,3 +255,38 @@ def test_serve_input_with_an_enormous_dimension_is_a_config_error() -> None:
 
     with pytest.raises(TorchplaceError):
         asyncio.run(start())
+
+
+# ---------------------------------------------------------------------------- messages
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["guard", "--max-events", "-5", "--", "python", "prog.py"], "--max-events must be >= 0"),
+        (["bench", "transfer", "--min-time", "inf"], "'inf' is not a positive finite number"),
+        (["plan", "--tolerance", "nan"], "--tolerance nan must be a fraction"),
+        (["serve", "--exported", "."], "exported program '.' is a directory"),
+        (["serve", "--weights", "missing.pt"], "weights 'missing.pt' does not exist"),
+    ],
+)
+def test_bad_values_are_usage_errors_named_as_the_flags(
+    tmp_path: Path, args: list[str], words: str
+) -> None:
+    """Named by the flag the user typed (not the API's parameter), refused before any work,
+    exit 2: a missing --weights file is the user's path to fix, as a missing --exported is."""
+    (tmp_path / "prog.py").write_text("pass\n")
+    proc = _cli(args, tmp_path)
+    _no_traceback(proc)
+    assert proc.returncode == 2, proc.stderr
+    assert words in proc.stderr, proc.stderr
+
+
+def test_a_path_that_is_not_a_regular_file_is_named_for_what_it_is(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo.py")
+    (tmp_path / "dangling.py").symlink_to(tmp_path / "missing.py")
+    guard = _cli(["guard", "--", "python", "fifo.py"], tmp_path)
+    assert guard.returncode == 2
+    assert "'fifo.py' is not a regular file" in guard.stderr, guard.stderr
+    lint = _cli(["lint", "--isolated", "dangling.py"], tmp_path)
+    assert "a symbolic link to a file that does not exist" in lint.stdout, lint.stdout

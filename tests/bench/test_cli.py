@@ -197,7 +197,7 @@ def test_usage_errors_exit_2(
         (["transfer", "--sizes", "4Q"], "cannot read size '4Q'"),
         (["timing", "--repeats", "0"], "'0' is not a positive integer"),
         (["timing", "--repeats", "2.5"], "'2.5' is not a positive integer"),
-        (["transfer", "--min-time", "nan"], "'nan' is not a positive number"),
+        (["transfer", "--min-time", "nan"], "'nan' is not a positive finite number"),
         ([], "BENCHMARK"),
     ],
 )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import sys
 import warnings
@@ -104,14 +105,14 @@ def _positive(cast: Callable[[str], N], noun: str) -> Callable[[str], N]:
             value = cast(text)
         except ValueError:
             value = cast("0")
-        if not value > 0:  # also rejects nan
+        if not (value > 0 and math.isfinite(value)):  # also rejects nan and inf
             raise argparse.ArgumentTypeError(f"{text!r} is not a positive {noun}")
         return value
 
     return parse
 
 
-_positive_float = _positive(float, "number")
+_positive_float = _positive(float, "finite number")
 _positive_int = _positive(int, "integer")
 
 #: The most CPU threads --threads takes: far more than any machine's cores, and far below the

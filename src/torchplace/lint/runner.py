@@ -199,6 +199,8 @@ def _chunks(
 
 
 def _missing_words(given: str) -> str:
+    if os.path.islink(given) and not os.path.exists(given):
+        return "a symbolic link to a file that does not exist (or a loop of links)"
     if os.path.lexists(given):
         return "not a regular file or directory (a FIFO, socket or device is not read)"
     return "no such file or directory"

@@ -285,7 +285,8 @@ class _Context:
         if given:
             if len(given) != len(self.specs):
                 raise ConfigError(
-                    f"--max-memory has {len(given)} values for {len(self.specs)} devices"
+                    f"--max-memory has {len(given)} values for {len(self.specs)} devices; give "
+                    "one size per device, in --devices order (e.g. 30GiB,40GiB)"
                 )
             self.explicit = True
             return list(given)

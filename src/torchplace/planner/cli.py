@@ -169,6 +169,8 @@ def run(args: argparse.Namespace) -> int:
     from torchplace.planner.render import export_device_map, plot_plan, render_text
 
     report.check_output(args.output)
+    if not 0 < args.tolerance < 1:  # before the planning, which takes seconds (nan too)
+        raise ConfigError(f"--tolerance {args.tolerance} must be a fraction between 0 and 1")
     if args.devices is not None and not args.devices.strip():
         raise ConfigError("--devices '' names no device; give 'all' or a list like cuda:0,cuda:1")
     inputs: Any = None

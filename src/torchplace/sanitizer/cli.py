@@ -99,6 +99,8 @@ def split_program(words: Sequence[str]) -> tuple[str, str, list[str]]:
     if not Path(rest[0]).is_file():
         if not rest[0].endswith(".py") and shutil.which(rest[0]) is not None:
             raise ConfigError(_not_python(rest[0]))
+        if os.path.exists(rest[0]):  # a FIFO, socket or device: nothing to run as a script
+            raise ConfigError(f"{rest[0]!r} is not a regular file; {_PYTHON_ONLY}")
         raise ConfigError(f"no such script: {rest[0]!r}; {_PYTHON_ONLY}")
     if not _looks_like_python(Path(rest[0])):
         raise ConfigError(_not_python(rest[0]))
@@ -159,6 +161,8 @@ def run(args: argparse.Namespace) -> int:
     kind, target, argv = split_program(args.program)
     if args.top is not None and args.top < 0:
         raise ConfigError(f"--top must be >= 0, got {args.top}")
+    if args.max_events is not None and args.max_events < 0:
+        raise ConfigError(f"--max-events must be >= 0, got {args.max_events}")
     report.check_output(args.output)
     report.check_distinct([args.output], [target] if kind == "path" else [])
 

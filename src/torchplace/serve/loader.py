@@ -140,6 +140,9 @@ def load_model(
     if weights is not None:
         from torchplace.checkpoint import load_checkpoint
 
+        if not Path(weights).is_file():  # a path given wrongly: the user's to fix, as --exported
+            what = "is a directory" if Path(weights).is_dir() else "does not exist"
+            raise ConfigError(f"weights {str(weights)!r} {what}; pass a .safetensors or .pt file")
         load_checkpoint(Path(weights), "cpu", module=module)
         if exported is not None:
             # the replicas' copies are loaded from the program again: give them these weights
@@ -363,7 +366,8 @@ def _load_exported(
 ) -> tuple[nn.Module, tuple[TensorSpec, ...] | None, tuple[TensorSpec, ...] | None]:
 
     if not path.is_file():
-        raise ConfigError(f"exported program {str(path)!r} does not exist; pass a .pt2 file")
+        what = "is a directory" if path.is_dir() else "does not exist"
+        raise ConfigError(f"exported program {str(path)!r} {what}; pass a .pt2 file")
     try:
         program = _export_load(path)
     except Exception as exc:
