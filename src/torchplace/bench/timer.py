@@ -233,9 +233,10 @@ class Timer:
 
     def _count_for(self, per_call_s: float) -> int:
         assert self.min_time is not None
-        if per_call_s <= 0:
+        wanted = self.min_time / per_call_s if per_call_s > 0 else math.inf
+        if wanted >= self.max_repeats:  # also when the ratio overflows to inf
             return self.max_repeats
-        wanted = math.ceil(self.min_time / per_call_s)
+        wanted = math.ceil(wanted)
         return max(self.min_repeats, min(self.max_repeats, wanted))
 
 

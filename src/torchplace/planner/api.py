@@ -9,7 +9,8 @@ crossings, compute, warnings and the exercise-8 table. Nothing is allocated on a
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import numbers
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -107,13 +108,21 @@ class Plan:
 def _devices(
     assume: str | None, devices: str | None, link: str | None, probe: Any
 ) -> list[DeviceSpec]:
+    for name, value in (("assume", assume), ("devices", devices), ("link", link)):
+        if value is not None and not isinstance(value, str):
+            raise ConfigError(f"{name}={value!r} must be a string, e.g. {_EXAMPLES[name]!r}")
     if assume is not None and not assume.strip():
         raise ConfigError("--assume '' names no device; give COUNTxMODEL, e.g. 2xH200 or 2x80GiB")
+    if devices is not None and not devices.strip():
+        raise ConfigError("--devices '' names no device; give 'all' or a list like cuda:0,cuda:1")
     if assume and devices:
         raise ConfigError("give either --assume (planned hardware) or --devices (this machine's)")
     if devices:
         return inventory_devices(devices, link=link, probe=probe)
     return assume_devices(assume or "2xH200", link=link)
+
+
+_EXAMPLES = {"assume": "2xH200", "devices": "cuda:0,cuda:1", "link": "nvlink"}
 
 
 def plan(
@@ -137,8 +146,16 @@ def plan(
     if map_file is not None and strategy == "auto":
         strategy = "map"  # a map given alone is the placement asked for
     batches = _checked(strategy, balance, batch_sizes, map_file)
-    if seq is not None and seq < 1:
-        raise ConfigError(f"--seq {seq}: a sequence length is 1 or more")
+    if seq is not None and (not _is_int(seq) or seq < 1):
+        raise ConfigError(f"--seq {seq!r}: a sequence length is 1 or more (an integer)")
+    if max_memory is not None and (
+        isinstance(max_memory, (str, bytes)) or not isinstance(max_memory, Sequence)
+        or not all(_is_int(m) and m > 0 for m in max_memory)
+    ):  # fmt: skip
+        raise ConfigError(
+            f"max_memory={max_memory!r} must be a list of byte counts, one per device "
+            "(--max-memory takes sizes such as 30GiB,40GiB)"
+        )
     specs = _devices(assume, devices, link, probe)
     res = parse_reserves(reserves, accelerator=True)
     pm = load_plan_model(model, exported=exported, inputs=inputs)
@@ -170,9 +187,12 @@ def _checked(
         raise ConfigError(f"unknown strategy {strategy!r}; choose one of: {', '.join(STRATEGIES)}")
     if balance not in BALANCES:
         raise ConfigError(f"unknown balance {balance!r}; choose one of: {', '.join(BALANCES)}")
-    batches = sorted(set(batch_sizes))
-    if not batches or batches[0] < 1:
-        raise ConfigError(f"batch sizes must be >= 1, got {list(batch_sizes)}")
+    if isinstance(batch_sizes, (str, bytes)) or not isinstance(batch_sizes, Iterable):
+        raise ConfigError(f"batch sizes must be a list of integers, got {batch_sizes!r}")
+    given = list(batch_sizes)
+    if not given or not all(_is_int(b) and 1 <= b <= _MOST_BATCH for b in given):
+        raise ConfigError(f"batch sizes must be integers from 1 to {_MOST_BATCH:,}, got {given}")
+    batches = sorted(set(given))
     if strategy == "map" and map_file is None:
         raise ConfigError("strategy 'map' needs a map file: --map FILE.json")
     if strategy != "map" and map_file is not None:
@@ -181,6 +201,15 @@ def _checked(
             "drop --strategy (or give --strategy map) to plan that map"
         )
     return batches
+
+
+#: the largest batch planned: far past any real one, far below where torch's sizes overflow
+_MOST_BATCH = 2**31
+
+
+def _is_int(value: object) -> bool:
+    """An integer (numpy's too), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _within(name: str, unit: str) -> bool:

@@ -47,6 +47,10 @@ __all__ = ["Guard", "guard"]
 def _parse_allow(allow: Iterable[str] | str | None) -> tuple[frozenset[str], tuple[str, ...]]:
     if allow is None:
         return frozenset(), ()
+    if not isinstance(allow, str) and not isinstance(allow, Iterable):
+        raise ConfigError(
+            f"allow must be an event kind, a 'file.py:LINE' site or a list of them, got {allow!r}"
+        )
     items = (allow,) if isinstance(allow, str) else tuple(allow)
     kinds: set[str] = set()
     sites: list[str] = []
@@ -124,6 +128,12 @@ class Guard:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._thread != threading.get_ident():  # never entered, exited twice, or elsewhere
+            where = "not active" if self._thread is None else "active on another thread"
+            raise ConfigError(
+                f"this guard is {where}: exit it once, on the thread that entered it "
+                "(use `with torchplace.guard():`)"
+            )
         self._live[0] = False
         if self.threads:
             threading.setprofile(self._saved_profile)

@@ -77,8 +77,8 @@ class GuardReport:
     """
 
     def __init__(self, mode: str = "record", *, max_events: int = DEFAULT_MAX_EVENTS) -> None:
-        if max_events < 0:
-            raise ConfigError(f"max_events must be >= 0, got {max_events}")
+        if not isinstance(max_events, int) or isinstance(max_events, bool) or max_events < 0:
+            raise ConfigError(f"max_events must be an integer >= 0, got {max_events!r}")
         self.mode = mode
         self.max_events = max_events
         self.dropped = 0
