@@ -42,3 +42,99 @@ def test_weights_only_is_unchanged_for_module_level_round_trips() -> None:
     source = SCRIPT.replace(", weights_only=True", "")
     lines = [f.line for f in lint_source(source, "train.py", select={"TPL402"})]
     assert 7 in lines
+
+
+# --- a `--gpu` option that only names the GPUs, a CPU flag, a reused buffer name ---
+
+GPU_IDS = """\
+import argparse
+import os
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--gpu", type=str, default="0", help="specify GPU devices")
+args = parser.parse_args()
+os.environ["CUDA_VISIBLE_DEVICES"] = args.gpu
+
+
+def main(model):
+    model = model.cuda()
+    try:
+        state = torch.load("log/best_model.pth", weights_only=True)
+    except OSError:
+        state = None
+    return state
+"""
+
+
+def test_a_gpu_option_that_only_names_the_gpus_leaves_a_cuda_only_script() -> None:
+    assert not lint_source(GPU_IDS, "train.py", select={"TPL401"})
+
+
+def test_a_gpu_flag_is_a_choice_and_the_load_is_reported() -> None:
+    flag = GPU_IDS.replace('type=str, default="0"', 'action="store_true"')
+    assert [f.line for f in lint_source(flag, "train.py", select={"TPL401"})] == [14]
+
+
+def test_a_tested_gpu_option_is_a_choice_and_the_load_is_reported() -> None:
+    tested = GPU_IDS.replace(
+        "    model = model.cuda()\n", "    if args.gpu:\n        model = model.cuda()\n"
+    )
+    assert [f.line for f in lint_source(tested, "train.py", select={"TPL401"})] == [15]
+
+
+USE_CPU = """\
+import argparse
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--use_cpu", action="store_true")
+args = parser.parse_args()
+
+
+def main(model):
+    if not args.use_cpu:
+        model = model.cuda()
+    state = torch.load("log/best_model.pth", weights_only=True)
+    return state
+"""
+
+
+def test_a_cuda_move_under_a_cpu_flag_leaves_a_cpu_path_and_the_load_is_reported() -> None:
+    assert [f.line for f in lint_source(USE_CPU, "evaluate.py", select={"TPL401"})] == [12]
+
+
+def test_a_cuda_move_under_no_test_is_still_a_cuda_only_branch() -> None:
+    unguarded = USE_CPU.replace("    if not args.use_cpu:\n        model", "    model").replace(
+        'parser.add_argument("--use_cpu", action="store_true")\n', ""
+    )
+    assert not lint_source(unguarded, "evaluate.py", select={"TPL401"})
+
+
+REUSED_BUFFER = """\
+import io
+import torch
+import torch.distributed as dist
+
+
+def all_gather(data, tensors):
+    buffer = io.BytesIO()
+    torch.save(data, buffer)
+    out = []
+    for tensor in tensors:
+        buffer = io.BytesIO(tensor.cpu().numpy())
+        out.append(torch.load(buffer))
+    return out
+
+
+def round_trip(data):
+    buffer = io.BytesIO()
+    torch.save(data, buffer)
+    buffer.seek(0)
+    return torch.load(buffer)
+"""
+
+
+def test_a_buffer_name_rebound_to_received_bytes_is_not_a_round_trip() -> None:
+    lines = [f.line for f in lint_source(REUSED_BUFFER, "misc.py", select={"TPL402"})]
+    assert lines == [12]

@@ -301,3 +301,40 @@ def test_zero_grad_around_accumulated_micro_steps_marks_a_step(source: str) -> N
     # flushed after the micro-step loop, or reset before it next to `scaler.step(optimizer)`
     lines = [f.line for f in lint_source(source, "train.py", select={"TPL201"})]
     assert 12 in lines
+
+
+# --- a helper's host read that indexes another value is not the value it returns ---
+
+ONE_HOT = """\
+import torch
+
+
+def to_categorical(y, num_classes):
+    new_y = torch.eye(num_classes)[y.cpu().numpy(),]
+    if y.is_cuda:
+        return new_y.cuda()
+    return new_y
+
+
+def to_host(y):
+    out = y.cpu().numpy()
+    return out
+
+
+def main(model, loader, n):
+    with torch.no_grad():
+        for points, label in loader:
+            points, label = points.cuda(), label.cuda()
+            pred = model(points, to_categorical(label, n))
+            host = to_host(pred)
+"""
+
+
+def test_a_read_used_as_an_index_is_reported_though_the_indexed_value_is_returned() -> None:
+    lines = [f.line for f in lint_source(ONE_HOT, "evaluate.py", select={"TPL201"})]
+    assert lines == [5]
+
+
+def test_a_read_returned_as_it_is_stays_the_loop_output() -> None:
+    lines = [f.line for f in lint_source(ONE_HOT, "evaluate.py", select={"TPL201"})]
+    assert 12 not in lines

@@ -635,11 +635,35 @@ def _combined_with(call: ast.Call, ctx: Context, scope: Scope, tensors: set[str]
         return None
     name = parent.targets[0].id
     after = (parent.end_lineno or parent.lineno, parent.end_col_offset or 0)
+    return _uses_meet(name, after, ctx, scope, parents, tensors, depth=0)
+
+
+def _uses_meet(
+    name: str,
+    after: tuple[int, int],
+    ctx: Context,
+    scope: Scope,
+    parents: dict[int, ast.AST],
+    tensors: set[str],
+    *,
+    depth: int,
+) -> str | None:
+    """The tensor parameter that a use of ``name`` after ``after`` meets (see
+    ``_combined_with``), also through the grids ``torch.meshgrid`` builds from it
+    (``y, x = torch.meshgrid(y, x)``: the grids live where their inputs do)."""
     for sub in subtree(scope.node):
         if not (
             isinstance(sub, ast.Name) and sub.id == name and (sub.lineno, sub.col_offset) > after
         ):
             continue
+        spread = _gridded(sub, name, parents, ctx)
+        if spread is not None and depth < 2:
+            stmt, targets = spread
+            end = (stmt.end_lineno or stmt.lineno, stmt.end_col_offset or 0)
+            for target in targets:
+                found = _uses_meet(target, end, ctx, scope, parents, tensors, depth=depth + 1)
+                if found is not None:
+                    return found
         if isinstance(sub.ctx, ast.Store):
             break  # rebound: what follows is another value
         outer, where = _climb(sub, parents)
@@ -656,6 +680,36 @@ def _combined_with(call: ast.Call, ctx: Context, scope: Scope, tensors: set[str]
             if found is not None:
                 return found
     return None
+
+
+def _gridded(
+    use: ast.Name, name: str, parents: dict[int, ast.AST], ctx: Context
+) -> tuple[ast.Assign, list[str]] | None:
+    """``gy, gx = torch.meshgrid(y, x)``, also ``y, x = torch.meshgrid(y, x)`` (``use`` the
+    name among the call's arguments, or on the left of such a statement): the statement and
+    the names it binds to the grids, which live where ``name`` does."""
+    node: ast.AST | None = use
+    while node is not None and not isinstance(node, ast.stmt):
+        node = parents.get(id(node))
+    stmt = node
+    if not (
+        isinstance(stmt, ast.Assign)
+        and len(stmt.targets) == 1
+        and isinstance(stmt.targets[0], (ast.Tuple, ast.List))
+        and isinstance(stmt.value, ast.Call)
+        and (ctx.call_qualname(stmt.value) or "").endswith("meshgrid")
+    ):
+        return None
+    tup = stmt.targets[0]
+    args = [
+        elt
+        for arg in stmt.value.args
+        for elt in (arg.elts if isinstance(arg, (ast.List, ast.Tuple)) else [arg])
+    ]
+    if not any(isinstance(arg, ast.Name) and arg.id == name for arg in args):
+        return None
+    names = [elt.id for elt in tup.elts if isinstance(elt, ast.Name)]
+    return stmt, names
 
 
 def _reaches_device(call: ast.Call, ctx: Context, scope: Scope) -> bool:

@@ -270,6 +270,15 @@ def _round_trip(
     if cached is None:
         cached = owner.cache["saves"] = _saves(owner.node, ctx)
     first = cached.get(" ".join((ctx.segment(source) or "").split()))
+    if first is not None and isinstance(source, ast.Name):
+        # `buffer = io.BytesIO(received)` after the save: the name now holds other bytes
+        rebound = [
+            v.lineno
+            for v in ctx.scope_bindings(owner).get(source.id, [])
+            if v is not None and first < v.lineno <= call.lineno
+        ]
+        if rebound:
+            return False
     return "seek" in cached or (first is not None and first < call.lineno)
 
 
@@ -293,15 +302,15 @@ def _saves(function: ast.AST, ctx: Context) -> dict[str, int]:
 
 
 _FALLBACK = re.compile(
-    r"""["']cpu["']|no[_-]cuda|--cpu|use_cuda|LOCAL_RANK|local_rank|init_process_group|"""
-    r"""DistributedDataParallel|map_location"""
+    r"""["']cpu["']|no[_-]cuda|--cpu|use_cpu|cpu[_-]only|use_cuda|LOCAL_RANK|local_rank|"""
+    r"""init_process_group|DistributedDataParallel|map_location"""
 )
 
 
 # Words of code that runs one process per GPU (its rank set-up may live in another file).
 _RANKS = re.compile(r"rank|world_size|distributed")
 # CUDA as a choice (`--cuda`, `if opt.cuda:`, `torch.cuda.is_available()`): a CPU path exists.
-_CUDA_CHOICE = re.compile(r"--cuda|--gpu|use_gpu|\.cuda\b(?!\()")
+_CUDA_CHOICE = re.compile(r"--cuda|use_gpu|\.cuda\b(?!\()")
 
 
 def _may_load_elsewhere(ctx: Context) -> bool:
@@ -314,10 +323,39 @@ def _may_load_elsewhere(ctx: Context) -> bool:
     if cached is None:
         source = ctx.source
         literal = re.search(r"""(device\s*=\s*|torch\.device\()["']cuda(:0)?["']""", source)
-        bare = ".cuda()" in source and not (_RANKS.search(source) or _CUDA_CHOICE.search(source))
+        bare = ".cuda()" in source and not (
+            _RANKS.search(source) or _CUDA_CHOICE.search(source) or _gpu_choice(ctx)
+        )
         pinned = literal is not None or bare
         cached = scope.cache["loads-elsewhere"] = bool(_FALLBACK.search(source)) or not pinned
     return bool(cached)
+
+
+def _gpu_choice(ctx: Context) -> bool:
+    """A ``--gpu`` option that chooses the GPU or not: a flag (``action="store_true"``) or an
+    option the code tests (``if args.gpu is not None:``, ``... if opt.gpu >= 0 else "cpu"``).
+    One that only names the GPUs to use (``--gpu 0``, then ``CUDA_VISIBLE_DEVICES = args.gpu``)
+    leaves no CPU path."""
+    if not re.search(r"--gpus?\b", ctx.source):
+        return False
+    for sub in walk(ctx.scope.root().node):
+        if isinstance(sub, ast.Call) and getattr(sub.func, "attr", "") == "add_argument":
+            flags = [a.value for a in sub.args if isinstance(a, ast.Constant)]
+            action = keyword(sub, "action")
+            if (
+                any(isinstance(f, str) and re.fullmatch(r"--gpus?", f) for f in flags)
+                and action is not None
+                and isinstance(action.value, ast.Constant)
+                and action.value.value in ("store_true", "store_false")
+            ):
+                return True
+        elif isinstance(sub, (ast.If, ast.IfExp, ast.While)) and any(
+            (isinstance(n, ast.Attribute) and n.attr in ("gpu", "gpus"))
+            or (isinstance(n, ast.Name) and n.id in ("gpu", "gpus"))
+            for n in walk(sub.test)
+        ):
+            return True
+    return False
 
 
 def _cuda_only_branch(ctx: Context) -> bool:
@@ -341,10 +379,10 @@ def _cuda_only_branch(ctx: Context) -> bool:
 
 def _asks_for_cuda(test: ast.expr) -> bool:
     """A test that chooses CUDA or not: ``torch.cuda.is_available()``, ``if opt.cuda:``,
-    ``if use_gpu:``."""
+    ``if use_gpu:``, also by naming the CPU: ``if not args.use_cpu:``."""
     for sub in walk(test):
-        text = sub.id if isinstance(sub, ast.Name) else getattr(sub, "attr", "")
-        if "cuda" in text.lower() or "gpu" in text.lower():
+        text = (sub.id if isinstance(sub, ast.Name) else getattr(sub, "attr", "")).lower()
+        if "cuda" in text or "gpu" in text or "cpu" in text:
             return True
     return False
 
@@ -414,7 +452,11 @@ def _names_buffer(source: ast.expr, ctx: Context, scope: Scope, *, wrapped: bool
     root = receiver_root(source) if isinstance(source, (ast.Name, ast.Attribute)) else None
     if root is None:
         return False
-    for value in ctx.scope_bindings(scope).get(root, []):
+    values = ctx.scope_bindings(scope).get(root, [])
+    above = [v for v in values if v is not None and v.lineno <= source.lineno]
+    if above:  # the nearest binding above the load is what it reads (`buffer` reused)
+        values = [max(above, key=lambda v: v.lineno)]
+    for value in values:
         if isinstance(value, ast.Call) and _names_buffer(value, ctx, scope, wrapped=wrapped):
             return True
     return False

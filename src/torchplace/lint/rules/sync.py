@@ -527,12 +527,14 @@ def _flows_into(
     ``optional``, sinks only under a branch the read is not in do not count when the read's
     result also feeds another call on every step (see ``_flows_to``)."""
     node = read
+    indexes = False  # `eye[y.cpu().numpy()]`: the read picks rows of another value
     for parent in reversed(ctx.parents):
         if isinstance(parent, ast.Call) and node is not parent.func and sink(parent):
             return True
         if isinstance(parent, ast.stmt):
             stmt = parent
             break
+        indexes = indexes or (isinstance(parent, ast.Subscript) and node is parent.slice)
         node = parent
     else:
         return False
@@ -560,7 +562,7 @@ def _flows_into(
     if body is None:
         body = ctx.scope.root().node
     flows = _flows_to(body, names, sink, stmt if optional else None)
-    return flows or (returns and _returned(body, names))
+    return flows or (returns and not indexes and _returned(body, names))
 
 
 def _fills_store(read: ast.AST, ctx: Context) -> bool:
