@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import pickletools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ _SAFETENSORS_SUFFIXES = (".safetensors",)
 # Keys under which training scripts commonly nest the model's state dict, in order of preference.
 _CONTAINER_KEYS = ("state_dict", "model_state_dict", "model", "module", "net", "network")
 _SAFETENSORS_DEVICES = ("cpu", "cuda", "mps", "xpu", "npu", "hpu", "mlu")
+_TORCH_MAGIC = 0x1950A86A20F9469CFC6C  # torch.serialization.MAGIC_NUMBER, legacy torch.save
 
 
 @dataclass(frozen=True)
@@ -104,13 +106,24 @@ def load_checkpoint(
       into it. With ``strict`` (the default) any missing or unexpected key or shape mismatch
       raises :class:`~torchplace.errors.StateDictMismatchError` naming each one, and the module
       is left untouched; without ``strict`` the differences are logged as a warning and every
-      key that fits is loaded (use :func:`compare_state_dict` to get them as data).
+      key that fits is loaded (use :func:`compare_state_dict` to get them as data). A tensor
+      that cannot be copied into the module's (sparse or quantized into dense), or weights for
+      a module on the meta device (materialise it with ``module.to_empty(device=...)`` first),
+      raise :class:`~torchplace.errors.CheckpointError` before anything is copied. ``module``
+      that is not an ``nn.Module`` instance raises :class:`~torchplace.errors.ConfigError`.
 
-    Returns the state dict as a plain ``dict``. A missing or unreadable file raises
+    Returns the state dict as a plain ``dict``. A missing or unreadable file, or one that is no
+    torch checkpoint (a plain ``pickle.dump`` file), raises
     :class:`~torchplace.errors.CheckpointError` naming the path.
     """
     from torchplace.devices import resolve_device
 
+    if module is not None and not isinstance(module, nn.Module):
+        raise ConfigError(
+            f"load_checkpoint(module=...) must be an nn.Module instance or None, not "
+            f"{module!r:.80}; pass the model (an instance, not its class) to load the weights "
+            "into, e.g. module=model"
+        )
     target = resolve_device(device)
     try:
         file = Path(os.fsdecode(path))
@@ -182,13 +195,19 @@ _GLOBAL_RE = re.compile(r"Unsupported global: GLOBAL (\S+)")
 
 
 def _looks_like_torch_save(file: Path) -> bool:
-    """Whether ``file`` starts as torch.save writes: a zip archive, or a protocol 2+ pickle."""
+    """Whether ``file`` is as torch.save writes it: a zip archive, or the legacy format, a pickle
+    stream that opens with torch's magic number (a plain ``pickle.dump`` file does not)."""
     try:
         with file.open("rb") as stream:
-            head = stream.read(4)
-    except OSError:
+            if stream.read(4) == b"PK\x03\x04":
+                return True
+            stream.seek(0)
+            for op, arg, _ in pickletools.genops(stream):  # reads opcodes, runs nothing
+                if op.name not in ("PROTO", "FRAME"):
+                    return op.name.startswith("LONG") and arg == _TORCH_MAGIC
+    except (OSError, ValueError):  # unreadable, or not a pickle stream
         return False
-    return head.startswith((b"PK\x03\x04", b"\x80"))
+    return False
 
 
 def _load_pickle(file: Path, device: torch.device, allow_pickle: bool) -> object:
@@ -200,12 +219,24 @@ def _load_pickle(file: Path, device: torch.device, allow_pickle: bool) -> object
                 f"cannot load checkpoint {str(file)!r}: {exc}; is it a torch checkpoint, and "
                 "complete?"
             ) from exc
-        if "unsupported operand" in str(exc).lower() and not _looks_like_torch_save(file):
-            # Neither torch.save's zip nor a protocol 2+ pickle: a foreign or broken file, not
-            # a checkpoint that needs code; allow_pickle would not help and must not be advised.
+        if not _looks_like_torch_save(file):
+            # Not torch.save's zip nor its legacy format (a plain pickle.dump file, or garbage):
+            # torch.load cannot read it at all, so allow_pickle would not help and is not advised.
             raise CheckpointError(
-                f"cannot load checkpoint {str(file)!r}: it is neither a torch.save zip archive "
-                "nor a pickle torch writes; is it a torch checkpoint, and complete?"
+                f"cannot load checkpoint {str(file)!r}: it is not a torch checkpoint, neither a "
+                "torch.save zip archive nor torch.save's legacy format (a plain pickle.dump file "
+                "is neither); is it a torch checkpoint, and complete? Fix: save it with "
+                "torch.save(model.state_dict(), path) or as safetensors"
+            ) from exc
+        if "unsupported operand" in str(exc).lower() and not allow_pickle:
+            # torch.save with pickle_protocol=4+ or <2: opcodes the weights-only unpickler lacks,
+            # so whether the file needs code cannot be told; it is not known to need any.
+            raise CheckpointError(
+                f"cannot load checkpoint {str(file)!r} safely: it was saved with a pickle "
+                "protocol (torch.save(..., pickle_protocol=...)) that torch.load(weights_only=True) "
+                "cannot read, so it cannot be checked for code. Fix: re-save it with the default "
+                "protocol (torch.save(model.state_dict(), path)) or as safetensors; if you trust "
+                "the file, pass allow_pickle=True."
             ) from exc
         if not allow_pickle:
             match = _GLOBAL_RE.search(str(exc))
@@ -277,9 +308,23 @@ def _some(keys: list[str]) -> str:
     return ", ".join(keys[:5]) + (" ..." if len(keys) > 5 else "")
 
 
+def _own_tensors(module: nn.Module) -> dict[str, torch.Tensor]:
+    """The module's state dict, less any non-tensor extra state."""
+    return {k: v for k, v in module.state_dict().items() if isinstance(v, torch.Tensor)}
+
+
 def _refuse_meta_into(module: nn.Module, state: dict[str, torch.Tensor], file: Path) -> None:
-    """Raise, before any copy, when meta tensors would go into a module that has data."""
-    own = module.state_dict()
+    """Raise, before any copy, when meta tensors would go into a module that has data, or tensors
+    with data into a module on the meta device: either copy would load nothing."""
+    own = _own_tensors(module)
+    into_meta = [k for k, v in state.items() if not v.is_meta and k in own and own[k].is_meta]
+    if into_meta:
+        raise CheckpointError(
+            f"{type(module).__name__}'s {_some(into_meta)} live on the meta device (shapes, no "
+            f"data): copying checkpoint {str(file)!r} into them would load nothing, and the "
+            "module was left untouched. Fix: materialise the module first with "
+            "module.to_empty(device=...), then load the checkpoint into it"
+        )
     no_data = [k for k, v in state.items() if v.is_meta and k in own and not own[k].is_meta]
     if no_data:
         raise CheckpointError(
@@ -291,9 +336,31 @@ def _refuse_meta_into(module: nn.Module, state: dict[str, torch.Tensor], file: P
         )
 
 
+def _refuse_uncopyable(module: nn.Module, state: dict[str, torch.Tensor], file: Path) -> None:
+    """Raise, before any copy, for tensors that load_state_dict cannot copy into the module's
+    (a sparse tensor into a dense one, a quantized one into a plain one, ...)."""
+    own = _own_tensors(module)
+    bad = [
+        f"{k} ({_kind(v)} in the checkpoint, {_kind(own[k])} in the module)"
+        for k, v in state.items()
+        if k in own and _kind(v) != _kind(own[k])
+    ]
+    if bad:
+        raise CheckpointError(
+            f"checkpoint {str(file)!r} holds tensors that cannot be copied into "
+            f"{type(module).__name__}'s: {_some(bad)}; the module was left untouched. Fix: "
+            "convert them before saving (tensor.to_dense(), tensor.dequantize())"
+        )
+
+
+def _kind(t: torch.Tensor) -> str:
+    """The layout, and whether quantized: what copy_ needs to match besides the shape."""
+    layout = str(t.layout).removeprefix("torch.")
+    return f"quantized {layout}" if t.is_quantized else layout
+
+
 def _load_into(module: nn.Module, state: dict[str, torch.Tensor], strict: bool, file: Path) -> None:
-    if any(v.is_meta for v in state.values()):  # loaded onto meta: shapes only
-        _refuse_meta_into(module, state, file)
+    _refuse_meta_into(module, state, file)
     diff = compare_state_dict(module, state)
     if not diff.ok:
         if strict:
@@ -311,4 +378,5 @@ def _load_into(module: nn.Module, state: dict[str, torch.Tensor], strict: bool, 
         )
     bad = {k for k, _, _ in diff.mismatched}
     fitting = {k: v for k, v in state.items() if k not in bad}
+    _refuse_uncopyable(module, fitting, file)
     module.load_state_dict(fitting, strict=strict)

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 import torch
 from torch import nn
+from torch.nn.parameter import is_lazy
 
 from torchplace.bench.units import format_bytes
 from torchplace.errors import ConfigError, PlacementError
@@ -29,20 +30,27 @@ class TensorRecord:
 
     name: str
     kind: TensorKind
-    shape: tuple[int, ...]
+    shape: tuple[int, ...] | None  # None: a lazy module's parameter or buffer, not shaped yet
     dtype: torch.dtype
     device: torch.device
     nbytes: int
 
     @classmethod
     def of(cls, name: str, kind: TensorKind, t: torch.Tensor) -> TensorRecord:
+        if is_lazy(t):
+            return cls(name, kind, None, t.dtype, t.device, 0)
         return cls(name, kind, shape_of(t), t.dtype, t.device, t.numel() * t.element_size())
+
+    @property
+    def shape_text(self) -> str:
+        """``(2, 3)``, or ``uninitialized`` for a lazy module's parameter or buffer."""
+        return "uninitialized" if self.shape is None else str(self.shape)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "kind": self.kind,
-            "shape": list(self.shape),
+            "shape": None if self.shape is None else list(self.shape),
             "dtype": dtype_name(self.dtype),
             "device": str(self.device),
             "bytes": self.nbytes,
@@ -91,7 +99,7 @@ class ModuleAudit:
         for r in self.tensors:
             g = acc.setdefault((r.device, r.dtype), [0, 0, 0, 0])
             g[0 if r.kind == "parameter" else 1] += 1
-            g[2] += _numel(r.shape)
+            g[2] += 0 if r.shape is None else _numel(r.shape)
             g[3] += r.nbytes
         return tuple(TensorGroup(d, dt, *v) for (d, dt), v in acc.items())
 
@@ -120,7 +128,7 @@ class ModuleAudit:
         bad = self.off(want)
         if not bad:
             return
-        rows = [[r.name, r.kind, str(r.shape), dtype_name(r.dtype), str(r.device)] for r in bad]
+        rows = [[r.name, r.kind, r.shape_text, dtype_name(r.dtype), str(r.device)] for r in bad]
         n_strays = sum(r.kind == "stray" for r in bad)
         head = f"{self.module}: {len(bad)} tensor(s) not on {want}"
         if n_strays:
@@ -198,7 +206,7 @@ def _group_cells(g: TensorGroup) -> list[str]:
 
 
 def _stray_cells(r: TensorRecord) -> list[str]:
-    return [r.name, str(r.shape), dtype_name(r.dtype), str(r.device)]
+    return [r.name, r.shape_text, dtype_name(r.dtype), str(r.device)]
 
 
 def _numel(shape: tuple[int, ...]) -> int:
@@ -209,7 +217,6 @@ def _numel(shape: tuple[int, ...]) -> int:
 
 
 _MODULE_INTERNALS = frozenset({"_parameters", "_buffers", "_modules"})
-_MAX_DEPTH = 64
 
 
 def audit_module(module: nn.Module) -> ModuleAudit:
@@ -222,6 +229,7 @@ def audit_module(module: nn.Module) -> ModuleAudit:
     attribute path, e.g. ``encoder.layers.1.cache[0]``. A registered parameter that is also
     referenced from a plain container is not a stray: between cpu and cuda ``to()`` moves
     parameters in place, so the reference follows (a later audit reports it if it did not).
+    A lazy module's parameter that has no shape yet has ``shape`` None (shown ``uninitialized``).
     """
     if not isinstance(module, nn.Module):
         raise ConfigError(
@@ -235,7 +243,7 @@ def audit_module(module: nn.Module) -> ModuleAudit:
         for attr, value in vars(sub).items():
             if attr in _MODULE_INTERNALS:
                 continue
-            finder.walk(value, f"{prefix}.{attr}" if prefix else attr, 0)
+            finder.walk(value, f"{prefix}.{attr}" if prefix else attr)
     return ModuleAudit(type(module).__name__, tuple(tensors), tuple(finder.strays))
 
 
@@ -248,24 +256,28 @@ class _StrayFinder:
         self.strays: list[TensorRecord] = []
         self.seen: set[int] = set()
 
-    def walk(self, value: object, path: str, depth: int) -> None:
+    def walk(self, value: object, path: str) -> None:
+        """Record the strays inside ``value`` in attribute order, at any depth: walked without
+        recursion, and each container visited once, so a cycle ends."""
         seen = self.seen
-        if isinstance(value, torch.Tensor):
-            if id(value) not in self.param_ids and id(value) not in seen:
+        stack: list[tuple[str, object]] = [(path, value)]
+        while stack:
+            path, value = stack.pop()
+            if isinstance(value, torch.Tensor):
+                if id(value) not in self.param_ids and id(value) not in seen:
+                    seen.add(id(value))
+                    self.strays.append(TensorRecord.of(path, "stray", value))
+                continue
+            if isinstance(value, ATOMS) or id(value) in seen:
+                continue
+            if isinstance(value, nn.Module):
+                if id(value) in self.module_ids:
+                    continue  # registered somewhere in the tree: to() moves it
+                named = (*value.named_parameters(), *value.named_buffers())
+                kids: list[tuple[str, object]] = [(f"{path}.{n}", t) for n, t in named]
                 seen.add(id(value))
-                self.strays.append(TensorRecord.of(path, "stray", value))
-            return
-        if isinstance(value, ATOMS) or depth > _MAX_DEPTH or id(value) in seen:
-            return
-        if isinstance(value, nn.Module):
-            if id(value) in self.module_ids:
-                return  # registered somewhere in the tree: to() moves it
-            seen.add(id(value))
-            for name, t in (*value.named_parameters(), *value.named_buffers()):
-                self.walk(t, f"{path}.{name}", depth + 1)
-            return
-        kids = children(value, path)
-        if kids:
-            seen.add(id(value))
-        for child_path, child in kids:
-            self.walk(child, child_path, depth + 1)
+            else:
+                kids = children(value, path)
+                if kids:
+                    seen.add(id(value))
+            stack.extend(reversed(kids))

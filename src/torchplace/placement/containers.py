@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Mapping
 
 import torch
+from torch.nn.parameter import is_lazy
 
 from torchplace.errors import ConfigError
 
@@ -27,6 +28,7 @@ __all__ = [
     "namedtuple_fields",
     "nesting_error",
     "shape_of",
+    "shape_text",
     "text_table",
 ]
 
@@ -44,6 +46,12 @@ def dtype_name(dtype: torch.dtype) -> str:
 def shape_of(t: torch.Tensor) -> tuple[int, ...]:
     """The shape as a tuple of ints."""
     return tuple(int(s) for s in t.shape)
+
+
+def shape_text(t: torch.Tensor) -> str:
+    """The shape for a message: ``(2, 3)``, or ``uninitialized`` for the parameter or buffer of a
+    lazy module (``nn.LazyLinear``, ...) that has no shape before its first forward."""
+    return "uninitialized" if is_lazy(t) else str(shape_of(t))
 
 
 def key_path(key: object) -> str:

@@ -14,7 +14,12 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from torchplace.errors import ConfigError, PlacementError, TorchplaceError
+from torchplace.errors import (
+    ConfigError,
+    DeviceUnavailableError,
+    PlacementError,
+    TorchplaceError,
+)
 from torchplace.placement.canonical import DeviceLike
 from torchplace.placement.containers import (
     ATOMS,
@@ -125,7 +130,7 @@ class _Mapper:
             return obj
         if isinstance(obj, dict):
             out = copy.copy(obj)  # keeps the subclass and its extras (defaultdict factory, ...)
-            out.update(new)
+            dict.update(out, new)  # not the subclass's update: Counter.update adds counts
             return out
         try:
             return type(obj)(new)  # type: ignore[call-arg]
@@ -228,8 +233,10 @@ def move(
       it: a plain tensor linked to the original by autograd. Move the module for parameters.
     - A meta tensor going to a real device raises :class:`~torchplace.errors.PlacementError` (it
       has no data); a device this machine lacks raises the
-      :class:`~torchplace.errors.DeviceError` of :func:`torchplace.resolve_device`; a structure
-      that contains itself or nests too deep raises :class:`~torchplace.errors.ConfigError`.
+      :class:`~torchplace.errors.DeviceError` of :func:`torchplace.resolve_device` (a device
+      type this torch build has no backend for, such as ``xla``, raises
+      :class:`~torchplace.errors.DeviceUnavailableError`); a structure that contains itself or
+      nests too deep raises :class:`~torchplace.errors.ConfigError`.
     - Objects with their own ``to`` method (``PackedSequence``, ``BatchEncoding``, ``TensorDict``,
       ...) are moved with ``obj.to(device)``; ``dtype`` and ``non_blocking`` are not passed on,
       as their meaning there is unknown.
@@ -275,12 +282,24 @@ def move(
 
 def _raise_if_unusable(device: torch.device, exc: Exception) -> None:
     """After a failed copy to ``device``: raise the DeviceError that says why it cannot be used
-    here (no CUDA build, no such index, ...), if that is why; else return."""
-    if device.type not in ("cuda", "mps", "xpu"):
+    here (no CUDA build, no such index, no backend for ``xla``/``hpu``, ...), if that is why;
+    else return."""
+    if device.type in ("cpu", "meta"):
         return
-    from torchplace.devices import resolve_device
+    if device.type in ("cuda", "mps", "xpu"):
+        from torchplace.devices import resolve_device
 
-    resolve_device(device)  # raises DeviceUnavailableError / DeviceIndexError with the fix
+        resolve_device(device)  # raises DeviceUnavailableError / DeviceIndexError with the fix
+        return
+    try:
+        torch.empty(0, device=device)
+    except Exception as probe_exc:  # any device type this torch build cannot allocate on
+        raise DeviceUnavailableError(
+            f"cannot use {str(device)!r}: torch {torch.__version__} cannot create tensors on "
+            f"{device.type} devices here (no backend for them is loaded). Fix: install and "
+            f"import the torch extension that provides {device.type!r} devices, or ask for "
+            "'auto' or 'cpu'."
+        ) from probe_exc
 
 
 def no_data_error(t: torch.Tensor, device: torch.device) -> PlacementError:

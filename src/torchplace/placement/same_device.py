@@ -17,7 +17,7 @@ from torchplace.placement.containers import (
     children,
     dtype_name,
     nesting_error,
-    shape_of,
+    shape_text,
     text_table,
 )
 
@@ -122,7 +122,7 @@ def _mismatch_message(
                 hidden[t.device] = hidden.get(t.device, 0) + 1
                 continue
             shown_ok += 1
-        rows.append([name, str(shape_of(t)), dtype_name(t.dtype), str(t.device)])
+        rows.append([name, shape_text(t), dtype_name(t.dtype), str(t.device)])
         marks.append(is_odd)
     table = text_table(["name", "shape", "dtype", "device"], rows, marks)
     more = "".join(f"\n   ... and {n} more on {d}" for d, n in hidden.items())

@@ -43,7 +43,7 @@ class DevicePrefetcher(Generic[T]):
             dataclasses of them (whatever :func:`torchplace.move` handles), e.g. a ``DataLoader``
             with or without ``pin_memory``. Each ``iter()`` of the prefetcher starts a new pass;
             a one-shot iterator (a generator) serves one pass, and ``iter()`` after a pass used
-            it up raises :class:`~torchplace.errors.ConfigError`.
+            it up (or it raised) raises :class:`~torchplace.errors.ConfigError`.
         device: where batches go; resolved with :func:`torchplace.resolve_device`.
         depth: how many batches are copied ahead of the one the consumer holds (>= 1). The
             host keeps ``depth + 1`` batches referenced; when the host runs ahead of the device,
@@ -105,7 +105,7 @@ class DevicePrefetcher(Generic[T]):
         self._side: Any = None
         self._acc = StatsAccumulator()
         self._active: weakref.ref[Generator[T, None, None]] | None = None
-        self._spent = False  # the source is a one-shot iterator that a pass ran to its end
+        self._spent = False  # a one-shot source iterator that a pass ran to its end, or that raised
 
     @property
     def mode(self) -> Literal["streams", "pass-through"]:
@@ -228,6 +228,10 @@ class DevicePrefetcher(Generic[T]):
                 acc.consumer_s += t0 - handed
                 handed = 0.0
             self._spent = not owned
+        except Exception:
+            if not handed:  # raised by the source itself (0.0 only while fetching): used up
+                self._spent = not owned
+            raise
         finally:
             if handed:
                 acc.consumer_s += clock() - handed
@@ -310,6 +314,7 @@ class DevicePrefetcher(Generic[T]):
                 except Exception as exc:  # re-raised when the consumer reaches this position
                     queue.append(_Failed(exc))
                     done = True
+                    self._spent = it is self._iterable  # a source that raised is used up
                     return
                 t1 = clock()
                 acc.source_s += t1 - t0
