@@ -110,6 +110,20 @@ def test_safetensors(tmp_path: Path) -> None:
     assert all(t.device.type == "meta" for t in on_meta.values())
 
 
+def test_a_lazy_module_takes_its_shapes_from_the_checkpoint(tmp_path: Path) -> None:
+    """``nn.LazyLinear`` has no shapes before its first forward; torch's own loading gives its
+    parameters the checkpoint's, so there is nothing to compare them with (it raised on the
+    uninitialized parameter's shape)."""
+    source = torch.nn.Linear(2, 3)
+    torch.save(source.state_dict(), tmp_path / "m.pt")
+    lazy = torch.nn.LazyLinear(3)
+    load_checkpoint(tmp_path / "m.pt", module=lazy)
+    assert torch.equal(lazy.weight, source.weight)
+    assert torch.equal(lazy.bias, source.bias)
+    with pytest.raises(StateDictMismatchError, match="weight"):  # a real mismatch still counts
+        load_checkpoint(tmp_path / "m.pt", module=torch.nn.Linear(2, 4))
+
+
 @pytest.mark.parametrize("key", ["state_dict", "model", "model_state_dict"])
 def test_common_containers_are_unwrapped(tmp_path: Path, key: str) -> None:
     state = model().state_dict()

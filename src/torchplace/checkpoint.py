@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.parameter import is_lazy
 
 from torchplace.errors import (
     CheckpointError,
@@ -71,14 +72,18 @@ class StateDictDiff:
 
 
 def compare_state_dict(module: nn.Module, state_dict: Mapping[str, torch.Tensor]) -> StateDictDiff:
-    """Compare ``state_dict`` with ``module.state_dict()`` by key and shape."""
+    """Compare ``state_dict`` with ``module.state_dict()`` by key and shape. A lazy module's
+    uninitialized parameters (``nn.LazyLinear``) have no shape yet: loading gives them one."""
     expected = module.state_dict()
     missing = tuple(k for k in expected if k not in state_dict)
     unexpected = tuple(k for k in state_dict if k not in expected)
     mismatched = tuple(
         (k, tuple(v.shape), tuple(expected[k].shape))
         for k, v in state_dict.items()
-        if k in expected and isinstance(v, torch.Tensor) and v.shape != expected[k].shape
+        if k in expected
+        and isinstance(v, torch.Tensor)
+        and not is_lazy(expected[k])
+        and v.shape != expected[k].shape
     )
     return StateDictDiff(missing, unexpected, mismatched)
 
