@@ -167,12 +167,10 @@ def _sizes(text: str | None) -> list[int] | None:
 
 def run(args: argparse.Namespace) -> int:
     from torchplace.planner.render import export_device_map, plot_plan, render_text
+    from torchplace.planner.verify import check_tolerance
 
     report.check_output(args.output)
-    if not 0 < args.tolerance < 1:  # before the planning, which takes seconds (nan too)
-        raise ConfigError(f"--tolerance {args.tolerance} must be a fraction between 0 and 1")
-    if args.devices is not None and not args.devices.strip():
-        raise ConfigError("--devices '' names no device; give 'all' or a list like cuda:0,cuda:1")
+    check_tolerance(args.tolerance)  # before the planning, which takes seconds
     inputs: Any = None
     if args.inputs:
         from torchplace.serve.config import parse_tensor_spec
@@ -185,8 +183,7 @@ def run(args: argparse.Namespace) -> int:
     report.check_output(args.plot, flag="--plot")
     if args.plot and Path(args.plot).suffix.lower() != ".png":
         raise ConfigError(f"--plot {args.plot!r}: the drawing is a PNG; give a FILE.png")
-    outputs = [p for p in (args.output, args.export and args.export[1], args.plot) if p]
-    report.check_distinct(outputs)
+    report.check_distinct([args.output, args.export[1] if args.export else None, args.plot])
     # The user's factory and forward run in this process: whatever they print goes to stderr,
     # so that stdout holds the report alone (and --json stays parseable).
     with contextlib.redirect_stdout(sys.stderr):

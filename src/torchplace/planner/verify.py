@@ -41,10 +41,16 @@ if TYPE_CHECKING:
     from torchplace.planner.api import Plan
     from torchplace.sanitizer import GuardReport
 
-__all__ = ["CudaMemory", "MemoryProbe", "Verdict", "real_devices", "verify"]
+__all__ = ["CudaMemory", "MemoryProbe", "Verdict", "check_tolerance", "real_devices", "verify"]
 
 #: The largest model --verify builds in host memory.
 MAX_VERIFY_BYTES = 4 * GiB
+
+
+def check_tolerance(tolerance: float) -> None:
+    """The largest relative memory error accepted: a fraction between 0 and 1 (not NaN)."""
+    if not 0 < tolerance < 1:
+        raise ConfigError(f"--tolerance {tolerance} must be a fraction between 0 and 1")
 
 
 class MemoryProbe(Protocol):
@@ -200,8 +206,7 @@ def verify(
     devices' tracker. ``module``: the model with real weights (default: built from the plan's
     model); its units are moved onto the real devices.
     """
-    if not 0 < tolerance < 1:
-        raise ConfigError(f"--tolerance {tolerance} must be a fraction between 0 and 1")
+    check_tolerance(tolerance)
     real = {k: resolve_device(v) for k, v in real_devices(p, devices).items()}  # usable here
     # named as they resolve ("cuda" is "cuda:0"), as the measurements are keyed
     mapping = {k: str(d) for k, d in real.items()}

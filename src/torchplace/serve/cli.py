@@ -165,7 +165,7 @@ def _placement_flags(place: argparse._ArgumentGroup) -> None:
         "--torch-threads",
         type=int,
         metavar="N",
-        help="torch intra-op threads (default on CPU: (cores - 1) / CPU replicas)",
+        help="torch intra-op threads, 1 to 1024 (default on CPU: (cores - 1) / CPU replicas)",
     )
     place.add_argument(
         "--gil-switch-interval-ms",
