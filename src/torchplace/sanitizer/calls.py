@@ -9,7 +9,7 @@ host-to-device copies. :func:`function_name` and :func:`op_name` give the names 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import torch
@@ -19,11 +19,14 @@ __all__ = [
     "DATA_FACTORIES",
     "GETITEM",
     "NO_KWARGS",
+    "OTHER_NOT_AN_OPERAND",
     "PURE",
     "SEQUENCES",
+    "SIZED",
     "function_name",
     "op_name",
     "plain_index",
+    "reads_device_value",
 ]
 
 
@@ -47,12 +50,12 @@ __rtruediv__ __itruediv__ __floordiv__ __rfloordiv__ __matmul__ __rmatmul__ __ne
 __pow__ __rpow__ __ipow__ __mod__ __and__ __or__ __xor__ __invert__ __eq__ __ne__ __lt__ __le__
 __gt__ __ge__ __abs__ __len__ __hash__ add add_ sub sub_ mul mul_ div div_ matmul mm bmm addmm
 pow exp exp_ log sqrt rsqrt abs neg clamp clamp_ relu relu_ sigmoid tanh softmax log_softmax
-sum mean std var amax amin argmax argmin max min norm view view_as reshape reshape_as permute
-transpose t contiguous flatten unflatten unsqueeze squeeze expand expand_as repeat narrow chunk
+sum mean std var amax amin argmax argmin max min norm view_as reshape_as permute
+transpose t contiguous flatten unflatten unsqueeze squeeze expand_as chunk
 split unbind clone detach detach_ float half double bfloat16 int long bool type_as masked_fill
 masked_fill_ fill_ zero_ cumsum sort topk gather scatter scatter_ scatter_add_ index_select eq
 ne lt le gt ge logical_and logical_or logical_not any all size dim numel stride is_contiguous
-element_size nelement data_ptr requires_grad_ retain_grad new_zeros new_ones new_empty new_full
+element_size nelement data_ptr requires_grad_ retain_grad
 sin cos erf flip roll tril triu maximum minimum square softplus exp2 dtype_
 is_floating_point is_complex
 """
@@ -69,11 +72,11 @@ _PURE_TORCH_FUNCTIONS: Final = _words(
     """
 add sub mul div matmul mm bmm addmm baddbmm cat concat concatenate stack hstack vstack relu
 sigmoid tanh softmax log_softmax exp log sqrt rsqrt abs neg clamp sum mean amax amin argmax
-argmin max min reshape flatten permute transpose t squeeze unsqueeze chunk split narrow
+argmin max min flatten permute transpose t squeeze unsqueeze chunk split
 zeros_like ones_like empty_like full_like rand_like randn_like einsum layer_norm group_norm
 batch_norm dropout conv1d conv2d conv3d embedding topk sort gather index_select masked_fill eq
 ne gt lt ge le logical_and logical_or logical_not maximum minimum erf sin cos cumsum flip roll
-tril triu outer dot zeros ones empty full arange rand randn randint linspace eye softplus
+tril triu outer dot softplus
 square
 """
 )
@@ -87,6 +90,24 @@ adaptive_avg_pool1d adaptive_avg_pool2d embedding scaled_dot_product_attention p
 mse_loss l1_loss softplus hardtanh hardswish
 """
 )
+
+
+#: Tensor methods whose arguments after ``self`` are sizes or fill values, and torch functions
+#: whose arguments from the first (factories) or the second (``torch.reshape``) on are: torch
+#: reads a tensor given there on the host, as a number (``torch.arange(lengths.max())`` makes
+#: an ``item()``), so a device tensor there is a sync; the call is pure device compute otherwise.
+_SIZED_TENSOR_METHODS: Final = _words(
+    "view reshape expand repeat narrow new_zeros new_ones new_empty new_full"
+)
+_SIZED_TORCH_FUNCTIONS: Final = {
+    **dict.fromkeys(_words("zeros ones empty full arange rand randn randint linspace eye"), 0),
+    **dict.fromkeys(_words("reshape narrow"), 1),
+}
+
+#: Tensor methods whose second tensor gives only a shape (``view_as``) or a dtype and device
+#: (``type_as``, a copy when the device differs), not data to compute with: on two devices
+#: they are no mixed-device op.
+_OTHER_NOT_AN_OPERAND: Final = _words("type_as view_as reshape_as expand_as")
 
 
 def _build_pure() -> frozenset[Any]:
@@ -104,6 +125,16 @@ def _build_pure() -> frozenset[Any]:
 #: Calls that only compute on the device their operands are on: no copy, no sync.
 PURE: Final = _build_pure()
 
+#: Calls that are pure unless a device tensor sits where torch reads a number
+#: (:func:`reads_device_value`), by the position the numbers start at.
+SIZED: Final[dict[Any, int]] = {
+    **{getattr(Tensor, name): 1 for name in _SIZED_TENSOR_METHODS if hasattr(Tensor, name)},
+    **{getattr(torch, n): i for n, i in _SIZED_TORCH_FUNCTIONS.items() if hasattr(torch, n)},
+}
+
+#: Pure calls whose operands on two devices are no mixed-device op (a shape or a target).
+OTHER_NOT_AN_OPERAND: Final = frozenset(_resolve(Tensor, _OTHER_NOT_AN_OPERAND))
+
 #: Factories that copy host data (lists, numbers, NumPy arrays) to the target device.
 DATA_FACTORIES: Final[dict[Any, str]] = {
     **{getattr(torch, n): f"torch.{n}" for n in ("tensor", "as_tensor", "asarray")},
@@ -116,6 +147,21 @@ GETITEM: Final = frozenset({Tensor.__getitem__})
 SEQUENCES: Final = (list, tuple)
 NO_KWARGS: Final[Mapping[str, Any]] = {}
 _PLAIN_INDEX_TYPES: Final = (int, bool, type(None), type(Ellipsis))
+
+
+def reads_device_value(args: Sequence[Any], start: int, kwargs: Mapping[str, Any]) -> bool:
+    """True when a tensor not on the CPU (alone, or in a list or tuple of sizes) is among
+    ``args[start:]`` or ``kwargs``: torch will read it on the host."""
+    values = args[start:] if start else args
+    for value in (*values, *kwargs.values()) if kwargs else values:
+        if isinstance(value, Tensor):
+            if value.device.type != "cpu":
+                return True
+        elif type(value) is list or type(value) is tuple:
+            for item in value:
+                if isinstance(item, Tensor) and item.device.type != "cpu":
+                    return True
+    return False
 
 
 def plain_index(index: Any) -> bool:

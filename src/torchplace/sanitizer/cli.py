@@ -88,6 +88,8 @@ def split_program(words: Sequence[str]) -> tuple[str, str, list[str]]:
         raise ConfigError(
             f"unsupported interpreter option {rest[0]!r}; give a script path or -m module"
         )
+    if not rest[0]:  # Path("") is the working directory, which python would not run
+        raise ConfigError(f"the script name is empty; {_PYTHON_ONLY}")
     if Path(rest[0]).is_dir():
         # python runs a directory by its __main__.py (a zip app is a file, run below)
         if not (Path(rest[0]) / "__main__.py").is_file():

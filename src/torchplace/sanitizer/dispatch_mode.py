@@ -46,7 +46,8 @@ class DispatchLayer(TorchDispatchMode):  # type: ignore[no-untyped-call]
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
         # The default wraps __torch_dispatch__ in a dynamo-disable shim that costs an import of
-        # torch._dynamo and a frame per op; the guard never runs under compilation.
+        # torch._dynamo and a frame per op. torch.compile under a guard traces its layers with
+        # the program's code; a crossing recorded there breaks the graph (docs/guard.md, Limits).
         return False
 
     def __torch_dispatch__(
@@ -122,7 +123,31 @@ def _crossing_bytes(
         direction == "d2h" and non_blocking
     )
     dtype = dst_dtype if converted_first else src_t.dtype
+    if src_t.layout != torch.strided:
+        stored = _stored_bytes(src_t, dtype)
+        if stored is not None:
+            return stored
     return numel * dtype.itemsize
+
+
+#: How to reach the index tensors of each sparse layout (the values are ``values()``).
+_SPARSE_INDICES: Final = {
+    torch.sparse_coo: ("_indices",),
+    torch.sparse_csr: ("crow_indices", "col_indices"),
+    torch.sparse_bsr: ("crow_indices", "col_indices"),
+    torch.sparse_csc: ("ccol_indices", "row_indices"),
+    torch.sparse_bsc: ("ccol_indices", "row_indices"),
+}
+
+
+def _stored_bytes(t: Tensor, dtype: torch.dtype) -> int | None:
+    """What a copy of a sparse tensor sends: its index tensors and its stored values (in
+    ``dtype``), not its dense size; None for a layout without them."""
+    names = _SPARSE_INDICES.get(t.layout)
+    if names is None:
+        return None
+    values = t._values() if t.layout == torch.sparse_coo else t.values()
+    return sum(nbytes(getattr(t, name)()) for name in names) + values.numel() * dtype.itemsize
 
 
 def _record_copy(

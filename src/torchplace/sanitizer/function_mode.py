@@ -5,7 +5,9 @@ guarded block. It sees every torch call the user's code makes (``F.linear``, ``T
 ``x[mask]``, ``torch.tensor(..., device=...)``):
 
 * calls known to be pure device compute (:data:`~torchplace.sanitizer.calls.PURE`) take the
-  fast path: a cheap same-device check of their operands, then the call itself;
+  fast path: a cheap same-device check of their operands, then the call itself; so do sizes
+  and factories (:data:`~torchplace.sanitizer.calls.SIZED`, ``x.view(n)``, ``torch.arange(n)``)
+  unless a size is a device tensor, which torch reads on the host;
 * every other call runs with the guard's
   :class:`~torchplace.sanitizer.dispatch_mode.DispatchLayer` pushed for its duration;
 * API-level syncs (``Tensor.item``, ``.tolist()``, ``bool(t)``, printing) are recorded once,
@@ -29,9 +31,12 @@ from torchplace.sanitizer.calls import (
     DATA_FACTORIES,
     GETITEM,
     NO_KWARGS,
+    OTHER_NOT_AN_OPERAND,
     PURE,
     SEQUENCES,
+    SIZED,
     plain_index,
+    reads_device_value,
 )
 from torchplace.sanitizer.dispatch_mode import nbytes
 from torchplace.sanitizer.mixed import check_call, maybe_mixed
@@ -63,7 +68,13 @@ class FunctionLayer(TorchFunctionMode):
             if (kwargs or len(args) > 1 or (args and type(args[0]) in SEQUENCES)) and maybe_mixed(
                 args, kwargs or NO_KWARGS
             ):
+                if func in OTHER_NOT_AN_OPERAND:  # x.type_as(y) copies; x.view_as(y) is a view
+                    return self._inspected_call(func, args, kwargs or NO_KWARGS)
                 check_call(self._owner, func, args, kwargs or NO_KWARGS)
+            return func(*args, **kwargs) if kwargs else func(*args)
+        start = SIZED.get(func)
+        if start is not None and not reads_device_value(args, start, kwargs or NO_KWARGS):
+            # sizes and fill values from the host: pure
             return func(*args, **kwargs) if kwargs else func(*args)
         kwargs = kwargs or NO_KWARGS
         if func in GETITEM and plain_index(args[1]):
@@ -73,6 +84,10 @@ class FunctionLayer(TorchFunctionMode):
     def _inspected_call(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         """Run a call that is not pure compute under the dispatch layer."""
         owner = self._owner
+        if not owner._live[0]:
+            # the layer of a watched thread that outlived its guard: torch offers no way to take
+            # it off that thread's stack, so it only passes calls through until the thread ends
+            return func(*args, **kwargs)
         api = FUNCTION_SYNCS.get(func)
         if api is not None:
             t = args[0] if args else None

@@ -75,6 +75,27 @@ def _parse_allow(allow: Iterable[str] | str | None) -> tuple[frozenset[str], tup
     return frozenset(kinds), tuple(sites)
 
 
+#: The guards watching new threads (``threads=True``), in the order they were entered: each
+#: hook installed through :func:`threading.setprofile` chains to the one it replaced.
+_thread_watchers: list[Guard] = []
+
+
+def _remove_function_mode(layer: FunctionLayer) -> None:
+    """Pop ``layer`` from this thread's torch-function mode stack wherever it sits.
+
+    ``TorchFunctionMode.__exit__`` pops whatever mode is on top: a guard exited before a guard
+    (or another mode) entered after it, as when a guarded generator finishes inside another
+    guard, would pop that one and leave its own layer in place."""
+    above = []
+    while torch._C._len_torch_function_stack() > 0:
+        mode = torch._C._pop_torch_function_stack()
+        if mode is layer:
+            break
+        above.append(mode)
+    for mode in reversed(above):
+        torch._C._push_on_torch_function_stack(mode)
+
+
 class Guard:
     """Records device crossings and host syncs on the thread that enters it and, with
     ``threads=True``, on the threads started (through :mod:`threading`) while it is active.
@@ -94,6 +115,8 @@ class Guard:
     ) -> None:
         if mode not in MODES:
             raise ConfigError(f"guard mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if not isinstance(threads, bool):
+            raise ConfigError(f"threads must be True or False, got {threads!r}")
         self.mode = mode
         self.threads = threads
         self.allow_kinds, self.allow_sites = _parse_allow(allow)
@@ -120,6 +143,7 @@ class Guard:
         if self.threads:
             self._saved_profile = threading.getprofile()
             threading.setprofile(self._join_new_thread)
+            _thread_watchers.append(self)
         return self.report
 
     def __exit__(
@@ -136,15 +160,28 @@ class Guard:
             )
         self._live[0] = False
         if self.threads:
-            threading.setprofile(self._saved_profile)
+            self._unhook_threads()
         try:
-            self._function.__exit__(exc_type, exc, tb)  # type: ignore[no-untyped-call]
+            _remove_function_mode(self._function)
         finally:
             guards = active_guards()
             if self in guards:
                 guards.remove(self)
             remove_sync_wrappers()
             self._thread = None
+
+    def _unhook_threads(self) -> None:
+        """Put back the thread hook this guard replaced. A guard may exit before one entered
+        after it (a guard in a generator that finishes inside another guard): that one's hook
+        stays, and restores this guard's predecessor when it exits in turn."""
+        hook = self._join_new_thread
+        if threading.getprofile() == hook:
+            threading.setprofile(self._saved_profile)
+        else:
+            for later in _thread_watchers:
+                if later._saved_profile == hook:
+                    later._saved_profile = self._saved_profile
+        _thread_watchers.remove(self)
 
     def _join_new_thread(self, frame: FrameType, event: str, arg: object) -> None:
         """The profile hook :mod:`threading` installs in each thread it starts: it removes

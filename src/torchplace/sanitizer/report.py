@@ -79,6 +79,8 @@ class GuardReport:
     def __init__(self, mode: str = "record", *, max_events: int = DEFAULT_MAX_EVENTS) -> None:
         if not isinstance(max_events, int) or isinstance(max_events, bool) or max_events < 0:
             raise ConfigError(f"max_events must be an integer >= 0, got {max_events!r}")
+        if not isinstance(mode, str) or mode not in MODES:
+            raise ConfigError(f"report mode must be one of {', '.join(MODES)}, got {mode!r}")
         self.mode = mode
         self.max_events = max_events
         self.dropped = 0
@@ -91,6 +93,8 @@ class GuardReport:
     # -- recording -------------------------------------------------------------------------
     def add(self, event: Event) -> None:
         """Record one event (the guard calls this; tests and tools may too)."""
+        if not isinstance(event, Event):
+            raise ConfigError(f"a report records Event objects, got {event!r}")
         if event.kind not in self._counts:
             raise ConfigError(f"unknown event kind {event.kind!r}; use one of {', '.join(KINDS)}")
         with self._lock:  # a guard watching threads records from several at once
@@ -124,6 +128,9 @@ class GuardReport:
         """Kept events of one ``kind`` (or ``"transfer"``), at a ``site`` (``"file.py"``,
         ``"file.py:12"``, ``"file.py:12:function"``), and/or whose ``op`` contains the text."""
         _check_kind(kind)
+        for name, value in (("site", site), ("op", op)):
+            if value is not None and not isinstance(value, str):
+                raise ConfigError(f"filter's {name} must be a string or None, got {value!r}")
         out = []
         for event in self._events:
             if kind == "transfer" and event.kind not in TRANSFER_KINDS:
@@ -139,13 +146,13 @@ class GuardReport:
 
     def count(self, kind: str) -> int:
         """How many events of ``kind`` (or ``"transfer"``) were recorded."""
-        _check_kind(kind)
+        _check_kind(kind, required=True)
         kinds = TRANSFER_KINDS if kind == "transfer" else (kind,)
         return sum(self._counts[k] for k in kinds)
 
     def nbytes(self, kind: str) -> int:
         """Total bytes moved by events of ``kind`` (or ``"transfer"``)."""
-        _check_kind(kind)
+        _check_kind(kind, required=True)
         kinds = TRANSFER_KINDS if kind == "transfer" else (kind,)
         return sum(self._bytes[k] for k in kinds)
 
@@ -229,8 +236,8 @@ class GuardReport:
 
     def top(self, n: int) -> list[SiteSummary]:
         """The ``n`` busiest (line, kind) rows."""
-        if n < 0:
-            raise ConfigError(f"top must be >= 0, got {n}")
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise ConfigError(f"top must be an integer >= 0, got {n!r}")
         return self.by_site()[:n]
 
     def totals(self) -> dict[str, dict[str, int]]:
@@ -293,6 +300,8 @@ class GuardReport:
 
     def format(self, top: int | None = None, width: int = 120) -> str:
         """The table as plain text."""
+        if not isinstance(width, int) or isinstance(width, bool) or width < 1:
+            raise ConfigError(f"width must be a number of columns >= 1, got {width!r}")
         from rich.console import Console
 
         # drawn into a buffer: never to sys.stdout, which the guarded program may have closed
@@ -318,8 +327,8 @@ class GuardReport:
         )
 
 
-def _check_kind(kind: str | None) -> None:
-    if kind is not None and kind not in KINDS and kind != "transfer":
+def _check_kind(kind: str | None, *, required: bool = False) -> None:
+    if (kind is not None or required) and kind not in KINDS and kind != "transfer":
         raise ConfigError(f"unknown event kind {kind!r}; use one of {', '.join(KINDS)}, transfer")
 
 

@@ -1,7 +1,8 @@
 """Site attribution: which line of the user's code an event belongs to.
 
 A stack is looked at only when something is recorded: :func:`user_site` walks
-``sys._getframe`` up to the first frame outside torch, torchplace and the standard library.
+``sys._getframe`` up to the first frame outside torch, torchplace and the standard library (and
+outside the ``__torch_function__`` / ``__torch_dispatch__`` overrides torch calls on the way).
 """
 
 from __future__ import annotations
@@ -44,10 +45,19 @@ def is_internal(filename: str) -> bool:
     return internal
 
 
+#: The hooks through which torch hands a call to a tensor subclass or a mode: plumbing, even in
+#: the user's own files; the line that made the call is further out.
+_OVERRIDES: Final = frozenset({"__torch_function__", "__torch_dispatch__"})
+
+
 def user_site() -> Site:
-    """The innermost frame on this thread's stack that is neither torch nor torchplace code."""
+    """The innermost frame on this thread's stack that is neither torch nor torchplace code, nor
+    a ``__torch_function__`` / ``__torch_dispatch__`` override (a tensor subclass's or a
+    mode's) that torch called on the way."""
     frame: FrameType | None = sys._getframe(1)
-    while frame is not None and is_internal(frame.f_code.co_filename):
+    while frame is not None and (
+        is_internal(frame.f_code.co_filename) or frame.f_code.co_name in _OVERRIDES
+    ):
         frame = frame.f_back
     if frame is None:
         return _UNKNOWN_SITE

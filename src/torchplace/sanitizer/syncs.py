@@ -198,7 +198,7 @@ def _wrap_storage_copy(original: Callable[..., Any]) -> Callable[..., Any]:
             # whose dispatch layer would record the copy a second time
             layers.enter_context(torch._C.DisableTorchFunction())
             for owner in guards:
-                if not any(mode is owner._dispatch for mode in stack):
+                if owner._live[0] and not any(mode is owner._dispatch for mode in stack):
                     layers.enter_context(owner._dispatch)
             return original(self, *args, **kwargs)
 
