@@ -699,3 +699,63 @@ def test_a_typical_training_script_under_the_command(tmp_path: Path) -> None:
         (20, "pageable_non_blocking"): 3,
     }
     assert (tmp_path / "model.pt").is_file()
+
+
+# -- the guard as a decorator ---------------------------------------------------------------
+
+
+def test_decorated_function_is_guarded_on_every_call_into_one_report() -> None:
+    model = torch.nn.Linear(8, 2).to("meta")
+
+    @torchplace.guard()
+    def step(batch: torch.Tensor) -> torch.Tensor:
+        return model(batch.to("meta"))
+
+    for _ in range(3):
+        out = step(torch.randn(4, 8))
+    assert out.device.type == "meta"
+    assert step.report.h2d == 3
+    assert step.__name__ == "step"
+    model(torch.randn(4, 8).to("meta"))  # outside a call: not recorded
+    assert step.report.h2d == 3
+
+
+def test_decorated_recursive_call_runs_inside_the_active_guard() -> None:
+    @torchplace.guard()
+    def count_down(n: int) -> int:
+        torch.ones(2).to("meta")
+        return 0 if n == 0 else count_down(n - 1)
+
+    assert count_down(3) == 0
+    assert count_down.report.h2d == 4
+
+
+def test_decorated_function_in_raise_mode_raises_at_the_op() -> None:
+    @torchplace.guard("raise")
+    def leak() -> None:
+        torch.ones(2).to("meta")
+
+    with pytest.raises(GuardViolation):
+        leak()
+    with pytest.raises(GuardViolation):  # the guard was left cleanly and works again
+        leak()
+
+
+@pytest.mark.parametrize(
+    "func",
+    [
+        pytest.param(lambda: (yield 1), id="generator"),  # type: ignore[misc]
+        pytest.param(None, id="not-callable"),
+    ],
+)
+def test_decorating_a_generator_or_non_callable_is_refused(func: Any) -> None:
+    with pytest.raises(ConfigError, match="guard"):
+        torchplace.guard()(func)
+
+
+def test_decorating_a_coroutine_function_is_refused() -> None:
+    async def serve() -> None:
+        return None
+
+    with pytest.raises(ConfigError, match="coroutine"):
+        torchplace.guard()(serve)

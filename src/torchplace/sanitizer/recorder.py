@@ -18,12 +18,14 @@ This module applies the guard's mode (record, warn, raise) and ``allow`` list to
 from __future__ import annotations
 
 import copy
+import functools
+import inspect
 import sys
 import threading
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import FrameType, TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -42,6 +44,8 @@ from torchplace.sanitizer.sites import user_site
 from torchplace.sanitizer.syncs import active_guards, install_sync_wrappers, remove_sync_wrappers
 
 __all__ = ["Guard", "guard"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def _parse_allow(allow: Iterable[str] | str | None) -> tuple[frozenset[str], tuple[str, ...]]:
@@ -102,7 +106,9 @@ class Guard:
 
     Use it through :func:`guard`; entering returns the :class:`GuardReport` that fills up
     while the block runs. A guard can be entered again after it exits (events accumulate in the
-    same report) but not twice at once.
+    same report) but not twice at once. As a decorator it guards every call of a function
+    (a call made while the guard is already active on its thread runs inside it), into the
+    same report, which the wrapped function carries as ``report``.
     """
 
     def __init__(
@@ -130,6 +136,30 @@ class Guard:
         self._live = [False]  # shared with the guard's stand-ins on other threads
         self._violations = [0]  # GuardViolations raised, on any thread (shared like _live)
         self._saved_profile: Any = None
+
+    # -- decorator ---------------------------------------------------------------------------
+    def __call__(self, func: _F) -> _F:
+        if not callable(func):
+            raise ConfigError(f"guard() decorates a function, got {func!r}")
+        if (
+            inspect.isgeneratorfunction(func)
+            or inspect.iscoroutinefunction(func)
+            or (inspect.isasyncgenfunction(func))
+        ):
+            raise ConfigError(
+                f"guard() cannot decorate {getattr(func, '__qualname__', func)!r}: a generator or "
+                "coroutine runs after the call returns; use `with torchplace.guard():` inside it"
+            )
+
+        @functools.wraps(func)
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            if self._thread == threading.get_ident():  # a recursive or nested call
+                return func(*args, **kwargs)
+            with self:
+                return func(*args, **kwargs)
+
+        guarded.report = self.report  # type: ignore[attr-defined]
+        return guarded  # type: ignore[return-value]
 
     # -- context manager -------------------------------------------------------------------
     def __enter__(self) -> GuardReport:
@@ -294,5 +324,11 @@ def guard(
             answer = model(batch.to(device)).argmax(-1).cpu().tolist()
         print(report.h2d_bytes, len(report.syncs))
         print(report)  # a table: line, kind, count, bytes
+
+    It also decorates a function, guarding each of its calls into one report::
+
+        @torchplace.guard()
+        def step(batch): ...
+        print(step.report)
     """
     return Guard(mode, allow=allow, max_events=max_events, threads=threads)
