@@ -19,7 +19,7 @@ import pytest
 import torch
 from torch import nn
 
-from torchplace.errors import ConfigError, InputError, OverloadedError
+from torchplace.errors import ConfigError, OverloadedError
 from torchplace.serve.admission import DeadlineExceededError, QueuePolicy, WaitEstimate
 from torchplace.serve.engine import Engine
 from torchplace.serve.running import ServerThread
@@ -155,12 +155,13 @@ def test_higher_priority_runs_first_and_each_level_has_its_own_limit() -> None:
             await engine.infer(_row(4.0), priority=2)
         with pytest.raises(OverloadedError, match="at priority 1"):
             await engine.infer(_row(5.0), priority=1)
-        with pytest.raises(InputError, match="priority 3 is not a level"):
+        # a priority past the levels is the default level, as in Triton: full too
+        with pytest.raises(OverloadedError, match="at priority 2"):
             await engine.infer(_row(6.0), priority=3)
         gate.open.set()
         await asyncio.gather(held, low, high)
         assert gate.seen == [1.0, 3.0, 2.0]  # the high one overtook the low one
-        assert _errors(engine, "overload") == 2
+        assert _errors(engine, "overload") == 3
         await engine.stop()
 
     asyncio.run(main())

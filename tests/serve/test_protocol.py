@@ -190,7 +190,7 @@ BAD_REQUESTS: list[tuple[str, bytes, dict[str, Any], str]] = [
     ("input not object", _json_body([5]), {}, "must be an object"),
     ("nameless input", _json_body([{"datatype": "FP32"}]), {}, "'name'"),
     ("unknown input", _json_body([seed_input(name="x")]), {}, "unexpected inference input 'x'"),
-    ("twice", _json_body([seed_input(), seed_input()]), {}, "given twice"),
+    ("twice", _json_body([seed_input(), seed_input()]), {}, "already exists in request"),
     (
         "wrong datatype",
         _json_body([seed_input(datatype="FP64")]),

@@ -5,7 +5,9 @@
 ``--max-queue-wait-ms``), validated at construction.
 
 * **Priority.** Levels run from 1 (served first) to ``priority_levels``; a request's
-  ``priority`` parameter picks one, 0 or none means the default level (Triton's convention).
+  ``priority`` parameter picks one, 0 or none means the default level (Triton's convention),
+  and so does a priority past the last level (as Triton's ``InferenceRequest::SetPriority``
+  has it: a client written for a deployment with more levels is served, not refused).
   Each level has its own queue limit; a batch takes the highest levels first.
 * **Deadline.** A request's ``timeout`` parameter (microseconds, as Triton has it) or its
   ``Inference-Timeout-Us`` header, else the server default, sets a deadline from its arrival.
@@ -25,7 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from torchplace.errors import ConfigError, DeadlineExceededError, InputError
+from torchplace.errors import ConfigError, DeadlineExceededError
 
 __all__ = ["DeadlineExceededError", "QueuePolicy", "WaitEstimate"]
 
@@ -74,14 +76,10 @@ class QueuePolicy:
         return self.queue_limits or (self.max_queue,) * self.priority_levels
 
     def level(self, priority: int | None) -> int:
-        """The queue index (0 = highest) of a request's ``priority`` (0 or None: default)."""
-        if priority is None or priority == 0:
+        """The queue index (0 = highest) of a request's ``priority`` (0, None or a priority
+        past the last level: the default level, as in Triton)."""
+        if priority is None or not 1 <= priority <= self.priority_levels:
             return (self.default_priority or self.priority_levels) - 1
-        if not 1 <= priority <= self.priority_levels:
-            raise InputError(
-                f"priority {priority} is not a level of this server; give 1 (served first) "
-                f"to {self.priority_levels}, or 0 for the default"
-            )
         return priority - 1
 
     def timeout(self, timeout_s: float | None) -> float | None:

@@ -114,7 +114,8 @@ class Batcher:
         if len(queue) >= limit:
             where = f" at priority {pending.level + 1}" if len(self.limits) > 1 else ""
             raise OverloadedError(
-                f"the queue is full ({limit} requests waiting{where}); retry shortly"
+                f"Exceeds maximum queue size: the queue is full ({limit} requests "
+                f"waiting{where}); retry shortly"
             )
         queue.append(pending)
         self.queued += 1

@@ -597,8 +597,9 @@ class Engine:
                 batcher.discard(pending)
             pending.future.set_exception(
                 DeadlineExceededError(
-                    "the request's deadline passed while it was queued; it was not run (give "
-                    "it a longer 'timeout' parameter, in microseconds, or retry)"
+                    "Request timeout expired: the request's deadline passed while it was "
+                    "queued; it was not run (give it a longer 'timeout' parameter, in "
+                    "microseconds, or retry)"
                 )
             )
         self._count_drop("deadline")

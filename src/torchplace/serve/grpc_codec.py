@@ -32,6 +32,7 @@ from torchplace.serve.proto import grpc_service_pb2 as pb
 from torchplace.serve.protocol import (
     _NO_LABELS,
     _NO_REGIONS,
+    _SCHEDULE_PARAMETERS,
     WIRE_DTYPES,
     InferRequest,
     RequestedOutput,
@@ -40,6 +41,7 @@ from torchplace.serve.protocol import (
     _check_complete,
     _check_finite,
     _checked_shape,
+    _given_twice,
     _ModelWords,
     _same_rows,
     _unknown_input,
@@ -158,7 +160,7 @@ def _decode_request(
         if spec is None:
             raise _unknown_input(tensor.name, inputs)
         if tensor.name in arrays:
-            raise InputError(f"input {tensor.name!r} is given twice")
+            raise _given_twice(tensor.name)
         shape = _checked_shape(
             {"datatype": tensor.datatype, "shape": list(tensor.shape)}, spec, max_rows
         )
@@ -239,14 +241,14 @@ def _parameters(params: Mapping[str, Any]) -> tuple[int | None, int | None]:
     """The ``timeout`` (microseconds) and ``priority`` parameters of a request."""
     check_reserved(params, _GRPC_TRITON_PARAMETERS)
     found: list[int | None] = []
-    for key, meaning in (("timeout", "microseconds"), ("priority", "a level, 1 first")):
+    for key, meaning, bound in _SCHEDULE_PARAMETERS:
         if key not in params:
             found.append(None)
             continue
         param = params[key]
         which = param.WhichOneof("parameter_choice")
         value: Any = getattr(param, which) if which is not None else None
-        if which not in ("int64_param", "uint64_param") or not 0 <= value < 2**63:
+        if which not in ("int64_param", "uint64_param") or not 0 <= value < bound:
             raise InputError(
                 f"parameter {key!r} must be a non-negative integer ({meaning}), got {value!r}"
             )

@@ -7,8 +7,9 @@ so the batcher, the replicas, deadlines, priorities and row splitting are shared
 protocol's messages come from Triton's ``.proto`` (:mod:`torchplace.serve.proto`).
 
 RPCs: ``ServerLive``, ``ServerReady``, ``ModelReady``, ``ServerMetadata``, ``ModelMetadata``,
-``ModelInfer``, ``ModelStreamInfer`` (each message a ``ModelInfer``, answered as it finishes;
-a failure is the answer's ``error_message`` and the stream goes on), ``ModelConfig`` and
+``ModelInfer``, ``ModelStreamInfer`` (each message a ``ModelInfer``, answered as it finishes,
+with Triton's ``triton_final_response`` parameter true; a failure is the answer's
+``error_message`` and the stream goes on), ``ModelConfig`` and
 ``ModelStatistics`` (Triton's extensions, the documents of
 :mod:`torchplace.serve.triton`), and the repository extension's ``RepositoryIndex``,
 ``RepositoryModelLoad`` and ``RepositoryModelUnload`` (:mod:`torchplace.serve.reload`), and
@@ -20,7 +21,8 @@ server's :class:`~torchplace.serve.registry.Registry` at each call, as the REST 
 Errors carry the REST messages, with the status code of the HTTP status:
 
 ====  ==========================================================================
-400   ``INVALID_ARGUMENT`` (also a request that does not parse as the RPC's message)
+400   ``INVALID_ARGUMENT`` (also a request that does not parse as the RPC's message);
+      ``ALREADY_EXISTS`` for a shared-memory region name already registered, as in Triton
 401   ``UNAUTHENTICATED`` (with ``--auth-token-file``: metadata ``authorization:
       Bearer TOKEN`` on every RPC but ServerLive and ServerReady)
 403   ``FAILED_PRECONDITION`` (load/unload refused by the model control mode; client shared
@@ -78,7 +80,7 @@ from torchplace.serve.grpc_read import unary_unary_handler
 from torchplace.serve.proto import grpc_service_pb2 as pb
 from torchplace.serve.proto import model_config_pb2 as config_pb
 from torchplace.serve.repository import inline_config, model_names
-from torchplace.serve.shm import Region, SharedMemoryRegions
+from torchplace.serve.shm import Region, SharedMemoryExistsError, SharedMemoryRegions
 from torchplace.serve.triton import extensions, model_statistics
 
 if TYPE_CHECKING:
@@ -123,6 +125,8 @@ def status_code(exc: ServeError) -> grpc.StatusCode:
     """The gRPC status of a serving error (see the module docstring's table)."""
     if isinstance(exc, OverloadedError):
         return grpc.StatusCode.RESOURCE_EXHAUSTED
+    if isinstance(exc, SharedMemoryExistsError):  # a 400 over REST, as in Triton
+        return grpc.StatusCode.ALREADY_EXISTS
     return _STATUS.get(exc.status, grpc.StatusCode.INTERNAL)
 
 
@@ -523,6 +527,9 @@ class GrpcServer:
                 answer.error_message = str(exc)
                 if request is not None:  # which request failed
                     answer.infer_response.id = request.id
+            # as Triton says on a stream: this request gets no further answer (a client that
+            # asked for triton_enable_empty_final_response counts it done on reading this)
+            answer.infer_response.parameters["triton_final_response"].bool_param = True
             serialized = answer.SerializeToString()
             hold(len(serialized) - len(data))
             answers.put_nowait(serialized)

@@ -388,14 +388,23 @@ def _request_parameters(params: object) -> tuple[bool, int | None, int | None]:
     if not isinstance(flag, bool):
         raise _fail("parameter 'binary_data_output' must be true or false")
     found: list[int | None] = []
-    for key, meaning in (("timeout", "microseconds"), ("priority", "a level, 1 first")):
+    for key, meaning, bound in _SCHEDULE_PARAMETERS:
         value = params.get(key)
-        if value is not None and (type(value) is not int or not 0 <= value < 2**63):
+        if value is not None and (type(value) is not int or not 0 <= value < bound):
             raise _fail(
                 f"parameter {key!r} must be a non-negative integer ({meaning}), got {shown(value)}"
             )
         found.append(value)
     return flag, found[0], found[1]
+
+
+#: the schedule policy extension's request parameters, what they mean, and the bound of their
+#: values: Triton reads ``priority`` as an unsigned 64-bit integer (one past the server's levels
+#: is the default level), ``timeout`` as microseconds that must fit in a signed one
+_SCHEDULE_PARAMETERS = (
+    ("timeout", "microseconds", 2**63),
+    ("priority", "a level, 1 first", 2**64),
+)
 
 
 def check_reserved(params: Iterable[str], allowed: Iterable[str] = ()) -> None:
@@ -439,7 +448,7 @@ def _decode_inputs(
         if spec is None:
             raise _unknown_input(name, inputs)
         if name in arrays:
-            raise _fail(f"input {name!r} is given twice")
+            raise _given_twice(name)
         array = _quick_json_array(raw, spec, max_rows)
         if array is None:
             array, offset = _decode_input(raw, spec, binary, offset, max_rows, allow_nan, regions)
@@ -449,12 +458,21 @@ def _decode_inputs(
     return arrays, offset
 
 
+def _given_twice(name: str) -> InputError:
+    """An input named twice, in Triton's words (its output's are alike)."""
+    return _fail(f"input {name!r} already exists in request; give each input once")
+
+
 def _same_rows(name: str, array: np.ndarray[Any, Any], rows: int) -> int:
     """The batch size so far (-1: none yet), checked against one more input's rows."""
     if rows != -1 and len(array) != rows:
-        raise _fail(
-            f"input {name!r} has {len(array)} rows but another input has {rows}; every "
-            "input must have the same batch size"
+        have = len(array)
+        raise _ModelWords(  # Triton's words first
+            lambda m: (
+                f"input {name!r} batch size does not match other inputs"
+                f"{f' for {m!r}' if m else ''}: it has {have} rows but another input has "
+                f"{rows}; every input must have the same batch size"
+            )
         )
     return len(array)
 
@@ -654,15 +672,12 @@ def _checked_shape(raw: dict[str, Any], spec: TensorSpec, max_rows: int) -> list
     name = spec.name
     datatype = raw.get("datatype")
     if datatype != spec.datatype:
-        if datatype == "BYTES":
-            raise _fail(
-                f"input {name!r}: datatype BYTES is not a tensor type torch can take; "
-                f"send {spec.datatype}"
-            )
+        # Triton's words first; BYTES (strings) is no tensor type torch has, so no input takes it
+        note = " (BYTES is not a tensor type torch can take)" if datatype == "BYTES" else ""
         raise _ModelWords(
             lambda m: (
                 f"inference input {name!r} data-type is {shown(datatype)}, but "
-                f"{f'model {m!r}' if m else 'the model'} expects {spec.datatype!r}"
+                f"{f'model {m!r}' if m else 'the model'} expects {spec.datatype!r}{note}"
             )
         )
     shape = raw.get("shape")
@@ -790,6 +805,12 @@ def _unnested(name: str, data: list[Any]) -> list[Any]:
     return data
 
 
+#: Triton's words (its REST front's, which its QA tests grep for) for JSON ``data`` holding more
+#: values than the input's shape takes, and fewer
+_TOO_MANY = "Unable to parse 'data': Shape does not match true shape of 'data' field"
+_TOO_FEW = "Failed to parse 'data' field: shape does not match true shape"
+
+
 def _json_array(
     spec: TensorSpec, data: object, shape: list[int], count: int
 ) -> np.ndarray[Any, Any]:
@@ -804,7 +825,7 @@ def _json_array(
     if count and len(data) > count:  # too many whatever they hold: refused before numpy reads them
         nested = " arrays" if isinstance(data[0], list) else ""
         raise _fail(
-            f"input {name!r}: shape {shape} needs {count} values but 'data' holds "
+            f"{_TOO_MANY}: input {name!r}: shape {shape} needs {count} values but 'data' holds "
             f"{len(data)}{nested}"
         )
     if data and isinstance(data[0], list):
@@ -818,7 +839,8 @@ def _json_array(
         ) from None
     if array.size != count:
         raise _fail(
-            f"input {name!r}: shape {shape} needs {count} values but 'data' holds {array.size}"
+            f"{_TOO_MANY if array.size > count else _TOO_FEW}: input {name!r}: shape {shape} "
+            f"needs {count} values but 'data' holds {array.size}"
         )
     if array.dtype.kind == "O" and dtype.kind == "f":
         array = _nulls_as_nan(array)

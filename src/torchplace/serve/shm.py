@@ -46,6 +46,7 @@ __all__ = [
     "MAX_REGIONS",
     "RESERVED_PREFIX",
     "Region",
+    "SharedMemoryExistsError",
     "SharedMemoryOpenError",
     "SharedMemoryRegions",
     "Target",
@@ -63,6 +64,11 @@ CUDA_REFUSED = (
 )
 #: keys Triton keeps for its Python backend's own regions, refused as Triton refuses them
 RESERVED_PREFIX = "triton_python_backend_shm_region_"
+
+
+class SharedMemoryExistsError(SharedMemoryError):
+    """A region name already registered: Triton's ``ALREADY_EXISTS`` ("already in manager"),
+    which its REST front answers 400 and its gRPC front ``ALREADY_EXISTS``."""
 
 
 class SharedMemoryOpenError(SharedMemoryError):
@@ -143,7 +149,7 @@ class SharedMemoryRegions:
         if not name:
             raise SharedMemoryError("a region name is needed to register system shared memory")
         if name in self._regions:
-            raise SharedMemoryError(
+            raise SharedMemoryExistsError(
                 f"shared memory region '{name}' already in manager; unregister it first or "
                 "choose another name"
             )

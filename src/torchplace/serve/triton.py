@@ -34,6 +34,7 @@ EXTENSIONS = (
     "statistics",
     "model_repository",
     "classification",
+    "schedule_policy",
 )
 
 
