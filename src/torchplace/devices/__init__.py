@@ -14,7 +14,8 @@ Modules:
 
 * ``spec``: parsing a spec into (type, index);
 * ``resolve``: :func:`resolve_device`, ``$TORCHPLACE_DEVICE``, :func:`cuda_unavailable_reason`;
-* ``inventory``: :func:`device_inventory` and :class:`DeviceInfo`;
+* ``inventory``: :func:`device_inventory` (and :func:`inventory_by_device`, which sets apart a
+  device that cannot be read) and :class:`DeviceInfo`;
 * ``visible``: ``CUDA_VISIBLE_DEVICES`` / ``HIP_VISIBLE_DEVICES``, parsed as the runtime does;
 * ``probe``: :class:`DeviceProbe`, the real :class:`TorchProbe` and :func:`default_probe`;
 * ``fake``: :class:`FakeProbe`, an imaginary machine for tests.
@@ -23,7 +24,7 @@ Modules:
 from __future__ import annotations
 
 from torchplace.devices.fake import FakeProbe
-from torchplace.devices.inventory import DeviceInfo, device_inventory
+from torchplace.devices.inventory import DeviceInfo, device_inventory, inventory_by_device
 from torchplace.devices.probe import (
     DeviceProbe,
     DeviceProperties,
@@ -46,6 +47,7 @@ __all__ = [
     "cuda_unavailable_reason",
     "default_probe",
     "device_inventory",
+    "inventory_by_device",
     "parse_visible_devices",
     "resolve_device",
     "visible_devices",

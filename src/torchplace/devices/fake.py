@@ -23,7 +23,8 @@ class FakeProbe:
     the probe reports (``CUDA_VISIBLE_DEVICES`` included), and the visible devices follow it the
     way the CUDA runtime would: ``FakeProbe(devices=[a, b, c], env={"CUDA_VISIBLE_DEVICES":
     "2,0"})`` shows ``c`` as logical 0 and ``a`` as logical 1. Physical devices are matched by
-    integer position or by ``uuid`` prefix.
+    integer position or by ``uuid`` prefix; of several MIG devices listed, only the first is
+    visible, as CUDA enumerates one MIG device per process.
     """
 
     devices: Sequence[DeviceProperties] = ()
@@ -53,6 +54,8 @@ class FakeProbe:
                 break
             if match in out:
                 return []
+            if _is_mig(match) and any(_is_mig(d) for d in out):
+                continue  # CUDA enumerates one MIG device per process
             out.append(match)
         return out
 
@@ -111,9 +114,13 @@ class FakeProbe:
         return self.driver_info
 
 
+def _is_mig(device: DeviceProperties) -> bool:
+    return device.uuid is not None and device.uuid.startswith("MIG-")
+
+
 def _match_physical(entry: str, devices: Sequence[DeviceProperties]) -> DeviceProperties | None:
     if entry.isdigit():
-        i = int(entry)
+        i = int(entry) if len(entry) < 19 else len(devices)  # no int() of 5000 digits
         return devices[i] if i < len(devices) else None
     hits = [d for d in devices if d.uuid is not None and d.uuid.startswith(entry)]
     return hits[0] if len(hits) == 1 else None

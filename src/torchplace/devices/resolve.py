@@ -8,9 +8,9 @@ from __future__ import annotations
 import torch
 
 from torchplace.devices.probe import DeviceProbe, cuda_built, default_probe
-from torchplace.devices.spec import OTHER_ACCELERATORS, PASS_THROUGH, parse_spec
+from torchplace.devices.spec import OTHER_ACCELERATORS, PASS_THROUGH, parse_spec, shown
 from torchplace.devices.visible import visible_devices
-from torchplace.errors import ConfigError, DeviceIndexError, DeviceUnavailableError
+from torchplace.errors import ConfigError, DeviceError, DeviceIndexError, DeviceUnavailableError
 
 __all__ = ["DEVICE_ENV_VAR", "cuda_unavailable_reason", "resolve_device"]
 
@@ -51,7 +51,12 @@ def resolve_device(
             try:
                 return resolve_device(from_env, probe=probe)
             except ConfigError as exc:
-                raise ConfigError(f"${DEVICE_ENV_VAR}={from_env!r}: {exc}") from exc
+                raise ConfigError(f"${DEVICE_ENV_VAR}={shown(from_env)}: {exc}") from exc
+            except DeviceError as exc:  # "auto" alone would fall back to the CPU: say who asked
+                raise type(exc)(
+                    f"${DEVICE_ENV_VAR}={shown(from_env)} (read by 'auto'): "
+                    f"{str(exc).rstrip('.')}, or unset {DEVICE_ENV_VAR} to let 'auto' choose."
+                ) from exc
         return _auto(probe)
     if kind in PASS_THROUGH:
         return torch.device(kind)  # as tensors report it: torch.device("cpu", 0) != cpu
@@ -62,14 +67,15 @@ def resolve_device(
 
 def _auto(probe: DeviceProbe) -> torch.device:
     if cuda_built(probe) and probe.cuda_available() and probe.device_count() > 0:
-        return torch.device("cuda", probe.current_device())
+        return _current("cuda", probe.current_device(), probe.device_count(), probe)
     preferred = probe.accelerator()
     kinds = [k for k in OTHER_ACCELERATORS if k == preferred] + [
         k for k in OTHER_ACCELERATORS if k != preferred
     ]
     for kind in kinds:
-        if probe.backend_available(kind) and probe.backend_device_count(kind) > 0:
-            return torch.device(kind, probe.backend_current_index(kind))
+        count = probe.backend_device_count(kind) if probe.backend_available(kind) else 0
+        if count > 0:
+            return _current(kind, probe.backend_current_index(kind), count, probe)
     return torch.device("cpu")
 
 
@@ -91,7 +97,7 @@ def cuda_unavailable_reason(probe: DeviceProbe | None = None) -> tuple[str, str]
         return reason, _CUDA_WHEEL_FIX
     if vis.hides_all:
         return (
-            f"{vis.describe()} hides every GPU from this process",
+            f"{vis.describe()} hides every GPU from this process: {vis.why_hidden()}",
             f"unset {vis.variable} or list the GPUs to use, e.g. {vis.variable}=0",
         )
     if not probe.cuda_available() or probe.device_count() == 0:
@@ -103,6 +109,7 @@ def cuda_unavailable_reason(probe: DeviceProbe | None = None) -> tuple[str, str]
                 seen += f" but {vis.describe()} matches none of them"
         elif drv.error:
             seen = f"; {drv.error}"
+        seen += _container_hint(probe, vis.value is not None)
         build = probe.cuda_build() or f"HIP {probe.hip_build()}"
         return (
             f"{_build_name(probe)} is built for CUDA {build} but no CUDA device is usable{seen}",
@@ -113,13 +120,45 @@ def cuda_unavailable_reason(probe: DeviceProbe | None = None) -> tuple[str, str]
     return None
 
 
+_NO_GPU_CONTAINER = ("", "none", "void")
+
+
+def _container_hint(probe: DeviceProbe, visibility_set: bool) -> str:
+    """What ``NVIDIA_VISIBLE_DEVICES`` (read by the NVIDIA container runtime when a container
+    starts) says about a machine where CUDA sees no device."""
+    nvidia = probe.env("NVIDIA_VISIBLE_DEVICES")
+    if nvidia is None:
+        return ""
+    if nvidia.strip().lower() in _NO_GPU_CONTAINER:
+        return f"; NVIDIA_VISIBLE_DEVICES={nvidia!r}: this container was started without a GPU"
+    if visibility_set and nvidia.strip().lower() != "all":
+        given = len([e for e in nvidia.split(",") if e.strip()])
+        return (
+            "; inside a container, CUDA_VISIBLE_DEVICES counts the container's own GPUs from 0 "
+            f"(NVIDIA_VISIBLE_DEVICES={nvidia!r} gave it {given})"
+        )
+    return ""
+
+
+def _current(kind: str, index: int, count: int, probe: DeviceProbe) -> torch.device:
+    """The backend's current device, checked against the devices it says are visible."""
+    if 0 <= index < count:
+        return torch.device(kind, index)
+    listing = _listing(probe, count) if kind == "cuda" else f"{count} {kind} device(s)"
+    raise DeviceIndexError(
+        f"cannot use {kind!r}: the runtime's current device {index} is not one of the "
+        f"{count} visible ({listing}). Fix: ask for '{kind}:0', or set the current device "
+        f"(torch.{kind}.set_device(0)) before resolving."
+    )
+
+
 def _listing(probe: DeviceProbe, count: int) -> str:
     vis = visible_devices(probe=probe)
     parts = []
     for i in range(count):
         try:
             name = probe.properties(i).name
-        except RuntimeError:  # pragma: no cover - defensive
+        except Exception:  # a device that cannot be read still gets its line
             name = "?"
         parts.append(f"cuda:{i} = physical {vis.physical_id(i)} ({name})")
     return "; ".join(parts)
@@ -133,7 +172,7 @@ def _resolve_cuda(index: int | None, probe: DeviceProbe) -> torch.device:
         raise DeviceUnavailableError(f"cannot use {want!r}: {reason}. Fix: {fix}.")
     count = probe.device_count()
     if index is None:
-        return torch.device("cuda", probe.current_device())
+        return _current("cuda", probe.current_device(), count, probe)
     if index >= count:
         vis = visible_devices(probe=probe)
         raise DeviceIndexError(
@@ -159,7 +198,7 @@ def _resolve_other(kind: str, index: int | None, probe: DeviceProbe) -> torch.de
         )
     count = probe.backend_device_count(kind)
     if index is None:
-        return torch.device(kind, probe.backend_current_index(kind))
+        return _current(kind, probe.backend_current_index(kind), count, probe)
     if index >= count:
         raise DeviceIndexError(
             f"cannot use {want!r}: {count} {kind} device(s) visible "

@@ -24,31 +24,50 @@ def parse_visible_devices(value: str | None) -> list[str] | None:
     ``["0"]``), a leading number is read like ``strtoul`` (``"1gpu"`` -> ``"1"``), and a repeated
     entry hides everything. ``""`` and ``"-1"`` give ``[]``: every GPU hidden.
     """
-    if value is None:
-        return None
+    return None if value is None else _read(value).ids
+
+
+@dataclass(frozen=True)
+class _Reading:
+    ids: list[str]
+    stopped_at: str | None = None  # the entry reading stopped at ("" for an empty one)
+    ignored: tuple[str, ...] = ()  # the entries never read, blanks left out
+    repeated: str | None = None  # the id named twice, which hides every GPU
+
+
+def _read(value: str) -> _Reading:
     out: list[str] = []
-    for raw in value.split(","):
+    entries = value.split(",")
+    for at, raw in enumerate(entries):
         entry = raw.strip()
         if entry.startswith(("GPU-", "MIG-")):
             token = entry
         else:
             digits = re.match(r"^\+?([0-9]+)", entry)  # ASCII digits only, as strtoul reads
             if digits is None:
-                break
-            token = str(int(digits.group(1)))
+                rest = tuple(e.strip() for e in entries[at:] if e.strip())
+                return _Reading(out, entry, rest)
+            token = digits.group(1).lstrip("0") or "0"  # no int(): it refuses 5000 digits
         if token in out:
-            return []
+            return _Reading([], repeated=token)
         out.append(token)
-    return out
+    return _Reading(out)
 
 
 @dataclass(frozen=True)
 class VisibleDevices:
-    """The visibility variable in force: its name, raw value and parsed physical ids."""
+    """The visibility variable in force: its name, raw value and parsed physical ids.
+
+    ``stopped_at`` is the entry where the runtime stopped reading the list (``""`` for an empty
+    entry, None when it read to the end) and ``ignored`` the entries it never read, so that
+    ``"0,5,1"`` can be told apart from ``"0"``.
+    """
 
     variable: str
     value: str | None
     physical_ids: tuple[str, ...] | None
+    stopped_at: str | None = None
+    ignored: tuple[str, ...] = ()
 
     @property
     def hides_all(self) -> bool:
@@ -68,6 +87,27 @@ class VisibleDevices:
             else f"{self.variable} unset"
         )
 
+    def why_hidden(self) -> str | None:
+        """Why the value hides every GPU, in words; None when it does not."""
+        if not self.hides_all or self.value is None:
+            return None
+        repeated = _read(self.value).repeated
+        first = self.value.split(",", 1)[0].strip()
+        if not first:
+            return "it is empty" if not self.value.strip() else "its first entry is empty"
+        if repeated is not None:
+            return f"it names GPU {repeated} twice, and a repeated entry hides every GPU"
+        if re.fullmatch(r"-[0-9]+", first):
+            return f"{first} hides every GPU (a negative entry ends the list)"
+        if first == "NoDevFiles":
+            return "'NoDevFiles' is set by a job scheduler (Slurm) that gave this job no GPU"
+        if first.lower() in ("all", "none", "void"):
+            return (
+                f"{first!r} is NVIDIA_VISIBLE_DEVICES syntax, read by the container runtime; "
+                f"{self.variable} takes GPU indices or UUIDs"
+            )
+        return f"its first entry {first!r} is not a GPU index or UUID"
+
 
 def visibility_variable(probe: DeviceProbe) -> str:
     """The variable in force: ``HIP_VISIBLE_DEVICES`` on ROCm when set, else ``CUDA_...``."""
@@ -81,5 +121,7 @@ def visible_devices(*, probe: DeviceProbe | None = None) -> VisibleDevices:
     probe = probe or default_probe()
     name = visibility_variable(probe)
     value = probe.env(name)
-    parsed = parse_visible_devices(value)
-    return VisibleDevices(name, value, None if parsed is None else tuple(parsed))
+    if value is None:
+        return VisibleDevices(name, None, None)
+    reading = _read(value)
+    return VisibleDevices(name, value, tuple(reading.ids), reading.stopped_at, reading.ignored)

@@ -79,7 +79,7 @@ def _collect(
         entry, device_found = device_checks(facts, info)
         devices.append(entry)
         checks += device_found
-    chosen, resolved = resolve_check(spec, facts.probe)
+    chosen, resolved = resolve_check(spec, facts.probe, accelerator=facts.accelerator)
     checks.append(resolved)
     error: float | None = None
     if chosen is not None and smoke:
@@ -104,7 +104,7 @@ def _sections(facts: Facts) -> dict[str, Any]:
     """The facts, section by section, in the order the report shows them."""
     from torchplace import __version__
 
-    driver, vis, probe = facts.driver, facts.visible, facts.probe
+    driver, vis = facts.driver, facts.visible
     return {
         "torchplace_version": __version__,
         "python": sys.version.split()[0],
@@ -128,7 +128,7 @@ def _sections(facts: Facts) -> dict[str, Any]:
             "visible_physical_ids": None if vis.physical_ids is None else list(vis.physical_ids),
         },
         "accelerators": {
-            "current": probe.accelerator(),
+            "current": facts.accelerator,
             "mps_available": facts.backends["mps"],
             "xpu_available": facts.backends["xpu"],
         },
@@ -137,7 +137,7 @@ def _sections(facts: Facts) -> dict[str, Any]:
 
 def _build(facts: Facts) -> dict[str, Any]:
     return {
-        "torch_version": facts.probe.torch_version(),
+        "torch_version": facts.torch_version,
         "kind": build_kind(facts.cuda_build, facts.hip_build),
         "cpu_only": not facts.built,
         "cuda_compiled_version": facts.cuda_build,
@@ -152,10 +152,10 @@ def _build(facts: Facts) -> dict[str, Any]:
 
 def _collect_env(facts: Facts) -> dict[str, Any]:
     """The device-related fields of ``python -m torch.utils.collect_env``, under its names."""
-    probe, driver = facts.probe, facts.driver
+    driver = facts.driver
     models = [f"{d.device}: {d.name}" for d in facts.inventory]
     return {
-        "torch_version": probe.torch_version(),
+        "torch_version": facts.torch_version,
         "is_debug_build": facts.flags["debug_build"],
         "cuda_compiled_version": facts.cuda_build,
         "hip_compiled_version": facts.hip_build,
@@ -163,8 +163,7 @@ def _collect_env(facts: Facts) -> dict[str, Any]:
         "miopen_runtime_version": facts.miopen,
         "is_cuda_available": facts.cuda_available,
         "cuda_runtime_version": facts.nvcc,
-        # read after CUDA init, which sets LAZY when unset (as collect_env reports it)
-        "cuda_module_loading": probe.env("CUDA_MODULE_LOADING"),
+        "cuda_module_loading": facts.module_loading,  # read after CUDA init, which sets LAZY
         "nvidia_gpu_models": models or list(driver.physical_gpus),
         "nvidia_driver_version": facts.driver_version,
         "cudnn_version": facts.cudnn,

@@ -8,7 +8,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from torchplace.doctor.probes import Facts, build_kind
+from torchplace.doctor.probes import Facts, build_kind, one_line
 
 if TYPE_CHECKING:
     import torch
@@ -98,23 +98,46 @@ def arch_support(capability: tuple[int, int], arch_list: list[str]) -> tuple[Sta
 
 
 def init_check(facts: Facts) -> list[Check]:
-    """The runtime's own failure when asked for its devices, if it failed."""
+    """The runtime's own failure when asked for its devices, each device that could not be
+    read, and each other question the probe failed to answer."""
+    checks = [
+        Check(
+            f"device {name}",
+            "fail",
+            f"reading {name} failed: {error}",
+            "the GPU may be lost or stuck: check 'nvidia-smi' and the kernel log ('dmesg', "
+            "look for Xid errors), then reset the GPU ('nvidia-smi -r') or reboot",
+            name,
+        )
+        for name, error in facts.device_errors.items()
+    ]
+    checks += [
+        Check(
+            f"probe {question}",
+            "warn",
+            f"asking the device probe for {question} failed ({error}); the report shows it "
+            "as unknown",
+            "check the torch and driver install that answers it (or the probe, if you passed one)",
+        )
+        for question, error in facts.probe_errors
+    ]
     if facts.init_error is None:
-        return []
+        return checks
     return [
         Check(
             "cuda-init",
             "fail",
-            f"querying CUDA devices failed: {facts.init_error}",
+            f"querying CUDA devices failed: {one_line(facts.init_error)}",
             "update the NVIDIA driver to one that supports this CUDA build, and check 'nvidia-smi'",
             "cuda",
-        )
+        ),
+        *checks,
     ]
 
 
 def build_check(facts: Facts) -> Check:
     """A GPU build passes; a CPU-only build warns (it matters only when a GPU is wanted)."""
-    version = facts.probe.torch_version()
+    version = facts.torch_version
     if facts.built:
         return Check(
             "build",
@@ -212,7 +235,7 @@ def visibility_checks(facts: Facts) -> list[Check]:
             Check(
                 "visible-devices",
                 "fail",
-                f"{vis.describe()} hides every GPU from this process",
+                f"{vis.describe()} hides every GPU from this process: {vis.why_hidden()}",
                 f"unset {vis.variable} or list the GPUs to use, e.g. {vis.variable}=0",
                 "cuda",
             )
@@ -220,21 +243,83 @@ def visibility_checks(facts: Facts) -> list[Check]:
     elif vis.value is not None:
         mapping = ", ".join(f"{d.device} = physical {d.physical_id}" for d in facts.inventory)
         detail = f"{vis.describe()}: {mapping or 'no device mapped'}"
-        checks.append(Check("visible-devices", "info", detail, None, "cuda"))
+        short = _cut_short(facts)
+        if short is None:
+            checks.append(Check("visible-devices", "info", detail, None, "cuda"))
+        else:
+            reason, fix = short
+            mapped = mapping or "no device mapped"
+            checks.append(Check("visible-devices", "warn", f"{reason} ({mapped})", fix, "cuda"))
+    checks += _container_check(facts)
     physical = facts.driver.physical_gpu_count or len(facts.inventory)
     order = facts.env["CUDA_DEVICE_ORDER"]
     if physical > 1 and order != "PCI_BUS_ID" and facts.hip_build is None:
+        why = "by default" if order is None else f"as CUDA_DEVICE_ORDER={order!r} is not PCI_BUS_ID"
         checks.append(
             Check(
                 "device-order",
                 "warn",
-                "CUDA numbers GPUs fastest first by default, nvidia-smi by PCI bus: "
+                f"CUDA numbers GPUs fastest first {why}, nvidia-smi by PCI bus: "
                 "indices may not match between them",
                 "export CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA and nvidia-smi agree",
                 "cuda",
             )
         )
     return checks
+
+
+def _cut_short(facts: Facts) -> tuple[str, str] | None:
+    """Why CUDA reads fewer GPUs than the visibility variable lists, and the fix; None if not."""
+    vis, count = facts.visible, facts.device_count
+    ids = vis.physical_ids or ()
+    fix = (
+        f"list in {vis.variable} only GPUs this machine has ('nvidia-smi -L' shows their "
+        "indices and UUIDs), separated by commas, with no empty or negative entry"
+    )
+    if vis.ignored:
+        after = vis.ignored if vis.stopped_at == "" else vis.ignored[1:]
+        if vis.stopped_at == "":
+            stop = "an empty entry ends the list"
+        elif re.fullmatch(r"-[0-9]+", vis.stopped_at or ""):
+            stop = f"{vis.stopped_at!r} ends the list"
+        else:
+            stop = f"{vis.stopped_at!r} is not a GPU index or UUID, and it ends the list"
+        unread = f": {', '.join(map(repr, after))} {'is' if len(after) == 1 else 'are'} never read"
+        reason = stop + (unread if after else "")
+    elif not facts.cuda_available or count >= len(ids):
+        return None
+    elif sum(i.startswith("MIG-") for i in ids) > 1:
+        reason = f"CUDA enumerates one MIG device per process, so only {ids[0]!r} is used"
+        fix = "run one process per MIG device, each with its own MIG UUID in " + vis.variable
+    else:
+        rest = ids[count + 1 :]
+        reason = f"{ids[count]!r} names no GPU here, and CUDA reads nothing after it" + (
+            f" ({', '.join(map(repr, rest))} never read)" if rest else ""
+        )
+    listed = len(ids) + len([e for e in vis.ignored if e])
+    return f"{vis.describe()} lists {listed} GPU(s) but CUDA sees {count}: {reason}", fix
+
+
+def _container_check(facts: Facts) -> list[Check]:
+    """``NVIDIA_VISIBLE_DEVICES`` set outside a container start, where nothing reads it."""
+    nvidia = facts.env["NVIDIA_VISIBLE_DEVICES"]
+    if not nvidia or facts.visible.value is not None or not facts.cuda_available:
+        return []
+    listed = [e for e in nvidia.split(",") if e.strip()]
+    if nvidia.strip().lower() in ("all", "none", "void") or len(listed) == facts.device_count:
+        return []
+    return [
+        Check(
+            "nvidia-visible-devices",
+            "warn",
+            f"NVIDIA_VISIBLE_DEVICES={nvidia!r} lists {len(listed)} GPU(s) but CUDA sees "
+            f"{facts.device_count}: the NVIDIA container runtime reads it when a container "
+            "starts, and nothing reads it afterwards",
+            "to choose the GPUs of this process, set CUDA_VISIBLE_DEVICES "
+            "(indices or UUIDs, e.g. CUDA_VISIBLE_DEVICES=0)",
+            "cuda",
+        )
+    ]
 
 
 def device_checks(facts: Facts, info: DeviceInfo) -> tuple[dict[str, Any], list[Check]]:
@@ -282,32 +367,60 @@ def _split_fix(message: str) -> tuple[str, str | None]:
     return (reason.rstrip("."), fix.rstrip(".")) if sep else (message, None)
 
 
-def resolve_check(spec: str | None, probe: DeviceProbe) -> tuple[torch.device | None, Check]:
+def resolve_check(
+    spec: str | None, probe: DeviceProbe, *, accelerator: str | None = None
+) -> tuple[torch.device | None, Check]:
     """Resolve the requested device: the device (None when it cannot be used) and its check.
 
-    A spec that does not parse raises :class:`~torchplace.errors.ConfigError` (a usage error).
+    ``accelerator`` is the type ``torch.accelerator`` reports, named when "auto" falls back to
+    the CPU past an accelerator torchplace does not resolve. A spec that does not parse raises
+    :class:`~torchplace.errors.ConfigError` (a usage error); anything else the probe or the
+    runtime raises is a failed check.
     """
-    from torchplace.devices import DEVICE_ENV_VAR, cuda_unavailable_reason, resolve_device
-    from torchplace.errors import DeviceError
+    from torchplace.devices import resolve_device
+    from torchplace.devices.spec import shown
+    from torchplace.errors import ConfigError, DeviceError
 
     try:
         chosen = resolve_device(spec, probe=probe)
+    except ConfigError:
+        raise
     except DeviceError as exc:
         reason, fix = _split_fix(str(exc))
         return None, Check("resolve", "fail", reason, fix, None)
-    except RuntimeError as exc:  # the runtime itself failed (driver too old, device lost, ...)
+    except Exception as exc:  # the runtime (or the probe) failed: driver too old, device lost
         return None, Check(
             "resolve",
             "fail",
-            f"asking the runtime about {spec!r} failed: {exc}",
+            f"asking the runtime about {shown(spec)} failed: {one_line(exc)}",
             "check 'nvidia-smi' and that the driver supports this torch build",
             None,
         )
-    note = ""
-    from_env = probe.env(DEVICE_ENV_VAR)
-    if spec in (None, "auto") and from_env:
-        note = f" (from ${DEVICE_ENV_VAR}={from_env!r})"
-    elif spec in (None, "auto") and chosen.type == "cpu":
+    note = _auto_note(spec, chosen, probe, accelerator)
+    return chosen, Check("resolve", "pass", f"{shown(spec)} -> {chosen}{note}", None, None)
+
+
+def _auto_note(
+    spec: str | None, chosen: torch.device, probe: DeviceProbe, accelerator: str | None
+) -> str:
+    """Where "auto" took its device from: the environment, or why no accelerator."""
+    from torchplace.devices import DEVICE_ENV_VAR, cuda_unavailable_reason
+    from torchplace.devices.spec import OTHER_ACCELERATORS, parse_spec, shown
+
+    if parse_spec(spec)[0] != "auto":
+        return ""
+    try:
+        from_env = probe.env(DEVICE_ENV_VAR)
+        if from_env and from_env.strip() and from_env.strip().lower() != "auto":
+            return f" (from ${DEVICE_ENV_VAR}={shown(from_env)})"
+        if chosen.type != "cpu":
+            return ""
+        if accelerator not in (None, "cpu", "cuda", *OTHER_ACCELERATORS):
+            return (
+                f" (torch's accelerator here is {accelerator!r}, which resolve_device does not "
+                f"resolve: use torch.device({accelerator!r}) in your code directly)"
+            )
         problem = cuda_unavailable_reason(probe)
-        note = f" (no accelerator: {problem[0]})" if problem else " (no accelerator)"
-    return chosen, Check("resolve", "pass", f"{spec!r} -> {chosen}{note}", None, None)
+    except Exception:  # the resolve check above already passed; a note is not worth failing
+        return ""
+    return f" (no accelerator: {problem[0]})" if problem else " (no accelerator)"

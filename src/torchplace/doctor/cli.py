@@ -8,20 +8,31 @@ a host -> device -> host round trip from pinned memory with ``non_blocking=True`
 compared with a float64 CPU reference. Each problem comes with a verdict and a fix.
 
 Exit status: 0 when the requested device is usable, 1 when it is not, 2 for a usage error.
+
+A driver or GPU that hangs must not hang the doctor: after ``--timeout`` seconds (300 by default,
+0 for no limit) it says where it was stuck and exits 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import faulthandler
+import math
 import os
 import sys
+import threading
+from collections.abc import Iterator
+from types import FrameType
 
 from torchplace import report
 from torchplace.doctor.assemble import collect
 from torchplace.doctor.rendering import render
-from torchplace.errors import TorchplaceError
+from torchplace.errors import ConfigError, TorchplaceError
 
 __all__ = ["configure", "run"]
+
+_DEFAULT_TIMEOUT_S = 300.0
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -39,14 +50,24 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_false",
         help="skip the round-trip and matmul smoke tests",
     )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=_DEFAULT_TIMEOUT_S,
+        metavar="SECONDS",
+        help="give up on a driver, GPU or probe that does not answer: say where it was stuck "
+        f"and exit 1 after this long (default {_DEFAULT_TIMEOUT_S:g}; 0: no limit)",
+    )
     report.add_output_options(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the doctor; 0 when the requested device is usable, 1 when it is not."""
     report.check_output(args.output)
+    limit = _timeout(args.timeout)
     _require_torch()
-    result = collect(args.device, smoke=args.smoke)
+    with _watchdog(limit):
+        result = collect(args.device, smoke=args.smoke)
     verdict = result["verdict"]
     if args.format == "json":
         document = report.envelope("doctor", result, device=verdict["device"])
@@ -86,3 +107,78 @@ def _require_torch() -> None:
         else:
             fix = "reinstall torch (pip install --force-reinstall torch) in this environment"
         raise TorchplaceError(f"torch cannot be imported ({why}). Fix: {fix}") from None
+
+
+def _timeout(seconds: float) -> float:
+    """``--timeout`` in seconds (0: no limit), checked before any work."""
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise ConfigError(
+            f"--timeout {seconds!r} is not a number of seconds; give one such as "
+            f"{_DEFAULT_TIMEOUT_S:g} (the default), or 0 for no limit"
+        )
+    return seconds
+
+
+@contextlib.contextmanager
+def _watchdog(seconds: float) -> Iterator[None]:
+    """Give up on a doctor that gets no answer for ``seconds``: say where it was stuck, exit 1.
+
+    A Python thread says it when the stuck call lets other threads run (NVML through ctypes, a
+    subprocess, a synchronize). A call that holds the interpreter lock (torch's own calls into
+    the driver do) stops every Python thread, so faulthandler, whose watchdog needs no lock,
+    dumps where each thread is and exits 1 a little later.
+    """
+    if not seconds:
+        yield
+        return
+    stuck = threading.get_ident()
+
+    def give_up() -> None:
+        where = _where(stuck)
+        print(
+            f"torchplace doctor: no answer within {seconds:g} s{where}: a driver, GPU or probe "
+            "that hangs. Fix: run 'nvidia-smi' (if it hangs too, the driver is stuck: look for "
+            "Xid errors in 'dmesg', then reset the GPU or reboot); 'torchplace doctor "
+            f"--no-smoke' skips the smoke tests; --timeout SECONDS changes the limit.",
+            file=sys.__stderr__,
+            flush=True,
+        )
+        os._exit(report.EXIT_FAILED)  # the stuck call cannot be interrupted; end the process
+
+    timer = threading.Timer(seconds, give_up)
+    timer.daemon = True
+    timer.start()
+    backstop = True
+    try:
+        faulthandler.dump_traceback_later(seconds * 1.25 + 1, exit=True, file=2)
+    except (OSError, ValueError, RuntimeError):  # no descriptor 2 to write to
+        backstop = False
+    try:
+        yield
+    finally:
+        timer.cancel()
+        if backstop:
+            faulthandler.cancel_dump_traceback_later()
+
+
+def _where(thread: int) -> str:
+    """`` in is_available (torch/cuda/__init__.py:174), called from TorchProbe.cuda_available
+    (torchplace/devices/probe.py:138)``: the innermost call the thread is in, and the probe's."""
+    frame = sys._current_frames().get(thread)
+    if frame is None:  # pragma: no cover - the thread ended meanwhile
+        return ""
+    probes = f"{os.sep}torchplace{os.sep}devices{os.sep}"  # where TorchProbe asks torch
+    text = f" in {_frame(frame)}"
+    caller: FrameType | None = frame.f_back
+    while caller is not None and probes not in caller.f_code.co_filename:
+        caller = caller.f_back
+    if caller is not None and probes not in frame.f_code.co_filename:
+        text += f", called from {_frame(caller)}"
+    return text
+
+
+def _frame(frame: FrameType) -> str:
+    code = frame.f_code
+    name = getattr(code, "co_qualname", code.co_name)  # Python 3.11+
+    path = "/".join(code.co_filename.replace(os.sep, "/").split("/")[-3:])
+    return f"{name} ({path}:{frame.f_lineno})"

@@ -8,12 +8,22 @@ import shutil
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from torchplace.devices import DeviceInfo, DeviceProbe, DriverInfo, VisibleDevices
 
-__all__ = ["ENV_VARS", "Facts", "build_kind", "gather", "nvcc_version", "tf32_allowed"]
+__all__ = [
+    "ENV_VARS",
+    "Facts",
+    "build_kind",
+    "driver_from_proc",
+    "gather",
+    "nvcc_version",
+    "one_line",
+    "tf32_allowed",
+]
 
 ENV_VARS = (
     "TORCHPLACE_DEVICE",
@@ -36,7 +46,10 @@ class Facts:
     """What one look at the machine found; the checks and the report are derived from it.
 
     ``init_error`` is the runtime's own failure when asking for the devices (a driver too old
-    for the runtime, a lost device), which the checks report instead of raising.
+    for the runtime, a lost device), which the checks report instead of raising;
+    ``device_errors`` the error of each visible device that could not be read (by its name,
+    ``cuda:1``), and ``probe_errors`` each other question the probe failed to answer, as
+    (question, error): the report shows that fact as unknown.
     """
 
     probe: DeviceProbe
@@ -56,7 +69,12 @@ class Facts:
     cuda_available: bool = False
     device_count: int = 0
     inventory: list[DeviceInfo] = field(default_factory=list)
-    init_error: RuntimeError | None = None
+    init_error: Exception | None = None
+    torch_version: str = "unknown"
+    accelerator: str | None = None
+    module_loading: str | None = None
+    device_errors: dict[str, str] = field(default_factory=dict)
+    probe_errors: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def built(self) -> bool:
@@ -64,43 +82,91 @@ class Facts:
         return self.cuda_build is not None or self.hip_build is not None
 
 
-def gather(probe: DeviceProbe, toolkit: Callable[[], str | None] = lambda: None) -> Facts:
-    """Ask ``probe`` (and the host) everything the doctor reports, once."""
-    from torchplace.devices import device_inventory, visible_devices
+def one_line(exc: BaseException) -> str:
+    """``Type: message`` on one line, for a report."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
-    flags = torch_flags()
-    cuda_build, hip_build = probe.cuda_build(), probe.hip_build()
+
+class _Asker:
+    """Asks the probe one question at a time; a question that raises is noted and answered with
+    a default, so that one broken answer leaves the rest of the report standing."""
+
+    def __init__(self) -> None:
+        self.errors: list[tuple[str, str]] = []
+
+    def __call__(self, question: str, call: Callable[[], Any], default: Any) -> Any:
+        try:
+            return call()
+        except Exception as exc:  # any probe, ours or injected, may fail in its own way
+            if question not in (q for q, _ in self.errors):
+                self.errors.append((question, one_line(exc)))
+            return default
+
+
+def gather(probe: DeviceProbe, toolkit: Callable[[], str | None] = lambda: None) -> Facts:
+    """Ask ``probe`` (and the host) everything the doctor reports, once.
+
+    Nothing a probe raises escapes: a question that fails is in ``probe_errors`` (or, for the
+    devices, ``init_error`` and ``device_errors``) and its fact is reported as unknown.
+    """
+    from torchplace.devices import DriverInfo, VisibleDevices, visible_devices
+
+    ask = _Asker()
+    cuda_build = ask("cuda_build", probe.cuda_build, None)
+    hip_build = ask("hip_build", probe.hip_build, None)
     built = cuda_build is not None or hip_build is not None
     hip_runtime, miopen = _hip_config() if hip_build is not None else (None, None)
-    cudnn = probe.cudnn_version()
-    arch_list = probe.arch_list() if built else []
-    env = {name: probe.env(name) for name in ENV_VARS}
-    visible = visible_devices(probe=probe)
-    driver = probe.driver()
+    driver = ask("driver", probe.driver, None)
+    if driver is None:  # said once, in the driver check, not as a probe error as well
+        driver = DriverInfo(True, error=f"asking for the driver failed: {ask.errors.pop()[1]}")
     facts = Facts(
         probe=probe,
-        flags=flags,
+        flags=torch_flags(),
         cuda_build=cuda_build,
         hip_build=hip_build,
         hip_runtime=hip_runtime,
         miopen=miopen,
-        cudnn=cudnn,
-        arch_list=arch_list,
-        env=env,
-        visible=visible,
+        cudnn=ask("cudnn_version", probe.cudnn_version, None),
+        arch_list=ask("arch_list", probe.arch_list, []) if built else [],
+        env={name: ask("env", partial(probe.env, name), None) for name in ENV_VARS},
+        visible=ask(
+            "visible devices",
+            lambda: visible_devices(probe=probe),
+            VisibleDevices("CUDA_VISIBLE_DEVICES", None, None),
+        ),
         driver=driver,
-        driver_version=driver.driver_version or _driver_from_proc(),
+        driver_version=driver.driver_version or driver_from_proc(),
         nvcc=toolkit(),
         backends={},
+        torch_version=ask("torch_version", probe.torch_version, "unknown"),
     )
-    try:
-        facts.cuda_available = built and probe.cuda_available()
-        facts.device_count = probe.device_count() if facts.cuda_available else 0
-        facts.inventory = device_inventory(probe=probe)
-    except RuntimeError as exc:  # e.g. a driver too old for the runtime
-        facts.init_error = exc
-    facts.backends = {kind: probe.backend_available(kind) for kind in ("mps", "xpu")}
+    _devices(facts, probe, built)
+    facts.backends = {
+        kind: bool(
+            ask(f"backend_available({kind!r})", partial(probe.backend_available, kind), False)
+        )
+        for kind in ("mps", "xpu")
+    }
+    facts.accelerator = ask("accelerator", probe.accelerator, None)
+    # read after CUDA init, which sets LAZY when unset (as collect_env reports it)
+    facts.module_loading = ask("env", partial(probe.env, "CUDA_MODULE_LOADING"), None)
+    facts.probe_errors = ask.errors
     return facts
+
+
+def _devices(facts: Facts, probe: DeviceProbe, built: bool) -> None:
+    """Whether CUDA is available, how many devices it sees, and each one it can read."""
+    from torchplace.devices import inventory_by_device
+
+    try:
+        facts.cuda_available = built and bool(probe.cuda_available())
+        facts.device_count = probe.device_count() if facts.cuda_available else 0
+        facts.inventory, failed = inventory_by_device(probe=probe)
+    except Exception as exc:  # e.g. a driver too old for the runtime
+        facts.init_error = exc
+        return
+    facts.device_errors = {name: one_line(exc) for name, exc in failed.items()}
 
 
 def nvcc_version() -> str | None:
@@ -110,7 +176,12 @@ def nvcc_version() -> str | None:
         return None
     try:
         out = subprocess.run(
-            [nvcc, "--version"], capture_output=True, text=True, timeout=2, check=False
+            [nvcc, "--version"],
+            capture_output=True,
+            text=True,
+            errors="replace",  # a wrapper may print bytes that are not UTF-8
+            timeout=2,
+            check=False,
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
@@ -127,10 +198,11 @@ def build_kind(cuda: str | None, hip: str | None) -> str:
     return "CPU-only"
 
 
-def _driver_from_proc() -> str | None:
+def driver_from_proc(path: str = "/proc/driver/nvidia/version") -> str | None:
+    """The driver version the NVIDIA kernel module reports, None when it cannot be read."""
     try:
-        with open("/proc/driver/nvidia/version", encoding="utf-8") as f:
-            text = f.read()
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read(65536)
     except OSError:
         return None
     match = re.search(r"Kernel Module\s+(?:for\s+\S+\s+)?(\d[\d.]+)", text)

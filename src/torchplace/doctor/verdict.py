@@ -7,7 +7,6 @@ make another usable); a device that did not resolve is judged by the checks of i
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -20,9 +19,20 @@ __all__ = ["judge"]
 
 
 def _scope(spec: str | None, device: str | None) -> str | None:
-    if device is None and isinstance(spec, str) and re.fullmatch(r"cuda(:\d+)?", spec.strip()):
-        return spec.strip()
-    return device
+    """The device whose checks decide: the resolved one, else the spec read as resolve_device
+    reads it (``"CUDA:00"`` and ``"0"`` are ``cuda:0``); None for "auto" that did not resolve."""
+    from torchplace.devices.spec import parse_spec
+    from torchplace.errors import ConfigError
+
+    if device is not None:
+        return device
+    try:
+        kind, index = parse_spec(spec)
+    except ConfigError:
+        return None
+    if kind == "auto":
+        return None
+    return kind if index is None else f"{kind}:{index}"
 
 
 def judge(
