@@ -35,6 +35,11 @@ _STEP_HOOKS = frozenset({"training_step", "validation_step", "test_step", "predi
 _ENGINES = frozenset({"Engine", "DeterministicEngine"})
 
 
+#: the seed that says a method runs on an instance the caller moved (not a parameter name:
+#: only the module's own buffers and parameters follow it, not every value of ``self``)
+MOVED_SELF = "<moved self>"
+
+
 @dataclass(frozen=True, slots=True)
 class PerBatch:
     """A function that runs once per batch: why, what its parameters hold, whether it is part
@@ -169,7 +174,7 @@ def _from_instances(
         found = _from_callers(
             facts, function, depth + 1, callers, None, instances=instances, method=cls.name
         )
-        if found is not None and found.seeds:
+        if found is not None and _given(found):
             return found
         fallback = fallback or found  # per batch, given nothing known: other callers may say
     if named and function.name not in _RUN_METHODS and depth == 0:
@@ -187,7 +192,7 @@ def _from_instances(
                 method=cls.name,
                 parameters_only=True,
             )
-            if found is not None and found.seeds:
+            if found is not None and _given(found):
                 return found
             fallback = fallback or found
     return _helper_step(fallback) if fallback is not None else None
@@ -196,8 +201,15 @@ def _from_instances(
 def _helper_step(found: PerBatch) -> PerBatch:
     """A helper object's method is part of a training step only for what it is given: with no
     device argument, its unknown values (`v.item()` of a meter's `**kwargs`) may well be host
-    numbers."""
-    return found if found.seeds else PerBatch(found.how, {}, False)
+    numbers. (A model the caller moved says where its own buffers are, nothing more.)"""
+    if _given(found):
+        return found
+    return PerBatch(found.how, {k: v for k, v in found.seeds.items() if k == MOVED_SELF}, False)
+
+
+def _given(found: PerBatch) -> bool:
+    """Device values among the arguments (not only the moved instance itself)."""
+    return any(key != MOVED_SELF for key in found.seeds)
 
 
 def _handed_to(facts: FileFacts, method: str, searched: set[str]) -> Iterator[FileFacts]:
@@ -237,9 +249,11 @@ def _find_instances(callers: FileFacts, cls: ast.ClassDef, qualified: str | None
     if cls.name + "(" not in callers.text:
         return frozenset()
     names: set[str] = set()
+    from torchplace.lint.provenance.files import unchain  # files builds on this module
+
     for node in callers.assigned_calls(cls.name):
         assert isinstance(node.value, ast.Call)
-        func = node.value.func
+        func = unchain(node.value).func  # `model = Net(cfg).to(device)`: a `Net`
         if qualified is None:
             if not (isinstance(func, ast.Name) and callers.defs_class(func.id) is cls):
                 continue
@@ -380,7 +394,20 @@ def _from_callers(
         for param, fact in callers.arg_facts(call, function, scope, outer, bound=bound).items():
             if fact.on_device:
                 seeds.setdefault(param, fact)
+        if bound and MOVED_SELF not in seeds and _first_param(function) == "self":
+            # `model.get_step()` on a model the caller moved: its buffers live there too
+            receiver = call.func.value if isinstance(call.func, ast.Attribute) else call.func
+            if function.name in _RUN_METHODS:
+                receiver = call.func
+            moved = callers.fact(receiver, scope, outer)
+            if moved is not None and moved.on_device:
+                seeds[MOVED_SELF] = moved
     return PerBatch(how, seeds, trains) if how is not None else None
+
+
+def _first_param(function: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
+    params = [*function.args.posonlyargs, *function.args.args]
+    return params[0].arg if params else None
 
 
 def _matches(callers: FileFacts, func: ast.expr, qualified: str) -> bool:
@@ -390,22 +417,36 @@ def _matches(callers: FileFacts, func: ast.expr, qualified: str) -> bool:
 
 def _rare_branch(stmt: ast.stmt, scope: ast.AST) -> bool:
     return (
-        isinstance(stmt, ast.If)
-        and (rare_test(stmt.test) or _periodic_flag(stmt.test, scope))
-        and not branch_trains(stmt)
+        isinstance(stmt, ast.If) and _rare_condition(stmt.test, scope) and not branch_trains(stmt)
     )
+
+
+def _rare_condition(test: ast.expr, scope: ast.AST) -> bool:
+    """:func:`~.loops.rare_test`, a periodic flag, or ``or`` of such tests (``if epoch_eval
+    or step_eval:``, each true on few steps)."""
+    if (
+        isinstance(test, ast.BoolOp)
+        and isinstance(test.op, ast.Or)
+        and all(_rare_condition(value, scope) for value in test.values)
+    ):
+        return True
+    return rare_test(test) or _periodic_flag(test, scope)
 
 
 def _periodic_flag(test: ast.expr, scope: ast.AST) -> bool:
     """``if save_fake:`` with ``save_fake = total_steps % display_freq == 0`` in the caller's
-    own body: a flag computed with ``%``, true on few steps."""
+    own body: a flag computed with ``%``, or bound to another test true on few steps
+    (``step_eval = interval > 0 and step % interval == 0``)."""
     flag = test.operand if isinstance(test, ast.UnaryOp) else test
     if not isinstance(flag, ast.Name):
         return False
     return any(
         isinstance(sub, ast.Assign)
         and any(isinstance(t, ast.Name) and t.id == flag.id for t in sub.targets)
-        and any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in walk(sub))
+        and (
+            any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in walk(sub))
+            or (isinstance(sub.value, (ast.Compare, ast.BoolOp)) and rare_test(sub.value))
+        )
         for sub in own_nodes(scope)
     )
 

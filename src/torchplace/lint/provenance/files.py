@@ -25,9 +25,9 @@ from torchplace.lint.provenance.values import (
     _plainly_host,
     _short,
 )
-from torchplace.lint.resolver import Resolver, module_name_for
+from torchplace.lint.resolver import Resolver, dotted_name, module_name_for
 
-__all__ = ["FileFacts", "facts_for_file", "file_facts", "scope_node"]
+__all__ = ["FileFacts", "facts_for_file", "file_facts", "scope_node", "unchain"]
 
 
 class FileFacts:
@@ -50,6 +50,7 @@ class FileFacts:
         self._returns_host: dict[str, bool] = {}
         self._returns_device: dict[str, Fact | None] = {}
         self._returns_args: dict[tuple[int, frozenset[str]], bool] = {}
+        self._method_host: dict[tuple[int, str, str], bool] = {}
         self._moves: dict[int, bool] = {}
         # names bound to new instances of a class, by (class, import path): see callers
         self.instances: dict[tuple[int, str | None], frozenset[str]] = {}
@@ -171,6 +172,38 @@ class FileFacts:
                                 attrs[key] = device[0]
         return attrs.get(name)
 
+    def registered_tensor(self, method: ast.AST, attr: str) -> bool:
+        """``self.<attr>`` is a buffer or parameter of the method's module class
+        (``self.register_buffer("step", ...)``, ``self.step = nn.Parameter(...)``): a tensor
+        that moves with the module."""
+        cls = self.parent.get(id(method))
+        if not isinstance(cls, ast.ClassDef):
+            return False
+        for node in walk(cls):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "register_buffer"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and node.args[0].value == attr
+            ):
+                return True
+            if (
+                isinstance(node, ast.Assign)
+                and any(
+                    isinstance(t, ast.Attribute)
+                    and isinstance(t.value, ast.Name)
+                    and t.value.id == "self"
+                    and t.attr == attr
+                    for t in node.targets
+                )
+                and isinstance(node.value, ast.Call)
+                and (dotted_name(node.value.func) or "").rpartition(".")[2] == "Parameter"
+            ):
+                return True
+        return False
+
     def release(self) -> None:
         """Drop every cache: flows point back here, and a cycle would keep the file's whole
         tree alive until the cyclic collector, which a big run pays for again and again."""
@@ -208,6 +241,102 @@ class FileFacts:
             result = bool(values) and all(_plainly_host(v) for v in values)
         self._returns_host[name] = result
         return result
+
+    def method_returns_host(self, receiver: ast.expr, method: str, scope: ast.AST) -> bool:
+        """``model.get_step()`` where every binding of ``model`` in ``scope`` makes an instance
+        of a class of the linted code (``model = Tacotron(...).to(device)``) whose method of that
+        name hands back only host values (``return self.step.item()``, ``-> int``): a moved
+        model's method may still answer with a Python number."""
+        if not isinstance(receiver, ast.Name):
+            return False
+        key = (id(scope), receiver.id, method)
+        cached = self._method_host.get(key)
+        if cached is not None:
+            return cached
+        self._method_host[key] = False  # recursion: assume it does not
+        values = [
+            node.value
+            for node in own_nodes(scope)
+            if isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == receiver.id for t in node.targets)
+        ]
+        result = False
+        for value in values:
+            while (
+                isinstance(value, ast.Call)
+                and isinstance(value.func, ast.Attribute)
+                and value.func.attr in _MODULE_CHAINS
+            ):
+                value = value.func.value
+            if isinstance(value, ast.Name) and value.id == receiver.id:
+                continue  # `model = model` after a chain: the same instance
+            if not isinstance(value, ast.Call):
+                result = False
+                break
+            if any(isinstance(a, ast.Name) and a.id == receiver.id for a in value.args):
+                continue  # `model = DataParallel(model)`: the same model, wrapped
+            found = self.class_def(value.func)
+            if found is None:
+                result = False
+                break
+            owner, cls = found
+            result = owner._class_method_host(cls, method, 0)
+            if not result:
+                break
+        self._method_host[key] = result
+        return result
+
+    def _class_method_host(self, cls: ast.ClassDef, method: str, depth: int) -> bool:
+        for item in cls.body:
+            if isinstance(item, _FUNCTIONS) and item.name == method:
+                if any(isinstance(d, ast.Name) and d.id == "property" for d in item.decorator_list):
+                    return False
+                if _host_annotation(item.returns):
+                    return True
+                returns = [r for r in own_nodes(item) if isinstance(r, ast.Return)]
+                values = [r.value for r in returns if r.value is not None]
+                return (
+                    bool(values)
+                    and len(values) == len(returns)
+                    and all(_plainly_host(v) for v in values)
+                )
+        if depth >= 2:
+            return False
+        for base in cls.bases:
+            found = self.class_def(base)
+            if found is not None:
+                owner, parent = found
+                return owner._class_method_host(parent, method, depth + 1)
+        return False
+
+    def class_def(self, func: ast.expr) -> tuple[FileFacts, ast.ClassDef] | None:
+        """The class of the linted code that ``func`` names: this file's own, or one imported
+        from a module file of the tree (``from synthesizer.models.tacotron import Tacotron``)."""
+        if isinstance(func, ast.Name):
+            own = self.defs_class(func.id)
+            if own is not None:
+                return self, own
+        qualname = self.qualname(func)
+        if qualname is None:
+            return None
+        module, _, name = qualname.rpartition(".")
+        if not module or not os.path.isfile(self.path):
+            return None
+        parts = module.split(".")
+        directory = os.path.dirname(os.path.abspath(self.path))
+        for _ in range(len(parts) + 2):  # the file's folder, then the folders of its packages
+            for candidate in (
+                os.path.join(directory, *parts) + ".py",
+                os.path.join(directory, *parts, "__init__.py"),
+            ):
+                if os.path.isfile(candidate):
+                    other = facts_for_file(candidate)
+                    if other is None:
+                        return None
+                    cls = other.defs_class(name)
+                    return (other, cls) if cls is not None else None
+            directory = os.path.dirname(directory)
+        return None
 
     def returns_device(self, name: str) -> Fact | None:
         """The one function of this file by that name whose every ``return`` hands back a
@@ -319,7 +448,7 @@ class FileFacts:
             index[""] = []  # indexed, even when nothing is found
             for node in statements(self.tree.body):
                 if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-                    func = node.value.func
+                    func = unchain(node.value).func
                     called = func.attr if isinstance(func, ast.Attribute) else None
                     called = func.id if isinstance(func, ast.Name) else called
                     if called:
@@ -437,6 +566,35 @@ def scope_node(ctx: Context) -> ast.AST:
         return scope.node
     return ctx.scope.root().node
 
+
+def unchain(call: ast.Call) -> ast.Call:
+    """The constructor call under ``.to(device)``, ``.cuda()``, ``.eval()``, ...: ``Net(cfg)``
+    in ``Net(cfg).to(device).eval()``."""
+    while (
+        isinstance(call.func, ast.Attribute)
+        and call.func.attr in _MODULE_CHAINS
+        and isinstance(call.func.value, ast.Call)
+    ):
+        call = call.func.value
+    return call
+
+
+#: calls on a module that hand back the same module: `Net().to(device).eval()`
+_MODULE_CHAINS = frozenset(
+    {
+        "to",
+        "cuda",
+        "cpu",
+        "eval",
+        "train",
+        "half",
+        "float",
+        "double",
+        "bfloat16",
+        "requires_grad_",
+        "share_memory",
+    }
+)
 
 #: return annotations that say a function hands back a host value, whatever its arguments
 _HOST_TYPES = frozenset({"int", "float", "bool", "str", "bytes", "complex", "None"})

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable
+from types import EllipsisType
 from typing import TYPE_CHECKING
 
-from torchplace.lint.nodes import walk
+from torchplace.lint.nodes import own_nodes, walk
 from torchplace.lint.provenance.values import (
     _COMPS,
     _FACTORIES,
@@ -44,6 +45,9 @@ from torchplace.lint.resolver import dotted_name
 
 if TYPE_CHECKING:
     from torchplace.lint.provenance.files import FileFacts
+
+#: see :data:`~.callers.MOVED_SELF` (callers builds on this module: the name is repeated)
+MOVED_SELF = "<moved self>"
 
 __all__ = ["Flow"]
 
@@ -93,9 +97,17 @@ class Flow:
     def bind(self, target: ast.expr, fact: Fact | None, line: int, value: ast.expr | None) -> None:
         if isinstance(target, (ast.Tuple, ast.List)):
             elts = value.elts if isinstance(value, (ast.Tuple, ast.List)) else None
+            parts = (
+                self.returned_parts(value, len(target.elts))
+                if elts is None and isinstance(value, ast.Call) and fact is not None
+                else None
+            )
             for index, elt in enumerate(target.elts):
                 if elts is not None and len(elts) == len(target.elts):
                     self.bind(elt, self.eval(elts[index], self.current), line, elts[index])
+                elif parts is not None:
+                    part = parts[index]
+                    self.bind(elt, fact if isinstance(part, EllipsisType) else part, line, None)
                 else:
                     self.bind(elt, fact, line, None)
             return
@@ -117,6 +129,52 @@ class Flow:
             )
         self.state[name] = fact
         self.bindings.setdefault(name, []).append((line, fact))
+
+    def returned_parts(self, call: ast.Call, count: int) -> list[Fact | EllipsisType | None] | None:
+        """``model, optimizer, epoch = load_checkpoint(path, model, optimizer)``: the fact of
+        each element of the tuple that the project's one function of that name returns
+        (``return model, optimizer, epoch`` in every ``return``), so that the host epoch is not
+        taken for the device model beside it. A returned parameter follows the argument given
+        for it; an element the callee's own flow puts on the device, or cannot say, is ``...``
+        (the call's fact as a whole)."""
+        func = call.func
+        if not isinstance(func, ast.Name) or any(isinstance(a, ast.Starred) for a in call.args):
+            return None
+        callees = self.facts.callees(func.id, self.facts.qualname(func))
+        if len(callees) != 1:
+            return None
+        owner, callee = callees[0]
+        returns = [n for n in own_nodes(callee) if isinstance(n, ast.Return)]
+        values = [r.value for r in returns]
+        if not values or not all(isinstance(v, ast.Tuple) and len(v.elts) == count for v in values):
+            return None
+        params = [a.arg for a in [*callee.args.posonlyargs, *callee.args.args]]
+        given: dict[str, ast.expr] = dict(zip(params, call.args, strict=False))
+        given.update({kw.arg: kw.value for kw in call.keywords if kw.arg is not None})
+        rebound = {
+            name
+            for node in own_nodes(callee)
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            for name in _target_names(target)
+        }
+        parts: list[Fact | EllipsisType | None] = []
+        for index in range(count):
+            elements = [v.elts[index] for v in values if isinstance(v, ast.Tuple)]
+            names = {e.id for e in elements if isinstance(e, ast.Name)}
+            if len(names) == 1 and len(elements) == len(values):
+                (name,) = names
+                if name in given and name not in rebound:
+                    parts.append(self.eval(given[name], self.current))
+                    continue
+            found = [owner.fact(e, callee) for e in elements]
+            if all(f is not None and f.where == "host" for f in found):
+                parts.append(Fact("host", f"{func.id}(...)[{index}]"))
+            elif any(f is not None and f.on_device for f in found):
+                parts.append(...)
+            else:
+                parts.append(None)  # nothing in the callee says where it lives
+        return parts
 
     def current(self, name: str) -> Fact | None:
         if name in self.state:
@@ -286,7 +344,13 @@ class Flow:
                 if fact is not None:
                     return fact
                 if name.startswith("self."):
-                    return facts.self_attr_fact(self.node, name)
+                    found = facts.self_attr_fact(self.node, name)
+                    moved = self.seeds.get(MOVED_SELF)
+                    if found is None and moved is not None and moved.on_device:
+                        owned = name.split(".")[1]
+                        if facts.registered_tensor(self.node, owned):
+                            return Fact("device", name, moved.move, "self")  # moved with it
+                    return found
             qualname = facts.qualname(node)
             if qualname is not None:
                 return _cuda_type(qualname, node.lineno)  # torch.float16, np.pi: a constant
@@ -400,8 +464,12 @@ class Flow:
                 return Fact("host", method)  # also `"_".join(xs)`: a string's methods
             if _decodes_text(func):
                 return Fact("host", f"text from `{_short(facts.segment(func), 32)}`")
+            if _numpy_alias(func) and lookup("np") is None and lookup("numpy") is None:
+                return Fact("host", _short(facts.segment(func), 32))  # `np` from a star import
             receiver = self.eval(func.value, lookup)
             if receiver is not None and receiver.on_device:
+                if facts.method_returns_host(func.value, method, self.node):
+                    return Fact("host", f"{method}()")  # `model.get_step()`: `.item()` inside
                 return receiver
             arg_facts = [self.eval(arg, lookup) for arg in args]
             found = _any_device(arg_facts)
@@ -483,6 +551,12 @@ class Flow:
             return Fact("host", qualname)
         if top != "torch":
             return None
+        if qualname == "torch.load":
+            where = next((kw.value for kw in node.keywords if kw.arg == "map_location"), None)
+            if where is None and len(node.args) > 1:
+                where = node.args[1]
+            if _is_cpu(where) or _keeps_storage(where):  # `map_location="cpu"`: host tensors
+                return Fact("host", _short(self.facts.segment(node)))
         device = next((kw.value for kw in node.keywords if kw.arg == "device"), None)
         if last in _FACTORIES or root == "torch.cuda" or last == "device":
             if device is not None and not _is_cpu(device):
@@ -551,6 +625,26 @@ class Flow:
             body[0] <= bound <= body[1] and other[0] <= line <= other[1]
             for body, other in self.apart
         )
+
+
+def _keeps_storage(node: ast.expr | None) -> bool:
+    """``map_location=lambda storage, loc: storage``: each storage stays where it was
+    deserialized, on the CPU."""
+    return (
+        isinstance(node, ast.Lambda)
+        and bool(node.args.args)
+        and isinstance(node.body, ast.Name)
+        and node.body.id == node.args.args[0].arg
+    )
+
+
+def _numpy_alias(func: ast.Attribute) -> bool:
+    """``np.ceil``, ``numpy.linalg.norm``: NumPy under its usual names, when the file gets it
+    through a star import (``from utils import *``) the resolver cannot follow."""
+    root: ast.expr = func
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    return isinstance(root, ast.Name) and root.id in {"np", "numpy"}
 
 
 def _not_a_tensor_there(node: ast.IfExp) -> bool:

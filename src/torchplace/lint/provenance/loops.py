@@ -311,8 +311,15 @@ _FRAMEWORK_STEPS = frozenset(
 
 
 def moves_some(loop: ast.For | ast.AsyncFor) -> bool:
-    """The loop moves one of its own targets to a device (``x = x.to(device)``)."""
+    """The loop moves one of its own targets to a device (``x = x.to(device)``), also through
+    a name bound to an item of one (``videos = batch[0]``, then ``videos.to(device)``)."""
     targets = set(_target_names(loop.target))
+    for stmt in loop.body:
+        if isinstance(stmt, ast.Assign) and isinstance(stmt.value, (ast.Subscript, ast.Attribute)):
+            root = stmt.value.value
+            if isinstance(root, ast.Name) and root.id in targets:
+                for target in stmt.targets:
+                    targets |= set(_target_names(target))
     for stmt in loop.body:
         for sub in walk(stmt):
             if (

@@ -207,21 +207,74 @@ def _imports_test_framework(ctx: Context) -> bool:
 
 
 def _evaluation_script(ctx: Context) -> bool:
-    """A ``test.py`` that is a program, not a test module: it imports no test framework,
-    defines no ``test_*`` function or ``Test*`` class for a runner to collect, and runs from
-    ``if __name__ == "__main__":`` (the evaluation script of a training repository)."""
+    """A ``test.py`` that is a program, not a test module: it imports no test framework, runs
+    from ``if __name__ == "__main__":`` (the evaluation script of a training repository), and
+    either parses the command line when imported or defines no ``test_*`` function or
+    ``Test*`` class for a runner to collect (a ``test_net(net, loader)`` the module itself calls
+    with arguments is a helper of the script, not a test)."""
     module = ctx.scope.root().node
     if not isinstance(module, ast.Module) or _imports_test_framework(ctx):
         return False
+    cached = _SCRIPTS.get(id(module))
+    if cached is not None and cached[0] is module:
+        return cached[1]
+    if len(_SCRIPTS) > 256:
+        _SCRIPTS.clear()
+    result = _runs_as_program(module)
+    _SCRIPTS[id(module)] = (module, result)
+    return result
+
+
+# `_evaluation_script`'s answer per parsed module (it walks the whole module)
+_SCRIPTS: dict[int, tuple[ast.Module, bool]] = {}
+
+
+def _runs_as_program(module: ast.Module) -> bool:
+    if not any(main_test(node) is not None for node in module.body):
+        return False
+    if _parses_command_line(module):
+        return True  # a runner importing it would hand it the runner's own arguments
+    helpers = _called_with_arguments(module)
     collected = any(
         (
             isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
             and node.name.startswith("test_")
+            and node.name not in helpers
         )
         or (isinstance(node, ast.ClassDef) and node.name.startswith("Test"))
         for node in module.body
     )
-    return not collected and any(main_test(node) is not None for node in module.body)
+    return not collected
+
+
+def _parses_command_line(module: ast.Module) -> bool:
+    """A module-level statement (outside ``if __name__ == "__main__":``) that parses the
+    command line: ``args = parser.parse_args()``."""
+    for node in module.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if main_test(node) is not None:
+            continue
+        for sub in walk(node):
+            if (
+                isinstance(sub, ast.Call)
+                and isinstance(sub.func, ast.Attribute)
+                and sub.func.attr in {"parse_args", "parse_known_args"}
+            ):
+                return True
+    return False
+
+
+def _called_with_arguments(module: ast.Module) -> set[str]:
+    """Names of the module's functions that its own code calls with arguments: a
+    ``test_net(save_folder, net, ...)`` helper of an evaluation script, not a runner's test."""
+    return {
+        sub.func.id
+        for sub in walk(module)
+        if isinstance(sub, ast.Call)
+        and isinstance(sub.func, ast.Name)
+        and (sub.args or sub.keywords)
+    }
 
 
 def main_test(node: ast.stmt) -> ast.Compare | None:
@@ -454,6 +507,12 @@ def in_periodic_branch(
 
 
 def _rare_test(test: ast.expr, ctx: Context) -> bool:
+    if (
+        isinstance(test, ast.BoolOp)
+        and isinstance(test.op, ast.Or)
+        and all(_rare_test(value, ctx) for value in test.values)
+    ):
+        return True  # `if epoch_eval or step_eval:`: each alternative true on few steps
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
         rest = [value for value in test.values if not _every_step(value, ctx)]
         if len(rest) < len(test.values):  # `i % log_interval == 0 and master`, interval 1
@@ -470,7 +529,10 @@ def _rare_test(test: ast.expr, ctx: Context) -> bool:
     values = ctx.scope_bindings(scope).get(flag.id, [])
     return any(
         value is not None
-        and any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in walk(value))
+        and (
+            any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in walk(value))
+            or (isinstance(value, (ast.Compare, ast.BoolOp)) and rare_test(value))
+        )
         for value in values
     )
 

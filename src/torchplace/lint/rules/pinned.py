@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 
 from torchplace.lint.base import (
     Context,
@@ -15,6 +16,7 @@ from torchplace.lint.base import (
     names_in,
 )
 from torchplace.lint.nodes import own_nodes, walk
+from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import FACTORIES, is_device_bound_loop
 
 __all__ = ["FAMILY"]
@@ -122,7 +124,7 @@ def _unpinned_source(name: str, ctx: Context, scope: Scope, line: int) -> str | 
     while (
         isinstance(value, ast.Call)
         and isinstance(value.func, ast.Attribute)
-        and value.func.attr in _PAGEABLE_METHODS
+        and (value.func.attr in _PAGEABLE_METHODS or _dtype_only(value))
         and isinstance(value.func.value, ast.Name)
         and value.func.value.id == name
     ):
@@ -159,6 +161,29 @@ _PAGEABLE_METHODS = frozenset(
         "expand",
     }
 )
+
+
+def _dtype_only(call: ast.Call) -> bool:
+    """``x.to(dtype=torch.int32)``, ``x.to(torch.float16)``: a conversion on the host, not a
+    move (no device, no other tensor to follow)."""
+    if not (isinstance(call.func, ast.Attribute) and call.func.attr == "to"):
+        return False
+    if any(kw.arg not in {"dtype", "copy", "memory_format"} for kw in call.keywords):
+        return False
+    if len(call.args) > 1:
+        return False
+    if call.args:
+        arg = call.args[0]
+        name = dotted_name(arg)
+        return (
+            name is not None
+            and name.startswith("torch.")
+            and _DTYPE.fullmatch(name[6:]) is not None
+        )
+    return keyword(call, "dtype") is not None
+
+
+_DTYPE = re.compile(r"(u?int\d*|float\d*|half|double|long|short|bool|bfloat16|complex\d*)")
 
 
 def _rebindings(ctx: Context, scope: Scope) -> dict[str, list[ast.expr | None]]:

@@ -261,12 +261,38 @@ def _cpu_alternative(call: ast.Call, ctx: Context) -> bool:
 def _fallback_path(ctx: Context) -> bool:
     """Inside an ``except`` handler (a CUDA out-of-memory fallback) or a branch on the device
     type (``if device.type == "cpu":``): placement there is the point of the branch."""
-    for parent in ctx.parents:
+    parents = ctx.parents
+    for index, parent in enumerate(parents):
         if isinstance(parent, ast.ExceptHandler):
             return True
         if isinstance(parent, ast.If) and _device_type_test(parent.test, ctx):
+            child = parents[index + 1] if index + 1 < len(parents) else None
+            if child is not None and _in_orelse(parent, child) and _asks_cuda(parent.test):
+                continue  # the `else` of `if x.is_cuda:`: the value is not on CUDA there
             return True
     return False
+
+
+def _in_orelse(branch: ast.If, child: ast.AST) -> bool:
+    return any(child is stmt for stmt in branch.orelse)
+
+
+def _asks_cuda(test: ast.expr) -> bool:
+    """``x.is_cuda``, ``x.device.type == "cuda"``, ``x.type() == "torch.cuda.HalfTensor"``: a
+    test that holds when the value is on CUDA (its ``else`` runs for CPU values too)."""
+    if isinstance(test, ast.Attribute):
+        return test.attr == "is_cuda"
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return False
+    if not isinstance(test.ops[0], (ast.Eq, ast.Is)):
+        return False
+    sides = [test.left, *test.comparators]
+    return any(
+        isinstance(side, ast.Constant)
+        and isinstance(side.value, str)
+        and ("cuda" in side.value.split(".") or side.value.startswith("cuda"))
+        for side in sides
+    )
 
 
 # Attributes that ask what kind of device a value is on: `device.type`, a tensor's `x.is_cuda`.

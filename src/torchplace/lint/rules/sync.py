@@ -24,7 +24,7 @@ from torchplace.lint.base import (
 from torchplace.lint.nodes import walk
 from torchplace.lint.provenance import Fact, FileFacts, file_facts, scope_node
 from torchplace.lint.provenance.callers import engine_step
-from torchplace.lint.provenance.loops import rare_test
+from torchplace.lint.provenance.loops import _few_constants, rare_test
 from torchplace.lint.provenance.values import HOST_METHODS
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import (
@@ -50,6 +50,8 @@ _MATH_READS = frozenset(
     f"math.{name}" for name in ("isnan", "isinf", "isfinite", "sqrt", "log", "exp", "floor", "ceil")
 )
 _PRINTS = frozenset({"print"})
+# `str(loss)`, `repr(x)`: the text of a tensor's values, read like a print
+_STRINGS = frozenset({"str", "repr"})
 _COMPS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 _BULK = frozenset({"cpu", "numpy", "tolist"})
 # Calls that write results out: a read feeding them is the program's output, not a stall.
@@ -104,6 +106,17 @@ def _call(call: ast.Call, ctx: Context) -> None:
         arg = call.args[0]
         if not _is_read(arg) and ctx.qualname(func) is None:
             _check(call, arg, f"`{func.id}()`", ctx, explicit=False)
+        return
+    if (
+        isinstance(func, ast.Name)
+        and func.id in _STRINGS
+        and len(call.args) == 1
+        and not call.keywords
+        and ctx.qualname(func) is None
+    ):
+        arg = call.args[0]
+        if not _is_read(arg) and not isinstance(arg, (ast.Constant, ast.JoinedStr)):
+            _check_many(call, [arg], f"`{func.id}()`", ctx)  # text of the values, as print
         return
     if len(call.args) == 1 and ctx.call_qualname(call) in _MATH_READS:
         arg = call.args[0]
@@ -701,6 +714,8 @@ def _returned(scope: ast.AST, names: set[str]) -> bool:
             if isinstance(sub, ast.Assign) and _carries(sub.value, carried):
                 for target in sub.targets:
                     carried |= names_in(target)
+            elif isinstance(sub, (ast.For, ast.comprehension)) and _carries(sub.iter, carried):
+                carried |= names_in(sub.target)  # `for m in mels: specs.append(m)`: its rows
             else:
                 carried |= _collector(sub, carried, _carries) - {"self"}
     return any(
@@ -720,6 +735,8 @@ def _carries(node: ast.expr, names: set[str]) -> bool:
         return _carries(node.value, names)
     if isinstance(node, (ast.Tuple, ast.List)):
         return any(_carries(element, names) for element in node.elts)
+    if isinstance(node, ast.IfExp):  # `(specs, attn) if return_attn else specs`
+        return _carries(node.body, names) or _carries(node.orelse, names)
     if isinstance(node, ast.Call):
         func = node.func
         if isinstance(func, ast.Attribute) and func.attr in _RESHAPES:
@@ -810,6 +827,7 @@ def _check(
         bulk
         and not per_batch.trains
         and not _trains(ctx)
+        and not _per_element(ctx, None)
         and _is_output(read or node, ctx, returns=not loops)
     ):
         return False  # `save_image(x)` per batch: the copy to the host is the output
@@ -821,6 +839,43 @@ def _check(
         f"for the device ({cause}); {_ADVICE}",
     )
     return True
+
+
+def _per_element(ctx: Context, line: int | None) -> bool:
+    """The read sits in a loop nested in the step (the loop at ``line``; ``None``: in any loop
+    of a function that runs per batch) that walks the step's rows, classes or detections: one
+    copy per element (``for j in range(n): rows.append(out[j].cpu())``), not the step's one
+    bulk output. A loop over a few constants (``for key in ("a", "b"):``) does not count, nor
+    one that writes each element out itself (``Image.fromarray(img).save(...)`` per image:
+    the element's file is the output)."""
+    loops = ctx.loops()
+    start = 0
+    if line is not None:
+        found = [i for i, loop in enumerate(loops) if getattr(loop, "lineno", 0) == line]
+        if not found:
+            return False
+        start = found[-1] + 1
+    scope = scope_node(ctx)
+    facts = file_facts(ctx)
+
+    def walks_parts(loop: ast.AST) -> bool:
+        if isinstance(loop, ast.While):
+            return True
+        if not isinstance(loop, (ast.For, ast.AsyncFor)) or _few_constants(loop.iter, scope):
+            return False
+        kind = facts.loop_kind(loop, scope)
+        return kind is None or kind[0] != "items"  # a list of whole tensors: bulk copies
+
+    inner = [loop for loop in loops[start:] if walks_parts(loop)]
+    if not inner and line is not None and walks_parts(loops[start - 1]):
+        # the step loop itself walks the parts of an outer step (`for j in range(classes):`
+        # inside the loop over images): its own recomputed slices make it look like a step
+        outer = loops[: start - 1]
+        if any((kind := facts.loop_kind(loop, scope)) and kind[0] == "batch" for loop in outer):
+            inner = [loops[start - 1]]
+    if not inner:
+        return False
+    return not any(isinstance(sub, ast.Call) and _writes(sub) for sub in walk(inner[-1]))
 
 
 def _feeds_device(loop: ast.AST) -> bool:
@@ -837,6 +892,15 @@ def _feeds_device(loop: ast.AST) -> bool:
             for gen in sub.generators:
                 if names_in(gen.iter) & inputs:
                     inputs |= names_in(gen.target)
+    if not _counts(loop.iter):
+        # a loop over data (not `range(n)`, a decoding loop's counter): what it builds from
+        # each item (`chars = np.stack([pad(t) for t in batch])`) is that item, prepared
+        for _ in range(3):
+            for sub in nodes:
+                if isinstance(sub, ast.Assign) and names_in(sub.value) & inputs:
+                    for target in sub.targets:
+                        if isinstance(target, (ast.Name, ast.Tuple)):
+                            inputs |= names_in(target)
     return any(
         isinstance(sub, ast.Call)
         and isinstance(sub.func, ast.Attribute)
@@ -845,6 +909,17 @@ def _feeds_device(loop: ast.AST) -> bool:
         and bool(names_in(sub.func.value) & inputs)
         for sub in nodes
     )
+
+
+def _counts(iterable: ast.expr) -> bool:
+    """``range(n)``, ``enumerate(range(n))``, ``trange(n)``: a counter, not data."""
+    while (
+        isinstance(iterable, ast.Call)
+        and call_name(iterable) in {"enumerate", "tqdm", "reversed"}
+        and iterable.args
+    ):
+        iterable = iterable.args[0]
+    return isinstance(iterable, ast.Call) and call_name(iterable) in {"range", "trange"}
 
 
 def _reads_next(value: ast.expr) -> bool:
@@ -895,7 +970,13 @@ def _in_loop(
     if explicit and _steps_environment(read or node, ctx):
         return False  # `envs.step(action.cpu().numpy())`: a host environment's input
     once = _feeds_device(ctx.loops()[-1]) if kind == "batch" else False
-    if bulk and kind != "rows" and not _trains(ctx) and _is_output(read or node, ctx, returns=once):
+    if (
+        bulk
+        and kind != "rows"
+        and not _trains(ctx)
+        and not _per_element(ctx, line)
+        and _is_output(read or node, ctx, returns=once)
+    ):
         return False  # the copy to the host is the loop's output (images, a response, samples)
     if kind == "rows":
         where = f"in the loop at line {line}, once per row of a device tensor,"
@@ -1023,9 +1104,15 @@ def _called_here(scope: ast.AST, ctx: Context) -> bool:
 
 
 def _module_level(ctx: Context) -> bool:
-    """A module-level function: other modules of the package may call it per batch."""
+    """A module-level function, or a method of a module-level class: other modules of the
+    package may call it per batch (``model.get_step()`` on the model a script trains)."""
     scope = ctx.function_scope()
-    return scope is not None and scope.parent is not None and scope.parent.kind == "module"
+    if scope is None or scope.parent is None:
+        return False
+    if scope.parent.kind == "module":
+        return True
+    owner = scope.parent
+    return owner.kind == "class" and owner.parent is not None and owner.parent.kind == "module"
 
 
 def _trains(ctx: Context) -> bool:
@@ -1096,6 +1183,7 @@ FAMILY = Family(
         "synchronize",
         # builtins, preceded by what can stand before them (not `call(`, `print(`, `hint(`)
         *(f"{lead}{name}(" for lead in " (=[" for name in ("float", "int", "bool", "all", "any")),
+        *(f"{lead}{name}(" for lead in " (=[+" for name in ("str", "repr")),
         "print(",
         "math.",
         "isnan(",
