@@ -340,7 +340,7 @@ class App:
         """KServe's V1 protocol: ``GET /v1/models``, ``GET /v1/models/{name}`` and
         ``POST /v1/models/{name}:predict``; ``:explain`` is answered 501, as KServe answers it
         for a model without an explainer."""
-        name, _, verb = _text(rest[0]).partition(":") if len(rest) == 1 else ("", "", "")
+        name, _, verb = _name(rest[0]).partition(":") if len(rest) == 1 else ("", "", "")
         if len(rest) > 1 or verb not in ("", "predict", "explain"):
             return error_response(404, f"no route {_text(request.path)}")
         refused = _wrong_method(request, b"POST" if verb else b"GET")
@@ -370,7 +370,7 @@ class App:
 
     def _route_model(self, request: Request, raw_name: bytes, rest: list[bytes]) -> Answer:
         """``/v2/models/{name}[/versions/{v}][/what]`` not in the exact table."""
-        name = _text(raw_name)
+        name = _name(raw_name)
         version = ""
         if rest[:1] == [b"versions"]:
             if len(rest) < 2 or not rest[1]:  # /versions, /versions/, /versions//infer
@@ -379,7 +379,7 @@ class App:
                     f"missing version after /versions/ in {_text(request.path)}; give one (GET "
                     f"/v2/models/{name} lists them), or leave /versions/ out for the latest",
                 )
-            version, rest = _text(rest[1]), rest[2:]
+            version, rest = _name(rest[1]), rest[2:]
         try:
             self.registry.get(name, version)
         except ModelNotFoundError as exc:
@@ -426,7 +426,10 @@ class App:
                 )
             return Response(200, orjson.dumps(self._index(ready)))
         if len(rest) == 3 and rest[0] == b"models" and rest[2] in (b"load", b"unload"):
-            return self._control(_text(rest[1]), rest[2] == b"load", body)
+            # a load (or an unload's drain) takes as long as it takes, as over gRPC: a 503
+            # at --request-timeout, while it went on, told the client to retry (a reload)
+            request.timed = False
+            return self._control(_name(rest[1]), rest[2] == b"load", body)
         return error_response(404, f"no route {_text(request.path)}")
 
     def _shared_memory(self, request: Request, cuda: bool, rest: list[bytes]) -> Response:
@@ -434,7 +437,7 @@ class App:
         and ``[region/{name}/]unregister`` (:mod:`torchplace.serve.shm`)."""
         rest = rest[:-1] if len(rest) > 1 and rest[-1] == b"" else rest
         # the path is percent-decoded already (once: a name sent as r%2541 is 'r%41')
-        name = _text(rest[1]) if len(rest) == 3 else None
+        name = _name(rest[1]) if len(rest) == 3 else None
         action = rest[-1]
         if (len(rest) == 3 and rest[0] != b"region") or len(rest) not in (1, 3) or (
             action not in (b"status", b"register", b"unregister")
@@ -900,10 +903,10 @@ def _caller(headers: dict[bytes, bytes]) -> Any:
     parent = headers.get(b"traceparent")
     if parent is None:
         return tracing.CALLER.get()
-    carrier = {"traceparent": _text(parent)}
+    carrier = {"traceparent": _name(parent)}
     state = headers.get(b"tracestate")
     if state is not None:
-        carrier["tracestate"] = _text(state)
+        carrier["tracestate"] = _name(state)
     return tracing.caller_context(carrier)
 
 
@@ -922,7 +925,14 @@ def _timeout_us(headers: dict[bytes, bytes], parameter: int | None) -> int | Non
     return min(given) if given else None
 
 
+def _name(raw: bytes) -> str:
+    """A name (of a model, version or region) or a value the request carries, whole: what is
+    looked up or passed on is never cut (:func:`_text` cuts what a message quotes)."""
+    return raw.decode("utf-8", errors="replace")
+
+
 def _text(raw: bytes) -> str:
+    """``raw`` as a message quotes it: cut past 200 characters."""
     text = raw.decode("utf-8", errors="replace")
     return text if len(text) <= 200 else text[:200] + "..."
 

@@ -9,7 +9,8 @@ complete :class:`Request` to the handler, which returns a :class:`Response`, a c
 (run as a task) or a future the handler settles (no task at all: the cheapest way to answer
 later; cancelling it is how the server says the client went away or the request timed out;
 one that ends cancelled otherwise, its client still there, is answered 503).
-A one-second ticker answers requests that run past the request timeout (503), drops clients that
+A one-second ticker answers requests that run past the request timeout (503; not those whose
+handler cleared :attr:`Request.timed`, such as a model load), drops clients that
 send a request more slowly than that (408) or leave their answers unread that long, and closes
 idle keep-alive connections (empty lines between requests do not count as activity).
 
@@ -111,6 +112,9 @@ class Request:
     body: bytes
     keep_alive: bool
     received: float
+    #: answered within the server's request timeout (a handler clears it for work that takes
+    #: as long as it takes, such as a model load: the client still going away cancels it)
+    timed: bool = True
 
 
 @dataclass(slots=True)
@@ -818,7 +822,12 @@ class _Connection(asyncio.Protocol):
                 self._write_unsent, self._write_paused_since = unsent, now
             elif now - self._write_paused_since > timeout:
                 transport.abort()  # close() would wait for the client to read it all
-        elif self._busy and self._current is not None and now - self._task_started > timeout:
+        elif (
+            self._busy
+            and self._current is not None
+            and self._busy.timed
+            and now - self._task_started > timeout
+        ):
             self._timed_out = True
             self._current.cancel()
         elif self._rejected:

@@ -113,11 +113,17 @@ class MemoryCheck:
         self.budget = budget
         self.probe: FreeProbe = probe if probe is not None else cuda_free_bytes
         self.reserved: dict[str, dict[str, int]] = {}  # owner -> device -> bytes
+        #: owners reserved whose replicas are not on their devices yet: the device's free
+        #: bytes do not show them, so their reservations are taken off those
+        self.placing: set[str] = set()
 
     def check(self, model: str, needs: Mapping[str, int], *, owner: str) -> None:
         """Refuse (InsufficientMemoryError) when ``needs`` (device -> bytes) does not fit."""
         for device, needed in needs.items():
             free = self.probe(device)
+            if free is not None:
+                placing = (self.reserved[o] for o in self.placing if o != owner)
+                free = max(free - sum(r.get(device, 0) for r in placing), 0)
             used = sum(r.get(device, 0) for o, r in self.reserved.items() if o != owner)
             left = None if self.budget is None else self.budget - used
             available = min((v for v in (free, left) if v is not None), default=None)
@@ -132,10 +138,19 @@ class MemoryCheck:
                 "or raise --memory-budget"
             )
 
-    def reserve(self, owner: str, needs: Mapping[str, int]) -> None:
-        """Count ``needs`` as held by ``owner`` (a loaded model version)."""
+    def reserve(self, owner: str, needs: Mapping[str, int], *, placing: bool = False) -> None:
+        """Count ``needs`` as held by ``owner`` (a model version); ``placing``: its replicas
+        are not on their devices yet (see :meth:`placed`). Reserve in the same step as the
+        :meth:`check`, before anything awaits: a load checked meanwhile then counts it."""
         self.reserved[owner] = dict(needs)
+        if placing:
+            self.placing.add(owner)
+
+    def placed(self, owner: str) -> None:
+        """``owner``'s replicas are on their devices: their free bytes show them now."""
+        self.placing.discard(owner)
 
     def release(self, owner: str) -> None:
-        """``owner`` was unloaded: its bytes are free again."""
+        """``owner`` was unloaded (or its load failed): its bytes are free again."""
         self.reserved.pop(owner, None)
+        self.placing.discard(owner)

@@ -134,14 +134,19 @@ class ModelControl:
         return [n for n in names if n in self.config.load_models]
 
     async def stop(self, timeout: float) -> None:
-        """Stop polling; let the loads and unloads under way finish (within ``timeout``);
-        drain and stop every loaded version."""
+        """Stop polling; let the loads and unloads under way finish (within ``timeout``), then
+        cancel those still going (a version half built is stopped and its memory released,
+        not left running once the loop is gone); drain and stop every loaded version."""
         if self._poller is not None:
             self._poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._poller
         if self._actions:
-            await asyncio.wait(set(self._actions), timeout=timeout)
+            _, going = await asyncio.wait(set(self._actions), timeout=timeout)
+            for task in going:
+                task.cancel()
+            if going:
+                await asyncio.wait(going, timeout=self.config.drain_timeout_s)
         handles = self.registry.handles()
         await asyncio.gather(*(h.retire(timeout) for h in handles))
 
@@ -271,7 +276,6 @@ class ModelControl:
     # -- building one version --------------------------------------------------------------
     async def _build(self, settings: Mapping[str, Any], *, source: str) -> ModelHandle:
         """One version: host model, memory check, engine placed and warmed (dry run)."""
-        from torchplace.serve.engine import Engine
         from torchplace.serve.loader import load_configured
         from torchplace.serve.startup import full_device, resolve_devices
 
@@ -284,18 +288,30 @@ class ModelControl:
         one = await loop.run_in_executor(None, estimate, loaded, config.max_batch_size)
         devices = [str(full_device(d)) for d in resolve_devices(config.device, config.devices)]
         needs = {d: one * config.replicas_per_device * devices.count(d) for d in devices}
+        owner = f"{loaded.name}/{loaded.version}#{next(self._owners)}"
         self.memory.check(loaded.name, needs, owner="")
+        # reserved now, in the same step as the check: loads that start meanwhile count it
+        self.memory.reserve(owner, needs, placing=True)
+        try:
+            handle = await self._started(config, loaded)
+        except BaseException:
+            self.memory.release(owner)
+            raise
+        self.memory.placed(owner)
+        handle.views["memory"] = owner
+        return handle
+
+    async def _started(self, config: ServeConfig, loaded: LoadedModel) -> ModelHandle:
+        """The version's engine, started (its replicas placed and warmed), and its handle."""
+        from torchplace.serve.engine import Engine
+
         engine = Engine.from_config(self._traced(config, loaded), loaded=loaded)
         try:
             await engine.start()
-            handle = ModelHandle(engine)  # its documents: a setting may not fit them
+            return ModelHandle(engine)  # its documents: a setting may not fit them
         except BaseException:
             await engine.stop()  # else its replicas' threads and memory stay, unused
             raise
-        owner = f"{loaded.name}/{loaded.version}#{next(self._owners)}"
-        self.memory.reserve(owner, needs)
-        handle.views["memory"] = owner
-        return handle
 
     def _configured(self, settings: Mapping[str, Any], source: str) -> ServeConfig:
         """The server's config with a version's settings; an invalid value names its file."""
