@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -371,3 +372,29 @@ def test_an_absurd_thread_count_is_refused_not_a_crash(capsys: pytest.CaptureFix
         main(["bench", "timing", "--threads", "100000"])
     assert exc.value.code == 2
     assert "more than the 1024 allowed" in capsys.readouterr().err
+
+
+def _bench_parsers() -> list[Any]:
+    import argparse
+
+    from torchplace.bench import cli
+
+    parser = argparse.ArgumentParser(prog="torchplace bench")
+    cli.configure(parser)
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return list(subs.choices.values())
+
+
+@pytest.mark.parametrize("sub", _bench_parsers(), ids=lambda p: p.prog.split()[-1])
+def test_help_gives_every_default(sub: Any) -> None:
+    """A flag with a default says it in --help (docs/bench.md and docs/cli.md quote them)."""
+    import argparse
+
+    for action in sub._actions:
+        default = action.default
+        if default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+            continue
+        shown = ",".join(map(str, default)) if isinstance(default, tuple) else str(default)
+        assert re.search(rf"default:? {re.escape(shown)}\b", action.help or ""), (
+            f"{sub.prog} {action.option_strings[-1]}: --help hides its default {shown}"
+        )

@@ -143,7 +143,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """Declare the ``bench`` subcommands and their flags."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
-        "--device", default="auto", help="device to measure on: auto, cpu, cuda, cuda:N, ..."
+        "--device",
+        default="auto",
+        help="device to measure on: auto, cpu, cuda, cuda:N, ... (default auto)",
     )
     common.add_argument(
         "--threads",
@@ -174,8 +176,12 @@ def _timing_options(subs: Any, parents: list[argparse.ArgumentParser]) -> None:
     timing.add_argument(
         "--size", type=_positive_int, metavar="N", help="matrix side (default 4096; CPU 1024)"
     )
-    timing.add_argument("--repeats", type=_positive_int, default=20, help="timed calls per way")
-    timing.add_argument("--warmup", type=int, default=3, help="untimed calls after the first")
+    timing.add_argument(
+        "--repeats", type=_positive_int, default=20, help="timed calls per way (default 20)"
+    )
+    timing.add_argument(
+        "--warmup", type=int, default=3, help="untimed calls after the first (default 3)"
+    )
 
 
 def _transfer_options(subs: Any, parents: list[argparse.ArgumentParser]) -> None:
@@ -196,7 +202,7 @@ def _transfer_options(subs: Any, parents: list[argparse.ArgumentParser]) -> None
         type=_positive_float,
         metavar="SECONDS",
         default=0.05,
-        help="seconds of copies per case",
+        help="seconds of copies per case (default 0.05)",
     )
 
 
@@ -210,14 +216,18 @@ def _overlap_options(subs: Any, parents: list[argparse.ArgumentParser]) -> None:
     overlap.add_argument(
         "--batch-mib", type=_positive_int, default=64, help="MiB copied per batch (default 64)"
     )
-    overlap.add_argument("--batches", type=_positive_int, default=32, help="batches per run")
+    overlap.add_argument(
+        "--batches", type=_positive_int, default=32, help="batches per run (default 32)"
+    )
     overlap.add_argument(
         "--compute-ms",
         type=_positive_float,
         metavar="MS",
         help="compute per batch in ms (default: 1.25 x the copy time, so the copy can hide)",
     )
-    overlap.add_argument("--repeats", type=_positive_int, default=5, help="runs; the median counts")
+    overlap.add_argument(
+        "--repeats", type=_positive_int, default=5, help="runs; the median counts (default 5)"
+    )
 
 
 def _model_options(subs: Any, parents: list[argparse.ArgumentParser]) -> None:
@@ -250,14 +260,15 @@ def _model_options(subs: Any, parents: list[argparse.ArgumentParser]) -> None:
         default="float32",
         choices=DTYPES,
         help="input and weight dtype; int64 or int32 give index inputs (token ids 0 and 1) "
-        "to a model that takes them, such as an embedding, and leave its weights as they are",
+        "to a model that takes them, such as an embedding, and leave its weights as they are "
+        "(default float32)",
     )
     model.add_argument(
         "--min-time",
         type=_positive_float,
         metavar="SECONDS",
         default=0.1,
-        help="seconds of calls per stage",
+        help="seconds of calls per stage (default 0.1)",
     )
 
 
