@@ -41,9 +41,27 @@ _MODULE_ROOTS = frozenset(
 )
 
 
+# Packages of pretrained models whose model classes are ``nn.Module`` subclasses.
+_MODEL_PACKAGES = ("transformers.", "pytorch_transformers.", "pytorch_pretrained_bert.")
+
+
+def _pretrained_model_class(qualname: str) -> bool:
+    """A Hugging Face PyTorch model class: ``transformers.BertForTokenClassification``,
+    ``BertPreTrainedModel``, ``GPT2LMHeadModel`` (also from the older ``pytorch_transformers``),
+    not a TensorFlow or Flax twin (``TFBertModel``), an ``Auto*`` factory, a config or output."""
+    if not qualname.startswith(_MODEL_PACKAGES):
+        return False
+    last = qualname.rpartition(".")[2]
+    if not last[:1].isupper() or last.startswith(("TF", "Flax", "Auto")):
+        return False
+    head, sep, task = last.partition("For")
+    return last.endswith("Model") or bool(sep and head and task[:1].isupper())
+
+
 def is_module_base(qualname: str) -> bool:
-    """Whether a resolved base-class name is ``nn.Module`` or one of torch's module classes."""
-    if qualname in _MODULE_ROOTS:
+    """Whether a resolved base-class name is ``nn.Module`` or one of torch's module classes
+    (or a pretrained model class of Hugging Face's libraries, all of which are modules)."""
+    if qualname in _MODULE_ROOTS or _pretrained_model_class(qualname):
         return True
     if not qualname.startswith("torch.nn."):
         return False

@@ -246,14 +246,14 @@ def _instances(callers: FileFacts, cls: ast.ClassDef, qualified: str | None) -> 
 
 
 def _find_instances(callers: FileFacts, cls: ast.ClassDef, qualified: str | None) -> frozenset[str]:
-    if cls.name + "(" not in callers.text:
+    if cls.name + "(" not in callers.text and cls.name + ".from_" not in callers.text:
         return frozenset()
     names: set[str] = set()
-    from torchplace.lint.provenance.files import unchain  # files builds on this module
+    from torchplace.lint.provenance.files import constructed  # files builds on this module
 
     for node in callers.assigned_calls(cls.name):
         assert isinstance(node.value, ast.Call)
-        func = unchain(node.value).func  # `model = Net(cfg).to(device)`: a `Net`
+        func = constructed(node.value)  # `model = Net(cfg).to(device)`: a `Net`
         if qualified is None:
             if not (isinstance(func, ast.Name) and callers.defs_class(func.id) is cls):
                 continue

@@ -448,7 +448,7 @@ class FileFacts:
             index[""] = []  # indexed, even when nothing is found
             for node in statements(self.tree.body):
                 if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-                    func = unchain(node.value).func
+                    func = constructed(node.value)
                     called = func.attr if isinstance(func, ast.Attribute) else None
                     called = func.id if isinstance(func, ast.Name) else called
                     if called:
@@ -578,6 +578,18 @@ def unchain(call: ast.Call) -> ast.Call:
         call = call.func.value
     return call
 
+
+def constructed(call: ast.Call) -> ast.expr:
+    """What a call that makes an instance names: ``Net`` in ``Net(cfg).to(device)`` and in
+    ``Net.from_pretrained(path)`` (a pretrained model class's constructor)."""
+    func = unchain(call).func
+    if isinstance(func, ast.Attribute) and func.attr in _CLASS_CONSTRUCTORS:
+        return func.value
+    return func
+
+
+#: class methods that build an instance of their class (Hugging Face's model loaders)
+_CLASS_CONSTRUCTORS = frozenset({"from_pretrained", "from_config"})
 
 #: calls on a module that hand back the same module: `Net().to(device).eval()`
 _MODULE_CHAINS = frozenset(

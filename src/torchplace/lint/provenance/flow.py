@@ -285,13 +285,30 @@ class Flow:
     def for_loop(self, node: ast.For | ast.AsyncFor) -> None:
         self.loops.add((node.lineno, node.end_lineno or node.lineno))
         iter_fact = self.eval(node.iter, self.current)
-        if iter_fact is None and self.facts.moves_some(node):
+        if iter_fact is None and (self.facts.moves_some(node) or self.casts_some(node)):
             # A batch loop moves some of its items: the others stay on the host.
             iter_fact = Fact("host", "a batch item that is never moved")
         for _ in range(2):  # twice: values carried from one step to the next
             self.bind_loop_target(node.target, node.iter, iter_fact, node.lineno)
             self.block(node.body)
         self.block(node.orelse)
+
+    def casts_some(self, node: ast.For | ast.AsyncFor) -> bool:
+        """The loop moves one of its own targets by a cast to a CUDA tensor type bound before
+        it (``imgs = imgs.type(Tensor)`` with ``Tensor = torch.cuda.FloatTensor``)."""
+        targets = set(_target_names(node.target))
+        return any(
+            isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Attribute)
+            and sub.func.attr == "type"
+            and isinstance(sub.func.value, ast.Name)
+            and sub.func.value.id in targets
+            and len(sub.args) == 1
+            and (fact := self.eval(sub.args[0], self.current)) is not None
+            and fact.on_device
+            for stmt in node.body
+            for sub in walk(stmt)
+        )
 
     def bind_loop_target(
         self, target: ast.expr, iterable: ast.expr, fact: Fact | None, line: int

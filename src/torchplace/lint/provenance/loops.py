@@ -480,12 +480,9 @@ def rare_test(test: ast.expr) -> bool:
     truth (``if step % 50:``, ``step % 50 != 0``) holds on every step but one in N: frequent."""
     if _remainder_nonzero(test):
         return False
-    if (
-        isinstance(test, ast.BoolOp)
-        and isinstance(test.op, ast.And)
-        and any(rare_test(value) for value in test.values)
-    ):
-        return True
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        # each operand by itself: `if self.log_coef is not None and ...` names no logging
+        return any(rare_test(value) for value in test.values)
     if isinstance(test, ast.Compare) and len(test.ops) == 1:
         right = test.comparators[0]
         if isinstance(test.ops[0], (ast.Is, ast.IsNot)):
@@ -497,13 +494,29 @@ def rare_test(test: ast.expr) -> bool:
             if isinstance(op, ast.Eq) or (isinstance(op, (ast.Lt, ast.LtE)) and right.value <= 100):
                 # `len(x) == 0` tests data; `rank == 0` holds on every step of the main process
                 return not isinstance(test.left, ast.Call) and not _names_rank(test.left)
-    for sub in walk(test):
+    for sub in _outside_identity_tests(test):
         if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Mod):
             return True
         text = sub.id if isinstance(sub, ast.Name) else getattr(sub, "attr", "")
         if text and _names_logging(text):
             return True
     return False
+
+
+def _outside_identity_tests(test: ast.expr) -> list[ast.AST]:
+    """The nodes of ``test`` outside its identity tests (``x is not None``), which ask whether
+    a setting is there, whatever its name says."""
+    out: list[ast.AST] = []
+    todo: list[ast.AST] = [test]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Compare) and all(
+            isinstance(op, (ast.Is, ast.IsNot)) for op in node.ops
+        ):
+            continue
+        out.append(node)
+        todo.extend(ast.iter_child_nodes(node))
+    return out
 
 
 def _remainder_nonzero(test: ast.expr) -> bool:

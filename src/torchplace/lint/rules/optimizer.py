@@ -35,9 +35,10 @@ def _call(call: ast.Call, ctx: Context) -> None:
         return
     scope = ctx.function_scope() or ctx.scope
     own_body = getattr(scope.node, "body", None)
+    names = {model}  # the model, and the names it is handed to (`self.model = model`)
     for block, index in reversed(ctx.stmt_path):
         for stmt in block[index + 1 :]:
-            move = _move_of(stmt, model, ctx)
+            move = next((m for n in names if (m := _move_of(stmt, n, ctx)) is not None), None)
             if move is not None:
                 ctx.report(
                     OPTIMIZER_BEFORE_MOVE.code,
@@ -48,6 +49,8 @@ def _call(call: ast.Call, ctx: Context) -> None:
                 return
             if _rebinds(stmt, model):
                 return  # `model = Net()`: what is moved later is another model
+            names -= {n for n in names if n != model and _rebinds(stmt, n)}
+            names |= _aliases(stmt, names)
         if block is own_body:
             break  # later statements of an enclosing scope run at another time
     if isinstance(own_body, list):
@@ -190,6 +193,24 @@ def _rebinds(stmt: ast.AST, model: str) -> bool:
     )
 
 
+def _aliases(stmt: ast.stmt, names: set[str]) -> set[str]:
+    """The names ``stmt`` binds to one of ``names`` as it is: ``self.model = model``, also
+    element by element (``self.model, self.optimizer = model, optimizer``)."""
+    if not isinstance(stmt, ast.Assign):
+        return set()
+    pairs: list[tuple[ast.expr, ast.expr]] = []
+    for target in stmt.targets:
+        if isinstance(target, ast.Tuple) and isinstance(stmt.value, ast.Tuple):
+            pairs += zip(target.elts, stmt.value.elts, strict=False)
+        else:
+            pairs.append((target, stmt.value))
+    return {
+        alias
+        for target, value in pairs
+        if dotted_name(value) in names and (alias := dotted_name(target)) is not None
+    }
+
+
 def _moved(move: ast.Call) -> str:
     func = move.func
     return (dotted_name(func.value) if isinstance(func, ast.Attribute) else None) or "the model"
@@ -225,14 +246,23 @@ def _parameters_owner(call: ast.Call, ctx: Context) -> str | None:
 
 
 def _owner(node: ast.AST) -> str | None:
-    """``model`` of ``model.parameters()`` or ``model.named_parameters()``."""
+    """``model`` of ``model.parameters()`` or ``model.named_parameters()``, or of a model's
+    own method named for what it hands out (``model.get_1x_lr_params()``,
+    ``net.trainable_parameters()``)."""
     if (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
-        and node.func.attr in {"parameters", "named_parameters"}
+        and _names_parameters(node.func.attr)
     ):
         return dotted_name(node.func.value)
     return None
+
+
+def _names_parameters(method: str) -> bool:
+    words = method.lower().split("_")
+    return method in {"parameters", "named_parameters"} or (
+        len(words) > 1 and words[-1] in {"params", "parameters"}
+    )
 
 
 def _collected_owner(body: list[ast.stmt], names: set[str]) -> str | None:

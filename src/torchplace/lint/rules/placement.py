@@ -138,17 +138,22 @@ def _call(call: ast.Call, ctx: Context) -> None:
             "CUDA device: follow the input (`x.new_zeros(...)`, `device=x.device`)",
         )
         return
-    literal = _device_literal(device_argument(call, ctx))
+    argument = device_argument(call, ctx)
+    literal = _device_literal(argument)
+    if literal is None and method is not None:
+        literal = _availability_choice(argument)
     if literal is not None and not _queried(call, ctx):
         if method is not None:
             assert method.cls is not None
+            chosen = " (chosen by what the machine has)" if isinstance(argument, ast.IfExp) else ""
             ctx.report(
                 DEVICE_IN_MODULE.code,
                 call,
-                f'hard-coded device "{literal}" inside `{method.cls.name}.{method.name}`: '
+                f'hard-coded device "{literal}"{chosen} inside `{method.cls.name}.{method.name}`: '
                 "follow the input (`x.device`) or a registered buffer",
             )
-        elif literal == "cuda" and not _has_index(call, ctx) and not _compared(ctx):
+        bare = _device_literal(argument) == "cuda"
+        if bare and not _has_index(call, ctx) and not _compared(ctx):
             if _rank_code(ctx) and not _single_process_branch(ctx):
                 ctx.report(
                     BARE_CUDA.code,
@@ -157,7 +162,11 @@ def _call(call: ast.Call, ctx: Context) -> None:
                     "right only if `set_device` ran in this process first (GPU 0 for every rank "
                     "otherwise); use `cuda:{local_rank}` or the device the code was given",
                 )
-            elif (holder := _model_holder(ctx)) is not None and not _cpu_alternative(call, ctx):
+            elif (
+                method is None
+                and (holder := _model_holder(ctx)) is not None
+                and not _cpu_alternative(call, ctx)
+            ):
                 ctx.report(
                     BARE_CUDA.code,
                     call,
@@ -177,6 +186,17 @@ def _call(call: ast.Call, ctx: Context) -> None:
     name = ctx.call_qualname(call)
     if name in FACTORIES and not _fallback_path(ctx):
         check_factory(call, ctx, name, method)
+
+
+def _availability_choice(node: ast.expr | None) -> str | None:
+    """The accelerator of ``"cuda" if torch.cuda.is_available() else "cpu"``: inside a module,
+    a choice by what the machine has, not by where the module's input lives."""
+    if not isinstance(node, ast.IfExp):
+        return None
+    arms = (node.body, node.orelse)
+    if not any(isinstance(arm, ast.Constant) and arm.value == "cpu" for arm in arms):
+        return None
+    return next((lit for arm in arms if (lit := _device_literal(arm)) is not None), None)
 
 
 def _cuda_tensor_type(call: ast.Call, ctx: Context) -> str | None:

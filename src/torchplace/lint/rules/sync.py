@@ -364,8 +364,8 @@ def _truth_function(name: str) -> bool:
 def _tensor_operand(node: ast.expr, ctx: Context) -> bool:
     """An operand that is a tensor by its form: an element or slice (``x[i]``), a tensor
     method or torch call (``x.mean()``, ``torch.abs(d)``), a name bound only to such values,
-    or a comprehension target (the comprehension's loop decides whether it walks a device
-    tensor). Arithmetic of names and builtins (``i + n * epoch``, ``max(a, b)``) are left
+    a comprehension target (the comprehension's loop decides whether it walks a device tensor),
+    or the target of a ``for`` loop over such an operand's rows. Arithmetic of names and builtins (``i + n * epoch``, ``max(a, b)``) are left
     out: their device facts are guesses, and counters and scores are host numbers."""
     if isinstance(node, ast.Subscript):
         return not _shape_of(node.value)
@@ -383,7 +383,29 @@ def _tensor_operand(node: ast.expr, ctx: Context) -> bool:
             node.id in names_in(gen.target) for gen in parent.generators
         ):
             return True
+        if isinstance(parent, (ast.For, ast.AsyncFor)):
+            rows = _rows_walked(parent, node.id)
+            if rows is not None:
+                # `for mask in ids[0]: if mask == 1:`: a row of a tensor by its form
+                return _tensor_operand(rows, ctx)
     return _bound_to_tensors(node, ctx)
+
+
+def _rows_walked(loop: ast.For | ast.AsyncFor, name: str) -> ast.expr | None:
+    """The sequence whose items ``name`` takes in ``loop``: ``ids[0]`` in ``for m in ids[0]``
+    or ``for i, m in enumerate(ids[0])``; None for other targets (``zip`` pairs sequences of
+    any kind)."""
+    target, seq = loop.target, loop.iter
+    if (
+        isinstance(seq, ast.Call)
+        and isinstance(seq.func, ast.Name)
+        and seq.func.id == "enumerate"
+        and len(seq.args) == 1
+        and isinstance(target, ast.Tuple)
+        and len(target.elts) == 2
+    ):
+        target, seq = target.elts[1], seq.args[0]
+    return seq if isinstance(target, ast.Name) and target.id == name else None
 
 
 def _bound_to_tensors(name: ast.Name, ctx: Context, *, arms: bool = False) -> bool:
