@@ -12,7 +12,7 @@ import torch
 from torchplace.errors import ConfigError, InsufficientMemoryError
 from torchplace.serve.config import ServeConfig
 from torchplace.serve.loader import load_model
-from torchplace.serve.memory import MemoryCheck, estimate
+from torchplace.serve.memory import MemoryCheck, _cast_bytes, estimate
 from torchplace.serve.running import ServerThread
 
 from .conftest import test_config
@@ -35,6 +35,27 @@ def test_estimate_is_weights_plus_an_activation_peak_growing_with_the_batch() ->
     assert small > loaded.weight_bytes
     # 64 rows of 2048-wide float32 activations at least, over one row's
     assert large - small >= 63 * 2048 * 4
+
+
+def test_a_serving_dtype_is_estimated_as_the_replicas_hold_it() -> None:
+    # --dtype bf16 halves the floating weights and activations: a budget must not be charged
+    # the float32 size the model was built in
+    loaded = load_model("wide-mlp")
+    full, half = estimate(loaded, 8), estimate(loaded, 8, "bfloat16")
+    assert loaded.weight_bytes // 2 < half < loaded.weight_bytes
+    assert full - half >= loaded.weight_bytes // 2
+    assert estimate(loaded, 8, "float32") == full
+
+
+def test_a_serving_dtype_leaves_integer_buffers_their_size() -> None:
+    module = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+    counter = module[1].num_batches_tracked  # int64: .to(bfloat16) leaves it as it is
+    floats = sum(t.numel() for t in (*module.parameters(), *module.buffers()) if t is not counter)
+    assert _cast_bytes(module, "bfloat16") == floats * 2 + counter.element_size()
+    assert _cast_bytes(module, "bfloat16") == sum(
+        t.numel() * t.element_size() for t in (*module.to(torch.bfloat16).parameters(),
+                                               *module.buffers())
+    )  # fmt: skip
 
 
 def test_the_estimate_traces_a_meta_copy_without_copying_the_weights(

@@ -48,22 +48,25 @@ def cuda_free_bytes(label: str) -> int | None:
     return int(free)
 
 
-def _activation_peak(loaded: LoadedModel, rows: int) -> int:
-    """The activation peak of one forward of ``rows`` rows, traced on ``meta``."""
+def _activation_peak(loaded: LoadedModel, rows: int, dtype: str | None = None) -> int:
+    """The activation peak of one forward of ``rows`` rows, traced on ``meta`` (in the serving
+    ``dtype`` when one is given, as the replicas run it: floating weights and inputs cast)."""
     import torch
 
     from torchplace.planner.trace import trace_forward
 
-    batch = [
-        torch.zeros(
-            (rows, *(d if d > 0 else 1 for d in spec.shape[1:])),
-            dtype=host_torch_dtype(spec.datatype),
-            device="meta",
-        )
-        for spec in loaded.inputs
-    ]
+    cast = None if dtype is None else getattr(torch, dtype)
+    batch = []
+    for spec in loaded.inputs:
+        host = host_torch_dtype(spec.datatype)
+        shape = (rows, *(d if d > 0 else 1 for d in spec.shape[1:]))
+        want = cast if cast is not None and host.is_floating_point else host
+        batch.append(torch.zeros(shape, dtype=want, device="meta"))
     try:
-        return trace_forward(_on_meta(loaded.module), batch, (), batch=rows, seq=None).peak()
+        module = _on_meta(loaded.module)
+        if cast is not None:
+            module = module.to(cast)
+        return trace_forward(module, batch, (), batch=rows, seq=None).peak()
     except Exception:  # cannot run on meta: count the batch's inputs and outputs
         return sum(_spec_bytes(spec.shape, spec.datatype, rows) for spec in
                    (*loaded.inputs, *loaded.outputs))  # fmt: skip
@@ -95,9 +98,24 @@ def _spec_bytes(shape: tuple[int, ...], datatype: str, rows: int) -> int:
     return count * element
 
 
-def estimate(loaded: LoadedModel, max_batch_size: int) -> int:
-    """Bytes one replica needs: weights (parameters + buffers) + the activation peak."""
-    return loaded.weight_bytes + _activation_peak(loaded, max_batch_size)
+def estimate(loaded: LoadedModel, max_batch_size: int, dtype: str | None = None) -> int:
+    """Bytes one replica needs: weights (parameters + buffers) + the activation peak; with a
+    serving ``dtype`` (``--dtype``), both as the replica holds them, floating tensors cast."""
+    weights = loaded.weight_bytes if dtype is None else _cast_bytes(loaded.module, dtype)
+    return weights + _activation_peak(loaded, max_batch_size, dtype)
+
+
+def _cast_bytes(module: torch.nn.Module, dtype: str) -> int:
+    """Bytes of the module's parameters and buffers after ``module.to(dtype)``, which casts the
+    floating (and complex) ones only."""
+    import torch
+
+    size = getattr(torch, dtype).itemsize
+    total = 0
+    for tensor in (*module.parameters(), *module.buffers()):
+        cast = tensor.is_floating_point() or tensor.is_complex()
+        total += tensor.numel() * (size if cast else tensor.element_size())
+    return total
 
 
 def _mib(n: int) -> str:

@@ -285,7 +285,9 @@ class ModelControl:
             None,
             functools.partial(load_configured, config),
         )
-        one = await loop.run_in_executor(None, estimate, loaded, config.max_batch_size)
+        one = await loop.run_in_executor(
+            None, estimate, loaded, config.max_batch_size, config.dtype
+        )
         devices = [str(full_device(d)) for d in resolve_devices(config.device, config.devices)]
         needs = {d: one * config.replicas_per_device * devices.count(d) for d in devices}
         owner = f"{loaded.name}/{loaded.version}#{next(self._owners)}"
