@@ -170,6 +170,26 @@ def test_every_report_command_writes_json_that_its_schema_accepts(
 
 
 @pytest.mark.parametrize("command", REPORT_COMMANDS)
+def test_output_dash_is_standard_output_for_every_report_command(
+    command: str,
+    files: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    sample = samples(command, files)[0]
+    argv = [command]
+    for word in sample:
+        argv += ["--format", "json", "-o", "-"] if word == OUTPUT else [word]
+    code = _run(argv)
+    captured = capsys.readouterr()
+    assert code in (report.EXIT_OK, report.EXIT_FAILED), (argv, captured.err)
+    _validate(command, captured.out)  # on stdout, guard's too, as '-' asks
+    assert not (tmp_path / "-").exists()
+
+
+@pytest.mark.parametrize("command", REPORT_COMMANDS)
 def test_every_report_command_exits_0_fine_1_found_2_usage(
     command: str,
     files: dict[str, str],

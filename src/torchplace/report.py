@@ -37,6 +37,7 @@ __all__ = [
     "EXIT_USAGE",
     "FORMATS",
     "SCHEMA_VERSION",
+    "STDOUT",
     "add_output_options",
     "check_distinct",
     "check_output",
@@ -53,6 +54,8 @@ __all__ = [
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 FORMATS: tuple[str, ...] = ("text", "json")
 SCHEMA_VERSION = "v1"
+STDOUT = "-"
+"""The ``-o`` value that means standard output."""
 _SCHEMAS = Path(__file__).parent / "schemas"
 
 
@@ -81,7 +84,7 @@ def add_output_options(
         "-o",
         "--output",
         metavar="PATH",
-        help=f"write the report to PATH instead of {stream}",
+        help=f"write the report to PATH instead of {stream} ('-': standard output)",
     )
 
 
@@ -127,7 +130,7 @@ def to_json(document: Mapping[str, Any]) -> str:
 def check_output(output: str | Path | None, *, flag: str = "-o") -> None:
     """Refuse an output path (``-o``, or another ``flag``) that cannot be written, before the
     command does its work."""
-    if output is None:
+    if output is None or str(output) == STDOUT:
         return
     fix = f"give {flag} a file in an existing, writable directory"
     if str(output) == "":
@@ -173,7 +176,7 @@ def check_distinct(outputs: Iterable[str | Path | None], inputs: Iterable[str | 
     names one of the command's ``inputs`` (the report would overwrite what it reports on)."""
     seen: dict[Path, str] = {}
     for output in outputs:
-        if output is None or str(output) == "":
+        if output is None or str(output) in ("", STDOUT):
             continue
         key = Path(output).resolve()
         if key in seen:
@@ -196,7 +199,10 @@ def open_report(output: str | Path | None, *, stream: TextIO | None = None) -> I
     """The stream to write a report to: the file ``output`` when given, else ``stream`` (stdout).
 
     For reports drawn piece by piece (rich tables); :func:`write_report` writes a finished text.
+    ``output`` ``"-"`` is standard output, as most command-line tools read it.
     """
+    if output is not None and str(output) == STDOUT:
+        output, stream = None, None
     if output is not None:
         try:
             with Path(output).open("w", encoding="utf-8") as file:

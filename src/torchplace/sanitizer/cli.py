@@ -172,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
 
     guard = Guard(args.mode, allow=args.allow, max_events=args.max_events, threads=True)
     # Fixed before the program runs: it may chdir (a relative -o), replace sys.stderr, fork.
-    output = None if args.output is None else os.path.abspath(args.output)
+    output = args.output if args.output in (None, "-") else os.path.abspath(args.output)
     stream, pid = sys.stderr, os.getpid()
     written = False
 
