@@ -2,6 +2,18 @@
 
 The public surface is exactly ``__all__``. Names are imported on first use, so ``import
 torchplace`` is cheap and does not import torch until a name that needs it is touched.
+
+Each area is a subpackage (``devices``, ``placement``, ``doctor``, ``sanitizer`` for guard,
+``lint``, ``bench``, ``prefetch``, ``planner`` for plan, ``serve``), whose docstring maps its
+modules. The modules at the top are shared by all of them:
+
+==============  ====================================================================================
+``cli``         ``torchplace COMMAND``: the one entry point, each command's parser from its area
+``report``      the one output convention: ``--format``/``--json``/``-o``, exit codes, the envelope
+``errors``      the one exception tree, rooted at :class:`TorchplaceError`
+``checkpoint``  :func:`load_checkpoint`: a state dict onto any device, safely
+``models``      the embedded demo models (``seed-mlp``, ``wide-mlp``), built in code
+==============  ====================================================================================
 """
 
 import importlib as _importlib

@@ -20,6 +20,7 @@ it.
     ├── GuardViolation               a crossing that a guard in "raise" mode forbids
     └── ServeError                   a request or replica failure, with its HTTP status
         ├── InputError                400: the request does not match the model's inputs
+        │   └── UnsupportedMediaTypeError 415: a content type or encoding the server does not take
         ├── ModelNotFoundError        404: no such model or version is loaded
         ├── ModelLoadError            400: a model (version) could not be loaded; the old one serves
         │   └── InsufficientMemoryError 409: the load would not fit in the device's free memory
@@ -28,7 +29,6 @@ it.
         ├── SharedMemoryError         400: a shared-memory region that cannot be registered or used
         │   ├── SharedMemoryDisabledError 403: client shared memory is off (--allow-client-shm)
         │   └── SharedMemoryNotFoundError 404: no region of that name is registered
-        ├── UnsupportedMediaTypeError 415: a content type or encoding the server does not take
         ├── OverloadedError           503: the queue is full
         ├── DeadlineExceededError     504: the deadline passed while queued; never run
         ├── NotReadyError             503: no ready replica

@@ -4,6 +4,23 @@ Pure :mod:`ast`; importing this package never imports torch. The public surface:
 
     from torchplace.lint import lint_source, lint_paths, ALL_RULES
     findings = lint_source("import torch\\nx = torch.load('m.pt')\\n")
+
+What each module is for, from the command line down to a finding:
+
+==============  ====================================================================================
+``cli``         the ``torchplace lint`` flags, and running it from the command line
+``config``      which rules run where: ``--select``/``--ignore`` and ``[tool.torchplace.lint]``
+``runner``      finding the files, linting them (in parallel when there are many), the findings
+``engine``      one file: parse once, walk once, dispatch each node to the selected rules' checks
+``base``        the rule API: what a rule declares, and the context its checks read
+``nodes``       fast walks over syntax trees, used by the rules instead of ``ast.walk``
+``resolver``    which dotted name an expression refers to through the file's imports
+``rules``       the rule families, one module each (``TPL<family><number>``)
+``provenance``  where values live (device or host), which loops step through batches
+``finding``     what is reported: a :class:`Finding` at a place, with an optional :class:`Fix`
+``fix``         applying the safe fixes of findings to source text
+``output``      the formats: ``text``, ``json`` (the report envelope), ``sarif`` and ``github``
+==============  ====================================================================================
 """
 
 from __future__ import annotations

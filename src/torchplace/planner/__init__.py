@@ -9,6 +9,7 @@ Modules, one concept each:
 - ``hardware``: the device set, assumed from a table of measured figures or the real inventory;
 - ``units``: the placeable modules, their sizes and tied groups (accelerate's helpers);
 - ``trace``: one forward on ``meta``: allocations, readers, FLOPs (``torch.utils.flop_counter``);
+- ``fused``: operators whose ``meta`` kernels allocate other than the real ones, run as those do;
 - ``scaling``: traces at every batch size from two;
 - ``strategies``: replicate, pipeline (memory, compute, fill), accelerate's map, a map file;
 - ``crossings``: the copies a placement causes, cached or re-copied by dispatch hooks;

@@ -15,12 +15,15 @@ What each module is for, along the path of a request:
 ``repository``      the model repository on disk: config.toml per model, numbered versions
 ``memory``          the memory check before a load (weights + activation peak vs free/budget)
 ``protocol``        the OIP codec: request bodies to validated arrays, outputs to response bodies
+``protocol_v1``     KServe's V1 protocol (``:predict``), read as the OIP request it stands for
 ``shm``             Triton's system shared memory: client regions mapped, tensors read and written
 ``classification``  Triton's classification extension: an output as its top classes
 ``messages``        the OIP messages as JSON Schema
 ``openapi``         the ``/v2/openapi.json`` document, derived from ``routes`` and ``messages``
 ``grpc_server``     the same protocol over gRPC (grpc.aio, on the same loop, into the same engine)
 ``grpc_codec``      ``ModelInferRequest`` to validated arrays and back (the REST rules and messages)
+``grpc_read``       reading a gRPC call's request message within a time limit
+``grpc_health``     gRPC's standard health checking service (``grpc.health.v1.Health``)
 ``proto``           Triton's ``.proto`` files and the modules generated from them
 ``triton``          Triton's model configuration and statistics documents (REST and gRPC)
 ``statistics``      the counts and nanoseconds behind Triton's statistics
