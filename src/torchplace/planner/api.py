@@ -8,8 +8,10 @@ crossings, compute, warnings and the exercise-8 table. Nothing is allocated on a
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import numbers
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,19 +145,29 @@ def plan(
     probe: Any = None,
 ) -> Plan:
     """Plan ``model`` over a device set; see :mod:`torchplace.planner`."""
+    if not isinstance(model, str):
+        raise ConfigError(
+            f"model={model!r} must be a string: an embedded name, a shape or 'module:callable'"
+        )
     if map_file is not None and strategy == "auto":
         strategy = "map"  # a map given alone is the placement asked for
     batches = _checked(strategy, balance, batch_sizes, map_file)
-    if seq is not None and (not _is_int(seq) or seq < 1):
-        raise ConfigError(f"--seq {seq!r}: a sequence length is 1 or more (an integer)")
+    if seq is not None and (not _is_int(seq) or not 1 <= seq <= _MOST_BATCH):
+        raise ConfigError(
+            f"--seq {seq!r}: a sequence length is 1 or more (an integer), at most {_MOST_BATCH:,}"
+        )
     if max_memory is not None and (
         isinstance(max_memory, (str, bytes)) or not isinstance(max_memory, Sequence)
-        or not all(_is_int(m) and m > 0 for m in max_memory)
+        or not max_memory or not all(_is_int(m) and m > 0 for m in max_memory)
     ):  # fmt: skip
         raise ConfigError(
             f"max_memory={max_memory!r} must be a list of byte counts, one per device "
             "(--max-memory takes sizes such as 30GiB,40GiB)"
         )
+    _check_lists(reserves, inputs)
+    # plain ints from here (numpy's would reach the JSON report and the exported map)
+    seq = None if seq is None else int(seq)
+    max_memory = None if max_memory is None else [int(m) for m in max_memory]
     specs = _devices(assume, devices, link, probe)
     res = parse_reserves(reserves, accelerator=True)
     pm = load_plan_model(model, exported=exported, inputs=inputs)
@@ -192,7 +204,9 @@ def _checked(
     given = list(batch_sizes)
     if not given or not all(_is_int(b) and 1 <= b <= _MOST_BATCH for b in given):
         raise ConfigError(f"batch sizes must be integers from 1 to {_MOST_BATCH:,}, got {given}")
-    batches = sorted(set(given))
+    batches = sorted({int(b) for b in given})
+    if map_file is not None and not isinstance(map_file, str | os.PathLike):
+        raise ConfigError(f"map_file={map_file!r} must be the path of a JSON device map")
     if strategy == "map" and map_file is None:
         raise ConfigError("strategy 'map' needs a map file: --map FILE.json")
     if strategy != "map" and map_file is not None:
@@ -205,6 +219,30 @@ def _checked(
 
 #: the largest batch planned: far past any real one, far below where torch's sizes overflow
 _MOST_BATCH = 2**31
+
+
+def _check_lists(reserves: object, inputs: object) -> None:
+    """``reserves`` a list of NAME=VALUE strings, ``inputs`` (where given) of TensorSpecs."""
+    from torchplace.models import TensorSpec
+
+    if (
+        isinstance(reserves, (str, bytes))
+        or not isinstance(reserves, Iterable)
+        or not all(isinstance(r, str) for r in reserves)
+    ):
+        raise ConfigError(
+            f"reserves={reserves!r} must be a list of NAME=VALUE strings, e.g. "
+            "['cuda_context=1GiB', 'margin=0.1'] (one --reserve each)"
+        )
+    if inputs is not None and (
+        isinstance(inputs, (str, bytes))
+        or not isinstance(inputs, Iterable)
+        or not all(isinstance(i, TensorSpec) for i in inputs)
+    ):
+        raise ConfigError(
+            f"inputs={inputs!r} must be a list of torchplace.models.TensorSpec, e.g. "
+            "[TensorSpec('x', 'FP32', (-1, 8))] (--input x:FP32:-1,8 on the command line)"
+        )
 
 
 def _is_int(value: object) -> bool:
@@ -225,8 +263,8 @@ def _pipeline(
 ) -> Placement:
     if by == "fill":
         order = {p: i for i, p in enumerate(units.sizes)}
-        registration = Units(
-            tuple(sorted(units.units, key=lambda u: order.get(u.path, 0))), units.tied, units.sizes
+        registration = dataclasses.replace(
+            units, units=tuple(sorted(units.units, key=lambda u: order.get(u.path, 0)))
         )
         return fill(registration, names, mem)
     if by == "compute":
@@ -294,7 +332,14 @@ class _Context:
         if key not in self.cache:
 
             def run(b: int) -> Trace:
-                inputs = self.model.example(b, self.seq, "meta")
+                try:
+                    inputs = self.model.example(b, self.seq, "meta")
+                except (RuntimeError, TypeError, ValueError, OverflowError) as exc:
+                    seq = f", seq {self.seq:,}" if self.seq is not None else ""
+                    raise ConfigError(
+                        f"cannot make the inputs of {self.model.name!r} at batch {b:,}{seq}: "
+                        f"{exc}; plan a smaller batch or sequence"
+                    ) from None
                 names = [spec.name for spec in self.model.inputs]
                 module, paths = self.model.module, units.paths
                 return trace_forward(module, inputs, paths, batch=b, seq=self.seq, names=names)

@@ -79,17 +79,19 @@ def parse_reserves(items: Sequence[str], *, accelerator: bool = True) -> Reserve
 
 
 def device_weights(units: Units, assign: Mapping[str, str], device: str) -> tuple[int, int]:
-    """Parameter and buffer bytes on ``device``; a tied weight once per device holding it."""
-    canonical = {name: group[0] for group in units.tied for name in group}
+    """Parameter and buffer bytes on ``device``; a tied weight, or a buffer several units
+    share, once per device holding it."""
+    canonical = {name: group[0] for group in (*units.tied, *units.shared) for name in group}
     params: dict[str, int] = {}
-    buffers = 0
+    buffers: dict[str, int] = {}
     for unit in units.units:
         if assign.get(unit.path) != device:
             continue
         for name, nbytes in unit.params.items():
             params[canonical.get(name, name)] = nbytes
-        buffers += unit.buffer_bytes
-    return sum(params.values()), buffers
+        for name, nbytes in unit.buffers.items():
+            buffers[canonical.get(name, name)] = nbytes
+    return sum(params.values()), sum(buffers.values())
 
 
 @dataclass

@@ -65,8 +65,8 @@ def device_work(
         dev = first if unit == GLUE or placement.replicas > 1 else placement.device_of(unit)
         flops[dev] = flops.get(dev, 0) + count
     for alloc in trace.allocs:
-        if alloc.owner in (INPUT, GLUE) or alloc.weight:  # a weight is in ``weights``
-            continue
+        if alloc.owner in (INPUT, GLUE) or alloc.weight or alloc.view_of is not None:
+            continue  # a weight is in ``weights``; a part of a storage was counted with it
         dev = first if placement.replicas > 1 else placement.device_of(alloc.owner)
         made[dev] = made.get(dev, 0) + alloc.nbytes
     seconds: dict[str, float] = {}

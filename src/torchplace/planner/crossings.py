@@ -80,6 +80,9 @@ class _Walker:
         self.found: dict[tuple[Any, ...], Crossing] = {}
         self.spans: dict[str, list[tuple[int, int, int]]] = {}
         self.inputs: dict[str, int] = {}  # device -> input bytes copied there
+        self.first: dict[tuple[int, str], int] = {}  # (Alloc, device) -> when first copied
+        self.settled: set[int] = set()  # parts of storages whose home is decided
+        self.glue_device: Any = None  # op -> where the model's own code runs then
 
     def device(self, unit: str) -> str:
         return self.only or self.placement.device_of(unit)
@@ -97,6 +100,13 @@ class _Walker:
         """``index`` copied to ``dst`` for ``consumer`` (once per device for a stage runner,
         or where ``once``; on every call for dispatch hooks)."""
         alloc = self.trace.allocs[index]
+        if alloc.view_of is not None and index not in self.settled:
+            self.settled.add(index)
+            made = (
+                self.glue_device(alloc.start) if alloc.maker == GLUE else self.device(alloc.maker)
+            )
+            if self.first.get((alloc.view_of, made), op + 1) <= alloc.start:
+                self.home[index] = made  # made from the copy its maker's device had
         src = self.home[index]
         if src == dst:
             return
@@ -105,6 +115,7 @@ class _Walker:
         if again and not hooked:
             return
         self.copies.add((index, dst))
+        self.first.setdefault((index, dst), op)
         if kind is None:
             kind = "h2d" if src == HOST else "d2h" if dst == HOST else "recopy" if again else "d2d"
         self.add(src, dst, alloc.owner, consumer, alloc, kind, op)
@@ -154,8 +165,11 @@ def flow(trace: Trace, placement: Placement, *, replica: str | None = None) -> F
             where = dev
         return where
 
+    w.glue_device = flow_device
     for alloc in trace.allocs:
-        if alloc.owner == INPUT:
+        if alloc.view_of is not None:  # a part of an earlier storage: where that one is
+            w.home[alloc.index] = w.home[alloc.view_of]
+        elif alloc.owner == INPUT:
             w.home[alloc.index] = HOST
         elif alloc.weight:  # in the weights already; a copy elsewhere is an activation there
             w.home[alloc.index] = w.device(alloc.owner)
@@ -166,8 +180,9 @@ def flow(trace: Trace, placement: Placement, *, replica: str | None = None) -> F
     inputs = [a for a in trace.allocs if a.owner == INPUT]
     if placement.hooks and not replica:  # the user moves the inputs to the first device
         for alloc in inputs:
-            w.copy(alloc.index, entry, "(model call)", 0, alloc.end)
-            w.home[alloc.index] = entry
+            if alloc.view_of is None:
+                w.copy(alloc.index, entry, "(model call)", 0, alloc.end)
+            w.home[alloc.index] = entry  # and a part of one is a part of the moved one
     for op, tag, item in _events(trace, calls):
         if tag == 0:
             dev = w.device(item.unit)
@@ -178,6 +193,11 @@ def flow(trace: Trace, placement: Placement, *, replica: str | None = None) -> F
             unit, index = item
             dst = flow_device(op) if unit == GLUE else w.device(unit)
             w.copy(index, dst, unit, op, trace.allocs[index].end, once=True)
+    if any(c.unit == "" for c in calls) and not (placement.hooks and not replica):
+        # the model placed whole: its forward returns what it made, or the copies it was
+        # given (an input returned as it is), on its device
+        for index in trace.outputs:
+            w.home[index] = w.device("")
     outs = []
     for index in trace.outputs:
         if placement.hooks and not replica and w.home[index] != entry:

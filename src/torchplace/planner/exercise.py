@@ -14,7 +14,7 @@ from torchplace.planner.trace import label
 if TYPE_CHECKING:
     from torchplace.planner.api import Plan
 
-__all__ = ["exercise_rows", "exercise_table"]
+__all__ = ["cell", "exercise_rows", "exercise_table"]
 
 
 def _shape(shape: tuple[int, ...] | list[int], dtype: str) -> str:
@@ -116,5 +116,11 @@ def exercise_table(p: Plan) -> str:
         "| | " + " | ".join(heads) + " |",
         "| --- |" + " --- |" * len(heads),
     ]
-    lines += [f"| {what} | " + " | ".join(cells) + " |" for what, cells in rows]
+    lines += [f"| {what} | " + " | ".join(map(cell, cells)) + " |" for what, cells in rows]
     return "\n".join(lines) + "\n"
+
+
+def cell(text: str) -> str:
+    """``text`` as a Markdown table cell: a pipe in a module's name (a ModuleDict key) escaped,
+    so that it does not end the cell."""
+    return text.replace("|", "\\|")

@@ -12,7 +12,10 @@ replacement here instead, on ``meta``, so that every tensor the real kernel make
   the output alone; the real ones' intermediates follow PyTorch's C++ code
   (``attention.cpp``, ``transformer.cpp``);
 - ``_nested_tensor_from_mask_left_aligned`` reads a padding mask's values: taken as not
-  aligned, so ``nn.TransformerEncoder`` with a padding mask is traced padded, not nested.
+  aligned, so ``nn.TransformerEncoder`` with a padding mask is traced padded, not nested;
+- ``native_batch_norm`` in inference: meta returns the two per-feature statistics, cuDNN
+  and the CPU empty ones (the CPU makes them inside the kernel, where only its allocator sees
+  them: kept in a trace for the CPU).
 
 :func:`fast_paths` lets those modules take their fast paths on ``meta``, as they do on the CPU
 and CUDA (their Python code accepts only those devices and a renamed private backend).
@@ -257,6 +260,37 @@ def _encoder_layer(
     return x if norm_first else norm(x, n2w, n2b)
 
 
+def _batch_norm(
+    count: Count,
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    mean: torch.Tensor | None,
+    var: torch.Tensor | None,
+    training: bool,
+    *rest: Any,
+) -> Any:
+    """``native_batch_norm`` in inference: meta's kernel returns the two per-feature
+    statistics; cuDNN's (``cudnn_batch_norm``) and the CPU's return empty ones (the CPU's makes
+    them inside, which a trace for the CPU keeps: :func:`kernels`)."""
+    import torch
+
+    if training or _KERNELS.get() == "cpu":
+        return NotImplemented
+    out = torch.empty_like(x)
+    stats = x.dtype if weight is None else weight.dtype
+    return (
+        out,
+        torch.empty((0,), dtype=stats, device=x.device),
+        torch.empty((0,), dtype=stats, device=x.device),
+    )
+
+
+def _batch_norm_inference(count: Count, *args: Any) -> Any:
+    """``_native_batch_norm_legit_no_training`` (an exported program's): inference always."""
+    return _batch_norm(count, *args[:5], False)
+
+
 def _not_left_aligned(count: Count, *args: Any, **kwargs: Any) -> bool:
     """Whether a padding mask is left-aligned reads its values; on ``meta`` it is taken as not
     (``nn.TransformerEncoder`` then runs padded, not as nested tensors: an upper bound)."""
@@ -268,5 +302,7 @@ _REPLACED: dict[str, Callable[..., Any]] = {
     "_native_multi_head_attention": _native_mha,
     "_transformer_encoder_layer_fwd": _encoder_layer,
     "_nested_tensor_from_mask_left_aligned": _not_left_aligned,
+    "native_batch_norm": _batch_norm,
+    "_native_batch_norm_legit_no_training": _batch_norm_inference,
 }
 _OPAQUE = frozenset({"_native_multi_head_attention", "_transformer_encoder_layer_fwd"})

@@ -102,10 +102,37 @@ def call_arguments(
         params = inspect.signature(module.forward).parameters
     except (TypeError, ValueError):  # a forward without a signature (compiled code)
         return list(inputs), {}
+    kinds = [p.kind for p in params.values()]
     keyword = {n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    if inspect.Parameter.VAR_KEYWORD in kinds and inspect.Parameter.VAR_POSITIONAL not in kinds:
+        # forward(self, x, **inputs): those past its positional parameters go by name
+        positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        slots = sum(k in positional for k in kinds)
+        keyword |= {n for n in names[slots:] if n not in params}
     named = list(zip(inputs, names, strict=False))
     args = [t for t, n in named if n not in keyword] + list(inputs[len(named) :])
     return args, {n: t for t, n in named if n in keyword}
+
+
+def _to_meta(module: nn.Module) -> None:
+    """Every parameter and buffer not on ``meta`` moved there, in place, each tensor once, so
+    that a weight tied to another (or a buffer in several modules) stays one tensor;
+    ``Module.to("meta")`` makes a new parameter per name, which unties them."""
+    from torch import Tensor, nn
+
+    moved: dict[int, Tensor] = {}
+    for owner in module.modules():
+        for store in (owner._parameters, owner._buffers):
+            for name, t in list(store.items()):
+                if t is None or t.is_meta or nn.parameter.is_lazy(t):
+                    continue
+                if id(t) not in moved:
+                    meta = t.to("meta")
+                    moved[id(t)] = (
+                        nn.Parameter(meta, t.requires_grad) if isinstance(t, nn.Parameter) else meta
+                    )
+                # through setattr, which a recurrent layer watches to keep its flat weights
+                setattr(owner, name, moved[id(t)])
 
 
 def _from_tensor_specs(specs: Sequence[TensorSpec]) -> tuple[InputSpec, ...]:
@@ -165,6 +192,8 @@ def load_plan_model(
     module = loaded.module
     if exported is not None and device != "cpu":
         module = module.to(device)
+    elif device == "meta":
+        _to_meta(module)  # a factory that built (or loaded) real weights itself
     specs = _from_tensor_specs(loaded.inputs)
     seq = 128 if any(SEQ in spec.shape for spec in specs) else None
     declared = tuple(inputs) if inputs else None

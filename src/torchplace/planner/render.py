@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from torchplace import report
 from torchplace.errors import ConfigError
 from torchplace.planner.compute import copy_seconds
-from torchplace.planner.exercise import exercise_rows, exercise_table
+from torchplace.planner.exercise import cell, exercise_rows, exercise_table
 from torchplace.planner.hardware import MiB, human
 from torchplace.planner.trace import label as unit_label
 
@@ -40,7 +40,7 @@ def plan_result(p: Plan) -> dict[str, Any]:
                 "param_bytes": u.weight_bytes,
                 "buffer_bytes": u.buffer_bytes,
                 "dtype": u.dtype,
-                "tied": [n for g in p.units.tied for n in g if any(n in u.params for n in g)],
+                "tied": [n for g in p.units.tied for n in g if any(map(u.holds, g))],
             }
             for u in p.units.units
         ],
@@ -67,7 +67,9 @@ def render_text(p: Plan, *, width: int = 160) -> str:
     from rich.console import Console
 
     out = io.StringIO()
-    console = Console(file=out, width=width, no_color=True, highlight=False, soft_wrap=False)
+    console = Console(  # no markup: a module's name may hold brackets ("[CLS]", "[/]")
+        file=out, width=width, no_color=True, highlight=False, soft_wrap=False, markup=False
+    )
     kind = "assumed" if p.devices[0].assumed else "this machine's"
     console.print(
         f"plan: {p.model.name} ({p.model.source}), batch {', '.join(map(str, _short(p.batches)))}"
@@ -131,18 +133,18 @@ def plan_result_rows(p: Plan) -> list[list[str]]:
     rows = []
     for u in p.units.units:
         tied = sorted(
-            {m for g in p.units.tied if any(n in u.params for n in g) for m in g} - set(u.params)
+            {m for g in p.units.tied if any(map(u.holds, g)) for m in g if not u.holds(m)}
         )
         dev = "every device" if p.placement.replicas > 1 else p.placement.device_of(u.path)
         rows.append(
             [
-                unit_label(u.path),
+                cell(unit_label(u.path)),
                 u.kind,
                 dev,
                 human(u.weight_bytes),
                 human(u.buffer_bytes),
                 u.dtype,
-                ", ".join(tied) or "-",
+                cell(", ".join(tied)) or "-",
             ]
         )
     return rows
@@ -215,8 +217,8 @@ def _crossing_table(p: Plan) -> Any:
         table.add_row(
             c.src,
             c.dst,
-            unit_label(c.producer),
-            unit_label(c.consumer),
+            cell(unit_label(c.producer)),
+            cell(unit_label(c.consumer)),
             "x".join(map(str, c.shape)),
             c.dtype,
             human(c.nbytes),

@@ -52,7 +52,9 @@ class _Runtime:
         self.external = external
         self.where: dict[int, str] = {}  # storage key -> logical device
         self.refs: dict[int, int] = {}
-        self.sizes: dict[int, int] = {}
+        # storage key -> the logical device whose live bytes it was added to, and how many
+        # (an input's copy is re-tagged with its device after it is held, and counted nowhere)
+        self.counted: dict[int, tuple[str, int]] = {}
         self.live: dict[str, int] = {}
         self.peak: dict[str, int] = {}
         self.current = HOST
@@ -63,9 +65,9 @@ class _Runtime:
             return
         if key not in self.where:
             self.where[key] = device
-            self.sizes[key] = t.untyped_storage().nbytes()
             if device != HOST:
-                self.live[device] = self.live.get(device, 0) + self.sizes[key]
+                self.counted[key] = (device, t.untyped_storage().nbytes())
+                self.live[device] = self.live.get(device, 0) + self.counted[key][1]
                 self.peak[device] = max(self.peak.get(device, 0), self.live[device])
         self.refs[key] = self.refs.get(key, 0) + 1
         weakref.finalize(t, self._release, key)
@@ -75,9 +77,10 @@ class _Runtime:
         if self.refs[key]:
             return
         del self.refs[key]
-        device = self.where.pop(key)
-        if device != HOST:
-            self.live[device] -= self.sizes.pop(key)
+        del self.where[key]
+        if key in self.counted:
+            device, nbytes = self.counted.pop(key)
+            self.live[device] -= nbytes
 
     def device_of(self, t: torch.Tensor) -> str:
         return self.where.get(_key(t), self.current)
@@ -117,7 +120,7 @@ class Run:
         self.only = self.placement.replica
         self.rt = _Runtime({_key(t) for t in (*model.parameters(), *model.buffers())})
         self.measured: dict[tuple[str, str, str], list[int]] = {}
-        self.copies: dict[tuple[int, str], torch.Tensor] = {}
+        self.copies: dict[tuple[tuple[Any, ...], str], torch.Tensor] = {}
         held = [
             (_key(t), path)
             for path in p.units.paths
@@ -226,11 +229,12 @@ class Run:
         crossing = src != dst
         if not crossing and t.device == there:
             return t
-        cached = self.copies.get((_key(t), dst))
+        part = _part(t)
+        cached = self.copies.get((part, dst))
         # dispatch hooks copy a module's arguments on every call; the model's own code once
         again = crossing and self.placement.hooks and consumer != GLUE and not once
         if cached is not None and not again:
-            return cached
+            return _as(cached, t, rt)
         # a model input, and every copy of one, is an input where it lands, not an activation
         # (as the plan counts it), whichever device it comes from
         is_input = src == HOST or _key(t) in self.inputs
@@ -249,8 +253,8 @@ class Run:
             rt.where[_key(copy)] = dst
             self.inputs.add(_key(copy))
         # a runner keeps the copy while the original lives, and no longer
-        self.copies[(_key(t), dst)] = copy
-        weakref.finalize(t, self.copies.pop, (_key(t), dst), None)
+        self.copies[(part, dst)] = copy
+        weakref.finalize(t, self.copies.pop, (part, dst), None)
         if crossing:
             entry = self.measured.setdefault((src, dst, label(consumer)), [0, 0])
             entry[0] += t.numel() * t.element_size()
@@ -288,7 +292,9 @@ class Run:
 
         p, model = self.p, self.model
         undo = [self.wrap(path) for path in p.units.paths if _wrappable(model, path)]
-        inputs = p.model.example(self.batch, p.seq, "cpu")
+        with torch.inference_mode():  # like every tensor of the run: a view of one is made
+            # on its copy (by the mode), which autograd's view tracking refuses across the two
+            inputs = p.model.example(self.batch, p.seq, "cpu")
         for t in inputs:
             self.rt.hold(t, HOST)
             self.inputs.add(_key(t))
@@ -311,6 +317,31 @@ class Run:
         finally:
             for restore in undo:
                 restore()
+
+
+def _part(t: torch.Tensor) -> tuple[Any, ...]:
+    """What a copy of ``t`` is kept under, as the plan counts copies: its storage, when ``t``
+    is the whole of it (every view of the storage then reads the one copy), else the part of
+    the storage ``t`` is (a chunk, a token, an expanded tensor: each a copy of its own)."""
+    if t.numel() * t.element_size() == t.untyped_storage().nbytes():
+        return (_key(t),)
+    return (_key(t), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+
+
+def _as(copy: torch.Tensor, t: torch.Tensor, rt: _Runtime) -> torch.Tensor:
+    """``copy``, a copy of the whole storage of ``t``, seen as ``t`` sees its own: a copy of a
+    dense tensor keeps its layout, so the other views of that storage are views of the copy."""
+    import torch
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    if (copy.shape, copy.stride(), copy.storage_offset(), copy.dtype) == (
+        t.shape, t.stride(), t.storage_offset(), t.dtype
+    ):  # fmt: skip
+        return copy
+    with _disable_current_modes(), torch.inference_mode():
+        view = copy.as_strided(t.shape, t.stride(), t.storage_offset())
+    rt.hold(view, rt.where.get(_key(copy), HOST))
+    return view
 
 
 def _restore(sub: nn.Module, own: Any) -> None:

@@ -188,6 +188,8 @@ def accelerate_placement(
             "which places the same way"
         ) from exc
     device_map = {name: (dev if isinstance(dev, str) else int(dev)) for name, dev in raw.items()}
+    if not device_map:  # no parameter or buffer to place: it runs where its inputs go
+        device_map = {"": 0}
     names = {i: d for i, d in enumerate(devices)}
     assign = {
         name: names[dev] if isinstance(dev, int) else HOST for name, dev in device_map.items()
@@ -228,7 +230,7 @@ def map_placement(mapping: Mapping[str, Any], devices: Sequence[str]) -> Placeme
     """An explicit map (keys: module paths; values: device index, ``cuda:N`` or ``cpu``)."""
     assign: dict[str, str] = {}
     for name, dev in mapping.items():
-        if isinstance(dev, int) and 0 <= dev < len(devices):
+        if isinstance(dev, int) and not isinstance(dev, bool) and 0 <= dev < len(devices):
             assign[name] = devices[dev]
         elif isinstance(dev, str) and (dev in devices or dev == HOST):
             assign[name] = dev

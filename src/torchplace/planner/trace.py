@@ -47,6 +47,7 @@ __all__ = [
 #: path: the root module's path is ``""``, a unit when the model is placed whole.
 GLUE = "(model code)"
 INPUT = "<input>"  # owner of the model's inputs
+_MADE = "_torchplace_made"  # on a tensor that is a part of a storage: (operator, maker)
 
 
 class UntraceableModel(PlacementError, ConfigError):
@@ -72,6 +73,12 @@ class Alloc:
     dtype: str
     name: str = ""
     weight: bool = False  # a unit's parameter or buffer, read by another unit (not an activation)
+    # a part of the storage of Alloc ``view_of`` as a unit, the model's code or the caller took
+    # it (a chunk, a token, an expanded tensor): no memory of its own, but a copy of it is
+    # its own bytes (numel x element size, what ``Tensor.to`` copies); ``start`` is when the
+    # unit (or GLUE) ``maker`` made it, a view of a copy where that code's device had one
+    view_of: int | None = None
+    maker: str = ""
 
 
 @dataclass
@@ -99,7 +106,7 @@ class Trace:
 
     def peak(self) -> int:
         """Activation peak on one device: most bytes alive at once, inputs excluded."""
-        spans = (a for a in self.allocs if a.owner != INPUT and not a.weight)
+        spans = (a for a in self.allocs if a.owner != INPUT and not a.weight and a.view_of is None)
         return _sweep((a.start, a.end, a.nbytes) for a in spans)
 
 
@@ -155,6 +162,8 @@ class _Recorder:
         self.calls: list[UnitCall] = []
         self.reads: list[tuple[int, str, int]] = []
         self.flops: dict[str, int] = {}
+        self.parts: dict[tuple[Any, ...], int] = {}  # a live part of a storage -> its Alloc
+        self.part_refs: dict[tuple[Any, ...], int] = {}
 
     def _by_weights(self, tensors: list[torch.Tensor]) -> str:
         """Outside every unit's forward, an operator on one unit's weights belongs to it: a
@@ -164,7 +173,7 @@ class _Recorder:
         if len(owners) != 1:
             return GLUE
         (unit,) = owners
-        args = [i for i in map(self.lookup, tensors) if i is not None]
+        args = [i for i in (self.part(t, self.lookup(t)) for t in tensors) if i is not None]
         last = self.calls[-1] if self.calls else None
         if last is not None and last.unit == unit and last.end == self.op - 1:
             last.end = self.op
@@ -188,6 +197,8 @@ class _Recorder:
                 Alloc(index, nbytes, owner, self.op, -1, tuple(t.shape), _dtype(t), name)
             )
             self.live[key] = index
+        elif t.numel() * t.element_size() != self.allocs[self.live[key]].nbytes:
+            setattr(t, _MADE, (self.op, owner))  # a part of a storage: when and where made
         self.refs[key] = self.refs.get(key, 0) + 1
         weakref.finalize(t, self._release, key)
         return self.live[key]
@@ -200,6 +211,36 @@ class _Recorder:
 
     def lookup(self, t: torch.Tensor) -> int | None:
         return self.live.get(_key(t))
+
+    def part(self, t: torch.Tensor, index: int | None) -> int | None:
+        """The Alloc a copy of ``t`` costs, where ``index`` is its storage's: that one when
+        ``t`` is the whole storage (every view of it then shares one copy), else an Alloc of
+        its own for the part ``t`` is, alive while a tensor of that geometry is."""
+        if index is None or self.allocs[index].weight:
+            return index
+        nbytes = t.numel() * t.element_size()
+        if nbytes == self.allocs[index].nbytes:
+            return index
+        key = (_key(t), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+        if key not in self.parts:
+            base = self.allocs[index]
+            made, maker = getattr(t, _MADE, (self.op, self.unit))
+            self.parts[key] = len(self.allocs)
+            self.allocs.append(
+                Alloc(
+                    len(self.allocs), nbytes, base.owner, made, -1, tuple(t.shape),
+                    _dtype(t), base.name, view_of=index, maker=maker,
+                )
+            )  # fmt: skip
+        self.part_refs[key] = self.part_refs.get(key, 0) + 1
+        weakref.finalize(t, self._unpart, key)
+        return self.parts[key]
+
+    def _unpart(self, key: tuple[Any, ...]) -> None:
+        self.part_refs[key] -= 1
+        if self.part_refs[key] == 0:
+            del self.part_refs[key]
+            self.allocs[self.parts.pop(key)].end = self.op
 
     def operand(self, t: torch.Tensor, reader: str) -> int | None:
         """The Alloc index of ``t`` as ``reader`` reads it: an activation, or another unit's
@@ -228,6 +269,8 @@ class _Recorder:
             unit = self._by_weights(tensors)
         for t in tensors:
             index = self.operand(t, unit)
+            if unit == GLUE:  # the model's own code: what it reads is copied as it reads it
+                index = self.part(t, index)
             if index is not None:
                 self.reads.append((self.op, unit, index))
         return unit
@@ -337,20 +380,45 @@ def _traced(
     try:
         with torch.inference_mode(), paths, _mode(rec):
             out = module(*args, **kwargs)
-    except (RuntimeError, NotImplementedError) as exc:
-        raise UntraceableModel(
-            f"cannot trace the model on 'meta': {exc}. The planner runs the forward without "
-            "data; a model whose control flow reads tensor values cannot be planned this way"
-        ) from exc
     except Exception as exc:  # the model's own forward failed: say so in one line
-        raise UntraceableModel(
-            f"cannot trace the model on 'meta': its forward raised {type(exc).__name__}: {exc}; "
-            f"{_ADVICE.get(type(exc), _ADVICE[Exception])}"
-        ) from exc
+        raise _untraceable(exc) from exc
     finally:
         for restore in undo:
             restore()
     return _finished(rec, out, held, size)
+
+
+def _untraceable(exc: Exception) -> UntraceableModel:
+    """What a forward that failed on ``meta`` did wrong, and its fix, in one line."""
+    text = str(exc).rstrip(".!")
+    if any(s in text for s in _MOVED):
+        return UntraceableModel(
+            f"cannot trace the model on 'meta': {text}. The forward moves a tensor to a device "
+            "itself (.cpu(), .cuda(), .to('cuda:0')), which the planner, placing the model and "
+            "tracing it on 'meta', cannot follow: leave the moves to the caller, or move to "
+            "where the model's weights are (x.to(self.weight.device))"
+        )
+    if any(s in text for s in _ELSEWHERE):
+        return UntraceableModel(
+            f"cannot trace the model on 'meta': {text}. A tensor the forward makes without "
+            "device= (torch.arange(n), torch.zeros(...)), or keeps in a plain attribute rather "
+            "than a buffer, is on the CPU beside the model's tensors: make it on the inputs' "
+            "device (device=x.device), as a GPU needs too"
+        )
+    if isinstance(exc, RuntimeError | NotImplementedError):
+        return UntraceableModel(
+            f"cannot trace the model on 'meta': {text}. The planner runs the forward without "
+            "data; a model whose control flow reads tensor values cannot be planned this way"
+        )
+    return UntraceableModel(
+        f"cannot trace the model on 'meta': its forward raised {type(exc).__name__}: {text}; "
+        f"{_ADVICE.get(type(exc), _ADVICE[Exception])}"
+    )
+
+
+#: what torch says when a forward moves a tensor off ``meta`` itself, or meets one elsewhere
+_MOVED = ("Cannot copy out of meta tensor", "not compiled with CUDA", "No CUDA GPUs")
+_ELSEWHERE = ("expected device meta", "same device", "found at least two devices")
 
 
 def _mode(rec: _Recorder) -> Any:
@@ -372,7 +440,7 @@ def _finished(
     """The record as a Trace: the outputs (as returned) and the inputs alive to the end."""
     outputs = []
     for t in _tensors(out):
-        index = rec.lookup(t)
+        index = rec.part(t, rec.lookup(t))
         if index is not None:
             rec.allocs[index].shape = tuple(t.shape)  # as returned, not as first allocated
             outputs.append(index)
@@ -406,7 +474,7 @@ def _wrap(sub: nn.Module, path: str, rec: _Recorder) -> Callable[[], None]:
 
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         call = UnitCall(path, rec.op, -1)
-        found = (rec.operand(t, path) for t in _tensors((args, kwargs)))
+        found = (rec.part(t, rec.operand(t, path)) for t in _tensors((args, kwargs)))
         call.args = [i for i in found if i is not None]
         rec.calls.append(call)
         rec.stack.append(path)

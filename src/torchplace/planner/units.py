@@ -52,7 +52,7 @@ class Unit:
 
     path: str
     kind: str
-    params: dict[str, int]  # full parameter name -> bytes (tied names included)
+    params: dict[str, int]  # full parameter name -> bytes, each tensor once in the unit
     buffers: dict[str, int]
     dtype: str
 
@@ -64,14 +64,20 @@ class Unit:
     def buffer_bytes(self) -> int:
         return sum(self.buffers.values())
 
+    def holds(self, name: str) -> bool:
+        """Whether parameter or buffer ``name`` is this unit's (under any of its names)."""
+        return _held(name, self.path)
+
 
 @dataclass(frozen=True)
 class Units:
-    """A model cut into units, with its tied groups (lists of parameter names)."""
+    """A model cut into units, with its tied groups (lists of parameter names) and its shared
+    buffers (one buffer registered in several units: a causal mask or rotary table per block)."""
 
     units: tuple[Unit, ...]
     tied: tuple[tuple[str, ...], ...]
     sizes: dict[str, int]  # accelerate's compute_module_sizes (tied weights counted once)
+    shared: tuple[tuple[str, ...], ...] = ()  # buffer names, grouped by the tensor they name
 
     @property
     def paths(self) -> list[str]:
@@ -88,7 +94,7 @@ class Units:
         """The same units in run order (``order``: unit paths as first called)."""
         rank = {path: i for i, path in enumerate(order)}
         units = sorted(self.units, key=lambda u: rank.get(u.path, len(rank)))
-        return Units(tuple(units), self.tied, self.sizes)
+        return Units(tuple(units), self.tied, self.sizes, self.shared)
 
 
 def _is_container(module: nn.Module) -> bool:
@@ -98,8 +104,9 @@ def _is_container(module: nn.Module) -> bool:
 
 
 def unit_tensors(model: nn.Module, path: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A unit's parameters (aliases of one included: tied groups count them once) and buffers
-    by full name: a module's, recursively, or the one parameter or buffer a tensor unit is."""
+    """A unit's parameters and buffers by full name, each tensor once (under the first name
+    the unit holds it by: a head tied to an embedding in the same unit is one weight): a
+    module's, recursively, or the one parameter or buffer a tensor unit is."""
     slot = tensor_slot(model, path)
     if slot is not None:
         parent, leaf = slot
@@ -108,7 +115,7 @@ def unit_tensors(model: nn.Module, path: str) -> tuple[dict[str, Any], dict[str,
         return {}, {path: parent._buffers[leaf]}
     prefix = f"{path}." if path else ""
     module = submodule(model, path)
-    params = {prefix + n: t for n, t in module.named_parameters(remove_duplicate=False)}
+    params = {prefix + n: t for n, t in module.named_parameters()}
     buffers = {prefix + n: t for n, t in module.named_buffers()}
     return params, buffers
 
@@ -223,6 +230,20 @@ def _tied_groups(model: nn.Module, paths: Sequence[str]) -> tuple[tuple[str, ...
     return tuple(out)
 
 
+def _shared_buffers(model: nn.Module, paths: Sequence[str]) -> tuple[tuple[str, ...], ...]:
+    """Buffers registered under several names that different units hold, grouped by tensor
+    (accelerate's tied groups are parameters only): each device holding one counts it once."""
+    groups: dict[int, list[str]] = {}
+    for name, t in model.named_buffers(remove_duplicate=False):
+        groups.setdefault(id(t), []).append(name)
+    out = []
+    for names in (g for g in groups.values() if len(g) > 1):
+        holders = {next((p for p in paths if _held(n, p)), None) for n in names}
+        if len(holders - {None}) > 1:
+            out.append(tuple(names))
+    return tuple(out)
+
+
 def select_units(
     model: nn.Module, *, limit: int | None = None, paths: Sequence[str] | None = None
 ) -> Units:
@@ -245,4 +266,4 @@ def select_units(
         units.append(
             Unit(path, kind, _nbytes(params), _nbytes(buffers), ",".join(sorted(dtypes)) or "-")
         )
-    return Units(tuple(units), _tied_groups(model, paths), sizes)
+    return Units(tuple(units), _tied_groups(model, paths), sizes, _shared_buffers(model, paths))

@@ -175,9 +175,10 @@ def _available() -> list[str]:
 
 
 def _real_model(p: Plan) -> nn.Module:
+    from torchplace.planner.budget import device_weights
     from torchplace.planner.inputs import load_plan_model
 
-    total = sum(u.weight_bytes for u in p.units.units)
+    total, _ = device_weights(p.units, dict.fromkeys(p.units.paths, HOST), HOST)  # ties once
     if total > MAX_VERIFY_BYTES:
         raise ConfigError(
             f"--verify builds {p.model.name!r} with real weights on the host ({total / GiB:.1f} "
@@ -188,7 +189,14 @@ def _real_model(p: Plan) -> nn.Module:
     declared = p.model.declared  # --input, which a factory without declarations needs again
     if kind == "exported":
         return load_plan_model("seed-mlp", exported=spec, inputs=declared, device="cpu").module
-    return load_plan_model(spec, inputs=declared, device="cpu").module
+    module = load_plan_model(spec, inputs=declared, device="cpu").module
+    if any(t.is_meta for t in (*module.parameters(), *module.buffers())):
+        raise ConfigError(
+            f"--verify runs {p.model.name!r} with real weights, but its factory builds them on "
+            "'meta' (device='meta'); build them without a device (the planner builds under "
+            "torch.device('meta') itself) to verify the plan"
+        )
+    return module
 
 
 def verify(
@@ -245,6 +253,13 @@ def _run(p: Plan, model: nn.Module, real: dict[str, torch.device]) -> Run:
     except (RuntimeError, NotImplementedError) as exc:
         where = ", ".join(sorted({str(d) for d in real.values()}))
         raise PlacementError(f"--verify could not run the placement on {where}: {exc}") from exc
+    except Exception as exc:  # the model's own forward, on real values (the plan had none)
+        where = ", ".join(sorted({str(d) for d in real.values()}))
+        raise PlacementError(
+            f"--verify could not run the placement on {where}: the forward raised "
+            f"{type(exc).__name__}: {exc} (on 'meta' the plan reads no values: a sequence past "
+            "the model's position table, or ids past its vocabulary, are planned as given)"
+        ) from exc
     return run
 
 

@@ -1,0 +1,464 @@
+"""Architectures users bring (tests/planner/archs.py), planned on ``meta`` and run for real on
+the CPU: weights and buffers counted once each as a direct sum over the module counts them, a
+JSON report that validates, a device map that plans back to the same placement, ``--verify``
+agreeing with the plan; then the bugs those models found, one test each, and hostile arguments
+to ``plan()`` and ``torchplace plan`` not covered by tests/test_api_hostile.py and
+tests/test_cli_hostile.py.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.planner import archs
+from tests.planner.conftest import NO_RESERVES
+from torchplace import report
+from torchplace.cli import main
+from torchplace.errors import ConfigError, PlacementError
+from torchplace.planner import verify as verify_module
+from torchplace.planner.api import Plan, plan
+from torchplace.planner.fused import kernels
+from torchplace.planner.render import export_device_map, render_text
+from torchplace.planner.trace import UntraceableModel
+from torchplace.planner.units import unit_tensors
+from torchplace.planner.verify import verify
+
+#: the models' sequence length, where their inputs have one (their position tables hold 64)
+SEQ = {"tiny_gpt": 8, "wrapped_gpt": 8, "makes_tensors_like_input": 8, "tiny_gpt_on_cpu": 8}
+
+#: factories whose forward cannot run on ``meta`` (tested one by one below) or that are too big
+#: to run for real
+UNTRACEABLE = {
+    "data_dependent",
+    "item_call",
+    "nonzero",
+    "makes_tensors",
+    "moves_to_cuda",
+    "moves_to_cpu",
+}
+ON_META = {"on_meta", "big_tied"}
+FACTORIES = sorted(
+    name.removeprefix("make_")
+    for name in dir(archs)
+    if name.startswith("make_") and name.removeprefix("make_") not in UNTRACEABLE
+)
+RUNNABLE = [f for f in FACTORIES if f not in ON_META]
+
+
+def arch_plan(factory: str, **options: Any) -> Plan:
+    """``tests.planner.archs:make_FACTORY`` at batch 2 on two 1 GiB devices without reserves."""
+    settings: dict[str, Any] = {
+        "batch_sizes": [2],
+        "assume": "2x1GiB",
+        "reserves": NO_RESERVES,
+        "seq": SEQ.get(factory),
+    }
+    if factory == "big_tied":
+        settings.update(assume="4xH200", reserves=(), seq=16)
+    return plan(f"tests.planner.archs:make_{factory}", **{**settings, **options})
+
+
+def _unique(tensors: Any) -> int:
+    """Bytes of these tensors' storages, each storage once."""
+    seen: dict[int, int] = {}
+    for t in tensors:
+        seen[t.untyped_storage()._cdata] = t.untyped_storage().nbytes()
+    return sum(seen.values())
+
+
+def direct_bytes(module: torch.nn.Module) -> tuple[int, int]:
+    """Parameter and buffer bytes summed over the module directly, a shared tensor once."""
+    return _unique(module.parameters()), _unique(module.buffers())
+
+
+def held_bytes(p: Plan, device: str) -> tuple[int, int]:
+    """What ``device`` holds, summed directly over the tensors of the units placed there."""
+    params: list[torch.Tensor] = []
+    buffers: list[torch.Tensor] = []
+    for unit in p.units.units:
+        if p.placement.replicas == 1 and p.placement.device_of(unit.path) != device:
+            continue
+        owned, held = unit_tensors(p.model.module, unit.path)
+        params += owned.values()
+        buffers += held.values()
+    return _unique(params), _unique(buffers)
+
+
+# ------------------------------------------------------------------------ every architecture
+
+
+@pytest.mark.parametrize("factory", FACTORIES)
+def test_a_replica_holds_each_parameter_and_buffer_once(factory: str) -> None:
+    p = arch_plan(factory, strategy="replicate")
+    budget = p.budgets["cuda:0"]
+    assert (budget.weights, budget.buffers) == direct_bytes(p.model.module)
+
+
+@pytest.mark.parametrize("factory", FACTORIES)
+def test_each_pipeline_device_holds_its_units_tensors_once(factory: str) -> None:
+    p = arch_plan(factory, strategy="pipeline")
+    for device, budget in p.budgets.items():
+        assert (budget.weights, budget.buffers) == held_bytes(p, device), device
+
+
+@pytest.mark.parametrize("factory", FACTORIES)
+def test_a_model_placed_whole_is_one_row_of_its_own_bytes(factory: str) -> None:
+    # accelerate puts a model that fits whole on the first device: {"": 0}, one unit
+    devices = 4 if factory == "big_tied" else 2
+    p = arch_plan(factory, strategy="accelerate", max_memory=[1 << 40] * devices)
+    (unit,) = p.units.units
+    params, buffers = direct_bytes(p.model.module)
+    assert (unit.weight_bytes, unit.buffer_bytes) == (params, buffers)
+    row = p.to_dict()["placement"][0]
+    assert (row["param_bytes"], row["buffer_bytes"]) == (params, buffers)
+
+
+@pytest.mark.parametrize("factory", FACTORIES)
+def test_the_report_validates_and_its_device_map_plans_back(factory: str, tmp_path: Path) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    p = arch_plan(factory, strategy="pipeline")
+    document = json.loads(report.to_json(report.envelope("plan", p.to_dict(), device="x")))
+    jsonschema.validate(document, report.load_schema("plan"))
+    assert render_text(p).count("Exercise 8") == 1
+    export_device_map(p, tmp_path / "map.json")
+    again = arch_plan(factory, map_file=tmp_path / "map.json")
+    assert again.placement.assign == p.placement.assign
+
+
+@pytest.mark.parametrize("strategy", ["replicate", "pipeline", "accelerate"])
+@pytest.mark.parametrize("factory", RUNNABLE)
+def test_verify_on_the_cpu_agrees_with_the_plan(factory: str, strategy: str) -> None:
+    p = arch_plan(factory, strategy=strategy)
+    verdict = verify(p, devices=["cpu"])
+    assert verdict.ok, verdict.render()
+
+
+# ------------------------------------------------------------------------ counting
+
+
+def test_a_tie_inside_one_unit_is_counted_once_in_its_row() -> None:
+    # was 36.00 KiB for 32.88 KiB of weights: the wrapper's one unit holds the token embedding
+    # and the head tied to it, and its row summed both names
+    p = arch_plan("wrapped_gpt", strategy="replicate")
+    (unit,) = p.units.units
+    assert unit.path == "transformer"
+    assert unit.weight_bytes == p.budgets["cuda:0"].weights == direct_bytes(p.model.module)[0]
+    assert "36.00 KiB" not in render_text(p)
+
+
+def test_a_layer_repeated_in_a_module_list_is_counted_once() -> None:
+    # ALBERT-style: one Linear held four times; accelerate's root unit counted it four times
+    p = arch_plan("repeated_layer", strategy="accelerate", max_memory=[1 << 30] * 2)
+    assert p.units.units[0].weight_bytes == (16 * 16 + 16 + 16 * 2 + 2) * 4
+
+
+def test_a_buffer_shared_by_four_blocks_is_held_once_per_device() -> None:
+    # one 16 KiB table registered in four blocks was counted four times (64 KiB)
+    table = 256 * 16 * 4
+    replica = arch_plan("shared_buffer", strategy="replicate")
+    assert replica.budgets["cuda:0"].buffers == table
+    split = arch_plan("shared_buffer", strategy="pipeline")
+    assert len(split.budgets) == 2
+    assert all(b.buffers == table for b in split.budgets.values())
+
+
+def test_verify_size_limit_counts_a_tied_weight_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the 4 GiB limit summed the units' rows: a model of 3.98 GiB with a tied head was refused
+    # as 5.0 GiB. Here: 33,664 B of weights, 36,864 B with the tie counted twice
+    p = arch_plan("tiny_gpt", strategy="replicate")
+    monkeypatch.setattr(verify_module, "MAX_VERIFY_BYTES", 35_000)
+    assert verify(p, devices=["cpu"]).ok
+
+
+def test_a_factory_that_built_real_weights_is_planned_on_meta_with_its_ties() -> None:
+    # a factory that loads a pickled model or a checkpoint holds CPU weights: the trace failed
+    # with "Tensor on device cpu is not on the expected device meta!"
+    p = arch_plan("tiny_gpt_on_cpu", strategy="pipeline")
+    module = p.model.module
+    assert all(t.device.type == "meta" for t in (*module.parameters(), *module.buffers()))
+    assert module.lm_head.weight is module.wte.weight
+    assert p.units.tied == (("lm_head.weight", "wte.weight"),)
+    whole = arch_plan("tiny_gpt", strategy="pipeline")
+    assert [b.weights for b in p.budgets.values()] == [b.weights for b in whole.budgets.values()]
+    assert verify(p, devices=["cpu"]).ok
+
+
+def test_a_billion_parameter_model_on_meta_plans_without_allocating() -> None:
+    start = time.perf_counter()
+    p = arch_plan("big_tied", strategy="pipeline")
+    assert time.perf_counter() - start < 60
+    params = direct_bytes(p.model.module)[0]
+    assert params == (128_000 * 4096 + 12 * 2 * 4096 * 4 * 4096) * 2  # tied head counted once
+    assert [w.code for w in p.warnings] == ["tied-split"]  # the head is on the last device
+    assert sum(b.weights for b in p.budgets.values()) == params + 128_000 * 4096 * 2
+
+
+# ------------------------------------------------------------------------ views and copies
+
+
+def _mapped(factory: str, mapping: dict[str, int], tmp_path: Path, **options: Any) -> Plan:
+    path = tmp_path / "map.json"
+    path.write_text(json.dumps(mapping))
+    return arch_plan(factory, map_file=path, **options)
+
+
+def test_chunks_handed_to_units_elsewhere_cross_as_three_copies(tmp_path: Path) -> None:
+    # q, k, v = qkv(x).chunk(3): the plan counted one copy of the whole storage (3x the bytes of
+    # one chunk), and the runner handed k and v the copy of q
+    p = _mapped("chunks", {"qkv": 0, "q": 1, "k": 1, "v": 1}, tmp_path)
+    inner = [c for c in p.flow.crossings if c.kind == "d2d"]
+    assert [(c.consumer, c.shape, c.nbytes, c.count) for c in inner] == [
+        ("q", (2, 16), 2 * 16 * 4, 1),
+        ("k", (2, 16), 2 * 16 * 4, 1),
+        ("v", (2, 16), 2 * 16 * 4, 1),
+    ]
+    verdict = verify(p, devices=["cpu"])
+    assert verdict.ok, verdict.render()
+
+
+def test_a_token_handed_on_and_a_token_returned_cross_with_their_own_bytes(
+    tmp_path: Path,
+) -> None:
+    # h[:, 0] to the head and logits[:, -1] returned: the plan counted each one's storage
+    p = _mapped("cls_head", {"body": 0, "head": 1, "lm": 1}, tmp_path)
+    head = next(c for c in p.flow.crossings if c.consumer == "head")
+    assert (head.shape, head.nbytes) == ((2, 16), 2 * 16 * 4)
+    outs = sorted((c.shape, c.nbytes) for c in p.flow.crossings if c.kind == "d2h")
+    assert outs == [((2, 2), 2 * 2 * 4), ((2, archs.VOCAB), 2 * archs.VOCAB * 4)]
+    verdict = verify(p, devices=["cpu"])
+    assert verdict.ok, verdict.render()
+
+
+def test_an_expanded_tensor_crosses_at_its_expanded_size(tmp_path: Path) -> None:
+    # Tensor.to materialises a stride-0 view: the copy is the batch's size, not the one row
+    p = _mapped("expanded", {"gate": 0, "mul": 1}, tmp_path)
+    (inner,) = [c for c in p.flow.crossings if c.kind == "d2d"]
+    assert (inner.shape, inner.nbytes) == ((2, 16), 2 * 16 * 4)
+    verdict = verify(p, devices=["cpu"])
+    assert verdict.ok, verdict.render()
+
+
+def test_two_views_of_one_activation_reach_their_units_with_their_own_shapes(
+    tmp_path: Path,
+) -> None:
+    # the runner handed c the copy of h made for b (32x16 for a 8x64 input): "mat1 and mat2
+    # shapes cannot be multiplied"
+    p = _mapped("two_shapes", {"a": 0, "b": 1, "c": 1}, tmp_path)
+    verdict = verify(p, devices=["cpu"])
+    assert verdict.ok, verdict.render()
+
+
+@pytest.mark.parametrize("strategy", ["replicate", "pipeline"])
+def test_verify_runs_a_model_that_flattens_its_input_in_its_own_code(strategy: str) -> None:
+    # was PlacementError: "Cannot set version_counter for inference tensor"
+    p = arch_plan("flatten", strategy=strategy)
+    assert verify(p, devices=["cpu"]).ok
+
+
+def test_verify_leaves_no_error_in_a_finalizer(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the tracker took an input copy's bytes off a device that never counted them: a KeyError
+    # printed as "Exception ignored in: <finalize object ...>" (or live bytes gone negative)
+    raised: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", raised.append)
+    for factory, strategy in [("identity", "pipeline"), ("flatten", "accelerate")]:
+        verify(arch_plan(factory, strategy=strategy), devices=["cpu"])
+    assert [r.exc_value for r in raised] == []
+
+
+def test_a_model_placed_whole_that_returns_its_input_returns_it_from_its_device() -> None:
+    # nn.Identity as the one unit: it gets the input's copy and returns it; the plan had no copy
+    # back to the host (measured 128 B x1)
+    p = arch_plan("identity", strategy="pipeline")
+    back = [c for c in p.flow.crossings if c.kind == "d2h"]
+    assert [(c.src, c.nbytes) for c in back] == [(p.placement.device_of(""), 2 * 16 * 4)]
+    assert verify(p, devices=["cpu"]).ok
+
+
+def test_batch_norm_in_inference_keeps_no_statistics_as_cudnn_runs_it() -> None:
+    # meta's kernel returns the two per-feature statistics; in inference the CPU's and cuDNN's
+    # return empty ones (the CPU's allocates them inside, so its allocator sees them)
+    mlp = 2 * 64 * 4  # one (2, 64) float32 activation
+    p = arch_plan("batch_norm_mlp", strategy="replicate")
+    assert p.budgets["cuda:0"].activation[2] == 2 * mlp
+    with kernels("cpu"):
+        cpu = arch_plan("batch_norm_mlp", strategy="replicate")
+    assert cpu.traces[2].peak() == 2 * mlp + 2 * 64 * 4
+    assert verify(p, devices=["cpu"]).ok  # was +50%: the tracker sees no statistics
+
+
+# ------------------------------------------------------------------------ rendering
+
+
+def test_module_names_with_pipes_and_brackets_render_as_they_are() -> None:
+    # a ModuleDict key "a|b" split its rows (one more cell than the header has); "[/]" was a
+    # rich MarkupError traceback ("closing tag '[/]' ... has nothing to close")
+    p = arch_plan("odd_names", strategy="pipeline")
+    text = render_text(p)
+    rows = [line for line in text.splitlines() if line.startswith("|")]
+    tables: list[list[str]] = [[]]
+    for line in text.splitlines():
+        if line.startswith("|"):
+            tables[-1].append(line)
+        elif tables[-1]:
+            tables.append([])
+    for table in (t for t in tables if t):
+        cells = {len(line.replace("\\|", "").split("|")) for line in table}
+        assert len(cells) == 1, table
+    assert any("heads.a\\|b" in row for row in rows)
+    assert all(any(f"heads.{name} " in row for row in rows) for name in ("[CLS]", "[/]"))
+
+
+# ------------------------------------------------------------------------ strategies
+
+
+def test_accelerate_places_a_model_without_parameters_on_the_first_device() -> None:
+    # accelerate's map of a model with no parameters is empty: the plan placed nothing and said
+    # "DOES NOT FIT" (exit 1) with no warning
+    p = arch_plan("no_params", strategy="accelerate")
+    assert p.fits()
+    assert p.device_map() == {"": 0}
+    assert p.budgets["cuda:0"].activation[2] == 2 * 16 * 4 * 2
+
+
+# ------------------------------------------------------------------------ forward signatures
+
+
+def test_a_forward_that_takes_its_inputs_as_keyword_arguments_is_planned() -> None:
+    p = arch_plan("var_keyword", strategy="pipeline")
+    assert [c.consumer for c in p.flow.crossings if c.kind == "h2d"] == ["a", "(model code)"]
+    assert verify(p, devices=["cpu"]).ok
+
+
+# ------------------------------------------------------------------------ clear refusals
+
+
+@pytest.mark.parametrize("factory", ["data_dependent", "item_call", "nonzero"])
+def test_a_forward_that_reads_values_is_a_placement_error(factory: str) -> None:
+    with pytest.raises(PlacementError, match="control flow reads tensor values"):
+        arch_plan(factory)
+
+
+def test_a_tensor_made_without_a_device_is_named_as_the_fault() -> None:
+    # was: "... a model whose control flow reads tensor values cannot be planned this way"
+    with pytest.raises(UntraceableModel) as exc:
+        arch_plan("makes_tensors")
+    assert "device=" in str(exc.value)
+    assert "control flow" not in str(exc.value)
+
+
+@pytest.mark.parametrize("factory", ["moves_to_cpu", "moves_to_cuda"])
+def test_a_forward_that_moves_tensors_itself_is_named_as_the_fault(factory: str) -> None:
+    # was "control flow reads tensor values" (.cpu()) or "check the declared inputs" (.cuda())
+    with pytest.raises(UntraceableModel) as exc:
+        arch_plan(factory)
+    message = str(exc.value)
+    assert "moves a tensor" in message
+    assert "control flow" not in message
+    assert "declared inputs" not in message
+
+
+def test_verify_of_a_sequence_past_the_position_table_is_one_clear_error() -> None:
+    # the plan runs on meta, where an embedding reads no index; the real run raised an
+    # IndexError traceback (exit 1 with a stack), not verify's one-line PlacementError
+    p = arch_plan("tiny_gpt", strategy="replicate", seq=100)  # 64 positions
+    with pytest.raises(PlacementError, match="IndexError"):
+        verify(p, devices=["cpu"])
+
+
+def test_verify_refuses_a_model_its_factory_builds_on_meta_clearly() -> None:
+    # was a NotImplementedError traceback: "Cannot copy out of meta tensor; no data!"
+    p = arch_plan("on_meta", strategy="replicate")
+    with pytest.raises(ConfigError, match="meta"):
+        verify(p, devices=["cpu"])
+
+
+# ------------------------------------------------------------------------ hostile arguments
+
+
+@pytest.mark.parametrize("reserves", [[5], None, "margin=0.1", [b"margin=0.1"]])
+def test_plan_refuses_reserves_that_are_not_a_list_of_strings(reserves: object) -> None:
+    # [5]: AttributeError 'int' object has no attribute 'partition'; None: TypeError;
+    # "margin=0.1": read letter by letter ("cannot read --reserve 'm'")
+    with pytest.raises(ConfigError, match="reserve"):
+        plan(reserves=reserves)  # type: ignore[arg-type]
+
+
+def test_plan_refuses_an_empty_max_memory() -> None:
+    # max_memory=[] was taken as "not given": the plan used its own budgets without a word
+    with pytest.raises(ConfigError, match="max_memory"):
+        plan(max_memory=[])
+
+
+def test_numpy_integers_give_a_report_of_integers(tmp_path: Path) -> None:
+    # batch sizes, seq and max_memory from numpy were written as strings ("2") in the JSON
+    # report (its default=str), and the exported device map failed (int64 is not JSON)
+    np = pytest.importorskip("numpy")
+    p = plan(
+        "gpt2-like",
+        batch_sizes=np.array([1, 2]),
+        seq=np.int64(8),
+        max_memory=[np.int64(1 << 30)] * 2,
+        strategy="pipeline",
+    )
+    document = json.loads(report.to_json(p.to_dict()))
+    assert document["batch_sizes"] == [1, 2]
+    assert document["seq"] == 8
+    assert document["max_memory"] == {"cuda:0": 1 << 30, "cuda:1": 1 << 30}
+    export_device_map(p, tmp_path / "map.json")
+
+
+@pytest.mark.parametrize(
+    ("batch", "seq"), [(1, 2**40), (2**31, 2**31)], ids=["seq-huge", "batch-times-seq"]
+)
+def test_plan_refuses_inputs_too_big_to_make(batch: int, seq: int) -> None:
+    # seq 2**40: "Storage size calculation overflowed" blamed on control flow; batch and seq
+    # 2**31: an uncaught RuntimeError
+    with pytest.raises(ConfigError, match=r"seq|input"):
+        plan("gpt2-like", batch_sizes=[batch], seq=seq)
+
+
+def test_cli_refuses_a_sequence_length_past_int64_without_a_traceback(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # was a RuntimeError with a C++ frame dump, exit 1
+    assert main(["plan", "--model", "gpt2-like", "--seq", "99999999999999999999"]) == 2
+    err = capsys.readouterr().err
+    assert "--seq" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("map_file", [5, ["map.json"]])
+def test_plan_refuses_a_map_file_that_is_not_a_path(map_file: object) -> None:
+    # 5: TypeError "expected str, bytes or os.PathLike object, not int"
+    with pytest.raises(ConfigError, match="map"):
+        plan(map_file=map_file)  # type: ignore[arg-type]
+
+
+def test_a_map_that_sends_a_module_to_true_is_refused(tmp_path: Path) -> None:
+    # JSON true is an int to Python: it was taken as device 1
+    path = tmp_path / "map.json"
+    path.write_text(json.dumps({"0": True, "1": 0, "2": 0}))
+    with pytest.raises(ConfigError, match="True"):
+        plan(map_file=path)
+
+
+@pytest.mark.parametrize("inputs", [[5], "x:FP32:-1,8"], ids=["int", "str"])
+def test_plan_refuses_inputs_that_are_not_tensor_specs(inputs: object) -> None:
+    # was "cannot build the model 'seed-mlp': AttributeError: 'int' object has no attribute
+    # 'name'; the factory is called with no arguments ..." (the factory was fine)
+    with pytest.raises(ConfigError, match="TensorSpec"):
+        plan(inputs=inputs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("model", [5, None])
+def test_plan_refuses_a_model_that_is_not_a_string(model: object) -> None:
+    # was "cannot build the model 5: TypeError: argument of type 'int' is not iterable"
+    with pytest.raises(ConfigError, match=r"model=.*string"):
+        plan(model)  # type: ignore[arg-type]
