@@ -10,6 +10,9 @@ mis-shaped keys against a module.
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import json
 import logging
 import os
 import pickle
@@ -36,6 +39,17 @@ __all__ = ["StateDictDiff", "compare_state_dict", "load_checkpoint"]
 _log = logging.getLogger(__name__)
 
 _SAFETENSORS_SUFFIXES = (".safetensors",)
+# What a Hugging Face save_pretrained directory holds, in order of preference.
+_DIRECTORY_FILES = (
+    "model.safetensors.index.json",
+    "model.safetensors",
+    "pytorch_model.bin.index.json",
+    "pytorch_model.bin",
+)
+# Prefixes that wrappers put before every key: DataParallel/DDP, torch.compile.
+_WRAPPER_PREFIXES = ("module.", "_orig_mod.")
+# Plain-data classes training scripts save beside the weights, safe to rebuild without code.
+_SAFE_EXTRAS: list[Any] = [argparse.Namespace]
 # Keys under which training scripts commonly nest the model's state dict, in order of preference.
 _CONTAINER_KEYS = ("state_dict", "model_state_dict", "model", "module", "net", "network")
 _SAFETENSORS_DEVICES = ("cpu", "cuda", "mps", "xpu", "npu", "hpu", "mlu")
@@ -73,9 +87,16 @@ class StateDictDiff:
 
 def compare_state_dict(module: nn.Module, state_dict: Mapping[str, torch.Tensor]) -> StateDictDiff:
     """Compare ``state_dict`` with ``module.state_dict()`` by key and shape. A lazy module's
-    uninitialized parameters (``nn.LazyLinear``) have no shape yet: loading gives them one."""
+    uninitialized parameters (``nn.LazyLinear``) have no shape yet: loading gives them one.
+    A key tied to another (one tensor under two names, saved once) is not missing when the
+    other is there."""
     expected = module.state_dict()
-    missing = tuple(k for k in expected if k not in state_dict)
+    tied = _tied_names(module)
+    missing = tuple(
+        k
+        for k in expected
+        if k not in state_dict and not any(t in state_dict for t in tied.get(k, ()))
+    )
     unexpected = tuple(k for k in state_dict if k not in expected)
     mismatched = tuple(
         (k, tuple(v.shape), tuple(expected[k].shape))
@@ -95,6 +116,7 @@ def load_checkpoint(
     module: nn.Module | None = None,
     strict: bool = True,
     allow_pickle: bool = False,
+    key: str | None = None,
 ) -> dict[str, torch.Tensor]:
     """Load a state dict from ``path`` with every tensor on ``device``.
 
@@ -105,8 +127,19 @@ def load_checkpoint(
       else with ``torch.load(weights_only=True)``. A pickle that needs arbitrary code raises
       :class:`~torchplace.errors.UnsafeCheckpointError`; ``allow_pickle=True`` loads it anyway
       with full pickle, which can run any code the file contains: only for files you trust.
+    - A directory (as ``save_pretrained`` writes it) loads its ``model.safetensors.index.json``,
+      ``model.safetensors``, ``pytorch_model.bin.index.json`` or ``pytorch_model.bin``; an
+      ``*.index.json`` file loads every shard its ``weight_map`` names, merged.
     - A state dict nested as ``{"state_dict": ...}``, ``{"model": ...}`` (also
-      ``model_state_dict``, ``module``, ``net``, ``network``) is unwrapped.
+      ``model_state_dict``, ``module``, ``net``, ``network``) is unwrapped; failing those, the
+      one entry that is a state dict (an EMA copy under ``"state_dict_ema"``, ...). ``key``
+      names the entry to use instead (``key="model_ema"``). ``argparse.Namespace`` objects
+      beside the weights load without ``allow_pickle``.
+    - With ``module``, keys that all start with a wrapper's prefix the module's keys lack
+      (``module.`` from DataParallel/DDP, ``_orig_mod.`` from ``torch.compile``) lose it, a
+      wrapped module gets it added, and any other common first component (a LightningModule's
+      ``model.``) is stripped when every key then fits; each renaming is logged (INFO). Tied
+      weights saved once (``safetensors.torch.save_model``) fill every name they are tied to.
     - With ``module``, the state dict is compared with the module by key and shape and loaded
       into it. With ``strict`` (the default) any missing or unexpected key or shape mismatch
       raises :class:`~torchplace.errors.StateDictMismatchError` naming each one, and the module
@@ -129,6 +162,8 @@ def load_checkpoint(
             f"{module!r:.80}; pass the model (an instance, not its class) to load the weights "
             "into, e.g. module=model"
         )
+    if key is not None and not isinstance(key, str):
+        raise ConfigError(f"load_checkpoint(key={key!r}) must be a str naming an entry, or None")
     target = resolve_device(device)
     try:
         file = Path(os.fsdecode(path))
@@ -139,6 +174,8 @@ def load_checkpoint(
         ) from None
     if not file.exists():
         raise CheckpointError(f"checkpoint {str(file)!r} does not exist; check the path")
+    if file.is_dir():
+        file = _weights_in(file)
     if not file.is_file():
         raise CheckpointError(f"checkpoint {str(file)!r} is not a file")
     if file.stat().st_size == 0:
@@ -146,17 +183,73 @@ def load_checkpoint(
             f"checkpoint {str(file)!r} is empty (0 bytes); was it written completely? Save it "
             "again (torch.save or safetensors) or check the download"
         )
-    if _is_safetensors(file):
-        loaded: object = _load_safetensors(file, target)
+    if file.name.lower().endswith(".json"):
+        loaded: object = _load_index(file, target, allow_pickle)
     else:
-        loaded = _load_pickle(file, target, allow_pickle)
-    state = _as_state_dict(loaded, file)
+        loaded = _load_file(file, target, allow_pickle)
+    state = _as_state_dict(loaded, file, key)
     if target.type != "meta":
         _refuse_meta(state, file, target)
     state = {k: v.to(target) for k, v in state.items()}  # .to returns a tensor in place itself
     if module is not None:
+        state = _fill_tied(module, _match_keys(module, state, file))
         _load_into(module, state, strict, file)
     return state
+
+
+def _load_file(file: Path, device: torch.device, allow_pickle: bool) -> object:
+    if _is_safetensors(file):
+        return _load_safetensors(file, device)
+    return _load_pickle(file, device, allow_pickle)
+
+
+def _weights_in(directory: Path) -> Path:
+    """The weights file of a ``save_pretrained`` directory, or a CheckpointError naming what
+    was looked for and the weight-like files that are there."""
+    for name in _DIRECTORY_FILES:
+        if (directory / name).is_file():
+            return directory / name
+    there = sorted(
+        p.name
+        for p in directory.iterdir()
+        if p.suffix in (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
+    )
+    hint = f"; it holds {', '.join(there[:10])}: pass one of them" if there else ""
+    raise CheckpointError(
+        f"checkpoint {str(directory)!r} is a directory without any of "
+        f"{', '.join(_DIRECTORY_FILES)}{hint}. Fix: pass the weights file itself"
+    )
+
+
+def _load_index(file: Path, device: torch.device, allow_pickle: bool) -> dict[str, torch.Tensor]:
+    """Every shard a sharded checkpoint's index (``model.safetensors.index.json``) names,
+    merged into one state dict."""
+    try:
+        index = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise CheckpointError(f"cannot read checkpoint index {str(file)!r}: {exc}") from exc
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise CheckpointError(
+            f"{str(file)!r} is a JSON file but not a sharded checkpoint's index: it has no "
+            '"weight_map" of tensor names to shard files (as model.safetensors.index.json has). '
+            "Fix: pass the index, or the weights file (.safetensors, .pt, .bin)"
+        )
+    merged: dict[str, torch.Tensor] = {}
+    for name in dict.fromkeys(weight_map.values()):
+        if not isinstance(name, str) or Path(name).name != name:
+            raise CheckpointError(
+                f"checkpoint index {str(file)!r} names shard {name!r}; a shard must be a file "
+                "name in the index's own directory"
+            )
+        shard = file.parent / name
+        if not shard.is_file():
+            raise CheckpointError(
+                f"shard {name!r} named by checkpoint index {str(file)!r} is missing ({shard}); "
+                "download or copy every shard next to the index"
+            )
+        merged.update(_as_state_dict(_load_file(shard, device, allow_pickle), shard, None))
+    return merged
 
 
 def _refuse_meta(state: dict[str, torch.Tensor], file: Path, target: torch.device) -> None:
@@ -197,6 +290,7 @@ def _load_safetensors(file: Path, device: torch.device) -> dict[str, torch.Tenso
 
 
 _GLOBAL_RE = re.compile(r"Unsupported global: GLOBAL (\S+)")
+_SHARD_RE = re.compile(r"-(\d+)-of-(\d+)\.[^.]+$")
 
 
 def _looks_like_torch_save(file: Path) -> bool:
@@ -215,9 +309,16 @@ def _looks_like_torch_save(file: Path) -> bool:
     return False
 
 
+def _safe_extras() -> contextlib.AbstractContextManager[object]:
+    """Allow the plain-data classes in ``_SAFE_EXTRAS`` for one weights-only load."""
+    allow = getattr(torch.serialization, "safe_globals", None)  # torch 2.5+
+    return allow(_SAFE_EXTRAS) if allow is not None else contextlib.nullcontext()
+
+
 def _load_pickle(file: Path, device: torch.device, allow_pickle: bool) -> object:
     try:
-        return torch.load(file, map_location=device, weights_only=True)
+        with _safe_extras():
+            return torch.load(file, map_location=device, weights_only=True)
     except pickle.UnpicklingError as exc:
         if "weights only" not in str(exc).lower():
             raise CheckpointError(
@@ -246,12 +347,18 @@ def _load_pickle(file: Path, device: torch.device, allow_pickle: bool) -> object
         if not allow_pickle:
             match = _GLOBAL_RE.search(str(exc))
             what = f" (it references {match.group(1)})" if match else ""
+            just = (
+                f"; if {match.group(1)} is plain data you trust, allow only it with "
+                f"torch.serialization.add_safe_globals([{match.group(1)}])"
+                if match
+                else ""
+            )
             raise UnsafeCheckpointError(
                 f"checkpoint {str(file)!r} is a pickle that needs arbitrary code to load{what}. "
                 "Loading it could run any code its author put in it, so it was refused "
                 "(torch.load(weights_only=True) failed). If you trust the file, pass "
-                "allow_pickle=True; better, re-save it as safetensors or as a plain state dict "
-                "(torch.save(model.state_dict(), path))."
+                f"allow_pickle=True{just}; better, re-save it as safetensors or as a plain "
+                "state dict (torch.save(model.state_dict(), path))."
             ) from exc
         _log.warning(
             "loading %s with full pickle (allow_pickle=True): this runs code from the file",
@@ -276,15 +383,43 @@ def _is_state_dict(obj: object) -> bool:
     )
 
 
-def _as_state_dict(obj: object, file: Path) -> dict[str, torch.Tensor]:
+def _under_key(obj: object, file: Path, key: str) -> dict[str, torch.Tensor]:
+    """The state dict in entry ``key`` of a training checkpoint, or a CheckpointError."""
+    if not isinstance(obj, Mapping) or key not in obj:
+        keys = ", ".join(repr(k) for k in list(obj)[:20]) if isinstance(obj, Mapping) else ""
+        raise CheckpointError(
+            f"checkpoint {str(file)!r} has no entry {key!r} (key={key!r}); "
+            + (f"its entries are {keys}" if keys else f"it holds a {type(obj).__name__}")
+        )
+    if not _is_state_dict(obj[key]):
+        raise CheckpointError(
+            f"entry {key!r} of checkpoint {str(file)!r} holds a {type(obj[key]).__name__}, not a "
+            "state dict (a mapping of names to tensors); pick another with key=..."
+        )
+    return _typed(obj[key])
+
+
+def _as_state_dict(obj: object, file: Path, key: str | None) -> dict[str, torch.Tensor]:
+    if key is not None:
+        return _under_key(obj, file, key)
     if _is_state_dict(obj):
         return _typed(obj)
     if isinstance(obj, Mapping):
-        for key in _CONTAINER_KEYS:
-            inner = obj.get(key)
+        for name in _CONTAINER_KEYS:
+            inner = obj.get(name)
             if _is_state_dict(inner):
-                _log.debug("checkpoint %s: using the state dict under %r", file, key)
+                _log.debug("checkpoint %s: using the state dict under %r", file, name)
                 return _typed(inner)
+        found = [k for k, v in obj.items() if _is_state_dict(v)]
+        if len(found) == 1:
+            _log.info("checkpoint %s: using the state dict under %r", file, found[0])
+            return _typed(obj[found[0]])
+        if found:
+            raise CheckpointError(
+                f"checkpoint {str(file)!r} holds {len(found)} state dicts, under "
+                f"{', '.join(repr(k) for k in found)}. Fix: name the one to load with "
+                f"key=..., e.g. load_checkpoint(path, key={found[0]!r})"
+            )
         if len(obj) == 0:
             raise CheckpointError(f"checkpoint {str(file)!r} holds an empty dict")
         bad = [f"{k!r} ({type(v).__name__})" for k, v in obj.items() if not _tensor_entry(k, v)]
@@ -371,17 +506,109 @@ def _load_into(module: nn.Module, state: dict[str, torch.Tensor], strict: bool, 
         if strict:
             raise StateDictMismatchError(
                 f"checkpoint {str(file)!r} does not fit {type(module).__name__}:\n"
-                f"{diff.describe()}\n"
+                f"{diff.describe()}{_prefix_hint(module, state)}{_shard_hint(file)}\n"
                 "Fix: load the checkpoint into the architecture it was saved from, or pass "
                 "strict=False to load only the keys that fit."
             )
         _log.warning(
-            "checkpoint %s does not fully fit %s; loading the keys that fit.\n%s",
+            "checkpoint %s does not fully fit %s; loading the keys that fit.\n%s%s",
             file,
             type(module).__name__,
             diff.describe(),
+            _prefix_hint(module, state),
         )
     bad = {k for k, _, _ in diff.mismatched}
     fitting = {k: v for k, v in state.items() if k not in bad}
     _refuse_uncopyable(module, fitting, file)
     module.load_state_dict(fitting, strict=strict)
+
+
+def _tied_names(module: nn.Module) -> dict[str, tuple[str, ...]]:
+    """Each state-dict key of ``module`` that names a tensor also named by other keys (tied
+    weights), with all of those names."""
+    groups: dict[int, list[str]] = {}
+    for k, v in module.state_dict(keep_vars=True).items():
+        if isinstance(v, torch.Tensor):
+            groups.setdefault(id(v), []).append(k)
+    return {k: tuple(g) for g in groups.values() if len(g) > 1 for k in g}
+
+
+def _fill_tied(module: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state`` with every tied name the checkpoint saved once (as safetensors' ``save_model``
+    does) filled from the name it was saved under."""
+    out = dict(state)
+    for k, names in _tied_names(module).items():
+        saved = next((n for n in names if n in state), None)
+        if k not in out and saved is not None:
+            out[k] = state[saved]
+    return out
+
+
+def _rename(state: dict[str, torch.Tensor], old: str, new: str) -> dict[str, torch.Tensor]:
+    return {new + k.removeprefix(old): v for k, v in state.items()}
+
+
+def _all_start(keys: Any, prefix: str) -> bool:
+    keys = list(keys)
+    return bool(keys) and all(k.startswith(prefix) for k in keys)
+
+
+def _none_start(keys: Any, prefix: str) -> bool:
+    return not any(k.startswith(prefix) for k in keys)
+
+
+def _common_first(keys: Any) -> str | None:
+    """``"model."`` when every key starts with that one dotted component, else None."""
+    firsts = {k.split(".", 1)[0] + "." for k in keys if "." in k}
+    if len(firsts) != 1:
+        return None
+    first = firsts.pop()
+    return first if _all_start(keys, first) else None
+
+
+def _match_keys(
+    module: nn.Module, state: dict[str, torch.Tensor], file: Path
+) -> dict[str, torch.Tensor]:
+    """``state`` with its keys renamed to the module's where only a wrapper prefix differs:
+    ``module.``/``_orig_mod.`` stripped (or added for a wrapped module), and any other common
+    first component stripped when every key then names one of the module's."""
+    own = set(module.state_dict())
+    done = False
+    while not done:
+        done = True
+        for p in _WRAPPER_PREFIXES:
+            if _all_start(state, p) and _none_start(own, p):
+                state, done = _rename(state, p, ""), False
+                _log.info("checkpoint %s: stripped the %r prefix of every key", file, p)
+            elif _all_start(own, p) and _none_start(state, p):
+                state, done = _rename(state, "", p), False
+                _log.info("checkpoint %s: added the %r prefix to every key", file, p)
+    first = _common_first(state)
+    if first and _none_start(own, first) and all(k.removeprefix(first) in own for k in state):
+        _log.info("checkpoint %s: stripped the %r prefix of every key", file, first)
+        state = _rename(state, first, "")
+    return state
+
+
+def _prefix_hint(module: nn.Module, state: dict[str, torch.Tensor]) -> str:
+    """A line for the mismatch error when every checkpoint key has a prefix the module's lack."""
+    first = _common_first(state)
+    if not first or not _none_start(module.state_dict(), first):
+        return ""
+    return (
+        f"\nEvery key in the checkpoint starts with {first!r} and none of the module's does: "
+        f"it was saved from a model that held this one as attribute {first[:-1]!r}. Load it "
+        f"into that model, or strip the prefix: {{k.removeprefix({first!r}): v for k, v in "
+        "state.items()}."
+    )
+
+
+def _shard_hint(file: Path) -> str:
+    """A line for the mismatch error when ``file`` is named as one shard of several."""
+    match = _SHARD_RE.search(file.name)
+    if not match or match.group(2).lstrip("0") in ("", "1"):
+        return ""
+    return (
+        f"\n{file.name} is one shard of {int(match.group(2))}: load the index next to it "
+        "(model.safetensors.index.json) or the directory, which merge every shard."
+    )

@@ -13,6 +13,8 @@ from typing import Any, Literal
 import torch
 from torch import nn
 from torch.nn.parameter import is_lazy
+from torch.nn.utils.spectral_norm import SpectralNorm
+from torch.nn.utils.weight_norm import WeightNorm
 
 from torchplace.bench.units import format_bytes
 from torchplace.errors import ConfigError, PlacementError
@@ -217,6 +219,15 @@ def _numel(shape: tuple[int, ...]) -> int:
 
 
 _MODULE_INTERNALS = frozenset({"_parameters", "_buffers", "_modules"})
+# Forward pre-hooks that rebuild a plain tensor attribute from registered parameters on every
+# forward (torch.nn.utils.weight_norm / spectral_norm): that attribute follows module.to().
+_REBUILDING_HOOKS = (WeightNorm, SpectralNorm)
+
+
+def _rebuilt_by_hooks(module: nn.Module) -> set[str]:
+    """Attributes of ``module`` that a weight_norm/spectral_norm hook recomputes each forward."""
+    hooks = module._forward_pre_hooks.values()
+    return {h.name for h in hooks if isinstance(h, _REBUILDING_HOOKS)}
 
 
 def audit_module(module: nn.Module) -> ModuleAudit:
@@ -230,6 +241,8 @@ def audit_module(module: nn.Module) -> ModuleAudit:
     referenced from a plain container is not a stray: between cpu and cuda ``to()`` moves
     parameters in place, so the reference follows (a later audit reports it if it did not).
     A lazy module's parameter that has no shape yet has ``shape`` None (shown ``uninitialized``).
+    The ``weight`` that ``torch.nn.utils.weight_norm``/``spectral_norm`` recompute from their
+    registered parameters on every forward is not a stray: it follows them.
     """
     if not isinstance(module, nn.Module):
         raise ConfigError(
@@ -240,8 +253,9 @@ def audit_module(module: nn.Module) -> ModuleAudit:
     tensors += [TensorRecord.of(n, "buffer", b) for n, b in module.named_buffers()]
     finder = _StrayFinder(module)
     for prefix, sub in module.named_modules():
+        rebuilt = _rebuilt_by_hooks(sub)
         for attr, value in vars(sub).items():
-            if attr in _MODULE_INTERNALS:
+            if attr in _MODULE_INTERNALS or attr in rebuilt:
                 continue
             finder.walk(value, f"{prefix}.{attr}" if prefix else attr)
     return ModuleAudit(type(module).__name__, tuple(tensors), tuple(finder.strays))

@@ -6,10 +6,11 @@ the small text helpers their messages share (dtype names, shapes, aligned tables
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import sys
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import torch
 from torch.nn.parameter import is_lazy
@@ -24,9 +25,12 @@ __all__ = [
     "dtype_name",
     "is_dataclass_instance",
     "is_namedtuple",
+    "is_one_shot",
     "key_path",
     "namedtuple_fields",
     "nesting_error",
+    "one_shot_error",
+    "path_to",
     "shape_of",
     "shape_text",
     "text_table",
@@ -102,6 +106,38 @@ def children(value: object, path: str) -> list[tuple[str, object]]:
     if is_dataclass_instance(value):
         return [(f"{path}.{name}", v) for name, v in dataclass_items(value)]
     return []
+
+
+def is_one_shot(obj: object) -> bool:
+    """A generator or other iterator (not a file): walking it would use it up."""
+    return isinstance(obj, Iterator) and not isinstance(obj, io.IOBase)
+
+
+def one_shot_error(where: str, obj: object, path: str) -> ConfigError:
+    """The error for a generator or iterator found at ``path``: its tensors cannot be reached
+    without consuming it, and skipping them would pass them by silently."""
+    kind = type(obj).__name__
+    return ConfigError(
+        f"{where}: {path} is a {kind} (a one-shot iterator): its tensors cannot be reached "
+        "without consuming it, so it was left unconsumed and refused rather than skipped. "
+        "Fix: pass a list instead (list(...) where the batch is built)"
+    )
+
+
+def path_to(obj: object, target: object, root: str) -> str:
+    """The path of ``target`` inside ``obj`` (``root`` when it is ``obj`` itself or is not
+    found); walked without recursion, each container once."""
+    seen: set[int] = set()
+    stack: list[tuple[str, object]] = [(root, obj)]
+    while stack:
+        path, value = stack.pop()
+        if value is target:
+            return path
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        stack.extend(reversed(children(value, path)))
+    return root
 
 
 def _cycle_or_depth(obj: object, root: str) -> tuple[str | None, int]:

@@ -28,7 +28,10 @@ from torchplace.placement.containers import (
     dtype_name,
     is_dataclass_instance,
     is_namedtuple,
+    is_one_shot,
     nesting_error,
+    one_shot_error,
+    path_to,
     shape_of,
 )
 
@@ -64,21 +67,34 @@ def _walk(where: str, mapper: _Mapper, obj: Any) -> Any:
         return mapper.map(obj)
     except RecursionError as exc:
         raise nesting_error(where, obj, "value", exc) from None
+    except _OneShotFound as found:
+        raise one_shot_error(where, found.obj, path_to(obj, found.obj, "value")) from None
+
+
+class _OneShotFound(Exception):
+    """Raised inside the walk at a generator or iterator; :func:`_walk` names its path."""
+
+    def __init__(self, obj: object) -> None:
+        super().__init__()
+        self.obj = obj
 
 
 class _Mapper:
-    __slots__ = ("_copy", "_fn", "_memo", "_to")
+    __slots__ = ("_copy", "_fn", "_memo", "_refuse_one_shot", "_to")
 
     def __init__(
         self,
         fn: Callable[[torch.Tensor], torch.Tensor],
         copy: bool,
         to: Callable[[Any], Any] | None = None,
+        *,
+        refuse_one_shot: bool = False,
     ) -> None:
         self._fn = fn
         self._copy = copy
         self._memo: dict[int, torch.Tensor] = {}
         self._to = to
+        self._refuse_one_shot = refuse_one_shot
 
     def tensor(self, t: torch.Tensor) -> torch.Tensor:
         key = id(t)
@@ -112,6 +128,8 @@ class _Mapper:
                 return self._to(obj)
         if isinstance(obj, Mapping):
             return self._mapping(obj)
+        if self._refuse_one_shot and is_one_shot(obj):
+            raise _OneShotFound(obj)
         if is_namedtuple(obj):
             items = [self.map(v) for v in obj]
             return cls(*items) if self._copy or _changed(obj, items) else obj
@@ -247,6 +265,9 @@ def move(
       is done blocking instead, with a DEBUG log line saying so.
     - ``dtype`` converts floating-point tensors only; integer and bool tensors (labels, masks,
       indices) keep their dtype.
+    - A generator or other iterator inside ``obj`` raises
+      :class:`~torchplace.errors.ConfigError` naming its path, unconsumed: its tensors cannot be
+      reached without using it up. Pass a list.
     - Other leaves (numbers, strings, None, ...) are returned as they are.
     """
     try:
@@ -272,7 +293,8 @@ def move(
     try:
         if type(obj) is torch.Tensor:
             return fn(obj)  # type: ignore[return-value, arg-type]
-        return _walk("move", _Mapper(fn, True, lambda o: o.to(target)), obj)  # type: ignore[no-any-return]
+        mapper = _Mapper(fn, True, lambda o: o.to(target), refuse_one_shot=True)
+        return _walk("move", mapper, obj)  # type: ignore[no-any-return]
     except TorchplaceError:
         raise
     except Exception as exc:
@@ -321,8 +343,19 @@ def tensor_mover(
         if t.is_meta and device.type != "meta":
             raise no_data_error(t, device)
         nb = non_blocking and _non_blocking_ok(t, device)
-        if dtype is not None and t.is_floating_point():
-            return t.to(device, dtype, non_blocking=nb)
-        return t.to(device, non_blocking=nb)
+        try:
+            if dtype is not None and t.is_floating_point():
+                return t.to(device, dtype, non_blocking=nb)
+            return t.to(device, non_blocking=nb)
+        except (RuntimeError, NotImplementedError) as exc:
+            if not t.is_quantized:
+                raise
+            _raise_if_unusable(device, exc)
+            raise PlacementError(
+                f"cannot copy a quantized {dtype_name(t.dtype)} {shape_of(t)} tensor to "
+                f"{device}: torch has no quantized kernels for it there "
+                f"({str(exc).splitlines()[0][:120]}). Fix: dequantize it first "
+                "(tensor.dequantize()), or keep it on the cpu"
+            ) from exc
 
     return fn

@@ -16,7 +16,9 @@ from torchplace.placement.containers import (
     ATOMS,
     children,
     dtype_name,
+    is_one_shot,
     nesting_error,
+    one_shot_error,
     shape_text,
     text_table,
 )
@@ -41,6 +43,8 @@ def _named_tensors(obj: object, path: str, seen: set[int]) -> Iterator[tuple[str
         for name, t in (*obj.named_parameters(), *obj.named_buffers()):
             yield from _named_tensors(t, f"{path}.{name}", seen)
         return
+    if is_one_shot(obj):
+        raise one_shot_error("check_same_device", obj, path)
     kids = children(obj, path)
     if kids:
         seen.add(id(obj))
@@ -64,7 +68,8 @@ def check_same_device(
     Raises :class:`~torchplace.errors.MixedDeviceError` when the tensors disagree (or are not on
     ``expected``); rows of the minority device(s) are marked ``>>``. Raises
     :class:`~torchplace.errors.ConfigError` when no tensor was given and there is no
-    ``expected`` device to return.
+    ``expected`` device to return, or for a generator or other iterator (left unconsumed):
+    its tensors cannot be checked without using it up.
     """
     want = canonical_device(expected) if expected is not None else None
     seen: set[int] = set()

@@ -1,0 +1,190 @@
+"""move, check_same_device and audit_module on the batches and modules real projects hand them:
+namedtuples, mapping subclasses, BatchEncoding-like objects, PackedSequence, tensor subclasses,
+generators, weight_norm and spectral_norm, parametrizations."""
+
+from __future__ import annotations
+
+import warnings
+from collections import OrderedDict, UserDict, defaultdict, namedtuple
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.nn.utils import parametrizations, parametrize
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
+
+from torchplace import ConfigError, PlacementError, audit_module, check_same_device, move
+
+from .helpers import CPU, META
+
+Pair = namedtuple("Pair", "x y")
+
+
+class Encoding(UserDict[str, Any]):
+    """Like transformers' BatchEncoding: a mapping with its own ``to``."""
+
+    def to(self, device: torch.device | str) -> Encoding:
+        return Encoding({k: v.to(device) for k, v in self.data.items()})
+
+
+class Tagged(torch.Tensor):
+    """A ``__torch_function__`` tensor subclass."""
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        return super().__torch_function__(func, types, args, kwargs or {})  # type: ignore[no-untyped-call]
+
+
+def t() -> torch.Tensor:
+    return torch.randn(2, 3)
+
+
+def test_batch_types_are_kept_and_every_tensor_moves() -> None:
+    dd: defaultdict[str, Any] = defaultdict(list, x=t())
+    packed = pack_padded_sequence(torch.randn(3, 2, 4), torch.tensor([3, 2]))
+    batch: dict[Any, Any] = {
+        "pair": Pair(t(), 1),
+        "ordered": OrderedDict(x=t()),
+        "dd": dd,
+        "enc": Encoding(ids=t()),
+        "packed": packed,
+        "tagged": t().as_subclass(Tagged),
+        0: t(),
+        ("a", 1): t(),
+        "set": {t()},
+    }
+    out = move(batch, META)
+    assert type(out["pair"]) is Pair
+    assert out["pair"].x.is_meta
+    assert out["pair"].y == 1
+    assert type(out["ordered"]) is OrderedDict
+    assert out["ordered"]["x"].is_meta
+    assert type(out["dd"]) is defaultdict
+    assert out["dd"].default_factory is list
+    assert type(out["enc"]) is Encoding
+    assert out["enc"]["ids"].is_meta
+    assert type(out["packed"]) is PackedSequence
+    assert out["packed"].data.is_meta
+    assert type(out["tagged"]) is Tagged
+    assert out["tagged"].is_meta
+    assert out[0].is_meta
+    assert out[("a", 1)].is_meta
+    assert type(out["set"]) is set
+    assert next(iter(out["set"])).is_meta
+    assert not batch["pair"].x.is_meta  # the input is not changed
+
+
+def test_host_data_already_in_place_is_not_copied() -> None:
+    arr = np.zeros(3)
+    param = nn.Parameter(t())
+    batch: dict[str, Any] = {
+        "x": t(),
+        "arr": arr,
+        "p": param,
+        "s": "text",
+        "b": b"raw",
+        "none": None,
+    }
+    out = move(batch, "cpu")
+    assert out["x"] is batch["x"]
+    assert out["p"] is param
+    assert out["arr"] is arr
+    assert out["s"] == "text"
+    assert out["b"] == b"raw"
+    assert out["none"] is None
+
+
+def test_move_refuses_a_generator_instead_of_skipping_its_tensors() -> None:
+    gen = (x for x in [t(), t()])
+    with pytest.raises(ConfigError, match=r"generator.*list\("):
+        move({"xs": gen}, META)
+    assert len(list(gen)) == 2  # not consumed
+
+
+def test_move_refuses_any_iterator() -> None:
+    it: Iterator[torch.Tensor] = iter([t()])
+    with pytest.raises(ConfigError, match=r"value\[0\]"):
+        move([it], META)
+    assert next(it).shape == (2, 3)
+
+
+def test_check_same_device_refuses_a_generator_instead_of_passing_it() -> None:
+    gen = (x for x in [t().to(META)])
+    with pytest.raises(ConfigError, match=r"xs.*generator"):
+        check_same_device(xs=gen, expected="cpu")
+    assert len(list(gen)) == 1
+
+
+def test_check_same_device_walks_real_batch_types() -> None:
+    packed = pack_padded_sequence(torch.randn(3, 2, 4), torch.tensor([3, 2]))
+    assert check_same_device(packed, Encoding(ids=t()), Pair(t(), t())) == CPU
+    with pytest.raises(Exception, match=r">> y\{0\}"):
+        check_same_device(x=Encoding(ids=t()), y={t().to(META)})
+
+
+@pytest.mark.parametrize(
+    "wrap",
+    [
+        torch.nn.utils.weight_norm,
+        torch.nn.utils.spectral_norm,
+    ],
+)
+def test_a_weight_rebuilt_by_a_norm_hook_is_not_a_stray(wrap: Any) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # weight_norm is deprecated, still used
+        layer = wrap(nn.Linear(3, 3)).to(META)
+    audit = audit_module(layer)
+    assert audit.strays == ()
+    audit.assert_on(META)  # the hook rebuilds ``weight`` on the next forward
+
+
+def test_a_true_stray_beside_a_norm_hook_is_still_found() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        layer = torch.nn.utils.weight_norm(nn.Linear(3, 3))
+    layer.cache = [torch.zeros(1)]  # type: ignore[assignment]
+    assert [r.name for r in audit_module(layer).strays] == ["cache[0]"]
+
+
+def test_parametrizations_and_none_buffers_audit_cleanly() -> None:
+    class Sym(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.triu() + x.triu(1).T
+
+    lin = nn.Linear(3, 3)
+    parametrize.register_parametrization(lin, "weight", Sym())
+    lin.register_buffer("mask", None)
+    norm = parametrizations.weight_norm(nn.Linear(3, 3))
+    for m in (lin, norm):
+        audit = audit_module(m.to(META))
+        assert audit.strays == ()
+        audit.assert_on(META)
+    assert [r.name for r in audit_module(lin).tensors] == [
+        "bias",
+        "parametrizations.weight.original",
+    ]
+
+
+def test_plain_lists_of_tensors_and_unregistered_parameters_are_strays() -> None:
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+            self.anchors = [torch.zeros(2), torch.ones(2)]
+            self.extra = [nn.Parameter(torch.zeros(1))]
+            self.by_id = {0: torch.zeros(1)}
+
+    audit = audit_module(Model().to(META))
+    assert [r.name for r in audit.strays] == ["anchors[0]", "anchors[1]", "extra[0]", "by_id[0]"]
+
+
+def test_a_quantized_tensor_that_cannot_go_there_is_a_placement_error() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # quantized creation is deprecated
+        q = torch.quantize_per_tensor(torch.randn(4), 0.1, 0, torch.quint8)
+    assert move({"q": q}, "cpu")["q"] is q
+    with pytest.raises(PlacementError, match=r"quantized quint8 \(4,\).*dequantize"):
+        move({"q": q}, META)
