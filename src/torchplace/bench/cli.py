@@ -120,6 +120,26 @@ _positive_int = _positive(int, "integer")
 MAX_THREADS = 1024
 
 
+def _calls(text: str) -> int:
+    """An argparse ``type`` for a count of calls: a positive integer up to ``MAX_CALLS``."""
+    from torchplace.bench.timer import MAX_CALLS
+
+    value = _positive_int(text)
+    if value > MAX_CALLS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is more than the {MAX_CALLS:,} calls allowed; give a smaller count"
+        )
+    return value
+
+
+def _batches(text: str) -> int:
+    """``--batches`` of ``overlap``: a pipeline needs two batches at least."""
+    value = _calls(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"{text!r} batches make no pipeline; give 2 or more")
+    return value
+
+
 def _threads(text: str) -> int:
     value = _positive_int(text)
     if value > MAX_THREADS:
@@ -177,7 +197,7 @@ def _timing_options(subs: Any, parents: list[argparse.ArgumentParser]) -> None:
         "--size", type=_positive_int, metavar="N", help="matrix side (default 4096; CPU 1024)"
     )
     timing.add_argument(
-        "--repeats", type=_positive_int, default=20, help="timed calls per way (default 20)"
+        "--repeats", type=_calls, default=20, help="timed calls per way (default 20)"
     )
     timing.add_argument(
         "--warmup", type=int, default=3, help="untimed calls after the first (default 3)"
@@ -217,7 +237,7 @@ def _overlap_options(subs: Any, parents: list[argparse.ArgumentParser]) -> None:
         "--batch-mib", type=_positive_int, default=64, help="MiB copied per batch (default 64)"
     )
     overlap.add_argument(
-        "--batches", type=_positive_int, default=32, help="batches per run (default 32)"
+        "--batches", type=_batches, default=32, help="batches per run, 2 or more (default 32)"
     )
     overlap.add_argument(
         "--compute-ms",
@@ -226,7 +246,7 @@ def _overlap_options(subs: Any, parents: list[argparse.ArgumentParser]) -> None:
         help="compute per batch in ms (default: 1.25 x the copy time, so the copy can hide)",
     )
     overlap.add_argument(
-        "--repeats", type=_positive_int, default=5, help="runs; the median counts (default 5)"
+        "--repeats", type=_calls, default=5, help="runs; the median counts (default 5)"
     )
 
 
@@ -421,9 +441,10 @@ def _dispatch(args: argparse.Namespace, device: torch.device) -> _Outcome:
 def _timing(args: argparse.Namespace, device: torch.device) -> _Outcome:
     from torchplace.bench import timing
     from torchplace.bench.render import timing_table
+    from torchplace.bench.timer import MAX_CALLS
 
-    if args.warmup < 0:
-        raise ConfigError(f"--warmup must be 0 or more, got {args.warmup}")
+    if not 0 <= args.warmup <= MAX_CALLS:
+        raise ConfigError(f"--warmup must be 0 to {MAX_CALLS:,}, got {args.warmup}")
     result = timing.compare_clocks(device, size=args.size, repeats=args.repeats, warmup=args.warmup)
     reason = "naive clock and device events skipped: CUDA only" if device.type == "cpu" else None
     return _Outcome(result.to_dict(), [timing_table(result)], reason=reason)

@@ -28,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from torchplace.bench.memory import require_memory
+from torchplace.bench.units import format_bytes
 from torchplace.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -116,6 +118,10 @@ def run_overlap(
         raise ConfigError(f"compute_ms must be a positive number of milliseconds, got {compute_ms}")
     rows = max(1, batch_bytes // (4 * _INNER))
     batch_bytes = rows * _INNER * 4
+    what, fix = f"a {format_bytes(batch_bytes)} batch", "give a smaller --batch-mib"
+    require_memory(torch.device("cpu"), batch_bytes, f"{what}, pinned on the host,", fix)
+    # two copy buffers and the product; the prefetcher's batches in flight come on top
+    require_memory(device, 3 * batch_bytes, f"{what} (two buffers and the product)", fix)
     with torch.cuda.device(device):
         return _run(device, rows, batch_bytes, batches, compute_ms, repeats, progress)
 

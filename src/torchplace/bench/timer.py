@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MIN_TIME",
+    "MAX_CALLS",
     "SPREAD_WARNING",
     "Measurement",
     "Timer",
@@ -51,6 +52,11 @@ __all__ = [
 
 DEFAULT_MIN_TIME = 0.2
 """Seconds of timed calls when neither ``repeats`` nor ``min_time`` is given."""
+
+MAX_CALLS = 1_000_000
+"""The most calls ``warmup``, ``repeats`` and ``max_repeats`` take: far more than any honest
+measurement needs, while far larger counts only exhaust memory (every timed call keeps its time,
+and on CUDA its pair of events) or run for hours."""
 
 SPREAD_WARNING = 0.10
 """Default threshold of interquartile range over median above which a warning is emitted."""
@@ -63,6 +69,11 @@ class TimingWarning(RuntimeWarning):
 def _check_int(name: str, value: object, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if value > MAX_CALLS:
+        raise ConfigError(
+            f"{name}={value!r} is more than the {MAX_CALLS:,} calls allowed; give a smaller "
+            "count, or time a bigger workload per call"
+        )
     return value
 
 
@@ -85,9 +96,11 @@ class Timer:
 
     - ``device``: any spec :func:`torchplace.resolve_device` accepts (default ``"auto"``).
     - ``warmup``: untimed calls after the cold first call (default 3).
-    - ``repeats``: timed calls; or ``min_time``: seconds of timed calls, the count estimated from
-      the warm-up (between ``min_repeats`` and ``max_repeats``). Give one of them; with neither,
-      ``min_time=0.2``.
+    - ``repeats``: timed calls; or ``min_time``: seconds of timed calls (between ``min_repeats``
+      and ``max_repeats`` calls). The count is first estimated from the warm-up, then more calls
+      are timed until their measured wall time reaches ``min_time``. Give one of them; with
+      neither, ``min_time=0.2``. ``warmup``, ``repeats`` and ``max_repeats`` go up to
+      :data:`MAX_CALLS`.
     - ``spread_warning``: warn (:class:`TimingWarning`) when IQR / median exceeds it; None
       never warns.
     - ``clock``: the monotonic nanosecond clock for host times (for tests).
@@ -195,13 +208,18 @@ class Timer:
             for k in range(self.warmup):
                 call(k)
         else:
-            assert self.min_time is not None
             estimate = cold_wall_s
             if self.warmup:
                 _, estimate = backend.time_block(call, self.warmup)
             n = self._count_for(estimate)
         offset = 1 + self.warmup
-        times, wall_per_call = backend.time_block(call, n)
+        times, wall_s = [], 0.0
+        while n:
+            block, wall_per_call = backend.time_block(call, n)
+            times += block
+            wall_s += wall_per_call * n
+            offset += n
+            n = self._more_calls(len(times), wall_s)
         result = Measurement(
             label=label or getattr(fn, "__qualname__", None) or repr(fn),
             device=str(self.device),
@@ -209,7 +227,7 @@ class Timer:
             times_s=tuple(times),
             cold_s=cold_s,
             cold_wall_s=cold_wall_s,
-            wall_per_call_s=wall_per_call,
+            wall_per_call_s=wall_s / len(times),
             warmup=self.warmup,
             input_sets=count,
         )
@@ -230,6 +248,16 @@ class Timer:
             ),
             stacklevel=stacklevel,
         )
+
+    def _more_calls(self, done: int, wall_s: float) -> int:
+        """How many more calls a ``min_time`` budget needs after ``done`` calls took ``wall_s``.
+
+        The count from the warm-up is only an estimate: on a busy machine a slow warm-up would
+        leave the budget far from spent, so the measured wall time decides (0: enough).
+        """
+        if self.min_time is None or wall_s >= self.min_time or done >= self.max_repeats:
+            return 0
+        return max(1, self._count_for(wall_s / done) - done)
 
     def _count_for(self, per_call_s: float) -> int:
         assert self.min_time is not None

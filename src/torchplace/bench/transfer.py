@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from torchplace.bench.link import LinkInfo, read_link
+from torchplace.bench.memory import require_memory
 from torchplace.bench.timer import Measurement, Timer
 from torchplace.bench.units import format_bytes
 from torchplace.errors import ConfigError
@@ -148,8 +149,18 @@ def run_transfer(
         )
     if not sizes or any(size < 1 for size in sizes):
         raise ConfigError(f"sizes must be positive byte counts, got {list(sizes)!r}")
+    _require_room(device, max(sizes))
     timer = Timer(device=device, warmup=warmup, min_time=min_time, min_repeats=5, max_repeats=1000)
     return _sweep(timer, sizes, progress, link_reader or _read_cuda_link)
+
+
+def _require_room(device: torch.device, size: int) -> None:
+    """Refuse a size whose buffers cannot fit: pageable and pinned on the host, one on ``device``."""
+    import torch
+
+    what, fix = f"a {format_bytes(size)} copy", "give smaller --sizes"
+    require_memory(torch.device("cpu"), 2 * size, f"{what} (pageable and pinned)", fix)
+    require_memory(device, size, what, fix)
 
 
 def _sweep(

@@ -35,14 +35,47 @@ class _Failed:
     error: BaseException
 
 
+class _Pass(Iterator[T]):
+    """One pass's iterator: the pass's generator, and whether a newer pass ended it.
+
+    A pass ended by a new ``iter()`` of the same prefetcher raises on its next ``next()``
+    instead of ending quietly, so that a loop nested in another over the same prefetcher (or
+    ``zip(p, p)``) fails loudly rather than cutting the outer epoch short.
+    """
+
+    def __init__(self, gen: Generator[T, None, None]) -> None:
+        self._gen = gen
+        self.superseded = False
+        self.finished = False
+
+    def __next__(self) -> T:
+        if self.superseded:
+            raise ConfigError(
+                "DevicePrefetcher: this pass was ended because a new pass over the same "
+                "prefetcher started (iter() was called on it again: a nested loop, zip(p, p), "
+                "next(iter(p)) inside the loop), and a prefetcher runs one pass at a time. Fix: "
+                "finish or leave this loop before starting another pass, or give the other "
+                "loop its own DevicePrefetcher"
+            )
+        try:
+            return next(self._gen)
+        except BaseException:
+            self.finished = True
+            raise
+
+    def close(self) -> None:
+        self._gen.close()
+
+
 class DevicePrefetcher(Generic[T]):
     """Iterate over ``iterable`` with each batch already on ``device``, copies overlapping compute.
 
     Args:
         iterable: any iterable of batches: tensors, or dicts/lists/tuples/namedtuples/
             dataclasses of them (whatever :func:`torchplace.move` handles), e.g. a ``DataLoader``
-            with or without ``pin_memory``. Each ``iter()`` of the prefetcher starts a new pass;
-            a one-shot iterator (a generator) serves one pass, and ``iter()`` after a pass used
+            with or without ``pin_memory``. Each ``iter()`` of the prefetcher starts a new pass
+            and ends the one in progress, whose iterator then raises
+            :class:`~torchplace.errors.ConfigError` (one pass at a time); a one-shot iterator (a generator) serves one pass, and ``iter()`` after a pass used
             it up (or it raised) raises :class:`~torchplace.errors.ConfigError`.
         device: where batches go; resolved with :func:`torchplace.resolve_device`.
         depth: how many batches are copied ahead of the one the consumer holds (>= 1). The
@@ -104,7 +137,7 @@ class DevicePrefetcher(Generic[T]):
         self._streams = stream_backend.streams_for(self.device)
         self._side: Any = None
         self._acc = StatsAccumulator()
-        self._active: weakref.ref[Generator[T, None, None]] | None = None
+        self._active: weakref.ref[_Pass[T]] | None = None
         self._spent = False  # a one-shot source iterator that a pass ran to its end, or that raised
 
     @property
@@ -127,7 +160,7 @@ class DevicePrefetcher(Generic[T]):
         ) from None
 
     def __iter__(self) -> Iterator[T]:
-        self.close_pass()
+        self._end_pass(superseded=True)
         if self._spent:
             raise ConfigError(
                 f"DevicePrefetcher: its source, a {type(self._iterable).__name__}, is a one-shot "
@@ -136,8 +169,9 @@ class DevicePrefetcher(Generic[T]):
                 "returns a new iterator), or make a new DevicePrefetcher for each new iterator"
             )
         gen = self._stream_pass() if self._streams is not None else self._plain_pass()
-        self._active = weakref.ref(gen)
-        return gen
+        this = _Pass(gen)
+        self._active = weakref.ref(this)
+        return this
 
     def __enter__(self) -> DevicePrefetcher[T]:
         return self
@@ -152,10 +186,14 @@ class DevicePrefetcher(Generic[T]):
 
     def close_pass(self) -> None:
         """End the pass in progress, if any, dropping the batches in flight."""
-        gen = self._active() if self._active is not None else None
+        self._end_pass(superseded=False)
+
+    def _end_pass(self, *, superseded: bool) -> None:
+        active = self._active() if self._active is not None else None
         self._active = None
-        if gen is not None:
-            gen.close()
+        if active is not None:
+            active.superseded = superseded and not active.finished
+            active.close()
 
     def close(self) -> None:
         """End the pass in progress and free the pinned staging buffers."""
