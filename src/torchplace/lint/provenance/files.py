@@ -320,6 +320,14 @@ class FileFacts:
         if qualname is None:
             return None
         module, _, name = qualname.rpartition(".")
+        other = self.module_facts(module)
+        cls = None if other is None else other.defs_class(name)
+        return None if other is None or cls is None else (other, cls)
+
+    def module_facts(self, module: str) -> FileFacts | None:
+        """The facts of the module file that the dotted ``module`` names in the linted tree,
+        looked for in this file's folder, then in the folders of its packages; None when there
+        is none (or it cannot be read)."""
         if not module or not os.path.isfile(self.path):
             return None
         parts = module.split(".")
@@ -330,11 +338,7 @@ class FileFacts:
                 os.path.join(directory, *parts, "__init__.py"),
             ):
                 if os.path.isfile(candidate):
-                    other = facts_for_file(candidate)
-                    if other is None:
-                        return None
-                    cls = other.defs_class(name)
-                    return (other, cls) if cls is not None else None
+                    return facts_for_file(candidate)
             directory = os.path.dirname(directory)
         return None
 
@@ -368,22 +372,8 @@ class FileFacts:
         if qualname is None:
             return [(self, node) for node in self.defs.get(name, [])]
         module, _, function = qualname.rpartition(".")
-        if not module or not os.path.isfile(self.path):
-            return []
-        parts = module.split(".")
-        directory = os.path.dirname(os.path.abspath(self.path))
-        for _ in range(len(parts) + 2):  # the file's folder, then the folders of its packages
-            for candidate in (
-                os.path.join(directory, *parts) + ".py",
-                os.path.join(directory, *parts, "__init__.py"),
-            ):
-                if os.path.isfile(candidate):
-                    other = facts_for_file(candidate)
-                    if other is None:
-                        return []
-                    return [(other, node) for node in other.defs.get(function, [])]
-            directory = os.path.dirname(directory)
-        return []
+        other = self.module_facts(module)
+        return [] if other is None else [(other, node) for node in other.defs.get(function, [])]
 
     def returns_arguments(
         self, callee: ast.FunctionDef | ast.AsyncFunctionDef, seeds: dict[str, Fact]
