@@ -110,6 +110,14 @@ def _run(argv: list[str]) -> int:
         return int(exc.code or 0)
 
 
+def _with_output(command: str, sample: list[str], options: list[str]) -> list[str]:
+    """``command`` and a sample's words, its OUTPUT mark replaced by ``options``."""
+    argv = [command]
+    for word in sample:
+        argv += options if word == OUTPUT else [word]
+    return argv
+
+
 def _subcommands(command: str) -> set[str]:
     module = importlib.import_module(COMMANDS[command].module)
     parser = argparse.ArgumentParser()
@@ -155,9 +163,7 @@ def test_every_report_command_writes_json_that_its_schema_accepts(
         options = (
             ["--format", "json", "-o", str(out)] if form == "format-json-output" else ["--json"]
         )
-        argv = [command]
-        for word in sample:
-            argv += options if word == OUTPUT else [word]
+        argv = _with_output(command, sample, options)
         code = _run(argv)
         captured = capsys.readouterr()
         assert code in (report.EXIT_OK, report.EXIT_FAILED), (argv, captured.err)
@@ -178,10 +184,7 @@ def test_output_dash_is_standard_output_for_every_report_command(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    sample = samples(command, files)[0]
-    argv = [command]
-    for word in sample:
-        argv += ["--format", "json", "-o", "-"] if word == OUTPUT else [word]
+    argv = _with_output(command, samples(command, files)[0], ["--format", "json", "-o", "-"])
     code = _run(argv)
     captured = capsys.readouterr()
     assert code in (report.EXIT_OK, report.EXIT_FAILED), (argv, captured.err)

@@ -29,6 +29,7 @@ from torchplace.serve.running import ServerThread
 
 from .conftest import Client, test_config
 from .test_admission import _gated_engine, _hold, _row
+from .test_conformance import _client, _close_clients  # noqa: F401 (an autouse fixture)
 
 httpclient = pytest.importorskip("tritonclient.http")
 grpcclient = pytest.importorskip("tritonclient.grpc")
@@ -53,26 +54,6 @@ def server() -> Iterator[ServerThread]:
 @pytest.fixture
 def rest(server: ServerThread) -> Client:
     return Client("127.0.0.1", server.port)
-
-
-_OPEN: list[Any] = []
-
-
-@pytest.fixture(autouse=True)
-def _close_clients() -> Iterator[None]:
-    yield
-    while _OPEN:
-        _OPEN.pop().close()
-
-
-def _client(server: ServerThread, kind: str) -> Any:
-    client: Any
-    if kind == "http":
-        client = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
-    else:
-        client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
-    _OPEN.append(client)
-    return client
 
 
 def _seed_input(kind: str, rows: int = 1) -> Any:

@@ -225,24 +225,25 @@ def _check_lists(reserves: object, inputs: object) -> None:
     """``reserves`` a list of NAME=VALUE strings, ``inputs`` (where given) of TensorSpecs."""
     from torchplace.models import TensorSpec
 
-    if (
-        isinstance(reserves, (str, bytes))
-        or not isinstance(reserves, Iterable)
-        or not all(isinstance(r, str) for r in reserves)
-    ):
+    if not _is_list_of(reserves, str):
         raise ConfigError(
             f"reserves={reserves!r} must be a list of NAME=VALUE strings, e.g. "
             "['cuda_context=1GiB', 'margin=0.1'] (one --reserve each)"
         )
-    if inputs is not None and (
-        isinstance(inputs, (str, bytes))
-        or not isinstance(inputs, Iterable)
-        or not all(isinstance(i, TensorSpec) for i in inputs)
-    ):
+    if inputs is not None and not _is_list_of(inputs, TensorSpec):
         raise ConfigError(
             f"inputs={inputs!r} must be a list of torchplace.models.TensorSpec, e.g. "
             "[TensorSpec('x', 'FP32', (-1, 8))] (--input x:FP32:-1,8 on the command line)"
         )
+
+
+def _is_list_of(value: object, kind: type) -> bool:
+    """A collection (not a str or bytes, which iterate as characters) of ``kind`` only."""
+    return (
+        not isinstance(value, (str, bytes))
+        and isinstance(value, Iterable)
+        and all(isinstance(item, kind) for item in value)
+    )
 
 
 def _is_int(value: object) -> bool:
