@@ -14,7 +14,10 @@ configured as it documents it (32 rows / 2 ms where it has such a setting):
 Each peer's configuration is printed before it is measured. Two limits are measured in the same
 run: a constant-reply HTTP server (bare asyncio + httptools: the limit for tiny models) and the
 model's in-process batch-32 forward throughput at the server's torch thread count (the limit
-for compute). Every server is a subprocess in a session of its own on a free 127.0.0.1 port,
+for compute). Between the two stands a lean reference (``peers/apps/lean_batcher.py``): the
+least a dynamically batching server of torchplace's own stack (uvloop, httptools, orjson) does
+per request, with none of its features; its share of the limits is what Python on this stack
+reaches at best here, and torchplace's share of it is what the features cost. Every server is a subprocess in a session of its own on a free 127.0.0.1 port,
 checked against the in-process model before it is measured, and stopped with every process it
 started (also on SIGTERM and on errors). Prints req/s, p50, p99, ratios torchplace/peer, % of
 each limit, and one PASS/FAIL line per target; exits 1 if a target is missed.
@@ -83,7 +86,9 @@ OBSERVABILITY_BUDGET = 0.05
 #: peer -> the modules it needs to run in this interpreter when its venv is not built
 PEER_MODULES = {p.name: p.fallback_modules for p in PEERS if p.fallback_modules}
 HTTP_LIMIT = "HTTP limit"
+LEAN = "lean Python server"
 GRPC_LIMIT = "gRPC limit"
+LEAN_GRPC = "lean gRPC server"
 #: the two protocols perf_analyzer measures: (row suffix, its load in Workload.loads)
 REST_BINARY, GRPC = "REST binary", "gRPC"
 PERF_LOADS = {REST_BINARY: "perf-http", GRPC: "perf-grpc"}
@@ -426,15 +431,28 @@ def http_limit_server(work: Workload, scratch: Path) -> Server:
     return Server(HTTP_LIMIT, argv, f"http://127.0.0.1:{port}/v2/models/{work.model}/infer")
 
 
-def grpc_limit_server(work: Workload, scratch: Path) -> Server:
+def lean_server(work: Workload, device: str, threads: int, scratch: Path) -> Server:
+    """The lean reference, in this interpreter, at torchplace's torch thread count."""
+    port = procs.free_port()
+    argv = [sys.executable, str(APPS / "lean_batcher.py"), work.model, str(port), device]
+    argv += [str(threads), str(scratch / f"lean-{work.model}")]
+    env = {"PYTHONPATH": os.pathsep.join((str(APPS), str(ROOT / "src")))}
+    return Server(LEAN, argv, f"http://127.0.0.1:{port}/v2/models/{work.model}/infer", env=env)
+
+
+def grpc_limit_server(work: Workload, scratch: Path, *lean: str) -> Server:
     """A constant-reply grpc.aio server, measured by perf_analyzer over gRPC like torchplace's
-    gRPC row (it answers the constant REST reply on a second port, for the readiness check)."""
+    gRPC row (it answers the constant REST reply on a second port, for the readiness check);
+    with ``lean`` (DEVICE, THREADS), the lean gRPC reference that runs the model instead."""
     grpc_port, http_port = procs.free_port(), procs.free_port()
     argv = [sys.executable, str(APPS / "const_grpc.py"), str(grpc_port), str(http_port)]
     argv += [work.model, str(reply_file(work, scratch))]
-    server = Server("", argv, f"http://127.0.0.1:{http_port}/v2/models/{work.model}/infer")
+    if lean:
+        argv += ["lean", *lean]
+    env = {"PYTHONPATH": os.pathsep.join((str(APPS), str(ROOT / "src")))}
+    server = Server("", argv, f"http://127.0.0.1:{http_port}/v2/models/{work.model}/infer", env=env)
     over_protocol(server, "", GRPC, grpc_port)
-    server.name = GRPC_LIMIT
+    server.name = LEAN_GRPC if lean else GRPC_LIMIT
     return server
 
 
@@ -628,6 +646,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"  {HTTP_LIMIT}: bare asyncio + httptools (uvloop when installed), fixed reply")
         print(f"  in-process ceiling: batch-32 forward at {threads} torch thread(s)")
+        print(
+            f"  {LEAN}: uvloop + httptools + orjson, batches of up to 32 rows cut when the "
+            f"loop has read what arrived, forward on the loop, {threads} torch thread(s)"
+        )
         if args.perf is not None:
             print(
                 f"  {REST_BINARY} and {GRPC} rows: the same servers measured by Triton's "
@@ -675,10 +697,14 @@ def main(argv: list[str] | None = None) -> int:
                     f"{HTTP_LIMIT} on {model}", 1
                 ):
                     runs += measure([http_limit_server(job, tmp)], job, args)
+                if importlib.util.find_spec("httptools") and in_budget(f"{LEAN} on {model}", 1):
+                    runs += measure([lean_server(job, device, threads, tmp)], job, args)
                 if args.perf is not None and in_budget(f"torchplace {GRPC} on {model}", 2):
                     runs += measure_both_orders(torchplace_protocols(model, device), job, args)
-                if args.perf is not None and in_budget(f"{GRPC_LIMIT} on {model}", 1):
+                if args.perf is not None and in_budget(f"{GRPC_LIMIT} on {model}", 2):
                     runs += measure([grpc_limit_server(job, tmp)], job, args)
+                    lean = grpc_limit_server(job, tmp, device, str(threads))
+                    runs += measure([lean], job, args)
             for model, job in work.items():
                 for peer in peers:
                     python = pythons.get(peer.name)
@@ -756,6 +782,13 @@ def table(runs: list[Run], ceilings: dict[str, float], threads: int) -> None:
         tp, limit = by.get(("torchplace", model)), by.get((HTTP_LIMIT, model))
         if tp and limit and tp.rps and limit.rps:
             print(f"torchplace at {tp.rps / limit.rps:.0%} of the {LIMIT_NAMES['http']} on {model}")
+        lean = by.get((LEAN, model))
+        if lean and lean.rps:  # its share of the limit the model is judged against
+            kind = LIMIT_TARGETS.get(model, ("http", 0.0))[0]
+            rows = ceilings.get(model, 0.0) if kind == "ceiling" else (limit.rps if limit else 0.0)
+            share = f"{lean.rps / rows:.0%}" if rows else "n/a"
+            print(f"{LEAN} at {share} of the {LIMIT_NAMES[kind]} on {model}", end="")
+            print(f"; torchplace at {tp.rps / lean.rps:.0%} of it" if tp and tp.rps else "")
         rest, grpc = (
             by.get((f"torchplace {REST_BINARY}", model)),
             by.get((f"torchplace {GRPC}", model)),
@@ -768,6 +801,12 @@ def table(runs: list[Run], ceilings: dict[str, float], threads: int) -> None:
         limit = by.get((GRPC_LIMIT, model))
         if grpc and limit and grpc.rps and limit.rps:
             print(f"torchplace at {grpc.rps / limit.rps:.0%} of the {GRPC_LIMIT} on {model}")
+        lean = by.get((LEAN_GRPC, model))
+        if grpc and rest and lean and lean.rps:
+            print(
+                f"{LEAN_GRPC} at {lean.rps / rest.rps:.0%} of torchplace's {REST_BINARY} req/s "
+                f"on {model}; torchplace {GRPC} at {grpc.rps / lean.rps:.0%} of it"
+            )
     print()
 
 

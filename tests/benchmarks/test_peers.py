@@ -1,5 +1,6 @@
 """benchmarks/peers: answers compared as numbers, request bodies, venv stamps, the loopback
-check and stopping every process a server started (also those that left its session)."""
+check, stopping every process a server started (also those that left its session) and the
+lean references answering the model's numbers."""
 
 from __future__ import annotations
 
@@ -159,6 +160,65 @@ def test_the_constant_grpc_server_answers_what_perf_analyzer_asks(tmp_path: Path
         row.set_data_from_numpy(np.zeros((1, 512), np.float32))
         result = client.infer("wide-mlp", [row])
         np.testing.assert_array_equal(result.as_numpy("output"), np.full((1, 512), 0.5))
+        client.close()
+
+
+def _model_rows(model: str, rows: np.ndarray) -> np.ndarray:
+    import torch
+
+    from torchplace.models import build_model
+
+    with torch.inference_mode():
+        return build_model(model)(torch.from_numpy(rows)).numpy()
+
+
+def test_the_lean_server_batches_requests_and_answers_the_models_numbers(tmp_path: Path) -> None:
+    pytest.importorskip("httptools")
+    from concurrent.futures import ThreadPoolExecutor
+
+    port = procs.free_port()
+    url = f"http://127.0.0.1:{port}/v2/models/seed-mlp/infer"
+    rows = np.random.default_rng(0).standard_normal((5, 8)).astype(np.float32)
+    want = _model_rows("seed-mlp", rows)
+    argv = [sys.executable, str(APPS / "lean_batcher.py"), "seed-mlp", str(port), "cpu", "1"]
+    argv.append(str(tmp_path))
+
+    def body(part: np.ndarray) -> bytes:
+        tensor = {"name": "input", "datatype": "FP32", "shape": list(part.shape)}
+        return json.dumps(
+            {"id": "7", "inputs": [{**tensor, "data": part.ravel().tolist()}]}
+        ).encode()
+
+    def ask(part: np.ndarray, expected: np.ndarray) -> None:
+        procs.check_answer(url, body(part), expected.ravel().tolist(), timeout=5)
+
+    with procs.running(argv, lambda: ask(rows[:1], want[:1]), timeout=60) as up:
+        assert up.listens == [f"127.0.0.1:{port}"]
+        with ThreadPoolExecutor(4) as pool:  # together: rows of several requests in one batch
+            parts = [(rows[:1], want[:1]), (rows[1:3], want[1:3]), (rows[3:], want[3:])]
+            for done in [pool.submit(ask, *part) for part in parts * 4]:
+                done.result()
+
+
+def test_the_lean_grpc_server_answers_the_models_numbers(tmp_path: Path) -> None:
+    grpcclient = pytest.importorskip("tritonclient.grpc")
+    reply = tmp_path / "reply.json"
+    rows = np.random.default_rng(1).standard_normal((3, 8)).astype(np.float32)
+    want = _model_rows("seed-mlp", rows)
+    out = {"name": "output", "datatype": "FP32", "shape": [1, 2], "data": want[0].tolist()}
+    reply.write_text(json.dumps({"outputs": [out]}))
+    grpc_port, http_port = procs.free_port(), procs.free_port()
+    argv = [sys.executable, str(APPS / "const_grpc.py"), str(grpc_port), str(http_port)]
+    argv += ["seed-mlp", str(reply), "lean", "cpu", "1"]
+    url = f"http://127.0.0.1:{http_port}/v2/models/seed-mlp/infer"
+    with procs.running(
+        argv, lambda: procs.check_answer(url, b"{}", out["data"], timeout=5), timeout=60
+    ):
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+        tensor = grpcclient.InferInput("input", [3, 8], "FP32")
+        tensor.set_data_from_numpy(rows)
+        result = client.infer("seed-mlp", [tensor])
+        np.testing.assert_allclose(result.as_numpy("output"), want, rtol=1e-5, atol=1e-6)
         client.close()
 
 

@@ -7,6 +7,10 @@ model metadata, the model configuration, statistics), and serves the constant HT
 
 Called as ``const_grpc.py GRPC_PORT HTTP_PORT MODEL REPLY_FILE``: the reply file is the REST
 answer (JSON) of the model, whose numbers also make the gRPC answer.
+
+``const_grpc.py GRPC_PORT HTTP_PORT MODEL REPLY_FILE lean DEVICE THREADS`` is the lean gRPC
+reference instead: ``ModelInfer`` runs the model, its calls batched as ``lean_batcher.py``
+batches (32 rows, or 2 ms after the first, as torchplace's defaults), the forward on the loop.
 """
 
 from __future__ import annotations
@@ -61,6 +65,29 @@ def answers(model: str, reply: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     }
 
 
+def lean_infer(model: str, device: str, threads: int) -> Callable[[Any, Any], Any]:
+    """``ModelInfer`` through the model, batched (see the module docstring)."""
+    import torch
+    from lean_batcher import Batch
+
+    from torchplace.models import build_model
+
+    torch.set_num_threads(threads)
+    batch = Batch(build_model(model).to(device), torch.device(device), max_delay_s=0.002)
+
+    async def rpc(request: Any, context: Any) -> bytes:
+        rows = np.frombuffer(request.raw_input_contents[0], dtype=np.float32)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        batch.add(rows.reshape(request.inputs[0].shape[0], -1), future.set_result)
+        out = await future
+        answer = pb.ModelInferResponse(model_name=model, model_version="1", id=request.id)
+        answer.outputs.add(name="output", datatype="FP32", shape=list(out.shape))
+        answer.raw_output_contents.append(out.tobytes())
+        return answer.SerializeToString()
+
+    return rpc
+
+
 def constant(body: bytes) -> Callable[[Any, Any], Any]:
     async def rpc(request: Any, context: Any) -> bytes:
         return body
@@ -68,12 +95,18 @@ def constant(body: bytes) -> Callable[[Any, Any], Any]:
     return rpc
 
 
-async def serve(grpc_port: int, http_port: int, model: str, reply: bytes) -> None:
+async def serve(
+    grpc_port: int, http_port: int, model: str, reply: bytes, lean: tuple[str, int] | None
+) -> None:
+    fixed = answers(model, json.loads(reply))
+    rpcs = {name: constant(message.SerializeToString()) for name, (message, _) in fixed.items()}
+    if lean is not None:
+        rpcs["ModelInfer"] = lean_infer(model, *lean)
     handlers = {
         name: grpc.unary_unary_rpc_method_handler(
-            constant(message.SerializeToString()), request_deserializer=request.FromString
+            rpcs[name], request_deserializer=request.FromString
         )
-        for name, (message, request) in answers(model, json.loads(reply)).items()
+        for name, (_, request) in fixed.items()
     }
     server = grpc.aio.server()
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
@@ -89,12 +122,13 @@ async def serve(grpc_port: int, http_port: int, model: str, reply: bytes) -> Non
 def main() -> None:
     grpc_port, http_port, model = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     reply = Path(sys.argv[4]).read_bytes()
+    lean = (sys.argv[6], int(sys.argv[7])) if sys.argv[5:6] == ["lean"] else None
     try:
         import uvloop
-
-        uvloop.run(serve(grpc_port, http_port, model, reply))
     except ImportError:
-        asyncio.run(serve(grpc_port, http_port, model, reply))
+        asyncio.run(serve(grpc_port, http_port, model, reply, lean))
+    else:
+        uvloop.run(serve(grpc_port, http_port, model, reply, lean))
 
 
 if __name__ == "__main__":
