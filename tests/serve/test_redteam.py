@@ -239,7 +239,18 @@ def test_data_with_far_more_entries_than_the_shape_is_refused_before_numpy_reads
 
 
 # -- outputs JSON cannot carry ----------------------------------------------------------------
-_HUGE = orjson.dumps({"inputs": [seed_input(data=[3.4e38] * 8)]})  # in range; the model overflows
+def _overflowing_row() -> list[float]:
+    """FP32 inputs in range whose first hidden unit's exact value is past FP32's largest: each
+    input at the limit, with the sign of its weight on that unit (the weights' magnitudes sum
+    above 1), so the model overflows whatever order the sums are taken in."""
+    weight = build_model("seed-mlp")[0].weight.detach()
+    unit = int(weight.abs().sum(dim=1).argmax())
+    assert float(weight[unit].abs().sum()) > 1.01
+    return [3.4e38 if w >= 0 else -3.4e38 for w in weight[unit].tolist()]
+
+
+_ROW = _overflowing_row()
+_HUGE = orjson.dumps({"inputs": [seed_input(data=_ROW)]})  # in range; the model overflows
 
 
 def test_outputs_json_cannot_carry_are_a_400_that_says_to_ask_for_binary(
@@ -251,7 +262,7 @@ def test_outputs_json_cannot_carry_are_a_400_that_says_to_ask_for_binary(
     status, body = _exchange(hostile_server.port, raw_request(_HUGE))
     assert status == 400, body
     assert b'\\"binary_data\\": true' in body
-    v1 = b'{"instances": [[3.4e38, 3.4e38, 3.4e38, 3.4e38, 3.4e38, 3.4e38, 3.4e38, 3.4e38]]}'
+    v1 = orjson.dumps({"instances": [_ROW]})
     status, body = _exchange(
         hostile_server.port, raw_request(v1, path=b"/v1/models/seed-mlp:predict")
     )
