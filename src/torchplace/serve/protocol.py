@@ -196,6 +196,7 @@ def _kind_name(value: object) -> str:
         str: "string",
         list: "array",
         dict: "object",
+        type(None): "null",
     }.get(type(value), type(value).__name__)
 
 
@@ -384,6 +385,7 @@ def _request_parameters(params: object) -> tuple[bool, int | None, int | None]:
     if not isinstance(params, dict):
         raise _fail(f"'parameters' must be an object, not {_kind_name(params)}")
     check_reserved(params)
+    _check_scalars(params, "the request", _REQUEST_CHECKED)
     flag = params.get("binary_data_output", False)
     if not isinstance(flag, bool):
         raise _fail("parameter 'binary_data_output' must be true or false")
@@ -396,6 +398,43 @@ def _request_parameters(params: object) -> tuple[bool, int | None, int | None]:
             )
         found.append(value)
     return flag, found[0], found[1]
+
+
+#: the types of a parameter value: the protocol's ``$parameter`` is a boolean, a number or a string
+_SCALARS = frozenset((bool, int, float, str))
+#: the parameters of the shared-memory extension, checked together where a region is named
+_SHM_KEYS = ("shared_memory_region", "shared_memory_offset", "shared_memory_byte_size")
+#: parameters whose own checks refuse any value they do not take (and say what they take)
+_REQUEST_CHECKED = ("binary_data_output", "timeout", "priority")
+_INPUT_CHECKED = ("binary_data_size",)
+_OUTPUT_CHECKED = ("binary_data", "classification")
+_ARTICLES = {"object": "an object", "array": "an array"}
+
+
+def _check_scalars(
+    params: Mapping[str, object], where: str, checked: tuple[str, ...], shm: bool = False
+) -> None:
+    """Refuse a parameter whose value is not a boolean, a number or a string (an object, an
+    array, null), in Triton's words; ``where`` says whose parameters they are (``the request``,
+    ``input 'x'``, ``output 'y'``). A non-null value of a ``checked`` parameter is left to that
+    parameter's own check, as are the shared-memory ones (``shm``: an input's or output's) once
+    a region is named, the only time they are read. When all are scalars (the common case) this
+    is one pass in C."""
+    if _SCALARS.issuperset(map(type, params.values())):
+        return
+    if shm and "shared_memory_region" in params:
+        checked = (*checked, *_SHM_KEYS)
+    for key, value in params.items():
+        if type(value) in _SCALARS or (value is not None and key in checked):
+            continue
+        kind = _kind_name(value)
+        raise _fail(  # Triton's words first
+            f"parameter {shown(key)} has invalid type. It should be either 'int', 'bool', or "
+            f"'string'. Parameter {shown(key)} of {where} is "
+            f"{_ARTICLES.get(kind, kind)}; a parameter value is a boolean, a number or a "
+            "string (the Open Inference Protocol's $parameter): send one of those, with any "
+            "structure encoded as a JSON string"
+        )
 
 
 #: the schedule policy extension's request parameters, what they mean, and the bound of their
@@ -520,6 +559,7 @@ def _decode_input(
     if params is not None:
         if not isinstance(params, dict):
             raise _fail(f"input {spec.name!r}: 'parameters' must be an object")
+        _check_scalars(params, f"input {shown(spec.name)}", _INPUT_CHECKED, shm=True)
         size = params.get("binary_data_size")
     if params is not None and "shared_memory_region" in params:
         if size is not None or raw.get("data") is not None:
@@ -1027,6 +1067,7 @@ def _requested_output(
         return RequestedOutput(name, binary_default)
     if not isinstance(params, dict):
         raise _fail(f"output {name!r}: 'parameters' must be an object")
+    _check_scalars(params, f"output {shown(name)}", _OUTPUT_CHECKED, shm=True)
     flag = params.get("binary_data", binary_default)
     if not isinstance(flag, bool):
         raise _fail(f"output {name!r}: parameter 'binary_data' must be true or false")
