@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from torchplace import (
     audit_module,
     check_same_device,
 )
+from torchplace.placement.containers import dtype_name
 
 from .helpers import CPU, META, marked, model
 
@@ -197,3 +199,122 @@ def test_audit_finds_strays_in_a_deque_and_skips_unset_dataclass_fields() -> Non
 
     strays = [s.name for s in audit_module(Windowed()).strays]
     assert strays == ["history[0]", "state.step"]
+
+
+# --------------------------------------------------------------------------------------------
+# quantized modules: weights in packed params, not in parameters() or buffers()
+# --------------------------------------------------------------------------------------------
+
+
+def quantized(module: nn.Module, dtype: torch.dtype, kinds: set[type[nn.Module]]) -> nn.Module:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization is deprecated, still used
+        out: nn.Module = torch.ao.quantization.quantize_dynamic(  # type: ignore[no-untyped-call]
+            module, kinds, dtype=dtype
+        )
+    return out
+
+
+def test_dynamic_qint8_linear_weights_are_audited() -> None:
+    q = quantized(
+        nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2)), torch.qint8, {nn.Linear}
+    )
+    audit = audit_module(q)
+    rows = [
+        (r.name, r.kind, r.shape, dtype_name(r.dtype), r.device, r.nbytes) for r in audit.tensors
+    ]
+    assert rows == [
+        ("0._packed_params.weight", "packed", (3, 4), "qint8", CPU, 12),
+        ("0._packed_params.bias", "packed", (3,), "float32", CPU, 12),
+        ("2._packed_params.weight", "packed", (2, 3), "qint8", CPU, 6),
+        ("2._packed_params.bias", "packed", (2,), "float32", CPU, 8),
+    ]
+    assert audit.nbytes == 38  # was 0: a model of quantized layers looked weightless
+    groups = {dtype_name(g.dtype): g for g in audit.groups}
+    assert (groups["qint8"].parameters, groups["qint8"].numel, groups["qint8"].nbytes) == (
+        2,
+        18,
+        18,
+    )
+    assert (groups["float32"].parameters, groups["float32"].nbytes) == (2, 20)
+    assert audit.devices == (CPU,)
+    assert audit.strays == ()
+    audit.assert_on("cpu")
+    data = json.loads(audit.to_json())
+    assert data["bytes"] == 38
+    assert data["tensors"][0]["kind"] == "packed"
+    assert "0._packed_params.weight" not in str(audit)  # the table shows groups, not names
+    assert "qint8" in str(audit)
+
+
+def test_dynamic_float16_linear_weights_report_their_stored_dtype() -> None:
+    q = quantized(nn.Sequential(nn.Linear(4, 3)), torch.float16, {nn.Linear})
+    audit = audit_module(q)
+    rows = [(r.name, r.shape, dtype_name(r.dtype), r.nbytes) for r in audit.tensors]
+    # unpacking gives a float32 copy; the packed weight is stored in float16
+    assert rows == [
+        ("0._packed_params.weight", (3, 4), "float16", 24),
+        ("0._packed_params.bias", (3,), "float32", 12),
+    ]
+    assert audit.nbytes == 36
+
+
+def test_packed_weights_left_on_the_cpu_are_a_mixed_device_finding() -> None:
+    q = quantized(
+        nn.Sequential(nn.Linear(4, 3), nn.LayerNorm(3), nn.Linear(3, 2)), torch.qint8, {nn.Linear}
+    )
+    q.to(META)  # moves the LayerNorm; the packed weights stay on the cpu
+    audit = audit_module(q)
+    assert audit.devices == (META, CPU)
+    assert {str(g.device) for g in audit.groups} == {"meta", "cpu"}
+    off = [r.name for r in audit.off(META)]
+    assert off == [
+        "0._packed_params.weight",
+        "0._packed_params.bias",
+        "2._packed_params.weight",
+        "2._packed_params.bias",
+    ]
+    with pytest.raises(PlacementError) as info:
+        audit.assert_on(META)
+    msg = str(info.value)
+    assert "4 tensor(s) not on meta, 4 of them packed in quantized modules" in msg
+    assert "0._packed_params.weight  packed" in msg
+    assert "CPU-only" in msg
+    assert "call module.to(" not in msg  # module.to() cannot move them
+    assert "register_buffer" not in msg
+
+
+def test_dynamic_rnns_and_cells_are_audited_once_each() -> None:
+    q = quantized(
+        nn.ModuleDict({"lstm": nn.LSTM(4, 3), "cell": nn.GRUCell(4, 3), "lin": nn.Linear(2, 2)}),
+        torch.qint8,
+        {nn.LSTM, nn.GRUCell, nn.Linear},
+    )
+    audit = audit_module(q)
+    names = [r.name for r in audit.tensors]
+    assert names == [
+        "lstm.weight_ih_l0",
+        "lstm.weight_hh_l0",
+        "lstm.bias_ih_l0",
+        "lstm.bias_hh_l0",
+        "cell.weight_ih",
+        "cell.weight_hh",
+        "lin._packed_params.weight",
+        "lin._packed_params.bias",
+    ]
+    assert [r.shape for r in audit.tensors[:2]] == [(12, 4), (12, 3)]
+    assert all(r.kind == "packed" for r in audit.tensors)
+    # a quantized cell keeps its biases as plain tensor attributes: strays, listed once
+    assert [s.name for s in audit.strays] == ["cell.bias_ih", "cell.bias_hh"]
+    assert audit.nbytes == (48 + 36) + 2 * 48 + (36 + 27) + 4 + 8  # GRUCell: 3 gates, 9 rows
+
+
+def test_static_quantized_conv_weights_are_audited() -> None:
+    from torch.ao.nn import quantized as nnq
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # quantized tensors are deprecated, still used
+        conv = nnq.Conv2d(3, 4, 3)  # type: ignore[no-untyped-call]
+    audit = audit_module(conv)
+    rows = [(r.name, r.shape, dtype_name(r.dtype), r.nbytes) for r in audit.tensors]
+    assert rows == [("weight", (4, 3, 3, 3), "qint8", 108), ("bias", (4,), "float32", 16)]

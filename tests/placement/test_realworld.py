@@ -4,8 +4,10 @@ generators, weight_norm and spectral_norm, parametrizations."""
 
 from __future__ import annotations
 
+import io
+import itertools
 import warnings
-from collections import OrderedDict, UserDict, defaultdict, namedtuple
+from collections import OrderedDict, UserDict, defaultdict, deque, namedtuple
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,6 +19,7 @@ from torch.nn.utils import parametrizations, parametrize
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
 from torchplace import ConfigError, PlacementError, audit_module, check_same_device, move
+from torchplace.placement import map_tensors
 
 from .helpers import CPU, META
 
@@ -109,6 +112,86 @@ def test_move_refuses_any_iterator() -> None:
     with pytest.raises(ConfigError, match=r"value\[0\]"):
         move([it], META)
     assert next(it).shape == (2, 3)
+
+
+def _iterators() -> list[Any]:
+    return [
+        pytest.param(lambda xs: (x for x in xs), "generator", id="generator"),
+        pytest.param(lambda xs: map(lambda x: x, xs), "map", id="map"),
+        pytest.param(lambda xs: filter(lambda x: True, xs), "filter", id="filter"),
+        pytest.param(lambda xs: zip(xs, xs, strict=True), "zip", id="zip"),
+        pytest.param(lambda xs: enumerate(xs), "enumerate", id="enumerate"),
+        pytest.param(lambda xs: reversed(xs), "list_reverseiterator", id="reversed"),
+        pytest.param(lambda xs: itertools.chain(xs), "chain", id="chain"),
+        pytest.param(lambda xs: itertools.islice(xs, 2), "islice", id="islice"),
+        pytest.param(lambda xs: iter(xs), "list_iterator", id="iter"),
+    ]
+
+
+@pytest.mark.parametrize(("make", "kind"), _iterators())
+def test_map_tensors_refuses_a_one_shot_iterator_instead_of_passing_it_unmapped(
+    make: Any, kind: str
+) -> None:
+    it = make([t(), t()])
+    seen: list[torch.Tensor] = []
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        seen.append(x)
+        return x
+
+    with pytest.raises(ConfigError, match=rf'map_tensors: value\["xs"\] is a {kind} .*list\('):
+        map_tensors({"xs": it}, fn)
+    assert seen == []
+    assert next(it) is not None  # left unconsumed
+
+
+def test_map_tensors_refuses_a_generator_passed_as_the_whole_value() -> None:
+    gen = (x for x in [t()])
+    with pytest.raises(ConfigError, match=r"map_tensors: value is a generator"):
+        map_tensors(gen, lambda x: x, copy=False)
+    assert len(list(gen)) == 1
+
+
+def test_map_tensors_still_walks_every_container_it_accepts() -> None:
+    class Box:
+        def __init__(self, x: torch.Tensor) -> None:
+            self.x = x
+
+        def to(self, device: torch.device | str) -> Box:
+            return Box(self.x.to(device))
+
+    stream = io.BytesIO(b"line\n")  # an iterator too, but a file: a leaf, not refused
+    batch: dict[str, Any] = {
+        "list": [t()],
+        "tuple": (t(),),
+        "pair": Pair(t(), 1),
+        "ordered": OrderedDict(x=t()),
+        "set": {t()},
+        "deque": deque([t()]),
+        "range": range(3),
+        "stream": stream,
+        "box": Box(t()),
+        "module": nn.Linear(1, 1),
+    }
+    seen: list[torch.Tensor] = []
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        seen.append(x)
+        return x.to(META)
+
+    out = map_tensors(batch, fn, objects=lambda o: "moved")
+    assert len(seen) == 6
+    assert out["list"][0].is_meta
+    assert out["tuple"][0].is_meta
+    assert type(out["pair"]) is Pair
+    assert out["pair"].x.is_meta
+    assert out["ordered"]["x"].is_meta
+    assert next(iter(out["set"])).is_meta
+    assert out["deque"][0].is_meta
+    assert out["range"] == range(3)
+    assert out["stream"] is stream
+    assert out["box"] == "moved"
+    assert out["module"] is batch["module"]
 
 
 def test_check_same_device_refuses_a_generator_instead_of_passing_it() -> None:

@@ -3,9 +3,10 @@
 - :func:`check_same_device` takes named tensors, modules and nested containers and returns their
   one common device, or raises :class:`~torchplace.errors.MixedDeviceError` with a table that
   marks the odd ones out.
-- :func:`audit_module` groups a module's parameters and buffers by device and dtype and finds the
-  *stray* tensors that ``module.to()`` will not move (plain tensor attributes, tensors inside
-  plain lists, tuples, dicts and sets, modules kept in plain containers), each named by its path.
+- :func:`audit_module` groups a module's parameters and buffers (and quantized modules' packed
+  weights) by device and dtype and finds the *stray* tensors that ``module.to()`` will not move
+  (plain tensor attributes, tensors inside plain lists, tuples, dicts and sets, modules kept in
+  plain containers), each named by its path.
 - :func:`move` returns a new structure with every tensor on the device, using ``non_blocking``
   only where it is safe.
 

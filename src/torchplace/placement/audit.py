@@ -1,7 +1,8 @@
-"""Module audit: :func:`audit_module` groups a module's parameters and buffers by device and dtype
-and finds the *stray* tensors that ``module.to()`` will not move (plain tensor attributes,
-tensors inside plain lists, tuples, dicts and sets, modules kept in plain containers), each
-named by its path. The result, a :class:`ModuleAudit`, renders as a table, rich or JSON.
+"""Module audit: :func:`audit_module` groups a module's parameters and buffers (and the packed
+weights of quantized modules) by device and dtype and finds the *stray* tensors that
+``module.to()`` will not move (plain tensor attributes, tensors inside plain lists, tuples, dicts
+and sets, modules kept in plain containers), each named by its path. The result, a
+:class:`ModuleAudit`, renders as a table, rich or JSON.
 """
 
 from __future__ import annotations
@@ -23,12 +24,19 @@ from torchplace.placement.containers import ATOMS, children, dtype_name, shape_o
 
 __all__ = ["ModuleAudit", "TensorGroup", "TensorKind", "TensorRecord", "audit_module"]
 
-TensorKind = Literal["parameter", "buffer", "stray"]
+TensorKind = Literal["parameter", "buffer", "stray", "packed"]
 
 
 @dataclass(frozen=True)
 class TensorRecord:
-    """One tensor of a module audit: where it is, what it is, and how it was found."""
+    """One tensor of a module audit: where it is, what it is, and how it was found.
+
+    ``kind`` is ``parameter`` or ``buffer`` for registered tensors, ``stray`` for one that
+    ``module.to()`` does not move, and ``packed`` for a weight or bias that a quantized module
+    (``torch.ao.nn.quantized``, ``.dynamic``: what ``quantize_dynamic`` puts in place of
+    ``nn.Linear``, ``nn.LSTM``, ...) keeps in its packed params, outside ``parameters()`` and
+    ``buffers()``; those are CPU-only in PyTorch, and ``module.to()`` leaves them on the cpu.
+    """
 
     name: str
     kind: TensorKind
@@ -61,7 +69,8 @@ class TensorRecord:
 
 @dataclass(frozen=True)
 class TensorGroup:
-    """Parameters and buffers that share one (device, dtype)."""
+    """Parameters and buffers that share one (device, dtype); ``parameters`` counts the packed
+    weights and biases of quantized modules too."""
 
     device: torch.device
     dtype: torch.dtype
@@ -100,7 +109,7 @@ class ModuleAudit:
         acc: dict[tuple[torch.device, torch.dtype], list[int]] = {}
         for r in self.tensors:
             g = acc.setdefault((r.device, r.dtype), [0, 0, 0, 0])
-            g[0 if r.kind == "parameter" else 1] += 1
+            g[0 if r.kind in ("parameter", "packed") else 1] += 1
             g[2] += 0 if r.shape is None else _numel(r.shape)
             g[3] += r.nbytes
         return tuple(TensorGroup(d, dt, *v) for (d, dt), v in acc.items())
@@ -112,7 +121,7 @@ class ModuleAudit:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by parameters and buffers."""
+        """Bytes held by parameters, buffers and packed weights."""
         return sum(r.nbytes for r in self.tensors)
 
     def off(self, device: DeviceLike) -> list[TensorRecord]:
@@ -123,8 +132,8 @@ class ModuleAudit:
     def assert_on(self, device: DeviceLike) -> None:
         """Raise :class:`~torchplace.errors.PlacementError` listing everything not on ``device``.
 
-        Parameters, buffers and strays are all checked; ``cuda`` and ``cuda:0`` compare equal
-        when device 0 is the current one.
+        Parameters, buffers, packed weights and strays are all checked; ``cuda`` and ``cuda:0``
+        compare equal when device 0 is the current one.
         """
         want = canonical_device(device)
         bad = self.off(want)
@@ -132,13 +141,22 @@ class ModuleAudit:
             return
         rows = [[r.name, r.kind, r.shape_text, dtype_name(r.dtype), str(r.device)] for r in bad]
         n_strays = sum(r.kind == "stray" for r in bad)
+        n_packed = sum(r.kind == "packed" for r in bad)
         head = f"{self.module}: {len(bad)} tensor(s) not on {want}"
         if n_strays:
             head += f", {n_strays} of them stray (module.to() does not move them)"
+        if n_packed:
+            head += f", {n_packed} of them packed in quantized modules (CPU-only in PyTorch)"
         msg = head + ".\n" + text_table(["name", "kind", "shape", "dtype", "device"], rows)
         fix = []
-        if n_strays < len(bad):
+        if n_strays + n_packed < len(bad):
             fix.append(f"call module.to({str(want)!r}) for parameters and buffers")
+        if n_packed:
+            fix.append(
+                "quantized modules (torch.ao.nn.quantized, what quantize_dynamic puts in) keep "
+                "their weights packed, CPU-only, and module.to() leaves them on the cpu: run "
+                f"the quantized model on the cpu, or the float model on {want}"
+            )
         if n_strays:
             fix.append(
                 "register stray tensors with register_buffer() (or use nn.ParameterList/"
@@ -241,6 +259,10 @@ def audit_module(module: nn.Module) -> ModuleAudit:
     referenced from a plain container is not a stray: between cpu and cuda ``to()`` moves
     parameters in place, so the reference follows (a later audit reports it if it did not).
     A lazy module's parameter that has no shape yet has ``shape`` None (shown ``uninitialized``).
+    The weights and biases that quantized modules keep in packed params (``quantize_dynamic``'s
+    ``Linear``/``LSTM``/``GRU``/cells, static quantized ``Linear``/``Conv``) are recorded with
+    kind ``packed``, read back one module at a time, at the dtype they are stored in (``qint8``,
+    ``float16``); a bias a quantized cell also keeps as a plain attribute is a stray instead.
     The ``weight`` that ``torch.nn.utils.weight_norm``/``spectral_norm`` recompute from their
     registered parameters on every forward is not a stray: it follows them.
     """
@@ -251,6 +273,7 @@ def audit_module(module: nn.Module) -> ModuleAudit:
         )
     tensors = [TensorRecord.of(n, "parameter", p) for n, p in module.named_parameters()]
     tensors += [TensorRecord.of(n, "buffer", b) for n, b in module.named_buffers()]
+    tensors += _packed_records(module)
     finder = _StrayFinder(module)
     for prefix, sub in module.named_modules():
         rebuilt = _rebuilt_by_hooks(sub)
@@ -259,6 +282,52 @@ def audit_module(module: nn.Module) -> ModuleAudit:
                 continue
             finder.walk(value, f"{prefix}.{attr}" if prefix else attr)
     return ModuleAudit(type(module).__name__, tuple(tensors), tuple(finder.strays))
+
+
+def _packed_records(module: nn.Module) -> list[TensorRecord]:
+    """The weights and biases that quantized modules inside ``module`` keep in packed params."""
+    out: list[TensorRecord] = []
+    for prefix, sub in module.named_modules():
+        if not _holds_packed(sub):
+            continue
+        stored = getattr(sub, "dtype", None) or getattr(sub, "weight_dtype", None)
+        for name, t in _unpacked(sub):
+            dtype = t.dtype
+            if stored == torch.float16 and dtype == torch.float32 and name.startswith("weight"):
+                dtype = torch.float16  # fp16 packing stores the weight in half; unpacking widens it
+            path = f"{prefix}.{name}" if prefix else name
+            nbytes = t.numel() * dtype.itemsize
+            out.append(TensorRecord(path, "packed", shape_of(t), dtype, t.device, nbytes))
+    return out
+
+
+def _holds_packed(sub: nn.Module) -> bool:
+    """A quantized module that unpacks its own weights (a dynamic ``Linear`` does not: its child
+    ``LinearPackedParams`` holds them, and is the one recorded)."""
+    if not type(sub).__module__.startswith("torch.ao.nn.") or not hasattr(sub, "_weight_bias"):
+        return False
+    return not any(hasattr(child, "_weight_bias") for child in sub.children())
+
+
+def _unpacked(sub: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """``sub``'s packed weights and biases by name, as unpacked copies; a tensor it also keeps as
+    a plain attribute (a quantized cell's bias) is left to the stray search."""
+    try:
+        got = sub._weight_bias()  # type: ignore[operator]
+    except (RuntimeError, TypeError, AttributeError, NotImplementedError):
+        return []  # a quantized engine or torch version that cannot unpack them here
+    if isinstance(got, tuple):  # (weight, bias), or (weight, bias, block sizes) when sparse
+        named = list(zip(("weight", "bias"), got, strict=False))
+    elif isinstance(got, dict):  # rnns and cells: {"weight": {name: t}, "bias": {name: t}}
+        named = [item for part in got.values() if isinstance(part, dict) for item in part.items()]
+    else:
+        return []
+    own = vars(sub)
+    return [
+        (name, t)
+        for name, t in named
+        if isinstance(t, torch.Tensor) and not isinstance(own.get(name), torch.Tensor)
+    ]
 
 
 class _StrayFinder:

@@ -57,7 +57,10 @@ def map_tensors(
     they are. With ``copy=False`` a container whose contents did not change is returned itself.
     With ``objects``, any other object that has its own ``to`` method is replaced by
     ``objects(obj)`` instead of being walked. A structure that contains itself, or nests deeper
-    than Python's recursion limit allows, raises :class:`~torchplace.errors.ConfigError`.
+    than Python's recursion limit allows, raises :class:`~torchplace.errors.ConfigError`; so
+    does a generator or other iterator (``map``, ``zip``, ``iter(list)``, ...; a file is a
+    leaf), naming its path and left unconsumed: its tensors cannot be reached without using it
+    up, and passing it through would leave them unmapped.
     """
     return _walk("map_tensors", _Mapper(fn, copy, objects), obj)  # type: ignore[no-any-return]
 
@@ -80,21 +83,18 @@ class _OneShotFound(Exception):
 
 
 class _Mapper:
-    __slots__ = ("_copy", "_fn", "_memo", "_refuse_one_shot", "_to")
+    __slots__ = ("_copy", "_fn", "_memo", "_to")
 
     def __init__(
         self,
         fn: Callable[[torch.Tensor], torch.Tensor],
         copy: bool,
         to: Callable[[Any], Any] | None = None,
-        *,
-        refuse_one_shot: bool = False,
     ) -> None:
         self._fn = fn
         self._copy = copy
         self._memo: dict[int, torch.Tensor] = {}
         self._to = to
-        self._refuse_one_shot = refuse_one_shot
 
     def tensor(self, t: torch.Tensor) -> torch.Tensor:
         key = id(t)
@@ -128,7 +128,7 @@ class _Mapper:
                 return self._to(obj)
         if isinstance(obj, Mapping):
             return self._mapping(obj)
-        if self._refuse_one_shot and is_one_shot(obj):
+        if is_one_shot(obj):
             raise _OneShotFound(obj)
         if is_namedtuple(obj):
             items = [self.map(v) for v in obj]
@@ -293,7 +293,7 @@ def move(
     try:
         if type(obj) is torch.Tensor:
             return fn(obj)  # type: ignore[return-value, arg-type]
-        mapper = _Mapper(fn, True, lambda o: o.to(target), refuse_one_shot=True)
+        mapper = _Mapper(fn, True, lambda o: o.to(target))
         return _walk("move", mapper, obj)  # type: ignore[no-any-return]
     except TorchplaceError:
         raise
