@@ -16,7 +16,8 @@ Modules:
 * ``resolve``: :func:`resolve_device`, ``$TORCHPLACE_DEVICE``, :func:`cuda_unavailable_reason`;
 * ``inventory``: :func:`device_inventory` (and :func:`inventory_by_device`, which sets apart a
   device that cannot be read) and :class:`DeviceInfo`;
-* ``visible``: ``CUDA_VISIBLE_DEVICES`` / ``HIP_VISIBLE_DEVICES``, parsed as the runtime does;
+* ``visible``: ``CUDA_VISIBLE_DEVICES`` / ``HIP_VISIBLE_DEVICES``, parsed as the runtime does, and
+  on ROCm applied after ``ROCR_VISIBLE_DEVICES``;
 * ``probe``: :class:`DeviceProbe`, the real :class:`TorchProbe` and :func:`default_probe`;
 * ``fake``: :class:`FakeProbe`, an imaginary machine for tests.
 """

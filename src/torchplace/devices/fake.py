@@ -10,7 +10,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from torchplace.devices.probe import DeviceProperties, DriverInfo
-from torchplace.devices.visible import parse_visible_devices, visibility_variable
+from torchplace.devices.visible import (
+    parse_rocr_visible_devices,
+    parse_visible_devices,
+    rocr_visible_devices,
+    visibility_variable,
+)
 
 __all__ = ["FakeProbe"]
 
@@ -24,7 +29,10 @@ class FakeProbe:
     way the CUDA runtime would: ``FakeProbe(devices=[a, b, c], env={"CUDA_VISIBLE_DEVICES":
     "2,0"})`` shows ``c`` as logical 0 and ``a`` as logical 1. Physical devices are matched by
     integer position or by ``uuid`` prefix; of several MIG devices listed, only the first is
-    visible, as CUDA enumerates one MIG device per process.
+    visible, as CUDA enumerates one MIG device per process. With ``hip_version`` set (a ROCm
+    build), ``ROCR_VISIBLE_DEVICES`` picks and orders the physical devices first (by index or
+    UUID prefix, in any case, up to the first entry it cannot read or that repeats one), and
+    ``HIP_VISIBLE_DEVICES`` or ``CUDA_VISIBLE_DEVICES`` then index into those.
     """
 
     devices: Sequence[DeviceProperties] = ()
@@ -44,18 +52,32 @@ class FakeProbe:
     def _visible(self) -> list[DeviceProperties]:
         if self.cuda_version is None and self.hip_version is None:
             return []
+        pool = self._rocr_visible()
         parsed = parse_visible_devices(self.env(visibility_variable(self)))
         if parsed is None:
-            return list(self.devices)
+            return pool
         out: list[DeviceProperties] = []
         for entry in parsed:
-            match = _match_physical(entry, self.devices)
+            match = _match_physical(entry, pool)
             if match is None:  # the CUDA runtime stops at the first unknown entry
                 break
             if match in out:
                 return []
             if _is_mig(match) and any(_is_mig(d) for d in out):
                 continue  # CUDA enumerates one MIG device per process
+            out.append(match)
+        return out
+
+    def _rocr_visible(self) -> list[DeviceProperties]:
+        """The devices ``ROCR_VISIBLE_DEVICES`` leaves, in its order (all when unset)."""
+        value = rocr_visible_devices(self)
+        if value is None:
+            return list(self.devices)
+        out: list[DeviceProperties] = []
+        for entry in parse_rocr_visible_devices(value) or ():  # not None: value is set
+            match = _match_physical(entry, self.devices, upper=True)
+            if match is None or match in out:  # ROCr stops at an unknown or repeated GPU
+                break
             out.append(match)
         return out
 
@@ -118,9 +140,12 @@ def _is_mig(device: DeviceProperties) -> bool:
     return device.uuid is not None and device.uuid.startswith("MIG-")
 
 
-def _match_physical(entry: str, devices: Sequence[DeviceProperties]) -> DeviceProperties | None:
+def _match_physical(
+    entry: str, devices: Sequence[DeviceProperties], *, upper: bool = False
+) -> DeviceProperties | None:
     if entry.isdigit():
         i = int(entry) if len(entry) < 19 else len(devices)  # no int() of 5000 digits
         return devices[i] if i < len(devices) else None
-    hits = [d for d in devices if d.uuid is not None and d.uuid.startswith(entry)]
+    uuids = [(d, d.uuid.upper() if upper else d.uuid) for d in devices if d.uuid is not None]
+    hits = [d for d, uuid in uuids if uuid.startswith(entry)]
     return hits[0] if len(hits) == 1 else None

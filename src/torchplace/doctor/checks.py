@@ -272,20 +272,14 @@ def _cut_short(facts: Facts) -> tuple[str, str] | None:
     """Why CUDA reads fewer GPUs than the visibility variable lists, and the fix; None if not."""
     vis, count = facts.visible, facts.device_count
     ids = vis.physical_ids or ()
+    rocm = vis.rocr is not None or vis.variable != "CUDA_VISIBLE_DEVICES"
     fix = (
-        f"list in {vis.variable} only GPUs this machine has ('nvidia-smi -L' shows their "
-        "indices and UUIDs), separated by commas, with no empty or negative entry"
+        f"list in {vis.variable} only GPUs this machine has "
+        f"({'amd-smi list' if rocm else 'nvidia-smi -L'!r} shows their indices and UUIDs), "
+        "separated by commas, with no empty or negative entry"
     )
     if vis.ignored:
-        after = vis.ignored if vis.stopped_at == "" else vis.ignored[1:]
-        if vis.stopped_at == "":
-            stop = "an empty entry ends the list"
-        elif re.fullmatch(r"-[0-9]+", vis.stopped_at or ""):
-            stop = f"{vis.stopped_at!r} ends the list"
-        else:
-            stop = f"{vis.stopped_at!r} is not a GPU index or UUID, and it ends the list"
-        unread = f": {', '.join(map(repr, after))} {'is' if len(after) == 1 else 'are'} never read"
-        reason = stop + (unread if after else "")
+        reason = vis.why_stopped() or ""
     elif not facts.cuda_available or count >= len(ids):
         return None
     elif sum(i.startswith("MIG-") for i in ids) > 1:
