@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import http.client
 import threading
 import time
@@ -14,9 +16,12 @@ import numpy as np
 import orjson
 import pytest
 
+from torchplace.serve.memory import MemoryCheck
+from torchplace.serve.registry import Registry
+from torchplace.serve.reload import ModelControl
 from torchplace.serve.running import ServerThread
 
-from .conftest import test_config
+from .conftest import FakeEngine, eventually, test_config
 from .engine_helpers import save_exported
 from .repository_helpers import expected, infer_body, write_model, write_version
 
@@ -505,3 +510,40 @@ def test_an_invalid_value_names_the_file_and_the_field(
         "give an integer >= 1"
     )
     assert _call(server.port, "POST", "/v2/models/a/infer", BODY)[0] == 200
+
+
+@pytest.mark.parametrize("answered", [False, True])
+def test_stop_ends_a_retire_and_releases_the_old_version(tmp_path: Path, answered: bool) -> None:
+    """An unload waits for a request when the server stops: answered within stop's timeout,
+    the unload finishes; never answered, stop() cuts the wait short. Either way the old
+    version's engine is stopped, its memory released, and no task is left pending (asyncio
+    would say "Task was destroyed but it is pending!")."""
+    config = test_config(
+        model_repository=tmp_path, model_control_mode="explicit", drain_timeout_s=3600.0
+    )
+
+    async def scenario() -> tuple[FakeEngine, MemoryCheck, set[asyncio.Task[Any]]]:
+        engine = FakeEngine()
+        control = ModelControl(Registry(), config, engine=engine)
+        await control.start()
+        handle = control.registry.get("seed-mlp")
+        handle.views["memory"] = "seed-mlp/1#0"
+        control.memory.reserve("seed-mlp/1#0", {"cpu": 1024})
+        handle.enter()  # a request that is never answered
+        unload = asyncio.ensure_future(control.unload("seed-mlp"))
+        await eventually(lambda: not control.registry.names())
+        assert not unload.done()  # the retire waits for the request
+        if answered:
+            asyncio.get_running_loop().call_later(0.01, handle.leave)
+        await asyncio.wait_for(control.stop(5.0 if answered else 0.0), 10)
+        assert unload.done()
+        assert unload.cancelled() is not answered  # an unload cut short says so to its caller
+        with contextlib.suppress(asyncio.CancelledError):
+            await unload
+        left = asyncio.all_tasks() - {asyncio.current_task()}
+        return engine, control.memory, left
+
+    engine, memory, left = asyncio.run(scenario())
+    assert engine.stopped
+    assert memory.reserved == {}
+    assert left == set()

@@ -75,7 +75,7 @@ from torchplace.serve.grpc_codec import (
     parse_message,
     status_details,
 )
-from torchplace.serve.grpc_health import NOT_SERVING, SERVING, health_handler
+from torchplace.serve.grpc_health import NOT_SERVING, SERVING, HealthNotifier, health_handler
 from torchplace.serve.grpc_read import unary_unary_handler
 from torchplace.serve.proto import grpc_service_pb2 as pb
 from torchplace.serve.proto import model_config_pb2 as config_pb
@@ -185,6 +185,10 @@ class GrpcServer:
         self._server_meta = pb.ServerMetadataResponse(
             name="torchplace", version=__version__, extensions=extensions(config)
         )
+        #: wakes the health Watch streams: told of the published models, the start, the
+        #: drain; an engine's readiness (a replica lost or back) it probes while they watch
+        self.health_changes = HealthNotifier(probe=self._engines_ready)
+        self.registry.subscribe(self.health_changes.notify)
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self, host: str, port: int) -> None:
@@ -210,7 +214,10 @@ class GrpcServer:
                 ),
             ]
         )
-        health = health_handler(self._health, lambda: self.draining, self.config.request_timeout_s)
+        health = health_handler(
+            self._health, lambda: self.draining, self.config.request_timeout_s,
+            self.health_changes,
+        )  # fmt: skip
         server.add_generic_rpc_handlers((self._handlers(), health))
         try:
             bound = server.add_insecure_port(f"{host}:{port}")
@@ -227,6 +234,7 @@ class GrpcServer:
         self._server = server
         self.port = bound
         self._started = True
+        self.health_changes.notify()
 
     def ready(self) -> bool:
         """Ready for inference: every loaded model is, and the server is not draining."""
@@ -239,12 +247,17 @@ class GrpcServer:
         wait for the RPCs in flight within ``timeout`` seconds of the start."""
         deadline = time.monotonic() + timeout
         self.draining = True
+        self.health_changes.notify()  # the watches send NOT_SERVING and end
         for answers in self._streams:
             answers.put_nowait(_DRAINING)  # a stream ends once its requests are answered
         if grace > 0:
             await asyncio.sleep(min(grace, timeout))
         if self._server is not None:
             await self._server.stop(max(0.0, deadline - time.monotonic()))
+
+    def _engines_ready(self) -> tuple[bool, ...]:
+        """Each loaded version's readiness (what the health notifier probes)."""
+        return tuple(h.engine.is_ready() for h in self.registry.handles())
 
     def _health(self, service: str) -> int | None:
         """The health protocol's status of the server ('' or the OIP service) or of a model

@@ -135,8 +135,9 @@ class ModelControl:
 
     async def stop(self, timeout: float) -> None:
         """Stop polling; let the loads and unloads under way finish (within ``timeout``), then
-        cancel those still going (a version half built is stopped and its memory released,
-        not left running once the loop is gone); drain and stop every loaded version."""
+        cancel those still going (a version half built, or a replaced one still waiting for
+        its requests, is stopped and its memory released, not left running once the loop is
+        gone); drain and stop every loaded version."""
         if self._poller is not None:
             self._poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -269,9 +270,17 @@ class ModelControl:
         )
 
     async def _retire(self, handles: list[ModelHandle]) -> None:
-        await asyncio.gather(*(h.retire(self.config.drain_timeout_s) for h in handles))
-        for handle in handles:
-            self.memory.release(handle.views.get("memory", ""))
+        """Wait for the requests routed to ``handles`` (up to ``--drain-timeout``), stop their
+        engines, release their memory. Cancelled (:meth:`stop` cuts the wait short), they
+        are stopped at once all the same: else their engines would run on, unreachable."""
+        try:
+            await asyncio.gather(*(h.retire(self.config.drain_timeout_s) for h in handles))
+        except asyncio.CancelledError:
+            await asyncio.gather(*(h.retire(0.0) for h in handles))
+            raise
+        finally:
+            for handle in handles:
+                self.memory.release(handle.views.get("memory", ""))
 
     # -- building one version --------------------------------------------------------------
     async def _build(self, settings: Mapping[str, Any], *, source: str) -> ModelHandle:
