@@ -21,6 +21,12 @@ Sources come from ``https://github.com/OWNER/NAME`` by ``git fetch``, or from a 
 repository per project with ``--git-dir-template '/mirrors/{owner}/{name}.git'``. The cache is
 ``~/.cache/torchplace/lint-corpus`` unless ``--cache DIR`` or ``TORCHPLACE_LINT_CORPUS`` says
 otherwise. No GPU is involved: ``--device`` is accepted for a uniform benchmark interface.
+
+``--quick`` (used by ``make bench ARGS=--quick``) fetches nothing: it scores the repositories at
+hand (in the cache at their commit, or borrowed from a local repository named by
+``--git-dir-template``) within a time budget of 45 s, prints one SKIP line with the reason for
+the rest, and checks the label files' format all the same. The targets are judged only when the
+whole corpus was scored; for a part of it they are INFO lines, and ``--check`` fails on none.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +60,11 @@ MIN_RULE_RECALL = 0.60
 MIN_RULE_PITFALLS = 5
 MIN_CROSS_RECALL = 0.50
 GIT_TIMEOUT_S = 600.0
+QUICK_BUDGET_S = 45.0  # for finding and linting sources under --quick
+NOT_AT_HAND = (
+    "--quick fetches nothing: fill the cache with scripts/lint-corpus-fetch, or pass "
+    "--git-dir-template with a local repository per project"
+)
 # Kept out of the corpus on purpose: a held-out measure of the rules.
 HELD_OUT = frozenset(
     {
@@ -242,20 +254,33 @@ def _objects(origin: str) -> Path | None:
     return None
 
 
-def fetch(project: Project, cache: Path, git_dir_template: str | None) -> Path:
-    """The project's linted paths at its pinned commit under ``cache``; fetched when missing.
-
-    Only ``paths`` are checked out (a sparse checkout), so large files elsewhere in the history
-    are never needed. A local repository is borrowed through git's alternates, not copied.
-    """
+def _checked_out(project: Project, cache: Path) -> Path | None:
+    """The project's checkout in ``cache`` when it is at its commit with every path, else None."""
     dest = cache / project.slug
     if (dest / ".git").exists():
         head = _git(["rev-parse", "HEAD"], dest)
         on_commit = head.returncode == 0 and head.stdout.strip() == project.commit
         if on_commit and all((dest / p).exists() for p in project.paths):
             return dest
+    return None
+
+
+def _origin(project: Project, git_dir_template: str | None) -> str:
     owner, name = project.repo.split("/")
-    origin = (git_dir_template or GITHUB).format(owner=owner, name=name)
+    return (git_dir_template or GITHUB).format(owner=owner, name=name)
+
+
+def fetch(project: Project, cache: Path, git_dir_template: str | None) -> Path:
+    """The project's linted paths at its pinned commit under ``cache``; fetched when missing.
+
+    Only ``paths`` are checked out (a sparse checkout), so large files elsewhere in the history
+    are never needed. A local repository is borrowed through git's alternates, not copied.
+    """
+    found = _checked_out(project, cache)
+    if found is not None:
+        return found
+    dest = cache / project.slug
+    origin = _origin(project, git_dir_template)
     dest.mkdir(parents=True, exist_ok=True)
     steps = [["init", "--quiet"]]
     objects = _objects(origin)
@@ -283,6 +308,17 @@ def fetch(project: Project, cache: Path, git_dir_template: str | None) -> Path:
                 "repository per project, or fill the cache beforehand)"
             )
     return dest
+
+
+def at_hand(project: Project, cache: Path, git_dir_template: str | None) -> Path | None:
+    """The project's sources without the network (``--quick``): its checkout in the cache, or
+    one borrowed from the local repository ``git_dir_template`` names; None when neither."""
+    found = _checked_out(project, cache)
+    if found is not None:
+        return found
+    if git_dir_template is None or _objects(_origin(project, git_dir_template)) is None:
+        return None
+    return fetch(project, cache, git_dir_template)
 
 
 # ---------------------------------------------------------------- linting and scoring
@@ -392,7 +428,7 @@ def render(result: Score, skipped: Sequence[str], show_unlabelled: int) -> str:
     width = max((len(repo) for repo in result.by_repo), default=12)
     lines += [_row(repo, t, width) for repo, t in sorted(result.by_repo.items())]
     if skipped:
-        lines += ["", "not scored (no sources):", *(f"  {s}" for s in skipped)]
+        lines += ["", "not scored:", *(f"  {s}" for s in skipped)]
     lines += ["", f"missed pitfalls: {len(result.misses)}"]
     lines += [
         f"  {r}:{lb.path}:{lb.line} {lb.rule} [{lb.scope}] {lb.reason}" for r, lb in result.misses
@@ -411,7 +447,10 @@ def render(result: Score, skipped: Sequence[str], show_unlabelled: int) -> str:
 
 
 def as_json(
-    result: Score, skipped: Sequence[str], checks: Sequence[tuple[str, bool]]
+    result: Score,
+    skipped: Sequence[str],
+    checks: Sequence[tuple[str, bool]],
+    judged: bool = True,
 ) -> dict[str, Any]:
     def rows(items: list[tuple[str, Label]]) -> list[dict[str, Any]]:
         return [{"repo": r, **vars(lb)} for r, lb in items]
@@ -428,6 +467,7 @@ def as_json(
         ],
         "not_scored": list(skipped),
         "targets": [{"target": name, "passed": ok} for name, ok in checks],
+        "targets_judged": judged,  # false under --quick when a part of the corpus was scored
     }
 
 
@@ -465,53 +505,122 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", type=Path, default=None, help="write the results here")
     p.add_argument("--device", default="auto", help="ignored: linting needs no device")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"fetch nothing: score what is in the cache or in local repositories within "
+        f"{QUICK_BUDGET_S:g} s, SKIP lines for the rest; the targets INFO lines unless the "
+        "whole corpus was scored",
+    )
     return p
 
 
+def _gather(
+    projects: Sequence[Project], cache: Path, args: argparse.Namespace
+) -> tuple[list[tuple[Project, Path]], list[str]]:
+    """(project, sources) of each project with sources, and ``repo@commit`` of the others;
+    under --quick only the sources at hand, nothing fetched."""
+    sources: list[tuple[Project, Path]] = []
+    missing: list[str] = []
+    for project in projects:
+        try:
+            if args.quick:
+                where = at_hand(project, cache, args.git_dir_template)
+            else:
+                where = fetch(project, cache, args.git_dir_template)
+        except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+            print(f"warning: {exc}", file=sys.stderr)
+            where = None
+        if where is None:
+            missing.append(f"{project.repo}@{project.commit[:12]}")
+        else:
+            sources.append((project, where))
+    return sources, missing
+
+
+def _lint_all(
+    sources: Sequence[tuple[Project, Path]], deadline: float | None
+) -> tuple[list[tuple[Project, set[tuple[str, int, str]]]], list[str]]:
+    """Each project's findings, and ``repo@commit`` of those left once ``deadline`` (a
+    ``time.monotonic()`` value; None: no limit) has passed."""
+    results: list[tuple[Project, set[tuple[str, int, str]]]] = []
+    late: list[str] = []
+    for project, where in sources:
+        if deadline is not None and time.monotonic() >= deadline:
+            late.append(f"{project.repo}@{project.commit[:12]}")
+        else:
+            results.append((project, lint(where, project.paths)))
+    return results, late
+
+
+def _print_checks(
+    checks: Sequence[tuple[str, bool]], judged: bool, scored: int, projects: int
+) -> None:
+    for name, ok in checks:
+        if judged:
+            print(f"{'PASS' if ok else 'FAIL'}: {name}")
+        else:
+            print(
+                f"INFO: {name} (--quick scored {scored} of {projects} repositories: a part of "
+                "the corpus cannot judge its targets)"
+            )
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    options = parser()
+    args = options.parse_args(argv)
+    if args.quick and args.fetch_only:
+        options.error("--quick fetches nothing: use --fetch-only without it")
+    deadline = time.monotonic() + QUICK_BUDGET_S if args.quick else None
     try:
         projects = load_corpus(args.corpus)
     except CorpusError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     cache = _cache(args.cache)
-    sources: list[tuple[Project, Path]] = []
-    skipped: list[str] = []
-    for project in projects:
-        try:
-            sources.append((project, fetch(project, cache, args.git_dir_template)))
-        except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
-            print(f"warning: {exc}", file=sys.stderr)
-            skipped.append(f"{project.repo}@{project.commit[:12]}")
+    sources, missing = _gather(projects, cache, args)
     if args.fetch_only:
         for project, where in sources:
             print(f"{project.repo}@{project.commit[:12]} -> {where}")
-        return 1 if skipped else 0
+        return 1 if missing else 0
     try:
-        results = [(project, lint(where, project.paths)) for project, where in sources]
+        results, late = _lint_all(sources, deadline)
     except CorpusError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    skipped = missing + late
     result = score(results)
     checks = targets(result)
-    labels = sum(len(p.labels) for p, _ in sources)
+    labels = sum(len(p.labels) for p, _ in results)
     print(
-        f"lint corpus: {len(sources)} of {len(projects)} repositories, {labels} labelled "
+        f"lint corpus: {len(results)} of {len(projects)} repositories, {labels} labelled "
         f"locations ({result.overall.pitfalls} pitfalls, {result.overall.cleans} clean), "
         f"cache {cache}"
     )
     print(render(result, skipped, args.show_unlabelled))
     print()
-    for name, ok in checks:
-        print(f"{'PASS' if ok else 'FAIL'}: {name}")
-    if skipped:
+    judged = not (args.quick and skipped)  # a full run judges whatever it could fetch
+    if args.quick:
+        total = sum(len(p.labels) for p in projects)
+        print(f"PASS: the label files follow the format ({len(projects)} files, {total} labels)")
+    _print_checks(checks, judged, len(results), len(projects))
+    if args.quick:
+        if missing:
+            print(
+                f"SKIP: {len(missing)} of {len(projects)} repositories not at hand ({NOT_AT_HAND})"
+            )
+        if late:
+            print(
+                f"SKIP: {len(late)} repositories not linted: the --quick time budget of "
+                f"{QUICK_BUDGET_S:g} s was spent"
+            )
+    elif skipped:
         print(f"FAIL: {len(skipped)} repositories could not be fetched")
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(as_json(result, skipped, checks), indent=2))
-    passed = all(ok for _, ok in checks) and not skipped and bool(sources)
-    return 1 if args.check and not passed else 0
+        args.json.write_text(json.dumps(as_json(result, skipped, checks, judged), indent=2))
+    passed = all(ok for _, ok in checks) and not skipped and bool(results)
+    return 1 if args.check and judged and not passed else 0
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ parsing, routing and the socket). Prints one table per model; nothing is asserte
 
     python benchmarks/serve_profile.py                   # seed-mlp and wide-mlp on the CPU
     python benchmarks/serve_profile.py --device cuda:0
+    python benchmarks/serve_profile.py --quick          # 200 runs per stage: a few seconds
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ from torchplace.serve.config import ServeConfig
 from torchplace.serve.engine import Engine
 from torchplace.serve.running import ServerThread
 from torchplace.serve.startup import thread_count
+
+REPEAT = 2000  # timed runs per stage
+QUICK_REPEAT = 200  # under --quick
 
 
 def median_us(fn: Callable[[], object], repeat: int) -> float:
@@ -140,12 +144,31 @@ def _http_round_trip(config: ServeConfig, body: bytes, model: str, repeat: int) 
             conn.close()
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--models", default="seed-mlp,wide-mlp")
-    parser.add_argument("--repeat", type=int, default=2000)
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=None,
+        help=f"timed runs per stage (default {REPEAT}; --quick {QUICK_REPEAT})",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"a short run: {QUICK_REPEAT} runs per stage (a few seconds per model)",
+    )
     args = parser.parse_args(argv)
+    if args.repeat is None:
+        args.repeat = QUICK_REPEAT if args.quick else REPEAT
+    if args.repeat < 1:
+        parser.error(f"--repeat {args.repeat}: give at least 1 run per stage")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     for model in args.models.split(","):
         print(f"\n{model} on {args.device}, 1 row per request, median microseconds")
         print(f"| {'stage':<30} | {'us':>9} |")

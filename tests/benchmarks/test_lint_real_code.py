@@ -248,3 +248,142 @@ def test_a_broken_corpus_is_a_usage_error(
     (tmp_path / "acme__demo.toml").write_text("repo = \n")
     assert bench.main(["--corpus", str(tmp_path)]) == 2
     assert "acme__demo.toml" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- --quick
+# No repository is made here: the cache holds a plain folder, and git's answer to
+# `rev-parse HEAD` in it is the pinned commit; any other git command fails the test.
+QUICK_COMMIT = "c" * 40
+
+
+@pytest.fixture
+def cached(bench: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """(corpus, cache): acme/demo pinned at QUICK_COMMIT, its checkout in the cache."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    rows = [
+        _label("pkg/train.py", LOAD_LINE, "TPL402", "pitfall"),  # reported: TP
+        _label("pkg/train.py", 7, "TPL501", "pitfall", "cross"),  # nothing there: FN
+    ]
+    (corpus / "acme__demo.toml").write_text(
+        f'repo = "acme/demo"\ncommit = "{QUICK_COMMIT}"\nkind = "training"\npaths = ["pkg"]\n\n'
+        + "\n".join(rows)
+    )
+    cache = tmp_path / "cache"
+    checkout = cache / "acme__demo"
+    (checkout / ".git").mkdir(parents=True)
+    (checkout / "pkg").mkdir()
+    (checkout / "pkg" / "train.py").write_text(SOURCE)
+
+    def git(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+        assert list(args) == ["rev-parse", "HEAD"], f"--quick ran git {args}"
+        found = cwd == checkout
+        return subprocess.CompletedProcess(args, 0 if found else 128, f"{QUICK_COMMIT}\n", "")
+
+    monkeypatch.setattr(bench, "_git", git)
+    return corpus, cache
+
+
+def _other_project(corpus: Path) -> None:
+    """A second label file, of a repository with nothing in the cache."""
+    (corpus / "acme__other.toml").write_text(
+        f'repo = "acme/other"\ncommit = "{"b" * 40}"\nkind = "library"\npaths = ["lib"]\n\n'
+        + _label("lib/a.py", 1, "TPL402", "pitfall")
+    )
+
+
+def test_quick_judges_the_targets_when_the_whole_corpus_is_at_hand(
+    bench: ModuleType, cached: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    corpus, cache = cached
+    args = ["--quick", "--corpus", str(corpus), "--cache", str(cache)]
+    assert bench.main(args) == 0
+    out = capsys.readouterr().out
+    assert "1 of 1 repositories, 2 labelled locations" in out
+    assert "PASS: the label files follow the format (1 files, 2 labels)" in out
+    assert "FAIL: recall on cross rows" in out
+    assert bench.main([*args, "--check"]) == 1
+
+
+def test_quick_scores_what_is_at_hand_and_fetches_nothing(
+    bench: ModuleType, cached: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    corpus, cache = cached
+    _other_project(corpus)
+    args = ["--quick", "--corpus", str(corpus), "--cache", str(cache)]
+    assert bench.main(args) == 0
+    assert bench.main([*args, "--check"]) == 0  # a part of the corpus judges no target
+    captured = capsys.readouterr()
+    assert "1 of 2 repositories" in captured.out
+    assert "SKIP: 1 of 2 repositories not at hand" in captured.out
+    assert "scripts/lint-corpus-fetch" in captured.out
+    assert "INFO: recall on cross rows" in captured.out
+    assert "FAIL" not in captured.out
+    assert captured.err == ""
+    assert not (cache / "acme__other").exists()  # no fetch was tried
+
+
+def test_quick_borrows_from_local_repositories_only(
+    bench: ModuleType,
+    cached: tuple[Path, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    corpus, cache = cached
+    _other_project(corpus)
+    fetched: list[tuple[str, str]] = []
+
+    def fetch(project: object, where: Path, template: str) -> Path:
+        repo = project.repo  # type: ignore[attr-defined]
+        fetched.append((repo, template))
+        raise RuntimeError(f"{repo}: not this time")
+
+    monkeypatch.setattr(bench, "fetch", fetch)
+    (tmp_path / "mirrors" / "acme" / "other" / "objects").mkdir(parents=True)
+    local = str(tmp_path / "mirrors" / "{owner}" / "{name}")
+    args = ["--quick", "--corpus", str(corpus), "--cache", str(cache)]
+    assert bench.main([*args, "--git-dir-template", local]) == 0
+    assert fetched == [("acme/other", local)]  # acme/demo came from the cache
+    assert "acme/other: not this time" in capsys.readouterr().err
+    fetched.clear()
+    assert bench.main([*args, "--git-dir-template", "https://example.com/{owner}/{name}"]) == 0
+    assert fetched == []  # never over the network
+    assert "SKIP: 1 of 2 repositories not at hand" in capsys.readouterr().out
+
+
+def test_quick_without_sources_is_a_skip_line_with_the_reason(
+    bench: ModuleType, cached: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    corpus, _ = cached
+    empty = tmp_path / "empty"
+    assert bench.main(["--quick", "--corpus", str(corpus), "--cache", str(empty)]) == 0
+    out = capsys.readouterr().out
+    assert "0 of 1 repositories" in out
+    assert "SKIP: 1 of 1 repositories not at hand" in out
+    assert "FAIL" not in out
+    assert not empty.exists()
+
+
+def test_quick_stops_linting_when_its_budget_is_spent(
+    bench: ModuleType,
+    cached: tuple[Path, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    corpus, cache = cached
+    monkeypatch.setattr(bench, "QUICK_BUDGET_S", 0.0)
+    assert bench.main(["--quick", "--corpus", str(corpus), "--cache", str(cache)]) == 0
+    out = capsys.readouterr().out
+    assert "0 of 1 repositories" in out
+    assert "SKIP: 1 repositories not linted: the --quick time budget" in out
+    assert "INFO: recall on cross rows" in out
+
+
+def test_quick_with_fetch_only_is_a_usage_error(
+    bench: ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--quick", "--fetch-only"])
+    assert exc.value.code == 2
+    assert "--fetch-only" in capsys.readouterr().err

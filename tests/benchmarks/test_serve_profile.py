@@ -1,0 +1,32 @@
+"""benchmarks/serve_profile.py's options: ``--quick`` times fewer runs per stage."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from types import ModuleType
+
+import pytest
+
+from tests.scripts import load_benchmark, unload
+
+
+@pytest.fixture(scope="module")
+def bench() -> Iterator[ModuleType]:
+    module = load_benchmark("serve_profile", module_name="serve_profile_under_test")
+    yield module
+    unload(module)
+
+
+def test_quick_times_fewer_runs_per_stage(bench: ModuleType) -> None:
+    assert bench.parse_args([]).repeat == bench.REPEAT
+    assert bench.parse_args(["--quick"]).repeat == bench.QUICK_REPEAT < bench.REPEAT
+    assert bench.parse_args(["--quick", "--repeat", "50"]).repeat == 50
+
+
+def test_a_repeat_below_one_is_a_usage_error(
+    bench: ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        bench.parse_args(["--repeat", "0"])
+    assert exc.value.code == 2
+    assert "--repeat 0" in capsys.readouterr().err
