@@ -139,7 +139,10 @@ def main(argv: list[str] | None = None) -> int:
         f"floor: parsing the same files with Python's ast alone takes {parse_seconds:.2f} s; "
         f"torchplace takes {whole_seconds / parse_seconds:.1f}x that"
     )
-    print(f"{'PASS' if speed_pass else 'FAIL'}: speed-up >= {MIN_SPEEDUP:.0f}x ({speedup:.0f}x)")
+    # under --quick the few files leave start-up costs to dominate: the speed-up is INFO there
+    speed = "INFO" if args.quick else ("PASS" if speed_pass else "FAIL")
+    why = " (--quick: too few files to judge)" if args.quick else ""
+    print(f"{speed}: speed-up >= {MIN_SPEEDUP:.0f}x ({speedup:.0f}x){why}")
     print(
         f"{'PASS' if whole_pass else 'FAIL'}: whole torch package < {MAX_TORCH_SECONDS:.0f} s "
         f"with zero crashes ({whole_seconds:.2f} s, exit {whole.returncode})"
@@ -163,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2))
-    return 0 if speed_pass and whole_pass else 1
+    return 0 if (speed_pass or args.quick) and whole_pass else 1
 
 
 if __name__ == "__main__":
