@@ -62,4 +62,5 @@ def test_a_list_cut_short_by_a_hip_index_beyond_rocr_says_why_and_points_at_amd_
     assert "'5' is beyond the 2 GPU(s) ROCR_VISIBLE_DEVICES='2,3' leaves visible" in detail
     assert "not a GPU index or UUID" not in detail
     assert "'0' is never read" in detail
-    assert "amd-smi list" in fix and "nvidia-smi" not in fix
+    assert "amd-smi list" in fix
+    assert "nvidia-smi" not in fix

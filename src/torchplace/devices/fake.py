@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from torchplace.devices.probe import DeviceProperties, DriverInfo
 from torchplace.devices.visible import (
+    parse_hip_visible_devices,
     parse_rocr_visible_devices,
     parse_visible_devices,
     rocr_visible_devices,
@@ -32,7 +33,9 @@ class FakeProbe:
     visible, as CUDA enumerates one MIG device per process. With ``hip_version`` set (a ROCm
     build), ``ROCR_VISIBLE_DEVICES`` picks and orders the physical devices first (by index or
     UUID prefix, in any case, up to the first entry it cannot read or that repeats one), and
-    ``HIP_VISIBLE_DEVICES`` or ``CUDA_VISIBLE_DEVICES`` then index into those.
+    ``HIP_VISIBLE_DEVICES`` or ``CUDA_VISIBLE_DEVICES`` then index into those, read as HIP
+    reads them: a repeated GPU is skipped, and a ``GPU-`` entry names the first of those whose
+    UUID contains it.
     """
 
     devices: Sequence[DeviceProperties] = ()
@@ -53,7 +56,10 @@ class FakeProbe:
         if self.cuda_version is None and self.hip_version is None:
             return []
         pool = self._rocr_visible()
-        parsed = parse_visible_devices(self.env(visibility_variable(self)))
+        value = self.env(visibility_variable(self))
+        if self.hip_version is not None:
+            return _hip_visible(parse_hip_visible_devices(value), pool)
+        parsed = parse_visible_devices(value)
         if parsed is None:
             return pool
         out: list[DeviceProperties] = []
@@ -134,6 +140,23 @@ class FakeProbe:
 
     def driver(self) -> DriverInfo:
         return self.driver_info
+
+
+def _hip_visible(parsed: list[str] | None, pool: list[DeviceProperties]) -> list[DeviceProperties]:
+    """The devices of ``pool`` that HIP's reading ``parsed`` picks, in its order (all if None)."""
+    if parsed is None:
+        return pool
+    out: list[DeviceProperties] = []
+    for entry in parsed:
+        if "GPU-" in entry:  # HIP takes the first GPU whose UUID contains the entry
+            match = next((d for d in pool if d.uuid is not None and entry in d.uuid), None)
+        else:
+            match = _match_physical(entry, pool)
+        if match is None:  # HIP stops at the first entry that names no GPU
+            break
+        if match not in out:  # and skips one named again
+            out.append(match)
+    return out
 
 
 def _is_mig(device: DeviceProperties) -> bool:

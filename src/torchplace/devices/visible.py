@@ -9,6 +9,10 @@ physical GPUs), and HIP then reads ``HIP_VISIBLE_DEVICES`` (or, when that is uns
 ``CUDA_VISIBLE_DEVICES``) as indices into the GPUs ROCr left visible: ``ROCR_VISIBLE_DEVICES=2,3``
 with ``HIP_VISIBLE_DEVICES=1`` is physical GPU 3. A CUDA build does not read
 ``ROCR_VISIBLE_DEVICES``.
+
+HIP reads its variable by rules of its own (:func:`parse_hip_visible_devices`): it skips a repeated
+entry where CUDA hides every GPU, and takes only plain decimal indices (``1gpu`` ends the list
+where CUDA reads 1). Like CUDA, it reads a set but empty variable as hiding every GPU.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from torchplace.devices.probe import DeviceProbe, default_probe
 __all__ = [
     "ROCR_VARIABLE",
     "VisibleDevices",
+    "parse_hip_visible_devices",
     "parse_rocr_visible_devices",
     "parse_visible_devices",
     "rocr_visible_devices",
@@ -38,7 +43,8 @@ def parse_visible_devices(value: str | None) -> list[str] | None:
     ids in logical order: integers (``"2,0"`` -> ``["2", "0"]``), GPU UUIDs or MIG ids (kept as
     written). Like CUDA, parsing stops at the first entry that is not valid (``"0,-1,2"`` ->
     ``["0"]``), a leading number is read like ``strtoul`` (``"1gpu"`` -> ``"1"``), and a repeated
-    entry hides everything. ``""`` and ``"-1"`` give ``[]``: every GPU hidden.
+    entry hides everything. ``""`` and ``"-1"`` give ``[]``: every GPU hidden. (A ROCm build
+    reads it by HIP's rules instead: :func:`parse_hip_visible_devices`.)
     """
     return None if value is None else _read(value).ids
 
@@ -70,6 +76,35 @@ def _read(value: str) -> _Reading:
         if token in out:
             return _Reading([], repeated=token)
         out.append(token)
+    return _Reading(out)
+
+
+def parse_hip_visible_devices(value: str | None) -> list[str] | None:
+    """Parse ``HIP_VISIBLE_DEVICES`` (or ``CUDA_VISIBLE_DEVICES`` on a ROCm build) as HIP reads it.
+
+    Returns None when unset (every GPU visible), else the ids in logical order: indices written as
+    plain decimal numbers (``"1"``; HIP refuses ``"01"``, ``"+1"``, ``" 1"`` and ``"1gpu"``), and
+    entries holding ``GPU-``, a GPU's UUID or a part of one (ROCm 6.2 and later), kept as written.
+    Unlike CUDA, a repeated entry is skipped (``"1,1,0"`` -> ``["1", "0"]``). Reading stops at
+    the first entry that is neither (``"0,-1,2"`` -> ``["0"]``), and ``""`` gives ``[]``: HIP
+    reads an empty value as ``" "``, which hides every GPU.
+    """
+    return None if value is None else _read_hip(value).ids
+
+
+def _read_hip(value: str) -> _Reading:
+    """As HIP (clr ``rocdevice.cpp``) reads it: entries are not trimmed, an index must equal
+    ``to_string(atoi(entry))``, a repeat is skipped, and an empty entry after a last comma is not
+    read (HIP stops when no text is left)."""
+    out: list[str] = []
+    entries = (value or " ").split(",")  # clr's flags map an empty variable to " "
+    for at, entry in enumerate(entries):
+        if at and at == len(entries) - 1 and not entry:
+            break
+        if "GPU-" not in entry and not re.fullmatch(r"0|[1-9][0-9]*", entry):
+            return _Reading(out, entry, _rest(entries, at))
+        if entry not in out:
+            out.append(entry)
     return _Reading(out)
 
 
@@ -128,6 +163,7 @@ class VisibleDevices:
     (``HIP_VISIBLE_DEVICES`` or ``CUDA_VISIBLE_DEVICES``), whose indices count the GPUs it left
     visible; ``physical_ids`` are then the physical GPUs both give. When ``ROCR_VISIBLE_DEVICES``
     is the only one set, or hides every GPU, ``variable`` is ``ROCR_VISIBLE_DEVICES`` itself.
+    ``hip`` is True when ``variable`` was read by HIP's rules (a ROCm build), not CUDA's.
     """
 
     variable: str
@@ -136,6 +172,7 @@ class VisibleDevices:
     stopped_at: str | None = None
     ignored: tuple[str, ...] = ()
     rocr: VisibleDevices | None = None
+    hip: bool = False
 
     @property
     def hides_all(self) -> bool:
@@ -170,10 +207,12 @@ class VisibleDevices:
         beyond = self._beyond_rocr()
         if beyond is not None:
             return beyond
-        first = self.value.split(",", 1)[0].strip()
-        if not first:
+        first = self.value.split(",", 1)[0]
+        if not first.strip():
             return "it is empty" if not self.value.strip() else "its first entry is empty"
-        repeated = _read(self.value).repeated if self.variable != ROCR_VARIABLE else None
+        first = first if self.hip else first.strip()  # HIP does not trim: ' 1' is not an index
+        cuda = not self.hip and self.variable != ROCR_VARIABLE
+        repeated = _read(self.value).repeated if cuda else None
         if repeated is not None:
             return f"it names GPU {repeated} twice, and a repeated entry hides every GPU"
         if re.fullmatch(r"-[0-9]+", first):
@@ -185,7 +224,13 @@ class VisibleDevices:
                 f"{first!r} is NVIDIA_VISIBLE_DEVICES syntax, read by the container runtime; "
                 f"{self.variable} takes GPU indices or UUIDs"
             )
-        return f"its first entry {first!r} is not a GPU index or UUID"
+        return f"its first entry {first!r} is not a GPU index or UUID{self._hip_form()}"
+
+    def _hip_form(self) -> str:
+        """What HIP takes as an entry, for a message about one it refused; "" under CUDA."""
+        if not self.hip:
+            return ""
+        return " as HIP reads them (a plain decimal index such as '1', or a GPU- UUID)"
 
     def _beyond_rocr(self) -> str | None:
         """Why ``stopped_at`` ended the list when it is an index past what ROCr left visible."""
@@ -217,7 +262,7 @@ class VisibleDevices:
             return f"{entry!r} ends the list"
         if self.variable == ROCR_VARIABLE and _rocr_token(entry.upper()) is not None:
             return f"{entry!r} names a GPU already listed, which ROCr reads as the end of the list"
-        return f"{entry!r} is not a GPU index or UUID, and it ends the list"
+        return f"{entry!r} is not a GPU index or UUID{self._hip_form()}, and it ends the list"
 
     def notes(self) -> tuple[str, ...]:
         """Each variable the runtime read only in part, with why: ``VAR='value': reason``."""
@@ -249,11 +294,12 @@ def visible_devices(*, probe: DeviceProbe | None = None) -> VisibleDevices:
     name = visibility_variable(probe)
     value = probe.env(name)
     rocr_value = rocr_visible_devices(probe)
-    own = None if value is None else _read(value)
+    hip = probe.hip_build() is not None
+    own = None if value is None else (_read_hip if hip else _read)(value)
     if rocr_value is None:
         if own is None:
-            return VisibleDevices(name, None, None)
-        return VisibleDevices(name, value, tuple(own.ids), own.stopped_at, own.ignored)
+            return VisibleDevices(name, None, None, hip=hip)
+        return VisibleDevices(name, value, tuple(own.ids), own.stopped_at, own.ignored, hip=hip)
     rocr_reading = _read_rocr(rocr_value)
     rocr = VisibleDevices(
         ROCR_VARIABLE,
@@ -276,7 +322,7 @@ def _compose(rocr: VisibleDevices, name: str, value: str, own: _Reading) -> Visi
             index = int(entry) if len(entry) < 19 else len(visible)  # no int() of 5000 digits
             if index >= len(visible):  # HIP reads nothing from an index it has no GPU for
                 unread = (*own.ids[at:], *own.ignored)
-                return VisibleDevices(name, value, tuple(out), entry, unread, rocr)
+                return VisibleDevices(name, value, tuple(out), entry, unread, rocr, hip=True)
             entry = visible[index]
         out.append(entry)
-    return VisibleDevices(name, value, tuple(out), own.stopped_at, own.ignored, rocr)
+    return VisibleDevices(name, value, tuple(out), own.stopped_at, own.ignored, rocr, hip=True)
