@@ -20,7 +20,7 @@ from torchplace import (
 )
 from torchplace.placement.containers import dtype_name
 
-from .helpers import CPU, META, marked, model
+from .helpers import CPU, META, marked, model, quantized
 
 # --------------------------------------------------------------------------------------------
 # audit_module
@@ -204,15 +204,6 @@ def test_audit_finds_strays_in_a_deque_and_skips_unset_dataclass_fields() -> Non
 # --------------------------------------------------------------------------------------------
 # quantized modules: weights in packed params, not in parameters() or buffers()
 # --------------------------------------------------------------------------------------------
-
-
-def quantized(module: nn.Module, dtype: torch.dtype, kinds: set[type[nn.Module]]) -> nn.Module:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.ao.quantization is deprecated, still used
-        out: nn.Module = torch.ao.quantization.quantize_dynamic(  # type: ignore[no-untyped-call]
-            module, kinds, dtype=dtype
-        )
-    return out
 
 
 def test_dynamic_qint8_linear_weights_are_audited() -> None:

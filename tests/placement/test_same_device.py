@@ -8,6 +8,8 @@ from typing import Any, NamedTuple
 
 import pytest
 import torch
+from torch import nn
+from torch.ao.nn.quantized.modules.linear import LinearPackedParams
 
 from torchplace import (
     ConfigError,
@@ -15,7 +17,7 @@ from torchplace import (
     check_same_device,
 )
 
-from .helpers import CPU, META, marked, model
+from .helpers import CPU, META, marked, model, quantized
 
 # --------------------------------------------------------------------------------------------
 # check_same_device
@@ -137,3 +139,91 @@ def test_nesting_past_the_recursion_limit_is_a_config_error() -> None:
 def test_an_expected_device_torch_cannot_read_is_a_config_error(expected: Any) -> None:
     with pytest.raises(ConfigError, match=f"device {re.escape(repr(expected))} is not a device"):
         check_same_device(x=torch.zeros(2), expected=expected)
+
+
+# --------------------------------------------------------------------------------------------
+# quantized modules: weights in packed params, CPU-only, outside parameters() and buffers()
+# --------------------------------------------------------------------------------------------
+
+
+def quantized_mlp() -> nn.Module:
+    mlp = nn.Sequential(nn.Linear(4, 3), nn.LayerNorm(3), nn.Linear(3, 2))
+    return quantized(mlp, torch.qint8, {nn.Linear})
+
+
+def count_unpacking(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts each time a dynamic Linear's packed params are unpacked."""
+    calls: list[int] = []
+    real = LinearPackedParams._weight_bias
+
+    def counted(self: LinearPackedParams) -> Any:
+        calls.append(1)
+        return real(self)
+
+    monkeypatch.setattr(LinearPackedParams, "_weight_bias", counted)
+    return calls
+
+
+def test_packed_weights_left_on_the_cpu_are_not_on_one_device() -> None:
+    q = quantized_mlp().to(META)  # moves the LayerNorm; the packed weights stay on the cpu
+    with pytest.raises(MixedDeviceError) as info:
+        check_same_device(model=q, expected=META)  # was: meta, the packed weights unseen
+    msg = str(info.value)
+    assert marked(msg) == [
+        "model.0._packed_params.weight",
+        "model.0._packed_params.bias",
+        "model.2._packed_params.weight",
+        "model.2._packed_params.bias",
+    ]
+    assert "4 of 6 tensors not on the expected device meta" in msg
+    assert re.search(r">> model\.0\._packed_params\.weight +\(3, 4\) +qint8 +cpu", msg)
+    assert "CPU-only" in msg
+    assert "module.to() leaves them on the cpu" in msg
+    assert "move them to" not in msg  # module.to() cannot move them
+    with pytest.raises(MixedDeviceError, match=re.escape(">> model.1.weight")):
+        check_same_device(model=q)  # the 4 packed weights outnumber the LayerNorm's 2
+
+
+def test_a_quantized_model_on_the_cpu_is_checked_without_unpacking(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls = count_unpacking(monkeypatch)
+    q = quantized_mlp()
+    assert check_same_device(q, x=torch.zeros(2)) == CPU
+    assert calls == []
+    with pytest.raises(MixedDeviceError):
+        check_same_device(q, expected=META)
+    assert len(calls) == 2  # the table shows the packed weights: one unpacking per layer
+
+
+def test_packed_weights_are_listed_once_when_the_layer_is_passed_too() -> None:
+    q = quantized_mlp()
+    with pytest.raises(MixedDeviceError) as info:
+        check_same_device(q, layer=q[0], expected=META)
+    rows = [n for n in marked(str(info.value)) if "_packed_params" in n]
+    assert rows == [
+        "args[0].0._packed_params.weight",
+        "args[0].0._packed_params.bias",
+        "args[0].2._packed_params.weight",
+        "args[0].2._packed_params.bias",
+    ]
+
+
+def test_a_packed_layer_passed_alone_is_checked() -> None:
+    q = quantized_mlp()
+    with pytest.raises(MixedDeviceError, match=re.escape(">> layer._packed_params.weight")):
+        check_same_device(layer=q[0], x=torch.zeros(1, device="meta"), expected=META)
+
+
+def test_packed_weights_that_cannot_be_unpacked_still_show_as_one_row(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(self: LinearPackedParams) -> Any:
+        raise RuntimeError("no engine here")
+
+    monkeypatch.setattr(LinearPackedParams, "_weight_bias", broken)
+    with pytest.raises(MixedDeviceError) as info:
+        check_same_device(model=quantized_mlp().to(META), expected=META)
+    msg = str(info.value)
+    assert marked(msg) == ["model.0._packed_params", "model.2._packed_params"]
+    assert re.search(r">> model\.0\._packed_params +packed +qint8 +cpu", msg)

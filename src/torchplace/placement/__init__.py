@@ -17,6 +17,7 @@ Modules:
 * ``canonical``: :func:`canonical_device`, what "the same device" means;
 * ``same_device``: :func:`check_same_device` and its mismatch table;
 * ``audit``: :func:`audit_module`, :class:`ModuleAudit` and its records and groups;
+* ``packed``: which quantized modules keep weights packed (CPU-only), and reading them back;
 * ``nested``: :func:`move` and :func:`map_tensors`, the walk that rebuilds nested structures;
 * ``containers``: which values are leaves or containers, how paths into them are written, and
   the text helpers the messages share.

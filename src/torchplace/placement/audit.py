@@ -21,6 +21,7 @@ from torchplace.bench.units import format_bytes
 from torchplace.errors import ConfigError, PlacementError
 from torchplace.placement.canonical import DeviceLike, canonical_device
 from torchplace.placement.containers import ATOMS, children, dtype_name, shape_of, text_table
+from torchplace.placement.packed import holds_packed, unpacked
 
 __all__ = ["ModuleAudit", "TensorGroup", "TensorKind", "TensorRecord", "audit_module"]
 
@@ -288,46 +289,13 @@ def _packed_records(module: nn.Module) -> list[TensorRecord]:
     """The weights and biases that quantized modules inside ``module`` keep in packed params."""
     out: list[TensorRecord] = []
     for prefix, sub in module.named_modules():
-        if not _holds_packed(sub):
+        if not holds_packed(sub):
             continue
-        stored = getattr(sub, "dtype", None) or getattr(sub, "weight_dtype", None)
-        for name, t in _unpacked(sub):
-            dtype = t.dtype
-            if stored == torch.float16 and dtype == torch.float32 and name.startswith("weight"):
-                dtype = torch.float16  # fp16 packing stores the weight in half; unpacking widens it
+        for name, t, dtype in unpacked(sub):
             path = f"{prefix}.{name}" if prefix else name
             nbytes = t.numel() * dtype.itemsize
             out.append(TensorRecord(path, "packed", shape_of(t), dtype, t.device, nbytes))
     return out
-
-
-def _holds_packed(sub: nn.Module) -> bool:
-    """A quantized module that unpacks its own weights (a dynamic ``Linear`` does not: its child
-    ``LinearPackedParams`` holds them, and is the one recorded)."""
-    if not type(sub).__module__.startswith("torch.ao.nn.") or not hasattr(sub, "_weight_bias"):
-        return False
-    return not any(hasattr(child, "_weight_bias") for child in sub.children())
-
-
-def _unpacked(sub: nn.Module) -> list[tuple[str, torch.Tensor]]:
-    """``sub``'s packed weights and biases by name, as unpacked copies; a tensor it also keeps as
-    a plain attribute (a quantized cell's bias) is left to the stray search."""
-    try:
-        got = sub._weight_bias()  # type: ignore[operator]
-    except (RuntimeError, TypeError, AttributeError, NotImplementedError):
-        return []  # a quantized engine or torch version that cannot unpack them here
-    if isinstance(got, tuple):  # (weight, bias), or (weight, bias, block sizes) when sparse
-        named = list(zip(("weight", "bias"), got, strict=False))
-    elif isinstance(got, dict):  # rnns and cells: {"weight": {name: t}, "bias": {name: t}}
-        named = [item for part in got.values() if isinstance(part, dict) for item in part.items()]
-    else:
-        return []
-    own = vars(sub)
-    return [
-        (name, t)
-        for name, t in named
-        if isinstance(t, torch.Tensor) and not isinstance(own.get(name), torch.Tensor)
-    ]
 
 
 class _StrayFinder:
