@@ -52,7 +52,7 @@ from torchplace.serve import protocol, protocol_v1, tracing
 from torchplace.serve.http import Answer, HttpServer, Request, Response, error_response
 from torchplace.serve.metrics import merged_text
 from torchplace.serve.registry import ModelHandle
-from torchplace.serve.repository import inline_config, model_names
+from torchplace.serve.repository import inline_config, model_names, unload_parameters
 from torchplace.serve.routes import MODEL, REPOSITORY, ROUTES, SHARED_MEMORY
 from torchplace.serve.shm import Region, SharedMemoryRegions
 from torchplace.serve.triton import extensions, model_statistics
@@ -473,6 +473,7 @@ class App:
             if load:
                 await self.control.load(name, inline_config(body, name))
             else:
+                unload_parameters(body)
                 await self.control.unload(name)
         except ServeError as exc:
             return error_response(exc.status, str(exc))

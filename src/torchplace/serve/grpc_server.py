@@ -35,6 +35,7 @@ Errors carry the REST messages, with the status code of the HTTP status:
 504   ``DEADLINE_EXCEEDED``
 507   ``RESOURCE_EXHAUSTED`` (one row does not fit in device memory)
 500   ``INTERNAL``
+501   ``UNIMPLEMENTED`` (a repository call naming a ``repository_name``, as in Triton)
 ====  ==========================================================================
 
 A gRPC deadline set by the client bounds the request's queueing like the ``timeout``
@@ -395,13 +396,16 @@ class GrpcServer:
         return json_format.ParseDict(model_statistics(engines), pb.ModelStatisticsResponse())
 
     async def _repository_index(self, request: Any, context: Any) -> Any:
+        _one_repository(request)
         root = self.config.model_repository
         known = model_names(root) if root is not None and root.is_dir() else []
         entries = self.registry.index(request.ready, known)
         return json_format.ParseDict({"models": entries}, pb.RepositoryIndexResponse())
 
     async def _repository_load(self, request: Any, context: Any) -> Any:
-        parameters = {k: v.string_param for k, v in request.parameters.items()}
+        _one_repository(request)
+        # each value as it was sent (a config that is not a string_param is refused by name)
+        parameters = {k: _parameter_value(v) for k, v in request.parameters.items()}
         try:
             inline = inline_config({"parameters": parameters}, request.model_name)
         except ConfigError as exc:
@@ -412,6 +416,15 @@ class GrpcServer:
         return pb.RepositoryModelLoadResponse()
 
     async def _repository_unload(self, request: Any, context: Any) -> Any:
+        _one_repository(request)
+        given = request.parameters.get("unload_dependents")
+        if given is not None and given.WhichOneof("parameter_choice") != "bool_param":
+            raise _Abort(  # Triton's words
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "invalid value type for 'unload_dependents' parameter, expected bool_param; "
+                "send it as bool_param (tritonclient: unload_model(name, unload_dependents=True))",
+            )
+        # a model here has no dependents: either value unloads it alone
         await self._control(self.control.unload(request.model_name))
         return pb.RepositoryModelUnloadResponse()
 
@@ -648,6 +661,23 @@ class GrpcServer:
             ) from None
         finally:
             self.regions.release(held)
+
+
+def _one_repository(request: Any) -> None:
+    """Refuse a repository call that names a repository, as Triton does (this server has one,
+    ``--model-repository``)."""
+    if request.repository_name:
+        raise _Abort(
+            grpc.StatusCode.UNIMPLEMENTED,
+            "'repository_name' specification is not supported; leave it empty (this server "
+            "serves one repository, its --model-repository)",
+        )
+
+
+def _parameter_value(parameter: Any) -> object:
+    """A ``ModelRepositoryParameter``'s value, of the type it was sent as (None if unset)."""
+    choice = parameter.WhichOneof("parameter_choice")
+    return None if choice is None else getattr(parameter, choice)
 
 
 def _shm_call(fn: Callable[..., Any], *args: Any) -> Any:

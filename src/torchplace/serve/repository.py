@@ -59,6 +59,7 @@ __all__ = [
     "CONFIG_NAME",
     "MAX_INLINE_REPLICAS",
     "MAX_NAME_BYTES",
+    "MODEL_CONFIG_FIELDS",
     "POLL_FAILED",
     "RENAMED",
     "ModelDir",
@@ -70,6 +71,7 @@ __all__ = [
     "model_names",
     "read_model",
     "triton_settings",
+    "unload_parameters",
 ]
 
 CONFIG_NAME = "config.toml"
@@ -81,6 +83,17 @@ _WEIGHTS = (".safetensors", ".pt", ".pth")
 _KEYS = ("source", "weights", "exported", "labels", "inputs", "outputs", "dtype", "devices",
          "replicas", "batching", "version_policy")  # fmt: skip
 _BATCHING = ("max_batch_size", "max_delay_ms")
+#: the fields of Triton's ``ModelConfig`` (model_config.proto, as protobuf names them): an inline
+#: config may carry any of them (what ``get_model_config`` returns may be sent back); the ones
+#: this server has no use for are not read
+MODEL_CONFIG_FIELDS = frozenset({
+    "backend", "batch_input", "batch_output", "cc_model_filenames", "default_model_filename",
+    "dynamic_batching", "ensemble_scheduling", "input", "instance_group", "max_batch_size",
+    "metric_tags", "model_metrics", "model_operations", "model_repository_agents",
+    "model_transaction_policy", "model_warmup", "name", "optimization", "output",
+    "parameters", "platform", "response_cache", "runtime", "sequence_batching",
+    "version_policy",
+})  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -348,11 +361,13 @@ def _policy(where: str, raw: Any) -> VersionPolicy:
     raise _fail(where, f"version_policy.{kind}", f"= {value!r} is invalid", fix)
 
 
-def triton_settings(text: str) -> dict[str, Any]:
+def triton_settings(text: str, model: str | None = None) -> dict[str, Any]:
     """An inline config (a JSON string): our keys as they are, Triton's ``ModelConfig`` mapped.
 
     Triton's integers may come as JSON strings (protobuf's JSON mapping writes int64 fields so,
-    and ``tritonclient``'s ``get_model_config(as_json=True)`` returns them so)."""
+    and ``tritonclient``'s ``get_model_config(as_json=True)`` returns them so). A field that is
+    neither ours nor ``ModelConfig``'s is refused (Triton's parse refuses it too), and with
+    ``model``, so is a ``name`` other than the model's (Triton's check)."""
     try:
         doc = json.loads(text)
     except ValueError as exc:
@@ -362,7 +377,13 @@ def triton_settings(text: str) -> dict[str, Any]:
             "inline config is nested too deeply to read; send a flat JSON object"
         ) from None
     if not isinstance(doc, dict):
-        raise ConfigError('inline config must be a JSON object, e.g. {"max_batch_size": 8}')
+        raise ConfigError(
+            'inline config must be a JSON object, e.g. {"max_batch_size": 8}, not '
+            f"{_shown(json.dumps(doc))}"
+        )
+    doc = _protobuf_names(doc)
+    _check_fields(doc)
+    _check_name(doc.get("name"), model)
     out: dict[str, Any] = {k: v for k, v in doc.items() if k in _KEYS}
     batching: dict[str, Any] = dict(_object(out.pop("batching", {}), "batching"))
     if "max_batch_size" in doc:
@@ -390,6 +411,67 @@ def triton_settings(text: str) -> dict[str, Any]:
     if "string_value" in source:
         out["source"] = source["string_value"]
     return out
+
+
+#: ``ModelConfig`` maps whose keys are the user's own, not field names
+_FREE_MAPS = frozenset({"parameters", "metric_tags", "cc_model_filenames"})
+
+
+def _protobuf_names(value: Any, free: bool = False) -> Any:
+    """``value`` with protobuf's lowerCamelCase field names (``maxBatchSize``, what
+    ``MessageToJson`` writes) as the fields' own (``max_batch_size``): Triton's parse takes
+    both. The keys of the maps in :data:`_FREE_MAPS` (``free``) are the user's and stay."""
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            name = key if free or not isinstance(key, str) else _snake(key)
+            out[name] = _protobuf_names(item, free=not free and name in _FREE_MAPS)
+        return out
+    if isinstance(value, list):
+        return [_protobuf_names(item) for item in value]
+    return value
+
+
+def _snake(name: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name)
+
+
+def _check_fields(doc: Mapping[str, Any]) -> None:
+    """Every field of an inline config ours or ``ModelConfig``'s: one that is neither (a typo)
+    would not be read, and the load would go on without it."""
+    for key in doc:
+        if key in _KEYS or key in MODEL_CONFIG_FIELDS:
+            continue
+        fix = (
+            "give ModelConfig's fields (max_batch_size, dynamic_batching, version_policy, "
+            f"instance_group, input, output...) or torchplace's ({', '.join(_KEYS)})"
+        )
+        raise ConfigError(
+            f"inline config: field {_shown(key)!r} is neither a field of Triton's ModelConfig "
+            f"nor a torchplace setting; {fix}"
+        )
+
+
+def _check_name(name: object, model: str | None) -> None:
+    """An inline config's ``name`` (if any) is the loaded model's: Triton refuses another."""
+    if name is None:
+        return
+    if not isinstance(name, str):
+        raise ConfigError(
+            f"inline config: name must be a string, not {_shown(json.dumps(name))}; give the "
+            "model's name or leave it out"
+        )
+    if name and model is not None and name != model:
+        raise ConfigError(
+            f"unexpected directory name {model!r} for model {_shown(name)!r}, directory name "
+            f'must equal model name; send the config with "name": {json.dumps(model)} or '
+            "without a name"
+        )
+
+
+def _shown(text: str) -> str:
+    """A value a client sent, as a message quotes it: cut past 80 characters."""
+    return text if len(text) <= 80 else f"{text[:80]}... ({len(text)} characters)"
 
 
 def _check_inline_batch(settings: Mapping[str, Any]) -> None:
@@ -485,22 +567,29 @@ def load_failed(name: str, why: object) -> str:
 
 def inline_config(body: Mapping[str, Any], model: str | None = None) -> dict[str, Any] | None:
     """The inline config of a load request's body (``parameters.config``), or None. With
-    ``model``, an error names the load as Triton's do (``failed to load 'name': ...``)."""
+    ``model``, an error names the load as Triton's do (``failed to load 'name': ...``), and
+    a config naming another model is refused."""
     try:
-        return _inline_config(body)
+        return _inline_config(body, model)
     except (ConfigError, RepositoryPollError) as exc:
         if model is None:
             raise
         raise type(exc)(load_failed(model, exc)) from None
 
 
-def _inline_config(body: Mapping[str, Any]) -> dict[str, Any] | None:
+def _inline_config(body: Mapping[str, Any], model: str | None) -> dict[str, Any] | None:
     parameters = body.get("parameters")
     if parameters is None:
         return None
     if not isinstance(parameters, Mapping):
         raise ConfigError("the load request's 'parameters' must be an object")
     files = [k for k in parameters if isinstance(k, str) and k.startswith("file:")]
+    unknown = [k for k in parameters if k != "config" and k not in files]
+    if unknown:  # Triton's words; ignored, a misspelt config would load without it
+        raise ConfigError(
+            f"unrecognized load parameter {_shown(str(unknown[0]))!r}; a load takes 'config' "
+            "(the model configuration as a JSON string) and no other parameter"
+        )
     too_long = [k for k in files if any(len(p.encode()) > MAX_NAME_BYTES for p in k[5:].split("/"))]
     if too_long:  # a path no file system takes: Triton fails its poll (500, gRPC INTERNAL)
         shown = too_long[0] if len(too_long[0]) <= 80 else f"{too_long[0][:80]}..."
@@ -518,11 +607,15 @@ def _inline_config(body: Mapping[str, Any]) -> dict[str, Any] | None:
     text = parameters.get("config")
     if text is None:
         return None
-    if isinstance(text, Mapping):
+    if isinstance(text, Mapping):  # an object where Triton wants its JSON text: taken as meant
         text = json.dumps(text)
     if not isinstance(text, str):
-        raise ConfigError("parameters.config must be the model configuration as a JSON string")
-    settings = triton_settings(text)
+        sent = type(text).__name__ if isinstance(text, bytes) else json.dumps(text)
+        raise ConfigError(
+            f"invalid value type for load parameter 'config': {_shown(sent)}; send the model "
+            'configuration as a JSON string, e.g. "{\\"max_batch_size\\": 8}"'
+        )
+    settings = triton_settings(text, model)
     replicas = settings.get("replicas")
     if type(replicas) is int and replicas > MAX_INLINE_REPLICAS:
         raise ConfigError(
@@ -539,3 +632,23 @@ def _inline_config(body: Mapping[str, Any]) -> dict[str, Any] | None:
             f"{CONFIG_NAME}"
         )
     return settings
+
+
+def unload_parameters(body: Mapping[str, Any]) -> None:
+    """Check an unload request's body: ``parameters.unload_dependents``, if given, is a
+    boolean (Triton's one unload parameter; a model here has no dependents, so either value
+    unloads it alone); other parameters are not read, as in Triton."""
+    parameters = body.get("parameters")
+    if parameters is None:
+        return
+    if not isinstance(parameters, Mapping):
+        raise ConfigError(
+            "the unload request's 'parameters' must be an object, e.g. "
+            '{"unload_dependents": true}'
+        )
+    value = parameters.get("unload_dependents")
+    if value is not None and not isinstance(value, bool):
+        raise ConfigError(
+            "Unable to parse 'unload_dependents': expected a boolean, got "
+            f"{_shown(json.dumps(value))}; send true or false"
+        )

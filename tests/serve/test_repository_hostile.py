@@ -1,0 +1,282 @@
+"""The repository extension's load and unload against what clients and hostile callers send:
+parameters Triton does not take, configs that name another model or fields ModelConfig does not
+have, values of the wrong type, a repository name; each refused as Triton refuses it, naming
+the value and the fix, and the server serves on."""
+
+from __future__ import annotations
+
+import http.client
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from torchplace.errors import ConfigError
+from torchplace.serve.repository import (
+    MODEL_CONFIG_FIELDS,
+    inline_config,
+    unload_parameters,
+)
+from torchplace.serve.running import ServerThread
+
+from .conftest import test_config
+from .repository_helpers import infer_body, write_model
+
+LOAD = "/v2/repository/models/{}/load"
+UNLOAD = "/v2/repository/models/{}/unload"
+
+
+def _load(config: object, model: str = "a", **extra: object) -> dict[str, Any] | None:
+    return inline_config({"parameters": {"config": config, **extra}}, model)
+
+
+def test_model_config_fields_are_those_of_the_proto() -> None:
+    model_config_pb2 = pytest.importorskip("torchplace.serve.proto.model_config_pb2")
+    fields = model_config_pb2.ModelConfig.DESCRIPTOR.fields
+    assert frozenset(f.name for f in fields) == MODEL_CONFIG_FIELDS
+
+
+@pytest.mark.parametrize("parameter", ["confg", "unload_dependents", "Config"])
+def test_an_unrecognized_load_parameter_is_refused(parameter: str) -> None:
+    """Triton: ``unrecognized load parameter``; here it was ignored, so a misspelt config
+    loaded the model without it."""
+    with pytest.raises(ConfigError) as caught:
+        inline_config({"parameters": {parameter: '{"max_batch_size": 4}'}}, "a")
+    message = str(caught.value)
+    assert message.startswith(f"failed to load 'a': unrecognized load parameter {parameter!r}")
+    assert "'config'" in message  # the fix: the parameter a load takes
+
+
+@pytest.mark.parametrize(
+    ("config", "shown"),
+    [(5, "5"), ([1], "[1]"), (True, "true"), (b"{}", "bytes")],
+)
+def test_a_config_that_is_not_a_string_names_what_was_sent(config: object, shown: str) -> None:
+    with pytest.raises(ConfigError, match="invalid value type for load parameter 'config'") as c:
+        _load(config)
+    assert shown in str(c.value)
+    assert "JSON string" in str(c.value)
+
+
+def test_a_config_naming_another_model_is_refused_in_triton_s_words() -> None:
+    with pytest.raises(ConfigError) as caught:
+        _load('{"name": "b", "max_batch_size": 4}')
+    assert str(caught.value).startswith(
+        "failed to load 'a': unexpected directory name 'a' for model 'b', directory name must "
+        "equal model name"
+    )
+    assert '"name": "a"' in str(caught.value)  # the fix
+    assert _load('{"name": "a", "max_batch_size": 4}') == {"batching": {"max_batch_size": 4}}
+    assert _load('{"name": "", "max_batch_size": 4}') == {"batching": {"max_batch_size": 4}}
+    with pytest.raises(ConfigError, match="inline config: name must be a string, not 5"):
+        _load('{"name": 5}')
+
+
+@pytest.mark.parametrize("field", ["max_batchsize", "maxBatchsize", "batch_size"])
+def test_a_config_field_that_would_be_ignored_is_refused(field: str) -> None:
+    """Triton parses the config into ModelConfig and refuses a field it does not have; here
+    such a field (a typo) was ignored."""
+    with pytest.raises(ConfigError) as caught:
+        _load(orjson.dumps({field: 4}).decode())
+    assert "is neither a field of Triton's ModelConfig nor a torchplace setting" in str(
+        caught.value
+    )
+
+
+def test_protobufs_camel_case_names_are_read_as_the_fields_own() -> None:
+    """``MessageToJson`` writes lowerCamelCase names, and Triton's parse takes them; they were
+    not read here. The keys of a free map (``parameters``) stay as they are."""
+    doc = {
+        "maxBatchSize": 4,
+        "dynamicBatching": {"maxQueueDelayMicroseconds": "500"},
+        "instanceGroup": [{"count": 2, "kind": "KIND_CPU"}],
+        "input": [{"name": "input", "dataType": "TYPE_FP32", "dims": ["8"]}],
+        "parameters": {"myKey": {"stringValue": "x"}},
+    }
+    got = _load(orjson.dumps(doc).decode())
+    assert got["batching"] == {"max_batch_size": 4, "max_delay_ms": 0.5}
+    assert got["replicas"] == 2
+    assert got["inputs"][0]["datatype"] == "FP32"
+
+
+def test_model_config_fields_this_server_does_not_use_are_taken() -> None:
+    doc = {
+        "platform": "pytorch_libtorch",
+        "backend": "pytorch",
+        "model_warmup": [],
+        "sequence_batching": {},
+        "max_batch_size": 2,
+        "source": "wide-mlp",
+    }
+    assert _load(orjson.dumps(doc).decode()) == {
+        "source": "wide-mlp",
+        "batching": {"max_batch_size": 2},
+    }
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"parameters": {"unload_dependents": "yes"}}, "Unable to parse 'unload_dependents'"),
+        ({"parameters": {"unload_dependents": 1}}, "expected a boolean, got 1"),
+        ({"parameters": [True]}, "the unload request's 'parameters' must be an object"),
+    ],
+)
+def test_unload_parameters_of_the_wrong_type_are_refused(
+    body: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        unload_parameters(body)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"parameters": None},
+        {"parameters": {"unload_dependents": True}},
+        {"parameters": {"unload_dependents": False, "other": 1}},
+    ],
+)
+def test_unload_parameters_as_clients_send_them(body: dict[str, Any]) -> None:
+    unload_parameters(body)  # Triton reads unload_dependents only
+
+
+# -- against a running server --------------------------------------------------------------
+def _call(port: int, path: str, body: object) -> tuple[int, Any]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        raw = body if isinstance(body, bytes) else orjson.dumps(body)
+        conn.request("POST", path, body=raw, headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        data = response.read()
+        return response.status, orjson.loads(data) if data else None
+    finally:
+        conn.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
+    root: Path = tmp_path_factory.mktemp("repo")
+    for name in ("a", "b"):
+        write_model(root, name)
+    config = test_config(
+        device="cpu", model_repository=root, model_control_mode="explicit", load_models=("*",)
+    )
+    with ServerThread(config) as thread:
+        yield thread
+
+
+def _still_serving(port: int) -> None:
+    status, answer = _call(port, "/v2/models/a/infer", infer_body())
+    assert status == 200, answer
+    status, index = _call(port, "/v2/repository/index", {"ready": True})
+    assert status == 200
+    assert {e["name"] for e in index} >= {"a"}
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "message"),
+    [
+        (LOAD.format("a"), {"parameters": {"confg": "{}"}}, "unrecognized load parameter 'confg'"),
+        (
+            LOAD.format("a"),
+            {"parameters": {"config": '{"name": "b"}'}},
+            "unexpected directory name 'a' for model 'b'",
+        ),
+        (
+            LOAD.format("a"),
+            {"parameters": {"config": '{"max_batchsize": 2}'}},
+            "is neither a field of Triton's ModelConfig",
+        ),
+        (LOAD.format("a"), {"parameters": {"config": 5}}, "invalid value type"),
+        (
+            UNLOAD.format("b"),
+            {"parameters": {"unload_dependents": "yes"}},
+            "Unable to parse 'unload_dependents'",
+        ),
+    ],
+)
+def test_rest_refuses_with_400_and_serves_on(
+    server: ServerThread, path: str, body: dict[str, Any], message: str
+) -> None:
+    status, answer = _call(server.port, path, body)
+    assert status == 400, answer
+    assert message in answer["error"]
+    _still_serving(server.port)
+    status, index = _call(server.port, "/v2/repository/index", {"ready": True})
+    assert {e["name"] for e in index} == {"a", "b"}  # the refused unload left b serving
+
+
+def test_rest_unload_dependents_as_tritonclient_sends_it(server: ServerThread) -> None:
+    httpclient = pytest.importorskip("tritonclient.http")
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
+    try:
+        client.unload_model("b", unload_dependents=True)
+        assert not client.is_model_ready("b")
+        client.load_model("b", config='{"name": "b", "max_batch_size": 2}')
+        assert client.get_model_config("b")["max_batch_size"] == 2
+    finally:
+        client.close()
+    _still_serving(server.port)
+
+
+class _Stub:
+    """The repository RPCs on a channel, requests sent as built (no client-side checks)."""
+
+    def __init__(self, channel: Any, pb: Any) -> None:
+        for rpc in ("RepositoryIndex", "RepositoryModelLoad", "RepositoryModelUnload"):
+            response = getattr(pb, f"{rpc}Response")
+            call = channel.unary_unary(
+                f"/inference.GRPCInferenceService/{rpc}",
+                request_serializer=lambda m: m.SerializeToString(),
+                response_deserializer=response.FromString,
+            )
+            setattr(self, rpc, call)
+
+
+def test_grpc_refuses_as_triton_does_and_serves_on(server: ServerThread) -> None:
+    grpc = pytest.importorskip("grpc")
+    from torchplace.serve.proto import grpc_service_pb2 as pb
+
+    Param = pb.ModelRepositoryParameter
+    Load = pb.RepositoryModelLoadRequest
+    Unload = pb.RepositoryModelUnloadRequest
+    invalid = grpc.StatusCode.INVALID_ARGUMENT
+    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
+        stub = _Stub(channel, pb)
+        cases: list[tuple[Any, Any, Any, str]] = [
+            (stub.RepositoryModelLoad, Load(model_name="a",
+             parameters={"config": Param(int64_param=5)}), invalid,
+             "invalid value type for load parameter 'config'"),
+            (stub.RepositoryModelLoad, Load(model_name="a",
+             parameters={"confg": Param(string_param="{}")}), invalid,
+             "unrecognized load parameter 'confg'"),
+            (stub.RepositoryModelLoad, Load(model_name="a", repository_name="other"),
+             grpc.StatusCode.UNIMPLEMENTED, "'repository_name' specification is not supported"),
+            (stub.RepositoryModelUnload, Unload(model_name="b",
+             parameters={"unload_dependents": Param(string_param="yes")}), invalid,
+             "invalid value type for 'unload_dependents' parameter, expected bool_param"),
+            (stub.RepositoryModelUnload, Unload(model_name="b", repository_name="other"),
+             grpc.StatusCode.UNIMPLEMENTED, "'repository_name' specification is not supported"),
+            (stub.RepositoryIndex, pb.RepositoryIndexRequest(repository_name="other"),
+             grpc.StatusCode.UNIMPLEMENTED, "'repository_name' specification is not supported"),
+        ]  # fmt: skip
+        for method, request, code, message in cases:
+            with pytest.raises(grpc.RpcError) as caught:
+                method(request, timeout=60)
+            assert caught.value.code() == code, caught.value.details()
+            assert message in caught.value.details()
+        stub.RepositoryModelUnload(
+            Unload(model_name="b", parameters={"unload_dependents": Param(bool_param=True)}),
+            timeout=60,
+        )
+        stub.RepositoryModelLoad(
+            Load(model_name="b", parameters={"config": Param(string_param='{"name": "b"}')}),
+            timeout=60,
+        )
+    _still_serving(server.port)
+    _, index = _call(server.port, "/v2/repository/index", {"ready": True})
+    assert {e["name"] for e in index} == {"a", "b"}
