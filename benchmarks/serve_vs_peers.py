@@ -19,8 +19,9 @@ least a dynamically batching server of torchplace's own stack (uvloop, httptools
 per request, with none of its features; its share of the limits is what Python on this stack
 reaches at best here, and torchplace's share of it is what the features cost. Every server is a subprocess in a session of its own on a free 127.0.0.1 port,
 checked against the in-process model before it is measured, and stopped with every process it
-started (also on SIGTERM and on errors). Prints req/s, p50, p99, ratios torchplace/peer, % of
-each limit, and one PASS/FAIL line per target; exits 1 if a target is missed.
+started (also on SIGTERM and on errors). Prints req/s, p50, p99, ratios torchplace/peer, the
+server's CPU microseconds per request under wrk (every process and thread of it, from /proc),
+% of each limit, and one PASS/FAIL line per target; exits 1 if a target is missed.
 
 Protocols (``--grpc``, default on): torchplace is also measured over REST with binary tensors
 (Triton's binary tensor extension) and over gRPC, one server each, by Triton's ``perf_analyzer``
@@ -103,6 +104,7 @@ class Run:
     rps: float = 0.0
     p50_ms: float = 0.0
     p99_ms: float = 0.0
+    cpu_us: float = 0.0  # the server's CPU time (all its processes) per answered request
     requests: int = 0
     errors: int = 0
     note: str = ""
@@ -228,8 +230,10 @@ def measure(servers: list[Server], work: Workload, args: argparse.Namespace) -> 
     rounds: dict[str, list[dict[str, Any]]] = {s.name: [] for s in servers}
     try:
         with started(servers, work) as up:
+            pids: dict[str, list[int]] = {}
             for server, proc in zip(servers, up, strict=True):
                 runs[server.name].extra["listens"] = proc.listens
+                pids[server.name] = procs.members(proc.proc.pid, proc.marker)
             for server in servers:
                 work.loads[server.load or server.body](server.target or server.url, args.warmup)
             for index in range(args.rounds):
@@ -237,7 +241,9 @@ def measure(servers: list[Server], work: Workload, args: argparse.Namespace) -> 
                 shift = index % len(servers)
                 for server in servers[shift:] + servers[:shift]:
                     load = work.loads[server.load or server.body]
+                    before = procs.cpu_seconds(pids[server.name])
                     result = load(server.target or server.url, args.duration)
+                    result["cpu_s"] = procs.cpu_seconds(pids[server.name]) - before
                     rounds[server.name].append(result)
     except (
         RuntimeError,
@@ -259,6 +265,10 @@ def measure(servers: list[Server], work: Workload, args: argparse.Namespace) -> 
         )
         run.p50_ms = statistics.median(r["p50"] for r in done)
         run.p99_ms = statistics.median(r["p99"] for r in done)
+        if "client" not in run.extra:  # perf_analyzer counts its last window's requests only
+            run.cpu_us = statistics.median(
+                1e6 * r["cpu_s"] / r["requests"] if r["requests"] else 0.0 for r in done
+            )
         run.requests = sum(r["requests"] for r in done)
         run.errors = sum(r["errors"] for r in done)
         run.extra["rounds"] = [
@@ -267,10 +277,16 @@ def measure(servers: list[Server], work: Workload, args: argparse.Namespace) -> 
         per_round = ", ".join(f"{r['rps']:.0f}" for r in done)
         print(
             f"  {name:<22} {work.model:<9} {run.rps:>10.0f} req/s  p50 {run.p50_ms:7.2f} ms  "
-            f"p99 {run.p99_ms:7.2f} ms  errors {run.errors}  (rounds: {per_round} req/s)",
+            f"p99 {run.p99_ms:7.2f} ms  cpu {_cpu(run):>6} us/req  errors {run.errors}  "
+            f"(rounds: {per_round} req/s)",
             flush=True,
         )
     return list(runs.values())
+
+
+def _cpu(run: Run) -> str:
+    """The server's CPU microseconds per request, or ``-`` where it was not measured."""
+    return f"{run.cpu_us:.1f}" if run.cpu_us else "-"
 
 
 def measure_both_orders(
@@ -758,7 +774,10 @@ def table(runs: list[Run], ceilings: dict[str, float], threads: int) -> None:
     compared with torchplace's row of the same protocol."""
     by = {(r.server, r.model): r for r in runs}
     print()
-    print(f"{'server':<24} {'model':<9} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'tp/x':>7}")
+    print(
+        f"{'server':<24} {'model':<9} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'tp/x':>7} "
+        f"{'cpu us/req':>10}"
+    )
 
     def order(run: Run) -> tuple[str, bool, bool]:
         return run.model, "client" in run.extra, not run.server.startswith("torchplace")
@@ -769,7 +788,7 @@ def table(runs: list[Run], ceilings: dict[str, float], threads: int) -> None:
         note = f"  {_clip(run.note.splitlines()[0], 100)}" if run.note else ""
         print(
             f"{run.server:<24} {run.model:<9} {run.rps:>10.0f} {run.p50_ms:>8.2f} "
-            f"{run.p99_ms:>8.2f} {ratio:>6.2f}x{note}"
+            f"{run.p99_ms:>8.2f} {ratio:>6.2f}x {_cpu(run):>10}{note}"
         )
     for model, rows in ceilings.items():
         tp = by.get(("torchplace", model))

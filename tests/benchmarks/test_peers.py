@@ -222,6 +222,25 @@ def test_the_lean_grpc_server_answers_the_models_numbers(tmp_path: Path) -> None
         client.close()
 
 
+def test_cpu_seconds_counts_every_thread_of_the_processes_and_nothing_for_gone_ones() -> None:
+    import subprocess
+
+    burn = "import threading,time\ndef f():\n  t=time.thread_time()+0.3\n  while time.thread_time()<t: pass\n"
+    burn += "ts=[threading.Thread(target=f) for _ in range(2)]\n[t.start() for t in ts]\n[t.join() for t in ts]"
+    child = subprocess.Popen([sys.executable, "-c", burn + "\nimport time; time.sleep(30)"])
+    try:
+        deadline = time.monotonic() + 20
+        while procs.cpu_seconds([child.pid]) < 0.5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        used = procs.cpu_seconds([child.pid])
+        assert used >= 0.5  # two threads' 0.3 s each, and the interpreter's start
+        assert procs.cpu_seconds([child.pid, child.pid]) == pytest.approx(2 * used, abs=0.05)
+    finally:
+        child.kill()
+        child.wait()
+    assert procs.cpu_seconds([child.pid]) == 0.0
+
+
 def test_the_wrk_script_keeps_a_body_with_closing_brackets_whole() -> None:
     from peers.load import lua_script
 
