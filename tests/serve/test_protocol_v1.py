@@ -107,3 +107,48 @@ def test_predictions_are_one_entry_per_row() -> None:
     assert orjson.loads(encode_predict_response({"y": y, "b": b}, TWO_OUT)) == {
         "predictions": [{"y": [0.5, 1.0], "b": 1.0}, {"y": [2.0, -3.25], "b": 3.0}]
     }
+
+
+def test_both_instances_and_inputs_is_a_400_naming_both() -> None:
+    """Both forms at once was answered from 'instances', 'inputs' silently dropped (TF Serving,
+    whose V1 form this is, refuses the pair)."""
+    with pytest.raises(InputError, match="both 'instances' and 'inputs'; send one of them"):
+        _decode({"instances": [[[1, 2], [3, 4]]], "inputs": [[[5, 6], [7, 8]]]})
+
+
+@pytest.mark.parametrize(
+    ("doc", "inputs"),
+    [
+        ({"instances": [{"a": [1, 2], "n": 3, "nn": 4}]}, TWO_IN),
+        ({"instances": [{"x": [[1, 2], [3, 4]], "nn": 4}]}, ONE_IN),
+        ({"inputs": {"a": [[1, 2]], "n": [3], "nn": [4]}}, TWO_IN),
+    ],
+)
+def test_a_named_value_the_model_does_not_take_is_a_400(
+    doc: object, inputs: tuple[TensorSpec, ...]
+) -> None:
+    """A misspelled or extra input name was dropped silently, and the rest answered."""
+    with pytest.raises(InputError, match=r"input 'nn', which the model does not take; it takes"):
+        _decode(doc, inputs)
+
+
+def test_nan_predictions_name_the_v2_route_not_binary_data() -> None:
+    """V1 has no binary_data; the message told a V1 client to ask for it."""
+    y = np.array([[np.nan, 1.0]], np.float32)
+    with pytest.raises(InputError) as caught:
+        encode_predict_response({"y": y}, ONE_OUT, model="m")
+    message = str(caught.value)
+    assert "output 'y' holds NaN or infinite values" in message
+    assert "/v2/models/m/infer" in message
+    assert '"binary_data": true' in message
+
+
+@pytest.mark.parametrize(
+    "b", [np.zeros((3,), np.float32), np.float32(0.0) + np.zeros((), np.float32)]
+)
+def test_outputs_without_a_shared_batch_cannot_be_rows(b: np.ndarray) -> None:
+    """Outputs of different lengths lost the longer one's extra rows (or failed with an
+    IndexError, a 500) instead of saying V1 rows cannot carry them."""
+    y = np.zeros((2, 2), np.float32)
+    with pytest.raises(InputError, match=r"outputs do not share a batch dimension .*'y': 2"):
+        encode_predict_response({"y": y, "b": b}, TWO_OUT, model="m")

@@ -341,8 +341,15 @@ class App:
         ``POST /v1/models/{name}:predict``; ``:explain`` is answered 501, as KServe answers it
         for a model without an explainer."""
         name, _, verb = _name(rest[0]).partition(":") if len(rest) == 1 else ("", "", "")
-        if len(rest) > 1 or verb not in ("", "predict", "explain"):
+        if len(rest) > 1:
             return error_response(404, f"no route {_text(request.path)}")
+        if verb not in ("", "predict", "explain"):
+            return error_response(
+                404,
+                f"no route {_text(request.path)}: KServe V1 serves POST "
+                "/v1/models/{name}:predict (and :explain, answered 501), and GET "
+                "/v1/models/{name} for the model's status",
+            )
         refused = _wrong_method(request, b"POST" if verb else b"GET")
         if refused is not None:
             return refused
@@ -735,7 +742,9 @@ class App:
         decoded: protocol.InferRequest,
         results: dict[str, np.ndarray[Any, Any]],
     ) -> Response:
-        return Response(200, protocol_v1.encode_predict_response(results, handle.outputs))
+        return Response(
+            200, protocol_v1.encode_predict_response(results, handle.outputs, handle.name)
+        )
 
     @staticmethod
     def _failure(exc: BaseException) -> Response:

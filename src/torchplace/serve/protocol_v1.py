@@ -48,6 +48,7 @@ def decode_predict_request(
     """A V1 ``:predict`` body, validated as the OIP request of the same rows (``model`` named
     in the messages that name it)."""
     rows = _instances(body, max_rows)
+    _check_names(rows, inputs)
     tensors = []
     for spec in inputs:
         column = [_value(row, index, spec, inputs) for index, row in enumerate(rows)]
@@ -69,18 +70,48 @@ def decode_predict_request(
 
 
 def encode_predict_response(
-    results: Mapping[str, np.ndarray[Any, Any]], outputs: Sequence[TensorSpec]
+    results: Mapping[str, np.ndarray[Any, Any]], outputs: Sequence[TensorSpec], model: str = ""
 ) -> bytes:
-    """``{"predictions": [...]}``, one entry per row."""
+    """``{"predictions": [...]}``, one entry per row; an :class:`InputError` (400) for what
+    V1's JSON rows cannot carry (NaN or infinite values, several outputs of different lengths),
+    naming the V2 route of ``model`` that can."""
     arrays = [(spec.name, _plain(results[spec.name], spec.datatype)) for spec in outputs]
-    check_json_finite(dict(arrays))
-    predictions: Any
-    if len(arrays) == 1:
-        predictions = arrays[0][1]
-    else:
-        rows = len(arrays[0][1])
-        predictions = [{name: array[row] for name, array in arrays} for row in range(rows)]
+    _check_finite(dict(arrays), model)
+    predictions: Any = arrays[0][1] if len(arrays) == 1 else _rows_of_outputs(arrays, model)
     return orjson.dumps({"predictions": predictions}, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def _check_finite(arrays: Mapping[str, np.ndarray[Any, Any]], model: str) -> None:
+    """The OIP's refusal of NaN and infinite outputs, pointed at the V2 route (V1 has no
+    binary form to carry them)."""
+    try:
+        check_json_finite(arrays)
+    except InputError as exc:
+        what = str(exc).partition(";")[0]
+        raise InputError(
+            f"{what}; V1 answers are JSON only: POST the request to {_v2_route(model)} "
+            'with the output asked for as binary data ("binary_data": true) to get them, '
+            "or send inputs the model keeps finite"
+        ) from None
+
+
+def _rows_of_outputs(
+    arrays: Sequence[tuple[str, np.ndarray[Any, Any]]], model: str
+) -> list[dict[str, Any]]:
+    """Several outputs as one object per row, when they share the batch dimension."""
+    lengths = {name: len(array) if array.ndim else None for name, array in arrays}
+    if len(set(lengths.values())) > 1 or None in lengths.values():
+        raise InputError(
+            f"the outputs do not share a batch dimension (rows per output: {shown(lengths)}), "
+            f"so V1 cannot answer them as one prediction per row; POST the request to "
+            f"{_v2_route(model)}, which answers each output whole"
+        )
+    rows = len(arrays[0][1])
+    return [{name: array[row] for name, array in arrays} for row in range(rows)]
+
+
+def _v2_route(model: str) -> str:
+    return f"/v2/models/{model or '{name}'}/infer"
 
 
 def _instances(body: bytes, max_rows: int) -> list[Any]:
@@ -91,6 +122,11 @@ def _instances(body: bytes, max_rows: int) -> list[Any]:
         doc = json_loads(body)
     except orjson.JSONDecodeError as exc:
         raise InputError(f"the body is not valid JSON: {exc}") from None
+    if isinstance(doc, dict) and "instances" in doc and "inputs" in doc:
+        raise InputError(
+            "the request has both 'instances' and 'inputs'; send one of them: 'instances' "
+            "(one entry per row) or 'inputs' (the same rows, or each input's rows under its name)"
+        )
     rows = doc.get("instances", doc.get("inputs")) if isinstance(doc, dict) else None
     if isinstance(rows, dict) and "instances" not in doc:
         rows = _rows_of_columns(rows, max_rows)
@@ -133,6 +169,19 @@ def _rows_of_columns(columns: dict[str, Any], max_rows: int) -> list[dict[str, A
     if count > max_rows:
         raise _too_many(count, max_rows)
     return [{name: rows[i] for name, rows in columns.items()} for i in range(count)]
+
+
+def _check_names(rows: list[Any], inputs: Sequence[TensorSpec]) -> None:
+    """Refuse an instance naming a value the model does not take (a misspelled input would
+    otherwise be dropped, and the rest answered)."""
+    names = {spec.name for spec in inputs}
+    for index, row in enumerate(rows):
+        if isinstance(row, dict) and not names.issuperset(row):
+            extra = next(key for key in row if key not in names)
+            raise InputError(
+                f"instance {index} names input {shown(extra)}, which the model does not take; "
+                "it takes " + ", ".join(repr(s.name) for s in inputs)
+            )
 
 
 def _value(row: Any, index: int, spec: TensorSpec, inputs: Sequence[TensorSpec]) -> Any:
