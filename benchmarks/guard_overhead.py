@@ -163,8 +163,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(header)
     print("-" * len(header))
+    judged = not args.quick  # --quick's few rounds cannot resolve a few percent: INFO there
     for r in results:
-        verdict = ("PASS" if r.passed else "FAIL") if r.counts_for_target else "(info)"
+        verdict = "(info)"
+        if r.counts_for_target and judged:
+            verdict = "PASS" if r.passed else "FAIL"
         print(
             f"{r.model:<10} {r.grad_mode:<15} {r.bare_us:>10.1f} {r.guard_us:>10.1f} "
             f"{r.ratio:>6.3f}x {r.target:>6.2f}x  {verdict}"
@@ -172,10 +175,12 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         if not r.counts_for_target:
             continue
+        line = "PASS" if r.passed else "FAIL"
         print(
-            f"{'PASS' if r.passed else 'FAIL'}: {r.model} record-mode guard costs "
+            f"{line if judged else 'INFO'}: {r.model} record-mode guard costs "
             f"{r.ratio:.3f}x the bare forward (target <= {r.target}x; {r.rounds} rounds of "
             f"{r.iterations_per_round}; {r.events_in_forward} events recorded in the forward)"
+            + ("" if judged else " (--quick: too short to judge)")
         )
     if not any(r.counts_for_target for r in results):
         print(f"no target checked on {device}: the targets are about the CPU (--device cpu)")
@@ -193,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                 handle,
                 indent=2,
             )
-    return 0 if all(r.passed for r in results if r.counts_for_target) else 1
+    return 0 if not judged or all(r.passed for r in results if r.counts_for_target) else 1
 
 
 if __name__ == "__main__":
