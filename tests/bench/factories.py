@@ -50,3 +50,62 @@ class _TwoInputs(nn.Module):
 
 def two_inputs() -> nn.Module:
     return _TwoInputs()
+
+
+class _DictInput(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(6, 2)
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.linear(batch["x"])
+
+
+def dict_input() -> nn.Module:
+    return _DictInput()
+
+
+def embedding() -> nn.Module:
+    return nn.Sequential(nn.Embedding(10, 4), nn.Flatten(), nn.Linear(24, 2))
+
+
+#: a module object, not a function that builds one
+INSTANCE = nn.Linear(6, 2)
+
+
+class _Opaque:
+    """A result type bench model cannot look into."""
+
+    def __init__(self, logits: torch.Tensor) -> None:
+        self._logits = logits
+
+
+class _ReturnsOpaque(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(6, 2)
+
+    def forward(self, x: torch.Tensor) -> _Opaque:
+        return _Opaque(self.linear(x))
+
+
+def returns_opaque() -> nn.Module:
+    return _ReturnsOpaque()
+
+
+class _RecordsMode(nn.Module):
+    """Records ``self.training`` at each call; dropout and batch norm change in train mode."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(6, 2)
+        self.dropout = nn.Dropout(0.5)
+        self.modes: list[bool] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.modes.append(self.training)
+        return self.dropout(self.linear(x))
+
+
+def in_train_mode() -> nn.Module:
+    return _RecordsMode().train()

@@ -508,3 +508,60 @@ def test_timer_vs_peers_times_triton_in_seconds_on_the_chosen_device(
     assert seconds == pytest.approx(2.5e-3)
     assert calls == [(25, 100, {"return_mode": "median"})]
     assert entered == [torch.device("cuda", 1)]
+
+
+@dataclasses.dataclass(frozen=True)
+class _DataclassOut:
+    logits: torch.Tensor
+    label: str
+
+
+def test_to_host_copies_the_tensors_of_a_dataclass_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    copied: list[torch.Tensor] = []
+    real_cpu = torch.Tensor.cpu
+
+    def cpu(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        copied.append(self)
+        return real_cpu(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "cpu", cpu)
+    logits = torch.ones(2)
+    out = to_host({"out": _DataclassOut(logits, "cat")})
+    assert len(copied) == 1
+    assert copied[0] is logits
+    assert isinstance(out["out"], _DataclassOut)
+    assert out["out"].label == "cat"
+
+
+def test_a_model_returning_an_object_without_tensors_to_copy_is_refused() -> None:
+    spec = load_model_spec("tests.bench.factories:returns_opaque", "6")
+    with pytest.raises(ConfigError, match="returned _Opaque, in which bench model finds no tensor"):
+        run_stages(spec, torch.device("cpu"), batch_sizes=(1,), min_time=0.001, warmup=1)
+
+
+def test_a_model_in_train_mode_is_run_in_eval_mode_and_the_report_says_so() -> None:
+    from tests.bench.factories import in_train_mode
+
+    built: list[Any] = []
+
+    def build() -> torch.nn.Module:
+        built.append(in_train_mode())
+        return built[-1]
+
+    spec = ModelSpec(name="dropout", build=build, row_shape=(6,))
+    result = run_stages(spec, torch.device("cpu"), batch_sizes=(2,), min_time=0.001, warmup=1)
+    assert built[0].modes
+    assert not any(built[0].modes)
+    assert "eval mode" in result.to_dict()["input"]
+    assert "eval mode" in text_of(render.stages_table(result))
+
+
+def test_the_report_says_how_the_input_was_made() -> None:
+    spec = ModelSpec(name="embedding", build=lambda: torch.nn.Embedding(10, 4), row_shape=(6,))
+    ids = run_stages(
+        spec, torch.device("cpu"), batch_sizes=(2,), dtype="int64", min_time=0.001, warmup=1
+    )
+    assert "token ids 0 and 1" in ids.to_dict()["input"]
+    assert "(batch, 6)" in ids.to_dict()["input"]
+    floats = run_stages(load_model_spec("seed-mlp"), torch.device("cpu"), batch_sizes=(2,))
+    assert "torch.randn(batch, 8)" in floats.to_dict()["input"]

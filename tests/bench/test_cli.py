@@ -315,6 +315,10 @@ _SHORT = ["--batch-sizes", "1", "--min-time", "0.001", "--input-shape", "6"]
         ("needs_args", "TypeError: needs_args() missing 1 required positional argument"),
         ("bad_forward", "failed on a 1x6 float32 input: ValueError: forward boom"),
         ("two_inputs", "calls forward with one input tensor; for a model that takes several"),
+        ("dict_input", "calls model(x) with one tensor of shape (batch, 6)"),
+        ("dict_input", "a dict, a tuple or several inputs needs a wrapper module"),
+        ("embedding", "token ids: give --dtype int64"),
+        ("INSTANCE", "is an nn.Module object, not a function that builds one"),
     ],
 )
 def test_a_model_that_fails_is_a_one_line_error(

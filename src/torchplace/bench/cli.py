@@ -260,7 +260,8 @@ def _model_options(subs: Any, parents: list[argparse.ArgumentParser]) -> None:
     model.add_argument(
         "--model",
         default="seed-mlp",
-        help="seed-mlp, wide-mlp, or module:callable returning an nn.Module (default seed-mlp)",
+        help="seed-mlp, wide-mlp, or module:callable returning an nn.Module; it runs in eval mode "
+        "as model(x), one tensor (default seed-mlp)",
     )
     model.add_argument(
         "--batch-sizes",
@@ -273,7 +274,8 @@ def _model_options(subs: Any, parents: list[argparse.ArgumentParser]) -> None:
         "--input-shape",
         type=_row_shape,
         metavar="SHAPE",
-        help="shape of one input row, such as 512 (required for module:callable)",
+        help="shape of one input row, such as 512 (required for module:callable); the batch is "
+        "dimension 0 of x, before it",
     )
     model.add_argument(
         "--dtype",

@@ -140,7 +140,7 @@ def stages_table(result: StagesResult) -> Table:
                 if result.device == "cpu"
                 else ""
             )
-            + f"peak memory: {result.memory_note}"
+            + f"peak memory: {result.memory_note}; input: {result.input_note}"
         ),
     )
     for column in ("batch", "H2D", "compute", "D2H", "total", "rows/s", "peak memory", "first"):

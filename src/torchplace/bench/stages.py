@@ -12,11 +12,16 @@ returns ``x`` itself, so H2D and D2H are reported as no-ops costing nothing, not
 
 The model is one of the embedded ones (``seed-mlp``, ``wide-mlp``) or ``module:callable``, a
 callable that takes no arguments and returns an ``nn.Module`` (the input shape is then given
-explicitly).
+explicitly). The model is put in eval mode (dropout off, batch norm on its running statistics)
+and called as ``model(x)`` with one tensor whose first dimension is the batch: ``torch.randn``
+for a floating dtype, token ids 0 and 1 for an integer one. A model that takes a dict, a tuple,
+several inputs or keyword arguments, or wants its batch on another dimension, is benchmarked
+through a wrapper module whose ``forward(x)`` builds what it takes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -106,6 +111,7 @@ def load_model_spec(model: str, input_shape: str | None = None) -> ModelSpec:
         ) from exc
     if not callable(factory):
         raise ConfigError(f"{model!r} is not callable; point at a function returning an nn.Module")
+    _refuse_module_object(model, factory)
     if input_shape is None:
         raise ConfigError(
             f"model {model!r} declares no inputs: pass --input-shape with the size of one row, "
@@ -127,7 +133,7 @@ def load_model_spec(model: str, input_shape: str | None = None) -> ModelSpec:
                 f"{model!r} returned {type(built).__name__}, not a torch.nn.Module; point at a "
                 "function that builds and returns the model"
             )
-        return built.eval()
+        return built
 
     return ModelSpec(name=model, build=build, row_shape=parse_shape(input_shape))
 
@@ -181,6 +187,7 @@ class StagesResult:
     row_shape: tuple[int, ...]
     rows: tuple[StageResult, ...]
     memory_note: str
+    input_note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -188,9 +195,22 @@ class StagesResult:
             "device": self.device,
             "dtype": self.dtype,
             "row_shape": list(self.row_shape),
+            "input": self.input_note,
             "memory_note": self.memory_note,
             "batches": [row.to_dict() for row in self.rows],
         }
+
+
+def _refuse_module_object(model: str, factory: Any) -> None:
+    """A module object is callable too, but calling it with no arguments runs its forward."""
+    from torch import nn
+
+    if isinstance(factory, nn.Module):
+        name = model.partition(":")[2]
+        raise ConfigError(
+            f"{model!r} is an nn.Module object, not a function that builds one; point at a "
+            f"function, such as def make(): return {name}"
+        )
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -221,7 +241,8 @@ def run_stages(
     timer = Timer(device=device, warmup=warmup, min_time=min_time, min_repeats=5, max_repeats=2000)
     device = timer.device
     floating = torch_dtype.is_floating_point
-    model = spec.build()
+    # eval mode whatever the factory returned: dropout off, batch norm on running statistics
+    model = spec.build().eval()
     # an integer dtype is the inputs' only (token ids): the weights keep their own dtype
     model = model.to(device=device, dtype=torch_dtype) if floating else model.to(device=device)
     copies = device.type != "cpu"
@@ -272,7 +293,20 @@ def run_stages(
         row_shape=spec.row_shape,
         rows=tuple(rows),
         memory_note=note,
+        input_note=_input_note(spec.row_shape, torch_dtype),
     )
+
+
+def _input_note(row_shape: tuple[int, ...], dtype: torch.dtype) -> str:
+    """How the input of every batch is made and passed, as the report states it."""
+    shape = ", ".join(["batch", *map(str, row_shape)])
+    name = str(dtype).removeprefix("torch.")
+    made = (
+        f"torch.randn({shape}) {name}"
+        if dtype.is_floating_point
+        else f"token ids 0 and 1 of shape ({shape}) {name}"
+    )
+    return f"model(x), x = {made}, the model in eval mode under torch.inference_mode"
 
 
 def to_host(output: Any) -> Any:
@@ -288,7 +322,26 @@ def to_host(output: Any) -> Any:
         return type(output)(*(to_host(v) for v in output))
     if isinstance(output, (list, tuple)):
         return type(output)(to_host(v) for v in output)
+    if dataclasses.is_dataclass(output) and not isinstance(output, type):
+        fields = dataclasses.fields(output)
+        changes = {f.name: to_host(getattr(output, f.name)) for f in fields if f.init}
+        return dataclasses.replace(output, **changes)
     return output
+
+
+def _holds_tensor(output: Any) -> bool:
+    """True when :func:`to_host` finds a tensor in ``output`` to copy."""
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return True
+    if isinstance(output, dict):
+        return any(_holds_tensor(v) for v in output.values())
+    if isinstance(output, (list, tuple)):
+        return any(_holds_tensor(v) for v in output)
+    if dataclasses.is_dataclass(output) and not isinstance(output, type):
+        return any(_holds_tensor(getattr(output, f.name)) for f in dataclasses.fields(output))
+    return False
 
 
 def _require_batch_memory(
@@ -319,7 +372,7 @@ def _first_forward(
     import torch
 
     try:
-        return forward(x)
+        output = forward(x)
     except Exception as exc:
         first = next(iter(str(exc).strip().splitlines()), "")
         if isinstance(exc, torch.OutOfMemoryError) or "can't allocate memory" in first:
@@ -328,7 +381,15 @@ def _first_forward(
                 "give smaller --batch-sizes"
             ) from exc
         shape = "x".join(map(str, x.shape))
-        fix = "check --input-shape (one row) and --dtype, and that the model runs on its own"
+        row = ", ".join(["batch", *map(str, spec.row_shape)])
+        fix = (
+            "check --input-shape (one row) and --dtype, and that the model runs on its own; "
+            f"bench model calls model(x) with one tensor of shape ({row}), so a model that takes "
+            "a dict, a tuple or several inputs needs a wrapper module whose forward(x) builds them"
+        )
+        if x.dtype.is_floating_point and ("'indices'" in first or "Long, Int" in first):
+            # an embedding given random floats: its input is token ids
+            fix = "the model takes token ids: give --dtype int64 (or int32)"
         if isinstance(exc, TypeError) and "argument" in first:
             # forward(x, mask), forward(input_ids=...): the call itself did not fit
             fix = (
@@ -339,3 +400,10 @@ def _first_forward(
         raise ConfigError(
             f"{spec.name!r} failed on a {shape} {dtype} input: {type(exc).__name__}: {first}; {fix}"
         ) from exc
+    if not _holds_tensor(output):
+        raise ConfigError(
+            f"{spec.name!r} returned {type(output).__name__}, in which bench model finds no tensor "
+            "to copy back, so D2H would time nothing; return a tensor, or dicts, lists, tuples "
+            "or dataclasses of them (a wrapper module's forward can pick the tensors out)"
+        )
+    return output
