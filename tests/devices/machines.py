@@ -23,3 +23,13 @@ def gpus(*devices: DeviceProperties, env: dict[str, str] | None = None, **kw: ob
 
 
 CPU_ONLY = FakeProbe()
+
+MI300X = [
+    DeviceProperties(f"AMD Instinct MI300X #{i}", 9, 4, 192 * GiB, 304, f"GPU-{i}b2c1a9f8d3e6f7{i}")
+    for i in range(4)
+]
+
+
+def rocm(**env: str) -> FakeProbe:
+    """Four MI300X under a ROCm build of torch, with ``env`` as the process environment."""
+    return FakeProbe(devices=MI300X, hip_version="6.2", version="2.13.0+rocm6.2", env_vars=env)

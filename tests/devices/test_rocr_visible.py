@@ -6,25 +6,13 @@ from __future__ import annotations
 import pytest
 
 from torchplace.devices import (
-    DeviceProperties,
-    FakeProbe,
     device_inventory,
     resolve_device,
     visible_devices,
 )
 from torchplace.errors import DeviceUnavailableError
 
-from .machines import H200, gpus
-
-GiB = 2**30
-MI300X = [
-    DeviceProperties(f"AMD Instinct MI300X #{i}", 9, 4, 192 * GiB, 304, f"GPU-{i}b2c1a9f8d3e6f7{i}")
-    for i in range(4)
-]
-
-
-def rocm(**env: str) -> FakeProbe:
-    return FakeProbe(devices=MI300X, hip_version="6.2", version="2.13.0+rocm6.2", env_vars=env)
+from .machines import H200, gpus, rocm
 
 
 def test_hip_visible_devices_indexes_into_what_rocr_leaves() -> None:
