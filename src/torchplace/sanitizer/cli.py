@@ -17,7 +17,10 @@ raised are in the JSON report), 2 for a usage error.
 from __future__ import annotations
 
 import argparse
+import builtins
 import contextlib
+import importlib.machinery
+import importlib.util
 import os
 import runpy
 import shutil
@@ -25,6 +28,8 @@ import signal
 import sys
 import threading
 import traceback
+import types
+import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -171,9 +176,10 @@ def run(args: argparse.Namespace) -> int:
     from torchplace.sanitizer.recorder import Guard
 
     guard = Guard(args.mode, allow=args.allow, max_events=args.max_events, threads=True)
-    # Fixed before the program runs: it may chdir (a relative -o), replace sys.stderr, fork.
-    output = args.output if args.output in (None, "-") else os.path.abspath(args.output)
-    stream, pid = sys.stderr, os.getpid()
+    # Fixed before the program runs: it may chdir (a relative -o), replace or close sys.stderr
+    # and sys.stdout, fork.
+    output = None if args.output in (None, "-") else os.path.abspath(args.output)
+    stream, pid = _report_stream(args.output), os.getpid()
     written = False
 
     def write(code: int) -> None:
@@ -198,7 +204,9 @@ def run(args: argparse.Namespace) -> int:
             try:
                 if kind == "module":
                     runpy.run_module(target, run_name="__main__", alter_sys=True)
-                else:
+                elif _is_source(target):
+                    _run_script(target)
+                else:  # a directory or zip app (by its __main__.py), a .pyc file
                     runpy.run_path(target, run_name="__main__")
             except _Terminated:
                 raise  # SIGTERM kills the process on the spot: python waits for no thread
@@ -214,7 +222,8 @@ def run(args: argparse.Namespace) -> int:
         terminated = True
     except SystemExit as exc:
         code = _exit_code(exc)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # python prints its traceback too
+        _print_program_error(exc)
         code = 130
     except BaseException as exc:  # the program's own error: show it, as python would
         if kind == "module" and isinstance(exc, ImportError) and _raised_by_runpy(exc):
@@ -240,6 +249,38 @@ def run(args: argparse.Namespace) -> int:
         return code  # interrupted or terminated: the shell's convention, as the top command does
     # --mode raise stopping a thread fails the run too, although the program went on and ended 0
     return report.EXIT_OK if code == 0 and not guard.violations else report.EXIT_FAILED
+
+
+def _is_source(target: str) -> bool:
+    """A script file of Python source, not a directory, a zip app or compiled code."""
+    return Path(target).is_file() and not zipfile.is_zipfile(target) and not _is_compiled(target)
+
+
+def _is_compiled(target: str) -> bool:
+    with open(target, "rb") as handle:
+        return handle.read(4) == importlib.util.MAGIC_NUMBER
+
+
+def _run_script(target: str) -> None:
+    """Run a source script as python does, unlike :func:`runpy.run_path`: ``__file__`` and the
+    traceback's file names are absolute, ``sys.argv[0]`` stays as the command line gave it."""
+    path = os.path.abspath(target)
+    with open(path, "rb") as handle:  # bytes: compile honours a coding cookie
+        code = compile(handle.read(), path, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    main.__dict__.update(
+        __file__=path,
+        __cached__=None,
+        __builtins__=builtins,
+        __loader__=importlib.machinery.SourceFileLoader("__main__", path),
+    )
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = main
+    try:
+        exec(code, main.__dict__)
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
 
 
 def _join_program_threads(already_running: set[threading.Thread]) -> None:
@@ -379,11 +420,26 @@ def _write(
     report.write_report(text, output, stream=stream)
 
 
+def _report_stream(output: str | None) -> TextIO:
+    """The stream guard started with that the report goes to (stderr, or stdout for ``-o -``;
+    stderr also carries a ``-o PATH`` report's errors), refused before the program runs when
+    the report would go to it and it is closed: the report would be lost after the program."""
+    name, stream = (
+        ("standard output", sys.stdout) if output == "-" else ("standard error", sys.stderr)
+    )
+    if output in (None, "-") and (stream is None or stream.closed):
+        raise ConfigError(
+            f"{name} is closed, so the report has nowhere to go; write it with -o PATH"
+        )
+    return stream
+
+
 def _reopened(stream: TextIO) -> TextIO:
-    """The program closed ``sys.stderr``: its descriptor, 2, usually is still open (Python's
-    standard streams do not close theirs), and the report goes there; else ``stream`` as it is
-    (the report then says it has nowhere to go)."""
+    """The program closed ``sys.stderr`` (or ``sys.stdout``, for ``-o -``): its descriptor
+    usually is still open (Python's standard streams do not close theirs), and the report goes
+    there; else ``stream`` as it is (the report then says it has nowhere to go)."""
+    fd = 1 if stream is sys.__stdout__ else 2
     try:
-        return os.fdopen(os.dup(2), "w", encoding="utf-8")
+        return os.fdopen(os.dup(fd), "w", encoding="utf-8")
     except OSError:
         return stream
