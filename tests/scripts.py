@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
+
+import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -29,3 +33,16 @@ def load_benchmark(name: str, *, module_name: str | None = None) -> ModuleType:
 def unload(module: ModuleType) -> None:
     """Forget a module :func:`load_benchmark` registered."""
     sys.modules.pop(module.__name__, None)
+
+
+def benchmark_fixture(name: str) -> Any:
+    """A module-scoped fixture ``bench``: ``benchmarks/NAME.py`` loaded as a module for the
+    tests of one file (``bench = benchmark_fixture("serve_profile")``), unloaded after them."""
+
+    @pytest.fixture(scope="module", name="bench")
+    def fixture() -> Iterator[ModuleType]:
+        module = load_benchmark(name, module_name=f"{name}_under_test")
+        yield module
+        unload(module)
+
+    return fixture

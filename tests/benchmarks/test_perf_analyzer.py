@@ -3,20 +3,14 @@ nothing, and how the gRPC-against-REST target is printed (no timing is measured 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from types import ModuleType
 
 import pytest
 
 from peers import perf_client
-from tests.scripts import load_benchmark, unload
+from tests.scripts import benchmark_fixture
 
-
-@pytest.fixture(scope="module")
-def bench() -> Iterator[ModuleType]:
-    module = load_benchmark("perf_analyzer", module_name="perf_analyzer_under_test")
-    yield module
-    unload(module)
+bench = benchmark_fixture("perf_analyzer")
 
 
 def test_quick_keeps_every_sweep_short(bench: ModuleType) -> None:

@@ -3,19 +3,13 @@ checks are judged from given results (no timing is measured here)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from types import ModuleType
 
 import pytest
 
-from tests.scripts import load_benchmark, unload
+from tests.scripts import benchmark_fixture
 
-
-@pytest.fixture(scope="module")
-def bench() -> Iterator[ModuleType]:
-    module = load_benchmark("serve_on_ray", module_name="serve_on_ray_under_test")
-    yield module
-    unload(module)
+bench = benchmark_fixture("serve_on_ray")
 
 
 def _results(bench: ModuleType, *, failed: int = 0) -> dict[str, dict[str, object]]:

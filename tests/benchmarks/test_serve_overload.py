@@ -4,19 +4,13 @@ are judged from given phases (no timing is measured here)."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from types import ModuleType
 
 import pytest
 
-from tests.scripts import load_benchmark, unload
+from tests.scripts import benchmark_fixture
 
-
-@pytest.fixture(scope="module")
-def bench() -> Iterator[ModuleType]:
-    module = load_benchmark("serve_overload", module_name="serve_overload_under_test")
-    yield module
-    unload(module)
+bench = benchmark_fixture("serve_overload")
 
 
 def _phase(bench: ModuleType, name: str, p99_ms: float, **statuses: int) -> object:

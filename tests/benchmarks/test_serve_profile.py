@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from types import ModuleType
 
 import pytest
 
-from tests.scripts import load_benchmark, unload
+from tests.scripts import benchmark_fixture
 
-
-@pytest.fixture(scope="module")
-def bench() -> Iterator[ModuleType]:
-    module = load_benchmark("serve_profile", module_name="serve_profile_under_test")
-    yield module
-    unload(module)
+bench = benchmark_fixture("serve_profile")
 
 
 def test_quick_times_fewer_runs_per_stage(bench: ModuleType) -> None:

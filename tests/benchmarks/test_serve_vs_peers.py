@@ -4,21 +4,15 @@ how the targets are judged from given figures (no timing is measured here)."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from peers import venvs
-from tests.scripts import load_benchmark, unload
+from tests.scripts import benchmark_fixture
 
-
-@pytest.fixture(scope="module")
-def bench() -> Iterator[ModuleType]:
-    module = load_benchmark("serve_vs_peers", module_name="serve_vs_peers_under_test")
-    yield module
-    unload(module)
+bench = benchmark_fixture("serve_vs_peers")
 
 
 def _args(bench: ModuleType, *argv: str) -> argparse.Namespace:

@@ -4,22 +4,16 @@ how it tells which peers can run, against a real server on a loopback port."""
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 from types import ModuleType
 
 import numpy as np
 import pytest
 
-from tests.scripts import load_benchmark, unload
+from tests.scripts import benchmark_fixture
 
 from .conftest import StartServer, seed_body
 
-
-@pytest.fixture(scope="module")
-def bench() -> Iterator[ModuleType]:
-    module = load_benchmark("serve_vs_peers", module_name="serve_vs_peers_under_test")
-    yield module
-    unload(module)
+bench = benchmark_fixture("serve_vs_peers")
 
 
 def _body() -> bytes:

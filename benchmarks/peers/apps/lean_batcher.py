@@ -16,11 +16,11 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
-import httptools
 import numpy as np
 import orjson
 import torch
 from _common import HOST, build, parse_args
+from const_reply import ConstantReply
 
 MAX_ROWS = 32
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
@@ -70,25 +70,17 @@ class Batch:
             start += n
 
 
-class Connection(asyncio.Protocol):
-    def __init__(self, batch: Batch, model: str) -> None:
-        self.batch, self.model = batch, model
-        self.transport: Any = None  # uvloop's transports are not asyncio.Transport subclasses
-        self.parser = httptools.HttpRequestParser(self)
-        self.body: list[bytes] = []
+class Connection(ConstantReply):
+    """:class:`ConstantReply`'s connection (the same parser and transport handling) that
+    answers each request through the batch instead of with a fixed reply."""
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport
+    def __init__(self, batch: Batch, model: str) -> None:
+        super().__init__(b"")
+        self.batch, self.model = batch, model
+        self.body: list[bytes] = []
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError:
-            if self.transport is not None:
-                self.transport.close()
 
     def on_body(self, body: bytes) -> None:
         self.body.append(body)

@@ -141,15 +141,13 @@ async def watch_statuses(
 def health_handler(
     status: Callable[[str], int | None],
     draining: Callable[[], bool],
+    changes: HealthNotifier,
     request_timeout_s: float = 30.0,
-    notifier: HealthNotifier | None = None,
 ) -> grpc.GenericRpcHandler:
     """``Check`` and ``Watch`` over ``status(service)`` (SERVING, NOT_SERVING, or None for a
-    name it does not know); ``draining()`` ends the watches, which wait on ``notifier`` (by
-    default one that wakes them every :data:`PROBE_INTERVAL_S`) for a change; a request
-    message that has not arrived within ``request_timeout_s`` ends the call
+    name it does not know); ``draining()`` ends the watches, which wait on ``changes`` for a
+    change; a request message that has not arrived within ``request_timeout_s`` ends the call
     (:mod:`torchplace.serve.grpc_read`)."""
-    changes = notifier if notifier is not None else HealthNotifier()
 
     async def check(data: bytes, context: Any) -> bytes:
         service = await _service(data, context)

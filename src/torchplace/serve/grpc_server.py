@@ -216,8 +216,8 @@ class GrpcServer:
             ]
         )
         health = health_handler(
-            self._health, lambda: self.draining, self.config.request_timeout_s,
-            self.health_changes,
+            self._health, lambda: self.draining, self.health_changes,
+            self.config.request_timeout_s,
         )  # fmt: skip
         server.add_generic_rpc_handlers((self._handlers(), health))
         try:

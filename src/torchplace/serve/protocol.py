@@ -1223,18 +1223,22 @@ def encode_infer_response(
     return b"".join([header, *chunks]), len(header)
 
 
-def check_json_finite(data: Mapping[str, Any]) -> None:
+#: how a client of this protocol gets NaN or infinite outputs (:func:`check_json_finite`)
+_BINARY_FIX = 'ask for it as binary data ("binary_data": true) to get them'
+
+
+def check_json_finite(data: Mapping[str, Any], fix: str = _BINARY_FIX) -> None:
     """Refuse to answer NaN or infinite output values as JSON, which has no numbers for them
-    (they would read as null): the binary form carries them. An InputError (400): the server
-    did its work, and only the client can change what it asks for (a 500 would say the server
-    failed)."""
+    (they would read as null): the binary form carries them (``fix`` says how a client gets
+    it). An InputError (400): the server did its work, and only the client can change what it
+    asks for (a 500 would say the server failed)."""
     for name, values in data.items():
         floats = isinstance(values, np.ndarray) and values.dtype.kind == "f"
         if floats and not np.isfinite(values).all():
             raise InputError(
                 f"output {name!r} holds NaN or infinite values, which JSON numbers cannot "
-                "carry (the model's result for these inputs); ask for it as binary data "
-                '("binary_data": true) to get them, or send inputs it keeps finite'
+                f"carry (the model's result for these inputs); {fix}, or send inputs it keeps "
+                "finite"
             )
 
 

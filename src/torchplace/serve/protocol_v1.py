@@ -76,23 +76,13 @@ def encode_predict_response(
     V1's JSON rows cannot carry (NaN or infinite values, several outputs of different lengths),
     naming the V2 route of ``model`` that can."""
     arrays = [(spec.name, _plain(results[spec.name], spec.datatype)) for spec in outputs]
-    _check_finite(dict(arrays), model)
+    check_json_finite(  # V1 has no binary form: the V2 route has
+        dict(arrays),
+        f"V1 answers are JSON only: POST the request to {_v2_route(model)} with the output "
+        'asked for as binary data ("binary_data": true) to get them',
+    )
     predictions: Any = arrays[0][1] if len(arrays) == 1 else _rows_of_outputs(arrays, model)
     return orjson.dumps({"predictions": predictions}, option=orjson.OPT_SERIALIZE_NUMPY)
-
-
-def _check_finite(arrays: Mapping[str, np.ndarray[Any, Any]], model: str) -> None:
-    """The OIP's refusal of NaN and infinite outputs, pointed at the V2 route (V1 has no
-    binary form to carry them)."""
-    try:
-        check_json_finite(arrays)
-    except InputError as exc:
-        what = str(exc).partition(";")[0]
-        raise InputError(
-            f"{what}; V1 answers are JSON only: POST the request to {_v2_route(model)} "
-            'with the output asked for as binary data ("binary_data": true) to get them, '
-            "or send inputs the model keeps finite"
-        ) from None
 
 
 def _rows_of_outputs(
