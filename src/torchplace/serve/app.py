@@ -55,6 +55,7 @@ from torchplace.serve.registry import ModelHandle
 from torchplace.serve.repository import inline_config, model_names, unload_parameters
 from torchplace.serve.routes import MODEL, REPOSITORY, ROUTES, SHARED_MEMORY
 from torchplace.serve.shm import Region, SharedMemoryRegions
+from torchplace.serve.ticket import Ticket
 from torchplace.serve.triton import extensions, model_statistics
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ class SubmittedLike(Protocol):
     """A queued request (:class:`torchplace.serve.engine.Submitted`)."""
 
     @property
-    def future(self) -> asyncio.Future[dict[str, np.ndarray[Any, Any]]]: ...
+    def future(self) -> Ticket[dict[str, np.ndarray[Any, Any]]] | asyncio.Future[Any]: ...
     @property
     def device(self) -> str: ...
 
@@ -608,7 +609,7 @@ class App:
             handle.leave()
             self.regions.release(held)
             return self._finish(handle, self._failure(exc), started)
-        answer: asyncio.Future[Response] = self.server.loop.create_future()
+        answer: Ticket[Response] = Ticket()
         encode = self._encoded_v1 if v1 else self._encoded
         accepted = request.headers.get(b"accept-encoding")
         if accepted is not None:  # the answer compressed, as the client allows
@@ -695,8 +696,8 @@ class App:
         decoded: protocol.InferRequest,
         started: float,
         submitted: SubmittedLike,
-        answer: asyncio.Future[Response],
-        future: asyncio.Future[dict[str, np.ndarray[Any, Any]]],
+        answer: Ticket[Response],
+        future: Ticket[dict[str, np.ndarray[Any, Any]]],
     ) -> None:
         """The engine is done with a request: encode its outputs (or its error) as the
         answer. An answer already cancelled (the client went away, or the request timed out)
@@ -900,7 +901,7 @@ def _asterisk(request: Request) -> Response:
     )
 
 
-def _abandon(work: asyncio.Future[Any], answer: asyncio.Future[Response]) -> None:
+def _abandon(work: Ticket[Any] | asyncio.Future[Any], answer: Ticket[Response]) -> None:
     """The answer was cancelled (the connection went away, or the request timed out): so is
     the engine's work, whose queued rows are then withdrawn, never run."""
     if answer.cancelled():

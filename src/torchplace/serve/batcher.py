@@ -35,6 +35,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from torchplace.errors import ConfigError, OverloadedError, ServeError
+from torchplace.serve.ticket import Ticket
 
 __all__ = ["Batcher", "Pending", "Worker"]
 
@@ -48,7 +49,7 @@ class Pending:
         self,
         inputs: Mapping[str, np.ndarray],
         rows: int,
-        future: asyncio.Future[Any],
+        future: Ticket[Any],
         *,
         level: int = 0,
     ) -> None:

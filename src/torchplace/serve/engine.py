@@ -87,6 +87,7 @@ from torchplace.serve.startup import (
     thread_count,
 )
 from torchplace.serve.statistics import InferStatistics
+from torchplace.serve.ticket import Ticket
 from torchplace.serve.tracing import CALLER, Tracer
 
 if TYPE_CHECKING:
@@ -107,9 +108,7 @@ class Submitted:
 
     __slots__ = ("future", "pendings")
 
-    def __init__(
-        self, future: asyncio.Future[dict[str, np.ndarray]], pendings: Sequence[Pending]
-    ) -> None:
+    def __init__(self, future: Ticket[dict[str, np.ndarray]], pendings: Sequence[Pending]) -> None:
         self.future = future
         self.pendings = pendings
 
@@ -119,14 +118,12 @@ class Submitted:
         return self.pendings[0].device
 
 
-def _joined(
-    loop: asyncio.AbstractEventLoop, pendings: Sequence[Pending]
-) -> asyncio.Future[dict[str, np.ndarray]]:
-    """One future for the chunks of a request: their outputs in order, or the first error."""
-    joined: asyncio.Future[dict[str, np.ndarray]] = loop.create_future()
+def _joined(pendings: Sequence[Pending]) -> Ticket[dict[str, np.ndarray]]:
+    """One ticket for the chunks of a request: their outputs in order, or the first error."""
+    joined: Ticket[dict[str, np.ndarray]] = Ticket()
     left = [len(pendings)]
 
-    def chunk_done(chunk: asyncio.Future[dict[str, np.ndarray]]) -> None:
+    def chunk_done(chunk: Ticket[dict[str, np.ndarray]]) -> None:
         if joined.done():
             return
         if chunk.cancelled():
@@ -480,7 +477,7 @@ class Engine:
         assert loop is not None
         timeout = self.policy.timeout(timeout_s)
         timer = loop.call_later(timeout, self._expire, pendings) if timeout else None
-        future = pendings[0].future if len(pendings) == 1 else _joined(loop, pendings)
+        future = pendings[0].future if len(pendings) == 1 else _joined(pendings)
         future.add_done_callback(functools.partial(self._settled, pendings, timer, began))
         return Submitted(future, pendings)
 
@@ -498,13 +495,10 @@ class Engine:
             rows = self._rows(inputs)
         level = self.policy.level(priority)
         batcher = self._batcher
-        loop = self._loop
         assert batcher is not None
-        assert loop is not None
         self._admit(batcher, rows)
         pendings = [
-            Pending(chunk, n, loop.create_future(), level=level)
-            for chunk, n in self._chunks(inputs, rows)
+            Pending(chunk, n, Ticket(), level=level) for chunk, n in self._chunks(inputs, rows)
         ]
         for index, pending in enumerate(pendings):
             pending.caller = caller
@@ -520,7 +514,7 @@ class Engine:
         pendings: Sequence[Pending],
         timer: asyncio.TimerHandle | None,
         began: float,
-        future: asyncio.Future[dict[str, np.ndarray]],
+        future: Ticket[dict[str, np.ndarray]],
     ) -> None:
         """A request's future is done: its deadline timer goes, and when it did not succeed
         its chunks still queued are withdrawn (a cancelled one's are counted)."""

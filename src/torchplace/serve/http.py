@@ -6,8 +6,9 @@ with ``httptools`` (keep-alive, pipelining: requests on one connection are answe
 and are dropped, never merged into the headers, ``Expect: 100-continue``), enforces the body
 limit while reading (413 before the body is read when ``Content-Length`` says so), and hands each
 complete :class:`Request` to the handler, which returns a :class:`Response`, a coroutine of one
-(run as a task) or a future the handler settles (no task at all: the cheapest way to answer
-later; cancelling it is how the server says the client went away or the request timed out;
+(run as a task) or a future or :class:`~torchplace.serve.ticket.Ticket` the handler settles (no
+task at all: the cheapest way to answer later, a ticket's answer written in the call that
+settles it; cancelling it is how the server says the client went away or the request timed out;
 one that ends cancelled otherwise, its client still there, is answered 503).
 A one-second ticker answers requests that run past the request timeout (503; not those whose
 handler cleared :attr:`Request.timed`, such as a model load), drops clients that
@@ -50,6 +51,7 @@ import orjson
 
 from torchplace.errors import ConfigError
 from torchplace.serve.listener import close_listener
+from torchplace.serve.ticket import Ticket
 
 __all__ = [
     "MAX_ERROR_CHARS",
@@ -145,7 +147,9 @@ def error_response(
 
 
 #: a handler answers at once, or later: with a coroutine (run as a task) or a future it settles
-Answer: TypeAlias = "Response | Coroutine[Any, Any, Response] | asyncio.Future[Response]"
+Answer: TypeAlias = (
+    "Response | Coroutine[Any, Any, Response] | asyncio.Future[Response] | Ticket[Response]"
+)
 Handler = Callable[[Request], Answer]
 
 
@@ -281,7 +285,7 @@ class _Connection(asyncio.Protocol):
         self._pending: deque[Request] = deque()
         self._pending_bytes = 0  # the bodies of the requests in _pending
         self._busy: Request | None = None  # the request whose answer is being made
-        self._current: asyncio.Future[Response] | None = None
+        self._current: asyncio.Future[Response] | Ticket[Response] | None = None
         self._task_started = 0.0
         self._timed_out = False
         self._reading_since = 0.0
@@ -699,14 +703,14 @@ class _Connection(asyncio.Protocol):
             self._busy = request
             self._timed_out = False
             self._task_started = time.monotonic()
-            if not isinstance(result, asyncio.Future):
+            if not isinstance(result, (Ticket, asyncio.Future)):
                 result = self._server.loop.create_task(result)
             self._current = result
             result.add_done_callback(functools.partial(self._done, request=request))
         if self._final is not None and not self._pending and not self._busy:
             self._send_final()
 
-    def _done(self, task: asyncio.Future[Response], *, request: Request) -> None:
+    def _done(self, task: asyncio.Future[Response] | Ticket[Response], *, request: Request) -> None:
         self._busy = None
         self._current = None
         self._server.in_flight -= 1
