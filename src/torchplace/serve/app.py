@@ -609,7 +609,7 @@ class App:
             handle.leave()
             self.regions.release(held)
             return self._finish(handle, self._failure(exc), started)
-        answer: Ticket[Response] = Ticket()
+        answer = _Answer(submitted.future)
         encode = self._encoded_v1 if v1 else self._encoded
         accepted = request.headers.get(b"accept-encoding")
         if accepted is not None:  # the answer compressed, as the client allows
@@ -619,7 +619,6 @@ class App:
         )
         if held:  # after the answer's callback, which writes the outputs into them
             submitted.future.add_done_callback(lambda _: self.regions.release(held))
-        answer.add_done_callback(functools.partial(_abandon, submitted.future))
         return answer
 
     def _decoded(
@@ -696,7 +695,7 @@ class App:
         decoded: protocol.InferRequest,
         started: float,
         submitted: SubmittedLike,
-        answer: Ticket[Response],
+        answer: _Answer,
         future: Ticket[dict[str, np.ndarray[Any, Any]]],
     ) -> None:
         """The engine is done with a request: encode its outputs (or its error) as the
@@ -901,11 +900,22 @@ def _asterisk(request: Request) -> Response:
     )
 
 
-def _abandon(work: Ticket[Any] | asyncio.Future[Any], answer: Ticket[Response]) -> None:
-    """The answer was cancelled (the connection went away, or the request timed out): so is
-    the engine's work, whose queued rows are then withdrawn, never run."""
-    if answer.cancelled():
-        work.cancel()
+class _Answer(Ticket[Response]):
+    """The answer to an inference request; cancelling it (the connection went away, or the
+    request timed out) cancels the engine's work too, whose queued rows are then withdrawn,
+    never run."""
+
+    __slots__ = ("work",)
+
+    def __init__(self, work: Ticket[Any] | asyncio.Future[Any]) -> None:
+        super().__init__()
+        self.work = work
+
+    def cancel(self) -> bool:
+        if not super().cancel():
+            return False
+        self.work.cancel()
+        return True
 
 
 def _caller(headers: dict[bytes, bytes]) -> Any:

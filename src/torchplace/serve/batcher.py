@@ -52,15 +52,17 @@ class Pending:
         future: Ticket[Any],
         *,
         level: int = 0,
+        caller: Any = None,
+        arrived: float | None = None,
     ) -> None:
         self.inputs = inputs
         self.rows = rows
         self.future = future
         self.level = level  # the queue index: 0 is served first
-        self.arrived = time.perf_counter()
+        self.arrived = time.perf_counter() if arrived is None else arrived
         self.device = ""  # the device label of the replica that served it
         self.taken = False  # handed to a replica: it will run
-        self.caller: Any = None  # the caller's trace context its spans join (tracing.CALLER)
+        self.caller = caller  # the caller's trace context its spans join (tracing.CALLER)
 
 
 class Worker(Protocol):

@@ -469,7 +469,7 @@ class Engine:
         """
         began = time.perf_counter()
         try:
-            pendings = self._queue(inputs, priority, caller, rows)
+            pendings = self._queue(inputs, priority, caller, rows, began)
         except BaseException:
             self.statistics.request(False, time.perf_counter() - began)
             raise
@@ -487,7 +487,8 @@ class Engine:
         priority: int | None,
         caller: Any,
         rows: int | None,
-    ) -> list[Pending]:
+        began: float,
+    ) -> Sequence[Pending]:
         """The request checked, admitted and queued as one :class:`Pending` per chunk."""
         if not (self._accepting and self._serving):
             raise self._count(self._not_ready())
@@ -497,11 +498,18 @@ class Engine:
         batcher = self._batcher
         assert batcher is not None
         self._admit(batcher, rows)
+        if rows <= self.max_batch_size:  # one chunk: the common case
+            pending = Pending(inputs, rows, Ticket(), level=level, caller=caller, arrived=began)
+            try:
+                batcher.submit(pending)
+            except OverloadedError as exc:
+                raise self._count(exc) from None
+            return (pending,)
         pendings = [
-            Pending(chunk, n, Ticket(), level=level) for chunk, n in self._chunks(inputs, rows)
+            Pending(chunk, n, Ticket(), level=level, caller=caller, arrived=began)
+            for chunk, n in self._chunks(inputs, rows)
         ]
         for index, pending in enumerate(pendings):
-            pending.caller = caller
             try:
                 batcher.submit(pending)
             except OverloadedError as exc:
@@ -535,8 +543,6 @@ class Engine:
     ) -> list[tuple[Mapping[str, np.ndarray], int]]:
         """The request as chunks of at most ``max_batch_size`` rows (views, no copy)."""
         size = self.max_batch_size
-        if rows <= size:
-            return [(inputs, rows)]
         return [
             ({name: array[start : start + size] for name, array in inputs.items()},
              min(size, rows - start))

@@ -34,7 +34,6 @@ import asyncio
 import contextlib
 import email.utils
 import errno
-import functools
 import logging
 import re
 import socket
@@ -706,11 +705,15 @@ class _Connection(asyncio.Protocol):
             if not isinstance(result, (Ticket, asyncio.Future)):
                 result = self._server.loop.create_task(result)
             self._current = result
-            result.add_done_callback(functools.partial(self._done, request=request))
+            result.add_done_callback(self._done)
         if self._final is not None and not self._pending and not self._busy:
             self._send_final()
 
-    def _done(self, task: asyncio.Future[Response] | Ticket[Response], *, request: Request) -> None:
+    def _done(self, task: asyncio.Future[Response] | Ticket[Response]) -> None:
+        """The answer to the busy request is settled (one request is answered at a time)."""
+        request = self._busy
+        if request is None or task is not self._current:
+            return  # not the answer awaited: nothing to write
         self._busy = None
         self._current = None
         self._server.in_flight -= 1

@@ -111,9 +111,10 @@ class RequestedOutput:
     classes: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class InferRequest:
-    """A decoded, validated inference request."""
+    """A decoded, validated inference request (not frozen: made for every request, and a frozen
+    dataclass's ``__init__`` costs four times as much)."""
 
     id: str | None
     inputs: dict[str, np.ndarray[Any, Any]]
@@ -230,12 +231,13 @@ def _decode_request(
     allow_nan: bool,
     regions: SharedMemoryRegions,
 ) -> InferRequest:
-    view = memoryview(body)
-    if header_length == 0:
-        return _raw_request(view, inputs, allow_nan)
-    if header_length is None:
-        json_part, binary = view, None
+    if header_length is None:  # JSON only: parsed as it came, no view
+        json_part: bytes | bytearray | memoryview = body
+        binary = None
     else:
+        view = memoryview(body)
+        if header_length == 0:
+            return _raw_request(view, inputs, allow_nan)
         if not 0 <= header_length <= len(view):
             raise _fail(  # Triton's words first
                 f"inference header size should be in range (0, {len(view)}), got: "
@@ -251,7 +253,7 @@ def _decode_request(
         raise _fail(f"request body must be a JSON object, not {_kind_name(doc)}")
     if len(inputs) == 1 and binary is None:
         # a list long enough for the long path takes at least two bytes a value
-        bools = len(view) <= 2 * _QUICK_MAX_VALUES or _may_hold_bools(body)
+        bools = len(body) <= 2 * _QUICK_MAX_VALUES or _may_hold_bools(body)
         quick = _quick_request(doc, inputs[0], max_rows, bools)
         if quick is not None:
             return quick
@@ -963,7 +965,7 @@ class _NotUtf8(orjson.JSONDecodeError):
         return str(self.msg)
 
 
-def json_loads(data: bytes | memoryview) -> Any:
+def json_loads(data: bytes | bytearray | memoryview) -> Any:
     """``orjson.loads``, past a UTF-8 byte order mark (RFC 8259 lets a parser ignore one, and
     some clients, PowerShell's among them, send it); raises ``orjson.JSONDecodeError`` (for a
     body that is not UTF-8, one that says which byte, or which encoding it is in)."""
@@ -1216,7 +1218,8 @@ def encode_infer_response(
         doc["id"] = request.id
     doc["outputs"] = entries
     header = orjson.dumps(doc, option=_JSON_OPTS)
-    if _holds_word(header, b"null", 2):  # orjson writes NaN and infinity as null: refuse them
+    # orjson writes NaN and infinity as null: refuse them (a short header searched at once)
+    if b"null" in header if len(header) < 4096 else _holds_word(header, b"null", 2):
         check_json_finite({e["name"]: e["data"] for e in entries if "data" in e})
     if not chunks:
         return header, None
