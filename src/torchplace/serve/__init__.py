@@ -29,6 +29,7 @@ What each module is for, along the path of a request:
 ``statistics``      the counts and nanoseconds behind Triton's statistics
 ``datatypes``       OIP datatypes <-> numpy and torch dtypes
 ``engine``          :class:`Engine`: routing and lifecycle of one model version
+``ticket``          a request's settle-once result, its callbacks run in the call that settles it
 ``admission``       deadlines, priorities and the overload limit of queued work
 ``batcher``         the bounded queue and the dynamic batcher, on the event loop
 ``pool``            the replica pool: picking a replica for a batch, answering a finished one
