@@ -56,7 +56,9 @@ COMMANDS: dict[str, _Command] = {
         report=True,
     ),
     "lint": _Command(
-        "torchplace.lint.cli", "find device-contract pitfalls in Python source", report=True
+        "torchplace.lint.cli",
+        "find device-contract pitfalls in Python source and notebooks",
+        report=True,
     ),
     "plan": _Command(
         "torchplace.planner.cli",

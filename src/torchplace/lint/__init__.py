@@ -1,4 +1,5 @@
-"""``torchplace lint``: find device-contract pitfalls in Python source, statically.
+"""``torchplace lint``: find device-contract pitfalls in Python source and notebooks,
+statically.
 
 Pure :mod:`ast`; importing this package never imports torch. The public surface::
 
@@ -19,6 +20,7 @@ What each module is for, from the command line down to a finding:
 ``provenance``  where values live (device or host), which loops step through batches
 ``finding``     what is reported: a :class:`Finding` at a place, with an optional :class:`Fix`
 ``fix``         applying the safe fixes of findings to source text
+``notebook``    Jupyter notebooks: code cells linted as one module, findings placed by cell
 ``output``      the formats: ``text``, ``json`` (the report envelope), ``sarif`` and ``github``
 ==============  ====================================================================================
 """

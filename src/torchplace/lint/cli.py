@@ -1,4 +1,4 @@
-"""Find device-contract pitfalls in Python source, statically (no torch import, no GPU).
+"""Find device-contract pitfalls in Python source and notebooks, statically (no torch import, no GPU).
 
 The report goes to stdout (or ``-o PATH``) as text, JSON (``--json``), SARIF or GitHub
 annotations. Exit status: 0 no findings, 1 findings, 2 usage or internal error.
@@ -18,6 +18,7 @@ from torchplace.lint.config import load_settings
 from torchplace.lint.engine import decode_source
 from torchplace.lint.finding import Finding
 from torchplace.lint.fix import apply_fixes
+from torchplace.lint.notebook import NOTEBOOK_SUFFIX, fix_notebook
 from torchplace.lint.output import FORMATS, format_findings, format_statistics
 from torchplace.lint.rules import ALL_RULES
 from torchplace.lint.runner import lint_paths
@@ -39,7 +40,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "nearest pyproject.toml (select, ignore, extend-select, exclude, per-file-ignores)."
     )
     parser.add_argument(
-        "paths", nargs="*", default=["."], metavar="PATH", help="files or directories (default: .)"
+        "paths",
+        nargs="*",
+        default=["."],
+        metavar="PATH",
+        help="files or directories (default: .): Python files and Jupyter notebooks (.ipynb)",
     )
     parser.add_argument(
         "--select",
@@ -84,6 +89,13 @@ def _apply_fixes(findings: list[Finding]) -> tuple[int, set[str]]:
     changed: set[str] = set()
     for path, file_findings in by_file.items():
         raw = Path(path).read_bytes()
+        if path.endswith(NOTEBOOK_SUFFIX):
+            new, count = fix_notebook(raw, file_findings)
+            if count and new != raw:
+                Path(path).write_bytes(new)
+                applied += count
+                changed.add(path)
+            continue
         source = decode_source(raw)
         if source.encode("utf-8") != raw:
             continue  # a BOM or another encoding: leave the bytes alone

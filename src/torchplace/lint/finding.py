@@ -29,9 +29,12 @@ class Fix:
 
 @dataclass(frozen=True, order=True)
 class Finding:
-    """One rule violation. ``line`` and ``col`` are 1-based; ``col`` counts characters."""
+    """One rule violation. ``line`` and ``col`` are 1-based; ``col`` counts characters. In a
+    notebook, ``cell`` is the cell's 1-based position and ``line`` the line in that cell
+    (``cell`` is 0 elsewhere)."""
 
     path: str
+    cell: int = field(default=0, kw_only=True)
     line: int
     col: int
     code: str
@@ -39,6 +42,12 @@ class Finding:
     end_line: int = field(default=0, compare=False)
     end_col: int = field(default=0, compare=False)
     fix: Fix | None = field(default=None, compare=False)
+
+    @property
+    def place(self) -> str:
+        """``path:line:col``, or ``path:cell N:line:col`` in a notebook."""
+        cell = f"cell {self.cell}:" if self.cell else ""
+        return f"{self.path}:{cell}{self.line}:{self.col}"
 
     def short(self) -> str:
         """``line:col CODE message``, the form the golden files use."""
@@ -50,6 +59,7 @@ class Finding:
             "code": self.code,
             "message": self.message,
             "filename": self.path,
+            "cell": self.cell or None,
             "location": {"row": self.line, "column": self.col},
             "end_location": {"row": self.end_line or self.line, "column": self.end_col or self.col},
             "fix": None

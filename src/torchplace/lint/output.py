@@ -19,10 +19,7 @@ _SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
 
 def _text(findings: Sequence[Finding], files: int) -> str:
-    lines = [
-        f"{f.path}:{f.line}:{f.col}: {f.code}{' [*]' if f.fix else ''} {f.message}"
-        for f in findings
-    ]
+    lines = [f"{f.place}: {f.code}{' [*]' if f.fix else ''} {f.message}" for f in findings]
     if findings:
         fixable = sum(1 for f in findings if f.fix is not None)
         noun = "finding" if len(findings) == 1 else "findings"
@@ -32,6 +29,26 @@ def _text(findings: Sequence[Finding], files: int) -> str:
     else:
         lines.append(f"All checks passed ({files} file(s)).")
     return "\n".join(lines)
+
+
+def _in_cell(finding: Finding) -> str:
+    """Where a notebook's finding is, for the formats whose lines are the file's: its cell and
+    the line in it; nothing elsewhere."""
+    return f" (cell {finding.cell}, line {finding.line})" if finding.cell else ""
+
+
+def _physical(finding: Finding) -> dict[str, object]:
+    """A SARIF physical location: the file, and the region but in a notebook (whose lines are
+    its JSON's: the cell and its line are in the message instead)."""
+    where: dict[str, object] = {"artifactLocation": {"uri": finding.path.replace("\\", "/")}}
+    if not finding.cell:
+        where["region"] = {
+            "startLine": finding.line,
+            "startColumn": finding.col,
+            "endLine": finding.end_line or finding.line,
+            "endColumn": finding.end_col or finding.col,
+        }
+    return where
 
 
 def _sarif(findings: Sequence[Finding], version: str) -> str:
@@ -50,20 +67,8 @@ def _sarif(findings: Sequence[Finding], version: str) -> str:
             "ruleId": f.code,
             "ruleIndex": index[f.code],
             "level": "error",
-            "message": {"text": f.message},
-            "locations": [
-                {
-                    "physicalLocation": {
-                        "artifactLocation": {"uri": f.path.replace("\\", "/")},
-                        "region": {
-                            "startLine": f.line,
-                            "startColumn": f.col,
-                            "endLine": f.end_line or f.line,
-                            "endColumn": f.end_col or f.col,
-                        },
-                    }
-                }
-            ],
+            "message": {"text": f.message + _in_cell(f)},
+            "locations": [{"physicalLocation": _physical(f)}],
         }
         for f in findings
     ]
@@ -97,10 +102,19 @@ def _github_property(text: str) -> str:
 
 def _github(findings: Sequence[Finding]) -> str:
     return "\n".join(
-        f"::error title=torchplace ({f.code}),file={_github_property(f.path)},line={f.line},"
-        f"col={f.col},endLine={f.end_line or f.line},endColumn={f.end_col or f.col}::"
-        f"{_github_escape(f'{f.code} {f.message}')}"
+        f"::error title=torchplace ({f.code}),file={_github_property(f.path)}{_github_lines(f)}::"
+        f"{_github_escape(f'{f.code} {f.message}{_in_cell(f)}')}"
         for f in findings
+    )
+
+
+def _github_lines(finding: Finding) -> str:
+    """The annotation's lines, but in a notebook (its lines are its JSON's): file-level there."""
+    if finding.cell:
+        return ""
+    return (
+        f",line={finding.line},col={finding.col},endLine={finding.end_line or finding.line},"
+        f"endColumn={finding.end_col or finding.col}"
     )
 
 

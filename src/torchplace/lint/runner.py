@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from torchplace.lint.config import Settings
 from torchplace.lint.engine import lint_bytes
 from torchplace.lint.finding import Finding
+from torchplace.lint.notebook import NOTEBOOK_SUFFIX, lint_notebook
 
 if TYPE_CHECKING:
     from pathspec import GitIgnoreSpec
@@ -42,6 +43,7 @@ DEFAULT_EXCLUDES = frozenset(
         "__pypackages__",
         "build",
         "dist",
+        ".ipynb_checkpoints",
     }
 )
 # Below this many files a process pool costs more than it saves.
@@ -149,7 +151,7 @@ def discover(paths: Sequence[str], settings: Settings) -> tuple[list[tuple[str, 
                 keep.append(name)
             dirnames[:] = keep
             for name in sorted(filenames):
-                if not name.endswith((".py", ".pyi")):
+                if not name.endswith((".py", ".pyi", NOTEBOOK_SUFFIX)):
                     continue
                 file = directory / name
                 if file in seen or walk_ignores.ignored(file, directory, is_dir=False):
@@ -172,6 +174,8 @@ def _lint_one(display: str, path: str, codes: frozenset[str]) -> tuple[list[Find
             return [], None
         return [Finding(display, 1, 1, "TPL001", f"cannot read file: {exc.strerror or exc}")], None
     try:
+        if path.endswith(NOTEBOOK_SUFFIX):
+            return lint_notebook(raw, display, select=codes), None
         return lint_bytes(raw, display, select=codes), None
     except Exception as exc:  # an engine bug must not take the whole run down
         return [], f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,212 @@
+"""Jupyter notebooks (``.ipynb``): their code cells linted as one module, the way the kernel runs
+them in one namespace, and each finding placed in its cell.
+
+A notebook's code cells are joined in order into one source, line for line, so that a model put
+on the GPU in one cell and an input left on the host in a later one meet as they do when the
+notebook runs. IPython's own syntax is made inert first, keeping every line where it was: a line
+magic (``%timeit``, ``%load_ext``), a shell escape (``!pip ...``, ``files = !ls``) or a help
+request (``x?``) becomes ``pass`` at its indentation, and a cell magic (``%%bash``,
+``%%writefile``) takes its whole cell out, but for those whose body is Python (``%%time``,
+``%%timeit``, ``%%capture``, ``%%prun``), whose first line alone goes. A notebook whose kernel is
+not Python is skipped.
+
+A finding's ``cell`` is the cell's 1-based position in the notebook, every cell counted
+(markdown ones too, as editors number them), and its ``line`` the line in that cell. ``--fix``
+edits the cells' sources and writes the notebook back as Jupyter writes it (JSON indented by one
+space, a final newline), outputs and metadata untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from torchplace.lint.finding import Edit, Finding, Fix
+from torchplace.lint.fix import apply_fixes
+
+__all__ = [
+    "NOTEBOOK_SUFFIX",
+    "Notebook",
+    "NotebookError",
+    "fix_notebook",
+    "lint_notebook",
+    "read_notebook",
+]
+
+NOTEBOOK_SUFFIX = ".ipynb"
+#: cell magics whose body is Python, run by the kernel: only their first line is IPython's
+_PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun"})
+#: a line IPython reads itself: a magic, a shell escape (maybe assigned), a help request
+_IPYTHON_LINE = re.compile(r"^(?P<indent>[ \t]*)(?:[%!?]|[\w.]+\s*=\s*[%!]|[\w.\[\]()]+\?\??\s*$)")
+
+
+#: a line a message names (``at line 12``, ``(line 3)``): of the joined source, until placed
+_LINE_REF = re.compile(r"\bline (\d+)\b")
+
+
+class NotebookError(ValueError):
+    """The file is not a notebook this linter can read (the message says why)."""
+
+
+@dataclass(frozen=True)
+class _Cell:
+    number: int  # 1-based position among all cells
+    start: int  # its first line in the joined source (1-based)
+    lines: int
+
+
+@dataclass(frozen=True)
+class Notebook:
+    """A notebook's document, its code cells and their joined, inert-IPython source."""
+
+    document: dict[str, Any]
+    cells: tuple[_Cell, ...]
+    source: str
+    python: bool  # the kernel is Python (else nothing is linted)
+
+    def place(self, finding: Finding) -> Finding:
+        """``finding`` (at a line of the joined source) at its cell and the line in it."""
+        cell = self._cell_of(finding.line)
+        offset = cell.start - 1
+        fix = finding.fix
+        if fix is not None:
+            fix = Fix(fix.description, _moved(fix.edits, offset))
+        end_line = finding.end_line - offset if finding.end_line else 0
+        message = _LINE_REF.sub(lambda match: self._line_ref(match, cell), finding.message)
+        return replace(
+            finding,
+            cell=cell.number,
+            line=finding.line - offset,
+            end_line=end_line,
+            message=message,
+            fix=fix,
+        )
+
+    def _line_ref(self, match: re.Match[str], home: _Cell) -> str:
+        """A message's ``line N`` (of the joined source) as the line in its cell, with the
+        cell's number when it is not the finding's own."""
+        line = int(match.group(1))
+        cell = self._cell_of(line)
+        where = f"line {line - cell.start + 1}"
+        return where if cell is home else f"{where} of cell {cell.number}"
+
+    def _cell_of(self, line: int) -> _Cell:
+        for cell in reversed(self.cells):
+            if line >= cell.start:
+                return cell
+        return self.cells[0]
+
+
+def _text(value: object) -> str:
+    """A cell's ``source``: a string, or a list of strings to join (nbformat allows both)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(part, str) for part in value):
+        return "".join(value)
+    raise NotebookError("a cell's 'source' is neither a string nor a list of strings")
+
+
+def _inert(source: str) -> str:
+    """A cell's source with IPython's syntax made ``pass``, line for line."""
+    lines = source.split("\n")
+    first = lines[0].lstrip()
+    if first.startswith("%%"):
+        magic = first[2:].split(maxsplit=1)[0] if first[2:].strip() else ""
+        if magic not in _PYTHON_CELL_MAGICS:
+            return "\n" * (len(lines) - 1)  # not Python: the whole cell goes
+        lines[0] = ""
+    for index, line in enumerate(lines):
+        match = _IPYTHON_LINE.match(line)
+        if match is not None and not line.lstrip().startswith("#"):
+            lines[index] = f"{match.group('indent')}pass"
+    return "\n".join(lines)
+
+
+def _is_python(document: dict[str, Any]) -> bool:
+    metadata = document.get("metadata")
+    if not isinstance(metadata, dict):
+        return True
+    for key in ("language_info", "kernelspec"):
+        info = metadata.get(key)
+        if isinstance(info, dict):
+            language = info.get("name" if key == "language_info" else "language")
+            if isinstance(language, str):
+                return language.lower() == "python"
+    return True
+
+
+def read_notebook(raw: bytes) -> Notebook:
+    """Parse a notebook's bytes; :class:`NotebookError` when they are not a notebook."""
+    try:
+        document = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise NotebookError(f"not a notebook: the file is not JSON ({exc})") from None
+    cells = document.get("cells") if isinstance(document, dict) else None
+    if not isinstance(cells, list):
+        raise NotebookError(
+            "not a notebook: no 'cells' list (nbformat 4); an nbformat 3 notebook can be "
+            "upgraded with: jupyter nbconvert --to notebook --inplace FILE"
+        )
+    found: list[_Cell] = []
+    parts: list[str] = []
+    line = 1
+    for number, cell in enumerate(cells, start=1):
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        text = _inert(_text(cell.get("source", "")))
+        if not text.endswith("\n"):
+            text += "\n"
+        count = text.count("\n")
+        found.append(_Cell(number, line, count))
+        parts.append(text)
+        line += count
+    return Notebook(document, tuple(found), "".join(parts), _is_python(document))
+
+
+def fix_notebook(raw: bytes, findings: Iterable[Finding]) -> tuple[bytes, int]:
+    """The notebook with the safe fixes of ``findings`` (placed in their cells) applied to its
+    cells' sources, and how many were applied."""
+    notebook = read_notebook(raw)
+    by_cell: dict[int, list[Finding]] = {}
+    for finding in findings:
+        if finding.fix is not None and finding.cell:
+            by_cell.setdefault(finding.cell, []).append(finding)
+    cells = notebook.document["cells"]
+    applied = 0
+    for number, cell_findings in by_cell.items():
+        cell = cells[number - 1]
+        original = cell.get("source", "")
+        fixed, count = apply_fixes(_text(original), cell_findings)
+        if count:
+            cell["source"] = fixed if isinstance(original, str) else fixed.splitlines(True)
+            applied += count
+    if not applied:
+        return raw, 0
+    text = json.dumps(notebook.document, indent=1, ensure_ascii=False) + "\n"
+    return text.encode("utf-8"), applied
+
+
+def _moved(edits: Sequence[Edit], offset: int) -> tuple[Edit, ...]:
+    """``edits`` moved up by ``offset`` lines."""
+    return tuple(replace(e, line=e.line - offset, end_line=e.end_line - offset) for e in edits)
+
+
+def lint_notebook(raw: bytes, path: str, *, select: Iterable[str] | None = None) -> list[Finding]:
+    """Lint a notebook's bytes: its findings placed in their cells; one that cannot be read is
+    a ``TPL001`` finding, never an exception; a notebook of another language has none."""
+    from torchplace.lint.engine import lint_source
+    from torchplace.lint.rules import ALL_RULES
+
+    selected = frozenset(ALL_RULES) if select is None else frozenset(select)
+    try:
+        notebook = read_notebook(raw)
+    except NotebookError as exc:
+        if "TPL001" not in selected:
+            return []
+        return [Finding(path, 1, 1, "TPL001", f"cannot read notebook: {exc}")]
+    if not notebook.python or not notebook.cells:
+        return []
+    return sorted(notebook.place(f) for f in lint_source(notebook.source, path, select=selected))

@@ -1,0 +1,135 @@
+"""Jupyter notebooks: code cells linted as one module, IPython syntax inert, findings by cell."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from torchplace.cli import main
+from torchplace.lint.notebook import lint_notebook, read_notebook
+from torchplace.lint.runner import lint_paths
+
+
+def _cell(source: str | list[str], kind: str = "code") -> dict[str, Any]:
+    cell: dict[str, Any] = {"cell_type": kind, "metadata": {}, "source": source}
+    if kind == "code":
+        cell.update(execution_count=None, outputs=[])
+    return cell
+
+
+def _notebook(*cells: dict[str, Any], language: str = "python") -> bytes:
+    document = {
+        "cells": list(cells),
+        "metadata": {
+            "kernelspec": {"display_name": "k", "language": language, "name": "k"},
+            "language_info": {"name": language},
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    return (json.dumps(document, indent=1) + "\n").encode()
+
+
+MOVE = _cell(["import torch\n", "model = torch.nn.Linear(4, 2).cuda()\n"])
+LOOP = _cell("x = torch.randn(3, 4).cuda()\nfor step in range(3):\n    loss = model(x).item()\n")
+
+
+def test_cells_run_as_one_module_and_findings_sit_in_their_cell() -> None:
+    raw = _notebook(_cell("# Notes\n", "markdown"), MOVE, LOOP)
+    [finding] = [f for f in lint_notebook(raw, "nb.ipynb") if f.code == "TPL201"]
+    assert (finding.cell, finding.line, finding.col) == (3, 3, 12)  # the markdown cell counts
+    # the lines a message names are the cells' lines too
+    assert "batch loop at line 2 " in finding.message
+    assert "at line 2 of cell 2" in finding.message
+
+
+def test_ipython_syntax_is_inert_and_keeps_every_line() -> None:
+    cell = _cell(
+        [
+            "%load_ext autoreload\n",
+            "!pip install foo\n",
+            "files = !ls\n",
+            "torch?\n",
+            "if True:\n",
+            "    %time torch.load('a.pt')\n",
+            "state = torch.load('m.pt')\n",
+        ]
+    )
+    findings = lint_notebook(_notebook(MOVE, cell), "nb.ipynb")
+    assert not [f for f in findings if f.code == "TPL000"]  # it parsed
+    loads = [(f.cell, f.line) for f in findings if f.code == "TPL402"]
+    assert loads == [(2, 7)]  # the magic's torch.load is IPython's, not linted
+    source = read_notebook(_notebook(cell)).source
+    assert source.count("\n") == 7
+
+
+def test_cell_magics_keep_python_bodies_only() -> None:
+    shell = _cell(["%%bash\n", "python -c \"torch.load('x')\"\n"])
+    timed = _cell(["%%time\n", "state = torch.load('m.pt')\n"])
+    findings = lint_notebook(_notebook(MOVE, shell, timed), "nb.ipynb")
+    assert [(f.cell, f.line, f.code) for f in findings if f.code == "TPL402"] == [(3, 2, "TPL402")]
+
+
+def test_other_kernels_and_broken_files() -> None:
+    assert lint_notebook(_notebook(LOOP, language="julia"), "nb.ipynb") == []
+    [broken] = lint_notebook(b"{not json", "nb.ipynb")
+    assert broken.code == "TPL001"
+    assert "not JSON" in broken.message
+    [old] = lint_notebook(b'{"worksheets": []}', "nb.ipynb")
+    assert "nbformat" in old.message
+    [syntax] = lint_notebook(_notebook(MOVE, _cell("x = (\n")), "nb.ipynb")
+    assert (syntax.code, syntax.cell, syntax.line) == ("TPL000", 2, 1)
+
+
+def test_noqa_in_a_cell() -> None:
+    cell = _cell("state = torch.load('m.pt')  # noqa: TPL402\n")
+    assert not [f for f in lint_notebook(_notebook(MOVE, cell), "n.ipynb") if f.code == "TPL402"]
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    cell = _cell(["x = 1\n", "state = torch.load('m.pt')\n"])
+    cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": ["kept\n"]}]
+    (tmp_path / "nb.ipynb").write_bytes(_notebook(MOVE, cell))
+    (tmp_path / ".ipynb_checkpoints").mkdir()
+    (tmp_path / ".ipynb_checkpoints" / "nb-checkpoint.ipynb").write_bytes(_notebook(MOVE, cell))
+    return tmp_path
+
+
+def test_directories_find_notebooks_but_not_checkpoints(project: Path) -> None:
+    result = lint_paths(["."])
+    assert result.files == 1
+    assert {(f.path, f.cell, f.line) for f in result.findings if f.code == "TPL402"} == {
+        ("nb.ipynb", 2, 2)
+    }
+
+
+def test_formats_name_the_cell(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["lint", "nb.ipynb"]) == 1
+    assert "nb.ipynb:cell 2:2:9: TPL402 [*] " in capsys.readouterr().out
+    main(["lint", "--json", "nb.ipynb"])
+    [found] = [d for d in json.loads(capsys.readouterr().out)["result"]["findings"]
+               if d["code"] == "TPL402"]  # fmt: skip
+    assert found["cell"] == 2
+    assert found["location"] == {"row": 2, "column": 9}
+    main(["lint", "--format", "github", "nb.ipynb"])
+    annotation = capsys.readouterr().out
+    assert ",line=" not in annotation  # the file's lines are its JSON's
+    assert "(cell 2, line 2)" in annotation
+
+
+def test_fix_edits_the_cell_and_keeps_the_rest(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["lint", "--fix", "--select", "TPL402", "nb.ipynb"]) == 0
+    document = json.loads((project / "nb.ipynb").read_text())
+    cell = document["cells"][1]
+    assert cell["source"] == ["x = 1\n", "state = torch.load('m.pt', weights_only=True)\n"]
+    assert cell["outputs"][0]["text"] == ["kept\n"]
+    assert document["cells"][0]["source"] == MOVE["source"]
+    assert (project / "nb.ipynb").read_text().endswith("}\n")
+    assert "Fixed 1 finding(s) in 1 file(s)." in capsys.readouterr().err
