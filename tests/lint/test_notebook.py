@@ -66,6 +66,27 @@ def test_ipython_syntax_is_inert_and_keeps_every_line() -> None:
     assert source.count("\n") == 7
 
 
+def test_escapes_count_only_where_a_logical_line_starts() -> None:
+    cell = _cell(
+        [
+            'message = ("loaded %s"\n',
+            "           % name)\n",  # Python's %, inside the brackets
+            'doc = """\n',
+            "!not a shell escape\n",
+            '"""\n',
+            "total = 1 + \\\n",
+            "    2\n",
+            "state = torch.load('m.pt')\n",
+        ]
+    )
+    source = read_notebook(_notebook(cell)).source
+    assert "           % name)" in source
+    assert "!not a shell escape" in source
+    findings = lint_notebook(_notebook(MOVE, cell), "nb.ipynb")
+    assert not [f for f in findings if f.code == "TPL000"]
+    assert [(f.cell, f.line) for f in findings if f.code == "TPL402"] == [(2, 8)]
+
+
 def test_cell_magics_keep_python_bodies_only() -> None:
     shell = _cell(["%%bash\n", "python -c \"torch.load('x')\"\n"])
     timed = _cell(["%%time\n", "state = torch.load('m.pt')\n"])

@@ -5,7 +5,8 @@ A notebook's code cells are joined in order into one source, line for line, so t
 on the GPU in one cell and an input left on the host in a later one meet as they do when the
 notebook runs. IPython's own syntax is made inert first, keeping every line where it was: a line
 magic (``%timeit``, ``%load_ext``), a shell escape (``!pip ...``, ``files = !ls``) or a help
-request (``x?``) becomes ``pass`` at its indentation, and a cell magic (``%%bash``,
+request (``x?``) that starts a logical line (not one inside brackets or a string) becomes
+``pass`` at its indentation, and a cell magic (``%%bash``,
 ``%%writefile``) takes its whole cell out, but for those whose body is Python (``%%time``,
 ``%%timeit``, ``%%capture``, ``%%prun``), whose first line alone goes. A notebook whose kernel is
 not Python is skipped.
@@ -118,11 +119,60 @@ def _inert(source: str) -> str:
         if magic not in _PYTHON_CELL_MAGICS:
             return "\n" * (len(lines) - 1)  # not Python: the whole cell goes
         lines[0] = ""
+    logical = _Logical()
     for index, line in enumerate(lines):
-        match = _IPYTHON_LINE.match(line)
-        if match is not None and not line.lstrip().startswith("#"):
+        match = None if logical.continued else _IPYTHON_LINE.match(line)
+        if match is not None:
             lines[index] = f"{match.group('indent')}pass"
+        else:
+            logical.feed(line)
     return "\n".join(lines)
+
+
+class _Logical:
+    """Whether the next line continues a logical line (an open bracket or triple-quoted
+    string, a trailing backslash): IPython reads its escapes only where a line starts one, so
+    ``% args`` continuing a formatted string is Python's ``%``."""
+
+    __slots__ = ("backslash", "depth", "quote")
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.quote = ""  # the triple quote of a string left open
+        self.backslash = False
+
+    @property
+    def continued(self) -> bool:
+        return bool(self.depth or self.quote or self.backslash)
+
+    def feed(self, line: str) -> None:
+        """Scan one line: brackets outside strings and comments, strings, the backslash."""
+        i, end = 0, len(line)
+        self.backslash = False
+        while i < end:
+            if self.quote:
+                close = line.find(self.quote, i)
+                if close < 0:
+                    return
+                i, self.quote = close + 3, ""
+                continue
+            char = line[i]
+            if char == "#":
+                return
+            if char in "\"'":
+                if line.startswith(char * 3, i):
+                    self.quote = char * 3
+                    i += 3
+                    continue
+                i += 1
+                while i < end and line[i] != char:
+                    i += 2 if line[i] == "\\" else 1
+            elif char in "([{":
+                self.depth += 1
+            elif char in ")]}":
+                self.depth = max(0, self.depth - 1)
+            i += 1
+        self.backslash = line.endswith("\\")
 
 
 def _is_python(document: dict[str, Any]) -> bool:
