@@ -145,6 +145,25 @@ def test_map_tensors_refuses_a_one_shot_iterator_instead_of_passing_it_unmapped(
     assert next(it) is not None  # left unconsumed
 
 
+@pytest.mark.parametrize("view", ["keys", "values", "items"])
+def test_map_tensors_refuses_a_dict_view_it_could_not_rebuild(view: str) -> None:
+    batch = {"x": t()}
+    seen: list[torch.Tensor] = []
+    with pytest.raises(ConfigError, match=rf"dict_{view} \(a view of a mapping\).*mapping itself"):
+        map_tensors([getattr(batch, view)()], seen.append)  # type: ignore[arg-type]
+    assert seen == []
+    with pytest.raises(ConfigError, match=r"value\[0\] is a dict_values"):
+        move([batch.values()], META)
+
+
+def test_check_same_device_reads_into_dict_views() -> None:
+    batch = {"x": t(), "y": t().to(META)}
+    for view in (batch.values(), batch.items()):
+        with pytest.raises(PlacementError, match=r"args\[0\]\[1\]"):
+            check_same_device(view)
+    assert check_same_device({"x": t()}.values()) == CPU
+
+
 def test_map_tensors_refuses_a_generator_passed_as_the_whole_value() -> None:
     gen = (x for x in [t()])
     with pytest.raises(ConfigError, match=r"map_tensors: value is a generator"):

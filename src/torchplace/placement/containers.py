@@ -10,7 +10,7 @@ import io
 import json
 import sys
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 
 import torch
 from torch.nn.parameter import is_lazy
@@ -26,6 +26,7 @@ __all__ = [
     "is_dataclass_instance",
     "is_namedtuple",
     "is_one_shot",
+    "is_view",
     "key_path",
     "namedtuple_fields",
     "nesting_error",
@@ -99,7 +100,7 @@ def children(value: object, path: str) -> list[tuple[str, object]]:
     if is_namedtuple(value):
         fields = namedtuple_fields(value)
         return [(f"{path}.{f}", v) for f, v in zip(fields, value, strict=True)]  # type: ignore[call-overload]
-    if isinstance(value, (list, tuple, deque)):
+    if isinstance(value, (list, tuple, deque, *_VIEWS)):
         return [(f"{path}[{i}]", v) for i, v in enumerate(value)]
     if isinstance(value, (set, frozenset)):
         return [(f"{path}{{{i}}}", v) for i, v in enumerate(value)]
@@ -108,15 +109,32 @@ def children(value: object, path: str) -> list[tuple[str, object]]:
     return []
 
 
+#: a mapping's ``keys()``, ``values()`` and ``items()``: read like sequences, never rebuilt
+_VIEWS = (KeysView, ValuesView, ItemsView)
+
+
 def is_one_shot(obj: object) -> bool:
     """A generator or other iterator (not a file): walking it would use it up."""
     return isinstance(obj, Iterator) and not isinstance(obj, io.IOBase)
 
 
+def is_view(obj: object) -> bool:
+    """A mapping's ``keys()``, ``values()`` or ``items()``: read as a sequence, but a walk that
+    rebuilds what it maps cannot put tensors back into it (see :func:`one_shot_error`)."""
+    return isinstance(obj, _VIEWS)
+
+
 def one_shot_error(where: str, obj: object, path: str) -> ConfigError:
     """The error for a generator or iterator found at ``path``: its tensors cannot be reached
-    without consuming it, and skipping them would pass them by silently."""
+    without consuming it, and skipping them would pass them by silently; or for a dict's view,
+    which cannot be rebuilt with the mapped tensors in it."""
     kind = type(obj).__name__
+    if isinstance(obj, _VIEWS):
+        return ConfigError(
+            f"{where}: {path} is a {kind} (a view of a mapping): a view cannot hold the mapped "
+            "tensors, so it was refused rather than passed back with its tensors unmapped. "
+            "Fix: pass the mapping itself, or list(...) of the view"
+        )
     return ConfigError(
         f"{where}: {path} is a {kind} (a one-shot iterator): its tensors cannot be reached "
         "without consuming it, so it was left unconsumed and refused rather than skipped. "

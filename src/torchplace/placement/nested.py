@@ -29,6 +29,7 @@ from torchplace.placement.containers import (
     is_dataclass_instance,
     is_namedtuple,
     is_one_shot,
+    is_view,
     nesting_error,
     one_shot_error,
     path_to,
@@ -60,7 +61,8 @@ def map_tensors(
     than Python's recursion limit allows, raises :class:`~torchplace.errors.ConfigError`; so
     does a generator or other iterator (``map``, ``zip``, ``iter(list)``, ...; a file is a
     leaf), naming its path and left unconsumed: its tensors cannot be reached without using it
-    up, and passing it through would leave them unmapped.
+    up, and passing it through would leave them unmapped; and so does a mapping's ``keys()``,
+    ``values()`` or ``items()`` view, which cannot hold the mapped tensors.
     """
     return _walk("map_tensors", _Mapper(fn, copy, objects), obj)  # type: ignore[no-any-return]
 
@@ -128,7 +130,7 @@ class _Mapper:
                 return self._to(obj)
         if isinstance(obj, Mapping):
             return self._mapping(obj)
-        if is_one_shot(obj):
+        if is_one_shot(obj) or is_view(obj):
             raise _OneShotFound(obj)
         if is_namedtuple(obj):
             items = [self.map(v) for v in obj]
@@ -267,7 +269,8 @@ def move(
       indices) keep their dtype.
     - A generator or other iterator inside ``obj`` raises
       :class:`~torchplace.errors.ConfigError` naming its path, unconsumed: its tensors cannot be
-      reached without using it up. Pass a list.
+      reached without using it up. Pass a list. So does a dict's ``keys()``, ``values()`` or
+      ``items()`` view, which cannot hold the moved tensors: pass the dict.
     - Other leaves (numbers, strings, None, ...) are returned as they are.
     """
     try:

@@ -118,7 +118,8 @@ def check_same_device(
     ``expected``); rows of the minority device(s) are marked ``>>``. Raises
     :class:`~torchplace.errors.ConfigError` when no tensor was given and there is no
     ``expected`` device to return, or for a generator or other iterator (left unconsumed):
-    its tensors cannot be checked without using it up.
+    its tensors cannot be checked without using it up. A dict's ``keys()``, ``values()`` or
+    ``items()`` view is read like a list.
     """
     want = canonical_device(expected) if expected is not None else None
     seen: set[object] = set()
