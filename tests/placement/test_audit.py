@@ -309,3 +309,21 @@ def test_static_quantized_conv_weights_are_audited() -> None:
     audit = audit_module(conv)
     rows = [(r.name, r.shape, dtype_name(r.dtype), r.nbytes) for r in audit.tensors]
     assert rows == [("weight", (4, 3, 3, 3), "qint8", 108), ("bias", (4,), "float32", 16)]
+
+
+def test_quantized_embeddings_are_audited_and_left_on_the_cpu() -> None:
+    qconfig = torch.ao.quantization.float_qparams_weight_only_qconfig
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization is deprecated, still used
+        q = torch.ao.quantization.quantize_dynamic(  # type: ignore[no-untyped-call]
+            nn.ModuleDict({"tok": nn.Embedding(10, 4), "bag": nn.EmbeddingBag(6, 4)}),
+            {nn.Embedding: qconfig, nn.EmbeddingBag: qconfig},
+        )
+    audit = audit_module(q)
+    rows = [(r.name, r.kind, r.shape, dtype_name(r.dtype), r.nbytes) for r in audit.tensors]
+    assert rows == [  # was none: an embedding table quantized looked weightless
+        ("tok._packed_params.weight", "packed", (10, 4), "quint8", 40),
+        ("bag._packed_params.weight", "packed", (6, 4), "quint8", 24),
+    ]
+    q.to(META)
+    assert [r.name for r in audit_module(q).off(META)] == [name for name, *_ in rows]

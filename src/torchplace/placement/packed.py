@@ -1,5 +1,6 @@
 """Quantized modules' packed weights: the modules that keep them (``torch.ao.nn.quantized``,
-``.dynamic``: what ``quantize_dynamic`` puts in place of ``nn.Linear``, ``nn.LSTM``, ...) and
+``.dynamic``: what ``quantize_dynamic`` puts in place of ``nn.Linear``, ``nn.LSTM``,
+``nn.Embedding``, ...) and
 their weights and biases read back, outside ``parameters()`` and ``buffers()``.
 
 The quantized engines (fbgemm, x86, qnnpack, onednn) are CPU-only, so packed weights live on the
@@ -16,12 +17,22 @@ __all__ = ["PACKED_DEVICE", "holds_packed", "stored_dtype", "unpacked"]
 PACKED_DEVICE = torch.device("cpu")
 
 
+#: the methods a quantized module reads its packed weights back with: ``_weight_bias`` (linear,
+#: convolution, recurrent layers), ``_weight`` (an embedding's ``EmbeddingPackedParams``)
+_UNPACKERS = ("_weight_bias", "_weight")
+
+
+def _unpacks(module: nn.Module) -> bool:
+    return any(callable(getattr(module, name, None)) for name in _UNPACKERS)
+
+
 def holds_packed(sub: nn.Module) -> bool:
-    """A quantized module that unpacks its own weights (a dynamic ``Linear`` does not: its child
-    ``LinearPackedParams`` holds them, and is the one that counts). Cheap: no weight is read."""
-    if not type(sub).__module__.startswith("torch.ao.nn.") or not hasattr(sub, "_weight_bias"):
+    """A quantized module that unpacks its own weights (a dynamic ``Linear`` or a quantized
+    ``Embedding`` does not: its child ``LinearPackedParams`` or ``EmbeddingPackedParams`` holds
+    them, and is the one that counts). Cheap: no weight is read."""
+    if not type(sub).__module__.startswith("torch.ao.nn.") or not _unpacks(sub):
         return False
-    return not any(hasattr(child, "_weight_bias") for child in sub.children())
+    return not any(_unpacks(child) for child in sub.children())
 
 
 def stored_dtype(sub: nn.Module) -> torch.dtype | None:
@@ -43,10 +54,15 @@ def unpacked(sub: nn.Module) -> list[tuple[str, torch.Tensor, torch.dtype]]:
 
 
 def _weight_bias(sub: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    unpack = getattr(sub, "_weight_bias", None)
+    if not callable(unpack):  # an embedding's packed params: the weight alone
+        unpack = getattr(sub, "_weight", None)
     try:
-        got = sub._weight_bias()  # type: ignore[operator]
+        got = unpack()  # type: ignore[misc]
     except (RuntimeError, TypeError, AttributeError, NotImplementedError):
         return []  # a quantized engine or torch version that cannot unpack them here
+    if isinstance(got, torch.Tensor):
+        got = (got,)
     if isinstance(got, tuple):  # (weight, bias), or (weight, bias, block sizes) when sparse
         named = list(zip(("weight", "bias"), got, strict=False))
     elif isinstance(got, dict):  # rnns and cells: {"weight": {name: t}, "bias": {name: t}}
