@@ -210,6 +210,23 @@ def test_rest_refuses_with_400_and_serves_on(
     assert {e["name"] for e in index} == {"a", "b"}  # the refused unload left b serving
 
 
+@pytest.mark.parametrize(
+    "path",
+    ["/v2/repository/other/index", "/v2/repository/other/models/a/load",
+     "/v2/repository/other/models/b/unload"],
+)  # fmt: skip
+def test_rest_refuses_a_repository_name_as_triton_does(server: ServerThread, path: str) -> None:
+    """Triton routes ``/v2/repository/{repository_name}/...`` and answers 501; here it was a
+    404 that read as a missing model or route."""
+    status, answer = _call(server.port, path, {})
+    assert status == 501, answer
+    assert answer["error"].startswith("'repository_name' specification is not supported")
+    assert "/v2/repository/index" in answer["error"]  # the fix
+    _still_serving(server.port)
+    status, index = _call(server.port, "/v2/repository/index", {"ready": True})
+    assert {e["name"] for e in index} == {"a", "b"}  # nothing was loaded or unloaded
+
+
 def test_rest_unload_dependents_as_tritonclient_sends_it(server: ServerThread) -> None:
     httpclient = pytest.importorskip("tritonclient.http")
     client = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")

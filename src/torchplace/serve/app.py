@@ -411,6 +411,15 @@ class App:
         """The repository extension: ``index``, ``models/{m}/load``, ``models/{m}/unload``."""
         if request.method != b"POST":
             return error_response(405, f"use POST on {_text(request.path)}", [(b"allow", b"POST")])
+        if rest[1:] == [b"index"] or (
+            len(rest) == 4 and rest[1] == b"models" and rest[3] in (b"load", b"unload")
+        ):  # /v2/repository/{repository_name}/...: Triton's route, and its refusal
+            return error_response(
+                501,
+                f"'repository_name' specification is not supported (got {_text(rest[0])!r}); "
+                "this server has one model repository: drop the name, as in "
+                "/v2/repository/index and /v2/repository/models/NAME/load",
+            )
         try:
             body = _json_object(request.body)
         except InputError as exc:
