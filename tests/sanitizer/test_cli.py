@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
+import zipapp
 from pathlib import Path
 
 import pytest
@@ -460,6 +462,33 @@ def test_a_directory_with_main_runs_as_python_runs_it(
     (tmp_path / "empty").mkdir()
     assert main(["guard", str(tmp_path / "empty")]) == 2
     assert "is a directory without a __main__.py" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("zipped", [False, True])
+def test_a_relative_directory_or_zip_app_imports_after_a_chdir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, zipped: bool
+) -> None:
+    """python puts a directory or zip app on sys.path absolute; given relative here, it was
+    relative, and a program that changed directory could no longer import its own modules."""
+    app = tmp_path / "app"
+    app.mkdir()
+    helper = f"helper_after_chdir_{int(zipped)}"  # its own name: not one an earlier test imported
+    (app / f"{helper}.py").write_text("STEPS = 3\n")
+    (app / "__main__.py").write_text(
+        f"import os, sys\nos.chdir(sys.argv[1])\nimport {helper} as helper\n"
+        "raise SystemExit(0 if helper.STEPS == 3 and os.path.isabs(__file__) else 5)\n"
+    )
+    monkeypatch.delitem(sys.modules, helper, raising=False)  # removed again at the end
+    target = "app"
+    if zipped:
+        zipapp.create_archive(app, tmp_path / "app.pyz")
+        shutil.rmtree(app)
+        target = "app.pyz"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert main(["guard", "--", target, str(elsewhere)]) == 0
 
 
 def test_sigterm_ends_the_run_although_a_thread_of_the_program_still_runs(

@@ -207,7 +207,8 @@ def run(args: argparse.Namespace) -> int:
                 elif _is_source(target):
                     _run_script(target)
                 else:  # a directory or zip app (by its __main__.py), a .pyc file
-                    runpy.run_path(target, run_name="__main__")
+                    # absolute, as python puts it on sys.path: the program may chdir
+                    runpy.run_path(os.path.abspath(target), run_name="__main__")
             except _Terminated:
                 raise  # SIGTERM kills the process on the spot: python waits for no thread
             except BaseException:
