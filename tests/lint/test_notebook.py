@@ -153,4 +153,5 @@ def test_fix_edits_the_cell_and_keeps_the_rest(
     assert cell["outputs"][0]["text"] == ["kept\n"]
     assert document["cells"][0]["source"] == MOVE["source"]
     assert (project / "nb.ipynb").read_text().endswith("}\n")
+    assert (project / "nb.ipynb").read_text().startswith('{\n "cells"')  # indented as it was
     assert "Fixed 1 finding(s) in 1 file(s)." in capsys.readouterr().err

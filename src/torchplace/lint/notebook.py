@@ -13,8 +13,8 @@ not Python is skipped.
 
 A finding's ``cell`` is the cell's 1-based position in the notebook, every cell counted
 (markdown ones too, as editors number them), and its ``line`` the line in that cell. ``--fix``
-edits the cells' sources and writes the notebook back as Jupyter writes it (JSON indented by one
-space, a final newline), outputs and metadata untouched.
+edits the cells' sources and writes the notebook back as Jupyter writes it (JSON indented as the
+file was, by one space when it cannot tell, a final newline), outputs and metadata untouched.
 """
 
 from __future__ import annotations
@@ -46,6 +46,10 @@ _IPYTHON_LINE = re.compile(r"^(?P<indent>[ \t]*)(?:[%!?]|[\w.]+\s*=\s*[%!]|[\w.\
 
 #: a line a message names (``at line 12``, ``(line 3)``): of the joined source, until placed
 _LINE_REF = re.compile(r"\bline (\d+)\b")
+
+
+#: the indentation of a notebook's first key: kept when it is written back
+_INDENT = re.compile(rb"\{\r?\n( +)\"")
 
 
 class NotebookError(ValueError):
@@ -235,7 +239,9 @@ def fix_notebook(raw: bytes, findings: Iterable[Finding]) -> tuple[bytes, int]:
             applied += count
     if not applied:
         return raw, 0
-    text = json.dumps(notebook.document, indent=1, ensure_ascii=False) + "\n"
+    indent = _INDENT.match(raw)  # as the file has it; Jupyter's own is one space
+    width = len(indent.group(1)) if indent else 1
+    text = json.dumps(notebook.document, indent=width, ensure_ascii=False) + "\n"
     return text.encode("utf-8"), applied
 
 
