@@ -284,8 +284,11 @@ class App:
             denied = self._check_auth(request)
             if denied is not None:
                 return denied
-        refused = _wrong_method(request, method)
-        return fn(request) if refused is None else refused
+        if request.method != method:
+            refused = _wrong_method(request, method)
+            if refused is not None:
+                return refused
+        return fn(request)
 
     def _check_auth(self, request: Request) -> Response | None:
         assert self._token is not None
@@ -636,6 +639,8 @@ class App:
         """The request decoded, and the shared-memory regions it holds until it is answered."""
         if v1:
             return self._decode_v1(request, handle), ()
+        if self.regions.empty:  # none registered: none to hold
+            return self._decode(request, handle), ()
         return self.regions.holding(self._decode, request, handle)
 
     def _decode(self, request: Request, handle: ModelHandle) -> protocol.InferRequest:

@@ -666,6 +666,9 @@ class _Connection(asyncio.Protocol):
         """Queue a complete request; stop reading the connection while it has too many, or
         a body limit's worth of them, waiting (a pipelining client cannot make the server
         hold more than that)."""
+        if not (self._busy or self._pending or self._write_paused) and self._transport is not None:
+            self._handle(request)  # nothing waits before it: the common case, no queue
+            return
         self._pending.append(request)
         self._pending_bytes += len(request.body)
         full = self._pending_bytes >= self._server.max_body_bytes
@@ -689,25 +692,29 @@ class _Connection(asyncio.Protocol):
             ):
                 self._queue_full = False
                 self._update_reading()
-            self._server.in_flight += 1
-            try:
-                result = self._server.handler(request)
-            except Exception:
-                logger.exception("request handler failed")
-                result = error_response(500, "internal server error")
-            if isinstance(result, Response):
-                self._server.in_flight -= 1
-                self._write(result, request)
-                continue
-            self._busy = request
-            self._timed_out = False
-            self._task_started = time.monotonic()
-            if not isinstance(result, (Ticket, asyncio.Future)):
-                result = self._server.loop.create_task(result)
-            self._current = result
-            result.add_done_callback(self._done)
+            self._handle(request)
         if self._final is not None and not self._pending and not self._busy:
             self._send_final()
+
+    def _handle(self, request: Request) -> None:
+        """Hand a request to the handler: its answer written now, or when it is settled."""
+        self._server.in_flight += 1
+        try:
+            result = self._server.handler(request)
+        except Exception:
+            logger.exception("request handler failed")
+            result = error_response(500, "internal server error")
+        if isinstance(result, Response):
+            self._server.in_flight -= 1
+            self._write(result, request)
+            return
+        self._busy = request
+        self._timed_out = False
+        self._task_started = time.monotonic()
+        if not isinstance(result, (Ticket, asyncio.Future)):
+            result = self._server.loop.create_task(result)
+        self._current = result
+        result.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Future[Response] | Ticket[Response]) -> None:
         """The answer to the busy request is settled (one request is answered at a time)."""
@@ -748,14 +755,10 @@ class _Connection(asyncio.Protocol):
         if transport is None:
             return
         close = response.close or not request.keep_alive
+        status = _STATUS_LINES.get(response.status) or f"HTTP/1.1 {response.status} \r\n".encode()
         head = [
-            _STATUS_LINES.get(response.status) or f"HTTP/1.1 {response.status} \r\n".encode(),
-            b"content-type: ",
-            response.content_type,
-            b"\r\ncontent-length: ",
-            str(len(response.body)).encode(),
-            b"\r\n",
-            self._server.date_header,
+            b"%scontent-type: %s\r\ncontent-length: %d\r\n%s"
+            % (status, response.content_type, len(response.body), self._server.date_header)
         ]
         for name, value in response.headers:
             head += (name, b": ", value, b"\r\n")

@@ -184,6 +184,11 @@ class SharedMemoryRegions:
         finally:
             self._used = None
 
+    @property
+    def empty(self) -> bool:
+        """No region is registered now."""
+        return not self._regions
+
     def holding(
         self, decode: Callable[..., _T], *args: Any, **kwargs: Any
     ) -> tuple[_T, tuple[Region, ...]]:
