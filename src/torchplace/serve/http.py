@@ -719,8 +719,7 @@ class _Connection(asyncio.Protocol):
     def _done(self, task: asyncio.Future[Response] | Ticket[Response]) -> None:
         """The answer to the busy request is settled (one request is answered at a time)."""
         request = self._busy
-        if request is None or task is not self._current:
-            return  # not the answer awaited: nothing to write
+        assert request is not None  # set by _handle until this answer is settled
         self._busy = None
         self._current = None
         self._server.in_flight -= 1
