@@ -9,7 +9,10 @@ batch's rows back to the requests), encode (the response body). Two end-to-end f
 them: ``engine.infer`` on an event loop (adds the queue, the batcher's dispatch and the
 worker-thread hand-off; with the default ``--max-delay-ms`` a lone request also waits that
 long for company, so it is measured with 0 as well) and a keep-alive HTTP round trip to a running server (adds HTTP
-parsing, routing and the socket). Prints one table per model; nothing is asserted.
+parsing, routing and the socket). A last row is the server's CPU time per request under load,
+without the kernel's share: 32 in-memory keep-alive connections of the real app, each sending
+its next request once its answer is written (a closed loop, as under ``wrk``). Prints one table
+per model; nothing is asserted.
 
     python benchmarks/serve_profile.py                   # seed-mlp and wide-mlp on the CPU
     python benchmarks/serve_profile.py --device cuda:0
@@ -34,9 +37,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from torchplace.serve import protocol
+from torchplace.serve.app import App
 from torchplace.serve.config import ServeConfig
 from torchplace.serve.engine import Engine
-from torchplace.serve.running import ServerThread
+from torchplace.serve.registry import Registry
+from torchplace.serve.reload import ModelControl
+from torchplace.serve.running import ServerThread, new_event_loop
 from torchplace.serve.startup import thread_count
 
 REPEAT = 2000  # timed runs per stage
@@ -111,6 +117,7 @@ def profile(model: str, device: str, repeat: int) -> list[tuple[str, float]]:
     no_wait = ServeConfig(model=model, device=device, port=0, drain_grace_s=0.0, max_delay_ms=0.0)
     rows.append(("  the same, --max-delay-ms 0", _engine_round_trip(no_wait, decoded, repeat)))
     rows.append(("HTTP round trip (keep-alive)", _http_round_trip(config, body, model, repeat)))
+    rows.append(("CPU per request, 32 clients", _loop_cpu(config, body, model, repeat)))
     return rows
 
 
@@ -142,6 +149,87 @@ def _http_round_trip(config: ServeConfig, body: bytes, model: str, repeat: int) 
             return median_us(call, repeat)
         finally:
             conn.close()
+
+
+class _Transport:
+    """The transport of an in-process connection: what is written is counted, not sent."""
+
+    def __init__(self, answered: Callable[[], None]) -> None:
+        self.answered = answered
+
+    def write(self, data: bytes) -> None:
+        self.answered()
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return default
+
+    def is_closing(self) -> bool:
+        return False
+
+    def can_write_eof(self) -> bool:
+        return False
+
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
+    def close(self) -> None: ...
+    def abort(self) -> None: ...
+
+
+def _loop_cpu(
+    config: ServeConfig, body: bytes, model: str, repeat: int, clients: int = 32
+) -> float:
+    """CPU time per request of the whole server (loop and replica threads), in process: the real
+    app on ``clients`` keep-alive connections whose transports are in memory, each sending its
+    next request when its answer is written (a closed loop, as under ``wrk``, without the
+    sockets). What the request path costs, apart from the kernel's reads and writes."""
+    raw = (
+        b"POST /v2/models/%s/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
+        b"\r\nContent-Length: %d\r\n\r\n%s" % (model.encode(), len(body), body)
+    )
+
+    async def main() -> float:
+        app = App(ModelControl(Registry(), config), config)
+        await app.start()
+        loop = asyncio.get_running_loop()
+        left = [0]
+        done: list[asyncio.Future[None]] = []
+
+        def answered() -> None:
+            left[0] -= 1
+            if not left[0]:
+                done[0].set_result(None)
+
+        connections = []
+        for _ in range(clients):
+            connection = app.server.connection()
+            connection.connection_made(_Transport(answered))  # type: ignore[arg-type]
+            connections.append(connection)
+
+        async def round_trip() -> None:
+            left[0] = clients
+            done[:] = [loop.create_future()]
+            for connection in connections:
+                connection.data_received(raw)
+            await done[0]
+
+        rounds = max(repeat // 10, 20)
+        for _ in range(rounds // 5):  # warm-up: the replica's probation, the caches
+            await round_trip()
+        began = time.process_time()
+        for _ in range(rounds):
+            await round_trip()
+        spent = time.process_time() - began
+        await app.shutdown(1.0)
+        return spent / (rounds * clients) * 1e6
+
+    loop = new_event_loop()
+    try:
+        return loop.run_until_complete(main())
+    finally:
+        loop.close()
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -24,3 +24,12 @@ def test_a_repeat_below_one_is_a_usage_error(
         bench.parse_args(["--repeat", "0"])
     assert exc.value.code == 2
     assert "--repeat 0" in capsys.readouterr().err
+
+
+def test_the_in_memory_closed_loop_answers_every_client(bench: ModuleType) -> None:
+    from torchplace.serve.config import ServeConfig
+
+    config = ServeConfig(model="seed-mlp", device="cpu", port=0, drain_grace_s=0.0)
+    body = b'{"inputs":[{"name":"input","datatype":"FP32","shape":[1,8],"data":[0,1,2,3,4,5,6,7]}]}'
+    cost = bench._loop_cpu(config, body, "seed-mlp", repeat=40, clients=4)
+    assert 0.0 < cost < 100_000.0  # microseconds of CPU a request: every round was answered

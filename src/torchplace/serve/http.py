@@ -901,13 +901,19 @@ class HttpServer:
         self.loop = loop
         try:
             self._server = await loop.create_server(
-                lambda: _Connection(self), host, port, reuse_address=True, backlog=2048, **kwargs
+                self.connection, host, port, reuse_address=True, backlog=2048, **kwargs
             )
         except OSError as exc:
             raise ConfigError(_bind_error(host, port, exc)) from None
         if self.max_connections == sys.maxsize:
             self.max_connections = connection_limit()
         self._tick()
+
+    def connection(self) -> asyncio.Protocol:
+        """A new connection's protocol (the listener's factory; an in-process driver, such as
+        ``benchmarks/serve_profile.py``, feeds one a transport of its own). Call after
+        :meth:`start`."""
+        return _Connection(self)
 
     def release_body(self, conn: _Connection) -> None:
         """``conn``'s large body is in (or refused, or its client gone): let the connections
