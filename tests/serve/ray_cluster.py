@@ -63,6 +63,20 @@ def ray_environment(tmp: Path, **extra: str) -> Iterator[dict[str, str]]:
                 os.environ[key] = value
 
 
+def node_started(start: Callable[[], T], attempts: int = 2) -> T:
+    """``start()`` (a Ray node started in this process), tried again when Ray gives up on it:
+    a node's raylet has a fixed 30 s to register with the GCS, which a busy two-core machine
+    now and then misses ("The current node timed out during startup"). Any other error, or
+    the last attempt's, is raised."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return start()
+        except Exception as exc:
+            if attempt == attempts or "timed out during startup" not in str(exc):
+                raise
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
 def wait_for(what: str, probe: Callable[[], T | None], timeout: float, every: float = 0.5) -> T:
     """Call ``probe`` until it returns a truthy value (bounded in time)."""
     deadline = time.monotonic() + timeout

@@ -34,6 +34,7 @@ from tests.serve.ray_cluster import (  # noqa: E402
     LOOPBACK,
     free_port,
     get,
+    node_started,
     ray_environment,
     replicas,
     wait_for,
@@ -83,13 +84,19 @@ def service() -> Iterator[Service]:
         tmp = Path(raw)
         (tmp / "ray").mkdir()
         node = {"node_ip_address": LOOPBACK, "temp_dir": str(tmp / "ray")}
-        cluster = Cluster(
-            initialize_head=True,
-            head_node_args={**node, "num_cpus": 1, "include_dashboard": False},
+        cluster = node_started(
+            lambda: Cluster(
+                initialize_head=True,
+                head_node_args={**node, "num_cpus": 1, "include_dashboard": False},
+            )
         )
         try:
             workers = [
-                cluster.add_node(**node, num_cpus=1, num_gpus=1, metrics_export_port=free_port())
+                node_started(
+                    lambda: cluster.add_node(
+                        **node, num_cpus=1, num_gpus=1, metrics_export_port=free_port()
+                    )
+                )
                 for _ in range(2)
             ]
             ray.init(address=cluster.address, logging_level="WARNING", log_to_driver=False)
