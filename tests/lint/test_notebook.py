@@ -87,6 +87,15 @@ def test_escapes_count_only_where_a_logical_line_starts() -> None:
     assert [(f.cell, f.line) for f in findings if f.code == "TPL402"] == [(2, 8)]
 
 
+def test_cells_without_a_final_newline_keep_the_next_cells_lines() -> None:
+    shell = _cell("%%bash\necho one\necho two")  # no final newline, as editors save them
+    plain = _cell("x = 1\ny = 2")
+    late = _cell("state = torch.load('m.pt')\n")
+    findings = lint_notebook(_notebook(MOVE, shell, plain, late), "nb.ipynb")
+    assert [(f.cell, f.line) for f in findings if f.code == "TPL402"] == [(4, 1)]
+    assert read_notebook(_notebook(MOVE, shell, plain, late)).source.count("\n") == 2 + 3 + 2 + 1
+
+
 def test_cell_magics_keep_python_bodies_only() -> None:
     shell = _cell(["%%bash\n", "python -c \"torch.load('x')\"\n"])
     timed = _cell(["%%time\n", "state = torch.load('m.pt')\n"])

@@ -6,10 +6,9 @@ on the GPU in one cell and an input left on the host in a later one meet as they
 notebook runs. IPython's own syntax is made inert first, keeping every line where it was: a line
 magic (``%timeit``, ``%load_ext``), a shell escape (``!pip ...``, ``files = !ls``) or a help
 request (``x?``) that starts a logical line (not one inside brackets or a string) becomes
-``pass`` at its indentation, and a cell magic (``%%bash``,
-``%%writefile``) takes its whole cell out, but for those whose body is Python (``%%time``,
-``%%timeit``, ``%%capture``, ``%%prun``), whose first line alone goes. A notebook whose kernel is
-not Python is skipped.
+``pass`` at its indentation, and a cell magic (``%%bash``, ``%%writefile``) takes its whole cell
+out, but for those whose body is Python (``%%time``, ``%%timeit``, ``%%capture``, ``%%prun``),
+whose first line alone goes. A notebook whose kernel is not Python is skipped.
 
 A finding's ``cell`` is the cell's 1-based position in the notebook, every cell counted
 (markdown ones too, as editors number them), and its ``line`` the line in that cell. ``--fix``
@@ -60,7 +59,6 @@ class NotebookError(ValueError):
 class _Cell:
     number: int  # 1-based position among all cells
     start: int  # its first line in the joined source (1-based)
-    lines: int
 
 
 @dataclass(frozen=True)
@@ -114,23 +112,32 @@ def _text(value: object) -> str:
     raise NotebookError("a cell's 'source' is neither a string nor a list of strings")
 
 
-def _inert(source: str) -> str:
-    """A cell's source with IPython's syntax made ``pass``, line for line."""
+def _lines(source: str) -> list[str]:
+    """A cell's lines (a final newline ends the last line; it does not start another)."""
     lines = source.split("\n")
+    if len(lines) > 1 and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+def _inert(lines: list[str]) -> list[str]:
+    """A cell's lines with IPython's syntax made ``pass``, line for line."""
     first = lines[0].lstrip()
     if first.startswith("%%"):
         magic = first[2:].split(maxsplit=1)[0] if first[2:].strip() else ""
         if magic not in _PYTHON_CELL_MAGICS:
-            return "\n" * (len(lines) - 1)  # not Python: the whole cell goes
-        lines[0] = ""
+            return [""] * len(lines)  # not Python: the whole cell goes
+        lines = ["", *lines[1:]]
+    out = []
     logical = _Logical()
-    for index, line in enumerate(lines):
+    for line in lines:
         match = None if logical.continued else _IPYTHON_LINE.match(line)
         if match is not None:
-            lines[index] = f"{match.group('indent')}pass"
+            out.append(f"{match.group('indent')}pass")
         else:
             logical.feed(line)
-    return "\n".join(lines)
+            out.append(line)
+    return out
 
 
 class _Logical:
@@ -210,13 +217,10 @@ def read_notebook(raw: bytes) -> Notebook:
     for number, cell in enumerate(cells, start=1):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
-        text = _inert(_text(cell.get("source", "")))
-        if not text.endswith("\n"):
-            text += "\n"
-        count = text.count("\n")
-        found.append(_Cell(number, line, count))
-        parts.append(text)
-        line += count
+        lines = _inert(_lines(_text(cell.get("source", ""))))
+        found.append(_Cell(number, line))
+        parts.append("\n".join(lines) + "\n")
+        line += len(lines)
     return Notebook(document, tuple(found), "".join(parts), _is_python(document))
 
 
