@@ -81,6 +81,8 @@ def test_escapes_count_only_where_a_logical_line_starts() -> None:
     )
     source = read_notebook(_notebook(cell)).source
     assert "           % name)" in source
+    crlf = _cell("total = 1 + \\\r\n    %2\r\n")  # Python's %, after a CRLF continuation
+    assert "    %2" in read_notebook(_notebook(crlf)).source
     assert "!not a shell escape" in source
     findings = lint_notebook(_notebook(MOVE, cell), "nb.ipynb")
     assert not [f for f in findings if f.code == "TPL000"]

@@ -183,7 +183,7 @@ class _Logical:
             elif char in ")]}":
                 self.depth = max(0, self.depth - 1)
             i += 1
-        self.backslash = line.endswith("\\")
+        self.backslash = line.rstrip("\r").endswith("\\")  # a CRLF cell keeps its \r
 
 
 def _is_python(document: dict[str, Any]) -> bool:
