@@ -110,6 +110,11 @@ def test_other_kernels_and_broken_files() -> None:
     [broken] = lint_notebook(b"{not json", "nb.ipynb")
     assert broken.code == "TPL001"
     assert "not JSON" in broken.message
+    [deep] = lint_notebook(b"[" * 200_000 + b"]" * 200_000, "nb.ipynb")
+    assert (deep.code, deep.message) == (
+        "TPL001",
+        "cannot read notebook: not a notebook: its JSON nests too deeply to read",
+    )
     [old] = lint_notebook(b'{"worksheets": []}', "nb.ipynb")
     assert "nbformat" in old.message
     [syntax] = lint_notebook(_notebook(MOVE, _cell("x = (\n")), "nb.ipynb")
