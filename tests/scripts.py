@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -46,3 +46,14 @@ def benchmark_fixture(name: str) -> Any:
         unload(module)
 
     return fixture
+
+
+def usage_error(
+    parse: Callable[[list[str]], object], argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> str:
+    """What ``parse(argv)`` says on standard error as it exits with status 2 (argparse's usage
+    error), for tests of a benchmark's arguments."""
+    with pytest.raises(SystemExit) as exc:
+        parse(argv)
+    assert exc.value.code == 2
+    return capsys.readouterr().err

@@ -10,7 +10,7 @@ from types import ModuleType
 import pytest
 
 from peers import venvs
-from tests.scripts import benchmark_fixture
+from tests.scripts import benchmark_fixture, usage_error
 
 bench = benchmark_fixture("serve_vs_peers")
 
@@ -30,10 +30,10 @@ def test_quick_never_builds_venvs_and_a_full_run_does(bench: ModuleType) -> None
     assert bench.parse_args(["--quick", "--setup-peers"]).setup_peers is True
 
 
-def test_an_unknown_peer_is_a_usage_error(bench: ModuleType) -> None:
-    with pytest.raises(SystemExit) as exc:
-        bench.parse_args(["--peers", "Triton,Nope"])
-    assert exc.value.code == 2
+def test_an_unknown_peer_is_a_usage_error(
+    bench: ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert "unknown Nope" in usage_error(bench.parse_args, ["--peers", "Triton,Nope"], capsys)
 
 
 def test_peers_without_a_venv_are_skip_lines_with_the_reason(

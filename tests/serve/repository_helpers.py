@@ -9,6 +9,9 @@ import torch
 from safetensors.torch import save_file
 
 from torchplace.models import build_model
+from torchplace.serve.config import ServeConfig
+
+from .conftest import test_config
 
 X = np.linspace(-1.0, 1.0, 8, dtype=np.float32).reshape(1, 8)
 CONFIG = 'source = "seed-mlp"\n[batching]\nmax_batch_size = 8\nmax_delay_ms = 1.0\n'
@@ -32,6 +35,16 @@ def write_model(
     if weights:
         write_version(root, name, 1, scale)
     return root / name
+
+
+def explicit_repository(root: Path) -> ServeConfig:
+    """Models ``a`` and ``b`` written under ``root``, served in explicit model control with
+    both loaded at start (the repository API's load and unload act on them)."""
+    for name in ("a", "b"):
+        write_model(root, name)
+    return test_config(
+        device="cpu", model_repository=root, model_control_mode="explicit", load_models=("*",)
+    )
 
 
 def expected(scale: float, x: np.ndarray = X) -> np.ndarray:

@@ -17,7 +17,7 @@ import pytest
 from torchplace.serve.running import ServerThread
 
 from .conftest import FakeEngine, test_config
-from .repository_helpers import write_model
+from .repository_helpers import explicit_repository
 
 grpc = pytest.importorskip("grpc")
 from torchplace.serve.grpc_codec import MAX_DETAILS_BYTES, status_details  # noqa: E402
@@ -131,12 +131,7 @@ def test_a_long_datatype_keeps_invalid_argument(fake_server: ServerThread) -> No
 # -- model control -----------------------------------------------------------------------------
 @pytest.fixture
 def repository_server(tmp_path: Path) -> Iterator[ServerThread]:
-    for name in ("a", "b"):
-        write_model(tmp_path, name)
-    config = test_config(
-        device="cpu", model_repository=tmp_path, model_control_mode="explicit", load_models=("*",)
-    )
-    with ServerThread(config) as thread:
+    with ServerThread(explicit_repository(tmp_path)) as thread:
         yield thread
 
 

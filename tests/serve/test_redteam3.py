@@ -23,8 +23,8 @@ import pytest
 from torchplace.serve.datatypes import HOST_DTYPES
 from torchplace.serve.running import ServerThread
 
-from .conftest import LIMIT, exchange, raw_request, seed_input, test_config
-from .repository_helpers import infer_body, write_model
+from .conftest import LIMIT, exchange, raw_request, seed_input
+from .repository_helpers import explicit_repository, infer_body
 
 _GOOD = orjson.dumps({"inputs": [seed_input()]})
 _ROW = np.full(8, 0.5, "<f4").tobytes()
@@ -210,12 +210,7 @@ _GIB = 1 << 30
 
 @pytest.fixture
 def repository_server(tmp_path: Path) -> Iterator[ServerThread]:
-    for name in ("a", "b"):
-        write_model(tmp_path, name)
-    config = test_config(
-        device="cpu", model_repository=tmp_path, model_control_mode="explicit", load_models=("*",)
-    )
-    with ServerThread(config) as thread:
+    with ServerThread(explicit_repository(tmp_path)) as thread:
         yield thread
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import http.client
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -21,8 +20,7 @@ from torchplace.serve.repository import (
 )
 from torchplace.serve.running import ServerThread
 
-from .conftest import test_config
-from .repository_helpers import infer_body, write_model
+from .repository_helpers import explicit_repository, infer_body
 
 LOAD = "/v2/repository/models/{}/load"
 UNLOAD = "/v2/repository/models/{}/unload"
@@ -159,13 +157,7 @@ def _call(port: int, path: str, body: object) -> tuple[int, Any]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
-    root: Path = tmp_path_factory.mktemp("repo")
-    for name in ("a", "b"):
-        write_model(root, name)
-    config = test_config(
-        device="cpu", model_repository=root, model_control_mode="explicit", load_models=("*",)
-    )
-    with ServerThread(config) as thread:
+    with ServerThread(explicit_repository(tmp_path_factory.mktemp("repo"))) as thread:
         yield thread
 
 
