@@ -8,6 +8,7 @@ named explicitly are always linted. A file that cannot be read is a ``TPL001`` f
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,6 +112,10 @@ class _Ignores:
             if self.exclude.match_file(rel + suffix) or self.exclude.match_file(path.name + suffix):
                 return True
         return False
+
+
+#: how the worker processes start: from a clean server process where the platform has one
+_START_METHOD = "forkserver" if sys.platform.startswith("linux") else "spawn"
 
 
 def discover(paths: Sequence[str], settings: Settings) -> tuple[list[tuple[str, Path]], list[str]]:
@@ -230,10 +235,14 @@ def lint_paths(
         work.append((display, str(path), settings.codes_for(rel)))
     workers = jobs if jobs is not None else (os.cpu_count() or 1)
     if workers > 1 and len(work) >= _PARALLEL_MIN_FILES:
-        from concurrent.futures import ProcessPoolExecutor  # only paid for when used
+        import multiprocessing  # only paid for when used
+        from concurrent.futures import ProcessPoolExecutor
 
+        # Workers start from a clean process, never a fork of this one: a fork of a process
+        # with threads running (a notebook's kernel, a server, a test session) can hang.
         # Several chunks per worker so one slow file does not idle the others.
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        context = multiprocessing.get_context(_START_METHOD)
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
             for findings, errors in pool.map(_lint_chunk, _chunks(work, workers * 4)):
                 result.findings.extend(findings)
                 result.errors.extend(errors)
