@@ -152,12 +152,16 @@ def _http_round_trip(config: ServeConfig, body: bytes, model: str, repeat: int) 
 
 
 class _Transport:
-    """The transport of an in-process connection: what is written is counted, not sent."""
+    """The transport of an in-process connection: what is written is counted, not sent; an
+    answer other than a 200 is kept, for the measurement to refuse."""
 
-    def __init__(self, answered: Callable[[], None]) -> None:
+    def __init__(self, answered: Callable[[], None], refused: list[bytes]) -> None:
         self.answered = answered
+        self.refused = refused
 
     def write(self, data: bytes) -> None:
+        if not data.startswith(b"HTTP/1.1 200 "):
+            self.refused.append(data)
         self.answered()
 
     def get_write_buffer_size(self) -> int:
@@ -196,6 +200,7 @@ def _loop_cpu(
         loop = asyncio.get_running_loop()
         left = [0]
         done: list[asyncio.Future[None]] = []
+        refused: list[bytes] = []
 
         def answered() -> None:
             left[0] -= 1
@@ -205,7 +210,7 @@ def _loop_cpu(
         connections = []
         for _ in range(clients):
             connection = app.server.connection()
-            connection.connection_made(_Transport(answered))  # type: ignore[arg-type]
+            connection.connection_made(_Transport(answered, refused))  # type: ignore[arg-type]
             connections.append(connection)
 
         async def round_trip() -> None:
@@ -223,6 +228,8 @@ def _loop_cpu(
             await round_trip()
         spent = time.process_time() - began
         await app.shutdown(1.0)
+        if refused:  # the cost of answering errors is not the request path's
+            raise RuntimeError(f"{len(refused)} requests were not answered 200: {refused[0]!r}")
         return spent / (rounds * clients) * 1e6
 
     loop = new_event_loop()

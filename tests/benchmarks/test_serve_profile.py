@@ -30,3 +30,6 @@ def test_the_in_memory_closed_loop_answers_every_client(bench: ModuleType) -> No
     body = b'{"inputs":[{"name":"input","datatype":"FP32","shape":[1,8],"data":[0,1,2,3,4,5,6,7]}]}'
     cost = bench._loop_cpu(config, body, "seed-mlp", repeat=40, clients=4)
     assert 0.0 < cost < 100_000.0  # microseconds of CPU a request: every round was answered
+    wrong = body.replace(b'"input"', b'"x"')
+    with pytest.raises(RuntimeError, match=r"requests were not answered 200: b'HTTP/1.1 400"):
+        bench._loop_cpu(config, wrong, "seed-mlp", repeat=40, clients=4)

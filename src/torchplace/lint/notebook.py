@@ -24,8 +24,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from torchplace.lint.engine import lint_source
 from torchplace.lint.finding import Edit, Finding, Fix
 from torchplace.lint.fix import apply_fixes
+from torchplace.lint.rules import ALL_RULES
 
 __all__ = [
     "NOTEBOOK_SUFFIX",
@@ -259,9 +261,6 @@ def _moved(edits: Sequence[Edit], offset: int) -> tuple[Edit, ...]:
 def lint_notebook(raw: bytes, path: str, *, select: Iterable[str] | None = None) -> list[Finding]:
     """Lint a notebook's bytes: its findings placed in their cells; one that cannot be read is
     a ``TPL001`` finding, never an exception; a notebook of another language has none."""
-    from torchplace.lint.engine import lint_source
-    from torchplace.lint.rules import ALL_RULES
-
     selected = frozenset(ALL_RULES) if select is None else frozenset(select)
     try:
         notebook = read_notebook(raw)

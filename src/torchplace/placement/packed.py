@@ -9,6 +9,8 @@ cpu and ``module.to()`` leaves them there: :data:`PACKED_DEVICE`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -22,17 +24,22 @@ PACKED_DEVICE = torch.device("cpu")
 _UNPACKERS = ("_weight_bias", "_weight")
 
 
-def _unpacks(module: nn.Module) -> bool:
-    return any(callable(getattr(module, name, None)) for name in _UNPACKERS)
+def _unpacker(module: nn.Module) -> Callable[[], object] | None:
+    """The method ``module`` reads its packed weights back with, if it has one."""
+    for name in _UNPACKERS:
+        method = getattr(module, name, None)
+        if callable(method):
+            return method  # type: ignore[no-any-return]
+    return None
 
 
 def holds_packed(sub: nn.Module) -> bool:
     """A quantized module that unpacks its own weights (a dynamic ``Linear`` or a quantized
     ``Embedding`` does not: its child ``LinearPackedParams`` or ``EmbeddingPackedParams`` holds
     them, and is the one that counts). Cheap: no weight is read."""
-    if not type(sub).__module__.startswith("torch.ao.nn.") or not _unpacks(sub):
+    if not type(sub).__module__.startswith("torch.ao.nn.") or _unpacker(sub) is None:
         return False
-    return not any(_unpacks(child) for child in sub.children())
+    return all(_unpacker(child) is None for child in sub.children())
 
 
 def stored_dtype(sub: nn.Module) -> torch.dtype | None:
@@ -54,11 +61,11 @@ def unpacked(sub: nn.Module) -> list[tuple[str, torch.Tensor, torch.dtype]]:
 
 
 def _weight_bias(sub: nn.Module) -> list[tuple[str, torch.Tensor]]:
-    unpack = getattr(sub, "_weight_bias", None)
-    if not callable(unpack):  # an embedding's packed params: the weight alone
-        unpack = getattr(sub, "_weight", None)
+    unpack = _unpacker(sub)
+    if unpack is None:
+        return []
     try:
-        got = unpack()  # type: ignore[misc]
+        got = unpack()
     except (RuntimeError, TypeError, AttributeError, NotImplementedError):
         return []  # a quantized engine or torch version that cannot unpack them here
     if isinstance(got, torch.Tensor):

@@ -586,6 +586,7 @@ def _decode_input(
 
 #: marks looked at one by one before :func:`_holds_word` falls back to the plain search
 _MAX_MARKS = 16
+_SHORT_TEXT = 4096  # bytes: below it _holds_word searches for the word itself
 
 
 def _may_hold_bools(body: object) -> bool:
@@ -600,7 +601,10 @@ def _holds_word(text: bytes | bytearray, word: bytes, at: int) -> bool:
     """``word in text``, for JSON text that is mostly numbers and a ``word[at]`` that no JSON
     number holds (``true``'s ``u``, ``false``'s and ``null``'s ``l``): that byte is found with
     one ``memchr`` and only its few places outside numbers (in keys and names) are looked at,
-    where a search for the word itself costs a pass over the text."""
+    where a search for the word itself costs a pass over the text. A short text is searched
+    at once: there the plain search costs less than the calls that avoid it."""
+    if len(text) < _SHORT_TEXT:
+        return word in text
     mark = word[at]
     found = text.find(mark)
     for _ in range(_MAX_MARKS):
@@ -1218,8 +1222,7 @@ def encode_infer_response(
         doc["id"] = request.id
     doc["outputs"] = entries
     header = orjson.dumps(doc, option=_JSON_OPTS)
-    # orjson writes NaN and infinity as null: refuse them (a short header searched at once)
-    if b"null" in header if len(header) < 4096 else _holds_word(header, b"null", 2):
+    if _holds_word(header, b"null", 2):  # orjson writes NaN and infinity as null: refuse them
         check_json_finite({e["name"]: e["data"] for e in entries if "data" in e})
     if not chunks:
         return header, None

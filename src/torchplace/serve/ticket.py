@@ -70,17 +70,7 @@ class Ticket(Generic[T]):
         return self._value if state == _ERROR else None
 
     def set_result(self, value: T) -> None:
-        if self._state != _PENDING:
-            raise asyncio.InvalidStateError(f"the ticket is already settled: {self!r}")
-        self._state, self._value = _RESULT, value
-        callbacks = self._callbacks
-        if callbacks:
-            self._callbacks = []
-            for fn in callbacks:  # _call's body, inline: the hot path's one settle
-                try:
-                    fn(self)
-                except Exception:
-                    logger.exception("a callback of %r failed: %r", self, fn)
+        self._settle(_RESULT, value)
 
     def set_exception(self, exc: BaseException) -> None:
         self._settle(_ERROR, exc)
