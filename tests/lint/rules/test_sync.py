@@ -338,3 +338,100 @@ def test_a_read_used_as_an_index_is_reported_though_the_indexed_value_is_returne
 def test_a_read_returned_as_it_is_stays_the_loop_output() -> None:
     lines = [f.line for f in lint_source(ONE_HOT, "evaluate.py", select={"TPL201"})]
     assert 12 not in lines
+
+
+# --- a copy returned as it is, without a name in between, is the helper's output too ---
+
+RETURNED = """\
+import torch
+
+
+def segment(img, model):
+    with torch.no_grad():
+        seg = model(img).argmax(1)
+    return seg.detach().cpu()
+
+
+def first_label(img, model):
+    return model(img).argmax(1).cpu().numpy()[0]
+
+
+def main(model, loader):
+    model = model.cuda()
+    for batch in loader:
+        img = batch.cuda()
+        save(segment(img, model), first_label(img, model))
+"""
+
+
+def test_a_copy_returned_directly_is_the_helpers_output() -> None:
+    lines = [f.line for f in lint_source(RETURNED, "extract.py", select={"TPL201"})]
+    assert 7 not in lines
+
+
+def test_an_element_picked_from_a_returned_copy_is_still_reported() -> None:
+    lines = [f.line for f in lint_source(RETURNED, "extract.py", select={"TPL201"})]
+    assert lines == [11]
+
+
+# --- a read inside the branch a non-finite value takes runs once, on the way out ---
+
+NAN_GUARD = """\
+import math
+import torch
+
+
+class Trainer:
+    def run_step(self, batch):
+        loss = self.model(batch)
+        if not math.isfinite(loss.item()):
+            msg = f"Loss is {loss.item()}, stopping"
+            if self.raise_on_error:
+                raise FloatingPointError(msg)
+            return
+        if torch.isfinite(loss).all():
+            print("loss", loss.item())
+        else:
+            print("skipped", loss.item())
+        loss.backward()
+
+    def train(self, loader):
+        self.model = self.model.to("cuda")
+        for batch in loader:
+            batch = batch.to("cuda")
+            self.run_step(batch)
+"""
+
+
+def test_a_read_in_a_non_finite_branch_is_left_alone() -> None:
+    lines = [f.line for f in lint_source(NAN_GUARD, "trainer.py", select={"TPL201"})]
+    assert not {9, 16} & set(lines)
+
+
+def test_the_finiteness_test_and_its_finite_branch_are_reported() -> None:
+    lines = [f.line for f in lint_source(NAN_GUARD, "trainer.py", select={"TPL201"})]
+    assert lines == [8, 13, 14]
+
+
+# --- an f-string that names a key is not the text of a tensor ---
+
+KEYS = """\
+def validate(model, loader, device, phase):
+    for batch in loader:
+        batch = batch.to(device)
+        key = batch.dict_key
+        losses = model(batch)
+        logged = {f"Losses/{phase}_{key}_{k}": v for k, v in losses.items()}
+        logged[f"{key}_total"] = sum(logged.values())
+        print(f"loss {losses['total']}")
+"""
+
+
+def test_an_f_string_used_as_a_key_is_left_alone() -> None:
+    lines = [f.line for f in lint_source(KEYS, "validate.py", select={"TPL201"})]
+    assert not {6, 7} & set(lines)
+
+
+def test_an_f_string_of_a_device_value_is_still_reported() -> None:
+    lines = [f.line for f in lint_source(KEYS, "validate.py", select={"TPL201"})]
+    assert lines == [8]

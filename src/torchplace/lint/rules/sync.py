@@ -184,7 +184,7 @@ def _not_a_step(loop: ast.AST, call: ast.Call) -> bool:
 
 
 def _joined(node: ast.JoinedStr, ctx: Context) -> None:
-    if id(node) in ctx.claimed or not ctx.loops():
+    if id(node) in ctx.claimed or not ctx.loops() or _is_key(node, ctx):
         return
     for parent in reversed(ctx.parents):
         if isinstance(parent, (ast.Raise, ast.Assert)):
@@ -193,6 +193,18 @@ def _joined(node: ast.JoinedStr, ctx: Context) -> None:
             break
     values = [v.value for v in node.values if isinstance(v, ast.FormattedValue)]
     _check_many(node, values, "an f-string", ctx)
+
+
+def _is_key(node: ast.JoinedStr, ctx: Context) -> bool:
+    """The f-string is a key (``{f"loss/{phase}_{k}": v for k, v in losses.items()}``,
+    ``logs[f"{name}_acc"] = acc``): a name built from names, never the text of a tensor's
+    values, whatever the provenance says of the names it joins."""
+    parent = ctx.parents[-1] if ctx.parents else None
+    if isinstance(parent, ast.DictComp):
+        return node is parent.key
+    if isinstance(parent, ast.Dict):
+        return any(key is node for key in parent.keys)
+    return isinstance(parent, ast.Subscript) and node is parent.slice
 
 
 def _percent(node: ast.BinOp, ctx: Context) -> None:
@@ -488,6 +500,60 @@ def _exits(ctx: Context, node: ast.AST) -> bool:
     return False
 
 
+# Predicates true for a value that is not finite; `isfinite` is true for one that is.
+_NONFINITE = frozenset({"isnan", "isinf", "isneginf", "isposinf"})
+# Where the search for an enclosing failure branch stops: the step loop, or the function.
+_LOOPS_AND_SCOPES = (
+    ast.For,
+    ast.AsyncFor,
+    ast.While,
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.Lambda,
+)
+
+
+def _on_failure(ctx: Context, node: ast.AST) -> bool:
+    """Inside the branch an ``if`` takes only for a value that is not finite (``if not
+    math.isfinite(loss.item()): msg = f"Loss is {loss.item()}"``, ``if torch.isnan(x).any():``,
+    the ``else`` of ``if torch.isfinite(x).all():``): a failed step, taken once on the way to
+    an abort or a skip, not every step. The test itself still runs every step."""
+    child = node
+    for parent in reversed(ctx.parents):
+        if isinstance(parent, _LOOPS_AND_SCOPES):
+            return False
+        if isinstance(parent, ast.If) and child is not parent.test:
+            holds = _nonfinite_test(parent.test)
+            if holds is not None and (child in parent.body) == holds:
+                return True
+        child = parent
+    return False
+
+
+def _nonfinite_test(test: ast.expr) -> bool | None:
+    """True when ``test`` holds only for a value that is not finite (``torch.isnan(x)``, ``not
+    math.isfinite(v)``, ``x.isinf().any()``, ``or``/``|`` of such tests), False when it holds
+    only for a finite one (``torch.isfinite(x).all()``), None when it asks something else."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _nonfinite_test(test.operand)
+        return None if inner is None else not inner
+    if isinstance(test, ast.BoolOp) or (
+        isinstance(test, ast.BinOp) and isinstance(test.op, ast.BitOr)
+    ):
+        values = test.values if isinstance(test, ast.BoolOp) else [test.left, test.right]
+        answers = {_nonfinite_test(value) for value in values}
+        either = isinstance(test, ast.BinOp) or isinstance(test.op, ast.Or)
+        return True if answers == {True} and either else None
+    if not isinstance(test, ast.Call):
+        return None
+    name = call_name(test)
+    if name in {"any", "all"} and isinstance(test.func, ast.Attribute) and not test.args:
+        return _nonfinite_test(test.func.value)  # `torch.isnan(x).any()`
+    if name in _NONFINITE:
+        return True
+    return False if name == "isfinite" else None
+
+
 def _in_assert_message(ctx: Context, node: ast.AST) -> bool:
     """The message of an ``assert`` (``assert x.max() < n, x.max().item()``) is evaluated only
     when the assertion fails: once, on the way out."""
@@ -573,6 +639,10 @@ def _flows_into(
         node = parent
     else:
         return False
+    if isinstance(stmt, ast.Return) and stmt.value is not None:
+        # `return seg.cpu()`: the copy is what the function returns, as `out = seg.cpu()`,
+        # then `return out`, is
+        return returns and not indexes and _carries(stmt.value, set(), read)
     names: set[str] = set()
     if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
@@ -746,25 +816,28 @@ def _returned(scope: ast.AST, names: set[str]) -> bool:
     )
 
 
-def _carries(node: ast.expr, names: set[str]) -> bool:
-    """``node`` is one of ``names`` as it is: the name, a slice, a tuple of them, a join, or
-    one of these in another dtype or shape (``.astype(...)``, ``.reshape(...)``)."""
+def _carries(node: ast.expr, names: set[str], read: ast.AST | None = None) -> bool:
+    """``node`` is one of ``names`` (or the ``read`` itself) as it is: the name, a slice, a
+    tuple of them, a join, or one of these in another dtype or shape (``.astype(...)``,
+    ``.reshape(...)``)."""
+    if node is read:
+        return True
     if isinstance(node, ast.Name):
         return node.id in names
-    if isinstance(node, ast.Subscript):
-        return isinstance(node.slice, ast.Slice) and _carries(node.value, names)  # arr[:n]
+    if isinstance(node, ast.Subscript):  # arr[:n]
+        return isinstance(node.slice, ast.Slice) and _carries(node.value, names, read)
     if isinstance(node, ast.Starred):
-        return _carries(node.value, names)
+        return _carries(node.value, names, read)
     if isinstance(node, (ast.Tuple, ast.List)):
-        return any(_carries(element, names) for element in node.elts)
+        return any(_carries(element, names, read) for element in node.elts)
     if isinstance(node, ast.IfExp):  # `(specs, attn) if return_attn else specs`
-        return _carries(node.body, names) or _carries(node.orelse, names)
+        return _carries(node.body, names, read) or _carries(node.orelse, names, read)
     if isinstance(node, ast.Call):
         func = node.func
         if isinstance(func, ast.Attribute) and func.attr in _RESHAPES:
-            return _carries(func.value, names)  # np.concatenate(out).astype("float64")
+            return _carries(func.value, names, read)  # np.concatenate(out).astype("float64")
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-        return name in _JOINS and any(_carries(arg, names) for arg in node.args)
+        return name in _JOINS and any(_carries(arg, names, read) for arg in node.args)
     return False
 
 
@@ -812,6 +885,8 @@ def _check(
     ):
         return False  # a print/f-string/cast needs a device value, and nothing here makes one
     if in_test(ctx) or _exits(ctx, read or node) or _in_assert_message(ctx, read or node):
+        return False
+    if _on_failure(ctx, read or node):
         return False
     if in_periodic_branch(ctx, node, through=lambda loop: _not_batch(loop, scope, ctx)):
         return False
