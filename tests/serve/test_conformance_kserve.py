@@ -57,7 +57,11 @@ def test_uint64_past_int64_is_read_nested_as_flat(data: str) -> None:
     ("datatype", "data", "message"),
     [
         ("UINT64", "[[-1,1,2],[3,4,5]]", "value -1 is out of range for UINT64"),
-        ("INT64", "[[9223372036854775808,1,2],[3,4,5]]", "a value is out of range for INT64"),
+        (
+            "INT64",
+            "[[9223372036854775808,1,2],[3,4,5]]",
+            "value 9223372036854775808 is out of range",
+        ),
         ("UINT64", "[[1.5,1,2],[3,4,5]]", "'data' holds non-integer numbers, not UINT64"),
     ],
 )

@@ -310,20 +310,24 @@ class App:
             slash = after.find(b"/")
             request.path = after[slash:] if slash >= 0 else b"/"
             return self.handle(request)
+        parts = path.split(b"/")
         if b"%" in path:
-            path = unquote_to_bytes(path)
-            if path in self._routes:
-                request.path = path
-                return self.handle(request)
+            # each segment decoded once, after the split: an encoded slash (%2F) is part of a
+            # name, never a separator (RFC 3986, 2.2), so /v2%2Frepository/... is not a route
+            parts = [unquote_to_bytes(part) for part in parts]
+            if all(part.find(b"/") < 0 for part in parts):
+                path = b"/".join(parts)
+                if path in self._routes:
+                    request.path = path
+                    return self.handle(request)
         if path == b"/":  # KServe V1's liveness probe, public as /v2/health/live is
             return _wrong_method(request, b"GET") or Response(200, b'{"status":"alive"}')
         if path == b"*":  # the asterisk-form: the server as a whole (RFC 9112, 3.2.4)
             return _asterisk(request)
-        if self._token is not None:
+        if self._token is not None and path.rstrip(b"/") not in self._open:
             denied = self._check_auth(request)
             if denied is not None:
                 return denied
-        parts = path.split(b"/")
         if len(parts) >= 4 and parts[:3] == [b"", b"v2", b"models"]:
             return self._route_model(request, parts[3], parts[4:])
         if len(parts) >= 4 and parts[:3] == [b"", b"v2", b"repository"]:
@@ -667,7 +671,7 @@ class App:
 
     def _decode_v1(self, request: Request, handle: ModelHandle) -> protocol.InferRequest:
         return protocol_v1.decode_predict_request(
-            self._body(request),
+            self._body(request, 'a V1 request, {"instances": [...]} with one entry per row'),
             inputs=handle.inputs,
             outputs=handle.outputs,
             max_rows=handle.max_request_rows,
@@ -675,8 +679,9 @@ class App:
             model=handle.name,
         )
 
-    def _body(self, request: Request) -> bytes:
-        """The request's body, its media type checked and its content encoding undone."""
+    def _body(self, request: Request, wanted: str = "an OIP inference request object") -> bytes:
+        """The request's body, its media type checked and its content encoding undone
+        (``wanted``: what an empty one is told to send)."""
         headers = request.headers
         ctype = headers.get(b"content-type")
         if ctype is not None and ctype != b"application/json":
@@ -691,7 +696,7 @@ class App:
         if encoding is not None and encoding.lower() not in (b"identity", b""):
             body = self._decompress(body, encoding.lower())
         if not body:
-            raise InputError("the request body is empty; send an OIP inference request object")
+            raise InputError(f"the request body is empty; send {wanted}, with its Content-Length")
         return body
 
     def _decompress(self, body: bytes, encoding: bytes) -> bytes:

@@ -75,6 +75,9 @@ _PIPELINE_DEPTH = 32  # complete requests queued on one connection before we sto
 _NOT_ZERO = re.compile(rb"[^0]")
 _MAX_HEAD_BYTES = 64 * 1024  # request line + headers; more gets 431 (414: the target alone)
 _LINGER_S = 1.0  # how long a rejected connection's remaining input is drained before closing
+#: a valid Host value (RFC 9112 3.2, RFC 3986 3.2.2): an IP literal in brackets, or a name or
+#: IPv4 address (empty allowed), then an optional port; no comma (two Host fields, joined)
+_HOST = re.compile(rb"(?:\[[0-9A-Za-z:._~!$&'()*+;=%-]+\]|[0-9A-Za-z._~!$&'()*+;=%-]*)(?::[0-9]*)?")
 
 
 def _bind_error(host: str, port: int, exc: OSError) -> str:
@@ -247,6 +250,7 @@ class _Connection(asyncio.Protocol):
         "_final",
         "_head_size",
         "_headers",
+        "_host",
         "_in_trailers",
         "_last_active",
         "_line_start",
@@ -274,6 +278,7 @@ class _Connection(asyncio.Protocol):
         self._parser = httptools.HttpRequestParser(self)
         self._url = b""
         self._headers: dict[bytes, bytes] = {}
+        self._host = b""  # the last Host value found valid: checked once, not every request
         self._head_size = 0
         self._in_trailers = False  # the fields arriving are a chunked body's trailer section
         #: the body so far: the first part as it came, then one bytearray for all of them
@@ -605,9 +610,11 @@ class _Connection(asyncio.Protocol):
         self._expect_continue = False  # its body is here: no 100 for it any more
         self._chunked = False
         host = self._headers.get(b"host")
-        # find, not `in`: bytes' `in` first tries its operand as an int and raises inside
-        if host is None or host.find(b",") >= 0:
-            self._check_host(host)
+        if host != self._host:
+            if host is None or _HOST.fullmatch(host) is None:
+                self._check_host(host)
+            else:
+                self._host = host
         url = self._url
         fragment = url.find(b"#")
         if fragment >= 0:  # a fragment is the client's own (RFC 3986, 3.5), never a route's part
@@ -636,10 +643,18 @@ class _Connection(asyncio.Protocol):
         self._queue(request)
 
     def _check_host(self, host: bytes | None) -> None:
-        """One Host field, and in HTTP/1.1 at least one (RFC 9112, 3.2); checked once the
-        request is complete, so that a slow one is still told 408."""
+        """One Host field, and in HTTP/1.1 at least one, with a valid value (RFC 9112, 3.2);
+        checked once the request is complete, so that a slow one is still told 408."""
         if host is None and self._parser.get_http_version() == "1.0":
             return
+        # find, not `in`: bytes' `in` first tries its operand as an int and raises inside
+        if host is not None and host.find(b",") < 0:
+            self._refuse(
+                400,
+                f"the Host header {host[:200].decode('latin-1')!r} is not a valid host and "
+                "optional port (RFC 9112, 3.2); send the server's name or address, such as "
+                "Host: localhost:8000",
+            )
         what = "no Host header" if host is None else "more than one Host header"
         self._refuse(
             400, f"request has {what}; an HTTP/1.1 request needs exactly one (RFC 9112, 3.2)"

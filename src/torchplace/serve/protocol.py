@@ -898,27 +898,45 @@ def _json_array(
         try:
             array = np.array(data, dtype=dtype)
         except OverflowError:
-            raise _fail(f"input {name!r}: a value is out of range for {spec.datatype}") from None
+            raise _out_of_range(spec, np.array(data, object).ravel().tolist()) from None
     if array.dtype.kind in "iuf" and dtype.kind != "b" and _holds_bool(data):
         raise _fail(
             f"input {name!r}: 'data' mixes booleans with numbers; send {spec.datatype} numbers "
             "only (true and false are not numbers here)"
         )
+    if array.dtype.kind == "f" and dtype.kind in "iu" and _whole_past(array, dtype):
+        raise _out_of_range(spec, array.ravel().tolist())  # an integer past 64 bits, read as float
     if array.dtype.kind not in _JSON_KINDS[spec.datatype] and count:
         raise _fail(
             f"input {name!r}: 'data' holds {_kind_label(array)}, not {spec.datatype} values"
         )
     if array.dtype.kind in "iu" and dtype.kind in "iu" and count:
         info = np.iinfo(dtype)
-        low, high = array.min(), array.max()
-        if low < info.min or high > info.max:
-            raise _fail(
-                f"input {name!r}: value {low if low < info.min else high} is out of range "
-                f"for {spec.datatype} ({info.min}..{info.max})"
-            )
+        if array.min() < info.min or array.max() > info.max:
+            raise _out_of_range(spec, array.ravel().tolist())
     with np.errstate(over="ignore", invalid="ignore"):  # overflow -> inf, refused below
         converted: np.ndarray[Any, Any] = array.astype(dtype, copy=False)
     return converted
+
+
+def _whole_past(array: np.ndarray[Any, Any], dtype: np.dtype[Any]) -> bool:
+    """Whether float ``data`` for an integer dtype holds whole numbers only, one of them past the
+    dtype's range (JSON parsing reads an integer past 64 bits as a float)."""
+    if not array.size or not np.isfinite(array).all() or (array != np.trunc(array)).any():
+        return False
+    info = np.iinfo(dtype)  # compared as Python ints: exact past 2**53, as floats are not
+    return int(array.min()) < info.min or int(array.max()) > info.max
+
+
+def _out_of_range(spec: TensorSpec, values: list[Any]) -> InputError:
+    """The first of an integer input's ``values`` past its datatype's range, named."""
+    dtype: np.dtype[Any] = HOST_DTYPES[spec.datatype]
+    info = np.iinfo(dtype)
+    bad = next(v for v in values if not info.min <= v <= info.max)
+    return _fail(
+        f"input {spec.name!r}: value {int(bad)} is out of range for {spec.datatype} "
+        f"({info.min}..{info.max})"
+    )
 
 
 def _nulls_as_nan(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:

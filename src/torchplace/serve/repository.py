@@ -361,6 +361,18 @@ def _policy(where: str, raw: Any) -> VersionPolicy:
     raise _fail(where, f"version_policy.{kind}", f"= {value!r} is invalid", fix)
 
 
+def _check_text(doc: dict[str, Any]) -> None:
+    """Every string of an inline config is text: a lone surrogate escape (``\\udc00``, half of
+    a pair) read as one failed deep in the load, with a codec's words."""
+    try:
+        json.dumps(doc, ensure_ascii=False).encode()
+    except UnicodeEncodeError as exc:
+        raise ConfigError(
+            f"inline config holds a lone surrogate escape (\\u{ord(exc.object[exc.start]):x}, "
+            "half of a UTF-16 pair), which is not text; send names and values as UTF-8 text"
+        ) from None
+
+
 def triton_settings(text: str, model: str | None = None) -> dict[str, Any]:
     """An inline config (a JSON string): our keys as they are, Triton's ``ModelConfig`` mapped.
 
@@ -370,8 +382,13 @@ def triton_settings(text: str, model: str | None = None) -> dict[str, Any]:
     ``model``, so is a ``name`` other than the model's (Triton's check)."""
     try:
         doc = json.loads(text)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise ConfigError(f"inline config is not JSON: {exc}; send a JSON object") from None
+    except ValueError:  # an integer past Python's limit on the digits it converts
+        raise ConfigError(
+            "inline config holds an integer thousands of digits long; send the numbers its "
+            "fields take"
+        ) from None
     except RecursionError:  # arrays or objects nested thousands deep
         raise ConfigError(
             "inline config is nested too deeply to read; send a flat JSON object"
@@ -381,6 +398,7 @@ def triton_settings(text: str, model: str | None = None) -> dict[str, Any]:
             'inline config must be a JSON object, e.g. {"max_batch_size": 8}, not '
             f"{_shown(json.dumps(doc))}"
         )
+    _check_text(doc)
     doc = _protobuf_names(doc)
     _check_fields(doc)
     _check_name(doc.get("name"), model)
