@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from torchplace.cli import main
+from torchplace.lint import lint_source
 from torchplace.lint.provenance import Fact, FileFacts
 from torchplace.lint.provenance.loops import has_own_batch_loop
 
@@ -266,3 +267,106 @@ def test_a_helper_called_per_batch_from_a_sibling_module(
     out = capsys.readouterr().out
     assert "util/misc.py:8:" in out
     assert "the batch loop of `train`" in out
+
+
+# ---- a loader handed back by `accelerator.prepare` with a model already on the device
+
+PREPARED = """\
+from accelerate import Accelerator
+
+
+def main(model, optimizer, train_dataloader):
+    accelerator = Accelerator()
+    model = model.to(accelerator.device)
+    model, optimizer, train_dataloader = accelerator.prepare(model, optimizer, train_dataloader)
+    for step, batch in enumerate(train_dataloader):
+        loss = model(**batch).loss
+        print(loss.item())
+    for row in model(**batch).logits:
+        print(row.item())
+"""
+
+
+def test_a_prepared_loader_is_a_batch_loop_not_rows() -> None:
+    found = lint_source(PREPARED, "train.py", select={"TPL201"})
+    assert [(f.line, "in the batch loop at line 8" in f.message) for f in found] == [
+        (10, True),
+        (12, False),  # the rows of a device tensor stay a walk over rows
+    ]
+    assert "once per row of a device tensor" in found[1].message
+
+
+# ---- batch items never moved when the loop moves a tensor built from another item
+
+BUILT_FROM_ITEM = """\
+def generate(self, loader, bos):
+    res = []
+    for batch in loader:
+        src_tokens = batch["net_input"]["src_tokens"]
+        prefix = src_tokens.new_full((src_tokens.size(0), 1), bos).to(device=self.device)
+        results = self.model.generate(src_tokens, prefix)
+        for i, hypos in zip(batch["id"].tolist(), results):
+            res.append((i, hypos))
+        print(prefix.tolist())
+    return res
+"""
+
+
+def test_an_item_the_loop_never_moves_stays_on_the_host() -> None:
+    lines = [f.line for f in lint_source(BUILT_FROM_ITEM, "hub.py", select={"TPL201"})]
+    assert lines == [9]  # the moved prefix is still a device value
+
+
+# ---- an optimizer's pass over its parameters is not a batch loop
+
+OPTIMIZER = """\
+import math
+import torch
+
+
+class Adam(torch.optim.Optimizer):
+    def step(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                state = self.state[p]
+                state["exp_avg"] = state["exp_avg"].to(p.data)
+                state["step"] += 1
+                correction = 1 - 0.999 ** state["step"]
+                step_size = group["lr"] * math.sqrt(correction)
+                p.data.add_(state["exp_avg"], alpha=-step_size)
+
+
+def train(model, loader, optimizer, device):
+    for x in loader:
+        loss = model(x.to(device))
+        for p in model.params:
+            print(p.grad.norm().item())
+"""
+
+
+def test_a_pass_over_parameters_is_not_a_batch_loop() -> None:
+    lines = [f.line for f in lint_source(OPTIMIZER, "adam.py", select={"TPL201"})]
+    assert lines == [21]  # inside a batch loop, a pass over parameters still runs per batch
+
+
+# ---- a vocabulary's `string(ids)` is text
+
+VOCAB = """\
+class Hub:
+    def fill_mask(self, tokens, topk=5):
+        features = self.model(tokens.to(self.device))
+        values, index = features[0].softmax(dim=0).topk(k=topk, dim=0)
+        words = self.task.source_dictionary.string(index)
+        return [(w, values[i].item()) for i, w in enumerate(words.split(" "))]
+
+    def fill_codes(self, tokens, topk=5):
+        features = self.model(tokens.to(self.device))
+        values, index = features[0].softmax(dim=0).topk(k=topk, dim=0)
+        codes = self.task.source_model.string(index)
+        return [(c, values[i].item()) for i, c in enumerate(codes.split(" "))]
+"""
+
+
+def test_a_vocabulary_string_is_host_text() -> None:
+    lines = [f.line for f in lint_source(VOCAB, "hub.py", select={"TPL201"})]
+    assert lines == [12]  # a model's `string(...)` may give a tensor

@@ -52,3 +52,34 @@ def test_a_grid_built_from_a_factory_meets_the_parameter() -> None:
 def test_placed_factories_and_host_grids_are_left_alone() -> None:
     lines = [f.line for f in lint_source(GRIDS, "box_ops.py", select={"TPL103"})]
     assert not {23, 24, 31} & set(lines)
+
+
+# ---- a module-level helper that only a dataset's collate function calls
+
+MIX = """\
+import torch
+from torch.utils.data import Dataset
+
+
+def mix_samples(wavs: torch.Tensor, mix_p: float):
+    idx = torch.randperm(wavs.size(0))[: int(mix_p * wavs.size(0))]
+    return wavs[idx]
+
+
+def shuffle_rows(wavs: torch.Tensor):
+    return wavs[torch.randperm(wavs.size(0))]
+
+
+class SoundDataset(Dataset):
+    def collater(self, samples):
+        return mix_samples(torch.stack(samples), 0.5)
+
+
+def train_step(model, wav, device):
+    return model(shuffle_rows(wav.to(device)))
+"""
+
+
+def test_a_helper_only_a_dataset_calls_is_host_code() -> None:
+    lines = [f.line for f in lint_source(MIX, "sound_dataset.py", select={"TPL103"})]
+    assert lines == [11]  # `shuffle_rows` also serves a training step

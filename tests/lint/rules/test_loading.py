@@ -138,3 +138,28 @@ def round_trip(data):
 def test_a_buffer_name_rebound_to_received_bytes_is_not_a_round_trip() -> None:
     lines = [f.line for f in lint_source(REUSED_BUFFER, "misc.py", select={"TPL402"})]
     assert lines == [12]
+
+
+# ---- a load in the CUDA branch of an availability check, mapped to the CPU in the other
+
+VOCODER = """\
+import torch
+
+
+class Vocoder:
+    def __init__(self, checkpoint_path, model):
+        self.model = model
+        if torch.cuda.is_available():
+            state = torch.load(checkpoint_path, weights_only=True)
+        else:
+            state = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
+        if not torch.cuda.is_available():
+            print("running on the CPU")
+        extra = torch.load(checkpoint_path + ".extra", weights_only=True)
+        self.model.load_state_dict({**state, **extra})
+"""
+
+
+def test_a_load_under_a_cuda_availability_check_is_left_alone() -> None:
+    lines = [f.line for f in lint_source(VOCODER, "vocoder.py", select={"TPL401"})]
+    assert lines == [13]  # after the check, on every machine

@@ -435,3 +435,51 @@ def test_an_f_string_used_as_a_key_is_left_alone() -> None:
 def test_an_f_string_of_a_device_value_is_still_reported() -> None:
     lines = [f.line for f in lint_source(KEYS, "validate.py", select={"TPL201"})]
     assert lines == [8]
+
+
+# ---- whole tensors of an all_gather list, copied and returned as the function's output
+
+GATHER_SAMPLES = """\
+import numpy as np
+import torch
+import torch.distributed as dist
+
+
+def sample_all(model, args, device):
+    all_images = []
+    while len(all_images) * args.batch_size < args.num_samples:
+        noise = torch.randn(args.batch_size, 3, device=device)
+        sample = model(noise)
+        gathered = [torch.zeros_like(sample) for _ in range(dist.get_world_size())]
+        dist.all_gather(gathered, sample)
+        all_images.extend([s.cpu().numpy() for s in gathered])
+    arr = np.concatenate(all_images, axis=0)
+    return arr[: args.num_samples]
+"""
+
+GATHER_TOKENS = """\
+import torch
+import torch.distributed as dist
+
+
+def decode(model, steps, device):
+    token = torch.zeros(1, dtype=torch.long, device=device)
+    out = []
+    for _ in range(steps):
+        logits = model(token)
+        token = logits.argmax(-1)
+        gathered = [torch.zeros_like(token) for _ in range(dist.get_world_size())]
+        dist.all_gather(gathered, token)
+        for part in gathered:
+            out.append(part.cpu())
+    return out
+"""
+
+
+def test_gathered_samples_returned_as_the_output_are_left_alone() -> None:
+    assert lint_source(GATHER_SAMPLES, "sample.py", select={"TPL201"}) == []
+
+
+def test_gathered_tokens_of_a_decoding_loop_are_still_reported() -> None:
+    lines = [f.line for f in lint_source(GATHER_TOKENS, "decode.py", select={"TPL201"})]
+    assert lines == [14]

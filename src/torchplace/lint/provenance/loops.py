@@ -35,13 +35,26 @@ __all__ = [
     "branch_trains",
     "calls_backward",
     "classify",
+    "feeds_back",
     "has_own_batch_loop",
     "moves_some",
     "rare_test",
 ]
 
-# Iterating these yields parameters, buffers or state: a conversion pass, not batches.
-_STATE_ITERS = ("state_dict", "parameters", "buffers", "named_", "modules", "children")
+# Iterating these yields parameters, buffers or state: a conversion pass, not batches (an
+# optimizer's `for p in group["params"]:` updates one parameter per turn; the key as written,
+# not any name holding "params", such as `loader(hparams)`).
+_STATE_ITERS = (
+    "state_dict",
+    "parameters",
+    '["params"]',
+    "['params']",
+    "param_groups",
+    "buffers",
+    "named_",
+    "modules",
+    "children",
+)
 # Words that name a state dict or a checkpoint (`full_sd`, `ckpt`, `checkpoint["model"]`).
 _STATE_WORDS = frozenset({"sd", "ckpt", "checkpoint"})
 
@@ -215,6 +228,9 @@ def _iterates_device(
         if fact is not None and fact.on_device and _loader_for_device(fact, facts.segment(it)):
             what = _short(facts.segment(it), 32)
             return "batch", f"it iterates `{what}`, built for the device ({fact.describe()})"
+        if fact is not None and fact.on_device and not fact.many and _names_loader(it):
+            what = _short(facts.segment(it), 32)
+            return "batch", f"it iterates `{what}`, a loader of device batches ({fact.describe()})"
         if fact is not None and fact.on_device:
             return (
                 "items" if fact.many else "rows",
@@ -231,6 +247,24 @@ def _loader_for_device(fact: Fact, text: str) -> bool:
         return False
     words = f"{text} {fact.source}".lower()
     return any(word in words for word in _BATCH_WORDS)
+
+
+# Calls that hand back what they wrap, item by item.
+_WRAPPERS = frozenset({"enumerate", "tqdm", "tqdm.tqdm", "iter"})
+
+
+def _names_loader(it: ast.expr) -> bool:
+    """``train_dataloader``, ``self.eval_dl``: a name for a data loader, which yields batches.
+    A loader that ``accelerator.prepare(model, optimizer, loader)`` hands back with a model
+    already on the device shares the model's fact; stepping through it is a batch loop, not a
+    walk over the rows of a tensor."""
+    while isinstance(it, ast.Call) and dotted_name(it.func) in _WRAPPERS and it.args:
+        it = it.args[0]  # enumerate(train_dataloader), tqdm(loader)
+    name = dotted_name(it)
+    if name is None:
+        return False
+    last = name.rsplit(".", 1)[-1].lower()
+    return last.endswith("loader") or last == "dl" or last.endswith("_dl")
 
 
 def _updates_device(
@@ -257,6 +291,17 @@ def _updates_device(
             what = _short(facts.segment(value), 32)
             return "batch", f"it computes `{what}` on the device every step ({fact.describe()})"
     return None
+
+
+def feeds_back(loop: ast.AST) -> bool:
+    """Each step of ``loop`` starts from a value the previous step left (a decoding loop's
+    ``token``, read at the top of the body and rebound below): a step per token, not per
+    fresh input."""
+    parts = _parts(loop)
+    if parts is None:
+        return False
+    own, _ = _split_own(parts[1])
+    return bool(_carried(own))
 
 
 def _carried(own: list[ast.AST]) -> set[str]:
@@ -312,11 +357,14 @@ _FRAMEWORK_STEPS = frozenset(
 
 def moves_some(loop: ast.For | ast.AsyncFor) -> bool:
     """The loop moves one of its own targets to a device (``x = x.to(device)``), also through
-    a name bound to an item of one (``videos = batch[0]``, then ``videos.to(device)``)."""
+    a name bound to an item of one (``videos = batch[0]``, then ``videos.to(device)``), or a
+    tensor a method builds from one (``x.float().cuda()``, ``src.new_full(s, v).to(device)``)."""
     targets = set(_target_names(loop.target))
     for stmt in loop.body:
         if isinstance(stmt, ast.Assign) and isinstance(stmt.value, (ast.Subscript, ast.Attribute)):
             root = stmt.value.value
+            while isinstance(root, (ast.Subscript, ast.Attribute)):
+                root = root.value  # batch["net_input"]["src_tokens"]
             if isinstance(root, ast.Name) and root.id in targets:
                 for target in stmt.targets:
                     targets |= set(_target_names(target))
@@ -326,11 +374,21 @@ def moves_some(loop: ast.For | ast.AsyncFor) -> bool:
                 isinstance(sub, ast.Call)
                 and isinstance(sub.func, ast.Attribute)
                 and sub.func.attr in {"to", "cuda"}
-                and isinstance(sub.func.value, ast.Name)
-                and sub.func.value.id in targets
+                and _chain_root(sub.func.value) in targets
             ):
                 return True
     return False
+
+
+def _chain_root(node: ast.expr) -> str | None:
+    """The name a chain of method calls starts from: ``x`` of ``x.float().half()``."""
+    while (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr not in {"to", "cuda"}
+    ):
+        node = node.func.value
+    return node.id if isinstance(node, ast.Name) else None
 
 
 def _resets_epoch(call: ast.Call, own: list[ast.AST], nested_batch_lines: list[int]) -> bool:

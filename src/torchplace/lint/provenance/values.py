@@ -82,8 +82,10 @@ HOST_ATTRS = frozenset(
 )
 # Methods of a tokenizer or processor (by the receiver's name) that turn token ids into text:
 # Python strings, whatever device the ids are on.
-TEXT_METHODS = frozenset({"decode", "batch_decode", "convert_ids_to_tokens"})
+TEXT_METHODS = frozenset({"decode", "batch_decode", "convert_ids_to_tokens", "string"})
 _TEXT_OWNERS = ("tokenizer", "processor")
+# Words that name a vocabulary (fairseq's ``tgt_dict.string(ids)``, ``vocab.decode(ids)``).
+_VOCAB_WORDS = frozenset({"dict", "dictionary", "vocab", "vocabulary"})
 # Builtins and modules whose results live on the host.
 _HOST_CALLS = frozenset(
     {"float", "int", "bool", "str", "len", "round", "isinstance", "range", "repr", "print"}
@@ -305,10 +307,13 @@ def _iterates_items(node: ast.expr) -> bool:
 
 
 def _decodes_text(func: ast.Attribute) -> bool:
-    """``tokenizer.decode(ids)``, ``self.processor.batch_decode(out)``: text, not tensors
-    (``vae.decode(z)`` is a model's decoder and gives a tensor)."""
+    """``tokenizer.decode(ids)``, ``self.processor.batch_decode(out)``, a vocabulary's
+    ``self.task.source_dictionary.string(ids)``: text, not tensors (``vae.decode(z)`` is a
+    model's decoder and gives a tensor)."""
     owner = (dotted_name(func.value) or "").rsplit(".", 1)[-1].lower()
-    return func.attr in TEXT_METHODS and any(word in owner for word in _TEXT_OWNERS)
+    return func.attr in TEXT_METHODS and (
+        any(word in owner for word in _TEXT_OWNERS) or bool(_VOCAB_WORDS & set(owner.split("_")))
+    )
 
 
 def _is_move_call(call: ast.Call) -> bool:

@@ -14,6 +14,7 @@ import ast
 
 from torchplace.lint.base import Context, Rule, Scope, has_star_kwargs, keyword, names_in
 from torchplace.lint.nodes import walk
+from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.factory_match import COMBINERS, HOST_CASTS, matched_to_parameter
 from torchplace.lint.rules.facts import in_test, main_test
 
@@ -183,8 +184,8 @@ def _moved_later(call: ast.Call, ctx: Context) -> bool:
     block, index = ctx.stmt_path[-1]
     stmt = block[index]
     names: set[str] = set()
-    if isinstance(stmt, ast.Assign):  # t = torch.arange(n).float() * 2
-        names = {name for t in stmt.targets for name in names_in(t)}
+    if isinstance(stmt, ast.Assign):  # t = torch.arange(n).float() * 2, self.mask = ...
+        names = {name for t in stmt.targets for name in _refs(t)}
     elif (  # parts.append(torch.arange(n))
         isinstance(stmt, ast.Expr)
         and isinstance(stmt.value, ast.Call)
@@ -201,8 +202,8 @@ def _moved_later(call: ast.Call, ctx: Context) -> bool:
         for later in block[index + 1 :]:
             if _moves_any(later, names):
                 return True
-            if isinstance(later, ast.Assign) and names_in(later.value) & names:
-                names |= {name for t in later.targets for name in names_in(t)}
+            if isinstance(later, ast.Assign) and _refs(later.value) & names:
+                names |= {name for t in later.targets for name in _refs(t)} - {"self"}
             elif (  # grids.append(grid): the list now holds it
                 isinstance(later, ast.Expr)
                 and isinstance(later.value, ast.Call)
@@ -216,6 +217,51 @@ def _moved_later(call: ast.Call, ctx: Context) -> bool:
     return False
 
 
+def _placed_by_callers(call: ast.Call, ctx: Context, method: Scope | None) -> bool:
+    """The method returns the factory's tensor (``weights = torch.zeros(...)``, filled, then
+    ``return weights``) and every call of it in its class places the result right away,
+    ``self._get_weights(lens).to(attn.device)``: placed, by the caller."""
+    if method is None or method.cls is None or not ctx.stmt_path:
+        return False
+    block, index = ctx.stmt_path[-1]
+    stmt = block[index]
+    if isinstance(stmt, ast.Return):
+        names = {"<returned>"}
+    elif isinstance(stmt, ast.Assign):
+        names = {name for t in stmt.targets for name in _refs(t)} - {"self"}
+    else:
+        return False
+    if "<returned>" not in names and not _returns_any(method.node, names):
+        return False
+    calls = [
+        sub
+        for sub in walk(method.cls.node)
+        if isinstance(sub, ast.Call)
+        and isinstance(sub.func, ast.Attribute)
+        and sub.func.attr == method.name
+        and isinstance(sub.func.value, ast.Name)
+        and sub.func.value.id == "self"
+    ]
+    placed = {
+        id(sub.value)
+        for sub in walk(method.cls.node)
+        if isinstance(sub, ast.Attribute) and sub.attr in {"to", "cuda", "type_as"}
+    }
+    return bool(calls) and all(id(sub) in placed for sub in calls)
+
+
+def _returns_any(function: ast.AST, names: set[str]) -> bool:
+    """A ``return`` of ``function`` hands back one of ``names`` or a value assigned from them."""
+    held = set(names)
+    for sub in walk(function):
+        if isinstance(sub, ast.Assign) and _refs(sub.value) & held:
+            held |= {name for t in sub.targets for name in _refs(t)} - {"self"}
+    return any(
+        isinstance(sub, ast.Return) and sub.value is not None and bool(_refs(sub.value) & held)
+        for sub in walk(function)
+    )
+
+
 def _moves_any(stmt: ast.stmt, names: set[str]) -> bool:
     for sub in walk(stmt):
         if (
@@ -223,10 +269,18 @@ def _moves_any(stmt: ast.stmt, names: set[str]) -> bool:
             and isinstance(sub.func, ast.Attribute)
             and sub.func.attr in {"to", "cuda", "type_as", "type"}
             and (sub.func.attr != "type" or bool(sub.args))
-            and names_in(sub.func.value) & names
+            and _refs(sub.func.value) & names
         ):
             return True
     return False
+
+
+def _refs(node: ast.AST) -> set[str]:
+    """The plain names and attribute paths read in ``node`` (``self._mask`` as well as
+    ``self``): a factory stored on an attribute, ``self._mask = torch.triu(...)``, is placed
+    by a later ``self._mask = self._mask.to(x)`` as a local name would be."""
+    paths = {dotted_name(n) for n in walk(node) if isinstance(n, ast.Attribute)}
+    return names_in(node) | {path for path in paths if path is not None}
 
 
 def _used_on_host(call: ast.Call, ctx: Context) -> bool:
@@ -328,7 +382,9 @@ def check_factory(call: ast.Call, ctx: Context, name: str, method: Scope | None)
         assert method is not None
         assert method.cls is not None
         if not _copied_to_global(call, ctx) and (
-            _used_on_host(call, ctx) or _moved_later(call, ctx)
+            _used_on_host(call, ctx)
+            or _moved_later(call, ctx)
+            or _placed_by_callers(call, ctx, method)
         ):
             return
         where = f"{method.cls.name}.{method.name}"

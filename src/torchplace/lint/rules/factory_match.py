@@ -420,7 +420,33 @@ def _host_function(scope: Scope, ctx: Context) -> bool:
                 return True
             if ctx.call_qualname(sub) in {"torch.from_numpy", "numpy.asarray", "numpy.array"}:
                 return True
+    if scope.parent is not None and scope.parent.kind == "module":
+        return _serves_host_code(scope.name, scope.root().node, ctx, depth=2)
     return False
+
+
+def _serves_host_code(name: str, tree: ast.AST, ctx: Context, depth: int) -> bool:
+    """A module-level function the file uses only in host-data code (``mix_samples(wav, ...)``
+    called by a dataset's ``collater``), directly or through other such functions: it works
+    on the CPU batch that code builds."""
+    users = [
+        stmt
+        for stmt in getattr(tree, "body", [])
+        if not (isinstance(stmt, ast.FunctionDef) and stmt.name == name)
+        and any(isinstance(n, ast.Name) and n.id == name for n in walk(stmt))
+    ]
+    return bool(users) and all(_host_user(stmt, tree, ctx, depth) for stmt in users)
+
+
+def _host_user(stmt: ast.stmt, tree: ast.AST, ctx: Context, depth: int) -> bool:
+    if isinstance(stmt, ast.ClassDef):
+        text = " ".join([stmt.name, *(ctx.segment(base) or "" for base in stmt.bases)])
+        return any(word in text.lower() for word in _HOST_CLASS_WORDS)
+    if isinstance(stmt, ast.FunctionDef):
+        if any(word in stmt.name.lower() for word in _HOST_FUNCTION_WORDS):
+            return True
+        return depth > 0 and _serves_host_code(stmt.name, tree, ctx, depth - 1)
+    return False  # the script's own body, or a longer chain of helpers
 
 
 _Where = Literal["cpu", "cuda"] | None

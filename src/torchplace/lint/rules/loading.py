@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import itertools
 import re
 
 from torchplace.lint.base import (
@@ -366,6 +367,8 @@ def _cuda_only_branch(ctx: Context) -> bool:
     block, _ = ctx.stmt_path[-1]
     if len(ctx.stmt_path) < 2:
         return False  # a whole function or module body is not a branch
+    if _under_cuda_check(ctx):
+        return True
     if any(isinstance(stmt, ast.If) and _asks_for_cuda(stmt.test) for stmt in block):
         return False  # `if torch.cuda.is_available(): model = model.cuda()`: a CPU path too
     return any(
@@ -375,6 +378,22 @@ def _cuda_only_branch(ctx: Context) -> bool:
         for stmt in block
         for sub in walk(stmt)
     )
+
+
+def _under_cuda_check(ctx: Context) -> bool:
+    """The load is in the body of ``if torch.cuda.is_available():`` (its ``else`` is where
+    a CPU-only machine goes): it runs only where CUDA is."""
+    path = ctx.stmt_path
+    for (outer, index), (inner, _) in itertools.pairwise(path):
+        stmt = outer[index]
+        if (
+            isinstance(stmt, ast.If)
+            and inner is stmt.body
+            and isinstance(stmt.test, ast.Call)
+            and ctx.call_qualname(stmt.test) == "torch.cuda.is_available"
+        ):
+            return True
+    return False
 
 
 def _asks_for_cuda(test: ast.expr) -> bool:

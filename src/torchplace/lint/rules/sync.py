@@ -24,7 +24,7 @@ from torchplace.lint.base import (
 from torchplace.lint.nodes import walk
 from torchplace.lint.provenance import Fact, FileFacts, file_facts, scope_node
 from torchplace.lint.provenance.callers import engine_step
-from torchplace.lint.provenance.loops import _few_constants, rare_test
+from torchplace.lint.provenance.loops import _few_constants, feeds_back, rare_test
 from torchplace.lint.provenance.values import HOST_METHODS
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import (
@@ -1008,6 +1008,25 @@ def _feeds_device(loop: ast.AST) -> bool:
     )
 
 
+def _outer_feeds_device(ctx: Context, line: int) -> bool:
+    """For a walk over a list of whole tensors (``for part in gathered:``, the loop at
+    ``line``): its copies are the output of the step that holds it when that step takes fresh
+    input (a loop that moves what it takes, or a sampling loop drawing new noise each time),
+    not when it is a step that feeds its own result back (a decoding loop): then each copy is
+    one per token."""
+    loops = ctx.loops()
+    scope = scope_node(ctx)
+    facts = file_facts(ctx)
+    outer = [loop for loop in loops if getattr(loop, "lineno", 0) < line]
+    if any(feeds_back(loop) for loop in outer):
+        return False
+    for loop in reversed(outer):
+        kind = facts.loop_kind(loop, scope)
+        if kind is not None and kind[0] == "batch":
+            return _feeds_device(loop)
+    return True
+
+
 def _counts(iterable: ast.expr) -> bool:
     """``range(n)``, ``enumerate(range(n))``, ``trange(n)``: a counter, not data."""
     while (
@@ -1067,6 +1086,8 @@ def _in_loop(
     if explicit and _steps_environment(read or node, ctx):
         return False  # `envs.step(action.cpu().numpy())`: a host environment's input
     once = _feeds_device(ctx.loops()[-1]) if kind == "batch" else False
+    if kind == "items":
+        once = _outer_feeds_device(ctx, line)
     if (
         bulk
         and kind != "rows"
