@@ -88,3 +88,57 @@ def test_a_report_stream_closed_at_start_is_refused_before_the_program_runs(
     assert not (tmp_path / "ran").exists()  # refused before the program ran
     if closed == 1:  # the message still reaches the open stream
         assert f"{stream} is closed" in log.read_text()
+
+
+COMPILED_LOSS = textwrap.dedent(
+    """\
+    import torch
+    import torch.nn.functional as F
+
+    model = torch.nn.Linear(8, 4)
+
+    @torch.compile(backend="eager")
+    def loss_of(x, y):
+        return F.cross_entropy(model(x), y)
+
+    for _ in range(3):
+        loss_of(torch.randn(5, 8), torch.randint(0, 4, (5,))).backward()
+    print("done")
+    """
+)
+
+
+def test_a_compiled_call_the_guard_inspects_leaves_dynamo_silent(tmp_path: Path) -> None:
+    # cross_entropy runs under the dispatch layer, outside the graph: dynamo must not try to
+    # compile the layer's __torch_dispatch__ once per aten op (its recompile-limit warning,
+    # pointing at torchplace's code, was the program's stderr under guard only)
+    (tmp_path / "prog.py").write_text(COMPILED_LOSS)
+    plain = _run([sys.executable, "prog.py"], tmp_path)
+    guarded = _run([*GUARD, "--", "prog.py"], tmp_path)
+    assert (guarded.returncode, guarded.stdout) == (0, plain.stdout) == (0, "done\n")
+    assert _program_part(guarded.stderr) == plain.stderr.rstrip("\n")
+
+
+MISMATCH = "torch.mm(torch.ones(2, 3), torch.ones(2, 3))"
+
+
+@pytest.mark.parametrize(
+    ("code", "last"),
+    [
+        (f"def step():\n    {MISMATCH}\n\nstep()\n", "cannot be multiplied (2x3 and 2x3)"),
+        (
+            f"try:\n    {MISMATCH}\nexcept RuntimeError as e:\n    raise ValueError('x') from e\n",
+            "ValueError: x",
+        ),
+    ],
+)
+def test_a_torch_error_of_the_program_shows_the_traceback_python_shows(
+    code: str, last: str, tmp_path: Path
+) -> None:
+    # the guard's layers, through which torch calls every op, were frames of the traceback
+    (tmp_path / "prog.py").write_text(f"import torch\n\n{code}")
+    plain = _run([sys.executable, "prog.py"], tmp_path)
+    guarded = _run([*GUARD, "--", "prog.py"], tmp_path)
+    assert plain.stderr.rstrip("\n").endswith(last)
+    assert guarded.returncode == 1
+    assert _program_part(guarded.stderr) == plain.stderr.rstrip("\n")

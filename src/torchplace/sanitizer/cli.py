@@ -374,7 +374,45 @@ def _print_program_error(exc: BaseException) -> None:
         tb = tb.tb_next
     if isinstance(exc, GuardViolation):
         _cut_at_the_users_line(tb)
+    else:
+        tb = _without_guard_layers(tb)
+    _strip_chained(exc)
     traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
+
+
+def _strip_chained(exc: BaseException) -> None:
+    """The guard's layers out of the tracebacks the error chains to (``raise ... from e``, an
+    error while handling another), which python prints above it."""
+    seen = {id(exc)}
+    chained = exc.__cause__ or exc.__context__
+    while chained is not None and id(chained) not in seen:
+        seen.add(id(chained))
+        chained.__traceback__ = _without_guard_layers(chained.__traceback__)
+        chained = chained.__cause__ or chained.__context__
+
+
+#: the guard's own modules: torch calls their layers for every op, and their wrappers stand in
+#: for torch's functions while the program runs
+_GUARD_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _without_guard_layers(tb: TracebackType | None) -> TracebackType | None:
+    """The traceback without the frames of the guard's layers, through which the program's
+    error passed (``__torch_function__``, calling torch for the program's line), as python
+    shows it without the guard."""
+    head: TracebackType | None = None
+    last: TracebackType | None = None
+    while tb is not None:
+        if not tb.tb_frame.f_code.co_filename.startswith(_GUARD_DIR):
+            if last is None:
+                head = tb
+            else:
+                last.tb_next = tb
+            last = tb
+        tb = tb.tb_next
+    if last is not None:
+        last.tb_next = None
+    return head
 
 
 def _cut_at_the_users_line(tb: TracebackType | None) -> None:

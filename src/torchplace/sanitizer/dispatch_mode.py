@@ -15,7 +15,9 @@ for the duration of such a call. It sees the aten ops the call decomposes into a
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
+from types import CodeType
 from typing import TYPE_CHECKING, Any, Final
 
 import torch
@@ -42,6 +44,7 @@ class DispatchLayer(TorchDispatchMode):  # type: ignore[no-untyped-call]
     def __init__(self, owner: Guard) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self._owner = owner
+        _not_compiled_by_dynamo(DispatchLayer.__torch_dispatch__.__code__)
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -77,6 +80,29 @@ class DispatchLayer(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if maybe_mixed(args, kwargs):
             check_op(self._owner, func, args, kwargs)
         return func(*args, **kwargs)
+
+
+@functools.cache
+def _not_compiled_by_dynamo(code: CodeType) -> None:
+    """Have dynamo run ``code`` as it is, never compile it as a frame of its own.
+
+    A call the function layer inspects runs under this layer outside any graph (dynamo breaks
+    the graph there), so torch calls ``__torch_dispatch__`` once per aten op while
+    ``torch.compile`` watches new frames: dynamo would try to compile it for each, recompile up
+    to its limit, and warn about torchplace's code on the program's stderr. Torch before 2.6
+    has no per-code strategy; there the program sees that warning. Done once, by the first
+    layer made (importing the guard changes nothing in torch).
+    """
+    try:
+        from torch._C._dynamo.eval_frame import (
+            _FrameAction,
+            _FrameExecStrategy,
+            set_code_exec_strategy,
+        )
+
+        set_code_exec_strategy(code, _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.DEFAULT))
+    except (ImportError, AttributeError, TypeError):  # a torch without it, or with another form
+        return
 
 
 # -------------------------------------------------------------------------------------------
