@@ -144,6 +144,26 @@ def make_repeated_layer() -> nn.Module:
     return _declared(RepeatedLayer(), _x(W))
 
 
+class SharedLayer(nn.Module):
+    """ALBERT-like, the shared layer registered by itself too: one module under two paths in
+    different containers (``shared`` and ``layers.0``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shared = nn.Linear(W, W)
+        self.layers = nn.ModuleList([self.shared] * 3)
+        self.head = nn.Linear(W, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        return self.head(x)  # type: ignore[no-any-return]
+
+
+def make_shared_layer() -> nn.Module:
+    return _declared(SharedLayer(), _x(W))
+
+
 class SharedBuffer(nn.Module):
     """One (large) buffer registered in every block, as a shared causal mask or rotary table
     is: one tensor, held by four modules."""
@@ -357,6 +377,22 @@ class DictOut(nn.Module):
 
 def make_dict_out() -> nn.Module:
     return _declared(DictOut(), _x(W))
+
+
+class ScalarOut(nn.Module):
+    """Outputs and a 0-dim score, as a model returning its loss does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(W, 2)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = self.a(x)
+        return y, y.square().mean()
+
+
+def make_scalar_out() -> nn.Module:
+    return _declared(ScalarOut(), _x(W))
 
 
 class TupleOut(nn.Module):
@@ -709,6 +745,55 @@ class Attn(nn.Module):
 
 def make_attn() -> nn.Module:
     return _declared(Attn(), _x(6, W), _x(6, 8, name="mem"))
+
+
+class CausalEncoder(nn.Module):
+    """``nn.TransformerEncoder`` and ``nn.TransformerDecoder`` given a causal mask without
+    ``is_causal``, as word_language_model's TransformerModel gives it: torch reads the mask's
+    values to tell whether it is causal."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(W, 2, 2 * W, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        block = nn.TransformerDecoderLayer(W, 2, 2 * W, dropout=0.0, batch_first=True)
+        self.decoder = nn.TransformerDecoder(block, 1)
+        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mask = self.mask[: x.shape[1], : x.shape[1]]
+        return self.decoder(x, self.encoder(x, mask=mask), tgt_mask=mask)  # type: ignore[no-any-return]
+
+
+def make_causal_encoder() -> nn.Module:
+    return _declared(CausalEncoder(), _x(6, W))
+
+
+class _AddPositions(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(W, W)
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        return self.lin(x + pos)  # type: ignore[no-any-return]
+
+
+class SlicedTable(nn.Module):
+    """A position table (a buffer) sliced to the sequence by the model's code and handed to a
+    unit, as rotary caches are."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("table", torch.randn(64, W))
+        self.a = nn.Linear(W, W)
+        self.b = _AddPositions()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.a(x), self.table[: x.shape[1]])  # type: ignore[no-any-return]
+
+
+def make_sliced_table() -> nn.Module:
+    return _declared(SlicedTable(), _x(6, W))
 
 
 class Recurrent(nn.Module):

@@ -336,6 +336,23 @@ def test_a_forward_that_takes_its_inputs_as_keyword_arguments_is_planned() -> No
     assert verify(p, devices=["cpu"]).ok
 
 
+def test_a_slice_of_a_buffer_handed_to_a_unit_elsewhere_crosses_as_the_slice(
+    tmp_path: Path,
+) -> None:
+    # was the whole 64-row table, and once more for each read of it inside the unit
+    (tmp_path / "map.json").write_text('{"device_map": {"table": 0, "a": 0, "b": 1}}')
+    p = arch_plan("sliced_table", map_file=tmp_path / "map.json")
+    (crossing,) = [c for c in p.flow.crossings if c.producer == "table"]
+    assert (crossing.shape, crossing.nbytes, crossing.count) == ((6, archs.W), 6 * archs.W * 4, 1)
+
+
+def test_an_encoder_and_decoder_given_a_causal_mask_are_planned() -> None:
+    # was a PlacementError: torch reads the mask's values to tell whether it is causal
+    p = arch_plan("causal_encoder", strategy="pipeline")
+    assert [u.path for u in p.units.units] == ["mask", "encoder", "decoder"]
+    assert p.flow.bytes_between_devices() > 0
+
+
 # ------------------------------------------------------------------------ clear refusals
 
 

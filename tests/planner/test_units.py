@@ -21,6 +21,8 @@ def test_top_level_parameters_and_buffers_are_units_and_counted() -> None:
     units = select_units(RootTensors().to("meta"))
     assert units.paths == ["cls_token", "table", "first", "second"]
     assert {u.path: u.kind for u in units.units}["table"] == "Buffer"
+    # a unit of buffers alone shows their dtype (was "-")
+    assert {u.path: u.dtype for u in units.units}["table"] == "int8"
     p = toy_plan("make_root_tensors", strategy="pipeline")
     # the model is split (a top-level parameter no longer keeps it whole), and nothing is lost
     assert len(p.placement.used()) == 2
@@ -33,6 +35,14 @@ def test_a_module_registered_under_two_names_is_one_unit() -> None:
     assert sorted(p.units.paths) == ["enc", "mid"]
     assert p.units.tied == ()
     assert weights_and_buffers(p) == 2 * LINEAR
+
+
+def test_a_module_registered_in_two_containers_is_one_unit() -> None:
+    # `layers.0` is `shared`: it was a second unit, placed on another device than itself
+    p = plan("tests.planner.archs:make_shared_layer", assume="2x1GiB", strategy="pipeline")
+    assert p.units.paths == ["shared", "head"]
+    assert weights_and_buffers(p) == (16 * 16 + 16 + 16 * 2 + 2) * 4
+    assert verify(p, devices=["cpu"]).ok
 
 
 @pytest.mark.parametrize(

@@ -14,11 +14,16 @@ from torchplace.planner.trace import label
 if TYPE_CHECKING:
     from torchplace.planner.api import Plan
 
-__all__ = ["cell", "exercise_rows", "exercise_table"]
+__all__ = ["cell", "exercise_rows", "exercise_table", "shape_text"]
+
+
+def shape_text(shape: tuple[int, ...] | list[int]) -> str:
+    """``4x128``; ``scalar`` for a 0-dim tensor (a model's loss), which has no dims to join."""
+    return "x".join(map(str, shape)) or "scalar"
 
 
 def _shape(shape: tuple[int, ...] | list[int], dtype: str) -> str:
-    return f"{'x'.join(map(str, shape))} {dtype}"
+    return f"{shape_text(shape)} {dtype}"
 
 
 def _ranges(paths: list[str]) -> str:

@@ -13,6 +13,7 @@ replacement here instead, on ``meta``, so that every tensor the real kernel make
   (``attention.cpp``, ``transformer.cpp``);
 - ``_nested_tensor_from_mask_left_aligned`` reads a padding mask's values: taken as not
   aligned, so ``nn.TransformerEncoder`` with a padding mask is traced padded, not nested;
+  likewise an attention mask is taken as not causal (:func:`causal_masks_unknown`);
 - ``native_batch_norm`` in inference: meta returns the two per-feature statistics, cuDNN
   and the CPU empty ones (the CPU makes them inside the kernel, where only its allocator sees
   them: kept in a trace for the CPU).
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Count", "fast_paths", "kernels", "opaque", "replacement"]
+__all__ = ["Count", "causal_masks_unknown", "fast_paths", "kernels", "opaque", "replacement"]
 
 #: Whose kernels the trace follows where CPU and CUDA differ: ``cuda`` (the planned devices)
 #: or ``cpu`` (to compare with a CPU run, as ``benchmarks/plan_accuracy.py`` does).
@@ -70,6 +71,30 @@ def fast_paths() -> Iterator[None]:
         yield
     finally:
         registration._privateuse1_backend_name = name
+
+
+@contextlib.contextmanager
+def causal_masks_unknown() -> Iterator[None]:
+    """``nn.TransformerEncoder`` and ``nn.TransformerDecoder``, given an attention mask without
+    ``is_causal``, read its values to tell whether it is causal: on ``meta`` it is taken as not
+    causal, so the mask goes on to attention (a fused kernel with a mask: an upper bound)."""
+    from torch.nn.modules import transformer
+
+    detect = getattr(transformer, "_detect_is_causal_mask", None)
+    if detect is None:  # a torch without the check
+        yield
+        return
+
+    def not_causal(mask: Any, is_causal: bool | None = None, size: int | None = None) -> bool:
+        if is_causal is None and mask is not None and mask.device.type == "meta":
+            return False
+        return bool(detect(mask, is_causal, size))
+
+    transformer._detect_is_causal_mask = not_causal
+    try:
+        yield
+    finally:
+        transformer._detect_is_causal_mask = detect
 
 
 def replacement(func: Any) -> Callable[..., Any] | None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from torchplace import report
 from torchplace.errors import ConfigError
 from torchplace.planner.compute import copy_seconds
-from torchplace.planner.exercise import cell, exercise_rows, exercise_table
+from torchplace.planner.exercise import cell, exercise_rows, exercise_table, shape_text
 from torchplace.planner.hardware import MiB, human
 from torchplace.planner.trace import label as unit_label
 
@@ -219,7 +219,7 @@ def _crossing_table(p: Plan) -> Any:
             c.dst,
             cell(unit_label(c.producer)),
             cell(unit_label(c.consumer)),
-            "x".join(map(str, c.shape)),
+            shape_text(c.shape),
             c.dtype,
             human(c.nbytes),
             str(c.count),

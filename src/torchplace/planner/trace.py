@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from torchplace.errors import ConfigError, PlacementError
-from torchplace.planner.fused import fast_paths, replacement
+from torchplace.planner.fused import causal_masks_unknown, fast_paths, replacement
 
 if TYPE_CHECKING:
     import torch
@@ -216,7 +216,7 @@ class _Recorder:
         """The Alloc a copy of ``t`` costs, where ``index`` is its storage's: that one when
         ``t`` is the whole storage (every view of it then shares one copy), else an Alloc of
         its own for the part ``t`` is, alive while a tensor of that geometry is."""
-        if index is None or self.allocs[index].weight:
+        if index is None:
             return index
         nbytes = t.numel() * t.element_size()
         if nbytes == self.allocs[index].nbytes:
@@ -269,7 +269,9 @@ class _Recorder:
             unit = self._by_weights(tensors)
         for t in tensors:
             index = self.operand(t, unit)
-            if unit == GLUE:  # the model's own code: what it reads is copied as it reads it
+            if unit == GLUE or (index is not None and self.allocs[index].weight):
+                # the model's own code: what it reads is copied as it reads it; a unit reading
+                # a part of another unit's weight reads the copy it was handed, not the weight
                 index = self.part(t, index)
             if index is not None:
                 self.reads.append((self.op, unit, index))
@@ -378,7 +380,7 @@ def _traced(
     held = [rec.hold(t, INPUT, name) for t, name in zip(inputs, names, strict=True)]
     paths = fast_paths() if fast else contextlib.nullcontext()
     try:
-        with torch.inference_mode(), paths, _mode(rec):
+        with torch.inference_mode(), paths, causal_masks_unknown(), _mode(rec):
             out = module(*args, **kwargs)
     except Exception as exc:  # the model's own forward failed: say so in one line
         raise _untraceable(exc) from exc

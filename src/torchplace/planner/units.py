@@ -156,10 +156,15 @@ def _nbytes(tensors: dict[str, Any]) -> dict[str, int]:
 
 def _default_paths(model: nn.Module, sizes: dict[str, int], limit: int | None) -> list[str]:
     """The model's children, containers opened and modules over ``limit`` split; an opened
-    module's own parameters and buffers become units of their own."""
+    module's own parameters and buffers become units of their own. A module registered under
+    several paths (``self.shared`` and ``self.layers[0]``) is one unit, under its first path."""
     chosen: list[str] = []
+    seen: set[int] = set()
 
     def visit(path: str, module: nn.Module) -> None:
+        if id(module) in seen:
+            return
+        seen.add(id(module))
         children = list(module.named_children())
         direct = any(True for _ in module.parameters(recurse=False))
         too_big = limit is not None and sizes.get(path, 0) > limit
@@ -262,7 +267,9 @@ def select_units(
             if is_tensor_unit(model, path)
             else type(submodule(model, path)).__name__
         )
-        dtypes = {str(p.dtype).removeprefix("torch.") for p in params.values()}
+        # a unit's parameters give its dtype; a unit of buffers alone (a table, a mask) theirs
+        tensors = params or buffers
+        dtypes = {str(t.dtype).removeprefix("torch.") for t in tensors.values()}
         units.append(
             Unit(path, kind, _nbytes(params), _nbytes(buffers), ",".join(sorted(dtypes)) or "-")
         )
