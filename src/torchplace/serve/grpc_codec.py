@@ -143,7 +143,7 @@ def _decode_request(
     if not tensors:  # no inputs at all: Triton's count of what is missing
         _check_complete(inputs, {})
     raw = message.raw_input_contents
-    in_shm = [_shared(t.parameters) for t in tensors]
+    in_shm = [_shared(t.name, t.parameters) for t in tensors]
     if raw and len(raw) != in_shm.count(None):
         where = " outside shared memory" if len(in_shm) > in_shm.count(None) else ""
         raise InputError(
@@ -210,12 +210,17 @@ def _typed_array(spec: TensorSpec, tensor: Any, shape: list[int], count: int) ->
             "send it as raw_input_contents (little-endian bytes)"
         )
     values = getattr(tensor.contents, field)
+    others = [f.name for f, _ in tensor.contents.ListFields() if f.name != field]
     if len(values) != count:
-        others = [f.name for f, _ in tensor.contents.ListFields() if f.name != field]
         wrong = f" ({spec.datatype} goes in {field}, not {others[0]})" if others else ""
         raise InputError(
             f"input {spec.name!r}: shape {shape} needs {count} values but {field} holds "
             f"{len(values)}{wrong}"
+        )
+    if others:  # Triton refuses them too: which values were meant is not for us to guess
+        raise InputError(
+            f"unexpected explicit tensor data for input tensor {spec.name!r}: {others[0]} holds "
+            f"values beside {field}; a {spec.datatype} input's values go in {field} alone"
         )
     dtype: np.dtype[Any] = HOST_DTYPES[spec.datatype]
     if dtype.kind not in "iu":  # floats and bools: the field already has the type
@@ -256,10 +261,18 @@ def _parameters(params: Mapping[str, Any]) -> tuple[int | None, int | None]:
     return found[0], found[1]
 
 
-def _shared(params: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The shared-memory parameters of an input or output as plain values (None: not in
-    shared memory)."""
+def _shared(name: str, params: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The shared-memory parameters of an input or output named ``name`` as plain values (None:
+    not in shared memory); an offset or size without a region is refused, as in Triton (a
+    misspelt region name would otherwise send the data in the message instead)."""
     if "shared_memory_region" not in params:
+        for key in ("shared_memory_offset", "shared_memory_byte_size"):
+            if key in params:
+                raise InputError(
+                    f"{key!r} can not be specified without 'shared_memory_region' parameter "
+                    f"for tensor {name!r}; name the registered region in "
+                    f"'shared_memory_region', or drop {key!r}"
+                )
         return None
     keys = ("shared_memory_region", "shared_memory_offset", "shared_memory_byte_size")
     return {key: _value(params, key) for key in keys if key in params}
@@ -279,7 +292,7 @@ def _requested(
         if any(c.name == name for c in chosen):
             raise InputError(f"output {name!r} already exists in request; ask for each output once")
         classes = class_count(name, known[name], _value(entry.parameters, "classification"))
-        shm_params = _shared(entry.parameters)
+        shm_params = _shared(name, entry.parameters)
         if classes and shm_params is not None:
             raise InputError(
                 f"output {name!r}: 'classification' and 'shared_memory_region' both set; the "

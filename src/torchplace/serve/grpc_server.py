@@ -22,7 +22,8 @@ Errors carry the REST messages, with the status code of the HTTP status:
 
 ====  ==========================================================================
 400   ``INVALID_ARGUMENT`` (also a request that does not parse as the RPC's message);
-      ``ALREADY_EXISTS`` for a shared-memory region name already registered, as in Triton
+      ``ALREADY_EXISTS`` for a shared-memory region name already registered, as in Triton;
+      ``RESOURCE_EXHAUSTED`` for a region past the most registered at once
 401   ``UNAUTHENTICATED`` (with ``--auth-token-file``: metadata ``authorization:
       Bearer TOKEN`` on every RPC but ServerLive and ServerReady)
 403   ``FAILED_PRECONDITION`` (load/unload refused by the model control mode; client shared
@@ -81,7 +82,12 @@ from torchplace.serve.grpc_read import unary_unary_handler
 from torchplace.serve.proto import grpc_service_pb2 as pb
 from torchplace.serve.proto import model_config_pb2 as config_pb
 from torchplace.serve.repository import inline_config, model_names
-from torchplace.serve.shm import Region, SharedMemoryExistsError, SharedMemoryRegions
+from torchplace.serve.shm import (
+    Region,
+    SharedMemoryExistsError,
+    SharedMemoryFullError,
+    SharedMemoryRegions,
+)
 from torchplace.serve.triton import extensions, model_statistics
 
 if TYPE_CHECKING:
@@ -124,7 +130,7 @@ _STATUS: dict[int, grpc.StatusCode] = {
 
 def status_code(exc: ServeError) -> grpc.StatusCode:
     """The gRPC status of a serving error (see the module docstring's table)."""
-    if isinstance(exc, OverloadedError):
+    if isinstance(exc, (OverloadedError, SharedMemoryFullError)):
         return grpc.StatusCode.RESOURCE_EXHAUSTED
     if isinstance(exc, SharedMemoryExistsError):  # a 400 over REST, as in Triton
         return grpc.StatusCode.ALREADY_EXISTS

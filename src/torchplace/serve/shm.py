@@ -47,6 +47,7 @@ __all__ = [
     "RESERVED_PREFIX",
     "Region",
     "SharedMemoryExistsError",
+    "SharedMemoryFullError",
     "SharedMemoryOpenError",
     "SharedMemoryRegions",
     "Target",
@@ -69,6 +70,11 @@ RESERVED_PREFIX = "triton_python_backend_shm_region_"
 class SharedMemoryExistsError(SharedMemoryError):
     """A region name already registered: Triton's ``ALREADY_EXISTS`` ("already in manager"),
     which its REST front answers 400 and its gRPC front ``ALREADY_EXISTS``."""
+
+
+class SharedMemoryFullError(SharedMemoryError):
+    """:data:`MAX_REGIONS` regions are registered already: a 400 over REST, gRPC's
+    ``RESOURCE_EXHAUSTED`` (a limit reached, not a malformed request)."""
 
 
 class SharedMemoryOpenError(SharedMemoryError):
@@ -154,7 +160,7 @@ class SharedMemoryRegions:
                 "choose another name"
             )
         if len(self._regions) >= MAX_REGIONS:
-            raise SharedMemoryError(
+            raise SharedMemoryFullError(
                 f"{MAX_REGIONS} shared memory regions are registered, the most this server "
                 "holds at once; unregister some, or register larger regions and use offsets"
             )
