@@ -6,6 +6,7 @@ the value and the fix, and the server serves on."""
 from __future__ import annotations
 
 import http.client
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -289,3 +290,16 @@ def test_grpc_refuses_as_triton_does_and_serves_on(server: ServerThread) -> None
     _still_serving(server.port)
     _, index = _call(server.port, "/v2/repository/index", {"ready": True})
     assert {e["name"] for e in index} == {"a", "b"}
+
+
+def test_a_load_of_a_name_with_a_line_break_logs_it_escaped(
+    server: ServerThread, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A name that fails its checks is logged as the client sent it, escaped: a line break in
+    it cannot forge a log line of its own."""
+    caplog.set_level(logging.ERROR, logger="torchplace.serve")
+    status, answer = _call(server.port, LOAD.format("evil%0AINFO%20forged"), {})
+    assert status == 400, answer
+    logged = [r.getMessage() for r in caplog.records if r.name == "torchplace.serve"]
+    assert any("'evil\\nINFO forged'" in line for line in logged), logged
+    assert not any("\n" in line for line in logged)

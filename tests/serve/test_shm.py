@@ -252,6 +252,26 @@ def test_codec_errors_name_the_tensor_and_the_parameter(regions: SharedMemoryReg
             _request(regions, doc)
 
 
+@pytest.mark.parametrize("key", ["shared_memory_offset", "shared_memory_byte_size"])
+@pytest.mark.parametrize("where", ["input", "output"])
+def test_an_offset_or_size_without_a_region_is_refused(
+    regions: SharedMemoryRegions, key: str, where: str
+) -> None:
+    """A misspelt region key left the size alone: the data went in the message and the client
+    read a region nothing wrote. Triton refuses it, naming the tensor."""
+    raw = _entry("INPUT1", data=[0] * 16)
+    if where == "input":
+        doc = {"inputs": [_entry("INPUT0", data=[0] * 16, parameters={key: 64}), raw]}
+    else:
+        outputs = [{"name": "OUTPUT0", "parameters": {"shared_memory_regoin": "r", key: 64}}]
+        doc = {"inputs": [raw | {"name": "INPUT0"}, raw], "outputs": outputs}
+    tensor = "INPUT0" if where == "input" else "OUTPUT0"
+    with pytest.raises(SharedMemoryError, match=f"{key}' can not be specified without 'shared"):
+        _request(regions, doc)
+    with pytest.raises(SharedMemoryError, match=f"for tensor '{tensor}'"):
+        _request(regions, doc)
+
+
 def test_an_output_region_too_small_is_refused_before_anything_runs(
     regions: SharedMemoryRegions,
 ) -> None:

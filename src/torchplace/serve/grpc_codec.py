@@ -54,7 +54,7 @@ from torchplace.serve.protocol import (
     output_target,
     shared_memory_array,
 )
-from torchplace.serve.shm import SharedMemoryRegions
+from torchplace.serve.shm import SharedMemoryRegions, check_region_named
 
 __all__ = [
     "MAX_DETAILS_BYTES",
@@ -266,13 +266,7 @@ def _shared(name: str, params: Mapping[str, Any]) -> dict[str, Any] | None:
     not in shared memory); an offset or size without a region is refused, as in Triton (a
     misspelt region name would otherwise send the data in the message instead)."""
     if "shared_memory_region" not in params:
-        for key in ("shared_memory_offset", "shared_memory_byte_size"):
-            if key in params:
-                raise InputError(
-                    f"{key!r} can not be specified without 'shared_memory_region' parameter "
-                    f"for tensor {name!r}; name the registered region in "
-                    f"'shared_memory_region', or drop {key!r}"
-                )
+        check_region_named(name, params)
         return None
     keys = ("shared_memory_region", "shared_memory_offset", "shared_memory_byte_size")
     return {key: _value(params, key) for key in keys if key in params}

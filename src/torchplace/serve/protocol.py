@@ -35,7 +35,7 @@ from torchplace.errors import InputError, PayloadTooLargeError, SharedMemoryErro
 from torchplace.models import TensorSpec
 from torchplace.serve.classification import CLASSIFIABLE, classify, serialize_bytes
 from torchplace.serve.datatypes import HOST_DTYPES
-from torchplace.serve.shm import SharedMemoryRegions, Target
+from torchplace.serve.shm import SharedMemoryRegions, Target, check_region_named
 
 __all__ = [
     "WIRE_DTYPES",
@@ -562,6 +562,7 @@ def _decode_input(
         if not isinstance(params, dict):
             raise _fail(f"input {spec.name!r}: 'parameters' must be an object")
         _check_scalars(params, f"input {shown(spec.name)}", _INPUT_CHECKED, shm=True)
+        check_region_named(spec.name, params)
         size = params.get("binary_data_size")
     if params is not None and "shared_memory_region" in params:
         if size is not None or raw.get("data") is not None:
@@ -1097,6 +1098,7 @@ def _requested_output(
         raise _fail(f"output {name!r}: parameter 'binary_data' must be true or false")
     classes = class_count(name, datatype, params.get("classification"))
     if "shared_memory_region" not in params:
+        check_region_named(name, params)
         return RequestedOutput(name, flag, None, classes)
     if classes:
         raise _fail(

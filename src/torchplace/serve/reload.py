@@ -210,7 +210,9 @@ class ModelControl:
                 root = self.root
                 if root is not None and root.is_dir() and name in model_names(root):
                     self.registry.mark(name, "", "UNAVAILABLE", str(exc))
-                logger.error("model %s: %s", name, exc)
+                logger.error(
+                    "model %r: %s", name, exc
+                )  # %r: a name that failed its checks, escaped
                 raise ModelLoadError(load_failed(name, exc)) from None
             fresh: list[ModelHandle] = []
             try:

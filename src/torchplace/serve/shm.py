@@ -51,6 +51,7 @@ __all__ = [
     "SharedMemoryOpenError",
     "SharedMemoryRegions",
     "Target",
+    "check_region_named",
 ]
 
 _T = TypeVar("_T")
@@ -342,6 +343,21 @@ class SharedMemoryRegions:
                 "byte_size at least 1)"
             )
         return fd
+
+
+def check_region_named(tensor: str, params: Any) -> None:
+    """An offset or size needs a region: refused without one, in Triton's words (a misspelt
+    ``shared_memory_region`` key would otherwise have the data sent in the message instead, and
+    the client read a region nothing wrote). ``params``: an input's or output's parameters."""
+    if "shared_memory_region" in params:
+        return
+    for key in ("shared_memory_offset", "shared_memory_byte_size"):
+        if key in params:
+            raise SharedMemoryError(
+                f"{key!r} can not be specified without 'shared_memory_region' parameter for "
+                f"tensor {tensor!r}; name the registered region in 'shared_memory_region', or "
+                f"drop {key!r}"
+            )
 
 
 #: the largest byte count or offset the protocol carries (an unsigned 64-bit integer)
