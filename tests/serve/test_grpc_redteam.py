@@ -78,6 +78,15 @@ def test_a_shared_memory_size_or_offset_without_a_region_is_refused(
     _refused(_infer(server, request), key, "without 'shared_memory_region'", repr(where))
 
 
+def test_a_region_named_by_a_number_is_refused_as_such(server: ServerThread) -> None:
+    """It was told '0 inputs outside shared memory but 1 raw_input_contents'."""
+    request = pb.ModelInferRequest(model_name="seed-mlp")
+    tensor = request.inputs.add(name="input", datatype="FP32", shape=[1, 8])
+    tensor.parameters["shared_memory_region"].int64_param = 3
+    request.raw_input_contents.append(np.zeros(8, "<f4").tobytes())
+    _refused(_infer(server, request), "'shared_memory_region' must be a string_param", "3")
+
+
 def test_an_output_without_shared_memory_parameters_is_still_answered(server: ServerThread) -> None:
     request = _typed_request()
     request.outputs.add(name="output").parameters["binary_data"].bool_param = True

@@ -598,8 +598,9 @@ class Engine:
             pending.future.set_exception(
                 DeadlineExceededError(
                     "Request timeout expired: the request's deadline passed while it was "
-                    "queued; it was not run (give it a longer 'timeout' parameter, in "
-                    "microseconds, or retry)"
+                    "queued; it was not run (give it a later deadline: the 'timeout' parameter "
+                    "or Inference-Timeout-Us header, in microseconds, or the gRPC call's "
+                    "deadline; or retry)"
                 )
             )
         self._count_drop("deadline")

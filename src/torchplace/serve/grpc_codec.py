@@ -268,6 +268,12 @@ def _shared(name: str, params: Mapping[str, Any]) -> dict[str, Any] | None:
     if "shared_memory_region" not in params:
         check_region_named(name, params)
         return None
+    region = _value(params, "shared_memory_region")
+    if not isinstance(region, str):
+        raise InputError(
+            f"tensor {name!r}: 'shared_memory_region' must be a string_param naming a "
+            f"registered region, got {region!r}"
+        )
     keys = ("shared_memory_region", "shared_memory_offset", "shared_memory_byte_size")
     return {key: _value(params, key) for key in keys if key in params}
 
