@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from tests.planner.conftest import toy_plan
 from tests.planner.toy import Toy
@@ -74,3 +75,60 @@ def test_a_weight_read_away_from_its_device_is_a_copy(tmp_path: Path) -> None:
     # the copies are activations where they land: cuda:1 holds pos's copy to the end
     assert p.budgets["cuda:1"].activation[B] >= row
     assert p.budgets["cuda:0"].weights == 288 + row  # a's weights and pos, not the copies
+
+
+def test_a_crossing_has_the_shape_its_consumer_receives() -> None:
+    # each Linear on (B, 6, 8) makes a (B*6, 8) matmul output and hands on a (B, 6, 8) view
+    # of it: the crossings showed (B*6, 8); batch 5 is derived from the traces at 2 and 8
+    from torchplace.planner.render import render_text
+
+    p = toy_plan("make_two_linear", strategy="pipeline", batch_sizes=[1, 2, 5, 8])
+    for b in (1, 2, 5, 8):
+        shown = [
+            (c.producer, c.consumer, c.shape, c.nbytes)
+            for c in flow(p.traces[b], p.placement).crossings
+        ]
+        assert shown == [
+            ("input", "a", (b, 6, 8), b * 6 * 8 * F32),
+            ("a", "b", (b, 6, 8), b * 6 * 8 * F32),
+            ("b", "(host)", (b, 6, 8), b * 6 * 8 * F32),
+        ]
+    assert [e["shape"] for e in p.to_dict()["crossings"]["edges"]] == [[8, 6, 8]] * 3
+    (row,) = [
+        line for line in render_text(p).splitlines() if line.startswith("| cuda:0 | cuda:1 |")
+    ]
+    assert "| 8x6x8 |" in row
+
+
+def test_hooks_copy_once_into_a_container_whose_layers_take_fused_kernels() -> None:
+    # accelerate's map may name a ModuleList ('layers'), never called itself: its calls are
+    # found by its weights. A fused kernel's operands and then its parts, read at one operator
+    # index, were two calls, so the hooks copied the embedding's output to it twice
+    from torchplace.planner.trace import trace_forward
+
+    model = _Stack().to("meta").eval()
+    ids = torch.empty(B, 5, dtype=torch.int64, device="meta")
+    trace = trace_forward(model, [ids], ["emb", "layers"], batch=B, seq=None)
+    starts = [c.start for c in trace.calls]
+    assert len(starts) == len(set(starts))
+    assign = {"emb": "d0", "layers": "d1"}
+    f = flow(trace, Placement("accelerate", ("d0", "d1"), assign, hooks=True))
+    into = [(c.producer, c.shape, c.count, c.kind) for c in f.crossings if c.consumer == "layers"]
+    assert into == [("emb", (B, 5, 32), 1, "d2d")]
+
+
+class _Stack(nn.Module):
+    """An embedding and a ModuleList of encoder layers (on their fused fast path)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(10, 32)
+        self.layers = nn.ModuleList(
+            nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True) for _ in range(2)
+        )
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.emb(ids)
+        for layer in self.layers:
+            h = layer(h)
+        return h  # type: ignore[no-any-return]

@@ -56,11 +56,11 @@ def test_tied_weights_are_one_group_counted_on_each_device_holding_them() -> Non
     assert p.units.tied == (("emb.weight", "head.weight"),) or p.units.tied == (
         ("head.weight", "emb.weight"),
     )
-    where = {u: p.placement.device_of(u) for u in ("emb", "head")}
-    assert where == {"emb": "cuda:0", "head": "cuda:1"}
+    where = {u: p.placement.device_of(u) for u in ("emb", "mid", "head")}
+    assert where == {"emb": "cuda:0", "mid": "cuda:0", "head": "cuda:1"}
     shared = 10 * 8 * 4
-    assert p.budgets["cuda:0"].weights == shared
-    assert p.budgets["cuda:1"].weights == shared + 8 * 8 * 4 + 8 * 4  # the head's copy, and mid
+    assert p.budgets["cuda:0"].weights == shared + 8 * 8 * 4 + 8 * 4  # with mid
+    assert p.budgets["cuda:1"].weights == shared  # the head's copy
     assert [w.code for w in p.warnings] == ["tied-split"]
 
 
@@ -143,10 +143,25 @@ def test_the_stage_cut_is_the_exhaustive_searchs() -> None:
         after = []
         for i in range(len(prefix)):
             worst = [max(before[j], (prefix[i] - prefix[j]) / share) for j in range(i + 1)]
-            expected = (min(worst), worst.index(min(worst)))
+            last = len(worst) - 1 - worst[::-1].index(min(worst))  # ties: the devices before
+            expected = (min(worst), last)
             assert _best_cut(before, prefix, i, share) == expected
             after.append(expected[0])
         before = after
+
+
+def test_a_model_of_one_unit_starts_on_the_first_device() -> None:
+    # a wrapper whose only child is the whole model: one unit, which went to the last device
+    p = toy_plan("make_wrapped", strategy="pipeline")
+    assert p.placement.assign == {"inner": "cuda:0"}
+    assert p.flow.bytes_between_devices() == 0
+
+
+def test_a_tie_leaves_the_later_devices_empty() -> None:
+    # four devices for two units: the best worst stage is one unit's whatever the split, so
+    # the stages are the first two devices, not the last two
+    p = toy_plan("make_two_linear", assume="4x1GiB", strategy="pipeline")
+    assert p.placement.assign == {"a": "cuda:0", "b": "cuda:1"}
 
 
 def test_a_thousand_layers_are_pipelined_in_contiguous_stages() -> None:

@@ -309,3 +309,35 @@ class BuffersOnly(nn.Module):
 
 def make_buffers_only() -> nn.Module:
     return _declared(BuffersOnly(), TensorSpec("x", "FP32", (-1, WIDTH)))
+
+
+class Wrapped(nn.Module):
+    """A module whose only child is the whole model (a ``Toy``): one unit."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = make_toy()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x)  # type: ignore[no-any-return]
+
+
+def make_wrapped() -> nn.Module:
+    return _declared(Wrapped(), TensorSpec("x", "FP32", (-1, 4)))
+
+
+class TwoLinear(nn.Module):
+    """Two Linear layers on a 3-D input: torch's ``linear`` runs a 2-D matmul on the folded
+    input and reshapes its output back to (B, T, 8)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(WIDTH, WIDTH)
+        self.b = nn.Linear(WIDTH, WIDTH)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.a(x))  # type: ignore[no-any-return]
+
+
+def make_two_linear() -> nn.Module:
+    return _declared(TwoLinear(), TensorSpec("x", "FP32", (-1, 6, WIDTH)))

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchplace.planner.strategies import HOST, Placement
-from torchplace.planner.trace import GLUE, INPUT, Trace, label
+from torchplace.planner.trace import GLUE, INPUT, RETURNED, Trace, label
 
 __all__ = ["Crossing", "Flow", "flow"]
 
@@ -96,9 +96,11 @@ class _Walker:
         until: int,
         kind: str | None = None,
         once: bool = False,
+        reader: str | None = None,
     ) -> None:
         """``index`` copied to ``dst`` for ``consumer`` (once per device for a stage runner,
-        or where ``once``; on every call for dispatch hooks)."""
+        or where ``once``; on every call for dispatch hooks), in the shape the trace saw
+        ``reader`` (the consumer unless given) receive it in at ``op``."""
         alloc = self.trace.allocs[index]
         if alloc.view_of is not None and index not in self.settled:
             self.settled.add(index)
@@ -118,22 +120,32 @@ class _Walker:
         self.first.setdefault((index, dst), op)
         if kind is None:
             kind = "h2d" if src == HOST else "d2h" if dst == HOST else "recopy" if again else "d2d"
-        self.add(src, dst, alloc.owner, consumer, alloc, kind, op)
+        shape = self.trace.received(op, consumer if reader is None else reader, index)
+        self.add(src, dst, alloc.owner, consumer, alloc, shape, kind, op)
         if alloc.owner == INPUT:
             self.inputs[dst] = self.inputs.get(dst, 0) + alloc.nbytes
         elif dst != HOST:
             self.spans.setdefault(dst, []).append((op, until, alloc.nbytes))
 
     def add(
-        self, src: str, dst: str, producer: str, consumer: str, alloc: Any, kind: str, op: int
+        self,
+        src: str,
+        dst: str,
+        producer: str,
+        consumer: str,
+        alloc: Any,
+        shape: tuple[int, ...],
+        kind: str,
+        op: int,
     ) -> None:
+        """One copy of ``alloc``, in ``shape`` (as the consumer received it)."""
         producer = "input" if producer == INPUT else producer
-        key = (src, dst, producer, consumer, alloc.shape, alloc.dtype, kind)
+        key = (src, dst, producer, consumer, shape, alloc.dtype, kind)
         if key in self.found:
             self.found[key].count += 1
         else:
             self.found[key] = Crossing(
-                src, dst, producer, consumer, alloc.shape, alloc.dtype, alloc.nbytes, 1, kind, op
+                src, dst, producer, consumer, shape, alloc.dtype, alloc.nbytes, 1, kind, op
             )
 
 
@@ -202,8 +214,10 @@ def flow(trace: Trace, placement: Placement, *, replica: str | None = None) -> F
     for index in trace.outputs:
         if placement.hooks and not replica and w.home[index] != entry:
             # the copy sent back outlives the forward: the caller holds it
-            w.copy(index, entry, "(model return)", trace.ops, trace.ops + 1, kind="return")
+            w.copy(
+                index, entry, "(model return)", trace.ops, trace.ops + 1, "return", reader=RETURNED
+            )
             w.home[index] = entry
         outs.append(w.home[index])
-        w.copy(index, HOST, "(host)", trace.ops, trace.ops)
+        w.copy(index, HOST, "(host)", trace.ops, trace.ops, reader=RETURNED)
     return Flow(sorted(w.found.values(), key=lambda c: c.first_op), w.spans, outs, w.inputs)

@@ -18,11 +18,12 @@ __all__ = ["traces_for"]
 
 
 def _same_structure(a: Trace, b: Trace) -> bool:
-    if (a.ops, len(a.allocs), len(a.calls), a.outputs) != (
+    if (a.ops, len(a.allocs), len(a.calls), a.outputs, a.seen.keys()) != (
         b.ops,
         len(b.allocs),
         len(b.calls),
         b.outputs,
+        b.seen.keys(),
     ):
         return False
     if any(
@@ -43,22 +44,23 @@ def _between(lo: Trace, hi: Trace, batch: int) -> Trace | None:
         value, rest = divmod(x * span + (y - x) * (batch - lo.batch), span)
         return None if rest else value
 
+    def shape(x: tuple[int, ...], y: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(d if d == e else (at(d, e) or 0) for d, e in zip(x, y, strict=False))
+
     allocs = []
     for x, y in zip(lo.allocs, hi.allocs, strict=True):
         nbytes = at(x.nbytes, y.nbytes)
         if nbytes is None:
             return None
-        shape = tuple(
-            d if d == e else (at(d, e) or 0) for d, e in zip(x.shape, y.shape, strict=False)
-        )
-        allocs.append(dataclasses.replace(x, nbytes=nbytes, shape=shape))
+        allocs.append(dataclasses.replace(x, nbytes=nbytes, shape=shape(x.shape, y.shape)))
+    seen = {key: shape(x, hi.seen[key]) for key, x in lo.seen.items()}
     flops = {}
     for unit in lo.flops.keys() | hi.flops.keys():
         value = at(lo.flops.get(unit, 0), hi.flops.get(unit, 0))
         if value is None:
             return None
         flops[unit] = value
-    return dataclasses.replace(lo, batch=batch, allocs=allocs, flops=flops)
+    return dataclasses.replace(lo, batch=batch, allocs=allocs, flops=flops, seen=seen)
 
 
 def traces_for(batches: Sequence[int], run: Callable[[int], Trace]) -> dict[int, Trace]:

@@ -106,7 +106,9 @@ def pipeline(
 def _best_cut(
     before: Sequence[float], prefix: Sequence[float], i: int, share: float
 ) -> tuple[float, int]:
-    """The first cut ``j <= i`` minimising ``max(before[j], (prefix[i] - prefix[j]) / share)``.
+    """The last cut ``j <= i`` minimising ``max(before[j], (prefix[i] - prefix[j]) / share)``:
+    on a tie the devices before take the units, so work starts on the first device and a later
+    one is used only when the worst stage gets better for it.
 
     ``before`` (the best worst stage of the first ``j`` units on the devices before) never
     falls as ``j`` grows, and the last stage's cost never rises: the minimum is where they
@@ -123,18 +125,18 @@ def _best_cut(
         else:
             lo = mid + 1
     value = min(before[lo], max(before[lo - 1], last(lo - 1)) if lo else math.inf)
-    # left of the crossing the worst stage is the last one, which never rises: the first j
+    if before[lo] > value + 1e-12:  # the minimum is left of the crossing, at lo - 1 alone
+        return value, lo - 1
+    # right of the crossing the worst stage is ``before``, which never falls: the last j
     # within 1e-12 of the minimum is found by bisection too
-    first, end = 0, lo
+    first, end = lo, i
     while first < end:
-        mid = (first + end) // 2
-        if last(mid) <= value + 1e-12:
-            end = mid
+        mid = (first + end + 1) // 2
+        if before[mid] <= value + 1e-12:
+            first = mid
         else:
-            first = mid + 1
-    if first < lo:
-        return max(before[first], last(first)), first
-    return max(before[lo], last(lo)), lo
+            end = mid - 1
+    return max(before[first], last(first)), first
 
 
 def fill(units: Units, devices: Sequence[str], max_memory: Sequence[int]) -> Placement:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = [
     "GLUE",
     "INPUT",
+    "RETURNED",
     "Alloc",
     "Trace",
     "UnitCall",
@@ -47,6 +48,7 @@ __all__ = [
 #: path: the root module's path is ``""``, a unit when the model is placed whole.
 GLUE = "(model code)"
 INPUT = "<input>"  # owner of the model's inputs
+RETURNED = "(returned)"  # the reader of the model's outputs (its caller), in ``Trace.seen``
 _MADE = "_torchplace_made"  # on a tensor that is a part of a storage: (operator, maker)
 
 
@@ -103,6 +105,14 @@ class Trace:
     reads: list[tuple[int, str, int]]  # (operator index, reader unit or GLUE, Alloc index)
     flops: dict[str, int]  # unit (or GLUE) -> FLOPs
     outputs: list[int]  # Alloc indices of the model's outputs
+    # (operator index, reader, Alloc index) -> the shape the reader received the tensor in,
+    # where it is not the one its storage was made in (a Linear's 2-D matmul output, viewed
+    # back to 3-D); a call's arguments are read at its start, the outputs at ``ops``
+    seen: dict[tuple[int, str, int], tuple[int, ...]] = field(default_factory=dict)
+
+    def received(self, op: int, reader: str, index: int) -> tuple[int, ...]:
+        """The shape in which ``reader`` received Alloc ``index`` at operator ``op``."""
+        return self.seen.get((op, reader, index), self.allocs[index].shape)
 
     def peak(self) -> int:
         """Activation peak on one device: most bytes alive at once, inputs excluded."""
@@ -164,6 +174,14 @@ class _Recorder:
         self.flops: dict[str, int] = {}
         self.parts: dict[tuple[Any, ...], int] = {}  # a live part of a storage -> its Alloc
         self.part_refs: dict[tuple[Any, ...], int] = {}
+        self.seen: dict[tuple[int, str, int], tuple[int, ...]] = {}  # as in Trace.seen
+
+    def saw(self, op: int, reader: str, t: torch.Tensor, index: int) -> None:
+        """``reader`` received ``t``, of Alloc ``index``, at operator ``op``: keep its shape
+        where it is not the one the storage was made in."""
+        shape = tuple(t.shape)
+        if shape != self.allocs[index].shape:
+            self.seen.setdefault((op, reader, index), shape)
 
     def _by_weights(self, tensors: list[torch.Tensor]) -> str:
         """Outside every unit's forward, an operator on one unit's weights belongs to it: a
@@ -173,14 +191,27 @@ class _Recorder:
         if len(owners) != 1:
             return GLUE
         (unit,) = owners
-        args = [i for i in (self.part(t, self.lookup(t)) for t in tensors) if i is not None]
-        last = self.calls[-1] if self.calls else None
-        if last is not None and last.unit == unit and last.end == self.op - 1:
-            last.end = self.op
-            last.args += [i for i in args if self.allocs[i].owner != unit and i not in last.args]
-        else:
-            self.calls.append(UnitCall(unit, self.op, self.op, args))
+        call, fresh = self._call_of(unit)
+        for t in tensors:
+            index = self.part(t, self.lookup(t))
+            if index is not None and (
+                fresh or (self.allocs[index].owner != unit and index not in call.args)
+            ):
+                call.args.append(index)
+                self.saw(call.start, unit, t, index)
         return unit
+
+    def _call_of(self, unit: str) -> tuple[UnitCall, bool]:
+        """The call of ``unit`` the operator ``self.op`` belongs to, and whether it is new:
+        the last call, where it is ``unit``'s and ran the operator before or runs this one (a
+        fused kernel's parts, recorded after the kernel's own operands), else a new one."""
+        last = self.calls[-1] if self.calls else None
+        if last is not None and last.unit == unit and last.end >= self.op - 1:
+            last.end = self.op
+            return last, False
+        call = UnitCall(unit, self.op, self.op)
+        self.calls.append(call)
+        return call, True
 
     @property
     def unit(self) -> str:
@@ -273,6 +304,8 @@ class _Recorder:
                 # the model's own code: what it reads is copied as it reads it; a unit reading
                 # a part of another unit's weight reads the copy it was handed, not the weight
                 index = self.part(t, index)
+                if index is not None:
+                    self.saw(self.op, unit, t, index)
             if index is not None:
                 self.reads.append((self.op, unit, index))
         return unit
@@ -444,7 +477,7 @@ def _finished(
     for t in _tensors(out):
         index = rec.part(t, rec.lookup(t))
         if index is not None:
-            rec.allocs[index].shape = tuple(t.shape)  # as returned, not as first allocated
+            rec.saw(rec.op, RETURNED, t, index)  # as returned, not as first allocated
             outputs.append(index)
     for index in (*outputs, *(i for i in held if i is not None)):
         rec.allocs[index].end = rec.op  # alive when the forward returns
@@ -453,7 +486,7 @@ def _finished(
         if alloc.end < 0:  # still held by something the forward kept (a cache, a closure)
             alloc.end = rec.op
     batch, seq = size
-    return Trace(batch, seq, rec.op, rec.allocs, rec.calls, rec.reads, rec.flops, outputs)
+    return Trace(batch, seq, rec.op, rec.allocs, rec.calls, rec.reads, rec.flops, outputs, rec.seen)
 
 
 def _wrappable(model: nn.Module, path: str) -> bool:
@@ -476,8 +509,11 @@ def _wrap(sub: nn.Module, path: str, rec: _Recorder) -> Callable[[], None]:
 
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         call = UnitCall(path, rec.op, -1)
-        found = (rec.part(t, rec.operand(t, path)) for t in _tensors((args, kwargs)))
-        call.args = [i for i in found if i is not None]
+        for t in _tensors((args, kwargs)):
+            index = rec.part(t, rec.operand(t, path))
+            if index is not None:
+                call.args.append(index)
+                rec.saw(call.start, path, t, index)
         rec.calls.append(call)
         rec.stack.append(path)
         try:
