@@ -321,3 +321,45 @@ def test_a_ddp_training_checkpoint_saved_on_cuda1_loads_into_a_cpu_module(
     state = load_checkpoint(path, "cpu", module=dst)
     assert {v.device.type for v in state.values()} == {"cpu"}
     assert same_weights(src, dst)
+
+
+def test_a_path_the_filesystem_refuses_is_a_checkpoint_error(tmp_path: Path) -> None:
+    too_long = tmp_path / ("a" * 5000)  # ENAMETOOLONG from stat(), not "does not exist"
+    with pytest.raises(CheckpointError, match=r"cannot read checkpoint .*name too long"):
+        load_checkpoint(too_long)
+
+
+class WithExtraState(nn.Module):
+    """A module with extra state (as TransformerEngine layers keep their FP8 metadata)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+        self.calls = 0
+
+    def get_extra_state(self) -> dict[str, int]:
+        return {"calls": self.calls}
+
+    def set_extra_state(self, state: dict[str, int]) -> None:
+        self.calls = state["calls"]
+
+
+def test_a_state_dict_with_extra_state_round_trips(tmp_path: Path) -> None:
+    saved = WithExtraState()
+    saved.calls = 7
+    torch.save({"model": saved.state_dict(), "epoch": 2}, tmp_path / "extra.pt")
+    into = WithExtraState()
+    state = load_checkpoint(tmp_path / "extra.pt", "cpu", module=into)
+    assert sorted(state) == ["_extra_state", "lin.bias", "lin.weight"]
+    assert into.calls == 7
+    assert torch.equal(into.lin.weight, saved.lin.weight)
+
+
+def test_a_whole_pickled_module_loads_as_its_state_dict_when_trusted(tmp_path: Path) -> None:
+    torch.save(net(), tmp_path / "whole.pt")
+    with pytest.raises(UnsafeCheckpointError):
+        load_checkpoint(tmp_path / "whole.pt")
+    into = other_net()
+    state = load_checkpoint(tmp_path / "whole.pt", module=into, allow_pickle=True)
+    assert sorted(state) == sorted(net().state_dict())
+    assert same_weights(into, net())

@@ -54,6 +54,7 @@ _SAFE_EXTRAS: list[Any] = [argparse.Namespace]
 _CONTAINER_KEYS = ("state_dict", "model_state_dict", "model", "module", "net", "network")
 _SAFETENSORS_DEVICES = ("cpu", "cuda", "mps", "xpu", "npu", "hpu", "mlu")
 _TORCH_MAGIC = 0x1950A86A20F9469CFC6C  # torch.serialization.MAGIC_NUMBER, legacy torch.save
+_EXTRA_STATE = "_extra_state"  # the key of what a module's get_extra_state() returns
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,7 @@ def compare_state_dict(module: nn.Module, state_dict: Mapping[str, torch.Tensor]
         for k, v in state_dict.items()
         if k in expected
         and isinstance(v, torch.Tensor)
+        and isinstance(expected[k], torch.Tensor)
         and not is_lazy(expected[k])
         and v.shape != expected[k].shape
     )
@@ -127,6 +129,7 @@ def load_checkpoint(
       else with ``torch.load(weights_only=True)``. A pickle that needs arbitrary code raises
       :class:`~torchplace.errors.UnsafeCheckpointError`; ``allow_pickle=True`` loads it anyway
       with full pickle, which can run any code the file contains: only for files you trust.
+      A whole pickled module (``torch.save(model)``) loaded so gives its ``state_dict()``.
     - A directory (as ``save_pretrained`` writes it) loads its ``model.safetensors.index.json``,
       ``model.safetensors``, ``pytorch_model.bin.index.json`` or ``pytorch_model.bin``; an
       ``*.index.json`` file loads every shard its ``weight_map`` names, merged.
@@ -150,7 +153,9 @@ def load_checkpoint(
       raise :class:`~torchplace.errors.CheckpointError` before anything is copied. ``module``
       that is not an ``nn.Module`` instance raises :class:`~torchplace.errors.ConfigError`.
 
-    Returns the state dict as a plain ``dict``. A missing or unreadable file, or one that is no
+    Returns the state dict as a plain ``dict``; a module's extra state (the
+    ``..._extra_state`` entries of ``get_extra_state``) is kept as saved, and loaded by the
+    module's ``set_extra_state``. A missing or unreadable file, or one that is no
     torch checkpoint (a plain ``pickle.dump`` file), raises
     :class:`~torchplace.errors.CheckpointError` naming the path.
     """
@@ -172,6 +177,29 @@ def load_checkpoint(
             f"load_checkpoint: path {path!r} has type {type(path).__name__}; pass the checkpoint's "
             "path as a str or a pathlib.Path"
         ) from None
+    try:
+        file = _checked_file(file)
+    except OSError as exc:  # a name too long, a directory that cannot be searched, ...
+        raise CheckpointError(
+            f"cannot read checkpoint {str(file)!r}: {exc.strerror or exc}; check the path"
+        ) from None
+    if file.name.lower().endswith(".json"):
+        loaded: object = _load_index(file, target, allow_pickle)
+    else:
+        loaded = _load_file(file, target, allow_pickle)
+    state = _as_state_dict(loaded, file, key)
+    if target.type != "meta":
+        _refuse_meta(state, file, target)
+    state = {k: _to(v, target) for k, v in state.items()}  # .to returns a tensor in place itself
+    if module is not None:
+        state = _fill_tied(module, _match_keys(module, state, file))
+        _load_into(module, state, strict, file)
+    return state
+
+
+def _checked_file(file: Path) -> Path:
+    """The weights file at ``file`` (in it, for a directory), or a CheckpointError saying why
+    there is none; OSError when the filesystem cannot answer."""
     if not file.exists():
         raise CheckpointError(f"checkpoint {str(file)!r} does not exist; check the path")
     if file.is_dir():
@@ -183,18 +211,12 @@ def load_checkpoint(
             f"checkpoint {str(file)!r} is empty (0 bytes); was it written completely? Save it "
             "again (torch.save or safetensors) or check the download"
         )
-    if file.name.lower().endswith(".json"):
-        loaded: object = _load_index(file, target, allow_pickle)
-    else:
-        loaded = _load_file(file, target, allow_pickle)
-    state = _as_state_dict(loaded, file, key)
-    if target.type != "meta":
-        _refuse_meta(state, file, target)
-    state = {k: v.to(target) for k, v in state.items()}  # .to returns a tensor in place itself
-    if module is not None:
-        state = _fill_tied(module, _match_keys(module, state, file))
-        _load_into(module, state, strict, file)
-    return state
+    return file
+
+
+def _to(value: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A tensor on ``device``; a module's extra state (any object) as it was loaded."""
+    return value.to(device) if isinstance(value, torch.Tensor) else value
 
 
 def _load_file(file: Path, device: torch.device, allow_pickle: bool) -> object:
@@ -254,7 +276,7 @@ def _load_index(file: Path, device: torch.device, allow_pickle: bool) -> dict[st
 
 def _refuse_meta(state: dict[str, torch.Tensor], file: Path, target: torch.device) -> None:
     """Raise when the file holds meta tensors (shapes without data) that cannot go to ``target``."""
-    empty = [k for k, v in state.items() if v.is_meta]
+    empty = [k for k, v in state.items() if isinstance(v, torch.Tensor) and v.is_meta]
     if empty:
         raise CheckpointError(
             f"checkpoint {str(file)!r} holds {len(empty)} tensor(s) without data, saved from the "
@@ -402,6 +424,8 @@ def _under_key(obj: object, file: Path, key: str) -> dict[str, torch.Tensor]:
 def _as_state_dict(obj: object, file: Path, key: str | None) -> dict[str, torch.Tensor]:
     if key is not None:
         return _under_key(obj, file, key)
+    if isinstance(obj, nn.Module):  # torch.save(model), loaded with allow_pickle=True
+        return _typed(obj.state_dict())
     if _is_state_dict(obj):
         return _typed(obj)
     if isinstance(obj, Mapping):
@@ -440,7 +464,10 @@ def _typed(obj: Any) -> dict[str, torch.Tensor]:
 
 
 def _tensor_entry(key: Any, value: Any) -> bool:
-    return isinstance(key, str) and isinstance(value, torch.Tensor)
+    """A named tensor, or a module's extra state (``get_extra_state``), which may be anything."""
+    if not isinstance(key, str):
+        return False
+    return isinstance(value, torch.Tensor) or key.rpartition(".")[2] == _EXTRA_STATE
 
 
 def _some(keys: list[str]) -> str:
@@ -457,6 +484,7 @@ def _refuse_meta_into(module: nn.Module, state: dict[str, torch.Tensor], file: P
     """Raise, before any copy, when meta tensors would go into a module that has data, or tensors
     with data into a module on the meta device: either copy would load nothing."""
     own = _own_tensors(module)
+    state = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}  # no extra state
     into_meta = [k for k, v in state.items() if not v.is_meta and k in own and own[k].is_meta]
     if into_meta:
         raise CheckpointError(
@@ -483,7 +511,7 @@ def _refuse_uncopyable(module: nn.Module, state: dict[str, torch.Tensor], file: 
     bad = [
         f"{k} ({_kind(v)} in the checkpoint, {_kind(own[k])} in the module)"
         for k, v in state.items()
-        if k in own and _kind(v) != _kind(own[k])
+        if k in own and isinstance(v, torch.Tensor) and _kind(v) != _kind(own[k])
     ]
     if bad:
         raise CheckpointError(

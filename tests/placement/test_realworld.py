@@ -4,12 +4,13 @@ generators, weight_norm and spectral_norm, parametrizations."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import itertools
 import warnings
 from collections import OrderedDict, UserDict, defaultdict, deque, namedtuple
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -18,7 +19,14 @@ from torch import nn
 from torch.nn.utils import parametrizations, parametrize
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
-from torchplace import ConfigError, PlacementError, audit_module, check_same_device, move
+from torchplace import (
+    ConfigError,
+    MixedDeviceError,
+    PlacementError,
+    audit_module,
+    check_same_device,
+    move,
+)
 from torchplace.placement import map_tensors
 
 from .helpers import CPU, META
@@ -290,3 +298,115 @@ def test_a_quantized_tensor_that_cannot_go_there_is_a_placement_error() -> None:
     assert move({"q": q}, "cpu")["q"] is q
     with pytest.raises(PlacementError, match=r"quantized quint8 \(4,\).*dequantize"):
         move({"q": q}, META)
+
+
+# --------------------------------------------------------------------------------------------
+# hostile and real-world shapes found by probing
+# --------------------------------------------------------------------------------------------
+
+
+def _nested(layout: torch.layout) -> torch.Tensor:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # nested tensors are a prototype
+        return torch.nested.nested_tensor([torch.ones(2), torch.ones(3)], layout=layout)
+
+
+@pytest.mark.parametrize("layout", [torch.strided, torch.jagged])
+def test_nested_tensors_show_their_ragged_dimension_in_tables(layout: torch.layout) -> None:
+    nt = _nested(layout)
+    with pytest.raises(MixedDeviceError, match=r"args\[0\]\s+\(2, -1\)\s+float32\s+cpu"):
+        check_same_device(nt, torch.ones(1, device=META))
+
+    class Holder(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("ragged", nt)
+            self.stray = nt * 2
+
+    audit = audit_module(Holder())
+    assert [(r.name, r.shape, r.nbytes) for r in (*audit.tensors, *audit.strays)] == [
+        ("ragged", (2, -1), 20),
+        ("stray", (2, -1), 20),
+    ]
+    assert audit.groups[0].numel == 5
+    assert "(2, -1)" in str(audit)
+
+
+class ModelOutput(OrderedDict[str, Any]):
+    """Like transformers' ModelOutput: a dict whose dataclass fields are attributes too."""
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if value is not None:
+                self[f.name] = value
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        super().__setitem__(key, value)
+        super().__setattr__(key, value)
+
+
+@dataclasses.dataclass
+class CausalLMOutput(ModelOutput):
+    logits: torch.Tensor | None = None
+    loss: torch.Tensor | None = None
+
+
+def test_a_model_output_moves_its_attributes_with_its_items() -> None:
+    out = move(CausalLMOutput(logits=t()), META)
+    assert type(out) is CausalLMOutput
+    assert out.loss is None
+    assert out.logits is out["logits"]
+    assert out.logits.device == META
+
+
+class _Span(NamedTuple):
+    start: torch.Tensor
+    end: torch.Tensor
+
+
+class Span(_Span):
+    """A namedtuple subclass whose ``__new__`` takes other arguments than its fields."""
+
+    __slots__ = ()
+
+    def __new__(cls, start: torch.Tensor) -> Span:
+        return super().__new__(cls, start, start + 1)
+
+
+def test_a_namedtuple_with_its_own_new_is_rebuilt_without_calling_it() -> None:
+    span = Span(torch.zeros(2))
+    moved = move({"span": span}, META)["span"]
+    assert type(moved) is Span
+    assert moved.end.device == META
+    assert map_tensors(span, lambda x: x * 2).end.tolist() == [2.0, 2.0]
+
+
+def test_a_class_inside_a_batch_is_a_leaf_not_an_object_with_to() -> None:
+    batch: dict[str, Any] = {"cls": nn.Linear, "kind": torch.Tensor, "x": t()}
+    moved = move(batch, META)
+    assert moved["cls"] is nn.Linear
+    assert moved["kind"] is torch.Tensor
+    assert moved["x"].device == META
+
+
+def test_attrs_classes_are_walked_like_dataclasses() -> None:
+    attr = pytest.importorskip("attr")
+
+    @attr.s(auto_attribs=True, frozen=True)
+    class Example:
+        x: torch.Tensor
+        label: str
+
+    make: Any = Example  # attrs' __init__ is generated: mypy sees no arguments here
+    moved = move(make(t(), "cat"), META)
+    assert type(moved) is Example
+    assert moved.x.device == META
+    assert moved.label == "cat"
+    with pytest.raises(MixedDeviceError, match=r">> args\[1\]\.x"):
+        check_same_device(t(), make(t().to(META), "dog"))
+
+
+def test_map_tensors_refuses_a_fn_that_is_not_callable() -> None:
+    with pytest.raises(ConfigError, match=r"map_tensors: fn=3 must be callable"):
+        map_tensors([t()], 3)  # type: ignore[arg-type]

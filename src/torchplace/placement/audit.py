@@ -41,7 +41,8 @@ class TensorRecord:
 
     name: str
     kind: TensorKind
-    shape: tuple[int, ...] | None  # None: a lazy module's parameter or buffer, not shaped yet
+    shape: tuple[int, ...] | None  # None: a lazy module's parameter or buffer, not shaped yet;
+    # a nested tensor's ragged dimensions are -1
     dtype: torch.dtype
     device: torch.device
     nbytes: int
@@ -111,7 +112,7 @@ class ModuleAudit:
         for r in self.tensors:
             g = acc.setdefault((r.device, r.dtype), [0, 0, 0, 0])
             g[0 if r.kind in ("parameter", "packed") else 1] += 1
-            g[2] += 0 if r.shape is None else _numel(r.shape)
+            g[2] += r.nbytes // r.dtype.itemsize  # not from the shape: a nested one has -1s
             g[3] += r.nbytes
         return tuple(TensorGroup(d, dt, *v) for (d, dt), v in acc.items())
 
@@ -228,13 +229,6 @@ def _group_cells(g: TensorGroup) -> list[str]:
 
 def _stray_cells(r: TensorRecord) -> list[str]:
     return [r.name, r.shape_text, dtype_name(r.dtype), str(r.device)]
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
 _MODULE_INTERNALS = frozenset({"_parameters", "_buffers", "_modules"})

@@ -49,8 +49,18 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def shape_of(t: torch.Tensor) -> tuple[int, ...]:
-    """The shape as a tuple of ints."""
-    return tuple(int(s) for s in t.shape)
+    """The shape as a tuple of ints; a nested tensor's ragged dimensions, which have no one
+    size, are ``-1``."""
+    if not t.is_nested:
+        return tuple(int(s) for s in t.shape)
+    return tuple(_size_or_ragged(t, d) for d in range(t.dim()))
+
+
+def _size_or_ragged(t: torch.Tensor, dim: int) -> int:
+    try:
+        return int(t.size(dim))
+    except (RuntimeError, AttributeError):  # strided: "irregular"; jagged: a symbolic size
+        return -1
 
 
 def shape_text(t: torch.Tensor) -> str:
@@ -75,17 +85,28 @@ def namedtuple_fields(obj: object) -> tuple[str, ...]:
 
 
 def is_dataclass_instance(obj: object) -> bool:
-    """A dataclass instance (not the class itself)."""
-    return dataclasses.is_dataclass(obj) and not isinstance(obj, type)
+    """A dataclass or attrs instance (not the class itself)."""
+    if isinstance(obj, type):
+        return False
+    return dataclasses.is_dataclass(obj) or hasattr(type(obj), "__attrs_attrs__")
+
+
+def _field_names(obj: object) -> list[str]:
+    """The field names of a dataclass or an attrs class (``__attrs_attrs__``), in order."""
+    if dataclasses.is_dataclass(obj):
+        return [f.name for f in dataclasses.fields(obj)]
+    names = (getattr(a, "name", None) for a in getattr(type(obj), "__attrs_attrs__", ()))
+    return [n for n in names if isinstance(n, str)]
 
 
 def dataclass_items(obj: object) -> list[tuple[str, object]]:
-    """A dataclass instance's (field name, value) pairs; a field that was never set (an
-    ``init=False`` field without a default, not assigned in ``__post_init__``) is left out."""
+    """A dataclass or attrs instance's (field name, value) pairs; a field that was never set
+    (an ``init=False`` field without a default, not assigned in ``__post_init__``) is left
+    out."""
     out = []
-    for f in dataclasses.fields(obj):  # type: ignore[arg-type]
+    for name in _field_names(obj):
         try:
-            out.append((f.name, getattr(obj, f.name)))
+            out.append((name, getattr(obj, name)))
         except AttributeError:
             continue
     return out

@@ -27,7 +27,6 @@ from torchplace.placement.containers import (
     dataclass_items,
     dtype_name,
     is_dataclass_instance,
-    is_namedtuple,
     is_one_shot,
     is_view,
     nesting_error,
@@ -52,10 +51,10 @@ def map_tensors(
 ) -> T:
     """Apply ``fn`` to every tensor inside ``obj`` and return the rebuilt structure.
 
-    Walks dicts (and other mappings), lists, tuples, deques, namedtuples, sets and dataclasses
-    (frozen ones too, rebuilt without calling ``__init__``). A tensor that appears twice is
-    mapped once, so aliasing survives. Other leaves, and ``nn.Module`` instances, come back as
-    they are. With ``copy=False`` a container whose contents did not change is returned itself.
+    Walks dicts (and other mappings), lists, tuples, deques, namedtuples, sets, dataclasses and
+    attrs classes (frozen ones too, rebuilt without calling ``__init__``). A tensor that appears
+    twice is mapped once, so aliasing survives. Other leaves, classes, and ``nn.Module``
+    instances, come back as they are. With ``copy=False`` a container whose contents did not change is returned itself.
     With ``objects``, any other object that has its own ``to`` method is replaced by
     ``objects(obj)`` instead of being walked. A structure that contains itself, or nests deeper
     than Python's recursion limit allows, raises :class:`~torchplace.errors.ConfigError`; so
@@ -64,6 +63,12 @@ def map_tensors(
     up, and passing it through would leave them unmapped; and so does a mapping's ``keys()``,
     ``values()`` or ``items()`` view, which cannot hold the mapped tensors.
     """
+    for name, given in (("fn", fn), ("objects", objects)):
+        if given is not None and not callable(given):
+            raise ConfigError(
+                f"map_tensors: {name}={given!r:.80} must be callable (a function that takes "
+                f"{'a tensor' if name == 'fn' else 'an object'} and returns what replaces it)"
+            )
     return _walk("map_tensors", _Mapper(fn, copy, objects), obj)  # type: ignore[no-any-return]
 
 
@@ -118,8 +123,8 @@ class _Mapper:
         if cls is tuple:
             items = [self.map(v) for v in obj]
             return tuple(items) if self._copy or _changed(obj, items) else obj
-        if obj is None or cls in ATOMS:
-            return obj
+        if obj is None or cls in ATOMS or isinstance(obj, type):
+            return obj  # a class is a leaf, though nn.Linear.to is a callable attribute of it
         if isinstance(obj, torch.Tensor):
             return self.tensor(obj)
         if isinstance(obj, nn.Module):
@@ -132,10 +137,7 @@ class _Mapper:
             return self._mapping(obj)
         if is_one_shot(obj) or is_view(obj):
             raise _OneShotFound(obj)
-        if is_namedtuple(obj):
-            items = [self.map(v) for v in obj]
-            return cls(*items) if self._copy or _changed(obj, items) else obj
-        if isinstance(obj, SEQUENCES):
+        if isinstance(obj, SEQUENCES):  # namedtuples too, rebuilt without their own __new__
             items = [self.map(v) for v in obj]
             if not self._copy and not _changed(obj, items):
                 return obj
@@ -151,6 +153,7 @@ class _Mapper:
         if isinstance(obj, dict):
             out = copy.copy(obj)  # keeps the subclass and its extras (defaultdict factory, ...)
             dict.update(out, new)  # not the subclass's update: Counter.update adds counts
+            self._set_fields(obj, out)  # a ModelOutput's fields are attributes too
             return out
         try:
             return type(obj)(new)  # type: ignore[call-arg]
@@ -166,6 +169,14 @@ class _Mapper:
         for (name, _), v in zip(items, new, strict=True):
             object.__setattr__(out, name, v)
         return out
+
+    def _set_fields(self, obj: Any, out: Any) -> None:
+        """Map the dataclass fields of ``obj``, a mapping that is a dataclass too (transformers'
+        ``ModelOutput``), into ``out``: its attributes, apart from its items, would keep the
+        unmapped tensors. The memo maps a tensor held by both once."""
+        if is_dataclass_instance(obj):
+            for name, v in dataclass_items(obj):
+                object.__setattr__(out, name, self.map(v))
 
 
 def _rebuild(obj: Any, items: list[Any]) -> Any:
@@ -245,8 +256,9 @@ def move(
 ) -> T:
     """Return ``obj`` with every tensor inside it on ``device`` (and ``dtype``), as a new structure.
 
-    - Walks dicts (and other mappings), lists, tuples, deques, namedtuples, sets and dataclasses
-      (frozen ones too; rebuilt without re-running ``__init__``). Containers are always new; a
+    - Walks dicts (and other mappings), lists, tuples, deques, namedtuples, sets, dataclasses
+      and attrs classes (frozen ones too; rebuilt without re-running ``__init__``); a dict that
+      is a dataclass too (``ModelOutput``) gets the moved tensors in its attributes as well. Containers are always new; a
       tensor already on ``device`` with the right dtype is reused, not copied. A tensor that
       appears twice is moved once, so aliasing survives.
     - A tensor that requires grad (an ``nn.Parameter`` too) comes back as ``t.to(device)`` gives
