@@ -243,6 +243,22 @@ def test_an_unwritable_output_is_a_usage_error(problem: str, tmp_path: Path) -> 
         report.check_output(path)
 
 
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_an_output_no_file_can_be_made_in_is_a_usage_error_for_root_too() -> None:
+    """os.access says yes to root for /proc; the probe opens the file as the write would."""
+    with pytest.raises(ConfigError, match=re.escape("/proc/torchplace-report.json")):
+        report.check_output("/proc/torchplace-report.json")
+
+
+def test_checking_an_output_changes_nothing(tmp_path: Path) -> None:
+    new, old = tmp_path / "new.json", tmp_path / "old.json"
+    old.write_text("kept")
+    report.check_output(new)
+    report.check_output(old)
+    assert not new.exists()
+    assert old.read_text() == "kept"
+
+
 def test_lint_reports_json_without_importing_torch(files: dict[str, str], tmp_path: Path) -> None:
     import subprocess
     import sys

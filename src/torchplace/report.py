@@ -169,6 +169,23 @@ def _check_writable(path: Path, flag: str, fix: str) -> None:
             f"{flag} {given!r}: directory {str(parent)!r} is not writable; "
             f"fix its permissions or {fix}"
         )
+    _try_writing(path)
+
+
+def _try_writing(path: Path) -> None:
+    """Open ``path`` for writing as the command will, changing nothing: ``os.access`` says yes
+    to root for any file, also where no file can be written (``/proc``, ``/sys``). An existing
+    regular file is opened to append and closed; a new one is created and removed. Other files
+    (a pipe, a terminal) are left to the write itself. Raises OSError when it cannot be done."""
+    if path.exists():
+        if path.is_file():
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
+        return
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    except FileExistsError:  # made meanwhile by another process: it can be opened
+        return
+    path.unlink()
 
 
 def check_distinct(outputs: Iterable[str | Path | None], inputs: Iterable[str | Path] = ()) -> None:
