@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from torchplace.cli import main
-from torchplace.lint.notebook import lint_notebook, read_notebook
+from torchplace.lint.notebook import fix_notebook, lint_notebook, read_notebook
 from torchplace.lint.runner import lint_paths
 
 
@@ -81,7 +81,7 @@ def test_escapes_count_only_where_a_logical_line_starts() -> None:
     )
     source = read_notebook(_notebook(cell)).source
     assert "           % name)" in source
-    crlf = _cell("total = 1 + \\\r\n    %2\r\n")  # Python's %, after a CRLF continuation
+    crlf = _cell("total = 10 \\\r\n    %2\r\n")  # Python's %, after a CRLF continuation
     assert "    %2" in read_notebook(_notebook(crlf)).source
     assert "!not a shell escape" in source
     findings = lint_notebook(_notebook(MOVE, cell), "nb.ipynb")
@@ -171,3 +171,35 @@ def test_fix_edits_the_cell_and_keeps_the_rest(
     assert (project / "nb.ipynb").read_text().endswith("}\n")
     assert (project / "nb.ipynb").read_text().startswith('{\n "cells"')  # indented as it was
     assert "Fixed 1 finding(s) in 1 file(s)." in capsys.readouterr().err
+
+
+def test_an_indented_cell_runs_as_ipython_dedents_it() -> None:
+    # IPython strips the first line's indentation from every line: ` x = 1` runs; findings
+    # keep the cell's own columns
+    cell = _cell([" # load\n", " state = torch.load('m.pt')\n", " state\n"])
+    findings = lint_notebook(_notebook(MOVE, cell), "nb.ipynb")
+    assert not [f for f in findings if f.code == "TPL000"]
+    [load] = [f for f in findings if f.code == "TPL402"]
+    assert (load.cell, load.line, load.col) == (2, 2, 10)
+    fixed, count = fix_notebook(_notebook(MOVE, cell), findings)
+    assert count == 1
+    assert json.loads(fixed)["cells"][1]["source"][1] == (
+        " state = torch.load('m.pt', weights_only=True)\n"
+    )
+
+
+def test_a_continued_shell_escape_is_inert_to_its_end() -> None:
+    cell = _cell(['!tts --text "hi" \\\n', "--out_path out.wav \\\n", '--language_idx "en"\n'])
+    indented = _cell([' !tts --text "hi" \\\n', "      --out_path out.wav\n"])
+    findings = lint_notebook(_notebook(MOVE, cell, indented), "nb.ipynb")
+    assert not [f for f in findings if f.code == "TPL000"]
+    assert read_notebook(_notebook(cell)).source.count("\n") == 3
+
+
+def test_a_cell_that_does_not_parse_leaves_the_others_linted() -> None:
+    # an exercise's `model = # TODO` fails that cell alone: the kernel runs the others
+    todo = _cell("criterion = # TODO\noptimizer = # TODO\n")
+    late = _cell("state = torch.load('m.pt')\n")
+    findings = lint_notebook(_notebook(MOVE, todo, late), "nb.ipynb")
+    assert [(f.cell, f.line, f.code) for f in findings] == [(2, 1, "TPL000"), (3, 1, "TPL402")]
+    assert lint_notebook(_notebook(MOVE, todo, late), "nb.ipynb", select={"TPL402"})[0].cell == 3

@@ -370,3 +370,70 @@ class Hub:
 def test_a_vocabulary_string_is_host_text() -> None:
     lines = [f.line for f in lint_source(VOCAB, "hub.py", select={"TPL201"})]
     assert lines == [12]  # a model's `string(...)` may give a tensor
+
+
+# --- a tutorial's `test_step`, a walk over a model's layers, a loop that builds a model ---
+
+OWN_FUNCTIONS = """\
+import torch
+from torch import nn
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+
+    def test_step(self, batch, batch_idx):
+        print(f"loss {self.layers(batch).sum()}")
+
+
+def test_step(data_loader, model, loss_fn):
+    test_loss = 0
+    model.to(device)
+    for X, y in data_loader:
+        X, y = X.to(device), y.to(device)
+        test_loss += loss_fn(model(X), y)
+    test_loss /= len(data_loader)
+    print(f"Test loss: {test_loss:.5f}")
+
+
+def activations(model, imgs):
+    feats = imgs.to(device)
+    out = {}
+    for index, layer in enumerate(model.layers):
+        feats = layer(feats)
+        out[index] = feats.view(-1).cpu().numpy()
+    return out
+
+
+def grads(net):
+    net(torch.randn(8, 4, device=device)).sum().backward()
+    return {name: p.grad.view(-1).cpu().numpy() for name, p in net.named_parameters()}
+
+
+for width in [4, 8, 16]:
+    net = nn.Linear(4, width).to(device)
+    grads(net)
+
+for act in [nn.ReLU, nn.Tanh]:
+    deep = Net()
+    deep.to(device)
+    grads(deep)
+
+for X, y in loader:
+    criterion = nn.CrossEntropyLoss().to(device)
+    loss = criterion(deep(X.to(device)), y.to(device))
+    loss.backward()
+    print(loss.item())
+"""
+
+
+def test_hooks_layer_walks_and_loops_over_models() -> None:
+    # a method named for a framework hook runs per batch; a module-level `test_step` that
+    # loops over its loader, a walk over `model.layers` and a loop that builds a model per
+    # step are not batch loops; a loop that builds a loss module but moves its batch is one
+    lines = [f.line for f in lint_source(OWN_FUNCTIONS, "nb.py", select={"TPL201"})]
+    assert lines == [13, 53]

@@ -18,6 +18,7 @@ file was, by one space when it cannot tell, a final newline), outputs and metada
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -61,6 +62,12 @@ class NotebookError(ValueError):
 class _Cell:
     number: int  # 1-based position among all cells
     start: int  # its first line in the joined source (1-based)
+    indent: str = ""  # the leading indentation IPython strips from the cell's lines
+    shifted: frozenset[int] = frozenset()  # the cell's lines (1-based) that lost it
+
+    def shift(self, line: int) -> int:
+        """How many columns IPython's dedent took from ``line`` of the cell."""
+        return len(self.indent) if line in self.shifted else 0
 
 
 @dataclass(frozen=True)
@@ -71,6 +78,7 @@ class Notebook:
     cells: tuple[_Cell, ...]
     source: str
     python: bool  # the kernel is Python (else nothing is linted)
+    broken: tuple[Finding, ...] = ()  # a TPL000 per cell that does not parse (path unset)
 
     def place(self, finding: Finding) -> Finding:
         """``finding`` (at a line of the joined source) at its cell and the line in it."""
@@ -78,14 +86,18 @@ class Notebook:
         offset = cell.start - 1
         fix = finding.fix
         if fix is not None:
-            fix = Fix(fix.description, _moved(fix.edits, offset))
+            fix = Fix(fix.description, _moved(fix.edits, cell))
+        line = finding.line - offset
         end_line = finding.end_line - offset if finding.end_line else 0
+        end_col = finding.end_col + cell.shift(end_line) if finding.end_col else 0
         message = _LINE_REF.sub(lambda match: self._line_ref(match, cell), finding.message)
         return replace(
             finding,
             cell=cell.number,
-            line=finding.line - offset,
+            line=line,
+            col=finding.col + cell.shift(line),
             end_line=end_line,
+            end_col=end_col,
             message=message,
             fix=fix,
         )
@@ -132,13 +144,17 @@ def _inert(lines: list[str]) -> list[str]:
         lines = ["", *lines[1:]]
     out = []
     logical = _Logical()
+    escaped = False  # the line before was IPython's and ended in a backslash
     for line in lines:
-        match = None if logical.continued else _IPYTHON_LINE.match(line)
-        if match is not None:
+        match = None if logical.continued or escaped else _IPYTHON_LINE.match(line)
+        if escaped:
+            out.append("")  # `!tts --text "hi" \` goes on: the command's next part
+        elif match is not None:
             out.append(f"{match.group('indent')}pass")
         else:
             logical.feed(line)
             out.append(line)
+        escaped = (escaped or match is not None) and line.rstrip("\r").endswith("\\")
     return out
 
 
@@ -217,15 +233,53 @@ def read_notebook(raw: bytes) -> Notebook:
         )
     found: list[_Cell] = []
     parts: list[str] = []
+    broken: list[Finding] = []
     line = 1
     for number, cell in enumerate(cells, start=1):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
-        lines = _inert(_lines(_text(cell.get("source", ""))))
-        found.append(_Cell(number, line))
+        indent, lines, shifted = _dedented(_lines(_text(cell.get("source", ""))))
+        lines = _inert(lines)
+        placed = _Cell(number, line, indent, shifted)
+        error = _syntax_error("\n".join(lines) + "\n", placed)
+        if error is not None:
+            broken.append(error)
+            lines = [""] * len(lines)  # the kernel runs the other cells: so are they linted
+        found.append(placed)
         parts.append("\n".join(lines) + "\n")
         line += len(lines)
-    return Notebook(document, tuple(found), "".join(parts), _is_python(document))
+    source = "".join(parts)
+    return Notebook(document, tuple(found), source, _is_python(document), tuple(broken))
+
+
+def _dedented(lines: list[str]) -> tuple[str, list[str], frozenset[int]]:
+    """IPython's clean-up of a cell: the indentation of its first line that is not blank is
+    taken from every line that starts with it (`` x = 1`` runs); with it, the lines that
+    lost it (1-based)."""
+    first = next((text for text in lines if text.strip()), "")
+    indent = first[: len(first) - len(first.lstrip(" \t"))]
+    if not indent:
+        return "", lines, frozenset()
+    shifted = frozenset(i for i, text in enumerate(lines, start=1) if text.startswith(indent))
+    out = [text[len(indent) :] if i in shifted else text for i, text in enumerate(lines, 1)]
+    return indent, out, shifted
+
+
+def _syntax_error(source: str, cell: _Cell) -> Finding | None:
+    """A ``TPL000`` finding, placed in ``cell``, when its inert source does not parse (an
+    exercise's ``model = # TODO``): the kernel fails that cell alone."""
+    try:
+        ast.parse(source)
+    except (SyntaxError, ValueError) as exc:
+        line = getattr(exc, "lineno", None) or 1
+        col = (getattr(exc, "offset", None) or 1) + cell.shift(line)
+        message = getattr(exc, "msg", None) or str(exc)
+        return Finding(
+            "", line, max(col, 1), "TPL000", f"syntax error: {message}", cell=cell.number
+        )
+    except (RecursionError, MemoryError) as exc:
+        return Finding("", 1, 1, "TPL000", f"cannot parse: {type(exc).__name__}", cell=cell.number)
+    return None
 
 
 def fix_notebook(raw: bytes, findings: Iterable[Finding]) -> tuple[bytes, int]:
@@ -253,9 +307,20 @@ def fix_notebook(raw: bytes, findings: Iterable[Finding]) -> tuple[bytes, int]:
     return text.encode("utf-8"), applied
 
 
-def _moved(edits: Sequence[Edit], offset: int) -> tuple[Edit, ...]:
-    """``edits`` moved up by ``offset`` lines."""
-    return tuple(replace(e, line=e.line - offset, end_line=e.end_line - offset) for e in edits)
+def _moved(edits: Sequence[Edit], cell: _Cell) -> tuple[Edit, ...]:
+    """``edits`` of the joined source placed in ``cell``: its lines, the columns its dedent
+    took given back."""
+    offset = cell.start - 1
+    return tuple(
+        replace(
+            e,
+            line=e.line - offset,
+            col=e.col + cell.shift(e.line - offset),
+            end_line=e.end_line - offset,
+            end_col=e.end_col + cell.shift(e.end_line - offset),
+        )
+        for e in edits
+    )
 
 
 def lint_notebook(raw: bytes, path: str, *, select: Iterable[str] | None = None) -> list[Finding]:
@@ -270,4 +335,7 @@ def lint_notebook(raw: bytes, path: str, *, select: Iterable[str] | None = None)
         return [Finding(path, 1, 1, "TPL001", f"cannot read notebook: {exc}")]
     if not notebook.python or not notebook.cells:
         return []
-    return sorted(notebook.place(f) for f in lint_source(notebook.source, path, select=selected))
+    found = [notebook.place(f) for f in lint_source(notebook.source, path, select=selected)]
+    if "TPL000" in selected:
+        found.extend(replace(f, path=path) for f in notebook.broken)
+    return sorted(found)

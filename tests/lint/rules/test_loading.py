@@ -163,3 +163,48 @@ class Vocoder:
 def test_a_load_under_a_cuda_availability_check_is_left_alone() -> None:
     lines = [f.line for f in lint_source(VOCODER, "vocoder.py", select={"TPL401"})]
     assert lines == [13]  # after the check, on every machine
+
+
+# --- a save given its path by keyword ---
+
+KEYWORD_SAVE = """\
+import torch
+from pathlib import Path
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model = torch.nn.Linear(2, 2).to(device)
+PATH = Path("models") / "m.pth"
+torch.save(obj=model.state_dict(), f=PATH)
+model.load_state_dict(torch.load(PATH, weights_only=True))
+model.load_state_dict(torch.load(f=PATH, weights_only=True))
+other = torch.load(Path("models") / "other.pth", weights_only=True)
+"""
+
+
+def test_a_keyword_save_is_a_module_level_round_trip() -> None:
+    # `torch.save(obj=..., f=PATH)` writes PATH as `torch.save(..., PATH)` does; a path never
+    # saved is still reported
+    found = lint_source(KEYWORD_SAVE, "nb.py", select={"TPL401"})
+    assert [f.line for f in found] == [10]
+
+
+def test_a_keyword_save_of_host_data_is_left_alone() -> None:
+    source = """\
+import torch
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def cache(feats):
+    torch.save(obj=feats.cpu(), f="feats.pt")
+
+
+def restore():
+    return torch.load("feats.pt", weights_only=True)
+
+
+def restore_other():
+    return torch.load("other.pt", weights_only=True)
+"""
+    found = lint_source(source, "cache.py", select={"TPL401"})
+    assert [f.line for f in found] == [15]

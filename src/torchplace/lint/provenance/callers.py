@@ -54,7 +54,7 @@ def find_per_batch(
     facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunctionDef, depth: int
 ) -> PerBatch | None:
     """Whether ``function`` runs once per batch (see :meth:`~.files.FileFacts.per_batch`)."""
-    if function.name in _STEP_HOOKS:
+    if function.name in _STEP_HOOKS and _is_hook(facts, function):
         params = [a.arg for a in function.args.args]
         seeds = {}
         if len(params) > 1:
@@ -76,6 +76,13 @@ def find_per_batch(
     if result is not None and has_own_batch_loop(function):
         result = None
     return result
+
+
+def _is_hook(facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A step hook is a method the framework calls with one batch; a module-level
+    ``def test_step(data_loader, model, ...)`` of a tutorial is the file's own function (it
+    may loop over the whole loader), found per batch only through its callers."""
+    return isinstance(facts.parent.get(id(function)), ast.ClassDef)
 
 
 def engine_step(facts: FileFacts, name: str) -> bool:

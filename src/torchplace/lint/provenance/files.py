@@ -25,9 +25,12 @@ from torchplace.lint.provenance.values import (
     _plainly_host,
     _short,
 )
-from torchplace.lint.resolver import Resolver, dotted_name, module_name_for
+from torchplace.lint.resolver import Resolver, dotted_name, is_module_base, module_name_for
 
 __all__ = ["FileFacts", "facts_for_file", "file_facts", "scope_node", "unchain"]
+
+# The containers of layers: iterating one yields the submodules a forward pass runs in turn.
+_LAYER_CONTAINERS = frozenset({"torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict"})
 
 
 class FileFacts:
@@ -57,6 +60,7 @@ class FileFacts:
         self._assigned_calls: dict[str, list[ast.Assign]] = {}
         self._text: str | None = None
         self._top: dict[str, ast.AST] | None = None
+        self._layer_lists: frozenset[str] | None = None
 
     def _index(self, body: list[ast.stmt], owner: ast.AST) -> None:
         """Imports, functions by name, and the def or class enclosing each def or class:
@@ -453,6 +457,34 @@ class FileFacts:
                 if isinstance(node, (*_FUNCTIONS, ast.ClassDef)):
                     self._top.setdefault(node.name, node)
         return self._top.get(name)
+
+    def builds_module(self, node: ast.expr) -> bool:
+        """``node`` constructs an ``nn.Module``: a torch module class (``nn.Linear(4, n)``) or
+        a class of this file that derives from one (``BaseNetwork(act_fn=fn)``)."""
+        if not isinstance(node, ast.Call):
+            return False
+        name = self.qualname(node.func)
+        if name is not None and is_module_base(name):
+            return True
+        cls = self.defs_class(node.func.id) if isinstance(node.func, ast.Name) else None
+        return cls is not None and self.resolver.is_module_class(cls)
+
+    @property
+    def layer_lists(self) -> frozenset[str]:
+        """Attributes the file's classes set to a container of layers (``self.layers =
+        nn.Sequential(...)``, ``nn.ModuleList``, ``nn.ModuleDict``): iterating one walks a
+        model's layers, not batches."""
+        if self._layer_lists is None:
+            self._layer_lists = frozenset(
+                target.attr
+                for node in walk(self.tree)
+                if isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Call)
+                and self.qualname(node.value.func) in _LAYER_CONTAINERS
+                for target in node.targets
+                if isinstance(target, ast.Attribute)
+            )
+        return self._layer_lists
 
     def defs_class(self, name: str) -> ast.ClassDef | None:
         """The module-level class of this file named ``name``."""

@@ -80,6 +80,8 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
         _names_state(it) for it in iters
     ):
         return None  # a pass over parameters or a state dict: conversion, not batches
+    if any(_walks_layers(facts, it) for it in iters):
+        return None  # `for layer in model.layers: x = layer(x)`: one forward pass
     few = bool(iters) and all(_few_constants(it, scope) for it in iters)
     # `for key in ("a", "b"):` steps a few times per run, not per row: only a step of work in
     # its body (`.backward()`, a moved batch, a model run) makes it a batch loop
@@ -96,6 +98,7 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
             for name in _target_names(t)
         }
     derived = _derived(own, targets)
+    fresh = _fresh_models(facts, own)
     nested_batch_lines = [
         getattr(sub, "lineno", 0) for sub in nested if facts.loop_kind(sub, scope) is not None
     ]
@@ -135,11 +138,15 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
                 moved = func.value
             elif node.args:
                 moved = node.args[0]
-            if moved is not None and _names(moved) & derived:
+            if (
+                moved is not None
+                and _names(moved) & derived
+                and not (_model_root(facts, moved) or _names(moved) & fresh)
+            ):
                 what = _short(facts.segment(moved), 24)
                 its = "what it iterates" if iters else "what it reads"
                 return "batch", f"it moves {its} to a device (`{what}`, line {node.lineno})"
-        if step is None and not nested_batch and name is not None:
+        if step is None and not nested_batch and name is not None and not _given(node, fresh):
             step = _step_call(facts, node, scope)
     if step is None and not nested_batch and iters and not few:
         step = _updates_device(facts, own, loop, scope)
@@ -150,6 +157,47 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
 _FEW = 16
 # Methods that grow a list, set or dict in place.
 _GROWS = frozenset({"append", "extend", "insert", "add", "update", "setdefault", "__setitem__"})
+
+
+def _walks_layers(facts: FileFacts, it: ast.expr) -> bool:
+    """``it`` is a model's container of layers (``model.layers``, ``enumerate(self.blocks)``,
+    an attribute the file sets to an ``nn.Sequential``/``nn.ModuleList``/``nn.ModuleDict``)."""
+    while isinstance(it, ast.Call) and dotted_name(it.func) in _WRAPPERS and it.args:
+        it = it.args[0]
+    return isinstance(it, ast.Attribute) and it.attr in facts.layer_lists
+
+
+def _model_root(facts: FileFacts, node: ast.expr) -> bool:
+    """``node`` is a model built right there, perhaps placed or set up by a method chain
+    (``BaseNetwork(act_fn=fn).to(device)``, ``nn.Linear(4, n).cuda().eval()``)."""
+    while (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and not facts.builds_module(node)
+    ):
+        node = node.func.value
+    return facts.builds_module(node)
+
+
+def _fresh_models(facts: FileFacts, own: list[ast.AST]) -> set[str]:
+    """The names a loop's step binds to a model it builds: a loop that builds a model each
+    step (``net = BaseNetwork(act_fn=fn).to(device)``, then ``visualize_gradients(net)``)
+    runs once per configuration, not per batch, whatever it then does with the model."""
+    return {
+        target.id
+        for node in own
+        if isinstance(node, ast.Assign) and _model_root(facts, node.value)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+
+
+def _given(call: ast.Call, names: set[str]) -> bool:
+    """``call`` is handed one of ``names`` as an argument."""
+    return any(
+        isinstance(arg, ast.Name) and arg.id in names
+        for arg in [*call.args, *(kw.value for kw in call.keywords)]
+    )
 
 
 def _few_constants(it: ast.expr, scope: ast.AST, bound: bool = False) -> bool:

@@ -292,10 +292,11 @@ def _saves(function: ast.AST, ctx: Context) -> dict[str, int]:
     for sub in own_nodes(function) if isinstance(function, ast.Module) else walk(function):
         if not (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute)):
             continue
+        path = _save_parts(sub)[1] if sub.func.attr == "save" else None
         if sub.func.attr == "seek":
             key = "seek"
-        elif sub.func.attr == "save" and len(sub.args) > 1:
-            key = " ".join((ctx.segment(sub.args[1]) or "").split())
+        elif path is not None:
+            key = " ".join((ctx.segment(path) or "").split())
         else:
             continue
         found[key] = min(found.get(key, sub.lineno), sub.lineno)
@@ -419,16 +420,29 @@ def _saved_from_host(call: ast.Call, ctx: Context) -> bool:
     facts = file_facts(ctx)
     for scope in [facts.tree, *(f for fs in facts.defs.values() for f in fs)]:
         for sub in own_nodes(scope):
-            if (
-                isinstance(sub, ast.Call)
-                and len(sub.args) > 1
-                and (facts.qualname(sub.func) or "").endswith("save")
-                and _file_names(sub.args[1], scope) & wanted
+            if not (
+                isinstance(sub, ast.Call) and (facts.qualname(sub.func) or "").endswith("save")
             ):
-                fact = facts.fact(sub.args[0], scope)
+                continue
+            payload, path = _save_parts(sub)
+            if payload is not None and path is not None and _file_names(path, scope) & wanted:
+                fact = facts.fact(payload, scope)
                 if fact is not None and fact.where == "host":
                     return True
     return False
+
+
+def _save_parts(call: ast.Call) -> tuple[ast.expr | None, ast.expr | None]:
+    """What a ``save(obj, f)`` call writes and where, given by position or by keyword
+    (``torch.save(obj=model.state_dict(), f=MODEL_SAVE_PATH)``)."""
+    found: list[ast.expr | None] = [None, None]
+    for index, name in enumerate(("obj", "f")):
+        given = keyword(call, name)
+        if len(call.args) > index:
+            found[index] = call.args[index]
+        elif given is not None:
+            found[index] = given.value
+    return found[0], found[1]
 
 
 def _file_names(node: ast.expr, body: ast.AST | None = None) -> set[str]:
@@ -492,13 +506,12 @@ def _saved_into(call: ast.Call, ctx: Context, scope: Scope) -> bool:
     """The function ``torch.save``s into a name the buffer's bytes come from
     (``torch.save(obj, buf)``, then ``BytesIO(buf.getvalue())``)."""
     wanted = names_in(call.args[0])
-    return any(
-        isinstance(sub, ast.Call)
-        and len(sub.args) > 1
-        and (ctx.call_qualname(sub) or "").endswith("save")
-        and names_in(sub.args[1]) & wanted
+    paths = (
+        _save_parts(sub)[1]
         for sub in walk(scope.node)
+        if isinstance(sub, ast.Call) and (ctx.call_qualname(sub) or "").endswith("save")
     )
+    return any(path is not None and names_in(path) & wanted for path in paths)
 
 
 def _load_behind(call: ast.Call, ctx: Context) -> Load | None:

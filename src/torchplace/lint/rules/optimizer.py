@@ -39,6 +39,8 @@ def _call(call: ast.Call, ctx: Context) -> None:
     for block, index in reversed(ctx.stmt_path):
         for stmt in block[index + 1 :]:
             move = next((m for n in names if (m := _move_of(stmt, n, ctx)) is not None), None)
+            if move is not None and _unused_after(call, move, own_body, ctx):
+                return  # trained before the move (`model.to("cpu")` to deploy it)
             if move is not None:
                 ctx.report(
                     OPTIMIZER_BEFORE_MOVE.code,
@@ -58,6 +60,47 @@ def _call(call: ast.Call, ctx: Context) -> None:
 
 
 _FUNCTION = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _unused_after(call: ast.Call, move: ast.Call, body: object, ctx: Context) -> bool:
+    """The optimizer ``call`` builds, bound to a plain name, is not read from ``move`` on
+    (or its name holds another optimizer by then): the move cannot leave it stale. Unknown
+    uses (an attribute, an argument) count as reads."""
+    block, index = ctx.stmt_path[-1]
+    stmt = block[index]
+    if not (
+        isinstance(body, list)
+        and isinstance(stmt, ast.Assign)
+        and stmt.value is call
+        and len(stmt.targets) == 1
+        and isinstance(stmt.targets[0], ast.Name)
+    ):
+        return False
+    name = stmt.targets[0].id
+    nodes = list(walk_body(body))
+    rebound = any(
+        isinstance(n, ast.stmt) and call.lineno < n.lineno <= move.lineno and _rebinds(n, name)
+        for n in nodes
+    )
+    # a function defined in the body may read it as a global whenever it is called
+    defined = [sub for n in nodes if isinstance(n, _SCOPES) for sub in walk(n)]
+    read = any(
+        isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+        for n in [*(n for n in nodes if getattr(n, "lineno", 0) >= move.lineno), *defined]
+    )
+    return rebound or not (read or any(_stores(n, name) for n in nodes))
+
+
+def _stores(stmt: ast.AST, name: str) -> bool:
+    """``stmt`` keeps ``name`` where later code may reach it: ``self.optimizer = optimizer``,
+    ``return model, optimizer``, ``trainer = Trainer(model, optimizer)`` (an object that may
+    hold it); a call it is only handed to, ``train(model, optimizer)``, does not count."""
+    if not isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.Return)) or stmt.value is None:
+        return False
+    return any(isinstance(n, ast.Name) and n.id == name for n in walk(stmt.value))
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
 
 def _across_functions(call: ast.Call, model: str, function: ast.AST, ctx: Context) -> None:
@@ -187,7 +230,8 @@ def _rebinds(stmt: ast.AST, model: str) -> bool:
     if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or stmt.value is None:
         return False
     targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-    names = {name for t in targets if _holds(name := dotted_name(t), model)}
+    flat = [e for t in targets for e in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t])]
+    names = {name for t in flat if _holds(name := dotted_name(t), model)}
     return bool(names) and not any(
         dotted_name(sub) in names for sub in walk(stmt.value) if isinstance(sub, ast.expr)
     )
@@ -297,16 +341,19 @@ def _appends_to(body: list[ast.stmt], names: set[str]) -> bool:
 
 
 def _move_of(stmt: ast.stmt, model: str, ctx: Context) -> ast.Call | None:
-    for sub in walk(stmt):
-        if (
-            isinstance(sub, ast.Call)
-            and isinstance(sub.func, ast.Attribute)
-            and call_name(sub) in {"to", "cuda"}
-            and moves_to_device(sub, ctx)
-            and _holds(dotted_name(sub.func.value), model)
-        ):
-            return sub
-    return None
+    """The first move of ``model`` that running ``stmt`` makes: not one in a function it
+    defines (``def predict(model, x): model.to(device)`` moves its own parameter, when
+    called)."""
+    moves = [
+        sub
+        for sub in walk_body([stmt])
+        if isinstance(sub, ast.Call)
+        and isinstance(sub.func, ast.Attribute)
+        and call_name(sub) in {"to", "cuda"}
+        and moves_to_device(sub, ctx)
+        and _holds(dotted_name(sub.func.value), model)
+    ]
+    return min(moves, key=lambda c: (c.lineno, c.col_offset), default=None)
 
 
 FAMILY = Family(
