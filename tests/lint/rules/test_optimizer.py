@@ -124,3 +124,20 @@ trainer.fit()
 def test_an_optimizer_an_object_keeps_is_reported_though_its_name_is_not_read_again() -> None:
     found = lint_source(KEPT_BY_AN_OBJECT, "train.py", select={"TPL801"})
     assert [f.line for f in found] == [3]
+
+
+REBOUND_IN_ANOTHER_BRANCH = """\
+import torch
+model = Net()
+if checkpoint is None:
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+else:
+    optimizer = checkpoint["optimizer"]
+model = model.to(device)
+train(model, optimizer)
+"""
+
+
+def test_a_rebinding_in_another_branch_does_not_excuse_the_move() -> None:
+    found = lint_source(REBOUND_IN_ANOTHER_BRANCH, "train.py", select={"TPL801"})
+    assert [f.line for f in found] == [4]

@@ -483,3 +483,29 @@ def test_gathered_samples_returned_as_the_output_are_left_alone() -> None:
 def test_gathered_tokens_of_a_decoding_loop_are_still_reported() -> None:
     lines = [f.line for f in lint_source(GATHER_TOKENS, "decode.py", select={"TPL201"})]
     assert lines == [14]
+
+
+# --- a walk over the items of one batch's output, with no step around it, reads per item ---
+
+PER_ITEM = """\
+import numpy as np
+import torch
+
+
+def detect(self, frames, device):
+    frames = frames.to(device)
+    loc, conf, marks = self.net(frames)
+    both = torch.cat((loc, conf.unsqueeze(-1)), dim=2).float()
+    boxes, points = [], []
+    for pred, mark, keep in zip(both, marks, conf > 0.5):
+        pred, mark = pred[keep, :], mark[keep, :]
+        kept_boxes, kept_marks = pred.cpu().numpy(), mark.cpu().numpy()
+        boxes.append(kept_boxes)
+        points.append(kept_marks)
+    return boxes, points
+"""
+
+
+def test_per_item_copies_of_a_batch_output_outside_any_step_loop_are_reported() -> None:
+    lines = [f.line for f in lint_source(PER_ITEM, "detect.py", select={"TPL201"})]
+    assert lines == [12, 12]

@@ -78,9 +78,10 @@ def _unused_after(call: ast.Call, move: ast.Call, body: object, ctx: Context) ->
         return False
     name = stmt.targets[0].id
     nodes = list(walk_body(body))
+    # rebound on every path to the move: by a statement of the optimizer's own block (one in
+    # a branch, `else: optimizer = checkpoint["optimizer"]`, may not run)
     rebound = any(
-        isinstance(n, ast.stmt) and call.lineno < n.lineno <= move.lineno and _rebinds(n, name)
-        for n in nodes
+        later.lineno <= move.lineno and _rebinds(later, name) for later in block[index + 1 :]
     )
     # a function defined in the body may read it as a global whenever it is called
     defined = [sub for n in nodes if isinstance(n, _SCOPES) for sub in walk(n)]

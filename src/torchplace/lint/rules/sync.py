@@ -1018,8 +1018,8 @@ def _outer_feeds_device(ctx: Context, line: int) -> bool:
     scope = scope_node(ctx)
     facts = file_facts(ctx)
     outer = [loop for loop in loops if getattr(loop, "lineno", 0) < line]
-    if any(feeds_back(loop) for loop in outer):
-        return False
+    if not outer or any(feeds_back(loop) for loop in outer):
+        return False  # no step around it: a walk over the rows of one batch's output
     for loop in reversed(outer):
         kind = facts.loop_kind(loop, scope)
         if kind is not None and kind[0] == "batch":
