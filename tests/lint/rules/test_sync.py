@@ -509,3 +509,123 @@ def detect(self, frames, device):
 def test_per_item_copies_of_a_batch_output_outside_any_step_loop_are_reported() -> None:
     lines = [f.line for f in lint_source(PER_ITEM, "detect.py", select={"TPL201"})]
     assert lines == [12, 12]
+
+
+# ---- a mapping's keys are names, its values whole tensors, never the rows of one tensor
+
+DICT_KEYS = """\
+def quantize(model, names):
+    layer = model.layers[0].to("cuda")
+    full = {n: m for n, m in layer.named_modules()}
+    subset = {n: full[n] for n in names}
+    for name in subset:
+        print(f"Quantizing {name}")
+"""
+
+OUTPUT_ITEMS = """\
+def evaluate(model, loader, device):
+    model.to(device)
+    results = []
+    for batch in loader:
+        outs = model(batch.to(device))
+        outputs = {}
+        for k, v in outs.items():
+            outputs[k] = v.cpu()
+        results.append(outputs)
+    return results
+"""
+
+OUTPUT_ITEMS_READ = """\
+def evaluate(model, loader, device):
+    model.to(device)
+    for batch in loader:
+        outs = model(batch.to(device))
+        for k, v in outs.items():
+            print(k, v.item())
+"""
+
+
+def test_iterating_a_dict_of_device_modules_yields_host_keys() -> None:
+    assert lint_source(DICT_KEYS, "quant.py", select={"TPL201"}) == []
+
+
+def test_copies_of_a_mappings_values_collected_and_returned_are_the_output() -> None:
+    assert lint_source(OUTPUT_ITEMS, "eval.py", select={"TPL201"}) == []
+
+
+def test_a_read_of_each_value_of_a_device_mapping_per_batch_is_reported() -> None:
+    found = lint_source(OUTPUT_ITEMS_READ, "eval.py", select={"TPL201"})
+    assert [f.line for f in found] == [6]
+    assert "once per device tensor of a list" in found[0].message
+
+
+# ---- a tokenizer's `return_tensors="pt"` output stays on the host until moved
+
+TOKENIZED = """\
+class Trainer:
+    def training_step(self, model, inputs):
+        prompt_inputs = self.processing_class(text=inputs["prompt"], return_tensors="pt")
+        prompt_ids = [tokens.tolist() for tokens in prompt_inputs["input_ids"]]
+        loss = model(**inputs).loss
+        loss.backward()
+        return prompt_ids
+"""
+
+
+def test_rows_of_a_tokenizer_output_never_moved_are_host_values() -> None:
+    assert lint_source(TOKENIZED, "trainer.py", select={"TPL201"}) == []
+
+
+def test_rows_of_a_tokenizer_output_moved_to_the_device_are_reported() -> None:
+    source = TOKENIZED.replace('return_tensors="pt")', 'return_tensors="pt").to(self.device)')
+    assert [f.line for f in lint_source(source, "trainer.py", select={"TPL201"})] == [4]
+
+
+# ---- `preds += y.tolist()` in a loop over chunks of the input, returned: the output
+
+CHUNKED = """\
+import torch
+
+
+@torch.no_grad()
+def predict(model, tokenizer, prompts, batch_size=1):
+    predictions, probs = [], []
+    for i in range(0, len(prompts), batch_size):
+        batch_prompts = prompts[i : i + batch_size]
+        ids = tokenizer(batch_prompts, return_tensors="pt").input_ids
+        if model.device.type == "cuda":
+            ids = ids.cuda()
+        batch_probs = torch.softmax(model(ids).logits[:, -1, :], dim=-1)
+        predictions += torch.argmax(batch_probs, dim=-1).tolist()
+        probs += batch_probs.tolist()
+    return predictions, probs
+"""
+
+DECODING = """\
+import torch
+
+
+@torch.no_grad()
+def generate(model, prompt, steps, device):
+    tokens = []
+    token = prompt.to(device)
+    for i in range(steps):
+        token = model(token).argmax(-1)
+        tokens += token.tolist()
+    return tokens
+"""
+
+
+def test_copies_of_each_input_chunk_collected_with_plus_equals_are_the_output() -> None:
+    assert lint_source(CHUNKED, "eval.py", select={"TPL201"}) == []
+
+
+def test_a_decoding_loop_collecting_with_plus_equals_is_still_reported() -> None:
+    assert [f.line for f in lint_source(DECODING, "gen.py", select={"TPL201"})] == [10]
+
+
+def test_a_value_computed_from_the_copy_is_not_the_output() -> None:
+    source = CHUNKED.replace(
+        "probs += batch_probs.tolist()", "probs += [p * 2 for p in batch_probs.tolist()]"
+    )
+    assert [f.line for f in lint_source(source, "eval.py", select={"TPL201"})] == [14]

@@ -38,6 +38,7 @@ from torchplace.lint.provenance.values import (
     _short,
     _target_names,
     cpu_names,
+    iterates_keys,
     moved_in_place,
     moves_to_device,
 )
@@ -324,6 +325,10 @@ class Flow:
             self.bind(target.elts[0], Fact("host", "enumerate"), line, None)
             self.bind(target.elts[1], fact, line, None)
             return
+        if iterates_keys(iterable, self.node):
+            # `for name in subset` with `subset = {n: full[n] for n in names}`: the keys
+            self.bind(target, Fact("host", "key"), line, None)
+            return
         zipped = _zipped(iterable, target)
         if zipped is not None:
             # `for image, name in zip(images, names)`: each name follows its own sequence.
@@ -451,6 +456,10 @@ class Flow:
                 for name in _target_names(target.elts[1]):
                     local[name] = fact
                 continue
+            if iterates_keys(iterable, self.node):
+                for name in _target_names(target):
+                    local[name] = Fact("host", "key")
+                continue
             fact = self.eval(iterable, inner)
             items = _iterates_items(iterable)
             targets = target.elts if isinstance(target, ast.Tuple) else [target]
@@ -466,6 +475,8 @@ class Flow:
         facts = self.facts
         func = node.func
         args = [*node.args, *(kw.value for kw in node.keywords)]
+        if _encodes_text(node):
+            return Fact("host", f"tokenizer output `{_short(facts.segment(func), 32)}`")
         if isinstance(func, ast.Attribute):
             method = func.attr
             if _is_move_call(node):
@@ -642,6 +653,21 @@ class Flow:
             body[0] <= bound <= body[1] and other[0] <= line <= other[1]
             for body, other in self.apart
         )
+
+
+_TENSOR_KINDS = frozenset({"pt", "np"})
+
+
+def _encodes_text(call: ast.Call) -> bool:
+    """``tokenizer(texts, return_tensors="pt")``, ``self.processing_class(text=...,
+    return_tensors="pt")``: a tokenizer or processor builds its tensors on the host; only a
+    ``.to(device)`` of the result (a separate call) moves them."""
+    return any(
+        kw.arg == "return_tensors"
+        and isinstance(kw.value, ast.Constant)
+        and kw.value.value in _TENSOR_KINDS
+        for kw in call.keywords
+    ) and not any(kw.arg == "device" for kw in call.keywords)
 
 
 def _keeps_storage(node: ast.expr | None) -> bool:

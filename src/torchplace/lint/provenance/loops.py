@@ -281,11 +281,29 @@ def _iterates_device(
             return "batch", f"it iterates `{what}`, a loader of device batches ({fact.describe()})"
         if fact is not None and fact.on_device:
             return (
-                "items" if fact.many else "rows",
+                "items" if fact.many or _walks_mapping(it) else "rows",
                 f"it iterates `{_short(facts.segment(it), 32)}` on the device: "
                 + (fact.describe()),
             )
     return None
+
+
+def _walks_mapping(iterable: ast.expr) -> bool:
+    """``outputs.items()``, ``outputs.values()``: a mapping's values are whole tensors (one
+    each), not the rows of one tensor; a tensor has neither method."""
+    if (
+        isinstance(iterable, ast.Call)
+        and isinstance(iterable.func, ast.Name)
+        and iterable.func.id == "enumerate"
+        and iterable.args
+    ):
+        return _walks_mapping(iterable.args[0])
+    return (
+        isinstance(iterable, ast.Call)
+        and isinstance(iterable.func, ast.Attribute)
+        and iterable.func.attr in {"items", "values"}
+        and not iterable.args
+    )
 
 
 def _loader_for_device(fact: Fact, text: str) -> bool:

@@ -310,6 +310,8 @@ def _builds_tensor(
     if name in FACTORIES:
         if depth > 0 and _of_number(value, name, function, ctx):
             return False
+        if _number_parameter(value, name, function):
+            return False  # `torch.tensor(drop_rate)` with `drop_rate: float`: 0-dim
         return not _single_value(value, name)
     if name in _TENSOR_OF_ARGS:
         args = [*value.args, *(kw.value for kw in value.keywords)]
@@ -379,6 +381,50 @@ def _of_number(call: ast.Call, name: str, function: ast.AST, ctx: Context) -> bo
                 text = ast.unparse(a.annotation).lower()
                 return not any(k in text for k in ("list", "sequence", "tuple", "iterable"))
     return True
+
+
+_NUMBER_TYPES = frozenset({"float", "int", "bool"})
+
+
+def _number_parameter(call: ast.Call, name: str, function: ast.AST) -> bool:
+    """``torch.tensor(p)`` of a parameter never rebound before the call and annotated as a
+    number (``drop_rate: float``, also ``Optional[float]``), or unannotated with a number as
+    its default (``p=0.2``): a 0-dim tensor, which mixes with tensors on any device."""
+    if name != "torch.tensor" or not call.args or not isinstance(call.args[0], ast.Name):
+        return False
+    if _bound_before(function, call.args[0].id, call.lineno) != "parameter":
+        return False
+    arg, default = _parameter(function, call.args[0].id)
+    if arg is None:
+        return False
+    if arg.annotation is not None:
+        words = {n.id for n in walk(arg.annotation) if isinstance(n, ast.Name)}
+        words |= {
+            n.value
+            for n in walk(arg.annotation)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str)
+        }
+        return bool(words) and words <= _NUMBER_TYPES | {"Optional", "None"}
+    return (
+        isinstance(default, ast.Constant)
+        and isinstance(default.value, (int, float))
+        and not isinstance(default.value, bool)
+    )
+
+
+def _parameter(function: ast.AST, name: str) -> tuple[ast.arg | None, ast.expr | None]:
+    """The parameter ``name`` of ``function`` and its default (None when it has none)."""
+    args = getattr(function, "args", None)
+    if not isinstance(args, ast.arguments):
+        return None, None
+    positional = [*args.posonlyargs, *args.args]
+    defaults: list[ast.expr | None] = [None] * (len(positional) - len(args.defaults))
+    pairs = list(zip(positional, [*defaults, *args.defaults], strict=True))
+    pairs += list(zip(args.kwonlyargs, args.kw_defaults, strict=True))
+    for arg, default in pairs:
+        if arg.arg == name:
+            return arg, default
+    return None, None
 
 
 def _bound_before(function: ast.AST, name: str, line: int) -> ast.expr | str | None:

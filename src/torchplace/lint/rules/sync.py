@@ -654,6 +654,13 @@ def _flows_into(
             ):
                 return True  # response.embeddings = x.cpu().numpy()
             names |= {n.id for n in walk(target) if isinstance(n, ast.Name)}
+    elif (
+        isinstance(stmt, ast.AugAssign)
+        and isinstance(stmt.op, ast.Add)
+        and isinstance(stmt.target, ast.Name)
+        and _carries(stmt.value, set(), read)
+    ):
+        names.add(stmt.target.id)  # `preds += y.tolist()` collects as `preds.extend(...)` does
     elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
         func = stmt.value.func
         if isinstance(func, ast.Attribute) and func.attr in {"append", "extend"}:
@@ -989,15 +996,21 @@ def _feeds_device(loop: ast.AST) -> bool:
             for gen in sub.generators:
                 if names_in(gen.iter) & inputs:
                     inputs |= names_in(gen.target)
-    if not _counts(loop.iter):
-        # a loop over data (not `range(n)`, a decoding loop's counter): what it builds from
-        # each item (`chars = np.stack([pad(t) for t in batch])`) is that item, prepared
+    counter = _counts(loop.iter)
+    chunks = _chunks(loop, nodes) if counter else set()
+    inputs |= chunks
+    if not counter or chunks:
+        # a loop over data (not `range(n)`, a decoding loop's counter, unless it slices a
+        # chunk of data per turn): what it builds from each item (`chars = np.stack([pad(t)
+        # for t in batch])`) is that item, prepared
+        derived = inputs - names_in(loop.target) if counter else inputs
         for _ in range(3):
             for sub in nodes:
-                if isinstance(sub, ast.Assign) and names_in(sub.value) & inputs:
+                if isinstance(sub, ast.Assign) and names_in(sub.value) & derived:
                     for target in sub.targets:
                         if isinstance(target, (ast.Name, ast.Tuple)):
-                            inputs |= names_in(target)
+                            derived |= names_in(target)
+        inputs |= derived
     return any(
         isinstance(sub, ast.Call)
         and isinstance(sub.func, ast.Attribute)
@@ -1006,6 +1019,33 @@ def _feeds_device(loop: ast.AST) -> bool:
         and bool(names_in(sub.func.value) & inputs)
         for sub in nodes
     )
+
+
+def _chunks(loop: ast.For | ast.AsyncFor, nodes: list[ast.AST]) -> set[str]:
+    """In ``for i in range(0, len(prompts), bs):``, the names bound to a slice of data the
+    loop does not build, starting at the counter (``batch = prompts[i : i + bs]``): a fresh
+    chunk of input each turn, not a value fed back."""
+    counter = names_in(loop.target)
+    built = {
+        name
+        for sub in nodes
+        if isinstance(sub, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+        for target in (sub.targets if isinstance(sub, ast.Assign) else [sub.target])
+        for name in names_in(target)
+    }
+    found: set[str] = set()
+    for sub in nodes:
+        if not (isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Subscript)):
+            continue
+        value = sub.value
+        lower = value.slice.lower if isinstance(value.slice, ast.Slice) else None
+        if lower is None or not names_in(lower) & counter:
+            continue
+        if isinstance(value.value, (ast.Name, ast.Attribute)) and not names_in(value.value) & (
+            built | counter
+        ):
+            found |= {name for target in sub.targets for name in names_in(target)}
+    return found
 
 
 def _outer_feeds_device(ctx: Context, line: int) -> bool:
