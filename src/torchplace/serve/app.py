@@ -247,7 +247,7 @@ class App:
             await asyncio.sleep(grace)
         await self.server.close_listener(max(0.5, min(2.0, deadline - time.monotonic())))
         await engine_drain
-        while self.server.in_flight and time.monotonic() < deadline:
+        while (self.server.in_flight or self.server.unsent) and time.monotonic() < deadline:
             await asyncio.sleep(0.005)
         # Open keep-alive connections get a short grace in which any request still gets a
         # clean 503 + Connection: close instead of a closed socket.
@@ -956,10 +956,10 @@ def _timeout_us(headers: dict[bytes, bytes], parameter: int | None) -> int | Non
     raw = headers.get(b"inference-timeout-us")
     if raw is None:
         return parameter
-    if not raw.isdigit() or len(raw) > 18:
+    if not raw.isdigit() or len(raw) > 19 or int(raw) >= 2**63:
         raise InputError(
             f"Inference-Timeout-Us {_text(raw)!r} is not a number of microseconds; "
-            "give a non-negative integer (0: the server default)"
+            "give a non-negative integer below 2**63 (0: the server default)"
         )
     given = [t for t in (int(raw), parameter) if t]
     return min(given) if given else None

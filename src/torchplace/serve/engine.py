@@ -505,6 +505,7 @@ class Engine:
             except OverloadedError as exc:
                 raise self._count(exc) from None
             return (pending,)
+        self._check_chunks(rows, level)
         pendings = [
             Pending(chunk, n, Ticket(), level=level, caller=caller, arrived=began)
             for chunk, n in self._chunks(inputs, rows)
@@ -537,6 +538,17 @@ class Engine:
             if not ok:
                 self._withdraw(pendings)
         self.statistics.request(ok, time.perf_counter() - began)
+
+    def _check_chunks(self, rows: int, level: int) -> None:
+        """Refuse (413) a request whose chunks could never all wait in its level's queue,
+        however empty: each chunk counts against the queue limit as a request does."""
+        limit = self.policy.limits[level]
+        if -(-rows // self.max_batch_size) > limit:
+            raise PayloadTooLargeError(
+                f"a request of {rows} rows runs as chunks of {self.max_batch_size} rows "
+                f"(--max-batch-size), more than the {limit} its priority level's queue holds "
+                f"(--max-queue); send at most {limit * self.max_batch_size} rows at once"
+            )
 
     def _chunks(
         self, inputs: Mapping[str, np.ndarray], rows: int
@@ -595,6 +607,10 @@ class Engine:
         for pending in queued:
             if batcher is not None:
                 batcher.discard(pending)
+        self._count_drop("deadline")
+        for pending in queued:
+            if pending.future.done():  # a chunk's error already withdrew the request's others
+                continue
             pending.future.set_exception(
                 DeadlineExceededError(
                     "Request timeout expired: the request's deadline passed while it was "
@@ -603,7 +619,6 @@ class Engine:
                     "deadline; or retry)"
                 )
             )
-        self._count_drop("deadline")
 
     def _count_drop(self, cls: str) -> None:
         self._device_metrics[self.default_label].errors[cls].inc()

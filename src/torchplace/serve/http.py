@@ -868,6 +868,11 @@ class _Connection(asyncio.Protocol):
         ):
             transport.close()
 
+    def unsent(self) -> bool:
+        """Answers written that are still in the transport's buffer (lost if it closed now)."""
+        transport = self._transport
+        return transport is not None and transport.get_write_buffer_size() > 0
+
     def close_if_idle(self) -> None:
         if self._transport is not None and not self._busy and not self._pending:
             self._transport.close()
@@ -982,6 +987,11 @@ class HttpServer:
         for conn in list(self.connections):
             conn.tick(now)
         self._ticker = asyncio.get_running_loop().call_later(1.0, self._tick)
+
+    @property
+    def unsent(self) -> bool:
+        """Some connection still has answers in its transport's buffer (a slow reader)."""
+        return any(conn.unsent() for conn in self.connections)
 
     def stop_accepting(self) -> None:
         """Close the listening socket at once; open connections stay."""
