@@ -629,3 +629,34 @@ def test_a_value_computed_from_the_copy_is_not_the_output() -> None:
         "probs += batch_probs.tolist()", "probs += [p * 2 for p in batch_probs.tolist()]"
     )
     assert [f.line for f in lint_source(source, "eval.py", select={"TPL201"})] == [14]
+
+
+READ_BEFORE_MOVE = """\
+import torch
+from feats import extract
+
+
+def run(data_list, device, model):
+    meta = {}
+    out = []
+    for beg in range(0, len(data_list), 4):
+        speech, lengths = extract(data_list[beg : beg + 4])
+        meta["seconds"] = lengths.sum().item() / 100
+        speech, lengths = speech.to(device), lengths.to(device)
+        out.append(model(speech, lengths))
+    return out, meta
+"""
+
+
+def test_a_value_read_before_the_step_moves_it_is_on_the_host() -> None:
+    assert lint_source(READ_BEFORE_MOVE, "frontend.py", select={"TPL201"}) == []
+
+
+def test_a_value_read_after_the_step_moves_it_is_reported() -> None:
+    source = READ_BEFORE_MOVE.replace(
+        '        meta["seconds"] = lengths.sum().item() / 100\n'
+        "        speech, lengths = speech.to(device), lengths.to(device)\n",
+        "        speech, lengths = speech.to(device), lengths.to(device)\n"
+        '        meta["seconds"] = lengths.sum().item() / 100\n',
+    )
+    assert [f.line for f in lint_source(source, "frontend.py", select={"TPL201"})] == [11]

@@ -128,7 +128,25 @@ def _nccl_group(call: ast.Call) -> bool:
     backend = next((kw.value for kw in call.keywords if kw.arg == "backend"), None)
     if backend is None and call.args:
         backend = call.args[0]
-    return isinstance(backend, ast.Constant) and backend.value == "nccl"
+    return _is_nccl(backend) or _defaults_to_nccl(backend)
+
+
+def _is_nccl(node: ast.expr | None) -> bool:
+    return isinstance(node, ast.Constant) and node.value == "nccl"
+
+
+def _defaults_to_nccl(node: ast.expr | None) -> bool:
+    """``kwargs.get("backend", "nccl")``, ``getattr(args, "backend", "nccl")``: a setting whose
+    default is NCCL, so the script is written for CUDA (another backend is a deliberate
+    override)."""
+    if not isinstance(node, ast.Call) or node.keywords:
+        return False
+    func = node.func
+    if isinstance(func, ast.Attribute) and func.attr == "get" and len(node.args) == 2:
+        return _is_nccl(node.args[1])
+    if isinstance(func, ast.Name) and func.id == "getattr" and len(node.args) == 3:
+        return _is_nccl(node.args[2])
+    return False
 
 
 def _is_cuda(node: ast.expr) -> bool:

@@ -21,7 +21,7 @@ from torchplace.lint.base import (
     loop_items,
     names_in,
 )
-from torchplace.lint.nodes import walk
+from torchplace.lint.nodes import walk, walk_body
 from torchplace.lint.provenance import Fact, FileFacts, file_facts, scope_node
 from torchplace.lint.provenance.callers import engine_step
 from torchplace.lint.provenance.loops import _few_constants, feeds_back, rare_test
@@ -915,6 +915,8 @@ def _check(
     if fact is not None and fact.where == "host":
         return False
     text = _text(receiver, ctx)
+    if fact is None and step is not None and _read_before_its_move(receiver, read or node, ctx):
+        return False  # the step moves this value only after the read: it is read on the host
     if step is not None:
         return _in_loop(node, what, text, fact, step, ctx, explicit=explicit, bulk=bulk, read=read)
     assert per_batch is not None
@@ -943,6 +945,71 @@ def _check(
         f"for the device ({cause}); {_ADVICE}",
     )
     return True
+
+
+def _read_before_its_move(receiver: ast.expr, read: ast.AST, ctx: Context) -> bool:
+    """``speech, lengths = extract(data)``, ``n = lengths.sum().item()``, then ``lengths =
+    lengths.to(device)``: the innermost loop binds the read name itself above the read (not by
+    a move) and moves it only below, so at the read it still holds this step's host value."""
+    root = receiver
+    while isinstance(root, (ast.Attribute, ast.Subscript, ast.Call)):
+        root = root.func if isinstance(root, ast.Call) else root.value
+    loops = ctx.loops()
+    line = getattr(read, "lineno", None)
+    if not (isinstance(root, ast.Name) and loops and line is not None):
+        return False
+    name, loop = root.id, loops[-1]
+    bound = isinstance(loop, (ast.For, ast.AsyncFor)) and name in names_in(loop.target)
+    moved_after = False
+    for sub in walk_body(getattr(loop, "body", [])):
+        if isinstance(sub, (ast.AugAssign, ast.AnnAssign, ast.NamedExpr)):
+            if name in names_in(sub.target):
+                return False  # rebound some other way: not worth following
+            continue
+        if not isinstance(sub, ast.Assign):
+            continue
+        for target in sub.targets:
+            for part, value in _paired(target, sub.value):
+                if not (isinstance(part, ast.Name) and part.id == name):
+                    if name in names_in(part):
+                        return False
+                    continue
+                if value is not None and _moves_itself(value, name):
+                    if sub.lineno <= line:
+                        return False  # moved above the read
+                    moved_after = True
+                elif sub.lineno < line:
+                    bound = True
+    return bound and moved_after
+
+
+def _paired(target: ast.expr, value: ast.expr) -> list[tuple[ast.expr, ast.expr | None]]:
+    """``a, b = x, y`` as ``(a, x), (b, y)``; a target whose value is not spelled out gets
+    None."""
+    if isinstance(target, (ast.Tuple, ast.List)):
+        if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts):
+            return [p for t, v in zip(target.elts, value.elts, strict=True) for p in _paired(t, v)]
+        return [(elt, None) for elt in target.elts]
+    return [(target, value)]
+
+
+def _moves_itself(value: ast.expr, name: str) -> bool:
+    """``x.to(device)``, ``x.cuda()`` (also ``x.float().to(device)``) of the name ``name``."""
+    if not (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr in {"to", "cuda"}
+        and not any(_is_cpu_arg(arg) for arg in [*value.args, *(k.value for k in value.keywords)])
+    ):
+        return False
+    inner: ast.expr = value.func.value
+    while isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute):
+        inner = inner.func.value
+    return isinstance(inner, ast.Name) and inner.id == name
+
+
+def _is_cpu_arg(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value == "cpu"
 
 
 def _per_element(ctx: Context, line: int | None) -> bool:

@@ -34,6 +34,10 @@ UNSYNCED_TIMING = Rule(
 )
 
 _NOT_WORK = frozenset({"print", "len", "range", "append", "info", "debug", "warning", "format"})
+# Tensor metadata, kept on the host: reading it launches no device work (``tuple(y[0].shape)``,
+# ``y.size(0)``).
+_METADATA_ATTRS = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "layout"})
+_METADATA_METHODS = frozenset({"size", "dim", "ndimension", "numel", "nelement", "get_device"})
 
 
 def _assign(node: ast.Assign, ctx: Context) -> None:
@@ -472,14 +476,30 @@ def _uses(call: ast.Call, placed: set[str], ctx: Context) -> bool:
         while isinstance(root, ast.Attribute):
             root = root.value
         if isinstance(root, ast.Name) and root.id in placed:
-            return True
+            return func.attr not in _METADATA_METHODS
         name = ctx.qualname(func)
         if name is None or not name.startswith("torch.") or name.startswith("torch.cuda."):
             return False
         operands = [*call.args, *(kw.value for kw in call.keywords)]
     else:
         return False
-    return any(isinstance(n, ast.Name) and n.id in placed for op in operands for n in walk(op))
+    return any(n.id in placed for op in operands for n in _operand_names(op))
+
+
+def _operand_names(node: ast.AST) -> list[ast.Name]:
+    """The names an operand computes with, less those it only reads metadata of
+    (``y[0].shape``, ``x.size(0)``, ``x.dtype``)."""
+    if isinstance(node, ast.Attribute) and node.attr in _METADATA_ATTRS:
+        return []
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in _METADATA_METHODS
+    ):
+        return []
+    if isinstance(node, ast.Name):
+        return [node]
+    return [n for child in children(node) for n in _operand_names(child)]
 
 
 def _device_names(scope: Scope, ctx: Context, line: int) -> set[str]:
