@@ -71,6 +71,14 @@ def exchange(port: int, payload: bytes) -> bytes:
     return b"".join(chunks)
 
 
+def answer_of(port: int, payload: bytes) -> tuple[int, bytes]:
+    """The status and body of the one answer to ``payload`` (a fresh connection)."""
+    reply = exchange(port, payload)
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 "), reply[:200]
+    return int(head[9:12]), body
+
+
 @dataclass
 class FakeEngine:
     """Stands in for torchplace.serve.engine.Engine: runs an embedded model in the loop."""

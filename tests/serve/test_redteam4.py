@@ -24,18 +24,10 @@ from torchplace.serve.loader import load_model
 from torchplace.serve.memory import MemoryCheck, estimate
 from torchplace.serve.running import ServerThread
 
-from .conftest import exchange, raw_request, seed_input, test_config
+from .conftest import answer_of, exchange, raw_request, seed_input, test_config
 from .repository_helpers import infer_body, write_model
 
 _GOOD = orjson.dumps({"inputs": [seed_input()]})
-
-
-def _answer(port: int, payload: bytes) -> tuple[int, bytes]:
-    """The status and body of the one answer to ``payload`` (a fresh connection)."""
-    reply = exchange(port, payload)
-    head, _, body = reply.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 "), reply[:200]
-    return int(head[9:12]), body
 
 
 def _app(server: ServerThread) -> App:
@@ -80,7 +72,7 @@ def test_loads_sent_together_cannot_overrun_the_memory_budget(
 
         def load(name: str) -> None:
             path = f"/v2/repository/models/{name}/load".encode()
-            answers[name] = _answer(server.port, raw_request(b"{}", path=path))
+            answers[name] = answer_of(server.port, raw_request(b"{}", path=path))
 
         threads = [threading.Thread(target=load, args=(name,)) for name in "abc"]
         for thread in threads:
@@ -94,7 +86,7 @@ def test_loads_sent_together_cannot_overrun_the_memory_budget(
         reserved = _app(server).control.memory.reserved
         assert sum(r["cpu"] for r in reserved.values()) <= budget, reserved
         (served,) = _app(server).registry.names()
-        status, body = _answer(
+        status, body = answer_of(
             server.port,
             raw_request(orjson.dumps(infer_body()), path=f"/v2/models/{served}/infer".encode()),
         )
@@ -132,7 +124,7 @@ def test_a_load_that_fails_to_start_gives_its_reservation_back(
     config = test_config(device="cpu", model_repository=tmp_path, model_control_mode="explicit")
     with ServerThread(config) as server:
         monkeypatch.setattr(Engine, "start", broken)
-        status, body = _answer(
+        status, body = answer_of(
             server.port, raw_request(b"{}", path=b"/v2/repository/models/a/load")
         )
         assert status == 400 or status >= 500, body
@@ -162,7 +154,7 @@ def test_a_model_with_a_long_name_loads_over_rest(long_named: ServerThread) -> N
     of a model named with 230 characters looked for 'mmm...' and answered 404, though gRPC
     loads it."""
     path = f"/v2/repository/models/{_LONG}/load".encode()
-    status, body = _answer(long_named.port, raw_request(b"{}", path=path))
+    status, body = answer_of(long_named.port, raw_request(b"{}", path=path))
     assert status == 200, body
     assert _LONG in _app(long_named).registry.names()
 
@@ -178,17 +170,17 @@ def test_a_model_with_a_long_name_loads_over_rest(long_named: ServerThread) -> N
 )
 def test_a_long_model_name_is_routed_whole(long_named: ServerThread, route: str) -> None:
     load = f"/v2/repository/models/{_LONG}/load".encode()
-    assert _answer(long_named.port, raw_request(b"{}", path=load))[0] == 200
-    status, body = _answer(long_named.port, raw_request(_GOOD, path=route.encode()))
+    assert answer_of(long_named.port, raw_request(b"{}", path=load))[0] == 200
+    status, body = answer_of(long_named.port, raw_request(_GOOD, path=route.encode()))
     assert status == 200, body
     assert orjson.loads(body)["model_name"] == _LONG
 
 
 def test_a_long_model_name_is_routed_whole_over_v1(long_named: ServerThread) -> None:
     load = f"/v2/repository/models/{_LONG}/load".encode()
-    assert _answer(long_named.port, raw_request(b"{}", path=load))[0] == 200
+    assert answer_of(long_named.port, raw_request(b"{}", path=load))[0] == 200
     body = orjson.dumps({"instances": [[0.5] * 8]})
-    status, answer = _answer(
+    status, answer = answer_of(
         long_named.port, raw_request(body, path=f"/v1/models/{_LONG}:predict".encode())
     )
     assert status == 200, answer
@@ -207,16 +199,18 @@ def test_a_region_with_a_long_name_is_registered_under_that_name(
     prefix = f"/v2/systemsharedmemory/region/{region}".encode()
     try:
         register = orjson.dumps({"key": f"/{key}", "offset": 0, "byte_size": 64})
-        status, answer = _answer(long_named.port, raw_request(register, path=prefix + b"/register"))
+        status, answer = answer_of(
+            long_named.port, raw_request(register, path=prefix + b"/register")
+        )
         assert status == 200, answer
-        status, answer = _answer(
+        status, answer = answer_of(
             long_named.port, raw_request(b"", method=b"GET", path=prefix + b"/status")
         )
         assert status == 200, answer
         assert [r["name"] for r in orjson.loads(answer)] == [region]
-        status, answer = _answer(long_named.port, raw_request(b"", path=prefix + b"/unregister"))
+        status, answer = answer_of(long_named.port, raw_request(b"", path=prefix + b"/unregister"))
         assert status == 200, answer
-        status, answer = _answer(
+        status, answer = answer_of(
             long_named.port,
             raw_request(b"", method=b"GET", path=b"/v2/systemsharedmemory/status"),
         )
@@ -263,11 +257,11 @@ def test_a_load_longer_than_the_request_timeout_is_answered_when_done(
         request_timeout_s=1.0,
     )  # fmt: skip
     with ServerThread(config) as server:
-        status, body = _answer(
+        status, body = answer_of(
             server.port, raw_request(b"{}", path=b"/v2/repository/models/a/load")
         )
         assert status == 200, body
-        status, body = _answer(server.port, raw_request(_GOOD, path=b"/v2/models/a/infer"))
+        status, body = answer_of(server.port, raw_request(_GOOD, path=b"/v2/models/a/infer"))
         assert status == 200, body
 
 

@@ -20,18 +20,10 @@ from torchplace.serve.protocol import decode_infer_request
 from torchplace.serve.repository import triton_settings
 from torchplace.serve.running import ServerThread
 
-from .conftest import StartServer, exchange, raw_request, seed_input
+from .conftest import StartServer, answer_of, raw_request, seed_input
 from .repository_helpers import explicit_repository, infer_body
 
 _GOOD = orjson.dumps({"inputs": [seed_input()]})
-
-
-def _answer(port: int, payload: bytes) -> tuple[int, bytes]:
-    """The status and body of the one answer to ``payload`` (a fresh connection)."""
-    reply = exchange(port, payload)
-    head, _, body = reply.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 "), reply[:200]
-    return int(head[9:12]), body
 
 
 @pytest.fixture(autouse=True)
@@ -40,7 +32,7 @@ def _still_serving(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     if "hostile_server" in request.fixturenames:
         port = request.getfixturevalue("hostile_server").port
-        status, body = _answer(port, raw_request(_GOOD))
+        status, body = answer_of(port, raw_request(_GOOD))
         assert status == 200, body
 
 
@@ -62,10 +54,10 @@ def test_an_encoded_slash_does_not_reach_the_repository_routes(
     ``/v2%2Frepository/models/b/unload`` unloaded model b. URIs that differ by a reserved
     character and its percent-encoding are not equivalent (RFC 3986, 2.2), and a proxy that
     guards ``/v2/repository/`` by prefix lets that path through."""
-    status, body = _answer(repository_server.port, raw_request(b"{}", path=path))
+    status, body = answer_of(repository_server.port, raw_request(b"{}", path=path))
     assert status == 404, body
     assert b"no route" in body
-    status, body = _answer(
+    status, body = answer_of(
         repository_server.port,
         raw_request(orjson.dumps(infer_body()), path=b"/v2/models/b/infer"),
     )
@@ -76,11 +68,11 @@ def test_an_encoded_slash_in_a_model_name_is_part_of_the_name(
     hostile_server: ServerThread,
 ) -> None:
     path = b"/v2/models/seed-mlp%2Finfer"
-    status, body = _answer(hostile_server.port, raw_request(_GOOD, path=path))
+    status, body = answer_of(hostile_server.port, raw_request(_GOOD, path=path))
     assert status == 404, body
     assert b"'seed-mlp/infer' is not found" in body
     for encoded in (b"/v2/models/seed%2Dmlp/infer", b"/v2/models/seed-mlp/%69nfer/"):
-        status, body = _answer(hostile_server.port, raw_request(_GOOD, path=encoded))
+        status, body = answer_of(hostile_server.port, raw_request(_GOOD, path=encoded))
         assert status == 200, body  # other encoded characters still mean themselves
 
 
@@ -90,7 +82,7 @@ def test_a_host_header_with_an_invalid_value_is_400(
     hostile_server: ServerThread, host: bytes
 ) -> None:
     payload = raw_request(b"", method=b"GET", path=b"/v2/health/ready", headers={b"Host": host})
-    status, body = _answer(hostile_server.port, payload)
+    status, body = answer_of(hostile_server.port, payload)
     assert status == 400, body
     assert b"is not a valid host and optional port" in body
 
@@ -98,7 +90,7 @@ def test_a_host_header_with_an_invalid_value_is_400(
 @pytest.mark.parametrize("host", [b"localhost", b"127.0.0.1:8000", b"[::1]:8000", b"", b"a_b."])
 def test_a_valid_host_header_is_served(hostile_server: ServerThread, host: bytes) -> None:
     payload = raw_request(b"", method=b"GET", path=b"/v2/health/ready", headers={b"Host": host})
-    assert _answer(hostile_server.port, payload)[0] == 200
+    assert answer_of(hostile_server.port, payload)[0] == 200
 
 
 # -- the health probes are public with a trailing slash too ----------------------------------
@@ -121,7 +113,7 @@ def test_a_health_probe_with_a_trailing_slash_needs_no_token(
 def test_an_empty_v1_body_is_told_to_send_a_v1_request(hostile_server: ServerThread) -> None:
     """It was told to send "an OIP inference request object", which V1 is not."""
     payload = raw_request(b"", path=b"/v1/models/seed-mlp:predict")
-    status, body = _answer(hostile_server.port, payload)
+    status, body = answer_of(hostile_server.port, payload)
     assert status == 400, body
     assert b'{\\"instances\\": [...]}' in body
     assert b"OIP" not in body
@@ -182,7 +174,7 @@ def test_a_load_with_a_lone_surrogate_in_its_config_is_told_so(
     allowed" (or a UnicodeEncodeError), a codec's words for the client's config."""
     config = '{"input": [{"name": "\\udc00", "data_type": "TYPE_FP32", "dims": [8]}]}'
     body = orjson.dumps({"parameters": {"config": config}})
-    status, answer = _answer(
+    status, answer = answer_of(
         repository_server.port, raw_request(body, path=b"/v2/repository/models/b/load")
     )
     assert status == 400, answer
