@@ -83,6 +83,37 @@ def test_a_tested_gpu_option_is_a_choice_and_the_load_is_reported() -> None:
     assert [f.line for f in lint_source(tested, "train.py", select={"TPL401"})] == [15]
 
 
+# --- a script that demands CUDA (`assert torch.cuda.is_available()`) has no CPU path ---
+
+DEMANDS_CUDA = """\
+import torch
+
+assert torch.cuda.is_available(), "Error: CUDA not found!"
+net = Net()
+net.load_state_dict(torch.load("./checkpoint/ckpt.pth", weights_only=True))
+net = torch.nn.DataParallel(net, device_ids=range(torch.cuda.device_count()))
+net.cuda()
+"""
+
+
+def test_an_assert_that_cuda_is_available_leaves_a_cuda_only_script() -> None:
+    assert not lint_source(DEMANDS_CUDA, "train.py", select={"TPL401"})
+
+
+def test_a_cuda_availability_test_that_chooses_is_still_a_cpu_path() -> None:
+    choosing = DEMANDS_CUDA.replace(
+        'assert torch.cuda.is_available(), "Error: CUDA not found!"\n', ""
+    ).replace("net.cuda()", "if torch.cuda.is_available():\n    net.cuda()")
+    assert [f.line for f in lint_source(choosing, "train.py", select={"TPL401"})] == [4]
+
+
+def test_a_gpu_count_tested_in_a_condition_is_still_a_cpu_path() -> None:
+    choosing = DEMANDS_CUDA.replace(
+        'assert torch.cuda.is_available(), "Error: CUDA not found!"\n', ""
+    ).replace("net.cuda()", "if torch.cuda.device_count() > 0:\n    net.cuda()")
+    assert [f.line for f in lint_source(choosing, "train.py", select={"TPL401"})] == [4]
+
+
 USE_CPU = """\
 import argparse
 import torch

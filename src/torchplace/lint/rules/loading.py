@@ -315,6 +315,26 @@ _RANKS = re.compile(r"rank|world_size|distributed")
 _CUDA_CHOICE = re.compile(r"--cuda|use_gpu|\.cuda\b(?!\()")
 
 
+# `assert torch.cuda.is_available()` demands CUDA, and `torch.cuda.device_count()` (any
+# `torch.cuda.<name>` but `is_available`) on a line that tests nothing only asks about the GPUs
+# (`device_ids=range(torch.cuda.device_count())`): neither is a CPU path. In a test
+# (`if torch.cuda.device_count() > 0:`) it chooses.
+_CUDA_DEMAND = re.compile(r"^[ \t]*assert[ \t]+torch\.cuda\.is_available\(\)", re.MULTILINE)
+_CUDA_QUERY = re.compile(r"\btorch\.cuda\.(?!is_available\b)\w+")
+_TESTS = re.compile(r"\b(?:if|elif|else|while|and|or|not)\b|[<>]|[=!]=")
+
+
+def _no_cuda_queries(source: str) -> str:
+    """The source without what does not choose CUDA or not: an ``assert`` that CUDA is
+    available (the script stops without it) and ``torch.cuda`` queries (``device_count()``)
+    on lines that test nothing."""
+    lines = _CUDA_DEMAND.sub("", source).splitlines()
+    return "\n".join(
+        line if _TESTS.search(_CUDA_QUERY.sub("", line)) else _CUDA_QUERY.sub("", line)
+        for line in lines
+    )
+
+
 def _may_load_elsewhere(ctx: Context) -> bool:
     """The file can run where the checkpoint was not saved: it falls back to the CPU, runs one
     process per GPU, or is a library whose callers choose the device (no code pins one). A
@@ -326,7 +346,9 @@ def _may_load_elsewhere(ctx: Context) -> bool:
         source = ctx.source
         literal = re.search(r"""(device\s*=\s*|torch\.device\()["']cuda(:0)?["']""", source)
         bare = ".cuda()" in source and not (
-            _RANKS.search(source) or _CUDA_CHOICE.search(source) or _gpu_choice(ctx)
+            _RANKS.search(source)
+            or _CUDA_CHOICE.search(_no_cuda_queries(source))
+            or _gpu_choice(ctx)
         )
         pinned = literal is not None or bare
         cached = scope.cache["loads-elsewhere"] = bool(_FALLBACK.search(source)) or not pinned
