@@ -28,6 +28,7 @@ __all__ = [
     "Rule",
     "Scope",
     "at_method",
+    "bindings",
     "call_name",
     "has_star_kwargs",
     "keyword",
@@ -151,6 +152,44 @@ def at_method(call: ast.Call) -> ast.AST:
     return spot
 
 
+def bindings(node: ast.AST) -> dict[str, list[ast.expr | None]]:
+    """Every name bound in ``node``'s own body (a function's parameters too) -> the values
+    assigned to it (None where it is not one plain value: a loop's target, an unpacking, an
+    augmented assignment, an import)."""
+    found: dict[str, list[ast.expr | None]] = {}
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        args = node.args
+        for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
+            found.setdefault(arg.arg, []).append(None)
+        for extra in (args.vararg, args.kwarg):
+            if extra is not None:
+                found.setdefault(extra.arg, []).append(None)
+    for sub in own_nodes(node):
+        if sub.__class__ not in _BINDS:
+            continue
+        if isinstance(sub, ast.Assign):
+            for target in sub.targets:
+                if isinstance(target, ast.Name):
+                    found.setdefault(target.id, []).append(sub.value)
+                else:
+                    for name in names_in(target):
+                        found.setdefault(name, []).append(None)
+        elif isinstance(sub, ast.AnnAssign) and isinstance(sub.target, ast.Name):
+            found.setdefault(sub.target.id, []).append(sub.value)
+        elif isinstance(sub, (ast.AugAssign, ast.For, ast.AsyncFor)):
+            for name in names_in(sub.target):
+                found.setdefault(name, []).append(None)
+        elif isinstance(sub, ast.withitem) and sub.optional_vars is not None:
+            for name in names_in(sub.optional_vars):
+                found.setdefault(name, []).append(None)
+        elif isinstance(sub, ast.NamedExpr):
+            found.setdefault(sub.target.id, []).append(sub.value)
+        elif isinstance(sub, (ast.Import, ast.ImportFrom)):
+            for alias in sub.names:
+                found.setdefault((alias.asname or alias.name).split(".")[0], []).append(None)
+    return found
+
+
 def names_in(node: ast.AST) -> set[str]:
     """Every plain name read anywhere inside ``node``."""
     return {n.id for n in walk(node) if isinstance(n, ast.Name)}
@@ -252,42 +291,9 @@ class Context:
     def scope_bindings(self, scope: Scope) -> dict[str, list[ast.expr | None]]:
         """Every name bound in ``scope``'s own body -> the values assigned (None: not plain)."""
         cached: dict[str, list[ast.expr | None]] | None = scope.cache.get("bindings")
-        if cached is not None:
-            return cached
-        found: dict[str, list[ast.expr | None]] = {}
-        node = scope.node
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            args = node.args
-            for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
-                found.setdefault(arg.arg, []).append(None)
-            for extra in (args.vararg, args.kwarg):
-                if extra is not None:
-                    found.setdefault(extra.arg, []).append(None)
-        for sub in own_nodes(node):
-            if sub.__class__ not in _BINDS:
-                continue
-            if isinstance(sub, ast.Assign):
-                for target in sub.targets:
-                    if isinstance(target, ast.Name):
-                        found.setdefault(target.id, []).append(sub.value)
-                    else:
-                        for name in names_in(target):
-                            found.setdefault(name, []).append(None)
-            elif isinstance(sub, ast.AnnAssign) and isinstance(sub.target, ast.Name):
-                found.setdefault(sub.target.id, []).append(sub.value)
-            elif isinstance(sub, (ast.AugAssign, ast.For, ast.AsyncFor)):
-                for name in names_in(sub.target):
-                    found.setdefault(name, []).append(None)
-            elif isinstance(sub, ast.withitem) and sub.optional_vars is not None:
-                for name in names_in(sub.optional_vars):
-                    found.setdefault(name, []).append(None)
-            elif isinstance(sub, ast.NamedExpr):
-                found.setdefault(sub.target.id, []).append(sub.value)
-            elif isinstance(sub, (ast.Import, ast.ImportFrom)):
-                for alias in sub.names:
-                    found.setdefault((alias.asname or alias.name).split(".")[0], []).append(None)
-        scope.cache["bindings"] = found
-        return found
+        if cached is None:
+            cached = scope.cache["bindings"] = bindings(scope.node)
+        return cached
 
     def param_annotation(self, scope: Scope, name: str) -> ast.expr | None:
         """The annotation of parameter ``name`` of a function scope, if any."""

@@ -162,8 +162,7 @@ _GROWS = frozenset({"append", "extend", "insert", "add", "update", "setdefault",
 def _walks_layers(facts: FileFacts, it: ast.expr) -> bool:
     """``it`` is a model's container of layers (``model.layers``, ``enumerate(self.blocks)``,
     an attribute the file sets to an ``nn.Sequential``/``nn.ModuleList``/``nn.ModuleDict``)."""
-    while isinstance(it, ast.Call) and dotted_name(it.func) in _WRAPPERS and it.args:
-        it = it.args[0]
+    it = _unwrapped(it)
     return isinstance(it, ast.Attribute) and it.attr in facts.layer_lists
 
 
@@ -319,14 +318,19 @@ def _loader_for_device(fact: Fact, text: str) -> bool:
 _WRAPPERS = frozenset({"enumerate", "tqdm", "tqdm.tqdm", "iter"})
 
 
+def _unwrapped(it: ast.expr) -> ast.expr:
+    """What a loop steps through under its wrappers: ``loader`` of ``enumerate(tqdm(loader))``."""
+    while isinstance(it, ast.Call) and dotted_name(it.func) in _WRAPPERS and it.args:
+        it = it.args[0]
+    return it
+
+
 def _names_loader(it: ast.expr) -> bool:
     """``train_dataloader``, ``self.eval_dl``: a name for a data loader, which yields batches.
     A loader that ``accelerator.prepare(model, optimizer, loader)`` hands back with a model
     already on the device shares the model's fact; stepping through it is a batch loop, not a
     walk over the rows of a tensor."""
-    while isinstance(it, ast.Call) and dotted_name(it.func) in _WRAPPERS and it.args:
-        it = it.args[0]  # enumerate(train_dataloader), tqdm(loader)
-    name = dotted_name(it)
+    name = dotted_name(_unwrapped(it))
     if name is None:
         return False
     last = name.rsplit(".", 1)[-1].lower()

@@ -11,6 +11,7 @@ import ast
 from dataclasses import dataclass
 from typing import Literal
 
+from torchplace.lint.base import bindings
 from torchplace.lint.nodes import own_nodes, walk
 from torchplace.lint.resolver import dotted_name
 
@@ -317,32 +318,8 @@ def iterates_keys(iterable: ast.expr, scope: ast.AST) -> bool:
         return isinstance(func, ast.Attribute) and func.attr == "keys" and not iterable.args
     if not isinstance(iterable, ast.Name):
         return False
-    values = _bindings_of(scope, iterable.id)
+    values = bindings(scope).get(iterable.id, [])
     return bool(values) and all(isinstance(v, (ast.Dict, ast.DictComp)) for v in values)
-
-
-def _bindings_of(scope: ast.AST, name: str) -> list[ast.expr | None]:
-    """The values ``scope``'s own statements bind to ``name`` (None for a binding by a loop,
-    an unpacking, an augmented assignment or an import, whose value is not one expression)."""
-    values: list[ast.expr | None] = []
-    for sub in own_nodes(scope):
-        if isinstance(sub, ast.Assign):
-            for target in sub.targets:
-                if isinstance(target, ast.Name) and target.id == name:
-                    values.append(sub.value)
-                elif name in _names(target):
-                    values.append(None)
-        elif isinstance(sub, (ast.AnnAssign, ast.AugAssign)) and name in _names(sub.target):
-            plain = isinstance(sub, ast.AnnAssign) and isinstance(sub.target, ast.Name)
-            values.append(sub.value if plain else None)
-        elif isinstance(sub, (ast.For, ast.AsyncFor, ast.comprehension, ast.NamedExpr)):
-            if name in _names(sub.target):
-                values.append(None)
-        elif isinstance(sub, (ast.With, ast.AsyncWith)) and any(
-            i.optional_vars is not None and name in _names(i.optional_vars) for i in sub.items
-        ):
-            values.append(None)
-    return values
 
 
 def _decodes_text(func: ast.Attribute) -> bool:

@@ -13,7 +13,7 @@ from typing import Literal
 from torchplace.lint.base import Context, Scope, call_name, keyword
 from torchplace.lint.nodes import children, subtree, walk
 from torchplace.lint.resolver import dotted_name
-from torchplace.lint.rules.facts import PLACEMENT_API, is_tensor_annotation
+from torchplace.lint.rules.facts import PLACEMENT_API, is_tensor_annotation, only_used_by
 
 __all__ = ["COMBINERS", "HOST_CASTS", "matched_to_parameter"]
 
@@ -429,13 +429,7 @@ def _serves_host_code(name: str, tree: ast.AST, ctx: Context, depth: int) -> boo
     """A module-level function the file uses only in host-data code (``mix_samples(wav, ...)``
     called by a dataset's ``collater``), directly or through other such functions: it works
     on the CPU batch that code builds."""
-    users = [
-        stmt
-        for stmt in getattr(tree, "body", [])
-        if not (isinstance(stmt, ast.FunctionDef) and stmt.name == name)
-        and any(isinstance(n, ast.Name) and n.id == name for n in walk(stmt))
-    ]
-    return bool(users) and all(_host_user(stmt, tree, ctx, depth) for stmt in users)
+    return only_used_by(name, tree, lambda stmt: _host_user(stmt, tree, ctx, depth))
 
 
 def _host_user(stmt: ast.stmt, tree: ast.AST, ctx: Context, depth: int) -> bool:

@@ -37,6 +37,7 @@ __all__ = [
     "main_test",
     "mentions",
     "moves_to_device",
+    "only_used_by",
     "receiver_root",
 ]
 
@@ -616,3 +617,15 @@ def loop_bound_names(loop: ast.AST, ctx: Context) -> set[str]:
         names |= names_in(target)
     ctx.scope.cache[key] = names
     return names
+
+
+def only_used_by(name: str, tree: ast.AST, user: Callable[[ast.stmt], bool]) -> bool:
+    """Every module-level statement of ``tree`` that names ``name`` (its own ``def`` aside) is
+    one ``user`` accepts, and there is one: a helper used only by dataset code, say."""
+    users = [
+        stmt
+        for stmt in getattr(tree, "body", [])
+        if not (isinstance(stmt, ast.FunctionDef) and stmt.name == name)
+        and any(isinstance(n, ast.Name) and n.id == name for n in walk(stmt))
+    ]
+    return bool(users) and all(user(stmt) for stmt in users)

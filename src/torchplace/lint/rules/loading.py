@@ -21,7 +21,7 @@ from torchplace.lint.nodes import own_nodes, walk
 from torchplace.lint.provenance import file_facts
 from torchplace.lint.provenance.callers import call_sites
 from torchplace.lint.resolver import dotted_name
-from torchplace.lint.rules.facts import in_test, loop_bound_names, receiver_root
+from torchplace.lint.rules.facts import in_test, loop_bound_names, only_used_by, receiver_root
 from torchplace.lint.rules.model_loads import LOADERS, Load, in_tree, is_loader, load_behind
 
 __all__ = ["FAMILY"]
@@ -221,13 +221,7 @@ def _in_dataset(ctx: Context) -> bool:
 def _serves_datasets(name: str, tree: ast.AST, ctx: Context, depth: int) -> bool:
     """A module-level function the file uses only inside its ``Dataset`` classes, directly or
     through other such functions (``load_image(f)`` called by ``__getitem__``): dataset code."""
-    users = [
-        stmt
-        for stmt in getattr(tree, "body", [])
-        if not (isinstance(stmt, ast.FunctionDef) and stmt.name == name)
-        and any(isinstance(n, ast.Name) and n.id == name for n in walk(stmt))
-    ]
-    return bool(users) and all(_dataset_user(stmt, tree, ctx, depth) for stmt in users)
+    return only_used_by(name, tree, lambda stmt: _dataset_user(stmt, tree, ctx, depth))
 
 
 def _dataset_user(stmt: ast.stmt, tree: ast.AST, ctx: Context, depth: int) -> bool:
