@@ -265,6 +265,29 @@ def test_timeout_parameter_and_header_answer_504_over_http(
     assert _errors(engine, "deadline") == 2
 
 
+def test_a_request_the_server_timed_out_is_dropped_as_a_deadline_not_a_cancel() -> None:
+    gate = Gate()
+    engine = Engine(loaded(gate), [CPU], max_batch_size=1, max_delay_ms=0.0)
+    config = test_config(device="cpu", request_timeout_s=0.3)
+    thread = ServerThread(config, engine=engine).start(timeout=60)
+    gate.seen.clear()
+    try:
+        holder = _hold_over_http(thread, gate)
+        status, headers, body = Client("127.0.0.1", thread.port).post(INFER, _body(2.0))
+        assert status == 503, body
+        assert b"timed out" in body
+        assert headers.get("retry-after") == "1"
+        assert engine._queue_depth() == 0  # removed from the queue, not left to run
+        assert _errors(engine, "deadline") == 1  # the server's deadline, not the client's cancel
+        assert _errors(engine, "cancelled") == 0
+        gate.open.set()
+        holder.join(10)
+        assert gate.seen == [1.0]  # never computed
+    finally:
+        gate.open.set()
+        thread.stop()
+
+
 def _until(check: Any, why: str) -> None:
     """Wait (10 s at most) until ``check()`` is true."""
     end = time.monotonic() + 10

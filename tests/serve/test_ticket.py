@@ -83,3 +83,26 @@ def test_awaiting_gets_the_result_and_a_cancelled_waiter_cancels_it() -> None:
             await failing
 
     asyncio.run(main())
+
+
+def test_a_cancel_message_is_kept_and_passed_on_by_an_awaiting_task() -> None:
+    assert Ticket[int]().cancel_message() is None
+    direct: Ticket[int] = Ticket()
+    direct.cancel("why")
+    assert direct.cancel_message() == "why"
+
+    async def main() -> None:
+        ticket: Ticket[int] = Ticket()
+        task = asyncio.ensure_future(_awaited(ticket))
+        await asyncio.sleep(0)
+        task.cancel("the server's reason")
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert ticket.cancelled()
+        assert ticket.cancel_message() == "the server's reason"
+
+    asyncio.run(main())
+
+
+async def _awaited(ticket: Ticket[int]) -> int:
+    return await ticket

@@ -930,10 +930,10 @@ class _Answer(Ticket[Response]):
         super().__init__()
         self.work = work
 
-    def cancel(self) -> bool:
-        if not super().cancel():
+    def cancel(self, msg: object = None) -> bool:
+        if not super().cancel(msg):
             return False
-        self.work.cancel()
+        self.work.cancel(msg)
         return True
 
 

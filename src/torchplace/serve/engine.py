@@ -87,7 +87,7 @@ from torchplace.serve.startup import (
     thread_count,
 )
 from torchplace.serve.statistics import InferStatistics
-from torchplace.serve.ticket import Ticket
+from torchplace.serve.ticket import TIMED_OUT, Ticket
 from torchplace.serve.tracing import CALLER, Tracer
 
 if TYPE_CHECKING:
@@ -127,7 +127,7 @@ def _joined(pendings: Sequence[Pending]) -> Ticket[dict[str, np.ndarray]]:
         if joined.done():
             return
         if chunk.cancelled():
-            joined.cancel()
+            joined.cancel(chunk.cancel_message())
             return
         error = chunk.exception()
         if error is not None:
@@ -526,13 +526,15 @@ class Engine:
         future: Ticket[dict[str, np.ndarray]],
     ) -> None:
         """A request's future is done: its deadline timer goes, and when it did not succeed
-        its chunks still queued are withdrawn (a cancelled one's are counted)."""
+        its chunks still queued are withdrawn (a cancelled one's are counted: as a deadline
+        drop when the server's request timeout cancelled it, else as the client's cancel)."""
         if timer is not None:
             timer.cancel()
         if future.cancelled():
             ok = False
-            if self._withdraw(pendings):  # the client went away: its queued work never runs
-                self._count_drop("cancelled")
+            if self._withdraw(pendings):  # its queued work never runs
+                timed_out = future.cancel_message() == TIMED_OUT
+                self._count_drop("deadline" if timed_out else "cancelled")
         else:
             ok = future.exception() is None
             if not ok:

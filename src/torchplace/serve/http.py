@@ -50,7 +50,7 @@ import orjson
 
 from torchplace.errors import ConfigError
 from torchplace.serve.listener import close_listener
-from torchplace.serve.ticket import Ticket
+from torchplace.serve.ticket import TIMED_OUT, Ticket
 
 __all__ = [
     "MAX_ERROR_CHARS",
@@ -853,7 +853,7 @@ class _Connection(asyncio.Protocol):
             and now - self._task_started > timeout
         ):
             self._timed_out = True
-            self._current.cancel()
+            self._current.cancel(TIMED_OUT)
         elif self._rejected:
             return
         elif (

@@ -19,7 +19,8 @@ name                                                   type       extra labels
 =====================================================  =========  ==============================
 
 ``class`` is one of ``input``, ``overload`` (refused: queue full or over the wait limit),
-``not_ready``, ``deadline`` (dropped from the queue when its deadline passed, never run),
+``not_ready``, ``deadline`` (dropped from the queue when its deadline passed, never run: its
+``timeout`` parameter's, the server default's, or ``--request-timeout``'s),
 ``cancelled`` (dropped from the queue when its client went away, never run), ``oom``,
 ``transfer``, ``kernel``.
 No series has a ``_created`` sample (prometheus-client adds one to every counter and histogram

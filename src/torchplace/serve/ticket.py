@@ -20,13 +20,17 @@ import logging
 from collections.abc import Callable, Generator
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Ticket"]
+__all__ = ["TIMED_OUT", "Ticket"]
 
 logger = logging.getLogger("torchplace.serve")
 
 T = TypeVar("T")
 
 _PENDING, _RESULT, _ERROR, _CANCELLED = range(4)
+
+#: the message a request is cancelled with when the server's request timeout ends it (the
+#: client is still there): its queued work is then counted as a deadline drop, not a cancel
+TIMED_OUT = "request timed out"
 
 
 class Ticket(Generic[T]):
@@ -75,12 +79,17 @@ class Ticket(Generic[T]):
     def set_exception(self, exc: BaseException) -> None:
         self._settle(_ERROR, exc)
 
-    def cancel(self) -> bool:
-        """Cancel it unless settled; True when this call did."""
+    def cancel(self, msg: object = None) -> bool:
+        """Cancel it unless settled; True when this call did. ``msg`` says why, as
+        :meth:`asyncio.Future.cancel`'s does (:meth:`cancel_message` gives it back)."""
         if self._state != _PENDING:
             return False
-        self._settle(_CANCELLED, None)
+        self._settle(_CANCELLED, msg)
         return True
+
+    def cancel_message(self) -> object:
+        """What it was cancelled with (None when it was not, or without a message)."""
+        return self._value if self._state == _CANCELLED else None
 
     def add_done_callback(self, fn: Callable[[Ticket[T]], object]) -> None:
         """Call ``fn(ticket)`` when it is settled (now, when it already is)."""
@@ -103,8 +112,9 @@ class Ticket(Generic[T]):
             self._callbacks.append(functools.partial(_wake, waiter))
             try:
                 yield from waiter.__await__()
-            except asyncio.CancelledError:
-                self.cancel()  # the awaiting task was cancelled: so is the work
+            except asyncio.CancelledError as exc:
+                # the awaiting task was cancelled: so is the work, for the same reason
+                self.cancel(exc.args[0] if exc.args else None)
                 raise
         return self.result()
 
