@@ -334,6 +334,30 @@ def test_framing_that_rfc_9112_forbids_is_refused_and_the_connection_closed() ->
     asyncio.run(main())
 
 
+def test_an_unknown_method_is_501_and_garbage_is_400() -> None:
+    """RFC 9110, 9.1: a method the server does not recognize is 501, not a malformed request;
+    a request line that is not one stays a 400."""
+    first = b"GET /x HTTP/1.1\r\nHost: t\r\n\r\n"
+    cases = [
+        (b"BREW /pot HTTP/1.1\r\nHost: t\r\n\r\n", b"501", b"'BREW' is not implemented"),
+        (first + b"FROB /x HTTP/1.1\r\nHost: t\r\n\r\n", b"501", b"'FROB'"),  # pipelined
+        (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", b"400", b"malformed HTTP request"),
+        (b"G@T /x HTTP/1.1\r\nHost: t\r\n\r\n", b"400", b"malformed HTTP request"),
+    ]
+
+    async def main() -> None:
+        server = await _serve_with(lambda request: Response(200, b"ok"))
+        for payload, status, words in cases:
+            reply = await _exchange(server, payload)
+            last = reply[reply.rfind(b"HTTP/1.1 ") :]
+            assert last.startswith(b"HTTP/1.1 " + status), (payload, reply)
+            assert words in last, reply
+            assert b"connection: close" in last.lower()
+        await server.close()
+
+    asyncio.run(main())
+
+
 def test_a_client_reading_a_large_answer_steadily_gets_all_of_it_past_the_timeout() -> None:
     """The stall clock restarts whenever the client takes some of its answer: a slow but steady
     reader is not a gone one (it was dropped after the request timeout, mid-answer)."""

@@ -75,6 +75,11 @@ _PIPELINE_DEPTH = 32  # complete requests queued on one connection before we sto
 _NOT_ZERO = re.compile(rb"[^0]")
 _MAX_HEAD_BYTES = 64 * 1024  # request line + headers; more gets 431 (414: the target alone)
 _LINGER_S = 1.0  # how long a rejected connection's remaining input is drained before closing
+#: a request line (RFC 9112, 3), its method a token: the parser refuses a method it does not
+#: know as it refuses garbage, and an unknown method is answered 501 (RFC 9110, 9.1), not 400
+_REQUEST_LINE = re.compile(
+    rb"(?:^|\n)([!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}) [^ \r\n]+ HTTP/1\.[01]\r?\n"
+)
 #: a valid Host value (RFC 9112 3.2, RFC 3986 3.2.2): an IP literal in brackets, or a name or
 #: IPv4 address (empty allowed), then an optional port; no comma (two Host fields, joined)
 _HOST = re.compile(rb"(?:\[[0-9A-Za-z:._~!$&'()*+;=%-]+\]|[0-9A-Za-z._~!$&'()*+;=%-]*)(?::[0-9]*)?")
@@ -224,7 +229,31 @@ def _malformed(data: bytes, exc: Exception) -> Response:
         )
     if "HTTP version" in str(exc):
         return _version_not_supported("the request line's HTTP version")
+    if isinstance(exc, httptools.HttpParserInvalidMethodError):
+        method = _unknown_method(data)
+        if method is not None:  # a well-formed request line whose method nobody here knows
+            return error_response(
+                501,
+                f"method {method!r} is not implemented; this server answers GET, HEAD, POST and "
+                "OPTIONS (see /v2/openapi.json for what each route takes)",
+            )
     return error_response(400, f"malformed HTTP request: {exc}")
+
+
+def _unknown_method(data: bytes) -> str | None:
+    """The method of the first well-formed request line in ``data`` that the parser does not
+    know (the one it refused; the lines before it were parsed), or None: the refusal was of
+    something that is not a request line."""
+    for line in _REQUEST_LINE.finditer(data):
+        try:
+            httptools.HttpRequestParser(_Ignored()).feed_data(line[1] + b" / HTTP/1.1\r\n")
+        except httptools.HttpParserInvalidMethodError:
+            return line[1].decode("ascii")
+    return None
+
+
+class _Ignored:
+    """A parser's protocol that takes no callbacks."""
 
 
 def _version_not_supported(what: str) -> Response:
