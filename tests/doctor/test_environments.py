@@ -347,7 +347,7 @@ def test_a_hang_that_holds_the_interpreter_lock_still_ends() -> None:
     assert "driver" in done.stderr  # faulthandler's dump names the stuck frame
 
 
-@pytest.mark.parametrize("value", ["abc", "-1", "nan", "inf"])
+@pytest.mark.parametrize("value", ["abc", "-1", "nan", "inf", "1e20"])
 def test_a_bad_timeout_is_a_usage_error(value: str, capsys: pytest.CaptureFixture[str]) -> None:
     try:
         code = main(["doctor", "--no-smoke", "--timeout", value])

@@ -33,6 +33,7 @@ from torchplace.errors import ConfigError, TorchplaceError
 __all__ = ["configure", "run"]
 
 _DEFAULT_TIMEOUT_S = 300.0
+_MAX_TIMEOUT_S = 1e6
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -115,6 +116,11 @@ def _timeout(seconds: float) -> float:
         raise ConfigError(
             f"--timeout {seconds!r} is not a number of seconds; give one such as "
             f"{_DEFAULT_TIMEOUT_S:g} (the default), or 0 for no limit"
+        )
+    if seconds > _MAX_TIMEOUT_S:  # past what the watchdog's timers can wait for
+        raise ConfigError(
+            f"--timeout {seconds:g} is over {_MAX_TIMEOUT_S:g} seconds (11 days); give 0 for "
+            "no limit"
         )
     return seconds
 
