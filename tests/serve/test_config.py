@@ -66,6 +66,9 @@ def test_is_frozen_and_keyword_only() -> None:
         ("default_timeout_ms", -1.0),
         ("max_queue_wait_ms", float("inf")),
         ("drain_grace_s", -0.5),
+        ("default_timeout_ms", 1e20),  # its Triton config field (microseconds) cannot hold it
+        ("drain_grace_s", 1e20),
+        ("request_timeout_s", 1e8),
     ],
 )
 def test_bad_values_name_the_field_and_value(field: str, value: Any) -> None:

@@ -115,6 +115,7 @@ def _to_spec(value: Any, field_name: str) -> TensorSpec:
 #: the most torch threads: far more than any machine's cores, far below the counts at which
 #: torch's thread pool crashes the process (100000 segfaults at the first op)
 _MOST_THREADS = 1024
+_MOST_SECONDS = 1e7  # the longest duration setting
 _MOST: dict[str, int | float] = {
     "max_batch_size": 1 << 20,
     "replicas_per_device": 1024,
@@ -352,6 +353,10 @@ class ServeConfig:
             ok = ok and math.isfinite(value) and (value > 0 if positive else value >= 0)
             if not ok:
                 fail(name, value, "give a finite number " + ("> 0" if positive else ">= 0"))
+            unit = "ms" if name.endswith("_ms") else "s"
+            most = _MOST_SECONDS * (1000 if unit == "ms" else 1)
+            if value > most:  # past what timers wait for and Triton's microsecond fields hold
+                fail(name, value, f"give at most {most:,.0f} {unit} (115 days)")
         if self.max_delay_ms > _MOST["max_delay_ms"]:
             fail("max_delay_ms", self.max_delay_ms, f"give at most {_MOST['max_delay_ms']:g}")
 
