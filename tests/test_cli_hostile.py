@@ -267,6 +267,7 @@ def test_serve_input_with_an_enormous_dimension_is_a_config_error() -> None:
         (["bench", "transfer", "--min-time", "inf"], "'inf' is not a positive finite number"),
         (["plan", "--tolerance", "nan"], "--tolerance nan must be a fraction"),
         (["serve", "--exported", "."], "exported program '.' is a directory"),
+        (["plan", "--exported", "prog.py"], "exported program 'prog.py' is not a .pt2 archive"),
         (["serve", "--weights", "missing.pt"], "weights 'missing.pt' does not exist"),
     ],
 )

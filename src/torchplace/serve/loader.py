@@ -33,6 +33,7 @@ import contextlib
 import functools
 import importlib
 import warnings
+import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -368,6 +369,12 @@ def _load_exported(
     if not path.is_file():
         what = "is a directory" if path.is_dir() else "does not exist"
         raise ConfigError(f"exported program {str(path)!r} {what}; pass a .pt2 file")
+    if not zipfile.is_zipfile(path):
+        raise ConfigError(
+            f"exported program {str(path)!r} is not a .pt2 archive (torch.export.save writes "
+            "a zip archive); save it with torch.export.save(torch.export.export(model, args), "
+            "path)"
+        )
     try:
         program = _export_load(path)
     except Exception as exc:
