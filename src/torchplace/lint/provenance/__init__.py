@@ -24,8 +24,8 @@ per process (:func:`facts_for_file`).
 
 One module per concept: :mod:`.values` (a :class:`Fact` and what one expression says by its
 shape), :mod:`.flow` (names followed through a function), :mod:`.loops` (loop
-classification), :mod:`.callers` (per-batch functions through their callers) and
-:mod:`.files` (:class:`FileFacts`, which ties them together and caches their answers).
+classification), :mod:`.callers` (per-batch functions through their callers), :mod:`.given`
+(what every caller of a function hands its parameters) and :mod:`.files` (:class:`FileFacts`, which ties them together and caches their answers).
 """
 
 from torchplace.lint.provenance.callers import PerBatch

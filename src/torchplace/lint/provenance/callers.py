@@ -256,22 +256,70 @@ def _find_instances(callers: FileFacts, cls: ast.ClassDef, qualified: str | None
     if cls.name + "(" not in callers.text and cls.name + ".from_" not in callers.text:
         return frozenset()
     names: set[str] = set()
-    from torchplace.lint.provenance.files import constructed  # files builds on this module
-
-    for node in callers.assigned_calls(cls.name):
-        assert isinstance(node.value, ast.Call)
-        func = constructed(node.value)  # `model = Net(cfg).to(device)`: a `Net`
-        if qualified is None:
-            if not (isinstance(func, ast.Name) and callers.defs_class(func.id) is cls):
-                continue
-        elif not _imported_as(callers, func, qualified):
-            continue
+    made = [
+        node
+        for node in callers.assigned_calls(cls.name)
+        if isinstance(node.value, ast.Call) and _makes(callers, node.value, cls, qualified)
+    ]
+    for maker in _makers(callers, cls, qualified):  # `model = load_model(hparams)`
+        made += callers.assigned_calls(maker)
+    for node in made:
         for target in node.targets:
             name = dotted_name(target)
             if name is not None:
                 names.add(name)
                 names.add(f"{node.lineno}:{name}")  # which assignment: see `_on_instance`
     return frozenset(names)
+
+
+def _makes(callers: FileFacts, call: ast.Call, cls: ast.ClassDef, qualified: str | None) -> bool:
+    """``call`` builds an instance of ``cls``: ``Net(cfg).to(device)``, ``Net.from_pretrained``."""
+    from torchplace.lint.provenance.files import constructed  # files builds on this module
+
+    func = constructed(call)
+    if qualified is None:
+        return isinstance(func, ast.Name) and callers.defs_class(func.id) is cls
+    return _imported_as(callers, func, qualified)
+
+
+def _makers(callers: FileFacts, cls: ast.ClassDef, qualified: str | None) -> list[str]:
+    """The module-level functions of ``callers`` whose every ``return`` hands back an instance
+    of ``cls`` they build (``def load_model(hparams): model = Net(hparams).cuda(); ...;
+    return model``): what they return is a ``Net`` too."""
+    found = []
+    for node in callers.tree.body:
+        if not isinstance(node, _FUNCTIONS):
+            continue
+        if cls.name not in "\n".join(callers.lines[node.lineno - 1 : node.end_lineno]):
+            continue
+        returns = [r.value for r in own_nodes(node) if isinstance(r, ast.Return)]
+        if returns and all(
+            value is not None and _made_in(callers, node, value, cls, qualified)
+            for value in returns
+        ):
+            found.append(node.name)
+    return found
+
+
+def _made_in(
+    callers: FileFacts,
+    function: ast.FunctionDef | ast.AsyncFunctionDef,
+    value: ast.expr,
+    cls: ast.ClassDef,
+    qualified: str | None,
+) -> bool:
+    """``value``, returned by ``function``, builds ``cls`` or names a local bound to one."""
+    if isinstance(value, ast.Call):
+        return _makes(callers, value, cls, qualified)
+    if not isinstance(value, ast.Name):
+        return False
+    return any(
+        isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Call)
+        and any(isinstance(t, ast.Name) and t.id == value.id for t in node.targets)
+        and _makes(callers, node.value, cls, qualified)
+        for node in own_nodes(function)
+    )
 
 
 def _imported_as(callers: FileFacts, func: ast.expr, qualified: str) -> bool:

@@ -14,6 +14,7 @@ from torchplace.lint.base import Context
 from torchplace.lint.nodes import BLOCKS, own_nodes, statements, walk
 from torchplace.lint.provenance.callers import PerBatch, calls_in, find_per_batch
 from torchplace.lint.provenance.flow import Flow
+from torchplace.lint.provenance.given import given_seeds
 from torchplace.lint.provenance.loops import classify, moves_some
 from torchplace.lint.provenance.values import (
     _FUNCTIONS,
@@ -46,6 +47,8 @@ class FileFacts:
         self.parent: dict[int, ast.AST] = {}
         self._index(tree.body, tree)
         self._flows: dict[int, Flow | None] = {}
+        self._given: dict[int, dict[str, Fact]] = {}
+        self._own_flows: dict[int, Flow] = {}
         self._loop_kinds: dict[int, tuple[LoopKind, str] | None] = {}
         self._calls: dict[str, list[tuple[ast.AST, ast.Call, tuple[ast.AST, ...]]]] = {}
         self._per_batch: dict[int, PerBatch | None] = {}
@@ -117,9 +120,10 @@ class FileFacts:
 
     # -- flows ------------------------------------------------------------------------------
     def flow(self, node: ast.AST, seeds: dict[str, Fact] | None = None) -> Flow:
-        """The flow of a function (or the module), computed once (seeded flows are not cached)."""
+        """The flow of a function (or the module), computed once (seeded flows are not cached),
+        with the device values its every caller hands it (:func:`~.given.given_seeds`)."""
         if seeds:
-            flow = Flow(self, node, seeds)
+            flow = Flow(self, node, {**self.given(node), **seeds})
             flow.run()
             return flow
         key = id(node)
@@ -129,10 +133,33 @@ class FileFacts:
         if key in self._flows:  # being computed (recursion through outer facts)
             return Flow(self, node, {})
         self._flows[key] = None
-        flow = Flow(self, node, {})
+        flow = Flow(self, node, self.given(node))
         flow.run()
         self._flows[key] = flow
         return flow
+
+    def own_fact(self, node: ast.expr, scope: ast.AST) -> Fact | None:
+        """Where ``node`` lives by its function's own code alone, not what its callers hand
+        it: what a call hands on, found without walking up the callers again."""
+        key = id(scope)
+        flow = self._own_flows.get(key)
+        if flow is None:
+            flow = self._own_flows[key] = Flow(self, scope, {})
+            flow.run()
+        return flow.eval(node, flow.at(getattr(node, "lineno", 0)))
+
+    def given(self, node: ast.AST) -> dict[str, Fact]:
+        """The parameters of a module-level function that all its callers bind to device
+        values, found once per function (a cycle through the callers reads as none)."""
+        if not isinstance(node, _FUNCTIONS):
+            return {}
+        key = id(node)
+        if key in self._given:
+            return self._given[key]
+        self._given[key] = {}
+        found = given_seeds(self, node)
+        self._given[key] = found
+        return found
 
     def outer_fact(self, node: ast.AST, name: str) -> Fact | None:
         """A name a function reads but does not bind: the module's final binding of it."""

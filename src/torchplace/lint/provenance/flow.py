@@ -360,6 +360,8 @@ class Flow:
         if isinstance(node, ast.Attribute):
             if node.attr in HOST_ATTRS:
                 return Fact("host", node.attr)
+            if node.attr == "param_groups":  # an optimizer's hyperparameters: `group["lr"]`
+                return Fact("host", "optimizer hyperparameters")
             name = dotted_name(node)
             if name is not None:
                 fact = lookup(name)
@@ -621,6 +623,10 @@ class Flow:
             for bound_line, fact in found:
                 if bound_line < line and not self.exclusive(bound_line, line):
                     best, seen, best_line = fact, True, bound_line
+            if not seen and name in self.seeds and name in _parameters(self.node):
+                # `lengths = lengths.cpu()` of a device argument: the read sees the argument,
+                # unless a later binding in a loop around it reaches it from the previous step
+                return self.carried(found, 0, line) or self.seeds[name]
             if not seen:
                 return found[-1][1]
             if best is None or not best.on_device:
@@ -656,6 +662,15 @@ class Flow:
 
 
 _TENSOR_KINDS = frozenset({"pt", "np"})
+
+
+def _parameters(node: ast.AST) -> frozenset[str]:
+    """The names a function's parameters bind (none for a module or a class)."""
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        return frozenset()
+    args = node.args
+    every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
+    return frozenset(a.arg for a in every if a is not None)
 
 
 def _encodes_text(call: ast.Call) -> bool:

@@ -85,7 +85,8 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
     few = bool(iters) and all(_few_constants(it, scope) for it in iters)
     # `for key in ("a", "b"):` steps a few times per run, not per row: only a step of work in
     # its body (`.backward()`, a moved batch, a model run) makes it a batch loop
-    found = None if few else _iterates_device(facts, iters, scope)
+    handed = any(_walks_handed(facts, it, scope) for it in iters)
+    found = None if few or handed else _iterates_device(facts, iters, scope)
     if found is not None:
         return found
     own, nested = _split_own(body)
@@ -148,7 +149,7 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
                 return "batch", f"it moves {its} to a device (`{what}`, line {node.lineno})"
         if step is None and not nested_batch and name is not None and not _given(node, fresh):
             step = _step_call(facts, node, scope)
-    if step is None and not nested_batch and iters and not few:
+    if step is None and not nested_batch and iters and not few and not handed:
         step = _updates_device(facts, own, loop, scope)
     return step
 
@@ -285,6 +286,18 @@ def _iterates_device(
                 + (fact.describe()),
             )
     return None
+
+
+def _walks_handed(facts: FileFacts, it: ast.expr, scope: ast.AST) -> bool:
+    """``for i, x in enumerate(prediction)`` over a parameter the function's callers all hand a
+    device value: a tensor's rows or a list of them (``non_max_suppression``'s per-image
+    outputs), the callers do not say which, nor how often they call: not a batch loop nor a
+    walk over a tensor's rows by that alone."""
+    root = _unwrapped(it)
+    if not isinstance(root, ast.Name):
+        return False
+    handed = facts.given(scope).get(root.id)
+    return handed is not None and facts.fact(root, scope) == handed
 
 
 def _walks_mapping(iterable: ast.expr) -> bool:

@@ -22,7 +22,7 @@ from torchplace.lint.base import (
     names_in,
 )
 from torchplace.lint.nodes import walk, walk_body
-from torchplace.lint.provenance import Fact, FileFacts, file_facts, scope_node
+from torchplace.lint.provenance import Fact, FileFacts, PerBatch, file_facts, scope_node
 from torchplace.lint.provenance.callers import engine_step
 from torchplace.lint.provenance.loops import _few_constants, feeds_back, rare_test
 from torchplace.lint.provenance.values import HOST_METHODS
@@ -912,7 +912,7 @@ def _check(
         if per_batch is None:
             return False
     fact = facts.fact(receiver, scope, comps=comps)
-    if fact is not None and fact.where == "host":
+    if fact is not None and fact.where == "host" and not _seeded_device(receiver, per_batch, ctx):
         return False
     text = _text(receiver, ctx)
     if fact is None and step is not None and _read_before_its_move(receiver, read or node, ctx):
@@ -945,6 +945,18 @@ def _check(
         f"for the device ({cause}); {_ADVICE}",
     )
     return True
+
+
+def _seeded_device(receiver: ast.expr, per_batch: PerBatch | None, ctx: Context) -> bool:
+    """``lengths = lengths.cpu().numpy()`` in a function of a training step whose callers hand
+    it device lengths: read before the function rebinds it, the parameter holds what the
+    callers pass. (Outside training, a helper's ``output = output.cpu()`` before drawing or a
+    host search is taken for the result it hands back, as the rebinding says.)"""
+    if per_batch is None or not per_batch.seeds or not per_batch.trains:
+        return False
+    scope = scope_node(ctx)
+    found = file_facts(ctx).fact(receiver, scope, per_batch.seeds, _enclosing_comps(ctx, receiver))
+    return found is not None and found.on_device
 
 
 def _read_before_its_move(receiver: ast.expr, read: ast.AST, ctx: Context) -> bool:
@@ -1252,8 +1264,8 @@ def _moved_value(
     if not seeds:
         return False
     early = facts.fact(receiver, scope, comps=comps)
-    if early is not None:
-        return mentions and early.moved  # else a value this function makes itself (on the host)
+    if early is not None:  # else a value this function makes itself (on the host)
+        return early.moved and (mentions or bool(facts.given(scope)))
     seeded = facts.fact(receiver, scope, seeds, comps)
     return seeded is not None and seeded.moved
 
