@@ -69,6 +69,9 @@ def test_is_frozen_and_keyword_only() -> None:
         ("default_timeout_ms", 1e20),  # its Triton config field (microseconds) cannot hold it
         ("drain_grace_s", 1e20),
         ("request_timeout_s", 1e8),
+        ("max_queue", 2**64),  # the start-up wrote it into a Triton document, and crashed
+        ("priority_levels", 10**20),  # a queue limit per level: it crashed building them
+        ("priority_queue_limits", (2**64,)),
     ],
 )
 def test_bad_values_name_the_field_and_value(field: str, value: Any) -> None:

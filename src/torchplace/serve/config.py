@@ -120,7 +120,9 @@ _MOST: dict[str, int | float] = {
     "max_batch_size": 1 << 20,
     "replicas_per_device": 1024,
     "max_delay_ms": 3_600_000.0,
+    "priority_levels": 1024,
 }
+_MOST_COUNT = 2**63 - 1  # any other count: what a 64-bit field of a Triton document holds
 _PATHS = ("weights", "exported", "labels", "auth_token_file", "trace_file", "model_repository")
 
 
@@ -312,7 +314,9 @@ class ServeConfig:
                 fail(name, value, _NO_BATCHING)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 fail(name, value, f"give an integer >= {low}")
-        for name in ("max_batch_size", "replicas_per_device"):
+            if value > _MOST_COUNT:
+                fail(name, value, f"give an integer <= {_MOST_COUNT} (2**63 - 1)")
+        for name in ("max_batch_size", "replicas_per_device", "priority_levels"):
             if getattr(self, name) > _MOST[name]:
                 fail(name, getattr(self, name), f"give an integer <= {_MOST[name]}")
         if self.torch_threads is not None and (
@@ -371,7 +375,10 @@ class ServeConfig:
         if limits is not None and (
             not isinstance(limits, tuple)
             or len(limits) != levels
-            or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in limits)
+            or not all(
+                isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= _MOST_COUNT
+                for n in limits
+            )
         ):
             fail(
                 "priority_queue_limits",
