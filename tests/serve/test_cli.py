@@ -80,6 +80,19 @@ def test_usage_error_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
     assert "max_batch_size=0" in capsys.readouterr().err
 
 
+def test_a_ray_flag_without_the_ray_engine_is_refused_not_ignored(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--replicas 4`` alone served with one replica: it is Ray's flag, read only with
+    ``--engine ray``."""
+    assert main(["serve", "--port", "0", "--replicas", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "--replicas only applies with --engine ray" in err
+    assert "--replicas-per-device" in err
+    assert main(["serve", "--port", "0", "--engine", "local", "--ray-proxy", "HeadOnly"]) == 2
+    assert "--ray-proxy" in capsys.readouterr().err
+
+
 def test_unwritable_trace_file_is_refused_before_serving(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -19,7 +19,7 @@ from torchplace.errors import ConfigError
 from torchplace.serve.config import LOG_LEVELS, MIB, ServeConfig
 from torchplace.serve.datatypes import SERVING_DTYPES
 from torchplace.serve.kserve import add_kserve_flags, kserve_config
-from torchplace.serve.ray_cli import add_ray_flags, run_on_ray
+from torchplace.serve.ray_cli import add_ray_flags, check_ray_flags, run_on_ray
 
 __all__ = ["config_from_args", "configure", "run"]
 
@@ -379,6 +379,7 @@ def _require_serve_extra() -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM/SIGINT; returns 0 after a clean drain."""
+    check_ray_flags(args)
     config = kserve_config(args, config_from_args(args))
     _check_trace_file(config.trace_file)
     logging.getLogger("torchplace").setLevel(config.log_level.upper())

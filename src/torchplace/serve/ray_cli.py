@@ -19,7 +19,7 @@ from typing import Any
 from torchplace.errors import ConfigError
 from torchplace.serve.config import ServeConfig
 
-__all__ = ["add_ray_flags", "ray_options", "run_on_ray"]
+__all__ = ["add_ray_flags", "check_ray_flags", "ray_options", "run_on_ray"]
 
 _PROXY_LOCATIONS = ("EveryNode", "HeadOnly")
 _DESCRIBE_TRIES = 200  # handle calls made to meet every replica once (bounded)
@@ -67,6 +67,32 @@ def add_ray_flags(ray: argparse._ArgumentGroup) -> None:
         choices=_PROXY_LOCATIONS,
         help="where Ray Serve runs its HTTP proxy on --host/--port (default EveryNode)",
     )
+
+
+#: the flags that only --engine ray reads, by their argparse destination
+_RAY_ONLY = (
+    "address",
+    "replicas",
+    "gpus_per_replica",
+    "max_replicas_per_node",
+    "ray_device_override",
+    "ray_proxy",
+)
+
+
+def check_ray_flags(args: argparse.Namespace) -> None:
+    """Refuse a Ray placement flag given without ``--engine ray``: it would be ignored, and
+    ``--replicas 4`` would silently serve with one replica."""
+    if getattr(args, "engine", None) == "ray":
+        return
+    given = [name for name in _RAY_ONLY if getattr(args, name, None) is not None]
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise ConfigError(
+            f"{flags} only applies with --engine ray (a Ray Serve deployment); add --engine "
+            "ray, or for more replicas in this process use --replicas-per-device N or "
+            "--devices LIST"
+        )
 
 
 def ray_options(args: argparse.Namespace) -> Any:
