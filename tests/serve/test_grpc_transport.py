@@ -227,7 +227,10 @@ def test_a_burst_of_concurrent_calls_is_answered_without_a_spurious_cancelled() 
 
 
 def test_timeouts_too_long_for_grpc_core_are_clamped_not_a_crash() -> None:
-    """gRPC core takes the idle limit in milliseconds as a C int."""
-    config = test_config(request_timeout_s=1e308, keepalive_timeout_s=1e308)
+    """gRPC core takes the idle limit in milliseconds as a C int.
+
+    The longest duration the config accepts (1e7 s) is 1e10 ms, past a C int.
+    """
+    config = test_config(request_timeout_s=1e7, keepalive_timeout_s=1e7)
     with ServerThread(config, engine=FakeEngine()) as server:
         _still_serves(server.grpc_port or 0)
