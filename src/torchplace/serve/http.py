@@ -219,6 +219,12 @@ def _keep_alive_asked(connection: bytes | None) -> bool:
     return b"keep-alive" in [token.strip() for token in connection.lower().split(b",")]
 
 
+def _body_over(limit: int) -> str:
+    """The 413 for a body found over ``limit`` as it is read (one message however the reads
+    were cut: a chunk seen whole, or refused by its size line before its data came)."""
+    return f"request body is over the limit of {limit} bytes (--max-body-bytes); send less"
+
+
 def _malformed(data: bytes, exc: Exception) -> Response:
     """The 400 (or 505) for what the parser refused."""
     if data.startswith(b"PRI * HTTP/2"):
@@ -599,14 +605,9 @@ class _Connection(asyncio.Protocol):
                 size = 0  # the parser read it; whatever it is, on_body still counts the bytes
             limit = self._server.max_body_bytes
             if self._chunk_mark + size > limit:
-                self._reject(
-                    error_response(
-                        413,
-                        f"chunked request body announces a chunk of {size} bytes after "
-                        f"{self._chunk_mark}: over the limit of {limit} bytes "
-                        "(--max-body-bytes); send less",
-                    )
-                )
+                # in on_body's words: whether the chunk's data came with its size line or
+                # after it (how the client's writes were cut) must not change the answer
+                self._reject(error_response(413, _body_over(limit)))
                 return
         end = data.rfind(b"\n")
         if end >= 0:
@@ -622,7 +623,7 @@ class _Connection(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         limit = self._server.max_body_bytes
         if len(self._body) + len(body) > limit:
-            self._refuse(413, f"request body is over the limit of {limit} bytes")
+            self._refuse(413, _body_over(limit))
         self._add_body(body)
 
     def _add_body(self, part: bytes) -> None:

@@ -702,14 +702,16 @@ def _plain_floats(data: list[Any], limit: float) -> np.ndarray[Any, Any] | None:
     The values equal the general path's: floats are copied, and ints under 2**53 convert
     exactly, so an all-int list that numpy reads as int64 rounds to the host dtype as it does
     here. One sum of squares bounds them all: it is finite and at most ``bound**2`` only when
-    every value is within ``bound``."""
+    every value is within ``bound``. It is ``np.vdot``'s, which overflows to infinity quietly
+    for a value past 1e154, where ``ndarray.dot`` would warn (a client's request making the
+    server warn, an error where warnings are; ``np.errstate`` would cost more than the sum)."""
     try:
         values = c_array("d", data)
     except (TypeError, OverflowError):
         return None
     floats = np.frombuffer(values, dtype=np.float64)
     bound = min(limit, _EXACT_INTS)
-    if not float(floats.dot(floats)) <= bound * bound:  # NaN compares false
+    if not float(np.vdot(floats, floats)) <= bound * bound:  # NaN compares false
         return None
     return floats
 
