@@ -33,7 +33,7 @@ from torchplace.errors import ConfigError, GuardViolation
 from torchplace.sanitizer import GuardReport
 from torchplace.sanitizer import syncs as sync_module
 
-from .fakes import META, MetaReadback, line_of
+from .fakes import META, MetaReadback, attempt, line_of
 
 HERE = __file__
 
@@ -471,6 +471,35 @@ def test_sizes_from_python_ints_or_cpu_tensors_are_no_sync() -> None:
         ref.view(2, 3).narrow(0, 1, 1).expand(4, -1)
         ref.new_zeros(3)
     assert report.events == []
+
+
+def test_operands_torch_keeps_on_the_host_are_no_mixed_device_ops() -> None:
+    # a packed sequence's lengths (and batch sizes) and CTC's lengths are CPU tensors whatever
+    # the device of the data (torch takes them to the host otherwise): pack_padded_sequence
+    # was a mixed_device op at the user's line, for the one way torch allows
+    rnn = nn.GRU(8, 8, batch_first=True).to(META)
+    x = torch.randn(3, 5, 8, device=META)
+    log_probs = torch.randn(5, 3, 6, device=META).log_softmax(-1)
+    targets = torch.randint(1, 6, (3, 4), device=META)
+    no_meta_kernel = contextlib.suppress(NotImplementedError, RuntimeError)  # CTC has none
+    with MetaReadback(), torchplace.guard("raise") as report:
+        packed = nn.utils.rnn.pack_padded_sequence(x, torch.tensor([5, 3, 2]), batch_first=True)
+        out, _ = rnn(packed)
+        nn.utils.rnn.pad_packed_sequence(out, batch_first=True)
+        rnn(nn.utils.rnn.pack_sequence([x[0], x[1, :3]]))
+        with no_meta_kernel:
+            F.ctc_loss(log_probs, targets, torch.tensor([5, 5, 4]), torch.tensor([4, 3, 2]))
+    assert report.events == []
+    host_targets, lengths = torch.randint(1, 6, (3, 4)), torch.full((3,), 4)
+    with MetaReadback(), torchplace.guard() as report:
+        with no_meta_kernel:  # the targets are no host operand: torch copies them over
+            F.ctc_loss(log_probs, host_targets, lengths + 1, lengths)  # ctc
+        attempt(lambda: x * torch.ones(3, 5, 8))  # mixed
+    assert _rows(report) == [
+        ("h2d", line("ctc"), 1, 3 * 4 * 8),
+        ("sync", line("ctc"), 1, 0),
+        ("mixed_device", line("mixed"), 1, 0),
+    ]
 
 
 def test_type_as_onto_another_device_is_a_copy_not_a_mixed_device_op() -> None:

@@ -2,7 +2,8 @@
 
 :func:`maybe_mixed` is the cheap pre-check every call runs; only a ``True`` reaches the precise
 check (:func:`check_call` for a torch function, :func:`check_op` for an aten op), which names
-every operand and lets CPU scalars through (``x * torch.tensor(2.0)`` is legitimate).
+every operand and lets CPU scalars through (``x * torch.tensor(2.0)`` is legitimate), and the
+operands torch requires on the host whatever the device of the others (:data:`HOST_OPERANDS`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import torch
 from torch import Tensor
@@ -21,7 +22,7 @@ from torchplace.sanitizer.events import Operand
 if TYPE_CHECKING:
     from torchplace.sanitizer.recorder import Guard
 
-__all__ = ["check_call", "check_op", "maybe_mixed"]
+__all__ = ["HOST_OPERANDS", "check_call", "check_op", "maybe_mixed"]
 
 
 def maybe_mixed(args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
@@ -47,6 +48,22 @@ def maybe_mixed(args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
     return False
 
 
+#: Operands that torch requires on the CPU whatever the device of the data (an aten op's or a
+#: torch function's name -> argument names): a packed sequence's lengths and batch sizes, and
+#: CTC's lengths (taken to the host by torch otherwise). On the CPU they are no crossing.
+HOST_OPERANDS: Final[Mapping[str, frozenset[str]]] = {
+    "_pack_padded_sequence": frozenset({"lengths"}),
+    "_pack_padded_sequence_backward": frozenset({"batch_sizes"}),
+    "_pad_packed_sequence": frozenset({"batch_sizes"}),
+    "lstm": frozenset({"batch_sizes"}),
+    "gru": frozenset({"batch_sizes"}),
+    "rnn_tanh": frozenset({"batch_sizes"}),
+    "rnn_relu": frozenset({"batch_sizes"}),
+    "ctc_loss": frozenset({"input_lengths", "target_lengths"}),
+    "_ctc_loss": frozenset({"input_lengths", "target_lengths"}),
+}
+
+
 def _is_cpu_scalar(t: Tensor) -> bool:
     return t.dim() == 0 and t.device.type == "cpu"
 
@@ -55,8 +72,11 @@ def _describe(name: str, t: Tensor) -> Operand:
     return Operand(name, tuple(t.shape), str(t.dtype).removeprefix("torch."), str(t.device))
 
 
-def _mixed_operands(named: Iterable[tuple[str, Any]]) -> tuple[Operand, ...] | None:
-    """Every tensor operand, when those that are not CPU scalars sit on 2+ devices."""
+def _mixed_operands(
+    named: Iterable[tuple[str, Any]], host: frozenset[str] = frozenset()
+) -> tuple[Operand, ...] | None:
+    """Every tensor operand, when those that are not CPU scalars (nor CPU tensors in the
+    arguments ``host`` names) sit on 2+ devices."""
     operands: list[Operand] = []
     devices: set[str] = set()
     for name, value in named:
@@ -68,7 +88,7 @@ def _mixed_operands(named: Iterable[tuple[str, Any]]) -> tuple[Operand, ...] | N
             continue
         for label, t in tensors:
             operands.append(_describe(label, t))
-            if not _is_cpu_scalar(t):
+            if not (_is_cpu_scalar(t) or (name in host and t.device.type == "cpu")):
                 devices.add(str(t.device))
     return tuple(operands) if len(devices) > 1 else None
 
@@ -101,17 +121,22 @@ def _named_args(
 
 def check_call(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
     """Record a torch function call whose operands sit on two or more devices."""
-    _check(owner, function_name(func), _named_args(_parameter_names(func), args, kwargs))
+    host = HOST_OPERANDS.get(getattr(func, "__name__", ""), frozenset())
+    named = _named_args(_parameter_names(func), args, kwargs)
+    _check(owner, function_name(func), named, host)
 
 
 def check_op(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
     """Record an aten op whose operands sit on two or more devices."""
     names = [a.name for a in func._schema.arguments]  # an aten op names its operands
-    _check(owner, op_name(func), _named_args(names, args, kwargs))
+    host = HOST_OPERANDS.get(func._overloadpacket.__name__, frozenset())
+    _check(owner, op_name(func), _named_args(names, args, kwargs), host)
 
 
-def _check(owner: Guard, op: str, named: list[tuple[str, Any]]) -> None:
-    operands = _mixed_operands(named)
+def _check(
+    owner: Guard, op: str, named: list[tuple[str, Any]], host: frozenset[str] = frozenset()
+) -> None:
+    operands = _mixed_operands(named, host)
     if operands is not None:
         devices = sorted({o.device for o in operands})
         owner._emit(
