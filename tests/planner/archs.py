@@ -904,3 +904,385 @@ def make_tiny_gpt_on_cpu() -> nn.Module:
     with torch.device("cpu"):
         model = TinyGPT()
     return _declared(model, TensorSpec("ids", "INT64", (-1, -1)))
+
+
+# --------------------------------------------------------------------------- as libraries write
+
+
+class _PatchEmbeddings(nn.Module):
+    """A ViT's embeddings: patches by a strided convolution, a class token and positions (its
+    own parameters, as transformers' ``ViTEmbeddings`` holds them)."""
+
+    def __init__(self, patch: int = 4, tokens: int = 4) -> None:
+        super().__init__()
+        self.proj = nn.Conv2d(3, W, patch, stride=patch)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, W))
+        self.position = nn.Parameter(torch.randn(1, tokens + 1, W))
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        h = self.proj(pixels).flatten(2).transpose(1, 2)
+        h = torch.cat([self.cls_token.expand(h.shape[0], -1, -1), h], 1)
+        return h + self.position  # type: ignore[no-any-return]
+
+
+class _VitLayer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(W)
+        self.attn = nn.MultiheadAttention(W, 2, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(W, 2 * W), nn.GELU(), nn.Linear(2 * W, W))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        x = self.norm(h)
+        h = h + self.attn(x, x, x, need_weights=False)[0]
+        return h + self.mlp(h)  # type: ignore[no-any-return]
+
+
+class _VitEncoder(nn.Module):
+    def __init__(self, layers: int) -> None:
+        super().__init__()
+        self.layer = nn.ModuleList(_VitLayer() for _ in range(layers))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        for layer in self.layer:
+            h = layer(h)
+        return h
+
+
+class _VitModel(nn.Module):
+    def __init__(self, layers: int) -> None:
+        super().__init__()
+        self.embeddings = _PatchEmbeddings()
+        self.encoder = _VitEncoder(layers)
+        self.layernorm = nn.LayerNorm(W)
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        embedding_output = self.embeddings(pixels)
+        sequence_output = self.encoder(embedding_output)  # embedding_output alive meanwhile
+        return self.layernorm(sequence_output)  # type: ignore[no-any-return]
+
+
+class Vit(nn.Module):
+    """ViT as transformers nests it (``vit.embeddings``, ``vit.encoder.layer.N``, a classifier
+    on the class token): the embeddings' output stays alive in ``ViTModel.forward`` while the
+    encoder runs, so a copy a runner keeps for as long as its original is kept too long."""
+
+    def __init__(self, layers: int = 4) -> None:
+        super().__init__()
+        self.vit = _VitModel(layers)
+        self.classifier = nn.Linear(W, 10)
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.vit(pixel_values)[:, 0])  # type: ignore[no-any-return]
+
+
+def make_vit() -> nn.Module:
+    return _declared(Vit(), TensorSpec("pixel_values", "FP32", (-1, 3, 8, 8)))
+
+
+class _Rotary(nn.Module):
+    """Rotary positions as Llama computes them: a table of inverse frequencies (a buffer)
+    and, per forward, ``(cos, sin)`` handed to every layer as one tuple."""
+
+    def __init__(self, dim: int = W // 2) -> None:
+        super().__init__()
+        inv = 1.0 / (10000 ** (torch.arange(0, dim, 2).float() / dim))
+        self.register_buffer("inv_freq", inv, persistent=False)
+
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        freqs = position_ids[:, :, None].float() * self.inv_freq[None, None, :]
+        emb = torch.cat((freqs, freqs), -1)
+        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+
+def _rotate(x: torch.Tensor) -> torch.Tensor:
+    a, b = x.chunk(2, -1)
+    return torch.cat((-b, a), -1)
+
+
+class _DecoderLayer(nn.Module):
+    def __init__(self, heads: int = 2) -> None:
+        super().__init__()
+        self.heads = heads
+        self.norm = nn.RMSNorm(W)
+        self.qkv = nn.Linear(W, 3 * W, bias=False)
+        self.o = nn.Linear(W, W, bias=False)
+        self.mlp = nn.Sequential(nn.Linear(W, 2 * W), nn.SiLU(), nn.Linear(2 * W, W))
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor],
+        position_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        b, t, d = hidden_states.shape
+        cos, sin = (e.unsqueeze(1) for e in position_embeddings)
+        qkv = self.qkv(self.norm(hidden_states)).view(b, t, 3, self.heads, d // self.heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)
+        q, k = q * cos + _rotate(q) * sin, k * cos + _rotate(k) * sin
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        h = hidden_states + self.o(y.transpose(1, 2).reshape(b, t, d))
+        return h + self.mlp(h)  # type: ignore[no-any-return]
+
+
+class RotaryDecoder(nn.Module):
+    """Llama-shaped: rotary ``(cos, sin)`` passed to each layer by keyword, as one tuple
+    (``position_embeddings=``), with the position ids; a head tied to the embedding."""
+
+    def __init__(self, layers: int = 4) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(VOCAB, W)
+        self.rotary_emb = _Rotary()
+        self.layers = nn.ModuleList(_DecoderLayer() for _ in range(layers))
+        self.norm = nn.RMSNorm(W)
+        self.lm_head = nn.Linear(W, VOCAB, bias=False)
+        self.lm_head.weight = self.embed_tokens.weight
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        h = self.embed_tokens(input_ids)
+        position_ids = torch.arange(input_ids.shape[1], device=h.device)[None]
+        position_embeddings = self.rotary_emb(h, position_ids)
+        for layer in self.layers:
+            h = layer(h, position_embeddings=position_embeddings, position_ids=position_ids)
+        return self.lm_head(self.norm(h))  # type: ignore[no-any-return]
+
+
+def make_rotary_decoder() -> nn.Module:
+    return _declared(RotaryDecoder(), TensorSpec("input_ids", "INT64", (-1, -1)))
+
+
+class _CrossBlock(nn.Module):
+    """A decoder block: causal self-attention, then cross-attention to the encoder's states."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.self_attn = nn.MultiheadAttention(W, 2, batch_first=True)
+        self.cross = nn.MultiheadAttention(W, 2, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(W, 2 * W), nn.ReLU(), nn.Linear(2 * W, W))
+
+    def forward(self, h: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        h = h + self.self_attn(h, h, h, attn_mask=mask, need_weights=False)[0]
+        h = h + self.cross(h, memory, memory, need_weights=False)[0]
+        return h + self.mlp(h)  # type: ignore[no-any-return]
+
+
+class Seq2Seq(nn.Module):
+    """T5-shaped encoder-decoder with cross-attention: ``forward(input_ids, attention_mask=None,
+    decoder_input_ids=None)``, its inputs declared (input_ids, decoder_input_ids), so the second
+    declared input is the forward's third parameter."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shared = nn.Embedding(VOCAB, W)
+        layer = nn.TransformerEncoderLayer(W, 2, 2 * W, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.decoder = nn.ModuleList(_CrossBlock() for _ in range(2))
+        self.lm_head = nn.Linear(W, VOCAB, bias=False)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if decoder_input_ids is None:
+            raise ValueError("decoder_input_ids is required")
+        memory = self.encoder(self.shared(input_ids))
+        if attention_mask is not None:
+            memory = memory * attention_mask[..., None]
+        h = self.shared(decoder_input_ids)
+        t = decoder_input_ids.shape[1]
+        mask = torch.ones(t, t, dtype=torch.bool, device=h.device).triu(1)
+        for block in self.decoder:
+            h = block(h, memory, mask)
+        return self.lm_head(h)  # type: ignore[no-any-return]
+
+
+def make_seq2seq() -> nn.Module:
+    ids = TensorSpec("input_ids", "INT64", (-1, -1))
+    return _declared(Seq2Seq(), ids, TensorSpec("decoder_input_ids", "INT64", (-1, -1)))
+
+
+class LstmLM(nn.Module):
+    """A word-level language model: an embedding, a two-layer LSTM without projections (the
+    CPU runs it as one oneDNN operator per layer) and a head over every step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, W)
+        self.lstm = nn.LSTM(W, W, num_layers=2, batch_first=True)
+        self.head = nn.Linear(W, VOCAB)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h, _ = self.lstm(self.emb(ids))
+        return self.head(h)  # type: ignore[no-any-return]
+
+
+def make_lstm_lm() -> nn.Module:
+    return _declared(LstmLM(), TensorSpec("ids", "INT64", (-1, 5)))
+
+
+class Normalized(nn.Module):
+    """Top-level buffers that normalise the input (a mean, and a standard deviation not saved
+    with the weights), weight-normed Linear and Conv1d layers, batch norm and a spectral-normed
+    head: parametrized weights computed in each forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(W))
+        self.register_buffer("std", torch.ones(W), persistent=False)
+        self.a = nn.utils.parametrizations.weight_norm(nn.Linear(W, W))
+        self.bn = nn.BatchNorm1d(W)
+        self.b = nn.utils.parametrizations.weight_norm(nn.Conv1d(W, W, 3, padding=1))
+        self.c = nn.utils.parametrizations.spectral_norm(nn.Linear(W, 2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = (x - self.mean) / self.std
+        h = self.bn(self.a(x).transpose(1, 2))
+        return self.c(self.b(h).transpose(1, 2))  # type: ignore[no-any-return]
+
+
+def make_normalized() -> nn.Module:
+    return _declared(Normalized(), _x(6, W))
+
+
+class _CachedAttention(nn.Module):
+    """Attention with a static KV cache in buffers, written in place at the positions given
+    (gpt-fast's ``KVCache``), and the causal mask handed in by the model."""
+
+    def __init__(self, batch: int = 2, length: int = 16, heads: int = 2) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(W, 3 * W)
+        self.o = nn.Linear(W, W)
+        shape = (batch, heads, length, W // heads)
+        self.register_buffer("k_cache", torch.zeros(shape), persistent=False)
+        self.register_buffer("v_cache", torch.zeros(shape), persistent=False)
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        qkv = self.qkv(x).view(b, t, 3, self.heads, d // self.heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)
+        self.k_cache[:b, :, pos] = k
+        self.v_cache[:b, :, pos] = v
+        keys, values = self.k_cache[:b], self.v_cache[:b]
+        y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask[:, :, pos])
+        return self.o(y.transpose(1, 2).reshape(b, t, d))  # type: ignore[no-any-return]
+
+
+class _CachedBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(W)
+        self.attn = _CachedAttention()
+        self.mlp = nn.Sequential(nn.Linear(W, 4 * W), nn.GELU(), nn.Linear(4 * W, W))
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln(x), pos, mask)
+        return x + self.mlp(x)  # type: ignore[no-any-return]
+
+
+class CachedGPT(nn.Module):
+    """gpt-fast-shaped: a head tied to the token embedding, a static KV cache per layer, and a
+    top-level causal mask (a buffer) handed to every layer."""
+
+    def __init__(self, layers: int = 3) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(VOCAB, W)
+        self.layers = nn.ModuleList(_CachedBlock() for _ in range(layers))
+        self.norm = nn.LayerNorm(W)
+        self.out = nn.Linear(W, VOCAB, bias=False)
+        self.out.weight = self.wte.weight
+        causal = torch.tril(torch.ones(16, 16, dtype=torch.bool)).view(1, 1, 16, 16)
+        self.register_buffer("causal", causal, persistent=False)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(ids.shape[1], device=ids.device)
+        x = self.wte(ids)
+        for layer in self.layers:
+            x = layer(x, pos, self.causal)
+        return self.out(self.norm(x))  # type: ignore[no-any-return]
+
+
+def make_cached_gpt() -> nn.Module:
+    return _declared(CachedGPT(), TensorSpec("ids", "INT64", (-1, -1)))
+
+
+class _ConvBlock(nn.Module):
+    def __init__(self, channels_in: int, channels_out: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels_in, channels_out, 3, padding=1)
+        self.norm1 = nn.GroupNorm(2, channels_out)
+        self.conv2 = nn.Conv2d(channels_out, channels_out, 3, padding=1)
+        self.norm2 = nn.BatchNorm2d(channels_out)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.norm2(self.conv2(F.silu(self.norm1(self.conv1(x))))))
+
+
+class UNet(nn.Module):
+    """A U-Net: two levels down, transposed convolutions up, the skips concatenated by the
+    model's own code (activations kept from the first stage for the last)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down1, self.down2 = _ConvBlock(3, 8), _ConvBlock(8, 16)
+        self.mid = _ConvBlock(16, 16)
+        self.up2, self.dec2 = nn.ConvTranspose2d(16, 16, 2, stride=2), _ConvBlock(32, 8)
+        self.up1, self.dec1 = nn.ConvTranspose2d(8, 8, 2, stride=2), _ConvBlock(16, 8)
+        self.out = nn.Conv2d(8, 2, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s1 = self.down1(x)
+        s2 = self.down2(F.max_pool2d(s1, 2))
+        m = self.mid(F.max_pool2d(s2, 2))
+        d2 = self.dec2(torch.cat([self.up2(m), s2], 1))
+        return self.out(self.dec1(torch.cat([self.up1(d2), s1], 1)))  # type: ignore[no-any-return]
+
+
+def make_unet() -> nn.Module:
+    return _declared(UNet(), _x(3, 8, 8))
+
+
+class _Expert(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w1, self.w2 = nn.Linear(W, 2 * W), nn.Linear(2 * W, W)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.gelu(self.w1(x)))  # type: ignore[no-any-return]
+
+
+class _MoE(nn.Module):
+    """Top-2 gating over four experts, every expert run on every token and weighted (no
+    shapes that depend on the routing)."""
+
+    def __init__(self, experts: int = 4, k: int = 2) -> None:
+        super().__init__()
+        self.gate = nn.Linear(W, experts, bias=False)
+        self.experts = nn.ModuleList(_Expert() for _ in range(experts))
+        self.k = k
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits = self.gate(x)
+        top, idx = logits.topk(self.k, -1)
+        weights = torch.zeros_like(logits).scatter(-1, idx, F.softmax(top, -1))
+        out = torch.stack([expert(x) for expert in self.experts], -1)
+        return (out * weights.unsqueeze(-2)).sum(-1)
+
+
+class MixtureOfExperts(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(W, W)
+        self.moe1, self.moe2 = _MoE(), _MoE()
+        self.head = nn.Linear(W, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.inp(x)
+        h = h + self.moe1(h)
+        return self.head(h + self.moe2(h))  # type: ignore[no-any-return]
+
+
+def make_mixture_of_experts() -> nn.Module:
+    return _declared(MixtureOfExperts(), _x(5, W))

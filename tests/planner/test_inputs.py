@@ -1,7 +1,11 @@
-"""How the planner calls a model: declared inputs in order, keyword-only ones by name."""
+"""How the planner calls a model: declared inputs in order, by name those whose name is a
+parameter elsewhere (keyword only, or another position)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 import torch
 
 from tests.planner.conftest import toy_plan
@@ -21,3 +25,44 @@ def test_a_keyword_only_model_is_planned_and_verifies() -> None:
     p = toy_plan("make_keyword_only", strategy="pipeline")
     assert p.traces[2].flops == {"a": 2 * 2 * 8 * 8}
     assert verify(p, devices=["cpu"]).ok
+
+
+class _Seq2Seq(torch.nn.Module):
+    def forward(
+        self, input_ids: Any, attention_mask: Any = None, decoder_input_ids: Any = None
+    ) -> Any:
+        return input_ids
+
+
+class _Passthrough(torch.nn.Module):
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return args
+
+
+class _Unnamed(torch.nn.Module):
+    def forward(self, input: Any, other: Any = None) -> Any:
+        return input
+
+
+A, B = torch.zeros(1), torch.ones(1)
+
+
+@pytest.mark.parametrize(
+    ("module", "names", "want"),
+    [
+        # T5's decoder ids named past its attention mask: they went to attention_mask
+        (_Seq2Seq(), ["input_ids", "decoder_input_ids"], ([A], {"decoder_input_ids": B})),
+        (_Seq2Seq(), ["input_ids", "attention_mask"], ([A, B], {})),
+        # in another order than the forward's: each by its name
+        (_Seq2Seq(), ["attention_mask", "input_ids"], ([], {"attention_mask": A, "input_ids": B})),
+        # names the forward does not know, and a forward that takes anything: in order
+        (_Unnamed(), ["x", "mask"], ([A, B], {})),
+        (_Passthrough(), ["x", "mask"], ([A, B], {})),
+    ],
+    ids=["past-a-parameter", "in-place", "reordered", "unknown-names", "var-positional"],
+)
+def test_inputs_named_as_forward_parameters_go_to_those(
+    module: torch.nn.Module, names: list[str], want: tuple[list[Any], dict[str, Any]]
+) -> None:
+    args, kwargs = call_arguments(module, [A, B], names)
+    assert (args, kwargs) == want

@@ -76,7 +76,9 @@ class _Walker:
         self.trace, self.placement = trace, placement
         self.only = device  # replicate: one replica's device
         self.home: dict[int, str] = {}
-        self.copies: set[tuple[int, str]] = set()
+        self.copies: set[tuple[int, str]] = set()  # (Alloc, device): copied there before
+        self.kept: set[tuple[int, str]] = set()  # and a copy kept there (not a hook's)
+        self.during: dict[tuple[int, str], int] = {}  # a hook's copy there: alive until then
         self.found: dict[tuple[Any, ...], Crossing] = {}
         self.spans: dict[str, list[tuple[int, int, int]]] = {}
         self.inputs: dict[str, int] = {}  # device -> input bytes copied there
@@ -112,11 +114,19 @@ class _Walker:
         src = self.home[index]
         if src == dst:
             return
+        # dispatch hooks copy a module's arguments on every call and keep none (the copy dies
+        # with the call): a later read makes a copy again; a stage runner's copy, and one the
+        # model's own code reads, is kept and serves every later read on that device
+        # (a read inside the call itself reads the call's copy)
         hooked = self.placement.hooks and consumer != GLUE and not once
         again = (index, dst) in self.copies
-        if again and not hooked:
+        if not hooked and ((index, dst) in self.kept or self.during.get((index, dst), -1) > op):
             return
         self.copies.add((index, dst))
+        if hooked:
+            self.during[(index, dst)] = until
+        else:
+            self.kept.add((index, dst))
         self.first.setdefault((index, dst), op)
         if kind is None:
             kind = "h2d" if src == HOST else "d2h" if dst == HOST else "recopy" if again else "d2d"

@@ -95,7 +95,10 @@ def call_arguments(
     module: nn.Module, inputs: Sequence[torch.Tensor], names: Sequence[str]
 ) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
     """How the planner calls ``module``: the inputs in order, but by their declared names those
-    its forward takes by keyword only (``forward(self, x, *, mask)``)."""
+    its forward takes by keyword only (``forward(self, x, *, mask)``), those that name a
+    parameter of another position (T5's ``forward(input_ids, attention_mask=None,
+    decoder_input_ids=None)`` given ``input_ids, decoder_input_ids``), and those past its
+    positional parameters that its ``**kwargs`` takes."""
     import inspect
 
     try:
@@ -103,15 +106,31 @@ def call_arguments(
     except (TypeError, ValueError):  # a forward without a signature (compiled code)
         return list(inputs), {}
     kinds = [p.kind for p in params.values()]
-    keyword = {n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
-    if inspect.Parameter.VAR_KEYWORD in kinds and inspect.Parameter.VAR_POSITIONAL not in kinds:
-        # forward(self, x, **inputs): those past its positional parameters go by name
-        positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-        slots = sum(k in positional for k in kinds)
-        keyword |= {n for n in names[slots:] if n not in params}
-    named = list(zip(inputs, names, strict=False))
-    args = [t for t, n in named if n not in keyword] + list(inputs[len(named) :])
-    return args, {n: t for t, n in named if n in keyword}
+    positional = [
+        n
+        for n, p in params.items()
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    by_name = {
+        n
+        for n, p in params.items()
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    }
+    # forward(self, x, **inputs): those past its positional parameters go by name (not past
+    # a forward(self, *args, **kwargs), which takes them in order)
+    spill = inspect.Parameter.VAR_KEYWORD in kinds and inspect.Parameter.VAR_POSITIONAL not in kinds
+    args: list[torch.Tensor] = []
+    kwargs: dict[str, torch.Tensor] = {}
+    for t, name in zip(inputs, names, strict=False):
+        slot = positional[len(args)] if len(args) < len(positional) else None
+        if name in kwargs or (name == slot and not kwargs):
+            args.append(t)  # in its place
+        elif name in by_name or (spill and slot is None and name not in params):
+            kwargs[name] = t  # a parameter of its name elsewhere, keyword only, or **kwargs
+        else:
+            args.append(t)  # a name the forward does not know (x for forward(self, input))
+    args += list(inputs[len(names) :])
+    return args, kwargs
 
 
 def _to_meta(module: nn.Module) -> None:

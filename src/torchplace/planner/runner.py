@@ -18,8 +18,10 @@ a real transfer, counted by the guard but not at a stage boundary.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from torchplace.planner.fused import opaque
@@ -57,6 +59,9 @@ class _Runtime:
         self.counted: dict[int, tuple[str, int]] = {}
         self.live: dict[str, int] = {}
         self.peak: dict[str, int] = {}
+        # storage keys of the model's inputs and their copies, while they live: a storage
+        # made later at a freed one's address is not an input
+        self.inputs: set[int] = set()
         self.current = HOST
 
     def hold(self, t: torch.Tensor, device: str) -> None:
@@ -78,6 +83,7 @@ class _Runtime:
             return
         del self.refs[key]
         del self.where[key]
+        self.inputs.discard(key)
         if key in self.counted:
             device, nbytes = self.counted.pop(key)
             self.live[device] -= nbytes
@@ -133,7 +139,6 @@ class Run:
             counts[key] = counts.get(key, 0) + 1
         self.shared = {k for k, n in counts.items() if n > 1}  # tied: each holder has its own
         self.active: list[str] = []  # units whose forward is running (their args moved)
-        self.inputs: set[int] = set()  # storage keys of the model's inputs and their copies
         self.tracked = all(d.type == "cpu" for d in real.values())  # memory by the tracker
 
     def device_of(self, unit: str) -> str:
@@ -149,7 +154,7 @@ class Run:
         # a real device measures its own kernels: a recurrent layer runs whole there
         whole = not self.tracked and python_decomposed(func)
         if parts is None and decomposable(func) and not whole:  # its parts gather their operands
-            with mode:
+            with mode, _as_traced(func):
                 result = decomposed(func, args, kwargs)
             if result is not NotImplemented:
                 return result
@@ -231,13 +236,16 @@ class Run:
             return t
         part = _part(t)
         cached = self.copies.get((part, dst))
-        # dispatch hooks copy a module's arguments on every call; the model's own code once
-        again = crossing and self.placement.hooks and consumer != GLUE and not once
-        if cached is not None and not again:
+        # dispatch hooks copy a module's arguments on every call and keep none: the copy dies
+        # with the call (or with what the module keeps of it); the model's own code's copies,
+        # and a stage runner's, are kept while the original lives and serve every later read
+        hooked = crossing and self.placement.hooks and consumer != GLUE and not once
+        if cached is not None and not hooked:
             return _as(cached, t, rt)
         # a model input, and every copy of one, is an input where it lands, not an activation
-        # (as the plan counts it), whichever device it comes from
-        is_input = src == HOST or _key(t) in self.inputs
+        # (as the plan counts it), whichever device it comes from; what a unit placed on the
+        # host made (accelerate's spill) is an activation like any other
+        is_input = _key(t) in rt.inputs
         before, rt.current = rt.current, (HOST if is_input else dst)
         # the copy a real runner makes: to another real device, or beside it on the same one
         # (its own operator is the runner's, not the model's code: nothing to gather for it)
@@ -251,10 +259,10 @@ class Run:
         rt.current = before
         if is_input:
             rt.where[_key(copy)] = dst
-            self.inputs.add(_key(copy))
-        # a runner keeps the copy while the original lives, and no longer
-        self.copies[(part, dst)] = copy
-        weakref.finalize(t, self.copies.pop, (part, dst), None)
+            rt.inputs.add(_key(copy))
+        if not hooked:  # a runner keeps the copy while the original lives, and no longer
+            self.copies[(part, dst)] = copy
+            weakref.finalize(t, self.copies.pop, (part, dst), None)
         if crossing:
             entry = self.measured.setdefault((src, dst, label(consumer)), [0, 0])
             entry[0] += t.numel() * t.element_size()
@@ -265,6 +273,7 @@ class Run:
         """Unit ``path``'s forward, its arguments first copied to its device (a wrapper, as
         accelerate's hooks are, so PyTorch's fast paths stay on); returns what undoes it."""
         import torch
+        from torch.utils._pytree import tree_map
 
         sub = submodule(self.model, path)
         forward, own = sub.forward, sub.__dict__.get("forward")
@@ -272,11 +281,15 @@ class Run:
         def swap(v: Any) -> Any:
             return self.moved(v, self.device_of(path), path) if isinstance(v, torch.Tensor) else v
 
+        @functools.wraps(forward)  # its signature too: the model's own is read to call it
         def wrapped(*args: Any, **kwargs: Any) -> Any:
             self.rt.current = self.device_of(path)
             self.active.append(path)
             try:
-                moved = tuple(swap(a) for a in args), {k: swap(v) for k, v in kwargs.items()}
+                # the tensors inside a tuple, list or dict argument too (Llama's layers take
+                # rotary (cos, sin) as one), as the plan reads them and accelerate's hooks
+                # (send_to_device) copy them
+                moved: tuple[Any, Any] = tree_map(swap, (args, kwargs))
                 return forward(*moved[0], **moved[1])
             finally:
                 self.active.pop()
@@ -297,7 +310,7 @@ class Run:
             inputs = p.model.example(self.batch, p.seq, "cpu")
         for t in inputs:
             self.rt.hold(t, HOST)
-            self.inputs.add(_key(t))
+            self.rt.inputs.add(_key(t))
         # the model's own code before its first unit runs where that unit runs, as in the plan
         calls = p.traces[self.batch].calls
         self.rt.current = self.device_of(min(calls, key=lambda c: c.start).unit if calls else "")
@@ -317,6 +330,24 @@ class Run:
         finally:
             for restore in undo:
                 restore()
+
+
+@contextlib.contextmanager
+def _as_traced(func: Any) -> Iterator[None]:
+    """A recurrent layer's decomposition as the plan traced it: on the CPU it would take
+    oneDNN's one operator per layer (for an LSTM without projections), whose steps the tracker
+    cannot see; ``meta`` takes the steps. oneDNN is off for the call, and only that flag."""
+    import torch
+
+    if not python_decomposed(func):
+        yield
+        return
+    enabled = torch._C._get_mkldnn_enabled()
+    torch._C._set_mkldnn_enabled(False)
+    try:
+        yield
+    finally:
+        torch._C._set_mkldnn_enabled(enabled)
 
 
 def _part(t: torch.Tensor) -> tuple[Any, ...]:

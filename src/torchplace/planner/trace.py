@@ -346,7 +346,8 @@ class _Recorder:
 _ADVICE = {
     Exception: "check the declared inputs (--input) match what the forward expects",
     TypeError: "the planner passes the declared tensors alone, in order (by name where the "
-    "forward takes them by keyword only); check the declared inputs (--input), and give a "
+    "forward takes them by keyword only, or has a parameter of that name in another place); "
+    "check the declared inputs (--input), and give a "
     "non-tensor argument (an int or bool flag) a default in forward, or wrap the model in a "
     "module whose forward passes it",
 }
