@@ -42,8 +42,13 @@ __all__ = [
 NOTEBOOK_SUFFIX = ".ipynb"
 #: cell magics whose body is Python, run by the kernel: only their first line is IPython's
 _PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun"})
-#: a line IPython reads itself: a magic, a shell escape (maybe assigned), a help request
-_IPYTHON_LINE = re.compile(r"^(?P<indent>[ \t]*)(?:[%!?]|[\w.]+\s*=\s*[%!]|[\w.\[\]()]+\?\??\s*$)")
+#: a line IPython reads itself: a magic, a shell escape (maybe assigned), a help request (also a
+#: wildcard search, ``torch.*Tensor?``), or a package magic called without its ``%``
+#: (automagic: ``pip install -r requirements.txt``)
+_IPYTHON_LINE = re.compile(
+    r"^(?P<indent>[ \t]*)(?:[%!?]|[\w.]+\s*=\s*[%!]|[\w.*\[\]()]+\?\??\s*$"
+    r"|(?:pip|conda|mamba)[ \t]+(?:install|uninstall)[ \t])"
+)
 
 
 #: a line a message names (``at line 12``, ``(line 3)``): of the joined source, until placed
@@ -64,6 +69,7 @@ class _Cell:
     start: int  # its first line in the joined source (1-based)
     indent: str = ""  # the leading indentation IPython strips from the cell's lines
     shifted: frozenset[int] = frozenset()  # the cell's lines (1-based) that lost it
+    last: int = 0  # its last line of code in the joined source (0: none)
 
     def shift(self, line: int) -> int:
         """How many columns IPython's dedent took from ``line`` of the cell."""
@@ -101,6 +107,15 @@ class Notebook:
             message=message,
             fix=fix,
         )
+
+    def displayed(self, finding: Finding) -> bool:
+        """A discarded transfer (TPL101) that is its cell's last statement, at the top level:
+        IPython shows that value as the cell's output (``m.to(device)`` to show the copy),
+        so it is not discarded."""
+        if finding.code != "TPL101" or finding.col != 1:
+            return False
+        cell = self._cell_of(finding.line)
+        return cell.last <= (finding.end_line or finding.line)
 
     def _line_ref(self, match: re.Match[str], home: _Cell) -> str:
         """A message's ``line N`` (of the joined source) as the line in its cell, with the
@@ -240,7 +255,8 @@ def read_notebook(raw: bytes) -> Notebook:
             continue
         indent, lines, shifted = _dedented(_lines(_text(cell.get("source", ""))))
         lines = _inert(lines)
-        placed = _Cell(number, line, indent, shifted)
+        code = [i for i, text in enumerate(lines) if text.strip() and text.strip()[0] != "#"]
+        placed = _Cell(number, line, indent, shifted, line + code[-1] if code else 0)
         error = _syntax_error("\n".join(lines) + "\n", placed)
         if error is not None:
             broken.append(error)
@@ -335,7 +351,11 @@ def lint_notebook(raw: bytes, path: str, *, select: Iterable[str] | None = None)
         return [Finding(path, 1, 1, "TPL001", f"cannot read notebook: {exc}")]
     if not notebook.python or not notebook.cells:
         return []
-    found = [notebook.place(f) for f in lint_source(notebook.source, path, select=selected)]
+    found = [
+        notebook.place(f)
+        for f in lint_source(notebook.source, path, select=selected)
+        if not notebook.displayed(f)
+    ]
     if "TPL000" in selected:
         found.extend(replace(f, path=path) for f in notebook.broken)
     return sorted(found)

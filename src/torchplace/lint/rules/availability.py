@@ -150,13 +150,20 @@ def _defaults_to_nccl(node: ast.expr | None) -> bool:
 
 
 def _is_cuda(node: ast.expr) -> bool:
-    """``"cuda"``, ``"cuda:0"``, ``torch.device("cuda")``."""
+    """``"cuda"``, ``"cuda:0"``, ``f"cuda:{rank}"``, ``torch.device("cuda")``."""
     if isinstance(node, ast.Call) and len(node.args) >= 1:
         func = node.func
         if (isinstance(func, ast.Attribute) and func.attr == "device") or (
             isinstance(func, ast.Name) and func.id == "device"
         ):
             node = node.args[0]
+    if isinstance(node, ast.JoinedStr) and node.values:  # f"cuda:{rank}": a CUDA index
+        node = node.values[0]
+        return (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and node.value.startswith("cuda:")
+        )
     return (
         isinstance(node, ast.Constant)
         and isinstance(node.value, str)

@@ -14,6 +14,7 @@ import ast
 
 from torchplace.lint.base import Context, Rule, Scope, has_star_kwargs, keyword, names_in
 from torchplace.lint.nodes import walk
+from torchplace.lint.provenance.values import _passes_device
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.factory_match import COMBINERS, HOST_CASTS, matched_to_parameter
 from torchplace.lint.rules.facts import in_test, main_test
@@ -284,9 +285,10 @@ def _refs(node: ast.AST) -> set[str]:
 
 
 def _used_on_host(call: ast.Call, ctx: Context) -> bool:
-    """The result is read back, cast to a Python number, placed right away, pinned (a host
-    staging buffer: ``torch.empty(n, pin_memory=True)``, ``torch.empty(n).pin_memory()``), or
-    tested."""
+    """The result is read back, cast to a Python number, placed right away (also by a call
+    it is handed to together with a device: ``_pin_and_move(torch.tensor(s), x.device)``),
+    pinned (a host staging buffer: ``torch.empty(n, pin_memory=True)``,
+    ``torch.empty(n).pin_memory()``), or tested."""
     pinned = keyword(call, "pin_memory")
     if pinned is not None and isinstance(pinned.value, ast.Constant) and pinned.value.value:
         return True
@@ -299,6 +301,8 @@ def _used_on_host(call: ast.Call, ctx: Context) -> bool:
                 return True
         elif isinstance(parent, ast.Call):
             if node is not parent.func and not _combines(parent, ctx):
+                if _passes_device(parent):  # _pin_and_move(torch.tensor(s), x.device): placed
+                    return True
                 return isinstance(parent.func, ast.Name) and parent.func.id in HOST_CASTS
         elif isinstance(parent, (ast.If, ast.While, ast.IfExp)):
             if _inside(call, parent.test):

@@ -18,6 +18,8 @@ from torchplace.lint.rules.facts import PLACEMENT_API, is_tensor_annotation, onl
 __all__ = ["COMBINERS", "HOST_CASTS", "matched_to_parameter"]
 
 # torch functions whose result holds their tensor arguments: where the result goes, they go.
+# Also the reshapes of one tensor (``rearrange(torch.arange(n), "t -> () t").to(x.device)``
+# places the factory's values with the view).
 COMBINERS = frozenset(
     {
         "torch.cat",
@@ -26,6 +28,16 @@ COMBINERS = frozenset(
         "torch.stack",
         "torch.hstack",
         "torch.vstack",
+        "torch.reshape",
+        "torch.flatten",
+        "torch.squeeze",
+        "torch.unsqueeze",
+        "torch.transpose",
+        "torch.permute",
+        "torch.flip",
+        "torch.tile",
+        "einops.rearrange",
+        "einops.repeat",
     }
 )
 

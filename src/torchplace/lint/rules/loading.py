@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import os
 import re
 
 from torchplace.lint.base import (
@@ -18,8 +19,8 @@ from torchplace.lint.base import (
 )
 from torchplace.lint.finding import Edit, Fix
 from torchplace.lint.nodes import own_nodes, walk
-from torchplace.lint.provenance import file_facts
-from torchplace.lint.provenance.callers import call_sites
+from torchplace.lint.provenance import FileFacts, facts_for_file, file_facts
+from torchplace.lint.provenance.callers import _siblings, _text_of, call_sites
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import in_test, loop_bound_names, only_used_by, receiver_root
 from torchplace.lint.rules.model_loads import LOADERS, Load, in_tree, is_loader, load_behind
@@ -233,7 +234,9 @@ def _dataset_user(stmt: ast.stmt, tree: ast.AST, ctx: Context, depth: int) -> bo
 
 
 def _is_dataset_class(node: ast.ClassDef, ctx: Context) -> bool:
-    return any(
+    """A ``Dataset`` subclass, or a class named as one (``class MAG240MDataset(object):``, a
+    dataset of its own that reads the files it downloads and processes on the host)."""
+    return node.name.endswith("Dataset") or any(
         str(ctx.qualname(base) or getattr(base, "id", "")).endswith("Dataset")
         for base in node.bases
     )
@@ -424,8 +427,10 @@ def _asks_for_cuda(test: ast.expr) -> bool:
 
 
 def _saved_from_host(call: ast.Call, ctx: Context) -> bool:
-    """The file saves a host value (``.cpu()``, NumPy, Python data) under the same file name
-    this load reads: it holds no device tensors to restore."""
+    """The file, or a script beside it, saves a host value (``.cpu()``, NumPy, Python data)
+    under the same file name this load reads (``node2vec.py`` writing
+    ``torch.save(emb.weight.data.cpu(), "embedding.pt")`` for ``gnn.py`` to load): it holds
+    no device tensors to restore."""
     source = call.args[0] if call.args else getattr(keyword(call, "f"), "value", None)
     if source is None:
         return False
@@ -433,7 +438,21 @@ def _saved_from_host(call: ast.Call, ctx: Context) -> bool:
     wanted = _file_names(source, own.node if own is not None else None)
     if not wanted:
         return False
-    facts = file_facts(ctx)
+    if _saves_host(file_facts(ctx), wanted):
+        return True
+    here = os.path.abspath(ctx.path)
+    for path in _siblings(os.path.dirname(here)):
+        text = _text_of(path) if path != here and os.path.isfile(path) else None
+        if text is None or "save" not in text or not any(name in text for name in wanted):
+            continue
+        facts = facts_for_file(path)
+        if facts is not None and _saves_host(facts, wanted):
+            return True
+    return False
+
+
+def _saves_host(facts: FileFacts, wanted: set[str]) -> bool:
+    """A ``save`` call of the file writes a host value to one of the ``wanted`` file names."""
     for scope in [facts.tree, *(f for fs in facts.defs.values() for f in fs)]:
         for sub in own_nodes(scope):
             if not (

@@ -39,6 +39,8 @@ def _call(call: ast.Call, ctx: Context) -> None:
     for block, index in reversed(ctx.stmt_path):
         for stmt in block[index + 1 :]:
             move = next((m for n in names if (m := _move_of(stmt, n, ctx)) is not None), None)
+            if move is not None and _rebound_before(stmt, move, model):
+                return  # `for k in ...: model = Net(); model.to(device)`: another model
             if move is not None and _unused_after(call, move, own_body, ctx):
                 return  # trained before the move (`model.to("cpu")` to deploy it)
             if move is not None:
@@ -223,6 +225,23 @@ def _first_move(body: list[ast.stmt], model: str, ctx: Context, *, after: int) -
     ):
         return None  # `model = FSDP(build())` in between: the move is of another model
     return move
+
+
+def _rebound_before(stmt: ast.stmt, move: ast.Call, model: str) -> bool:
+    """Inside the compound ``stmt``, a statement of the block that leads to ``move`` binds
+    ``model`` to another model before it (``for mod in range(n): model = Net()``, then
+    ``model.to(device)``): what the move moves is that model, every time."""
+    for node in walk(stmt):
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if not isinstance(block, list):
+                continue
+            for position, inner in enumerate(block):
+                if not (inner.lineno <= move.lineno <= (inner.end_lineno or inner.lineno)):
+                    continue
+                if any(_rebinds(earlier, model) for earlier in block[:position]):
+                    return True
+    return False
 
 
 def _rebinds(stmt: ast.AST, model: str) -> bool:

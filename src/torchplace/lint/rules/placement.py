@@ -88,8 +88,10 @@ def _device_literal(node: ast.expr | None) -> str | None:
 
 def _call(call: ast.Call, ctx: Context) -> None:
     method = ctx.method_of_module()
-    if method is not None and method.name in PLACEMENT_API:
-        method = None  # an override of the placement API itself: placing is its job
+    if method is not None and (method.name in PLACEMENT_API or _places_by_name(method.name)):
+        method = None  # the placement API itself, or a method named for it: placing is its job
+    if method is not None and _outside_static(method):
+        method = None  # a function the class only hosts: callers hand it their model and data
     if method is not None and in_test(ctx):
         method = None  # a test's stand-in module runs where the test puts it
     func = call.func
@@ -186,6 +188,29 @@ def _call(call: ast.Call, ctx: Context) -> None:
     name = ctx.call_qualname(call)
     if name in FACTORIES and not _fallback_path(ctx):
         check_factory(call, ctx, name, method)
+
+
+_GPU_WORDS = frozenset({"gpu", "cuda"})
+
+
+def _places_by_name(name: str) -> bool:
+    """``one_unet_in_gpu``, ``to_gpu``, ``move_to_cuda``: a method whose name says it puts the
+    module (or part of it) on the GPU, which callers run on purpose, for CUDA only."""
+    return bool(_GPU_WORDS & set(name.lower().strip("_").split("_")))
+
+
+def _outside_static(method: Scope) -> bool:
+    """A ``@staticmethod`` that no method of its class calls (``KGEModel.train_step(model,
+    optimizer, it, args)`` from a script): a training or test step the class hosts, given the
+    model, not code of the module's own computation."""
+    node = method.node
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or method.cls is None:
+        return False
+    if not any(dotted_name(d) == "staticmethod" for d in node.decorator_list):
+        return False
+    return not any(
+        isinstance(sub, ast.Attribute) and sub.attr == method.name for sub in walk(method.cls.node)
+    )
 
 
 def _availability_choice(node: ast.expr | None) -> str | None:
@@ -400,8 +425,45 @@ def _rank_code(ctx: Context) -> bool:
                 (any(word in source for word in _RANK_WORDS) and _uses_ranks(scope.node))
                 or _calls_collective(scope.node, ctx)
             )
+            and not _one_process_group(scope.node, source)
         )
     return bool(cached)
+
+
+def _one_process_group(tree: ast.AST, source: str) -> bool:
+    """The file sets up a process group of one rank, unconditionally (a statement of the
+    module or of a function's own body): ``os.environ["WORLD_SIZE"] = "1"`` or
+    ``init_process_group(..., world_size=1)``, as a tutorial or notebook does that uses the
+    distributed API in a single process. The one process owns the current device. A default
+    under ``if "WORLD_SIZE" not in os.environ:`` is no such set-up."""
+    if "WORLD_SIZE" not in source and "world_size" not in source:
+        return False
+    for owner in walk(tree):
+        if not isinstance(owner, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for stmt in owner.body:
+            if isinstance(stmt, ast.Assign) and _one(stmt.value) and _sets_world_size(stmt):
+                return True
+            call = stmt.value if isinstance(stmt, ast.Expr) else None
+            if isinstance(call, ast.Call) and call_name(call) == "init_process_group":
+                size = keyword(call, "world_size")
+                if size is not None and _one(size.value):
+                    return True
+    return False
+
+
+def _sets_world_size(stmt: ast.Assign) -> bool:
+    """``os.environ["WORLD_SIZE"] = ...``."""
+    return any(
+        isinstance(t, ast.Subscript)
+        and isinstance(t.slice, ast.Constant)
+        and t.slice.value == "WORLD_SIZE"
+        for t in stmt.targets
+    )
+
+
+def _one(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value in {1, "1"}
 
 
 def _unpinned_setup(ctx: Context) -> bool:

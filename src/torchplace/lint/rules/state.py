@@ -11,6 +11,7 @@ from torchplace.lint.rules.facts import (
     FACTORIES,
     TENSOR_FUNCTIONS,
     TENSOR_METHODS,
+    in_test,
     is_module_expr,
     is_tensor_annotation,
     is_tensor_expr,
@@ -82,6 +83,8 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
         return
     if method.cls.module_base_elsewhere:
         return  # a base class of another file may register or move what it holds
+    if in_test(ctx):
+        return  # a test's stand-in module runs where the test puts it, never moved or saved
     target = node.targets[0]
     attr = _self_attr(target)
     value = node.value
@@ -130,7 +133,7 @@ def _expr(node: ast.Expr, ctx: Context) -> None:
     method = ctx.method_of_module()
     if method is None or method.cls is None or method.cls.module_base_elsewhere:
         return
-    if attr not in method.cls.cache.get("plain-containers", ()):
+    if attr not in method.cls.cache.get("plain-containers", ()) or in_test(ctx):
         return
     value = call.args[-1]
     held = _contents(value, ctx, method) if func.attr == "extend" else _held(value, ctx, method)

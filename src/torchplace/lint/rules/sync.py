@@ -173,14 +173,23 @@ def _moves(node: ast.expr) -> bool:
 
 def _not_a_step(loop: ast.AST, call: ast.Call) -> bool:
     """A loop over a literal list (``for t in [a, b]:``), or one that synchronizes the device
-    it iterates (``for d in devices: torch.cuda.synchronize(d)``): a pass over a few fixed
-    things or devices, not a step of work."""
+    it iterates (``for d in devices: torch.cuda.synchronize(d)``, also by index: ``for i in
+    range(torch.cuda.device_count()): torch.cuda.synchronize(f"cuda:{i}")``): a pass over a
+    few fixed things or devices, not a step of work."""
     if not isinstance(loop, (ast.For, ast.AsyncFor)):
         return False
     if isinstance(loop.iter, (ast.List, ast.Tuple, ast.Set)):
         return True
     device = call.args[0] if call.args else getattr(keyword(call, "device"), "value", None)
-    return isinstance(device, ast.Name) and device.id in names_in(loop.target)
+    if isinstance(device, ast.Call) and call_name(device) == "device" and device.args:
+        device = device.args[0]  # torch.device(f"cuda:{i}")
+    targets = names_in(loop.target)
+    if isinstance(device, ast.JoinedStr):  # f"cuda:{i}"
+        parts = [v.value for v in device.values if isinstance(v, ast.FormattedValue)]
+        return bool(parts) and all(isinstance(p, ast.Name) and p.id in targets for p in parts)
+    if isinstance(device, ast.Subscript):  # devices[i]
+        device = device.slice
+    return isinstance(device, ast.Name) and device.id in targets
 
 
 def _joined(node: ast.JoinedStr, ctx: Context) -> None:
@@ -686,9 +695,44 @@ def _fills_store(read: ast.AST, ctx: Context) -> bool:
             func = parent.func
             return isinstance(func, ast.Attribute) and func.attr.endswith("_")
         if isinstance(parent, ast.stmt):
-            return _into_host_buffer(parent, node, ctx)
+            return _into_host_buffer(parent, node, ctx) or _only_fills(parent, node, ctx)
         node = parent
     return False
+
+
+def _only_fills(stmt: ast.stmt, value: ast.AST, ctx: Context) -> bool:
+    """``tmp = tmp.cpu()``, then only ``table.index_add_(0, idx, tmp)`` (or ``copy_``) from
+    there on: the copy is handed to in-place writes alone, so it fills a buffer on the host
+    (a table kept in host memory), as ``store.index_copy_(0, i, x.cpu())`` does."""
+    if not (
+        isinstance(stmt, ast.Assign)
+        and stmt.value is value
+        and len(stmt.targets) == 1
+        and isinstance(stmt.targets[0], ast.Name)
+    ):
+        return False
+    name = stmt.targets[0].id
+    nodes = list(walk(scope_node(ctx)))
+    written = {
+        id(arg)
+        for sub in nodes
+        if isinstance(sub, ast.Call)
+        and isinstance(sub.func, ast.Attribute)
+        and sub.func.attr.endswith("_")
+        for arg in sub.args
+    }
+    after = stmt.end_lineno or stmt.lineno
+    named = [s for s in nodes if isinstance(s, ast.Name) and s.id == name]
+    until = min(  # the next binding of the name: its later reads are of another value
+        (s.lineno for s in named if not isinstance(s.ctx, ast.Load) and s.lineno > after),
+        default=None,
+    )
+    uses = [
+        s
+        for s in named
+        if isinstance(s.ctx, ast.Load) and after < s.lineno and (until is None or s.lineno < until)
+    ]
+    return bool(uses) and all(id(use) in written for use in uses)
 
 
 def _into_host_buffer(stmt: ast.stmt, value: ast.AST, ctx: Context) -> bool:
@@ -1165,9 +1209,22 @@ def _reads_next(value: ast.expr) -> bool:
 
 def _not_batch(loop: ast.AST, scope: ast.AST, ctx: Context) -> bool:
     """A loop that does not step through batches (over a dict of losses, the rows of a
-    tensor, a few names): a periodic branch around it makes all of it periodic."""
+    tensor, a few names), or one over a literal display of a few items, which steps a fixed
+    few times whatever its body does (``for m, name in ((ema, "ema"), (model, "model")):``
+    sampling with each model): a periodic branch around it makes all of it periodic."""
+    if (
+        isinstance(loop, (ast.For, ast.AsyncFor))
+        and isinstance(loop.iter, (ast.Tuple, ast.List))
+        and 0 < len(loop.iter.elts) <= _FEW_ITEMS
+        and not any(isinstance(e, ast.Starred) for e in loop.iter.elts)
+    ):
+        return True
     kind = file_facts(ctx).loop_kind(loop, scope)
     return kind is None or kind[0] != "batch"
+
+
+# A literal display this long steps a fixed few times per run of the code around it.
+_FEW_ITEMS = 16
 
 
 def _enclosing_comps(ctx: Context, node: ast.AST) -> tuple[ast.expr, ...]:

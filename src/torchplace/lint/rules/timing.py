@@ -19,6 +19,7 @@ from torchplace.lint.nodes import children, walk
 from torchplace.lint.provenance import FileFacts, file_facts, is_device_expr, scope_node
 from torchplace.lint.provenance.loops import branch_trains
 from torchplace.lint.provenance.values import _is_cpu
+from torchplace.lint.rules.factory_match import _cpu_path
 from torchplace.lint.rules.facts import (
     CASTS,
     DEVICE_STRING,
@@ -57,7 +58,10 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
     region, rest = found
     if _limits(region[-1], start):
         return  # `if time.time() - t > time_limit: break`: a timeout, not a measurement
-    placed = _device_names(ctx.function_scope() or ctx.scope, ctx, node.lineno)
+    scope = ctx.function_scope() or ctx.scope
+    if _cpu_path(node, scope):
+        return  # the `else` of `if device.type == "cuda":`: the CPU path, which needs no sync
+    placed = _device_names(scope, ctx, node.lineno)
     if not placed:
         return
     if not _times_work(region, placed, ctx):
@@ -84,7 +88,39 @@ def _times_work(region: list[ast.AST], placed: set[str], ctx: Context) -> bool:
         if id(call) not in periodic
     ):
         return False
-    return any(_uses(call, placed, ctx) for call in calls if call_name(call) not in _NOT_WORK)
+    copies = {id(sub) for node in region for sub in _host_copy(node, placed, ctx)}
+    return any(
+        _uses(call, placed, ctx)
+        for call in calls
+        if call_name(call) not in _NOT_WORK and id(call) not in copies
+    )
+
+
+def _host_copy(stmt: ast.AST, placed: set[str], ctx: Context) -> list[ast.Call]:
+    """The calls of ``x = torch.from_numpy(x).float().to(device)``: a blocking copy of host
+    data (``torch.from_numpy``, ``torch.tensor``) to the device (the name is placed by this
+    very move), which the host waits for, as it does for a load of weights. Not a copy with ``non_blocking=True``, nor one whose chain
+    computes with a value placed elsewhere (``y = model(x).to(device)``)."""
+    if not (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call)):
+        return []
+    move = stmt.value
+    if call_name(move) not in {"to", "cuda"} or not _places(move, ctx):
+        return []
+    flag = keyword(move, "non_blocking")
+    if flag is not None and not (isinstance(flag.value, ast.Constant) and not flag.value.value):
+        return []
+    assert isinstance(move.func, ast.Attribute)
+    targets = {t.id for t in stmt.targets if isinstance(t, ast.Name)}
+    if (names_in(move.func.value) & placed) - targets:
+        return []
+    calls = [sub for sub in walk(move) if isinstance(sub, ast.Call)]
+    if not any(ctx.call_qualname(sub) in _FROM_HOST for sub in calls):
+        return []  # `inps = inps.to(dtype)`: nothing says the data is on the host
+    return calls
+
+
+# Tensors made from host data: their copy to the device starts from pageable host memory.
+_FROM_HOST = frozenset({"torch.from_numpy", "torch.as_tensor", "torch.tensor", "torch.Tensor"})
 
 
 def _periodic_calls(nodes: list[ast.AST]) -> set[int]:
