@@ -18,11 +18,12 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 pytest.importorskip("google.protobuf")
 
+from tests.serve.fuzzing import FUZZ
 from torchplace.errors import ServeError
 from torchplace.models import TensorSpec
 from torchplace.serve import grpc_codec, protocol
@@ -30,13 +31,6 @@ from torchplace.serve.datatypes import HOST_DTYPES
 from torchplace.serve.proto import grpc_service_pb2 as pb
 from torchplace.serve.protocol import WIRE_DTYPES
 
-_FUZZ = settings(
-    max_examples=200,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
 DATATYPES = tuple(sorted(WIRE_DTYPES))
 OUTPUTS = (TensorSpec("y", "FP32", (-1, 2)), TensorSpec("b", "BOOL", (-1,)))
 MAX_ROWS = 4
@@ -285,7 +279,7 @@ def _answers(case: _Case) -> dict[str, tuple[Any, ...]]:
     return found
 
 
-@_FUZZ
+@FUZZ
 @given(_case())
 def test_rest_and_grpc_decode_one_request_alike(drawn: tuple[_Case, str]) -> None:
     case, fault = drawn

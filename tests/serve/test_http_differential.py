@@ -16,21 +16,15 @@ import asyncio
 from collections.abc import Sequence
 
 import orjson
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.serve.fuzzing import FUZZ
 from torchplace.serve.http import HttpServer, Request, Response
 
 #: the body limit of the server under test: small, so that generated bodies cross it
 _LIMIT = 96
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-_FUZZ = settings(
-    max_examples=200,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
 
 
 class _Wire:
@@ -207,7 +201,7 @@ def _stream(draw: st.DrawFn) -> bytes:
 
 
 # ------------------------------------------------------------------------------ the tests
-@_FUZZ
+@FUZZ
 @given(_stream())
 def test_a_stream_is_answered_the_same_however_it_is_cut_into_reads(stream: bytes) -> None:
     """Split at every byte boundary, and fed a byte at a time, a stream gets the answers it
@@ -221,7 +215,7 @@ def test_a_stream_is_answered_the_same_however_it_is_cut_into_reads(stream: byte
     assert bytewise == whole, stream
 
 
-@_FUZZ
+@FUZZ
 @given(_stream(), st.lists(st.integers(1, 40), min_size=1, max_size=8))
 def test_a_queued_request_is_answered_as_one_handled_at_once(
     stream: bytes, sizes: list[int]

@@ -27,22 +27,16 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given
 from hypothesis import strategies as st
 
+from tests.serve.fuzzing import FUZZ
 from torchplace.errors import ServeError
 from torchplace.models import TensorSpec
 from torchplace.serve import protocol
 from torchplace.serve.datatypes import HOST_DTYPES
 from torchplace.serve.protocol import WIRE_DTYPES, decode_infer_request
 
-_FUZZ = settings(
-    max_examples=200,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
 DATATYPES = tuple(sorted(WIRE_DTYPES))
 _FLOATING = ("FP16", "FP32", "FP64")
 OUTPUTS = (TensorSpec("y", "FP32", (-1, 2)), TensorSpec("z", "INT64", (-1,)))
@@ -385,7 +379,7 @@ def _document(draw: st.DrawFn) -> tuple[tuple[TensorSpec, ...], bytes, dict[str,
 
 
 # ------------------------------------------------------------------------------ the tests
-@_FUZZ
+@FUZZ
 @given(_document())
 def test_a_json_body_decodes_the_same_on_the_fast_and_the_general_path(
     case: tuple[tuple[TensorSpec, ...], bytes, dict[str, Any]],
@@ -396,7 +390,7 @@ def test_a_json_body_decodes_the_same_on_the_fast_and_the_general_path(
     event(f"{fast[0]}, {_taken(body, specs, options)}")
 
 
-@_FUZZ
+@FUZZ
 @given(
     datatype=st.sampled_from(_FLOATING),
     rows=st.integers(1, 4),
@@ -450,7 +444,7 @@ def _wire_bytes(datatype: str, values: list[Any]) -> bytes:
     return np.array(values, dtype=WIRE_DTYPES[datatype]).tobytes()
 
 
-@_FUZZ
+@FUZZ
 @given(datatype=st.sampled_from(DATATYPES), width=st.integers(1, 5), data=st.data())
 def test_json_binary_and_raw_bodies_of_the_same_values_decode_alike(
     datatype: str, width: int, data: st.DataObject
@@ -485,7 +479,7 @@ def test_json_binary_and_raw_bodies_of_the_same_values_decode_alike(
 _WORDS = (b"true", b"false", b"null")
 
 
-@_FUZZ
+@FUZZ
 @given(
     st.lists(
         st.one_of(
@@ -512,7 +506,7 @@ def test_the_word_scan_finds_a_word_exactly_where_the_plain_search_does(
     assert protocol._may_hold_bools(text) == (b"true" in text or b"false" in text)
 
 
-@_FUZZ
+@FUZZ
 @given(
     st.dictionaries(
         st.sampled_from(
