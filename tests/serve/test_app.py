@@ -297,6 +297,18 @@ def test_wrong_content_type_is_415(server: Running) -> None:
     assert "application/json" in orjson.loads(reply)["error"]
 
 
+def test_a_body_sent_as_curl_d_sends_it_is_read_as_json(server: Running) -> None:
+    """``curl -d '{...}'`` without ``-H 'Content-Type: application/json'`` labels the body
+    form-encoded; Triton reads it as JSON, and so does the server."""
+    body = seed_body(rows(2))
+    status, _, reply = server.client.post(
+        INFER, body, headers={"Content-Type": "application/x-www-form-urlencoded"}
+    )
+    assert status == 200, reply
+    _, _, plain = server.client.post(INFER, body)
+    assert orjson.loads(reply)["outputs"] == orjson.loads(plain)["outputs"]
+
+
 def test_body_over_limit_is_413(start_server: StartServer) -> None:
     running = start_server(max_body_bytes=4096)
     big = seed_body(rows(32))  # ~ 8 KB of JSON

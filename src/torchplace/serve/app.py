@@ -68,7 +68,14 @@ logger = logging.getLogger("torchplace.serve")
 
 _BINARY = b"application/octet-stream"
 _METRICS_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
-_ACCEPTED_TYPES = (b"application/json", _BINARY, b"text/plain")
+# `curl -d` and many scripts send JSON as form-encoded: read as JSON, as Triton and KServe
+# read a body whatever its type (text/plain, as simple a type for a browser, is taken too)
+_ACCEPTED_TYPES = (
+    b"application/json",
+    _BINARY,
+    b"text/plain",
+    b"application/x-www-form-urlencoded",
+)
 _RETRY = [(b"retry-after", b"1")]
 _CLOSE_GRACE_S = 1.0  # after a drain, how long idle connections may still get a clean 503
 _SHM_KINDS = (b"systemsharedmemory", b"cudasharedmemory")
