@@ -49,9 +49,10 @@ def test_a_path_after_json_gets_the_fix(capsys: pytest.CaptureFixture[str]) -> N
     assert "--json takes no argument: write the report to a file with -o out.json" in err
 
 
-def test_version() -> None:
+@pytest.mark.parametrize("module", ["torchplace", "torchplace.cli"])
+def test_version(module: str) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "torchplace.cli", "--version"], capture_output=True, text=True
+        [sys.executable, "-m", module, "--version"], capture_output=True, text=True
     )
     assert out.returncode == 0
     assert out.stdout.startswith("torchplace ")
