@@ -297,13 +297,14 @@ def test_wrong_content_type_is_415(server: Running) -> None:
     assert "application/json" in orjson.loads(reply)["error"]
 
 
-def test_a_body_sent_as_curl_d_sends_it_is_read_as_json(server: Running) -> None:
+@pytest.mark.parametrize(
+    "ctype", ["application/x-www-form-urlencoded", "application/vnd.api+json; charset=utf-8"]
+)
+def test_a_json_body_under_another_label_is_read_as_json(server: Running, ctype: str) -> None:
     """``curl -d '{...}'`` without ``-H 'Content-Type: application/json'`` labels the body
-    form-encoded; Triton reads it as JSON, and so does the server."""
+    form-encoded; Triton reads it as JSON, and so does the server, as it does a ``+json`` type."""
     body = seed_body(rows(2))
-    status, _, reply = server.client.post(
-        INFER, body, headers={"Content-Type": "application/x-www-form-urlencoded"}
-    )
+    status, _, reply = server.client.post(INFER, body, headers={"Content-Type": ctype})
     assert status == 200, reply
     _, _, plain = server.client.post(INFER, body)
     assert orjson.loads(reply)["outputs"] == orjson.loads(plain)["outputs"]

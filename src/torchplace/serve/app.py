@@ -693,7 +693,7 @@ class App:
         ctype = headers.get(b"content-type")
         if ctype is not None and ctype != b"application/json":
             base = ctype.split(b";", 1)[0].strip().lower()
-            if base not in _ACCEPTED_TYPES:
+            if base not in _ACCEPTED_TYPES and not base.endswith(b"+json"):  # RFC 6839
                 raise UnsupportedMediaTypeError(
                     f"content type {_text(base)!r} is not accepted; send application/json "
                     "(or application/octet-stream with Inference-Header-Content-Length)"
