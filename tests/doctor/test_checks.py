@@ -53,6 +53,14 @@ def test_cpu_only_build_report() -> None:
     assert "no accelerator" in check(report, "resolve")["detail"]
 
 
+def test_a_cpu_only_build_beside_a_driver_names_what_the_driver_runs() -> None:
+    """A GPU machine with a CPU wheel installed: the fix says which CUDA builds fit its driver."""
+    probe = FakeProbe(driver_info=DriverInfo(True, "550.54", "12.4", 1))
+    fix = check(report_for("auto", probe), "build")["fix"]
+    assert "pytorch.org/get-started/locally" in fix
+    assert "runs builds for CUDA 12.4 and older" in fix
+
+
 def test_multi_gpu_inventory_with_remapping() -> None:
     probe = machine(K80, H200, H200, env={"CUDA_VISIBLE_DEVICES": "1,0"}, free_memory={0: 2 * GiB})
     report = report_for("auto", probe)

@@ -144,13 +144,16 @@ def build_check(facts: Facts) -> Check:
             "pass",
             f"torch {version}, {build_kind(facts.cuda_build, facts.hip_build)} build",
         )
+    supported = facts.driver.cuda_driver_version
     return Check(
         "build",
         "warn",
         f"torch {version} is a CPU-only build (torch.version.cuda is None): "
         "it cannot use an NVIDIA or AMD GPU",
-        "to use a GPU, install a CUDA build of torch, e.g. 'pip install torch "
-        "--index-url https://download.pytorch.org/whl/cu128'",
+        "to use a GPU, install a CUDA (or ROCm) build of torch: the command for each is on "
+        "https://pytorch.org/get-started/locally/, e.g. 'pip install torch --index-url "
+        "https://download.pytorch.org/whl/cu128'"
+        + (f"; this driver runs builds for CUDA {supported} and older" if supported else ""),
         "cuda",
     )
 
