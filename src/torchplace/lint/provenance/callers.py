@@ -108,6 +108,13 @@ def _from_importers(
     return None
 
 
+def imported_by_siblings(facts: FileFacts, name: str) -> bool:
+    """A module beside ``facts``'s file (or one folder up) calls ``name(`` and names the
+    module: ``greedy_generate(model, ...)`` in ``run_streaming.py`` after ``from
+    utils.streaming import greedy_generate``."""
+    return any(True for _ in _importers(facts, name))
+
+
 def _importers(facts: FileFacts, name: str) -> Iterator[tuple[FileFacts, str]]:
     """The sibling modules that may import ``name`` from ``facts``'s file (their text calls
     ``name(`` and mentions the module), with that module's name."""
@@ -457,7 +464,21 @@ def _from_callers(
             moved = callers.fact(receiver, scope, outer)
             if moved is not None and moved.on_device:
                 seeds[MOVED_SELF] = moved
+        elif outer and MOVED_SELF in outer and _on_self(call, function):
+            seeds.setdefault(MOVED_SELF, outer[MOVED_SELF])
     return PerBatch(how, seeds, trains) if how is not None else None
+
+
+def _on_self(call: ast.Call, function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """``self._dequeue_and_enqueue(k)`` in ``MoCo.forward``: the method runs on the same
+    instance as its caller, so a module the caller's callers moved is moved for it too."""
+    func = call.func
+    return (
+        isinstance(func, ast.Attribute)
+        and isinstance(func.value, ast.Name)
+        and func.value.id == "self"
+        and _first_param(function) == "self"
+    )
 
 
 def _first_param(function: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:

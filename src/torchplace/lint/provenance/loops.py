@@ -86,10 +86,13 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
     # `for key in ("a", "b"):` steps a few times per run, not per row: only a step of work in
     # its body (`.backward()`, a moved batch, a model run) makes it a batch loop
     handed = any(_walks_handed(facts, it, scope) for it in iters)
-    found = None if few or handed else _iterates_device(facts, iters, scope)
+    own, nested = _split_own(body)
+    if not _steps_itself(own) and (_capped(loop) or _builds_optimizer(facts, own)):
+        return None  # a few steps per run, or a whole training run set up per step
+    streamed = any(_streams(it) for it in iters)
+    found = None if few or handed or streamed else _iterates_device(facts, iters, scope)
     if found is not None:
         return found
-    own, nested = _split_own(body)
     if isinstance(loop, ast.While):
         targets = {
             name
@@ -148,7 +151,7 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
                 its = "what it iterates" if iters else "what it reads"
                 return "batch", f"it moves {its} to a device (`{what}`, line {node.lineno})"
         if step is None and not nested_batch and name is not None and not _given(node, fresh):
-            step = _step_call(facts, node, scope)
+            step = _step_call(facts, node, scope) or _fetches_batch(facts, node, name, scope)
     if step is None and not nested_batch and iters and not few and not handed:
         step = _updates_device(facts, own, loop, scope)
     return step
@@ -158,6 +161,29 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
 _FEW = 16
 # Methods that grow a list, set or dict in place.
 _GROWS = frozenset({"append", "extend", "insert", "add", "update", "setdefault", "__setitem__"})
+
+
+def _steps_itself(own: list[ast.AST]) -> bool:
+    """A loop step's own nodes call ``.backward()`` or a ``.step()``: it trains per step."""
+    return any(
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in {"backward", "step"}
+        for node in own
+    )
+
+
+def _builds_optimizer(facts: FileFacts, own: list[ast.AST]) -> bool:
+    """A loop step that builds an optimizer (``optimizer = optim.Adam(model.parameters())``)
+    sets up a training run that nested loops or called functions carry out (benchmarking-gnns'
+    ``for split_num in range(len(train_masks)):``): once per split, seed or configuration,
+    not once per batch."""
+    for node in own:
+        if isinstance(node, ast.Call):
+            module, _, name = (facts.qualname(node.func) or "").rpartition(".")
+            if module == "torch.optim" and name[:1].isupper():
+                return True
+    return False
 
 
 def _walks_layers(facts: FileFacts, it: ast.expr) -> bool:
@@ -241,6 +267,30 @@ def _few_constants(it: ast.expr, scope: ast.AST, bound: bool = False) -> bool:
     return len(values) == 1 and _few_constants(values[0], scope, bound=True)
 
 
+def _capped(loop: ast.AST) -> bool:
+    """A ``for`` loop that leaves after a few steps by its own counter: ``if bib >= 5:
+    break`` in its body (StyleTTS2's epoch-end audio samples, six rows of the last batch):
+    whatever its steps move or run, it runs a few times per run of what holds it."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor)):
+        return False
+    counters = set(_target_names(loop.target))
+    for stmt in loop.body:
+        if not (isinstance(stmt, ast.If) and isinstance(stmt.body[0], ast.Break)):
+            continue
+        test = stmt.test
+        if (
+            isinstance(test, ast.Compare)
+            and isinstance(test.ops[0], (ast.GtE, ast.Gt, ast.Eq))
+            and isinstance(test.left, ast.Name)
+            and test.left.id in counters
+            and isinstance(test.comparators[0], ast.Constant)
+            and type(test.comparators[0].value) is int
+            and test.comparators[0].value < _FEW
+        ):
+            return True
+    return False
+
+
 def _assigned(scope: ast.AST, name: ast.Name) -> ast.expr | None:
     """The value of ``name = value`` (a plain assignment of the name alone), or None."""
     for node in subtree(scope):
@@ -298,6 +348,16 @@ def _walks_handed(facts: FileFacts, it: ast.expr, scope: ast.AST) -> bool:
         return False
     handed = facts.given(scope).get(root.id)
     return handed is not None and facts.fact(root, scope) == handed
+
+
+def _streams(it: ast.expr) -> bool:
+    """``for token in generate_text_basic_stream(model, ids):`` over a function named for a
+    stream (``generate_stream``, ``stream_generate``): its items come one per step of the
+    generation (a token as it is decoded), not as the rows of one device tensor. (A generator
+    of another name may yield the slices of one batch, ``split_microbatches(n, x, y)``.)"""
+    call = _unwrapped(it)
+    name = dotted_name(call.func) if isinstance(call, ast.Call) else None
+    return name is not None and "stream" in name.rpartition(".")[2].lower().split("_")
 
 
 def _walks_mapping(iterable: ast.expr) -> bool:
@@ -429,6 +489,23 @@ def _step_call(facts: FileFacts, call: ast.Call, scope: ast.AST) -> tuple[LoopKi
     if callee is not None and _is_step_function(callee):
         return "batch", f"it calls the training step `{callee.name}` on every step"
     return None
+
+
+def _fetches_batch(
+    facts: FileFacts, call: ast.Call, name: str, scope: ast.AST
+) -> tuple[LoopKind, str] | None:
+    """A call named for fetching a batch that hands back device values: ``X, Y =
+    get_batch("val")`` in nanoGPT's ``for k in range(eval_iters):``, whose helper samples
+    rows and moves them (``x.pin_memory().to(device, non_blocking=True)``): each turn
+    takes a fresh batch on the device, whatever the loop counts."""
+    words = [w for w in name.lower().split("_") if w]
+    if not words or "batch" not in words[-1]:
+        return None
+    fact = facts.fact(call, scope)
+    if fact is None or not fact.on_device:
+        return None
+    what = _short(facts.segment(call), 32)
+    return "batch", f"it fetches a device batch with `{what}` on every step ({fact.describe()})"
 
 
 # The step methods of training frameworks (Lightning's hooks, the Hugging Face Trainer's

@@ -86,6 +86,7 @@ def _torch_load(call: ast.Call, ctx: Context) -> None:
         and not in_test(ctx)
         and not _in_dataset(ctx)
         and not _round_trip(call, ctx, wrapped=True, script=True)
+        and not _saved_above_by_name(call, ctx)
         and not _host_only_payload(call, ctx)
         and not _saved_from_host(call, ctx)
         and _may_load_elsewhere(ctx)
@@ -278,6 +279,47 @@ def _round_trip(
         if rebound:
             return False
     return "seek" in cached or (first is not None and first < call.lineno)
+
+
+def _saved_above_by_name(call: ast.Call, ctx: Context) -> bool:
+    """The load reads a file by a name template that the same function, or a script's own
+    statements, saved to above it: pyGAT's ``torch.save(model.state_dict(),
+    '{}.pkl'.format(epoch))`` every epoch, then ``torch.load('{}.pkl'.format(best_epoch))``
+    after the loop. A file of this run, so the device it was saved from exists."""
+    source = call.args[0] if call.args else getattr(keyword(call, "f"), "value", None)
+    template = _name_template(source) if source is not None else None
+    if template is None:
+        return False
+    scope = ctx.function_scope()
+    owner = scope.node if scope is not None else ctx.scope.root().node
+    nodes = own_nodes(owner) if isinstance(owner, ast.Module) else walk(owner)
+    return any(
+        isinstance(sub, ast.Call)
+        and isinstance(sub.func, ast.Attribute)
+        and sub.func.attr == "save"
+        and sub.lineno < call.lineno
+        and _name_template(_save_parts(sub)[1]) == template
+        for sub in nodes
+    )
+
+
+def _name_template(path: ast.expr | None) -> str | None:
+    """The file name a path fills in, with its holes (``"{}.pkl"`` of ``'{}.pkl'.format(n)``,
+    ``"%d_net.pth"`` of ``"%d_net.pth" % n``, ``"ep{}.pt"`` of ``f"ep{n}.pt"``); None for a
+    path that is not built from a template."""
+    text: str | None = None
+    if isinstance(path, ast.Call) and isinstance(path.func, ast.Attribute):
+        owner = path.func.value
+        if path.func.attr == "format" and isinstance(owner, ast.Constant):
+            text = owner.value if isinstance(owner.value, str) else None
+    elif isinstance(path, ast.BinOp) and isinstance(path.op, ast.Mod):
+        if isinstance(path.left, ast.Constant) and isinstance(path.left.value, str):
+            text = path.left.value
+    elif isinstance(path, ast.JoinedStr):
+        text = "".join(str(v.value) if isinstance(v, ast.Constant) else "{}" for v in path.values)
+    if text is None or "." not in text or not any(h in text for h in ("{", "%")):
+        return None
+    return text.rsplit("/", 1)[-1]
 
 
 def _saves(function: ast.AST, ctx: Context) -> dict[str, int]:

@@ -234,8 +234,12 @@ def _cuda_tensor_type(call: ast.Call, ctx: Context) -> str | None:
 
 def _caller_device(call: ast.Call, method: Scope) -> bool:
     """``model.cuda(cuda_device)`` with ``cuda_device`` a parameter of the method: the caller
-    chooses the device (a loader's ``cuda_device=-1`` argument), the module does not."""
+    chooses the device (a loader's ``cuda_device=-1`` argument), the module does not; so
+    with an element of one, ``self.module.cuda(device_ids[0])`` in a ``DataParallel``
+    wrapper given ``device_ids`` (CenterNet's ``_DataParallel.__init__``)."""
     target = call.args[0] if call.args else getattr(keyword(call, "device"), "value", None)
+    if isinstance(target, ast.Subscript):
+        target = target.value
     if not isinstance(target, ast.Name):
         return False
     node = method.node
@@ -725,6 +729,39 @@ def _compares_as_name(compare: ast.Compare, is_param: Callable[[ast.AST], bool])
     return any(is_param(sub) and id(sub) not in queried for sub in walk(compare))
 
 
+def _bound_cuda(node: ast.Assign, ctx: Context) -> None:
+    """``device = "cuda"`` in multi-rank code (StyleGAN2's ``train.py`` under ``if __name__
+    == "__main__":``), the name's only binding in its scope, which then places tensors
+    (``Generator(...).to(device)``): every such placement is a bare ``"cuda"``."""
+    if len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
+        return
+    if _device_literal(node.value) != "cuda" or not _rank_code(ctx):
+        return
+    if _single_process_branch(ctx) or ctx.method_of_module() is not None:
+        return
+    name = node.targets[0].id
+    scope = ctx.function_scope() or ctx.scope.root()
+    if len(ctx.scope_bindings(scope).get(name) or []) != 1:
+        return
+    places = False
+    for sub in walk(scope.node):
+        if isinstance(sub, ast.Compare) and any(
+            isinstance(side, ast.Name) and side.id == name for side in (sub.left, *sub.comparators)
+        ):
+            return  # `if device == "cuda":` names a backend
+        if isinstance(sub, ast.Call):
+            target = device_argument(sub, ctx)
+            places = places or (isinstance(target, ast.Name) and target.id == name)
+    if places:
+        ctx.report(
+            BARE_CUDA.code,
+            node.value,
+            f'`{name}` is bound to bare "cuda" in multi-rank code and places tensors: each '
+            "rank gets the current device, right only if `set_device` ran first; use "
+            "`cuda:{local_rank}` or derive the device from the rank",
+        )
+
+
 def _has_index(call: ast.Call, ctx: Context) -> bool:
     """``torch.device("cuda", 0)`` names an index in its second argument."""
     return ctx.call_qualname(call) == "torch.device" and (
@@ -738,6 +775,7 @@ FAMILY = Family(
         (ast.Expr, _discarded, (DISCARDED.code,)),
         (ast.FunctionDef, _defaults, (BARE_CUDA.code,)),
         (ast.AsyncFunctionDef, _defaults, (BARE_CUDA.code,)),
+        (ast.Assign, _bound_cuda, (BARE_CUDA.code,)),
         (ast.Call, _call, (DEVICE_IN_MODULE.code, FACTORY.code, BARE_CUDA.code)),
     ),
     triggers=(

@@ -315,6 +315,8 @@ def _builds_tensor(
             return False
         if _number_parameter(value, name, function):
             return False  # `torch.tensor(drop_rate)` with `drop_rate: float`: 0-dim
+        if name == "torch.tensor" and value.args and _module_number(value.args[0], function, ctx):
+            return False  # `torch.tensor(np.log(init_alpha))` with `init_alpha = 0.01`: 0-dim
         return not _single_value(value, name)
     if name in _TENSOR_OF_ARGS:
         args = [*value.args, *(kw.value for kw in value.keywords)]
@@ -412,6 +414,49 @@ def _number_parameter(call: ast.Call, name: str, function: ast.AST) -> bool:
         isinstance(default, ast.Constant)
         and isinstance(default.value, (int, float))
         and not isinstance(default.value, bool)
+    )
+
+
+# NumPy functions that turn one number into one number (``np.ones(n)`` makes an array).
+_NUMPY_OF_NUMBER = frozenset(
+    {"log", "log2", "log10", "log1p", "exp", "sqrt", "abs", "float32", "float64", "int64"}
+)
+
+
+def _module_number(
+    node: ast.expr, function: ast.AST, ctx: Context, seen: frozenset[str] = frozenset()
+) -> bool:
+    """``node`` is a number by the module's own constants: a name the function does not bind
+    and the module binds only to number literals (``clip_rho_threshold = 1.0`` at the top of
+    minimalRL's ``vtrace.py``), arithmetic of such, or a ``math``/NumPy function of one
+    (``np.log(init_alpha)``). ``torch.tensor`` of it is 0-dim."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
+    parts: list[ast.expr] = []
+    if isinstance(node, ast.UnaryOp):
+        parts = [node.operand]
+    elif isinstance(node, ast.BinOp):
+        parts = [node.left, node.right]
+    elif isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords:
+        module, _, name = (ctx.call_qualname(node) or "").rpartition(".")
+        if module == "math" or (module == "numpy" and name in _NUMPY_OF_NUMBER):
+            parts = node.args
+    elif isinstance(node, ast.Name) and node.id not in seen and not _binds(function, node.id):
+        seen = seen | {node.id}
+        values = ctx.scope_bindings(ctx.scope.root()).get(node.id, [])
+        if None in values:
+            return False
+        parts = [value for value in values if value is not None]
+    return bool(parts) and all(_module_number(part, function, ctx, seen) for part in parts)
+
+
+def _binds(function: ast.AST, name: str) -> bool:
+    """``function`` binds ``name`` itself: a parameter, or a store in its own body."""
+    if _bound_before(function, name, 10**9) == "parameter":
+        return True
+    return any(
+        isinstance(sub, ast.Name) and sub.id == name and not isinstance(sub.ctx, ast.Load)
+        for sub in own_nodes(function)
     )
 
 

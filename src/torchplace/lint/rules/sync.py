@@ -9,6 +9,7 @@ from such a loop) and what it reads is on the device, or (for the explicit reads
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable
 
 from torchplace.lint.base import (
@@ -23,7 +24,7 @@ from torchplace.lint.base import (
 )
 from torchplace.lint.nodes import walk, walk_body
 from torchplace.lint.provenance import Fact, FileFacts, PerBatch, file_facts, scope_node
-from torchplace.lint.provenance.callers import engine_step
+from torchplace.lint.provenance.callers import engine_step, imported_by_siblings
 from torchplace.lint.provenance.loops import _few_constants, feeds_back, rare_test
 from torchplace.lint.provenance.values import HOST_METHODS
 from torchplace.lint.resolver import dotted_name
@@ -55,7 +56,8 @@ _STRINGS = frozenset({"str", "repr"})
 _COMPS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 _BULK = frozenset({"cpu", "numpy", "tolist"})
 # Calls that write results out: a read feeding them is the program's output, not a stall.
-# `pool.submit(f, x.cpu())` hands the copy to a worker process: it leaves as output too.
+# `pool.submit(f, x.cpu())` hands the copy to a worker process: it leaves as output too, as
+# `msg.stream_token(tokenizer.decode(t.tolist()))` streams it to a chat client.
 _OUTPUT_WORDS = (
     "save",
     "write",
@@ -66,6 +68,7 @@ _OUTPUT_WORDS = (
     "send",
     "put",
     "submit",
+    "stream",
 )
 
 
@@ -97,6 +100,11 @@ def _call(call: ast.Call, ctx: Context) -> None:
             bulk=func.attr in _BULK,
             read=call,
         )
+        return
+    if len(call.args) == 1 and ctx.call_qualname(call) in _FROM_ELEMENTS:
+        for element in _elements(call.args[0], ctx):  # each 0-dim tensor read to the host
+            if _check(call, element, f"`{ctx.segment(func)}()` of a list", ctx, explicit=False):
+                return
         return
     if isinstance(func, ast.Name) and func.id in {"all", "any"} and len(call.args) == 1:
         if ctx.qualname(func) is None and not isinstance(call.args[0], _COMPS):
@@ -155,6 +163,59 @@ def _call(call: ast.Call, ctx: Context) -> None:
             f"`{name}()` inside a loop stalls the host on every step; synchronize once "
             "after the loop (or record CUDA events)",
         )
+
+
+# Constructors that copy a list of numbers element by element: a list of 0-dim device tensors
+# is read to the host one element at a time.
+_FROM_ELEMENTS = frozenset(
+    {"torch.tensor", "torch.as_tensor", "torch.Tensor", "torch.FloatTensor", "torch.LongTensor"}
+)
+
+
+def _elements(arg: ast.expr, ctx: Context) -> list[ast.expr]:
+    """The values ``torch.tensor(arg)`` converts one by one when ``arg`` is plainly a list:
+    a display (``torch.tensor([loss_a, loss_b])``), the starred target of an enclosing loop
+    (``for *xyxy, conf, cls in reversed(det): torch.tensor(xyxy)``, YOLO's boxes), or a list
+    the function starts empty and grows (``labels = []``, ``labels.append(y[i])``, then
+    ``torch.tensor(labels)``): what it appends."""
+    if isinstance(arg, (ast.List, ast.Tuple)):
+        return [e.value if isinstance(e, ast.Starred) else e for e in arg.elts]
+    if not isinstance(arg, ast.Name):
+        return []
+    for parent in ctx.parents:
+        if isinstance(parent, (ast.For, ast.AsyncFor)) and any(
+            isinstance(t, ast.Starred) and isinstance(t.value, ast.Name) and t.value.id == arg.id
+            for t in walk(parent.target)
+        ):
+            return [arg]
+    scope = ctx.function_scope()
+    return _appended(arg, scope.node) if scope is not None else []
+
+
+def _appended(name: ast.Name, function: ast.AST) -> list[ast.expr]:
+    """What ``function`` appends to ``name`` after its last ``name = []`` above ``name``."""
+    starts = [
+        sub.lineno
+        for sub in walk(function)
+        if isinstance(sub, ast.Assign)
+        and isinstance(sub.value, ast.List)
+        and not sub.value.elts
+        and any(isinstance(t, ast.Name) and t.id == name.id for t in sub.targets)
+        and sub.lineno < name.lineno
+    ]
+    if not starts:
+        return []
+    return [
+        sub.args[0]
+        for sub in walk(function)
+        if isinstance(sub, ast.Call)
+        and isinstance(sub.func, ast.Attribute)
+        and sub.func.attr == "append"
+        and isinstance(sub.func.value, ast.Name)
+        and sub.func.value.id == name.id
+        and len(sub.args) == 1
+        and max(starts) < sub.lineno < name.lineno
+    ]
 
 
 def _moves(node: ast.expr) -> bool:
@@ -228,12 +289,20 @@ def _percent(node: ast.BinOp, ctx: Context) -> None:
 
 
 def _is_text(node: ast.expr) -> bool:
-    """A format string by its form: a string literal, or literals joined or repeated."""
+    """A format string by its form: a string literal, or literals joined or repeated, also
+    trimmed by a string method (``("%g " * len(line)).rstrip() % line``, YOLO's label
+    lines)."""
     if isinstance(node, ast.Constant):
         return isinstance(node.value, str)
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
         return _is_text(node.left) or _is_text(node.right)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return node.func.attr in _TRIMS and _is_text(node.func.value)
     return isinstance(node, ast.JoinedStr)
+
+
+# String methods that hand back the text they trim: a format string stays one.
+_TRIMS = frozenset({"strip", "rstrip", "lstrip"})
 
 
 _TRUTH_OPS = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
@@ -352,6 +421,9 @@ def _tested(test: ast.expr) -> list[ast.expr]:
         return leaves
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return _tested(test.operand)
+    if isinstance(test, ast.BinOp) and isinstance(test.op, (ast.BitOr, ast.BitAnd)):
+        # `x.isnan().any() | x.isinf().any()`: the tensor the operands make is tested
+        return _tested(test.left) + _tested(test.right)
     return [test]
 
 
@@ -875,8 +947,8 @@ def _carries(node: ast.expr, names: set[str], read: ast.AST | None = None) -> bo
         return True
     if isinstance(node, ast.Name):
         return node.id in names
-    if isinstance(node, ast.Subscript):  # arr[:n]
-        return isinstance(node.slice, ast.Slice) and _carries(node.value, names, read)
+    if isinstance(node, ast.Subscript):  # arr[:n], wav[..., :-50]: trimmed, not picked
+        return _only_slices(node.slice) and _carries(node.value, names, read)
     if isinstance(node, ast.Starred):
         return _carries(node.value, names, read)
     if isinstance(node, (ast.Tuple, ast.List)):
@@ -890,6 +962,17 @@ def _carries(node: ast.expr, names: set[str], read: ast.AST | None = None) -> bo
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
         return name in _JOINS and any(_carries(arg, names, read) for arg in node.args)
     return False
+
+
+def _only_slices(index: ast.expr) -> bool:
+    """``[:n]``, ``[..., :-50]``, ``[:, 1:]``: an index that trims every axis it names (a
+    slice or ``...`` each), so the value keeps its bulk; ``[0]`` or ``[..., 0]`` picks."""
+    parts = index.elts if isinstance(index, ast.Tuple) else [index]
+    slices = [part for part in parts if isinstance(part, ast.Slice)]
+    rest = [part for part in parts if not isinstance(part, ast.Slice)]
+    return bool(slices) and all(
+        isinstance(part, ast.Constant) and part.value is Ellipsis for part in rest
+    )
 
 
 def _collector(
@@ -1241,6 +1324,29 @@ def _enclosing_comps(ctx: Context, node: ast.AST) -> tuple[ast.expr, ...]:
     return tuple(found)
 
 
+# Words of code that places work on an accelerator, or hands that to a framework or a helper.
+_DEVICE_WORDS = re.compile(
+    r"(?<![a-z])(?:cuda|device|gpu|accelerat|fabric|mps|xla|tpu|distributed)|\.to\(", re.I
+)
+_MAIN_GUARD = re.compile(r"^if\s+__name__\s*==", re.M)
+
+
+def _host_only_file(ctx: Context) -> bool:
+    """A script that never names a device, an accelerator or a placement (minimalRL's
+    ``a3c.py``, a tutorial's ``05_linear_regression.py``): its models and tensors stay on the
+    CPU, where reading a loss of unknown origin (``loss.item()``) waits for nothing. A script
+    runs itself (a ``__main__`` block, or the read in its module-level code); a library
+    module's tensors come from its callers (an agent's ``update(rollouts)``)."""
+    root = ctx.scope.root()
+    cached: tuple[bool, bool] | None = root.cache.get("host-only")
+    if cached is None:
+        text = "\n".join(ctx.lines())
+        cached = (_DEVICE_WORDS.search(text) is None, _MAIN_GUARD.search(text) is not None)
+        root.cache["host-only"] = cached
+    host_only, runs_itself = cached
+    return host_only and (runs_itself or ctx.function_scope() is None)
+
+
 def _in_loop(
     node: ast.AST,
     what: str,
@@ -1255,12 +1361,14 @@ def _in_loop(
 ) -> bool:
     """Report a read inside the loop ``step`` names (its kind, line and evidence)."""
     kind, line, evidence = step
-    if fact is None and (not explicit or kind != "batch"):
+    if fact is None and (not explicit or kind != "batch" or _host_only_file(ctx)):
         return False
     if bulk and _fills_store(read or node, ctx):
         return False  # store.index_copy_(0, i, x.cpu()): filling a host buffer is the job
     if explicit and _steps_environment(read or node, ctx):
         return False  # `envs.step(action.cpu().numpy())`: a host environment's input
+    if not _trains(ctx) and _yielded(read or node, ctx):
+        return False  # `token = next_ids.item()`, then `yield token`: the stream's output
     once = _feeds_device(ctx.loops()[-1]) if kind == "batch" else False
     if kind == "items":
         once = _outer_feeds_device(ctx, line)
@@ -1305,10 +1413,16 @@ def _moved_value(
     called from a batch loop with the model's output, tests each element in a loop;
     ``mel_spectrogram(y)``, called with the generator's output every batch, tests
     ``torch.min(y) < -1``); outside a loop only a torch call or a tensor reduction of such a
-    value counts (a bare name may be anything the callers pass)."""
+    value counts (a bare name may be anything the callers pass), or a buffer of the module
+    (``int(self.queue_ptr)``), a tensor by its declaration."""
     mentions = _mentions_device(ctx)
     # outside a loop, only a torch call or a tensor reduction of what the callers hand in
-    by_form = bool(ctx.loops()) or isinstance(receiver, ast.Compare) or _torch_value(receiver, ctx)
+    by_form = (
+        bool(ctx.loops())
+        or isinstance(receiver, ast.Compare)
+        or _torch_value(receiver, ctx)
+        or _reads_buffer(receiver, scope, ctx)
+    )
     handed = by_form and _handed_in(receiver, scope, ctx)
     if not (mentions or handed):
         return False
@@ -1329,8 +1443,26 @@ def _moved_value(
 
 def _handed_in(receiver: ast.expr, scope: ast.AST, ctx: Context) -> bool:
     """Read from what the callers of a called function hand it (on every call, and over and
-    over when in a loop)."""
-    return _called_here(scope, ctx) and _reads_parameter(receiver, scope, ctx)
+    over when in a loop), or from a buffer of the module it runs on (``int(self.queue_ptr)``
+    in a method of a module its callers moved)."""
+    return _called_here(scope, ctx) and (
+        _reads_parameter(receiver, scope, ctx) or _reads_buffer(receiver, scope, ctx)
+    )
+
+
+def _reads_buffer(receiver: ast.expr, scope: ast.AST, ctx: Context) -> bool:
+    """``receiver`` is ``self.<name>`` (or a part of it) for a buffer or parameter of the
+    method's module class (``self.register_buffer("queue_ptr", ...)``): a tensor that lives
+    where the module was moved."""
+    node = receiver
+    while isinstance(node, (ast.Subscript, ast.Call)):
+        node = node.value if isinstance(node, ast.Subscript) else node.func
+    return (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+        and file_facts(ctx).registered_tensor(scope, node.attr)
+    )
 
 
 def _reads_parameter(receiver: ast.expr, scope: ast.AST, ctx: Context) -> bool:
@@ -1382,6 +1514,9 @@ def _mentions_device(ctx: Context) -> bool:
 
 
 def _called_here(scope: ast.AST, ctx: Context) -> bool:
+    """``scope`` is a function something calls: by name in its file, as an ``Engine``'s
+    process function, or, at module level, from a module beside it that imports it
+    (``greedy_generate(model, ...)`` called per prompt from ``run_streaming.py``)."""
     name = getattr(scope, "name", None)
     if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) or name is None:
         return False
@@ -1389,11 +1524,17 @@ def _called_here(scope: ast.AST, ctx: Context) -> bool:
         return False  # __init__, __call__, ...: not called by this name (`self.__helper()` is)
     if name in {"training_step", "validation_step", "test_step", "predict_step"}:
         return True
-    key = f"called:{name}"
-    cache = ctx.scope.root().cache  # per file: the answer depends on the name only
+    facts = file_facts(ctx)
+    top = facts.parent.get(id(scope)) is facts.tree
+    key = f"called:{name}:{top}"
+    cache = ctx.scope.root().cache  # per file: the answer depends on the name (and level) only
     cached = cache.get(key)
     if cached is None:
-        cached = cache[key] = ctx.source.count(name + "(") > 1 or engine_step(file_facts(ctx), name)
+        cached = cache[key] = (
+            ctx.source.count(name + "(") > 1
+            or engine_step(facts, name)
+            or (top and imported_by_siblings(facts, name))
+        )
     return bool(cached)
 
 
@@ -1407,6 +1548,36 @@ def _module_level(ctx: Context) -> bool:
         return True
     owner = scope.parent
     return owner.kind == "class" and owner.parent is not None and owner.parent.kind == "module"
+
+
+def _yielded(read: ast.AST, ctx: Context) -> bool:
+    """A generator hands the read's result out as one item of its stream, right away
+    (``yield x.item()``) or through the name its statement binds, yielded next in the loop
+    (nanochat's ``token = next_ids.item()``, then ``yield token``): the consumer receives
+    each token as it is decoded, the stream's output."""
+    node = read
+    for parent in reversed(ctx.parents):
+        if isinstance(parent, (ast.Yield, ast.YieldFrom)):
+            return True
+        if isinstance(parent, ast.stmt):
+            stmt = parent
+            break
+        node = parent
+    else:
+        return False
+    if not (
+        isinstance(stmt, ast.Assign)
+        and stmt.value is node
+        and len(stmt.targets) == 1
+        and isinstance(stmt.targets[0], ast.Name)
+    ):
+        return False
+    name = stmt.targets[0].id
+    loop = ctx.loops()[-1] if ctx.loops() else None
+    return loop is not None and any(
+        isinstance(sub, ast.Yield) and isinstance(sub.value, ast.Name) and sub.value.id == name
+        for sub in walk(loop)
+    )
 
 
 def _trains(ctx: Context) -> bool:
@@ -1479,6 +1650,8 @@ FAMILY = Family(
         *(f"{lead}{name}(" for lead in " (=[" for name in ("float", "int", "bool", "all", "any")),
         *(f"{lead}{name}(" for lead in " (=[+" for name in ("str", "repr")),
         "print(",
+        "tensor(",  # `torch.tensor(xyxy)`: a list of 0-dim tensors read element by element
+        "Tensor(",
         "math.",
         "isnan(",
         "isinf(",
