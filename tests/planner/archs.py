@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 from torch.nn.utils import parametrize
+from torch.utils.checkpoint import checkpoint
 
 from torchplace.models import TensorSpec
 
@@ -1286,3 +1287,595 @@ class MixtureOfExperts(nn.Module):
 
 def make_mixture_of_experts() -> nn.Module:
     return _declared(MixtureOfExperts(), _x(5, W))
+
+
+# --------------------------------------------------------------------------- more real shapes
+
+
+class _WhisperAttention(nn.Module):
+    """Whisper's attention: separate q, k, v projections (k without a bias), self-attention
+    (causal in the decoder) or cross-attention to the encoder's states."""
+
+    def __init__(self, heads: int = 2) -> None:
+        super().__init__()
+        self.heads = heads
+        self.q_proj, self.k_proj = nn.Linear(W, W), nn.Linear(W, W, bias=False)
+        self.v_proj, self.out_proj = nn.Linear(W, W), nn.Linear(W, W)
+
+    def forward(
+        self, x: torch.Tensor, states: torch.Tensor | None = None, causal: bool = False
+    ) -> torch.Tensor:
+        b, t, d = x.shape
+        kv = x if states is None else states
+
+        def heads(h: torch.Tensor) -> torch.Tensor:
+            return h.view(b, h.shape[1], self.heads, -1).transpose(1, 2)
+
+        q, k, v = heads(self.q_proj(x)), heads(self.k_proj(kv)), heads(self.v_proj(kv))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return self.out_proj(y.transpose(1, 2).reshape(b, t, d))  # type: ignore[no-any-return]
+
+
+class _WhisperLayer(nn.Module):
+    def __init__(self, cross: bool) -> None:
+        super().__init__()
+        self.self_attn_layer_norm, self.self_attn = nn.LayerNorm(W), _WhisperAttention()
+        self.encoder_attn = _WhisperAttention() if cross else None
+        self.encoder_attn_layer_norm = nn.LayerNorm(W) if cross else None
+        self.final_layer_norm = nn.LayerNorm(W)
+        self.fc1, self.fc2 = nn.Linear(W, 4 * W), nn.Linear(4 * W, W)
+
+    def forward(self, h: torch.Tensor, states: torch.Tensor | None = None) -> torch.Tensor:
+        h = h + self.self_attn(self.self_attn_layer_norm(h), causal=states is not None)
+        if self.encoder_attn is not None and self.encoder_attn_layer_norm is not None:
+            h = h + self.encoder_attn(self.encoder_attn_layer_norm(h), states)
+        return h + self.fc2(F.gelu(self.fc1(self.final_layer_norm(h))))  # type: ignore[no-any-return]
+
+
+class _WhisperEncoder(nn.Module):
+    """Two convolutions over the mel frames (the second strided), fixed positions added as the
+    embedding's weight itself, then the layers."""
+
+    def __init__(self, mels: int = 8, frames: int = 16) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv1d(mels, W, 3, padding=1)
+        self.conv2 = nn.Conv1d(W, W, 3, stride=2, padding=1)
+        self.embed_positions = nn.Embedding(frames // 2, W)
+        self.layers = nn.ModuleList(_WhisperLayer(cross=False) for _ in range(2))
+        self.layer_norm = nn.LayerNorm(W)
+
+    def forward(self, input_features: torch.Tensor) -> torch.Tensor:
+        h = F.gelu(self.conv2(F.gelu(self.conv1(input_features)))).permute(0, 2, 1)
+        h = h + self.embed_positions.weight
+        for layer in self.layers:
+            h = layer(h)
+        return self.layer_norm(h)  # type: ignore[no-any-return]
+
+
+class _WhisperDecoder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(VOCAB, W)
+        self.embed_positions = nn.Embedding(32, W)
+        self.layers = nn.ModuleList(_WhisperLayer(cross=True) for _ in range(2))
+        self.layer_norm = nn.LayerNorm(W)
+
+    def forward(self, input_ids: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(input_ids.shape[1], device=input_ids.device)
+        h = self.embed_tokens(input_ids) + self.embed_positions(pos)
+        for layer in self.layers:
+            h = layer(h, states)
+        return self.layer_norm(h)  # type: ignore[no-any-return]
+
+
+class _WhisperModel(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder, self.decoder = _WhisperEncoder(), _WhisperDecoder()
+
+    def forward(
+        self, input_features: torch.Tensor, decoder_input_ids: torch.Tensor
+    ) -> torch.Tensor:
+        return self.decoder(decoder_input_ids, self.encoder(input_features))  # type: ignore[no-any-return]
+
+
+class Whisper(nn.Module):
+    """Whisper-shaped, nested as transformers nests it (``model.encoder``, ``model.decoder``,
+    ``proj_out`` tied to the decoder's token embedding): a convolutional front end over mel
+    frames, an encoder, a decoder with cross-attention to the encoder's states."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model = _WhisperModel()
+        self.proj_out = nn.Linear(W, VOCAB, bias=False)
+        self.proj_out.weight = self.model.decoder.embed_tokens.weight
+
+    def forward(
+        self, input_features: torch.Tensor, decoder_input_ids: torch.Tensor
+    ) -> torch.Tensor:
+        return self.proj_out(self.model(input_features, decoder_input_ids))  # type: ignore[no-any-return]
+
+
+def make_whisper() -> nn.Module:
+    features = TensorSpec("input_features", "FP32", (-1, 8, 16))
+    return _declared(Whisper(), features, TensorSpec("decoder_input_ids", "INT64", (-1, -1)))
+
+
+class Detr(nn.Module):
+    """DETR-shaped: a CNN backbone (``nn.Sequential`` with ReLUs between its weighted layers),
+    a 1x1 projection, sine-free learned row and column positions (top-level parameters), an
+    ``nn.Transformer``, learned object queries used as the embedding's weight itself, and a
+    dict of class logits and boxes."""
+
+    def __init__(self, queries: int = 6) -> None:
+        super().__init__()
+        self.backbone = nn.Sequential(
+            nn.Conv2d(3, 8, 3, stride=2, padding=1),
+            nn.BatchNorm2d(8),
+            nn.ReLU(),
+            nn.Conv2d(8, W, 3, stride=2, padding=1),
+            nn.BatchNorm2d(W),
+            nn.ReLU(),
+        )
+        self.input_projection = nn.Conv2d(W, W, 1)
+        self.query_position_embeddings = nn.Embedding(queries, W)
+        self.row_embed = nn.Parameter(torch.rand(8, W // 2))
+        self.col_embed = nn.Parameter(torch.rand(8, W // 2))
+        self.transformer = nn.Transformer(W, 2, 1, 1, 2 * W, dropout=0.0, batch_first=True)
+        self.class_labels_classifier = nn.Linear(W, 5)
+        self.bbox_predictor = nn.Sequential(nn.Linear(W, W), nn.ReLU(), nn.Linear(W, 4))
+
+    def forward(self, pixel_values: torch.Tensor) -> dict[str, torch.Tensor]:
+        f = self.input_projection(self.backbone(pixel_values))
+        b, _, h, w = f.shape
+        cols = self.col_embed[:w].unsqueeze(0).repeat(h, 1, 1)
+        rows = self.row_embed[:h].unsqueeze(1).repeat(1, w, 1)
+        pos = torch.cat([cols, rows], -1).flatten(0, 1).unsqueeze(0)
+        queries = self.query_position_embeddings.weight.unsqueeze(0).repeat(b, 1, 1)
+        hs = self.transformer(f.flatten(2).permute(0, 2, 1) + pos, queries)
+        boxes = self.bbox_predictor(hs).sigmoid()
+        return {"logits": self.class_labels_classifier(hs), "pred_boxes": boxes}
+
+
+def make_detr() -> nn.Module:
+    return _declared(Detr(), TensorSpec("pixel_values", "FP32", (-1, 3, 16, 16)))
+
+
+class _Tower(nn.Module):
+    """One CLIP tower: an input projection, encoder layers iterated from an ``nn.ModuleList``
+    by the tower's own code, a final norm on the first token."""
+
+    def __init__(self, features: int) -> None:
+        super().__init__()
+        self.embed = nn.Linear(features, W)
+        self.layers = nn.ModuleList(
+            nn.TransformerEncoderLayer(W, 2, 2 * W, dropout=0.0, batch_first=True, norm_first=True)
+            for _ in range(2)
+        )
+        self.post = nn.LayerNorm(W)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.embed(x)
+        for layer in self.layers:
+            h = layer(h)
+        return self.post(h[:, 0])  # type: ignore[no-any-return]
+
+
+@dataclass
+class ClipOutput:
+    logits_per_image: torch.Tensor
+    logits_per_text: torch.Tensor
+    text_embeds: torch.Tensor
+    image_embeds: torch.Tensor
+
+
+class Clip(nn.Module):
+    """CLIP-shaped: a text tower and a vision tower, their projections, a top-level
+    ``logit_scale`` parameter, and a dataclass of both logits (one the other's transpose) and
+    the normalised embeddings."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.token_embedding = nn.Embedding(VOCAB, 8)
+        self.text_model, self.vision_model = _Tower(8), _Tower(12)
+        self.visual_projection = nn.Linear(W, W, bias=False)
+        self.text_projection = nn.Linear(W, W, bias=False)
+        self.logit_scale = nn.Parameter(torch.tensor(2.6592))
+
+    def forward(self, input_ids: torch.Tensor, pixel_values: torch.Tensor) -> ClipOutput:
+        text = self.text_projection(self.text_model(self.token_embedding(input_ids)))
+        image = self.visual_projection(self.vision_model(pixel_values))
+        text = text / text.norm(dim=-1, keepdim=True)
+        image = image / image.norm(dim=-1, keepdim=True)
+        logits = text @ image.t() * self.logit_scale.exp()
+        return ClipOutput(logits.t(), logits, text, image)
+
+
+def make_clip() -> nn.Module:
+    ids = TensorSpec("input_ids", "INT64", (-1, 6))
+    return _declared(Clip(), ids, TensorSpec("pixel_values", "FP32", (-1, 5, 12)))
+
+
+class SelfAttentionStack(nn.Module):
+    """``nn.MultiheadAttention`` self-attention layers called as ``attn(h, h, h)`` (its fast
+    path): its forward reads ``out_proj``'s weight and bias itself, never calling it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Linear(8, W)
+        self.attn = nn.ModuleList(nn.MultiheadAttention(W, 2, batch_first=True) for _ in range(3))
+        self.norms = nn.ModuleList(nn.LayerNorm(W) for _ in range(3))
+        self.head = nn.Linear(W, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.emb(x)
+        for attn, norm in zip(self.attn, self.norms, strict=True):
+            h = norm(h + attn(h, h, h, need_weights=False)[0])
+        return self.head(h)  # type: ignore[no-any-return]
+
+
+def make_self_attention_stack() -> nn.Module:
+    return _declared(SelfAttentionStack(), _x(6, 8))
+
+
+class Dlrm(nn.Module):
+    """DLRM-shaped: a bottom MLP over dense features, ``nn.EmbeddingBag`` tables (one big) over
+    the sparse ids, each handed its column of the ids by the model's code, pairwise dot
+    products of the embeddings, and a top MLP."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bottom = nn.Sequential(nn.Linear(4, W), nn.ReLU(), nn.Linear(W, W))
+        self.tables = nn.ModuleList(
+            [
+                nn.EmbeddingBag(2000, W, mode="sum"),
+                nn.EmbeddingBag(100, W, mode="mean"),
+                nn.EmbeddingBag(VOCAB, W, mode="max"),
+            ]
+        )
+        self.top = nn.Sequential(nn.Linear(W + 6, W), nn.ReLU(), nn.Linear(W, 1))
+
+    def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
+        x = self.bottom(dense)
+        embedded = [table(sparse[:, i]) for i, table in enumerate(self.tables)]
+        z = torch.stack([x, *embedded], 1)
+        i, j = torch.triu_indices(4, 4, 1, device=z.device)
+        pairs = torch.bmm(z, z.transpose(1, 2))[:, i, j]
+        return torch.sigmoid(self.top(torch.cat([x, pairs], 1)))
+
+
+def make_dlrm() -> nn.Module:
+    dense = TensorSpec("dense", "FP32", (-1, 4))
+    return _declared(Dlrm(), dense, TensorSpec("sparse", "INT64", (-1, 3, 5)))
+
+
+class _GraphConv(nn.Module):
+    """Message passing as PyTorch Geometric writes it: messages gathered from the source
+    nodes (``index_select``), summed into the destinations (``index_add_``), each divided by
+    its in-degree (``scatter_add_``); the edges cut from ``edge_index`` by the layer's code."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin, self.root = nn.Linear(W, W), nn.Linear(W, W)
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        src, dst = edge_index[0], edge_index[1]
+        messages = self.lin(x).index_select(0, src)
+        summed = torch.zeros_like(x).index_add_(0, dst, messages)
+        ones = torch.ones_like(dst, dtype=x.dtype)
+        degree = torch.zeros(x.shape[0], device=x.device, dtype=x.dtype).scatter_add_(0, dst, ones)
+        return F.relu(self.root(x) + summed / degree.clamp(min=1)[:, None])
+
+
+class Gnn(nn.Module):
+    """A graph network over ``x`` (nodes, the batch) and ``edges`` (one per node, as pairs):
+    the model's code takes ``edges.t()`` as the ``edge_index`` every layer is handed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc = nn.Linear(8, W)
+        self.convs = nn.ModuleList(_GraphConv() for _ in range(3))
+        self.out = nn.Linear(W, 3)
+
+    def forward(self, x: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
+        edge_index = edges.t()
+        h = self.enc(x)
+        for conv in self.convs:
+            h = conv(h, edge_index)
+        return self.out(h)  # type: ignore[no-any-return]
+
+
+def make_gnn() -> nn.Module:
+    return _declared(Gnn(), _x(8), TensorSpec("edges", "INT64", (-1, 2)))
+
+
+class _BertEmbeddings(nn.Module):
+    """BERT's embeddings: words, token types and positions, the position ids and default token
+    types registered as buffers (not saved), sliced to the sequence."""
+
+    position_ids: torch.Tensor
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.word_embeddings = nn.Embedding(VOCAB, W)
+        self.position_embeddings = nn.Embedding(64, W)
+        self.token_type_embeddings = nn.Embedding(2, W)
+        self.LayerNorm = nn.LayerNorm(W)
+        self.register_buffer("position_ids", torch.arange(64).expand((1, -1)), persistent=False)
+        types = torch.zeros(1, 64, dtype=torch.long)
+        self.register_buffer("token_type_ids", types, persistent=False)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+        positions = self.position_ids[:, : input_ids.shape[1]]
+        e = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
+        return self.LayerNorm(e + self.position_embeddings(positions))  # type: ignore[no-any-return]
+
+
+class _BertLayer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attention = nn.MultiheadAttention(W, 2, batch_first=True)
+        self.ln1, self.ln2 = nn.LayerNorm(W), nn.LayerNorm(W)
+        self.intermediate, self.output = nn.Linear(W, 4 * W), nn.Linear(4 * W, W)
+
+    def forward(self, h: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
+        a = self.attention(h, h, h, key_padding_mask=padding, need_weights=False)[0]
+        h = self.ln1(h + a)
+        return self.ln2(h + self.output(F.gelu(self.intermediate(h))))  # type: ignore[no-any-return]
+
+
+class _BertModel(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embeddings = _BertEmbeddings()
+        self.encoder = nn.ModuleList(_BertLayer() for _ in range(3))
+        self.pooler = nn.Sequential(nn.Linear(W, W), nn.Tanh())
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.embeddings(input_ids, token_type_ids)
+        padding = attention_mask == 0
+        for layer in self.encoder:
+            h = layer(h, padding)
+        return h, self.pooler(h[:, 0])
+
+
+class _MlmHead(nn.Module):
+    """The MLM head: a transform, then a decoder whose bias is the head's own parameter and
+    whose weight is tied to the word embeddings."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.transform = nn.Sequential(nn.Linear(W, W), nn.GELU(), nn.LayerNorm(W))
+        self.decoder = nn.Linear(W, VOCAB, bias=False)
+        self.bias = nn.Parameter(torch.zeros(VOCAB))
+        self.decoder.bias = self.bias
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.transform(h))  # type: ignore[no-any-return]
+
+
+class BertMLM(nn.Module):
+    """BERT for masked language modelling, as transformers nests it: token types, a pooler, a
+    padding mask handed to every layer and an MLM head tied to the word embeddings; returns
+    the logits and the pooled output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bert = _BertModel()
+        self.cls = _MlmHead()
+        self.cls.decoder.weight = self.bert.embeddings.word_embeddings.weight
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        h, pooled = self.bert(input_ids, attention_mask, token_type_ids)
+        return self.cls(h), pooled
+
+
+def make_bert() -> nn.Module:
+    ids, mask = (
+        TensorSpec("input_ids", "INT64", (-1, 8)),
+        TensorSpec("attention_mask", "INT64", (-1, 8)),
+    )
+    return _declared(BertMLM(), ids, mask, TensorSpec("token_type_ids", "INT64", (-1, 8)))
+
+
+class _WindowAttention(nn.Module):
+    """Swin's window attention: a relative position bias table (a parameter) indexed by a
+    registered index buffer, added to the scores of each window."""
+
+    relative_position_index: torch.Tensor
+
+    def __init__(self, window: int = 4, heads: int = 2) -> None:
+        super().__init__()
+        self.heads = heads
+        self.relative_position_bias_table = nn.Parameter(torch.zeros((2 * window - 1) ** 2, heads))
+        grid = torch.meshgrid(torch.arange(window), torch.arange(window), indexing="ij")
+        flat = torch.stack(grid).flatten(1)
+        rel = (flat[:, :, None] - flat[:, None, :]).permute(1, 2, 0) + (window - 1)
+        self.register_buffer(
+            "relative_position_index", rel[..., 0] * (2 * window - 1) + rel[..., 1]
+        )
+        self.qkv, self.proj = nn.Linear(W, 3 * W), nn.Linear(W, W)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        scores = (q * (c // self.heads) ** -0.5) @ k.transpose(-2, -1)
+        index = self.relative_position_index.view(-1)
+        bias = self.relative_position_bias_table[index].view(n, n, -1).permute(2, 0, 1)
+        attn = (scores + bias.unsqueeze(0)).softmax(-1)
+        return self.proj((attn @ v).transpose(1, 2).reshape(b, n, c))  # type: ignore[no-any-return]
+
+
+class _SwinBlock(nn.Module):
+    def __init__(self, shift: int, window: int = 4) -> None:
+        super().__init__()
+        self.shift, self.window = shift, window
+        self.norm1, self.attn = nn.LayerNorm(W), _WindowAttention(window)
+        self.norm2 = nn.LayerNorm(W)
+        self.mlp = nn.Sequential(nn.Linear(W, 2 * W), nn.GELU(), nn.Linear(2 * W, W))
+
+    def forward(self, x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+        (h, w), s = size, self.window
+        b, _, c = x.shape
+        y = torch.roll(self.norm1(x).view(b, h, w, c), (-self.shift, -self.shift), (1, 2))
+        y = y.view(b, h // s, s, w // s, s, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, s * s, c)
+        y = self.attn(y).view(b, h // s, w // s, s, s, c).permute(0, 1, 3, 2, 4, 5)
+        y = torch.roll(y.reshape(b, h, w, c), (self.shift, self.shift), (1, 2))
+        x = x + y.reshape(b, h * w, c)
+        return x + self.mlp(self.norm2(x))  # type: ignore[no-any-return]
+
+
+class Swin(nn.Module):
+    """Swin-shaped: patches, windowed blocks (shifted every other one) with relative position
+    bias tables and index buffers, a mean-pooled head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.patch_embed = nn.Conv2d(3, W, 2, stride=2)
+        self.blocks = nn.ModuleList(_SwinBlock(shift) for shift in (0, 2, 0, 2))
+        self.norm, self.head = nn.LayerNorm(W), nn.Linear(W, 10)
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        x = self.patch_embed(pixels)
+        size = (x.shape[2], x.shape[3])
+        x = x.flatten(2).transpose(1, 2)
+        for block in self.blocks:
+            x = block(x, size)
+        return self.head(self.norm(x).mean(1))  # type: ignore[no-any-return]
+
+
+def make_swin() -> nn.Module:
+    return _declared(Swin(), _x(3, 16, 16))
+
+
+class _ScanBlock(nn.Module):
+    """A Mamba-like selective state-space block, its scan a Python loop over the steps."""
+
+    def __init__(self, state: int = 4) -> None:
+        super().__init__()
+        self.state = state
+        self.norm, self.in_proj = nn.RMSNorm(W), nn.Linear(W, 2 * W)
+        self.conv1d = nn.Conv1d(W, W, 3, groups=W, padding=2)
+        self.A_log = nn.Parameter(torch.log(torch.arange(1, state + 1).float()).repeat(W, 1))
+        self.D = nn.Parameter(torch.ones(W))
+        self.x_proj, self.dt_proj = nn.Linear(W, 2 * state + 1), nn.Linear(1, W)
+        self.out_proj = nn.Linear(W, W)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        b, t, d = h.shape
+        x, z = self.in_proj(self.norm(h)).chunk(2, -1)
+        x = F.silu(self.conv1d(x.transpose(1, 2))[..., :t].transpose(1, 2))
+        dt, B, C = self.x_proj(x).split([1, self.state, self.state], -1)
+        dt = F.softplus(self.dt_proj(dt))
+        A = -torch.exp(self.A_log)
+        s = torch.zeros(b, d, self.state, device=h.device, dtype=h.dtype)
+        steps = []
+        for i in range(t):
+            s = (
+                torch.exp(dt[:, i, :, None] * A) * s
+                + dt[:, i, :, None] * B[:, i, None] * x[:, i, :, None]
+            )
+            steps.append((s @ C[:, i, :, None]).squeeze(-1))
+        y = torch.stack(steps, 1) + x * self.D
+        return h + self.out_proj(y * F.silu(z))  # type: ignore[no-any-return]
+
+
+class Mamba(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(VOCAB, W)
+        self.layers = nn.ModuleList(_ScanBlock() for _ in range(3))
+        self.norm_f = nn.RMSNorm(W)
+        self.lm_head = nn.Linear(W, VOCAB, bias=False)
+        self.lm_head.weight = self.embedding.weight
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        h = self.embedding(input_ids)
+        for layer in self.layers:
+            h = layer(h)
+        return self.lm_head(self.norm_f(h))  # type: ignore[no-any-return]
+
+
+def make_mamba() -> nn.Module:
+    return _declared(Mamba(), TensorSpec("input_ids", "INT64", (-1, 6)))
+
+
+class Checkpointed(nn.Module):
+    """Blocks run through ``torch.utils.checkpoint`` (non-reentrant), as training code leaves
+    them when the model is served."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(W, W)
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.Linear(W, 4 * W), nn.GELU(), nn.Linear(4 * W, W)) for _ in range(3)
+        )
+        self.out = nn.Linear(W, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.inp(x)
+        for block in self.blocks:
+            h = h + checkpoint(block, h, use_reentrant=False)
+        return self.out(h)  # type: ignore[no-any-return]
+
+
+def make_checkpointed() -> nn.Module:
+    return _declared(Checkpointed(), _x(5, W))
+
+
+class _Int8Linear(nn.Module):
+    """Weight-only int8: an int8 weight and per-row scales (buffers), dequantised in forward."""
+
+    weight: torch.Tensor
+    scales: torch.Tensor
+
+    def __init__(self, features_in: int, features_out: int) -> None:
+        super().__init__()
+        weight = torch.randint(-127, 127, (features_out, features_in), dtype=torch.int8)
+        self.register_buffer("weight", weight)
+        self.register_buffer("scales", torch.rand(features_out))
+        self.bias = nn.Parameter(torch.zeros(features_out))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight.to(x.dtype) * self.scales[:, None], self.bias)
+
+
+class Int8MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        sizes = [(W, 4 * W), (4 * W, 4 * W), (4 * W, W)]
+        self.layers = nn.ModuleList(_Int8Linear(i, o) for i, o in sizes)
+        self.head = nn.Linear(W, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = F.relu(layer(x))
+        return self.head(x)  # type: ignore[no-any-return]
+
+
+def make_int8() -> nn.Module:
+    return _declared(Int8MLP(), _x(W))
+
+
+class MultiTask(nn.Module):
+    """A trunk and heads in an ``nn.ModuleDict``, a dict returned, and a layer kept in a plain
+    Python list (not registered: neither counted nor placed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trunk = nn.Sequential(nn.Linear(W, 2 * W), nn.ReLU(), nn.Linear(2 * W, W))
+        heads = {"cls": nn.Linear(W, 5), "reg": nn.Linear(W, 1), "emb": nn.Linear(W, 8)}
+        self.heads = nn.ModuleDict(heads)
+        self.unused = [nn.Linear(W, W)]
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        h = self.trunk(x)
+        return {name: head(h) for name, head in self.heads.items()}
+
+
+def make_multi_task() -> nn.Module:
+    return _declared(MultiTask(), _x(W))

@@ -100,13 +100,14 @@ def test_a_model_placed_whole_as_one_root_unit_verifies_exactly() -> None:
         max_memory=[1 << 20, 1 << 30],
     )
     assert p.units.paths == [""]
-    inner = [c.to_dict() for c in p.flow.crossings if c.kind == "d2d"]
-    assert [(c["producer"], c["consumer"]) for c in inner] == [("input", "(model)")]
+    # the inputs go to accelerate's main device, the map's one device: none via cuda:0
+    assert not [c for c in p.flow.crossings if c.kind == "d2d"]
     verdict = verify(p, devices=CPU)
     assert verdict.ok, verdict.render()
     assert [m["error"] for m in verdict.memory] == [0.0]
-    assert ("cuda:0", "cuda:1", "(model)") in {
-        (e["src"], e["dst"], e["consumer"]) for e in verdict.edges
+    assert {(e["src"], e["dst"], e["consumer"]) for e in verdict.edges} == {
+        ("cpu", "cuda:1", "(model call)"),
+        ("cuda:1", "cpu", "(host)"),
     }
 
 

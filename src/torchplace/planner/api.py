@@ -8,8 +8,9 @@ crossings, compute, warnings and the exercise-8 table. Nothing is allocated on a
 
 from __future__ import annotations
 
-import dataclasses
+import itertools
 import logging
+import math
 import numbers
 import os
 from collections.abc import Iterable, Sequence
@@ -40,12 +41,15 @@ from torchplace.planner.strategies import (
     map_placement,
     pipeline,
     read_map_file,
+    registration_order,
     replicate,
 )
-from torchplace.planner.trace import Trace, trace_forward
+from torchplace.planner.trace import Hooks, Trace, trace_forward
 from torchplace.planner.units import Units, select_units
 
 if TYPE_CHECKING:
+    from torch import nn
+
     from torchplace.models import TensorSpec
 
 __all__ = ["BALANCES", "Plan", "plan"]
@@ -175,10 +179,10 @@ def plan(
         raise ConfigError(f"--seq {seq} given, but the inputs of {pm.name!r} have no sequence dim")
     length = seq if pm.has_seq and seq is not None else pm.default_seq
     ctx = _Context(pm, specs, res, batches, length)
-    base = ctx.base_units()
+    base = ctx.base_units(max_memory)
     ctx.max_memory = ctx.weights_budget(base, max_memory)
     candidates = ctx.candidates(strategy, balance, map_file, base)
-    plans = [ctx.build(p, u, ctx.traced(u)) for p, u in candidates]
+    plans = [ctx.build(p, u, ctx.traced(u, _hooks(p))) for p, u in candidates]
     chosen = _best(plans) if strategy == "auto" else plans[0]
     chosen.considered = {
         p.placement.strategy: {
@@ -255,19 +259,49 @@ def _within(name: str, unit: str) -> bool:
     return unit == "" or name == unit or name.startswith(unit + ".")
 
 
+def _hooks(placement: Placement) -> Hooks | None:
+    """A placement dispatched by hooks, as its trace takes it (None: a stage runner's)."""
+    if not placement.hooks or placement.replicas > 1:
+        return None
+    return Hooks(tuple(placement.assign.items()), placement.entry)
+
+
+def _read_together(trace: Trace) -> set[str]:
+    """The modules split into units that cannot run apart: one operator of the module's own
+    code reads the weights of two of its units (``nn.MultiheadAttention`` hands its
+    ``in_proj_weight``, ``in_proj_bias`` and ``out_proj``'s weight to one fused kernel; split,
+    they went to three devices, and a runner found no device to run it on). The model itself
+    is always split."""
+    owners: dict[int, set[str]] = {}
+    for op, _, index in trace.reads:
+        alloc = trace.allocs[index]
+        if alloc.weight:
+            owners.setdefault(op, set()).add(alloc.owner)
+    out = set()
+    for units in (u for u in owners.values() if len(u) > 1):
+        parts = [u.split(".") for u in units]
+        shared = itertools.takewhile(lambda p: len(set(p)) == 1, zip(*parts, strict=False))
+        common = [p[0] for p in shared]
+        if common:
+            out.add(".".join(common))
+    return out
+
+
 def _run_order(trace: Trace) -> list[str]:
     return list(dict.fromkeys(c.unit for c in sorted(trace.calls, key=lambda c: c.start)))
 
 
 def _pipeline(
-    units: Units, names: list[str], trace: Trace, specs: list[DeviceSpec], mem: list[int], by: str
+    model: nn.Module,
+    units: Units,
+    names: list[str],
+    trace: Trace,
+    specs: list[DeviceSpec],
+    mem: list[int],
+    by: str,
 ) -> Placement:
     if by == "fill":
-        order = {p: i for i, p in enumerate(units.sizes)}
-        registration = dataclasses.replace(
-            units, units=tuple(sorted(units.units, key=lambda u: order.get(u.path, 0)))
-        )
-        return fill(registration, names, mem)
+        return fill(registration_order(model, units), names, mem)
     if by == "compute":
         costs = [float(trace.flops.get(u.path, 0)) for u in units.units]
         shares = [d.tflops for d in specs]
@@ -275,6 +309,15 @@ def _pipeline(
         costs = [float(u.weight_bytes) for u in units.units]
         shares = [float(m) for m in mem]
     return pipeline(units, names, costs, shares, by=by)
+
+
+def _past_budget(p: Plan) -> float:
+    """How far the fullest device's weights and buffers go past its ``max_memory`` (a ratio;
+    replicating a model that no device holds goes furthest)."""
+    return max(
+        ((b.weights + b.buffers) / max(1, p.max_memory.get(d, 0)) for d, b in p.budgets.items()),
+        default=math.inf,
+    )
 
 
 def _forward_seconds(p: Plan) -> float:
@@ -290,8 +333,8 @@ def _forward_seconds(p: Plan) -> float:
 
 def _best(plans: list[Plan]) -> Plan:
     fitting = [p for p in plans if p.fits()]
-    if not fitting:
-        return max(plans, key=lambda p: p.largest_batch())
+    if not fitting:  # the largest batch; on a tie, the weights least past their budget
+        return max(plans, key=lambda p: (p.largest_batch(), -_past_budget(p)))
     replicas = [p for p in fitting if p.placement.replicas > 1]
     if replicas:
         return replicas[0]
@@ -321,15 +364,16 @@ class _Context:
     seq: int | None
     max_memory: list[int] = field(default_factory=list)
     explicit: bool = False  # max_memory given by the caller: a hard budget per device
-    cache: dict[tuple[str, ...], dict[int, Trace]] = field(default_factory=dict)
+    cache: dict[tuple[str | Hooks | None, ...], dict[int, Trace]] = field(default_factory=dict)
 
     @property
     def names(self) -> list[str]:
         return [d.device for d in self.specs]
 
-    def traced(self, units: Units) -> dict[int, Trace]:
-        """The traces for these units, at every batch size (made once per set of units)."""
-        key = tuple(units.paths)
+    def traced(self, units: Units, hooks: Hooks | None = None) -> dict[int, Trace]:
+        """The traces for these units, at every batch size (made once per set of units, and
+        per placement for one dispatched by hooks, which hand the units their arguments)."""
+        key = (*units.paths, hooks)
         if key not in self.cache:
 
             def run(b: int) -> Trace:
@@ -343,16 +387,28 @@ class _Context:
                     ) from None
                 names = [spec.name for spec in self.model.inputs]
                 module, paths = self.model.module, units.paths
-                return trace_forward(module, inputs, paths, batch=b, seq=self.seq, names=names)
+                return trace_forward(
+                    module, inputs, paths, batch=b, seq=self.seq, names=names, hooks=hooks
+                )
 
             self.cache[key] = traces_for(self.batches, run)
         return self.cache[key]
 
-    def base_units(self) -> Units:
-        """The default units, in run order; a unit is split when no device could hold it."""
+    def base_units(self, given: Sequence[int] | None = None) -> Units:
+        """The default units, in run order; a unit is split when some device could not hold
+        it: past the smallest capacity less the reserves, or the smallest ``max_memory`` given
+        (a hard budget: a module past it is placed as its children, as accelerate splits it)."""
         usable = min(d.memory for d in self.specs) - self.reserves.fixed()
-        base = select_units(self.model.module, limit=usable)
-        order = _run_order(self.traced(base)[self.batches[-1]])
+        if given:
+            usable = min(usable, *given)
+        module = self.model.module
+        base = select_units(module, limit=usable)
+        trace = self.traced(base)[self.batches[-1]]
+        whole = _read_together(trace)
+        if whole:  # a module whose code hands two of its pieces' weights to one operator
+            base = select_units(module, limit=usable, whole=whole)
+            trace = self.traced(base)[self.batches[-1]]
+        order = _run_order(trace)
         return base.ordered(order) if order else base
 
     def weights_budget(self, base: Units, given: Sequence[int] | None) -> list[int]:
@@ -383,12 +439,14 @@ class _Context:
         if strategy in ("auto", "pipeline"):
             trace = self.traced(base)[top]
             for by in ("memory", "compute") if strategy == "auto" else (balance,):
-                out.append((_pipeline(base, names, trace, self.specs, self.max_memory, by), base))
+                placed = _pipeline(module, base, names, trace, self.specs, self.max_memory, by)
+                out.append((placed, base))
         if strategy == "accelerate":
             with _quiet_accelerate():
                 placed, keys = accelerate_placement(module, base, names, self.max_memory)
             units = select_units(module, paths=keys)
-            out.append((placed, units.ordered(_run_order(self.traced(units)[top]))))
+            trace = self.traced(units, _hooks(placed))[top]
+            out.append((placed, units.ordered(_run_order(trace))))
         if strategy == "map" and map_file is not None:
             mapping = read_map_file(map_file)
             placed = map_placement(mapping, names)  # its devices checked before its paths

@@ -83,6 +83,7 @@ class _Walker:
         self.spans: dict[str, list[tuple[int, int, int]]] = {}
         self.inputs: dict[str, int] = {}  # device -> input bytes copied there
         self.first: dict[tuple[int, str], int] = {}  # (Alloc, device) -> when first copied
+        self.copied: dict[tuple[int, str], int] = {}  # (storage's Alloc, device): a part too
         self.settled: set[int] = set()  # parts of storages whose home is decided
         self.glue_device: Any = None  # op -> where the model's own code runs then
 
@@ -109,11 +110,14 @@ class _Walker:
             made = (
                 self.glue_device(alloc.start) if alloc.maker == GLUE else self.device(alloc.maker)
             )
-            if self.first.get((alloc.view_of, made), op + 1) <= alloc.start:
+            if self.copied.get((alloc.view_of, made), op + 1) <= alloc.start:
                 self.home[index] = made  # made from the copy its maker's device had
         src = self.home[index]
         if src == dst:
             return
+        shape = self.trace.received(op, consumer if reader is None else reader, index)
+        index = self._whole(index)
+        alloc = self.trace.allocs[index]
         # dispatch hooks copy a module's arguments on every call and keep none (the copy dies
         # with the call): a later read makes a copy again; a stage runner's copy, and one the
         # model's own code reads, is kept and serves every later read on that device
@@ -128,14 +132,24 @@ class _Walker:
         else:
             self.kept.add((index, dst))
         self.first.setdefault((index, dst), op)
+        # a copy of the storage, or of a part of it (``edges.t()``, from which ``[0]`` is cut)
+        self.copied.setdefault((index if alloc.view_of is None else alloc.view_of, dst), op)
         if kind is None:
             kind = "h2d" if src == HOST else "d2h" if dst == HOST else "recopy" if again else "d2d"
-        shape = self.trace.received(op, consumer if reader is None else reader, index)
         self.add(src, dst, alloc.owner, consumer, alloc, shape, kind, op)
         if alloc.owner == INPUT:
             self.inputs[dst] = self.inputs.get(dst, 0) + alloc.nbytes
         elif dst != HOST:
             self.spans.setdefault(dst, []).append((op, until, alloc.nbytes))
+
+    def _whole(self, index: int) -> int:
+        """The storage's Alloc for a view of all of it that lives where the storage does
+        (``logits.t()`` beside ``logits``: one copy serves both); else ``index``, a part, or a
+        view taken of a copy elsewhere (``edges.t()`` on the device its code ran on)."""
+        base = self.trace.allocs[index].view_of
+        if base is None or self.trace.allocs[index].nbytes != self.trace.allocs[base].nbytes:
+            return index
+        return base if self.home[index] == self.home[base] else index
 
     def add(
         self,
@@ -176,7 +190,7 @@ def flow(trace: Trace, placement: Placement, *, replica: str | None = None) -> F
     w = _Walker(trace, placement, replica)
     calls = sorted(trace.calls, key=lambda c: c.start)
     first = w.device(calls[0].unit) if calls else (replica or placement.devices[0])
-    entry = placement.devices[0] if placement.hooks and not replica else first
+    entry = placement.entry if placement.hooks and not replica else first
     starts = [(c.start, w.device(c.unit)) for c in calls]
 
     def flow_device(op: int) -> str:
@@ -208,9 +222,16 @@ def flow(trace: Trace, placement: Placement, *, replica: str | None = None) -> F
     for op, tag, item in _events(trace, calls):
         if tag == 0:
             dev = w.device(item.unit)
-            for index in dict.fromkeys(item.args):
-                alive = item.end + 1 if placement.hooks else trace.allocs[index].end
+            # hooks copy each argument as given (one tensor given twice, twice); a stage
+            # runner each tensor once
+            hooked = placement.hooks and not replica and item.forward
+            for index in item.args if hooked else dict.fromkeys(item.args):
+                kept = not placement.hooks or index in item.returned
+                alive = trace.allocs[index].end if kept else item.end + 1
                 w.copy(index, dev, item.unit, op, alive)
+            for index in dict.fromkeys(item.returned):
+                # what it returns is the copy it was handed, on its device: read from there
+                w.home[index] = dev
         else:  # the model's own code reads a tensor, or a unit another unit's weight
             unit, index = item
             dst = flow_device(op) if unit == GLUE else w.device(unit)
@@ -221,8 +242,9 @@ def flow(trace: Trace, placement: Placement, *, replica: str | None = None) -> F
         for index in trace.outputs:
             w.home[index] = w.device("")
     outs = []
-    for index in trace.outputs:
-        if placement.hooks and not replica and w.home[index] != entry:
+    for position, index in enumerate(trace.outputs):
+        back = placement.hooks and not replica and position not in trace.unmoved
+        if back and w.home[index] != entry:
             # the copy sent back outlives the forward: the caller holds it
             w.copy(
                 index, entry, "(model return)", trace.ops, trace.ops + 1, "return", reader=RETURNED

@@ -32,7 +32,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Count", "causal_masks_unknown", "fast_paths", "kernels", "opaque", "replacement"]
+__all__ = [
+    "Count",
+    "as_planned",
+    "causal_masks_unknown",
+    "fast_paths",
+    "kernels",
+    "opaque",
+    "replacement",
+]
 
 #: Whose kernels the trace follows where CPU and CUDA differ: ``cuda`` (the planned devices)
 #: or ``cpu`` (to compare with a CPU run, as ``benchmarks/plan_accuracy.py`` does).
@@ -109,6 +117,30 @@ def opaque(func: Any) -> Callable[..., Any] | None:
     Its outputs hold no values, which verify does not read."""
     name = func._overloadpacket.__name__
     return _REPLACED[name] if name in _OPAQUE else None
+
+
+#: Operators whose CPU kernel returns other auxiliary tensors than CUDA's, which ``meta``'s
+#: follow: ``embedding_bag`` (``nn.EmbeddingBag``) in sum mode returns an empty
+#: ``offset2bag`` and a per-bag ``max_indices`` on the CPU, the reverse on CUDA.
+_AUXILIARY = frozenset({"embedding_bag", "_embedding_bag", "_embedding_bag_forward_only"})
+
+
+def as_planned(func: Any, args: Any, kwargs: Any, out: Any) -> Any:
+    """``out``, what ``func`` returned on the CPU, with its auxiliary outputs (all but the
+    first) made as the planned kernel makes them (their shapes on ``meta``), for
+    ``--verify``'s tracker on the CPU; inference reads only the first."""
+    import torch
+    from torch.utils._pytree import tree_map
+
+    if func._overloadpacket.__name__ not in _AUXILIARY or not isinstance(out, tuple):
+        return out
+
+    def meta(v: Any) -> Any:
+        return v.to("meta") if isinstance(v, torch.Tensor) else v
+
+    planned = func(*tree_map(meta, args), **tree_map(meta, kwargs))
+    aux = [torch.empty(m.shape, dtype=m.dtype, device=out[0].device) for m in planned[1:]]
+    return (out[0], *aux)
 
 
 def _floats() -> tuple[torch.dtype, ...]:

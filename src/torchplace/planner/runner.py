@@ -24,7 +24,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from torchplace.planner.fused import opaque
+from torchplace.planner.fused import as_planned, opaque
 from torchplace.planner.inputs import call_arguments
 from torchplace.planner.strategies import HOST
 from torchplace.planner.trace import (
@@ -35,6 +35,7 @@ from torchplace.planner.trace import (
     decomposed,
     label,
     python_decomposed,
+    returned,
 )
 from torchplace.planner.units import submodule, tensor_slot, unit_tensors
 
@@ -63,6 +64,7 @@ class _Runtime:
         # made later at a freed one's address is not an input
         self.inputs: set[int] = set()
         self.current = HOST
+        self.on_free: Callable[[int], None] = lambda key: None  # a storage's last tensor died
 
     def hold(self, t: torch.Tensor, device: str) -> None:
         key = _key(t)
@@ -87,6 +89,7 @@ class _Runtime:
         if key in self.counted:
             device, nbytes = self.counted.pop(key)
             self.live[device] -= nbytes
+        self.on_free(key)
 
     def device_of(self, t: torch.Tensor) -> str:
         return self.where.get(_key(t), self.current)
@@ -127,6 +130,8 @@ class Run:
         self.rt = _Runtime({_key(t) for t in (*model.parameters(), *model.buffers())})
         self.measured: dict[tuple[str, str, str], list[int]] = {}
         self.copies: dict[tuple[tuple[Any, ...], str], torch.Tensor] = {}
+        self.kept: dict[int, list[tuple[Any, ...]]] = {}  # storage -> the copies kept of it
+        self.rt.on_free = self._forget
         held = [
             (_key(t), path)
             for path in p.units.paths
@@ -163,6 +168,8 @@ class Run:
             with mode:
                 return parts(lambda _flops: None, *args, **kwargs)
         out = func(*args, **kwargs)
+        if self.tracked:  # the tracker counts what the planned (CUDA) kernel makes
+            out = as_planned(func, args, kwargs, out)
         for t in _tensors(out):
             self.rt.hold(t, self.rt.current)
         return out
@@ -240,8 +247,8 @@ class Run:
         # with the call (or with what the module keeps of it); the model's own code's copies,
         # and a stage runner's, are kept while the original lives and serve every later read
         hooked = crossing and self.placement.hooks and consumer != GLUE and not once
-        if cached is not None and not hooked:
-            return _as(cached, t, rt)
+        if cached is not None and not hooked:  # a part's copy is that part, dense
+            return cached if len(part) > 1 else _as(cached, t, rt)
         # a model input, and every copy of one, is an input where it lands, not an activation
         # (as the plan counts it), whichever device it comes from; what a unit placed on the
         # host made (accelerate's spill) is an activation like any other
@@ -261,21 +268,34 @@ class Run:
             rt.where[_key(copy)] = dst
             rt.inputs.add(_key(copy))
         if not hooked:  # a runner keeps the copy while the original lives, and no longer
-            self.copies[(part, dst)] = copy
-            weakref.finalize(t, self.copies.pop, (part, dst), None)
+            self.keep((part, dst), copy, t)
         if crossing:
             entry = self.measured.setdefault((src, dst, label(consumer)), [0, 0])
             entry[0] += t.numel() * t.element_size()
             entry[1] += 1
         return copy
 
-    def wrap(self, path: str) -> Callable[[], None]:
-        """Unit ``path``'s forward, its arguments first copied to its device (a wrapper, as
-        accelerate's hooks are, so PyTorch's fast paths stay on); returns what undoes it."""
+    def keep(self, where: tuple[Any, ...], copy: torch.Tensor, t: torch.Tensor) -> None:
+        """Keep ``copy`` of ``t`` as long as the storage of ``t`` lives (not the tensor ``t``:
+        a view taken for one operator, as an exported graph takes them, dies at once)."""
+        self.copies[where] = copy
+        key = _key(t)
+        if key in self.rt.refs:
+            self.kept.setdefault(key, []).append(where)
+        else:  # a weight, alive all along, or a tensor the runtime does not follow
+            weakref.finalize(t, self.copies.pop, where, None)
+
+    def _forget(self, key: int) -> None:
+        for where in self.kept.pop(key, ()):
+            self.copies.pop(where, None)
+
+    def wrap(self, path: str, sub: nn.Module) -> Callable[[], None]:
+        """Unit ``path``'s forward (``sub``'s: the unit's module, or one in a container unit),
+        its arguments first copied to its device (a wrapper, as accelerate's hooks are, so
+        PyTorch's fast paths stay on); returns what undoes it."""
         import torch
         from torch.utils._pytree import tree_map
 
-        sub = submodule(self.model, path)
         forward, own = sub.forward, sub.__dict__.get("forward")
 
         def swap(v: Any) -> Any:
@@ -301,10 +321,12 @@ class Run:
         """The forward, every unit's forward wrapped and the dispatch mode around it."""
         import torch
 
-        from torchplace.planner.trace import _wrappable
+        from torchplace.planner.trace import called_modules
 
         p, model = self.p, self.model
-        undo = [self.wrap(path) for path in p.units.paths if _wrappable(model, path)]
+        undo = [
+            self.wrap(path, sub) for path in p.units.paths for sub in called_modules(model, path)
+        ]
         with torch.inference_mode():  # like every tensor of the run: a view of one is made
             # on its copy (by the mode), which autograd's view tracking refuses across the two
             inputs = p.model.example(self.batch, p.seq, "cpu")
@@ -317,15 +339,13 @@ class Run:
         hooked = self.placement.hooks and self.only is None
         try:
             with torch.inference_mode(), _mode(self):
-                if hooked:  # accelerate's way: the caller moves the inputs to the first device
-                    inputs = [
-                        self.moved(t, self.placement.devices[0], "(model call)") for t in inputs
-                    ]
+                if hooked:  # accelerate's way: the caller moves the inputs to its main device
+                    inputs = [self.moved(t, self.placement.entry, "(model call)") for t in inputs]
                 args, kwargs = call_arguments(model, inputs, [s.name for s in p.model.inputs])
                 out = model(*args, **kwargs)
-                for t in _tensors(out):
-                    if hooked:  # and the top hook sends the output back to the inputs' device
-                        t = self.moved(t, self.placement.devices[0], "(model return)")
+                for t, back in returned(out):
+                    if hooked and back:  # the top hook sends the output to the inputs' device
+                        t = self.moved(t, self.placement.entry, "(model return)")
                     self.moved(t, HOST, "(host)")
         finally:
             for restore in undo:

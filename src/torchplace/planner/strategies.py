@@ -32,6 +32,7 @@ __all__ = [
     "map_placement",
     "pipeline",
     "read_map_file",
+    "registration_order",
     "replicate",
 ]
 
@@ -52,6 +53,13 @@ class Placement:
 
     def device_of(self, unit: str) -> str:
         return self.assign.get(unit, self.devices[0])
+
+    @property
+    def entry(self) -> str:
+        """Where the caller's inputs go and the hooks send the outputs back, for a placement
+        dispatched by hooks: accelerate's main device, the first device of its map that is not
+        the host (the host itself when the map places everything there)."""
+        return next((d for d in self.assign.values() if d != HOST), HOST)
 
     @property
     def replica(self) -> str | None:
@@ -169,6 +177,26 @@ def fill(units: Units, devices: Sequence[str], max_memory: Sequence[int]) -> Pla
         if current < len(devices):
             used[current] += need
     return Placement("pipeline-fill", tuple(devices), assign)
+
+
+def registration_order(model: nn.Module, units: Units) -> Units:
+    """The units in the order ``infer_auto_device_map`` walks the model, which is the order
+    ``compute_module_sizes`` lists them in; a unit without weights (an activation, a dropout),
+    which that list lacks, right after the unit registered before it, as accelerate puts it on
+    the device it is filling (first of all, it sent a ReLU between two stages back to cuda:0)."""
+    rank = {path: i for i, path in enumerate(units.sizes)}
+    position = {name: i for i, (name, _) in enumerate(model.named_modules())}
+    sized = [(position[p], rank[p]) for p in units.paths if p in position and p in rank]
+
+    def key(path: str) -> tuple[int, int, int]:
+        if path in rank:
+            return (rank[path], 0, 0)
+        at = position.get(path, len(position))
+        before = [r for p, r in sized if p < at]
+        return (max(before, default=-1), 1, at)
+
+    ordered = sorted(units.units, key=lambda u: key(u.path))
+    return Units(tuple(ordered), units.tied, units.sizes, units.shared)
 
 
 def accelerate_placement(

@@ -34,13 +34,16 @@ __all__ = [
     "INPUT",
     "RETURNED",
     "Alloc",
+    "Hooks",
     "Trace",
     "UnitCall",
     "UntraceableModel",
+    "called_modules",
     "decomposable",
     "decomposed",
     "label",
     "python_decomposed",
+    "returned",
     "trace_forward",
 ]
 
@@ -91,6 +94,27 @@ class UnitCall:
     start: int
     end: int
     args: list[int] = field(default_factory=list)  # Alloc indices
+    # through the unit's forward; else found by the weights its operators read (a module the
+    # model's code reads the weights of without calling it, a TorchScript or graph module)
+    forward: bool = False
+    # of its arguments, those it returned as it was handed them (nn.Dropout, nn.Identity)
+    returned: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """A placement dispatched by hooks (accelerate's), for its trace: each unit's device
+    (``entry`` where ``assign`` has none) and ``entry``, where the caller puts the inputs."""
+
+    assign: tuple[tuple[str, str], ...]
+    entry: str
+
+    @functools.cached_property
+    def _devices(self) -> dict[str, str]:
+        return dict(self.assign)
+
+    def device(self, unit: str) -> str:
+        return self._devices.get(unit, self.entry)
 
 
 @dataclass
@@ -109,6 +133,9 @@ class Trace:
     # where it is not the one its storage was made in (a Linear's 2-D matmul output, viewed
     # back to 3-D); a call's arguments are read at its start, the outputs at ``ops``
     seen: dict[tuple[int, str, int], tuple[int, ...]] = field(default_factory=dict)
+    # positions in ``outputs`` of those inside a structure dispatch hooks return as it is
+    # (a plain dataclass: accelerate's ``send_to_device`` moves tensors, tuples, lists, dicts)
+    unmoved: frozenset[int] = frozenset()
 
     def received(self, op: int, reader: str, index: int) -> tuple[int, ...]:
         """The shape in which ``reader`` received Alloc ``index`` at operator ``op``."""
@@ -150,6 +177,25 @@ def _tensors(value: Any) -> Iterator[torch.Tensor]:
             yield from _tensors(getattr(value, item.name))
 
 
+def returned(value: Any, moved: bool = True) -> Iterator[tuple[torch.Tensor, bool]]:
+    """A model's output tensors, as :func:`_tensors` finds them, each with whether dispatch
+    hooks send it back to the inputs' device: not inside a plain dataclass, which accelerate's
+    ``send_to_device`` returns as it is."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        yield value, moved
+    elif isinstance(value, tuple | list):
+        for item in value:
+            yield from returned(item, moved)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from returned(item, moved)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for item in dataclasses.fields(value):
+            yield from returned(getattr(value, item.name), False)
+
+
 def _key(t: torch.Tensor) -> int:
     return int(t.untyped_storage()._cdata)
 
@@ -175,6 +221,7 @@ class _Recorder:
         self.parts: dict[tuple[Any, ...], int] = {}  # a live part of a storage -> its Alloc
         self.part_refs: dict[tuple[Any, ...], int] = {}
         self.seen: dict[tuple[int, str, int], tuple[int, ...]] = {}  # as in Trace.seen
+        self.hooks: Hooks | None = None  # a placement dispatched by hooks: calls as they run
 
     def saw(self, op: int, reader: str, t: torch.Tensor, index: int) -> None:
         """``reader`` received ``t``, of Alloc ``index``, at operator ``op``: keep its shape
@@ -228,8 +275,10 @@ class _Recorder:
                 Alloc(index, nbytes, owner, self.op, -1, tuple(t.shape), _dtype(t), name)
             )
             self.live[key] = index
-        elif t.numel() * t.element_size() != self.allocs[self.live[key]].nbytes:
-            setattr(t, _MADE, (self.op, owner))  # a part of a storage: when and where made
+        elif owner == GLUE or t.numel() * t.element_size() != self.allocs[self.live[key]].nbytes:
+            # a part of a storage, or a view the model's own code took (of a copy where it
+            # runs, as ``edges.t()`` of an input copied there): when and where made
+            setattr(t, _MADE, (self.op, owner))
         self.refs[key] = self.refs.get(key, 0) + 1
         weakref.finalize(t, self._release, key)
         return self.live[key]
@@ -239,6 +288,50 @@ class _Recorder:
         if self.refs[key] == 0:
             del self.refs[key]
             self.allocs[self.live.pop(key)].end = self.op
+
+    def handed(self, unit: str, args: Any, kwargs: Any) -> tuple[Any, Any]:
+        """``unit``'s arguments as dispatch hooks hand them over: each tensor from another
+        device a tensor of its own (``send_to_device`` calls ``Tensor.to`` per argument), so
+        one tensor given twice arrives as two (``attn(h, h, h)``: ``nn.MultiheadAttention``
+        then leaves its self-attention fast path, which checks ``query is key``)."""
+        import torch
+        from torch.utils._python_dispatch import _disable_current_modes
+        from torch.utils._pytree import tree_map
+
+        hooks = self.hooks
+        if hooks is None:
+            return args, kwargs
+        dst = hooks.device(unit)
+
+        def swap(v: Any) -> Any:
+            index = self.lookup(v) if isinstance(v, torch.Tensor) else None
+            if index is None or self._hooked_home(index, dst) == dst:
+                return v
+            with _disable_current_modes():
+                alias = v.view(v.shape)  # the same storage: the copy is crossings' to count
+            self.hold(alias, self.allocs[index].owner)
+            if hasattr(v, _MADE):  # a part of a storage: made when and where ``v`` was
+                setattr(alias, _MADE, getattr(v, _MADE))
+            elif hasattr(alias, _MADE):  # the tensor itself, not a view its code took
+                delattr(alias, _MADE)
+            return alias
+
+        handed: tuple[Any, Any] = tree_map(swap, (args, kwargs))
+        return handed
+
+    def _hooked_home(self, index: int, calling: str) -> str:
+        """Where Alloc ``index`` lives under the hooks' placement (as :func:`flow` has it):
+        an input where the caller put it, an activation on its unit's device, the model's own
+        code's where the last unit ran (or the one being called, before any)."""
+        hooks = self.hooks
+        assert hooks is not None
+        alloc = self.allocs[index]
+        if alloc.owner == INPUT:
+            return hooks.entry
+        if alloc.owner != GLUE:
+            return hooks.device(alloc.owner)
+        before = [c.unit for c in self.calls if c.start <= alloc.start]
+        return hooks.device(before[-1]) if before else calling
 
     def lookup(self, t: torch.Tensor) -> int | None:
         return self.live.get(_key(t))
@@ -250,7 +343,8 @@ class _Recorder:
         if index is None:
             return index
         nbytes = t.numel() * t.element_size()
-        if nbytes == self.allocs[index].nbytes:
+        viewed = getattr(t, _MADE, (0, ""))[1] == GLUE  # by the model's own code
+        if nbytes == self.allocs[index].nbytes and not viewed:
             return index
         key = (_key(t), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
         if key not in self.parts:
@@ -365,17 +459,19 @@ def trace_forward(
     batch: int,
     seq: int | None,
     names: Sequence[str] = (),
+    hooks: Hooks | None = None,
 ) -> Trace:
     """Run ``module(*inputs)`` once under the recorder (an input its forward takes by keyword
     only passed by its name in ``names``); ``units`` are module paths. PyTorch's
     fast paths are taken as on a real device; where one cannot run on ``meta`` (a padding mask
     turns ``nn.TransformerEncoder``'s into nested tensors, made from the mask's values), the
-    general path is traced instead: an upper bound."""
+    general path is traced instead: an upper bound. With ``hooks``, each unit is handed its
+    arguments as those hooks hand them (:meth:`_Recorder.handed`)."""
     call = (inputs, names)
     try:
-        return _traced(module, call, units, (batch, seq), fast=True)
+        return _traced(module, call, units, (batch, seq), fast=True, hooks=hooks)
     except UntraceableModel:
-        return _traced(module, call, units, (batch, seq), fast=False)
+        return _traced(module, call, units, (batch, seq), fast=False, hooks=hooks)
 
 
 def _recorder(module: nn.Module, units: Sequence[str]) -> _Recorder:
@@ -399,17 +495,18 @@ def _traced(
     size: tuple[int, int | None],
     *,
     fast: bool,
+    hooks: Hooks | None = None,
 ) -> Trace:
     import torch
 
     from torchplace.planner.inputs import call_arguments
-    from torchplace.planner.units import submodule
 
     inputs, declared = call
     args, kwargs = call_arguments(module, inputs, declared)
 
     rec = _recorder(module, units)
-    undo = [_wrap(submodule(module, path), path, rec) for path in units if _wrappable(module, path)]
+    rec.hooks = hooks
+    undo = [_wrap(sub, path, rec) for path in units for sub in called_modules(module, path)]
     names = [f"input_{i}" if len(inputs) > 1 else "input" for i in range(len(inputs))]
     held = [rec.hold(t, INPUT, name) for t, name in zip(inputs, names, strict=True)]
     paths = fast_paths() if fast else contextlib.nullcontext()
@@ -474,11 +571,14 @@ def _finished(
     rec: _Recorder, out: Any, held: list[int | None], size: tuple[int, int | None]
 ) -> Trace:
     """The record as a Trace: the outputs (as returned) and the inputs alive to the end."""
-    outputs = []
-    for t in _tensors(out):
+    outputs: list[int] = []
+    unmoved: set[int] = set()
+    for t, moved in returned(out):
         index = rec.part(t, rec.lookup(t))
         if index is not None:
             rec.saw(rec.op, RETURNED, t, index)  # as returned, not as first allocated
+            if not moved:
+                unmoved.add(len(outputs))
             outputs.append(index)
     for index in (*outputs, *(i for i in held if i is not None)):
         rec.allocs[index].end = rec.op  # alive when the forward returns
@@ -487,19 +587,35 @@ def _finished(
         if alloc.end < 0:  # still held by something the forward kept (a cache, a closure)
             alloc.end = rec.op
     batch, seq = size
-    return Trace(batch, seq, rec.op, rec.allocs, rec.calls, rec.reads, rec.flops, outputs, rec.seen)
+    return Trace(
+        batch, seq, rec.op, rec.allocs, rec.calls, rec.reads, rec.flops, outputs, rec.seen,
+        frozenset(unmoved),
+    )  # fmt: skip
 
 
-def _wrappable(model: nn.Module, path: str) -> bool:
-    """A module unit whose forward can be wrapped: a tensor unit is called when its tensor is
-    read, and a TorchScript module's calls are found by the weights its operators read."""
+def called_modules(model: nn.Module, path: str) -> list[nn.Module]:
+    """The modules whose forward a unit's calls go through: the unit's module; for a container
+    without a forward of its own (an ``nn.ModuleList`` that accelerate's map names whole, as
+    ``vision_model.layers`` when both layers are on one device), the modules in it, each call
+    of one a call of the unit (accelerate hooks each of them), nested containers opened too.
+    None for a tensor unit (called when its tensor is read) or a TorchScript module (its calls
+    are found by the weights its operators read)."""
     import torch
 
     from torchplace.planner.units import is_tensor_unit, submodule
 
     if is_tensor_unit(model, path):
-        return False
-    return not isinstance(submodule(model, path), torch.jit.ScriptModule)
+        return []
+    sub = submodule(model, path)
+    return [] if isinstance(sub, torch.jit.ScriptModule) else _with_forward(sub)
+
+
+def _with_forward(module: nn.Module) -> list[nn.Module]:
+    from torch import nn
+
+    if type(module).forward is not nn.Module.forward:
+        return [module]
+    return [m for child in module.children() for m in _with_forward(child)]
 
 
 def _wrap(sub: nn.Module, path: str, rec: _Recorder) -> Callable[[], None]:
@@ -509,7 +625,8 @@ def _wrap(sub: nn.Module, path: str, rec: _Recorder) -> Callable[[], None]:
     forward, own = sub.forward, sub.__dict__.get("forward")
 
     def wrapped(*args: Any, **kwargs: Any) -> Any:
-        call = UnitCall(path, rec.op, -1)
+        call = UnitCall(path, rec.op, -1, forward=True)
+        args, kwargs = rec.handed(path, args, kwargs)
         for t in _tensors((args, kwargs)):
             index = rec.part(t, rec.operand(t, path))
             if index is not None:
@@ -518,10 +635,15 @@ def _wrap(sub: nn.Module, path: str, rec: _Recorder) -> Callable[[], None]:
         rec.calls.append(call)
         rec.stack.append(path)
         try:
-            return forward(*args, **kwargs)
+            out = forward(*args, **kwargs)
         finally:
             rec.stack.pop()
             call.end = rec.op - 1
+        for t in _tensors(out):  # an argument returned as it came (nn.Dropout in inference)
+            index = rec.part(t, rec.lookup(t))
+            if index is not None and index in call.args:
+                call.returned.append(index)
+        return out
 
     sub.forward = wrapped
 

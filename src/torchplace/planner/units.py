@@ -11,7 +11,7 @@ accelerate's ``compute_module_sizes`` and ``find_tied_parameters``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -154,10 +154,13 @@ def _nbytes(tensors: dict[str, Any]) -> dict[str, int]:
     return {n: t.numel() * t.element_size() for n, t in tensors.items() if t is not None}
 
 
-def _default_paths(model: nn.Module, sizes: dict[str, int], limit: int | None) -> list[str]:
-    """The model's children, containers opened and modules over ``limit`` split; an opened
-    module's own parameters and buffers become units of their own. A module registered under
-    several paths (``self.shared`` and ``self.layers[0]``) is one unit, under its first path."""
+def _default_paths(
+    model: nn.Module, sizes: dict[str, int], limit: int | None, whole: Collection[str] = ()
+) -> list[str]:
+    """The model's children, containers opened and modules over ``limit`` split (those named
+    in ``whole`` excepted); an opened module's own parameters and buffers become units of
+    their own. A module registered under several paths (``self.shared`` and
+    ``self.layers[0]``) is one unit, under its first path."""
     chosen: list[str] = []
     seen: set[int] = set()
 
@@ -167,7 +170,7 @@ def _default_paths(model: nn.Module, sizes: dict[str, int], limit: int | None) -
         seen.add(id(module))
         children = list(module.named_children())
         direct = any(True for _ in module.parameters(recurse=False))
-        too_big = limit is not None and sizes.get(path, 0) > limit
+        too_big = limit is not None and sizes.get(path, 0) > limit and path not in whole
         opened = path == "" or too_big or (_is_container(module) and not direct)
         if not (children and opened):
             chosen.append(path)
@@ -250,13 +253,18 @@ def _shared_buffers(model: nn.Module, paths: Sequence[str]) -> tuple[tuple[str, 
 
 
 def select_units(
-    model: nn.Module, *, limit: int | None = None, paths: Sequence[str] | None = None
+    model: nn.Module,
+    *,
+    limit: int | None = None,
+    paths: Sequence[str] | None = None,
+    whole: Collection[str] = (),
 ) -> Units:
-    """Cut ``model`` into units (or take the given ``paths``, e.g. from a device map)."""
+    """Cut ``model`` into units (or take the given ``paths``, e.g. from a device map); the
+    modules named in ``whole`` are not split, however big."""
     helpers = accelerate()
     sizes: dict[str, int] = dict(helpers.compute_module_sizes(model))
     if paths is None:
-        paths = _default_paths(model, sizes, limit)
+        paths = _default_paths(model, sizes, limit, whole)
     else:
         _checked_paths(model, paths)
     units = []
