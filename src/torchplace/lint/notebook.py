@@ -51,6 +51,9 @@ _IPYTHON_LINE = re.compile(
 )
 
 
+#: a console prompt IPython strips from a cell that starts with ``>>>`` (its classic_prompt)
+_CLASSIC_PROMPT = re.compile(r"^(?:>>>|\.\.\.)(?: |$)")
+
 #: a line a message names (``at line 12``, ``(line 3)``): of the joined source, until placed
 _LINE_REF = re.compile(r"\bline (\d+)\b")
 
@@ -270,15 +273,32 @@ def read_notebook(raw: bytes) -> Notebook:
 
 def _dedented(lines: list[str]) -> tuple[str, list[str], frozenset[int]]:
     """IPython's clean-up of a cell: the indentation of its first line that is not blank is
-    taken from every line that starts with it (`` x = 1`` runs); with it, the lines that
-    lost it (1-based)."""
+    taken from every line that starts with it (`` x = 1`` runs), or a console session's
+    prompts (``>>> x = 1``) from its lines; with it, the lines that lost it (1-based)."""
     first = next((text for text in lines if text.strip()), "")
     indent = first[: len(first) - len(first.lstrip(" \t"))]
+    if not indent and _CLASSIC_PROMPT.match(first) and first.startswith(">>>"):
+        return _unprompted(lines)
     if not indent:
         return "", lines, frozenset()
     shifted = frozenset(i for i, text in enumerate(lines, start=1) if text.startswith(indent))
     out = [text[len(indent) :] if i in shifted else text for i, text in enumerate(lines, 1)]
     return indent, out, shifted
+
+
+def _unprompted(lines: list[str]) -> tuple[str, list[str], frozenset[int]]:
+    """IPython's clean-up of a cell pasted from a console session: a cell that starts with a
+    ``>>>`` prompt loses the ``>>> `` and ``... `` prompts of all its lines (a converted
+    docstring, ``>>> pipe.to("cuda")``); with the prompt and the lines (1-based) that lost it."""
+    out: list[str] = []
+    shifted: set[int] = set()
+    for i, text in enumerate(lines, start=1):
+        match = _CLASSIC_PROMPT.match(text)
+        if match is not None:
+            shifted.add(i)
+            text = text[match.end() :]
+        out.append(text)
+    return ">>> ", out, frozenset(shifted)
 
 
 def _syntax_error(source: str, cell: _Cell) -> Finding | None:

@@ -10,7 +10,7 @@ import os
 import re
 from functools import lru_cache
 
-from torchplace.lint.base import Context
+from torchplace.lint.base import Context, bindings
 from torchplace.lint.nodes import BLOCKS, own_nodes, statements, walk
 from torchplace.lint.provenance.callers import PerBatch, calls_in, find_per_batch
 from torchplace.lint.provenance.flow import Flow
@@ -399,9 +399,15 @@ class FileFacts:
         self, name: str, qualname: str | None
     ) -> list[tuple[FileFacts, ast.FunctionDef | ast.AsyncFunctionDef]]:
         """The definitions a call of ``name`` runs: this file's functions of that name, or the
-        function ``from module import name`` names in a module file of the linted tree."""
+        function ``from module import name`` names in a module file of the linted tree, or
+        one a star import brings in (``from .detect import *``, then ``detect(net, img)``)."""
         if qualname is None:
-            return [(self, node) for node in self.defs.get(name, [])]
+            own = [(self, node) for node in self.defs.get(name, [])]
+            for star in [] if own else self.resolver.stars:
+                other = self.module_facts(star)
+                if other is not None and other is not self and name in other.defs:
+                    return [(other, node) for node in other.defs[name]]
+            return own
         module, _, function = qualname.rpartition(".")
         other = self.module_facts(module)
         return [] if other is None else [(other, node) for node in other.defs.get(function, [])]
@@ -422,6 +428,9 @@ class FileFacts:
         nodes = own_nodes(callee)
         values = [n.value for n in nodes if isinstance(n, ast.Return) and n.value is not None]
         read = {n.id for v in values for n in walk(v) if isinstance(n, ast.Name)}
+        # `return utils.post_processing(img, output)`: an imported module's function, called,
+        # not a container the function stores device values into
+        read -= set(self.resolver.names) - set(bindings(callee))
         result = not values or any(
             (fact := flow.eval(v, flow.at(v.lineno))) is not None and fact.on_device for v in values
         )

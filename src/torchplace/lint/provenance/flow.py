@@ -323,6 +323,10 @@ class Flow:
             and len(target.elts) == 2
         ):
             self.bind(target.elts[0], Fact("host", "enumerate"), line, None)
+            if iterable.args and _zipped(iterable.args[0], target.elts[1]) is not None:
+                # `for i, (image, seed) in enumerate(zip(images, seeds))`: as zip's own
+                self.bind_loop_target(target.elts[1], iterable.args[0], fact, line)
+                return
             self.bind(target.elts[1], fact, line, None)
             return
         if iterates_keys(iterable, self.node):
@@ -500,7 +504,7 @@ class Flow:
             if receiver is not None and receiver.on_device:
                 if facts.method_returns_host(func.value, method, self.node):
                     return Fact("host", f"{method}()")  # `model.get_step()`: `.item()` inside
-                return receiver
+                return _many(receiver) if method in _SPLITS else receiver
             arg_facts = [self.eval(arg, lookup) for arg in args]
             found = _any_device(arg_facts)
             if found is not None and found.on_device:
@@ -515,6 +519,10 @@ class Flow:
             qualname = facts.qualname(func)
             if qualname == "typing.cast" and len(node.args) == 2:
                 return self.eval(node.args[1], lookup)  # cast(T, v) is v, whatever T names
+            if qualname == "transformers.pipeline":
+                # `pipe = pipeline(task, device=0)`: what it answers is Python data (labels,
+                # scores, text), post-processed on the host, wherever its model runs
+                return Fact("host", "a `transformers.pipeline`, which answers in Python data")
             if qualname is not None and qualname.split(".")[0] in {"torch", *_HOST_ROOTS}:
                 return self.torch_call(node, qualname, args, lookup)
             if name in _HOST_CALLS:
@@ -572,6 +580,24 @@ class Flow:
                 return False
         return True
 
+    def project_call(
+        self, node: ast.Call, qualname: str, args: list[ast.expr], lookup: Lookup
+    ) -> Fact | None:
+        """``utils.post_processing(img, output)``: a function of an imported module of the
+        linted tree hands back the device values it is given, unless none of its returns
+        does (YOLOv4's post-processing returns NumPy boxes). Other modules: unknown."""
+        name = qualname.rpartition(".")[2]
+        callees = self.facts.callees(name, qualname)
+        if not callees or all(_returns_tuples(callee) for _, callee in callees):
+            # `name, args, opt = train_util.get_optimizer(args, params)`: which of the values
+            # holds what it was given is not followed; the names are not all device values
+            return None
+        arg_facts = [self.eval(arg, lookup) for arg in args]
+        found = _any_device(arg_facts)
+        if found is None or not found.on_device:
+            return None
+        return None if self.returns_own(node, name, qualname, arg_facts) else found
+
     def torch_call(
         self, node: ast.Call, qualname: str, args: list[ast.expr], lookup: Lookup
     ) -> Fact | None:
@@ -580,7 +606,7 @@ class Flow:
         if top in _HOST_ROOTS:
             return Fact("host", qualname)
         if top != "torch":
-            return None
+            return self.project_call(node, qualname, args, lookup)
         if qualname == "torch.load":
             where = next((kw.value for kw in node.keywords if kw.arg == "map_location"), None)
             if where is None and len(node.args) > 1:
@@ -605,7 +631,8 @@ class Flow:
                 return Fact("host", _short(self.facts.segment(node)))
             return None
         facts = [self.eval(arg, lookup) for arg in args]
-        return _any_device(facts) if facts else None
+        found = _any_device(facts) if facts else None
+        return _many(found) if last in _SPLITS and root == "torch" else found
 
     # -- queries ----------------------------------------------------------------------------
     def at(self, line: int) -> Lookup:
@@ -627,6 +654,10 @@ class Flow:
                 # `lengths = lengths.cpu()` of a device argument: the read sees the argument,
                 # unless a later binding in a loop around it reaches it from the previous step
                 return self.carried(found, 0, line) or self.seeds[name]
+            last = found[-1][1]
+            if not seen and name in _parameters(self.node) and last is not None and last.on_device:
+                # `label = torch.tensor([label]).to(device)`: the argument, before its move
+                return self.carried(found, 0, line)
             if not seen:
                 return found[-1][1]
             if best is None or not best.on_device:
@@ -683,6 +714,18 @@ def _encodes_text(call: ast.Call) -> bool:
         and kw.value.value in _TENSOR_KINDS
         for kw in call.keywords
     ) and not any(kw.arg == "device" for kw in call.keywords)
+
+
+def _returns_tuples(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Every ``return`` of ``function`` hands back a tuple display of several values."""
+    returns = [r.value for r in own_nodes(function) if isinstance(r, ast.Return)]
+    return bool(returns) and all(
+        isinstance(value, ast.Tuple) and len(value.elts) > 1 for value in returns
+    )
+
+
+# `z.split(batch_gpu)`, `x.chunk(n)`: a tuple of whole tensors, a few per batch, not its rows.
+_SPLITS = frozenset({"split", "chunk", "tensor_split"})
 
 
 def _keeps_storage(node: ast.expr | None) -> bool:

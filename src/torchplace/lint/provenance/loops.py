@@ -152,7 +152,14 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
                 return "batch", f"it moves {its} to a device (`{what}`, line {node.lineno})"
         if step is None and not nested_batch and name is not None and not _given(node, fresh):
             step = _step_call(facts, node, scope) or _fetches_batch(facts, node, name, scope)
-    if step is None and not nested_batch and iters and not few and not handed:
+    if (
+        step is None
+        and not nested_batch
+        and iters
+        and not few
+        and not handed
+        and not _rewrites_entries(loop)
+    ):
         step = _updates_device(facts, own, loop, scope)
     return step
 
@@ -269,10 +276,15 @@ def _few_constants(it: ast.expr, scope: ast.AST, bound: bool = False) -> bool:
 
 def _capped(loop: ast.AST) -> bool:
     """A ``for`` loop that leaves after a few steps by its own counter: ``if bib >= 5:
-    break`` in its body (StyleTTS2's epoch-end audio samples, six rows of the last batch):
-    whatever its steps move or run, it runs a few times per run of what holds it."""
+    break`` in its body (StyleTTS2's epoch-end audio samples, six rows of the last batch), or
+    after its first step, by a ``break`` that ends its body: whatever its steps move or run,
+    it runs a few times per run of what holds it."""
     if not isinstance(loop, (ast.For, ast.AsyncFor)):
         return False
+    if isinstance(loop.body[-1], ast.Break) and not any(
+        isinstance(sub, ast.Continue) for stmt in loop.body for sub in _own_flow(stmt)
+    ):
+        return True  # `for batch in testloader: ...; break`: one batch, for a sample (voicefilter)
     counters = set(_target_names(loop.target))
     for stmt in loop.body:
         if not (isinstance(stmt, ast.If) and isinstance(stmt.body[0], ast.Break)):
@@ -289,6 +301,21 @@ def _capped(loop: ast.AST) -> bool:
         ):
             return True
     return False
+
+
+def _own_flow(stmt: ast.stmt) -> list[ast.AST]:
+    """The nodes of ``stmt`` whose ``continue`` or ``break`` acts on the loop that holds it:
+    not those of loops or functions nested in it."""
+    found: list[ast.AST] = []
+    todo: list[ast.AST] = [stmt]
+    while todo:
+        node = todo.pop()
+        found.append(node)
+        if node is stmt or not isinstance(
+            node, (ast.For, ast.AsyncFor, ast.While, ast.FunctionDef, ast.AsyncFunctionDef)
+        ):
+            todo.extend(ast.iter_child_nodes(node))
+    return found
 
 
 def _assigned(scope: ast.AST, name: ast.Name) -> ast.expr | None:
@@ -375,6 +402,41 @@ def _walks_mapping(iterable: ast.expr) -> bool:
         and isinstance(iterable.func, ast.Attribute)
         and iterable.func.attr in {"items", "values"}
         and not iterable.args
+    )
+
+
+def _rewrites_entries(loop: ast.AST) -> bool:
+    """``for key, value in list(results.items()):`` that converts each value (StyleGAN3's
+    broadcast of every metric, ``value = float(value.cpu())``) and stores it back,
+    ``results[key] = value``: a pass over the entries of one mapping, as a loop that moves
+    them in place is, not a loop over batches."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor)) or not isinstance(loop.target, ast.Tuple):
+        return False
+    walked = loop.iter
+    if (
+        isinstance(walked, ast.Call)
+        and isinstance(walked.func, ast.Name)
+        and walked.func.id in {"list", "sorted", "tuple"}
+        and len(walked.args) == 1
+    ):
+        walked = walked.args[0]
+    if not (_walks_mapping(walked) and isinstance(walked, ast.Call)):
+        return False
+    mapping = dotted_name(walked.func.value) if isinstance(walked.func, ast.Attribute) else None
+    key = loop.target.elts[0] if loop.target.elts else None
+    return (
+        mapping is not None
+        and isinstance(key, ast.Name)
+        and any(
+            isinstance(target, ast.Subscript)
+            and dotted_name(target.value) == mapping
+            and isinstance(target.slice, ast.Name)
+            and target.slice.id == key.id
+            for part in loop.body
+            for stmt in walk(part)
+            if isinstance(stmt, ast.Assign)
+            for target in stmt.targets
+        )
     )
 
 

@@ -63,6 +63,7 @@ HOST_METHODS = frozenset(
         "update",
         "add_scalar",
         "log",
+        "get_last_lr",  # a learning-rate scheduler's rates: Python floats
     }
 )
 HOST_ATTRS = frozenset(
@@ -362,6 +363,8 @@ def _device_helper(name: str, args: list[ast.expr]) -> bool:
     if not any(word in lowered for word in ("device", "cuda", "gpu")):
         return False
     if lowered.startswith(("get_", "is_", "set_", "init", "setup")) or "cpu" in lowered:
+        return False
+    if lowered == "device":  # `torch.device(...)`, `with torch.cuda.device(v.device):` select
         return False
     return bool(args) and (
         "cuda" in lowered

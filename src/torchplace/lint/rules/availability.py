@@ -101,7 +101,8 @@ def _starts_nccl(stmt: ast.stmt) -> bool:
 
 def _pins_cuda(stmt: ast.stmt) -> bool:
     """A statement that runs unconditionally and needs CUDA: ``device = "cuda"``,
-    ``model.cuda()``, ``Fabric(accelerator="cuda")``. The script is CUDA-only before the
+    ``model.cuda()``, ``pipe.to("cuda")``, ``Fabric(accelerator="cuda")``,
+    ``from_pretrained(p, device_map="cuda")``. The script is CUDA-only before the
     call runs; a check there would not let it run anywhere else."""
     if isinstance(stmt, ast.Assign) and _is_cuda(stmt.value):
         return True
@@ -112,11 +113,19 @@ def _pins_cuda(stmt: ast.stmt) -> bool:
             continue
         if isinstance(sub.func, ast.Attribute) and sub.func.attr == "cuda":
             return True
-        if any(kw.arg in {"accelerator", "device"} and _is_cuda(kw.value) for kw in sub.keywords):
+        move = isinstance(sub.func, ast.Attribute) and sub.func.attr == "to" and sub.args
+        if move and _is_cuda(sub.args[0]):  # `pipe = Pipeline.from_pretrained(p).to("cuda")`
+            return True
+        if any(kw.arg in _CUDA_KEYWORDS and _is_cuda(kw.value) for kw in sub.keywords):
             return True
         if _nccl_group(sub):
             return True
     return False
+
+
+# Keywords that place on the device they name (a Hugging Face loader's
+# `from_pretrained(p, device_map="cuda")` loads the weights there).
+_CUDA_KEYWORDS = frozenset({"accelerator", "device", "device_map"})
 
 
 def _nccl_group(call: ast.Call) -> bool:

@@ -221,7 +221,10 @@ def _moved_later(call: ast.Call, ctx: Context) -> bool:
 def _placed_by_callers(call: ast.Call, ctx: Context, method: Scope | None) -> bool:
     """The method returns the factory's tensor (``weights = torch.zeros(...)``, filled, then
     ``return weights``) and every call of it in its class places the result right away,
-    ``self._get_weights(lens).to(attn.device)``: placed, by the caller."""
+    ``self._get_weights(lens).to(attn.device)``: placed, by the caller. A call in ``__init__``
+    builds with the module, on the CPU, and moves with it (SwinIR's ``attn_mask =
+    self.calculate_mask(self.input_resolution)``, registered as a buffer, beside
+    ``self.calculate_mask(x_size).to(x.device)`` in ``forward``)."""
     if method is None or method.cls is None or not ctx.stmt_path:
         return False
     block, index = ctx.stmt_path[-1]
@@ -236,7 +239,9 @@ def _placed_by_callers(call: ast.Call, ctx: Context, method: Scope | None) -> bo
         return False
     calls = [
         sub
-        for sub in walk(method.cls.node)
+        for item in getattr(method.cls.node, "body", [])
+        if not (isinstance(item, ast.FunctionDef) and item.name == "__init__")
+        for sub in walk(item)
         if isinstance(sub, ast.Call)
         and isinstance(sub.func, ast.Attribute)
         and sub.func.attr == method.name
@@ -249,6 +254,50 @@ def _placed_by_callers(call: ast.Call, ctx: Context, method: Scope | None) -> bo
         if isinstance(sub, ast.Attribute) and sub.attr in {"to", "cuda", "type_as"}
     }
     return bool(calls) and all(id(sub) in placed for sub in calls)
+
+
+def _bounds_slices(call: ast.Call, ctx: Context) -> bool:
+    """The statement binds a name to the factory's tensor (through torch functions of it) and
+    the function uses that name only to bound Python slices: walked by a ``for`` whose item
+    (or a name it is copied to) bounds slices, as in DINO's and SwAV's multi-crop wrapper,
+    ``idx_crops = torch.cumsum(torch.unique_consecutive(torch.tensor([inp.shape[-1] for inp
+    in x]), return_counts=True)[1], 0)``, then ``for end_idx in idx_crops:
+    torch.cat(x[start_idx:end_idx])``: host bookkeeping, meant to stay on the CPU."""
+    scope = ctx.function_scope()
+    if scope is None or not ctx.stmt_path:
+        return False
+    block, index = ctx.stmt_path[-1]
+    stmt = block[index]
+    if not (
+        isinstance(stmt, ast.Assign)
+        and len(stmt.targets) == 1
+        and isinstance(stmt.targets[0], ast.Name)
+    ):
+        return False
+    parents = {id(sub): node for node in walk(scope.node) for sub in ast.iter_child_nodes(node)}
+    uses: dict[str, list[ast.Name]] = {}
+    for sub in walk(scope.node):
+        if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load):
+            uses.setdefault(sub.id, []).append(sub)
+    todo, seen, bounds = [(stmt.targets[0].id, True)], set(), False
+    while todo:
+        name, whole = todo.pop()  # `whole`: the tensor itself, which a loop may walk
+        if name in seen:
+            continue
+        seen.add(name)
+        for use in uses.get(name, []):
+            parent = parents.get(id(use))
+            if isinstance(parent, ast.Slice):
+                bounds = True
+            elif isinstance(parent, ast.Assign) and parent.value is use:
+                todo += [(t.id, whole) for t in parent.targets if isinstance(t, ast.Name)]
+            elif whole and isinstance(parent, ast.For) and parent.iter is use:
+                if not isinstance(parent.target, ast.Name):
+                    return False
+                todo.append((parent.target.id, False))
+            elif whole or not isinstance(parent, ast.Compare):  # `if start_idx == 0:`
+                return False
+    return bounds
 
 
 def _returns_any(function: ast.AST, names: set[str]) -> bool:
@@ -332,8 +381,17 @@ def _copied_to_global(call: ast.Call, ctx: Context) -> bool:
 
 def _combines(call: ast.Call, ctx: Context) -> bool:
     """``torch.cat([torch.ones(n), torch.zeros(m)])``: the factory's tensor is part of the
-    result, so the result's placement (``.to(x.device)``) places it too."""
-    return ctx.call_qualname(call) in COMBINERS
+    result, so the result's placement (``.to(x.device)``) places it too; so does an
+    element-wise function of it (a sinusoidal embedding's ``torch.exp(-c * torch.arange(0,
+    half) / half).to(device=t.device)``)."""
+    return ctx.call_qualname(call) in COMBINERS | _ELEMENTWISE
+
+
+# torch functions that compute element by element from their one tensor argument
+_ELEMENTWISE = frozenset(
+    f"torch.{name}"
+    for name in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "pow", "sigmoid")
+)
 
 
 def _to_global(attr: ast.Attribute, ctx: Context) -> bool:
@@ -389,6 +447,7 @@ def check_factory(call: ast.Call, ctx: Context, name: str, method: Scope | None)
             _used_on_host(call, ctx)
             or _moved_later(call, ctx)
             or _placed_by_callers(call, ctx, method)
+            or _bounds_slices(call, ctx)
         ):
             return
         where = f"{method.cls.name}.{method.name}"

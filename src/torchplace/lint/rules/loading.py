@@ -159,7 +159,16 @@ def _report_weights_only(call: ast.Call, ctx: Context, *, forwarded: bool) -> No
         )
 
 
-_HOST_PAYLOADS = ("rng", "scheduler", "metadata", "meta_", "_meta", "vocab", "config")
+_HOST_PAYLOADS = (
+    "rng",
+    "random_state",
+    "scheduler",
+    "metadata",
+    "meta_",
+    "_meta",
+    "vocab",
+    "config",
+)
 
 
 def _host_only_payload(call: ast.Call, ctx: Context) -> bool:
@@ -383,7 +392,11 @@ def _may_load_elsewhere(ctx: Context) -> bool:
     cached = scope.cache.get("loads-elsewhere")
     if cached is None:
         source = ctx.source
-        literal = re.search(r"""(device\s*=\s*|torch\.device\()["']cuda(:0)?["']""", source)
+        # also a module constant in capitals, RAFT's `DEVICE = 'cuda'`, or a move to one GPU,
+        # `pipe.to("cuda:1")`
+        literal = re.search(
+            r"""((?i:device)\s*=\s*|torch\.device\(\s*|\.to\(\s*)["']cuda(:\d+)?["']""", source
+        )
         bare = ".cuda()" in source and not (
             _RANKS.search(source)
             or _CUDA_CHOICE.search(_no_cuda_queries(source))
@@ -448,13 +461,41 @@ def _under_cuda_check(ctx: Context) -> bool:
     path = ctx.stmt_path
     for (outer, index), (inner, _) in itertools.pairwise(path):
         stmt = outer[index]
-        if (
-            isinstance(stmt, ast.If)
-            and inner is stmt.body
-            and isinstance(stmt.test, ast.Call)
-            and ctx.call_qualname(stmt.test) == "torch.cuda.is_available"
-        ):
+        if isinstance(stmt, ast.If) and inner is stmt.body and _cuda_present(stmt.test, ctx):
             return True
+    return False
+
+
+def _cuda_present(test: ast.expr, ctx: Context) -> bool:
+    """A test that holds only where CUDA is: ``torch.cuda.is_available()``, a flag bound only
+    to it (Wav2Lip's ``use_cuda = torch.cuda.is_available()``, also ``and``-ed with an option),
+    or a device compared equal to ``"cuda"`` (``if device == 'cuda':``, with ``device = 'cuda'
+    if torch.cuda.is_available() else 'cpu'``): ``torch.load(path)`` there, and ``torch.load(
+    path, map_location=...)`` in its ``else``, is the usual CPU fallback."""
+    if not isinstance(test, ast.Name):
+        return _asks_cuda_here(test, ctx)
+    scope = ctx.function_scope()
+    values = ctx.scope_bindings(scope).get(test.id) if scope is not None else None
+    if values is None:
+        values = ctx.scope_bindings(ctx.scope.root()).get(test.id) or []
+    return bool(values) and all(
+        value is not None
+        and any(
+            _asks_cuda_here(part, ctx)
+            for part in (value.values if isinstance(value, ast.BoolOp) else [value])
+            if not isinstance(value, ast.BoolOp) or isinstance(value.op, ast.And)
+        )
+        for value in values
+    )
+
+
+def _asks_cuda_here(test: ast.expr, ctx: Context) -> bool:
+    """``torch.cuda.is_available()``, or ``device == "cuda"``."""
+    if isinstance(test, ast.Call):
+        return ctx.call_qualname(test) == "torch.cuda.is_available"
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
+        right = test.comparators[0]
+        return isinstance(right, ast.Constant) and right.value == "cuda"
     return False
 
 
@@ -651,7 +692,7 @@ def _load_site(call: ast.Call, ctx: Context, what: str, via: Load | None = None)
             "model; load it once at start-up and reuse it",
         )
         return
-    used = _names(call)
+    used = _names(call) | _placed_at(call, ctx)
     loops = ctx.loops()
     if loops and loops[-1] in ctx.parents:
         inside = ctx.parents[ctx.parents.index(loops[-1]) + 1 :]
@@ -662,6 +703,8 @@ def _load_site(call: ast.Call, ctx: Context, what: str, via: Load | None = None)
             continue  # one load per module of a short list (a checkpoint-restore hook)
         if _sets_state(loop):
             continue  # `for opt.weights in files: detect()`: each step sets what is loaded
+        if _trains_each_step(loop, call, ctx):
+            continue  # a training run per step starts from fresh pretrained weights
         bound = loop_bound_names(loop, ctx)
         inside = ctx.parents[ctx.parents.index(loop) + 1 :] if loop in ctx.parents else []
         if any(isinstance(p, ast.If) and names_in(p.test) & bound for p in inside):
@@ -674,6 +717,51 @@ def _load_site(call: ast.Call, ctx: Context, what: str, via: Load | None = None)
                 "once before the loop",
             )
             return
+
+
+def _trains_each_step(loop: ast.AST, load: ast.Call, ctx: Context) -> bool:
+    """A loop whose step trains what it loads: a few-shot study's ``for train_slice in
+    train_slices:`` loads ``model = AutoModelForSequenceClassification.from_pretrained(ckpt)``,
+    then runs ``trainer.train()`` on a trainer given ``model`` (also ``model.fit(...)``, or an
+    optimizer over ``model.parameters()``): each run needs the pretrained weights again, not
+    the ones the last run changed. A load beside the training of another model (an evaluation
+    copy rebuilt from its pretrained file every epoch, then overwritten) is still one to hoist."""
+    body = loop.body if isinstance(loop, (ast.For, ast.AsyncFor, ast.While)) else []
+    loaded = _bound_by(load, ctx)
+    if not loaded:
+        return False
+    nodes = [sub for stmt in body for sub in walk(stmt)]
+    # names bound in the step to something built from the loaded model (`trainer = Trainer(
+    # model=model, ...)`, `opt = Adam(model.parameters())`)
+    holders = set(loaded)
+    for sub in nodes:
+        if (
+            isinstance(sub, ast.Assign)
+            and isinstance(sub.value, ast.Call)
+            and names_in(sub.value) & loaded
+        ):
+            holders |= {n for t in sub.targets for n in names_in(t)}
+    built = holders - loaded  # `model.train()` alone sets a mode; `trainer.train()` trains
+    for sub in nodes:
+        if not (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute)):
+            continue
+        receiver, method = names_in(sub.func.value), sub.func.attr
+        if method == "fit" and receiver & holders:
+            return True
+        if method in {"train", "step"} and not sub.args and receiver & built:
+            return True
+    return False
+
+
+def _bound_by(load: ast.Call, ctx: Context) -> set[str]:
+    """The names the statement holding ``load`` binds (``model`` of ``model = X.from_pretrained
+    (p)``, also ``model = X.from_pretrained(p).to(device)``)."""
+    for parent in reversed(ctx.parents):
+        if isinstance(parent, ast.Assign):
+            return {n for t in parent.targets for n in names_in(t)}
+        if isinstance(parent, ast.stmt):
+            break
+    return set()
 
 
 def _sets_state(loop: ast.AST) -> bool:
@@ -722,6 +810,21 @@ def _names(call: ast.Call) -> set[str]:
     if root is not None:
         names.add(root)
     return names
+
+
+def _placed_at(call: ast.Call, ctx: Context) -> set[str]:
+    """The names of the place a load is moved to right away: in a benchmark's ``for device,
+    label in PROVIDERS:``, ``BertModel.from_pretrained(p).to(device)`` loads a copy for each
+    device, not the same thing every step."""
+    parents = ctx.parents
+    if len(parents) < 2 or not isinstance(parents[-1], ast.Attribute):
+        return set()
+    move = parents[-2]
+    if parents[-1].attr not in {"to", "cuda"} or not isinstance(move, ast.Call):
+        return set()
+    return {
+        name for arg in [*move.args, *(kw.value for kw in move.keywords)] for name in names_in(arg)
+    }
 
 
 def _request_handler(ctx: Context) -> str | None:

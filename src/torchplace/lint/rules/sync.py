@@ -26,7 +26,7 @@ from torchplace.lint.nodes import walk, walk_body
 from torchplace.lint.provenance import Fact, FileFacts, PerBatch, file_facts, scope_node
 from torchplace.lint.provenance.callers import engine_step, imported_by_siblings
 from torchplace.lint.provenance.loops import _few_constants, feeds_back, rare_test
-from torchplace.lint.provenance.values import HOST_METHODS
+from torchplace.lint.provenance.values import HOST_METHODS, _passes_device
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import (
     CASTS,
@@ -69,6 +69,7 @@ _OUTPUT_WORDS = (
     "put",
     "submit",
     "stream",
+    "imshow",  # `cv2.imshow("image", flow_image)`: a demo's frame shown, its output
 )
 
 
@@ -755,7 +756,38 @@ def _flows_into(
     if body is None:
         body = ctx.scope.root().node
     flows = _flows_to(body, names, sink, stmt if optional else None)
-    return flows or (returns and not indexes and _returned(body, names))
+    kept = _returned(body, names) or _kept_joined(ctx, body, names)
+    return flows or (returns and not indexes and kept)
+
+
+def _kept_joined(ctx: Context, body: ast.AST, names: set[str]) -> bool:
+    """At a script's top level (a notebook's cells), where nothing returns: the copies joined,
+    after the loop, into the name that collected them (``start_logits =
+    torch.cat(start_logits).numpy()``, ``forecasts = np.vstack(forecasts)``) are the script's
+    result, as a function's ``return`` of them is."""
+    loops = ctx.loops()
+    if ctx.function_scope() is not None or not isinstance(body, ast.Module) or not loops:
+        return False
+    end: int = getattr(loops[0], "end_lineno", None) or 0
+    return any(
+        isinstance(stmt, ast.Assign)
+        and stmt.lineno > end
+        and any(names_in(target) & names for target in stmt.targets)
+        and _carries(_unwrapped(stmt.value), names)
+        for stmt in body.body
+    )
+
+
+def _unwrapped(value: ast.expr) -> ast.expr:
+    """``torch.cat(parts).numpy()``: the joined host copies, as an array."""
+    while (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr == "numpy"
+        and not value.args
+    ):
+        value = value.func.value
+    return value
 
 
 def _fills_store(read: ast.AST, ctx: Context) -> bool:
@@ -1219,10 +1251,16 @@ def _feeds_device(loop: ast.AST) -> bool:
         inputs |= derived
     return any(
         isinstance(sub, ast.Call)
-        and isinstance(sub.func, ast.Attribute)
-        and sub.func.attr in {"to", "cuda"}
-        and not any(isinstance(arg, ast.Constant) and arg.value == "cpu" for arg in sub.args)
-        and bool(names_in(sub.func.value) & inputs)
+        and (
+            (
+                isinstance(sub.func, ast.Attribute)
+                and sub.func.attr in {"to", "cuda"}
+                and not any(isinstance(a, ast.Constant) and a.value == "cpu" for a in sub.args)
+                and bool(names_in(sub.func.value) & inputs)
+            )
+            # `self.tokenize_fn(queries[i : i + bs], device=dev)`: a chunk the call places
+            or (_passes_device(sub) and any(names_in(a) & chunks for a in sub.args))
+        )
         for sub in nodes
     )
 
@@ -1230,7 +1268,8 @@ def _feeds_device(loop: ast.AST) -> bool:
 def _chunks(loop: ast.For | ast.AsyncFor, nodes: list[ast.AST]) -> set[str]:
     """In ``for i in range(0, len(prompts), bs):``, the names bound to a slice of data the
     loop does not build, starting at the counter (``batch = prompts[i : i + bs]``): a fresh
-    chunk of input each turn, not a value fed back."""
+    chunk of input each turn, not a value fed back; also the data whose slice is handed to a
+    call together with the device (``tokenize(queries[i : i + bs], device=dev)``)."""
     counter = names_in(loop.target)
     built = {
         name
@@ -1241,17 +1280,43 @@ def _chunks(loop: ast.For | ast.AsyncFor, nodes: list[ast.AST]) -> set[str]:
     }
     found: set[str] = set()
     for sub in nodes:
-        if not (isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Subscript)):
-            continue
-        value = sub.value
-        lower = value.slice.lower if isinstance(value.slice, ast.Slice) else None
-        if lower is None or not names_in(lower) & counter:
-            continue
-        if isinstance(value.value, (ast.Name, ast.Attribute)) and not names_in(value.value) & (
-            built | counter
-        ):
+        if isinstance(sub, ast.Assign) and _fresh_chunk(sub.value, counter, built):
             found |= {name for target in sub.targets for name in names_in(target)}
+        elif isinstance(sub, ast.Call) and _passes_device(sub):
+            # `self.tokenize_fn(queries[i : i + bs], device=dev)`: a chunk the call places
+            found |= {
+                name
+                for arg in sub.args
+                if isinstance(arg, ast.Subscript) and _fresh_chunk(arg, counter, built)
+                for name in names_in(arg.value)
+            }
     return found
+
+
+def _fresh_chunk(value: ast.expr, counter: set[str], built: set[str]) -> bool:
+    """``prompts[i : i + bs]``: a slice starting at the loop's counter of data the loop does
+    not build (also along another axis, ``imtv[:, :, i : i + 5]``); or a list of such windows
+    over the counter's range, SyncNet's ``[imtv[:, :, v : v + 5] for v in range(i, i + bs)]``."""
+    if isinstance(value, ast.ListComp) and len(value.generators) == 1:
+        window = value.generators[0]
+        return (
+            isinstance(window.iter, ast.Call)
+            and call_name(window.iter) == "range"
+            and bool(window.iter.args)
+            and bool(names_in(window.iter.args[0]) & counter)
+            and _fresh_chunk(value.elt, names_in(window.target), built)
+        )
+    if not isinstance(value, ast.Subscript):
+        return False
+    parts = value.slice.elts if isinstance(value.slice, ast.Tuple) else [value.slice]
+    if not any(
+        isinstance(part, ast.Slice) and part.lower is not None and names_in(part.lower) & counter
+        for part in parts
+    ):
+        return False
+    return isinstance(value.value, (ast.Name, ast.Attribute)) and not names_in(value.value) & (
+        built | counter
+    )
 
 
 def _outer_feeds_device(ctx: Context, line: int) -> bool:
@@ -1335,13 +1400,15 @@ def _host_only_file(ctx: Context) -> bool:
     """A script that never names a device, an accelerator or a placement (minimalRL's
     ``a3c.py``, a tutorial's ``05_linear_regression.py``): its models and tensors stay on the
     CPU, where reading a loss of unknown origin (``loss.item()``) waits for nothing. A script
-    runs itself (a ``__main__`` block, or the read in its module-level code); a library
+    runs itself (a ``__main__`` block, or the read in its module-level code; a notebook,
+    whose cells call the functions it defines, as d2l's ``train_ch3(net, ...)``); a library
     module's tensors come from its callers (an agent's ``update(rollouts)``)."""
     root = ctx.scope.root()
     cached: tuple[bool, bool] | None = root.cache.get("host-only")
     if cached is None:
         text = "\n".join(ctx.lines())
-        cached = (_DEVICE_WORDS.search(text) is None, _MAIN_GUARD.search(text) is not None)
+        runs = ctx.path.endswith(".ipynb") or _MAIN_GUARD.search(text) is not None
+        cached = (_DEVICE_WORDS.search(text) is None, runs)
         root.cache["host-only"] = cached
     host_only, runs_itself = cached
     return host_only and (runs_itself or ctx.function_scope() is None)
@@ -1581,12 +1648,17 @@ def _yielded(read: ast.AST, ctx: Context) -> bool:
 
 
 def _trains(ctx: Context) -> bool:
-    """The enclosing function calls ``.backward()``: a training step, not an output loop."""
+    """The enclosing function calls ``.backward()``: a training step, not an output loop. At
+    a script's top level (a notebook's cells), the outermost loop around the read does: a
+    notebook that trains in one cell and predicts in a later one has an output loop there."""
     scope = ctx.function_scope() or ctx.scope
-    cached = scope.cache.get("trains")
+    loops = ctx.loops() if ctx.function_scope() is None else []
+    node = loops[0] if loops else scope.node
+    key = f"trains:{id(node)}"
+    cached = scope.cache.get(key)
     if cached is None:
-        cached = scope.cache["trains"] = any(
-            isinstance(sub, ast.Attribute) and sub.attr == "backward" for sub in walk(scope.node)
+        cached = scope.cache[key] = any(
+            isinstance(sub, ast.Attribute) and sub.attr == "backward" for sub in walk(node)
         )
     return bool(cached)
 

@@ -34,7 +34,12 @@ UNSYNCED_TIMING = Rule(
     "TPL301", "unsynchronized-timing", "host clock around device work without a synchronize"
 )
 
-_NOT_WORK = frozenset({"print", "len", "range", "append", "info", "debug", "warning", "format"})
+# `type(img) == np.ndarray`, `isinstance(x, ...)` ask about a value; `Variable(img)` (torch <
+# 0.4) wraps it: none of them launches device work.
+_NOT_WORK = frozenset(
+    {"print", "len", "range", "append", "info", "debug", "warning", "format"}
+    | {"type", "isinstance", "Variable"}
+)
 # Tensor metadata, kept on the host: reading it launches no device work (``tuple(y[0].shape)``,
 # ``y.size(0)``).
 _METADATA_ATTRS = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "layout"})
@@ -83,16 +88,41 @@ def _times_work(region: list[ast.AST], placed: set[str], ctx: Context) -> bool:
     calls = [sub for node in region for sub in walk(node) if isinstance(sub, ast.Call)]
     periodic = _periodic_calls(region[:-1])
     if any(
-        _syncs(call, ctx) or _reads_back(call, placed) or _runs_synced(call, ctx)
+        _syncs(call, ctx) or _reads_back(call, placed, ctx) or _runs_synced(call, ctx)
         for call in calls
         if id(call) not in periodic
     ):
         return False
-    copies = {id(sub) for node in region for sub in _host_copy(node, placed, ctx)}
+    copies = {  # also under an `if`: `if use_cuda: img = img.cuda()`
+        id(sub)
+        for node in region
+        for stmt in walk(node)
+        if isinstance(stmt, ast.Assign)
+        for sub in _host_copy(stmt, placed, ctx)
+    }
+    # `torch.from_numpy(img.transpose(2, 0, 1))`: NumPy work on the host, whatever the name
+    # is bound to later
+    copies |= {
+        id(sub)
+        for call in calls
+        if ctx.call_qualname(call) == "torch.from_numpy"
+        for sub in walk(call)
+    }
     return any(
-        _uses(call, placed, ctx)
+        (_uses(call, placed, ctx) or _async_copy(call, ctx))
         for call in calls
         if call_name(call) not in _NOT_WORK and id(call) not in copies
+    )
+
+
+def _async_copy(call: ast.Call, ctx: Context) -> bool:
+    """``x.to(device, non_blocking=True)``: a copy the host does not wait for."""
+    flag = keyword(call, "non_blocking")
+    return (
+        call_name(call) in {"to", "cuda"}
+        and flag is not None
+        and not (isinstance(flag.value, ast.Constant) and not flag.value.value)
+        and _places(call, ctx)
     )
 
 
@@ -114,9 +144,21 @@ def _host_copy(stmt: ast.AST, placed: set[str], ctx: Context) -> list[ast.Call]:
     if (names_in(move.func.value) & placed) - targets:
         return []
     calls = [sub for sub in walk(move) if isinstance(sub, ast.Call)]
-    if not any(ctx.call_qualname(sub) in _FROM_HOST for sub in calls):
+    if not any(ctx.call_qualname(sub) in _FROM_HOST for sub in calls) and not _host_name(
+        move.func.value, ctx
+    ):
         return []  # `inps = inps.to(dtype)`: nothing says the data is on the host
     return calls
+
+
+def _host_name(node: ast.expr, ctx: Context) -> bool:
+    """``img = img.cuda()`` of a name the function made from host data above it (``img =
+    torch.from_numpy(a).float().div(255.0)`` in YOLOv4's ``do_detect``): the same blocking
+    copy as the one-statement chain, in two statements."""
+    if not isinstance(node, ast.Name):
+        return False
+    fact = file_facts(ctx).fact(node, scope_node(ctx))
+    return fact is not None and fact.where == "host"
 
 
 # Tensors made from host data: their copy to the device starts from pageable host memory.
@@ -183,15 +225,20 @@ def _until_read(block: list[ast.stmt], start: str, ctx: Context) -> Found | None
 def _later_reads(rest: list[ast.stmt], start: str, ctx: Context) -> list[ast.AST]:
     """The statements up to the last read of the same start before the clock restarts:
     ``batch_time.update(time.time() - end)`` after ``data_time.update(time.time() - end)``
-    times the whole step, from the same ``end``."""
+    times the whole step, from the same ``end``. A read of a stop taken before (``t1 =
+    time.time()`` at the first read, then ``model(img)``, then ``print(t1 - t0)``) times what
+    ran before that stop, not what runs after it."""
     taken: list[ast.AST] = []
     last = 0
+    fresh: set[str] = set()  # names bound to a clock read after the first stop
     for stmt in rest:
         if _restarts(stmt, start, ctx):
             break
         taken.append(stmt)
-        if _reads_elapsed(stmt, start):
+        if _reads_elapsed(stmt, start, fresh, ctx):
             last = len(taken)
+        if isinstance(stmt, ast.Assign) and _reads_clock(stmt.value, ctx):
+            fresh |= {t.id for t in stmt.targets if isinstance(t, ast.Name)}
     return taken[:last]
 
 
@@ -257,10 +304,19 @@ Memo = dict[tuple[ast.AST, frozenset[str], bool], bool]
 
 def _callees(call: ast.Call, facts: FileFacts, scope: ast.AST) -> list[Callee]:
     """The definitions of the linted code that ``call`` runs: ``f(...)`` (this file's ``f``
-    or ``from module import f`` of a module file beside it) or ``self.f(...)``."""
+    or ``from module import f`` of a module file beside it), ``self.f(...)``, or a function
+    of an imported module of the linted tree (``from tool import utils``, then
+    ``utils.post_processing(img, output)``)."""
     func = call.func
     if isinstance(func, ast.Name):
         return facts.callees(func.id, facts.qualname(func))
+    if (
+        isinstance(func, ast.Attribute)
+        and isinstance(func.value, ast.Name)
+        and func.value.id in facts.resolver.names
+    ):
+        qualname = facts.qualname(func)
+        return facts.callees(func.attr, qualname) if qualname is not None else []
     method = facts.local_def(func, scope) if isinstance(func, ast.Attribute) else None
     return [(facts, method)] if method is not None else []
 
@@ -447,13 +503,23 @@ def _limits(stop: ast.AST, start: str) -> bool:
     )
 
 
-def _reads_elapsed(stmt: ast.AST, start: str) -> bool:
+def _reads_elapsed(
+    stmt: ast.AST, start: str, fresh: set[str] | None = None, ctx: Context | None = None
+) -> bool:
+    """``... - start`` in ``stmt``; given ``fresh`` (and ``ctx``), only a clock read there or
+    one of the ``fresh`` names bound to a later one: ``time.time() - end``, ``t2 - t0``."""
     for sub in walk(stmt):
         if (
             isinstance(sub, ast.BinOp)
             and isinstance(sub.op, ast.Sub)
             and isinstance(sub.right, ast.Name)
             and sub.right.id == start
+            and (
+                fresh is None
+                or ctx is None
+                or _reads_clock(sub.left, ctx)
+                or (isinstance(sub.left, ast.Name) and sub.left.id in fresh)
+            )
         ):
             return True
     return False
@@ -488,13 +554,43 @@ def _skips_sync(name: str) -> bool:
     return name.lower().startswith("no_")
 
 
-def _reads_back(call: ast.Call, placed: set[str]) -> bool:
+def _reads_back(call: ast.Call, placed: set[str], ctx: Context) -> bool:
     """``int(pred[0] == labels[i])``, ``float(loss)``: a cast of a value computed from a placed
     tensor copies it to the host, which waits for the device's queued work."""
     func = call.func
+    if any(_formats(arg, placed, ctx) for arg in call.args):
+        return True
     if not (isinstance(func, ast.Name) and func.id in CASTS and len(call.args) == 1):
         return False
     return any(isinstance(n, ast.Name) and n.id in placed for n in walk(call.args[0]))
+
+
+def _formats(node: ast.expr, placed: set[str], ctx: Context) -> bool:
+    """``print("Cost: %.4f" % cost)``, ``f"{loss:.3f}"``, ``"{}".format(acc)`` of a value
+    computed from a placed tensor: formatting it converts it to text on the host, which waits
+    for the device's queued work (a training loop that prints its cost every 50 batches)."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+        if not (isinstance(node.left, ast.Constant) and isinstance(node.left.value, str)):
+            return False
+        values: list[ast.expr] = [node.right]
+    elif isinstance(node, ast.JoinedStr):
+        values = [v.value for v in node.values if isinstance(v, ast.FormattedValue)]
+    elif (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "format"
+        and isinstance(node.func.value, ast.Constant)
+    ):
+        values = [*node.args, *(kw.value for kw in node.keywords)]
+    else:
+        return False
+    scope = scope_node(ctx)
+    return any(
+        n.id in placed or ((fact := file_facts(ctx).fact(n, scope)) is not None and fact.on_device)
+        for v in values
+        for n in walk(v)
+        if isinstance(n, ast.Name)
+    )
 
 
 def _uses(call: ast.Call, placed: set[str], ctx: Context) -> bool:
