@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torch.nn.utils import parametrize
+from torch.nn.utils import parametrizations, parametrize
 from torch.utils.checkpoint import checkpoint
 
 from torchplace.models import TensorSpec
@@ -1879,3 +1880,490 @@ class MultiTask(nn.Module):
 
 def make_multi_task() -> nn.Module:
     return _declared(MultiTask(), _x(W))
+
+
+# ---------------------------------------------------------------- round four: other mechanisms
+
+
+class _LoraLinear(nn.Module):
+    """peft-style LoRA: the frozen base layer and adapters in ``ModuleDict``s keyed by name."""
+
+    def __init__(self, base: nn.Linear, rank: int = 4) -> None:
+        super().__init__()
+        self.base_layer = base.requires_grad_(False)
+        self.lora_A = nn.ModuleDict({"default": nn.Linear(base.in_features, rank, bias=False)})
+        self.lora_B = nn.ModuleDict({"default": nn.Linear(rank, base.out_features, bias=False)})
+        self.lora_dropout = nn.ModuleDict({"default": nn.Dropout(0.1)})
+        self.scaling = {"default": 2.0}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        low = self.lora_A["default"](self.lora_dropout["default"](x))
+        return self.base_layer(x) + self.lora_B["default"](low) * self.scaling["default"]  # type: ignore[no-any-return]
+
+
+class Lora(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        sizes = [(W, 4 * W), (4 * W, W)] * 2
+        self.layers = nn.ModuleList(_LoraLinear(nn.Linear(i, o)) for i, o in sizes)
+        self.head = nn.Linear(W, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for i, layer in enumerate(self.layers):
+            x = F.gelu(layer(x)) if i % 2 == 0 else layer(x)
+        return self.head(x)  # type: ignore[no-any-return]
+
+
+def make_lora() -> nn.Module:
+    return _declared(Lora(), _x(4, W))
+
+
+class _GroupedAttention(nn.Module):
+    """Grouped-query attention: K/V heads repeated with ``repeat_interleave``, rotary positions
+    applied, ``scaled_dot_product_attention`` given a boolean mask."""
+
+    def __init__(self, heads: int = 4, kv_heads: int = 2) -> None:
+        super().__init__()
+        self.heads, self.kv_heads, self.dim = heads, kv_heads, W // heads
+        self.q = nn.Linear(W, W, bias=False)
+        self.kv = nn.Linear(W, 2 * kv_heads * self.dim, bias=False)
+        self.o = nn.Linear(W, W, bias=False)
+
+    def forward(
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor
+    ) -> torch.Tensor:
+        b, t, _ = x.shape
+        cos, sin = rope
+        q = self.q(x).view(b, t, self.heads, self.dim).transpose(1, 2)
+        k, v = self.kv(x).view(b, t, 2, self.kv_heads, self.dim).permute(2, 0, 3, 1, 4)
+        q, k = (u * cos + torch.cat((-u[..., 2:], u[..., :2]), -1) * sin for u in (q, k))
+        k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)
+        v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.o(y.transpose(1, 2).reshape(b, t, W))  # type: ignore[no-any-return]
+
+
+class _RMSNorm(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(W))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        up = x.float()
+        return (up * torch.rsqrt(up.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * self.weight
+
+
+class _GroupedBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm1, self.attn, self.norm2 = _RMSNorm(), _GroupedAttention(), _RMSNorm()
+        self.mlp = nn.Sequential(nn.Linear(W, 3 * W), nn.SiLU(), nn.Linear(3 * W, W))
+
+    def forward(
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor
+    ) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x), rope, mask)
+        return x + self.mlp(self.norm2(x))  # type: ignore[no-any-return]
+
+
+class GroupedQuery(nn.Module):
+    """A Llama-3-like decoder: rotary tables computed in forward from a non-persistent
+    ``inv_freq`` buffer under ``torch.autocast(x.device.type, enabled=False)``, a causal mask
+    combined with a padding mask given as an input."""
+
+    inv_freq: torch.Tensor
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, W)
+        self.register_buffer(
+            "inv_freq", 1.0 / 10000 ** (torch.arange(0, 4, 2) / 4), persistent=False
+        )
+        self.layers = nn.ModuleList(_GroupedBlock() for _ in range(3))
+        self.norm = _RMSNorm()
+        self.head = nn.Linear(W, VOCAB, bias=False)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        t = input_ids.shape[1]
+        x = self.embed(input_ids)
+        # as transformers' rotary embeddings: float32 tables, autocast off for the device
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            positions = torch.arange(t, device=x.device, dtype=torch.float32)
+            freqs = torch.outer(positions, self.inv_freq.float())
+            angles = torch.cat((freqs, freqs), -1)
+            rope = (angles.cos(), angles.sin())
+        causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+        mask = causal[None, None] & attention_mask[:, None, None, :].bool()
+        for layer in self.layers:
+            x = layer(x, rope, mask)
+        return self.head(self.norm(x))  # type: ignore[no-any-return]
+
+
+def make_grouped_query() -> nn.Module:
+    ids = TensorSpec("input_ids", "INT64", (-1, -1))
+    return _declared(GroupedQuery(), ids, TensorSpec("attention_mask", "INT64", (-1, -1)))
+
+
+class _Scaled(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, scale: float) -> torch.Tensor:
+        ctx.scale = scale
+        return x * scale
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad * ctx.scale, None
+
+
+class _SpectralConv(nn.Module):
+    """FNO-style: complex weights applied to the lowest modes of an ``rfft``."""
+
+    def __init__(self, channels: int, modes: int) -> None:
+        super().__init__()
+        self.modes = modes
+        self.weight = nn.Parameter(torch.randn(channels, channels, modes, dtype=torch.cfloat))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        spectrum = torch.fft.rfft(x)
+        shape = (x.shape[0], x.shape[1], x.shape[-1] // 2 + 1)
+        out = torch.zeros(shape, dtype=torch.cfloat, device=x.device)
+        low = spectrum[:, :, : self.modes]
+        out[:, :, : self.modes] = torch.einsum("bix,iox->box", low, self.weight)
+        return torch.fft.irfft(out, n=x.shape[-1])
+
+
+class Spectral(nn.Module):
+    """FNet's Fourier mixing (``fft2(x).real``) and FNO's complex spectral convolutions, with a
+    custom ``torch.autograd.Function`` between them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lift = nn.Linear(W, W)
+        self.mix_norm = nn.LayerNorm(W)
+        self.spectral = nn.ModuleList(_SpectralConv(8, 4) for _ in range(2))
+        self.pointwise = nn.ModuleList(nn.Conv1d(8, 8, 1) for _ in range(2))
+        self.head = nn.Linear(W, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.lift(x)
+        h = self.mix_norm(h + torch.fft.fft2(h).real)
+        h = _Scaled.apply(h, 0.5)
+        for spectral, pointwise in zip(self.spectral, self.pointwise, strict=True):
+            h = F.gelu(spectral(h) + pointwise(h))
+        return self.head(h.mean(1))  # type: ignore[no-any-return]
+
+
+def make_spectral() -> nn.Module:
+    return _declared(Spectral(), _x(8, W))
+
+
+class _LayerNorm2d(nn.LayerNorm):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+class _SqueezeExcite(nn.Module):
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.reduce = nn.Conv2d(channels, channels // 4, 1)
+        self.expand = nn.Conv2d(channels // 4, channels, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scale = self.expand(F.silu(self.reduce(x.mean((2, 3), keepdim=True))))
+        return x * torch.sigmoid(scale)
+
+
+class _StochasticDepth(nn.Module):
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0:
+            return x
+        keep = torch.empty(x.shape[0], 1, 1, 1, device=x.device).bernoulli_(1 - self.p)
+        return x * keep / (1 - self.p)
+
+
+class _ConvNeXtBlock(nn.Module):
+    def __init__(self, channels: int, drop: float) -> None:
+        super().__init__()
+        self.dwconv = nn.Conv2d(channels, channels, 7, padding=3, groups=channels)
+        self.norm = _LayerNorm2d(channels)
+        self.pwconv1 = nn.Conv2d(channels, 4 * channels, 1)
+        self.pwconv2 = nn.Conv2d(4 * channels, channels, 1)
+        self.se = _SqueezeExcite(channels)
+        self.gamma = nn.Parameter(torch.full((channels, 1, 1), 1e-6))
+        self.drop_path = _StochasticDepth(drop)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.pwconv2(F.gelu(self.pwconv1(self.norm(self.dwconv(x)))))
+        return x + self.drop_path(self.gamma * self.se(y))  # type: ignore[no-any-return]
+
+
+class ConvNeXt(nn.Module):
+    """ConvNeXt/EfficientNet-style: depthwise convolutions, squeeze-excitation, a layer scale,
+    stochastic depth, channels-last weights and input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 4, stride=4), _LayerNorm2d(8))
+        down = nn.Sequential(_LayerNorm2d(8), nn.Conv2d(8, 16, 2, stride=2))
+        blocks = [_ConvNeXtBlock(8, 0.0), _ConvNeXtBlock(8, 0.1), down, _ConvNeXtBlock(16, 0.2)]
+        self.stages = nn.Sequential(*blocks)
+        self.head = nn.Sequential(
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.LayerNorm(16), nn.Linear(16, 10)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous(memory_format=torch.channels_last)
+        return self.head(self.stages(self.stem(x)))  # type: ignore[no-any-return]
+
+
+def make_convnext() -> nn.Module:
+    return _declared(ConvNeXt().to(memory_format=torch.channels_last), _x(3, 32, 32))
+
+
+class BFloat16Mixed(nn.Module):
+    """bfloat16 weights, float32 norms, ``.float()`` upcasts in forward, float32 logits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, W).to(torch.bfloat16)
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.Linear(W, 4 * W), nn.GELU(), nn.Linear(4 * W, W)).to(torch.bfloat16)
+            for _ in range(2)
+        )
+        self.norms = nn.ModuleList(nn.LayerNorm(W) for _ in range(2))
+        self.head = nn.Linear(W, VOCAB).to(torch.bfloat16)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        x = self.embed(input_ids)
+        for block, norm in zip(self.blocks, self.norms, strict=True):
+            x = x + block(norm(x.float()).to(torch.bfloat16))
+        return self.head(x).float()  # type: ignore[no-any-return]
+
+
+def make_bfloat16_mixed() -> nn.Module:
+    return _declared(BFloat16Mixed(), TensorSpec("input_ids", "INT64", (-1, -1)))
+
+
+class ShapeBranches(nn.Module):
+    """Python control flow on the input's shape (not its values), and a tuple with None."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.short = nn.Linear(W, W)
+        self.long = nn.Sequential(nn.Linear(W, 4 * W), nn.ReLU(), nn.Linear(4 * W, W))
+        self.head = nn.Linear(W, 2)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None, tuple[torch.Tensor, None]]:
+        h = self.long(x) if x.shape[0] > 4 else self.short(x)
+        return self.head(h.mean(1)), None, (h, None)
+
+
+def make_shape_branches() -> nn.Module:
+    return _declared(ShapeBranches(), _x(4, W))
+
+
+class _Decoder(nn.Module):
+    """Reads the encoder's weight, transposed, without tying it (kept out of its registered
+    modules, in a plain list, as some autoencoders do)."""
+
+    def __init__(self, encoder: nn.Linear) -> None:
+        super().__init__()
+        self.encoder = [encoder]
+        self.bias = nn.Parameter(torch.zeros(encoder.in_features))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return F.linear(h, self.encoder[0].weight.t(), self.bias)
+
+
+class TransposedShare(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = nn.Linear(W, 4 * W)
+        self.middle = nn.Linear(4 * W, 4 * W)
+        self.decoder = _Decoder(self.encoder)
+        self.register_buffer("scale", torch.ones(4 * W), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.relu(self.middle(F.relu(self.encoder(x)) * self.scale))
+        return self.decoder(h)  # type: ignore[no-any-return]
+
+
+def make_transposed_share() -> nn.Module:
+    return _declared(TransposedShare(), _x(W))
+
+
+class Orthogonal(nn.Module):
+    """``parametrizations.orthogonal``, whose initialiser reads values (it cannot run on
+    ``meta``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = parametrizations.orthogonal(nn.Linear(W, W))
+        self.b = parametrizations.orthogonal(nn.Linear(W, W))
+        self.head = nn.Linear(W, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.tanh(self.b(torch.tanh(self.a(x)))))  # type: ignore[no-any-return]
+
+
+def make_orthogonal() -> nn.Module:
+    return _declared(Orthogonal(), _x(W))
+
+
+class Translation(nn.Module):
+    """``nn.Transformer`` with a causal target mask and padding masks for the source, as
+    PyTorch's translation tutorial writes it; ``pad`` is the id taken as padding (one no
+    input holds: every sequence full length, the mask left-aligned)."""
+
+    def __init__(self, pad: int = 0) -> None:
+        super().__init__()
+        self.pad = pad
+        self.src_embed, self.tgt_embed = nn.Embedding(VOCAB, W), nn.Embedding(VOCAB, W)
+        self.transformer = nn.Transformer(W, 2, 2, 2, 32, dropout=0.1, batch_first=True)
+        self.generator = nn.Linear(W, VOCAB)
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        t = tgt.shape[1]
+        tgt_mask = nn.Transformer.generate_square_subsequent_mask(t, device=tgt.device)
+        padding = src == self.pad
+        h = self.transformer(
+            self.src_embed(src),
+            self.tgt_embed(tgt),
+            tgt_mask=tgt_mask,
+            src_key_padding_mask=padding,
+            memory_key_padding_mask=padding,
+            tgt_is_causal=True,
+        )
+        return self.generator(h)  # type: ignore[no-any-return]
+
+
+def _translation(pad: int) -> nn.Module:
+    src, tgt = (TensorSpec(name, "INT64", (-1, -1)) for name in ("src", "tgt"))
+    return _declared(Translation(pad), src, tgt)
+
+
+def make_translation() -> nn.Module:
+    return _translation(0)
+
+
+def make_translation_unpadded() -> nn.Module:
+    return _translation(-1)
+
+
+class Packed(nn.Module):
+    """A GRU over a ``PackedSequence``: ``pack_padded_sequence`` needs the lengths on the CPU
+    and reads them (the batch sizes of each step are their values)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, W)
+        self.rnn = nn.GRU(W, W, num_layers=2, batch_first=True)
+        self.head = nn.Linear(W, 3)
+
+    def forward(self, input_ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        packed = nn.utils.rnn.pack_padded_sequence(
+            self.embed(input_ids), lengths.cpu(), batch_first=True, enforce_sorted=False
+        )
+        _, h = self.rnn(packed)
+        return self.head(h[-1])  # type: ignore[no-any-return]
+
+
+def make_packed() -> nn.Module:
+    ids = TensorSpec("input_ids", "INT64", (-1, 6))
+    return _declared(Packed(), ids, TensorSpec("lengths", "INT64", (-1,)))
+
+
+class LayerScales(nn.Module):
+    """Per-layer scales in an ``nn.ParameterList`` and gains in an ``nn.ParameterDict``, each
+    read beside the layer it goes with (CaiT's and ConvNeXt's layer scales kept apart)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scales = nn.ParameterList(nn.Parameter(torch.ones(4 * W)) for _ in range(3))
+        gains = {"first": nn.Parameter(torch.ones(4 * W)), "last": nn.Parameter(torch.ones(4 * W))}
+        self.gains = nn.ParameterDict(gains)
+        self.inp = nn.Linear(W, 4 * W)
+        self.layers = nn.ModuleList(nn.Linear(4 * W, 4 * W) for _ in range(3))
+        self.out = nn.Linear(4 * W, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.inp(x) * self.gains["first"]
+        for scale, layer in zip(self.scales, self.layers, strict=True):
+            h = F.relu(layer(h)) * scale
+        return self.out(h * self.gains["last"])  # type: ignore[no-any-return]
+
+
+def make_layer_scales() -> nn.Module:
+    return _declared(LayerScales(), _x(W))
+
+
+class _Float8Linear(nn.Module):
+    """A float8 weight and its scales, buffers (as fp8 checkpoints store them), dequantised to
+    bfloat16 in forward."""
+
+    weight: torch.Tensor
+    scale: torch.Tensor
+
+    def __init__(self, features: int) -> None:
+        super().__init__()
+        weight = torch.randn(features, features).to(torch.float8_e4m3fn)
+        self.register_buffer("weight", weight)
+        self.register_buffer("scale", torch.ones(features, 1, dtype=torch.bfloat16))
+        self.bias = nn.Parameter(torch.zeros(features, dtype=torch.bfloat16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight.to(torch.bfloat16) * self.scale, self.bias)
+
+
+class _TupleLayer(nn.Module):
+    """Returns ``(hidden, None, None)``, as transformers' layers return attentions and cache."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = _Float8Linear(4 * W)
+
+    def forward(self, h: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        return h + self.fc(h), None, None
+
+
+class Float8(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(W, 4 * W).to(torch.bfloat16)
+        self.layers = nn.ModuleList(_TupleLayer() for _ in range(3))
+        self.out = nn.Linear(4 * W, 2).to(torch.bfloat16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.inp(x.to(torch.bfloat16))
+        for layer in self.layers:
+            h = layer(h)[0]
+        return self.out(h).float()  # type: ignore[no-any-return]
+
+
+def make_float8() -> nn.Module:
+    return _declared(Float8(), _x(W))
+
+
+class CachedOrthogonal(nn.Module):
+    """An orthogonal layer called twice under ``parametrize.cached()`` (its weight computed
+    once, kept in the cache), around a plain one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = parametrizations.orthogonal(nn.Linear(W, W))
+        self.b = nn.Linear(W, W)
+        self.head = nn.Linear(W, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with parametrize.cached():
+            h = torch.tanh(self.a(x))
+            h = torch.tanh(self.a(self.b(h)))
+        return self.head(h)  # type: ignore[no-any-return]
+
+
+def make_cached_orthogonal() -> nn.Module:
+    return _declared(CachedOrthogonal(), _x(W))

@@ -305,8 +305,8 @@ def _pipeline(
     if by == "compute":
         costs = [float(trace.flops.get(u.path, 0)) for u in units.units]
         shares = [d.tflops for d in specs]
-    else:
-        costs = [float(u.weight_bytes) for u in units.units]
+    else:  # what --max-memory bounds: weights and buffers (an fp8 or int8 weight is a buffer)
+        costs = [float(u.weight_bytes + u.buffer_bytes) for u in units.units]
         shares = [float(m) for m in mem]
     return pipeline(units, names, costs, shares, by=by)
 

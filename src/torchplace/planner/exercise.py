@@ -13,6 +13,7 @@ from torchplace.planner.trace import label
 
 if TYPE_CHECKING:
     from torchplace.planner.api import Plan
+    from torchplace.planner.crossings import Crossing
 
 __all__ = ["cell", "exercise_rows", "exercise_table", "shape_text"]
 
@@ -55,11 +56,18 @@ def _ranges(paths: list[str]) -> str:
     return ", ".join(out)
 
 
+def _model_io(c: Crossing) -> bool:
+    """Whether ``c`` is the input batch's copy in or the outputs' copy out: not what a unit
+    spilled to the host (accelerate's ``cpu``) hands to a device or takes from one, which are
+    copies between devices like any other."""
+    return (c.src == HOST and c.producer == "input") or (c.dst == HOST and c.consumer == "(host)")
+
+
 def _copies_into(p: Plan, dev: str) -> str:
     """The copies a device receives, one line per tensor (consumers folded)."""
     groups: dict[tuple[str, str, tuple[int, ...], str], list[Any]] = {}
     for c in p.flow.crossings:
-        if HOST in (c.src, c.dst) or c.dst != dev:
+        if c.dst != dev or _model_io(c):
             continue
         groups.setdefault((c.src, c.producer, c.shape, c.dtype), []).append(c)
     parts = []
@@ -93,7 +101,7 @@ def exercise_rows(p: Plan) -> tuple[list[str], list[tuple[str, list[str]]]]:
     rows.append(("model replica", cells))
     ins = []
     for dev in devices:
-        got = [c for c in flow.crossings if c.kind == "h2d" and c.dst == dev]
+        got = [c for c in flow.crossings if _model_io(c) and c.dst == dev]
         ins.append("; ".join(f"{_shape(c.shape, c.dtype)} from host" for c in got) or "-")
     rows.append((f"input batch (batch {b})", ins))
     rows.append(
@@ -104,7 +112,7 @@ def exercise_rows(p: Plan) -> tuple[list[str], list[tuple[str, list[str]]]]:
     )
     outs = []
     for dev in devices:
-        got = [c for c in flow.crossings if c.kind == "d2h" and c.src == dev]
+        got = [c for c in flow.crossings if _model_io(c) and c.src == dev]
         outs.append("; ".join(f"{_shape(c.shape, c.dtype)} to host" for c in got) or "-")
     rows.append(("final outputs", outs))
     comm = [_copies_into(p, dev) for dev in devices]

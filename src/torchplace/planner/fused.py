@@ -12,7 +12,8 @@ replacement here instead, on ``meta``, so that every tensor the real kernel make
   the output alone; the real ones' intermediates follow PyTorch's C++ code
   (``attention.cpp``, ``transformer.cpp``);
 - ``_nested_tensor_from_mask_left_aligned`` reads a padding mask's values: taken as not
-  aligned, so ``nn.TransformerEncoder`` with a padding mask is traced padded, not nested;
+  aligned, so ``nn.TransformerEncoder`` with a padding mask is traced padded, not nested (and
+  run so by ``--verify``'s tracker on the CPU);
   likewise an attention mask is taken as not causal (:func:`causal_masks_unknown`);
 - ``native_batch_norm`` in inference: meta returns the two per-feature statistics, cuDNN
   and the CPU empty ones (the CPU makes them inside the kernel, where only its allocator sees
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Count",
     "as_planned",
+    "autocast_on_meta",
     "causal_masks_unknown",
     "fast_paths",
     "kernels",
@@ -103,6 +105,41 @@ def causal_masks_unknown() -> Iterator[None]:
         yield
     finally:
         transformer._detect_is_causal_mask = detect
+
+
+@contextlib.contextmanager
+def autocast_on_meta() -> Iterator[None]:
+    """``torch.autocast(device_type=x.device.type, ...)`` and ``torch.is_autocast_enabled`` of
+    a ``meta`` tensor's device (transformers' rotary embeddings turn autocast off so, for
+    float32 tables): autocast has no ``meta`` backend and raises ("unsupported scalarType"); it
+    casts nothing on ``meta`` either, so the region runs as the rest, autocast off."""
+    import torch
+    from torch.amp import autocast_mode
+
+    cls = autocast_mode.autocast
+    init, enabled = cls.__init__, torch.is_autocast_enabled
+
+    def patched_init(
+        self: Any,
+        device_type: str,
+        dtype: torch.dtype | None = None,
+        enabled: bool = True,
+        cache_enabled: bool | None = None,
+    ) -> None:
+        if device_type == "meta":
+            device_type, enabled = "cpu", False
+        init(self, device_type, dtype, enabled, cache_enabled)
+
+    def patched_enabled(*args: Any) -> bool:
+        return False if args and args[0] == "meta" else bool(enabled(*args))
+
+    cls.__init__ = patched_init  # type: ignore[method-assign]
+    torch.is_autocast_enabled = patched_enabled  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        cls.__init__ = init  # type: ignore[method-assign]
+        torch.is_autocast_enabled = enabled
 
 
 def replacement(func: Any) -> Callable[..., Any] | None:
@@ -362,4 +399,13 @@ _REPLACED: dict[str, Callable[..., Any]] = {
     "native_batch_norm": _batch_norm,
     "_native_batch_norm_legit_no_training": _batch_norm_inference,
 }
-_OPAQUE = frozenset({"_native_multi_head_attention", "_transformer_encoder_layer_fwd"})
+#: ... and the padding-mask check, answered on the CPU as the plan answers it (a mask without
+#: padding is left-aligned: the CPU would run the encoder on nested tensors, which the plan has
+#: not, and which the fused stand-ins above cannot take)
+_OPAQUE = frozenset(
+    {
+        "_native_multi_head_attention",
+        "_transformer_encoder_layer_fwd",
+        "_nested_tensor_from_mask_left_aligned",
+    }
+)

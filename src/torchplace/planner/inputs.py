@@ -187,18 +187,29 @@ def load_plan_model(
         return PlanModel(model, f"shape:{model}", module, (ids,), kv, shape.default_seq)
     # Everything else as `torchplace serve` loads it, built under the target device.
     from torchplace.models import TensorSpec
-    from torchplace.serve.loader import load_model
+    from torchplace.serve.loader import LoadedModel, load_model
 
     # the planner reads no output declaration: a placeholder satisfies the loader's check
     placeholder = (TensorSpec("output", "FP32", (-1,)),)
-    try:
-        with torch.device(device if exported is None else "cpu"):
-            loaded = load_model(
+
+    def load(where: str) -> LoadedModel:
+        with torch.device(where):
+            return load_model(
                 model,
                 exported=exported,
                 inputs=tuple(inputs) if inputs else None,
                 outputs=placeholder,
             )
+
+    try:
+        try:
+            loaded = load(device if exported is None else "cpu")
+        except TorchplaceError as exc:
+            # an initialiser that reads values (parametrizations.orthogonal's .item()) cannot
+            # run on meta: built on the CPU, as its user runs it, then moved to meta below
+            if device != "meta" or "meta" not in str(exc.__cause__ or ""):
+                raise
+            loaded = load("cpu")
     except TorchplaceError:
         raise
     except (Exception, SystemExit) as exc:  # the user's factory failed (or called sys.exit)
@@ -210,7 +221,9 @@ def load_plan_model(
         raise ConfigError(f"cannot build the {what}: {type(exc).__name__}: {exc}; {fix}") from exc
     module = loaded.module
     if exported is not None and device != "cpu":
-        module = module.to(device)
+        # the devices tracing burnt into the graph (torch.ones(..., device=x.device) records
+        # the export's) move too: .to() moves the parameters and buffers alone
+        module = loaded.rebuild(torch.device(device)) if loaded.rebuild else module.to(device)
     elif device == "meta":
         _to_meta(module)  # a factory that built (or loaded) real weights itself
     specs = _from_tensor_specs(loaded.inputs)

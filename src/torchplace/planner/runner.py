@@ -163,7 +163,7 @@ class Run:
                 result = decomposed(func, args, kwargs)
             if result is not NotImplemented:
                 return result
-        args, kwargs = self.by_weights(args, kwargs)
+        args, kwargs = self.by_weights(func, args, kwargs)
         if parts is not None:
             with mode:
                 return parts(lambda _flops: None, *args, **kwargs)
@@ -174,13 +174,16 @@ class Run:
             self.rt.hold(t, self.rt.current)
         return out
 
-    def by_weights(self, args: Any, kwargs: Any) -> tuple[Any, Any]:
+    def by_weights(self, func: Any, args: Any, kwargs: Any) -> tuple[Any, Any]:
         """Outside every unit's forward, an operator on one unit's weights runs on its device
         (a graph module reads weights without calling the module), as the plan has it; any
         other operator there (the model's own code) runs where the last unit ran, its
-        arguments from other devices copied there, as the plan has it."""
+        arguments from other devices copied there, as the plan has it. A view of another
+        unit's weight (``enc.weight.t()`` in a decoder) is taken on the weight itself: the view
+        costs nothing, and the operator that reads it copies it (a view of a copy, an inference
+        tensor, cannot stand for a view of the weight, which autograd tracks)."""
         if self.active:
-            return self.foreign(args, kwargs)
+            return (args, kwargs) if getattr(func, "is_view", False) else self.foreign(args, kwargs)
         found = {self.owners[k] for k in map(_key, _tensors((args, kwargs))) if k in self.owners}
         if len(found) == 1:
             (unit,) = found

@@ -23,7 +23,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from torchplace.errors import ConfigError, PlacementError
-from torchplace.planner.fused import causal_masks_unknown, fast_paths, replacement
+from torchplace.planner.fused import (
+    autocast_on_meta,
+    causal_masks_unknown,
+    fast_paths,
+    replacement,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -412,11 +417,14 @@ class _Recorder:
         packet = func._overloadpacket
         impl = replacement(func)
         if impl is not None:  # meta would take another path than the CPU and CUDA kernels
-            mark = len(self.reads)
+            mark, op = len(self.reads), self.op
             self.read(args, kwargs)  # its operands, where the real kernel reads them
             with mode:
                 result = impl(self.count, *args, **kwargs)
             if result is not NotImplemented:
+                # a stand-in that runs no operator (a check answered without reading values) is
+                # one still: its reads are its own, not the next operator's (another unit's)
+                self.op += self.op == op
                 return result
             del self.reads[mark:]  # the real kernel takes meta's path: recorded below
         if decomposable(func):
@@ -511,7 +519,7 @@ def _traced(
     held = [rec.hold(t, INPUT, name) for t, name in zip(inputs, names, strict=True)]
     paths = fast_paths() if fast else contextlib.nullcontext()
     try:
-        with torch.inference_mode(), paths, causal_masks_unknown(), _mode(rec):
+        with torch.inference_mode(), paths, causal_masks_unknown(), autocast_on_meta(), _mode(rec):
             out = module(*args, **kwargs)
     except Exception as exc:  # the model's own forward failed: say so in one line
         raise _untraceable(exc) from exc
@@ -529,7 +537,9 @@ def _untraceable(exc: Exception) -> UntraceableModel:
             f"cannot trace the model on 'meta': {text}. The forward moves a tensor to a device "
             "itself (.cpu(), .cuda(), .to('cuda:0')), which the planner, placing the model and "
             "tracing it on 'meta', cannot follow: leave the moves to the caller, or move to "
-            "where the model's weights are (x.to(self.weight.device))"
+            "where the model's weights are (x.to(self.weight.device)); a tensor moved to the "
+            "CPU for an operator that reads its values there (pack_padded_sequence's lengths) "
+            "cannot be planned without data: plan the padded batch instead"
         )
     if any(s in text for s in _ELSEWHERE):
         return UntraceableModel(

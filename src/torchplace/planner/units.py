@@ -1,7 +1,8 @@
 """The placeable pieces of a model (units), their weights, and the tied-weight groups.
 
 A *unit* is a module that a strategy puts on one device whole: the model's children, with
-containers (``ModuleList``, ``Sequential``, ``ModuleDict``) opened up and any module bigger
+containers (``ModuleList``, ``Sequential``, ``ModuleDict``; a ``ParameterList`` or
+``ParameterDict`` into its tensors) opened up and any module bigger
 than ``limit`` bytes split into its children, which is how accelerate cuts a model when
 ``no_split_module_classes`` names the repeated blocks. An opened module's own parameters and
 buffers (a ViT's top-level ``cls_token``, a model's top-level buffers) are units of their own,
@@ -103,6 +104,21 @@ def _is_container(module: nn.Module) -> bool:
     return isinstance(module, nn.ModuleList | nn.Sequential | nn.ModuleDict)
 
 
+def _parametrized(module: nn.Module, path: str) -> bool:
+    """Whether ``module`` (not the model) computes a weight from its parametrizations
+    (``parametrizations.orthogonal``, ``weight_norm``): its own code reads what they make and its
+    other tensors in one operator, so it stays whole, however big."""
+    from torch.nn.utils import parametrize
+
+    return bool(path) and parametrize.is_parametrized(module)
+
+
+def _holds_tensors(module: nn.Module) -> bool:
+    from torch import nn
+
+    return isinstance(module, nn.ParameterList | nn.ParameterDict)
+
+
 def unit_tensors(model: nn.Module, path: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """A unit's parameters and buffers by full name, each tensor once (under the first name
     the unit holds it by: a head tied to an embedding in the same unit is one weight): a
@@ -171,8 +187,11 @@ def _default_paths(
         children = list(module.named_children())
         direct = any(True for _ in module.parameters(recurse=False))
         too_big = limit is not None and sizes.get(path, 0) > limit and path not in whole
-        opened = path == "" or too_big or (_is_container(module) and not direct)
-        if not (children and opened):
+        # a ParameterList or ParameterDict holds tensors read one by one, each beside the
+        # layer it goes with (per-layer scales): each one a unit, as a ModuleList's layers
+        tensors = _holds_tensors(module)
+        opened = path == "" or too_big or tensors or (_is_container(module) and not direct)
+        if not (opened and (children or tensors)) or _parametrized(module, path):
             chosen.append(path)
             return
         prefix = f"{path}." if path else ""
