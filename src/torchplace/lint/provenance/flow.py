@@ -20,6 +20,7 @@ from torchplace.lint.provenance.values import (
     _HOST_ROOTS,
     HOST_ATTRS,
     HOST_METHODS,
+    METADATA_ATTRS,
     Fact,
     _any_device,
     _decodes_text,
@@ -364,6 +365,8 @@ class Flow:
         if isinstance(node, ast.Attribute):
             if node.attr in HOST_ATTRS:
                 return Fact("host", node.attr)
+            if node.attr in METADATA_ATTRS and dotted_name(node.value) != "self":
+                return Fact("host", "metadata")
             if node.attr == "param_groups":  # an optimizer's hyperparameters: `group["lr"]`
                 return Fact("host", "optimizer hyperparameters")
             name = dotted_name(node)

@@ -159,6 +159,7 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
         and not few
         and not handed
         and not _rewrites_entries(loop)
+        and not _converts_by_key(loop)
     ):
         step = _updates_device(facts, own, loop, scope)
     return step
@@ -440,6 +441,58 @@ def _rewrites_entries(loop: ast.AST) -> bool:
     )
 
 
+def _converts_by_key(loop: ast.AST) -> bool:
+    """``for k in x: r[k] = dist_mean(x[k])`` (lingua's ``dist_mean_dict``), ``for i in
+    range(len(toks)): toks[i] = toks[i].item()``: a pass that stores each entry of one
+    collection, converted, under its own key, as ``_rewrites_entries`` does for ``.items()``:
+    one pass over a few metrics, not a loop over batches."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor)) or not isinstance(loop.target, ast.Name):
+        return False
+    key = loop.target.id
+    source = dotted_name(_keyed_collection(loop.iter))
+    if source is None:
+        return False
+
+    def by_key(node: ast.AST) -> bool:
+        return (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.slice, ast.Name)
+            and node.slice.id == key
+        )
+
+    return any(
+        isinstance(stmt, ast.Assign)
+        and any(by_key(target) for target in stmt.targets)
+        and any(
+            isinstance(sub, ast.Subscript) and by_key(sub) and dotted_name(sub.value) == source
+            for sub in walk(stmt.value)
+        )
+        for part in loop.body
+        for stmt in walk(part)
+    )
+
+
+def _keyed_collection(iterable: ast.expr) -> ast.expr:
+    """The collection whose keys a loop walks: ``x`` of ``x``, ``x.keys()`` or
+    ``range(len(x))``."""
+    if not isinstance(iterable, ast.Call):
+        return iterable
+    func, args = iterable.func, iterable.args
+    if isinstance(func, ast.Attribute) and func.attr == "keys" and not args:
+        return func.value
+    inner = args[0] if len(args) == 1 else None
+    if (
+        isinstance(func, ast.Name)
+        and func.id == "range"
+        and isinstance(inner, ast.Call)
+        and isinstance(inner.func, ast.Name)
+        and inner.func.id == "len"
+        and len(inner.args) == 1
+    ):
+        return inner.args[0]
+    return iterable
+
+
 def _loader_for_device(fact: Fact, text: str) -> bool:
     """A loader a call built for the device (``create_loader(ds, device=device)``), not a
     tensor the code moved: what it yields are batches, not rows."""
@@ -603,13 +656,19 @@ def moves_some(loop: ast.For | ast.AsyncFor) -> bool:
 
 
 def _chain_root(node: ast.expr) -> str | None:
-    """The name a chain of method calls starts from: ``x`` of ``x.float().half()``."""
-    while (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr not in {"to", "cuda"}
-    ):
-        node = node.func.value
+    """The name a chain of method calls starts from: ``x`` of ``x.float().half()``, also
+    through an item of it, ``batch`` of MONAI's ``batch["label"].to(device)``."""
+    while True:
+        if isinstance(node, ast.Subscript):
+            node = node.value
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr not in {"to", "cuda"}
+        ):
+            node = node.func.value
+        else:
+            break
     return node.id if isinstance(node, ast.Name) else None
 
 
@@ -825,11 +884,13 @@ def branch_trains(branch: ast.If) -> bool:
     """The branch runs a training step itself (``backward``, an optimizer ``step``): every N
     steps is then how often it trains, and its reads are per step of that training. A
     learning-rate scheduler's ``step`` (``scheduler.step(val_score)`` after an evaluation)
-    trains nothing."""
+    trains nothing, and neither does a read of a step counter (lingua's logging branch
+    formats ``f"step: {train_state.step}"``): only a call of ``.step`` is a step."""
     return any(
-        isinstance(sub, ast.Attribute)
-        and sub.attr in {"backward", "step"}
-        and not (sub.attr == "step" and _names_scheduler(sub.value))
+        isinstance(sub, ast.Call)
+        and isinstance(sub.func, ast.Attribute)
+        and sub.func.attr in {"backward", "step"}
+        and not (sub.func.attr == "step" and _names_scheduler(sub.func.value))
         for stmt in branch.body
         for sub in walk(stmt)
     )

@@ -18,6 +18,7 @@ from torchplace.lint.resolver import dotted_name
 __all__ = [
     "HOST_ATTRS",
     "HOST_METHODS",
+    "METADATA_ATTRS",
     "Fact",
     "LoopKind",
     "is_device_expr",
@@ -64,6 +65,8 @@ HOST_METHODS = frozenset(
         "add_scalar",
         "log",
         "get_last_lr",  # a learning-rate scheduler's rates: Python floats
+        # string methods a tensor lacks (`end_pos = response["text"].find(sep)`): Python values
+        *("find", "rfind", "startswith", "endswith", "strip", "rstrip", "lstrip"),
     }
 )
 HOST_ATTRS = frozenset(
@@ -82,6 +85,9 @@ HOST_ATTRS = frozenset(
         "columns",  # a DataFrame's column labels: tensors have no such attribute
     }
 )
+# A MONAI MetaTensor's metadata (`img.meta["filename_or_obj"]`): Python values. Only of a
+# value: a module's own `self.meta` may be any tensor it stores.
+METADATA_ATTRS = frozenset({"meta", "_meta"})
 # Methods of a tokenizer or processor (by the receiver's name) that turn token ids into text:
 # Python strings, whatever device the ids are on.
 TEXT_METHODS = frozenset({"decode", "batch_decode", "convert_ids_to_tokens", "string"})

@@ -6,7 +6,7 @@ import ast
 
 from torchplace.lint.base import Context, Family, Rule
 from torchplace.lint.nodes import walk
-from torchplace.lint.rules.facts import CUDA_ONLY, mentions
+from torchplace.lint.rules.facts import CUDA_ONLY, main_test, mentions
 
 __all__ = ["FAMILY"]
 
@@ -81,17 +81,83 @@ def _guarded(ctx: Context) -> bool:
                 return True
     # An earlier early exit or assertion: `if not torch.cuda.is_available(): return`; or an
     # earlier statement that already needs CUDA (`device = "cuda"`, `model.cuda()`).
+    module = ctx.scope.root().node
     for block, index in ctx.stmt_path:
         for stmt in block[:index]:
-            if _is_guard_statement(stmt) or _pins_cuda(stmt):
+            if _is_guard_statement(stmt) or _pins_cuda(stmt) or _calls_pinning(stmt, module):
                 return True
+    if _main_called_on_cuda(ctx, module):
+        return True
     # Or the very next statement starts an NCCL process group (`torch.cuda.set_device(rank)`,
     # then `init_process_group(backend="nccl")`): NCCL runs on CUDA only, and the device pick
     # is its per-rank set-up, so the script is CUDA-only by design.
     if ctx.stmt_path:
         block, index = ctx.stmt_path[-1]
+        if _pins_cuda(block[index]):
+            # the call's own statement needs CUDA too (mmseg's `MMDistributedDataParallel(
+            # model.cuda(), device_ids=[torch.cuda.current_device()])`): a check would only
+            # change which of its calls raises
+            return True
         return index + 1 < len(block) and _starts_nccl(block[index + 1])
     return False
+
+
+def _calls_pinning(stmt: ast.stmt, module: ast.AST) -> bool:
+    """A statement that calls a function of the file whose own body needs CUDA on every path
+    (airbench's ``model = make_net()``, whose body runs ``net = net.half().cuda()``), or builds
+    a class of the file whose ``__init__`` does: CUDA is needed before the next line runs."""
+    if not isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.Expr)) or stmt.value is None:
+        return False
+    if not isinstance(module, ast.Module):
+        return False
+    called = {
+        sub.func.id
+        for sub in walk(stmt.value)
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name)
+    }
+    for node in module.body:
+        if not isinstance(node, (ast.FunctionDef, ast.ClassDef)) or node.name not in called:
+            continue
+        body = node.body
+        if isinstance(node, ast.ClassDef):
+            inits = [f for f in body if isinstance(f, ast.FunctionDef) and f.name == "__init__"]
+            body = inits[0].body if inits else []
+        if any(_pins_cuda(inner) for inner in body):
+            return True
+    return False
+
+
+def _main_called_on_cuda(ctx: Context, module: ast.AST) -> bool:
+    """Inside ``main()``: every call of ``main`` in the file's own top-level code comes after
+    a statement that needs CUDA (airbench's ``model = CifarNet().cuda()``, then ``main(run,
+    model)`` under ``if __name__ == "__main__":``): the script is CUDA-only before ``main``
+    runs. A ``main`` the file never calls (an entry point named elsewhere) is still checked."""
+    scope = ctx.function_scope()
+    while scope is not None and scope.parent is not None and scope.parent.kind == "function":
+        scope = scope.parent  # `stop_timer()` nested in `main`
+    at_top = scope is not None and scope.parent is not None and scope.parent.kind == "module"
+    if not at_top or scope is None or scope.name != "main" or not isinstance(module, ast.Module):
+        return False
+    calls: list[bool] = []
+
+    def visit(body: list[ast.stmt], pinned: bool) -> None:
+        for stmt in body:
+            if main_test(stmt) is not None:
+                assert isinstance(stmt, ast.If)
+                visit(stmt.body, pinned)
+                continue
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            if any(_calls_main(sub) for sub in walk(stmt)):
+                calls.append(pinned)
+            pinned = pinned or _pins_cuda(stmt) or _calls_pinning(stmt, module)
+
+    visit(module.body, False)
+    return bool(calls) and all(calls)
+
+
+def _calls_main(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "main"
 
 
 def _starts_nccl(stmt: ast.stmt) -> bool:

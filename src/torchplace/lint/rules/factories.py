@@ -13,7 +13,8 @@ from __future__ import annotations
 import ast
 
 from torchplace.lint.base import Context, Rule, Scope, has_star_kwargs, keyword, names_in
-from torchplace.lint.nodes import walk
+from torchplace.lint.nodes import own_nodes, walk
+from torchplace.lint.provenance.files import file_facts
 from torchplace.lint.provenance.values import _passes_device
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.factory_match import COMBINERS, HOST_CASTS, matched_to_parameter
@@ -153,6 +154,48 @@ def _scalar_tensor(call: ast.Call, name: str) -> bool:
             and (func.attr != "size" or bool(data.args))
         )
     return not isinstance(data, (ast.ListComp, ast.Name, ast.Subscript, ast.Starred))
+
+
+def _number_tensor(call: ast.Call, name: str, ctx: Context) -> bool:
+    """``torch.tensor(mask_value)`` with ``mask_value`` bound only to Python numbers in the
+    function (RecBole's ``mask_value = -np.inf`` or ``0.0``, then ``output.masked_fill(mask,
+    value=torch.tensor(mask_value))``): a 0-dim tensor, which mixes with any device."""
+    scope = ctx.function_scope()
+    if name != "torch.tensor" or len(call.args) != 1 or scope is None:
+        return False
+    data = call.args[0]
+    params = getattr(scope.node, "args", None)
+    if not isinstance(data, ast.Name) or (
+        isinstance(params, ast.arguments)
+        and any(a.arg == data.id for a in [*params.posonlyargs, *params.args, *params.kwonlyargs])
+    ):
+        return False  # a parameter holds what the callers hand it
+    values = [
+        sub.value
+        for sub in walk(scope.node)
+        if isinstance(sub, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+        and any(
+            isinstance(t, ast.Name) and t.id == data.id
+            for t in (sub.targets if isinstance(sub, ast.Assign) else [sub.target])
+        )
+    ]
+    return bool(values) and all(v is not None and _python_number(v) for v in values)
+
+
+def _python_number(node: ast.expr) -> bool:
+    """``0.0``, ``-1e9``, ``-np.inf``, ``math.pi``, ``float("inf")``: a Python number."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        node = node.operand
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
+    if isinstance(node, ast.Attribute):
+        return node.attr in {"inf", "nan", "pi", "e"} and isinstance(node.value, ast.Name)
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in {"float", "int"}
+        and all(isinstance(a, ast.Constant) for a in node.args)
+    )
 
 
 _CLAMPS = frozenset({"clamp", "clamp_", "clip", "clip_"})
@@ -352,6 +395,8 @@ def _used_on_host(call: ast.Call, ctx: Context) -> bool:
             if node is not parent.func and not _combines(parent, ctx):
                 if _passes_device(parent):  # _pin_and_move(torch.tensor(s), x.device): placed
                     return True
+                if parent.args and node is parent.args[0] and _places_argument(parent, ctx):
+                    return True
                 return isinstance(parent.func, ast.Name) and parent.func.id in HOST_CASTS
         elif isinstance(parent, (ast.If, ast.While, ast.IfExp)):
             if _inside(call, parent.test):
@@ -363,6 +408,38 @@ def _used_on_host(call: ast.Call, ctx: Context) -> bool:
             return False
         node = parent
     return False
+
+
+def _places_argument(call: ast.Call, ctx: Context) -> bool:
+    """``cuda(torch.zeros(n, h))`` in DGL's JTNN, with the project's ``def cuda(x):`` returning
+    ``x.to(torch.device("cuda"))`` when CUDA is available and ``x`` as it is otherwise: every
+    definition the call runs hands back its first parameter moved, or unmoved on the CPU path,
+    so the factory is placed right away."""
+    if not isinstance(call.func, ast.Name):
+        return False
+    facts = file_facts(ctx)
+    found = facts.callees(call.func.id, facts.qualname(call.func))
+    return bool(found) and all(_returns_moved_parameter(node) for _, node in found)
+
+
+def _returns_moved_parameter(func: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    params = [*func.args.posonlyargs, *func.args.args]
+    if not params:
+        return False
+    first = params[0].arg
+    values = [r.value for r in own_nodes(func) if isinstance(r, ast.Return)]
+    moved = [
+        v
+        for v in values
+        if isinstance(v, ast.Call)
+        and isinstance(v.func, ast.Attribute)
+        and v.func.attr in {"to", "cuda"}
+        and isinstance(v.func.value, ast.Name)
+        and v.func.value.id == first
+        and not any(isinstance(a, ast.Constant) and a.value == "cpu" for a in v.args)
+    ]
+    as_given = [v for v in values if isinstance(v, ast.Name) and v.id == first]
+    return bool(moved) and len(moved) + len(as_given) == len(values)
 
 
 def _copied_to_global(call: ast.Call, ctx: Context) -> bool:
@@ -437,7 +514,9 @@ def check_factory(call: ast.Call, ctx: Context, name: str, method: Scope | None)
         return
     if has_star_kwargs(call) or _scalar_draw(call, name):
         return
-    if _scalar_tensor(call, name) and not _clamp_bound(call, ctx):
+    if (_scalar_tensor(call, name) or _number_tensor(call, name, ctx)) and not _clamp_bound(
+        call, ctx
+    ):
         return
     short = name.removeprefix("torch.")
     if _on_forward_path(method):

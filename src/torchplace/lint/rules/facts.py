@@ -522,6 +522,8 @@ def _rare_test(test: ast.expr, ctx: Context) -> bool:
         return False
     if rare_test(test):
         return not _fixed_setting(test, ctx)
+    if _one_count(test, ctx):
+        return True
     flag = test.operand if isinstance(test, ast.UnaryOp) else test
     if not isinstance(flag, ast.Name):
         return False
@@ -536,6 +538,43 @@ def _rare_test(test: ast.expr, ctx: Context) -> bool:
         )
         for value in values
     )
+
+
+def _one_count(test: ast.expr, ctx: Context) -> bool:
+    """``if i == warm_up:`` with ``i`` the counter of an enclosing loop (``for i in
+    tqdm(range(runs)):``, or the index of ``enumerate``) and ``warm_up`` a value that loop never
+    rebinds: it holds on one step at most (Hiera's benchmark restarting its clock after the
+    warm-up). An item compared with a value (``if label == target:``) may hold on any step."""
+    if not (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.Eq)
+        and isinstance(test.left, ast.Name)
+    ):
+        return False
+    for loop in ctx.parents:
+        if isinstance(loop, (ast.For, ast.AsyncFor)) and test.left.id in _counter_names(loop):
+            return not names_in(test.comparators[0]) & loop_bound_names(loop, ctx)
+    return False
+
+
+def _counter_names(loop: ast.For | ast.AsyncFor) -> set[str]:
+    """The names a loop binds to its step's index: ``i`` of ``for i in range(n):`` (also
+    through ``tqdm``/``trange``) or of ``for i, batch in enumerate(loader):``."""
+    iterable, target = loop.iter, loop.target
+    while isinstance(iterable, ast.Call) and call_name(iterable) == "tqdm" and iterable.args:
+        iterable = iterable.args[0]
+    if isinstance(iterable, ast.Call) and call_name(iterable) in {"range", "trange"}:
+        return names_in(target) if isinstance(target, ast.Name) else set()
+    if (
+        isinstance(iterable, ast.Call)
+        and call_name(iterable) == "enumerate"
+        and isinstance(target, ast.Tuple)
+        and target.elts
+        and isinstance(target.elts[0], ast.Name)
+    ):
+        return {target.elts[0].id}
+    return set()
 
 
 def _every_step(test: ast.expr, ctx: Context) -> bool:

@@ -186,7 +186,19 @@ def _host_only_payload(call: ast.Call, ctx: Context) -> bool:
     scope = ctx.function_scope()
     if scope is not None:
         words.append(scope.name)
-    return any(payload in word.lower() for word in words for payload in _HOST_PAYLOADS)
+    return any(payload in word.lower() for word in words for payload in _HOST_PAYLOADS) or any(
+        _args_file(word) for word in words
+    )
+
+
+def _args_file(word: str) -> bool:
+    """A file named for a run's arguments, ``"model_args.pth"`` (Large-DiT's ``train_args =
+    torch.load(os.path.join(ckpt, "model_args.pth"))``), Hugging Face's ``"training_args.bin"``:
+    a pickled ``Namespace`` or dataclass of settings, no tensors. Not the name ``args`` itself
+    (``torch.load(args.ckpt)``)."""
+    name = word.lower().rsplit("/", 1)[-1]
+    stem, dot, _ = name.partition(".")
+    return bool(dot) and stem.endswith("args")
 
 
 def _decided_elsewhere(ctx: Context) -> bool:

@@ -35,6 +35,8 @@ def _call(call: ast.Call, ctx: Context) -> None:
         return
     scope = ctx.function_scope() or ctx.scope
     own_body = getattr(scope.node, "body", None)
+    if _moved_before(model, own_body, ctx):
+        return  # a later `model.to(device)` moves it again: a no-op for the optimizer
     names = {model}  # the model, and the names it is handed to (`self.model = model`)
     for block, index in reversed(ctx.stmt_path):
         for stmt in block[index + 1 :]:
@@ -62,6 +64,33 @@ def _call(call: ast.Call, ctx: Context) -> None:
 
 
 _FUNCTION = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _moved_before(model: str, own_body: object, ctx: Context) -> bool:
+    """The statements that run before the optimizer's leave ``model`` on the device: MONAI's
+    notebook builds ``model = SwinUNETR(...).to(device)``, then the optimizer, and only after
+    training reloads the weights and calls ``model.to(device)`` again."""
+    moved = False
+    for block, index in ctx.stmt_path[_own_start(own_body, ctx) :]:
+        for stmt in block[:index]:
+            value = stmt.value if isinstance(stmt, ast.Assign) else None
+            if _rebinds(stmt, model):
+                moved = (
+                    isinstance(value, ast.Call)
+                    and call_name(value) in {"to", "cuda"}
+                    and moves_to_device(value, ctx)
+                )
+            elif _move_of(stmt, model, ctx) is not None:
+                moved = True
+    return moved
+
+
+def _own_start(own_body: object, ctx: Context) -> int:
+    """Where the enclosing function's own body starts in the statement path."""
+    for position, (block, _) in enumerate(ctx.stmt_path):
+        if block is own_body:
+            return position
+    return 0
 
 
 def _unused_after(call: ast.Call, move: ast.Call, body: object, ctx: Context) -> bool:

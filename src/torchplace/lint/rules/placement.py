@@ -156,7 +156,11 @@ def _call(call: ast.Call, ctx: Context) -> None:
             )
         bare = _device_literal(argument) == "cuda"
         if bare and not _has_index(call, ctx) and not _compared(ctx):
-            if _rank_code(ctx) and not _single_process_branch(ctx):
+            if (
+                _rank_code(ctx)
+                and not _single_process_branch(ctx)
+                and not _parameter_default(call, ctx)
+            ):
                 ctx.report(
                     BARE_CUDA.code,
                     call,
@@ -377,7 +381,9 @@ def _single_process_branch(ctx: Context) -> bool:
         if not isinstance(parent, ast.If):
             continue
         child = ctx.parents[index + 1]
-        if any(child is stmt for stmt in parent.orelse) and _names_distributed(parent.test):
+        if any(child is stmt for stmt in parent.orelse) and (
+            _names_distributed(parent.test) or _sets_up_group(parent.body)
+        ):
             return True
         if any(child is stmt for stmt in parent.body) and any(
             isinstance(term, ast.UnaryOp)
@@ -387,6 +393,33 @@ def _single_process_branch(ctx: Context) -> bool:
         ):
             return True
     return False
+
+
+def _sets_up_group(body: list[ast.stmt]) -> bool:
+    """The branch starts the process group itself: MONAI's ``if multi_gpu_flag:
+    dist.init_process_group(...)``, then ``else: device = torch.device("cuda")``, whose ``else``
+    runs one process, whatever the flag is called."""
+    return any(
+        isinstance(sub, ast.Call)
+        and (dotted_name(sub.func) or "").rsplit(".", 1)[-1] == "init_process_group"
+        for stmt in body
+        for sub in walk(stmt)
+    )
+
+
+def _parameter_default(call: ast.Call, ctx: Context) -> bool:
+    """``def __init__(self, plans, device: torch.device = torch.device("cuda")):`` in nnU-Net's
+    multi-rank trainer, which then picks ``torch.device(type="cuda", index=self.local_rank)``:
+    a default places nothing by itself; the parameter-default check reports it where the
+    parameter places tensors as given."""
+    if not ctx.stmt_path:
+        return False
+    block, index = ctx.stmt_path[-1]
+    func = block[index]
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    defaults = [*func.args.defaults, *func.args.kw_defaults]
+    return any(sub is call for default in defaults if default is not None for sub in walk(default))
 
 
 def _conjuncts(test: ast.expr) -> list[ast.expr]:
@@ -617,6 +650,7 @@ def _defaults(node: ast.FunctionDef | ast.AsyncFunctionDef, ctx: Context) -> Non
             isinstance(value, ast.Constant)
             and value.value == "cuda"
             and (_places_with(node, arg.arg, ctx) or _stored_and_placed(node, arg.arg, ctx))
+            and not _cpu_when_unavailable(node, arg.arg)
         ):
             ctx.report(
                 BARE_CUDA.code,
@@ -625,6 +659,27 @@ def _defaults(node: ast.FunctionDef | ast.AsyncFunctionDef, ctx: Context) -> Non
                 "by default and the GPU is whichever is current; default to None and resolve "
                 "it, or require the device",
             )
+
+
+def _cpu_when_unavailable(func: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> bool:
+    """The function rebinds the parameter to the CPU under a test of CUDA's availability:
+    PatchTST's ``def load(self, fname, device="cuda"):`` starts with ``if not
+    torch.cuda.is_available(): device = "cpu"``, the statement form of the ``"cuda" if
+    torch.cuda.is_available() else "cpu"`` fallback."""
+    for branch in walk(func):
+        if not isinstance(branch, ast.If) or not any(
+            isinstance(sub, ast.Attribute) and sub.attr == "is_available"
+            for sub in walk(branch.test)
+        ):
+            continue
+        for stmt in [*branch.body, *branch.orelse]:
+            if (
+                isinstance(stmt, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets)
+                and any(isinstance(s, ast.Constant) and s.value == "cpu" for s in walk(stmt.value))
+            ):
+                return True
+    return False
 
 
 _CUDA_WORDS = (

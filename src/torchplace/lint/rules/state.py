@@ -110,6 +110,8 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
             and not value.args
         ):
             plain.add(attr)
+        elif _registering(value, ctx):
+            plain.discard(attr)
         return
     # self.cache[key] = torch.zeros(...)
     if isinstance(target, ast.Subscript):
@@ -118,6 +120,19 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
             held = _held(value, ctx, method)
             if held is not None:
                 _report(ctx, node, method.cls, attr, held)
+
+
+_REGISTERING = frozenset({"ModuleDict", "ModuleList", "ParameterDict", "ParameterList"})
+
+
+def _registering(value: ast.expr, ctx: Context) -> bool:
+    """``self.node_embeds = nn.ModuleDict()``: a container that registers what it holds. In
+    DGL's ``DistEmbedLayer`` one branch keeps ``DistEmbedding``s in a plain ``{}`` and the
+    others rebind the attribute to a ``ModuleDict`` before storing ``nn.Embedding``s in it."""
+    if not isinstance(value, ast.Call):
+        return False
+    name = ctx.call_qualname(value) or ""
+    return name.startswith("torch.nn.") and name.rsplit(".", 1)[-1] in _REGISTERING
 
 
 def _expr(node: ast.Expr, ctx: Context) -> None:
@@ -660,6 +675,13 @@ def _moved_where_used(cls: Scope, attr: str, builder: str = "__init__") -> bool:
                 and any(_places_attr(n, attr) for n in walk(sub.value))
             ):
                 placed_from = min(placed_from, sub.lineno)
+            if isinstance(sub, ast.Compare) and all(
+                isinstance(op, (ast.Is, ast.IsNot)) for op in sub.ops
+            ):
+                # `if self.k_cache is None:` asks whether the cache is set, reading no tensor
+                placed |= {id(n) for n in (sub.left, *sub.comparators)}
+            if isinstance(sub, ast.Attribute) and sub.attr in _METADATA:
+                placed.add(id(sub.value))  # `self.freqs_cis.shape[0]` in an assert: no data
         for sub in walk(item):
             if (
                 isinstance(sub, ast.Attribute)
@@ -670,6 +692,11 @@ def _moved_where_used(cls: Scope, attr: str, builder: str = "__init__") -> bool:
             ):
                 reads += 1
     return reads == 0
+
+
+# What a tensor answers about itself without its data: open_lm's rotary embedding asserts on
+# `self.freqs_cis.shape[0]`, then moves it with `self.freqs_cis = self.freqs_cis.to(q.device)`.
+_METADATA = frozenset({"shape", "dtype", "ndim", "device", "is_cuda", "size", "dim"})
 
 
 def _places_attr(node: ast.AST, attr: str) -> bool:

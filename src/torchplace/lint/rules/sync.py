@@ -17,6 +17,7 @@ from torchplace.lint.base import (
     Family,
     Rule,
     at_method,
+    bindings,
     call_name,
     keyword,
     loop_items,
@@ -943,6 +944,7 @@ def _under_other_branches(scope: ast.AST, stmt: ast.stmt) -> set[int]:
 # Calls that hand back the same values joined or converted, not something computed from them.
 _JOINS = frozenset(
     {"concatenate", "cat", "concat", "stack", "vstack", "hstack", "array", "asarray"}
+    | {"tensor", "as_tensor", "from_numpy"}  # `torch.tensor(scores)`: the same values
 )
 
 
@@ -1225,7 +1227,9 @@ def _feeds_device(loop: ast.AST) -> bool:
     ``x = next(data)``, then ``model(x.to(device))``): a pipeline from host data to results,
     whose read back of each step's result is that step's output. A decoding loop that feeds
     its own last token back is not one."""
-    if not isinstance(loop, (ast.For, ast.AsyncFor)):
+    if not isinstance(loop, (ast.For, ast.AsyncFor, ast.While)):
+        return False
+    if isinstance(loop, ast.While) and not _while_counter(loop):
         return False
     inputs, nodes = loop_items(loop, _reads_next)
     inputs = set(inputs)
@@ -1234,14 +1238,14 @@ def _feeds_device(loop: ast.AST) -> bool:
             for gen in sub.generators:
                 if names_in(gen.iter) & inputs:
                     inputs |= names_in(gen.target)
-    counter = _counts(loop.iter)
+    counter = isinstance(loop, ast.While) or _counts(loop.iter)
     chunks = _chunks(loop, nodes) if counter else set()
     inputs |= chunks
     if not counter or chunks:
         # a loop over data (not `range(n)`, a decoding loop's counter, unless it slices a
         # chunk of data per turn): what it builds from each item (`chars = np.stack([pad(t)
         # for t in batch])`) is that item, prepared
-        derived = inputs - names_in(loop.target) if counter else inputs
+        derived = inputs - _counter_names(loop) if counter else inputs
         for _ in range(3):
             for sub in nodes:
                 if isinstance(sub, ast.Assign) and names_in(sub.value) & derived:
@@ -1265,12 +1269,32 @@ def _feeds_device(loop: ast.AST) -> bool:
     )
 
 
-def _chunks(loop: ast.For | ast.AsyncFor, nodes: list[ast.AST]) -> set[str]:
+def _counter_names(loop: ast.For | ast.AsyncFor | ast.While) -> set[str]:
+    """The names that count a loop's turns: its target, or a ``while`` loop's counter."""
+    return _while_counter(loop) if isinstance(loop, ast.While) else names_in(loop.target)
+
+
+def _while_counter(loop: ast.While) -> set[str]:
+    """``while i < len(ds):`` with ``i += bs`` in its body (open-instruct's reward scoring,
+    which halves ``bs`` on an out-of-memory error): the names of its test the body steps
+    forward, a counter over data as ``for i in range(0, n, bs):`` is."""
+    stepped = {
+        sub.target.id
+        for stmt in loop.body
+        for sub in walk(stmt)
+        if isinstance(sub, ast.AugAssign)
+        and isinstance(sub.op, ast.Add)
+        and isinstance(sub.target, ast.Name)
+    }
+    return names_in(loop.test) & stepped
+
+
+def _chunks(loop: ast.For | ast.AsyncFor | ast.While, nodes: list[ast.AST]) -> set[str]:
     """In ``for i in range(0, len(prompts), bs):``, the names bound to a slice of data the
     loop does not build, starting at the counter (``batch = prompts[i : i + bs]``): a fresh
     chunk of input each turn, not a value fed back; also the data whose slice is handed to a
     call together with the device (``tokenize(queries[i : i + bs], device=dev)``)."""
-    counter = names_in(loop.target)
+    counter = _counter_names(loop)
     built = {
         name
         for sub in nodes
@@ -1308,6 +1332,10 @@ def _fresh_chunk(value: ast.expr, counter: set[str], built: set[str]) -> bool:
         )
     if not isinstance(value, ast.Subscript):
         return False
+    if isinstance(value.slice, ast.Subscript) and _fresh_chunk(value.slice, counter, built):
+        # `ds[order[i : i + bs]]`: the rows a chunk of an index (a length sort) picks
+        picked = names_in(value.value)
+        return isinstance(value.value, (ast.Name, ast.Attribute)) and not picked & (built | counter)
     parts = value.slice.elts if isinstance(value.slice, ast.Tuple) else [value.slice]
     if not any(
         isinstance(part, ast.Slice) and part.lower is not None and names_in(part.lower) & counter
@@ -1329,13 +1357,44 @@ def _outer_feeds_device(ctx: Context, line: int) -> bool:
     scope = scope_node(ctx)
     facts = file_facts(ctx)
     outer = [loop for loop in loops if getattr(loop, "lineno", 0) < line]
-    if not outer or any(feeds_back(loop) for loop in outer):
+    if not outer:
+        walk_loop = next((loop for loop in loops if getattr(loop, "lineno", 0) == line), None)
+        return walk_loop is not None and _walks_chunks(walk_loop, scope)
+    if any(feeds_back(loop) for loop in outer):
         return False  # no step around it: a walk over the rows of one batch's output
     for loop in reversed(outer):
         kind = facts.loop_kind(loop, scope)
         if kind is not None and kind[0] == "batch":
             return _feeds_device(loop)
     return True
+
+
+def _walks_chunks(loop: ast.AST, scope: ast.AST) -> bool:
+    """``for part in emb.split(64):`` (also through ``tqdm``/``enumerate``, ``torch.split``,
+    or a name bound once to a split): the chunks of one tensor, each a fresh piece of input,
+    as a kaggle solution's ``vals += [topk(part @ bank.T).cpu()]``, then ``return
+    torch.cat(vals)``: a chunked inference whose copies are its output, not per-row reads."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor)):
+        return False
+    iterable = loop.iter
+    while isinstance(iterable, ast.Call) and call_name(iterable) in {"enumerate", "tqdm"}:
+        if not iterable.args:
+            return False
+        iterable = iterable.args[0]
+    if isinstance(iterable, ast.Name):
+        bound = bindings(scope).get(iterable.id, [])
+        if len(bound) != 1 or bound[0] is None:
+            return False
+        iterable = bound[0]
+    if not isinstance(iterable, ast.Call) or call_name(iterable) not in _SPLITS:
+        return False
+    func = iterable.func
+    return isinstance(func, ast.Attribute) and (
+        bool(iterable.args) or (isinstance(func.value, ast.Name) and func.value.id == "torch")
+    )
+
+
+_SPLITS = frozenset({"split", "chunk", "tensor_split"})
 
 
 def _counts(iterable: ast.expr) -> bool:
@@ -1390,8 +1449,10 @@ def _enclosing_comps(ctx: Context, node: ast.AST) -> tuple[ast.expr, ...]:
 
 
 # Words of code that places work on an accelerator, or hands that to a framework or a helper.
+# `xla` as a word of its own (`torch_xla`, `xla_device`), not matplotlib's `plt.xlabel(...)`
 _DEVICE_WORDS = re.compile(
-    r"(?<![a-z])(?:cuda|device|gpu|accelerat|fabric|mps|xla|tpu|distributed)|\.to\(", re.I
+    r"(?<![a-z])(?:cuda|device|gpu|accelerat|fabric|mps|xla(?![a-z])|tpu|distributed)|\.to\(",
+    re.I,
 )
 _MAIN_GUARD = re.compile(r"^if\s+__name__\s*==", re.M)
 

@@ -91,7 +91,7 @@ def _times_work(region: list[ast.AST], placed: set[str], ctx: Context) -> bool:
         _syncs(call, ctx) or _reads_back(call, placed, ctx) or _runs_synced(call, ctx)
         for call in calls
         if id(call) not in periodic
-    ):
+    ) or any(_tests_placed(node, placed) for node in region):
         return False
     copies = {  # also under an `if`: `if use_cuda: img = img.cuda()`
         id(sub)
@@ -162,7 +162,11 @@ def _host_name(node: ast.expr, ctx: Context) -> bool:
 
 
 # Tensors made from host data: their copy to the device starts from pageable host memory.
-_FROM_HOST = frozenset({"torch.from_numpy", "torch.as_tensor", "torch.tensor", "torch.Tensor"})
+_FROM_HOST = frozenset({"torch.from_numpy", "torch.as_tensor", "torch.tensor", "torch.Tensor"}) | {
+    # the legacy CPU constructors, open_lm's `texts = torch.LongTensor(texts).to(device)`
+    f"torch.{kind}Tensor"
+    for kind in ("Long", "Int", "Float", "Double", "Half", "Byte", "Bool")
+}
 
 
 def _periodic_calls(nodes: list[ast.AST]) -> set[int]:
@@ -552,6 +556,26 @@ def _skips_sync(name: str) -> bool:
     """``model.no_sync()``, ``fabric.no_backward_sync(model)``: a context that skips the
     gradients' all-reduce for a step; it does not wait for the device."""
     return name.lower().startswith("no_")
+
+
+_NO_VALUE_TESTS = (ast.Is, ast.IsNot, ast.In, ast.NotIn)
+
+
+def _tests_placed(node: ast.AST, placed: set[str]) -> bool:
+    """``if has_data < args.world_size: break`` with ``has_data`` a placed tensor (open_lm's
+    end-of-data check after an ``all_reduce``): the test converts the comparison with
+    ``bool()``, a read back that waits for the device's queued work. Identity and membership
+    tests (``if x is None:``) compare no values."""
+    return any(
+        isinstance(sub, (ast.If, ast.While))
+        and isinstance(sub.test, ast.Compare)
+        and not any(isinstance(op, _NO_VALUE_TESTS) for op in sub.test.ops)
+        and any(
+            isinstance(side, ast.Name) and side.id in placed
+            for side in (sub.test.left, *sub.test.comparators)
+        )
+        for sub in walk(node)
+    )
 
 
 def _reads_back(call: ast.Call, placed: set[str], ctx: Context) -> bool:
