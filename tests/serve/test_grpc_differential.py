@@ -23,11 +23,10 @@ from hypothesis import strategies as st
 
 pytest.importorskip("google.protobuf")
 
-from tests.serve.fuzzing import FUZZ
+from tests.serve.fuzzing import FUZZ, exact_values
 from torchplace.errors import ServeError
 from torchplace.models import TensorSpec
 from torchplace.serve import grpc_codec, protocol
-from torchplace.serve.datatypes import HOST_DTYPES
 from torchplace.serve.proto import grpc_service_pb2 as pb
 from torchplace.serve.protocol import WIRE_DTYPES
 
@@ -36,25 +35,6 @@ OUTPUTS = (TensorSpec("y", "FP32", (-1, 2)), TensorSpec("b", "BOOL", (-1,)))
 MAX_ROWS = 4
 #: the typed contents field of each datatype (FP16 and BF16 have none)
 TYPED = grpc_codec._CONTENTS
-
-
-def _bf16(value: float) -> float:
-    bits = np.array([value], np.float32).view(np.uint32) & 0xFFFF0000
-    return float(bits.view(np.float32)[0])
-
-
-def _values(datatype: str) -> st.SearchStrategy[Any]:
-    """Finite values ``datatype`` holds exactly (JSON, binary and typed fields all carry them)."""
-    if datatype == "BOOL":
-        return st.booleans()
-    if datatype == "BF16":
-        finite = st.floats(allow_nan=False, allow_infinity=False, width=32)
-        return finite.map(_bf16).filter(np.isfinite)
-    if datatype in ("FP16", "FP32", "FP64"):
-        width = {"FP16": 16, "FP32": 32, "FP64": 64}[datatype]
-        return st.floats(allow_nan=False, allow_infinity=False, width=width)  # type: ignore[arg-type]
-    info = np.iinfo(HOST_DTYPES[datatype])
-    return st.integers(int(info.min), int(info.max))
 
 
 @dataclass
@@ -111,7 +91,7 @@ def _case(draw: st.DrawFn) -> tuple[_Case, str]:
     for spec in specs:
         shape = [rows, spec.shape[1]]
         size = rows * spec.shape[1]
-        values = draw(st.lists(_values(spec.datatype), min_size=size, max_size=size))
+        values = draw(st.lists(exact_values(spec.datatype), min_size=size, max_size=size))
         tensors.append(_Tensor(spec.name, spec.datatype, shape, values))
     case = _Case(specs, draw(st.permutations(tensors)))
     if draw(st.booleans()):
@@ -135,7 +115,7 @@ def _case(draw: st.DrawFn) -> tuple[_Case, str]:
         extra = (MAX_ROWS + 1 - rows) * first.shape[1]
         for tensor in case.tensors:
             more = draw(
-                st.lists(_values(tensor.datatype), min_size=extra, max_size=extra)
+                st.lists(exact_values(tensor.datatype), min_size=extra, max_size=extra)
                 if tensor is first
                 else st.just([])
             )

@@ -30,7 +30,7 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from tests.serve.fuzzing import FUZZ
+from tests.serve.fuzzing import FUZZ, exact_values
 from torchplace.errors import ServeError
 from torchplace.models import TensorSpec
 from torchplace.serve import protocol
@@ -418,26 +418,6 @@ def test_the_quick_path_takes_plain_floats_and_answers_as_the_general_one(
     assert fast[0] == "ok"
 
 
-def _representable(datatype: str) -> st.SearchStrategy[Any]:
-    """Values a datatype holds exactly (so that JSON, binary and raw must agree on them)."""
-    if datatype == "BOOL":
-        return st.booleans()
-    if datatype == "BF16":
-        finite = st.floats(allow_nan=False, allow_infinity=False, width=32)
-        return finite.map(_bf16_truncated).filter(math.isfinite)
-    if datatype in _FLOATING:
-        width = {"FP16": 16, "FP32": 32, "FP64": 64}[datatype]
-        return st.floats(allow_nan=False, allow_infinity=False, width=width)  # type: ignore[arg-type]
-    info = np.iinfo(HOST_DTYPES[datatype])
-    return st.integers(int(info.min), int(info.max))
-
-
-def _bf16_truncated(value: float) -> float:
-    """``value`` with its float32 bits past bfloat16's cut off: a value bfloat16 holds."""
-    bits = np.array([value], np.float32).view(np.uint32) & 0xFFFF0000
-    return float(bits.view(np.float32)[0])
-
-
 def _wire_bytes(datatype: str, values: list[Any]) -> bytes:
     if datatype == "BF16":
         return (np.array(values, np.float32).view(np.uint32) >> 16).astype("<u2").tobytes()
@@ -453,7 +433,7 @@ def test_json_binary_and_raw_bodies_of_the_same_values_decode_alike(
     raw binary body (``Inference-Header-Content-Length: 0``, one row) decode to one array."""
     rows = data.draw(st.integers(1, 3))
     values = data.draw(
-        st.lists(_representable(datatype), min_size=rows * width, max_size=rows * width)
+        st.lists(exact_values(datatype), min_size=rows * width, max_size=rows * width)
     )
     specs = (TensorSpec("x", datatype, (-1, width)),)
     shape = [rows, width]

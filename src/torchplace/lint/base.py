@@ -27,6 +27,7 @@ __all__ = [
     "FixSafety",
     "Rule",
     "Scope",
+    "assigned_name",
     "at_method",
     "bindings",
     "call_name",
@@ -188,6 +189,18 @@ def bindings(node: ast.AST) -> dict[str, list[ast.expr | None]]:
             for alias in sub.names:
                 found.setdefault((alias.asname or alias.name).split(".")[0], []).append(None)
     return found
+
+
+def assigned_name(stmt: ast.AST | None, value: ast.AST) -> str | None:
+    """The one plain name ``stmt`` binds to ``value`` (``tmp = value``), else None."""
+    if (
+        isinstance(stmt, ast.Assign)
+        and stmt.value is value
+        and len(stmt.targets) == 1
+        and isinstance(stmt.targets[0], ast.Name)
+    ):
+        return stmt.targets[0].id
+    return None
 
 
 def names_in(node: ast.AST) -> set[str]:

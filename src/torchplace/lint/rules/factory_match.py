@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from typing import Literal
 
-from torchplace.lint.base import Context, Scope, call_name, keyword
+from torchplace.lint.base import Context, Scope, assigned_name, call_name, keyword
 from torchplace.lint.nodes import children, subtree, walk
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import PLACEMENT_API, is_tensor_annotation, only_used_by
@@ -658,14 +658,10 @@ def _combined_with(call: ast.Call, ctx: Context, scope: Scope, tensors: set[str]
     found = _joined(node, parent, parents, ctx, tensors)
     if found is not None:
         return found
-    if not (
-        isinstance(parent, ast.Assign)
-        and parent.value is node
-        and len(parent.targets) == 1
-        and isinstance(parent.targets[0], ast.Name)
-    ):
+    name = assigned_name(parent, node)
+    if name is None:
         return None
-    name = parent.targets[0].id
+    assert isinstance(parent, ast.Assign)
     after = (parent.end_lineno or parent.lineno, parent.end_col_offset or 0)
     return _uses_meet(name, after, ctx, scope, parents, tensors, depth=0)
 

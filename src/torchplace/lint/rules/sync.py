@@ -16,6 +16,7 @@ from torchplace.lint.base import (
     Context,
     Family,
     Rule,
+    assigned_name,
     at_method,
     bindings,
     call_name,
@@ -809,14 +810,9 @@ def _only_fills(stmt: ast.stmt, value: ast.AST, ctx: Context) -> bool:
     """``tmp = tmp.cpu()``, then only ``table.index_add_(0, idx, tmp)`` (or ``copy_``) from
     there on: the copy is handed to in-place writes alone, so it fills a buffer on the host
     (a table kept in host memory), as ``store.index_copy_(0, i, x.cpu())`` does."""
-    if not (
-        isinstance(stmt, ast.Assign)
-        and stmt.value is value
-        and len(stmt.targets) == 1
-        and isinstance(stmt.targets[0], ast.Name)
-    ):
+    name = assigned_name(stmt, value)
+    if name is None:
         return False
-    name = stmt.targets[0].id
     nodes = list(walk(scope_node(ctx)))
     written = {
         id(arg)
@@ -1693,14 +1689,9 @@ def _yielded(read: ast.AST, ctx: Context) -> bool:
         node = parent
     else:
         return False
-    if not (
-        isinstance(stmt, ast.Assign)
-        and stmt.value is node
-        and len(stmt.targets) == 1
-        and isinstance(stmt.targets[0], ast.Name)
-    ):
+    name = assigned_name(stmt, node)
+    if name is None:
         return False
-    name = stmt.targets[0].id
     loop = ctx.loops()[-1] if ctx.loops() else None
     return loop is not None and any(
         isinstance(sub, ast.Yield) and isinstance(sub.value, ast.Name) and sub.value.id == name
