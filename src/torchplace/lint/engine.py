@@ -14,6 +14,7 @@ import bisect
 import codecs
 import gc
 import re
+import sys
 import tokenize
 from collections.abc import Iterable
 from functools import lru_cache
@@ -438,13 +439,20 @@ def lint_source(
             return []
         line = getattr(exc, "lineno", None) or 1
         col = getattr(exc, "offset", None) or 1
-        message = getattr(exc, "msg", None) or str(exc)
-        return [Finding(path, line, max(col, 1), "TPL000", f"syntax error: {message}")]
+        return [Finding(path, line, max(col, 1), "TPL000", syntax_message(exc))]
     except (RecursionError, MemoryError) as exc:
         if "TPL000" not in selected:
             return []
         return [Finding(path, 1, 1, "TPL000", f"cannot parse: {type(exc).__name__}")]
     return _lint_tree(tree, source, path, plan, module, is_package)
+
+
+def syntax_message(exc: Exception) -> str:
+    """A ``TPL000`` message: the parser's, and the Python whose grammar it is (a file written
+    for a newer one, ``type X = ...`` read by 3.11, fails here and runs there)."""
+    message = getattr(exc, "msg", None) or str(exc)
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    return f"syntax error: {message} (as Python {version} parses it)"
 
 
 # array frameworks whose files, when they never import torch, hold none of PyTorch's pitfalls

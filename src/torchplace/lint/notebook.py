@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from torchplace.lint.engine import lint_source
+from torchplace.lint.engine import lint_source, syntax_message
 from torchplace.lint.finding import Edit, Finding, Fix
 from torchplace.lint.fix import apply_fixes
 from torchplace.lint.rules import ALL_RULES
@@ -309,10 +309,7 @@ def _syntax_error(source: str, cell: _Cell) -> Finding | None:
     except (SyntaxError, ValueError) as exc:
         line = getattr(exc, "lineno", None) or 1
         col = (getattr(exc, "offset", None) or 1) + cell.shift(line)
-        message = getattr(exc, "msg", None) or str(exc)
-        return Finding(
-            "", line, max(col, 1), "TPL000", f"syntax error: {message}", cell=cell.number
-        )
+        return Finding("", line, max(col, 1), "TPL000", syntax_message(exc), cell=cell.number)
     except (RecursionError, MemoryError) as exc:
         return Finding("", 1, 1, "TPL000", f"cannot parse: {type(exc).__name__}", cell=cell.number)
     return None

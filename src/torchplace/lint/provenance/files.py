@@ -357,8 +357,10 @@ class FileFacts:
 
     def module_facts(self, module: str) -> FileFacts | None:
         """The facts of the module file that the dotted ``module`` names in the linted tree,
-        looked for in this file's folder, then in the folders of its packages; None when there
-        is none (or it cannot be read)."""
+        looked for in this file's folder, then in the folders of its packages, also under a
+        ``src/`` folder there (the src layout: ``examples/evaluate.py`` importing
+        ``lerobot.policies.utils`` from ``src/lerobot/policies/utils.py``); None when there is
+        none (or it cannot be read)."""
         if not module or not os.path.isfile(self.path):
             return None
         parts = module.split(".")
@@ -367,6 +369,8 @@ class FileFacts:
             for candidate in (
                 os.path.join(directory, *parts) + ".py",
                 os.path.join(directory, *parts, "__init__.py"),
+                os.path.join(directory, "src", *parts) + ".py",
+                os.path.join(directory, "src", *parts, "__init__.py"),
             ):
                 if os.path.isfile(candidate):
                     return facts_for_file(candidate)

@@ -40,6 +40,7 @@ from torchplace.lint.provenance.values import (
     _target_names,
     cpu_names,
     iterates_keys,
+    looks_up_keys,
     moved_in_place,
     moves_to_device,
 )
@@ -290,8 +291,13 @@ class Flow:
         if iter_fact is None and (self.facts.moves_some(node) or self.casts_some(node)):
             # A batch loop moves some of its items: the others stay on the host.
             iter_fact = Fact("host", "a batch item that is never moved")
+        # `for name in subset: subset[name]`: a mapping's keys, never a tensor's rows
+        keys = looks_up_keys(node, self.node)
         for _ in range(2):  # twice: values carried from one step to the next
-            self.bind_loop_target(node.target, node.iter, iter_fact, node.lineno)
+            if keys:
+                self.bind(node.target, Fact("host", "key"), node.lineno, None)
+            else:
+                self.bind_loop_target(node.target, node.iter, iter_fact, node.lineno)
             self.block(node.body)
         self.block(node.orelse)
 

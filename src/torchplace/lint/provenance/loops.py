@@ -544,11 +544,34 @@ def _updates_device(
         }
         if not (_names(value) & (targets | bound)) or isinstance(node, ast.AugAssign):
             continue
+        if _uploads_for_collective(facts, value, bound, own):
+            continue
         fact = facts.fact(value, scope)
         if fact is not None and fact.on_device and fact.move is not None:
             what = _short(facts.segment(value), 32)
             return "batch", f"it computes `{what}` on the device every step ({fact.describe()})"
     return None
+
+
+def _uploads_for_collective(
+    facts: FileFacts, value: ast.expr, bound: set[str], own: list[ast.AST]
+) -> bool:
+    """``tensor = torch.tensor([m.avg for m in group], device=d)``, then
+    ``dist.all_reduce(tensor)`` in the same step: host values packed for a collective, whose
+    result must come back to the host; nothing is computed on the device."""
+    if not (
+        isinstance(value, ast.Call)
+        and facts.qualname(value.func) in {"torch.tensor", "torch.as_tensor"}
+    ):
+        return False
+    return any(
+        isinstance(node, ast.Call)
+        and (facts.qualname(node.func) or "").startswith("torch.distributed.")
+        and node.args
+        and isinstance(node.args[0], ast.Name)
+        and node.args[0].id in bound
+        for node in own
+    )
 
 
 def feeds_back(loop: ast.AST) -> bool:
@@ -675,8 +698,10 @@ def _chain_root(node: ast.expr) -> str | None:
 def _resets_epoch(call: ast.Call, own: list[ast.AST], nested_batch_lines: list[int]) -> bool:
     """``optimizer.zero_grad()`` before the nested batch loop of an epoch loop that steps no
     optimizer itself: a reset once per epoch. After the nested loop (gradients accumulated over
-    micro-steps, then flushed), or next to a ``scaler.step(optimizer)``, it marks a step."""
-    if not nested_batch_lines or call.lineno >= min(nested_batch_lines):
+    micro-steps, then flushed), or next to a ``scaler.step(optimizer)``, it marks a step. A
+    nested validation loop may come first (ACT's epoch loop: validate, ``zero_grad()``, train):
+    the reset only has to come before one of the nested loops."""
+    if not nested_batch_lines or call.lineno >= max(nested_batch_lines):
         return False
     return not any(
         isinstance(sub, ast.Call)

@@ -8,6 +8,7 @@ Nothing here follows names through a function (that is :mod:`.flow`); each helpe
 from __future__ import annotations
 
 import ast
+import weakref
 from dataclasses import dataclass
 from typing import Literal
 
@@ -327,6 +328,46 @@ def iterates_keys(iterable: ast.expr, scope: ast.AST) -> bool:
         return False
     values = bindings(scope).get(iterable.id, [])
     return bool(values) and all(isinstance(v, (ast.Dict, ast.DictComp)) for v in values)
+
+
+def looks_up_keys(loop: ast.AST, scope: ast.AST) -> bool:
+    """``for name in subset: ... subset[name] ...`` (GPTQ's walk over ``find_layers(layer)``):
+    a loop whose body indexes what it iterates by its own target walks a mapping's keys (the
+    layer names), never a tensor's rows (a row does not index the tensor it came from); so
+    does any other loop of ``scope`` over the same name (``for name in subset: print(name)``
+    after the first)."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor)) or not isinstance(loop.target, ast.Name):
+        return False
+    walked = dotted_name(loop.iter)
+    if walked is None:
+        return False
+    keyed = _KEYED.get(scope)
+    if keyed is None:
+        keyed = _KEYED[scope] = frozenset(
+            name
+            for other in walk(scope)
+            if isinstance(other, (ast.For, ast.AsyncFor))
+            and isinstance(other.target, ast.Name)
+            and (name := dotted_name(other.iter)) is not None
+            and _indexes_by_target(other, name, other.target.id)
+        )
+    return walked in keyed
+
+
+# scope -> the names its loops walk as mappings (`for name in subset: subset[name]`)
+_KEYED: weakref.WeakKeyDictionary[ast.AST, frozenset[str]] = weakref.WeakKeyDictionary()
+
+
+def _indexes_by_target(loop: ast.For | ast.AsyncFor, walked: str, key: str) -> bool:
+    """The body of ``loop`` reads ``walked[key]``, ``key`` being its own target."""
+    return any(
+        isinstance(sub, ast.Subscript)
+        and isinstance(sub.slice, ast.Name)
+        and sub.slice.id == key
+        and dotted_name(sub.value) == walked
+        for stmt in loop.body
+        for sub in walk(stmt)
+    )
 
 
 def _decodes_text(func: ast.Attribute) -> bool:

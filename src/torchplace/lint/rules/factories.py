@@ -461,13 +461,29 @@ def _combines(call: ast.Call, ctx: Context) -> bool:
     result, so the result's placement (``.to(x.device)``) places it too; so does an
     element-wise function of it (a sinusoidal embedding's ``torch.exp(-c * torch.arange(0,
     half) / half).to(device=t.device)``)."""
-    return ctx.call_qualname(call) in COMBINERS | _ELEMENTWISE
+    return ctx.call_qualname(call) in COMBINERS | _ELEMENTWISE | _SAMPLERS
 
 
 # torch functions that compute element by element from their one tensor argument
 _ELEMENTWISE = frozenset(
     f"torch.{name}"
     for name in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "pow", "sigmoid")
+)
+
+# torch functions that draw samples from the parameters in their tensor argument, on its
+# device: `float(torch._sample_dirichlet(torch.tensor([a, a]))[0])` (torchvision's mixup)
+# reads a host draw back as a Python number
+_SAMPLERS = frozenset(
+    f"torch.{name}"
+    for name in (
+        "_sample_dirichlet",
+        "_standard_gamma",
+        "bernoulli",
+        "binomial",
+        "multinomial",
+        "normal",
+        "poisson",
+    )
 )
 
 

@@ -469,11 +469,20 @@ def _cuda_only_branch(ctx: Context) -> bool:
 
 def _under_cuda_check(ctx: Context) -> bool:
     """The load is in the body of ``if torch.cuda.is_available():`` (its ``else`` is where
-    a CPU-only machine goes): it runs only where CUDA is."""
+    a CPU-only machine goes): it runs only where CUDA is. Also the ``else`` of ``if not
+    torch.cuda.is_available():`` (robomimic's checkpoint loader, the CPU path first)."""
     path = ctx.stmt_path
     for (outer, index), (inner, _) in itertools.pairwise(path):
         stmt = outer[index]
         if isinstance(stmt, ast.If) and inner is stmt.body and _cuda_present(stmt.test, ctx):
+            return True
+        if (
+            isinstance(stmt, ast.If)
+            and inner is stmt.orelse
+            and isinstance(stmt.test, ast.UnaryOp)
+            and isinstance(stmt.test.op, ast.Not)
+            and _cuda_present(stmt.test.operand, ctx)
+        ):
             return True
     return False
 
@@ -711,6 +720,8 @@ def _load_site(call: ast.Call, ctx: Context, what: str, via: Load | None = None)
         if any(isinstance(p, ast.Try) for p in inside):
             return  # a retry loop: `for _ in range(n): try: load(...)`
     for loop in loops:
+        if _one_step(loop, ctx):
+            continue  # `for i in tqdm(range(1)):`: a progress bar around a single load
         if _loads_into_each_module(loop):
             continue  # one load per module of a short list (a checkpoint-restore hook)
         if _sets_state(loop):
@@ -729,6 +740,38 @@ def _load_site(call: ast.Call, ctx: Context, what: str, via: Load | None = None)
                 "once before the loop",
             )
             return
+
+
+def _one_step(loop: ast.AST, ctx: Context) -> bool:
+    """``for i in range(1):``, also wrapped in a progress bar, ``tqdm(range(1))``, or walked
+    through the name the bar is bound to (tinychat's ``pbar = tqdm(range(1))``, then ``for i
+    in pbar:`` around its checkpoint load), or over a one-item literal: a loop of one step,
+    whose load runs once."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor)):
+        return False
+    walked: ast.expr | None = loop.iter
+    if isinstance(walked, ast.Name):
+        scope = ctx.function_scope() or ctx.scope.root()
+        values = ctx.scope_bindings(scope).get(walked.id, [])
+        walked = values[0] if len(values) == 1 else None
+    while (
+        isinstance(walked, ast.Call)
+        and isinstance(walked.func, ast.Name)
+        and walked.func.id in {"tqdm", "enumerate", "list"}
+        and walked.args
+    ):
+        walked = walked.args[0]
+    if isinstance(walked, (ast.List, ast.Tuple)):
+        return len(walked.elts) == 1 and not isinstance(walked.elts[0], ast.Starred)
+    return (
+        isinstance(walked, ast.Call)
+        and isinstance(walked.func, ast.Name)
+        and walked.func.id in {"range", "trange"}
+        and len(walked.args) == 1
+        and isinstance(walked.args[0], ast.Constant)
+        and type(walked.args[0].value) is int
+        and walked.args[0].value == 1
+    )
 
 
 def _trains_each_step(loop: ast.AST, load: ast.Call, ctx: Context) -> bool:

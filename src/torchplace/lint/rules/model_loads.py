@@ -170,7 +170,7 @@ def _search(
     where = f"{cls.name}.{node.name}" if cls is not None else node.name
     for call in calls:
         what = is_loader(call, facts.qualname(call.func))
-        if what is not None:
+        if what is not None and not _reads_given_bytes(call, node):
             return Load(what, where, facts.path, call.lineno)
     if depth <= 1:
         return None
@@ -180,6 +180,34 @@ def _search(
             if found is not None:
                 return found
     return None
+
+
+def _reads_given_bytes(call: ast.Call, node: _Def) -> bool:
+    """``torch.load(io.BytesIO(buffer))``, also through a name bound to the buffer, with
+    ``buffer`` a parameter of ``node``: it unpickles the bytes of a message the caller hands
+    it (lerobot's ``bytes_to_transitions(buffer)``), a new one every call, not a model file."""
+    source = (
+        call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "f"), None)
+    )
+    values: list[ast.expr] = [] if source is None else [source]
+    if isinstance(source, ast.Name):
+        values = [
+            sub.value
+            for sub in own_nodes(node)
+            if isinstance(sub, ast.Assign)
+            and len(sub.targets) == 1
+            and isinstance(sub.targets[0], ast.Name)
+            and sub.targets[0].id == source.id
+        ]
+    params = {a.arg for a in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]}
+    return bool(values) and all(
+        isinstance(value, ast.Call)
+        and (dotted_name(value.func) or "").rpartition(".")[2] == "BytesIO"
+        and len(value.args) == 1
+        and isinstance(value.args[0], ast.Name)
+        and value.args[0].id in params
+        for value in values
+    )
 
 
 def _memoised(node: _Def) -> set[int]:

@@ -315,6 +315,8 @@ def _fallback_path(ctx: Context) -> bool:
     """Inside an ``except`` handler (a CUDA out-of-memory fallback) or a branch on the device
     type (``if device.type == "cpu":``): placement there is the point of the branch."""
     parents = ctx.parents
+    if _discarded_probe(parents):
+        return True
     for index, parent in enumerate(parents):
         if isinstance(parent, ast.ExceptHandler):
             return True
@@ -324,6 +326,50 @@ def _fallback_path(ctx: Context) -> bool:
                 continue  # the `else` of `if x.is_cuda:`: the value is not on CUDA there
             return True
     return False
+
+
+def _discarded_probe(parents: list[ast.AST]) -> bool:
+    """In a ``try`` body, tensors built only to see whether a kernel runs, the result thrown
+    away: ``_ = xformers.ops.memory_efficient_attention(torch.randn(..., device="cuda"), ...)``,
+    also through a name only such statements read (``q = torch.randn(..., device="cuda")``,
+    then ``_ = op(q, q, q)``). Nothing of the module is placed."""
+    stmts = [p for p in parents if isinstance(p, ast.stmt)]
+    if not stmts or not isinstance(stmts[-1], ast.Assign) or len(stmts[-1].targets) != 1:
+        return False
+    stmt, target = stmts[-1], stmts[-1].targets[0]
+    if not isinstance(target, ast.Name):
+        return False
+    tries = [t for t in stmts if isinstance(t, ast.Try)]
+    if not tries or not any(stmt in walk(t) for t in tries[-1].body):
+        return False
+    if target.id == "_":
+        # not `_ = self.buf.copy_(...)`, which writes into the module
+        return not any(isinstance(sub, ast.Name) and sub.id == "self" for sub in walk(stmt))
+    scope = next(
+        (p for p in reversed(parents) if isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef))),
+        tries[-1],
+    )
+    uses = [
+        sub
+        for sub in walk(scope)
+        if isinstance(sub, ast.Name) and sub.id == target.id and isinstance(sub.ctx, ast.Load)
+    ]
+    readers = [
+        r
+        for s in tries[-1].body
+        for r in walk(s)
+        if isinstance(r, ast.Assign)
+        and len(r.targets) == 1
+        and isinstance(r.targets[0], ast.Name)
+        and r.targets[0].id == "_"
+    ]
+    read = [
+        sub
+        for r in readers
+        for sub in walk(r.value)
+        if isinstance(sub, ast.Name) and sub.id == target.id
+    ]
+    return bool(read) and len(read) == len(uses)
 
 
 def _in_orelse(branch: ast.If, child: ast.AST) -> bool:
