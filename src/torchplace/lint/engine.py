@@ -459,10 +459,12 @@ def syntax_message(exc: Exception) -> str:
 _OTHER_FRAMEWORKS = frozenset({"mxnet", "tensorflow", "jax", "paddle", "mindspore", "oneflow"})
 
 
-def _other_framework(tree: ast.Module) -> bool:
+def _other_framework(tree: ast.Module, source: str) -> bool:
     """The file imports another array framework and never torch: DGL's
     ``examples/mxnet/gcn/train.py`` (``import mxnet as mx``, ``g = g.to(ctx)``, then
     ``loss.asscalar()`` in its epoch loop) runs MXNet, whose values no rule here describes."""
+    if not any(name in source for name in _OTHER_FRAMEWORKS):
+        return False  # most files: no walk of the whole tree
     roots: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -475,7 +477,7 @@ def _other_framework(tree: ast.Module) -> bool:
 def _lint_tree(
     tree: ast.Module, source: str, path: str, plan: _Plan, module: str | None, is_package: bool
 ) -> list[Finding]:
-    if not plan.dispatch or _other_framework(tree):
+    if not plan.dispatch or _other_framework(tree, source):
         return []
     hot = _hot_lines(source, plan.triggers)
     found: list[tuple[str, ast.AST, str, Fix | None]] = []
