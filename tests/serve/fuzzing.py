@@ -40,3 +40,12 @@ def bf16_truncated(value: float) -> float:
     """``value`` with its float32 bits past bfloat16's cut off: a value bfloat16 holds."""
     bits = np.array([value], np.float32).view(np.uint32) & 0xFFFF0000
     return float(bits.view(np.float32)[0])
+
+
+def array_bits(inputs: dict[str, np.ndarray[Any, Any]]) -> dict[str, tuple[Any, ...]]:
+    """Decoded arrays as comparable values: each its dtype, shape and bytes (so that -0.0 and
+    0.0, or two NaNs of other bits, are told apart)."""
+    return {
+        name: (array.dtype.str, array.shape, np.ascontiguousarray(array).tobytes())
+        for name, array in sorted(inputs.items())
+    }

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 pytest.importorskip("google.protobuf")
 
-from tests.serve.fuzzing import FUZZ, exact_values
+from tests.serve.fuzzing import FUZZ, array_bits, exact_values
 from torchplace.errors import ServeError
 from torchplace.models import TensorSpec
 from torchplace.serve import grpc_codec, protocol
@@ -224,10 +224,7 @@ def _outcome(decode: Any) -> tuple[Any, ...]:
         request = decode()
     except ServeError as exc:
         return ("error", type(exc).__name__, exc.status, str(exc))
-    arrays = {
-        name: (array.dtype.str, array.shape, np.ascontiguousarray(array).tobytes())
-        for name, array in sorted(request.inputs.items())
-    }
+    arrays = array_bits(request.inputs)
     # which outputs and how many classes (binary or not is each protocol's own default)
     outputs = None if request.outputs is None else [(o.name, o.classes) for o in request.outputs]
     return ("ok", request.id, arrays, request.rows, outputs, request.timeout_us, request.priority)

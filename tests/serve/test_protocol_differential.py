@@ -30,7 +30,7 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from tests.serve.fuzzing import FUZZ, exact_values
+from tests.serve.fuzzing import FUZZ, array_bits, exact_values
 from torchplace.errors import ServeError
 from torchplace.models import TensorSpec
 from torchplace.serve import protocol
@@ -62,10 +62,7 @@ def _outcome(decode: Callable[[], protocol.InferRequest]) -> tuple[Any, ...]:
         request = decode()
     except ServeError as exc:
         return ("error", type(exc).__name__, exc.status, str(exc))
-    arrays = {
-        name: (array.dtype.str, array.shape, np.ascontiguousarray(array).tobytes())
-        for name, array in request.inputs.items()
-    }
+    arrays = array_bits(request.inputs)
     return (
         "ok",
         request.id,

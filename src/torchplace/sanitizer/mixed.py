@@ -3,7 +3,7 @@
 :func:`maybe_mixed` is the cheap pre-check every call runs; only a ``True`` reaches the precise
 check (:func:`check_call` for a torch function, :func:`check_op` for an aten op), which names
 every operand and lets CPU scalars through (``x * torch.tensor(2.0)`` is legitimate), and the
-operands torch requires on the host whatever the device of the others (:data:`HOST_OPERANDS`).
+operands torch requires on the host whatever the device of the others (``_HOST_OPERANDS``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from torchplace.sanitizer.events import Operand
 if TYPE_CHECKING:
     from torchplace.sanitizer.recorder import Guard
 
-__all__ = ["HOST_OPERANDS", "check_call", "check_op", "maybe_mixed"]
+__all__ = ["check_call", "check_op", "maybe_mixed"]
 
 
 def maybe_mixed(args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
@@ -51,7 +51,7 @@ def maybe_mixed(args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
 #: Operands that torch requires on the CPU whatever the device of the data (an aten op's or a
 #: torch function's name -> argument names): a packed sequence's lengths and batch sizes, and
 #: CTC's lengths (taken to the host by torch otherwise). On the CPU they are no crossing.
-HOST_OPERANDS: Final[Mapping[str, frozenset[str]]] = {
+_HOST_OPERANDS: Final[Mapping[str, frozenset[str]]] = {
     "_pack_padded_sequence": frozenset({"lengths"}),
     "_pack_padded_sequence_backward": frozenset({"batch_sizes"}),
     "_pad_packed_sequence": frozenset({"batch_sizes"}),
@@ -121,7 +121,7 @@ def _named_args(
 
 def check_call(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
     """Record a torch function call whose operands sit on two or more devices."""
-    host = HOST_OPERANDS.get(getattr(func, "__name__", ""), frozenset())
+    host = _HOST_OPERANDS.get(getattr(func, "__name__", ""), frozenset())
     named = _named_args(_parameter_names(func), args, kwargs)
     _check(owner, function_name(func), named, host)
 
@@ -129,7 +129,7 @@ def check_call(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str
 def check_op(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
     """Record an aten op whose operands sit on two or more devices."""
     names = [a.name for a in func._schema.arguments]  # an aten op names its operands
-    host = HOST_OPERANDS.get(func._overloadpacket.__name__, frozenset())
+    host = _HOST_OPERANDS.get(func._overloadpacket.__name__, frozenset())
     _check(owner, op_name(func), _named_args(names, args, kwargs), host)
 
 

@@ -1241,7 +1241,7 @@ def _feeds_device(loop: ast.AST) -> bool:
         # a loop over data (not `range(n)`, a decoding loop's counter, unless it slices a
         # chunk of data per turn): what it builds from each item (`chars = np.stack([pad(t)
         # for t in batch])`) is that item, prepared
-        derived = inputs - _counter_names(loop) if counter else inputs
+        derived = inputs - _turn_names(loop) if counter else inputs
         for _ in range(3):
             for sub in nodes:
                 if isinstance(sub, ast.Assign) and names_in(sub.value) & derived:
@@ -1265,7 +1265,7 @@ def _feeds_device(loop: ast.AST) -> bool:
     )
 
 
-def _counter_names(loop: ast.For | ast.AsyncFor | ast.While) -> set[str]:
+def _turn_names(loop: ast.For | ast.AsyncFor | ast.While) -> set[str]:
     """The names that count a loop's turns: its target, or a ``while`` loop's counter."""
     return _while_counter(loop) if isinstance(loop, ast.While) else names_in(loop.target)
 
@@ -1290,7 +1290,7 @@ def _chunks(loop: ast.For | ast.AsyncFor | ast.While, nodes: list[ast.AST]) -> s
     loop does not build, starting at the counter (``batch = prompts[i : i + bs]``): a fresh
     chunk of input each turn, not a value fed back; also the data whose slice is handed to a
     call together with the device (``tokenize(queries[i : i + bs], device=dev)``)."""
-    counter = _counter_names(loop)
+    counter = _turn_names(loop)
     built = {
         name
         for sub in nodes
