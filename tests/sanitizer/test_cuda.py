@@ -49,6 +49,7 @@ def _sync_call(case: str, cuda: torch.device) -> Callable[[], object]:
     pinned = torch.ones(1024).pin_memory()
     dev = torch.arange(1024.0, device=cuda)
     empty = torch.empty(0, device=cuda)
+    matrix = torch.eye(4, device=cuda) * 2
     calls: dict[str, Callable[[], object]] = {
         "blocking-h2d": lambda: host.to(cuda),
         "blocking-h2d-copy_": lambda: dev.copy_(host),
@@ -66,6 +67,10 @@ def _sync_call(case: str, cuda: torch.device) -> Callable[[], object]:
         "nonzero": lambda: dev.nonzero(),
         "boolean-mask": lambda: dev[dev > 3],
         "format-0-dim": lambda: f"{dev.sum():.3f}",
+        "linalg-inv": lambda: torch.linalg.inv(matrix),
+        "linalg-inv-ex": lambda: torch.linalg.inv_ex(matrix),
+        "linalg-eigh": lambda: torch.linalg.eigh(matrix),
+        "linalg-svd": lambda: torch.linalg.svd(matrix),
         # torch reads a printed tensor element by element (several syncs); the guard records
         # the print once, as Tensor.__repr__
         "repr": lambda: repr(dev[:4]),
@@ -92,6 +97,10 @@ def _sync_call(case: str, cuda: torch.device) -> Callable[[], object]:
         ("nonzero", 1, 1),
         ("boolean-mask", 1, 1),
         ("format-0-dim", 1, 1),
+        ("linalg-inv", 1, None),  # the solver may wait more than once (None: at least one)
+        ("linalg-inv-ex", 0, 0),
+        ("linalg-eigh", 1, None),
+        ("linalg-svd", 1, None),
         ("repr", 1, None),  # None: at least one
     ],
 )

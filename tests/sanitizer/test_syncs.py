@@ -111,6 +111,50 @@ def test_data_dependent_shapes_are_syncs(op: str, call: object) -> None:
     assert [e.op for e in report.syncs] == [op]
 
 
+@pytest.mark.parametrize(
+    ("op", "call"),
+    [
+        ("aten._linalg_check_errors", lambda a: torch.linalg.inv(a)),
+        ("aten._linalg_check_errors", lambda a: torch.inverse(a)),
+        ("aten._linalg_check_errors", lambda a: torch.linalg.solve(a, a)),
+        ("aten._linalg_check_errors", lambda a: torch.linalg.cholesky(a)),
+        ("aten.linalg_inv_ex", lambda a: torch.linalg.inv_ex(a, check_errors=True)),
+        ("aten.linalg_lu_factor_ex", lambda a: torch.linalg.lu_factor_ex(a, check_errors=True)),
+        ("aten._linalg_check_errors", lambda a: torch.linalg.lu_factor(a)),
+        ("aten.linalg_eig", lambda a: torch.linalg.eigvals(a)),
+        ("aten._linalg_eigh", lambda a: torch.linalg.eigh(a)),
+        ("aten._linalg_eigh", lambda a: torch.linalg.eigvalsh(a)),
+        ("aten._linalg_svd", lambda a: torch.linalg.svdvals(a)),
+        ("aten._linalg_svd", lambda a: torch.linalg.matrix_rank(a)),
+        ("aten.linalg_pinv.atol_rtol_tensor", lambda a: torch.linalg.pinv(a)),
+    ],
+)
+def test_linalg_solvers_that_read_their_error_codes_are_syncs(op: str, call: object) -> None:
+    a = torch.eye(3, device=META)
+    with MetaReadback(), torchplace.guard() as report:
+        call(a)  # type: ignore[operator]
+    assert [e.op for e in report.syncs] == [op]
+    assert "*_ex" in report.syncs[0].detail
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda a: torch.linalg.inv_ex(a),
+        lambda a: torch.linalg.cholesky_ex(a),
+        lambda a: torch.linalg.solve_ex(a, a),
+        lambda a: torch.linalg.det(a),
+        lambda a: torch.linalg.qr(a),
+        lambda a: torch.linalg.inv(torch.eye(3)),
+    ],
+)
+def test_linalg_without_an_error_check_or_on_the_host_is_no_sync(call: object) -> None:
+    a = torch.eye(3, device=META)
+    with MetaReadback(), torchplace.guard() as report:
+        call(a)  # type: ignore[operator]
+    assert report.syncs == []
+
+
 def test_cuda_synchronize_is_recorded_even_where_it_cannot_run() -> None:
     # a CPU-only build cannot synchronize; the call is still made, and recorded first
     with torchplace.guard() as report, contextlib.suppress(AssertionError, RuntimeError):

@@ -5,7 +5,8 @@
 * Blocking copies between the host and a device: :data:`BLOCKING_COPY`, the reason the
   dispatch layer records with each one.
 * aten ops whose result size depends on device data (``nonzero``, boolean-mask indexing,
-  ``unique``, ...): :func:`sync_handlers`, the dispatch layer's handlers for them.
+  ``unique``, ...) and torch.linalg's solvers that read their error codes on the host:
+  :func:`sync_handlers`, the dispatch layer's handlers for them.
 * ``torch.cuda.synchronize`` and friends are plain Python functions that no mode sees: while
   any guard is active they are wrapped (:func:`install_sync_wrappers`), and the wrapper records
   only for the guards active on the calling thread (:func:`active_guards`).
@@ -78,6 +79,17 @@ BLOCKING_COPY: Final = {
 }
 
 
+#: torch.linalg's solvers read their error codes (or, for eig, the whole input) on the host: every
+#: function whose documentation says "synchronizes that device with the CPU" (inv, solve, cholesky,
+#: lu_factor, ldl_factor, eigh, eigvalsh, eig, eigvals, svdvals, matrix_rank, pinv, and norms
+#: computed through svdvals) reaches one of these ops; the ``*_ex`` variants only with
+#: ``check_errors=True``.
+_LINALG: Final = (
+    "a torch.linalg solver reads its error codes on the host (the *_ex variant, where one"
+    " exists, does not unless check_errors=True)"
+)
+
+
 def _sync_handler(why: str) -> Handler:
     def handler(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         t = args[0] if args else None
@@ -98,6 +110,13 @@ def _index_handler(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping
         owner._sync(op_name(func), "boolean-mask indexing (the result size needs a nonzero)")
     if maybe_mixed(args, kwargs):
         check_op(owner, func, args, kwargs)
+    return func(*args, **kwargs)
+
+
+def _checked_ex(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    t = args[0]
+    if kwargs.get("check_errors") and isinstance(t, Tensor) and t.device.type != "cpu":
+        owner._sync(op_name(func), _LINALG)
     return func(*args, **kwargs)
 
 
@@ -125,11 +144,30 @@ def sync_handlers() -> dict[Any, Handler]:
         aten.repeat_interleave.Tensor: _repeat_interleave,
         aten.repeat_interleave.self_Tensor: _repeat_interleave,
     }
-    for name in ("_unique2", "unique_dim", "unique_consecutive", "_unique", "bincount"):
+    by_name: dict[str, Handler] = {
+        **{
+            name: _sync_handler(f"{name} (data-dependent size)")
+            for name in ("_unique2", "unique_dim", "unique_consecutive", "_unique", "bincount")
+        },
+        **dict.fromkeys(
+            ("_linalg_check_errors", "_linalg_eigh", "_linalg_svd", "linalg_eig", "linalg_pinv"),
+            _sync_handler(_LINALG),
+        ),
+        **dict.fromkeys(
+            (
+                "linalg_inv_ex",
+                "linalg_cholesky_ex",
+                "_linalg_solve_ex",
+                "linalg_lu_factor_ex",
+                "linalg_ldl_factor_ex",
+            ),
+            _checked_ex,
+        ),
+    }
+    for name, handler in by_name.items():
         packet = getattr(aten, name, None)
-        overload = getattr(packet, "default", None) if packet is not None else None
-        if overload is not None:
-            handlers[overload] = _sync_handler(f"{name} (data-dependent size)")
+        for overload in packet.overloads() if packet is not None else ():
+            handlers[getattr(packet, overload)] = handler
     return handlers
 
 
