@@ -71,6 +71,9 @@ def _sync_call(case: str, cuda: torch.device) -> Callable[[], object]:
         "linalg-inv-ex": lambda: torch.linalg.inv_ex(matrix),
         "linalg-eigh": lambda: torch.linalg.eigh(matrix),
         "linalg-svd": lambda: torch.linalg.svd(matrix),
+        "allclose": lambda: torch.allclose(dev, dev),
+        "histc": lambda: torch.histc(dev, bins=8),
+        "histc-range": lambda: torch.histc(dev, bins=8, min=0, max=1024),
         # torch reads a printed tensor element by element (several syncs); the guard records
         # the print once, as Tensor.__repr__
         "repr": lambda: repr(dev[:4]),
@@ -101,6 +104,9 @@ def _sync_call(case: str, cuda: torch.device) -> Callable[[], object]:
         ("linalg-inv-ex", 0, 0),
         ("linalg-eigh", 1, None),
         ("linalg-svd", 1, None),
+        ("allclose", 1, 1),
+        ("histc", 1, None),
+        ("histc-range", 0, 0),
         ("repr", 1, None),  # None: at least one
     ],
 )

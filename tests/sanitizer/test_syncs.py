@@ -155,6 +155,30 @@ def test_linalg_without_an_error_check_or_on_the_host_is_no_sync(call: object) -
     assert report.syncs == []
 
 
+def test_allclose_is_a_sync_recorded_before_meta_refuses_it() -> None:
+    t = torch.ones(3, device=META)
+    with torchplace.guard() as report, pytest.raises(RuntimeError, match="meta"):
+        torch.allclose(t, t)
+    assert [e.op for e in report.syncs] == ["aten.allclose"]
+
+
+@pytest.mark.parametrize(
+    ("call", "syncs"),
+    [
+        (lambda t: torch.histc(t, bins=4), 1),
+        (lambda t: t.histc(4, min=2, max=2), 1),
+        (lambda t: torch.histc(t, 4, 0, 1), 0),
+        (lambda t: torch.histc(t, bins=4, max=1.0), 0),
+        (lambda t: torch.histc(t[:0], bins=4), 0),
+    ],
+)
+def test_histc_syncs_only_to_find_its_own_range(call: object, syncs: int) -> None:
+    t = torch.ones(8, device=META)
+    with torchplace.guard() as report:
+        call(t)  # type: ignore[operator]
+    assert len(report.syncs) == syncs
+
+
 def test_cuda_synchronize_is_recorded_even_where_it_cannot_run() -> None:
     # a CPU-only build cannot synchronize; the call is still made, and recorded first
     with torchplace.guard() as report, contextlib.suppress(AssertionError, RuntimeError):

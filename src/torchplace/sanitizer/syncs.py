@@ -120,6 +120,15 @@ def _checked_ex(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[st
     return func(*args, **kwargs)
 
 
+def _histc(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    t = args[0]
+    low = args[2] if len(args) > 2 else kwargs.get("min", 0)
+    high = args[3] if len(args) > 3 else kwargs.get("max", 0)
+    if isinstance(t, Tensor) and t.device.type != "cpu" and t.numel() and low == high:
+        owner._sync(op_name(func), "histc without a range reads the data's min and max on the host")
+    return func(*args, **kwargs)
+
+
 def _repeat_interleave(
     owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> Any:
@@ -137,6 +146,8 @@ def sync_handlers() -> dict[Any, Handler]:
         aten.nonzero.default: _sync_handler("nonzero (the result size depends on the data)"),
         aten.masked_select.default: _sync_handler("masked_select (data-dependent size)"),
         aten.equal.default: _sync_handler("equal (a Python bool computed from device data)"),
+        aten.allclose.default: _sync_handler("allclose (a Python bool computed from device data)"),
+        aten.histc.default: _histc,
         aten.index.Tensor: _index_handler,
         aten.index_put_.default: _index_handler,
         aten.index_put.default: _index_handler,
