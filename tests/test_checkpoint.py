@@ -213,6 +213,25 @@ def test_missing_and_broken_files_name_the_path(tmp_path: Path) -> None:
         load_checkpoint(empty)
 
 
+def test_a_file_torch_did_not_save_is_named_as_such_before_torch_reads_it(tmp_path: Path) -> None:
+    text = tmp_path / "notes.pt"
+    text.write_text("hello")  # torch.load would fail with "KeyError: 101"
+    with pytest.raises(CheckpointError, match=r"notes\.pt': it is not a torch checkpoint"):
+        load_checkpoint(text)
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.* is deprecated:DeprecationWarning")
+def test_a_torchscript_archive_is_refused_with_how_to_load_it(tmp_path: Path) -> None:
+    path = tmp_path / "scripted.pt"
+    torch.jit.save(torch.jit.script(nn.Linear(2, 2)), str(path))
+    with pytest.raises(CheckpointError, match=r"TorchScript archive.*torch\.jit\.load") as info:
+        load_checkpoint(path)
+    assert not isinstance(info.value, UnsafeCheckpointError)
+    # a state dict saved by torch.save is a zip archive too, and loads
+    torch.save(torch.jit.load(str(path)).state_dict(), tmp_path / "weights.pt")
+    assert set(load_checkpoint(tmp_path / "weights.pt")) == {"weight", "bias"}
+
+
 def test_pathlike_and_device_objects(tmp_path: Path) -> None:
     path = tmp_path / "m.pt"
     torch.save(model().state_dict(), path)

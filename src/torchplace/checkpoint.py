@@ -18,6 +18,7 @@ import os
 import pickle
 import pickletools
 import re
+import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -337,7 +338,37 @@ def _safe_extras() -> contextlib.AbstractContextManager[object]:
     return allow(_SAFE_EXTRAS) if allow is not None else contextlib.nullcontext()
 
 
+def _is_torchscript(file: Path) -> bool:
+    """Whether ``file`` is a TorchScript archive (``torch.jit.save``), a zip with its constants."""
+    try:
+        with zipfile.ZipFile(file) as archive:
+            return any(n.rpartition("/")[2] == "constants.pkl" for n in archive.namelist())
+    except (OSError, zipfile.BadZipFile, ValueError):
+        return False
+
+
+def _refuse_foreign(file: Path) -> None:
+    """Refuse, before torch.load reads it, a file torch.load cannot take as a checkpoint."""
+    if not _looks_like_torch_save(file):
+        # Not torch.save's zip nor its legacy format (a plain pickle.dump file, or garbage):
+        # torch.load cannot read it at all, so allow_pickle would not help and is not advised.
+        raise CheckpointError(
+            f"cannot load checkpoint {str(file)!r}: it is not a torch checkpoint, neither a "
+            "torch.save zip archive nor torch.save's legacy format (a plain pickle.dump file "
+            "is neither); is it a torch checkpoint, and complete? Fix: save it with "
+            "torch.save(model.state_dict(), path) or as safetensors"
+        )
+    if _is_torchscript(file):
+        raise CheckpointError(
+            f"checkpoint {str(file)!r} is a TorchScript archive (torch.jit.save): a whole "
+            "program, not a state dict. Fix: load it with torch.jit.load(path, "
+            "map_location=device), or pass its weights, saved with "
+            "torch.save(torch.jit.load(path).state_dict(), 'weights.pt')"
+        )
+
+
 def _load_pickle(file: Path, device: torch.device, allow_pickle: bool) -> object:
+    _refuse_foreign(file)
     try:
         with _safe_extras():
             return torch.load(file, map_location=device, weights_only=True)
@@ -346,15 +377,6 @@ def _load_pickle(file: Path, device: torch.device, allow_pickle: bool) -> object
             raise CheckpointError(
                 f"cannot load checkpoint {str(file)!r}: {exc}; is it a torch checkpoint, and "
                 "complete?"
-            ) from exc
-        if not _looks_like_torch_save(file):
-            # Not torch.save's zip nor its legacy format (a plain pickle.dump file, or garbage):
-            # torch.load cannot read it at all, so allow_pickle would not help and is not advised.
-            raise CheckpointError(
-                f"cannot load checkpoint {str(file)!r}: it is not a torch checkpoint, neither a "
-                "torch.save zip archive nor torch.save's legacy format (a plain pickle.dump file "
-                "is neither); is it a torch checkpoint, and complete? Fix: save it with "
-                "torch.save(model.state_dict(), path) or as safetensors"
             ) from exc
         if "unsupported operand" in str(exc).lower() and not allow_pickle:
             # torch.save with pickle_protocol=4+ or <2: opcodes the weights-only unpickler lacks,
