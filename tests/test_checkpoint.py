@@ -220,6 +220,14 @@ def test_a_file_torch_did_not_save_is_named_as_such_before_torch_reads_it(tmp_pa
         load_checkpoint(text)
 
 
+def test_a_zip_archive_cut_short_is_named_as_damaged(tmp_path: Path) -> None:
+    path = tmp_path / "partial.pt"
+    torch.save({"weight": torch.zeros(64, 64)}, path)
+    path.write_bytes(path.read_bytes()[:1000])  # an interrupted download
+    with pytest.raises(CheckpointError, match=r"partial\.pt': it starts as a zip archive"):
+        load_checkpoint(path)
+
+
 @pytest.mark.filterwarnings("ignore:`torch.jit.* is deprecated:DeprecationWarning")
 def test_a_torchscript_archive_is_refused_with_how_to_load_it(tmp_path: Path) -> None:
     path = tmp_path / "scripted.pt"

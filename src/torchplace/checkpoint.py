@@ -338,13 +338,21 @@ def _safe_extras() -> contextlib.AbstractContextManager[object]:
     return allow(_SAFE_EXTRAS) if allow is not None else contextlib.nullcontext()
 
 
-def _is_torchscript(file: Path) -> bool:
-    """Whether ``file`` is a TorchScript archive (``torch.jit.save``), a zip with its constants."""
+def _zip_names(file: Path) -> list[str] | None:
+    """The members of a zip archive (torch.save's format), or None when ``file`` is not one;
+    CheckpointError when it opens as one but its directory at the end is missing."""
+    with file.open("rb") as stream:
+        if stream.read(4) != b"PK\x03\x04":
+            return None
     try:
         with zipfile.ZipFile(file) as archive:
-            return any(n.rpartition("/")[2] == "constants.pkl" for n in archive.namelist())
-    except (OSError, zipfile.BadZipFile, ValueError):
-        return False
+            return archive.namelist()
+    except (zipfile.BadZipFile, ValueError) as exc:
+        raise CheckpointError(
+            f"cannot load checkpoint {str(file)!r}: it starts as a zip archive, as torch.save "
+            f"writes, but is damaged or cut short ({exc}); was it written or downloaded "
+            "completely? Save or download it again"
+        ) from exc
 
 
 def _refuse_foreign(file: Path) -> None:
@@ -358,7 +366,8 @@ def _refuse_foreign(file: Path) -> None:
             "is neither); is it a torch checkpoint, and complete? Fix: save it with "
             "torch.save(model.state_dict(), path) or as safetensors"
         )
-    if _is_torchscript(file):
+    names = _zip_names(file) or []
+    if any(name.rpartition("/")[2] == "constants.pkl" for name in names):
         raise CheckpointError(
             f"checkpoint {str(file)!r} is a TorchScript archive (torch.jit.save): a whole "
             "program, not a state dict. Fix: load it with torch.jit.load(path, "
