@@ -91,7 +91,9 @@ HOST_ATTRS = frozenset(
 METADATA_ATTRS = frozenset({"meta", "_meta"})
 # Methods of a tokenizer or processor (by the receiver's name) that turn token ids into text:
 # Python strings, whatever device the ids are on.
-TEXT_METHODS = frozenset({"decode", "batch_decode", "convert_ids_to_tokens", "string"})
+TEXT_METHODS = frozenset(
+    {"decode", "batch_decode", "detokenize", "convert_ids_to_tokens", "string"}
+)
 _TEXT_OWNERS = ("tokenizer", "processor")
 # Words that name a vocabulary (fairseq's ``tgt_dict.string(ids)``, ``vocab.decode(ids)``).
 _VOCAB_WORDS = frozenset({"dict", "dictionary", "vocab", "vocabulary"})

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import ast
 
-from torchplace.lint.base import Context, Family, Rule
+from torchplace.lint.base import Context, Family, Rule, Scope
 from torchplace.lint.nodes import walk
-from torchplace.lint.rules.facts import CUDA_ONLY, main_test, mentions
+from torchplace.lint.rules.facts import CUDA_ONLY, in_test, main_test, mentions
 
 __all__ = ["FAMILY"]
 
@@ -36,7 +36,7 @@ def _entry_point(ctx: Context) -> bool:
     """
     scope = ctx.function_scope()
     while scope is not None:
-        if scope.name == "main" or scope.name.startswith("test"):
+        if scope.name == "main" or (scope.name.startswith("test") and _test_entry(scope, ctx)):
             return True
         parent = scope.parent
         while parent is not None and parent.kind != "function":
@@ -45,6 +45,13 @@ def _entry_point(ctx: Context) -> bool:
             return False
         scope = parent
     return True
+
+
+def _test_entry(scope: Scope, ctx: Context) -> bool:
+    """A ``test*`` function a runner or a script starts: a module-level one, or a method of
+    test code (a ``unittest`` case). A GUI's ``test_step`` method is called by its own class's
+    loop, which may own the check."""
+    return scope.parent is None or scope.parent.kind != "class" or in_test(ctx)
 
 
 def _guarded(ctx: Context) -> bool:

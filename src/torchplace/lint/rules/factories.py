@@ -133,6 +133,30 @@ def _scalar_draw(call: ast.Call, name: str) -> bool:
     )
 
 
+# Factories whose positional integers are a shape (``torch.Tensor(n)`` is n elements too).
+_SHAPED = frozenset({"torch.empty", "torch.zeros", "torch.ones", "torch.Tensor"})
+
+
+def _empty_shape(call: ast.Call, name: str) -> bool:
+    """``torch.empty(0, 0)``, ``torch.zeros((0, 4))``, ``torch.Tensor(0)``: a shape with a
+    literal ``0`` holds no element, an empty placeholder (a missing input's default, a freed
+    buffer) that meets no tensor's values. A legacy ``torch.Tensor((0,))`` is data, not a
+    shape."""
+    if name not in _SHAPED or (call.keywords and name == "torch.Tensor"):
+        return False
+    dims: list[ast.expr] = list(call.args)
+    size = keyword(call, "size")
+    if size is not None:
+        dims = [size.value]
+    if len(dims) == 1 and isinstance(dims[0], (ast.Tuple, ast.List)) and name != "torch.Tensor":
+        dims = list(dims[0].elts)
+    return any(isinstance(d, ast.Constant) and d.value == 0 for d in dims) and all(
+        isinstance(d, (ast.Constant, ast.Name, ast.Attribute, ast.Subscript, ast.Call))
+        and not (isinstance(d, ast.Constant) and not isinstance(d.value, int))
+        for d in dims
+    )
+
+
 def _scalar_tensor(call: ast.Call, name: str) -> bool:
     """``torch.tensor(2.0)`` is 0-dim (mixes with any device) and ``torch.tensor([])`` empty
     (``torch.Tensor([...])`` likewise; ``torch.Tensor(n)`` is a size, never a value)."""
@@ -305,7 +329,9 @@ def _bounds_slices(call: ast.Call, ctx: Context) -> bool:
     (or a name it is copied to) bounds slices, as in DINO's and SwAV's multi-crop wrapper,
     ``idx_crops = torch.cumsum(torch.unique_consecutive(torch.tensor([inp.shape[-1] for inp
     in x]), return_counts=True)[1], 0)``, then ``for end_idx in idx_crops:
-    torch.cat(x[start_idx:end_idx])``: host bookkeeping, meant to stay on the CPU."""
+    torch.cat(x[start_idx:end_idx])``: host bookkeeping, meant to stay on the CPU. Its elements
+    count as such bookkeeping too where they are read as Python numbers (:func:`_host_element`):
+    a layer-drop draw ``keep = torch.rand(n)``, then ``if keep[i] > p:``."""
     scope = ctx.function_scope()
     if scope is None or not ctx.stmt_path:
         return False
@@ -332,6 +358,10 @@ def _bounds_slices(call: ast.Call, ctx: Context) -> bool:
             parent = parents.get(id(use))
             if isinstance(parent, ast.Slice):
                 bounds = True
+            elif isinstance(parent, ast.Subscript) and parent.value is use:
+                if not _host_element(parent, parents):  # `keep[i]` in `if keep[i] > p:`
+                    return False
+                bounds = True
             elif isinstance(parent, ast.Assign) and parent.value is use:
                 todo += [(t.id, whole) for t in parent.targets if isinstance(t, ast.Name)]
             elif whole and isinstance(parent, ast.For) and parent.iter is use:
@@ -341,6 +371,34 @@ def _bounds_slices(call: ast.Call, ctx: Context) -> bool:
             elif whole or not isinstance(parent, ast.Compare):  # `if start_idx == 0:`
                 return False
     return bounds
+
+
+# Calls that take an element as a Python number: a cast, a count of steps.
+_NUMBER_USES = frozenset({"int", "float", "bool", "round", "range"})
+
+
+def _host_element(element: ast.Subscript, parents: dict[int, ast.AST]) -> bool:
+    """``keep[i]`` (through arithmetic, ``int(w * r[0])``) used as a Python number: a slice
+    bound, a comparison tested by an ``if``/``while``/``assert`` or a conditional expression,
+    a cast or ``range``, or a ``size=`` of a factory: the host reads it, never a tensor."""
+    node: ast.AST = element
+    parent = parents.get(id(node))
+    while isinstance(parent, (ast.BinOp, ast.UnaryOp)):
+        node, parent = parent, parents.get(id(parent))
+    if isinstance(parent, ast.Slice):
+        return True
+    if isinstance(parent, ast.Call) and node in parent.args:
+        return isinstance(parent.func, ast.Name) and parent.func.id in _NUMBER_USES
+    if isinstance(parent, ast.Tuple):  # size=(n[i],)
+        node, parent = parent, parents.get(id(parent))
+    if isinstance(parent, ast.keyword):
+        return parent.arg == "size"
+    if not isinstance(parent, ast.Compare):
+        return False
+    node, parent = parent, parents.get(id(parent))
+    while isinstance(parent, (ast.BoolOp, ast.UnaryOp)):
+        node, parent = parent, parents.get(id(parent))
+    return isinstance(parent, (ast.If, ast.While, ast.IfExp, ast.Assert)) and parent.test is node
 
 
 def _returns_any(function: ast.AST, names: set[str]) -> bool:
@@ -460,8 +518,13 @@ def _combines(call: ast.Call, ctx: Context) -> bool:
     """``torch.cat([torch.ones(n), torch.zeros(m)])``: the factory's tensor is part of the
     result, so the result's placement (``.to(x.device)``) places it too; so does an
     element-wise function of it (a sinusoidal embedding's ``torch.exp(-c * torch.arange(0,
-    half) / half).to(device=t.device)``)."""
-    return ctx.call_qualname(call) in COMBINERS | _ELEMENTWISE | _SAMPLERS
+    half) / half).to(device=t.device)``), and a copy of it (``torch.Tensor(torch.zeros(n))``)."""
+    return ctx.call_qualname(call) in COMBINERS | _ELEMENTWISE | _SAMPLERS | _COPIES
+
+
+# torch constructors that copy their tensor argument: `torch.Tensor(torch.zeros(n))` is the
+# factory's tensor again, placed where the copy is placed
+_COPIES = frozenset({"torch.Tensor", "torch.as_tensor", "torch.tensor"})
 
 
 # torch functions that compute element by element from their one tensor argument
@@ -528,7 +591,7 @@ def check_factory(call: ast.Call, ctx: Context, name: str, method: Scope | None)
         return
     if keyword(call, "device") is not None or keyword(call, "out") is not None:
         return
-    if has_star_kwargs(call) or _scalar_draw(call, name):
+    if has_star_kwargs(call) or _scalar_draw(call, name) or _empty_shape(call, name):
         return
     if (_scalar_tensor(call, name) or _number_tensor(call, name, ctx)) and not _clamp_bound(
         call, ctx

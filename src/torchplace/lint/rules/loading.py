@@ -186,9 +186,22 @@ def _host_only_payload(call: ast.Call, ctx: Context) -> bool:
     scope = ctx.function_scope()
     if scope is not None:
         words.append(scope.name)
-    return any(payload in word.lower() for word in words for payload in _HOST_PAYLOADS) or any(
-        _args_file(word) for word in words
+    return (
+        any(payload in word.lower() for word in words for payload in _HOST_PAYLOADS)
+        or any(_args_file(word) for word in words)
+        or _in_schedule_class(ctx)
     )
+
+
+def _in_schedule_class(ctx: Context) -> bool:
+    """A method of a learning-rate schedule's own class (``class NoamScheduler:``,
+    ``class WarmupLRSchedule:`` restoring what its ``save`` wrote): step counts and rates."""
+    scope: Scope | None = ctx.scope
+    while scope is not None:
+        if scope.kind == "class" and "schedul" in scope.name.lower():
+            return True
+        scope = scope.parent
+    return False
 
 
 def _args_file(word: str) -> bool:

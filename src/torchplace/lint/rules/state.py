@@ -417,6 +417,8 @@ def _number_parameter(call: ast.Call, name: str, function: ast.AST) -> bool:
     arg, default = _parameter(function, call.args[0].id)
     if arg is None:
         return False
+    if _narrowed_to_number(function, call, arg.arg):
+        return True
     if arg.annotation is not None:
         words = {n.id for n in walk(arg.annotation) if isinstance(n, ast.Name)}
         words |= {
@@ -430,6 +432,28 @@ def _number_parameter(call: ast.Call, name: str, function: ast.AST) -> bool:
         and isinstance(default.value, (int, float))
         and not isinstance(default.value, bool)
     )
+
+
+def _narrowed_to_number(function: ast.AST, call: ast.Call, name: str) -> bool:
+    """The call sits in the body of ``if isinstance(name, float):`` (or ``int``, ``bool``, a
+    tuple of them): whatever the annotation allows, there ``name`` is a Python number."""
+    for node in walk(function):
+        if not (isinstance(node, ast.If) and isinstance(node.test, ast.Call)):
+            continue
+        test = node.test
+        if not (
+            isinstance(test.func, ast.Name)
+            and test.func.id == "isinstance"
+            and len(test.args) == 2
+            and isinstance(test.args[0], ast.Name)
+            and test.args[0].id == name
+        ):
+            continue
+        kinds = test.args[1].elts if isinstance(test.args[1], ast.Tuple) else [test.args[1]]
+        numbers = all(isinstance(k, ast.Name) and k.id in _NUMBER_TYPES for k in kinds)
+        if numbers and any(sub is call for stmt in node.body for sub in walk(stmt)):
+            return True
+    return False
 
 
 # NumPy functions that turn one number into one number (``np.ones(n)`` makes an array).
