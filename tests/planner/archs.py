@@ -2367,3 +2367,713 @@ class CachedOrthogonal(nn.Module):
 
 def make_cached_orthogonal() -> nn.Module:
     return _declared(CachedOrthogonal(), _x(W))
+
+
+# ------------------------------------------------------------------ round five: models users feed
+
+
+class _Bahdanau(nn.Module):
+    """Additive attention over the encoder's states, as PyTorch's seq2seq tutorial writes it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Linear(2 * W, W)
+        self.v = nn.Linear(W, 1, bias=False)
+
+    def forward(self, hidden: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
+        query = hidden.unsqueeze(1).expand(-1, states.shape[1], -1)
+        scores = self.v(torch.tanh(self.w(torch.cat([query, states], -1)))).squeeze(-1)
+        return torch.bmm(torch.softmax(scores, -1).unsqueeze(1), states).squeeze(1)
+
+
+class AttentionSeq2Seq(nn.Module):
+    """A GRU encoder and a ``GRUCell`` decoder with additive attention, stepped in Python with
+    teacher forcing (``random.random() < ratio``, 1.0 here: the target token is fed)."""
+
+    def __init__(self, teacher_forcing: float = 1.0) -> None:
+        super().__init__()
+        self.teacher_forcing = teacher_forcing
+        self.src_embed = nn.Embedding(VOCAB, W)
+        self.encoder = nn.GRU(W, W, batch_first=True)
+        self.tgt_embed = nn.Embedding(VOCAB, W)
+        self.attention = _Bahdanau()
+        self.cell = nn.GRUCell(2 * W, W)
+        self.out = nn.Linear(2 * W, VOCAB)
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        import random
+
+        states, hidden = self.encoder(self.src_embed(src))
+        h = hidden[0]
+        token = tgt[:, 0]
+        logits = []
+        for t in range(tgt.shape[1]):
+            context = self.attention(h, states)
+            h = self.cell(torch.cat([self.tgt_embed(token), context], -1), h)
+            step = self.out(torch.cat([h, context], -1))
+            logits.append(step)
+            teach = random.random() < self.teacher_forcing and t + 1 < tgt.shape[1]
+            token = tgt[:, t + 1] if teach else step.argmax(-1)
+        return torch.stack(logits, 1)
+
+
+def make_attention_seq2seq() -> nn.Module:
+    src, tgt = (TensorSpec(name, "INT64", (-1, -1)) for name in ("src", "tgt"))
+    return _declared(AttentionSeq2Seq(), src, tgt)
+
+
+class _MacaronFeedForward(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.LayerNorm(W),
+            nn.Linear(W, 4 * W),
+            nn.SiLU(),
+            nn.Dropout(0.1),
+            nn.Linear(4 * W, W),
+            nn.Dropout(0.1),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + 0.5 * self.net(x)
+
+
+class _ConvModule(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(W)
+        self.pointwise1 = nn.Conv1d(W, 2 * W, 1)
+        self.depthwise = nn.Conv1d(W, W, 7, padding=3, groups=W)
+        self.bn = nn.BatchNorm1d(W)
+        self.pointwise2 = nn.Conv1d(W, W, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.glu(self.pointwise1(self.norm(x).transpose(1, 2)), dim=1)
+        y = self.pointwise2(F.silu(self.bn(self.depthwise(y))))
+        return x + y.transpose(1, 2)
+
+
+class _ConformerBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ff1 = _MacaronFeedForward()
+        self.attn_norm = nn.LayerNorm(W)
+        self.attn = nn.MultiheadAttention(W, 2, dropout=0.1, batch_first=True)
+        self.conv = _ConvModule()
+        self.ff2 = _MacaronFeedForward()
+        self.norm = nn.LayerNorm(W)
+
+    def forward(self, x: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
+        x = self.ff1(x)
+        h = self.attn_norm(x)
+        x = x + self.attn(h, h, h, key_padding_mask=padding, need_weights=False)[0]
+        return self.norm(self.ff2(self.conv(x)))  # type: ignore[no-any-return]
+
+
+class Conformer(nn.Module):
+    """Conformer (speech): a strided convolutional subsampler, blocks of a macaron feed-forward
+    pair around self-attention with a padding mask made from the lengths, and a convolution
+    module (GLU, depthwise convolution, batch norm); CTC log-probabilities out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.subsample = nn.Sequential(
+            nn.Conv2d(1, 4, 3, stride=2), nn.ReLU(), nn.Conv2d(4, 4, 3, stride=2), nn.ReLU()
+        )
+        self.proj = nn.Linear(4 * 3, W)
+        self.blocks = nn.ModuleList(_ConformerBlock() for _ in range(2))
+        self.ctc = nn.Linear(W, VOCAB)
+
+    def forward(self, features: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        h = self.subsample(features.unsqueeze(1))  # b, 4, t', 3
+        b, c, t, f = h.shape
+        x = self.proj(h.permute(0, 2, 1, 3).reshape(b, t, c * f))
+        frames = torch.div(lengths - 3, 2, rounding_mode="floor") + 1
+        frames = torch.div(frames - 3, 2, rounding_mode="floor") + 1
+        padding = torch.arange(t, device=x.device)[None, :] >= frames[:, None]
+        for block in self.blocks:
+            x = block(x, padding)
+        return F.log_softmax(self.ctc(x), -1)
+
+
+def make_conformer() -> nn.Module:
+    features = TensorSpec("features", "FP32", (-1, -1, 16))
+    return _declared(Conformer(), features, TensorSpec("lengths", "INT64", (-1,)))
+
+
+class _ConvBnAct(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int = 1) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn = nn.BatchNorm2d(cout)
+        self.act = nn.SiLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.bn(self.conv(x)))  # type: ignore[no-any-return]
+
+
+class Detections(collections.namedtuple("Detections", ["boxes", "raw"])):
+    """A NamedTuple output: decoded boxes of every scale, and the raw head outputs."""
+
+
+class _DetectHead(nn.Module):
+    """YOLOv5's Detect: a 1x1 convolution per scale, decoded with a grid made in forward and
+    the anchors in a buffer, the scales concatenated."""
+
+    anchors: torch.Tensor
+
+    def __init__(self, channels: tuple[int, ...], classes: int = 3) -> None:
+        super().__init__()
+        self.outputs = 5 + classes
+        self.strides = (8, 16, 32)
+        self.convs = nn.ModuleList(nn.Conv2d(c, 2 * self.outputs, 1) for c in channels)
+        self.register_buffer("anchors", torch.rand(len(channels), 2, 2) * 30)
+
+    def forward(self, features: list[torch.Tensor]) -> Detections:
+        boxes, raw = [], []
+        for i, (conv, f) in enumerate(zip(self.convs, features, strict=True)):
+            b, _, h, w = f.shape
+            out = conv(f).view(b, 2, self.outputs, h, w).permute(0, 1, 3, 4, 2).contiguous()
+            raw.append(out)
+            ys, xs = torch.meshgrid(
+                torch.arange(h, device=f.device), torch.arange(w, device=f.device), indexing="ij"
+            )
+            grid = torch.stack((xs, ys), 2).view(1, 1, h, w, 2).float()
+            y = out.sigmoid()
+            xy = (y[..., :2] * 2 - 0.5 + grid) * self.strides[i]
+            wh = (y[..., 2:4] * 2) ** 2 * self.anchors[i].view(1, 2, 1, 1, 2)
+            boxes.append(torch.cat((xy, wh, y[..., 4:]), -1).view(b, -1, self.outputs))
+        return Detections(torch.cat(boxes, 1), raw)
+
+
+class Yolo(nn.Module):
+    """A YOLO-style detector: a strided backbone giving three scales, a top-down neck
+    (upsample and concatenate), a detection head per scale, a NamedTuple returned."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(_ConvBnAct(3, 8, 2), _ConvBnAct(8, 8, 2), _ConvBnAct(8, 8, 2))
+        self.p4 = _ConvBnAct(8, 16, 2)
+        self.p5 = _ConvBnAct(16, 16, 2)
+        self.up = nn.Upsample(scale_factor=2, mode="nearest")
+        self.fuse4 = _ConvBnAct(32, 16)
+        self.fuse3 = _ConvBnAct(24, 8)
+        self.detect = _DetectHead((8, 16, 16))
+
+    def forward(self, images: torch.Tensor) -> Detections:
+        p3 = self.stem(images)
+        p4 = self.p4(p3)
+        p5 = self.p5(p4)
+        n4 = self.fuse4(torch.cat([self.up(p5), p4], 1))
+        n3 = self.fuse3(torch.cat([self.up(n4), p3], 1))
+        return self.detect([n3, n4, p5])  # type: ignore[no-any-return]
+
+
+def make_yolo() -> nn.Module:
+    return _declared(Yolo(), TensorSpec("images", "FP32", (-1, 3, 64, 64)))
+
+
+class Vae(nn.Module):
+    """A convolutional VAE: the reparameterisation draws ``torch.randn_like(std)`` in forward;
+    the reconstruction, mean and log-variance returned."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = nn.Sequential(
+            nn.Conv2d(1, 8, 4, 2, 1), nn.ReLU(), nn.Conv2d(8, 16, 4, 2, 1), nn.ReLU(), nn.Flatten()
+        )
+        self.mu = nn.Linear(16 * 4 * 4, W)
+        self.logvar = nn.Linear(16 * 4 * 4, W)
+        self.expand = nn.Linear(W, 16 * 4 * 4)
+        self.decoder = nn.Sequential(
+            nn.ConvTranspose2d(16, 8, 4, 2, 1), nn.ReLU(), nn.ConvTranspose2d(8, 1, 4, 2, 1)
+        )
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        h = self.encoder(x)
+        mu, logvar = self.mu(h), self.logvar(h)
+        std = torch.exp(0.5 * logvar)
+        z = mu + torch.randn_like(std) * std
+        recon = torch.sigmoid(self.decoder(self.expand(z).view(-1, 16, 4, 4)))
+        return recon, mu, logvar
+
+
+def make_vae() -> nn.Module:
+    return _declared(Vae(), _x(1, 16, 16))
+
+
+class _SqueezeExcitation(nn.Module):
+    """torchvision's: pool, reduce, SiLU, expand, sigmoid, scale."""
+
+    def __init__(self, channels: int, squeezed: int) -> None:
+        super().__init__()
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc1 = nn.Conv2d(channels, squeezed, 1)
+        self.fc2 = nn.Conv2d(squeezed, channels, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(self.fc2(F.silu(self.fc1(self.avgpool(x)))))
+
+
+class _DropPath(nn.Module):
+    """timm's drop path, whose mask ``torch.rand`` draws in forward (in training)."""
+
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training:
+            return x
+        keep = 1 - self.p
+        mask = (keep + torch.rand((x.shape[0], 1, 1, 1), dtype=x.dtype, device=x.device)).floor()
+        return x.div(keep) * mask
+
+
+class _MBConv(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int, drop: float) -> None:
+        super().__init__()
+        mid = 4 * cin
+        self.block = nn.Sequential(
+            nn.Conv2d(cin, mid, 1, bias=False),
+            nn.BatchNorm2d(mid),
+            nn.SiLU(inplace=True),
+            nn.Conv2d(mid, mid, 3, stride, 1, groups=mid, bias=False),
+            nn.BatchNorm2d(mid),
+            nn.SiLU(inplace=True),
+            _SqueezeExcitation(mid, max(1, cin // 4)),
+            nn.Conv2d(mid, cout, 1, bias=False),
+            nn.BatchNorm2d(cout),
+        )
+        self.residual = stride == 1 and cin == cout
+        self.drop = _DropPath(drop)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.block(x)
+        return x + self.drop(y) if self.residual else y  # type: ignore[no-any-return]
+
+
+class EfficientNet(nn.Module):
+    """EfficientNet as torchvision builds it: MBConv blocks (expansion, depthwise convolution,
+    squeeze-excitation, in-place SiLU, batch norm), drop path, a pooled classifier."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Sequential(nn.Conv2d(3, 8, 3, 2, 1, bias=False), nn.BatchNorm2d(8), nn.SiLU(True)),
+            _MBConv(8, 8, 1, 0.0),
+            _MBConv(8, 16, 2, 0.05),
+            _MBConv(16, 16, 1, 0.1),
+        )
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.classifier = nn.Sequential(nn.Dropout(0.2, inplace=True), nn.Linear(16, 10))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))  # type: ignore[no-any-return]
+
+
+def make_efficientnet() -> nn.Module:
+    return _declared(EfficientNet(), _x(3, 32, 32))
+
+
+def _rope(x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
+    """Meta's Llama: pairs of features as complex numbers, rotated by ``freqs`` (complex)."""
+    pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+    return torch.view_as_real(pairs * freqs).flatten(3).type_as(x)
+
+
+class _RopeAttention(nn.Module):
+    def __init__(self, heads: int = 2) -> None:
+        super().__init__()
+        self.heads = heads
+        self.wq, self.wk = nn.Linear(W, W, bias=False), nn.Linear(W, W, bias=False)
+        self.wv, self.wo = nn.Linear(W, W, bias=False), nn.Linear(W, W, bias=False)
+
+    def forward(self, x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        q, k, v = (m(x).view(b, t, self.heads, -1) for m in (self.wq, self.wk, self.wv))
+        q, k = _rope(q, freqs), _rope(k, freqs)
+        y = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+        )
+        return self.wo(y.transpose(1, 2).reshape(b, t, -1))  # type: ignore[no-any-return]
+
+
+class _RopeBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attention_norm = _RMSNorm()
+        self.attention = _RopeAttention()
+        self.ffn_norm = _RMSNorm()
+        self.w1, self.w2 = nn.Linear(W, 3 * W, bias=False), nn.Linear(3 * W, W, bias=False)
+        self.w3 = nn.Linear(W, 3 * W, bias=False)
+
+    def forward(self, x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
+        h = x + self.attention(self.attention_norm(x), freqs)
+        y = self.ffn_norm(h)
+        return h + self.w2(F.silu(self.w1(y)) * self.w3(y))  # type: ignore[no-any-return]
+
+
+class RopeInForward(nn.Module):
+    """Meta's Llama reference code, its rotary table made in forward (``torch.arange(...,
+    device=ids.device)``, ``torch.outer``, ``torch.polar``: complex) and handed to each block;
+    an embedding and an output head not tied."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tok_embeddings = nn.Embedding(VOCAB, W)
+        self.layers = nn.ModuleList(_RopeBlock() for _ in range(3))
+        self.norm = _RMSNorm()
+        self.output = nn.Linear(W, VOCAB, bias=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        t = tokens.shape[1]
+        half = W // 2 // 2  # head size 8: 4 frequencies
+        inv = 1.0 / (10000 ** (torch.arange(0, half, device=tokens.device).float() / half))
+        angles = torch.outer(torch.arange(t, device=tokens.device).float(), inv)
+        freqs = torch.polar(torch.ones_like(angles), angles).view(1, t, 1, half)
+        h = self.tok_embeddings(tokens)
+        for layer in self.layers:
+            h = layer(h, freqs)
+        return self.output(self.norm(h)).float()  # type: ignore[no-any-return]
+
+
+def make_rope_in_forward() -> nn.Module:
+    return _declared(RopeInForward(), TensorSpec("tokens", "INT64", (-1, -1)))
+
+
+class Perceiver(nn.Module):
+    """Perceiver IO: a learned latent array (a top-level ``nn.Parameter``) expanded per batch,
+    cross-attention from the inputs, latent self-attention, a learned output query."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.latents = nn.Parameter(torch.randn(6, W))
+        self.input_proj = nn.Linear(8, W)
+        self.cross = nn.MultiheadAttention(W, 1, batch_first=True)
+        self.process = nn.ModuleList(
+            nn.TransformerEncoderLayer(W, 2, 32, dropout=0.0, batch_first=True) for _ in range(2)
+        )
+        self.query = nn.Parameter(torch.randn(1, 1, W))
+        self.decode = nn.MultiheadAttention(W, 1, batch_first=True)
+        self.head = nn.Linear(W, 5)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        b = inputs.shape[0]
+        kv = self.input_proj(inputs)
+        latents = self.latents.expand(b, -1, -1)
+        x = latents + self.cross(latents, kv, kv, need_weights=False)[0]
+        for layer in self.process:
+            x = layer(x)
+        out = self.decode(self.query.expand(b, -1, -1), x, x, need_weights=False)[0]
+        return self.head(out.squeeze(1))  # type: ignore[no-any-return]
+
+
+def make_perceiver() -> nn.Module:
+    return _declared(Perceiver(), _x(-1, 8))
+
+
+class _Mlp(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(W, 4 * W), nn.Linear(4 * W, W)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fc2(F.gelu(self.fc1(x)))  # type: ignore[no-any-return]
+
+
+class DataParallelModel(nn.Module):
+    """What a training script saves: the model inside ``nn.DataParallel`` (every name under
+    ``module.``), on a machine without GPUs a plain call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(W, W)
+        self.blocks = nn.Sequential(*(_Mlp() for _ in range(3)))
+        self.out = nn.Linear(W, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.blocks(self.inp(x)))  # type: ignore[no-any-return]
+
+
+def make_data_parallel() -> nn.Module:
+    return _declared(nn.DataParallel(DataParallelModel()), _x(W))
+
+
+def make_data_parallel_as_on_gpus() -> nn.Module:
+    """``nn.DataParallel`` as a machine with a GPU builds it (``device_ids`` set): its forward
+    refuses weights that are not on ``cuda:0``, ``meta`` included, and scatters the batch."""
+    model = nn.DataParallel(DataParallelModel())
+    model.device_ids, model.src_device_obj = [0], torch.device("cuda", 0)
+    return _declared(model, _x(W))
+
+
+class ScriptedBlocks(nn.Module):
+    """Blocks compiled with ``torch.jit.script`` inside an eager model (as fused layers in
+    speech and detection code are)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(W, W)
+        self.blocks = nn.ModuleList(torch.jit.script(_Mlp()) for _ in range(3))
+        self.out = nn.Linear(W, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.inp(x)
+        for block in self.blocks:
+            h = block(h)
+        return self.out(h)  # type: ignore[no-any-return]
+
+
+def make_scripted_blocks() -> nn.Module:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit.script is deprecated
+        return _declared(ScriptedBlocks(), _x(W))
+
+
+class CompiledBlocks(nn.Module):
+    """Blocks wrapped by ``torch.compile`` (``OptimizedModule``, each weight named under
+    ``_orig_mod.``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(W, W)
+        self.blocks = nn.ModuleList(torch.compile(_Mlp()) for _ in range(3))
+        self.out = nn.Linear(W, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.inp(x)
+        for block in self.blocks:
+            h = block(h)
+        return self.out(h)  # type: ignore[no-any-return]
+
+
+def make_compiled_blocks() -> nn.Module:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # what torch.compile imports warns
+        return _declared(CompiledBlocks(), _x(W))
+
+
+class SpectralGan(nn.Module):
+    """A GAN discriminator with the old hook-based ``nn.utils.spectral_norm`` (``weight_orig``,
+    ``weight_u`` and ``weight_v``; the weight a plain attribute each forward sets)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        sn = nn.utils.spectral_norm
+        self.convs = nn.Sequential(
+            sn(nn.Conv2d(3, 8, 4, 2, 1)),
+            nn.LeakyReLU(0.2),
+            sn(nn.Conv2d(8, 16, 4, 2, 1)),
+            nn.LeakyReLU(0.2),
+            sn(nn.Conv2d(16, 16, 4, 2, 1)),
+            nn.LeakyReLU(0.2),
+        )
+        self.head = sn(nn.Linear(16 * 4 * 4, 1))
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.head(self.convs(images).flatten(1))  # type: ignore[no-any-return]
+
+
+def make_spectral_gan() -> nn.Module:
+    return _declared(SpectralGan(), TensorSpec("images", "FP32", (-1, 3, 32, 32)))
+
+
+class _Blocks(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(W, 4 * W)
+        self.hidden = nn.Linear(4 * W, 4 * W)
+        self.out = nn.Linear(4 * W, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(F.relu(self.hidden(F.relu(self.inp(x)))))  # type: ignore[no-any-return]
+
+
+def make_quantized_dynamic() -> nn.Module:
+    """``torch.ao.quantization.quantize_dynamic``: int8 Linear layers whose packed weights are
+    neither parameters nor buffers."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization and its tensors are deprecated
+        model = torch.ao.quantization.quantize_dynamic(_Blocks(), {nn.Linear}, dtype=torch.qint8)
+    return _declared(model, _x(W))
+
+
+class _MoDBlock(nn.Module):
+    """Mixture-of-depths: a router scores the tokens, the top half (``topk``) go through the
+    block (gathered, processed, scattered back), the rest skip it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.router = nn.Linear(W, 1)
+        self.block = GPTBlock(W)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _, t, d = x.shape
+        weights = self.router(x).squeeze(-1)
+        top, index = torch.topk(weights, t // 2, dim=1, sorted=False)
+        index = index.unsqueeze(-1).expand(-1, -1, d)
+        chosen = torch.gather(x, 1, index)
+        update = self.block(chosen) * torch.sigmoid(top).unsqueeze(-1)
+        return torch.scatter_add(x, 1, index, update)
+
+
+class MixtureOfDepths(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, W)
+        self.layers = nn.ModuleList(_MoDBlock() for _ in range(3))
+        self.head = nn.Linear(W, VOCAB)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        x = self.embed(input_ids)
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)  # type: ignore[no-any-return]
+
+
+def make_mixture_of_depths() -> nn.Module:
+    return _declared(MixtureOfDepths(), TensorSpec("input_ids", "INT64", (-1, -1)))
+
+
+class ModelOutput(collections.OrderedDict[str, Any]):
+    """transformers' ``ModelOutput``: a dataclass that is an ``OrderedDict`` of the fields set."""
+
+    def __post_init__(self) -> None:
+        names = list(self.__dataclass_fields__)  # type: ignore[attr-defined]
+        first = getattr(self, names[0])
+        if isinstance(first, dict) and all(getattr(self, n) is None for n in names[1:]):
+            setattr(self, names[0], None)  # built from a dict, as accelerate's hooks rebuild it
+            for name, value in first.items():
+                setattr(self, name, value)
+        for name in names:
+            value = getattr(self, name)
+            if value is not None:
+                self[name] = value
+
+
+@dataclass
+class BaseModelOutput(ModelOutput):
+    last_hidden_state: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    pooler_output: torch.Tensor | None = None
+
+
+class _HfLayer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attention = nn.Linear(W, 3 * W)
+        self.output = nn.Linear(W, W)
+        self.norm = nn.LayerNorm(W)
+
+    def forward(
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs: Any
+    ) -> tuple[torch.Tensor]:
+        b, t, d = hidden_states.shape
+        q, k, v = self.attention(hidden_states).view(b, t, 3, 2, d // 2).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask)
+        y = self.output(y.transpose(1, 2).reshape(b, t, d))
+        return (self.norm(hidden_states + y),)
+
+
+class HfEncoder(nn.Module):
+    """A transformers-style encoder: ``forward(input_ids, attention_mask=None, *,
+    output_hidden_states=False, return_dict=True, **kwargs)``, the extended additive mask made
+    with ``torch.finfo(dtype).min``, every layer's hidden states kept, a ``ModelOutput``
+    (an ``OrderedDict`` dataclass) returned."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embeddings = nn.Embedding(VOCAB, W)
+        self.layer = nn.ModuleList(_HfLayer() for _ in range(3))
+        self.pooler = nn.Linear(W, W)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        *,
+        output_hidden_states: bool = True,
+        return_dict: bool = True,
+        **kwargs: Any,
+    ) -> BaseModelOutput | tuple[torch.Tensor, ...]:
+        h = self.embeddings(input_ids)
+        mask = None
+        if attention_mask is not None:
+            mask = (1.0 - attention_mask[:, None, None, :].to(h.dtype)) * torch.finfo(h.dtype).min
+        states: tuple[torch.Tensor, ...] = (h,)
+        for layer in self.layer:
+            h = layer(h, mask, **kwargs)[0]
+            states += (h,)
+        pooled = torch.tanh(self.pooler(h[:, 0]))
+        if not return_dict:
+            return (h, pooled)
+        return BaseModelOutput(
+            last_hidden_state=h,
+            hidden_states=states if output_hidden_states else None,
+            pooler_output=pooled,
+        )
+
+
+def make_hf_encoder() -> nn.Module:
+    ids, mask = (TensorSpec(name, "INT64", (-1, -1)) for name in ("input_ids", "attention_mask"))
+    return _declared(HfEncoder(), ids, mask)
+
+
+class FeatureHooks(nn.Module):
+    """Features taken by forward hooks into a dict (as feature extractors and FPNs built on a
+    classifier do), then combined by the model's code."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stages = nn.Sequential(
+            _ConvBnAct(3, 8, 2), _ConvBnAct(8, 16, 2), _ConvBnAct(16, 16, 2)
+        )
+        self.lateral = nn.ModuleList(nn.Conv2d(c, 8, 1) for c in (8, 16, 16))
+        self.head = nn.Linear(8, 4)
+        self.features: dict[int, torch.Tensor] = {}
+        for i, stage in enumerate(self.stages):
+            stage.register_forward_hook(self._keep(i))
+
+    def _keep(self, i: int) -> Any:
+        def hook(module: nn.Module, args: Any, output: torch.Tensor) -> None:
+            self.features[i] = output
+
+        return hook
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        self.features.clear()
+        self.stages(images)
+        pooled = [lat(self.features[i]).mean((2, 3)) for i, lat in enumerate(self.lateral)]
+        self.features.clear()
+        return self.head(torch.stack(pooled, 0).sum(0))  # type: ignore[no-any-return]
+
+
+def make_feature_hooks() -> nn.Module:
+    return _declared(FeatureHooks(), TensorSpec("images", "FP32", (-1, 3, 32, 32)))
+
+
+class Streaming(nn.Module):
+    """A streaming recurrent model keeping its hidden state between calls in a plain attribute
+    (``self.hidden``, ``None`` before the first call), as online speech and control models do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(W, W)
+        self.rnn = nn.GRU(W, W, batch_first=True)
+        self.head = nn.Linear(W, 2)
+        self.hidden: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, self.hidden = self.rnn(F.relu(self.proj(x)), self.hidden)
+        return self.head(out)  # type: ignore[no-any-return]
+
+
+def make_streaming() -> nn.Module:
+    return _declared(Streaming(), _x(-1, W))

@@ -43,6 +43,12 @@ SEQ = {
     "bfloat16_mixed": 8,
     "translation": 8,
     "translation_unpadded": 8,
+    "attention_seq2seq": 6,
+    "conformer": 24,  # 5 frames after its two strided convolutions
+    "rope_in_forward": 8,
+    "mixture_of_depths": 8,
+    "hf_encoder": 8,
+    "streaming": 6,
 }
 
 #: factories whose forward cannot run on ``meta`` (tested one by one below) or that are too big
@@ -55,6 +61,7 @@ UNTRACEABLE = {
     "moves_to_cuda",
     "moves_to_cpu",
     "packed",
+    "quantized_dynamic",
 }
 ON_META = {"on_meta", "big_tied"}
 FACTORIES = sorted(

@@ -142,6 +142,21 @@ class _Walker:
         elif dst != HOST:
             self.spans.setdefault(dst, []).append((op, until, alloc.nbytes))
 
+    def lives(self, index: int) -> int:
+        """Until when a kept copy of ``index`` lives: as long as its storage (a runner keeps
+        the copy of a part, the first token handed to a pooler, while the tensor it was cut
+        from lives, not only the part)."""
+        alloc = self.trace.allocs[index]
+        if alloc.view_of is None:
+            return alloc.end
+        return max(alloc.end, self.trace.allocs[alloc.view_of].end)
+
+    def storage(self, index: int) -> int:
+        """The Alloc whose bytes ``index`` keeps alive where it lives: its storage's, for a part
+        of a storage that lives there too; else its own (a part copied elsewhere)."""
+        base = self.trace.allocs[index].view_of
+        return index if base is None or self.home[base] != self.home[index] else base
+
     def _whole(self, index: int) -> int:
         """The storage's Alloc for a view of all of it that lives where the storage does
         (``logits.t()`` beside ``logits``: one copy serves both); else ``index``, a part, or a
@@ -227,7 +242,7 @@ def flow(trace: Trace, placement: Placement, *, replica: str | None = None) -> F
             hooked = placement.hooks and not replica and item.forward
             for index in item.args if hooked else dict.fromkeys(item.args):
                 kept = not placement.hooks or index in item.returned
-                alive = trace.allocs[index].end if kept else item.end + 1
+                alive = w.lives(index) if kept else item.end + 1
                 w.copy(index, dev, item.unit, op, alive)
             for index in dict.fromkeys(item.returned):
                 # what it returns is the copy it was handed, on its device: read from there
@@ -235,21 +250,30 @@ def flow(trace: Trace, placement: Placement, *, replica: str | None = None) -> F
         else:  # the model's own code reads a tensor, or a unit another unit's weight
             unit, index = item
             dst = flow_device(op) if unit == GLUE else w.device(unit)
-            w.copy(index, dst, unit, op, trace.allocs[index].end, once=True)
+            w.copy(index, dst, unit, op, w.lives(index), once=True)
     if any(c.unit == "" for c in calls) and not (placement.hooks and not replica):
         # the model placed whole: its forward returns what it made, or the copies it was
         # given (an input returned as it is), on its device
         for index in trace.outputs:
             w.home[index] = w.device("")
     outs = []
+    made = {index: w.home[index] for index in trace.outputs}
+    held: dict[int, str] = {}  # outputs not sent back: the caller holds them beside the rest
     for position, index in enumerate(trace.outputs):
         back = placement.hooks and not replica and position not in trace.unmoved
+        w.home[index] = made[index]  # hooks copy each place it is returned in (x, x): twice
         if back and w.home[index] != entry:
             # the copy sent back outlives the forward: the caller holds it
             w.copy(
                 index, entry, "(model return)", trace.ops, trace.ops + 1, "return", reader=RETURNED
             )
             w.home[index] = entry
+        elif placement.hooks and not replica:
+            held[w.storage(index)] = made[index]
         outs.append(w.home[index])
         w.copy(index, HOST, "(host)", trace.ops, trace.ops, reader=RETURNED)
+    for index, dev in held.items():
+        alloc = trace.allocs[index]
+        if dev != HOST and alloc.owner != INPUT and not alloc.weight:
+            w.spans.setdefault(dev, []).append((trace.ops, trace.ops + 1, alloc.nbytes))
     return Flow(sorted(w.found.values(), key=lambda c: c.first_op), w.spans, outs, w.inputs)

@@ -154,6 +154,43 @@ def _to_meta(module: nn.Module) -> None:
                 setattr(owner, name, moved[id(t)])
 
 
+def _unwrapped(module: nn.Module) -> nn.Module:
+    """The module a data-parallel wrapper holds (``nn.DataParallel``,
+    ``DistributedDataParallel``: a training script's model, every name under ``module.``),
+    which is what gets placed: the wrapper scatters each batch over the GPUs it found and
+    refuses weights on any other device (``meta`` included)."""
+    from torch import nn
+
+    while isinstance(module, nn.DataParallel | nn.parallel.DistributedDataParallel):
+        module = module.module
+    return module
+
+
+def _refuse_packed(module: nn.Module) -> None:
+    """Refuse weights kept outside the parameters and buffers, in the packed objects of the
+    quantized kernels (``torch.ao.quantization.quantize_dynamic``, ``convert``): they can be
+    neither sized nor moved, and those kernels have no ``meta`` implementation."""
+    import torch
+
+    for name, owner in module.named_modules():
+        packed = [
+            k
+            for k, v in vars(owner).items()
+            if isinstance(v, torch._C.ScriptObject) and not isinstance(v, torch._C.ScriptModule)
+        ]
+        if packed:
+            where = name.rsplit("._packed_params", 1)[0] or "(model)"
+            kind = type(module.get_submodule(where) if name else owner)
+            raise ConfigError(
+                f"module {where!r} ({kind.__module__}.{kind.__qualname__}) keeps its weights "
+                f"packed for quantized kernels ({name or 'the model'}.{packed[0]}), neither "
+                "parameters nor buffers, which the planner can neither size nor place, and "
+                "whose kernels do not run on 'meta'; plan the float model before "
+                "quantize_dynamic or convert (int8 weights are a quarter of float32's bytes), "
+                "or keep quantized weights in buffers dequantised in forward"
+            )
+
+
 def _from_tensor_specs(specs: Sequence[TensorSpec]) -> tuple[InputSpec, ...]:
     out = []
     for spec in specs:
@@ -219,7 +256,8 @@ def load_plan_model(
             what = f"model {model!r}"
             fix = "the factory is called with no arguments and must return a torch.nn.Module"
         raise ConfigError(f"cannot build the {what}: {type(exc).__name__}: {exc}; {fix}") from exc
-    module = loaded.module
+    module = _unwrapped(loaded.module)
+    _refuse_packed(module)
     if exported is not None and device != "cpu":
         # the devices tracing burnt into the graph (torch.ones(..., device=x.device) records
         # the export's) move too: .to() moves the parameters and buffers alone

@@ -346,10 +346,13 @@ class Run:
                     inputs = [self.moved(t, self.placement.entry, "(model call)") for t in inputs]
                 args, kwargs = call_arguments(model, inputs, [s.name for s in p.model.inputs])
                 out = model(*args, **kwargs)
+                sent = []  # what the top hook sends back: the caller holds all of it at once
                 for t, back in returned(out):
                     if hooked and back:  # the top hook sends the output to the inputs' device
                         t = self.moved(t, self.placement.entry, "(model return)")
+                        sent.append(t)
                     self.moved(t, HOST, "(host)")
+                del sent
         finally:
             for restore in undo:
                 restore()

@@ -519,7 +519,14 @@ def _traced(
     held = [rec.hold(t, INPUT, name) for t, name in zip(inputs, names, strict=True)]
     paths = fast_paths() if fast else contextlib.nullcontext()
     try:
-        with torch.inference_mode(), paths, causal_masks_unknown(), autocast_on_meta(), _mode(rec):
+        with (
+            torch.inference_mode(),
+            paths,
+            causal_masks_unknown(),
+            autocast_on_meta(),
+            _state_kept(module),
+            _mode(rec),
+        ):
             out = module(*args, **kwargs)
     except Exception as exc:  # the model's own forward failed: say so in one line
         raise _untraceable(exc) from exc
@@ -527,6 +534,29 @@ def _traced(
         for restore in undo:
             restore()
     return _finished(rec, out, held, size)
+
+
+@contextlib.contextmanager
+def _state_kept(module: nn.Module) -> Iterator[None]:
+    """The tensors a forward keeps in plain attributes between calls (a streaming model's
+    ``self.hidden``, a rotary cache) set back to what they were before it: each batch size is
+    traced from the state the factory built, as its first call runs, not from the previous
+    trace's (a hidden state of another batch size: "Expected hidden size (1, 2, 16)")."""
+    before = [(m, dict(m.__dict__)) for m in module.modules()]
+    try:
+        yield
+    finally:
+        for owner, state in before:
+            for name, value in list(owner.__dict__.items()):
+                if value is state.get(name, _MISSING) or next(_tensors(value), None) is None:
+                    continue
+                if name in state:
+                    owner.__dict__[name] = state[name]
+                else:
+                    del owner.__dict__[name]
+
+
+_MISSING = object()
 
 
 def _untraceable(exc: Exception) -> UntraceableModel:
