@@ -121,7 +121,7 @@ def kserve_config(
     port = getattr(args, "http_port", None)
     if port is None and "port" not in vars(args) and env.get("PORT"):
         raw = env["PORT"]
-        if not raw.isdigit():
+        if not (raw.isascii() and raw.isdigit()):
             raise ConfigError(f"PORT={raw!r} in the environment is not a port number")
         port = int(raw)
     if port is not None:

@@ -86,7 +86,7 @@ class ModelHandle:
 
 
 def _version_key(version: str) -> tuple[int, int | str]:
-    return (1, int(version)) if version.isdigit() else (0, version)
+    return (1, int(version)) if version.isascii() and version.isdigit() else (0, version)
 
 
 class Registry:

@@ -271,7 +271,7 @@ def _checked(directory: Path, name: str, where: str, data: Mapping[str, Any]) ->
         raise _fail(where, f"field {unknown[0]!r}", "is not a setting",
                     f"use one of {', '.join(_KEYS)}")  # fmt: skip
     policy = _policy(where, data.get("version_policy", {}))
-    available = [int(p.name) for p in directory.iterdir() if p.is_dir() and p.name.isdigit()]
+    available = _version_numbers(directory, where)
     flat = not available and bool(_model_files(directory, "*"))
     if not available and not flat:
         raise _fail(where, "model", "has no numbered version directory",
@@ -294,6 +294,26 @@ def _checked(directory: Path, name: str, where: str, data: Mapping[str, Any]) ->
         settings["labels"] = str(directory / files["labels"])
     return ModelDir(name, directory, where, settings, files["weights"], files["exported"],
                     policy, tuple(str(v) for v in chosen), flat)  # fmt: skip
+
+
+def _version_numbers(directory: Path, where: str) -> list[int]:
+    """The versions of ``directory``: its subdirectories named by a number in ASCII digits
+    (other names are not versions, as in Triton). A version is loaded from the directory
+    named as the number is written, so one written otherwise (``007``, which would be looked
+    for in ``7``) is refused, naming the name to give it."""
+    found = []
+    for path in directory.iterdir():
+        name = path.name
+        # str.isdigit also takes other scripts' digits ('²' is one int() refuses): not versions
+        if not (name.isascii() and name.isdigit() and path.is_dir()):
+            continue
+        number = int(name)
+        if name != str(number):
+            raise _fail(where, f"version directory {name!r}", "is not written as a version "
+                        f"number (versions are loaded from {str(directory / str(number))!r})",
+                        f"rename it {str(number)!r}")  # fmt: skip
+        found.append(number)
+    return found
 
 
 def _from_kserve(data: Mapping[str, Any]) -> dict[str, Any]:

@@ -31,6 +31,7 @@ laid out back to back ending when the batch's results reached the host.
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -82,8 +83,29 @@ def caller_context(headers: Mapping[str, str] | None = None) -> Any:
         return current
     if headers is None or "traceparent" not in headers:
         return None
-    carried = propagator.extract(carrier=headers)
+    reading = _READING_HEADERS.set(True)
+    try:
+        carried = propagator.extract(carrier=headers)
+    finally:
+        _READING_HEADERS.reset(reading)
     return carried if trace.get_current_span(carried).get_span_context().is_valid else None
+
+
+#: true while a request's trace headers are read (see :class:`_HeaderWarnings`)
+_READING_HEADERS: ContextVar[bool] = ContextVar("torchplace_reading_trace_headers", default=False)
+#: the loggers OpenTelemetry's W3C propagator warns on about a header it drops
+_PROPAGATION_LOGGERS = ("opentelemetry.trace.propagation.tracecontext", "opentelemetry.trace.span")
+
+
+class _HeaderWarnings(logging.Filter):
+    """Drops what OpenTelemetry logs about a request's trace headers while they are read (a
+    traceparent or tracestate too long, a tracestate member malformed: the header is dropped,
+    and the request joins no trace or keeps no state). Those are the client's headers, not the
+    server's state: logged, each such request wrote a line to the server's log, and a client
+    could fill it at the rate it sends requests. Outside that read nothing is dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _READING_HEADERS.get()
 
 
 @functools.cache
@@ -95,6 +117,9 @@ def _propagation() -> tuple[Any, Any, Any] | None:
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
     except ImportError:
         return None
+    quiet = _HeaderWarnings()
+    for name in _PROPAGATION_LOGGERS:
+        logging.getLogger(name).addFilter(quiet)
     return context, trace, TraceContextTextMapPropagator()
 
 

@@ -119,7 +119,7 @@ def model_config(engine: Any) -> dict[str, Any]:
 
 def _version_number(version: str) -> int:
     """Triton's version policy takes numbers; a version that is not one is listed as 0."""
-    return int(version) if version.isdigit() and len(version) < 19 else 0
+    return int(version) if version.isascii() and version.isdigit() and len(version) < 19 else 0
 
 
 def model_statistics(engines: Iterable[Any]) -> dict[str, Any]:
