@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from torchplace.lint.nodes import children, subtree, walk
+from torchplace.lint.nodes import children, own_nodes, subtree, walk
 from torchplace.lint.provenance.values import (
     _COMPS,
     _LOOPS,
@@ -69,6 +69,47 @@ def _names_state(node: ast.expr) -> bool:
     )
 
 
+def _walks_state(facts: FileFacts, it: ast.expr, scope: ast.AST, bound: bool = False) -> bool:
+    """``it`` yields parameters, buffers or the entries of a state dict: by what it calls or
+    names, or through the one value its name is bound to in ``scope`` (``model_dict =
+    net.state_dict().copy()``, then ``model_dict.items()``; ``grads = torch.autograd.grad(loss,
+    list(net.parameters()))``: one gradient per parameter)."""
+    if any(word in facts.segment(it) for word in _STATE_ITERS) or _names_state(it):
+        return True
+    root = _unwrapped(it)
+    while (
+        isinstance(root, ast.Call)
+        and isinstance(root.func, ast.Attribute)
+        and root.func.attr in {"items", "keys", "values"}
+        and not root.args
+    ):
+        root = root.func.value
+    if bound or not isinstance(root, ast.Name):
+        return False
+    value = _bound_before(scope, root)
+    return value is not None and _walks_state(facts, value, scope, True)
+
+
+def _bound_before(scope: ast.AST, name: ast.Name) -> ast.expr | None:
+    """The value of the last plain ``name = value`` of ``scope`` above ``name``'s line (what
+    ``name`` holds there; a store by key, ``d[k] = v``, replaces an entry and keeps it), or
+    None where another kind of binding (a loop's target, an unpacking) may also set it."""
+    plain: dict[int, ast.Assign | ast.AnnAssign] = {}
+    stores: list[ast.Name] = []
+    for sub in own_nodes(scope):
+        if isinstance(sub, (ast.Assign, ast.AnnAssign)) and sub.value is not None:
+            for target in sub.targets if isinstance(sub, ast.Assign) else [sub.target]:
+                if isinstance(target, ast.Name) and target.id == name.id:
+                    plain[id(target)] = sub
+        elif isinstance(sub, ast.Name) and sub.id == name.id and isinstance(sub.ctx, ast.Store):
+            stores.append(sub)
+    if any(id(store) not in plain for store in stores):
+        return None  # `for name in ...`, `name, x = ...`: not one plain value
+    above = [stmt for stmt in plain.values() if stmt.lineno < name.lineno]
+    last = max(above, key=lambda stmt: stmt.lineno, default=None)
+    return last.value if last is not None else None
+
+
 def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind, str] | None:
     """``("batch"|"rows"|"items", evidence)`` for a loop or comprehension of ``scope``, or None
     (once per epoch, or nothing says it touches a device)."""
@@ -76,9 +117,7 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
     if parts is None:
         return None
     iters, body, targets = parts
-    if any(word in facts.segment(it) for it in iters for word in _STATE_ITERS) or any(
-        _names_state(it) for it in iters
-    ):
+    if any(_walks_state(facts, it, scope) for it in iters):
         return None  # a pass over parameters or a state dict: conversion, not batches
     if any(_walks_layers(facts, it) for it in iters):
         return None  # `for layer in model.layers: x = layer(x)`: one forward pass

@@ -24,7 +24,7 @@ from torchplace.lint.base import (
     loop_items,
     names_in,
 )
-from torchplace.lint.nodes import walk, walk_body
+from torchplace.lint.nodes import subtree, walk, walk_body
 from torchplace.lint.provenance import Fact, FileFacts, PerBatch, file_facts, scope_node
 from torchplace.lint.provenance.callers import engine_step, imported_by_siblings
 from torchplace.lint.provenance.loops import _few_constants, feeds_back, rare_test
@@ -106,6 +106,8 @@ def _call(call: ast.Call, ctx: Context) -> None:
         return
     if len(call.args) == 1 and ctx.call_qualname(call) in _FROM_ELEMENTS:
         for element in _elements(call.args[0], ctx):  # each 0-dim tensor read to the host
+            if _module_setting(element, ctx):
+                continue  # `torch.tensor([model.blank])`: an integer setting of a model
             if _check(call, element, f"`{ctx.segment(func)}()` of a list", ctx, explicit=False):
                 return
         return
@@ -193,6 +195,36 @@ def _elements(arg: ast.expr, ctx: Context) -> list[ast.expr]:
             return [arg]
     scope = ctx.function_scope()
     return _appended(arg, scope.node) if scope is not None else []
+
+
+# Methods only a module has: a name they are called on holds a model, not a tensor.
+_MODULE_METHODS = frozenset(
+    {"eval", "train", "parameters", "named_parameters", "state_dict", "load_state_dict"}
+    | {"modules", "named_modules", "children", "zero_grad"}
+)
+
+
+def _module_setting(element: ast.expr, ctx: Context) -> bool:
+    """``model.blank`` in ``torch.tensor([model.blank])``: an attribute of a model the code
+    runs (``model(x)``) or treats as one (``model.eval()``, ``model.parameters()``), a setting
+    such as a token id, read where the module keeps it, not a device tensor of a batch."""
+    if not isinstance(element, ast.Attribute):
+        return False
+    owner = dotted_name(element.value)
+    if owner is None or owner == "self":
+        return False
+    return any(
+        isinstance(sub, ast.Call)
+        and (
+            dotted_name(sub.func) == owner
+            or (
+                isinstance(sub.func, ast.Attribute)
+                and sub.func.attr in _MODULE_METHODS
+                and dotted_name(sub.func.value) == owner
+            )
+        )
+        for sub in subtree(scope_node(ctx))
+    )
 
 
 def _appended(name: ast.Name, function: ast.AST) -> list[ast.expr]:
@@ -828,10 +860,25 @@ def _only_fills(stmt: ast.stmt, value: ast.AST, ctx: Context) -> bool:
         (s.lineno for s in named if not isinstance(s.ctx, ast.Load) and s.lineno > after),
         default=None,
     )
+    # `patch[..., :k] *= 0` writes into the copy itself; `torch.ones_like(patch)` reads its
+    # shape: neither hands its values on (a tiled inference masking a patch's border)
+    kept = {
+        id(sub.value)
+        for sub in nodes
+        if isinstance(sub, ast.Subscript) and not isinstance(sub.ctx, ast.Load)
+    } | {
+        id(arg)
+        for sub in nodes
+        if isinstance(sub, ast.Call) and (call_name(sub) or "").endswith("_like")
+        for arg in sub.args[:1]
+    }
     uses = [
         s
         for s in named
-        if isinstance(s.ctx, ast.Load) and after < s.lineno and (until is None or s.lineno < until)
+        if isinstance(s.ctx, ast.Load)
+        and after < s.lineno
+        and (until is None or s.lineno < until)
+        and id(s) not in kept
     ]
     return bool(uses) and all(id(use) in written for use in uses)
 
@@ -1229,14 +1276,10 @@ def _feeds_device(loop: ast.AST) -> bool:
         return False
     inputs, nodes = loop_items(loop, _reads_next)
     inputs = set(inputs)
-    for sub in nodes:  # `{k: v.to(device) for k, v in batch.items()}` moves `batch` itself
-        if isinstance(sub, _COMPS):
-            for gen in sub.generators:
-                if names_in(gen.iter) & inputs:
-                    inputs |= names_in(gen.target)
     counter = isinstance(loop, ast.While) or _counts(loop.iter)
     chunks = _chunks(loop, nodes) if counter else set()
     inputs |= chunks
+    placed = set(chunks)  # what a call given the device may place as this turn's input
     if not counter or chunks:
         # a loop over data (not `range(n)`, a decoding loop's counter, unless it slices a
         # chunk of data per turn): what it builds from each item (`chars = np.stack([pad(t)
@@ -1249,6 +1292,12 @@ def _feeds_device(loop: ast.AST) -> bool:
                         if isinstance(target, (ast.Name, ast.Tuple)):
                             derived |= names_in(target)
         inputs |= derived
+        placed |= derived
+    for sub in nodes:  # `{k: v.to(device) for k, v in batch.items()}` moves `batch` itself
+        if isinstance(sub, _COMPS):
+            for gen in sub.generators:
+                if names_in(gen.iter) & inputs:
+                    inputs |= names_in(gen.target)
     return any(
         isinstance(sub, ast.Call)
         and (
@@ -1258,11 +1307,21 @@ def _feeds_device(loop: ast.AST) -> bool:
                 and not any(isinstance(a, ast.Constant) and a.value == "cpu" for a in sub.args)
                 and bool(names_in(sub.func.value) & inputs)
             )
-            # `self.tokenize_fn(queries[i : i + bs], device=dev)`: a chunk the call places
-            or (_passes_device(sub) and any(names_in(a) & chunks for a in sub.args))
+            # `self.tokenize_fn(queries[i : i + bs], device=dev)`: a chunk the call places;
+            # `batch = collate(batch, device)`: the item taken, placed by a project's helper
+            or (
+                _passes_device(sub)
+                and any(names_in(a) & (placed if _helper(sub) else chunks) for a in sub.args)
+            )
         )
         for sub in nodes
     )
+
+
+def _helper(call: ast.Call) -> bool:
+    """A call of the project's own code, not of ``torch`` (``torch.as_tensor(v, device=d)``
+    makes a tensor of a value; it does not prepare a batch)."""
+    return not (dotted_name(call.func) or "").startswith("torch.")
 
 
 def _turn_names(loop: ast.For | ast.AsyncFor | ast.While) -> set[str]:
@@ -1300,7 +1359,14 @@ def _chunks(loop: ast.For | ast.AsyncFor | ast.While, nodes: list[ast.AST]) -> s
     }
     found: set[str] = set()
     for sub in nodes:
-        if isinstance(sub, ast.Assign) and _fresh_chunk(sub.value, counter, built):
+        if isinstance(sub, ast.Assign) and (
+            _fresh_chunk(sub.value, counter, built)
+            # `batch = self.tokenize(texts[i : i + bs])`: the chunk, prepared for the model
+            or (
+                isinstance(sub.value, ast.Call)
+                and any(_fresh_chunk(arg, counter, built) for arg in sub.value.args)
+            )
+        ):
             found |= {name for target in sub.targets for name in names_in(target)}
         elif isinstance(sub, ast.Call) and _passes_device(sub):
             # `self.tokenize_fn(queries[i : i + bs], device=dev)`: a chunk the call places
