@@ -387,9 +387,11 @@ class _Context:
                     ) from None
                 names = [spec.name for spec in self.model.inputs]
                 module, paths = self.model.module, units.paths
+                values = self.model.values(b, self.seq)
                 return trace_forward(
-                    module, inputs, paths, batch=b, seq=self.seq, names=names, hooks=hooks
-                )
+                    module, inputs, paths, batch=b, seq=self.seq, names=names, hooks=hooks,
+                    values=values,
+                )  # fmt: skip
 
             self.cache[key] = traces_for(self.batches, run)
         return self.cache[key]

@@ -391,7 +391,37 @@ def _not_left_aligned(count: Count, *args: Any, **kwargs: Any) -> bool:
     return False
 
 
+def _grouped_mm(
+    count: Count,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    offs: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+) -> Any:
+    """``torch._grouped_mm`` (transformers' mixture-of-experts layers) of other dtypes than
+    bfloat16: ``meta`` refuses them ("Expected inputs of BF16 type"), the CPU's kernel (and
+    CUDA's fallback) runs them: its output, of the shape ``meta`` gives bfloat16 operands."""
+    import torch
+
+    if a.dtype == torch.bfloat16 and b.dtype == torch.bfloat16:
+        return NotImplemented
+    shape: tuple[int, ...]
+    if a.dim() == 2 and b.dim() == 2:
+        groups = offs.shape[0] if offs is not None else 1
+        shape, flops = (groups, a.shape[0], b.shape[1]), 2 * a.numel() * b.shape[1]
+    elif a.dim() == 2:
+        shape, flops = (a.shape[0], b.shape[-1]), 2 * a.numel() * b.shape[-1]
+    elif b.dim() == 2:
+        shape, flops = (a.shape[1], b.shape[1]), 2 * a.numel() * b.shape[1]
+    else:
+        shape, flops = (a.shape[0], a.shape[1], b.shape[-1]), 2 * a.numel() * b.shape[-1]
+    count(int(flops))
+    return torch.empty(shape, dtype=out_dtype or a.dtype, device=a.device)
+
+
 _REPLACED: dict[str, Callable[..., Any]] = {
+    "_grouped_mm": _grouped_mm,
     "scaled_dot_product_attention": _sdpa,
     "_native_multi_head_attention": _native_mha,
     "_transformer_encoder_layer_fwd": _encoder_layer,

@@ -90,6 +90,24 @@ class PlanModel:
         length = seq if seq is not None else (self.default_seq or 1)
         return [spec.make(batch, length, device) for spec in self.inputs]
 
+    def values(self, batch: int, seq: int | None) -> list[torch.Tensor | None]:
+        """The values of the integer and boolean inputs (ids, masks, lengths, timesteps: what a
+        forward's own code branches on) at ``batch``, as ``--verify`` makes them, for the code
+        that reads them on ``meta`` (:mod:`torchplace.planner.values`); None for a float input
+        (data, whose values the planner would make up) or one past ``LIMIT`` elements."""
+        import math
+
+        from torchplace.planner.values import LIMIT
+
+        length = seq if seq is not None else (self.default_seq or 1)
+        return [
+            spec.make(batch, length, "cpu")
+            if not spec.dtype.startswith(("float", "bfloat"))
+            and math.prod(spec.concrete(batch, length)) <= LIMIT
+            else None
+            for spec in self.inputs
+        ]
+
 
 def call_arguments(
     module: nn.Module, inputs: Sequence[torch.Tensor], names: Sequence[str]

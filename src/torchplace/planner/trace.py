@@ -29,6 +29,7 @@ from torchplace.planner.fused import (
     fast_paths,
     replacement,
 )
+from torchplace.planner.values import Values, give, value_of
 
 if TYPE_CHECKING:
     import torch
@@ -227,6 +228,8 @@ class _Recorder:
         self.part_refs: dict[tuple[Any, ...], int] = {}
         self.seen: dict[tuple[int, str, int], tuple[int, ...]] = {}  # as in Trace.seen
         self.hooks: Hooks | None = None  # a placement dispatched by hooks: calls as they run
+        self.values = Values()  # of the tensors made from the inputs alone
+        self.failed: tuple[BaseException, str] | None = None  # an operator meta cannot run
 
     def saw(self, op: int, reader: str, t: torch.Tensor, index: int) -> None:
         """``reader`` received ``t``, of Alloc ``index``, at operator ``op``: keep its shape
@@ -274,6 +277,7 @@ class _Recorder:
         if key in self.external:
             return None
         if key not in self.live:
+            self.values.fresh(key)
             nbytes = t.untyped_storage().nbytes()
             index = len(self.allocs)
             self.allocs.append(
@@ -314,6 +318,7 @@ class _Recorder:
                 return v
             with _disable_current_modes():
                 alias = v.view(v.shape)  # the same storage: the copy is crossings' to count
+            give(alias, value_of(v))
             self.hold(alias, self.allocs[index].owner)
             if hasattr(v, _MADE):  # a part of a storage: made when and where ``v`` was
                 setattr(alias, _MADE, getattr(v, _MADE))
@@ -435,7 +440,17 @@ class _Recorder:
             if result is not NotImplemented:
                 return result
         unit = self.read(args, kwargs)
-        out = func(*args, **kwargs)
+        try:
+            out = func(*args, **kwargs)
+        except Exception as exc:
+            # meta cannot run it (it reads values: .item(), nonzero): from the operands'
+            # values, where they are made from the inputs alone
+            out = self.values.instead(func, args, kwargs)
+            if out is NotImplemented:
+                self.failed = (exc, f"aten.{packet.__name__} in {label(unit)}")
+                raise
+        else:
+            self.values.follow(func, args, kwargs, out)
         if packet in self.registry:
             count = int(self.registry[packet](*args, **kwargs, out_val=out))
             self.flops[unit] = self.flops.get(unit, 0) + count
@@ -468,13 +483,17 @@ def trace_forward(
     seq: int | None,
     names: Sequence[str] = (),
     hooks: Hooks | None = None,
+    values: Sequence[torch.Tensor | None] = (),
 ) -> Trace:
     """Run ``module(*inputs)`` once under the recorder (an input its forward takes by keyword
     only passed by its name in ``names``); ``units`` are module paths. PyTorch's
     fast paths are taken as on a real device; where one cannot run on ``meta`` (a padding mask
     turns ``nn.TransformerEncoder``'s into nested tensors, made from the mask's values), the
     general path is traced instead: an upper bound. With ``hooks``, each unit is handed its
-    arguments as those hooks hand them (:meth:`_Recorder.handed`)."""
+    arguments as those hooks hand them (:meth:`_Recorder.handed`). ``values``: the inputs'
+    values (None for one without), for the code that reads them (:mod:`~.values`)."""
+    for t, value in zip(inputs, values, strict=False):
+        give(t, value)
     call = (inputs, names)
     try:
         return _traced(module, call, units, (batch, seq), fast=True, hooks=hooks)
@@ -529,7 +548,8 @@ def _traced(
         ):
             out = module(*args, **kwargs)
     except Exception as exc:  # the model's own forward failed: say so in one line
-        raise _untraceable(exc) from exc
+        failed = rec.failed
+        raise _untraceable(exc, failed[1] if failed and failed[0] is exc else "") from exc
     finally:
         for restore in undo:
             restore()
@@ -559,8 +579,9 @@ def _state_kept(module: nn.Module) -> Iterator[None]:
 _MISSING = object()
 
 
-def _untraceable(exc: Exception) -> UntraceableModel:
-    """What a forward that failed on ``meta`` did wrong, and its fix, in one line."""
+def _untraceable(exc: Exception, where: str = "") -> UntraceableModel:
+    """What a forward that failed on ``meta`` did wrong, and its fix, in one line; ``where``:
+    the operator meta could not run and the unit running it."""
     text = str(exc).rstrip(".!")
     if any(s in text for s in _MOVED):
         return UntraceableModel(
@@ -579,9 +600,13 @@ def _untraceable(exc: Exception) -> UntraceableModel:
             "device (device=x.device), as a GPU needs too"
         )
     if isinstance(exc, RuntimeError | NotImplementedError):
+        if where:  # torch's advice for meta kernels (a torch.fx setting) is not the user's
+            text = f"{where}: {text.split('. ')[0].rstrip('.')}"
         return UntraceableModel(
             f"cannot trace the model on 'meta': {text}. The planner runs the forward without "
-            "data; a model whose control flow reads tensor values cannot be planned this way"
+            "data; a model whose control flow reads tensor values cannot be planned this way "
+            "(values are known for tensors made from the integer and boolean inputs alone, "
+            "not from the weights or float inputs)"
         )
     return UntraceableModel(
         f"cannot trace the model on 'meta': its forward raised {type(exc).__name__}: {text}; "

@@ -1,0 +1,158 @@
+"""The values a forward reads on ``meta``: those of tensors made from its inputs alone.
+
+``meta`` tensors have no values, but a model's own code often branches on its inputs':
+transformers' padding check (``attention_mask.sum() == attention_mask.numel()`` before it skips
+the mask), a mask turned into indices (``nonzero``, boolean indexing), a length read with
+``.item()``. Each integer or boolean input of at most :data:`LIMIT` elements is traced with the
+value ``--verify`` runs it with, kept beside its ``meta`` tensor; an operator whose tensors all
+have a value (or that takes none, as ``torch.arange(n, device=x.device)``) computes its
+result's on the CPU as well, while it is small. A parameter or buffer has no value (it is on
+``meta``), so what is computed from the weights is not followed, nor are float inputs (data,
+whose values the planner would make up). Where the ``meta`` kernel cannot run (``.item()``, an
+output whose shape depends on values), the result comes from the values: the number itself, or
+``meta`` tensors of the shape and strides the CPU's kernel gave.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["LIMIT", "Values", "give", "value_of"]
+
+#: the most elements a value is kept for (16 MiB of float32): masks, ids, lengths, timesteps
+LIMIT = 1 << 22
+
+_VALUE = "_torchplace_value"
+_NONE: Any = object()  # an argument without a value
+
+
+def value_of(t: torch.Tensor) -> torch.Tensor | None:
+    """``t``'s value: its own where it is not on ``meta`` (a Python number made a tensor)."""
+    if t.device.type != "meta":
+        return t
+    return getattr(t, _VALUE, None)
+
+
+def give(t: torch.Tensor, value: torch.Tensor | None) -> None:
+    """Keep ``value`` beside ``t`` (where it is ``t``'s shape and dtype)."""
+    if value is not None and value.shape == t.shape and value.dtype == t.dtype:
+        setattr(t, _VALUE, value)
+
+
+def _forget(t: torch.Tensor) -> None:
+    if hasattr(t, _VALUE):
+        delattr(t, _VALUE)
+
+
+class Values:
+    """What :class:`~torchplace.planner.trace._Recorder` asks of values, one forward's worth."""
+
+    def __init__(self) -> None:
+        self.stale: set[int] = set()  # storages written by an operator without values
+
+    def fresh(self, key: int) -> None:
+        """A new storage at ``key`` (one freed may have had it)."""
+        self.stale.discard(key)
+
+    def _valued(self, value: Any) -> Any:
+        """``value`` with each tensor its value and ``meta`` the CPU; ``_NONE`` where one has
+        none."""
+        import torch
+        from torch.utils._pytree import tree_flatten, tree_unflatten
+
+        leaves, spec = tree_flatten(value)
+        out = []
+        for leaf in leaves:
+            if isinstance(leaf, torch.Tensor):
+                if int(leaf.untyped_storage()._cdata) in self.stale:
+                    return _NONE
+                leaf = value_of(leaf)
+                if leaf is None:
+                    return _NONE
+            elif isinstance(leaf, torch.device) and leaf.type == "meta":
+                leaf = torch.device("cpu")
+            out.append(leaf)
+        return tree_unflatten(out, spec)
+
+    def follow(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        """After ``func`` ran on ``meta``: its outputs' values, where its operands have them
+        and the outputs are small; an operand it wrote without values loses its own."""
+        import torch
+        from torch.utils._pytree import tree_flatten
+
+        outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        valued = None
+        # a random draw is not followed: drawn on the CPU it would advance the caller's
+        # generator, which planning leaves as it was
+        seeded = torch.Tag.nondeterministic_seeded in getattr(func, "tags", ())
+        if outs and not seeded and sum(t.numel() for t in outs) <= LIMIT:
+            valued = self._valued((args, kwargs))
+        if valued is None or valued is _NONE:
+            for t in _written(func, args, kwargs):
+                _forget(t)
+                self.stale.add(int(t.untyped_storage()._cdata))
+            return
+        try:
+            computed = func(*valued[0], **valued[1])
+        except Exception:  # values are a help, never a reason to fail
+            for t in _written(func, args, kwargs):
+                _forget(t)
+            return
+        results = [v for v in tree_flatten(computed)[0] if isinstance(v, torch.Tensor)]
+        for t, v in zip(outs, results, strict=False):
+            give(t, v)
+
+    def instead(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """``func``'s result where its ``meta`` kernel cannot run (it reads values): computed
+        from the operands' values, its tensors ``meta`` ones beside their values; ``None``
+        where an operand has no value: ``NotImplemented`` (the caller raises what ``meta``
+        raised)."""
+        import torch
+        from torch.utils._pytree import tree_flatten, tree_map
+
+        valued = self._valued((args, kwargs))
+        if valued is _NONE:
+            return NotImplemented
+        try:
+            computed = func(*valued[0], **valued[1])
+        except Exception:  # the caller raises what meta raised
+            return NotImplemented
+        # an operator that returns an operand (an in-place one) returns that operand
+        operands = {
+            id(value_of(t)): t
+            for t in tree_flatten((args, kwargs))[0]
+            if isinstance(t, torch.Tensor)
+        }
+
+        def meta(v: Any) -> Any:
+            if not isinstance(v, torch.Tensor):
+                return v
+            if id(v) in operands:
+                return operands[id(v)]
+            t = torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
+            give(t, v)
+            return t
+
+        return tree_map(meta, computed)
+
+
+def _written(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
+    """The tensors ``func`` writes into (an in-place or ``out=`` operator's)."""
+    import torch
+
+    written: list[torch.Tensor] = []
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return written
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        value = kwargs.get(arg.name) if arg.kwarg_only or i >= len(args) else args[i]
+        if isinstance(value, torch.Tensor):
+            written.append(value)
+        elif isinstance(value, list | tuple):
+            written += [t for t in value if isinstance(t, torch.Tensor)]
+    return written
