@@ -50,6 +50,9 @@ def _sync_call(case: str, cuda: torch.device) -> Callable[[], object]:
     dev = torch.arange(1024.0, device=cuda)
     empty = torch.empty(0, device=cuda)
     matrix = torch.eye(4, device=cuda) * 2
+    index = torch.tensor([0, 2], device=cuda)
+    log_probs = torch.randn(10, 2, 5, device=cuda).log_softmax(2)
+    targets = torch.ones(2, 4, dtype=torch.long, device=cuda)
     calls: dict[str, Callable[[], object]] = {
         "blocking-h2d": lambda: host.to(cuda),
         "blocking-h2d-copy_": lambda: dev.copy_(host),
@@ -74,6 +77,19 @@ def _sync_call(case: str, cuda: torch.device) -> Callable[[], object]:
         "allclose": lambda: torch.allclose(dev, dev),
         "histc": lambda: torch.histc(dev, bins=8),
         "histc-range": lambda: torch.histc(dev, bins=8, min=0, max=1024),
+        # kernels that read device data on the host, where no dispatch mode sees it
+        "masked-fill-device-value": lambda: dev.masked_fill(dev > 3, dev[0]),
+        "masked-fill-host-value": lambda: dev.masked_fill(dev > 3, torch.tensor(0.0)),
+        "index-fill-device-value": lambda: dev.index_fill(0, index, dev[0]),
+        "linspace-device-ends": lambda: torch.linspace(dev[0], dev[-1], 5),
+        "isin-many-test-elements": lambda: torch.isin(dev[:8], dev),
+        "isin-few-test-elements": lambda: torch.isin(dev, dev[:3]),
+        "matrix-exp": lambda: torch.linalg.matrix_exp(matrix),
+        "cholesky-inverse": lambda: torch.cholesky_inverse(matrix),
+        "dense-to-sparse": lambda: dev.to_sparse(),
+        "ctc-loss": lambda: torch.nn.functional.ctc_loss(
+            log_probs, targets, [10, 10], [4, 3], reduction="sum"
+        ),
         # torch reads a printed tensor element by element (several syncs); the guard records
         # the print once, as Tensor.__repr__
         "repr": lambda: repr(dev[:4]),
@@ -107,6 +123,16 @@ def _sync_call(case: str, cuda: torch.device) -> Callable[[], object]:
         ("allclose", 1, 1),
         ("histc", 1, None),
         ("histc-range", 0, 0),
+        ("masked-fill-device-value", 1, 1),
+        ("masked-fill-host-value", 0, 0),
+        ("index-fill-device-value", 1, 1),
+        ("linspace-device-ends", 1, None),  # an item() per end
+        ("isin-many-test-elements", 1, None),  # unique() of both inputs
+        ("isin-few-test-elements", 0, 0),
+        ("matrix-exp", 1, None),
+        ("cholesky-inverse", 1, None),
+        ("dense-to-sparse", 1, None),
+        ("ctc-loss", 1, None),  # blocking copies of the lengths onto the device
         ("repr", 1, None),  # None: at least one
     ],
 )

@@ -209,3 +209,78 @@ def test_storage_copies_are_recorded_once_each_at_the_users_line() -> None:
         ("sync", 0, line("storage-d2h")),
     ]
     assert "copy_" not in vars(torch.UntypedStorage)  # unwrapped again
+
+
+def _kernel_read_calls() -> list[tuple[str, Callable[[torch.Tensor], object]]]:
+    """Ops whose kernel reads device data on the host, out of any dispatch mode's sight."""
+    return [
+        ("aten.masked_fill.Tensor", lambda t: t.masked_fill(t > 0, t.sum())),
+        ("aten.masked_fill_.Tensor", lambda t: t.clone().masked_fill_(t > 0, t.sum())),
+        ("aten.index_fill.int_Tensor", lambda t: t.index_fill(0, t[0].long(), t.sum())),
+        ("aten.index_fill_.int_Tensor", lambda t: t.clone().index_fill_(0, t[0].long(), t.sum())),
+        ("aten.linspace.Tensor_Tensor", lambda t: torch.linspace(t.sum(), t.sum(), 5)),
+        ("aten.logspace.Scalar_Tensor", lambda t: torch.logspace(0.0, t.sum(), 5)),
+        ("aten.isin.Tensor_Tensor", lambda t: torch.isin(t, torch.ones(100, device=META))),
+        ("aten.isin.Scalar_Tensor", lambda t: torch.isin(1.0, torch.ones(10, device=META))),
+        ("aten.linalg_matrix_exp", lambda t: torch.linalg.matrix_exp(t[:2, :2])),
+        ("aten.cholesky_inverse", lambda t: torch.cholesky_inverse(t[:2, :2])),
+    ]
+
+
+@pytest.mark.parametrize(("op", "call"), _kernel_read_calls())
+def test_ops_whose_kernel_reads_device_data_are_syncs(op: str, call: object) -> None:
+    t = torch.ones(4, 2, device=META)
+    with MetaReadback(), torchplace.guard() as report:
+        call(t)  # type: ignore[operator]
+    assert [e.op for e in report.syncs] == [op]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda t: t.masked_fill(t > 0, 1.0),
+        lambda t: t.clone().masked_fill_(t > 0, -1.0),
+        lambda t: t.index_fill(0, t[0].long(), 1.0),
+        lambda t: torch.linspace(0, 1, 5, device=META),
+        lambda t: torch.linspace(torch.tensor(0.0), torch.tensor(1.0), 5),  # host ends
+        lambda t: torch.isin(t, torch.ones(3, device=META)),  # compared pairwise on the device
+        lambda t: torch.isin(t, torch.ones(100, device=META), assume_unique=True),
+        lambda t: torch.isin(1.0, torch.ones(9, device=META)),
+        lambda t: torch.isin(t, 1.0),
+        lambda t: torch.linalg.matrix_exp(t[:1, :1]),  # a 1x1 matrix is exp()
+        lambda t: torch.linalg.matrix_exp(torch.eye(3)),
+    ],
+)
+def test_look_alikes_of_kernel_reads_are_no_sync(call: object) -> None:
+    t = torch.ones(4, 2, device=META)
+    with MetaReadback(), torchplace.guard() as report:
+        call(t)  # type: ignore[operator]
+    assert report.syncs == []
+
+
+@pytest.mark.parametrize(
+    ("op", "call"),
+    [
+        ("aten._to_sparse", lambda t: t.to_sparse()),
+        ("aten._to_sparse_csr", lambda t: t.to_sparse_csr()),
+        ("aten._to_sparse_bsr", lambda t: t.to_sparse_bsr((2, 2))),
+    ],
+)
+def test_a_dense_device_tensor_made_sparse_is_a_sync(op: str, call: object) -> None:
+    t = torch.ones(4, 2, device=META)
+    # meta has no sparse kernels: the sync is recorded before torch refuses the call
+    with torchplace.guard() as report, pytest.raises(NotImplementedError, match="Meta"):
+        call(t)  # type: ignore[operator]
+    assert [e.op for e in report.syncs] == [op]
+
+
+def test_ctc_loss_copies_its_lengths_to_the_device_with_blocking_copies() -> None:
+    log_probs = torch.randn(10, 2, 5, device=META)
+    targets = torch.ones(2, 4, dtype=torch.long, device=META)
+    with MetaReadback(), torchplace.guard() as report:
+        torch.nn.functional.ctc_loss(log_probs, targets, [10, 10], [4, 3], reduction="sum")
+    assert [e.op for e in report.syncs] == ["aten._ctc_loss"]
+    on_host = torch.randn(10, 2, 5), torch.ones(2, 4, dtype=torch.long)
+    with torchplace.guard() as report:
+        torch.nn.functional.ctc_loss(*on_host, [10, 10], [4, 3], reduction="sum")
+    assert report.syncs == []

@@ -52,8 +52,8 @@ __gt__ __ge__ __abs__ __len__ __hash__ add add_ sub sub_ mul mul_ div div_ matmu
 pow exp exp_ log sqrt rsqrt abs neg clamp clamp_ relu relu_ sigmoid tanh softmax log_softmax
 sum mean std var amax amin argmax argmin max min norm view_as reshape_as permute
 transpose t contiguous flatten unflatten unsqueeze squeeze expand_as chunk
-split unbind clone detach detach_ float half double bfloat16 int long bool type_as masked_fill
-masked_fill_ fill_ zero_ cumsum sort topk gather scatter scatter_ scatter_add_ index_select eq
+split unbind clone detach detach_ float half double bfloat16 int long bool type_as
+fill_ zero_ cumsum sort topk gather scatter scatter_ scatter_add_ index_select eq
 ne lt le gt ge logical_and logical_or logical_not any all size dim numel stride is_contiguous
 element_size nelement data_ptr requires_grad_ retain_grad
 sin cos erf flip roll tril triu maximum minimum square softplus exp2 dtype_
@@ -74,7 +74,7 @@ add sub mul div matmul mm bmm addmm baddbmm cat concat concatenate stack hstack 
 sigmoid tanh softmax log_softmax exp log sqrt rsqrt abs neg clamp sum mean amax amin argmax
 argmin max min flatten permute transpose t squeeze unsqueeze chunk split
 zeros_like ones_like empty_like full_like rand_like randn_like einsum layer_norm group_norm
-batch_norm dropout conv1d conv2d conv3d embedding topk sort gather index_select masked_fill eq
+batch_norm dropout conv1d conv2d conv3d embedding topk sort gather index_select eq
 ne gt lt ge le logical_and logical_or logical_not maximum minimum erf sin cos cumsum flip roll
 tril triu outer dot softplus
 square

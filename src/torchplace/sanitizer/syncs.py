@@ -5,7 +5,10 @@
 * Blocking copies between the host and a device: :data:`BLOCKING_COPY`, the reason the
   dispatch layer records with each one.
 * aten ops whose result size depends on device data (``nonzero``, boolean-mask indexing,
-  ``unique``, ...) and torch.linalg's solvers that read their error codes on the host:
+  ``unique``, ...), torch.linalg's solvers that read their error codes on the host, and ops
+  whose kernel reads device data on the host where no dispatch mode sees it (a device tensor
+  as ``masked_fill``'s value or ``linspace``'s ends; ``isin`` of many test
+  elements, ``matrix_exp``, ``ctc_loss`` on CUDA, a dense tensor made sparse):
   :func:`sync_handlers`, the dispatch layer's handlers for them.
 * ``torch.cuda.synchronize`` and friends are plain Python functions that no mode sees: while
   any guard is active they are wrapped (:func:`install_sync_wrappers`), and the wrapper records
@@ -90,6 +93,11 @@ _LINALG: Final = (
 )
 
 
+#: The kernels of these ops read a tensor argument on the host with ``.item()``, where no
+#: dispatch mode sees it: a sync when that argument is on a device.
+_FILL: Final = "a 0-dim device tensor as the fill value is read on the host (value.item())"
+
+
 def _sync_handler(why: str) -> Handler:
     def handler(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         t = args[0] if args else None
@@ -129,6 +137,77 @@ def _histc(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, An
     return func(*args, **kwargs)
 
 
+def _checked_call(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    """Run ``func`` after the mixed-device check the dispatch layer makes for unhandled ops."""
+    if maybe_mixed(args, kwargs):
+        check_op(owner, func, args, kwargs)
+    return func(*args, **kwargs)
+
+
+def _reads_argument(index: int, name: str, why: str) -> Handler:
+    """A handler for an op whose kernel reads one tensor argument on the host (``.item()``):
+    a sync when that argument is on a device (a CPU value is read without waiting)."""
+
+    def handler(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        value = args[index] if len(args) > index else kwargs.get(name)
+        if isinstance(value, Tensor) and value.device.type != "cpu" and value.numel():
+            owner._sync(op_name(func), why)
+        return _checked_call(owner, func, args, kwargs)
+
+    return handler
+
+
+def _range_from_tensors(
+    owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Any:
+    ends = (
+        args[0] if args else kwargs.get("start"),
+        args[1] if len(args) > 1 else kwargs.get("end"),
+    )
+    if any(isinstance(t, Tensor) and t.device.type != "cpu" for t in ends):
+        owner._sync(op_name(func), "linspace/logspace read a device start or end on the host")
+    return _checked_call(owner, func, args, kwargs)
+
+
+def _isin(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    elements, test = args[0], args[1]
+    assume_unique = args[2] if len(args) > 2 else kwargs.get("assume_unique", False)
+    tensor = elements if isinstance(elements, Tensor) else test
+    n = elements.numel() if isinstance(elements, Tensor) else 1
+    # torch's heuristic (from numpy): below the threshold every pair is compared on the
+    # device; above it the sorting path calls unique() on both inputs unless assume_unique
+    if (
+        isinstance(tensor, Tensor)
+        and tensor.device.type != "cpu"
+        and n
+        and not assume_unique
+        and isinstance(test, Tensor)
+        and test.numel() >= int(10.0 * n**0.145)
+    ):
+        owner._sync(
+            op_name(func), "isin of many test elements calls unique() (data-dependent size)"
+        )
+    return _checked_call(owner, func, args, kwargs)
+
+
+def _matrix_exp(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    a = args[0]
+    if isinstance(a, Tensor) and a.device.type != "cpu" and a.numel() and a.size(-1) > 1:
+        owner._sync(
+            op_name(func), "matrix_exp copies the matrices' norms to the host to pick its degree"
+        )
+    return _checked_call(owner, func, args, kwargs)
+
+
+def _dense_to_sparse(
+    owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Any:
+    t = args[0]
+    if isinstance(t, Tensor) and t.device.type != "cpu" and t.layout == torch.strided:
+        owner._sync(op_name(func), "a dense tensor made sparse calls nonzero (data-dependent size)")
+    return _checked_call(owner, func, args, kwargs)
+
+
 def _repeat_interleave(
     owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> Any:
@@ -154,6 +233,10 @@ def sync_handlers() -> dict[Any, Handler]:
         aten._index_put_impl_.default: _index_handler,
         aten.repeat_interleave.Tensor: _repeat_interleave,
         aten.repeat_interleave.self_Tensor: _repeat_interleave,
+        # CUDA's kernel copies the lengths to the device with blocking copies (memcpy_and_sync)
+        aten._ctc_loss.default: _sync_handler(
+            "ctc_loss copies the lengths to the device with blocking host-to-device copies"
+        ),
     }
     by_name: dict[str, Handler] = {
         **{
@@ -163,6 +246,16 @@ def sync_handlers() -> dict[Any, Handler]:
         **dict.fromkeys(
             ("_linalg_check_errors", "_linalg_eigh", "_linalg_svd", "linalg_eig", "linalg_pinv"),
             _sync_handler(_LINALG),
+        ),
+        **dict.fromkeys(("linspace", "logspace"), _range_from_tensors),
+        **dict.fromkeys(("masked_fill", "masked_fill_"), _reads_argument(2, "value", _FILL)),
+        **dict.fromkeys(("index_fill", "index_fill_"), _reads_argument(3, "value", _FILL)),
+        "isin": _isin,
+        "linalg_matrix_exp": _matrix_exp,
+        "cholesky_inverse": _sync_handler("cholesky_inverse reads its error codes on the host"),
+        **dict.fromkeys(
+            ("_to_sparse", "_to_sparse_csr", "_to_sparse_csc", "_to_sparse_bsr", "_to_sparse_bsc"),
+            _dense_to_sparse,
         ),
         **dict.fromkeys(
             (
