@@ -19,6 +19,7 @@ from torchplace.lint.provenance.loops import (
     calls_backward,
     has_own_batch_loop,
     rare_test,
+    steps_optimizer,
 )
 from torchplace.lint.provenance.values import _FUNCTIONS, _LOOPS, Fact
 from torchplace.lint.resolver import dotted_name
@@ -48,6 +49,9 @@ class PerBatch:
     how: str
     seeds: dict[str, Fact]
     trains: bool
+    #: found by the function's own body (a whole training step), not by its callers: what
+    #: its parameters hold is unknown
+    itself: bool = False
 
 
 def find_per_batch(
@@ -75,6 +79,11 @@ def find_per_batch(
         result = _from_instances(facts, function, depth)
     if result is not None and has_own_batch_loop(function):
         result = None
+    if result is None and depth <= 1 and steps_optimizer(function):
+        # the step itself, or a helper it calls (found at depth 1); a deeper chain runs on
+        # branches of the step's own (`if self.cache is None or self.step < warmup:`)
+        how = f"`{function.name}` runs one training step (`.backward()` and an optimizer step)"
+        result = PerBatch(how, {}, True, itself=True)
     return result
 
 

@@ -185,16 +185,19 @@ class Flow:
         return self.facts.outer_fact(self.node, name)
 
     def stmt(self, node: ast.stmt) -> None:
+        # an assignment binds once its value is computed: a read of the old value on a later
+        # line of the same statement (`loss, n = (\n loss.item(), ...)`) does not see it
+        end = node.end_lineno or node.lineno
         if isinstance(node, ast.Assign):
             fact = self.eval(node.value, self.current)
             for target in node.targets:
-                self.bind(target, fact, node.lineno, node.value)
+                self.bind(target, fact, end, node.value)
                 container = moved_in_place(target, node.value)
                 if container is not None and fact is not None and fact.on_device:
                     # `batch[key] = batch[key].to(device)`: the mapping now holds device items
-                    self.bind(container, fact, node.lineno, node.value)
+                    self.bind(container, fact, end, node.value)
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
-            self.bind(node.target, self.eval(node.value, self.current), node.lineno, node.value)
+            self.bind(node.target, self.eval(node.value, self.current), end, node.value)
         elif isinstance(node, ast.AugAssign):
             self.aug_assign(node)
         elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
@@ -283,7 +286,7 @@ class Flow:
         fact = _join(old, new) if old is not None else new
         if old is not None and old.where == "host" and new is not None and new.on_device:
             fact = new
-        self.bind(node.target, fact, node.lineno, node.value)
+        self.bind(node.target, fact, node.end_lineno or node.lineno, node.value)
 
     def for_loop(self, node: ast.For | ast.AsyncFor) -> None:
         self.loops.add((node.lineno, node.end_lineno or node.lineno))

@@ -39,6 +39,7 @@ __all__ = [
     "has_own_batch_loop",
     "moves_some",
     "rare_test",
+    "steps_optimizer",
 ]
 
 # Iterating these yields parameters, buffers or state: a conversion pass, not batches (an
@@ -821,15 +822,44 @@ def _is_step_function(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     )
 
 
+def steps_optimizer(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """One whole training step, outside any loop of its own: ``.backward()`` and an optimizer
+    step (``self.opt.step()``, ``scaler.step(optimizer)``). Whoever calls it, each call is one
+    step of training, so it runs once per batch (a recommender's ``stage_one(users, items)``,
+    a GAN engine's per-iteration function)."""
+    own, nested = _split_own(list(node.body))
+    if any(
+        isinstance(loop, (ast.For, ast.AsyncFor)) and _iterates_batches(loop) for loop in nested
+    ):
+        return False  # an epoch: it walks the batches itself
+    backward = stepped = False
+    for sub in own:
+        if not isinstance(sub, ast.Call) or not isinstance(sub.func, ast.Attribute):
+            continue
+        if sub.func.attr == "backward":
+            backward = True
+        elif sub.func.attr == "step" and _steps_an_optimizer(sub):
+            stepped = True
+    return backward and stepped
+
+
+def _steps_an_optimizer(call: ast.Call) -> bool:
+    """``optimizer.step()``, ``self.G_optimizer.step()``, ``scaler.step(opt)``: a name for an
+    optimizer (``opt`` as the start of a word), not a scheduler's or an environment's step."""
+    assert isinstance(call.func, ast.Attribute)
+    names = [dotted_name(call.func.value)] + [dotted_name(arg) for arg in call.args[:1]]
+    for name in names:
+        last = (name or "").rpartition(".")[2].lower()
+        if any(word.startswith("opt") for word in last.split("_")):
+            return True
+    return False
+
+
 def has_own_batch_loop(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     """A function that iterates a loader itself (an epoch function, not a step)."""
     _, nested = _split_own(list(node.body))
     for loop in nested:
-        if isinstance(loop, (ast.For, ast.AsyncFor)) and any(
-            isinstance(sub, (ast.Name, ast.Attribute))
-            and _names_batches(sub.id if isinstance(sub, ast.Name) else sub.attr)
-            for sub in walk(loop.iter)
-        ):
+        if isinstance(loop, (ast.For, ast.AsyncFor)) and _iterates_batches(loop):
             return True
         for stmt in loop.body:  # type: ignore[attr-defined]
             for sub in walk(stmt):
@@ -840,6 +870,15 @@ def has_own_batch_loop(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
                 ):
                     return True
     return False
+
+
+def _iterates_batches(loop: ast.For | ast.AsyncFor) -> bool:
+    """A loop over a name for batches or what yields them (``for x in train_loader:``)."""
+    return any(
+        isinstance(sub, (ast.Name, ast.Attribute))
+        and _names_batches(sub.id if isinstance(sub, ast.Name) else sub.attr)
+        for sub in walk(loop.iter)
+    )
 
 
 _BATCH_WORDS = ("loader", "dataset", "batch")

@@ -1129,6 +1129,8 @@ def _check(
         return False
     if fact is None and not (explicit and per_batch.trains):
         return False  # outside a training step, an unknown value may well be on the host
+    if per_batch.itself and fact is None and _unplaced_step_value(receiver, read, ctx, bulk=bulk):
+        return False
     if bulk and _fills_store(read or node, ctx):
         return False
     if explicit and _steps_environment(read or node, ctx):
@@ -1671,6 +1673,82 @@ def _reads_parameter(receiver: ast.expr, scope: ast.AST, ctx: Context) -> bool:
             return True
         names = {n for name in names for v in bindings.get(name) or [] if v for n in names_in(v)}
     return False
+
+
+def _unplaced_step_value(
+    receiver: ast.expr, read: ast.AST | None, ctx: Context, *, bulk: bool
+) -> bool:
+    """In a function that is a training step by its own body (no caller says what it is
+    given), a value of unknown place that may well be on the host: in a file that never names
+    a device (a CPU policy's ``value.item()``), what the step is handed (``batch["lengths"]``),
+    or a bulk copy handed on to another object (``mem.update_priorities(idx,
+    loss.cpu().numpy())``: host data for a host structure, such as a replay's sum tree)."""
+    if _DEVICE_WORDS.search(ctx.source) is None:
+        return True
+    scope = scope_node(ctx)
+    if _handed_value(receiver, scope, ctx):
+        return True
+    if not bulk or read is None or not ctx.parents:
+        return False
+    parent = ctx.parents[-1]
+    return (
+        isinstance(parent, ast.Call)
+        and read in parent.args
+        and isinstance(parent.func, ast.Attribute)
+        and ctx.qualname(parent.func) is None
+    )
+
+
+def _handed_value(receiver: ast.expr, scope: ast.AST, ctx: Context) -> bool:
+    """``receiver`` is a parameter of ``scope`` (not ``self``) or a part of one, directly or
+    through a name bound only to such parts (``lengths = batch["lengths"]``): data as the
+    caller handed it, not a value the function computed."""
+    if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    arguments = scope.args
+    params = {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]}
+    params -= {"self", "cls"}
+    function = ctx.function_scope()
+    found = ctx.scope_bindings(function) if function is not None else {}
+    root = _root_name(receiver)
+    for _ in range(3):
+        if root is None:
+            return False
+        if root in params:
+            return True
+        values = found.get(root) or [None]
+        if any(value is None for value in values):
+            return False
+        roots = {_root_name(value) for value in values if value is not None}
+        if len(roots) != 1:
+            return False
+        root = roots.pop()
+    return False
+
+
+# Methods that hand back a view or a cast of the same data, not a computation on it.
+_VIEWS = frozenset(
+    {"float", "long", "int", "bool", "half", "double", "detach", "view", "reshape"}
+    | {"squeeze", "unsqueeze", "contiguous", "clone", "flatten"}
+)
+
+
+def _root_name(node: ast.expr) -> str | None:
+    """The name a chain of items, attributes, views and casts starts from (``batch`` for
+    ``batch["x"].float()``); ``None`` for anything else (an operation, a method that computes,
+    ``engine.loss_fn(out)``, a call of a name)."""
+    while True:
+        if isinstance(node, (ast.Subscript, ast.Attribute)):
+            node = node.value
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in _VIEWS
+        ):
+            node = node.func.value
+        else:
+            break
+    return node.id if isinstance(node, ast.Name) else None
 
 
 def _host_syntax(node: ast.expr) -> bool:
