@@ -547,17 +547,24 @@ def test_torch_func_transforms_see_the_crossings_inside() -> None:
     assert _rows(report) == [("d2h", line("vmap-d2h"), 1, 60), ("sync", line("vmap-d2h"), 1, 0)]
 
 
-def test_distributions_on_the_device_record_nothing() -> None:
+def test_distributions_on_the_device_record_only_normals_check_of_its_scale() -> None:
     loc, scale = torch.zeros(3, device=META), torch.ones(3, device=META)
     with MetaReadback(), torchplace.guard() as report:
         normal = torch.distributions.Normal(loc, scale, validate_args=False)
-        normal.log_prob(normal.sample((4,)))
+        normal.log_prob(normal.rsample((4,)))
         categorical = torch.distributions.Categorical(
             logits=torch.zeros(4, 5, device=META), validate_args=False
         )
         categorical.sample()
         categorical.entropy()
     assert report.events == []
+    # sample() draws with torch.normal(loc, scale), whose kernel reads min(scale) >= 0 on the
+    # host (CUDA included); rsample() scales a standard draw and reads nothing
+    with MetaReadback(), torchplace.guard() as report:
+        normal.sample((4,))  # sample-line
+    assert [(e.kind, e.op, e.site.lineno) for e in report.events] == [
+        ("sync", "aten.normal.Tensor_Tensor", line("sample-line"))
+    ]
 
 
 def test_numpy_interop() -> None:

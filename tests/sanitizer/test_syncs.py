@@ -179,6 +179,24 @@ def test_histc_syncs_only_to_find_its_own_range(call: object, syncs: int) -> Non
     assert len(report.syncs) == syncs
 
 
+@pytest.mark.parametrize(
+    ("call", "syncs"),
+    [
+        (lambda m, s: torch.normal(m, s), 1),
+        (lambda m, s: torch.normal(0.0, s), 1),
+        (lambda m, s: torch.normal(m, 1.0), 0),
+        (lambda m, s: torch.normal(0.0, 1.0, size=(3,), device=m.device), 0),
+        (lambda m, s: torch.empty_like(m).normal_(0.0, 1.0), 0),
+        (lambda m, s: torch.normal(m, torch.ones(3)), 0),  # a host std: mixed, no sync
+    ],
+)
+def test_normal_with_a_device_std_checks_it_on_the_host(call: object, syncs: int) -> None:
+    mean, std = torch.zeros(3, device=META), torch.ones(3, device=META)
+    with torchplace.guard() as report, contextlib.suppress(RuntimeError):
+        call(mean, std)  # type: ignore[operator]
+    assert len(report.syncs) == syncs
+
+
 def test_cuda_synchronize_is_recorded_even_where_it_cannot_run() -> None:
     # a CPU-only build cannot synchronize; the call is still made, and recorded first
     with torchplace.guard() as report, contextlib.suppress(AssertionError, RuntimeError):

@@ -98,6 +98,11 @@ _LINALG: Final = (
 _FILL: Final = "a 0-dim device tensor as the fill value is read on the host (value.item())"
 
 
+_NORMAL_STD: Final = (
+    "normal with a tensor std checks std >= 0 on the host (rsample's normal_ does not)"
+)
+
+
 def _sync_handler(why: str) -> Handler:
     def handler(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         t = args[0] if args else None
@@ -251,6 +256,17 @@ def sync_handlers() -> dict[Any, Handler]:
         **dict.fromkeys(("masked_fill", "masked_fill_"), _reads_argument(2, "value", _FILL)),
         **dict.fromkeys(("index_fill", "index_fill_"), _reads_argument(3, "value", _FILL)),
         "isin": _isin,
+        # torch.normal(mean, std) with a tensor std checks std >= 0 on the host
+        # (CHECK_NORMAL_TENSOR_STD: std.min().ge(0).item()): Normal(loc, scale).sample()
+        **{
+            f"normal.{overload}": _reads_argument(1, "std", _NORMAL_STD)
+            for overload in (
+                "float_Tensor",
+                "float_Tensor_out",
+                "Tensor_Tensor",
+                "Tensor_Tensor_out",
+            )
+        },
         "linalg_matrix_exp": _matrix_exp,
         "cholesky_inverse": _sync_handler("cholesky_inverse reads its error codes on the host"),
         **dict.fromkeys(
@@ -268,10 +284,12 @@ def sync_handlers() -> dict[Any, Handler]:
             _checked_ex,
         ),
     }
-    for name, handler in by_name.items():
+    for name, handler in by_name.items():  # "op" for every overload, "op.overload" for one
+        name, _, only = name.partition(".")
         packet = getattr(aten, name, None)
         for overload in packet.overloads() if packet is not None else ():
-            handlers[getattr(packet, overload)] = handler
+            if overload == only or not only:
+                handlers[getattr(packet, overload)] = handler
     return handlers
 
 
