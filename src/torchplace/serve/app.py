@@ -572,13 +572,13 @@ class App:
     def _stats_doc(self, request: Request, key: tuple[str, str] | None = None) -> Response:
         if key is None:
             handles = self.registry.handles()
-        elif key[1]:
+        else:
+            # every loaded version when none is named; a model with none is not found
+            handles = [] if key[1] else self.registry.versions(key[0])
             try:
-                handles = [self.registry.get(*key)]
+                handles = handles or [self.registry.get(*key)]
             except ServeError as exc:
                 return error_response(exc.status, str(exc))
-        else:
-            handles = self.registry.versions(key[0])
         return Response(200, orjson.dumps(model_statistics([h.engine for h in handles])))
 
     def _metrics(self, request: Request) -> Response:
@@ -845,7 +845,10 @@ def _inflate(body: bytes, coding: tuple[str, int], limit: int) -> bytes:
             raise InputError(_undecodable(name, exc)) from None
         size += len(out)
         if size > limit:
-            raise PayloadTooLargeError(f"the decompressed body is over the limit of {limit} bytes")
+            raise PayloadTooLargeError(  # Triton's words first
+                f"Decompressed data size exceeds the maximum allowed value of {limit} bytes; "
+                f"the decompressed body is over the limit of {limit} bytes (--max-body-bytes)"
+            )
         parts.append(out)
         position += len(piece) - len(inflater.unused_data)
         if inflater.eof and position < len(view):

@@ -162,7 +162,7 @@ def _decode_request(
         if tensor.name in arrays:
             raise _given_twice(tensor.name)
         shape = _checked_shape(
-            {"datatype": tensor.datatype, "shape": list(tensor.shape)}, spec, max_rows
+            {"datatype": tensor.datatype, "shape": list(tensor.shape)}, spec, max_rows, json=False
         )
         count = math.prod(shape)
         # an empty ``contents`` message beside raw data is no conflict: MLServer's converter

@@ -395,10 +395,13 @@ class GrpcServer:
         return self._model(request.name, request.version).config
 
     async def _model_statistics(self, request: Any, context: Any) -> Any:
-        if request.name:
-            engines = [self._model(request.name, request.version).engine]
-        else:
+        if not request.name:
             engines = [handle.engine for handle in self.registry.handles()]
+        elif request.version:
+            engines = [self._model(request.name, request.version).engine]
+        else:  # every loaded version, as REST's .../stats and Triton answer
+            handles = self.registry.versions(request.name)
+            engines = [h.engine for h in handles or [self._handle(request.name, "")]]
         return json_format.ParseDict(model_statistics(engines), pb.ModelStatisticsResponse())
 
     async def _repository_index(self, request: Any, context: Any) -> Any:

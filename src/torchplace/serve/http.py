@@ -222,7 +222,10 @@ def _keep_alive_asked(connection: bytes | None) -> bool:
 def _body_over(limit: int) -> str:
     """The 413 for a body found over ``limit`` as it is read (one message however the reads
     were cut: a chunk seen whole, or refused by its size line before its data came)."""
-    return f"request body is over the limit of {limit} bytes (--max-body-bytes); send less"
+    return (  # Triton's words first (its clients and tests match on them)
+        f"request JSON size exceeds the maximum allowed input size of {limit} bytes; "
+        f"request body is over the limit of {limit} bytes (--max-body-bytes); send less"
+    )
 
 
 def _malformed(data: bytes, exc: Exception) -> Response:

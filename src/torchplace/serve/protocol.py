@@ -716,8 +716,11 @@ def _plain_floats(data: list[Any], limit: float) -> np.ndarray[Any, Any] | None:
     return floats
 
 
-def _checked_shape(raw: dict[str, Any], spec: TensorSpec, max_rows: int) -> list[int]:
-    """The entry's datatype and shape checked against the declaration; returns the shape."""
+def _checked_shape(
+    raw: dict[str, Any], spec: TensorSpec, max_rows: int, *, json: bool = True
+) -> list[int]:
+    """The entry's datatype and shape checked against the declaration; returns the shape
+    (``json``: it came in a JSON request, whose reader Triton's words for a bad one name)."""
     name = spec.name
     datatype = raw.get("datatype")
     if datatype != spec.datatype:
@@ -731,14 +734,23 @@ def _checked_shape(raw: dict[str, Any], spec: TensorSpec, max_rows: int) -> list
         )
     shape = raw.get("shape")
     if type(shape) is not list or not all(type(d) is int and d >= 0 for d in shape):
+        # Triton's words first for a dimension that is not an unsigned integer
+        triton = (
+            "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as "
+            "unsigned-integer; "
+            if json and type(shape) is list
+            else ""
+        )
         raise _fail(
-            f"input {name!r}: 'shape' must be an array of non-negative integers, got {shown(shape)}"
+            f"{triton}input {name!r}: 'shape' must be an array of non-negative integers, "
+            f"got {shown(shape)}"
         )
     declared = spec.shape
     if len(shape) != len(declared) or any(
         want != got and want != -1
         for want, got in zip(declared, shape)  # noqa: B905
     ):
+        _check_overflow(spec, shape)
         raise _ModelWords(
             lambda m: (
                 f"unexpected shape for input {name!r}{_for(m)}. Expected "
@@ -749,12 +761,37 @@ def _checked_shape(raw: dict[str, Any], spec: TensorSpec, max_rows: int) -> list
     rows = shape[0]
     if rows < 1:
         raise _fail(f"input {name!r}: batch dimension {rows}; send at least one row")
-    if rows > max_rows:
+    if rows > max_rows:  # 413 (documented) even where the count would overflow
         raise PayloadTooLargeError(
             f"input {name!r}: {rows} rows is over the limit of {max_rows} rows per request "
             "(--max-request-rows); split the request"
         )
     return shape
+
+
+_INT64_MAX = 2**63 - 1
+
+
+def _check_overflow(spec: TensorSpec, shape: list[int]) -> None:
+    """Refuse, in Triton's words, a shape whose element count or byte size does not fit an
+    int64 (called only on the way to refusing a shape that does not match the model, so a
+    valid request never pays)."""
+    count = 1
+    for dim in shape:  # stops once past int64: a hostile shape's product is never computed whole
+        count *= dim
+        if count > _INT64_MAX:
+            break
+    if count > _INT64_MAX:
+        raise _fail(
+            f"invalid shape for input {spec.name!r}: shape {_dims(shape)} causes total element "
+            f"count to exceed maximum size of {_INT64_MAX}"
+        )
+    size = WIRE_DTYPES[spec.datatype].itemsize
+    if size > 1 and count > _INT64_MAX // size:
+        raise _fail(
+            f"byte size overflow for input {spec.name!r}: element count ({count}) * data type "
+            f"size ({size}) exceeds maximum allowed size ({_INT64_MAX})"
+        )
 
 
 def _binary_array(
