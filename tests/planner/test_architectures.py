@@ -719,13 +719,26 @@ def test_embedding_bags_verify_on_the_cpu_as_the_planned_kernel_makes_them() -> 
 
 
 def test_auto_with_nothing_that_fits_takes_the_plan_least_past_the_budget() -> None:
-    # nothing fits Whisper in 27,590 B per device, so every candidate's largest batch is 0 and
-    # auto took the first: replicate, 71,808 B of weights on each device, 2.6x the budget,
-    # where a pipeline's fullest device is 1.1x
-    p = arch_plan("whisper", assume="3x1GiB", max_memory=[27_590] * 3, seq=8)
+    # nothing on the devices alone fits Whisper in 27,590 B per device, so every such
+    # candidate's largest batch is 0 and auto took the first: replicate, 71,808 B of weights on
+    # each device, 2.6x the budget, where a pipeline's fullest device is 1.1x
+    from torchplace.planner.api import _best
+
+    options: dict[str, Any] = {"assume": "3x1GiB", "max_memory": [27_590] * 3, "seq": 8}
+    plans = [
+        arch_plan("whisper", strategy="replicate", **options),
+        arch_plan("whisper", strategy="pipeline", **options),
+    ]
+    p = _best(plans)
     assert not p.fits()
     assert p.placement.strategy.startswith("pipeline")
     assert all(b.weights + b.buffers < 2 * 27_590 for b in p.budgets.values())
+    # auto itself now also weighs fill, which keeps within the budget by leaving the last
+    # decoder layer on the host: it fits, and is taken
+    auto = arch_plan("whisper", **options)
+    assert auto.fits()
+    assert auto.placement.strategy == "pipeline-fill"
+    assert [w.code for w in auto.warnings] == ["cpu-spill"]
 
 
 def test_a_view_the_models_code_takes_of_an_input_crosses_from_where_it_took_it() -> None:

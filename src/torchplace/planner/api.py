@@ -1,13 +1,14 @@
 """``torchplace.plan(...)``: trace once per batch size, place, and account for it all.
 
 :func:`plan` builds the model on ``meta``, cuts it into units, traces the forward, evaluates
-the strategy (``auto`` tries ``replicate`` and ``pipeline`` by memory and by compute and keeps
-the best that fits), and returns a :class:`Plan` with the placement table, per-device budgets,
+the strategy (``auto`` tries ``replicate`` and ``pipeline`` by memory, by compute and filled in
+order, and keeps the best that fits), and returns a :class:`Plan` with the placement table, per-device budgets,
 crossings, compute, warnings and the exercise-8 table. Nothing is allocated on any device.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import math
@@ -302,13 +303,18 @@ def _pipeline(
 ) -> Placement:
     if by == "fill":
         return fill(registration_order(model, units), names, mem)
-    if by == "compute":
-        costs = [float(trace.flops.get(u.path, 0)) for u in units.units]
-        shares = [d.tflops for d in specs]
-    else:  # what --max-memory bounds: weights and buffers (an fp8 or int8 weight is a buffer)
-        costs = [float(u.weight_bytes + u.buffer_bytes) for u in units.units]
-        shares = [float(m) for m in mem]
-    return pipeline(units, names, costs, shares, by=by)
+    if by == "compute":  # among the cuts within max_memory
+        flops = [float(trace.flops.get(u.path, 0)) for u in units.units]
+        placed = pipeline(units, names, flops, [d.tflops for d in specs], by=by, limits=mem)
+        if placed is not None:
+            return placed
+    # what --max-memory bounds: weights and buffers (an fp8 or int8 weight is a buffer)
+    weights = [float(u.weight_bytes + u.buffer_bytes) for u in units.units]
+    placed = pipeline(units, names, weights, [float(m) for m in mem], by="memory")
+    assert placed is not None  # without limits every cut is one
+    if by == "compute":  # none within it: as memory balancing places then, least past it
+        return dataclasses.replace(placed, strategy="pipeline-compute", fallback="memory")
+    return placed
 
 
 def _past_budget(p: Plan) -> float:
@@ -326,9 +332,28 @@ def _forward_seconds(p: Plan) -> float:
         if p.placement.replicas == 1
         else max((w.seconds for w in p.work), default=0.0)
     )
-    return stages + sum(
-        copy_seconds(c, p.specs) for c in p.flow.crossings if HOST not in (c.src, c.dst)
+    return (
+        stages
+        + sum(copy_seconds(c, p.specs) for c in p.flow.crossings if HOST not in (c.src, c.dst))
+        + _spill_seconds(p)
     )
+
+
+def _spill_seconds(p: Plan) -> float:
+    """What units left on the host (``fill``'s spill) cost a forward that a stage on a device
+    does not: their weights and buffers copied in over the host link, as accelerate's offload
+    does every forward, and the activations they take and give crossing it."""
+    spilled = {path for path, dev in p.placement.assign.items() if dev == HOST}
+    if p.placement.replicas > 1 or not spilled:
+        return 0.0
+    gbps = min((d.host_link.gbps for d in p.devices), default=0.0)
+    held = sum(device_weights(p.units, p.placement.assign, HOST))
+    crossing = sum(
+        c.total
+        for c in p.flow.crossings
+        if HOST in (c.src, c.dst) and {c.producer, c.consumer} & spilled
+    )
+    return (held + crossing) / (gbps * 1e9) if gbps > 0 else math.inf
 
 
 def _best(plans: list[Plan]) -> Plan:
@@ -440,7 +465,7 @@ class _Context:
             out.append((replicate(base, names), base))
         if strategy in ("auto", "pipeline"):
             trace = self.traced(base)[top]
-            for by in ("memory", "compute") if strategy == "auto" else (balance,):
+            for by in BALANCES if strategy == "auto" else (balance,):
                 placed = _pipeline(module, base, names, trace, self.specs, self.max_memory, by)
                 out.append((placed, base))
         if strategy == "accelerate":

@@ -9,6 +9,8 @@ Each check returns :class:`PlanWarning` items with a stable code:
   for all, naming the largest);
 - ``cpu-spill``: units left on the host because the devices are full;
 - ``over-max-memory``: a device's weights and buffers past the ``--max-memory`` given for it;
+- ``balance-fallback``: ``--balance compute`` found no cut within ``max_memory``, and placed
+  by memory instead (the cut least past it);
 - ``does-not-fit``: a device over its capacity at a requested batch size.
 """
 
@@ -49,6 +51,7 @@ def check_plan(
         out += _return_trip(flow)
         out += _io_same_device(placement, flow)
         out += _spilled(placement)
+        out += _fallback(placement)
     out += _too_big(units, placement, budgets)
     for dev, budget in budgets.items():
         out += _over_budget(dev, budget, batches)
@@ -81,6 +84,18 @@ def _spilled(placement: Placement) -> list[PlanWarning]:
             "after its reserves; add devices with more memory, or lower --reserve"
         )
     return [PlanWarning("cpu-spill", message)]
+
+
+def _fallback(placement: Placement) -> list[PlanWarning]:
+    if not placement.fallback:
+        return []
+    asked = placement.strategy.removeprefix("pipeline-")
+    message = (
+        f"no cut balanced by {asked} keeps every device within its max_memory; placed by "
+        f"{placement.fallback} instead, the cut least past it: raise --max-memory or add "
+        "devices to balance by compute"
+    )
+    return [PlanWarning("balance-fallback", message)]
 
 
 def _over_budget(dev: str, budget: DeviceBudget, batches: Sequence[int]) -> list[PlanWarning]:

@@ -124,7 +124,8 @@ def _strategy_options(parser: argparse.ArgumentParser) -> None:
         "--balance",
         default="memory",
         choices=["memory", "compute", "fill"],
-        help="pipeline stages balanced by weights, by FLOPs, or filled in order as accelerate does",
+        help="pipeline stages balanced by weights, by FLOPs (within --max-memory), or filled in "
+        "order as accelerate does",
     )
     how.add_argument(
         "--map",

@@ -240,9 +240,12 @@ def flow(trace: Trace, placement: Placement, *, replica: str | None = None) -> F
             # hooks copy each argument as given (one tensor given twice, twice); a stage
             # runner each tensor once
             hooked = placement.hooks and not replica and item.forward
-            for index in item.args if hooked else dict.fromkeys(item.args):
+            # (a stage runner's positions go unread: its copy is kept while the original lives)
+            for position, index in enumerate(item.args if hooked else dict.fromkeys(item.args)):
                 kept = not placement.hooks or index in item.returned
                 alive = w.lives(index) if kept else item.end + 1
+                if hooked:  # the hooks' copy dies with the last tensor of it, as traced
+                    alive = item.handed.get(position, alive)
                 w.copy(index, dev, item.unit, op, alive)
             for index in dict.fromkeys(item.returned):
                 # what it returns is the copy it was handed, on its device: read from there

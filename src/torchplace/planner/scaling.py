@@ -32,7 +32,7 @@ def _same_structure(a: Trace, b: Trace) -> bool:
     ):
         return False
     return all(
-        (x.unit, x.start, x.args) == (y.unit, y.start, y.args)
+        (x.unit, x.start, x.args, x.handed) == (y.unit, y.start, y.args, y.handed)
         for x, y in zip(a.calls, b.calls, strict=True)
     )
 

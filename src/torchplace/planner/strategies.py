@@ -4,13 +4,15 @@ accelerate's own map, or an explicit map file.
 A :class:`Placement` maps unit paths to device names. ``replicate`` keeps a full copy per
 device (what ``torchplace serve --devices`` does). ``pipeline`` cuts the units, in run order,
 into contiguous stages: ``memory`` and ``compute`` balance weights or FLOPs against each
-device's share; ``fill`` fills the devices in order up to ``max_memory``, keeping room for the
+device's share (``compute`` among the cuts that keep each device within its ``max_memory``);
+``fill`` fills the devices in order up to ``max_memory``, keeping room for the
 largest unit on the first device and tied units together, as accelerate does. ``accelerate``
 asks ``infer_auto_device_map`` itself and dispatches the way its hooks do.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -50,6 +52,9 @@ class Placement:
     replicas: int = 1
     hooks: bool = False  # accelerate's dispatch: every call re-copies its arguments
     device_map: dict[str, Any] | None = None  # the map as accelerate spells it, when it made one
+    # the balance placed by where no cut of the one asked for keeps within ``max_memory``
+    # (``compute``: the cut by ``memory``, the least past it)
+    fallback: str = ""
 
     def device_of(self, unit: str) -> str:
         return self.assign.get(unit, self.devices[0])
@@ -86,12 +91,16 @@ def pipeline(
     shares: Sequence[float],
     *,
     by: str,
-) -> Placement:
-    """Contiguous stages minimising the largest ``cost / share`` (dynamic programming)."""
+    limits: Sequence[int] | None = None,
+) -> Placement | None:
+    """Contiguous stages minimising the largest ``cost / share`` (dynamic programming); with
+    ``limits``, among the cuts whose stages hold no more weights and buffers than their
+    device's limit (None when no cut does)."""
     k, n = len(costs), len(devices)
     prefix = [0.0]
     for c in costs:
         prefix.append(prefix[-1] + c)
+    held = _Held(units) if limits is not None else None
     inf = float("inf")
     # best[d][i]: the smallest worst stage using devices[:d] for units[:i]
     best = [[inf] * (k + 1) for _ in range(n + 1)]
@@ -100,7 +109,10 @@ def pipeline(
     for d in range(1, n + 1):
         share = max(shares[d - 1], 1e-12)
         for i in range(k + 1):
-            best[d][i], cut[d][i] = _best_cut(best[d - 1], prefix, i, share)
+            first = 0 if held is None or limits is None else held.first(i, limits[d - 1])
+            best[d][i], cut[d][i] = _best_cut(best[d - 1], prefix, i, share, first)
+    if best[n][k] == inf:
+        return None
     assign: dict[str, str] = {}
     i = k
     for d in range(n, 0, -1):
@@ -112,39 +124,79 @@ def pipeline(
 
 
 def _best_cut(
-    before: Sequence[float], prefix: Sequence[float], i: int, share: float
+    before: Sequence[float], prefix: Sequence[float], i: int, share: float, first: int = 0
 ) -> tuple[float, int]:
-    """The last cut ``j <= i`` minimising ``max(before[j], (prefix[i] - prefix[j]) / share)``:
-    on a tie the devices before take the units, so work starts on the first device and a later
-    one is used only when the worst stage gets better for it.
+    """The last cut ``first <= j <= i`` minimising ``max(before[j], (prefix[i] - prefix[j]) /
+    share)``: on a tie the devices before take the units, so work starts on the first device
+    and a later one is used only when the worst stage gets better for it. ``first``: the
+    earliest cut whose last stage fits its device (a later one holds less).
 
-    ``before`` (the best worst stage of the first ``j`` units on the devices before) never
-    falls as ``j`` grows, and the last stage's cost never rises: the minimum is where they
-    cross, found by bisection (O(log i), not O(i): a 1,000-layer model plans in a moment)."""
+    ``before`` (the best worst stage of the first ``j`` units on the devices before, infinite
+    where they do not fit there) never falls as ``j`` grows, and the last stage's cost never
+    rises: the minimum is where they cross, found by bisection (O(log i), not O(i): a
+    1,000-layer model plans in a moment)."""
 
     def last(j: int) -> float:
         return (prefix[i] - prefix[j]) / share
 
-    lo, hi = 0, i  # the first j where before[j] >= last(j) (i at the latest: last(i) == 0)
+    lo, hi = first, i  # the first j where before[j] >= last(j) (i at the latest: last(i) == 0)
     while lo < hi:
         mid = (lo + hi) // 2
         if before[mid] >= last(mid):
             hi = mid
         else:
             lo = mid + 1
-    value = min(before[lo], max(before[lo - 1], last(lo - 1)) if lo else math.inf)
+    value = min(before[lo], max(before[lo - 1], last(lo - 1)) if lo > first else math.inf)
     if before[lo] > value + 1e-12:  # the minimum is left of the crossing, at lo - 1 alone
         return value, lo - 1
     # right of the crossing the worst stage is ``before``, which never falls: the last j
     # within 1e-12 of the minimum is found by bisection too
-    first, end = lo, i
-    while first < end:
-        mid = (first + end + 1) // 2
+    at, end = lo, i
+    while at < end:
+        mid = (at + end + 1) // 2
         if before[mid] <= value + 1e-12:
-            first = mid
+            at = mid
         else:
             end = mid - 1
-    return max(before[first], last(first)), first
+    return max(before[at], last(at)), at
+
+
+class _Held:
+    """The weights and buffers a stage of consecutive units holds, as the budget counts them
+    (:func:`~torchplace.planner.budget.device_weights`): a tied weight, or a buffer several
+    units share, once per stage."""
+
+    def __init__(self, units: Units) -> None:
+        canonical = {name: group[0] for group in (*units.tied, *units.shared) for name in group}
+        self.prefix = [0]
+        where: dict[str, list[int]] = {}
+        size: dict[str, int] = {}
+        for position, unit in enumerate(units.units):
+            own = {canonical.get(n, n): b for n, b in (*unit.params.items(), *unit.buffers.items())}
+            self.prefix.append(self.prefix[-1] + sum(own.values()))
+            for name, nbytes in own.items():
+                where.setdefault(name, []).append(position)
+                size[name] = nbytes
+        # a tensor several units hold: counted once per stage, not once per unit
+        self.repeated = [(at, size[name]) for name, at in where.items() if len(at) > 1]
+
+    def __call__(self, j: int, i: int) -> int:
+        """Bytes held by ``units[j:i]`` together."""
+        total = self.prefix[i] - self.prefix[j]
+        for at, nbytes in self.repeated:
+            total -= nbytes * max(0, bisect.bisect_left(at, i) - bisect.bisect_left(at, j) - 1)
+        return total
+
+    def first(self, i: int, limit: int) -> int:
+        """The earliest ``j`` with ``units[j:i]`` within ``limit`` (fewer units hold less)."""
+        lo, hi = 0, i
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self(mid, i) <= limit:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
 
 
 def fill(units: Units, devices: Sequence[str], max_memory: Sequence[int]) -> Placement:

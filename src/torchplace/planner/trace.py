@@ -59,6 +59,7 @@ GLUE = "(model code)"
 INPUT = "<input>"  # owner of the model's inputs
 RETURNED = "(returned)"  # the reader of the model's outputs (its caller), in ``Trace.seen``
 _MADE = "_torchplace_made"  # on a tensor that is a part of a storage: (operator, maker)
+_COPY = "_torchplace_copy"  # on a tensor of a copy dispatch hooks handed a unit: its _Copy
 
 
 class UntraceableModel(PlacementError, ConfigError):
@@ -105,6 +106,11 @@ class UnitCall:
     forward: bool = False
     # of its arguments, those it returned as it was handed them (nn.Dropout, nn.Identity)
     returned: list[int] = field(default_factory=list)
+    # dispatch hooks' copies: position in ``args`` -> the operator at which the copy handed
+    # there died (the tensor handed, what the unit returned of it, the views taken of that),
+    # which may be long before its original (T5's ``dropout(inputs_embeds)``, its copy
+    # replaced by the first block's output while ``inputs_embeds`` lives on)
+    handed: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -206,6 +212,25 @@ def _key(t: torch.Tensor) -> int:
     return int(t.untyped_storage()._cdata)
 
 
+class _Copy:
+    """A copy dispatch hooks hand a unit (on ``meta``, a view of the original's storage): on a
+    real device a storage of its own, alive while a tensor of it is, the one handed or what
+    was taken of it (returned as it came, viewed), whatever the original does."""
+
+    def __init__(self, rec: _Recorder, call: UnitCall, position: int) -> None:
+        self.rec, self.call, self.position, self.refs = rec, call, position, 0
+
+    def join(self, t: torch.Tensor) -> None:
+        setattr(t, _COPY, self)
+        self.refs += 1
+        weakref.finalize(t, self._release)
+
+    def _release(self) -> None:
+        self.refs -= 1
+        if self.refs == 0:
+            self.call.handed[self.position] = self.rec.op
+
+
 class _Recorder:
     """The bookkeeping behind the dispatch mode (kept apart so it is plain, typed Python)."""
 
@@ -228,6 +253,7 @@ class _Recorder:
         self.part_refs: dict[tuple[Any, ...], int] = {}
         self.seen: dict[tuple[int, str, int], tuple[int, ...]] = {}  # as in Trace.seen
         self.hooks: Hooks | None = None  # a placement dispatched by hooks: calls as they run
+        self.copies: list[_Copy] = []  # the copies those hooks handed the units
         self.values = Values()  # of the tensors made from the inputs alone
         self.failed: tuple[BaseException, str] | None = None  # an operator meta cannot run
 
@@ -451,6 +477,8 @@ class _Recorder:
                 raise
         else:
             self.values.follow(func, args, kwargs, out)
+        if self.copies:
+            _viewed(args, kwargs, out)
         if packet in self.registry:
             count = int(self.registry[packet](*args, **kwargs, out_val=out))
             self.flops[unit] = self.flops.get(unit, 0) + count
@@ -458,6 +486,18 @@ class _Recorder:
             self.hold(t, unit)
         self.op += 1
         return out
+
+
+def _viewed(args: Any, kwargs: Any, out: Any) -> None:
+    """What an operator returns on the storage of a hooks' copy among its operands (a view,
+    or the operand itself from an in-place operator) keeps that copy alive."""
+    copies = {_key(t): getattr(t, _COPY) for t in _tensors((args, kwargs)) if hasattr(t, _COPY)}
+    if not copies:
+        return
+    for t in _tensors(out):
+        copy = copies.get(_key(t))
+        if copy is not None and getattr(t, _COPY, None) is not copy:
+            copy.join(t)
 
 
 _ADVICE = {
@@ -647,6 +687,8 @@ def _finished(
             outputs.append(index)
     for index in (*outputs, *(i for i in held if i is not None)):
         rec.allocs[index].end = rec.op  # alive when the forward returns
+    for copy in rec.copies:  # a hooks' copy alive when the forward returns: the caller's
+        copy.call.handed.setdefault(copy.position, rec.op)
     del out
     for alloc in rec.allocs:
         if alloc.end < 0:  # still held by something the forward kept (a cache, a closure)
@@ -691,10 +733,14 @@ def _wrap(sub: nn.Module, path: str, rec: _Recorder) -> Callable[[], None]:
 
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         call = UnitCall(path, rec.op, -1, forward=True)
+        given = list(_tensors((args, kwargs)))
         args, kwargs = rec.handed(path, args, kwargs)
-        for t in _tensors((args, kwargs)):
+        for t, before in zip(_tensors((args, kwargs)), given, strict=True):
             index = rec.part(t, rec.operand(t, path))
             if index is not None:
+                if t is not before:  # a hooks' copy: alive as long as a tensor of it is
+                    rec.copies.append(_Copy(rec, call, len(call.args)))
+                    rec.copies[-1].join(t)
                 call.args.append(index)
                 rec.saw(call.start, path, t, index)
         rec.calls.append(call)
@@ -703,6 +749,9 @@ def _wrap(sub: nn.Module, path: str, rec: _Recorder) -> Callable[[], None]:
             out = forward(*args, **kwargs)
         finally:
             rec.stack.pop()
+            # a call that runs no operator (nn.Dropout in inference) still takes a step: the
+            # copy it was handed is made before what its caller then lets go is freed
+            rec.op += rec.op == call.start
             call.end = rec.op - 1
         for t in _tensors(out):  # an argument returned as it came (nn.Dropout in inference)
             index = rec.part(t, rec.lookup(t))
