@@ -270,3 +270,15 @@ def hostile_server() -> Iterator[ServerThread]:
         yield thread
     finally:
         thread.stop()
+
+
+@pytest.fixture
+def still_serving(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test that used :func:`hostile_server`, a normal inference is still answered
+    (a module takes it with ``pytestmark = pytest.mark.usefixtures("still_serving")``)."""
+    yield
+    if "hostile_server" in request.fixturenames:
+        port = request.getfixturevalue("hostile_server").port
+        body = orjson.dumps({"inputs": [seed_input()]})
+        status, answer = answer_of(port, raw_request(body))
+        assert status == 200, answer

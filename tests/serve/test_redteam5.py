@@ -26,14 +26,7 @@ from .repository_helpers import explicit_repository, infer_body
 _GOOD = orjson.dumps({"inputs": [seed_input()]})
 
 
-@pytest.fixture(autouse=True)
-def _still_serving(request: pytest.FixtureRequest) -> Iterator[None]:
-    """After each test that used the shared server, a normal inference is still answered."""
-    yield
-    if "hostile_server" in request.fixturenames:
-        port = request.getfixturevalue("hostile_server").port
-        status, body = answer_of(port, raw_request(_GOOD))
-        assert status == 200, body
+pytestmark = pytest.mark.usefixtures("still_serving")
 
 
 @pytest.fixture

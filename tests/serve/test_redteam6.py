@@ -8,7 +8,6 @@ afterwards the shared server still answers a normal inference correctly.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +28,7 @@ _GOOD = orjson.dumps({"inputs": [seed_input()]})
 _PARENT = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 
-@pytest.fixture(autouse=True)
-def _still_serving(request: pytest.FixtureRequest) -> Iterator[None]:
-    """After each test that used the shared server, a normal inference is still answered."""
-    yield
-    if "hostile_server" in request.fixturenames:
-        port = request.getfixturevalue("hostile_server").port
-        status, body = answer_of(port, raw_request(_GOOD))
-        assert status == 200, body
+pytestmark = pytest.mark.usefixtures("still_serving")
 
 
 # -- trace context: a client must not be able to write the server's log ----------------------

@@ -1657,14 +1657,22 @@ def _reads_buffer(receiver: ast.expr, scope: ast.AST, ctx: Context) -> bool:
     )
 
 
+def _parameter_names(scope: ast.AST) -> set[str] | None:
+    """The parameters of a function ``scope`` but ``self`` and ``cls``; None for another
+    scope (a class body, a module)."""
+    if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    arguments = scope.args
+    params = {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]}
+    return params - {"self", "cls"}
+
+
 def _reads_parameter(receiver: ast.expr, scope: ast.AST, ctx: Context) -> bool:
     """``receiver`` reads a parameter of ``scope`` (not ``self``), directly or through a name
     bound from one (``t = text_index[i]``, then ``t[j]``), two bindings deep."""
-    if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+    params = _parameter_names(scope)
+    if params is None:
         return False
-    arguments = scope.args
-    params = {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]}
-    params -= {"self", "cls"}
     function = ctx.function_scope()
     bindings = ctx.scope_bindings(function) if function is not None else {}
     names = names_in(receiver)
@@ -1703,11 +1711,9 @@ def _handed_value(receiver: ast.expr, scope: ast.AST, ctx: Context) -> bool:
     """``receiver`` is a parameter of ``scope`` (not ``self``) or a part of one, directly or
     through a name bound only to such parts (``lengths = batch["lengths"]``): data as the
     caller handed it, not a value the function computed."""
-    if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+    params = _parameter_names(scope)
+    if params is None:
         return False
-    arguments = scope.args
-    params = {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]}
-    params -= {"self", "cls"}
     function = ctx.function_scope()
     found = ctx.scope_bindings(function) if function is not None else {}
     root = _root_name(receiver)
