@@ -197,6 +197,20 @@ def test_normal_with_a_device_std_checks_it_on_the_host(call: object, syncs: int
     assert len(report.syncs) == syncs
 
 
+@pytest.mark.parametrize(
+    ("op", "call"),
+    [
+        ("aten.equal", lambda a, b: torch.equal(a, b)),
+        ("aten._linalg_solve_ex", lambda a, b: torch.linalg.solve(a, b)),
+    ],
+)
+def test_a_syncing_op_on_two_devices_is_also_a_mixed_device_op(op: str, call: object) -> None:
+    a, b = torch.eye(3, device=META), torch.eye(3)
+    with MetaReadback(), torchplace.guard() as report, contextlib.suppress(RuntimeError):
+        call(a, b)  # type: ignore[operator]
+    assert [e.op for e in report.mixed_device_ops] == [op]
+
+
 def test_cuda_synchronize_is_recorded_even_where_it_cannot_run() -> None:
     # a CPU-only build cannot synchronize; the call is still made, and recorded first
     with torchplace.guard() as report, contextlib.suppress(AssertionError, RuntimeError):

@@ -103,12 +103,20 @@ _NORMAL_STD: Final = (
 )
 
 
+def _checked_call(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    """Run ``func`` after the mixed-device check the dispatch layer makes for unhandled ops:
+    every handler here ends with it (``equal(a, b)`` and ``solve(A, B)`` take two operands)."""
+    if maybe_mixed(args, kwargs):
+        check_op(owner, func, args, kwargs)
+    return func(*args, **kwargs)
+
+
 def _sync_handler(why: str) -> Handler:
     def handler(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         t = args[0] if args else None
         if isinstance(t, Tensor) and t.device.type != "cpu":
             owner._sync(op_name(func), why)
-        return func(*args, **kwargs)
+        return _checked_call(owner, func, args, kwargs)
 
     return handler
 
@@ -121,16 +129,14 @@ def _index_handler(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping
         and any(isinstance(i, Tensor) and i.dtype in (torch.bool, torch.uint8) for i in indices)
     ):
         owner._sync(op_name(func), "boolean-mask indexing (the result size needs a nonzero)")
-    if maybe_mixed(args, kwargs):
-        check_op(owner, func, args, kwargs)
-    return func(*args, **kwargs)
+    return _checked_call(owner, func, args, kwargs)
 
 
 def _checked_ex(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
     t = args[0]
     if kwargs.get("check_errors") and isinstance(t, Tensor) and t.device.type != "cpu":
         owner._sync(op_name(func), _LINALG)
-    return func(*args, **kwargs)
+    return _checked_call(owner, func, args, kwargs)
 
 
 def _histc(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
@@ -139,14 +145,7 @@ def _histc(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, An
     high = args[3] if len(args) > 3 else kwargs.get("max", 0)
     if isinstance(t, Tensor) and t.device.type != "cpu" and t.numel() and low == high:
         owner._sync(op_name(func), "histc without a range reads the data's min and max on the host")
-    return func(*args, **kwargs)
-
-
-def _checked_call(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
-    """Run ``func`` after the mixed-device check the dispatch layer makes for unhandled ops."""
-    if maybe_mixed(args, kwargs):
-        check_op(owner, func, args, kwargs)
-    return func(*args, **kwargs)
+    return _checked_call(owner, func, args, kwargs)
 
 
 def _reads_argument(index: int, name: str, why: str) -> Handler:
@@ -219,7 +218,7 @@ def _repeat_interleave(
     t = args[0]
     if isinstance(t, Tensor) and t.device.type != "cpu" and kwargs.get("output_size") is None:
         owner._sync(op_name(func), "repeat_interleave without output_size")
-    return func(*args, **kwargs)
+    return _checked_call(owner, func, args, kwargs)
 
 
 def sync_handlers() -> dict[Any, Handler]:
