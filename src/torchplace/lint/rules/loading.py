@@ -162,7 +162,7 @@ def _report_weights_only(call: ast.Call, ctx: Context, *, forwarded: bool) -> No
 _HOST_PAYLOADS = (
     "rng",
     "random_state",
-    "scheduler",
+    "schedul",  # scheduler, schedule
     "metadata",
     "meta_",
     "_meta",
@@ -173,7 +173,8 @@ _HOST_PAYLOADS = (
 
 def _host_only_payload(call: ast.Call, ctx: Context) -> bool:
     """What is loaded is named as state that holds no device tensors: RNG state, an LR
-    scheduler, metadata, a vocabulary, a config (in the path or the function's name)."""
+    scheduler, metadata, a vocabulary, a config (in the path, the function's name or its
+    class's)."""
     words: list[str] = []
     for arg in call.args[:1]:
         for sub in walk(arg):
@@ -186,22 +187,16 @@ def _host_only_payload(call: ast.Call, ctx: Context) -> bool:
     scope = ctx.function_scope()
     if scope is not None:
         words.append(scope.name)
-    return (
-        any(payload in word.lower() for word in words for payload in _HOST_PAYLOADS)
-        or any(_args_file(word) for word in words)
-        or _in_schedule_class(ctx)
+    # and the classes around it: a scheduler's own class (``class NoamScheduler:``) restoring
+    # what its ``save`` wrote holds step counts and rates
+    owner: Scope | None = ctx.scope
+    while owner is not None:
+        if owner.kind == "class":
+            words.append(owner.name)
+        owner = owner.parent
+    return any(payload in word.lower() for word in words for payload in _HOST_PAYLOADS) or any(
+        _args_file(word) for word in words
     )
-
-
-def _in_schedule_class(ctx: Context) -> bool:
-    """A method of a learning-rate schedule's own class (``class NoamScheduler:``,
-    ``class WarmupLRSchedule:`` restoring what its ``save`` wrote): step counts and rates."""
-    scope: Scope | None = ctx.scope
-    while scope is not None:
-        if scope.kind == "class" and "schedul" in scope.name.lower():
-            return True
-        scope = scope.parent
-    return False
 
 
 def _args_file(word: str) -> bool:
