@@ -145,7 +145,7 @@ def _written(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[t
 
     written: list[torch.Tensor] = []
     schema = getattr(func, "_schema", None)
-    if schema is None:
+    if schema is None or not schema.is_mutable:  # most operators write nothing in place
         return written
     for i, arg in enumerate(schema.arguments):
         if arg.alias_info is None or not arg.alias_info.is_write:
