@@ -165,6 +165,27 @@ def test_syncs_agree_with_torchs_sync_debug_mode(
     assert len(report.syncs) == syncs, report.format()
 
 
+def test_smoothed_weighted_cross_entropy_syncs_where_the_guard_is_not(cuda: torch.device) -> None:
+    # torch takes the masked_select path only while no dispatch mode is active: unguarded, the
+    # sync debug mode sees it; guarded, the guard records it from the call's arguments
+    logits = torch.randn(8, 5, device=cuda)
+    target = torch.randint(0, 5, (8,), device=cuda)
+    weight = torch.rand(5, device=cuda)
+    torch.cuda.synchronize()
+    before = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            torch.nn.functional.cross_entropy(logits, target, weight=weight, label_smoothing=0.1)
+        finally:
+            torch.cuda.set_sync_debug_mode(before)
+    assert any("synchroniz" in str(w.message) for w in caught), [str(w.message) for w in caught]
+    with torchplace.guard() as report:
+        torch.nn.functional.cross_entropy(logits, target, weight=weight, label_smoothing=0.1)
+    assert [e.op for e in report.syncs] == ["F.cross_entropy"]
+
+
 def test_item_is_one_sync(cuda: torch.device) -> None:
     t = torch.arange(10.0, device=cuda)
     with torchplace.guard() as report:

@@ -8,6 +8,8 @@ from collections.abc import Callable
 
 import pytest
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 import torchplace
 
@@ -316,3 +318,39 @@ def test_ctc_loss_copies_its_lengths_to_the_device_with_blocking_copies() -> Non
     with torchplace.guard() as report:
         torch.nn.functional.ctc_loss(*on_host, [10, 10], [4, 3], reduction="sum")
     assert report.syncs == []
+
+
+@pytest.mark.parametrize(
+    ("call", "syncs"),
+    [
+        (lambda x, y, w: F.cross_entropy(x, y, weight=w, label_smoothing=0.1), 1),
+        (lambda x, y, w: F.cross_entropy(x, y, w, None, -100, None, "mean", 0.2), 1),
+        (lambda x, y, w: nn.CrossEntropyLoss(weight=w, label_smoothing=0.1)(x, y), 1),
+        (
+            lambda x, y, w: F.cross_entropy(x, y, weight=w, size_average=True, label_smoothing=0.1),
+            1,
+        ),
+        # look-alikes: no weight, another reduction, no smoothing, probabilities as targets
+        (lambda x, y, w: F.cross_entropy(x, y, label_smoothing=0.1), 0),
+        (lambda x, y, w: F.cross_entropy(x, y, weight=w, label_smoothing=0.1, reduction="sum"), 0),
+        (lambda x, y, w: F.cross_entropy(x, y, weight=w, reduce=False, label_smoothing=0.1), 0),
+        (lambda x, y, w: F.cross_entropy(x, y, weight=w), 0),
+        (lambda x, y, w: F.cross_entropy(x, x.softmax(1), weight=w, label_smoothing=0.1), 0),
+        (lambda x, y, w: F.cross_entropy(x[:0], y[:0], weight=w, label_smoothing=0.1), 0),
+    ],
+)
+@pytest.mark.filterwarnings("ignore:size_average and reduce args will be deprecated")
+def test_smoothed_weighted_cross_entropy_is_a_sync_hidden_from_dispatch_modes(
+    call: object, syncs: int
+) -> None:
+    # torch's masked_select path runs only while no dispatch mode is active, so the guard
+    # records it from the arguments
+    x, y, w = torch.randn(4, 3), torch.zeros(4, dtype=torch.long), torch.ones(3)
+    with torchplace.guard() as report:
+        call(x, y, w)  # type: ignore[operator]
+    assert report.syncs == []  # on the host: nothing to wait for
+    x, y, w = x.to(META), y.to(META), w.to(META)
+    with MetaReadback(), torchplace.guard() as report:
+        call(x, y, w)  # type: ignore[operator]
+    assert [e.op for e in report.syncs] == ["F.cross_entropy"] * syncs
+    assert all("masked_select" in e.detail for e in report.syncs)

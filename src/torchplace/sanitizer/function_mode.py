@@ -40,7 +40,12 @@ from torchplace.sanitizer.calls import (
 )
 from torchplace.sanitizer.dispatch_mode import nbytes
 from torchplace.sanitizer.mixed import check_call, maybe_mixed
-from torchplace.sanitizer.syncs import BLOCKING_COPY, FACTORY_READ, FUNCTION_SYNCS
+from torchplace.sanitizer.syncs import (
+    BLOCKING_COPY,
+    FACTORY_READ,
+    FUNCTION_SYNCS,
+    MODE_HIDDEN_SYNCS,
+)
 
 if TYPE_CHECKING:
     from torchplace.sanitizer.recorder import Guard
@@ -100,6 +105,9 @@ class FunctionLayer(TorchFunctionMode):
                         return func(*args, **kwargs)
                 finally:
                     owner._suppress_syncs -= 1
+        hidden = MODE_HIDDEN_SYNCS.get(func)
+        if hidden is not None and hidden[2](args, kwargs):
+            owner._sync(hidden[0], hidden[1])
         factory = DATA_FACTORIES.get(func)
         data = None
         if factory is not None:

@@ -10,6 +10,9 @@
   as ``masked_fill``'s value or ``linspace``'s ends; ``isin`` of many test
   elements, ``matrix_exp``, ``ctc_loss`` on CUDA, a dense tensor made sparse):
   :func:`sync_handlers`, the dispatch layer's handlers for them.
+* Composite calls that take a syncing path only when no dispatch mode is active (smoothed,
+  weighted ``cross_entropy``): :data:`MODE_HIDDEN_SYNCS`, recorded by the function layer from
+  the call's arguments.
 * ``torch.cuda.synchronize`` and friends are plain Python functions that no mode sees: while
   any guard is active they are wrapped (:func:`install_sync_wrappers`), and the wrapper records
   only for the guards active on the calling thread (:func:`active_guards`).
@@ -39,6 +42,7 @@ __all__ = [
     "BLOCKING_COPY",
     "FACTORY_READ",
     "FUNCTION_SYNCS",
+    "MODE_HIDDEN_SYNCS",
     "Handler",
     "active_guards",
     "install_sync_wrappers",
@@ -65,6 +69,51 @@ FUNCTION_SYNCS: Final[dict[Any, tuple[str, str]]] = {
     # print(t), str(t), repr(t) and f"{t}" (any dim), f"{loss:.3f}" (0-dim)
     Tensor.__repr__: ("Tensor.__repr__", _PRINTED),
     Tensor.__format__: ("Tensor.__format__", _PRINTED),
+}
+
+_SMOOTHED_MEAN: Final = (
+    "cross_entropy with label_smoothing, class weights and the mean reduction selects the"
+    " targets' weights with masked_select (data-dependent size); torch takes another path while"
+    " any dispatch mode is active, so this is recorded from the call's arguments"
+)
+
+
+def _cross_entropy_selects(args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+    """Whether ``F.cross_entropy`` takes its ``masked_select`` path (``LossNLL.cpp``,
+    ``cross_entropy_loss_label_smoothing``): class-index targets, ``label_smoothing > 0``,
+    a weight and the mean reduction. Torch picks the path only when no dispatch mode is
+    active (``isTensorSubclassLike``), which the guard's own layer always is."""
+
+    def arg(index: int, name: str, default: Any) -> Any:
+        return args[index] if len(args) > index else kwargs.get(name, default)
+
+    logits, target, weight = arg(0, "input", None), arg(1, "target", None), arg(2, "weight", None)
+    size_average, reduce = arg(3, "size_average", None), arg(5, "reduce", None)
+    reduction = arg(6, "reduction", "mean")
+    if size_average is not None or reduce is not None:
+        reduction = torch.nn._reduction.legacy_get_string(size_average, reduce, emit_warning=False)
+    return (
+        isinstance(logits, Tensor)
+        and logits.device.type != "cpu"
+        and isinstance(target, Tensor)
+        and target.numel() > 0
+        and target.shape != logits.shape
+        and isinstance(weight, Tensor)
+        and reduction == "mean"
+        and float(arg(7, "label_smoothing", 0.0)) > 0.0
+    )
+
+
+#: Calls whose C++ reads device data on the host only when no dispatch mode is active: the name
+#: to record, why, and whether these arguments take that path.
+MODE_HIDDEN_SYNCS: Final[
+    dict[Any, tuple[str, str, Callable[[Sequence[Any], Mapping[str, Any]], bool]]]
+] = {
+    torch.nn.functional.cross_entropy: (
+        "F.cross_entropy",
+        _SMOOTHED_MEAN,
+        _cross_entropy_selects,
+    ),
 }
 
 #: ``torch.tensor([loss_a, loss_b])``: torch reads every device tensor in the data on the host
