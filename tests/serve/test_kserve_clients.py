@@ -2,9 +2,17 @@
 on one server), and the wire behaviour they depend on, reproduced with plain HTTP and gRPC.
 
 The wire tests always run. The client tests need ``kserve`` or ``mlserver`` importable in this
-interpreter and skip otherwise; they drive the client in a child process, because
-``tritonclient.grpc``, ``kserve`` and ``mlserver`` each register the ``inference.*`` protobuf
-messages in protobuf's default pool and no two of them can be imported in one process.
+interpreter, or an interpreter that has it named by ``TORCHPLACE_KSERVE_PYTHON`` or
+``TORCHPLACE_MLSERVER_PYTHON`` (a virtual environment of its own: the clients pin protobuf,
+grpcio and pydantic versions a server's environment need not share), and skip otherwise.
+``make test`` builds both venvs (``scripts/client-venvs``) and names them; by hand::
+
+    scripts/client-venvs .venv-clients
+    TORCHPLACE_KSERVE_PYTHON=$(cat .venv-clients/kserve.python) pytest tests/serve/test_kserve_clients.py
+
+They drive the client in a child process, because ``tritonclient.grpc``, ``kserve`` and
+``mlserver`` each register the ``inference.*`` protobuf messages in protobuf's default pool
+and no two of them can be imported in one process.
 """
 
 from __future__ import annotations
@@ -154,13 +162,27 @@ def test_raw_contents_beside_an_empty_contents_message_are_read(
 # -- the clients, in a child process ---------------------------------------------------------
 
 
-def _run_client(package: str, script: str, *args: str) -> dict[str, Any]:
-    """Run ``script`` in a child interpreter with this one's path; it prints one JSON object."""
+def client_python(package: str) -> tuple[str, dict[str, str]]:
+    """The interpreter that has ``package``, and the environment to run it in: this one (with
+    its path), or the one ``TORCHPLACE_<PACKAGE>_PYTHON`` names (a separate virtual environment,
+    e.g. one ``scripts/client-venvs`` builds: the
+    clients pin their own protobuf, grpcio and pydantic), run with its own path; skip if none."""
+    named = os.environ.get(f"TORCHPLACE_{package.upper()}_PYTHON")
+    if named:
+        return named, {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     if importlib.util.find_spec(package) is None:
-        pytest.skip(f"{package} is not installed in this interpreter (pip install {package})")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        pytest.skip(
+            f"{package} is not installed in this interpreter (pip install {package}) and "
+            f"TORCHPLACE_{package.upper()}_PYTHON names no interpreter that has it"
+        )
+    return sys.executable, dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+
+
+def _run_client(package: str, script: str, *args: str) -> dict[str, Any]:
+    """Run ``script`` in a child interpreter that has ``package``; it prints one JSON object."""
+    python, env = client_python(package)
     done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script), *args],
+        [python, "-c", textwrap.dedent(script), *args],
         capture_output=True,
         text=True,
         timeout=180,

@@ -40,11 +40,11 @@ def test_publish_replaces_and_the_index_tells_what_happened() -> None:
     assert registry.publish("seed-mlp", [v2]) == [v1]
     assert registry.index() == [
         {"name": "seed-mlp", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"},
-        {"name": "seed-mlp", "version": "2", "state": "READY"},
+        {"name": "seed-mlp", "version": "2", "state": "READY", "reason": ""},
         {"name": "seed-mlp", "version": "3", "state": "UNAVAILABLE", "reason": "bad weights"},
     ]
     assert registry.index(ready_only=True) == [
-        {"name": "seed-mlp", "version": "2", "state": "READY"}
+        {"name": "seed-mlp", "version": "2", "state": "READY", "reason": ""}
     ]
     assert registry.index(known=["other"])[0] == {"name": "other"}  # sorted by name
     assert registry.publish("seed-mlp", []) == [v2]

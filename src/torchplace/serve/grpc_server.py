@@ -12,7 +12,9 @@ with Triton's ``triton_final_response`` parameter true; a failure is the answer'
 ``error_message`` and the stream goes on), ``ModelConfig`` and
 ``ModelStatistics`` (Triton's extensions, the documents of
 :mod:`torchplace.serve.triton`), and the repository extension's ``RepositoryIndex``,
-``RepositoryModelLoad`` and ``RepositoryModelUnload`` (:mod:`torchplace.serve.reload`), and
+``RepositoryModelLoad`` and ``RepositoryModelUnload`` (:mod:`torchplace.serve.reload`; also
+served as ``inference.model_repository.ModelRepositoryService``, whose ``.proto`` KServe and
+MLServer publish), and
 the shared-memory extensions' ``SystemSharedMemory*`` and ``CudaSharedMemory*``
 (:mod:`torchplace.serve.shm`); any other RPC gets gRPC's own ``UNIMPLEMENTED``. The same port
 serves gRPC's health checking protocol (:mod:`torchplace.serve.grpc_health`). Models are looked up by name (and version) in the
@@ -96,11 +98,15 @@ if TYPE_CHECKING:
     from torchplace.serve.registry import ModelHandle
     from torchplace.serve.reload import ModelControl
 
-__all__ = ["SERVICE", "GrpcServer", "status_code"]
+__all__ = ["REPOSITORY_SERVICE", "SERVICE", "GrpcServer", "status_code"]
 
 logger = logging.getLogger("torchplace.serve")
 
 SERVICE = "inference.GRPCInferenceService"
+#: the model repository extension as its own service (KServe's and MLServer's
+#: ``model_repository.proto``): the same three RPCs, whose messages match Triton's on the wire
+REPOSITORY_SERVICE = "inference.model_repository.ModelRepositoryService"
+REPOSITORY_RPCS = ("RepositoryIndex", "RepositoryModelLoad", "RepositoryModelUnload")
 #: put on a stream's answer queue when the drain starts; compared by identity only
 _DRAINING = bytes(bytearray(b"draining"))
 #: put on a stream's answer queue when it has been idle too long; compared by identity only
@@ -225,7 +231,7 @@ class GrpcServer:
             self._health, lambda: self.draining, self.health_changes,
             self.config.request_timeout_s,
         )  # fmt: skip
-        server.add_generic_rpc_handlers((self._handlers(), health))
+        server.add_generic_rpc_handlers((*self._handlers(), health))
         try:
             bound = server.add_insecure_port(f"{host}:{port}")
         except RuntimeError as exc:
@@ -284,7 +290,7 @@ class GrpcServer:
             await self._server.stop(None)
 
     # -- routing ---------------------------------------------------------------------------
-    def _handlers(self) -> grpc.GenericRpcHandler:
+    def _handlers(self) -> tuple[grpc.GenericRpcHandler, grpc.GenericRpcHandler]:
         rpcs: dict[str, tuple[Callable[..., Awaitable[Any]], Any, bool]] = {
             "ServerLive": (self._server_live, pb.ServerLiveRequest, True),
             "ServerReady": (self._server_ready, pb.ServerReadyRequest, True),
@@ -314,7 +320,11 @@ class GrpcServer:
         handlers["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
             self._model_stream_infer
         )
-        return grpc.method_handlers_generic_handler(SERVICE, handlers)
+        repository = {name: handlers[name] for name in REPOSITORY_RPCS}
+        return (
+            grpc.method_handlers_generic_handler(SERVICE, handlers),
+            grpc.method_handlers_generic_handler(REPOSITORY_SERVICE, repository),
+        )
 
     def _guarded(
         self, fn: Callable[[Any, Any], Awaitable[Any]], message: Any, public: bool

@@ -248,7 +248,8 @@ def _decode_request(
     try:
         doc = json_loads(json_part)
     except orjson.JSONDecodeError as exc:
-        raise _fail(f"request body is not valid JSON: {exc}") from None
+        hint = _binary_hint(json_part) if binary is None else ""
+        raise _fail(f"request body is not valid JSON: {exc}{hint}") from None
     if not isinstance(doc, dict):
         raise _fail(f"request body must be a JSON object, not {_kind_name(doc)}")
     if len(inputs) == 1 and binary is None:
@@ -282,6 +283,19 @@ def _decode_request(
         binary_output=binary_output,
         timeout_us=timeout_us,
         priority=priority,
+    )
+
+
+def _binary_hint(body: bytes | bytearray | memoryview) -> str:
+    """For a body that does not parse as JSON and came without a JSON length, yet names a
+    ``binary_data_size``: the binary data after the JSON is what broke it (a client that
+    forgot the header), so say which header is missing."""
+    if b'"binary_data_size"' not in bytes(body):
+        return ""
+    return (
+        "; it names a binary_data_size: if binary tensor data follows the JSON, give the "
+        "JSON's length in bytes in the Inference-Header-Content-Length header (Triton's "
+        "binary tensor data extension)"
     )
 
 
@@ -724,6 +738,8 @@ def _checked_shape(
     name = spec.name
     datatype = raw.get("datatype")
     if datatype != spec.datatype:
+        if not datatype or type(datatype) is not str:  # absent (null, or '' over gRPC)
+            raise _missing_datatype(spec, datatype, json)
         # Triton's words first; BYTES (strings) is no tensor type torch has, so no input takes it
         note = " (BYTES is not a tensor type torch can take)" if datatype == "BYTES" else ""
         raise _ModelWords(
@@ -770,6 +786,17 @@ def _checked_shape(
 
 
 _INT64_MAX = 2**63 - 1
+
+
+def _missing_datatype(spec: TensorSpec, datatype: object, json: bool) -> InputError:
+    """An input without a ``datatype`` string, which the protocol requires (MLServer's
+    ``RequestInput`` and KServe's refuse one without it too); Triton's words first over JSON."""
+    got = "none" if datatype is None or datatype == "" else _kind_name(datatype)
+    return _fail(
+        f"{'Unable to parse ' if json else ''}'datatype' of input {spec.name!r}: it must be a "
+        f'datatype string, got {got}; send "datatype": "{spec.datatype}", the input\'s '
+        "declared datatype (GET the model's metadata for every input's)"
+    )
 
 
 def _check_overflow(spec: TensorSpec, shape: list[int]) -> None:
@@ -904,8 +931,10 @@ def _json_array(
     name = spec.name
     dtype: np.dtype[Any] = HOST_DTYPES[spec.datatype]  # the arrays' dtype in the server
     if not isinstance(data, list):
+        # a scalar is no $tensor_data (MLServer's TensorData takes one; KServe's, a List, not)
+        given = "" if data is None else f", not {_kind_name(data)} {shown(data)}"
         raise _fail(
-            f"input {name!r} needs 'data', an array of {count} {spec.datatype} values "
+            f"input {name!r} needs 'data', an array of {count} {spec.datatype} values{given} "
             "(or binary data with the binary_data_size parameter)"
         )
     if count and len(data) > count:  # too many whatever they hold: refused before numpy reads them
@@ -948,7 +977,8 @@ def _json_array(
         raise _out_of_range(spec, array.ravel().tolist())  # an integer past 64 bits, read as float
     if array.dtype.kind not in _JSON_KINDS[spec.datatype] and count:
         raise _fail(
-            f"input {name!r}: 'data' holds {_kind_label(array)}, not {spec.datatype} values"
+            _whole_floats(name, spec.datatype, array, dtype)
+            or f"input {name!r}: 'data' holds {_kind_label(array)}, not {spec.datatype} values"
         )
     if array.dtype.kind in "iu" and dtype.kind in "iu" and count:
         info = np.iinfo(dtype)
@@ -973,8 +1003,10 @@ def _out_of_range(spec: TensorSpec, values: list[Any]) -> InputError:
     dtype: np.dtype[Any] = HOST_DTYPES[spec.datatype]
     info = np.iinfo(dtype)
     bad = next(v for v in values if not info.min <= v <= info.max)
+    # a float far past 64 bits as written (1e+300), not as its 301 digits
+    shown_bad = f"{bad:g}" if isinstance(bad, float) and abs(bad) >= 1e21 else int(bad)
     return _fail(
-        f"input {spec.name!r}: value {int(bad)} is out of range for {spec.datatype} "
+        f"input {spec.name!r}: value {shown_bad} is out of range for {spec.datatype} "
         f"({info.min}..{info.max})"
     )
 
@@ -1084,6 +1116,27 @@ def _check_finite(spec: TensorSpec, array: np.ndarray[Any, Any], json: bool = Fa
             f"flat index {where}; send finite values in range, or start the server with "
             "--allow-nan"
         )
+
+
+def _whole_floats(
+    name: str, datatype: str, array: np.ndarray[Any, Any], dtype: np.dtype[Any]
+) -> str:
+    """For an integer input whose JSON numbers are all whole but written as floats (``1.0``,
+    as ``json.dumps`` writes a float array's values), the refusal that says how to send them
+    ('' otherwise). KServe and MLServer would cast them (and cut ``1.5`` to 1 without a
+    word); Triton refuses them, as torchplace does."""
+    if dtype.kind not in "iu" or array.dtype.kind != "f":
+        return ""
+    with np.errstate(invalid="ignore"):
+        whole = bool(np.all(np.isfinite(array)) and np.all(array == np.floor(array)))
+    if not whole:
+        return ""
+    first = float(array.ravel()[0])
+    return (
+        f"input {name!r}: 'data' holds numbers written as floats (such as {first!r}), not "
+        f"{datatype} integers; write them as JSON integers ({int(first)}), e.g. from an "
+        "integer array, or declare the input a float datatype"
+    )
 
 
 def _kind_label(array: np.ndarray[Any, Any]) -> str:

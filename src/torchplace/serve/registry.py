@@ -172,10 +172,9 @@ class Registry:
             seen.add(name)
             if ready_only and state != "READY":
                 continue
-            entry = {"name": name, "version": version, "state": state}
-            if reason:
-                entry["reason"] = reason
-            entries.append(entry)
+            # "reason" is in every entry, empty if none: the extension's schema does not mark it
+            # optional, and MLServer's client requires it (Triton's own leaves an empty one out)
+            entries.append({"name": name, "version": version, "state": state, "reason": reason})
         if not ready_only:
             entries.extend({"name": n} for n in known if n not in seen)
         return sorted(entries, key=lambda e: (e["name"], e.get("version", "")))
