@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 CONSTRAINTS := constraints/ci.txt
+CLIENTS := .venv-clients
 PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check -c $(CONSTRAINTS)
 ARGS ?=
 
@@ -33,8 +34,11 @@ $(VENV)/.bench-stamp: $(VENV)/.test-stamp
 run: $(VENV)/.run-stamp  ## the main job: serve the embedded demo model (seed-mlp) on 127.0.0.1:8000
 	$(BIN)/torchplace serve $(ARGS)
 
-test: $(VENV)/.test-stamp  ## run the whole test suite
-	$(BIN)/python -m pytest $(ARGS)
+test: $(VENV)/.test-stamp  ## run the whole test suite (KServe's and MLServer's clients in venvs of their own)
+	@scripts/client-venvs $(CLIENTS)
+	TORCHPLACE_KSERVE_PYTHON="$${TORCHPLACE_KSERVE_PYTHON:-$$(cat $(CLIENTS)/kserve.python 2>/dev/null)}" \
+	TORCHPLACE_MLSERVER_PYTHON="$${TORCHPLACE_MLSERVER_PYTHON:-$$(cat $(CLIENTS)/mlserver.python 2>/dev/null)}" \
+		$(BIN)/python -m pytest $(ARGS)
 
 lint: $(VENV)/.test-stamp  ## ruff, mypy (strict on the package) and torchplace lint on the tree
 	$(BIN)/ruff check src tests benchmarks scripts
@@ -51,4 +55,4 @@ gpu-check:  ## on a machine with a GPU, with its own python3 and CUDA torch: the
 	PYTHON=$(PYTHON) scripts/gpu-check
 
 clean:  ## remove the virtual environment and caches
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(CLIENTS) .pytest_cache .mypy_cache .ruff_cache
