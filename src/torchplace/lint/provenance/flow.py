@@ -619,6 +619,10 @@ class Flow:
             return Fact("host", qualname)
         if top != "torch":
             return self.project_call(node, qualname, args, lookup)
+        if qualname == "torch.Size" or qualname.startswith("torch.utils.benchmark."):
+            # a shape, `torch.Size([*lead, *spec.shape])`: ints; a benchmark `Timer`, whatever
+            # its `globals=` hold, measures on the host (`timer.blocked_autorange()`)
+            return Fact("host", qualname)
         if qualname == "torch.load":
             where = next((kw.value for kw in node.keywords if kw.arg == "map_location"), None)
             if where is None and len(node.args) > 1:

@@ -988,15 +988,27 @@ def branch_trains(branch: ast.If) -> bool:
     steps is then how often it trains, and its reads are per step of that training. A
     learning-rate scheduler's ``step`` (``scheduler.step(val_score)`` after an evaluation)
     trains nothing, and neither does a read of a step counter (lingua's logging branch
-    formats ``f"step: {train_state.step}"``): only a call of ``.step`` is a step."""
+    formats ``f"step: {train_state.step}"``): only a call of ``.step`` is a step. Nor does an
+    environment's ``test_data = env.step(policy(env.reset()))`` in an evaluation branch."""
     return any(
         isinstance(sub, ast.Call)
         and isinstance(sub.func, ast.Attribute)
         and sub.func.attr in {"backward", "step"}
-        and not (sub.func.attr == "step" and _names_scheduler(sub.func.value))
+        and not (
+            sub.func.attr == "step"
+            and (_names_scheduler(sub.func.value) or _names_environment(sub.func.value))
+        )
         for stmt in branch.body
         for sub in walk(stmt)
     )
+
+
+def _names_environment(node: ast.expr) -> bool:
+    """``env``, ``self.envs``, ``test_env``, ``eval_environment``: a simulator, whose
+    ``step(action)`` advances an episode, not a training step."""
+    name = dotted_name(node)
+    last = (name or "").rsplit(".", 1)[-1].lower()
+    return any(part in {"env", "envs", "environment"} for part in last.split("_"))
 
 
 def _names_scheduler(node: ast.expr) -> bool:

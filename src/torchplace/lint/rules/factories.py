@@ -12,10 +12,18 @@ from __future__ import annotations
 
 import ast
 
-from torchplace.lint.base import Context, Rule, Scope, has_star_kwargs, keyword, names_in
+from torchplace.lint.base import (
+    Context,
+    Rule,
+    Scope,
+    call_name,
+    has_star_kwargs,
+    keyword,
+    names_in,
+)
 from torchplace.lint.nodes import own_nodes, walk
 from torchplace.lint.provenance.files import file_facts
-from torchplace.lint.provenance.values import _passes_device
+from torchplace.lint.provenance.values import _device_helper, _passes_device
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.factory_match import COMBINERS, HOST_CASTS, matched_to_parameter
 from torchplace.lint.rules.facts import in_test, main_test
@@ -270,19 +278,45 @@ def _moved_later(call: ast.Call, ctx: Context) -> bool:
         for later in block[index + 1 :]:
             if _moves_any(later, names):
                 return True
-            if isinstance(later, ast.Assign) and _refs(later.value) & names:
-                names |= {name for t in later.targets for name in _refs(t)} - {"self"}
-            elif (  # grids.append(grid): the list now holds it
-                isinstance(later, ast.Expr)
-                and isinstance(later.value, ast.Call)
-                and isinstance(later.value.func, ast.Attribute)
-                and later.value.func.attr in {"append", "extend"}
-                and any(names_in(arg) & names for arg in later.value.args)
-            ):
-                names |= names_in(later.value.func.value) - {"self"}
+            inner = _in_order(later)  # also into a later loop's body, twice: carried
+            for stmt in inner * (2 if len(inner) > 1 else 1):
+                names |= _holders(stmt, names)
+            if _moves_any(later, names):
+                return True
         if block is own_body:
             break
     return False
+
+
+def _holders(stmt: ast.stmt, names: set[str]) -> set[str]:
+    """The names ``stmt`` binds to a value built from ``names`` (``t2 = t * 2``), or the
+    list it collects one of them into (``grids.append(grid)``)."""
+    if isinstance(stmt, ast.Assign) and _refs(stmt.value) & names:
+        return {name for t in stmt.targets for name in _refs(t)} - {"self"}
+    if (
+        isinstance(stmt, ast.Expr)
+        and isinstance(stmt.value, ast.Call)
+        and isinstance(stmt.value.func, ast.Attribute)
+        and stmt.value.func.attr in {"append", "extend"}
+        and any(names_in(arg) & names for arg in stmt.value.args)
+    ):
+        return names_in(stmt.value.func.value) - {"self"}
+    return set()
+
+
+def _in_order(stmt: ast.stmt) -> list[ast.stmt]:
+    """``stmt`` and the statements nested in its blocks (a loop's, an ``if``'s), in source
+    order; not into nested functions or classes."""
+    out = [stmt]
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return out
+    for field in ("body", "orelse", "finalbody"):
+        for inner in getattr(stmt, field, None) or []:
+            out += _in_order(inner)
+    for handler in getattr(stmt, "handlers", None) or []:
+        for inner in handler.body:
+            out += _in_order(inner)
+    return out
 
 
 def _placed_by_callers(call: ast.Call, ctx: Context, method: Scope | None) -> bool:
@@ -414,13 +448,23 @@ def _returns_any(function: ast.AST, names: set[str]) -> bool:
 
 
 def _moves_any(stmt: ast.stmt, names: set[str]) -> bool:
+    """``t.to(x)``, ``t.cuda()``, or a transfer helper handed ``t``: ``self._to_device(ids)``
+    (a ``to_device`` of the owner, private or not), ``move_to_cuda(t)``."""
     for sub in walk(stmt):
+        if not isinstance(sub, ast.Call):
+            continue
         if (
-            isinstance(sub, ast.Call)
-            and isinstance(sub.func, ast.Attribute)
+            isinstance(sub.func, ast.Attribute)
             and sub.func.attr in {"to", "cuda", "type_as", "type"}
             and (sub.func.attr != "type" or bool(sub.args))
             and _refs(sub.func.value) & names
+        ):
+            return True
+        name = call_name(sub)
+        if (
+            name is not None
+            and _device_helper(name.lstrip("_"), sub.args)
+            and any(_refs(arg) & names for arg in sub.args)
         ):
             return True
     return False

@@ -195,6 +195,22 @@ def in_test(ctx: Context) -> bool:
     return False
 
 
+def in_device_kernel(ctx: Context) -> bool:
+    """Inside a Triton kernel (``@triton.jit``, also under ``@triton.autotune(...)``): its
+    body runs on the device, one program per block, so nothing in it reads the device back
+    (``m_size = tl.load(ptr).to(tl.int32)``, then ``if m_size > 0:``)."""
+    scope: Scope | None = ctx.scope
+    while scope is not None:
+        node = scope.node
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+            (ctx.qualname(d.func if isinstance(d, ast.Call) else d) or "").startswith("triton.")
+            for d in node.decorator_list
+        ):
+            return True
+        scope = scope.parent
+    return False
+
+
 def _test_file_name(name: str) -> bool:
     return (
         name.startswith(("test", "_test"))
@@ -240,12 +256,21 @@ def _runs_as_program(module: ast.Module) -> bool:
         (
             isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
             and node.name.startswith("test_")
-            and node.name not in helpers
+            and (node.name not in helpers or _all_defaulted(node))
         )
         or (isinstance(node, ast.ClassDef) and node.name.startswith("Test"))
         for node in module.body
     )
     return not collected
+
+
+def _all_defaulted(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Every parameter has a default (``def test_cell(device="cpu"):``): a runner collects
+    it and calls it bare, whatever the module's own ``__main__`` hands it."""
+    args = node.args
+    positional = [*args.posonlyargs, *args.args]
+    keyword_only = [a for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is None]
+    return len(args.defaults) == len(positional) and not keyword_only
 
 
 def _parses_command_line(module: ast.Module) -> bool:
@@ -499,12 +524,51 @@ def in_periodic_branch(
         if (
             isinstance(parent, ast.If)
             and (child is None or child is not parent.test)
-            and _rare_test(parent.test, ctx)
+            and (_rare_test(parent.test, ctx) or _sets_once(parent, child, ctx))
             and not branch_trains(parent)
         ):
             return through is None or all(through(loop) for loop in passed)
         child = parent
     return False
+
+
+def _sets_once(branch: ast.If, child: ast.AST | None, ctx: Context) -> bool:
+    """``if init_loss is None: init_loss = loss.item()``: the branch binds the very name it
+    finds unset, so it runs on the first step only, unless the enclosing loop unsets the name
+    again (``hidden = None`` at the top of each step)."""
+    test = branch.test
+    if not (
+        child is not None
+        and child in branch.body
+        and isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.Is)
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value is None
+    ):
+        return False
+    name = dotted_name(test.left)
+    if name is None:
+        return False
+    sets = [
+        stmt.value
+        for stmt in branch.body
+        if isinstance(stmt, ast.Assign)
+        and any(dotted_name(target) == name for target in stmt.targets)
+    ]
+    if not sets or any(_is_none(value) for value in sets):
+        return False
+    loops = [p for p in ctx.parents if isinstance(p, (ast.For, ast.AsyncFor, ast.While))]
+    return bool(loops) and not any(
+        isinstance(sub, ast.Assign)
+        and _is_none(sub.value)
+        and any(dotted_name(target) == name for target in sub.targets)
+        for sub in _loop_nodes(loops[-1])
+    )
+
+
+def _is_none(value: ast.expr) -> bool:
+    return isinstance(value, ast.Constant) and value.value is None
 
 
 def _rare_test(test: ast.expr, ctx: Context) -> bool:

@@ -27,12 +27,13 @@ from torchplace.lint.base import (
 from torchplace.lint.nodes import subtree, walk, walk_body
 from torchplace.lint.provenance import Fact, FileFacts, PerBatch, file_facts, scope_node
 from torchplace.lint.provenance.callers import engine_step, imported_by_siblings
-from torchplace.lint.provenance.loops import _few_constants, feeds_back, rare_test
+from torchplace.lint.provenance.loops import _few_constants, calls_backward, feeds_back, rare_test
 from torchplace.lint.provenance.values import HOST_METHODS, _passes_device
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import (
     CASTS,
     TIMERS,
+    in_device_kernel,
     in_periodic_branch,
     in_test,
     is_tensor_expr,
@@ -503,7 +504,11 @@ def _tensor_operand(node: ast.expr, ctx: Context) -> bool:
             return qualname.startswith("torch.") and qualname.rpartition(".")[2] not in (
                 _TORCH_QUERIES
             )
-        return isinstance(node.func, ast.Attribute) and node.func.attr not in HOST_METHODS
+        return (
+            isinstance(node.func, ast.Attribute)
+            and node.func.attr not in HOST_METHODS
+            and not _returns_container(node.func, ctx)
+        )
     if not isinstance(node, ast.Name):
         return False
     for parent in ctx.parents:
@@ -517,6 +522,42 @@ def _tensor_operand(node: ast.expr, ctx: Context) -> bool:
                 # `for mask in ids[0]: if mask == 1:`: a row of a tensor by its form
                 return _tensor_operand(rows, ctx)
     return _bound_to_tensors(node, ctx)
+
+
+# Return annotations of a container or a Python value (`-> dict[str, Tensor] | None`).
+_CONTAINERS = frozenset(
+    {"dict", "list", "tuple", "set", "Dict", "List", "Tuple", "Set", "Mapping", "Sequence"}
+    | {"int", "float", "bool", "str", "None"}
+)
+
+
+def _returns_container(func: ast.Attribute, ctx: Context) -> bool:
+    """``self._get_output_dict(out)`` with the class's method annotated ``-> dict[str, Tensor]
+    | None`` (or ``Optional[list[...]]``): a container, whose truth is its length, or a
+    Python value; never a tensor to read."""
+    scope = ctx.function_scope()
+    if not (isinstance(func.value, ast.Name) and func.value.id == "self"):
+        return False
+    if scope is None or scope.cls is None or not isinstance(scope.cls.node, ast.ClassDef):
+        return False
+    for item in scope.cls.node.body:
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == func.attr:
+            return item.returns is not None and _container_annotation(item.returns)
+    return False
+
+
+def _container_annotation(annotation: ast.expr) -> bool:
+    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
+        return _container_annotation(annotation.left) and _container_annotation(annotation.right)
+    if isinstance(annotation, ast.Constant):
+        return annotation.value is None
+    if isinstance(annotation, ast.Subscript):
+        head = dotted_name(annotation.value) or ""
+        if head.rpartition(".")[2] == "Optional":
+            return _container_annotation(annotation.slice)
+        annotation = annotation.value
+    name = dotted_name(annotation) or ""
+    return name.rpartition(".")[2] in _CONTAINERS
 
 
 def _rows_walked(loop: ast.For | ast.AsyncFor, name: str) -> ast.expr | None:
@@ -636,6 +677,8 @@ def _on_failure(ctx: Context, node: ast.AST) -> bool:
     an abort or a skip, not every step. The test itself still runs every step."""
     child = node
     for parent in reversed(ctx.parents):
+        if _after_finite_guard(parent, child):
+            return True
         if isinstance(parent, _LOOPS_AND_SCOPES):
             return False
         if isinstance(parent, ast.If) and child is not parent.test:
@@ -643,6 +686,24 @@ def _on_failure(ctx: Context, node: ast.AST) -> bool:
             if holds is not None and (child in parent.body) == holds:
                 return True
         child = parent
+    return False
+
+
+def _after_finite_guard(parent: ast.AST, child: ast.AST) -> bool:
+    """``child`` follows, in a block of ``parent``, a guard that leaves when the value is
+    finite (``if torch.isfinite(x).all(): return``, ``if not torch.isnan(x).any():
+    continue``): the statements after it run only for a value that is not finite."""
+    for field in ("body", "orelse", "finalbody"):
+        block = getattr(parent, field, None)
+        if not isinstance(block, list) or child not in block:
+            continue
+        return any(
+            isinstance(stmt, ast.If)
+            and not stmt.orelse
+            and _nonfinite_test(stmt.test) is False
+            and isinstance(stmt.body[-1], (ast.Return, ast.Continue))
+            for stmt in block[: block.index(child)]
+        )
     return False
 
 
@@ -667,7 +728,13 @@ def _nonfinite_test(test: ast.expr) -> bool | None:
         return _nonfinite_test(test.func.value)  # `torch.isnan(x).any()`
     if name in _NONFINITE:
         return True
-    return False if name == "isfinite" else None
+    if name == "isfinite":
+        return False
+    # a helper named for the test, `if not _tensor_is_finite(loss):`, `if has_nan(x):`
+    word = (name or "").replace("_", "").lower()
+    if word.endswith(("isfinite", "allfinite")):
+        return False
+    return True if word.endswith(("hasnan", "hasinf", "anynan", "anyinf")) else None
 
 
 def _in_assert_message(ctx: Context, node: ast.AST) -> bool:
@@ -891,8 +958,50 @@ def _into_host_buffer(stmt: ast.stmt, value: ast.AST, ctx: Context) -> bool:
     target = stmt.targets[0]
     if not (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)):
         return False
+    if _keyed_cache(target, ctx):
+        return True
     fact = file_facts(ctx).fact(target.value, scope_node(ctx))
     return fact is not None and fact.where == "host"
+
+
+def _keyed_cache(target: ast.Subscript, ctx: Context) -> bool:
+    """``embeds[cap] = (pe.cpu(), pooled.cpu())`` in ``for cap in captions:``, with ``embeds``
+    bound only to an empty dict: a cache of host copies filled once per key (text embeddings
+    precomputed before the training loop of the same function), in a loop that trains
+    nothing itself."""
+    loops = ctx.loops()
+    scope = ctx.function_scope()
+    if not (
+        loops
+        and scope is not None
+        and isinstance(loops[-1], (ast.For, ast.AsyncFor))
+        and isinstance(target.slice, ast.Name)
+        and isinstance(target.value, ast.Name)
+        and target.slice.id in names_in(loops[-1].target)
+    ):
+        return False
+    name = target.value.id
+    values = [  # its plain bindings (a store by key, `embeds[cap] = ...`, keeps the dict)
+        sub.value
+        for sub in walk(scope.node)
+        if isinstance(sub, (ast.Assign, ast.AnnAssign))
+        and any(
+            isinstance(t, ast.Name) and t.id == name
+            for t in (sub.targets if isinstance(sub, ast.Assign) else [sub.target])
+        )
+    ]
+    return (
+        bool(values)
+        and all(
+            (isinstance(value, ast.Dict) and not value.keys)
+            or (isinstance(value, ast.Call) and call_name(value) == "dict" and not value.args)
+            for value in values
+        )
+        and not calls_backward(loops[-1])
+        and not any(
+            call_name(sub) == "step" for sub in walk(loops[-1]) if isinstance(sub, ast.Call)
+        )
+    )
 
 
 def _writes(call: ast.Call) -> bool:
@@ -926,6 +1035,8 @@ def _flows_to(
                 tainted |= _collector(sub, tainted)
     takers = [sub for sub in nodes if isinstance(sub, ast.Call) and _takes(sub, tainted)]
     writes = [call for call in takers if sink(call)]
+    if sink is _writes:  # `df.to_csv(path)`: the table built from them, written out
+        writes += [s for s in nodes if isinstance(s, ast.Call) and _writes_itself(s, tainted)]
     if not writes or read is None:
         return bool(writes)
     optional = _under_other_branches(scope, read)
@@ -936,6 +1047,18 @@ def _flows_to(
         id(stmt.value) not in optional and id(stmt.value) not in own and _consumes(stmt, names)
         for stmt in nodes
         if isinstance(stmt, ast.Expr)
+    )
+
+
+def _writes_itself(call: ast.Call, names: set[str]) -> bool:
+    """``df.to_csv(path)``, ``table.save(path)``: a method that writes out the value it is
+    called on, one of ``names``."""
+    func = call.func
+    return (
+        isinstance(func, ast.Attribute)
+        and isinstance(func.value, ast.Name)
+        and func.value.id in names
+        and func.attr.lower().startswith(("save", "write", "dump", "to_csv", "to_parquet"))
     )
 
 
@@ -988,6 +1111,7 @@ def _under_other_branches(scope: ast.AST, stmt: ast.stmt) -> set[int]:
 _JOINS = frozenset(
     {"concatenate", "cat", "concat", "stack", "vstack", "hstack", "array", "asarray"}
     | {"tensor", "as_tensor", "from_numpy"}  # `torch.tensor(scores)`: the same values
+    | {"Series", "DataFrame"}  # `pd.Series(np.concatenate(preds), index=index)`: labelled
 )
 
 
@@ -1097,6 +1221,8 @@ def _check(
         return False  # a print/f-string/cast needs a device value, and nothing here makes one
     if in_test(ctx) or _exits(ctx, read or node) or _in_assert_message(ctx, read or node):
         return False
+    if in_device_kernel(ctx):
+        return False  # a Triton kernel's body runs on the device: it reads nothing back
     if _on_failure(ctx, read or node):
         return False
     if in_periodic_branch(ctx, node, through=lambda loop: _not_batch(loop, scope, ctx)):
@@ -1310,10 +1436,14 @@ def _feeds_device(loop: ast.AST) -> bool:
                 and bool(names_in(sub.func.value) & inputs)
             )
             # `self.tokenize_fn(queries[i : i + bs], device=dev)`: a chunk the call places;
-            # `batch = collate(batch, device)`: the item taken, placed by a project's helper
+            # `batch = collate(batch, device)`: the item taken, placed by a project's helper,
+            # also by keyword, `pipe.encode_prompt(prompt=caption, device=device)`
             or (
                 _passes_device(sub)
-                and any(names_in(a) & (placed if _helper(sub) else chunks) for a in sub.args)
+                and any(
+                    names_in(a) & (placed if _helper(sub) else chunks)
+                    for a in [*sub.args, *(kw.value for kw in sub.keywords if kw.arg)]
+                )
             )
         )
         for sub in nodes
