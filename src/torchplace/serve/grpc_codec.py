@@ -18,7 +18,7 @@ output written to shared memory has an empty entry there, as in Triton.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -41,6 +41,8 @@ from torchplace.serve.protocol import (
     _check_complete,
     _check_finite,
     _checked_shape,
+    _dims,
+    _for,
     _given_twice,
     _ModelWords,
     _same_rows,
@@ -58,6 +60,7 @@ from torchplace.serve.shm import SharedMemoryRegions, check_region_named
 
 __all__ = [
     "MAX_DETAILS_BYTES",
+    "MAX_MESSAGE_FIELDS",
     "decode_infer_request",
     "encode_infer_response",
     "parse_message",
@@ -86,8 +89,19 @@ _CONTENTS: dict[str, str] = {
 }
 
 
+#: fields counted at most, at a message's top level and one level down together, before a
+#: message of :data:`_WALKED_FROM` bytes or more is parsed
+MAX_MESSAGE_FIELDS = 65536
+#: messages this large or larger are walked before they are parsed (below it, what a parse can
+#: take is small whatever the message holds)
+_WALKED_FROM = 64 * 1024
+
+
 def parse_message(message: Any, data: bytes) -> Any:
-    """``data`` parsed as a ``message`` (a protobuf class); InputError when it is not one."""
+    """``data`` parsed as a ``message`` (a protobuf class); InputError when it is not one, or
+    when it holds more than :data:`MAX_MESSAGE_FIELDS` fields in its first two levels."""
+    if len(data) >= _WALKED_FROM:
+        _check_fields(message.DESCRIPTOR, data)
     try:
         return message.FromString(data)
     except DecodeError as exc:
@@ -95,6 +109,60 @@ def parse_message(message: Any, data: bytes) -> Any:
             f"the request is not a valid {message.DESCRIPTOR.full_name} message ({exc}); "
             "build it from the protocol's .proto"
         ) from None
+
+
+def _check_fields(descriptor: Any, data: bytes) -> None:
+    """Refuse a message of more than :data:`MAX_MESSAGE_FIELDS` fields, its nested messages'
+    (map entries among them) counted in, before the parser builds them: an empty ``inputs``
+    entry is 2 bytes on the wire and some 80 in memory, so a 64 MiB request of them took
+    gigabytes and, read one by one, over a minute of the loop. A packed array is one field."""
+    if _walk(memoryview(data), 0, len(data), descriptor, MAX_MESSAGE_FIELDS) < 0:
+        raise InputError(
+            f"the request message ({descriptor.full_name}) holds more than "
+            f"{MAX_MESSAGE_FIELDS} fields (entries of inputs, outputs, raw_input_contents, "
+            "parameters and typed contents, and their fields): far more than a model's inputs "
+            "and outputs take; send one entry per input and output, few parameters, and "
+            "tensor data as raw_input_contents (or packed typed contents)"
+        )
+
+
+def _walk(data: memoryview, pos: int, end: int, descriptor: Any, left: int) -> int:
+    """Count down ``left`` for each field of the ``descriptor`` message in ``data[pos:end]``,
+    and of the messages in it; what is left (negative: over, the walk stopped there). What
+    does not decode is left for the parser to refuse."""
+    fields = descriptor.fields_by_number
+    while pos < end:
+        left -= 1
+        if left < 0:
+            return left
+        key, pos = _varint(data, pos, end)
+        wire = key & 7
+        if wire == 0:
+            pos = _varint(data, pos, end)[1]
+        elif wire == 1 or wire == 5:
+            pos += 8 if wire == 1 else 4
+        elif wire == 2:
+            size, pos = _varint(data, pos, end)
+            field = fields.get(key >> 3)
+            if field is not None and field.message_type is not None:
+                left = _walk(data, pos, min(pos + size, end), field.message_type, left)
+            pos += size
+        else:
+            return left  # a group, or not protobuf: the parser says which
+    return left
+
+
+def _varint(data: memoryview, pos: int, end: int) -> tuple[int, int]:
+    """The varint at ``pos`` and the position after it (``end`` when it runs past the end)."""
+    value = shift = 0
+    while pos < end:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80 or shift > 63:
+            return value, pos
+        shift += 7
+    return value, end
 
 
 def status_details(message: str, limit: int = MAX_DETAILS_BYTES) -> str:
@@ -142,6 +210,7 @@ def _decode_request(
     tensors = message.inputs
     if not tensors:  # no inputs at all: Triton's count of what is missing
         _check_complete(inputs, {})
+    _check_counts(message, inputs, outputs)
     raw = message.raw_input_contents
     in_shm = [_shared(t.name, t.parameters) for t in tensors]
     if raw and len(raw) != in_shm.count(None):
@@ -161,6 +230,8 @@ def _decode_request(
             raise _unknown_input(tensor.name, inputs)
         if tensor.name in arrays:
             raise _given_twice(tensor.name)
+        if len(tensor.shape) > _MOST_DIMS:  # told without making a list of millions
+            raise _far_too_many_dims(spec, tensor.shape)
         shape = _checked_shape(
             {"datatype": tensor.datatype, "shape": list(tensor.shape)}, spec, max_rows, json=False
         )
@@ -200,6 +271,59 @@ def _decode_request(
         timeout_us=timeout_us,
         priority=priority,
     )
+
+
+#: dimensions past which a shape is refused as such, before it is read
+_MOST_DIMS = 64
+
+
+def _far_too_many_dims(spec: TensorSpec, shape: Sequence[int]) -> InputError:
+    return _ModelWords(
+        lambda m: (
+            f"unexpected shape for input {spec.name!r}{_for(m)}. Expected {_dims(spec.shape)}, "
+            f"got {_dims(shape)}: {len(shape)} dimensions, where it has {len(spec.shape)}"
+        )
+    )
+
+
+def _check_counts(
+    message: Any, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]
+) -> None:
+    """More inputs, outputs or raw entries than the model has are refused before they are read
+    (each read from the message costs an object: a request of thousands was read whole before
+    the first wrong one was told)."""
+    _check_surplus(message.inputs, inputs, _unknown_input, _given_twice)
+    _check_surplus(message.outputs, outputs, _unknown_output, _output_twice)
+    if len(message.raw_input_contents) > len(inputs):
+        raise InputError(
+            f"the request has {len(message.raw_input_contents)} raw_input_contents but the "
+            f"model takes {len(inputs)} inputs; give one raw entry per input sent outside "
+            "shared memory, in order"
+        )
+
+
+def _check_surplus(
+    given: Sequence[Any],
+    specs: Sequence[TensorSpec],
+    unknown: Callable[[str, Sequence[TensorSpec]], InputError],
+    twice: Callable[[str], InputError],
+) -> None:
+    """Of more entries than ``specs``, the first that is unknown or named twice (one is, among
+    the first ``len(specs) + 1``) refused as the full reading would refuse it."""
+    if len(given) <= len(specs):
+        return
+    names = {spec.name for spec in specs}
+    seen: set[str] = set()
+    for entry in given[: len(specs) + 1]:
+        if entry.name not in names:
+            raise unknown(entry.name, specs)
+        if entry.name in seen:
+            raise twice(entry.name)
+        seen.add(entry.name)
+
+
+def _output_twice(name: str) -> InputError:
+    return InputError(f"output {name!r} already exists in request; ask for each output once")
 
 
 def _typed_array(spec: TensorSpec, tensor: Any, shape: list[int], count: int) -> np.ndarray:
@@ -290,7 +414,7 @@ def _requested(
         if name not in known:
             raise _unknown_output(name, outputs)
         if any(c.name == name for c in chosen):
-            raise InputError(f"output {name!r} already exists in request; ask for each output once")
+            raise _output_twice(name)
         classes = class_count(name, known[name], _value(entry.parameters, "classification"))
         shm_params = _shared(name, entry.parameters)
         if classes and shm_params is not None:

@@ -28,7 +28,7 @@ import grpc
 
 from torchplace.errors import ConfigError, InputError
 from torchplace.serve.grpc_codec import parse_message, status_details
-from torchplace.serve.grpc_read import unary_stream_handler, unary_unary_handler
+from torchplace.serve.grpc_read import OpenCalls, unary_stream_handler, unary_unary_handler
 from torchplace.serve.proto import health_pb2 as health
 
 __all__ = ["HEALTH", "NOT_SERVING", "SERVING", "HealthNotifier", "health_handler", "watch_statuses"]
@@ -143,11 +143,12 @@ def health_handler(
     draining: Callable[[], bool],
     changes: HealthNotifier,
     request_timeout_s: float = 30.0,
+    calls: OpenCalls | None = None,
 ) -> grpc.GenericRpcHandler:
     """``Check`` and ``Watch`` over ``status(service)`` (SERVING, NOT_SERVING, or None for a
     name it does not know); ``draining()`` ends the watches, which wait on ``changes`` for a
     change; a request message that has not arrived within ``request_timeout_s`` ends the call
-    (:mod:`torchplace.serve.grpc_read`)."""
+    (:mod:`torchplace.serve.grpc_read`); the calls are counted in ``calls``."""
 
     async def check(data: bytes, context: Any) -> bytes:
         service = await _service(data, context)
@@ -171,8 +172,8 @@ def health_handler(
                 yield health.HealthCheckResponse(status=now).SerializeToString()
 
     methods: dict[str, grpc.RpcMethodHandler] = {
-        "Check": unary_unary_handler(check, request_timeout_s),
-        "Watch": unary_stream_handler(watch, request_timeout_s),
+        "Check": unary_unary_handler(check, request_timeout_s, calls),
+        "Watch": unary_stream_handler(watch, request_timeout_s, calls),
     }
     return grpc.method_handlers_generic_handler(HEALTH, methods)
 

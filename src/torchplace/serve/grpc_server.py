@@ -80,7 +80,8 @@ from torchplace.serve.grpc_codec import (
     status_details,
 )
 from torchplace.serve.grpc_health import NOT_SERVING, SERVING, HealthNotifier, health_handler
-from torchplace.serve.grpc_read import unary_unary_handler
+from torchplace.serve.grpc_read import OpenCalls, unary_unary_handler
+from torchplace.serve.http import grpc_connection_limit
 from torchplace.serve.proto import grpc_service_pb2 as pb
 from torchplace.serve.proto import model_config_pb2 as config_pb
 from torchplace.serve.repository import inline_config, model_names
@@ -195,6 +196,8 @@ class GrpcServer:
         #: the answer queues of the open ModelStreamInfer streams (told when the drain starts)
         self._streams: set[asyncio.Queue[bytes | None]] = set()
         self._server: grpc.aio.Server | None = None
+        #: the calls open now that wait on their clients (bounded: see grpc_read.OpenCalls)
+        self.open_calls = OpenCalls()
         self._server_meta = pb.ServerMetadataResponse(
             name="torchplace", version=__version__, extensions=extensions(config)
         )
@@ -225,11 +228,19 @@ class GrpcServer:
                     "grpc.max_connection_idle_ms",
                     int(min(max(self.config.keepalive_timeout_s * 1000, 1), 2**31 - 1)),
                 ),
+                # connections at once, and the time a new one has to send its HTTP/2 preface
+                # (gRPC core's default: 120 s): idle connections, a descriptor each, could
+                # otherwise take every file descriptor and stop both ports accepting
+                ("grpc.max_allowed_incoming_connections", grpc_connection_limit()),
+                (
+                    "grpc.server_handshake_timeout_ms",
+                    int(min(max(self.config.request_timeout_s * 1000, 1), 2**31 - 1)),
+                ),
             ]
         )
         health = health_handler(
             self._health, lambda: self.draining, self.health_changes,
-            self.config.request_timeout_s,
+            self.config.request_timeout_s, self.open_calls,
         )  # fmt: skip
         server.add_generic_rpc_handlers((*self._handlers(), health))
         try:
@@ -311,12 +322,12 @@ class GrpcServer:
         # requests arrive as bytes and are parsed in the RPC: a message that does not parse
         # is the client's error (INVALID_ARGUMENT), not grpcio's UNKNOWN
         # and each request message must arrive within the request timeout (grpc_read)
-        timeout_s = self.config.request_timeout_s
+        timeout_s, calls = self.config.request_timeout_s, self.open_calls
         handlers = {
-            name: unary_unary_handler(self._guarded(fn, message, public), timeout_s)
+            name: unary_unary_handler(self._guarded(fn, message, public), timeout_s, calls)
             for name, (fn, message, public) in rpcs.items()
         }
-        handlers["ModelInfer"] = unary_unary_handler(self._model_infer, timeout_s)
+        handlers["ModelInfer"] = unary_unary_handler(self._model_infer, timeout_s, calls)
         handlers["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
             self._model_stream_infer
         )
@@ -595,7 +606,11 @@ class GrpcServer:
 
         reader = asyncio.ensure_future(read())
         self._streams.add(answers)
+        # quiet while it waits for a request: nothing to compute, no answer to send
+        counted = self.open_calls.enter(lambda: None if running or not answers.empty() else last[0])
         try:
+            if counted.reason is not None:
+                await counted.abort(context)
             while (answer := await answers.get()) is not None:
                 if answer is _IDLE:
                     await context.abort(
@@ -610,7 +625,12 @@ class GrpcServer:
                 if self.draining and answers.empty() and all(t.done() for t in running):
                     return  # drained: every request answered, the client goes elsewhere
             await reader  # its error, if any, ends the stream
+        except asyncio.CancelledError:
+            if counted.reason is None:
+                raise  # the client went away, or the server is stopping
+            await counted.abort(context)  # ended to make room for other calls
         finally:
+            self.open_calls.leave(counted)
             timer[0].cancel()
             self._streams.discard(answers)
             for task in (reader, *running):

@@ -61,6 +61,7 @@ __all__ = [
     "Response",
     "connection_limit",
     "error_response",
+    "grpc_connection_limit",
     "raise_fd_limit",
 ]
 
@@ -201,14 +202,30 @@ def raise_fd_limit() -> int:
 def connection_limit() -> int:
     """Open HTTP connections to allow before the quietest are shed: the open file limit less a
     reserve (an eighth of it, at least 128), so that accept() does not fail with EMFILE."""
+    soft = _open_file_limit()
+    if soft is None:
+        return sys.maxsize
+    return max(soft - max(_FD_RESERVE, soft // 8), 16)
+
+
+def grpc_connection_limit() -> int:
+    """Open gRPC connections to allow (past it gRPC core closes new ones at once): half of the
+    reserve :func:`connection_limit` leaves, so that idle gRPC connections cannot take the file
+    descriptors that HTTP connections, model files and shared memory need."""
+    soft = _open_file_limit()
+    if soft is None:
+        return 2**31 - 1  # gRPC core reads it as a C int
+    return min(max(max(_FD_RESERVE, soft // 8) // 2, 16), 2**31 - 1)
+
+
+def _open_file_limit() -> int | None:
+    """This process's soft limit on open files; None when there is none to read."""
     try:
         import resource
     except ImportError:
-        return sys.maxsize
+        return None
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    if soft == resource.RLIM_INFINITY:
-        return sys.maxsize
-    return max(soft - max(_FD_RESERVE, soft // 8), 16)
+    return None if soft == resource.RLIM_INFINITY else int(soft)
 
 
 def _keep_alive_asked(connection: bytes | None) -> bool:
@@ -246,7 +263,100 @@ def _malformed(data: bytes, exc: Exception) -> Response:
                 f"method {method!r} is not implemented; this server answers GET, HEAD, POST and "
                 "OPTIONS (see /v2/openapi.json for what each route takes)",
             )
-    return error_response(400, f"malformed HTTP request: {exc}")
+    return error_response(400, f"malformed HTTP request: {exc}; {_parser_hint(data, str(exc))}")
+
+
+#: what to send instead, by the words of the parser's refusal (llhttp's, lower-cased); the first
+#: match is told, after the parser's own words
+_PARSER_HINTS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (
+        ("header token", "header field char"),
+        "a header field name is a token (letters, digits and !#$%&'*+-.^_`|~, RFC 9110 5.1) "
+        "followed at once by a colon",
+    ),
+    (
+        ("header value char",),
+        "a header field value holds no control characters such as NUL, CR, LF or DEL "
+        "(RFC 9110, 5.5)",
+    ),
+    (
+        ("whitespace after header value",),
+        "each header field is one line: a field folded onto the next line (obs-fold, RFC 9112 "
+        "5.2) is not accepted",
+    ),
+    (
+        ("duplicate content-length",),
+        "send one Content-Length field, with the body's size in bytes",
+    ),
+    (
+        ("content-length overflow",),
+        "that Content-Length is far over the body limit (--max-body-bytes); send less",
+    ),
+    (
+        ("content-length",),
+        "Content-Length is the body's size in bytes: decimal digits only, one value",
+    ),
+    (
+        ("transfer-encoding",),
+        "send Transfer-Encoding: chunked (once, chunked last) or a Content-Length, not both",
+    ),
+    (
+        ("chunk",),
+        "a chunked body is chunks of 'SIZE-IN-HEX CRLF DATA CRLF' ended by '0 CRLF CRLF' "
+        "(RFC 9112, 7.1)",
+    ),
+    (
+        (" lf", " cr"),
+        "end the request line, each header field and each chunk line with CRLF",
+    ),
+    (
+        ("url", "schema", "host"),
+        "the request target is a path such as /v2/models/NAME/infer, its bytes other than "
+        "letters, digits and -._~!$&'()*+,;=:@/? percent-encoded (RFC 3986)",
+    ),
+)
+#: how a request line is written (the hint for refusals of the request line itself)
+_REQUEST_LINE_HINT = (
+    "a request starts with a line 'METHOD /path HTTP/1.1' (single spaces, the method in upper "
+    "case) ending in CRLF, then the header fields and an empty line (RFC 9112)"
+)
+
+
+def _parser_hint(data: bytes, reason: str) -> str:
+    """What to send instead of what the parser refused (``reason``, its words), and a line of
+    ``data`` that shows it where one can be found."""
+    if data.startswith(b"\x16\x03"):  # a TLS ClientHello: an https:// URL for this port
+        return "this port speaks plain HTTP, not TLS: use an http:// URL"
+    words = reason.lower()
+    hint = next(
+        (text for keys, text in _PARSER_HINTS if any(key in words for key in keys)),
+        _REQUEST_LINE_HINT,
+    )
+    if "header" in words:
+        line = _bad_field_line(data)
+        if line is not None:
+            return f"{hint}; malformed field line: {line[:100].decode('latin-1')!r}"
+    return hint
+
+
+#: a header field line as RFC 9112 5 writes it (no obs-fold): name, colon, value
+_FIELD_LINE = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+:[ \t]*[\x21-\x7e\x80-\xff \t]*")
+
+
+def _bad_field_line(data: bytes) -> bytes | None:
+    """The first malformed header field line after the last request line in ``data`` (None
+    when there is none: the head being parsed began in earlier data, and a line's start may
+    be missing)."""
+    start = data.rfind(b" HTTP/1.")  # in a request line, its end next
+    start = data.find(b"\n", start) + 1 if start >= 0 else 0
+    if not start:
+        return None
+    for line in data[start:].split(b"\r\n"):
+        if not line:
+            return None  # the end of the head
+        if _FIELD_LINE.fullmatch(line) is None:
+            return line
+    return None
 
 
 def _unknown_method(data: bytes) -> str | None:

@@ -1103,19 +1103,36 @@ def _not_utf8(data: bytes) -> _NotUtf8:
     return _NotUtf8("the body is not UTF-8; JSON must be sent as UTF-8 (RFC 8259, 8.1)", "", 0)
 
 
+#: the smallest magnitude a float32 rounds to bfloat16 infinity from (to nearest even): a BF16
+#: input holds its JSON numbers as float32, and those from here to float32's largest are finite
+#: there but infinite once the model gets them as bfloat16
+_BF16_INFINITE_FROM = float(np.array([0x7F7F8000], np.uint32).view(np.float32)[0])
+_BF16_MAX = float(np.array([0x7F7F0000], np.uint32).view(np.float32)[0])
+
+
 def _check_finite(spec: TensorSpec, array: np.ndarray[Any, Any], json: bool = False) -> None:
     """Refuse NaN and infinite floats (a JSON number past the datatype's range is one once
-    converted: 1e39 as FP32; so is a null in JSON ``data``, read as NaN)."""
-    if array.dtype.kind == "f" and not np.isfinite(array).all():
-        where = int(np.flatnonzero(~np.isfinite(array))[0])
+    converted: 1e39 as FP32, 3.4e38 as BF16; so is a null in JSON ``data``, read as NaN)."""
+    if array.dtype.kind != "f":
+        return
+    if spec.datatype == "BF16":
+        bad = ~(np.abs(array) < _BF16_INFINITE_FROM)  # NaN compares false: bad too
+        if not bad.any():
+            return
+        limit = _BF16_MAX
+    elif np.isfinite(array).all():
+        return
+    else:
+        bad = ~np.isfinite(array)
         limit = float(np.finfo(array.dtype).max)
-        null = " (a null in JSON 'data' is NaN)" if json else ""
-        raise _fail(
-            f"input {spec.name!r}: NaN or infinite values are not allowed{null}, and a number "
-            f"past {spec.datatype}'s range (±{limit:.4g}) is infinite there; the first is at "
-            f"flat index {where}; send finite values in range, or start the server with "
-            "--allow-nan"
-        )
+    where = int(np.flatnonzero(bad)[0])
+    null = " (a null in JSON 'data' is NaN)" if json else ""
+    raise _fail(
+        f"input {spec.name!r}: NaN or infinite values are not allowed{null}, and a number "
+        f"past {spec.datatype}'s range (±{limit:.4g}) is infinite there; the first is at "
+        f"flat index {where}; send finite values in range, or start the server with "
+        "--allow-nan"
+    )
 
 
 def _whole_floats(
