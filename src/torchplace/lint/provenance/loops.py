@@ -122,6 +122,8 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
         return None  # a pass over parameters or a state dict: conversion, not batches
     if any(_walks_layers(facts, it) for it in iters):
         return None  # `for layer in model.layers: x = layer(x)`: one forward pass
+    if _stores_entries(loop):
+        return None  # `for k, v in metrics.items(): out[f"x_{k}"] = v.item()`: a conversion
     few = bool(iters) and all(_few_constants(it, scope) for it in iters)
     # `for key in ("a", "b"):` steps a few times per run, not per row: only a step of work in
     # its body (`.backward()`, a moved batch, a model run) makes it a batch loop
@@ -131,6 +133,8 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
         return None  # a few steps per run, or a whole training run set up per step
     streamed = any(_streams(it) for it in iters)
     found = None if few or handed or streamed else _iterates_device(facts, iters, scope)
+    if found is not None and found[0] == "items" and _gathers_host_values(facts, iters, scope):
+        return None  # `dist.all_gather(sizes, local_size)` of a packed `.numel()`: sizes
     if found is not None:
         return found
     if isinstance(loop, ast.While):
@@ -274,6 +278,13 @@ def _given(call: ast.Call, names: set[str]) -> bool:
     )
 
 
+def _constant_item(node: ast.expr) -> bool:
+    """``"local"``, or a tuple of constants, ``("local", 3, 6)``: one settings row."""
+    if isinstance(node, ast.Tuple):
+        return all(isinstance(e, ast.Constant) for e in node.elts)
+    return isinstance(node, ast.Constant)
+
+
 def _few_constants(it: ast.expr, scope: ast.AST, bound: bool = False) -> bool:
     """``("a", "b")``, ``{"loss": l, "acc": a}`` (its keys), ``enumerate([...])``, ``d.items()``
     of such a dict, or a name bound once in ``scope`` to one and never grown: a loop over it
@@ -289,7 +300,7 @@ def _few_constants(it: ast.expr, scope: ast.AST, bound: bool = False) -> bool:
         keys = it.keys
         return 0 < len(keys) <= _FEW and all(isinstance(k, ast.Constant) for k in keys)
     if isinstance(it, (ast.Tuple, ast.List, ast.Set)):
-        return 0 < len(it.elts) <= _FEW and all(isinstance(e, ast.Constant) for e in it.elts)
+        return 0 < len(it.elts) <= _FEW and all(_constant_item(e) for e in it.elts)
     if not isinstance(it, ast.Name) or bound:
         return False
     values: list[ast.expr] = []
@@ -481,6 +492,27 @@ def _rewrites_entries(loop: ast.AST) -> bool:
     )
 
 
+def _stores_entries(loop: ast.AST) -> bool:
+    """``for key, val in metrics.items(): out[f"{name}_{key}"] = val.item()``: a body of
+    nothing but stores, each of the step's value under a key built from the step's key, into
+    a mapping: one pass that converts the entries of a mapping (a few metrics), not batches."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor)) or not isinstance(loop.target, ast.Tuple):
+        return False
+    if not (_walks_mapping(loop.iter) and len(loop.target.elts) == 2):
+        return False
+    key, value = loop.target.elts
+    if not (isinstance(key, ast.Name) and isinstance(value, ast.Name)):
+        return False
+    return all(
+        isinstance(stmt, ast.Assign)
+        and len(stmt.targets) == 1
+        and isinstance(stmt.targets[0], ast.Subscript)
+        and key.id in _names(stmt.targets[0].slice)
+        and value.id in _names(stmt.value)
+        for stmt in loop.body
+    )
+
+
 def _converts_by_key(loop: ast.AST) -> bool:
     """``for k in x: r[k] = dist_mean(x[k])`` (lingua's ``dist_mean_dict``), ``for i in
     range(len(toks)): toks[i] = toks[i].item()``: a pass that stores each entry of one
@@ -591,6 +623,61 @@ def _updates_device(
             what = _short(facts.segment(value), 32)
             return "batch", f"it computes `{what}` on the device every step ({fact.describe()})"
     return None
+
+
+# Constructors that pack host values into a tensor: `torch.IntTensor([x.numel()])`.
+_PACKERS = frozenset(
+    f"torch.{name}"
+    for name in ("tensor", "as_tensor", "IntTensor", "LongTensor", "FloatTensor", "DoubleTensor")
+)
+
+
+def _gathers_host_values(facts: FileFacts, iters: list[ast.expr], scope: ast.AST) -> bool:
+    """``for size in size_list`` after ``dist.all_gather(size_list, local_size)`` with
+    ``local_size = torch.IntTensor([t.numel()]).to("cuda")``: host values (each rank's buffer
+    size) packed for a collective, whose gathered copies must come back to the host; nothing
+    is computed on the device."""
+    names = {it.id for it in iters if isinstance(it, ast.Name)}
+    if not names:
+        return False
+    bindings: dict[str, list[ast.expr]] = {}
+    for node in walk(scope):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    bindings.setdefault(target.id, []).append(node.value)
+    packed = {
+        name
+        for name, values in bindings.items()
+        if all(_packs_host_values(facts, value) for value in values)
+    }
+    return any(
+        isinstance(node, ast.Call)
+        and (facts.qualname(node.func) or "").endswith("distributed.all_gather")
+        and len(node.args) == 2
+        and isinstance(node.args[0], ast.Name)
+        and node.args[0].id in names
+        and isinstance(node.args[1], ast.Name)
+        and node.args[1].id in packed
+        for node in walk(scope)
+    )
+
+
+def _packs_host_values(facts: FileFacts, value: ast.expr) -> bool:
+    """``torch.IntTensor([t.numel()]).to("cuda")``, ``torch.tensor([n], device=d)``: a list
+    display of host values, packed (and moved)."""
+    while (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr in {"to", "cuda"}
+    ):
+        value = value.func.value
+    return (
+        isinstance(value, ast.Call)
+        and facts.qualname(value.func) in _PACKERS
+        and bool(value.args)
+        and isinstance(value.args[0], ast.List)
+    )
 
 
 def _uploads_for_collective(

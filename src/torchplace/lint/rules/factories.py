@@ -26,7 +26,7 @@ from torchplace.lint.provenance.files import file_facts
 from torchplace.lint.provenance.values import _device_helper, _passes_device
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.factory_match import COMBINERS, HOST_CASTS, matched_to_parameter
-from torchplace.lint.rules.facts import in_test, main_test
+from torchplace.lint.rules.facts import FACTORIES, in_test, main_test
 
 __all__ = ["FACTORY", "check_factory"]
 
@@ -354,7 +354,36 @@ def _placed_by_callers(call: ast.Call, ctx: Context, method: Scope | None) -> bo
         for sub in walk(method.cls.node)
         if isinstance(sub, ast.Attribute) and sub.attr in {"to", "cuda", "type_as"}
     }
+    stored = method.cls.cache.get("stored-then-placed")
+    if stored is None:
+        stored = method.cls.cache["stored-then-placed"] = _stored_then_placed(method.cls.node)
+    placed |= stored
     return bool(calls) and all(id(sub) in placed for sub in calls)
+
+
+def _stored_then_placed(cls: ast.AST) -> set[int]:
+    """The calls whose result a statement stores (``self.weights =
+    self.get_embedding(n)``, also as the last statement of an ``if``) and the statement that
+    runs next places through that name (``self.weights =
+    self.weights.type_as(self._float_tensor)``)."""
+    out: set[int] = set()
+
+    def visit(block: list[ast.stmt], then: ast.stmt | None) -> None:
+        for index, stmt in enumerate(block):
+            after = block[index + 1] if index + 1 < len(block) else then
+            if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call):
+                names = {n for t in stmt.targets for n in _refs(t)} - {"self"}
+                if names and after is not None and _moves_any(after, names):
+                    out.add(id(stmt.value))
+            elif isinstance(stmt, (ast.If, ast.With)):
+                for field in ("body", "orelse"):
+                    visit(getattr(stmt, field, []), after)
+            elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                visit(stmt.body, None)
+
+    if isinstance(cls, ast.ClassDef):
+        visit(cls.body, None)
+    return out
 
 
 def _bounds_slices(call: ast.Call, ctx: Context) -> bool:
@@ -402,9 +431,45 @@ def _bounds_slices(call: ast.Call, ctx: Context) -> bool:
                 if not isinstance(parent.target, ast.Name):
                     return False
                 todo.append((parent.target.id, False))
+            elif whole and (zipped := _zipped_item(use, parent, parents)) is not None:
+                todo.append((zipped, False))  # `for block, drop in zip(blocks, to_drop)`
+            elif not whole and _truth_test(use, parent, parents):
+                bounds = True  # `[b for b, drop in zip(blocks, to_drop) if not drop]`
             elif whole or not isinstance(parent, ast.Compare):  # `if start_idx == 0:`
                 return False
     return bounds
+
+
+def _zipped_item(use: ast.Name, parent: ast.AST | None, parents: dict[int, ast.AST]) -> str | None:
+    """The name a loop or comprehension binds to the elements of ``use`` it walks through
+    ``zip(...)``: ``drop`` of ``for block, drop in zip(self.blocks, to_drop)``."""
+    if not (
+        isinstance(parent, ast.Call)
+        and isinstance(parent.func, ast.Name)
+        and parent.func.id == "zip"
+        and use in parent.args
+    ):
+        return None
+    loop = parents.get(id(parent))
+    if not isinstance(loop, (ast.For, ast.comprehension)) or loop.iter is not parent:
+        return None
+    target = loop.target
+    index = parent.args.index(use)
+    if not (isinstance(target, ast.Tuple) and len(target.elts) == len(parent.args)):
+        return None
+    item = target.elts[index]
+    return item.id if isinstance(item, ast.Name) else None
+
+
+def _truth_test(use: ast.Name, parent: ast.AST | None, parents: dict[int, ast.AST]) -> bool:
+    """``use`` (or ``not use``) is the test of an ``if``, a comprehension's filter or a
+    conditional expression: read as a Python bool."""
+    node: ast.AST = use
+    if isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not):
+        node, parent = parent, parents.get(id(parent))
+    if isinstance(parent, ast.comprehension):
+        return any(test is node for test in parent.ifs)
+    return isinstance(parent, (ast.If, ast.IfExp, ast.While)) and parent.test is node
 
 
 # Calls that take an element as a Python number: a cast, a count of steps.
@@ -449,7 +514,14 @@ def _returns_any(function: ast.AST, names: set[str]) -> bool:
 
 def _moves_any(stmt: ast.stmt, names: set[str]) -> bool:
     """``t.to(x)``, ``t.cuda()``, or a transfer helper handed ``t``: ``self._to_device(ids)``
-    (a ``to_device`` of the owner, private or not), ``move_to_cuda(t)``."""
+    (a ``to_device`` of the owner, private or not), ``move_to_cuda(t)``; also element by
+    element, through the target of a comprehension over them: ``[s.to(d) for s in t]``."""
+    names = names | {
+        name
+        for sub in walk(stmt)
+        if isinstance(sub, ast.comprehension) and _refs(sub.iter) & names
+        for name in names_in(sub.target)
+    }
     for sub in walk(stmt):
         if not isinstance(sub, ast.Call):
             continue
@@ -563,7 +635,21 @@ def _combines(call: ast.Call, ctx: Context) -> bool:
     result, so the result's placement (``.to(x.device)``) places it too; so does an
     element-wise function of it (a sinusoidal embedding's ``torch.exp(-c * torch.arange(0,
     half) / half).to(device=t.device)``), and a copy of it (``torch.Tensor(torch.zeros(n))``)."""
-    return ctx.call_qualname(call) in COMBINERS | _ELEMENTWISE | _SAMPLERS | _COPIES
+    return ctx.call_qualname(call) in COMBINERS | _ELEMENTWISE | _SAMPLERS | _COPIES or (
+        _on_host_factory(call, ctx)
+    )
+
+
+def _on_host_factory(call: ast.Call, ctx: Context) -> bool:
+    """``torch.zeros(n, n).masked_fill(torch.tril(torch.ones(n, n)) == 0, -inf)``: a method
+    of another factory's tensor, built without a device, takes the factory's as an operand;
+    the two run together on the CPU and go where the result is placed."""
+    receiver = call.func.value if isinstance(call.func, ast.Attribute) else None
+    while isinstance(receiver, (ast.Call, ast.Attribute)):
+        if isinstance(receiver, ast.Call) and ctx.call_qualname(receiver) in FACTORIES:
+            return keyword(receiver, "device") is None
+        receiver = receiver.func if isinstance(receiver, ast.Call) else receiver.value
+    return False
 
 
 # torch constructors that copy their tensor argument: `torch.Tensor(torch.zeros(n))` is the
@@ -574,7 +660,20 @@ _COPIES = frozenset({"torch.Tensor", "torch.as_tensor", "torch.tensor"})
 # torch functions that compute element by element from their one tensor argument
 _ELEMENTWISE = frozenset(
     f"torch.{name}"
-    for name in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "pow", "sigmoid")
+    for name in (
+        "exp",
+        "exp2",
+        "log",
+        "log2",
+        "sqrt",
+        "rsqrt",
+        "sin",
+        "cos",
+        "pow",
+        "sigmoid",
+        "tril",
+        "triu",
+    )
 )
 
 # torch functions that draw samples from the parameters in their tensor argument, on its

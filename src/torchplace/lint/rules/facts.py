@@ -30,6 +30,7 @@ __all__ = [
     "in_periodic_branch",
     "in_test",
     "is_device_bound_loop",
+    "is_env_step",
     "is_module_expr",
     "is_tensor_annotation",
     "is_tensor_expr",
@@ -732,3 +733,13 @@ def only_used_by(name: str, tree: ast.AST, user: Callable[[ast.stmt], bool]) -> 
         and any(isinstance(n, ast.Name) and n.id == name for n in walk(stmt))
     ]
     return bool(users) and all(user(stmt) for stmt in users)
+
+
+def is_env_step(call: ast.Call) -> bool:
+    """``env.step(action)``, ``self.envs.step(a)``: the Gym-style call that advances an
+    environment (not ``optimizer.step()`` or ``scheduler.step()``)."""
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and func.attr == "step" and call.args):
+        return False
+    receiver = dotted_name(func.value)
+    return receiver is not None and "env" in receiver.rpartition(".")[2].lower()

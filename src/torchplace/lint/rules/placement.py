@@ -122,6 +122,7 @@ def _call(call: ast.Call, ctx: Context) -> None:
         and ctx.qualname(func) is None  # not torch.cuda itself
         and _rank_code(ctx)
         and _unpinned_setup(ctx)
+        and not _single_process_branch(ctx)
     ):
         ctx.report(
             BARE_CUDA.code,
@@ -292,16 +293,20 @@ def _cpu_alternative(call: ast.Call, ctx: Context) -> bool:
     """The body of an ``if`` whose ``else`` (or an ``elif`` of it) names the CPU:
     ``if self.cuda: self.device = torch.device("cuda")`` ... ``else:
     self.device = torch.device("cpu")``, the statement form of the ``"cuda" if ... else
-    "cpu"`` fallback."""
+    "cpu"`` fallback; also the body of ``if torch.cuda.is_available() and not self.nogpu:``,
+    whose implicit alternative leaves the model and its inputs on the CPU."""
     node: ast.AST = call
     for parent in reversed(ctx.parents):
         if (
             isinstance(parent, ast.If)
             and any(node is stmt for stmt in parent.body)
-            and any(
-                isinstance(sub, ast.Constant) and sub.value == "cpu"
-                for stmt in parent.orelse
-                for sub in walk(stmt)
+            and (
+                any(
+                    isinstance(sub, ast.Constant) and sub.value == "cpu"
+                    for stmt in parent.orelse
+                    for sub in walk(stmt)
+                )
+                or _tests_availability(parent.test, ctx)
             )
         ):
             return True
@@ -309,6 +314,14 @@ def _cpu_alternative(call: ast.Call, ctx: Context) -> bool:
             break
         node = parent
     return False
+
+
+def _tests_availability(test: ast.expr, ctx: Context) -> bool:
+    """``torch.cuda.is_available()``, alone or as a term of an ``and``."""
+    return any(
+        isinstance(term, ast.Call) and ctx.call_qualname(term) == "torch.cuda.is_available"
+        for term in _conjuncts(test)
+    )
 
 
 def _fallback_path(ctx: Context) -> bool:

@@ -7,6 +7,7 @@ import ast
 
 from torchplace.lint.base import Context, Family, Rule, Scope
 from torchplace.lint.nodes import own_nodes, walk
+from torchplace.lint.rules.factories import _empty_shape
 from torchplace.lint.rules.facts import (
     FACTORIES,
     TENSOR_FUNCTIONS,
@@ -50,19 +51,21 @@ def _held(node: ast.expr, ctx: Context, scope: Scope) -> str | None:
     return None
 
 
-def _contents(container: ast.expr, ctx: Context, scope: Scope) -> str | None:
-    elements: list[ast.expr]
+def _elements(container: ast.expr) -> list[ast.expr]:
+    """The element expressions of a container display or comprehension."""
     if isinstance(container, ast.Dict):
-        elements = [v for v in container.values if v is not None]
-    elif isinstance(container, (ast.List, ast.Tuple, ast.Set)):
-        elements = list(container.elts)
-    elif isinstance(container, ast.DictComp):
-        elements = [container.value]
-    elif isinstance(container, (ast.ListComp, ast.SetComp)):
-        elements = [container.elt]
-    else:
-        return None
-    for element in elements:
+        return [v for v in container.values if v is not None]
+    if isinstance(container, (ast.List, ast.Tuple, ast.Set)):
+        return list(container.elts)
+    if isinstance(container, ast.DictComp):
+        return [container.value]
+    if isinstance(container, (ast.ListComp, ast.SetComp)):
+        return [container.elt]
+    return []
+
+
+def _contents(container: ast.expr, ctx: Context, scope: Scope) -> str | None:
+    for element in _elements(container):
         held = _held(element, ctx, scope)
         if held is not None:
             return held
@@ -101,7 +104,7 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
             held = _contents(value, ctx, method)
             if held is None and _constructs(method):
                 held = _named_tensors(value, ctx, method, node.lineno)
-            if held is not None:
+            if held is not None and not _scratch_placeholders(value, ctx, method, attr):
                 _report(ctx, node, method.cls, attr, held)
         elif (
             isinstance(value, ast.Call)
@@ -120,6 +123,35 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
             held = _held(value, ctx, method)
             if held is not None:
                 _report(ctx, node, method.cls, attr, held)
+
+
+def _scratch_placeholders(value: ast.expr, ctx: Context, method: Scope, attr: str) -> bool:
+    """``self._features = {layer: torch.empty(0) for layer in layers}``: empty placeholders
+    (no values to move or save) that no other method reads, or that each method reading them
+    first rebinds whole (a per-call scratch space the hooks fill). Not a cache kept across
+    calls, ``self.grid = [torch.empty(0)] * n`` filled by ``self.grid[i] = ...`` in
+    ``forward``."""
+    elements = _elements(value)
+    if not elements or not all(
+        isinstance(e, ast.Call)
+        and (name := ctx.call_qualname(e)) is not None
+        and _empty_shape(e, name)
+        for e in elements
+    ):
+        return False
+    assert method.cls is not None
+    for item in _methods(method.cls).values():
+        if item is method.node:
+            continue
+        reads = rebinds = False
+        for sub in walk(item):
+            if isinstance(sub, ast.Attribute) and _self_attr(sub) == attr:
+                reads = reads or isinstance(sub.ctx, ast.Load)
+            if isinstance(sub, ast.Assign) and any(_self_attr(t) == attr for t in sub.targets):
+                rebinds = True
+        if reads and not rebinds:
+            return False
+    return True
 
 
 _REGISTERING = frozenset({"ModuleDict", "ModuleList", "ParameterDict", "ParameterList"})

@@ -36,6 +36,7 @@ from torchplace.lint.rules.facts import (
     in_device_kernel,
     in_periodic_branch,
     in_test,
+    is_env_step,
     is_tensor_expr,
 )
 
@@ -783,17 +784,7 @@ def _steps_environment(read: ast.AST, ctx: Context) -> bool:
     """The read's result is the action handed to an environment (``envs.step(a.cpu().numpy())``,
     or through a name: ``actions = q.argmax(1).cpu().numpy()``, then ``env.step(actions)``): a
     host simulator needs its actions on the host, every step, whatever the loop trains."""
-    return _flows_into(read, ctx, _is_env_step, returns=False, attributes=False)
-
-
-def _is_env_step(call: ast.Call) -> bool:
-    """``env.step(action)``, ``self.envs.step(a)``: the Gym-style call that advances an
-    environment (not ``optimizer.step()`` or ``scheduler.step()``)."""
-    func = call.func
-    if not (isinstance(func, ast.Attribute) and func.attr == "step" and call.args):
-        return False
-    receiver = dotted_name(func.value)
-    return receiver is not None and "env" in receiver.rpartition(".")[2].lower()
+    return _flows_into(read, ctx, is_env_step, returns=False, attributes=False)
 
 
 def _flows_into(
@@ -920,6 +911,13 @@ def _only_fills(stmt: ast.stmt, value: ast.AST, ctx: Context) -> bool:
         and isinstance(sub.func, ast.Attribute)
         and sub.func.attr.endswith("_")
         for arg in sub.args
+    } | {  # `feats[i : i + n] = x` into a host tensor or array of the function
+        id(sub.value)
+        for sub in nodes
+        if isinstance(sub, (ast.Assign, ast.AugAssign))
+        and isinstance(sub.value, ast.Name)
+        and sub.value.id == name
+        and _into_host_buffer(sub, sub.value, ctx)
     }
     after = stmt.end_lineno or stmt.lineno
     named = [s for s in nodes if isinstance(s, ast.Name) and s.id == name]
@@ -929,16 +927,24 @@ def _only_fills(stmt: ast.stmt, value: ast.AST, ctx: Context) -> bool:
     )
     # `patch[..., :k] *= 0` writes into the copy itself; `torch.ones_like(patch)` reads its
     # shape: neither hands its values on (a tiled inference masking a patch's border)
-    kept = {
-        id(sub.value)
-        for sub in nodes
-        if isinstance(sub, ast.Subscript) and not isinstance(sub.ctx, ast.Load)
-    } | {
-        id(arg)
-        for sub in nodes
-        if isinstance(sub, ast.Call) and (call_name(sub) or "").endswith("_like")
-        for arg in sub.args[:1]
-    }
+    kept = (
+        {
+            id(sub.value)
+            for sub in nodes
+            if isinstance(sub, ast.Subscript) and not isinstance(sub.ctx, ast.Load)
+        }
+        | {
+            id(arg)
+            for sub in nodes
+            if isinstance(sub, ast.Call) and (call_name(sub) or "").endswith("_like")
+            for arg in sub.args[:1]
+        }
+        | {  # `x.shape[0]`, `x.size(0)`: its size, a host value
+            id(sub.value)
+            for sub in nodes
+            if isinstance(sub, ast.Attribute) and sub.attr in {"shape", "size"}
+        }
+    )
     uses = [
         s
         for s in named
@@ -952,10 +958,17 @@ def _only_fills(stmt: ast.stmt, value: ast.AST, ctx: Context) -> bool:
 
 def _into_host_buffer(stmt: ast.stmt, value: ast.AST, ctx: Context) -> bool:
     """``ranks[start:end] = x.cpu()`` with ``ranks`` a host tensor or array (``torch.empty(n)``,
-    ``np.zeros(n)``): the copy lands in the host buffer the function fills."""
-    if not (isinstance(stmt, ast.Assign) and stmt.value is value and len(stmt.targets) == 1):
+    ``np.zeros(n)``): the copy lands in the host buffer the function fills; also added in
+    place, ``probs[idxs] += p.cpu()`` or ``probs[i][idxs] += ...`` (dropout passes summed into
+    a host table)."""
+    if isinstance(stmt, ast.AugAssign) and stmt.value is value:
+        target: ast.expr = stmt.target
+        while isinstance(target, ast.Subscript) and isinstance(target.value, ast.Subscript):
+            target = target.value
+    elif isinstance(stmt, ast.Assign) and stmt.value is value and len(stmt.targets) == 1:
+        target = stmt.targets[0]
+    else:
         return False
-    target = stmt.targets[0]
     if not (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)):
         return False
     if _keyed_cache(target, ctx):

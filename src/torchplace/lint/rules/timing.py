@@ -25,6 +25,7 @@ from torchplace.lint.rules.facts import (
     DEVICE_STRING,
     SYNC_CALLS,
     TIMERS,
+    is_env_step,
     moves_to_device,
 )
 
@@ -93,6 +94,8 @@ def _times_work(region: list[ast.AST], placed: set[str], ctx: Context) -> bool:
         if id(call) not in periodic
     ) or any(_tests_placed(node, placed) for node in region):
         return False
+    if _steps_env_with(calls, region, placed, ctx):
+        return False
     copies = {  # also under an `if`: `if use_cuda: img = img.cuda()`
         id(sub)
         for node in region
@@ -112,6 +115,27 @@ def _times_work(region: list[ast.AST], placed: set[str], ctx: Context) -> bool:
         (_uses(call, placed, ctx) or _async_copy(call, ctx))
         for call in calls
         if call_name(call) not in _NOT_WORK and id(call) not in copies
+    )
+
+
+def _steps_env_with(
+    calls: list[ast.Call], region: list[ast.AST], placed: set[str], ctx: Context
+) -> bool:
+    """``action, _ = policy.get_action(obs)``, then ``env.step(action)``, with ``policy``
+    placed: a host simulator steps on what the device computed, so each step waits for it
+    (a timed rollout that collects data)."""
+    computed = {
+        name
+        for node in region
+        for stmt in walk(node)
+        if isinstance(stmt, ast.Assign)
+        and isinstance(stmt.value, ast.Call)
+        and _uses(stmt.value, placed, ctx)
+        for target in stmt.targets
+        for name in names_in(target)
+    }
+    return any(
+        is_env_step(call) and bool(names_in(call.args[0]) & (computed | placed)) for call in calls
     )
 
 
@@ -322,7 +346,33 @@ def _callees(call: ast.Call, facts: FileFacts, scope: ast.AST) -> list[Callee]:
         qualname = facts.qualname(func)
         return facts.callees(func.attr, qualname) if qualname is not None else []
     method = facts.local_def(func, scope) if isinstance(func, ast.Attribute) else None
+    if method is None and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        method = _instance_method(func.value.id, func.attr, facts, scope)
     return [(facts, method)] if method is not None else []
+
+
+def _instance_method(
+    name: str, attr: str, facts: FileFacts, scope: ast.AST
+) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """``predictor.predict(task)`` with ``predictor = Predictor(cfg, device=device)``, the
+    one binding of the name in the function, a class of this file: that class's own
+    ``predict``."""
+    values = [
+        node.value
+        for node in walk(scope)
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
+    ]
+    if len(values) != 1 or not isinstance(values[0], ast.Call):
+        return None
+    called = values[0].func
+    cls = facts.top_level(called.id) if isinstance(called, ast.Name) else None
+    if not isinstance(cls, ast.ClassDef):
+        return None
+    for item in cls.body:
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == attr:
+            return item
+    return None
 
 
 def _absent(call: ast.Call, callee: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
