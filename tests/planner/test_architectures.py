@@ -882,9 +882,11 @@ def test_exercise_rows_show_only_the_models_inputs_and_outputs_as_such() -> None
     assert table["input batch (batch 2)"] == ["-", "2x3x32x32 float32 from host", "-"]
     spilled = arch_plan("convnext", strategy="accelerate", assume="3x1GiB", max_memory=[5120] * 3)
     table = dict(exercise_rows(spilled)[1])
+    # (accelerate's main device is cuda:1: the blocks' class, split where past the budget, is
+    # no longer given to accelerate as one not to split, so the first stage is split too)
     assert (
-        "cpu -> cuda:2: head output to (model return), 2x10 float32"
-        in table["cross-device copies in"][2]
+        "cpu -> cuda:1: head output to (model return), 2x10 float32"
+        in table["cross-device copies in"][1]
     )
 
 

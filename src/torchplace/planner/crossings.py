@@ -86,6 +86,7 @@ class _Walker:
         self.copied: dict[tuple[int, str], int] = {}  # (storage's Alloc, device): a part too
         self.settled: set[int] = set()  # parts of storages whose home is decided
         self.glue_device: Any = None  # op -> where the model's own code runs then
+        self.span_of: dict[tuple[int, str], int] = {}  # a kept copy's span in spans[device]
 
     def device(self, unit: str) -> str:
         return self.only or self.placement.device_of(unit)
@@ -141,6 +142,21 @@ class _Walker:
             self.inputs[dst] = self.inputs.get(dst, 0) + alloc.nbytes
         elif dst != HOST:
             self.spans.setdefault(dst, []).append((op, until, alloc.nbytes))
+            if not hooked:
+                self.span_of[(index, dst)] = len(self.spans[dst]) - 1
+
+    def replaced(self, index: int, dev: str, end: int) -> None:
+        """A unit on ``dev`` returned its copy of ``index`` as it came (a dropout, an
+        ``nn.Identity``): that copy is the tensor now. The copies kept of it elsewhere serve no
+        later read (a runner copies what the unit returned anew) and die with the call, as the
+        tensor they were made for does where the code rebinds it (``x = self.norm_pre(x)``)."""
+        index = self._whole(index)
+        for d in [d for i, d in self.kept if i == index and d != dev]:
+            self.kept.discard((index, d))
+            at = self.span_of.pop((index, d), None)
+            if at is not None:
+                start, until, nbytes = self.spans[d][at]
+                self.spans[d][at] = (start, min(until, end), nbytes)
 
     def lives(self, index: int) -> int:
         """Until when a kept copy of ``index`` lives: as long as its storage (a runner keeps
@@ -248,8 +264,10 @@ def flow(trace: Trace, placement: Placement, *, replica: str | None = None) -> F
                     alive = item.handed.get(position, alive)
                 w.copy(index, dev, item.unit, op, alive)
             for index in dict.fromkeys(item.returned):
-                # what it returns is the copy it was handed, on its device: read from there
+                # what it returns is the copy it was handed, on its device: read from there,
+                # and copied anew elsewhere (a runner knows no copy made of it before)
                 w.home[index] = dev
+                w.replaced(index, dev, item.end)
         else:  # the model's own code reads a tensor, or a unit another unit's weight
             unit, index = item
             dst = flow_device(op) if unit == GLUE else w.device(unit)

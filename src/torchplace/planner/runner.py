@@ -38,6 +38,7 @@ from torchplace.planner.trace import (
     returned,
 )
 from torchplace.planner.units import submodule, tensor_slot, unit_tensors
+from torchplace.planner.values import _written
 
 if TYPE_CHECKING:
     import torch
@@ -163,7 +164,9 @@ class Run:
                 result = decomposed(func, args, kwargs)
             if result is not NotImplemented:
                 return result
+        given = _written(func, args, kwargs)
         args, kwargs = self.by_weights(func, args, kwargs)
+        self.rewritten(given, _written(func, args, kwargs))
         if parts is not None:
             with mode:
                 return parts(lambda _flops: None, *args, **kwargs)
@@ -173,6 +176,14 @@ class Run:
         for t in _tensors(out):
             self.rt.hold(t, self.rt.current)
         return out
+
+    def rewritten(self, given: list[torch.Tensor], written: list[torch.Tensor]) -> None:
+        """An operator writing in place into the copy of a tensor from another device (the
+        model's code's ``x += shortcut`` where the shortcut's unit ran): the tensor's values
+        are now the copy's, where it lives, as the plan has them; later reads copy from there."""
+        for t, copy in zip(given, written, strict=True):
+            if _key(copy) != _key(t) and _key(t) in self.rt.where and _key(t) not in self.owners:
+                self.rt.where[_key(t)] = self.rt.device_of(copy)
 
     def by_weights(self, func: Any, args: Any, kwargs: Any) -> tuple[Any, Any]:
         """Outside every unit's forward, an operator on one unit's weights runs on its device

@@ -256,7 +256,7 @@ def accelerate_placement(
 ) -> tuple[Placement, list[str]]:
     """accelerate's ``infer_auto_device_map`` with the same budget; also the map's keys."""
     helpers = accelerate()
-    no_split = sorted({u.kind for u in units.units if u.path and _has_children(model, u.path)})
+    no_split = _no_split(model, units)
     budget: dict[int | str, int] = dict(enumerate(max_memory))
     budget[HOST] = 1 << 50
     try:
@@ -272,6 +272,7 @@ def accelerate_placement(
     device_map = {name: (dev if isinstance(dev, str) else int(dev)) for name, dev in raw.items()}
     if not device_map:  # no parameter or buffer to place: it runs where its inputs go
         device_map = {"": 0}
+    device_map.update(dict.fromkeys(_left_out(model, device_map), HOST))
     names = {i: d for i, d in enumerate(devices)}
     assign = {
         name: names[dev] if isinstance(dev, int) else HOST for name, dev in device_map.items()
@@ -279,6 +280,63 @@ def accelerate_placement(
     return Placement("accelerate", tuple(devices), assign, hooks=True, device_map=device_map), list(
         device_map
     )
+
+
+def _left_out(model: nn.Module, device_map: Mapping[str, Any]) -> list[str]:
+    """The buffers ``infer_auto_device_map`` leaves out of its map: a module it splits gives
+    its pieces and its own parameters, not its own buffers (BERT's embeddings'
+    ``position_ids``). ``dispatch_model`` leaves a non-persistent one where the model holds
+    it, on the host, and its code reads it there; a persistent one it refuses (``The
+    device_map provided does not give any device``), and so does the plan."""
+    left = [
+        name
+        for name, _ in model.named_buffers()
+        if not any(p == "" or name == p or name.startswith(p + ".") for p in device_map)
+    ]
+    persistent = [n for n in left if not _non_persistent(model, n)]
+    if persistent:
+        raise ConfigError(
+            f"accelerate's infer_auto_device_map leaves out {', '.join(persistent[:4])}"
+            f"{', ...' if len(persistent) > 4 else ''} (a persistent buffer of a module it "
+            "split), and its dispatch_model refuses such a map; plan it with --strategy "
+            "pipeline --balance fill, which places the same way and keeps the buffer with its "
+            "module's pieces"
+        )
+    return left
+
+
+def _non_persistent(model: nn.Module, name: str) -> bool:
+    owner, _, leaf = name.rpartition(".")
+    return leaf in getattr(submodule(model, owner), "_non_persistent_buffers_set", ())
+
+
+def _no_split(model: nn.Module, units: Units) -> list[str]:
+    """The classes accelerate is told not to split: those the model declares, as transformers'
+    ``from_pretrained(device_map=...)`` passes them (``_no_split_modules`` of the model and of
+    the models inside it: BERT's embeddings and layers, Mamba's mixers); else the kinds the
+    units keep whole, less those of a module split for being past the budget (the last, widest
+    stage of a Swin, where the others are units): accelerate splits it too, as fill does."""
+    declared: set[str] = set()
+    for module in model.modules():
+        names = getattr(module, "_no_split_modules", None) or ()
+        declared.update(
+            [names] if isinstance(names, str) else (n for n in names if isinstance(n, str))
+        )
+    if declared:
+        return sorted(declared)
+    opened = {
+        type(submodule(model, path)).__name__
+        for path in {u.path.rpartition(".")[0] for u in units.units}
+        if path and not is_tensor_unit(model, path)
+        for path in _ancestors(path)
+    }
+    return sorted({u.kind for u in units.units if u.path and _has_children(model, u.path)} - opened)
+
+
+def _ancestors(path: str) -> list[str]:
+    """``path`` and the modules above it, the model excepted: ``a.b.c`` -> a.b.c, a.b, a."""
+    parts = path.split(".")
+    return [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
 
 
 def _has_children(model: nn.Module, path: str) -> bool:

@@ -247,6 +247,7 @@ class _Recorder:
         self.live: dict[int, int] = {}  # storage key -> Alloc index
         self.refs: dict[int, int] = {}  # storage key -> live tensors holding it
         self.calls: list[UnitCall] = []
+        self.returned_by: dict[int, str] = {}  # Alloc -> the last unit to return it as it came
         self.reads: list[tuple[int, str, int]] = []
         self.flops: dict[str, int] = {}
         self.parts: dict[tuple[Any, ...], int] = {}  # a live part of a storage -> its Alloc
@@ -358,9 +359,13 @@ class _Recorder:
     def _hooked_home(self, index: int, calling: str) -> str:
         """Where Alloc ``index`` lives under the hooks' placement (as :func:`flow` has it):
         an input where the caller put it, an activation on its unit's device, the model's own
-        code's where the last unit ran (or the one being called, before any)."""
+        code's where the last unit ran (or the one being called, before any); what a unit
+        returned as it was handed it (a dropout, an ``nn.Identity``), that unit's copy, on its
+        device."""
         hooks = self.hooks
         assert hooks is not None
+        if index in self.returned_by:
+            return hooks.device(self.returned_by[index])
         alloc = self.allocs[index]
         if alloc.owner == INPUT:
             return hooks.entry
@@ -501,7 +506,10 @@ def _viewed(args: Any, kwargs: Any, out: Any) -> None:
 
 
 _ADVICE = {
-    Exception: "check the declared inputs (--input) match what the forward expects",
+    Exception: "check the declared inputs (--input) match what the forward expects; integer "
+    "and boolean inputs are traced with values drawn from [0, 2), as --verify runs them, so a "
+    "forward that needs particular values (LLaVA's image tokens among its ids) needs a factory "
+    "whose module sets them before calling the model",
     TypeError: "the planner passes the declared tensors alone, in order (by name where the "
     "forward takes them by keyword only, or has a parameter of that name in another place); "
     "check the declared inputs (--input), and give a "
@@ -757,6 +765,7 @@ def _wrap(sub: nn.Module, path: str, rec: _Recorder) -> Callable[[], None]:
             index = rec.part(t, rec.lookup(t))
             if index is not None and index in call.args:
                 call.returned.append(index)
+                rec.returned_by[index] = call.unit
         return out
 
     sub.forward = wrapped
