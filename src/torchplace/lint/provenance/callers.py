@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from torchplace.lint.nodes import own_nodes, walk
 from torchplace.lint.provenance.loops import (
+    _split_own,
     branch_trains,
     calls_backward,
     has_own_batch_loop,
@@ -22,7 +23,7 @@ from torchplace.lint.provenance.loops import (
     steps_optimizer,
 )
 from torchplace.lint.provenance.values import _FUNCTIONS, _LOOPS, Fact
-from torchplace.lint.resolver import dotted_name
+from torchplace.lint.resolver import dotted_name, module_file
 
 if TYPE_CHECKING:
     from torchplace.lint.provenance.files import FileFacts
@@ -31,6 +32,8 @@ __all__ = ["PerBatch", "call_sites", "calls_in", "engine_step", "find_per_batch"
 
 # Methods a training framework calls once per batch, with the batch already on the device.
 _STEP_HOOKS = frozenset({"training_step", "validation_step", "test_step", "predict_step"})
+# The Hugging Face `Trainer`'s per-batch methods a subclass overrides, `(self, model, inputs)`.
+_TRAINER_HOOKS = frozenset({"compute_loss", "training_step"})
 # Engines that call the function they are built from once per iteration, with the batch as
 # the loader gave it (ignite's `Engine(process_function)`).
 _ENGINES = frozenset({"Engine", "DeterministicEngine"})
@@ -58,6 +61,15 @@ def find_per_batch(
     facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunctionDef, depth: int
 ) -> PerBatch | None:
     """Whether ``function`` runs once per batch (see :meth:`~.files.FileFacts.per_batch`)."""
+    if function.name in _TRAINER_HOOKS and _trainer_hook(facts, function):
+        # `compute_loss(self, model, inputs)` of a `Trainer` subclass: the Trainer calls it
+        # on every training step (and evaluation batch) with the inputs it moved
+        seeds = {
+            name: Fact("device", name, "placed on the device by the training framework")
+            for name in ("model", "inputs")
+        }
+        how = f"`{function.name}` runs once per batch (a `Trainer` hook)"
+        return PerBatch(how, seeds, True)
     if function.name in _STEP_HOOKS and _is_hook(facts, function):
         params = [a.arg for a in function.args.args]
         seeds = {}
@@ -84,7 +96,73 @@ def find_per_batch(
         # branches of the step's own (`if self.cache is None or self.step < warmup:`)
         how = f"`{function.name}` runs one training step (`.backward()` and an optimizer step)"
         result = PerBatch(how, {}, True, itself=True)
+    if result is None and depth == 0:
+        helper = _step_helper(facts, function)
+        if helper is not None:
+            how = (
+                f"`{function.name}` runs one training step (its `self.{helper}(...)` calls "
+                "`.backward()` and an optimizer step)"
+            )
+            result = PerBatch(how, {}, True, itself=True)
     return result
+
+
+def _step_helper(facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
+    """The method of the class (or of a base class, in this file or a module of the linted
+    tree) that ``function`` calls on ``self`` outside any loop of its own and that is one
+    whole training step by its body: an agent's ``learn()`` computing the loss, then
+    ``self.take_optimisation_step(optimizer, net, loss)`` of its base class. Each call of
+    ``function`` is one training step too."""
+    cls = facts.parent.get(id(function))
+    if not isinstance(cls, ast.ClassDef):
+        return None
+    own, _ = _split_own(list(function.body))
+    names = {
+        call.func.attr
+        for call in own
+        if isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and isinstance(call.func.value, ast.Name)
+        and call.func.value.id == "self"
+        and call.func.attr != function.name
+    }
+    for name in sorted(names):
+        method = _method_of(facts, cls, name, 0)
+        if method is not None and steps_optimizer(method):
+            return None if has_own_batch_loop(function) else name
+    return None
+
+
+def _method_of(
+    facts: FileFacts, cls: ast.ClassDef, name: str, depth: int
+) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The method ``name`` of ``cls`` or of its bases, two classes up at most: a base of this
+    file, or one imported from a module of the linted tree."""
+    from torchplace.lint.provenance.files import facts_for_file  # files builds on this module
+
+    for item in cls.body:
+        if isinstance(item, _FUNCTIONS) and item.name == name:
+            return item
+    if depth >= 2:
+        return None
+    for base in cls.bases:
+        found: ast.ClassDef | None = None
+        owner = facts
+        if isinstance(base, ast.Name):
+            found = facts.defs_class(base.id)
+        if found is None:
+            qualified = facts.qualname(base)
+            module, _, last = (qualified or "").rpartition(".")
+            path = module_file(facts.path, module) if module else None
+            owner_facts = facts_for_file(path) if path else None
+            if owner_facts is not None:
+                owner = owner_facts
+                found = owner.defs_class(last)
+        if found is not None:
+            method = _method_of(owner, found, name, depth + 1)
+            if method is not None:
+                return method
+    return None
 
 
 def _is_hook(facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
@@ -92,6 +170,18 @@ def _is_hook(facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunctionDef)
     ``def test_step(data_loader, model, ...)`` of a tutorial is the file's own function (it
     may loop over the whole loader), found per batch only through its callers."""
     return isinstance(facts.parent.get(id(function)), ast.ClassDef)
+
+
+def _trainer_hook(facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A method of a class derived from a trainer (``class RewardTrainer(Trainer):``, a base
+    named ``...Trainer``) with the Hugging Face signature, ``(self, model, inputs, ...)``."""
+    cls = facts.parent.get(id(function))
+    if not isinstance(cls, ast.ClassDef):
+        return False
+    params = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
+    if params[1:3] != ["model", "inputs"]:
+        return False
+    return any((dotted_name(base) or "").endswith("Trainer") for base in cls.bases)
 
 
 def engine_step(facts: FileFacts, name: str) -> bool:

@@ -51,7 +51,10 @@ class FileFacts:
         self._own_flows: dict[int, Flow] = {}
         self._loop_kinds: dict[int, tuple[LoopKind, str] | None] = {}
         self._calls: dict[str, list[tuple[ast.AST, ast.Call, tuple[ast.AST, ...]]]] = {}
-        self._per_batch: dict[int, PerBatch | None] = {}
+        #: per function: the answer and the depth it was found at (a "no" found deep in a
+        #: chain of callers, out of depth, may be a "yes" asked directly)
+        self._per_batch: dict[int, tuple[PerBatch | None, int]] = {}
+        self._per_batch_busy: set[int] = set()
         self._self_attrs: dict[int, dict[str, Fact]] = {}
         self._returns_host: dict[str, bool] = {}
         self._returns_device: dict[str, Fact | None] = {}
@@ -544,11 +547,17 @@ class FileFacts:
         if not isinstance(function, _FUNCTIONS) or depth > 3:
             return None
         key = id(function)
-        if key in self._per_batch:
-            return self._per_batch[key]
-        self._per_batch[key] = None  # a cycle reads as "no"
-        result = find_per_batch(self, function, depth)
-        self._per_batch[key] = result
+        cached = self._per_batch.get(key)
+        if cached is not None and (cached[0] is not None or cached[1] <= depth):
+            return cached[0]
+        if key in self._per_batch_busy:
+            return None  # a cycle reads as "no"
+        self._per_batch_busy.add(key)
+        try:
+            result = find_per_batch(self, function, depth)
+        finally:
+            self._per_batch_busy.discard(key)
+        self._per_batch[key] = (result, depth)
         return result
 
     def calls_of(self, name: str) -> list[tuple[ast.AST, ast.Call, tuple[ast.AST, ...]]]:
@@ -581,11 +590,18 @@ class FileFacts:
             fact = self.fact(arg, scope, seeds)
             if fact is not None:
                 out[param] = fact
+        named = {*params, *(a.arg for a in callee.args.kwonlyargs)}
+        gathered = callee.args.kwarg.arg if callee.args.kwarg is not None else None
         for kw in call.keywords:
-            if kw.arg is not None:
-                fact = self.fact(kw.value, scope, seeds)
-                if fact is not None:
-                    out[kw.arg] = fact
+            fact = self.fact(kw.value, scope, seeds)
+            if fact is None:
+                continue
+            if kw.arg is not None and (kw.arg in named or gathered is None):
+                out[kw.arg] = fact
+            elif gathered is not None and fact.on_device:
+                # `meter.update(loss=loss, **losses)` into `def update(self, **kwargs)`: the
+                # mapping the function gathers holds the device values it was handed
+                out.setdefault(gathered, fact)
         return out
 
 

@@ -616,6 +616,10 @@ class Flow:
         root, _, last = qualname.rpartition(".")
         top = qualname.split(".")[0]
         if top in _HOST_ROOTS:
+            if qualname in _NUMPY_DISPATCH and args:
+                handed = self.eval(args[0], lookup)
+                if handed is not None and handed.on_device:
+                    return handed  # `np.squeeze(t)` runs `t.squeeze()`: a tensor, where `t` is
             return Fact("host", qualname)
         if top != "torch":
             return self.project_call(node, qualname, args, lookup)
@@ -623,6 +627,12 @@ class Flow:
             # a shape, `torch.Size([*lead, *spec.shape])`: ints; a benchmark `Timer`, whatever
             # its `globals=` hold, measures on the host (`timer.blocked_autorange()`)
             return Fact("host", qualname)
+        if last == "DataLoader" and _collates_to_device(node, self.node):
+            return Fact(
+                "device",
+                _short(self.facts.segment(node)),
+                f"placed by its `collate_fn` at line {node.lineno}",
+            )
         if qualname == "torch.load":
             where = next((kw.value for kw in node.keywords if kw.arg == "map_location"), None)
             if where is None and len(node.args) > 1:
@@ -709,6 +719,41 @@ class Flow:
 
 
 _TENSOR_KINDS = frozenset({"pt", "np"})
+#: NumPy functions that, handed a tensor, call the tensor's own method of that name and hand
+#: back a tensor where it lives (``np.squeeze(t)`` is ``t.squeeze()``), not a host array
+_NUMPY_DISPATCH = frozenset(
+    {"numpy.squeeze", "numpy.reshape", "numpy.transpose", "numpy.round", "numpy.argmax"}
+)
+
+
+def _collates_to_device(loader: ast.Call, scope: ast.AST) -> bool:
+    """A ``DataLoader`` whose ``collate_fn`` puts each batch on the device: a partial given
+    the device, ``functools.partial(make_batch, device="cuda:0")``, or a lambda that moves
+    what it collates, ``lambda b: to_device(collate(b), device)``, also through the one name
+    ``scope`` binds to either."""
+    value = next((kw.value for kw in loader.keywords if kw.arg == "collate_fn"), None)
+    if isinstance(value, ast.Name):
+        bound = [
+            node.value
+            for node in own_nodes(scope)
+            if isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == value.id for t in node.targets)
+        ]
+        value = bound[0] if len(bound) == 1 else None
+    if isinstance(value, ast.Call):
+        name = dotted_name(value.func) or ""
+        return name.rpartition(".")[2] == "partial" and _passes_device(value)
+    if isinstance(value, ast.Lambda):
+        return any(
+            isinstance(sub, ast.Call)
+            and (
+                (moves_to_device(sub) and not _is_cpu(_device_target(sub)))
+                or _passes_device(sub)
+                or _device_helper(dotted_name(sub.func) or "", sub.args)
+            )
+            for sub in walk(value.body)
+        )
+    return False
 
 
 def _parameters(node: ast.AST) -> frozenset[str]:

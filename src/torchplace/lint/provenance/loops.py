@@ -604,7 +604,7 @@ def _updates_device(
     targets = (
         set(_target_names(loop.target)) if isinstance(loop, (ast.For, ast.AsyncFor)) else set()
     )
-    targets |= _carried(own)
+    targets |= _carried(own) | _grown_back(own)
     for node in own:
         if not isinstance(node, (ast.Assign, ast.AugAssign)):
             continue
@@ -731,6 +731,30 @@ def _carried(own: list[ast.AST]) -> set[str]:
         and isinstance(node.ctx, ast.Load)
         and node.id in first_bound
         and node.lineno < first_bound[node.id]
+    }
+
+
+def _grown_back(own: list[ast.AST]) -> set[str]:
+    """Names a loop body reads before it grows them in place (``trg_indexes.append(token)``
+    at the end of a greedy decoding step, read at its top by ``torch.LongTensor(trg_indexes)
+    .to(device)``): each step starts from what the previous step added."""
+    grown: dict[str, int] = {}
+    for node in own:
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in {"append", "extend", "insert"}
+            and isinstance(node.func.value, ast.Name)
+        ):
+            name = node.func.value.id
+            grown[name] = max(grown.get(name, 0), node.lineno)
+    return {
+        node.id
+        for node in own
+        if isinstance(node, ast.Name)
+        and isinstance(node.ctx, ast.Load)
+        and node.id in grown
+        and node.lineno < grown[node.id]
     }
 
 

@@ -16,6 +16,7 @@ from torchplace.lint.base import (
     names_in,
 )
 from torchplace.lint.nodes import own_nodes, walk
+from torchplace.lint.provenance import file_facts, scope_node
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import FACTORIES, is_device_bound_loop
 
@@ -63,10 +64,11 @@ def _call(call: ast.Call, ctx: Context) -> None:
     if isinstance(target, ast.Constant) and target.value == "cpu":
         return
     scope: Scope = ctx.function_scope() or ctx.scope
-    if isinstance(func.value, ast.Call):  # torch.from_numpy(a).to(d, non_blocking=True)
-        source = _fresh_pageable(func.value, ctx)
+    copied = _unconverted(func.value)  # `x.float().cuda(non_blocking=True)`: `x` converted
+    if isinstance(copied, ast.Call):  # torch.from_numpy(a).to(d, non_blocking=True)
+        source = _fresh_pageable(copied, ctx)
     else:
-        root = _root_name(func.value)
+        root = _root_name(copied)
         if root is None:
             return
         source = _unpinned_source(root, ctx, scope, call.lineno)
@@ -79,13 +81,48 @@ def _call(call: ast.Call, ctx: Context) -> None:
         )
 
 
+def _unconverted(node: ast.expr) -> ast.expr:
+    """What a chain of host conversions and reshapes starts from (``x`` of
+    ``x.float().contiguous()``): each allocates pageable memory again, pinned or not."""
+    while (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and (node.func.attr in _PAGEABLE_METHODS or _dtype_only(node))
+    ):
+        node = node.func.value
+    return node
+
+
 def _fresh_pageable(call: ast.Call, ctx: Context) -> str | None:
     qualname = ctx.call_qualname(call)
-    if qualname not in FACTORIES and qualname != "torch.from_numpy":
-        return None
-    if has_star_kwargs(call) or keyword(call, "pin_memory") or keyword(call, "device"):
+    if not _allocates_pageable(call, qualname, ctx):
         return None
     return f"`{qualname}(...)` returns pageable memory"
+
+
+# Joins that allocate their result where their inputs are: new pageable memory on the host.
+_JOINS = frozenset(
+    {"torch.cat", "torch.concat", "torch.concatenate", "torch.stack", "torch.hstack"}
+    | {"torch.vstack"}
+)
+
+
+def _allocates_pageable(call: ast.Call, qualname: str | None, ctx: Context) -> bool:
+    """``call`` builds a new host tensor in pageable memory: a factory or ``torch.from_numpy``
+    without ``pin_memory=``/``device=``, or a join (``torch.cat(crops)``) of tensors not known
+    to be on the device (a join of host tensors is never pinned, whatever its inputs were)."""
+    if has_star_kwargs(call) or keyword(call, "pin_memory") or keyword(call, "device"):
+        return False
+    if qualname in FACTORIES or qualname == "torch.from_numpy":
+        return True
+    if qualname not in _JOINS or not call.args:
+        return False
+    facts, scope = file_facts(ctx), scope_node(ctx)
+    joined = call.args[0]
+    parts = joined.elts if isinstance(joined, (ast.List, ast.Tuple)) else [joined]
+    return not any(
+        (fact := facts.fact(part, scope)) is not None and fact.on_device for part in parts
+    )
 
 
 def _root_name(node: ast.expr) -> str | None:
@@ -129,12 +166,9 @@ def _unpinned_source(name: str, ctx: Context, scope: Scope, line: int) -> str | 
         and value.func.value.id == name
     ):
         value = _reaching(bound, value.lineno)
-    if not isinstance(value, ast.Call) or has_star_kwargs(value):
+    if not isinstance(value, ast.Call):
         return None
-    qualname = ctx.call_qualname(value)
-    if qualname not in FACTORIES and qualname != "torch.from_numpy":
-        return None
-    if keyword(value, "pin_memory") is not None or keyword(value, "device") is not None:
+    if not _allocates_pageable(value, ctx.call_qualname(value), ctx):
         return None
     return f"`{name}` is created on line {value.lineno} without `pin_memory=True`"
 

@@ -349,6 +349,13 @@ def _builds_tensor(
         return False
     if isinstance(value, ast.Attribute) and value.attr in _TENSOR_VIEWS:  # `freqs_cis.real`
         return _builds_tensor(value.value, ctx, function, line, cls, depth + 1)
+    if isinstance(value, ast.BinOp):  # `2 ** torch.linspace(0, n - 1, n)`: the same shape
+        return any(
+            _builds_tensor(side, ctx, function, line, cls, depth + 1)
+            for side in (value.left, value.right)
+        )
+    if isinstance(value, ast.UnaryOp):  # `-torch.arange(n)`
+        return _builds_tensor(value.operand, ctx, function, line, cls, depth + 1)
     if isinstance(value, ast.IfExp):  # `torch.tensor(mean) if mean else None`
         branches = [b for b in (value.body, value.orelse) if not _is_none(b)]
         return bool(branches) and all(

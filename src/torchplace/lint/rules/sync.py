@@ -70,7 +70,7 @@ _OUTPUT_WORDS = (
     "fromarray",
     "dump",
     "send",
-    "put",
+    "compute",  # `metric.compute(predictions=preds)`: host copies collected for a host metric
     "submit",
     "stream",
     "imshow",  # `cv2.imshow("image", flow_image)`: a demo's frame shown, its output
@@ -827,7 +827,7 @@ def _flows_into(
                 and not (isinstance(target.value, ast.Name) and target.value.id == "self")
             ):
                 return True  # response.embeddings = x.cpu().numpy()
-            names |= {n.id for n in walk(target) if isinstance(n, ast.Name)}
+            names |= _stored_names(target)
     elif (
         isinstance(stmt, ast.AugAssign)
         and isinstance(stmt.op, ast.Add)
@@ -1021,7 +1021,16 @@ def _writes(call: ast.Call) -> bool:
     func = call.func
     name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
     lowered = name.lower()
-    return any(word in lowered for word in _OUTPUT_WORDS)
+    if any(word in lowered for word in _OUTPUT_WORDS):
+        return True
+    # `queue.put(x)`, `put_nowait`: "put" as a word of its own, not inside `InputPadder`,
+    # `compute_output` or `outputs`; and the input handed to another runtime, OpenCV DNN's
+    # `net.setInput(blob)`, `set_input_tensor(...)`: NumPy in, whatever the loop does
+    words = [w for w in _CAMEL.sub("_", name).lower().split("_") if w]
+    return "put" in words or (bool(words) and words[0] in {"set", "feed"} and "input" in words)
+
+
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 
 def _flows_to(
@@ -1041,7 +1050,7 @@ def _flows_to(
         for sub in nodes:
             if isinstance(sub, ast.Assign) and _mentions(sub.value, tainted):
                 for target in sub.targets:
-                    tainted |= {n.id for n in walk(target) if isinstance(n, ast.Name)}
+                    tainted |= _stored_names(target)
             elif isinstance(sub, (ast.For, ast.comprehension)) and _mentions(sub.iter, tainted):
                 tainted |= {n.id for n in walk(sub.target) if isinstance(n, ast.Name)}
             else:
@@ -1073,6 +1082,18 @@ def _writes_itself(call: ast.Call, names: set[str]) -> bool:
         and func.value.id in names
         and func.attr.lower().startswith(("save", "write", "dump", "to_csv", "to_parquet"))
     )
+
+
+def _stored_names(target: ast.expr) -> set[str]:
+    """The names an assignment target stores into: ``results`` of ``results[dstype] = v``,
+    not the key ``dstype`` it is stored under (which the value does not reach)."""
+    if isinstance(target, ast.Subscript):
+        return _stored_names(target.value)
+    if isinstance(target, ast.Starred):
+        return _stored_names(target.value)
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return {name for elt in target.elts for name in _stored_names(elt)}
+    return {n.id for n in walk(target) if isinstance(n, ast.Name)}
 
 
 def _takes(call: ast.Call, names: set[str]) -> bool:
@@ -1837,7 +1858,7 @@ def _unplaced_step_value(
     if _DEVICE_WORDS.search(ctx.source) is None:
         return True
     scope = scope_node(ctx)
-    if _handed_value(receiver, scope, ctx):
+    if _handed_value(receiver, scope, ctx) and not _backpropagated(receiver, scope):
         return True
     if not bulk or read is None or not ctx.parents:
         return False
@@ -1847,6 +1868,23 @@ def _unplaced_step_value(
         and read in parent.args
         and isinstance(parent.func, ast.Attribute)
         and ctx.qualname(parent.func) is None
+    )
+
+
+def _backpropagated(receiver: ast.expr, scope: ast.AST) -> bool:
+    """``receiver`` is (a view of) a parameter the step itself backpropagates from, ``def
+    take_step(self, optimizer, loss):`` with ``loss.backward()``: the loss of the model being
+    trained, a graph's output where the model runs, not data as the caller loaded it."""
+    root = _root_name(receiver)
+    if root is None or not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    return any(
+        isinstance(sub, ast.Call)
+        and isinstance(sub.func, ast.Attribute)
+        and sub.func.attr == "backward"
+        and isinstance(sub.func.value, ast.Name)
+        and sub.func.value.id == root
+        for sub in walk(scope)
     )
 
 

@@ -918,7 +918,27 @@ def _places(call: ast.Call, ctx: Context, *, told: bool = True) -> bool:
     device = getattr(keyword(call, "device"), "value", None)
     if isinstance(device, ast.Constant):
         return isinstance(device.value, str) and DEVICE_STRING.fullmatch(device.value) is not None
-    return told and device is not None and is_device_expr(device) and not _is_cpu(device)
+    if not told or device is None or _is_cpu(device):
+        return False
+    return is_device_expr(device) or _device_of(device)
+
+
+def _device_of(node: ast.expr) -> bool:
+    """Where something lives, by a computed expression: ``next(net.parameters()).device``, or
+    a helper named for a device, ``get_net_device(net)``: built where the model runs, as
+    ``device=device`` is."""
+    if isinstance(node, ast.Attribute):
+        return node.attr == "device" and any(
+            isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Attribute)
+            and sub.func.attr in {"parameters", "buffers"}
+            for sub in walk(node.value)
+        )
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and "device" in node.func.id.lower()
+    )
 
 
 FAMILY = Family(
