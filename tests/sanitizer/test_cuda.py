@@ -144,25 +144,38 @@ def test_syncs_agree_with_torchs_sync_debug_mode(
     case: str, syncs: int, torch_syncs: int | None, cuda: torch.device
 ) -> None:
     call = _sync_call(case, cuda)
+    reports = []
+
+    def guarded() -> None:  # the guard inside the debug mode: it sees none of its set-up
+        with torchplace.guard() as report:
+            call()
+        reports.append(report)
+
+    caught = _torch_reports(guarded)
+    (report,) = reports
+    seen_by_torch = [m for m in caught if "synchronizing" in m]
+    if torch_syncs is None:
+        assert seen_by_torch, caught
+    else:
+        assert len(seen_by_torch) == torch_syncs, caught
+    assert len(report.syncs) == syncs, report.format()
+
+
+def _torch_reports(call: Callable[[], object]) -> list[str]:
+    """What torch's sync debug mode says while ``call`` runs. Torch reports each sync as a
+    UserWarning: they are recorded here, so that the suite's filterwarnings=error does not
+    turn them into failures, and the mode is always restored."""
     torch.cuda.synchronize()
     before = torch.cuda.get_sync_debug_mode()
-    # torch reports each sync as a UserWarning; record them here, so that the suite's
-    # filterwarnings=error does not turn them into failures, and always restore the mode
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
         try:
-            with torchplace.guard() as report:
-                call()
+            call()
         finally:
             torch.cuda.set_sync_debug_mode(before)
     assert torch.cuda.get_sync_debug_mode() == before
-    seen_by_torch = [str(w.message) for w in caught if "synchronizing" in str(w.message)]
-    if torch_syncs is None:
-        assert seen_by_torch, [str(w.message) for w in caught]
-    else:
-        assert len(seen_by_torch) == torch_syncs, [str(w.message) for w in caught]
-    assert len(report.syncs) == syncs, report.format()
+    return [str(w.message) for w in caught]
 
 
 def test_smoothed_weighted_cross_entropy_syncs_where_the_guard_is_not(cuda: torch.device) -> None:
@@ -171,18 +184,14 @@ def test_smoothed_weighted_cross_entropy_syncs_where_the_guard_is_not(cuda: torc
     logits = torch.randn(8, 5, device=cuda)
     target = torch.randint(0, 5, (8,), device=cuda)
     weight = torch.rand(5, device=cuda)
-    torch.cuda.synchronize()
-    before = torch.cuda.get_sync_debug_mode()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            torch.nn.functional.cross_entropy(logits, target, weight=weight, label_smoothing=0.1)
-        finally:
-            torch.cuda.set_sync_debug_mode(before)
-    assert any("synchroniz" in str(w.message) for w in caught), [str(w.message) for w in caught]
+
+    def loss() -> object:
+        return torch.nn.functional.cross_entropy(logits, target, weight=weight, label_smoothing=0.1)
+
+    caught = _torch_reports(loss)
+    assert any("synchronizing" in m for m in caught), caught
     with torchplace.guard() as report:
-        torch.nn.functional.cross_entropy(logits, target, weight=weight, label_smoothing=0.1)
+        loss()
     assert [e.op for e in report.syncs] == ["F.cross_entropy"]
 
 
