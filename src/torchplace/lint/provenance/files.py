@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import os
 import re
+from collections.abc import Iterable
 from functools import lru_cache
 
 from torchplace.lint.base import Context, bindings
@@ -280,36 +281,51 @@ class FileFacts:
         """``model.get_step()`` where every binding of ``model`` in ``scope`` makes an instance
         of a class of the linted code (``model = Tacotron(...).to(device)``) whose method of that
         name hands back only host values (``return self.step.item()``, ``-> int``): a moved
-        model's method may still answer with a Python number."""
-        if not isinstance(receiver, ast.Name):
+        model's method may still answer with a Python number. Also ``self.helper.method()``
+        in a method whose class binds ``self.helper`` so in any of its methods."""
+        if isinstance(receiver, ast.Name):
+            name, home = receiver.id, scope
+        elif (
+            isinstance(receiver, ast.Attribute)
+            and isinstance(receiver.value, ast.Name)
+            and receiver.value.id == "self"
+            and isinstance(self.parent.get(id(scope)), ast.ClassDef)
+        ):
+            # `self.bbox_util.non_max_suppression(...)`, with `self.bbox_util = DecodeBox(...)`
+            name, home = f"self.{receiver.attr}", self.parent[id(scope)]
+        else:
             return False
-        key = (id(scope), receiver.id, method)
+        key = (id(home), name, method)
         cached = self._method_host.get(key)
         if cached is not None:
             return cached
         self._method_host[key] = False  # recursion: assume it does not
         values = [
-            node.value
-            for node in own_nodes(scope)
-            if isinstance(node, ast.Assign)
-            and any(isinstance(t, ast.Name) and t.id == receiver.id for t in node.targets)
+            (self, v) for v in _assigned_to(own_nodes(scope) if home is scope else walk(home), name)
         ]
+        if not values and isinstance(home, ast.ClassDef):
+            # bound in a base class's `__init__`, of this file or of a module beside it
+            for base in home.bases:
+                found_base = self.class_def(base)
+                if found_base is not None:
+                    facts, parent = found_base
+                    values += [(facts, v) for v in _assigned_to(walk(parent), name)]
         result = False
-        for value in values:
+        for facts, value in values:
             while (
                 isinstance(value, ast.Call)
                 and isinstance(value.func, ast.Attribute)
                 and value.func.attr in _MODULE_CHAINS
             ):
                 value = value.func.value
-            if isinstance(value, ast.Name) and value.id == receiver.id:
+            if dotted_name(value) == name:
                 continue  # `model = model` after a chain: the same instance
             if not isinstance(value, ast.Call):
                 result = False
                 break
-            if any(isinstance(a, ast.Name) and a.id == receiver.id for a in value.args):
+            if any(dotted_name(a) == name for a in value.args):
                 continue  # `model = DataParallel(model)`: the same model, wrapped
-            found = self.class_def(value.func)
+            found = facts.class_def(value.func)
             if found is None:
                 result = False
                 break
@@ -332,7 +348,7 @@ class FileFacts:
                 return (
                     bool(values)
                     and len(values) == len(returns)
-                    and all(_plainly_host(v) for v in values)
+                    and all(_plainly_host(v) or _converted_in_place(item, v) for v in values)
                 )
         if depth >= 2:
             return False
@@ -729,3 +745,43 @@ def _host_annotation(annotation: ast.expr | None) -> bool:
         parts = inner.elts if isinstance(inner, ast.Tuple) else [inner]
         return all(_host_annotation(part) for part in parts)
     return False
+
+
+def _assigned_to(nodes: Iterable[ast.AST], name: str) -> list[ast.expr]:
+    """The values ``nodes`` assign to ``name`` (``model`` or ``self.helper``)."""
+    return [
+        node.value
+        for node in nodes
+        if isinstance(node, ast.Assign) and any(dotted_name(t) == name for t in node.targets)
+    ]
+
+
+def _converted_in_place(function: ast.AST, value: ast.expr) -> bool:
+    """``return output`` of a list whose elements the function converts to NumPy or Python
+    data in place, ``output[i] = output[i].cpu().numpy()`` (a detector's NMS that gathers its
+    detections on the device, then hands back arrays), with no whole element stored after
+    the conversion."""
+    if not isinstance(value, ast.Name):
+        return False
+    stores = [
+        node
+        for node in walk(function)
+        if isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Subscript)
+        and isinstance(node.targets[0].value, ast.Name)
+        and node.targets[0].value.id == value.id
+    ]
+    converted = [
+        node.lineno
+        for node in stores
+        if _plainly_host(node.value) and dotted_name(_chain_base(node.value)) == value.id
+    ]
+    return bool(converted) and all(node.lineno <= max(converted) for node in stores)
+
+
+def _chain_base(node: ast.expr) -> ast.expr:
+    """``output`` of ``output[i].cpu().numpy()``."""
+    while isinstance(node, (ast.Call, ast.Attribute, ast.Subscript)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node

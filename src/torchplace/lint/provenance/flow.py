@@ -324,6 +324,14 @@ class Flow:
     def bind_loop_target(
         self, target: ast.expr, iterable: ast.expr, fact: Fact | None, line: int
     ) -> None:
+        # `for i, c in list(enumerate(boxes))`: a copy of what it wraps, step for step
+        while (
+            isinstance(iterable, ast.Call)
+            and dotted_name(iterable.func) in _PASS_THROUGH
+            and len(iterable.args) == 1
+            and isinstance(iterable.args[0], ast.Call)
+        ):
+            iterable = iterable.args[0]
         # `for i, (x, y) in enumerate(loader)`: the counter is a host int.
         if (
             isinstance(iterable, ast.Call)
@@ -520,6 +528,8 @@ class Flow:
             arg_facts = [self.eval(arg, lookup) for arg in args]
             found = _any_device(arg_facts)
             if found is not None and found.on_device:
+                if facts.method_returns_host(func.value, method, self.node):
+                    return Fact("host", f"{method}()")  # a helper that hands back NumPy
                 return found
             if receiver is not None and receiver.where == "host":
                 return Fact("host", method)
@@ -754,6 +764,10 @@ def _collates_to_device(loader: ast.Call, scope: ast.AST) -> bool:
             for sub in walk(value.body)
         )
     return False
+
+
+# Calls that step through what they wrap unchanged: `list(enumerate(x))`, `tqdm(zip(a, b))`.
+_PASS_THROUGH = frozenset({"list", "tuple", "tqdm", "tqdm.tqdm"})
 
 
 def _parameters(node: ast.AST) -> frozenset[str]:

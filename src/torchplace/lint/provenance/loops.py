@@ -597,6 +597,13 @@ def _names_loader(it: ast.expr) -> bool:
     return last.endswith("loader") or last == "dl" or last.endswith("_dl")
 
 
+def _names_dataset(node: ast.expr) -> bool:
+    """``val_dataset``, ``self.test_ds``: a name for a whole dataset."""
+    name = dotted_name(node)
+    last = name.rsplit(".", 1)[-1].lower() if name is not None else ""
+    return last.endswith("dataset") or last == "ds" or last.endswith("_ds")
+
+
 def _updates_device(
     facts: FileFacts, own: list[ast.AST], loop: ast.AST, scope: ast.AST
 ) -> tuple[LoopKind, str] | None:
@@ -618,11 +625,42 @@ def _updates_device(
             continue
         if _uploads_for_collective(facts, value, bound, own):
             continue
-        fact = facts.fact(value, scope)
-        if fact is not None and fact.on_device and fact.move is not None:
-            what = _short(facts.segment(value), 32)
-            return "batch", f"it computes `{what}` on the device every step ({fact.describe()})"
+        if _runs_whole_pass(facts, value, scope):
+            continue
+        for part in _computed_parts(value, targets | bound):
+            fact = facts.fact(part, scope)
+            if fact is not None and fact.on_device and fact.move is not None:
+                what = _short(facts.segment(value), 32)
+                return "batch", f"it computes `{what}` on the device every step ({fact.describe()})"
     return None
+
+
+def _computed_parts(value: ast.expr, names: set[str]) -> list[ast.expr]:
+    """What of ``value`` a step computes from its items: a dict, list or tuple display only
+    through its entries that read them (an epoch loop's checkpoint record, ``{"model":
+    model.state_dict(), "epoch": epoch}``, packs the model's state beside the step's number:
+    it computes nothing from the items)."""
+    if isinstance(value, ast.Dict):
+        entries = [v for v in value.values if v is not None]
+    elif isinstance(value, (ast.List, ast.Tuple)):
+        entries = list(value.elts)
+    else:
+        return [value]
+    return [entry for entry in entries if _names(entry) & names]
+
+
+def _runs_whole_pass(facts: FileFacts, value: ast.expr, scope: ast.AST) -> bool:
+    """``mean_loss, lr = train_one_epoch(model, optimizer, train_loader, device, epoch)``: a
+    call handed a data loader or a dataset (by its name; not one batch), or one of the file's functions that walks
+    batches itself, runs a whole pass over the data; what it hands back is read once per
+    pass, not once per batch."""
+    if not isinstance(value, ast.Call):
+        return False
+    handed = [*value.args, *(k.value for k in value.keywords)]
+    if any(_names_loader(arg) or _names_dataset(arg) for arg in handed):
+        return True
+    callee = facts.local_def(value.func, scope)
+    return callee is not None and has_own_batch_loop(callee)
 
 
 # Constructors that pack host values into a tensor: `torch.IntTensor([x.numel()])`.
@@ -819,6 +857,8 @@ def moves_some(loop: ast.For | ast.AsyncFor) -> bool:
                     targets |= set(_target_names(target))
     for stmt in loop.body:
         for sub in walk(stmt):
+            if isinstance(sub, (ast.ListComp, ast.GeneratorExp, ast.SetComp, ast.DictComp)):
+                targets |= _walked_parts(sub, targets)
             if (
                 isinstance(sub, ast.Call)
                 and isinstance(sub.func, ast.Attribute)
@@ -827,6 +867,19 @@ def moves_some(loop: ast.For | ast.AsyncFor) -> bool:
             ):
                 return True
     return False
+
+
+def _walked_parts(
+    comp: ast.ListComp | ast.GeneratorExp | ast.SetComp | ast.DictComp, targets: set[str]
+) -> set[str]:
+    """The names a comprehension binds to the parts of one of ``targets``: ``img`` of
+    ``list(img.to(device) for img in images)``, also nested, ``k, v`` of ``[{k: v.to(device)
+    for k, v in t.items()} for t in targets]`` (the inner one is walked after this one)."""
+    found: set[str] = set()
+    for gen in comp.generators:
+        if _chain_root(gen.iter) in targets | found:
+            found |= set(_target_names(gen.target))
+    return found
 
 
 def _chain_root(node: ast.expr) -> str | None:

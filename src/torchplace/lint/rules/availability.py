@@ -267,16 +267,24 @@ def _is_guard_statement(stmt: ast.stmt) -> bool:
     if isinstance(stmt, ast.Assert):
         return mentions(stmt.test)
     if isinstance(stmt, ast.If) and mentions(stmt.test):
-        last = stmt.body[-1]
-        if isinstance(last, _EXITS):
-            return True
-        if isinstance(last, ast.Expr) and isinstance(last.value, ast.Call):
-            return mentions(last.value.func, _SKIP_WORDS)
+        # `if not torch.cuda.is_available(): return`, also the other way round, `if
+        # torch.cuda.is_available(): device = "cuda"` with `else: print(...); return`
+        return any(_exits(branch[-1]) for branch in (stmt.body, stmt.orelse) if branch)
     if isinstance(stmt, ast.Assign):
         # pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), ...)
         return any(
             isinstance(t, ast.Name) and t.id == "pytestmark" for t in stmt.targets
         ) and mentions(stmt.value)
+    return False
+
+
+def _exits(last: ast.stmt) -> bool:
+    """A branch's last statement leaves (``return``, ``raise``, ...) or skips
+    (``pytest.skip(...)``, ``sys.exit()``)."""
+    if isinstance(last, _EXITS):
+        return True
+    if isinstance(last, ast.Expr) and isinstance(last.value, ast.Call):
+        return mentions(last.value.func, _SKIP_WORDS)
     return False
 
 

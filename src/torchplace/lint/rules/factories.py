@@ -25,7 +25,12 @@ from torchplace.lint.nodes import own_nodes, walk
 from torchplace.lint.provenance.files import file_facts
 from torchplace.lint.provenance.values import _device_helper, _passes_device
 from torchplace.lint.resolver import dotted_name
-from torchplace.lint.rules.factory_match import COMBINERS, HOST_CASTS, matched_to_parameter
+from torchplace.lint.rules.factory_match import (
+    COMBINERS,
+    HOST_CASTS,
+    _cpu_path,
+    matched_to_parameter,
+)
 from torchplace.lint.rules.facts import FACTORIES, in_test, main_test
 
 __all__ = ["FACTORY", "check_factory"]
@@ -749,6 +754,8 @@ def check_factory(call: ast.Call, ctx: Context, name: str, method: Scope | None)
             or _moved_later(call, ctx)
             or _placed_by_callers(call, ctx, method)
             or _bounds_slices(call, ctx)
+            or _cpu_path(call, method)
+            or _works_on_host(method)
         ):
             return
         where = f"{method.cls.name}.{method.name}"
@@ -776,6 +783,35 @@ def check_factory(call: ast.Call, ctx: Context, name: str, method: Scope | None)
         f"`torch.{short}(...)` in `{where}` {how} `{param}` but allocates on the default device "
         f"(the CPU) whatever `{param}`'s device; pass `device={param}.device`",
     )
+
+
+def _works_on_host(method: Scope) -> bool:
+    """A helper of ``forward`` that brings the data it is given to the host to work there
+    (a detector's target assignment: ``batch_target = batch_target.cpu()``, then anchors
+    matched with ``torch.zeros(...)`` and ``torch.FloatTensor(...)``, the results placed by
+    the caller, ``y_true.type_as(x)``): its factories are host work on purpose."""
+    if method.name == "forward":
+        return False
+    cached = method.cache.get("works-on-host")
+    if cached is None:
+        cached = method.cache["works-on-host"] = any(
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Attribute)
+            and node.value.func.attr == "cpu"
+            and _root_name(node.value.func.value) == node.targets[0].id
+            for node in walk(method.node)
+        )
+    return bool(cached)
+
+
+def _root_name(node: ast.expr) -> str | None:
+    """``t`` of ``t``, ``t.detach()``, ``t[0].data``."""
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
 
 
 def _on_forward_path(method: Scope | None) -> bool:

@@ -464,6 +464,8 @@ def _device_test(test: ast.expr) -> tuple[_Where, _Where]:
     counts as CUDA, not CUDA as the CPU); ``None`` where it says nothing."""
     if isinstance(test, ast.Attribute) and test.attr in {"is_cuda", "is_cpu"}:
         return ("cuda", "cpu") if test.attr == "is_cuda" else ("cpu", "cuda")
+    if isinstance(test, ast.Call) and (dotted_name(test.func) or "").endswith("cuda.is_available"):
+        return "cuda", "cpu"  # without CUDA every tensor is on the CPU
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         on_true, on_false = _device_test(test.operand)
         return on_false, on_true

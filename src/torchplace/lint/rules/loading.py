@@ -297,7 +297,8 @@ def _round_trip(
     cached = owner.cache.get("saves")
     if cached is None:
         cached = owner.cache["saves"] = _saves(owner.node, ctx)
-    first = cached.get(" ".join((ctx.segment(source) or "").split()))
+    key = " ".join((ctx.segment(source) or "").split())
+    first = cached.get(key)
     if first is not None and isinstance(source, ast.Name):
         # `buffer = io.BytesIO(received)` after the save: the name now holds other bytes
         rebound = [
@@ -307,7 +308,34 @@ def _round_trip(
         ]
         if rebound:
             return False
-    return "seek" in cached or (first is not None and first < call.lineno)
+    if "seek" in cached or (first is not None and first < call.lineno):
+        return True
+    return scope is not None and _saved_by_earlier_call(key, scope, ctx)
+
+
+def _saved_by_earlier_call(key: str, scope: Scope, ctx: Context) -> bool:
+    """A script's own statements call one of its functions that saves the path before the
+    function that loads it: a tutorial's ``save()``, writing ``torch.save(net, "net.pkl")``,
+    then ``restore_net()``, reading ``torch.load("net.pkl")``. A file of this run."""
+    root = ctx.scope.root()
+    if scope.parent is not root or not isinstance(root.node, ast.Module):
+        return False
+    calls = root.cache.get("script-calls")
+    if calls is None:
+        defs = {
+            d.name: d
+            for d in root.node.body
+            if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef))
+        }
+        calls = root.cache["script-calls"] = [
+            (sub.lineno, sub.func.id, _saves(defs[sub.func.id], ctx))
+            for sub in own_nodes(root.node)
+            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id in defs
+        ]
+    loads_at = [line for line, name, _ in calls if name == scope.name]
+    return bool(loads_at) and any(
+        line < min(loads_at) and name != scope.name and key in saved for line, name, saved in calls
+    )
 
 
 def _saved_above_by_name(call: ast.Call, ctx: Context) -> bool:
