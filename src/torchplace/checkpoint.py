@@ -91,7 +91,17 @@ def compare_state_dict(module: nn.Module, state_dict: Mapping[str, torch.Tensor]
     """Compare ``state_dict`` with ``module.state_dict()`` by key and shape. A lazy module's
     uninitialized parameters (``nn.LazyLinear``) have no shape yet: loading gives them one.
     A key tied to another (one tensor under two names, saved once) is not missing when the
-    other is there."""
+    other is there. A ``module`` that is not an ``nn.Module``, or a ``state_dict`` that is not a
+    mapping, raises :class:`~torchplace.errors.ConfigError`."""
+    if not isinstance(module, nn.Module):
+        raise ConfigError(
+            f"compare_state_dict: module must be an nn.Module instance, not {module!r:.80}"
+        )
+    if not isinstance(state_dict, Mapping):
+        raise ConfigError(
+            f"compare_state_dict: state_dict must be a mapping of names to tensors, not "
+            f"{type(state_dict).__name__}; load it with load_checkpoint(path) first"
+        )
     expected = module.state_dict()
     tied = _tied_names(module)
     missing = tuple(
@@ -130,7 +140,8 @@ def load_checkpoint(
       else with ``torch.load(weights_only=True)``. A pickle that needs arbitrary code raises
       :class:`~torchplace.errors.UnsafeCheckpointError`; ``allow_pickle=True`` loads it anyway
       with full pickle, which can run any code the file contains: only for files you trust.
-      A whole pickled module (``torch.save(model)``) loaded so gives its ``state_dict()``.
+      A whole pickled module (``torch.save(model)``, or one under a key, as YOLOv5 saves
+      ``{"model": model, ...}``) loaded so gives its ``state_dict()``.
     - A directory (as ``save_pretrained`` writes it) loads its ``model.safetensors.index.json``,
       ``model.safetensors``, ``pytorch_model.bin.index.json`` or ``pytorch_model.bin``; an
       ``*.index.json`` file loads every shard its ``weight_map`` names, merged.
@@ -149,10 +160,12 @@ def load_checkpoint(
       raises :class:`~torchplace.errors.StateDictMismatchError` naming each one, and the module
       is left untouched; without ``strict`` the differences are logged as a warning and every
       key that fits is loaded (use :func:`compare_state_dict` to get them as data). A tensor
-      that cannot be copied into the module's (sparse or quantized into dense), or weights for
+      that cannot be copied into the module's (sparse or quantized into dense, complex into
+      real), or weights for
       a module on the meta device (materialise it with ``module.to_empty(device=...)`` first),
       raise :class:`~torchplace.errors.CheckpointError` before anything is copied. ``module``
-      that is not an ``nn.Module`` instance raises :class:`~torchplace.errors.ConfigError`.
+      that is not an ``nn.Module`` instance raises :class:`~torchplace.errors.ConfigError`, as
+      does a ``strict`` or ``allow_pickle`` that is not a bool.
 
     Returns the state dict as a plain ``dict``; a module's extra state (the
     ``..._extra_state`` entries of ``get_extra_state``) is kept as saved, and loaded by the
@@ -170,6 +183,12 @@ def load_checkpoint(
         )
     if key is not None and not isinstance(key, str):
         raise ConfigError(f"load_checkpoint(key={key!r}) must be a str naming an entry, or None")
+    for flag, value in (("strict", strict), ("allow_pickle", allow_pickle)):
+        if not isinstance(value, bool):
+            raise ConfigError(
+                f"load_checkpoint({flag}={value!r:.40}) must be True or False, not "
+                f"{type(value).__name__} (a string such as 'False' would count as true)"
+            )
     target = resolve_device(device)
     try:
         file = Path(os.fsdecode(path))
@@ -251,6 +270,12 @@ def _load_index(file: Path, device: torch.device, allow_pickle: bool) -> dict[st
         index = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise CheckpointError(f"cannot read checkpoint index {str(file)!r}: {exc}") from exc
+    except RecursionError:  # arrays nested thousands deep: no index, and json cannot say so
+        raise CheckpointError(
+            f"cannot read checkpoint index {str(file)!r}: its JSON nests deeper than Python's "
+            "recursion limit, which no sharded checkpoint's index does. Fix: pass the index "
+            "(model.safetensors.index.json) or the weights file itself"
+        ) from None
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
         raise CheckpointError(
@@ -271,8 +296,23 @@ def _load_index(file: Path, device: torch.device, allow_pickle: bool) -> dict[st
                 f"shard {name!r} named by checkpoint index {str(file)!r} is missing ({shard}); "
                 "download or copy every shard next to the index"
             )
-        merged.update(_as_state_dict(_load_file(shard, device, allow_pickle), shard, None))
+        loaded = _as_state_dict(_load_file(shard, device, allow_pickle), shard, None)
+        _refuse_missing(file, name, [k for k, v in weight_map.items() if v == name], loaded)
+        merged.update(loaded)
     return merged
+
+
+def _refuse_missing(index: Path, shard: str, named: list[str], loaded: Mapping[str, Any]) -> None:
+    """Raise when ``shard`` lacks tensors its index maps to it: the shard and the index come from
+    different saves (a partial download, a shard of another revision)."""
+    missing = [k for k in named if k not in loaded]
+    if missing:
+        raise CheckpointError(
+            f"shard {shard!r} lacks {len(missing)} of the {len(named)} tensor(s) that checkpoint "
+            f"index {str(index)!r} maps to it ({_some(missing)}): the shard and the index come "
+            "from different saves. Fix: download or copy the index and every shard again, from "
+            "one revision"
+        )
 
 
 def _refuse_meta(state: dict[str, torch.Tensor], file: Path, target: torch.device) -> None:
@@ -366,7 +406,15 @@ def _refuse_foreign(file: Path) -> None:
             "is neither); is it a torch checkpoint, and complete? Fix: save it with "
             "torch.save(model.state_dict(), path) or as safetensors"
         )
-    names = _zip_names(file) or []
+    names = _zip_names(file)
+    if names is not None and not any(n.rpartition("/")[2] == "data.pkl" for n in names):
+        raise CheckpointError(
+            f"cannot load checkpoint {str(file)!r}: it is a zip archive, but not one torch.save "
+            f"wrote (it holds {', '.join(repr(n) for n in names[:5]) or 'nothing'}, no "
+            "data.pkl); a numpy .npz loads with numpy.load, each array then with "
+            "torch.from_numpy. Fix: pass a torch checkpoint (torch.save) or a safetensors file"
+        )
+    names = names or []
     if any(name.rpartition("/")[2] == "constants.pkl" for name in names):
         raise CheckpointError(
             f"checkpoint {str(file)!r} is a TorchScript archive (torch.jit.save): a whole "
@@ -444,6 +492,8 @@ def _under_key(obj: object, file: Path, key: str) -> dict[str, torch.Tensor]:
             f"checkpoint {str(file)!r} has no entry {key!r} (key={key!r}); "
             + (f"its entries are {keys}" if keys else f"it holds a {type(obj).__name__}")
         )
+    if isinstance(obj[key], nn.Module):  # a whole module under the key, loaded with allow_pickle
+        return _typed(obj[key].state_dict())
     if not _is_state_dict(obj[key]):
         raise CheckpointError(
             f"entry {key!r} of checkpoint {str(file)!r} holds a {type(obj[key]).__name__}, not a "
@@ -462,13 +512,15 @@ def _as_state_dict(obj: object, file: Path, key: str | None) -> dict[str, torch.
     if isinstance(obj, Mapping):
         for name in _CONTAINER_KEYS:
             inner = obj.get(name)
+            if isinstance(inner, nn.Module):  # torch.save({"model": model}), allow_pickle
+                inner = inner.state_dict()
             if _is_state_dict(inner):
                 _log.debug("checkpoint %s: using the state dict under %r", file, name)
                 return _typed(inner)
-        found = [k for k, v in obj.items() if _is_state_dict(v)]
+        found = [k for k, v in obj.items() if _is_state_dict(v) or isinstance(v, nn.Module)]
         if len(found) == 1:
             _log.info("checkpoint %s: using the state dict under %r", file, found[0])
-            return _typed(obj[found[0]])
+            return _as_state_dict(obj[found[0]], file, None)
         if found:
             raise CheckpointError(
                 f"checkpoint {str(file)!r} holds {len(found)} state dicts, under "
@@ -550,6 +602,22 @@ def _refuse_uncopyable(module: nn.Module, state: dict[str, torch.Tensor], file: 
             f"{type(module).__name__}'s: {_some(bad)}; the module was left untouched. Fix: "
             "convert them before saving (tensor.to_dense(), tensor.dequantize())"
         )
+    lossy = [
+        f"{k} ({_dtype(v)} in the checkpoint, {_dtype(own[k])} in the module)"
+        for k, v in state.items()
+        if k in own and isinstance(v, torch.Tensor) and v.is_complex() and not own[k].is_complex()
+    ]
+    if lossy:  # copy_ would drop the imaginary parts with only a warning
+        raise CheckpointError(
+            f"checkpoint {str(file)!r} holds complex tensors for real ones of "
+            f"{type(module).__name__}: {_some(lossy)}; copying them would drop their imaginary "
+            "parts, so the module was left untouched. Fix: load them into the complex model "
+            "they were saved from, or convert them yourself (tensor.real, tensor.abs())"
+        )
+
+
+def _dtype(t: torch.Tensor) -> str:
+    return str(t.dtype).removeprefix("torch.")
 
 
 def _kind(t: torch.Tensor) -> str:

@@ -127,6 +127,25 @@ def to_json(document: Mapping[str, Any]) -> str:
     return json.dumps(document, indent=2, default=str) + "\n"
 
 
+#: the narrowest $COLUMNS a text report is drawn at; below it (0 in some CI shells) rich draws
+#: nothing at all, or one character per line
+MIN_COLUMNS = 40
+
+
+def console_width(width: int | None = None) -> int | None:
+    """The ``width`` to give a rich Console for a text report: ``width`` as the command chose it
+    (None: the terminal's, or $COLUMNS), unless $COLUMNS is set to what is no usable width
+    (``0``, ``-5``, ``abc``, under :data:`MIN_COLUMNS`): then 120, as for a file."""
+    columns = os.environ.get("COLUMNS")
+    if columns is None:
+        return width
+    try:
+        usable = int(columns) >= MIN_COLUMNS
+    except ValueError:
+        usable = False
+    return width if usable else (width or 120)
+
+
 def check_output(output: str | Path | None, *, flag: str = "-o") -> None:
     """Refuse an output path (``-o``, or another ``flag``) that cannot be written, before the
     command does its work."""
@@ -145,6 +164,8 @@ def _check_writable(path: Path, flag: str, fix: str) -> None:
     given = str(path)
     if path.is_dir():
         raise ConfigError(f"{flag} {given!r} is a directory; {fix}")
+    if path.exists() and not path.is_file():
+        return  # a pipe, a terminal, /dev/stdout (a link to one): the write itself will say
     if path.is_symlink():  # written through: where the link leads must be writable
         try:
             path = path.resolve(strict=False)
@@ -222,7 +243,7 @@ def open_report(output: str | Path | None, *, stream: TextIO | None = None) -> I
         output, stream = None, None
     if output is not None:
         try:
-            with Path(output).open("w", encoding="utf-8") as file:
+            with _replacing(Path(output)) as file:
                 yield file
         except OSError as exc:
             if exc.filename is None:  # a failed write or close (a full disk): name the file
@@ -237,6 +258,34 @@ def open_report(output: str | Path | None, *, stream: TextIO | None = None) -> I
         )
     yield target
     target.flush()
+
+
+@contextmanager
+def _replacing(path: Path) -> Iterator[TextIO]:
+    """Write ``path`` whole or not at all: into a new file beside it, which replaces it once
+    the report is complete, so a report that fails half-way (a full disk, an interrupt, an
+    error while drawing) leaves the previous file as it was. A symbolic link (``/dev/stdout``
+    too), a path that is not a regular file (a pipe), or one whose directory takes no new file
+    is written in place, as before."""
+    fd, temp = -1, path.with_name(f".torchplace-{os.urandom(6).hex()}.tmp")
+    if not path.is_symlink() and (not path.exists() or path.is_file()):
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except OSError:  # a read-only directory holding a writable file, ...
+            fd = -1
+    if fd < 0:
+        with path.open("w", encoding="utf-8") as file:
+            yield file
+        return
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            yield file
+        if path.exists():
+            os.chmod(temp, path.stat().st_mode & 0o7777)  # the old file's permissions
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
 
 
 def write_report(text: str, output: str | Path | None, *, stream: TextIO | None = None) -> None:

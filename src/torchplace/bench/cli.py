@@ -313,7 +313,7 @@ def run(args: argparse.Namespace) -> int:
 
     _check_plot(args)
     report.check_output(args.output)
-    report.check_distinct([args.output, getattr(args, "plot", None)])
+    report.check_distinct([args.output, getattr(args, "plot", None)], _model_source(args))
     device = resolve_device(args.device)
     if args.threads is not None:
         import torch
@@ -343,8 +343,28 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         with report.open_report(args.output) as out:
-            _print_text(Console(file=out, highlight=False), args.bench, device, outcome, notes)
+            console = Console(file=out, highlight=False, width=report.console_width())
+            _print_text(console, args.bench, device, outcome, notes)
     return report.EXIT_OK
+
+
+def _model_source(args: argparse.Namespace) -> list[str]:
+    """The file that defines ``--model module:callable`` (bench model), which the report must
+    not overwrite; [] for an embedded model, or a module that cannot be found (loading it says
+    why, later)."""
+    import importlib.util
+
+    spec = getattr(args, "model", None)
+    module_name = spec.partition(":")[0] if isinstance(spec, str) and ":" in spec else ""
+    if not module_name:
+        return []
+    try:  # a parent package is imported to find a submodule: its prints go to stderr
+        with contextlib.redirect_stdout(sys.stderr):
+            found = importlib.util.find_spec(module_name)
+    except (Exception, SystemExit):
+        return []
+    origin = getattr(found, "origin", None)
+    return [origin] if isinstance(origin, str) and os.path.isfile(origin) else []
 
 
 def _check_plot(args: argparse.Namespace) -> None:
@@ -385,16 +405,20 @@ def _result(benchmark: str, outcome: _Outcome, notes: list[str]) -> dict[str, An
 def _print_text(
     console: Console, benchmark: str, device: torch.device, outcome: _Outcome, notes: list[str]
 ) -> None:
+    from rich.markup import escape
+
+    # paths, reasons and notes are text, not markup: '[b]' in a --plot path stays in it
     if outcome.figures is None:
         console.print(
-            f"[bold]torchplace bench {benchmark}[/]: skipped on {device}. {outcome.reason}."
+            f"[bold]torchplace bench {benchmark}[/]: skipped on {device}. "
+            f"{escape(outcome.reason or '')}."
         )
     for table in outcome.tables:
         console.print(table)
     if outcome.plot:
-        console.print(f"wrote plot {outcome.plot}")
+        console.print(f"wrote plot {escape(outcome.plot)}")
     for note in notes:
-        console.print(f"[yellow]note:[/] {note}")
+        console.print(f"[yellow]note:[/] {escape(note)}")
 
 
 @contextmanager

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Table
 
 from torchplace.bench.overlap import OverlapResult
@@ -132,7 +133,10 @@ def stages_table(result: StagesResult) -> Table:
     """One row per batch size: H2D, compute, D2H, total, rows/s, peak memory."""
     noop = "no-op"
     table = Table(
-        title=f"{result.model} on {result.device} ({result.dtype}, row shape {result.row_shape})",
+        title=(
+            f"{escape(result.model)} on {result.device} ({result.dtype}, row shape "
+            f"{result.row_shape})"
+        ),
         caption=(
             "median per call; "
             + (

@@ -213,9 +213,11 @@ def _refuse_module_object(model: str, factory: Any) -> None:
         )
 
 
-def _dtype(name: str) -> torch.dtype:
+def _dtype(name: str | torch.dtype) -> torch.dtype:
     import torch
 
+    if isinstance(name, torch.dtype):  # torch.float16 as well as "float16"
+        name = str(name).removeprefix("torch.")
     if name not in DTYPES:
         raise ConfigError(f"unknown dtype {name!r}; choose one of: {', '.join(DTYPES)}")
     result: torch.dtype = getattr(torch, name)
@@ -227,7 +229,7 @@ def run_stages(
     device: torch.device,
     *,
     batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
-    dtype: str = "float32",
+    dtype: str | torch.dtype = "float32",
     min_time: float = 0.1,
     warmup: int = 3,
     progress: Callable[[str], None] | None = None,
@@ -235,9 +237,12 @@ def run_stages(
     """Time H2D, compute, D2H and the total for every batch size."""
     import torch
 
-    if not batch_sizes or any(b < 1 for b in batch_sizes):
+    if not batch_sizes or any(
+        isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in batch_sizes
+    ):
         raise ConfigError(f"batch sizes must be positive integers, got {list(batch_sizes)!r}")
     torch_dtype = _dtype(dtype)
+    dtype = str(torch_dtype).removeprefix("torch.")  # as named in messages and the result
     timer = Timer(device=device, warmup=warmup, min_time=min_time, min_repeats=5, max_repeats=2000)
     device = timer.device
     floating = torch_dtype.is_floating_point

@@ -27,6 +27,7 @@ Example::
 from __future__ import annotations
 
 import math
+import numbers
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from torchplace.bench.clocks import Clock, ClockBackend, backend_for
 from torchplace.bench.measurement import Measurement
 from torchplace.bench.units import format_duration
-from torchplace.errors import ConfigError
+from torchplace.errors import ConfigError, TimingError
 
 if TYPE_CHECKING:
     import torch
@@ -89,6 +90,22 @@ def _argument_sets(inputs: Sequence[Any] | None) -> list[tuple[Any, ...]]:
     return [item if isinstance(item, tuple) else (item,) for item in inputs]
 
 
+def _check_clock(clock: object) -> None:
+    """Refuse a clock that is not callable or does not read integer nanoseconds: a seconds clock
+    (``time.perf_counter``) would make every time a billion times too small, silently."""
+    if not callable(clock):
+        raise ConfigError(f"clock must be a callable returning nanoseconds, got {clock!r}")
+    reading = clock()
+    if isinstance(reading, bool) or not isinstance(reading, numbers.Integral):
+        name = getattr(clock, "__qualname__", None) or repr(clock)
+        raise ConfigError(
+            f"clock must return integer nanoseconds, as time.perf_counter_ns does; {name} "
+            f"returned {reading!r:.40} ({type(reading).__name__}). Fix: pass "
+            "time.perf_counter_ns, not time.perf_counter (which counts seconds), or leave "
+            "clock at its default"
+        )
+
+
 class Timer:
     """How to time: the device, the warm-up, and how many calls (a count or a time budget).
 
@@ -103,7 +120,10 @@ class Timer:
       :data:`MAX_CALLS`.
     - ``spread_warning``: warn (:class:`TimingWarning`) when IQR / median exceeds it; None
       never warns.
-    - ``clock``: the monotonic nanosecond clock for host times (for tests).
+    - ``clock``: the monotonic nanosecond clock for host times (for tests); one that does not
+      read integer nanoseconds (``time.perf_counter``: float seconds) raises
+      :class:`~torchplace.errors.ConfigError`, and one that goes backwards while timing
+      :class:`~torchplace.errors.TimingError`.
     """
 
     def __init__(
@@ -149,8 +169,7 @@ class Timer:
                 f"got {spread_warning!r}"
             )
         self.spread_warning = None if spread_warning is None else float(spread_warning)
-        if not callable(clock):
-            raise ConfigError(f"clock must be a callable returning nanoseconds, got {clock!r}")
+        _check_clock(clock)
         self.clock = clock
         self.device = resolve_device(device)
         self._backend: ClockBackend = backend_for(self.device, clock)
@@ -220,6 +239,12 @@ class Timer:
             wall_s += wall_per_call * n
             offset += n
             n = self._more_calls(len(times), wall_s)
+        if min(times) < 0 or cold_s < 0:
+            raise TimingError(
+                f"the clock went backwards while timing {getattr(fn, '__qualname__', fn)!r}: a "
+                f"call took {min([*times, cold_s]):.3g} s. Fix: time with a monotonic clock "
+                "(time.perf_counter_ns, the default), not wall time that can be set back"
+            )
         result = Measurement(
             label=label or getattr(fn, "__qualname__", None) or repr(fn),
             device=str(self.device),

@@ -124,9 +124,9 @@ def compare_clocks(
         raise ConfigError(f"repeats must be at least 1, got {repeats}")
     timer = Timer(device=device, warmup=warmup, repeats=repeats, spread_warning=None)
     device = timer.device
-    n = size or default_size(device)
-    if n < 1:
-        raise ConfigError(f"size must be a positive matrix side, got {n}")
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+        raise ConfigError(f"size must be a positive int (the matrix side) or None, got {size!r}")
+    n = default_size(device) if size is None else size  # 0 is refused, not the default
     matrix = n * n * 4
     fix = "give a smaller --size (the matrix side)"
     what = f"a {n}x{n} float32 matmul (two operands and the product)"

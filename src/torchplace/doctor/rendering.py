@@ -8,6 +8,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from torchplace.doctor.checks import gib
+from torchplace.report import console_width
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -22,6 +23,18 @@ _MARK = {
     "skip": "[dim]- skip[/]",
     "info": "[cyan]i info[/]",
 }
+
+
+#: control characters shown as escapes (``\x1b``): an environment variable or a driver's
+#: string holding a terminal escape sequence must not move the cursor or clear the screen
+_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(32), 127] if chr(c) not in "\n\t"}
+
+
+def _safe(text: str) -> str:
+    """``text`` for a rich table: markup escaped, control characters shown as escapes."""
+    from rich.markup import escape
+
+    return escape(text.translate(_CONTROLS))
 
 
 def _show(value: Any) -> str:
@@ -39,16 +52,15 @@ def _show(value: Any) -> str:
 def render(report: dict[str, Any], file: Any = None) -> None:
     """Print ``report`` (from :func:`~torchplace.doctor.collect`) as tables for people."""
     from rich.console import Console
-    from rich.markup import escape
 
     out = file or sys.stdout
     # a pipe or file gets 120 columns unless $COLUMNS says otherwise; a terminal its own width
     wide = out.isatty() or "COLUMNS" in os.environ
-    console = Console(file=out, highlight=False, width=None if wide else 120)
+    console = Console(file=out, highlight=False, width=console_width(None if wide else 120))
     console.print(_facts_table(report))
     physical = report["driver"]["physical_gpus"]
     if physical:
-        console.print("[bold]physical GPUs (NVML order):[/] " + escape("; ".join(physical)))
+        console.print("[bold]physical GPUs (NVML order):[/] " + _safe("; ".join(physical)))
     if report["devices"]:
         console.print(_devices_table(report["devices"]))
     else:
@@ -102,19 +114,17 @@ def _machine_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _facts_table(report: dict[str, Any]) -> Table:
-    from rich.markup import escape
     from rich.table import Table
 
     facts = Table(title="torchplace doctor", show_header=False, title_justify="left", box=None)
     facts.add_column(style="bold")
     facts.add_column()
     for key, value in _build_rows(report["build"]) + _machine_rows(report):
-        facts.add_row(escape(key), escape(value))
+        facts.add_row(_safe(key), _safe(value))
     return facts
 
 
 def _devices_table(devices: list[dict[str, Any]]) -> Table:
-    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="visible devices", title_justify="left")
@@ -123,19 +133,18 @@ def _devices_table(devices: list[dict[str, Any]]) -> Table:
     for d in devices:
         table.add_row(
             d["device"],
-            escape(d["physical_id"]),
-            escape(d["name"]),
+            _safe(d["physical_id"]),
+            _safe(d["name"]),
             _show(d["capability"]),
             _show(d.get("arch_support")),
             f"{gib(d['free_memory'])} / {gib(d['total_memory'])}",
             _show(d["multi_processor_count"]),
-            escape(_show(d["uuid"])),
+            _safe(_show(d["uuid"])),
         )
     return table
 
 
 def _checks_table(checks: list[dict[str, Any]]) -> Table:
-    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="checks", title_justify="left")
@@ -145,17 +154,16 @@ def _checks_table(checks: list[dict[str, Any]]) -> Table:
     table.add_column("fix")
     for c in checks:
         table.add_row(
-            _MARK[c["status"]], escape(c["name"]), escape(c["detail"]), escape(c["fix"] or "")
+            _MARK[c["status"]], _safe(c["name"]), _safe(c["detail"]), _safe(c["fix"] or "")
         )
     return table
 
 
 def _print_verdict(console: Console, verdict: dict[str, Any]) -> None:
-    from rich.markup import escape
 
     if verdict["usable"]:
-        console.print(f"[bold green]verdict: {escape(verdict['summary'])}[/]")
+        console.print(f"[bold green]verdict: {_safe(verdict['summary'])}[/]")
         return
-    console.print(f"[bold red]verdict: {escape(verdict['summary'])}[/]")
+    console.print(f"[bold red]verdict: {_safe(verdict['summary'])}[/]")
     for fix in verdict["fixes"]:
-        console.print(f"[bold]fix:[/] {escape(fix)}")
+        console.print(f"[bold]fix:[/] {_safe(fix)}")

@@ -20,7 +20,14 @@ from torch.nn.utils.weight_norm import WeightNorm
 from torchplace.bench.units import format_bytes
 from torchplace.errors import ConfigError, PlacementError
 from torchplace.placement.canonical import DeviceLike, canonical_device
-from torchplace.placement.containers import ATOMS, children, dtype_name, shape_of, text_table
+from torchplace.placement.containers import (
+    ATOMS,
+    children,
+    dtype_name,
+    object_tensors,
+    shape_of,
+    text_table,
+)
 from torchplace.placement.packed import holds_packed, unpacked
 
 __all__ = ["ModuleAudit", "TensorGroup", "TensorKind", "TensorRecord", "audit_module"]
@@ -141,7 +148,8 @@ class ModuleAudit:
         bad = self.off(want)
         if not bad:
             return
-        rows = [[r.name, r.kind, r.shape_text, dtype_name(r.dtype), str(r.device)] for r in bad]
+        shown = bad[:_MAX_ROWS]  # a model of thousands of layers: the first ones, and a count
+        rows = [[r.name, r.kind, r.shape_text, dtype_name(r.dtype), str(r.device)] for r in shown]
         n_strays = sum(r.kind == "stray" for r in bad)
         n_packed = sum(r.kind == "packed" for r in bad)
         head = f"{self.module}: {len(bad)} tensor(s) not on {want}"
@@ -150,6 +158,8 @@ class ModuleAudit:
         if n_packed:
             head += f", {n_packed} of them packed in quantized modules (CPU-only in PyTorch)"
         msg = head + ".\n" + text_table(["name", "kind", "shape", "dtype", "device"], rows)
+        if len(bad) > len(shown):
+            msg += f"\n... and {len(bad) - len(shown)} more (audit.off(device) lists them all)"
         fix = []
         if n_strays + n_packed < len(bad):
             fix.append(f"call module.to({str(want)!r}) for parameters and buffers")
@@ -196,8 +206,10 @@ class ModuleAudit:
     def __rich__(self) -> Any:
         from rich.console import Group
         from rich.table import Table
+        from rich.text import Text
 
-        groups = Table(title=f"{self.module}: parameters and buffers")
+        # names are data, not markup: a dict key such as "[/INST]" is shown as it is
+        groups = Table(title=Text(f"{self.module}: parameters and buffers"))
         for col in _GROUP_COLUMNS:
             groups.add_column(col, justify="right" if col not in ("device", "dtype") else "left")
         for g in self.groups:
@@ -208,10 +220,12 @@ class ModuleAudit:
         for col in _STRAY_COLUMNS:
             strays.add_column(col)
         for r in self.strays:
-            strays.add_row(*_stray_cells(r))
+            strays.add_row(*(Text(cell) for cell in _stray_cells(r)))
         return Group(groups, strays)
 
 
+#: the most rows an assert_on error lists
+_MAX_ROWS = 50
 _GROUP_COLUMNS = ("device", "dtype", "params", "buffers", "numel", "bytes")
 _STRAY_COLUMNS = ("name", "shape", "dtype", "device")
 
@@ -321,8 +335,8 @@ class _StrayFinder:
                 named = (*value.named_parameters(), *value.named_buffers())
                 kids: list[tuple[str, object]] = [(f"{path}.{n}", t) for n, t in named]
                 seen.add(id(value))
-            else:
-                kids = children(value, path)
+            else:  # a container's items, or the tensors a plain object keeps (rope.cos)
+                kids = [*(children(value, path) or object_tensors(value, path))]
                 if kids:
                     seen.add(id(value))
             stack.extend(reversed(kids))

@@ -30,7 +30,9 @@ __all__ = [
     "key_path",
     "namedtuple_fields",
     "nesting_error",
+    "object_tensors",
     "one_shot_error",
+    "opaque_error",
     "path_to",
     "shape_of",
     "shape_text",
@@ -130,6 +132,21 @@ def children(value: object, path: str) -> list[tuple[str, object]]:
     return []
 
 
+def object_tensors(value: object, path: str) -> list[tuple[str, torch.Tensor]]:
+    """The tensors a plain object keeps directly as instance attributes (``rope.cos``), each
+    with its path; [] for tensors, atoms, classes, containers and anything without a
+    ``__dict__``. One level only: an object's own objects are not searched."""
+    if isinstance(value, (torch.Tensor, type, torch.nn.Module, *ATOMS)) or children(value, path):
+        return []
+    try:
+        attributes: object = vars(value)
+    except TypeError:  # no __dict__ (slots, C objects)
+        return []
+    if not isinstance(attributes, dict):  # a __dict__ property of its own
+        return []
+    return [(f"{path}.{k}", v) for k, v in attributes.items() if isinstance(v, torch.Tensor)]
+
+
 #: a mapping's ``keys()``, ``values()`` and ``items()``: read like sequences, never rebuilt
 _VIEWS = (KeysView, ValuesView, ItemsView)
 
@@ -160,6 +177,19 @@ def one_shot_error(where: str, obj: object, path: str) -> ConfigError:
         f"{where}: {path} is a {kind} (a one-shot iterator): its tensors cannot be reached "
         "without consuming it, so it was left unconsumed and refused rather than skipped. "
         "Fix: pass a list instead (list(...) where the batch is built)"
+    )
+
+
+def opaque_error(where: str, obj: object, path: str) -> ConfigError:
+    """The error for a plain object at ``path`` that keeps tensors as attributes: a walk that
+    rebuilds what it maps cannot rebuild it, and passing it back would leave them unmapped."""
+    names = ", ".join(p.rpartition(".")[2] for p, _ in object_tensors(obj, path)[:5])
+    kind = type(obj).__name__
+    return ConfigError(
+        f"{where}: {path} is a {kind} that keeps tensors as attributes ({names}), and a plain "
+        "object cannot be rebuilt with them moved, so it was refused rather than passed back "
+        f"with its tensors where they were. Fix: make {kind} a dataclass, give it a "
+        "to(device) method that returns it moved, or pass its tensors in a dict"
     )
 
 

@@ -30,7 +30,9 @@ from torchplace.placement.containers import (
     is_one_shot,
     is_view,
     nesting_error,
+    object_tensors,
     one_shot_error,
+    opaque_error,
     path_to,
     shape_of,
 )
@@ -61,7 +63,9 @@ def map_tensors(
     does a generator or other iterator (``map``, ``zip``, ``iter(list)``, ...; a file is a
     leaf), naming its path and left unconsumed: its tensors cannot be reached without using it
     up, and passing it through would leave them unmapped; and so does a mapping's ``keys()``,
-    ``values()`` or ``items()`` view, which cannot hold the mapped tensors.
+    ``values()`` or ``items()`` view, which cannot hold the mapped tensors, and a plain object
+    (no ``to`` method, not a dataclass) that keeps tensors as attributes, which cannot be
+    rebuilt with them mapped.
     """
     for name, given in (("fn", fn), ("objects", objects)):
         if given is not None and not callable(given):
@@ -78,11 +82,15 @@ def _walk(where: str, mapper: _Mapper, obj: Any) -> Any:
     except RecursionError as exc:
         raise nesting_error(where, obj, "value", exc) from None
     except _OneShotFound as found:
-        raise one_shot_error(where, found.obj, path_to(obj, found.obj, "value")) from None
+        path = path_to(obj, found.obj, "value")
+        if is_one_shot(found.obj) or is_view(found.obj):
+            raise one_shot_error(where, found.obj, path) from None
+        raise opaque_error(where, found.obj, path) from None
 
 
 class _OneShotFound(Exception):
-    """Raised inside the walk at a generator or iterator; :func:`_walk` names its path."""
+    """Raised inside the walk at a generator or iterator, or a plain object holding tensors;
+    :func:`_walk` names its path."""
 
     def __init__(self, obj: object) -> None:
         super().__init__()
@@ -144,6 +152,10 @@ class _Mapper:
             return _rebuild(obj, items)
         if is_dataclass_instance(obj):
             return self._dataclass(obj)
+        if not callable(getattr(obj, "to", None)) and any(
+            self.tensor(t) is not t for _, t in object_tensors(obj, "")
+        ):  # a plain object whose tensors would change: it cannot be rebuilt, so refused
+            raise _OneShotFound(obj)
         return obj
 
     def _mapping(self, obj: Mapping[Any, Any]) -> Any:
@@ -157,8 +169,15 @@ class _Mapper:
             return out
         try:
             return type(obj)(new)  # type: ignore[call-arg]
-        except TypeError:
-            return new
+        except TypeError as exc:  # its constructor takes other arguments than its items
+            if not _changed(obj.values(), new.values()):
+                return obj
+            raise ConfigError(
+                f"cannot rebuild a {type(obj).__name__} (a mapping that is not a dict) with its "
+                f"tensors mapped: {type(obj).__name__}(items) raised {exc}, so it was refused "
+                "rather than turned into a plain dict. Fix: give it a to(device) method, or "
+                "pass a dict (dict(mapping))"
+            ) from None
 
     def _dataclass(self, obj: Any) -> Any:
         items = dataclass_items(obj)  # an init=False field never set is left unset
@@ -271,7 +290,8 @@ def move(
       nests too deep raises :class:`~torchplace.errors.ConfigError`.
     - Objects with their own ``to`` method (``PackedSequence``, ``BatchEncoding``, ``TensorDict``,
       ...) are moved with ``obj.to(device)``; ``dtype`` and ``non_blocking`` are not passed on,
-      as their meaning there is unknown.
+      as their meaning there is unknown. Any other plain object keeping tensors as attributes
+      raises :class:`~torchplace.errors.ConfigError` naming its path: it cannot be rebuilt.
     - ``nn.Module`` instances are returned untouched: ``Module.to()`` moves in place, which
       ``move`` never does behind the caller's back. Call ``module.to(device)`` yourself.
     - ``non_blocking=True`` is honoured only where it is safe: a pinned host tensor going to an

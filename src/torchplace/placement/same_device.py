@@ -19,6 +19,7 @@ from torchplace.placement.containers import (
     dtype_name,
     is_one_shot,
     nesting_error,
+    object_tensors,
     one_shot_error,
     shape_text,
     text_table,
@@ -64,7 +65,7 @@ def _named_tensors(obj: object, path: str, seen: set[object]) -> Iterator[_Found
         return
     if is_one_shot(obj):
         raise one_shot_error("check_same_device", obj, path)
-    kids = children(obj, path)
+    kids = children(obj, path) or object_tensors(obj, path)  # a plain object's own tensors
     if kids:
         seen.add(id(obj))
     for child_path, child in kids:

@@ -88,7 +88,9 @@ class DevicePrefetcher(Generic[T]):
         pin_pool_bytes: cap on pinned host memory kept for staging; batches larger than what is
             left are copied plainly instead (0 disables staging).
         pin_fn: returns a pinned copy of a host tensor, used to make staging buffers (default:
-            allocate them pinned with ``torch.empty(..., pin_memory=True)``).
+            allocate them pinned with ``torch.empty(..., pin_memory=True)``); what it returns
+            must keep the flat ``uint8`` tensor's dtype and shape, else the pass raises
+            :class:`~torchplace.errors.ConfigError` where staging first needs a buffer.
         dtype: convert floating-point tensors to this dtype (on the device, after the copy).
 
     On CUDA the copies run on a side stream; the consumer's current stream (taken when each batch

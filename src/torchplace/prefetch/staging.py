@@ -60,6 +60,30 @@ def staging_view(buf: torch.Tensor, offset: int, t: torch.Tensor) -> torch.Tenso
     return flat.as_strided(t.shape, torch.empty_like(t, device="meta").stride())
 
 
+def _checked_pin(pin: PinFn, size: int) -> torch.Tensor:
+    """``pin`` applied to a new flat ``uint8`` host tensor of ``size`` bytes, or a ConfigError
+    when what it returns is not such a tensor (staging would fail or misread it later)."""
+    out = pin(torch.empty(size, dtype=torch.uint8))
+    if (
+        not isinstance(out, torch.Tensor)
+        or out.dtype != torch.uint8
+        or out.dim() != 1
+        or out.numel() < size
+        or out.device.type != "cpu"
+    ):
+        got = (
+            f"a {out.dtype} tensor of shape {tuple(out.shape)} on {out.device}"
+            if isinstance(out, torch.Tensor)
+            else type(out).__name__
+        )
+        raise ConfigError(
+            f"pin_fn returned {got} for a flat uint8 host tensor of {size} bytes; it must return "
+            "a pinned copy of the tensor it is given (same dtype and shape, on the host), such "
+            "as t.pin_memory()"
+        )
+    return out
+
+
 class PinnedPool:
     """A bounded set of reusable pinned host buffers (flat ``uint8`` tensors).
 
@@ -119,7 +143,7 @@ class PinnedPool:
                 if self._pin is None:
                     buf = torch.empty(size, dtype=torch.uint8, pin_memory=True)
                 else:
-                    buf = self._pin(torch.empty(size, dtype=torch.uint8))
+                    buf = _checked_pin(self._pin, size)
                 self.bytes += buf.numel()
                 self.peak_bytes = max(self.peak_bytes, self.bytes)
                 self.allocations += 1
