@@ -168,6 +168,21 @@ def test_bench_model_output_onto_the_model_source_is_refused(tmp_path: Path) -> 
     assert (tmp_path / "mymod.py").read_text() == source
 
 
+def test_plan_output_onto_the_model_source_is_refused(tmp_path: Path) -> None:
+    """Attack: ``plan --model mymod:make -o mymod.py``; as with bench, the report would
+    overwrite the model's own source."""
+    source = "import torch\n\n\ndef make():\n    return torch.nn.Linear(4, 2)\n"
+    (tmp_path / "mymod.py").write_text(source)
+    proc = _cli(
+        ["plan", "--model", "mymod:make", "--input", "x:FP32:-1,4", "--json", "-o", "mymod.py"],
+        tmp_path,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "mymod.py" in proc.stderr
+    assert "input" in proc.stderr
+    assert (tmp_path / "mymod.py").read_text() == source
+
+
 def test_check_distinct_still_allows_other_outputs(tmp_path: Path) -> None:
     check_distinct([tmp_path / "r.json"], [tmp_path / "mymod.py"])
 

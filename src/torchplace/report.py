@@ -43,6 +43,7 @@ __all__ = [
     "check_output",
     "envelope",
     "load_schema",
+    "model_source",
     "open_report",
     "schema_id",
     "schema_path",
@@ -230,6 +231,24 @@ def check_distinct(outputs: Iterable[str | Path | None], inputs: Iterable[str | 
                 f"{seen[key]!r} is also an input of this command ({str(given)!r}): the report "
                 "would overwrite it; give the output another path"
             )
+
+
+def model_source(spec: object) -> list[str]:
+    """The file that defines a ``--model module:callable`` (which a report must not overwrite);
+    [] for an embedded model, or a module that cannot be found (loading it says why, later)."""
+    import contextlib
+    import importlib.util
+
+    module_name = spec.partition(":")[0] if isinstance(spec, str) and ":" in spec else ""
+    if not module_name:
+        return []
+    try:  # a parent package is imported to find a submodule: its prints go to stderr
+        with contextlib.redirect_stdout(sys.stderr):
+            found = importlib.util.find_spec(module_name)
+    except (Exception, SystemExit):
+        return []
+    origin = getattr(found, "origin", None)
+    return [origin] if isinstance(origin, str) and os.path.isfile(origin) else []
 
 
 @contextmanager

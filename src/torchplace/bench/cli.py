@@ -313,7 +313,10 @@ def run(args: argparse.Namespace) -> int:
 
     _check_plot(args)
     report.check_output(args.output)
-    report.check_distinct([args.output, getattr(args, "plot", None)], _model_source(args))
+    report.check_distinct(
+        [args.output, getattr(args, "plot", None)],
+        report.model_source(getattr(args, "model", None)),
+    )
     device = resolve_device(args.device)
     if args.threads is not None:
         import torch
@@ -346,25 +349,6 @@ def run(args: argparse.Namespace) -> int:
             console = Console(file=out, highlight=False, width=report.console_width())
             _print_text(console, args.bench, device, outcome, notes)
     return report.EXIT_OK
-
-
-def _model_source(args: argparse.Namespace) -> list[str]:
-    """The file that defines ``--model module:callable`` (bench model), which the report must
-    not overwrite; [] for an embedded model, or a module that cannot be found (loading it says
-    why, later)."""
-    import importlib.util
-
-    spec = getattr(args, "model", None)
-    module_name = spec.partition(":")[0] if isinstance(spec, str) and ":" in spec else ""
-    if not module_name:
-        return []
-    try:  # a parent package is imported to find a submodule: its prints go to stderr
-        with contextlib.redirect_stdout(sys.stderr):
-            found = importlib.util.find_spec(module_name)
-    except (Exception, SystemExit):
-        return []
-    origin = getattr(found, "origin", None)
-    return [origin] if isinstance(origin, str) and os.path.isfile(origin) else []
 
 
 def _check_plot(args: argparse.Namespace) -> None:

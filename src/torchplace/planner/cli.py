@@ -184,7 +184,10 @@ def run(args: argparse.Namespace) -> int:
     report.check_output(args.plot, flag="--plot")
     if args.plot and Path(args.plot).suffix.lower() != ".png":
         raise ConfigError(f"--plot {args.plot!r}: the drawing is a PNG; give a FILE.png")
-    report.check_distinct([args.output, args.export[1] if args.export else None, args.plot])
+    report.check_distinct(
+        [args.output, args.export[1] if args.export else None, args.plot],
+        report.model_source(args.model),
+    )
     # The user's factory and forward run in this process: whatever they print goes to stderr,
     # so that stdout holds the report alone (and --json stays parseable).
     with contextlib.redirect_stdout(sys.stderr):
