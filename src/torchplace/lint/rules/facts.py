@@ -182,7 +182,12 @@ def in_test(ctx: Context) -> bool:
     imports ``pytest`` or ``unittest`` (a script's ``def test(model, loader)`` is an
     evaluation loop, not a test)."""
     *folders, filename = ctx.path.replace("\\", "/").lower().split("/")
-    if any(part.startswith(("test", "_test")) for part in folders):
+    named = [part for part in folders if part.startswith(("test", "_test"))]
+    if named and not (
+        all(_TEST_SUITE.fullmatch(part) is None for part in named)
+        and not _test_file_name(filename)
+        and _evaluation_script(ctx)
+    ):
         return True
     if _test_file_name(filename) and not _evaluation_script(ctx):
         return True
@@ -194,6 +199,11 @@ def in_test(ctx: Context) -> bool:
             return True
         scope = scope.parent
     return False
+
+
+# A test suite's own folder (`tests/`, `testing/`); a folder that only starts with the word,
+# `Test2_cnn/` of a numbered tutorial, may hold programs (see `in_test`).
+_TEST_SUITE = re.compile(r"_?(tests?|testing|unittests?|test_?utils)")
 
 
 def in_device_kernel(ctx: Context) -> bool:

@@ -18,7 +18,7 @@ from torchplace.lint.base import (
 from torchplace.lint.nodes import own_nodes, walk
 from torchplace.lint.provenance import file_facts, scope_node
 from torchplace.lint.resolver import dotted_name
-from torchplace.lint.rules.facts import FACTORIES, is_device_bound_loop
+from torchplace.lint.rules.facts import FACTORIES, in_periodic_branch, is_device_bound_loop
 
 __all__ = ["FAMILY"]
 
@@ -46,12 +46,12 @@ def _call(call: ast.Call, ctx: Context) -> None:
     if not isinstance(func, ast.Attribute):
         return
     if func.attr == "pin_memory" and not call.args:
-        loops = ctx.loops()
-        if loops and any(is_device_bound_loop(loop, ctx) for loop in loops):
+        where = _pinned_per_step(ctx)
+        if where is not None:
             ctx.report(
                 PIN_IN_LOOP.code,
                 call,
-                "`.pin_memory()` inside a loop allocates page-locked memory on every step; pin "
+                f"`.pin_memory()` {where} allocates page-locked memory on every step; pin "
                 "once: `DataLoader(pin_memory=True)` or a reused pinned staging buffer",
             )
         return
@@ -67,6 +67,9 @@ def _call(call: ast.Call, ctx: Context) -> None:
     copied = _unconverted(func.value)  # `x.float().cuda(non_blocking=True)`: `x` converted
     if isinstance(copied, ast.Call):  # torch.from_numpy(a).to(d, non_blocking=True)
         source = _fresh_pageable(copied, ctx)
+        helper = None if source is not None else _pageable_helper(copied, ctx, scope)
+        if helper is not None:
+            source = f"`{helper}` returns a host tensor it builds"
     else:
         root = _root_name(copied)
         if root is None:
@@ -79,6 +82,63 @@ def _call(call: ast.Call, ctx: Context) -> None:
             f"`non_blocking=True` from pageable memory ({source}): the copy cannot overlap "
             "and runs synchronously; pin the source (`pin_memory=True`) or drop the flag",
         )
+
+
+def _pinned_per_step(ctx: Context) -> str | None:
+    """Where a ``.pin_memory()`` runs once per step: inside a training or inference step loop
+    (its own items moved, an optimizer stepped, or a batch loop as for TPL201), or in a
+    function that a training loop calls on every step (``get_batch(split)`` pinning the rows it
+    slices; not a collate function, which pins what it collates as a pinning loader does).
+    Not in a branch taken every few steps."""
+    loops = ctx.loops()
+    if in_periodic_branch(ctx):
+        return None
+    parent = ctx.parents[-1] if ctx.parents else None
+    # `.pin_memory().to(device)`: pinned only to be copied at once, whoever consumes it
+    copied = isinstance(parent, ast.Attribute) and parent.attr in {"to", "cuda"}
+    if any(is_device_bound_loop(loop, ctx) for loop in loops):
+        return "inside a loop"
+    facts, scope = file_facts(ctx), scope_node(ctx)
+    for loop in loops:
+        kind = facts.loop_kind(loop, scope)
+        if kind is None or kind[0] != "batch" or (_yields(loop) and not copied):
+            continue  # a generator pinning what it hands out works as a pinning loader
+        if kind[1].startswith("it moves") and not _runs_on_items(loop):
+            continue  # a pass moving a state's tensors one by one (an offload, a cache)
+        return f"inside a batch loop ({kind[1]})"
+    function = ctx.function_scope()
+    if loops or function is None or "collate" in function.name.lower():
+        return None  # a collate function pins each batch as `DataLoader(pin_memory=True)` does
+    per_batch = facts.per_batch(scope)
+    if per_batch is None or not per_batch.trains:
+        return None  # called from a loop that trains: not a one-off pass that moves a few tensors
+    return f"in a function that runs once per batch ({per_batch.how})"
+
+
+def _yields(loop: ast.AST) -> bool:
+    return any(isinstance(sub, (ast.Yield, ast.YieldFrom)) for sub in own_nodes(loop))
+
+
+def _runs_on_items(loop: ast.AST) -> bool:
+    """The loop hands what it binds to a function of the program (``run_generator(z, c)``,
+    ``model(x)``): a step of work, not only a pass that moves each item."""
+    bound = set(names_in(loop.target)) if isinstance(loop, (ast.For, ast.AsyncFor)) else set()
+    for sub in own_nodes(loop):
+        if isinstance(sub, ast.Assign):
+            bound |= {name for target in sub.targets for name in names_in(target)}
+    return any(
+        isinstance(sub, ast.Call)
+        and isinstance(sub.func, ast.Name)
+        and sub.func.id not in _BUILTINS
+        and any(isinstance(arg, ast.Name) and arg.id in bound for arg in sub.args)
+        for sub in own_nodes(loop)
+    )
+
+
+_BUILTINS = frozenset(
+    {"len", "range", "print", "isinstance", "str", "int", "float", "list", "tuple", "dict"}
+    | {"zip", "enumerate", "getattr", "setattr", "hasattr", "sorted", "min", "max", "sum"}
+)
 
 
 def _unconverted(node: ast.expr) -> ast.expr:
@@ -152,12 +212,14 @@ def _unpinned_source(name: str, ctx: Context, scope: Scope, line: int) -> str | 
     # reaches the copy (the nearest one above it), through reshapes and dtype conversions of
     # the same name, which allocate pageable memory again.
     values = _rebindings(ctx, scope).get(name)
-    if not values or any(value is None for value in values):
+    if not values:
         return None
     bound = [value for value in values if value is not None]
     if any(_pins(value) for value in bound):
         return None
     value = _reaching(bound, line)
+    if len(bound) < len(values) and not _just_above(value, ctx):
+        return None  # a parameter or loop item may reach the copy: unknown memory
     while (
         isinstance(value, ast.Call)
         and isinstance(value.func, ast.Attribute)
@@ -169,8 +231,146 @@ def _unpinned_source(name: str, ctx: Context, scope: Scope, line: int) -> str | 
     if not isinstance(value, ast.Call):
         return None
     if not _allocates_pageable(value, ctx.call_qualname(value), ctx):
-        return None
+        helper = _pageable_helper(value, ctx, scope)
+        if helper is None:
+            return None
+        return f"`{name}` is the host tensor `{helper}` builds on line {value.lineno}"
     return f"`{name}` is created on line {value.lineno} without `pin_memory=True`"
+
+
+def _just_above(value: ast.expr | None, ctx: Context) -> bool:
+    """``value`` is bound by a statement of the block the copy is in, above it (``mask =
+    self._make_mask(n)``, then ``mask = mask.to(d, non_blocking=True)``): it reaches the copy
+    whatever the name held before."""
+    if value is None or not ctx.stmt_path:
+        return False
+    body, index = ctx.stmt_path[-1]
+    return any(isinstance(stmt, ast.Assign) and stmt.value is value for stmt in body[:index])
+
+
+def _pageable_helper(call: ast.Call, ctx: Context, scope: Scope) -> str | None:
+    """The name of the helper ``call`` runs, when it is a method of the enclosing class
+    (``self._make_causal_mask(n, m)``) or a module-level function of the file whose every
+    ``return`` hands back a host tensor it builds itself, in pageable memory: a factory
+    without ``device=``/``pin_memory=``, or reshapes, comparisons and arithmetic of such."""
+    func = call.func
+    body: list[ast.stmt] = []
+    if (
+        isinstance(func, ast.Attribute)
+        and isinstance(func.value, ast.Name)
+        and func.value.id == "self"
+        and scope.cls is not None
+    ):
+        body = getattr(scope.cls.node, "body", [])
+        name = func.attr
+    elif isinstance(func, ast.Name):
+        body = getattr(scope.root().node, "body", [])
+        name = func.id
+    else:
+        return None
+    helper = next(
+        (
+            n
+            for n in body
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name
+        ),
+        None,
+    )
+    if helper is None or helper.decorator_list:
+        return None
+    returns = [n for n in own_nodes(helper) if isinstance(n, ast.Return)]
+    if not returns or any(r.value is None for r in returns):
+        return None
+    bound: dict[str, list[ast.expr]] = {}
+    for sub in own_nodes(helper):
+        if isinstance(sub, ast.Assign):
+            for target in sub.targets:
+                for var in names_in(target):
+                    bound.setdefault(var, []).append(sub.value)
+        elif isinstance(sub, (ast.AugAssign, ast.AnnAssign)):
+            for var in names_in(sub.target):
+                bound.setdefault(var, []).append(ast.Constant(None))
+    sizes = {
+        arg.id
+        for sub in own_nodes(helper)
+        if isinstance(sub, ast.Call) and ctx.call_qualname(sub) in FACTORIES - _COPIES
+        for arg in sub.args
+        if isinstance(arg, ast.Name)
+    }
+    sizes |= {
+        arg.arg
+        for arg in helper.args.args
+        if arg.annotation is not None and dotted_name(arg.annotation) in {"int", "float"}
+    }
+    if all(_host_built(r.value, bound, sizes, ctx, 0) for r in returns if r.value is not None):
+        return f"{name}()"
+    return None
+
+
+def _host_built(
+    node: ast.expr,
+    bound: dict[str, list[ast.expr]],
+    sizes: set[str],
+    ctx: Context,
+    depth: int,
+) -> bool:
+    """``node`` is certainly a fresh pageable host tensor in the helper whose bindings are
+    ``bound``: every tensor it is computed from is a factory result of that helper."""
+    if depth > 6:
+        return False
+    if isinstance(node, ast.Name):
+        values = bound.get(node.id)
+        return (
+            values is not None
+            and len(values) == 1
+            and _host_built(values[0], bound, sizes, ctx, depth + 1)
+        )
+    if isinstance(node, ast.Compare):
+        parts = [node.left, *node.comparators]
+    elif isinstance(node, ast.BinOp):
+        parts = [node.left, node.right]
+    elif isinstance(node, ast.UnaryOp):
+        parts = [node.operand]
+    elif isinstance(node, ast.Call):
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr in _PAGEABLE_METHODS | _HOST_OPS:
+            return _host_built(func.value, bound, sizes, ctx, depth + 1)
+        qualname = ctx.call_qualname(node)
+        if qualname not in FACTORIES and qualname != "torch.from_numpy":
+            return False
+        first = node.args[0] if node.args else None
+        if qualname in _COPIES and isinstance(first, ast.Name) and first.id not in bound:
+            return False  # `torch.tensor(x)` of what the caller hands: copied where it is
+        return _allocates_pageable(node, qualname, ctx)
+    else:
+        return False
+    tensors = [part for part in parts if not _host_number(part, sizes)]
+    return bool(tensors) and all(
+        _host_built(part, bound, sizes, ctx, depth + 1) for part in tensors
+    )
+
+
+def _host_number(node: ast.expr, sizes: set[str]) -> bool:
+    """A Python number: a literal, a name the helper uses as a factory's size
+    (``torch.arange(n) - n``), a length or a tensor's size."""
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.Name):
+        return node.id in sizes
+    if isinstance(node, ast.Call):
+        return call_name(node) in {"len", "size", "numel", "dim"}
+    return (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.value, ast.Attribute)
+        and (node.value.attr == "shape")
+    )
+
+
+# Factories that copy their data argument (a tensor is copied where it lives).
+_COPIES = frozenset({"torch.tensor", "torch.as_tensor", "torch.Tensor"})
+
+# Tensor methods that hand back a new tensor where their receiver lives.
+_HOST_OPS = frozenset({"tril", "triu", "masked_fill", "fill_", "repeat", "repeat_interleave"})
 
 
 # Methods whose result is a new host tensor (or a view of one) in pageable memory.
@@ -297,17 +497,95 @@ def _loader_call(node: ast.expr, ctx: Context, scope: Scope) -> ast.Call | None:
         node = node.args[0]
     if isinstance(node, ast.Name):
         values = ctx.scope_bindings(scope).get(node.id)
+        if values == [None]:
+            return _handed_loader(node.id, ctx, scope)
         if not values or len(values) != 1 or values[0] is None:
             return None
         node = values[0]
-    if isinstance(node, ast.Call) and ctx.call_qualname(node) in _DATALOADERS:
+    return _built_loader(node, ctx)
+
+
+def _built_loader(node: ast.expr, ctx: Context, index: int | None = None) -> ast.Call | None:
+    """``DataLoader(...)``, or the loader a helper of the file builds and returns (element
+    ``index`` of the tuple it returns, ``loader, classes = setup_loader(...)``)."""
+    if index is None and isinstance(node, ast.Call) and ctx.call_qualname(node) in _DATALOADERS:
         return node
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-        return _helper_loader(node.func.id, ctx)
+        return _helper_loader(node.func.id, ctx, index)
     return None
 
 
-def _helper_loader(name: str, ctx: Context) -> ast.Call | None:
+def _handed_loader(name: str, ctx: Context, scope: Scope) -> ast.Call | None:
+    """The loader every call of this module-level function in its file hands the parameter
+    ``name`` (``train(model, train_loader)`` from a ``main`` that built ``train_loader =
+    DataLoader(...)``, also through a helper's tuple: ``train_loader, classes =
+    setup_loader(...)``), when those loaders agree on ``pin_memory`` (the first one)."""
+    function = scope.node
+    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    if scope.parent is None or scope.parent.kind != "module":
+        return None
+    params = [a.arg for a in function.args.args]
+    if name not in params:
+        return None
+    position = params.index(name)
+    facts = file_facts(ctx)
+    found: list[ast.Call] = []
+    for caller, call, _loops in facts.calls_of(function.name):
+        if not (isinstance(call.func, ast.Name) and call.func.id == function.name):
+            continue
+        arg = next((kw.value for kw in call.keywords if kw.arg == name), None)
+        if arg is None and position < len(call.args):
+            arg = call.args[position]
+        loader = _caller_loader(arg, caller, ctx)
+        if loader is None:
+            return None
+        found.append(loader)
+    pinned = {_pins_batches(loader) for loader in found}
+    return found[0] if found and len(pinned) == 1 else None
+
+
+def _caller_loader(arg: ast.expr | None, caller: ast.AST, ctx: Context) -> ast.Call | None:
+    """The loader a caller binds ``arg`` to, once, in its own body."""
+    if not isinstance(arg, ast.Name) or isinstance(arg, ast.Starred):
+        return None
+    bound = [
+        (stmt.targets[0], stmt.value)
+        for stmt in own_nodes(caller)
+        if isinstance(stmt, ast.Assign)
+        and len(stmt.targets) == 1
+        and arg.id in names_in(stmt.targets[0])
+    ]
+    if len(bound) != 1:
+        return None
+    target, value = bound[0]
+    if isinstance(target, ast.Name):
+        return _built_loader(value, ctx)
+    if isinstance(target, ast.Tuple):
+        index = next(
+            (
+                i
+                for i, elt in enumerate(target.elts)
+                if isinstance(elt, ast.Name) and elt.id == arg.id
+            ),
+            None,
+        )
+        return None if index is None else _built_loader(value, ctx, index)
+    return None
+
+
+def _pins_batches(loader: ast.Call) -> bool | None:
+    """``pin_memory=True`` (True), absent or ``False`` (False), or anything else (None)."""
+    if has_star_kwargs(loader):
+        return None
+    pin = keyword(loader, "pin_memory")
+    if pin is None:
+        return False
+    value = pin.value.value if isinstance(pin.value, ast.Constant) else None
+    return value if isinstance(value, bool) else None
+
+
+def _helper_loader(name: str, ctx: Context, index: int | None = None) -> ast.Call | None:
     """The ``DataLoader(...)`` a module-level function of this file builds and returns
     (``def create_data_loader(...): loader = DataLoader(...); return loader``), when its
     only ``return`` hands back that loader."""
@@ -327,6 +605,10 @@ def _helper_loader(name: str, ctx: Context) -> ast.Call | None:
     if len(returns) != 1 or returns[0].value is None:
         return None
     value: ast.expr = returns[0].value
+    if index is not None:
+        if not isinstance(value, ast.Tuple) or index >= len(value.elts):
+            return None
+        value = value.elts[index]
     if isinstance(value, ast.Name):
         bound = [
             n.value

@@ -840,7 +840,17 @@ def _compares_as_name(compare: ast.Compare, is_param: Callable[[ast.AST], bool])
         for sub in walk(compare)
         if isinstance(sub, ast.Attribute) and sub.attr == "type" and is_param(sub.value)
     }
+    if _against_cpu(compare):
+        return False  # `if self.device == "cpu":` asks about a device, not a backend's name
     return any(is_param(sub) and id(sub) not in queried for sub in walk(compare))
+
+
+def _against_cpu(compare: ast.Compare) -> bool:
+    """A comparison of two operands, one of them the literal ``"cpu"``."""
+    operands = [compare.left, *compare.comparators]
+    return len(operands) == 2 and any(
+        isinstance(o, ast.Constant) and o.value == "cpu" for o in operands
+    )
 
 
 def _bound_cuda(node: ast.Assign, ctx: Context) -> None:

@@ -737,10 +737,10 @@ def _placed_in(node: ast.AST, ctx: Context, depth: int, line: int) -> set[str]:
     nodes = _top_level(node) if depth and isinstance(node, ast.Module) else list(walk(node))
     for sub in nodes:
         if isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Call):
-            if _places(sub.value, ctx):
+            if _places(_settled(sub.value), ctx):
                 names.update(t.id for t in sub.targets if isinstance(t, ast.Name))
         elif isinstance(sub, ast.Expr) and isinstance(sub.value, ast.Call):
-            call = sub.value
+            call = _settled(sub.value)
             if (
                 _places(call, ctx, told=False)
                 and isinstance(call.func, ast.Attribute)
@@ -751,6 +751,23 @@ def _placed_in(node: ast.AST, ctx: Context, depth: int, line: int) -> set[str]:
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and depth < _CALLER_DEPTH:
         names |= _placed_params(node, ctx, depth)
     return names
+
+
+def _settled(call: ast.Call) -> ast.Call:
+    """The move under the mode and dtype settings a chain ends with: ``model.to(device)`` of
+    ``model = model.to(device).eval()`` (also as a statement, ``model.cuda().half()``)."""
+    while (
+        isinstance(call.func, ast.Attribute)
+        and call.func.attr in _SETTINGS
+        and isinstance(call.func.value, ast.Call)
+        and call_name(call.func.value) in {"to", "cuda", *_SETTINGS}
+    ):
+        call = call.func.value
+    return call
+
+
+# Module methods that set a mode or a dtype and hand the module back where it is.
+_SETTINGS = frozenset({"eval", "train", "half", "float", "bfloat16", "requires_grad_"})
 
 
 def _placed_params(
