@@ -190,6 +190,7 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
                 moved is not None
                 and _names(moved) & derived
                 and not (_model_root(facts, moved) or _names(moved) & fresh)
+                and not _rewrites_by_index(loop)
             ):
                 what = _short(facts.segment(moved), 24)
                 its = "what it iterates" if iters else "what it reads"
@@ -203,6 +204,7 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
         and not few
         and not handed
         and not _rewrites_entries(loop)
+        and not _rewrites_by_index(loop)
         and not _converts_by_key(loop)
     ):
         step = _updates_device(facts, own, loop, scope)
@@ -492,6 +494,76 @@ def _rewrites_entries(loop: ast.AST) -> bool:
     )
 
 
+def _rewrites_by_index(loop: ast.AST) -> bool:
+    """``for i in range(len(conds)):`` that moves what each entry holds and stores it back,
+    ``conds[i] = modified``: a pass that prepares the entries of one list in place (the
+    conditions of a sampler, before its loop), as one over a mapping's items is, not a loop
+    over batches."""
+    if not (isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.target, ast.Name)):
+        return False
+    walked = _range_of_len(loop.iter)
+    if walked is None:
+        return False
+    index = loop.target.id
+    assigns = [stmt for part in loop.body for stmt in walk(part) if isinstance(stmt, ast.Assign)]
+    records = {
+        target.id
+        for stmt in assigns
+        if _entry_record(stmt.value, walked, index)
+        for target in stmt.targets
+        if isinstance(target, ast.Name)
+    }
+    return any(
+        isinstance(target, ast.Subscript)
+        and dotted_name(target.value) == walked
+        and isinstance(target.slice, ast.Name)
+        and target.slice.id == index
+        and isinstance(stmt.value, ast.Name)
+        and stmt.value.id in records
+        for stmt in assigns
+        for target in stmt.targets
+    )
+
+
+def _entry_record(value: ast.expr, walked: str, index: str) -> bool:
+    """``c = conds[i]``, ``modified = c.copy()``, a dict display: the entry itself, or a
+    record of settings built for it (not a tensor a model computed, ``y = model(x)``)."""
+    if isinstance(value, ast.Dict):
+        return True
+    if isinstance(value, ast.Subscript):
+        return (
+            dotted_name(value.value) == walked
+            and isinstance(value.slice, ast.Name)
+            and value.slice.id == index
+        )
+    return (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr == "copy"
+        and not value.args
+    )
+
+
+def _range_of_len(it: ast.expr) -> str | None:
+    """``conds`` of ``range(len(conds))``."""
+    if not (
+        isinstance(it, ast.Call)
+        and isinstance(it.func, ast.Name)
+        and it.func.id == "range"
+        and len(it.args) == 1
+    ):
+        return None
+    inner = it.args[0]
+    if not (
+        isinstance(inner, ast.Call)
+        and isinstance(inner.func, ast.Name)
+        and inner.func.id == "len"
+        and len(inner.args) == 1
+    ):
+        return None
+    return dotted_name(inner.args[0])
+
+
 def _stores_entries(loop: ast.AST) -> bool:
     """``for key, val in metrics.items(): out[f"{name}_{key}"] = val.item()``: a body of
     nothing but stores, each of the step's value under a key built from the step's key, into
@@ -625,7 +697,7 @@ def _updates_device(
             continue
         if _uploads_for_collective(facts, value, bound, own):
             continue
-        if _runs_whole_pass(facts, value, scope):
+        if _runs_whole_pass(facts, value, scope) or _pins(value):
             continue
         for part in _computed_parts(value, targets | bound):
             fact = facts.fact(part, scope)
@@ -633,6 +705,16 @@ def _updates_device(
                 what = _short(facts.segment(value), 32)
                 return "batch", f"it computes `{what}` on the device every step ({fact.describe()})"
     return None
+
+
+def _pins(value: ast.expr) -> bool:
+    """``partial = partial.pin_memory()``: only a host tensor can be pinned, so the step
+    computes nothing on the device (a pool of pinned staging buffers being filled)."""
+    return (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr == "pin_memory"
+    )
 
 
 def _computed_parts(value: ast.expr, names: set[str]) -> list[ast.expr]:
@@ -687,7 +769,8 @@ def _gathers_host_values(facts: FileFacts, iters: list[ast.expr], scope: ast.AST
     packed = {
         name
         for name, values in bindings.items()
-        if all(_packs_host_values(facts, value) for value in values)
+        if any(_packs_host_values(facts, value) for value in values)
+        and all(_packs_host_values(facts, value) or _host_number(value) for value in values)
     }
     return any(
         isinstance(node, ast.Call)
@@ -698,6 +781,16 @@ def _gathers_host_values(facts: FileFacts, iters: list[ast.expr], scope: ast.AST
         and isinstance(node.args[1], ast.Name)
         and node.args[1].id in packed
         for node in walk(scope)
+    )
+
+
+def _host_number(value: ast.expr) -> bool:
+    """``local_size = int(local_size.item())``: the name rebound to a Python number once the
+    gathered sizes are known, no longer a tensor."""
+    return (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Name)
+        and value.func.id in {"int", "float"}
     )
 
 

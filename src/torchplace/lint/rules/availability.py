@@ -68,6 +68,11 @@ def _guarded(ctx: Context) -> bool:
         elif isinstance(parent, ast.BoolOp):
             if any(mentions(value) for value in parent.values):
                 return True
+        elif isinstance(parent, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+            # `[get_device_name(d.index) for d in devices if d.type == "cuda"]`: the filter
+            tests = [test for gen in parent.generators for test in gen.ifs]
+            if any(mentions(test, ("cuda", "gpu", "is_available")) for test in tests):
+                return True
         elif isinstance(parent, (ast.Try, ast.ExceptHandler)) or type(parent).__name__ == "TryStar":
             # Errors handled (or the call sits in the handler of a failed attempt).
             if not isinstance(parent, ast.ExceptHandler) and not getattr(parent, "handlers", None):

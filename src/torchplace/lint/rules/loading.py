@@ -194,9 +194,21 @@ def _host_only_payload(call: ast.Call, ctx: Context) -> bool:
         if owner.kind == "class":
             words.append(owner.name)
         owner = owner.parent
-    return any(payload in word.lower() for word in words for payload in _HOST_PAYLOADS) or any(
-        _args_file(word) for word in words
+    return (
+        any(payload in word.lower() for word in words for payload in _HOST_PAYLOADS)
+        or any(_args_file(word) for word in words)
+        or any(_sampler_state(sub) for arg in call.args[:1] for sub in walk(arg))
     )
+
+
+def _sampler_state(node: ast.AST) -> bool:
+    """A path named for a data sampler's state, ``os.path.join(load_dir, "sampler")``: the
+    position of a resumable sampler (epoch, indices), host integers. Only the file's name
+    says so; a class or function named for a diffusion sampler may well load weights."""
+    if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+        return False
+    name = node.value.lower().rsplit("/", 1)[-1]
+    return name.partition(".")[0].endswith("sampler")
 
 
 def _args_file(word: str) -> bool:

@@ -88,8 +88,12 @@ def _times_work(region: list[ast.AST], placed: set[str], ctx: Context) -> bool:
     a wait inside ``if step % every == 0:`` before the clock's read is skipped on the others)."""
     calls = [sub for node in region for sub in walk(node) if isinstance(sub, ast.Call)]
     periodic = _periodic_calls(region[:-1])
+    decoded = _pipeline_outputs(region)
     if any(
-        _syncs(call, ctx) or _reads_back(call, placed, ctx) or _runs_synced(call, ctx)
+        _syncs(call, ctx)
+        or _reads_back(call, placed, ctx)
+        or _runs_synced(call, ctx)
+        or id(call) in decoded
         for call in calls
         if id(call) not in periodic
     ) or any(_tests_placed(node, placed) for node in region):
@@ -278,6 +282,31 @@ def _restarts(stmt: ast.AST, start: str, ctx: Context) -> bool:
         and isinstance(stmt.value, ast.Call)
         and _is_clock(stmt.value, ctx)
     )
+
+
+# What a diffusion pipeline's call hands back, decoded to images or frames on the host.
+_DECODED = frozenset({"images", "frames"})
+
+
+def _pipeline_outputs(region: list[ast.AST]) -> set[int]:
+    """``pipe(prompt=p).images[0]``, ``pipe(...).frames[0]``: a diffusion pipeline's output,
+    which it decodes and converts to PIL images or arrays on the host (unless asked for
+    ``output_type="pt"`` or ``"latent"``), waiting for the device's work."""
+    found: set[int] = set()
+    for node in region:
+        for sub in walk(node):
+            if not (
+                isinstance(sub, ast.Attribute)
+                and sub.attr in _DECODED
+                and isinstance(sub.value, ast.Call)
+            ):
+                continue
+            kind = keyword(sub.value, "output_type")
+            if kind is None or (
+                isinstance(kind.value, ast.Constant) and kind.value.value in {"pil", "np"}
+            ):
+                found.add(id(sub.value))
+    return found
 
 
 # A whole run of steps (which reads results back as it goes: losses, each generated token for
@@ -587,8 +616,28 @@ def _syncs(call: ast.Call, ctx: Context) -> bool:
         return True  # a project's own helper: sync(), device_sync(), time_sync()
     if name is not None and _copies_to_host(name):
         return True  # `to_python_float(loss)`, `tensor_to_numpy(x)`: a read back
+    if name == "to" and _to_cpu(call):
+        return True  # `model.to("cpu", dtype)`: a blocking copy back, as `.cpu()` is
     qualname = ctx.call_qualname(call)
     return qualname is not None and "synchronize" in qualname
+
+
+def _to_cpu(call: ast.Call) -> bool:
+    """``x.to("cpu")``, ``model.to(torch.device("cpu"), dtype)``, ``x.to(device="cpu")``
+    without ``non_blocking=True``: a copy to the host, which waits for the device as
+    ``.cpu()`` does."""
+    flag = keyword(call, "non_blocking")
+    if flag is not None and not (isinstance(flag.value, ast.Constant) and not flag.value.value):
+        return False
+    target = call.args[0] if call.args else getattr(keyword(call, "device"), "value", None)
+    if (
+        isinstance(target, ast.Call)
+        and call_name(target) == "device"
+        and len(target.args) == 1
+        and not target.keywords
+    ):
+        target = target.args[0]  # torch.device("cpu")
+    return isinstance(target, ast.Constant) and target.value == "cpu"
 
 
 # What a helper named `..._to_<word>` hands back: a host value, copied from the device.
