@@ -9,7 +9,7 @@ import ast
 import bisect
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -20,6 +20,7 @@ from torchplace.lint.provenance.loops import (
     calls_backward,
     has_own_batch_loop,
     rare_test,
+    step_parts,
     steps_optimizer,
 )
 from torchplace.lint.provenance.values import _FUNCTIONS, _LOOPS, Fact
@@ -55,6 +56,9 @@ class PerBatch:
     #: found by the function's own body (a whole training step), not by its callers: what
     #: its parameters hold is unknown
     itself: bool = False
+    #: found through a model's ``forward`` three calls or more from the batch loop: it counts
+    #: only for the device values handed down that far, not as part of a training step
+    far: bool = False
 
 
 def find_per_batch(
@@ -87,11 +91,19 @@ def find_per_batch(
         result = _from_callers(facts, function, depth, facts, None)
     if result is None and depth == 0 and facts.parent.get(id(function)) is facts.tree:
         result = _from_importers(facts, function)
-    if result is None and depth < 3:
+    if result is None and (depth < 3 or function.name in _RUN_METHODS):
+        # a model's `forward` run by the batch loop, three calls above a helper of a
+        # submodule's `forward` (`get_mask_from_lengths(lengths)` in a decoder)
         result = _from_instances(facts, function, depth)
+        if result is not None and depth >= 3:
+            result = _helper_step(replace(result, far=True))
     if result is not None and has_own_batch_loop(function):
         result = None
-    if result is None and depth <= 1 and steps_optimizer(function):
+    if (
+        result is None
+        and depth <= 1
+        and (steps_optimizer(function) or _class_step(facts, function))
+    ):
         # the step itself, or a helper it calls (found at depth 1); a deeper chain runs on
         # branches of the step's own (`if self.cache is None or self.step < warmup:`)
         how = f"`{function.name}` runs one training step (`.backward()` and an optimizer step)"
@@ -105,6 +117,21 @@ def find_per_batch(
             )
             result = PerBatch(how, {}, True, itself=True)
     return result
+
+
+def _class_step(facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A method that steps an optimizer outside any loop of its own, in a class another method
+    of which backpropagates (a mixed-precision trainer's ``backward(loss)`` calling
+    ``loss.backward()``, or its ``forward_backward(batch)`` doing so per micro-batch, and its
+    ``optimize(opt)`` calling ``opt.step()``): one training step split in methods, and each
+    call of the one that steps is one step of training."""
+    cls = facts.parent.get(id(function))
+    if not isinstance(cls, ast.ClassDef) or not step_parts(function)[1]:
+        return False
+    return any(
+        isinstance(item, _FUNCTIONS) and item is not function and calls_backward(item)
+        for item in cls.body
+    )
 
 
 def _step_helper(facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
@@ -317,7 +344,8 @@ def _helper_step(found: PerBatch) -> PerBatch:
     numbers. (A model the caller moved says where its own buffers are, nothing more.)"""
     if _given(found):
         return found
-    return PerBatch(found.how, {k: v for k, v in found.seeds.items() if k == MOVED_SELF}, False)
+    kept = {k: v for k, v in found.seeds.items() if k == MOVED_SELF}
+    return PerBatch(found.how, kept, False, far=found.far)
 
 
 def _given(found: PerBatch) -> bool:
@@ -508,6 +536,7 @@ def _from_callers(
     ``instances``, calls of the method on those instances (``method``: the class's name)."""
     how: str | None = None
     trains = False
+    near = False  # a call site in a batch loop, or in a function found within three calls
     seeds: dict[str, Fact] = {}
     names = {i.rpartition(".")[2] for i in instances} if function.name in _RUN_METHODS else set()
     sites = [site for name in sorted(names or {function.name}) for site in callers.calls_of(name)]
@@ -535,6 +564,7 @@ def _from_callers(
         called = function.name if method is None else f"{method}.{function.name}"
         if batch:
             outer = {}
+            near = True
             trains = trains or any(calls_backward(loop) for loop in batch)
             where = (
                 f"`{called}` is called in the batch loop of `{caller}`{where_file} "
@@ -545,6 +575,7 @@ def _from_callers(
             if above is None:
                 continue
             outer = above.seeds
+            near = near or not above.far
             trains = trains or above.trains
             where = (
                 f"`{called}` is called by `{caller}`{where_file} (line {call.lineno}), "
@@ -565,7 +596,10 @@ def _from_callers(
                 seeds[MOVED_SELF] = moved
         elif outer and MOVED_SELF in outer and _on_self(call, function):
             seeds.setdefault(MOVED_SELF, outer[MOVED_SELF])
-    return PerBatch(how, seeds, trains) if how is not None else None
+    if how is None:
+        return None
+    found = PerBatch(how, seeds, trains, far=not near)
+    return _helper_step(found) if found.far else found
 
 
 def _on_self(call: ast.Call, function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:

@@ -13,7 +13,7 @@ from functools import lru_cache
 
 from torchplace.lint.base import Context, bindings
 from torchplace.lint.nodes import BLOCKS, own_nodes, statements, walk
-from torchplace.lint.provenance.callers import PerBatch, calls_in, find_per_batch
+from torchplace.lint.provenance.callers import _RUN_METHODS, PerBatch, calls_in, find_per_batch
 from torchplace.lint.provenance.flow import Flow
 from torchplace.lint.provenance.given import given_seeds
 from torchplace.lint.provenance.loops import classify, moves_some
@@ -560,12 +560,16 @@ class FileFacts:
         function called inside a batch loop of this file or of a sibling module that imports
         it, or one called by such a function.
         """
-        if not isinstance(function, _FUNCTIONS) or depth > 3:
+        if not isinstance(function, _FUNCTIONS) or depth > 4:
             return None
+        if depth == 4 and function.name not in _RUN_METHODS:
+            return None  # a model's `forward` the batch loop runs is one hop more
         key = id(function)
         cached = self._per_batch.get(key)
-        if cached is not None and (cached[0] is not None or cached[1] <= depth):
-            return cached[0]
+        if cached is not None and (
+            (cached[0] is not None and not cached[0].far) or cached[1] <= depth
+        ):
+            return cached[0]  # a result found far down may be nearer from here
         if key in self._per_batch_busy:
             return None  # a cycle reads as "no"
         self._per_batch_busy.add(key)

@@ -39,6 +39,7 @@ __all__ = [
     "has_own_batch_loop",
     "moves_some",
     "rare_test",
+    "step_parts",
     "steps_optimizer",
 ]
 
@@ -1084,11 +1085,18 @@ def steps_optimizer(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     step (``self.opt.step()``, ``scaler.step(optimizer)``). Whoever calls it, each call is one
     step of training, so it runs once per batch (a recommender's ``stage_one(users, items)``,
     a GAN engine's per-iteration function)."""
+    backward, stepped = step_parts(node)
+    return backward and stepped
+
+
+def step_parts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[bool, bool]:
+    """Whether ``node`` calls ``.backward()`` and whether it steps an optimizer, each outside
+    any loop of its own; neither when it walks the batches itself (an epoch)."""
     own, nested = _split_own(list(node.body))
     if any(
         isinstance(loop, (ast.For, ast.AsyncFor)) and _iterates_batches(loop) for loop in nested
     ):
-        return False  # an epoch: it walks the batches itself
+        return False, False  # an epoch: it walks the batches itself
     backward = stepped = False
     for sub in own:
         if not isinstance(sub, ast.Call) or not isinstance(sub.func, ast.Attribute):
@@ -1097,7 +1105,7 @@ def steps_optimizer(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
             backward = True
         elif sub.func.attr == "step" and _steps_an_optimizer(sub):
             stepped = True
-    return backward and stepped
+    return backward, stepped
 
 
 def _steps_an_optimizer(call: ast.Call) -> bool:
