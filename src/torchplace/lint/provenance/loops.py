@@ -547,22 +547,21 @@ def _entry_record(value: ast.expr, walked: str, index: str) -> bool:
 
 def _range_of_len(it: ast.expr) -> str | None:
     """``conds`` of ``range(len(conds))``."""
-    if not (
-        isinstance(it, ast.Call)
-        and isinstance(it.func, ast.Name)
-        and it.func.id == "range"
-        and len(it.args) == 1
+    inner = _sole_argument(it, "range")
+    arg = _sole_argument(inner, "len") if inner is not None else None
+    return dotted_name(arg) if arg is not None else None
+
+
+def _sole_argument(node: ast.expr, name: str) -> ast.expr | None:
+    """``x`` of ``name(x)``, a call of the plain name with one positional argument."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == name
+        and len(node.args) == 1
     ):
-        return None
-    inner = it.args[0]
-    if not (
-        isinstance(inner, ast.Call)
-        and isinstance(inner.func, ast.Name)
-        and inner.func.id == "len"
-        and len(inner.args) == 1
-    ):
-        return None
-    return dotted_name(inner.args[0])
+        return node.args[0]
+    return None
 
 
 def _stores_entries(loop: ast.AST) -> bool:
