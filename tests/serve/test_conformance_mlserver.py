@@ -37,8 +37,9 @@ INFER = "/v2/models/seed-mlp/infer"
 _JSON = {"Content-Type": "application/json"}
 
 
-@pytest.fixture(scope="module")
-def served() -> Iterator[ServerThread]:
+def served_datatypes() -> Iterator[ServerThread]:
+    """One real server of seed-mlp and the two datatype models (every OIP datatype), for a
+    module's tests: started, handed out, stopped."""
     models = ("tests.serve.datatype_model:build_oip", "tests.serve.datatype_model:build_typed")
     config = test_config(model="seed-mlp", models=models, device="cpu")
     thread = ServerThread(config).start(timeout=120)
@@ -46,6 +47,9 @@ def served() -> Iterator[ServerThread]:
         yield thread
     finally:
         thread.stop()
+
+
+served = pytest.fixture(scope="module", name="served")(served_datatypes)
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -32,7 +31,7 @@ from torchplace.models import TensorSpec
 from torchplace.serve.protocol import decode_infer_request
 from torchplace.serve.running import ServerThread
 
-from .conftest import Client, test_config
+from .conftest import Client
 from .datatype_model import OIP, TYPED, WIDTH
 from .test_conformance_mlserver import (
     _DTYPES,
@@ -43,6 +42,7 @@ from .test_conformance_mlserver import (
     _rolled,
     _stub,
     edge_arrays,
+    served_datatypes,
 )
 from .test_conformance_mlserver import _close_channels as _close_channels
 from .test_kserve_clients import _run_client, reference
@@ -54,15 +54,7 @@ _JSON = {"Content-Type": "application/json"}
 _LENGTH = "inference-header-content-length"
 
 
-@pytest.fixture(scope="module")
-def served() -> Iterator[ServerThread]:
-    models = ("tests.serve.datatype_model:build_oip", "tests.serve.datatype_model:build_typed")
-    config = test_config(model="seed-mlp", models=models, device="cpu")
-    thread = ServerThread(config).start(timeout=120)
-    try:
-        yield thread
-    finally:
-        thread.stop()
+served = pytest.fixture(scope="module", name="served")(served_datatypes)
 
 
 @pytest.fixture

@@ -10,26 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from torchplace.lint import lint_paths, lint_source
-
-
-def _lines(source: str, code: str, path: str = "train.py") -> list[int]:
-    return [f.line for f in lint_source(source, path, select={code})]
-
-
-def _project(root: Path, files: dict[str, str], code: str) -> list[tuple[str, int]]:
-    """Write ``files`` under ``root`` and lint them."""
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    result = lint_paths([str(root)], jobs=1)
-    return sorted(
-        (Path(f.path).relative_to(root).as_posix(), f.line)
-        for f in result.findings
-        if f.code == code
-    )
-
+from .helpers import lines as _lines
+from .helpers import project as _project
 
 # ---- TPL701: a non_blocking copy of the host tensor a helper builds
 

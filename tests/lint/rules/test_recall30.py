@@ -6,30 +6,10 @@ loop moved, three calls from the loop that runs the model."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from torchplace.lint import lint_paths, lint_source
-
-
-def _lines(source: str, code: str, path: str = "train.py") -> list[int]:
-    return [f.line for f in lint_source(source, path, select={code})]
-
-
-def _project(root: Path, files: dict[str, str], code: str) -> list[tuple[str, int]]:
-    """Write ``files`` under ``root`` (not a ``test*`` folder: linted as code) and lint them."""
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    result = lint_paths([str(root)], jobs=1)
-    return sorted(
-        (Path(f.path).relative_to(root).as_posix(), f.line)
-        for f in result.findings
-        if f.code == code
-    )
-
+from .helpers import lines as _lines
+from .helpers import project as _project
 
 # ---- TPL201: a helper of the method that steps the optimizer, in a class that backpropagates
 

@@ -855,14 +855,7 @@ def _carried(own: list[ast.AST]) -> set[str]:
                     line = first_bound.get(name)
                     if line is None or node.lineno < line:
                         first_bound[name] = node.lineno
-    return {
-        node.id
-        for node in own
-        if isinstance(node, ast.Name)
-        and isinstance(node.ctx, ast.Load)
-        and node.id in first_bound
-        and node.lineno < first_bound[node.id]
-    }
+    return _read_before(own, first_bound)
 
 
 def _grown_back(own: list[ast.AST]) -> set[str]:
@@ -879,13 +872,18 @@ def _grown_back(own: list[ast.AST]) -> set[str]:
         ):
             name = node.func.value.id
             grown[name] = max(grown.get(name, 0), node.lineno)
+    return _read_before(own, grown)
+
+
+def _read_before(own: list[ast.AST], lines: dict[str, int]) -> set[str]:
+    """The names of ``lines`` that ``own`` reads above the line each maps to."""
     return {
         node.id
         for node in own
         if isinstance(node, ast.Name)
         and isinstance(node.ctx, ast.Load)
-        and node.id in grown
-        and node.lineno < grown[node.id]
+        and node.id in lines
+        and node.lineno < lines[node.id]
     }
 
 
