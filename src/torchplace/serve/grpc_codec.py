@@ -379,7 +379,8 @@ def _parameters(params: Mapping[str, Any]) -> tuple[int | None, int | None]:
         value: Any = getattr(param, which) if which is not None else None
         if which not in ("int64_param", "uint64_param") or not 0 <= value < bound:
             raise InputError(
-                f"parameter {key!r} must be a non-negative integer ({meaning}), got {value!r}"
+                f"parameter {key!r} must be a non-negative integer below "
+                f"2**{bound.bit_length() - 1} ({meaning}), got {value!r}"
             )
         found.append(value)
     return found[0], found[1]

@@ -289,6 +289,12 @@ _PARSER_HINTS: tuple[tuple[tuple[str, ...], str], ...] = (
         "send one Content-Length field, with the body's size in bytes",
     ),
     (
+        # llhttp's "Content-Length can't be present with Transfer-Encoding" (or the reverse):
+        # the framing is two ways at once, whatever the Content-Length's digits are
+        ("be present with",),
+        "send Transfer-Encoding: chunked or a Content-Length, not both (RFC 9112, 6.3)",
+    ),
+    (
         ("content-length overflow",),
         "that Content-Length is far over the body limit (--max-body-bytes); send less",
     ),
@@ -939,6 +945,9 @@ class _Connection(asyncio.Protocol):
             # its body has not arrived yet: this was the last answer before it.
             transport.write(_CONTINUE)
             self._expect_continue = False
+            # its client waited for this 100 to send the body: the request's clock (408)
+            # starts now, not when its headers came in behind the answers before it
+            self._reading_since = time.monotonic()
 
     def _reject(self, response: Response) -> None:
         """Answer a request we will not read any further, after the requests before it (in

@@ -410,7 +410,8 @@ def _request_parameters(params: object) -> tuple[bool, int | None, int | None]:
         value = params.get(key)
         if value is not None and (type(value) is not int or not 0 <= value < bound):
             raise _fail(
-                f"parameter {key!r} must be a non-negative integer ({meaning}), got {shown(value)}"
+                f"parameter {key!r} must be a non-negative integer below "
+                f"2**{bound.bit_length() - 1} ({meaning}), got {shown(value)}"
             )
         found.append(value)
     return flag, found[0], found[1]
@@ -977,7 +978,7 @@ def _json_array(
         raise _out_of_range(spec, array.ravel().tolist())  # an integer past 64 bits, read as float
     if array.dtype.kind not in _JSON_KINDS[spec.datatype] and count:
         raise _fail(
-            _whole_floats(name, spec.datatype, array, dtype)
+            _whole_floats(name, spec.datatype, array, dtype, data)
             or f"input {name!r}: 'data' holds {_kind_label(array)}, not {spec.datatype} values"
         )
     if array.dtype.kind in "iu" and dtype.kind in "iu" and count:
@@ -1136,7 +1137,11 @@ def _check_finite(spec: TensorSpec, array: np.ndarray[Any, Any], json: bool = Fa
 
 
 def _whole_floats(
-    name: str, datatype: str, array: np.ndarray[Any, Any], dtype: np.dtype[Any]
+    name: str,
+    datatype: str,
+    array: np.ndarray[Any, Any],
+    dtype: np.dtype[Any],
+    data: list[Any] | None = None,
 ) -> str:
     """For an integer input whose JSON numbers are all whole but written as floats (``1.0``,
     as ``json.dumps`` writes a float array's values), the refusal that says how to send them
@@ -1148,7 +1153,19 @@ def _whole_floats(
         whole = bool(np.all(np.isfinite(array)) and np.all(array == np.floor(array)))
     if not whole:
         return ""
-    first = float(array.ravel()[0])
+    if dtype == np.int64 and (array == -(2.0**63)).any():
+        # JSON parsing reads an integer just below int64's range (-2**63 - 1 and the next
+        # thousand) as this float, which names no value in range: not told to write it "as"
+        info = np.iinfo(dtype)
+        return (
+            f"input {name!r}: 'data' holds a number read as the float {-(2.0**63)!r}: an "
+            f"integer below {datatype}'s range ({info.min}..{info.max}) reads so, as does "
+            f"{info.min} written as a float; send integers in range, written as JSON integers"
+        )
+    # the first value written as a float (``data`` as parsed), not the first value: in
+    # ``[1, 5.0]`` the 1 was an integer and needs no change
+    written = () if data is None else np.array(data, dtype=object).ravel()
+    first = next((v for v in written if type(v) is float), float(array.ravel()[0]))
     return (
         f"input {name!r}: 'data' holds numbers written as floats (such as {first!r}), not "
         f"{datatype} integers; write them as JSON integers ({int(first)}), e.g. from an "
