@@ -136,6 +136,9 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
     found = None if few or handed or streamed else _iterates_device(facts, iters, scope)
     if found is not None and found[0] == "items" and _gathers_host_values(facts, iters, scope):
         return None  # `dist.all_gather(sizes, local_size)` of a packed `.numel()`: sizes
+    if found is not None and found[0] == "rows" and narrowed_to_list(loop, scope):
+        # `if isinstance(out, list): out = [o.cpu() for o in out]`: one whole tensor per head
+        return "items", found[1]
     if found is not None:
         return found
     if isinstance(loop, ast.While):
@@ -750,6 +753,53 @@ _PACKERS = frozenset(
     f"torch.{name}"
     for name in ("tensor", "as_tensor", "IntTensor", "LongTensor", "FloatTensor", "DoubleTensor")
 )
+
+
+_SEQUENCES = frozenset({"list", "tuple"})
+
+
+def narrowed_to_list(loop: ast.AST, scope: ast.AST) -> bool:
+    """The loop walks a name that an enclosing ``if isinstance(out, list):`` (or a conditional
+    expression's test, ``[o.cpu() for o in out] if isinstance(out, (list, tuple)) else ...``)
+    finds to be a list or tuple: whole tensors (a model's heads), not the rows of one."""
+    parts = _parts(loop)
+    if parts is None:
+        return False
+    walked = {root.id for it in parts[0] if isinstance(root := _unwrapped(it), ast.Name)}
+    if not walked:
+        return False
+    for node in walk(scope):
+        if isinstance(node, ast.If):
+            body: list[ast.AST] = list(node.body)
+        elif isinstance(node, ast.IfExp):
+            body = [node.body]
+        else:
+            continue
+        if _tests_sequence(node.test, walked) and any(
+            sub is loop for part in body for sub in walk(part)
+        ):
+            return True
+    return False
+
+
+def _tests_sequence(test: ast.expr, names: set[str]) -> bool:
+    """``isinstance(out, list)``, ``isinstance(out, (list, tuple))``, also joined by ``and``."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return any(_tests_sequence(value, names) for value in test.values)
+    if not (
+        isinstance(test, ast.Call)
+        and isinstance(test.func, ast.Name)
+        and test.func.id == "isinstance"
+        and len(test.args) == 2
+        and isinstance(test.args[0], ast.Name)
+        and test.args[0].id in names
+    ):
+        return False
+    kinds = test.args[1]
+    elements = kinds.elts if isinstance(kinds, ast.Tuple) else [kinds]
+    return bool(elements) and all(
+        isinstance(kind, ast.Name) and kind.id in _SEQUENCES for kind in elements
+    )
 
 
 def _gathers_host_values(facts: FileFacts, iters: list[ast.expr], scope: ast.AST) -> bool:

@@ -27,7 +27,13 @@ from torchplace.lint.base import (
 from torchplace.lint.nodes import subtree, walk, walk_body
 from torchplace.lint.provenance import Fact, FileFacts, PerBatch, file_facts, scope_node
 from torchplace.lint.provenance.callers import engine_step, imported_by_siblings
-from torchplace.lint.provenance.loops import _few_constants, calls_backward, feeds_back, rare_test
+from torchplace.lint.provenance.loops import (
+    _few_constants,
+    calls_backward,
+    feeds_back,
+    narrowed_to_list,
+    rare_test,
+)
 from torchplace.lint.provenance.values import HOST_METHODS, _passes_device
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import (
@@ -856,17 +862,69 @@ def _kept_joined(ctx: Context, body: ast.AST, names: set[str]) -> bool:
     """At a script's top level (a notebook's cells), where nothing returns: the copies joined,
     after the loop, into the name that collected them (``start_logits =
     torch.cat(start_logits).numpy()``, ``forecasts = np.vstack(forecasts)``) are the script's
-    result, as a function's ``return`` of them is."""
+    result, as a function's ``return`` of them is. In a function: the copies joined by a call
+    after its loops, into any name."""
     loops = ctx.loops()
-    if ctx.function_scope() is not None or not isinstance(body, ast.Module) or not loops:
+    if not loops:
         return False
     end: int = getattr(loops[0], "end_lineno", None) or 0
+    if ctx.function_scope() is not None:
+        return _decoded_after(body, _carried(body, names), end)
+    if not isinstance(body, ast.Module):
+        return False
     return any(
         isinstance(stmt, ast.Assign)
         and stmt.lineno > end
         and any(names_in(target) & names for target in stmt.targets)
         and _carries(_unwrapped(stmt.value), names)
         for stmt in body.body
+    )
+
+
+# Words of a call that scores predictions rather than decoding them: `f1_score(targets, preds)`.
+_METRIC_WORD = re.compile(r"score|metric|acc|loss|error|precision|recall|auc|f1", re.IGNORECASE)
+
+
+def _decoded_after(body: ast.AST, carried: set[str], end: int) -> bool:
+    """In a function: the copies, joined after its loops, handed alone to one call whose result
+    the function returns (``all_outs = torch.cat(all_outs)``, ``text = decoder.decode(all_outs)``,
+    ``return text``; ``return self.predict_func(np.vstack(results))``): the inference's output,
+    post-processed once. Not a score of them (``f1_score(targets, preds)``: metrics, for which
+    the copies could stay on the device), nor statistics never returned."""
+    joined: dict[str, int] = {}  # `stacked = np.vstack(parts)` after the loop: its line
+    for stmt in walk(body):
+        if isinstance(stmt, ast.Assign) and stmt.lineno > end and _joins(stmt.value, carried):
+            for target in stmt.targets:
+                joined.update(dict.fromkeys(names_in(target), stmt.lineno))
+    for call in walk(body):
+        if not (
+            isinstance(call, ast.Call)
+            and getattr(call, "lineno", 0) > end
+            and len(call.args) == 1
+            and not call.keywords
+        ):
+            continue
+        arg = call.args[0]
+        name = call_name(call) or ""
+        if not (
+            _joins(arg, carried)
+            or (isinstance(arg, ast.Name) and joined.get(arg.id, call.lineno) < call.lineno)
+        ):
+            continue
+        if _METRIC_WORD.search(name) or name in _JOINS | _RESHAPES | _HOST_FUNCS:
+            continue
+        if _returned(body, set(), call):
+            return True
+    return False
+
+
+def _joins(value: ast.expr, carried: set[str]) -> bool:
+    """``np.vstack(parts)``, ``torch.cat(parts).numpy()``: one array joined from the copies."""
+    value = _unwrapped(value)
+    return (
+        isinstance(value, ast.Call)
+        and (call_name(value) or "") in _JOINS
+        and any(_carries(arg, carried) for arg in value.args)
     )
 
 
@@ -1153,25 +1211,34 @@ _JOINS = frozenset(
 _RESHAPES = frozenset({"astype", "reshape", "squeeze", "ravel", "flatten"})
 
 
-def _returned(scope: ast.AST, names: set[str]) -> bool:
-    """The values in ``names`` are what the function returns: collected (``out.append(v)``),
-    joined (``np.concatenate(out)``), sliced or renamed, then returned unchanged. A value
-    computed from them (a score, a decoded text) is a different result."""
+def _returned(scope: ast.AST, names: set[str], read: ast.AST | None = None) -> bool:
+    """The values in ``names`` (or of the expression ``read``) are what the function returns:
+    collected (``out.append(v)``), joined (``np.concatenate(out)``), sliced or renamed, then
+    returned unchanged. A value computed from them (a score, a decoded text) is a different
+    result."""
+    carried = _carried(scope, names, read)
+    return any(
+        isinstance(sub, ast.Return) and sub.value is not None and _carries(sub.value, carried, read)
+        for sub in walk(scope)
+    )
+
+
+def _carried(scope: ast.AST, names: set[str], read: ast.AST | None = None) -> set[str]:
+    """``names`` (and what the expression ``read`` is bound to) and the names that hold their
+    values as they are: collected (``out.append(v)``), joined (``np.concatenate(out)``), sliced
+    or renamed."""
     carried = set(names)
     nodes = list(walk(scope))
     for _ in range(3):
         for sub in nodes:
-            if isinstance(sub, ast.Assign) and _carries(sub.value, carried):
+            if isinstance(sub, ast.Assign) and _carries(sub.value, carried, read):
                 for target in sub.targets:
                     carried |= names_in(target)
             elif isinstance(sub, (ast.For, ast.comprehension)) and _carries(sub.iter, carried):
                 carried |= names_in(sub.target)  # `for m in mels: specs.append(m)`: its rows
             else:
                 carried |= _collector(sub, carried, _carries) - {"self"}
-    return any(
-        isinstance(sub, ast.Return) and sub.value is not None and _carries(sub.value, carried)
-        for sub in nodes
-    )
+    return carried
 
 
 def _carries(node: ast.expr, names: set[str], read: ast.AST | None = None) -> bool:
@@ -1188,12 +1255,20 @@ def _carries(node: ast.expr, names: set[str], read: ast.AST | None = None) -> bo
         return _carries(node.value, names, read)
     if isinstance(node, (ast.Tuple, ast.List)):
         return any(_carries(element, names, read) for element in node.elts)
+    if isinstance(node, ast.Dict):  # `return {"wav": np.concatenate(wavs)}`: labelled by key
+        return any(_carries(value, names, read) for value in node.values)
     if isinstance(node, ast.IfExp):  # `(specs, attn) if return_attn else specs`
         return _carries(node.body, names, read) or _carries(node.orelse, names, read)
     if isinstance(node, ast.Call):
         func = node.func
         if isinstance(func, ast.Attribute) and func.attr in _RESHAPES:
             return _carries(func.value, names, read)  # np.concatenate(out).astype("float64")
+        if (
+            isinstance(func, ast.Attribute)
+            and func.attr == "numpy"
+            and isinstance(func.value, ast.Call)
+        ):
+            return _carries(func.value, names, read)  # torch.cat(wavs).numpy(): as an array
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
         return name in _JOINS and any(_carries(arg, names, read) for arg in node.args)
     return False
@@ -1587,7 +1662,11 @@ def _outer_feeds_device(ctx: Context, line: int) -> bool:
     outer = [loop for loop in loops if getattr(loop, "lineno", 0) < line]
     if not outer:
         walk_loop = next((loop for loop in loops if getattr(loop, "lineno", 0) == line), None)
-        return walk_loop is not None and _walks_chunks(walk_loop, scope)
+        # the chunks of one tensor, or the whole tensors a value found to be a list holds
+        # (`if isinstance(out, list): out = [o.cpu() for o in out]` in a per-batch helper)
+        return walk_loop is not None and (
+            _walks_chunks(walk_loop, scope) or narrowed_to_list(walk_loop, scope)
+        )
     if any(feeds_back(loop) for loop in outer):
         return False  # no step around it: a walk over the rows of one batch's output
     for loop in reversed(outer):

@@ -40,6 +40,9 @@ UNSYNCED_TIMING = Rule(
 _NOT_WORK = frozenset(
     {"print", "len", "range", "append", "info", "debug", "warning", "format"}
     | {"type", "isinstance", "Variable"}
+    # a loop header's wrappers, `for i, pose in enumerate(tqdm(poses)):`: walking a placed
+    # tensor hands out views of its rows, which launches no kernel
+    | {"enumerate", "zip", "tqdm", "iter"}
 )
 # Tensor metadata, kept on the host: reading it launches no device work (``tuple(y[0].shape)``,
 # ``y.size(0)``).
@@ -70,9 +73,10 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
     placed = _device_names(scope, ctx, node.lineno)
     if not placed:
         return
-    if not _times_work(region, placed, ctx):
+    if not _times_work(region, placed - _host_bound(region, placed), ctx):
         later = [] if _restarts(region[-1], start, ctx) else _later_reads(rest, start, ctx)
-        if not (later and _times_work(region + later, placed, ctx)):
+        timed = region + later
+        if not (later and _times_work(timed, placed - _host_bound(timed, placed), ctx)):
             return  # nor do the later reads of the same start (the batch time after the data time)
     ctx.report(
         UNSYNCED_TIMING.code,
@@ -81,6 +85,51 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
         "this measures the launch, not the work; call `torch.cuda.synchronize()` before each "
         "clock read or time with CUDA events",
     )
+
+
+def _host_bound(region: list[ast.AST], placed: set[str]) -> set[str]:
+    """Names the function moves somewhere, but that the region binds afresh from host values
+    before any use of them in it (``inputs, labels = batch``, then ``labels =
+    torch.transpose(labels.view(n, k), 0, 1)``, with ``inputs = inputs.cuda()`` only further
+    down the step): at the region's reads they still hold host data. A binding that moves the
+    name, builds it with ``device=``, or computes from a placed value, keeps it placed."""
+    binds: dict[str, list[ast.Assign | ast.AnnAssign]] = {}
+    uses: dict[str, int] = {}
+    for node in region:
+        for sub in walk(node):
+            if isinstance(sub, (ast.Assign, ast.AnnAssign)) and sub.value is not None:
+                targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
+                for target in targets:
+                    for name in names_in(target) & placed:
+                        binds.setdefault(name, []).append(sub)
+            elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and sub.id in placed:
+                uses[sub.id] = min(uses.get(sub.id, sub.lineno), sub.lineno)
+    host = {
+        name
+        for name, stmts in binds.items()
+        if min(stmt.lineno for stmt in stmts) < uses.get(name, 1 << 30)
+    }
+    changed = True
+    while changed:
+        changed = False
+        for name in sorted(host):
+            for stmt in binds[name]:
+                value = stmt.value
+                assert value is not None
+                moved = any(
+                    isinstance(sub, ast.Call)
+                    and (call_name(sub) in _MOVES or keyword(sub, "device") is not None)
+                    for sub in walk(value)
+                )
+                if moved or (names_in(value) & placed) - host:
+                    host.discard(name)
+                    changed = True
+                    break
+    return host
+
+
+# Calls that place a value: a binding made with one keeps its name placed.
+_MOVES = frozenset({"cuda", "to", "to_device", "prepare"})
 
 
 def _times_work(region: list[ast.AST], placed: set[str], ctx: Context) -> bool:
@@ -488,8 +537,12 @@ def _body_syncs(
     for sub in walk(function):
         if isinstance(sub, ast.Call):
             result = _call_syncs(sub, owner, function, depth, memo, definite)
-        elif not definite and isinstance(sub, (ast.If, ast.While, ast.IfExp, ast.Assert)):
-            result = _may_read_test(sub.test, params, absent)
+        elif isinstance(sub, (ast.If, ast.While, ast.IfExp, ast.Assert)):
+            result = (
+                _tests_torch_result(sub.test, owner)
+                if definite
+                else _may_read_test(sub.test, params, absent)
+            )
         if result:
             break
     memo[key] = result
@@ -536,6 +589,27 @@ def _literal(node: ast.expr) -> bool:
     if isinstance(node, ast.JoinedStr):
         return all(isinstance(part, ast.Constant) for part in node.values)
     return isinstance(node, ast.Constant)
+
+
+# Torch functions whose result is a tensor a branch's test reads back (`if torch.isinf(norm):`).
+_TENSOR_TESTS = frozenset({"isinf", "isnan", "isfinite", "any", "all"})
+
+
+def _tests_torch_result(test: ast.expr, owner: FileFacts) -> bool:
+    """A branch's test that certainly reads a tensor back: the truth of what a torch test
+    function returns (``if torch.isinf(grad_norm):``, ``if not torch.isfinite(x).all():``),
+    which waits for the device computing its operand."""
+    if isinstance(test, ast.BoolOp):
+        return any(_tests_torch_result(value, owner) for value in test.values)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _tests_torch_result(test.operand, owner)
+    if not isinstance(test, ast.Call):
+        return False
+    func = test.func
+    if isinstance(func, ast.Attribute) and func.attr in {"any", "all"} and not test.args:
+        return _tests_torch_result(func.value, owner)  # torch.isnan(x).any()
+    name = owner.qualname(func) or ""
+    return name.startswith("torch.") and name.rsplit(".", 1)[-1] in _TENSOR_TESTS
 
 
 def _may_read_test(test: ast.expr, params: set[str], absent: frozenset[str]) -> bool:
