@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 from torchplace.lint.nodes import own_nodes, walk
 from torchplace.lint.provenance.loops import (
+    _chain_root,
+    _iterates_batches,
     _split_own,
     branch_trains,
     calls_backward,
@@ -23,7 +25,15 @@ from torchplace.lint.provenance.loops import (
     step_parts,
     steps_optimizer,
 )
-from torchplace.lint.provenance.values import _FUNCTIONS, _LOOPS, Fact
+from torchplace.lint.provenance.values import (
+    _FUNCTIONS,
+    _LOOPS,
+    Fact,
+    _device_target,
+    _is_cpu,
+    _is_move_call,
+    _target_names,
+)
 from torchplace.lint.resolver import dotted_name, module_file
 
 if TYPE_CHECKING:
@@ -97,6 +107,8 @@ def find_per_batch(
         result = _from_instances(facts, function, depth)
         if result is not None and depth >= 3:
             result = _helper_step(replace(result, far=True))
+    if result is None and depth <= 1:
+        result = _from_base_loop(facts, function)
     if result is not None and has_own_batch_loop(function):
         result = None
     if (
@@ -190,6 +202,150 @@ def _method_of(
             if method is not None:
                 return method
     return None
+
+
+def _bases(
+    facts: FileFacts, cls: ast.ClassDef, depth: int = 0
+) -> Iterator[tuple[FileFacts, ast.ClassDef]]:
+    """The bases of ``cls``, two classes up at most: classes of this file, or classes imported
+    from a module of the linted tree (as :func:`_method_of` finds them)."""
+    from torchplace.lint.provenance.files import facts_for_file  # files builds on this module
+
+    if depth >= 2:
+        return
+    for base in cls.bases:
+        found: ast.ClassDef | None = None
+        owner = facts
+        if isinstance(base, ast.Name):
+            found = facts.defs_class(base.id)
+        if found is None:
+            qualified = facts.qualname(base) or _sibling_import(facts, base)
+            module, _, last = (qualified or "").rpartition(".")
+            path = module_file(facts.path, module) if module else None
+            owner_facts = facts_for_file(path) if path else None
+            if owner_facts is not None:
+                owner = owner_facts
+                found = owner.defs_class(last)
+        if found is not None and found is not cls:
+            yield owner, found
+            yield from _bases(owner, found, depth + 1)
+
+
+def _sibling_import(facts: FileFacts, base: ast.expr) -> str | None:
+    """``module.Name`` for a base imported from the file's own folder with ``from .module
+    import Name`` where the folder is no package the resolver knows (a namespace package, no
+    ``__init__.py``): the module beside the file."""
+    if not isinstance(base, ast.Name):
+        return None
+    for node in facts.tree.body:
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+            for alias in node.names:
+                if (alias.asname or alias.name) == base.id:
+                    return f"{node.module}.{alias.name}"
+    return None
+
+
+def _from_base_loop(
+    facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunctionDef
+) -> PerBatch | None:
+    """A method that overrides the hook a base class calls once per item of a loader: the
+    base's ``train()`` walks ``self.train_loader`` and calls ``self.train_on_batch(batch,
+    i)``, which the subclass (in this file or a module of the linted tree) implements by
+    moving the batch it is handed to the device, or by stepping an optimizer. The base's loop
+    says nothing of the device (its own hook is abstract); the override is one step of it."""
+    cls = facts.parent.get(id(function))
+    if not isinstance(cls, ast.ClassDef) or facts.parent.get(id(cls)) is not facts.tree:
+        return None
+    params = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
+    if not params or params[0] != "self":
+        return None
+    trains = steps_optimizer(function)
+    for owner, base in _bases(facts, cls):
+        for item in base.body:
+            if not isinstance(item, _FUNCTIONS) or item.name == function.name:
+                continue
+            for loop, call in _hook_calls(item, function.name):
+                handed = _handed_param(call, loop, params)
+                if handed is None or not (trains or _moves_param(function, handed)):
+                    continue
+                where = "" if owner is facts else f" of {os.path.basename(owner.path)}"
+                how = (
+                    f"`{cls.name}.{function.name}` is the hook `{base.name}.{item.name}`{where} "
+                    f"calls on each item of its loader (line {call.lineno})"
+                )
+                return PerBatch(how, {}, trains or calls_backward(function))
+    return None
+
+
+def _hook_calls(
+    method: ast.FunctionDef | ast.AsyncFunctionDef, name: str
+) -> Iterator[tuple[ast.For | ast.AsyncFor, ast.Call]]:
+    """``self.name(...)`` calls in ``method``'s loops over a loader, not under a branch taken
+    on few steps (``if step % n == 0:``)."""
+
+    def visit(
+        body: list[ast.stmt], loop: ast.For | ast.AsyncFor | None
+    ) -> Iterator[tuple[ast.For | ast.AsyncFor, ast.Call]]:
+        for stmt in body:
+            if isinstance(stmt, (*_FUNCTIONS, ast.ClassDef)):
+                continue
+            if isinstance(stmt, ast.If) and loop is not None and _rare_condition(stmt.test, method):
+                continue
+            inner = loop
+            if isinstance(stmt, (ast.For, ast.AsyncFor)) and _iterates_batches(stmt):
+                inner = stmt
+            blocks = _blocks(stmt)
+            if inner is not None and not blocks:
+                for sub in walk(stmt):
+                    if (
+                        isinstance(sub, ast.Call)
+                        and isinstance(sub.func, ast.Attribute)
+                        and sub.func.attr == name
+                        and isinstance(sub.func.value, ast.Name)
+                        and sub.func.value.id == "self"
+                    ):
+                        yield inner, sub
+            for block in blocks:
+                yield from visit(block, inner)
+
+    yield from visit(list(method.body), None)
+
+
+def _blocks(stmt: ast.stmt) -> list[list[ast.stmt]]:
+    """The statement lists nested in ``stmt`` (bodies, ``else`` blocks, handlers)."""
+    out: list[list[ast.stmt]] = []
+    for field in ("body", "orelse", "finalbody"):
+        block = getattr(stmt, field, None)
+        if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+            out.append(block)
+    for handler in getattr(stmt, "handlers", []):
+        out.append(handler.body)
+    return out
+
+
+def _handed_param(call: ast.Call, loop: ast.For | ast.AsyncFor, params: list[str]) -> str | None:
+    """The override's parameter that receives an item the loop walks (``batch`` of ``for i,
+    batch in enumerate(loader)``), by position (after ``self``) or by keyword."""
+    targets = set(_target_names(loop.target))
+    for index, arg in enumerate(call.args):
+        if isinstance(arg, ast.Name) and arg.id in targets and index + 1 < len(params):
+            return params[index + 1]
+    for kw in call.keywords:
+        if isinstance(kw.value, ast.Name) and kw.value.id in targets and kw.arg in params:
+            return kw.arg
+    return None
+
+
+def _moves_param(function: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> bool:
+    """The function moves ``name`` (or an item of it) to a device: ``batch["image"].to(d)``."""
+    return any(
+        isinstance(sub, ast.Call)
+        and _is_move_call(sub)
+        and isinstance(sub.func, ast.Attribute)
+        and _chain_root(sub.func.value) == name
+        and not _is_cpu(_device_target(sub))
+        for sub in walk(function)
+    )
 
 
 def _is_hook(facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
@@ -312,7 +468,13 @@ def _from_instances(
             continue
         named |= {i.rpartition(".")[2] for i in instances if ":" not in i}
         found = _from_callers(
-            facts, function, depth + 1, callers, None, instances=instances, method=cls.name
+            facts,
+            function,
+            depth + (1 if depth else 0),
+            callers,
+            None,
+            instances=instances,
+            method=cls.name,
         )
         if found is not None and _given(found):
             return found

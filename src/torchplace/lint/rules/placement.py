@@ -294,9 +294,18 @@ def _cpu_alternative(call: ast.Call, ctx: Context) -> bool:
     ``if self.cuda: self.device = torch.device("cuda")`` ... ``else:
     self.device = torch.device("cpu")``, the statement form of the ``"cuda" if ... else
     "cpu"`` fallback; also the body of ``if torch.cuda.is_available() and not self.nogpu:``,
-    whose implicit alternative leaves the model and its inputs on the CPU."""
+    whose implicit alternative leaves the model and its inputs on the CPU; and the expression
+    itself spelled with devices, ``torch.device("cuda") if ... else torch.device("cpu")``."""
     node: ast.AST = call
     for parent in reversed(ctx.parents):
+        if (
+            isinstance(parent, ast.IfExp)
+            and node is parent.body
+            and any(
+                isinstance(sub, ast.Constant) and sub.value == "cpu" for sub in walk(parent.orelse)
+            )
+        ):
+            return True  # `torch.device("cuda") if ... else torch.device("cpu")`
         if (
             isinstance(parent, ast.If)
             and any(node is stmt for stmt in parent.body)

@@ -320,6 +320,19 @@ def _is_key(node: ast.JoinedStr, ctx: Context) -> bool:
     return isinstance(parent, ast.Subscript) and node is parent.slice
 
 
+def _slice(node: ast.Slice, ctx: Context) -> None:
+    """``mask[i, :, lengths[i]:] = 0``: an element of a device tensor as a slice bound is
+    turned into a Python index (``__index__``), a read of the device, once per row."""
+    for bound in (node.lower, node.upper):
+        if (
+            isinstance(bound, ast.Subscript)
+            and not _host_syntax(bound.value)
+            and not isinstance(bound.slice, ast.Slice)
+            and _check(bound, bound, "a slice bound", ctx, explicit=False)
+        ):
+            return
+
+
 def _percent(node: ast.BinOp, ctx: Context) -> None:
     """``"loss %g" % loss``, ``("%11.4g" * 3) % (*mloss,)``: ``%`` formatting of a tensor
     reads it, as an f-string does. Reported at the formatted values."""
@@ -1912,14 +1925,16 @@ def _parameter_names(scope: ast.AST) -> set[str] | None:
 
 def _reads_parameter(receiver: ast.expr, scope: ast.AST, ctx: Context) -> bool:
     """``receiver`` reads a parameter of ``scope`` (not ``self``), directly or through a name
-    bound from one (``t = text_index[i]``, then ``t[j]``), two bindings deep."""
+    bound from one (``t = text_index[i]``, then ``t[j]``), four bindings deep (a loss computed
+    in steps: ``g = torch.log(pred) - torch.log(target)``, ``dg = torch.var(g)``, ``loss =
+    torch.sqrt(dg)``)."""
     params = _parameter_names(scope)
     if params is None:
         return False
     function = ctx.function_scope()
     bindings = ctx.scope_bindings(function) if function is not None else {}
     names = names_in(receiver)
-    for _ in range(3):
+    for _ in range(5):
         if names & params:
             return True
         names = {n for name in names for v in bindings.get(name) or [] if v for n in names_in(v)}
@@ -2059,6 +2074,8 @@ def _called_here(scope: ast.AST, ctx: Context) -> bool:
     if name in {"training_step", "validation_step", "test_step", "predict_step"}:
         return True
     facts = file_facts(ctx)
+    if name == "forward" and _module_class_method(facts, scope):
+        return True  # `loss = criterion(pred, y)` runs the module's `forward` by its instance
     top = facts.parent.get(id(scope)) is facts.tree
     key = f"called:{name}:{top}"
     cache = ctx.scope.root().cache  # per file: the answer depends on the name (and level) only
@@ -2070,6 +2087,12 @@ def _called_here(scope: ast.AST, ctx: Context) -> bool:
             or (top and imported_by_siblings(facts, name))
         )
     return bool(cached)
+
+
+def _module_class_method(facts: FileFacts, scope: ast.AST) -> bool:
+    """A method of a module-level class."""
+    owner = facts.parent.get(id(scope))
+    return isinstance(owner, ast.ClassDef) and facts.parent.get(id(owner)) is facts.tree
 
 
 def _module_level(ctx: Context) -> bool:
@@ -2130,6 +2153,16 @@ def _text(node: ast.AST, ctx: Context) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def _backend_test(test: ast.expr) -> bool:
+    """``device.type == "cuda"``, ``x.is_cuda``, ``torch.cuda.is_available()``: a test of the
+    backend, the same answer on every step."""
+    return any(
+        (isinstance(sub, ast.Constant) and sub.value == "cuda")
+        or (isinstance(sub, ast.Attribute) and sub.attr in {"is_cuda", "is_available"})
+        for sub in walk(test)
+    )
+
+
 def _times_each_step(loop: ast.AST, ctx: Context) -> bool:
     """A loop that reads a timer each step synchronizes on purpose, to time each step."""
     key = f"times-each-step:{id(loop)}"
@@ -2143,8 +2176,10 @@ def _times_each_step(loop: ast.AST, ctx: Context) -> bool:
     )
     result = False
     for stmt in body:
-        if isinstance(stmt, ast.If):
+        if isinstance(stmt, ast.If) and not _backend_test(stmt.test):
             continue  # a clock read in a logging branch times the interval, not each step
+        # (a branch on the backend, `if device.type == "cuda":` around CUDA events, runs on
+        # every step or on none: its clock reads time each step)
         for sub in walk(stmt):
             if isinstance(sub, ast.Call):
                 name = ctx.call_qualname(sub)
@@ -2170,6 +2205,7 @@ FAMILY = Family(
         (ast.JoinedStr, _joined, (SYNC_IN_LOOP.code,)),
         (ast.Compare, _compare, (SYNC_IN_LOOP.code,)),
         (ast.BinOp, _percent, (SYNC_IN_LOOP.code,)),
+        (ast.Slice, _slice, (SYNC_IN_LOOP.code,)),
         (ast.If, _truth, (SYNC_IN_LOOP.code,)),
         (ast.IfExp, _truth, (SYNC_IN_LOOP.code,)),
         (ast.Assert, _truth, (SYNC_IN_LOOP.code,)),
@@ -2200,5 +2236,6 @@ FAMILY = Family(
         " if",  # also a comprehension's filter at the end of a line
         "while ",
         "assert ",
+        "]:",  # a slice bounded by an element, `x[:, lengths[i]:]`
     ),
 )
