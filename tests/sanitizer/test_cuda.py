@@ -95,6 +95,16 @@ def _sync_call(case: str, cuda: torch.device) -> Callable[[], object]:
         # torch reads a printed tensor element by element (several syncs); the guard records
         # the print once, as Tensor.__repr__
         "repr": lambda: repr(dev[:4]),
+        # a Python list as an index: copied over with a blocking copy no mode sees
+        "list-index": lambda: dev[[0, 2]],
+        "list-index-setitem": lambda: dev.__setitem__([0, 2], 1.0),
+        # a device tensor where torch takes a number: read by the argument parser
+        "full-like-device-value": lambda: torch.full_like(dev, dev[0]),
+        "add-device-alpha": lambda: dev.add(dev, alpha=dev[0]),
+        "full-like-host-value": lambda: torch.full_like(dev, 2.0),
+        "mask-left-aligned": lambda: torch._nested_tensor_from_mask_left_aligned(
+            dev[:24].view(2, 3, 4), torch.ones(2, 3, dtype=torch.bool, device=cuda)
+        ),
     }
     return calls[case]
 
@@ -138,6 +148,12 @@ def _sync_call(case: str, cuda: torch.device) -> Callable[[], object]:
         ("dense-to-sparse", 1, None),
         ("ctc-loss", 1, None),  # blocking copies of the lengths onto the device
         ("repr", 1, None),  # None: at least one
+        ("list-index", 1, 1),
+        ("list-index-setitem", 1, 1),
+        ("full-like-device-value", 1, 1),
+        ("add-device-alpha", 1, 1),
+        ("full-like-host-value", 0, 0),
+        ("mask-left-aligned", 1, None),  # a bool computed from the mask
     ],
 )
 def test_syncs_agree_with_torchs_sync_debug_mode(
@@ -285,6 +301,16 @@ def test_cpu_scalars_are_fine_and_cpu_indices_are_flagged(cuda: torch.device) ->
         t * torch.tensor(2.0)
         t[torch.tensor([0, 1])]  # torch copies the CPU indices over silently
     assert [e.op for e in report.mixed_device_ops] == ["aten.index.Tensor"]
+
+
+def test_a_list_index_is_one_h2d_copy_recorded_once(cuda: torch.device) -> None:
+    t = torch.ones(8, device=cuda)
+    with torchplace.guard() as report:
+        t[[0, 2]]  # cuda-list-index
+    assert [(e.kind, e.op, e.nbytes) for e in report.transfers] == [
+        ("h2d", "Tensor.__getitem__", 16)
+    ]
+    assert [e.site.lineno for e in report.syncs] == [line_of(HERE, "cuda-list-index")]
 
 
 def test_factory_from_host_data(cuda: torch.device) -> None:

@@ -21,11 +21,14 @@ __all__ = [
     "NO_KWARGS",
     "OTHER_NOT_AN_OPERAND",
     "PURE",
+    "SCALAR_PARAMS",
     "SEQUENCES",
     "SIZED",
     "function_name",
+    "index_lists",
     "op_name",
     "plain_index",
+    "reads_device_scalar",
     "reads_device_value",
 ]
 
@@ -110,6 +113,40 @@ _SIZED_TORCH_FUNCTIONS: Final = {
 _OTHER_NOT_AN_OPERAND: Final = _words("type_as view_as reshape_as expand_as")
 
 
+#: Pure calls with number parameters (``Scalar`` or ``float`` in every overload): torch's
+#: argument parser reads a tensor given there with ``item()``, so a device tensor there is a
+#: sync (``x.add(y, alpha=scale)``, ``torch.full_like(x, x.max())``); the call is pure device
+#: compute otherwise. ``(owner, names, positions, parameter names)``.
+_SCALAR_PARAMETERS: Final = (
+    (Tensor, "add add_ sub sub_", (), ("alpha",)),
+    (torch, "add sub", (), ("alpha",)),
+    (torch, "full_like", (1,), ("fill_value",)),
+    (torch, "dropout", (1,), ("p",)),
+    (torch, "layer_norm group_norm", (4,), ("eps",)),
+    (torch, "batch_norm", (6, 7), ("momentum", "eps")),
+    (torch.nn.functional, "hardtanh", (1, 2), ("min_val", "max_val")),
+    (torch.nn.functional, "leaky_relu", (1,), ("negative_slope",)),
+    (torch.nn.functional, "softplus", (1, 2), ("beta", "threshold")),
+    (torch.nn.functional, "elu", (1,), ("alpha",)),
+    (torch.nn.functional, "dropout", (1,), ("p",)),
+    (torch.nn.functional, "layer_norm group_norm", (4,), ("eps",)),
+    (torch.nn.functional, "batch_norm instance_norm", (6, 7), ("momentum", "eps")),
+    (torch.nn.functional, "rms_norm", (3,), ("eps",)),
+    (torch.nn.functional, "normalize", (1,), ("p",)),  # eps goes to clamp_min: a tensor
+    (torch.nn.functional, "pad", (3,), ("value",)),
+    (torch.nn.functional, "embedding", (3, 4), ("max_norm", "norm_type")),
+    (torch.nn.functional, "scaled_dot_product_attention", (4, 6), ("dropout_p", "scale")),
+)
+
+
+def _build_scalar_params() -> dict[Any, tuple[tuple[int, ...], frozenset[str]]]:
+    found: dict[Any, tuple[tuple[int, ...], frozenset[str]]] = {}
+    for owner, names, positions, parameters in _SCALAR_PARAMETERS:
+        for func in _resolve(owner, _words(names)):
+            found[func] = (positions, frozenset(parameters))
+    return found
+
+
 def _build_pure() -> frozenset[Any]:
     pure = _resolve(Tensor, _PURE_TENSOR_METHODS)
     for name in _PURE_TENSOR_PROPERTIES:
@@ -119,8 +156,12 @@ def _build_pure() -> frozenset[Any]:
             pure.add(getter)
     pure |= _resolve(torch, _PURE_TORCH_FUNCTIONS)
     pure |= _resolve(torch.nn.functional, _PURE_FUNCTIONAL)
-    return frozenset(pure)
+    return frozenset(pure - SCALAR_PARAMS.keys())
 
+
+#: Pure calls unless a device tensor is given as a number (:func:`reads_device_scalar`): the
+#: positions and names of their number parameters.
+SCALAR_PARAMS: Final = _build_scalar_params()
 
 #: Calls that only compute on the device their operands are on: no copy, no sync.
 PURE: Final = _build_pure()
@@ -143,6 +184,9 @@ DATA_FACTORIES: Final[dict[Any, str]] = {
 
 #: ``x[i]``: pure unless the index holds a tensor (:func:`plain_index`).
 GETITEM: Final = frozenset({Tensor.__getitem__})
+#: ``x[i]`` and ``x[i] = v``: a list in the index becomes an index tensor on ``x``'s device
+#: (:func:`index_lists`).
+INDEXING: Final = frozenset({Tensor.__getitem__, Tensor.__setitem__})
 #: Argument types whose items may be tensors on different devices.
 SEQUENCES: Final = (list, tuple)
 NO_KWARGS: Final[Mapping[str, Any]] = {}
@@ -164,6 +208,25 @@ def reads_device_value(args: Sequence[Any], start: int, kwargs: Mapping[str, Any
     return False
 
 
+def reads_device_scalar(
+    args: Sequence[Any], kwargs: Mapping[str, Any], params: tuple[tuple[int, ...], frozenset[str]]
+) -> bool:
+    """True when a tensor not on the CPU is given as one of a call's number parameters (by
+    position or by name): torch reads it on the host."""
+    positions, names = params
+    for i in positions:
+        if i < len(args):
+            value = args[i]
+            if isinstance(value, Tensor) and value.device.type != "cpu":
+                return True
+    if kwargs:
+        for name in names:
+            value = kwargs.get(name)
+            if isinstance(value, Tensor) and value.device.type != "cpu":
+                return True
+    return False
+
+
 def plain_index(index: Any) -> bool:
     """True when indexing cannot involve a tensor (ints, slices of ints, None, ...)."""
     items = index if type(index) is tuple else (index,)
@@ -174,6 +237,54 @@ def plain_index(index: Any) -> bool:
         elif type(item) not in _PLAIN_INDEX_TYPES:
             return False
     return True
+
+
+def _index_items(index: Any) -> tuple[Any, ...]:
+    """The items of an index as torch reads them: a tuple, a short list holding a sequence,
+    slice, tensor, ``None`` or ``...`` (NumPy's heuristic, which torch keeps), else one item."""
+    if type(index) is tuple:
+        return index
+    if type(index) is list and len(index) < 32:
+        for item in index:
+            if isinstance(item, (list, tuple, slice, Tensor)) or item is None or item is Ellipsis:
+                return tuple(index)
+    return (index,)
+
+
+def _plain_leaves(data: Any) -> tuple[int, bool] | None:
+    """How many numbers a nested list or tuple of ints and bools holds, and whether all are
+    bools; None when it holds anything else (a tensor, a float, an array)."""
+    count, all_bool = 0, True
+    for item in data:
+        if type(item) is bool:
+            count += 1
+        elif type(item) is int:
+            count += 1
+            all_bool = False
+        elif type(item) is list or type(item) is tuple:
+            inner = _plain_leaves(item)
+            if inner is None:
+                return None
+            count += inner[0]
+            all_bool = all_bool and inner[1]
+        else:
+            return None
+    return count, all_bool
+
+
+def index_lists(index: Any) -> list[int]:
+    """The bytes of each index tensor torch makes from a Python list in ``index`` (``x[[0, 2]]``,
+    ``x[0, [1, 2]]``, ``x[[True, False]]``): int64 for numbers, one byte for all-bool lists.
+    Torch builds each on the CPU and copies it to the indexed tensor's device with a blocking
+    copy, out of every mode's sight (``indexing_tensor_from_data``)."""
+    sizes = []
+    for item in _index_items(index):
+        if type(item) is list or type(item) is tuple:
+            leaves = _plain_leaves(item)
+            if leaves is not None:
+                count, all_bool = leaves
+                sizes.append(count * (1 if all_bool and count else 8))
+    return sizes
 
 
 @functools.lru_cache(maxsize=512)

@@ -67,9 +67,7 @@ class DispatchLayer(TorchDispatchMode):  # type: ignore[no-untyped-call]
             return handler(self._owner, func, args, kwargs)
         composite = _composite.get(func)
         if composite is None:
-            composite = _composite[func] = torch._C._dispatch_has_kernel_for_dispatch_key(
-                func.name(), "CompositeImplicitAutograd"
-            )
+            composite = _composite[func] = _is_composite(func)
         if composite:
             # Without autograd (inference_mode) composite ops such as aten.to or aten.item
             # reach this mode whole; decompose them under it to see the copies inside.
@@ -80,6 +78,17 @@ class DispatchLayer(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if maybe_mixed(args, kwargs):
             check_op(self._owner, func, args, kwargs)
         return func(*args, **kwargs)
+
+
+def _is_composite(func: Any) -> bool:
+    """Whether an op has a composite kernel. Ops that are not in the dispatcher's registry
+    (``prim.layout``, which a jagged nested tensor's ``.to()`` calls) have none."""
+    try:
+        return bool(
+            torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
+        )
+    except RuntimeError:  # "operator prim::layout does not exist"
+        return False
 
 
 @functools.cache
@@ -167,8 +176,19 @@ _SPARSE_INDICES: Final = {
 
 
 def _stored_bytes(t: Tensor, dtype: torch.dtype) -> int | None:
-    """What a copy of a sparse tensor sends: its index tensors and its stored values (in
-    ``dtype``), not its dense size; None for a layout without them."""
+    """What a copy of a sparse or jagged nested tensor sends: its index tensors (a nested
+    tensor's offsets) and its stored values (in ``dtype``), not its dense size; None for a
+    layout without them."""
+    if t.layout == torch.jagged:
+        # a jagged nested tensor: its values, then its offsets (and lengths), each copied with a
+        # .to() of its own
+        metadata = (getattr(t, "_offsets", None), getattr(t, "_lengths", None))
+        values = getattr(t, "_values", None)
+        if not isinstance(values, Tensor):
+            return None
+        return values.numel() * dtype.itemsize + sum(
+            nbytes(m) for m in metadata if isinstance(m, Tensor)
+        )
     names = _SPARSE_INDICES.get(t.layout)
     if names is None:
         return None

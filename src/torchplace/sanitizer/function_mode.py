@@ -30,12 +30,17 @@ from torch.overrides import TorchFunctionMode
 from torchplace.sanitizer.calls import (
     DATA_FACTORIES,
     GETITEM,
+    INDEXING,
     NO_KWARGS,
     OTHER_NOT_AN_OPERAND,
     PURE,
+    SCALAR_PARAMS,
     SEQUENCES,
     SIZED,
+    function_name,
+    index_lists,
     plain_index,
+    reads_device_scalar,
     reads_device_value,
 )
 from torchplace.sanitizer.dispatch_mode import nbytes
@@ -44,6 +49,7 @@ from torchplace.sanitizer.syncs import (
     BLOCKING_COPY,
     FACTORY_READ,
     FUNCTION_SYNCS,
+    INDEX_LIST_COPY,
     MODE_HIDDEN_SYNCS,
 )
 
@@ -77,6 +83,12 @@ class FunctionLayer(TorchFunctionMode):
                     return self._inspected_call(func, args, kwargs or NO_KWARGS)
                 check_call(self._owner, func, args, kwargs or NO_KWARGS)
             return func(*args, **kwargs) if kwargs else func(*args)
+        scalars = SCALAR_PARAMS.get(func)
+        if scalars is not None and not reads_device_scalar(args, kwargs or NO_KWARGS, scalars):
+            # numbers from the host: pure device compute, as above
+            if maybe_mixed(args, kwargs or NO_KWARGS):
+                check_call(self._owner, func, args, kwargs or NO_KWARGS)
+            return func(*args, **kwargs) if kwargs else func(*args)
         start = SIZED.get(func)
         if start is not None and not reads_device_value(args, start, kwargs or NO_KWARGS):
             # sizes and fill values from the host: pure
@@ -105,6 +117,8 @@ class FunctionLayer(TorchFunctionMode):
                         return func(*args, **kwargs)
                 finally:
                     owner._suppress_syncs -= 1
+        if func in INDEXING and len(args) > 1:
+            _record_index_copies(owner, func, args[0], args[1])
         hidden = MODE_HIDDEN_SYNCS.get(func)
         if hidden is not None and hidden[2](args, kwargs):
             owner._sync(hidden[0], hidden[1])
@@ -116,9 +130,20 @@ class FunctionLayer(TorchFunctionMode):
             # item() each, hidden from the dispatch layer): one sync per tensor
             for _ in range(_device_scalars(data)):
                 owner._sync(factory, FACTORY_READ)
-        seen = owner._transfers_seen
-        with owner._dispatch:
-            out = func(*args, **kwargs)
+        seen, mixed = owner._transfers_seen, owner._mixed_seen
+        try:
+            with owner._dispatch:
+                out = func(*args, **kwargs)
+        except RuntimeError as exc:
+            # torch refused the call before any aten op the dispatch layer saw (a composite
+            # such as torch.quantile checks its operands' devices itself): name the operands
+            if (
+                owner._mixed_seen == mixed
+                and not isinstance(exc, NotImplementedError)  # no kernel: not about devices
+                and maybe_mixed(args, kwargs)
+            ):
+                check_call(owner, func, args, kwargs)
+            raise
         if (
             factory is not None
             and isinstance(out, Tensor)
@@ -127,6 +152,18 @@ class FunctionLayer(TorchFunctionMode):
         ):
             _record_factory_copy(owner, factory, data, out)
         return out
+
+
+def _record_index_copies(owner: Guard, func: Any, t: Any, index: Any) -> None:
+    """``x[[0, 2]]`` on a device: torch turns each list in the index into an index tensor on
+    the CPU and copies it to ``x``'s device with a blocking copy that no mode sees."""
+    if not isinstance(t, Tensor) or t.device.type == "cpu":
+        return
+    for size in index_lists(index):
+        op = function_name(func)
+        owner._transfer("h2d", op, size, torch.device("cpu"), t.device, False)
+        if size:
+            owner._sync(op, INDEX_LIST_COPY)
 
 
 def _factory_data(factory: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:

@@ -49,8 +49,9 @@ def maybe_mixed(args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
 
 
 #: Operands that torch requires on the CPU whatever the device of the data (an aten op's or a
-#: torch function's name -> argument names): a packed sequence's lengths and batch sizes, and
-#: CTC's lengths (taken to the host by torch otherwise). On the CPU they are no crossing.
+#: torch function's name -> argument names): a packed sequence's lengths and batch sizes,
+#: CTC's lengths (taken to the host by torch otherwise) and the sizes a nested tensor is made from a
+#: padded one with. On the CPU they are no crossing.
 _HOST_OPERANDS: Final[Mapping[str, frozenset[str]]] = {
     "_pack_padded_sequence": frozenset({"lengths"}),
     "_pack_padded_sequence_backward": frozenset({"batch_sizes"}),
@@ -61,7 +62,20 @@ _HOST_OPERANDS: Final[Mapping[str, frozenset[str]]] = {
     "rnn_relu": frozenset({"batch_sizes"}),
     "ctc_loss": frozenset({"input_lengths", "target_lengths"}),
     "_ctc_loss": frozenset({"input_lengths", "target_lengths"}),
+    "_nested_from_padded": frozenset({"cpu_nested_shape_example"}),
 }
+
+#: Arguments that are no operands at all, wherever they sit: a jagged nested tensor's view ops
+#: take a ``dummy`` nested tensor that torch keeps on ``meta`` (only to reach the subclass), and
+#: ``min_seqlen`` / ``max_seqlen`` tensors on the CPU that hold a number in their shape (no data).
+_NOT_OPERANDS: Final[Mapping[str, frozenset[str]]] = dict.fromkeys(
+    (
+        "_nested_view_from_jagged",
+        "_nested_view_from_jagged_copy",
+        "_nested_from_padded_tensor",
+    ),
+    frozenset({"dummy", "min_seqlen", "max_seqlen"}),
+)
 
 
 def _is_cpu_scalar(t: Tensor) -> bool:
@@ -73,13 +87,17 @@ def _describe(name: str, t: Tensor) -> Operand:
 
 
 def _mixed_operands(
-    named: Iterable[tuple[str, Any]], host: frozenset[str] = frozenset()
+    named: Iterable[tuple[str, Any]],
+    host: frozenset[str] = frozenset(),
+    skip: frozenset[str] = frozenset(),
 ) -> tuple[Operand, ...] | None:
     """Every tensor operand, when those that are not CPU scalars (nor CPU tensors in the
-    arguments ``host`` names) sit on 2+ devices."""
+    arguments ``host`` names) sit on 2+ devices; the arguments ``skip`` names are none."""
     operands: list[Operand] = []
     devices: set[str] = set()
     for name, value in named:
+        if name in skip:
+            continue
         if isinstance(value, Tensor):
             tensors = [(name, value)]
         elif isinstance(value, (list, tuple)):
@@ -100,8 +118,15 @@ def _parameter_names(func: Callable[..., Any]) -> tuple[str, ...]:
         return tuple(inspect.signature(func).parameters)
     except (TypeError, ValueError):
         pass
-    name = getattr(func, "__name__", "").strip("_")
-    packet = getattr(torch.ops.aten, name, None) if name else None
+    name = getattr(func, "__name__", "")
+    # torch._nested_from_padded is aten._nested_from_padded; Tensor.__add__ is aten.add (not a
+    # TorchScript list op such as aten.__getitem__)
+    candidates = (name.strip("_"),) if name.startswith("__") else (name, name.strip("_"))
+    packet = None
+    for candidate in candidates:
+        packet = getattr(torch.ops.aten, candidate, None) if candidate else None
+        if packet is not None:
+            break
     if packet is None:
         return ()
     try:
@@ -129,14 +154,20 @@ def check_call(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str
 def check_op(owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
     """Record an aten op whose operands sit on two or more devices."""
     names = [a.name for a in func._schema.arguments]  # an aten op names its operands
-    host = _HOST_OPERANDS.get(func._overloadpacket.__name__, frozenset())
-    _check(owner, op_name(func), _named_args(names, args, kwargs), host)
+    packet = func._overloadpacket.__name__
+    host = _HOST_OPERANDS.get(packet, frozenset())
+    skip = _NOT_OPERANDS.get(packet, frozenset())
+    _check(owner, op_name(func), _named_args(names, args, kwargs), host, skip)
 
 
 def _check(
-    owner: Guard, op: str, named: list[tuple[str, Any]], host: frozenset[str] = frozenset()
+    owner: Guard,
+    op: str,
+    named: list[tuple[str, Any]],
+    host: frozenset[str] = frozenset(),
+    skip: frozenset[str] = frozenset(),
 ) -> None:
-    operands = _mixed_operands(named, host)
+    operands = _mixed_operands(named, host, skip)
     if operands is not None:
         devices = sorted({o.device for o in operands})
         owner._emit(

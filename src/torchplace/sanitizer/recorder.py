@@ -131,6 +131,7 @@ class Guard:
         self._dispatch = DispatchLayer(self)
         self._suppress_syncs = 0
         self._transfers_seen = 0
+        self._mixed_seen = 0  # mixed-device ops seen on this thread, allowed ones included
         self._warned: set[tuple[Site, str]] = set()
         self._thread: int | None = None
         self._live = [False]  # shared with the guard's stand-ins on other threads
@@ -223,7 +224,7 @@ class Guard:
         stand_in = copy.copy(self)  # shares the report, settings, warned lines and live cell
         stand_in._function = FunctionLayer(stand_in)
         stand_in._dispatch = DispatchLayer(stand_in)
-        stand_in._suppress_syncs = stand_in._transfers_seen = 0
+        stand_in._suppress_syncs = stand_in._transfers_seen = stand_in._mixed_seen = 0
         stand_in._thread = threading.get_ident()
         active_guards().append(stand_in)
         stand_in._function.__enter__()  # type: ignore[no-untyped-call]
@@ -271,6 +272,8 @@ class Guard:
         detail: str = "",
         operands: tuple[Operand, ...] = (),
     ) -> None:
+        if kind == "mixed_device":
+            self._mixed_seen += 1
         if kind in self.allow_kinds or not self._live[0]:
             return
         site = user_site()

@@ -42,6 +42,7 @@ __all__ = [
     "BLOCKING_COPY",
     "FACTORY_READ",
     "FUNCTION_SYNCS",
+    "INDEX_LIST_COPY",
     "MODE_HIDDEN_SYNCS",
     "Handler",
     "active_guards",
@@ -63,7 +64,16 @@ _PRINTED: Final = "printing a device tensor reads its values on the host"
 FUNCTION_SYNCS: Final[dict[Any, tuple[str, str]]] = {
     **{
         getattr(Tensor, name): (f"Tensor.{name}", _READ_ON_HOST)
-        for name in ("item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__")
+        for name in (
+            "item",
+            "tolist",
+            "numpy",
+            "__array__",
+            "__bool__",
+            "__int__",
+            "__float__",
+            "__index__",
+        )
         if hasattr(Tensor, name)
     },
     # print(t), str(t), repr(t) and f"{t}" (any dim), f"{loss:.3f}" (0-dim)
@@ -120,6 +130,12 @@ MODE_HIDDEN_SYNCS: Final[
 #: as a Python scalar, one ``item()`` each, where the dispatch layer cannot see them.
 FACTORY_READ: Final = (
     "a device tensor in the data read on the host as a scalar (torch.stack keeps it on the device)"
+)
+
+#: ``x[[0, 2]]`` on a device: the list becomes an index tensor copied over with a blocking copy.
+INDEX_LIST_COPY: Final = (
+    "a Python list in the index is copied to the device with a blocking copy (keep index tensors"
+    " on the device)"
 )
 
 #: Why a blocking copy between the host and a device is a sync, by direction. On CUDA every one
@@ -315,6 +331,14 @@ def sync_handlers() -> dict[Any, Handler]:
                 "Tensor_Tensor_out",
             )
         },
+        # nn.TransformerEncoder's nested-tensor fast path (eval, src_key_padding_mask): a bool
+        # computed from the mask, then sizes read from it
+        "_nested_tensor_from_mask_left_aligned": _sync_handler(
+            "_nested_tensor_from_mask_left_aligned (a Python bool computed from device data)"
+        ),
+        "_nested_tensor_from_mask": _sync_handler(
+            "_nested_tensor_from_mask reads the sequence lengths from the mask on the host"
+        ),
         "linalg_matrix_exp": _matrix_exp,
         "cholesky_inverse": _sync_handler("cholesky_inverse reads its error codes on the host"),
         **dict.fromkeys(
