@@ -207,6 +207,29 @@ class FileFacts:
                                 attrs[key] = device[0]
         return attrs.get(name)
 
+    def moves_argument(self, call: ast.Call, scope: ast.AST) -> bool:
+        """``self.to_var(x)`` in a method, or ``to_var(x)``, running a transfer helper of the
+        class or of the linted code: every definition the call runs hands back its first
+        parameter moved to a device (``return Variable(arg).cuda(self.gpu)``), or as given on
+        the path without CUDA (``else: return Variable(arg)``)."""
+        func = call.func
+        if not call.args or isinstance(call.args[0], ast.Starred):
+            return False
+        if isinstance(func, ast.Attribute):
+            cls = self.parent.get(id(scope))
+            if not (
+                isinstance(func.value, ast.Name)
+                and func.value.id == "self"
+                and isinstance(cls, ast.ClassDef)
+            ):
+                return False
+            found = [i for i in cls.body if isinstance(i, _FUNCTIONS) and i.name == func.attr]
+        elif isinstance(func, ast.Name):
+            found = [node for _, node in self.callees(func.id, self.qualname(func))]
+        else:
+            return False
+        return bool(found) and all(_hands_back_moved(node) for node in found)
+
     def registered_tensor(self, method: ast.AST, attr: str) -> bool:
         """``self.<attr>`` is a buffer or parameter of the method's module class
         (``self.register_buffer("step", ...)``, ``self.step = nn.Parameter(...)``): a tensor
@@ -789,3 +812,41 @@ def _chain_base(node: ast.expr) -> ast.expr:
     while isinstance(node, (ast.Call, ast.Attribute, ast.Subscript)):
         node = node.func if isinstance(node, ast.Call) else node.value
     return node
+
+
+def _hands_back_moved(func: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Every ``return`` of ``func`` hands back its first parameter (``self`` and ``cls`` aside)
+    moved to a device, or as given, and at least one moves it; a ``Variable(...)`` wrapper
+    around the parameter is the parameter."""
+    params = [a.arg for a in [*func.args.posonlyargs, *func.args.args]]
+    if params and params[0] in {"self", "cls"}:
+        params = params[1:]
+    if not params:
+        return False
+    first = params[0]
+
+    def given(node: ast.expr) -> bool:
+        if (
+            isinstance(node, ast.Call)
+            and (dotted_name(node.func) or "").rpartition(".")[2] == "Variable"
+            and node.args
+        ):
+            node = node.args[0]
+        return isinstance(node, ast.Name) and node.id == first
+
+    values = [r.value for r in own_nodes(func) if isinstance(r, ast.Return)]
+    moved = [
+        v
+        for v in values
+        if isinstance(v, ast.Call)
+        and isinstance(v.func, ast.Attribute)
+        and v.func.attr in {"to", "cuda"}
+        and given(v.func.value)
+        and not any(_is_cpu_text(a) for a in [*v.args, *(k.value for k in v.keywords)])
+    ]
+    as_given = [v for v in values if v is not None and given(v)]
+    return bool(moved) and len(moved) + len(as_given) == len(values)
+
+
+def _is_cpu_text(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and "cpu" in node.value

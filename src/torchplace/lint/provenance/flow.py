@@ -57,6 +57,11 @@ __all__ = ["Flow"]
 Lookup = Callable[[str], "Fact | None"]
 
 
+def _moved_through(call: ast.Call) -> str:
+    name = dotted_name(call.func) or "a helper"
+    return f"moved by the transfer helper `{name}(...)` at line {call.lineno}"
+
+
 class Flow:
     """Facts of one scope's names: ``bindings[name]`` lists ``(line, fact)`` in source order."""
 
@@ -516,6 +521,8 @@ class Flow:
                 return self.torch_call(node, qualname, args, lookup)
             if method in HOST_METHODS or isinstance(func.value, (ast.Constant, ast.JoinedStr)):
                 return Fact("host", method)  # also `"_".join(xs)`: a string's methods
+            if facts.moves_argument(node, self.node):  # `self.to_var(x)`: a transfer helper
+                return Fact("device", _short(facts.segment(node)), _moved_through(node))
             if _decodes_text(func):
                 return Fact("host", f"text from `{_short(facts.segment(func), 32)}`")
             if _numpy_alias(func) and lookup("np") is None and lookup("numpy") is None:
@@ -557,6 +564,8 @@ class Flow:
             made = facts.returns_device(name)
             if made is not None:  # `model = load_model(cfg)`, which returns `Net().cuda()`
                 return made
+            if facts.moves_argument(node, self.node):  # `to_var(x)`: a transfer helper
+                return Fact("device", _short(facts.segment(node)), _moved_through(node))
             arg_facts = [self.eval(arg, lookup) for arg in args]
             found = _any_device(arg_facts)
             if found is not None and found.on_device:

@@ -619,17 +619,28 @@ def _one_count(test: ast.expr, ctx: Context) -> bool:
     """``if i == warm_up:`` with ``i`` the counter of an enclosing loop (``for i in
     tqdm(range(runs)):``, or the index of ``enumerate``) and ``warm_up`` a value that loop never
     rebinds: it holds on one step at most (Hiera's benchmark restarting its clock after the
-    warm-up). An item compared with a value (``if label == target:``) may hold on any step."""
+    warm-up). Also ``if i in picked:``, the counter looked up among chosen steps
+    (``np.linspace(0, iters, 10, dtype=int)``, a list of milestones; not a ``range`` without a
+    stride, which may hold every step). An item compared with a value (``if label ==
+    target:``) may hold on any step."""
     if not (
         isinstance(test, ast.Compare)
         and len(test.ops) == 1
-        and isinstance(test.ops[0], ast.Eq)
+        and isinstance(test.ops[0], (ast.Eq, ast.In))
         and isinstance(test.left, ast.Name)
+    ):
+        return False
+    chosen = test.comparators[0]
+    if (
+        isinstance(test.ops[0], ast.In)
+        and isinstance(chosen, ast.Call)
+        and call_name(chosen) in {"range", "trange"}
+        and len(chosen.args) < 3
     ):
         return False
     for loop in ctx.parents:
         if isinstance(loop, (ast.For, ast.AsyncFor)) and test.left.id in _counter_names(loop):
-            return not names_in(test.comparators[0]) & loop_bound_names(loop, ctx)
+            return not names_in(chosen) & loop_bound_names(loop, ctx)
     return False
 
 

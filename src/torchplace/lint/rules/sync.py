@@ -1869,6 +1869,7 @@ def _moved_value(
         bool(ctx.loops())
         or isinstance(receiver, ast.Compare)
         or _torch_value(receiver, ctx)
+        or _bound_to_torch_values(receiver, ctx)
         or _reads_buffer(receiver, scope, ctx)
     )
     handed = by_form and _handed_in(receiver, scope, ctx)
@@ -1887,6 +1888,19 @@ def _moved_value(
         return early.moved and (mentions or bool(facts.given(scope)))
     seeded = facts.fact(receiver, scope, seeds, comps)
     return seeded is not None and seeded.moved
+
+
+def _bound_to_torch_values(receiver: ast.expr, ctx: Context) -> bool:
+    """``corr = torch.sum(pred == target)``, then ``float(corr)``: a name the function binds
+    only to torch calls or tensor reductions, a tensor by its form, not whatever the callers
+    pass (as a bare parameter may be)."""
+    if not isinstance(receiver, ast.Name):
+        return False
+    scope = ctx.function_scope()
+    if scope is None:
+        return False
+    values = ctx.scope_bindings(scope).get(receiver.id) or []
+    return bool(values) and all(value is not None and _torch_value(value, ctx) for value in values)
 
 
 def _handed_in(receiver: ast.expr, scope: ast.AST, ctx: Context) -> bool:
