@@ -143,7 +143,7 @@ class FakeEngine:
             future=asyncio.ensure_future(self.infer(inputs, **options)), device=""
         )
 
-    async def drain(self, timeout: float) -> None:
+    async def drain(self, timeout: float, reason: str | None = None) -> None:
         self.drained = True
 
     async def stop(self) -> None:

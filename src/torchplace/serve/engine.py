@@ -98,6 +98,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Engine", "Submitted", "resolve_devices"]
 
+_SHUTTING_DOWN = "the server is shutting down; retry on another instance"
+
 logger = logging.getLogger("torchplace.serve")
 
 _SERVED_BY: contextvars.ContextVar[str] = contextvars.ContextVar("torchplace_served_by", default="")
@@ -244,6 +246,8 @@ class Engine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._batcher: Batcher | None = None
         self._accepting = False
+        #: what a request refused or dropped by a drain is told (see :meth:`drain`)
+        self._closing = _SHUTTING_DOWN
         self._serving = False
         self._started = False
         self._stopped = False
@@ -401,9 +405,13 @@ class Engine:
         """Taking work and at least one replica ready (weights checked on its device now)."""
         return self._accepting and self._serving and self.pool.is_ready()
 
-    async def drain(self, timeout: float) -> None:
-        """Stop taking work; wait up to ``timeout`` s for queued and in-flight requests."""
+    async def drain(self, timeout: float, reason: str | None = None) -> None:
+        """Stop taking work; wait up to ``timeout`` s for queued and in-flight requests. Those
+        still queued then fail with :class:`NotReadyError` (503) saying ``reason`` (default:
+        the server is shutting down; a model version unloaded or replaced says so instead)."""
         self._accepting = False
+        if reason is not None:
+            self._closing = reason
         loop = self._loop
         if loop is None or self._batcher is None:
             return
@@ -413,9 +421,8 @@ class Engine:
         # the last batch's futures may have resolved in this very loop iteration: let their
         # requests take their answers before draining is reported done
         await asyncio.sleep(0)
-        failed = self._batcher.fail_all(
-            lambda: NotReadyError("the server is shutting down; retry on another instance")
-        )
+        closing = self._closing
+        failed = self._batcher.fail_all(lambda: NotReadyError(closing))
         if failed:
             self._device_metrics[self.default_label].errors["not_ready"].inc(failed)
 
@@ -680,7 +687,7 @@ class Engine:
         if not self._started:
             return NotReadyError("the model is still loading; retry shortly")
         if not self._accepting:
-            return NotReadyError("the server is shutting down; retry on another instance")
+            return NotReadyError(self._closing)
         return NotReadyError(
             f"no healthy replica of {self.name!r} (devices {self.devices}); retry shortly"
         )

@@ -12,8 +12,9 @@ settles it; cancelling it is how the server says the client went away or the req
 one that ends cancelled otherwise, its client still there, is answered 503).
 A one-second ticker answers requests that run past the request timeout (503; not those whose
 handler cleared :attr:`Request.timed`, such as a model load), drops clients that
-send a request more slowly than that (408) or leave their answers unread that long, and closes
-idle keep-alive connections (empty lines between requests do not count as activity).
+send a request more slowly than that (408) or leave their answers unread that long (also
+after the connection was closed with part of an answer unsent), and closes idle keep-alive
+connections (empty lines between requests do not count as activity).
 
 What one connection can make the server hold is bounded: its waiting requests hold one body limit
 at most (then reading stops until they are answered), and while the transport's write buffer is
@@ -451,7 +452,8 @@ class _Connection(asyncio.Protocol):
         self._paused_reading = False  # the transport is not being read
         self._queue_full = False  # too many requests waiting: a reason not to read
         self._write_paused = False  # the write buffer is over its high-water mark: another reason
-        self._write_paused_since = 0.0  # when the client last read any of its answers
+        self._write_paused_since = 0.0  # when the client last read any of its answers (0: not
+        # stalled)
         self._write_unsent = 0  # bytes waiting in the write buffer then
         #: an Upgrade request whose body the parser left unread: (request, bytes still due);
         #: the body gathers in ``_body`` meanwhile
@@ -564,6 +566,7 @@ class _Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        self._write_paused_since = 0.0
         self._update_reading()
         self._next()
 
@@ -992,9 +995,14 @@ class _Connection(asyncio.Protocol):
         transport = self._transport
         if transport is None:
             return
-        if self._write_paused:
+        if self._write_paused or (
+            # closed (idle, or its last answer said so) with answers still in the buffer,
+            # under the high-water mark: close() waits for a client that may never read them
+            transport.is_closing() and transport.get_write_buffer_size()
+        ):
             unsent = _unsent(transport)
-            if unsent < self._write_unsent:  # the client read some: it is slow, not gone
+            if not self._write_paused_since or unsent < self._write_unsent:
+                # stalled just now, or the client read some: it is slow, not gone
                 self._write_unsent, self._write_paused_since = unsent, now
             elif now - self._write_paused_since > timeout:
                 transport.abort()  # close() would wait for the client to read it all

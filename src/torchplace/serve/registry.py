@@ -76,12 +76,14 @@ class ModelHandle:
     def leave(self) -> None:
         self.active -= 1
 
-    async def retire(self, timeout: float) -> None:
-        """Wait (up to ``timeout`` s) for the requests routed here, drain the engine, stop."""
+    async def retire(self, timeout: float, reason: str | None = None) -> None:
+        """Wait (up to ``timeout`` s) for the requests routed here, drain the engine, stop;
+        requests still queued then are told ``reason`` (see :meth:`Engine.drain
+        <torchplace.serve.engine.Engine.drain>`)."""
         deadline = time.monotonic() + max(timeout, 0.0)
         while self.active > 0 and time.monotonic() < deadline:
             await asyncio.sleep(0.002)
-        await self.engine.drain(max(0.0, deadline - time.monotonic()))
+        await self.engine.drain(max(0.0, deadline - time.monotonic()), reason)
         await self.engine.stop()
 
 

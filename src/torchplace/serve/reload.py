@@ -274,11 +274,22 @@ class ModelControl:
     async def _retire(self, handles: list[ModelHandle]) -> None:
         """Wait for the requests routed to ``handles`` (up to ``--drain-timeout``), stop their
         engines, release their memory. Cancelled (:meth:`stop` cuts the wait short), they
-        are stopped at once all the same: else their engines would run on, unreachable."""
+        are stopped at once all the same: else their engines would run on, unreachable.
+        Requests still queued past the timeout are told that their version went (503), not
+        that the server is shutting down: it is not, and they can be sent again."""
+        timeout = self.config.drain_timeout_s
+
+        def reason(h: ModelHandle) -> str:
+            return (
+                f"version {h.version!r} of model {h.name!r} was unloaded or replaced before "
+                f"this request ran (it waited past --drain-timeout {timeout:g} s); send it "
+                "again: the version loaded now, if any, takes it"
+            )
+
         try:
-            await asyncio.gather(*(h.retire(self.config.drain_timeout_s) for h in handles))
+            await asyncio.gather(*(h.retire(timeout, reason(h)) for h in handles))
         except asyncio.CancelledError:
-            await asyncio.gather(*(h.retire(0.0) for h in handles))
+            await asyncio.gather(*(h.retire(0.0, reason(h)) for h in handles))
             raise
         finally:
             for handle in handles:

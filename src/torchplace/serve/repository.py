@@ -259,7 +259,13 @@ def _read_model(root: Path, name: str, inline: Mapping[str, Any] | None) -> Mode
             'model) or "module:callable"'
         )
     if inline is not None:
-        data = {**data, **inline}
+        merged = {**data, **inline}
+        # the [batching] table too, key by key: an inline max_batch_size (or Triton's
+        # dynamic_batching delay) alone keeps the file's other batching value
+        batching, extra = data.get("batching"), inline.get("batching")
+        if isinstance(batching, Mapping) and isinstance(extra, Mapping):
+            merged["batching"] = {**batching, **extra}
+        data = merged
         from_file = config_file.is_file() or kserve_file.is_file()
         where = f"{where} with the inline config" if from_file else "inline config"
     return _checked(directory, name, where, data)
