@@ -43,7 +43,17 @@ __all__ = ["Batcher", "Pending", "Worker"]
 class Pending:
     """One queued request: its input rows, its priority level and the future its caller awaits."""
 
-    __slots__ = ("arrived", "caller", "device", "future", "inputs", "level", "rows", "taken")
+    __slots__ = (
+        "arrived",
+        "caller",
+        "device",
+        "future",
+        "inputs",
+        "level",
+        "rows",
+        "taken",
+        "timing",
+    )
 
     def __init__(
         self,
@@ -63,6 +73,8 @@ class Pending:
         self.device = ""  # the device label of the replica that served it
         self.taken = False  # handed to a replica: it will run
         self.caller = caller  # the caller's trace context its spans join (tracing.CALLER)
+        #: its batch's (start, h2d s, forward s, d2h s) once it ran (statistics.BatchTiming)
+        self.timing: tuple[float, float, float, float] | None = None
 
 
 class Worker(Protocol):

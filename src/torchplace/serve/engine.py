@@ -470,16 +470,14 @@ class Engine:
         server default) bounds the time the request may stay queued; ``priority`` picks its
         level (1 is served first; 0 or None: the default); ``caller`` is the trace its spans
         join. Cancelling the future withdraws what is still queued (counted, never run).
-        Every request is counted in :attr:`statistics` when it settles. ``rows`` says the
+        Every queued request is counted in :attr:`statistics` when it settles. ``rows`` says the
         caller already checked ``inputs`` against the declared inputs and the row limit (the
         REST route passes what its codec checked), and how many rows they hold.
         """
         began = time.perf_counter()
-        try:
-            pendings = self._queue(inputs, priority, caller, rows, began)
-        except BaseException:
-            self.statistics.request(False, time.perf_counter() - began)
-            raise
+        # refused before it was queued (invalid, full queue, not ready): as in Triton, no
+        # statistic counts it (its status is in the metrics)
+        pendings = self._queue(inputs, priority, caller, rows, began)
         loop = self._loop
         assert loop is not None
         timeout = self.policy.timeout(timeout_s)
@@ -546,7 +544,7 @@ class Engine:
             ok = future.exception() is None
             if not ok:
                 self._withdraw(pendings)
-        self.statistics.request(ok, time.perf_counter() - began)
+        self.statistics.request(ok, time.perf_counter() - began, pendings)
 
     def _check_chunks(self, rows: int, level: int) -> None:
         """Refuse (413) a request whose chunks could never all wait in its level's queue,

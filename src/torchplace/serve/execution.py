@@ -74,6 +74,9 @@ class BatchOutcome:
     d2h_s: float = 0.0
     sync_s: float = 0.0  # host time waiting in the batch's one synchronisation (CUDA)
     oom_splits: int = 0
+    #: the model executions that answered rows: (rows, h2d s, forward s, d2h s) each; one
+    #: unless an out-of-memory error split the batch, none when it failed
+    executions: list[tuple[int, float, float, float]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)  # the failure kinds met, in order
     left_pool: bool = False
 
@@ -154,6 +157,7 @@ class BatchExecutor:
             failure = exc.failure
             outcome.failures.append(failure.kind)
             outcome.results = [failure.error() for _ in requests]
+            outcome.executions.clear()  # halves that ran before the failure answer nothing
             if count_health:
                 outcome.left_pool = self.health.failure()
             self._settle()
@@ -281,13 +285,15 @@ class BatchExecutor:
             else:
                 arrays[name] = self._private(host, host_in)
         if events:
-            outcome.h2d_s += events[0].elapsed_time(events[1]) / 1e3
-            outcome.compute_s += events[1].elapsed_time(events[2]) / 1e3
-            outcome.d2h_s += events[2].elapsed_time(events[3]) / 1e3
+            h2d_s = events[0].elapsed_time(events[1]) / 1e3
+            compute_s = events[1].elapsed_time(events[2]) / 1e3
+            d2h_s = events[2].elapsed_time(events[3]) / 1e3
         else:
-            outcome.h2d_s += t1 - t0
-            outcome.compute_s += t2 - t1
-            outcome.d2h_s += t3 - t2
+            h2d_s, compute_s, d2h_s = t1 - t0, t2 - t1, t3 - t2
+        outcome.h2d_s += h2d_s
+        outcome.compute_s += compute_s
+        outcome.d2h_s += d2h_s
+        outcome.executions.append((n, h2d_s, compute_s, d2h_s))
         return arrays
 
     @staticmethod

@@ -176,14 +176,13 @@ class ReplicaPool:
         if outcome.oom_splits:
             bound.oom_splits.inc(outcome.oom_splits)
         if self.statistics is not None:
-            started = outcome.started
-            self.statistics.batch(
-                outcome.rows,
-                [started - pending.arrived for pending in batch],
-                outcome.h2d_s,
-                outcome.compute_s,
-                outcome.d2h_s,
-            )
+            # each request is counted when it settles (engine), with its batch's times; the
+            # executions that answered rows are counted here, once per batch
+            timing = (outcome.started, outcome.h2d_s, outcome.compute_s, outcome.d2h_s)
+            for pending in batch:
+                pending.timing = timing
+            if outcome.executions:
+                self.statistics.executions(outcome.executions)
         failed = [r for r in outcome.results if isinstance(r, ServeError)]
         for error in failed:
             cls = ERROR_CLASS.get(type(error))

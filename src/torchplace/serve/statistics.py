@@ -1,35 +1,55 @@
 """Triton's statistics extension for one model version: counts and cumulative nanoseconds.
 
 What :class:`InferStatistics` keeps, as ``GET /v2/models/{m}/stats`` and the gRPC
-``ModelStatistics`` report it (Triton's spelling, times in nanoseconds):
+``ModelStatistics`` report it (Triton's spelling and accounting, times in nanoseconds; see
+Triton core's ``InferenceStatsAggregator``):
 
 =====================  ============================================================
-``success`` / ``fail``  requests answered / failed by the engine, and their time in it
-``queue``               per request (a chunk of a large request counts as one): arrival
-                        to the start of its batch
-``compute_input``       per request: its batch's host -> device copy
-``compute_infer``       per request: its batch's forward
-``compute_output``      per request: its batch's device -> host copy
-``batch_stats``         per batch size: executions and the three compute times
-``inference_count``     rows answered (Triton counts each row of a batch as an inference)
-``execution_count``     batches run
-``last_inference``      when the last batch finished, milliseconds since the epoch
+``success``             requests answered: arrival to answer (a request split into chunks
+                        counts once)
+``fail``                requests that were queued and then failed: dropped at their deadline,
+                        cancelled, or failed by the model, arrival to failure. A request refused
+                        before it was queued (invalid, queue full, not ready) is in no statistic
+``queue``               per successful request: arrival to the start of its (first) batch
+``compute_input``       per successful request: its batch's host -> device copy (a request
+                        split into chunks: the sum over its chunks' batches)
+``compute_infer``       per successful request: its batch's forward (likewise)
+``compute_output``      per successful request: its batch's device -> host copy (likewise)
+``batch_stats``         per batch size: model executions and their three compute times
+``inference_count``     rows of the successful requests
+``execution_count``     model executions that answered at least one row (a batch split after
+                        an out-of-memory error counts each half that ran)
+``last_inference``      when the last counted execution finished, milliseconds since the epoch
 =====================  ============================================================
 
-The engine reports requests, the replica pool reports batches (on a replica's worker thread):
-both take one short lock. Nothing here depends on Prometheus metrics being on.
+So ``queue``, ``compute_*`` and ``success`` always have the same count, as perf_analyzer
+expects. The replica pool reports executions once per batch (on a replica's worker thread) and
+stamps each request of the batch with the batch's times (one shared tuple); the engine
+reports each request once when it settles. Each takes one short lock. Nothing here depends on
+Prometheus metrics being on.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
 
-__all__ = ["InferStatistics"]
+__all__ = ["BatchTiming", "InferStatistics", "Timed"]
 
 _NS = 1_000_000_000
+
+#: a batch's (start on the replica, h2d s, forward s, d2h s), shared by every request in it
+BatchTiming = tuple[float, float, float, float]
+
+
+class Timed(Protocol):
+    """A queued request (or chunk) as the statistics read it."""
+
+    arrived: float
+    rows: int
+    timing: BatchTiming | None
 
 
 class InferStatistics:
@@ -57,38 +77,75 @@ class InferStatistics:
         self.execution_count = 0
         self.last_inference_ms = 0
 
-    def request(self, ok: bool, seconds: float) -> None:
-        """One request the engine answered (``ok``) or failed, after ``seconds`` in it."""
-        key = "success" if ok else "fail"
-        with self._lock:
-            self._counts[key] += 1
-            self._times[key] += int(seconds * _NS)
-
-    def batch(
-        self, rows: int, waits: Iterable[float], h2d_s: float, compute_s: float, d2h_s: float
-    ) -> None:
-        """One batch of ``rows`` rows, with the queue wait of each request in it."""
-        stages = (int(h2d_s * _NS), int(compute_s * _NS), int(d2h_s * _NS))
-        waited = [int(w * _NS) for w in waits]
-        n = len(waited)
-        now_ms = int(time.time() * 1000)
+    def request(self, ok: bool, seconds: float, parts: Sequence[Timed] = ()) -> None:
+        """One queued request settled: answered (``ok``) or failed, ``seconds`` after it
+        arrived; ``parts`` are its queued chunks (one unless it was split), stamped with the
+        times of the batches they ran in. A failed request counts in ``fail`` only."""
+        if not ok:
+            with self._lock:
+                self._counts["fail"] += 1
+                self._times["fail"] += int(seconds * _NS)
+            return
+        rows = 0
+        queue_ns = h2d_ns = infer_ns = d2h_ns = 0
+        timed = False
+        if len(parts) == 1:  # the common case
+            part = parts[0]
+            rows = part.rows
+            timing = part.timing
+            if timing is not None:
+                timed = True
+                started, h2d, infer, d2h = timing
+                queue_ns = int((started - part.arrived) * _NS)
+                h2d_ns, infer_ns, d2h_ns = int(h2d * _NS), int(infer * _NS), int(d2h * _NS)
+        else:
+            first: float | None = None
+            for part in parts:
+                rows += part.rows
+                timing = part.timing
+                if timing is None:
+                    continue
+                timed = True
+                started, h2d, infer, d2h = timing
+                if first is None or started < first:
+                    first = started
+                h2d_ns += int(h2d * _NS)
+                infer_ns += int(infer * _NS)
+                d2h_ns += int(d2h * _NS)
+            if first is not None:
+                queue_ns = int((first - min(part.arrived for part in parts)) * _NS)
         with self._lock:
             counts, times = self._counts, self._times
-            counts["queue"] += n
-            times["queue"] += sum(waited)
-            for key, ns in zip(("compute_input", "compute_infer", "compute_output"), stages):  # noqa: B905
-                counts[key] += n
-                times[key] += ns * n
-            entry = self._batches.get(rows)
-            if entry is None:
-                entry = self._batches[rows] = [0, 0, 0, 0]
-            entry[0] += 1
-            entry[1] += stages[0]
-            entry[2] += stages[1]
-            entry[3] += stages[2]
+            counts["success"] += 1
+            times["success"] += int(seconds * _NS)
             self.inference_count += rows
-            self.execution_count += 1
-            self.last_inference_ms = now_ms
+            if timed:
+                counts["queue"] += 1
+                times["queue"] += max(queue_ns, 0)
+                counts["compute_input"] += 1
+                times["compute_input"] += h2d_ns
+                counts["compute_infer"] += 1
+                times["compute_infer"] += infer_ns
+                counts["compute_output"] += 1
+                times["compute_output"] += d2h_ns
+
+    def executions(self, runs: Iterable[tuple[int, float, float, float]]) -> None:
+        """Model executions that answered rows: (rows, h2d s, forward s, d2h s) each."""
+        now_ms = int(time.time() * 1000)
+        with self._lock:
+            counted = False
+            for rows, h2d, infer, d2h in runs:
+                counted = True
+                entry = self._batches.get(rows)
+                if entry is None:
+                    entry = self._batches[rows] = [0, 0, 0, 0]
+                entry[0] += 1
+                entry[1] += int(h2d * _NS)
+                entry[2] += int(infer * _NS)
+                entry[3] += int(d2h * _NS)
+                self.execution_count += 1
+            if counted and now_ms > self.last_inference_ms:
+                self.last_inference_ms = now_ms
 
     def snapshot(self, name: str, version: str) -> dict[str, Any]:
         """The ``model_stats`` entry of this version, as Triton's JSON spells it."""
