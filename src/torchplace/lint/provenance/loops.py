@@ -136,6 +136,8 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
     found = None if few or handed or streamed else _iterates_device(facts, iters, scope)
     if found is not None and found[0] == "items" and _gathers_host_values(facts, iters, scope):
         return None  # `dist.all_gather(sizes, local_size)` of a packed `.numel()`: sizes
+    if found is not None and found[0] == "items" and _unpickles_gathered(facts, loop, iters, scope):
+        return None  # each rank's pickled bytes from `dist.all_gather`, decoded one by one
     if found is not None and found[0] == "rows" and narrowed_to_list(loop, scope):
         # `if isinstance(out, list): out = [o.cpu() for o in out]`: one whole tensor per head
         return "items", found[1]
@@ -830,6 +832,37 @@ def _gathers_host_values(facts: FileFacts, iters: list[ast.expr], scope: ast.AST
         and node.args[0].id in names
         and isinstance(node.args[1], ast.Name)
         and node.args[1].id in packed
+        for node in walk(scope)
+    )
+
+
+def _unpickles_gathered(
+    facts: FileFacts, loop: ast.AST, iters: list[ast.expr], scope: ast.AST
+) -> bool:
+    """``for size, t in zip(size_list, tensor_list): pickle.loads(t.cpu().numpy().tobytes())``
+    after ``dist.all_gather(tensor_list, t)``: an object all-gather, one pickled buffer per
+    rank; each must come back to the host to be decoded, once per rank, not per batch."""
+    names = {
+        arg.id
+        for it in iters
+        for arg in (
+            it.args
+            if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "zip"
+            else [it]
+        )
+        if isinstance(arg, ast.Name)
+    }
+    if not names or not any(
+        isinstance(node, ast.Call) and facts.qualname(node.func) == "pickle.loads"
+        for node in walk(loop)
+    ):
+        return False
+    return any(
+        isinstance(node, ast.Call)
+        and (facts.qualname(node.func) or "").endswith("distributed.all_gather")
+        and node.args
+        and isinstance(node.args[0], ast.Name)
+        and node.args[0].id in names
         for node in walk(scope)
     )
 

@@ -201,11 +201,22 @@ def _number_tensor(call: ast.Call, name: str, ctx: Context) -> bool:
     if name != "torch.tensor" or len(call.args) != 1 or scope is None:
         return False
     data = call.args[0]
+    if not isinstance(data, ast.Name):
+        return False
     params = getattr(scope.node, "args", None)
-    if not isinstance(data, ast.Name) or (
-        isinstance(params, ast.arguments)
-        and any(a.arg == data.id for a in [*params.posonlyargs, *params.args, *params.kwonlyargs])
-    ):
+    param = next(
+        (
+            a
+            for a in (
+                [*params.posonlyargs, *params.args, *params.kwonlyargs]
+                if isinstance(params, ast.arguments)
+                else []
+            )
+            if a.arg == data.id
+        ),
+        None,
+    )
+    if param is not None and not _number_annotation(param.annotation):
         return False  # a parameter holds what the callers hand it
     values = [
         sub.value
@@ -216,7 +227,28 @@ def _number_tensor(call: ast.Call, name: str, ctx: Context) -> bool:
             for t in (sub.targets if isinstance(sub, ast.Assign) else [sub.target])
         )
     ]
+    if param is not None:  # `temp: Optional[float]`: a number, unless rebound to another
+        return all(v is not None and _python_number(v) for v in values)
     return bool(values) and all(v is not None and _python_number(v) for v in values)
+
+
+_NUMBER_TYPES = frozenset({"float", "int"})
+
+
+def _number_annotation(node: ast.expr | None) -> bool:
+    """``float``, ``int``, ``Optional[float]``, ``float | None``: a Python number (or None)."""
+    if isinstance(node, ast.Name):
+        return node.id in _NUMBER_TYPES
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value in _NUMBER_TYPES
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        sides = [node.left, node.right]
+        plain = [s for s in sides if not (isinstance(s, ast.Constant) and s.value is None)]
+        return bool(plain) and all(_number_annotation(s) for s in plain)
+    if isinstance(node, ast.Subscript) and isinstance(node.value, (ast.Name, ast.Attribute)):
+        outer = node.value.id if isinstance(node.value, ast.Name) else node.value.attr
+        return outer == "Optional" and _number_annotation(node.slice)
+    return False
 
 
 def _python_number(node: ast.expr) -> bool:
@@ -756,6 +788,7 @@ def check_factory(call: ast.Call, ctx: Context, name: str, method: Scope | None)
             or _bounds_slices(call, ctx)
             or _cpu_path(call, method)
             or _works_on_host(method)
+            or _collates(method, ctx)
         ):
             return
         where = f"{method.cls.name}.{method.name}"
@@ -805,6 +838,17 @@ def _works_on_host(method: Scope) -> bool:
             for node in walk(method.node)
         )
     return bool(cached)
+
+
+def _collates(method: Scope, ctx: Context) -> bool:
+    """A module that is a collate function by its name or its base's (``class
+    PairCollateFunction(nn.Module)`` handed to ``DataLoader(collate_fn=...)``): its
+    ``forward`` builds each batch from the dataset's items in the loader, on the host."""
+    cls = method.cls
+    if cls is None or not isinstance(cls.node, ast.ClassDef):
+        return False
+    names = [cls.name, *(ctx.segment(base) or "" for base in cls.node.bases)]
+    return any("collat" in name.lower() for name in names)
 
 
 def _root_name(node: ast.expr) -> str | None:

@@ -7,7 +7,7 @@ import ast
 
 from torchplace.lint.base import Context, Family, Rule, Scope
 from torchplace.lint.nodes import own_nodes, walk
-from torchplace.lint.rules.factories import _empty_shape
+from torchplace.lint.rules.factories import _empty_shape, _number_annotation
 from torchplace.lint.rules.facts import (
     FACTORIES,
     TENSOR_FUNCTIONS,
@@ -93,7 +93,11 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
     value = node.value
     plain: set[str] = method.cls.cache.setdefault("plain-containers", set())
     if attr is not None:
-        if _plain_tensor(value, ctx, method, attr, node.lineno):
+        if (
+            _plain_tensor(value, ctx, method, attr, node.lineno)
+            and not _filled_placeholder(value, ctx, method, attr)
+            and not _scalar_lookup(value, ctx, method, attr)
+        ):
             _report_attribute(ctx, node, method.cls, attr)
         elif isinstance(value, _CONTAINERS):
             if isinstance(value, (ast.List, ast.Dict, ast.Set)) and not (
@@ -154,6 +158,90 @@ def _scratch_placeholders(value: ast.expr, ctx: Context, method: Scope, attr: st
     return True
 
 
+def _filled_placeholder(value: ast.expr, ctx: Context, method: Scope, attr: str) -> bool:
+    """``self._encoded = torch.empty(0)`` that a callback of the class rebinds whole, from
+    values other than its own (a forward hook's ``self._encoded = self.projector(out)``,
+    registered as ``register_forward_hook(self._hook)`` and called by no method of the class):
+    an empty placeholder, no values to move or save, replaced by what each call computes. Not
+    a cache a method of the class rebuilds when it must (``if n > self.pe.shape[1]:
+    self._build(n, x)`` in ``forward``: kept across calls, left behind by ``.to()``), nor one
+    grown from itself, ``self.cache = torch.cat([self.cache, x])``."""
+    if not (
+        isinstance(value, ast.Call)
+        and (name := ctx.call_qualname(value)) is not None
+        and _empty_shape(value, name)
+    ):
+        return False
+    assert method.cls is not None
+    methods = _methods(method.cls)
+    called = {name for item in methods.values() for name in _self_calls(item)}
+    filled = False
+    for item in methods.values():
+        if item is method.node:
+            continue
+        if item.name in called:
+            if any(_self_attr(t) == attr for sub in walk(item) for t in _store_targets(sub)):
+                return False  # rebuilt by the class's own code: a cache kept across calls
+            continue
+        for sub in walk(item):
+            if isinstance(sub, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
+                if not any(_self_attr(t) == attr for t in targets):
+                    continue
+                if isinstance(sub, ast.AugAssign) or sub.value is None:
+                    return False
+                if any(
+                    isinstance(n, ast.Attribute) and _self_attr(n) == attr for n in walk(sub.value)
+                ):
+                    return False  # grown from itself: a cache kept across calls
+                filled = True
+    return filled
+
+
+# Factories whose result is one-dimensional whatever their arguments.
+_ONE_DIM = frozenset({"torch.linspace", "torch.logspace", "torch.arange"})
+
+
+def _scalar_lookup(value: ast.expr, ctx: Context, method: Scope, attr: str) -> bool:
+    """``self.temps = torch.linspace(a, b, n)`` that other methods read only as one element
+    picked by an integer, ``self.temps[epoch]`` with ``epoch: int | None``: a 0-dim value,
+    which mixes with a tensor on any device. Not one indexed by a tensor of steps
+    (``self.betas[t]`` with ``t`` unannotated): that index may live on the GPU."""
+    if not isinstance(value, ast.Call) or ctx.call_qualname(value) not in _ONE_DIM:
+        return False
+    assert method.cls is not None
+    picked = False
+    for item in _methods(method.cls).values():
+        if item is method.node:
+            continue
+        params = item.args
+        ints = {
+            a.arg
+            for a in [*params.posonlyargs, *params.args, *params.kwonlyargs]
+            if _number_annotation(a.annotation)
+        }
+        subscripted: set[int] = set()
+        for sub in walk(item):
+            if isinstance(sub, ast.Subscript) and _self_attr(sub.value) == attr:
+                index = sub.slice
+                if isinstance(sub.ctx, ast.Load) and (
+                    (isinstance(index, ast.Name) and index.id in ints)
+                    or (isinstance(index, ast.Constant) and isinstance(index.value, int))
+                ):
+                    subscripted.add(id(sub.value))
+                    picked = True
+                else:
+                    return False
+        for sub in walk(item):
+            if (
+                isinstance(sub, ast.Attribute)
+                and _self_attr(sub) == attr
+                and id(sub) not in subscripted
+            ):
+                return False  # read whole, or rebound: not only a lookup of elements
+    return picked
+
+
 _REGISTERING = frozenset({"ModuleDict", "ModuleList", "ParameterDict", "ParameterList"})
 
 
@@ -183,9 +271,33 @@ def _expr(node: ast.Expr, ctx: Context) -> None:
     if attr not in method.cls.cache.get("plain-containers", ()) or in_test(ctx):
         return
     value = call.args[-1]
+    if _host_copy(value):
+        return  # `self._feats.append(x.cpu())`: a host buffer on purpose, gathered later
     held = _contents(value, ctx, method) if func.attr == "extend" else _held(value, ctx, method)
     if held is not None:
         _report(ctx, call, method.cls, attr, held)
+
+
+# Methods that keep a tensor's values and its device: `x.cpu().detach()` is still a host copy.
+_KEEPS_PLACE = frozenset({"detach", "clone", "contiguous", "float", "half", "double", "long"})
+
+
+def _host_copy(node: ast.expr) -> bool:
+    """``x.cpu()`` (also ``x.detach().cpu()``, ``x.cpu().float()``): a copy made on the host on
+    purpose, which ``.to()`` must not move (features kept for a k-NN pass after the epoch)."""
+    while (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in _KEEPS_PLACE
+    ):
+        node = node.func.value
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "cpu"
+        and not node.args
+        and not node.keywords
+    )
 
 
 # The method that takes over placement: a class that overrides ``_apply`` moves its own plain
@@ -209,6 +321,14 @@ def _methods(cls: Scope) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
         for item in cls.node.body
         if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
     }
+
+
+def _store_targets(node: ast.AST) -> list[ast.expr]:
+    if isinstance(node, ast.Assign):
+        return list(node.targets)
+    if isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        return [node.target]
+    return []
 
 
 def _self_calls(node: ast.AST) -> set[str]:

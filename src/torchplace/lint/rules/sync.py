@@ -2051,7 +2051,9 @@ def _host_syntax(node: ast.expr) -> bool:
     if isinstance(node, (ast.Constant, ast.JoinedStr)):
         return True
     if isinstance(node, ast.Attribute):
-        return node.attr in {"shape", "dtype", "device", "ndim", "__name__", "name"}
+        # a dunder (`module.__class__`, `fn.__qualname__`) is Python's own data, never a tensor
+        dunder = node.attr.startswith("__") and node.attr.endswith("__")
+        return dunder or node.attr in {"shape", "dtype", "device", "ndim", "name"}
     if isinstance(node, ast.Call):
         func = node.func
         if isinstance(func, ast.Name):
