@@ -37,6 +37,7 @@ __all__ = [
     "classify",
     "feeds_back",
     "has_own_batch_loop",
+    "indexed_row",
     "moves_some",
     "rare_test",
     "step_parts",
@@ -784,6 +785,114 @@ def narrowed_to_list(loop: ast.AST, scope: ast.AST) -> bool:
     return False
 
 
+def indexed_row(
+    facts: FileFacts,
+    loop: ast.AST,
+    receiver: ast.expr,
+    scope: ast.AST,
+    comps: tuple[ast.expr, ...] = (),
+) -> str | None:
+    """Evidence that ``receiver`` is one row of a device tensor that ``loop`` walks by its
+    counter (``for k in range(n): imgs[k].cpu()``, ``[boxes[i].item() for i in
+    range(len(boxes))]``): a read back per row, where one copy of the whole tensor would do.
+    None for a loop that steps a few times (``range(3)`` over a model's heads, a ``break``
+    after its first step or a few), for a tensor not known to be on the device (a host list,
+    a host copy), a list of whole tensors, or a parameter the callers hand in (they do not say
+    whether it is a tensor or a list of them)."""
+    counters = _counters(loop)
+    if not counters or _capped(loop):
+        return None
+    indexed = _indexed_by(receiver, counters)
+    if indexed is None:
+        return None
+    fact = facts.fact(indexed, scope, comps=comps)
+    if fact is None or not fact.on_device or fact.many or _walks_handed(facts, indexed, scope):
+        return None
+    if _under_sequence_test(loop, indexed, scope):
+        return None  # `if isinstance(xs[0], list):`, then `xs[i][j].cpu()`: whole tensors
+    what = _short(facts.segment(indexed), 32)
+    return f"it reads `{what}` row by row, by its counter: {fact.describe()}"
+
+
+def _under_sequence_test(loop: ast.AST, indexed: ast.expr, scope: ast.AST) -> bool:
+    """``loop`` sits in the body of an ``if isinstance(x, list):`` (or ``x[0]``) of the name
+    at the root of ``indexed``: what it indexes holds whole tensors, not rows."""
+    root = indexed
+    while isinstance(root, ast.Subscript):
+        root = root.value
+    if not isinstance(root, ast.Name):
+        return False
+    for node in walk(scope):
+        if not isinstance(node, ast.If):
+            continue
+        test = node.test
+        if (
+            isinstance(test, ast.Call)
+            and len(test.args) == 2
+            and isinstance(test.args[0], ast.Subscript)
+            and isinstance(test.args[0].value, ast.Name)
+        ):
+            test = ast.Call(test.func, [test.args[0].value, test.args[1]], [])
+        if _tests_sequence(test, {root.id}) and any(
+            sub is loop for part in node.body for sub in walk(part)
+        ):
+            return True
+    return False
+
+
+def _counters(loop: ast.AST) -> set[str]:
+    """The counter names of a loop over ``range(n)`` (also under ``tqdm``/``reversed``), not
+    over a few constant steps (``range(3)``). (Not the index of ``enumerate(words)``: that
+    counts the items of another sequence, a few top-k words.)"""
+    if isinstance(loop, (ast.For, ast.AsyncFor)):
+        pairs = [(loop.target, loop.iter)]
+    elif isinstance(loop, _COMPS):
+        pairs = [(g.target, g.iter) for g in loop.generators]
+    else:
+        return set()
+    found: set[str] = set()
+    for target, it in pairs:
+        while (
+            isinstance(it, ast.Call)
+            and dotted_name(it.func) in {"tqdm", "tqdm.tqdm", "reversed"}
+            and it.args
+        ):
+            it = it.args[0]
+        if not (
+            isinstance(target, ast.Name)
+            and isinstance(it, ast.Call)
+            and dotted_name(it.func) in {"range", "trange", "tqdm.trange"}
+            and it.args
+        ):
+            continue
+        if all(isinstance(a, ast.Constant) for a in it.args) and len(it.args) <= 2:
+            bound = it.args[-1].value  # type: ignore[attr-defined]
+            if type(bound) is int and bound <= _FEW:
+                continue  # `for i in range(3):` a few steps (a model's heads, a debug image)
+        found.add(target.id)
+    return found
+
+
+def _indexed_by(receiver: ast.expr, counters: set[str]) -> ast.expr | None:
+    """``imgs`` of ``imgs[k]``, ``imgs[k, :]``, ``dets[0, k]``, ``imgs[k][0]`` or
+    ``imgs[k].float()`` with ``k`` a counter: the tensor whose row the receiver is (not a
+    slice by it, ``x[k : k + n]``, a chunk)."""
+    node = receiver
+    while isinstance(node, (ast.Call, ast.Attribute, ast.Subscript)):
+        if isinstance(node, ast.Call):
+            if not isinstance(node.func, ast.Attribute):
+                return None
+            node = node.func.value
+        elif isinstance(node, ast.Attribute):
+            node = node.value
+        else:
+            index = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            if any(isinstance(i, ast.Name) and i.id in counters for i in index):
+                return node.value  # `x[k]`, `x[k, :]`, `dets[0, k, 1:]`: one row or column
+            node = node.value
+    return None
+
+
 def _tests_sequence(test: ast.expr, names: set[str]) -> bool:
     """``isinstance(out, list)``, ``isinstance(out, (list, tuple))``, also joined by ``and``."""
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
@@ -1279,8 +1388,13 @@ def rare_test(test: ast.expr) -> bool:
         if isinstance(right, ast.Constant) and isinstance(right.value, int):
             op = test.ops[0]
             if isinstance(op, ast.Eq) or (isinstance(op, (ast.Lt, ast.LtE)) and right.value <= 100):
-                # `len(x) == 0` tests data; `rank == 0` holds on every step of the main process
-                return not isinstance(test.left, ast.Call) and not _names_rank(test.left)
+                # `len(x) == 0` tests data, so does `mask[t] == 1` (an element the loop picks
+                # by a variable index); `rank == 0` holds on every step of the main process
+                return (
+                    not isinstance(test.left, ast.Call)
+                    and not _picks_element(test.left)
+                    and not _names_rank(test.left)
+                )
     for sub in _outside_identity_tests(test):
         if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Mod):
             return True
@@ -1288,6 +1402,15 @@ def rare_test(test: ast.expr) -> bool:
         if text and _names_logging(text):
             return True
     return False
+
+
+def _picks_element(node: ast.expr) -> bool:
+    """``mask[t]``, ``best[b, t]``: an element picked by a variable index (data), not a
+    setting picked by a constant key (``cfg["every"]``)."""
+    if not isinstance(node, ast.Subscript):
+        return False
+    index = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+    return any(isinstance(i, ast.Name) for i in index)
 
 
 def _outside_identity_tests(test: ast.expr) -> list[ast.AST]:

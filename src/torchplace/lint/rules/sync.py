@@ -31,6 +31,7 @@ from torchplace.lint.provenance.loops import (
     _few_constants,
     calls_backward,
     feeds_back,
+    indexed_row,
     narrowed_to_list,
     rare_test,
 )
@@ -648,6 +649,27 @@ def _per_step(ctx: Context, facts: FileFacts, scope: ast.AST) -> tuple[str, int,
         kind = facts.loop_kind(loop, scope)
         if kind is not None:
             return kind[0], getattr(loop, "lineno", 0), kind[1]
+    return None
+
+
+def _row_by_counter(
+    receiver: ast.expr,
+    comps: tuple[ast.expr, ...],
+    ctx: Context,
+    facts: FileFacts,
+    scope: ast.AST,
+    step: tuple[str, int, str] | None,
+) -> tuple[str, int, str] | None:
+    """``("rows", line, evidence)`` when ``receiver`` is the row of a device tensor that an
+    enclosing loop indexes by its counter (``for k in range(n): img = imgs[k].cpu()``), that
+    loop inside the step's loop (``step``) or the step's loop itself: a read per row."""
+    for loop in reversed(ctx.loops()):
+        line = getattr(loop, "lineno", 0)
+        evidence = indexed_row(facts, loop, receiver, scope, comps)
+        if evidence is not None:
+            return "rows", line, evidence
+        if step is not None and line == step[1]:
+            break
     return None
 
 
@@ -1356,6 +1378,10 @@ def _check(
     if not explicit and not _moved_value(receiver, scope, comps, ctx, facts):
         return False  # a print/f-string/cast needs a device value, and nothing here makes one
     step = _per_step(ctx, facts, scope) if loops else None
+    row = _row_by_counter(receiver, comps, ctx, facts, scope, step) if loops else None
+    if row is not None and bulk and not _trains(ctx) and _is_output(read or node, ctx):
+        row = None  # `Image.fromarray(imgs[k].cpu().numpy()).save(...)`: each row's file
+    step = row or step
     per_batch = None
     if step is None:
         if not (_called_here(scope, ctx) or (explicit and _module_level(ctx))):
