@@ -279,18 +279,19 @@ def _model_options(subs: Any, parents: list[argparse.ArgumentParser]) -> None:
     )
     model.add_argument(
         "--dtype",
-        default="float32",
+        default=None,
         choices=DTYPES,
         help="input and weight dtype; int64 or int32 give index inputs (token ids 0 and 1) "
         "to a model that takes them, such as an embedding, and leave its weights as they are "
-        "(default float32)",
+        "(default: the model's own dtype, that of its first floating parameter; float32 for "
+        "the embedded models)",
     )
     model.add_argument(
         "--min-time",
         type=_positive_float,
         metavar="SECONDS",
         default=0.1,
-        help="seconds of calls per stage (default 0.1)",
+        help="seconds of calls per stage, 5 calls at least (default 0.1)",
     )
 
 

@@ -205,13 +205,14 @@ class _Pipeline:
         return float(start.elapsed_time(end)) * 1e-3
 
     def calibrate(self, compute_ms: float | None) -> None:
-        """Warm every run up and size the per-batch compute to cover the copy (or
-        ``compute_ms``)."""
+        """Warm every run up and size the per-batch compute to cover the copy, or to
+        ``compute_ms`` when given (also below the copy time: how much of a copy stays exposed
+        behind short compute is a question worth asking)."""
         self.copy_alone()
         self.compute_alone()
         per_copy = self.elapsed(self.copy_alone) / self.batches
         per_matmul = self.elapsed(self.compute_alone) / self.batches
-        target = max(1.25 * per_copy, (compute_ms or 0.0) * 1e-3)
+        target = 1.25 * per_copy if compute_ms is None else compute_ms * 1e-3
         self.matmuls = max(1, math.ceil(target / per_matmul))
         self.overlapped()
         self.prefetched()  # the allocator grows its pool for the prefetcher's batches, untimed

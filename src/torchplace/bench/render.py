@@ -10,7 +10,7 @@ from torchplace.bench.stages import StagesResult
 from torchplace.bench.timer import Measurement
 from torchplace.bench.timing import TimingComparison
 from torchplace.bench.transfer import TransferResult
-from torchplace.bench.units import format_bytes, format_duration, format_rate
+from torchplace.bench.units import format_bytes, format_duration, format_rate, scaled
 
 __all__ = ["overlap_table", "stages_table", "timing_table", "transfer_tables"]
 
@@ -20,10 +20,7 @@ def _median(m: Measurement | None, noop: str = "n/a") -> str:
 
 
 def _count(value: float) -> str:
-    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if value >= scale:
-            return f"{value / scale:.3g}{suffix}"
-    return f"{value:.3g}"
+    return scaled(value, ((1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, "")))
 
 
 def timing_table(result: TimingComparison) -> Table:
@@ -144,7 +141,9 @@ def stages_table(result: StagesResult) -> Table:
                 if result.device == "cpu"
                 else ""
             )
-            + f"peak memory: {result.memory_note}; input: {result.input_note}"
+            + f"peak memory: {result.memory_note}; first: the model's first call at that batch "
+            "size (synchronised wall time: compilation, lazy initialisation and autotuning "
+            f"included); input: {result.input_note}"
         ),
     )
     for column in ("batch", "H2D", "compute", "D2H", "total", "rows/s", "peak memory", "first"):
@@ -158,6 +157,6 @@ def stages_table(result: StagesResult) -> Table:
             format_duration(row.total.median_s),
             _count(row.rows_per_s),
             format_bytes(row.peak_memory_bytes),
-            format_duration(row.total.cold_s),
+            format_duration(row.total.cold_s if row.first_call_s is None else row.first_call_s),
         )
     return table

@@ -22,6 +22,7 @@ through a wrapper module whose ``forward(x)`` builds what it takes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchplace.bench.memory import require_memory
 from torchplace.bench.timer import Measurement, Timer
-from torchplace.errors import ConfigError
+from torchplace.errors import ConfigError, TimingError
 
 if TYPE_CHECKING:
     import torch
@@ -148,6 +149,7 @@ class StageResult:
     d2h: Measurement | None
     total: Measurement
     peak_memory_bytes: int | None
+    first_call_s: float | None = None
 
     @property
     def rows_per_s(self) -> float:
@@ -163,6 +165,7 @@ class StageResult:
             "d2h_noop": self.d2h is None,
             "total_s": self.total.median_s,
             "total_cold_s": self.total.cold_s,
+            "first_call_s": self.first_call_s,
             "rows_per_s": self.rows_per_s,
             "peak_memory_bytes": self.peak_memory_bytes,
             "timings": {
@@ -229,27 +232,44 @@ def run_stages(
     device: torch.device,
     *,
     batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
-    dtype: str | torch.dtype = "float32",
+    dtype: str | torch.dtype | None = None,
     min_time: float = 0.1,
     warmup: int = 3,
     progress: Callable[[str], None] | None = None,
 ) -> StagesResult:
-    """Time H2D, compute, D2H and the total for every batch size."""
+    """Time H2D, compute, D2H and the total for every batch size.
+
+    ``dtype`` None keeps the model's own dtype (that of its first floating parameter or buffer,
+    float32 when it has none): a model built in half precision is timed in half precision.
+    """
     import torch
 
     if not batch_sizes or any(
         isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in batch_sizes
     ):
         raise ConfigError(f"batch sizes must be positive integers, got {list(batch_sizes)!r}")
-    torch_dtype = _dtype(dtype)
-    dtype = str(torch_dtype).removeprefix("torch.")  # as named in messages and the result
+    explicit = None if dtype is None else _dtype(dtype)  # a bad name fails before the build
     timer = Timer(device=device, warmup=warmup, min_time=min_time, min_repeats=5, max_repeats=2000)
     device = timer.device
+    model = spec.build()
+    mode = _eval_mode(model)
+    own = explicit is None
+    torch_dtype = _own_dtype(model) if explicit is None else explicit
+    dtype = str(torch_dtype).removeprefix("torch.")  # as named in messages and the result
     floating = torch_dtype.is_floating_point
-    # eval mode whatever the factory returned: dropout off, batch norm on running statistics
-    model = spec.build().eval()
-    # an integer dtype is the inputs' only (token ids): the weights keep their own dtype
-    model = model.to(device=device, dtype=torch_dtype) if floating else model.to(device=device)
+    # an integer dtype is the inputs' only (token ids): the weights keep their own dtype, and
+    # so do they when no --dtype was given
+    convert = floating and not own
+    try:
+        model = model.to(device=device, dtype=torch_dtype) if convert else model.to(device=device)
+    except (Exception, SystemExit) as exc:
+        first = next(iter(str(exc).strip().splitlines()), "")
+        raise ConfigError(
+            f"cannot move {spec.name!r} to {device}"
+            + (f" as {dtype}" if convert else "")
+            + f": {type(exc).__name__}: {first}; the callable must return a module with real "
+            "weights (one built on the meta device has none: load or initialise them first)"
+        ) from exc
     copies = device.type != "cpu"
     cuda = device.type == "cuda"
     rows: list[StageResult] = []
@@ -277,15 +297,17 @@ def run_stages(
         label = f"{spec.name} batch {batch}"
         h2d = d2h = None
         x = host.to(device)
-        y = _first_forward(spec, forward, x, batch, dtype)
+        y, first_s = _first_forward(spec, forward, x, batch, dtype, timer)
+
+        timed = functools.partial(_later_calls, spec, timer, batch, label)
         if copies:
-            h2d = timer.measure(lambda host=host: host.to(device), label=f"{label} H2D")
-        compute = timer.measure(forward, inputs=[x], label=f"{label} compute")
+            h2d = timed("H2D", lambda host=host: host.to(device))
+        compute = timed("compute", forward, inputs=[x])
         if copies:
-            d2h = timer.measure(lambda y=y: to_host(y), label=f"{label} D2H")
-        whole = timer.measure(total, label=f"{label} total")
+            d2h = timed("D2H", lambda y=y: to_host(y))
+        whole = timed("total", total)
         peak = int(torch.cuda.max_memory_allocated(device)) if cuda else None
-        rows.append(StageResult(batch, h2d, compute, d2h, whole, peak))
+        rows.append(StageResult(batch, h2d, compute, d2h, whole, peak, first_s))
     note = (
         "torch.cuda.max_memory_allocated during each batch (model weights included)"
         if cuda
@@ -298,11 +320,68 @@ def run_stages(
         row_shape=spec.row_shape,
         rows=tuple(rows),
         memory_note=note,
-        input_note=_input_note(spec.row_shape, torch_dtype),
+        input_note=_input_note(spec.row_shape, torch_dtype, mode),
     )
 
 
-def _input_note(row_shape: tuple[int, ...], dtype: torch.dtype) -> str:
+def _eval_mode(model: nn.Module) -> str:
+    """Put ``model`` in eval mode whatever the factory returned (dropout off, batch norm on its
+    running statistics) and say so; a module that cannot switch (``ExportedProgram.module()``,
+    whose mode was fixed when it was exported) is run as it is."""
+    try:
+        model.eval()
+    except NotImplementedError:
+        return f"the model as built ({type(model).__name__} cannot switch to eval mode)"
+    return "the model in eval mode"
+
+
+def _own_dtype(model: nn.Module) -> torch.dtype:
+    """The dtype of the model's first floating parameter or buffer; float32 when it has none."""
+    import itertools
+
+    import torch
+
+    for tensor in itertools.chain(model.parameters(), model.buffers()):
+        if tensor.is_floating_point():
+            return tensor.dtype
+    return torch.float32
+
+
+def _later_calls(
+    spec: ModelSpec,
+    timer: Timer,
+    batch: int,
+    label: str,
+    stage: str,
+    fn: Callable[..., object],
+    **kw: Any,
+) -> Measurement:
+    """Time one stage; a model that ran on its first call and fails on a later one says so in
+    one line (an error of torchplace's, exit 1), not with a traceback."""
+    import torch
+
+    try:
+        return timer.measure(fn, label=f"{label} {stage}", **kw)
+    except (ConfigError, TimingError, Warning):  # a TimingWarning made an error (-W error)
+        raise
+    except (Exception, SystemExit) as exc:  # sys.exit() in a forward is a failure to report
+        first = next(iter(str(exc).strip().splitlines()), "")
+        if isinstance(exc, torch.OutOfMemoryError) or "can't allocate memory" in first:
+            raise ConfigError(
+                f"batch {batch} of {spec.name!r} ran out of memory on {timer.device} while "
+                f"timing its {stage} stage ({first}); give smaller --batch-sizes"
+            ) from exc
+        raise TimingError(
+            f"{spec.name!r} ran on its first call but failed on a later one, while timing the "
+            f"{stage} stage of batch {batch}: {type(exc).__name__}: {first}; bench model calls "
+            "the model many times on the same input, so it must not fail on a repeat call "
+            "(a counter, a consumed iterator, an input changed in place)"
+        ) from exc
+
+
+def _input_note(
+    row_shape: tuple[int, ...], dtype: torch.dtype, mode: str = "the model in eval mode"
+) -> str:
     """How the input of every batch is made and passed, as the report states it."""
     shape = ", ".join(["batch", *map(str, row_shape)])
     name = str(dtype).removeprefix("torch.")
@@ -311,7 +390,7 @@ def _input_note(row_shape: tuple[int, ...], dtype: torch.dtype) -> str:
         if dtype.is_floating_point
         else f"token ids 0 and 1 of shape ({shape}) {name}"
     )
-    return f"model(x), x = {made}, the model in eval mode under torch.inference_mode"
+    return f"model(x), x = {made}, {mode} under torch.inference_mode"
 
 
 def to_host(output: Any) -> Any:
@@ -372,13 +451,16 @@ def _first_forward(
     x: torch.Tensor,
     batch: int,
     dtype: str,
-) -> Any:
-    """The untimed first call, where a model that cannot run on these inputs says so once."""
+    timer: Timer,
+) -> tuple[Any, float]:
+    """The first call, where a model that cannot run on these inputs says so once: its output
+    and its synchronised wall time (compilation, lazy initialisation, autotuning included)."""
     import torch
 
+    outputs: list[Any] = []
     try:
-        output = forward(x)
-    except Exception as exc:
+        _, first_s = timer._backend.time_one(lambda: outputs.append(forward(x)))
+    except (Exception, SystemExit) as exc:  # sys.exit() in a forward is a failure to report
         first = next(iter(str(exc).strip().splitlines()), "")
         if isinstance(exc, torch.OutOfMemoryError) or "can't allocate memory" in first:
             raise ConfigError(
@@ -395,6 +477,13 @@ def _first_forward(
         if x.dtype.is_floating_point and ("'indices'" in first or "Long, Int" in first):
             # an embedding given random floats: its input is token ids
             fix = "the model takes token ids: give --dtype int64 (or int32)"
+        if "require grad" in first or "grad_fn" in first or "inference tensor" in first.lower():
+            # autograd inside forward: off under inference_mode, torch.enable_grad() or not
+            fix = (
+                "bench model runs the forward under torch.inference_mode, where autograd is off "
+                "even inside torch.enable_grad(); time a model that differentiates in its "
+                "forward with torchplace.measure(lambda: model(x), ...) instead"
+            )
         if isinstance(exc, TypeError) and "argument" in first:
             # forward(x, mask), forward(input_ids=...): the call itself did not fit
             fix = (
@@ -405,10 +494,11 @@ def _first_forward(
         raise ConfigError(
             f"{spec.name!r} failed on a {shape} {dtype} input: {type(exc).__name__}: {first}; {fix}"
         ) from exc
+    output = outputs[0]
     if not _holds_tensor(output):
         raise ConfigError(
             f"{spec.name!r} returned {type(output).__name__}, in which bench model finds no tensor "
             "to copy back, so D2H would time nothing; return a tensor, or dicts, lists, tuples "
             "or dataclasses of them (a wrapper module's forward can pick the tensors out)"
         )
-    return output
+    return output, first_s

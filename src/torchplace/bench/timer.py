@@ -30,7 +30,7 @@ import math
 import numbers
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Coroutine, Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from torchplace.bench.clocks import Clock, ClockBackend, backend_for
@@ -104,6 +104,26 @@ def _check_clock(clock: object) -> None:
             "time.perf_counter_ns, not time.perf_counter (which counts seconds), or leave "
             "clock at its default"
         )
+
+
+def _refuse_lazy_result(fn: object, result: object) -> None:
+    """A generator or coroutine returned by ``fn`` has not run its body: timing ``fn`` would
+    time only the object's creation, a number that looks real and measures nothing."""
+    if not isinstance(result, (Generator, Coroutine, AsyncGenerator)):
+        return
+    if isinstance(result, (Generator, Coroutine)):
+        result.close()  # no "coroutine was never awaited" warning on top of this error
+    kind = type(result).__name__
+    name = getattr(fn, "__qualname__", None) or repr(fn)
+    fix = (
+        "time lambda: asyncio.run(fn()) (or await it in your own loop)"
+        if isinstance(result, Coroutine)
+        else "time lambda: list(fn()) (or a loop that consumes it)"
+    )
+    raise ConfigError(
+        f"{name} returned a {kind}, whose body has not run yet: timing the call would time "
+        f"only the {kind}'s creation. Fix: {fix}"
+    )
 
 
 class Timer:
@@ -198,7 +218,10 @@ class Timer:
 
         ``inputs`` rotates argument sets: call ``k`` gets ``inputs[k % len(inputs)]`` (a tuple is
         spread as positional arguments, anything else passed as the one argument); without it
-        ``fn`` is called with no arguments.
+        ``fn`` is called with no arguments. What ``fn`` returns is ignored, except a generator
+        or a coroutine, whose body has not run: that is a
+        :class:`~torchplace.errors.ConfigError` after the first call. An exception raised by
+        ``fn`` reaches the caller unchanged.
         """
         return self._measure(fn, inputs=inputs, label=label, stacklevel=3)
 
@@ -220,7 +243,9 @@ class Timer:
             return fn(*arg_sets[(offset + k) % count])
 
         backend = self._backend
-        cold_s, cold_wall_s = backend.time_one(lambda: call(0))
+        first: list[object] = []
+        cold_s, cold_wall_s = backend.time_one(lambda: first.append(call(0)))
+        _refuse_lazy_result(fn, first.pop())
         offset = 1
         if self.repeats is not None:
             n = self.repeats

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 
 from torchplace.errors import ConfigError
 
-__all__ = ["format_bytes", "format_duration", "format_rate", "parse_size", "parse_sizes"]
+__all__ = ["format_bytes", "format_duration", "format_rate", "parse_size", "parse_sizes", "scaled"]
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -23,11 +24,23 @@ def format_duration(seconds: float | None) -> str:
     """``0.00231`` -> ``"2.31 ms"``; picks s, ms, µs or ns so the number stays readable."""
     if seconds is None or math.isnan(seconds):
         return "n/a"
-    magnitude = abs(seconds)
-    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
-        if magnitude >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds / 1e-9:.3g} ns"
+    return scaled(seconds, ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")), " ")
+
+
+def scaled(value: float, units: Sequence[tuple[float, str]], sep: str = "") -> str:
+    """``value`` in the largest of ``units`` (scale, name; largest first) it reaches, to 3
+    significant digits: 0.99996 ms reads ``1 ms``, not ``1e+03 µs``, and a value past the
+    largest unit is a whole number (``3700 s``), never an exponent."""
+    magnitude = abs(value)
+    for i, (scale, unit) in enumerate(units):
+        if magnitude >= scale or i == len(units) - 1:
+            if i > 0 and float(f"{magnitude / scale:.3g}") >= 1000:
+                scale, unit = units[i - 1]  # rounding reached the next unit up
+            text = f"{value / scale:.3g}"
+            if "e+" in text:
+                text = f"{value / scale:.0f}"
+            return f"{text}{sep}{unit}"
+    raise ConfigError("units must not be empty")
 
 
 def format_bytes(n: int | float | None) -> str:
@@ -47,7 +60,7 @@ def format_rate(bytes_per_second: float | None) -> str:
     """Bytes per second as decimal GB/s: ``2.5e10`` -> ``"25 GB/s"``."""
     if bytes_per_second is None or math.isnan(bytes_per_second):
         return "n/a"
-    return f"{bytes_per_second / 1e9:.3g} GB/s"
+    return scaled(bytes_per_second / 1e9, ((1.0, "GB/s"),), " ")
 
 
 def parse_size(text: str) -> int:
