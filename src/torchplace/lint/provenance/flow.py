@@ -558,6 +558,8 @@ class Flow:
                 return Fact("host", name)
             called = lookup(name)
             if called is not None and called.on_device:  # a moved model, run
+                if _preprocessor_of_loader(func, called):
+                    return Fact("host", f"preprocessor output `{_short(facts.segment(func), 32)}`")
                 return Fact("device", _short(facts.segment(node)), _ran(called), called.name)
             if facts.returns_host(name):  # also when device values go in (``-> int``)
                 return Fact("host", name)
@@ -583,6 +585,10 @@ class Flow:
             return None
         called = self.eval(func, lookup)
         if called is not None and called.on_device:
+            if _preprocessor_of_loader(func, called):
+                # `txt_processors["eval"](text)`: one of the preprocessors a loader handed
+                # back beside its model, given the device; it prepares inputs on the host
+                return Fact("host", f"preprocessor output `{_short(facts.segment(func), 32)}`")
             return Fact("device", _short(facts.segment(node)), _ran(called), called.name)
         return None
 
@@ -786,6 +792,21 @@ def _parameters(node: ast.AST) -> frozenset[str]:
     args = node.args
     every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
     return frozenset(a.arg for a in every if a is not None)
+
+
+def _preprocessor_of_loader(func: ast.expr, called: Fact) -> bool:
+    """``txt_processors["eval"](text)``, ``tokenizer(text)``: a value named as a tokenizer or a
+    processor (also one entry of a dict of them), known to be on the device only because a
+    loader given the device handed it back beside the model (``model, vis_processors,
+    txt_processors = load_model_and_preprocess(name, device=device)``). Preprocessors work on
+    the host; a module the code itself moved stays a model, whatever its name."""
+    if called.move is None or not called.move.startswith("placed by"):
+        return False
+    while isinstance(func, ast.Subscript):
+        func = func.value
+    name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+    lowered = name.lower()
+    return any(word in lowered for word in ("tokenizer", "processor"))
 
 
 def _encodes_text(call: ast.Call) -> bool:

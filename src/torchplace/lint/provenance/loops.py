@@ -927,11 +927,17 @@ def _gathers_host_values(facts: FileFacts, iters: list[ast.expr], scope: ast.AST
             for target in node.targets:
                 if isinstance(target, ast.Name):
                     bindings.setdefault(target.id, []).append(node.value)
+    numbers = {name for name, values in bindings.items() if all(_host_number(v) for v in values)}
     packed = {
         name
         for name, values in bindings.items()
-        if any(_packs_host_values(facts, value) for value in values)
-        and all(_packs_host_values(facts, value) or _host_number(value) for value in values)
+        if any(_packs_host_values(facts, value, numbers) for value in values)
+        and all(
+            _packs_host_values(facts, value, numbers)
+            or _host_number(value)
+            or _moves_itself(value, name)
+            for value in values
+        )
     }
     return any(
         isinstance(node, ast.Call)
@@ -976,30 +982,63 @@ def _unpickles_gathered(
     )
 
 
-def _host_number(value: ast.expr) -> bool:
-    """``local_size = int(local_size.item())``: the name rebound to a Python number once the
-    gathered sizes are known, no longer a tensor."""
+def _moves_itself(value: ast.expr, name: str) -> bool:
+    """``packed = packed.cuda()``, ``packed = packed.to(device)``: the packed values moved
+    where the collective's backend needs them, still the same host values."""
     return (
         isinstance(value, ast.Call)
-        and isinstance(value.func, ast.Name)
-        and value.func.id in {"int", "float"}
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr in {"to", "cuda"}
+        and isinstance(value.func.value, ast.Name)
+        and value.func.value.id == name
     )
 
 
-def _packs_host_values(facts: FileFacts, value: ast.expr) -> bool:
+def _host_number(value: ast.expr) -> bool:
+    """``local_size = int(local_size.item())``: the name rebound to a Python number once the
+    gathered sizes are known, no longer a tensor; also ``h = int.from_bytes(digest, "little")``
+    or ``n = len(items)``, a number the host computes."""
+    if not isinstance(value, ast.Call):
+        return False
+    func = value.func
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        return func.value.id == "int"  # `int.from_bytes(...)`
+    return isinstance(func, ast.Name) and func.id in {"int", "float", "len"}
+
+
+def _packs_host_values(facts: FileFacts, value: ast.expr, numbers: set[str]) -> bool:
     """``torch.IntTensor([t.numel()]).to("cuda")``, ``torch.tensor([n], device=d)``: a list
-    display of host values, packed (and moved)."""
+    display of host values, packed (and moved); also a tensor's shape, ``torch.tensor(x.shape,
+    device=x.device)``, or a Python number ``numbers`` names, ``torch.tensor(h, device=d)``
+    with ``h = int.from_bytes(...)``: metadata each rank compares or pads to."""
     while (
         isinstance(value, ast.Call)
         and isinstance(value.func, ast.Attribute)
         and value.func.attr in {"to", "cuda"}
     ):
         value = value.func.value
+    if not (
+        isinstance(value, ast.Call) and facts.qualname(value.func) in _PACKERS and bool(value.args)
+    ):
+        return False
+    first = value.args[0]
+    if (
+        isinstance(first, ast.Call)
+        and isinstance(first.func, ast.Name)
+        and first.func.id in {"list", "tuple"}
+        and first.args
+    ):
+        first = first.args[0]  # `torch.tensor(list(x.shape))`
     return (
-        isinstance(value, ast.Call)
-        and facts.qualname(value.func) in _PACKERS
-        and bool(value.args)
-        and isinstance(value.args[0], ast.List)
+        isinstance(first, ast.List)
+        or (isinstance(first, ast.Attribute) and first.attr == "shape")
+        or (
+            isinstance(first, ast.Call)
+            and isinstance(first.func, ast.Attribute)
+            and first.func.attr == "size"
+            and not first.args
+        )
+        or (isinstance(first, ast.Name) and first.id in numbers)
     )
 
 
@@ -1017,9 +1056,8 @@ def _uploads_for_collective(
     return any(
         isinstance(node, ast.Call)
         and (facts.qualname(node.func) or "").startswith("torch.distributed.")
-        and node.args
-        and isinstance(node.args[0], ast.Name)
-        and node.args[0].id in bound
+        # `dist.all_reduce(tensor)`, or the input of `dist.all_gather(outputs, tensor)`
+        and any(isinstance(arg, ast.Name) and arg.id in bound for arg in node.args[:2])
         for node in own
     )
 
@@ -1374,7 +1412,7 @@ def rare_test(test: ast.expr) -> bool:
     (``plots and i < 3``). An identity test (``if log_writer is not None:``) asks whether a
     setting is there, on every step or on none: never rare by itself. A remainder tested for
     truth (``if step % 50:``, ``step % 50 != 0``) holds on every step but one in N: frequent."""
-    if _remainder_nonzero(test):
+    if remainder_nonzero(test):
         return False
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
         # each operand by itself: `if self.log_coef is not None and ...` names no logging
@@ -1429,7 +1467,7 @@ def _outside_identity_tests(test: ast.expr) -> list[ast.AST]:
     return out
 
 
-def _remainder_nonzero(test: ast.expr) -> bool:
+def remainder_nonzero(test: ast.expr) -> bool:
     """``step % n`` as a truth value, or compared unequal to zero (``step % n != 0``,
     ``step % n > 0``): true on all steps but the multiples of ``n``."""
     if isinstance(test, ast.BinOp):

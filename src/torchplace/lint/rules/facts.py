@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from torchplace.lint.base import Context, Scope, call_name, keyword, names_in
 from torchplace.lint.nodes import walk, walk_body
-from torchplace.lint.provenance.loops import branch_trains, rare_test
+from torchplace.lint.provenance.loops import branch_trains, rare_test, remainder_nonzero
 from torchplace.lint.provenance.values import FACTORY_NAMES, _is_cpu
 from torchplace.lint.provenance.values import moves_to_device as _moves_to_device
 from torchplace.lint.resolver import dotted_name
@@ -523,6 +523,8 @@ def in_periodic_branch(
     child = node
     passed: list[ast.AST] = []  # loops on the way out: asked of `through` once a branch is found
     for parent in reversed(ctx.parents):
+        if not passed and _after_rare_guard(parent, child, ctx):
+            return True  # `if not should_log(step): return`, then the logging reads
         if isinstance(parent, (ast.For, ast.AsyncFor)) and child is parent.iter:
             child = parent  # the header of a loop inside the branch: runs with the branch
             continue
@@ -540,6 +542,38 @@ def in_periodic_branch(
         ):
             return through is None or all(through(loop) for loop in passed)
         child = parent
+    return False
+
+
+def _after_rare_guard(parent: ast.AST, child: ast.AST | None, ctx: Context) -> bool:
+    """``child``, a statement of a block of ``parent``, follows a guard of that block that
+    leaves on all but a few steps: ``if not self.metrics.should_log(step): return`` (a test
+    naming logging, negated), ``if step % every: continue`` (true on every step but one in
+    N). What follows runs only on the steps the guard lets through, as the body of ``if
+    should_log(step):`` would (unless it trains)."""
+    if not isinstance(child, ast.stmt):
+        return False
+    for field in ("body", "orelse", "finalbody"):
+        block = getattr(parent, field, None)
+        if not isinstance(block, list) or child not in block:
+            continue
+        index = block.index(child)
+        for at, guard in enumerate(block[:index]):
+            if not (
+                isinstance(guard, ast.If)
+                and not guard.orelse
+                and len(guard.body) == 1
+                and isinstance(guard.body[0], (ast.Return, ast.Continue))
+            ):
+                continue
+            test = guard.test
+            if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                rare = _rare_test(test.operand, ctx)
+            else:
+                rare = remainder_nonzero(test)
+            rest = ast.If(test=test, body=block[at + 1 :], orelse=[])
+            if rare and not branch_trains(rest):
+                return True
     return False
 
 

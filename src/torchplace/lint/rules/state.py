@@ -836,12 +836,24 @@ def _moved_where_used(cls: Scope, attr: str, builder: str = "__init__") -> bool:
     reads it."""
     assert isinstance(cls.node, ast.ClassDef)
     reads = 0
-    for item in cls.node.body:
-        if not isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) or item.name in {
-            "__init__",
-            builder,
-        }:
-            continue
+    methods = [
+        item
+        for item in cls.node.body
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and item.name not in {"__init__", builder}
+    ]
+    # a setting no other method rebinds or updates, read back only as a Python number
+    # (`self.pos_weight.item()` in a config record): it never meets the device's data
+    constant = not any(
+        isinstance(sub, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+        and any(
+            _self_attr(t) == attr
+            for t in (sub.targets if isinstance(sub, ast.Assign) else [sub.target])
+        )
+        for item in methods
+        for sub in walk(item)
+    )
+    for item in methods:
         placed: set[int] = set()
         # `self.x = self.x.to(x.device)`: from there on, the method reads it placed
         placed_from: float = float("inf")
@@ -865,6 +877,16 @@ def _moved_where_used(cls: Scope, attr: str, builder: str = "__init__") -> bool:
                 placed |= {id(n) for n in (sub.left, *sub.comparators)}
             if isinstance(sub, ast.Attribute) and sub.attr in _METADATA:
                 placed.add(id(sub.value))  # `self.freqs_cis.shape[0]` in an assert: no data
+            if (
+                constant
+                and isinstance(sub, ast.Call)
+                and isinstance(sub.func, ast.Attribute)
+                and sub.func.attr in {"item", "tolist"}
+                and not sub.args
+            ):
+                placed.add(id(sub.func.value))  # `self.pos_weight.item()`: a number
+            if isinstance(sub, ast.IfExp) and _none_branch(sub, attr) is not None:
+                placed.add(id(_none_branch(sub, attr)))  # `self.w if self.w is None else ...`
         for sub in walk(item):
             if (
                 isinstance(sub, ast.Attribute)
@@ -875,6 +897,23 @@ def _moved_where_used(cls: Scope, attr: str, builder: str = "__init__") -> bool:
             ):
                 reads += 1
     return reads == 0
+
+
+def _none_branch(node: ast.IfExp, attr: str) -> ast.expr | None:
+    """The branch of ``self.w if self.w is None else f(self.w)`` (or ``... if self.w is not
+    None else self.w``) that hands back ``self.<attr>`` only where it is ``None``."""
+    test = node.test
+    if not (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], (ast.Is, ast.IsNot))
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value is None
+        and _self_attr(test.left) == attr
+    ):
+        return None
+    branch = node.body if isinstance(test.ops[0], ast.Is) else node.orelse
+    return branch if _self_attr(branch) == attr else None
 
 
 # What a tensor answers about itself without its data: open_lm's rotary embedding asserts on
