@@ -80,8 +80,10 @@ def _spilled(placement: Placement) -> list[PlanWarning]:
     )
     if len(spilled) == len(placement.assign):
         message = (
-            f"every unit is left on the host ({_first(spilled)}): no device has room for one "
-            "after its reserves; add devices with more memory, or lower --reserve"
+            f"every unit is left on the host ({_first(spilled)}): no device's max_memory has "
+            "room for the first unit with the units tied to it (on the first device, beside "
+            "room kept for the largest unit); add devices with more memory, raise "
+            "--max-memory or lower --reserve"
         )
     return [PlanWarning("cpu-spill", message)]
 

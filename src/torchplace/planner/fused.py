@@ -161,15 +161,35 @@ def opaque(func: Any) -> Callable[..., Any] | None:
 #: ``offset2bag`` and a per-bag ``max_indices`` on the CPU, the reverse on CUDA.
 _AUXILIARY = frozenset({"embedding_bag", "_embedding_bag", "_embedding_bag_forward_only"})
 
+#: Operators whose CPU kernel lays its output out otherwise than the planned one: batch norm
+#: in inference makes its output contiguous on the CPU, and like its input on CUDA (and in the
+#: plan, :func:`_batch_norm`'s ``empty_like``): a 3-d input transposed, as PatchTST's
+#: ``BatchNorm1d`` takes ``x.transpose(1, 2)``, gives a transposed output, transposed back a
+#: contiguous one, which the next ``linear`` runs as one ``mm``, where the CPU's strided view
+#: takes a ``bmm`` and a separate bias add.
+_LAYOUT = frozenset(
+    {"native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training"}
+)
+
 
 def as_planned(func: Any, args: Any, kwargs: Any, out: Any) -> Any:
-    """``out``, what ``func`` returned on the CPU, with its auxiliary outputs (all but the
-    first) made as the planned kernel makes them (their shapes on ``meta``), for
-    ``--verify``'s tracker on the CPU; inference reads only the first."""
+    """``out``, what ``func`` returned on the CPU, made as the planned kernel makes it, for
+    ``--verify``'s tracker on the CPU: the auxiliary outputs (all but the first, which
+    inference alone reads) with their planned shapes (their shapes on ``meta``), and, for the
+    operators in ``_LAYOUT``, the first laid out as its input (its values kept)."""
     import torch
     from torch.utils._pytree import tree_map
 
-    if func._overloadpacket.__name__ not in _AUXILIARY or not isinstance(out, tuple):
+    name = func._overloadpacket.__name__
+    if not isinstance(out, tuple):
+        return out
+    if name in _LAYOUT:
+        first, x = out[0], args[0]
+        if first.shape == x.shape and first.stride() != x.stride():
+            laid = torch.empty_like(x, dtype=first.dtype)  # its input's strides, where dense
+            return (laid.copy_(first), *out[1:])
+        return out
+    if name not in _AUXILIARY:
         return out
 
     def meta(v: Any) -> Any:

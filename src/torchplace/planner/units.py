@@ -170,11 +170,18 @@ def _nbytes(tensors: dict[str, Any]) -> dict[str, int]:
     return {n: t.numel() * t.element_size() for n, t in tensors.items() if t is not None}
 
 
-def _default_paths(
-    model: nn.Module, sizes: dict[str, int], limit: int | None, whole: Collection[str] = ()
-) -> list[str]:
+def _own_bytes(module: nn.Module) -> int:
+    """The bytes a module holds as a unit would: each of its tensors once, a weight tied to
+    one outside it included (``compute_module_sizes`` counts a tied weight under its first
+    name alone: BART's encoder without its embedding, tied to ``shared``)."""
+    tensors = {id(t): t for t in (*module.parameters(), *module.buffers())}
+    return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def _default_paths(model: nn.Module, limit: int | None, whole: Collection[str] = ()) -> list[str]:
     """The model's children, containers opened and modules over ``limit`` split (those named
-    in ``whole`` excepted); an opened module's own parameters and buffers become units of
+    in ``whole`` excepted), a module's size counted as its unit's is (a weight tied to one
+    outside it included); an opened module's own parameters and buffers become units of
     their own. A module registered under several paths (``self.shared`` and
     ``self.layers[0]``) is one unit, under its first path."""
     chosen: list[str] = []
@@ -186,7 +193,7 @@ def _default_paths(
         seen.add(id(module))
         children = list(module.named_children())
         direct = any(True for _ in module.parameters(recurse=False))
-        too_big = limit is not None and sizes.get(path, 0) > limit and path not in whole
+        too_big = limit is not None and path not in whole and _own_bytes(module) > limit
         # a ParameterList or ParameterDict holds tensors read one by one, each beside the
         # layer it goes with (per-layer scales): each one a unit, as a ModuleList's layers
         tensors = _holds_tensors(module)
@@ -283,7 +290,7 @@ def select_units(
     helpers = accelerate()
     sizes: dict[str, int] = dict(helpers.compute_module_sizes(model))
     if paths is None:
-        paths = _default_paths(model, sizes, limit, whole)
+        paths = _default_paths(model, limit, whole)
     else:
         _checked_paths(model, paths)
     units = []

@@ -84,6 +84,12 @@ class Values:
         from torch.utils._pytree import tree_flatten
 
         outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        if outs and all(t.device.type != "meta" for t in outs):
+            # it ran on real tensors (the CPU's, made without ``device=``): their values are
+            # their own, and running it again would apply an in-place one twice (BEiT's
+            # ``relative_coords[:, :, 0] *= 2 * w - 1``, kept in an ``lru_cache`` the run
+            # ``--verify`` makes then reads: "index 300 is out of bounds for dimension 0")
+            return
         valued = None
         # a random draw is not followed: drawn on the CPU it would advance the caller's
         # generator, which planning leaves as it was
