@@ -56,6 +56,7 @@ _CONTAINER_KEYS = ("state_dict", "model_state_dict", "model", "module", "net", "
 _SAFETENSORS_DEVICES = ("cpu", "cuda", "mps", "xpu", "npu", "hpu", "mlu")
 _TORCH_MAGIC = 0x1950A86A20F9469CFC6C  # torch.serialization.MAGIC_NUMBER, legacy torch.save
 _EXTRA_STATE = "_extra_state"  # the key of what a module's get_extra_state() returns
+_PACKED = "_packed_params"  # what torch.ao quantized modules save their packed weights under
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,9 @@ def load_checkpoint(
     - With ``module``, keys that all start with a wrapper's prefix the module's keys lack
       (``module.`` from DataParallel/DDP, ``_orig_mod.`` from ``torch.compile``) lose it, a
       wrapped module gets it added, and any other common first component (a LightningModule's
-      ``model.``) is stripped when every key then fits; each renaming is logged (INFO). Tied
+      ``model.``) is stripped when every key then fits. When no key fits as saved, a base
+      model's weights get the one prefix under which the module holds it (``bert.``), and a
+      task model's lose it for the base model; each renaming is logged (INFO). Tied
       weights saved once (``safetensors.torch.save_model``) fill every name they are tied to.
     - With ``module``, the state dict is compared with the module by key and shape and loaded
       into it. With ``strict`` (the default) any missing or unexpected key or shape mismatch
@@ -208,12 +211,14 @@ def load_checkpoint(
     else:
         loaded = _load_file(file, target, allow_pickle)
     state = _as_state_dict(loaded, file, key)
+    versions = getattr(state, "_metadata", None)  # torch.save keeps each module's version
     if target.type != "meta":
         _refuse_meta(state, file, target)
     state = {k: _to(v, target) for k, v in state.items()}  # .to returns a tensor in place itself
     if module is not None:
-        state = _fill_tied(module, _match_keys(module, state, file))
-        _load_into(module, state, strict, file)
+        renames: list[tuple[str, str]] = []
+        state = _fill_tied(module, _match_keys(module, state, file, renames))
+        _load_into(module, state, strict, file, _renamed_versions(versions, renames))
     return state
 
 
@@ -407,6 +412,13 @@ def _refuse_foreign(file: Path) -> None:
             "torch.save(model.state_dict(), path) or as safetensors"
         )
     names = _zip_names(file)
+    if names is not None and any(n.rpartition("/")[2] == "archive_format" for n in names):
+        raise CheckpointError(
+            f"checkpoint {str(file)!r} is a torch.export archive (torch.export.save, a .pt2 "
+            "package): a whole exported program, not a state dict. Fix: load it with "
+            "ep = torch.export.load(path) and take its weights from ep.state_dict, or pass "
+            "weights saved with torch.save(ep.state_dict, 'weights.pt')"
+        )
     if names is not None and not any(n.rpartition("/")[2] == "data.pkl" for n in names):
         raise CheckpointError(
             f"cannot load checkpoint {str(file)!r}: it is a zip archive, but not one torch.save "
@@ -447,11 +459,13 @@ def _load_pickle(file: Path, device: torch.device, allow_pickle: bool) -> object
             ) from exc
         if not allow_pickle:
             match = _GLOBAL_RE.search(str(exc))
-            what = f" (it references {match.group(1)})" if match else ""
+            needed = _unsafe_globals(file) or ([match.group(1)] if match else [])
+            what = f" (it references {', '.join(needed)})" if needed else ""
             just = (
-                f"; if {match.group(1)} is plain data you trust, allow only it with "
-                f"torch.serialization.add_safe_globals([{match.group(1)}])"
-                if match
+                f"; if {', '.join(needed)} {'is' if len(needed) == 1 else 'are'} plain data "
+                f"you trust, allow only {'it' if len(needed) == 1 else 'them'} with "
+                f"torch.serialization.add_safe_globals([{', '.join(needed)}])"
+                if needed
                 else ""
             )
             raise UnsafeCheckpointError(
@@ -465,6 +479,19 @@ def _load_pickle(file: Path, device: torch.device, allow_pickle: bool) -> object
             "loading %s with full pickle (allow_pickle=True): this runs code from the file",
             file,
         )
+    except NotImplementedError as exc:
+        if device.type == "cpu":
+            raise CheckpointError(
+                f"cannot load checkpoint {str(file)!r}: {type(exc).__name__}: {exc}; is it a "
+                "torch checkpoint, and complete?"
+            ) from exc
+        raise CheckpointError(
+            f"cannot load checkpoint {str(file)!r} onto {device}: it holds tensors (quantized, "
+            f"nested, ...) that torch cannot create on {device.type} while loading "
+            f"({str(exc).splitlines()[0][:160]}). Fix: load it onto the cpu "
+            "(load_checkpoint(path, 'cpu')), then convert those tensors (tensor.dequantize(), "
+            "tensor.to_padded_tensor(0.0)) before moving them"
+        ) from exc
     except Exception as exc:  # torch.load raises many kinds on a corrupt or foreign file
         raise CheckpointError(
             f"cannot load checkpoint {str(file)!r}: {type(exc).__name__}: {exc}; is it a torch "
@@ -474,6 +501,19 @@ def _load_pickle(file: Path, device: torch.device, allow_pickle: bool) -> object
         return torch.load(file, map_location=device, weights_only=False)
     except Exception as exc:
         raise CheckpointError(f"cannot load checkpoint {str(file)!r}: {exc}") from exc
+
+
+def _unsafe_globals(file: Path) -> list[str]:
+    """Every global a weights-only load of ``file`` would refuse (torch names only the first),
+    up to eight, or [] when torch cannot list them."""
+    lister = getattr(torch.serialization, "get_unsafe_globals_in_checkpoint", None)  # torch 2.5+
+    if lister is None:
+        return []
+    try:
+        found = [str(g) for g in lister(file)]
+    except Exception:  # the legacy format, or a file it cannot read: torch's own message serves
+        return []
+    return found if 0 < len(found) <= 8 else []
 
 
 def _is_state_dict(obj: object) -> bool:
@@ -529,6 +569,14 @@ def _as_state_dict(obj: object, file: Path, key: str | None) -> dict[str, torch.
             )
         if len(obj) == 0:
             raise CheckpointError(f"checkpoint {str(file)!r} holds an empty dict")
+        if "state" in obj and "param_groups" in obj:
+            raise CheckpointError(
+                f"checkpoint {str(file)!r} is an optimizer's state dict (its entries are 'state' "
+                "and 'param_groups', as optimizer.state_dict() gives), not a model's: it holds "
+                "no weights. Fix: load it with optimizer.load_state_dict(torch.load(path)), and "
+                "pass the model's weights file (model.safetensors, pytorch_model.bin, ...) here"
+            )
+        _refuse_near_state_dict(obj, file)
         bad = [f"{k!r} ({type(v).__name__})" for k, v in obj.items() if not _tensor_entry(k, v)]
         raise CheckpointError(
             f"checkpoint {str(file)!r} is not a state dict: these entries are not named tensors: "
@@ -542,15 +590,65 @@ def _as_state_dict(obj: object, file: Path, key: str | None) -> dict[str, torch.
     )
 
 
+def _refuse_near_state_dict(obj: Mapping[Any, Any], file: Path) -> None:
+    """Raise, naming them, when an entry is a state dict but for a few entries that are not named
+    tensors (a ``"version": 2`` saved among the weights): the error otherwise names only the
+    entry, which looks like a state dict."""
+    for name, inner in obj.items():
+        if not isinstance(inner, Mapping) or not any(
+            isinstance(v, torch.Tensor) for v in inner.values()
+        ):
+            continue
+        bad = [f"{k!r} ({type(v).__name__})" for k, v in inner.items() if not _tensor_entry(k, v)]
+        if len(bad) <= max(3, len(inner) // 10):
+            raise CheckpointError(
+                f"entry {name!r} of checkpoint {str(file)!r} holds tensors, but also entries "
+                f"that are not named tensors, so it is no state dict: {', '.join(bad[:10])}. Fix: "
+                "keep only the tensors ({k: v for k, v in sd.items() if isinstance(v, "
+                "torch.Tensor)}) and load that state dict with module.load_state_dict"
+            )
+
+
+class _Versioned(dict):  # type: ignore[type-arg]
+    """A state dict that keeps the ``_metadata`` (each module's state-dict version) of the one
+    ``torch.save`` wrote, for load_state_dict: a quantized or other versioned module reads its
+    entries by that version. Never returned: load_checkpoint gives a plain dict."""
+
+    _metadata: Any
+
+
 def _typed(obj: Any) -> dict[str, torch.Tensor]:
-    return {str(k): v for k, v in obj.items()}
+    out = _Versioned((str(k), v) for k, v in obj.items())
+    versions = getattr(obj, "_metadata", None)
+    if isinstance(versions, Mapping):
+        out._metadata = versions
+    return out
+
+
+def _renamed_versions(versions: object, renames: list[tuple[str, str]]) -> Any:
+    """The module versions ``_metadata`` (keyed by module path: ``""``, ``"0"``, ``"0.1"``) with
+    the key prefixes renamed as the state dict's were; None when there are none."""
+    if not isinstance(versions, Mapping):
+        return None
+    out = dict(versions)
+    for old, new in renames:
+        moved = {}
+        for k, v in out.items():
+            path = f"{k}." if k else ""  # a module's path as a key prefix
+            if path.startswith(old):
+                moved[(new + path.removeprefix(old)).removesuffix(".")] = v
+        out = moved
+    return out
 
 
 def _tensor_entry(key: Any, value: Any) -> bool:
     """A named tensor, or a module's extra state (``get_extra_state``), which may be anything."""
     if not isinstance(key, str):
         return False
-    return isinstance(value, torch.Tensor) or key.rpartition(".")[2] == _EXTRA_STATE
+    if isinstance(value, torch.Tensor) or key.rpartition(".")[2] == _EXTRA_STATE:
+        return True
+    # a quantized module's packed weights and their dtype (torch.ao quantize_dynamic, ...)
+    return _PACKED in key.split(".")
 
 
 def _some(keys: list[str]) -> str:
@@ -626,7 +724,13 @@ def _kind(t: torch.Tensor) -> str:
     return f"quantized {layout}" if t.is_quantized else layout
 
 
-def _load_into(module: nn.Module, state: dict[str, torch.Tensor], strict: bool, file: Path) -> None:
+def _load_into(
+    module: nn.Module,
+    state: dict[str, torch.Tensor],
+    strict: bool,
+    file: Path,
+    versions: Any = None,
+) -> None:
     _refuse_meta_into(module, state, file)
     diff = compare_state_dict(module, state)
     if not diff.ok:
@@ -647,6 +751,9 @@ def _load_into(module: nn.Module, state: dict[str, torch.Tensor], strict: bool, 
     bad = {k for k, _, _ in diff.mismatched}
     fitting = {k: v for k, v in state.items() if k not in bad}
     _refuse_uncopyable(module, fitting, file)
+    if versions is not None:  # load_state_dict reads the modules' versions from _metadata
+        fitting = _Versioned(fitting)
+        fitting._metadata = versions
     module.load_state_dict(fitting, strict=strict)
 
 
@@ -671,7 +778,14 @@ def _fill_tied(module: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, t
     return out
 
 
-def _rename(state: dict[str, torch.Tensor], old: str, new: str) -> dict[str, torch.Tensor]:
+def _rename(
+    state: dict[str, torch.Tensor],
+    old: str,
+    new: str,
+    renames: list[tuple[str, str]] | None = None,
+) -> dict[str, torch.Tensor]:
+    if renames is not None:
+        renames.append((old, new))
     return {new + k.removeprefix(old): v for k, v in state.items()}
 
 
@@ -694,7 +808,10 @@ def _common_first(keys: Any) -> str | None:
 
 
 def _match_keys(
-    module: nn.Module, state: dict[str, torch.Tensor], file: Path
+    module: nn.Module,
+    state: dict[str, torch.Tensor],
+    file: Path,
+    renames: list[tuple[str, str]] | None = None,
 ) -> dict[str, torch.Tensor]:
     """``state`` with its keys renamed to the module's where only a wrapper prefix differs:
     ``module.``/``_orig_mod.`` stripped (or added for a wrapped module), and any other common
@@ -705,16 +822,56 @@ def _match_keys(
         done = True
         for p in _WRAPPER_PREFIXES:
             if _all_start(state, p) and _none_start(own, p):
-                state, done = _rename(state, p, ""), False
+                state, done = _rename(state, p, "", renames), False
                 _log.info("checkpoint %s: stripped the %r prefix of every key", file, p)
             elif _all_start(own, p) and _none_start(state, p):
-                state, done = _rename(state, "", p), False
+                state, done = _rename(state, "", p, renames), False
                 _log.info("checkpoint %s: added the %r prefix to every key", file, p)
     first = _common_first(state)
     if first and _none_start(own, first) and all(k.removeprefix(first) in own for k in state):
         _log.info("checkpoint %s: stripped the %r prefix of every key", file, first)
-        state = _rename(state, first, "")
-    return state
+        state = _rename(state, first, "", renames)
+    if any(k in own for k in state):
+        return state
+    return _match_base_model(own, state, file, renames)
+
+
+def _match_base_model(
+    own: set[str],
+    state: dict[str, torch.Tensor],
+    file: Path,
+    renames: list[tuple[str, str]] | None,
+) -> dict[str, torch.Tensor]:
+    """``state`` renamed where it and the module differ by one submodule: a base model's
+    weights for a model that holds it under an attribute (``BertModel``'s for
+    ``BertForSequenceClassification``, whose keys start with ``bert.``) get that prefix; a
+    model's weights for its base model lose the prefix of the keys that fit it, the rest (its
+    head) staying as saved (a prefix of every key is only stripped when all then fit). Only one such prefix, and no key then named twice."""
+    firsts = sorted({k.split(".", 1)[0] + "." for k in own if "." in k})
+    adds = [p for p in firsts if all(p + k in own for k in state)]
+    if len(adds) == 1:
+        _log.info("checkpoint %s: added the %r prefix to every key", file, adds[0])
+        return _rename(state, "", adds[0], renames)
+    strips = [p for p in {k.split(".", 1)[0] + "." for k in state if "." in k}]
+    strips = [p for p in strips if _none_start(own, p) and all(p + k in state for k in own)]
+    if len(strips) != 1:
+        return state
+    p = strips[0]
+    inner = {k.removeprefix(p): v for k, v in state.items() if k.startswith(p)}
+    rest = {k: v for k, v in state.items() if not k.startswith(p)}
+    if not rest or inner.keys() & rest.keys():  # a prefix of every key: named in the error
+        return state
+    _log.info(
+        "checkpoint %s: stripped the %r prefix of the keys that fit; %d other key(s) kept as "
+        "saved (%s)",
+        file,
+        p,
+        len(rest),
+        _some(list(rest)),
+    )
+    if renames is not None:
+        renames.append((p, ""))
+    return {**inner, **rest}
 
 
 def _prefix_hint(module: nn.Module, state: dict[str, torch.Tensor]) -> str:

@@ -9,7 +9,7 @@ import dataclasses
 import io
 import json
 import sys
-from collections import deque
+from collections import UserList, deque
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 
 import torch
@@ -123,7 +123,7 @@ def children(value: object, path: str) -> list[tuple[str, object]]:
     if is_namedtuple(value):
         fields = namedtuple_fields(value)
         return [(f"{path}.{f}", v) for f, v in zip(fields, value, strict=True)]  # type: ignore[call-overload]
-    if isinstance(value, (list, tuple, deque, *_VIEWS)):
+    if isinstance(value, (list, tuple, deque, UserList, *_VIEWS)):
         return [(f"{path}[{i}]", v) for i, v in enumerate(value)]
     if isinstance(value, (set, frozenset)):
         return [(f"{path}{{{i}}}", v) for i, v in enumerate(value)]

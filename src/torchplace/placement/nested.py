@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections import deque
+from collections import UserList, deque
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -53,7 +53,7 @@ def map_tensors(
 ) -> T:
     """Apply ``fn`` to every tensor inside ``obj`` and return the rebuilt structure.
 
-    Walks dicts (and other mappings), lists, tuples, deques, namedtuples, sets, dataclasses and
+    Walks dicts (and other mappings), lists (``UserList`` too), tuples, deques, namedtuples, sets, dataclasses and
     attrs classes (frozen ones too, rebuilt without calling ``__init__``). A tensor that appears
     twice is mapped once, so aliasing survives. Other leaves, classes, and ``nn.Module``
     instances, come back as they are. With ``copy=False`` a container whose contents did not change is returned itself.
@@ -150,6 +150,13 @@ class _Mapper:
             if not self._copy and not _changed(obj, items):
                 return obj
             return _rebuild(obj, items)
+        if isinstance(obj, UserList):  # a list kept in .data; its copy keeps the subclass
+            items = [self.map(v) for v in obj]
+            if not self._copy and not _changed(obj, items):
+                return obj
+            out = copy.copy(obj)
+            out.data = items
+            return out
         if is_dataclass_instance(obj):
             return self._dataclass(obj)
         if not callable(getattr(obj, "to", None)) and any(
@@ -275,7 +282,7 @@ def move(
 ) -> T:
     """Return ``obj`` with every tensor inside it on ``device`` (and ``dtype``), as a new structure.
 
-    - Walks dicts (and other mappings), lists, tuples, deques, namedtuples, sets, dataclasses
+    - Walks dicts (and other mappings), lists (``UserList`` too), tuples, deques, namedtuples, sets, dataclasses
       and attrs classes (frozen ones too; rebuilt without re-running ``__init__``); a dict that
       is a dataclass too (``ModelOutput``) gets the moved tensors in its attributes as well. Containers are always new; a
       tensor already on ``device`` with the right dtype is reused, not copied. A tensor that
@@ -383,6 +390,15 @@ def tensor_mover(
                 return t.to(device, dtype, non_blocking=nb)
             return t.to(device, non_blocking=nb)
         except (RuntimeError, NotImplementedError) as exc:
+            if t.is_nested and not t.is_quantized:
+                _raise_if_unusable(device, exc)
+                raise PlacementError(
+                    f"cannot copy a nested {dtype_name(t.dtype)} tensor of {t.size(0)} "
+                    f"components ({t.layout} layout) to {device}: torch has no kernels for it "
+                    f"there ({str(exc).splitlines()[0][:120]}). Fix: build it with "
+                    "layout=torch.jagged (torch.nested.nested_tensor(..., layout=torch.jagged)), "
+                    "or pad it first (tensor.to_padded_tensor(0.0))"
+                ) from exc
             if not t.is_quantized:
                 raise
             _raise_if_unusable(device, exc)
