@@ -333,8 +333,8 @@ def _parameters_owner(call: ast.Call, ctx: Context) -> str | None:
                 return owner
             if isinstance(sub, ast.Name):
                 names.add(sub.id)
-    scope = ctx.function_scope()
-    body = getattr(scope.node, "body", None) if scope is not None else None
+    scope = ctx.function_scope() or ctx.scope  # also a script's own statements
+    body = getattr(scope.node, "body", None)
     return _collected_owner(body, names) if isinstance(body, list) and names else None
 
 
@@ -379,12 +379,22 @@ def _collected_owner(body: list[ast.stmt], names: set[str]) -> str | None:
 
 
 def _appends_to(body: list[ast.stmt], names: set[str]) -> bool:
+    """The loop's body fills one of ``names``: ``decay.append(p)``, ``groups.extend(...)``,
+    or ``params += [{"params": [p], "lr": lr}]`` (a group per parameter)."""
     return any(
-        isinstance(sub, ast.Call)
-        and isinstance(sub.func, ast.Attribute)
-        and sub.func.attr in {"append", "extend"}
-        and isinstance(sub.func.value, ast.Name)
-        and sub.func.value.id in names
+        (
+            isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Attribute)
+            and sub.func.attr in {"append", "extend"}
+            and isinstance(sub.func.value, ast.Name)
+            and sub.func.value.id in names
+        )
+        or (
+            isinstance(sub, ast.AugAssign)
+            and isinstance(sub.op, ast.Add)
+            and isinstance(sub.target, ast.Name)
+            and sub.target.id in names
+        )
         for sub in walk_body(body)
     )
 

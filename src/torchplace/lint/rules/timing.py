@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from itertools import pairwise
 
 from torchplace.lint.base import (
@@ -14,6 +15,7 @@ from torchplace.lint.base import (
     has_star_kwargs,
     keyword,
     names_in,
+    walk_body,
 )
 from torchplace.lint.nodes import children, walk
 from torchplace.lint.provenance import FileFacts, file_facts, is_device_expr, scope_node
@@ -138,6 +140,7 @@ def _times_work(region: list[ast.AST], placed: set[str], ctx: Context) -> bool:
     calls = [sub for node in region for sub in walk(node) if isinstance(sub, ast.Call)]
     periodic = _periodic_calls(region[:-1])
     decoded = _pipeline_outputs(region)
+    periodic |= _batch_reads(calls, placed, ctx)
     if any(
         _syncs(call, ctx)
         or _reads_back(call, placed, ctx)
@@ -169,6 +172,86 @@ def _times_work(region: list[ast.AST], placed: set[str], ctx: Context) -> bool:
         for call in calls
         if call_name(call) not in _NOT_WORK and id(call) not in copies
     )
+
+
+def _batch_reads(calls: list[ast.Call], placed: set[str], ctx: Context) -> set[int]:
+    """The reads (by id) of a loader batch the code fetched by hand and never moved
+    (``data = next(data_iter)`` with ``data_iter = iter(DataLoader(...))``, then
+    ``scale = data[1][0][2].item()``): the collated batch is on the host, and reading it waits
+    for nothing the device does. Not a batch the code moves (``data[0].cuda()``), nor one a
+    ``collate_fn`` of its own builds (it may place the batch)."""
+    reads = [
+        call
+        for call in calls
+        if call_name(call) in {"item", "tolist", "numpy"}
+        and isinstance(call.func, ast.Attribute)
+        and not call.args
+    ]
+    if not reads:
+        return set()
+    body = getattr(scope_node(ctx), "body", None)
+    if not isinstance(body, list):
+        return set()
+    nodes = list(walk_body(body))
+    binds: dict[str, list[ast.expr]] = {}
+    for sub in nodes:
+        if isinstance(sub, ast.Assign) and len(sub.targets) == 1:
+            target = sub.targets[0]
+            if isinstance(target, ast.Name):
+                binds.setdefault(target.id, []).append(sub.value)
+        elif isinstance(sub, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor)):
+            for name in names_in(sub.target):  # another binding: not the batch alone
+                binds.setdefault(name, []).append(ast.Constant(None))
+
+    def only(name: str, test: Callable[[ast.Call], bool]) -> ast.Call | None:
+        values = binds.get(name, [])
+        if len(values) == 1 and isinstance(values[0], ast.Call) and test(values[0]):
+            return values[0]
+        return None
+
+    def loader(call: ast.Call) -> bool:
+        return (call_name(call) or "").endswith("DataLoader") and keyword(
+            call, "collate_fn"
+        ) is None
+
+    def iterator(call: ast.Call) -> bool:
+        if call_name(call) != "iter" or len(call.args) != 1:
+            return False
+        source = call.args[0]
+        if isinstance(source, ast.Call):
+            return loader(source)
+        return isinstance(source, ast.Name) and only(source.id, loader) is not None
+
+    def batch(call: ast.Call) -> bool:
+        return (
+            isinstance(call.func, ast.Name)
+            and call.func.id == "next"
+            and len(call.args) == 1
+            and isinstance(call.args[0], ast.Name)
+            and only(call.args[0].id, iterator) is not None
+        )
+
+    moved: set[str] = set()
+    for sub in nodes:
+        if isinstance(sub, ast.Call) and (
+            call_name(sub) in _MOVES or keyword(sub, "device") is not None
+        ):
+            moved |= names_in(sub.func.value) if isinstance(sub.func, ast.Attribute) else set()
+            moved |= {n for arg in sub.args for n in names_in(arg)}
+    found: set[int] = set()
+    for call in reads:
+        assert isinstance(call.func, ast.Attribute)
+        root: ast.expr = call.func.value
+        while isinstance(root, (ast.Subscript, ast.Attribute)):
+            root = root.value
+        if (
+            isinstance(root, ast.Name)
+            and root.id not in placed
+            and root.id not in moved
+            and only(root.id, batch) is not None
+        ):
+            found.add(id(call))
+    return found
 
 
 def _steps_env_with(
