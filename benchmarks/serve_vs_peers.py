@@ -713,6 +713,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"{HTTP_LIMIT} on {model}", 1
                 ):
                     runs += measure([http_limit_server(job, tmp)], job, args)
+            # then the references each model is judged against, then the peers
+            for model, job in work.items():
                 if importlib.util.find_spec("httptools") and in_budget(f"{LEAN} on {model}", 1):
                     runs += measure([lean_server(job, device, threads, tmp)], job, args)
                 if args.perf is not None and in_budget(f"torchplace {GRPC} on {model}", 2):
