@@ -416,7 +416,13 @@ def _requested(
             raise _unknown_output(name, outputs)
         if any(c.name == name for c in chosen):
             raise _output_twice(name)
-        classes = class_count(name, known[name], _value(entry.parameters, "classification"))
+        asked = _value(entry.parameters, "classification")
+        if asked is None and "classification" in entry.parameters:  # as Triton refuses it
+            raise InputError(
+                f"output {name!r}: 'classification' must be a positive integer (the number of "
+                "top classes to answer), got a parameter with no value set; set its int64_param"
+            )
+        classes = class_count(name, known[name], asked)
         shm_params = _shared(name, entry.parameters)
         if classes and shm_params is not None:
             raise InputError(

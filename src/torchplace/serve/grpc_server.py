@@ -121,6 +121,9 @@ STREAM_WINDOW = 128
 STREAM_WINDOW_BYTES = 64 * 1024 * 1024
 #: calls gRPC core holds for the loop to take up before it starts cancelling them
 _MAX_PENDING_CALLS = 4096
+#: the most bytes of metadata a call may carry (gRPC core's hard limit; its own soft limit,
+#: 8 KiB, refused calls between the two at random)
+MAX_METADATA_BYTES = 16 * 1024
 _STATUS: dict[int, grpc.StatusCode] = {
     400: grpc.StatusCode.INVALID_ARGUMENT,
     401: grpc.StatusCode.UNAUTHENTICATED,
@@ -219,6 +222,11 @@ class GrpcServer:
                 # core's default) core cancels them at random (CANCELLED, no reason given), so a
                 # burst of 1,500 concurrent calls from one client lost one in seven; our own
                 # admission (--max-queue) answers overload with a reason instead
+                # a call's metadata (headers) past gRPC core's soft limit of 8 KiB was refused
+                # at random, one call in a few of the same client, up to its hard limit of 16
+                # KiB: one limit, so that a call is refused or not whatever the draw
+                ("grpc.max_metadata_size", MAX_METADATA_BYTES),
+                ("grpc.absolute_max_metadata_size", MAX_METADATA_BYTES),
                 ("grpc.server.max_pending_requests", _MAX_PENDING_CALLS),
                 ("grpc.server.max_pending_requests_hard_limit", 3 * _MAX_PENDING_CALLS),
                 # a connection without a call for this long is closed (GOAWAY: a client's

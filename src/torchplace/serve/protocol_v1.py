@@ -47,8 +47,8 @@ def decode_predict_request(
 ) -> InferRequest:
     """A V1 ``:predict`` body, validated as the OIP request of the same rows (``model`` named
     in the messages that name it)."""
-    rows = _instances(body, max_rows)
-    _check_names(rows, inputs)
+    rows, columnar = _instances(body, max_rows)
+    _check_names(rows, inputs, columnar)
     tensors = []
     for spec in inputs:
         column = [_value(row, index, spec, inputs) for index, row in enumerate(rows)]
@@ -104,10 +104,10 @@ def _v2_route(model: str) -> str:
     return f"/v2/models/{model or '{name}'}/infer"
 
 
-def _instances(body: bytes, max_rows: int) -> list[Any]:
+def _instances(body: bytes, max_rows: int) -> tuple[list[Any], bool]:
     """The request's rows, refused past ``max_rows`` before any is built (a columnar body of
     millions of numbers would otherwise become as many row objects: gigabytes, and seconds of
-    the event loop)."""
+    the event loop), and whether they came in the columnar form."""
     try:
         doc = json_loads(body)
     except orjson.JSONDecodeError as exc:
@@ -118,8 +118,9 @@ def _instances(body: bytes, max_rows: int) -> list[Any]:
             "(one entry per row) or 'inputs' (the same rows, or each input's rows under its name)"
         )
     rows = doc.get("instances", doc.get("inputs")) if isinstance(doc, dict) else None
+    columnar = False
     if isinstance(rows, dict) and "instances" not in doc:
-        rows = _rows_of_columns(rows, max_rows)
+        rows, columnar = _rows_of_columns(rows, max_rows), True
     if isinstance(rows, list) and len(rows) > max_rows:
         raise _too_many(len(rows), max_rows)
     if not isinstance(rows, list) or not rows:
@@ -132,7 +133,7 @@ def _instances(body: bytes, max_rows: int) -> list[Any]:
             "this is an Open Inference Protocol (v2) request; send it to "
             "/v2/models/{name}/infer, or send V1 rows as 'instances'"
         )
-    return rows
+    return rows, columnar
 
 
 def _too_many(rows: int, max_rows: int) -> PayloadTooLargeError:
@@ -161,17 +162,30 @@ def _rows_of_columns(columns: dict[str, Any], max_rows: int) -> list[dict[str, A
     return [{name: rows[i] for name, rows in columns.items()} for i in range(count)]
 
 
-def _check_names(rows: list[Any], inputs: Sequence[TensorSpec]) -> None:
-    """Refuse an instance naming a value the model does not take (a misspelled input would
-    otherwise be dropped, and the rest answered)."""
+def _check_names(rows: list[Any], inputs: Sequence[TensorSpec], columnar: bool) -> None:
+    """Refuse an instance (or a column) naming a value the model does not take (a misspelled
+    input would otherwise be dropped, and the rest answered)."""
     names = {spec.name for spec in inputs}
     for index, row in enumerate(rows):
         if isinstance(row, dict) and not names.issuperset(row):
             extra = next(key for key in row if key not in names)
+            if extra == "b64" and len(inputs) == 1:  # KServe's image examples send this
+                raise _base64(index, inputs[0])
+            where = 'columnar "inputs"' if columnar else f"instance {index}"
             raise InputError(
-                f"instance {index} names input {shown(extra)}, which the model does not take; "
+                f"{where} names input {shown(extra)}, which the model does not take; "
                 "it takes " + ", ".join(repr(s.name) for s in inputs)
             )
+
+
+def _base64(index: int, spec: TensorSpec) -> InputError:
+    """V1's ``{"b64": ...}`` for an input: base64 bytes are BYTES, which no input here takes."""
+    return InputError(
+        f'instance {index} gives input {spec.name!r} as {{"b64": ...}}, KServe V1\'s form of '
+        "binary (BYTES) data, which no input here takes (BYTES is not a tensor type torch can "
+        f"take); give its {spec.datatype} values as numbers, nested in its shape without the "
+        f"batch dimension ({list(spec.shape[1:])})"
+    )
 
 
 def _value(row: Any, index: int, spec: TensorSpec, inputs: Sequence[TensorSpec]) -> Any:
@@ -182,7 +196,16 @@ def _value(row: Any, index: int, spec: TensorSpec, inputs: Sequence[TensorSpec])
                 f"instance {index} has no input {spec.name!r}; the model takes "
                 + ", ".join(repr(s.name) for s in inputs)
             )
-        return row[spec.name]
+        value = row[spec.name]
+        if isinstance(value, dict):  # not a row of numbers: the OIP decoder would call it [1]
+            if "b64" in value:
+                raise _base64(index, spec)
+            raise InputError(
+                f"instance {index} gives input {spec.name!r} as a JSON object; give its "
+                f"{spec.datatype} values as numbers, nested in its shape without the batch "
+                f"dimension ({list(spec.shape[1:])})"
+            )
+        return value
     if len(inputs) > 1:
         raise InputError(
             f"the model takes {len(inputs)} inputs ("
