@@ -309,20 +309,32 @@ def _round_trip(
     cached = owner.cache.get("saves")
     if cached is None:
         cached = owner.cache["saves"] = _saves(owner.node, ctx)
-    key = " ".join((ctx.segment(source) or "").split())
-    first = cached.get(key)
-    if first is not None and isinstance(source, ast.Name):
-        # `buffer = io.BytesIO(received)` after the save: the name now holds other bytes
-        rebound = [
+    key = _path_key(source, ctx)
+    earlier = [line for line in cached.get(key, ()) if line < call.lineno]
+    if earlier and isinstance(source, ast.Name):
+        # `buffer = io.BytesIO(received)` after the save: the name now holds other bytes; a
+        # save after the rebinding (a notebook's `path = "b.pt"`, `torch.save(sd, path)` for
+        # a second model, then `torch.load(path)`) writes the file read again
+        rebinds = [
             v.lineno
             for v in ctx.scope_bindings(owner).get(source.id, [])
-            if v is not None and first < v.lineno <= call.lineno
+            if v is not None and v.lineno <= call.lineno
         ]
-        if rebound:
+        earlier = [line for line in earlier if not any(line < r for r in rebinds)]
+        if not earlier:
             return False
-    if "seek" in cached or (first is not None and first < call.lineno):
+    if "seek" in cached or earlier:
         return True
     return scope is not None and _saved_by_earlier_call(key, scope, ctx)
+
+
+def _path_key(path: ast.expr, ctx: Context) -> str:
+    """A path's spelling with quotes and spaces made uniform: ``'mlp.params'`` saved, then
+    ``"mlp.params"`` loaded, names one file."""
+    try:
+        return ast.unparse(path)
+    except (ValueError, AttributeError):  # pragma: no cover - a node unparse cannot print
+        return " ".join((ctx.segment(path) or "").split())
 
 
 def _saved_by_earlier_call(key: str, scope: Scope, ctx: Context) -> bool:
@@ -391,11 +403,11 @@ def _name_template(path: ast.expr | None) -> str | None:
     return text.rsplit("/", 1)[-1]
 
 
-def _saves(function: ast.AST, ctx: Context) -> dict[str, int]:
+def _saves(function: ast.AST, ctx: Context) -> dict[str, list[int]]:
     """The paths ``function`` saves to (``"seek"`` for a buffer it rewinds), each with the
-    first line that does: a load above every save of its path (a resume at start-up) reads
-    what an earlier run wrote, perhaps on another machine."""
-    found: dict[str, int] = {}
+    lines that do: a load above every save of its path (a resume at start-up) reads what an
+    earlier run wrote, perhaps on another machine."""
+    found: dict[str, list[int]] = {}
     # a module's own statements: a save inside a function runs only when called, maybe never
     for sub in own_nodes(function) if isinstance(function, ast.Module) else walk(function):
         if not (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute)):
@@ -404,10 +416,10 @@ def _saves(function: ast.AST, ctx: Context) -> dict[str, int]:
         if sub.func.attr == "seek":
             key = "seek"
         elif path is not None:
-            key = " ".join((ctx.segment(path) or "").split())
+            key = _path_key(path, ctx)
         else:
             continue
-        found[key] = min(found.get(key, sub.lineno), sub.lineno)
+        found.setdefault(key, []).append(sub.lineno)
     return found
 
 

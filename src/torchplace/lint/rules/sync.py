@@ -821,6 +821,17 @@ def _is_output(read: ast.AST, ctx: Context, *, returns: bool = False) -> bool:
     return _flows_into(read, ctx, _writes, returns=returns, attributes=True, optional=True)
 
 
+def _decoded_text(value: ast.expr, read: ast.AST) -> bool:
+    """``return tokenizer.decode(flat.tolist())``: the copy's token ids decoded to the text a
+    helper hands back, the generation's output (not a value computed from the ids)."""
+    return (
+        isinstance(value, ast.Call)
+        and call_name(value) in {"decode", "batch_decode"}
+        and len(value.args) >= 1
+        and value.args[0] is read
+    )
+
+
 def _steps_environment(read: ast.AST, ctx: Context) -> bool:
     """The read's result is the action handed to an environment (``envs.step(a.cpu().numpy())``,
     or through a name: ``actions = q.argmax(1).cpu().numpy()``, then ``env.step(actions)``): a
@@ -857,7 +868,11 @@ def _flows_into(
     if isinstance(stmt, ast.Return) and stmt.value is not None:
         # `return seg.cpu()`: the copy is what the function returns, as `out = seg.cpu()`,
         # then `return out`, is
-        return returns and not indexes and _carries(stmt.value, set(), read)
+        return (
+            returns
+            and not indexes
+            and (_carries(stmt.value, set(), read) or _decoded_text(stmt.value, read))
+        )
     names: set[str] = set()
     if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
@@ -1139,11 +1154,19 @@ def _flows_to(
     optional and the copy is made for that call on every step: not the loop's output."""
     tainted = set(names)
     nodes = list(walk(scope))
+    lists = _list_names(nodes)
     for _ in range(3):
         for sub in nodes:
             if isinstance(sub, ast.Assign) and _mentions(sub.value, tainted):
                 for target in sub.targets:
                     tainted |= _stored_names(target)
+            elif (
+                isinstance(sub, ast.AugAssign)
+                and isinstance(sub.target, ast.Name)
+                and _extends_list(sub, lists)
+                and _mentions(sub.value, tainted)
+            ):
+                tainted.add(sub.target.id)  # `results += batch_results`, as `.extend()` does
             elif isinstance(sub, (ast.For, ast.comprehension)) and _mentions(sub.iter, tainted):
                 tainted |= {n.id for n in walk(sub.target) if isinstance(n, ast.Name)}
             else:
@@ -1162,6 +1185,41 @@ def _flows_to(
         id(stmt.value) not in optional and id(stmt.value) not in own and _consumes(stmt, names)
         for stmt in nodes
         if isinstance(stmt, ast.Expr)
+    )
+
+
+def _list_names(nodes: list[ast.AST]) -> set[str]:
+    """Names bound to a list display or comprehension (``results = []``) or to a tensor's
+    ``.tolist()``."""
+    return {
+        target.id
+        for sub in nodes
+        if isinstance(sub, ast.Assign)
+        and (
+            isinstance(sub.value, (ast.List, ast.ListComp))
+            or (
+                isinstance(sub.value, ast.Call)
+                and isinstance(sub.value.func, ast.Attribute)
+                and sub.value.func.attr == "tolist"
+            )
+        )
+        for target in sub.targets
+        if isinstance(target, ast.Name)
+    }
+
+
+def _extends_list(node: ast.AST, lists: set[str]) -> bool:
+    """``results += batch_results`` with both sides lists: the items are collected, not
+    added up (``total += loss_value`` is arithmetic)."""
+    return (
+        isinstance(node, ast.AugAssign)
+        and isinstance(node.op, ast.Add)
+        and isinstance(node.target, ast.Name)
+        and node.target.id in lists
+        and (
+            isinstance(node.value, (ast.List, ast.ListComp))
+            or (isinstance(node.value, ast.Name) and node.value.id in lists)
+        )
     )
 
 
@@ -2153,7 +2211,13 @@ def _yielded(read: ast.AST, ctx: Context) -> bool:
     """A generator hands the read's result out as one item of its stream, right away
     (``yield x.item()``) or through the name its statement binds, yielded next in the loop
     (nanochat's ``token = next_ids.item()``, then ``yield token``): the consumer receives
-    each token as it is decoded, the stream's output."""
+    each token as it is decoded, the stream's output. So is a read of a name the loop yields
+    as it is (``if next_token.item() in stop_ids: break``, then ``yield next_token``): the
+    consumer reads that token anyway, the stop test only reads it first."""
+    loops = ctx.loops()
+    receiver = _read_receiver(read)
+    if loops and receiver is not None and _yields_name(loops[-1], receiver):
+        return True
     node = read
     for parent in reversed(ctx.parents):
         if isinstance(parent, (ast.Yield, ast.YieldFrom)):
@@ -2169,6 +2233,26 @@ def _yielded(read: ast.AST, ctx: Context) -> bool:
         return False
     loop = ctx.loops()[-1] if ctx.loops() else None
     return loop is not None and any(
+        isinstance(sub, ast.Yield) and isinstance(sub.value, ast.Name) and sub.value.id == name
+        for sub in walk(loop)
+    )
+
+
+def _read_receiver(read: ast.AST) -> str | None:
+    """``next_token`` of ``next_token.item()`` (also through ``.cpu()``/``.detach()``)."""
+    node = read
+    while (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in {"item", "tolist", "cpu", "numpy", "detach"}
+        and not node.args
+    ):
+        node = node.func.value
+    return node.id if isinstance(node, ast.Name) and node is not read else None
+
+
+def _yields_name(loop: ast.AST, name: str) -> bool:
+    return any(
         isinstance(sub, ast.Yield) and isinstance(sub.value, ast.Name) and sub.value.id == name
         for sub in walk(loop)
     )

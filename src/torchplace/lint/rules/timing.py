@@ -45,6 +45,9 @@ _NOT_WORK = frozenset(
     # a loop header's wrappers, `for i, pose in enumerate(tqdm(poses)):`: walking a placed
     # tensor hands out views of its rows, which launches no kernel
     | {"enumerate", "zip", "tqdm", "iter"}
+    # `torch.compile(model)` wraps the module and returns at once: it compiles on the first
+    # call, which is where the device work (and any wait) is
+    | {"compile"}
 )
 # Tensor metadata, kept on the host: reading it launches no device work (``tuple(y[0].shape)``,
 # ``y.size(0)``).
@@ -62,6 +65,9 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
     if clock not in TIMERS or not ctx.stmt_path:
         return
     start = node.targets[0].id
+    scope = ctx.function_scope() or ctx.scope
+    if not _subtracted(start, scope.node):
+        return  # `end_time = timer()`, read only as `end_time - start_time`: a stop, not a start
     block, index = ctx.stmt_path[-1]
     found = _until_read(block[index + 1 :], start, ctx)
     if found is None:
@@ -69,7 +75,6 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
     region, rest = found
     if _limits(region[-1], start):
         return  # `if time.time() - t > time_limit: break`: a timeout, not a measurement
-    scope = ctx.function_scope() or ctx.scope
     if _cpu_path(node, scope):
         return  # the `else` of `if device.type == "cuda":`: the CPU path, which needs no sync
     placed = _device_names(scope, ctx, node.lineno)
@@ -86,6 +91,20 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
         f"`{clock}()` times device work without a synchronize: kernels run asynchronously, so "
         "this measures the launch, not the work; call `torch.cuda.synchronize()` before each "
         "clock read or time with CUDA events",
+    )
+
+
+def _subtracted(start: str, scope: ast.AST) -> bool:
+    """Some elapsed time is measured from ``start`` in its scope (``... - start``). A notebook
+    that times two runs with ``start_time = timer()`` ... ``end_time = timer()`` binds
+    ``end_time`` by a clock read too, but only ever subtracts from it: the work after it, up
+    to the next run's ``start_time = timer()``, is timed by nothing."""
+    return any(
+        isinstance(sub, ast.BinOp)
+        and isinstance(sub.op, ast.Sub)
+        and isinstance(sub.right, ast.Name)
+        and sub.right.id == start
+        for sub in walk(scope)
     )
 
 
