@@ -132,8 +132,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         _silence_stdout()
         return EXIT_FAILED
     except OSError as exc:
-        if exc.filename is None:
-            raise
+        if exc.filename is None:  # a failed write to stdout (a full disk, /dev/full)
+            _silence_stdout()
+            print(
+                f"torchplace {top.command}: error: cannot write the report to standard output "
+                f"({exc.strerror or exc}); write it to a file with -o PATH",
+                file=sys.stderr,
+            )
+            return EXIT_FAILED
         print(
             f"torchplace {top.command}: error: cannot use {exc.filename!r}: "
             f"{exc.strerror or exc}; check the path",

@@ -67,7 +67,12 @@ def parse_spec(spec: str | torch.device | int | None) -> tuple[str, int | None]:
         return "cuda", _check_index(_digits(text, spec), spec)
     match = _SPEC_RE.match(text)
     if match is None:
-        raise ConfigError(f"device spec {shown(spec)} is not understood; use {_KNOWN}")
+        joined = re.fullmatch(r"([a-z]+)[\s_-]*([0-9]+)", text)  # "cuda0", "cuda 1", "xpu-0"
+        hint = ""
+        if joined and joined.group(1) in ("cuda", "gpu", *OTHER_ACCELERATORS):
+            kind = "cuda" if joined.group(1) == "gpu" else joined.group(1)
+            hint = f" (did you mean '{kind}:{int(joined.group(2))}'?)"
+        raise ConfigError(f"device spec {shown(spec)} is not understood{hint}; use {_KNOWN}")
     digits = match.group("index")
     index = None if digits is None else _digits(digits, spec)
     return _check_kind(match.group("type"), index, spec)
@@ -137,8 +142,11 @@ def _check_kind(kind: str, index: int | None, spec: object) -> tuple[str, int | 
                 "'auto', 'cpu', 'meta', 'cuda', 'mps' and 'xpu'; pass "
                 f"torch.device({kind!r}) to code that takes one directly"
             )
+        hint = ""
+        if kind in ("gpu", "nvidia", "rocm", "hip"):  # torch names NVIDIA and AMD GPUs "cuda"
+            hint = f" (torch calls NVIDIA and AMD GPUs 'cuda': did you mean 'cuda{'' if index is None else f':{index}'}'?)"
         raise ConfigError(
-            f"{what} is not a device type torch knows; "
+            f"{what} is not a device type torch knows{hint}; "
             "use 'auto', 'cpu', 'meta', 'cuda', 'cuda:N', 'mps' or 'xpu'"
         )
     if kind == "auto" and index is not None:

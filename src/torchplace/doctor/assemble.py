@@ -16,11 +16,19 @@ from torchplace.doctor.checks import (
     build_check,
     device_checks,
     driver_check,
+    environment_checks,
     init_check,
     resolve_check,
     visibility_checks,
 )
-from torchplace.doctor.probes import Facts, build_kind, gather, nvcc_version, tf32_allowed
+from torchplace.doctor.probes import (
+    Facts,
+    build_kind,
+    cpu_limits,
+    gather,
+    nvcc_version,
+    tf32_allowed,
+)
 from torchplace.doctor.smoke import matmul_check, pinned_memory_check, round_trip_check
 from torchplace.doctor.verdict import judge
 
@@ -38,6 +46,7 @@ def collect(
     probe: DeviceProbe | None = None,
     smoke: bool = True,
     toolkit: Callable[[], str | None] = nvcc_version,
+    cpus: Callable[[], tuple[int | None, float | None]] = cpu_limits,
 ) -> dict[str, Any]:
     """Gather the whole report as a JSON-ready dict (the ``result`` of ``doctor --json``).
 
@@ -47,7 +56,7 @@ def collect(
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        report = _collect(spec, probe=probe, smoke=smoke, toolkit=toolkit)
+        report = _collect(spec, probe=probe, smoke=smoke, toolkit=toolkit, cpus=cpus)
     seen: set[str] = set()
     for w in caught:
         text = " ".join(str(w.message).split())
@@ -68,12 +77,14 @@ def _collect(
     probe: DeviceProbe | None,
     smoke: bool,
     toolkit: Callable[[], str | None],
+    cpus: Callable[[], tuple[int | None, float | None]],
 ) -> dict[str, Any]:
     from torchplace.devices import default_probe
 
-    facts = gather(probe or default_probe(), toolkit)
+    facts = gather(probe or default_probe(), toolkit, cpus)
     checks = [*init_check(facts), build_check(facts), driver_check(facts)]
     checks += visibility_checks(facts)
+    checks += environment_checks(facts)
     devices: list[dict[str, Any]] = []
     for info in facts.inventory:
         entry, device_found = device_checks(facts, info)
@@ -147,6 +158,8 @@ def _build(facts: Facts) -> dict[str, Any]:
         "cudnn_version": None if facts.hip_build else facts.cudnn,
         "arch_list": facts.arch_list,
         **facts.flags,
+        "cpu_affinity": facts.cpu_affinity,
+        "cpu_quota": facts.cpu_quota,
     }
 
 

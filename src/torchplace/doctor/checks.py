@@ -22,6 +22,7 @@ __all__ = [
     "build_check",
     "device_checks",
     "driver_check",
+    "environment_checks",
     "init_check",
     "resolve_check",
     "visibility_checks",
@@ -243,6 +244,8 @@ def visibility_checks(facts: Facts) -> list[Check]:
                 "cuda",
             )
         )
+    elif vis.value is not None and _matches_none(facts):
+        checks.append(_matches_none_check(facts))
     elif vis.value is not None:
         mapping = ", ".join(f"{d.device} = physical {d.physical_id}" for d in facts.inventory)
         detail = f"{vis.describe()}: {mapping or 'no device mapped'}"
@@ -256,7 +259,9 @@ def visibility_checks(facts: Facts) -> list[Check]:
     checks += _container_check(facts)
     physical = facts.driver.physical_gpu_count or len(facts.inventory)
     order = facts.env["CUDA_DEVICE_ORDER"]
-    if physical > 1 and order != "PCI_BUS_ID" and facts.hip_build is None:
+    if facts.hip_build is None and order is not None and order not in _DEVICE_ORDERS:
+        checks.append(_bad_order_check(facts, order))
+    elif physical > 1 and order != "PCI_BUS_ID" and facts.hip_build is None:
         why = "by default" if order is None else f"as CUDA_DEVICE_ORDER={order!r} is not PCI_BUS_ID"
         checks.append(
             Check(
@@ -269,6 +274,60 @@ def visibility_checks(facts: Facts) -> list[Check]:
             )
         )
     return checks
+
+
+_DEVICE_ORDERS = ("PCI_BUS_ID", "FASTEST_FIRST")
+
+
+def _bad_order_check(facts: Facts, order: str) -> Check:
+    """A ``CUDA_DEVICE_ORDER`` the CUDA runtime does not take: recent runtimes (seen with CUDA 13)
+    then fail to start ("invalid device ordinal") while torch still counts the GPUs."""
+    refused = facts.built and not facts.cuda_available
+    said = f"CUDA_DEVICE_ORDER={order!r} is neither PCI_BUS_ID nor FASTEST_FIRST (exactly so, in capitals)"
+    if refused:
+        detail = f"{said}: CUDA did not start with it (recent CUDA runtimes refuse it: 'invalid device ordinal')"
+    else:
+        detail = f"{said}: recent CUDA runtimes refuse to start with it ('invalid device ordinal')"
+    return Check(
+        "device-order",
+        "fail" if refused else "warn",
+        detail,
+        "export CUDA_DEVICE_ORDER=PCI_BUS_ID (so CUDA and nvidia-smi number GPUs alike), or unset it",
+        "cuda",
+    )
+
+
+def _matches_none(facts: Facts) -> bool:
+    """Whether the visibility variable lists GPUs, NVML sees GPUs, and CUDA reads none of them."""
+    vis = facts.visible
+    return bool(
+        facts.built
+        and facts.hip_build is None
+        and vis.physical_ids
+        and facts.device_count == 0
+        and facts.init_error is None
+        and (facts.driver.physical_gpu_count or 0) > 0
+    )
+
+
+def _matches_none_check(facts: Facts) -> Check:
+    vis, ids = facts.visible, facts.visible.physical_ids or ()
+    gpus = facts.driver.physical_gpu_count or 0
+    detail = (
+        f"{vis.describe()} names none of the {gpus} GPU(s) NVML sees, so CUDA sees none: "
+        f"{ids[0]!r} is not one of them"
+    )
+    fix = (
+        f"list in {vis.variable} GPUs this machine has: indices from 0 to {gpus - 1} "
+        "(in CUDA's order), or the GPU-/MIG- UUIDs 'nvidia-smi -L' shows"
+    )
+    legacy = [i for i in ids if i.startswith("MIG-GPU-")]
+    if legacy:
+        detail += (
+            f"; {legacy[0]!r} is the MIG-GPU-<uuid>/<gi>/<ci> form only drivers before R470 read"
+        )
+        fix = f"use the MIG-<uuid> of each MIG device that 'nvidia-smi -L' shows in {vis.variable}"
+    return Check("visible-devices", "fail", detail, fix, "cuda")
 
 
 def _cut_short(facts: Facts) -> tuple[str, str] | None:
@@ -317,6 +376,164 @@ def _container_check(facts: Facts) -> list[Check]:
             "cuda",
         )
     ]
+
+
+#: the caching allocator's options (``PYTORCH_CUDA_ALLOC_CONF``, ``PYTORCH_ALLOC_CONF``) across
+#: torch releases; a CUDA build refuses any other key when CUDA starts
+_ALLOC_OPTIONS = (
+    "backend",
+    "expandable_segments",
+    "garbage_collection_threshold",
+    "graph_capture_record_stream_reuse",
+    "large_segment_size_mb",
+    "max_non_split_rounding_mb",
+    "max_split_size_mb",
+    "per_process_memory_fraction",
+    "pinned_max_cached_size_mb",
+    "pinned_max_round_threshold_mb",
+    "pinned_num_register_threads",
+    "pinned_reserve_segment_size_mb",
+    "pinned_use_background_threads",
+    "pinned_use_cuda_host_register",
+    "pinned_use_hip_host_register",
+    "release_lock_on_cudamalloc",
+    "release_lock_on_hipmalloc",
+    "roundup_power2_divisions",
+)
+_ALLOC_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+
+
+def _alloc_entries(value: str) -> list[str]:
+    """The ``key:value`` entries of an allocator config, split at commas outside ``[...]``."""
+    entries, depth, current = [], 0, ""
+    for char in value:
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == "," and depth <= 0:
+            entries.append(current)
+            current = ""
+        else:
+            current += char
+    return [e.strip() for e in [*entries, current] if e.strip()]
+
+
+def _alloc_problem(entry: str) -> str | None:
+    """What torch refuses in one ``key:value`` entry, None when it is fine."""
+    import difflib
+
+    key, sep, value = (part.strip() for part in entry.partition(":"))
+    if not sep:
+        return f"{entry!r} is not key:value (torch separates key and value with ':')"
+    if key not in _ALLOC_OPTIONS:
+        near = difflib.get_close_matches(key, _ALLOC_OPTIONS, n=1)
+        return f"{key!r} is not an allocator option" + (
+            f" (did you mean {near[0]!r}?)" if near else ""
+        )
+    if key.startswith(("expandable", "release_lock", "graph_capture")) or key.startswith(
+        "pinned_use"
+    ):
+        return None if value in ("True", "False") else f"{key} takes True or False, not {value!r}"
+    if key.endswith("_mb") and not value.isdigit():
+        return f"{key} takes a whole number of MiB, not {value!r}"
+    if key == "max_split_size_mb" and int(value) < 20:
+        return f"max_split_size_mb is {value} but must be 20 or more"
+    if key == "garbage_collection_threshold":
+        try:
+            ok = 0.0 < float(value) < 1.0
+        except ValueError:
+            ok = False
+        return (
+            None
+            if ok
+            else f"garbage_collection_threshold takes a number between 0 and 1, not {value!r}"
+        )
+    if key == "backend" and value not in ("native", "cudaMallocAsync"):
+        return f"backend takes native or cudaMallocAsync, not {value!r}"
+    return None
+
+
+def environment_checks(facts: Facts) -> list[Check]:
+    """Settings that break or slow CUDA: an allocator config torch refuses when CUDA starts
+    (the doctor's own checks with ``--no-smoke`` allocate nothing, so would not see it), and
+    ``CUDA_LAUNCH_BLOCKING=1`` left on."""
+    checks = []
+    for name in _ALLOC_VARS:
+        value = facts.env.get(name)
+        problems = [p for p in map(_alloc_problem, _alloc_entries(value or "")) if p]
+        if problems:
+            checks.append(
+                Check(
+                    "allocator-config",
+                    "warn",
+                    f"{name}={value!r}: {'; '.join(problems)}; a CUDA build of torch refuses it "
+                    "when CUDA starts (ValueError at the first allocation)",
+                    f"correct {name} (e.g. {name}=expandable_segments:True; the options are on "
+                    "https://pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf) "
+                    "or unset it",
+                    "cuda",
+                )
+            )
+    checks += _thread_checks(facts)
+    blocking = facts.env.get("CUDA_LAUNCH_BLOCKING")
+    if blocking is not None and blocking.strip() == "1":
+        checks.append(
+            Check(
+                "launch-blocking",
+                "warn",
+                "CUDA_LAUNCH_BLOCKING=1: every kernel launch waits for the kernel to finish, "
+                "which is for debugging and makes GPU code much slower",
+                "unset CUDA_LAUNCH_BLOCKING once you are done debugging",
+                "cuda",
+            )
+        )
+    return checks
+
+
+def _positive_counts(value: str) -> bool:
+    """Whether ``value`` is a thread count OpenMP takes: ``4``, or a nested list ``4,2``."""
+    parts = [p.strip() for p in value.split(",")]
+    return all(p.isascii() and p.isdigit() and int(p) > 0 for p in parts)
+
+
+def _thread_checks(facts: Facts) -> list[Check]:
+    """``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS`` that OpenMP ignores (0, negative, not a number),
+    and more torch threads than the CPUs this process may use (affinity, cgroup quota)."""
+    import math
+
+    checks = []
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        value = facts.env.get(name)
+        if value is not None and not _positive_counts(value):
+            checks.append(
+                Check(
+                    "cpu-threads",
+                    "warn",
+                    f"{name}={value!r} is not a positive whole number: OpenMP/MKL ignore it "
+                    "(libgomp prints 'Invalid value') and use their own default",
+                    f"set {name} to the number of threads to use (e.g. {name}=4), or unset it",
+                )
+            )
+    threads = facts.flags.get("cpu_threads")
+    limits = []
+    if facts.cpu_affinity:
+        limits.append((facts.cpu_affinity, f"{facts.cpu_affinity} CPU(s) in its affinity mask"))
+    if facts.cpu_quota:
+        limits.append(
+            (max(1, math.ceil(facts.cpu_quota)), f"a cgroup quota of {facts.cpu_quota:g} CPU(s)")
+        )
+    if isinstance(threads, int) and limits:
+        cpus, why = min(limits)
+        if threads > cpus:
+            checks.append(
+                Check(
+                    "cpu-threads",
+                    "warn",
+                    f"torch runs {threads} CPU threads but this process may use {cpus} CPU(s) "
+                    f"({why}): oversubscribed threads make CPU work much slower",
+                    f"export OMP_NUM_THREADS={cpus} (or call torch.set_num_threads({cpus}))",
+                    "cpu",
+                )
+            )
+    return checks
 
 
 def device_checks(facts: Facts, info: DeviceInfo) -> tuple[dict[str, Any], list[Check]]:

@@ -18,6 +18,7 @@ __all__ = [
     "ENV_VARS",
     "Facts",
     "build_kind",
+    "cpu_limits",
     "driver_from_proc",
     "gather",
     "nvcc_version",
@@ -38,6 +39,8 @@ ENV_VARS = (
     "PYTORCH_HIP_ALLOC_CONF",
     "PYTORCH_ALLOC_CONF",
     "PYTORCH_NVML_BASED_CUDA_CHECK",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
 )
 
 
@@ -74,6 +77,8 @@ class Facts:
     accelerator: str | None = None
     module_loading: str | None = None
     device_errors: dict[str, str] = field(default_factory=dict)
+    cpu_affinity: int | None = None
+    cpu_quota: float | None = None
     probe_errors: list[tuple[str, str]] = field(default_factory=list)
 
     @property
@@ -104,7 +109,11 @@ class _Asker:
             return default
 
 
-def gather(probe: DeviceProbe, toolkit: Callable[[], str | None] = lambda: None) -> Facts:
+def gather(
+    probe: DeviceProbe,
+    toolkit: Callable[[], str | None] = lambda: None,
+    cpus: Callable[[], tuple[int | None, float | None]] = lambda: (None, None),
+) -> Facts:
     """Ask ``probe`` (and the host) everything the doctor reports, once.
 
     Nothing a probe raises escapes: a question that fails is in ``probe_errors`` (or, for the
@@ -142,6 +151,7 @@ def gather(probe: DeviceProbe, toolkit: Callable[[], str | None] = lambda: None)
         torch_version=ask("torch_version", probe.torch_version, "unknown"),
     )
     _devices(facts, probe, built)
+    facts.cpu_affinity, facts.cpu_quota = ask("cpu limits", cpus, (None, None))
     facts.backends = {
         kind: bool(
             ask(f"backend_available({kind!r})", partial(probe.backend_available, kind), False)
@@ -187,6 +197,34 @@ def nvcc_version() -> str | None:
         return None
     match = re.search(r"release .+ V(\S+)", out)
     return match.group(1) if match else None
+
+
+def cpu_limits(cgroup: str = "/sys/fs/cgroup") -> tuple[int | None, float | None]:
+    """(CPUs this process may run on, the cgroup's CPU quota in CPUs), each None when unknown
+    or unlimited: cgroup v2 ``cpu.max`` (``"200000 100000"`` is 2 CPUs), else v1
+    ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``. torch sizes its thread pool by cores, not by
+    the quota a container runs under."""
+    import os
+
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    base = cgroup.rstrip("/")
+    candidates = [(f"{base}/cpu.max", None)] + [
+        (f"{base}/{d}/cpu.cfs_quota_us", f"{base}/{d}/cpu.cfs_period_us")
+        for d in ("cpu", "cpu,cpuacct", "cpuacct,cpu")
+    ]
+    for quota_path, period_path in candidates:
+        try:
+            with open(quota_path, encoding="utf-8") as f:
+                fields = f.read(256).split()
+            if period_path is not None:
+                with open(period_path, encoding="utf-8") as f:
+                    fields += f.read(256).split()
+            quota, period = float(fields[0]), float(fields[1])
+        except (OSError, ValueError, IndexError):  # "max" (no quota), absent, unreadable
+            continue
+        if quota > 0 and period > 0:
+            return affinity, quota / period
+    return affinity, None
 
 
 def build_kind(cuda: str | None, hip: str | None) -> str:

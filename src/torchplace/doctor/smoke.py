@@ -4,11 +4,13 @@ checks and say so; on ``meta`` they are skipped (there is no data to compare).""
 
 from __future__ import annotations
 
+import os
+import re
 import time
 from typing import TYPE_CHECKING
 
 from torchplace.doctor.checks import Check
-from torchplace.doctor.probes import tf32_allowed, torch_flags
+from torchplace.doctor.probes import one_line, tf32_allowed, torch_flags
 
 if TYPE_CHECKING:
     import torch
@@ -19,6 +21,25 @@ _ROUND_TRIP_ELEMENTS = 1 << 20  # 4 MiB of float32
 _MATMUL_N = 256
 _MATMUL_TOL = 1e-4  # float32 with full-precision accumulate: ~1e-7 in practice
 _MATMUL_TOL_TF32 = 1e-2  # TF32 keeps 10 mantissa bits: ~1e-3 in practice
+
+
+_ALLOC_ERROR = re.compile(r"allocator config|CachingAllocator|ConfigTokenizer|allocator backend")
+
+
+def _fix(exc: BaseException, default: str) -> str:
+    """The fix for a smoke test that raised: the allocator config when torch refused that (it
+    does so when CUDA starts, as a ValueError), else ``default``."""
+    if _ALLOC_ERROR.search(str(exc)):
+        named = [
+            f"{name}={os.environ[name]!r}"
+            for name in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+            if os.environ.get(name)
+        ]
+        return (
+            f"correct or unset the allocator config torch refused ({', '.join(named) or 'none set'}): "
+            "see the allocator-config check"
+        )
+    return default
 
 
 def _sync(device: torch.device) -> None:
@@ -42,12 +63,16 @@ def pinned_memory_check(device: torch.device) -> Check:
         )
     try:
         pinned = torch.empty(1024, pin_memory=True).is_pinned()
-    except RuntimeError as exc:
+    except Exception as exc:  # RuntimeError; ValueError for an allocator config torch refuses
         return Check(
             "pinned-memory",
             "fail",
-            f"cannot allocate pinned host memory: {exc}",
-            "check the locked-memory limit ('ulimit -l') and, in a container, its memory limits",
+            f"cannot allocate pinned host memory: {one_line(exc)}",
+            _fix(
+                exc,
+                "check the locked-memory limit ('ulimit -l') and, in a container, its memory "
+                "limits",
+            ),
             str(device),
         )
     if not pinned:
@@ -84,7 +109,7 @@ def round_trip_check(device: torch.device, *, elements: int = _ROUND_TRIP_ELEMEN
         try:
             host = host.pin_memory()
             out = torch.empty(elements, pin_memory=True)
-        except RuntimeError:
+        except Exception:
             pinned = False
             out = torch.empty(elements)
         start = time.perf_counter()
@@ -93,12 +118,12 @@ def round_trip_check(device: torch.device, *, elements: int = _ROUND_TRIP_ELEMEN
         out.copy_(on_device, non_blocking=pinned)
         _sync(device)  # the host must not read `out` until the D2H copy is finished
         seconds = time.perf_counter() - start
-    except RuntimeError as exc:
+    except Exception as exc:  # RuntimeError; ValueError for an allocator config torch refuses
         return Check(
             name,
             "fail",
-            f"copy to {device} failed: {exc}",
-            "the device is not usable; check 'nvidia-smi' and the driver logs (dmesg)",
+            f"copy to {device} failed: {one_line(exc)}",
+            _fix(exc, "the device is not usable; check 'nvidia-smi' and the driver logs (dmesg)"),
             str(device),
         )
     ok = torch.equal(host, out)
@@ -139,13 +164,15 @@ def matmul_check(
     reference = a.double() @ b.double()
     try:
         result = (a.to(device) @ b.to(device)).to("cpu").double()
-    except RuntimeError as exc:
+    except Exception as exc:  # RuntimeError; ValueError for an allocator config torch refuses
         return (
             Check(
                 name,
                 "fail",
-                f"matmul on {device} failed: {exc}",
-                "the device cannot run kernels from this build; see the arch check above",
+                f"matmul on {device} failed: {one_line(exc)}",
+                _fix(
+                    exc, "the device cannot run kernels from this build; see the arch check above"
+                ),
                 str(device),
             ),
             None,

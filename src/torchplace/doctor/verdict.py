@@ -48,7 +48,7 @@ def judge(
     else:
         # every cause on the one line: the first failure, then the others
         causes = "; also: ".join(dict.fromkeys(c.detail for c in failures))
-        summary = f"{device or spec} is not usable" + (f": {causes}" if causes else "")
+        summary = f"{device or scope or spec} is not usable" + (f": {causes}" if causes else "")
     return {
         "usable": usable,
         "status": "ok" if usable else "fail",
