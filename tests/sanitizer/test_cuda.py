@@ -347,3 +347,20 @@ def test_d2d() -> None:
         t.to("cuda:1")
     assert (report.d2d, report.d2d_bytes) == (1, 1024)
     assert report.syncs == []
+
+
+@torch.library.custom_op("torchplace_cuda::np_sin", mutates_args=(), device_types="cuda")
+def _np_sin(x: torch.Tensor) -> torch.Tensor:
+    import numpy as np
+
+    return torch.from_numpy(np.sin(x.cpu().numpy())).to(x.device)  # cuda-custom-op-kernel
+
+
+def test_a_custom_ops_numpy_round_trip_is_found_in_its_kernel(cuda: torch.device) -> None:
+    x = torch.ones(256, device=cuda)
+    with torchplace.guard() as report:
+        out = _np_sin(x)
+    assert out.device == x.device
+    kernel = line_of(HERE, "cuda-custom-op-kernel")
+    assert (report.d2h, report.h2d) == (1, 1)
+    assert {e.site.lineno for e in report.events} == {kernel}

@@ -113,11 +113,22 @@ _SIZED_TORCH_FUNCTIONS: Final = {
 _OTHER_NOT_AN_OPERAND: Final = _words("type_as view_as reshape_as expand_as")
 
 
-#: Pure calls with number parameters (``Scalar`` or ``float`` in every overload): torch's
-#: argument parser reads a tensor given there with ``item()``, so a device tensor there is a
-#: sync (``x.add(y, alpha=scale)``, ``torch.full_like(x, x.max())``); the call is pure device
-#: compute otherwise. ``(owner, names, positions, parameter names)``.
+#: Pure calls with number parameters (``Scalar``, ``float`` or ``int`` in every overload):
+#: torch's argument parser reads a tensor given there with ``item()``, so a device tensor there
+#: is a sync (``x.add(y, alpha=scale)``, ``torch.full_like(x, x.max())``, ``x.topk(k)`` with
+#: ``k = mask.sum()``); the call is pure device compute otherwise.
+#: ``(owner, names, positions, parameter names)``.
 _SCALAR_PARAMETERS: Final = (
+    (Tensor, "topk", (1,), ("k",)),
+    (torch, "topk", (1,), ("k",)),
+    (Tensor, "roll", (1,), ("shifts",)),
+    (torch, "roll", (1,), ("shifts",)),
+    (Tensor, "chunk", (1,), ("chunks",)),
+    (torch, "chunk", (1,), ("chunks",)),
+    (Tensor, "split", (1,), ("split_size",)),
+    (torch, "split", (1,), ("split_size_or_sections",)),
+    (Tensor, "tril triu", (1,), ("diagonal",)),
+    (torch, "tril triu", (1,), ("diagonal",)),
     (Tensor, "add add_ sub sub_", (), ("alpha",)),
     (torch, "add sub", (), ("alpha",)),
     (torch, "full_like", (1,), ("fill_value",)),

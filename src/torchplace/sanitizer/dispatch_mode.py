@@ -15,6 +15,7 @@ for the duration of such a call. It sees the aten ops the call decomposes into a
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Mapping, Sequence
 from types import CodeType
@@ -27,7 +28,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torchplace.placement import canonical_device
 from torchplace.sanitizer.calls import op_name
 from torchplace.sanitizer.mixed import check_op, maybe_mixed
-from torchplace.sanitizer.syncs import BLOCKING_COPY, Handler, sync_handlers
+from torchplace.sanitizer.syncs import BLOCKING_COPY, Handler, active_guards, sync_handlers
 
 if TYPE_CHECKING:
     from torchplace.sanitizer.recorder import Guard
@@ -35,7 +36,12 @@ if TYPE_CHECKING:
 __all__ = ["DispatchLayer", "copy_direction", "is_pinned", "nbytes"]
 
 
-_composite: dict[Any, bool] = {}
+#: What the dispatch layer does with an op it has no handler for, by op (computed once each):
+#: decompose a composite, give a custom op's kernel the function layer, or run it.
+_COMPOSITE: Final = "composite"
+_CUSTOM: Final = "custom"
+_PLAIN: Final = "plain"
+_kinds: dict[Any, str] = {}
 
 
 class DispatchLayer(TorchDispatchMode):  # type: ignore[no-untyped-call]
@@ -65,10 +71,14 @@ class DispatchLayer(TorchDispatchMode):  # type: ignore[no-untyped-call]
         handler = _DISPATCH_HANDLERS.get(func)
         if handler is not None:
             return handler(self._owner, func, args, kwargs)
-        composite = _composite.get(func)
-        if composite is None:
-            composite = _composite[func] = _is_composite(func)
-        if composite:
+        kind = _kinds.get(func)
+        if kind is None:
+            kind = _kinds[func] = _kind(func)
+        if kind == _CUSTOM:
+            out = _kernel_in_sight(self._owner, func, args, kwargs)
+            if out is not NotImplemented:
+                return out
+        elif kind == _COMPOSITE:
             # Without autograd (inference_mode) composite ops such as aten.to or aten.item
             # reach this mode whole; decompose them under it to see the copies inside.
             with self:
@@ -78,6 +88,51 @@ class DispatchLayer(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if maybe_mixed(args, kwargs):
             check_op(self._owner, func, args, kwargs)
         return func(*args, **kwargs)
+
+
+#: Namespaces of the ops torch's own C++ kernels implement. Any other op (``torch.library``,
+#: ``custom_op``) may have a Python kernel, whose torch calls no layer would see otherwise.
+_BUILTIN_NAMESPACES: Final = frozenset({"aten", "prim", "prims"})
+_BELOW_PYTHON: Final = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.Python)
+
+
+def _kernel_in_sight(
+    owner: Guard, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Any:
+    """Run a custom op's backend kernel with the guard's function layer active, so that the
+    copies and syncs of a Python kernel (``x.cpu().numpy()``, ``.to(x.device)``) are seen at
+    their lines. Without another dispatch mode below the guard nor a tensor subclass among the
+    operands, torch would go straight to that kernel; it goes there now, by a redispatch below
+    the Python key. NotImplemented when it cannot (the op then runs as any other)."""
+    if not owner._live[0] or torch._C._len_torch_dispatch_stack():
+        # another mode below: a user's or a tracer's keeps its turn; another guard's layer (a
+        # nested guard) runs the kernel when the op reaches it, with every guard's layer active
+        return NotImplemented
+    keys = None
+    for value in (*args, *kwargs.values()):
+        for t in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(t, Tensor):
+                tensor_keys = torch._C._dispatch_keys(t)
+                if tensor_keys.has(torch._C.DispatchKey.Python):  # a subclass: its turn first
+                    return NotImplemented
+                keys = tensor_keys if keys is None else keys | tensor_keys
+    if keys is None:
+        return NotImplemented
+    if maybe_mixed(args, kwargs):
+        check_op(owner, func, args, kwargs)
+    layers = [g._function for g in active_guards() if g._live[0]]
+    if owner._function not in layers:
+        layers.append(owner._function)
+    with contextlib.ExitStack() as stack:
+        for layer in layers:  # innermost guard's last, on top, as when the guards were entered
+            stack.enter_context(layer)
+        return func.redispatch(keys & _BELOW_PYTHON, *args, **kwargs)
+
+
+def _kind(func: Any) -> str:
+    if _is_composite(func):
+        return _COMPOSITE
+    return _PLAIN if getattr(func, "namespace", "aten") in _BUILTIN_NAMESPACES else _CUSTOM
 
 
 def _is_composite(func: Any) -> bool:
