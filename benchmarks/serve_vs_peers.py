@@ -681,14 +681,16 @@ def main(argv: list[str] | None = None) -> int:
             )
         began = time.monotonic()
 
-        def in_budget(what: str, servers: int, startup: float = 10.0) -> bool:
+        def in_budget(what: str, servers: int, startup: float = 10.0, reserve: int = 0) -> bool:
             """Whether ``servers`` more servers, started in about ``startup`` seconds, fit the
-            time budget; a SKIP line when not."""
+            time budget with room left for ``reserve`` servers after them; a SKIP line when
+            not."""
             if not args.time_budget:
                 return True
             need = servers * (args.warmup + args.duration * args.rounds) + startup
+            kept = reserve * (args.warmup + args.duration * args.rounds + startup)
             left = args.time_budget - (time.monotonic() - began)
-            if need <= left:
+            if need + kept <= left:
                 return True
             line = f"{what}: needs about {need:.0f} s, {max(left, 0.0):.0f} s of the budget left"
             args.skipped.append(line)
@@ -698,7 +700,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             # torchplace and the HTTP limit on every model first: under a time budget the
             # peers are what gives way
-            for model, job in work.items():
+            for i, (model, job) in enumerate(work.items()):
                 trace = tmp / f"{model}-trace.json"
                 variants = [
                     torchplace_server("torchplace", model, device),
@@ -707,10 +709,18 @@ def main(argv: list[str] | None = None) -> int:
                         "torchplace +trace-file", model, device, "--trace-file", str(trace)
                     ),
                 ]
-                if in_budget(f"torchplace on {model}", len(variants)):
+                # the metrics and tracing variants give way first, keeping room for this
+                # model's HTTP limit and for torchplace and the limit on each model after it;
+                # the limit keeps room for torchplace on those; torchplace itself is always run
+                later = len(work) - i - 1
+                if in_budget(
+                    f"torchplace's variants on {model}", len(variants) + 1, reserve=2 * later
+                ):
                     runs += measure_both_orders(variants, job, args)
+                else:
+                    runs += measure(variants[:1], job, args)
                 if importlib.util.find_spec("httptools") and in_budget(
-                    f"{HTTP_LIMIT} on {model}", 1
+                    f"{HTTP_LIMIT} on {model}", 1, reserve=later
                 ):
                     runs += measure([http_limit_server(job, tmp)], job, args)
             # then the references each model is judged against, then the peers

@@ -11,6 +11,8 @@ would hand back.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -52,9 +54,22 @@ def _shift_kernel(x: torch.Tensor) -> torch.Tensor:
 _LIB.impl("shift", _shift_kernel, "Meta")
 
 
-@torch.library.custom_op("torchplace_rc3::bump", mutates_args=(), device_types="meta")
-def _bump(x: torch.Tensor) -> torch.Tensor:
+def _bump_kernel(x: torch.Tensor) -> torch.Tensor:
     return x + torch.tensor([1.0, 2.0, 3.0, 4.0], device=x.device)  # custom-op-factory
+
+
+def _custom_op_on_meta() -> Any:
+    """``custom_op`` with a kernel for ``meta``, or why this torch refuses one (torch 2.11
+    keeps the Meta key for the op's fake implementation: "already a kernel registered")."""
+    try:
+        return torch.library.custom_op(
+            "torchplace_rc3::bump", mutates_args=(), device_types="meta"
+        )(_bump_kernel)
+    except RuntimeError as exc:
+        return f"torch {torch.__version__} cannot give a custom_op a meta kernel: {exc}"
+
+
+_BUMP = _custom_op_on_meta()
 
 
 @torch.library.custom_op("torchplace_rc3::twice", mutates_args=())
@@ -67,19 +82,26 @@ def _(x: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(x)
 
 
-def test_the_copies_inside_a_custom_ops_python_kernel_are_found_at_the_kernels_lines() -> None:
+def test_the_copies_inside_a_library_kernel_are_found_at_the_kernels_line() -> None:
     x = torch.zeros(4, device=META)
     with torchplace.guard() as report:
         torch.ops.torchplace_rc3.shift(x)
-        _bump(x)
-    assert _rows(report) == sorted(
-        [
-            ("h2d", line("lib-kernel-copy"), 1, 16),
-            ("sync", line("lib-kernel-copy"), 1, 0),
-            ("h2d", line("custom-op-factory"), 1, 16),
-            ("sync", line("custom-op-factory"), 1, 0),
-        ]
-    )
+    assert _rows(report) == [
+        ("h2d", line("lib-kernel-copy"), 1, 16),
+        ("sync", line("lib-kernel-copy"), 1, 0),
+    ]
+
+
+def test_the_copies_inside_a_custom_ops_python_kernel_are_found_at_the_kernels_line() -> None:
+    if isinstance(_BUMP, str):
+        pytest.skip(_BUMP)
+    x = torch.zeros(4, device=META)
+    with torchplace.guard() as report:
+        _BUMP(x)
+    assert _rows(report) == [
+        ("h2d", line("custom-op-factory"), 1, 16),
+        ("sync", line("custom-op-factory"), 1, 0),
+    ]
 
 
 def test_nested_guards_both_see_a_custom_ops_kernel() -> None:

@@ -160,12 +160,16 @@ def test_the_refusal_over_grpc_is_resource_exhausted(tmp_path: Path) -> None:
 
 @pytest.mark.cuda
 def test_a_load_over_the_free_cuda_memory_is_refused(tmp_path: Path) -> None:
-    """On a real GPU, against torch.cuda.mem_get_info: wide-mlp at 2**24 rows per batch needs
-    hundreds of GiB of activations (estimated on meta; nothing is allocated)."""
+    """On a real GPU, against torch.cuda.mem_get_info: 16 replicas of wide-mlp at 2**20 rows
+    per batch (the most a batch may hold) need about 256 GiB of activations (estimated on meta;
+    nothing is allocated)."""
     import torch
 
     free, _ = torch.cuda.mem_get_info(0)
-    huge = 'source = "wide-mlp"\ndevices = ["cuda:0"]\n[batching]\nmax_batch_size = 16777216\n'
+    huge = (
+        'source = "wide-mlp"\ndevices = ["cuda:0"]\nreplicas = 16\n'
+        "[batching]\nmax_batch_size = 1048576\n"
+    )
     write_model(tmp_path, "huge", config=huge, weights=False)
     write_model(tmp_path, "small", config='source = "seed-mlp"\ndevices = ["cuda:0"]\n')
     config = test_config(
