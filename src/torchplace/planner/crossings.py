@@ -105,14 +105,7 @@ class _Walker:
         """``index`` copied to ``dst`` for ``consumer`` (once per device for a stage runner,
         or where ``once``; on every call for dispatch hooks), in the shape the trace saw
         ``reader`` (the consumer unless given) receive it in at ``op``."""
-        alloc = self.trace.allocs[index]
-        if alloc.view_of is not None and index not in self.settled:
-            self.settled.add(index)
-            made = (
-                self.glue_device(alloc.start) if alloc.maker == GLUE else self.device(alloc.maker)
-            )
-            if self.copied.get((alloc.view_of, made), op + 1) <= alloc.start:
-                self.home[index] = made  # made from the copy its maker's device had
+        self.settle(index, op)
         src = self.home[index]
         if src == dst:
             return
@@ -144,6 +137,18 @@ class _Walker:
             self.spans.setdefault(dst, []).append((op, until, alloc.nbytes))
             if not hooked:
                 self.span_of[(index, dst)] = len(self.spans[dst]) - 1
+
+    def settle(self, index: int, op: int) -> None:
+        """Where a part of a storage (a view the model's code took) lives, once known at
+        ``op``: on its maker's device where that one had a copy of the storage by then."""
+        alloc = self.trace.allocs[index]
+        if alloc.view_of is not None and index not in self.settled:
+            self.settled.add(index)
+            made = (
+                self.glue_device(alloc.start) if alloc.maker == GLUE else self.device(alloc.maker)
+            )
+            if self.copied.get((alloc.view_of, made), op + 1) <= alloc.start:
+                self.home[index] = made  # made from the copy its maker's device had
 
     def replaced(self, index: int, dev: str, end: int) -> None:
         """A unit on ``dev`` returned its copy of ``index`` as it came (a dropout, an
@@ -216,13 +221,24 @@ def _events(trace: Trace, calls: list[Any]) -> list[tuple[int, int, Any]]:
     return sorted(events, key=lambda e: (e[0], e[1]))
 
 
+def _outermost(calls: list[Any]) -> list[Any]:
+    """Of ``calls`` (in run order), those not made inside another's forward."""
+    out: list[Any] = []
+    for call in calls:
+        if not any(c.forward and c.start <= call.start <= c.end for c in out[-1:]):
+            out.append(call)
+    return out
+
+
 def flow(trace: Trace, placement: Placement, *, replica: str | None = None) -> Flow:
     """Crossings and per-device lifetimes of one forward (of one replica, for ``replicate``)."""
     w = _Walker(trace, placement, replica)
     calls = sorted(trace.calls, key=lambda c: c.start)
     first = w.device(calls[0].unit) if calls else (replica or placement.devices[0])
     entry = placement.entry if placement.hooks and not replica else first
-    starts = [(c.start, w.device(c.unit)) for c in calls]
+    # the model's own code runs where the last unit it called ran: not one called inside
+    # that unit's forward (CoaT's shared ``cpe``, a unit of its own), whose caller goes on
+    starts = [(c.start, w.device(c.unit)) for c in _outermost(calls)]
 
     def flow_device(op: int) -> str:
         where = first
@@ -250,19 +266,34 @@ def flow(trace: Trace, placement: Placement, *, replica: str | None = None) -> F
             if alloc.view_of is None:
                 w.copy(alloc.index, entry, "(model call)", 0, alloc.end)
             w.home[alloc.index] = entry  # and a part of one is a part of the moved one
+    running: list[Any] = []  # the unit calls whose forward is running, outermost first
     for op, tag, item in _events(trace, calls):
         if tag == 0:
             dev = w.device(item.unit)
             # hooks copy each argument as given (one tensor given twice, twice); a stage
             # runner each tensor once
             hooked = placement.hooks and not replica and item.forward
+            while running and running[-1].end < item.start:
+                running.pop()
+            # a unit called inside another's forward (a module both a unit and a part of
+            # another: CoaT's shared ``cpe``) is handed what that one was handed as its copy,
+            # on its device: a stage runner copies it from there
+            outer = running[-1] if running and item.forward and not placement.hooks else None
             # (a stage runner's positions go unread: its copy is kept while the original lives)
             for position, index in enumerate(item.args if hooked else dict.fromkeys(item.args)):
                 kept = not placement.hooks or index in item.returned
                 alive = w.lives(index) if kept else item.end + 1
                 if hooked:  # the hooks' copy dies with the last tensor of it, as traced
                     alive = item.handed.get(position, alive)
-                w.copy(index, dev, item.unit, op, alive)
+                settled = trace.allocs[index].view_of is None or index in w.settled
+                if outer is not None and index in outer.args and settled:
+                    home, w.home[index] = w.home[index], w.device(outer.unit)
+                    w.copy(index, dev, item.unit, op, alive)
+                    w.home[index] = home
+                else:
+                    w.copy(index, dev, item.unit, op, alive)
+            if item.forward:
+                running.append(item)
             for index in dict.fromkeys(item.returned):
                 # what it returns is the copy it was handed, on its device: read from there,
                 # and copied anew elsewhere (a runner knows no copy made of it before)
@@ -278,6 +309,8 @@ def flow(trace: Trace, placement: Placement, *, replica: str | None = None) -> F
         for index in trace.outputs:
             w.home[index] = w.device("")
     outs = []
+    for index in trace.outputs:  # a view the code took of a copy (XLNet's mems, detached
+        w.settle(index, trace.ops)  # from what a spilled dropout returned): where it was made
     made = {index: w.home[index] for index in trace.outputs}
     held: dict[int, str] = {}  # outputs not sent back: the caller holds them beside the rest
     for position, index in enumerate(trace.outputs):

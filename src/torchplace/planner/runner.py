@@ -327,6 +327,10 @@ class Run:
                 return forward(*moved[0], **moved[1])
             finally:
                 self.active.pop()
+                if self.active and self.active[-1] != "(copy)":
+                    # a unit called inside another's forward (a module both a unit and a
+                    # part of another, as CoaT's shared ``cpe``): the caller's code runs on
+                    self.rt.current = self.device_of(self.active[-1])
 
         sub.forward = wrapped
         return lambda: _restore(sub, own)

@@ -609,8 +609,17 @@ def _state_kept(module: nn.Module) -> Iterator[None]:
     """The tensors a forward keeps in plain attributes between calls (a streaming model's
     ``self.hidden``, a rotary cache) set back to what they were before it: each batch size is
     traced from the state the factory built, as its first call runs, not from the previous
-    trace's (a hidden state of another batch size: "Expected hidden size (1, 2, 16)")."""
+    trace's (a hidden state of another batch size: "Expected hidden size (1, 2, 16)"). A dict
+    or list the forward fills in place (LeViT's ``attention_bias_cache``, keyed by device) is
+    emptied back too: the next trace would find its tensors made already, on ``meta``, and
+    count none of them, where the run makes them."""
     before = [(m, dict(m.__dict__)) for m in module.modules()]
+    contents = [
+        (value, _contents(value))
+        for _, state in before
+        for name, value in state.items()
+        if isinstance(value, dict | list) and name not in _module_slots()
+    ]
     try:
         yield
     finally:
@@ -622,6 +631,33 @@ def _state_kept(module: nn.Module) -> Iterator[None]:
                     owner.__dict__[name] = state[name]
                 else:
                     del owner.__dict__[name]
+        for container, kept in contents:
+            held = next(_tensors((container, kept)), None) is not None
+            if held and _ids(_contents(container)) != _ids(kept):
+                if isinstance(container, dict):
+                    container.clear()
+                    container.update(kept)
+                else:
+                    container[:] = [v for _, v in kept]
+
+
+def _contents(container: dict[Any, Any] | list[Any]) -> list[tuple[Any, Any]]:
+    """A container's items, each as (its key or position, the item)."""
+    return list(container.items() if isinstance(container, dict) else enumerate(container))
+
+
+def _ids(items: list[tuple[Any, Any]]) -> list[tuple[int, int]]:
+    """Items by identity (a tensor's ``==`` compares values)."""
+    return [(id(k), id(v)) for k, v in items]
+
+
+@functools.cache
+def _module_slots() -> frozenset[str]:
+    """The attributes every ``nn.Module`` has (its parameters, buffers, submodules, hooks):
+    PyTorch's to keep, not a forward's cache."""
+    from torch import nn
+
+    return frozenset(nn.Module().__dict__)
 
 
 _MISSING = object()
