@@ -11,6 +11,7 @@ the test does).
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 
 from torchplace.lint.base import (
     Context,
@@ -311,8 +312,28 @@ def _moved_later(call: ast.Call, ctx: Context) -> bool:
         return False
     scope = ctx.function_scope()
     own_body = getattr(scope.node, "body", None) if scope is not None else None
-    for block, index in reversed(ctx.stmt_path):
+    return _moved_after(ctx.stmt_path, names, own_body)
+
+
+def _moved_after(
+    stmt_path: list[tuple[list[ast.stmt], int]],
+    names: set[str],
+    own_body: object,
+    always: bool = False,
+) -> bool:
+    """In the statements after the innermost one of ``stmt_path`` (also after the blocks
+    holding it, up to the function's own body), ``names`` (or a value built from them) go
+    through ``.to(...)``/``.cuda()``; with ``always``, only by plain statements of those
+    blocks, not under a branch (``if self.cuda: y = y.type_as(x)`` may leave it behind)."""
+    names = set(names)
+    for block, index in reversed(stmt_path):
         for later in block[index + 1 :]:
+            if always:
+                if isinstance(later, (ast.Assign, ast.AugAssign, ast.Expr, ast.Return)):
+                    if _moves_any(later, names):
+                        return True
+                    names |= _holders(later, names)
+                continue
             if _moves_any(later, names):
                 return True
             inner = _in_order(later)  # also into a later loop's body, twice: carried
@@ -395,7 +416,78 @@ def _placed_by_callers(call: ast.Call, ctx: Context, method: Scope | None) -> bo
     if stored is None:
         stored = method.cls.cache["stored-then-placed"] = _stored_then_placed(method.cls.node)
     placed |= stored
-    return bool(calls) and all(id(sub) in placed for sub in calls)
+    return bool(calls) and all(
+        id(sub) in placed or _result_placed(sub, method.cls.node, set()) for sub in calls
+    )
+
+
+def _statement_paths(
+    block: list[ast.stmt], path: list[tuple[list[ast.stmt], int]]
+) -> Iterator[list[tuple[list[ast.stmt], int]]]:
+    """The path of blocks to each statement nested in ``block`` (not into nested functions
+    or classes), the innermost last."""
+    for index, stmt in enumerate(block):
+        here = [*path, (block, index)]
+        yield here
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        for field in ("body", "orelse", "finalbody"):
+            inner = getattr(stmt, field, None)
+            if inner:
+                yield from _statement_paths(inner, here)
+        for handler in getattr(stmt, "handlers", None) or []:
+            yield from _statement_paths(handler.body, here)
+
+
+def _result_placed(call: ast.Call, cls: ast.AST, seen: set[str]) -> bool:
+    """The result of ``self.helper(...)`` (``call``, in a method of ``cls`` other than
+    ``__init__``) is placed by the method it is called in: bound to a name that is moved
+    later there, ``weighting = self.delta_border(h, w)``, clipped, then
+    ``weighting.view(...).to(device)``; or handed back, directly or through names built from
+    it, by a method whose every call in the class is placed so (latent diffusion's
+    ``arr = self.meshgrid(h, w) / corner`` in ``delta_border``)."""
+    for item in getattr(cls, "body", []):
+        if not isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if item.name == "__init__":
+            continue
+        for path in _statement_paths(item.body, []):
+            block, index = path[-1]
+            stmt = block[index]
+            if not isinstance(stmt, (ast.Assign, ast.Return)):
+                continue
+            if stmt.value is None or not any(sub is call for sub in walk(stmt.value)):
+                continue
+            if isinstance(stmt, ast.Assign):
+                names = {name for t in stmt.targets for name in _refs(t)} - {"self"}
+                if not names:
+                    return False
+                if _moved_after(path, names, item.body, always=True):
+                    return True
+                if not _returns_any(item, names):
+                    return False
+            if item.name in seen or len(seen) > 3:
+                return False
+            callers = [
+                sub
+                for other in getattr(cls, "body", [])
+                if not (isinstance(other, ast.FunctionDef) and other.name == "__init__")
+                for sub in walk(other)
+                if isinstance(sub, ast.Call)
+                and isinstance(sub.func, ast.Attribute)
+                and sub.func.attr == item.name
+                and isinstance(sub.func.value, ast.Name)
+                and sub.func.value.id == "self"
+            ]
+            placed = {
+                id(sub.value)
+                for sub in walk(cls)
+                if isinstance(sub, ast.Attribute) and sub.attr in {"to", "cuda", "type_as"}
+            }
+            return bool(callers) and all(
+                id(sub) in placed or _result_placed(sub, cls, seen | {item.name}) for sub in callers
+            )
+    return False
 
 
 def _stored_then_placed(cls: ast.AST) -> set[int]:

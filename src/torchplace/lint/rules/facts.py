@@ -661,7 +661,7 @@ def _one_count(test: ast.expr, ctx: Context) -> bool:
         isinstance(test, ast.Compare)
         and len(test.ops) == 1
         and isinstance(test.ops[0], (ast.Eq, ast.In))
-        and isinstance(test.left, ast.Name)
+        and isinstance(test.left, (ast.Name, ast.Attribute))
     ):
         return False
     chosen = test.comparators[0]
@@ -672,10 +672,49 @@ def _one_count(test: ast.expr, ctx: Context) -> bool:
         and len(chosen.args) < 3
     ):
         return False
+    counter = dotted_name(test.left)
     for loop in ctx.parents:
-        if isinstance(loop, (ast.For, ast.AsyncFor)) and test.left.id in _counter_names(loop):
+        if isinstance(loop, (ast.For, ast.AsyncFor)) and counter in _counter_names(loop):
             return not names_in(chosen) & loop_bound_names(loop, ctx)
+        if (
+            isinstance(loop, (ast.For, ast.AsyncFor, ast.While))
+            and counter is not None
+            and _stepped_counter(loop, counter)
+        ):
+            return not (names_in(chosen) - {"self"}) & loop_bound_names(loop, ctx)
     return False
+
+
+def _stepped_counter(loop: ast.For | ast.AsyncFor | ast.While, counter: str) -> bool:
+    """The loop steps ``counter`` by a positive constant once per step, in its own body
+    (``self.global_step += 1``), and binds it nowhere else: a step count, which meets one of
+    a few chosen steps (``if self.global_step in self.opt.upsample_steps:``) on a few steps
+    only."""
+    steps = [
+        stmt
+        for stmt in loop.body
+        if isinstance(stmt, ast.AugAssign)
+        and isinstance(stmt.op, ast.Add)
+        and dotted_name(stmt.target) == counter
+        and isinstance(stmt.value, ast.Constant)
+        and isinstance(stmt.value.value, int)
+        and not isinstance(stmt.value.value, bool)
+        and stmt.value.value > 0
+    ]
+    if len(steps) != 1:
+        return False
+    for sub in walk(loop):
+        if sub is steps[0]:
+            continue
+        if isinstance(sub, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
+            if any(dotted_name(t) == counter for target in targets for t in walk(target)):
+                return False
+        if isinstance(sub, (ast.For, ast.AsyncFor)) and any(
+            dotted_name(t) == counter for t in walk(sub.target)
+        ):
+            return False
+    return True
 
 
 def _counter_names(loop: ast.For | ast.AsyncFor) -> set[str]:

@@ -220,6 +220,7 @@ def _unpinned_source(name: str, ctx: Context, scope: Scope, line: int) -> str | 
     value = _reaching(bound, line)
     if len(bound) < len(values) and not _just_above(value, ctx):
         return None  # a parameter or loop item may reach the copy: unknown memory
+    converted: str | None = None  # the dtype a host conversion of the name made, if any
     while (
         isinstance(value, ast.Call)
         and isinstance(value.func, ast.Attribute)
@@ -227,7 +228,16 @@ def _unpinned_source(name: str, ctx: Context, scope: Scope, line: int) -> str | 
         and isinstance(value.func.value, ast.Name)
         and value.func.value.id == name
     ):
+        converted = converted or _conversion_dtype(value)
         value = _reaching(bound, value.lineno)
+    if (value is not None and not isinstance(value, ast.Call)) or (
+        isinstance(value, ast.Call) and _unconverted(value) is not value
+    ):
+        # a view or conversion of another host tensor: `x = buf[:-1]`, `x = s[:-1].to(dtype=...)`
+        for branch in _branch_bindings(value, bound, ctx, scope):
+            origin = _viewed_host(branch, ctx, scope, converted)
+            if origin is not None:
+                return f"`{name}` {origin}"
     if not isinstance(value, ast.Call):
         return None
     if not _allocates_pageable(value, ctx.call_qualname(value), ctx):
@@ -236,6 +246,113 @@ def _unpinned_source(name: str, ctx: Context, scope: Scope, line: int) -> str | 
             return None
         return f"`{name}` is the host tensor `{helper}` builds on line {value.lineno}"
     return f"`{name}` is created on line {value.lineno} without `pin_memory=True`"
+
+
+_CONVERTING_METHODS = {
+    "float": "float32",
+    "half": "float16",
+    "double": "float64",
+    "long": "int64",
+    "int": "int32",
+    "bool": "bool",
+}
+_DTYPE_ALIASES = {
+    "float": "float32",
+    "half": "float16",
+    "double": "float64",
+    "long": "int64",
+    "int": "int32",
+    "short": "int16",
+}
+
+
+def _dtype_of(node: ast.expr | None) -> str | None:
+    """``torch.int32`` -> ``int32`` (``torch.long`` -> ``int64``); None when not a literal."""
+    name = dotted_name(node) if node is not None else None
+    if name is None or not name.startswith("torch.") or _DTYPE.fullmatch(name[6:]) is None:
+        return None
+    return _DTYPE_ALIASES.get(name[6:], name[6:])
+
+
+def _conversion_dtype(call: ast.Call) -> str | None:
+    """The dtype a host conversion (``x.to(dtype=torch.int32)``, ``x.long()``) makes."""
+    if not isinstance(call.func, ast.Attribute):
+        return None
+    if call.func.attr in _CONVERTING_METHODS and not call.args:
+        return _CONVERTING_METHODS[call.func.attr]
+    if not _dtype_only(call):
+        return None
+    dtype = keyword(call, "dtype")
+    return _dtype_of(dtype.value if dtype is not None else call.args[0])
+
+
+def _branch_bindings(
+    value: ast.expr | None, bound: list[ast.expr], ctx: Context, scope: Scope
+) -> list[ast.expr]:
+    """``value`` and, when it is bound in one branch of an ``if``, the bindings of the same
+    name in the other branch (``if packed: x = buf[:-1]`` / ``else: x = tokens[:n]``): each
+    reaches the code after the ``if`` on its own path."""
+    if value is None:
+        return []
+    found = [value]
+    for sub in own_nodes(scope.node):
+        if not isinstance(sub, ast.If) or not sub.orelse:
+            continue
+        for mine, other in ((sub.body, sub.orelse), (sub.orelse, sub.body)):
+            if not any(node is value for stmt in mine for node in walk(stmt)):
+                continue
+            theirs = [v for v in bound if any(node is v for stmt in other for node in walk(stmt))]
+            if theirs:
+                found.append(max(theirs, key=lambda v: (v.lineno, v.col_offset)))
+    return found
+
+
+def _viewed_host(value: ast.expr, ctx: Context, scope: Scope, converted: str | None) -> str | None:
+    """Why ``value``, a view or dtype conversion of another name (``buf[:-1]``,
+    ``scratch[:-1].to(dtype=torch.int32)``), is pageable host memory: ``buf`` is a host tensor
+    the function builds in pageable memory (a view of it is pageable too), or a pinned one it
+    builds with a literal ``dtype=`` that a conversion changes (the conversion allocates new,
+    pageable memory: pinning does not carry over)."""
+    node = value
+    while True:
+        if isinstance(node, ast.Call) and _unconverted(node) is not node:
+            assert isinstance(node.func, ast.Attribute)
+            converted = converted or _conversion_dtype(node)
+            node = node.func.value
+        elif isinstance(node, ast.Subscript) and _is_view_index(node.slice):
+            node = node.value
+        else:
+            break
+    if not isinstance(node, ast.Name):
+        return None
+    values = _rebindings(ctx, scope).get(node.id)
+    if not values or None in values:
+        return None  # a parameter or loop item: memory unknown
+    source = _reaching([v for v in values if v is not None], value.lineno)
+    if not isinstance(source, ast.Call):
+        return None
+    if _pins(source):
+        made = _dtype_of(getattr(keyword(source, "dtype"), "value", None))
+        if converted is None or made is None or made == converted:
+            return None
+        return (
+            f"is converted to `{converted}` on the host from the pinned `{node.id}` (line "
+            f"{source.lineno}): a conversion allocates new, pageable memory"
+        )
+    if not _allocates_pageable(source, ctx.call_qualname(source), ctx):
+        return None
+    return f"comes from `{node.id}`, created on line {source.lineno} without `pin_memory=True`"
+
+
+def _is_view_index(index: ast.expr) -> bool:
+    """``buf[:-1]``, ``rows[:, 1:]``: basic slicing, a view of the same memory."""
+    parts = index.elts if isinstance(index, ast.Tuple) else [index]
+    return any(isinstance(p, ast.Slice) for p in parts) and all(
+        isinstance(p, ast.Slice)
+        or (isinstance(p, ast.Constant) and isinstance(p.value, int))
+        or (isinstance(p, ast.Constant) and p.value is Ellipsis)
+        for p in parts
+    )
 
 
 def _just_above(value: ast.expr | None, ctx: Context) -> bool:

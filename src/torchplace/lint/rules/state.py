@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from torchplace.lint.base import Context, Family, Rule, Scope
+from torchplace.lint.base import Context, Family, Rule, Scope, call_name
 from torchplace.lint.nodes import own_nodes, walk
 from torchplace.lint.rules.factories import _empty_shape, _number_annotation
 from torchplace.lint.rules.facts import (
@@ -402,7 +402,32 @@ def _plain_tensor(value: ast.expr, ctx: Context, method: Scope, attr: str, line:
         return False
     if not _builds_tensor(value, ctx, method.node, line, cls):
         return False
+    if _made_host_later(method.node, attr, line):
+        return False
     return not (_overrides_placement(cls) or _moved_where_used(cls, attr, method.name))
+
+
+_HOST_METHODS = frozenset({"tolist", "numpy", "item"})
+_HOST_CALLS = frozenset({"float", "int", "list", "tuple", "np.array", "np.asarray", "numpy.array"})
+
+
+def _made_host_later(function: ast.AST, attr: str, line: int) -> bool:
+    """A later statement of the builder's own body, run whatever the branches before it,
+    rebinds the attribute to a host copy of itself (``self.freq_bands =
+    self.freq_bands.numpy().tolist()``): what the other methods read is a Python list, no
+    tensor."""
+    for stmt in getattr(function, "body", []):
+        if stmt.lineno <= line or not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
+            continue
+        if _self_attr(stmt.targets[0]) != attr:
+            continue
+        value = stmt.value
+        if not (isinstance(value, ast.Call) and any(_self_attr(n) == attr for n in walk(value))):
+            return False
+        if isinstance(value.func, ast.Attribute) and value.func.attr in _HOST_METHODS:
+            return True
+        return call_name(value) in _HOST_CALLS
+    return False
 
 
 def _forward_methods(cls: Scope) -> set[str]:
