@@ -132,7 +132,7 @@ def _sync_call(case: str, cuda: torch.device) -> Callable[[], object]:
         ("linalg-inv-ex", 0, 0),
         ("linalg-eigh", 1, None),
         ("linalg-svd", 1, None),
-        ("normal-tensor-std", 1, 1),
+        ("normal-tensor-std", 1, None),  # torch 2.11 on an H200 reported 2
         ("normal-float-std", 0, 0),
         ("allclose", 1, 1),
         ("histc", 1, None),
@@ -146,10 +146,11 @@ def _sync_call(case: str, cuda: torch.device) -> Callable[[], object]:
         ("matrix-exp", 1, None),
         ("cholesky-inverse", 1, None),
         ("dense-to-sparse", 1, None),
-        ("ctc-loss", 1, None),  # blocking copies of the lengths onto the device
+        ("ctc-loss", None, None),  # the lengths copied onto the device; torch 2.11 also copies
+        # device targets to the host for cuDNN: one or two syncs, as many as torch reports at most
         ("repr", 1, None),  # None: at least one
         ("list-index", 1, 1),
-        ("list-index-setitem", 1, 1),
+        ("list-index-setitem", 1, None),  # torch 2.11 on an H200 reported 2
         ("full-like-device-value", 1, 1),
         ("add-device-alpha", 1, 1),
         ("full-like-host-value", 0, 0),
@@ -157,7 +158,7 @@ def _sync_call(case: str, cuda: torch.device) -> Callable[[], object]:
     ],
 )
 def test_syncs_agree_with_torchs_sync_debug_mode(
-    case: str, syncs: int, torch_syncs: int | None, cuda: torch.device
+    case: str, syncs: int | None, torch_syncs: int | None, cuda: torch.device
 ) -> None:
     call = _sync_call(case, cuda)
     reports = []
@@ -169,12 +170,22 @@ def test_syncs_agree_with_torchs_sync_debug_mode(
 
     caught = _torch_reports(guarded)
     (report,) = reports
-    seen_by_torch = [m for m in caught if "synchronizing" in m]
-    if torch_syncs is None:
-        assert seen_by_torch, caught
-    else:
+    # each sync torch saw (not the once-per-process note that the mode "does not yet detect all
+    # synchronizing operations")
+    seen_by_torch = [m for m in caught if "called a synchronizing" in m]
+    if torch_syncs is not None:
         assert len(seen_by_torch) == torch_syncs, caught
-    assert len(report.syncs) == syncs, report.format()
+    elif case not in _UNSEEN_BY_DEBUG_MODE:
+        assert seen_by_torch, caught
+    if syncs is None:  # one event per call, or one per copy torch makes: never more than torch
+        assert 1 <= len(report.syncs) <= max(1, len(seen_by_torch)), report.format()
+    else:
+        assert len(report.syncs) == syncs, report.format()
+
+
+#: Syncs torch's debug mode does not report (it "does not yet detect all synchronizing
+#: operations"): cholesky_inverse's error-code read went unreported on an H200 with torch 2.11.
+_UNSEEN_BY_DEBUG_MODE = frozenset({"cholesky-inverse"})
 
 
 def _torch_reports(call: Callable[[], object]) -> list[str]:
@@ -205,7 +216,7 @@ def test_smoothed_weighted_cross_entropy_syncs_where_the_guard_is_not(cuda: torc
         return torch.nn.functional.cross_entropy(logits, target, weight=weight, label_smoothing=0.1)
 
     caught = _torch_reports(loss)
-    assert any("synchronizing" in m for m in caught), caught
+    assert any("called a synchronizing" in m for m in caught), caught
     with torchplace.guard() as report:
         loss()
     assert [e.op for e in report.syncs] == ["F.cross_entropy"]

@@ -333,3 +333,18 @@ def test_a_device_count_given_as_k_shifts_chunks_or_diagonal_is_read_on_the_host
         torch.split(x, 4, 1)
         x.triu(1)
     assert len(report) == 0
+
+
+def test_cudnn_ctc_targets_on_the_host_are_no_mixed_device_op() -> None:
+    # torch hands cuDNN's (and MIOpen's) CTC the targets on the CPU beside device log-probs;
+    # meta has no kernel for the check, so the call fails after the guard has looked at it
+    log_probs = torch.randn(10, 2, 5, device=META).log_softmax(2)
+    targets = torch.randint(1, 5, (2, 4))
+    with torchplace.guard() as report:
+        with pytest.raises(NotImplementedError):
+            torch._use_cudnn_ctc_loss(log_probs, targets, [10, 10], [4, 3], 0)
+    assert report.mixed_device_ops == []
+    with torchplace.guard() as report:  # a look-alike that mixes devices: still reported
+        with pytest.raises((NotImplementedError, RuntimeError)):
+            torch.add(log_probs, torch.ones(10, 2, 5))
+    assert [e.op for e in report.mixed_device_ops] != []

@@ -50,8 +50,9 @@ def maybe_mixed(args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
 
 #: Operands that torch requires on the CPU whatever the device of the data (an aten op's or a
 #: torch function's name -> argument names): a packed sequence's lengths and batch sizes,
-#: CTC's lengths (taken to the host by torch otherwise) and the sizes a nested tensor is made from a
-#: padded one with. On the CPU they are no crossing.
+#: CTC's lengths (taken to the host by torch otherwise; cuDNN's and MIOpen's CTC its targets
+#: too) and the sizes a nested tensor is made from a padded one with. On the CPU they are no
+#: crossing.
 _HOST_OPERANDS: Final[Mapping[str, frozenset[str]]] = {
     "_pack_padded_sequence": frozenset({"lengths"}),
     "_pack_padded_sequence_backward": frozenset({"batch_sizes"}),
@@ -62,6 +63,11 @@ _HOST_OPERANDS: Final[Mapping[str, frozenset[str]]] = {
     "rnn_relu": frozenset({"batch_sizes"}),
     "ctc_loss": frozenset({"input_lengths", "target_lengths"}),
     "_ctc_loss": frozenset({"input_lengths", "target_lengths"}),
+    # cuDNN's and MIOpen's CTC take the targets on the host too (torch copies them there)
+    **dict.fromkeys(
+        ("_use_cudnn_ctc_loss", "_use_miopen_ctc_loss", "_cudnn_ctc_loss", "_miopen_ctc_loss"),
+        frozenset({"targets", "input_lengths", "target_lengths"}),
+    ),
     "_nested_from_padded": frozenset({"cpu_nested_shape_example"}),
 }
 
