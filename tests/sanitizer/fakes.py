@@ -105,6 +105,15 @@ def line_of(path: str, marker: str) -> int:
     return found[0]
 
 
+def site_rows(report: Any, path: str) -> list[tuple[str, int, int, int]]:
+    """``(kind, line, count, bytes)`` for each (line, kind) of ``path`` in ``report``, sorted."""
+    return sorted(
+        (row.kind, row.site.lineno, row.count, row.nbytes)
+        for row in report.by_site()
+        if row.site.filename == path
+    )
+
+
 def attempt(call: Callable[[], object]) -> None:
     """Run ``call``; torch may refuse a mixed-device op after the guard recorded it."""
     with contextlib.suppress(RuntimeError):

@@ -23,7 +23,7 @@ import torchplace
 from torchplace.errors import GuardViolation
 from torchplace.sanitizer import GuardReport
 
-from .fakes import META, MetaReadback, attempt, line_of
+from .fakes import META, MetaReadback, attempt, line_of, site_rows
 
 HERE = __file__
 
@@ -33,12 +33,7 @@ def line(marker: str) -> int:
 
 
 def _rows(report: GuardReport) -> list[tuple[str, int, int, int]]:
-    """``(kind, line, count, bytes)`` for each (line, kind) of this file, sorted."""
-    return sorted(
-        (row.kind, row.site.lineno, row.count, row.nbytes)
-        for row in report.by_site()
-        if row.site.filename == HERE
-    )
+    return site_rows(report, HERE)
 
 
 # ------------------------------------------------------------------- Python lists as indices

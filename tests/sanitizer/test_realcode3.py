@@ -23,7 +23,7 @@ from torch.utils.data import default_collate
 import torchplace
 from torchplace.sanitizer import GuardReport
 
-from .fakes import META, MetaReadback, attempt, line_of
+from .fakes import META, MetaReadback, attempt, line_of, site_rows
 
 HERE = __file__
 
@@ -33,12 +33,7 @@ def line(marker: str) -> int:
 
 
 def _rows(report: GuardReport) -> list[tuple[str, int, int, int]]:
-    """``(kind, line, count, bytes)`` for each (line, kind) of this file, sorted."""
-    return sorted(
-        (row.kind, row.site.lineno, row.count, row.nbytes)
-        for row in report.by_site()
-        if row.site.filename == HERE
-    )
+    return site_rows(report, HERE)
 
 
 # ----------------------------------------------------------------------------- custom ops
@@ -340,11 +335,10 @@ def test_cudnn_ctc_targets_on_the_host_are_no_mixed_device_op() -> None:
     # meta has no kernel for the check, so the call fails after the guard has looked at it
     log_probs = torch.randn(10, 2, 5, device=META).log_softmax(2)
     targets = torch.randint(1, 5, (2, 4))
-    with torchplace.guard() as report:
-        with pytest.raises(NotImplementedError):
-            torch._use_cudnn_ctc_loss(log_probs, targets, [10, 10], [4, 3], 0)
+    with torchplace.guard() as report, pytest.raises(NotImplementedError):
+        torch._use_cudnn_ctc_loss(log_probs, targets, [10, 10], [4, 3], 0)
     assert report.mixed_device_ops == []
-    with torchplace.guard() as report:  # a look-alike that mixes devices: still reported
-        with pytest.raises((NotImplementedError, RuntimeError)):
-            torch.add(log_probs, torch.ones(10, 2, 5))
+    # a look-alike that mixes devices: still reported
+    with torchplace.guard() as report, pytest.raises((NotImplementedError, RuntimeError)):
+        torch.add(log_probs, torch.ones(10, 2, 5))
     assert [e.op for e in report.mixed_device_ops] != []

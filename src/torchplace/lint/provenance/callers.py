@@ -166,41 +166,21 @@ def _step_helper(facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunction
         and call.func.attr != function.name
     }
     for name in sorted(names):
-        method = _method_of(facts, cls, name, 0)
+        method = _method_of(facts, cls, name)
         if method is not None and steps_optimizer(method):
             return None if has_own_batch_loop(function) else name
     return None
 
 
 def _method_of(
-    facts: FileFacts, cls: ast.ClassDef, name: str, depth: int
+    facts: FileFacts, cls: ast.ClassDef, name: str
 ) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     """The method ``name`` of ``cls`` or of its bases, two classes up at most: a base of this
     file, or one imported from a module of the linted tree."""
-    from torchplace.lint.provenance.files import facts_for_file  # files builds on this module
-
-    for item in cls.body:
-        if isinstance(item, _FUNCTIONS) and item.name == name:
-            return item
-    if depth >= 2:
-        return None
-    for base in cls.bases:
-        found: ast.ClassDef | None = None
-        owner = facts
-        if isinstance(base, ast.Name):
-            found = facts.defs_class(base.id)
-        if found is None:
-            qualified = facts.qualname(base)
-            module, _, last = (qualified or "").rpartition(".")
-            path = module_file(facts.path, module) if module else None
-            owner_facts = facts_for_file(path) if path else None
-            if owner_facts is not None:
-                owner = owner_facts
-                found = owner.defs_class(last)
-        if found is not None:
-            method = _method_of(owner, found, name, depth + 1)
-            if method is not None:
-                return method
+    for owner in (cls, *(base for _, base in _bases(facts, cls))):
+        for item in owner.body:
+            if isinstance(item, _FUNCTIONS) and item.name == name:
+                return item
     return None
 
 
