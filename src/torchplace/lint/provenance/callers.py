@@ -240,13 +240,16 @@ def _from_base_loop(
     if not params or params[0] != "self":
         return None
     trains = steps_optimizer(function)
+    moved = _moved_params(function, params[1:])
+    if not (trains or moved):
+        return None  # neither a step nor a move of what it is handed: no base is looked up
     for owner, base in _bases(facts, cls):
         for item in base.body:
             if not isinstance(item, _FUNCTIONS) or item.name == function.name:
                 continue
             for loop, call in _hook_calls(item, function.name):
                 handed = _handed_param(call, loop, params)
-                if handed is None or not (trains or _moves_param(function, handed)):
+                if handed is None or not (trains or handed in moved):
                     continue
                 where = "" if owner is facts else f" of {os.path.basename(owner.path)}"
                 how = (
@@ -316,16 +319,17 @@ def _handed_param(call: ast.Call, loop: ast.For | ast.AsyncFor, params: list[str
     return None
 
 
-def _moves_param(function: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> bool:
-    """The function moves ``name`` (or an item of it) to a device: ``batch["image"].to(d)``."""
-    return any(
-        isinstance(sub, ast.Call)
+def _moved_params(function: ast.FunctionDef | ast.AsyncFunctionDef, params: list[str]) -> set[str]:
+    """The parameters the function moves (or an item of) to a device: ``batch["image"].to(d)``."""
+    return {
+        root
+        for sub in walk(function)
+        if isinstance(sub, ast.Call)
         and _is_move_call(sub)
         and isinstance(sub.func, ast.Attribute)
-        and _chain_root(sub.func.value) == name
+        and (root := _chain_root(sub.func.value)) in params
         and not _is_cpu(_device_target(sub))
-        for sub in walk(function)
-    )
+    }
 
 
 def _is_hook(facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
