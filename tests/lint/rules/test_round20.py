@@ -4,28 +4,14 @@ each as the look-alike that must stay clean next to the pitfall that must still 
 
 from __future__ import annotations
 
-import json
-
 from torchplace.lint import lint_source
 from torchplace.lint.notebook import lint_notebook
+
+from .helpers import notebook, notebook_cells
 
 
 def _lines(source: str, code: str, path: str = "train.py") -> list[int]:
     return [f.line for f in lint_source(source, path, select={code})]
-
-
-def _notebook(*cells: str) -> bytes:
-    document = {
-        "cells": [{"cell_type": "code", "metadata": {}, "source": cell} for cell in cells],
-        "metadata": {"language_info": {"name": "python"}},
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }
-    return json.dumps(document).encode()
-
-
-def _cells(raw: bytes, code: str) -> list[tuple[int | None, int]]:
-    return [(f.cell, f.line) for f in lint_notebook(raw, "nb.ipynb", select={code})]
 
 
 # ---- TPL201: a learning-rate scheduler's rates are Python floats
@@ -161,15 +147,15 @@ def train_ch3(net, train_iter, loss, num_epochs, optimizer):
 
 
 def test_a_loss_read_in_a_notebook_that_never_names_a_device_is_left_alone() -> None:
-    raw = _notebook("import torch\n", BOOK_TRAIN, "train_ch3(net, it, loss, 5, opt)\n")
-    assert _cells(raw, "TPL201") == []
+    raw = notebook("import torch\n", BOOK_TRAIN, "train_ch3(net, it, loss, 5, opt)\n")
+    assert notebook_cells(raw, "TPL201") == []
 
 
 def test_a_loss_read_in_a_notebook_that_moves_its_model_is_reported() -> None:
-    raw = _notebook(
+    raw = notebook(
         "import torch\nnet = net.to('cuda')\n", BOOK_TRAIN, "train_ch3(net, it, loss, 5, opt)\n"
     )
-    assert _cells(raw, "TPL201") == [(2, 9)]
+    assert notebook_cells(raw, "TPL201") == [(2, 9)]
 
 
 # ---- TPL403: a benchmark loads a copy for each device it compares
@@ -198,20 +184,20 @@ def test_the_same_load_moved_to_a_fixed_device_is_reported() -> None:
 
 
 def test_a_cell_of_console_prompts_parses_as_ipython_strips_them() -> None:
-    raw = _notebook(
+    raw = notebook(
         ">>> from diffusers import DiffusionPipeline\n>>> pipe = DiffusionPipeline()\n",
         '>>> for p in prompts:\n...     pipe(p).images[0].save("x.png")\n',
     )
-    assert _cells(raw, "TPL000") == []
+    assert notebook_cells(raw, "TPL000") == []
 
 
 def test_a_cell_whose_later_prompt_is_indented_still_does_not_parse() -> None:
-    raw = _notebook(">>> import torch\n\n >>> x = torch.ones(1)\n")
-    assert _cells(raw, "TPL000") == [(1, 3)]
+    raw = notebook(">>> import torch\n\n >>> x = torch.ones(1)\n")
+    assert notebook_cells(raw, "TPL000") == [(1, 3)]
 
 
 def test_findings_in_a_prompted_cell_keep_the_columns_as_written() -> None:
-    raw = _notebook(">>> import torch\n>>> x = torch.ones(3)\n>>> x.to('cuda')\n>>> y = 1\n")
+    raw = notebook(">>> import torch\n>>> x = torch.ones(3)\n>>> x.to('cuda')\n>>> y = 1\n")
     found = lint_notebook(raw, "nb.ipynb", select={"TPL101"})
     assert [(f.cell, f.line, f.col) for f in found] == [(1, 3, 5)]
 
@@ -416,27 +402,27 @@ def test_scores_of_a_model_moved_to_the_device_are_reported() -> None:
 
 
 def test_a_cuda_query_after_a_move_to_cuda_is_left_alone() -> None:
-    raw = _notebook(
+    raw = notebook(
         'import torch\npipe = Pipeline.from_pretrained("sdxl").to("cuda")\n',
         "image = pipe(prompt).images[0]\nprint(torch.cuda.max_memory_allocated())\n",
     )
-    assert _cells(raw, "TPL601") == []
+    assert notebook_cells(raw, "TPL601") == []
 
 
 def test_a_cuda_query_after_a_load_onto_cuda_by_device_map_is_left_alone() -> None:
-    raw = _notebook(
+    raw = notebook(
         'import torch\npipe = Pipeline.from_pretrained("sdxl", device_map="cuda")\n',
         "print(torch.cuda.max_memory_allocated())\n",
     )
-    assert _cells(raw, "TPL601") == []
+    assert notebook_cells(raw, "TPL601") == []
 
 
 def test_a_cuda_query_after_a_load_placed_automatically_is_reported() -> None:
-    raw = _notebook(
+    raw = notebook(
         'import torch\npipe = Pipeline.from_pretrained("sdxl", device_map="auto")\n',
         "print(torch.cuda.max_memory_allocated())\n",
     )
-    assert _cells(raw, "TPL601") == [(2, 1)]
+    assert notebook_cells(raw, "TPL601") == [(2, 1)]
 
 
 # ---- TPL201: a parameter read in the statement that rebinds it to its device copy
@@ -493,10 +479,10 @@ for batch in test_loader:
 
 
 def test_copies_joined_into_the_collecting_name_after_the_loop_are_left_alone() -> None:
-    raw = _notebook(TRAIN_CELL, PREDICT_CELL, "forecasts = np.vstack(forecasts)\n")
-    assert _cells(raw, "TPL201") == []
+    raw = notebook(TRAIN_CELL, PREDICT_CELL, "forecasts = np.vstack(forecasts)\n")
+    assert notebook_cells(raw, "TPL201") == []
 
 
 def test_copies_reduced_to_a_score_after_the_loop_are_reported() -> None:
-    raw = _notebook(TRAIN_CELL, PREDICT_CELL, "score = np.mean(np.vstack(forecasts))\n")
-    assert _cells(raw, "TPL201") == [(2, 4)]
+    raw = notebook(TRAIN_CELL, PREDICT_CELL, "score = np.mean(np.vstack(forecasts))\n")
+    assert notebook_cells(raw, "TPL201") == [(2, 4)]

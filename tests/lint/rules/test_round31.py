@@ -4,11 +4,11 @@ still be found."""
 
 from __future__ import annotations
 
-from torchplace.lint import lint_source
+from .helpers import lines
 
 
 def _lines(source: str, code: str, path: str = "pipeline.py") -> list[int]:
-    return [f.line for f in lint_source(source, path, select={code})]
+    return lines(source, code, path)
 
 
 # ---- TPL301: a loop header walking the rows of a placed tensor

@@ -4,11 +4,11 @@ clean next to the pitfall that must still be found."""
 
 from __future__ import annotations
 
-from torchplace.lint import lint_source
+from .helpers import lines
 
 
 def _lines(source: str, code: str, path: str = "pipeline.py") -> list[int]:
-    return [f.line for f in lint_source(source, path, select={code})]
+    return lines(source, code, path)
 
 
 # ---- TPL201: the text of a dunder attribute (`module.__class__`) in a per-block helper

@@ -5,11 +5,11 @@ still be found."""
 
 from __future__ import annotations
 
-from torchplace.lint import lint_source
+from .helpers import lines
 
 
 def _lines(source: str, code: str, path: str = "pipeline.py") -> list[int]:
-    return [f.line for f in lint_source(source, path, select={code})]
+    return lines(source, code, path)
 
 
 # ---- TPL201: reads after a guard that returns unless this is a logging step

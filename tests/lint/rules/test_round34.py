@@ -4,28 +4,11 @@ must still be found."""
 
 from __future__ import annotations
 
-import json
-
-from torchplace.lint import lint_source
-from torchplace.lint.notebook import lint_notebook
+from .helpers import lines, notebook, notebook_cells
 
 
 def _lines(source: str, code: str, path: str = "lesson.py") -> list[int]:
-    return [f.line for f in lint_source(source, path, select={code})]
-
-
-def _notebook(*cells: str) -> bytes:
-    document = {
-        "cells": [{"cell_type": "code", "metadata": {}, "source": cell} for cell in cells],
-        "metadata": {"language_info": {"name": "python"}},
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }
-    return json.dumps(document).encode()
-
-
-def _cells(raw: bytes, code: str) -> list[tuple[int | None, int]]:
-    return [(f.cell, f.line) for f in lint_notebook(raw, "lesson.ipynb", select={code})]
+    return lines(source, code, path)
 
 
 # ---- TPL301: a notebook that times two runs, its stop read only as `end - start`
@@ -195,8 +178,8 @@ def test_the_two_timed_runs_in_notebook_cells_are_left_alone() -> None:
     head, first, second = TWO_RUNS.split("model_0 = ")[0], "", ""
     body = "model_0 = " + TWO_RUNS.split("model_0 = ")[1]
     first, second = body.split("model_1 = ")
-    raw = _notebook(head, first, "model_1 = " + second)
-    assert _cells(raw, "TPL301") == []
+    raw = notebook(head, first, "model_1 = " + second)
+    assert notebook_cells(raw, "TPL301", "lesson.ipynb") == []
 
 
 # ---- TPL201: a helper that decodes each generated answer to text, called per test item

@@ -4,11 +4,11 @@ the look-alike that must stay clean next to the pitfall that must still be found
 
 from __future__ import annotations
 
-from torchplace.lint import lint_source
+from .helpers import lines
 
 
 def _lines(source: str, code: str, path: str = "tiles.py") -> list[int]:
-    return [f.line for f in lint_source(source, path, select={code})]
+    return lines(source, code, path)
 
 
 # ---- TPL103: a helper's CPU grid handed back through helpers to a caller that places it
