@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import http.client
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import orjson
 import torch
 from safetensors.torch import save_file
 
@@ -68,3 +71,16 @@ def infer_body(x: np.ndarray = X) -> dict[str, object]:
             }
         ]
     }
+
+
+def call(port: int, method: str, path: str, body: bytes | None = None) -> tuple[int, Any]:
+    """One request to the server on ``port``: its status and JSON body (None when empty)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        conn.request(method, path, body=body, headers=headers)
+        response = conn.getresponse()
+        raw = response.read()
+        return response.status, orjson.loads(raw) if raw else None
+    finally:
+        conn.close()

@@ -23,21 +23,9 @@ from torchplace.serve.running import ServerThread
 
 from .conftest import FakeEngine, eventually, test_config
 from .engine_helpers import save_exported
-from .repository_helpers import expected, infer_body, write_model, write_version
+from .repository_helpers import call, expected, infer_body, write_model, write_version
 
 BODY = orjson.dumps(infer_body())
-
-
-def _call(port: int, method: str, path: str, body: bytes | None = None) -> tuple[int, Any]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        headers = {"Content-Type": "application/json"} if body is not None else {}
-        conn.request(method, path, body=body, headers=headers)
-        response = conn.getresponse()
-        raw = response.read()
-        return response.status, orjson.loads(raw) if raw else None
-    finally:
-        conn.close()
 
 
 @pytest.fixture
@@ -131,9 +119,9 @@ def test_three_models_reload_and_unload_under_load(server: ServerThread, reposit
         for model in ("a", "b", "c"):
             load.wait_for(model, 30)
         write_version(repository, "a", 2, scale=2.0)
-        status, body = _call(port, "POST", "/v2/repository/models/a/load", b"{}")
+        status, body = call(port, "POST", "/v2/repository/models/a/load", b"{}")
         assert status == 200, body
-        status, body = _call(port, "POST", "/v2/repository/models/c/unload", b"{}")
+        status, body = call(port, "POST", "/v2/repository/models/c/unload", b"{}")
         assert status == 200, body
         load.wait_for("a", 30, version="2")
         load.wait_for("b", len(load.of("b")) + 30)
@@ -187,13 +175,13 @@ def test_a_reload_with_bad_weights_leaves_the_old_version_serving(
     folder = repository / "a" / "2"
     folder.mkdir()
     (folder / "model.safetensors").write_bytes(b"not a safetensors file")
-    status, body = _call(port, "POST", "/v2/repository/models/a/load", b"{}")
+    status, body = call(port, "POST", "/v2/repository/models/a/load", b"{}")
     assert status == 400
     assert "model.safetensors" in body["error"]
-    status, body = _call(port, "POST", "/v2/models/a/infer", BODY)
+    status, body = call(port, "POST", "/v2/models/a/infer", BODY)
     assert status == 200
     assert body["model_version"] == "1"
-    _, index = _call(port, "POST", "/v2/repository/index", b"{}")
+    _, index = call(port, "POST", "/v2/repository/index", b"{}")
     states = {(e["name"], e["version"]): e for e in index}
     assert states[("a", "1")]["state"] == "READY"
     assert states[("a", "2")]["state"] == "UNAVAILABLE"
@@ -206,10 +194,10 @@ def test_a_failed_dry_run_leaves_the_old_version_serving(
     config = 'source = "seed-mlp"\noutputs = ["output:FP32:-1,3"]\n'  # the model gives 2
     (repository / "a" / "config.toml").write_text(config)
     write_version(repository, "a", 2, scale=2.0)
-    status, body = _call(server.port, "POST", "/v2/repository/models/a/load", b"{}")
+    status, body = call(server.port, "POST", "/v2/repository/models/a/load", b"{}")
     assert status == 400, body
     assert "declared [3]" in body["error"]
-    status, body = _call(server.port, "POST", "/v2/models/a/infer", BODY)
+    status, body = call(server.port, "POST", "/v2/models/a/infer", BODY)
     assert status == 200
     assert body["model_version"] == "1"
 
@@ -220,20 +208,20 @@ def test_load_with_an_inline_config_and_specific_versions(
     write_version(repository, "b", 2, scale=2.0)
     config = orjson.dumps({"max_batch_size": 4, "version_policy": {"all": {}}}).decode()
     body = orjson.dumps({"parameters": {"config": config}})
-    status, answer = _call(server.port, "POST", "/v2/repository/models/b/load", body)
+    status, answer = call(server.port, "POST", "/v2/repository/models/b/load", body)
     assert status == 200, answer
-    _, doc = _call(server.port, "GET", "/v2/models/b/versions/1/config")
+    _, doc = call(server.port, "GET", "/v2/models/b/versions/1/config")
     assert doc["max_batch_size"] == 4
     for version, scale in (("1", 1.0), ("2", 2.0)):
-        status, out = _call(server.port, "POST", f"/v2/models/b/versions/{version}/infer", BODY)
+        status, out = call(server.port, "POST", f"/v2/models/b/versions/{version}/infer", BODY)
         assert status == 200
         assert out["model_version"] == version
         got = np.asarray(out["outputs"][0]["data"], np.float32).reshape(1, 2)
         np.testing.assert_allclose(got, expected(scale), rtol=1e-5)
-    _, latest = _call(server.port, "POST", "/v2/models/b/infer", BODY)
+    _, latest = call(server.port, "POST", "/v2/models/b/infer", BODY)
     assert latest["model_version"] == "2"
     for path in ("/v2/models/b", "/v2/models/b/versions/1"):  # every version served
-        assert _call(server.port, "GET", path)[1]["versions"] == ["1", "2"]
+        assert call(server.port, "GET", path)[1]["versions"] == ["1", "2"]
     grpcclient = pytest.importorskip("tritonclient.grpc")
     client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
     assert list(client.get_model_metadata("b", "1").versions) == ["1", "2"]
@@ -248,8 +236,8 @@ def test_the_config_states_the_model_s_version_policy_and_survives_a_round_trip(
     write_version(repository, "b", 2, scale=2.0)
     config = orjson.dumps({"version_policy": {"latest": {"num_versions": 1}}}).decode()
     body = orjson.dumps({"parameters": {"config": config}})
-    assert _call(server.port, "POST", "/v2/repository/models/b/load", body)[0] == 200
-    _, doc = _call(server.port, "GET", "/v2/models/b/config")
+    assert call(server.port, "POST", "/v2/repository/models/b/load", body)[0] == 200
+    _, doc = call(server.port, "GET", "/v2/models/b/config")
     assert doc["version_policy"] == {"latest": {"num_versions": 1}}
     grpcclient = pytest.importorskip("tritonclient.grpc")
     client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
@@ -258,8 +246,8 @@ def test_the_config_states_the_model_s_version_policy_and_survives_a_round_trip(
     client.close()
     write_version(repository, "b", 3, scale=3.0)  # a newer version appears; the doc goes back
     body = orjson.dumps({"parameters": {"config": orjson.dumps(doc).decode()}})
-    assert _call(server.port, "POST", "/v2/repository/models/b/load", body)[0] == 200
-    assert _call(server.port, "POST", "/v2/models/b/infer", BODY)[1]["model_version"] == "3"
+    assert call(server.port, "POST", "/v2/repository/models/b/load", body)[0] == 200
+    assert call(server.port, "POST", "/v2/models/b/infer", BODY)[1]["model_version"] == "3"
 
 
 def test_model_control_as_triton_s_examples_call_it(server: ServerThread) -> None:
@@ -267,34 +255,34 @@ def test_model_control_as_triton_s_examples_call_it(server: ServerThread) -> Non
     port = server.port
     load = "/v2/repository/models/{}/load"
     config = {"parameters": {"config": '{"max_batch_size":"16"}'}}  # an int64 as a string
-    assert _call(port, "POST", load.format("a"), orjson.dumps(config))[0] == 200
-    assert _call(port, "GET", "/v2/models/a/config")[1]["max_batch_size"] == 16
+    assert call(port, "POST", load.format("a"), orjson.dumps(config))[0] == 200
+    assert call(port, "GET", "/v2/models/a/config")[1]["max_batch_size"] == 16
     for name in ("c", "c", "never-loaded"):  # unloading what is not loaded changes nothing
-        assert _call(port, "POST", f"/v2/repository/models/{name}/unload", b"")[0] == 200
+        assert call(port, "POST", f"/v2/repository/models/{name}/unload", b"")[0] == 200
     files = {"parameters": {"config": "{}", "file:1/model.safetensors": "YQ=="}}
     bad = {"parameters": {"config": '{"dynamic_batching": 5}'}}
     for name, body, message in (
         ("a", files, "model files sent with a load request are not supported"),
         ("a", bad, "dynamic_batching must be an object"),
     ):
-        status, answer = _call(port, "POST", load.format(name), orjson.dumps(body))
+        status, answer = call(port, "POST", load.format(name), orjson.dumps(body))
         assert status == 400, answer
         assert message in answer["error"]
-    status, answer = _call(port, "POST", "/v2/repository/index", b'{"ready": "yes"}')
+    status, answer = call(port, "POST", "/v2/repository/index", b'{"ready": "yes"}')
     assert status == 400
     assert "Invalid value for 'ready'" in answer["error"]
-    status, answer = _call(port, "POST", "/v2/repository/index", b'{"ready": [[true]]}')
+    status, answer = call(port, "POST", "/v2/repository/index", b'{"ready": [[true]]}')
     assert (status, answer["error"]) == (
         400,
         "Invalid value for 'ready': expected a boolean, got [[true]]",  # as sent, not Python's
     )
-    assert _call(port, "GET", "/v2/models")[1] == {"models": ["a", "b"]}
+    assert call(port, "GET", "/v2/models")[1] == {"models": ["a", "b"]}
 
 
 def test_metrics_and_statistics_cover_every_model(server: ServerThread) -> None:
     for model in ("a", "b", "c"):
-        assert _call(server.port, "POST", f"/v2/models/{model}/infer", BODY)[0] == 200
-    _, stats = _call(server.port, "GET", "/v2/models/stats")
+        assert call(server.port, "POST", f"/v2/models/{model}/infer", BODY)[0] == 200
+    _, stats = call(server.port, "GET", "/v2/models/stats")
     assert sorted(s["name"] for s in stats["model_stats"]) == ["a", "b", "c"]
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
     conn.request("GET", "/metrics")
@@ -310,19 +298,19 @@ def test_metrics_and_statistics_cover_every_model(server: ServerThread) -> None:
 
 
 def test_unknown_model_lists_the_known_ones(server: ServerThread) -> None:
-    status, body = _call(server.port, "POST", "/v2/models/zz/infer", BODY)
+    status, body = call(server.port, "POST", "/v2/models/zz/infer", BODY)
     assert status == 404
     assert (
         body["error"]
         == "Request for unknown model: 'zz' is not found; this server serves 'a', 'b', 'c'"
     )
-    status, body = _call(server.port, "GET", "/v2/models/a/versions/9/ready")
+    status, body = call(server.port, "GET", "/v2/models/a/versions/9/ready")
     assert status == 404
     assert "available: '1'" in body["error"]
 
 
 def test_server_metadata_lists_the_repository_extension(server: ServerThread) -> None:
-    _, meta = _call(server.port, "GET", "/v2")
+    _, meta = call(server.port, "GET", "/v2")
     assert "model_repository" in meta["extensions"]
 
 
@@ -344,28 +332,28 @@ def test_kserve_agent_calls_as_it_sends_them(tmp_path: Path) -> None:
         folder = tmp_path / "iris"  # what the puller downloaded: one exported program
         folder.mkdir()
         save_exported(folder / "model.pt2", build_model("seed-mlp"), torch.zeros(2, 8))
-        status, body = _call(port, "POST", "/v2/repository/models/iris/load", b"{}")
+        status, body = call(port, "POST", "/v2/repository/models/iris/load", b"{}")
         assert status == 200, body
-        status, out = _call(port, "POST", "/v2/models/iris/infer", BODY)
+        status, out = call(port, "POST", "/v2/models/iris/infer", BODY)
         assert status == 200
         got = np.asarray(out["outputs"][0]["data"], np.float32).reshape(1, 2)
         np.testing.assert_allclose(got, expected(1.0), rtol=1e-5)
         shutil.rmtree(folder)
-        status, body = _call(port, "POST", "/v2/repository/models/iris/unload", b"{}")
+        status, body = call(port, "POST", "/v2/repository/models/iris/unload", b"{}")
         assert status == 200, body
-        status, body = _call(port, "POST", "/v2/models/iris/infer", BODY)
+        status, body = call(port, "POST", "/v2/models/iris/infer", BODY)
         assert status == 404
 
 
 def test_load_and_unload_are_refused_in_mode_none(repository: Path) -> None:
     config = test_config(device="cpu", model_repository=repository, grpc_port=0)
     with ServerThread(config) as thread:
-        _, index = _call(thread.port, "POST", "/v2/repository/index", b"")
+        _, index = call(thread.port, "POST", "/v2/repository/index", b"")
         assert [(e["name"], e["state"]) for e in index] == [
             ("a", "READY"), ("b", "READY"), ("c", "READY")
         ]  # fmt: skip
         for action in ("load", "unload"):
-            status, body = _call(thread.port, "POST", f"/v2/repository/models/a/{action}")
+            status, body = call(thread.port, "POST", f"/v2/repository/models/a/{action}")
             assert status == 403
             assert "not allowed in model control mode 'none'" in body["error"]
             assert body["error"].startswith(  # Triton's words, which it says in mode none too
@@ -387,7 +375,7 @@ def test_poll_mode_loads_new_models_and_unloads_removed_ones(repository: Path) -
 
     def wait(path: str, want: int) -> None:
         deadline = time.monotonic() + 30
-        while _call(thread.port, "POST", path, BODY)[0] != want:
+        while call(thread.port, "POST", path, BODY)[0] != want:
             assert time.monotonic() < deadline, f"{path} never answered {want}"
             time.sleep(0.05)
 
@@ -398,7 +386,7 @@ def test_poll_mode_loads_new_models_and_unloads_removed_ones(repository: Path) -
         wait("/v2/models/d/versions/2/infer", 200)
         shutil.rmtree(repository / "b")
         wait("/v2/models/b/infer", 404)
-        status, body = _call(thread.port, "POST", "/v2/repository/models/a/load", b"{}")
+        status, body = call(thread.port, "POST", "/v2/repository/models/a/load", b"{}")
         assert status == 403  # Triton: no explicit load while polling, in its words
         assert "explicit model load / unload is not allowed if polling is enabled" in body["error"]
 
@@ -407,9 +395,9 @@ def test_one_bad_model_config_does_not_stop_the_others(repository: Path) -> None
     (repository / "b" / "config.toml").write_text('source = "seed-mlp"\nreplica = 2\n')
     config = test_config(device="cpu", model_repository=repository, grpc_port=0)
     with ServerThread(config) as thread:
-        assert _call(thread.port, "POST", "/v2/models/a/infer", BODY)[0] == 200
-        assert _call(thread.port, "POST", "/v2/models/c/infer", BODY)[0] == 200
-        _, index = _call(thread.port, "POST", "/v2/repository/index", b"{}")
+        assert call(thread.port, "POST", "/v2/models/a/infer", BODY)[0] == 200
+        assert call(thread.port, "POST", "/v2/models/c/infer", BODY)[0] == 200
+        _, index = call(thread.port, "POST", "/v2/repository/index", b"{}")
         bad = [e for e in index if e["name"] == "b"]
         assert bad[0]["state"] == "UNAVAILABLE"
         reason = bad[0]["reason"]
@@ -439,11 +427,11 @@ def test_repository_twins_over_grpc(server: ServerThread, repository: Path) -> N
     assert client.get_model_config("b", as_json=True)["config"]["max_batch_size"] == 2
     assert (
         "model 'c' version '1'"
-        in _call(server.port, "GET", "/v2/openapi.json")[1]["info"]["description"]
+        in call(server.port, "GET", "/v2/openapi.json")[1]["info"]["description"]
     )
     client.unload_model("c")
     assert not client.is_model_ready("c")  # not loaded: not ready, not an error
-    described = _call(server.port, "GET", "/v2/openapi.json")[1]["info"]["description"]
+    described = call(server.port, "GET", "/v2/openapi.json")[1]["info"]["description"]
     assert "model 'c'" not in described  # the document follows the served set
     assert "model 'a' version '2'" in described
     with pytest.raises(InferenceServerException) as caught:
@@ -469,15 +457,15 @@ def test_repository_twins_over_grpc(server: ServerThread, repository: Path) -> N
 def test_repeated_model_flags_serve_several_models_on_one_device() -> None:
     config = test_config(device="cpu", model="seed-mlp", models=("wide-mlp",), grpc_port=0)
     with ServerThread(config) as thread:
-        status, out = _call(thread.port, "POST", "/v2/models/seed-mlp/infer", BODY)
+        status, out = call(thread.port, "POST", "/v2/models/seed-mlp/infer", BODY)
         assert status == 200
         assert out["model_name"] == "seed-mlp"
         wide = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 512],
                             "data": [0.1] * 512}]}  # fmt: skip
-        status, out = _call(thread.port, "POST", "/v2/models/wide-mlp/infer", orjson.dumps(wide))
+        status, out = call(thread.port, "POST", "/v2/models/wide-mlp/infer", orjson.dumps(wide))
         assert status == 200
         assert out["outputs"][0]["shape"] == [1, 512]
-        described = _call(thread.port, "GET", "/v2/openapi.json")[1]["info"]["description"]
+        described = call(thread.port, "GET", "/v2/openapi.json")[1]["info"]["description"]
         assert "model 'seed-mlp' version '1', model 'wide-mlp' version '1'" in described
         assert thread.app is not None
         devices = {str(r.device) for h in thread.app.registry.handles() for r in h.engine.replicas}  # type: ignore[attr-defined]
@@ -490,7 +478,7 @@ def test_several_models_write_a_trace_file_each(tmp_path: Path) -> None:
         device="cpu", model="seed-mlp", models=("wide-mlp",), grpc_port=0, trace_file=trace
     )
     with ServerThread(config) as thread:
-        assert _call(thread.port, "POST", "/v2/models/seed-mlp/infer", BODY)[0] == 200
+        assert call(thread.port, "POST", "/v2/models/seed-mlp/infer", BODY)[0] == 200
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "trace.seed-mlp.1.json",
         "trace.wide-mlp.1.json",
@@ -503,13 +491,13 @@ def test_an_invalid_value_names_the_file_and_the_field(
     server: ServerThread, repository: Path
 ) -> None:
     (repository / "a" / "config.toml").write_text('source = "seed-mlp"\nreplicas = 0\n')
-    status, body = _call(server.port, "POST", "/v2/repository/models/a/load", b"{}")
+    status, body = call(server.port, "POST", "/v2/repository/models/a/load", b"{}")
     assert status == 400
     assert body["error"] == (
         f"failed to load 'a': {repository / 'a' / 'config.toml'}: replicas = 0 is invalid; "
         "give an integer >= 1"
     )
-    assert _call(server.port, "POST", "/v2/models/a/infer", BODY)[0] == 200
+    assert call(server.port, "POST", "/v2/models/a/infer", BODY)[0] == 200
 
 
 @pytest.mark.parametrize("answered", [False, True])

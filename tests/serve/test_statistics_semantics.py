@@ -28,7 +28,6 @@ sum over its chunks' batches; each of those batches is an execution.
 from __future__ import annotations
 
 import asyncio
-import http.client
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -53,7 +52,7 @@ from torchplace.serve.running import ServerThread
 
 from .conftest import test_config
 from .engine_helpers import Faulty, Scale, loaded
-from .repository_helpers import infer_body, write_model, write_version
+from .repository_helpers import call, infer_body, write_model, write_version
 
 CPU = torch.device("cpu")
 STAGES = ("queue", "compute_input", "compute_infer", "compute_output")
@@ -66,18 +65,6 @@ def run(coro_fn: Callable[[], Awaitable[Any]]) -> Any:
 
 def _rows(n: int, start: float = 0.0) -> np.ndarray:
     return np.arange(start, start + 4 * n, dtype=np.float32).reshape(n, 4)
-
-
-def _call(port: int, method: str, path: str, body: bytes | None = None) -> tuple[int, Any]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        headers = {"Content-Type": "application/json"} if body is not None else {}
-        conn.request(method, path, body=body, headers=headers)
-        response = conn.getresponse()
-        raw = response.read()
-        return response.status, orjson.loads(raw) if raw else None
-    finally:
-        conn.close()
 
 
 def _doc(engine: Engine) -> dict[str, Any]:
@@ -271,20 +258,20 @@ def test_each_version_keeps_its_own_statistics_and_a_reload_starts_them_afresh(
     policy = orjson.dumps({"version_policy": {"all": {}}}).decode()
     with ServerThread(config) as server:
         load = orjson.dumps({"parameters": {"config": policy}})
-        assert _call(server.port, "POST", "/v2/repository/models/b/load", load)[0] == 200
+        assert call(server.port, "POST", "/v2/repository/models/b/load", load)[0] == 200
         for version, times in (("1", 2), ("2", 1)):
             for _ in range(times):
                 path = f"/v2/models/b/versions/{version}/infer"
-                assert _call(server.port, "POST", path, BODY)[0] == 200
-        _, doc = _call(server.port, "GET", "/v2/models/b/stats")
+                assert call(server.port, "POST", path, BODY)[0] == 200
+        _, doc = call(server.port, "GET", "/v2/models/b/stats")
         success = {
             s["version"]: s["inference_stats"]["success"]["count"] for s in doc["model_stats"]
         }
         assert success == {"1": 2, "2": 1}
         for entry in doc["model_stats"]:
             _consistent(entry)
-        _, one = _call(server.port, "GET", "/v2/models/b/versions/2/stats")
+        _, one = call(server.port, "GET", "/v2/models/b/versions/2/stats")
         assert [s["version"] for s in one["model_stats"]] == ["2"]
-        assert _call(server.port, "POST", "/v2/repository/models/b/load", load)[0] == 200
-        _, fresh = _call(server.port, "GET", "/v2/models/b/stats")
+        assert call(server.port, "POST", "/v2/repository/models/b/load", load)[0] == 200
+        _, fresh = call(server.port, "GET", "/v2/models/b/stats")
         assert {s["inference_stats"]["success"]["count"] for s in fresh["model_stats"]} == {0}
