@@ -123,7 +123,7 @@ STREAM_WINDOW_BYTES = 64 * 1024 * 1024
 _MAX_PENDING_CALLS = 4096
 #: the most bytes of metadata a call may carry (gRPC core's hard limit; its own soft limit,
 #: 8 KiB, refused calls between the two at random)
-MAX_METADATA_BYTES = 16 * 1024
+_MAX_METADATA_BYTES = 16 * 1024
 _STATUS: dict[int, grpc.StatusCode] = {
     400: grpc.StatusCode.INVALID_ARGUMENT,
     401: grpc.StatusCode.UNAUTHENTICATED,
@@ -225,8 +225,8 @@ class GrpcServer:
                 # a call's metadata (headers) past gRPC core's soft limit of 8 KiB was refused
                 # at random, one call in a few of the same client, up to its hard limit of 16
                 # KiB: one limit, so that a call is refused or not whatever the draw
-                ("grpc.max_metadata_size", MAX_METADATA_BYTES),
-                ("grpc.absolute_max_metadata_size", MAX_METADATA_BYTES),
+                ("grpc.max_metadata_size", _MAX_METADATA_BYTES),
+                ("grpc.absolute_max_metadata_size", _MAX_METADATA_BYTES),
                 ("grpc.server.max_pending_requests", _MAX_PENDING_CALLS),
                 ("grpc.server.max_pending_requests_hard_limit", 3 * _MAX_PENDING_CALLS),
                 # a connection without a call for this long is closed (GOAWAY: a client's

@@ -87,33 +87,19 @@ class InferStatistics:
                 self._times["fail"] += int(seconds * _NS)
             return
         rows = 0
-        queue_ns = h2d_ns = infer_ns = d2h_ns = 0
-        timed = False
-        if len(parts) == 1:  # the common case
-            part = parts[0]
-            rows = part.rows
-            timing = part.timing
-            if timing is not None:
-                timed = True
-                started, h2d, infer, d2h = timing
-                queue_ns = int((started - part.arrived) * _NS)
-                h2d_ns, infer_ns, d2h_ns = int(h2d * _NS), int(infer * _NS), int(d2h * _NS)
-        else:
-            first: float | None = None
-            for part in parts:
-                rows += part.rows
-                timing = part.timing
-                if timing is None:
-                    continue
-                timed = True
-                started, h2d, infer, d2h = timing
-                if first is None or started < first:
-                    first = started
+        arrived = first = float("inf")  # the earliest arrival, and start of a chunk's batch
+        h2d_ns = infer_ns = d2h_ns = 0
+        for part in parts:  # one unless the request was split
+            rows += part.rows
+            arrived = min(arrived, part.arrived)
+            if part.timing is not None:
+                started, h2d, infer, d2h = part.timing
+                first = min(first, started)
                 h2d_ns += int(h2d * _NS)
                 infer_ns += int(infer * _NS)
                 d2h_ns += int(d2h * _NS)
-            if first is not None:
-                queue_ns = int((first - min(part.arrived for part in parts)) * _NS)
+        timed = first != float("inf")
+        queue_ns = int((first - arrived) * _NS) if timed else 0
         with self._lock:
             counts, times = self._counts, self._times
             counts["success"] += 1
