@@ -8,7 +8,9 @@ magic (``%timeit``, ``%load_ext``), a shell escape (``!pip ...``, ``files = !ls`
 request (``x?``) that starts a logical line (not one inside brackets or a string) becomes
 ``pass`` at its indentation, and a cell magic (``%%bash``, ``%%writefile``) takes its whole cell
 out, but for those whose body is Python (``%%time``, ``%%timeit``, ``%%capture``, ``%%prun``),
-whose first line alone goes. A notebook whose kernel is not Python is skipped.
+whose first line alone goes. A notebook whose kernel is not Python is skipped, and so is a code
+cell its editor marks as another language (VS Code's ``metadata.vscode.languageId``, such as
+``"shellscript"`` or ``"plaintext"``).
 
 A finding's ``cell`` is the cell's 1-based position in the notebook, every cell counted
 (markdown ones too, as editors number them), and its ``line`` the line in that cell. ``--fix``
@@ -235,6 +237,16 @@ def _is_python(document: dict[str, Any]) -> bool:
     return True
 
 
+def _python_cell(cell: dict[str, Any]) -> bool:
+    """False for a code cell its editor marks as another language (VS Code's
+    ``metadata.vscode.languageId``: ``"shellscript"`` for a command to paste in a terminal,
+    ``"plaintext"`` for a log shown as an example): its text is not Python for the kernel."""
+    metadata = cell.get("metadata")
+    editor = metadata.get("vscode") if isinstance(metadata, dict) else None
+    language = editor.get("languageId") if isinstance(editor, dict) else None
+    return not isinstance(language, str) or language.lower() == "python"
+
+
 def read_notebook(raw: bytes) -> Notebook:
     """Parse a notebook's bytes; :class:`NotebookError` when they are not a notebook."""
     try:
@@ -257,7 +269,7 @@ def read_notebook(raw: bytes) -> Notebook:
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
         indent, lines, shifted = _dedented(_lines(_text(cell.get("source", ""))))
-        lines = _inert(lines)
+        lines = _inert(lines) if _python_cell(cell) else [""] * len(lines)
         code = [i for i, text in enumerate(lines) if text.strip() and text.strip()[0] != "#"]
         placed = _Cell(number, line, indent, shifted, line + code[-1] if code else 0)
         error = _syntax_error("\n".join(lines) + "\n", placed)

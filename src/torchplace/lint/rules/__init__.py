@@ -17,7 +17,9 @@ TPL8xx   training setup order                        :mod:`.optimizer`
 The placement family's TPL103 lives in :mod:`.factories` (factories in ``forward``) and
 :mod:`.factory_match` (factories built to match a tensor parameter, in any function). What the
 rules know about PyTorch is data in :mod:`.facts`; which calls load a model (the loaders, and
-the linted code's own functions and classes that run one) is :mod:`.model_loads`.
+the linted code's own functions and classes that run one) is :mod:`.model_loads`; which modules
+hold nothing a plain container could hide from ``.to()`` (pooling, activations, the file's
+classes built only of them) is :mod:`.stateless`.
 """
 
 from __future__ import annotations

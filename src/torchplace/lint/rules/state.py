@@ -17,6 +17,7 @@ from torchplace.lint.rules.facts import (
     is_tensor_annotation,
     is_tensor_expr,
 )
+from torchplace.lint.rules.stateless import stateless_module
 
 __all__ = ["FAMILY"]
 
@@ -46,8 +47,8 @@ def _held(node: ast.expr, ctx: Context, scope: Scope) -> str | None:
         return None
     if ctx.call_qualname(node) in _PARAMETERS or is_tensor_expr(node, ctx, scope):
         return "tensors"
-    if is_module_expr(node, ctx):
-        return "modules"
+    if is_module_expr(node, ctx) and not stateless_module(node, ctx):
+        return "modules"  # not a pooling or activation layer: `.to()` loses nothing of those
     return None
 
 
