@@ -434,18 +434,20 @@ class App:
                 "this server has one model repository: drop the name, as in "
                 "/v2/repository/index and /v2/repository/models/NAME/load",
             )
+        raw = request.body
         try:
-            body = _json_object(request.body)
+            raw = self._unencoded(request)
+            body = _json_object(raw)
         except InputError as exc:
             deep = "depth limit" in str(exc)
-            if deep and rest == [b"index"] and _READY_NESTED.match(bytes(request.body[:256])):
+            if deep and rest == [b"index"] and _READY_NESTED.match(bytes(raw[:256])):
                 # an array or object nested past what the parser reads: not a boolean either
                 return error_response(
                     400,
                     "Invalid value for 'ready': expected a boolean, got an array or object "
                     "nested too deeply to read",
                 )
-            return error_response(400, str(exc))
+            return error_response(exc.status, str(exc))
         if rest == [b"index"]:
             # null is "not given", as for the other optional fields: MLServer's
             # RepositoryIndexRequest(ready=None).model_dump() sends {"ready": null}
@@ -487,7 +489,7 @@ class App:
             elif cuda:
                 regions.cuda_register(name or "")
             else:
-                body = _json_object(request.body)
+                body = _json_object(self._unencoded(request))
                 regions.register(name or "", body.get("key"), body.get("offset", 0),
                                  body.get("byte_size"))  # fmt: skip
         except ServeError as exc:
@@ -698,13 +700,21 @@ class App:
                     f"content type {_text(base)!r} is not accepted; send application/json "
                     "(or application/octet-stream with Inference-Header-Content-Length)"
                 )
-        body = request.body
+        body = request.body  # _unencoded, inline: this is every inference's path
         encoding = headers.get(b"content-encoding")
         if encoding is not None and encoding.lower() not in (b"identity", b""):
             body = self._decompress(body, encoding.lower())
         if not body:
             raise InputError(f"the request body is empty; send {wanted}, with its Content-Length")
         return body
+
+    def _unencoded(self, request: Request) -> bytes:
+        """The request's body with its ``Content-Encoding`` (gzip, deflate) undone: every
+        route that reads a body reads it so, not only inference."""
+        encoding = request.headers.get(b"content-encoding")
+        if encoding is None or encoding.lower() in (b"identity", b""):
+            return request.body
+        return self._decompress(request.body, encoding.lower())
 
     def _decompress(self, body: bytes, encoding: bytes) -> bytes:
         coding = _CODINGS.get(encoding)

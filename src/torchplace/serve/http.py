@@ -19,7 +19,10 @@ connections (empty lines between requests do not count as activity).
 What one connection can make the server hold is bounded: its waiting requests hold one body limit
 at most (then reading stops until they are answered), and while the transport's write buffer is
 over its high-water mark (a client that does not read its answers) no further request is handled
-and the connection is not read. A body arrives into one buffer however it is chunked.
+and the connection is not read. A body arrives into one buffer however it is chunked. Bytes no
+parser callback counts are counted as they arrive: a head cut across reads (a field that has
+not ended is gathered by the parser, unseen), empty lines before a request line, a chunked
+body's framing (chunk extensions, leading zeros of a size).
 Answers go out in request order: a request that is refused (malformed, body over the limit, a
 version other than HTTP/1.1 and 1.0: 505) is answered after the requests before it, and then the
 connection closes. A chunk whose size line takes the body over the limit is refused at once.
@@ -76,6 +79,14 @@ _JSON = b"application/json"
 _PIPELINE_DEPTH = 32  # complete requests queued on one connection before we stop reading
 _NOT_ZERO = re.compile(rb"[^0]")
 _MAX_HEAD_BYTES = 64 * 1024  # request line + headers; more gets 431 (414: the target alone)
+#: what a head may take in raw bytes past its fields' own (the request line's method and
+#: version, CRLFs, whitespace around values): counted as the bytes arrive, since the parser
+#: gathers a field that has not ended in memory and tells it only once it ends
+_HEAD_SLACK = 4 * 1024
+#: the chunk extensions one chunked body may carry in all (as Node.js bounds them since
+#: CVE-2024-22019), besides what each chunk's size line and CRLFs take (_CHUNK_FRAMING)
+_MAX_CHUNK_EXTENSIONS = 16 * 1024
+_CHUNK_FRAMING = 24  # a chunk's own framing, at most: 16 hex digits, 2 CRLFs, a few zeros
 _LINGER_S = 1.0  # how long a rejected connection's remaining input is drained before closing
 #: a request line (RFC 9112, 3), its method a token: the parser refuses a method it does not
 #: know as it refuses garbage, and an unknown method is answered 501 (RFC 9110, 9.1), not 400
@@ -400,6 +411,7 @@ class _Connection(asyncio.Protocol):
         "_chunk_mark",
         "_chunk_open",
         "_chunked",
+        "_chunks",
         "_current",
         "_expect_continue",
         "_final",
@@ -414,6 +426,7 @@ class _Connection(asyncio.Protocol):
         "_pending",
         "_pending_bytes",
         "_queue_full",
+        "_raw",
         "_reading_since",
         "_rejected",
         "_server",
@@ -459,6 +472,11 @@ class _Connection(asyncio.Protocol):
         #: the body gathers in ``_body`` meanwhile
         self._upgrade_body: tuple[Request, int] | None = None
         self._chunked = False  # the request being read has a chunked body
+        self._chunks = 0  # the chunks of that body so far
+        #: raw bytes that no parser callback counts: empty lines before a request line, a
+        #: head being read, or a chunked body's framing; -1: that part began in the data being
+        #: parsed, which may hold what came before it, and is counted from the next data on
+        self._raw = 0
         self._chunk_open = False  # a chunk's size line was read in this data, not all its data
         self._chunk_mark = 0  # the body's length before that chunk
         self._line_start = b""  # the start of the last line of what was read (chunked only)
@@ -497,9 +515,17 @@ class _Connection(asyncio.Protocol):
                 data = self._read_upgrade_body(data)
                 continue
             try:
+                body = len(self._body) if self._chunked else 0
                 self._parser.feed_data(data)
                 if self._chunked:
+                    # its framing: what of the data is not chunk data (see _framing_limit)
+                    self._count_raw(len(data) - (len(self._body) - body), self._framing_limit())
                     self._track_chunks(data)
+                elif self._reading_since:
+                    if not self._in_trailers:  # a head cut across reads
+                        self._count_raw(len(data), _MAX_HEAD_BYTES + _HEAD_SLACK)
+                elif data[0] == 13 or data[0] == 10:  # empty lines, and no request line yet
+                    self._count_raw(len(data), _MAX_HEAD_BYTES)
                 return
             except httptools.HttpParserUpgrade as exc:
                 # Upgrade (and CONNECT) are ignored (RFC 9110, 7.8): the request is answered
@@ -510,6 +536,38 @@ class _Connection(asyncio.Protocol):
                 if not self._rejected:
                     self._reject(_malformed(data, exc))
                 return
+
+    def _framing_limit(self) -> int:
+        """What a chunked body's framing (size lines, chunk extensions, CRLFs, trailer fields)
+        may take: the parser reads any amount of chunk extensions or leading zeros of a size,
+        which a client could send for as long as the request timeout, never nearing the body
+        limit."""
+        return _MAX_CHUNK_EXTENSIONS + _MAX_HEAD_BYTES + _CHUNK_FRAMING * self._chunks
+
+    def _count_raw(self, size: int, limit: int) -> None:
+        """Count ``size`` more raw bytes (see ``_raw``) of the part being read, refused past
+        ``limit``: a head as too large (431), a chunked body's framing as too large (413),
+        empty lines as what they are (400)."""
+        if self._raw < 0:
+            self._raw = 0
+            return
+        self._raw += size
+        if self._raw <= limit:
+            return
+        if self._chunked:
+            self._refuse(
+                413,
+                f"the chunked body's framing (chunk size lines, chunk extensions and trailer "
+                f"fields) is over {limit} bytes for its {self._chunks} chunks; send chunk "
+                f"extensions of at most {_MAX_CHUNK_EXTENSIONS} bytes in all, or none",
+            )
+        if self._reading_since:
+            self._head_too_large()
+        self._refuse(
+            400,
+            f"over {limit} bytes of empty lines and no request line; send a request "
+            "('METHOD /path HTTP/1.1'), or close the connection",
+        )
 
     def _read_upgrade_body(self, data: bytes) -> bytes:
         """Take the body the parser skipped for an Upgrade request; return what follows it."""
@@ -589,6 +647,7 @@ class _Connection(asyncio.Protocol):
         self._expect_continue = False
         self._in_trailers = False
         self._reading_since = time.monotonic()
+        self._raw = -1  # see _raw: the data it began in is not counted
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -689,6 +748,8 @@ class _Connection(asyncio.Protocol):
                 "Content-Encoding: gzip)",
             )
         self._chunked = True  # chunk sizes are checked against the limit as they are read
+        self._chunks = 0
+        self._raw = -1  # its framing is counted from the data after its head's on
 
     def _continue(self, expect: bytes, has_body: bool) -> None:
         """``Expect: 100-continue``: say 100 now if the request is next to be answered, else
@@ -704,6 +765,7 @@ class _Connection(asyncio.Protocol):
             self._expect_continue = True
 
     def on_chunk_header(self) -> None:
+        self._chunks += 1
         self._chunk_open = True
         self._chunk_mark = len(self._body)
 
@@ -761,6 +823,7 @@ class _Connection(asyncio.Protocol):
         parser = self._parser
         self._expect_continue = False  # its body is here: no 100 for it any more
         self._chunked = False
+        self._raw = 0
         host = self._headers.get(b"host")
         if host != self._host:
             if host is None or _HOST.fullmatch(host) is None:

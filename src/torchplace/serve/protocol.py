@@ -248,7 +248,7 @@ def _decode_request(
     try:
         doc = json_loads(json_part)
     except orjson.JSONDecodeError as exc:
-        hint = _binary_hint(json_part) if binary is None else ""
+        hint = _binary_hint(json_part) if binary is None else _header_hint(exc, len(json_part))
         raise _fail(f"request body is not valid JSON: {exc}{hint}") from None
     if not isinstance(doc, dict):
         raise _fail(f"request body must be a JSON object, not {_kind_name(doc)}")
@@ -296,6 +296,22 @@ def _binary_hint(body: bytes | bytearray | memoryview) -> str:
         "; it names a binary_data_size: if binary tensor data follows the JSON, give the "
         "JSON's length in bytes in the Inference-Header-Content-Length header (Triton's "
         "binary tensor data extension)"
+    )
+
+
+def _header_hint(exc: orjson.JSONDecodeError, length: int) -> str:
+    """For a JSON header (the body's first ``length`` bytes, as Inference-Header-Content-Length
+    says) that does not parse: what that length made of it, and the fix (a client that counted
+    the JSON's characters, not its bytes, or counted a separator, is one or a few bytes off)."""
+    if exc.msg == "unexpected content after document":
+        what = f"is longer than the JSON header (something follows it at byte {exc.pos})"
+    elif exc.msg == "unexpected end of data":
+        what = "cuts the JSON header short"
+    else:
+        what = f"takes the body's first {length} bytes as the JSON header"
+    return (
+        f"; Inference-Header-Content-Length {length} {what}: give the JSON header's exact "
+        "length in bytes, with the binary tensor data after it"
     )
 
 
@@ -864,14 +880,17 @@ def _checked_size(spec: TensorSpec, size: object, shape: list[int], count: int, 
     """The byte size a client gave for an input (``field`` says where), checked against what
     its shape of its datatype takes."""
     expected = count * WIRE_DTYPES[spec.datatype].itemsize
-    if type(size) is not int or size != expected:
-        raise _size_mismatch(
-            spec.name,
-            expected,
-            size if type(size) is int else shown(size),
-            f"{field} {shown(size)}, where shape {shape} of {spec.datatype} takes {expected} bytes",
-        )
-    return size
+    if type(size) is int and size == expected:
+        return size
+    takes = f"shape {shape} of {spec.datatype} takes {expected} bytes"
+    if type(size) is int:
+        raise _size_mismatch(spec.name, expected, size, f"{field} {size}, where {takes}")
+    raise _size_mismatch(  # 32.0 or "32" is no byte count, however near it is
+        spec.name,
+        expected,
+        shown(size),
+        f"{field} {shown(size)} is not an integer; give the byte count as an integer ({takes})",
+    )
 
 
 def shared_memory_array(
