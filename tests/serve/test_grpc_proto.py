@@ -29,7 +29,12 @@ def test_generated_modules_are_reproducible(tmp_path: Path) -> None:
     if installed != pinned:
         pytest.skip(f"grpcio-tools {installed} is installed; the modules were made with {pinned}")
     subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], check=True, capture_output=True)
-    for name in ("grpc_service_pb2.py", "model_config_pb2.py", "health_pb2.py"):
+    for name in (
+        "grpc_service_pb2.py",
+        "model_config_pb2.py",
+        "health_pb2.py",
+        "reflection_pb2.py",
+    ):
         assert (tmp_path / name).read_text() == (PROTO / name).read_text(), (
             f"{name} differs from what scripts/gen-grpc-proto makes; run it and commit the result"
         )

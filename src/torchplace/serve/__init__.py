@@ -2,49 +2,50 @@
 
 What each module is for, along the path of a request:
 
-==================  ================================================================================
-``cli``             the ``torchplace serve`` flags, and running it from the command line
-``config``          :class:`ServeConfig`: every setting, validated; from flags and TOML/JSON files
-``running``         :func:`serve` until SIGTERM, then drain; :class:`ServerThread` for tests
-``http``            the HTTP/1.1 server on asyncio + httptools (connections, timeouts)
-``listener``        closing the listening socket without resetting what the kernel accepted
-``routes``          the routes and error statuses, declared once
-``app``             :class:`App`: the routes over the served models (decode, run, encode, drain)
-``registry``        the live set of models and versions, switched in one step
-``reload``          loading, reloading and unloading models while serving (model control modes)
-``repository``      the model repository on disk: config.toml per model, numbered versions
-``memory``          the memory check before a load (weights + activation peak vs free/budget)
-``protocol``        the OIP codec: request bodies to validated arrays, outputs to response bodies
-``protocol_v1``     KServe's V1 protocol (``:predict``), read as the OIP request it stands for
-``shm``             Triton's system shared memory: client regions mapped, tensors read and written
-``classification``  Triton's classification extension: an output as its top classes
-``messages``        the OIP messages as JSON Schema
-``openapi``         the ``/v2/openapi.json`` document, derived from ``routes`` and ``messages``
-``grpc_server``     the same protocol over gRPC (grpc.aio, on the same loop, into the same engine)
-``grpc_codec``      ``ModelInferRequest`` to validated arrays and back (the REST rules and messages)
-``grpc_read``       reading a gRPC call's request message within a time limit
-``grpc_health``     gRPC's standard health checking service (``grpc.health.v1.Health``)
-``proto``           Triton's ``.proto`` files and the modules generated from them
-``triton``          Triton's model configuration and statistics documents (REST and gRPC)
-``statistics``      the counts and nanoseconds behind Triton's statistics
-``datatypes``       OIP datatypes <-> numpy and torch dtypes
-``engine``          :class:`Engine`: routing and lifecycle of one model version
-``ticket``          a request's settle-once result, its callbacks run in the call that settles it
-``admission``       deadlines, priorities and the overload limit of queued work
-``batcher``         the bounded queue and the dynamic batcher, on the event loop
-``pool``            the replica pool: picking a replica for a batch, answering a finished one
-``replica``         one model copy on one device: placement, readiness, its worker thread
-``execution``       one batch: gather, one H2D, forward, one D2H, split (OOM: split and retry)
-``staging``         the reused (pinned on CUDA) staging buffers of a replica
-``failures``        failure classes of a batch and a replica's health
-``startup``         devices, torch threads and the start-up record
-``loader``          building the model on the host (embedded, factory, weights, torch.export)
-``metrics``         Prometheus series of one engine, in its own registry
-``tracing``         Chrome/Perfetto traces and OpenTelemetry spans of batches
-``onray``           the Ray Serve deployment: this server in each Ray replica, on Ray's devices
-``ray_cli``         ``--engine ray``: deploying on a Ray cluster from the command line
-``kserve``          the arguments, environment and model directory KServe passes
-==================  ================================================================================
+===================  ===============================================================================
+``cli``              the ``torchplace serve`` flags, and running it from the command line
+``config``           :class:`ServeConfig`: every setting, validated; from flags and TOML/JSON files
+``running``          :func:`serve` until SIGTERM, then drain; :class:`ServerThread` for tests
+``http``             the HTTP/1.1 server on asyncio + httptools (connections, timeouts)
+``listener``         closing the listening socket without resetting what the kernel accepted
+``routes``           the routes and error statuses, declared once
+``app``              :class:`App`: the routes over the served models (decode, run, encode, drain)
+``registry``         the live set of models and versions, switched in one step
+``reload``           loading, reloading and unloading models while serving (model control modes)
+``repository``       the model repository on disk: config.toml per model, numbered versions
+``memory``           the memory check before a load (weights + activation peak vs free/budget)
+``protocol``         the OIP codec: request bodies to validated arrays, outputs to response bodies
+``protocol_v1``      KServe's V1 protocol (``:predict``), read as the OIP request it stands for
+``shm``              Triton's system shared memory: client regions mapped, tensors read and written
+``classification``   Triton's classification extension: an output as its top classes
+``messages``         the OIP messages as JSON Schema
+``openapi``          the ``/v2/openapi.json`` document, derived from ``routes`` and ``messages``
+``grpc_server``      the same protocol over gRPC (grpc.aio, on the same loop, into the same engine)
+``grpc_codec``       ``ModelInferRequest`` to validated arrays and back (the REST rules, messages)
+``grpc_read``        reading a gRPC call's request message within a time limit
+``grpc_health``      gRPC's standard health checking service (``grpc.health.v1.Health``)
+``grpc_reflection``  gRPC's server reflection (what grpcurl asks when given no ``.proto``)
+``proto``            the ``.proto`` files (Triton's, gRPC's) and the modules generated from them
+``triton``           Triton's model configuration and statistics documents (REST and gRPC)
+``statistics``       the counts and nanoseconds behind Triton's statistics
+``datatypes``        OIP datatypes <-> numpy and torch dtypes
+``engine``           :class:`Engine`: routing and lifecycle of one model version
+``ticket``           a request's settle-once result, its callbacks run in the call that settles it
+``admission``        deadlines, priorities and the overload limit of queued work
+``batcher``          the bounded queue and the dynamic batcher, on the event loop
+``pool``             the replica pool: picking a replica for a batch, answering a finished one
+``replica``          one model copy on one device: placement, readiness, its worker thread
+``execution``        one batch: gather, one H2D, forward, one D2H, split (OOM: split and retry)
+``staging``          the reused (pinned on CUDA) staging buffers of a replica
+``failures``         failure classes of a batch and a replica's health
+``startup``          devices, torch threads and the start-up record
+``loader``           building the model on the host (embedded, factory, weights, torch.export)
+``metrics``          Prometheus series of one engine, in its own registry
+``tracing``          Chrome/Perfetto traces and OpenTelemetry spans of batches
+``onray``            the Ray Serve deployment: this server in each Ray replica, on Ray's devices
+``ray_cli``          ``--engine ray``: deploying on a Ray cluster from the command line
+``kserve``           the arguments, environment and model directory KServe passes
+===================  ===============================================================================
 
 Nothing is imported here, so ``import torchplace.serve`` stays cheap.
 """

@@ -167,6 +167,7 @@ class App:
             request_timeout_s=config.request_timeout_s,
             keepalive_timeout_s=config.keepalive_timeout_s,
         )
+        self.server.expect_check = self.expect_check
         self._token = load_token(config.auth_token_file) if config.auth_token_file else None
         self._started = False
         self._stopped = False
@@ -296,6 +297,33 @@ class App:
             if refused is not None:
                 return refused
         return fn(request)
+
+    def expect_check(self, request: Request) -> Response | None:
+        """The answer a request that asks for ``100-continue`` gets whatever its body, given
+        its head (no body): a missing or wrong token, an inference on a model or version not
+        served; None when the body is needed. Anything less plain waits for its body."""
+        path = request.path
+        if path in self._routes:
+            if self._token is not None and path not in self._open:
+                return self._check_auth(request)
+            return None
+        if not path.startswith(b"/") or path == b"/" or b"%" in path:
+            return None  # routed once rewritten (see _route_slow), or public
+        if self._token is not None and path.rstrip(b"/") not in self._open:
+            denied = self._check_auth(request)
+            if denied is not None:
+                return denied
+        parts = path.split(b"/")
+        if len(parts) < 5 or parts[:3] != [b"", b"v2", b"models"]:
+            return None
+        versioned = len(parts) == 7 and parts[4] == b"versions" and parts[5]
+        if not self._started or parts[-1] != b"infer" or (len(parts) != 5 and not versioned):
+            return None
+        try:
+            self.registry.get(_name(parts[3]), _name(parts[5]) if versioned else "")
+        except ModelNotFoundError as exc:
+            return error_response(404, str(exc))
+        return None
 
     def _check_auth(self, request: Request) -> Response | None:
         assert self._token is not None

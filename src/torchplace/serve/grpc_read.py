@@ -11,10 +11,11 @@ The read is the same single receive that grpc.aio would have made (the request i
 touched, so nothing more runs per call than a timer).
 
 Calls that wait on their client (a unary call whose message has not come, an open stream with
-nothing to compute, a health ``Watch``) cost the server tens of KB each, and one connection can
-open any number of them: :class:`OpenCalls` counts them, and past :data:`MAX_OPEN_CALLS` ends the
-quietest with ``RESOURCE_EXHAUSTED`` (as the HTTP server closes its quietest connections past
-its connection limit), or refuses the new call when none of them is idle.
+nothing to compute, a health ``Watch``, a reflection stream between requests) cost the server
+tens of KB each, and one connection can open any number of them: :class:`OpenCalls` counts
+them, and past :data:`MAX_OPEN_CALLS` ends the quietest with ``RESOURCE_EXHAUSTED`` (as the HTTP
+server closes its quietest connections past its connection limit), or refuses the new call when
+none of them is idle.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ __all__ = [
     "MAX_OPEN_CALLS",
     "Held",
     "OpenCalls",
+    "read_next",
     "read_request",
     "unary_stream_handler",
     "unary_unary_handler",
@@ -124,6 +126,20 @@ async def read_request(context: Any, timeout_s: float, calls: OpenCalls | None =
     """The call's one request message, as bytes; ``DEADLINE_EXCEEDED`` when it has not arrived
     within ``timeout_s`` seconds, ``INVALID_ARGUMENT`` when the client sent none,
     ``RESOURCE_EXHAUSTED`` when ``calls`` ends it to make room while it waits."""
+    data = await read_next(context, timeout_s, calls)
+    if data is None:
+        await context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "the call ended without a request message; a unary RPC carries exactly one",
+        )
+        raise AssertionError("not reached: abort raises")
+    return data
+
+
+async def read_next(context: Any, timeout_s: float, calls: OpenCalls | None = None) -> bytes | None:
+    """The call's next request message, as bytes, or None once the client has sent its last;
+    ``DEADLINE_EXCEEDED`` when none has come within ``timeout_s`` seconds,
+    ``RESOURCE_EXHAUSTED`` when ``calls`` ends the call to make room while it waits."""
     task = asyncio.current_task()
     assert task is not None
     expired = False
@@ -160,10 +176,7 @@ async def read_request(context: Any, timeout_s: float, calls: OpenCalls | None =
         if calls is not None and held is not None:
             calls.leave(held)
     if data is grpc.aio.EOF:
-        await context.abort(
-            grpc.StatusCode.INVALID_ARGUMENT,
-            "the call ended without a request message; a unary RPC carries exactly one",
-        )
+        return None
     message: bytes = data
     return message
 

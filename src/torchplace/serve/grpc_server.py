@@ -79,8 +79,15 @@ from torchplace.serve.grpc_codec import (
     parse_message,
     status_details,
 )
-from torchplace.serve.grpc_health import NOT_SERVING, SERVING, HealthNotifier, health_handler
+from torchplace.serve.grpc_health import (
+    HEALTH,
+    NOT_SERVING,
+    SERVING,
+    HealthNotifier,
+    health_handler,
+)
 from torchplace.serve.grpc_read import OpenCalls, unary_unary_handler
+from torchplace.serve.grpc_reflection import reflection_handlers
 from torchplace.serve.http import grpc_connection_limit
 from torchplace.serve.proto import grpc_service_pb2 as pb
 from torchplace.serve.proto import model_config_pb2 as config_pb
@@ -250,7 +257,10 @@ class GrpcServer:
             self._health, lambda: self.draining, self.health_changes,
             self.config.request_timeout_s, self.open_calls,
         )  # fmt: skip
-        server.add_generic_rpc_handlers((*self._handlers(), health))
+        reflection = reflection_handlers(
+            (SERVICE, HEALTH), self.config.request_timeout_s, self.open_calls
+        )
+        server.add_generic_rpc_handlers((*self._handlers(), health, *reflection))
         try:
             bound = server.add_insecure_port(f"{host}:{port}")
         except RuntimeError as exc:

@@ -754,11 +754,21 @@ class _Connection(asyncio.Protocol):
     def _continue(self, expect: bytes, has_body: bool) -> None:
         """``Expect: 100-continue``: say 100 now if the request is next to be answered, else
         after the answer before it, if its body has not arrived by then (see :meth:`_write`);
-        never to HTTP/1.0 (RFC 9110, 10.1.1)."""
+        never to HTTP/1.0 (RFC 9110, 10.1.1). A request the server's :attr:`expect_check`
+        answers from its head alone (a missing token, a model not served) is answered so at
+        once, and the connection closed, instead of its client being asked for the body."""
         if expect.lower() != b"100-continue" or self._parser.get_http_version() == "1.0":
             return
         if not has_body and b"transfer-encoding" not in self._headers:
             return  # nothing to wait for: the final answer is next
+        check = self._server.expect_check
+        if check is not None:
+            path = self._url.partition(b"?")[0].partition(b"#")[0]
+            head = Request(self._parser.get_method(), path, b"", self._headers, b"", False, 0.0)
+            refused = check(head)
+            if refused is not None:  # answered now; the body it would have sent is not asked for
+                self._reject(refused)
+                raise httptools.HttpParserError("refused before its body was sent")
         if self._transport is not None and not self._pending and not self._busy:
             self._transport.write(_CONTINUE)
         else:
@@ -1120,6 +1130,9 @@ class HttpServer:
         self.in_flight = 0
         self.draining = False
         self.date_header = b""
+        #: asked, for a request that expects ``100-continue``, before the 100 is sent: the
+        #: answer it gets whatever its body, given its head (a Request without a body), or None
+        self.expect_check: Callable[[Request], Response | None] | None = None
         self.loop: asyncio.AbstractEventLoop  # set by start(), before any connection exists
         #: open connections past which the quietest are closed (see :meth:`shed_idle`); start()
         #: sets it below the file descriptor limit unless it was set

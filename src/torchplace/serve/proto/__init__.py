@@ -7,5 +7,7 @@ generated from them by ``scripts/gen-grpc-proto`` (grpcio-tools 1.81.1; a test r
 compares) into torchplace's own descriptor pool, so that ``tritonclient.grpc`` can share the
 process. ``health.proto`` is gRPC's health checking protocol, copied unchanged from grpc/grpc
 (``src/proto/grpc/health/v1/``, Apache-2.0, its licence kept in the header); ``health_pb2`` is
-generated the same way. Importing this package imports nothing.
+generated the same way, and so is ``reflection_pb2``, from gRPC's server reflection protocol,
+``reflection.proto``, copied unchanged from grpc/grpc (``src/proto/grpc/reflection/v1/``,
+Apache-2.0, its licence kept in the header). Importing this package imports nothing.
 """
