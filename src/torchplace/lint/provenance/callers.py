@@ -109,6 +109,8 @@ def find_per_batch(
             result = _helper_step(replace(result, far=True))
     if result is None and depth <= 1:
         result = _from_base_loop(facts, function)
+    if result is None and depth <= 1 and function.name == "forward":
+        result = _from_base_fit(facts, function)
     if result is not None and has_own_batch_loop(function):
         result = None
     if (
@@ -260,6 +262,94 @@ def _from_base_loop(
     return None
 
 
+def _from_base_fit(
+    facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunctionDef
+) -> PerBatch | None:
+    """A model's ``forward`` that its own class or a base class (of this file or a module of
+    the linted tree) runs on every batch: DeepCTR's ``BaseModel.fit`` binds ``model =
+    self.train()`` and calls ``model(x)`` in its batch loop, so each ``DIEN.forward`` is one
+    step of that loop, with the batch the loop moved; a Lightning module's ``training_step``
+    runs ``self(inputs, sizes)`` on the batch the framework moved."""
+    cls = facts.parent.get(id(function))
+    if not isinstance(cls, ast.ClassDef) or facts.parent.get(id(cls)) is not facts.tree:
+        return None
+    for owner, base in [(facts, cls), *_bases(facts, cls)]:
+        for item in base.body:
+            if not isinstance(item, _FUNCTIONS) or item.name in _RUN_METHODS:
+                continue
+            for alias in sorted(_self_aliases(item)):
+                for scope, call, loops in owner.calls_of(alias):
+                    if scope is not item or not isinstance(call.func, ast.Name):
+                        continue
+                    found = _runs_model(owner, item, call, loops)
+                    if found is None:
+                        continue
+                    outer, trains, where = found
+                    seeds = {
+                        param: fact
+                        for param, fact in owner.arg_facts(
+                            call, function, item, outer, bound=True
+                        ).items()
+                        if fact.on_device
+                    }
+                    in_file = "" if owner is facts else f" of {os.path.basename(owner.path)}"
+                    how = (
+                        f"`{cls.name}.forward` runs in {where} `{base.name}.{item.name}`"
+                        f"{in_file} (line {call.lineno})"
+                    )
+                    return PerBatch(how, seeds, trains)
+    return None
+
+
+def _runs_model(
+    owner: FileFacts,
+    method: ast.FunctionDef | ast.AsyncFunctionDef,
+    call: ast.Call,
+    loops: tuple[ast.AST, ...],
+) -> tuple[dict[str, Fact], bool, str] | None:
+    """``(seeds, trains, where)`` when ``call`` (the model run on itself) runs once per batch:
+    in a batch loop of ``method`` (not under a branch taken on few steps), or in a
+    training-framework hook outside any loop."""
+    batch = [
+        loop
+        for loop in loops
+        if (k := owner.loop_kind(loop, method)) is not None and k[0] == "batch"
+    ]
+    if batch:
+        if _in_rare_branch(loops, batch):
+            return None
+        return {}, any(calls_backward(loop) for loop in batch), "the batch loop of"
+    if loops or method.name not in _STEP_HOOKS or not _is_hook(owner, method):
+        return None
+    hook = owner.per_batch(method, 1)
+    if hook is None:
+        return None
+    return hook.seeds, hook.trains, "the per-batch hook"
+
+
+def _self_aliases(method: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """``self`` and the names ``method`` binds to the instance itself: ``model = self`` or
+    ``model = self.train()`` (``train`` and ``eval`` hand back the module they set)."""
+    if _first_param(method) != "self":
+        return set()
+    found = {"self"}
+    for node in own_nodes(method):
+        if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+            continue
+        target, value = node.targets[0], node.value
+        if (
+            isinstance(value, ast.Call)
+            and not value.args
+            and not value.keywords
+            and isinstance(value.func, ast.Attribute)
+            and value.func.attr in {"train", "eval"}
+        ):
+            value = value.func.value  # `self.train()` hands back the module itself
+        if isinstance(target, ast.Name) and isinstance(value, ast.Name) and value.id == "self":
+            found.add(target.id)
+    return found
+
+
 def _hook_calls(
     method: ast.FunctionDef | ast.AsyncFunctionDef, name: str
 ) -> Iterator[tuple[ast.For | ast.AsyncFor, ast.Call]]:
@@ -389,7 +479,7 @@ def _importers(facts: FileFacts, name: str) -> Iterator[tuple[FileFacts, str]]:
     if not os.path.isfile(facts.path):
         return
     here = os.path.abspath(facts.path)
-    stem = os.path.basename(here)[:-3]
+    stem = _module_stem(here)
     for other in _mentioning(here):
         text = _text_of(other)
         if text is None or name + "(" not in text:
@@ -403,11 +493,21 @@ def _importers(facts: FileFacts, name: str) -> Iterator[tuple[FileFacts, str]]:
 def _mentioning(here: str) -> tuple[str, ...]:
     """The siblings of the file at ``here`` whose text names its module (found once per file,
     not once per function of it)."""
+    stem = _module_stem(here)
+    return tuple(
+        other
+        for other in _siblings(os.path.dirname(here))
+        if other != here and stem in (_text_of(other) or "")
+    )
+
+
+def _module_stem(here: str) -> str:
+    """The last part of the name the file at ``here`` is imported by: its stem, or for a
+    package's ``__init__.py`` the package's folder (``monotonic_align.maximum_path(...)``
+    calls a function of ``monotonic_align/__init__.py``)."""
     directory, filename = os.path.split(here)
     stem = filename[:-3]
-    return tuple(
-        other for other in _siblings(directory) if other != here and stem in (_text_of(other) or "")
-    )
+    return os.path.basename(directory) if stem == "__init__" else stem
 
 
 def call_sites(

@@ -1432,6 +1432,7 @@ def rare_test(test: ast.expr) -> bool:
                     not isinstance(test.left, ast.Call)
                     and not _picks_element(test.left)
                     and not _names_rank(test.left)
+                    and not _names_setting(test.left)
                 )
     for sub in _outside_identity_tests(test):
         if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Mod):
@@ -1481,6 +1482,21 @@ def remainder_nonzero(test: ast.expr) -> bool:
         and isinstance(test.comparators[0], ast.Constant)
         and test.comparators[0].value == 0
     )
+
+
+# Names that hold a run's settings: the parsed command line, a configuration object.
+_SETTINGS_HOLDERS = frozenset(
+    {"args", "opt", "opts", "cfg", "config", "conf", "hparams", "hps", "flags", "FLAGS"}
+)
+
+
+def _names_setting(node: ast.expr) -> bool:
+    """``args.augment_p``, ``self.cfg.warmup``: a setting of the run, which holds the same
+    value on every step (``if args.augment_p == 0:`` is true on all steps or on none)."""
+    name = dotted_name(node)
+    if name is None or "." not in name:
+        return False
+    return any(part in _SETTINGS_HOLDERS for part in name.split(".")[:-1])
 
 
 def _names_rank(node: ast.expr) -> bool:

@@ -46,6 +46,7 @@ from torchplace.lint.rules.facts import (
     is_env_step,
     is_tensor_expr,
 )
+from torchplace.lint.rules.read_helpers import helper_read
 
 __all__ = ["FAMILY"]
 
@@ -97,6 +98,8 @@ def _call(call: ast.Call, ctx: Context) -> None:
                 break
             ctx.claimed.add(id(inner))
             inner = inner.func.value
+        if isinstance(inner, ast.Call) and helper_read(inner, ctx) is not None:
+            ctx.claimed.add(id(inner))  # `to_cpu(loss).item()`: one finding, the outer read
         if func.attr == "cpu" and inner is func.value and _runs_as_module(inner, ctx):
             return  # `layer.cpu()` of a layer the function runs: a module moved back, no read
         if func.attr == "cpu" and inner is func.value and _moved_in_place(call, inner, ctx):
@@ -112,6 +115,13 @@ def _call(call: ast.Call, ctx: Context) -> None:
             bulk=func.attr in _BULK,
             read=call,
         )
+        return
+    read = helper_read(call, ctx) if isinstance(func, (ast.Name, ast.Attribute)) else None
+    if read is not None:
+        if id(call) not in ctx.claimed:
+            # `to_cpu(x)` of a project helper returning `x.detach().cpu()`: the read is here
+            what = f"`{ctx.segment(func)}()` (which returns `.{read}()` of its argument)"
+            _check(call, call.args[0], what, ctx, explicit=True, bulk=read in _BULK, read=call)
         return
     if len(call.args) == 1 and ctx.call_qualname(call) in _FROM_ELEMENTS:
         for element in _elements(call.args[0], ctx):  # each 0-dim tensor read to the host
@@ -2339,8 +2349,8 @@ FAMILY = Family(
     triggers=(
         ".item(",
         ".tolist(",
-        ".cpu(",
-        ".numpy(",
+        "cpu(",  # also a project helper's call, `to_cpu(loss)` (see `helper_read`)
+        "numpy(",
         "synchronize",
         # builtins, preceded by what can stand before them (not `call(`, `print(`, `hint(`)
         *(f"{lead}{name}(" for lead in " (=[" for name in ("float", "int", "bool", "all", "any")),
