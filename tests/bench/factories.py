@@ -74,10 +74,10 @@ INSTANCE = nn.Linear(6, 2)
 
 
 class _Opaque:
-    """A result type bench model cannot look into."""
+    """A result that holds no tensor (its values as Python numbers): nothing for D2H to copy."""
 
     def __init__(self, logits: torch.Tensor) -> None:
-        self._logits = logits
+        self._logits = logits.tolist()
 
 
 class _ReturnsOpaque(nn.Module):

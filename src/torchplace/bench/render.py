@@ -131,7 +131,7 @@ def stages_table(result: StagesResult) -> Table:
     noop = "no-op"
     table = Table(
         title=(
-            f"{escape(result.model)} on {result.device} ({result.dtype}, row shape "
+            f"{escape(result.model)} on {result.device} ({_dtypes(result)}, row shape "
             f"{result.row_shape})"
         ),
         caption=(
@@ -160,3 +160,11 @@ def stages_table(result: StagesResult) -> Table:
             format_duration(row.total.cold_s if row.first_call_s is None else row.first_call_s),
         )
     return table
+
+
+def _dtypes(result: StagesResult) -> str:
+    """``float16``, or ``int64 inputs, float16 weights`` when the two differ (token ids)."""
+    weights = result.weights_dtype or result.dtype
+    if weights == result.dtype:
+        return result.dtype
+    return f"{result.dtype} inputs, {weights} weights"

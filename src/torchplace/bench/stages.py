@@ -191,12 +191,14 @@ class StagesResult:
     rows: tuple[StageResult, ...]
     memory_note: str
     input_note: str = ""
+    weights_dtype: str = ""  # the dtype of the weights as timed ("" when not known)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model,
             "device": self.device,
             "dtype": self.dtype,
+            "weights_dtype": self.weights_dtype or self.dtype,
             "row_shape": list(self.row_shape),
             "input": self.input_note,
             "memory_note": self.memory_note,
@@ -321,6 +323,7 @@ def run_stages(
         rows=tuple(rows),
         memory_note=note,
         input_note=_input_note(spec.row_shape, torch_dtype, mode),
+        weights_dtype=str(_own_dtype(model)).removeprefix("torch."),
     )
 
 
@@ -395,8 +398,13 @@ def _input_note(
 
 def to_host(output: Any) -> Any:
     """``output`` with every tensor in it copied to the host: a model may return a tensor, or
-    dicts, lists and tuples (named tuples included) of them, as Hugging Face models do."""
+    dicts, lists and tuples (named tuples included) and dataclasses of them, as Hugging Face
+    models do. A plain object that holds tensors (the ``DynamicCache`` in a causal language
+    model's output keeps its keys and values in ``cache.layers[i]``) cannot be rebuilt, so it
+    comes back as the list of host copies of its tensors."""
     import torch
+
+    from torchplace.placement.containers import object_tensors
 
     if isinstance(output, torch.Tensor):
         return output.cpu()  # noqa: TPL201 (the D2H stage is what a batch here times)
@@ -410,12 +418,17 @@ def to_host(output: Any) -> Any:
         fields = dataclasses.fields(output)
         changes = {f.name: to_host(getattr(output, f.name)) for f in fields if f.init}
         return dataclasses.replace(output, **changes)
+    held = object_tensors(output, "")
+    if held:
+        return [t.cpu() for _, t in held]  # noqa: TPL201 (what D2H times)
     return output
 
 
 def _holds_tensor(output: Any) -> bool:
     """True when :func:`to_host` finds a tensor in ``output`` to copy."""
     import torch
+
+    from torchplace.placement.containers import object_tensors
 
     if isinstance(output, torch.Tensor):
         return True
@@ -425,7 +438,7 @@ def _holds_tensor(output: Any) -> bool:
         return any(_holds_tensor(v) for v in output)
     if dataclasses.is_dataclass(output) and not isinstance(output, type):
         return any(_holds_tensor(getattr(output, f.name)) for f in dataclasses.fields(output))
-    return False
+    return bool(object_tensors(output, ""))
 
 
 def _require_batch_memory(
@@ -477,6 +490,11 @@ def _first_forward(
         if x.dtype.is_floating_point and ("'indices'" in first or "Long, Int" in first):
             # an embedding given random floats: its input is token ids
             fix = "the model takes token ids: give --dtype int64 (or int32)"
+            if dtype != "float32":  # an integer --dtype leaves the weights as built
+                fix += (
+                    f", which leaves the weights in the dtype the callable built them in; for "
+                    f"{dtype} weights, have the callable return model.to(torch.{dtype})"
+                )
         if "require grad" in first or "grad_fn" in first or "inference tensor" in first.lower():
             # autograd inside forward: off under inference_mode, torch.enable_grad() or not
             fix = (

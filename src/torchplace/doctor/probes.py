@@ -3,6 +3,8 @@ environment and the visible devices, gathered once into :class:`Facts` through a
 
 from __future__ import annotations
 
+import math
+import os
 import re
 import shutil
 import subprocess
@@ -199,32 +201,71 @@ def nvcc_version() -> str | None:
     return match.group(1) if match else None
 
 
-def cpu_limits(cgroup: str = "/sys/fs/cgroup") -> tuple[int | None, float | None]:
-    """(CPUs this process may run on, the cgroup's CPU quota in CPUs), each None when unknown
-    or unlimited: cgroup v2 ``cpu.max`` (``"200000 100000"`` is 2 CPUs), else v1
-    ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``. torch sizes its thread pool by cores, not by
-    the quota a container runs under."""
-    import os
-
+def cpu_limits(
+    cgroup: str = "/sys/fs/cgroup", own: str = "/proc/self/cgroup"
+) -> tuple[int | None, float | None]:
+    """(CPUs this process may run on, the CPU quota of its cgroup in CPUs), each None when
+    unknown or unlimited: cgroup v2 ``cpu.max`` (``"200000 100000"`` is 2 CPUs), else v1
+    ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``. The quota is read in the process's own
+    cgroup (named in ``own``, ``/proc/self/cgroup``) and every cgroup above it, the smallest
+    winning: outside a cgroup namespace (``systemd-run -p CPUQuota=``, ``docker
+    --cgroupns=host``) the mount's top holds no limit. torch sizes its thread pool by cores, not
+    by the quota a container runs under."""
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     base = cgroup.rstrip("/")
-    candidates = [(f"{base}/cpu.max", None)] + [
-        (f"{base}/{d}/cpu.cfs_quota_us", f"{base}/{d}/cpu.cfs_period_us")
-        for d in ("cpu", "cpu,cpuacct", "cpuacct,cpu")
-    ]
-    for quota_path, period_path in candidates:
-        try:
-            with open(quota_path, encoding="utf-8") as f:
-                fields = f.read(256).split()
-            if period_path is not None:
-                with open(period_path, encoding="utf-8") as f:
-                    fields += f.read(256).split()
-            quota, period = float(fields[0]), float(fields[1])
-        except (OSError, ValueError, IndexError):  # "max" (no quota), absent, unreadable
-            continue
-        if quota > 0 and period > 0:
-            return affinity, quota / period
-    return affinity, None
+    v2, v1 = _own_cgroups(own)
+    quotas = [_quota(f"{d}/cpu.max", None) for d in _upwards(base, v2)]
+    if not any(quotas):
+        quotas = [
+            _quota(f"{d}/cpu.cfs_quota_us", f"{d}/cpu.cfs_period_us")
+            for mount in ("cpu", "cpu,cpuacct", "cpuacct,cpu")
+            for d in _upwards(f"{base}/{mount}", v1)
+        ]
+    limits = [q for q in quotas if q is not None]
+    return affinity, min(limits) if limits else None
+
+
+def _own_cgroups(own: str) -> tuple[str, str]:
+    """The process's cgroup v2 path and v1 ``cpu`` controller path, "" when unknown."""
+    try:
+        with open(own, encoding="utf-8", errors="replace") as f:
+            lines = f.read(65536).splitlines()
+    except OSError:  # no /proc (a sandbox), or not Linux
+        return "", ""
+    v2 = v1 = ""
+    for line in lines:
+        _, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if not controllers:
+            v2 = path
+        elif "cpu" in controllers.split(","):
+            v1 = path
+    return v2, v1
+
+
+def _upwards(top: str, path: str) -> list[str]:
+    """``top/path`` and each directory above it up to ``top``; ``top`` alone for a path that
+    leaves the mount (``/../..``, a cgroup outside this namespace)."""
+    parts = [p for p in path.strip().split("/") if p]
+    if ".." in parts:
+        parts = []
+    return [os.path.join(top, *parts[:n]) for n in range(len(parts), -1, -1)]
+
+
+def _quota(quota_path: str, period_path: str | None) -> float | None:
+    """One cgroup's CPU quota in CPUs; None when it has none (``max``, ``-1``), or its files are
+    absent or unreadable."""
+    try:
+        with open(quota_path, encoding="utf-8") as f:
+            fields = f.read(256).split()
+        if period_path is not None:
+            with open(period_path, encoding="utf-8") as f:
+                fields += f.read(256).split()
+        quota, period = float(fields[0]), float(fields[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    cpus = quota / period if quota > 0 and period > 0 else math.nan
+    return cpus if math.isfinite(cpus) else None
 
 
 def build_kind(cuda: str | None, hip: str | None) -> str:

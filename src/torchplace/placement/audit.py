@@ -336,7 +336,7 @@ class _StrayFinder:
                 kids: list[tuple[str, object]] = [(f"{path}.{n}", t) for n, t in named]
                 seen.add(id(value))
             else:  # a container's items, or the tensors a plain object keeps (rope.cos)
-                kids = [*(children(value, path) or object_tensors(value, path))]
+                kids = [*(children(value, path) or object_tensors(value, path, deep=False))]
                 if kids:
                     seen.add(id(value))
             stack.extend(reversed(kids))

@@ -72,8 +72,15 @@ def shape_text(t: torch.Tensor) -> str:
 
 
 def key_path(key: object) -> str:
-    """The path step into a mapping: ``["x"]`` for a str key, ``[3]`` otherwise."""
-    return f"[{json.dumps(key)}]" if isinstance(key, str) else f"[{key!r}]"
+    """The path step into a mapping: ``["x"]`` for a str key, ``[3]`` otherwise; a tensor key
+    (an optimizer's ``state`` is keyed by its parameters) is ``[<Parameter (3, 4)>]``, not its
+    values, and any other key's repr is cut to one short line."""
+    if isinstance(key, str):
+        return f"[{json.dumps(key)}]"
+    if isinstance(key, torch.Tensor):
+        return f"[<{type(key).__name__} {shape_text(key)}>]"
+    text = " ".join(repr(key).split())
+    return f"[{text if len(text) <= 60 else text[:57] + '...'}]"
 
 
 def is_namedtuple(obj: object) -> bool:
@@ -132,19 +139,52 @@ def children(value: object, path: str) -> list[tuple[str, object]]:
     return []
 
 
-def object_tensors(value: object, path: str) -> list[tuple[str, torch.Tensor]]:
-    """The tensors a plain object keeps directly as instance attributes (``rope.cos``), each
-    with its path; [] for tensors, atoms, classes, containers and anything without a
-    ``__dict__``. One level only: an object's own objects are not searched."""
-    if isinstance(value, (torch.Tensor, type, torch.nn.Module, *ATOMS)) or children(value, path):
+def object_tensors(
+    value: object, path: str, *, deep: bool = True
+) -> list[tuple[str, torch.Tensor]]:
+    """The tensors a plain object keeps in its instance attributes (``rope.cos``), each with
+    its path, at any depth: through the containers and other plain objects it holds
+    (``cache.layers[0].keys``, as transformers' ``DynamicCache`` keeps them); [] for tensors,
+    atoms, classes, modules, containers and anything without a ``__dict__``. Walked without
+    recursion, each object once, so a back reference ends; modules it holds are not searched
+    (``module.to()`` is theirs). ``deep=False``: its own tensor attributes only, for an object
+    a module holds, which may be a collaborator (a Lightning module's trainer, and through it
+    the optimizer's state and the data) rather than the module's state."""
+    if children(value, path) or not _attributes(value):
         return []
+    if not deep:
+        items = _attributes(value).items()
+        return [(f"{path}.{k}", v) for k, v in items if isinstance(v, torch.Tensor)]
+    found: list[tuple[str, torch.Tensor]] = []
+    seen: set[int] = {id(value)}
+    stack = [(f"{path}.{k}", v) for k, v in reversed(_attributes(value).items())]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            if id(item) not in seen:
+                seen.add(id(item))
+                found.append((where, item))
+            continue
+        if isinstance(item, (type, torch.nn.Module, *ATOMS)) or id(item) in seen:
+            continue
+        seen.add(id(item))
+        kids = children(item, where) or [(f"{where}.{k}", v) for k, v in _attributes(item).items()]
+        stack.extend(reversed(kids))
+    return found
+
+
+def _attributes(value: object) -> dict[str, object]:
+    """A plain object's instance attributes; {} for tensors, atoms, classes, modules, one-shot
+    iterators and objects without a ``__dict__`` (slots, C objects)."""
+    if isinstance(value, (torch.Tensor, type, torch.nn.Module, *ATOMS)) or is_one_shot(value):
+        return {}
     try:
         attributes: object = vars(value)
     except TypeError:  # no __dict__ (slots, C objects)
-        return []
+        return {}
     if not isinstance(attributes, dict):  # a __dict__ property of its own
-        return []
-    return [(f"{path}.{k}", v) for k, v in attributes.items() if isinstance(v, torch.Tensor)]
+        return {}
+    return {k: v for k, v in attributes.items() if isinstance(k, str)}
 
 
 #: a mapping's ``keys()``, ``values()`` and ``items()``: read like sequences, never rebuilt
@@ -183,13 +223,14 @@ def one_shot_error(where: str, obj: object, path: str) -> ConfigError:
 def opaque_error(where: str, obj: object, path: str) -> ConfigError:
     """The error for a plain object at ``path`` that keeps tensors as attributes: a walk that
     rebuilds what it maps cannot rebuild it, and passing it back would leave them unmapped."""
-    names = ", ".join(p.rpartition(".")[2] for p, _ in object_tensors(obj, path)[:5])
+    names = ", ".join(p.removeprefix(f"{path}.") for p, _ in object_tensors(obj, path)[:5])
     kind = type(obj).__name__
     return ConfigError(
         f"{where}: {path} is a {kind} that keeps tensors as attributes ({names}), and a plain "
         "object cannot be rebuilt with them moved, so it was refused rather than passed back "
         f"with its tensors where they were. Fix: make {kind} a dataclass, give it a "
-        "to(device) method that returns it moved, or pass its tensors in a dict"
+        "to(device) method that returns it moved, or pass its tensors in a dict (or leave it "
+        "out of what is moved)"
     )
 
 

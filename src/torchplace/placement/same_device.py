@@ -65,11 +65,27 @@ def _named_tensors(obj: object, path: str, seen: set[object]) -> Iterator[_Found
         return
     if is_one_shot(obj):
         raise one_shot_error("check_same_device", obj, path)
+    if isinstance(obj, torch.optim.Optimizer):
+        seen.update(_host_steps(obj))
     kids = children(obj, path) or object_tensors(obj, path)  # a plain object's own tensors
     if kids:
         seen.add(id(obj))
     for child_path, child in kids:
         yield from _named_tensors(child, child_path, seen)
+
+
+def _host_steps(optimizer: torch.optim.Optimizer) -> set[int]:
+    """The ids of an optimizer's per-parameter ``step`` counters kept on the cpu as 0-dim
+    tensors: torch keeps them there by design (Adam's, unless ``capturable`` or ``fused``) and
+    reads them as scalars beside state on any device, so they are no odd ones out."""
+    return {
+        id(step)
+        for state in optimizer.state.values()
+        if isinstance(state, dict)
+        and isinstance(step := state.get("step"), torch.Tensor)
+        and step.dim() == 0
+        and step.device.type == "cpu"
+    }
 
 
 def _packed_modules(module: nn.Module, path: str, seen: set[object]) -> Iterator[_Found]:
@@ -103,7 +119,8 @@ def check_same_device(
 
     Each keyword names a value, and positional values are named ``args[0]``, ``args[1]``, ...:
     a tensor, an ``nn.Module`` (its parameters and buffers, and the weights its quantized
-    modules keep packed, which are on the cpu), or a nested
+    modules keep packed, which are on the cpu), an optimizer (its state; the 0-dim ``step``
+    counters torch keeps on the cpu by design are left out), or a nested
     dict/list/tuple/deque/set/namedtuple/dataclass of those; ``None`` and other leaves are
     ignored. Rows are named by path, e.g. ``batch["x"]``, ``pair[1]`` or ``model.0.weight``.
 

@@ -19,7 +19,8 @@ The placement family's TPL103 lives in :mod:`.factories` (factories in ``forward
 rules know about PyTorch is data in :mod:`.facts`; which calls load a model (the loaders, and
 the linted code's own functions and classes that run one) is :mod:`.model_loads`; which modules
 hold nothing a plain container could hide from ``.to()`` (pooling, activations, the file's
-classes built only of them) is :mod:`.stateless`.
+classes built only of them) is :mod:`.stateless`; which of the project's helpers read their
+argument back to the host (``to_cpu(x)``) is :mod:`.read_helpers`.
 """
 
 from __future__ import annotations
