@@ -955,8 +955,9 @@ def _unpickles_gathered(
     facts: FileFacts, loop: ast.AST, iters: list[ast.expr], scope: ast.AST
 ) -> bool:
     """``for size, t in zip(size_list, tensor_list): pickle.loads(t.cpu().numpy().tobytes())``
-    after ``dist.all_gather(tensor_list, t)``: an object all-gather, one pickled buffer per
-    rank; each must come back to the host to be decoded, once per rank, not per batch."""
+    after ``dist.all_gather(tensor_list, t)`` (or ``dist.gather(t, tensor_list, dst=dst)``):
+    an object all-gather or gather, one pickled buffer per rank; each must come back to the
+    host to be decoded, once per rank, not per batch."""
     names = {
         arg.id
         for it in iters
@@ -974,12 +975,22 @@ def _unpickles_gathered(
         return False
     return any(
         isinstance(node, ast.Call)
-        and (facts.qualname(node.func) or "").endswith("distributed.all_gather")
-        and node.args
-        and isinstance(node.args[0], ast.Name)
-        and node.args[0].id in names
+        and isinstance(received := _gathered_into(node, facts), ast.Name)
+        and received.id in names
         for node in walk(scope)
     )
+
+
+def _gathered_into(call: ast.Call, facts: FileFacts) -> ast.expr | None:
+    """The list a collective gathers into: ``dist.all_gather(outputs, t)``'s first argument,
+    ``dist.gather(t, outputs, dst=0)``'s second (or ``gather_list=``)."""
+    name = facts.qualname(call.func) or ""
+    if name.endswith("distributed.all_gather"):
+        return call.args[0] if call.args else None
+    if name.endswith("distributed.gather"):
+        given = next((k.value for k in call.keywords if k.arg == "gather_list"), None)
+        return call.args[1] if len(call.args) > 1 else given
+    return None
 
 
 def _moves_itself(value: ast.expr, name: str) -> bool:

@@ -24,7 +24,7 @@ from torchplace.lint.base import (
 )
 from torchplace.lint.nodes import own_nodes, walk
 from torchplace.lint.provenance.files import file_facts
-from torchplace.lint.provenance.values import _device_helper, _passes_device
+from torchplace.lint.provenance.values import _device_helper, _is_cpu, _passes_device
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.factory_match import (
     COMBINERS,
@@ -912,9 +912,10 @@ def check_factory(call: ast.Call, ctx: Context, name: str, method: Scope | None)
 
 def _works_on_host(method: Scope) -> bool:
     """A helper of ``forward`` that brings the data it is given to the host to work there
-    (a detector's target assignment: ``batch_target = batch_target.cpu()``, then anchors
-    matched with ``torch.zeros(...)`` and ``torch.FloatTensor(...)``, the results placed by
-    the caller, ``y_true.type_as(x)``): its factories are host work on purpose."""
+    (a detector's target assignment: ``batch_target = batch_target.cpu()``, also
+    ``anchors = self.anchors.to("cpu")``, then anchors matched with ``torch.zeros(...)`` and
+    ``torch.FloatTensor(...)``, the results placed by the caller, ``y_true.type_as(x)``): its
+    factories are host work on purpose."""
     if method.name == "forward":
         return False
     cached = method.cache.get("works-on-host")
@@ -923,13 +924,29 @@ def _works_on_host(method: Scope) -> bool:
             isinstance(node, ast.Assign)
             and len(node.targets) == 1
             and isinstance(node.targets[0], ast.Name)
-            and isinstance(node.value, ast.Call)
-            and isinstance(node.value.func, ast.Attribute)
-            and node.value.func.attr == "cpu"
-            and _root_name(node.value.func.value) == node.targets[0].id
+            and _host_copy_of(node.value, node.targets[0].id)
             for node in walk(method.node)
         )
     return bool(cached)
+
+
+def _host_copy_of(value: ast.expr, name: str) -> bool:
+    """``name.cpu()``, ``name.to("cpu")`` or ``self.name.to(torch.device("cpu"))``: a host
+    copy of what ``name`` held, or of the attribute it is named for."""
+    if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)):
+        return False
+    if value.func.attr != "cpu" and not (value.func.attr == "to" and _to_cpu(value)):
+        return False
+    source = value.func.value
+    if isinstance(source, ast.Attribute) and source.attr == name:
+        return True  # `anchors = self.anchors.to("cpu")`
+    return _root_name(source) == name
+
+
+def _to_cpu(call: ast.Call) -> bool:
+    """``.to("cpu")``, ``.to(device="cpu")``, ``.to(torch.device("cpu"))``."""
+    target = call.args[0] if call.args else getattr(keyword(call, "device"), "value", None)
+    return _is_cpu(target)
 
 
 def _collates(method: Scope, ctx: Context) -> bool:

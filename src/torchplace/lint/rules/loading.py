@@ -23,7 +23,14 @@ from torchplace.lint.provenance import FileFacts, facts_for_file, file_facts
 from torchplace.lint.provenance.callers import _siblings, _text_of, call_sites
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import in_test, loop_bound_names, only_used_by, receiver_root
-from torchplace.lint.rules.model_loads import LOADERS, Load, in_tree, is_loader, load_behind
+from torchplace.lint.rules.model_loads import (
+    LOADERS,
+    Load,
+    in_tree,
+    is_loader,
+    load_behind,
+    read_as_arrays,
+)
 
 __all__ = ["FAMILY"]
 
@@ -763,6 +770,9 @@ def _defined_here(root: Scope) -> frozenset[str]:
 def _load_site(call: ast.Call, ctx: Context, what: str, via: Load | None = None) -> None:
     if in_test(ctx):
         return  # a test loads on purpose (round trips, one model per case)
+    statement = next((p for p in reversed(ctx.parents) if isinstance(p, ast.stmt)), None)
+    if statement is not None and id(call) in read_as_arrays(statement):
+        return  # `torch.load(file.name).numpy()`: a saved tensor read as data, not a model
     loads = f"`{what}(...)`" if via is None else f"`{what}(...)` (it runs {via.describe()})"
     handler = _request_handler(ctx)
     if handler is not None:

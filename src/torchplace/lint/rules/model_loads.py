@@ -13,11 +13,11 @@ import ast
 import os
 from dataclasses import dataclass
 
-from torchplace.lint.nodes import own_nodes
+from torchplace.lint.nodes import own_nodes, subtree
 from torchplace.lint.provenance.files import FileFacts, facts_for_file
 from torchplace.lint.resolver import dotted_name, module_file
 
-__all__ = ["LOADERS", "Load", "in_tree", "is_loader", "load_behind"]
+__all__ = ["LOADERS", "Load", "in_tree", "is_loader", "load_behind", "read_as_arrays"]
 
 LOADERS = frozenset(
     {
@@ -168,9 +168,10 @@ def _search(
     once = _memoised(node)
     calls = [sub for sub in own_nodes(node) if isinstance(sub, ast.Call) and id(sub) not in once]
     where = f"{cls.name}.{node.name}" if cls is not None else node.name
+    arrays = read_as_arrays(node)
     for call in calls:
         what = is_loader(call, facts.qualname(call.func))
-        if what is not None and not _reads_given_bytes(call, node):
+        if what is not None and id(call) not in arrays and not _reads_given_bytes(call, node):
             return Load(what, where, facts.path, call.lineno)
     if depth <= 1:
         return None
@@ -180,6 +181,36 @@ def _search(
             if found is not None:
                 return found
     return None
+
+
+# Calls that read a tensor back as host data, and the views and copies on the way there.
+_ARRAY_READS = frozenset({"numpy", "tolist"})
+_ON_THE_WAY = frozenset({"cpu", "detach", "float", "double", "long", "int", "squeeze"})
+
+
+def read_as_arrays(node: ast.AST) -> set[int]:
+    """The ids of the calls under ``node`` whose result is read straight back as an array
+    (``torch.load(path).numpy()``, also through ``.cpu()``/``.detach()``/``.float()``): a
+    saved tensor loaded as data (ImageBind's point clouds), never a model, whose weights
+    have no ``.numpy()``."""
+    found: set[int] = set()
+    for sub in subtree(node):
+        if not (
+            isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Attribute)
+            and sub.func.attr in _ARRAY_READS
+        ):
+            continue
+        inner = sub.func.value
+        while (
+            isinstance(inner, ast.Call)
+            and isinstance(inner.func, ast.Attribute)
+            and inner.func.attr in _ON_THE_WAY
+        ):
+            inner = inner.func.value
+        if isinstance(inner, ast.Call):
+            found.add(id(inner))
+    return found
 
 
 def _reads_given_bytes(call: ast.Call, node: _Def) -> bool:

@@ -913,6 +913,7 @@ def _moved_where_used(cls: Scope, attr: str, builder: str = "__init__") -> bool:
                 placed.add(id(sub.func.value))  # `self.pos_weight.item()`: a number
             if isinstance(sub, ast.IfExp) and _none_branch(sub, attr) is not None:
                 placed.add(id(_none_branch(sub, attr)))  # `self.w if self.w is None else ...`
+        placed |= _placed_through_alias(item, attr, placed)
         for sub in walk(item):
             if (
                 isinstance(sub, ast.Attribute)
@@ -923,6 +924,55 @@ def _moved_where_used(cls: Scope, attr: str, builder: str = "__init__") -> bool:
             ):
                 reads += 1
     return reads == 0
+
+
+def _placed_through_alias(item: ast.AST, attr: str, placed: set[int]) -> set[int]:
+    """The reads of ``self.<attr>`` bound to a local name whose next use rebinds it placed
+    (Point-BERT's ``seed = self.folding_seed.unsqueeze(2).expand(...)``, then ``seed =
+    seed.reshape(...).to(x.device)``): the method works on a placed copy (``placed``: the
+    nodes already known to be placed)."""
+    found: set[int] = set()
+    for sub in walk(item):
+        if not (
+            isinstance(sub, ast.Assign)
+            and len(sub.targets) == 1
+            and isinstance(sub.targets[0], ast.Name)
+        ):
+            continue
+        reads = [
+            n
+            for n in walk(sub.value)
+            if isinstance(n, ast.Attribute)
+            and _self_attr(n) == attr
+            and isinstance(n.ctx, ast.Load)
+        ]
+        if not reads:
+            continue
+        name = sub.targets[0].id
+        first = _next_use(item, name, sub.end_lineno or sub.lineno)
+        if first is None or id(first) not in placed:
+            continue
+        if any(
+            isinstance(other, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == name for t in other.targets)
+            and any(n is first for n in walk(other.value))
+            for other in walk(item)
+        ):
+            found.update(id(n) for n in reads)
+    return found
+
+
+def _next_use(item: ast.AST, name: str, after: int) -> ast.Name | None:
+    """The first read of ``name`` in ``item`` on a line after ``after``."""
+    uses = [
+        n
+        for n in walk(item)
+        if isinstance(n, ast.Name)
+        and n.id == name
+        and isinstance(n.ctx, ast.Load)
+        and n.lineno > after
+    ]
+    return min(uses, key=lambda n: (n.lineno, n.col_offset), default=None)
 
 
 def _none_branch(node: ast.IfExp, attr: str) -> ast.expr | None:

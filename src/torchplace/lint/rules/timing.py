@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from itertools import pairwise
 
 from torchplace.lint.base import (
@@ -104,8 +104,27 @@ def _subtracted(start: str, scope: ast.AST) -> bool:
         and isinstance(sub.op, ast.Sub)
         and isinstance(sub.right, ast.Name)
         and sub.right.id == start
-        for sub in walk(scope)
+        for sub in _live(scope)
     )
+
+
+def _live(scope: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of ``scope`` but for the bodies of ``if False:`` (``if 0:``): a profiling
+    print switched off in the source (pytorch-yolo2's ``if False: print('total : %f' % (t4 -
+    t0))``) measures nothing."""
+    stack = [scope]
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, ast.If) and _never(node.test):
+            stack.extend(reversed([node.test, *node.orelse]))
+            continue
+        stack.extend(reversed(list(ast.iter_child_nodes(node))))
+
+
+def _never(test: ast.expr) -> bool:
+    """A literal that is false: ``False``, ``0``, ``None``."""
+    return isinstance(test, ast.Constant) and not test.value
 
 
 def _host_bound(region: list[ast.AST], placed: set[str]) -> set[str]:
