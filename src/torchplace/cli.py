@@ -34,6 +34,8 @@ class _Command(NamedTuple):
     module: str
     summary: str
     report: bool = False  # follows torchplace.report's output convention and ships a schema
+    # runs the user's program in this process: logging is left to the program (_configure_logging)
+    hosts_program: bool = False
 
 
 COMMANDS: dict[str, _Command] = {
@@ -54,6 +56,7 @@ COMMANDS: dict[str, _Command] = {
         "torchplace.sanitizer.cli",
         "run a program and report every device crossing and host sync",
         report=True,
+        hosts_program=True,
     ),
     "lint": _Command(
         "torchplace.lint.cli",
@@ -92,6 +95,31 @@ def _main_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
+_LOG_HANDLER = "torchplace.cli"
+
+
+def _configure_logging(verbose: int, *, hosts_program: bool) -> None:
+    """Log at WARNING, INFO (``-v``) or DEBUG (``-vv``).
+
+    A command that runs the user's program in this process leaves the root logger as python
+    leaves it: the program's own ``logging.basicConfig`` does nothing once the root logger has a
+    handler, and libraries that add their own handler only when it has none (Lightning) would
+    print every record twice. Its ``-v`` gives torchplace's own logger a handler instead.
+    """
+    level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
+    if not hosts_program:
+        logging.basicConfig(level=level, format=_LOG_FORMAT)
+        return
+    logger = logging.getLogger("torchplace")
+    if verbose and not any(h.get_name() == _LOG_HANDLER for h in logger.handlers):
+        handler = logging.StreamHandler()
+        handler.set_name(_LOG_HANDLER)
+        handler.setFormatter(logging.Formatter(_LOG_FORMAT))
+        logger.addHandler(handler)
+        logger.setLevel(level)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``torchplace`` console script; returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -99,11 +127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Split at the first word that names a command: what precedes it is ours, the rest its own.
     split = next((i for i, word in enumerate(args) if word in COMMANDS), len(args))
     top = parser.parse_args(args[: split + 1])
-    logging.basicConfig(
-        level=[logging.WARNING, logging.INFO, logging.DEBUG][min(top.verbose, 2)],
-        format="%(levelname)s %(name)s: %(message)s",
-    )
     command = COMMANDS[top.command]
+    _configure_logging(top.verbose, hosts_program=command.hosts_program)
     module = importlib.import_module(command.module)
     sub = argparse.ArgumentParser(
         prog=f"torchplace {top.command}",

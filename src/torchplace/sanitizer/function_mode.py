@@ -44,7 +44,7 @@ from torchplace.sanitizer.calls import (
     reads_device_value,
 )
 from torchplace.sanitizer.dispatch_mode import nbytes
-from torchplace.sanitizer.mixed import check_call, maybe_mixed
+from torchplace.sanitizer.mixed import check_call, maybe_mixed, subclass_decides
 from torchplace.sanitizer.syncs import (
     BLOCKING_COPY,
     FACTORY_READ,
@@ -79,15 +79,16 @@ class FunctionLayer(TorchFunctionMode):
             if (kwargs or len(args) > 1 or (args and type(args[0]) in SEQUENCES)) and maybe_mixed(
                 args, kwargs or NO_KWARGS
             ):
-                if func in OTHER_NOT_AN_OPERAND:  # x.type_as(y) copies; x.view_as(y) is a view
-                    return self._inspected_call(func, args, kwargs or NO_KWARGS)
-                check_call(self._owner, func, args, kwargs or NO_KWARGS)
+                # x.type_as(y) copies; x.view_as(y) is a view
+                return self._mixed_call(
+                    func, args, kwargs or NO_KWARGS, func in OTHER_NOT_AN_OPERAND
+                )
             return func(*args, **kwargs) if kwargs else func(*args)
         scalars = SCALAR_PARAMS.get(func)
         if scalars is not None and not reads_device_scalar(args, kwargs or NO_KWARGS, scalars):
             # numbers from the host: pure device compute, as above
             if maybe_mixed(args, kwargs or NO_KWARGS):
-                check_call(self._owner, func, args, kwargs or NO_KWARGS)
+                return self._mixed_call(func, args, kwargs or NO_KWARGS)
             return func(*args, **kwargs) if kwargs else func(*args)
         start = SIZED.get(func)
         if start is not None and not reads_device_value(args, start, kwargs or NO_KWARGS):
@@ -97,6 +98,18 @@ class FunctionLayer(TorchFunctionMode):
         if func in GETITEM and plain_index(args[1]):
             return func(*args, **kwargs)
         return self._inspected_call(func, args, kwargs)
+
+    def _mixed_call(
+        self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any], inspect: bool = False
+    ) -> Any:
+        """A pure call whose tensor operands name two devices: recorded here, unless a tensor
+        subclass among them decides what the call does (:func:`subclass_decides`) or one of
+        them is no operand (``inspect``); those run under the dispatch layer, which judges the
+        aten ops the call becomes."""
+        if inspect or subclass_decides(args, kwargs):
+            return self._inspected_call(func, args, kwargs)
+        check_call(self._owner, func, args, kwargs)
+        return func(*args, **kwargs)
 
     def _inspected_call(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         """Run a call that is not pure compute under the dispatch layer."""
@@ -134,9 +147,10 @@ class FunctionLayer(TorchFunctionMode):
         try:
             with owner._dispatch:
                 out = func(*args, **kwargs)
-        except RuntimeError as exc:
+        except (RuntimeError, ValueError) as exc:
             # torch refused the call before any aten op the dispatch layer saw (a composite
-            # such as torch.quantile checks its operands' devices itself): name the operands
+            # such as torch.quantile checks its operands' devices itself, the attention of a
+            # CausalBias mask with a ValueError): name the operands
             if (
                 owner._mixed_seen == mixed
                 and not isinstance(exc, NotImplementedError)  # no kernel: not about devices

@@ -22,7 +22,7 @@ from torchplace.sanitizer.events import Operand
 if TYPE_CHECKING:
     from torchplace.sanitizer.recorder import Guard
 
-__all__ = ["check_call", "check_op", "maybe_mixed"]
+__all__ = ["check_call", "check_op", "maybe_mixed", "subclass_decides"]
 
 
 def maybe_mixed(args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
@@ -45,6 +45,35 @@ def maybe_mixed(args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
                         device = item.device
                     elif item.device != device:
                         return True
+    return False
+
+
+#: The ``__torch_function__`` of a tensor type that leaves a call to torch: ``Tensor``'s own, and
+#: the one ``nn.Parameter`` and ``DTensor`` disable it with.
+_PLAIN_TORCH_FUNCTIONS: Final = frozenset(
+    {Tensor.__torch_function__.__func__, torch._C._disabled_torch_function_impl}  # type: ignore[attr-defined]
+)
+
+
+def _overrides_torch_function(t: Tensor) -> bool:
+    impl = type(t).__torch_function__
+    return getattr(impl, "__func__", impl) not in _PLAIN_TORCH_FUNCTIONS
+
+
+def subclass_decides(args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+    """Whether an operand is a tensor subclass with a ``__torch_function__`` of its own, which
+    decides what the call does with it after the guard's function layer has seen it: the
+    ``CausalBias`` of ``torch.nn.attention.bias`` claims the CPU and builds its mask on the
+    query's device. Its operands' devices are judged by the aten ops the call becomes."""
+    for value in (*args, *kwargs.values()) if kwargs else args:
+        items = value if type(value) is list or type(value) is tuple else (value,)
+        for item in items:
+            if (
+                isinstance(item, Tensor)
+                and type(item) is not Tensor
+                and _overrides_torch_function(item)
+            ):
+                return True
     return False
 
 

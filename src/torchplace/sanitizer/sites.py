@@ -17,6 +17,7 @@ import torch
 
 import torchplace
 from torchplace.sanitizer.events import Site
+from torchplace.sanitizer.function_mode import FunctionLayer
 
 __all__ = ["is_internal", "user_site"]
 
@@ -28,6 +29,8 @@ _INTERNAL_PREFIXES: Final = (
 _STDLIB: Final = os.path.normcase(sysconfig.get_paths()["stdlib"]) + os.sep
 _internal_files: dict[str, bool] = {}
 _UNKNOWN_SITE: Final = Site("<unknown>", 0, "<unknown>")
+#: The guard's front door: every torch call the program makes enters it from the program's frame.
+_LAYER_CODE: Final = FunctionLayer.__torch_function__.__code__
 
 
 def is_internal(filename: str) -> bool:
@@ -47,17 +50,36 @@ def is_internal(filename: str) -> bool:
 
 #: The hooks through which torch hands a call to a tensor subclass or a mode: plumbing, even in
 #: the user's own files; the line that made the call is further out.
-_OVERRIDES: Final = frozenset({"__torch_function__", "__torch_dispatch__"})
+_OVERRIDE_NAMES: Final = ("__torch_function__", "__torch_dispatch__")
+
+
+def _is_plumbing(frame: FrameType) -> bool:
+    code = frame.f_code
+    return is_internal(code.co_filename) or code.co_name.endswith(_OVERRIDE_NAMES)
+
+
+def _start(frame: FrameType) -> FrameType:
+    """Where the walk starts: the outermost override (a ``__torch_function__`` or
+    ``__torch_dispatch__``, or a function so named at its end, such as torchao's
+    ``_dispatch__torch_function__``) that the innermost call into the guard's function layer
+    led to, when there is one. What runs under it (the subclass's helpers, a lambda or
+    comprehension written in it, a mode's) is plumbing of the call. Code of the program that
+    torch calls back without one (a hook, a checkpointed block recomputed by backward) is not."""
+    start = frame
+    outer: FrameType | None = frame
+    while outer is not None and outer.f_code is not _LAYER_CODE:
+        if outer.f_code.co_name.endswith(_OVERRIDE_NAMES):
+            start = outer
+        outer = outer.f_back
+    return start
 
 
 def user_site() -> Site:
     """The innermost frame on this thread's stack that is neither torch nor torchplace code, nor
     a ``__torch_function__`` / ``__torch_dispatch__`` override (a tensor subclass's or a
-    mode's) that torch called on the way."""
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None and (
-        is_internal(frame.f_code.co_filename) or frame.f_code.co_name in _OVERRIDES
-    ):
+    mode's) that torch called on the way, nor code that such an override ran."""
+    frame: FrameType | None = _start(sys._getframe(1))
+    while frame is not None and _is_plumbing(frame):
         frame = frame.f_back
     if frame is None:
         return _UNKNOWN_SITE

@@ -72,6 +72,7 @@ FUNCTION_SYNCS: Final[dict[Any, tuple[str, str]]] = {
             "__bool__",
             "__int__",
             "__float__",
+            "__complex__",
             "__index__",
         )
         if hasattr(Tensor, name)
