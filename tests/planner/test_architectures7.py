@@ -95,7 +95,7 @@ def test_a_module_past_the_budget_with_a_weight_tied_outside_it_is_split() -> No
     assert "encoder" not in paths
     assert {"encoder.embed_tokens", "encoder.layers.0", "encoder.layers.1"} <= set(paths)
     assert "cpu" not in p.placement.assign.values()
-    assert p.fits
+    assert p.fits()
     verdict = verify(p, devices=["cpu"])
     assert verdict.ok, verdict.render()
 

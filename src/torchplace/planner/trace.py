@@ -29,7 +29,7 @@ from torchplace.planner.fused import (
     fast_paths,
     replacement,
 )
-from torchplace.planner.values import Values, give, value_of
+from torchplace.planner.values import Values, constants, fails_with_data, give, value_of
 
 if TYPE_CHECKING:
     import torch
@@ -257,6 +257,7 @@ class _Recorder:
         self.copies: list[_Copy] = []  # the copies those hooks handed the units
         self.values = Values()  # of the tensors made from the inputs alone
         self.failed: tuple[BaseException, str] | None = None  # an operator meta cannot run
+        self.shapes_fault = False  # ... which fails on the CPU too: the forward's shapes
 
     def saw(self, op: int, reader: str, t: torch.Tensor, index: int) -> None:
         """``reader`` received ``t``, of Alloc ``index``, at operator ``op``: keep its shape
@@ -479,6 +480,7 @@ class _Recorder:
             out = self.values.instead(func, args, kwargs)
             if out is NotImplemented:
                 self.failed = (exc, f"aten.{packet.__name__} in {label(unit)}")
+                self.shapes_fault = fails_with_data(func, args, kwargs)
                 raise
         else:
             self.values.follow(func, args, kwargs, out)
@@ -591,13 +593,15 @@ def _traced(
             paths,
             causal_masks_unknown(),
             autocast_on_meta(),
+            constants(),
             _state_kept(module),
             _mode(rec),
         ):
             out = module(*args, **kwargs)
     except Exception as exc:  # the model's own forward failed: say so in one line
         failed = rec.failed
-        raise _untraceable(exc, failed[1] if failed and failed[0] is exc else "") from exc
+        where = failed[1] if failed and failed[0] is exc else ""
+        raise _untraceable(exc, where, shapes=bool(where) and rec.shapes_fault) from exc
     finally:
         for restore in undo:
             restore()
@@ -663,18 +667,27 @@ def _module_slots() -> frozenset[str]:
 _MISSING = object()
 
 
-def _untraceable(exc: Exception, where: str = "") -> UntraceableModel:
+def _untraceable(exc: Exception, where: str = "", *, shapes: bool = False) -> UntraceableModel:
     """What a forward that failed on ``meta`` did wrong, and its fix, in one line; ``where``:
-    the operator meta could not run and the unit running it."""
+    the operator meta could not run and the unit running it; ``shapes``: it fails with data
+    too (the forward's shapes are wrong, not its values missing)."""
     text = str(exc).rstrip(".!")
+    if shapes:
+        return UntraceableModel(
+            f"cannot trace the model on 'meta': {where}: {text}; the operator "
+            "fails on these shapes with data too, so the forward does not take the declared "
+            f"inputs: {_ADVICE[Exception]}"
+        )
     if any(s in text for s in _MOVED):
         return UntraceableModel(
             f"cannot trace the model on 'meta': {text}. The forward moves a tensor to a device "
             "itself (.cpu(), .cuda(), .to('cuda:0')), which the planner, placing the model and "
             "tracing it on 'meta', cannot follow: leave the moves to the caller, or move to "
             "where the model's weights are (x.to(self.weight.device)); a tensor moved to the "
-            "CPU for an operator that reads its values there (pack_padded_sequence's lengths) "
-            "cannot be planned without data: plan the padded batch instead"
+            "CPU for its values (.tolist(), .numpy(), pack_padded_sequence's lengths) has them "
+            "only where it is made from the integer and boolean inputs alone or from Python "
+            "data (torch.tensor(..., device=x.device)), not from the weights or float inputs: "
+            "otherwise plan the padded batch, or pass the values as Python numbers"
         )
     if any(s in text for s in _ELSEWHERE):
         return UntraceableModel(

@@ -10,17 +10,22 @@ result's on the CPU as well, while it is small. A parameter or buffer has no val
 ``meta``), so what is computed from the weights is not followed, nor are float inputs (data,
 whose values the planner would make up). Where the ``meta`` kernel cannot run (``.item()``, an
 output whose shape depends on values), the result comes from the values: the number itself, or
-``meta`` tensors of the shape and strides the CPU's kernel gave.
+``meta`` tensors of the shape and strides the CPU's kernel gave; a copy to the host (``.tolist()``,
+``.cpu()``) is the value itself. A tensor the forward makes from Python data on ``meta``
+(``torch.tensor([[1, 4, 4]], device=x.device)``: an image grid beside the ids) keeps that data
+as its value (:func:`constants`).
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["LIMIT", "Values", "give", "value_of"]
+__all__ = ["LIMIT", "Values", "constants", "fails_with_data", "give", "value_of"]
 
 #: the most elements a value is kept for (16 MiB of float32): masks, ids, lengths, timesteps
 LIMIT = 1 << 22
@@ -40,6 +45,60 @@ def give(t: torch.Tensor, value: torch.Tensor | None) -> None:
     """Keep ``value`` beside ``t`` (where it is ``t``'s shape and dtype)."""
     if value is not None and value.shape == t.shape and value.dtype == t.dtype:
         setattr(t, _VALUE, value)
+
+
+@contextlib.contextmanager
+def constants() -> Iterator[None]:
+    """Tensors made from Python data on ``meta`` (``torch.tensor``, ``torch.as_tensor``,
+    ``Tensor.new_tensor``) keep that data as their value: the copy happens inside the factory,
+    unseen by the trace's dispatch mode, so a grid or a shape table made so
+    (``torch.tensor([[1, 4, 4]], device=x.device)``) and read with ``.tolist()`` failed. The
+    factories are wrapped for the trace (a ``TorchFunctionMode`` would turn off the fast paths
+    that check for one: ``nn.MultiheadAttention``'s)."""
+    import torch
+
+    made = {"tensor": torch.tensor, "as_tensor": torch.as_tensor}
+    method = torch.Tensor.new_tensor
+
+    def factory(make: Any) -> Any:
+        def kept(data: Any, *args: Any, **kwargs: Any) -> Any:
+            out = make(data, *args, **kwargs)
+            _keep_data(out, data)
+            return out
+
+        return kept
+
+    def new_tensor(self: torch.Tensor, data: Any, *args: Any, **kwargs: Any) -> Any:
+        out = method(self, data, *args, **kwargs)
+        _keep_data(out, data)
+        return out
+
+    for name, make in made.items():
+        setattr(torch, name, factory(make))
+    torch.Tensor.new_tensor = new_tensor  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        for name, make in made.items():
+            setattr(torch, name, make)
+        torch.Tensor.new_tensor = method  # type: ignore[method-assign]
+
+
+def _keep_data(out: Any, data: Any) -> None:
+    """``out``'s value: ``data`` on the CPU, where ``out`` is a small ``meta`` tensor and
+    ``data`` holds no tensor (one on ``meta`` has no value to give)."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    if not isinstance(out, torch.Tensor) or out.device.type != "meta" or out.numel() > LIMIT:
+        return
+    if any(isinstance(leaf, torch.Tensor) for leaf in tree_flatten(data)[0]):
+        return
+    try:
+        value = torch.as_tensor(data, dtype=out.dtype, device="cpu")
+    except (TypeError, ValueError, RuntimeError):  # values are a help, never a reason to fail
+        return
+    give(out, value)
 
 
 def _forget(t: torch.Tensor) -> None:
@@ -126,6 +185,8 @@ class Values:
             computed = func(*valued[0], **valued[1])
         except Exception:  # the caller raises what meta raised
             return NotImplemented
+        if _to_host(func, kwargs):  # a copy off ``meta`` (.tolist(), .cpu()): the value
+            return computed
         # an operator that returns an operand (an in-place one) returns that operand
         operands = {
             id(value_of(t)): t
@@ -143,6 +204,51 @@ class Values:
             return t
 
         return tree_map(meta, computed)
+
+
+def fails_with_data(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether ``func``, which ``meta`` could not run, fails on the CPU too, given zeros laid
+    out as its operands are (at most :data:`LIMIT` elements in all): then the shapes the
+    forward made are at fault (a declared input of the wrong size: ``a and b must have same
+    reduction dim``), not values that ``meta`` lacks."""
+    import torch
+    from torch.utils._python_dispatch import _disable_current_modes
+    from torch.utils._pytree import tree_flatten, tree_map
+
+    tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+    if not tensors or sum(t.numel() for t in tensors) > LIMIT:
+        return False
+
+    def zeros(v: Any) -> Any:
+        if isinstance(v, torch.device) and v.type == "meta":
+            return torch.device("cpu")
+        if not isinstance(v, torch.Tensor) or v.device.type != "meta":
+            return v
+        size = 1 + sum((n - 1) * s for n, s in zip(v.shape, v.stride(), strict=True))
+        size = size if all(v.shape) else 0
+        return torch.zeros(size, dtype=v.dtype).as_strided(v.shape, v.stride())
+
+    with _disable_current_modes():
+        try:
+            real = tree_map(zeros, (args, kwargs))
+        except (RuntimeError, TypeError, ValueError):  # no stand-in: say nothing more
+            return False
+        try:
+            func(*real[0], **real[1])
+        except Exception as exc:  # a failure with data is the forward's own, but a kernel
+            return "not implemented for" not in str(exc)  # the CPU lacks (float16's) is not
+    return False
+
+
+def _to_host(func: Any, kwargs: dict[str, Any]) -> bool:
+    """Whether ``func`` copies a tensor off ``meta``, to another device (``Tensor.tolist``
+    and ``.cpu()`` run ``aten._to_copy`` to the CPU): its result is the value, not a
+    ``meta`` tensor."""
+    import torch
+
+    device = kwargs.get("device")
+    named = func._overloadpacket.__name__ == "_to_copy"
+    return named and device is not None and torch.device(device).type != "meta"
 
 
 def _written(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
