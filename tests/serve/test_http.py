@@ -182,8 +182,9 @@ def test_a_body_of_many_small_chunks_is_held_in_one_buffer_up_to_the_limit_exact
         return Response(200)
 
     head = b"POST /x HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
-    # each chunk a bytes object of its own in the parser
-    payload = head + b"2\r\nxx\r\n" * (size // 2) + b"0\r\n\r\n"
+    # each chunk a bytes object of its own in the parser; 65,536 of them, the most a body may
+    # have (http._MAX_CHUNKS)
+    payload = head + b"8\r\nxxxxxxxx\r\n" * (size // 8) + b"0\r\n\r\n"
 
     async def main() -> None:
         loop = asyncio.get_running_loop()

@@ -87,6 +87,9 @@ _HEAD_SLACK = 4 * 1024
 #: CVE-2024-22019), besides what each chunk's size line and CRLFs take (_CHUNK_FRAMING)
 _MAX_CHUNK_EXTENSIONS = 16 * 1024
 _CHUNK_FRAMING = 24  # a chunk's own framing, at most: 16 hex digits, 2 CRLFs, a few zeros
+#: the non-empty chunks one chunked body may have (Triton's kMaxChunkedChunks): each costs
+#: parser callbacks on the event loop, so tiny chunks would stall it for seconds per request
+_MAX_CHUNKS = 65536
 _LINGER_S = 1.0  # how long a rejected connection's remaining input is drained before closing
 #: a request line (RFC 9112, 3), its method a token: the parser refuses a method it does not
 #: know as it refuses garbage, and an unknown method is answered 501 (RFC 9110, 9.1), not 400
@@ -776,6 +779,12 @@ class _Connection(asyncio.Protocol):
 
     def on_chunk_header(self) -> None:
         self._chunks += 1
+        if self._chunks > _MAX_CHUNKS + 1:  # the last, empty, chunk is not counted
+            self._refuse(
+                400,
+                f"Chunked request body exceeds maximum of {_MAX_CHUNKS} non-empty chunks. "
+                "Send fewer or larger HTTP chunks.",
+            )
         self._chunk_open = True
         self._chunk_mark = len(self._body)
 
@@ -833,7 +842,9 @@ class _Connection(asyncio.Protocol):
         parser = self._parser
         self._expect_continue = False  # its body is here: no 100 for it any more
         self._chunked = False
-        self._raw = 0
+        # what follows the message in the data being parsed is no empty line (the data may
+        # hold the message's own end): it is counted from the next data on
+        self._raw = -1
         host = self._headers.get(b"host")
         if host != self._host:
             if host is None or _HOST.fullmatch(host) is None:
