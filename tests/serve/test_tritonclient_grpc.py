@@ -374,7 +374,8 @@ def _raw_request(arrays: dict[str, np.ndarray], request_id: str) -> bytes:
 
 
 def test_a_stream_ends_when_the_server_drains_once_its_requests_are_answered() -> None:
-    """A drain would otherwise wait its whole timeout (60 s here) for an open stream."""
+    """A drain would otherwise wait its whole timeout (60 s here) for an open stream; the
+    client has not half-closed it, so it ends UNAVAILABLE (more may have been on the way)."""
     import grpc
 
     from torchplace.serve.proto import grpc_service_pb2 as pb
@@ -397,7 +398,10 @@ def test_a_stream_ends_when_the_server_drains_once_its_requests_are_answered() -
             assert (first.error_message, first.infer_response.id) == ("", "before")
             stopper = threading.Thread(target=thread.stop)
             stopper.start()
-            assert list(answers) == []  # ended by the server, with OK, before any timeout
+            with pytest.raises(grpc.RpcError) as ended:  # ended by the server, before any timeout
+                next(answers)
+            assert ended.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert "shutting down" in ended.value.details()
             done.set()
             stopper.join(30)
             assert not stopper.is_alive()

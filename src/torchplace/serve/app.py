@@ -77,6 +77,7 @@ _ACCEPTED_TYPES = (
     b"application/x-www-form-urlencoded",
 )
 _RETRY = [(b"retry-after", b"1")]
+_VARY = (b"vary", b"accept-encoding")  # an answer Accept-Encoding may compress
 _CLOSE_GRACE_S = 1.0  # after a drain, how long idle connections may still get a clean 503
 _SHM_KINDS = (b"systemsharedmemory", b"cudasharedmemory")
 
@@ -831,8 +832,11 @@ class App:
 
 def _compressed(encode: Callable[..., Response], accepted: bytes, *args: Any) -> Response:
     """``encode``'s answer in the first of gzip and deflate that ``Accept-Encoding`` allows
-    (q=0 refuses one), as Triton compresses; as it is when it allows neither."""
+    (q=0 refuses one), as Triton compresses; as it is when it allows neither. Either way it
+    says ``Vary: Accept-Encoding`` (RFC 9110, 12.5.5): a cache between client and server
+    must not hand one client's compressed answer to a client that cannot read it."""
     response = encode(*args)
+    response.headers = [*response.headers, _VARY]
     allowed = set()
     for item in accepted.lower().split(b","):
         name, _, param = item.partition(b";")
@@ -845,7 +849,7 @@ def _compressed(encode: Callable[..., Response], accepted: bytes, *args: Any) ->
         if coding in allowed:
             packer = zlib.compressobj(1, zlib.DEFLATED, wbits)
             response.body = packer.compress(response.body) + packer.flush()
-            response.headers = [*response.headers, (b"content-encoding", coding)]
+            response.headers.append((b"content-encoding", coding))
             return response
     return response
 

@@ -615,15 +615,18 @@ class Engine:
             if batcher is not None:
                 batcher.discard(pending)
         self._count_drop("deadline")
+        # a split request may have had chunks run already: say which part was not
+        whole = len(queued) == len(pendings)
+        what = "it was" if whole else f"{len(queued)} of its {len(pendings)} chunks were"
         for pending in queued:
             if pending.future.done():  # a chunk's error already withdrew the request's others
                 continue
             pending.future.set_exception(
                 DeadlineExceededError(
                     "Request timeout expired: the request's deadline passed while it was "
-                    "queued; it was not run (give it a later deadline: the 'timeout' parameter "
-                    "or Inference-Timeout-Us header, in microseconds, or the gRPC call's "
-                    "deadline; or retry)"
+                    f"queued; {what} not run (give it a later deadline: the 'timeout' "
+                    "parameter or Inference-Timeout-Us header, in microseconds, or the gRPC "
+                    "call's deadline; or retry)"
                 )
             )
 

@@ -13,14 +13,15 @@ with one synchronisation of that stream (the results are needed on the host anyw
 The model is called positionally with the inputs in their declared order and may return a
 tensor, a sequence of tensors (declared output order) or a mapping by output name. Failures are
 classified as in :mod:`torchplace.serve.failures`; an out-of-memory batch is split in halves and
-retried, down to single rows.
+retried, down to single rows; a half whose every request is no longer wanted (its client went
+away or its deadline passed while the batch ran: see :attr:`BatchExecutor.wanted`) is not run.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -59,6 +60,11 @@ class Transfer:
             return src.to("cpu")
         out.copy_(src, non_blocking=non_blocking)
         return out
+
+
+#: marks the rows of a batch split after an out-of-memory error that were not run: every
+#: request with rows there had gone (compared by identity; no request is told it)
+_NOT_WANTED = BatchFailure("oom", "", "not run: no request with rows there is waited for")
 
 
 @dataclass
@@ -130,6 +136,9 @@ class BatchExecutor:
     _events: list[Any]
     _as_transfer: FailureScope
     _as_kernel: FailureScope
+    #: ``wanted(token, index)``: whether request ``index`` of the batch ``token`` still has
+    #: someone waiting for it (read from the worker thread, only after an out-of-memory error)
+    wanted: Callable[[Any, int], bool] | None = None
 
     def run_batch(
         self,
@@ -137,8 +146,10 @@ class BatchExecutor:
         rows: Sequence[int],
         *,
         count_health: bool = True,
+        token: Any = None,
     ) -> BatchOutcome:
-        """Run one batch (the worker thread calls this); never raises for request failures."""
+        """Run one batch (the worker thread calls this); never raises for request failures.
+        ``token`` is what :attr:`wanted` is asked about the batch's requests (None: all are)."""
         outcome = BatchOutcome(rows=sum(rows), started=time.perf_counter())
         staging = self.staging
         if staging is None or self.module is None:
@@ -152,7 +163,7 @@ class BatchExecutor:
             return outcome
         try:
             with self._on_stream():
-                segments = self._run_range(host_in, 0, total, outcome)
+                segments = self._run_range(host_in, 0, total, outcome, (token, rows))
         except _Classified as exc:
             failure = exc.failure
             outcome.failures.append(failure.kind)
@@ -192,8 +203,16 @@ class BatchExecutor:
         return torch.cuda.stream(self._stream)
 
     def _run_range(
-        self, host_in: dict[str, torch.Tensor], start: int, stop: int, outcome: BatchOutcome
+        self,
+        host_in: dict[str, torch.Tensor],
+        start: int,
+        stop: int,
+        outcome: BatchOutcome,
+        batch: tuple[Any, Sequence[int]],
     ) -> list[tuple[int, int, dict[str, np.ndarray] | BatchFailure]]:
+        part = start > 0 or stop < outcome.rows  # a part split after an out-of-memory error
+        if part and not self._still_wanted(batch, start, stop):
+            return [(start, stop, _NOT_WANTED)]  # nobody waits for these rows: not run
         try:
             return [(start, stop, self._execute(host_in, start, stop, outcome))]
         except _Classified as exc:
@@ -208,9 +227,24 @@ class BatchExecutor:
             return [(start, stop, failure)]
         outcome.oom_splits += 1
         mid = (start + stop) // 2
-        return self._run_range(host_in, start, mid, outcome) + self._run_range(
-            host_in, mid, stop, outcome
+        return self._run_range(host_in, start, mid, outcome, batch) + self._run_range(
+            host_in, mid, stop, outcome, batch
         )
+
+    def _still_wanted(self, batch: tuple[Any, Sequence[int]], start: int, stop: int) -> bool:
+        """Whether a request with rows in ``start:stop`` of the batch is still wanted."""
+        token, rows = batch
+        wanted = self.wanted
+        if wanted is None or token is None:
+            return True
+        offset = 0
+        for index, count in enumerate(rows):
+            if offset >= stop:
+                break
+            if offset + count > start and wanted(token, index):
+                return True
+            offset += count
+        return False
 
     def _classify(self, kind: str, exc: Exception) -> _Classified:
         if is_oom(exc):
@@ -381,11 +415,14 @@ class BatchExecutor:
             return results
         # after OOM splits: reassemble rows, failing only requests that own a failed row
         failed = np.zeros(total, dtype=bool)
+        skipped = np.zeros(total, dtype=bool)  # not run: their requests were not waited for
         pieces: dict[str, list[np.ndarray]] = {}
         first_failure: BatchFailure | None = None
         shapes: dict[str, tuple[tuple[int, ...], np.dtype[Any]]] = {}
         for start, stop, value in segments:
-            if isinstance(value, BatchFailure):
+            if value is _NOT_WANTED:
+                skipped[start:stop] = True
+            elif isinstance(value, BatchFailure):
                 failed[start:stop] = True
                 first_failure = first_failure or value
             else:
@@ -403,6 +440,8 @@ class BatchExecutor:
             if failed[offset:end].any():
                 assert first_failure is not None
                 results.append(first_failure.error())
+            elif skipped[offset:end].any():
+                results.append({})  # settled already (gone): never read, nor counted a failure
             else:
                 results.append({name: arrs[0][offset:end] for name, arrs in pieces.items()})
             offset = end

@@ -117,6 +117,13 @@ REPOSITORY_SERVICE = "inference.model_repository.ModelRepositoryService"
 REPOSITORY_RPCS = ("RepositoryIndex", "RepositoryModelLoad", "RepositoryModelUnload")
 #: put on a stream's answer queue when the drain starts; compared by identity only
 _DRAINING = bytes(bytearray(b"draining"))
+#: how a stream the client still sends on ends once a drain answered what it read: UNAVAILABLE,
+#: not OK, so that a client (tritonclient's stream callback) learns that it ended
+_STREAM_DRAINED = (
+    "the server is shutting down: every request this stream sent that was read has been "
+    "answered; a request without an answer was never run: send it on a new stream, to another "
+    "instance"
+)
 #: put on a stream's answer queue when it has been idle too long; compared by identity only
 _IDLE = bytes(bytearray(b"idle"))
 #: requests of one ModelStreamInfer stream in flight or answered but not yet sent
@@ -551,7 +558,8 @@ class GrpcServer:
         request's as ``error_message``, and the stream goes on. At most :data:`STREAM_WINDOW`
         requests, and about :data:`STREAM_WINDOW_BYTES`, are in flight or unsent (the client
         is read no further meanwhile); requests still running when the stream ends are
-        withdrawn. When the server drains, the stream ends once its requests are answered. A
+        withdrawn. When the server drains, the stream ends once its requests are answered
+        (UNAVAILABLE unless the client had half-closed it: more may be on the way). A
         stream with nothing in flight that receives no request for ``--keepalive-timeout`` (an
         idle client, or one that stalled part-way through a message) ends with
         ``DEADLINE_EXCEEDED``, as an idle HTTP connection is closed."""
@@ -568,6 +576,7 @@ class GrpcServer:
         slots = asyncio.Semaphore(STREAM_WINDOW)
         limit = max(STREAM_WINDOW_BYTES, self.config.max_body_bytes)
         held = [0]  # bytes of the requests in flight and of the answers not sent
+        half_closed = [False]  # the client said it sends no more
         room = asyncio.Event()
         room.set()
         loop = asyncio.get_running_loop()
@@ -618,6 +627,7 @@ class GrpcServer:
                 task = asyncio.ensure_future(one(data))
                 running.add(task)
                 task.add_done_callback(running.discard)
+            half_closed[0] = True
             while running:
                 await asyncio.wait(set(running))
             answers.put_nowait(None)
@@ -640,8 +650,10 @@ class GrpcServer:
                     yield answer
                     slots.release()
                     hold(-len(answer))
-                if self.draining and answers.empty() and all(t.done() for t in running):
-                    return  # drained: every request answered, the client goes elsewhere
+                # drained while the client may still send (not half-closed): not an OK end
+                drained = self.draining and answers.empty() and all(t.done() for t in running)
+                if drained and not half_closed[0]:
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, _STREAM_DRAINED)
             await reader  # its error, if any, ends the stream
         except asyncio.CancelledError:
             if counted.reason is None:

@@ -380,6 +380,17 @@ def _bad_field_line(data: bytes) -> bytes | None:
     return None
 
 
+def _no_tunnel(request: Request) -> Response:
+    """501 for CONNECT (RFC 9110, 9.3.6): this server is no proxy, and what a client sends
+    after it is tunnel data, not requests: the connection closes after the answer."""
+    target = request.path[:200].decode("latin-1")
+    return error_response(
+        501,
+        f"CONNECT {target!r} is not implemented: this server is an inference server, not a "
+        "proxy; send GET, HEAD, POST or OPTIONS to it directly",
+    )
+
+
 def _unknown_method(data: bytes) -> str | None:
     """The method of the first well-formed request line in ``data`` that the parser does not
     know (the one it refused; the lines before it were parsed), or None: the refusal was of
@@ -531,8 +542,9 @@ class _Connection(asyncio.Protocol):
                     self._count_raw(len(data), _MAX_HEAD_BYTES)
                 return
             except httptools.HttpParserUpgrade as exc:
-                # Upgrade (and CONNECT) are ignored (RFC 9110, 7.8): the request is answered
-                # over HTTP/1.1, and what follows it is HTTP/1.1 again, for a fresh parser
+                # Upgrade is ignored (RFC 9110, 7.8): the request is answered over HTTP/1.1,
+                # and what follows it is HTTP/1.1 again, for a fresh parser (CONNECT is
+                # refused and the connection closed: see _no_tunnel)
                 self._parser = httptools.HttpRequestParser(self)
                 data = data[exc.args[0] :]
             except httptools.HttpParserError as exc:
@@ -871,8 +883,12 @@ class _Connection(asyncio.Protocol):
         self._headers = {}
         self._head_size = 0
         self._body = b""
-        if parser.should_upgrade() and self._body_skipped(request):
-            return  # a large body still to come keeps its place in the budget until it is in
+        if parser.should_upgrade():
+            if request.method == b"CONNECT":
+                self._reject(_no_tunnel(request))
+                return
+            if self._body_skipped(request):
+                return  # a large body still to come keeps its place in the budget until in
         if self._body_reserved:
             self._release_body()
         self._reading_since = 0.0

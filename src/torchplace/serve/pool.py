@@ -105,6 +105,7 @@ class ReplicaPool:
         if on_batch is not None:
             self._timed = on_batch
         for replica in self.replicas:
+            replica.wanted = _still_waited_for
             replica.start_worker(self._on_batch_done, self._on_recovered)
 
     # ------------------------------------------------------------------ state
@@ -285,3 +286,11 @@ class ReplicaPool:
             **fields,
         }
         logger.warning("%s", json.dumps(record))
+
+
+def _still_waited_for(batch: list[Pending], index: int) -> bool:
+    """Whether request ``index`` of a running batch is still waited for (its client has not
+    gone, its deadline has not passed): asked from the worker thread, only after an
+    out-of-memory error, before a half of the batch is run again. A ticket's state is one
+    attribute read; a request that goes away just after is computed, as in any batch."""
+    return not batch[index].future.done()

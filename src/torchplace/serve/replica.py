@@ -302,7 +302,7 @@ class Replica(BatchExecutor):
         forward whose time depends on the data) sends the batches after it to the worker
         thread, so that the event loop is not held again."""
         started = time.perf_counter()
-        self._on_done(self, token, self._run_safely(requests, rows))
+        self._on_done(self, token, self._run_safely(token, requests, rows))
         took = time.perf_counter() - started
         if took > self.inline_limit_s:
             self.inline = False
@@ -343,10 +343,10 @@ class Replica(BatchExecutor):
                 token, requests, rows = job
                 if self.probation:  # timed only while on probation
                     started, cpu = time.perf_counter(), time.thread_time()
-                    outcome = self._run_safely(requests, rows)
+                    outcome = self._run_safely(token, requests, rows)
                     self._on_probation(time.perf_counter() - started, time.thread_time() - cpu)
                 else:
-                    outcome = self._run_safely(requests, rows)
+                    outcome = self._run_safely(token, requests, rows)
                 self._on_done(self, token, outcome)
             if not self.health.healthy and not self._recover():
                 return
@@ -370,10 +370,10 @@ class Replica(BatchExecutor):
             self._promote = self.probation == 0
 
     def _run_safely(
-        self, requests: Sequence[Mapping[str, np.ndarray]], rows: Sequence[int]
+        self, token: Any, requests: Sequence[Mapping[str, np.ndarray]], rows: Sequence[int]
     ) -> BatchOutcome:
         try:
-            return self.run_batch(requests, rows)
+            return self.run_batch(requests, rows, token=token)
         except Exception as exc:  # a bug, not a request failure: fail the batch loudly
             failure = BatchFailure("kernel", self.label, f"{type(exc).__name__}: {exc}")
             outcome = BatchOutcome(rows=sum(rows), results=[failure.error() for _ in rows])
