@@ -31,6 +31,7 @@ from torchplace.lint.rules.factory_match import (
     HOST_CASTS,
     _cpu_path,
     matched_to_parameter,
+    meets_device_tensor,
 )
 from torchplace.lint.rules.facts import FACTORIES, in_test, main_test
 
@@ -875,7 +876,7 @@ def check_factory(call: ast.Call, ctx: Context, name: str, method: Scope | None)
         assert method.cls is not None
         if not _copied_to_global(call, ctx) and (
             _used_on_host(call, ctx)
-            or _moved_later(call, ctx)
+            or (_moved_later(call, ctx) and not meets_device_tensor(call, ctx))
             or _placed_by_callers(call, ctx, method)
             or _bounds_slices(call, ctx)
             or _cpu_path(call, method)
@@ -895,7 +896,7 @@ def check_factory(call: ast.Call, ctx: Context, name: str, method: Scope | None)
             "whatever the input's device; pass `device=x.device`",
         )
         return
-    if _used_on_host(call, ctx) or _moved_later(call, ctx):
+    if _used_on_host(call, ctx) or (_moved_later(call, ctx) and not meets_device_tensor(call, ctx)):
         return
     match = matched_to_parameter(call, ctx)
     if match is None:

@@ -2,7 +2,9 @@
 ``x`` of that function (``dtype=x.dtype``, or its result combined with ``x``) but allocated on
 the default device: :func:`matched_to_parameter` finds the parameter, or None. Functions about
 host data (datasets, collate functions, numpy conversions, loading), module constructors,
-placement overrides and files that set the default device are left alone.
+placement overrides and files that set the default device are left alone. In a method of an
+``nn.Module``, the module's own parameters, and what its methods build only from them, are on
+its device too: :func:`meets_device_tensor` says whether the factory meets one of them.
 """
 
 from __future__ import annotations
@@ -13,9 +15,14 @@ from typing import Literal
 from torchplace.lint.base import Context, Scope, assigned_name, call_name, keyword
 from torchplace.lint.nodes import children, subtree, walk
 from torchplace.lint.resolver import dotted_name
-from torchplace.lint.rules.facts import PLACEMENT_API, is_tensor_annotation, only_used_by
+from torchplace.lint.rules.facts import (
+    FACTORIES,
+    PLACEMENT_API,
+    is_tensor_annotation,
+    only_used_by,
+)
 
-__all__ = ["COMBINERS", "HOST_CASTS", "matched_to_parameter"]
+__all__ = ["COMBINERS", "HOST_CASTS", "matched_to_parameter", "meets_device_tensor"]
 
 # torch functions whose result holds their tensor arguments: where the result goes, they go.
 # Also the reshapes of one tensor (``rearrange(torch.arange(n), "t -> () t").to(x.device)``
@@ -123,7 +130,7 @@ def matched_to_parameter(call: ast.Call, ctx: Context) -> tuple[Scope, str, str]
     if _documentation(ctx):
         return None
     params, tensors = _candidates(scope, ctx)
-    placed = _placed(scope, ctx)
+    placed = _placed(scope, ctx) | _module_tensors(scope)
     if not params and not placed:
         return None
     if _cpu_path(call, scope):
@@ -138,11 +145,30 @@ def matched_to_parameter(call: ast.Call, ctx: Context) -> tuple[Scope, str, str]
         and _reaches_device(call, ctx, scope)
     ):
         return scope, dtype.value.value.id, "copies the dtype of"
+    derived = {name for name, root in _derived(scope, ctx).items() if root in tensors}
+    derived |= set(_derive(scope, _module_tensors(scope), "tpl103-derived-module"))
     if tensors or placed:
-        param = _combined_with(call, ctx, scope, tensors | placed)
+        param = _combined_with(call, ctx, scope, tensors | placed | derived)
         if param is not None:
             return scope, param, "is combined with"
     return None
+
+
+def meets_device_tensor(call: ast.Call, ctx: Context) -> bool:
+    """The factory's tensor meets, before anything places it, a tensor known to be on the
+    device: the module's own parameters and what is built from them
+    (``torch.linspace(0, 1, n)[self.get_opacities() > 0.5]``). A later move of what the
+    factory became (a host copy turned back into a tensor) comes too late."""
+    scope = ctx.function_scope()
+    if scope is None or scope.name in PLACEMENT_API or _documentation(ctx):
+        return False
+    if scope.name == "__init__" and scope.cls is not None and scope.cls.is_module_class:
+        return False
+    device = _module_tensors(scope)  # not names the function moves: that may come later
+    if not device or _cpu_path(call, scope):
+        return False
+    device |= set(_derive(scope, device, "tpl103-derived-module"))
+    return _combined_with(call, ctx, scope, device) is not None
 
 
 def _placed(scope: Scope, ctx: Context) -> set[str]:
@@ -243,11 +269,7 @@ def _candidates(scope: Scope, ctx: Context) -> tuple[set[str], set[str]]:
     cached: tuple[set[str], set[str]] | None = scope.cache.get("tpl103-params")
     if cached is not None:
         return cached
-    defaults, host_calls = _file_facts(scope)
-    if defaults or _host_function(scope, ctx):  # the file sets the default device: followed
-        params: set[str] = set()
-    else:
-        params = _parameters(scope, ctx) - host_calls.get(scope.name, set())
+    params = _candidates_params(scope, ctx)  # none where the file sets the default device
     result = params, {p for p in params if _tensor_evidence(scope, p, ctx)}
     scope.cache["tpl103-params"] = result
     return result
@@ -375,16 +397,28 @@ def _same_tensor(value: ast.expr, param: str) -> bool:
 
 
 def _tensor_evidence(scope: Scope, param: str, ctx: Context) -> bool:
-    """The function uses ``param`` as only a tensor can be used."""
+    """The function uses ``param``, or a name it binds to tensor ops of ``param``, as only a
+    tensor can be used (``x.unsqueeze(1)``, ``x.argmax(1, keepdim=True)``, ``m = x.argmax(1)``
+    then ``m.unsqueeze(1)``)."""
     annotation = ctx.param_annotation(scope, param)
     if annotation is not None:
         return True  # kept by `_parameters`: annotated as a tensor
+    chains = _derive(scope, {param}, f"tpl103-chains-{param}", chain=True)
+    names = {param, *chains}
     for sub in subtree(scope.node):
         if (
             isinstance(sub, ast.Attribute)
             and sub.attr in _TENSOR_ONLY
             and isinstance(sub.value, ast.Name)
-            and sub.value.id == param
+            and sub.value.id in names
+        ):
+            return True
+        if (  # `keepdim=` is torch's spelling (numpy's is `keepdims=`)
+            isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Attribute)
+            and isinstance(sub.func.value, ast.Name)
+            and sub.func.value.id in names
+            and keyword(sub, "keepdim") is not None
         ):
             return True
         if (
@@ -397,6 +431,160 @@ def _tensor_evidence(scope: Scope, param: str, ctx: Context) -> bool:
         ):
             return True
     return False
+
+
+def _derived(scope: Scope, ctx: Context) -> dict[str, str]:
+    """Names the function binds only to tensor ops of a parameter that may be a tensor
+    (``max_preds = preds.argmax(1)``, then ``correct = max_preds.eq(y)``; also ``lo, hi =
+    x.min(), x.max()``), each with that parameter: they live on its device. A name bound
+    anywhere to something else (a host read, a new tensor, a loop variable) is none of them.
+    Worked out once per scope."""
+    return _derive(scope, _candidates_params(scope, ctx), "tpl103-derived")
+
+
+def _derive(scope: Scope, known: set[str], key: str, *, chain: bool = False) -> dict[str, str]:
+    """Names the function of ``scope`` binds only to tensor ops of ``known`` tensors (with
+    ``chain``, only to methods and items of one, ``m = x.argmax(1)``), each with the tensor it
+    comes from; cached under ``key``."""
+    cached: dict[str, str] | None = scope.cache.get(key)
+    if cached is not None:
+        return cached
+    result = _derive_in(scope.node, known, chain=chain) if known else {}
+    scope.cache[key] = result
+    return result
+
+
+def _derive_in(function: ast.AST, known: set[str], *, chain: bool = False) -> dict[str, str]:
+    found: dict[str, str] = {}
+    other: set[str] = set()
+    for sub in sorted(subtree(function), key=lambda n: getattr(n, "lineno", 0)):
+        for target, value in _bindings(sub):
+            for name in _bare_names(target):
+                if value is None:
+                    root = None
+                elif chain:
+                    root = _chain_root(value, known | set(found))
+                else:
+                    root = _tensor_of(value, known | set(found), built=False)
+                if root is None or name in known:
+                    other.add(name)
+                else:
+                    found.setdefault(name, found.get(root, root))
+    return {name: root for name, root in found.items() if name not in other}
+
+
+def _chain_root(value: ast.expr, known: set[str]) -> str | None:
+    """``x.argmax(1, keepdim=True)``, ``m[i].squeeze(1)``: the known name a chain of tensor
+    methods and items starts from (never a host read, a move, or an operation with another
+    value, whose result may be that value's kind)."""
+    node: ast.expr = value
+    while True:
+        if isinstance(node, ast.Name):
+            return node.id if node.id in known else None
+        if isinstance(node, ast.Subscript):
+            node = node.value
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr not in _NOT_TENSOR | {"to", "type"}
+        ):
+            node = node.func.value
+        else:
+            return None
+
+
+def _module_tensors(scope: Scope) -> set[str]:
+    """In a method of an ``nn.Module`` other than ``__init__``: the module's own parameters
+    and buffers (``self.w``, bound to ``nn.Parameter(...)`` or registered with
+    ``self.register_buffer("w", ...)`` in any of its methods), and what its methods and properties return when they
+    return only tensor ops of those (``self.get_opacities()``, returning
+    ``torch.sigmoid(self.alpha_logit)``): they live where the module lives, whatever host data
+    the method also handles. Worked out once per class."""
+    cls = scope.cls
+    if cls is None or not cls.is_module_class or scope.name == "__init__":
+        return set()
+    cached: set[str] | None = cls.cache.get("tpl103-module-tensors")
+    if cached is not None:
+        return cached
+    own = _own_parameters(cls)
+    found = set(own)
+    for item in getattr(cls.node, "body", []) if own else []:
+        if not isinstance(item, ast.FunctionDef) or item.name == "__init__":
+            continue
+        returns = [r.value for r in walk(item) if isinstance(r, ast.Return)]
+        local = own | set(_derive_in(item, own))
+        if returns and all(v is not None and _tensor_of(v, local, built=False) for v in returns):
+            decorators = {dotted_name(d) for d in item.decorator_list}
+            if "property" in decorators:
+                found.add(f"self.{item.name}")
+            elif not decorators and len(item.args.args) == 1:
+                found.add(f"self.{item.name}()")
+    cls.cache["tpl103-module-tensors"] = found
+    return found
+
+
+def _own_parameters(cls: Scope) -> set[str]:
+    """``self.w`` for each ``self.w = nn.Parameter(...)`` and ``self.register_buffer("w", ...)``
+    of the class's methods (``__init__`` or a helper it calls: either registers them)."""
+    found: set[str] = set()
+    for item in getattr(cls.node, "body", []):
+        if not isinstance(item, ast.FunctionDef):
+            continue
+        for sub in walk(item):
+            if (
+                isinstance(sub, ast.Call)
+                and dotted_name(sub.func) == "self.register_buffer"
+                and sub.args
+                and isinstance(sub.args[0], ast.Constant)
+                and isinstance(sub.args[0].value, str)
+            ):
+                found.add(f"self.{sub.args[0].value}")
+        for sub in walk(item):
+            if (
+                isinstance(sub, ast.Assign)
+                and len(sub.targets) == 1
+                and isinstance(sub.value, ast.Call)
+                and (dotted_name(sub.value.func) or "").split(".")[-1] == "Parameter"
+                and (name := dotted_name(sub.targets[0])) is not None
+                and name.startswith("self.")
+                and name.count(".") == 1
+            ):
+                found.add(name)
+    return found
+
+
+def _bindings(node: ast.AST) -> list[tuple[ast.expr, ast.expr | None]]:
+    """What ``node`` binds to what: ``a = v``, ``a, b = v, w`` pairwise; a loop variable, a
+    ``with`` target or a walrus to None (a value not followed)."""
+    if isinstance(node, ast.Assign):
+        pairs: list[tuple[ast.expr, ast.expr | None]] = []
+        for target in node.targets:
+            if (
+                isinstance(target, ast.Tuple)
+                and isinstance(node.value, ast.Tuple)
+                and len(target.elts) == len(node.value.elts)
+            ):
+                pairs.extend(zip(target.elts, node.value.elts, strict=True))
+            elif isinstance(target, (ast.Tuple, ast.List)):
+                pairs.append((target, None))
+            else:
+                pairs.append((target, node.value))
+        return pairs
+    if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+        return [(node.target, None)]
+    if isinstance(node, ast.withitem) and node.optional_vars is not None:
+        return [(node.optional_vars, None)]
+    if isinstance(node, ast.NamedExpr):
+        return [(node.target, None)]
+    return []
+
+
+def _candidates_params(scope: Scope, ctx: Context) -> set[str]:
+    """The parameters ``_candidates`` starts from (before the evidence that they are tensors)."""
+    defaults, host_calls = _file_facts(scope)
+    if defaults or _host_function(scope, ctx):
+        return set()
+    return _parameters(scope, ctx) - host_calls.get(scope.name, set())
 
 
 def _parent_map(scope: Scope) -> dict[int, ast.AST]:
@@ -554,38 +742,59 @@ def _cpu_path(node: ast.AST, scope: Scope) -> bool:
     return False
 
 
-def _tensor_of(node: ast.AST, params: set[str]) -> str | None:
+def _tensor_of(node: ast.AST, params: set[str], *, built: bool = True) -> str | None:
     """The parameter whose tensor (on its device) ``node`` is: ``x``, ``x[i]``, ``x.float()``,
-    ``x.unsqueeze(1) * 2``, ``torch.exp(x)``; never ``x.shape[0]`` or ``x.size(1)``."""
+    ``x.unsqueeze(1) * 2``, ``torch.exp(x)``; never ``x.shape[0]`` or ``x.size(1)``; without
+    ``built``, never a new tensor a factory builds from it (``torch.arange(n)``)."""
     if isinstance(node, ast.Name):
         return node.id if node.id in params else None
     if isinstance(node, ast.Subscript):
-        return _tensor_of(node.value, params)
+        return _tensor_of(node.value, params, built=built)
     if isinstance(node, ast.Attribute):
         if (text := dotted_name(node)) in params:
             return text  # self.queue, a placed attribute
-        return _tensor_of(node.value, params) if node.attr in {"T", "mT", "data"} else None
+        return (
+            _tensor_of(node.value, params, built=built)
+            if node.attr in {"T", "mT", "data"}
+            else None
+        )
     if isinstance(node, ast.Call):
         func = node.func
+        if (text := dotted_name(func)) is not None and f"{text}()" in params:
+            return f"{text}()"  # self.get_opacities(), a method returning a parameter's ops
         if (
             isinstance(func, ast.Attribute)
             and isinstance(func.value, ast.Name)
             and func.value.id == "torch"
             and func.attr not in _NOT_TENSOR
         ):
+            if not built and f"torch.{func.attr}" in _BUILDERS:
+                return None
             for arg in node.args:
-                found = _tensor_of(arg, params)
+                found = _tensor_of(arg, params, built=built)
                 if found is not None:
                     return found
             return None
         if isinstance(func, ast.Attribute) and func.attr not in _NOT_TENSOR | {"to", "type"}:
-            return _tensor_of(func.value, params)
+            return _tensor_of(func.value, params, built=built)
         return None
     if isinstance(node, ast.BinOp):
-        return _tensor_of(node.left, params) or _tensor_of(node.right, params)
+        return _tensor_of(node.left, params, built=built) or _tensor_of(
+            node.right, params, built=built
+        )
     if isinstance(node, ast.UnaryOp):
-        return _tensor_of(node.operand, params)
+        return _tensor_of(node.operand, params, built=built)
+    if isinstance(node, ast.Compare) and all(isinstance(op, _ORDER) for op in node.ops):
+        for side in [node.left, *node.comparators]:  # x > 0.5: a mask on x's device
+            found = _tensor_of(side, params, built=built)
+            if found is not None:
+                return found
     return None
+
+
+# torch functions that build a new tensor from numbers or data (on the default device).
+_BUILDERS = FACTORIES | frozenset({"torch.tensor", "torch.as_tensor", "torch.from_numpy"})
+_ORDER = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
 
 
 def _climb(node: ast.AST, parents: dict[int, ast.AST]) -> tuple[ast.AST, ast.AST | None]:
@@ -657,7 +866,7 @@ def _combined_with(call: ast.Call, ctx: Context, scope: Scope, tensors: set[str]
     an assignment into it), right there or through the name it is bound to."""
     parents = _parent_map(scope)
     node, parent = _climb(call, parents)
-    found = _joined(node, parent, parents, ctx, tensors)
+    found = _joined(node, parent, parents, ctx, tensors) or _masked_by(call, node, parents, tensors)
     if found is not None:
         return found
     name = assigned_name(parent, node)
@@ -681,11 +890,12 @@ def _uses_meet(
     """The tensor parameter that a use of ``name`` after ``after`` meets (see
     ``_combined_with``), also through the grids ``torch.meshgrid`` builds from it
     (``y, x = torch.meshgrid(y, x)``: the grids live where their inputs do)."""
-    for sub in subtree(scope.node):
-        if not (
-            isinstance(sub, ast.Name) and sub.id == name and (sub.lineno, sub.col_offset) > after
-        ):
-            continue
+    uses = [
+        sub
+        for sub in subtree(scope.node)
+        if isinstance(sub, ast.Name) and sub.id == name and (sub.lineno, sub.col_offset) > after
+    ]
+    for sub in sorted(uses, key=lambda use: _takes_effect(use, parents)):
         spread = _gridded(sub, name, parents, ctx)
         if spread is not None and depth < 2:
             stmt, targets = spread
@@ -697,7 +907,9 @@ def _uses_meet(
         if isinstance(sub.ctx, ast.Store):
             break  # rebound: what follows is another value
         outer, where = _climb(sub, parents)
-        found = _joined(outer, where, parents, ctx, tensors)
+        found = _joined(outer, where, parents, ctx, tensors) or _masked_by(
+            sub, outer, parents, tensors
+        )
         if found is not None:
             return found
         # t[i] = x[j]: the parameter's values copied into the factory's tensor
@@ -709,6 +921,38 @@ def _uses_meet(
             found = _tensor_of(where.value, tensors)
             if found is not None:
                 return found
+    return None
+
+
+def _takes_effect(use: ast.Name, parents: dict[int, ast.AST]) -> tuple[int, int]:
+    """Where a use of a name acts: a read where it stands, a binding at the end of its
+    statement (``v = v[m]`` reads ``v`` before it rebinds it)."""
+    if not isinstance(use.ctx, ast.Store):
+        return use.lineno, use.col_offset
+    node: ast.AST | None = use
+    while node is not None and not isinstance(node, ast.stmt):
+        node = parents.get(id(node))
+    if isinstance(node, ast.Assign):
+        return node.end_lineno or node.lineno, node.end_col_offset or 0
+    return use.lineno, use.col_offset
+
+
+def _masked_by(
+    start: ast.AST, outer: ast.AST, parents: dict[int, ast.AST], tensors: set[str]
+) -> str | None:
+    """The tensor that indexes the factory's tensor on the way from ``start`` up to ``outer``
+    (``torch.linspace(0, 1, n)[mask]``, ``vals[x > 0.5]``): a host tensor indexed by a
+    device tensor fails."""
+    node = start
+    while node is not outer:
+        parent = parents.get(id(node))
+        if parent is None:
+            return None
+        if isinstance(parent, ast.Subscript) and parent.value is node:
+            found = _tensor_of(parent.slice, tensors)
+            if found is not None:
+                return found
+        node = parent
     return None
 
 

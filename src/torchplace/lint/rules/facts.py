@@ -537,7 +537,11 @@ def in_periodic_branch(
         if (
             isinstance(parent, ast.If)
             and (child is None or child is not parent.test)
-            and (_rare_test(parent.test, ctx) or _sets_once(parent, child, ctx))
+            and (
+                _rare_test(parent.test, ctx)
+                or _sets_once(parent, child, ctx)
+                or _throttled(parent, child)
+            )
             and not branch_trains(parent)
         ):
             return through is None or all(through(loop) for loop in passed)
@@ -609,6 +613,28 @@ def _sets_once(branch: ast.If, child: ast.AST | None, ctx: Context) -> bool:
         and _is_none(sub.value)
         and any(dotted_name(target) == name for target in sub.targets)
         for sub in _loop_nodes(loops[-1])
+    )
+
+
+def _throttled(branch: ast.If, child: ast.AST | None) -> bool:
+    """``if t[-1] - last_display > 1.0: last_display = t[-1]``, also ``if now - self.last >=
+    every:``: the branch restarts the mark it measures from, so it runs once per interval (a
+    console line once a second), not on every step."""
+    test = branch.test
+    if not (
+        child is not None
+        and child in branch.body
+        and isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], (ast.Gt, ast.GtE))
+        and isinstance(test.left, ast.BinOp)
+        and isinstance(test.left.op, ast.Sub)
+    ):
+        return False
+    mark = dotted_name(test.left.right)
+    return mark is not None and any(
+        isinstance(stmt, ast.Assign) and any(dotted_name(t) == mark for t in stmt.targets)
+        for stmt in branch.body
     )
 
 

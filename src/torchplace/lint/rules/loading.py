@@ -29,6 +29,7 @@ from torchplace.lint.rules.model_loads import (
     in_tree,
     is_loader,
     load_behind,
+    not_loaded_yet,
     read_as_arrays,
 )
 
@@ -182,15 +183,7 @@ def _host_only_payload(call: ast.Call, ctx: Context) -> bool:
     """What is loaded is named as state that holds no device tensors: RNG state, an LR
     scheduler, metadata, a vocabulary, a config (in the path, the function's name or its
     class's)."""
-    words: list[str] = []
-    for arg in call.args[:1]:
-        for sub in walk(arg):
-            if isinstance(sub, ast.Name):
-                words.append(sub.id)
-            elif isinstance(sub, ast.Attribute):
-                words.append(sub.attr)
-            elif isinstance(sub, ast.Constant) and isinstance(sub.value, str):
-                words.append(sub.value)
+    words = [word for arg in call.args[:1] for word in _path_words(arg)]
     scope = ctx.function_scope()
     if scope is not None:
         words.append(scope.name)
@@ -206,6 +199,22 @@ def _host_only_payload(call: ast.Call, ctx: Context) -> bool:
         or any(_args_file(word) for word in words)
         or any(_sampler_state(sub) for arg in call.args[:1] for sub in walk(arg))
     )
+
+
+def _path_words(node: ast.AST) -> list[str]:
+    """The words of a path expression that may name what the file holds. A path looked up by
+    name in a mapping is named by its key alone (``config["model_params"]["ckp_path"]`` names
+    a checkpoint, read from a configuration: not a configuration)."""
+    if isinstance(node, ast.Subscript) and (
+        isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str)
+    ):
+        return [node.slice.value]
+    if isinstance(node, ast.Name):
+        return [node.id]
+    if isinstance(node, ast.Constant):
+        return [node.value] if isinstance(node.value, str) else []
+    words = [node.attr] if isinstance(node, ast.Attribute) else []
+    return words + [word for child in ast.iter_child_nodes(node) for word in _path_words(child)]
 
 
 def _sampler_state(node: ast.AST) -> bool:
@@ -589,10 +598,18 @@ def _asks_cuda_here(test: ast.expr, ctx: Context) -> bool:
 
 def _asks_for_cuda(test: ast.expr) -> bool:
     """A test that chooses CUDA or not: ``torch.cuda.is_available()``, ``if opt.cuda:``,
-    ``if use_gpu:``, also by naming the CPU: ``if not args.use_cpu:``."""
+    ``if use_gpu:``, also by naming the CPU: ``if not args.use_cpu:``, or by comparing a
+    device option with a backend's name: ``if opt.device == 'cuda':``."""
     for sub in walk(test):
         text = (sub.id if isinstance(sub, ast.Name) else getattr(sub, "attr", "")).lower()
         if "cuda" in text or "gpu" in text or "cpu" in text:
+            return True
+        if isinstance(sub, ast.Compare) and any(
+            isinstance(side, ast.Constant)
+            and isinstance(side.value, str)
+            and side.value.split(":")[0] in {"cuda", "cpu"}
+            for side in [sub.left, *sub.comparators]
+        ):
             return True
     return False
 
@@ -775,7 +792,7 @@ def _load_site(call: ast.Call, ctx: Context, what: str, via: Load | None = None)
         return  # `torch.load(file.name).numpy()`: a saved tensor read as data, not a model
     loads = f"`{what}(...)`" if via is None else f"`{what}(...)` (it runs {via.describe()})"
     handler = _request_handler(ctx)
-    if handler is not None:
+    if handler is not None and not _lazy(ctx):
         ctx.report(
             LOAD_PER_REQUEST.code,
             call,
@@ -810,6 +827,13 @@ def _load_site(call: ast.Call, ctx: Context, what: str, via: Load | None = None)
                 "once before the loop",
             )
             return
+
+
+def _lazy(ctx: Context) -> bool:
+    """The load runs under a test that nothing is loaded yet (``if model_dict[name] is None:
+    model_dict[name] = torch.hub.load(...)``): the first request for a model loads it, the
+    others reuse it."""
+    return any(isinstance(p, ast.If) and not_loaded_yet(p.test) for p in ctx.parents)
 
 
 def _one_step(loop: ast.AST, ctx: Context) -> bool:

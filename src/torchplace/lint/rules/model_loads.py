@@ -17,7 +17,15 @@ from torchplace.lint.nodes import own_nodes, subtree
 from torchplace.lint.provenance.files import FileFacts, facts_for_file
 from torchplace.lint.resolver import dotted_name, module_file
 
-__all__ = ["LOADERS", "Load", "in_tree", "is_loader", "load_behind", "read_as_arrays"]
+__all__ = [
+    "LOADERS",
+    "Load",
+    "in_tree",
+    "is_loader",
+    "load_behind",
+    "not_loaded_yet",
+    "read_as_arrays",
+]
 
 LOADERS = frozenset(
     {
@@ -247,12 +255,14 @@ def _memoised(node: _Def) -> set[int]:
     on the first call only."""
     once: set[int] = set()
     for sub in own_nodes(node):
-        if isinstance(sub, ast.If) and _not_loaded_yet(sub.test):
+        if isinstance(sub, ast.If) and not_loaded_yet(sub.test):
             once.update(id(c) for c in own_nodes(sub) if isinstance(c, ast.Call))
     return once
 
 
-def _not_loaded_yet(test: ast.expr) -> bool:
+def not_loaded_yet(test: ast.expr) -> bool:
+    """``if self.model is None:``, ``if cache[name] is None:``, ``if key not in cache:``,
+    ``if not hasattr(self, "net"):``: a test that holds until something is loaded."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return isinstance(test.operand, (ast.Name, ast.Attribute)) or (
             isinstance(test.operand, ast.Call)

@@ -24,7 +24,7 @@ OPTIMIZER_BEFORE_MOVE = Rule(
 
 
 def _call(call: ast.Call, ctx: Context) -> None:
-    name = ctx.call_qualname(call)
+    name = ctx.call_qualname(call) or _default_class(call, ctx)
     if name is None or not name.startswith("torch.optim."):
         return
     last = name.rsplit(".", 1)[-1]
@@ -64,6 +64,53 @@ def _call(call: ast.Call, ctx: Context) -> None:
 
 
 _FUNCTION = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _default_class(call: ast.Call, ctx: Context) -> str | None:
+    """``optimizer_fn(self.model.parameters(), **kw)`` with ``optimizer_fn=torch.optim.Adam``
+    a parameter of the enclosing function, or ``optimizer_cls(unet.parameters())`` with
+    ``optimizer_cls`` bound to ``torch.optim.AdamW`` (or, in another branch, to another
+    library's optimizer class, ``bnb.optim.AdamW8bit``): the ``torch.optim`` class it names,
+    when every value the name may hold is an optimizer class (a caller may hand another; it
+    is built the same way)."""
+    if not isinstance(call.func, ast.Name):
+        return None
+    scope = ctx.function_scope() or ctx.scope
+    name = call.func.id
+    values = list(ctx.scope_bindings(scope).get(name, []))
+    if isinstance(scope.node, _FUNCTION) and _is_parameter(scope.node, name):
+        values.remove(None)
+        values.append(_default(scope.node, name))
+    if not values or any(value is None for value in values):
+        return None
+    classes = [ctx.qualname(value) for value in values if value is not None]
+    if not all(qual is not None and _optimizer_class(qual) for qual in classes):
+        return None
+    return next((q for q in classes if q is not None and q.startswith("torch.optim.")), None)
+
+
+def _optimizer_class(qualname: str) -> bool:
+    """``torch.optim.AdamW``, ``bitsandbytes.optim.AdamW8bit``: a class of an ``optim`` package."""
+    parts = qualname.split(".")
+    return len(parts) > 2 and "optim" in parts[:-1] and parts[-1][:1].isupper()
+
+
+def _is_parameter(node: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> bool:
+    args = node.args
+    return any(a.arg == name for a in [*args.posonlyargs, *args.args, *args.kwonlyargs])
+
+
+def _default(node: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> ast.expr | None:
+    """The default value of parameter ``name``, if any."""
+    args = node.args
+    positional = [*args.posonlyargs, *args.args]
+    pairs = list(
+        zip(positional[len(positional) - len(args.defaults) :], args.defaults, strict=True)
+    )
+    pairs += [
+        (a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None
+    ]
+    return next((d for a, d in pairs if a.arg == name), None)
 
 
 def _moved_before(model: str, own_body: object, ctx: Context) -> bool:
