@@ -133,6 +133,8 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
     own, nested = _split_own(body)
     if not _steps_itself(own) and (_capped(loop) or _builds_optimizer(facts, own)):
         return None  # a few steps per run, or a whole training run set up per step
+    if not _steps_itself(own) and any(_walks_ranks(it) for it in iters):
+        return None  # `for rank in range(world_size):` one rank's turn in a collective
     streamed = any(_streams(it) for it in iters)
     found = None if few or handed or streamed else _iterates_device(facts, iters, scope)
     if found is not None and found[0] == "items" and _gathers_host_values(facts, iters, scope):
@@ -686,24 +688,19 @@ def _updates_device(
     facts: FileFacts, own: list[ast.AST], loop: ast.AST, scope: ast.AST
 ) -> tuple[LoopKind, str] | None:
     """The loop recomputes a device value from its items or its own previous value."""
-    targets = (
-        set(_target_names(loop.target)) if isinstance(loop, (ast.For, ast.AsyncFor)) else set()
-    )
-    targets |= _carried(own) | _grown_back(own)
+    walked = set(_target_names(loop.target)) if isinstance(loop, (ast.For, ast.AsyncFor)) else set()
+    targets = walked | _carried(own) | _grown_back(own)
+    per_pass = _from_whole_passes(facts, own, scope, walked)
     for node in own:
         if not isinstance(node, (ast.Assign, ast.AugAssign)):
             continue
         value = node.value
-        bound = {
-            n
-            for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
-            for n in _target_names(t)
-        }
+        bound = _bound_names(node)
         if not (_names(value) & (targets | bound)) or isinstance(node, ast.AugAssign):
             continue
         if _uploads_for_collective(facts, value, bound, own):
             continue
-        if _runs_whole_pass(facts, value, scope) or _pins(value):
+        if _runs_whole_pass(facts, value, scope) or _pins(value) or bound <= per_pass:
             continue
         for part in _computed_parts(value, targets | bound):
             fact = facts.fact(part, scope)
@@ -711,6 +708,54 @@ def _updates_device(
                 what = _short(facts.segment(value), 32)
                 return "batch", f"it computes `{what}` on the device every step ({fact.describe()})"
     return None
+
+
+def _bound_names(node: ast.Assign | ast.AugAssign) -> set[str]:
+    """The names an assignment binds."""
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    return {n for t in targets for n in _target_names(t)}
+
+
+def _from_whole_passes(
+    facts: FileFacts, own: list[ast.AST], scope: ast.AST, walked: set[str]
+) -> set[str]:
+    """Names a loop step binds only to what a whole pass hands back, or to values kept only
+    from such names and their own previous value: an epoch loop's ``prec1 =
+    validate(val_loader, model, criterion)``, then ``is_best = prec1 > best_prec1`` and
+    ``best_prec1 = max(prec1, best_prec1)`` keep the best score once per pass, not per batch.
+    A name the step also binds to anything else, or the loop to its items, is not one."""
+    assigns = [node for node in own if isinstance(node, ast.Assign)]
+    step_bound = walked | {n for node in assigns for n in _bound_names(node)}
+    passes = [node for node in assigns if _runs_whole_pass(facts, node.value, scope)]
+
+    def qualifies(node: ast.Assign, found: set[str]) -> bool:
+        read = _names(node.value) & step_bound
+        if node in passes:
+            return True
+        return bool(read & found) and not read - _bound_names(node) - found and _kept(node.value)
+
+    found = {n for node in passes for n in _bound_names(node)} - walked
+    for _ in range(len(assigns)):
+        grown = {n for node in assigns if qualifies(node, found) for n in _bound_names(node)}
+        rebound = {n for node in assigns if not qualifies(node, grown) for n in _bound_names(node)}
+        if grown - rebound - walked == found:
+            break
+        found = grown - rebound - walked
+    return found
+
+
+# Builtins that keep or compare scores: `best = max(score, best)` computes on no device.
+_KEEPERS = frozenset({"max", "min", "abs", "round"})
+
+
+def _kept(value: ast.expr) -> bool:
+    """``max(prec1, best_prec1)``, ``prec1 > best_prec1``: arithmetic, comparisons and a few
+    builtins over scores; a model run or a method call is device work of the step."""
+    return all(
+        isinstance(sub.func, ast.Name) and sub.func.id in _KEEPERS
+        for sub in walk(value)
+        if isinstance(sub, ast.Call)
+    )
 
 
 def _pins(value: ast.expr) -> bool:
@@ -1508,6 +1553,21 @@ def _names_setting(node: ast.expr) -> bool:
     if name is None or "." not in name:
         return False
     return any(part in _SETTINGS_HOLDERS for part in name.split(".")[:-1])
+
+
+def _walks_ranks(it: ast.expr) -> bool:
+    """``range(self.world_size)``, ``range(dist.get_world_size())``: the ranks of a process
+    group, each step one rank's turn (the source of a broadcast of its state), not a batch."""
+    if not (
+        isinstance(it, ast.Call)
+        and isinstance(it.func, ast.Name)
+        and it.func.id == "range"
+        and len(it.args) == 1
+    ):
+        return False
+    bound = it.args[0]
+    name = dotted_name(bound.func if isinstance(bound, ast.Call) else bound)
+    return name is not None and name.rsplit(".", 1)[-1].lower().endswith("world_size")
 
 
 def _names_rank(node: ast.expr) -> bool:

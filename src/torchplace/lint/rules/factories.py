@@ -156,9 +156,11 @@ def _empty_shape(call: ast.Call, name: str) -> bool:
     """``torch.empty(0, 0)``, ``torch.zeros((0, 4))``, ``torch.Tensor(0)``: a shape with a
     literal ``0`` holds no element, an empty placeholder (a missing input's default, a freed
     buffer) that meets no tensor's values. A legacy ``torch.Tensor((0,))`` is data, not a
-    shape."""
+    shape. A bare ``torch.Tensor()`` holds no element either (shape ``(0,)``)."""
     if name not in _SHAPED or (call.keywords and name == "torch.Tensor"):
         return False
+    if name == "torch.Tensor" and not call.args:
+        return True  # `tuple([torch.Tensor()] * n)`: empty stand-ins for an unused input
     dims: list[ast.expr] = list(call.args)
     size = keyword(call, "size")
     if size is not None:

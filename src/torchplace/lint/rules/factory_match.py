@@ -319,9 +319,61 @@ def _file_facts(scope: Scope) -> tuple[bool, dict[str, set[str]]]:
         for kw in call.keywords:
             if kw.arg is not None and _host_value(kw.value):
                 host.setdefault(name, set()).add(kw.arg)
+    for node in walk(root.node):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "__init__":
+            for name, param in _given_host_parameters(node, functions):
+                host.setdefault(name, set()).add(param)
     result = (defaults, host)
     root.cache["tpl103-file"] = result
     return result
+
+
+def _given_host_parameters(
+    init: ast.FunctionDef | ast.AsyncFunctionDef, functions: dict[str, list[str]]
+) -> list[tuple[str, str]]:
+    """(function, parameter) pairs where a module's ``__init__`` hands a function of the file
+    the parameter it has just built on the host: ``self.weight = Parameter(torch.empty(o, i))``,
+    then ``_initialize_affine_weight(self.weight, ...)`` (Megatron-style model-parallel
+    layers): the module is built on the CPU and moved as a whole afterwards."""
+    bindings = sorted(
+        (stmt.lineno, text, _built_on_host(stmt.value))
+        for stmt in walk(init)
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+        for text in [dotted_name(stmt.targets[0])]
+        if text is not None and text.startswith("self.")
+    )
+    pairs: list[tuple[str, str]] = []
+    for call in walk(init):
+        name = call_name(call) if isinstance(call, ast.Call) else None
+        if not isinstance(call, ast.Call) or name is None or name not in functions:
+            continue
+        params = functions[name]
+        for index, arg in enumerate(call.args[: len(params)]):
+            text = dotted_name(arg)
+            last = [host for line, bound, host in bindings if bound == text and line < call.lineno]
+            if last and last[-1]:
+                pairs.append((name, params[index]))
+    return pairs
+
+
+def _built_on_host(value: ast.expr) -> bool:
+    """``Parameter(torch.empty(o, i))``, ``torch.zeros(n)``: a tensor made without a device."""
+    if isinstance(value, ast.Call) and call_name(value) == "Parameter" and value.args:
+        value = value.args[0]
+    return (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and isinstance(value.func.value, ast.Name)
+        and value.func.value.id == "torch"
+        and value.func.attr in _HOST_BUILDERS
+        and keyword(value, "device") is None
+    )
+
+
+# Factories whose result is a fresh tensor on the default device.
+_HOST_BUILDERS = frozenset(
+    {"empty", "zeros", "ones", "rand", "randn", "full", "Tensor", "FloatTensor", "HalfTensor"}
+)
 
 
 def _host_value(node: ast.expr) -> bool:

@@ -96,6 +96,7 @@ def _torch_load(call: ast.Call, ctx: Context) -> None:
         and not _round_trip(call, ctx, wrapped=True, script=True)
         and not _saved_above_by_name(call, ctx)
         and not _host_only_payload(call, ctx)
+        and not _loads_dataset(call, ctx)
         and not _saved_from_host(call, ctx)
         and _may_load_elsewhere(ctx)
         and not _cuda_only_branch(ctx)
@@ -215,6 +216,22 @@ def _path_words(node: ast.AST) -> list[str]:
         return [node.value] if isinstance(node.value, str) else []
     words = [node.attr] if isinstance(node, ast.Attribute) else []
     return words + [word for child in ast.iter_child_nodes(node) for word in _path_words(child)]
+
+
+def _loads_dataset(call: ast.Call, ctx: Context) -> bool:
+    """The load is bound whole, or as the first of what it unpacks, to a name for a dataset:
+    ``dataset, _ = torch.load(cache_path)`` in the classification reference scripts, a
+    cached ``ImageFolder`` with its folder, which holds file paths and transforms (host
+    data), not device tensors."""
+    parent = ctx.parents[-1] if ctx.parents else None
+    if not (isinstance(parent, ast.Assign) and parent.value is call and len(parent.targets) == 1):
+        return False
+    target = parent.targets[0]
+    if isinstance(target, (ast.Tuple, ast.List)) and target.elts:
+        target = target.elts[0]
+    return isinstance(target, ast.Name) and bool(
+        {"dataset", "datasets"} & set(target.id.lower().split("_"))
+    )
 
 
 def _sampler_state(node: ast.AST) -> bool:

@@ -104,6 +104,8 @@ def _call(call: ast.Call, ctx: Context) -> None:
             return  # `layer.cpu()` of a layer the function runs: a module moved back, no read
         if func.attr == "cpu" and inner is func.value and _moved_in_place(call, inner, ctx):
             return  # `model.cpu()` as a statement: a module offloaded in place, no read
+        if func.attr == "cpu" and inner is func.value and _parked_back(call, ctx):
+            return  # `acts[i] = [a.cpu() for a in acts[i]]` after their `.cuda()`: offloaded
         if func.attr == "numpy" and keyword(call, "force") is None and not _moves(func.value):
             return  # `x.float().numpy()` raises for a device tensor: `x` is on the host
         _check(
@@ -812,6 +814,66 @@ def _runs_as_module(node: ast.expr, ctx: Context) -> bool:
     return any(
         isinstance(sub, ast.Call) and dotted_name(sub.func) == text for sub in walk(scope.node)
     )
+
+
+def _parked_back(call: ast.Call, ctx: Context) -> bool:
+    """``acts[i] = tuple([a.cpu() for a in list(acts[i])])`` where the same function also
+    brings that slot's tensors to the device, ``acts[i] = tuple([a.cuda() for a in
+    list(acts[i])])``: activations offloaded between stages go back to the host slot they
+    were fetched from; nothing reads them there (a host copy kept elsewhere is read)."""
+    comp = next((p for p in reversed(ctx.parents) if isinstance(p, _ELEMENT_COMPS)), None)
+    stmt = next((p for p in reversed(ctx.parents) if isinstance(p, ast.stmt)), None)
+    scope = ctx.function_scope()
+    if comp is None or comp.elt is not call or scope is None:
+        return False
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
+        return False
+    slot = stmt.targets[0]
+    text = ctx.segment(slot) if isinstance(slot, (ast.Subscript, ast.Attribute)) else None
+    if text is None or not _walks_slot(comp, text, ctx):
+        return False
+    return any(
+        isinstance(node, ast.Assign)
+        and node is not stmt
+        and len(node.targets) == 1
+        and ctx.segment(node.targets[0]) == text
+        and _fetches_slot(node.value, text, ctx)
+        for node in walk(scope.node)
+    )
+
+
+# Comprehensions that build one element per item (`[a.cuda() for a in acts[i]]`).
+_ELEMENT_COMPS = (ast.ListComp, ast.SetComp, ast.GeneratorExp)
+
+
+def _fetches_slot(value: ast.expr, text: str, ctx: Context) -> bool:
+    """``value`` moves each tensor of the slot written as ``text`` to a device: ``tuple([a.cuda()
+    for a in list(acts[i])])``, ``[a.to(device) for a in acts[i]]``."""
+    return any(
+        isinstance(sub, _ELEMENT_COMPS)
+        and isinstance(sub.elt, ast.Call)
+        and isinstance(sub.elt.func, ast.Attribute)
+        and sub.elt.func.attr in {"cuda", "to"}
+        and not any(_is_cpu_arg(arg) for arg in sub.elt.args)
+        and _walks_slot(sub, text, ctx)
+        for sub in walk(value)
+    )
+
+
+# Builtins that copy an iterable as it is: `list(acts[i])` walks what `acts[i]` holds.
+_COPIES = frozenset({"list", "tuple"})
+
+
+def _walks_slot(comp: ast.AST, text: str, ctx: Context) -> bool:
+    """The comprehension walks the slot written as ``text`` (``for a in list(acts[i])``)."""
+    if not isinstance(comp, _ELEMENT_COMPS) or len(comp.generators) != 1:
+        return False
+    it = comp.generators[0].iter
+    while isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id in _COPIES:
+        if len(it.args) != 1:
+            return False
+        it = it.args[0]
+    return ctx.segment(it) == text
 
 
 def _moved_in_place(call: ast.Call, receiver: ast.expr, ctx: Context) -> bool:
