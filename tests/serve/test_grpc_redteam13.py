@@ -38,7 +38,6 @@ What is pinned here:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -65,7 +64,9 @@ from .raw_http2 import (
 
 grpc = pytest.importorskip("grpc")
 from torchplace.serve.grpc_server import MAX_STREAMS_PER_CONNECTION  # noqa: E402
-from torchplace.serve.proto import grpc_service_pb2 as pb  # noqa: E402
+
+from .test_grpc_transport import _infer_request as _request  # noqa: E402
+from .test_grpc_transport import _still_serves  # noqa: E402
 
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 
@@ -80,23 +81,6 @@ def _port(server: ServerThread) -> int:
     port = server.grpc_port
     assert port is not None
     return port
-
-
-def _request() -> Any:
-    request = pb.ModelInferRequest(model_name="seed-mlp", id="r")
-    request.inputs.add(name="input", datatype="FP32", shape=[1, 8])
-    request.raw_input_contents.append(b"\0" * 32)
-    return request
-
-
-def _still_serves(port: int) -> None:
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-        infer = channel.unary_unary(
-            INFER,
-            request_serializer=lambda m: m.SerializeToString(),
-            response_deserializer=pb.ModelInferResponse.FromString,
-        )
-        assert infer(_request(), timeout=10).outputs[0].shape == [1, 2]
 
 
 def test_streams_reset_as_they_open_are_refused_past_the_per_connection_bound(
