@@ -14,7 +14,8 @@ A one-second ticker answers requests that run past the request timeout (503; not
 handler cleared :attr:`Request.timed`, such as a model load), drops clients that
 send a request more slowly than that (408) or leave their answers unread that long (also
 after the connection was closed with part of an answer unsent), and closes idle keep-alive
-connections (empty lines between requests do not count as activity).
+connections (empty lines between requests do not count as activity; a client that asks for
+keep-alive is told how long in ``Keep-Alive: timeout=``).
 
 What one connection can make the server hold is bounded: its waiting requests hold one body limit
 at most (then reading stops until they are answered), and while the transport's write buffer is
@@ -1031,8 +1032,10 @@ class _Connection(asyncio.Protocol):
         if close:
             head.append(b"connection: close\r\n")
         elif _keep_alive_asked(request.headers.get(b"connection")):
-            # said back: an HTTP/1.0 client keeps the connection only when the answer says so
-            head.append(b"connection: keep-alive\r\n")
+            # said back: an HTTP/1.0 client keeps the connection only when the answer says so;
+            # with how long an idle one is kept (Keep-Alive, RFC 2068 19.7.1.1), so that a
+            # client that reads it (Node.js's http.Agent) drops it before the server does
+            head.append(self._server.keep_alive_header)
         head.append(b"\r\n")
         if request.method != b"HEAD":  # a HEAD answer is the GET's head, without its body
             head.append(response.body)
@@ -1152,6 +1155,7 @@ class HttpServer:
         self.handler = handler
         self.max_body_bytes = max_body_bytes
         self.request_timeout_s = request_timeout_s
+        self.keep_alive_header = b""
         self.keepalive_timeout_s = keepalive_timeout_s
         self.connections: set[_Connection] = set()
         self.in_flight = 0
@@ -1171,6 +1175,20 @@ class HttpServer:
         self.body_waiting: deque[_Connection] = deque()
         self._server: asyncio.base_events.Server | None = None
         self._ticker: asyncio.TimerHandle | None = None
+
+    @property
+    def keepalive_timeout_s(self) -> float:
+        """Seconds an idle keep-alive connection is kept (closed within a second after)."""
+        return self._keepalive_timeout_s
+
+    @keepalive_timeout_s.setter
+    def keepalive_timeout_s(self, seconds: float) -> None:
+        self._keepalive_timeout_s = seconds
+        #: said to a client that asks to keep the connection: whole seconds, rounded down,
+        #: so that it is never told more time than it has
+        self.keep_alive_header = b"connection: keep-alive\r\nkeep-alive: timeout=%d\r\n" % int(
+            min(max(seconds, 0.0), 2**31 - 1)
+        )
 
     @property
     def port(self) -> int:
