@@ -12,6 +12,7 @@ from torchplace.lint.base import (
     Family,
     Rule,
     Scope,
+    call_name,
     has_star_kwargs,
     keyword,
     loop_items,
@@ -466,6 +467,10 @@ _FALLBACK = re.compile(
 _RANKS = re.compile(r"rank|world_size|distributed")
 # CUDA as a choice (`--cuda`, `if opt.cuda:`, `torch.cuda.is_available()`): a CPU path exists.
 _CUDA_CHOICE = re.compile(r"--cuda|use_gpu|\.cuda\b(?!\()")
+# Code that follows its tensors' devices (`device = x.device`, `torch.zeros(b, t,
+# device=seq.device)`): written to run where its inputs are, so a stray `.cuda()` in its
+# modules' methods (a decoder's `torch.zeros(...).cuda()`) is a slip TPL102 reports.
+_FOLLOWS_TENSORS = re.compile(r"\bdevice\s*=\s*[A-Za-z_][\w.]*\.device\b")
 
 
 # `assert torch.cuda.is_available()` demands CUDA, and `torch.cuda.device_count()` (any
@@ -506,10 +511,28 @@ def _may_load_elsewhere(ctx: Context) -> bool:
             _RANKS.search(source)
             or _CUDA_CHOICE.search(_no_cuda_queries(source))
             or _gpu_choice(ctx)
+            or _slips_in_device_following_modules(ctx)
         )
         pinned = literal is not None or bare
         cached = scope.cache["loads-elsewhere"] = bool(_FALLBACK.search(source)) or not pinned
     return bool(cached)
+
+
+def _slips_in_device_following_modules(ctx: Context) -> bool:
+    """Every ``.cuda()`` of the file sits in a method of an ``nn.Module`` whose file follows
+    its tensors' devices (``device = x.device``): a module deciding its own device is a slip
+    TPL102 reports (a decoder's ``torch.zeros(1, n).cuda()``), not a pin of the file to CUDA.
+    A ``.cuda()`` anywhere else (a detector class's ``Network(path).cuda()``) pins it."""
+    if not _FOLLOWS_TENSORS.search(ctx.source):
+        return False
+    inside: set[int] = set()
+    calls: list[ast.Call] = []
+    for node in walk(ctx.scope.root().node):
+        if isinstance(node, ast.ClassDef) and ctx.resolver.is_module_class(node):
+            inside.update(id(sub) for sub in walk(node))
+        elif isinstance(node, ast.Call) and call_name(node) == "cuda":
+            calls.append(node)
+    return bool(calls) and all(id(call) in inside for call in calls)
 
 
 def _gpu_choice(ctx: Context) -> bool:
