@@ -15,9 +15,8 @@ from pathlib import Path
 from torchplace import __version__, report
 from torchplace.errors import ConfigError
 from torchplace.lint.config import load_settings
-from torchplace.lint.engine import decode_source
 from torchplace.lint.finding import Finding
-from torchplace.lint.fix import apply_fixes
+from torchplace.lint.fix import fix_file_bytes
 from torchplace.lint.notebook import NOTEBOOK_SUFFIX, fix_notebook
 from torchplace.lint.output import FORMATS, format_findings, format_statistics
 from torchplace.lint.rules import ALL_RULES
@@ -79,32 +78,28 @@ def configure(parser: argparse.ArgumentParser) -> None:
     report.add_output_options(parser, formats=FORMATS)
 
 
-def _apply_fixes(findings: list[Finding]) -> tuple[int, set[str]]:
-    """Fix files in place; return (fixes applied, files changed)."""
+def _apply_fixes(findings: list[Finding]) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """Fix files in place; return (fixes applied per file changed, files that could not be
+    read or written back, with why): one such file leaves the others fixed."""
     by_file: dict[str, list[Finding]] = defaultdict(list)
     for finding in findings:
         if finding.fix is not None:
             by_file[finding.path].append(finding)
-    applied = 0
-    changed: set[str] = set()
+    changed: dict[str, int] = {}
+    failed: list[tuple[str, str]] = []
     for path, file_findings in by_file.items():
-        raw = Path(path).read_bytes()
-        if path.endswith(NOTEBOOK_SUFFIX):
-            new, count = fix_notebook(raw, file_findings)
-            if count and new != raw:
-                Path(path).write_bytes(new)
-                applied += count
-                changed.add(path)
-            continue
-        source = decode_source(raw)
-        if source.encode("utf-8") != raw:
-            continue  # a BOM or another encoding: leave the bytes alone
-        fixed, count = apply_fixes(source, file_findings)
-        if count and fixed != source:
-            Path(path).write_bytes(fixed.encode("utf-8"))
-            applied += count
-            changed.add(path)
-    return applied, changed
+        try:
+            raw = Path(path).read_bytes()
+            if path.endswith(NOTEBOOK_SUFFIX):
+                fixed, count = fix_notebook(raw, file_findings)
+            else:
+                fixed, count = fix_file_bytes(raw, file_findings)
+            if count and fixed != raw:
+                Path(path).write_bytes(fixed)
+                changed[path] = count
+        except OSError as exc:
+            failed.append((path, exc.strerror or str(exc)))
+    return changed, failed
 
 
 def _linted_files(paths: list[str], output: str | None) -> list[str]:
@@ -138,25 +133,40 @@ def run(args: argparse.Namespace) -> int:
     )
     result = lint_paths(args.paths, settings, jobs=args.jobs)
     findings = result.findings
+    fixed: dict[str, int] | None = None
+    failed: list[tuple[str, str]] = []
     if args.fix:
-        applied, changed = _apply_fixes(findings)
-        if changed:  # what is left in the fixed files
-            again = lint_paths(sorted(changed), settings, jobs=args.jobs)
-            findings = sorted([f for f in findings if f.path not in changed] + again.findings)
+        fixed, failed = _apply_fixes(findings)
+        if fixed:  # what is left in the fixed files
+            again = lint_paths(sorted(fixed), settings, jobs=args.jobs)
+            findings = sorted([f for f in findings if f.path not in fixed] + again.findings)
             result.errors.extend(again.errors)
-        print(f"Fixed {applied} finding(s) in {len(changed)} file(s).", file=sys.stderr)
+        print(f"Fixed {sum(fixed.values())} finding(s) in {len(fixed)} file(s).", file=sys.stderr)
     if args.statistics and args.format == "text":
         text = format_statistics(findings)
     else:
         text = format_findings(
-            findings, args.format, files=result.files, version=__version__, errors=result.errors
+            findings,
+            args.format,
+            files=result.files,
+            version=__version__,
+            errors=result.errors,
+            fixed=fixed,
         )
     if text or args.output is not None:
         report.write_report(text + "\n" if text else "", args.output)
+    for path, message in failed:
+        print(
+            f"torchplace lint: cannot fix {path}: {message}; its findings are reported as they "
+            "were (make the file writable and run --fix again)",
+            file=sys.stderr,
+        )
     for path, message in result.errors:
         print(f"torchplace lint: internal error on {path}: {message}", file=sys.stderr)
     if result.errors:
         return report.EXIT_USAGE
+    if failed:
+        return report.EXIT_FAILED
     if findings and not args.exit_zero:
         return report.EXIT_FAILED
     return report.EXIT_OK

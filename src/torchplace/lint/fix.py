@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import codecs
 import re
+import tokenize
 from collections.abc import Iterable
+from io import BytesIO
 
 from torchplace.lint.finding import Edit, Finding
 
-__all__ = ["apply_fixes"]
+__all__ = ["apply_fixes", "fix_file_bytes"]
 
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)?")
 
@@ -68,3 +71,35 @@ def apply_fixes(source: str, findings: Iterable[Finding]) -> tuple[str, int]:
 
 def _valid(edit: Edit, lines: list[str]) -> bool:
     return 1 <= edit.line <= len(lines) and 1 <= edit.end_line <= len(lines)
+
+
+def _encoding(raw: bytes) -> str:
+    """The codec the linter read ``raw`` with: UTF-8 after a BOM, UTF-8 when the bytes are,
+    else the file's PEP 263 cookie."""
+    if raw.startswith(codecs.BOM_UTF8):
+        return "utf-8-sig"
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return tokenize.detect_encoding(BytesIO(raw).readline)[0]
+    return "utf-8"
+
+
+def fix_file_bytes(raw: bytes, findings: Iterable[Finding]) -> tuple[bytes, int]:
+    """A Python file's bytes with the fixes applied, written back in the file's own encoding
+    (a BOM, a ``# -*- coding: latin-1 -*-`` cookie kept), and how many were applied; the bytes
+    unchanged (0) when they do not decode, or the fixed text does not encode, losslessly."""
+    try:
+        encoding = _encoding(raw)
+        source = raw.decode(encoding)
+        if source.encode(encoding) != raw:
+            return raw, 0
+    except (SyntaxError, LookupError, UnicodeError):
+        return raw, 0
+    fixed, count = apply_fixes(source, findings)
+    if not count or fixed == source:
+        return raw, 0
+    try:
+        return fixed.encode(encoding), count
+    except UnicodeError:
+        return raw, 0

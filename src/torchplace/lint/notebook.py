@@ -15,7 +15,8 @@ cell its editor marks as another language (VS Code's ``metadata.vscode.languageI
 A finding's ``cell`` is the cell's 1-based position in the notebook, every cell counted
 (markdown ones too, as editors number them), and its ``line`` the line in that cell. ``--fix``
 edits the cells' sources and writes the notebook back as Jupyter writes it (JSON indented as the
-file was, by one space when it cannot tell, a final newline), outputs and metadata untouched.
+file was, by one space when it cannot tell; ``\\uXXXX`` escapes in a file that is all ASCII, a
+final newline where it had one), outputs and metadata untouched.
 """
 
 from __future__ import annotations
@@ -59,6 +60,10 @@ _CLASSIC_PROMPT = re.compile(r"^(?:>>>|\.\.\.)(?: |$)")
 #: a line a message names (``at line 12``, ``(line 3)``): of the joined source, until placed
 _LINE_REF = re.compile(r"\bline (\d+)\b")
 
+
+#: a line of a cell's source as nbformat stores it in a list: split after each ``\n`` only
+#: (``str.splitlines`` also splits at ``\x0c``, ``\x1c`` or ``\u2028`` inside a string literal)
+_SOURCE_LINE = re.compile(r"[^\n]*\n|[^\n]+")
 
 #: the indentation of a notebook's first key: kept when it is written back
 _INDENT = re.compile(rb"\{\r?\n( +)\"")
@@ -342,14 +347,15 @@ def fix_notebook(raw: bytes, findings: Iterable[Finding]) -> tuple[bytes, int]:
         original = cell.get("source", "")
         fixed, count = apply_fixes(_text(original), cell_findings)
         if count:
-            cell["source"] = fixed if isinstance(original, str) else fixed.splitlines(True)
+            cell["source"] = fixed if isinstance(original, str) else _SOURCE_LINE.findall(fixed)
             applied += count
     if not applied:
         return raw, 0
     indent = _INDENT.match(raw)  # as the file has it; Jupyter's own is one space
     width = len(indent.group(1)) if indent else 1
-    text = json.dumps(notebook.document, indent=width, ensure_ascii=False) + "\n"
-    return text.encode("utf-8"), applied
+    # An all-ASCII file keeps its \u escapes; a final newline only where the file had one.
+    text = json.dumps(notebook.document, indent=width, ensure_ascii=raw.isascii())
+    return (text + "\n" if raw.endswith(b"\n") else text).encode("utf-8"), applied
 
 
 def _moved(edits: Sequence[Edit], cell: _Cell) -> tuple[Edit, ...]:

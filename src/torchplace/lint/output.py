@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from torchplace import report
 from torchplace.errors import ConfigError
@@ -118,12 +118,19 @@ def _github_lines(finding: Finding) -> str:
     )
 
 
-def _json(findings: Sequence[Finding], files: int, errors: Sequence[tuple[str, str]]) -> str:
-    result = {
+def _json(
+    findings: Sequence[Finding],
+    files: int,
+    errors: Sequence[tuple[str, str]],
+    fixed: Mapping[str, int] | None,
+) -> str:
+    result: dict[str, object] = {
         "files": files,
         "findings": [f.to_dict() for f in findings],
         "errors": [{"path": path, "message": message} for path, message in errors],
     }
+    if fixed is not None:  # a --fix run: the files it changed and how many fixes each took
+        result["fixed"] = [{"path": path, "count": count} for path, count in sorted(fixed.items())]
     return report.to_json(report.envelope("lint", result)).rstrip("\n")
 
 
@@ -134,12 +141,14 @@ def format_findings(
     files: int = 0,
     version: str = "0",
     errors: Sequence[tuple[str, str]] = (),
+    fixed: Mapping[str, int] | None = None,
 ) -> str:
-    """Render findings in one of :data:`FORMATS` (``errors``: files the linter could not read)."""
+    """Render findings in one of :data:`FORMATS` (``errors``: files the linter could not read;
+    ``fixed``: after ``--fix``, the fixes applied per file, listed in JSON)."""
     if fmt == "text":
         return _text(findings, files)
     if fmt == "json":
-        return _json(findings, files, errors)
+        return _json(findings, files, errors, fixed)
     if fmt == "sarif":
         return _sarif(findings, version)
     if fmt == "github":

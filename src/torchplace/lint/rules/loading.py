@@ -86,8 +86,10 @@ def _loading_call(stmt: ast.Assign | ast.AnnAssign | ast.Expr, ctx: Context) -> 
 
 def _torch_load(call: ast.Call, ctx: Context) -> None:
     if has_star_kwargs(call):
-        if _callers_leave_out(call, ctx, "weights_only"):
-            _report_weights_only(call, ctx, forwarded=True)
+        if keyword(call, "weights_only") is None and _callers_leave_out(call, ctx, "weights_only"):
+            # a caller's `pickle_module=` reaches the load through the `**kwargs` too
+            unpickler = not _callers_leave_out(call, ctx, "pickle_module")
+            _report_weights_only(call, ctx, forwarded=True, unpickler=unpickler)
         return
     if (
         len(call.args) < 2
@@ -132,31 +134,31 @@ def _callers_leave_out(call: ast.Call, ctx: Context, name: str) -> bool:
     )
 
 
-def _report_weights_only(call: ast.Call, ctx: Context, *, forwarded: bool) -> None:
+def _report_weights_only(
+    call: ast.Call, ctx: Context, *, forwarded: bool, unpickler: bool = False
+) -> None:
     if (
         not any(isinstance(arg, ast.Starred) for arg in call.args)
         and not in_test(ctx)
         and not _round_trip(call, ctx)
         and not _decided_elsewhere(ctx)
     ):
+        if unpickler or _custom_unpickler(call):
+            ctx.report(
+                NO_WEIGHTS_ONLY.code,
+                call,
+                "`torch.load` with a `pickle_module` of its own unpickles arbitrary objects "
+                "(code execution on a crafted file) on every torch version, and torch refuses "
+                "`weights_only=True` with one; load only files you trust, or save a plain "
+                "state dict and load it with `weights_only=True`",
+            )
+            return
         fix = None
-        last = max(
-            [*call.args, *(kw.value for kw in call.keywords)],
-            key=lambda node: (node.end_lineno or 0, node.end_col_offset or 0),
-            default=None,
-        )
-        if last is not None and last.end_lineno is not None and last.end_col_offset is not None:
+        where = _after_last_argument(call, ctx)
+        if where is not None:
+            line, col = where
             fix = Fix(
-                "add `weights_only=True`",
-                (
-                    Edit(
-                        last.end_lineno,
-                        last.end_col_offset,
-                        last.end_lineno,
-                        last.end_col_offset,
-                        ", weights_only=True",
-                    ),
-                ),
+                "add `weights_only=True`", (Edit(line, col, line, col, ", weights_only=True"),)
             )
         callers = " (no caller passes it through `**kwargs`)" if forwarded else ""
         ctx.report(
@@ -167,6 +169,50 @@ def _report_weights_only(call: ast.Call, ctx: Context, *, forwarded: bool) -> No
             "`weights_only=True`",
             fix,
         )
+
+
+def _custom_unpickler(call: ast.Call) -> bool:
+    """``torch.load(f, pickle_module=dill)`` (or a third positional argument): torch refuses
+    ``weights_only=True`` with a pickle module of the caller's, so adding it breaks the load."""
+    return len(call.args) >= 3 or keyword(call, "pickle_module") is not None
+
+
+def _after_last_argument(call: ast.Call, ctx: Context) -> tuple[int, int] | None:
+    """Where ``, weights_only=True`` goes: after the last argument and the parentheses around
+    it (``torch.load((path))``), as (line, byte column); None when the call has no argument or
+    its text is not what the tree says."""
+    last = max(
+        [*call.args, *(kw.value for kw in call.keywords)],
+        key=lambda node: (node.end_lineno or 0, node.end_col_offset or 0),
+        default=None,
+    )
+    if last is None or last.end_lineno is None or last.end_col_offset is None:
+        return None
+    if call.end_lineno is None or call.end_col_offset is None:
+        return None
+    lines = ctx.lines()
+    stop = (call.end_lineno, call.end_col_offset - 1)  # the call's own closing parenthesis
+    here = (last.end_lineno, last.end_col_offset)
+    if here > stop:
+        return None  # a generator argument's span takes in the call's parentheses
+    where = here
+    while here < stop:
+        line, col = here
+        if line > len(lines):
+            return None
+        text = lines[line - 1].encode("utf-8")
+        if col >= len(text) or text[col : col + 1] in (b"#", b"\\"):
+            here = (line + 1, 0)  # the rest of the line is a comment or a line break
+            continue
+        char = text[col : col + 1]
+        if char == b")":
+            where = (line, col + 1)  # closes a parenthesis around the argument
+        elif char == b",":
+            break
+        elif not char.isspace():
+            return None
+        here = (line, col + 1)
+    return where
 
 
 _HOST_PAYLOADS = (
