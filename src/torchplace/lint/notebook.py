@@ -47,10 +47,13 @@ NOTEBOOK_SUFFIX = ".ipynb"
 _PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun"})
 #: a line IPython reads itself: a magic, a shell escape (maybe assigned), a help request (also a
 #: wildcard search, ``torch.*Tensor?``), or a package magic called without its ``%``
-#: (automagic: ``pip install -r requirements.txt``)
+#: (automagic: ``pip install -r requirements.txt``), or a shell magic called without its ``%``
+#: on a path or name, which Python cannot read (``cd PhotoMaker/``, ``ls ../data``)
 _IPYTHON_LINE = re.compile(
     r"^(?P<indent>[ \t]*)(?:[%!?]|[\w.]+\s*=\s*[%!]|[\w.*\[\]()]+\?\??\s*$"
-    r"|(?:pip|conda|mamba)[ \t]+(?:install|uninstall)[ \t])"
+    r"|(?:pip|conda|mamba)[ \t]+(?:install|uninstall)[ \t]"
+    r"|(?:cd|ls|pushd|mkdir|rmdir|cat|cp|mv|rm|load_ext|reload_ext|matplotlib)[ \t]+"
+    r"(?!(?:in|is|if|else|and|or|not|for)\b)(?:[\w~/'\"]|\.[./]|\.[ \t]*$))"
 )
 
 

@@ -141,6 +141,12 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
         return None  # `dist.all_gather(sizes, local_size)` of a packed `.numel()`: sizes
     if found is not None and found[0] == "items" and _unpickles_gathered(facts, loop, iters, scope):
         return None  # each rank's pickled bytes from `dist.all_gather`, decoded one by one
+    if (
+        found is not None
+        and found[0] == "rows"
+        and all(_returns_dict(facts, i, scope) for i in iters)
+    ):
+        found = None  # `for key in coeffs:` of `coeffs = split_coeff(x)`: a dict's keys, not rows
     if found is not None and found[0] == "rows" and narrowed_to_list(loop, scope):
         # `if isinstance(out, list): out = [o.cpu() for o in out]`: one whole tensor per head
         return "items", found[1]
@@ -321,20 +327,43 @@ def _few_constants(it: ast.expr, scope: ast.AST, bound: bool = False) -> bool:
             if parent_value is None:
                 return False
             values.append(parent_value)
-        elif (  # `d[k] = v` with a computed key, `names.append(n)`: it grows
-            isinstance(node, ast.Subscript)
-            and isinstance(node.value, ast.Name)
-            and node.value.id == it.id
-            and not isinstance(node.ctx, ast.Load)
-            and not isinstance(node.slice, ast.Constant)
-        ) or (
-            isinstance(node, ast.Attribute)
-            and isinstance(node.value, ast.Name)
-            and node.value.id == it.id
-            and node.attr in _GROWS
-        ):
+        elif _grows(node, it.id):
             return False
     return len(values) == 1 and _few_constants(values[0], scope, bound=True)
+
+
+def _grows(node: ast.AST, name: str) -> bool:
+    """``d[k] = v`` with a computed key, ``names.append(n)``, ``d.update(x)``: ``name`` grows."""
+    return (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == name
+        and not isinstance(node.ctx, ast.Load)
+        and not isinstance(node.slice, ast.Constant)
+    ) or (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == name
+        and node.attr in _GROWS
+    )
+
+
+def _returns_dict(facts: FileFacts, it: ast.expr, scope: ast.AST) -> bool:
+    """``coeffs`` bound once, and never grown, to a call of a function of the file whose every
+    ``return`` gives a dict display of a few constant keys (``split_coeff(full)`` returning
+    ``{"id": c[:, :80], "exp": c[:, 80:144], ...}``): walking it walks its keys."""
+    if not isinstance(it, ast.Name) or any(_grows(sub, it.id) for sub in subtree(scope)):
+        return False
+    value = _bound_before(scope, it)
+    if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Name)):
+        return False
+    node = facts.top_level(value.func.id)
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    values = [r.value for r in own_nodes(node) if isinstance(r, ast.Return)]
+    return bool(values) and all(
+        isinstance(v, ast.Dict) and _few_constants(v, node, bound=True) for v in values
+    )
 
 
 def _capped(loop: ast.AST) -> bool:
@@ -1221,8 +1250,9 @@ _FRAMEWORK_STEPS = frozenset(
 
 def moves_some(loop: ast.For | ast.AsyncFor) -> bool:
     """The loop moves one of its own targets to a device (``x = x.to(device)``), also through
-    a name bound to an item of one (``videos = batch[0]``, then ``videos.to(device)``), or a
-    tensor a method builds from one (``x.float().cuda()``, ``src.new_full(s, v).to(device)``)."""
+    a name bound to an item of one (``videos = batch[0]``, then ``videos.to(device)``), a
+    tensor a method builds from one (``x.float().cuda()``, ``src.new_full(s, v).to(device)``),
+    or one joined from one (``torch.stack(images, dim=0).to(device)``)."""
     targets = set(_target_names(loop.target))
     for stmt in loop.body:
         if isinstance(stmt, ast.Assign) and isinstance(stmt.value, (ast.Subscript, ast.Attribute)):
@@ -1240,10 +1270,22 @@ def moves_some(loop: ast.For | ast.AsyncFor) -> bool:
                 isinstance(sub, ast.Call)
                 and isinstance(sub.func, ast.Attribute)
                 and sub.func.attr in {"to", "cuda"}
-                and _chain_root(sub.func.value) in targets
+                and (_chain_root(sub.func.value) in targets or _stacked(sub.func.value) in targets)
             ):
                 return True
     return False
+
+
+# Functions that join a list of tensors into one: what a collate function left as a list.
+_JOINS = frozenset({"torch.stack", "torch.cat", "torch.concat", "torch.vstack", "torch.hstack"})
+
+
+def _stacked(node: ast.expr) -> str | None:
+    """The item a join is built from: ``images`` of ``torch.stack(images, dim=0)``, moved
+    whole (``torch.stack(images).to(device)``) beside a ``targets`` it leaves on the host."""
+    if isinstance(node, ast.Call) and dotted_name(node.func) in _JOINS and node.args:
+        return _chain_root(node.args[0])
+    return None
 
 
 def _walked_parts(

@@ -878,7 +878,7 @@ def _load_site(call: ast.Call, ctx: Context, what: str, via: Load | None = None)
         return  # `torch.load(file.name).numpy()`: a saved tensor read as data, not a model
     loads = f"`{what}(...)`" if via is None else f"`{what}(...)` (it runs {via.describe()})"
     handler = _request_handler(ctx)
-    if handler is not None and not _lazy(ctx):
+    if handler is not None and not _lazy(ctx) and not _installs_global(call, ctx):
         ctx.report(
             LOAD_PER_REQUEST.code,
             call,
@@ -920,6 +920,33 @@ def _lazy(ctx: Context) -> bool:
     model_dict[name] = torch.hub.load(...)``): the first request for a model loads it, the
     others reuse it."""
     return any(isinstance(p, ast.If) and not_loaded_yet(p.test) for p in ctx.parents)
+
+
+def _installs_global(call: ast.Call, ctx: Context) -> bool:
+    """``global model``, then ``model = Svc(path, ...)`` in the handler of a "load" button: the
+    handler stores the model in a module-level name for the other handlers and runs none of
+    it itself (``model(x)``, ``model.infer(x)``; reading ``model.spk2id.keys()`` for the page is
+    no run), so loading is its job, once per click."""
+    scope = ctx.function_scope()
+    statement = ctx.stmt_path[-1][0][ctx.stmt_path[-1][1]] if ctx.stmt_path else None
+    if scope is None or not isinstance(statement, ast.Assign) or statement.value is not call:
+        return False
+    declared = {
+        name
+        for node in own_nodes(scope.node)
+        if isinstance(node, ast.Global)
+        for name in node.names
+    }
+    stored = {t.id for t in statement.targets if isinstance(t, ast.Name)}
+    if not stored or not stored <= declared or len(stored) != len(statement.targets):
+        return False
+    for node in own_nodes(scope.node):
+        if not isinstance(node, ast.Call):
+            continue
+        receiver = node.func.value if isinstance(node.func, ast.Attribute) else node.func
+        if isinstance(receiver, ast.Name) and receiver.id in stored:
+            return False  # `model.infer(x)`: the handler runs what it loaded
+    return True
 
 
 def _one_step(loop: ast.AST, ctx: Context) -> bool:

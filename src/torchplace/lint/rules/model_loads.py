@@ -177,6 +177,8 @@ def _search(
     calls = [sub for sub in own_nodes(node) if isinstance(sub, ast.Call) and id(sub) not in once]
     where = f"{cls.name}.{node.name}" if cls is not None else node.name
     arrays = read_as_arrays(node)
+    if node.name != "__init__" and any(facts.qualname(c.func) == "torch.save" for c in calls):
+        return None  # load, change, `torch.save`: a checkpoint converted (merged, compressed)
     for call in calls:
         what = is_loader(call, facts.qualname(call.func))
         if what is not None and id(call) not in arrays and not _reads_given_bytes(call, node):
@@ -262,7 +264,13 @@ def _memoised(node: _Def) -> set[int]:
 
 def not_loaded_yet(test: ast.expr) -> bool:
     """``if self.model is None:``, ``if cache[name] is None:``, ``if key not in cache:``,
-    ``if not hasattr(self, "net"):``: a test that holds until something is loaded."""
+    ``if not hasattr(self, "net"):``: a test that holds until something is loaded; also
+    ``if model is None or name != current_name:``, a cache that reloads only when the choice
+    changes."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
+        return any(not_loaded_yet(value) for value in test.values) and all(
+            not_loaded_yet(value) or _changed(value) for value in test.values
+        )
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return isinstance(test.operand, (ast.Name, ast.Attribute)) or (
             isinstance(test.operand, ast.Call)
@@ -275,3 +283,12 @@ def not_loaded_yet(test: ast.expr) -> bool:
             return isinstance(right, ast.Constant) and right.value is None
         return isinstance(op, ast.NotIn)
     return False
+
+
+def _changed(test: ast.expr) -> bool:
+    """``name != current_name``: a test that the choice differs from what is loaded."""
+    return (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], (ast.NotEq, ast.IsNot))
+    )

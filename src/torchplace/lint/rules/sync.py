@@ -1967,6 +1967,8 @@ def _in_loop(
     kind, line, evidence = step
     if fact is None and (not explicit or kind != "batch" or _host_only_file(ctx)):
         return False
+    if _narrowed_to_host(text, node, ctx):
+        return False  # `if isinstance(value, float): print(f"{value:.4f}")`: a Python number
     if bulk and _fills_store(read or node, ctx):
         return False  # store.index_copy_(0, i, x.cpu()): filling a host buffer is the job
     if explicit and _steps_environment(read or node, ctx):
@@ -1998,6 +2000,45 @@ def _in_loop(
         f"({cause}); {_ADVICE}",
     )
     return True
+
+
+# Types whose `isinstance` test says a value is a Python scalar or text, not a tensor.
+_HOST_TYPES = frozenset({"float", "int", "bool", "str", "numbers.Number", "numbers.Real"})
+
+
+def _narrowed_to_host(text: str, node: ast.AST, ctx: Context) -> bool:
+    """The read's subject ``text`` (a plain name) is inside the body of an ``if`` that tests
+    it to be a Python number or text (``if isinstance(value, float):``, also one test of an
+    ``and``, or a tuple of such types): there it holds no tensor, whatever else it may hold."""
+    if not text.isidentifier():
+        return False
+    line = getattr(node, "lineno", 0)
+    for parent in ctx.parents:
+        if not isinstance(parent, ast.If) or not parent.body:
+            continue
+        if not parent.body[0].lineno <= line <= (parent.body[-1].end_lineno or line):
+            continue
+        tests = parent.test.values if isinstance(parent.test, ast.BoolOp) else [parent.test]
+        if isinstance(parent.test, ast.BoolOp) and not isinstance(parent.test.op, ast.And):
+            continue
+        if any(_tests_host_type(test, text) for test in tests):
+            return True
+    return False
+
+
+def _tests_host_type(test: ast.expr, name: str) -> bool:
+    """``isinstance(name, float)``, ``isinstance(name, (int, float))``."""
+    if not (
+        isinstance(test, ast.Call)
+        and isinstance(test.func, ast.Name)
+        and test.func.id == "isinstance"
+        and len(test.args) == 2
+        and isinstance(test.args[0], ast.Name)
+        and test.args[0].id == name
+    ):
+        return False
+    kinds = test.args[1].elts if isinstance(test.args[1], ast.Tuple) else [test.args[1]]
+    return bool(kinds) and all(dotted_name(kind) in _HOST_TYPES for kind in kinds)
 
 
 _DEVICE_MARKS = (".to(", ".cuda(", "device=", "backward")
