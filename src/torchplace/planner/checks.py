@@ -50,7 +50,7 @@ def check_plan(
         out += _tied(units, placement)
         out += _return_trip(flow)
         out += _io_same_device(placement, flow)
-        out += _spilled(placement)
+        out += _spilled(placement, units)
         out += _fallback(placement)
     out += _too_big(units, placement, budgets)
     for dev, budget in budgets.items():
@@ -70,7 +70,7 @@ def _io_same_device(placement: Placement, flow: Flow) -> list[PlanWarning]:
     return [PlanWarning("io-same-device", message)]
 
 
-def _spilled(placement: Placement) -> list[PlanWarning]:
+def _spilled(placement: Placement, units: Units) -> list[PlanWarning]:
     spilled = [label(u) for u, d in placement.assign.items() if d == HOST]
     if not spilled:
         return []
@@ -78,6 +78,19 @@ def _spilled(placement: Placement) -> list[PlanWarning]:
         f"{len(spilled)} unit(s) left on the host ({_first(spilled)}): every forward copies "
         "their weights in; add devices or lower the batch"
     )
+    idle = [d for d in placement.devices if d != HOST and d not in placement.used()]
+    if idle:  # more devices do not help: a unit does not fit in one
+        sizes = {u.path: u.weight_bytes for u in units.units}
+        largest = max(
+            (u for u, d in placement.assign.items() if d == HOST), key=lambda u: sizes.get(u, 0)
+        )
+        message = (
+            f"{len(spilled)} unit(s) left on the host ({_first(spilled)}) while "
+            f"{', '.join(idle)} hold(s) none: a unit does not fit whole in a device's "
+            f"max_memory (the largest left, {label(largest)}, holds "
+            f"{human(sizes.get(largest, 0))}; the first device keeps room for the largest "
+            "unit, as accelerate does); raise --max-memory rather than add devices"
+        )
     if len(spilled) == len(placement.assign):
         message = (
             f"every unit is left on the host ({_first(spilled)}): no device's max_memory has "

@@ -87,6 +87,7 @@ class _Walker:
         self.settled: set[int] = set()  # parts of storages whose home is decided
         self.glue_device: Any = None  # op -> where the model's own code runs then
         self.span_of: dict[tuple[int, str], int] = {}  # a kept copy's span in spans[device]
+        self.own_span: dict[int, int] = {}  # an activation's span where it is made
 
     def device(self, unit: str) -> str:
         return self.only or self.placement.device_of(unit)
@@ -162,6 +163,20 @@ class _Walker:
             if at is not None:
                 start, until, nbytes = self.spans[d][at]
                 self.spans[d][at] = (start, min(until, end), nbytes)
+
+    def outlived(self, index: int, end: int) -> None:
+        """Under a stage runner, a unit elsewhere returned ``index`` as it came, its own copy:
+        the original, where it was made, lives only as long as the code keeps it, until
+        ``end`` (``h = self.dropout(self.norm(h))`` lets it go at once)."""
+        at = self.own_span.get(index)
+        if at is not None and self.home[index] == self.made_on(index):
+            start, until, nbytes = self.spans[self.home[index]][at]
+            self.spans[self.home[index]][at] = (start, min(until, end), nbytes)
+
+    def made_on(self, index: int) -> str:
+        """The device ``index`` is made on: its unit's, or where the model's code then runs."""
+        alloc = self.trace.allocs[index]
+        return self.glue_device(alloc.start) if alloc.owner == GLUE else self.device(alloc.owner)
 
     def lives(self, index: int) -> int:
         """Until when a kept copy of ``index`` lives: as long as its storage (a runner keeps
@@ -257,9 +272,10 @@ def flow(trace: Trace, placement: Placement, *, replica: str | None = None) -> F
         elif alloc.weight:  # in the weights already; a copy elsewhere is an activation there
             w.home[alloc.index] = w.device(alloc.owner)
         else:
-            dev = flow_device(alloc.start) if alloc.owner == GLUE else w.device(alloc.owner)
+            dev = w.made_on(alloc.index)
             w.home[alloc.index] = dev
-            w.spans.setdefault(dev, []).append((alloc.start, alloc.end, alloc.nbytes))
+            w.own_span[alloc.index] = len(w.spans.setdefault(dev, []))
+            w.spans[dev].append((alloc.start, alloc.end, alloc.nbytes))
     inputs = [a for a in trace.allocs if a.owner == INPUT]
     if placement.hooks and not replica:  # the user moves the inputs to the first device
         for alloc in inputs:
@@ -297,6 +313,8 @@ def flow(trace: Trace, placement: Placement, *, replica: str | None = None) -> F
             for index in dict.fromkeys(item.returned):
                 # what it returns is the copy it was handed, on its device: read from there,
                 # and copied anew elsewhere (a runner knows no copy made of it before)
+                if not hooked and w.home[index] != dev and index in item.outlived:
+                    w.outlived(index, item.outlived[index])
                 w.home[index] = dev
                 w.replaced(index, dev, item.end)
         else:  # the model's own code reads a tensor, or a unit another unit's weight
@@ -316,6 +334,11 @@ def flow(trace: Trace, placement: Placement, *, replica: str | None = None) -> F
     for position, index in enumerate(trace.outputs):
         back = placement.hooks and not replica and position not in trace.unmoved
         w.home[index] = made[index]  # hooks copy each place it is returned in (x, x): twice
+        if position in trace.aliased and not (placement.hooks and not replica):
+            # the original, or the copy of a unit that returned it as it came, where it is
+            unit = trace.aliased[position]
+            original = HOST if trace.allocs[index].owner == INPUT else w.made_on(index)
+            w.home[index] = original if unit is None else w.device(unit)
         if back and w.home[index] != entry:
             # the copy sent back outlives the forward: the caller holds it
             w.copy(

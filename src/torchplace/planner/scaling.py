@@ -18,12 +18,13 @@ __all__ = ["traces_for"]
 
 
 def _same_structure(a: Trace, b: Trace) -> bool:
-    if (a.ops, len(a.allocs), len(a.calls), a.outputs, a.seen.keys()) != (
+    if (a.ops, len(a.allocs), len(a.calls), a.outputs, a.seen.keys(), a.aliased) != (
         b.ops,
         len(b.allocs),
         len(b.calls),
         b.outputs,
         b.seen.keys(),
+        b.aliased,
     ):
         return False
     if any(
@@ -32,7 +33,8 @@ def _same_structure(a: Trace, b: Trace) -> bool:
     ):
         return False
     return all(
-        (x.unit, x.start, x.args, x.handed) == (y.unit, y.start, y.args, y.handed)
+        (x.unit, x.start, x.args, x.handed, x.outlived)
+        == (y.unit, y.start, y.args, y.handed, y.outlived)
         for x, y in zip(a.calls, b.calls, strict=True)
     )
 

@@ -60,6 +60,7 @@ INPUT = "<input>"  # owner of the model's inputs
 RETURNED = "(returned)"  # the reader of the model's outputs (its caller), in ``Trace.seen``
 _MADE = "_torchplace_made"  # on a tensor that is a part of a storage: (operator, maker)
 _COPY = "_torchplace_copy"  # on a tensor of a copy dispatch hooks handed a unit: its _Copy
+_ALIASES = "_torchplace_aliases"  # on a recorded tensor: the _Alias groups it belongs to
 
 
 class UntraceableModel(PlacementError, ConfigError):
@@ -111,6 +112,13 @@ class UnitCall:
     # which may be long before its original (T5's ``dropout(inputs_embeds)``, its copy
     # replaced by the first block's output while ``inputs_embeds`` lives on)
     handed: dict[int, int] = field(default_factory=dict)
+    # no hooks (a stage runner's trace): of the arguments it returned as it came, each as an
+    # alias of its own (what a runner's unit returns is the copy it was handed, not the
+    # caller's tensor), the operator at which the last tensor of the argument's storage that
+    # is neither that alias nor made of it died: where the original lives on a device the
+    # unit is not on, it dies there (``h = self.dropout(h)``), or lives on where the code
+    # keeps it (T5's ``inputs_embeds``)
+    outlived: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -148,6 +156,10 @@ class Trace:
     # positions in ``outputs`` of those inside a structure dispatch hooks return as it is
     # (a plain dataclass: accelerate's ``send_to_device`` moves tensors, tuples, lists, dicts)
     unmoved: frozenset[int] = frozenset()
+    # no hooks: positions in ``outputs`` of a storage a unit returned as it came, each with
+    # the unit whose copy it is, under a stage runner, or None for the original (T5Gemma's
+    # norm output returned beside what the dropout elsewhere returned of it)
+    aliased: dict[int, str | None] = field(default_factory=dict)
 
     def received(self, op: int, reader: str, index: int) -> tuple[int, ...]:
         """The shape in which ``reader`` received Alloc ``index`` at operator ``op``."""
@@ -231,6 +243,31 @@ class _Copy:
             self.call.handed[self.position] = self.rec.op
 
 
+class _Alias:
+    """What a unit returned of an argument as it came, under a stage runner the unit's own
+    copy of it: the tensors of that copy (the alias the caller gets, the views taken of it,
+    aliases made of it in turn) among those of the argument's storage, so that the original's
+    own end is known (:attr:`UnitCall.outlived`)."""
+
+    def __init__(self, rec: _Recorder, call: UnitCall, index: int) -> None:
+        self.rec, self.call, self.index, self.members = rec, call, index, 0
+
+    def join(self, t: torch.Tensor) -> None:
+        cell: _Cell = getattr(t, _ALIASES)
+        if self not in cell.groups:
+            cell.groups.append(self)
+            self.members += cell.holds
+
+
+@dataclass
+class _Cell:
+    """A recorded tensor's :class:`_Alias` groups, and how often it was held (an in-place
+    operator returns its operand, held again): each hold a member of each group."""
+
+    groups: list[_Alias] = field(default_factory=list)
+    holds: int = 0
+
+
 class _Recorder:
     """The bookkeeping behind the dispatch mode (kept apart so it is plain, typed Python)."""
 
@@ -255,6 +292,7 @@ class _Recorder:
         self.seen: dict[tuple[int, str, int], tuple[int, ...]] = {}  # as in Trace.seen
         self.hooks: Hooks | None = None  # a placement dispatched by hooks: calls as they run
         self.copies: list[_Copy] = []  # the copies those hooks handed the units
+        self.aliases: dict[int, list[_Alias]] = {}  # storage key -> its _Alias groups
         self.values = Values()  # of the tensors made from the inputs alone
         self.failed: tuple[BaseException, str] | None = None  # an operator meta cannot run
         self.shapes_fault = False  # ... which fails on the CPU too: the forward's shapes
@@ -317,14 +355,68 @@ class _Recorder:
             # runs, as ``edges.t()`` of an input copied there): when and where made
             setattr(t, _MADE, (self.op, owner))
         self.refs[key] = self.refs.get(key, 0) + 1
-        weakref.finalize(t, self._release, key)
+        cell: _Cell | None = getattr(t, _ALIASES, None)
+        if cell is None:
+            cell = _Cell()
+            setattr(t, _ALIASES, cell)
+        cell.holds += 1
+        for alias in cell.groups:
+            alias.members += 1
+        weakref.finalize(t, self._release, key, cell)
         return self.live[key]
 
-    def _release(self, key: int) -> None:
+    def _release(self, key: int, cell: _Cell) -> None:
         self.refs[key] -= 1
+        cell.holds -= 1
+        for alias in cell.groups:
+            alias.members -= 1
+        for alias in self.aliases.get(key, ()):
+            if alias.members == self.refs[key]:  # none of the storage's tensors but its own
+                alias.call.outlived.setdefault(alias.index, self.op)
         if self.refs[key] == 0:
             del self.refs[key]
+            self.aliases.pop(key, None)
             self.allocs[self.live.pop(key)].end = self.op
+
+    def alias(self, call: UnitCall, out: Any, given: list[torch.Tensor]) -> Any:
+        """``out``, what the unit of ``call`` returned, with each argument it returned as it
+        came (``given``: those it was handed) an alias of its own, and each tensor of such an
+        argument's storage it returned joined to it (see :class:`_Alias`)."""
+        import torch
+        from torch.utils._python_dispatch import _disable_current_modes
+        from torch.utils._pytree import tree_map
+
+        handed = {id(t) for t in given}
+        groups: dict[int, _Alias] = {}
+        swapped: list[torch.Tensor] = []
+
+        def swap(v: Any) -> Any:
+            if not isinstance(v, torch.Tensor) or not hasattr(v, _ALIASES):
+                return v
+            index = self.lookup(v)
+            if index is None or index not in call.returned:
+                return v
+            if index not in groups:
+                groups[index] = _Alias(self, call, index)
+                self.aliases.setdefault(_key(v), []).append(groups[index])
+            if id(v) in handed:
+                with _disable_current_modes():
+                    alias = v.view(v.shape)
+                give(alias, value_of(v))
+                self.hold(alias, self.allocs[index].owner)
+                if hasattr(v, _MADE):  # a view its code took: made when and where ``v`` was
+                    setattr(alias, _MADE, getattr(v, _MADE))
+                elif hasattr(alias, _MADE):
+                    delattr(alias, _MADE)
+                for group in getattr(v, _ALIASES).groups:  # a copy of a copy: the first's too
+                    group.join(alias)
+                swapped.append(alias)
+                v = alias
+            groups[index].join(v)
+            return v
+
+        aliased = tree_map(swap, out)
+        return aliased if swapped else out  # no container rebuilt where nothing is swapped
 
     def handed(self, unit: str, args: Any, kwargs: Any) -> tuple[Any, Any]:
         """``unit``'s arguments as dispatch hooks hand them over: each tensor from another
@@ -491,6 +583,8 @@ class _Recorder:
             self.flops[unit] = self.flops.get(unit, 0) + count
         for t in _tensors(out):
             self.hold(t, unit)
+        if self.aliases:
+            _joined(args, kwargs, out)
         self.op += 1
         return out
 
@@ -505,6 +599,22 @@ def _viewed(args: Any, kwargs: Any, out: Any) -> None:
         copy = copies.get(_key(t))
         if copy is not None and getattr(t, _COPY, None) is not copy:
             copy.join(t)
+
+
+def _joined(args: Any, kwargs: Any, out: Any) -> None:
+    """What an operator returns on the storage of an operand that is a unit's alias (a view
+    of it, or the operand itself from an in-place operator) is of that alias too."""
+    groups: dict[int, list[_Alias]] = {}
+    for t in _tensors((args, kwargs)):
+        cell = getattr(t, _ALIASES, None)
+        if cell is not None and cell.groups:
+            groups.setdefault(_key(t), []).extend(cell.groups)
+    if not groups:
+        return
+    for t in _tensors(out):
+        if hasattr(t, _ALIASES):
+            for group in groups.get(_key(t), ()):
+                group.join(t)
 
 
 _ADVICE = {
@@ -735,12 +845,16 @@ def _finished(
     """The record as a Trace: the outputs (as returned) and the inputs alive to the end."""
     outputs: list[int] = []
     unmoved: set[int] = set()
+    aliased: dict[int, str | None] = {}
     for t, moved in returned(out):
         index = rec.part(t, rec.lookup(t))
         if index is not None:
             rec.saw(rec.op, RETURNED, t, index)  # as returned, not as first allocated
             if not moved:
                 unmoved.add(len(outputs))
+            if rec.lookup(t) in rec.returned_by and rec.hooks is None:
+                groups = getattr(t, _ALIASES, _Cell()).groups
+                aliased[len(outputs)] = groups[-1].call.unit if groups else None
             outputs.append(index)
     for index in (*outputs, *(i for i in held if i is not None)):
         rec.allocs[index].end = rec.op  # alive when the forward returns
@@ -753,7 +867,7 @@ def _finished(
     batch, seq = size
     return Trace(
         batch, seq, rec.op, rec.allocs, rec.calls, rec.reads, rec.flops, outputs, rec.seen,
-        frozenset(unmoved),
+        frozenset(unmoved), aliased,
     )  # fmt: skip
 
 
@@ -815,6 +929,8 @@ def _wrap(sub: nn.Module, path: str, rec: _Recorder) -> Callable[[], None]:
             if index is not None and index in call.args:
                 call.returned.append(index)
                 rec.returned_by[index] = call.unit
+        if rec.hooks is None and call.returned:  # a stage runner's unit returns its copy
+            out = rec.alias(call, out, list(_tensors((args, kwargs))))
         return out
 
     sub.forward = wrapped
