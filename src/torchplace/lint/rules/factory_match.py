@@ -681,7 +681,7 @@ def _serves_host_code(name: str, tree: ast.AST, ctx: Context, depth: int) -> boo
     """A module-level function the file uses only in host-data code (``mix_samples(wav, ...)``
     called by a dataset's ``collater``), directly or through other such functions: it works
     on the CPU batch that code builds."""
-    return only_used_by(name, tree, lambda stmt: _host_user(stmt, tree, ctx, depth))
+    return only_used_by(name, ctx, lambda stmt: _host_user(stmt, tree, ctx, depth))
 
 
 def _host_user(stmt: ast.stmt, tree: ast.AST, ctx: Context, depth: int) -> bool:

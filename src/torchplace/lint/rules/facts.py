@@ -843,16 +843,30 @@ def loop_bound_names(loop: ast.AST, ctx: Context) -> set[str]:
     return names
 
 
-def only_used_by(name: str, tree: ast.AST, user: Callable[[ast.stmt], bool]) -> bool:
-    """Every module-level statement of ``tree`` that names ``name`` (its own ``def`` aside) is
+def only_used_by(name: str, ctx: Context, user: Callable[[ast.stmt], bool]) -> bool:
+    """Every module-level statement of the file that names ``name`` (its own ``def`` aside) is
     one ``user`` accepts, and there is one: a helper used only by dataset code, say."""
     users = [
         stmt
-        for stmt in getattr(tree, "body", [])
+        for stmt in _module_users(ctx).get(name, ())
         if not (isinstance(stmt, ast.FunctionDef) and stmt.name == name)
-        and any(isinstance(n, ast.Name) and n.id == name for n in walk(stmt))
     ]
     return bool(users) and all(user(stmt) for stmt in users)
+
+
+def _module_users(ctx: Context) -> dict[str, list[ast.stmt]]:
+    """Each name the file's module-level statements mention -> those statements, in order
+    (built once per file: asked for every helper a rule looks at, it walked the file each
+    time)."""
+    root = ctx.scope.root()
+    index: dict[str, list[ast.stmt]] | None = root.cache.get("module-users")
+    if index is None:
+        index = {}
+        for stmt in getattr(root.node, "body", []):
+            for named in dict.fromkeys(n.id for n in walk(stmt) if isinstance(n, ast.Name)):
+                index.setdefault(named, []).append(stmt)
+        root.cache["module-users"] = index
+    return index
 
 
 def is_env_step(call: ast.Call) -> bool:

@@ -344,7 +344,7 @@ def _in_dataset(ctx: Context) -> bool:
 def _serves_datasets(name: str, tree: ast.AST, ctx: Context, depth: int) -> bool:
     """A module-level function the file uses only inside its ``Dataset`` classes, directly or
     through other such functions (``load_image(f)`` called by ``__getitem__``): dataset code."""
-    return only_used_by(name, tree, lambda stmt: _dataset_user(stmt, tree, ctx, depth))
+    return only_used_by(name, ctx, lambda stmt: _dataset_user(stmt, tree, ctx, depth))
 
 
 def _dataset_user(stmt: ast.stmt, tree: ast.AST, ctx: Context, depth: int) -> bool:
