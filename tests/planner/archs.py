@@ -2829,7 +2829,9 @@ def make_scripted_blocks() -> nn.Module:
     import warnings
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit.script is deprecated
+        # torch.jit.script is deprecated: a DeprecationWarning up to torch 2.13, a FutureWarning
+        # from 2.14 on
+        warnings.filterwarnings("ignore", message="`torch.jit.script` is deprecated")
         return _declared(ScriptedBlocks(), _x(W))
 
 

@@ -401,6 +401,30 @@ def test_a_forward_that_moves_tensors_itself_is_named_as_the_fault(factory: str)
     assert "declared inputs" not in message
 
 
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        "Torch not compiled with CUDA enabled",  # a CPU build
+        "Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU and "
+        "installed a driver from http://www.nvidia.com/Download/index.aspx",  # CUDA, no driver
+        "No CUDA GPUs are available",  # a driver without a GPU
+    ],
+)
+def test_a_forward_moving_to_cuda_is_named_whatever_torch_says_of_the_gpu(
+    refusal: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # .cuda() asks torch.cuda._lazy_init, whose refusal depends on the build and the machine: a
+    # CUDA build from PyPI on a machine without a driver said "check the declared inputs"
+    def refuse() -> None:
+        raise RuntimeError(refusal)
+
+    monkeypatch.setattr(torch.cuda, "_lazy_init", refuse)
+    with pytest.raises(UntraceableModel) as exc:
+        arch_plan("moves_to_cuda")
+    assert "moves a tensor" in str(exc.value)
+    assert refusal.split(".")[0] in str(exc.value)
+
+
 def test_verify_of_a_sequence_past_the_position_table_is_one_clear_error() -> None:
     # the plan runs on meta, where an embedding reads no index; the real run raised an
     # IndexError traceback (exit 1 with a stack), not verify's one-line PlacementError

@@ -56,6 +56,31 @@ def test_cuda_kernels_run_self_attention_fused() -> None:
         pass
 
 
+class _ViewsTheOutput(nn.Module):
+    """Attention over a query laid out (L, B, H, E), its output permuted and viewed, as torch
+    2.9's export writes nn.MultiheadAttention's (a view only the kernels' layout allows)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        q = self.qkv(x.transpose(0, 1)).view(t, b * 2, 8).transpose(0, 1).view(b, 2, t, 8)
+        out = F.scaled_dot_product_attention(q, q, q)
+        return out.permute(2, 0, 1, 3).view(t * b, 16)
+
+
+@pytest.mark.parametrize("kind", ["cpu", "cuda"])
+def test_the_fused_attention_output_is_laid_out_as_the_query(kind: str) -> None:
+    model = _ViewsTheOutput().eval()
+    x = torch.randn(2, 6, 16)
+    assert model(x).shape == (12, 16)  # the CPU kernel allows the view
+    with kernels(kind):
+        trace = trace_forward(model.to("meta"), [x.to("meta")], ["qkv"], batch=2, seq=None)
+    assert trace.peak() > 0
+
+
 class _Grouped(nn.Module):
     """Attention with two key/value heads for eight query heads, under a boolean causal mask."""
 

@@ -523,8 +523,9 @@ def test_shape_only_operands_on_another_device_are_not_mixed_device_ops() -> Non
         torch.ones(1, 2).expand_as(device)
 
 
-@pytest.mark.filterwarnings("ignore:Dynamo does not know how to trace the builtin")
 def test_compiled_code_under_a_guard_records_its_crossings_at_each_call() -> None:
+    # warnings are errors here: dynamo breaks the graph at the guard's site lookup (marked as
+    # torch.compiler.disable marks) without a warning that it cannot trace sys._getframe
     compiled = torch.compile(lambda t: t.to(META) * 2, backend="eager")
     try:
         with torchplace.guard() as report:

@@ -162,3 +162,31 @@ def test_an_exported_program_exported_on_the_cpu_is_served_on_cuda(tmp_path: Pat
     (result,) = replica.run_batch([{"input": np.ones((2, 4), np.float32)}], [2]).results
     assert isinstance(result, dict)
     np.testing.assert_array_equal(result["output"], np.full((2, 4), 3.0, np.float32))
+
+
+def _makes_a_range() -> torch.fx.GraphModule:
+    """A graph that makes a tensor on the CPU, as export records ``device=x.device``."""
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    made = graph.call_function(torch.ops.aten.arange.default, (3,), {"device": torch.device("cpu")})
+    graph.output(graph.call_function(torch.ops.aten.add.Tensor, (x, made)))
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+@pytest.mark.parametrize("pass_moved_the_nodes", [False, True])
+def test_a_subgraph_makes_its_tensors_on_the_device_the_program_moves_to(
+    pass_moved_the_nodes: bool,
+) -> None:
+    # a higher-order operator's subgraph (wrap_with_autocast's submod_1): torch 2.9's
+    # move_to_device_pass rewrote its nodes but not its code, which still made them on the CPU
+    from torchplace.serve.loader import _move_burnt_in_devices
+
+    root = torch.nn.Module()
+    root.submod_1 = _makes_a_range()
+    meta = torch.device("meta")
+    if pass_moved_the_nodes:
+        for node in root.submod_1.graph.nodes:
+            if "device" in node.kwargs:
+                node.update_kwarg("device", meta)  # the code is not regenerated
+    _move_burnt_in_devices(root, meta)
+    assert root.submod_1(torch.zeros(3, device=meta)).device == meta

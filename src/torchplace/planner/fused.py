@@ -5,8 +5,8 @@ replacement here instead, on ``meta``, so that every tensor the real kernel make
 
 - ``scaled_dot_product_attention``: meta takes the math path, which makes the
   batch x heads x L x S score matrix; CPU and CUDA take a fused kernel (flash or
-  memory-efficient) when the inputs allow it, which makes the output, laid out
-  (batch, L, heads, dim) as those kernels lay it out, and a float32 log-sum-exp;
+  memory-efficient) when the inputs allow it, which makes the output, laid out as the query
+  is, and a float32 log-sum-exp;
 - ``_native_multi_head_attention`` (``nn.MultiheadAttention``'s fast path) and
   ``_transformer_encoder_layer_fwd`` (``nn.TransformerEncoderLayer``'s): the meta kernels make
   the output alone; the real ones' intermediates follow PyTorch's C++ code
@@ -244,10 +244,9 @@ def _sdpa(
     scale: float | None = None,
     enable_gqa: bool = False,
 ) -> Any:
-    """A fused kernel's output, (B, L, H, E) in memory, and its log-sum-exp, freed at once; a
+    """A fused kernel's output, laid out as the query, and its log-sum-exp, freed at once; a
     boolean mask is first made an additive one of the query's dtype, as the composite does."""
     import torch
-    from torch.utils.flop_counter import flop_registry
 
     if not _fused_sdpa_ok(q, k, v, dropout_p, enable_gqa):
         return NotImplemented
@@ -255,11 +254,17 @@ def _sdpa(
         inverted = torch.empty(attn_mask.shape, dtype=torch.bool, device=q.device)
         attn_mask = _empty(tuple(attn_mask.shape), q)
         del inverted
+    # laid out as the query is, as the kernels lay it out (empty_like of the query, seen as
+    # (B, L, H, E)): code exported from a run on them may view the output where only that
+    # layout allows it (torch 2.9's export of nn.MultiheadAttention: permute, then view)
+    out = torch.empty_like(q)
     b, h, n, e = q.shape
-    out = torch.empty((b, n, h, e), dtype=q.dtype, device=q.device).transpose(1, 2)
     lse = torch.empty((b, h, n), dtype=torch.float32, device=q.device)
     del lse
-    count(int(flop_registry[torch.ops.aten._scaled_dot_product_flash_attention](q, k, v)))
+    # its two matmuls for every query head (grouped key/value heads broadcast), as torch's flop
+    # counter counts them; torch 2.9's counter refuses grouped heads
+    s, ev = k.shape[2], v.shape[-1]
+    count(2 * b * h * n * s * (e + ev))
     return out
 
 

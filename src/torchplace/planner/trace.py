@@ -821,8 +821,14 @@ def _untraceable(exc: Exception, where: str = "", *, shapes: bool = False) -> Un
     )
 
 
-#: what torch says when a forward moves a tensor off ``meta`` itself, or meets one elsewhere
-_MOVED = ("Cannot copy out of meta tensor", "not compiled with CUDA", "No CUDA GPUs")
+#: what torch says when a forward moves a tensor off ``meta`` itself (to a GPU: on a CPU build,
+#: on a CUDA build without a driver, with a driver but no GPU), or meets one elsewhere
+_MOVED = (
+    "Cannot copy out of meta tensor",
+    "not compiled with CUDA",
+    "Found no NVIDIA driver",
+    "No CUDA GPUs",
+)
 _ELSEWHERE = ("expected device meta", "same device", "found at least two devices")
 
 

@@ -33,7 +33,7 @@ from torchplace.sanitizer.syncs import BLOCKING_COPY, Handler, active_guards, sy
 if TYPE_CHECKING:
     from torchplace.sanitizer.recorder import Guard
 
-__all__ = ["DispatchLayer", "copy_direction", "is_pinned", "nbytes"]
+__all__ = ["DispatchLayer", "copy_direction", "is_pinned", "nbytes", "run_under"]
 
 
 #: What the dispatch layer does with an op it has no handler for, by op (computed once each):
@@ -51,6 +51,7 @@ class DispatchLayer(TorchDispatchMode):  # type: ignore[no-untyped-call]
         super().__init__()  # type: ignore[no-untyped-call]
         self._owner = owner
         _not_compiled_by_dynamo(DispatchLayer.__torch_dispatch__.__code__)
+        _not_compiled_by_dynamo(run_under.__code__)
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -144,6 +145,23 @@ def _is_composite(func: Any) -> bool:
         )
     except RuntimeError:  # "operator prim::layout does not exist"
         return False
+
+
+def run_under(
+    layer: DispatchLayer, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Any:
+    """``func(*args, **kwargs)`` with ``layer`` pushed: how the function layer runs a call it
+    inspects. Dynamo, tracing the function layer inside a ``torch.compile`` region, breaks the
+    graph at this call and runs it as it is, with no warning: torch 2.14's dynamo would
+    otherwise step into ``TorchDispatchMode.__enter__`` and warn, on the program's stderr, about
+    a pybind builtin it cannot trace (earlier ones refused the ``with`` itself, silently)."""
+    with layer:
+        return func(*args, **kwargs)
+
+
+# What ``torch.compiler.disable`` marks a function with; dynamo does not inline a function that
+# carries it (torch 2.4 and later). Set here on torchplace's own function: torch is untouched.
+run_under._torchdynamo_disable = True  # type: ignore[attr-defined]
 
 
 @functools.cache

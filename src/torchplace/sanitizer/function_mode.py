@@ -43,7 +43,7 @@ from torchplace.sanitizer.calls import (
     reads_device_scalar,
     reads_device_value,
 )
-from torchplace.sanitizer.dispatch_mode import nbytes
+from torchplace.sanitizer.dispatch_mode import nbytes, run_under
 from torchplace.sanitizer.mixed import check_call, maybe_mixed, subclass_decides
 from torchplace.sanitizer.syncs import (
     BLOCKING_COPY,
@@ -126,8 +126,7 @@ class FunctionLayer(TorchFunctionMode):
                 owner._sync(*api)
                 owner._suppress_syncs += 1
                 try:
-                    with owner._dispatch:
-                        return func(*args, **kwargs)
+                    return run_under(owner._dispatch, func, args, kwargs)
                 finally:
                     owner._suppress_syncs -= 1
         if func in INDEXING and len(args) > 1:
@@ -145,8 +144,7 @@ class FunctionLayer(TorchFunctionMode):
                 owner._sync(factory, FACTORY_READ)
         seen, mixed = owner._transfers_seen, owner._mixed_seen
         try:
-            with owner._dispatch:
-                out = func(*args, **kwargs)
+            out = run_under(owner._dispatch, func, args, kwargs)
         except (RuntimeError, ValueError) as exc:
             # torch refused the call before any aten op the dispatch layer saw (a composite
             # such as torch.quantile checks its operands' devices itself, the attention of a

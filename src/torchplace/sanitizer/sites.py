@@ -84,3 +84,9 @@ def user_site() -> Site:
     if frame is None:
         return _UNKNOWN_SITE
     return Site(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+
+
+# What ``torch.compiler.disable`` marks a function with: dynamo, tracing the guard's layers
+# inside a ``torch.compile`` region, breaks the graph at this call instead of stepping in and
+# warning that it cannot trace ``sys._getframe``. Set on torchplace's own function only.
+user_site._torchdynamo_disable = True  # type: ignore[attr-defined]

@@ -413,9 +413,31 @@ def _reload_exported(
     else:
         program = move_to_device_pass(program, device)
     module: nn.Module = program.module()
+    _move_burnt_in_devices(module, device)
     if weights is not None:
         module.load_state_dict(weights.state_dict())  # copied onto the module's device
     return module
+
+
+def _move_burnt_in_devices(module: nn.Module, device: torch.device) -> None:
+    """Point every ``device=`` an operator of the module's graphs names at ``device``, and
+    regenerate the code of its subgraphs: torch 2.9's ``move_to_device_pass`` rewrites the
+    nodes of a higher-order operator's subgraph (``torch.autocast(..., enabled=False)`` around
+    a rotary embedding becomes ``wrap_with_autocast`` and a ``submod_1``) but leaves its code,
+    which still makes tensors on the export device."""
+    import torch.fx
+
+    for name, sub in module.named_modules():
+        if not isinstance(sub, torch.fx.GraphModule):
+            continue
+        moved = False
+        for node in sub.graph.nodes:
+            named = node.kwargs.get("device") if node.op == "call_function" else None
+            if isinstance(named, torch.device) and named != device:
+                node.update_kwarg("device", device)
+                moved = True
+        if moved or name:  # a subgraph's code may be older than its nodes
+            sub.recompile()
 
 
 def _specs_from_graph(program: Any, kind: str) -> tuple[TensorSpec, ...] | None:
