@@ -702,15 +702,26 @@ def _names_loader(it: ast.expr) -> bool:
     name = dotted_name(_unwrapped(it))
     if name is None:
         return False
-    last = name.rsplit(".", 1)[-1].lower()
+    last = _without_split(name.rsplit(".", 1)[-1].lower())
     return last.endswith("loader") or last == "dl" or last.endswith("_dl")
 
 
 def _names_dataset(node: ast.expr) -> bool:
     """``val_dataset``, ``self.test_ds``: a name for a whole dataset."""
     name = dotted_name(node)
-    last = name.rsplit(".", 1)[-1].lower() if name is not None else ""
+    last = _without_split(name.rsplit(".", 1)[-1].lower()) if name is not None else ""
     return last.endswith("dataset") or last == "ds" or last.endswith("_ds")
+
+
+# Words naming a data split, which DETR-style code puts last (`data_loader_train`,
+# `dataset_val`): the name still names a whole loader or dataset.
+_SPLITS = frozenset({"train", "val", "valid", "validation", "test", "eval", "dev"})
+
+
+def _without_split(name: str) -> str:
+    """``data_loader_train`` -> ``data_loader``: a trailing split word dropped."""
+    head, _, tail = name.rpartition("_")
+    return head if head and tail in _SPLITS else name
 
 
 def _updates_device(

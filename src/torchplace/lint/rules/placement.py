@@ -146,7 +146,7 @@ def _call(call: ast.Call, ctx: Context) -> None:
     if literal is None and method is not None:
         literal = _availability_choice(argument)
     if literal is not None and not _queried(call, ctx):
-        if method is not None:
+        if method is not None and not _load_location_only(call, method.node, ctx):
             assert method.cls is not None
             chosen = " (chosen by what the machine has)" if isinstance(argument, ast.IfExp) else ""
             ctx.report(
@@ -282,6 +282,48 @@ def _queried(call: ast.Call, ctx: Context) -> bool:
         if isinstance(parent, ast.stmt):
             return False
     return False
+
+
+def _load_location_only(call: ast.Call, method: ast.AST, ctx: Context) -> bool:
+    """A device that only says where ``torch.load`` puts a checkpoint the method copies into
+    the module with ``load_state_dict`` (Swin-Unet's ``load_from``: ``device = "cuda" if
+    torch.cuda.is_available() else "cpu"``, then ``torch.load(path, map_location=device)``):
+    the copies land wherever the module's own tensors are, so nothing of the module is placed.
+    The device as ``map_location=`` itself, or a local name bound to it whose every read is."""
+    if not any(
+        isinstance(sub, ast.Call)
+        and isinstance(sub.func, ast.Attribute)
+        and sub.func.attr == "load_state_dict"
+        for sub in walk(method)
+    ):
+        return False
+    locations = {
+        id(kw.value)
+        for sub in walk(method)
+        if isinstance(sub, ast.Call) and (ctx.call_qualname(sub) or "") == "torch.load"
+        for kw in sub.keywords
+        if kw.arg == "map_location"
+    }
+    parents = list(reversed(ctx.parents))
+    # the device call itself, or the conditional expression that chooses it
+    value: ast.AST = parents[0] if parents and isinstance(parents[0], ast.IfExp) else call
+    if id(value) in locations:
+        return True
+    bound = next((p for p in parents if isinstance(p, ast.stmt)), None)
+    if not (
+        isinstance(bound, ast.Assign)
+        and bound.value is value
+        and len(bound.targets) == 1
+        and isinstance(bound.targets[0], ast.Name)
+    ):
+        return False
+    name = bound.targets[0].id
+    reads = [
+        sub
+        for sub in walk(method)
+        if isinstance(sub, ast.Name) and sub.id == name and isinstance(sub.ctx, ast.Load)
+    ]
+    return bool(reads) and all(id(read) in locations for read in reads)
 
 
 def _is_query(call: ast.Call, ctx: Context) -> bool:

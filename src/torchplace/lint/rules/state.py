@@ -903,6 +903,10 @@ def _moved_where_used(cls: Scope, attr: str, builder: str = "__init__") -> bool:
                 placed |= {id(n) for n in (sub.left, *sub.comparators)}
             if isinstance(sub, ast.Attribute) and sub.attr in _METADATA:
                 placed.add(id(sub.value))  # `self.freqs_cis.shape[0]` in an assert: no data
+            receiver = _type_name_receiver(sub)
+            if receiver is not None:
+                # `if self.alpha.type() != x.type():` compares type names, reading no data
+                placed.add(id(receiver))
             if (
                 constant
                 and isinstance(sub, ast.Call)
@@ -995,6 +999,21 @@ def _none_branch(node: ast.IfExp, attr: str) -> ast.expr | None:
 # What a tensor answers about itself without its data: open_lm's rotary embedding asserts on
 # `self.freqs_cis.shape[0]`, then moves it with `self.freqs_cis = self.freqs_cis.to(q.device)`.
 _METADATA = frozenset({"shape", "dtype", "ndim", "device", "is_cuda", "size", "dim"})
+
+
+def _type_name_receiver(node: ast.AST) -> ast.expr | None:
+    """``x`` of ``x.type()`` with no arguments, which answers the tensor's type name
+    (``"torch.cuda.FloatTensor"``), not its data; ``x.type(torch.cuda.FloatTensor)`` casts
+    and is not this."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "type"
+        and not node.args
+        and not node.keywords
+    ):
+        return node.func.value
+    return None
 
 
 def _places_attr(node: ast.AST, attr: str) -> bool:
