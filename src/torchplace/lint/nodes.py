@@ -19,6 +19,7 @@ __all__ = [
     "FIELDS",
     "children",
     "forget",
+    "isinstance_test",
     "own_nodes",
     "statements",
     "subtree",
@@ -84,6 +85,21 @@ class _FieldTable(dict[type[ast.AST], tuple[str, ...]]):
 
 # Node type -> the fields that may hold statements or expressions, in order.
 FIELDS = _FieldTable()
+
+
+def isinstance_test(test: ast.expr) -> tuple[str, list[ast.expr]] | None:
+    """``isinstance(name, kind)`` or ``isinstance(name, (k1, k2))``: the name tested and its
+    kinds; None for any other expression (an attribute tested, a ``type()`` comparison)."""
+    if not (
+        isinstance(test, ast.Call)
+        and isinstance(test.func, ast.Name)
+        and test.func.id == "isinstance"
+        and len(test.args) == 2
+        and isinstance(test.args[0], ast.Name)
+    ):
+        return None
+    kinds = test.args[1]
+    return test.args[0].id, kinds.elts if isinstance(kinds, ast.Tuple) else [kinds]
 
 
 def children(node: ast.AST) -> list[ast.AST]:

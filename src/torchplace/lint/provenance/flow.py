@@ -10,7 +10,7 @@ from collections.abc import Callable
 from types import EllipsisType
 from typing import TYPE_CHECKING
 
-from torchplace.lint.nodes import own_nodes, walk
+from torchplace.lint.nodes import isinstance_test, own_nodes, walk
 from torchplace.lint.provenance.values import (
     _COMPS,
     _FACTORIES,
@@ -856,19 +856,16 @@ def _numpy_alias(func: ast.Attribute) -> bool:
 def _not_a_tensor_there(node: ast.IfExp) -> bool:
     """``v.item() if isinstance(v, torch.Tensor) else v``: the ``else`` hands back ``v`` only
     when it is not a tensor (a Python number), whatever ``v`` was bound to."""
-    test, orelse = node.test, node.orelse
+    tested, orelse = isinstance_test(node.test), node.orelse
     return (
         isinstance(orelse, ast.Name)
-        and isinstance(test, ast.Call)
-        and isinstance(test.func, ast.Name)
-        and test.func.id == "isinstance"
-        and len(test.args) == 2
-        and isinstance(test.args[0], ast.Name)
-        and test.args[0].id == orelse.id
+        and tested is not None
+        and tested[0] == orelse.id
         and any(
             (isinstance(sub, ast.Name) and sub.id == "Tensor")
             or (isinstance(sub, ast.Attribute) and sub.attr == "Tensor")
-            for sub in walk(test.args[1])
+            for kind in tested[1]
+            for sub in walk(kind)
         )
     )
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from torchplace.lint.nodes import children, own_nodes, subtree, walk
+from torchplace.lint.nodes import children, isinstance_test, own_nodes, subtree, walk
 from torchplace.lint.provenance.values import (
     _COMPS,
     _LOOPS,
@@ -982,17 +982,10 @@ def _tests_sequence(test: ast.expr, names: set[str]) -> bool:
     """``isinstance(out, list)``, ``isinstance(out, (list, tuple))``, also joined by ``and``."""
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
         return any(_tests_sequence(value, names) for value in test.values)
-    if not (
-        isinstance(test, ast.Call)
-        and isinstance(test.func, ast.Name)
-        and test.func.id == "isinstance"
-        and len(test.args) == 2
-        and isinstance(test.args[0], ast.Name)
-        and test.args[0].id in names
-    ):
+    tested = isinstance_test(test)
+    if tested is None or tested[0] not in names:
         return False
-    kinds = test.args[1]
-    elements = kinds.elts if isinstance(kinds, ast.Tuple) else [kinds]
+    elements = tested[1]
     return bool(elements) and all(
         isinstance(kind, ast.Name) and kind.id in _SEQUENCES for kind in elements
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 
 from torchplace.lint.base import Context, Family, Rule, Scope, call_name
-from torchplace.lint.nodes import own_nodes, walk
+from torchplace.lint.nodes import isinstance_test, own_nodes, walk
 from torchplace.lint.rules.factories import _empty_shape, _number_annotation
 from torchplace.lint.rules.facts import (
     FACTORIES,
@@ -625,16 +625,10 @@ def _narrowed_to_number(function: ast.AST, call: ast.Call, name: str) -> bool:
     for node in walk(function):
         if not (isinstance(node, ast.If) and isinstance(node.test, ast.Call)):
             continue
-        test = node.test
-        if not (
-            isinstance(test.func, ast.Name)
-            and test.func.id == "isinstance"
-            and len(test.args) == 2
-            and isinstance(test.args[0], ast.Name)
-            and test.args[0].id == name
-        ):
+        tested = isinstance_test(node.test)
+        if tested is None or tested[0] != name:
             continue
-        kinds = test.args[1].elts if isinstance(test.args[1], ast.Tuple) else [test.args[1]]
+        kinds = tested[1]
         numbers = all(isinstance(k, ast.Name) and k.id in _NUMBER_TYPES for k in kinds)
         if numbers and any(sub is call for stmt in node.body for sub in walk(stmt)):
             return True

@@ -24,7 +24,7 @@ from torchplace.lint.base import (
     loop_items,
     names_in,
 )
-from torchplace.lint.nodes import subtree, walk, walk_body
+from torchplace.lint.nodes import isinstance_test, subtree, walk, walk_body
 from torchplace.lint.provenance import Fact, FileFacts, PerBatch, file_facts, scope_node
 from torchplace.lint.provenance.callers import engine_step, imported_by_siblings
 from torchplace.lint.provenance.loops import (
@@ -2028,16 +2028,10 @@ def _narrowed_to_host(text: str, node: ast.AST, ctx: Context) -> bool:
 
 def _tests_host_type(test: ast.expr, name: str) -> bool:
     """``isinstance(name, float)``, ``isinstance(name, (int, float))``."""
-    if not (
-        isinstance(test, ast.Call)
-        and isinstance(test.func, ast.Name)
-        and test.func.id == "isinstance"
-        and len(test.args) == 2
-        and isinstance(test.args[0], ast.Name)
-        and test.args[0].id == name
-    ):
+    tested = isinstance_test(test)
+    if tested is None or tested[0] != name:
         return False
-    kinds = test.args[1].elts if isinstance(test.args[1], ast.Tuple) else [test.args[1]]
+    kinds = tested[1]
     return bool(kinds) and all(dotted_name(kind) in _HOST_TYPES for kind in kinds)
 
 
