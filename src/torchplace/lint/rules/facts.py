@@ -585,26 +585,13 @@ def _sets_once(branch: ast.If, child: ast.AST | None, ctx: Context) -> bool:
     """``if init_loss is None: init_loss = loss.item()``: the branch binds the very name it
     finds unset, so it runs on the first step only, unless the enclosing loop unsets the name
     again (``hidden = None`` at the top of each step)."""
-    test = branch.test
-    if not (
-        child is not None
-        and child in branch.body
-        and isinstance(test, ast.Compare)
-        and len(test.ops) == 1
-        and isinstance(test.ops[0], ast.Is)
-        and isinstance(test.comparators[0], ast.Constant)
-        and test.comparators[0].value is None
-    ):
+    test = _branch_compare(branch, child, ast.Is)
+    if test is None or not _is_none(test.comparators[0]):
         return False
     name = dotted_name(test.left)
     if name is None:
         return False
-    sets = [
-        stmt.value
-        for stmt in branch.body
-        if isinstance(stmt, ast.Assign)
-        and any(dotted_name(target) == name for target in stmt.targets)
-    ]
+    sets = _assigned(branch.body, name)
     if not sets or any(_is_none(value) for value in sets):
         return False
     loops = [p for p in ctx.parents if isinstance(p, (ast.For, ast.AsyncFor, ast.While))]
@@ -620,22 +607,38 @@ def _throttled(branch: ast.If, child: ast.AST | None) -> bool:
     """``if t[-1] - last_display > 1.0: last_display = t[-1]``, also ``if now - self.last >=
     every:``: the branch restarts the mark it measures from, so it runs once per interval (a
     console line once a second), not on every step."""
+    test = _branch_compare(branch, child, (ast.Gt, ast.GtE))
+    if test is None or not (isinstance(test.left, ast.BinOp) and isinstance(test.left.op, ast.Sub)):
+        return False
+    mark = dotted_name(test.left.right)
+    return mark is not None and bool(_assigned(branch.body, mark))
+
+
+def _branch_compare(
+    branch: ast.If, child: ast.AST | None, ops: type[ast.cmpop] | tuple[type[ast.cmpop], ...]
+) -> ast.Compare | None:
+    """The test of ``branch``, whose body holds ``child``, when it is one comparison by one of
+    ``ops`` (``x is None``, ``now - mark > every``)."""
     test = branch.test
-    if not (
+    if (
         child is not None
         and child in branch.body
         and isinstance(test, ast.Compare)
         and len(test.ops) == 1
-        and isinstance(test.ops[0], (ast.Gt, ast.GtE))
-        and isinstance(test.left, ast.BinOp)
-        and isinstance(test.left.op, ast.Sub)
+        and isinstance(test.ops[0], ops)
     ):
-        return False
-    mark = dotted_name(test.left.right)
-    return mark is not None and any(
-        isinstance(stmt, ast.Assign) and any(dotted_name(t) == mark for t in stmt.targets)
-        for stmt in branch.body
-    )
+        return test
+    return None
+
+
+def _assigned(body: list[ast.stmt], name: str) -> list[ast.expr]:
+    """The values that statements of ``body`` assign to ``name``."""
+    return [
+        stmt.value
+        for stmt in body
+        if isinstance(stmt, ast.Assign)
+        and any(dotted_name(target) == name for target in stmt.targets)
+    ]
 
 
 def _is_none(value: ast.expr) -> bool:
