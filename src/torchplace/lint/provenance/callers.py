@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from torchplace.lint.base import call_name
 from torchplace.lint.nodes import own_nodes, walk
 from torchplace.lint.provenance.loops import (
     _chain_root,
@@ -20,6 +21,7 @@ from torchplace.lint.provenance.loops import (
     _split_own,
     branch_trains,
     calls_backward,
+    counter_names,
     has_own_batch_loop,
     rare_test,
     step_parts,
@@ -870,10 +872,44 @@ def _matches(callers: FileFacts, func: ast.expr, qualified: str) -> bool:
     return _imported_as(callers, func, qualified)
 
 
-def _rare_branch(stmt: ast.stmt, scope: ast.AST) -> bool:
+def _rare_branch(stmt: ast.stmt, scope: ast.AST, loops: tuple[ast.AST, ...]) -> bool:
     return (
-        isinstance(stmt, ast.If) and _rare_condition(stmt.test, scope) and not branch_trains(stmt)
+        isinstance(stmt, ast.If)
+        and (_rare_condition(stmt.test, scope) or _chosen_step(stmt.test, scope, loops))
+        and not branch_trains(stmt)
     )
+
+
+def _chosen_step(test: ast.expr, scope: ast.AST, loops: tuple[ast.AST, ...]) -> bool:
+    """``if iteration in upsamp_list:`` with ``iteration`` the counter of the innermost
+    enclosing loop (TensoRF's ``for iteration in pbar:``) and the chosen steps a value that
+    loop never binds: a few steps of the run (not ``in range(n)``, which may hold on every
+    step)."""
+    if not (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.In)
+        and isinstance(test.left, ast.Name)
+    ):
+        return False
+    chosen = test.comparators[0]
+    if (
+        isinstance(chosen, ast.Call)
+        and call_name(chosen) in {"range", "trange"}
+        and len(chosen.args) < 3
+    ):
+        return False
+    loop = next((n for n in reversed(loops) if isinstance(n, (ast.For, ast.AsyncFor))), None)
+    if loop is None or test.left.id not in counter_names(loop, scope):
+        return False
+    bound = {
+        name
+        for sub in walk(loop)
+        if isinstance(sub, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor))
+        for target in (sub.targets if isinstance(sub, ast.Assign) else [sub.target])
+        for name in _target_names(target)
+    }
+    return not {n.id for n in walk(chosen) if isinstance(n, ast.Name)} & bound
 
 
 def _rare_condition(test: ast.expr, scope: ast.AST) -> bool:
@@ -959,7 +995,7 @@ def _find_calls(
         if isinstance(stmt, ast.ClassDef):
             _find_calls(stmt.body, scope, (), name, hits, found)
             continue
-        rare = isinstance(stmt, _LOOPS) or _rare_branch(stmt, scope)
+        rare = isinstance(stmt, _LOOPS) or _rare_branch(stmt, scope, loops)
         inner = (*loops, stmt) if rare else loops
         nested = False
         for field in ("body", "orelse", "finalbody"):

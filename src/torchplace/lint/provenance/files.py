@@ -27,7 +27,13 @@ from torchplace.lint.provenance.values import (
     _plainly_host,
     _short,
 )
-from torchplace.lint.resolver import Resolver, dotted_name, is_module_base, module_name_for
+from torchplace.lint.resolver import (
+    Resolver,
+    dotted_name,
+    imported_module_class,
+    is_module_base,
+    module_name_for,
+)
 
 __all__ = ["FileFacts", "facts_for_file", "file_facts", "scope_node", "unchain"]
 
@@ -540,16 +546,56 @@ class FileFacts:
                     self._top.setdefault(node.name, node)
         return self._top.get(name)
 
-    def builds_module(self, node: ast.expr) -> bool:
-        """``node`` constructs an ``nn.Module``: a torch module class (``nn.Linear(4, n)``) or
-        a class of this file that derives from one (``BaseNetwork(act_fn=fn)``)."""
+    def builds_module(self, node: ast.expr, depth: int = 0) -> bool:
+        """``node`` constructs an ``nn.Module``: a torch module class (``nn.Linear(4, n)``), a
+        class of this file that derives from one (``BaseNetwork(act_fn=fn)``), or one that a
+        module of the linted tree defines, imported by name or by a star import (PFLlib's
+        ``from flcore.trainmodel.models import *``, then ``FedAvgCNN(...)``); also a model
+        builder: a ``torchvision.models`` function (``resnet18(num_classes=n)``) or a function
+        of the linted tree whose every ``return`` builds one (``def resnet10(**kw): return
+        ResNet(BasicBlock, [1, 1, 1, 1], **kw)``)."""
         if not isinstance(node, ast.Call):
             return False
         name = self.qualname(node.func)
-        if name is not None and is_module_base(name):
+        if name is not None and (is_module_base(name) or _torchvision_builder(name)):
             return True
         cls = self.defs_class(node.func.id) if isinstance(node.func, ast.Name) else None
-        return cls is not None and self.resolver.is_module_class(cls)
+        if cls is not None:
+            return self.resolver.is_module_class(cls)
+        if name is not None and imported_module_class(self.path, name):
+            return True
+        if name is None and isinstance(node.func, ast.Name):
+            star = (f"{module}.{node.func.id}" for module in self.resolver.stars)
+            if any(imported_module_class(self.path, qualname) for qualname in star):
+                return True
+        return depth < 2 and self._builder(node, name, depth)
+
+    def _builder(self, call: ast.Call, qualname: str | None, depth: int) -> bool:
+        """``call`` runs one function of this file or of the linted tree whose every
+        ``return`` builds a module."""
+        called = dotted_name(call.func)
+        if called is None or (qualname is None and "." in called):
+            return False
+        callees = self.callees(called.rsplit(".", 1)[-1], qualname)
+        if len(callees) != 1:
+            return False
+        other, function = callees[0]
+        nodes = own_nodes(function)
+        returns = [r.value for r in nodes if isinstance(r, ast.Return)]
+        values: list[ast.expr | None] = []
+        for value in returns:  # `model = AlexNet(**kw)`, ..., `return model`
+            if isinstance(value, ast.Name):
+                values += [
+                    n.value
+                    for n in nodes
+                    if isinstance(n, ast.Assign)
+                    and any(isinstance(t, ast.Name) and t.id == value.id for t in n.targets)
+                ] or [None]
+            else:
+                values.append(value)
+        return bool(values) and all(
+            v is not None and other.builds_module(v, depth + 1) for v in values
+        )
 
     @property
     def layer_lists(self) -> frozenset[str]:
@@ -667,6 +713,29 @@ def facts_for_file(path: str) -> FileFacts | None:
     except OSError:
         return None
     return _parsed(os.path.abspath(path), mtime)
+
+
+# torchvision's model families, each a package of builder functions.
+_TORCHVISION_FAMILIES = frozenset(
+    {"detection", "optical_flow", "quantization", "segmentation", "video"}
+)
+# Functions of those packages that hand back something else than a model.
+_TORCHVISION_LOOKUPS = frozenset({"get_model_weights", "get_weight", "list_models"})
+
+
+def _torchvision_builder(qualname: str) -> bool:
+    """``torchvision.models.resnet18``, ``torchvision.models.detection.fasterrcnn_resnet50_fpn``:
+    a public function of ``torchvision.models`` or of one of its model families (not a helper
+    of a family's inner module, ``detection.rpn.concat_box_prediction_layers``), which builds
+    a model (its classes start with a capital)."""
+    parts = qualname.split(".")
+    name = parts[-1]
+    return (
+        parts[:2] == ["torchvision", "models"]
+        and (len(parts) == 3 or (len(parts) == 4 and parts[2] in _TORCHVISION_FAMILIES))
+        and name[:1].islower()
+        and name not in _TORCHVISION_LOOKUPS
+    )
 
 
 def file_facts(ctx: Context) -> FileFacts:

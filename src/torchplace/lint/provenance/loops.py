@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
+from torchplace.lint.base import call_name
 from torchplace.lint.nodes import children, isinstance_test, own_nodes, subtree, walk
 from torchplace.lint.provenance.values import (
     _COMPS,
@@ -604,7 +605,20 @@ def _sole_argument(node: ast.expr, name: str) -> ast.expr | None:
 def _stores_entries(loop: ast.AST) -> bool:
     """``for key, val in metrics.items(): out[f"{name}_{key}"] = val.item()``: a body of
     nothing but stores, each of the step's value under a key built from the step's key, into
-    a mapping: one pass that converts the entries of a mapping (a few metrics), not batches."""
+    a mapping: one pass that converts the entries of a mapping (a few metrics), not batches.
+    Also its comprehension, ``{k: v.detach().cpu().numpy() for k, v in samples.items()}``
+    (PDEBench's MCMC samples, one whole tensor per site)."""
+    if isinstance(loop, ast.DictComp) and len(loop.generators) == 1:
+        generator = loop.generators[0]
+        target = generator.target
+        return (
+            _walks_mapping(generator.iter)
+            and isinstance(target, ast.Tuple)
+            and len(target.elts) == 2
+            and all(isinstance(e, ast.Name) for e in target.elts)
+            and _names(target.elts[0]) <= _names(loop.key)
+            and _names(target.elts[1]) <= _names(loop.value)
+        )
     if not isinstance(loop, (ast.For, ast.AsyncFor)) or not isinstance(loop.target, ast.Tuple):
         return False
     if not (_walks_mapping(loop.iter) and len(loop.target.elts) == 2):
@@ -742,6 +756,8 @@ def _updates_device(
             continue
         if _runs_whole_pass(facts, value, scope) or _pins(value) or bound <= per_pass:
             continue
+        if _model_root(facts, value):
+            continue  # `args.model = Net().to(args.device)`: a model built each step, not data
         for part in _computed_parts(value, targets | bound):
             fact = facts.fact(part, scope)
             if fact is not None and fact.on_device and fact.move is not None:
@@ -1654,3 +1670,40 @@ def _names_scheduler(node: ast.expr) -> bool:
     """``scheduler``, ``self.lr_scheduler``, ``sched``: a learning-rate schedule."""
     name = dotted_name(node)
     return name is not None and "sched" in name.rsplit(".", 1)[-1].lower()
+
+
+def counter_names(loop: ast.For | ast.AsyncFor, scope: ast.AST | None = None) -> set[str]:
+    """The names a loop binds to its step's index: ``i`` of ``for i in range(n):`` (also
+    through ``tqdm``/``trange``, or through a progress bar ``scope`` binds once, TensoRF's
+    ``pbar = tqdm(range(n_iters))``, then ``for iteration in pbar:``) or of ``for i, batch in
+    enumerate(loader):``."""
+    iterable, target = loop.iter, loop.target
+    if isinstance(iterable, ast.Name) and scope is not None:
+        iterable = _progress_bar(scope, iterable.id) or iterable
+    while isinstance(iterable, ast.Call) and call_name(iterable) == "tqdm" and iterable.args:
+        iterable = iterable.args[0]
+    if isinstance(iterable, ast.Call) and call_name(iterable) in {"range", "trange"}:
+        return {target.id} if isinstance(target, ast.Name) else set()
+    if (
+        isinstance(iterable, ast.Call)
+        and call_name(iterable) == "enumerate"
+        and isinstance(target, ast.Tuple)
+        and target.elts
+        and isinstance(target.elts[0], ast.Name)
+    ):
+        return {target.elts[0].id}
+    return set()
+
+
+def _progress_bar(scope: ast.AST, name: str) -> ast.Call | None:
+    """The ``tqdm(...)``/``trange(...)`` call that ``scope``'s own statements bind ``name`` to,
+    when that is its only binding there."""
+    values = [
+        stmt.value
+        for stmt in own_nodes(scope)
+        if isinstance(stmt, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets)
+    ]
+    if len(values) != 1 or not isinstance(values[0], ast.Call):
+        return None
+    return values[0] if call_name(values[0]) in {"tqdm", "trange"} else None

@@ -12,7 +12,12 @@ from collections.abc import Callable
 
 from torchplace.lint.base import Context, Scope, call_name, keyword, names_in
 from torchplace.lint.nodes import walk, walk_body
-from torchplace.lint.provenance.loops import branch_trains, rare_test, remainder_nonzero
+from torchplace.lint.provenance.loops import (
+    branch_trains,
+    counter_names,
+    rare_test,
+    remainder_nonzero,
+)
 from torchplace.lint.provenance.values import FACTORY_NAMES, _is_cpu
 from torchplace.lint.provenance.values import moves_to_device as _moves_to_device
 from torchplace.lint.resolver import dotted_name
@@ -702,8 +707,9 @@ def _one_count(test: ast.expr, ctx: Context) -> bool:
     ):
         return False
     counter = dotted_name(test.left)
+    scope = (ctx.function_scope() or ctx.scope.root()).node
     for loop in ctx.parents:
-        if isinstance(loop, (ast.For, ast.AsyncFor)) and counter in _counter_names(loop):
+        if isinstance(loop, (ast.For, ast.AsyncFor)) and counter in counter_names(loop, scope):
             return not names_in(chosen) & loop_bound_names(loop, ctx)
         if (
             isinstance(loop, (ast.For, ast.AsyncFor, ast.While))
@@ -744,25 +750,6 @@ def _stepped_counter(loop: ast.For | ast.AsyncFor | ast.While, counter: str) -> 
         ):
             return False
     return True
-
-
-def _counter_names(loop: ast.For | ast.AsyncFor) -> set[str]:
-    """The names a loop binds to its step's index: ``i`` of ``for i in range(n):`` (also
-    through ``tqdm``/``trange``) or of ``for i, batch in enumerate(loader):``."""
-    iterable, target = loop.iter, loop.target
-    while isinstance(iterable, ast.Call) and call_name(iterable) == "tqdm" and iterable.args:
-        iterable = iterable.args[0]
-    if isinstance(iterable, ast.Call) and call_name(iterable) in {"range", "trange"}:
-        return names_in(target) if isinstance(target, ast.Name) else set()
-    if (
-        isinstance(iterable, ast.Call)
-        and call_name(iterable) == "enumerate"
-        and isinstance(target, ast.Tuple)
-        and target.elts
-        and isinstance(target.elts[0], ast.Name)
-    ):
-        return {target.elts[0].id}
-    return set()
 
 
 def _every_step(test: ast.expr, ctx: Context) -> bool:

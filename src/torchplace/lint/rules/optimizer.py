@@ -117,19 +117,57 @@ def _moved_before(model: str, own_body: object, ctx: Context) -> bool:
     """The statements that run before the optimizer's leave ``model`` on the device: MONAI's
     notebook builds ``model = SwinUNETR(...).to(device)``, then the optimizer, and only after
     training reloads the weights and calls ``model.to(device)`` again."""
-    moved = False
+    moved: bool | None = False if "." in model or _is_given(model, own_body, ctx) else None
     for block, index in ctx.stmt_path[_own_start(own_body, ctx) :]:
-        for stmt in block[:index]:
-            value = stmt.value if isinstance(stmt, ast.Assign) else None
-            if _rebinds(stmt, model):
-                moved = (
-                    isinstance(value, ast.Call)
-                    and call_name(value) in {"to", "cuda"}
-                    and moves_to_device(value, ctx)
-                )
-            elif _move_of(stmt, model, ctx) is not None:
-                moved = True
+        moved = _moved_after(block[:index], model, ctx, moved)
+    return moved is True
+
+
+def _moved_after(
+    stmts: list[ast.stmt], model: str, ctx: Context, moved: bool | None
+) -> bool | None:
+    """Whether ``model`` is on the device after ``stmts`` run, from ``moved`` before them
+    (``None``: not bound yet, a path that cannot reach a use of it). An ``if`` that binds
+    the model in its branches counts by each path through it: PDEBench's ``if dimensions ==
+    4: model = FNO1d(...).to(device)``, ``elif dimensions == 5: model = FNO2d(...).to(device)``
+    leaves a moved model on every path that binds one."""
+    for stmt in stmts:
+        value = stmt.value if isinstance(stmt, ast.Assign) else None
+        if isinstance(stmt, ast.If) and any(_rebinds(sub, model) for sub in walk_body([stmt])):
+            paths = [_moved_after(branch, model, ctx, moved) for branch in (stmt.body, stmt.orelse)]
+            bound = [path for path in paths if path is not None]
+            moved = all(bound) if bound else None
+        elif _rebinds(stmt, model):
+            moved = (
+                isinstance(value, ast.Call)
+                and call_name(value) in {"to", "cuda"}
+                and moves_to_device(value, ctx)
+            )
+        elif moved is None and any(_rebinds(sub, model) for sub in walk_body([stmt])):
+            # bound inside a `with`, `try` or loop: taken as bound, moved only if moved there
+            moved = _move_of(stmt, model, ctx) is not None
+        elif _move_of(stmt, model, ctx) is not None:
+            moved = True
     return moved
+
+
+def _is_given(model: str, own_body: object, ctx: Context) -> bool:
+    """``model`` may hold a value before the statements on the way to the optimizer bind it:
+    a parameter of the function, or a name it declares ``global``/``nonlocal``. A name the
+    function (or a script) only binds itself is unbound before that: a path through an
+    ``if`` that does not bind it cannot reach the optimizer."""
+    if not isinstance(own_body, list):
+        return True
+    scope = ctx.function_scope()
+    if scope is None or not isinstance(scope.node, _FUNCTION):
+        return False
+    declared = (
+        name
+        for stmt in walk_body(own_body)
+        if isinstance(stmt, (ast.Global, ast.Nonlocal))
+        for name in stmt.names
+    )
+    return _is_parameter(scope.node, model) or model in declared
 
 
 def _own_start(own_body: object, ctx: Context) -> int:

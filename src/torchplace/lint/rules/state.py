@@ -244,6 +244,7 @@ def _scalar_lookup(value: ast.expr, ctx: Context, method: Scope, attr: str) -> b
 
 
 _REGISTERING = frozenset({"ModuleDict", "ModuleList", "ParameterDict", "ParameterList"})
+_MODULE_CONTAINERS = frozenset({"ModuleDict", "ModuleList", "Sequential"})
 
 
 def _registering(value: ast.expr, ctx: Context) -> bool:
@@ -254,6 +255,14 @@ def _registering(value: ast.expr, ctx: Context) -> bool:
         return False
     name = ctx.call_qualname(value) or ""
     return name.startswith("torch.nn.") and name.rsplit(".", 1)[-1] in _REGISTERING
+
+
+def _module_container(value: ast.Call, ctx: Context) -> bool:
+    """``nn.ModuleList(...)``, ``nn.ModuleDict(...)``, ``nn.Sequential(...)``: a container
+    that registers the very modules it is given (a ``ParameterList`` wraps plain tensors in
+    new ``Parameter`` objects, leaving the originals behind)."""
+    name = ctx.call_qualname(value) or ""
+    return name.startswith("torch.nn.") and name.rsplit(".", 1)[-1] in _MODULE_CONTAINERS
 
 
 def _expr(node: ast.Expr, ctx: Context) -> None:
@@ -1021,7 +1030,7 @@ def _places_attr(node: ast.AST, attr: str) -> bool:
 
 
 def _report_attribute(ctx: Context, node: ast.AST, cls: Scope, attr: str) -> None:
-    if attr in _registered_later(cls) or attr in _registered_by_name(cls):
+    if attr in _registered_later(cls, ctx) or attr in _registered_by_name(cls):
         return
     if attr in _mapped_by_apply(ctx):
         return
@@ -1080,10 +1089,13 @@ def _is_register(call: ast.AST) -> bool:
     )
 
 
-def _registered_later(cls: Scope) -> set[str]:
+def _registered_later(cls: Scope, ctx: Context) -> set[str]:
     """Attributes the class registers after all: ``self.x = nn.ModuleList(self.x)``,
     ``for i, m in enumerate(self.x): self.add_module(str(i), m)``, or each element as it is
-    added (``self.add_module(name, self.x[-1])``)."""
+    added (``self.add_module(name, self.x[-1])``). Also the modules of a plain container
+    handed to a module container stored under another attribute (monodepth2's
+    ``self.net = nn.ModuleList(list(self.convs.values()))``): the same modules, registered
+    there, move and save with the module."""
     cached: set[str] | None = cls.cache.get("registered-later")
     if cached is not None:
         return cached
@@ -1095,12 +1107,13 @@ def _registered_later(cls: Scope) -> set[str]:
                 if attr is not None:
                     found.add(attr)
         if isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Call):
+            held = {_self_attr(n) for arg in sub.value.args for n in walk(arg)} - {None}
             for target in sub.targets:
                 attr = _self_attr(target)
-                if attr is not None and any(
-                    _self_attr(n) == attr for arg in sub.value.args for n in walk(arg)
-                ):
+                if attr is not None and attr in held:
                     found.add(attr)
+                elif attr is not None and _module_container(sub.value, ctx):
+                    found.update(a for a in held if a is not None)
         elif isinstance(sub, (ast.For, ast.AsyncFor)):
             iterated = {_self_attr(n) for n in walk(sub.iter)} - {None}
             if iterated and any(_is_register(n) for stmt in sub.body for n in walk(stmt)):
@@ -1110,7 +1123,7 @@ def _registered_later(cls: Scope) -> set[str]:
 
 
 def _report(ctx: Context, node: ast.AST, cls: Scope, attr: str, held: str) -> None:
-    if attr in _registered_later(cls) or attr in _mapped_by_apply(ctx):
+    if attr in _registered_later(cls, ctx) or attr in _mapped_by_apply(ctx):
         return
     ctx.report(
         PLAIN_CONTAINER.code,

@@ -24,11 +24,13 @@ from torchplace.lint.base import (
     loop_items,
     names_in,
 )
-from torchplace.lint.nodes import isinstance_test, subtree, walk, walk_body
+from torchplace.lint.nodes import isinstance_test, own_nodes, subtree, walk, walk_body
 from torchplace.lint.provenance import Fact, FileFacts, PerBatch, file_facts, scope_node
 from torchplace.lint.provenance.callers import engine_step, imported_by_siblings
 from torchplace.lint.provenance.loops import (
     _few_constants,
+    _model_root,
+    _stores_entries,
     calls_backward,
     feeds_back,
     indexed_row,
@@ -171,6 +173,7 @@ def _call(call: ast.Call, ctx: Context) -> None:
             for v in a.values
             if isinstance(v, ast.FormattedValue)
         ]
+        values = [v for v in values if not _names_a_model(v, ctx)]
         what = "`print()`" if isinstance(func, ast.Name) else "`str.format()`"
         _check_many(call, values, what, ctx)
         return
@@ -189,6 +192,35 @@ def _call(call: ast.Call, ctx: Context) -> None:
             f"`{name}()` inside a loop stalls the host on every step; synchronize once "
             "after the loop (or record CUDA events)",
         )
+
+
+def _names_a_model(value: ast.expr, ctx: Context) -> bool:
+    """``print(args.model)`` of a name or attribute that the function (or a script's body)
+    binds only to models it builds, in each branch (PFLlib's ``args.model =
+    FedAvgCNN(...).to(args.device)``): a module's text lists its layers and reads no tensor."""
+    name = dotted_name(value)
+    if name is None:
+        return False
+    scope = ctx.function_scope() or ctx.scope.root()
+    values: list[ast.expr] = []
+    for sub in own_nodes(scope.node):
+        targets: list[ast.expr] = sub.targets if isinstance(sub, ast.Assign) else []
+        if isinstance(sub, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor)):
+            targets = [sub.target]
+        for target in targets:
+            if isinstance(sub, ast.Assign) and dotted_name(target) == name:
+                values.append(sub.value)
+            elif name in {dotted_name(t) for t in _unpacked(target)}:
+                return False  # unpacked, stepped or looped over: not one plain model
+    facts = file_facts(ctx)
+    return bool(values) and all(_model_root(facts, v) for v in values)
+
+
+def _unpacked(target: ast.expr) -> list[ast.expr]:
+    """The targets an assignment binds: the elements of a tuple or list target, starred too."""
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [t for e in target.elts for t in _unpacked(e)]
+    return [target.value] if isinstance(target, ast.Starred) else [target]
 
 
 # Constructors that copy a list of numbers element by element: a list of 0-dim device tensors
@@ -1388,6 +1420,13 @@ def _returned(scope: ast.AST, names: set[str], read: ast.AST | None = None) -> b
     )
 
 
+def _stepping(loops: list[ast.AST]) -> list[ast.AST]:
+    """The loops among ``loops`` that step over more than the entries of a mapping converted
+    under their own keys (``{k: v.cpu() for k, v in out.items()}``: the whole output, entry by
+    entry)."""
+    return [loop for loop in loops if not _stores_entries(loop)]
+
+
 def _carried(scope: ast.AST, names: set[str], read: ast.AST | None = None) -> set[str]:
     """``names`` (and what the expression ``read`` is bound to) and the names that hold their
     values as they are: collected (``out.append(v)``), joined (``np.concatenate(out)``), sliced
@@ -1422,6 +1461,9 @@ def _carries(node: ast.expr, names: set[str], read: ast.AST | None = None) -> bo
         return any(_carries(element, names, read) for element in node.elts)
     if isinstance(node, ast.Dict):  # `return {"wav": np.concatenate(wavs)}`: labelled by key
         return any(_carries(value, names, read) for value in node.values)
+    if isinstance(node, ast.DictComp) and _stores_entries(node):
+        # `{k: v.detach().cpu() for k, v in results.items()}`: each entry under its own key
+        return _carries(node.value, names, read)
     if isinstance(node, ast.IfExp):  # `(specs, attn) if return_attn else specs`
         return _carries(node.body, names, read) or _carries(node.orelse, names, read)
     if isinstance(node, ast.Call):
@@ -1544,7 +1586,7 @@ def _check(
         and not per_batch.trains
         and not _trains(ctx)
         and not _per_element(ctx, None)
-        and _is_output(read or node, ctx, returns=not loops)
+        and _is_output(read or node, ctx, returns=not _stepping(loops))
     ):
         return False  # `save_image(x)` per batch: the copy to the host is the output
     cause = fact.describe() if fact is not None else "a value of the training step"
