@@ -29,8 +29,8 @@ Protocols (``--grpc``, default on): torchplace is also measured over REST with b
 one row, in alternating rounds; so is Triton, which serves both (KServe and MLServer serve gRPC
 but not the model configuration perf_analyzer reads: SKIP lines). Those rows are compared with
 torchplace's row of the same protocol, and the target is torchplace's gRPC req/s >= its REST
-binary req/s on wide-mlp. The gRPC limit is measured the same way: a bare ``grpc.aio`` server
-that answers every call with one fixed response (what a unary call costs in grpcio here).
+binary req/s on wide-mlp. The gRPC limit is measured the same way: torchplace's gRPC transport
+answering every call with one fixed response (what a unary call costs on it here).
 
 Targets (on a 2-core machine): seed-mlp >= 12x Triton and >= 30% of the HTTP limit;
 wide-mlp >= 2.5x Triton and >= 80% of the in-process ceiling; torchplace p99 below every
@@ -457,8 +457,9 @@ def lean_server(work: Workload, device: str, threads: int, scratch: Path) -> Ser
 
 
 def grpc_limit_server(work: Workload, scratch: Path, *lean: str) -> Server:
-    """A constant-reply grpc.aio server, measured by perf_analyzer over gRPC like torchplace's
-    gRPC row (it answers the constant REST reply on a second port, for the readiness check);
+    """A constant-reply server on torchplace's gRPC transport, measured by perf_analyzer over
+    gRPC like torchplace's gRPC row (it answers the constant REST reply on a second port, for
+    the readiness check);
     with ``lean`` (DEVICE, THREADS), the lean gRPC reference that runs the model instead."""
     grpc_port, http_port = procs.free_port(), procs.free_port()
     argv = [sys.executable, str(APPS / "const_grpc.py"), str(grpc_port), str(http_port)]

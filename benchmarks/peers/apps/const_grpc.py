@@ -1,7 +1,7 @@
-"""The gRPC limit: a bare ``grpc.aio`` server (on uvloop when installed, as torchplace runs it)
-that answers every ``ModelInfer`` with one fixed response, whatever it asks. No decoding, no
-batching, no model: what one unary Open Inference Protocol call costs at least in Python's
-grpcio on this machine. It also answers what perf_analyzer asks before it starts (server and
+"""The gRPC limit: torchplace's own gRPC transport (:mod:`torchplace.serve.grpc_wire`, on
+uvloop when installed, as torchplace runs it) with nothing behind it but one fixed response to
+every ``ModelInfer``, whatever it asks. No decoding, no batching, no model: what one unary Open
+Inference Protocol call costs at least on that transport on this machine. It also answers what perf_analyzer asks before it starts (server and
 model metadata, the model configuration, statistics), and serves the constant HTTP reply of
 ``const_reply.py`` on a second port, where the benchmark checks that it is up.
 
@@ -27,6 +27,7 @@ import numpy as np
 from const_reply import ConstantReply, http_reply
 
 from torchplace.models import embedded_model
+from torchplace.serve.grpc_wire import WireLimits, WireServer
 from torchplace.serve.proto import grpc_service_pb2 as pb
 from torchplace.serve.proto import model_config_pb2 as config_pb
 
@@ -108,15 +109,14 @@ async def serve(
         )
         for name, (_, request) in fixed.items()
     }
-    server = grpc.aio.server()
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
-    server.add_insecure_port(f"127.0.0.1:{grpc_port}")
-    await server.start()
+    limits = WireLimits(max_message_bytes=64 * 1024 * 1024)
+    server = WireServer((grpc.method_handlers_generic_handler(SERVICE, handlers),), limits)
+    await server.start("127.0.0.1", grpc_port)
     loop = asyncio.get_running_loop()
     whole = http_reply(reply)
     http = await loop.create_server(lambda: ConstantReply(whole), "127.0.0.1", http_port)
     async with http:
-        await server.wait_for_termination()
+        await http.serve_forever()
 
 
 def main() -> None:

@@ -1,10 +1,12 @@
-"""The Open Inference Protocol over gRPC (``inference.GRPCInferenceService``), on grpc.aio.
+"""The Open Inference Protocol over gRPC (``inference.GRPCInferenceService``).
 
 :class:`GrpcServer` serves the same engine as the REST app, on the same asyncio loop: a
 ``ModelInfer`` goes through the codec of :mod:`torchplace.serve.grpc_codec` (the REST
 validation rules and messages) into :meth:`Engine.infer <torchplace.serve.engine.Engine.infer>`,
 so the batcher, the replicas, deadlines, priorities and row splitting are shared. The
-protocol's messages come from Triton's ``.proto`` (:mod:`torchplace.serve.proto`).
+protocol's messages come from Triton's ``.proto`` (:mod:`torchplace.serve.proto`); the
+transport is :mod:`torchplace.serve.grpc_wire` (HTTP/2 read on the loop), which runs the
+handlers grpc.aio would.
 
 RPCs: ``ServerLive``, ``ServerReady``, ``ModelReady``, ``ServerMetadata``, ``ModelMetadata``,
 ``ModelInfer``, ``ModelStreamInfer`` (each message a ``ModelInfer``, answered as it finishes,
@@ -88,6 +90,7 @@ from torchplace.serve.grpc_health import (
 )
 from torchplace.serve.grpc_read import OpenCalls, unary_unary_handler
 from torchplace.serve.grpc_reflection import reflection_handlers
+from torchplace.serve.grpc_wire import WireLimits, WireServer
 from torchplace.serve.http import grpc_connection_limit
 from torchplace.serve.proto import grpc_service_pb2 as pb
 from torchplace.serve.proto import model_config_pb2 as config_pb
@@ -139,16 +142,11 @@ STREAM_WINDOW = 128
 #: size, each answered with as much (an echoed id), would otherwise be held for a client that
 #: sends without reading
 STREAM_WINDOW_BYTES = 64 * 1024 * 1024
-#: calls gRPC core holds for the loop to take up before it starts cancelling them
-_MAX_PENDING_CALLS = 4096
-#: streams one connection may have open at once (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS, which
-#: gRPC core leaves unbounded): a gRPC client queues its calls past it, and core refuses a new
-#: stream (REFUSED_STREAM) while this many of the connection's calls, reset ones included, are
-#: not yet freed. As many as the calls core holds for the loop, past which it cancelled calls
-#: at random anyway: a burst of up to that many calls on one channel is all answered
-MAX_STREAMS_PER_CONNECTION = _MAX_PENDING_CALLS
-#: the most bytes of metadata a call may carry (gRPC core's hard limit; its own soft limit,
-#: 8 KiB, refused calls between the two at random)
+#: streams one connection may have open at once (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS): a
+#: gRPC client queues its calls past it, and the server refuses a new stream (REFUSED_STREAM)
+#: while this many of the connection's calls are open; a reset stream is freed at once
+MAX_STREAMS_PER_CONNECTION = 4096
+#: the most bytes of metadata a call may carry (gRPC core's hard limit)
 _MAX_METADATA_BYTES = 16 * 1024
 _STATUS: dict[int, grpc.StatusCode] = {
     400: grpc.StatusCode.INVALID_ARGUMENT,
@@ -224,7 +222,7 @@ class GrpcServer:
         self._started = False
         #: the answer queues of the open ModelStreamInfer streams (told when the drain starts)
         self._streams: set[asyncio.Queue[bytes | None]] = set()
-        self._server: grpc.aio.Server | None = None
+        self._server: WireServer | None = None
         #: the calls open now that wait on their clients (bounded: see grpc_read.OpenCalls)
         self.open_calls = OpenCalls()
         self._server_meta = pb.ServerMetadataResponse(
@@ -238,47 +236,18 @@ class GrpcServer:
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self, host: str, port: int) -> None:
         """Listen on ``host:port`` (0: any free port); ConfigError when it cannot bind."""
-        limit = self.config.max_body_bytes
-        server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", limit),
-                ("grpc.max_send_message_length", -1),
-                ("grpc.so_reuseport", 0),
-                # calls that arrived but that the loop has not taken up yet: past 1,000 (gRPC
-                # core's default) core cancels them at random (CANCELLED, no reason given), so a
-                # burst of 1,500 concurrent calls from one client lost one in seven; our own
-                # admission (--max-queue) answers overload with a reason instead
-                # a call's metadata (headers) past gRPC core's soft limit of 8 KiB was refused
-                # at random, one call in a few of the same client, up to its hard limit of 16
-                # KiB: one limit, so that a call is refused or not whatever the draw
-                ("grpc.max_metadata_size", _MAX_METADATA_BYTES),
-                ("grpc.absolute_max_metadata_size", _MAX_METADATA_BYTES),
-                ("grpc.server.max_pending_requests", _MAX_PENDING_CALLS),
-                ("grpc.server.max_pending_requests_hard_limit", 3 * _MAX_PENDING_CALLS),
-                # HTTP/2 rapid reset (CVE-2023-44487): streams opened and reset at once are
-                # free for the client but not for the server, which still sets up a call for
-                # each; 20,000 of them on one connection grew the server by 144 MB, and 252 MB
-                # after four such connections. Core's guard ("overload protection", on by
-                # default: a stream counts until its call is freed, not just until it is reset)
-                # needs a bound to count against: with it, 61 MB and 94 MB (most refused)
-                ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
-                ("grpc.http.overload_protection", 1),
-                # a connection without a call for this long is closed (GOAWAY: a client's
-                # channel reconnects on its next call), as an idle HTTP connection is
-                # (in a C int: a longer timeout is about 24 days)
-                (
-                    "grpc.max_connection_idle_ms",
-                    int(min(max(self.config.keepalive_timeout_s * 1000, 1), 2**31 - 1)),
-                ),
-                # connections at once, and the time a new one has to send its HTTP/2 preface
-                # (gRPC core's default: 120 s): idle connections, a descriptor each, could
-                # otherwise take every file descriptor and stop both ports accepting
-                ("grpc.max_allowed_incoming_connections", grpc_connection_limit()),
-                (
-                    "grpc.server_handshake_timeout_ms",
-                    int(min(max(self.config.request_timeout_s * 1000, 1), 2**31 - 1)),
-                ),
-            ]
+        # the bounds gRPC core would keep (see grpc_wire), and the HTTP server's timeouts:
+        # a connection without a call for --keepalive-timeout is closed (GOAWAY: a client's
+        # channel reconnects on its next call); a new one has --request-timeout to send its
+        # preface; idle connections, a descriptor each, may not take the descriptors that
+        # HTTP connections, model files and shared memory need
+        limits = WireLimits(
+            max_message_bytes=self.config.max_body_bytes,
+            max_streams=MAX_STREAMS_PER_CONNECTION,
+            max_metadata_bytes=_MAX_METADATA_BYTES,
+            idle_timeout_s=self.config.keepalive_timeout_s,
+            handshake_timeout_s=self.config.request_timeout_s,
+            max_connections=grpc_connection_limit(),
         )
         health = health_handler(
             self._health, lambda: self.draining, self.health_changes,
@@ -287,19 +256,14 @@ class GrpcServer:
         reflection = reflection_handlers(
             (SERVICE, HEALTH), self.config.request_timeout_s, self.open_calls
         )
-        server.add_generic_rpc_handlers((*self._handlers(), health, *reflection))
+        server = WireServer((*self._handlers(), health, *reflection), limits)
         try:
-            bound = server.add_insecure_port(f"{host}:{port}")
-        except RuntimeError as exc:
-            bound, why = 0, str(exc)
-        else:
-            why = "the address is in use or not available"
-        if not bound:
+            bound = await server.start(host, port)
+        except OSError as exc:
             raise ConfigError(
-                f"cannot listen for gRPC on {host}:{port}: {why}; give another --grpc-port "
-                "(0 turns gRPC off)"
-            )
-        await server.start()
+                f"cannot listen for gRPC on {host}:{port}: {exc.strerror or exc}; give another "
+                "--grpc-port (0 turns gRPC off)"
+            ) from None
         self._server = server
         self.port = bound
         self._started = True

@@ -1,0 +1,220 @@
+"""One gRPC call on :mod:`torchplace.serve.grpc_wire`'s HTTP/2 connections: its request messages
+as they arrive, its answers and status as the handler gives them, and the servicer context
+the handlers of :mod:`torchplace.serve.grpc_server` use (``read``, ``abort``,
+``invocation_metadata``, ``time_remaining``, ``done``), as grpc.aio's ``ServicerContext`` has
+them.
+
+A request message is read off the wire in gRPC's framing (a compressed flag, a 4-byte length,
+the bytes): a message over the size limit ends the call with ``RESOURCE_EXHAUSTED``, one sent
+compressed is inflated within the same limit (``gzip``, ``deflate``), one in an encoding the
+server does not know ends it with ``UNIMPLEMENTED``. Answers are sent uncompressed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import collections
+import time
+import zlib
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import grpc
+
+if TYPE_CHECKING:
+    from torchplace.serve.grpc_wire import Connection
+
+__all__ = ["Aborted", "Call", "parse_timeout"]
+
+_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+#: bytes of complete messages a call holds unread before the client is told to wait (its
+#: stream's flow-control window is not replenished past it)
+UNREAD_LIMIT = 4 * 1024 * 1024
+_WBITS = {b"gzip": 16 + zlib.MAX_WBITS, b"deflate": zlib.MAX_WBITS}
+
+
+class Aborted(Exception):
+    """What :meth:`Call.abort` raises: the call ends with ``code`` and ``details``."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
+
+
+def parse_timeout(value: bytes) -> float | None:
+    """``grpc-timeout`` (up to 8 digits and a unit) in seconds; None when it does not parse."""
+    if not 2 <= len(value) <= 9 or not value[:-1].isdigit():
+        return None
+    unit = _UNITS.get(chr(value[-1]))
+    return None if unit is None else int(value[:-1]) * unit
+
+
+class Call:
+    """One stream: its request messages (:meth:`read`), its metadata and deadline, and how it
+    ends (:meth:`abort`, or the connection's ``finish``)."""
+
+    def __init__(
+        self,
+        connection: Connection,
+        stream: int,
+        metadata: tuple[tuple[str, str | bytes], ...],
+        deadline: float | None,
+        encoding: bytes,
+        max_message_bytes: int,
+    ) -> None:
+        self.connection = connection
+        self.stream = stream
+        self.metadata = metadata
+        self.deadline = deadline
+        self.encoding = encoding
+        self.max_message_bytes = max_message_bytes
+        self.task: asyncio.Task[None] | None = None
+        #: the answer bytes not yet sent (flow control), and the trailers to send after them
+        self.pending = bytearray()
+        self.trailers: bytes | None = None
+        self.send_window = connection.peer_window
+        self.headers_sent = False
+        self.finished = False  # the status is decided (sent or waiting behind answer bytes)
+        self.remote_closed = False  # the client sent END_STREAM
+        self.reset = False  # the client reset it, or the connection went
+        self.expired = False  # its deadline passed
+        self.unread = 0  # bytes of complete messages not read yet
+        self.withheld = 0  # flow-control credit held back while too much is unread
+        self._buffer = bytearray()
+        self._messages: collections.deque[bytes] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._drained: asyncio.Future[None] | None = None
+
+    # -- the wire side ---------------------------------------------------------------------
+    def feed(self, data: bytes) -> tuple[grpc.StatusCode, str] | None:
+        """Bytes of the request stream; the status the call must end with, if it must."""
+        buffer = self._buffer
+        buffer += data
+        while len(buffer) >= 5:
+            size = int.from_bytes(buffer[1:5], "big")
+            if size > self.max_message_bytes:
+                return (
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"Received message larger than max ({size} vs. {self.max_message_bytes})",
+                )
+            if len(buffer) < 5 + size:
+                break
+            compressed = buffer[0]
+            message = bytes(buffer[5 : 5 + size])
+            del buffer[: 5 + size]
+            if compressed:
+                inflated = self._inflate(message)
+                if not isinstance(inflated, bytes):
+                    return inflated
+                message = inflated
+            self._messages.append(message)
+            self.unread += len(message)
+        self._wake()
+        return None
+
+    def _inflate(self, message: bytes) -> bytes | tuple[grpc.StatusCode, str]:
+        internal = grpc.StatusCode.INTERNAL
+        if self.encoding == b"identity":
+            return internal, (
+                "Compression bit set but no encoding configured: send the call's grpc-encoding "
+                "(gzip or deflate), or the message uncompressed"
+            )
+        wbits = _WBITS.get(self.encoding)
+        if wbits is None:
+            name = self.encoding.decode("latin-1")
+            return internal, (
+                f"the message is compressed with grpc-encoding {name!r}, which this server "
+                "does not know; use gzip or deflate"
+            )
+        inflater = zlib.decompressobj(wbits)
+        try:
+            out = inflater.decompress(message, self.max_message_bytes + 1)
+        except zlib.error as exc:
+            return internal, f"the compressed message does not inflate ({exc})"
+        if len(out) > self.max_message_bytes:
+            return grpc.StatusCode.RESOURCE_EXHAUSTED, (
+                f"Received message larger than max (more than {self.max_message_bytes} bytes "
+                "once inflated)"
+            )
+        return out
+
+    def end_of_requests(self) -> None:
+        """The client sent END_STREAM (a message cut short is dropped)."""
+        self.remote_closed = True
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def writable(self) -> None:
+        """Answer bytes went out; wakes a handler waiting to send more."""
+        drained = self._drained
+        if drained is not None and not drained.done():
+            drained.set_result(None)
+
+    # -- the servicer context --------------------------------------------------------------
+    async def read(self) -> Any:
+        """The next request message, or ``grpc.aio.EOF`` once the client sent its last."""
+        while not self._messages:
+            if self.remote_closed or self.reset:
+                return grpc.aio.EOF
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        message = self._messages.popleft()
+        self.unread -= len(message)
+        if self.withheld >= UNREAD_LIMIT // 4 and self.unread < UNREAD_LIMIT:
+            self.connection.credit(self)
+        return message
+
+    async def requests(self) -> AsyncIterator[bytes]:
+        """The request messages, as a request-streaming handler iterates them."""
+        while (message := await self.read()) is not grpc.aio.EOF:
+            yield message
+
+    async def sent(self) -> None:
+        """Wait while too many answer bytes of this call wait on the client's window."""
+        while len(self.pending) > UNREAD_LIMIT and not self.reset:
+            self._drained = asyncio.get_running_loop().create_future()
+            try:
+                await self._drained
+            finally:
+                self._drained = None
+
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> NoReturn:
+        raise Aborted(code, details)
+
+    def invocation_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
+        return self.metadata
+
+    def time_remaining(self) -> float | None:
+        return None if self.deadline is None else max(self.deadline - time.monotonic(), 0.0)
+
+    def done(self) -> bool:
+        return self.finished or self.reset
+
+    def cancelled(self) -> bool:
+        return self.reset
+
+    def peer(self) -> str:
+        return self.connection.peer
+
+
+def decode_metadata(name: bytes, value: bytes) -> tuple[str, str | bytes]:
+    """A metadata entry as grpc.aio gives it: a ``-bin`` key's value base64-decoded to bytes,
+    any other's as text; ValueError naming the key when a ``-bin`` value is not base64."""
+    key = name.decode("latin-1")
+    if key.endswith("-bin"):
+        try:
+            return key, base64.b64decode(value + b"=" * (-len(value) % 4), validate=True)
+        except ValueError:
+            raise ValueError(
+                f"metadata {key!r} is not base64; a key ending in -bin carries base64"
+            ) from None
+    return key, value.decode("latin-1")

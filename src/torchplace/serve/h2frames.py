@@ -1,0 +1,117 @@
+"""HTTP/2 frames as gRPC's server side writes them (RFC 9113), and the few header blocks it
+sends (HPACK, RFC 7541, literals only).
+
+A gRPC server sends the same few headers on every call: ``:status``, ``content-type``,
+``grpc-accept-encoding``, and the trailers ``grpc-status`` and ``grpc-message``. They are
+written as literals that never enter the HPACK dynamic table, so what the client asks of the
+table (``SETTINGS_HEADER_TABLE_SIZE``) never matters and the blocks are built once.
+Decoding what clients send is :mod:`hpack`'s (Huffman codes and the dynamic table).
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+__all__ = [
+    "ACK",
+    "END_HEADERS",
+    "END_STREAM",
+    "PADDED",
+    "PREFACE",
+    "PRIORITY_FLAG",
+    "ErrorCode",
+    "FrameType",
+    "Setting",
+    "frame",
+    "header_block",
+    "percent_encode",
+]
+
+#: what a client sends first (RFC 9113 section 3.4)
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+END_STREAM = 0x1
+ACK = 0x1
+END_HEADERS = 0x4
+PADDED = 0x8
+PRIORITY_FLAG = 0x20
+
+
+class FrameType(IntEnum):
+    DATA = 0
+    HEADERS = 1
+    PRIORITY = 2
+    RST_STREAM = 3
+    SETTINGS = 4
+    PUSH_PROMISE = 5
+    PING = 6
+    GOAWAY = 7
+    WINDOW_UPDATE = 8
+    CONTINUATION = 9
+
+
+class Setting(IntEnum):
+    HEADER_TABLE_SIZE = 1
+    ENABLE_PUSH = 2
+    MAX_CONCURRENT_STREAMS = 3
+    INITIAL_WINDOW_SIZE = 4
+    MAX_FRAME_SIZE = 5
+    MAX_HEADER_LIST_SIZE = 6
+
+
+class ErrorCode(IntEnum):
+    NO_ERROR = 0
+    PROTOCOL_ERROR = 1
+    INTERNAL_ERROR = 2
+    FLOW_CONTROL_ERROR = 3
+    SETTINGS_TIMEOUT = 4
+    STREAM_CLOSED = 5
+    FRAME_SIZE_ERROR = 6
+    REFUSED_STREAM = 7
+    CANCEL = 8
+    COMPRESSION_ERROR = 9
+    ENHANCE_YOUR_CALM = 11
+
+
+def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+    """One frame: its 9-byte header, then ``payload``."""
+    return (
+        len(payload).to_bytes(3, "big") + bytes((kind, flags)) + stream.to_bytes(4, "big") + payload
+    )
+
+
+def _integer(value: int, prefix_bits: int, first: int = 0) -> bytes:
+    """An HPACK integer with a ``prefix_bits`` prefix (RFC 7541 section 5.1)."""
+    limit = (1 << prefix_bits) - 1
+    if value < limit:
+        return bytes((first | value,))
+    out = bytearray((first | limit,))
+    value -= limit
+    while value >= 128:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _literal(name: bytes, value: bytes) -> bytes:
+    """A literal header field without indexing, with a new name, neither Huffman-coded."""
+    return b"\x00" + _integer(len(name), 7) + name + _integer(len(value), 7) + value
+
+
+def header_block(status: int, fields: tuple[tuple[bytes, bytes], ...]) -> bytes:
+    """``:status`` (the static table's entry for 200, a literal else) then ``fields``."""
+    head = b"\x88" if status == 200 else _literal(b":status", str(status).encode())
+    return head + b"".join(_literal(name, value) for name, value in fields)
+
+
+def percent_encode(message: str) -> bytes:
+    """``grpc-message``'s encoding: UTF-8, then every byte outside printable ASCII, and ``%``,
+    as ``%XX`` (gRPC's HTTP/2 protocol)."""
+    out = bytearray()
+    for byte in message.encode("utf-8", "replace"):
+        if 0x20 <= byte <= 0x7E and byte != 0x25:
+            out.append(byte)
+        else:
+            out += b"%%%02X" % byte
+    return bytes(out)

@@ -1,0 +1,149 @@
+"""The gRPC transport's own parts (:mod:`torchplace.serve.grpc_wire`, :mod:`~torchplace.serve.
+h2frames`, :mod:`~torchplace.serve.grpc_call`): the header blocks it writes decode as HPACK,
+``grpc-timeout`` and ``grpc-message`` are read and written as gRPC's HTTP/2 protocol says, and
+on the wire (a hand-spoken client, :mod:`tests.serve.raw_http2`): answers wait on the client's
+flow-control window, PINGs are acknowledged, a request that is not gRPC gets an HTTP status, a
+connection that does not speak HTTP/2 is closed with GOAWAY, and the server serves on."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+from torchplace.serve.running import ServerThread
+
+from .conftest import FakeEngine, test_config
+from .raw_http2 import (
+    DATA,
+    END_HEADERS,
+    END_STREAM,
+    GOAWAY,
+    HEADERS,
+    PREFACE,
+    SETTINGS,
+    Connection,
+    frame,
+    grpc_headers,
+    grpc_message,
+    literal,
+)
+
+grpc = pytest.importorskip("grpc")
+hpack = pytest.importorskip("hpack")
+from torchplace.serve.grpc_call import parse_timeout  # noqa: E402
+from torchplace.serve.h2frames import header_block, percent_encode  # noqa: E402
+from torchplace.serve.proto import grpc_service_pb2 as pb  # noqa: E402
+
+from .test_grpc_transport import _infer_request, _still_serves  # noqa: E402
+
+INFER = "/inference.GRPCInferenceService/ModelInfer"
+PING, WINDOW_UPDATE = 0x6, 0x8
+INITIAL_WINDOW_SIZE, PROTOCOL_ERROR = 0x4, 0x1
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ServerThread]:
+    with ServerThread(test_config(request_timeout_s=2.0), engine=FakeEngine()) as thread:
+        yield thread
+
+
+def _port(server: ServerThread) -> int:
+    port = server.grpc_port
+    assert port is not None
+    return port
+
+
+def test_header_blocks_decode_as_hpack() -> None:
+    long_value = b"x" * 300  # a length past the 7-bit prefix
+    block = header_block(200, ((b"grpc-status", b"0"), (b"grpc-message", long_value)))
+    assert hpack.Decoder().decode(block, raw=True) == [
+        (b":status", b"200"), (b"grpc-status", b"0"), (b"grpc-message", long_value),
+    ]  # fmt: skip
+    assert hpack.Decoder().decode(header_block(415, ()), raw=True) == [(b":status", b"415")]
+
+
+def test_grpc_message_is_percent_encoded() -> None:
+    assert percent_encode("50% done: é\n") == b"50%25 done: %C3%A9%0A"
+
+
+@pytest.mark.parametrize(
+    ("given", "seconds"),
+    [(b"1S", 1.0), (b"250m", 0.25), (b"3M", 180.0), (b"2H", 7200.0), (b"5u", 5e-6),
+     (b"7n", 7e-9), (b"99999999S", 99999999.0), (b"100", None), (b"S", None),
+     (b"123456789S", None), (b"1x", None), (b"-1S", None)],
+)  # fmt: skip
+def test_grpc_timeout_is_digits_and_a_unit(given: bytes, seconds: float | None) -> None:
+    assert parse_timeout(given) == (None if seconds is None else pytest.approx(seconds))
+
+
+def _call(connection: Connection, stream: int = 1) -> None:
+    body = _infer_request().SerializeToString()
+    connection.send(frame(HEADERS, END_HEADERS, stream, grpc_headers(INFER))
+                    + frame(DATA, END_STREAM, stream, grpc_message(body)))  # fmt: skip
+
+
+def test_an_answer_waits_on_the_client_s_flow_control_window(server: ServerThread) -> None:
+    connection = Connection(_port(server))
+    try:  # a window of 10 bytes for each stream: the answer's message is longer
+        connection.send(frame(SETTINGS, 0, 0, INITIAL_WINDOW_SIZE.to_bytes(2, "big")
+                              + (10).to_bytes(4, "big")))  # fmt: skip
+        _call(connection)
+        first = connection.read(timeout=1.0)
+        sent = [f for f in first if f.kind == DATA and f.stream == 1]
+        assert sum(len(f.payload) for f in sent) == 10
+        assert not any(f.kind == HEADERS and f.flags & END_STREAM for f in first)
+        connection.send(frame(WINDOW_UPDATE, 0, 1, (1 << 20).to_bytes(4, "big")))
+        rest = connection.read(lambda f: f.kind == HEADERS and bool(f.flags & END_STREAM))
+    finally:
+        connection.close()
+    data = b"".join(f.payload for f in first + rest if f.kind == DATA and f.stream == 1)
+    size = int.from_bytes(data[1:5], "big")
+    assert len(data) == 5 + size
+    assert pb.ModelInferResponse.FromString(data[5:]).id == "r"
+    assert b"grpc-status\x010" in rest[-1].payload
+
+
+def test_a_ping_is_acknowledged_with_its_payload(server: ServerThread) -> None:
+    connection = Connection(_port(server))
+    try:
+        connection.send(frame(PING, 0, 0, b"12345678"))
+        frames = connection.read(lambda f: f.kind == PING)
+    finally:
+        connection.close()
+    assert (frames[-1].flags, frames[-1].payload) == (1, b"12345678")
+
+
+@pytest.mark.parametrize(
+    ("method", "kind", "status"),
+    [("POST", "application/json", "415"), ("GET", "application/grpc", "405")],
+)
+def test_a_request_that_is_not_grpc_gets_an_http_status(
+    server: ServerThread, method: str, kind: str, status: str
+) -> None:
+    fields = ((":method", method), (":scheme", "http"), (":path", INFER), (":authority", "x"),
+              ("content-type", kind))  # fmt: skip
+    block = b"".join(literal(name, value) for name, value in fields)
+    connection = Connection(_port(server))
+    try:
+        connection.send(frame(HEADERS, END_HEADERS | END_STREAM, 1, block))
+        frames = connection.read(lambda f: f.kind == HEADERS and f.stream == 1)
+    finally:
+        connection.close()
+    assert frames[-1].flags & END_STREAM
+    assert hpack.Decoder().decode(frames[-1].payload)[0] == (":status", status)
+    _still_serves(_port(server))
+
+
+def test_a_client_that_does_not_speak_http2_gets_goaway(server: ServerThread) -> None:
+    with socket.create_connection(("127.0.0.1", _port(server)), timeout=5) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + b"\0" * len(PREFACE))
+        received = b""
+        while chunk := sock.recv(1 << 16):
+            received += chunk
+    at = received.find(bytes([GOAWAY]))  # after the server's SETTINGS and WINDOW_UPDATE
+    assert at >= 3
+    payload = received[at + 6 :]
+    assert int.from_bytes(payload[4:8], "big") == PROTOCOL_ERROR
+    _still_serves(_port(server))
