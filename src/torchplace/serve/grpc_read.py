@@ -1,14 +1,15 @@
 """Reading a gRPC call's request message within a time limit, and a bound on the calls that
 wait on their clients.
 
-grpc.aio reads a unary request message before it calls the handler, and waits for it without
-end: a client that opens a call and sends its headers and part of its message, or none, held the
-call (a task, the call's state in gRPC core) for as long as it kept the connection open. So every
-unary-request RPC is registered here as request-streaming (the client cannot tell: the wire is
-the same), and its handler reads the one message itself through ``context.read()``, within the
-request timeout; past it the call ends with ``DEADLINE_EXCEEDED`` and a message that says so.
-The read is the same single receive that grpc.aio would have made (the request iterator is never
-touched, so nothing more runs per call than a timer).
+A transport reads a unary request message before it calls the handler, and waits for it without
+end (grpc.aio did, and so does :mod:`torchplace.serve.grpc_wire` for a unary handler): a client
+that opens a call and sends its headers and part of its message, or none, would hold the call
+(a task and its state) for as long as it kept the connection open. So every unary-request RPC
+is registered here as request-streaming (the client cannot tell: the wire is the same), and its
+handler reads the one message itself through ``context.read()``, within the request timeout;
+past it the call ends with ``DEADLINE_EXCEEDED`` and a message that says so. The read is the
+same single receive the transport would have made (the request iterator is never touched, so
+nothing more runs per call than a timer).
 
 Calls that wait on their client (a unary call whose message has not come, an open stream with
 nothing to compute, a health ``Watch``, a reflection stream between requests) cost the server
