@@ -247,7 +247,7 @@ class _Walker:
                 node.name,
                 ctx.scope,
                 is_module_class=module_class or elsewhere,
-                module_base_elsewhere=elsewhere,
+                module_base_elsewhere=elsewhere or resolver.has_state_base(node),
             )
         else:
             assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))

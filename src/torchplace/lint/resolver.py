@@ -26,7 +26,9 @@ __all__ = [
 _NOT_MODULES = frozenset(
     {"Parameter", "UninitializedParameter", "UninitializedBuffer", "Buffer", "ParameterDict"}
 )
-_MODULE_ROOTS = frozenset(
+# TorchMetrics' base of every metric: an nn.Module that registers and moves states itself.
+_STATE_BASES = frozenset({"torchmetrics.Metric", "torchmetrics.metric.Metric"})
+_MODULE_ROOTS = _STATE_BASES | frozenset(
     {
         "torch.nn.Module",
         "torch.jit.ScriptModule",
@@ -67,7 +69,8 @@ def is_module_base(qualname: str) -> bool:
         return False
     parts = qualname.split(".")
     last = parts[-1]
-    if not last[:1].isupper() or last in _NOT_MODULES:
+    # torch's private bases are modules too: `_Loss`, `_WeightedLoss`, `_ConvNd`, `_BatchNorm`
+    if not last.lstrip("_")[:1].isupper() or last in _NOT_MODULES:
         return False
     # torch.nn.X, torch.nn.modules.<file>.X, torch.nn.parallel.X, torch.nn.quantized...X
     return len(parts) == 3 or parts[2] in {"modules", "parallel", "quantized", "intrinsic", "qat"}
@@ -184,6 +187,11 @@ class Resolver:
             if name is not None and is_module_base(name):
                 return True
         return False
+
+    def has_state_base(self, node: ast.ClassDef) -> bool:
+        """Whether a class derives from a module base that registers and moves the states it
+        is given itself (TorchMetrics' ``Metric``: ``add_state``, its own ``_apply``)."""
+        return any(self.qualname(base) in _STATE_BASES for base in node.bases)
 
     def is_module_class_elsewhere(self, node: ast.ClassDef, path: str) -> bool:
         """Whether a class that :meth:`is_module_class` does not see derives from ``nn.Module``

@@ -41,7 +41,14 @@ from torchplace.lint.resolver import dotted_name, module_file
 if TYPE_CHECKING:
     from torchplace.lint.provenance.files import FileFacts
 
-__all__ = ["PerBatch", "call_sites", "calls_in", "engine_step", "find_per_batch"]
+__all__ = [
+    "PerBatch",
+    "call_sites",
+    "calls_in",
+    "engine_step",
+    "find_per_batch",
+    "scoped_call_sites",
+]
 
 # Methods a training framework calls once per batch, with the batch already on the device.
 _STEP_HOOKS = frozenset({"training_step", "validation_step", "test_step", "predict_step"})
@@ -526,6 +533,24 @@ def call_sites(
         found += [
             call
             for _, call, _ in others.calls_of(function.name)
+            if _imported_as(others, call.func, f"{stem}.{function.name}")
+        ]
+    return found
+
+
+def scoped_call_sites(
+    facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunctionDef
+) -> list[tuple[ast.AST, ast.Call]]:
+    """:func:`call_sites`, each with the function (or module) whose body holds the call."""
+    found = [
+        (scope, call)
+        for scope, call, _ in facts.calls_of(function.name)
+        if scope is not function and facts.local_def(call.func, scope) is function
+    ]
+    for others, stem in _importers(facts, function.name):
+        found += [
+            (scope, call)
+            for scope, call, _ in others.calls_of(function.name)
             if _imported_as(others, call.func, f"{stem}.{function.name}")
         ]
     return found

@@ -11,7 +11,7 @@ the test does).
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from torchplace.lint.base import (
     Context,
@@ -64,8 +64,21 @@ def _forward_reachable(cls: Scope) -> set[str]:
         for item in cls.node.body
         if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
     }
+    if "forward" in methods:
+        reached = _self_reachable(methods, ["forward"])
+    else:  # a hook the `forward` of a base class of the file calls: `self._forward(x, y)`
+        module = cls.parent.node if cls.parent is not None else None
+        hooks = _inherited_hooks(cls.node, module, depth=0)
+        reached = _self_reachable(methods, sorted(hooks & set(methods)))
+    cls.cache["forward-reachable"] = reached
+    return reached
+
+
+def _self_reachable(methods: Mapping[str, ast.AST], start: list[str]) -> set[str]:
+    """``start`` and the methods of ``methods`` they call through ``self.name(...)``,
+    transitively (also the hooks of a base-class dispatcher)."""
     reached: set[str] = set()
-    todo = ["forward"] if "forward" in methods else []
+    todo = list(start)
     while todo:
         name = todo.pop()
         if name in reached:
@@ -82,8 +95,42 @@ def _forward_reachable(cls: Scope) -> set[str]:
                     todo.append(sub.func.attr)
                 elif sub.func.attr in _DISPATCHERS:
                     todo.extend(h for h in _DISPATCHERS[sub.func.attr] if h in methods)
-    cls.cache["forward-reachable"] = reached
     return reached
+
+
+def _inherited_hooks(cls: ast.ClassDef, module: ast.AST | None, depth: int) -> set[str]:
+    """The names a ``forward`` of a base class of the same file (two classes up at most)
+    calls on ``self``, directly or through that base's own methods: a template method
+    (``LossFunction.forward`` running ``self._forward(prediction, target)``) whose hooks the
+    subclass implements."""
+    if depth > 1 or module is None:
+        return set()
+    classes = {
+        node.name: node for node in getattr(module, "body", []) if isinstance(node, ast.ClassDef)
+    }
+    found: set[str] = set()
+    for base in cls.bases:
+        node = classes.get(base.id) if isinstance(base, ast.Name) else None
+        if node is None or node is cls:
+            continue
+        methods = {
+            item.name: item
+            for item in node.body
+            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+        }
+        if "forward" not in methods:
+            found |= _inherited_hooks(node, module, depth + 1)
+            continue
+        for name in _self_reachable(methods, ["forward"]):
+            for sub in walk(methods[name]):
+                if (
+                    isinstance(sub, ast.Call)
+                    and isinstance(sub.func, ast.Attribute)
+                    and isinstance(sub.func.value, ast.Name)
+                    and sub.func.value.id == "self"
+                ):
+                    found.add(sub.func.attr)
+    return found
 
 
 # `pin_memory`: a pinned buffer is host memory on purpose, a staging area for copies.
@@ -195,6 +242,27 @@ def _scalar_tensor(call: ast.Call, name: str) -> bool:
             and (func.attr != "size" or bool(data.args))
         )
     return not isinstance(data, (ast.ListComp, ast.Name, ast.Subscript, ast.Starred))
+
+
+def _sized_data(call: ast.Call, ctx: Context) -> bool:
+    """``torch.tensor(self.quantiles)`` where the function also takes ``len(self.quantiles)``
+    or iterates it: the data is a sequence, so the tensor is no 0-dim one."""
+    scope = ctx.function_scope()
+    text = dotted_name(call.args[0]) if call.args else None
+    if scope is None or text is None or "." not in text:
+        return False
+    for sub in walk(scope.node):
+        if (
+            isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Name)
+            and sub.func.id == "len"
+            and len(sub.args) == 1
+            and dotted_name(sub.args[0]) == text
+        ):
+            return True
+        if isinstance(sub, (ast.For, ast.comprehension)) and dotted_name(sub.iter) == text:
+            return True
+    return False
 
 
 def _number_tensor(call: ast.Call, name: str, ctx: Context) -> bool:
@@ -868,9 +936,10 @@ def check_factory(call: ast.Call, ctx: Context, name: str, method: Scope | None)
         return
     if has_star_kwargs(call) or _scalar_draw(call, name) or _empty_shape(call, name):
         return
-    if (_scalar_tensor(call, name) or _number_tensor(call, name, ctx)) and not _clamp_bound(
-        call, ctx
-    ):
+    if (
+        (_scalar_tensor(call, name) and not _sized_data(call, ctx))
+        or _number_tensor(call, name, ctx)
+    ) and not _clamp_bound(call, ctx):
         return
     short = name.removeprefix("torch.")
     if _on_forward_path(method):

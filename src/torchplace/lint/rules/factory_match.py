@@ -43,6 +43,7 @@ COMBINERS = frozenset(
         "torch.permute",
         "torch.flip",
         "torch.tile",
+        "torch.nn.functional.one_hot",
         "einops.rearrange",
         "einops.repeat",
     }
@@ -164,11 +165,36 @@ def meets_device_tensor(call: ast.Call, ctx: Context) -> bool:
         return False
     if scope.name == "__init__" and scope.cls is not None and scope.cls.is_module_class:
         return False
-    device = _module_tensors(scope)  # not names the function moves: that may come later
+    device = _module_tensors(scope) | _moved_before(scope, ctx, call)
     if not device or _cpu_path(call, scope):
         return False
     device |= set(_derive(scope, device, "tpl103-derived-module"))
     return _combined_with(call, ctx, scope, device) is not None
+
+
+def _moved_before(scope: Scope, ctx: Context, call: ast.Call) -> set[str]:
+    """Names of :func:`_placed` that the function binds only to moved tensors, the first time
+    in a statement before ``call`` (``z_idx = z.flatten().to(self.device)``, then
+    ``torch.linspace(a, b, n)[z_idx]``): on the device already where the factory meets them,
+    whatever moves the factory's result later."""
+    placed = _placed(scope, ctx)
+    if not placed:
+        return set()
+    first: dict[str, int] = {}
+    other: set[str] = set()
+    for sub in subtree(scope.node):
+        for target, value in _bindings(sub):
+            for name in _bare_names(target):
+                if value is not None and _moved(value):
+                    line = value.lineno
+                    first[name] = min(first.get(name, line), line)
+                else:
+                    other.add(name)
+    return {
+        name
+        for name, line in first.items()
+        if name in placed and name not in other and line < call.lineno
+    }
 
 
 def _placed(scope: Scope, ctx: Context) -> set[str]:
@@ -851,7 +877,8 @@ _ORDER = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
 
 def _climb(node: ast.AST, parents: dict[int, ast.AST]) -> tuple[ast.AST, ast.AST | None]:
     """From a tensor expression up through what keeps it on its device (``.float()``,
-    ``[None]``, ``.view(...)``, ``-t``): the outermost such expression and its parent."""
+    ``[None]``, ``.view(...)``, ``-t``, a branch of a conditional expression): the outermost
+    such expression and its parent."""
     parent = parents.get(id(node))
     while parent is not None:
         if isinstance(parent, ast.Attribute) and parent.value is node:
@@ -861,14 +888,20 @@ def _climb(node: ast.AST, parents: dict[int, ast.AST]) -> tuple[ast.AST, ast.AST
             if not isinstance(call, ast.Call) or call.func is not parent:
                 return node, None
             node = call
-        elif (isinstance(parent, ast.Subscript) and parent.value is node) or isinstance(
-            parent, ast.UnaryOp
+        elif (
+            (isinstance(parent, ast.Subscript) and parent.value is node)
+            or isinstance(parent, ast.UnaryOp)
+            or (isinstance(parent, ast.IfExp) and parent.test is not node)
         ):
-            node = parent
+            node = parent  # `torch.ones(n) if w is None else w`: the value may be the factory's
         else:
             return node, parent
         parent = parents.get(id(node))
     return node, None
+
+
+# How many operations up a chain of arithmetic a factory's values are followed.
+_CHAIN_DEPTH = 4
 
 
 def _joined(
@@ -877,11 +910,19 @@ def _joined(
     parents: dict[int, ast.AST],
     ctx: Context,
     tensors: set[str],
+    *,
+    depth: int = 0,
 ) -> str | None:
-    """The parameter that the tensor expression ``node`` meets in ``parent``."""
+    """The parameter that the tensor expression ``node`` meets in ``parent``, also further up
+    a chain of arithmetic (``loss * w.view(-1, 1) * self.task_weights``: the product with an
+    operand of unknown place still holds the factory's values where it meets the next one)."""
     if isinstance(parent, ast.BinOp):
         other = parent.right if parent.left is node else parent.left
-        return _tensor_of(other, tensors)
+        found = _tensor_of(other, tensors)
+        if found is None and depth < _CHAIN_DEPTH:
+            outer, above = _climb(parent, parents)
+            return _joined(outer, above, parents, ctx, tensors, depth=depth + 1)
+        return found
     if isinstance(parent, ast.Compare):
         for side in [parent.left, *parent.comparators]:
             if side is not node and (found := _tensor_of(side, tensors)) is not None:

@@ -1,8 +1,9 @@
 """TPL8xx: training setup order (an optimizer must see the parameters where they will live).
 
 The optimizer and the move may sit in one function, or in two: a helper that builds the
-optimizer from its ``model`` argument, called before the caller moves what it passed; or a
-class whose ``__init__`` (or a method called before another) builds it from
+optimizer from its ``model`` argument, or from the parameters it is handed (a caller in the file
+or in a module that imports the helper passing ``model.set_train_params(lr)``), called before
+the caller moves what it passed; or a class whose ``__init__`` (or a method called before another) builds it from
 ``self.model.parameters()`` while another method moves ``self.model``.
 """
 
@@ -11,8 +12,10 @@ from __future__ import annotations
 import ast
 
 from torchplace.lint.base import Context, Family, Rule, call_name, names_in, walk_body
+from torchplace.lint.base import keyword as keyword_of
 from torchplace.lint.nodes import walk
 from torchplace.lint.provenance import file_facts
+from torchplace.lint.provenance.callers import scoped_call_sites
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import moves_to_device
 
@@ -32,6 +35,7 @@ def _call(call: ast.Call, ctx: Context) -> None:
         return
     model = _parameters_owner(call, ctx)
     if model is None:
+        _handed_parameters(call, ctx)
         return
     scope = ctx.function_scope() or ctx.scope
     own_body = getattr(scope.node, "body", None)
@@ -236,6 +240,63 @@ def _across_functions(call: ast.Call, model: str, function: ast.AST, ctx: Contex
             f"moves it afterwards on line {move.lineno}: move the model first, then build the "
             "optimizer",
         )
+
+
+def _handed_parameters(call: ast.Call, ctx: Context) -> None:
+    """A helper builds the optimizer from the parameters it is handed (``def
+    create_optimizer(name, train_params, lr): optim.SGD(train_params, ...)``), and a caller, in
+    the file or in a module that imports it, hands it a model's parameters (``train_params =
+    model.set_train_params(lr)``) and moves that model afterwards."""
+    scope = ctx.function_scope()
+    function = scope.node if scope is not None else None
+    if not isinstance(function, _FUNCTION) or (scope is not None and scope.cls is not None):
+        return
+    params = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
+    given = call.args[0] if call.args else getattr(keyword_of(call, "params"), "value", None)
+    if not isinstance(given, ast.Name) or given.id not in params:
+        return
+    for caller, site in scoped_call_sites(file_facts(ctx), function):
+        passed = _argument(site, given.id, params, False)
+        body = getattr(caller, "body", None)
+        if passed is None or not isinstance(body, list):
+            continue
+        names = names_in(passed) if isinstance(passed, ast.Name) else set()
+        model = _owner(passed) or (_collected_owner(body, names) if names else None)
+        if model is None or _moved_before_site(body, site, model, ctx):
+            continue  # on the device already when the optimizer is built
+        move = _move_after(caller, site, model, ctx)
+        if move is not None:
+            ctx.report(
+                OPTIMIZER_BEFORE_MOVE.code,
+                call,
+                f"optimizer built in `{function.name}()` from the parameters of `{model}` that "
+                f"a caller (line {site.lineno}) hands it, but that caller moves `{model}` "
+                f"afterwards on line {move.lineno}: move the model first, then build the "
+                "optimizer",
+            )
+            return
+
+
+def _moved_before_site(body: list[ast.stmt], site: ast.Call, model: str, ctx: Context) -> bool:
+    """``model`` is moved in ``body`` before ``site``, and not rebound between the move and
+    the call."""
+    moves = [
+        c.lineno
+        for c in _own_calls(body)
+        if c.lineno < site.lineno
+        and isinstance(c.func, ast.Attribute)
+        and call_name(c) in {"to", "cuda"}
+        and _holds(dotted_name(c.func.value), model)
+        and moves_to_device(c, ctx)
+    ]
+    if not moves:
+        return False
+    return not any(
+        isinstance(stmt, ast.stmt)
+        and max(moves) < stmt.lineno < site.lineno
+        and _rebinds(stmt, model)
+        for stmt in walk_body(body)
+    )
 
 
 def _moved_by_caller(

@@ -28,6 +28,7 @@ from torchplace.lint.rules.facts import (
     is_module_expr,
     is_tensor_expr,
 )
+from torchplace.lint.rules.module_helpers import module_helper_caller
 
 __all__ = ["FAMILY"]
 
@@ -113,6 +114,8 @@ def _call(call: ast.Call, ctx: Context) -> None:
             "own device; follow the input (`x.device`) or register a buffer",
         )
         return
+    if method is None and _helper_cuda(call, ctx):
+        return
     if (
         method is None
         and isinstance(func, ast.Attribute)
@@ -196,6 +199,35 @@ def _call(call: ast.Call, ctx: Context) -> None:
 
 
 _GPU_WORDS = frozenset({"gpu", "cuda"})
+
+
+def _helper_cuda(call: ast.Call, ctx: Context) -> bool:
+    """``torch.zeros(n).cuda()`` in a function of the file that only an ``nn.Module``'s
+    methods call (a reader's ``get_loss``, called from its ``forward``): the module's own
+    placement, reported as in a method (not in tests, an OOM handler or a device-type
+    branch, nor a function named for the GPU or given the device)."""
+    func = call.func
+    if not (
+        isinstance(func, ast.Attribute)
+        and func.attr == "cuda"
+        and ctx.qualname(func) is None  # not torch.cuda itself
+    ):
+        return False
+    caller = module_helper_caller(ctx)
+    scope = ctx.function_scope()
+    if caller is None or scope is None or _places_by_name(scope.name):
+        return False
+    if in_test(ctx) or _fallback_path(ctx) or _follows_tensor(call, ctx):
+        return False
+    if _caller_device(call, scope):
+        return False
+    ctx.report(
+        DEVICE_IN_MODULE.code,
+        at_method(call),
+        f"`.cuda()` inside `{scope.name}`, which `{caller}` calls: the module decides its "
+        "own device; follow the input (`x.device`)",
+    )
+    return True
 
 
 def _places_by_name(name: str) -> bool:
