@@ -6,8 +6,9 @@ them.
 
 A request message is read off the wire in gRPC's framing (a compressed flag, a 4-byte length,
 the bytes): a message over the size limit ends the call with ``RESOURCE_EXHAUSTED``, one sent
-compressed is inflated within the same limit (``gzip``, ``deflate``), one in an encoding the
-server does not know ends it with ``UNIMPLEMENTED``. Answers are sent uncompressed.
+compressed is inflated within the same limit (``gzip``, ``deflate``; a compressed stream cut
+short or with bytes past its end is ``INTERNAL``), one in an encoding the server does not know
+ends it with ``INTERNAL``. Answers are sent uncompressed.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import collections
+import re
 import time
 import zlib
 from collections.abc import AsyncIterator
@@ -32,6 +34,8 @@ _UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 #: stream's flow-control window is not replenished past it)
 UNREAD_LIMIT = 4 * 1024 * 1024
 _WBITS = {b"gzip": 16 + zlib.MAX_WBITS, b"deflate": zlib.MAX_WBITS}
+#: a legal metadata key (gRPC's HTTP/2 protocol; HTTP/2 forbids upper case in field names)
+_KEY = re.compile(rb"[0-9a-z_.\-]+")
 
 
 class Aborted(Exception):
@@ -71,10 +75,15 @@ class Call:
         self.encoding = encoding
         self.max_message_bytes = max_message_bytes
         self.task: asyncio.Task[None] | None = None
+        self.timer: asyncio.TimerHandle | None = None  # its deadline
         #: the answer bytes not yet sent (flow control), and the trailers to send after them
         self.pending = bytearray()
         self.trailers: bytes | None = None
-        self.send_window = connection.peer_window
+        #: the client's WINDOW_UPDATEs to this stream less the bytes sent on it: its send
+        #: window is the connection's ``peer_window`` plus this, so that a SETTINGS frame
+        #: changing ``peer_window`` changes every stream's window at once
+        self.window = 0
+        self.stall: list[Any] | None = None  # its entry in the connection's stalled calls
         self.headers_sent = False
         self.finished = False  # the status is decided (sent or waiting behind answer bytes)
         self.remote_closed = False  # the client sent END_STREAM
@@ -138,6 +147,12 @@ class Call:
                 f"Received message larger than max (more than {self.max_message_bytes} bytes "
                 "once inflated)"
             )
+        if not inflater.eof or inflater.unused_data:
+            name = self.encoding.decode("latin-1")
+            return internal, (
+                f"the {name} message is cut short or has bytes past its end; send the whole "
+                "compressed stream, and only it, in the message"
+            )
         return out
 
     def end_of_requests(self) -> None:
@@ -179,8 +194,9 @@ class Call:
             yield message
 
     async def sent(self) -> None:
-        """Wait while too many answer bytes of this call wait on the client's window."""
-        while len(self.pending) > UNREAD_LIMIT and not self.reset:
+        """Wait while too many answer bytes of this call wait on the client's window, or
+        the client does not read what the connection wrote already."""
+        while (len(self.pending) > UNREAD_LIMIT or self.connection.paused) and not self.reset:
             self._drained = asyncio.get_running_loop().create_future()
             try:
                 await self._drained
@@ -208,8 +224,14 @@ class Call:
 
 def decode_metadata(name: bytes, value: bytes) -> tuple[str, str | bytes]:
     """A metadata entry as grpc.aio gives it: a ``-bin`` key's value base64-decoded to bytes,
-    any other's as text; ValueError naming the key when a ``-bin`` value is not base64."""
+    any other's as text; ValueError naming the key when it is not a legal key (as gRPC core's
+    ``Illegal header key``) or a ``-bin`` value is not base64."""
     key = name.decode("latin-1")
+    if _KEY.fullmatch(name) is None:
+        raise ValueError(
+            f"Illegal header key: {key!r}; metadata keys are lower-case letters, digits, "
+            "'-', '_' and '.'"
+        )
     if key.endswith("-bin"):
         try:
             return key, base64.b64decode(value + b"=" * (-len(value) % 4), validate=True)

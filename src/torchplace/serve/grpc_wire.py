@@ -11,17 +11,24 @@ every answer finished in one pass of the loop in one write.
 
 What it keeps of the protocol, and of gRPC core's server:
 
-- flow control both ways: answers wait on the client's windows; a call's stream window is
-  replenished as its handler reads (a client that streams faster than the server reads is held);
+- flow control both ways: answers wait on the client's windows (a window frame costs the calls
+  it lets send, not every call waiting); a call's stream window is replenished as its handler
+  reads (a client that streams faster than the server reads is held); a client that does not
+  read what was written is read no further and its streaming handlers wait;
+- fairness: a connection is read :data:`_FRAMES_PER_PASS` frames per pass of the loop;
 - a call's deadline (``grpc-timeout``): past it the handler is cancelled and the call ends
-  with ``DEADLINE_EXCEEDED``; a stream the client resets (RST_STREAM) cancels its handler;
+  with ``DEADLINE_EXCEEDED`` (an answer still waiting on the client's window then is given up,
+  RST_STREAM ``CANCEL``); a stream the client resets (RST_STREAM) cancels its handler;
 - bounds: streams per connection (``SETTINGS_MAX_CONCURRENT_STREAMS``; past it
   ``REFUSED_STREAM``), metadata bytes per call, message bytes (``RESOURCE_EXHAUSTED``), open
   connections (past it a new one is closed at once), the time a new connection has to send its
   preface, and how long one may stay open without a call (then GOAWAY);
-- a protocol error ends the connection with GOAWAY and its code; a method no handler serves
-  is ``UNIMPLEMENTED``; a request that is not gRPC gets HTTP 415 (wrong content type) or 405
-  (not a POST);
+- a protocol error ends the connection with GOAWAY and its code (RFC 9113's), and a connection
+  closed while its client leaves bytes unread is cut after :data:`_LINGER_S`; a malformed
+  request (a connection-specific field; a pseudo-header unknown, repeated, after a regular field;
+  no ``:scheme``) is reset (``PROTOCOL_ERROR``); a method no handler serves is
+  ``UNIMPLEMENTED``; a request that is not gRPC gets HTTP 415 (wrong content type) or 405 (not a
+  POST);
 - :meth:`WireServer.stop`: GOAWAY on every connection (no new call is taken), the calls in
   flight get the grace to finish, then are cancelled (``UNAVAILABLE``).
 """
@@ -29,8 +36,11 @@ What it keeps of the protocol, and of gRPC core's server:
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple, cast
 
@@ -78,9 +88,26 @@ _ANSWER_HEADERS = header_block(
 )
 _OK_TRAILERS = header_block(200, ((b"grpc-status", b"0"),))[1:]
 _PREFIX = b"\x00"
+#: an HPACK dynamic table size update to 0 (RFC 7541 section 6.3)
+_TABLE_SIZE_0 = b"\x20"
 #: request headers that are the protocol's, not the call's metadata
 _NOT_METADATA = frozenset((b"content-type", b"te", b"grpc-timeout", b"grpc-encoding",
                            b"grpc-accept-encoding"))  # fmt: skip
+#: the pseudo-headers a request may carry, once each and before its other fields
+_PSEUDO = frozenset((b":method", b":scheme", b":path", b":authority"))
+#: fields HTTP/2 forbids (RFC 9113 section 8.2.2): a request with one is malformed
+_CONNECTION_SPECIFIC = frozenset((b"connection", b"keep-alive", b"proxy-connection",
+                                  b"transfer-encoding", b"upgrade"))  # fmt: skip
+#: how long a closed connection may take to write what is left to a client that does not read
+_LINGER_S = 5.0
+#: answer bytes queued in one pass of the loop past which they are written at once (so that a
+#: client that does not read pauses the handlers before their answers pile up in memory)
+_WRITE_NOW = 1024 * 1024
+#: the frames read from one connection in one pass of the event loop (the other connections
+#: and the handlers run between passes)
+_FRAMES_PER_PASS = 512
+#: stale entries the stalled-calls heap may hold before it is rebuilt without them
+_STALE_ENTRIES = 64
 
 
 class WireLimits(NamedTuple):
@@ -186,8 +213,22 @@ class Connection(asyncio.Protocol):
         self._headers: tuple[int, int, bytearray] | None = None  # a block awaiting CONTINUATION
         self._received = 0  # connection-window bytes not yet credited back
         self._out: list[bytes] = []
+        self._queued = 0  # answer bytes given since the last write
         self._flush_soon = False
-        self._blocked: dict[int, Call] = {}  # calls with answer bytes waiting on a window
+        #: calls with answer bytes waiting on the connection's window (oldest first)
+        self._blocked: OrderedDict[int, Call] = OrderedDict()
+        #: calls with answer bytes waiting on their stream's window: a heap of [the
+        #: ``peer_window`` the call needs to send again, a tie-breaker, the call or None once
+        #: stale], so that a SETTINGS frame only touches the calls it lets send
+        self._stalled: list[list[Any]] = []
+        self._stale = 0
+        self._order = itertools.count()
+        self.paused = False  # the client does not read what was written: handlers wait
+        self._backlog = False  # frames left unread until the loop's next pass
+        #: the HPACK dynamic table size the client allows our header blocks (never used), and
+        #: whether the next block must say it is now 0
+        self._table_size = 4096
+        self._table_update = False
         self._going_away = False
         self._active = time.monotonic()
         self._timer: asyncio.TimerHandle | None = None
@@ -218,13 +259,19 @@ class Connection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         """The client reads slower than the server writes: read no more of it (what it sends
-        would only queue more answers, acknowledgements among them) until it catches up."""
+        would only queue more answers, acknowledgements among them), and streaming handlers
+        wait (:meth:`Call.sent`), until it catches up."""
+        self.paused = True
         if self._transport is not None:
             self._transport.pause_reading()
 
     def resume_writing(self) -> None:
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.resume_reading()
+        self.paused = False
+        transport = self._transport
+        if not self._backlog and transport is not None and not transport.is_closing():
+            transport.resume_reading()
+        for call in list(self.calls.values()):
+            call.writable()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
@@ -260,21 +307,34 @@ class Connection(asyncio.Protocol):
         self._write_out()
 
     def abandon(self, reset: bool = False) -> None:
-        """Cancel every call's handler (``reset``: the connection is gone)."""
+        """Cancel every call's handler (``reset``: the connection is gone, and with it the
+        calls' deadlines)."""
         for call in list(self.calls.values()):
             call.reset = call.reset or reset
+            if reset and call.timer is not None:
+                call.timer.cancel()
             if call.task is not None and not call.task.done():
                 call.task.cancel()
 
     def close(self) -> None:
+        """Close the connection once what is written is sent (cut after :data:`_LINGER_S`
+        when the client does not read it)."""
         if self._transport is not None:
             self._write_out()
             self._transport.close()
+            if self._transport.get_write_buffer_size():
+                asyncio.get_running_loop().call_later(_LINGER_S, self._cut)
+
+    def _cut(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
 
     # -- reading ---------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
         buffer = self._buffer
         buffer += data
+        if self._backlog:
+            return  # read on the loop's next pass (_catch_up)
         try:
             if not self._preface:
                 if len(buffer) < len(PREFACE):
@@ -286,27 +346,59 @@ class Connection(asyncio.Protocol):
                 del buffer[: len(PREFACE)]
                 self._preface = True
                 self._active = time.monotonic()
-            view = memoryview(buffer)
-            position, end = 0, len(buffer)
-            try:
-                while end - position >= 9 and self._transport is not None:
-                    size = int.from_bytes(view[position : position + 3], "big")
-                    if size > MAX_FRAME:
-                        raise _ProtocolError(ErrorCode.FRAME_SIZE_ERROR, f"a frame of {size} B")
-                    if end - position < 9 + size:
-                        break
-                    kind, flags = view[position + 3], view[position + 4]
-                    stream = int.from_bytes(view[position + 5 : position + 9], "big") & _WINDOW_MAX
-                    payload = bytes(view[position + 9 : position + 9 + size])
-                    position += 9 + size
-                    self._frame(kind, flags, stream, payload)
-            finally:
-                view.release()
-                del buffer[:position]
+            self._read_frames()
         except _ProtocolError as exc:
             self.go_away(exc.code, str(exc))
             self.close()
         self._write_out()
+
+    def _read_frames(self) -> None:
+        """The whole frames in the buffer, up to :data:`_FRAMES_PER_PASS`: past them the
+        connection is read no further until the loop's next pass (so that a client's flood of
+        small frames holds the other clients up by that many frames, not by all it sent)."""
+        buffer = self._buffer
+        view = memoryview(buffer)
+        position, end, left = 0, len(buffer), _FRAMES_PER_PASS
+        try:
+            while end - position >= 9 and self._transport is not None:
+                if not left:
+                    self._defer()
+                    break
+                left -= 1
+                size = int.from_bytes(view[position : position + 3], "big")
+                if size > MAX_FRAME:
+                    raise _ProtocolError(ErrorCode.FRAME_SIZE_ERROR, f"a frame of {size} B")
+                if end - position < 9 + size:
+                    break
+                kind, flags = view[position + 3], view[position + 4]
+                stream = int.from_bytes(view[position + 5 : position + 9], "big") & _WINDOW_MAX
+                payload = bytes(view[position + 9 : position + 9 + size])
+                position += 9 + size
+                self._frame(kind, flags, stream, payload)
+        finally:
+            view.release()
+            del buffer[:position]
+
+    def _defer(self) -> None:
+        if not self._backlog and self._transport is not None:
+            self._backlog = True
+            self._transport.pause_reading()
+            asyncio.get_running_loop().call_soon(self._catch_up)
+
+    def _catch_up(self) -> None:
+        """The loop's next pass: the frames left from the last read, then read on."""
+        self._backlog = False
+        if self._transport is None:
+            return
+        try:
+            self._read_frames()
+        except _ProtocolError as exc:
+            self.go_away(exc.code, str(exc))
+            self.close()
+        self._write_out()
+        transport = self._transport
+        if not self._backlog and not self.paused and transport and not transport.is_closing():
+            transport.resume_reading()
 
     def _frame(self, kind: int, flags: int, stream: int, payload: bytes) -> None:
         if self._headers is not None and kind != FrameType.CONTINUATION:
@@ -324,16 +416,20 @@ class Connection(asyncio.Protocol):
         elif kind == FrameType.RST_STREAM:
             self._reset(stream, payload)
         elif kind == FrameType.PING:
-            if stream or len(payload) != 8:
-                raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "a malformed PING")
+            if stream:
+                raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "PING on a stream")
+            if len(payload) != 8:
+                raise _ProtocolError(ErrorCode.FRAME_SIZE_ERROR, f"a PING of {len(payload)} B")
             if not flags & ACK:
                 self._send(frame(FrameType.PING, ACK, 0, payload))
         elif kind == FrameType.GOAWAY:
             self._going_away = True  # the client opens no more streams
         elif kind == FrameType.PUSH_PROMISE:
             raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "a client may not push")
-        elif kind == FrameType.PRIORITY and (len(payload) != 5 or not stream):
-            raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "a malformed PRIORITY")
+        elif kind == FrameType.PRIORITY and not stream:
+            raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "PRIORITY on stream 0")
+        elif kind == FrameType.PRIORITY and len(payload) != 5:
+            raise _ProtocolError(ErrorCode.FRAME_SIZE_ERROR, f"a PRIORITY of {len(payload)} B")
         # PRIORITY and unknown frame types are ignored (RFC 9113 sections 5.3.2, 5.5)
 
     def _data(self, flags: int, stream: int, payload: bytes) -> None:
@@ -426,22 +522,33 @@ class Connection(asyncio.Protocol):
         pseudo: dict[bytes, bytes] = {}
         metadata: list[tuple[str, str | bytes]] = []
         headers: dict[bytes, bytes] = {}
-        size, malformed = 0, ""
+        size, malformed, unlawful = 0, "", False
         for name, value in fields:
             size += len(name) + len(value) + 32
-            if name.startswith(b":"):
+            if name.startswith(b":"):  # RFC 9113 section 8.3: known, once, before the rest
+                unlawful = unlawful or bool(headers) or name in pseudo or name not in _PSEUDO
                 pseudo[name] = value
             else:
                 headers[name] = value
                 if name not in _NOT_METADATA:
+                    unlawful = unlawful or name in _CONNECTION_SPECIFIC
                     try:
                         metadata.append(decode_metadata(name, value))
                     except ValueError as exc:
                         malformed = str(exc)
+        if unlawful or b":scheme" not in pseudo:  # a malformed request: a stream error
+            self._send(frame(FrameType.RST_STREAM, 0, stream,
+                             int(ErrorCode.PROTOCOL_ERROR).to_bytes(4, "big")))  # fmt: skip
+            return
         refusal = _refusal(pseudo, headers)
         if refusal is not None:
-            self._send(frame(FrameType.HEADERS, END_HEADERS | END_STREAM, stream, refusal))
+            self._headers_out(END_HEADERS | END_STREAM, stream, refusal)
             return
+        if headers.get(b"te", b"trailers") != b"trailers":
+            malformed = (
+                f"te {headers[b'te'].decode('latin-1')!r} is not allowed; send te: trailers "
+                "or no te"
+            )
         given = headers.get(b"grpc-timeout")
         timeout = None if given is None else parse_timeout(given)
         if given is not None and timeout is None:
@@ -470,65 +577,87 @@ class Connection(asyncio.Protocol):
         if handler is None:
             self._end_stream_call(call, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
             return
+        if timeout == 0:  # a deadline past already: its handler does not run (as gRPC core)
+            self._end_stream_call(call, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+            return
         loop = asyncio.get_running_loop()
         call.task = loop.create_task(_run(call, handler))
         if timeout is not None:
-            loop.call_later(timeout, _expire, call)
+            call.timer = loop.call_later(timeout, _expire, call)
 
     def _settings(self, flags: int, stream: int, payload: bytes) -> None:
         if stream:
             raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "SETTINGS on a stream")
         if flags & ACK:
+            if payload:
+                raise _ProtocolError(ErrorCode.FRAME_SIZE_ERROR, "a SETTINGS ACK with a payload")
             return
         if len(payload) % 6:
             raise _ProtocolError(ErrorCode.FRAME_SIZE_ERROR, "a SETTINGS frame of odd length")
+        grew = False
         for at in range(0, len(payload), 6):
             key = int.from_bytes(payload[at : at + 2], "big")
             value = int.from_bytes(payload[at + 2 : at + 6], "big")
             if key == Setting.INITIAL_WINDOW_SIZE:
                 if value > _WINDOW_MAX:
                     raise _ProtocolError(ErrorCode.FLOW_CONTROL_ERROR, "a window over 2^31-1")
-                for call in self.calls.values():
-                    call.send_window += value - self.peer_window
-                self.peer_window = value
+                grew = grew or value > self.peer_window
+                self.peer_window = value  # every stream's window moves with it (Call.window)
             elif key == Setting.MAX_FRAME_SIZE:
                 if not 16384 <= value <= 16777215:
                     raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, f"a frame size of {value}")
                 self.peer_frame = value
+            elif key == Setting.HEADER_TABLE_SIZE and value < self._table_size:
+                self._table_size, self._table_update = 0, True
+            elif key == Setting.ENABLE_PUSH and value > 1:
+                raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, f"SETTINGS_ENABLE_PUSH of {value}")
         self._send(frame(FrameType.SETTINGS, ACK, 0))
-        self._pump_all()
+        if grew:
+            self._pump_stalled()
 
     def _window_update(self, stream: int, payload: bytes) -> None:
         if len(payload) != 4:
             raise _ProtocolError(ErrorCode.FRAME_SIZE_ERROR, "a malformed WINDOW_UPDATE")
         increment = int.from_bytes(payload, "big") & _WINDOW_MAX
         if not stream:
-            if not increment or self.send_window + increment > _WINDOW_MAX:
-                raise _ProtocolError(ErrorCode.FLOW_CONTROL_ERROR, "a bad connection window")
+            if not increment:
+                raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "a WINDOW_UPDATE of 0")
+            if self.send_window + increment > _WINDOW_MAX:
+                raise _ProtocolError(ErrorCode.FLOW_CONTROL_ERROR, "a window over 2^31-1")
+            opened = self.send_window <= 0  # else no call waits on it (they wait on streams)
             self.send_window += increment
-            self._pump_all()
+            if opened:
+                self._pump_all()
             return
         call = self.calls.get(stream)
         if call is None:
+            if stream > self._last_stream:
+                raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, f"WINDOW_UPDATE on idle {stream}")
             return
-        if not increment or call.send_window + increment > _WINDOW_MAX:
-            self._end_stream_call(call, grpc.StatusCode.INTERNAL, "a bad stream window update")
-            return
-        call.send_window += increment
-        self._pump(call)
+        if not increment:  # a stream error (RFC 9113 section 6.9)
+            self.reset_stream(call, ErrorCode.PROTOCOL_ERROR)
+        elif self.peer_window + call.window + increment > _WINDOW_MAX:
+            self.reset_stream(call, ErrorCode.FLOW_CONTROL_ERROR)
+        else:
+            call.window += increment
+            if call.stall is not None:
+                self._unstall(call)
+            self._pump(call)
 
     def _reset(self, stream: int, payload: bytes) -> None:
-        if len(payload) != 4 or not stream:
-            raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "a malformed RST_STREAM")
+        if not stream:
+            raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "RST_STREAM on stream 0")
+        if len(payload) != 4:
+            raise _ProtocolError(ErrorCode.FRAME_SIZE_ERROR, f"a RST_STREAM of {len(payload)} B")
         if stream > self._last_stream:
             raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, f"RST_STREAM on idle stream {stream}")
         self._drop(stream)
 
     def _drop(self, stream: int) -> None:
         """Forget a reset stream's call and cancel its handler (nothing more is sent on it)."""
-        call = self.calls.pop(stream, None)
-        self._blocked.pop(stream, None)
+        call = self.calls.get(stream)
         if call is not None:
+            self.forget(call)
             call.reset = True
             call.writable()
             if call.task is not None:
@@ -538,6 +667,12 @@ class Connection(asyncio.Protocol):
     def _send(self, data: bytes) -> None:
         self._out.append(data)
 
+    def _headers_out(self, flags: int, stream: int, block: bytes) -> None:
+        if self._table_update:  # the client shrank the HPACK table: say ours is 0 (RFC 7541 4.2)
+            self._table_update = False
+            block = _TABLE_SIZE_0 + block
+        self._send(frame(FrameType.HEADERS, flags, stream, block))
+
     def _flush_later(self) -> None:
         if not self._flush_soon:
             self._flush_soon = True
@@ -545,6 +680,7 @@ class Connection(asyncio.Protocol):
 
     def _write_out(self) -> None:
         self._flush_soon = False
+        self._queued = 0
         if self._out:
             out, self._out = self._out, []
             if self._transport is not None and not self._transport.is_closing():
@@ -556,10 +692,14 @@ class Connection(asyncio.Protocol):
             return
         if not call.headers_sent:
             call.headers_sent = True
-            self._send(frame(FrameType.HEADERS, END_HEADERS, call.stream, _ANSWER_HEADERS))
+            self._headers_out(END_HEADERS, call.stream, _ANSWER_HEADERS)
         call.pending += _PREFIX + len(message).to_bytes(4, "big") + message
         self._pump(call)
-        self._flush_later()
+        self._queued += len(message)
+        if self._queued > _WRITE_NOW:
+            self._write_out()  # the transport pauses the handlers if the client lags
+        else:
+            self._flush_later()
 
     def finish(self, call: Call, code: grpc.StatusCode, details: str = "") -> None:
         """End ``call`` with its status (after its answer bytes)."""
@@ -569,7 +709,7 @@ class Connection(asyncio.Protocol):
         if not call.headers_sent and not call.pending:
             block = _ANSWER_HEADERS + (_OK_TRAILERS if code == grpc.StatusCode.OK
                                        else _status_trailers(code, details))  # fmt: skip
-            self._send(frame(FrameType.HEADERS, END_HEADERS | END_STREAM, call.stream, block))
+            self._headers_out(END_HEADERS | END_STREAM, call.stream, block)
             self._closed(call)
         else:
             call.trailers = (
@@ -584,11 +724,25 @@ class Connection(asyncio.Protocol):
         if call.task is not None:
             call.task.cancel()
 
+    def reset_stream(self, call: Call, code: ErrorCode) -> None:
+        """End ``call``'s stream with RST_STREAM ``code``: nothing more is sent on it."""
+        self._send(frame(FrameType.RST_STREAM, 0, call.stream, int(code).to_bytes(4, "big")))
+        self._drop(call.stream)
+        self._flush_later()
+
+    def forget(self, call: Call) -> None:
+        """The call is over: drop it, its place in the queues and its deadline."""
+        self.calls.pop(call.stream, None)
+        self._blocked.pop(call.stream, None)
+        if call.stall is not None:
+            self._unstall(call)
+        if call.timer is not None:
+            call.timer.cancel()
+
     def _closed(self, call: Call) -> None:
         """The call's last frame is out: forget it (and reset a request stream the client
         is still sending on: it has its answer)."""
-        self.calls.pop(call.stream, None)
-        self._blocked.pop(call.stream, None)
+        self.forget(call)
         if not call.remote_closed:
             self._send(frame(FrameType.RST_STREAM, 0, call.stream,
                              int(ErrorCode.NO_ERROR).to_bytes(4, "big")))  # fmt: skip
@@ -599,27 +753,59 @@ class Connection(asyncio.Protocol):
         """Send what the windows allow of ``call``'s answer bytes, then its trailers."""
         pending = call.pending
         while pending:
-            room = min(len(pending), call.send_window, self.send_window, self.peer_frame)
+            room = min(len(pending), self.peer_window + call.window, self.send_window,
+                       self.peer_frame)  # fmt: skip
             if room <= 0:
-                self._blocked[call.stream] = call
+                if self.peer_window + call.window <= 0:
+                    self._stall(call)
+                else:
+                    self._blocked[call.stream] = call
                 return
             self._send(frame(FrameType.DATA, 0, call.stream, bytes(pending[:room])))
             del pending[:room]
-            call.send_window -= room
+            call.window -= room
             self.send_window -= room
         self._blocked.pop(call.stream, None)
         call.writable()
         if call.trailers is not None:
-            self._send(
-                frame(FrameType.HEADERS, END_HEADERS | END_STREAM, call.stream, call.trailers)
-            )
+            self._headers_out(END_HEADERS | END_STREAM, call.stream, call.trailers)
             call.trailers = None
             self._closed(call)
 
     def _pump_all(self) -> None:
-        for call in list(self._blocked.values()):
-            if self.send_window <= 0:
-                break
+        """The connection's window opened: the calls waiting on it send, oldest first (each
+        visit sends, or moves the call to wait on its stream)."""
+        blocked = self._blocked
+        while blocked and self.send_window > 0:
+            self._pump(blocked.popitem(last=False)[1])
+        self._flush_later()
+
+    def _stall(self, call: Call) -> None:
+        """``call`` waits on its stream's window: until a WINDOW_UPDATE on its stream, or a
+        SETTINGS_INITIAL_WINDOW_SIZE past ``-call.window``."""
+        if call.stall is None:
+            call.stall = [-call.window, next(self._order), call]
+            heapq.heappush(self._stalled, call.stall)
+
+    def _unstall(self, call: Call) -> None:
+        assert call.stall is not None
+        call.stall[2] = None  # left in the heap, skipped (rebuilt once mostly stale)
+        call.stall = None
+        self._stale += 1
+        if self._stale > _STALE_ENTRIES and 2 * self._stale > len(self._stalled):
+            self._stalled = [entry for entry in self._stalled if entry[2] is not None]
+            heapq.heapify(self._stalled)
+            self._stale = 0
+
+    def _pump_stalled(self) -> None:
+        """SETTINGS_INITIAL_WINDOW_SIZE grew: the stalled calls it gives room to send."""
+        stalled = self._stalled
+        while stalled and stalled[0][0] < self.peer_window:
+            call: Call | None = heapq.heappop(stalled)[2]
+            if call is None:
+                self._stale -= 1
+                continue
+            call.stall = None
             self._pump(call)
         self._flush_later()
 
@@ -646,10 +832,13 @@ def _refusal(pseudo: dict[bytes, bytes], headers: dict[bytes, bytes]) -> bytes |
 
 
 def _expire(call: Call) -> None:
-    """The call's deadline passed: cancel its handler (it ends with DEADLINE_EXCEEDED)."""
+    """The call's deadline passed: cancel its handler (it ends with DEADLINE_EXCEEDED), or,
+    when its answer is waiting on a window the client does not open, reset its stream."""
     if not call.done() and call.task is not None and not call.task.done():
         call.expired = True
         call.task.cancel()
+    elif call.connection.calls.get(call.stream) is call:
+        call.connection.reset_stream(call, ErrorCode.CANCEL)
 
 
 async def _run(call: Call, handler: grpc.RpcMethodHandler) -> None:
@@ -682,7 +871,7 @@ async def _run(call: Call, handler: grpc.RpcMethodHandler) -> None:
         elif not call.reset:
             connection.finish(call, grpc.StatusCode.UNAVAILABLE, "the server is shutting down")
         else:
-            connection.calls.pop(call.stream, None)
+            connection.forget(call)
     except Exception as exc:
         logger.exception("gRPC call %s failed", call.stream)
         connection.finish(call, grpc.StatusCode.UNKNOWN, f"Unexpected error: {type(exc).__name__}")
