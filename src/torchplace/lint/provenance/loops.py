@@ -371,7 +371,10 @@ def _capped(loop: ast.AST) -> bool:
     """A ``for`` loop that leaves after a few steps by its own counter: ``if bib >= 5:
     break`` in its body (StyleTTS2's epoch-end audio samples, six rows of the last batch), or
     after its first step, by a ``break`` that ends its body: whatever its steps move or run,
-    it runs a few times per run of what holds it."""
+    it runs a few times per run of what holds it. Also a loop whose step is one ``try`` that
+    leaves when it succeeds (see ``_retries``)."""
+    if _retries(loop):
+        return True
     if not isinstance(loop, (ast.For, ast.AsyncFor)):
         return False
     if isinstance(loop.body[-1], ast.Break) and not any(
@@ -394,6 +397,23 @@ def _capped(loop: ast.AST) -> bool:
         ):
             return True
     return False
+
+
+def _retries(loop: ast.AST) -> bool:
+    """``while bs: try: preds = run(bs) ... except RuntimeError: bs //= 2 else: break``: a loop
+    that ends in a ``try`` whose success leaves it (a ``break`` ending its ``else`` or its
+    body), with no ``continue`` outside the handlers: only a failure, an out-of-memory error
+    that halves the batch size, runs the step again. One pass of what holds it, retried."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor, ast.While)) or not loop.body:
+        return False
+    last = loop.body[-1]
+    if not isinstance(last, ast.Try) or not last.handlers:
+        return False
+    success = last.orelse or last.body
+    if not isinstance(success[-1], ast.Break):
+        return False
+    kept = [*loop.body[:-1], *last.body, *last.orelse, *last.finalbody]
+    return not any(isinstance(sub, ast.Continue) for stmt in kept for sub in _own_flow(stmt))
 
 
 def _own_flow(stmt: ast.stmt) -> list[ast.AST]:

@@ -66,6 +66,7 @@ HOST_METHODS = frozenset(
         "add_scalar",
         "log",
         "get_last_lr",  # a learning-rate scheduler's rates: Python floats
+        "load_state_dict",  # the missing and unexpected keys: lists of names
         # string methods a tensor lacks (`end_pos = response["text"].find(sep)`): Python values
         *("find", "rfind", "startswith", "endswith", "strip", "rstrip", "lstrip"),
     }

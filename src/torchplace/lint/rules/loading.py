@@ -142,6 +142,7 @@ def _report_weights_only(
         and not in_test(ctx)
         and not _round_trip(call, ctx)
         and not _decided_elsewhere(ctx)
+        and not _version_branch(call, ctx)
     ):
         if unpickler or _custom_unpickler(call):
             ctx.report(
@@ -321,6 +322,42 @@ def _decided_elsewhere(ctx: Context) -> bool:
         )
         for parent in ctx.parents
     )
+
+
+def _version_branch(call: ast.Call, ctx: Context) -> bool:
+    """In one branch of an ``if`` on the torch version whose other branch passes
+    ``weights_only`` itself (``if torch_version < "2.6": torch.load(p)``, ``else:
+    torch.load(p, weights_only=False)``): the choice is made, and this branch is the spelling
+    for the older torch (the keyword's default there; before 1.13, no keyword at all)."""
+    chain = [*ctx.parents, call]
+    for parent, child in itertools.pairwise(chain):
+        if not isinstance(parent, ast.If) or not _names_version(parent.test):
+            continue
+        if child in parent.body:
+            other = parent.orelse
+        elif child in parent.orelse:
+            other = parent.body
+        else:
+            continue
+        if any(
+            isinstance(sub, ast.Call)
+            and ctx.call_qualname(sub) == "torch.load"
+            and keyword(sub, "weights_only") is not None
+            for stmt in other
+            for sub in walk(stmt)
+        ):
+            return True
+    return False
+
+
+def _names_version(test: ast.expr) -> bool:
+    """``torch.__version__ < "2.6"``, ``torch_version >= (2, 6)``, ``is_torch_version(...)``:
+    the test names a version."""
+    for node in walk(test):
+        name = node.id if isinstance(node, ast.Name) else getattr(node, "attr", None)
+        if isinstance(name, str) and "version" in name.lower():
+            return True
+    return False
 
 
 def _in_dataset(ctx: Context) -> bool:

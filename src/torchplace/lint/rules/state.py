@@ -109,6 +109,8 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
             held = _contents(value, ctx, method)
             if held is None and _constructs(method):
                 held = _named_tensors(value, ctx, method, node.lineno)
+            if held == "tensors" and _pass_state(value, ctx, method):
+                return  # `self.hidden = (h0, c0)` rebuilt by each forward pass: per-call state
             if held is not None and not _scratch_placeholders(value, ctx, method, attr):
                 _report(ctx, node, method.cls, attr, held)
         elif (
@@ -408,7 +410,7 @@ def _plain_tensor(value: ast.expr, ctx: Context, method: Scope, attr: str, line:
     if method.cls is None:
         return False
     cls = method.cls
-    if not (_constructs(method) or _sets_up_forward(method, attr)):
+    if not (_constructs(method) or _sets_up_forward(method, attr, ctx)):
         return False
     if not _builds_tensor(value, ctx, method.node, line, cls):
         return False
@@ -460,7 +462,7 @@ def _forward_methods(cls: Scope) -> set[str]:
     return found
 
 
-def _sets_up_forward(method: Scope, attr: str) -> bool:
+def _sets_up_forward(method: Scope, attr: str, ctx: Context) -> bool:
     """A set-up method that callers run between construction and the forward passes
     (``model.setup_caches(n)``, never called from ``forward``) and whose tensor ``forward``
     reads: state the module keeps from call to call, as if built at construction. The
@@ -471,12 +473,61 @@ def _sets_up_forward(method: Scope, attr: str) -> bool:
     forward = _forward_methods(cls)
     if not forward or method.name in forward:
         return False  # rebuilt by the forward pass itself, from its inputs
+    if _run_by_outer_forward(method, ctx):
+        return False  # rebuilt by the forward pass of the module that holds this one
     methods = _methods(cls)
     return any(
         isinstance(sub, ast.Attribute) and _self_attr(sub) == attr and isinstance(sub.ctx, ast.Load)
         for name in forward
         for sub in walk(methods[name])
     )
+
+
+def _pass_state(value: ast.expr, ctx: Context, method: Scope) -> bool:
+    """A container of tensors (no ``nn.Parameter``) that a method run on every forward pass
+    stores, outside construction: ``forward`` and its helpers, or a method the forward pass of
+    another module of the file runs on the module it holds (``self.decoder.init_state(bs)``):
+    an RNN's ``(h, c)`` state, rebuilt per call, that ``.to()``, ``state_dict()`` and
+    ``parameters()`` have no reason to see."""
+    cls = method.cls
+    if cls is None or _constructs(method) or method.name in _PLACEMENT_API:
+        return False
+    if any(
+        isinstance(element, ast.Call) and ctx.call_qualname(element) in _PARAMETERS
+        for element in _elements(value)
+    ):
+        return False  # parameters made per call are never trained: reported
+    return method.name in _forward_methods(cls) or _run_by_outer_forward(method, ctx)
+
+
+def _run_by_outer_forward(method: Scope, ctx: Context) -> bool:
+    """Another ``nn.Module`` class of the file calls ``method`` on a module it holds from its
+    own ``forward`` (``self.decoder.init_state(bs)`` in ``ASR.forward``): each pass rebuilds
+    what the method stores."""
+    root = ctx.scope.root()
+    names: set[str] | None = root.cache.get("outer-forward-calls")
+    if names is None:
+        names = set()
+        for node in walk(root.node):
+            if not (isinstance(node, ast.ClassDef) and ctx.resolver.is_module_class(node)):
+                continue
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name in {"forward", "__call__"}:
+                    names |= _held_module_calls(item)
+        root.cache["outer-forward-calls"] = names
+    return method.name in names
+
+
+def _held_module_calls(function: ast.FunctionDef) -> set[str]:
+    """The methods ``function`` calls on an attribute of ``self``: ``init_state`` of
+    ``self.decoder.init_state(bs)``."""
+    return {
+        sub.func.attr
+        for sub in own_nodes(function)
+        if isinstance(sub, ast.Call)
+        and isinstance(sub.func, ast.Attribute)
+        and _self_attr(sub.func.value) is not None
+    }
 
 
 def _builds_tensor(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from torchplace.lint.base import (
     Context,
@@ -837,15 +837,21 @@ def _in_assert_message(ctx: Context, node: ast.AST) -> bool:
 
 
 def _runs_as_module(node: ast.expr, ctx: Context) -> bool:
-    """``node`` (a name or ``self.`` attribute) is called in the enclosing function: a module
-    or another callable, whose ``.cpu()`` moves it rather than reading a tensor back."""
+    """``node`` (a name or ``self.`` attribute) is called in the enclosing function, or in a
+    script's own module-level statements (``model = model.cpu()``, then ``HR = model(x)``): a
+    module or another callable, whose ``.cpu()`` moves it rather than reading a tensor back."""
     text = dotted_name(node)
-    scope = ctx.function_scope()
-    if text is None or scope is None:
+    if text is None:
         return False
-    return any(
-        isinstance(sub, ast.Call) and dotted_name(sub.func) == text for sub in walk(scope.node)
-    )
+    scope = ctx.function_scope()
+    if scope is not None:
+        nodes: Iterable[ast.AST] = walk(scope.node)
+    else:
+        module = ctx.scope.root().node
+        if not isinstance(module, ast.Module):
+            return False
+        nodes = walk_body(module.body)  # not the file's functions: their names are their own
+    return any(isinstance(sub, ast.Call) and dotted_name(sub.func) == text for sub in nodes)
 
 
 def _parked_back(call: ast.Call, ctx: Context) -> bool:
