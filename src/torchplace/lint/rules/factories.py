@@ -84,18 +84,24 @@ def _self_reachable(methods: Mapping[str, ast.AST], start: list[str]) -> set[str
         if name in reached:
             continue
         reached.add(name)
-        for sub in walk(methods[name]):
-            if (
-                isinstance(sub, ast.Call)
-                and isinstance(sub.func, ast.Attribute)
-                and isinstance(sub.func.value, ast.Name)
-                and sub.func.value.id == "self"
-            ):
-                if sub.func.attr in methods:
-                    todo.append(sub.func.attr)
-                elif sub.func.attr in _DISPATCHERS:
-                    todo.extend(h for h in _DISPATCHERS[sub.func.attr] if h in methods)
+        for called in _self_calls(methods[name]):
+            if called in methods:
+                todo.append(called)
+            elif called in _DISPATCHERS:
+                todo.extend(h for h in _DISPATCHERS[called] if h in methods)
     return reached
+
+
+def _self_calls(node: ast.AST) -> Iterator[str]:
+    """The names ``node`` calls as ``self.name(...)``."""
+    for sub in walk(node):
+        if (
+            isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Attribute)
+            and isinstance(sub.func.value, ast.Name)
+            and sub.func.value.id == "self"
+        ):
+            yield sub.func.attr
 
 
 def _inherited_hooks(cls: ast.ClassDef, module: ast.AST | None, depth: int) -> set[str]:
@@ -122,14 +128,7 @@ def _inherited_hooks(cls: ast.ClassDef, module: ast.AST | None, depth: int) -> s
             found |= _inherited_hooks(node, module, depth + 1)
             continue
         for name in _self_reachable(methods, ["forward"]):
-            for sub in walk(methods[name]):
-                if (
-                    isinstance(sub, ast.Call)
-                    and isinstance(sub.func, ast.Attribute)
-                    and isinstance(sub.func.value, ast.Name)
-                    and sub.func.value.id == "self"
-                ):
-                    found.add(sub.func.attr)
+            found.update(_self_calls(methods[name]))
     return found
 
 
