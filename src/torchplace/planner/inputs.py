@@ -9,6 +9,7 @@ sequence length (``--seq``).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from torchplace.errors import ConfigError, TorchplaceError
 from torchplace.planner.shapes import SHAPES, KVCacheSpec, build_shape
+from torchplace.planner.values import LIMIT, built, forget_weights, give
 
 if TYPE_CHECKING:
     import torch
@@ -154,7 +156,9 @@ def call_arguments(
 def _to_meta(module: nn.Module) -> None:
     """Every parameter and buffer not on ``meta`` moved there, in place, each tensor once, so
     that a weight tied to another (or a buffer in several modules) stays one tensor;
-    ``Module.to("meta")`` makes a new parameter per name, which unties them."""
+    ``Module.to("meta")`` makes a new parameter per name, which unties them. A small buffer
+    keeps its value beside it (:mod:`torchplace.planner.values`), as one built on ``meta``
+    from Python data does."""
     from torch import Tensor, nn
 
     moved: dict[int, Tensor] = {}
@@ -165,6 +169,8 @@ def _to_meta(module: nn.Module) -> None:
                     continue
                 if id(t) not in moved:
                     meta = t.to("meta")
+                    if not isinstance(t, nn.Parameter) and t.numel() <= LIMIT:
+                        give(meta, t.detach())  # a buffer's value, as built (or loaded)
                     moved[id(t)] = (
                         nn.Parameter(meta, t.requires_grad) if isinstance(t, nn.Parameter) else meta
                     )
@@ -248,7 +254,8 @@ def load_plan_model(
     placeholder = (TensorSpec("output", "FP32", (-1,)),)
 
     def load(where: str) -> LoadedModel:
-        with torch.device(where):
+        # on meta, a buffer made from Python data keeps its value (Encodec's padding sizes)
+        with torch.device(where), built() if where == "meta" else contextlib.nullcontext():
             return load_model(
                 model,
                 exported=exported,
@@ -282,6 +289,7 @@ def load_plan_model(
         module = loaded.rebuild(torch.device(device)) if loaded.rebuild else module.to(device)
     elif device == "meta":
         _to_meta(module)  # a factory that built (or loaded) real weights itself
+        forget_weights(module)
     specs = _from_tensor_specs(loaded.inputs)
     seq = 128 if any(SEQ in spec.shape for spec in specs) else None
     declared = tuple(inputs) if inputs else None

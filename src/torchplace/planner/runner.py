@@ -308,7 +308,6 @@ class Run:
         its arguments first copied to its device (a wrapper, as accelerate's hooks are, so
         PyTorch's fast paths stay on); returns what undoes it."""
         import torch
-        from torch.utils._pytree import tree_map
 
         forward, own = sub.forward, sub.__dict__.get("forward")
 
@@ -323,8 +322,8 @@ class Run:
                 # the tensors inside a tuple, list or dict argument too (Llama's layers take
                 # rotary (cos, sin) as one), as the plan reads them and accelerate's hooks
                 # (send_to_device) copy them
-                moved: tuple[Any, Any] = tree_map(swap, (args, kwargs))
-                return forward(*moved[0], **moved[1])
+                moved = [_kept(swap, a) for a in args]
+                return forward(*moved, **{k: _kept(swap, v) for k, v in kwargs.items()})
             finally:
                 self.active.pop()
                 if self.active and self.active[-1] != "(copy)":
@@ -435,3 +434,14 @@ def _mode(run: Run) -> Any:
             return run.dispatch(self, func, args, kwargs)
 
     return Mode()  # type: ignore[no-untyped-call]
+
+
+def _kept(swap: Callable[[Any], Any], value: Any) -> Any:
+    """``value`` with ``swap`` applied to each tensor in it, itself where none changes: a
+    list a unit fills in place (Wan's VAE, each convolution's cached frames replaced in the
+    list it is handed) stays the model's own, as in a run without hooks."""
+    from torch.utils._pytree import tree_leaves, tree_map
+
+    swapped = tree_map(swap, value)
+    same = all(a is b for a, b in zip(tree_leaves(value), tree_leaves(swapped), strict=True))
+    return value if same else swapped

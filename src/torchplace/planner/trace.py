@@ -29,6 +29,7 @@ from torchplace.planner.fused import (
     fast_paths,
     replacement,
 )
+from torchplace.planner.strict import refuse_mixed_dtypes
 from torchplace.planner.values import Values, constants, fails_with_data, give, value_of
 
 if TYPE_CHECKING:
@@ -296,6 +297,7 @@ class _Recorder:
         self.values = Values()  # of the tensors made from the inputs alone
         self.failed: tuple[BaseException, str] | None = None  # an operator meta cannot run
         self.shapes_fault = False  # ... which fails on the CPU too: the forward's shapes
+        self.host_read = False  # ... a copy to the CPU, for values meta does not have
 
     def saw(self, op: int, reader: str, t: torch.Tensor, index: int) -> None:
         """``reader`` received ``t``, of Alloc ``index``, at operator ``op``: keep its shape
@@ -542,13 +544,34 @@ class _Recorder:
         """FLOPs of an operator run as its real kernel (:mod:`torchplace.planner.fused`)."""
         self.flops[self.unit] = self.flops.get(self.unit, 0) + flops
 
+    def blame(
+        self, exc: BaseException, func: Any, args: Any, kwargs: dict[str, Any], unit: str
+    ) -> None:
+        """Name ``func`` in ``unit`` as the operator the forward failed in, unless an operator
+        it is made of failed first (the same exception, raised through it)."""
+        if self.failed is None or self.failed[0] is not exc:
+            self.failed = (exc, f"aten.{func._overloadpacket.__name__} in {label(unit)}")
+            self.shapes_fault = fails_with_data(func, args, kwargs)
+            self.host_read = _to_cpu(func, kwargs)
+
+    @contextlib.contextmanager
+    def blamed(self, func: Any, args: Any, kwargs: dict[str, Any], unit: str) -> Iterator[None]:
+        """:meth:`blame` ``func`` for what its stand-in or decomposition raises: a reference
+        implementation checks shapes in Python, below no operator the recorder sees (grouped
+        key/value heads given to ``scaled_dot_product_attention`` without ``enable_gqa``)."""
+        try:
+            yield
+        except Exception as exc:
+            self.blame(exc, func, args, kwargs, unit)
+            raise
+
     def dispatch(self, mode: Any, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         packet = func._overloadpacket
         impl = replacement(func)
         if impl is not None:  # meta would take another path than the CPU and CUDA kernels
             mark, op = len(self.reads), self.op
-            self.read(args, kwargs)  # its operands, where the real kernel reads them
-            with mode:
+            unit = self.read(args, kwargs)  # its operands, where the real kernel reads them
+            with mode, self.blamed(func, args, kwargs, unit):
                 result = impl(self.count, *args, **kwargs)
             if result is not NotImplemented:
                 # a stand-in that runs no operator (a check answered without reading values) is
@@ -559,20 +582,20 @@ class _Recorder:
         if decomposable(func):
             # A composite operator (linear, matmul, ...): record the operators it is made of,
             # as FlopCounterMode does, so that FLOPs and hidden copies are seen.
-            with mode:
+            with mode, self.blamed(func, args, kwargs, self.unit):
                 result = decomposed(func, args, kwargs)
             if result is not NotImplemented:
                 return result
         unit = self.read(args, kwargs)
         try:
+            refuse_mixed_dtypes(func, args, kwargs)  # meta's kernel takes them
             out = func(*args, **kwargs)
         except Exception as exc:
             # meta cannot run it (it reads values: .item(), nonzero): from the operands'
             # values, where they are made from the inputs alone
             out = self.values.instead(func, args, kwargs)
             if out is NotImplemented:
-                self.failed = (exc, f"aten.{packet.__name__} in {label(unit)}")
-                self.shapes_fault = fails_with_data(func, args, kwargs)
+                self.blame(exc, func, args, kwargs, unit)
                 raise
         else:
             self.values.follow(func, args, kwargs, out)
@@ -711,7 +734,8 @@ def _traced(
     except Exception as exc:  # the model's own forward failed: say so in one line
         failed = rec.failed
         where = failed[1] if failed and failed[0] is exc else ""
-        raise _untraceable(exc, where, shapes=bool(where) and rec.shapes_fault) from exc
+        host = bool(where) and rec.host_read
+        raise _untraceable(exc, where, shapes=bool(where) and rec.shapes_fault, host=host) from exc
     finally:
         for restore in undo:
             restore()
@@ -777,11 +801,26 @@ def _module_slots() -> frozenset[str]:
 _MISSING = object()
 
 
-def _untraceable(exc: Exception, where: str = "", *, shapes: bool = False) -> UntraceableModel:
+def _untraceable(
+    exc: Exception, where: str = "", *, shapes: bool = False, host: bool = False
+) -> UntraceableModel:
     """What a forward that failed on ``meta`` did wrong, and its fix, in one line; ``where``:
     the operator meta could not run and the unit running it; ``shapes``: it fails with data
-    too (the forward's shapes are wrong, not its values missing)."""
+    too (the forward's shapes are wrong, not its values missing); ``host``: that operator
+    copies to the CPU a tensor whose values are not known."""
     text = str(exc).rstrip(".!")
+    if host:  # named: the unit, and a copy to the host (its values read, or a move)
+        return UntraceableModel(
+            f"cannot trace the model on 'meta': {where}: {text}. The forward copies to the "
+            "host a tensor computed from the weights or float inputs, whose values a trace "
+            "without data does not have: to read them (.tolist(), .numpy(), "
+            "pack_padded_sequence's lengths, a mixture-of-experts router's token counts that "
+            "size what each expert runs), which cannot be planned this way: values are known "
+            "only for tensors made from the integer and boolean inputs alone or from Python "
+            "data (torch.tensor(..., device=x.device)), so plan the padded batch, or pass the "
+            "values as Python numbers; or, where the forward moves a tensor to a device itself "
+            "(.cpu()), leave the moves to the caller"
+        )
     if shapes:
         return UntraceableModel(
             f"cannot trace the model on 'meta': {where}: {text}; the operator "
@@ -818,6 +857,18 @@ def _untraceable(exc: Exception, where: str = "", *, shapes: bool = False) -> Un
     return UntraceableModel(
         f"cannot trace the model on 'meta': its forward raised {type(exc).__name__}: {text}; "
         f"{_ADVICE.get(type(exc), _ADVICE[Exception])}"
+    )
+
+
+def _to_cpu(func: Any, kwargs: dict[str, Any]) -> bool:
+    """Whether ``func`` copies its operand to the CPU (``.tolist()``, ``.cpu()``)."""
+    import torch
+
+    device = kwargs.get("device")
+    return (
+        func._overloadpacket.__name__ == "_to_copy"
+        and device is not None
+        and torch.device(device).type == "cpu"
     )
 
 
@@ -910,16 +961,7 @@ def _wrap(sub: nn.Module, path: str, rec: _Recorder) -> Callable[[], None]:
 
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         call = UnitCall(path, rec.op, -1, forward=True)
-        given = list(_tensors((args, kwargs)))
-        args, kwargs = rec.handed(path, args, kwargs)
-        for t, before in zip(_tensors((args, kwargs)), given, strict=True):
-            index = rec.part(t, rec.operand(t, path))
-            if index is not None:
-                if t is not before:  # a hooks' copy: alive as long as a tensor of it is
-                    rec.copies.append(_Copy(rec, call, len(call.args)))
-                    rec.copies[-1].join(t)
-                call.args.append(index)
-                rec.saw(call.start, path, t, index)
+        args, kwargs = _called(rec, call, args, kwargs)
         rec.calls.append(call)
         rec.stack.append(path)
         try:
@@ -948,6 +990,27 @@ def _wrap(sub: nn.Module, path: str, rec: _Recorder) -> Callable[[], None]:
             sub.forward = own
 
     return restore
+
+
+def _called(
+    rec: _Recorder, call: UnitCall, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Record the arguments of ``call`` (as a dispatch hook hands them): the arguments the
+    unit runs with. It holds no tensor beyond them for the call: one in a list the unit
+    empties as it runs (Wan's VAE, each convolution's cached frames replaced in the list it
+    is handed) dies when the unit lets it go, as in a run."""
+    path = call.unit
+    given = list(_tensors((args, kwargs)))
+    args, kwargs = rec.handed(path, args, kwargs)
+    for t, before in zip(_tensors((args, kwargs)), given, strict=True):
+        index = rec.part(t, rec.operand(t, path))
+        if index is not None:
+            if t is not before:  # a hooks' copy: alive as long as a tensor of it is
+                rec.copies.append(_Copy(rec, call, len(call.args)))
+                rec.copies[-1].join(t)
+            call.args.append(index)
+            rec.saw(call.start, path, t, index)
+    return args, kwargs
 
 
 @functools.cache

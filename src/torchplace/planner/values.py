@@ -6,9 +6,10 @@ the mask), a mask turned into indices (``nonzero``, boolean indexing), a length 
 ``.item()``. Each integer or boolean input of at most :data:`LIMIT` elements is traced with the
 value ``--verify`` runs it with, kept beside its ``meta`` tensor; an operator whose tensors all
 have a value (or that takes none, as ``torch.arange(n, device=x.device)``) computes its
-result's on the CPU as well, while it is small. A parameter or buffer has no value (it is on
-``meta``), so what is computed from the weights is not followed, nor are float inputs (data,
-whose values the planner would make up). Where the ``meta`` kernel cannot run (``.item()``, an
+result's on the CPU as well, while it is small. A parameter has no value (it is on ``meta``),
+so what is computed from the weights is not followed, nor are float inputs (data, whose values
+the planner would make up); a buffer the model makes from Python data has its own
+(:func:`built`). Where the ``meta`` kernel cannot run (``.item()``, an
 output whose shape depends on values), the result comes from the values: the number itself, or
 ``meta`` tensors of the shape and strides the CPU's kernel gave; a copy to the host (``.tolist()``,
 ``.cpu()``) is the value itself. A tensor the forward makes from Python data on ``meta``
@@ -25,7 +26,16 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["LIMIT", "Values", "constants", "fails_with_data", "give", "value_of"]
+__all__ = [
+    "LIMIT",
+    "Values",
+    "built",
+    "constants",
+    "fails_with_data",
+    "forget_weights",
+    "give",
+    "value_of",
+]
 
 #: the most elements a value is kept for (16 MiB of float32): masks, ids, lengths, timesteps
 LIMIT = 1 << 22
@@ -82,6 +92,49 @@ def constants() -> Iterator[None]:
         for name, make in made.items():
             setattr(torch, name, make)
         torch.Tensor.new_tensor = method  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def built() -> Iterator[None]:
+    """While a factory builds the model on ``meta``: tensors made from Python data keep it as
+    their value (:func:`constants`), and so does what is computed from such values alone, so
+    that a buffer the model makes for itself has the value its code gave it (Encodec's
+    ``padding_total = kernel_size - stride``, made from ``torch.tensor(...)`` in ``__init__``
+    and read in forward to size its padding). An operator none of whose tensors has a value
+    is not followed (a weight's ``torch.empty`` is not made on the CPU as well), and one that
+    writes into a tensor with a value without giving it one takes it away (a checkpoint
+    loaded over it)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    values = Values()
+
+    class Following(TorchDispatchMode):  # type: ignore[no-untyped-call]
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            if any(_has_value(t) for t in tree_flatten((args, kwargs))[0]):
+                values.follow(func, args, kwargs, out)
+            return out
+
+    with constants(), Following():  # type: ignore[no-untyped-call]
+        yield
+
+
+def forget_weights(module: torch.nn.Module) -> None:
+    """Take away the values :func:`built` gave the parameters: weights are loaded or trained
+    over what the code made, so the plan follows none computed from them; a buffer keeps its
+    own."""
+    for t in module.parameters():
+        _forget(t)
+
+
+def _has_value(leaf: Any) -> bool:
+    import torch
+
+    return isinstance(leaf, torch.Tensor) and leaf.is_meta and value_of(leaf) is not None
 
 
 def _keep_data(out: Any, data: Any) -> None:
