@@ -182,6 +182,13 @@ class Call:
                 await self._waiter
             finally:
                 self._waiter = None
+        return self.read_nowait()
+
+    def read_nowait(self) -> bytes | None:
+        """The next request message if it has arrived whole, else None (without waiting:
+        a unary call's message usually comes with its headers)."""
+        if not self._messages:
+            return None
         message = self._messages.popleft()
         self.unread -= len(message)
         if self.withheld >= UNREAD_LIMIT // 4 and self.unread < UNREAD_LIMIT:
