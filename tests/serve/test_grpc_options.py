@@ -27,19 +27,20 @@ def test_grpc_port_defaults_to_tritons_and_follows_port_zero() -> None:
         ServeConfig(grpc_port=70000)
 
 
-def _without_grpc(monkeypatch: pytest.MonkeyPatch) -> None:
+def _without_grpc(monkeypatch: pytest.MonkeyPatch, missing: str = "grpc") -> None:
     real = importlib.util.find_spec
 
     def find_spec(name: str, *args: Any) -> Any:
-        return None if name == "grpc" else real(name, *args)
+        return None if name == missing else real(name, *args)
 
     monkeypatch.setattr(importlib.util, "find_spec", find_spec)
 
 
+@pytest.mark.parametrize("missing", ["grpc", "hpack"])  # grpcio, or the transport's HPACK
 def test_without_the_extra_grpc_is_off_unless_asked_for(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], missing: str
 ) -> None:
-    _without_grpc(monkeypatch)
+    _without_grpc(monkeypatch, missing)
     assert grpc_port(ServeConfig()) is None
     assert main(["serve", "--port", "0", "--grpc-port", "8001"]) == 2  # before the model loads
     err = capsys.readouterr().err

@@ -50,7 +50,9 @@ def grpc_port(config: ServeConfig) -> int | None:
     ``grpc_port`` unset: 8001 with the grpc extra installed (any free port when ``port`` is
     0), else none. Set to a port without the extra: :class:`ConfigError` naming the extra.
     """
-    installed = all(importlib.util.find_spec(m) is not None for m in ("grpc", "google.protobuf"))
+    installed = all(
+        importlib.util.find_spec(m) is not None for m in ("grpc", "google.protobuf", "hpack")
+    )
     if config.grpc_port == 0:
         return None
     if config.grpc_port is None:
@@ -59,8 +61,8 @@ def grpc_port(config: ServeConfig) -> int | None:
         return 0 if config.port == 0 else GRPC_PORT
     if not installed:
         raise ConfigError(
-            f"--grpc-port {config.grpc_port} needs the grpc extra (grpcio and protobuf are not "
-            "installed); run: pip install 'torchplace[grpc]', or give --grpc-port 0"
+            f"--grpc-port {config.grpc_port} needs the grpc extra (grpcio, protobuf and hpack are "
+            "not all installed); run: pip install 'torchplace[grpc]', or give --grpc-port 0"
         )
     return config.grpc_port
 
