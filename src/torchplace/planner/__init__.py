@@ -10,6 +10,7 @@ Modules, one concept each:
 - ``units``: the placeable modules, their sizes and tied groups (accelerate's helpers);
 - ``trace``: one forward on ``meta``: allocations, readers, FLOPs (``torch.utils.flop_counter``);
 - ``fused``: operators whose ``meta`` kernels allocate other than the real ones, run as those do;
+- ``strict``: the checks the real kernels make that ``meta``'s skip (operands of one dtype);
 - ``values``: the values of tensors made from the integer and boolean inputs alone, for code that reads them;
 - ``scaling``: traces at every batch size from two;
 - ``strategies``: replicate, pipeline (memory, compute, fill), accelerate's map, a map file;

@@ -20,7 +20,10 @@ What each module is for, along the path of a request:
 ``classification``   Triton's classification extension: an output as its top classes
 ``messages``         the OIP messages as JSON Schema
 ``openapi``          the ``/v2/openapi.json`` document, derived from ``routes`` and ``messages``
-``grpc_server``      the same protocol over gRPC (grpc.aio, on the same loop, into the same engine)
+``grpc_server``      the same protocol over gRPC (on the same loop, into the same engine)
+``grpc_wire``        gRPC's transport: HTTP/2 connections read and written on the loop, their limits
+``grpc_call``        one gRPC call: its messages' framing, compression, the handlers' context
+``h2frames``         the HTTP/2 frames and HPACK header blocks the transport writes
 ``grpc_codec``       ``ModelInferRequest`` to validated arrays and back (the REST rules, messages)
 ``grpc_read``        reading a gRPC call's request message within a time limit
 ``grpc_health``      gRPC's standard health checking service (``grpc.health.v1.Health``)

@@ -20,7 +20,9 @@ rules know about PyTorch is data in :mod:`.facts`; which calls load a model (the
 the linted code's own functions and classes that run one) is :mod:`.model_loads`; which modules
 hold nothing a plain container could hide from ``.to()`` (pooling, activations, the file's
 classes built only of them) is :mod:`.stateless`; which of the project's helpers read their
-argument back to the host (``to_cpu(x)``) is :mod:`.read_helpers`.
+argument back to the host (``to_cpu(x)``) is :mod:`.read_helpers`; which of a file's top-level
+functions only its module classes' methods call (their hard-coded ``.cuda()`` is a module's) is
+:mod:`.module_helpers`.
 """
 
 from __future__ import annotations
