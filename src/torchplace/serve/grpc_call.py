@@ -222,12 +222,6 @@ class Call:
     def done(self) -> bool:
         return self.finished or self.reset
 
-    def cancelled(self) -> bool:
-        return self.reset
-
-    def peer(self) -> str:
-        return self.connection.peer
-
 
 def decode_metadata(name: bytes, value: bytes) -> tuple[str, str | bytes]:
     """A metadata entry as grpc.aio gives it: a ``-bin`` key's value base64-decoded to bytes,

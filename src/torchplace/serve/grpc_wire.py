@@ -200,7 +200,6 @@ class Connection(asyncio.Protocol):
         self.server = server
         self.limits = server.limits
         self.calls: dict[int, Call] = {}
-        self.peer = ""
         self.peer_window = 65535  # the client's SETTINGS_INITIAL_WINDOW_SIZE
         self.peer_frame = 16384  # the client's SETTINGS_MAX_FRAME_SIZE
         self.send_window = 65535  # the connection's, from the client's WINDOW_UPDATEs
@@ -237,8 +236,6 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         self._transport = transport
-        peer = transport.get_extra_info("peername")
-        self.peer = f"ipv4:{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         if len(self.server.connections) >= self.limits.max_connections or self.server.stopping:
             transport.abort()
             return
@@ -845,15 +842,15 @@ async def _run(call: Call, handler: grpc.RpcMethodHandler) -> None:
     """Run ``handler`` on ``call`` and end the call with its status."""
     connection = call.connection
     serialize: Callable[[Any], bytes] = handler.response_serializer or _identity
-    deserialize: Callable[[bytes], Any] = handler.request_deserializer or _identity
+    deserialize = handler.request_deserializer
     try:
-        if handler.request_streaming:
-            requests: Any = _mapped(call, deserialize)
+        if handler.request_streaming:  # the request messages as they come, parsed if asked
+            requests: Any = call.requests() if deserialize is None else _mapped(call, deserialize)
         else:
             message = await call.read()
             if message is grpc.aio.EOF:
                 raise Aborted(grpc.StatusCode.INTERNAL, "the call ended without a request message")
-            requests = deserialize(message)
+            requests = message if deserialize is None else deserialize(message)
         if handler.response_streaming:
             behaviour = handler.stream_stream if handler.request_streaming else handler.unary_stream
             async for answer in behaviour(requests, call):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from torchplace.lint.base import call_name
+from torchplace.lint.base import bindings, call_name
 from torchplace.lint.nodes import children, isinstance_test, own_nodes, subtree, walk
 from torchplace.lint.provenance.values import (
     _COMPS,
@@ -1718,12 +1718,7 @@ def counter_names(loop: ast.For | ast.AsyncFor, scope: ast.AST | None = None) ->
 def _progress_bar(scope: ast.AST, name: str) -> ast.Call | None:
     """The ``tqdm(...)``/``trange(...)`` call that ``scope``'s own statements bind ``name`` to,
     when that is its only binding there."""
-    values = [
-        stmt.value
-        for stmt in own_nodes(scope)
-        if isinstance(stmt, ast.Assign)
-        and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets)
-    ]
+    values = bindings(scope).get(name, [])
     if len(values) != 1 or not isinstance(values[0], ast.Call):
         return None
     return values[0] if call_name(values[0]) in {"tqdm", "trange"} else None
