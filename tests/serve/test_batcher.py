@@ -15,12 +15,14 @@ class FakeWorker:
 
     def __init__(self, auto: bool = False) -> None:
         self.batches: list[list[Pending]] = []
+        self.alone: list[bool] = []  # per batch: no other request waited behind it
         self.busy = False
         self.auto = auto
 
-    def submit_batch(self, batch: list[Pending], rows: int) -> None:
+    def submit_batch(self, batch: list[Pending], rows: int, alone: bool) -> None:
         assert rows == sum(p.rows for p in batch)
         self.batches.append(batch)
+        self.alone.append(alone)
         self.busy = True
         if self.auto:
             asyncio.get_running_loop().call_soon(self.finish)

@@ -183,11 +183,16 @@ def test_the_gil_switch_interval_flag_and_its_check() -> None:
         cli.config_from_args(_parse("--gil-switch-interval-ms", "0"))
 
 
-def test_the_inline_batch_flag_and_its_check() -> None:
+def test_the_inline_batch_flags_and_their_checks() -> None:
     assert ServeConfig().inline_batch_ms == 1.0
     assert cli.config_from_args(_parse("--inline-batch-ms", "0")).inline_batch_ms == 0.0
     with pytest.raises(ConfigError, match="inline_batch_ms=-1"):
         cli.config_from_args(_parse("--inline-batch-ms", "-1"))
+    assert ServeConfig().inline_full_batch_ms == 10.0
+    config = cli.config_from_args(_parse("--inline-full-batch-ms", "0"))
+    assert config.inline_full_batch_ms == 0.0
+    with pytest.raises(ConfigError, match="inline_full_batch_ms=-2"):
+        cli.config_from_args(_parse("--inline-full-batch-ms", "-2"))
 
 
 def test_serving_sets_the_gil_switch_interval(monkeypatch: pytest.MonkeyPatch) -> None:

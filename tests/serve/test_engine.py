@@ -24,7 +24,7 @@ from torchplace.errors import (
 )
 from torchplace.models import TensorSpec
 from torchplace.serve.config import ServeConfig
-from torchplace.serve.engine import INLINE_PROBATION, Engine, resolve_devices
+from torchplace.serve.engine import FULL_INLINE_GIVE_UP, INLINE_PROBATION, Engine, resolve_devices
 from torchplace.serve.execution import Transfer
 from torchplace.serve.loader import load_model
 
@@ -570,6 +570,118 @@ def test_a_cheap_cpu_batch_runs_on_the_event_loop_only_when_allowed(
         assert (model.threads[-1] == loop_thread) is on_loop
         assert replica.inline is on_loop
         await engine.stop()
+
+    asyncio.run(main())
+
+
+async def _rows_at_once(engine: Engine, count: int) -> None:
+    """``count`` one-row requests submitted in one loop iteration (one batch when they fit)."""
+    rows = [np.full((1, 4), i, np.float32) for i in range(count)]
+    results = await asyncio.gather(*(engine.infer({"input": r}) for r in rows))
+    for row, result in zip(rows, results, strict=True):
+        np.testing.assert_array_equal(result["output"], row * 2)
+
+
+def test_a_full_batch_no_request_waits_behind_runs_on_the_event_loop(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A replica too dear for --inline-batch-ms but within --inline-full-batch-ms: after its
+    probation on the worker thread, a full batch with nothing queued behind it runs on the
+    loop; a partial one, or one with requests waiting behind it, on the worker thread; a full
+    batch far over the limit ends it."""
+
+    async def main() -> None:
+        engine = Engine(
+            loaded(_Where(delay_s=0.003)),
+            [CPU],
+            max_batch_size=4,
+            inline_batch_ms=1.0,
+            inline_full_batch_ms=1000.0,
+            max_delay_ms=0.0,
+        )
+        await engine.start()
+        replica = engine.replicas[0]
+        model = replica.module
+        assert isinstance(model, _Where)
+        assert not replica.inline
+        assert not replica.full_inline
+        assert replica.probation == INLINE_PROBATION
+        record = engine.startup_record["replicas"][0]
+        assert (record["inline"], record["inline_full"]) == (False, True)
+        loop_thread = threading.get_ident()
+        for _ in range(INLINE_PROBATION):
+            await _rows_at_once(engine, 4)
+            assert model.threads[-1] != loop_thread
+        await _rows_at_once(engine, 4)  # full, nothing behind it
+        assert replica.full_inline
+        assert model.threads[-1] == loop_thread
+        await _rows_at_once(engine, 3)  # not full
+        assert model.threads[-1] != loop_thread
+        await _rows_at_once(engine, 6)  # full, but two rows wait behind it
+        assert model.threads[-2:] == [model.threads[-2]] * 2
+        assert model.threads[-2] != loop_thread
+        replica.full_inline_limit_s = FULL_INLINE_GIVE_UP * 0.01  # as if the limit were 10 ms
+        model.delay_s = 0.05  # over it
+        with caplog.at_level(logging.WARNING, logger="torchplace.serve"):
+            await _rows_at_once(engine, 4)
+        assert model.threads[-1] == loop_thread  # held once...
+        assert not replica.full_inline
+        assert "a full batch took" in caplog.text
+        model.delay_s = 0.0
+        await _rows_at_once(engine, 4)
+        assert model.threads[-1] != loop_thread  # ...and never again
+        await engine.stop()
+
+    asyncio.run(main())
+
+
+def test_a_forward_that_waits_on_real_rows_never_runs_full_batches_on_the_loop() -> None:
+    """The probation counts wall time: a forward cheap on the dry run's zeros that waits on
+    real rows (over the limit, not the give-up) restarts it; past the give-up it ends it."""
+
+    async def main() -> None:
+        engine = Engine(
+            loaded(_Where()), [CPU], max_batch_size=2, inline_batch_ms=0.0,
+            inline_full_batch_ms=5.0, max_delay_ms=0.0,
+        )  # fmt: skip
+        await engine.start()
+        replica = engine.replicas[0]
+        model = replica.module
+        assert isinstance(model, _Where)
+        assert replica.probation == INLINE_PROBATION
+        model.delay_s = 0.008  # over 5 ms, under the give-up's 15 ms
+        for _ in range(INLINE_PROBATION + 2):
+            await _rows_at_once(engine, 2)
+        assert replica.probation == INLINE_PROBATION
+        assert not replica.full_inline
+        model.delay_s = 0.03  # over the give-up
+        await _rows_at_once(engine, 2)
+        assert replica.probation == 0
+        assert not replica.full_inline
+        model.delay_s = 0.0
+        for _ in range(INLINE_PROBATION + 2):
+            await _rows_at_once(engine, 2)
+        assert not replica.full_inline
+        assert threading.get_ident() not in model.threads
+        await engine.stop()
+
+    asyncio.run(main())
+
+
+def test_full_batches_stay_on_the_worker_thread_when_not_allowed() -> None:
+    async def main() -> None:
+        for kwargs in ({"inline_full_batch_ms": 0.0}, {"inline_full_batch_ms": 1.0}):
+            engine = Engine(loaded(_Where(delay_s=0.003)), [CPU], max_batch_size=2, **kwargs)
+            await engine.start()
+            replica = engine.replicas[0]
+            assert not replica.full_inline
+            model = replica.module
+            assert isinstance(model, _Where)
+            await _rows_at_once(engine, 2)
+            assert model.threads[-1] != threading.get_ident()
+            await engine.stop()
+        with pytest.raises(ConfigError, match="inline_full_batch_ms must be >= 0"):
+            Engine(loaded(Scale()), [CPU], inline_full_batch_ms=-1.0)
 
     asyncio.run(main())
 

@@ -20,8 +20,9 @@ dynamic non-batch dimension, whose requests cannot be concatenated) every reques
 its own.
 
 The batcher knows nothing about torch: a *worker* is anything with
-``submit_batch(batch: list[Pending], rows: int)``, chosen by the ``pick`` callable (the engine picks
-the least-loaded ready replica).
+``submit_batch(batch: list[Pending], rows: int, alone: bool)``, chosen by the ``pick`` callable
+(the engine picks the least-loaded ready replica); ``alone`` says that no other request waits
+behind the batch (the engine's sole CPU replica may then run a full batch on the loop).
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ class Pending:
 class Worker(Protocol):
     """Something that runs a batch (a replica seen from the loop)."""
 
-    def submit_batch(self, batch: list[Pending], rows: int) -> None: ...
+    def submit_batch(self, batch: list[Pending], rows: int, alone: bool) -> None: ...
 
 
 class Batcher:
@@ -187,7 +188,7 @@ class Batcher:
                 return  # dispatch() runs again when a worker frees up
             batch, rows = self._take()
             if batch:
-                worker.submit_batch(batch, rows)
+                worker.submit_batch(batch, rows, not self.queued)
 
     def _on_timer(self) -> None:
         self._timer = None

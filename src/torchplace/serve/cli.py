@@ -184,6 +184,15 @@ def _placement_flags(place: argparse._ArgumentGroup) -> None:
         "first real batches were cheap on the worker thread too (0: always a worker thread; "
         f"default {_D.inline_batch_ms})",
     )
+    place.add_argument(
+        "--inline-full-batch-ms",
+        type=float,
+        metavar="MS",
+        help="a sole CPU replica dearer than --inline-batch-ms whose full batch takes at most "
+        "MS runs a full batch on the event loop when no other request waits behind it (a "
+        "closed loop of at most a batch of clients), every other batch on its worker thread "
+        f"(0: never; default {_D.inline_full_batch_ms})",
+    )
 
 
 def _batching_flags(batch: argparse._ArgumentGroup) -> None:

@@ -187,6 +187,8 @@ class ServeConfig:
     gil_switch_interval_ms: float = 0.2
     #: a sole CPU replica whose full batch takes at most this runs batches on the event loop
     inline_batch_ms: float = 1.0
+    #: one dearer, up to this, runs a full batch no other request waits behind on the loop
+    inline_full_batch_ms: float = 10.0
     allow_nan: bool = False
     #: let clients register system shared-memory regions (Triton's extension)
     allow_client_shm: bool = False
@@ -351,6 +353,7 @@ class ServeConfig:
             ("max_queue_wait_ms", False),
             ("gil_switch_interval_ms", True),
             ("inline_batch_ms", False),
+            ("inline_full_batch_ms", False),
         ):
             value = getattr(self, name)
             ok = isinstance(value, int | float) and not isinstance(value, bool)
@@ -473,6 +476,7 @@ def _convert(key: str, value: Any, source: str) -> Any:
         "repository_poll_secs",
         "gil_switch_interval_ms",
         "inline_batch_ms",
+        "inline_full_batch_ms",
     )
     if key in seconds and isinstance(value, int) and not isinstance(value, bool):
         return float(value)

@@ -42,6 +42,16 @@ op and waits for it again after each; for a model that small the hand-overs cost
 batch. The loop is blocked for the batch (at most about that long), and several replicas (which
 compute in parallel) always keep their threads.
 
+``inline_full_batch_ms`` (``--inline-full-batch-ms``; 10 in ``torchplace serve``, 0 = off when
+an engine is built directly): a sole CPU replica dearer than that, whose full batch still took
+at most this long, runs a *full* batch on the event loop when no other request waits behind it
+(a closed loop of at most a batch of clients: until it is answered the loop has nothing to
+read), and every other batch on its worker thread; as with ``inline_batch_ms``, once its first
+:data:`INLINE_PROBATION` real batches in a row took at most that long on the worker thread
+(wall time: a forward that waits would hold the loop as long). One batch over
+:data:`FULL_INLINE_GIVE_UP` times this, there or on the loop, sends all of them to the worker
+thread for good.
+
 ``metrics=False`` (``--no-metrics``) skips the per-batch histogram updates (the error counters
 and the scrape-time gauges stay); tracing costs nothing unless a trace file or an OpenTelemetry
 provider is configured.
@@ -177,6 +187,9 @@ def _check_arguments(
 #: an inline batch this many times slower than ``inline_batch_ms`` moves its replica's batches
 #: to the worker thread (see :meth:`Replica.run_now <torchplace.serve.replica.Replica.run_now>`)
 INLINE_GIVE_UP = 50
+#: a full batch on the loop this many times slower than ``inline_full_batch_ms`` moves its
+#: replica's batches to the worker thread for good
+FULL_INLINE_GIVE_UP = 3
 #: real batches in a row an inline replica first runs cheaply on its worker thread, timed
 #: (see :meth:`Replica.plan_inline <torchplace.serve.replica.Replica.plan_inline>`)
 INLINE_PROBATION = 8
@@ -208,8 +221,15 @@ class Engine:
         metrics: bool = True,
         dtype: str | None = None,
         inline_batch_ms: float = 0.0,
+        inline_full_batch_ms: float = 0.0,
     ) -> None:
         _check_arguments(devices, replicas_per_device, max_batch_size, max_request_rows, fallback)
+        for name, value in (
+            ("inline_batch_ms", inline_batch_ms),
+            ("inline_full_batch_ms", inline_full_batch_ms),
+        ):
+            if not value >= 0:
+                raise ConfigError(f"{name} must be >= 0 (0: off), got {value}")
         devices = [full_device(d) for d in devices]
         #: the serving precision (``float32``/``float16``/``bfloat16``); None = the model's own
         self.dtype = serving_dtype(dtype) if dtype is not None else None
@@ -227,6 +247,7 @@ class Engine:
         self.torch_threads = torch_threads
         self.metrics_enabled = metrics
         self.inline_batch_ms = inline_batch_ms
+        self.inline_full_batch_ms = inline_full_batch_ms
         self.replicas = self._plan(
             devices,
             replicas_per_device=replicas_per_device,
@@ -341,6 +362,7 @@ class Engine:
             metrics=config.metrics,
             dtype=config.dtype,
             inline_batch_ms=config.inline_batch_ms,
+            inline_full_batch_ms=config.inline_full_batch_ms,
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -357,7 +379,9 @@ class Engine:
         if threads is not None:
             torch.set_num_threads(threads)
         # only a sole replica may run inline: time its batch, and nobody else's
-        time_batch = len(self.replicas) == 1 and self.inline_batch_ms > 0
+        time_batch = len(self.replicas) == 1 and (
+            self.inline_batch_ms > 0 or self.inline_full_batch_ms > 0
+        )
         for replica in self.replicas:
             try:
                 await loop.run_in_executor(None, functools.partial(replica.prepare, time_batch))
@@ -388,14 +412,19 @@ class Engine:
 
     def _choose_inline(self) -> None:
         """A sole CPU replica whose full batch took at most ``inline_batch_ms`` in its dry
-        run runs its batches on the event loop (see :mod:`torchplace.serve.replica`); only
-        such a replica's batch was timed."""
+        run runs its batches on the event loop, one within ``inline_full_batch_ms`` its full
+        batches that no other request waits behind (see :mod:`torchplace.serve.replica`);
+        only such a replica's batch was timed."""
         limit = self.inline_batch_ms / 1000
+        full = self.inline_full_batch_ms / 1000
         for replica in self.replicas:
             took = replica.full_batch_s
             replica.inline_limit_s = INLINE_GIVE_UP * limit
             if took is not None and took <= limit:
                 replica.plan_inline(limit, INLINE_PROBATION)
+            elif took is not None and took <= full:
+                replica.full_inline_limit_s = FULL_INLINE_GIVE_UP * full
+                replica.plan_inline(full, INLINE_PROBATION, full=True)
 
     def is_live(self) -> bool:
         """The process answers (until :meth:`stop`)."""

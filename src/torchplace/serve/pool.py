@@ -52,12 +52,15 @@ class Lane:
         self.busy = False
         self.rows_served = 0
 
-    def submit_batch(self, batch: list[Pending], rows: int) -> None:
+    def submit_batch(self, batch: list[Pending], rows: int, alone: bool) -> None:
         self.busy = True
-        label = self.replica.label
+        replica = self.replica
+        label = replica.label
         for pending in batch:
             pending.device = label
-        self.replica.dispatch(batch, [p.inputs for p in batch], [p.rows for p in batch])
+        # a full batch that no other request waits behind may run on the loop (see dispatch)
+        alone = alone and rows >= replica.max_batch_size
+        replica.dispatch(batch, [p.inputs for p in batch], [p.rows for p in batch], alone)
 
 
 class ReplicaPool:
@@ -196,8 +199,8 @@ class ReplicaPool:
             self._trace(replica, batch, outcome, arrivals, bool(failed))
         loop = self._loop
         if loop is not None and not loop.is_closed():
-            # an inline replica's batch ran on the loop, anyone else's on its worker thread
-            (loop.call_soon if replica.inline else loop.call_soon_threadsafe)(
+            # a batch run on the loop (an inline replica's) or on the replica's worker thread
+            (loop.call_soon if replica.on_loop else loop.call_soon_threadsafe)(
                 self._finish, replica, batch, outcome
             )
 

@@ -119,11 +119,19 @@ class Replica(BatchExecutor):
         self.inline = False
         #: an inline batch slower than this (s) sends later batches to the worker thread
         self.inline_limit_s = float("inf")
+        #: a full batch that no other request waits behind runs on the calling thread (the
+        #: event loop), see :meth:`dispatch`; one slower than :attr:`full_inline_limit_s`
+        #: (s) sends every later batch to the worker thread
+        self.full_inline = False
+        self.full_inline_limit_s = float("inf")
+        #: a batch is running on the calling thread (the event loop) now
+        self.on_loop = False
         #: cheap worker batches in a row still needed before :attr:`inline` (0: none planned)
         self.probation = 0
         self._probation_batches = 0
         self._cheap_s = 0.0
         self._promote = False  # set by the worker, applied on the loop by :meth:`dispatch`
+        self.planned_full = False  # the probation leads to full_inline, not inline
         self._inbox: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -267,25 +275,54 @@ class Replica(BatchExecutor):
             ) from None
         self._thread = thread
 
-    def plan_inline(self, limit_s: float, batches: int) -> None:
+    def plan_inline(self, limit_s: float, batches: int, *, full: bool = False) -> None:
         """Run batches on the event loop once ``batches`` real batches in a row took at most
         :data:`_PROBATION_SLACK` times ``limit_s`` of CPU time each on the worker thread (a
         dearer one starts the count again); one over :attr:`inline_limit_s` of wall time ends
-        the probation, on the worker thread for good."""
+        the probation, on the worker thread for good. With ``full``, what the probation leads
+        to is :attr:`full_inline` instead, and a batch counts as cheap when it took at most
+        ``limit_s`` of wall time (a forward that waits holds the loop as long), the end for
+        good over :attr:`full_inline_limit_s`."""
         if batches < 1:
             raise ConfigError(f"plan_inline needs batches >= 1, got {batches}")
-        self._cheap_s = _PROBATION_SLACK * limit_s
+        self.planned_full = full
+        self._cheap_s = limit_s if full else _PROBATION_SLACK * limit_s
         self._probation_batches = self.probation = batches
 
     def dispatch(
-        self, token: Any, requests: Sequence[Mapping[str, np.ndarray]], rows: Sequence[int]
+        self,
+        token: Any,
+        requests: Sequence[Mapping[str, np.ndarray]],
+        rows: Sequence[int],
+        alone: bool = False,
     ) -> None:
         """Run a batch where it runs now (called on the event loop, the replica idle):
-        :meth:`run_now` when inline, else :meth:`submit`."""
+        :meth:`run_now` when inline, or when ``alone`` (a full batch that no other request
+        waits behind) and :attr:`full_inline`, else :meth:`submit`.
+
+        A full batch with nothing behind it is what a closed loop of at most a batch of
+        clients sends: until it is answered the loop has nothing to read or decode, so a
+        worker thread would only add its hand-overs (waking it, its GIL round trips, waking
+        the loop with the results) to every batch."""
         if self._promote:  # the worker's last batch ended the probation; it is idle now
             self._promote = False
-            self.inline = True
-        (self.run_now if self.inline else self.submit)(token, requests, rows)
+            if self.planned_full:
+                self.full_inline = True
+            else:
+                self.inline = True
+        if self.inline:
+            self.run_now(token, requests, rows)
+        elif alone and self.full_inline:
+            took = self._run_here(token, requests, rows)
+            if took > self.full_inline_limit_s:
+                self.full_inline = False
+                logger.warning(
+                    "replica %s: a full batch took %.1f ms on the event loop, over %.1f ms; "
+                    "its batches now run on its worker thread", self.label, took * 1e3,
+                    self.full_inline_limit_s * 1e3,
+                )  # fmt: skip
+        else:
+            self.submit(token, requests, rows)
 
     def submit(
         self, token: Any, requests: Sequence[Mapping[str, np.ndarray]], rows: Sequence[int]
@@ -301,17 +338,30 @@ class Replica(BatchExecutor):
         the worker's background recovery. A batch far slower than the dry run promised (a
         forward whose time depends on the data) sends the batches after it to the worker
         thread, so that the event loop is not held again."""
-        started = time.perf_counter()
-        self._on_done(self, token, self._run_safely(token, requests, rows))
-        took = time.perf_counter() - started
+        took = self._run_here(token, requests, rows)
         if took > self.inline_limit_s:
             self.inline = False
             logger.warning(
                 "replica %s: a batch took %.1f ms on the event loop, over %.1f ms; its batches "
                 "now run on its worker thread", self.label, took * 1e3, self.inline_limit_s * 1e3
             )  # fmt: skip
+
+    def _run_here(
+        self, token: Any, requests: Sequence[Mapping[str, np.ndarray]], rows: Sequence[int]
+    ) -> float:
+        """Run a batch on the calling thread and report it as the worker does; a failure that
+        takes the replica out of the pool starts the worker's background recovery. Returns
+        the seconds it took."""
+        started = time.perf_counter()
+        self.on_loop = True
+        try:
+            self._on_done(self, token, self._run_safely(token, requests, rows))
+        finally:
+            self.on_loop = False
+        took = time.perf_counter() - started
         if not self.health.healthy:
             self._inbox.put(_RECOVER)
+        return took
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the worker after the batch it is running (blocking; call off the loop), then
@@ -354,16 +404,17 @@ class Replica(BatchExecutor):
     def _on_probation(self, took: float, cpu: float) -> None:
         """Count a worker batch of :meth:`plan_inline`'s probation (on the worker thread):
         ``took`` seconds of wall time (a forward that waits, sleeps or is slow on real rows
-        over :attr:`inline_limit_s` ends it), ``cpu`` of the thread's CPU time, which waiting
-        for the GIL on a busy machine does not inflate (cheap or not)."""
-        if took > self.inline_limit_s:
+        over the give-up limit ends it), ``cpu`` of the thread's CPU time, which waiting for
+        the GIL on a busy machine does not inflate (cheap or not; the wall time for a
+        :attr:`full_inline` plan)."""
+        give_up = self.full_inline_limit_s if self.planned_full else self.inline_limit_s
+        if took > give_up:
             self.probation = 0
             logger.warning(
                 "replica %s: a batch took %.1f ms, over %.1f ms; its batches stay on its worker "
-                "thread instead of the event loop", self.label, took * 1e3,
-                self.inline_limit_s * 1e3,
+                "thread instead of the event loop", self.label, took * 1e3, give_up * 1e3,
             )  # fmt: skip
-        elif cpu > self._cheap_s:
+        elif (took if self.planned_full else cpu) > self._cheap_s:
             self.probation = self._probation_batches
         else:
             self.probation -= 1

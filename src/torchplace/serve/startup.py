@@ -140,7 +140,8 @@ def startup_record(engine: Engine, seconds: float, threads: int | None) -> dict[
                 "full_batch_ms": (
                     round(r.full_batch_s * 1000, 3) if r.full_batch_s is not None else None
                 ),
-                "inline": r.inline or r.probation > 0,
+                "inline": r.inline or (r.probation > 0 and not r.planned_full),
+                "inline_full": r.full_inline or (r.probation > 0 and r.planned_full),
             }
             for r in engine.replicas
         ],
