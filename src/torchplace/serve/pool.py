@@ -164,8 +164,29 @@ class ReplicaPool:
 
     # ------------------------------------------------------------------ worker callbacks
     def _on_batch_done(self, replica: Replica, token: Any, outcome: BatchOutcome) -> None:
-        """Worker thread: record metrics and spans, then hand the results to the loop."""
+        """Worker thread: record metrics and spans, then hand the results to the loop. A batch
+        run on the loop is answered first and recorded after (its clients' next requests are
+        on their way meanwhile: the loop is the only thread at work)."""
         batch: list[Pending] = token
+        if self.statistics is not None:
+            # each request is counted when it settles (engine), with its batch's times; the
+            # executions that answered rows are counted here, once per batch
+            timing = (outcome.started, outcome.h2d_s, outcome.compute_s, outcome.d2h_s)
+            for pending in batch:
+                pending.timing = timing
+            if outcome.executions:
+                self.statistics.executions(outcome.executions)
+        loop = self._loop
+        if replica.on_loop and loop is not None:
+            loop.call_soon(self._finish, replica, batch, outcome)
+            loop.call_soon(self._record, replica, batch, outcome)
+            return
+        self._record(replica, batch, outcome)
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._finish, replica, batch, outcome)
+
+    def _record(self, replica: Replica, batch: list[Pending], outcome: BatchOutcome) -> None:
+        """A batch's metrics, error counts, failure log and spans."""
         bound = self._device_metrics[replica.label]
         arrivals: list[float] | None = None
         if self.metrics_enabled or self.tracer.enabled:
@@ -179,14 +200,6 @@ class ReplicaPool:
             bound.d2h.observe(outcome.d2h_s)
         if outcome.oom_splits:
             bound.oom_splits.inc(outcome.oom_splits)
-        if self.statistics is not None:
-            # each request is counted when it settles (engine), with its batch's times; the
-            # executions that answered rows are counted here, once per batch
-            timing = (outcome.started, outcome.h2d_s, outcome.compute_s, outcome.d2h_s)
-            for pending in batch:
-                pending.timing = timing
-            if outcome.executions:
-                self.statistics.executions(outcome.executions)
         failed = [r for r in outcome.results if isinstance(r, ServeError)]
         for error in failed:
             cls = ERROR_CLASS.get(type(error))
@@ -197,12 +210,6 @@ class ReplicaPool:
         if self.tracer.enabled:
             assert arrivals is not None
             self._trace(replica, batch, outcome, arrivals, bool(failed))
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            # a batch run on the loop (an inline replica's) or on the replica's worker thread
-            (loop.call_soon if replica.on_loop else loop.call_soon_threadsafe)(
-                self._finish, replica, batch, outcome
-            )
 
     def _trace(
         self,
