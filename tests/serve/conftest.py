@@ -98,6 +98,7 @@ class FakeEngine:
     stopped: bool = False
     drained: bool = False
     in_flight: int = 0
+    loop_shared: bool = False
     options: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -148,6 +149,9 @@ class FakeEngine:
 
     async def stop(self) -> None:
         self.stopped = True
+
+    def share_loop(self, shared: bool) -> None:
+        self.loop_shared = shared
 
     def metrics_text(self) -> bytes:
         return b"# TYPE torchplace_fake_requests counter\ntorchplace_fake_requests 1\n"

@@ -89,6 +89,28 @@ def test_a_batch_never_exceeds_max_batch_size_rows_and_keeps_order() -> None:
     asyncio.run(main())
 
 
+def test_a_batch_is_alone_when_nothing_waits_behind_it_and_the_loop_is_the_model_s() -> None:
+    """``alone`` (a full batch may then run on the loop): nothing queued behind the batch, and
+    no other model shares the loop (``solo``)."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        worker = FakeWorker()
+        batcher = _batcher(loop, worker, max_batch_size=4, max_delay_s=0.0)
+        _queued(batcher, loop, 6)  # a batch of 4 with 2 behind it, then the 2
+        await asyncio.sleep(0)
+        worker.finish()
+        batcher.dispatch()
+        batcher.solo = False  # another model now serves on this loop
+        _queued(batcher, loop, 4)
+        worker.finish()
+        await asyncio.sleep(0)
+        assert [len(b) for b in worker.batches] == [4, 2, 4]
+        assert worker.alone == [False, True, False]
+
+    asyncio.run(main())
+
+
 def test_a_partial_batch_waits_for_the_delay_then_goes() -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()

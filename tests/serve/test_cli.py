@@ -188,7 +188,7 @@ def test_the_inline_batch_flags_and_their_checks() -> None:
     assert cli.config_from_args(_parse("--inline-batch-ms", "0")).inline_batch_ms == 0.0
     with pytest.raises(ConfigError, match="inline_batch_ms=-1"):
         cli.config_from_args(_parse("--inline-batch-ms", "-1"))
-    assert ServeConfig().inline_full_batch_ms == 10.0
+    assert ServeConfig().inline_full_batch_ms == 50.0
     config = cli.config_from_args(_parse("--inline-full-batch-ms", "0"))
     assert config.inline_full_batch_ms == 0.0
     with pytest.raises(ConfigError, match="inline_full_batch_ms=-2"):

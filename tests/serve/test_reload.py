@@ -279,6 +279,23 @@ def test_model_control_as_triton_s_examples_call_it(server: ServerThread) -> Non
     assert call(port, "GET", "/v2/models")[1] == {"models": ["a", "b"]}
 
 
+def test_the_engines_know_when_other_models_share_their_loop(server: ServerThread) -> None:
+    """A full batch runs on the event loop only where one model serves (it would hold up the
+    others' requests): every engine is told as models come and go."""
+    assert server.app is not None
+    registry = server.app.registry
+
+    def shared() -> dict[str, bool]:
+        return {h.name: h.engine.loop_shared for h in registry.handles()}  # type: ignore[attr-defined]
+
+    assert shared() == {"a": True, "b": True, "c": True}
+    for name in ("b", "c"):
+        assert call(server.port, "POST", f"/v2/repository/models/{name}/unload", b"")[0] == 200
+    assert shared() == {"a": False}
+    assert call(server.port, "POST", "/v2/repository/models/b/load", b"")[0] == 200
+    assert shared() == {"a": True, "b": True}
+
+
 def test_metrics_and_statistics_cover_every_model(server: ServerThread) -> None:
     for model in ("a", "b", "c"):
         assert call(server.port, "POST", f"/v2/models/{model}/infer", BODY)[0] == 200

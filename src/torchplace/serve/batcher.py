@@ -119,6 +119,9 @@ class Batcher:
         self._scheduled = False
         self._timer: asyncio.TimerHandle | None = None
         self._freed_at = 0.0  # when a worker last became free
+        #: whether the event loop serves this batcher's model alone: only then may a full
+        #: batch with nothing queued behind it run on the loop (see :meth:`dispatch`)
+        self.solo = True
 
     def __len__(self) -> int:
         return self.queued
@@ -188,7 +191,7 @@ class Batcher:
                 return  # dispatch() runs again when a worker frees up
             batch, rows = self._take()
             if batch:
-                worker.submit_batch(batch, rows, not self.queued)
+                worker.submit_batch(batch, rows, self.solo and not self.queued)
 
     def _on_timer(self) -> None:
         self._timer = None

@@ -190,8 +190,8 @@ def _placement_flags(place: argparse._ArgumentGroup) -> None:
         metavar="MS",
         help="a sole CPU replica dearer than --inline-batch-ms whose full batch takes at most "
         "MS runs a full batch on the event loop when no other request waits behind it (a "
-        "closed loop of at most a batch of clients), every other batch on its worker thread "
-        f"(0: never; default {_D.inline_full_batch_ms})",
+        "closed loop of at most a batch of clients) and no other model is served, every other "
+        f"batch on its worker thread (0: never; default {_D.inline_full_batch_ms})",
     )
 
 

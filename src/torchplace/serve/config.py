@@ -188,7 +188,8 @@ class ServeConfig:
     #: a sole CPU replica whose full batch takes at most this runs batches on the event loop
     inline_batch_ms: float = 1.0
     #: one dearer, up to this, runs a full batch no other request waits behind on the loop
-    inline_full_batch_ms: float = 10.0
+    #: (the longest the loop is held: health probes and scrapes wait that long at most)
+    inline_full_batch_ms: float = 50.0
     allow_nan: bool = False
     #: let clients register system shared-memory regions (Triton's extension)
     allow_client_shm: bool = False

@@ -42,11 +42,12 @@ op and waits for it again after each; for a model that small the hand-overs cost
 batch. The loop is blocked for the batch (at most about that long), and several replicas (which
 compute in parallel) always keep their threads.
 
-``inline_full_batch_ms`` (``--inline-full-batch-ms``; 10 in ``torchplace serve``, 0 = off when
+``inline_full_batch_ms`` (``--inline-full-batch-ms``; 50 in ``torchplace serve``, 0 = off when
 an engine is built directly): a sole CPU replica dearer than that, whose full batch still took
 at most this long, runs a *full* batch on the event loop when no other request waits behind it
 (a closed loop of at most a batch of clients: until it is answered the loop has nothing to
-read), and every other batch on its worker thread; as with ``inline_batch_ms``, once its first
+read) and no other model serves on the loop (:meth:`Engine.share_loop`: it would hold up their
+requests), and every other batch on its worker thread; as with ``inline_batch_ms``, once its first
 :data:`INLINE_PROBATION` real batches in a row took at most that long on the worker thread
 (wall time: a forward that waits would hold the loop as long). One batch over
 :data:`FULL_INLINE_GIVE_UP` times this, there or on the loop, sends all of them to the worker
@@ -266,6 +267,8 @@ class Engine:
         self._estimate = WaitEstimate()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._batcher: Batcher | None = None
+        #: another model serves on this event loop (see :meth:`share_loop`)
+        self.loop_shared = False
         self._accepting = False
         #: what a request refused or dropped by a drain is told (see :meth:`drain`)
         self._closing = _SHUTTING_DOWN
@@ -398,6 +401,7 @@ class Engine:
             queue_limits=self.policy.limits,
             coalesce=self._coalesce,
         )
+        self._batcher.solo = not self.loop_shared
         self.pool.start(
             loop,
             on_change=self._refresh_serving,
@@ -425,6 +429,13 @@ class Engine:
             elif took is not None and took <= full:
                 replica.full_inline_limit_s = FULL_INLINE_GIVE_UP * full
                 replica.plan_inline(full, INLINE_PROBATION, full=True)
+
+    def share_loop(self, shared: bool) -> None:
+        """Whether other models serve on this event loop: a full batch of this one then
+        never runs on the loop (``inline_full_batch_ms``), where it would hold up theirs."""
+        self.loop_shared = shared
+        if self._batcher is not None:
+            self._batcher.solo = not shared
 
     def is_live(self) -> bool:
         """The process answers (until :meth:`stop`)."""

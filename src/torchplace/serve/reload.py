@@ -100,6 +100,7 @@ class ModelControl:
         self._stamps: dict[str, Any] = {}
         self._owners = itertools.count()
         self._poller: asyncio.Task[None] | None = None
+        registry.subscribe(self._share_loop)
 
     # -- start and stop --------------------------------------------------------------------
     async def start(self) -> None:
@@ -125,6 +126,12 @@ class ModelControl:
             raise ConfigError(f"two --model are served as {handle.name!r}; names must differ")
         self._recipes[handle.name] = [settings]
         self.registry.publish(handle.name, [handle])
+
+    def _share_loop(self) -> None:
+        """Tell every served version whether others share its event loop."""
+        handles = self.registry.handles()
+        for handle in handles:
+            handle.engine.share_loop(len(handles) > 1)
 
     def _initial(self, names: list[str]) -> list[str]:
         if self.mode != "explicit":
