@@ -15,7 +15,7 @@ class FakeWorker:
 
     def __init__(self, auto: bool = False) -> None:
         self.batches: list[list[Pending]] = []
-        self.alone: list[bool] = []  # per batch: no other request waited behind it
+        self.alone: list[bool] = []  # per batch: full, nothing behind it, the loop its own
         self.busy = False
         self.auto = auto
 
@@ -89,24 +89,28 @@ def test_a_batch_never_exceeds_max_batch_size_rows_and_keeps_order() -> None:
     asyncio.run(main())
 
 
-def test_a_batch_is_alone_when_nothing_waits_behind_it_and_the_loop_is_the_model_s() -> None:
-    """``alone`` (a full batch may then run on the loop): nothing queued behind the batch, and
-    no other model shares the loop (``solo``)."""
+def test_a_batch_is_alone_when_full_with_nothing_behind_it_and_the_loop_is_the_model_s() -> None:
+    """``alone`` (the batch may then run on the loop): a full batch, nothing queued behind it,
+    and no other model sharing the loop (``solo``)."""
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
         worker = FakeWorker()
         batcher = _batcher(loop, worker, max_batch_size=4, max_delay_s=0.0)
-        _queued(batcher, loop, 6)  # a batch of 4 with 2 behind it, then the 2
+        _queued(batcher, loop, 11)  # 4 with 7 behind, 4 with 3 behind, the last 3
         await asyncio.sleep(0)
+        for _ in range(2):
+            worker.finish()
+            batcher.dispatch()
+        _queued(batcher, loop, 4)
         worker.finish()
-        batcher.dispatch()
+        await asyncio.sleep(0)
         batcher.solo = False  # another model now serves on this loop
         _queued(batcher, loop, 4)
         worker.finish()
         await asyncio.sleep(0)
-        assert [len(b) for b in worker.batches] == [4, 2, 4]
-        assert worker.alone == [False, True, False]
+        assert [len(b) for b in worker.batches] == [4, 4, 3, 4, 4]
+        assert worker.alone == [False, False, False, True, False]
 
     asyncio.run(main())
 

@@ -21,8 +21,9 @@ its own.
 
 The batcher knows nothing about torch: a *worker* is anything with
 ``submit_batch(batch: list[Pending], rows: int, alone: bool)``, chosen by the ``pick`` callable
-(the engine picks the least-loaded ready replica); ``alone`` says that no other request waits
-behind the batch (the engine's sole CPU replica may then run a full batch on the loop).
+(the engine picks the least-loaded ready replica); ``alone`` says that the batch is full, that
+no other request waits behind it and that no other model shares the loop (:attr:`Batcher.solo`):
+the engine's sole CPU replica may then run it on the loop.
 """
 
 from __future__ import annotations
@@ -119,8 +120,8 @@ class Batcher:
         self._scheduled = False
         self._timer: asyncio.TimerHandle | None = None
         self._freed_at = 0.0  # when a worker last became free
-        #: whether the event loop serves this batcher's model alone: only then may a full
-        #: batch with nothing queued behind it run on the loop (see :meth:`dispatch`)
+        #: whether the event loop serves this batcher's model alone: only then is a batch
+        #: ``alone`` (see the module docstring)
         self.solo = True
 
     def __len__(self) -> int:
@@ -191,7 +192,8 @@ class Batcher:
                 return  # dispatch() runs again when a worker frees up
             batch, rows = self._take()
             if batch:
-                worker.submit_batch(batch, rows, self.solo and not self.queued)
+                alone = self.solo and not self.queued and rows >= self.max_batch_size
+                worker.submit_batch(batch, rows, alone)
 
     def _on_timer(self) -> None:
         self._timer = None

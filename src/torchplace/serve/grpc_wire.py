@@ -328,26 +328,34 @@ class Connection(asyncio.Protocol):
 
     # -- reading ---------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
-        buffer = self._buffer
-        buffer += data
-        if self._backlog:
-            return  # read on the loop's next pass (_catch_up)
+        self._buffer += data
+        if not self._backlog:  # else it is read on the loop's next pass (_catch_up)
+            self._read()
+
+    def _read(self) -> None:
+        """Read what the buffer holds (the preface first) and write the answers; a protocol
+        error ends the connection."""
         try:
-            if not self._preface:
-                if len(buffer) < len(PREFACE):
-                    if not PREFACE.startswith(bytes(buffer)):
-                        raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "not an HTTP/2 preface")
-                    return
-                if buffer[: len(PREFACE)] != PREFACE:
-                    raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "not an HTTP/2 preface")
-                del buffer[: len(PREFACE)]
-                self._preface = True
-                self._active = time.monotonic()
-            self._read_frames()
+            if self._preface or self._read_preface():
+                self._read_frames()
         except _ProtocolError as exc:
             self.go_away(exc.code, str(exc))
             self.close()
         self._write_out()
+
+    def _read_preface(self) -> bool:
+        """Take the client's connection preface off the buffer; False until all of it came."""
+        buffer = self._buffer
+        if len(buffer) < len(PREFACE):
+            if not PREFACE.startswith(bytes(buffer)):
+                raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "not an HTTP/2 preface")
+            return False
+        if buffer[: len(PREFACE)] != PREFACE:
+            raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "not an HTTP/2 preface")
+        del buffer[: len(PREFACE)]
+        self._preface = True
+        self._active = time.monotonic()
+        return True
 
     def _read_frames(self) -> None:
         """The whole frames in the buffer, up to :data:`_FRAMES_PER_PASS`: past them the
@@ -387,12 +395,7 @@ class Connection(asyncio.Protocol):
         self._backlog = False
         if self._transport is None:
             return
-        try:
-            self._read_frames()
-        except _ProtocolError as exc:
-            self.go_away(exc.code, str(exc))
-            self.close()
-        self._write_out()
+        self._read()
         transport = self._transport
         if not self._backlog and not self.paused and transport and not transport.is_closing():
             transport.resume_reading()

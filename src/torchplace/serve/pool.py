@@ -54,13 +54,10 @@ class Lane:
 
     def submit_batch(self, batch: list[Pending], rows: int, alone: bool) -> None:
         self.busy = True
-        replica = self.replica
-        label = replica.label
+        label = self.replica.label
         for pending in batch:
             pending.device = label
-        # a full batch that no other request waits behind may run on the loop (see dispatch)
-        alone = alone and rows >= replica.max_batch_size
-        replica.dispatch(batch, [p.inputs for p in batch], [p.rows for p in batch], alone)
+        self.replica.dispatch(batch, [p.inputs for p in batch], [p.rows for p in batch], alone)
 
 
 class ReplicaPool:

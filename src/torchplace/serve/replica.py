@@ -310,17 +310,8 @@ class Replica(BatchExecutor):
                 self.full_inline = True
             else:
                 self.inline = True
-        if self.inline:
+        if self.inline or (alone and self.full_inline):
             self.run_now(token, requests, rows)
-        elif alone and self.full_inline:
-            took = self._run_here(token, requests, rows)
-            if took > self.full_inline_limit_s:
-                self.full_inline = False
-                logger.warning(
-                    "replica %s: a full batch took %.1f ms on the event loop, over %.1f ms; "
-                    "its batches now run on its worker thread", self.label, took * 1e3,
-                    self.full_inline_limit_s * 1e3,
-                )  # fmt: skip
         else:
             self.submit(token, requests, rows)
 
@@ -333,25 +324,17 @@ class Replica(BatchExecutor):
     def run_now(
         self, token: Any, requests: Sequence[Mapping[str, np.ndarray]], rows: Sequence[int]
     ) -> None:
-        """Run a batch on the calling thread (an inline replica's, on the event loop) and
-        report it as the worker does; a failure that takes the replica out of the pool starts
-        the worker's background recovery. A batch far slower than the dry run promised (a
-        forward whose time depends on the data) sends the batches after it to the worker
-        thread, so that the event loop is not held again."""
-        took = self._run_here(token, requests, rows)
-        if took > self.inline_limit_s:
-            self.inline = False
-            logger.warning(
-                "replica %s: a batch took %.1f ms on the event loop, over %.1f ms; its batches "
-                "now run on its worker thread", self.label, took * 1e3, self.inline_limit_s * 1e3
-            )  # fmt: skip
-
-    def _run_here(
-        self, token: Any, requests: Sequence[Mapping[str, np.ndarray]], rows: Sequence[int]
-    ) -> float:
-        """Run a batch on the calling thread and report it as the worker does; a failure that
-        takes the replica out of the pool starts the worker's background recovery. Returns
-        the seconds it took."""
+        """Run a batch on the calling thread (the event loop: an inline replica's batch, or a
+        :attr:`full_inline` one's full batch) and report it as the worker does; a failure that
+        takes the replica out of the pool starts the worker's background recovery. A batch far
+        slower than the dry run promised (over :attr:`inline_limit_s`, or
+        :attr:`full_inline_limit_s`: a forward whose time depends on the data) sends the
+        batches after it to the worker thread, so that the event loop is not held again."""
+        limit, what = (
+            (self.inline_limit_s, "batch")
+            if self.inline
+            else (self.full_inline_limit_s, "full batch")
+        )
         started = time.perf_counter()
         self.on_loop = True
         try:
@@ -361,7 +344,12 @@ class Replica(BatchExecutor):
         took = time.perf_counter() - started
         if not self.health.healthy:
             self._inbox.put(_RECOVER)
-        return took
+        if took > limit:
+            self.inline = self.full_inline = False
+            logger.warning(
+                "replica %s: a %s took %.1f ms on the event loop, over %.1f ms; its batches now "
+                "run on its worker thread", self.label, what, took * 1e3, limit * 1e3
+            )  # fmt: skip
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the worker after the batch it is running (blocking; call off the loop), then
