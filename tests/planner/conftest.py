@@ -10,11 +10,16 @@ from torchplace.planner.api import Plan, plan
 NO_RESERVES = ("cuda_context=0", "workspace=0", "margin=0")
 
 
-def toy_plan(factory: str, **options: Any) -> Plan:
-    """``tests.planner.toy:FACTORY`` planned at batch 2 on two 1 GiB devices without reserves;
-    ``options`` (any of :func:`plan`'s) add to those or replace them."""
+def planned(target: str, **options: Any) -> Plan:
+    """``target`` (``module:factory``) planned at batch 2 on two 1 GiB devices without
+    reserves; ``options`` (any of :func:`plan`'s) add to those or replace them."""
     settings: dict[str, Any] = {"batch_sizes": [2], "assume": "2x1GiB", "reserves": NO_RESERVES}
-    return plan(f"tests.planner.toy:{factory}", **{**settings, **options})
+    return plan(target, **{**settings, **options})
+
+
+def toy_plan(factory: str, **options: Any) -> Plan:
+    """``tests.planner.toy:FACTORY`` planned as :func:`planned` does."""
+    return planned(f"tests.planner.toy:{factory}", **options)
 
 
 def weights_and_buffers(p: Plan) -> int:

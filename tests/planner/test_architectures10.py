@@ -31,9 +31,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from tests.planner.conftest import NO_RESERVES
+from tests.planner.conftest import planned
 from torchplace.models import TensorSpec
-from torchplace.planner import plan
 from torchplace.planner.api import Plan
 from torchplace.planner.trace import UntraceableModel
 from torchplace.planner.verify import verify
@@ -42,16 +41,10 @@ W, SEQ = 16, 8
 
 
 def _plan(factory: str, **options: Any) -> Plan:
-    settings: dict[str, Any] = {
-        "batch_sizes": [2],
-        "assume": "2x1GiB",
-        "reserves": NO_RESERVES,
-        "strategy": "pipeline",
-    }
-    result: Plan = plan(
-        f"tests.planner.test_architectures10:make_{factory}", **{**settings, **options}
+    return planned(
+        f"tests.planner.test_architectures10:make_{factory}",
+        **{"strategy": "pipeline", **options},
     )
-    return result
 
 
 # ---------------------------------- a shape check inside a decomposition, named as shapes

@@ -10,28 +10,26 @@ run these tests.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from torch import nn
 
-from tests.planner.conftest import NO_RESERVES
+from tests.planner.conftest import planned
 from torchplace.errors import ConfigError
 from torchplace.models import TensorSpec
-from torchplace.planner import plan
 from torchplace.planner.api import Plan
 from torchplace.planner.verify import verify
 
 W, VOCAB, SEQ = 16, 32, 8
 
 
-def _plan(factory: str, **options: object) -> Plan:
-    settings: dict[str, object] = {
-        "batch_sizes": [2],
-        "assume": "2x1GiB",
-        "reserves": NO_RESERVES,
-        "strategy": "accelerate",
-    }
-    return plan(f"tests.planner.test_architectures6:make_{factory}", **{**settings, **options})  # type: ignore[arg-type]
+def _plan(factory: str, **options: Any) -> Plan:
+    return planned(
+        f"tests.planner.test_architectures6:make_{factory}",
+        **{"strategy": "accelerate", **options},
+    )
 
 
 # ------------------------------------- buffers accelerate's map leaves out of a split module

@@ -17,13 +17,13 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
-from tests.planner.conftest import NO_RESERVES
+from tests.planner.conftest import planned
 from torchplace.models import TensorSpec
-from torchplace.planner import plan
 from torchplace.planner.api import Plan
 from torchplace.planner.verify import verify
 
@@ -31,15 +31,11 @@ W, VOCAB, SEQ = 16, 32, 8
 WIDE = 128
 
 
-def _plan(factory: str, **options: object) -> Plan:
-    settings: dict[str, object] = {
-        "batch_sizes": [2],
-        "assume": "3x1GiB",
-        "reserves": NO_RESERVES,
-        "strategy": "pipeline",
-        "balance": "fill",
-    }
-    return plan(f"tests.planner.test_architectures7:make_{factory}", **{**settings, **options})  # type: ignore[arg-type]
+def _plan(factory: str, **options: Any) -> Plan:
+    return planned(
+        f"tests.planner.test_architectures7:make_{factory}",
+        **{"assume": "3x1GiB", "strategy": "pipeline", "balance": "fill", **options},
+    )
 
 
 # ------------------------------- a module past the budget only with a weight tied outside it

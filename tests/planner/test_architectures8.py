@@ -9,13 +9,14 @@ same way: the libraries are not needed to run these tests.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from torch import nn
 
-from tests.planner.conftest import NO_RESERVES
+from tests.planner.conftest import planned
 from torchplace.models import TensorSpec
-from torchplace.planner import plan
 from torchplace.planner.api import Plan
 from torchplace.planner.trace import UntraceableModel
 from torchplace.planner.verify import verify
@@ -23,17 +24,11 @@ from torchplace.planner.verify import verify
 W, PATCHES = 16, 16
 
 
-def _plan(factory: str, **options: object) -> Plan:
-    settings: dict[str, object] = {
-        "batch_sizes": [2],
-        "assume": "2x1GiB",
-        "reserves": NO_RESERVES,
-        "strategy": "pipeline",
-    }
-    result: Plan = plan(
-        f"tests.planner.test_architectures8:make_{factory}", **{**settings, **options}
+def _plan(factory: str, **options: Any) -> Plan:
+    return planned(
+        f"tests.planner.test_architectures8:make_{factory}",
+        **{"strategy": "pipeline", **options},
     )
-    return result
 
 
 # ------------------------------------- a grid made from Python data, read back with .tolist()

@@ -17,9 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from tests.planner.conftest import NO_RESERVES
+from tests.planner.conftest import planned
 from torchplace.models import TensorSpec
-from torchplace.planner import plan
 from torchplace.planner.api import Plan
 from torchplace.planner.verify import verify
 
@@ -28,16 +27,10 @@ HIDDEN = 2 * SEQ * W * 4  # one (2, SEQ, W) float32 hidden state at batch 2
 
 
 def _plan(factory: str, **options: Any) -> Plan:
-    settings: dict[str, Any] = {
-        "batch_sizes": [2],
-        "assume": "2x1GiB",
-        "reserves": NO_RESERVES,
-        "strategy": "pipeline",
-    }
-    result: Plan = plan(
-        f"tests.planner.test_architectures9:make_{factory}", **{**settings, **options}
+    return planned(
+        f"tests.planner.test_architectures9:make_{factory}",
+        **{"strategy": "pipeline", **options},
     )
-    return result
 
 
 def _mapped(factory: str, tmp_path: Path, device_map: dict[str, int]) -> Plan:

@@ -12,9 +12,8 @@ import pytest
 import torch
 from torch import nn
 
-from tests.planner.conftest import NO_RESERVES
+from tests.planner.conftest import planned
 from torchplace.models import TensorSpec
-from torchplace.planner import plan
 from torchplace.planner.api import Plan
 from torchplace.planner.budget import device_weights
 from torchplace.planner.strategies import _Held, pipeline
@@ -26,8 +25,7 @@ IDS = [TensorSpec("input_ids", "INT64", (-1, SEQ))]
 
 
 def _plan(factory: str, **options: Any) -> Plan:
-    settings: dict[str, Any] = {"batch_sizes": [2], "assume": "2x1GiB", "reserves": NO_RESERVES}
-    return plan(f"tests.planner.test_balance_followups:make_{factory}", **{**settings, **options})
+    return planned(f"tests.planner.test_balance_followups:make_{factory}", **options)
 
 
 # ------------------------------------- a hooks' copy returned as it came, then replaced

@@ -7,14 +7,15 @@ module that behaves the same way: the libraries are not needed to run these test
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from tests.planner.conftest import NO_RESERVES
+from tests.planner.conftest import planned
 from torchplace.models import TensorSpec
-from torchplace.planner import plan
 from torchplace.planner.api import Plan
 from torchplace.planner.trace import UntraceableModel
 from torchplace.planner.verify import verify
@@ -22,15 +23,11 @@ from torchplace.planner.verify import verify
 W, VOCAB, SEQ = 16, 32, 8
 
 
-def _plan(factory: str, **options: object) -> Plan:
-    settings: dict[str, object] = {
-        "batch_sizes": [2],
-        "assume": "2x1GiB",
-        "reserves": NO_RESERVES,
-        "strategy": "pipeline",
-        "max_memory": [7000, 7000],
-    }
-    return plan(f"tests.planner.test_library_shapes:make_{factory}", **{**settings, **options})  # type: ignore[arg-type]
+def _plan(factory: str, **options: Any) -> Plan:
+    return planned(
+        f"tests.planner.test_library_shapes:make_{factory}",
+        **{"strategy": "pipeline", "max_memory": [7000, 7000], **options},
+    )
 
 
 # ------------------------------------------------- transformers' padding check on the mask

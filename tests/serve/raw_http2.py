@@ -14,12 +14,27 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 __all__ = [
+    "ACK",
+    "CANCEL",
     "DATA",
+    "ENABLE_PUSH",
     "END_HEADERS",
     "END_STREAM",
+    "FLOW_CONTROL_ERROR",
+    "FRAME_SIZE_ERROR",
+    "GOAWAY",
     "HEADERS",
+    "HEADER_TABLE_SIZE",
+    "INITIAL_WINDOW_SIZE",
+    "MAX_CONCURRENT_STREAMS",
+    "PING",
+    "PREFACE",
+    "PRIORITY",
+    "PROTOCOL_ERROR",
+    "REFUSED_STREAM",
     "RST_STREAM",
     "SETTINGS",
+    "WINDOW_UPDATE",
     "Connection",
     "Frame",
     "frame",
@@ -30,10 +45,21 @@ __all__ = [
 ]
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, RST_STREAM, SETTINGS, GOAWAY = 0x0, 0x1, 0x3, 0x4, 0x7
+#: frame types
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS = 0x0, 0x1, 0x2, 0x3, 0x4
+PING, GOAWAY, WINDOW_UPDATE = 0x6, 0x7, 0x8
+#: flags
 END_STREAM, ACK, END_HEADERS = 0x1, 0x1, 0x4
-#: SETTINGS_MAX_CONCURRENT_STREAMS and RST_STREAM's REFUSED_STREAM / CANCEL codes
-MAX_CONCURRENT_STREAMS, REFUSED_STREAM, CANCEL = 0x3, 0x7, 0x8
+#: SETTINGS parameters
+HEADER_TABLE_SIZE, ENABLE_PUSH, MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE = 0x1, 0x2, 0x3, 0x4
+#: error codes (RST_STREAM, GOAWAY)
+PROTOCOL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL = (
+    0x1,
+    0x3,
+    0x6,
+    0x7,
+    0x8,
+)
 
 
 @dataclass(frozen=True)

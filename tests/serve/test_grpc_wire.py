@@ -21,8 +21,12 @@ from .raw_http2 import (
     END_STREAM,
     GOAWAY,
     HEADERS,
+    INITIAL_WINDOW_SIZE,
+    PING,
     PREFACE,
+    PROTOCOL_ERROR,
     SETTINGS,
+    WINDOW_UPDATE,
     Connection,
     frame,
     grpc_headers,
@@ -39,8 +43,6 @@ from torchplace.serve.proto import grpc_service_pb2 as pb  # noqa: E402
 from .test_grpc_transport import _infer_request, _still_serves  # noqa: E402
 
 INFER = "/inference.GRPCInferenceService/ModelInfer"
-PING, WINDOW_UPDATE = 0x6, 0x8
-INITIAL_WINDOW_SIZE, PROTOCOL_ERROR = 0x4, 0x1
 
 
 @pytest.fixture(scope="module")

@@ -67,14 +67,25 @@ from typing import Any
 import pytest
 
 from .raw_http2 import (
+    ACK,
+    CANCEL,
     DATA,
+    ENABLE_PUSH,
     END_HEADERS,
     END_STREAM,
+    FLOW_CONTROL_ERROR,
+    FRAME_SIZE_ERROR,
     GOAWAY,
+    HEADER_TABLE_SIZE,
     HEADERS,
+    INITIAL_WINDOW_SIZE,
+    PING,
     PREFACE,
+    PRIORITY,
+    PROTOCOL_ERROR,
     RST_STREAM,
     SETTINGS,
+    WINDOW_UPDATE,
     Connection,
     Frame,
     frame,
@@ -88,10 +99,6 @@ hpack = pytest.importorskip("hpack")
 from torchplace.serve import grpc_wire  # noqa: E402
 from torchplace.serve.grpc_call import Call  # noqa: E402
 from torchplace.serve.grpc_wire import WireLimits, WireServer  # noqa: E402
-
-PRIORITY, PING, WINDOW_UPDATE = 0x2, 0x6, 0x8
-ACK, HEADER_TABLE_SIZE, ENABLE_PUSH, INITIAL_WINDOW_SIZE = 0x1, 0x1, 0x2, 0x4
-PROTOCOL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, CANCEL = 0x1, 0x3, 0x6, 0x8
 
 
 async def _echo(request: bytes, context: Any) -> bytes:
