@@ -8,10 +8,7 @@ from __future__ import annotations
 
 from torchplace.lint import lint_source
 
-
-def _lines(source: str, code: str, path: str = "train.py") -> list[int]:
-    return [f.line for f in lint_source(source, path, select={code})]
-
+from .helpers import lines
 
 # ---- TPL201: a training step by its own body, whoever calls it
 
@@ -35,13 +32,13 @@ class PairLoss:
 
 
 def test_the_loss_read_of_a_step_function_is_reported() -> None:
-    assert _lines(STEP, "TPL201") == [15]
+    assert lines(STEP, "TPL201") == [15]
 
 
 def test_a_function_that_only_backpropagates_is_left_alone() -> None:
     # gradients for one input (an attribution, a saliency map), no optimizer step
     source = STEP.replace("        self.opt.step()\n", "")
-    assert _lines(source, "TPL201") == []
+    assert lines(source, "TPL201") == []
 
 
 def test_a_step_read_under_a_periodic_branch_is_left_alone() -> None:
@@ -52,7 +49,7 @@ def test_a_step_read_under_a_periodic_branch_is_left_alone() -> None:
         "        return loss.cpu().item()",
         "        if it % 100 == 0:\n            print(loss.cpu().item())",
     )
-    assert _lines(source, "TPL201") == []
+    assert lines(source, "TPL201") == []
 
 
 def test_a_whole_fit_with_its_own_loop_is_not_one_step() -> None:
@@ -68,7 +65,7 @@ def fit(model, opt, data, device, epochs):
         opt.step()
     return loss.item()
 """
-    assert _lines(source, "TPL201") == []
+    assert lines(source, "TPL201") == []
 
 
 GAN_STEP = """\
@@ -116,7 +113,7 @@ def train_epoch(model, opt, train_loader, device):
     opt.step()
     return loss.item()
 """
-    assert _lines(source, "TPL201") == []
+    assert lines(source, "TPL201") == []
 
 
 HANDED = """\
@@ -142,7 +139,7 @@ class Learner:
 
 def test_what_a_step_is_handed_or_hands_to_a_host_structure_is_left_alone() -> None:
     # `lengths` is the caller's data; the per-sample losses go to a replay's host sum tree
-    assert _lines(HANDED, "TPL201") == [17]
+    assert lines(HANDED, "TPL201") == [17]
 
 
 def test_a_step_in_a_file_that_never_names_a_device_is_left_alone() -> None:
@@ -157,7 +154,7 @@ def finish_episode(policy, optimizer, returns):
     optimizer.step()
     return losses.sum().item()
 """
-    assert _lines(source, "TPL201") == []
+    assert lines(source, "TPL201") == []
 
 
 def test_a_helper_the_step_calls_runs_per_batch_too() -> None:
@@ -185,7 +182,7 @@ class Replay:
                 break
         return out
 """
-    assert _lines(source, "TPL201") == [20]
+    assert lines(source, "TPL201") == [20]
 
 
 # ---- TPL201: a read on a later line of a multi-line assignment that rebinds its name
@@ -209,10 +206,10 @@ def train_epoch(loader, model, optimizer, device):
 
 
 def test_a_read_inside_a_multi_line_rebinding_sees_the_old_value() -> None:
-    assert _lines(TUPLE, "TPL201") == [11, 12]
+    assert lines(TUPLE, "TPL201") == [11, 12]
 
 
 def test_the_name_after_the_rebinding_holds_the_host_value() -> None:
     # `print(loss, norm)` below reads the Python numbers the statement bound
     source = TUPLE.replace("        print(loss, norm)\n", "        print(f'{loss:.3f}')\n")
-    assert 14 not in _lines(source, "TPL201")
+    assert 14 not in lines(source, "TPL201")

@@ -10,10 +10,7 @@ import pytest
 from torchplace.lint import lint_source
 from torchplace.lint.engine import lint_bytes
 
-
-def _lines(source: str, code: str, path: str = "train.py") -> list[int]:
-    return [f.line for f in lint_source(source, path, select={code})]
-
+from .helpers import lines
 
 # ---- TPL201: copies made per element of a step are not the step's one bulk output
 
@@ -82,19 +79,19 @@ def sample(model, loader, device, world):
 
 
 def test_per_row_copies_collected_for_a_file_are_reported() -> None:
-    assert _lines(PER_ROW, "TPL201") == [10]
+    assert lines(PER_ROW, "TPL201") == [10]
 
 
 def test_per_class_copies_of_each_images_detections_are_reported() -> None:
-    assert _lines(PER_CLASS, "TPL201") == [12]
+    assert lines(PER_CLASS, "TPL201") == [12]
 
 
 def test_a_loop_that_writes_each_element_out_is_the_output() -> None:
-    assert _lines(PER_IMAGE_FILE, "TPL201") == []
+    assert lines(PER_IMAGE_FILE, "TPL201") == []
 
 
 def test_bulk_copies_of_a_list_of_whole_tensors_are_the_output() -> None:
-    assert _lines(GATHERED, "TPL201") == []
+    assert lines(GATHERED, "TPL201") == []
 
 
 def test_an_unmoved_item_of_a_batch_indexed_by_position_is_on_the_host() -> None:
@@ -110,7 +107,7 @@ def evaluate(model, loader, device):
             lines.append("{} {}".format(int(ids[i].cpu().numpy()), i))
     return lines
 """
-    assert _lines(source, "TPL201") == []
+    assert lines(source, "TPL201") == []
 
 
 # ---- TPL201: str() and repr() of a device tensor are reads, as print() is
@@ -159,14 +156,12 @@ if __name__ == "__main__":
 
 
 def test_an_evaluation_script_named_test_py_is_linted() -> None:
-    assert _lines(EVAL_SCRIPT, "TPL201", "test.py") == [12]
+    assert lines(EVAL_SCRIPT, "TPL201", "test.py") == [12]
     helpers = EVAL_SCRIPT.replace("args = parser.parse_args()", "args = None")
     helpers = helpers.replace("test_all", "main")
-    assert _lines(helpers, "TPL201", "test.py") == [12]  # `test_net(net, [])`: a helper
+    assert lines(helpers, "TPL201", "test.py") == [12]  # `test_net(net, [])`: a helper
     assert (
-        _lines(
-            EVAL_SCRIPT.replace("args = parser.parse_args()", "args = None"), "TPL201", "test.py"
-        )
+        lines(EVAL_SCRIPT.replace("args = parser.parse_args()", "args = None"), "TPL201", "test.py")
         == []
     )  # `test_all()`: a runner collects it
 
@@ -185,7 +180,7 @@ def test_sum():
 if __name__ == "__main__":
     test_sum()
 """
-    assert _lines(source, "TPL201", "test.py") == []
+    assert lines(source, "TPL201", "test.py") == []
 
 
 # ---- TPL201: rare branches through flags and `or`
@@ -208,7 +203,7 @@ def train(model, loader, device, interval, to_np):
 
 
 def test_an_or_of_rare_flags_is_a_rare_branch() -> None:
-    assert _lines(FLAGS, "TPL201") == [12, 13]
+    assert lines(FLAGS, "TPL201") == [12, 13]
 
 
 # ---- TPL201: what the project's own functions and methods hand back
@@ -236,7 +231,7 @@ def train(path, model, optimizer, loader):
 
 
 def test_tuple_elements_of_a_project_functions_return_keep_their_own_place() -> None:
-    assert _lines(CHECKPOINT, "TPL201") == [18]
+    assert lines(CHECKPOINT, "TPL201") == [18]
 
 
 STEP_COUNTER = """\
@@ -276,14 +271,14 @@ def train(loader, device):
 def test_a_moved_models_method_returning_a_number_gives_a_host_value() -> None:
     # the read is inside `get_step` (line 17), once per batch, on the moved model's buffer;
     # what it returns, and NumPy of it, are host numbers in the caller
-    assert _lines(STEP_COUNTER, "TPL201") == [17]
+    assert lines(STEP_COUNTER, "TPL201") == [17]
 
 
 def test_a_moved_models_method_reading_a_plain_attribute_is_left_alone() -> None:
     source = STEP_COUNTER.replace(
         'self.register_buffer("step", torch.zeros(1, dtype=torch.long))', "self.step = None"
     )
-    assert _lines(source, "TPL201") == []
+    assert lines(source, "TPL201") == []
 
 
 def test_a_model_method_called_from_another_module_per_batch(
@@ -331,7 +326,7 @@ def synthesize(model, batches, device, with_attention=False):
 
 
 def test_rows_of_the_copies_appended_and_returned_are_the_output() -> None:
-    assert _lines(RETURNED_ROWS, "TPL201") == []
+    assert lines(RETURNED_ROWS, "TPL201") == []
 
 
 # ---- TPL701: a host dtype conversion allocates pageable memory again
@@ -355,7 +350,7 @@ def batches(n):
 
 
 def test_a_dtype_conversion_of_a_factory_result_stays_pageable() -> None:
-    assert _lines(PAGEABLE, "TPL701", "data.py") == [12]
+    assert lines(PAGEABLE, "TPL701", "data.py") == [12]
 
 
 # ---- TPL102: the `else` of a test that the value is on CUDA is not a CUDA branch
@@ -380,4 +375,4 @@ class Flow(nn.Module):
 
 
 def test_cuda_placement_in_the_else_of_a_cuda_test_is_reported() -> None:
-    assert _lines(ELSE_OF_CUDA, "TPL102", "flow.py") == [10]
+    assert lines(ELSE_OF_CUDA, "TPL102", "flow.py") == [10]

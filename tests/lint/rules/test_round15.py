@@ -6,10 +6,7 @@ from __future__ import annotations
 
 from torchplace.lint import lint_source
 
-
-def _lines(source: str, code: str, path: str = "train.py") -> list[int]:
-    return [f.line for f in lint_source(source, path, select={code})]
-
+from .helpers import lines
 
 # ---- TPL201: a loop that moves one item by a cast to a CUDA tensor type leaves the others
 
@@ -31,12 +28,12 @@ def evaluate(model, loader, size):
 
 def test_items_of_a_loop_that_casts_another_to_a_cuda_type_stay_on_the_host() -> None:
     # `targets` is never moved (line 8); the model's output is a device value (line 11)
-    assert _lines(CAST_LOOP, "TPL201") == [11]
+    assert lines(CAST_LOOP, "TPL201") == [11]
 
 
 def test_a_dtype_cast_is_not_a_move_of_the_loop() -> None:
     source = CAST_LOOP.replace("imgs.type(Tensor)", "imgs.type(torch.float16)")
-    assert 8 not in _lines(source, "TPL201")
+    assert 8 not in lines(source, "TPL201")
 
 
 # ---- TPL201: an identity test of a setting is not a logging branch, whatever its name
@@ -60,7 +57,7 @@ def update(self, steps):
 
 
 def test_and_of_identity_tests_naming_log_is_not_rare() -> None:
-    assert _lines(IDENTITY, "TPL201") == [10]
+    assert lines(IDENTITY, "TPL201") == [10]
 
 
 def test_a_logging_flag_joined_by_and_is_still_rare() -> None:
@@ -73,7 +70,7 @@ def test_a_logging_flag_joined_by_and_is_still_rare() -> None:
         "            self.coef_optimizer.step()\n",
         "",
     )
-    assert _lines(source, "TPL201") == []
+    assert lines(source, "TPL201") == []
 
 
 # ---- TPL201: a condition on each row of a device tensor walked by a for loop
@@ -93,12 +90,12 @@ def positions(ids, device):
 
 
 def test_a_condition_on_each_row_of_a_device_tensor_is_reported() -> None:
-    assert _lines(ROWS, "TPL201") == [8]
+    assert lines(ROWS, "TPL201") == [8]
 
 
 def test_a_condition_on_each_row_of_a_host_tensor_is_not() -> None:
     source = ROWS.replace(", device=device)", ")")
-    assert _lines(source, "TPL201") == []
+    assert lines(source, "TPL201") == []
 
 
 def test_a_condition_on_items_zipped_with_device_rows_is_left_alone() -> None:
@@ -112,7 +109,7 @@ def accuracy(preds, labels, device):
             n += 1
     return n
 """
-    assert _lines(source, "TPL201") == []
+    assert lines(source, "TPL201") == []
 
 
 # ---- TPL102: Hugging Face model classes are modules; an availability choice is hard-coded
@@ -144,12 +141,12 @@ def test_a_subclass_of_a_pretrained_model_class_is_a_module() -> None:
 
 def test_tensorflow_twins_and_tokenizers_are_not_modules() -> None:
     source = HF_MODULE.replace("BertForTokenClassification", "TFBertForTokenClassification")
-    assert _lines(source, "TPL102", "model.py") == []
+    assert lines(source, "TPL102", "model.py") == []
 
 
 def test_an_availability_choice_outside_a_module_is_left_to_tpl104() -> None:
     source = 'import torch\ndevice = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'
-    assert _lines(source, "TPL102") == []
+    assert lines(source, "TPL102") == []
 
 
 def test_a_bare_cuda_in_a_module_of_multi_rank_code_is_both_rules() -> None:
@@ -201,7 +198,7 @@ def main(loader, device):
 
 
 def test_the_forward_of_a_model_built_with_from_pretrained_runs_per_batch() -> None:
-    assert _lines(FROM_PRETRAINED, "TPL201") == [10]
+    assert lines(FROM_PRETRAINED, "TPL201") == [10]
 
 
 # ---- TPL801: parameter-group methods of the model, and moves through an alias
@@ -225,7 +222,7 @@ class Trainer:
 
 
 def test_parameter_groups_from_model_methods_then_a_move_of_an_alias() -> None:
-    assert _lines(GROUPS, "TPL801") == [10]
+    assert lines(GROUPS, "TPL801") == [10]
 
 
 def test_an_alias_rebound_to_another_model_is_not_the_optimizers_model() -> None:
@@ -240,7 +237,7 @@ def build(net, make):
     holder.cuda()
     return optimizer
 """
-    assert _lines(source, "TPL801") == []
+    assert lines(source, "TPL801") == []
 
 
 def test_a_free_function_handing_out_parameters_is_not_followed() -> None:
@@ -253,4 +250,4 @@ def build(net, collect_params):
     net.cuda()
     return optimizer
 """
-    assert _lines(source, "TPL801") == []
+    assert lines(source, "TPL801") == []

@@ -9,13 +9,9 @@ import json
 
 import pytest
 
-from torchplace.lint import lint_source
 from torchplace.lint.notebook import lint_notebook
 
-
-def _lines(source: str, code: str, path: str = "train.py") -> list[int]:
-    return [f.line for f in lint_source(source, path, select={code})]
-
+from .helpers import lines
 
 # ---- TPL104: a process group of one rank is one process, not multi-rank code
 
@@ -32,14 +28,14 @@ model = Net(device=torch.device("cuda"))
 
 
 def test_a_process_group_of_one_rank_is_left_alone() -> None:
-    assert _lines(ONE_RANK, "TPL104") == []
+    assert lines(ONE_RANK, "TPL104") == []
 
 
 def test_a_world_size_keyword_of_one_is_left_alone() -> None:
     source = ONE_RANK.replace('os.environ["WORLD_SIZE"] = "1"\n', "").replace(
         'backend="nccl"', 'backend="nccl", rank=0, world_size=1'
     )
-    assert _lines(source, "TPL104") == []
+    assert lines(source, "TPL104") == []
 
 
 def test_a_world_size_default_for_a_launcher_is_still_multi_rank() -> None:
@@ -47,7 +43,7 @@ def test_a_world_size_default_for_a_launcher_is_still_multi_rank() -> None:
         'os.environ["WORLD_SIZE"] = "1"',
         'if "WORLD_SIZE" not in os.environ:\n    os.environ["WORLD_SIZE"] = "1"',
     )
-    assert _lines(source, "TPL104") == [9]
+    assert lines(source, "TPL104") == [9]
 
 
 # ---- TPL601: a device bound to an indexed CUDA f-string makes the code CUDA-only
@@ -65,12 +61,12 @@ def test_lookup():
 
 
 def test_set_device_after_an_f_string_cuda_device_is_left_alone() -> None:
-    assert _lines(INDEXED, "TPL601", "test_lookup.py") == []
+    assert lines(INDEXED, "TPL601", "test_lookup.py") == []
 
 
 def test_set_device_without_a_cuda_binding_is_reported() -> None:
     source = INDEXED.replace('torch.device(f"cuda:{rank}")', "pick(rank)")
-    assert _lines(source, "TPL601", "test_lookup.py") == [8]
+    assert lines(source, "TPL601", "test_lookup.py") == [8]
 
 
 # ---- TPL202: synchronizing each device in turn, by index
@@ -90,7 +86,7 @@ def finish(loader, model):
 
 def test_a_loop_over_device_indices_is_left_alone() -> None:
     # the batch loop's sync on the batch's device is still a sync per step
-    assert _lines(EACH_DEVICE, "TPL202") == [9]
+    assert lines(EACH_DEVICE, "TPL202") == [9]
 
 
 # ---- TPL103: a factory handed to a helper together with the device it goes to
@@ -109,7 +105,7 @@ class Lookup(nn.Module):
 
 
 def test_a_factory_moved_by_the_call_it_is_handed_to_is_left_alone() -> None:
-    assert _lines(PIN_AND_MOVE, "TPL103") == [8]
+    assert lines(PIN_AND_MOVE, "TPL103") == [8]
 
 
 # ---- TPL501: a test's stand-in module
@@ -127,8 +123,8 @@ class Model(nn.Module):
 
 
 def test_a_plain_container_in_a_test_module_is_left_alone() -> None:
-    assert _lines(STAND_IN, "TPL501", "tests/test_lazy.py") == []
-    assert _lines(STAND_IN, "TPL501", "model.py") == [8]
+    assert lines(STAND_IN, "TPL501", "tests/test_lazy.py") == []
+    assert lines(STAND_IN, "TPL501", "model.py") == [8]
 
 
 # ---- TPL301: the CPU path of a device-type branch, and a copy of host data
@@ -155,7 +151,7 @@ def bench(model, inputs, device):
 
 
 def test_timing_in_the_cpu_branch_of_a_device_test_is_left_alone() -> None:
-    assert _lines(CPU_BRANCH, "TPL301") == [8]
+    assert lines(CPU_BRANCH, "TPL301") == [8]
 
 
 HOST_COPY = """\
@@ -176,12 +172,12 @@ def read(features, model, device):
 
 
 def test_timing_a_blocking_copy_of_host_data_is_left_alone() -> None:
-    assert _lines(HOST_COPY, "TPL301") == [10]
+    assert lines(HOST_COPY, "TPL301") == [10]
 
 
 def test_timing_a_non_blocking_copy_is_reported() -> None:
     source = HOST_COPY.replace(".float().to(device)", ".float().to(device, non_blocking=True)")
-    assert _lines(source, "TPL301") == [7, 10]
+    assert lines(source, "TPL301") == [7, 10]
 
 
 # ---- TPL201: a loop over a literal display of a few items under a periodic branch
@@ -207,12 +203,12 @@ class Trainer:
 
 
 def test_a_few_item_loop_under_a_periodic_branch_is_periodic() -> None:
-    assert _lines(SAMPLE_EVERY, "TPL201") == []
+    assert lines(SAMPLE_EVERY, "TPL201") == []
 
 
 def test_the_same_loop_on_every_step_is_reported() -> None:
     source = SAMPLE_EVERY.replace("if not (steps % self.save_every):", "if True:")
-    assert _lines(source, "TPL201") == [12]
+    assert lines(source, "TPL201") == [12]
 
 
 # ---- TPL401: a class named as a dataset, and a file a sibling script writes from host data
@@ -236,7 +232,7 @@ device = "cpu"
 
 
 def test_a_class_named_as_a_dataset_is_left_alone() -> None:
-    assert _lines(NAMED_DATASET, "TPL401", "ogb/graph.py") == [11]
+    assert lines(NAMED_DATASET, "TPL401", "ogb/graph.py") == [11]
 
 
 LOADS = """\
@@ -255,7 +251,7 @@ def test_a_file_a_sibling_script_saves_from_host_data_is_left_alone(
         "import torch\n\n\ndef save(model):\n"
         '    torch.save(model.embedding.weight.data.cpu(), "embedding.pt")\n'
     )
-    assert _lines(LOADS, "TPL401", str(tmp_path / "gnn.py")) == []
+    assert lines(LOADS, "TPL401", str(tmp_path / "gnn.py")) == []
 
 
 def test_a_file_a_sibling_script_saves_from_the_device_is_reported(
@@ -266,7 +262,7 @@ def test_a_file_a_sibling_script_saves_from_the_device_is_reported(
         "import torch\n\n\ndef save(model):\n"
         '    torch.save(model.cuda().embedding.weight.data, "embedding.pt")\n'
     )
-    assert _lines(LOADS, "TPL401", str(tmp_path / "gnn.py")) == [4]
+    assert lines(LOADS, "TPL401", str(tmp_path / "gnn.py")) == [4]
 
 
 # ---- TPL102: a static training step the class hosts, and a method named for the GPU
@@ -300,7 +296,7 @@ class KGEModel(nn.Module):
 
 def test_a_static_step_and_a_gpu_named_method_are_left_alone() -> None:
     # the static helper `forward` calls places a tensor of the module's own computation
-    assert _lines(HOSTED, "TPL102") == [11]
+    assert lines(HOSTED, "TPL102") == [11]
 
 
 # ---- TPL801: the moved model is one a loop's step binds before the move
@@ -323,12 +319,12 @@ def run(device, X):
 
 
 def test_a_model_rebuilt_in_the_loop_before_its_move_is_left_alone() -> None:
-    assert _lines(NEW_EACH_STEP, "TPL801") == []
+    assert lines(NEW_EACH_STEP, "TPL801") == []
 
 
 def test_the_same_model_moved_in_a_loop_is_reported() -> None:
     source = NEW_EACH_STEP.replace("        model = nn.Sequential(nn.Linear(2, 2))\n", "")
-    assert _lines(source, "TPL801") == [7]
+    assert lines(source, "TPL801") == [7]
 
 
 # ---- TPL101: a notebook cell's last expression is its displayed output
@@ -383,7 +379,7 @@ class Extrapolate(nn.Module):
 
 
 def test_a_factory_placed_through_a_reshape_is_left_alone() -> None:
-    assert _lines(RESHAPED, "TPL103") == [9]
+    assert lines(RESHAPED, "TPL103") == [9]
 
 
 # ---- TPL201: a copy handed only to in-place writes fills a table kept on the host
@@ -405,4 +401,4 @@ def update(self, loader):
 
 
 def test_a_copy_only_written_into_a_table_in_place_is_left_alone() -> None:
-    assert _lines(HOST_TABLE, "TPL201") == [11]
+    assert lines(HOST_TABLE, "TPL201") == [11]

@@ -10,12 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from torchplace.lint import lint_source
-
-
-def _lines(source: str, code: str, path: str = "train.py") -> list[int]:
-    return [f.line for f in lint_source(source, path, select={code})]
-
+from .helpers import lines
 
 # ---- TPL201: a module-level helper that a sibling script imports and calls per batch
 
@@ -61,14 +56,14 @@ def test_a_helper_a_sibling_calls_in_its_batch_loop_is_per_batch(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     path = _project(tmp_path_factory, TRAINS)
-    assert _lines(MEL, "TPL201", str(path)) == [5, 6]
+    assert lines(MEL, "TPL201", str(path)) == [5, 6]
 
 
 def test_a_helper_a_sibling_calls_once_is_left_alone(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     path = _project(tmp_path_factory, SHOWS_ONCE)
-    assert _lines(MEL, "TPL201", str(path)) == []
+    assert lines(MEL, "TPL201", str(path)) == []
 
 
 # ---- TPL201: a counter loop that fetches a device batch from a helper each turn (nanoGPT)
@@ -96,12 +91,12 @@ def estimate_loss(model, data):
 
 
 def test_a_counter_loop_fetching_a_device_batch_is_a_batch_loop() -> None:
-    assert _lines(EVAL_ITERS, "TPL201") == [17]
+    assert lines(EVAL_ITERS, "TPL201") == [17]
 
 
 def test_a_counter_loop_fetching_a_host_batch_is_left_alone() -> None:
     source = EVAL_ITERS.replace(".pin_memory().to(device, non_blocking=True)", "")
-    assert _lines(source, "TPL201") == []
+    assert lines(source, "TPL201") == []
 
 
 # ---- TPL201: `torch.tensor(...)` of a list of 0-dim device tensors, and a trimmed format
@@ -123,14 +118,14 @@ def detect(model, dataset, device, txt_path):
 
 
 def test_a_tensor_of_device_scalars_and_a_trimmed_format_are_reported() -> None:
-    assert _lines(DETECT, "TPL201") == [9, 12]
+    assert lines(DETECT, "TPL201") == [9, 12]
 
 
 def test_the_same_rows_of_a_host_array_are_left_alone() -> None:
     source = DETECT.replace("import torch", "import numpy as np\nimport torch").replace(
         "pred = model(img)[0]", "pred = np.loadtxt(path)"
     )
-    assert _lines(source, "TPL201") == []
+    assert lines(source, "TPL201") == []
 
 
 PAIRS = """\
@@ -150,12 +145,12 @@ def evaluate(model, loader, device):
 
 
 def test_a_tensor_of_a_list_grown_with_device_scalars_is_reported() -> None:
-    assert _lines(PAIRS, "TPL201") == [11]
+    assert lines(PAIRS, "TPL201") == [11]
 
 
 def test_a_tensor_of_a_list_grown_with_host_indices_is_left_alone() -> None:
     source = PAIRS.replace("picked.append(labels[index])", "picked.append(index)")
-    assert _lines(source, "TPL201") == []
+    assert lines(source, "TPL201") == []
 
 
 # ---- TPL201: a buffer read in a helper method that the moved module's forward calls (MoCo)
@@ -194,7 +189,7 @@ def main(loader):
 
 
 def test_a_buffer_read_in_a_method_forward_calls_is_per_batch() -> None:
-    assert _lines(QUEUE, "TPL201") == [14]
+    assert lines(QUEUE, "TPL201") == [14]
 
 
 def test_a_plain_int_attribute_read_there_is_left_alone() -> None:
@@ -202,7 +197,7 @@ def test_a_plain_int_attribute_read_there_is_left_alone() -> None:
         'self.register_buffer("queue_ptr", torch.zeros(1, dtype=torch.long))',
         "self.queue_ptr = 0",
     )
-    assert _lines(source, "TPL201") == []
+    assert lines(source, "TPL201") == []
 
 
 # ---- TPL201: tensor tests joined with `|` in a condition
@@ -223,7 +218,7 @@ def train(model, loader, optimizer, device):
 
 
 def test_tensor_tests_joined_with_a_bar_are_reported() -> None:
-    assert _lines(NAN_OR_INF, "TPL201") == [8]
+    assert lines(NAN_OR_INF, "TPL201") == [8]
 
 
 def test_host_flags_joined_with_a_bar_are_left_alone() -> None:
@@ -239,7 +234,7 @@ def rollout(env, policy, device, steps):
         if terminated | truncated:
             obs = env.reset()
 """
-    assert _lines(source, "TPL201") == []
+    assert lines(source, "TPL201") == []
 
 
 # ---- TPL104: a name bound to bare "cuda" that places tensors in multi-rank code
@@ -256,16 +251,16 @@ if __name__ == "__main__":
 
 
 def test_a_name_bound_to_bare_cuda_that_places_is_reported() -> None:
-    assert _lines(DDP_SCRIPT, "TPL104") == [5]
+    assert lines(DDP_SCRIPT, "TPL104") == [5]
 
 
 def test_the_same_name_in_a_single_process_script_is_left_alone() -> None:
     source = DDP_SCRIPT.replace('    dist.init_process_group(backend="nccl")\n', "")
-    assert _lines(source, "TPL104") == []
+    assert lines(source, "TPL104") == []
 
 
 def test_the_same_name_compared_as_a_backend_is_left_alone() -> None:
     source = (
         DDP_SCRIPT + '    if device == "cuda":\n        torch.backends.cudnn.benchmark = True\n'
     )
-    assert _lines(source, "TPL104") == []
+    assert lines(source, "TPL104") == []

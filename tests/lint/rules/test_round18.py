@@ -5,12 +5,7 @@ pitfall that must still be found."""
 
 from __future__ import annotations
 
-from torchplace.lint import lint_source
-
-
-def _lines(source: str, code: str, path: str = "train.py") -> list[int]:
-    return [f.line for f in lint_source(source, path, select={code})]
-
+from .helpers import lines
 
 # ---- TPL201: an inference helper returns its output copy trimmed by a slice
 
@@ -41,12 +36,12 @@ for k, path in refs.items():
 
 
 def test_a_returned_output_copy_trimmed_by_a_slice_is_left_alone() -> None:
-    assert _lines(TRIMMED, "TPL201") == []
+    assert lines(TRIMMED, "TPL201") == []
 
 
 def test_an_element_picked_from_the_returned_copy_is_reported() -> None:
     source = TRIMMED.replace("[..., :-50]", "[..., 0]")
-    assert _lines(source, "TPL201") == [16]
+    assert lines(source, "TPL201") == [16]
 
 
 # ---- TPL201: a loop that leaves after a few steps by its own counter
@@ -75,12 +70,12 @@ for epoch in range(10):
 
 
 def test_a_loop_capped_at_a_few_steps_after_the_batch_loop_is_left_alone() -> None:
-    assert _lines(CAPPED, "TPL201") == []
+    assert lines(CAPPED, "TPL201") == []
 
 
 def test_a_loop_capped_by_a_setting_is_reported() -> None:
     source = CAPPED.replace("if bib >= 5:", "if bib >= n_samples:")
-    assert _lines(source, "TPL201") == [15, 17]
+    assert lines(source, "TPL201") == [15, 17]
 
 
 CAPPED_INSIDE = """\
@@ -103,7 +98,7 @@ for batch in loader:
 
 
 def test_a_capped_loop_inside_the_batch_loop_is_reported() -> None:
-    assert _lines(CAPPED_INSIDE, "TPL201") == [13]
+    assert lines(CAPPED_INSIDE, "TPL201") == [13]
 
 
 # ---- TPL201: a loop that sets up a whole training run per step
@@ -125,7 +120,7 @@ def train_val_pipeline(dataset, params, device):
 
 
 def test_a_loop_that_builds_an_optimizer_per_step_is_left_alone() -> None:
-    assert _lines(PER_SPLIT, "TPL201") == []
+    assert lines(PER_SPLIT, "TPL201") == []
 
 
 def test_a_loop_that_builds_an_optimizer_and_steps_it_is_reported() -> None:
@@ -133,7 +128,7 @@ def test_a_loop_that_builds_an_optimizer_and_steps_it_is_reported() -> None:
         "        for epoch in range",
         "        optimizer.step()\n        for epoch in range",
     )
-    assert _lines(source, "TPL201") == [8]
+    assert lines(source, "TPL201") == [8]
 
 
 # ---- TPL201: a streamed generation, one token per step, decoded for the user
@@ -152,12 +147,12 @@ for token in generate_text_basic_stream(model=model, token_ids=ids, max_new_toke
 
 
 def test_a_loop_over_a_streamed_generation_is_left_alone() -> None:
-    assert _lines(STREAMED, "TPL201") == []
+    assert lines(STREAMED, "TPL201") == []
 
 
 def test_a_loop_over_the_rows_of_a_generated_tensor_is_reported() -> None:
     source = STREAMED.replace("generate_text_basic_stream(", "generate_text_basic(")
-    assert _lines(source, "TPL201") == [8]
+    assert lines(source, "TPL201") == [8]
 
 
 CHAT = """\
@@ -180,12 +175,12 @@ async def main(message):
 
 
 def test_a_token_streamed_to_a_chat_client_is_left_alone() -> None:
-    assert _lines(CHAT, "TPL201") == []
+    assert lines(CHAT, "TPL201") == []
 
 
 def test_a_token_kept_on_the_side_each_step_is_reported() -> None:
     source = CHAT.replace("await out_msg.stream_token(piece)", "pieces.add(piece)")
-    assert _lines(source, "TPL201") == [14]
+    assert lines(source, "TPL201") == [14]
 
 
 # ---- TPL501: a 0-dim tensor of a module-level number
@@ -215,12 +210,12 @@ class PolicyNet(nn.Module):
 
 
 def test_a_tensor_of_a_module_level_number_is_left_alone() -> None:
-    assert _lines(MODULE_NUMBER, "TPL501") == [16]
+    assert lines(MODULE_NUMBER, "TPL501") == [16]
 
 
 def test_a_tensor_of_a_module_level_name_rebound_to_a_list_is_reported() -> None:
     source = MODULE_NUMBER.replace("clip_rho_threshold = 1.0", "clip_rho_threshold = [1.0, 2.0]")
-    assert _lines(source, "TPL501") == [15, 16]
+    assert lines(source, "TPL501") == [15, 16]
 
 
 # ---- TPL102: a wrapper placed on an element of the devices its caller hands it
@@ -243,12 +238,12 @@ class _DataParallel(Module):
 
 
 def test_a_module_placed_on_an_element_of_a_device_parameter_is_left_alone() -> None:
-    assert _lines(WRAPPER, "TPL102") == []
+    assert lines(WRAPPER, "TPL102") == []
 
 
 def test_a_module_placed_on_an_element_of_its_own_list_is_reported() -> None:
     source = WRAPPER.replace("self.module.cuda(device_ids[0])", "self.module.cuda(GPUS[0])")
-    assert _lines(source, "TPL102") == [13]
+    assert lines(source, "TPL102") == [13]
 
 
 # ---- TPL401: a script loads a file it saved above under the same name template
@@ -274,12 +269,12 @@ model.load_state_dict(torch.load("{}.pkl".format(best_epoch)))
 
 
 def test_a_load_of_a_file_saved_above_under_the_same_name_is_left_alone() -> None:
-    assert _lines(BEST_EPOCH, "TPL401") == []
+    assert lines(BEST_EPOCH, "TPL401") == []
 
 
 def test_a_load_of_a_file_saved_under_another_name_is_reported() -> None:
     source = BEST_EPOCH.replace('torch.load("{}.pkl"', 'torch.load("{}.pth"')
-    assert _lines(source, "TPL401") == [16]
+    assert lines(source, "TPL401") == [16]
 
 
 def test_a_load_above_the_save_of_its_name_is_reported() -> None:
@@ -287,7 +282,7 @@ def test_a_load_above_the_save_of_its_name_is_reported() -> None:
         "best_epoch = 0\n",
         'model.load_state_dict(torch.load("{}.pkl".format(0)))\nbest_epoch = 0\n',
     )
-    assert _lines(source, "TPL401") == [10]
+    assert lines(source, "TPL401") == [10]
 
 
 # ---- TPL201: a script that never names a device reads its loss on the CPU
@@ -310,12 +305,12 @@ for epoch in range(500):
 
 
 def test_a_loss_read_in_a_script_that_names_no_device_is_left_alone() -> None:
-    assert _lines(HOST_SCRIPT, "TPL201") == []
+    assert lines(HOST_SCRIPT, "TPL201") == []
 
 
 def test_a_loss_read_in_a_script_that_names_a_device_is_reported() -> None:
     source = HOST_SCRIPT.replace("model = Model()", "model = Model()\ndevice = pick()")
-    assert _lines(source, "TPL201") == [11]
+    assert lines(source, "TPL201") == [11]
 
 
 def test_a_loss_read_in_a_library_method_that_names_no_device_is_reported() -> None:
@@ -330,19 +325,19 @@ class PPO:
             total += loss.item()
         return total
 """
-    assert _lines(source, "TPL201") == [8]
+    assert lines(source, "TPL201") == [8]
 
 
 def test_a_load_of_a_fixed_name_written_as_another_path_is_reported() -> None:
     source = BEST_EPOCH.replace('"{}.pkl".format(epoch)', '"best.pkl"').replace(
         '"{}.pkl".format(best_epoch)', '"./best.pkl"'
     )
-    assert _lines(source, "TPL401") == [16]
+    assert lines(source, "TPL401") == [16]
 
 
 def test_a_tensor_of_a_numpy_array_of_a_module_level_number_is_reported() -> None:
     source = MODULE_NUMBER.replace("np.log(init_alpha)", "np.ones(init_alpha)")
-    assert _lines(source, "TPL501") == [14, 16]
+    assert lines(source, "TPL501") == [14, 16]
 
 
 # ---- TPL201: a generator yields each decoded token to its consumer
@@ -366,9 +361,9 @@ class GPT(torch.nn.Module):
 
 
 def test_a_token_read_and_yielded_by_a_generator_is_left_alone() -> None:
-    assert _lines(YIELDS, "TPL201") == []
+    assert lines(YIELDS, "TPL201") == []
 
 
 def test_a_token_read_and_collected_by_a_generator_is_reported() -> None:
     source = YIELDS.replace("            yield token\n", "            out.append(token)\n")
-    assert _lines(source, "TPL201") == [13]
+    assert lines(source, "TPL201") == [13]

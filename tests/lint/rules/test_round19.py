@@ -9,12 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from torchplace.lint import lint_source
-
-
-def _lines(source: str, code: str, path: str = "train.py") -> list[int]:
-    return [f.line for f in lint_source(source, path, select={code})]
-
+from .helpers import lines
 
 # ---- TPL401: the load without `map_location` is the CUDA side of a CPU fallback
 
@@ -41,12 +36,12 @@ def _load_model(path):
 
 
 def test_a_load_under_a_flag_bound_to_cuda_availability_is_left_alone() -> None:
-    assert _lines(FALLBACK, "TPL401") == []
+    assert lines(FALLBACK, "TPL401") == []
 
 
 def test_a_load_on_the_cpu_side_of_the_fallback_is_reported() -> None:
     source = FALLBACK.replace('if device == "cuda":', 'if device == "cpu":')
-    assert _lines(source, "TPL401") == [15]
+    assert lines(source, "TPL401") == [15]
 
 
 # ---- TPL401: a script pinned to CUDA by a module constant in capitals (RAFT's demo)
@@ -65,14 +60,14 @@ def demo(args):
 
 
 def test_a_script_pinned_by_a_capitalised_device_constant_is_left_alone() -> None:
-    assert _lines(PINNED, "TPL401") == []
+    assert lines(PINNED, "TPL401") == []
 
 
 def test_a_capitalised_device_constant_with_a_fallback_is_reported() -> None:
     source = PINNED.replace(
         "DEVICE = 'cuda'", "DEVICE = 'cuda' if torch.cuda.is_available() else 'cpu'"
     )
-    assert _lines(source, "TPL401") == [8]
+    assert lines(source, "TPL401") == [8]
 
 
 # ---- TPL103: a mask method called in `__init__` (a buffer) and placed in `forward` (SwinIR)
@@ -102,14 +97,14 @@ class SwinTransformerBlock(nn.Module):
 
 
 def test_a_mask_placed_in_forward_and_built_in_init_is_left_alone() -> None:
-    assert _lines(SWIN_BLOCK, "TPL103") == []
+    assert lines(SWIN_BLOCK, "TPL103") == []
 
 
 def test_a_mask_left_unplaced_in_forward_is_reported() -> None:
     source = SWIN_BLOCK.replace(
         "self.calculate_mask(x_size).to(x.device)", "self.calculate_mask(x_size)"
     )
-    assert _lines(source, "TPL103") == [14]
+    assert lines(source, "TPL103") == [14]
 
 
 # ---- TPL103: a tensor of crop widths used only as Python slice bounds (DINO, SwAV)
@@ -142,14 +137,14 @@ class MultiCropWrapper(nn.Module):
 
 
 def test_a_tensor_of_slice_bounds_in_forward_is_left_alone() -> None:
-    assert _lines(MULTI_CROP, "TPL103") == []
+    assert lines(MULTI_CROP, "TPL103") == []
 
 
 def test_a_tensor_of_slice_bounds_also_computed_with_is_reported() -> None:
     source = MULTI_CROP.replace(
         "return self.head(output)", "return self.head(output) / idx_crops[-1]"
     )
-    assert _lines(source, "TPL103") == [12]
+    assert lines(source, "TPL103") == [12]
 
 
 # ---- TPL201: a detector helper star-imported from a module beside it returns NumPy
@@ -193,7 +188,7 @@ def test_a_star_imported_helper_returning_numpy_is_left_alone(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     path = _detector(tmp_path_factory, DETECT)
-    assert _lines(DETECTOR, "TPL201", str(path)) == []
+    assert lines(DETECTOR, "TPL201", str(path)) == []
 
 
 def test_a_star_imported_helper_returning_the_output_is_reported(
@@ -201,7 +196,7 @@ def test_a_star_imported_helper_returning_the_output_is_reported(
 ) -> None:
     helper = DETECT.replace("return np.array(boxes)", "return out")
     path = _detector(tmp_path_factory, helper)
-    assert _lines(DETECTOR, "TPL201", str(path)) == [11]
+    assert lines(DETECTOR, "TPL201", str(path)) == [11]
 
 
 # ---- TPL201 and TPL301: a helper returning what an imported module's function makes of the
@@ -267,8 +262,8 @@ def test_boxes_an_imported_modules_function_makes_on_the_host_are_left_alone(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     path = _yolo(tmp_path_factory, POST)
-    assert _lines(EVALUATE, "TPL201", str(path)) == []
-    assert _lines(EVALUATE, "TPL301", str(path)) == []
+    assert lines(EVALUATE, "TPL201", str(path)) == []
+    assert lines(EVALUATE, "TPL301", str(path)) == []
 
 
 def test_boxes_handed_back_on_the_device_are_reported(
@@ -278,8 +273,8 @@ def test_boxes_handed_back_on_the_device_are_reported(
         "return [list(b) for b in boxes if np.max(b) > conf_thresh]", "return boxes"
     )
     path = _yolo(tmp_path_factory, post)
-    assert _lines(EVALUATE, "TPL201", str(path)) == [15]
-    assert _lines(EVALUATE, "TPL301", str(path)) == [11]
+    assert lines(EVALUATE, "TPL201", str(path)) == [15]
+    assert lines(EVALUATE, "TPL301", str(path)) == [11]
 
 
 # ---- TPL201: names unpacked from a project function that returns several values
@@ -321,7 +316,7 @@ def test_names_unpacked_from_a_project_function_returning_several_values_are_not
     (root / "library" / "__init__.py").write_text("")
     (root / "library" / "train_util.py").write_text(TRAIN_UTIL)
     (root / "train.py").write_text(TRAIN)
-    assert _lines(TRAIN, "TPL201", str(root / "train.py")) == []
+    assert lines(TRAIN, "TPL201", str(root / "train.py")) == []
 
 
 # ---- TPL301: a host copy in two statements, under a flag, timed up to a stop taken before
@@ -350,13 +345,13 @@ def do_detect(model, img, use_cuda=1):
 
 
 def test_timing_a_host_copy_made_in_two_statements_is_left_alone() -> None:
-    assert _lines(PREPROCESS, "TPL301") == []
+    assert lines(PREPROCESS, "TPL301") == []
 
 
 def test_timing_the_model_from_the_same_start_is_reported() -> None:
     source = PREPROCESS.replace("(t1 - t0)", "(time.time() - t0)")
     # `t1` is then subtracted from nowhere: the measurement is the one from `t0`
-    assert _lines(source, "TPL301") == [9]
+    assert lines(source, "TPL301") == [9]
 
 
 # ---- TPL201: the chunks `split` makes of a device tensor, each run and copied (StyleGAN3)
@@ -373,18 +368,18 @@ def snapshot(G, labels, batch_gpu, device, path):
 
 
 def test_copies_of_the_chunks_a_split_makes_are_left_alone() -> None:
-    assert _lines(CHUNKS, "TPL201") == []
+    assert lines(CHUNKS, "TPL201") == []
     source = (
         CHUNKS.replace(".split(batch_gpu)", "")
         .replace("torch.randn(", "torch.split(torch.randn(")
         .replace("device=device)", "device=device), batch_gpu)")
     )
-    assert _lines(source, "TPL201") == []
+    assert lines(source, "TPL201") == []
 
 
 def test_copies_of_the_rows_of_a_tensor_are_reported() -> None:
     source = CHUNKS.replace(".split(batch_gpu)", "").replace("G(z)", "G(z[None])")
-    assert _lines(source, "TPL201") == [6]
+    assert lines(source, "TPL201") == [6]
 
 
 # ---- TPL201: a loop over a mapping's entries, each broadcast and read back (StyleGAN3)
@@ -406,12 +401,12 @@ def calc_metric(metric, opts):
 
 
 def test_a_loop_over_a_mappings_entries_is_not_a_batch_loop() -> None:
-    assert _lines(ENTRIES, "TPL201") == []
+    assert lines(ENTRIES, "TPL201") == []
 
 
 def test_a_loop_over_values_made_into_device_tensors_is_a_batch_loop() -> None:
     source = ENTRIES.replace("for key, value in list(results.items()):", "for value in results:")
-    assert _lines(source, "TPL201") == [10]
+    assert lines(source, "TPL201") == [10]
 
 
 # ---- TPL201: a demo's per-frame result shown on screen is its output (RAFT's `viz`)
@@ -440,7 +435,7 @@ def demo(model, images):
 
 
 def test_a_result_shown_per_frame_in_a_demo_is_left_alone() -> None:
-    assert _lines(SHOWN, "TPL201") == []
+    assert lines(SHOWN, "TPL201") == []
 
 
 def test_a_result_shown_every_training_step_is_reported() -> None:
@@ -448,7 +443,7 @@ def test_a_result_shown_every_training_step_is_reported() -> None:
         "            viz(image1, flow_up)",
         "            flow_up.mean().backward()\n            viz(image1, flow_up)",
     ).replace("    with torch.no_grad():\n", "    if True:\n")
-    assert _lines(source, "TPL201") == [8]
+    assert lines(source, "TPL201") == [8]
 
 
 # ---- TPL201: a loop that takes one batch and leaves, by a `break` ending its body (voicefilter)
@@ -468,7 +463,7 @@ def validate(model, testloader, writer, step):
 
 
 def test_a_loop_that_leaves_after_its_first_batch_is_left_alone() -> None:
-    assert _lines(ONE_BATCH, "TPL201") == []
+    assert lines(ONE_BATCH, "TPL201") == []
 
 
 def test_a_loop_that_may_skip_its_break_is_reported() -> None:
@@ -477,7 +472,7 @@ def test_a_loop_that_may_skip_its_break_is_reported() -> None:
         "            est_mag = model(mixed_mag)\n            if est_mag is None:\n"
         "                continue\n",
     )
-    assert _lines(source, "TPL201") == [11]
+    assert lines(source, "TPL201") == [11]
 
 
 # ---- TPL201: features of sliding windows over the input, collected and returned (SyncNet)
@@ -504,9 +499,9 @@ class SyncNetInstance(torch.nn.Module):
 
 
 def test_window_features_collected_and_returned_are_left_alone() -> None:
-    assert _lines(WINDOWS, "TPL201") == []
+    assert lines(WINDOWS, "TPL201") == []
 
 
 def test_window_features_reduced_after_the_loop_are_reported() -> None:
     source = WINDOWS.replace("        return im_feat\n", "        return im_feat.mean().item()\n")
-    assert _lines(source, "TPL201") == [15]
+    assert lines(source, "TPL201") == [15]

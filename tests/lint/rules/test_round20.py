@@ -4,15 +4,9 @@ each as the look-alike that must stay clean next to the pitfall that must still 
 
 from __future__ import annotations
 
-from torchplace.lint import lint_source
 from torchplace.lint.notebook import lint_notebook
 
-from .helpers import notebook, notebook_cells
-
-
-def _lines(source: str, code: str, path: str = "train.py") -> list[int]:
-    return [f.line for f in lint_source(source, path, select={code})]
-
+from .helpers import lines, notebook, notebook_cells
 
 # ---- TPL201: a learning-rate scheduler's rates are Python floats
 
@@ -40,12 +34,12 @@ for batch in loader:
 
 
 def test_a_schedulers_last_rates_read_per_step_are_left_alone() -> None:
-    assert _lines(LOGS, "TPL201") == []
+    assert lines(LOGS, "TPL201") == []
 
 
 def test_rates_read_from_a_device_tensor_are_reported() -> None:
     source = LOGS.replace("lr_scheduler.get_last_lr()", "loss.detach() * 0.1")
-    assert _lines(source, "TPL201") == [11]
+    assert lines(source, "TPL201") == [11]
 
 
 # ---- TPL201: `for i, (a, b) in enumerate(zip(xs, ys))` binds each name to its own sequence
@@ -65,12 +59,12 @@ for batch in batches:
 
 
 def test_a_host_element_of_an_enumerated_zip_is_left_alone() -> None:
-    assert _lines(SEEDS, "TPL201") == []
+    assert lines(SEEDS, "TPL201") == []
 
 
 def test_a_device_element_of_an_enumerated_zip_is_reported() -> None:
     source = SEEDS.replace("str(seed)", "str(image.sum().item())")
-    assert _lines(source, "TPL201") == [10]
+    assert lines(source, "TPL201") == [10]
 
 
 # ---- TPL201: `with torch.cuda.device(v.device):` selects a device; it moves nothing
@@ -89,12 +83,12 @@ def save_file(tensors, f):
 
 
 def test_a_save_loop_under_a_device_context_is_left_alone() -> None:
-    assert _lines(SAVE, "TPL201") == []
+    assert lines(SAVE, "TPL201") == []
 
 
 def test_a_save_loop_that_moves_each_tensor_is_reported() -> None:
     source = SAVE.replace("v.contiguous()", "v.to(device).contiguous()")
-    assert _lines(source, "TPL201") == [9]
+    assert lines(source, "TPL201") == [9]
 
 
 # ---- TPL201: an inference loop hands a fresh chunk of its input to a call with the device
@@ -122,12 +116,12 @@ class RewardServer:
 
 
 def test_scores_of_chunks_placed_by_a_call_collected_and_returned_are_left_alone() -> None:
-    assert _lines(REWARDS, "TPL201") == []
+    assert lines(REWARDS, "TPL201") == []
 
 
 def test_scores_printed_rather_than_returned_are_reported() -> None:
     source = REWARDS.replace("scores.extend(r)", "print(r)")
-    assert _lines(source, "TPL201") == [16]
+    assert lines(source, "TPL201") == [16]
 
 
 # ---- TPL201: a notebook that never names a device runs on the CPU
@@ -172,12 +166,12 @@ for device, label in PROVIDERS:
 
 
 def test_a_load_moved_to_each_steps_device_is_left_alone() -> None:
-    assert _lines(PROVIDERS, "TPL403") == []
+    assert lines(PROVIDERS, "TPL403") == []
 
 
 def test_the_same_load_moved_to_a_fixed_device_is_reported() -> None:
     source = PROVIDERS.replace(".to(device)", '.to("cuda")')
-    assert _lines(source, "TPL403") == [6]
+    assert lines(source, "TPL403") == [6]
 
 
 # ---- TPL000: a notebook cell pasted from a console session (`>>>` prompts)
@@ -215,12 +209,12 @@ monkeypatch_lora(pipe.unet, torch.load("lora_weight.pt"))
 
 
 def test_a_load_in_a_file_pinned_to_one_gpu_by_a_move_is_left_alone() -> None:
-    assert _lines(PINNED, "TPL401") == []
+    assert lines(PINNED, "TPL401") == []
 
 
 def test_a_load_in_a_file_that_moves_to_a_chosen_device_is_reported() -> None:
     source = PINNED.replace('"cuda:1"', "device")
-    assert _lines(source, "TPL401") == [6]
+    assert lines(source, "TPL401") == [6]
 
 
 # ---- TPL301: a timed training run that prints its cost, formatted, as it goes
@@ -248,19 +242,19 @@ for epoch in range(num_epochs):
 
 
 def test_a_timed_loop_that_formats_a_device_value_each_step_is_left_alone() -> None:
-    assert _lines(TIMED, "TPL301") == []
+    assert lines(TIMED, "TPL301") == []
 
 
 def test_a_timed_loop_that_formats_only_host_values_is_reported() -> None:
     source = TIMED.replace('"Epoch: %03d | Cost: %.4f" % (epoch + 1, cost)', "epoch")
-    assert _lines(source, "TPL301") == [9]
+    assert lines(source, "TPL301") == [9]
 
 
 def test_an_f_string_of_a_device_value_is_a_read_too() -> None:
     source = TIMED.replace(
         '"Epoch: %03d | Cost: %.4f" % (epoch + 1, cost)', 'f"{epoch}: {cost:.4f}"'
     )
-    assert _lines(source, "TPL301") == []
+    assert lines(source, "TPL301") == []
 
 
 # ---- TPL103: an element-wise function of the factory, placed with the input's device
@@ -286,12 +280,12 @@ class UNetModel(nn.Module):
 
 
 def test_an_element_wise_function_of_a_factory_placed_right_away_is_left_alone() -> None:
-    assert _lines(EMBED, "TPL103") == []
+    assert lines(EMBED, "TPL103") == []
 
 
 def test_an_element_wise_function_of_a_factory_left_on_the_cpu_is_reported() -> None:
     source = EMBED.replace(".to(device=time_steps.device)", "")
-    assert _lines(source, "TPL103") == [10]
+    assert lines(source, "TPL103") == [10]
 
 
 # ---- TPL401: a rank's random states, saved and loaded by name
@@ -313,7 +307,7 @@ def load_optimizer(root_folder):
 
 
 def test_a_load_of_random_states_is_left_alone_and_one_of_optimizer_state_is_not() -> None:
-    assert _lines(RANDOM, "TPL401") == [12]
+    assert lines(RANDOM, "TPL401") == [12]
 
 
 # ---- TPL403: a loop whose step fine-tunes a fresh copy of the pretrained model
@@ -330,12 +324,12 @@ for train_slice in train_slices:
 
 
 def test_a_load_in_a_loop_that_trains_each_copy_is_left_alone() -> None:
-    assert _lines(SLICES, "TPL403") == []
+    assert lines(SLICES, "TPL403") == []
 
 
 def test_a_load_in_a_loop_that_only_evaluates_is_reported() -> None:
     source = SLICES.replace("    trainer.train()\n", "")
-    assert _lines(source, "TPL403") == [4]
+    assert lines(source, "TPL403") == [4]
 
 
 EVAL_COPY = """\
@@ -358,7 +352,7 @@ for epoch in range(epochs):
 def test_a_load_beside_the_training_of_another_model_is_reported() -> None:
     """The epoch trains ``model``; the evaluation copy is rebuilt from its pretrained file
     every epoch, then overwritten: the load is the same every time (pytorch-YOLOv4)."""
-    assert _lines(EVAL_COPY, "TPL403") == [11]
+    assert lines(EVAL_COPY, "TPL403") == [11]
 
 
 def test_a_load_whose_copy_an_optimizer_in_the_step_trains_is_left_alone() -> None:
@@ -373,7 +367,7 @@ for seed in seeds:
         model(**batch).loss.backward()
         optimizer.step()
 """
-    assert _lines(source, "TPL403") == []
+    assert lines(source, "TPL403") == []
 
 
 # ---- TPL201: what a `transformers.pipeline` answers is Python data
@@ -390,12 +384,12 @@ for sample in samples:
 
 
 def test_labels_and_scores_of_a_pipeline_are_left_alone() -> None:
-    assert _lines(PIPE, "TPL201") == []
+    assert lines(PIPE, "TPL201") == []
 
 
 def test_scores_of_a_model_moved_to_the_device_are_reported() -> None:
     source = PIPE.replace('pipeline("zero-shot-classification", device=0)', 'Net().to("cuda")')
-    assert _lines(source, "TPL201") == [7]
+    assert lines(source, "TPL201") == [7]
 
 
 # ---- TPL601: a notebook that loads its pipeline onto CUDA before it asks CUDA for memory
@@ -448,13 +442,13 @@ for path, lab in pairs:
 
 
 def test_the_argument_read_as_the_statement_moves_it_is_left_alone() -> None:
-    assert _lines(LABEL, "TPL201") == []
+    assert lines(LABEL, "TPL201") == []
 
 
 def test_a_list_of_the_moved_value_is_reported() -> None:
     moved = "    cost.backward()\n    torch.tensor([label])\n"
     source = LABEL.replace("    cost.backward()\n", moved)
-    assert _lines(source, "TPL201") == [12]
+    assert lines(source, "TPL201") == [12]
 
 
 # ---- TPL201: a notebook's prediction loop collects host copies and joins them after it

@@ -4,12 +4,7 @@ must stay clean next to the pitfall that must still be found."""
 
 from __future__ import annotations
 
-from torchplace.lint import lint_source
-
-
-def _lines(source: str, code: str, path: str = "train.py") -> list[int]:
-    return [f.line for f in lint_source(source, path, select={code})]
-
+from .helpers import lines
 
 # ---- TPL601: `main()` of a script that needs CUDA before it runs (airbench)
 
@@ -36,12 +31,12 @@ if __name__ == "__main__":
 
 
 def test_cuda_calls_after_a_helper_that_needs_cuda_are_left_alone() -> None:
-    assert _lines(AIRBENCH, "TPL601") == []
+    assert lines(AIRBENCH, "TPL601") == []
 
 
 def test_cuda_calls_after_a_helper_that_may_stay_on_the_cpu_are_reported() -> None:
     source = AIRBENCH.replace("net = net.half().cuda()", "net = net.half()")
-    assert _lines(source, "TPL601") == [12]
+    assert lines(source, "TPL601") == [12]
 
 
 CALLED_ON_CUDA = """\
@@ -66,7 +61,7 @@ if __name__ == "__main__":
 
 
 def test_a_main_the_script_calls_only_after_a_cuda_move_is_left_alone() -> None:
-    assert _lines(CALLED_ON_CUDA, "TPL601") == []
+    assert lines(CALLED_ON_CUDA, "TPL601") == []
 
 
 def test_a_main_called_before_the_cuda_move_is_reported() -> None:
@@ -74,7 +69,7 @@ def test_a_main_called_before_the_cuda_move_is_reported() -> None:
         '    model = CifarNet().cuda()\n    main("warmup", model)\n',
         '    main("warmup", None)\n    model = CifarNet().cuda()\n',
     )
-    assert _lines(source, "TPL601") == [5, 8]
+    assert lines(source, "TPL601") == [5, 8]
 
 
 # ---- TPL201: chunks of one tensor, each copied to the host and returned (a Kaggle solution)
@@ -97,19 +92,19 @@ def get_topk_cossim(test_emb, tr_emb, k=10, device="cuda:0"):
 
 
 def test_copies_of_each_chunk_collected_and_returned_are_left_alone() -> None:
-    assert _lines(CHUNKED, "TPL201") == []
+    assert lines(CHUNKED, "TPL201") == []
 
 
 def test_copies_of_each_row_collected_and_returned_are_reported() -> None:
     source = CHUNKED.replace("tqdm(test_emb.split(64))", "tqdm(test_emb)")
-    assert _lines(source, "TPL201") == [11]
+    assert lines(source, "TPL201") == [11]
 
 
 def test_a_value_read_from_each_chunk_is_reported() -> None:
     source = CHUNKED.replace(
         "vals += [vals_batch.detach().cpu()]", "print(vals_batch.max().item())"
     )
-    assert _lines(source, "TPL201") == [11]
+    assert lines(source, "TPL201") == [11]
 
 
 # ---- TPL201: a logging branch that reads the step counter (Meta's lingua trainers)
@@ -133,7 +128,7 @@ def train(model, data_loader, optimizer, train_state, args, logger):
 
 
 def test_reads_in_a_logging_branch_that_prints_the_step_counter_are_left_alone() -> None:
-    assert _lines(LINGUA, "TPL201") == []
+    assert lines(LINGUA, "TPL201") == []
 
 
 def test_reads_in_a_periodic_branch_that_steps_the_optimizer_are_reported() -> None:
@@ -141,14 +136,14 @@ def test_reads_in_a_periodic_branch_that_steps_the_optimizer_are_reported() -> N
         '            logger.info(f"step:',
         '            optimizer.step()\n            logger.info(f"step:',
     )
-    assert _lines(source, "TPL201") == [13, 15]
+    assert lines(source, "TPL201") == [13, 15]
 
 
 def test_entries_converted_by_key_every_step_are_reported() -> None:
     source = LINGUA.replace("        if train_state.step % args.logging.freq == 0:\n", "").replace(
         "\n            ", "\n        "
     )
-    assert _lines(source, "TPL201") == [12, 13]
+    assert lines(source, "TPL201") == [12, 13]
 
 
 # ---- TPL201: a helper that converts each metric under its own key (lingua's dist_mean_dict)
@@ -174,7 +169,7 @@ def dist_mean_dict(x):
 
 
 def test_a_pass_that_converts_each_entry_under_its_key_is_left_alone() -> None:
-    assert _lines(BY_KEY, "TPL201") == []
+    assert lines(BY_KEY, "TPL201") == []
 
 
 def test_a_pass_that_reads_each_entry_into_a_list_is_reported() -> None:
@@ -182,7 +177,7 @@ def test_a_pass_that_reads_each_entry_into_a_list_is_reported() -> None:
         "        r[k] = dist_mean(x[k])\n        r[k] = r[k].item() if (r[k].dim() == 0) else r[k].tolist()",
         "        m = dist_mean(x[k])\n        r.append(m.item())",
     )
-    assert _lines(source, "TPL201") == [15]
+    assert lines(source, "TPL201") == [15]
 
 
 # ---- TPL501: a cache tested for `None`, then moved before its reads (LLaMA2-Accessory)
@@ -211,12 +206,12 @@ class Attention(nn.Module):
 
 
 def test_a_cache_tested_for_none_and_moved_before_its_reads_is_left_alone() -> None:
-    assert _lines(KV_CACHE, "TPL501") == []
+    assert lines(KV_CACHE, "TPL501") == []
 
 
 def test_a_cache_tested_for_none_and_read_unmoved_is_reported() -> None:
     source = KV_CACHE.replace("        self.k_cache = self.k_cache.to(xk)\n", "")
-    assert _lines(source, "TPL501") == [18]
+    assert lines(source, "TPL501") == [18]
 
 
 # ---- TPL201: a string's `find` in a loop over streamed responses (LLaMA2-Accessory demos)
@@ -236,12 +231,12 @@ def serve(model, prompt, sep, queue):
 
 
 def test_a_strings_find_tested_per_response_is_left_alone() -> None:
-    assert _lines(STREAM, "TPL201") == []
+    assert lines(STREAM, "TPL201") == []
 
 
 def test_a_tensor_tested_per_response_is_reported() -> None:
     source = STREAM.replace('response["text"].find(sep)', 'response["scores"].argmax()')
-    assert _lines(source, "TPL201") == [8]
+    assert lines(source, "TPL201") == [8]
 
 
 # ---- TPL601: a CUDA query in a statement that moves to CUDA itself (mmseg's test scripts)
@@ -262,11 +257,11 @@ def main():
 
 
 def test_a_cuda_query_beside_a_cuda_move_in_one_statement_is_left_alone() -> None:
-    assert _lines(MMSEG, "TPL601") == []
+    assert lines(MMSEG, "TPL601") == []
 
 
 def test_a_cuda_query_beside_a_cpu_model_is_reported() -> None:
-    assert _lines(MMSEG.replace("model.cuda(),", "model,"), "TPL601") == [8]
+    assert lines(MMSEG.replace("model.cuda(),", "model,"), "TPL601") == [8]
 
 
 # ---- TPL202: a sync on the one step the loop counter reaches the warm-up (Hiera's benchmark)
@@ -289,16 +284,16 @@ def benchmark(model, x, runs, warm_up):
 
 
 def test_a_sync_when_the_counter_reaches_the_warm_up_is_left_alone() -> None:
-    assert _lines(WARM_UP, "TPL202") == []
+    assert lines(WARM_UP, "TPL202") == []
 
 
 def test_a_sync_on_every_step_after_the_warm_up_is_reported() -> None:
-    assert _lines(WARM_UP.replace("if i == warm_up:", "if i >= warm_up:"), "TPL202") == [9]
+    assert lines(WARM_UP.replace("if i == warm_up:", "if i >= warm_up:"), "TPL202") == [9]
 
 
 def test_a_sync_when_an_item_equals_a_value_is_reported() -> None:
     source = WARM_UP.replace("for i in tqdm(range(runs)):", "for i in tqdm(runs):")
-    assert _lines(source, "TPL202") == [9]
+    assert lines(source, "TPL202") == [9]
 
 
 # ---- TPL401: a run's pickled arguments (Large-DiT's `model_args.pth`)
@@ -319,12 +314,12 @@ def main(args):
 
 
 def test_a_load_of_the_runs_arguments_is_left_alone() -> None:
-    assert _lines(RUN_ARGS, "TPL401") == [9]
+    assert lines(RUN_ARGS, "TPL401") == [9]
 
 
 def test_a_load_of_a_file_named_by_args_is_reported() -> None:
     source = RUN_ARGS.replace('os.path.join(args.ckpt, "model_args.pth")', "args.ckpt")
-    assert _lines(source, "TPL401") == [7, 9]
+    assert lines(source, "TPL401") == [7, 9]
 
 
 # ---- TPL201: reward scores of length-sorted chunks, returned in input order (open-instruct)
@@ -354,12 +349,12 @@ def get_scores(ds, model, collate, batch_size, device):
 
 
 def test_scores_of_each_chunk_returned_in_input_order_are_left_alone() -> None:
-    assert _lines(SCORES, "TPL201") == []
+    assert lines(SCORES, "TPL201") == []
 
 
 def test_a_mean_of_the_scores_of_each_chunk_is_reported() -> None:
     source = SCORES.replace("return torch.tensor(scores)", "return scores.mean()")
-    assert _lines(source, "TPL201") == [14]
+    assert lines(source, "TPL201") == [14]
 
 
 # ---- TPL301: a legacy CPU constructor's blocking copy to the device (open_lm's evaluation)
@@ -383,12 +378,12 @@ def evaluate(model, dataloader, device, meter):
 
 
 def test_timing_a_blocking_copy_from_a_legacy_constructor_is_left_alone() -> None:
-    assert _lines(EVALUATE, "TPL301") == []
+    assert lines(EVALUATE, "TPL301") == []
 
 
 def test_timing_a_non_blocking_copy_from_a_legacy_constructor_is_reported() -> None:
     source = EVALUATE.replace(".to(device)", ".to(device, non_blocking=True)")
-    assert _lines(source, "TPL301") == [7]
+    assert lines(source, "TPL301") == [7]
 
 
 # ---- TPL301: a step that tests a reduced device flag before the clock's read (open_lm)
@@ -417,11 +412,11 @@ def train(model, data_iterator, device, world_size, meter):
 
 
 def test_timing_a_step_that_tests_a_device_flag_is_left_alone() -> None:
-    assert _lines(HAS_DATA, "TPL301") == []
+    assert lines(HAS_DATA, "TPL301") == []
 
 
 def test_timing_a_step_that_tests_a_host_counter_is_reported() -> None:
-    assert _lines(HAS_DATA.replace("if has_data < world_size:", "if i > 1000:"), "TPL301") == [9]
+    assert lines(HAS_DATA.replace("if has_data < world_size:", "if i > 1000:"), "TPL301") == [9]
 
 
 # ---- TPL501: a table whose shape is asserted on, then moved before its reads (open_lm)
@@ -448,9 +443,9 @@ def precompute_freqs_cis(dim, end):
 
 
 def test_a_table_whose_shape_is_read_before_its_move_is_left_alone() -> None:
-    assert _lines(ROTARY, "TPL501") == []
+    assert lines(ROTARY, "TPL501") == []
 
 
 def test_a_table_read_before_its_move_is_reported() -> None:
     source = ROTARY.replace("self.freqs_cis.shape[0]", "self.freqs_cis.sum()")
-    assert _lines(source, "TPL501") == [8]
+    assert lines(source, "TPL501") == [8]

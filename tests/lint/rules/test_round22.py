@@ -4,12 +4,7 @@ look-alike that must stay clean next to the pitfall that must still be found."""
 
 from __future__ import annotations
 
-from torchplace.lint import lint_source
-
-
-def _lines(source: str, code: str, path: str = "train.py") -> list[int]:
-    return [f.line for f in lint_source(source, path, select={code})]
-
+from .helpers import lines
 
 # ---- every rule: a file of another array framework that never imports torch
 
@@ -32,12 +27,12 @@ for epoch in range(200):
 
 
 def test_an_mxnet_training_loop_is_left_alone() -> None:
-    assert _lines(MXNET, "TPL201") == []
+    assert lines(MXNET, "TPL201") == []
 
 
 def test_the_same_loop_in_a_file_that_imports_torch_is_reported() -> None:
     source = MXNET.replace("import mxnet as mx\n", "import mxnet as mx\nimport torch\n")
-    assert _lines(source, "TPL201") == [15]
+    assert lines(source, "TPL201") == [15]
 
 
 # ---- TPL104: a `torch.device("cuda")` default in multi-rank code places nothing by itself
@@ -58,12 +53,12 @@ class Trainer:
 
 
 def test_a_device_default_the_trainer_resolves_per_rank_is_left_alone() -> None:
-    assert _lines(TRAINER, "TPL104") == []
+    assert lines(TRAINER, "TPL104") == []
 
 
 def test_a_bare_cuda_placement_in_the_same_trainer_is_reported() -> None:
     source = TRAINER + "        self.buf = torch.zeros(4, device=torch.device('cuda'))\n"
-    assert _lines(source, "TPL104") == [12]
+    assert lines(source, "TPL104") == [12]
 
 
 # ---- TPL104: the `else` of a branch that starts the process group runs one process
@@ -86,13 +81,13 @@ def main(args):
 
 
 def test_cuda_in_the_else_of_the_group_set_up_is_left_alone() -> None:
-    assert _lines(SETUP, "TPL104") == []
+    assert lines(SETUP, "TPL104") == []
 
 
 def test_cuda_after_the_group_set_up_is_reported() -> None:
     source = SETUP.replace('    else:\n        device = torch.device("cuda")\n', "")
     source = source.replace('f"cuda:{local_rank}"', '"cuda"')
-    assert _lines(source, "TPL104") == [9]
+    assert lines(source, "TPL104") == [9]
 
 
 # ---- TPL104: a `device="cuda"` default rebound to the CPU when CUDA is unavailable
@@ -112,14 +107,14 @@ class Learner:
 
 
 def test_a_cuda_default_with_a_cpu_fallback_is_left_alone() -> None:
-    assert _lines(LOAD, "TPL104") == []
+    assert lines(LOAD, "TPL104") == []
 
 
 def test_a_cuda_default_without_the_fallback_is_reported() -> None:
     source = LOAD.replace(
         '        if not torch.cuda.is_available():\n            device = "cpu"\n', ""
     )
-    assert _lines(source, "TPL104") == [5]
+    assert lines(source, "TPL104") == [5]
 
 
 # ---- TPL103: a factory handed to the project's helper that moves its argument
@@ -144,12 +139,12 @@ class Decoder(nn.Module):
 
 
 def test_a_factory_moved_by_the_projects_helper_is_left_alone() -> None:
-    assert _lines(DECODER, "TPL103") == []
+    assert lines(DECODER, "TPL103") == []
 
 
 def test_a_factory_handed_to_a_helper_that_keeps_it_on_the_cpu_is_reported() -> None:
     source = DECODER.replace('x.to(torch.device("cuda"))', 'x.to("cpu")')
-    assert _lines(source, "TPL103") == [14]
+    assert lines(source, "TPL103") == [14]
 
 
 # ---- TPL201: matplotlib's `plt.xlabel(...)` does not make a CPU-only script device code
@@ -172,12 +167,12 @@ plt.xlabel("Iterations")
 
 
 def test_a_cpu_only_script_that_labels_its_plot_is_left_alone() -> None:
-    assert _lines(REGRESSION, "TPL201", "gp.py") == []
+    assert lines(REGRESSION, "TPL201", "gp.py") == []
 
 
 def test_the_same_script_on_an_xla_device_is_reported() -> None:
     source = REGRESSION.replace("import torch\n", "import torch\nimport torch_xla\n")
-    assert _lines(source, "TPL201", "gp.py") == [12]
+    assert lines(source, "TPL201", "gp.py") == [12]
 
 
 # ---- TPL201: a keyed item of a batch the loop never moves stays on the host
@@ -196,12 +191,12 @@ def infer(val_loader, model, device):
 
 
 def test_a_keyed_item_the_loop_never_moves_is_left_alone() -> None:
-    assert _lines(KEYED, "TPL201") == []
+    assert lines(KEYED, "TPL201") == []
 
 
 def test_a_keyed_item_the_loop_moves_is_reported() -> None:
     source = KEYED.replace('dim = batch["dim"]', 'dim = batch["dim"].to(device)')
-    assert _lines(source, "TPL201") == [8, 8]
+    assert lines(source, "TPL201") == [8, 8]
 
 
 # ---- TPL201: a MONAI MetaTensor's metadata (`img.meta["filename_or_obj"]`) is Python data
@@ -220,12 +215,12 @@ def extract(loader, model, device):
 
 
 def test_a_file_name_from_a_meta_tensors_metadata_is_left_alone() -> None:
-    assert _lines(META, "TPL201") == []
+    assert lines(META, "TPL201") == []
 
 
 def test_a_value_of_the_moved_image_itself_is_reported() -> None:
     source = META.replace('fn = img.meta["filename_or_obj"][0]', "fn = img.max()")
-    assert _lines(source, "TPL201") == [8]
+    assert lines(source, "TPL201") == [8]
 
 
 # ---- TPL501: a branch rebinds the attribute to a `ModuleDict` before storing modules in it
@@ -249,13 +244,13 @@ class EmbedLayer(nn.Module):
 
 
 def test_modules_stored_in_a_rebound_module_dict_are_left_alone() -> None:
-    assert _lines(EMBEDS, "TPL501", "model.py") == []
+    assert lines(EMBEDS, "TPL501", "model.py") == []
 
 
 def test_modules_stored_in_the_plain_dict_are_reported() -> None:
     source = EMBEDS.replace("DistEmbedding(g.num_nodes(ntype), 16)", "nn.Linear(4, 16)")
     source = source.replace("            self.node_embeds = nn.ModuleDict()\n", "")
-    assert _lines(source, "TPL501", "model.py") == [10, 13]
+    assert lines(source, "TPL501", "model.py") == [10, 13]
 
 
 # ---- TPL801: a model already on the device, moved again after training
@@ -274,12 +269,12 @@ train(model, optimizer)
 
 
 def test_a_model_moved_again_after_the_optimizer_is_left_alone() -> None:
-    assert _lines(RELOAD, "TPL801") == []
+    assert lines(RELOAD, "TPL801") == []
 
 
 def test_a_model_moved_first_after_the_optimizer_is_reported() -> None:
     source = RELOAD.replace(".to(device)\noptimizer", "\noptimizer")
-    assert _lines(source, "TPL801") == [5]
+    assert lines(source, "TPL801") == [5]
 
 
 # ---- TPL103: a 0-dim `torch.tensor` of a name bound only to Python numbers
@@ -303,9 +298,9 @@ class SequenceAttLayer(nn.Module):
 
 
 def test_a_0_dim_tensor_of_a_python_number_is_left_alone() -> None:
-    assert _lines(MASK, "TPL103", "layers.py") == []
+    assert lines(MASK, "TPL103", "layers.py") == []
 
 
 def test_a_tensor_of_a_name_bound_to_a_list_is_reported() -> None:
     source = MASK.replace("mask_value = 0.0", "mask_value = [0.0, 1.0]")
-    assert _lines(source, "TPL103", "layers.py") == [13]
+    assert lines(source, "TPL103", "layers.py") == [13]

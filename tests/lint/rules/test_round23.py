@@ -9,12 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from torchplace.lint import lint_source
-
-
-def _lines(source: str, code: str, path: str = "train.py") -> list[int]:
-    return [f.line for f in lint_source(source, path, select={code})]
-
+from .helpers import lines
 
 # ---- TPL201: an epoch loop that validates, resets the gradients, then trains in a nested loop
 
@@ -43,7 +38,7 @@ def train(policy, optimizer, train_loader, val_loader, num_epochs):
 
 
 def test_a_read_once_per_epoch_after_the_validation_loop_is_left_alone() -> None:
-    assert _lines(EPOCHS, "TPL201") == []
+    assert lines(EPOCHS, "TPL201") == []
 
 
 def test_the_same_read_when_the_epoch_loop_steps_the_optimizer_is_reported() -> None:
@@ -53,7 +48,7 @@ def test_the_same_read_when_the_epoch_loop_steps_the_optimizer_is_reported() -> 
     ).replace(
         "        print(loss.item())\n", "        optimizer.step()\n        print(loss.item())\n"
     )
-    assert _lines(source, "TPL201") == [13, 19]
+    assert lines(source, "TPL201") == [13, 19]
 
 
 # ---- TPL401: a plain load in the `else` of `if not torch.cuda.is_available():`
@@ -75,12 +70,12 @@ def load_dict_from_checkpoint(ckpt_path):
 
 
 def test_a_load_in_the_else_of_a_negated_cuda_check_is_left_alone() -> None:
-    assert _lines(RESTORE, "TPL401", "file_utils.py") == []
+    assert lines(RESTORE, "TPL401", "file_utils.py") == []
 
 
 def test_the_same_load_on_the_cpu_path_is_reported() -> None:
     source = RESTORE.replace("if not torch.cuda", "if torch.cuda")
-    assert _lines(source, "TPL401", "file_utils.py") == [11]
+    assert lines(source, "TPL401", "file_utils.py") == [11]
 
 
 # ---- TPL102: throw-away tensors that probe whether a CUDA-only kernel runs, result discarded
@@ -109,14 +104,14 @@ class Block(nn.Module):
 
 
 def test_probe_tensors_whose_result_is_discarded_are_left_alone() -> None:
-    assert _lines(PROBE, "TPL102", "attention.py") == []
+    assert lines(PROBE, "TPL102", "attention.py") == []
 
 
 def test_the_same_tensors_kept_by_the_module_are_reported() -> None:
     source = PROBE.replace("_ = xformers", "self.probe = xformers").replace(
         "(q, q, q)\n", "(q, q, q)\n            self.q = q\n"
     )
-    assert _lines(source, "TPL102", "attention.py") == [12, 13, 15]
+    assert lines(source, "TPL102", "attention.py") == [12, 13, 15]
 
 
 def test_a_probe_result_written_into_the_module_is_reported() -> None:
@@ -124,7 +119,7 @@ def test_a_probe_result_written_into_the_module_is_reported() -> None:
         "_ = xformers.ops.memory_efficient_attention(\n",
         "_ = self.buf.copy_(\n",
     )
-    assert _lines(source, "TPL102", "attention.py") == [12, 13]
+    assert lines(source, "TPL102", "attention.py") == [12, 13]
 
 
 # ---- TPL201: host metrics packed per reduction kind, all-reduced across ranks and read back
@@ -148,7 +143,7 @@ def sync_metrics(metrics, device):
 
 
 def test_host_values_all_reduced_per_group_and_read_back_are_left_alone() -> None:
-    assert _lines(SYNC_METRICS, "TPL201", "logging_utils.py") == []
+    assert lines(SYNC_METRICS, "TPL201", "logging_utils.py") == []
 
 
 def test_the_same_loop_computing_on_the_device_is_reported() -> None:
@@ -156,12 +151,12 @@ def test_the_same_loop_computing_on_the_device_is_reported() -> None:
         "        dist.all_reduce(tensor, op=ops[reduction])\n",
         "        dist.all_reduce(tensor, op=ops[reduction])\n        tensor = torch.log(tensor)\n",
     )
-    assert _lines(source, "TPL201", "logging_utils.py") == [14]
+    assert lines(source, "TPL201", "logging_utils.py") == [14]
 
 
 def test_the_same_upload_read_back_without_a_collective_is_reported() -> None:
     source = SYNC_METRICS.replace("        dist.all_reduce(tensor, op=ops[reduction])\n", "")
-    assert _lines(source, "TPL201", "logging_utils.py") == [12]
+    assert lines(source, "TPL201", "logging_utils.py") == [12]
 
 
 # ---- TPL301: a robot control loop paced by the clock, the action read back by a helper of a
@@ -209,7 +204,7 @@ def test_a_src_layout_helper_that_reads_the_action_back_is_left_alone(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     path = _control(tmp_path_factory, TO_ROBOT)
-    assert _lines(CONTROL, "TPL301", str(path)) == []
+    assert lines(CONTROL, "TPL301", str(path)) == []
 
 
 def test_a_src_layout_helper_that_keeps_the_action_on_the_device_is_reported(
@@ -217,7 +212,7 @@ def test_a_src_layout_helper_that_keeps_the_action_on_the_device_is_reported(
 ) -> None:
     helper = TO_ROBOT.replace('.to("cpu")', "").replace("float(action[i])", "action[i]")
     path = _control(tmp_path_factory, helper)
-    assert _lines(CONTROL, "TPL301", str(path)) == [11]
+    assert lines(CONTROL, "TPL301", str(path)) == [11]
 
 
 # ---- TPL403: a helper that unpickles the bytes of a message it is given, in a receive loop
@@ -243,11 +238,11 @@ def learn(queue, replay_buffer):
 
 
 def test_a_helper_loading_the_message_bytes_it_is_given_is_left_alone() -> None:
-    assert _lines(RECEIVE, "TPL403", "learner.py") == []
+    assert lines(RECEIVE, "TPL403", "learner.py") == []
 
 
 def test_a_helper_loading_a_fixed_file_is_reported() -> None:
     source = RECEIVE.replace(
         "    bytes_buffer = io.BytesIO(buffer)\n", '    bytes_buffer = open("policy.pt", "rb")\n'
     )
-    assert _lines(source, "TPL403", "learner.py") == [14]
+    assert lines(source, "TPL403", "learner.py") == [14]

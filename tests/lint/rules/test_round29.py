@@ -5,12 +5,7 @@ still be found."""
 
 from __future__ import annotations
 
-from torchplace.lint import lint_source
-
-
-def _lines(source: str, code: str, path: str = "train.py") -> list[int]:
-    return [f.line for f in lint_source(source, path, select={code})]
-
+from .helpers import lines
 
 # ---- TPL201: an epoch loop that calls a whole pass over a loader and saves a checkpoint
 
@@ -34,7 +29,7 @@ def main(args):
 
 
 def test_reads_after_a_whole_pass_in_an_epoch_loop_are_left_alone() -> None:
-    assert _lines(EPOCH_LOOP, "TPL201") == []
+    assert lines(EPOCH_LOOP, "TPL201") == []
 
 
 def test_reads_after_a_step_per_turn_are_reported() -> None:
@@ -42,7 +37,7 @@ def test_reads_after_a_step_per_turn_are_reported() -> None:
         "train_one_epoch(model, optimizer, train_loader, device, epoch)",
         "train_step(model, optimizer, batches[epoch].to(device), epoch)",
     ).replace("evaluate(model, val_loader, device=device)", "model(images[epoch].to(device))")
-    assert _lines(source, "TPL201") == [11, 12]
+    assert lines(source, "TPL201") == [11, 12]
 
 
 # ---- TPL201: a loader item the step never moves beside one it moves in a comprehension
@@ -65,7 +60,7 @@ def evaluate(model, data_loader, device):
 
 
 def test_unmoved_loader_items_beside_moved_ones_are_left_alone() -> None:
-    assert _lines(DETECTION_EVAL, "TPL201", "engine.py") == []
+    assert lines(DETECTION_EVAL, "TPL201", "engine.py") == []
 
 
 def test_loader_items_moved_in_a_comprehension_are_reported() -> None:
@@ -74,7 +69,7 @@ def test_loader_items_moved_in_a_comprehension_are_reported() -> None:
         "        outputs = model(images)\n"
         "        targets = [{k: v.to(device) for k, v in t.items()} for t in targets]\n",
     )
-    assert _lines(source, "TPL201", "engine.py") == [12, 13]
+    assert lines(source, "TPL201", "engine.py") == [12, 13]
 
 
 # ---- TPL601: a test that returns in the `else` of a CUDA availability check
@@ -97,12 +92,12 @@ def test_memory_usage_in_loop(model, batch):
 
 
 def test_cuda_calls_after_an_else_that_returns_are_left_alone() -> None:
-    assert _lines(MEMORY_TEST, "TPL601", "test_memory.py") == []
+    assert lines(MEMORY_TEST, "TPL601", "test_memory.py") == []
 
 
 def test_cuda_calls_after_an_else_that_goes_on_are_reported() -> None:
     source = MEMORY_TEST.replace("        return\n", "        device = 'cpu'\n")
-    assert _lines(source, "TPL601", "test_memory.py") == [11, 13]
+    assert lines(source, "TPL601", "test_memory.py") == [11, 13]
 
 
 # ---- TPL103: the CPU branch of a CUDA availability test in a module's forward path
@@ -128,12 +123,12 @@ class VAE(nn.Module):
 
 
 def test_a_factory_in_the_else_of_cuda_availability_is_left_alone() -> None:
-    assert _lines(REPARAMETRIZE, "TPL103", "vae.py") == []
+    assert lines(REPARAMETRIZE, "TPL103", "vae.py") == []
 
 
 def test_a_factory_in_the_cuda_branch_is_reported() -> None:
     source = REPARAMETRIZE.replace("torch.cuda.FloatTensor(", "torch.FloatTensor(")
-    assert _lines(source, "TPL103", "vae.py") == [9]
+    assert lines(source, "TPL103", "vae.py") == [9]
 
 
 # ---- TPL103: a loss helper that brings its targets to the host to match anchors there
@@ -169,12 +164,12 @@ class YOLOLoss(nn.Module):
 
 
 def test_factories_of_a_helper_that_works_on_the_host_are_left_alone() -> None:
-    assert _lines(YOLO_LOSS, "TPL103", "yolo_training.py") == []
+    assert lines(YOLO_LOSS, "TPL103", "yolo_training.py") == []
 
 
 def test_factories_of_a_helper_that_keeps_its_targets_on_the_device_are_reported() -> None:
     source = YOLO_LOSS.replace("            batch_target = batch_target.cpu()\n", "")
-    assert _lines(source, "TPL103", "yolo_training.py") == [16, 17, 21, 22]
+    assert lines(source, "TPL103", "yolo_training.py") == [16, 17, 21, 22]
 
 
 # ---- TPL401/TPL402: a tutorial's save function called before its restore function
@@ -207,14 +202,14 @@ restore_params()
 
 
 def test_loads_after_the_script_called_its_saving_function_are_left_alone() -> None:
-    assert _lines(SAVE_RELOAD, "TPL401", "save_reload.py") == []
-    assert _lines(SAVE_RELOAD, "TPL402", "save_reload.py") == []
+    assert lines(SAVE_RELOAD, "TPL401", "save_reload.py") == []
+    assert lines(SAVE_RELOAD, "TPL402", "save_reload.py") == []
 
 
 def test_loads_before_the_script_calls_its_saving_function_are_reported() -> None:
     source = SAVE_RELOAD.replace("save()\nrestore_net()\n", "restore_net()\nsave()\n")
-    assert _lines(source, "TPL401", "save_reload.py") == [11]
-    assert _lines(source, "TPL402", "save_reload.py") == [11]
+    assert lines(source, "TPL401", "save_reload.py") == [11]
+    assert lines(source, "TPL402", "save_reload.py") == [11]
 
 
 # ---- TPL201: the counter of an enumerate wrapped in `list(...)`
@@ -233,12 +228,12 @@ def detect(net, image, device):
 
 
 def test_the_counter_of_a_wrapped_enumerate_is_left_alone() -> None:
-    assert _lines(CROP_BOXES, "TPL201", "detect.py") == []
+    assert lines(CROP_BOXES, "TPL201", "detect.py") == []
 
 
 def test_the_rows_of_a_wrapped_enumerate_are_reported() -> None:
     source = CROP_BOXES.replace('str(i) + ".png"', 'str(c) + ".png"')
-    assert _lines(source, "TPL201", "detect.py") == [9]
+    assert lines(source, "TPL201", "detect.py") == [9]
 
 
 # ---- TPL201: a helper object's method that converts its results to NumPy in place
@@ -277,12 +272,12 @@ class YOLO:
 
 
 def test_results_a_helper_converts_to_numpy_are_left_alone() -> None:
-    assert _lines(DETECTOR, "TPL201", "yolo.py") == []
+    assert lines(DETECTOR, "TPL201", "yolo.py") == []
 
 
 def test_results_a_helper_keeps_on_the_device_are_reported() -> None:
     source = DETECTOR.replace("output[i].cpu().numpy()", "output[i].float()")
-    assert _lines(source, "TPL201", "yolo.py") == [28, 29]
+    assert lines(source, "TPL201", "yolo.py") == [28, 29]
 
 
 SUBCLASS = """
@@ -298,9 +293,9 @@ class MapYOLO(YOLO):
 
 
 def test_results_of_a_helper_a_base_class_builds_are_left_alone() -> None:
-    assert _lines(DETECTOR + SUBCLASS, "TPL201", "yolo.py") == []
+    assert lines(DETECTOR + SUBCLASS, "TPL201", "yolo.py") == []
 
 
 def test_results_of_a_base_class_helper_kept_on_the_device_are_reported() -> None:
     source = (DETECTOR + SUBCLASS).replace("output[i].cpu().numpy()", "output[i].float()")
-    assert _lines(source, "TPL201", "yolo.py") == [28, 29, 38]
+    assert lines(source, "TPL201", "yolo.py") == [28, 29, 38]

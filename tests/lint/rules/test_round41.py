@@ -13,11 +13,6 @@ import pytest
 
 from .helpers import lines, project
 
-
-def _lines(source: str, code: str, path: str = "train.py") -> list[int]:
-    return lines(source, code, path)
-
-
 # ---- TPL501: a dict of layers whose values a module container registers under another name
 
 POSE_CNN = """\
@@ -42,22 +37,22 @@ class PoseCNN(nn.Module):
 
 def test_layers_kept_only_in_a_plain_dict_are_found() -> None:
     source = POSE_CNN.format(register="self.count = len(self.convs)")
-    assert _lines(source, "TPL501", "pose_cnn.py") == [8, 9]
+    assert lines(source, "TPL501", "pose_cnn.py") == [8, 9]
 
 
 def test_layers_copied_into_another_plain_list_are_found() -> None:
     source = POSE_CNN.format(register="self.net = list(self.convs.values())")
-    assert _lines(source, "TPL501", "pose_cnn.py") == [8, 9]
+    assert lines(source, "TPL501", "pose_cnn.py") == [8, 9]
 
 
 def test_layers_registered_by_a_module_list_under_another_name_are_clean() -> None:
     source = POSE_CNN.format(register="self.net = nn.ModuleList(list(self.convs.values()))")
-    assert _lines(source, "TPL501", "pose_cnn.py") == []
+    assert lines(source, "TPL501", "pose_cnn.py") == []
 
 
 def test_layers_registered_by_a_sequential_under_another_name_are_clean() -> None:
     source = POSE_CNN.format(register="self.net = nn.Sequential(*self.convs.values())")
-    assert _lines(source, "TPL501", "pose_cnn.py") == []
+    assert lines(source, "TPL501", "pose_cnn.py") == []
 
 
 # ---- TPL801: a model bound in every branch of an `if`/`elif` chain, each already moved
@@ -87,7 +82,7 @@ def run_training(dims, lr, device, {params}):
 
 def test_an_unmoved_model_in_one_branch_is_found() -> None:
     source = FNO_TRAIN.format(params="loader, continue_training", second="FNO2d(width=20)")
-    assert _lines(source, "TPL801") == [10]
+    assert lines(source, "TPL801") == [10]
 
 
 def test_a_given_model_rebound_in_some_branches_only_is_found() -> None:
@@ -95,14 +90,14 @@ def test_a_given_model_rebound_in_some_branches_only_is_found() -> None:
     source = FNO_TRAIN.format(
         params="loader, continue_training, model", second="FNO2d(width=20).to(device)"
     )
-    assert _lines(source, "TPL801") == [10]
+    assert lines(source, "TPL801") == [10]
 
 
 def test_a_model_moved_in_every_branch_that_binds_it_is_clean() -> None:
     source = FNO_TRAIN.format(
         params="loader, continue_training", second="FNO2d(width=20).to(device)"
     )
-    assert _lines(source, "TPL801") == []
+    assert lines(source, "TPL801") == []
 
 
 def test_a_model_moved_in_every_branch_with_a_raising_else_is_clean() -> None:
@@ -110,7 +105,7 @@ def test_a_model_moved_in_every_branch_with_a_raising_else_is_clean() -> None:
         params="loader, continue_training",
         second="FNO2d(width=20).to(device)\n    else:\n        raise ValueError(dims)",
     )
-    assert _lines(source, "TPL801") == []
+    assert lines(source, "TPL801") == []
 
 
 def test_a_model_bound_inside_a_with_block_of_one_branch_is_found() -> None:
@@ -119,7 +114,7 @@ def test_a_model_bound_inside_a_with_block_of_one_branch_is_found() -> None:
         second="FNO2d(width=20).to(device)\n    else:\n"
         '        with torch.device("meta"):\n            model = FNO2d(width=20)',
     )
-    assert _lines(source, "TPL801") == [13]
+    assert lines(source, "TPL801") == [13]
 
 
 # ---- TPL201: a helper called on chosen steps only, `if iteration in upsamp_list:`
@@ -152,18 +147,18 @@ def reconstruction(args, tensorf, sampler, device, upsamp_list):
 
 def test_a_helper_called_on_every_step_is_found() -> None:
     source = RADIANCE_FIELD.format(branch="if True:")
-    assert _lines(source, "TPL201") == [8]
+    assert lines(source, "TPL201") == [8]
 
 
 def test_a_helper_called_for_the_steps_of_a_range_is_found() -> None:
     # `in range(n)` may hold on every step
     source = RADIANCE_FIELD.format(branch="if iteration in range(args.n_iters):")
-    assert _lines(source, "TPL201") == [8]
+    assert lines(source, "TPL201") == [8]
 
 
 def test_a_helper_called_on_a_list_of_chosen_steps_is_clean() -> None:
     source = RADIANCE_FIELD.format(branch="if iteration in upsamp_list:")
-    assert _lines(source, "TPL201") == []
+    assert lines(source, "TPL201") == []
 
 
 def _inline(branch: str) -> str:
@@ -173,11 +168,11 @@ def _inline(branch: str) -> str:
 
 
 def test_a_read_in_a_progress_bar_loop_on_every_step_is_found() -> None:
-    assert _lines(_inline("if True:"), "TPL201") == [21]
+    assert lines(_inline("if True:"), "TPL201") == [21]
 
 
 def test_a_read_in_a_progress_bar_loop_on_chosen_steps_is_clean() -> None:
-    assert _lines(_inline("if iteration in upsamp_list:"), "TPL201") == []
+    assert lines(_inline("if iteration in upsamp_list:"), "TPL201") == []
 
 
 # ---- TPL201: a loop that builds a model each step into an attribute of the run's settings
@@ -205,19 +200,19 @@ def run(args):
 
 def test_a_tensor_computed_each_step_into_the_settings_is_found() -> None:
     source = RUNS.format(build="args.model = torch.randn(4).to(args.device) * args.scale")
-    assert _lines(source, "TPL201", "main.py") == [15]
+    assert lines(source, "TPL201", "main.py") == [15]
 
 
 def test_a_model_built_each_step_into_the_settings_is_clean() -> None:
     source = RUNS.format(build="args.model = Logistic(784).to(args.device)")
-    assert _lines(source, "TPL201", "main.py") == []
+    assert lines(source, "TPL201", "main.py") == []
 
 
 def test_a_torchvision_model_built_each_step_is_clean() -> None:
     source = "import torchvision\n" + RUNS.format(
         build="args.model = torchvision.models.resnet18(num_classes=10).to(args.device)"
     )
-    assert _lines(source, "TPL201", "main.py") == []
+    assert lines(source, "TPL201", "main.py") == []
 
 
 PFL_MAIN = """\
@@ -325,12 +320,12 @@ def train(loader, device, {params}):
 
 def test_a_printed_value_moved_but_of_unknown_kind_is_found() -> None:
     source = PRINT_MODEL.format(params="model", build="model = model.to(device)")
-    assert _lines(source, "TPL201") == [19]
+    assert lines(source, "TPL201") == [19]
 
 
 def test_a_printed_model_the_function_builds_is_clean() -> None:
     source = PRINT_MODEL.format(params="lr", build="model = Net().to(device)")
-    assert _lines(source, "TPL201") == []
+    assert lines(source, "TPL201") == []
 
 
 # ---- TPL201: a dict comprehension that copies each entry of a mapping under its own key
@@ -353,14 +348,14 @@ def test_rows_of_a_device_tensor_copied_one_by_one_are_found() -> None:
     source = MCMC.format(
         copy='mc_samples = [row.cpu().numpy() for row in mcmc.get_samples()["u0"]]'
     )
-    assert _lines(source, "TPL201", "inverse.py") == [9]
+    assert lines(source, "TPL201", "inverse.py") == [9]
 
 
 def test_each_entry_of_a_mapping_copied_under_its_key_is_clean() -> None:
     source = MCMC.format(
         copy="mc_samples = {k: v.detach().cpu().numpy() for k, v in mcmc.get_samples().items()}"
     )
-    assert _lines(source, "TPL201", "inverse.py") == []
+    assert lines(source, "TPL201", "inverse.py") == []
 
 
 # ---- TPL201: a prediction hook that returns its outputs copied entry by entry
@@ -386,16 +381,16 @@ class Wrapper(pl.LightningModule):
 
 def test_a_prediction_read_as_numbers_entry_by_entry_is_found() -> None:
     source = PREDICT_STEP.format(copy="return {k: v.item() for k, v in results.items()}")
-    assert _lines(source, "TPL201", "cli.py") == [15]
+    assert lines(source, "TPL201", "cli.py") == [15]
 
 
 def test_a_prediction_copied_row_by_row_is_found() -> None:
     source = PREDICT_STEP.format(copy='return [row.cpu() for row in results["energy"]]')
-    assert _lines(source, "TPL201", "cli.py") == [15]
+    assert lines(source, "TPL201", "cli.py") == [15]
 
 
 def test_a_prediction_returned_copied_entry_by_entry_is_clean() -> None:
     source = PREDICT_STEP.format(
         copy="results = {k: v.detach().cpu() for k, v in results.items()}\n        return results"
     )
-    assert _lines(source, "TPL201", "cli.py") == []
+    assert lines(source, "TPL201", "cli.py") == []

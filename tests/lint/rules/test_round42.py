@@ -10,11 +10,6 @@ from __future__ import annotations
 
 from .helpers import lines
 
-
-def _lines(source: str, code: str, path: str = "train.py") -> list[int]:
-    return lines(source, code, path)
-
-
 # ---- TPL201: `model = model.cpu()` in a script's own loop moves the model, reads nothing
 
 EVAL_SCRIPT = """\
@@ -47,12 +42,12 @@ for image_name in opt.images:
 
 def test_model_moved_back_to_the_host_in_a_scripts_loop_is_clean() -> None:
     source = EVAL_SCRIPT.format(read="total += 1.0")
-    assert _lines(source, "TPL201", "eval.py") == []
+    assert lines(source, "TPL201", "eval.py") == []
 
 
 def test_output_copied_back_in_a_scripts_loop_is_found() -> None:
     source = EVAL_SCRIPT.format(read="total += float(np.mean(HR.cpu().numpy()))")
-    assert _lines(source, "TPL201", "eval.py") == [24]
+    assert lines(source, "TPL201", "eval.py") == [24]
 
 
 # ---- TPL501: a recurrent state that every forward pass rebuilds on the module's device
@@ -100,25 +95,25 @@ SINGLE = "torch.zeros((self.layer, bs, self.dim), device=device)"
 def test_state_rebuilt_by_the_holding_modules_forward_is_clean() -> None:
     for state in (PAIR, SINGLE):
         source = DECODER.format(state=state, step="pass", outer="self.decoder.init_state(len(x))")
-        assert _lines(source, "TPL501", "asr.py") == []
+        assert lines(source, "TPL501", "asr.py") == []
 
 
 def test_state_rebuilt_by_its_own_forward_is_clean() -> None:
     source = DECODER.format(state=PAIR, step="self.init_state(x.shape[0])", outer="pass")
-    assert _lines(source, "TPL501", "asr.py") == []
+    assert lines(source, "TPL501", "asr.py") == []
 
 
 def test_state_set_up_once_by_a_caller_outside_any_forward_is_found() -> None:
     source = DECODER.format(state=PAIR, step="pass", outer="pass") + (
         "\n\ndef generate(model, x):\n    model.decoder.init_state(1)\n    return model(x)\n"
     )
-    assert _lines(source, "TPL501", "asr.py") == [14]
+    assert lines(source, "TPL501", "asr.py") == [14]
 
 
 def test_parameters_made_by_each_forward_pass_are_found() -> None:
     state = "[nn.Parameter(torch.zeros(self.dim, device=device)) for _ in range(bs)]"
     source = DECODER.format(state=state, step="pass", outer="self.decoder.init_state(len(x))")
-    assert _lines(source, "TPL501", "asr.py") == [14]
+    assert lines(source, "TPL501", "asr.py") == [14]
 
 
 # ---- TPL201: a loop that retries one pass after an out-of-memory error, leaving on success
@@ -152,12 +147,12 @@ def test_split_predicted_once_in_an_out_of_memory_retry_loop_is_clean() -> None:
         source = EVALUATE.format(tail=tail)
         if not tail:  # the `break` ends the `try` body itself
             source = source.replace(".numpy()\n", ".numpy()\n                break\n")
-        assert _lines(source, "TPL201", "autoint.py") == []
+        assert lines(source, "TPL201", "autoint.py") == []
 
 
 def test_retry_loop_that_goes_on_after_success_is_found() -> None:
     source = EVALUATE.format(tail="            else:\n                eval_batch_size -= 1")
-    assert _lines(source, "TPL201", "autoint.py") == [14]
+    assert lines(source, "TPL201", "autoint.py") == [14]
 
 
 def test_retry_loop_that_skips_back_to_its_start_is_found() -> None:
@@ -166,7 +161,7 @@ def test_retry_loop_that_skips_back_to_its_start_is_found() -> None:
         "                if part == 'skip':\n"
         "                    continue\n                loader = lib",
     )
-    assert _lines(source, "TPL201", "autoint.py") == [16]
+    assert lines(source, "TPL201", "autoint.py") == [16]
 
 
 # ---- TPL201: what `load_state_dict` hands back is the missing and unexpected keys
@@ -197,12 +192,12 @@ def main(args, mmdit, encoders):
 
 def test_keys_a_load_reports_are_clean() -> None:
     source = LORA_LOADS.format(line="info = lora_model.load_state_dict(weights_sd, strict=True)")
-    assert _lines(source, "TPL201", "minimal_inference.py") == []
+    assert lines(source, "TPL201", "minimal_inference.py") == []
 
 
 def test_weights_read_from_the_moved_model_are_found() -> None:
     source = LORA_LOADS.format(line="info = lora_model(weights_sd['x'].to(device))")
-    assert _lines(source, "TPL201", "minimal_inference.py") == [20]
+    assert lines(source, "TPL201", "minimal_inference.py") == [20]
 
 
 # ---- TPL402: the older torch's spelling of a load whose other branch chooses `weights_only`
@@ -227,13 +222,13 @@ def test_load_for_an_older_torch_beside_an_explicit_choice_is_clean() -> None:
             f'        dataset = torch.load(cache_dir / f"{{tag}}_dataset", weights_only={choice})'
         )
         source = CACHED_DATASET.format(other=other)
-        assert _lines(source, "TPL402", "datamodule.py") == []
+        assert lines(source, "TPL402", "datamodule.py") == []
 
 
 def test_load_under_a_version_test_with_no_choice_anywhere_is_found() -> None:
     other = 'else:\n        dataset = torch.load(cache_dir / f"{tag}_dataset", map_location="cpu")'
     source = CACHED_DATASET.format(other=other)
-    assert _lines(source, "TPL402", "datamodule.py") == [7, 9]
+    assert lines(source, "TPL402", "datamodule.py") == [7, 9]
 
 
 def test_load_under_another_test_beside_an_explicit_choice_is_found() -> None:
@@ -241,4 +236,4 @@ def test_load_under_another_test_beside_an_explicit_choice_is_found() -> None:
     source = CACHED_DATASET.format(other=other).replace(
         'if torch_version < "2.6":', "if tag == 'train':"
     )
-    assert _lines(source, "TPL402", "datamodule.py") == [7]
+    assert lines(source, "TPL402", "datamodule.py") == [7]
