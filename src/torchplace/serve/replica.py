@@ -297,8 +297,9 @@ class Replica(BatchExecutor):
         alone: bool = False,
     ) -> None:
         """Run a batch where it runs now (called on the event loop, the replica idle):
-        :meth:`run_now` when inline, or when ``alone`` (a full batch that no other request
-        waits behind) and :attr:`full_inline`, else :meth:`submit`.
+        :meth:`run_now` when inline, or when ``alone`` (the batcher's: a full batch that no
+        other request waits behind, on a loop that serves no other model) and
+        :attr:`full_inline`, else :meth:`submit`.
 
         A full batch with nothing behind it is what a closed loop of at most a batch of
         clients sends: until it is answered the loop has nothing to read or decode, so a
