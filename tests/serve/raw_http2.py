@@ -104,10 +104,12 @@ def _integer(value: int, prefix_bits: int) -> bytes:
     return bytes(out)
 
 
-def literal(name: str, value: str | bytes) -> bytes:
-    """A header as an HPACK literal without indexing, new name, no Huffman coding."""
+def literal(name: str, value: str | bytes, *, indexed: bool = False) -> bytes:
+    """A header as an HPACK literal with a new name, no Huffman coding; without indexing, or
+    (``indexed``) added to the dynamic table, as its entry 62, the others moving up one."""
     raw = value.encode() if isinstance(value, str) else value
-    return b"\0" + _integer(len(name), 7) + name.encode() + _integer(len(raw), 7) + raw
+    kind = b"\x40" if indexed else b"\0"
+    return kind + _integer(len(name), 7) + name.encode() + _integer(len(raw), 7) + raw
 
 
 def grpc_headers(path: str, extra: Iterable[tuple[str, str | bytes]] = ()) -> bytes:

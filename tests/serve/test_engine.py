@@ -111,6 +111,31 @@ def test_requests_are_batched() -> None:
     run(main)
 
 
+def test_the_next_fill_window_opens_once_the_answers_are_made() -> None:
+    """A caller that awaits its result makes its answer one pass of the loop after its batch is
+    done (a gRPC handler does): the batcher is told the replica is free after that, so the next
+    batch's fill window does not pass while the answers are being made."""
+
+    async def main() -> None:
+        engine = Engine(loaded(Scale()), [CPU], max_batch_size=4, max_delay_ms=50.0)
+        await engine.start()
+        answered: list[float] = []
+
+        async def call() -> None:
+            await engine.infer({"input": np.ones((1, 4), np.float32)})
+            answered.append(time.perf_counter())
+
+        await asyncio.gather(*(call() for _ in range(4)))
+        await asyncio.sleep(0)
+        batcher = engine._batcher
+        assert batcher is not None
+        assert len(answered) == 4
+        assert batcher._freed_at >= max(answered)
+        await engine.stop()
+
+    run(main)
+
+
 def test_input_errors_name_the_problem() -> None:
     async def main() -> None:
         engine = Engine(load_model("seed-mlp"), [CPU], max_batch_size=4, max_request_rows=6)

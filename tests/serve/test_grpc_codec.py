@@ -9,8 +9,10 @@ pytest.importorskip("google.protobuf")
 
 from torchplace.errors import InputError, PayloadTooLargeError
 from torchplace.models import TensorSpec
+from torchplace.serve import grpc_codec
 from torchplace.serve.grpc_codec import decode_infer_request, encode_infer_response
 from torchplace.serve.proto import grpc_service_pb2 as pb
+from torchplace.serve.protocol import _NO_REGIONS, WIRE_DTYPES
 
 INPUTS = (TensorSpec("x", "FP32", (-1, 2)), TensorSpec("n", "INT8", (-1, 2)))
 OUTPUTS = (TensorSpec("y", "FP32", (-1, 2)), TensorSpec("b", "BF16", (-1, 1)))
@@ -117,3 +119,123 @@ def test_outputs_are_raw_little_endian_bf16_rounded() -> None:
     np.testing.assert_array_equal(y, results["y"])
     bits = np.frombuffer(response.raw_output_contents[1], "<u2")
     assert list(bits) == [0x3F80, 0x3F81]  # 1.0, and the next bfloat16 up
+
+
+ONE_INPUT = (TensorSpec("x", "FP32", (-1, 3)),)
+ONE_OUTPUT = (TensorSpec("y", "FP32", (-1, 3)),)
+
+
+def _one_input(datatype: str = "FP32", rows: int = 2) -> pb.ModelInferRequest:
+    request = pb.ModelInferRequest(model_name="m")
+    request.inputs.add(name="x", datatype=datatype, shape=[rows, 3])
+    dtype = WIRE_DTYPES[datatype]
+    request.raw_input_contents.append(np.arange(rows * 3).astype(dtype).tobytes())
+    return request
+
+
+def _edit(request: pb.ModelInferRequest, change: str) -> None:
+    """One way a request can differ from the plainest one (see the test below)."""
+    x = request.inputs[0]
+    if change == "id":
+        request.id = "r7"
+    elif change == "long id":
+        request.id = "i" * 5000
+    elif change == "nan":  # a NaN where the datatype has one (BF16's bits: 0x7fc0)
+        values = np.frombuffer(request.raw_input_contents[0], WIRE_DTYPES[x.datatype]).copy()
+        if values.dtype.kind == "f" or x.datatype == "BF16":
+            values[4] = np.nan if values.dtype.kind == "f" else 0x7FC0
+        request.raw_input_contents[0] = values.tobytes()
+    elif change == "timeout and priority":
+        request.parameters["timeout"].int64_param = 900
+        request.parameters["priority"].uint64_param = 1
+    elif change == "bad priority":
+        request.parameters["priority"].string_param = "high"
+    elif change == "triton parameter":
+        request.parameters["triton_enable_empty_final_response"].bool_param = True
+    elif change == "reserved parameter":
+        request.parameters["binary_data_output"].bool_param = True
+    elif change == "output":
+        request.outputs.add(name="y")
+    elif change == "unknown output":
+        request.outputs.add(name="z")
+    elif change == "output twice":
+        request.outputs.add(name="y")
+        request.outputs.add(name="y")
+    elif change == "wrong name":
+        x.name = "w"
+    elif change == "wrong datatype":
+        x.datatype = "INT32"
+    elif change == "short data":
+        request.raw_input_contents[0] = request.raw_input_contents[0][:-1]
+    elif change == "width":
+        x.ClearField("shape")
+        x.shape.extend([3, 2])
+    elif change == "no rows":
+        x.ClearField("shape")
+        x.shape.extend([0, 3])
+        request.raw_input_contents[0] = b""
+    elif change == "three dims":
+        x.ClearField("shape")
+        x.shape.extend([2, 3, 1])
+    elif change == "contents too":
+        x.contents.fp32_contents.extend([1.0])
+    elif change == "typed":
+        request.ClearField("raw_input_contents")
+        x.contents.fp32_contents.extend(range(6))
+    elif change == "tensor parameter":
+        x.parameters["binary_data_size"].int64_param = 24
+    elif change == "two raw":
+        request.raw_input_contents.append(b"\0" * 4)
+    elif change not in ("plain", "too many rows"):
+        raise AssertionError(change)
+
+
+CHANGES = ["plain", "too many rows", "id", "long id", "nan", "timeout and priority", "bad priority",
+           "triton parameter", "reserved parameter", "output", "unknown output", "output twice",
+           "wrong name", "wrong datatype", "short data", "width", "no rows", "three dims",
+           "contents too", "typed", "tensor parameter", "two raw"]  # fmt: skip
+
+
+def _outcome(read, request: pb.ModelInferRequest, inputs: tuple[TensorSpec, ...]):  # type: ignore[no-untyped-def]
+    try:
+        decoded = read(request, inputs, ONE_OUTPUT, 4, False, _NO_REGIONS)
+    except (InputError, PayloadTooLargeError) as exc:
+        return type(exc), str(exc)
+    arrays = {name: (a.dtype, a.shape, a.tobytes()) for name, a in decoded.inputs.items()}
+    return (decoded.id, arrays, decoded.rows, decoded.outputs, decoded.binary_output,
+            decoded.timeout_us, decoded.priority)  # fmt: skip
+
+
+@pytest.mark.parametrize("datatype", ["FP32", "FP16", "INT64", "UINT8", "BOOL", "BF16"])
+@pytest.mark.parametrize("change", CHANGES)
+def test_the_quick_read_of_a_one_input_request_is_the_general_one(
+    datatype: str, change: str
+) -> None:
+    """A one-input model's requests are read by a quick path first: whatever it answers (a
+    request, or a refusal) is what the general path answers."""
+    inputs = (TensorSpec("x", datatype, (-1, 3)),)
+    request = _one_input(datatype, rows=5 if change == "too many rows" else 2)
+    _edit(request, change)
+    general = _outcome(grpc_codec._decode_request, request, inputs)
+    both = _outcome(
+        lambda r, i, o, m, n, s: decode_infer_request(
+            r, inputs=i, outputs=o, max_rows=m, allow_nan=n, regions=s
+        ),
+        request,
+        inputs,
+    )
+    assert both == general
+
+
+def test_the_quick_read_takes_the_common_request_and_leaves_the_rest() -> None:
+    """It is a quick path indeed: the plain request is read by it, one it declines is not."""
+    plain = _one_input()
+    _edit(plain, "triton parameter")
+    _edit(plain, "output")
+    quick = grpc_codec._quick_request(plain, ONE_INPUT[0], ONE_OUTPUT, 4, False, _NO_REGIONS)
+    assert quick is not None and quick.rows == 2
+    np.testing.assert_array_equal(quick.inputs["x"], np.arange(6, dtype=np.float32).reshape(2, 3))
+    assert quick.outputs is not None and [o.name for o in quick.outputs] == ["y"]
+    typed = _one_input()
+    _edit(typed, "typed")
+    assert grpc_codec._quick_request(typed, ONE_INPUT[0], ONE_OUTPUT, 4, False, _NO_REGIONS) is None

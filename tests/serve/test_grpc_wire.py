@@ -149,3 +149,41 @@ def test_a_client_that_does_not_speak_http2_gets_goaway(server: ServerThread) ->
     payload = received[at + 6 :]
     assert int.from_bytes(payload[4:8], "big") == PROTOCOL_ERROR
     _still_serves(_port(server))
+
+
+LIVE = "/inference.GRPCInferenceService/ServerLive"
+METADATA = "/inference.GRPCInferenceService/ServerMetadata"
+
+
+def _answer_of(connection: Connection, stream: int, block: bytes) -> bytes:
+    """Send an empty request with header block ``block`` on ``stream``: its answer's message."""
+    connection.send(frame(HEADERS, END_HEADERS, stream, block)
+                    + frame(DATA, END_STREAM, stream, grpc_message(b"")))  # fmt: skip
+    frames = connection.read(lambda f: f.stream == stream and bool(f.flags & END_STREAM))
+    data = b"".join(f.payload for f in frames if f.kind == DATA and f.stream == stream)
+    assert data, frames
+    return data[5:]
+
+
+def test_a_block_of_indexed_fields_means_what_the_dynamic_table_holds_when_it_comes(
+    server: ServerThread,
+) -> None:
+    """A header block of indexed fields only is read once and remembered (clients send the
+    same few blocks again and again); the same bytes after the client changed its dynamic
+    table are read anew."""
+    post_http = bytes([0x80 | 3, 0x80 | 6])  # static :method POST, :scheme http
+    grpc_type = literal("content-type", "application/grpc", indexed=True)
+    again = post_http + bytes([0x80 | 63, 0x80 | 62])  # the :path, then the content type
+    connection = Connection(_port(server))
+    try:
+        first = post_http + literal(":path", LIVE, indexed=True) + grpc_type
+        live = pb.ServerLiveResponse.FromString(_answer_of(connection, 1, first))
+        assert live.live
+        for stream in (3, 5):  # read, then remembered
+            assert _answer_of(connection, stream, again) == live.SerializeToString()
+        changed = post_http + literal(":path", METADATA, indexed=True) + grpc_type
+        _answer_of(connection, 7, changed)
+        metadata = pb.ServerMetadataResponse.FromString(_answer_of(connection, 9, again))
+    finally:
+        connection.close()
+    assert metadata.name == "torchplace"

@@ -194,9 +194,76 @@ def decode_infer_request(
     shared memory are looked up in ``regions``; ``model`` names the model in the messages that
     Triton's name it in."""
     try:
+        if len(inputs) == 1:
+            quick = _quick_request(message, inputs[0], outputs, max_rows, allow_nan, regions)
+            if quick is not None:
+                return quick
         return _decode_request(message, inputs, outputs, max_rows, allow_nan, regions)
     except _ModelWords as exc:
         raise exc.of_model(model) from None
+
+
+#: the datatypes whose raw bytes are their values as they are (no BF16 widening, no BOOL check)
+_QUICK_DATATYPES = frozenset(HOST_DTYPES) - {"BF16", "BOOL"}
+
+
+def _quick_request(
+    message: Any,
+    spec: TensorSpec,
+    outputs: Sequence[TensorSpec],
+    max_rows: int,
+    allow_nan: bool,
+    regions: SharedMemoryRegions,
+) -> InferRequest | None:
+    """The common request, read without the general checks of its one input: the model's one
+    input, of a numeric datatype, its bytes in ``raw_input_contents`` and nothing on it but its
+    name, datatype and a valid shape. None for anything else (errors in the input included),
+    for :func:`_decode_request` to decide. Past the input, the checks are the general path's,
+    in its order (finite values, the id, the parameters, the outputs), so a request returned
+    or refused here is returned or refused the same way there."""
+    tensors = message.inputs
+    raw = message.raw_input_contents
+    if len(tensors) != 1 or len(raw) != 1:
+        return None
+    tensor = tensors[0]
+    datatype = spec.datatype
+    if (
+        tensor.name != spec.name
+        or tensor.datatype != datatype
+        or datatype not in _QUICK_DATATYPES
+        or tensor.parameters
+        or tensor.HasField("contents")
+    ):
+        return None
+    shape = list(tensor.shape)
+    if len(shape) != len(spec.shape) or not 1 <= shape[0] <= max_rows:
+        return None
+    count = 1
+    for want, got in zip(spec.shape, shape):  # noqa: B905 (lengths checked above)
+        if got < 1 or (want != got and want != -1):
+            return None
+        count *= got
+    data = raw[0]
+    wire = WIRE_DTYPES[datatype]
+    if len(data) != count * wire.itemsize:
+        return None
+    array = np.frombuffer(data, dtype=wire).astype(HOST_DTYPES[datatype]).reshape(shape)
+    if not allow_nan:
+        _check_finite(spec, array)
+    if message.id:
+        check_request_id(message.id)
+    timeout_us, priority = _parameters(message.parameters)
+    requested = _requested(message.outputs, outputs, regions)
+    check_output_room(requested, outputs, shape[0])
+    return InferRequest(
+        id=message.id or None,
+        inputs={spec.name: array},
+        rows=shape[0],
+        outputs=requested,
+        binary_output=True,
+        timeout_us=timeout_us,
+        priority=priority,
+    )
 
 
 def _decode_request(

@@ -39,6 +39,7 @@ import asyncio
 import heapq
 import itertools
 import logging
+import struct
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
@@ -82,6 +83,8 @@ CONNECTION_WINDOW = 64 * 1024 * 1024
 #: a header block (HEADERS and its CONTINUATIONs) longer than this ends the connection
 _MAX_HEADER_BLOCK = 256 * 1024
 _WINDOW_MAX = 2**31 - 1
+#: a frame's 9-byte head (RFC 9113 section 4.1): its length in 24 bits, type, flags, stream
+_FRAME_HEAD = struct.Struct(">BHBBI")
 _GRPC_FIELDS = ((b"content-type", b"application/grpc"),)
 _ANSWER_HEADERS = header_block(
     200, (*_GRPC_FIELDS, (b"grpc-accept-encoding", b"identity,deflate,gzip"))
@@ -106,6 +109,12 @@ _WRITE_NOW = 1024 * 1024
 #: the frames read from one connection in one pass of the event loop (the other connections
 #: and the handlers run between passes)
 _FRAMES_PER_PASS = 512
+#: the bytes that are each a whole HPACK indexed field (RFC 7541 section 6.1: index 1 to 126);
+#: a header block of these only reads the dynamic table, so what it says is the same each time
+#: it comes until a block of any other kind is decoded (see Connection._heads)
+_INDEXED_FIELDS = bytes(range(0x81, 0xFF))
+#: the distinct header blocks a connection keeps read (clients send a handful)
+_MOST_HEADS = 64
 #: stale entries the stalled-calls heap may hold before it is rebuilt without them
 _STALE_ENTRIES = 64
 
@@ -208,6 +217,10 @@ class Connection(asyncio.Protocol):
         self._preface = False
         self._decoder = Decoder()
         self._decoder.max_header_list_size = _MAX_HEADER_BLOCK
+        #: header blocks of indexed fields only, read: a client sends the same few again and
+        #: again (the same method, authority, content type), each costing a decode and a check
+        #: of every field; emptied when a block that may change the dynamic table is decoded
+        self._heads: dict[bytes, _Head] = {}
         self._last_stream = 0
         self._headers: tuple[int, int, bytearray] | None = None  # a block awaiting CONTINUATION
         self._received = 0  # connection-window bytes not yet credited back
@@ -370,13 +383,13 @@ class Connection(asyncio.Protocol):
                     self._defer()
                     break
                 left -= 1
-                size = int.from_bytes(view[position : position + 3], "big")
+                high, low, kind, flags, stream = _FRAME_HEAD.unpack_from(buffer, position)
+                size = high << 16 | low
                 if size > MAX_FRAME:
                     raise _ProtocolError(ErrorCode.FRAME_SIZE_ERROR, f"a frame of {size} B")
                 if end - position < 9 + size:
                     break
-                kind, flags = view[position + 3], view[position + 4]
-                stream = int.from_bytes(view[position + 5 : position + 9], "big") & _WINDOW_MAX
+                stream &= _WINDOW_MAX
                 payload = bytes(view[position + 9 : position + 9 + size])
                 position += 9 + size
                 self._frame(kind, flags, stream, payload)
@@ -478,11 +491,10 @@ class Connection(asyncio.Protocol):
             payload = _unpad(payload)
         if flags & PRIORITY_FLAG:
             payload = payload[5:]
-        block = bytearray(payload)
         if flags & END_HEADERS:
-            self._headers_done(flags, stream, block)
+            self._headers_done(flags, stream, payload)
         else:
-            self._headers = (stream, flags, block)
+            self._headers = (stream, flags, bytearray(payload))
 
     def _continuation(self, flags: int, stream: int, payload: bytes) -> None:
         if self._headers is None or self._headers[0] != stream:
@@ -493,87 +505,72 @@ class Connection(asyncio.Protocol):
             raise _ProtocolError(ErrorCode.ENHANCE_YOUR_CALM, "a header block over 256 KiB")
         if flags & END_HEADERS:
             self._headers = None
-            self._headers_done(first, stream, block)
+            self._headers_done(first, stream, bytes(block))
 
-    def _headers_done(self, flags: int, stream: int, block: bytearray) -> None:
-        try:
-            fields = self._decoder.decode(bytes(block), raw=True)
-        except HPACKError as exc:
-            raise _ProtocolError(ErrorCode.COMPRESSION_ERROR, f"a header block: {exc}") from None
+    def _headers_done(self, flags: int, stream: int, block: bytes) -> None:
         call = self.calls.get(stream)
         if call is not None or stream <= self._last_stream:  # trailers of a request
+            self._decode(block)
             if call is not None and flags & END_STREAM:
                 call.end_of_requests()
             elif call is not None:
                 self._end_stream_call(call, grpc.StatusCode.INTERNAL, "trailers without END_STREAM")
             return
+        head = self._heads.get(block)
+        if head is None:
+            head = _read_head(self._decode(block))
+            if not block.translate(None, _INDEXED_FIELDS):  # see _heads
+                if len(self._heads) >= _MOST_HEADS:
+                    self._heads.clear()
+                self._heads[block] = head
         if stream % 2 == 0:
             raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, f"a client stream id {stream} is even")
         self._last_stream = stream
-        self._open(stream, fields, bool(flags & END_STREAM))
+        self._open(stream, head, bool(flags & END_STREAM))
 
-    def _open(self, stream: int, fields: Iterable[tuple[bytes, bytes]], ended: bool) -> None:
+    def _decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
+        """A header block's fields. A block that is not all indexed fields may change the
+        dynamic table, on which the cached heads' meaning rests: they are dropped."""
+        try:
+            fields = self._decoder.decode(block, raw=True)
+        except HPACKError as exc:
+            raise _ProtocolError(ErrorCode.COMPRESSION_ERROR, f"a header block: {exc}") from None
+        if block.translate(None, _INDEXED_FIELDS):
+            self._heads.clear()
+        return cast("list[tuple[bytes, bytes]]", fields)
+
+    def _open(self, stream: int, head: _Head, ended: bool) -> None:
         """A new call: check it, find its handler, run it."""
         if self._going_away or len(self.calls) >= self.limits.max_streams:
             self._send(frame(FrameType.RST_STREAM, 0, stream,
                              int(ErrorCode.REFUSED_STREAM).to_bytes(4, "big")))  # fmt: skip
             return
         self._active = time.monotonic()
-        pseudo: dict[bytes, bytes] = {}
-        metadata: list[tuple[str, str | bytes]] = []
-        headers: dict[bytes, bytes] = {}
-        size, malformed, unlawful = 0, "", False
-        for name, value in fields:
-            size += len(name) + len(value) + 32
-            if name.startswith(b":"):  # RFC 9113 section 8.3: known, once, before the rest
-                unlawful = unlawful or bool(headers) or name in pseudo or name not in _PSEUDO
-                pseudo[name] = value
-            else:
-                headers[name] = value
-                if name not in _NOT_METADATA:
-                    unlawful = unlawful or name in _CONNECTION_SPECIFIC
-                    try:
-                        metadata.append(decode_metadata(name, value))
-                    except ValueError as exc:
-                        malformed = str(exc)
-        if unlawful or b":scheme" not in pseudo:  # a malformed request: a stream error
+        if head.unlawful:  # a malformed request: a stream error
             self._send(frame(FrameType.RST_STREAM, 0, stream,
                              int(ErrorCode.PROTOCOL_ERROR).to_bytes(4, "big")))  # fmt: skip
             return
-        refusal = _refusal(pseudo, headers)
-        if refusal is not None:
-            self._headers_out(END_HEADERS | END_STREAM, stream, refusal)
+        if head.refusal is not None:
+            self._headers_out(END_HEADERS | END_STREAM, stream, head.refusal)
             return
-        if headers.get(b"te", b"trailers") != b"trailers":
-            malformed = (
-                f"te {headers[b'te'].decode('latin-1')!r} is not allowed; send te: trailers "
-                "or no te"
-            )
-        given = headers.get(b"grpc-timeout")
-        timeout = None if given is None else parse_timeout(given)
-        if given is not None and timeout is None:
-            malformed = (
-                f"grpc-timeout {given.decode('latin-1')!r} is malformed; send up to 8 digits "
-                "and a unit (H, M, S, m, u, n)"
-            )
+        timeout = head.timeout
         deadline = None if timeout is None else time.monotonic() + timeout
-        call = Call(self, stream, tuple(metadata), deadline,
-                    headers.get(b"grpc-encoding", b"identity"),
+        call = Call(self, stream, head.metadata, deadline, head.encoding,
                     self.limits.max_message_bytes)  # fmt: skip
         self.calls[stream] = call
         if ended:
             call.end_of_requests()
-        if size > self.limits.max_metadata_bytes:
+        if head.size > self.limits.max_metadata_bytes:
             why = (
-                f"the call's metadata is {size} bytes, past the hard limit of "
+                f"the call's metadata is {head.size} bytes, past the hard limit of "
                 f"{self.limits.max_metadata_bytes}; send less metadata"
             )
             self._end_stream_call(call, grpc.StatusCode.RESOURCE_EXHAUSTED, why)
             return
-        if malformed:
-            self._end_stream_call(call, grpc.StatusCode.INTERNAL, malformed)
+        if head.malformed:
+            self._end_stream_call(call, grpc.StatusCode.INTERNAL, head.malformed)
             return
-        handler = self.server.method(pseudo.get(b":path", b""))
+        handler = self.server.method(head.path)
         if handler is None:
             self._end_stream_call(call, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
             return
@@ -808,6 +805,62 @@ class Connection(asyncio.Protocol):
             call.stall = None
             self._pump(call)
         self._flush_later()
+
+
+class _Head(NamedTuple):
+    """What a request's header block says of its call (see :func:`_read_head`)."""
+
+    unlawful: bool  # malformed as HTTP/2 (RFC 9113 section 8.3): the stream is reset
+    refusal: bytes | None  # the answer to a request that is not a gRPC call
+    malformed: str  # why the call ends at once with INTERNAL ("" when it does not)
+    size: int  # the metadata's size as gRPC core counts it
+    metadata: tuple[tuple[str, str | bytes], ...]
+    path: bytes
+    encoding: bytes
+    timeout: float | None  # grpc-timeout in seconds
+
+
+def _read_head(fields: Iterable[tuple[bytes, bytes]]) -> _Head:
+    """Check a request's header fields and read what its call needs of them."""
+    pseudo: dict[bytes, bytes] = {}
+    metadata: list[tuple[str, str | bytes]] = []
+    headers: dict[bytes, bytes] = {}
+    size, malformed, unlawful = 0, "", False
+    for name, value in fields:
+        size += len(name) + len(value) + 32
+        if name.startswith(b":"):  # RFC 9113 section 8.3: known, once, before the rest
+            unlawful = unlawful or bool(headers) or name in pseudo or name not in _PSEUDO
+            pseudo[name] = value
+        else:
+            headers[name] = value
+            if name not in _NOT_METADATA:
+                unlawful = unlawful or name in _CONNECTION_SPECIFIC
+                try:
+                    metadata.append(decode_metadata(name, value))
+                except ValueError as exc:
+                    malformed = str(exc)
+    unlawful = unlawful or b":scheme" not in pseudo
+    if headers.get(b"te", b"trailers") != b"trailers":
+        malformed = (
+            f"te {headers[b'te'].decode('latin-1')!r} is not allowed; send te: trailers or no te"
+        )
+    given = headers.get(b"grpc-timeout")
+    timeout = None if given is None else parse_timeout(given)
+    if given is not None and timeout is None:
+        malformed = (
+            f"grpc-timeout {given.decode('latin-1')!r} is malformed; send up to 8 digits "
+            "and a unit (H, M, S, m, u, n)"
+        )
+    return _Head(
+        unlawful=unlawful,
+        refusal=None if unlawful else _refusal(pseudo, headers),
+        malformed=malformed,
+        size=size,
+        metadata=tuple(metadata),
+        path=pseudo.get(b":path", b""),
+        encoding=headers.get(b"grpc-encoding", b"identity"),
+        timeout=timeout,
+    )
 
 
 def _unpad(payload: bytes) -> bytes:

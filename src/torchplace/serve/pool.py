@@ -240,7 +240,10 @@ class ReplicaPool:
         )
 
     def _finish(self, replica: Replica, batch: list[Pending], outcome: BatchOutcome) -> None:
-        """Event loop: resolve the futures of a finished batch and free its lane."""
+        """Event loop: resolve the futures of a finished batch and free its lane. The batcher
+        is told after the loop has run what the results woke (a gRPC handler encodes and
+        writes its answer in the task an awaited result resumes, one pass later): the next
+        batch's fill window opens once the answers are out, not while they are being made."""
         for pending, result in zip(batch, outcome.results, strict=False):
             future = pending.future
             if future.done():
@@ -255,7 +258,10 @@ class ReplicaPool:
         self._timed(outcome.finished - outcome.started)
         if outcome.left_pool:
             self._changed()
-        self._freed()
+        if self._loop is not None:
+            self._loop.call_soon(self._freed)
+        else:
+            self._freed()
 
     def _on_recovered(self, replica: Replica) -> None:
         """Worker thread: a background dry run brought the replica back."""
