@@ -233,9 +233,11 @@ def test_the_quick_read_takes_the_common_request_and_leaves_the_rest() -> None:
     _edit(plain, "triton parameter")
     _edit(plain, "output")
     quick = grpc_codec._quick_request(plain, ONE_INPUT[0], ONE_OUTPUT, 4, False, _NO_REGIONS)
-    assert quick is not None and quick.rows == 2
+    assert quick is not None
+    assert quick.rows == 2
     np.testing.assert_array_equal(quick.inputs["x"], np.arange(6, dtype=np.float32).reshape(2, 3))
-    assert quick.outputs is not None and [o.name for o in quick.outputs] == ["y"]
+    assert quick.outputs is not None
+    assert [o.name for o in quick.outputs] == ["y"]
     typed = _one_input()
     _edit(typed, "typed")
     assert grpc_codec._quick_request(typed, ONE_INPUT[0], ONE_OUTPUT, 4, False, _NO_REGIONS) is None

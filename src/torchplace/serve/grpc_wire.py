@@ -4,7 +4,9 @@
 grpc.aio takes about four times the CPU per call that a lean HTTP/2 reader on the loop does
 (its C core hands every call across threads and back into Python through several futures): on
 a model whose batch computes while the next requests are read, that is what bounds gRPC. This
-module reads the frames itself (RFC 9113; header blocks decoded by :mod:`hpack`), hands each
+module reads the frames itself (RFC 9113; header blocks decoded by :mod:`hpack`, and a block of
+indexed fields only, what a client sends on every call once its fields are in the dynamic
+table, read once for as long as that table stays as it is), hands each
 call to the handlers that grpc.aio would run (``grpc.GenericRpcHandler``\\ s, looked up by
 path) with a :class:`~torchplace.serve.grpc_call.Call` as their servicer context, and writes
 every answer finished in one pass of the loop in one write.
@@ -113,8 +115,10 @@ _FRAMES_PER_PASS = 512
 #: a header block of these only reads the dynamic table, so what it says is the same each time
 #: it comes until a block of any other kind is decoded (see Connection._heads)
 _INDEXED_FIELDS = bytes(range(0x81, 0xFF))
-#: the distinct header blocks a connection keeps read (clients send a handful)
+#: the distinct header blocks a connection keeps read (clients send a handful), and the
+#: longest kept (a call's block of indexed fields is a byte a field: about ten)
 _MOST_HEADS = 64
+_MOST_HEAD_BYTES = 128
 #: stale entries the stalled-calls heap may hold before it is rebuilt without them
 _STALE_ENTRIES = 64
 
@@ -519,7 +523,7 @@ class Connection(asyncio.Protocol):
         head = self._heads.get(block)
         if head is None:
             head = _read_head(self._decode(block))
-            if not block.translate(None, _INDEXED_FIELDS):  # see _heads
+            if len(block) <= _MOST_HEAD_BYTES and not block.translate(None, _INDEXED_FIELDS):
                 if len(self._heads) >= _MOST_HEADS:
                     self._heads.clear()
                 self._heads[block] = head

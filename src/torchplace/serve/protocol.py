@@ -445,11 +445,15 @@ _ARTICLES = {"object": "an object", "array": "an array"}
 
 
 def _check_scalars(
-    params: Mapping[str, object], where: str, checked: tuple[str, ...], shm: bool = False
+    params: Mapping[str, object],
+    where: str,
+    checked: tuple[str, ...],
+    shm: bool = False,
+    name: str | None = None,
 ) -> None:
     """Refuse a parameter whose value is not a boolean, a number or a string (an object, an
-    array, null), in Triton's words; ``where`` says whose parameters they are (``the request``,
-    ``input 'x'``, ``output 'y'``). A non-null value of a ``checked`` parameter is left to that
+    array, null), in Triton's words; ``where`` and ``name`` say whose parameters they are (``the
+    request``; ``input`` or ``output`` and its name, shown only in a refusal). A non-null value of a ``checked`` parameter is left to that
     parameter's own check, as are the shared-memory ones (``shm``: an input's or output's) once
     a region is named, the only time they are read. When all are scalars (the common case) this
     is one pass in C."""
@@ -461,9 +465,10 @@ def _check_scalars(
         if type(value) in _SCALARS or (value is not None and key in checked):
             continue
         kind = _kind_name(value)
+        whose = where if name is None else f"{where} {shown(name)}"
         raise _fail(  # Triton's words first
             f"parameter {shown(key)} has invalid type. It should be either 'int', 'bool', or "
-            f"'string'. Parameter {shown(key)} of {where} is "
+            f"'string'. Parameter {shown(key)} of {whose} is "
             f"{_ARTICLES.get(kind, kind)}; a parameter value is a boolean, a number or a "
             "string (the Open Inference Protocol's $parameter): send one of those, with any "
             "structure encoded as a JSON string"
@@ -592,7 +597,7 @@ def _decode_input(
     if params is not None:
         if not isinstance(params, dict):
             raise _fail(f"input {spec.name!r}: 'parameters' must be an object")
-        _check_scalars(params, f"input {shown(spec.name)}", _INPUT_CHECKED, shm=True)
+        _check_scalars(params, "input", _INPUT_CHECKED, shm=True, name=spec.name)
         check_region_named(spec.name, params)
         size = params.get("binary_data_size")
     if params is not None and "shared_memory_region" in params:
@@ -1130,11 +1135,20 @@ _BF16_INFINITE_FROM = float(np.array([0x7F7F8000], np.uint32).view(np.float32)[0
 _BF16_MAX = float(np.array([0x7F7F0000], np.uint32).view(np.float32)[0])
 
 
+#: the datatypes whose arrays are known finite when the sum of their squares is: a NaN or an
+#: infinity makes it non-finite, and BLAS's dot product overflows to infinity quietly (a large
+#: finite value is then checked one by one). Not BF16, held as float32 but infinite from a
+#: smaller magnitude; not FP16, which numpy sums itself, warning on an overflow.
+_SQUARED = frozenset(("FP32", "FP64"))
+
+
 def _check_finite(spec: TensorSpec, array: np.ndarray[Any, Any], json: bool = False) -> None:
     """Refuse NaN and infinite floats (a JSON number past the datatype's range is one once
     converted: 1e39 as FP32, 3.4e38 as BF16; so is a null in JSON ``data``, read as NaN)."""
     if array.dtype.kind != "f":
         return
+    if spec.datatype in _SQUARED and math.isfinite(np.vdot(array, array)):
+        return  # see _SQUARED
     if spec.datatype == "BF16":
         bad = ~(np.abs(array) < _BF16_INFINITE_FROM)  # NaN compares false: bad too
         if not bad.any():
@@ -1237,7 +1251,7 @@ def _requested_output(
         return RequestedOutput(name, binary_default)
     if not isinstance(params, dict):
         raise _fail(f"output {name!r}: 'parameters' must be an object")
-    _check_scalars(params, f"output {shown(name)}", _OUTPUT_CHECKED, shm=True)
+    _check_scalars(params, "output", _OUTPUT_CHECKED, shm=True, name=name)
     flag = params.get("binary_data", binary_default)
     if not isinstance(flag, bool):
         raise _fail(f"output {name!r}: parameter 'binary_data' must be true or false")
