@@ -755,3 +755,99 @@ def test_a_raw_binary_request_works_out_one_variable_dimension() -> None:
     two = (TensorSpec("x", "FP32", (-1, -1, -1)),)
     with pytest.raises(InputError, match=r"^The shape of the raw input 'x' can not be deduced"):
         decode_infer_request(body, inputs=two, outputs=two, max_rows=4, header_length=0)
+
+
+def _binary_request(datatype: str, change: str) -> tuple[bytes, int]:
+    """A one-input binary request (3 columns, 2 rows; 5 under ``too many rows``), changed one
+    way (see the test below)."""
+    rows = 5 if change == "too many rows" else 2
+    wire = protocol.WIRE_DTYPES[datatype]
+    values = np.arange(rows * 3).astype(wire)
+    if change == "nan" and (values.dtype.kind == "f" or datatype == "BF16"):
+        values[4] = np.nan if values.dtype.kind == "f" else 0x7FC0  # BF16's NaN bits
+    data = values.tobytes()
+    entry: dict[str, Any] = {"name": "x", "datatype": datatype, "shape": [rows, 3],
+                             "parameters": {"binary_data_size": len(data)}}  # fmt: skip
+    extra: dict[str, Any] = {}
+    params = entry["parameters"]
+    if change == "id":
+        extra["id"] = "r9"
+    elif change == "timeout and priority":
+        extra["parameters"] = {"timeout": 900, "priority": 1}
+    elif change == "bad priority":
+        extra["parameters"] = {"priority": "high"}
+    elif change == "binary outputs":
+        extra["outputs"] = [{"name": "y", "parameters": {"binary_data": True}}]
+    elif change == "unknown output":
+        extra["outputs"] = [{"name": "z"}]
+    elif change == "wrong name":
+        entry["name"] = "w"
+    elif change == "wrong datatype":
+        entry["datatype"] = "INT32" if datatype != "INT32" else "FP32"
+    elif change == "short section":
+        data = data[:-1]
+    elif change == "long section":
+        data += b"\0"
+    elif change == "size not the shape's":
+        params["binary_data_size"] = len(data) - 1
+    elif change == "size as a float":
+        params["binary_data_size"] = float(len(data))
+    elif change == "width":
+        entry["shape"] = [2, 4]
+    elif change == "no rows":
+        entry["shape"], params["binary_data_size"], data = [0, 3], 0, b""
+    elif change == "bool in shape":
+        entry["shape"] = [True, 3]
+    elif change == "three dims":
+        entry["shape"] = [2, 3, 1]
+    elif change == "data too":
+        entry["data"] = [0.0] * 6
+    elif change == "another parameter":
+        params["note"] = "x"
+    elif change == "shared memory too":
+        params["shared_memory_region"] = "r"
+    return _binary_body([(entry, data)], **extra)
+
+
+BINARY_CHANGES = ["plain", "too many rows", "nan", "id", "timeout and priority", "bad priority",
+                  "binary outputs", "unknown output", "wrong name", "wrong datatype",
+                  "short section", "long section", "size not the shape's", "size as a float",
+                  "width", "no rows", "bool in shape", "three dims", "data too",
+                  "another parameter", "shared memory too"]  # fmt: skip
+
+
+def _read(body: bytes, header_length: int, inputs: tuple[TensorSpec, ...]) -> object:
+    try:
+        got = decode_infer_request(
+            body, inputs=inputs, outputs=(TensorSpec("y", "FP32", (-1, 3)),), max_rows=4,
+            header_length=header_length,
+        )  # fmt: skip
+    except ServeError as exc:
+        return type(exc), str(exc)
+    arrays = {name: (a.dtype, a.shape, a.tobytes()) for name, a in got.inputs.items()}
+    return (got.id, arrays, got.rows, got.outputs, got.binary_output, got.timeout_us,
+            got.priority)  # fmt: skip
+
+
+@pytest.mark.parametrize("datatype", ["FP32", "FP16", "FP64", "INT64", "UINT8", "BOOL", "BF16"])
+@pytest.mark.parametrize("change", BINARY_CHANGES)
+def test_the_quick_read_of_a_binary_input_is_the_general_one(
+    datatype: str, change: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A one-input model's binary requests are read by a quick path first: whatever it answers
+    (a request, or a refusal) is what the general path answers."""
+    inputs = (TensorSpec("x", datatype, (-1, 3)),)
+    body, header_length = _binary_request(datatype, change)
+    quick = _read(body, header_length, inputs)
+    monkeypatch.setattr(protocol, "_quick_binary_array", lambda *args: None)
+    assert quick == _read(body, header_length, inputs)
+
+
+def test_the_quick_binary_read_takes_the_common_request() -> None:
+    body, header_length = _binary_request("FP32", "binary outputs")
+    doc = orjson.loads(body[:header_length])
+    array = protocol._quick_binary_array(
+        doc["inputs"], TensorSpec("x", "FP32", (-1, 3)), memoryview(body)[header_length:], 4
+    )
+    assert array is not None
+    np.testing.assert_array_equal(array, np.arange(6, dtype=np.float32).reshape(2, 3))

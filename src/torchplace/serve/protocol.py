@@ -262,7 +262,18 @@ def _decode_request(
     if request_id is not None:
         check_request_id(request_id)
     binary_output, timeout_us, priority = _request_parameters(doc.get("parameters"))
-    arrays, offset = _decode_inputs(doc.get("inputs"), inputs, binary, max_rows, allow_nan, regions)
+    if len(inputs) == 1 and binary is not None:
+        array = _quick_binary_array(doc.get("inputs"), inputs[0], binary, max_rows)
+        if array is not None:
+            arrays, offset = {inputs[0].name: array}, len(binary)
+            if not allow_nan:
+                _check_finite(inputs[0], array)
+    else:
+        array = None
+    if array is None:
+        arrays, offset = _decode_inputs(
+            doc.get("inputs"), inputs, binary, max_rows, allow_nan, regions
+        )
     if binary is not None and offset != len(binary):
         have = len(binary)
         raise _ModelWords(  # Triton's words first
@@ -694,6 +705,49 @@ def _quick_json_array(
     ):
         return None
     return np.array(data, dtype=HOST_DTYPES[spec.datatype]).reshape(shape)
+
+
+#: the datatypes whose binary bytes are their values as they are (no BF16 widening, no BOOL check)
+_PLAIN_BINARY = frozenset(("UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32",
+                           "INT64", "FP16", "FP32", "FP64"))  # fmt: skip
+
+
+def _quick_binary_array(
+    raw_inputs: object, spec: TensorSpec, binary: memoryview, max_rows: int
+) -> np.ndarray[Any, Any] | None:
+    """The common binary request's one input, read without the general checks: its name, its
+    datatype (one whose bytes are its values), a valid shape and ``binary_data_size`` and
+    nothing else, its bytes all of the binary section. None for anything else (errors
+    included), for :func:`_decode_inputs` to decide; an array returned here (its values not yet
+    checked finite) equals the one that path would return."""
+    if type(raw_inputs) is not list or len(raw_inputs) != 1:
+        return None
+    raw = raw_inputs[0]
+    if type(raw) is not dict or len(raw) != 4:  # name, datatype, shape, parameters
+        return None
+    datatype, shape, params = raw.get("datatype"), raw.get("shape"), raw.get("parameters")
+    if (
+        raw.get("name") != spec.name
+        or datatype != spec.datatype
+        or datatype not in _PLAIN_BINARY
+        or type(shape) is not list
+        or len(shape) != len(spec.shape)
+        or type(params) is not dict
+        or len(params) != 1
+    ):
+        return None
+    count = 1
+    for want, got in zip(spec.shape, shape):  # noqa: B905 (lengths checked above)
+        if type(got) is not int or got < 1 or (want != got and want != -1):
+            return None
+        count *= got
+    wire = WIRE_DTYPES[datatype]
+    size = params.get("binary_data_size")
+    if shape[0] > max_rows or type(size) is not int or size != count * wire.itemsize:
+        return None
+    if size != len(binary):
+        return None
+    return np.frombuffer(binary, dtype=wire).astype(HOST_DTYPES[datatype]).reshape(shape)
 
 
 def _quick_long_array(
