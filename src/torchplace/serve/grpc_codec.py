@@ -32,6 +32,7 @@ from torchplace.serve.proto import grpc_service_pb2 as pb
 from torchplace.serve.protocol import (
     _NO_LABELS,
     _NO_REGIONS,
+    _PLAIN_BINARY,
     _SCHEDULE_PARAMETERS,
     WIRE_DTYPES,
     InferRequest,
@@ -203,10 +204,6 @@ def decode_infer_request(
         raise exc.of_model(model) from None
 
 
-#: the datatypes whose raw bytes are their values as they are (no BF16 widening, no BOOL check)
-_QUICK_DATATYPES = frozenset(HOST_DTYPES) - {"BF16", "BOOL"}
-
-
 def _quick_request(
     message: Any,
     spec: TensorSpec,
@@ -230,7 +227,7 @@ def _quick_request(
     if (
         tensor.name != spec.name
         or tensor.datatype != datatype
-        or datatype not in _QUICK_DATATYPES
+        or datatype not in _PLAIN_BINARY
         or tensor.parameters
         or tensor.HasField("contents")
     ):

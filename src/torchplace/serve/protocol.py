@@ -262,15 +262,14 @@ def _decode_request(
     if request_id is not None:
         check_request_id(request_id)
     binary_output, timeout_us, priority = _request_parameters(doc.get("parameters"))
+    sent = None
     if len(inputs) == 1 and binary is not None:
-        array = _quick_binary_array(doc.get("inputs"), inputs[0], binary, max_rows)
-        if array is not None:
-            arrays, offset = {inputs[0].name: array}, len(binary)
+        sent = _quick_binary_array(doc.get("inputs"), inputs[0], binary, max_rows)
+        if sent is not None:
             if not allow_nan:
-                _check_finite(inputs[0], array)
-    else:
-        array = None
-    if array is None:
+                _check_finite(inputs[0], sent)
+            arrays, offset = {inputs[0].name: sent}, len(binary)
+    if sent is None:
         arrays, offset = _decode_inputs(
             doc.get("inputs"), inputs, binary, max_rows, allow_nan, regions
         )
@@ -463,11 +462,11 @@ def _check_scalars(
     name: str | None = None,
 ) -> None:
     """Refuse a parameter whose value is not a boolean, a number or a string (an object, an
-    array, null), in Triton's words; ``where`` and ``name`` say whose parameters they are (``the
-    request``; ``input`` or ``output`` and its name, shown only in a refusal). A non-null value of a ``checked`` parameter is left to that
-    parameter's own check, as are the shared-memory ones (``shm``: an input's or output's) once
-    a region is named, the only time they are read. When all are scalars (the common case) this
-    is one pass in C."""
+    array, null), in Triton's words; ``where`` and ``name`` say whose parameters they are
+    (``the request``; ``input`` or ``output`` and its name, shown only in a refusal). A non-null
+    value of a ``checked`` parameter is left to that parameter's own check, as are the
+    shared-memory ones (``shm``: an input's or output's) once a region is named, the only time
+    they are read. When all are scalars (the common case) this is one pass in C."""
     if _SCALARS.issuperset(map(type, params.values())):
         return
     if shm and "shared_memory_region" in params:
