@@ -32,7 +32,6 @@ from torchplace.serve.proto import grpc_service_pb2 as pb
 from torchplace.serve.protocol import (
     _NO_LABELS,
     _NO_REGIONS,
-    _PLAIN_BINARY,
     _SCHEDULE_PARAMETERS,
     WIRE_DTYPES,
     InferRequest,
@@ -46,6 +45,7 @@ from torchplace.serve.protocol import (
     _for,
     _given_twice,
     _ModelWords,
+    _quick_raw_array,
     _same_rows,
     _unknown_input,
     _unknown_output,
@@ -213,9 +213,9 @@ def _quick_request(
     regions: SharedMemoryRegions,
 ) -> InferRequest | None:
     """The common request, read without the general checks of its one input: the model's one
-    input, of a numeric datatype, its bytes in ``raw_input_contents`` and nothing on it but its
-    name, datatype and a valid shape. None for anything else (errors in the input included),
-    for :func:`_decode_request` to decide. Past the input, the checks are the general path's,
+    input, its bytes in ``raw_input_contents`` (as :func:`_quick_raw_array` takes them) and
+    nothing on it but its name, datatype and shape. None for anything else (errors in the input
+    included), for :func:`_decode_request` to decide. Past the input, the checks are the general path's,
     in its order (finite values, the id, the parameters, the outputs), so a request returned
     or refused here is returned or refused the same way there."""
     tensors = message.inputs
@@ -223,28 +223,17 @@ def _quick_request(
     if len(tensors) != 1 or len(raw) != 1:
         return None
     tensor = tensors[0]
-    datatype = spec.datatype
     if (
         tensor.name != spec.name
-        or tensor.datatype != datatype
-        or datatype not in _PLAIN_BINARY
+        or tensor.datatype != spec.datatype
         or tensor.parameters
         or tensor.HasField("contents")
     ):
         return None
     shape = list(tensor.shape)
-    if len(shape) != len(spec.shape) or not 1 <= shape[0] <= max_rows:
+    array = _quick_raw_array(spec, shape, raw[0], max_rows)
+    if array is None:
         return None
-    count = 1
-    for want, got in zip(spec.shape, shape):  # noqa: B905 (lengths checked above)
-        if got < 1 or (want != got and want != -1):
-            return None
-        count *= got
-    data = raw[0]
-    wire = WIRE_DTYPES[datatype]
-    if len(data) != count * wire.itemsize:
-        return None
-    array = np.frombuffer(data, dtype=wire).astype(HOST_DTYPES[datatype]).reshape(shape)
     if not allow_nan:
         _check_finite(spec, array)
     if message.id:

@@ -258,10 +258,7 @@ class ReplicaPool:
         self._timed(outcome.finished - outcome.started)
         if outcome.left_pool:
             self._changed()
-        if self._loop is not None:
-            self._loop.call_soon(self._freed)
-        else:
-            self._freed()
+        asyncio.get_running_loop().call_soon(self._freed)
 
     def _on_recovered(self, replica: Replica) -> None:
         """Worker thread: a background dry run brought the replica back."""

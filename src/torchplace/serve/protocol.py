@@ -26,7 +26,7 @@ import sys
 from array import array as c_array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import orjson
@@ -680,20 +680,15 @@ def _quick_json_array(
     if (
         limit is None
         or type(data) is not list
-        or type(shape) is not list
         or raw.get("datatype") != spec.datatype
         or "parameters" in raw
-        or len(shape) != len(spec.shape)
         or not data
     ):
         return None
-    count = 1
-    for want, got in zip(spec.shape, shape):  # noqa: B905 (lengths checked above)
-        if type(got) is not int or got < 1 or (want != got and want != -1):
-            return None
-        count *= got
-    if count != len(data) or shape[0] > max_rows:
+    count = _quick_count(spec, shape, max_rows)
+    if count != len(data):
         return None
+    shape = cast("list[int]", shape)  # _quick_count took it
     if count > _QUICK_MAX_VALUES:
         return _quick_long_array(data, spec, limit, shape, bools)
     if (
@@ -711,42 +706,63 @@ _PLAIN_BINARY = frozenset(("UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16
                            "INT64", "FP16", "FP32", "FP64"))  # fmt: skip
 
 
-def _quick_binary_array(
-    raw_inputs: object, spec: TensorSpec, binary: memoryview, max_rows: int
-) -> np.ndarray[Any, Any] | None:
-    """The common binary request's one input, read without the general checks: its name, its
-    datatype (one whose bytes are its values), a valid shape and ``binary_data_size`` and
-    nothing else, its bytes all of the binary section. None for anything else (errors
-    included), for :func:`_decode_inputs` to decide; an array returned here (its values not yet
-    checked finite) equals the one that path would return."""
-    if type(raw_inputs) is not list or len(raw_inputs) != 1:
-        return None
-    raw = raw_inputs[0]
-    if type(raw) is not dict or len(raw) != 4:  # name, datatype, shape, parameters
-        return None
-    datatype, shape, params = raw.get("datatype"), raw.get("shape"), raw.get("parameters")
-    if (
-        raw.get("name") != spec.name
-        or datatype != spec.datatype
-        or datatype not in _PLAIN_BINARY
-        or type(shape) is not list
-        or len(shape) != len(spec.shape)
-        or type(params) is not dict
-        or len(params) != 1
-    ):
+def _quick_count(spec: TensorSpec, shape: object, max_rows: int) -> int | None:
+    """The values a shape holds, for the quick reads: a list of positive integers that fits
+    the declared shape, 1 to ``max_rows`` rows; None for any other (the general path's to
+    refuse or take)."""
+    if type(shape) is not list or len(shape) != len(spec.shape):
         return None
     count = 1
     for want, got in zip(spec.shape, shape):  # noqa: B905 (lengths checked above)
         if type(got) is not int or got < 1 or (want != got and want != -1):
             return None
         count *= got
+    return count if shape[0] <= max_rows else None
+
+
+def _quick_raw_array(
+    spec: TensorSpec, shape: object, data: bytes | memoryview, max_rows: int
+) -> np.ndarray[Any, Any] | None:
+    """An input's raw little-endian bytes (REST's binary section, gRPC's raw contents) as the
+    array the general path would make, when its datatype's bytes are its values
+    (:data:`_PLAIN_BINARY`), its shape passes :func:`_quick_count` and ``data`` is exactly what
+    that shape takes; None otherwise. Its values are not yet checked finite."""
+    datatype = spec.datatype
+    if datatype not in _PLAIN_BINARY:
+        return None
+    count = _quick_count(spec, shape, max_rows)
     wire = WIRE_DTYPES[datatype]
+    if count is None or len(data) != count * wire.itemsize:
+        return None
+    array: np.ndarray[Any, Any] = np.frombuffer(data, dtype=wire).astype(HOST_DTYPES[datatype])
+    return array.reshape(shape)
+
+
+def _quick_binary_array(
+    raw_inputs: object, spec: TensorSpec, binary: memoryview, max_rows: int
+) -> np.ndarray[Any, Any] | None:
+    """The common binary request's one input, read without the general checks: its name, its
+    datatype, its shape and ``binary_data_size`` and nothing else, its bytes all of the binary
+    section (see :func:`_quick_raw_array`). None for anything else (errors included), for
+    :func:`_decode_inputs` to decide; an array returned here (its values not yet checked
+    finite) equals the one that path would return."""
+    if type(raw_inputs) is not list or len(raw_inputs) != 1:
+        return None
+    raw = raw_inputs[0]
+    if type(raw) is not dict or len(raw) != 4:  # name, datatype, shape, parameters
+        return None
+    params = raw.get("parameters")
+    if (
+        raw.get("name") != spec.name
+        or raw.get("datatype") != spec.datatype
+        or type(params) is not dict
+        or len(params) != 1
+    ):
+        return None
     size = params.get("binary_data_size")
-    if shape[0] > max_rows or type(size) is not int or size != count * wire.itemsize:
+    if type(size) is not int or size != len(binary):
         return None
-    if size != len(binary):
-        return None
-    return np.frombuffer(binary, dtype=wire).astype(HOST_DTYPES[datatype]).reshape(shape)
+    return _quick_raw_array(spec, raw.get("shape"), binary, max_rows)
 
 
 def _quick_long_array(
