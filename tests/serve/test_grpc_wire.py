@@ -3,10 +3,12 @@ h2frames`, :mod:`~torchplace.serve.grpc_call`): the header blocks it writes deco
 ``grpc-timeout`` and ``grpc-message`` are read and written as gRPC's HTTP/2 protocol says, and
 on the wire (a hand-spoken client, :mod:`tests.serve.raw_http2`): answers wait on the client's
 flow-control window, PINGs are acknowledged, a request that is not gRPC gets an HTTP status, a
-connection that does not speak HTTP/2 is closed with GOAWAY, and the server serves on."""
+connection that does not speak HTTP/2 is closed with GOAWAY, and the server serves on; a call's
+answer is written when the call ends (an in-memory transport)."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import Iterator
 
@@ -36,7 +38,9 @@ from .raw_http2 import (
 
 grpc = pytest.importorskip("grpc")
 hpack = pytest.importorskip("hpack")
-from torchplace.serve.grpc_call import parse_timeout  # noqa: E402
+from torchplace.serve.grpc_call import Call, parse_timeout  # noqa: E402
+from torchplace.serve.grpc_wire import Connection as WireConnection  # noqa: E402
+from torchplace.serve.grpc_wire import WireLimits, WireServer  # noqa: E402
 from torchplace.serve.h2frames import header_block, percent_encode  # noqa: E402
 from torchplace.serve.proto import grpc_service_pb2 as pb  # noqa: E402
 
@@ -187,3 +191,56 @@ def test_a_block_of_indexed_fields_means_what_the_dynamic_table_holds_when_it_co
     finally:
         connection.close()
     assert metadata.name == "torchplace"
+
+
+class _Written:
+    """A transport that keeps what is written to it."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def is_closing(self) -> bool:
+        return False
+
+    def abort(self) -> None: ...
+
+
+def test_an_ended_call_is_written_before_the_next_answer_is_made() -> None:
+    """Calls that end in one pass of the loop (a batch's answers) are each written when they
+    end: the client takes up the first while the later ones are made."""
+    asyncio.run(_answer_two_calls())
+
+
+async def _answer_two_calls() -> None:
+    connection = WireConnection(WireServer((), WireLimits(max_message_bytes=1 << 20)))
+    transport = _Written()
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    calls = [Call(connection, stream, (), None, b"identity", 1 << 20) for stream in (1, 3)]
+    for call in calls:
+        connection.calls[call.stream] = call
+    try:
+        for call in calls:
+            before = len(transport.writes)
+            connection.answer(call, b"answer %d" % call.stream)
+            connection.finish(call, grpc.StatusCode.OK)
+            written = transport.writes[before:]
+            assert len(written) == 1, written  # the answer and its trailers, at once
+            data = [f for f in _frames(written[0]) if f[0] == DATA]
+            assert [f[2] for f in data] == [grpc_message(b"answer %d" % call.stream)]
+            assert call.stream not in connection.calls  # its status went with it
+    finally:
+        connection.connection_lost(None)
+
+
+def _frames(data: bytes) -> list[tuple[int, int, bytes]]:
+    """The (type, stream, payload) of each HTTP/2 frame in ``data``."""
+    frames = []
+    while data:
+        size = int.from_bytes(data[:3], "big")
+        stream = int.from_bytes(data[5:9], "big") & 0x7FFFFFFF
+        frames.append((data[3], stream, data[9 : 9 + size]))
+        data = data[9 + size :]
+    return frames

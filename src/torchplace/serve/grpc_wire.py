@@ -703,7 +703,9 @@ class Connection(asyncio.Protocol):
             self._flush_later()
 
     def finish(self, call: Call, code: grpc.StatusCode, details: str = "") -> None:
-        """End ``call`` with its status (after its answer bytes)."""
+        """End ``call`` with its status (after its answer bytes), written at once: when a batch's
+        calls end in one pass of the loop, the client takes up the first answers (and sends its
+        next requests) while the later ones are made, instead of all of them after the last."""
         if call.finished or call.reset:
             return
         call.finished = True
@@ -717,7 +719,7 @@ class Connection(asyncio.Protocol):
                 _OK_TRAILERS if code == grpc.StatusCode.OK else _status_trailers(code, details)
             )
             self._pump(call)
-        self._flush_later()
+        self._write_out()
 
     def _end_stream_call(self, call: Call, code: grpc.StatusCode, details: str) -> None:
         """End a call from the wire side: its status, and its handler cancelled."""
