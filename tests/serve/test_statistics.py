@@ -44,3 +44,24 @@ def test_requests_and_batches_are_counted_in_nanoseconds() -> None:
             "compute_output": {"count": 1, "ns": 2_000},
         },
     ]
+
+
+def test_a_request_in_one_chunk_counts_as_the_sum_over_its_chunks() -> None:
+    """A request in one chunk is read without the loop over chunks; it counts as the same
+    request with a second chunk that adds nothing (no rows, never ran, arrived later)."""
+    cases = [
+        (True, 0.004, _part(3, 10.0, (10.0025, 2e-6, 0.001, 3e-6))),
+        (True, 0.002, _part(1, 10.0, None)),  # answered without running
+        (True, 0.001, _part(2, 10.5, (10.4, 0.0, 0.001, 0.0))),  # a clock step: queue >= 0
+        (False, 0.3, _part(1, 10.0, (10.1, 0.0, 0.002, 0.0))),
+    ]
+    alone, paired = InferStatistics(), InferStatistics()
+    for ok, seconds, part in cases:
+        alone.request(ok, seconds, [part])
+        paired.request(ok, seconds, [part, _part(0, part.arrived + 1.0, None)])  # type: ignore[attr-defined]
+    assert alone.snapshot("m", "1") == paired.snapshot("m", "1")
+    counted = alone.snapshot("m", "1")["inference_stats"]
+    assert counted["success"]["count"] == 3
+    assert counted["queue"]["count"] == 2
+    assert abs(counted["queue"]["ns"] - 2_500_000) <= 1  # the clock step counts 0
+    assert counted["fail"]["count"] == 1

@@ -9,7 +9,7 @@ indexed fields only, what a client sends on every call once its fields are in th
 table, read once for as long as that table stays as it is), hands each
 call to the handlers that grpc.aio would run (``grpc.GenericRpcHandler``\\ s, looked up by
 path) with a :class:`~torchplace.serve.grpc_call.Call` as their servicer context, and writes
-every answer finished in one pass of the loop in one write.
+each call's answer and status when the call ends (other frames once per pass of the loop).
 
 What it keeps of the protocol, and of gRPC core's server:
 

@@ -86,26 +86,25 @@ class InferStatistics:
                 self._counts["fail"] += 1
                 self._times["fail"] += int(seconds * _NS)
             return
-        rows = 0
-        arrived = first = float("inf")  # the earliest arrival, and start of a chunk's batch
-        h2d_ns = infer_ns = d2h_ns = 0
-        for part in parts:  # one unless the request was split
-            rows += part.rows
-            arrived = min(arrived, part.arrived)
-            if part.timing is not None:
-                started, h2d, infer, d2h = part.timing
-                first = min(first, started)
-                h2d_ns += int(h2d * _NS)
-                infer_ns += int(infer * _NS)
-                d2h_ns += int(d2h * _NS)
-        timed = first != float("inf")
-        queue_ns = int((first - arrived) * _NS) if timed else 0
+        if len(parts) == 1:  # the common case: read once, without the loop over chunks
+            part = parts[0]
+            rows = part.rows
+            timing = part.timing
+            if timing is not None:
+                started, h2d, infer, d2h = timing
+                queue_ns = int((started - part.arrived) * _NS)
+                stamped = (queue_ns, int(h2d * _NS), int(infer * _NS), int(d2h * _NS))
+            else:
+                stamped = None
+        else:
+            rows, stamped = _summed(parts)
         with self._lock:
             counts, times = self._counts, self._times
             counts["success"] += 1
             times["success"] += int(seconds * _NS)
             self.inference_count += rows
-            if timed:
+            if stamped is not None:
+                queue_ns, h2d_ns, infer_ns, d2h_ns = stamped
                 counts["queue"] += 1
                 times["queue"] += max(queue_ns, 0)
                 counts["compute_input"] += 1
@@ -166,3 +165,24 @@ class InferStatistics:
             ],
             "memory_usage": [],
         }
+
+
+def _summed(parts: Sequence[Timed]) -> tuple[int, tuple[int, int, int, int] | None]:
+    """The rows of a request's chunks, and (queue, h2d, forward, d2h) nanoseconds summed over
+    the batches they ran in (queue: from the earliest arrival to the first batch's start);
+    None for the times when no chunk ran."""
+    rows = 0
+    arrived = first = float("inf")
+    h2d_ns = infer_ns = d2h_ns = 0
+    for part in parts:
+        rows += part.rows
+        arrived = min(arrived, part.arrived)
+        if part.timing is not None:
+            started, h2d, infer, d2h = part.timing
+            first = min(first, started)
+            h2d_ns += int(h2d * _NS)
+            infer_ns += int(infer * _NS)
+            d2h_ns += int(d2h * _NS)
+    if first == float("inf"):
+        return rows, None
+    return rows, (int((first - arrived) * _NS), h2d_ns, infer_ns, d2h_ns)
