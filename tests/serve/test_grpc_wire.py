@@ -235,6 +235,30 @@ async def _answer_two_calls() -> None:
         connection.connection_lost(None)
 
 
+def test_calls_refused_in_one_read_are_written_once() -> None:
+    """Calls that end while the frames of one read are read (here: a method no handler
+    serves) are written together when the read ends."""
+    asyncio.run(_refuse_three_calls())
+
+
+async def _refuse_three_calls() -> None:
+    connection = WireConnection(WireServer((), WireLimits(max_message_bytes=1 << 20)))
+    transport = _Written()
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    try:
+        settings = len(transport.writes)
+        calls = b"".join(frame(HEADERS, END_HEADERS | END_STREAM, stream, grpc_headers(INFER))
+                         for stream in (1, 3, 5))  # fmt: skip
+        connection.data_received(PREFACE + frame(SETTINGS, 0, 0) + calls)
+        written = transport.writes[settings:]
+        assert len(written) == 1, written
+        ended = [f for f in _frames(written[0]) if f[0] == HEADERS]
+        assert [stream for _, stream, _ in ended] == [1, 3, 5]
+        assert all(b"grpc-status\x0212" in payload for _, _, payload in ended)  # UNIMPLEMENTED
+    finally:
+        connection.connection_lost(None)
+
+
 def _frames(data: bytes) -> list[tuple[int, int, bytes]]:
     """The (type, stream, payload) of each HTTP/2 frame in ``data``."""
     frames = []

@@ -231,6 +231,7 @@ class Connection(asyncio.Protocol):
         self._out: list[bytes] = []
         self._queued = 0  # answer bytes given since the last write
         self._flush_soon = False
+        self._reading = False  # in _read: what the frames make is written once at its end
         #: calls with answer bytes waiting on the connection's window (oldest first)
         self._blocked: OrderedDict[int, Call] = OrderedDict()
         #: calls with answer bytes waiting on their stream's window: a heap of [the
@@ -352,12 +353,15 @@ class Connection(asyncio.Protocol):
     def _read(self) -> None:
         """Read what the buffer holds (the preface first) and write the answers; a protocol
         error ends the connection."""
+        self._reading = True
         try:
             if self._preface or self._read_preface():
                 self._read_frames()
         except _ProtocolError as exc:
             self.go_away(exc.code, str(exc))
             self.close()
+        finally:
+            self._reading = False
         self._write_out()
 
     def _read_preface(self) -> bool:
@@ -705,7 +709,9 @@ class Connection(asyncio.Protocol):
     def finish(self, call: Call, code: grpc.StatusCode, details: str = "") -> None:
         """End ``call`` with its status (after its answer bytes), written at once: when a batch's
         calls end in one pass of the loop, the client takes up the first answers (and sends its
-        next requests) while the later ones are made, instead of all of them after the last."""
+        next requests) while the later ones are made, instead of all of them after the last.
+        Calls refused while their frames are read are written together once the read ends: a
+        client's read of many bad calls costs one write, not one each."""
         if call.finished or call.reset:
             return
         call.finished = True
@@ -719,7 +725,10 @@ class Connection(asyncio.Protocol):
                 _OK_TRAILERS if code == grpc.StatusCode.OK else _status_trailers(code, details)
             )
             self._pump(call)
-        self._write_out()
+        if self._reading:
+            self._flush_later()
+        else:
+            self._write_out()
 
     def _end_stream_call(self, call: Call, code: grpc.StatusCode, details: str) -> None:
         """End a call from the wire side: its status, and its handler cancelled."""
