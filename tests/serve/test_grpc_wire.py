@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 
@@ -40,7 +41,7 @@ grpc = pytest.importorskip("grpc")
 hpack = pytest.importorskip("hpack")
 from torchplace.serve.grpc_call import Call, parse_timeout  # noqa: E402
 from torchplace.serve.grpc_wire import Connection as WireConnection  # noqa: E402
-from torchplace.serve.grpc_wire import WireLimits, WireServer  # noqa: E402
+from torchplace.serve.grpc_wire import WireLimits, WireServer, _run  # noqa: E402
 from torchplace.serve.h2frames import header_block, percent_encode  # noqa: E402
 from torchplace.serve.proto import grpc_service_pb2 as pb  # noqa: E402
 
@@ -233,6 +234,34 @@ async def _answer_two_calls() -> None:
             assert call.stream not in connection.calls  # its status went with it
     finally:
         connection.connection_lost(None)
+
+
+def test_a_streamed_answer_is_written_before_the_next_is_made() -> None:
+    """A streaming handler's answer goes out as it is made, as a call's end does."""
+    asyncio.run(_stream_two_answers())
+
+
+async def _stream_two_answers() -> None:
+    connection = WireConnection(WireServer((), WireLimits(max_message_bytes=1 << 20)))
+    transport = _Written()
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    call = Call(connection, 1, (), None, b"identity", 1 << 20)
+    connection.calls[1] = call
+    call.end_of_requests()
+    seen: list[bytes] = []
+
+    async def answers(requests: Any, context: Any) -> AsyncIterator[bytes]:
+        yield b"first"
+        seen.append(b"".join(transport.writes))  # what the client has when the next is made
+        yield b"second"
+
+    try:
+        await _run(call, grpc.stream_stream_rpc_method_handler(answers))
+    finally:
+        connection.connection_lost(None)
+    assert grpc_message(b"first") in seen[0]
+    assert grpc_message(b"second") not in seen[0]
+    assert grpc_message(b"second") in b"".join(transport.writes)
 
 
 def test_calls_refused_in_one_read_are_written_once() -> None:

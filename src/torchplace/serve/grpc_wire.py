@@ -9,7 +9,8 @@ indexed fields only, what a client sends on every call once its fields are in th
 table, read once for as long as that table stays as it is), hands each
 call to the handlers that grpc.aio would run (``grpc.GenericRpcHandler``\\ s, looked up by
 path) with a :class:`~torchplace.serve.grpc_call.Call` as their servicer context, and writes
-each call's answer and status when the call ends (other frames once per pass of the loop).
+a call's answers as its handler makes them and its status when it ends (what the frames of one
+read make, once that read ends; other frames once per pass of the loop).
 
 What it keeps of the protocol, and of gRPC core's server:
 
@@ -725,6 +726,10 @@ class Connection(asyncio.Protocol):
                 _OK_TRAILERS if code == grpc.StatusCode.OK else _status_trailers(code, details)
             )
             self._pump(call)
+        self.flush()
+
+    def flush(self) -> None:
+        """Write what is waiting now, or, while a read's frames are read, once the read ends."""
         if self._reading:
             self._flush_later()
         else:
@@ -926,6 +931,7 @@ async def _run(call: Call, handler: grpc.RpcMethodHandler) -> None:
             behaviour = handler.stream_stream if handler.request_streaming else handler.unary_stream
             async for answer in behaviour(requests, call):
                 connection.answer(call, serialize(answer))
+                connection.flush()  # as a call's end is (see Connection.finish)
                 await call.sent()
         else:
             behaviour = handler.stream_unary if handler.request_streaming else handler.unary_unary
