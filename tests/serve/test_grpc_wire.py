@@ -3,8 +3,9 @@ h2frames`, :mod:`~torchplace.serve.grpc_call`): the header blocks it writes deco
 ``grpc-timeout`` and ``grpc-message`` are read and written as gRPC's HTTP/2 protocol says, and
 on the wire (a hand-spoken client, :mod:`tests.serve.raw_http2`): answers wait on the client's
 flow-control window, PINGs are acknowledged, a request that is not gRPC gets an HTTP status, a
-connection that does not speak HTTP/2 is closed with GOAWAY, and the server serves on; a call's
-answer is written when the call ends (an in-memory transport)."""
+connection that does not speak HTTP/2 is closed with GOAWAY, and the server serves on. On an
+in-memory transport: a call's answer is written when the call ends, a streamed answer as it is
+made, and calls refused while one read's frames are read in one write at its end."""
 
 from __future__ import annotations
 
