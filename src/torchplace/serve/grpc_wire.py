@@ -106,9 +106,6 @@ _CONNECTION_SPECIFIC = frozenset((b"connection", b"keep-alive", b"proxy-connecti
                                   b"transfer-encoding", b"upgrade"))  # fmt: skip
 #: how long a closed connection may take to write what is left to a client that does not read
 _LINGER_S = 5.0
-#: answer bytes queued in one pass of the loop past which they are written at once (so that a
-#: client that does not read pauses the handlers before their answers pile up in memory)
-_WRITE_NOW = 1024 * 1024
 #: the frames read from one connection in one pass of the event loop (the other connections
 #: and the handlers run between passes)
 _FRAMES_PER_PASS = 512
@@ -230,7 +227,6 @@ class Connection(asyncio.Protocol):
         self._headers: tuple[int, int, bytearray] | None = None  # a block awaiting CONTINUATION
         self._received = 0  # connection-window bytes not yet credited back
         self._out: list[bytes] = []
-        self._queued = 0  # answer bytes given since the last write
         self._flush_soon = False
         self._reading = False  # in _read: what the frames make is written once at its end
         #: calls with answer bytes waiting on the connection's window (oldest first)
@@ -686,14 +682,15 @@ class Connection(asyncio.Protocol):
 
     def _write_out(self) -> None:
         self._flush_soon = False
-        self._queued = 0
         if self._out:
             out, self._out = self._out, []
             if self._transport is not None and not self._transport.is_closing():
                 self._transport.write(b"".join(out))
 
     def answer(self, call: Call, message: bytes) -> None:
-        """One answer message of ``call`` (sent as its windows allow)."""
+        """One answer message of ``call``, sent as its windows allow; the caller then ends the
+        call (:meth:`finish`) or calls :meth:`flush`, so that each answer is written as it is
+        made (a client that does not read then pauses the handlers: see ``pause_writing``)."""
         if call.reset:
             return
         if not call.headers_sent:
@@ -701,11 +698,6 @@ class Connection(asyncio.Protocol):
             self._headers_out(END_HEADERS, call.stream, _ANSWER_HEADERS)
         call.pending += _PREFIX + len(message).to_bytes(4, "big") + message
         self._pump(call)
-        self._queued += len(message)
-        if self._queued > _WRITE_NOW:
-            self._write_out()  # the transport pauses the handlers if the client lags
-        else:
-            self._flush_later()
 
     def finish(self, call: Call, code: grpc.StatusCode, details: str = "") -> None:
         """End ``call`` with its status (after its answer bytes), written at once: when a batch's
