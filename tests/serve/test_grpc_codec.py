@@ -227,13 +227,23 @@ def test_the_quick_read_of_a_one_input_request_is_the_general_one(
     assert both == general
 
 
-def test_the_quick_read_takes_the_common_request_and_leaves_the_rest() -> None:
-    """It is a quick path indeed: the plain request is read by it, one it declines is not."""
+def test_the_quick_read_takes_the_common_request_and_leaves_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """It is a quick path indeed: the decode reads the plain request by it, never by the
+    general path, and one it declines is not read by it."""
     plain = _one_input()
     _edit(plain, "triton parameter")
     _edit(plain, "output")
-    quick = grpc_codec._quick_request(plain, ONE_INPUT[0], ONE_OUTPUT, 4, False, _NO_REGIONS)
-    assert quick is not None
+
+    def general(*args: object) -> None:
+        raise AssertionError("the general decode ran")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(grpc_codec, "_decode_request", general)
+        quick = decode_infer_request(
+            plain, inputs=ONE_INPUT, outputs=ONE_OUTPUT, max_rows=4, allow_nan=False
+        )
     assert quick.rows == 2
     np.testing.assert_array_equal(quick.inputs["x"], np.arange(6, dtype=np.float32).reshape(2, 3))
     assert quick.outputs is not None

@@ -843,11 +843,16 @@ def test_the_quick_read_of_a_binary_input_is_the_general_one(
     assert quick == _read(body, header_length, inputs)
 
 
-def test_the_quick_binary_read_takes_the_common_request() -> None:
+def test_the_quick_binary_read_takes_the_common_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The decode reads the common binary request by the quick path, never the general one."""
     body, header_length = _binary_request("FP32", "binary outputs")
-    doc = orjson.loads(body[:header_length])
-    array = protocol._quick_binary_array(
-        doc["inputs"], TensorSpec("x", "FP32", (-1, 3)), memoryview(body)[header_length:], 4
+
+    def general(*args: object) -> None:
+        raise AssertionError("the general input decode ran")
+
+    monkeypatch.setattr(protocol, "_decode_input", general)
+    x, y = TensorSpec("x", "FP32", (-1, 3)), TensorSpec("y", "FP32", (-1, 3))
+    got = decode_infer_request(
+        body, inputs=(x,), outputs=(y,), max_rows=4, header_length=header_length
     )
-    assert array is not None
-    np.testing.assert_array_equal(array, np.arange(6, dtype=np.float32).reshape(2, 3))
+    np.testing.assert_array_equal(got.inputs["x"], np.arange(6, dtype=np.float32).reshape(2, 3))

@@ -215,9 +215,9 @@ def _quick_request(
     """The common request, read without the general checks of its one input: the model's one
     input, its bytes in ``raw_input_contents`` (as :func:`_quick_raw_array` takes them) and
     nothing on it but its name, datatype and shape. None for anything else (errors in the input
-    included), for :func:`_decode_request` to decide. Past the input, the checks are the general path's,
-    in its order (finite values, the id, the parameters, the outputs), so a request returned
-    or refused here is returned or refused the same way there."""
+    included), for :func:`_decode_request` to decide. Past the input, the checks are the
+    general path's, in its order (finite values, the id, the parameters, the outputs), so a
+    request returned or refused here is returned or refused the same way there."""
     tensors = message.inputs
     raw = message.raw_input_contents
     if len(tensors) != 1 or len(raw) != 1:

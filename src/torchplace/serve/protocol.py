@@ -262,17 +262,7 @@ def _decode_request(
     if request_id is not None:
         check_request_id(request_id)
     binary_output, timeout_us, priority = _request_parameters(doc.get("parameters"))
-    sent = None
-    if len(inputs) == 1 and binary is not None:
-        sent = _quick_binary_array(doc.get("inputs"), inputs[0], binary, max_rows)
-        if sent is not None:
-            if not allow_nan:
-                _check_finite(inputs[0], sent)
-            arrays, offset = {inputs[0].name: sent}, len(binary)
-    if sent is None:
-        arrays, offset = _decode_inputs(
-            doc.get("inputs"), inputs, binary, max_rows, allow_nan, regions
-        )
+    arrays, offset = _decode_inputs(doc.get("inputs"), inputs, binary, max_rows, allow_nan, regions)
     if binary is not None and offset != len(binary):
         have = len(binary)
         raise _ModelWords(  # Triton's words first
@@ -513,7 +503,14 @@ def _decode_inputs(
     allow_nan: bool,
     regions: SharedMemoryRegions,
 ) -> tuple[dict[str, np.ndarray[Any, Any]], int]:
-    """Every entry of ``inputs``, decoded and checked; the arrays and the binary offset."""
+    """Every entry of ``inputs``, decoded and checked; the arrays and the binary offset. A
+    one-input model's common binary request is read by :func:`_quick_binary_array`."""
+    if len(inputs) == 1 and binary is not None:
+        quick = _quick_binary_array(raw_inputs, inputs[0], binary, max_rows)
+        if quick is not None:
+            if not allow_nan:
+                _check_finite(inputs[0], quick)
+            return {inputs[0].name: quick}, len(binary)
     if not isinstance(raw_inputs, list):
         raise _fail(
             "request needs 'inputs', a non-empty array; the model takes "
