@@ -53,6 +53,7 @@ import concurrent.futures
 import contextlib
 import importlib.util
 import json
+import math
 import os
 import shutil
 import signal
@@ -772,6 +773,18 @@ def paired_ratio(one: Run, other: Run) -> float:
     return statistics.median(ratios) if ratios else one.rps / other.rps
 
 
+def cut(value: float, digits: int) -> float:
+    """``value`` cut, not rounded, to ``digits`` decimals: how this script prints the figures
+    its targets judge. The targets are round at the precision shown, so a figure then sides
+    with its verdict: a cost of 4.96% shows as 4.9% beside "target < 5%" (PASS), a share of 79.6% as
+    79% beside ">= 80%" (FAIL), where rounding would print 5.0% and 80%. (The epsilon keeps
+    0.29 from showing as 28%; NaN and infinity are returned as they are.)"""
+    if not math.isfinite(value):
+        return value
+    scale = 10**digits
+    return math.floor(value * scale + 1e-9) / scale
+
+
 def paired_cost(with_it: Run, without: Run) -> float:
     """Throughput lost to a feature: 1 - :func:`paired_ratio`."""
     return max(0.0, 1 - paired_ratio(with_it, without))
@@ -801,11 +814,11 @@ def table(runs: list[Run], ceilings: dict[str, float], threads: int) -> None:
         note = f"  {_clip(run.note.splitlines()[0], 100)}" if run.note else ""
         print(
             f"{run.server:<24} {run.model:<9} {run.rps:>10.0f} {run.p50_ms:>8.2f} "
-            f"{run.p99_ms:>8.2f} {ratio:>6.2f}x {_cpu(run):>10}{note}"
+            f"{run.p99_ms:>8.2f} {cut(ratio, 2):>6.2f}x {_cpu(run):>10}{note}"
         )
     for model, rows in ceilings.items():
         tp = by.get(("torchplace", model))
-        share = f"{tp.rps / rows:>7.0%}" if tp and tp.rps and rows else ""
+        share = f"{cut(tp.rps / rows, 2):>7.0%}" if tp and tp.rps and rows else ""
         print(
             f"{'in-process ceiling':<24} {model:<9} {rows:>10.0f} rows/s at batch 32, "
             f"{threads} thread(s); torchplace at {share.strip() or 'n/a'} of it"
@@ -813,7 +826,8 @@ def table(runs: list[Run], ceilings: dict[str, float], threads: int) -> None:
     for model in sorted({r.model for r in runs}):
         tp, limit = by.get(("torchplace", model)), by.get((HTTP_LIMIT, model))
         if tp and limit and tp.rps and limit.rps:
-            print(f"torchplace at {tp.rps / limit.rps:.0%} of the {LIMIT_NAMES['http']} on {model}")
+            share = cut(tp.rps / limit.rps, 2)
+            print(f"torchplace at {share:.0%} of the {LIMIT_NAMES['http']} on {model}")
         lean = by.get((LEAN, model))
         if lean and lean.rps:  # its share of the limit the model is judged against
             kind = LIMIT_TARGETS.get(model, ("http", 0.0))[0]
@@ -827,7 +841,7 @@ def table(runs: list[Run], ceilings: dict[str, float], threads: int) -> None:
         )
         if rest and grpc and rest.rps and grpc.rps:
             print(
-                f"torchplace {GRPC}/{REST_BINARY} on {model}: {paired_ratio(grpc, rest):.2f}x "
+                f"torchplace {GRPC}/{REST_BINARY} on {model}: {cut(paired_ratio(grpc, rest), 2):.2f}x "
                 "(perf_analyzer; the median of the ratios of rounds run back to back)"
             )
         limit = by.get((GRPC_LIMIT, model))
@@ -885,7 +899,10 @@ def report(runs: list[Run], ceilings: dict[str, float], args: argparse.Namespace
             ratio = tp.rps / other.rps
             if need:
                 target_append(
-                    (f"{model}: req/s {ratio:.2f}x {peer} (target >= {need:g}x)", ratio >= need)
+                    (
+                        f"{model}: req/s {cut(ratio, 2):.2f}x {peer} (target >= {need:g}x)",
+                        ratio >= need,
+                    )
                 )
             target_append(
                 (
@@ -901,7 +918,7 @@ def report(runs: list[Run], ceilings: dict[str, float], args: argparse.Namespace
                 got = tp.rps / limit
                 target_append(
                     (
-                        f"{model}: {got:.0%} of the {LIMIT_NAMES[kind]} ({limit:,.0f}/s) "
+                        f"{model}: {cut(got, 2):.0%} of the {LIMIT_NAMES[kind]} ({limit:,.0f}/s) "
                         f"(target >= {share:.0%})",
                         got >= share,
                     )
@@ -922,7 +939,7 @@ def report(runs: list[Run], ceilings: dict[str, float], args: argparse.Namespace
             cost = paired_cost(with_it, without)
             target_append(
                 (
-                    f"{model}: {feature} cost {cost:.1%} of req/s "
+                    f"{model}: {feature} cost {cut(cost, 3):.1%} of req/s "
                     f"(target < {OBSERVABILITY_BUDGET:.0%})",
                     cost < OBSERVABILITY_BUDGET,
                 )
@@ -963,7 +980,7 @@ def grpc_verdict(
         return
     ratio = paired_ratio(grpc, rest)
     check = (
-        f"{text} ({grpc.rps:,.0f} vs {rest.rps:,.0f} req/s; paired ratio {ratio:.2f}x; "
+        f"{text} ({grpc.rps:,.0f} vs {rest.rps:,.0f} req/s; paired ratio {cut(ratio, 2):.2f}x; "
         f"perf_analyzer, {args.connections} concurrent, {len(grpc.extra.get('rounds', []))} "
         "rounds)",
         ratio >= 1.0,

@@ -202,3 +202,31 @@ def test_grpc_not_measured_is_a_skip_line_and_no_grpc_says_nothing(
     args = _args(bench, "--no-peers", "--models", "wide-mlp", "--no-grpc")
     bench.report([_run(bench, "torchplace", "wide-mlp", 600, 50.0)], {}, args)
     assert "gRPC" not in capsys.readouterr().out
+
+
+def test_a_figure_beside_its_verdict_is_cut_not_rounded(
+    bench: ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rounded, each of these would print the target's own number beside a verdict that says
+    it was missed (2.50x, 80%) or met (5.0% against < 5%)."""
+    args = _args(bench, "--peers", "Triton", "--models", "wide-mlp")
+    runs = [
+        _run(bench, "torchplace", "wide-mlp", 2_499.6, 3.0),
+        _run(bench, "torchplace no-metrics", "wide-mlp", 2_630.0, 3.0),  # metrics cost 4.96%
+        _run(bench, "Triton", "wide-mlp", 1_000.0, 9.0),
+    ]
+    assert bench.report(runs, {"wide-mlp": 2_499.6 / 0.7996}, args) == 1
+    out = capsys.readouterr().out
+    assert "FAIL  wide-mlp: req/s 2.49x Triton (target >= 2.5x)" in out
+    assert "FAIL  wide-mlp: 79% of the in-process ceiling" in out
+    assert "PASS  wide-mlp: metrics cost 4.9% of req/s (target < 5%)" in out
+    assert "torchplace at 79% of it" in out  # the table's line agrees with the verdict
+
+
+def test_cut_keeps_exact_decimals_and_non_finite_values(bench: ModuleType) -> None:
+    assert bench.cut(0.29, 2) == 0.29  # 0.29 * 100 is 28.999999999999996 in binary
+    assert bench.cut(0.8, 2) == 0.8
+    assert bench.cut(1.0, 2) == 1.0
+    assert bench.cut(0.0499, 3) == 0.049
+    assert bench.cut(float("inf"), 2) == float("inf")
+    assert bench.cut(float("nan"), 2) != bench.cut(float("nan"), 2)  # still NaN
