@@ -86,18 +86,7 @@ class InferStatistics:
                 self._counts["fail"] += 1
                 self._times["fail"] += int(seconds * _NS)
             return
-        if len(parts) == 1:  # the common case: read once, without the loop over chunks
-            part = parts[0]
-            rows = part.rows
-            timing = part.timing
-            if timing is not None:
-                started, h2d, infer, d2h = timing
-                queue_ns = int((started - part.arrived) * _NS)
-                stamped = (queue_ns, int(h2d * _NS), int(infer * _NS), int(d2h * _NS))
-            else:
-                stamped = None
-        else:
-            rows, stamped = _summed(parts)
+        rows, stamped = _summed(parts)
         with self._lock:
             counts, times = self._counts, self._times
             counts["success"] += 1
@@ -170,7 +159,16 @@ class InferStatistics:
 def _summed(parts: Sequence[Timed]) -> tuple[int, tuple[int, int, int, int] | None]:
     """The rows of a request's chunks, and (queue, h2d, forward, d2h) nanoseconds summed over
     the batches they ran in (queue: from the earliest arrival to the first batch's start);
-    None for the times when no chunk ran."""
+    None for the times when no chunk ran. One chunk, the common case, is read without the
+    loop."""
+    if len(parts) == 1:
+        part = parts[0]
+        timing = part.timing
+        if timing is None:
+            return part.rows, None
+        started, h2d, infer, d2h = timing
+        queue_ns = int((started - part.arrived) * _NS)
+        return part.rows, (queue_ns, int(h2d * _NS), int(infer * _NS), int(d2h * _NS))
     rows = 0
     arrived = first = float("inf")
     h2d_ns = infer_ns = d2h_ns = 0
