@@ -134,6 +134,7 @@ class Flow:
                 name,
                 direct,
                 fact.many,
+                fact.copy,
             )
         self.state[name] = fact
         self.bindings.setdefault(name, []).append((line, fact))
@@ -512,7 +513,7 @@ class Flow:
             method = func.attr
             if _is_move_call(node):
                 if self.to_cpu(node):
-                    return Fact("host", _short(facts.segment(node)))
+                    return Fact("host", _short(facts.segment(node)), copy=True)
                 if moves_to_device(node, facts.qualname):
                     return facts.move_fact(node, func.value)
                 return self.eval(func.value, lookup)  # .to(torch.float16)
@@ -520,7 +521,8 @@ class Flow:
             if qualname is not None:
                 return self.torch_call(node, qualname, args, lookup)
             if method in HOST_METHODS or isinstance(func.value, (ast.Constant, ast.JoinedStr)):
-                return Fact("host", method)  # also `"_".join(xs)`: a string's methods
+                # also `"_".join(xs)`: a string's methods; `x.cpu()` and `.numpy()` are copies
+                return Fact("host", method, copy=method in _HOST_COPIES)
             if facts.moves_argument(node, self.node):  # `self.to_var(x)`: a transfer helper
                 return Fact("device", _short(facts.segment(node)), _moved_through(node))
             if _decodes_text(func):
@@ -831,6 +833,9 @@ def _returns_tuples(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
 
 # `z.split(batch_gpu)`, `x.chunk(n)`: a tuple of whole tensors, a few per batch, not its rows.
 _SPLITS = frozenset({"split", "chunk", "tensor_split"})
+# Methods that copy a tensor to the host as a tensor or an array (not as Python numbers:
+# `loss.item() * scale` may be a device tensor again)
+_HOST_COPIES = frozenset({"cpu", "numpy"})
 
 
 def _keeps_storage(node: ast.expr | None) -> bool:

@@ -154,6 +154,10 @@ class Fact:
     name: str | None = None
     direct: bool = False
     many: bool = False  # a list or tuple of such values (iterating it yields one each)
+    # a tensor or array copied to the host (`x.cpu()`, `x.cpu().numpy()`, `.to("cpu")`): its
+    # arithmetic with a value of unknown place stays on the host (a host tensor cannot meet a
+    # device one, so the other operand is a number or on the host too)
+    copy: bool = False
 
     @property
     def on_device(self) -> bool:
@@ -461,13 +465,13 @@ def _moved_by(call: ast.Call) -> str:
 def _many(fact: Fact | None) -> Fact | None:
     if fact is None or fact.many:
         return fact
-    return Fact(fact.where, fact.source, fact.move, fact.name, fact.direct, True)
+    return Fact(fact.where, fact.source, fact.move, fact.name, fact.direct, True, fact.copy)
 
 
 def _one(fact: Fact | None) -> Fact | None:
     if fact is None or not fact.many:
         return fact
-    return Fact(fact.where, fact.source, fact.move, fact.name, fact.direct, False)
+    return Fact(fact.where, fact.source, fact.move, fact.name, fact.direct, False, fact.copy)
 
 
 def _join(a: Fact | None, b: Fact | None) -> Fact | None:
@@ -477,7 +481,10 @@ def _join(a: Fact | None, b: Fact | None) -> Fact | None:
         return b
     if a is not None and b is not None:
         return a
-    return None
+    # `boxes = boxes.cpu()`, then `boxes /= scale`: a host copy's arithmetic stays on the host
+    # whatever the other operand is (a device tensor would raise there)
+    copied = a if a is not None else b
+    return copied if copied is not None and copied.copy else None
 
 
 def _either(a: Fact | None, b: Fact | None) -> Fact | None:

@@ -33,7 +33,7 @@ from torchplace.lint.rules.factory_match import (
     matched_to_parameter,
     meets_device_tensor,
 )
-from torchplace.lint.rules.facts import FACTORIES, in_test, main_test
+from torchplace.lint.rules.facts import FACTORIES, cpu_only_script_class, in_test, main_test
 
 __all__ = ["FACTORY", "check_factory"]
 
@@ -952,6 +952,7 @@ def check_factory(call: ast.Call, ctx: Context, name: str, method: Scope | None)
             or _cpu_path(call, method)
             or _works_on_host(method)
             or _collates(method, ctx)
+            or cpu_only_script_class(method.cls, ctx)
         ):
             return
         where = f"{method.cls.name}.{method.name}"

@@ -319,6 +319,40 @@ def _called_with_arguments(module: ast.Module) -> set[str]:
     }
 
 
+# Words of code that places work on an accelerator, or hands that to a framework or a helper.
+# `xla` as a word of its own (`torch_xla`, `xla_device`), not matplotlib's `plt.xlabel(...)`
+DEVICE_WORDS = re.compile(
+    r"(?<![a-z])(?:cuda|device|gpu|accelerat|fabric|mps|xla(?![a-z])|tpu|distributed)|\.to\(",
+    re.I,
+)
+
+
+def cpu_only_script_class(cls: Scope, ctx: Context) -> bool:
+    """A class built by the module-level code of a script that never names a device, an
+    accelerator or a placement (RWKV's ``math_demo/run.py``: ``model = RWKV_RNN(args)`` at
+    the top level, its weights loaded with ``map_location="cpu"``): its tensors and its
+    inputs stay on the CPU. A file that only builds the class under ``if __name__ ==
+    "__main__":`` is a library with a smoke check: others import the class and move it."""
+    root = ctx.scope.root()
+    key = f"cpu-only-builds:{cls.name}"
+    cached: bool | None = root.cache.get(key)
+    if cached is None:
+        module = root.node
+        cached = False
+        if isinstance(module, ast.Module) and DEVICE_WORDS.search(ctx.source) is None:
+            cached = any(
+                isinstance(sub, ast.Call)
+                and isinstance(sub.func, ast.Name)
+                and sub.func.id == cls.name
+                for stmt in module.body
+                if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                and main_test(stmt) is None
+                for sub in walk(stmt)
+            )
+        root.cache[key] = cached
+    return cached
+
+
 def main_test(node: ast.stmt) -> ast.Compare | None:
     """The test of ``if __name__ == "__main__":`` (a comparison of ``__name__``), if ``node``
     is such a guard."""

@@ -495,11 +495,20 @@ _BACKEND_QUERIES = frozenset({"type", "is_cuda", "is_cpu", "is_mps", "is_xpu"})
 
 
 def _device_type_test(test: ast.expr, ctx: Context, follow: bool = True) -> bool:
-    """``device.type == "cpu"``, ``x.device.type == "mps"``, ``x.is_cuda``, or a name the
-    function binds only to such a test (``is_mps = x.device.type == "mps"``, then ``if is_mps:``)."""
+    """``device.type == "cpu"``, ``x.device.type == "mps"``, ``x.is_cuda``, a comparison with
+    an accelerator's name in any case (``if self.args.accelerator.upper() == "GPU":``,
+    Lightning's spelling), or a name the function binds only to such a test (``is_mps =
+    x.device.type == "mps"``, then ``if is_mps:``)."""
     for sub in walk(test):
         if (isinstance(sub, ast.Attribute) and sub.attr in _BACKEND_QUERIES) or (
             isinstance(sub, ast.Constant) and sub.value in {"cpu", "cuda"}
+        ):
+            return True
+        if isinstance(sub, ast.Compare) and any(
+            isinstance(side, ast.Constant)
+            and isinstance(side.value, str)
+            and side.value.lower() in _ACCELERATOR_NAMES
+            for side in [sub.left, *sub.comparators]
         ):
             return True
     if not follow or not isinstance(test, ast.Name):
@@ -509,6 +518,10 @@ def _device_type_test(test: ast.expr, ctx: Context, follow: bool = True) -> bool
     return bool(values) and all(
         value is not None and _device_type_test(value, ctx, follow=False) for value in values
     )
+
+
+# Names of a device type or an accelerator, compared in any case (`"GPU"`, `"cpu"`).
+_ACCELERATOR_NAMES = frozenset({"cpu", "cuda", "gpu", "mps"})
 
 
 # Words of a name for the distributed mode of a script (`args.distributed`, `enable_fsdp`).

@@ -578,6 +578,8 @@ def _builds_tensor(
         if name == "torch.tensor" and value.args and _module_number(value.args[0], function, ctx):
             return False  # `torch.tensor(np.log(init_alpha))` with `init_alpha = 0.01`: 0-dim
         return not _single_value(value, name)
+    if name in _FROM_ARRAY and value.args and _literal_array(value.args[0], ctx):
+        return True  # `torch.from_numpy(np.array([0, 0, 0, 0]).astype(np.float32))`
     if name in _TENSOR_OF_ARGS:
         args = [*value.args, *(kw.value for kw in value.keywords)]
         # `torch.stack([re, im], -1)`: the elements of a list or tuple argument count too
@@ -592,6 +594,30 @@ def _builds_tensor(
         return _builds_tensor(func.value, ctx, function, line, cls, depth + 1)
     callee = _local_function(value, ctx, cls)
     return callee is not None and _returns_tensor(callee, ctx, cls, depth + 1)
+
+
+# torch functions that wrap a NumPy array as a tensor of its shape
+_FROM_ARRAY = frozenset({"torch.from_numpy", "torch.as_tensor"})
+# NumPy methods that keep an array's number of elements (a cast, a copy)
+_ARRAY_KEEPS = frozenset({"astype", "copy", "reshape", "squeeze", "flatten", "ravel"})
+
+
+def _literal_array(node: ast.expr, ctx: Context) -> bool:
+    """``np.array([0.1, 0.1, 0.2, 0.2])`` (also ``np.asarray``, cast or copied:
+    ``.astype(np.float32)``): an array of a literal sequence of more than one element."""
+    while (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in _ARRAY_KEEPS
+        and ctx.call_qualname(node) is None
+    ):
+        node = node.func.value
+    if not isinstance(node, ast.Call) or not node.args:
+        return False
+    if ctx.call_qualname(node) not in {"numpy.array", "numpy.asarray"}:
+        return False
+    first = node.args[0]
+    return isinstance(first, (ast.List, ast.Tuple)) and len(first.elts) > 1
 
 
 def _per_channel(call: ast.Call, ctx: Context) -> bool:

@@ -41,6 +41,7 @@ from torchplace.lint.provenance.values import HOST_METHODS, _passes_device
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import (
     CASTS,
+    DEVICE_WORDS,
     TIMERS,
     in_device_kernel,
     in_periodic_branch,
@@ -1520,6 +1521,12 @@ def _mentions(node: ast.AST, names: set[str]) -> bool:
     return any(isinstance(n, ast.Name) and n.id in names for n in walk(node))
 
 
+# The forms of a value that a print, f-string, cast or condition reads: names, attributes,
+# elements, calls, comparisons and arithmetic of them (`int(bbox[0] / scale)`, whose
+# operand is a row of a device tensor); whether it is a device value is asked of the flow.
+_READ_FORMS = (ast.Name, ast.Attribute, ast.Subscript, ast.Call, ast.Compare, ast.BinOp)
+
+
 def _check(
     node: ast.AST,
     receiver: ast.expr,
@@ -1536,7 +1543,7 @@ def _check(
     if not loops and not (_called_here(scope, ctx) or (explicit and _module_level(ctx))):
         return False  # not in a loop, nor a function something calls: cannot be per batch
     if not explicit and (
-        not isinstance(receiver, (ast.Name, ast.Attribute, ast.Subscript, ast.Call, ast.Compare))
+        not isinstance(receiver, _READ_FORMS)
         or _host_syntax(receiver)
         or not (_mentions_device(ctx) or _handed_in(receiver, scope, ctx))
     ):
@@ -1972,12 +1979,6 @@ def _enclosing_comps(ctx: Context, node: ast.AST) -> tuple[ast.expr, ...]:
     return tuple(found)
 
 
-# Words of code that places work on an accelerator, or hands that to a framework or a helper.
-# `xla` as a word of its own (`torch_xla`, `xla_device`), not matplotlib's `plt.xlabel(...)`
-_DEVICE_WORDS = re.compile(
-    r"(?<![a-z])(?:cuda|device|gpu|accelerat|fabric|mps|xla(?![a-z])|tpu|distributed)|\.to\(",
-    re.I,
-)
 _MAIN_GUARD = re.compile(r"^if\s+__name__\s*==", re.M)
 
 
@@ -1993,7 +1994,7 @@ def _host_only_file(ctx: Context) -> bool:
     if cached is None:
         text = "\n".join(ctx.lines())
         runs = ctx.path.endswith(".ipynb") or _MAIN_GUARD.search(text) is not None
-        cached = (_DEVICE_WORDS.search(text) is None, runs)
+        cached = (DEVICE_WORDS.search(text) is None, runs)
         root.cache["host-only"] = cached
     host_only, runs_itself = cached
     return host_only and (runs_itself or ctx.function_scope() is None)
@@ -2202,7 +2203,7 @@ def _unplaced_step_value(
     a device (a CPU policy's ``value.item()``), what the step is handed (``batch["lengths"]``),
     or a bulk copy handed on to another object (``mem.update_priorities(idx,
     loss.cpu().numpy())``: host data for a host structure, such as a replay's sum tree)."""
-    if _DEVICE_WORDS.search(ctx.source) is None:
+    if DEVICE_WORDS.search(ctx.source) is None:
         return True
     scope = scope_node(ctx)
     if _handed_value(receiver, scope, ctx) and not _backpropagated(receiver, scope):
