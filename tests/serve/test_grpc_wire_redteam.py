@@ -48,7 +48,12 @@ What is pinned here:
   on an idle stream and SETTINGS_ENABLE_PUSH past 1), and a stream WINDOW_UPDATE of 0 or past
   2^31-1 resets that stream only; a client that shrinks the HPACK table
   (SETTINGS_HEADER_TABLE_SIZE) is told in the next header block that the server's is now 0, as
-  RFC 7541 section 4.2 asks (nghttp2-based clients refuse the block otherwise).
+  RFC 7541 section 4.2 asks (nghttp2-based clients refuse the block otherwise);
+- request messages partly arrived hold at most four message limits (256 MiB) of the server,
+  all connections together: calls that each sent most of a 40 MiB message and never the rest
+  made one connection grow the server by 2.4 GB in 7 s (each partial message was kept, its
+  stream window replenished as it came); past the budget a call waits for room, its window
+  not replenished, and past 64 waiting a new one is ``RESOURCE_EXHAUSTED``.
 """
 
 from __future__ import annotations
@@ -158,6 +163,11 @@ class _Served:
 
         return asyncio.run_coroutine_threadsafe(call(), self.loop).result(10)
 
+    def server_call(self, stream: int) -> Call | None:
+        """The call on ``stream`` of the server's one connection (None if it has none)."""
+        calls = [c.calls.get(stream) for c in self.server.connections]
+        return next((call for call in calls if call is not None), None)
+
     def stop(self) -> None:
         asyncio.run_coroutine_threadsafe(self.server.stop(0.0), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -168,6 +178,16 @@ class _Served:
 @pytest.fixture
 def served() -> Iterator[_Served]:
     served = _Served(WireLimits(max_message_bytes=1 << 20))
+    try:
+        yield served
+    finally:
+        served.stop()
+
+
+@pytest.fixture
+def served_large() -> Iterator[_Served]:
+    """A server whose messages may be 64 MiB, the server's default --max-body-bytes."""
+    served = _Served(WireLimits(max_message_bytes=64 << 20))
     try:
         yield served
     finally:
@@ -552,3 +572,107 @@ def test_a_deadline_past_already_is_deadline_exceeded_before_the_handler_runs(
     finally:
         connection.close()
     assert (code, details) == ("4", "Deadline Exceeded")
+
+
+def _partial_messages(streams: list[int], announced: int, sent: int) -> bytes:
+    """Calls on ``streams``, each sending the first ``sent`` bytes of an ``announced``-byte
+    message (and never the rest), a DATA frame of at most 16 KiB at a time."""
+    out = [frame(HEADERS, END_HEADERS, s, grpc_headers("/t.T/Echo")) for s in streams]
+    body = grpc_message(b"\0" * (sent - 5), length=announced)
+    for stream in streams:
+        out += [frame(DATA, 0, stream, body[i : i + 16384]) for i in range(0, len(body), 16384)]
+    return b"".join(out)
+
+
+def test_messages_partly_sent_hold_at_most_the_budget(served_large: _Served) -> None:
+    """Calls that each send most of a large message, never the rest, made the server hold all
+    of it (one connection: 2.4 GB in 7 s). Messages partly arrived now hold at most four
+    message limits (256 MiB) together: past it a call waits, its stream window not replenished
+    (so its client sends no more), let in first come first served; past 64 waiting, a new one
+    is RESOURCE_EXHAUSTED saying why."""
+    limit = 64 << 20
+    fit = (4 * limit) // limit  # the budget: four messages of the limit
+    waiting = 64  # grpc_call.MAX_WAITING
+    streams = [1 + 2 * i for i in range(fit + waiting + 3)]
+    connection = Connection(served_large.port, timeout=30)
+    try:  # a bit over a quarter of the stream window each: an admitted call is credited
+        connection.send(_partial_messages(streams, limit - 5, (1 << 20) + 16384))
+        frames = connection.read(timeout=1.0)
+        credited = sorted({f.stream for f in frames if f.kind == WINDOW_UPDATE and f.stream})
+        assert credited == streams[:fit]
+        refused = [s for s in streams if _status(frames, s)[0] is not None]
+        assert refused == streams[fit + waiting :]
+        code, details = _status(frames, refused[0])
+        assert code == "8", (code, details)  # RESOURCE_EXHAUSTED
+        assert "retry shortly" in details
+        assert f"most it holds at once is {4 * limit}" in details
+        # the first call goes: the first that waited is let in and may send the rest
+        connection.send(frame(RST_STREAM, 0, streams[0], (8).to_bytes(4, "big")))
+        frames = connection.read(lambda f: f.kind == WINDOW_UPDATE and f.stream > 0)
+        assert [f.stream for f in frames if f.kind == WINDOW_UPDATE and f.stream] == [streams[fit]]
+    finally:
+        connection.close()
+
+    def budget() -> tuple[int, int]:
+        held = served_large.server.budget
+        return held.reserved, len(held.waiting)
+
+    assert _until(lambda: served_large.on_loop(budget) == (0, 0)), served_large.on_loop(budget)
+    _still_serves(served_large.port)
+
+
+def test_a_call_answered_holds_nothing_of_what_its_client_sends_after(
+    served_large: _Served,
+) -> None:
+    """A unary call answered, its answer waiting on a window the client does not open, kept
+    reading what the client sent on: a large message begun then would hold the server's budget
+    for as long as the connection stayed open. What comes after the status is decided is
+    dropped, as gRPC core does."""
+    connection = Connection(served_large.port)
+    try:  # no window for answers: the call is answered but its answer cannot go out
+        connection.send(_settings(INITIAL_WINDOW_SIZE, 0))
+        connection.send(frame(HEADERS, END_HEADERS, 1, grpc_headers("/t.T/Echo")))
+        connection.send(frame(DATA, 0, 1, grpc_message(b"first")))
+
+        def answered() -> bool:
+            call = served_large.server_call(1)
+            return call is not None and call.finished
+
+        assert _until(lambda: bool(served_large.on_loop(answered)))
+        connection.send(frame(DATA, 0, 1, grpc_message(b"\0" * 16000, length=60 << 20)))
+        connection.read(timeout=0.5)
+        assert served_large.on_loop(lambda: served_large.server.budget.reserved) == 0
+    finally:
+        connection.close()
+    _still_serves(served_large.port)
+
+
+def test_a_message_let_into_the_budget_must_arrive_within_the_message_timeout() -> None:
+    """Calls holding the whole budget and sending no more would keep every other large
+    message waiting for as long as their connection stays open. A message let in has
+    ``message_timeout_s`` (``--request-timeout``) to arrive in full, or its call ends with
+    DEADLINE_EXCEEDED saying why, and the first call waiting is let in."""
+    limit = 64 << 20
+    served = _Served(WireLimits(max_message_bytes=limit, message_timeout_s=0.5))
+    streams = [1, 3, 5, 7, 9]  # the budget holds four messages of the limit: the fifth waits
+    connection = Connection(served.port, timeout=30)
+    try:
+        connection.send(_partial_messages(streams, limit - 5, (1 << 20) + 16384))
+        frames = connection.read(timeout=2.0)  # until no byte comes for 2 s
+        for stream in streams:
+            code, details = _status(frames, stream)
+            assert code == "4", (stream, code, details)  # DEADLINE_EXCEEDED
+            assert f"request message of {limit} bytes did not arrive" in details
+            assert "--request-timeout" in details
+        # the fifth was let in (its window replenished) once the first four went
+        credited = [f.stream for f in frames if f.kind == WINDOW_UPDATE and f.stream]
+        assert credited == streams
+
+        def budget() -> tuple[int, int]:
+            held = served.server.budget
+            return held.reserved, len(held.waiting)
+
+        assert served.on_loop(budget) == (0, 0)
+    finally:
+        connection.close()
+        served.stop()

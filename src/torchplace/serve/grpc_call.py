@@ -9,6 +9,16 @@ the bytes): a message over the size limit ends the call with ``RESOURCE_EXHAUSTE
 compressed is inflated within the same limit (``gzip``, ``deflate``; a compressed stream cut
 short or with bytes past its end is ``INTERNAL``), one in an encoding the server does not know
 ends it with ``INTERNAL``. Answers are sent uncompressed.
+
+A message that has begun to arrive but not ended holds the bytes its length prefix announces
+in the server's :class:`MessageBudget` (every call of every connection together), until it ends
+or its call does: a message that does not fit waits, its stream's flow-control window not
+replenished (its client sends no more of it), until earlier ones are in; past
+:data:`MAX_WAITING` such calls, a new one ends with ``RESOURCE_EXHAUSTED``. A message let in
+must arrive in full within the server's ``message_timeout_s`` (``--request-timeout``), or its
+call ends with ``DEADLINE_EXCEEDED`` and its room goes to those waiting. Without it, a client
+that opened calls and sent most of a large message on each (never the rest) made the server
+hold all of it: gigabytes from one connection in seconds.
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import collections
+import contextlib
 import re
 import time
 import zlib
@@ -27,12 +38,15 @@ import grpc
 if TYPE_CHECKING:
     from torchplace.serve.grpc_wire import Connection
 
-__all__ = ["Aborted", "Call", "parse_timeout"]
+__all__ = ["MAX_WAITING", "Aborted", "Call", "MessageBudget", "parse_timeout"]
 
 _UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 #: bytes of complete messages a call holds unread before the client is told to wait (its
 #: stream's flow-control window is not replenished past it)
 UNREAD_LIMIT = 4 * 1024 * 1024
+#: calls whose message waits for room in the server's MessageBudget, at most (each may have sent
+#: up to its stream's window of it meanwhile); past it a new one ends with RESOURCE_EXHAUSTED
+MAX_WAITING = 64
 _WBITS = {b"gzip": 16 + zlib.MAX_WBITS, b"deflate": zlib.MAX_WBITS}
 #: a legal metadata key (gRPC's HTTP/2 protocol; HTTP/2 forbids upper case in field names)
 _KEY = re.compile(rb"[0-9a-z_.\-]+")
@@ -45,6 +59,53 @@ class Aborted(Exception):
         super().__init__(details)
         self.code = code
         self.details = details
+
+
+class MessageBudget:
+    """Bytes of request messages that have begun to arrive but not ended, all calls of a server
+    together (see the module docstring): a message is let in when it fits in :attr:`limit`
+    (or nothing else is arriving), else its call waits, first come first served."""
+
+    def __init__(self, limit: int, max_waiting: int = MAX_WAITING) -> None:
+        self.limit = limit
+        self.max_waiting = max_waiting
+        self.reserved = 0
+        self.waiting: collections.deque[Call] = collections.deque()
+
+    def reserve(self, call: Call, size: int) -> tuple[grpc.StatusCode, str] | None:
+        """Count ``call``'s message of ``size`` bytes, or have it wait; the status the call
+        must end with when too many wait already."""
+        if not self.reserved or self.reserved + size <= self.limit:
+            self.reserved += size
+            call.reserved = size
+            call.hold()
+            return None
+        if len(self.waiting) >= self.max_waiting:
+            return grpc.StatusCode.RESOURCE_EXHAUSTED, (
+                f"the server is receiving {self.reserved} bytes of request messages already, "
+                f"the most it holds at once is {self.limit} (4 times --max-body-bytes, at "
+                f"least 256 MiB), and {len(self.waiting)} more wait; retry shortly, or send "
+                "smaller messages"
+            )
+        call.wanted = size
+        self.waiting.append(call)
+        return None
+
+    def release(self, call: Call) -> None:
+        """``call``'s message is in, or the call is over: let the waiting ones in."""
+        if call.wanted:
+            call.wanted = 0
+            with contextlib.suppress(ValueError):
+                self.waiting.remove(call)
+            return
+        self.reserved -= call.reserved
+        call.reserved = 0
+        waiting = self.waiting
+        while waiting and (not self.reserved or self.reserved + waiting[0].wanted <= self.limit):
+            admitted = waiting.popleft()
+            self.reserved += admitted.wanted
+            admitted.reserved, admitted.wanted = admitted.wanted, 0
+            admitted.admitted()
 
 
 def parse_timeout(value: bytes) -> float | None:
@@ -91,6 +152,11 @@ class Call:
         self.expired = False  # its deadline passed
         self.unread = 0  # bytes of complete messages not read yet
         self.withheld = 0  # flow-control credit held back while too much is unread
+        #: the bytes the message arriving now holds in the server's MessageBudget, or waits for
+        self.reserved = 0
+        self.wanted = 0
+        self._budget: MessageBudget = connection.server.budget
+        self._overdue: asyncio.TimerHandle | None = None  # when the message let in must be in
         self._buffer = bytearray()
         self._messages: collections.deque[bytes] = collections.deque()
         self._waiter: asyncio.Future[None] | None = None
@@ -109,10 +175,15 @@ class Call:
                     f"Received message larger than max ({size} vs. {self.max_message_bytes})",
                 )
             if len(buffer) < 5 + size:
+                if not (self.reserved or self.wanted):
+                    refused = self._budget.reserve(self, 5 + size)
+                    if refused is not None:
+                        return refused
                 break
             compressed = buffer[0]
             message = bytes(buffer[5 : 5 + size])
             del buffer[: 5 + size]
+            self.release()
             if compressed:
                 inflated = self._inflate(message)
                 if not isinstance(inflated, bytes):
@@ -155,6 +226,29 @@ class Call:
             )
         return out
 
+    def hold(self) -> None:
+        """Its message is let into the budget: it has the server's ``message_timeout_s`` to
+        arrive in full (see :meth:`Connection.message_overdue`)."""
+        self._overdue = asyncio.get_running_loop().call_later(
+            self.connection.server.limits.message_timeout_s, self.connection.message_overdue, self
+        )
+
+    def admitted(self) -> None:
+        """The message that waited for room in the budget is let in: the client may send
+        the rest of it."""
+        self.hold()
+        if self.withheld and self.unread < UNREAD_LIMIT:
+            self.connection.credit(self)
+
+    def release(self) -> None:
+        """Its message is in, or the call is over: its room in the budget, or its place in the
+        budget's queue, goes to the calls waiting."""
+        if self._overdue is not None:
+            self._overdue.cancel()
+            self._overdue = None
+        if self.reserved or self.wanted:
+            self._budget.release(self)
+
     def end_of_requests(self) -> None:
         """The client sent END_STREAM (a message cut short is dropped)."""
         self.remote_closed = True
@@ -191,7 +285,7 @@ class Call:
             return None
         message = self._messages.popleft()
         self.unread -= len(message)
-        if self.withheld >= UNREAD_LIMIT // 4 and self.unread < UNREAD_LIMIT:
+        if self.withheld >= UNREAD_LIMIT // 4 and self.unread < UNREAD_LIMIT and not self.wanted:
             self.connection.credit(self)
         return message
 

@@ -248,6 +248,7 @@ class GrpcServer:
             idle_timeout_s=self.config.keepalive_timeout_s,
             handshake_timeout_s=self.config.request_timeout_s,
             max_connections=grpc_connection_limit(),
+            message_timeout_s=self.config.request_timeout_s,
         )
         health = health_handler(
             self._health, lambda: self.draining, self.health_changes,

@@ -23,9 +23,12 @@ What it keeps of the protocol, and of gRPC core's server:
   with ``DEADLINE_EXCEEDED`` (an answer still waiting on the client's window then is given up,
   RST_STREAM ``CANCEL``); a stream the client resets (RST_STREAM) cancels its handler;
 - bounds: streams per connection (``SETTINGS_MAX_CONCURRENT_STREAMS``; past it
-  ``REFUSED_STREAM``), metadata bytes per call, message bytes (``RESOURCE_EXHAUSTED``), open
-  connections (past it a new one is closed at once), the time a new connection has to send its
-  preface, and how long one may stay open without a call (then GOAWAY);
+  ``REFUSED_STREAM``), metadata bytes per call, message bytes (``RESOURCE_EXHAUSTED``), the
+  bytes of messages partly arrived, all calls together (``max_message_bytes`` times four, at
+  least 256 MiB: a message past it waits, see
+  :class:`~torchplace.serve.grpc_call.MessageBudget`), open connections (past it a new one is
+  closed at once), the time a new connection has to send its preface, and how long one may
+  stay open without a call (then GOAWAY);
 - a protocol error ends the connection with GOAWAY and its code (RFC 9113's), and a connection
   closed while its client leaves bytes unread is cut after :data:`_LINGER_S`; a malformed
   request (a connection-specific field; a pseudo-header unknown, repeated, after a regular field;
@@ -56,6 +59,7 @@ from torchplace.serve.grpc_call import (
     UNREAD_LIMIT,
     Aborted,
     Call,
+    MessageBudget,
     decode_metadata,
     parse_timeout,
 )
@@ -130,6 +134,8 @@ class WireLimits(NamedTuple):
     idle_timeout_s: float = 300.0
     handshake_timeout_s: float = 30.0
     max_connections: int = 1024
+    #: how long a request message let into the server's budget may take to arrive in full
+    message_timeout_s: float = 30.0
 
 
 class _ProtocolError(Exception):
@@ -160,6 +166,9 @@ class WireServer:
         self.stopping = False
         self._methods: dict[bytes, grpc.RpcMethodHandler | None] = {}
         self._listener: asyncio.Server | None = None
+        #: the bytes of request messages partly arrived, every connection's calls together
+        #: (four message limits, at least 256 MiB: the HTTP server's body budget)
+        self.budget = MessageBudget(max(4 * limits.max_message_bytes, 256 << 20))
 
     async def start(self, host: str, port: int) -> int:
         """Listen on ``host:port``; the port bound (OSError when it cannot)."""
@@ -290,6 +299,8 @@ class Connection(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
         self.abandon(reset=True)
+        for call in self.calls.values():  # a call answered already has no handler to end it
+            call.release()
         self._transport = None
 
     def _check_idle(self) -> None:
@@ -467,6 +478,10 @@ class Connection(asyncio.Protocol):
             if stream > self._last_stream:
                 raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, f"DATA on idle stream {stream}")
             return  # a call that ended already (refused, reset, answered): dropped
+        if call.finished:  # its status is decided (its answer may wait on the client's window)
+            if flags & END_STREAM:  # what more it sends is not read, nor held
+                call.end_of_requests()
+            return
         call.withheld += flow
         if call.withheld > STREAM_WINDOW:
             self._send(frame(FrameType.RST_STREAM, 0, stream,
@@ -478,8 +493,8 @@ class Connection(asyncio.Protocol):
             self._end_stream_call(call, *ending)
         elif flags & END_STREAM:
             call.end_of_requests()
-        elif call.unread < UNREAD_LIMIT and call.withheld >= STREAM_WINDOW // 4:
-            self.credit(call)  # else credited as the handler reads
+        elif call.unread < UNREAD_LIMIT and call.withheld >= STREAM_WINDOW // 4 and not call.wanted:
+            self.credit(call)  # else credited as the handler reads, or its message is let in
 
     def credit(self, call: Call) -> None:
         """Give back a call's withheld stream window (its handler read what held it)."""
@@ -733,6 +748,19 @@ class Connection(asyncio.Protocol):
         if call.task is not None:
             call.task.cancel()
 
+    def message_overdue(self, call: Call) -> None:
+        """``call``'s message, let into the server's budget, did not arrive in full within
+        ``message_timeout_s``: the call ends, and its room goes to the calls waiting (a client
+        that paused, or meant to hold the room, keeps no other's message waiting long)."""
+        size, timeout = call.reserved, self.server.limits.message_timeout_s
+        call.release()
+        if self.calls.get(call.stream) is call:
+            self._end_stream_call(call, grpc.StatusCode.DEADLINE_EXCEEDED, (
+                f"the request message of {size} bytes did not arrive in full within "
+                f"{timeout:g} s (--request-timeout); send it without pausing, or raise "
+                "--request-timeout"
+            ))  # fmt: skip
+
     def reset_stream(self, call: Call, code: ErrorCode) -> None:
         """End ``call``'s stream with RST_STREAM ``code``: nothing more is sent on it."""
         self._send(frame(FrameType.RST_STREAM, 0, call.stream, int(code).to_bytes(4, "big")))
@@ -743,6 +771,7 @@ class Connection(asyncio.Protocol):
         """The call is over: drop it, its place in the queues and its deadline."""
         self.calls.pop(call.stream, None)
         self._blocked.pop(call.stream, None)
+        call.release()
         if call.stall is not None:
             self._unstall(call)
         if call.timer is not None:
