@@ -136,6 +136,7 @@ def _inherited_hooks(cls: ast.ClassDef, module: ast.AST | None, depth: int) -> s
 _HOST_READS = frozenset(
     {"item", "tolist", "numpy", "cpu", "to", "cuda", "type_as", "type", "pin_memory"}
 )
+_PLACERS = frozenset({"to", "cuda", "type_as"})
 _DRAWS = frozenset(
     {"torch.rand", "torch.randn", "torch.randint", "torch.empty", "torch.zeros", "torch.randperm"}
 )
@@ -758,12 +759,17 @@ def _used_on_host(call: ast.Call, ctx: Context) -> bool:
     if pinned is not None and isinstance(pinned.value, ast.Constant) and pinned.value.value:
         return True
     node: ast.AST = call
+    index = False  # the factory is an index, `m[torch.arange(b)]`: what is placed is `m`'s
     for parent in reversed(ctx.parents):
         if isinstance(parent, ast.Dict) and node in parent.values:
             return True  # a value of a log dict: a number to report, never combined
+        if isinstance(parent, ast.Subscript) and parent.slice is node:
+            index = True
         if isinstance(parent, ast.Attribute) and parent.value is node:
             if parent.attr in _HOST_READS:
-                return True
+                # `mask[torch.arange(b)].to(device)` with `mask` on the device already: the
+                # host index is copied over before the (idle) move
+                return not (index and parent.attr in _PLACERS and meets_device_tensor(call, ctx))
         elif isinstance(parent, ast.Call):
             if node is not parent.func and not _combines(parent, ctx):
                 if _passes_device(parent):  # _pin_and_move(torch.tensor(s), x.device): placed

@@ -148,6 +148,7 @@ def matched_to_parameter(call: ast.Call, ctx: Context) -> tuple[Scope, str, str]
         return scope, dtype.value.value.id, "copies the dtype of"
     derived = {name for name, root in _derived(scope, ctx).items() if root in tensors}
     derived |= set(_derive(scope, _module_tensors(scope), "tpl103-derived-module"))
+    derived |= set(_derive(scope, _placed(scope, ctx), "tpl103-derived-placed"))
     if tensors or placed:
         param = _combined_with(call, ctx, scope, tensors | placed | derived)
         if param is not None:
@@ -168,7 +169,10 @@ def meets_device_tensor(call: ast.Call, ctx: Context) -> bool:
     device = _module_tensors(scope) | _moved_before(scope, ctx, call)
     if not device or _cpu_path(call, scope):
         return False
-    device |= set(_derive(scope, device, "tpl103-derived-module"))
+    # views of those (`m = mask[None].expand(b, n, n)`): keyed by the names, which depend on
+    # where the factory is (a shared key handed back what another call's names derived)
+    key = "tpl103-derived-device:" + ",".join(sorted(device))
+    device |= set(_derive(scope, device, key))
     return _combined_with(call, ctx, scope, device) is not None
 
 
@@ -274,7 +278,20 @@ def _host_read(node: ast.expr) -> bool:
 
 
 def _moved(value: ast.expr) -> bool:
-    """``t.cuda()``, ``t.to(device)``, ``t.to("cuda:0")``: a move to an accelerator."""
+    """``t.cuda()``, ``t.to(device)``, ``t.to("cuda:0")``: a move to an accelerator, also
+    followed by tensor methods and items that keep it there (``t.to(device).triu(1)``,
+    ``t.cuda()[None]``; not a host read, ``t.cuda().tolist()``)."""
+    while True:
+        if isinstance(value, ast.Subscript):
+            value = value.value
+        elif (
+            isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Attribute)
+            and value.func.attr not in _NOT_TENSOR | {"to", "type", "cuda"}
+        ):
+            value = value.func.value
+        else:
+            break
     if not isinstance(value, ast.Call) or not isinstance(value.func, ast.Attribute):
         return False
     if value.func.attr == "cuda":
