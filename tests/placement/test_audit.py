@@ -181,6 +181,25 @@ def test_cuda_check_same_device_and_audit() -> None:
     audit_module(m).assert_on(dev)
 
 
+def test_audit_finds_a_stray_in_a_dataclass_attribute_set_in_post_init() -> None:
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Rope:
+        dim: int
+
+        def __post_init__(self) -> None:
+            self.cos = torch.ones(self.dim)
+
+    class Attention(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = nn.Linear(2, 2)
+            self.rope = Rope(2)
+
+    assert [s.name for s in audit_module(Attention()).strays] == ["rope.cos"]
+
+
 def test_audit_finds_strays_in_a_deque_and_skips_unset_dataclass_fields() -> None:
     import collections
     import dataclasses

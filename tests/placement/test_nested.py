@@ -108,6 +108,12 @@ def test_move_dtype_must_be_a_torch_dtype() -> None:
         move(torch.ones(2), "cpu", dtype="float16")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("flag", ["False", None, 1])
+def test_move_non_blocking_must_be_a_bool(flag: Any) -> None:
+    with pytest.raises(ConfigError, match=re.escape(f"move(non_blocking={flag!r}) must be True")):
+        move(torch.ones(2), "meta", non_blocking=flag)
+
+
 def test_move_keeps_tensors_already_in_place_and_aliasing() -> None:
     t = torch.ones(3)
     out = move({"a": t, "b": [t]}, "cpu")
@@ -279,6 +285,30 @@ def test_move_leaves_an_unset_init_false_dataclass_field_unset() -> None:
     out = move(Lazy(torch.randn(2)), "meta")
     assert out.x.device == META
     assert not hasattr(out, "cache")
+
+
+@dataclass
+class Masked:
+    ids: torch.Tensor
+
+    def __post_init__(self) -> None:
+        self.mask = self.ids != 0  # an attribute that is no field
+
+
+@dataclass(frozen=True)
+class Shifted:
+    ids: torch.Tensor
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "labels", self.ids + 1)
+
+
+def test_move_moves_a_dataclass_attribute_set_in_post_init() -> None:
+    out = move(Masked(torch.tensor([1, 0])), "meta")
+    assert out.ids.device == META
+    assert out.mask.device == META
+    frozen = move(Shifted(torch.tensor([1, 0])), "meta")
+    assert frozen.labels.device == META
 
 
 def test_a_structure_that_contains_itself_is_a_config_error() -> None:

@@ -127,6 +127,20 @@ def test_an_unset_init_false_dataclass_field_is_skipped() -> None:
     assert check_same_device(batch=Lazy(torch.zeros(2))) == CPU
 
 
+@dataclass
+class Masked:
+    ids: torch.Tensor
+
+    def __post_init__(self) -> None:
+        self.mask = torch.ones(2)  # an attribute that is no field, made on the cpu
+
+
+def test_a_dataclass_attribute_set_in_post_init_is_checked() -> None:
+    with pytest.raises(MixedDeviceError) as info:
+        check_same_device(batch=Masked(torch.zeros(2, device="meta")))
+    assert marked(str(info.value)) == ["batch.mask"]
+
+
 def test_nesting_past_the_recursion_limit_is_a_config_error() -> None:
     deep: Any = torch.zeros(2)
     for _ in range(10_000):

@@ -109,15 +109,19 @@ def _field_names(obj: object) -> list[str]:
 
 
 def dataclass_items(obj: object) -> list[tuple[str, object]]:
-    """A dataclass or attrs instance's (field name, value) pairs; a field that was never set
-    (an ``init=False`` field without a default, not assigned in ``__post_init__``) is left
-    out."""
+    """A dataclass or attrs instance's (field name, value) pairs, then its instance attributes
+    that are no field (``self.mask = ...`` in ``__post_init__``): a walk that left those out
+    would pass their tensors by. A field that was never set (an ``init=False`` field without a
+    default, not assigned in ``__post_init__``) is left out."""
+    names = _field_names(obj)
     out = []
-    for name in _field_names(obj):
+    for name in names:
         try:
             out.append((name, getattr(obj, name)))
         except AttributeError:
             continue
+    fields = set(names)
+    out += [(k, v) for k, v in _attributes(obj).items() if k not in fields]
     return out
 
 

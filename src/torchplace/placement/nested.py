@@ -319,6 +319,11 @@ def move(
             f"move: device {device!r} is not a torch device; pass a torch.device or a spec such "
             "as 'cpu', 'cuda:0' or 'meta' (torchplace.resolve_device('auto') picks one)"
         ) from None
+    if not isinstance(non_blocking, bool):
+        raise ConfigError(
+            f"move(non_blocking={non_blocking!r:.40}) must be True or False, not "
+            f"{type(non_blocking).__name__} (a string such as 'False' would count as true)"
+        )
     if dtype is not None and not isinstance(dtype, torch.dtype):
         raise ConfigError(
             f"move(dtype={dtype!r}) must be a torch.dtype such as torch.float16, not "
