@@ -110,6 +110,13 @@ def test_safetensors(tmp_path: Path) -> None:
     assert all(t.device.type == "meta" for t in on_meta.values())
 
 
+def test_a_torch_save_file_named_safetensors_is_named_for_what_it_is(tmp_path: Path) -> None:
+    path = tmp_path / "model.safetensors"
+    torch.save(model().state_dict(), path)  # a common slip: torch's format under that name
+    with pytest.raises(CheckpointError, match=r"holds torch\.save's format.*rename it to \.pt"):
+        load_checkpoint(path)
+
+
 def test_a_lazy_module_takes_its_shapes_from_the_checkpoint(tmp_path: Path) -> None:
     """``nn.LazyLinear`` has no shapes before its first forward; torch's own loading gives its
     parameters the checkpoint's, so there is nothing to compare them with (it raised on the

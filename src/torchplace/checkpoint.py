@@ -348,6 +348,13 @@ def _is_safetensors(file: Path) -> bool:
 def _load_safetensors(file: Path, device: torch.device) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
+    if _looks_like_torch_save(file):  # torch.load too reads a *.safetensors name as safetensors
+        raise CheckpointError(
+            f"checkpoint {str(file)!r} is named .safetensors but holds torch.save's format "
+            "(torch.save(state_dict, 'model.safetensors') writes a torch archive, not "
+            "safetensors). Fix: rename it to .pt and load that, or save it with "
+            "safetensors.torch.save_file(state_dict, path)"
+        )
     direct = device.type in _SAFETENSORS_DEVICES
     try:  # on another device, load_checkpoint moves the tensors from the cpu
         return load_file(file, device=str(device) if direct else "cpu")

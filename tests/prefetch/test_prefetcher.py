@@ -29,6 +29,9 @@ from .fakes import Frozen, Pair, Source, drain, leaves, nested
         ({"pin_pool_bytes": -1}, "pin_pool_bytes=-1"),
         ({"dtype": torch.int64}, "dtype=torch.int64"),
         ({"pin_fn": 3}, "pin_fn=3"),
+        ({"pin": "False"}, "pin='False'"),
+        ({"non_blocking": "False"}, "non_blocking='False'"),
+        ({"non_blocking": None}, "non_blocking=None"),
     ],
 )
 def test_bad_arguments_name_the_value(kwargs: dict[str, Any], needle: str) -> None:

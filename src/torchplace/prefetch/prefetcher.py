@@ -120,6 +120,12 @@ class DevicePrefetcher(Generic[T]):
             )
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
             raise ConfigError(f"depth={depth!r} must be an int >= 1 (batches copied ahead)")
+        for flag, value in (("pin", pin), ("non_blocking", non_blocking)):
+            if not isinstance(value, bool):
+                raise ConfigError(
+                    f"DevicePrefetcher({flag}={value!r:.40}) must be True or False, not "
+                    f"{type(value).__name__} (a string such as 'False' would count as true)"
+                )
         if dtype is not None and (
             not isinstance(dtype, torch.dtype) or not dtype.is_floating_point
         ):
@@ -131,8 +137,8 @@ class DevicePrefetcher(Generic[T]):
 
         self.device = resolve_device(device)
         self.depth = depth
-        self.pin = bool(pin)
-        self.non_blocking = bool(non_blocking)
+        self.pin = pin
+        self.non_blocking = non_blocking
         self.dtype = dtype
         self._iterable = iterable
         self._pool = PinnedPool(pin_pool_bytes, pin_fn)
