@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tests.planner.conftest import NO_RESERVES, toy_plan
 from torchplace.planner.api import plan
 
@@ -31,3 +33,21 @@ def test_a_plan_that_places_nothing_on_a_device_does_not_fit() -> None:
     assert not p.budgets
     assert not p.fits()
     assert p.largest_batch() == 0
+
+
+def test_a_map_that_puts_units_on_the_host_says_so_not_that_devices_are_full(
+    tmp_path: Path,
+) -> None:
+    everything = tmp_path / "host.json"
+    everything.write_text('{"": "cpu"}')
+    p = plan("seed-mlp", assume="2xH200", map_file=everything)
+    (spill,) = [w for w in p.warnings if w.code == "cpu-spill"]
+    assert spill.message.startswith("the map puts every unit on the host (")
+    assert "max_memory" not in spill.message
+    assert "map them to the plan's devices (cuda:0, cuda:1" in spill.message
+    first = tmp_path / "first.json"
+    first.write_text('{"0": "cpu", "2": 1}')
+    p = plan("seed-mlp", assume="2xH200", map_file=first)
+    (spill,) = [w for w in p.warnings if w.code == "cpu-spill"]
+    assert spill.message.startswith("the map puts 1 unit(s) on the host (0)")
+    assert "max_memory" not in spill.message

@@ -253,3 +253,14 @@ def test_a_failed_export_write_is_a_one_line_error(capsys: pytest.CaptureFixture
         pytest.skip("no /dev/full here")
     assert main(["plan", "--export", "device-map", "/dev/full"]) == 1
     assert "cannot use '/dev/full': No space left on device" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("sizes", "device"), [("0", 0), ("1GiB,0.1", 1)])
+def test_a_max_memory_of_no_bytes_names_the_device_and_the_fix(
+    capsys: pytest.CaptureFixture[str], sizes: str, device: int
+) -> None:
+    # it said "must be a list of byte counts", which 0 is
+    assert main(["plan", f"--max-memory={sizes}"]) == 2
+    err = capsys.readouterr().err
+    assert f"device {device} is given 0 bytes, which hold no weights" in err
+    assert "give each device one byte or more" in err

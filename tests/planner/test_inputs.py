@@ -10,6 +10,7 @@ import torch
 
 from tests.planner.conftest import toy_plan
 from tests.planner.toy import KeywordOnly
+from torchplace.errors import ConfigError
 from torchplace.planner.inputs import call_arguments
 from torchplace.planner.verify import verify
 
@@ -66,3 +67,12 @@ def test_inputs_named_as_forward_parameters_go_to_those(
 ) -> None:
     args, kwargs = call_arguments(module, [A, B], names)
     assert (args, kwargs) == want
+
+
+def test_a_lazy_model_is_refused_naming_its_uninitialized_parameters() -> None:
+    # it said "cannot build the model ... the factory is called with no arguments and must
+    # return a torch.nn.Module", which it did
+    with pytest.raises(ConfigError, match="has uninitialized parameters") as info:
+        toy_plan("make_lazy")
+    assert "run one forward with a dummy batch in the factory" in str(info.value)
+    assert "must return a torch.nn.Module" not in str(info.value)

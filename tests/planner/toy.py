@@ -341,3 +341,8 @@ class TwoLinear(nn.Module):
 
 def make_two_linear() -> nn.Module:
     return _declared(TwoLinear(), TensorSpec("x", "FP32", (-1, 6, WIDTH)))
+
+
+def make_lazy() -> nn.Module:
+    """A lazy module, its weights without a shape until its first forward."""
+    return _declared(nn.LazyLinear(WIDTH), TensorSpec("x", "FP32", (-1, WIDTH)))

@@ -161,14 +161,8 @@ def plan(
         raise ConfigError(
             f"--seq {seq!r}: a sequence length is 1 or more (an integer), at most {_MOST_BATCH:,}"
         )
-    if max_memory is not None and (
-        isinstance(max_memory, (str, bytes)) or not isinstance(max_memory, Sequence)
-        or not max_memory or not all(_is_int(m) and m > 0 for m in max_memory)
-    ):  # fmt: skip
-        raise ConfigError(
-            f"max_memory={max_memory!r} must be a list of byte counts, one per device "
-            "(--max-memory takes sizes such as 30GiB,40GiB)"
-        )
+    if max_memory is not None:
+        _check_max_memory(max_memory)
     _check_lists(reserves, inputs)
     # plain ints from here (numpy's would reach the JSON report and the exported map)
     seq = None if seq is None else int(seq)
@@ -195,6 +189,25 @@ def plan(
         for p in plans
     }
     return chosen
+
+
+def _check_max_memory(max_memory: object) -> None:
+    """Refuse a ``max_memory`` that is no list of byte counts, or gives a device no bytes."""
+    if (
+        isinstance(max_memory, (str, bytes)) or not isinstance(max_memory, Sequence)
+        or not max_memory or not all(_is_int(m) for m in max_memory)
+    ):  # fmt: skip
+        raise ConfigError(
+            f"max_memory={max_memory!r} must be a list of byte counts, one per device "
+            "(--max-memory takes sizes such as 30GiB,40GiB)"
+        )
+    empty = next((i for i, m in enumerate(max_memory) if m < 1), None)
+    if empty is not None:
+        raise ConfigError(
+            f"max_memory={list(max_memory)!r}: device {empty} is given {max_memory[empty]} "
+            "bytes, which hold no weights; give each device one byte or more, e.g. "
+            "--max-memory 30GiB,40GiB (a size under one byte, such as 0.5B, reads as 0)"
+        )
 
 
 def _checked(

@@ -74,6 +74,8 @@ def _spilled(placement: Placement, units: Units) -> list[PlanWarning]:
     spilled = [label(u) for u, d in placement.assign.items() if d == HOST]
     if not spilled:
         return []
+    if placement.strategy == "map":  # the user's map put them there, not a full device
+        return [PlanWarning("cpu-spill", _mapped_to_host(placement, spilled))]
     message = (
         f"{len(spilled)} unit(s) left on the host ({_first(spilled)}): every forward copies "
         "their weights in; add devices or lower the batch"
@@ -99,6 +101,20 @@ def _spilled(placement: Placement, units: Units) -> list[PlanWarning]:
             "--max-memory or lower --reserve"
         )
     return [PlanWarning("cpu-spill", message)]
+
+
+def _mapped_to_host(placement: Placement, spilled: list[str]) -> str:
+    devices = [d for d in placement.devices if d != HOST]
+    where = f"map them to the plan's devices ({', '.join(devices)}, or 0 to {len(devices) - 1})"
+    if len(spilled) == len(placement.assign):
+        return (
+            f"the map puts every unit on the host ({_first(spilled)}): no device holds any of "
+            f"the model; {where}"
+        )
+    return (
+        f"the map puts {len(spilled)} unit(s) on the host ({_first(spilled)}): every forward "
+        f"copies their weights in; {where} to keep them there"
+    )
 
 
 def _fallback(placement: Placement) -> list[PlanWarning]:

@@ -171,6 +171,7 @@ def run(args: argparse.Namespace) -> int:
     from torchplace.planner.verify import check_tolerance
 
     report.check_output(args.output)
+    report.check_stdout(args.output)
     check_tolerance(args.tolerance)  # before the planning, which takes seconds
     inputs: Any = None
     if args.inputs:

@@ -229,6 +229,11 @@ def _from_tensor_specs(specs: Sequence[TensorSpec]) -> tuple[InputSpec, ...]:
     return tuple(out)
 
 
+def _uninitialized(exc: BaseException) -> bool:
+    """Whether ``exc`` is torch's refusal to size a lazy module's uninitialized parameter."""
+    return isinstance(exc, ValueError) and "uninitialized parameter" in str(exc)
+
+
 def load_plan_model(
     model: str,
     *,
@@ -277,6 +282,13 @@ def load_plan_model(
     except (Exception, SystemExit) as exc:  # the user's factory failed (or called sys.exit)
         if exported is not None:
             what, fix = f"exported program {str(exported)!r}", "save it with torch.export.save"
+        elif _uninitialized(exc):
+            raise ConfigError(
+                f"model {model!r} has uninitialized parameters (a lazy module, such as "
+                "nn.LazyLinear, gets its shapes at its first forward), so its weights have no "
+                "size to plan. Fix: run one forward with a dummy batch in the factory before "
+                "returning the model, or use the module with explicit sizes (nn.Linear)"
+            ) from exc
         else:
             what = f"model {model!r}"
             fix = "the factory is called with no arguments and must return a torch.nn.Module"
