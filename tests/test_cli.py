@@ -49,6 +49,33 @@ def test_a_path_after_json_gets_the_fix(capsys: pytest.CaptureFixture[str]) -> N
     assert "--json takes no argument: write the report to a file with -o out.json" in err
 
 
+@pytest.mark.parametrize(
+    ("argv", "fix"),
+    [
+        (
+            ["doctor", "-v"],
+            "-v is torchplace's own option, given before the command: torchplace -v doctor",
+        ),
+        (["plan", "-vv"], "given before the command: torchplace -v plan"),
+        (
+            ["guard", "-m", "pkg"],
+            "to run a module, give it after --: torchplace guard -- -m MODULE",
+        ),
+        (["guard", "--json", "-m", "pkg"], "give it after --: torchplace guard -- -m MODULE"),
+    ],
+)
+def test_an_option_in_the_wrong_place_gets_the_fix(
+    argv: list[str], fix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # it said "unrecognized arguments: -m" alone, or sent --json -m to "-o -m"
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert fix in err
+    assert "-o -m" not in err
+
+
 @pytest.mark.parametrize("module", ["torchplace", "torchplace.cli"])
 def test_version(module: str) -> None:
     out = subprocess.run(

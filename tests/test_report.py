@@ -343,3 +343,36 @@ def test_a_closed_stdout_is_a_clear_error_not_a_traceback() -> None:
         assert proc.returncode == 2, proc.stderr
         assert "standard output is closed" in proc.stderr
         assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "work"),
+    [
+        (["doctor", "--no-smoke"], "torchplace.doctor.cli.collect"),
+        (["bench", "timing", "--size", "8"], "torchplace.devices.resolve_device"),
+        (["plan", "-o", "-"], "torchplace.planner.api.plan"),
+    ],
+)
+def test_a_closed_stdout_is_refused_before_the_work(
+    argv: list[str],
+    work: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # it was found when the report was written, after minutes of benchmark or planning
+    def started(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the work started")
+
+    monkeypatch.setattr(work, started)
+    monkeypatch.setattr("sys.stdout", None)  # as `torchplace ... >&-` starts
+    assert main(argv) == 2
+    assert "standard output is closed" in capsys.readouterr().err
+
+
+def test_check_stdout_leaves_a_report_written_to_a_file_alone(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr("sys.stdout", None)
+    report.check_stdout(tmp_path / "report.txt")
+    with pytest.raises(ConfigError, match="standard output is closed"):
+        report.check_stdout("-")

@@ -19,6 +19,7 @@ import contextlib
 import importlib
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import NamedTuple, cast
@@ -177,12 +178,22 @@ def _parse(parser: argparse.ArgumentParser, words: list[str]) -> argparse.Namesp
     """Parse a command's words; a path given to ``--json`` gets the fix (``-o PATH --json``)."""
     parsed, extra = parser.parse_known_args(words)
     if extra:
-        message = f"unrecognized arguments: {' '.join(extra)}"
-        at = words.index(extra[0])
-        if at > 0 and words[at - 1] == "--json":
-            message += f"; --json takes no argument: write the report to a file with -o {extra[0]}"
-        parser.error(message)
+        parser.error(f"unrecognized arguments: {' '.join(extra)}{_hint(parser, words, extra)}")
     return parsed
+
+
+def _hint(parser: argparse.ArgumentParser, words: list[str], extra: list[str]) -> str:
+    """The fix for a word a command does not take, where a common slip explains it; else ""."""
+    word, command = extra[0], parser.prog.removeprefix("torchplace ")
+    if re.fullmatch(r"-v+|--verbose", word):
+        return f"; -v is torchplace's own option, given before the command: torchplace -v {command}"
+    program = any(action.nargs == argparse.REMAINDER for action in parser._actions)
+    if word == "-m" and program:  # guard's program: python's own -m comes after --
+        return f"; to run a module, give it after --: {parser.prog} -- -m MODULE [ARGS]"
+    at = words.index(word)
+    if at > 0 and words[at - 1] == "--json" and not word.startswith("-"):
+        return f"; --json takes no argument: write the report to a file with -o {word}"
+    return ""
 
 
 def _import_from_cwd() -> None:

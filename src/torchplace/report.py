@@ -41,6 +41,7 @@ __all__ = [
     "add_output_options",
     "check_distinct",
     "check_output",
+    "check_stdout",
     "envelope",
     "load_schema",
     "model_source",
@@ -159,6 +160,17 @@ def check_output(output: str | Path | None, *, flag: str = "-o") -> None:
         _check_writable(Path(output), flag, fix)
     except OSError as exc:  # a name too long, a component that is not a directory, ...
         raise ConfigError(f"{flag} {str(output)!r}: {exc.strerror or exc}; {fix}") from None
+
+
+def check_stdout(output: str | Path | None) -> None:
+    """Refuse, before the command does its work, a report bound for standard output (no ``-o``,
+    or ``-o -``) when it is closed (``>&-``): the work would be done and its report lost."""
+    if output is not None and str(output) != STDOUT:
+        return
+    if sys.stdout is None or sys.stdout.closed:
+        raise ConfigError(
+            "standard output is closed, so the report has nowhere to go; write it with -o PATH"
+        )
 
 
 def _check_writable(path: Path, flag: str, fix: str) -> None:

@@ -314,6 +314,7 @@ def run(args: argparse.Namespace) -> int:
 
     _check_plot(args)
     report.check_output(args.output)
+    report.check_stdout(args.output)
     report.check_distinct(
         [args.output, getattr(args, "plot", None)],
         report.model_source(getattr(args, "model", None)),

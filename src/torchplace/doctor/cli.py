@@ -65,6 +65,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the doctor; 0 when the requested device is usable, 1 when it is not."""
     report.check_output(args.output)
+    report.check_stdout(args.output)
     limit = _timeout(args.timeout)
     _require_torch()
     with _watchdog(limit):
