@@ -6,11 +6,16 @@ paths to lint and labelled locations: ``pitfall`` rows (the rule should report t
 commit into a cache outside this repository (``scripts/lint-corpus-fetch`` does only that step),
 linted with the torchplace installed for the running interpreter, and scored:
 
-- TP: a pitfall row reported (same path, line and rule); FN: a pitfall row not reported;
-  FP: a clean row reported. Precision = TP / (TP + FP), recall = TP / (TP + FN).
+- TP: a pitfall row reported (same path, line and rule, and in a notebook the same cell);
+  FN: a pitfall row not reported; FP: a clean row reported. Precision = TP / (TP + FP),
+  recall = TP / (TP + FN).
 - Per rule, overall, and apart for ``scope = "local"`` (decidable inside one function) and
   ``scope = "cross"`` (needs another function or file) rows.
 - Findings on unlabelled lines are counted and listed for review, never scored.
+
+A row on a Jupyter notebook (``.ipynb``) names its cell as ``torchplace lint`` reports it
+(``cell``: the 1-based position among all cells, markdown ones too) and ``line`` is the line in
+that cell; a notebook row without a cell, or a cell on any other file, breaks the format.
 
 Targets (``--check`` exits 1 when one fails): overall precision >= 90%, recall >= 75% on local
 rows, recall >= 60% for every rule with at least 5 pitfall rows, recall >= 50% on cross rows.
@@ -54,6 +59,8 @@ GITHUB = "https://github.com/{owner}/{name}"
 KINDS = ("training", "inference", "server", "distributed", "library")
 VERDICTS = ("pitfall", "clean")
 SCOPES = ("local", "cross")
+NOTEBOOK_SUFFIX = ".ipynb"
+_SOURCE_LINE = re.compile(r"[^\n]*\n|[^\n]+")  # a line of a cell, as nbformat splits them
 MIN_PRECISION = 0.90
 MIN_LOCAL_RECALL = 0.75
 MIN_RULE_RECALL = 0.60
@@ -84,6 +91,14 @@ class CorpusError(Exception):
     """A label file that does not follow the format; the message names the file and the field."""
 
 
+#: a finding, or a row's place and rule: ``(path, cell, line, rule)``, ``cell`` 0 outside notebooks
+Found = tuple[str, int, int, str]
+
+
+def _place(path: str, cell: int, line: int) -> str:
+    return f"{path}:cell {cell}:{line}" if cell else f"{path}:{line}"
+
+
 @dataclass(frozen=True)
 class Label:
     path: str
@@ -92,6 +107,16 @@ class Label:
     verdict: str
     scope: str
     reason: str
+    cell: int = 0  # in a notebook: the 1-based cell, every cell counted; 0 elsewhere
+
+    @property
+    def key(self) -> Found:
+        return (self.path, self.cell, self.line, self.rule)
+
+    @property
+    def place(self) -> str:
+        """``path:line``, or ``path:cell N:line`` in a notebook (as ``torchplace lint`` says)."""
+        return _place(self.path, self.cell, self.line)
 
 
 @dataclass(frozen=True)
@@ -161,7 +186,7 @@ class Score:
     overall: Tally = field(default_factory=Tally)
     misses: list[tuple[str, Label]] = field(default_factory=list)  # FN rows
     false_alarms: list[tuple[str, Label]] = field(default_factory=list)  # FP rows
-    unlabelled: list[tuple[str, str, int, str]] = field(default_factory=list)
+    unlabelled: list[tuple[str, Found]] = field(default_factory=list)  # (repo, finding)
 
 
 # ---------------------------------------------------------------- label files
@@ -204,7 +229,7 @@ def load_project(path: Path) -> Project:
     if not paths or not all(isinstance(p, str) and p for p in paths):
         raise CorpusError(f"{path}: paths must be a non-empty list of file or folder names")
     labels: list[Label] = []
-    seen: set[tuple[str, int, str]] = set()
+    seen: set[Found] = set()
     for index, row in enumerate(data.get("label", []), start=1):
         where = f"{path}: label {index}"
         label = Label(
@@ -214,17 +239,31 @@ def load_project(path: Path) -> Project:
             verdict=_choice(row, "verdict", VERDICTS, where),
             scope=_choice(row, "scope", SCOPES, where),
             reason=_field(row, "reason", str, where).strip(),
+            cell=_field(row, "cell", int, where) if "cell" in row else 0,
         )
+        notebook = label.path.endswith(NOTEBOOK_SUFFIX)
+        if notebook and "cell" not in row:
+            raise CorpusError(
+                f"{where}: {label.path} is a notebook: name the cell as well as the line "
+                "(cell = N, the 1-based position among all cells, markdown ones too, as "
+                "`torchplace lint` reports it; line = the line in that cell)"
+            )
+        if not notebook and "cell" in row:
+            raise CorpusError(
+                f"{where}: cell = {label.cell} on {label.path}, which is not a notebook "
+                f"({NOTEBOOK_SUFFIX}); only a notebook's rows name a cell"
+            )
+        if notebook and label.cell < 1:
+            raise CorpusError(f"{where}: cell = {label.cell}; cells are 1-based")
         if label.line < 1:
             raise CorpusError(f"{where}: line = {label.line}; lines are 1-based")
         if not re.fullmatch(r"TPL\d{3}", label.rule):
             raise CorpusError(f"{where}: rule = {label.rule!r} is not a code like 'TPL201'")
         if not label.reason:
             raise CorpusError(f"{where}: reason is empty; say in one line why")
-        key = (label.path, label.line, label.rule)
-        if key in seen:
-            raise CorpusError(f"{where}: {label.path}:{label.line} {label.rule} is labelled twice")
-        seen.add(key)
+        if label.key in seen:
+            raise CorpusError(f"{where}: {label.place} {label.rule} is labelled twice")
+        seen.add(label.key)
         labels.append(label)
     return Project(repo, commit, kind, tuple(paths), tuple(labels), path)
 
@@ -324,8 +363,48 @@ def at_hand(project: Project, cache: Path, git_dir_template: str | None) -> Path
 # ---------------------------------------------------------------- linting and scoring
 
 
-def lint(root: Path, paths: Sequence[str]) -> set[tuple[str, int, str]]:
-    """``(path relative to root, line, code)`` of every finding, from the installed torchplace."""
+def _notebook_cells(path: Path) -> list[tuple[str, int]]:
+    """``(cell_type, lines)`` of each cell of the notebook at ``path``, in order."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+        cells = document["cells"]
+        out: list[tuple[str, int]] = []
+        for cell in cells:
+            source = cell.get("source", "")
+            text = "".join(source) if isinstance(source, list) else str(source)
+            out.append((str(cell.get("cell_type", "")), len(_SOURCE_LINE.findall(text))))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise CorpusError(f"{path}: not a notebook the labels can name cells of: {exc}") from exc
+    return out
+
+
+def check_cells(project: Project, root: Path) -> None:
+    """Refuse a notebook row whose cell is not a code cell of the notebook at the project's
+    commit, or whose line is past the cell's end: such a row could never be reported, and a
+    cell counted the wrong way (code cells only, or from 0) is the likely slip."""
+    cells: dict[str, list[tuple[str, int]]] = {}
+    for index, label in enumerate(project.labels, start=1):
+        if not label.cell:
+            continue
+        if label.path not in cells:
+            cells[label.path] = _notebook_cells(root / label.path)
+        found = cells[label.path]
+        where = f"{project.source}: label {index} ({label.place} {label.rule})"
+        if label.cell > len(found):
+            raise CorpusError(f"{where}: the notebook has {len(found)} cells")
+        kind, lines = found[label.cell - 1]
+        if kind != "code":
+            raise CorpusError(
+                f"{where}: cell {label.cell} is a {kind or 'untyped'} cell; cells are counted "
+                "from 1 among all cells, markdown ones too"
+            )
+        if label.line > lines:
+            raise CorpusError(f"{where}: cell {label.cell} has {lines} lines")
+
+
+def lint(root: Path, paths: Sequence[str]) -> set[Found]:
+    """``(path relative to root, cell, line, code)`` of every finding, from the installed
+    torchplace; ``cell`` is the notebook cell (1-based), 0 outside notebooks."""
     from torchplace.lint import lint_paths
 
     missing = [p for p in paths if not (root / p).exists()]
@@ -337,23 +416,24 @@ def lint(root: Path, paths: Sequence[str]) -> set[tuple[str, int, str]]:
         result = lint_paths(list(paths), jobs=1)
     finally:
         os.chdir(here)
-    found: set[tuple[str, int, str]] = set()
+    found: set[Found] = set()
     for finding in result.findings:
         rel = Path(finding.path)
         if rel.is_absolute():
             rel = rel.relative_to(root.resolve())
-        found.add((rel.as_posix(), finding.line, finding.code))
+        found.add((rel.as_posix(), finding.cell, finding.line, finding.code))
     return found
 
 
-def score(results: Iterable[tuple[Project, set[tuple[str, int, str]]]]) -> Score:
+def score(results: Iterable[tuple[Project, set[Found]]]) -> Score:
+    """Each row scored against the findings ``(path, cell, line, rule)`` of its project: a row
+    matches a finding at the same path, cell (0 outside notebooks), line and rule."""
     out = Score()
     for project, found in results:
-        labelled: set[tuple[str, int, str]] = set()
+        labelled: set[Found] = set()
         for label in project.labels:
-            key = (label.path, label.line, label.rule)
-            labelled.add(key)
-            reported = key in found
+            labelled.add(label.key)
+            reported = label.key in found
             for tally in (
                 out.overall,
                 out.by_rule.setdefault(label.rule, Tally()),
@@ -365,8 +445,8 @@ def score(results: Iterable[tuple[Project, set[tuple[str, int, str]]]]) -> Score
                 out.misses.append((project.repo, label))
             if label.verdict == "clean" and reported:
                 out.false_alarms.append((project.repo, label))
-        for path, line, code in sorted(found - labelled):
-            out.unlabelled.append((project.repo, path, line, code))
+        for finding in sorted(found - labelled):
+            out.unlabelled.append((project.repo, finding))
     return out
 
 
@@ -430,17 +510,14 @@ def render(result: Score, skipped: Sequence[str], show_unlabelled: int) -> str:
     if skipped:
         lines += ["", "not scored:", *(f"  {s}" for s in skipped)]
     lines += ["", f"missed pitfalls: {len(result.misses)}"]
-    lines += [
-        f"  {r}:{lb.path}:{lb.line} {lb.rule} [{lb.scope}] {lb.reason}" for r, lb in result.misses
-    ]
+    lines += [f"  {r}:{lb.place} {lb.rule} [{lb.scope}] {lb.reason}" for r, lb in result.misses]
     lines += [f"false alarms on clean rows: {len(result.false_alarms)}"]
     lines += [
-        f"  {r}:{lb.path}:{lb.line} {lb.rule} [{lb.scope}] {lb.reason}"
-        for r, lb in result.false_alarms
+        f"  {r}:{lb.place} {lb.rule} [{lb.scope}] {lb.reason}" for r, lb in result.false_alarms
     ]
     shown = result.unlabelled if show_unlabelled < 0 else result.unlabelled[:show_unlabelled]
     lines += [f"findings on unlabelled lines (not scored): {len(result.unlabelled)}"]
-    lines += [f"  {r}:{p}:{n} {c}" for r, p, n, c in shown]
+    lines += [f"  {r}:{_place(p, cell, n)} {c}" for r, (p, cell, n, c) in shown]
     if len(shown) < len(result.unlabelled):
         lines.append(f"  ... {len(result.unlabelled) - len(shown)} more (--show-unlabelled -1)")
     return "\n".join(lines)
@@ -453,7 +530,7 @@ def as_json(
     judged: bool = True,
 ) -> dict[str, Any]:
     def rows(items: list[tuple[str, Label]]) -> list[dict[str, Any]]:
-        return [{"repo": r, **vars(lb)} for r, lb in items]
+        return [{"repo": r, **vars(lb), "cell": lb.cell or None} for r, lb in items]
 
     return {
         "overall": result.overall.as_dict(),
@@ -462,8 +539,9 @@ def as_json(
         "by_repo": {k: v.as_dict() for k, v in sorted(result.by_repo.items())},
         "misses": rows(result.misses),
         "false_alarms": rows(result.false_alarms),
-        "unlabelled": [
-            {"repo": r, "path": p, "line": n, "rule": c} for r, p, n, c in result.unlabelled
+        "unlabelled": [  # "cell": the notebook cell, as in `torchplace lint --json`; else null
+            {"repo": r, "path": p, "cell": cell or None, "line": n, "rule": c}
+            for r, (p, cell, n, c) in result.unlabelled
         ],
         "not_scored": list(skipped),
         "targets": [{"target": name, "passed": ok} for name, ok in checks],
@@ -540,15 +618,16 @@ def _gather(
 
 def _lint_all(
     sources: Sequence[tuple[Project, Path]], deadline: float | None
-) -> tuple[list[tuple[Project, set[tuple[str, int, str]]]], list[str]]:
+) -> tuple[list[tuple[Project, set[Found]]], list[str]]:
     """Each project's findings, and ``repo@commit`` of those left once ``deadline`` (a
     ``time.monotonic()`` value; None: no limit) has passed."""
-    results: list[tuple[Project, set[tuple[str, int, str]]]] = []
+    results: list[tuple[Project, set[Found]]] = []
     late: list[str] = []
     for project, where in sources:
         if deadline is not None and time.monotonic() >= deadline:
             late.append(f"{project.repo}@{project.commit[:12]}")
         else:
+            check_cells(project, where)
             results.append((project, lint(where, project.paths)))
     return results, late
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -35,6 +36,54 @@ def restore(path):
 LOAD_LINE = 17  # torch.load without weights_only: TPL402 reports it
 ITEM_LINE = 12  # loss.item() per batch
 
+# A notebook: cells 1 and 3 are markdown. Cell 4 reads the loss every batch at its line 7 (TPL201
+# reports cell 4, line 7); cell 5 reads it once after a loop, also at its line 7 (not reported).
+NOTEBOOK_CELLS = [
+    ("markdown", "# Train"),
+    (
+        "code",
+        "import torch\n\n"
+        'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'
+        "model = torch.nn.Linear(4, 1).to(device)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "loader = [(torch.randn(8, 4), torch.randn(8, 1)) for _ in range(10)]",
+    ),
+    ("markdown", "## The loop"),
+    (
+        "code",
+        "total = 0.0\n"
+        "for x, y in loader:\n"
+        "    x, y = x.to(device), y.to(device)\n"
+        "    loss = (model(x) - y).pow(2).mean()\n"
+        "    loss.backward()\n"
+        "    opt.step()\n"
+        "    total += loss.item()",
+    ),
+    (
+        "code",
+        "steps = 0\n"
+        "for x, y in loader:\n"
+        "    steps += 1\n"
+        "    opt.zero_grad()\n"
+        "print(steps)\n"
+        "print(total)\n"
+        "print(loss.item())",
+    ),
+]
+NB_CELL, NB_LINE = 4, 7  # the per-batch read
+NB_AFTER_CELL = 5  # a read after the loop, at the same line of another cell
+
+
+def _notebook() -> str:
+    cells = [
+        {"cell_type": kind, "metadata": {}, "source": text.splitlines(keepends=True)}
+        | ({"execution_count": None, "outputs": []} if kind == "code" else {})
+        for kind, text in NOTEBOOK_CELLS
+    ]
+    kernel = {"name": "python3", "language": "python", "display_name": "Python 3"}
+    document = {"cells": cells, "metadata": {"kernelspec": kernel}, "nbformat": 4}
+    return json.dumps(document | {"nbformat_minor": 5}, indent=1)
+
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
@@ -52,9 +101,13 @@ def _git(*args: str, cwd: Path) -> str:
     return done.stdout.strip()
 
 
-def _label(path: str, line: int, rule: str, verdict: str, scope: str = "local") -> str:
+def _label(
+    path: str, line: int, rule: str, verdict: str, scope: str = "local", cell: int | None = None
+) -> str:
     return (
-        f'[[label]]\npath = "{path}"\nline = {line}\nrule = "{rule}"\n'
+        f'[[label]]\npath = "{path}"\n'
+        + ("" if cell is None else f"cell = {cell}\n")
+        + f'line = {line}\nrule = "{rule}"\n'
         f'verdict = "{verdict}"\nscope = "{scope}"\nreason = "test row"\n'
     )
 
@@ -110,7 +163,7 @@ def test_score_counts_each_row_once_and_lists_unlabelled_findings(bench: ModuleT
         bench.Label("a.py", 4, "TPL401", "clean", "local", "r"),  # TN
     )
     proj = bench.Project("o/n", "0" * 40, "training", ("a.py",), labels, Path("o__n.toml"))
-    found = {("a.py", 1, "TPL201"), ("a.py", 3, "TPL201"), ("a.py", 9, "TPL103")}
+    found = {("a.py", 0, 1, "TPL201"), ("a.py", 0, 3, "TPL201"), ("a.py", 0, 9, "TPL103")}
     result = bench.score([(proj, found)])
     rule = result.by_rule["TPL201"]
     assert (rule.tp, rule.fn, rule.fp, rule.tn) == (1, 1, 1, 0)
@@ -127,7 +180,37 @@ def test_score_counts_each_row_once_and_lists_unlabelled_findings(bench: ModuleT
     assert result.by_scope["cross"].recall == 0.0
     assert [label.line for _, label in result.misses] == [2]
     assert [label.line for _, label in result.false_alarms] == [3]
-    assert result.unlabelled == [("o/n", "a.py", 9, "TPL103")]
+    assert result.unlabelled == [("o/n", ("a.py", 0, 9, "TPL103"))]
+
+
+def test_a_notebook_row_matches_a_finding_in_its_cell_only(bench: ModuleType) -> None:
+    labels = (
+        bench.Label("nb.ipynb", 7, "TPL201", "pitfall", "local", "r", cell=4),  # TP
+        bench.Label("nb.ipynb", 7, "TPL201", "clean", "local", "r", cell=5),  # TN
+        bench.Label("nb.ipynb", 2, "TPL402", "pitfall", "local", "r", cell=3),  # FN
+    )
+    proj = bench.Project("o/n", "0" * 40, "training", ("nb.ipynb",), labels, Path("o__n.toml"))
+    # cell 4's finding is at the same line as the clean row of cell 5, and one of cell 6 at the
+    # line of cell 3's pitfall row: neither matches a row of another cell
+    found = {("nb.ipynb", 4, 7, "TPL201"), ("nb.ipynb", 6, 2, "TPL402")}
+    result = bench.score([(proj, found)])
+    assert (result.overall.tp, result.overall.fn, result.overall.fp, result.overall.tn) == (
+        1,
+        1,
+        0,
+        1,
+    )
+    assert [(label.cell, label.line) for _, label in result.misses] == [(3, 2)]
+    assert result.false_alarms == []
+    assert result.unlabelled == [("o/n", ("nb.ipynb", 6, 2, "TPL402"))]
+    text = bench.render(result, [], -1)
+    assert "o/n:nb.ipynb:cell 3:2 TPL402 [local] r" in text
+    assert "o/n:nb.ipynb:cell 6:2 TPL402" in text
+    rows = bench.as_json(result, [], [])
+    assert rows["misses"][0]["cell"] == 3
+    assert rows["unlabelled"] == [
+        {"repo": "o/n", "path": "nb.ipynb", "cell": 6, "line": 2, "rule": "TPL402"}
+    ]
 
 
 def test_targets_follow_the_issue(bench: ModuleType) -> None:
@@ -167,6 +250,35 @@ def test_targets_follow_the_issue(bench: ModuleType) -> None:
             + _label("a.py", 1, "TPL201", "pitfall"),
             "labelled twice",
         ),
+        (
+            'repo = "acme/demo"\ncommit = "'
+            + "a" * 40
+            + '"\nkind = "training"\npaths = ["nb"]\n'
+            + _label("nb/train.ipynb", 7, "TPL201", "pitfall"),
+            r"label 1: nb/train\.ipynb is a notebook: name the cell",
+        ),
+        (
+            'repo = "acme/demo"\ncommit = "'
+            + "a" * 40
+            + '"\nkind = "training"\npaths = ["a"]\n'
+            + _label("a.py", 7, "TPL201", "pitfall", cell=2),
+            "not a notebook",
+        ),
+        (
+            'repo = "acme/demo"\ncommit = "'
+            + "a" * 40
+            + '"\nkind = "training"\npaths = ["nb"]\n'
+            + _label("nb/train.ipynb", 7, "TPL201", "pitfall", cell=0),
+            "cells are 1-based",
+        ),
+        (
+            'repo = "acme/demo"\ncommit = "'
+            + "a" * 40
+            + '"\nkind = "training"\npaths = ["nb"]\n'
+            + _label("nb/train.ipynb", 7, "TPL201", "pitfall", cell=4)
+            + _label("nb/train.ipynb", 7, "TPL201", "clean", cell=4),
+            r"nb/train\.ipynb:cell 4:7 TPL201 is labelled twice",
+        ),
     ],
 )
 def test_bad_label_files_are_named(
@@ -176,6 +288,22 @@ def test_bad_label_files_are_named(
     path.write_text(text)
     with pytest.raises(bench.CorpusError, match=message):
         bench.load_project(path)
+
+
+def test_notebook_rows_of_different_cells_may_share_a_line(
+    bench: ModuleType, tmp_path: Path
+) -> None:
+    path = tmp_path / "acme__demo.toml"
+    path.write_text(
+        'repo = "acme/demo"\ncommit = "'
+        + "a" * 40
+        + '"\nkind = "training"\npaths = ["nb"]\n'
+        + _label("nb/train.ipynb", 7, "TPL201", "pitfall", cell=4)
+        + _label("nb/train.ipynb", 7, "TPL201", "clean", cell=5)
+        + _label("a.py", 7, "TPL201", "clean")
+    )
+    proj = bench.load_project(path)
+    assert [(label.cell, label.line) for label in proj.labels] == [(4, 7), (5, 7), (0, 7)]
 
 
 def test_label_file_must_be_named_after_the_repo(bench: ModuleType, tmp_path: Path) -> None:
@@ -221,10 +349,105 @@ def test_main_lints_and_scores_end_to_end(
     assert result["by_rule"]["TPL501"]["fn"] == 1
     assert [row["line"] for row in result["misses"]] == [7]
     # the per-batch loss.item() is reported but not labelled: listed, never scored
-    assert {"repo": "acme/demo", "path": "pkg/train.py", "line": ITEM_LINE, "rule": "TPL201"} in (
-        result["unlabelled"]
-    )
+    assert {
+        "repo": "acme/demo",
+        "path": "pkg/train.py",
+        "cell": None,
+        "line": ITEM_LINE,
+        "rule": "TPL201",
+    } in result["unlabelled"]
     assert bench.main([*args, "--check"]) == 1
+
+
+@pytest.fixture
+def notebook_project(tmp_path: Path) -> Callable[[list[str]], tuple[list[str], Path]]:
+    """A git repository acme/notes holding nb/train.ipynb; called with label rows, the
+    arguments of a run over a corpus of those rows, and the path of its JSON results."""
+    repo = tmp_path / "mirrors" / "acme" / "notes"
+    (repo / "nb").mkdir(parents=True)
+    _git("init", "--quiet", cwd=repo)
+    (repo / "nb" / "train.ipynb").write_text(_notebook())
+    _git("add", ".", cwd=repo)
+    _git("commit", "--quiet", "-m", "first", cwd=repo)
+    commit = _git("rev-parse", "HEAD", cwd=repo)
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    out = tmp_path / "result.json"
+
+    def make(rows: list[str]) -> tuple[list[str], Path]:
+        (corpus / "acme__notes.toml").write_text(
+            f'repo = "acme/notes"\ncommit = "{commit}"\nkind = "training"\npaths = ["nb"]\n\n'
+            + "\n".join(rows)
+        )
+        args = ["--corpus", str(corpus), "--cache", str(tmp_path / "cache")]
+        args += ["--git-dir-template", str(tmp_path / "mirrors" / "{owner}" / "{name}")]
+        return [*args, "--json", str(out)], out
+
+    return make
+
+
+def test_main_matches_notebook_rows_by_cell_end_to_end(
+    bench: ModuleType,
+    notebook_project: Callable[[list[str]], tuple[list[str], Path]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args, out = notebook_project(
+        [
+            _label("nb/train.ipynb", NB_LINE, "TPL201", "pitfall", cell=NB_CELL),  # TP
+            _label("nb/train.ipynb", NB_LINE, "TPL201", "clean", cell=NB_AFTER_CELL),  # TN
+            _label("nb/train.ipynb", 1, "TPL201", "pitfall", cell=NB_CELL),  # FN
+        ]
+    )
+    assert bench.main(args) == 0
+    text = capsys.readouterr().out
+    assert "1 of 1 repositories, 3 labelled locations (2 pitfalls, 1 clean)" in text
+    assert f"acme/notes:nb/train.ipynb:cell {NB_CELL}:1 TPL201 [local] test row" in text
+    assert "false alarms on clean rows: 0" in text
+    assert "findings on unlabelled lines (not scored): 0" in text
+    tally = json.loads(out.read_text())["by_rule"]["TPL201"]
+    assert (tally["tp"], tally["fn"], tally["fp"], tally["tn"]) == (1, 1, 0, 1)
+
+
+def test_main_lists_an_unlabelled_notebook_finding_with_its_cell(
+    bench: ModuleType,
+    notebook_project: Callable[[list[str]], tuple[list[str], Path]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # a row at the finding's line, but in the cell after it: it neither matches nor hides it
+    args, out = notebook_project(
+        [_label("nb/train.ipynb", NB_LINE, "TPL201", "pitfall", cell=NB_AFTER_CELL)]
+    )
+    assert bench.main(args) == 0
+    assert f"acme/notes:nb/train.ipynb:cell {NB_CELL}:{NB_LINE} TPL201" in capsys.readouterr().out
+    result = json.loads(out.read_text())
+    assert result["by_rule"]["TPL201"]["fn"] == 1
+    assert result["unlabelled"] == [
+        {"repo": "acme/notes", "path": "nb/train.ipynb", "cell": NB_CELL, "line": NB_LINE}
+        | {"rule": "TPL201"}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("cell", "line", "message"),
+    [
+        (3, 1, "cell 3 is a markdown cell; cells are counted from 1 among all cells"),
+        (6, 1, "the notebook has 5 cells"),
+        (NB_CELL, 8, f"cell {NB_CELL} has 7 lines"),
+    ],
+)
+def test_a_notebook_row_off_the_notebook_is_a_usage_error(
+    bench: ModuleType,
+    notebook_project: Callable[[list[str]], tuple[list[str], Path]],
+    capsys: pytest.CaptureFixture[str],
+    cell: int,
+    line: int,
+    message: str,
+) -> None:
+    args, _ = notebook_project([_label("nb/train.ipynb", line, "TPL201", "pitfall", cell=cell)])
+    assert bench.main(args) == 2
+    err = capsys.readouterr().err
+    assert "acme__notes.toml: label 1 (nb/train.ipynb:cell" in err
+    assert message in err
 
 
 def test_unreachable_sources_are_reported_not_scored(
