@@ -59,6 +59,25 @@ def test_a_visibility_list_cut_short_is_a_warning_that_names_the_entry(
     assert vis["detail"] in report["verdict"]["warnings"]
 
 
+@pytest.mark.parametrize("value", ["-1", "abc", "0,-1", ""])
+def test_on_a_build_without_cuda_the_visibility_list_is_information(value: str) -> None:
+    """A CPU wheel's CUDA_VISIBLE_DEVICES=-1, the common way to hide GPUs, was a warning that
+    "'-1' lists 1 GPU(s) but CUDA sees 0": nothing reads the variable there."""
+    report = report_for("cpu", FakeProbe(env_vars={"CUDA_VISIBLE_DEVICES": value}))
+    vis = check(report, "visible-devices")
+    assert vis["status"] == "info", vis
+    assert vis["detail"] == (
+        f"CUDA_VISIBLE_DEVICES={value!r}: not read, this torch build has no CUDA or ROCm"
+    )
+    assert report["verdict"]["usable"]
+
+
+def test_the_gpus_a_list_cut_short_names_leave_out_the_entry_it_stopped_at() -> None:
+    env = {"CUDA_VISIBLE_DEVICES": "0,-1,abc,2"}  # '0' read; '-1' stops it; '2' names a GPU
+    vis = check(report_for("cuda:0", machine(H200, H200, H200, env=env)), "visible-devices")
+    assert "lists 2 GPU(s) but CUDA sees 1" in vis["detail"], vis
+
+
 def test_a_trailing_comma_is_not_a_warning() -> None:
     report = report_for("cuda:0", machine(H200, L4, env={"CUDA_VISIBLE_DEVICES": "1,0,"}))
     assert check(report, "visible-devices")["status"] == "info"

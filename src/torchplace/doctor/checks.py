@@ -244,6 +244,9 @@ def visibility_checks(facts: Facts) -> list[Check]:
                 "cuda",
             )
         )
+    elif vis.value is not None and not facts.built:  # `CUDA_VISIBLE_DEVICES=-1` on a CPU wheel
+        detail = f"{vis.describe()}: not read, this torch build has no CUDA or ROCm"
+        checks.append(Check("visible-devices", "info", detail, None, "cuda"))
     elif vis.value is not None and _matches_none(facts):
         checks.append(_matches_none_check(facts))
     elif vis.value is not None:
@@ -330,6 +333,10 @@ def _matches_none_check(facts: Facts) -> Check:
     return Check("visible-devices", "fail", detail, fix, "cuda")
 
 
+#: an entry of a visibility list that names a GPU (an index or a UUID), read or not
+_GPU_ENTRY = re.compile(r"\+?[0-9]|GPU-|MIG-")
+
+
 def _cut_short(facts: Facts) -> tuple[str, str] | None:
     """Why CUDA reads fewer GPUs than the visibility variable lists, and the fix; None if not."""
     vis, count = facts.visible, facts.device_count
@@ -352,7 +359,8 @@ def _cut_short(facts: Facts) -> tuple[str, str] | None:
         reason = f"{ids[count]!r} names no GPU here, and CUDA reads nothing after it" + (
             f" ({', '.join(map(repr, rest))} never read)" if rest else ""
         )
-    listed = len(ids) + len([e for e in vis.ignored if e])
+    unread = vis.ignored if vis.stopped_at == "" else vis.ignored[1:]  # past the bad entry
+    listed = len(ids) + sum(bool(_GPU_ENTRY.match(e)) for e in unread)
     return f"{vis.describe()} lists {listed} GPU(s) but CUDA sees {count}: {reason}", fix
 
 
