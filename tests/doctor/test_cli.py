@@ -75,6 +75,23 @@ def test_cli_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert info.value.code == 2
 
 
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("-1", "--timeout -1 is negative; give a number of seconds such as"),
+        ("nan", "--timeout nan is not a number of seconds; give a number of seconds such as"),
+        ("1e9", "--timeout 1e+09 is over"),
+    ],
+)
+def test_a_timeout_that_is_no_wait_names_the_value_and_the_fix(
+    value: str, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["doctor", f"--timeout={value}"]) == 2
+    err = capsys.readouterr().err
+    assert said in err, err
+    assert "0 for no limit" in err
+
+
 def test_cli_as_a_subprocess() -> None:
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     env.pop("TORCHPLACE_DEVICE", None)

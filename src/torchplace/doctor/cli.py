@@ -114,8 +114,9 @@ def _require_torch() -> None:
 def _timeout(seconds: float) -> float:
     """``--timeout`` in seconds (0: no limit), checked before any work."""
     if not (math.isfinite(seconds) and seconds >= 0):
+        what = "is negative" if seconds < 0 else "is not a number of seconds"
         raise ConfigError(
-            f"--timeout {seconds!r} is not a number of seconds; give one such as "
+            f"--timeout {seconds:g} {what}; give a number of seconds such as "
             f"{_DEFAULT_TIMEOUT_S:g} (the default), or 0 for no limit"
         )
     if seconds > _MAX_TIMEOUT_S:  # past what the watchdog's timers can wait for
