@@ -16,6 +16,7 @@ import pytest
 from torchplace.errors import ConfigError
 from torchplace.serve.repository import (
     MODEL_CONFIG_FIELDS,
+    NESTED_FIELDS,
     inline_config,
     unload_parameters,
 )
@@ -113,6 +114,76 @@ def test_model_config_fields_this_server_does_not_use_are_taken() -> None:
         "source": "wide-mlp",
         "batching": {"max_batch_size": 2},
     }
+
+
+def test_nested_fields_are_those_of_the_proto() -> None:
+    pb = pytest.importorskip("torchplace.serve.proto.model_config_pb2")
+    messages = {
+        "dynamic_batching": pb.ModelDynamicBatching, "instance_group": pb.ModelInstanceGroup,
+        "input": pb.ModelInput, "output": pb.ModelOutput,
+        "version_policy": pb.ModelVersionPolicy,
+        "version_policy.latest": pb.ModelVersionPolicy.Latest,
+        "version_policy.all": pb.ModelVersionPolicy.All,
+        "version_policy.specific": pb.ModelVersionPolicy.Specific,
+    }  # fmt: skip
+    assert NESTED_FIELDS.keys() == messages.keys()
+    for key, message in messages.items():
+        assert frozenset(f.name for f in message.DESCRIPTOR.fields) == NESTED_FIELDS[key], key
+
+
+@pytest.mark.parametrize(
+    ("doc", "where", "field"),
+    [
+        ({"dynamic_batching": {"max_queue_delay_microsecond": 500}}, "dynamic_batching",
+         "max_queue_delay_microsecond"),
+        ({"dynamicBatching": {"maxQueueDelayMicrosecond": 500}}, "dynamic_batching",
+         "max_queue_delay_microsecond"),
+        ({"instance_group": [{"kind": "KIND_CPU", "cout": 2}]}, "instance_group[0]", "cout"),
+        ({"version_policy": {"latest": {"num_version": 2}}}, "version_policy.latest",
+         "num_version"),
+        ({"version_policy": {"lattest": {"num_versions": 2}}}, "version_policy", "lattest"),
+        ({"version_policy": {"all": {"versions": [1]}}}, "version_policy.all", "versions"),
+        ({"input": [{"name": "input", "data_type": "TYPE_FP32", "dim": [8]}]}, "input[0]",
+         "dim"),
+        ({"output": [{"name": "output", "data_type": "TYPE_FP32", "dims": [2], "shape": [2]}]},
+         "output[0]", "shape"),
+    ],
+)  # fmt: skip
+def test_a_nested_config_field_that_would_be_ignored_is_refused(
+    doc: dict[str, Any], where: str, field: str
+) -> None:
+    """Triton's parse refuses a field a message does not have at any depth; here only the
+    top-level fields were checked, so a typo inside ``dynamic_batching``, an instance group,
+    a tensor or the version policy loaded the model without it, and a policy kind misspelt
+    (``lattest``) served every version."""
+    with pytest.raises(ConfigError) as caught:
+        _load(orjson.dumps(doc).decode())
+    message = str(caught.value)
+    assert message.startswith(
+        f"failed to load 'a': inline config: field {field!r} of {where} is not a field of "
+        "Triton's ModelConfig there; its fields are "
+    ), message
+
+
+def test_a_version_policy_of_two_kinds_is_refused() -> None:
+    doc = {"version_policy": {"latest": {"num_versions": 1}, "all": {}}}
+    with pytest.raises(ConfigError, match="version_policy must hold one of 'latest', 'all'"):
+        _load(orjson.dumps(doc).decode())
+    assert _load('{"version_policy": {"all": {}}}') == {"version_policy": {"all": True}}
+    assert _load('{"version_policy": {"latest": 2}}') == {"version_policy": {"latest": 2}}
+
+
+def test_instance_groups_of_different_counts_are_refused() -> None:
+    """Only the first group's count was read: groups of 1 and 2 served one replica. Groups of
+    one count (what ``get_model_config`` answers on several devices) are one count."""
+    two = {"instance_group": [{"kind": "KIND_CPU", "count": 1}, {"kind": "KIND_CPU", "count": 2}]}
+    with pytest.raises(
+        ConfigError, match=r"instance_group has groups of different counts \(1, 2\)"
+    ):
+        _load(orjson.dumps(two).decode())
+    same = {"instance_group": [{"kind": "KIND_GPU", "count": 2, "gpus": [0]},
+                               {"kind": "KIND_GPU", "count": 2, "gpus": [1]}]}  # fmt: skip
+    assert _load(orjson.dumps(same).decode()) == {"replicas": 2}
 
 
 @pytest.mark.parametrize(
@@ -228,6 +299,43 @@ def test_rest_unload_dependents_as_tritonclient_sends_it(server: ServerThread) -
         assert not client.is_model_ready("b")
         client.load_model("b", config='{"name": "b", "max_batch_size": 2}')
         assert client.get_model_config("b")["max_batch_size"] == 2
+    finally:
+        client.close()
+    _still_serving(server.port)
+
+
+@pytest.mark.parametrize("kind", ["http", "grpc"])
+def test_tritonclient_load_with_a_nested_typo_is_refused(server: ServerThread, kind: str) -> None:
+    """``load_model(name, config=...)`` with a typo inside ``dynamic_batching`` or the version
+    policy: 400/``INVALID_ARGUMENT`` naming the field, the model serves on as it was; what
+    ``get_model_config`` answers still loads back."""
+    module: Any = pytest.importorskip(f"tritonclient.{kind}")
+    from tritonclient.utils import InferenceServerException
+
+    port = server.port if kind == "http" else server.grpc_port
+    client = module.InferenceServerClient(f"127.0.0.1:{port}")
+    code = "400" if kind == "http" else "StatusCode.INVALID_ARGUMENT"
+
+    def config() -> dict[str, Any]:
+        if kind == "http":
+            got: dict[str, Any] = client.get_model_config("a")
+            return got
+        return dict(client.get_model_config("a", as_json=True)["config"])
+
+    try:
+        before = config()
+        for doc, field in (
+            ({"dynamic_batching": {"max_queue_delay_microsecond": 100}},
+             "max_queue_delay_microsecond"),
+            ({"version_policy": {"lattest": {"num_versions": 1}}}, "lattest"),
+        ):  # fmt: skip
+            with pytest.raises(InferenceServerException) as caught:
+                client.load_model("a", config=orjson.dumps(doc).decode())
+            assert caught.value.status() == code
+            assert f"field {field!r} of" in caught.value.message()
+        assert config() == before
+        client.load_model("a", config=orjson.dumps(before).decode())
+        assert client.is_model_ready("a")
     finally:
         client.close()
     _still_serving(server.port)

@@ -56,7 +56,7 @@ from torchplace.serve.repository import inline_config, model_names, unload_param
 from torchplace.serve.routes import MODEL, REPOSITORY, ROUTES, SHARED_MEMORY
 from torchplace.serve.shm import Region, SharedMemoryRegions
 from torchplace.serve.ticket import Ticket
-from torchplace.serve.triton import extensions, model_statistics
+from torchplace.serve.triton import NOT_SERVED, extensions, model_statistics
 
 if TYPE_CHECKING:
     from torchplace.serve.config import ServeConfig
@@ -80,6 +80,13 @@ _RETRY = [(b"retry-after", b"1")]
 _VARY = (b"vary", b"accept-encoding")  # an answer Accept-Encoding may compress
 _CLOSE_GRACE_S = 1.0  # after a drain, how long idle connections may still get a clean 503
 _SHM_KINDS = (b"systemsharedmemory", b"cudasharedmemory")
+#: the routes of Triton's extensions this server does not serve (:data:`NOT_SERVED`)
+_NOT_SERVED_ROUTES = {b"/v2/trace/setting": "trace", b"/v2/logging": "logging"}
+_MODEL_NOT_SERVED = {
+    b"trace/setting": "trace",
+    b"generate": "generate",
+    b"generate_stream": "generate",
+}
 
 
 class SubmittedLike(Protocol):
@@ -376,6 +383,9 @@ class App:
         if path.endswith(b"/") and path.rstrip(b"/") in self._routes:
             request.path = path.rstrip(b"/")
             return self.handle(request)
+        extension = _NOT_SERVED_ROUTES.get(path.rstrip(b"/"))
+        if extension is not None:
+            return error_response(404, f"no route {_text(request.path)}: {NOT_SERVED[extension]}")
         return error_response(
             404,
             f"no route {_text(request.path)}; see /v2/openapi.json for the routes served",
@@ -442,7 +452,9 @@ class App:
             rest = rest[:-1]
         what = rest[0].decode(errors="replace") if rest else ""
         if len(rest) > 1 or what not in ("", "ready", "infer", "config", "stats"):
-            return error_response(404, f"no route {_text(request.path)}")
+            extension = _MODEL_NOT_SERVED.get(b"/".join(rest))
+            why = "" if extension is None else ": " + NOT_SERVED[extension].replace("{name}", name)
+            return error_response(404, f"no route {_text(request.path)}{why}")
         canonical = MODEL.replace("{MODEL_NAME}", name) + (
             f"/versions/{version}" if version else ""
         )

@@ -18,7 +18,8 @@ with Triton's ``triton_final_response`` parameter true; a failure is the answer'
 served as ``inference.model_repository.ModelRepositoryService``, whose ``.proto`` KServe and
 MLServer publish), and
 the shared-memory extensions' ``SystemSharedMemory*`` and ``CudaSharedMemory*``
-(:mod:`torchplace.serve.shm`); any other RPC gets gRPC's own ``UNIMPLEMENTED``. The same port
+(:mod:`torchplace.serve.shm`); ``TraceSetting`` and ``LogSettings`` (extensions not served)
+are ``UNIMPLEMENTED`` saying so, any other RPC gets gRPC's own ``UNIMPLEMENTED``. The same port
 serves gRPC's health checking protocol (:mod:`torchplace.serve.grpc_health`). Models are looked up by name (and version) in the
 server's :class:`~torchplace.serve.registry.Registry` at each call, as the REST side does.
 
@@ -101,7 +102,7 @@ from torchplace.serve.shm import (
     SharedMemoryFullError,
     SharedMemoryRegions,
 )
-from torchplace.serve.triton import extensions, model_statistics
+from torchplace.serve.triton import NOT_SERVED, extensions, model_statistics
 
 if TYPE_CHECKING:
     from torchplace.serve.app import EngineLike
@@ -169,6 +170,15 @@ def status_code(exc: ServeError) -> grpc.StatusCode:
     if isinstance(exc, SharedMemoryExistsError):  # a 400 over REST, as in Triton
         return grpc.StatusCode.ALREADY_EXISTS
     return _STATUS.get(exc.status, grpc.StatusCode.INTERNAL)
+
+
+def _not_served(extension: str) -> Callable[[Any, Any], Awaitable[Any]]:
+    """The RPC of an extension this server does not serve: ``UNIMPLEMENTED``, saying which."""
+
+    async def rpc(request: Any, context: Any) -> Any:
+        raise _Abort(grpc.StatusCode.UNIMPLEMENTED, NOT_SERVED[extension])
+
+    return rpc
 
 
 class _Abort(Exception):
@@ -328,6 +338,11 @@ class GrpcServer:
                 False,
             ),
             **self._shared_memory_rpcs(),
+            # Triton's trace and logging extensions, which grpc_service.proto declares (and
+            # reflection describes): UNIMPLEMENTED saying so, where "Method not found!" left
+            # a client of tritonclient's update_trace_settings to guess why
+            "TraceSetting": (_not_served("trace"), pb.TraceSettingRequest, False),
+            "LogSettings": (_not_served("logging"), pb.LogSettingsRequest, False),
         }
         # requests arrive as bytes and are parsed in the RPC: a message that does not parse
         # is the client's error (INVALID_ARGUMENT), not grpcio's UNKNOWN

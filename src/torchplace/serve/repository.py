@@ -60,6 +60,7 @@ __all__ = [
     "MAX_INLINE_REPLICAS",
     "MAX_NAME_BYTES",
     "MODEL_CONFIG_FIELDS",
+    "NESTED_FIELDS",
     "POLL_FAILED",
     "RENAMED",
     "ModelDir",
@@ -94,6 +95,31 @@ MODEL_CONFIG_FIELDS = frozenset({
     "parameters", "platform", "response_cache", "runtime", "sequence_batching",
     "version_policy",
 })  # fmt: skip
+#: the fields of the ``ModelConfig`` messages an inline config's fields hold, where a field is
+#: read (a typo in one, ``max_queue_delay_microsecond``, would load without it): as the
+#: top-level ones, each is taken, and only those :func:`triton_settings` maps are read
+NESTED_FIELDS: dict[str, frozenset[str]] = {
+    "dynamic_batching": frozenset({
+        "default_priority_level", "default_queue_policy", "max_queue_delay_microseconds",
+        "preferred_batch_size", "preserve_ordering", "priority_levels", "priority_queue_policy",
+    }),
+    "instance_group": frozenset({
+        "count", "gpus", "host_policy", "kind", "name", "passive", "profile", "rate_limiter",
+        "secondary_devices",
+    }),
+    "input": frozenset({
+        "allow_ragged_batch", "data_type", "dims", "format", "is_non_linear_format_io",
+        "is_shape_tensor", "name", "optional", "reshape",
+    }),
+    "output": frozenset({
+        "data_type", "dims", "is_non_linear_format_io", "is_shape_tensor", "label_filename",
+        "name", "reshape",
+    }),
+    "version_policy": frozenset({"all", "latest", "specific"}),
+    "version_policy.latest": frozenset({"num_versions"}),
+    "version_policy.all": frozenset(),
+    "version_policy.specific": frozenset({"versions"}),
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -427,6 +453,7 @@ def triton_settings(text: str, model: str | None = None) -> dict[str, Any]:
     _check_text(doc)
     doc = _protobuf_names(doc)
     _check_fields(doc)
+    _check_nested(doc)
     _check_name(doc.get("name"), model)
     out: dict[str, Any] = {k: v for k, v in doc.items() if k in _KEYS}
     batching: dict[str, Any] = dict(_object(out.pop("batching", {}), "batching"))
@@ -444,8 +471,19 @@ def triton_settings(text: str, model: str | None = None) -> dict[str, Any]:
         out["version_policy"] = _triton_policy(policy)  # Triton's {"latest": {...}} shape
     groups = _list(doc.get("instance_group", []), "instance_group")
     if groups:
-        group = _object(groups[0], "instance_group[0]")
-        out["replicas"] = _integer(group.get("count", 1), "instance_group[0].count")
+        counts = {
+            _integer(_object(group, f"instance_group[{i}]").get("count", 1),
+                     f"instance_group[{i}].count")
+            for i, group in enumerate(groups)
+        }  # fmt: skip
+        if len(counts) > 1:  # only the first was read: two groups of 1 and 2 served 1
+            raise ConfigError(
+                f"inline config: instance_group has groups of different counts "
+                f"({', '.join(map(str, sorted(counts)))}); this server places the same number "
+                "of replicas on each of the model's devices: give every group one count (the "
+                "replicas per device), or one group"
+            )
+        out["replicas"] = counts.pop()
     for ours, theirs in (("inputs", "input"), ("outputs", "output")):
         if theirs in doc:
             out[ours] = [_tensor(t, f"{theirs}[{i}]")
@@ -493,6 +531,42 @@ def _check_fields(doc: Mapping[str, Any]) -> None:
         raise ConfigError(
             f"inline config: field {_shown(key)!r} is neither a field of Triton's ModelConfig "
             f"nor a torchplace setting; {fix}"
+        )
+
+
+def _check_nested(doc: Mapping[str, Any]) -> None:
+    """The fields of the messages that an inline config's ``dynamic_batching``,
+    ``instance_group``, ``input``, ``output`` and ``version_policy`` (Triton's shape) hold are
+    theirs: a typo in one (``max_queue_delay_microsecond``, ``cout``, ``num_version``, a
+    policy ``lattest``) was not read, and the load went on without it (the policy as ``all``).
+    A field of the wrong type is left to the mapping, which names it."""
+    for key in ("dynamic_batching", "version_policy"):
+        value = doc.get(key)
+        if isinstance(value, Mapping) and (
+            key == "dynamic_batching" or any(isinstance(v, Mapping) for v in value.values())
+        ):  # a policy in our shape ({"latest": 2}) is checked as config.toml's
+            _check_message(value, key)
+            if key == "version_policy":
+                for kind, inner in value.items():
+                    if isinstance(inner, Mapping) and kind in NESTED_FIELDS[key]:
+                        _check_message(inner, f"{key}.{kind}")
+    for key in ("instance_group", "input", "output"):
+        value = doc.get(key)
+        if isinstance(value, list):
+            for i, item in enumerate(value):
+                if isinstance(item, Mapping):
+                    _check_message(item, key, f"{key}[{i}]")
+
+
+def _check_message(value: Mapping[str, Any], kind: str, where: str | None = None) -> None:
+    fields = NESTED_FIELDS[kind]
+    for key in value:
+        if key in fields:
+            continue
+        names = ", ".join(sorted(fields)) if fields else "none: send it as {}"
+        raise ConfigError(
+            f"inline config: field {_shown(str(key))!r} of {where or kind} is not a field of "
+            f"Triton's ModelConfig there; its fields are {names}"
         )
 
 
@@ -561,6 +635,13 @@ def _tensor(raw: object, where: str) -> dict[str, Any]:
 
 
 def _triton_policy(policy: Mapping[str, Any]) -> dict[str, Any]:
+    """Triton's ``ModelVersionPolicy`` (its fields checked already: ``latest``, ``all`` or
+    ``specific``) as ours."""
+    if len(policy) > 1:  # a oneof: Triton's parse refuses two of them
+        raise ConfigError(
+            "inline config: version_policy must hold one of 'latest', 'all' and 'specific', "
+            f'not {len(policy)}: for example {{"latest": {{"num_versions": 1}}}}'
+        )
     if "latest" in policy:
         latest = _object(policy["latest"], "version_policy.latest")
         return {"latest": _integer(latest.get("num_versions", 1), "latest.num_versions")}

@@ -23,7 +23,7 @@ from typing import Any
 
 from torchplace.models import TensorSpec
 
-__all__ = ["EXTENSIONS", "extensions", "model_config", "model_statistics"]
+__all__ = ["EXTENSIONS", "NOT_SERVED", "extensions", "model_config", "model_statistics"]
 
 #: the protocol extensions ``/v2`` and gRPC ``ServerMetadata`` list
 EXTENSIONS = (
@@ -36,6 +36,26 @@ EXTENSIONS = (
     "classification",
     "schedule_policy",
 )
+
+
+#: Triton's extensions this server does not serve (nor list in the server metadata's
+#: ``extensions``), and what a client that calls one is told (``tritonclient``'s
+#: ``update_trace_settings``, ``update_log_settings``; the LLM ``generate`` routes): REST
+#: answers 404 (``no route ...``, then this), gRPC ``UNIMPLEMENTED``
+NOT_SERVED = {
+    "trace": (
+        "Triton's trace extension is not supported by this server (the server metadata does "
+        "not list it in its extensions); trace requests with --trace-file FILE.json at start"
+    ),
+    "logging": (
+        "Triton's logging extension is not supported by this server (the server metadata does "
+        "not list it in its extensions); set the log level at start with --log-level"
+    ),
+    "generate": (
+        "Triton's generate extension is not supported by this server; POST the model's "
+        "inputs to /v2/models/{name}/infer"
+    ),
+}
 
 
 def extensions(config: Any) -> list[str]:
