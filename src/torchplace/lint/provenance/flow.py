@@ -65,7 +65,17 @@ def _moved_through(call: ast.Call) -> str:
 class Flow:
     """Facts of one scope's names: ``bindings[name]`` lists ``(line, fact)`` in source order."""
 
-    __slots__ = ("apart", "bindings", "cpu", "facts", "loops", "node", "seeds", "state")
+    __slots__ = (
+        "apart",
+        "bindings",
+        "cpu",
+        "facts",
+        "guards",
+        "loops",
+        "node",
+        "seeds",
+        "state",
+    )
 
     def __init__(self, facts: FileFacts, node: ast.AST, seeds: dict[str, Fact]) -> None:
         self.facts = facts
@@ -80,6 +90,9 @@ class Flow:
         self.loops: set[tuple[int, int]] = set()
         # names the scope binds only to the CPU (`eval_device = "cpu"`), found on first use
         self.cpu: frozenset[str] | None = None
+        # per block being walked: for each `if` test (by its text), the names an `if` of that
+        # test rebound, as `name -> (line, after the if, after its body, after its else)`
+        self.guards: list[dict[str, dict[str, _Guarded]]] = []
 
     def to_cpu(self, call: ast.Call) -> bool:
         """``.to("cpu")``, ``.to(cpu_device)``, or ``.to(eval_device)`` where the scope binds
@@ -99,8 +112,12 @@ class Flow:
         self.block(body)
 
     def block(self, body: list[ast.stmt]) -> None:
-        for stmt in body:
-            self.stmt(stmt)
+        self.guards.append({})
+        try:
+            for stmt in body:
+                self.stmt(stmt)
+        finally:
+            self.guards.pop()
 
     def bind(self, target: ast.expr, fact: Fact | None, line: int, value: ast.expr | None) -> None:
         if isinstance(target, (ast.Tuple, ast.List)):
@@ -254,9 +271,12 @@ class Flow:
         if node.orelse:
             self.apart.append((_span(node.body), _span(node.orelse)))
         before = dict(self.state)
+        key = _guard_key(node.test, self.facts.qualname)
+        on_body, on_else = self.correlated(node, key, before)
+        self.state = {**before, **on_body}
         self.block(node.body)
         after_body = self.state
-        self.state = dict(before)
+        self.state = {**before, **on_else}
         self.block(node.orelse)
         after_else = self.state
         self.state = merged = dict(after_else)
@@ -280,6 +300,45 @@ class Flow:
             merged[name] = fact
             if fact is not self.bindings.get(name, [(0, None)])[-1][1]:
                 self.bindings.setdefault(name, []).append((line, fact))
+        if key is not None:
+            guarded = self.guards[-1].setdefault(key, {}) if self.guards else {}
+            for name in merged:
+                body_fact, else_fact = after_body.get(name), after_else.get(name)
+                if body_fact is not else_fact:
+                    guarded[name] = (line, merged[name], body_fact, else_fact)
+
+    def correlated(
+        self, node: ast.If, key: str | None, before: dict[str, Fact | None]
+    ) -> tuple[dict[str, Fact | None], dict[str, Fact | None]]:
+        """The names an earlier ``if`` of the same test, in the same block, rebound, with what
+        its body and its ``else`` left them as, when neither they nor the test's names have
+        been rebound since: ``if gpu: x = torch.tensor(x).cuda()`` / ``else: x =
+        torch.tensor(x)``, then ``if gpu: x = x.cpu()`` leaves ``x`` on the host on both paths
+        (the second body runs only where the first did), and a third ``if gpu: x.cpu()`` copies
+        a host tensor. The starting state of each branch, and a binding at its start for the
+        reads in it."""
+        guarded = self.guards[-1].get(key, {}) if key is not None and self.guards else {}
+        on_body: dict[str, Fact | None] = {}
+        on_else: dict[str, Fact | None] = {}
+        tested = {n for sub in walk(node.test) if (n := dotted_name(sub)) is not None}
+        for name, (line, merged, body_fact, else_fact) in guarded.items():
+            if name not in before or before[name] is not merged:
+                continue  # rebound since
+            if any(
+                line <= bound < node.lineno
+                for test_name in tested
+                for bound, _ in self.bindings.get(test_name, ())
+            ):
+                continue  # the test may now say otherwise
+            on_body[name], on_else[name] = body_fact, else_fact
+        body_first = _span(node.body)[0]
+        else_first = node.orelse[0].lineno - 1 if node.orelse else 0
+        for name in on_body:
+            if body_first > node.lineno:
+                self.bindings.setdefault(name, []).append((node.lineno, on_body[name]))
+            if else_first > _span(node.body)[1]:
+                self.bindings.setdefault(name, []).append((else_first, on_else[name]))
+        return on_body, on_else
 
     def aug_assign(self, node: ast.AugAssign) -> None:
         """``x += y``: a host value that gains a device term moves to the device."""
@@ -882,6 +941,42 @@ def _cuda_type(qualname: str, line: int) -> Fact | None:
     if module == "torch.cuda" and last.endswith("Tensor"):
         return Fact("device", qualname, f"cast to the CUDA type `{qualname}` at line {line}")
     return None
+
+
+#: ``(line, after the if, after its body, after its else)`` of a name an ``if`` rebound
+_Guarded = tuple[int, "Fact | None", "Fact | None", "Fact | None"]
+
+# Calls whose answer does not change while a function runs: a test of them repeats itself.
+_STEADY_QUERIES = frozenset(
+    {"torch.cuda.is_available", "torch.backends.mps.is_available", "torch.xpu.is_available"}
+)
+
+
+def _guard_key(test: ast.expr, qualname: Callable[[ast.expr], str | None]) -> str | None:
+    """The text of an ``if`` test that says the same on each evaluation while nothing it
+    names is rebound (names, attributes, constants, ``not``, ``and``/``or``, comparisons,
+    ``torch.cuda.is_available()``); None for one that calls or indexes anything else."""
+    for sub in walk(test):
+        if isinstance(sub, ast.Call):
+            if sub.args or sub.keywords or qualname(sub.func) not in _STEADY_QUERIES:
+                return None
+        elif not isinstance(
+            sub,
+            (
+                ast.Name,
+                ast.Attribute,
+                ast.Constant,
+                ast.UnaryOp,
+                ast.BoolOp,
+                ast.Compare,
+                ast.expr_context,
+                ast.boolop,
+                ast.unaryop,
+                ast.cmpop,
+            ),
+        ):
+            return None
+    return ast.dump(test)
 
 
 def _span(body: list[ast.stmt]) -> tuple[int, int]:

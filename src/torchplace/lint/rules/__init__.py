@@ -17,7 +17,8 @@ TPL8xx   training setup order                        :mod:`.optimizer`
 The placement family's TPL103 lives in :mod:`.factories` (factories in ``forward``) and
 :mod:`.factory_match` (factories built to match a tensor parameter, in any function). What the
 rules know about PyTorch is data in :mod:`.facts`; which calls load a model (the loaders, and
-the linted code's own functions and classes that run one) is :mod:`.model_loads`; which modules
+the linted code's own functions and classes that run one) is :mod:`.model_loads`, and which
+calls save a checkpoint to the path their caller hands them is :mod:`.model_saves`; which modules
 hold nothing a plain container could hide from ``.to()`` (pooling, activations, the file's
 classes built only of them) is :mod:`.stateless`; which of the project's helpers read their
 argument back to the host (``to_cpu(x)``) is :mod:`.read_helpers`; which of a file's top-level

@@ -33,6 +33,7 @@ from torchplace.lint.rules.model_loads import (
     not_loaded_yet,
     read_as_arrays,
 )
+from torchplace.lint.rules.model_saves import saved_paths
 
 __all__ = ["FAMILY"]
 
@@ -103,6 +104,8 @@ def _torch_load(call: ast.Call, ctx: Context) -> None:
         and not _saved_from_host(call, ctx)
         and _may_load_elsewhere(ctx)
         and not _cuda_only_branch(ctx)
+        and not _saved_by_call(call, ctx)
+        and not _saved_by_callers(call, ctx)
     ):
         ctx.report(
             NO_MAP_LOCATION.code,
@@ -477,6 +480,100 @@ def _saved_by_earlier_call(key: str, scope: Scope, ctx: Context) -> bool:
     return bool(loads_at) and any(
         line < min(loads_at) and name != scope.name and key in saved for line, name, saved in calls
     )
+
+
+def _saved_by_call(call: ast.Call, ctx: Context) -> bool:
+    """A call above the load, in the same function (or a script's own statements), runs code
+    of the linted tree that saves to the path the load reads (:func:`~.model_saves.saved_paths`,
+    a few calls deep): Informer's ``early_stopping(vali_loss, self.model, path)``, whose
+    ``save_checkpoint`` writes ``path + '/' + 'checkpoint.pth'``, then ``best_model_path =
+    path + '/' + 'checkpoint.pth'`` and ``torch.load(best_model_path)``; or hands the path to
+    a parameter named for saving, ``train(..., 'model_scratch.pt')`` with ``def train(...,
+    save_path)``. A file of this run."""
+    source = _load_source(call)
+    if source is None:
+        return False
+    scope = ctx.function_scope()
+    owner = scope if scope is not None else ctx.scope.root()
+    return _saved_through_calls(source, owner, call.lineno, ctx)
+
+
+def _saved_through_calls(source: ast.expr, owner: Scope, line: int, ctx: Context) -> bool:
+    """:func:`_saved_by_call` of the path ``source`` read at ``line`` in ``owner``."""
+    keys = _path_keys(source, owner, line, ctx)
+    facts = file_facts(ctx)
+    cls = owner.cls.node if owner.cls is not None else None
+    memo = ctx.scope.root().cache.setdefault("saves-memo", {})
+    return any(
+        _path_key(path, ctx) in keys
+        for sub in own_nodes(owner.node)
+        if isinstance(sub, ast.Call) and (sub.end_lineno or sub.lineno) < line
+        for path in saved_paths(
+            sub, facts, owner.node, cls if isinstance(cls, ast.ClassDef) else None, memo
+        )
+    )
+
+
+def _saved_by_callers(call: ast.Call, ctx: Context) -> bool:
+    """The load reads a parameter of a module-level function (a notebook's ``def
+    load_checkpoint(filepath): torch.load(filepath)``) that only the script's own statements
+    call, each time with a path those statements saved above the call (``torch.save(checkpoint,
+    'checkpoint.pth')`` in one cell, ``load_checkpoint('checkpoint.pth')`` in a later one).
+    A call from another function, or from a module that imports it, hands a path of unknown
+    origin, and the load is checked."""
+    source = _load_source(call)
+    scope = ctx.function_scope()
+    root = ctx.scope.root()
+    if (
+        not isinstance(source, ast.Name)
+        or scope is None
+        or scope.parent is not root
+        or not isinstance(root.node, ast.Module)
+        or not isinstance(scope.node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        or ctx.scope_bindings(scope).get(source.id) != [None]  # the parameter, never rebound
+    ):
+        return False
+    node = scope.node
+    params = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
+    if source.id not in params:
+        return False
+    index = params.index(source.id)
+    facts = file_facts(ctx)
+    sites = call_sites(facts, node)
+    here = {id(c) for where, c, _ in facts.calls_of(node.name) if where is root.node}
+    if not sites or not all(id(site) in here for site in sites):
+        return False
+    saved = root.cache.get("saves")
+    if saved is None:
+        saved = root.cache["saves"] = _saves(root.node, ctx)
+    for site in sites:
+        given = next((k.value for k in site.keywords if k.arg == source.id), None)
+        if given is None and len(site.args) > index:
+            given = site.args[index]
+        if given is None or isinstance(given, ast.Starred):
+            return False
+        key = _path_key(given, ctx)
+        if not any(line < site.lineno for line in saved.get(key, ())) and not _saved_through_calls(
+            given, root, site.lineno, ctx
+        ):
+            return False
+    return True
+
+
+def _load_source(call: ast.Call) -> ast.expr | None:
+    return call.args[0] if call.args else getattr(keyword(call, "f"), "value", None)
+
+
+def _path_keys(source: ast.expr, owner: Scope, line: int, ctx: Context) -> set[str]:
+    """The spellings of a loaded path: its own, and for a name, that of the value the scope
+    last bound it to above ``line`` (``best_model_path = path + '/' + 'checkpoint.pth'``)."""
+    keys = {_path_key(source, ctx)}
+    values = ctx.scope_bindings(owner).get(source.id, []) if isinstance(source, ast.Name) else []
+    if values and None not in values:
+        above = [v for v in values if v is not None and v.lineno < line]
+        if above:
+            keys.add(_path_key(max(above, key=lambda v: v.lineno), ctx))
+    return keys
 
 
 def _saved_above_by_name(call: ast.Call, ctx: Context) -> bool:

@@ -101,13 +101,16 @@ def _targets(
     return []
 
 
-def _defined(facts: FileFacts, name: str) -> list[tuple[FileFacts, _Def, ast.ClassDef | None]]:
-    """A module-level function ``name`` of ``facts``'s file, or the constructor of its class."""
+def _defined(
+    facts: FileFacts, name: str, method: str = "__init__"
+) -> list[tuple[FileFacts, _Def, ast.ClassDef | None]]:
+    """A module-level function ``name`` of ``facts``'s file, or the constructor of its class
+    (with ``method``, that method of the class instead: ``__call__`` of an instance called)."""
     node = facts.top_level(name)
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return [(facts, node, None)]
     if isinstance(node, ast.ClassDef):
-        return [(facts, m, node) for m in _methods(node) if m.name == "__init__"]
+        return [(facts, m, node) for m in _methods(node) if m.name == method]
     return []
 
 
@@ -121,7 +124,7 @@ def in_tree(path: str, qualname: str) -> bool:
 
 
 def _imported(
-    path: str, qualname: str, depth: int
+    path: str, qualname: str, depth: int, method: str = "__init__"
 ) -> list[tuple[FileFacts, _Def, ast.ClassDef | None]]:
     """``module.name`` as imported by the file at ``path``: found in the module file of the
     linted tree, also through a package ``__init__`` that re-exports it (by name or ``*``)."""
@@ -132,14 +135,14 @@ def _imported(
     other = facts_for_file(found) if found is not None else None
     if other is None:
         return []
-    direct = _defined(other, name)
+    direct = _defined(other, name, method)
     if direct:
         return direct
     again = other.resolver.names.get(name)
     if again is not None:
-        return _imported(other.path, again, depth + 1)
+        return _imported(other.path, again, depth + 1, method)
     for star in other.resolver.stars:
-        through = _imported(other.path, f"{star}.{name}", depth + 1)
+        through = _imported(other.path, f"{star}.{name}", depth + 1, method)
         if through:
             return through
     return []
