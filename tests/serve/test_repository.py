@@ -126,6 +126,7 @@ def test_inline_config_in_triton_s_shape_is_mapped() -> None:
         "batching": {"max_batch_size": 8, "max_delay_ms": 0.5},
         "version_policy": {"latest": 2},
         "replicas": 3,
+        "devices": ["cpu"],
         "inputs": [{"name": "input", "datatype": "FP32", "shape": [-1, 8]}],
         "source": "seed-mlp",
     }

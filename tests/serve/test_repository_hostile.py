@@ -183,7 +183,64 @@ def test_instance_groups_of_different_counts_are_refused() -> None:
         _load(orjson.dumps(two).decode())
     same = {"instance_group": [{"kind": "KIND_GPU", "count": 2, "gpus": [0]},
                                {"kind": "KIND_GPU", "count": 2, "gpus": [1]}]}  # fmt: skip
-    assert _load(orjson.dumps(same).decode()) == {"replicas": 2}
+    assert _load(orjson.dumps(same).decode()) == {"replicas": 2, "devices": ["cuda:0", "cuda:1"]}
+
+
+@pytest.mark.parametrize(
+    ("groups", "settings"),
+    [
+        ([{"kind": "KIND_CPU", "count": 2}], {"replicas": 2, "devices": ["cpu"]}),
+        ([{"kind": 2}], {"replicas": 1, "devices": ["cpu"]}),  # protobuf's enum number
+        ([{"kind": "KIND_GPU", "gpus": [1, 0]}], {"replicas": 1, "devices": ["cuda:1", "cuda:0"]}),
+        ([{"gpus": [1]}], {"replicas": 1, "devices": ["cuda:1"]}),  # KIND_AUTO naming a GPU
+        ([{"kind": "KIND_AUTO", "count": 3}], {"replicas": 3}),  # the server's own devices
+        ([{"kind": "KIND_MODEL"}], {"replicas": 1}),
+        (  # what get_model_config lists with a CPU fallback: the fallback is the server's
+            [
+                {"kind": "KIND_GPU", "count": 2, "gpus": [0]},
+                {"name": "m_fallback", "kind": "KIND_CPU", "count": 1, "passive": True},
+            ],
+            {"replicas": 2, "devices": ["cuda:0"]},
+        ),
+    ],
+)
+def test_instance_groups_say_where_the_replicas_go(
+    groups: list[dict[str, Any]], settings: dict[str, Any]
+) -> None:
+    """A group's kind and gpus were not read: KIND_CPU, or KIND_GPU on GPU 1, loaded on the
+    server's own devices without a word."""
+    assert _load(orjson.dumps({"instance_group": groups}).decode()) == settings
+
+
+@pytest.mark.parametrize(
+    ("groups", "message"),
+    [
+        ([{"kind": "KIND_CPU", "gpus": [0]}], r"instance_group\[0\] is KIND_CPU with gpus \[0\]"),
+        ([{"kind": "KIND_TPU"}], r"instance_group\[0\].kind 'KIND_TPU' is not one of KIND_AUTO"),
+        ([{"kind": 7}], r"instance_group\[0\].kind '7' is not one of"),
+        (
+            [{"kind": "KIND_AUTO"}, {"kind": "KIND_GPU", "gpus": [1]}],
+            r"mixes groups on the server's own devices .* \(cuda:1\)",
+        ),
+    ],
+)
+def test_instance_groups_that_cannot_be_placed_are_refused(
+    groups: list[dict[str, Any]], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        _load(orjson.dumps({"instance_group": groups}).decode())
+
+
+def test_a_gpu_group_naming_no_gpu_means_every_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    group = orjson.dumps({"instance_group": [{"kind": "KIND_GPU", "count": 2}]}).decode()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match=r"KIND_GPU, but torch sees no CUDA GPU"):
+        _load(group)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert _load(group) == {"replicas": 2, "devices": ["cuda:0", "cuda:1"]}
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
 import torch
 
@@ -51,6 +52,26 @@ def test_the_config_is_a_valid_model_config_message() -> None:
     message = json_format.ParseDict(model_config(_engine()), model_config_pb2.ModelConfig())
     assert message.instance_group[0].kind == model_config_pb2.ModelInstanceGroup.KIND_CPU
     assert message.input[0].data_type == model_config_pb2.TYPE_FP32
+
+
+def test_a_cpu_fallback_is_a_passive_group_that_loads_back_as_the_server_s() -> None:
+    """The fallback takes requests only when the GPU replicas fail: listed as an ordinary
+    KIND_CPU group, its config sent back to ``load_model`` put replicas on the CPU too."""
+    from types import SimpleNamespace
+
+    from torchplace.serve.repository import triton_settings
+
+    gpu, cpu = torch.device("cuda", 1), torch.device("cpu")
+    replicas = [SimpleNamespace(device=d, fallback=f) for d, f in ((gpu, 0), (gpu, 0), (cpu, 1))]
+    engine = FakeEngine()
+    engine.replicas = replicas  # type: ignore[attr-defined]
+    groups = model_config(engine)["instance_group"]
+    assert groups == [
+        {"name": "seed-mlp_cuda_1", "kind": "KIND_GPU", "count": 2, "gpus": [1]},
+        {"name": "seed-mlp_fallback", "kind": "KIND_CPU", "count": 1, "gpus": [], "passive": True},
+    ]
+    settings = triton_settings(orjson.dumps({"instance_group": groups}).decode())
+    assert settings == {"replicas": 2, "devices": ["cuda:1"]}
 
 
 def test_statistics_of_an_engine_that_keeps_none_are_zeros() -> None:

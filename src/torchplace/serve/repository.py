@@ -471,19 +471,7 @@ def triton_settings(text: str, model: str | None = None) -> dict[str, Any]:
         out["version_policy"] = _triton_policy(policy)  # Triton's {"latest": {...}} shape
     groups = _list(doc.get("instance_group", []), "instance_group")
     if groups:
-        counts = {
-            _integer(_object(group, f"instance_group[{i}]").get("count", 1),
-                     f"instance_group[{i}].count")
-            for i, group in enumerate(groups)
-        }  # fmt: skip
-        if len(counts) > 1:  # only the first was read: two groups of 1 and 2 served 1
-            raise ConfigError(
-                f"inline config: instance_group has groups of different counts "
-                f"({', '.join(map(str, sorted(counts)))}); this server places the same number "
-                "of replicas on each of the model's devices: give every group one count (the "
-                "replicas per device), or one group"
-            )
-        out["replicas"] = counts.pop()
+        out.update(_instance_groups(groups))
     for ours, theirs in (("inputs", "input"), ("outputs", "output")):
         if theirs in doc:
             out[ours] = [_tensor(t, f"{theirs}[{i}]")
@@ -632,6 +620,79 @@ def _tensor(raw: object, where: str) -> dict[str, Any]:
     dims = [_integer(d, f"{where}.dims") for d in _list(tensor.get("dims", []), f"{where}.dims")]
     datatype = tensor["data_type"].removeprefix("TYPE_")
     return {"name": tensor["name"], "datatype": datatype, "shape": [-1, *dims]}
+
+
+#: ``ModelInstanceGroup.Kind``'s names, by their numbers (protobuf's JSON takes either)
+_KINDS = ("KIND_AUTO", "KIND_GPU", "KIND_CPU", "KIND_MODEL")
+
+
+def _instance_groups(groups: list[Any]) -> dict[str, Any]:
+    """Triton's instance groups as ``replicas`` (per device) and ``devices``: ``KIND_CPU`` the
+    CPU; ``KIND_GPU`` (and ``KIND_AUTO`` naming ``gpus``) its ``gpus``, every GPU when it names
+    none, as in Triton; ``KIND_AUTO`` and ``KIND_MODEL`` the server's own devices (no
+    ``devices``). A ``passive`` group, which takes no requests from the scheduler (the CPU
+    fallback that ``get_model_config`` lists), is the server's ``--fallback``, not a device."""
+    counts: set[int] = set()
+    devices: list[str] = []
+    own = False
+    for i, raw in enumerate(groups):
+        where = f"instance_group[{i}]"
+        group = _object(raw, where)
+        if group.get("passive") is True:
+            continue
+        counts.add(_integer(group.get("count", 1), f"{where}.count"))
+        kind = group.get("kind", "KIND_AUTO")
+        if type(kind) is int and 0 <= kind < len(_KINDS):
+            kind = _KINDS[kind]
+        if kind not in _KINDS:
+            raise ConfigError(
+                f"inline config: {where}.kind {_shown(str(kind))!r} is not one of "
+                f"{', '.join(_KINDS)}"
+            )
+        gpus = [_integer(g, f"{where}.gpus") for g in _list(group.get("gpus", []), f"{where}.gpus")]
+        if gpus and kind in ("KIND_CPU", "KIND_MODEL"):
+            raise ConfigError(
+                f"inline config: {where} is {kind} with gpus {gpus}; only a KIND_GPU or "
+                "KIND_AUTO group names GPUs: drop gpus, or make it KIND_GPU"
+            )
+        if kind == "KIND_CPU":
+            devices.append("cpu")
+        elif gpus:
+            devices += [f"cuda:{g}" for g in gpus]
+        elif kind == "KIND_GPU":
+            devices += _every_gpu(where)
+        else:
+            own = True
+    if len(counts) > 1:  # replicas are per device: groups of 1 and 2 cannot both hold
+        raise ConfigError(
+            f"inline config: instance_group has groups of different counts "
+            f"({', '.join(map(str, sorted(counts)))}); this server places the same number "
+            "of replicas on each of the model's devices: give every group one count (the "
+            "replicas per device), or one group"
+        )
+    if own and devices:
+        raise ConfigError(
+            "inline config: instance_group mixes groups on the server's own devices "
+            "(KIND_AUTO without gpus, KIND_MODEL) with groups that name theirs "
+            f"({', '.join(devices)}); give every group its kind (KIND_GPU with gpus, KIND_CPU)"
+        )
+    out: dict[str, Any] = {"replicas": counts.pop()} if counts else {}
+    if devices:
+        out["devices"] = list(dict.fromkeys(devices))
+    return out
+
+
+def _every_gpu(where: str) -> list[str]:
+    """``cuda:0`` ... for each GPU torch sees: a ``KIND_GPU`` group that names no ``gpus``."""
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if not count:
+        raise ConfigError(
+            f"inline config: {where} is KIND_GPU, but torch sees no CUDA GPU on this machine; "
+            "make it KIND_CPU, or KIND_AUTO for the server's own devices"
+        )
+    return [f"cuda:{i}" for i in range(count)]
 
 
 def _triton_policy(policy: Mapping[str, Any]) -> dict[str, Any]:

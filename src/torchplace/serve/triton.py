@@ -5,7 +5,8 @@
 ``input``/``output`` with ``data_type`` (``TYPE_FP32``...) and ``dims`` without the batch
 dimension, ``dynamic_batching`` from the batcher's settings and ``instance_group`` from the
 replicas (one group per device: ``KIND_GPU`` with its index, ``KIND_CPU``, ``KIND_MODEL`` for
-other accelerators). ``GET /v2/models/{m}/config`` answers it as JSON; the gRPC
+other accelerators; the CPU fallback a ``passive`` ``KIND_CPU`` group, as it takes requests only
+when the others fail). ``GET /v2/models/{m}/config`` answers it as JSON; the gRPC
 ``ModelConfig`` RPC parses the same document into the message.
 
 :func:`model_statistics` is the ``ModelStatisticsResponse`` document (``model_stats``: one
@@ -84,6 +85,8 @@ def _instance_groups(engine: Any) -> list[dict[str, Any]]:
                 "count": 0,
                 "gpus": [device.index or 0] if device.type == "cuda" else [],
             }
+            if replica.fallback:  # takes requests only when the others fail, not as scheduled
+                group["passive"] = True
         group["count"] += 1
     return list(groups.values())
 
