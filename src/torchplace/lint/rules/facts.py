@@ -577,15 +577,32 @@ def in_periodic_branch(
             isinstance(parent, ast.If)
             and (child is None or child is not parent.test)
             and (
-                _rare_test(parent.test, ctx)
-                or _sets_once(parent, child, ctx)
-                or _throttled(parent, child)
+                _rare_else(parent, ctx)
+                if any(child is stmt for stmt in parent.orelse)
+                else (
+                    _rare_test(parent.test, ctx)
+                    or _sets_once(parent, child, ctx)
+                    or _throttled(parent, child)
+                )
             )
             and not branch_trains(parent)
         ):
             return through is None or all(through(loop) for loop in passed)
         child = parent
     return False
+
+
+def _rare_else(branch: ast.If, ctx: Context) -> bool:
+    """The ``else`` of a branch runs on the steps its test does not hold: on most steps when
+    the test holds on few (``if args.mlperf_logging:`` copying the scores, ``else:`` scoring
+    each batch on the host), on few only when the test is such a test negated (``if not
+    should_log(step): ...``, ``else:`` the logging)."""
+    test = branch.test
+    return (
+        isinstance(test, ast.UnaryOp)
+        and isinstance(test.op, ast.Not)
+        and _rare_test(test.operand, ctx)
+    )
 
 
 def _after_rare_guard(parent: ast.AST, child: ast.AST | None, ctx: Context) -> bool:
