@@ -12,7 +12,7 @@ What each module is for, along the path of a request:
 ``app``              :class:`App`: the routes over the served models (decode, run, encode, drain)
 ``registry``         the live set of models and versions, switched in one step
 ``reload``           loading, reloading and unloading models while serving (model control modes)
-``repository``       the model repository on disk: config.toml per model, numbered versions
+``repository``       the model repository on disk: config.toml (or Triton's config.pbtxt), versions
 ``memory``           the memory check before a load (weights + activation peak vs free/budget)
 ``protocol``         the OIP codec: request bodies to validated arrays, outputs to response bodies
 ``protocol_v1``      KServe's V1 protocol (``:predict``), read as the OIP request it stands for
@@ -43,6 +43,7 @@ What each module is for, along the path of a request:
 ``failures``         failure classes of a batch and a replica's health
 ``startup``          devices, torch threads and the start-up record
 ``loader``           building the model on the host (embedded, factory, weights, torch.export)
+``torchscript``      TorchScript archives (Triton's PyTorch ``model.pt``): told apart, loaded
 ``metrics``          Prometheus series of one engine, in its own registry
 ``tracing``          Chrome/Perfetto traces and OpenTelemetry spans of batches
 ``onray``            the Ray Serve deployment: this server in each Ray replica, on Ray's devices

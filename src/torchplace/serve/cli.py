@@ -57,7 +57,8 @@ def _model_flags(model: argparse._ArgumentGroup) -> None:
     model.add_argument(
         "--name",
         help="the name the model is served under (default: an embedded model's name, "
-        "MODULE-CALLABLE for a 'module:callable' factory, the file's stem for --exported)",
+        "MODULE-CALLABLE for a 'module:callable' factory, the file's stem for --exported and "
+        "--torchscript)",
     )
     model.add_argument("--model-version", help=f"version served (default {_D.model_version})")
     model.add_argument(
@@ -66,6 +67,12 @@ def _model_flags(model: argparse._ArgumentGroup) -> None:
         help="weights to load into the model: .safetensors, or .pt loaded with weights_only=True",
     )
     model.add_argument("--exported", metavar="FILE.pt2", help="a torch.export program to serve")
+    model.add_argument(
+        "--torchscript",
+        metavar="FILE.pt",
+        help="a TorchScript archive (torch.jit.save) to serve; it records no inputs: declare "
+        "them with --input",
+    )
     model.add_argument(
         "--labels",
         metavar="FILE",

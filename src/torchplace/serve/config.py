@@ -123,7 +123,8 @@ _MOST: dict[str, int | float] = {
     "priority_levels": 1024,
 }
 _MOST_COUNT = 2**63 - 1  # any other count: what a 64-bit field of a Triton document holds
-_PATHS = ("weights", "exported", "labels", "auth_token_file", "trace_file", "model_repository")
+_PATHS = ("weights", "exported", "torchscript", "labels", "auth_token_file", "trace_file",
+          "model_repository")  # fmt: skip
 
 
 #: why max_batch_size 0 (Triton's "no batching") is refused, and what to do instead
@@ -151,6 +152,8 @@ class ServeConfig:
     #: class labels (one per line) for the classification extension, for every output
     labels: Path | None = None
     exported: Path | None = None
+    #: a TorchScript archive (``torch.jit.save``, Triton's PyTorch backend's ``model.pt``)
+    torchscript: Path | None = None
     inputs: tuple[TensorSpec, ...] | None = None
     outputs: tuple[TensorSpec, ...] | None = None
     device: str = "auto"
@@ -243,7 +246,7 @@ class ServeConfig:
                 fail(name, value, "give a tuple of non-empty names")
         if self.models and any(
             getattr(self, k) is not None
-            for k in ("name", "weights", "exported", "labels", "inputs", "outputs")
+            for k in ("name", "weights", "exported", "torchscript", "labels", "inputs", "outputs")
         ):
             fail(
                 "models",
@@ -271,6 +274,11 @@ class ServeConfig:
                 fail(name, value, "give a path")
         if self.weights is not None and self.exported is not None:
             fail("exported", str(self.exported), "give either weights or exported, not both")
+        if self.torchscript is not None and (
+            self.weights is not None or self.exported is not None
+        ):  # fmt: skip
+            fail("torchscript", str(self.torchscript),
+                 "a TorchScript archive holds its weights: give no weights or exported with it")  # fmt: skip
         for name in ("inputs", "outputs"):
             value = getattr(self, name)
             if value is None:

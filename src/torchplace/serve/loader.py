@@ -1,4 +1,5 @@
-"""Build the served model once, on the host: embedded name, ``module:callable`` or ``.pt2``.
+"""Build the served model once, on the host: embedded name, ``module:callable``, ``.pt2`` or a
+TorchScript archive (``torch.jit.save``).
 
 Where the declarations come from, first match wins:
 
@@ -102,13 +103,16 @@ def load_model(
     outputs: tuple[TensorSpec, ...] | None = None,
     name: str | None = None,
     labels: Path | str | None = None,
+    torchscript: Path | str | None = None,
 ) -> LoadedModel:
     """Build the model on the CPU in eval mode, load optional weights, resolve declarations.
 
     With ``exported`` the program is loaded with :func:`torch.export.load` and ``model`` is used
     only as the served name (the file's stem when ``model`` is an embedded name). ``labels``: a
     file of class names, one per line, for every output (else the module's
-    ``torchplace_labels``).
+    ``torchplace_labels``). With ``torchscript`` (a ``torch.jit.save`` archive, see
+    :mod:`torchplace.serve.torchscript`) the archive is the model, as ``exported``; it records
+    no declarations, so ``inputs`` must be given.
     """
     declared_in: tuple[TensorSpec, ...] | None = None
     declared_out: tuple[TensorSpec, ...] | None = None
@@ -123,6 +127,12 @@ def load_model(
         if model in EMBEDDED_MODELS:
             served = Path(exported).stem
         source = f"exported:{exported}"
+    elif torchscript is not None:
+        path = Path(torchscript)
+        module, rebuild = _load_torchscript(path, inputs, outputs)
+        if model in EMBEDDED_MODELS:
+            served = path.stem
+        source = f"torchscript:{torchscript}"
     elif model in EMBEDDED_MODELS:
         embedded = EMBEDDED_MODELS[model]
         module = embedded.build()
@@ -220,6 +230,7 @@ def load_configured(config: ServeConfig) -> LoadedModel:
         outputs=config.outputs,
         name=config.name,
         labels=config.labels,
+        torchscript=config.torchscript,
     )
 
 
@@ -360,6 +371,28 @@ def _spec_tuple(value: object) -> tuple[TensorSpec, ...] | None:
             f"torchplace_inputs/torchplace_outputs must be a tuple of TensorSpec, got {value!r}"
         )
     return tuple(value)
+
+
+def _load_torchscript(
+    path: Path,
+    inputs: tuple[TensorSpec, ...] | None,
+    outputs: tuple[TensorSpec, ...] | None,
+) -> tuple[nn.Module, Callable[[torch.device], nn.Module]]:
+    """A TorchScript archive on the host, and how a replica loads its own copy onto its
+    device (``torch.jit.load`` with ``map_location``: no deepcopy of a scripted module)."""
+    from torchplace.serve.torchscript import check_archive, load_torchscript
+
+    check_archive(path)
+    if not inputs:
+        raise ConfigError(
+            f"TorchScript archive {str(path)!r} records no declarations of its inputs; declare "
+            "them: --input INPUT__0:FP32:-1,8 on the command line, inputs = "
+            '["INPUT__0:FP32:-1,8"] in config.toml, or input [{name: "INPUT__0", data_type: '
+            "TYPE_FP32, dims: [8]}] in config.pbtxt"
+        )
+    ins, outs = [s.name for s in inputs], [s.name for s in outputs or ()]
+    rebuild = functools.partial(load_torchscript, path, inputs=ins, outputs=outs)
+    return load_torchscript(path, "cpu", inputs=ins, outputs=outs), rebuild
 
 
 def _load_exported(

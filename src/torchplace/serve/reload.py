@@ -58,7 +58,7 @@ __all__ = ["ModelControl", "model_settings"]
 _T = TypeVar("_T")
 
 logger = logging.getLogger("torchplace.serve")
-_MODEL_FIELDS = ("name", "weights", "exported", "labels", "inputs", "outputs")
+_MODEL_FIELDS = ("name", "weights", "exported", "torchscript", "labels", "inputs", "outputs")
 #: ServeConfig fields as a repository's config.toml names them
 _SETTING_NAMES = {
     **RENAMED,

@@ -33,6 +33,13 @@ A model directory without version directories that holds its model file directly
 KServe's model puller downloads) is version 1; its settings may then come from a
 ``torchplace.toml`` as for ``--model_dir`` (``model = "seed-mlp"``, any batching setting).
 
+A model directory with Triton's ``config.pbtxt`` (protobuf text format ``ModelConfig``) and no
+``config.toml`` is read as Triton's PyTorch backend's: the file is mapped as an inline config's
+``ModelConfig`` JSON is (:func:`triton_settings`), and each version's ``model.pt`` (or
+``default_model_filename``) is a TorchScript archive (:mod:`torchplace.serve.torchscript`);
+another backend (onnxruntime, tensorrt, python, ensemble) is that model's error. A TorchScript
+``.pt`` of a ``config.toml`` model is served as TorchScript too (a state dict stays weights).
+
 An error in one model's configuration names the file, the field and the fix
 (:class:`~torchplace.errors.ConfigError`); the other models are not affected. A load request
 may carry an inline configuration (Triton's ``parameters.config``, a JSON string): either these
@@ -43,6 +50,7 @@ keys, or Triton's ``ModelConfig`` JSON (``max_batch_size``, ``dynamic_batching``
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -61,6 +69,7 @@ __all__ = [
     "MAX_NAME_BYTES",
     "MODEL_CONFIG_FIELDS",
     "NESTED_FIELDS",
+    "PBTXT_NAME",
     "POLL_FAILED",
     "RENAMED",
     "ModelDir",
@@ -76,6 +85,14 @@ __all__ = [
 ]
 
 CONFIG_NAME = "config.toml"
+#: a Triton model directory's configuration (protobuf text format ``ModelConfig``), read
+#: when the directory has no ``config.toml``
+PBTXT_NAME = "config.pbtxt"
+#: the name of a Triton PyTorch model's file in each version directory, by default
+TRITON_MODEL_FILE = "model.pt"
+logger = logging.getLogger(__name__)
+#: model directories already told that their config.toml wins over their config.pbtxt
+_BOTH_TOLD: set[Path] = set()
 #: Triton's words for a load whose model could not be read from the repository
 POLL_FAILED = "failed to poll from model repository"
 #: ServeConfig fields that config.toml names otherwise (KServe's torchplace.toml uses ours)
@@ -163,13 +180,17 @@ class ModelDir:
     versions: tuple[str, ...]  # the selected version directories, oldest first
     #: the model files lie in the directory itself (KServe's layout): one version, "1"
     flat: bool = False
+    #: read from Triton's config.pbtxt: each version's ``weights`` file is a TorchScript archive
+    triton: bool = False
 
     def version_settings(self, version: str) -> dict[str, Any]:
         """The ServeConfig fields of one version (its weights or program resolved)."""
         folder = self.directory if self.flat else self.directory / version
         settings = {**self.settings, "name": self.name, "model_version": version,
-                    "weights": None, "exported": None}  # fmt: skip
-        if self.exported is not None:
+                    "weights": None, "exported": None, "torchscript": None}  # fmt: skip
+        if self.triton:  # the loader says what is wrong with the file, for this version
+            settings["torchscript"] = str(folder / (self.weights or TRITON_MODEL_FILE))
+        elif self.exported is not None:
             settings["exported"] = str(folder / self.exported)
         elif self.weights is not None:
             settings["weights"] = str(folder / self.weights)
@@ -180,11 +201,15 @@ class ModelDir:
                 settings["exported"] = str(exported[0])
             elif found:
                 settings["weights"] = str(found[0])
+        weights = settings["weights"]
+        if weights is not None and _is_torchscript(Path(weights)):  # not a state dict
+            settings["torchscript"], settings["weights"] = weights, None
         return settings
 
     def fingerprint(self) -> tuple[Any, ...]:
         """Changes when the config or a version directory changes (for polling)."""
-        paths = [self.directory / CONFIG_NAME, *(self.directory / v for v in self.versions)]
+        configs = (self.directory / CONFIG_NAME, self.directory / PBTXT_NAME)
+        paths = [*configs, *(self.directory / v for v in self.versions)]
         paths = [self.directory] if self.flat else paths
         stamps: list[Any] = [self.versions]
         for path in paths:
@@ -274,15 +299,19 @@ def _read_model(root: Path, name: str, inline: Mapping[str, Any] | None) -> Mode
         )
     data: dict[str, Any] = {}
     where = str(config_file)
-    kserve_file = directory / KSERVE_CONFIG
+    kserve_file, pbtxt_file = directory / KSERVE_CONFIG, directory / PBTXT_NAME
+    triton = False
     if config_file.is_file():
         data = load_config_file(config_file)
+        _tell_both(directory, pbtxt_file)
+    elif pbtxt_file.is_file():  # a Triton model directory
+        where, data, triton = str(pbtxt_file), _from_pbtxt(pbtxt_file, name), True
     elif kserve_file.is_file():  # a KServe model directory (see torchplace.serve.kserve)
         where, data = str(kserve_file), _from_kserve(load_config_file(kserve_file))
     elif inline is None and not _model_files(directory, "*.pt2"):
         raise ConfigError(
             f'{where} is missing; write one with at least source = "seed-mlp" (an embedded '
-            'model) or "module:callable"'
+            f'model) or "module:callable" (or give the model Triton\'s {PBTXT_NAME})'
         )
     if inline is not None:
         merged = {**data, **inline}
@@ -292,12 +321,23 @@ def _read_model(root: Path, name: str, inline: Mapping[str, Any] | None) -> Mode
         if isinstance(batching, Mapping) and isinstance(extra, Mapping):
             merged["batching"] = {**batching, **extra}
         data = merged
-        from_file = config_file.is_file() or kserve_file.is_file()
+        from_file = config_file.is_file() or kserve_file.is_file() or triton
         where = f"{where} with the inline config" if from_file else "inline config"
-    return _checked(directory, name, where, data)
+    return _checked(directory, name, where, data, triton=triton)
 
 
-def _checked(directory: Path, name: str, where: str, data: Mapping[str, Any]) -> ModelDir:
+def _tell_both(directory: Path, pbtxt_file: Path) -> None:
+    """Log (once per directory) that its config.toml is read and its config.pbtxt is not."""
+    if directory in _BOTH_TOLD or not pbtxt_file.is_file():
+        return
+    _BOTH_TOLD.add(directory)
+    both = f"{CONFIG_NAME} and {PBTXT_NAME}: {CONFIG_NAME} is read, {PBTXT_NAME} is not"
+    logger.warning("model directory %s holds both %s (remove one to silence this)", directory, both)
+
+
+def _checked(
+    directory: Path, name: str, where: str, data: Mapping[str, Any], *, triton: bool = False
+) -> ModelDir:
     unknown = sorted(set(data) - set(_KEYS))
     if unknown:
         raise _fail(where, f"field {unknown[0]!r}", "is not a setting",
@@ -309,8 +349,8 @@ def _checked(directory: Path, name: str, where: str, data: Mapping[str, Any]) ->
         raise _fail(where, "model", "has no numbered version directory",
                     f"create {str(directory / '1')!r} holding the version's weights")  # fmt: skip
     folders = [directory] if flat else [directory / str(v) for v in available]
-    exported = any(_model_files(folder, "*.pt2") for folder in folders)
-    settings = _settings(where, data, exported or data.get("exported") is not None)
+    own = triton or any(_holds_own_model(folder) for folder in folders)
+    settings = _settings(where, data, own or data.get("exported") is not None)
     available = [1] if flat else available
     chosen = policy.select(available)
     if not chosen:
@@ -325,7 +365,21 @@ def _checked(directory: Path, name: str, where: str, data: Mapping[str, Any]) ->
     if files["labels"] is not None:
         settings["labels"] = str(directory / files["labels"])
     return ModelDir(name, directory, where, settings, files["weights"], files["exported"],
-                    policy, tuple(str(v) for v in chosen), flat)  # fmt: skip
+                    policy, tuple(str(v) for v in chosen), flat, triton)  # fmt: skip
+
+
+def _holds_own_model(folder: Path) -> bool:
+    """Whether ``folder`` holds a model that needs no ``source``: a ``torch.export`` program
+    or a TorchScript archive."""
+    if _model_files(folder, "*.pt2"):
+        return True
+    return any(_is_torchscript(p) for p in _model_files(folder, "*.pt*") if p.suffix != ".pt2")
+
+
+def _is_torchscript(path: Path) -> bool:
+    from torchplace.serve.torchscript import is_torchscript
+
+    return is_torchscript(path)
 
 
 def _version_numbers(directory: Path, where: str) -> list[int]:
@@ -362,6 +416,99 @@ def _from_kserve(data: Mapping[str, Any]) -> dict[str, Any]:
     if batching:
         out["batching"] = batching
     return out
+
+
+#: the PyTorch backend, as a config.pbtxt names it (Triton's platform or backend field)
+_PYTORCH = {"platform": "pytorch_libtorch", "backend": "pytorch"}
+_PBTXT_FIX = (
+    "write it in Triton's protobuf text format for ModelConfig (model_config.proto), e.g. "
+    'platform: "pytorch_libtorch" max_batch_size: 8 input [{name: "INPUT__0", data_type: '
+    "TYPE_FP32, dims: [8]}]"
+)
+
+
+def _from_pbtxt(path: Path, name: str) -> dict[str, Any]:
+    """A Triton model directory's ``config.pbtxt`` in the repository's terms: parsed into
+    ``ModelConfig``, checked to be the PyTorch backend's, and mapped as an inline config's
+    Triton JSON is (:func:`_mapped`); each version's file is ``default_model_filename``."""
+    message = _parse_pbtxt(path)  # first: it says what to install when protobuf is missing
+    from google.protobuf import json_format
+
+    where = str(path)
+    _check_pytorch(message, where, name)
+    if message.max_batch_size == 0:
+        raise ConfigError(
+            f"{where}: max_batch_size is 0 (or not given), Triton's 'no batching', where dims "
+            "are the whole shape; torchplace batches every model along a first dimension: "
+            "give max_batch_size: N (N >= 1) and dims without the batch dimension, as Triton "
+            "takes them with batching"
+        )
+    filename = message.default_model_filename or TRITON_MODEL_FILE
+    if "/" in filename or "\\" in filename or filename in (".", ".."):
+        raise ConfigError(
+            f"{where}: default_model_filename {filename!r} is not a file name; give the name "
+            f"of the TorchScript archive inside each version directory (default "
+            f"{TRITON_MODEL_FILE!r})"
+        )
+    doc = json_format.MessageToDict(message, preserving_proto_field_name=True)
+    try:
+        data = _mapped(doc, name)
+    except ConfigError as exc:  # the mapping speaks of an inline config: name the file
+        text = str(exc)
+        shown = text.removeprefix("inline config").removeprefix(": ")
+        raise ConfigError(f"{where}: {shown}") from None
+    return {**data, "weights": filename}
+
+
+def _parse_pbtxt(path: Path) -> Any:
+    """``config.pbtxt`` parsed into Triton's ``ModelConfig`` (ConfigError naming the file, the
+    line and the fix when it does not parse, or protobuf is not installed)."""
+    try:
+        from google.protobuf import text_format
+
+        from torchplace.serve.proto import model_config_pb2
+    except ImportError:
+        raise ConfigError(
+            f"{path!s}: reading Triton's {PBTXT_NAME} needs protobuf, part of the grpc "
+            "extra; run: pip install 'torchplace[grpc]', or write the model a "
+            f"{CONFIG_NAME} instead"
+        ) from None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path!s}: is not UTF-8 text ({exc.reason}); {_PBTXT_FIX}") from None
+    try:
+        return text_format.Parse(text, model_config_pb2.ModelConfig())
+    except text_format.ParseError as exc:
+        line, column = exc.GetLine(), exc.GetColumn()
+        why = str(exc).split(" : ", 1)[-1]
+        at = f"line {line}, column {column}: " if line else ""
+        raise ConfigError(f"{path!s}: {at}{why}; {_PBTXT_FIX}") from None
+    except (RecursionError, ValueError) as exc:  # nested too deep, a number out of range
+        raise ConfigError(f"{path!s}: does not parse ({exc}); {_PBTXT_FIX}") from None
+
+
+def _check_pytorch(message: Any, where: str, name: str) -> None:
+    """Refuse a config.pbtxt of another backend than PyTorch's (or of its Python runtime),
+    naming it. Neither platform nor backend given is taken as PyTorch (Triton picks the
+    backend from the model file's name)."""
+    for field, pytorch in _PYTORCH.items():
+        value = getattr(message, field)
+        if value and value != pytorch:
+            kind = value.split("_")[0] if field == "platform" else value
+            raise ConfigError(
+                f"{where}: model {name!r} is a Triton {kind} model ({field}: {value!r}); "
+                "torchplace serves PyTorch models: save it as a TorchScript archive "
+                '(torch.jit.save) in each version directory with platform: "pytorch_libtorch" '
+                '(or backend: "pytorch"), or serve this model with Triton'
+            )
+    if message.runtime and message.runtime.endswith(".py"):
+        raise ConfigError(
+            f"{where}: model {name!r} uses the PyTorch backend's Python runtime (runtime: "
+            f"{message.runtime!r}); torchplace serves TorchScript archives from it: save the "
+            "model with torch.jit.save as model.pt and remove runtime, or give the model a "
+            f'{CONFIG_NAME} with source = "module:callable"'
+        )
 
 
 def _model_files(folder: Path, pattern: str) -> list[Path]:
@@ -450,6 +597,12 @@ def triton_settings(text: str, model: str | None = None) -> dict[str, Any]:
             'inline config must be a JSON object, e.g. {"max_batch_size": 8}, not '
             f"{_shown(json.dumps(doc))}"
         )
+    return _mapped(doc, model)
+
+
+def _mapped(doc: dict[str, Any], model: str | None) -> dict[str, Any]:
+    """The core of :func:`triton_settings`: a ``ModelConfig`` document (or ours) mapped onto
+    our settings; also what a Triton model directory's ``config.pbtxt`` is read with."""
     _check_text(doc)
     doc = _protobuf_names(doc)
     _check_fields(doc)
