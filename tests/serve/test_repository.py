@@ -48,6 +48,14 @@ def test_a_full_config_and_the_latest_two_versions(tmp_path: Path) -> None:
     assert settings["weights"] == str(tmp_path / "m" / "3" / "model.safetensors")
 
 
+def test_a_model_s_queue_is_set_in_its_batching_table(tmp_path: Path) -> None:
+    queue = "max_queue = 50\npriority_levels = 2\npriority_queue_limits = [5, 50]\n"
+    write_model(tmp_path, "m", config=f'source = "seed-mlp"\n[batching]\n{queue}')
+    settings = read_model(tmp_path, "m").version_settings("1")
+    assert (settings["max_queue"], settings["priority_levels"]) == (50, 2)
+    assert settings["priority_queue_limits"] == [5, 50]
+
+
 def test_version_policies() -> None:
     assert VersionPolicy().select([3, 1, 2]) == [3]
     assert VersionPolicy("latest", 2).select([3, 1, 2]) == [2, 3]

@@ -125,6 +125,7 @@ def test_nested_fields_are_those_of_the_proto() -> None:
         "version_policy.latest": pb.ModelVersionPolicy.Latest,
         "version_policy.all": pb.ModelVersionPolicy.All,
         "version_policy.specific": pb.ModelVersionPolicy.Specific,
+        "queue_policy": pb.ModelQueuePolicy,
     }  # fmt: skip
     assert NESTED_FIELDS.keys() == messages.keys()
     for key, message in messages.items():
@@ -468,3 +469,62 @@ def test_a_load_of_a_name_with_a_line_break_logs_it_escaped(
     logged = [r.getMessage() for r in caplog.records if r.name == "torchplace.serve"]
     assert any("'evil\\nINFO forged'" in line for line in logged), logged
     assert not any("\n" in line for line in logged)
+
+
+QUEUE = {
+    "priority_levels": 2,
+    "default_priority_level": 2,
+    "default_queue_policy": {"max_queue_size": 100, "default_timeout_microseconds": 5000},
+    "priority_queue_policy": {"1": {"max_queue_size": 10}},
+}
+
+
+def test_the_queue_of_dynamic_batching_is_the_model_s() -> None:
+    """priority_levels, the default level and the queue policies were taken and not read: a
+    model loaded with a queue of 100 and two levels got the server's."""
+    assert _load(orjson.dumps({"dynamic_batching": QUEUE}).decode()) == {
+        "batching": {
+            "priority_levels": 2,
+            "default_priority": 2,
+            "max_queue": 100,
+            "default_timeout_ms": 5.0,
+            "priority_queue_limits": [10, 100],  # level 1 its own, level 2 the default's
+        }
+    }
+    # Triton's 0 is no limit: the server's own limit stays
+    unlimited = {"default_queue_policy": {"max_queue_size": 0, "timeout_action": "REJECT"}}
+    assert _load(orjson.dumps({"dynamic_batching": unlimited}).decode()) == {}
+
+
+@pytest.mark.parametrize(
+    ("dynamic", "message"),
+    [
+        (
+            {"default_queue_policy": {"timeout_action": "DELAY"}},
+            r"timeout_action 'DELAY' is not served",
+        ),
+        (
+            {"default_queue_policy": {"max_queue_sise": 3}},
+            r"'max_queue_sise' of dynamic_batching.default_queue_policy",
+        ),
+        (
+            {"priority_queue_policy": {"1": {"max_queue_size": 3}}},
+            r"needs dynamic_batching.priority_levels",
+        ),
+        (
+            {**QUEUE, "priority_queue_policy": {"3": {"max_queue_size": 3}}},
+            r"names level 3, not one of 1..2",
+        ),
+        (
+            {**QUEUE, "priority_queue_policy": {"1": {"default_timeout_microseconds": 9}}},
+            r"\[1\] has its own default_timeout_microseconds \(9\)",
+        ),
+        (
+            {"priority_levels": 2, "priority_queue_policy": {"1": {"max_queue_size": 3}}},
+            r"level 2 has no max_queue_size",
+        ),
+    ],
+)
+def test_a_queue_this_server_cannot_keep_is_refused(dynamic: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        _load(orjson.dumps({"dynamic_batching": dynamic}).decode())

@@ -427,3 +427,33 @@ def test_a_torchscript_archive_is_served_from_the_command_line(tmp_path: Path) -
     torch.testing.assert_close(loaded.module(x), reference(x))
     with pytest.raises(ConfigError, match=r"declare them: --input INPUT__0:FP32:-1,8"):
         load_configured(config_from_args(parser.parse_args(["--torchscript", path])))
+
+
+QUEUED = """platform: "pytorch_libtorch"
+max_batch_size: 8
+input [ { name: "INPUT__0", data_type: TYPE_FP32, dims: [ 4 ] } ]
+dynamic_batching {
+  priority_levels: 2
+  default_priority_level: 2
+  default_queue_policy { max_queue_size: 100 default_timeout_microseconds: 5000 }
+  priority_queue_policy { key: 1 value { max_queue_size: 10 } }
+}
+"""
+
+
+def test_a_pbtxt_queue_is_the_engine_s(tmp_path: Path) -> None:
+    """The queue a config.pbtxt gives (levels, limits, the default timeout) is the one the
+    model's engine keeps, and its /config says so again."""
+    from torchplace.serve.engine import Engine
+    from torchplace.serve.triton import model_config
+
+    triton_model(tmp_path, "queued", QUEUED, Affine())
+    settings = read_model(tmp_path, "queued").version_settings("1")
+    # built, not started: nothing is placed on a device
+    engine = Engine.from_config(test_config(model_repository=tmp_path).with_overrides(settings))
+    policy = engine.policy
+    assert (policy.max_queue, policy.priority_levels, policy.default_priority) == (100, 2, 2)
+    assert (policy.limits, policy.default_timeout_s) == ((10, 100), 0.005)
+    batching = model_config(engine)["dynamic_batching"]
+    assert batching["priority_queue_policy"]["1"]["max_queue_size"] == 10
+    assert batching["default_queue_policy"]["default_timeout_microseconds"] == 5000

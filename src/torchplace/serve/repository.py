@@ -100,7 +100,8 @@ RENAMED = {"model": "source", "replicas_per_device": "replicas"}
 _WEIGHTS = (".safetensors", ".pt", ".pth")
 _KEYS = ("source", "weights", "exported", "labels", "inputs", "outputs", "dtype", "devices",
          "replicas", "batching", "version_policy")  # fmt: skip
-_BATCHING = ("max_batch_size", "max_delay_ms")
+_BATCHING = ("max_batch_size", "max_delay_ms", "max_queue", "priority_levels",
+             "default_priority", "priority_queue_limits", "default_timeout_ms")  # fmt: skip
 #: the fields of Triton's ``ModelConfig`` (model_config.proto, as protobuf names them): an inline
 #: config may carry any of them (what ``get_model_config`` returns may be sent back); the ones
 #: this server has no use for are not read
@@ -131,6 +132,10 @@ NESTED_FIELDS: dict[str, frozenset[str]] = {
     "output": frozenset({
         "data_type", "dims", "is_non_linear_format_io", "is_shape_tensor", "label_filename",
         "name", "reshape",
+    }),
+    "queue_policy": frozenset({
+        "allow_timeout_override", "default_timeout_microseconds", "max_queue_size",
+        "timeout_action",
     }),
     "version_policy": frozenset({"all", "latest", "specific"}),
     "version_policy.latest": frozenset({"num_versions"}),
@@ -617,6 +622,7 @@ def _mapped(doc: dict[str, Any], model: str | None) -> dict[str, Any]:
     if delay is not None:
         where = "dynamic_batching.max_queue_delay_microseconds"
         batching["max_delay_ms"] = _integer(delay, where) / 1000
+    batching.update(_queue_settings(dynamic))
     if batching:
         out["batching"] = batching
     policy = _object(doc.get("version_policy", {}), "version_policy")
@@ -773,6 +779,89 @@ def _tensor(raw: object, where: str) -> dict[str, Any]:
     dims = [_integer(d, f"{where}.dims") for d in _list(tensor.get("dims", []), f"{where}.dims")]
     datatype = tensor["data_type"].removeprefix("TYPE_")
     return {"name": tensor["name"], "datatype": datatype, "shape": [-1, *dims]}
+
+
+def _queue_settings(dynamic: Mapping[str, Any]) -> dict[str, Any]:
+    """``dynamic_batching``'s queue as our settings: ``priority_levels``, the
+    ``default_priority_level``, and the queue policies (``max_queue_size`` per level, the
+    default timeout). Triton's 0 (no limit, no level, no timeout) leaves the server's own."""
+    where = "dynamic_batching"
+    out: dict[str, Any] = {}
+    for theirs, ours in (("priority_levels", "priority_levels"),
+                         ("default_priority_level", "default_priority")):  # fmt: skip
+        if dynamic.get(theirs) is not None and (
+            n := _integer(dynamic[theirs], f"{where}.{theirs}")
+        ):
+            out[ours] = n
+    size, timeout = _queue_policy(
+        dynamic.get("default_queue_policy"), f"{where}.default_queue_policy"
+    )
+    if size:
+        out["max_queue"] = size
+    if timeout is not None:
+        out["default_timeout_ms"] = timeout / 1000
+    levels = _object(dynamic.get("priority_queue_policy", {}), f"{where}.priority_queue_policy")
+    if levels:
+        out["priority_queue_limits"] = _level_limits(
+            levels, out.get("priority_levels"), size, timeout
+        )
+    return out
+
+
+def _queue_policy(raw: object, where: str) -> tuple[int | None, int | None]:
+    """A ``ModelQueuePolicy``'s ``max_queue_size`` (None for 0, no limit) and
+    ``default_timeout_microseconds``; a ``timeout_action`` other than ``REJECT`` is refused."""
+    if raw is None:
+        return None, None
+    policy = _object(raw, where)
+    _check_message(policy, "queue_policy", where)
+    action = policy.get("timeout_action", "REJECT")
+    if action not in ("REJECT", 0):
+        raise ConfigError(
+            f"inline config: {where}.timeout_action {_shown(str(action))!r} is not served: a "
+            "request still queued at its timeout is refused (REJECT); drop timeout_action, or "
+            "give REJECT"
+        )
+    size = _integer(policy.get("max_queue_size", 0), f"{where}.max_queue_size")
+    timeout = policy.get("default_timeout_microseconds")
+    micros = None if timeout is None else _integer(timeout, f"{where}.default_timeout_microseconds")
+    return size or None, micros
+
+
+def _level_limits(
+    levels: Mapping[str, Any], count: int | None, size: int | None, timeout: int | None
+) -> list[int]:
+    """``priority_queue_policy`` (a policy per level) as one queue limit per level, level 1
+    first: a level without one takes the default policy's."""
+    where = "dynamic_batching.priority_queue_policy"
+    if not count:
+        raise ConfigError(
+            f"inline config: {where} needs dynamic_batching.priority_levels, the number of levels"
+        )
+    stray = sorted(str(k) for k in levels if str(k) not in {str(n) for n in range(1, count + 1)})
+    if stray:
+        raise ConfigError(
+            f"inline config: {where} names level {_shown(stray[0])}, not one of 1..{count} "
+            "(dynamic_batching.priority_levels)"
+        )
+    limits: list[int] = []
+    for level in range(1, count + 1):
+        raw = levels.get(str(level))
+        own, own_timeout = _queue_policy(raw, f"{where}[{level}]")
+        if own_timeout is not None and own_timeout != (timeout or 0):
+            raise ConfigError(
+                f"inline config: {where}[{level}] has its own default_timeout_microseconds "
+                f"({own_timeout}); this server has one default timeout for every level: give it "
+                "in default_queue_policy"
+            )
+        limit = own or size
+        if limit is None:
+            raise ConfigError(
+                f"inline config: level {level} has no max_queue_size in {where} nor in "
+                "dynamic_batching.default_queue_policy; give it in one of them"
+            )
+        limits.append(limit)
+    return limits
 
 
 #: ``ModelInstanceGroup.Kind``'s names, by their numbers (protobuf's JSON takes either)
