@@ -155,6 +155,14 @@ def _call(call: ast.Call, ctx: Context) -> None:
         if not _is_read(arg) and not isinstance(arg, (ast.Constant, ast.JoinedStr)):
             _check_many(call, [arg], f"`{func.id}()`", ctx)  # text of the values, as print
         return
+    if isinstance(func, ast.Attribute) and func.attr == "add_scalar":
+        # TensorBoard's `writer.add_scalar(tag, value, step)` converts a tensor `value` with
+        # `.item()`: a read like `float(value)` (a Python number is no read at all)
+        given = keyword(call, "scalar_value")
+        value = call.args[1] if len(call.args) >= 2 else (given.value if given else None)
+        if value is not None and not _is_read(value):
+            _check(call, value, "`add_scalar()`", ctx, explicit=False)
+        return
     if len(call.args) == 1 and ctx.call_qualname(call) in _MATH_READS:
         arg = call.args[0]
         if not _is_read(arg):
@@ -2498,6 +2506,7 @@ FAMILY = Family(
         "cpu(",  # also a project helper's call, `to_cpu(loss)` (see `helper_read`)
         "numpy(",
         "synchronize",
+        ".add_scalar(",  # TensorBoard reads a tensor value with `.item()`
         # builtins, preceded by what can stand before them (not `call(`, `print(`, `hint(`)
         *(f"{lead}{name}(" for lead in " (=[" for name in ("float", "int", "bool", "all", "any")),
         *(f"{lead}{name}(" for lead in " (=[+" for name in ("str", "repr")),
