@@ -340,7 +340,7 @@ class FileFacts:
                     facts, parent = found_base
                     values += [(facts, v) for v in _assigned_to(walk(parent), name)]
         result = False
-        for facts, value in values:
+        for facts, value in _alternatives(values):
             while (
                 isinstance(value, ast.Call)
                 and isinstance(value.func, ast.Attribute)
@@ -349,12 +349,19 @@ class FileFacts:
                 value = value.func.value
             if dotted_name(value) == name:
                 continue  # `model = model` after a chain: the same instance
+            unwrapped = _unwrapped(value)
+            if unwrapped is not None:  # `raw_model = model.module if ddp else model`
+                if facts is self and self.method_returns_host(unwrapped, method, scope):
+                    result = True
+                    continue
+                result = False
+                break
             if not isinstance(value, ast.Call):
                 result = False
                 break
             if any(dotted_name(a) == name for a in value.args):
                 continue  # `model = DataParallel(model)`: the same model, wrapped
-            found = facts.class_def(value.func)
+            found = facts.class_def(value.func) or facts.class_of_constructor(value.func)
             if found is None:
                 result = False
                 break
@@ -378,7 +385,7 @@ class FileFacts:
                     bool(values)
                     and len(values) == len(returns)
                     and all(_plainly_host(v) or _converted_in_place(item, v) for v in values)
-                )
+                ) or _python_arithmetic(item, cls)
         if depth >= 2:
             return False
         for base in cls.bases:
@@ -387,6 +394,20 @@ class FileFacts:
                 owner, parent = found
                 return owner._class_method_host(parent, method, depth + 1)
         return False
+
+    def class_of_constructor(self, func: ast.expr) -> tuple[FileFacts, ast.ClassDef] | None:
+        """The class of the linted code whose ``@classmethod`` ``func`` calls: what
+        ``GPT.from_pretrained(name)`` makes is taken for a ``GPT``."""
+        if not isinstance(func, ast.Attribute):
+            return None
+        found = self.class_def(func.value)
+        if found is None:
+            return None
+        for item in found[1].body:
+            if isinstance(item, _FUNCTIONS) and item.name == func.attr:
+                classmethod = any(dotted_name(d) == "classmethod" for d in item.decorator_list)
+                return found if classmethod else None
+        return None
 
     def class_def(self, func: ast.expr) -> tuple[FileFacts, ast.ClassDef] | None:
         """The class of the linted code that ``func`` names: this file's own, or one imported
@@ -850,6 +871,94 @@ def _assigned_to(nodes: Iterable[ast.AST], name: str) -> list[ast.expr]:
         for node in nodes
         if isinstance(node, ast.Assign) and any(dotted_name(t) == name for t in node.targets)
     ]
+
+
+def _alternatives(
+    values: list[tuple[FileFacts, ast.expr]],
+) -> list[tuple[FileFacts, ast.expr]]:
+    """Each binding's value, a conditional expression's two branches apart (``model.module if
+    ddp else model``)."""
+    out: list[tuple[FileFacts, ast.expr]] = []
+    for facts, value in values:
+        if isinstance(value, ast.IfExp):
+            out += _alternatives([(facts, value.body), (facts, value.orelse)])
+        else:
+            out.append((facts, value))
+    return out
+
+
+#: what a wrapper keeps the model it wraps in: ``DistributedDataParallel``'s and
+#: ``DataParallel``'s ``.module``, ``torch.compile``'s ``._orig_mod``
+_WRAPPED = frozenset({"module", "_orig_mod"})
+
+
+def _unwrapped(value: ast.expr) -> ast.Name | None:
+    """The name a binding refers to the same model through: ``model`` itself, or what a
+    wrapper holds (``model.module``)."""
+    if isinstance(value, ast.Attribute) and value.attr in _WRAPPED:
+        value = value.value
+    return value if isinstance(value, ast.Name) else None
+
+
+#: calls a method may make and still compute a Python number: builtins and a tensor's sizes
+_NUMBER_CALLS = frozenset({"sum", "len", "float", "int", "round", "min", "max", "abs"})
+_SIZE_METHODS = frozenset({"numel", "parameters", "named_parameters", "dim", "size"})
+
+
+def _python_arithmetic(
+    function: ast.FunctionDef | ast.AsyncFunctionDef, cls: ast.ClassDef, depth: int = 0
+) -> bool:
+    """A method that only counts and does arithmetic (nanoGPT's ``estimate_mfu``: ``N =
+    self.get_num_params()``, a ``sum(p.numel() for p in self.parameters())``, then ``mfu =
+    flops_achieved / flops_promised``, ``return mfu``): it calls no torch function and runs no
+    module, only builtins, a tensor's sizes and methods of its class that are such methods
+    too, and each ``return`` hands back arithmetic (or a local bound only to arithmetic),
+    never an attribute or a parameter as it is. What it answers is a number."""
+    for node in own_nodes(function):
+        if isinstance(node, ast.Call) and not _counts(node.func, cls, depth):
+            return False
+        if isinstance(node, (ast.Yield, ast.YieldFrom, ast.Await)):
+            return False
+    bound: dict[str, list[ast.expr]] = {}
+    for node in own_nodes(function):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            if isinstance(target, ast.Name):
+                bound.setdefault(target.id, []).append(node.value)
+    returns = [r.value for r in own_nodes(function) if isinstance(r, ast.Return)]
+    return bool(returns) and all(
+        value is not None and _arithmetic(value, bound, 0) for value in returns
+    )
+
+
+def _counts(func: ast.expr, cls: ast.ClassDef, depth: int) -> bool:
+    """A call a counting method may make: a builtin of numbers, a tensor's sizes, or a method
+    of its own class that only counts (``self.get_num_params()``)."""
+    if isinstance(func, ast.Name):
+        return func.id in _NUMBER_CALLS
+    if not isinstance(func, ast.Attribute):
+        return False
+    if func.attr in _SIZE_METHODS:
+        return True
+    if not (isinstance(func.value, ast.Name) and func.value.id == "self") or depth >= 2:
+        return False
+    own = [i for i in cls.body if isinstance(i, _FUNCTIONS) and i.name == func.attr]
+    return len(own) == 1 and _python_arithmetic(own[0], cls, depth + 1)
+
+
+def _arithmetic(value: ast.expr, bound: dict[str, list[ast.expr]], depth: int) -> bool:
+    if isinstance(value, (ast.BinOp, ast.Constant)):
+        return True
+    if isinstance(value, ast.UnaryOp):
+        return _arithmetic(value.operand, bound, depth)
+    if isinstance(value, ast.Call):  # `sum(...)`, `self.get_num_params()`: counts
+        return isinstance(value.func, ast.Name) or (
+            isinstance(value.func, ast.Attribute)
+            and value.func.attr not in {"parameters", "named_parameters"}
+        )
+    if isinstance(value, ast.Name) and value.id in bound and depth < 4:
+        return all(_arithmetic(v, bound, depth + 1) for v in bound[value.id])
+    return False
 
 
 def _converted_in_place(function: ast.AST, value: ast.expr) -> bool:

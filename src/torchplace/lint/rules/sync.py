@@ -1553,6 +1553,7 @@ def _check(
     if not explicit and (
         not isinstance(receiver, _READ_FORMS)
         or _host_syntax(receiver)
+        or (isinstance(receiver, ast.BinOp) and not _arithmetic_of_values(receiver))
         or not (_mentions_device(ctx) or _handed_in(receiver, scope, ctx))
     ):
         return False  # a print/f-string/cast needs a device value, and nothing here makes one
@@ -2292,6 +2293,19 @@ def _root_name(node: ast.expr) -> str | None:
         else:
             break
     return node.id if isinstance(node, ast.Name) else None
+
+
+def _arithmetic_of_values(node: ast.expr) -> bool:
+    """Arithmetic with an operand that may hold a tensor's data: a name, an element or a call
+    (``bbox[0] / scale``, ``running_mfu * 100``), not only sizes and attributes
+    (``int(x.shape[-2] / model.patch_embed.patch_size)``: a shape over a module's setting)."""
+    if isinstance(node, ast.BinOp):
+        return _arithmetic_of_values(node.left) or _arithmetic_of_values(node.right)
+    if isinstance(node, ast.UnaryOp):
+        return _arithmetic_of_values(node.operand)
+    if isinstance(node, ast.Subscript) and _host_syntax(node.value):
+        return False  # `x.shape[-2]`
+    return isinstance(node, (ast.Name, ast.Subscript, ast.Call)) and not _host_syntax(node)
 
 
 def _host_syntax(node: ast.expr) -> bool:
