@@ -6,8 +6,9 @@ containers (``ModuleList``, ``Sequential``, ``ModuleDict``; a ``ParameterList`` 
 than ``limit`` bytes split into its children, which is how accelerate cuts a model when
 ``no_split_module_classes`` names the repeated blocks. An opened module's own parameters and
 buffers (a ViT's top-level ``cls_token``, a model's top-level buffers) are units of their own,
-as accelerate's device maps have them. Sizes and tied groups come from
-accelerate's ``compute_module_sizes`` and ``find_tied_parameters``.
+as accelerate's device maps have them. Sizes are counted as accelerate's
+``compute_module_sizes`` counts them (a ``bool`` tensor at its real byte an element, not the
+bit accelerate takes), tied groups come from its ``find_tied_parameters``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ __all__ = [
     "Units",
     "accelerate",
     "is_tensor_unit",
+    "module_sizes",
     "select_units",
     "submodule",
     "tensor_slot",
@@ -77,7 +79,7 @@ class Units:
 
     units: tuple[Unit, ...]
     tied: tuple[tuple[str, ...], ...]
-    sizes: dict[str, int]  # accelerate's compute_module_sizes (tied weights counted once)
+    sizes: dict[str, int]  # module_sizes: compute_module_sizes' (tied weights counted once)
     shared: tuple[tuple[str, ...], ...] = ()  # buffer names, grouped by the tensor they name
 
     @property
@@ -176,6 +178,22 @@ def _own_bytes(module: nn.Module) -> int:
     name alone: BART's encoder without its embedding, tied to ``shared``)."""
     tensors = {id(t): t for t in (*module.parameters(), *module.buffers())}
     return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def module_sizes(model: nn.Module) -> dict[str, int]:
+    """Each module's bytes, keyed and ordered as accelerate's ``compute_module_sizes`` has them
+    (parameters, then buffers, each tensor once, under its first name: a tied weight counted
+    under the first module holding it), a tensor's bytes as a device holds them: a ``bool``
+    mask 1 byte an element, where accelerate counts it 1 bit (GPT-Neo's 64 KiB causal mask
+    per block as 8 KiB, so that ``fill`` put two blocks past ``--max-memory``)."""
+    sizes: dict[str, int] = {}
+    for name, t in (*model.named_parameters(), *model.named_buffers()):
+        size = t.numel() * t.element_size()
+        parts = name.split(".")
+        for i in range(len(parts) + 1):
+            key = ".".join(parts[:i])
+            sizes[key] = sizes.get(key, 0) + size
+    return sizes
 
 
 def _default_paths(model: nn.Module, limit: int | None, whole: Collection[str] = ()) -> list[str]:
@@ -287,8 +305,7 @@ def select_units(
 ) -> Units:
     """Cut ``model`` into units (or take the given ``paths``, e.g. from a device map); the
     modules named in ``whole`` are not split, however big."""
-    helpers = accelerate()
-    sizes: dict[str, int] = dict(helpers.compute_module_sizes(model))
+    sizes = module_sizes(model)
     if paths is None:
         paths = _default_paths(model, limit, whole)
     else:
