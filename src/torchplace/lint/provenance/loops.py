@@ -167,6 +167,7 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
         getattr(sub, "lineno", 0) for sub in nested if facts.loop_kind(sub, scope) is not None
     ]
     nested_batch = bool(nested_batch_lines)
+    offloaded = _offloaded(facts, own)
     step = None
     for node in own:
         if not isinstance(node, ast.Call):
@@ -207,6 +208,7 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
                 and _names(moved) & derived
                 and not (_model_root(facts, moved) or _names(moved) & fresh)
                 and not _rewrites_by_index(loop)
+                and id(node) not in offloaded
             ):
                 what = _short(facts.segment(moved), 24)
                 its = "what it iterates" if iters else "what it reads"
@@ -1373,6 +1375,35 @@ def _resets_epoch(call: ast.Call, own: list[ast.AST], nested_batch_lines: list[i
         and not _names_scheduler(sub.func.value)
         for sub in own
     )
+
+
+def _offloaded(facts: FileFacts, own: list[ast.AST]) -> set[int]:
+    """The moves of a loop step that only offload what the step works on: a statement that
+    moves a name or attribute to the device in place and discards the result (a module's own
+    move, ``prev_op.cuda()``), with a statement of the same step moving it back to the CPU
+    (``prev_op.cpu()``). llm-awq's ``apply_scale`` walks a model's layers so, one at a time on
+    the GPU: a walk over layers, not over batches."""
+    statements: list[tuple[ast.Call, ast.Attribute]] = [
+        (node.value, node.value.func)
+        for node in own
+        if isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Call)
+        and isinstance(node.value.func, ast.Attribute)
+        and isinstance(node.value.func.value, (ast.Name, ast.Attribute))
+    ]
+    back = {
+        facts.segment(func.value)
+        for call, func in statements
+        if (func.attr == "cpu" and not call.args and not call.keywords)
+        or (func.attr == "to" and _is_cpu(_device_target(call)))
+    }
+    return {
+        id(call)
+        for call, func in statements
+        if _is_move_call(call)
+        and not _is_cpu(_device_target(call))
+        and facts.segment(func.value) in back
+    }
 
 
 def _split_own(body: list[ast.AST]) -> tuple[list[ast.AST], list[ast.AST]]:
