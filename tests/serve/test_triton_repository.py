@@ -8,6 +8,7 @@ import contextlib
 import logging
 import socket
 import sys
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -225,6 +226,93 @@ def test_a_torchscript_pt_of_a_config_toml_model_needs_no_source(tmp_path: Path)
     loaded = load_model(torchscript=settings["torchscript"], name="m",
                         inputs=(TensorSpec("x", "FP32", (-1, 4)),))  # fmt: skip
     assert [spec.shape for spec in loaded.outputs] == [(-1, 3)]  # from the dry run
+
+
+def test_a_parse_error_on_a_long_line_is_cut(tmp_path: Path) -> None:
+    # protobuf quotes the whole token it stopped at: a 200,000-character line was the reason
+    # the index answered and every log line repeated
+    triton_model(tmp_path, "m", AFFINE + "instance_group " + "[" * 100_000 + "\n", Affine())
+    with pytest.raises(ConfigError) as caught:
+        read_model(tmp_path, "m")
+    message = str(caught.value)
+    assert "line 9" in message
+    assert "characters)" in message
+    assert len(message) < 1000
+
+
+def test_label_filename_is_the_model_s_labels(tmp_path: Path) -> None:
+    labelled = AFFINE.replace("dims: [ 3 ] }", 'dims: [ 3 ] label_filename: "labels.txt" }')
+    triton_model(tmp_path, "affine", labelled, Affine())
+    (tmp_path / "affine" / "labels.txt").write_text("cat\ndog\nbird\n")
+    settings = read_model(tmp_path, "affine").version_settings("1")
+    assert settings["labels"] == str(tmp_path / "affine" / "labels.txt")
+    loaded = load_model(torchscript=settings["torchscript"], labels=settings["labels"],
+                        inputs=(TensorSpec("INPUT__0", "FP32", (-1, 4)),))  # fmt: skip
+    assert loaded.labels == {"output": ("cat", "dog", "bird")}
+    two = PAIR.replace(
+        '"OUTPUT__1", data_type: TYPE_FP32, dims: [ 2 ]',
+        '"OUTPUT__1", data_type: TYPE_FP32, dims: [ 2 ], label_filename: "a"',
+    )
+    two = two.replace(
+        '"OUTPUT__0", data_type: TYPE_FP32, dims: [ 2 ]',
+        '"OUTPUT__0", data_type: TYPE_FP32, dims: [ 2 ], label_filename: "b"',
+    )
+    triton_model(tmp_path, "pair", two, Pair())
+    with pytest.raises(ConfigError, match=r"different label files.*one label_filename"):
+        read_model(tmp_path, "pair")
+
+
+@pytest.mark.parametrize(
+    ("tensor", "refused"),
+    [
+        ("dims: [ 1 ] reshape: { shape: [ ] }", r"reshape \{shape: \[\]\} is not applied"),
+        ("dims: [ 4 ] reshape: { shape: [ 2, 2 ] }", r"reshape \{shape: \[2, 2\]\} is not"),
+        ("dims: [ 4 ] reshape: { shape: [ 4 ] }", None),  # the same shape: nothing to apply
+        ("dims: [ -1 ]", r"input\[0\]\.dims \[-1\] has a variable dimension"),
+    ],
+)
+def test_reshape_and_variable_dims_are_refused_in_triton_s_terms(
+    tmp_path: Path, tensor: str, refused: str | None
+) -> None:
+    # a reshape was taken and not read: the model saw the wire's dims, not Triton's shape
+    triton_model(tmp_path, "affine", AFFINE.replace("dims: [ 4 ]", tensor), Affine())
+    if refused is None:
+        assert read_model(tmp_path, "affine").settings["inputs"][0]["shape"] == [-1, 4]
+        return
+    with pytest.raises(ConfigError, match=refused) as caught:
+        read_model(tmp_path, "affine")
+    assert str(caught.value).startswith(str(tmp_path / "affine" / "config.pbtxt"))
+
+
+def test_a_zip_bomb_archive_is_refused_before_torch_inflates_it(tmp_path: Path) -> None:
+    # torch.jit.load inflates every entry whole: a deflated gigabyte of zeros in a 1 MB file
+    # loaded (and held the gigabyte); torch.jit.save stores its entries uncompressed
+    scripted(Affine(), tmp_path)
+    path = tmp_path / "model.pt"
+    with zipfile.ZipFile(path) as archive:
+        entries = [(info, archive.read(info)) for info in archive.infolist()]
+    with zipfile.ZipFile(path, "w") as archive:
+        for info, data in entries:
+            archive.writestr(info, data)
+        prefix = entries[0][0].filename.split("/")[0]
+        archive.writestr(f"{prefix}/extra/zeros", b"\0" * (128 << 20), zipfile.ZIP_DEFLATED)
+    assert is_torchscript(path)
+    with pytest.raises(ConfigError, match=r"expands to 134,2.* over 16 times its size"):
+        load_model(torchscript=path, inputs=(TensorSpec("x", "FP32", (-1, 4)),))
+
+
+def test_a_torchscript_dry_run_error_names_the_model_not_seed_mlp(tmp_path: Path) -> None:
+    class Total(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.sum()  # a scalar, not a batch
+
+    scripted(Total(), tmp_path / "total")
+    with pytest.raises(ConfigError, match="model 'model': output 'output' of its dry run"):
+        load_model(torchscript=tmp_path / "total" / "model.pt",
+                   inputs=(TensorSpec("x", "FP32", (-1, 4)),))  # fmt: skip
+    with pytest.raises(ConfigError, match="model 'total': output 'output' of its dry run"):
+        load_model(torchscript=tmp_path / "total" / "model.pt", name="total",
+                   inputs=(TensorSpec("x", "FP32", (-1, 4)),))  # fmt: skip
 
 
 def test_triton_no_batching_and_another_name_are_refused(tmp_path: Path) -> None:

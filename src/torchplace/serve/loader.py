@@ -159,9 +159,10 @@ def load_model(
             # the replicas' copies are loaded from the program again: give them these weights
             rebuild = functools.partial(_reload_exported, Path(exported), weights=module)
     set_eval(module)
-    final_in = _declarations("inputs", inputs or declared_in, model)
+    called = name or (served if exported is not None or torchscript is not None else model)
+    final_in = _declarations("inputs", inputs or declared_in, called)
     final_out = _declarations(
-        "outputs", outputs or declared_out or infer_outputs(module, final_in, model), model
+        "outputs", outputs or declared_out or infer_outputs(module, final_in, called), called
     )
     return LoadedModel(
         name=name or served,

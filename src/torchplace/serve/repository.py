@@ -486,11 +486,18 @@ def _parse_pbtxt(path: Path) -> Any:
         return text_format.Parse(text, model_config_pb2.ModelConfig())
     except text_format.ParseError as exc:
         line, column = exc.GetLine(), exc.GetColumn()
-        why = str(exc).split(" : ", 1)[-1]
+        # protobuf quotes the token it stopped at, which may be a line thousands long
+        why = _cut(str(exc).split(" : ", 1)[-1])
         at = f"line {line}, column {column}: " if line else ""
         raise ConfigError(f"{path!s}: {at}{why}; {_PBTXT_FIX}") from None
     except (RecursionError, ValueError) as exc:  # nested too deep, a number out of range
-        raise ConfigError(f"{path!s}: does not parse ({exc}); {_PBTXT_FIX}") from None
+        raise ConfigError(f"{path!s}: does not parse ({_cut(str(exc))}); {_PBTXT_FIX}") from None
+
+
+def _cut(text: str, most: int = 300) -> str:
+    """A parse error as a message quotes it: protobuf quotes the whole token it stopped at,
+    which may be a line megabytes long (it went into the index and every log line)."""
+    return text if len(text) <= most else f"{text[:most]}... ({len(text):,} characters)"
 
 
 def _check_pytorch(message: Any, where: str, name: str) -> None:
@@ -635,6 +642,9 @@ def _mapped(doc: dict[str, Any], model: str | None) -> dict[str, Any]:
         if theirs in doc:
             out[ours] = [_tensor(t, f"{theirs}[{i}]")
                          for i, t in enumerate(_list(doc[theirs], theirs))]  # fmt: skip
+    labels = _label_file(_list(doc.get("output", []), "output"))
+    if labels is not None:
+        out["labels"] = labels
     parameters = _object(doc.get("parameters", {}), "parameters")
     source = _object(parameters.get("source", {}), "parameters.source")
     if "string_value" in source:
@@ -777,8 +787,44 @@ def _tensor(raw: object, where: str) -> dict[str, Any]:
     if not isinstance(tensor.get("name"), str) or not isinstance(tensor.get("data_type"), str):
         raise ConfigError(f"inline config: {where} needs a 'name' and a 'data_type' string")
     dims = [_integer(d, f"{where}.dims") for d in _list(tensor.get("dims", []), f"{where}.dims")]
+    if -1 in dims:  # the batch is implicit: a -1 among the dims is Triton's variable size
+        raise ConfigError(
+            f"inline config: {where}.dims {dims} has a variable dimension (-1); torchplace "
+            "stages fixed-size rows (the batch dimension is the only variable one, and it is "
+            "implicit): give every dimension its size, e.g. pad token ids to a fixed length"
+        )
+    reshape = tensor.get("reshape")
+    if reshape is not None:
+        shape = _object(reshape, f"{where}.reshape").get("shape", [])
+        shape = [_integer(d, f"{where}.reshape.shape") for d in _list(shape, f"{where}.reshape")]
+        if shape != dims:  # Triton's reshape between the wire's dims and the model's shape
+            raise ConfigError(
+                f"inline config: {where}.reshape {{shape: {shape}}} is not applied: torchplace "
+                f"gives the model the tensor in its dims {dims} (and answers the model's "
+                "output as it is), so the model would see another shape than under Triton; "
+                "remove reshape and reshape inside the model, or give dims the model's own shape"
+            )
     datatype = tensor["data_type"].removeprefix("TYPE_")
     return {"name": tensor["name"], "datatype": datatype, "shape": [-1, *dims]}
+
+
+def _label_file(outputs: list[Any]) -> str | None:
+    """The outputs' ``label_filename`` (Triton's classification labels, a file in the model
+    directory) as the model's ``labels``: one file, which names the classes of every output;
+    outputs naming different files are refused (the labels are one list per model here)."""
+    named = {
+        str(entry["label_filename"]): str(entry.get("name"))
+        for entry in outputs
+        if isinstance(entry, Mapping) and entry.get("label_filename")
+    }
+    if len(named) > 1:
+        files = ", ".join(f"{file!r} ({output})" for file, output in named.items())
+        raise ConfigError(
+            f"inline config: the outputs name different label files ({files}); torchplace "
+            "reads one label file for every output of a model: give the outputs one "
+            "label_filename"
+        )
+    return next(iter(named), None)
 
 
 def _queue_settings(dynamic: Mapping[str, Any]) -> dict[str, Any]:

@@ -29,6 +29,9 @@ from torchplace.errors import ConfigError
 __all__ = ["TritonOrder", "is_torchscript", "load_torchscript", "tensor_order"]
 
 _INDEXED = re.compile(r".+__(\d+)")
+#: how many times its own size an archive's entries may expand to: torch.jit.save stores its
+#: entries uncompressed (about 1x); far more is a zip bomb, which torch.jit.load would inflate
+MAX_EXPANSION = 16
 _SAVE_FIX = "save it with torch.jit.save(torch.jit.script(model), path) (or torch.jit.trace)"
 
 
@@ -129,6 +132,7 @@ def check_archive(path: Path) -> None:
             "name its file with default_model_filename in config.pbtxt"
         )
     if is_torchscript(path):
+        _check_expansion(path)
         return
     what = "a torch.save file (a state dict or a pickled module)"
     if not zipfile.is_zipfile(path):
@@ -137,3 +141,17 @@ def check_archive(path: Path) -> None:
         f"{str(path)!r} is {what}, not a TorchScript archive, which Triton's PyTorch backend "
         f"and torchplace load from a version directory of a Triton model; {_SAVE_FIX}"
     )
+
+
+def _check_expansion(path: Path) -> None:
+    """Refuse (ConfigError) an archive whose compressed entries claim to expand to far more
+    than the file (a zip bomb: ``torch.jit.load`` inflates an entry whole, in memory)."""
+    with zipfile.ZipFile(path) as archive:
+        declared = sum(info.file_size for info in archive.infolist())
+    size = path.stat().st_size
+    if declared > max(MAX_EXPANSION * size, 64 << 20):
+        raise ConfigError(
+            f"TorchScript archive {str(path)!r} ({size:,} bytes) expands to {declared:,} "
+            f"bytes, over {MAX_EXPANSION} times its size: not an archive that torch.jit.save "
+            f"wrote (it stores its entries uncompressed); {_SAVE_FIX}"
+        )
