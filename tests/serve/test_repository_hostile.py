@@ -523,6 +523,11 @@ def test_the_queue_of_dynamic_batching_is_the_model_s() -> None:
             {"priority_levels": 2, "priority_queue_policy": {"1": {"max_queue_size": 3}}},
             r"level 2 has no max_queue_size",
         ),
+        (  # refused before any loop over the levels: 2**62 of them held the event loop
+            {**QUEUE, "priority_levels": 2**62},
+            r"priority_levels 4611686018427387904 is past the 1024 priority levels",
+        ),
+        ({**QUEUE, "default_priority_level": 5000}, r"default_priority_level 5000 is past"),
     ],
 )
 def test_a_queue_this_server_cannot_keep_is_refused(dynamic: dict[str, Any], message: str) -> None:

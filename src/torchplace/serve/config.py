@@ -24,7 +24,14 @@ from torchplace.errors import ConfigError
 from torchplace.models import TensorSpec
 from torchplace.serve.datatypes import HOST_DTYPES, serving_dtype
 
-__all__ = ["CONTROL_MODES", "DATATYPES", "LOG_LEVELS", "ServeConfig", "parse_tensor_spec"]
+__all__ = [
+    "CONTROL_MODES",
+    "DATATYPES",
+    "LOG_LEVELS",
+    "MAX_PRIORITY_LEVELS",
+    "ServeConfig",
+    "parse_tensor_spec",
+]
 
 #: Open Inference Protocol datatypes a served model may declare: every torch tensor type (BF16
 #: is held as float32 on the host and is torch.bfloat16 on the device); BYTES is not a torch type.
@@ -116,11 +123,13 @@ def _to_spec(value: Any, field_name: str) -> TensorSpec:
 #: torch's thread pool crashes the process (100000 segfaults at the first op)
 _MOST_THREADS = 1024
 _MOST_SECONDS = 1e7  # the longest duration setting
+#: the most priority levels a queue may have (each is a queue of its own)
+MAX_PRIORITY_LEVELS = 1024
 _MOST: dict[str, int | float] = {
     "max_batch_size": 1 << 20,
     "replicas_per_device": 1024,
     "max_delay_ms": 3_600_000.0,
-    "priority_levels": 1024,
+    "priority_levels": MAX_PRIORITY_LEVELS,
 }
 _MOST_COUNT = 2**63 - 1  # any other count: what a 64-bit field of a Triton document holds
 _PATHS = ("weights", "exported", "torchscript", "labels", "auth_token_file", "trace_file",

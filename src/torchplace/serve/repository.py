@@ -59,7 +59,7 @@ from typing import Any
 
 from torchplace.errors import ConfigError, ModelLoadError
 from torchplace.models import EMBEDDED_MODELS
-from torchplace.serve.config import load_config_file
+from torchplace.serve.config import MAX_PRIORITY_LEVELS, load_config_file
 from torchplace.serve.datatypes import HOST_DTYPES
 from torchplace.serve.kserve import CONFIG_NAME as KSERVE_CONFIG
 
@@ -697,16 +697,16 @@ def _check_nested(doc: Mapping[str, Any]) -> None:
     theirs: a typo in one (``max_queue_delay_microsecond``, ``cout``, ``num_version``, a
     policy ``lattest``) was not read, and the load went on without it (the policy as ``all``).
     A field of the wrong type is left to the mapping, which names it."""
-    for key in ("dynamic_batching", "version_policy"):
-        value = doc.get(key)
-        if isinstance(value, Mapping) and (
-            key == "dynamic_batching" or any(isinstance(v, Mapping) for v in value.values())
-        ):  # a policy in our shape ({"latest": 2}) is checked as config.toml's
-            _check_message(value, key)
-            if key == "version_policy":
-                for kind, inner in value.items():
-                    if isinstance(inner, Mapping) and kind in NESTED_FIELDS[key]:
-                        _check_message(inner, f"{key}.{kind}")
+    batching = doc.get("dynamic_batching")
+    if isinstance(batching, Mapping):
+        _check_message(batching, "dynamic_batching")
+    policy = doc.get("version_policy")
+    # a policy in our shape ({"latest": 2}) is checked as config.toml's
+    if isinstance(policy, Mapping) and any(isinstance(v, Mapping) for v in policy.values()):
+        _check_message(policy, "version_policy")  # so each kind is latest, all or specific
+        for kind, inner in policy.items():
+            if isinstance(inner, Mapping):
+                _check_message(inner, f"version_policy.{kind}")
     for key in ("instance_group", "input", "output"):
         value = doc.get(key)
         if isinstance(value, list):
@@ -716,6 +716,7 @@ def _check_nested(doc: Mapping[str, Any]) -> None:
 
 
 def _check_message(value: Mapping[str, Any], kind: str, where: str | None = None) -> None:
+    """Refuse a key of ``value`` that is not a field of the ``NESTED_FIELDS[kind]`` message."""
     fields = NESTED_FIELDS[kind]
     for key in value:
         if key in fields:
@@ -838,6 +839,12 @@ def _queue_settings(dynamic: Mapping[str, Any]) -> dict[str, Any]:
         if dynamic.get(theirs) is not None and (
             n := _integer(dynamic[theirs], f"{where}.{theirs}")
         ):
+            if n > MAX_PRIORITY_LEVELS:  # before a loop over the levels, not after
+                raise ConfigError(
+                    f"inline config: {where}.{theirs} {n} is past the {MAX_PRIORITY_LEVELS} "
+                    "priority levels a queue may have; give a level count (or level) of at "
+                    f"most {MAX_PRIORITY_LEVELS}"
+                )
             out[ours] = n
     size, timeout = _queue_policy(
         dynamic.get("default_queue_policy"), f"{where}.default_queue_policy"
@@ -884,7 +891,8 @@ def _level_limits(
         raise ConfigError(
             f"inline config: {where} needs dynamic_batching.priority_levels, the number of levels"
         )
-    stray = sorted(str(k) for k in levels if str(k) not in {str(n) for n in range(1, count + 1)})
+    named = {str(n) for n in range(1, count + 1)}
+    stray = sorted(str(k) for k in levels if str(k) not in named)
     if stray:
         raise ConfigError(
             f"inline config: {where} names level {_shown(stray[0])}, not one of 1..{count} "
@@ -929,28 +937,11 @@ def _instance_groups(groups: list[Any]) -> dict[str, Any]:
         if group.get("passive") is True:
             continue
         counts.add(_integer(group.get("count", 1), f"{where}.count"))
-        kind = group.get("kind", "KIND_AUTO")
-        if type(kind) is int and 0 <= kind < len(_KINDS):
-            kind = _KINDS[kind]
-        if kind not in _KINDS:
-            raise ConfigError(
-                f"inline config: {where}.kind {_shown(str(kind))!r} is not one of "
-                f"{', '.join(_KINDS)}"
-            )
-        gpus = [_integer(g, f"{where}.gpus") for g in _list(group.get("gpus", []), f"{where}.gpus")]
-        if gpus and kind in ("KIND_CPU", "KIND_MODEL"):
-            raise ConfigError(
-                f"inline config: {where} is {kind} with gpus {gpus}; only a KIND_GPU or "
-                "KIND_AUTO group names GPUs: drop gpus, or make it KIND_GPU"
-            )
-        if kind == "KIND_CPU":
-            devices.append("cpu")
-        elif gpus:
-            devices += [f"cuda:{g}" for g in gpus]
-        elif kind == "KIND_GPU":
-            devices += _every_gpu(where)
-        else:
+        placed = _group_devices(group, where)
+        if placed is None:
             own = True
+        else:
+            devices += placed
     if len(counts) > 1:  # replicas are per device: groups of 1 and 2 cannot both hold
         raise ConfigError(
             f"inline config: instance_group has groups of different counts "
@@ -968,6 +959,31 @@ def _instance_groups(groups: list[Any]) -> dict[str, Any]:
     if devices:
         out["devices"] = list(dict.fromkeys(devices))
     return out
+
+
+def _group_devices(group: Mapping[str, Any], where: str) -> list[str] | None:
+    """One instance group's devices by its ``kind`` and ``gpus`` (see :func:`_instance_groups`);
+    None for the server's own (``KIND_AUTO`` without ``gpus``, ``KIND_MODEL``)."""
+    kind = group.get("kind", "KIND_AUTO")
+    if type(kind) is int and 0 <= kind < len(_KINDS):
+        kind = _KINDS[kind]
+    if kind not in _KINDS:
+        raise ConfigError(
+            f"inline config: {where}.kind {_shown(str(kind))!r} is not one of {', '.join(_KINDS)}"
+        )
+    gpus = [_integer(g, f"{where}.gpus") for g in _list(group.get("gpus", []), f"{where}.gpus")]
+    if gpus and kind in ("KIND_CPU", "KIND_MODEL"):
+        raise ConfigError(
+            f"inline config: {where} is {kind} with gpus {gpus}; only a KIND_GPU or "
+            "KIND_AUTO group names GPUs: drop gpus, or make it KIND_GPU"
+        )
+    if kind == "KIND_CPU":
+        return ["cpu"]
+    if gpus:
+        return [f"cuda:{g}" for g in gpus]
+    if kind == "KIND_GPU":
+        return _every_gpu(where)
+    return None
 
 
 def _every_gpu(where: str) -> list[str]:

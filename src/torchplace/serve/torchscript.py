@@ -26,7 +26,7 @@ from torch import nn
 
 from torchplace.errors import ConfigError
 
-__all__ = ["TritonOrder", "is_torchscript", "load_torchscript", "tensor_order"]
+__all__ = ["TritonOrder", "check_archive", "is_torchscript", "load_torchscript", "tensor_order"]
 
 _INDEXED = re.compile(r".+__(\d+)")
 #: how many times its own size an archive's entries may expand to: torch.jit.save stores its
