@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 __all__ = [
     "BLOCKS",
     "FIELDS",
+    "assigned",
     "children",
     "forget",
     "isinstance_test",
@@ -182,6 +183,18 @@ def own_nodes(owner: ast.AST) -> tuple[ast.AST, ...]:
     found = tuple(walk_body(body)) if type(body) is list else ()
     _OWN[id(owner)] = (owner, found)
     return found
+
+
+def assigned(owner: ast.AST) -> dict[str, list[ast.expr]]:
+    """What each plain name of ``owner``'s body (a function's, a module's) is assigned with
+    ``name = value``, in source order (``a = b = v`` and unpacking left out)."""
+    bound: dict[str, list[ast.expr]] = {}
+    for node in own_nodes(owner):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            if isinstance(target, ast.Name):
+                bound.setdefault(target.id, []).append(node.value)
+    return bound
 
 
 def subtree(node: ast.AST) -> tuple[ast.AST, ...]:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from functools import lru_cache
 
 from torchplace.lint.base import Context, bindings
-from torchplace.lint.nodes import BLOCKS, own_nodes, statements, walk
+from torchplace.lint.nodes import BLOCKS, assigned, own_nodes, statements, walk
 from torchplace.lint.provenance.callers import _RUN_METHODS, PerBatch, calls_in, find_per_batch
 from torchplace.lint.provenance.flow import Flow
 from torchplace.lint.provenance.given import given_seeds
@@ -919,12 +919,7 @@ def _python_arithmetic(
             return False
         if isinstance(node, (ast.Yield, ast.YieldFrom, ast.Await)):
             return False
-    bound: dict[str, list[ast.expr]] = {}
-    for node in own_nodes(function):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target = node.targets[0]
-            if isinstance(target, ast.Name):
-                bound.setdefault(target.id, []).append(node.value)
+    bound = assigned(function)
     returns = [r.value for r in own_nodes(function) if isinstance(r, ast.Return)]
     return bool(returns) and all(
         value is not None and _arithmetic(value, bound, 0) for value in returns

@@ -19,7 +19,7 @@ from torchplace.lint.base import (
     names_in,
 )
 from torchplace.lint.finding import Edit, Fix
-from torchplace.lint.nodes import own_nodes, walk
+from torchplace.lint.nodes import assigned, own_nodes, walk
 from torchplace.lint.provenance import FileFacts, facts_for_file, file_facts
 from torchplace.lint.provenance.callers import _siblings, _text_of, call_sites
 from torchplace.lint.resolver import dotted_name
@@ -892,7 +892,7 @@ def _file_names(node: ast.expr, body: ast.AST | None = None) -> set[str]:
     """The file names (string constants with a suffix) a path is built from, also through the
     names ``body`` binds it from (``name = "%s_net_%s.pth" % (epoch, label)``, then
     ``path = os.path.join(root, name)``)."""
-    bound = _bindings(body) if body is not None else {}
+    bound = assigned(body) if body is not None else {}
     names: set[str] = set()
     todo, seen = [node], set()
     while todo:
@@ -903,17 +903,6 @@ def _file_names(node: ast.expr, body: ast.AST | None = None) -> set[str]:
                 seen.add(sub.id)
                 todo.extend(bound[sub.id])
     return names
-
-
-def _bindings(body: ast.AST) -> dict[str, list[ast.expr]]:
-    """What each plain name of a function (or module) body is assigned."""
-    bound: dict[str, list[ast.expr]] = {}
-    for sub in own_nodes(body):
-        if isinstance(sub, ast.Assign) and len(sub.targets) == 1:
-            target = sub.targets[0]
-            if isinstance(target, ast.Name):
-                bound.setdefault(target.id, []).append(sub.value)
-    return bound
 
 
 def _names_buffer(source: ast.expr, ctx: Context, scope: Scope, *, wrapped: bool = False) -> bool:
