@@ -60,8 +60,7 @@ def give(t: torch.Tensor, value: torch.Tensor | None) -> None:
 @contextlib.contextmanager
 def constants() -> Iterator[None]:
     """Tensors made from Python data on ``meta`` (``torch.tensor``, ``torch.as_tensor``,
-    ``Tensor.new_tensor``, and the index tensor of ``x[:, [-1, 0]]``) keep that data as their
-    value: the copy happens inside the factory,
+    ``Tensor.new_tensor``) keep that data as their value: the copy happens inside the factory,
     unseen by the trace's dispatch mode, so a grid or a shape table made so
     (``torch.tensor([[1, 4, 4]], device=x.device)``) and read with ``.tolist()`` failed. The
     factories are wrapped for the trace (a ``TorchFunctionMode`` would turn off the fast paths
@@ -84,42 +83,15 @@ def constants() -> Iterator[None]:
         _keep_data(out, data)
         return out
 
-    getitem = torch.Tensor.__getitem__
-
-    def indexed(self: torch.Tensor, index: Any) -> Any:
-        if self.device.type == "meta":
-            index = _listed(index, self.device, made["tensor"])
-        return getitem(self, index)
-
     for name, make in made.items():
         setattr(torch, name, factory(make))
     torch.Tensor.new_tensor = new_tensor  # type: ignore[method-assign,assignment]
-    torch.Tensor.__getitem__ = indexed  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:
         for name, make in made.items():
             setattr(torch, name, make)
         torch.Tensor.new_tensor = method  # type: ignore[method-assign]
-        torch.Tensor.__getitem__ = getitem  # type: ignore[method-assign]
-
-
-def _listed(index: Any, device: torch.device, make: Any) -> Any:
-    """``index`` with each list of Python integers in it (``ids[:, [-1, 0]]``: transformers'
-    ``warn_if_padding_and_no_attention_mask``, before it reads ``pad_token_id in ...``) made
-    the index tensor indexing makes of it, on ``device``, with the list as its value: indexing
-    makes that tensor below the dispatch mode, so it had none, and neither had what was read
-    through it. A list holding anything else (a list, a slice, a tensor: read as a tuple of
-    indices) or a ``bool`` (a mask) is left as it is."""
-    if isinstance(index, tuple):
-        return tuple(_listed(part, device, make) for part in index)
-    if not isinstance(index, list) or not index:
-        return index
-    if not all(isinstance(x, int) and not isinstance(x, bool) for x in index):
-        return index
-    out = make(index, device=device)
-    _keep_data(out, index)
-    return out
 
 
 @contextlib.contextmanager
