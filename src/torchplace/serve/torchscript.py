@@ -38,12 +38,21 @@ _SAVE_FIX = "save it with torch.jit.save(torch.jit.script(model), path) (or torc
 def is_torchscript(path: Path) -> bool:
     """Whether ``path`` is a TorchScript archive (a zip holding ``*/code/`` and
     ``*/constants.pkl``), not a ``torch.save`` file or anything else."""
+    entries = _entries(path)
+    return entries is not None and _is_script(entries)
+
+
+def _entries(path: Path) -> list[zipfile.ZipInfo] | None:
+    """The zip entries of ``path``; None when it is no zip archive (or cannot be read)."""
     try:
         with zipfile.ZipFile(path) as archive:
-            names = archive.namelist()
+            return archive.infolist()
     except (OSError, zipfile.BadZipFile, ValueError):
-        return False
-    parts = [name.split("/") for name in names]
+        return None
+
+
+def _is_script(entries: list[zipfile.ZipInfo]) -> bool:
+    parts = [info.filename.split("/") for info in entries]
     code = any(len(p) > 2 and p[1] == "code" for p in parts)
     constants = any(len(p) == 2 and p[1] == "constants.pkl" for p in parts)
     return code and constants
@@ -103,8 +112,9 @@ def load_torchscript(
     inputs: Sequence[str] = (),
     outputs: Sequence[str] = (),
 ) -> nn.Module:
-    """The archive at ``path`` loaded onto ``device``, fed and read in Triton's order."""
-    check_archive(path)
+    """The archive at ``path`` (passed by :func:`check_archive` when the model was loaded:
+    each replica's copy reads the same file) loaded onto ``device``, fed and read in Triton's
+    order."""
     try:
         with warnings.catch_warnings():  # torch 2.13 deprecates TorchScript: nothing to act on
             warnings.filterwarnings("ignore", message=r"`torch\.jit\.load` is deprecated")
@@ -131,11 +141,12 @@ def check_archive(path: Path) -> None:
             f"TorchScript archive {str(path)!r} {what}; put the model there ({_SAVE_FIX}), or "
             "name its file with default_model_filename in config.pbtxt"
         )
-    if is_torchscript(path):
-        _check_expansion(path)
+    entries = _entries(path)
+    if entries is not None and _is_script(entries):
+        _check_expansion(path, entries)
         return
     what = "a torch.save file (a state dict or a pickled module)"
-    if not zipfile.is_zipfile(path):
+    if entries is None:
         what = "not a zip archive (a TorchScript archive of torch < 1.4, or another format)"
     raise ConfigError(
         f"{str(path)!r} is {what}, not a TorchScript archive, which Triton's PyTorch backend "
@@ -143,11 +154,10 @@ def check_archive(path: Path) -> None:
     )
 
 
-def _check_expansion(path: Path) -> None:
+def _check_expansion(path: Path, entries: list[zipfile.ZipInfo]) -> None:
     """Refuse (ConfigError) an archive whose compressed entries claim to expand to far more
     than the file (a zip bomb: ``torch.jit.load`` inflates an entry whole, in memory)."""
-    with zipfile.ZipFile(path) as archive:
-        declared = sum(info.file_size for info in archive.infolist())
+    declared = sum(info.file_size for info in entries)
     size = path.stat().st_size
     if declared > max(MAX_EXPANSION * size, 64 << 20):
         raise ConfigError(
