@@ -143,6 +143,49 @@ def test_a_full_batch_does_not_wait_for_the_delay() -> None:
     asyncio.run(main())
 
 
+def _shaped(loop: asyncio.AbstractEventLoop, width: int, rows: int = 1) -> Pending:
+    """A request of a model with a dynamic dimension: its key is its rows' shape."""
+    x = np.zeros((rows, width), np.float32)
+    return Pending({"input": x}, rows, loop.create_future(), key=(x.shape[1:],))
+
+
+def test_same_shape_batches_hold_the_head_s_shape_and_end_at_the_first_other() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        worker = FakeWorker()
+        batcher = _batcher(loop, worker, max_batch_size=8, max_delay_s=60.0, same_shape=True)
+        items = [_shaped(loop, w) for w in (3, 3, 5, 5, 5, 3)]
+        for item in items:
+            batcher.submit(item)
+        # each batch is cut by a request of another shape behind it: none waits out the
+        # window (60 s); the last one, alone, waits for its window
+        for _ in range(3):
+            await asyncio.sleep(0)
+            if worker.busy:
+                worker.finish()
+                batcher.freed()
+        widths = [[p.inputs["input"].shape[1] for p in b] for b in worker.batches]
+        assert widths == [[3, 3], [5, 5, 5]]
+        assert all(i.future.done() for i in items[:5])
+        assert not items[5].future.done()  # alone at the head: it waits for its window
+        assert batcher.queued == 1
+
+    asyncio.run(main())
+
+
+def test_same_shape_requests_fill_a_batch_as_fixed_shape_ones_do() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        worker = FakeWorker()
+        batcher = _batcher(loop, worker, max_batch_size=4, max_delay_s=60.0, same_shape=True)
+        for _ in range(6):
+            batcher.submit(_shaped(loop, 7))
+        await asyncio.sleep(0)
+        assert [len(b) for b in worker.batches] == [4]  # full: the other two wait behind it
+
+    asyncio.run(main())
+
+
 def test_a_freed_worker_gives_a_partial_batch_a_fresh_fill_window() -> None:
     """Rows that waited out the delay behind a busy worker still wait for more rows once it
     frees up (at most the delay again), instead of leaving at once as a small batch."""

@@ -488,6 +488,40 @@ def test_dynamic_row_shapes_are_served_one_request_per_batch() -> None:
     run(main)
 
 
+def test_dynamic_row_shapes_share_a_batch_when_their_shapes_are_equal() -> None:
+    class RowSum(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.widths: list[list[int]] = []  # per forward: its rows' width, its row count
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.widths.append([x.shape[1], x.shape[0]])
+            return x.sum(dim=1, keepdim=True)
+
+    model = loaded(
+        RowSum(),
+        inputs=(TensorSpec("input", "FP32", (-1, -1)),),
+        outputs=(TensorSpec("output", "FP32", (-1, 1)),),
+    )
+
+    async def main() -> None:
+        engine = Engine(model, [CPU], max_batch_size=8, max_delay_ms=50.0)
+        await engine.start()
+        module = engine.replicas[0].module
+        assert isinstance(module, RowSum)
+        module.widths.clear()
+        widths = (3, 3, 3, 5, 5, 3)
+        xs = [np.full((1, w), i + 1.0, np.float32) for i, w in enumerate(widths)]
+        results = await asyncio.gather(*(engine.infer({"input": x}) for x in xs))
+        for x, result in zip(xs, results, strict=True):
+            np.testing.assert_array_equal(result["output"], x.sum(axis=1, keepdims=True))
+        # queue order kept: a batch ends at the first request of another shape
+        assert module.widths == [[3, 3], [5, 2], [3, 1]]
+        await engine.stop()
+
+    run(main)
+
+
 def test_through_the_engine_each_batch_crosses_once_each_way() -> None:
     class Counting(Transfer):
         def __init__(self) -> None:

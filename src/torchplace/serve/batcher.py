@@ -15,9 +15,12 @@ rows. There is one FIFO per priority level (``queue_limits``, highest level firs
 own limit); a batch takes from the highest levels first. A request whose future is already done
 (its client went away, or its deadline passed) is never handed out: :meth:`Batcher.discard`
 removes it at once. Dispatch is deferred with ``call_soon`` so that every request that arrives
-in the same event-loop iteration joins the same batch. With ``coalesce=False`` (a model with a
-dynamic non-batch dimension, whose requests cannot be concatenated) every request is a batch of
-its own.
+in the same event-loop iteration joins the same batch. With ``same_shape=True`` (a model with a
+dynamic non-batch dimension: only requests whose rows have the same shape can be concatenated)
+a batch holds the requests of the head's :attr:`Pending.key` (their row shapes) that follow it
+in the queue, and ends at the first request of another shape, as Triton's dynamic batcher does
+without ragged batching; that batch can grow no more, so it leaves without waiting out its fill
+window.
 
 The batcher knows nothing about torch: a *worker* is anything with
 ``submit_batch(batch: list[Pending], rows: int, alone: bool)``, chosen by the ``pick`` callable
@@ -51,6 +54,7 @@ class Pending:
         "device",
         "future",
         "inputs",
+        "key",
         "level",
         "rows",
         "taken",
@@ -66,6 +70,7 @@ class Pending:
         level: int = 0,
         caller: Any = None,
         arrived: float | None = None,
+        key: object = None,
     ) -> None:
         self.inputs = inputs
         self.rows = rows
@@ -75,6 +80,8 @@ class Pending:
         self.device = ""  # the device label of the replica that served it
         self.taken = False  # handed to a replica: it will run
         self.caller = caller  # the caller's trace context its spans join (tracing.CALLER)
+        #: what a request must share with the others of its batch (see ``same_shape``)
+        self.key = key
         #: its batch's (start, h2d s, forward s, d2h s) once it ran (statistics.BatchTiming)
         self.timing: tuple[float, float, float, float] | None = None
 
@@ -97,7 +104,7 @@ class Batcher:
         max_delay_s: float = 0.002,
         max_queue: int = 1024,
         queue_limits: Sequence[int] | None = None,
-        coalesce: bool = True,
+        same_shape: bool = False,
     ) -> None:
         if max_batch_size < 1:
             raise ConfigError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -110,7 +117,7 @@ class Batcher:
         self.max_batch_size = max_batch_size
         self.max_delay_s = max_delay_s
         self.max_queue = max_queue
-        self.coalesce = coalesce
+        self.same_shape = same_shape
         self.limits = tuple(queue_limits) if queue_limits else (max_queue,)
         if any(limit < 1 for limit in self.limits):
             raise ConfigError(f"queue_limits must all be >= 1, got {list(self.limits)}")
@@ -180,7 +187,11 @@ class Batcher:
             head = self._head()
             if head is None:
                 return
-            if self.queued_rows < self.max_batch_size and self.max_delay_s > 0:
+            if (
+                self.queued_rows < self.max_batch_size
+                and self.max_delay_s > 0
+                and not (self.same_shape and self._shape_cut(head))
+            ):
                 opened = max(head.arrived, self._freed_at)
                 wait = opened + self.max_delay_s - time.perf_counter()
                 if wait > 0:
@@ -199,8 +210,18 @@ class Batcher:
         self._timer = None
         self.dispatch()
 
+    def _shape_cut(self, head: Pending) -> bool:
+        """A live request of another :attr:`Pending.key` than ``head``'s waits behind it: the
+        head's batch ends there and can grow no more."""
+        for queue in self.levels:
+            for pending in queue:
+                if pending.key != head.key and not pending.future.done():
+                    return True
+        return False
+
     def _take(self) -> tuple[list[Pending], int]:
-        """Up to ``max_batch_size`` rows, highest level first, in order within a level."""
+        """Up to ``max_batch_size`` rows, highest level first, in order within a level (with
+        ``same_shape``, up to the first request of another key than the first's)."""
         limit = self.max_batch_size
         batch: list[Pending] = []
         rows = 0
@@ -208,14 +229,14 @@ class Batcher:
             head = self._head()
             if head is None or rows + head.rows > limit:
                 break
+            if batch and self.same_shape and head.key != batch[0].key:
+                break
             self.levels[head.level].popleft()
             self.queued -= 1
             self.queued_rows -= head.rows
             head.taken = True
             batch.append(head)
             rows += head.rows
-            if not self.coalesce:
-                break
         return batch, rows
 
     def fail_all(self, make_error: Callable[[], ServeError]) -> int:

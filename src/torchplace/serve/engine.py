@@ -261,7 +261,8 @@ class Engine:
         self.default_label = self.devices[0]
         self._input_names = tuple(spec.name for spec in self.inputs)
         self._input_checks = _input_checks(self.inputs)
-        self._coalesce = all(dim > 0 for spec in self.inputs for dim in spec.shape[1:])
+        #: a dynamic non-batch dimension: only requests of the same row shapes share a batch
+        self._same_shape = any(dim < 0 for spec in self.inputs for dim in spec.shape[1:])
         self._observe(trace_file=trace_file, otel=otel)
         self.startup_record: dict[str, Any] = {}
         self._estimate = WaitEstimate()
@@ -399,7 +400,7 @@ class Engine:
             max_batch_size=self.max_batch_size,
             max_delay_s=self.max_delay_ms / 1000.0,
             queue_limits=self.policy.limits,
-            coalesce=self._coalesce,
+            same_shape=self._same_shape,
         )
         self._batcher.solo = not self.loop_shared
         self.pool.start(
@@ -543,8 +544,11 @@ class Engine:
         batcher = self._batcher
         assert batcher is not None
         self._admit(batcher, rows)
+        key = self._shape_key(inputs) if self._same_shape else None
         if rows <= self.max_batch_size:  # one chunk: the common case
-            pending = Pending(inputs, rows, Ticket(), level=level, caller=caller, arrived=began)
+            pending = Pending(
+                inputs, rows, Ticket(), level=level, caller=caller, arrived=began, key=key
+            )
             try:
                 batcher.submit(pending)
             except OverloadedError as exc:
@@ -552,7 +556,7 @@ class Engine:
             return (pending,)
         self._check_chunks(rows, level)
         pendings = [
-            Pending(chunk, n, Ticket(), level=level, caller=caller, arrived=began)
+            Pending(chunk, n, Ticket(), level=level, caller=caller, arrived=began, key=key)
             for chunk, n in self._chunks(inputs, rows)
         ]
         for index, pending in enumerate(pendings):
@@ -562,6 +566,11 @@ class Engine:
                 self._withdraw(pendings[:index])
                 raise self._count(exc) from None
         return pendings
+
+    def _shape_key(self, inputs: Mapping[str, np.ndarray]) -> tuple[tuple[int, ...], ...]:
+        """The row shapes of a request's inputs: what the requests of one batch share when an
+        input has a dynamic non-batch dimension."""
+        return tuple(inputs[name].shape[1:] for name in self._input_names)
 
     def _settled(
         self,
