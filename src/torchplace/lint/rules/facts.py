@@ -332,7 +332,10 @@ def cpu_only_script_class(cls: Scope, ctx: Context) -> bool:
     accelerator or a placement (RWKV's ``math_demo/run.py``: ``model = RWKV_RNN(args)`` at
     the top level, its weights loaded with ``map_location="cpu"``): its tensors and its
     inputs stay on the CPU. A file that only builds the class under ``if __name__ ==
-    "__main__":`` is a library with a smoke check: others import the class and move it."""
+    "__main__":`` is a library with a smoke check: others import the class and move it;
+    unless that block is the program itself, parsing a command line or training the model
+    (``parser.parse_args()``, ``loss.backward()``, ``optimizer.step(closure)``: the PyTorch
+    examples' ``time_sequence_prediction/train.py``), which runs on the CPU all the same."""
     root = ctx.scope.root()
     key = f"cpu-only-builds:{cls.name}"
     cached: bool | None = root.cache.get(key)
@@ -346,11 +349,29 @@ def cpu_only_script_class(cls: Scope, ctx: Context) -> bool:
                 and sub.func.id == cls.name
                 for stmt in module.body
                 if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                and main_test(stmt) is None
+                and (main_test(stmt) is None or _runs_program(stmt))
                 for sub in walk(stmt)
             )
         root.cache[key] = cached
     return cached
+
+
+def _runs_program(guard: ast.stmt) -> bool:
+    """An ``if __name__ == "__main__":`` block that is a program, not a quick check: it
+    parses a command line (``parser.parse_args()``) or trains (``.backward()``, an
+    optimizer's ``step``)."""
+    for sub in walk(guard):
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
+            if sub.func.attr in {"parse_args", "parse_known_args", "backward"}:
+                return True
+            owner = sub.func.value
+            if (
+                sub.func.attr == "step"
+                and isinstance(owner, ast.Name)
+                and "optim" in owner.id.lower()
+            ):
+                return True
+    return False
 
 
 def main_test(node: ast.stmt) -> ast.Compare | None:

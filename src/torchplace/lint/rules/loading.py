@@ -102,6 +102,7 @@ def _torch_load(call: ast.Call, ctx: Context) -> None:
         and not _host_only_payload(call, ctx)
         and not _loads_dataset(call, ctx)
         and not _saved_from_host(call, ctx)
+        and not _host_cache(call, ctx)
         and _may_load_elsewhere(ctx)
         and not _cuda_only_branch(ctx)
         and not _saved_by_call(call, ctx)
@@ -872,6 +873,114 @@ def _saves_host(facts: FileFacts, wanted: set[str]) -> bool:
                 fact = facts.fact(payload, scope)
                 if fact is not None and fact.where == "host":
                     return True
+    return False
+
+
+# Calls that ask whether a file is there: `os.path.exists(p)`, `os.path.isfile(p)`,
+# `p.exists()`, `Path(p).is_file()`.
+_EXISTS = frozenset({"exists", "isfile", "is_file", "lexists"})
+# Words of a saved value that may be a model's state (its tensors live where the model did).
+_STATE_WORDS = ("state", "model", "net", "ckpt", "checkpoint", "weight", "param", "optim")
+
+
+def _host_cache(call: ast.Call, ctx: Context) -> bool:
+    """A cache this code fills itself: the load runs when its path exists, and the other
+    branch of that test computes the value and saves it to the same path (Hugging Face's
+    ``if os.path.exists(cached_features_file): features = torch.load(cached_features_file)``,
+    ``else: features = convert_examples_to_features(...)``, ``torch.save(features,
+    cached_features_file)``; the SNLI example's cached word vectors). What it reads back is
+    what that branch saved; when the saved value is not a device value nor a model's state
+    (``model.state_dict()``, a checkpoint), it is host data and holds no device tensors. A
+    resume whose other branch trains and saves a checkpoint, or a load into a name for a
+    model's state (``weights = torch.load(cache)``), is still reported."""
+    source = _load_source(call)
+    if source is None:
+        return False
+    bound = ctx.parents[-1] if ctx.parents else None
+    if isinstance(bound, ast.Assign) and any(_names_state(t) for t in bound.targets):
+        return False  # `weights = torch.load(cache)`: named as a model's state all the same
+    key = _path_key(source, ctx)
+    scope = ctx.function_scope()
+    owner = scope.node if scope is not None else ctx.scope.root().node
+    inner: ast.AST = call
+    for parent in reversed(ctx.parents):
+        if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            return False
+        if isinstance(parent, ast.If):
+            where = _exists_test(parent.test, key, ctx)
+            if where is not None:
+                loads, fills = (
+                    (parent.body, parent.orelse) if where else (parent.orelse, parent.body)
+                )
+                if any(stmt is inner for stmt in loads):
+                    return _fills_from_host(fills, key, owner, ctx)
+        inner = parent
+    return False
+
+
+def _exists_test(test: ast.expr, key: str, ctx: Context) -> bool | None:
+    """True when ``test`` holds only if the file ``key`` exists (``os.path.exists(p)``, also
+    joined by ``and``: ``... and not args.overwrite_cache``), False when it holds only if the
+    file is missing (``not os.path.exists(p)``, also joined by ``or``), None otherwise."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _exists_test(test.operand, key, ctx)
+        return None if inner is None else not inner
+    if isinstance(test, ast.BoolOp):
+        wanted = isinstance(test.op, ast.And)
+        if any(_exists_test(value, key, ctx) is wanted for value in test.values):
+            return wanted
+        return None
+    if not (isinstance(test, ast.Call) and isinstance(test.func, ast.Attribute)):
+        return None
+    if test.func.attr not in _EXISTS:
+        return None
+    if test.args:  # os.path.exists(p)
+        asked: ast.expr = test.args[0]
+    else:  # p.exists(), Path(p).exists()
+        asked = test.func.value
+        if isinstance(asked, ast.Call) and call_name(asked) == "Path" and len(asked.args) == 1:
+            asked = asked.args[0]
+    return True if _path_key(asked, ctx) == key else None
+
+
+def _fills_from_host(block: list[ast.stmt], key: str, owner: ast.AST, ctx: Context) -> bool:
+    """``block`` saves to the path ``key``, and only values that are neither device values
+    nor named as a model's state."""
+    saves = [
+        sub
+        for stmt in block
+        for sub in walk(stmt)
+        if isinstance(sub, ast.Call)
+        and isinstance(sub.func, ast.Attribute)
+        and sub.func.attr == "save"
+        and (ctx.call_qualname(sub) or "").endswith("save")
+    ]
+    found = False
+    facts = file_facts(ctx)
+    for save in saves:
+        payload, path = _save_parts(save)
+        if path is None or _path_key(path, ctx) != key:
+            continue
+        if payload is None or _names_state(payload):
+            return False
+        fact = facts.fact(payload, owner)
+        if fact is not None and fact.on_device:
+            return False
+        found = True
+    return found
+
+
+def _names_state(node: ast.expr) -> bool:
+    """A name, attribute or call in ``node`` names a model's state or a checkpoint."""
+    for sub in walk(node):
+        if isinstance(sub, ast.Name):
+            text = sub.id
+        elif isinstance(sub, ast.Attribute):
+            text = sub.attr
+        else:
+            continue
+        if any(word in text.lower() for word in _STATE_WORDS):
+            return True
     return False
 
 

@@ -1022,9 +1022,69 @@ def _flows_into(
     body = scope.node if scope is not None else None
     if body is None:
         body = ctx.scope.root().node
+    if sink is _writes and any(_file_appender(name, body) for name in names):
+        return True  # `npaa.append(x.cpu().numpy())` into `NpyAppendArray(path)`: to disk
     flows = _flows_to(body, names, sink, stmt if optional else None)
     kept = _returned(body, names) or _kept_joined(ctx, body, names)
     return flows or (returns and not indexes and kept)
+
+
+def _file_appender(name: str, body: ast.AST) -> bool:
+    """``name`` is bound in ``body`` only to an object built on a file path, whose
+    ``append`` writes to that file: fairseq's ``npaa = NpyAppendArray(save_path + ".npy")``,
+    then ``npaa.append(x.cpu().numpy())`` per batch of features (the loop's output, written
+    out). A list, a deque or an object built from anything but a path collects in memory."""
+    built: list[ast.expr] = []
+    for sub in walk(body):
+        if isinstance(sub, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in sub.targets
+        ):
+            built.append(sub.value)
+        elif isinstance(sub, (ast.AnnAssign, ast.AugAssign)) and (
+            isinstance(sub.target, ast.Name) and sub.target.id == name
+        ):
+            return False
+        elif isinstance(sub, ast.withitem) and (
+            isinstance(sub.optional_vars, ast.Name) and sub.optional_vars.id == name
+        ):
+            built.append(sub.context_expr)
+        elif isinstance(sub, (ast.For, ast.comprehension)) and any(
+            isinstance(n, ast.Name) and n.id == name for n in walk(sub.target)
+        ):
+            return False
+    return bool(built) and all(_built_on_file(value) for value in built)
+
+
+# A string that ends as a file name does: `".npy"`, `"feats.h5"`.
+_FILE_SUFFIX = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,4}$")
+
+
+def _built_on_file(value: ast.expr) -> bool:
+    """A constructor (a capitalised callee, not ``list``/``deque``) handed a file path: a
+    string with a file suffix, or a name or attribute for a path or file."""
+    if not isinstance(value, ast.Call):
+        return False
+    callee = call_name(value) or ""
+    if not callee[:1].isupper():
+        return False
+    for arg in [*value.args, *(k.value for k in value.keywords)]:
+        for sub in walk(arg):
+            if (
+                isinstance(sub, ast.Constant)
+                and isinstance(sub.value, str)
+                and _FILE_SUFFIX.search(sub.value)
+            ):
+                return True
+            text = (
+                sub.id
+                if isinstance(sub, ast.Name)
+                else sub.attr
+                if isinstance(sub, ast.Attribute)
+                else ""
+            ).lower()
+            if "path" in text or "file" in text:
+                return True
+    return False
 
 
 def _kept_joined(ctx: Context, body: ast.AST, names: set[str]) -> bool:
@@ -1535,6 +1595,48 @@ def _mentions(node: ast.AST, names: set[str]) -> bool:
 _READ_FORMS = (ast.Name, ast.Attribute, ast.Subscript, ast.Call, ast.Compare, ast.BinOp)
 
 
+def _mapped_element(lam: ast.Lambda, receiver: ast.expr, ctx: Context) -> ast.expr | None:
+    """What the parameter of a lambda that ``map`` applies right there stands for, when the
+    read is of that parameter itself: ``map(lambda t: t.item(), (sigma, sigma_next, gamma))``
+    reads each element (the one on the device, if any, of a display), ``map(lambda x:
+    x.cpu(), outs)`` each item of ``outs``. None for any other lambda, which runs when
+    something calls it (a timer, a callback, a sort key), not here."""
+    args = lam.args
+    params = [*args.posonlyargs, *args.args]
+    if (
+        len(params) != 1
+        or args.vararg
+        or args.kwarg
+        or args.kwonlyargs
+        or not isinstance(receiver, ast.Name)
+        or receiver.id != params[0].arg
+    ):
+        return None
+    index = next((i for i, p in enumerate(ctx.parents) if p is lam), None)
+    call = ctx.parents[index - 1] if index else None
+    if not (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Name)
+        and call.func.id == "map"
+        and len(call.args) == 2
+        and call.args[0] is lam
+        and not call.keywords
+    ):
+        return None
+    iterable = call.args[1]
+    if not isinstance(iterable, (ast.Tuple, ast.List)):
+        return iterable
+    if not iterable.elts or any(isinstance(e, ast.Starred) for e in iterable.elts):
+        return None
+    facts = file_facts(ctx)
+    scope = scope_node(ctx)
+    for element in iterable.elts:
+        fact = facts.fact(element, scope)
+        if fact is not None and fact.on_device:
+            return element
+    return iterable.elts[0]
+
+
 def _check(
     node: ast.AST,
     receiver: ast.expr,
@@ -1546,6 +1648,12 @@ def _check(
     read: ast.AST | None = None,
 ) -> bool:
     """Report ``what`` (a read of ``receiver``) if it runs per batch on a device value."""
+    lam = next((p for p in reversed(ctx.parents) if isinstance(p, ast.Lambda)), None)
+    if lam is not None:
+        element = _mapped_element(lam, receiver, ctx)
+        if element is None:
+            return False  # runs when something calls the lambda (a timer, a callback), not here
+        receiver = element
     loops = ctx.loops()
     scope = scope_node(ctx)
     if not loops and not (_called_here(scope, ctx) or (explicit and _module_level(ctx))):
@@ -1565,8 +1673,6 @@ def _check(
         return False
     if in_periodic_branch(ctx, node, through=lambda loop: _not_batch(loop, scope, ctx)):
         return False
-    if any(isinstance(parent, ast.Lambda) for parent in ctx.parents):
-        return False  # runs when something calls the lambda (a timer, a callback), not here
     facts = file_facts(ctx)
     comps = _enclosing_comps(ctx, node)
     if not explicit and not _moved_value(receiver, scope, comps, ctx, facts):
