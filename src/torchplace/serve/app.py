@@ -395,10 +395,14 @@ class App:
         """KServe's V1 protocol: ``GET /v1/models``, ``GET /v1/models/{name}`` and
         ``POST /v1/models/{name}:predict``; ``:explain`` is answered 501, as KServe answers it
         for a model without an explainer."""
-        name, _, verb = _name(rest[0]).partition(":") if len(rest) == 1 else ("", "", "")
         if len(rest) > 1:
             return error_response(404, f"no route {_text(request.path)}")
-        if verb not in ("", "predict", "explain"):
+        # the verb follows the last colon: a model's name may hold colons (x:y:predict)
+        segment = _name(rest[0]) if rest else ""
+        name, colon, verb = segment.rpartition(":")
+        if not colon or (verb not in _V1_VERBS and request.method in (b"GET", b"HEAD")):
+            name, verb = segment, ""  # GET /v1/models/x:y is the status of the model x:y
+        if verb not in _V1_VERBS:
             return error_response(
                 404,
                 f"no route {_text(request.path)}: KServe V1 serves POST "
@@ -957,6 +961,10 @@ def _json_object(body: bytes) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise InputError("the body must be a JSON object (or empty)")
     return doc
+
+
+#: the verbs of KServe V1's model routes (``/v1/models/{name}:predict``; '': its status)
+_V1_VERBS = ("", "predict", "explain")
 
 
 def _wrong_method(request: Request, method: bytes) -> Response | None:

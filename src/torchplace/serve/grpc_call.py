@@ -8,7 +8,8 @@ A request message is read off the wire in gRPC's framing (a compressed flag, a 4
 the bytes): a message over the size limit ends the call with ``RESOURCE_EXHAUSTED``, one sent
 compressed is inflated within the same limit (``gzip``, ``deflate``; a compressed stream cut
 short or with bytes past its end is ``INTERNAL``), one in an encoding the server does not know
-ends it with ``INTERNAL``. Answers are sent uncompressed.
+ends it with ``INTERNAL``, as does a compressed flag other than 0 or 1 (gRPC core's "Bad GRPC
+frame type"). Answers are sent uncompressed.
 
 A message that has begun to arrive but not ended holds the bytes its length prefix announces
 in the server's :class:`MessageBudget` (every call of every connection together), until it ends
@@ -168,6 +169,12 @@ class Call:
         buffer = self._buffer
         buffer += data
         while len(buffer) >= 5:
+            if buffer[0] > 1:  # gRPC core's words: the flag is 0 or 1, nothing else
+                return grpc.StatusCode.INTERNAL, (
+                    f"Bad GRPC frame type 0x{buffer[0]:02x}: a message's first byte is its "
+                    "compressed flag, 0 (not compressed) or 1 (compressed with the call's "
+                    "grpc-encoding); send 0 or 1"
+                )
             size = int.from_bytes(buffer[1:5], "big")
             if size > self.max_message_bytes:
                 return (

@@ -8,8 +8,10 @@ imports. The answers come from torchplace's own descriptor pool (:mod:`torchplac
 the services listed are those whose definitions it holds, so that a client can describe and call
 each one it sees. Both names of the service answer alike (their messages are the same on the
 wire). A request for a name the pool does not hold is answered on the stream with an
-``error_response`` (``NOT_FOUND``), as gRPC's own implementations do; the stream stays open. No
-bearer token is asked for: what it tells is the published protocol, nothing of the models.
+``error_response`` (``NOT_FOUND``), as gRPC's own implementations do, the name quoted cut to
+200 characters (the request is echoed whole in ``original_request`` already); the stream stays
+open. No bearer token is asked for: what it tells is the published protocol, nothing of the
+models.
 
 Each request message must arrive within the request timeout, and an open stream is counted
 with the calls that wait on their clients (:mod:`torchplace.serve.grpc_read`).
@@ -28,6 +30,7 @@ from torchplace.serve.grpc_codec import parse_message
 from torchplace.serve.grpc_read import OpenCalls, read_next
 from torchplace.serve.proto import _pool
 from torchplace.serve.proto import reflection_pb2 as reflection
+from torchplace.serve.protocol import shown
 
 __all__ = ["REFLECTION", "REFLECTION_V1ALPHA", "reflection_handlers"]
 
@@ -74,7 +77,7 @@ def answer(request: Any, services: Sequence[str]) -> Any:
         found = _file(kind, name)
         if found is None:
             what = "file" if kind == "file_by_filename" else "symbol"
-            _error(response, _NOT_FOUND, f"no {what} {name!r} here; list the services first")
+            _error(response, _NOT_FOUND, f"no {what} {shown(name)} here; list the services first")
         else:
             response.file_descriptor_response.file_descriptor_proto.extend(_with_imports(found))
     elif kind == "all_extension_numbers_of_type":
@@ -84,7 +87,7 @@ def answer(request: Any, services: Sequence[str]) -> Any:
         _error(
             response,
             _NOT_FOUND,
-            f"no extension {wanted.extension_number} of {wanted.containing_type!r}: the "
+            f"no extension {wanted.extension_number} of {shown(wanted.containing_type)}: the "
             "protocol's messages have none",
         )
     else:
@@ -133,7 +136,7 @@ def _extension_numbers(response: Any, type_name: str) -> None:
     try:
         message = _pool.POOL.FindMessageTypeByName(type_name)
     except KeyError:
-        _error(response, _NOT_FOUND, f"no message type {type_name!r} here")
+        _error(response, _NOT_FOUND, f"no message type {shown(type_name)} here")
         return
     numbers = response.all_extension_numbers_response
     numbers.base_type_name = message.full_name

@@ -32,9 +32,9 @@ What it keeps of the protocol, and of gRPC core's server:
 - a protocol error ends the connection with GOAWAY and its code (RFC 9113's), and a connection
   closed while its client leaves bytes unread is cut after :data:`_LINGER_S`; a malformed
   request (a connection-specific field; a pseudo-header unknown, repeated, after a regular field;
-  no ``:scheme``) is reset (``PROTOCOL_ERROR``); a method no handler serves is
-  ``UNIMPLEMENTED``; a request that is not gRPC gets HTTP 415 (wrong content type) or 405 (not a
-  POST);
+  no ``:scheme``; a field value with NUL, CR or LF) is reset (``PROTOCOL_ERROR``); a method no
+  handler serves is ``UNIMPLEMENTED``; a request that is not gRPC gets HTTP 415 (wrong content
+  type) or 405 (not a POST);
 - :meth:`WireServer.stop`: GOAWAY on every connection (no new call is taken), the calls in
   flight get the grace to finish, then are cancelled (``UNAVAILABLE``).
 """
@@ -869,6 +869,8 @@ def _read_head(fields: Iterable[tuple[bytes, bytes]]) -> _Head:
     size, malformed, unlawful = 0, "", False
     for name, value in fields:
         size += len(name) + len(value) + 32
+        # RFC 9113 section 8.2.1: a field value with NUL, CR or LF makes the request malformed
+        unlawful = unlawful or b"\0" in value or b"\r" in value or b"\n" in value
         if name.startswith(b":"):  # RFC 9113 section 8.3: known, once, before the rest
             unlawful = unlawful or bool(headers) or name in pseudo or name not in _PSEUDO
             pseudo[name] = value

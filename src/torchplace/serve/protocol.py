@@ -51,6 +51,7 @@ __all__ = [
     "encode_infer_response",
     "json_loads",
     "model_metadata",
+    "number_hint",
     "output_target",
     "server_metadata",
     "shared_memory_array",
@@ -127,7 +128,19 @@ class InferRequest:
     priority: int | None = None
 
 
-_SHOWN = reprlib.Repr()
+class _Shown(reprlib.Repr):
+    """``reprlib``'s cut repr, and a whole float past 64 bits said to be one: JSON parsing reads
+    an integer past 64 bits (``18446744073709551616``) as a float, which alone would tell the
+    client that sent an integer it sent ``1.8446744073709552e+19``."""
+
+    def repr_float(self, value: float, level: int) -> str:
+        text = repr(value)
+        if math.isfinite(value) and not -(2**63) <= value < 2**64 and value == math.trunc(value):
+            return f"{text} (past 64 bits: a JSON integer this large is read as a float)"
+        return text
+
+
+_SHOWN = _Shown()
 _SHOWN.maxstring = _SHOWN.maxother = 200
 _SHOWN.maxlist = _SHOWN.maxtuple = _SHOWN.maxdict = 16
 _SHOWN.maxlevel = 4
@@ -248,7 +261,9 @@ def _decode_request(
     try:
         doc = json_loads(json_part)
     except orjson.JSONDecodeError as exc:
-        hint = _binary_hint(json_part) if binary is None else _header_hint(exc, len(json_part))
+        hint = number_hint(exc) or (
+            _binary_hint(json_part) if binary is None else _header_hint(exc, len(json_part))
+        )
         raise _fail(f"request body is not valid JSON: {exc}{hint}") from None
     if not isinstance(doc, dict):
         raise _fail(f"request body must be a JSON object, not {_kind_name(doc)}")
@@ -284,6 +299,30 @@ def _decode_request(
         timeout_us=timeout_us,
         priority=priority,
     )
+
+
+#: the tokens Python's ``json.dumps`` writes for non-finite floats (unless ``allow_nan=False``;
+#: ``tritonclient.http`` writes its JSON tensors so), which JSON does not have
+_NON_FINITE_TOKENS = ("NaN", "Infinity", "-Infinity")
+
+
+def number_hint(exc: orjson.JSONDecodeError) -> str:
+    """For a body that does not parse because of a number JSON cannot carry: a ``NaN`` or
+    ``Infinity`` token, or a number past float64's range (read as infinite), what to send
+    instead ("" for any other parse error)."""
+    if exc.msg == "number is infinity when parsed as double":
+        return (
+            "; a number past float64's range (about ±1.8e308) is infinite: send numbers "
+            "in the range of the tensor's datatype"
+        )
+    doc, pos = exc.doc, exc.pos
+    if any(doc.startswith(token, at) for token in _NON_FINITE_TOKENS for at in (pos, pos - 1)):
+        return (
+            "; JSON has no NaN or Infinity (Python's json.dumps writes them unless told "
+            "allow_nan=False): send finite numbers, NaN as null to a server started with "
+            "--allow-nan, or non-finite values as binary tensor data"
+        )
+    return ""
 
 
 def _binary_hint(body: bytes | bytearray | memoryview) -> str:

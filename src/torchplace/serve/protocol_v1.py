@@ -30,6 +30,7 @@ from torchplace.serve.protocol import (
     check_json_finite,
     decode_infer_request,
     json_loads,
+    number_hint,
     shown,
 )
 
@@ -111,7 +112,7 @@ def _instances(body: bytes, max_rows: int) -> tuple[list[Any], bool]:
     try:
         doc = json_loads(body)
     except orjson.JSONDecodeError as exc:
-        raise InputError(f"the body is not valid JSON: {exc}") from None
+        raise InputError(f"the body is not valid JSON: {exc}{number_hint(exc)}") from None
     if isinstance(doc, dict) and "instances" in doc and "inputs" in doc:
         raise InputError(
             "the request has both 'instances' and 'inputs'; send one of them: 'instances' "

@@ -27,6 +27,7 @@ register is refused with the alternative.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import reprlib
 import stat
@@ -367,5 +368,11 @@ _SIZE_MAX = 2**64 - 1
 def _natural(what: str, value: object) -> int:
     """A byte count or offset: a non-negative integer."""
     if type(value) is not int or value < 0:
-        raise SharedMemoryError(f"{what} must be a non-negative integer, got {reprlib.repr(value)}")
+        shown = reprlib.repr(value)
+        if isinstance(value, float) and value > _SIZE_MAX and not math.isinf(value):
+            # JSON parsing reads an integer past 64 bits as a float: say so, not just the float
+            shown += " (past 64 bits: a JSON integer this large is read as a float)"
+        raise SharedMemoryError(
+            f"{what} must be a non-negative integer (at most {_SIZE_MAX}), got {shown}"
+        )
     return value
