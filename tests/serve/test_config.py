@@ -107,7 +107,7 @@ def test_parse_tensor_spec(text: str, spec: TensorSpec) -> None:
         ("input:FP32:a,b", "comma-separated integers"),
         ("input:BYTES:-1", "not servable"),
         ("input:FP32:8", "must start with -1"),
-        ("input:FP32:-1,-1", "only as its first"),
+        ("input:FP32:-1,-2", "below -1"),  # -1 after the batch is a variable dimension
         (":FP32:-1", "NAME:DATATYPE:DIMS"),
     ],
 )

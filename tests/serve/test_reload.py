@@ -408,6 +408,76 @@ def test_poll_mode_loads_new_models_and_unloads_removed_ones(repository: Path) -
         assert "explicit model load / unload is not allowed if polling is enabled" in body["error"]
 
 
+ROW_SUM_PBTXT = """platform: "pytorch_libtorch"
+max_batch_size: 8
+input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+"""
+
+
+@pytest.mark.filterwarnings(r"ignore:`torch\.jit\.[a-z_]+` is deprecated")
+def test_poll_mode_reloads_an_edited_config_pbtxt_and_keeps_serving_through_a_bad_edit(
+    tmp_path: Path,
+) -> None:
+    """In mode poll an edit of a Triton model's config.pbtxt is picked up (its fingerprint
+    holds the file's mtime and size): a valid edit reloads the model with it; an edit that
+    does not parse is a failed load, which changes nothing that serves (Triton keeps the loaded
+    model too): the old version answers, the index shows the reason beside it, and the next
+    valid edit loads."""
+    import torch
+
+    from .variable_model import RowSum
+
+    (tmp_path / "m" / "1").mkdir(parents=True)
+    torch.jit.save(torch.jit.script(RowSum()), str(tmp_path / "m" / "1" / "model.pt"))
+    pbtxt = tmp_path / "m" / "config.pbtxt"
+    pbtxt.write_text(ROW_SUM_PBTXT)
+    config = test_config(device="cpu", model_repository=tmp_path, model_control_mode="poll",
+                         repository_poll_secs=0.1, grpc_port=0)  # fmt: skip
+
+    def infer(thread: ServerThread, length: int) -> tuple[int, Any]:
+        x = np.arange(2 * length, dtype=np.float32).reshape(2, length)
+        entry = {"name": "INPUT__0", "datatype": "FP32", "shape": [2, length],
+                 "data": x.ravel().tolist()}  # fmt: skip
+        body = orjson.dumps({"inputs": [entry]})
+        return call(thread.port, "POST", "/v2/models/m/infer", body)
+
+    def index(thread: ServerThread) -> list[dict[str, str]]:
+        entries: list[dict[str, str]] = call(thread.port, "POST", "/v2/repository/index", b"{}")[1]
+        return entries
+
+    def dims(thread: ServerThread) -> list[int]:
+        return list(call(thread.port, "GET", "/v2/models/m/config")[1]["input"][0]["dims"])
+
+    def until(condition: Any, what: str) -> None:
+        deadline = time.monotonic() + 30
+        while not condition():
+            assert time.monotonic() < deadline, what
+            time.sleep(0.05)
+
+    with ServerThread(config) as thread:
+        assert dims(thread) == [4]
+        assert infer(thread, 4)[0] == 200
+        assert infer(thread, 6)[0] == 400  # dims [4]
+        # a bad edit: the load fails, version 1 serves on and the index says why
+        pbtxt.write_text(ROW_SUM_PBTXT.replace("max_batch_size", "max_batch_sise"))
+        until(lambda: any(e["state"] == "UNAVAILABLE" for e in index(thread)), "no failed load")
+        failed = [e for e in index(thread) if e["state"] == "UNAVAILABLE"]
+        assert "config.pbtxt: line 2" in failed[0]["reason"]
+        assert "max_batch_sise" in failed[0]["reason"]
+        assert {"name": "m", "version": "1", "state": "READY", "reason": ""} in index(thread)
+        status, answer = infer(thread, 4)
+        assert status == 200, answer
+        assert dims(thread) == [4]
+        # a valid edit is loaded: a variable dimension now, and the failure is forgotten
+        pbtxt.write_text(ROW_SUM_PBTXT.replace("dims: [ 4 ]", "dims: [ -1 ]"))
+        until(lambda: dims(thread) == [-1], "the edited config.pbtxt was not loaded")
+        assert index(thread) == [{"name": "m", "version": "1", "state": "READY", "reason": ""}]
+        status, answer = infer(thread, 6)
+        assert status == 200, answer
+        assert answer["outputs"][0]["data"] == [15.0, 51.0]  # each row of 0..11 summed
+
+
 def test_one_bad_model_config_does_not_stop_the_others(repository: Path) -> None:
     (repository / "b" / "config.toml").write_text('source = "seed-mlp"\nreplica = 2\n')
     config = test_config(device="cpu", model_repository=repository, grpc_port=0)

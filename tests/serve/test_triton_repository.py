@@ -21,7 +21,7 @@ from torch import nn
 from torchplace.errors import ConfigError
 from torchplace.models import TensorSpec, build_model
 from torchplace.serve.loader import load_model
-from torchplace.serve.repository import read_model
+from torchplace.serve.repository import Notices, read_model
 from torchplace.serve.running import ServerThread
 from torchplace.serve.torchscript import is_torchscript, tensor_order
 
@@ -267,21 +267,48 @@ def test_label_filename_is_the_model_s_labels(tmp_path: Path) -> None:
     [
         ("dims: [ 1 ] reshape: { shape: [ ] }", r"reshape \{shape: \[\]\} is not applied"),
         ("dims: [ 4 ] reshape: { shape: [ 2, 2 ] }", r"reshape \{shape: \[2, 2\]\} is not"),
-        ("dims: [ 4 ] reshape: { shape: [ 4 ] }", None),  # the same shape: nothing to apply
-        ("dims: [ -1 ]", r"input\[0\]\.dims \[-1\] has a variable dimension"),
+        ("dims: [ 4 ] reshape: { shape: [ 4 ] }", [-1, 4]),  # the same shape: nothing to apply
+        ("dims: [ -1 ]", [-1, -1]),  # a variable dimension (test_repository_variable_dims)
+        ("dims: [ -2 ]", r"input\[0\]\.dims \[-2\] has a dimension below -1"),
     ],
 )
-def test_reshape_and_variable_dims_are_refused_in_triton_s_terms(
-    tmp_path: Path, tensor: str, refused: str | None
+def test_reshape_and_bad_dims_are_refused_in_triton_s_terms(
+    tmp_path: Path, tensor: str, refused: str | list[int]
 ) -> None:
     # a reshape was taken and not read: the model saw the wire's dims, not Triton's shape
     triton_model(tmp_path, "affine", AFFINE.replace("dims: [ 4 ]", tensor), Affine())
-    if refused is None:
-        assert read_model(tmp_path, "affine").settings["inputs"][0]["shape"] == [-1, 4]
+    if isinstance(refused, list):
+        assert read_model(tmp_path, "affine").settings["inputs"][0]["shape"] == refused
         return
     with pytest.raises(ConfigError, match=refused) as caught:
         read_model(tmp_path, "affine")
     assert str(caught.value).startswith(str(tmp_path / "affine" / "config.pbtxt"))
+
+
+@pytest.mark.parametrize(
+    ("edit", "problem"),
+    [
+        (
+            "instance_group [ { count: 2 kind: KIND_CPU } ]",
+            "instance_group [ { count: 2 kind: KIND_CPU }, { count: 1 kind: KIND_CPU } ]",
+        ),
+        ('name: "affine"', 'name: "other"'),
+        (
+            "dynamic_batching { max_queue_delay_microseconds: 500 }",
+            "dynamic_batching { priority_levels: 2000 }",
+        ),
+    ],
+)
+def test_a_config_pbtxt_s_mapping_errors_name_the_file_not_an_inline_config(
+    tmp_path: Path, edit: str, problem: str
+) -> None:
+    # the mapping is an inline config's: its errors were made for one and cut afterwards
+    triton_model(tmp_path, "affine", AFFINE.replace(edit, problem), Affine())
+    with pytest.raises(ConfigError) as caught:
+        read_model(tmp_path, "affine")
+    message = str(caught.value)
+    assert message.startswith(f"{tmp_path / 'affine' / 'config.pbtxt'}: "), message
+    assert "inline config" not in message
 
 
 def test_a_zip_bomb_archive_is_refused_before_torch_inflates_it(tmp_path: Path) -> None:
@@ -334,6 +361,42 @@ def test_config_toml_wins_over_config_pbtxt(
     assert model.source == str(tmp_path / "m" / "config.toml")
     assert model.version_settings("1")["model"] == "seed-mlp"
     assert "config.toml is read, config.pbtxt is not" in caplog.text
+
+
+def test_the_both_configs_warning_is_told_once_per_directory_of_a_reader(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a server's ModelControl holds one Notices: its poll every second does not repeat the
+    # warning; the state is the reader's, not the module's (another server tells it again)
+    write_model(tmp_path, "m")
+    (tmp_path / "m" / "config.pbtxt").write_text(ONNX)
+    notices = Notices()
+    with caplog.at_level(logging.WARNING, logger="torchplace.serve.repository"):
+        for _ in range(3):
+            read_model(tmp_path, "m", notices=notices)
+        assert caplog.text.count("config.toml is read, config.pbtxt is not") == 1
+        read_model(tmp_path, "m", notices=Notices())
+        assert caplog.text.count("config.toml is read, config.pbtxt is not") == 2
+
+
+def test_each_pt_file_is_read_once_to_tell_archives_from_state_dicts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torchplace.serve import torchscript
+
+    write_model(tmp_path, "m", config='inputs = ["x:FP32:-1,4"]\n[version_policy]\nall = true\n',
+                weights=False)  # fmt: skip
+    scripted(Affine(), tmp_path / "m" / "1")
+    (tmp_path / "m" / "2").mkdir()
+    torch.save(Affine().state_dict(), tmp_path / "m" / "2" / "model.pt")
+    read: list[Path] = []
+    real = torchscript.is_torchscript
+    monkeypatch.setattr(torchscript, "is_torchscript", lambda p: read.append(p) or real(p))
+    model = read_model(tmp_path, "m")
+    one, two = (model.version_settings(v) for v in ("1", "2"))
+    assert sorted(read) == [tmp_path / "m" / "1" / "model.pt", tmp_path / "m" / "2" / "model.pt"]
+    assert (one["torchscript"], one["weights"]) == (str(tmp_path / "m" / "1" / "model.pt"), None)
+    assert (two["torchscript"], two["weights"]) == (None, str(tmp_path / "m" / "2" / "model.pt"))
 
 
 def test_a_state_dict_pt_is_still_weights(tmp_path: Path) -> None:

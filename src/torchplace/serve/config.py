@@ -48,7 +48,9 @@ MAX_ROW_ELEMENTS = 2**31
 
 def parse_tensor_spec(text: str, *, sequence: bool = False) -> TensorSpec:
     """Parse ``NAME:DATATYPE:DIMS`` (e.g. ``input:FP32:-1,8``) into a :class:`TensorSpec`.
-    With ``sequence`` (the planner's declarations), a later ``-1`` is the sequence length."""
+    A later ``-1`` is a variable dimension (with ``sequence``, the planner's declarations, the
+    sequence length: the same check)."""
+    del sequence  # kept for the planner's calls
     parts = text.strip().split(":")
     if len(parts) != 3 or not parts[0]:
         raise ConfigError(
@@ -63,10 +65,12 @@ def parse_tensor_spec(text: str, *, sequence: bool = False) -> TensorSpec:
             "(-1 for the batch dimension), e.g. '-1,8'"
         ) from None
     spec = TensorSpec(name, datatype.upper(), shape)
-    return _checked_spec(spec, where="tensor declaration", sequence=sequence)
+    return _checked_spec(spec, where="tensor declaration")
 
 
-def _checked_spec(spec: TensorSpec, *, where: str, sequence: bool = False) -> TensorSpec:
+def _checked_spec(spec: TensorSpec, *, where: str) -> TensorSpec:
+    """``spec`` checked: -1 first (the batch); a later -1 is a variable dimension (Triton's
+    ``dims: [-1]``), whose rows the engine stages per batch at the size each request sends."""
     if spec.datatype not in DATATYPES:
         raise ConfigError(
             f"{where} {spec.name!r}: datatype {spec.datatype!r} is not servable; "
@@ -77,10 +81,10 @@ def _checked_spec(spec: TensorSpec, *, where: str, sequence: bool = False) -> Te
             f"{where} {spec.name!r}: shape {list(spec.shape)} must start with -1, the batch "
             "dimension, e.g. [-1, 8]"
         )
-    if any(d < -1 for d in spec.shape) or (-1 in spec.shape[1:] and not sequence):
+    if any(d < -1 for d in spec.shape):
         raise ConfigError(
-            f"{where} {spec.name!r}: shape {list(spec.shape)} may use -1 only as its first "
-            "(batch) dimension; the other dimensions must be sizes >= 0"
+            f"{where} {spec.name!r}: shape {list(spec.shape)} has a dimension below -1; the "
+            "dimensions after the first (batch) one are sizes >= 0, or -1 for a variable one"
         )
     if math.prod(d for d in spec.shape[1:] if d > 0) > MAX_ROW_ELEMENTS:
         raise ConfigError(

@@ -42,6 +42,7 @@ from torchplace.serve.repository import (
     POLL_FAILED,
     RENAMED,
     ModelDir,
+    Notices,
     check_model_name,
     load_failed,
     model_names,
@@ -98,6 +99,8 @@ class ModelControl:
         #: loads and unloads under way, finished even when their caller goes away
         self._actions: set[asyncio.Task[Any]] = set()
         self._stamps: dict[str, Any] = {}
+        #: what reading the repository logged, told once per model directory
+        self._notices = Notices()
         self._owners = itertools.count()
         self._poller: asyncio.Task[None] | None = None
         registry.subscribe(self._share_loop)
@@ -243,7 +246,7 @@ class ModelControl:
         if self.root is not None and name not in self._recipes:
             check_model_name(name)  # before the name becomes a path
         if self.root is not None and ((self.root / name).is_dir() or name not in self._recipes):
-            model: ModelDir = read_model(self.root, name, inline)
+            model: ModelDir = read_model(self.root, name, inline, notices=self._notices)
             self._stamps[name] = model.fingerprint()
             recipes = [(model.version_settings(v), model.source) for v in model.versions]
             return recipes, model.policy.triton()
@@ -381,7 +384,7 @@ class ModelControl:
         for name in names:
             stamp: Any
             try:
-                stamp = read_model(self.root, name).fingerprint()
+                stamp = read_model(self.root, name, notices=self._notices).fingerprint()
             except ConfigError as exc:
                 stamp = str(exc)
             if self._stamps.get(name) != stamp:
