@@ -217,7 +217,8 @@ def load_checkpoint(
     state = {k: _to(v, target) for k, v in state.items()}  # .to returns a tensor in place itself
     if module is not None:
         renames: list[tuple[str, str]] = []
-        state = _fill_tied(module, _match_keys(module, state, file, renames))
+        state = _match_keys(module, state, file, renames)
+        state = _fill_tied(module, _weight_norm_keys(module, state, file))
         _load_into(module, state, strict, file, _renamed_versions(versions, renames))
     return state
 
@@ -794,6 +795,44 @@ def _rename(
     if renames is not None:
         renames.append((old, new))
     return {new + k.removeprefix(old): v for k, v in state.items()}
+
+
+def _weight_norm_keys(
+    module: nn.Module, state: dict[str, torch.Tensor], file: Path
+) -> dict[str, torch.Tensor]:
+    """``state`` with the ``NAME_g``/``NAME_v`` keys of the deprecated
+    ``torch.nn.utils.weight_norm`` renamed to ``parametrizations.NAME.original0``/``original1``
+    where ``module`` uses ``torch.nn.utils.parametrizations.weight_norm``, as the hook that
+    function registers renames them inside ``load_state_dict`` (which runs only after the
+    keys are compared here). Checkpoints of vocoders and speech encoders (HiFi-GAN,
+    wav2vec2's positional convolution) were saved with the old names."""
+    from torch.nn.utils import parametrize
+
+    try:
+        from torch.nn.utils.parametrizations import _WeightNorm
+    except ImportError:  # a torch without the parametrization: nothing to rename
+        return state
+    renamed: dict[str, str] = {}
+    for where, sub in module.named_modules():
+        if not parametrize.is_parametrized(sub):
+            continue
+        prefix = f"{where}." if where else ""
+        for name, chain in sub.parametrizations.items():
+            if not any(isinstance(p, _WeightNorm) for p in chain):
+                continue
+            g, v = f"{prefix}{name}_g", f"{prefix}{name}_v"
+            new = f"{prefix}parametrizations.{name}.original"
+            if g in state and v in state and f"{new}0" not in state and f"{new}1" not in state:
+                renamed.update({g: f"{new}0", v: f"{new}1"})
+    if not renamed:
+        return state
+    _log.info(
+        "checkpoint %s: renamed %d key(s) of torch.nn.utils.weight_norm (NAME_g, NAME_v) to "
+        "those of parametrizations.weight_norm (parametrizations.NAME.original0, original1)",
+        file,
+        len(renamed),
+    )
+    return {renamed.get(k, k): t for k, t in state.items()}
 
 
 def _all_start(keys: Any, prefix: str) -> bool:

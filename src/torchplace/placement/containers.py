@@ -11,6 +11,7 @@ import json
 import sys
 from collections import UserList, deque
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
+from types import MemberDescriptorType
 
 import torch
 from torch.nn.parameter import is_lazy
@@ -178,17 +179,44 @@ def object_tensors(
 
 
 def _attributes(value: object) -> dict[str, object]:
-    """A plain object's instance attributes; {} for tensors, atoms, classes, modules, one-shot
-    iterators and objects without a ``__dict__`` (slots, C objects)."""
+    """A plain object's instance attributes: those in its ``__dict__`` and those a Python
+    class keeps in ``__slots__`` (set ones only); {} for tensors, atoms, classes, modules,
+    one-shot iterators and C objects."""
     if isinstance(value, (torch.Tensor, type, torch.nn.Module, *ATOMS)) or is_one_shot(value):
         return {}
+    out = _slot_values(value)
     try:
         attributes: object = vars(value)
-    except TypeError:  # no __dict__ (slots, C objects)
-        return {}
+    except TypeError:  # no __dict__ (slots only, C objects)
+        return out
     if not isinstance(attributes, dict):  # a __dict__ property of its own
-        return {}
-    return {k: v for k, v in attributes.items() if isinstance(k, str)}
+        return out
+    out.update((k, v) for k, v in attributes.items() if isinstance(k, str))
+    return out
+
+
+def _slot_values(value: object) -> dict[str, object]:
+    """The attributes ``value`` keeps in the ``__slots__`` of its Python classes, by the name
+    they are stored under (``_Cls__x`` for a private ``__x``); unset slots are left out."""
+    out: dict[str, object] = {}
+    for cls in type(value).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        names = (slots,) if isinstance(slots, str) else slots
+        if not isinstance(names, (tuple, list, dict, set, frozenset)):
+            continue  # an iterator would be used up; Python reads it once, at class creation
+        for name in names:
+            if not isinstance(name, str) or name in ("__dict__", "__weakref__"):
+                continue
+            if name.startswith("__") and not name.endswith("__"):
+                name = f"_{cls.__name__.lstrip('_')}{name}"
+            slot = cls.__dict__.get(name)
+            if not isinstance(slot, MemberDescriptorType):
+                continue
+            try:
+                out.setdefault(name, slot.__get__(value, type(value)))
+            except AttributeError:  # declared, never set
+                continue
+    return out
 
 
 #: a mapping's ``keys()``, ``values()`` and ``items()``: read like sequences, never rebuilt
