@@ -66,3 +66,20 @@ def test_plan_on_this_machines_devices_says_so() -> None:
     p = plan("seed-mlp", devices="all", probe=_probe(H200, L4))
     assert [b.capacity for b in p.budgets.values()] == [139 * GiB, 22 * GiB]
     assert p.to_dict()["devices"][0]["assumed"] is False
+
+
+def test_devices_named_twice_are_refused_not_planned_as_two() -> None:
+    """'cuda:0,cuda:0' planned two devices both named cuda:0, with one budget between them."""
+    probe = _probe(H200, L4)
+    for twice in ("cuda:0,cuda:0", "cuda:0,0"):
+        with pytest.raises(ConfigError, match="names cuda:0 more than once"):
+            inventory_devices(twice, probe=probe)
+
+
+def test_devices_list_with_an_empty_entry_or_loose_all() -> None:
+    probe = _probe(H200, L4)
+    for empty in (",", "cuda:0,", "cuda:0,,cuda:1"):
+        with pytest.raises(ConfigError, match="has an empty entry"):
+            inventory_devices(empty, probe=probe)
+    assert [d.device for d in inventory_devices(" ALL ", probe=probe)] == ["cuda:0", "cuda:1"]
+    assert [d.device for d in inventory_devices("1,0", probe=probe)] == ["cuda:1", "cuda:0"]

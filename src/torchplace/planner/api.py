@@ -170,6 +170,7 @@ def plan(
     specs = _devices(assume, devices, link, probe)
     res = parse_reserves(reserves, accelerator=True)
     pm = load_plan_model(model, exported=exported, inputs=inputs)
+    strays = _stray_warning(pm.module) if exported is None else None
     if seq is not None and not pm.has_seq:
         raise ConfigError(f"--seq {seq} given, but the inputs of {pm.name!r} have no sequence dim")
     length = seq if pm.has_seq and seq is not None else pm.default_seq
@@ -188,7 +189,32 @@ def plan(
         }
         for p in plans
     }
+    if strays is not None:
+        chosen.warnings.append(strays)
     return chosen
+
+
+def _stray_warning(module: nn.Module) -> PlanWarning | None:
+    """A warning for the tensors the model keeps outside its parameters and buffers (a plain
+    attribute, a plain list or dict, a helper object's): built here on ``meta`` like the rest,
+    they are planned as if they moved with the weights, but ``module.to()`` and accelerate's
+    dispatch leave them where the factory made them, so on a GPU the forward either fails
+    with a mixed-device error or copies them on every call, neither of which is planned.
+    0-dim tensors are left out: torch takes a CPU scalar beside device tensors."""
+    from torchplace.placement.audit import audit_module
+
+    found = [s.name for s in audit_module(module).strays if s.shape is None or len(s.shape) > 0]
+    if not found:
+        return None
+    shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+    return PlanWarning(
+        "stray-tensor",
+        f"{shown} {'is' if len(found) == 1 else 'are'} kept outside the parameters and buffers, "
+        "so module.to() and dispatch leave them on the device they were made on: on a GPU the "
+        "forward then fails with a mixed-device error or copies them on every call, which this "
+        "plan does not count. Fix: register them with register_buffer() (nn.ParameterList, "
+        "nn.ModuleList for lists); torchplace.audit_module(model) lists them",
+    )
 
 
 def _check_max_memory(max_memory: object) -> None:

@@ -11,7 +11,9 @@ Each check returns :class:`PlanWarning` items with a stable code:
 - ``over-max-memory``: a device's weights and buffers past the ``--max-memory`` given for it;
 - ``balance-fallback``: ``--balance compute`` found no cut within ``max_memory``, and placed
   by memory instead (the cut least past it);
-- ``does-not-fit``: a device over its capacity at a requested batch size.
+- ``does-not-fit``: a device over its capacity at a requested batch size;
+- ``stray-tensor``: tensors the model keeps outside its parameters and buffers, which
+  ``module.to()`` leaves behind (given by :func:`torchplace.plan` itself).
 """
 
 from __future__ import annotations

@@ -177,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
     if args.inputs:
         from torchplace.serve.config import parse_tensor_spec
 
-        inputs = [parse_tensor_spec(text, sequence=True) for text in args.inputs]
+        inputs = [parse_tensor_spec(text) for text in args.inputs]
     if args.export and args.export[0] != "device-map":
         raise ConfigError(f"--export {args.export[0]!r}: the one export is 'device-map FILE'")
     if args.export:
@@ -187,7 +187,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--plot {args.plot!r}: the drawing is a PNG; give a FILE.png")
     report.check_distinct(
         [args.output, args.export[1] if args.export else None, args.plot],
-        report.model_source(args.model),
+        [
+            *report.model_source(args.model),
+            *(str(p) for p in (args.map_file, args.exported) if p is not None),
+        ],
     )
     # The user's factory and forward run in this process: whatever they print goes to stderr,
     # so that stdout holds the report alone (and --json stays parseable).

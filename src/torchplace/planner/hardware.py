@@ -202,11 +202,26 @@ def inventory_devices(
     from torchplace.devices import device_inventory
 
     found = {info.device: info for info in device_inventory(probe=probe)}
-    names = list(found) if which == "all" else [w.strip() for w in which.split(",") if w.strip()]
+    every = which.strip().lower() == "all"
+    given = [w.strip() for w in which.split(",")]
+    if not every and not all(given):
+        raise ConfigError(
+            f"--devices {which!r} has an empty entry; give 'all' or a comma-separated list "
+            "without empty entries, like cuda:0,cuda:1"
+        )
+    # a bare index means cuda:N, as --device N does for the other commands
+    names = list(found) if every else [f"cuda:{w}" if w.isdigit() else w for w in given]
     if not names:
         raise ConfigError(
             "--devices found no accelerator on this machine; plan for assumed devices instead, "
             "e.g. --assume 2xH200"
+        )
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ConfigError(
+            f"--devices {which!r} names {', '.join(twice)} more than once; a plan puts work on "
+            "distinct devices: name each once (to plan for several devices of one kind, use "
+            "--assume, e.g. --assume 2xH200)"
         )
     out = []
     for name in names:

@@ -10,7 +10,7 @@ sequence length (``--seq``).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -178,6 +178,78 @@ def _to_meta(module: nn.Module) -> None:
                 setattr(owner, name, moved[id(t)])
 
 
+def _refuse_not_exported(path: Path) -> None:
+    """Refuse, before ``torch.export.load`` reads it, a zip archive that no
+    ``torch.export.save`` wrote, naming what it is: a ``torch.save`` checkpoint, a TorchScript
+    archive (``torch.jit.save``) or another zip; ``torch.export.load`` fails on those with an
+    internal error ("check the warnings above") after logging a traceback. A file that is no
+    zip archive, or none at all, is left to the loader, which says so."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = [n.rpartition("/")[2] for n in archive.namelist()]
+    except (OSError, zipfile.BadZipFile, ValueError):
+        return  # missing, a directory, not a zip: the loader names the problem
+    if "archive_format" in names or "serialized_exported_program.json" in names:
+        return  # torch.export.save's archive (torch >= 2.6, and before)
+    fix = (
+        "give --exported a program saved with torch.export.save(torch.export.export(model, "
+        "args), 'model.pt2'), or plan the model itself with --model module:callable"
+    )
+    if "constants.pkl" in names:
+        raise ConfigError(
+            f"exported program {str(path)!r} is a TorchScript archive (torch.jit.save), not a "
+            f"torch.export program; {fix}"
+        )
+    if "data.pkl" in names:
+        raise ConfigError(
+            f"exported program {str(path)!r} is a torch.save checkpoint (weights, not a "
+            f"program), not a torch.export program; {fix} whose factory loads these weights"
+        )
+    shown = ", ".join(repr(n) for n in names[:5]) or "nothing"
+    raise ConfigError(
+        f"exported program {str(path)!r} is a zip archive, but not one torch.export.save "
+        f"wrote (it holds {shown}, no archive_format); {fix}"
+    )
+
+
+@contextlib.contextmanager
+def _quiet_export_log(path: str | Path | None) -> Iterator[None]:
+    """``torch.export.load`` logs the traceback of an archive it cannot read (at WARNING, on
+    stderr), then raises an error that says only to "check the warnings above": kept off
+    stderr, the logged error's own message goes into the one-line error instead."""
+    import logging
+
+    if path is None:
+        yield
+        return
+    logged: list[str] = []
+
+    class _Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            exc = record.exc_info[1] if record.exc_info else None
+            logged.append(str(exc).split("\n")[0] if exc is not None else record.getMessage())
+
+    logger = logging.getLogger("torch.export")
+    handler, propagate = _Keep(logging.WARNING), logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield
+    except ConfigError as exc:
+        if "warnings above" not in str(exc):
+            raise
+        why = logged[-1] if logged else "torch.export.load found no exported program in it"
+        raise ConfigError(
+            f"cannot load exported program {str(path)!r}: {why}; is it complete? "
+            "Save it again with torch.export.save(torch.export.export(model, args), path)"
+        ) from exc
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+
+
 def _unwrapped(module: nn.Module) -> nn.Module:
     """The module a data-parallel wrapper holds (``nn.DataParallel``,
     ``DistributedDataParallel``: a training script's model, every name under ``module.``),
@@ -258,9 +330,16 @@ def load_plan_model(
     # the planner reads no output declaration: a placeholder satisfies the loader's check
     placeholder = (TensorSpec("output", "FP32", (-1,)),)
 
+    if exported is not None:
+        _refuse_not_exported(Path(exported))
+
     def load(where: str) -> LoadedModel:
         # on meta, a buffer made from Python data keeps its value (Encodec's padding sizes)
-        with torch.device(where), built() if where == "meta" else contextlib.nullcontext():
+        with (
+            torch.device(where),
+            built() if where == "meta" else contextlib.nullcontext(),
+            _quiet_export_log(exported),
+        ):
             return load_model(
                 model,
                 exported=exported,

@@ -348,11 +348,13 @@ def _has_children(model: nn.Module, path: str) -> bool:
 def read_map_file(path: str | Path) -> dict[str, Any]:
     """A JSON map: ``{"device_map": {...}}`` (as ``--export device-map`` writes) or the map."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(Path(path).read_text(encoding="utf-8"), object_pairs_hook=_no_repeats)
     except OSError as exc:
         raise ConfigError(
             f"cannot read the map file {str(path)!r}: {exc.strerror or exc}; check the path"
         ) from None
+    except _RepeatedKey as exc:
+        raise ConfigError(f"map file {str(path)!r}: {exc}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(
             f"cannot read the map file {str(path)!r}: {exc}; it must be JSON"
@@ -364,6 +366,24 @@ def read_map_file(path: str | Path) -> dict[str, Any]:
             '{"device_map": {"module.path": 0, ...}} or {"module.path": "cuda:1", ...}'
         )
     return mapping
+
+
+class _RepeatedKey(ValueError):
+    """A key given twice in one JSON object."""
+
+
+def _no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object as a dict, refusing a key given twice: ``json`` keeps the last silently,
+    so ``{"0": 0, "0": 1}`` would place the module on device 1 with nothing said."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _RepeatedKey(
+                f"the key {key!r} is given twice ({out[key]!r}, then {value!r}), and JSON "
+                "would keep the last without a word; give each module one device"
+            )
+        out[key] = value
+    return out
 
 
 def map_placement(mapping: Mapping[str, Any], devices: Sequence[str]) -> Placement:

@@ -13,6 +13,7 @@ What each module is for, along the path of a request:
 ``registry``         the live set of models and versions, switched in one step
 ``reload``           loading, reloading and unloading models while serving (model control modes)
 ``repository``       the model repository on disk: config.toml (or Triton's config.pbtxt), versions
+``triton_config``    Triton's ``ModelConfig`` (config.pbtxt, inline JSON) read as a model's settings
 ``memory``           the memory check before a load (weights + activation peak vs free/budget)
 ``protocol``         the OIP codec: request bodies to validated arrays, outputs to response bodies
 ``protocol_v1``      KServe's V1 protocol (``:predict``), read as the OIP request it stands for

@@ -46,11 +46,9 @@ MIB = 1024 * 1024
 MAX_ROW_ELEMENTS = 2**31
 
 
-def parse_tensor_spec(text: str, *, sequence: bool = False) -> TensorSpec:
+def parse_tensor_spec(text: str) -> TensorSpec:
     """Parse ``NAME:DATATYPE:DIMS`` (e.g. ``input:FP32:-1,8``) into a :class:`TensorSpec`.
-    A later ``-1`` is a variable dimension (with ``sequence``, the planner's declarations, the
-    sequence length: the same check)."""
-    del sequence  # kept for the planner's calls
+    A later ``-1`` is a variable dimension (the planner's sequence length)."""
     parts = text.strip().split(":")
     if len(parts) != 3 or not parts[0]:
         raise ConfigError(
