@@ -251,3 +251,23 @@ def test_the_quick_read_takes_the_common_request_and_leaves_the_rest(
     typed = _one_input()
     _edit(typed, "typed")
     assert grpc_codec._quick_request(typed, ONE_INPUT[0], ONE_OUTPUT, 4, False, _NO_REGIONS) is None
+
+
+def test_one_output_asked_by_name_alone_is_read_as_the_general_path_reads_it() -> None:
+    """The common ask (one output, by name, no parameters) is read by a shortcut: it gives what
+    the general reading of the same entry gives, and leaves a name not served to it."""
+    asked = pb.ModelInferRequest()
+    asked.outputs.add(name="y")
+    both = pb.ModelInferRequest()
+    both.outputs.add(name="y")
+    both.outputs.add(name="b")
+    alone = grpc_codec._requested(asked.outputs, OUTPUTS, _NO_REGIONS)
+    general = grpc_codec._requested(both.outputs, OUTPUTS, _NO_REGIONS)
+    assert alone is not None
+    assert general is not None
+    assert alone == general[:1]
+    assert (alone[0].target, alone[0].classes, alone[0].binary) == (None, 0, True)
+    unknown = pb.ModelInferRequest()
+    unknown.outputs.add(name="z")
+    with pytest.raises(InputError, match="'z'"):
+        grpc_codec._requested(unknown.outputs, OUTPUTS, _NO_REGIONS)

@@ -17,6 +17,7 @@ output written to shared memory has an empty entry there, as in Triton.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -461,6 +462,10 @@ def _requested(
 ) -> tuple[RequestedOutput, ...] | None:
     if not requested:
         return None
+    if len(requested) == 1 and not requested[0].parameters:  # the common ask: one, by name
+        name = requested[0].name
+        if any(spec.name == name for spec in outputs):
+            return _by_name(name)
     known = {s.name: s.datatype for s in outputs}
     chosen: list[RequestedOutput] = []
     for entry in requested:
@@ -485,6 +490,13 @@ def _requested(
         target = None if shm_params is None else output_target(name, shm_params, regions)
         chosen.append(RequestedOutput(name, True, target, classes))
     return tuple(chosen)
+
+
+@functools.lru_cache(maxsize=256)
+def _by_name(name: str) -> tuple[RequestedOutput, ...]:
+    """The output ``name`` asked for with no parameters (a declared one: the cache holds only
+    the names of served models' outputs)."""
+    return (RequestedOutput(name, True),)
 
 
 def _value(params: Mapping[str, Any], key: str) -> Any:
