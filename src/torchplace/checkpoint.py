@@ -105,6 +105,8 @@ def compare_state_dict(module: nn.Module, state_dict: Mapping[str, torch.Tensor]
         )
     expected = module.state_dict()
     tied = _tied_names(module)
+    # the old weight_norm names, as load_state_dict's hook renames them before it compares
+    state_dict, _ = _renamed_weight_norm(module, state_dict)
     missing = tuple(
         k
         for k in expected
@@ -797,42 +799,74 @@ def _rename(
     return {new + k.removeprefix(old): v for k, v in state.items()}
 
 
-def _weight_norm_keys(
-    module: nn.Module, state: dict[str, torch.Tensor], file: Path
-) -> dict[str, torch.Tensor]:
-    """``state`` with the ``NAME_g``/``NAME_v`` keys of the deprecated
-    ``torch.nn.utils.weight_norm`` renamed to ``parametrizations.NAME.original0``/``original1``
-    where ``module`` uses ``torch.nn.utils.parametrizations.weight_norm``, as the hook that
-    function registers renames them inside ``load_state_dict`` (which runs only after the
-    keys are compared here). Checkpoints of vocoders and speech encoders (HiFi-GAN,
-    wav2vec2's positional convolution) were saved with the old names."""
+def _weight_norm_pairs(module: nn.Module) -> list[tuple[str, str, str]]:
+    """``(NAME_g, NAME_v, parametrizations.NAME.original)`` keys, with their module's path, of
+    each weight of ``module`` that ``torch.nn.utils.parametrizations.weight_norm`` holds: the
+    names the deprecated ``torch.nn.utils.weight_norm`` saved it under, and the stem of those
+    the parametrization loads (``original0``, ``original1``)."""
     from torch.nn.utils import parametrize
 
     try:
         from torch.nn.utils.parametrizations import _WeightNorm
     except ImportError:  # a torch without the parametrization: nothing to rename
-        return state
-    renamed: dict[str, str] = {}
+        return []
+    pairs = []
     for where, sub in module.named_modules():
         if not parametrize.is_parametrized(sub):
             continue
         prefix = f"{where}." if where else ""
         for name, chain in sub.parametrizations.items():
-            if not any(isinstance(p, _WeightNorm) for p in chain):
-                continue
-            g, v = f"{prefix}{name}_g", f"{prefix}{name}_v"
-            new = f"{prefix}parametrizations.{name}.original"
-            if g in state and v in state and f"{new}0" not in state and f"{new}1" not in state:
-                renamed.update({g: f"{new}0", v: f"{new}1"})
+            if any(isinstance(p, _WeightNorm) for p in chain):
+                pairs.append(
+                    (
+                        f"{prefix}{name}_g",
+                        f"{prefix}{name}_v",
+                        f"{prefix}parametrizations.{name}.original",
+                    )
+                )
+    return pairs
+
+
+def _known_keys(module: nn.Module) -> set[str]:
+    """The keys ``module.load_state_dict`` takes: its own, and the old ``weight_norm`` names
+    (``NAME_g``/``NAME_v``) that the parametrization's load hook renames."""
+    own = set(module.state_dict())
+    for g, v, _ in _weight_norm_pairs(module):
+        own.update((g, v))
+    return own
+
+
+def _renamed_weight_norm(module: nn.Module, state: Mapping[str, Any]) -> tuple[dict[str, Any], int]:
+    """``state`` with the ``NAME_g``/``NAME_v`` keys of the deprecated
+    ``torch.nn.utils.weight_norm`` renamed to ``parametrizations.NAME.original0``/``original1``
+    where ``module`` uses ``torch.nn.utils.parametrizations.weight_norm``, as the hook that
+    function registers renames them inside ``load_state_dict``; and how many keys were."""
+    renamed: dict[str, str] = {}
+    for g, v, new in _weight_norm_pairs(module):
+        if g in state and v in state and f"{new}0" not in state and f"{new}1" not in state:
+            renamed.update({g: f"{new}0", v: f"{new}1"})
     if not renamed:
+        return dict(state), 0
+    return {renamed.get(k, k): t for k, t in state.items()}, len(renamed)
+
+
+def _weight_norm_keys(
+    module: nn.Module, state: dict[str, torch.Tensor], file: Path
+) -> dict[str, torch.Tensor]:
+    """``state`` with its old ``weight_norm`` keys renamed (:func:`_renamed_weight_norm`),
+    logged: the hook renames them only inside ``load_state_dict``, which runs after the keys
+    are compared here. Checkpoints of vocoders and speech encoders (HiFi-GAN, wav2vec2's
+    positional convolution) were saved with the old names."""
+    out, count = _renamed_weight_norm(module, state)
+    if not count:
         return state
     _log.info(
         "checkpoint %s: renamed %d key(s) of torch.nn.utils.weight_norm (NAME_g, NAME_v) to "
         "those of parametrizations.weight_norm (parametrizations.NAME.original0, original1)",
         file,
-        len(renamed),
+        count,
     )
-    return {renamed.get(k, k): t for k, t in state.items()}
+    return out
 
 
 def _all_start(keys: Any, prefix: str) -> bool:
@@ -862,7 +896,7 @@ def _match_keys(
     """``state`` with its keys renamed to the module's where only a wrapper prefix differs:
     ``module.``/``_orig_mod.`` stripped (or added for a wrapped module), and any other common
     first component stripped when every key then names one of the module's."""
-    own = set(module.state_dict())
+    own = _known_keys(module)  # the old weight_norm names fit too: renamed after this
     done = False
     while not done:
         done = True

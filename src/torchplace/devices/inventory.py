@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from torchplace.devices.probe import DeviceProbe, cuda_built, default_probe
+from torchplace.devices.probe import DeviceProbe, checked_probe, cuda_built
 from torchplace.devices.spec import OTHER_ACCELERATORS
 from torchplace.devices.visible import VisibleDevices, visible_devices
 
@@ -76,7 +76,7 @@ def inventory_by_device(
     name (``{"cuda:1": RuntimeError(...)}``): one GPU that fell off the bus does not hide the
     others. A runtime that cannot even count its devices still raises.
     """
-    probe = probe or default_probe()
+    probe = checked_probe(probe)
     if cuda_built(probe) and probe.cuda_available():
         vis = visible_devices(probe=probe)
         found: list[DeviceInfo] = []

@@ -14,11 +14,14 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from torchplace.errors import ConfigError
+
 __all__ = [
     "DeviceProbe",
     "DeviceProperties",
     "DriverInfo",
     "TorchProbe",
+    "checked_probe",
     "cuda_built",
     "default_probe",
 ]
@@ -269,6 +272,34 @@ def default_probe() -> DeviceProbe:
     if _DEFAULT_PROBE is None:
         _DEFAULT_PROBE = TorchProbe()
     return _DEFAULT_PROBE
+
+
+def checked_probe(probe: object) -> DeviceProbe:
+    """``probe`` itself when it is a :class:`DeviceProbe`, :func:`default_probe` when None;
+    anything else (a number, a string, an object that lacks the probe's methods) raises
+    :class:`~torchplace.errors.ConfigError` naming it, rather than an ``AttributeError`` at
+    the first question asked of it (or, for a false value such as ``0``, this machine's probe
+    used in its place)."""
+    if probe is None:
+        return default_probe()
+    if isinstance(probe, DeviceProbe):
+        return probe
+    lacks = [n for n in _PROBE_METHODS if not callable(getattr(probe, n, None))]
+    raise ConfigError(
+        f"probe={probe!r:.80} ({type(probe).__name__}) is not a device probe: a probe answers "
+        "the hardware questions through the methods of torchplace.devices.DeviceProbe "
+        f"(cuda_build(), device_count(), properties(index), ...), and it lacks {len(lacks)} of "
+        f"them ({', '.join(lacks[:4])}{', ...' if len(lacks) > 4 else ''}). Fix: leave "
+        "probe=None for this machine, or pass torchplace.devices.FakeProbe(...) to describe "
+        "another"
+    )
+
+
+_PROBE_METHODS = tuple(
+    name
+    for name in vars(DeviceProbe)
+    if not name.startswith("_") and callable(getattr(DeviceProbe, name))
+)
 
 
 def cuda_built(probe: DeviceProbe) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from torchplace.devices.probe import DeviceProbe, cuda_built, default_probe
+from torchplace.devices.probe import DeviceProbe, checked_probe, cuda_built
 from torchplace.devices.spec import OTHER_ACCELERATORS, PASS_THROUGH, parse_spec, shown
 from torchplace.devices.visible import visible_devices
 from torchplace.errors import ConfigError, DeviceError, DeviceIndexError, DeviceUnavailableError
@@ -43,7 +43,7 @@ def resolve_device(
     :class:`~torchplace.errors.DeviceIndexError` for an index past the visible devices and
     :class:`~torchplace.errors.ConfigError` for a spec that does not parse.
     """
-    probe = probe or default_probe()
+    probe = checked_probe(probe)
     kind, index = parse_spec(spec)
     if kind == "auto":
         from_env = probe.env(DEVICE_ENV_VAR)
@@ -85,7 +85,7 @@ def _build_name(probe: DeviceProbe) -> str:
 
 def cuda_unavailable_reason(probe: DeviceProbe | None = None) -> tuple[str, str] | None:
     """Why CUDA cannot be used here, as (reason, fix); None when it can."""
-    probe = probe or default_probe()
+    probe = checked_probe(probe)
     vis = visible_devices(probe=probe)
     if not cuda_built(probe):
         reason = (

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from torchplace.devices.probe import DeviceProbe, default_probe
+from torchplace.devices.probe import DeviceProbe, checked_probe
 
 __all__ = [
     "ROCR_VARIABLE",
@@ -290,7 +290,7 @@ def rocr_visible_devices(probe: DeviceProbe) -> str | None:
 def visible_devices(*, probe: DeviceProbe | None = None) -> VisibleDevices:
     """The visibility mapping in force: ``CUDA_VISIBLE_DEVICES``, or on ROCm
     ``ROCR_VISIBLE_DEVICES`` then ``HIP_VISIBLE_DEVICES`` (or ``CUDA_VISIBLE_DEVICES``)."""
-    probe = probe or default_probe()
+    probe = checked_probe(probe)
     name = visibility_variable(probe)
     value = probe.env(name)
     rocr_value = rocr_visible_devices(probe)

@@ -79,9 +79,9 @@ def _collect(
     toolkit: Callable[[], str | None],
     cpus: Callable[[], tuple[int | None, float | None]],
 ) -> dict[str, Any]:
-    from torchplace.devices import default_probe
+    from torchplace.devices.probe import checked_probe
 
-    facts = gather(probe or default_probe(), toolkit, cpus)
+    facts = gather(checked_probe(probe), toolkit, cpus)
     checks = [*init_check(facts), build_check(facts), driver_check(facts)]
     checks += visibility_checks(facts)
     checks += environment_checks(facts)

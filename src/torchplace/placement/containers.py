@@ -6,6 +6,7 @@ the small text helpers their messages share (dtype names, shapes, aligned tables
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import json
 import sys
@@ -34,6 +35,7 @@ __all__ = [
     "object_tensors",
     "one_shot_error",
     "opaque_error",
+    "partial_items",
     "path_to",
     "shape_of",
     "shape_text",
@@ -141,7 +143,20 @@ def children(value: object, path: str) -> list[tuple[str, object]]:
         return [(f"{path}{{{i}}}", v) for i, v in enumerate(value)]
     if is_dataclass_instance(value):
         return [(f"{path}.{name}", v) for name, v in dataclass_items(value)]
+    if isinstance(value, functools.partial):
+        return partial_items(value, path)
     return []
+
+
+def partial_items(value: functools.partial[object], path: str) -> list[tuple[str, object]]:
+    """A ``functools.partial``'s function, arguments and keywords, each with its path
+    (``fn.func``, ``fn.args[0]``, ``fn.keywords["scale"]``): a partial is a container of the
+    arguments it binds, and a walk that passed them by would leave their tensors behind."""
+    return [
+        (f"{path}.func", value.func),
+        *((f"{path}.args[{i}]", v) for i, v in enumerate(value.args)),
+        *((f"{path}.keywords{key_path(k)}", v) for k, v in value.keywords.items()),
+    ]
 
 
 def object_tensors(

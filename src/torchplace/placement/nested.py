@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 from collections import UserList, deque
 from collections.abc import Callable, Mapping
@@ -54,7 +55,8 @@ def map_tensors(
     """Apply ``fn`` to every tensor inside ``obj`` and return the rebuilt structure.
 
     Walks dicts (and other mappings), lists (``UserList`` too), tuples, deques, namedtuples, sets, dataclasses and
-    attrs classes (frozen ones too, rebuilt without calling ``__init__``). A tensor that appears
+    attrs classes (frozen ones too, rebuilt without calling ``__init__``), and
+    ``functools.partial`` objects (function, arguments and keywords). A tensor that appears
     twice is mapped once, so aliasing survives. Other leaves, classes, and ``nn.Module``
     instances, come back as they are. With ``copy=False`` a container whose contents did not change is returned itself.
     With ``objects``, any other object that has its own ``to`` method is replaced by
@@ -137,10 +139,8 @@ class _Mapper:
             return self.tensor(obj)
         if isinstance(obj, nn.Module):
             return obj  # Module.to() moves in place; that is never done behind the caller's back
-        if self._to is not None:
-            to = getattr(obj, "to", None)
-            if callable(to):
-                return self._to(obj)
+        if self._to is not None and callable(_readable(obj, "to")):
+            return self._to(obj)
         if isinstance(obj, Mapping):
             return self._mapping(obj)
         if is_one_shot(obj) or is_view(obj):
@@ -159,7 +159,9 @@ class _Mapper:
             return out
         if is_dataclass_instance(obj):
             return self._dataclass(obj)
-        if not callable(getattr(obj, "to", None)) and any(
+        if isinstance(obj, functools.partial):
+            return self._partial(obj)
+        if not callable(_readable(obj, "to")) and any(
             self.tensor(t) is not t for _, t in object_tensors(obj, "")
         ):  # a plain object whose tensors would change: it cannot be rebuilt, so refused
             raise _OneShotFound(obj)
@@ -196,6 +198,20 @@ class _Mapper:
             object.__setattr__(out, name, v)
         return out
 
+    def _partial(self, obj: functools.partial[Any]) -> Any:
+        """A ``functools.partial`` with its function, arguments and keywords mapped: a new
+        partial of the same class (its ``__dict__`` kept), as ``copy.copy`` makes one."""
+        func = self.map(obj.func)
+        args = [self.map(v) for v in obj.args]
+        keywords = {k: self.map(v) for k, v in obj.keywords.items()}
+        if not self._copy and not _changed(
+            [obj.func, *obj.args, *obj.keywords.values()], [func, *args, *keywords.values()]
+        ):
+            return obj
+        out: Any = copy.copy(obj)  # typeshed does not declare partial.__setstate__
+        out.__setstate__((func, tuple(args), keywords, dict(vars(obj)) or None))
+        return out
+
     def _set_fields(self, obj: Any, out: Any) -> None:
         """Map the dataclass fields of ``obj``, a mapping that is a dataclass too (transformers'
         ``ModelOutput``), into ``out``: its attributes, apart from its items, would keep the
@@ -203,6 +219,16 @@ class _Mapper:
         if is_dataclass_instance(obj):
             for name, v in dataclass_items(obj):
                 object.__setattr__(out, name, self.map(v))
+
+
+def _readable(obj: object, name: str) -> Any:
+    """``obj``'s attribute ``name``, or None when reading it raises: a ``__getattr__`` or a
+    property that raises something other than ``AttributeError`` (a lazy proxy's
+    ``RuntimeError``) makes the attribute unreadable, which is the same as not having it."""
+    try:
+        return getattr(obj, name, None)
+    except Exception:
+        return None
 
 
 def _rebuild(obj: Any, items: list[Any]) -> Any:
@@ -283,7 +309,8 @@ def move(
     """Return ``obj`` with every tensor inside it on ``device`` (and ``dtype``), as a new structure.
 
     - Walks dicts (and other mappings), lists (``UserList`` too), tuples, deques, namedtuples, sets, dataclasses
-      and attrs classes (frozen ones too; rebuilt without re-running ``__init__``); a dict that
+      and attrs classes (frozen ones too; rebuilt without re-running ``__init__``), and
+      ``functools.partial`` objects (a new partial with its arguments moved); a dict that
       is a dataclass too (``ModelOutput``) gets the moved tensors in its attributes as well. Containers are always new; a
       tensor already on ``device`` with the right dtype is reused, not copied. A tensor that
       appears twice is moved once, so aliasing survives.

@@ -124,6 +124,10 @@ def _devices(
         raise ConfigError("--devices '' names no device; give 'all' or a list like cuda:0,cuda:1")
     if assume and devices:
         raise ConfigError("give either --assume (planned hardware) or --devices (this machine's)")
+    if probe is not None:  # checked even where --assume leaves it unused: a typo is not ignored
+        from torchplace.devices.probe import checked_probe
+
+        checked_probe(probe)
     if devices:
         return inventory_devices(devices, link=link, probe=probe)
     return assume_devices(assume or "2xH200", link=link)

@@ -296,7 +296,8 @@ class _Recorder:
         self.aliases: dict[int, list[_Alias]] = {}  # storage key -> its _Alias groups
         self.values = Values()  # of the tensors made from the inputs alone
         self.failed: tuple[BaseException, str] | None = None  # an operator meta cannot run
-        self.shapes_fault = False  # ... which fails on the CPU too: the forward's shapes
+        # ... which fails on the CPU too: the forward's shapes (None: too large to re-run)
+        self.shapes_fault: bool | None = False
         self.host_read = False  # ... a copy to the CPU, for values meta does not have
 
     def saw(self, op: int, reader: str, t: torch.Tensor, index: int) -> None:
@@ -802,13 +803,27 @@ _MISSING = object()
 
 
 def _untraceable(
-    exc: Exception, where: str = "", *, shapes: bool = False, host: bool = False
+    exc: Exception, where: str = "", *, shapes: bool | None = False, host: bool = False
 ) -> UntraceableModel:
     """What a forward that failed on ``meta`` did wrong, and its fix, in one line; ``where``:
     the operator meta could not run and the unit running it; ``shapes``: it fails with data
-    too (the forward's shapes are wrong, not its values missing); ``host``: that operator
-    copies to the CPU a tensor whose values are not known."""
+    too (the forward's shapes are wrong, not its values missing), None where its operands were
+    too large to re-run with data; ``host``: that operator copies to the CPU a tensor whose
+    values are not known."""
     text = str(exc).rstrip(".!")
+    if shapes is None:  # not re-run: a meta kernel that wants values says so ("meta tensors")
+        named = any(s in text.lower() for s in _WANTS_VALUES) or any(
+            s in text
+            for s in (*_MOVED, *_ELSEWHERE)  # a move or a device: said below
+        )
+        shapes = not named and isinstance(exc, RuntimeError)
+        if shapes:
+            return UntraceableModel(
+                f"cannot trace the model on 'meta': {where}: {text}; the operator refuses the "
+                "shapes the forward gave it (its check names no value that 'meta' lacks; its "
+                "operands are too large to re-run with data), so the forward does not take the "
+                f"declared inputs: {_ADVICE[Exception]}"
+            )
     if host:  # named: the unit, and a copy to the host (its values read, or a move)
         return UntraceableModel(
             f"cannot trace the model on 'meta': {where}: {text}. The forward copies to the "
@@ -881,6 +896,9 @@ _MOVED = (
     "No CUDA GPUs",
 )
 _ELSEWHERE = ("expected device meta", "same device", "found at least two devices")
+#: what a ``meta`` kernel says when it needs values it does not have (``.item()``, ``nonzero``,
+#: an operator without a meta kernel), in lower case
+_WANTS_VALUES = ("meta", "data-dependent", "data-independent", "data dependent", "no data")
 
 
 def _mode(rec: _Recorder) -> Any:

@@ -259,18 +259,21 @@ class Values:
         return tree_map(meta, computed)
 
 
-def fails_with_data(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+def fails_with_data(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool | None:
     """Whether ``func``, which ``meta`` could not run, fails on the CPU too, given zeros laid
-    out as its operands are (at most :data:`LIMIT` elements in all): then the shapes the
-    forward made are at fault (a declared input of the wrong size: ``a and b must have same
-    reduction dim``), not values that ``meta`` lacks."""
+    out as its operands are: then the shapes the forward made are at fault (a declared input
+    of the wrong size: ``a and b must have same reduction dim``), not values that ``meta``
+    lacks. None when its operands are too large to re-run (over :data:`LIMIT` elements in
+    all): not known."""
     import torch
     from torch.utils._python_dispatch import _disable_current_modes
     from torch.utils._pytree import tree_flatten, tree_map
 
     tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
-    if not tensors or sum(t.numel() for t in tensors) > LIMIT:
+    if not tensors:
         return False
+    if sum(t.numel() for t in tensors) > LIMIT:
+        return None
 
     def zeros(v: Any) -> Any:
         if isinstance(v, torch.device) and v.type == "meta":

@@ -25,9 +25,12 @@ from torchplace.prefetch.copies import BatchCopier, InFlight
 from torchplace.prefetch.staging import DEFAULT_PIN_POOL_BYTES, PinFn, PinnedPool
 from torchplace.prefetch.stats import PrefetchStats, StatsAccumulator
 
-__all__ = ["DevicePrefetcher"]
+__all__ = ["MAX_DEPTH", "DevicePrefetcher"]
 
 T = TypeVar("T")
+
+MAX_DEPTH = 64
+"""The most batches a :class:`DevicePrefetcher` copies ahead (``depth``)."""
 
 
 @dataclass
@@ -78,8 +81,8 @@ class DevicePrefetcher(Generic[T]):
             :class:`~torchplace.errors.ConfigError` (one pass at a time); a one-shot iterator (a generator) serves one pass, and ``iter()`` after a pass used
             it up (or it raised) raises :class:`~torchplace.errors.ConfigError`.
         device: where batches go; resolved with :func:`torchplace.resolve_device`.
-        depth: how many batches are copied ahead of the one the consumer holds (>= 1). The
-            host keeps ``depth + 1`` batches referenced; when the host runs ahead of the device,
+        depth: how many batches are copied ahead of the one the consumer holds, 1 to
+            :data:`MAX_DEPTH` (64). The host keeps ``depth + 1`` batches referenced; when the host runs ahead of the device,
             the allocator also keeps the memory of batches whose kernels are still queued
             (that is what ``record_stream`` protects), as with any asynchronous loop.
         pin: stage pageable host tensors through pinned buffers, so their copies can overlap.
@@ -120,6 +123,15 @@ class DevicePrefetcher(Generic[T]):
             )
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
             raise ConfigError(f"depth={depth!r} must be an int >= 1 (batches copied ahead)")
+        if depth > MAX_DEPTH:
+            raise ConfigError(
+                f"depth={depth:,} is more than {MAX_DEPTH} batches copied ahead: each batch in "
+                "flight holds its device memory (and, staged, pinned host memory), and a pass "
+                "fetches that many before handing out its first; 2 already hides a copy behind "
+                "the step, a few more absorb a source whose batch times vary. Fix: give a depth "
+                f"from 1 to {MAX_DEPTH} (to keep a whole small data set on the device, move it "
+                "there once with torchplace.move and iterate over that)"
+            )
         for flag, value in (("pin", pin), ("non_blocking", non_blocking)):
             if not isinstance(value, bool):
                 raise ConfigError(

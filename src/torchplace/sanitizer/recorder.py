@@ -23,7 +23,7 @@ import inspect
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from types import FrameType, TracebackType
 from typing import Any, TypeVar
 
@@ -51,6 +51,17 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 def _parse_allow(allow: Iterable[str] | str | None) -> tuple[frozenset[str], tuple[str, ...]]:
     if allow is None:
         return frozenset(), ()
+    if isinstance(allow, bytes | bytearray | memoryview):  # iterated, it gives ints
+        raise ConfigError(
+            f"allow={bytes(allow)!r:.80} is {type(allow).__name__}, not text: give an event kind or a "
+            "'file.py:LINE' site as a str (allow='h2d'), or a list of them (allow=['h2d', "
+            "'sync']); decode bytes first (value.decode())"
+        )
+    if isinstance(allow, Mapping):  # its keys would be read, its values ignored
+        raise ConfigError(
+            f"allow={allow!r:.80} is a mapping: allow= takes event kinds and 'file.py:LINE' "
+            "sites as a str or a list of them (allow=['h2d', 'train.py:42']), not flags by name"
+        )
     if not isinstance(allow, str) and not isinstance(allow, Iterable):
         raise ConfigError(
             f"allow must be an event kind, a 'file.py:LINE' site or a list of them, got {allow!r}"

@@ -131,6 +131,8 @@ class GuardReport:
         for name, value in (("site", site), ("op", op)):
             if value is not None and not isinstance(value, str):
                 raise ConfigError(f"filter's {name} must be a string or None, got {value!r}")
+        if site is not None:  # a location that can match nothing is a typo, as for allow=
+            check_site_pattern(site, "filter's site")
         out = []
         for event in self._events:
             if kind == "transfer" and event.kind not in TRANSFER_KINDS:
@@ -336,21 +338,31 @@ def _split_site(pattern: str) -> tuple[str, int | None, str | None]:
     """``(path, line, function)`` of ``file.py``, ``file.py:12`` or ``file.py:12:function``."""
     path, line, function = pattern, None, None
     parts = pattern.rsplit(":", 2)
-    if len(parts) == 3 and parts[1].isdigit():
+    # ASCII digits only: str.isdigit() takes '²', which int() refuses
+    if len(parts) == 3 and _DIGITS.fullmatch(parts[1]):
         path, line, function = parts[0], int(parts[1]), parts[2]
-    elif len(parts) >= 2 and parts[-1].isdigit():
+    elif len(parts) >= 2 and _DIGITS.fullmatch(parts[-1]):
         path, line = pattern.rsplit(":", 1)[0], int(parts[-1])
     return path, line, function
 
 
+_DIGITS = re.compile(r"[0-9]+")
+
+
 def check_site_pattern(pattern: str, what: str = "site") -> None:
     """Refuse a location that can match nothing: ``train.py:``, ``:42``, ``train.py:step``."""
-    path, _, function = _split_site(pattern)
+    path, line, function = _split_site(pattern)
     # a colon left in the path is a typo (a drive letter, ``C:/...`` or ``C:\\...``, excepted)
     if not path or function == "" or re.search(r":(?![\\/])", path):
         raise ConfigError(
             f"{what} {pattern!r} is not a source location; write 'file.py', 'file.py:LINE' "
             "or 'file.py:LINE:FUNCTION', e.g. 'train.py:42'"
+        )
+    if line == 0:
+        raise ConfigError(
+            f"{what} {pattern!r} names line 0, which no code is on: line numbers start at 1 "
+            "(as tracebacks and editors count them); write 'file.py' for the whole file or "
+            "'file.py:LINE' with LINE >= 1, e.g. 'train.py:42'"
         )
 
 
