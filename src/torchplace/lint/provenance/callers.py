@@ -118,6 +118,8 @@ def find_per_batch(
             result = _helper_step(replace(result, far=True))
     if result is None and depth <= 1:
         result = _from_base_loop(facts, function)
+    if result is None and depth <= 1:
+        result = _from_base_calls(facts, function, depth)
     if result is None and depth <= 1 and function.name == "forward":
         result = _from_base_fit(facts, function)
     if result is not None and has_own_batch_loop(function):
@@ -268,6 +270,32 @@ def _from_base_loop(
                     f"calls on each item of its loader (line {call.lineno})"
                 )
                 return PerBatch(how, {}, trains or calls_backward(function))
+    return None
+
+
+def _from_base_calls(
+    facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunctionDef, depth: int
+) -> PerBatch | None:
+    """A method that overrides one its base class (of this file or a module of the linted
+    tree, two classes up at most) defines and calls on ``self`` once per batch: DPO's
+    ``FSDPTrainer.clip_gradient`` overriding ``BasicTrainer.clip_gradient``, which
+    ``BasicTrainer.train`` calls after every optimizer step. On an instance of the subclass
+    the base's loop runs the override, so it is per batch as the base's method is."""
+    cls = facts.parent.get(id(function))
+    if not isinstance(cls, ast.ClassDef) or facts.parent.get(id(cls)) is not facts.tree:
+        return None
+    if _first_param(function) != "self" or function.name.startswith("__"):
+        return None
+    for owner, base in _bases(facts, cls):
+        if not any(
+            isinstance(item, _FUNCTIONS) and item.name == function.name for item in base.body
+        ):
+            continue  # an abstract hook the base only calls: `_from_base_loop`'s case
+        if owner.text.count(function.name + "(") < 2:
+            continue
+        found = _from_callers(facts, function, depth, owner, None, base=base)
+        if found is not None:
+            return found
     return None
 
 
@@ -802,11 +830,14 @@ def _from_callers(
     instances: frozenset[str] = frozenset(),
     method: str | None = None,
     parameters_only: bool = False,
+    base: ast.ClassDef | None = None,
 ) -> PerBatch | None:
     """``function`` as called in ``callers``: per batch when a call sits in a
     batch loop or in a per-batch function. ``qualified`` (``module.name``) matches calls from
     another file; ``None`` matches this file's own calls of the same definition; with
-    ``instances``, calls of the method on those instances (``method``: the class's name)."""
+    ``instances``, calls of the method on those instances (``method``: the class's name); with
+    ``base``, the calls ``self.name(...)`` in the methods of that base class of ``function``'s
+    class, which ``function`` overrides."""
     how: str | None = None
     trains = False
     near = False  # a call site in a batch loop, or in a function found within three calls
@@ -816,7 +847,10 @@ def _from_callers(
     for scope, call, loops in sites:
         if scope is function:
             continue
-        if instances:
+        if base is not None:
+            if callers.parent.get(id(scope)) is not base or not _on_self(call, function):
+                continue
+        elif instances:
             if not _on_instance(call, scope, function, instances, parameters_only):
                 continue
         elif qualified is None:

@@ -64,14 +64,60 @@ def _forward_reachable(cls: Scope) -> set[str]:
         for item in cls.node.body
         if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
     }
+    module = cls.parent.node if cls.parent is not None else None
+    # methods another module of the file runs from its `forward` on an instance it holds
+    entries = sorted(_holder_calls(cls.node, module) & set(methods))
     if "forward" in methods:
-        reached = _self_reachable(methods, ["forward"])
+        reached = _self_reachable(methods, ["forward", *entries])
     else:  # a hook the `forward` of a base class of the file calls: `self._forward(x, y)`
-        module = cls.parent.node if cls.parent is not None else None
         hooks = _inherited_hooks(cls.node, module, depth=0)
-        reached = _self_reachable(methods, sorted(hooks & set(methods)))
+        reached = _self_reachable(methods, sorted((hooks & set(methods)) | set(entries)))
     cls.cache["forward-reachable"] = reached
     return reached
+
+
+def _holder_calls(cls: ast.ClassDef, module: ast.AST | None) -> set[str]:
+    """The names another class of the file with a ``forward`` calls, on its forward path, on
+    an instance of ``cls`` it holds: ``self.GridGenerator = GridGenerator(F, size)`` in
+    ``TPS_SpatialTransformerNetwork.__init__``, then ``self.GridGenerator.build_P_prime(c)``
+    in its ``forward``; the method runs on every forward of the model that holds it."""
+    found: set[str] = set()
+    for other in getattr(module, "body", []):
+        if not isinstance(other, ast.ClassDef) or other is cls:
+            continue
+        methods = {
+            item.name: item
+            for item in other.body
+            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+        }
+        if "forward" not in methods:
+            continue
+        holders = {
+            target.attr
+            for node in walk(other)
+            if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Name)
+            and node.value.func.id == cls.name
+            for target in node.targets
+            if isinstance(target, ast.Attribute)
+            and isinstance(target.value, ast.Name)
+            and target.value.id == "self"
+        }
+        if not holders:
+            continue
+        for name in _self_reachable(methods, ["forward"]):
+            for sub in walk(methods[name]):
+                if (
+                    isinstance(sub, ast.Call)
+                    and isinstance(sub.func, ast.Attribute)
+                    and isinstance(sub.func.value, ast.Attribute)
+                    and sub.func.value.attr in holders
+                    and isinstance(sub.func.value.value, ast.Name)
+                    and sub.func.value.value.id == "self"
+                ):
+                    found.add(sub.func.attr)
+    return found
 
 
 def _self_reachable(methods: Mapping[str, ast.AST], start: list[str]) -> set[str]:
