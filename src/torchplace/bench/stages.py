@@ -250,6 +250,14 @@ def run_stages(
         isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in batch_sizes
     ):
         raise ConfigError(f"batch sizes must be positive integers, got {list(batch_sizes)!r}")
+    repeated = sorted({b for b in batch_sizes if list(batch_sizes).count(b) > 1})
+    if repeated:
+        # a size's second row would report a warm call as its first call (compilation,
+        # autotuning) and draw the same point twice
+        raise ConfigError(
+            f"batch sizes {list(batch_sizes)!r} repeat {', '.join(map(str, repeated))}: each size "
+            "is timed once, its first call included; give each size once"
+        )
     explicit = None if dtype is None else _dtype(dtype)  # a bad name fails before the build
     timer = Timer(device=device, warmup=warmup, min_time=min_time, min_repeats=5, max_repeats=2000)
     device = timer.device

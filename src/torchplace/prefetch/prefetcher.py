@@ -33,6 +33,9 @@ MAX_DEPTH = 64
 """The most batches a :class:`DevicePrefetcher` copies ahead (``depth``)."""
 
 
+_NONE = object()  # stands for the batch of a source that raised, in a pass's ``fetched``
+
+
 @dataclass
 class _Failed:
     error: BaseException
@@ -79,7 +82,8 @@ class DevicePrefetcher(Generic[T]):
             with or without ``pin_memory``. Each ``iter()`` of the prefetcher starts a new pass
             and ends the one in progress, whose iterator then raises
             :class:`~torchplace.errors.ConfigError` (one pass at a time); a one-shot iterator (a generator) serves one pass, and ``iter()`` after a pass used
-            it up (or it raised) raises :class:`~torchplace.errors.ConfigError`.
+            it up (or it raised) raises :class:`~torchplace.errors.ConfigError`; one left early
+            resumes in the next pass at the batch after the last one handed out.
         device: where batches go; resolved with :func:`torchplace.resolve_device`.
         depth: how many batches are copied ahead of the one the consumer holds, 1 to
             :data:`MAX_DEPTH` (64). The host keeps ``depth + 1`` batches referenced; when the host runs ahead of the device,
@@ -159,6 +163,10 @@ class DevicePrefetcher(Generic[T]):
         self._acc = StatsAccumulator()
         self._active: weakref.ref[_Pass[T]] | None = None
         self._spent = False  # a one-shot source iterator that a pass ran to its end, or that raised
+        # batches a pass took from a one-shot source ahead of the consumer and never handed out
+        # (it was left early): the next pass hands them out first, so that resuming the
+        # iterator skips nothing, as it skips nothing without streams
+        self._carried: deque[Any] = deque()
 
     @property
     def mode(self) -> Literal["streams", "pass-through"]:
@@ -205,7 +213,8 @@ class DevicePrefetcher(Generic[T]):
         self.close()
 
     def close_pass(self) -> None:
-        """End the pass in progress, if any, dropping the batches in flight."""
+        """End the pass in progress, if any, dropping the batches in flight (a one-shot
+        source's batches fetched ahead are kept, uncopied, to open the next pass)."""
         self._end_pass(superseded=False)
 
     def _end_pass(self, *, superseded: bool) -> None:
@@ -216,8 +225,10 @@ class DevicePrefetcher(Generic[T]):
             active.close()
 
     def close(self) -> None:
-        """End the pass in progress and free the pinned staging buffers."""
+        """End the pass in progress and free the pinned staging buffers (and the batches a
+        one-shot source's pass left early had fetched ahead)."""
         self.close_pass()
+        self._carried.clear()
         self._pool.clear()
 
     def reset_stats(self) -> None:
@@ -309,13 +320,18 @@ class DevicePrefetcher(Generic[T]):
         if self._side is None:
             self._side = streams.new_stream()  # one side stream for every pass
         queue: deque[InFlight | _Failed] = deque()
-        fill = self._filler(it, queue, self._side)
+        # the source's batches behind ``queue``'s entries, kept for a one-shot source only
+        fetched: deque[Any] | None = None if owned else deque()
+        carried, self._carried = self._carried, deque()
+        fill = self._filler(it, queue, self._side, carried, fetched)
         acc = self._acc
         clock = time.perf_counter
         handed = 0.0
         try:
             fill()
             while queue:
+                if fetched is not None:
+                    fetched.popleft()  # handed out, or raised at its position: not carried
                 batch, consumer = self._receive(queue)
                 fill()
                 # the consumer's stream time for this batch: from here (after its wait for the
@@ -336,12 +352,26 @@ class DevicePrefetcher(Generic[T]):
             queue.clear()
             if owned:
                 _close(it)
+            elif fetched is not None:
+                # left early: what was fetched ahead and not handed out opens the next pass,
+                # unless the source raised (it is used up, as without streams)
+                left = deque((*fetched, *carried))
+                if left and not any(b is _NONE for b in left):
+                    self._carried = left
+                    self._spent = False
 
     def _filler(
-        self, it: Iterator[Any], queue: deque[InFlight | _Failed], side: Any
+        self,
+        it: Iterator[Any],
+        queue: deque[InFlight | _Failed],
+        side: Any,
+        carried: deque[Any],
+        fetched: deque[Any] | None,
     ) -> Callable[[], None]:
         """A function that tops ``queue`` up to ``depth`` batches in flight from ``it``.
 
+        Batches ``carried`` over from a pass left early go first. Each batch taken is also
+        appended to ``fetched`` (when given), so that a pass left early can carry it over.
         An exception from the source or a copy is queued at its position, to be raised when
         the consumer reaches it; nothing is fetched after it.
         """
@@ -364,16 +394,20 @@ class DevicePrefetcher(Generic[T]):
             while not done and len(queue) < self.depth:
                 t0 = clock()
                 try:
-                    batch = next(it)
+                    batch = carried.popleft() if carried else next(it)
                 except StopIteration:
                     done = True
                     self._spent = it is self._iterable
                     return
                 except Exception as exc:  # re-raised when the consumer reaches this position
                     queue.append(_Failed(exc))
+                    if fetched is not None:
+                        fetched.append(_NONE)
                     done = True
                     self._spent = it is self._iterable  # a source that raised is used up
                     return
+                if fetched is not None:
+                    fetched.append(batch)
                 t1 = clock()
                 acc.source_s += t1 - t0
                 try:

@@ -111,6 +111,35 @@ def _remove_function_mode(layer: FunctionLayer) -> None:
         torch._C._push_on_torch_function_stack(mode)
 
 
+def _leave_when_the_thread_ends(stand_in: Guard) -> None:
+    """Take ``stand_in``'s layer off its thread's torch-function mode stack as the thread ends.
+
+    A mode left on a thread's stack is a Python object held by a C++ thread-local, destroyed
+    when the OS thread exits: after ``join()`` has returned, and so possibly while (or after)
+    the interpreter finalizes, which aborts the process ("terminate called without an active
+    exception"). :mod:`threading` calls ``Thread._delete`` on the thread, with the interpreter
+    running, after ``run`` returns or raises and before ``join()`` returns: the layer goes then.
+    """
+    thread = threading.current_thread()
+    delete = getattr(thread, "_delete", None)
+    if not callable(delete):  # a python without it: the layer stays, as before
+        return
+    layer = stand_in._function
+
+    def _delete() -> None:
+        try:
+            _remove_function_mode(layer)
+            guards = active_guards()
+            if stand_in in guards:
+                guards.remove(stand_in)
+        except Exception:  # the thread is ending: never keep join() waiting over cleanup
+            pass
+        finally:
+            delete()
+
+    thread._delete = _delete  # type: ignore[attr-defined]
+
+
 class Guard:
     """Records device crossings and host syncs on the thread that enters it and, with
     ``threads=True``, on the threads started (through :mod:`threading`) while it is active.
@@ -239,6 +268,7 @@ class Guard:
         stand_in._thread = threading.get_ident()
         active_guards().append(stand_in)
         stand_in._function.__enter__()  # type: ignore[no-untyped-call]
+        _leave_when_the_thread_ends(stand_in)
 
     @property
     def violations(self) -> int:

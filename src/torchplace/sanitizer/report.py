@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import posixpath
 import re
 import threading
 from collections.abc import Iterator
@@ -374,5 +375,6 @@ def _site_matches(site: Site, pattern: str) -> bool:
     if function is not None and site.function != function:
         return False
     name = site.filename.replace("\\", "/")
-    path = path.replace("\\", "/")
+    # ``./train.py:42`` (as a shell completes it), ``src//train.py``: the file's own path
+    path = posixpath.normpath(path.replace("\\", "/"))
     return name == path or name.endswith("/" + path)
