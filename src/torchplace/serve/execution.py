@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from torchplace.errors import InputError, ServeError
-from torchplace.serve.failures import BatchFailure, HealthTracker, is_oom
+from torchplace.serve.failures import BatchFailure, HealthTracker, describe, is_oom
 
 if TYPE_CHECKING:
     import torch
@@ -249,7 +249,7 @@ class BatchExecutor:
     def _classify(self, kind: str, exc: Exception) -> _Classified:
         if is_oom(exc):
             kind = "oom"
-        detail = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        detail = describe(exc)
         return _Classified(BatchFailure(kind, self.label, detail))
 
     def _execute(
@@ -375,6 +375,8 @@ class BatchExecutor:
                 )
             dtype = self._out_dtypes[spec.name]
             if tensor.dtype != dtype:
+                if _truncates(tensor.dtype, dtype):
+                    raise self._classify("kernel", _kind_mismatch(spec.name, tensor, dtype))
                 tensor = tensor.to(dtype)  # on the device: no crossing
             result.append((spec.name, tensor))
         return result
@@ -446,3 +448,33 @@ class BatchExecutor:
                 results.append({name: arrs[0][offset:end] for name, arrs in pieces.items()})
             offset = end
         return results
+
+
+def _truncates(got: torch.dtype, declared: torch.dtype) -> bool:
+    """Whether casting a model's output of dtype ``got`` to its ``declared`` one changes its
+    kind, which would answer other values than the model's: floats declared as integers (cut
+    to whole numbers) or either declared as booleans, and booleans declared otherwise. A cast
+    between floating precisions (a bfloat16 model answering FP32) or integer widths is no
+    change of kind."""
+    import torch
+
+    return (got.is_floating_point and not declared.is_floating_point) or (
+        (got == torch.bool) != (declared == torch.bool)
+    )
+
+
+_FLOATS = {"float16": "FP16", "bfloat16": "BF16", "float32": "FP32", "float64": "FP64"}
+
+
+def _kind_mismatch(name: str, tensor: torch.Tensor, declared: torch.dtype) -> TypeError:
+    """The output's dtype against its declaration, in Triton's PyTorch backend's words."""
+
+    def triton(dtype: torch.dtype) -> str:
+        name = str(dtype).removeprefix("torch.")
+        return _FLOATS.get(name, name.upper())
+
+    return TypeError(
+        f"configuration expects datatype TYPE_{triton(declared)} for output {name!r}, model "
+        f"provides TYPE_{triton(tensor.dtype)}; declare the output's datatype as the model "
+        "returns it (data_type in config.pbtxt, --output or outputs in config.toml)"
+    )

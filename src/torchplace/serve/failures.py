@@ -29,7 +29,7 @@ from torchplace.errors import (
     TransferError,
 )
 
-__all__ = ["FAILURE_KINDS", "BatchFailure", "HealthTracker", "is_oom"]
+__all__ = ["FAILURE_KINDS", "BatchFailure", "HealthTracker", "describe", "is_oom"]
 
 #: The failure kinds counted apart in metrics (``torchplace_errors_total{class=...}``).
 FAILURE_KINDS = ("oom", "transfer", "kernel")
@@ -42,6 +42,20 @@ def is_oom(exc: BaseException) -> bool:
     # torch.OutOfMemoryError appeared in torch 2.5; torch.cuda's name for it is older
     oom = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
     return isinstance(exc, oom)
+
+
+_SCRIPT_TRACEBACK = "The following operation failed in the TorchScript interpreter."
+
+
+def describe(exc: BaseException, limit: int = 300) -> str:
+    """One line that says what ``exc`` was: its type and first line, or, for an error raised
+    inside a TorchScript forward (whose first line only says that one failed, then quotes the
+    code), the error at the end of its traceback (``RuntimeError: The size of tensor a (3)
+    must match ...``)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0] == _SCRIPT_TRACEBACK:
+        return f"{type(exc).__name__}: TorchScript forward failed: {lines[-1]}"[:limit]
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:limit]
 
 
 @dataclass(frozen=True)

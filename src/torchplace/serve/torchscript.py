@@ -5,11 +5,13 @@ archive too, by its entries: TorchScript's hold the module's code (``ARCHIVE/cod
 its constants (``ARCHIVE/constants.pkl``); ``torch.save``'s hold ``ARCHIVE/data.pkl`` without
 either. It is loaded with ``torch.jit.load(..., map_location=device)``.
 
-Its forward takes the inputs positionally. As in Triton's PyTorch backend, inputs named
-``NAME__N`` (``INPUT__0``, ``INPUT__1``) are given as the forward's argument ``N`` whatever
-their order in the configuration (when their indexes are ``0`` to ``n - 1``), others in the
-configuration's order; outputs named ``NAME__N`` are element ``N`` of the tuple the forward
-returns, others are taken in order. Imported only when a TorchScript archive is loaded.
+Its forward takes the inputs positionally. As in Triton's PyTorch backend, inputs named as
+the forward's arguments (``forward(self, a, b)``: inputs ``b`` and ``a``) are given as those
+arguments whatever their order in the configuration; else inputs named ``NAME__N``
+(``INPUT__0``, ``INPUT__1``) are given as the forward's argument ``N`` (when their indexes are
+``0`` to ``n - 1``), others in the configuration's order; outputs named ``NAME__N`` are element
+``N`` of the tuple the forward returns, others are taken in order. Imported only when a
+TorchScript archive is loaded.
 """
 
 from __future__ import annotations
@@ -26,7 +28,14 @@ from torch import nn
 
 from torchplace.errors import ConfigError
 
-__all__ = ["TritonOrder", "check_archive", "is_torchscript", "load_torchscript", "tensor_order"]
+__all__ = [
+    "TritonOrder",
+    "check_archive",
+    "forward_arguments",
+    "is_torchscript",
+    "load_torchscript",
+    "tensor_order",
+]
 
 _INDEXED = re.compile(r".+__(\d+)")
 #: how many times its own size an archive's entries may expand to: torch.jit.save stores its
@@ -58,11 +67,16 @@ def _is_script(entries: list[zipfile.ZipInfo]) -> bool:
     return code and constants
 
 
-def tensor_order(names: Sequence[str], *, inputs: bool) -> tuple[int, ...] | None:
-    """Where each declared tensor goes, by Triton's ``NAME__N`` convention, or None for the
-    configuration's own order. Inputs: the declared index feeding each forward argument (when
-    the indexes are ``0`` to ``n - 1``); outputs: the element of the forward's tuple for each
-    declared output."""
+def tensor_order(
+    names: Sequence[str], *, inputs: bool, arguments: Sequence[str] = ()
+) -> tuple[int, ...] | None:
+    """Where each declared tensor goes, by Triton's conventions, or None for the
+    configuration's own order. Inputs: the declared index feeding each forward argument, by
+    the forward's argument names (``arguments``) when every input is one of them, else by
+    ``NAME__N`` (when the indexes are ``0`` to ``n - 1``); outputs: the element of the
+    forward's tuple for each declared output (``NAME__N``)."""
+    if inputs and names and arguments and all(name in arguments for name in names):
+        return _argument_order(names, arguments)
     found = [_INDEXED.fullmatch(name) for name in names]
     if not names or any(m is None for m in found):
         return None
@@ -76,9 +90,40 @@ def tensor_order(names: Sequence[str], *, inputs: bool) -> tuple[int, ...] | Non
     return tuple(indexes.index(argument) for argument in range(len(indexes)))
 
 
+def _argument_order(names: Sequence[str], arguments: Sequence[str]) -> tuple[int, ...] | None:
+    """The declared index feeding each forward argument, for inputs named as the forward's
+    arguments (Triton's ``FORWARD_ARGUMENT`` convention); None when that is the declared
+    order. Inputs that leave out an argument before the last one named are refused: the
+    forward takes its arguments positionally, so a left-out one would shift the others."""
+    positions = [list(arguments).index(name) for name in names]
+    if len(set(positions)) != len(positions):
+        raise ConfigError(f"inputs {list(names)!r} name a forward argument twice")
+    if positions == list(range(len(positions))):
+        return None
+    if sorted(positions) != list(range(len(positions))):
+        missing = [a for a in arguments[: max(positions) + 1] if a not in names]
+        raise ConfigError(
+            f"the inputs {list(names)!r} are the TorchScript forward's arguments "
+            f"{list(arguments)!r} without {missing!r}, which come before an input declared; "
+            "declare every argument the forward takes up to the last one given"
+        )
+    return tuple(positions.index(argument) for argument in range(len(positions)))
+
+
+def forward_arguments(script: nn.Module) -> tuple[str, ...]:
+    """The names of a TorchScript module's forward arguments (``self`` left out; scripted and
+    traced modules both record them), or ``()`` when it has no schema to read."""
+    try:
+        schema = getattr(script.forward, "schema")  # noqa: B009 - a ScriptMethod's, untyped
+        return tuple(str(argument.name) for argument in schema.arguments[1:])
+    except (AttributeError, RuntimeError):
+        return ()
+
+
 class TritonOrder(nn.Module):
-    """A TorchScript module fed and read in Triton's ``NAME__N`` order (see the module
-    docstring); made only when that order is not the configuration's."""
+    """A TorchScript module fed and read in Triton's order (forward argument names, else
+    ``NAME__N``; see the module docstring); made only when that order is not the
+    configuration's."""
 
     def __init__(
         self,
@@ -127,7 +172,8 @@ def load_torchscript(
             f"cannot load the TorchScript archive {str(path)!r}: {type(exc).__name__}: "
             f"{first}; {_SAVE_FIX}"
         ) from exc
-    ins, outs = tensor_order(inputs, inputs=True), tensor_order(outputs, inputs=False)
+    ins = tensor_order(inputs, inputs=True, arguments=forward_arguments(script))
+    outs = tensor_order(outputs, inputs=False)
     if ins is None and outs is None:
         return script
     return TritonOrder(script, ins, outs)

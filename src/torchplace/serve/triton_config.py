@@ -154,7 +154,13 @@ def pbtxt_settings(path: Path, name: str) -> dict[str, Any]:
             f"{TRITON_MODEL_FILE!r})"
         )
     doc = json_format.MessageToDict(message, preserving_proto_field_name=True)
-    return {**_Reader(where).mapped(doc, name), "weights": filename}
+    settings = _Reader(where).mapped(doc, name)
+    # the file's delay is Triton's, 0 when not given (MessageToDict leaves a 0 out): with
+    # ``dynamic_batching {}``, or none, Triton runs what is queued without waiting for more,
+    # where the server's --max-delay-ms would hold every request up to fill a batch
+    delay = message.dynamic_batching.max_queue_delay_microseconds
+    settings.setdefault("batching", {}).setdefault("max_delay_ms", delay / 1000)
+    return {**settings, "weights": filename}
 
 
 def _parse_pbtxt(path: Path) -> Any:
