@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from torchplace import __version__
-from torchplace.errors import ConfigError
+from torchplace.errors import ConfigError, TorchplaceError
 
 __all__ = [
     "EXIT_FAILED",
@@ -46,6 +46,7 @@ __all__ = [
     "load_schema",
     "model_source",
     "open_report",
+    "require_torch",
     "schema_id",
     "schema_path",
     "to_json",
@@ -156,6 +157,12 @@ def check_output(output: str | Path | None, *, flag: str = "-o") -> None:
     fix = f"give {flag} a file in an existing, writable directory"
     if str(output) == "":
         raise ConfigError(f"{flag} '' is empty; {fix}")
+    given = str(output)
+    if given.endswith(tuple(sep for sep in (os.sep, os.altsep) if sep)) and not os.path.isdir(
+        given
+    ):
+        # Path() drops the final '/', which would write the file 'out' for 'out/'
+        raise ConfigError(f"{flag} {given!r} ends in {given[-1]!r}, so it names a directory; {fix}")
     try:
         _check_writable(Path(output), flag, fix)
     except OSError as exc:  # a name too long, a component that is not a directory, ...
@@ -220,6 +227,31 @@ def _try_writing(path: Path) -> None:
     except FileExistsError:  # made meanwhile by another process: it can be opened
         return
     path.unlink()
+
+
+def require_torch() -> None:
+    """Import torch, or say why it cannot be (exit 1, no traceback): a broken install, or an
+    environment variable torch reads on import (``TORCH_LOGS=bogus``) making ``import torch``
+    itself fail. For the commands that need torch, before they import it."""
+    try:
+        import torch  # noqa: F401
+    except Exception as exc:
+        text = " ".join(str(exc).split())
+        first = text.split(". ", 1)[0].rstrip(".")  # its first sentence: torch's can be long
+        why = f"{type(exc).__name__}: {first[:300]}".rstrip(": ")
+        suspects = sorted(
+            f"{name}={value}"
+            for name, value in os.environ.items()
+            if name.startswith(("TORCH_", "PYTORCH_"))
+        )
+        if suspects:
+            fix = (
+                "check the environment variables torch reads on import, or unset them: "
+                + ", ".join(suspects)
+            )
+        else:
+            fix = "reinstall torch (pip install --force-reinstall torch) in this environment"
+        raise TorchplaceError(f"torch cannot be imported ({why}). Fix: {fix}") from None
 
 
 def check_distinct(outputs: Iterable[str | Path | None], inputs: Iterable[str | Path] = ()) -> None:
@@ -291,6 +323,12 @@ def open_report(output: str | Path | None, *, stream: TextIO | None = None) -> I
     target.flush()
 
 
+#: how a report file writes what UTF-8 cannot encode: a file name that is not UTF-8 (python
+#: holds its bytes as surrogates, ``\udcff``) is written as that escape, as error messages show
+#: it, and the file stays valid UTF-8 for the programs that read it (SARIF, JSON, annotations)
+_ERRORS = "backslashreplace"
+
+
 @contextmanager
 def _replacing(path: Path) -> Iterator[TextIO]:
     """Write ``path`` whole or not at all: into a new file beside it, which replaces it once
@@ -305,11 +343,11 @@ def _replacing(path: Path) -> Iterator[TextIO]:
         except OSError:  # a read-only directory holding a writable file, ...
             fd = -1
     if fd < 0:
-        with path.open("w", encoding="utf-8") as file:
+        with path.open("w", encoding="utf-8", errors=_ERRORS) as file:
             yield file
         return
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
+        with os.fdopen(fd, "w", encoding="utf-8", errors=_ERRORS) as file:
             yield file
         if path.exists():
             os.chmod(temp, path.stat().st_mode & 0o7777)  # the old file's permissions
@@ -322,7 +360,11 @@ def _replacing(path: Path) -> Iterator[TextIO]:
 def write_report(text: str, output: str | Path | None, *, stream: TextIO | None = None) -> None:
     """Write a rendered report to ``output`` when given, else to ``stream`` (stdout)."""
     with open_report(output, stream=stream) as target:
-        target.write(text)
+        try:
+            target.write(text)
+        except UnicodeEncodeError:  # a non-UTF-8 file name (surrogates) on a strict stream
+            encoding = getattr(target, "encoding", None) or "utf-8"
+            target.write(text.encode(encoding, "backslashreplace").decode(encoding))
 
 
 def schema_path(command: str, version: str = SCHEMA_VERSION) -> Path:

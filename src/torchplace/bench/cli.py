@@ -309,6 +309,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the chosen benchmark; 0 when it ran or was skipped for a stated reason."""
     from rich.console import Console
 
+    report.require_torch()  # say why torch cannot be imported, not a traceback
     from torchplace.bench.timer import TimingWarning
     from torchplace.devices import resolve_device
 

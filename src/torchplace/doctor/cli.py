@@ -28,7 +28,7 @@ from types import FrameType
 from torchplace import report
 from torchplace.doctor.assemble import collect
 from torchplace.doctor.rendering import render
-from torchplace.errors import ConfigError, TorchplaceError
+from torchplace.errors import ConfigError
 
 __all__ = ["configure", "run"]
 
@@ -88,27 +88,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _require_torch() -> None:
-    """Import torch, or say why it cannot be: a broken install, or an environment variable
-    torch reads on import (``TORCH_LOGS=bogus``) making ``import torch`` itself fail."""
-    try:
-        import torch  # noqa: F401
-    except Exception as exc:
-        text = " ".join(str(exc).split())
-        first = text.split(". ", 1)[0].rstrip(".")  # its first sentence: torch's can be long
-        why = f"{type(exc).__name__}: {first[:300]}".rstrip(": ")
-        suspects = sorted(
-            f"{name}={value}"
-            for name, value in os.environ.items()
-            if name.startswith(("TORCH_", "PYTORCH_"))
-        )
-        if suspects:
-            fix = (
-                "check the environment variables torch reads on import, or unset them: "
-                + ", ".join(suspects)
-            )
-        else:
-            fix = "reinstall torch (pip install --force-reinstall torch) in this environment"
-        raise TorchplaceError(f"torch cannot be imported ({why}). Fix: {fix}") from None
+    """Import torch, or say why it cannot be (:func:`torchplace.report.require_torch`)."""
+    report.require_torch()
 
 
 def _timeout(seconds: float) -> float:

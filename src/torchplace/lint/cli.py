@@ -103,23 +103,41 @@ def _apply_fixes(findings: list[Finding]) -> tuple[dict[str, int], list[tuple[st
 
 
 def _linted_files(paths: list[str], output: str | None) -> list[str]:
-    """The files given to lint, and ``output`` itself when it is an existing source file
-    under a folder given to lint: a report there would overwrite what it reports on."""
+    """The files given to lint, and ``output`` itself when it is an existing source file or
+    notebook under a folder given to lint: a report there would overwrite what it reports on."""
     files = [p for p in paths if os.path.isfile(p)]
-    if output and output.endswith((".py", ".pyi")) and os.path.isfile(output):
-        target = Path(output).resolve()
-        if any(target.is_relative_to(Path(p).resolve()) for p in paths if os.path.isdir(p)):
-            files.append(output)
+    if not output:
+        return files
+    target = Path(output).resolve()  # a symbolic link is written through: where it leads counts
+    linted = target.name.endswith((".py", ".pyi", NOTEBOOK_SUFFIX)) and target.is_file()
+    if linted and any(target.is_relative_to(Path(p).resolve()) for p in paths if os.path.isdir(p)):
+        files.append(str(target))
     return files
+
+
+def _list_rules(args: argparse.Namespace) -> int:
+    """``--list-rules``: a text listing, written where ``-o`` says; it has no JSON, SARIF or
+    GitHub form (no report schema describes it), so another ``--format`` is a usage error
+    rather than text where a program expects JSON."""
+    if args.format != "text":
+        raise ConfigError(
+            f"--list-rules prints a text listing and has no {args.format} form; drop "
+            f"--format {args.format} (or --json)"
+        )
+    report.check_output(args.output)
+    report.check_stdout(args.output)
+    lines = []
+    for rule in ALL_RULES.values():
+        mark = " [*]" if rule.fix == "safe" else ""
+        lines.append(f"{rule.code}  {rule.name:<28} {rule.summary}{mark}\n")
+    report.write_report("".join(lines), args.output)
+    return report.EXIT_OK
 
 
 def run(args: argparse.Namespace) -> int:
     """Lint the paths; print the findings; return the exit status."""
     if args.list_rules:
-        for rule in ALL_RULES.values():
-            mark = " [*]" if rule.fix == "safe" else ""
-            print(f"{rule.code}  {rule.name:<28} {rule.summary}{mark}")
-        return report.EXIT_OK
+        return _list_rules(args)
     report.check_output(args.output)
     report.check_distinct([args.output], _linted_files(args.paths, args.output))
     if args.jobs is not None and args.jobs < 1:

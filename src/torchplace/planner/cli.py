@@ -167,6 +167,7 @@ def _sizes(text: str | None) -> list[int] | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    report.require_torch()  # the planner's devices and shapes import it: say why it cannot be
     from torchplace.planner.render import export_device_map, plot_plan, render_text
     from torchplace.planner.verify import check_tolerance
 

@@ -163,6 +163,43 @@ def _exit_code(exc: SystemExit) -> int:
     return 1
 
 
+def _program_files(kind: str, target: str) -> list[str]:
+    """The files the program runs from, which its report must not overwrite: the script, a
+    directory's ``__main__.py``, or the file of ``-m module`` (a package's ``__main__``)."""
+    if kind == "path":
+        return [str(Path(target) / "__main__.py")] if Path(target).is_dir() else [target]
+    try:
+        origin = _module_origin(target)
+    except Exception:  # a name python cannot look up: running it says why, later
+        return []
+    return [origin] if origin is not None and os.path.isfile(origin) else []
+
+
+def _module_origin(name: str) -> str | None:
+    """Where ``-m name`` runs from, found without importing it or its packages (an import before
+    the guard starts would hide its crossings): a module's file, a package's ``__main__``."""
+    parts = name.split(".")
+    search: Sequence[str] | None = None
+    spec: importlib.machinery.ModuleSpec | None = None
+    for i in range(len(parts)):
+        spec = _find_spec(".".join(parts[: i + 1]), search)
+        if spec is None:
+            return None
+        search = spec.submodule_search_locations
+    if search is not None:  # a package: python runs its __main__
+        spec = _find_spec(f"{name}.__main__", search)
+    origin = getattr(spec, "origin", None)
+    return origin if isinstance(origin, str) else None
+
+
+def _find_spec(name: str, search: Sequence[str] | None) -> importlib.machinery.ModuleSpec | None:
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        spec: importlib.machinery.ModuleSpec | None = getattr(loaded, "__spec__", None)
+        return spec
+    return importlib.machinery.PathFinder.find_spec(name, search)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the program under a guard; report; 0 when the program ended well, else 1."""
     kind, target, argv = split_program(args.program)
@@ -171,7 +208,8 @@ def run(args: argparse.Namespace) -> int:
     if args.max_events is not None and args.max_events < 0:
         raise ConfigError(f"--max-events must be >= 0, got {args.max_events}")
     report.check_output(args.output)
-    report.check_distinct([args.output], [target] if kind == "path" else [])
+    report.check_distinct([args.output], _program_files(kind, target))
+    report.require_torch()  # the guard hooks torch: say why it cannot be imported
 
     from torchplace.sanitizer.recorder import Guard
 

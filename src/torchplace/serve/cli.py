@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from torchplace import report
 from torchplace.errors import ConfigError
 from torchplace.serve.config import LOG_LEVELS, MIB, ServeConfig
 from torchplace.serve.datatypes import SERVING_DTYPES
@@ -395,6 +396,7 @@ def _require_serve_extra() -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM/SIGINT; returns 0 after a clean drain."""
+    report.require_torch()  # the model and the engine import it: say why it cannot be
     check_ray_flags(args)
     config = kserve_config(args, config_from_args(args))
     _check_trace_file(config.trace_file)
