@@ -1,4 +1,5 @@
-"""Model repositories built on disk for the tests: seed-mlp versions with scaled weights."""
+"""Model repositories built on disk for the tests: seed-mlp versions with scaled weights, and
+Triton model directories (a config.pbtxt and a TorchScript ``1/model.pt``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 import orjson
 import torch
 from safetensors.torch import save_file
+from torch import nn
 
 from torchplace.models import build_model
 from torchplace.serve.config import ServeConfig
@@ -84,3 +86,20 @@ def call(port: int, method: str, path: str, body: bytes | None = None) -> tuple[
         return response.status, orjson.loads(raw) if raw else None
     finally:
         conn.close()
+
+
+def scripted(module: nn.Module, folder: Path, filename: str = "model.pt") -> nn.Module:
+    """``module`` scripted and saved as ``folder/filename`` (Triton's layout); the loaded
+    archive, as the server loads it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.jit.save(torch.jit.script(module.eval()), str(folder / filename))
+    loaded: nn.Module = torch.jit.load(str(folder / filename))  # type: ignore[no-untyped-call]
+    return loaded
+
+
+def triton_model(root: Path, name: str, pbtxt: str, module: nn.Module | None = None) -> None:
+    """``root/name``: its config.pbtxt and, given a ``module``, ``1/model.pt`` scripted."""
+    (root / name).mkdir(parents=True, exist_ok=True)
+    (root / name / "config.pbtxt").write_text(pbtxt)
+    if module is not None:
+        scripted(module, root / name / "1")

@@ -26,7 +26,7 @@ from torchplace.models import TensorSpec
 from torchplace.serve.config import ServeConfig
 from torchplace.serve.engine import FULL_INLINE_GIVE_UP, INLINE_PROBATION, Engine, resolve_devices
 from torchplace.serve.execution import Transfer
-from torchplace.serve.loader import load_model
+from torchplace.serve.loader import LoadedModel, load_model
 
 from .engine_helpers import Scale, loaded, save_exported
 
@@ -465,19 +465,29 @@ def test_a_timed_out_request_is_dropped_from_the_queue() -> None:
     run(main)
 
 
-def test_dynamic_row_shapes_are_served_one_request_per_batch() -> None:
-    class RowSum(torch.nn.Module):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return x.sum(dim=1, keepdim=True)
+class _RowSum(torch.nn.Module):
+    """Each row's sum, of rows of any width (a dynamic non-batch dimension)."""
 
-    model = loaded(
-        RowSum(),
+    def __init__(self) -> None:
+        super().__init__()
+        self.widths: list[list[int]] = []  # per forward: its rows' width, its row count
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.widths.append([x.shape[1], x.shape[0]])
+        return x.sum(dim=1, keepdim=True)
+
+
+def _row_sum() -> LoadedModel:
+    return loaded(
+        _RowSum(),
         inputs=(TensorSpec("input", "FP32", (-1, -1)),),
         outputs=(TensorSpec("output", "FP32", (-1, 1)),),
     )
 
+
+def test_dynamic_row_shapes_of_different_widths_are_each_answered() -> None:
     async def main() -> None:
-        engine = Engine(model, [CPU], max_batch_size=8, max_delay_ms=5.0)
+        engine = Engine(_row_sum(), [CPU], max_batch_size=8, max_delay_ms=5.0)
         await engine.start()
         xs = [np.ones((2, width), np.float32) for width in (3, 5, 7)]
         results = await asyncio.gather(*(engine.infer({"input": x}) for x in xs))
@@ -489,26 +499,11 @@ def test_dynamic_row_shapes_are_served_one_request_per_batch() -> None:
 
 
 def test_dynamic_row_shapes_share_a_batch_when_their_shapes_are_equal() -> None:
-    class RowSum(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.widths: list[list[int]] = []  # per forward: its rows' width, its row count
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            self.widths.append([x.shape[1], x.shape[0]])
-            return x.sum(dim=1, keepdim=True)
-
-    model = loaded(
-        RowSum(),
-        inputs=(TensorSpec("input", "FP32", (-1, -1)),),
-        outputs=(TensorSpec("output", "FP32", (-1, 1)),),
-    )
-
     async def main() -> None:
-        engine = Engine(model, [CPU], max_batch_size=8, max_delay_ms=50.0)
+        engine = Engine(_row_sum(), [CPU], max_batch_size=8, max_delay_ms=50.0)
         await engine.start()
         module = engine.replicas[0].module
-        assert isinstance(module, RowSum)
+        assert isinstance(module, _RowSum)
         module.widths.clear()
         widths = (3, 3, 3, 5, 5, 3)
         xs = [np.full((1, w), i + 1.0, np.float32) for i, w in enumerate(widths)]

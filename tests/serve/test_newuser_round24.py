@@ -32,7 +32,7 @@ from torchplace.serve.running import ServerThread
 from torchplace.serve.torchscript import forward_arguments, tensor_order
 
 from .conftest import test_config
-from .repository_helpers import call
+from .repository_helpers import call, triton_model
 
 pytestmark = pytest.mark.filterwarnings(r"ignore:`torch\.jit\.[a-z_]+` is deprecated")
 
@@ -215,14 +215,12 @@ def test_a_pbtxt_without_a_delay_waits_for_no_more_requests(tmp_path: Path) -> N
     config answer of 2000 us) where Triton runs it at once; the file's delay, 0 when not
     given, is the model's, and a load's inline config without one keeps it."""
     for name, (batching, _) in DELAYS.items():
-        folder = tmp_path / name / "1"
-        folder.mkdir(parents=True)
-        torch.jit.save(torch.jit.script(Double()), str(folder / "model.pt"))
-        (tmp_path / name / "config.pbtxt").write_text(
+        pbtxt = (
             'platform: "pytorch_libtorch"\nmax_batch_size: 4\n'
             'input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 2 ] } ]\n'
             'output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 2 ] } ]\n' + batching
         )
+        triton_model(tmp_path, name, pbtxt, Double())
     config = test_config(
         device="cpu",
         model_repository=tmp_path,
@@ -260,14 +258,12 @@ def test_float_outputs_declared_as_integers_are_refused_not_cut(tmp_path: Path) 
     and so does the load's dry run here, naming both. A float output declared in another float
     precision, or an integer one in another width, is still cast (see Precision)."""
     for name, declared in (("cut", "TYPE_INT32"), ("flag", "TYPE_BOOL"), ("half", "TYPE_FP16")):
-        folder = tmp_path / name / "1"
-        folder.mkdir(parents=True)
-        torch.jit.save(torch.jit.script(Scores()), str(folder / "model.pt"))
-        (tmp_path / name / "config.pbtxt").write_text(
+        pbtxt = (
             'platform: "pytorch_libtorch"\nmax_batch_size: 4\n'
             'input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 3 ] } ]\n'
             f'output [ {{ name: "OUTPUT__0" data_type: {declared} dims: [ 3 ] }} ]\n'
         )
+        triton_model(tmp_path, name, pbtxt, Scores())
     with ServerThread(test_config(device="cpu", model_repository=tmp_path, grpc_port=0)) as server:
         _, index = call(server.port, "POST", "/v2/repository/index", b"{}")
         states = {entry["name"]: entry for entry in index}

@@ -22,7 +22,7 @@ from torchplace.serve.repository import inline_config, read_model, triton_settin
 from torchplace.serve.running import ServerThread
 
 from .conftest import test_config
-from .repository_helpers import call
+from .repository_helpers import call, triton_model
 from .variable_model import RowSum, Tokens
 
 # torch 2.13 deprecates TorchScript (DeprecationWarning; 2.14's FutureWarning is in pyproject)
@@ -49,13 +49,6 @@ INLINE = {
     "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [-1]}],
     "output": [{"name": "total", "data_type": "TYPE_FP32", "dims": ["1"]}],
 }
-
-
-def triton_model(root: Path, name: str, pbtxt: str, module: nn.Module) -> None:
-    """``root/name``: its config.pbtxt and ``1/model.pt``, ``module`` scripted."""
-    (root / name / "1").mkdir(parents=True)
-    (root / name / "config.pbtxt").write_text(pbtxt)
-    torch.jit.save(torch.jit.script(module.eval()), str(root / name / "1" / "model.pt"))
 
 
 def body(name: str, x: np.ndarray) -> bytes:

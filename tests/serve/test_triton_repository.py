@@ -26,7 +26,15 @@ from torchplace.serve.running import ServerThread
 from torchplace.serve.torchscript import is_torchscript, tensor_order
 
 from .conftest import test_config
-from .repository_helpers import X, call, expected, infer_body, write_model
+from .repository_helpers import (
+    X,
+    call,
+    expected,
+    infer_body,
+    scripted,
+    triton_model,
+    write_model,
+)
 
 # torch 2.13 deprecates TorchScript (DeprecationWarning; 2.14's FutureWarning is in pyproject)
 pytestmark = pytest.mark.filterwarnings(r"ignore:`torch\.jit\.[a-z_]+` is deprecated")
@@ -90,22 +98,6 @@ input [ { name: "x", data_type: TYPE_FP32, dims: [ 4 ] } ]
 BAD = """platform: "pytorch_libtorch"
 max_batch_sise: 8
 """
-
-
-def scripted(module: nn.Module, folder: Path, filename: str = "model.pt") -> nn.Module:
-    """``module`` scripted and saved as ``folder/filename`` (Triton's layout); the loaded
-    archive, as the server loads it."""
-    folder.mkdir(parents=True, exist_ok=True)
-    torch.jit.save(torch.jit.script(module.eval()), str(folder / filename))
-    loaded: nn.Module = torch.jit.load(str(folder / filename))  # type: ignore[no-untyped-call]
-    return loaded
-
-
-def triton_model(root: Path, name: str, pbtxt: str, module: nn.Module | None = None) -> None:
-    (root / name).mkdir(parents=True, exist_ok=True)
-    (root / name / "config.pbtxt").write_text(pbtxt)
-    if module is not None:
-        scripted(module, root / name / "1")
 
 
 def free_port() -> int:

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     report.check_output(args.output)
     report.check_stdout(args.output)
     limit = _timeout(args.timeout)
-    _require_torch()
+    report.require_torch()  # say why torch cannot be imported, not a traceback
     with _watchdog(limit):
         result = collect(args.device, smoke=args.smoke)
     verdict = result["verdict"]
@@ -85,11 +85,6 @@ def run(args: argparse.Namespace) -> int:
         for fix in verdict["fixes"]:
             print(f"  fix: {fix}", file=sys.stderr)
     return report.EXIT_FAILED
-
-
-def _require_torch() -> None:
-    """Import torch, or say why it cannot be (:func:`torchplace.report.require_torch`)."""
-    report.require_torch()
 
 
 def _timeout(seconds: float) -> float:

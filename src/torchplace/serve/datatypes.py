@@ -22,6 +22,7 @@ __all__ = [
     "SERVING_DTYPES",
     "host_numpy_dtype",
     "host_torch_dtype",
+    "oip_datatype",
     "serving_dtype",
     "torch_dtype",
 ]
@@ -79,6 +80,14 @@ def torch_dtype(datatype: str) -> torch.dtype:
     if datatype == "BF16":
         return torch.bfloat16
     return host_torch_dtype(datatype)
+
+
+def oip_datatype(dtype: torch.dtype) -> str | None:
+    """The OIP datatype of a torch dtype (``BF16`` for torch.bfloat16); None: not servable."""
+    for datatype in HOST_DTYPES:
+        if torch_dtype(datatype) == dtype:
+            return datatype
+    return None
 
 
 #: ``--dtype`` choices: the torch floating dtypes a replica's weights may be cast to.

@@ -463,15 +463,12 @@ def _truncates(got: torch.dtype, declared: torch.dtype) -> bool:
     )
 
 
-_FLOATS = {"float16": "FP16", "bfloat16": "BF16", "float32": "FP32", "float64": "FP64"}
-
-
 def _kind_mismatch(name: str, tensor: torch.Tensor, declared: torch.dtype) -> TypeError:
     """The output's dtype against its declaration, in Triton's PyTorch backend's words."""
+    from torchplace.serve.datatypes import oip_datatype
 
     def triton(dtype: torch.dtype) -> str:
-        name = str(dtype).removeprefix("torch.")
-        return _FLOATS.get(name, name.upper())
+        return oip_datatype(dtype) or str(dtype).removeprefix("torch.").upper()
 
     return TypeError(
         f"configuration expects datatype TYPE_{triton(declared)} for output {name!r}, model "

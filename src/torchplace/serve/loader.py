@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchplace.errors import ConfigError
 from torchplace.models import EMBEDDED_MODELS, TensorSpec
-from torchplace.serve.datatypes import HOST_DTYPES, host_numpy_dtype, torch_dtype
+from torchplace.serve.datatypes import host_numpy_dtype, oip_datatype, torch_dtype
 
 if TYPE_CHECKING:
     import torch
@@ -262,10 +262,9 @@ def infer_outputs(
     first = run(2, 1)
     variable = any(dim == -1 for spec in inputs for dim in spec.shape[1:])
     second = run(3, 2) if variable else first
-    oip = {torch_dtype(datatype): datatype for datatype in HOST_DTYPES}
     specs: list[TensorSpec] = []
     for (name, tensor), (_, other) in zip(first, second, strict=True):
-        datatype = oip.get(tensor.dtype)
+        datatype = oip_datatype(tensor.dtype)
         if datatype is None or tensor.dim() == 0 or tensor.shape[0] != 2:
             raise ConfigError(
                 f"model {model!r}: output {name!r} of its dry run ({tensor.dtype}, shape "
@@ -493,12 +492,11 @@ def _specs_from_graph(program: Any, kind: str) -> tuple[TensorSpec, ...] | None:
             vals = [n.meta.get("val") for n in nodes]
     except Exception:
         return None
-    oip = {torch_dtype(datatype): datatype for datatype in HOST_DTYPES}
     specs: list[TensorSpec] = []
     for i, val in enumerate(vals):
         if val is None or not hasattr(val, "shape"):
             return None
-        datatype = oip.get(val.dtype)
+        datatype = oip_datatype(val.dtype)
         if datatype is None:
             return None
         dims = [d if isinstance(d, int) else -1 for d in val.shape]

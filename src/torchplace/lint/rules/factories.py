@@ -59,14 +59,11 @@ def _forward_reachable(cls: Scope) -> set[str]:
     if cached is not None:
         return cached
     assert isinstance(cls.node, ast.ClassDef)
-    methods = {
-        item.name: item
-        for item in cls.node.body
-        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
-    }
+    methods = _class_methods(cls.node)
     module = cls.parent.node if cls.parent is not None else None
     # methods another module of the file runs from its `forward` on an instance it holds
-    entries = sorted(_holder_calls(cls.node, module) & set(methods))
+    held = _holder_calls(cls.parent).get(cls.node.name, set()) if cls.parent else set()
+    entries = sorted(held & set(methods))
     if "forward" in methods:
         reached = _self_reachable(methods, ["forward", *entries])
     else:  # a hook the `forward` of a base class of the file calls: `self._forward(x, y)`
@@ -76,34 +73,47 @@ def _forward_reachable(cls: Scope) -> set[str]:
     return reached
 
 
-def _holder_calls(cls: ast.ClassDef, module: ast.AST | None) -> set[str]:
-    """The names another class of the file with a ``forward`` calls, on its forward path, on
-    an instance of ``cls`` it holds: ``self.GridGenerator = GridGenerator(F, size)`` in
-    ``TPS_SpatialTransformerNetwork.__init__``, then ``self.GridGenerator.build_P_prime(c)``
-    in its ``forward``; the method runs on every forward of the model that holds it."""
-    found: set[str] = set()
-    for other in getattr(module, "body", []):
-        if not isinstance(other, ast.ClassDef) or other is cls:
+def _class_methods(node: ast.ClassDef) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    """The methods a class body defines, by name."""
+    return {
+        item.name: item
+        for item in node.body
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+
+
+def _holder_calls(module: Scope) -> dict[str, set[str]]:
+    """Per class of the file, the names another class with a ``forward`` calls, on its forward
+    path, on an instance of it that it holds: ``self.GridGenerator = GridGenerator(F, size)``
+    in ``TPS_SpatialTransformerNetwork.__init__``, then ``self.GridGenerator.build_P_prime(c)``
+    in its ``forward``; the method runs on every forward of the model that holds it. Read once
+    per file (cached on its scope)."""
+    cached: dict[str, set[str]] | None = module.cache.get("holder-calls")
+    if cached is not None:
+        return cached
+    found: dict[str, set[str]] = {}
+    for other in getattr(module.node, "body", []):
+        if not isinstance(other, ast.ClassDef):
             continue
-        methods = {
-            item.name: item
-            for item in other.body
-            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
-        }
+        methods = _class_methods(other)
         if "forward" not in methods:
             continue
-        holders = {
-            target.attr
-            for node in walk(other)
-            if isinstance(node, ast.Assign)
-            and isinstance(node.value, ast.Call)
-            and isinstance(node.value.func, ast.Name)
-            and node.value.func.id == cls.name
-            for target in node.targets
-            if isinstance(target, ast.Attribute)
-            and isinstance(target.value, ast.Name)
-            and target.value.id == "self"
-        }
+        holders: dict[str, set[str]] = {}  # self.attr = Cls(...): attr -> the classes
+        for node in walk(other):
+            if not (
+                isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Call)
+                and isinstance(node.value.func, ast.Name)
+                and node.value.func.id != other.name
+            ):
+                continue
+            for target in node.targets:
+                if (
+                    isinstance(target, ast.Attribute)
+                    and isinstance(target.value, ast.Name)
+                    and target.value.id == "self"
+                ):
+                    holders.setdefault(target.attr, set()).add(node.value.func.id)
         if not holders:
             continue
         for name in _self_reachable(methods, ["forward"]):
@@ -116,7 +126,9 @@ def _holder_calls(cls: ast.ClassDef, module: ast.AST | None) -> set[str]:
                     and isinstance(sub.func.value.value, ast.Name)
                     and sub.func.value.value.id == "self"
                 ):
-                    found.add(sub.func.attr)
+                    for held in holders[sub.func.value.attr]:
+                        found.setdefault(held, set()).add(sub.func.attr)
+    module.cache["holder-calls"] = found
     return found
 
 
@@ -165,11 +177,7 @@ def _inherited_hooks(cls: ast.ClassDef, module: ast.AST | None, depth: int) -> s
         node = classes.get(base.id) if isinstance(base, ast.Name) else None
         if node is None or node is cls:
             continue
-        methods = {
-            item.name: item
-            for item in node.body
-            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
-        }
+        methods = _class_methods(node)
         if "forward" not in methods:
             found |= _inherited_hooks(node, module, depth + 1)
             continue
