@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import warnings
 from pathlib import Path
 
 import pytest
@@ -363,3 +364,69 @@ def test_a_whole_pickled_module_loads_as_its_state_dict_when_trusted(tmp_path: P
     state = load_checkpoint(tmp_path / "whole.pt", module=into, allow_pickle=True)
     assert sorted(state) == sorted(net().state_dict())
     assert same_weights(into, net())
+
+
+# ------------------------------------------------- nested wrapper prefixes (model.module., ...)
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    ["model.module.", "model._orig_mod.", "_orig_mod.model.", "model.module._orig_mod."],
+)
+def test_a_nested_wrapper_prefix_is_stripped_when_every_key_then_fits(
+    tmp_path: Path, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # was: StateDictMismatchError: a DataParallel model saved inside a wrapper
+    # (model.module.0.weight) lost neither prefix, "module." not being first and "model."
+    # leaving keys that do not fit
+    src = net()
+    path = tmp_path / "wrapped.ckpt"
+    torch.save({"state_dict": prefixed(src.state_dict(), prefix)}, path)
+    dst = other_net()
+    caplog.set_level(logging.INFO, logger="torchplace.checkpoint")
+    state = load_checkpoint(path, module=dst)
+    assert same_weights(src, dst)
+    assert sorted(state) == sorted(src.state_dict())  # the keys as loaded
+    assert f"stripped the {prefix!r} prefix of every key" in caplog.text
+
+
+def test_a_nested_prefix_into_a_wrapped_module_loses_only_the_outer_part(tmp_path: Path) -> None:
+    src = net()
+    path = tmp_path / "wrapped.ckpt"
+    torch.save(prefixed(src.state_dict(), "model.module."), path)
+    dst = nn.DataParallel(other_net())  # keys "module.0.weight", ...
+    state = load_checkpoint(path, module=dst)
+    assert same_weights(src, dst.module)
+    assert all(k.startswith("module.") for k in state)
+
+
+def test_a_nested_prefix_is_kept_when_the_keys_would_not_fit(tmp_path: Path) -> None:
+    path = tmp_path / "wrapped.ckpt"
+    state = prefixed({**net().state_dict(), "head.weight": torch.zeros(1)}, "model.module.")
+    torch.save(state, path)
+    dst = other_net()
+    before = {k: v.clone() for k, v in dst.state_dict().items()}
+    with pytest.raises(StateDictMismatchError, match=r"starts with .model\.."):
+        load_checkpoint(path, module=dst)
+    assert all(torch.equal(before[k], v) for k, v in dst.state_dict().items())
+
+
+def test_old_weight_norm_keys_load_under_a_nested_prefix(tmp_path: Path) -> None:
+    def conv_wn(new: bool) -> nn.Module:
+        conv = nn.Conv1d(2, 3, 3)
+        if new:
+            wrapped: nn.Module = nn.utils.parametrizations.weight_norm(conv)
+            return wrapped
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            return nn.utils.weight_norm(conv)
+
+    saved = nn.Sequential(conv_wn(False), nn.Linear(1, 1)).state_dict()
+    path = tmp_path / "old.ckpt"
+    torch.save({"state_dict": prefixed(saved, "model.module.")}, path)
+    model = nn.Sequential(conv_wn(True), nn.Linear(1, 1))
+    load_checkpoint(path, module=model)
+    loaded = model.state_dict()
+    assert torch.equal(loaded["0.parametrizations.weight.original0"], saved["0.weight_g"])
+    assert torch.equal(loaded["0.parametrizations.weight.original1"], saved["0.weight_v"])
+    assert torch.equal(loaded["1.weight"], saved["1.weight"])

@@ -49,6 +49,10 @@ _DIRECTORY_FILES = (
 )
 # Prefixes that wrappers put before every key: DataParallel/DDP, torch.compile.
 _WRAPPER_PREFIXES = ("module.", "_orig_mod.")
+# Components a nested prefix is made of: the wrappers', and the attribute a training wrapper
+# (a LightningModule, a trainer's own class) holds the model under; "model.module." is a
+# DataParallel model saved from inside such a wrapper.
+_NESTED_PREFIXES = ("module.", "model.", "_orig_mod.")
 # Plain-data classes training scripts save beside the weights, safe to rebuild without code.
 _SAFE_EXTRAS: list[Any] = [argparse.Namespace]
 # Keys under which training scripts commonly nest the model's state dict, in order of preference.
@@ -156,10 +160,12 @@ def load_checkpoint(
     - With ``module``, keys that all start with a wrapper's prefix the module's keys lack
       (``module.`` from DataParallel/DDP, ``_orig_mod.`` from ``torch.compile``) lose it, a
       wrapped module gets it added, and any other common first component (a LightningModule's
-      ``model.``) is stripped when every key then fits. When no key fits as saved, a base
-      model's weights get the one prefix under which the module holds it (``bert.``), and a
-      task model's lose it for the base model; each renaming is logged (INFO). Tied
-      weights saved once (``safetensors.torch.save_model``) fill every name they are tied to.
+      ``model.``) is stripped when every key then fits, as is a nested run of those prefixes
+      (``model.module.``: a DataParallel model saved inside a wrapper; ``module._orig_mod.``).
+      When no key fits as saved, a base model's weights get the one prefix under which the
+      module holds it (``bert.``), and a task model's lose it for the base model; each
+      renaming is logged (INFO). Tied weights saved once (``safetensors.torch.save_model``)
+      fill every name they are tied to.
     - With ``module``, the state dict is compared with the module by key and shape and loaded
       into it. With ``strict`` (the default) any missing or unexpected key or shape mismatch
       raises :class:`~torchplace.errors.StateDictMismatchError` naming each one, and the module
@@ -893,10 +899,16 @@ def _match_keys(
     file: Path,
     renames: list[tuple[str, str]] | None = None,
 ) -> dict[str, torch.Tensor]:
-    """``state`` with its keys renamed to the module's where only a wrapper prefix differs:
-    ``module.``/``_orig_mod.`` stripped (or added for a wrapped module), and any other common
-    first component stripped when every key then names one of the module's."""
+    """``state`` with its keys renamed to the module's where only a wrapper prefix differs: a
+    nested one (``model.module.``, ``module._orig_mod.``) stripped when every key then names
+    one of the module's, ``module.``/``_orig_mod.`` stripped (or added for a wrapped module),
+    and any other common first component stripped when every key then names one of the
+    module's."""
     own = _known_keys(module)  # the old weight_norm names fit too: renamed after this
+    nested = _nested_prefix(own, state)
+    if nested:
+        _log.info("checkpoint %s: stripped the %r prefix of every key", file, nested)
+        return _rename(state, nested, "", renames)
     done = False
     while not done:
         done = True
@@ -914,6 +926,23 @@ def _match_keys(
     if any(k in own for k in state):
         return state
     return _match_base_model(own, state, file, renames)
+
+
+def _nested_prefix(own: set[str], state: Mapping[str, Any]) -> str:
+    """The longest run of wrapper components (:data:`_NESTED_PREFIXES`) that every key of
+    ``state`` starts with, none of ``own`` does, and whose removal makes every key one of
+    ``own`` (``"model.module."``, ``"module._orig_mod."``); "" when there is none."""
+    chain, runs = "", []
+    while True:
+        step = next((p for p in _NESTED_PREFIXES if _all_start(state, chain + p)), None)
+        if step is None:
+            break
+        chain += step
+        runs.append(chain)
+    for run in reversed(runs):  # the longest first: "model.module." before "model."
+        if _none_start(own, run) and all(k.removeprefix(run) in own for k in state):
+            return run
+    return ""
 
 
 def _match_base_model(

@@ -22,11 +22,14 @@ import os
 import re
 import sys
 from collections.abc import Callable, Sequence
-from typing import NamedTuple, cast
+from typing import TYPE_CHECKING, NamedTuple, TextIO, cast
 
 from torchplace import __version__
 from torchplace.errors import ConfigError, TorchplaceError
 from torchplace.report import EXIT_FAILED, EXIT_USAGE
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 __all__ = ["COMMANDS", "main"]
 
@@ -72,11 +75,29 @@ COMMANDS: dict[str, _Command] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose help, usage and version fail when standard output cannot take
+    them: argparse itself drops the error (``torchplace --help > /dev/full`` exited 0 with
+    nothing written). Its subparsers (``bench``'s) are of this class too."""
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        if not message or file is None or file is not sys.stdout:
+            super()._print_message(message, file)  # stderr: nowhere left to say it failed
+            return
+        stdout = cast("TextIO", file)
+        try:
+            stdout.write(message)
+            stdout.flush()  # a full disk or a closed pipe shows up here, not at exit
+        except OSError as exc:
+            what = "the help" if message.startswith("usage:") else "the version"
+            self.exit(_stdout_failed(self.prog, exc, what))
+
+
 def _main_parser() -> argparse.ArgumentParser:
     width = max(len(name) for name in COMMANDS)
     listing = "\n".join(f"  {name:<{width}}  {cmd.summary}" for name, cmd in COMMANDS.items())
     reports = ", ".join(name for name, cmd in COMMANDS.items() if cmd.report)
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="torchplace",
         description="Make the PyTorch device contract explicit, checked, measured and observable.",
         epilog=(
@@ -131,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = COMMANDS[top.command]
     _configure_logging(top.verbose, hosts_program=command.hosts_program)
     module = importlib.import_module(command.module)
-    sub = argparse.ArgumentParser(
+    sub = _Parser(
         prog=f"torchplace {top.command}",
         description=(module.__doc__ or command.summary).strip().splitlines()[0],
     )
@@ -153,19 +174,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:
-        # The reader went away (`torchplace lint . | head`): stop quietly, as other tools do.
-        _silence_stdout()
-        return EXIT_FAILED
     except OSError as exc:
-        if exc.filename is None:  # a failed write to stdout (a full disk, /dev/full)
-            _silence_stdout()
-            print(
-                f"torchplace {top.command}: error: cannot write the report to standard output "
-                f"({exc.strerror or exc}); write it to a file with -o PATH",
-                file=sys.stderr,
+        if exc.filename is None:  # a failed write to stdout (a full disk, /dev/full, | head)
+            return _stdout_failed(
+                f"torchplace {top.command}", exc, "the report", "; write it to a file with -o PATH"
             )
-            return EXIT_FAILED
         print(
             f"torchplace {top.command}: error: cannot use {exc.filename!r}: "
             f"{exc.strerror or exc}; check the path",
@@ -206,6 +219,20 @@ def _import_from_cwd() -> None:
     cwd = os.getcwd()
     if "" not in sys.path and cwd not in sys.path:
         sys.path.append(cwd)
+
+
+def _stdout_failed(prog: str, exc: OSError, what: str, fix: str = "") -> int:
+    """The exit status of a write to standard output that failed, said in one line on stderr;
+    a reader that went away (``torchplace lint . | head``) is no error to tell, as for other
+    tools. Standard output is silenced so that the interpreter's final flush does not fail
+    again."""
+    _silence_stdout()
+    if not isinstance(exc, BrokenPipeError):
+        print(
+            f"{prog}: error: cannot write {what} to standard output ({exc.strerror or exc}){fix}",
+            file=sys.stderr,
+        )
+    return EXIT_FAILED
 
 
 def _silence_stdout() -> None:

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from torchplace import report
 from torchplace.cli import main
+from torchplace.lint.rules import ALL_RULES
 
 BAD = "import torch\nstate = torch.load('m.pt')\n"
 CLEAN = "import torch\nstate = torch.load('m.pt', map_location='cpu', weights_only=True)\n"
@@ -157,6 +159,38 @@ def test_statistics(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     lines = out.strip().splitlines()
     assert lines[0].split("\t")[:2] == ["3", "TPL401"]
     assert lines[1].split("\t") == ["3", "TPL402", "[*] load-without-weights-only"]
+
+
+@pytest.mark.parametrize("flag", [["--json"], ["--format", "json"]])
+def test_statistics_in_json(
+    project: Path, capsys: pytest.CaptureFixture[str], flag: list[str]
+) -> None:
+    # was: --statistics ignored under --json: the envelope had the findings only
+    jsonschema = pytest.importorskip("jsonschema")
+    (project / "more.py").write_text(BAD + "other = torch.load('x.pt')\n")
+    code, out, _ = _run(capsys, *flag, "--statistics", ".")
+    document = json.loads(out)
+    jsonschema.Draft202012Validator(report.load_schema("lint")).validate(document)
+    result = document["result"]
+    assert code == 1
+    assert len(result["findings"]) == 6  # the findings stay, as the schema requires
+    assert result["statistics"] == [
+        {"code": "TPL401", "name": ALL_RULES["TPL401"].name, "count": 3, "fixable": False},
+        {"code": "TPL402", "name": "load-without-weights-only", "count": 3, "fixable": True},
+    ]
+    _, text, _ = _run(capsys, "--statistics", ".")  # the same counts as the text lines
+    assert [line.split("\t")[:2] for line in text.strip().splitlines()] == [
+        [str(row["count"]), row["code"]] for row in result["statistics"]
+    ]
+
+
+def test_statistics_in_json_only_when_asked(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert "statistics" not in json.loads(_run(capsys, "--json", "bad.py")[1])["result"]
+    code, out, _ = _run(capsys, "--json", "--statistics", "clean.py")
+    assert code == 0
+    assert json.loads(out)["result"]["statistics"] == []
 
 
 def test_fix_rewrites_files(project: Path, capsys: pytest.CaptureFixture[str]) -> None:

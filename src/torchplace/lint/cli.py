@@ -65,7 +65,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--fix", action="store_true", help="apply the fixes marked safe")
     parser.add_argument(
-        "--statistics", action="store_true", help="print the number of findings per rule"
+        "--statistics",
+        action="store_true",
+        help="print the number of findings per rule instead of the findings; with --json, "
+        "add them to the report (result.statistics)",
     )
     parser.add_argument(
         "-j", "--jobs", type=int, default=None, metavar="N", help="worker processes (default: CPUs)"
@@ -170,6 +173,7 @@ def run(args: argparse.Namespace) -> int:
             version=__version__,
             errors=result.errors,
             fixed=fixed,
+            statistics=args.statistics,
         )
     if text or args.output is not None:
         report.write_report(text + "\n" if text else "", args.output)

@@ -123,6 +123,7 @@ def _json(
     files: int,
     errors: Sequence[tuple[str, str]],
     fixed: Mapping[str, int] | None,
+    statistics: bool,
 ) -> str:
     result: dict[str, object] = {
         "files": files,
@@ -131,6 +132,11 @@ def _json(
     }
     if fixed is not None:  # a --fix run: the files it changed and how many fixes each took
         result["fixed"] = [{"path": path, "count": count} for path, count in sorted(fixed.items())]
+    if statistics:  # --statistics: the text mode's lines, as data
+        result["statistics"] = [
+            {"code": code, "name": ALL_RULES[code].name, "count": count, "fixable": fixable}
+            for code, count, fixable in _statistics(findings)
+        ]
     return report.to_json(report.envelope("lint", result)).rstrip("\n")
 
 
@@ -142,13 +148,16 @@ def format_findings(
     version: str = "0",
     errors: Sequence[tuple[str, str]] = (),
     fixed: Mapping[str, int] | None = None,
+    statistics: bool = False,
 ) -> str:
     """Render findings in one of :data:`FORMATS` (``errors``: files the linter could not read;
-    ``fixed``: after ``--fix``, the fixes applied per file, listed in JSON)."""
+    ``fixed``: after ``--fix``, the fixes applied per file, listed in JSON; ``statistics``:
+    the findings per rule, as :func:`format_statistics` counts them, added to JSON's
+    ``result``)."""
     if fmt == "text":
         return _text(findings, files)
     if fmt == "json":
-        return _json(findings, files, errors, fixed)
+        return _json(findings, files, errors, fixed, statistics)
     if fmt == "sarif":
         return _sarif(findings, version)
     if fmt == "github":
@@ -156,12 +165,19 @@ def format_findings(
     raise ConfigError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
 
 
-def format_statistics(findings: Sequence[Finding]) -> str:
-    """One line per code: count, code, fixable mark, rule name (most frequent first)."""
+def _statistics(findings: Sequence[Finding]) -> list[tuple[str, int, bool]]:
+    """``(code, findings, whether one of them is fixable)`` per code, most frequent first."""
     counts = Counter(f.code for f in findings)
     fixable = {f.code for f in findings if f.fix is not None}
-    width = max((len(str(n)) for n in counts.values()), default=1)
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return [(code, count, code in fixable) for code, count in ranked]
+
+
+def format_statistics(findings: Sequence[Finding]) -> str:
+    """One line per code: count, code, fixable mark, rule name (most frequent first)."""
+    rows = _statistics(findings)
+    width = max((len(str(count)) for _, count, _ in rows), default=1)
     return "\n".join(
-        f"{count:>{width}}\t{code}\t{'[*] ' if code in fixable else ''}{ALL_RULES[code].name}"
-        for code, count in sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+        f"{count:>{width}}\t{code}\t{'[*] ' if fixable else ''}{ALL_RULES[code].name}"
+        for code, count, fixable in rows
     )
