@@ -723,17 +723,22 @@ def test_every_call_of_the_aio_clients(fixed: ServerThread, kind: str) -> None:
                      str(got["register_cuda_shared_memory"]))  # fmt: skip
 
 
-def test_the_log_settings_extension_is_not_served(fixed: ServerThread) -> None:
+def test_the_log_settings_extension_answers_as_triton_s_client_expects(
+    fixed: ServerThread,
+) -> None:
     """Triton's logging extension (tritonclient's ``update_log_settings``, as
-    client_non_infer_timeout_test.py calls it) is not served either: 404, ``UNIMPLEMENTED``."""
-    for kind, code in (("http", "404"), ("grpc", "StatusCode.UNIMPLEMENTED")):
+    client_non_infer_timeout_test.py calls it): the change is answered with every setting."""
+    for kind in ("http", "grpc"):
         client = _client(fixed, kind)
         try:
-            with pytest.raises(InferenceServerException) as err:
-                client.update_log_settings(settings={"log_verbose_level": 1})
-            assert err.value.status() == code
-            with pytest.raises(InferenceServerException) as err:
-                client.get_log_settings()
-            assert err.value.status() == code
+            if kind == "http":
+                settings = client.update_log_settings(settings={"log_verbose_level": 1})
+            else:
+                changed = client.update_log_settings({"log_verbose_level": 1}, as_json=True)
+                settings = {k: next(iter(v.values())) for k, v in changed["settings"].items()}
+            assert int(settings["log_verbose_level"]) == 1, settings
+            assert set(settings) == {"log_file", "log_info", "log_warning", "log_error",
+                                     "log_verbose_level", "log_format"}  # fmt: skip
+            client.update_log_settings(settings={"log_verbose_level": 0})
         finally:
             client.close()

@@ -27,9 +27,9 @@ health, readiness, v2 JSON and binary inference, v1 ``:predict`` and ``:explain`
 
 What is pinned here:
 
-- Triton's trace, logging and generate extensions, which the server does not serve (nor list
+- Triton's trace and generate extensions, which the server does not serve (nor list
   in ``/v2``'s ``extensions``), are refused saying so and what to use instead (``--trace-file``,
-  ``--log-level``, ``/infer``): REST 404 ``no route ...: Triton's trace extension is not
+  ``/infer``): REST 404 ``no route ...: Triton's trace extension is not
   supported by this server ...``, gRPC ``UNIMPLEMENTED`` with the same words. A bare ``no route``
   (REST) and gRPC's ``Method not found!`` (for RPCs that the ``.proto`` the server publishes
   through reflection declares) left the client to guess why.
@@ -54,7 +54,6 @@ from torchplace.serve.running import ServerThread
 from .conftest import test_config
 
 TRACE = "Triton's trace extension is not supported by this server"
-LOGGING = "Triton's logging extension is not supported by this server"
 GENERATE = "Triton's generate extension is not supported by this server"
 
 
@@ -86,8 +85,6 @@ def _request(port: int, method: str, path: str, body: object = None) -> tuple[in
         ("POST", "/v2/trace/setting", TRACE, "--trace-file"),
         ("GET", "/v2/models/seed-mlp/trace/setting", TRACE, "--trace-file"),
         ("POST", "/v2/models/seed-mlp/versions/1/trace/setting", TRACE, "--trace-file"),
-        ("GET", "/v2/logging", LOGGING, "--log-level"),
-        ("POST", "/v2/logging/", LOGGING, "--log-level"),
         ("POST", "/v2/models/seed-mlp/generate", GENERATE, "/v2/models/seed-mlp/infer"),
         ("POST", "/v2/models/seed-mlp/generate_stream", GENERATE, "/v2/models/seed-mlp/infer"),
     ],
@@ -101,7 +98,7 @@ def test_rest_names_an_extension_it_does_not_serve(
     assert fix in answer["error"]
     status, metadata = _request(server.port, "GET", "/v2")
     assert status == 200
-    assert not {"trace", "logging", "generate"} & set(metadata["extensions"])
+    assert not {"trace", "generate"} & set(metadata["extensions"])
 
 
 def test_rest_other_unknown_routes_are_as_they_were(server: ServerThread) -> None:
@@ -117,7 +114,7 @@ def test_rest_other_unknown_routes_are_as_they_were(server: ServerThread) -> Non
 
 @pytest.mark.parametrize(
     ("rpc", "words", "fix"),
-    [("TraceSetting", TRACE, "--trace-file"), ("LogSettings", LOGGING, "--log-level")],
+    [("TraceSetting", TRACE, "--trace-file")],
 )
 def test_grpc_names_an_extension_it_does_not_serve(
     server: ServerThread, rpc: str, words: str, fix: str
@@ -146,8 +143,6 @@ _CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any], str]] = [
     ("update_trace_settings", (), {"settings": {"trace_level": ["TIMESTAMPS"]}}, TRACE),
     ("get_trace_settings", (), {}, TRACE),
     ("get_trace_settings", (), {"model_name": "seed-mlp"}, TRACE),
-    ("update_log_settings", ({"log_verbose_level": 1},), {}, LOGGING),
-    ("get_log_settings", (), {}, LOGGING),
 ]
 
 

@@ -46,6 +46,7 @@ What each module is for, along the path of a request:
 ``loader``           building the model on the host (embedded, factory, weights, torch.export)
 ``torchscript``      TorchScript archives (Triton's PyTorch ``model.pt``): told apart, loaded
 ``metrics``          Prometheus series of one engine, in its own registry
+``log_settings``     Triton's logging extension: the log settings read and changed while serving
 ``tracing``          Chrome/Perfetto traces and OpenTelemetry spans of batches
 ``onray``            the Ray Serve deployment: this server in each Ray replica, on Ray's devices
 ``ray_cli``          ``--engine ray``: deploying on a Ray cluster from the command line

@@ -50,6 +50,7 @@ from torchplace.errors import (
 from torchplace.models import TensorSpec
 from torchplace.serve import protocol, protocol_v1, tracing
 from torchplace.serve.http import Answer, HttpServer, Request, Response, error_response
+from torchplace.serve.log_settings import LogSettings
 from torchplace.serve.metrics import merged_text
 from torchplace.serve.registry import ModelHandle
 from torchplace.serve.repository import inline_config, model_names, unload_parameters
@@ -81,7 +82,7 @@ _VARY = (b"vary", b"accept-encoding")  # an answer Accept-Encoding may compress
 _CLOSE_GRACE_S = 1.0  # after a drain, how long idle connections may still get a clean 503
 _SHM_KINDS = (b"systemsharedmemory", b"cudasharedmemory")
 #: the routes of Triton's extensions this server does not serve (:data:`NOT_SERVED`)
-_NOT_SERVED_ROUTES = {b"/v2/trace/setting": "trace", b"/v2/logging": "logging"}
+_NOT_SERVED_ROUTES = {b"/v2/trace/setting": "trace"}
 _MODEL_NOT_SERVED = {
     b"trace/setting": "trace",
     b"generate": "generate",
@@ -190,6 +191,8 @@ class App:
             name="torchplace", version=__version__, extensions=extensions(config)
         )
         self._openapi: bytes | None = None
+        #: Triton's logging extension (REST and gRPC)
+        self.log_settings = LogSettings()
         self._routes, self._open = self._routing_table()
         self.registry.subscribe(self._rebuild_routes)
 
@@ -218,7 +221,10 @@ class App:
                 if template.startswith((REPOSITORY, SHARED_MEMORY)):
                     continue  # any model or region name: parsed in _route_slow
                 if MODEL not in template:
-                    table[template.encode()] = (route.method.encode(), handler)
+                    fixed, method = template.encode(), route.method.encode()
+                    if fixed in table and table[fixed][0] != method:
+                        method = b""  # more than one method: the handler tells them apart
+                    table[fixed] = (method, handler)
                     public.update([template.encode()] if route.public else [])
                     continue
                 versioned = "{MODEL_VERSION}" in template
@@ -273,6 +279,7 @@ class App:
             await asyncio.sleep(0.01)
         await self.server.close()
         await self.control.stop(0.0)
+        self.log_settings.close()
         self._stopped = True
 
     async def _drain_engine(self, deadline: float) -> None:
@@ -301,7 +308,7 @@ class App:
             denied = self._check_auth(request)
             if denied is not None:
                 return denied
-        if request.method != method:
+        if request.method != method and method:
             refused = _wrong_method(request, method)
             if refused is not None:
                 return refused
@@ -628,6 +635,19 @@ class App:
             except ServeError as exc:
                 return error_response(exc.status, str(exc))
         return Response(200, orjson.dumps(model_statistics([h.engine for h in handles])))
+
+    def _logging(self, request: Request) -> Response:
+        """Triton's logging extension: GET answers the log settings, POST changes them."""
+        if request.method == b"POST":
+            try:
+                changes = _json_object(self._unencoded(request))
+                return Response(200, orjson.dumps(self.log_settings.update(changes)))
+            except ServeError as exc:
+                return error_response(exc.status, str(exc))
+        refused = _wrong_method(request, b"GET, HEAD, POST")
+        if request.method not in (b"GET", b"HEAD") and refused is not None:
+            return refused
+        return Response(200, orjson.dumps(self.log_settings.document()))
 
     def _metrics(self, request: Request) -> Response:
         if not self._metrics_on:

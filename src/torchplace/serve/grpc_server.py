@@ -18,8 +18,9 @@ with Triton's ``triton_final_response`` parameter true; a failure is the answer'
 served as ``inference.model_repository.ModelRepositoryService``, whose ``.proto`` KServe and
 MLServer publish), and
 the shared-memory extensions' ``SystemSharedMemory*`` and ``CudaSharedMemory*``
-(:mod:`torchplace.serve.shm`); ``TraceSetting`` and ``LogSettings`` (extensions not served)
-are ``UNIMPLEMENTED`` saying so, any other RPC gets gRPC's own ``UNIMPLEMENTED``. The same port
+(:mod:`torchplace.serve.shm`), and the logging extension's ``LogSettings``
+(:mod:`torchplace.serve.log_settings`); ``TraceSetting`` (an extension not served) is
+``UNIMPLEMENTED`` saying so, any other RPC gets gRPC's own ``UNIMPLEMENTED``. The same port
 serves gRPC's health checking protocol (:mod:`torchplace.serve.grpc_health`). Models are looked up by name (and version) in the
 server's :class:`~torchplace.serve.registry.Registry` at each call, as the REST side does.
 
@@ -41,7 +42,8 @@ Errors carry the REST messages, with the status code of the HTTP status:
 504   ``DEADLINE_EXCEEDED``
 507   ``RESOURCE_EXHAUSTED`` (one row does not fit in device memory)
 500   ``INTERNAL``
-501   ``UNIMPLEMENTED`` (a repository call naming a ``repository_name``, as in Triton)
+501   ``UNIMPLEMENTED`` (a repository call naming a ``repository_name``, or a change of
+      ``log_file``, as in Triton)
 ====  ==========================================================================
 
 A gRPC deadline set by the client bounds the request's queueing like the ``timeout``
@@ -93,6 +95,7 @@ from torchplace.serve.grpc_read import OpenCalls, unary_unary_handler
 from torchplace.serve.grpc_reflection import reflection_handlers
 from torchplace.serve.grpc_wire import WireLimits, WireServer
 from torchplace.serve.http import grpc_connection_limit
+from torchplace.serve.log_settings import LogSettings
 from torchplace.serve.proto import grpc_service_pb2 as pb
 from torchplace.serve.proto import model_config_pb2 as config_pb
 from torchplace.serve.repository import inline_config, model_names
@@ -160,6 +163,7 @@ _STATUS: dict[int, grpc.StatusCode] = {
     503: grpc.StatusCode.UNAVAILABLE,
     504: grpc.StatusCode.DEADLINE_EXCEEDED,
     507: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    501: grpc.StatusCode.UNIMPLEMENTED,
 }
 
 
@@ -220,10 +224,13 @@ class GrpcServer:
         *,
         token: bytes | None = None,
         regions: SharedMemoryRegions | None = None,
+        log_settings: LogSettings | None = None,
     ) -> None:
         self.control = control
         #: the client shared-memory regions (the REST app's, when both serve)
         self.regions = regions or SharedMemoryRegions(allowed=config.allow_client_shm)
+        #: Triton's logging extension (the REST app's, when both serve)
+        self.log_settings = log_settings or LogSettings()
         self.registry = control.registry
         self.config = config
         self.draining = False
@@ -338,11 +345,11 @@ class GrpcServer:
                 False,
             ),
             **self._shared_memory_rpcs(),
-            # Triton's trace and logging extensions, which grpc_service.proto declares (and
-            # reflection describes): UNIMPLEMENTED saying so, where "Method not found!" left
-            # a client of tritonclient's update_trace_settings to guess why
+            # Triton's trace extension, which grpc_service.proto declares (and reflection
+            # describes): UNIMPLEMENTED saying so, where "Method not found!" left a client
+            # of tritonclient's update_trace_settings to guess why
             "TraceSetting": (_not_served("trace"), pb.TraceSettingRequest, False),
-            "LogSettings": (_not_served("logging"), pb.LogSettingsRequest, False),
+            "LogSettings": (self._log_settings, pb.LogSettingsRequest, False),
         }
         # requests arrive as bytes and are parsed in the RPC: a message that does not parse
         # is the client's error (INVALID_ARGUMENT), not grpcio's UNKNOWN
@@ -426,6 +433,19 @@ class GrpcServer:
         except ServeError:
             return pb.ModelReadyResponse(ready=False)
         return pb.ModelReadyResponse(ready=self.ready() and handle.engine.is_ready())
+
+    async def _log_settings(self, request: Any, context: Any) -> Any:
+        """Triton's logging extension: change the settings the request names (none: read)."""
+        changes = {name: _parameter_value(value) for name, value in request.settings.items()}
+        try:
+            settings = self.log_settings.update(changes)
+        except ServeError as exc:
+            raise _Abort(status_code(exc), str(exc)) from None
+        response = pb.LogSettingsResponse()
+        for name, value in settings.items():
+            field = {bool: "bool_param", int: "uint32_param"}.get(type(value), "string_param")
+            setattr(response.settings[name], field, value)
+        return response
 
     async def _server_metadata(self, request: Any, context: Any) -> Any:
         return self._server_meta

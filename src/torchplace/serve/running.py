@@ -71,7 +71,9 @@ def _grpc_server(app: App, config: ServeConfig) -> GrpcServer:
     from torchplace.serve.grpc_server import GrpcServer
 
     token = load_token(config.auth_token_file) if config.auth_token_file else None
-    return GrpcServer(app.control, config, token=token, regions=app.regions)
+    return GrpcServer(
+        app.control, config, token=token, regions=app.regions, log_settings=app.log_settings
+    )
 
 
 def _control(config: ServeConfig, engine: EngineLike | None) -> ModelControl:

@@ -36,21 +36,18 @@ EXTENSIONS = (
     "model_repository",
     "classification",
     "schedule_policy",
+    "logging",
 )
 
 
 #: Triton's extensions this server does not serve (nor list in the server metadata's
 #: ``extensions``), and what a client that calls one is told (``tritonclient``'s
-#: ``update_trace_settings``, ``update_log_settings``; the LLM ``generate`` routes): REST
+#: ``update_trace_settings``; the LLM ``generate`` routes): REST
 #: answers 404 (``no route ...``, then this), gRPC ``UNIMPLEMENTED``
 NOT_SERVED = {
     "trace": (
         "Triton's trace extension is not supported by this server (the server metadata does "
         "not list it in its extensions); trace requests with --trace-file FILE.json at start"
-    ),
-    "logging": (
-        "Triton's logging extension is not supported by this server (the server metadata does "
-        "not list it in its extensions); set the log level at start with --log-level"
     ),
     "generate": (
         "Triton's generate extension is not supported by this server; POST the model's "
