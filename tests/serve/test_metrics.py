@@ -147,3 +147,28 @@ def test_metrics_endpoint_has_no_created_series() -> None:
         for line in lines
     )
     assert [line for line in lines if "_created" in line] == []
+
+
+def test_requests_counted_across_folds_and_scrapes_are_exact() -> None:
+    """A finished request is appended and folded later (every FOLD_AT, or at a scrape): the
+    counts and buckets equal a request-by-request count, whatever the scrapes between."""
+    from torchplace.serve.metrics import FOLD_AT
+
+    metrics = ServeMetrics("seed-mlp", "1")
+    bound = metrics.device("cpu")
+    rng = np.random.default_rng(0)
+    seconds = rng.exponential(0.01, FOLD_AT * 2 + 17).tolist()
+    statuses = [200 if i % 7 else 503 for i in range(len(seconds))]
+    for i, (status, took) in enumerate(zip(statuses, seconds, strict=True)):
+        bound.request(status, took)
+        if i == 1000:
+            assert _samples(metrics.text())["torchplace_requests_total"]  # a scrape mid-way
+    samples = _samples(metrics.text())
+    by_status = {labels["status"]: v for labels, v in samples["torchplace_requests_total"]}
+    assert by_status == {"200": statuses.count(200), "503": statuses.count(503)}
+    ((_, count),) = samples["torchplace_request_duration_seconds_count"]
+    ((_, total),) = samples["torchplace_request_duration_seconds_sum"]
+    assert count == len(seconds)
+    assert total == pytest.approx(sum(seconds))
+    for labels, cumulative in samples["torchplace_request_duration_seconds_bucket"]:
+        assert cumulative == sum(1 for s in seconds if s <= float(labels["le"]))
