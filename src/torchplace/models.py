@@ -22,11 +22,17 @@ __all__ = ["EMBEDDED_MODELS", "EmbeddedModel", "TensorSpec", "build_model", "emb
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """A declared model input or output: OIP datatype name and shape (-1 = batch dimension)."""
+    """A declared model input or output: OIP datatype name and shape (-1 = batch dimension).
+
+    ``reshape``: the shape of one row as the model takes (input) or returns (output) it, where
+    it is not ``shape[1:]`` (Triton's ``reshape``; the wire keeps ``shape``). ``label_filename``:
+    an output's class labels file, one name per line (Triton's ``label_filename``)."""
 
     name: str
     datatype: str
     shape: tuple[int, ...]
+    reshape: tuple[int, ...] | None = None
+    label_filename: str | None = None
 
 
 @dataclass(frozen=True)

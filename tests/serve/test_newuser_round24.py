@@ -256,7 +256,7 @@ def test_float_outputs_declared_as_integers_are_refused_not_cut(tmp_path: Path) 
     ``[0.5, 1.0, 1.5]`` to ``[0, 1, 1]`` and answered it; Triton's PyTorch backend refuses it
     (``configuration expects datatype TYPE_INT32 for output ..., model provides TYPE_FP32``),
     and so does the load's dry run here, naming both. A float output declared in another float
-    precision, or an integer one in another width, is still cast (see Precision)."""
+    precision, or an integer one in a wider type, is still cast (see Precision)."""
     for name, declared in (("cut", "TYPE_INT32"), ("flag", "TYPE_BOOL"), ("half", "TYPE_FP16")):
         pbtxt = (
             'platform: "pytorch_libtorch"\nmax_batch_size: 4\n'

@@ -45,6 +45,7 @@ What each module is for, along the path of a request:
 ``startup``          devices, torch threads and the start-up record
 ``loader``           building the model on the host (embedded, factory, weights, torch.export)
 ``torchscript``      TorchScript archives (Triton's PyTorch ``model.pt``): told apart, loaded
+``reshape``          Triton's ``reshape``: the model's shape of a row where clients use the dims
 ``metrics``          Prometheus series of one engine, in its own registry
 ``log_settings``     Triton's logging extension: the log settings read and changed while serving
 ``tracing``          Chrome/Perfetto traces and OpenTelemetry spans of batches

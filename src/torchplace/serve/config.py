@@ -92,6 +92,12 @@ def _checked_spec(spec: TensorSpec, *, where: str) -> TensorSpec:
     return spec
 
 
+def _int_list(value: object) -> bool:
+    return isinstance(value, list | tuple) and all(
+        isinstance(d, int) and not isinstance(d, bool) for d in value
+    )
+
+
 def _to_spec(value: Any, field_name: str) -> TensorSpec:
     if isinstance(value, TensorSpec):
         return _checked_spec(value, where=field_name)
@@ -105,13 +111,27 @@ def _to_spec(value: Any, field_name: str) -> TensorSpec:
                 f"{field_name}: entry {dict(value)!r} lacks {exc.args[0]!r}; give name, "
                 "datatype and shape"
             ) from None
-        if not isinstance(shape, list | tuple) or not all(
-            isinstance(d, int) and not isinstance(d, bool) for d in shape
-        ):
+        if not _int_list(shape):
             raise ConfigError(f"{field_name} {name!r}: shape {shape!r} must be a list of ints")
-        return _checked_spec(
-            TensorSpec(str(name), str(datatype).upper(), tuple(shape)), where=field_name
+        reshape = value.get("reshape")
+        if reshape is not None and not _int_list(reshape):
+            raise ConfigError(
+                f"{field_name} {name!r}: reshape {reshape!r} must be a list of ints (the "
+                "model's shape of one row, the batch dimension left out)"
+            )
+        label = value.get("label_filename")
+        if label is not None and not isinstance(label, str):
+            raise ConfigError(
+                f"{field_name} {name!r}: label_filename {label!r} must be a file's path"
+            )
+        spec = TensorSpec(
+            str(name),
+            str(datatype).upper(),
+            tuple(shape),
+            reshape=None if reshape is None else tuple(reshape),
+            label_filename=label,
         )
+        return _checked_spec(spec, where=field_name)
     raise ConfigError(
         f"{field_name}: {value!r} is not a tensor declaration; use 'NAME:DATATYPE:DIMS' or a "
         "table with name, datatype and shape"

@@ -451,20 +451,27 @@ class BatchExecutor:
 
 
 def _truncates(got: torch.dtype, declared: torch.dtype) -> bool:
-    """Whether casting a model's output of dtype ``got`` to its ``declared`` one changes its
-    kind, which would answer other values than the model's: floats declared as integers (cut
-    to whole numbers) or either declared as booleans, and booleans declared otherwise. A cast
-    between floating precisions (a bfloat16 model answering FP32) or integer widths is no
-    change of kind."""
+    """Whether casting a model's output of dtype ``got`` to its ``declared`` one would answer
+    other values than the model's: floats declared as integers (cut to whole numbers), either
+    declared as booleans, booleans declared otherwise, and integers declared as an integer type
+    that does not hold all of them (int64 as INT32, int32 as UINT32: wrapped around). A cast
+    between floating precisions (a bfloat16 model answering FP32) or to a wider integer type
+    (int32 as INT64) keeps every value."""
     import torch
 
-    return (got.is_floating_point and not declared.is_floating_point) or (
-        (got == torch.bool) != (declared == torch.bool)
-    )
+    if (got == torch.bool) != (declared == torch.bool):
+        return True
+    if got.is_floating_point:
+        return not declared.is_floating_point
+    if declared.is_floating_point or got == torch.bool:
+        return False
+    have, hold = torch.iinfo(got), torch.iinfo(declared)
+    return have.min < hold.min or have.max > hold.max
 
 
 def _kind_mismatch(name: str, tensor: torch.Tensor, declared: torch.dtype) -> TypeError:
-    """The output's dtype against its declaration, in Triton's PyTorch backend's words."""
+    """The output's dtype against its declaration, in Triton's words (Triton refuses any
+    mismatch; this server casts where no value changes, see :func:`_truncates`)."""
     from torchplace.serve.datatypes import oip_datatype
 
     def triton(dtype: torch.dtype) -> str:

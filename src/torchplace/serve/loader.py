@@ -21,11 +21,13 @@ exported file's stem, or ``MODULE-CALLABLE`` for a ``module:callable`` factory
 (``mymodel:build`` is served as ``mymodel-build``).
 
 The first dimension of every declared shape must be ``-1``: it is the batch dimension the
-dynamic batcher fills.
+dynamic batcher fills. A declaration whose ``reshape`` (Triton's) is not its dims has the model
+wrapped (:mod:`torchplace.serve.reshape`): the model sees that shape, clients the dims.
 
 Class labels for Triton's classification extension come from a labels file (``--labels``,
 one class name per line, for every output), else from the module's ``torchplace_labels``: one
-sequence of class names for every output, or a mapping of output name to its sequence.
+sequence of class names for every output, or a mapping of output name to its sequence. An
+output's own ``label_filename`` (Triton's) labels that output, whatever the others have.
 """
 
 from __future__ import annotations
@@ -161,25 +163,64 @@ def load_model(
     set_eval(module)
     called = name or (served if exported is not None or torchscript is not None else model)
     final_in = _declarations("inputs", inputs or declared_in, called)
+    given_out = outputs or declared_out or ()
+    served_module, rebuild = _reshaped(module, rebuild, final_in, given_out)
     final_out = _declarations(
-        "outputs", outputs or declared_out or infer_outputs(module, final_in, called), called
+        "outputs", given_out or infer_outputs(served_module, final_in, called), called
+    )
+    own = _labels(
+        _read_labels(labels) if labels is not None else getattr(module, "torchplace_labels", None),
+        final_out,
     )
     return LoadedModel(
         name=name or served,
         version=version,
-        module=module,
+        module=served_module,
         inputs=final_in,
         outputs=final_out,
         weight_bytes=weight_bytes(module),
         source=source,
         rebuild=rebuild,
-        labels=_labels(
-            _read_labels(labels)
-            if labels is not None
-            else getattr(module, "torchplace_labels", None),
-            final_out,
-        ),
+        labels={**own, **_output_labels(final_out)},
     )
+
+
+def _reshaped(
+    module: nn.Module,
+    rebuild: Callable[[torch.device], nn.Module] | None,
+    inputs: tuple[TensorSpec, ...],
+    outputs: tuple[TensorSpec, ...],
+) -> tuple[nn.Module, Callable[[torch.device], nn.Module] | None]:
+    """The module (and a replica's rebuild) wrapped to apply the declarations' ``reshape``
+    (see :mod:`torchplace.serve.reshape`), or as they are when none has one."""
+    if all(spec.reshape is None for spec in (*inputs, *outputs)):
+        return module, rebuild
+    from torchplace.serve.reshape import reshaped
+
+    wrapped = reshaped(module, inputs, outputs)
+    if rebuild is None or wrapped is module:
+        return wrapped, rebuild
+    return wrapped, functools.partial(_rebuild_reshaped, rebuild, inputs, outputs)
+
+
+def _rebuild_reshaped(
+    rebuild: Callable[[torch.device], nn.Module],
+    inputs: tuple[TensorSpec, ...],
+    outputs: tuple[TensorSpec, ...],
+    device: torch.device,
+) -> nn.Module:
+    from torchplace.serve.reshape import reshaped
+
+    return reshaped(rebuild(device), inputs, outputs)
+
+
+def _output_labels(outputs: tuple[TensorSpec, ...]) -> dict[str, tuple[str, ...]]:
+    """The labels of each output that names its own file (Triton's ``label_filename``)."""
+    return {
+        spec.name: _read_labels(spec.label_filename)
+        for spec in outputs
+        if spec.label_filename is not None
+    }
 
 
 def _read_labels(path: str | Path) -> tuple[str, ...]:
@@ -317,7 +358,29 @@ def _declarations(
                 f"{kind[:-1]} {spec.name!r} has shape {list(spec.shape)}; dimensions after the "
                 "first must be positive or -1"
             )
+        _check_reshape(kind, spec, model)
     return tuple(specs)
+
+
+def _check_reshape(kind: str, spec: TensorSpec, model: str) -> None:
+    """A declaration's ``reshape`` fits its dims (Triton's check and words), and only an
+    output names a labels file."""
+    if spec.label_filename is not None and kind == "inputs":
+        raise ConfigError(
+            f"input {spec.name!r} of {model!r} names a label_filename; labels are an "
+            "output's (classification extension): give it on the output"
+        )
+    if spec.reshape is None:
+        return
+    from torchplace.serve.triton_config import reshape_problem
+
+    problem = reshape_problem(spec.shape[1:], spec.reshape)
+    if problem is not None:
+        raise ConfigError(
+            f"model {kind[:-1]} {spec.name!r} of {model!r} {problem}; give reshape the "
+            "model's shape of one row, with as many elements as the dims (the batch dimension "
+            "left out of both)"
+        )
 
 
 def _load_factory(

@@ -369,9 +369,29 @@ def _checked(
                         f"give the file's name inside {inside}")  # fmt: skip
     if files["labels"] is not None:
         settings["labels"] = str(directory / files["labels"])
+    if "outputs" in settings:
+        settings["outputs"] = _label_paths(where, directory, settings["outputs"])
     return ModelDir(name, directory, where, settings, files["weights"], files["exported"],
                     policy, tuple(str(v) for v in chosen), flat, triton,
                     frozenset(examined), archives)  # fmt: skip
+
+
+def _label_paths(where: str, directory: Path, outputs: Any) -> Any:
+    """The outputs with each ``label_filename`` (Triton's: a file in the model directory, the
+    labels of that output alone) as its path; other declarations are left as they are."""
+    if not isinstance(outputs, list):
+        return outputs
+    found: list[Any] = []
+    for entry in outputs:
+        name = entry.get("label_filename") if isinstance(entry, Mapping) else None
+        if name is not None:
+            if not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name:
+                raise _fail(where, f"label_filename of output {shown(str(entry.get('name')))!r}",
+                            f"= {name!r} is not a file name",
+                            "give the name of a file in the model directory")  # fmt: skip
+            entry = {**entry, "label_filename": str(directory / name)}
+        found.append(entry)
+    return found
 
 
 def _is_torchscript(path: Path) -> bool:

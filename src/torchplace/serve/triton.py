@@ -3,7 +3,7 @@
 :func:`model_config` is the model's configuration as Triton's JSON spells it (the
 ``ModelConfig`` message of ``model_config.proto`` with its field names): ``max_batch_size``,
 ``input``/``output`` with ``data_type`` (``TYPE_FP32``...) and ``dims`` without the batch
-dimension, ``dynamic_batching`` from the batcher's settings and ``instance_group`` from the
+dimension (and a ``reshape`` and an output's ``label_filename`` as the configuration gave them), ``dynamic_batching`` from the batcher's settings and ``instance_group`` from the
 replicas (one group per device: ``KIND_GPU`` with its index, ``KIND_CPU``, ``KIND_MODEL`` for
 other accelerators; the CPU fallback a ``passive`` ``KIND_CPU`` group, as it takes requests only
 when the others fail). ``GET /v2/models/{m}/config`` answers it as JSON; the gRPC
@@ -20,6 +20,7 @@ such as a test's stand-in, gets Triton's defaults and zeros).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import PurePath
 from typing import Any
 
 from torchplace.models import TensorSpec
@@ -63,7 +64,18 @@ def extensions(config: Any) -> list[str]:
 
 
 def _tensor(spec: TensorSpec) -> dict[str, Any]:
-    return {"name": spec.name, "data_type": "TYPE_" + spec.datatype, "dims": list(spec.shape[1:])}
+    """A declaration as Triton's ``ModelInput``/``ModelOutput``: ``dims`` (what clients send
+    and receive), the ``reshape`` and ``label_filename`` (the file's name) where it has them."""
+    doc: dict[str, Any] = {
+        "name": spec.name,
+        "data_type": "TYPE_" + spec.datatype,
+        "dims": list(spec.shape[1:]),
+    }
+    if spec.reshape is not None:
+        doc["reshape"] = {"shape": list(spec.reshape)}
+    if spec.label_filename is not None:
+        doc["label_filename"] = PurePath(spec.label_filename).name
+    return doc
 
 
 def _instance_groups(engine: Any) -> list[dict[str, Any]]:

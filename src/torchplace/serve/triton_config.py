@@ -5,7 +5,9 @@ Triton's ``ModelConfig``). Each field is checked against the proto (a typo is re
 unread) and mapped: ``max_batch_size`` and ``dynamic_batching`` (delay, priority levels, queue
 policies) onto the batching settings, ``version_policy`` onto ours, ``instance_group`` onto the
 replicas per device and the devices, ``input``/``output`` onto tensor declarations (``dims``
-without the batch dimension, ``-1`` a variable one), ``label_filename`` onto the labels.
+without the batch dimension, ``-1`` a variable one; a ``reshape`` the shape the model takes or
+returns, checked as Triton checks it), an output's ``label_filename`` onto that output's labels.
+An input's ``optional: true`` is refused, as Triton's PyTorch backend refuses it.
 
 An error names where the configuration came from (``inline config``, or the file), the field
 and the fix (:class:`~torchplace.errors.ConfigError`). :mod:`torchplace.serve.repository` reads
@@ -15,7 +17,7 @@ the model directories with it.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,7 @@ __all__ = [
     "SETTING_KEYS",
     "TRITON_MODEL_FILE",
     "pbtxt_settings",
+    "reshape_problem",
     "shown",
     "triton_settings",
 ]
@@ -192,6 +195,43 @@ def _parse_pbtxt(path: Path) -> Any:
         raise ConfigError(f"{path!s}: does not parse ({_cut(str(exc))}); {_PBTXT_FIX}") from None
 
 
+def reshape_problem(dims: Sequence[int], reshape: Sequence[int]) -> str | None:
+    """Why ``reshape`` cannot stand for ``dims`` (one row, the batch dimension left out), in
+    the words of Triton's check of a model's ``reshape`` (``... has different size for dims and
+    reshape``), or None when it can: both of one element count, ``[]`` standing for a single
+    element, and with variable dimensions (``-1``), as many of them in each and the fixed
+    dimensions between them of one element count (``[2, 4, -1, 6]`` as ``[8, -1, 1, 6]``)."""
+    if any(d < 1 and d != -1 for d in reshape):
+        return (
+            f"reshape dimensions must be integer >= 1, or -1 to indicate a variable-size "
+            f"dimension (reshape {list(reshape)})"
+        )
+    chunks = [_chunks(dims), _chunks(reshape)]
+    if len(chunks[0]) != len(chunks[1]):
+        return (
+            f"has different number of variable-size dimensions for dims and reshape (dims "
+            f"{list(dims)}, reshape {list(reshape)})"
+        )
+    if chunks[0] != chunks[1] and not (list(reshape) == [] and chunks[0] == [1]):
+        return (
+            f"has different size for dims and reshape (dims {list(dims)}, reshape "
+            f"{list(reshape)}: {' x '.join(map(str, chunks[0]))} elements against "
+            f"{' x '.join(map(str, chunks[1]))})"
+        )
+    return None
+
+
+def _chunks(shape: Sequence[int]) -> list[int]:
+    """The element counts of the runs of fixed dimensions between the variable ones (``-1``)."""
+    counts = [1]
+    for dim in shape:
+        if dim == -1:
+            counts.append(1)
+        else:
+            counts[-1] *= dim
+    return counts
+
+
 def _cut(text: str, most: int = 300) -> str:
     """A parse error as a message quotes it: protobuf quotes the whole token it stopped at,
     which may be a line megabytes long (it went into the index and every log line)."""
@@ -305,9 +345,6 @@ class _Reader:
             if theirs in doc:
                 out[ours] = [self.tensor(t, f"{theirs}[{i}]")
                              for i, t in enumerate(self.array(doc[theirs], theirs))]  # fmt: skip
-        labels = self.label_file(self.array(doc.get("output", []), "output"))
-        if labels is not None:
-            out["labels"] = labels
         parameters = self.mapping(doc.get("parameters", {}), "parameters")
         source = self.mapping(parameters.get("source", {}), "parameters.source")
         if "string_value" in source:
@@ -387,10 +424,13 @@ class _Reader:
         """One of Triton's ``input``/``output`` entries as our tensor declaration: the batch
         dimension (implicit in ``dims``, as with Triton's ``max_batch_size > 0``) first, then
         ``dims``, where ``-1`` is a variable dimension (each request gives its size; the
-        engine stages such an input per batch)."""
+        engine stages such an input per batch). A ``reshape`` (the model's shape of a row,
+        checked against ``dims`` as Triton checks it) and an output's ``label_filename`` go
+        with it; an input's ``optional: true`` is refused (see :meth:`check_optional`)."""
         tensor = self.mapping(raw, where)
         if not isinstance(tensor.get("name"), str) or not isinstance(tensor.get("data_type"), str):
             raise self.error(f"{where} needs a 'name' and a 'data_type' string")
+        self.check_optional(tensor, where)
         dims = [
             self.integer(d, f"{where}.dims")
             for d in self.array(tensor.get("dims", []), f"{where}.dims")
@@ -400,40 +440,52 @@ class _Reader:
                 f"{where}.dims {dims} has a dimension below -1; give each dimension its size, "
                 "or -1 for a variable one (the batch dimension is implicit: leave it out)"
             )
+        datatype = tensor["data_type"].removeprefix("TYPE_")
+        out: dict[str, Any] = {"name": tensor["name"], "datatype": datatype, "shape": [-1, *dims]}
         reshape = tensor.get("reshape")
         if reshape is not None:
             shape = self.mapping(reshape, f"{where}.reshape").get("shape", [])
             shape = [
                 self.integer(d, f"{where}.reshape.shape")
-                for d in self.array(shape, f"{where}.reshape")
+                for d in self.array(shape, f"{where}.reshape.shape")
             ]
-            if shape != dims:  # Triton's reshape between the wire's dims and the model's shape
+            problem = reshape_problem(dims, shape)
+            if problem is not None:  # Triton's words: "model input 'x' has different size ..."
+                role = "input" if where.startswith("input") else "output"
                 raise self.error(
-                    f"{where}.reshape {{shape: {shape}}} is not applied: torchplace gives the "
-                    f"model the tensor in its dims {dims} (and answers the model's output as it "
-                    "is), so the model would see another shape than under Triton; remove "
-                    "reshape and reshape inside the model, or give dims the model's own shape"
+                    f"{where}: model {role} {shown(tensor['name'])!r} {problem}; give "
+                    "reshape.shape the model's shape of one row, with as many elements as dims "
+                    "(the batch dimension left out of both)"
                 )
-        datatype = tensor["data_type"].removeprefix("TYPE_")
-        return {"name": tensor["name"], "datatype": datatype, "shape": [-1, *dims]}
+            out["reshape"] = shape
+        label = tensor.get("label_filename")
+        if label:  # protobuf's default, "", is no file
+            if not isinstance(label, str):
+                raise self.error(
+                    f"{where}.label_filename must be a file name, not {shown(json.dumps(label))}"
+                )
+            out["label_filename"] = label
+        return out
 
-    def label_file(self, outputs: list[Any]) -> str | None:
-        """The outputs' ``label_filename`` (Triton's classification labels, a file in the model
-        directory) as the model's ``labels``: one file, which names the classes of every output;
-        outputs naming different files are refused (the labels are one list per model here)."""
-        named = {
-            str(entry["label_filename"]): str(entry.get("name"))
-            for entry in outputs
-            if isinstance(entry, Mapping) and entry.get("label_filename")
-        }
-        if len(named) > 1:
-            files = ", ".join(f"{file!r} ({output})" for file, output in named.items())
+    def check_optional(self, tensor: Mapping[str, Any], where: str) -> None:
+        """Refuse ``optional: true`` on an input, as Triton's PyTorch backend does: a TorchScript
+        forward takes its inputs positionally, and a batch of requests that left an input out
+        and requests that sent it has no one tensor to give it."""
+        optional = tensor.get("optional", False)
+        if optional is False:
+            return
+        if optional is not True:
             raise self.error(
-                f"the outputs name different label files ({files}); torchplace "
-                "reads one label file for every output of a model: give the outputs one "
-                "label_filename"
+                f"{where}.optional must be true or false, not {shown(json.dumps(optional))}"
             )
-        return next(iter(named), None)
+        name = shown(str(tensor["name"]))
+        raise self.error(
+            f"'optional' is set to true for input {name!r} while the backend model doesn't "
+            "support optional input (Triton's PyTorch backend refuses it too); remove "
+            "optional and have clients send the input every time (a value the model takes as "
+            "'not given', such as zeros, where they have none), or serve the model with and "
+            "without the input as two models"
+        )
 
     def queue_settings(self, dynamic: Mapping[str, Any]) -> dict[str, Any]:
         """``dynamic_batching``'s queue as our settings: ``priority_levels``, the
