@@ -101,6 +101,10 @@ def test_a_queued_request_past_its_deadline_is_dropped_never_computed() -> None:
         assert gate.seen == [1.0]  # the expired request never reached the model
         assert _errors(engine, "deadline") == 1
         assert DeadlineExceededError.status == 504
+        # Triton's failure reason (nv_inference_request_failure's label) of a deadline drop
+        assert engine.statistics.failures() == {
+            "REJECTED": 1, "CANCELED": 0, "BACKEND": 0, "OTHER": 0
+        }  # fmt: skip
         await engine.stop()
 
     asyncio.run(main())
@@ -137,6 +141,8 @@ def test_queued_work_of_a_client_that_went_away_is_removed_and_counted() -> None
         await held
         assert gate.seen == [1.0]  # never computed
         assert _errors(engine, "cancelled") == 1
+        assert engine.statistics.failures()["CANCELED"] == 1
+        assert engine.statistics.failures()["REJECTED"] == 0
         await engine.stop()
 
     asyncio.run(main())
@@ -277,7 +283,7 @@ def test_a_request_the_server_timed_out_is_dropped_as_a_deadline_not_a_cancel() 
         assert status == 503, body
         assert b"timed out" in body
         assert headers.get("retry-after") == "1"
-        assert engine._queue_depth() == 0  # removed from the queue, not left to run
+        assert engine.queue_depth() == 0  # removed from the queue, not left to run
         assert _errors(engine, "deadline") == 1  # the server's deadline, not the client's cancel
         assert _errors(engine, "cancelled") == 0
         gate.open.set()
@@ -300,10 +306,10 @@ def _withdrawn_never_computed(
     engine: Engine, gate: Gate, holder: threading.Thread, disconnect: Any
 ) -> None:
     """Once the request is queued, ``disconnect()``: it is removed, counted, never computed."""
-    _until(engine._queue_depth, "the request never reached the queue")
+    _until(engine.queue_depth, "the request never reached the queue")
     disconnect()
     _until(lambda: _errors(engine, "cancelled"), "the disconnect was not noticed")
-    assert engine._queue_depth() == 0
+    assert engine.queue_depth() == 0
     gate.open.set()
     holder.join(10)
     assert gate.seen == [1.0]
@@ -360,9 +366,9 @@ def test_a_grpc_stream_that_does_not_read_is_held_to_its_window(
     requests = (_stream_request(3.0, str(index)) for index in range(sent))
     with grpc.insecure_channel(f"127.0.0.1:{thread.grpc_port}") as channel:
         answers = channel.stream_stream(_STREAM)(requests, timeout=60)
-        _until(lambda: engine._queue_depth() >= STREAM_WINDOW, "the window never filled")
+        _until(lambda: engine.queue_depth() >= STREAM_WINDOW, "the window never filled")
         time.sleep(0.2)  # time to queue more, were the stream read further
-        assert engine._queue_depth() == STREAM_WINDOW
+        assert engine.queue_depth() == STREAM_WINDOW
         gate.open.set()
         got = [pb.ModelStreamInferResponse.FromString(a) for a in answers]
     holder.join(10)
@@ -386,7 +392,7 @@ def test_overload_over_http_is_503_with_retry_after_and_nothing_else(
     first = threading.Thread(target=send, args=(2.0,))
     first.start()
     end = time.monotonic() + 10
-    while not engine._queue_depth():
+    while not engine.queue_depth():
         assert time.monotonic() < end
         time.sleep(0.005)
     senders = [threading.Thread(target=send, args=(10.0 + i,)) for i in range(6)]

@@ -143,6 +143,7 @@ def test_kernel_and_transfer_failures_are_500s_counted_apart() -> None:
         np.testing.assert_array_equal(result["output"], _rows(1) * 2)
         assert _error_count(engine, "kernel") == 1.0
         assert _error_count(engine, "transfer") == 1.0
+        assert engine.statistics.failures()["BACKEND"] == 2  # Triton's reason for both
         assert engine.is_ready()
         await engine.stop()
 

@@ -137,7 +137,7 @@ def test_a_drained_stream_ends_unavailable_unless_its_client_had_half_closed_it(
     with grpc.insecure_channel(f"127.0.0.1:{thread.grpc_port}") as channel:
         answers = channel.stream_stream(_STREAM)(requests(), timeout=30)
         end = time.monotonic() + 10
-        while not engine._queue_depth():
+        while not engine.queue_depth():
             assert time.monotonic() < end, "the stream's request never reached the queue"
             time.sleep(0.01)
         stopper = threading.Thread(target=thread.stop)
@@ -203,12 +203,12 @@ def test_a_client_gone_mid_split_leaves_every_count_true() -> None:
             keep = {b"Connection": b"keep-alive"}  # a FIN after "close" may be a half-close
             sock.sendall(raw_request(body, path=INFER.encode(), headers=keep))
             assert gate.entered.wait(20)
-            assert engine._queue_depth() == 3  # chunks 2 to 4 wait
+            assert engine.queue_depth() == 3  # chunks 2 to 4 wait
         end = time.monotonic() + 10
         while not _errors(engine, "cancelled"):
             assert time.monotonic() < end, "the disconnect was not noticed"
             time.sleep(0.01)
-        assert engine._queue_depth() == 0
+        assert engine.queue_depth() == 0
         gate.open.set()
         status, _, answer = client.post(INFER, body)
         assert status == 200

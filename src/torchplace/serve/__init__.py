@@ -47,6 +47,7 @@ What each module is for, along the path of a request:
 ``torchscript``      TorchScript archives (Triton's PyTorch ``model.pt``): told apart, loaded
 ``reshape``          Triton's ``reshape``: the model's shape of a row where clients use the dims
 ``metrics``          Prometheus series of one engine, in its own registry
+``triton_metrics``   Triton's ``nv_inference_*`` series, from each version's statistics
 ``log_settings``     Triton's logging extension: the log settings read and changed while serving
 ``tracing``          Chrome/Perfetto traces and OpenTelemetry spans of batches
 ``onray``            the Ray Serve deployment: this server in each Ray replica, on Ray's devices

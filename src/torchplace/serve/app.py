@@ -58,6 +58,7 @@ from torchplace.serve.routes import MODEL, REPOSITORY, ROUTES, SHARED_MEMORY
 from torchplace.serve.shm import Region, SharedMemoryRegions
 from torchplace.serve.ticket import Ticket
 from torchplace.serve.triton import NOT_SERVED, extensions, model_statistics
+from torchplace.serve.triton_metrics import triton_text
 
 if TYPE_CHECKING:
     from torchplace.serve.config import ServeConfig
@@ -653,9 +654,8 @@ class App:
         if not self._metrics_on:
             return error_response(404, "metrics are turned off (--no-metrics)")
         engines = [h.engine for h in self.registry.handles()]
-        if len(engines) == 1:
-            return Response(200, engines[0].metrics_text(), _METRICS_TYPE)
-        return Response(200, merged_text(engines), _METRICS_TYPE)
+        own = engines[0].metrics_text() if len(engines) == 1 else merged_text(engines)
+        return Response(200, own + triton_text(engines), _METRICS_TYPE)
 
     def _openapi_doc(self, request: Request) -> Response:
         handles = self.registry.handles()

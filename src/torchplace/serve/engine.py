@@ -74,12 +74,14 @@ import numpy as np
 
 from torchplace.errors import (
     ConfigError,
+    DeviceOutOfMemoryError,
     InputError,
     KernelError,
     NotReadyError,
     OverloadedError,
     PayloadTooLargeError,
     ServeError,
+    TransferError,
 )
 from torchplace.serve.admission import DeadlineExceededError, QueuePolicy, WaitEstimate
 from torchplace.serve.batcher import Batcher, Pending
@@ -114,6 +116,14 @@ _SHUTTING_DOWN = "the server is shutting down; retry on another instance"
 logger = logging.getLogger("torchplace.serve")
 
 _SERVED_BY: contextvars.ContextVar[str] = contextvars.ContextVar("torchplace_served_by", default="")
+#: Triton's failure reason of a queued request that failed with the error (else "OTHER")
+_FAILURE_REASON: dict[type[BaseException], str] = {
+    DeadlineExceededError: "REJECTED",
+    OverloadedError: "REJECTED",
+    KernelError: "BACKEND",
+    TransferError: "BACKEND",
+    DeviceOutOfMemoryError: "BACKEND",
+}
 
 
 class Submitted:
@@ -283,7 +293,7 @@ class Engine:
             self.name,
             self.version,
             max_batch_size=self.max_batch_size,
-            queue_depth=self._queue_depth,
+            queue_depth=self.queue_depth,
             queue_device=",".join(self.devices),
             replicas=lambda: self.pool.states(),
             memory=device_memory,
@@ -584,16 +594,20 @@ class Engine:
         drop when the server's request timeout cancelled it, else as the client's cancel)."""
         if timer is not None:
             timer.cancel()
+        reason = "OTHER"
         if future.cancelled():
             ok = False
+            timed_out = future.cancel_message() == TIMED_OUT
+            reason = "REJECTED" if timed_out else "CANCELED"
             if self._withdraw(pendings):  # its queued work never runs
-                timed_out = future.cancel_message() == TIMED_OUT
                 self._count_drop("deadline" if timed_out else "cancelled")
         else:
-            ok = future.exception() is None
-            if not ok:
+            error = future.exception()
+            ok = error is None
+            if error is not None:
                 self._withdraw(pendings)
-        self.statistics.request(ok, time.perf_counter() - began, pendings)
+                reason = _FAILURE_REASON.get(type(error), "OTHER")
+        self.statistics.request(ok, time.perf_counter() - began, pendings, reason)
 
     def _check_chunks(self, rows: int, level: int) -> None:
         """Refuse (413) a request whose chunks could never all wait in its level's queue,
@@ -773,5 +787,6 @@ class Engine:
         """Prometheus text exposition of this engine's registry."""
         return self.metrics.text()
 
-    def _queue_depth(self) -> int:
+    def queue_depth(self) -> int:
+        """The requests (chunks) queued, waiting for a replica."""
         return len(self._batcher) if self._batcher is not None else 0

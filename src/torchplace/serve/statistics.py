@@ -22,6 +22,11 @@ Triton core's ``InferenceStatsAggregator``):
 ``last_inference``      when the last counted execution finished, milliseconds since the epoch
 =====================  ============================================================
 
+Each failed request is also counted under Triton's failure reason (:data:`FAILURE_REASONS`,
+the ``reason`` label of its ``nv_inference_request_failure``): ``REJECTED`` (dropped at its
+deadline, or over the queue's wait limit), ``CANCELED`` (its client went away), ``BACKEND``
+(the model's batch failed: kernel, transfer, out of memory) or ``OTHER``.
+
 So ``queue``, ``compute_*`` and ``success`` always have the same count, as perf_analyzer
 expects. The replica pool reports executions once per batch (on a replica's worker thread) and
 stamps each request of the batch with the batch's times (one shared tuple); the engine
@@ -36,9 +41,11 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-__all__ = ["BatchTiming", "InferStatistics", "Timed"]
+__all__ = ["FAILURE_REASONS", "BatchTiming", "InferStatistics", "Timed"]
 
 _NS = 1_000_000_000
+#: Triton's reasons a queued request failed (its metrics' ``reason`` label)
+FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 
 #: a batch's (start on the replica, h2d s, forward s, d2h s), shared by every request in it
 BatchTiming = tuple[float, float, float, float]
@@ -58,6 +65,7 @@ class InferStatistics:
     __slots__ = (
         "_batches",
         "_counts",
+        "_failures",
         "_lock",
         "_times",
         "execution_count",
@@ -71,20 +79,25 @@ class InferStatistics:
         self._lock = threading.Lock()
         self._counts = dict.fromkeys(self._KEYS, 0)
         self._times = dict.fromkeys(self._KEYS, 0)
+        self._failures = dict.fromkeys(FAILURE_REASONS, 0)
         #: batch size -> [executions, compute_input ns, compute_infer ns, compute_output ns]
         self._batches: dict[int, list[int]] = {}
         self.inference_count = 0
         self.execution_count = 0
         self.last_inference_ms = 0
 
-    def request(self, ok: bool, seconds: float, parts: Sequence[Timed] = ()) -> None:
-        """One queued request settled: answered (``ok``) or failed, ``seconds`` after it
-        arrived; ``parts`` are its queued chunks (one unless it was split), stamped with the
-        times of the batches they ran in. A failed request counts in ``fail`` only."""
+    def request(
+        self, ok: bool, seconds: float, parts: Sequence[Timed] = (), reason: str = "OTHER"
+    ) -> None:
+        """One queued request settled: answered (``ok``) or failed (for ``reason``, one of
+        :data:`FAILURE_REASONS`), ``seconds`` after it arrived; ``parts`` are its queued chunks
+        (one unless it was split), stamped with the times of the batches they ran in. A failed
+        request counts in ``fail`` (and its reason) only."""
         if not ok:
             with self._lock:
                 self._counts["fail"] += 1
                 self._times["fail"] += int(seconds * _NS)
+                self._failures[reason] += 1
             return
         rows, stamped = _summed(parts)
         with self._lock:
@@ -120,6 +133,11 @@ class InferStatistics:
                 self.execution_count += 1
             if counted and now_ms > self.last_inference_ms:
                 self.last_inference_ms = now_ms
+
+    def failures(self) -> dict[str, int]:
+        """The failed requests by reason (:data:`FAILURE_REASONS`, every one present)."""
+        with self._lock:
+            return dict(self._failures)
 
     def snapshot(self, name: str, version: str) -> dict[str, Any]:
         """The ``model_stats`` entry of this version, as Triton's JSON spells it."""
