@@ -69,6 +69,7 @@ __all__ = [
     "TransferError",
     "UnsafeCheckpointError",
     "UnsupportedMediaTypeError",
+    "UnsupportedSettingError",
 ]
 
 
@@ -184,6 +185,13 @@ class UnsupportedMediaTypeError(InputError):
     """A content type or content encoding the server does not take."""
 
     status = 415
+
+
+class UnsupportedSettingError(ServeError):
+    """A server setting that cannot be changed over the network (Triton's log file, trace
+    file); 501, gRPC ``UNIMPLEMENTED``."""
+
+    status = 501
 
 
 class OverloadedError(ServeError):

@@ -691,13 +691,12 @@ def test_every_call_of_the_aio_clients(fixed: ServerThread, kind: str) -> None:
     server is up, the request is what cannot be done; docs/serve.md, Model repository); a
     region that does not open is ``INTERNAL`` naming it; CUDA registration is ``invalid
     args``. Where the tests expect Triton's server the answers differ on purpose: the name is
-    ``torchplace``, the index lists this server's one model, and the trace settings calls are
-    404/``UNIMPLEMENTED`` (the extension is not served: docs/serve.md, Protocol)."""
+    ``torchplace`` and the index lists this server's one model. The trace settings calls are
+    answered: the settings of a server started without --trace-file (level OFF)."""
     port = fixed.port if kind == "http" else fixed.grpc_port
     got = asyncio.run(_aio_calls(kind, f"127.0.0.1:{port}"))
     failed = {name for name, answer in got.items() if isinstance(answer, Exception)}
-    assert failed == {"load_model", "unload_model", "update_trace_settings",
-                      "get_trace_settings", "register_system_shared_memory",
+    assert failed == {"load_model", "unload_model", "register_system_shared_memory",
                       "register_cuda_shared_memory"}  # fmt: skip
     assert got["is_server_live"] is True
     assert got["is_server_ready"] is True
@@ -708,14 +707,15 @@ def test_every_call_of_the_aio_clients(fixed: ServerThread, kind: str) -> None:
     assert (config["name"] if kind == "http" else config.config.name) == "simple"
     index = got["get_model_repository_index"]
     assert len(index if kind == "http" else index.models) == 1
-    codes = {"http": ("403", "404", "500"), "grpc": ("StatusCode.FAILED_PRECONDITION",
-             "StatusCode.UNIMPLEMENTED", "StatusCode.INTERNAL")}[kind]  # fmt: skip
+    codes = {"http": ("403", "500"), "grpc": ("StatusCode.FAILED_PRECONDITION",
+             "StatusCode.INTERNAL")}[kind]  # fmt: skip
     for name in ("load_model", "unload_model"):
         assert got[name].status() == codes[0]
         assert "explicit model load / unload is not allowed if polling is enabled" in str(got[name])
-    for name in ("update_trace_settings", "get_trace_settings"):
-        assert got[name].status() == codes[1]
-    assert got["register_system_shared_memory"].status() == codes[2]
+    trace = got["get_trace_settings"]
+    level = trace["trace_level"] if kind == "http" else list(trace.settings["trace_level"].value)
+    assert level == ["OFF"]
+    assert got["register_system_shared_memory"].status() == codes[1]
     assert "Unable to open shared memory region: '/test_shm'" in str(
         got["register_system_shared_memory"]
     )

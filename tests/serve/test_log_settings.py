@@ -12,8 +12,8 @@ from typing import Any
 import orjson
 import pytest
 
-from torchplace.errors import InputError
-from torchplace.serve.log_settings import SETTINGS, LogSettings, LogSettingUnsupported
+from torchplace.errors import InputError, UnsupportedSettingError
+from torchplace.serve.log_settings import SETTINGS, LogSettings
 from torchplace.serve.running import ServerThread
 
 from .conftest import test_config
@@ -119,7 +119,7 @@ def test_iso8601_puts_the_utc_time_first_and_default_takes_it_off(lines: _Lines)
         ({"log_verbose_level": -1}, InputError, "non-negative integer for 'log_verbose_level'"),
         ({"log_verbose_level": True}, InputError, "'log_verbose_level', got True"),
         ({"log_format": "json"}, InputError, "invalid argument for log_format, got: 'json'"),
-        ({"log_file": "/tmp/x.log"}, LogSettingUnsupported, "can not be updated through"),
+        ({"log_file": "/tmp/x.log"}, UnsupportedSettingError, "can not be updated through"),
         ({"log_levels": True}, InputError, "unknown log setting 'log_levels'; the settings are"),
     ],
 )

@@ -27,12 +27,12 @@ health, readiness, v2 JSON and binary inference, v1 ``:predict`` and ``:explain`
 
 What is pinned here:
 
-- Triton's trace and generate extensions, which the server does not serve (nor list
-  in ``/v2``'s ``extensions``), are refused saying so and what to use instead (``--trace-file``,
-  ``/infer``): REST 404 ``no route ...: Triton's trace extension is not
-  supported by this server ...``, gRPC ``UNIMPLEMENTED`` with the same words. A bare ``no route``
-  (REST) and gRPC's ``Method not found!`` (for RPCs that the ``.proto`` the server publishes
-  through reflection declares) left the client to guess why.
+- Triton's generate extension, which the server does not serve (nor list in ``/v2``'s
+  ``extensions``), is refused saying so and what to use instead (``/infer``): REST 404 ``no
+  route ...: Triton's generate extension is not supported by this server ...``. A bare ``no
+  route`` left the client to guess why.
+- The trace settings calls (Triton's trace extension, served since) on a server started
+  without ``--trace-file``: read, and refused saying how when they ask to record.
 
 The inline-config checks of ``load_model(name, config=...)`` this round added (a typo inside
 ``dynamic_batching``, an instance group, a tensor or the version policy; a policy of two kinds;
@@ -53,7 +53,7 @@ from torchplace.serve.running import ServerThread
 
 from .conftest import test_config
 
-TRACE = "Triton's trace extension is not supported by this server"
+NOWHERE = "trace_level TIMESTAMPS has nowhere to write: start the server with --trace-file"
 GENERATE = "Triton's generate extension is not supported by this server"
 
 
@@ -81,10 +81,6 @@ def _request(port: int, method: str, path: str, body: object = None) -> tuple[in
 @pytest.mark.parametrize(
     ("method", "path", "words", "fix"),
     [
-        ("GET", "/v2/trace/setting", TRACE, "--trace-file"),
-        ("POST", "/v2/trace/setting", TRACE, "--trace-file"),
-        ("GET", "/v2/models/seed-mlp/trace/setting", TRACE, "--trace-file"),
-        ("POST", "/v2/models/seed-mlp/versions/1/trace/setting", TRACE, "--trace-file"),
         ("POST", "/v2/models/seed-mlp/generate", GENERATE, "/v2/models/seed-mlp/infer"),
         ("POST", "/v2/models/seed-mlp/generate_stream", GENERATE, "/v2/models/seed-mlp/infer"),
     ],
@@ -98,7 +94,7 @@ def test_rest_names_an_extension_it_does_not_serve(
     assert fix in answer["error"]
     status, metadata = _request(server.port, "GET", "/v2")
     assert status == 200
-    assert not {"trace", "generate"} & set(metadata["extensions"])
+    assert "generate" not in metadata["extensions"]
 
 
 def test_rest_other_unknown_routes_are_as_they_were(server: ServerThread) -> None:
@@ -112,53 +108,27 @@ def test_rest_other_unknown_routes_are_as_they_were(server: ServerThread) -> Non
     assert "Request for unknown model: 'nope'" in answer["error"]
 
 
-@pytest.mark.parametrize(
-    ("rpc", "words", "fix"),
-    [("TraceSetting", TRACE, "--trace-file")],
-)
-def test_grpc_names_an_extension_it_does_not_serve(
-    server: ServerThread, rpc: str, words: str, fix: str
-) -> None:
-    """Without a client library: the RPC that Triton's ``.proto`` declares is
-    ``UNIMPLEMENTED``, saying which extension and what to use (it was ``Method not found!``)."""
-    grpc = pytest.importorskip("grpc")
-    from torchplace.serve.proto import grpc_service_pb2 as pb
-
-    request = getattr(pb, "TraceSettingRequest" if rpc == "TraceSetting" else f"{rpc}Request")
-    response = getattr(pb, f"{rpc}Response")
-    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
-        call = channel.unary_unary(
-            f"/inference.GRPCInferenceService/{rpc}",
-            request_serializer=lambda m: m.SerializeToString(),
-            response_deserializer=response.FromString,
-        )
-        with pytest.raises(grpc.RpcError) as caught:
-            call(request(), timeout=30)
-    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert caught.value.details().startswith(words), caught.value.details()
-    assert fix in caught.value.details()
-
-
 _CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any], str]] = [
-    ("update_trace_settings", (), {"settings": {"trace_level": ["TIMESTAMPS"]}}, TRACE),
-    ("get_trace_settings", (), {}, TRACE),
-    ("get_trace_settings", (), {"model_name": "seed-mlp"}, TRACE),
+    ("update_trace_settings", (), {"settings": {"trace_level": ["TIMESTAMPS"]}}, NOWHERE),
 ]
 
 
 @pytest.mark.parametrize("kind", ["http", "grpc"])
-def test_tritonclient_is_told_which_extension_is_not_served(
-    server: ServerThread, kind: str
-) -> None:
-    """``tritonclient``'s trace and log settings calls: 404/``UNIMPLEMENTED`` (as before),
-    now with a message that names the extension and the server's own way."""
+def test_tritonclient_is_told_why_tracing_cannot_start(server: ServerThread, kind: str) -> None:
+    """``tritonclient``'s trace settings calls on a server started without --trace-file: the
+    settings are read (level OFF), and turning tracing on is refused saying how
+    (400/``INVALID_ARGUMENT``)."""
     module: Any = pytest.importorskip(f"tritonclient.{kind}")
     from tritonclient.utils import InferenceServerException
 
     port = server.port if kind == "http" else server.grpc_port
     client = module.InferenceServerClient(f"127.0.0.1:{port}")
-    code = "404" if kind == "http" else "StatusCode.UNIMPLEMENTED"
+    code = "400" if kind == "http" else "StatusCode.INVALID_ARGUMENT"
     try:
+        settings = client.get_trace_settings(model_name="seed-mlp")
+        if kind == "grpc":
+            settings = {k: list(v.value) for k, v in settings.settings.items()}
+        assert settings["trace_level"] == ["OFF"]
         for name, args, kwargs, words in _CALLS:
             with pytest.raises(InferenceServerException) as caught:
                 getattr(client, name)(*args, **kwargs)
@@ -170,9 +140,7 @@ def test_tritonclient_is_told_which_extension_is_not_served(
 
 
 @pytest.mark.parametrize("kind", ["http", "grpc"])
-def test_aio_tritonclient_is_told_which_extension_is_not_served(
-    server: ServerThread, kind: str
-) -> None:
+def test_aio_tritonclient_is_told_why_tracing_cannot_start(server: ServerThread, kind: str) -> None:
     module: Any = pytest.importorskip(f"tritonclient.{kind}.aio")
     from tritonclient.utils import InferenceServerException
 

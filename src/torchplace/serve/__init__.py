@@ -49,6 +49,7 @@ What each module is for, along the path of a request:
 ``metrics``          Prometheus series of one engine, in its own registry
 ``triton_metrics``   Triton's ``nv_inference_*`` series, from each version's statistics
 ``log_settings``     Triton's logging extension: the log settings read and changed while serving
+``trace_settings``   Triton's trace extension: the tracing of requests, changed while serving
 ``tracing``          Chrome/Perfetto traces and OpenTelemetry spans of batches
 ``onray``            the Ray Serve deployment: this server in each Ray replica, on Ray's devices
 ``ray_cli``          ``--engine ray``: deploying on a Ray cluster from the command line

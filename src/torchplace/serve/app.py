@@ -57,6 +57,7 @@ from torchplace.serve.repository import inline_config, model_names, unload_param
 from torchplace.serve.routes import MODEL, REPOSITORY, ROUTES, SHARED_MEMORY
 from torchplace.serve.shm import Region, SharedMemoryRegions
 from torchplace.serve.ticket import Ticket
+from torchplace.serve.trace_settings import TraceSettings, from_json, tracers
 from torchplace.serve.triton import NOT_SERVED, extensions, model_statistics
 from torchplace.serve.triton_metrics import triton_text
 
@@ -83,9 +84,7 @@ _VARY = (b"vary", b"accept-encoding")  # an answer Accept-Encoding may compress
 _CLOSE_GRACE_S = 1.0  # after a drain, how long idle connections may still get a clean 503
 _SHM_KINDS = (b"systemsharedmemory", b"cudasharedmemory")
 #: the routes of Triton's extensions this server does not serve (:data:`NOT_SERVED`)
-_NOT_SERVED_ROUTES = {b"/v2/trace/setting": "trace"}
 _MODEL_NOT_SERVED = {
-    b"trace/setting": "trace",
     b"generate": "generate",
     b"generate_stream": "generate",
 }
@@ -192,8 +191,9 @@ class App:
             name="torchplace", version=__version__, extensions=extensions(config)
         )
         self._openapi: bytes | None = None
-        #: Triton's logging extension (REST and gRPC)
+        #: Triton's logging and trace extensions (REST and gRPC)
         self.log_settings = LogSettings()
+        self.trace_settings = TraceSettings()
         self._routes, self._open = self._routing_table()
         self.registry.subscribe(self._rebuild_routes)
 
@@ -208,6 +208,7 @@ class App:
     def _rebuild_routes(self) -> None:
         self._routes, self._open = self._routing_table()
         self._openapi = None  # the models it describes changed
+        self.trace_settings.adopt(tracers(self.registry))  # a model loaded: its settings
 
     def _routing_table(self) -> tuple[dict[bytes, tuple[bytes, _Route]], set[bytes]]:
         """Exact paths (from :data:`ROUTES`, filled in for every loaded model and version)
@@ -391,9 +392,6 @@ class App:
         if path.endswith(b"/") and path.rstrip(b"/") in self._routes:
             request.path = path.rstrip(b"/")
             return self.handle(request)
-        extension = _NOT_SERVED_ROUTES.get(path.rstrip(b"/"))
-        if extension is not None:
-            return error_response(404, f"no route {_text(request.path)}: {NOT_SERVED[extension]}")
         return error_response(
             404,
             f"no route {_text(request.path)}; see /v2/openapi.json for the routes served",
@@ -462,6 +460,8 @@ class App:
             return error_response(404, str(exc))
         if rest and rest[-1] == b"":
             rest = rest[:-1]
+        if rest == [b"trace", b"setting"] and not version:  # Triton's: per model, no version
+            return self._trace(request, name)
         what = rest[0].decode(errors="replace") if rest else ""
         if len(rest) > 1 or what not in ("", "ready", "infer", "config", "stats"):
             extension = _MODEL_NOT_SERVED.get(b"/".join(rest))
@@ -649,6 +649,23 @@ class App:
         if request.method not in (b"GET", b"HEAD") and refused is not None:
             return refused
         return Response(200, orjson.dumps(self.log_settings.document()))
+
+    def _trace(self, request: Request, model: str | None = None) -> Response:
+        """Triton's trace extension: GET answers the trace settings (the server's, or
+        ``model``'s), POST changes them."""
+        found = tracers(self.registry)
+        if request.method == b"POST":
+            try:
+                changes = from_json(_json_object(self._unencoded(request)))
+                answer = self.trace_settings.update(changes, found, model)
+            except ServeError as exc:
+                return error_response(exc.status, str(exc))
+            return Response(200, orjson.dumps(answer))
+        refused = _wrong_method(request, b"GET, HEAD, POST")
+        if request.method not in (b"GET", b"HEAD") and refused is not None:
+            return refused
+        chosen = found.get(model, []) if model else [t for f in found.values() for t in f]
+        return Response(200, orjson.dumps(self.trace_settings.document(chosen, model)))
 
     def _metrics(self, request: Request) -> Response:
         if not self._metrics_on:

@@ -18,9 +18,9 @@ with Triton's ``triton_final_response`` parameter true; a failure is the answer'
 served as ``inference.model_repository.ModelRepositoryService``, whose ``.proto`` KServe and
 MLServer publish), and
 the shared-memory extensions' ``SystemSharedMemory*`` and ``CudaSharedMemory*``
-(:mod:`torchplace.serve.shm`), and the logging extension's ``LogSettings``
-(:mod:`torchplace.serve.log_settings`); ``TraceSetting`` (an extension not served) is
-``UNIMPLEMENTED`` saying so, any other RPC gets gRPC's own ``UNIMPLEMENTED``. The same port
+(:mod:`torchplace.serve.shm`), the logging extension's ``LogSettings``
+(:mod:`torchplace.serve.log_settings`) and the trace extension's ``TraceSetting``
+(:mod:`torchplace.serve.trace_settings`); any other RPC gets gRPC's own ``UNIMPLEMENTED``. The same port
 serves gRPC's health checking protocol (:mod:`torchplace.serve.grpc_health`). Models are looked up by name (and version) in the
 server's :class:`~torchplace.serve.registry.Registry` at each call, as the REST side does.
 
@@ -43,7 +43,7 @@ Errors carry the REST messages, with the status code of the HTTP status:
 507   ``RESOURCE_EXHAUSTED`` (one row does not fit in device memory)
 500   ``INTERNAL``
 501   ``UNIMPLEMENTED`` (a repository call naming a ``repository_name``, or a change of
-      ``log_file``, as in Triton)
+      ``log_file`` or ``trace_file``, as in Triton)
 ====  ==========================================================================
 
 A gRPC deadline set by the client bounds the request's queueing like the ``timeout``
@@ -105,7 +105,8 @@ from torchplace.serve.shm import (
     SharedMemoryFullError,
     SharedMemoryRegions,
 )
-from torchplace.serve.triton import NOT_SERVED, extensions, model_statistics
+from torchplace.serve.trace_settings import TraceSettings, tracers
+from torchplace.serve.triton import extensions, model_statistics
 
 if TYPE_CHECKING:
     from torchplace.serve.app import EngineLike
@@ -176,15 +177,6 @@ def status_code(exc: ServeError) -> grpc.StatusCode:
     return _STATUS.get(exc.status, grpc.StatusCode.INTERNAL)
 
 
-def _not_served(extension: str) -> Callable[[Any, Any], Awaitable[Any]]:
-    """The RPC of an extension this server does not serve: ``UNIMPLEMENTED``, saying which."""
-
-    async def rpc(request: Any, context: Any) -> Any:
-        raise _Abort(grpc.StatusCode.UNIMPLEMENTED, NOT_SERVED[extension])
-
-    return rpc
-
-
 class _Abort(Exception):
     """End an RPC with a status code and message (turned into ``context.abort``; a message
     too long for the status trailer is cut, see :func:`status_details`)."""
@@ -225,12 +217,14 @@ class GrpcServer:
         token: bytes | None = None,
         regions: SharedMemoryRegions | None = None,
         log_settings: LogSettings | None = None,
+        trace_settings: TraceSettings | None = None,
     ) -> None:
         self.control = control
         #: the client shared-memory regions (the REST app's, when both serve)
         self.regions = regions or SharedMemoryRegions(allowed=config.allow_client_shm)
         #: Triton's logging extension (the REST app's, when both serve)
         self.log_settings = log_settings or LogSettings()
+        self.trace_settings = trace_settings or TraceSettings()
         self.registry = control.registry
         self.config = config
         self.draining = False
@@ -345,10 +339,7 @@ class GrpcServer:
                 False,
             ),
             **self._shared_memory_rpcs(),
-            # Triton's trace extension, which grpc_service.proto declares (and reflection
-            # describes): UNIMPLEMENTED saying so, where "Method not found!" left a client
-            # of tritonclient's update_trace_settings to guess why
-            "TraceSetting": (_not_served("trace"), pb.TraceSettingRequest, False),
+            "TraceSetting": (self._trace_setting, pb.TraceSettingRequest, False),
             "LogSettings": (self._log_settings, pb.LogSettingsRequest, False),
         }
         # requests arrive as bytes and are parsed in the RPC: a message that does not parse
@@ -445,6 +436,23 @@ class GrpcServer:
         for name, value in settings.items():
             field = {bool: "bool_param", int: "uint32_param"}.get(type(value), "string_param")
             setattr(response.settings[name], field, value)
+        return response
+
+    async def _trace_setting(self, request: Any, context: Any) -> Any:
+        """Triton's trace extension: change the settings the request names (none: read), the
+        server's or ``model_name``'s."""
+        model = request.model_name or None
+        found = tracers(self.registry)
+        if model is not None:
+            self._handle(model, "")  # NOT_FOUND for a model not loaded
+        changes = {name: list(value.value) or None for name, value in request.settings.items()}
+        try:
+            settings = self.trace_settings.update(changes, found, model)
+        except ServeError as exc:
+            raise _Abort(status_code(exc), str(exc)) from None
+        response = pb.TraceSettingResponse()
+        for name, value in settings.items():
+            response.settings[name].value.extend(value if isinstance(value, list) else [value])
         return response
 
     async def _server_metadata(self, request: Any, context: Any) -> Any:

@@ -29,21 +29,15 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from torchplace.errors import InputError, ServeError
+from torchplace.errors import InputError, UnsupportedSettingError
 
-__all__ = ["SETTINGS", "LogSettingUnsupported", "LogSettings"]
+__all__ = ["SETTINGS", "LogSettings"]
 
 #: Triton's log settings, in the order they are answered
 SETTINGS = ("log_file", "log_info", "log_warning", "log_error", "log_verbose_level", "log_format")
 _FORMATS = ("default", "ISO8601")
 _LOGGER = "torchplace"
 _OFF = logging.CRITICAL + 1
-
-
-class LogSettingUnsupported(ServeError):
-    """A log setting that cannot be changed over the network (``log_file``)."""
-
-    status = 501
 
 
 class _Iso8601(logging.Formatter):
@@ -76,7 +70,7 @@ class LogSettings(logging.Filter):
 
     def update(self, changes: Mapping[str, Any]) -> dict[str, Any]:
         """Apply ``changes`` (a setting's name to its value; None leaves it as it is) and
-        answer every setting; :class:`InputError` or :class:`LogSettingUnsupported`, with
+        answer every setting; :class:`InputError` or :class:`~torchplace.errors.UnsupportedSettingError`, with
         nothing changed, for a setting that cannot take its value."""
         wanted = self.document()
         for name, value in changes.items():
@@ -159,7 +153,7 @@ def _checked(name: str, value: Any) -> Any:
             f"unknown log setting {name[:100]!r}; the settings are {', '.join(SETTINGS)}"
         )
     if name == "log_file":
-        raise LogSettingUnsupported(
+        raise UnsupportedSettingError(
             "log file location can not be updated through network protocol; the server's log "
             "goes where it was started to write it"
         )

@@ -72,7 +72,12 @@ def _grpc_server(app: App, config: ServeConfig) -> GrpcServer:
 
     token = load_token(config.auth_token_file) if config.auth_token_file else None
     return GrpcServer(
-        app.control, config, token=token, regions=app.regions, log_settings=app.log_settings
+        app.control,
+        config,
+        token=token,
+        regions=app.regions,
+        log_settings=app.log_settings,
+        trace_settings=app.trace_settings,
     )
 
 

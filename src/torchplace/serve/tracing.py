@@ -165,11 +165,40 @@ class Tracer:
         self._lock = threading.Lock()
         self._t0 = time.perf_counter()
         self._epoch_offset_ns = time.time_ns() - time.perf_counter_ns()
-        self.enabled = self._otel is not None or self.trace_file is not None
+        #: whether spans have somewhere to go (a trace file, an OpenTelemetry SDK)
+        self.can_record = self._otel is not None or self.trace_file is not None
+        #: whether batches are recorded now (the pool reads it per batch)
+        self.enabled = self.can_record
+        #: Triton's trace settings (see configure): one request in ``rate``, ``count`` more
+        self.rate = 1
+        self.count = -1
+        self._seen = 0
         self.dropped = 0
 
+    @property
+    def exports_spans(self) -> bool:
+        """Whether spans go to OpenTelemetry."""
+        return self._otel is not None
+
+    def configure(self, *, on: bool, rate: int = 1, count: int = -1) -> None:
+        """Triton's trace settings (:mod:`torchplace.serve.trace_settings`; on the loop):
+        record (``on``, where :attr:`can_record`) the batches that hold one request in
+        ``rate``, ``count`` more requests (-1: no limit)."""
+        self.rate, self.count = rate, count
+        self.enabled = self.can_record and on and count != 0
+
     def batch(self, record: BatchRecord) -> None:
-        """Record one finished batch and the requests it answered (worker thread)."""
+        """Record one finished batch and the requests it answered (worker thread), when it
+        holds one request in :attr:`rate` and :attr:`count` is not spent."""
+        if self.rate > 1 or self.count >= 0:
+            requests = len(record.arrivals)
+            seen, self._seen = self._seen, self._seen + requests
+            if (seen + requests) // self.rate == seen // self.rate:
+                return  # no request of this batch is one in rate
+            if self.count >= 0:
+                self.count = max(0, self.count - requests)
+                if not self.count:
+                    self.enabled = False
         if self.trace_file is not None:
             cost = 4 + 4 * len(record.arrivals)
             with self._lock:

@@ -38,18 +38,15 @@ EXTENSIONS = (
     "classification",
     "schedule_policy",
     "logging",
+    "trace",
 )
 
 
 #: Triton's extensions this server does not serve (nor list in the server metadata's
-#: ``extensions``), and what a client that calls one is told (``tritonclient``'s
-#: ``update_trace_settings``; the LLM ``generate`` routes): REST
+#: ``extensions``), and what a client that calls one is told (the LLM ``generate``
+#: routes): REST
 #: answers 404 (``no route ...``, then this), gRPC ``UNIMPLEMENTED``
 NOT_SERVED = {
-    "trace": (
-        "Triton's trace extension is not supported by this server (the server metadata does "
-        "not list it in its extensions); trace requests with --trace-file FILE.json at start"
-    ),
     "generate": (
         "Triton's generate extension is not supported by this server; POST the model's "
         "inputs to /v2/models/{name}/infer"
