@@ -189,3 +189,11 @@ def test_the_trace_file_holds_one_request_in_rate_up_to_the_count(
     events = events["traceEvents"] if isinstance(events, dict) else events
     requests = [e for e in events if e.get("name") == "request" and e.get("ph") == "b"]
     assert len(requests) == 2
+
+
+def test_the_server_names_its_trace_file_and_a_model_its_own(tmp_path: Path) -> None:
+    """With several models each version writes its own file beside --trace-file."""
+    a, b = _tracer(tmp_path, "a"), _tracer(tmp_path, "b")
+    settings = TraceSettings(tmp_path / "trace.json")
+    assert settings.document([a, b])["trace_file"] == str(tmp_path / "trace.json")
+    assert settings.document([b], "b")["trace_file"] == str(tmp_path / "b.json")

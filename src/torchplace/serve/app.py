@@ -193,7 +193,7 @@ class App:
         self._openapi: bytes | None = None
         #: Triton's logging and trace extensions (REST and gRPC)
         self.log_settings = LogSettings()
-        self.trace_settings = TraceSettings()
+        self.trace_settings = TraceSettings(config.trace_file)
         self._routes, self._open = self._routing_table()
         self.registry.subscribe(self._rebuild_routes)
 

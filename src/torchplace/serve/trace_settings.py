@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from torchplace.errors import InputError, UnsupportedSettingError
@@ -47,7 +48,10 @@ _MAX_COUNT = 2**31 - 1
 class TraceSettings:
     """The server's trace settings and each model's own (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, trace_file: Path | str | None = None) -> None:
+        #: the server's ``--trace-file`` (each version writes its own beside it when several
+        #: are served), what the server's settings name
+        self.trace_file = "" if trace_file is None else str(trace_file)
         self._server: dict[str, Any] = {}
         self._models: dict[str, dict[str, Any]] = {}
         self._given: weakref.WeakSet[Tracer] = weakref.WeakSet()  # tracers told the settings
@@ -59,8 +63,9 @@ class TraceSettings:
         current = self._effective(tracers, model)
         live = [t.count for t in tracers] if model is not None and tracers else []
         count = live[0] if live else current["trace_count"]
+        own = next((str(t.trace_file) for t in tracers if t.trace_file), "")
         return {
-            "trace_file": next((str(t.trace_file) for t in tracers if t.trace_file), ""),
+            "trace_file": own if model is not None else self.trace_file or own,
             "trace_level": ["TIMESTAMPS" if current["trace_level"] else "OFF"],
             "trace_rate": str(current["trace_rate"]),
             "trace_count": str(count),
