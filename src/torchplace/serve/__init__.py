@@ -48,6 +48,7 @@ What each module is for, along the path of a request:
 ``reshape``          Triton's ``reshape``: the model's shape of a row where clients use the dims
 ``metrics``          Prometheus series of one engine, in its own registry
 ``triton_metrics``   Triton's ``nv_inference_*`` series, from each version's statistics
+``triton_devices``   Triton's ``nv_gpu_*`` and ``nv_cpu_*`` gauges, read at scrape time
 ``log_settings``     Triton's logging extension: the log settings read and changed while serving
 ``trace_settings``   Triton's trace extension: the tracing of requests, changed while serving
 ``tracing``          Chrome/Perfetto traces and OpenTelemetry spans of batches

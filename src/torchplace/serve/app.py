@@ -59,6 +59,7 @@ from torchplace.serve.shm import Region, SharedMemoryRegions
 from torchplace.serve.ticket import Ticket
 from torchplace.serve.trace_settings import TraceSettings, from_json, tracers
 from torchplace.serve.triton import NOT_SERVED, extensions, model_statistics
+from torchplace.serve.triton_devices import CpuUsage, devices_text
 from torchplace.serve.triton_metrics import triton_text
 
 if TYPE_CHECKING:
@@ -185,6 +186,8 @@ class App:
         self.grpc_port: int | None = None
         self._allow_nan = config.allow_nan
         self._metrics_on = config.metrics
+        #: the host's CPU time between two scrapes (Triton's nv_cpu_utilization)
+        self._cpu_usage = CpuUsage() if config.metrics else None
         #: the client shared-memory regions (REST and gRPC)
         self.regions = SharedMemoryRegions(allowed=config.allow_client_shm)
         self._server_meta = protocol.server_metadata(
@@ -672,7 +675,9 @@ class App:
             return error_response(404, "metrics are turned off (--no-metrics)")
         engines = [h.engine for h in self.registry.handles()]
         own = engines[0].metrics_text() if len(engines) == 1 else merged_text(engines)
-        return Response(200, own + triton_text(engines), _METRICS_TYPE)
+        devices = [d for e in engines for d in getattr(e, "devices", ())]
+        triton = triton_text(engines) + devices_text(devices, self._cpu_usage)
+        return Response(200, own + triton, _METRICS_TYPE)
 
     def _openapi_doc(self, request: Request) -> Response:
         handles = self.registry.handles()
