@@ -7,7 +7,9 @@ policies) onto the batching settings, ``version_policy`` onto ours, ``instance_g
 replicas per device and the devices, ``input``/``output`` onto tensor declarations (``dims``
 without the batch dimension, ``-1`` a variable one; a ``reshape`` the shape the model takes or
 returns, checked as Triton checks it), an output's ``label_filename`` onto that output's labels.
-An input's ``optional: true`` is refused, as Triton's PyTorch backend refuses it.
+An input's ``optional: true`` is refused, as Triton's PyTorch backend refuses it; so is what
+makes Triton hand the model tensors no request holds (``sequence_batching``'s control inputs and
+state, ragged batching), which this server would leave out of the forward's arguments.
 
 An error names where the configuration came from (``inline config``, or the file), the field
 and the fix (:class:`~torchplace.errors.ConfigError`). :mod:`torchplace.serve.repository` reads
@@ -242,6 +244,15 @@ def _check_pytorch(message: Any, where: str, name: str) -> None:
     """Refuse a config.pbtxt of another backend than PyTorch's (or of its Python runtime),
     naming it. Neither platform nor backend given is taken as PyTorch (Triton picks the
     backend from the model file's name)."""
+    if message.platform == "torch_aoti":  # the PyTorch backend's, but not TorchScript
+        raise ConfigError(
+            f"{where}: model {name!r} is an AOTInductor package (platform: 'torch_aoti', a "
+            "model.pt2 from torch._inductor.aoti_compile_and_package), which torchplace does not "
+            "load; save the model as a TorchScript archive (torch.jit.save) named model.pt with "
+            'platform: "pytorch_libtorch", or save its torch.export program (torch.export.save) '
+            f'in each version directory with a {CONFIG_NAME} (exported = "model.pt2"), or serve '
+            "it with Triton"
+        )
     for field, pytorch in _PYTORCH.items():
         value = getattr(message, field)
         if value and value != pytorch:
@@ -289,6 +300,11 @@ def shown(text: str) -> str:
     return text if len(text) <= 80 else f"{text[:80]}... ({len(text)} characters)"
 
 
+#: what Triton's sequence batcher gives a model through each field, as errors name it
+_SEQUENCE_TENSORS = {
+    "control_input": "sequence control tensors (START, END, READY, CORRID)",
+    "state": "implicit state tensors",
+}
 #: ``ModelInstanceGroup.Kind``'s names, by their numbers (protobuf's JSON takes either)
 _KINDS = ("KIND_AUTO", "KIND_GPU", "KIND_CPU", "KIND_MODEL")
 
@@ -323,6 +339,7 @@ class _Reader:
         self.check_fields(doc)
         self.check_nested(doc)
         self.check_name(doc.get("name"), model)
+        self.check_extra_tensors(doc)
         out: dict[str, Any] = {k: v for k, v in doc.items() if k in SETTING_KEYS}
         batching: dict[str, Any] = dict(self.mapping(out.pop("batching", {}), "batching"))
         if "max_batch_size" in doc:
@@ -350,6 +367,44 @@ class _Reader:
         if "string_value" in source:
             out["source"] = source["string_value"]
         return out
+
+    def check_extra_tensors(self, doc: Mapping[str, Any]) -> None:
+        """Refuse what makes Triton's PyTorch backend hand the model tensors, or batches, that no
+        request holds: ``sequence_batching``'s ``control_input`` and ``state`` (the sequence
+        batcher's start, end, ready and correlation-ID flags and the implicit state, each a
+        forward argument), ``batch_input`` (element counts and shapes of the batch, each a
+        forward argument), ``batch_output`` and an input's ``allow_ragged_batch`` (rows of
+        different lengths concatenated into one dimension). Taken and not read, they loaded a
+        model whose forward was called without those arguments, or on rows it did not expect."""
+        sequence = doc.get("sequence_batching")
+        if isinstance(sequence, Mapping):
+            for field in ("control_input", "state"):
+                if sequence.get(field):
+                    raise self.error(
+                        f"sequence_batching.{field} is not served: Triton's sequence batcher "
+                        f"gives the model its {_SEQUENCE_TENSORS[field]} as forward arguments, "
+                        "and this server has no sequence batcher (each request is batched on "
+                        "its own, whatever its sequence_id); serve the model with Triton, or "
+                        f"remove sequence_batching and take the {_SEQUENCE_TENSORS[field]} as "
+                        "inputs the clients send"
+                    )
+        for field in ("batch_input", "batch_output"):
+            if doc.get(field):
+                raise self.error(
+                    f"{field} is not served: Triton's ragged batching gives the model tensors "
+                    "about the batch (element counts, shapes) that this server does not make; "
+                    f"remove {field} (and allow_ragged_batch) and have the model take rows of "
+                    "one shape per batch, or serve it with Triton"
+                )
+        inputs = doc.get("input")
+        for i, item in enumerate(inputs if isinstance(inputs, list) else ()):
+            if isinstance(item, Mapping) and item.get("allow_ragged_batch") is True:
+                raise self.error(
+                    f"input[{i}].allow_ragged_batch is not served: Triton concatenates the "
+                    "rows of a ragged batch into one dimension, where this server gives the "
+                    "model a batch of rows of one shape (a -1 dimension of one size per "
+                    "batch); remove allow_ragged_batch, or serve the model with Triton"
+                )
 
     def check_fields(self, doc: Mapping[str, Any]) -> None:
         """Every field of the document ours or ``ModelConfig``'s: one that is neither (a typo)
@@ -429,8 +484,22 @@ class _Reader:
         with it; an input's ``optional: true`` is refused (see :meth:`check_optional`)."""
         tensor = self.mapping(raw, where)
         if not isinstance(tensor.get("name"), str) or not isinstance(tensor.get("data_type"), str):
-            raise self.error(f"{where} needs a 'name' and a 'data_type' string")
+            missing = [f for f in ("name", "data_type") if not isinstance(tensor.get(f), str)]
+            raise self.error(
+                f"{where} needs a 'name' and a 'data_type' string (it has no {missing[0]} "
+                'string); give both, e.g. name: "INPUT__0" data_type: TYPE_FP32 (Triton\'s '
+                "PyTorch backend does not fill them in from the model)"
+            )
         self.check_optional(tensor, where)
+        if tensor["data_type"] == "TYPE_STRING":
+            raise self.error(
+                f"{where}.data_type {tensor['data_type']} (the protocol's BYTES: strings) is not "
+                f"served for {shown(tensor['name'])!r}: this server's models take and return "
+                "numeric torch tensors, where Triton's PyTorch backend passes strings as a "
+                "List[str]; encode the strings as numbers outside the model (token ids as "
+                "TYPE_INT64, UTF-8 bytes as TYPE_UINT8 with dims: [ -1 ]) and declare that "
+                "data_type, or serve the model with Triton"
+            )
         dims = [
             self.integer(d, f"{where}.dims")
             for d in self.array(tensor.get("dims", []), f"{where}.dims")
@@ -505,6 +574,19 @@ class _Reader:
                         f"most {MAX_PRIORITY_LEVELS}"
                     )
                 out[ours] = n
+        levels_given, default = out.get("priority_levels"), out.get("default_priority")
+        if dynamic.get("preserve_ordering") is True and (levels_given or 0) > 1:
+            raise self.error(  # Triton's words
+                f"Only one priority level is allowed when 'preserve_ordering' is true "
+                f"({where}.priority_levels {levels_given}); drop preserve_ordering or the "
+                "priority levels"
+            )
+        if levels_given and default is not None and default > levels_given:
+            raise self.error(
+                f"{where}.default_priority_level {default}: default priority level must be in "
+                f"range [1, {levels_given}] ({where}.priority_levels); give a level in "
+                f"1..{levels_given} (1 is served first)"
+            )
         size, timeout = self.queue_policy(
             dynamic.get("default_queue_policy"), f"{where}.default_queue_policy"
         )
@@ -516,9 +598,9 @@ class _Reader:
             dynamic.get("priority_queue_policy", {}), f"{where}.priority_queue_policy"
         )
         if levels:
-            out["priority_queue_limits"] = self.level_limits(
-                levels, out.get("priority_levels"), size, timeout
-            )
+            limits = self.level_limits(levels, out.get("priority_levels"), size, timeout)
+            if limits is not None:
+                out["priority_queue_limits"] = limits
         return out
 
     def queue_policy(self, raw: object, where: str) -> tuple[int | None, int | None]:
@@ -546,9 +628,11 @@ class _Reader:
 
     def level_limits(
         self, levels: Mapping[str, Any], count: int | None, size: int | None, timeout: int | None
-    ) -> list[int]:
+    ) -> list[int] | None:
         """``priority_queue_policy`` (a policy per level) as one queue limit per level, level 1
-        first: a level without one takes the default policy's."""
+        first: a level without one takes the default policy's. None where no level has one,
+        nor the default policy (Triton's 0 everywhere, no limit): every level takes the
+        server's ``--max-queue``, as without ``priority_queue_policy``."""
         where = "dynamic_batching.priority_queue_policy"
         if not count:
             raise self.error(
@@ -561,7 +645,7 @@ class _Reader:
                 f"{where} names level {shown(stray[0])}, not one of 1..{count} "
                 "(dynamic_batching.priority_levels)"
             )
-        limits: list[int] = []
+        found: list[int | None] = []
         for level in range(1, count + 1):
             raw = levels.get(str(level))
             own, own_timeout = self.queue_policy(raw, f"{where}[{level}]")
@@ -571,11 +655,16 @@ class _Reader:
                     f"({own_timeout}); this server has one default timeout for every level: "
                     "give it in default_queue_policy"
                 )
-            limit = own or size
+            found.append(own or size)
+        if all(limit is None for limit in found):
+            return None
+        limits: list[int] = []
+        for level, limit in enumerate(found, start=1):
             if limit is None:
                 raise self.error(
                     f"level {level} has no max_queue_size in {where} nor in "
-                    "dynamic_batching.default_queue_policy; give it in one of them"
+                    "dynamic_batching.default_queue_policy (Triton's no limit) while another "
+                    "level has one; this server keeps a limit per level: give it in one of them"
                 )
             limits.append(limit)
         return limits
@@ -585,21 +674,27 @@ class _Reader:
         CPU; ``KIND_GPU`` (and ``KIND_AUTO`` naming ``gpus``) its ``gpus``, every GPU when it names
         none, as in Triton; ``KIND_AUTO`` and ``KIND_MODEL`` the server's own devices (no
         ``devices``). A ``passive`` group, which takes no requests from the scheduler (the CPU
-        fallback that ``get_model_config`` lists), is the server's ``--fallback``, not a device."""
+        fallback that ``get_model_config`` lists), is the server's ``--fallback``, not a device.
+        Groups of one count that place instances on the same device add up there, as in
+        Triton (each group makes its ``count`` instances on each of its devices)."""
         counts: set[int] = set()
         devices: list[str] = []
-        own = False
+        per_device: dict[str, int] = {}
+        own, own_count = False, 0  # groups on the server's own devices, their instances
         for i, raw in enumerate(groups):
             where = f"instance_group[{i}]"
             group = self.mapping(raw, where)
             if group.get("passive") is True:
                 continue
-            counts.add(self.integer(group.get("count", 1), f"{where}.count"))
+            count = self.integer(group.get("count", 1), f"{where}.count")
+            counts.add(count)
             placed = self.group_devices(group, where)
             if placed is None:
-                own = True
-            else:
-                devices += placed
+                own, own_count = True, own_count + count
+                continue
+            devices += placed
+            for device in placed:
+                per_device[device] = per_device.get(device, 0) + count
         if len(counts) > 1:  # replicas are per device: groups of 1 and 2 cannot both hold
             raise self.error(
                 f"instance_group has groups of different counts "
@@ -613,7 +708,15 @@ class _Reader:
                 "(KIND_AUTO without gpus, KIND_MODEL) with groups that name theirs "
                 f"({', '.join(devices)}); give every group its kind (KIND_GPU with gpus, KIND_CPU)"
             )
-        out: dict[str, Any] = {"replicas": counts.pop()} if counts else {}
+        totals = set(per_device.values()) or {own_count}
+        if len(totals) > 1:  # groups of one count overlapping on some devices, not all
+            listed = ", ".join(f"{d}: {n}" for d, n in per_device.items())
+            raise self.error(
+                f"instance_group places different numbers of instances on its devices "
+                f"({listed}); this server places the same number of replicas on each of the "
+                "model's devices: give each device one group, of one count"
+            )
+        out: dict[str, Any] = {"replicas": totals.pop()} if counts else {}
         if devices:
             out["devices"] = list(dict.fromkeys(devices))
         return out
@@ -630,6 +733,11 @@ class _Reader:
             self.integer(g, f"{where}.gpus")
             for g in self.array(group.get("gpus", []), f"{where}.gpus")
         ]
+        if any(g < 0 for g in gpus):  # Triton's words, naming the field
+            raise self.error(
+                f"{where}.gpus {gpus} specifies invalid or unsupported gpu id "
+                f"{min(gpus)}; give the index of a CUDA device (0, 1...)"
+            )
         if gpus and kind in ("KIND_CPU", "KIND_MODEL"):
             raise self.error(
                 f"{where} is {kind} with gpus {gpus}; only a KIND_GPU or "
