@@ -531,11 +531,49 @@ def _mentioning(here: str) -> tuple[str, ...]:
     """The siblings of the file at ``here`` whose text names its module (found once per file,
     not once per function of it)."""
     stem = _module_stem(here)
-    return tuple(
+    found = [
         other
         for other in _siblings(os.path.dirname(here))
         if other != here and stem in (_text_of(other) or "")
-    )
+    ]
+    package = os.path.basename(os.path.dirname(here))
+    if os.path.isfile(os.path.join(os.path.dirname(here), "__init__.py")) and stem != package:
+        # a module of a sibling package that imports this one by its package's name
+        # (`from maskrcnn_benchmark.utils.metric_logger import MetricLogger` in `engine/`)
+        dotted, relative = f"{package}.{stem}", f"{package} import "
+        for other in _cousins(os.path.dirname(here)):
+            text = _text_of(other) or ""
+            if dotted in text or (relative in text and stem in text):
+                found.append(other)
+    return tuple(found)
+
+
+# Sibling packages with more modules than this in all are not searched for importers.
+_MAX_COUSINS = 120
+
+
+@lru_cache(maxsize=64)
+def _cousins(directory: str) -> tuple[str, ...]:
+    """The modules of the packages beside the package folder ``directory`` (one level down
+    each, ``pkg/engine/*.py`` for ``pkg/utils``), if there are few."""
+    parent = os.path.dirname(directory)
+    found: list[str] = []
+    try:
+        folders = sorted(os.listdir(parent))
+    except OSError:
+        return ()
+    for folder in folders:
+        place = os.path.join(parent, folder)
+        if place == directory or not os.path.isfile(os.path.join(place, "__init__.py")):
+            continue
+        try:
+            names = sorted(os.listdir(place))
+        except OSError:
+            continue
+        found.extend(os.path.join(place, n) for n in names if n.endswith(".py"))
+        if len(found) > _MAX_COUSINS:
+            return ()
+    return tuple(found)
 
 
 def _module_stem(here: str) -> str:

@@ -33,7 +33,13 @@ from torchplace.lint.rules.factory_match import (
     matched_to_parameter,
     meets_device_tensor,
 )
-from torchplace.lint.rules.facts import FACTORIES, cpu_only_script_class, in_test, main_test
+from torchplace.lint.rules.facts import (
+    FACTORIES,
+    cpu_only_program,
+    cpu_only_script_class,
+    in_test,
+    main_test,
+)
 
 __all__ = ["FACTORY", "check_factory"]
 
@@ -1029,6 +1035,8 @@ def check_factory(call: ast.Call, ctx: Context, name: str, method: Scope | None)
         return
     if _used_on_host(call, ctx) or (_moved_later(call, ctx) and not meets_device_tensor(call, ctx)):
         return
+    if cpu_only_program(ctx):
+        return  # a CPU script's own helpers are handed CPU tensors
     match = matched_to_parameter(call, ctx)
     if match is None:
         return

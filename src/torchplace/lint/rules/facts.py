@@ -356,7 +356,51 @@ def cpu_only_script_class(cls: Scope, ctx: Context) -> bool:
     return cached
 
 
-def _runs_program(guard: ast.stmt) -> bool:
+def cpu_only_program(ctx: Context) -> bool:
+    """A script that never names a device, an accelerator or a placement and runs its own
+    program: a top-level statement, or its ``if __name__ == "__main__":`` block, that parses a
+    command line or trains, itself or through the file's functions it calls, two calls deep
+    (minimalRL's ``acer.py``: ``main()``, whose loop runs ``train(model, optimizer, memory)``,
+    stepping the optimizer). Every tensor of such a file lives on the CPU, also those its
+    functions are handed."""
+    root = ctx.scope.root()
+    cached: bool | None = root.cache.get("cpu-only-program")
+    if cached is None:
+        module = root.node
+        cached = False
+        if isinstance(module, ast.Module) and DEVICE_WORDS.search(ctx.source) is None:
+            defs = {
+                d.name: d
+                for d in module.body
+                if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef))
+            }
+            cached = any(
+                _program_through(stmt, defs, 2)
+                for stmt in module.body
+                if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            )
+        root.cache["cpu-only-program"] = cached
+    return cached
+
+
+def _program_through(
+    node: ast.AST, defs: dict[str, ast.FunctionDef | ast.AsyncFunctionDef], depth: int
+) -> bool:
+    """``node`` runs a program (:func:`_runs_program`), or calls a function of ``defs`` that
+    does, ``depth`` calls deep at most."""
+    if _runs_program(node):
+        return True
+    if depth == 0:
+        return False
+    called = {
+        sub.func.id
+        for sub in walk(node)
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id in defs
+    }
+    return any(_program_through(defs[name], defs, depth - 1) for name in sorted(called))
+
+
+def _runs_program(guard: ast.AST) -> bool:
     """An ``if __name__ == "__main__":`` block that is a program, not a quick check: it
     parses a command line (``parser.parse_args()``) or trains (``.backward()``, an
     optimizer's ``step``)."""

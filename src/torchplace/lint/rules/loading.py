@@ -87,10 +87,16 @@ def _loading_call(stmt: ast.Assign | ast.AnnAssign | ast.Expr, ctx: Context) -> 
 
 def _torch_load(call: ast.Call, ctx: Context) -> None:
     if has_star_kwargs(call):
-        if keyword(call, "weights_only") is None and _callers_leave_out(call, ctx, "weights_only"):
+        if keyword(call, "weights_only") is not None:
+            return
+        if _callers_leave_out(call, ctx, "weights_only"):
             # a caller's `pickle_module=` reaches the load through the `**kwargs` too
             unpickler = not _callers_leave_out(call, ctx, "pickle_module")
             _report_weights_only(call, ctx, forwarded=True, unpickler=unpickler)
+            return
+        keys = _local_mapping_keys(call, ctx)
+        if keys is not None and "weights_only" not in keys:
+            _report_weights_only(call, ctx, forwarded=False, unpickler="pickle_module" in keys)
         return
     if (
         len(call.args) < 2
@@ -117,6 +123,71 @@ def _torch_load(call: ast.Call, ctx: Context) -> None:
         )
     if keyword(call, "weights_only") is None:
         _report_weights_only(call, ctx, forwarded=False)
+
+
+# Methods that change a mapping in place: a `**mapping` bound to a display may then hold more.
+_MAPPING_WRITES = frozenset({"update", "setdefault", "pop", "popitem", "clear", "__setitem__"})
+
+
+def _local_mapping_keys(call: ast.Call, ctx: Context) -> set[str] | None:
+    """The keys the ``**`` mappings of ``call`` hold, when each is a name its function binds only
+    to dict displays of string keys and never changes in place (skorch's ``load_kwargs =
+    {"map_location": map_location}``, then ``torch.load(f, **load_kwargs)``); None when any may
+    hold more (a parameter, a mapping built elsewhere, updated, or handed to another call)."""
+    scope = ctx.function_scope()
+    if scope is None:
+        return None
+    fn = scope.node
+    assert isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+    names = set()
+    for kw in call.keywords:
+        if kw.arg is None:
+            if not isinstance(kw.value, ast.Name):
+                return None
+            names.add(kw.value.id)
+    params = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
+    params |= {a.arg for a in (fn.args.vararg, fn.args.kwarg) if a is not None}
+    if names & params:
+        return None
+    keys: set[str] = set()
+    displays = stores = 0
+    for node in walk(fn):
+        if isinstance(node, (ast.Global, ast.Nonlocal)) and names & set(node.names):
+            return None
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id in names for t in targets):
+                value = node.value
+                if not isinstance(value, ast.Dict) or not all(
+                    isinstance(k, ast.Constant) and isinstance(k.value, str) for k in value.keys
+                ):
+                    return None
+                keys |= {
+                    k.value
+                    for k in value.keys
+                    if isinstance(k, ast.Constant) and isinstance(k.value, str)
+                }
+                displays += 1
+        elif isinstance(node, ast.Name) and node.id in names and isinstance(node.ctx, ast.Store):
+            stores += 1
+        elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+            if node.value.id in names and not isinstance(node.ctx, ast.Load):
+                return None
+        elif isinstance(node, ast.Call) and node is not call:
+            func = node.func
+            if (
+                isinstance(func, ast.Attribute)
+                and isinstance(func.value, ast.Name)
+                and func.value.id in names
+                and func.attr in _MAPPING_WRITES
+            ):
+                return None
+            handed = [*node.args, *(kw.value for kw in node.keywords)]
+            if any(isinstance(a, ast.Name) and a.id in names for a in handed):
+                return None
+    # every store of the names is a display's target: any other, a loop target or an
+    # unpacking, may bind a mapping with more keys
+    return keys if displays == stores > 0 else None
 
 
 def _callers_leave_out(call: ast.Call, ctx: Context, name: str) -> bool:
@@ -444,8 +515,15 @@ def _round_trip(
         earlier = [line for line in earlier if not any(line < r for r in rebinds)]
         if not earlier:
             return False
-    if "seek" in cached or earlier:
+    if earlier:
         return True
+    if "seek" in cached:
+        root = receiver_root(source) if isinstance(source, (ast.Name, ast.Attribute)) else None
+        return (
+            wrapped
+            or root is None
+            or not _written_with_given_bytes(root, source, ctx, scope or ctx.scope)
+        )
     return scope is not None and _saved_by_earlier_call(key, scope, ctx)
 
 
@@ -1032,8 +1110,32 @@ def _names_buffer(source: ast.expr, ctx: Context, scope: Scope, *, wrapped: bool
         values = [max(above, key=lambda v: v.lineno)]
     for value in values:
         if isinstance(value, ast.Call) and _names_buffer(value, ctx, scope, wrapped=wrapped):
-            return True
+            return wrapped or not _written_with_given_bytes(root, source, ctx, scope)
     return False
+
+
+def _written_with_given_bytes(root: str, source: ast.expr, ctx: Context, scope: Scope) -> bool:
+    """The function fills the empty buffer itself with bytes it was given (skorch's
+    ``f.write(state["__cuda_dependent_attributes__"])`` into a ``SpooledTemporaryFile`` before
+    loading it), and never ``torch.save``s into it: like ``BytesIO(data)``, a buffer over
+    bytes from elsewhere."""
+    writes = [
+        sub
+        for sub in walk(scope.node)
+        if isinstance(sub, ast.Call)
+        and isinstance(sub.func, ast.Attribute)
+        and sub.func.attr in {"write", "writelines"}
+        and receiver_root(sub.func.value) == root
+        and sub.lineno <= source.lineno
+    ]
+    if not writes:
+        return False
+    return not any(
+        isinstance(sub, ast.Call)
+        and (ctx.call_qualname(sub) or "").endswith("save")
+        and any(root in names_in(arg) for arg in sub.args[1:2])
+        for sub in walk(scope.node)
+    )
 
 
 def _wraps_bytes(call: ast.Call) -> bool:

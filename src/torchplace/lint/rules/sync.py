@@ -2573,6 +2573,35 @@ def _backend_test(test: ast.expr) -> bool:
     )
 
 
+# Methods that read a clock: CUDA events, `time.*`, and a timer object's start and stop
+# (detectron's and maskrcnn-benchmark's `Timer.tic()`/`toc()`, MATLAB's spelling).
+_CLOCK_METHODS = frozenset({"elapsed_time", "record", "perf_counter", "time", "tic", "toc"})
+
+
+def _flag_test(test: ast.expr, loop: ast.AST) -> bool:
+    """``if timer:``, ``if timer is not None:``, ``if not args.profile:``: a test of a name (or
+    an attribute of one) that the loop never rebinds holds on every step or on none."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test = test.operand
+    if (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], (ast.Is, ast.IsNot))
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value is None
+    ):
+        test = test.left
+    root = test
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if not isinstance(root, ast.Name):
+        return False
+    return not any(
+        isinstance(sub, ast.Name) and sub.id == root.id and isinstance(sub.ctx, ast.Store)
+        for sub in walk(loop)
+    )
+
+
 def _times_each_step(loop: ast.AST, ctx: Context) -> bool:
     """A loop that reads a timer each step synchronizes on purpose, to time each step."""
     key = f"times-each-step:{id(loop)}"
@@ -2586,16 +2615,20 @@ def _times_each_step(loop: ast.AST, ctx: Context) -> bool:
     )
     result = False
     for stmt in body:
-        if isinstance(stmt, ast.If) and not _backend_test(stmt.test):
+        if (
+            isinstance(stmt, ast.If)
+            and not _backend_test(stmt.test)
+            and not _flag_test(stmt.test, loop)
+        ):
             continue  # a clock read in a logging branch times the interval, not each step
-        # (a branch on the backend, `if device.type == "cuda":` around CUDA events, runs on
-        # every step or on none: its clock reads time each step)
+        # (a branch on the backend, `if device.type == "cuda":` around CUDA events, or on a
+        # flag the loop never rebinds, `if timer:`, runs on every step or on none: its clock
+        # reads time each step)
         for sub in walk(stmt):
             if isinstance(sub, ast.Call):
                 name = ctx.call_qualname(sub)
                 if name in TIMERS or (
-                    isinstance(sub.func, ast.Attribute)
-                    and sub.func.attr in {"elapsed_time", "record", "perf_counter", "time"}
+                    isinstance(sub.func, ast.Attribute) and sub.func.attr in _CLOCK_METHODS
                 ):
                     result = True
                 elif isinstance(sub.func, ast.Name) and "time" in sub.func.id.lower():
