@@ -193,11 +193,14 @@ def test_overload_and_priority_settings_from_a_file(tmp_path: Path) -> None:
     assert config.drain_grace_s == 0.0
 
 
-def test_max_batch_size_0_says_no_batching_is_not_served_and_what_to_do() -> None:
-    """Triton's max_batch_size 0 (a model without batching) is refused with the way to serve
-    such a model, from a flag, a config file and a Triton inline config alike."""
+def test_max_batch_size_0_names_where_no_batching_is_served() -> None:
+    """Triton's max_batch_size 0 (a model without batching) given to the server is refused,
+    naming how a repository model takes whole tensors (test_triton_unbatched.py serves one)."""
     with pytest.raises(ConfigError, match="Triton's 'no batching'") as info:
         ServeConfig(max_batch_size=0)
-    assert "max_batch_size 1 and send one sample" in str(info.value)
+    assert "unbatched = true" in str(info.value)
+    assert ServeConfig(unbatched=True).unbatched
+    with pytest.raises(ConfigError, match="unbatched='yes' is invalid; give true or false"):
+        ServeConfig(unbatched="yes")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="give an integer >= 1"):
         ServeConfig(max_batch_size=-1)

@@ -342,10 +342,10 @@ def test_a_torchscript_dry_run_error_names_the_model_not_seed_mlp(tmp_path: Path
                    inputs=(TensorSpec("x", "FP32", (-1, 4)),))  # fmt: skip
 
 
-def test_triton_no_batching_and_another_name_are_refused(tmp_path: Path) -> None:
+def test_triton_no_batching_is_read_as_such_and_another_name_refused(tmp_path: Path) -> None:
     triton_model(tmp_path, "m", 'platform: "pytorch_libtorch"\n', Affine())
-    with pytest.raises(ConfigError, match="max_batch_size is 0"):
-        read_model(tmp_path, "m")
+    settings = read_model(tmp_path, "m").settings  # max_batch_size left out: Triton's 0
+    assert (settings["unbatched"], settings["max_batch_size"]) == (True, 1)
     (tmp_path / "m" / "config.pbtxt").write_text('name: "other"\nmax_batch_size: 2\n')
     with pytest.raises(ConfigError, match="unexpected directory name 'm' for model 'other'"):
         read_model(tmp_path, "m")

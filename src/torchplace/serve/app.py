@@ -712,11 +712,11 @@ class App:
         handle.enter()  # held to the answer: a reload drains this version before releasing it
         try:
             submitted = handle.engine.submit(
-                decoded.inputs,
+                handle.one_request(decoded.inputs),
                 timeout_s=timeout_us / 1e6 if timeout_us else None,
                 priority=decoded.priority,
                 caller=_caller(request.headers),
-                rows=decoded.rows,
+                rows=1 if handle.unbatched else decoded.rows,
             )
         except Exception as exc:
             handle.leave()
@@ -767,6 +767,12 @@ class App:
         )
 
     def _decode_v1(self, request: Request, handle: ModelHandle) -> protocol.InferRequest:
+        if handle.unbatched:
+            raise InputError(
+                f"model {handle.name!r} takes whole tensors (Triton's max_batch_size 0), which "
+                "KServe V1's instances, one per row, cannot give; send the v2 protocol's "
+                f"POST /v2/models/{handle.name}/infer"
+            )
         return protocol_v1.decode_predict_request(
             self._body(request, 'a V1 request, {"instances": [...]} with one entry per row'),
             inputs=handle.inputs,
@@ -835,7 +841,7 @@ class App:
             response = self._failure(error)
         else:
             try:
-                response = encode(handle, decoded, future.result())
+                response = encode(handle, decoded, handle.its_answer(future.result()))
             except Exception as exc:
                 response = self._failure(exc)
         answer.set_result(self._finish(handle, response, started, submitted.device))

@@ -158,12 +158,13 @@ _PATHS = ("weights", "exported", "torchscript", "labels", "auth_token_file", "tr
           "model_repository")  # fmt: skip
 
 
-#: why max_batch_size 0 (Triton's "no batching") is refused, and what to do instead
+#: why max_batch_size 0 (Triton's "no batching") is refused here, and what to do instead
 _NO_BATCHING = (
-    "0 is Triton's 'no batching', which torchplace does not serve: every model is batched along "
-    "the first dimension of its inputs, and a request's rows are split into batches of at most "
-    "max_batch_size. For a model whose rows must stay together, declare a batch dimension "
-    "first (shape -1,...), give max_batch_size 1 and send one sample (one row) per request"
+    "0 is Triton's 'no batching', which a model repository serves: give the model "
+    "max_batch_size: 0 in its config.pbtxt, or unbatched = true in its config.toml's "
+    "[batching] table (each request then goes to the model as sent, one per call). Here, "
+    "every model is batched along the first dimension of its inputs, a request's rows split "
+    "into batches of at most max_batch_size"
 )
 
 
@@ -193,6 +194,9 @@ class ServeConfig:
     dtype: str | None = None
     replicas_per_device: int = 1
     max_batch_size: int = 32
+    #: Triton's ``max_batch_size: 0``: each request's tensors go to the model as sent, one
+    #: request per call (declarations as Triton's ``dims``); batching settings are not used
+    unbatched: bool = False
     max_delay_ms: float = 2.0
     max_queue: int = 1024
     max_request_rows: int = 4096
@@ -250,7 +254,7 @@ class ServeConfig:
         self._check_priorities(_fail)
         if self.fallback not in (None, "cpu"):
             _fail("fallback", self.fallback, "the only fallback is 'cpu' (or leave it unset)")
-        for name in ("allow_nan", "allow_client_shm", "metrics"):
+        for name in ("allow_nan", "allow_client_shm", "metrics", "unbatched"):
             if not isinstance(getattr(self, name), bool):
                 _fail(name, getattr(self, name), "give true or false")
         if self.log_level not in LOG_LEVELS:

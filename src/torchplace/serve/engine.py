@@ -250,8 +250,11 @@ class Engine:
         self.inputs: tuple[TensorSpec, ...] = loaded.inputs
         self.outputs: tuple[TensorSpec, ...] = loaded.outputs
         self.labels: Mapping[str, tuple[str, ...]] = loaded.labels
-        self.max_batch_size = max_batch_size
-        self.max_delay_ms = max_delay_ms
+        #: Triton's max_batch_size 0: one request per model call, its tensors as sent (the
+        #: declarations hold a first dimension of 1 that the protocol side adds and takes off)
+        self.unbatched = loaded.unbatched
+        self.max_batch_size = 1 if self.unbatched else max_batch_size
+        self.max_delay_ms = 0.0 if self.unbatched else max_delay_ms
         self.max_request_rows = max_request_rows
         self.policy = queue if queue is not None else QueuePolicy(max_queue=max_queue)
         self.max_queue = self.policy.max_queue

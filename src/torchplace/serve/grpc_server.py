@@ -109,7 +109,6 @@ from torchplace.serve.trace_settings import TraceSettings, tracers
 from torchplace.serve.triton import extensions, model_statistics
 
 if TYPE_CHECKING:
-    from torchplace.serve.app import EngineLike
     from torchplace.serve.config import ServeConfig
     from torchplace.serve.registry import ModelHandle
     from torchplace.serve.reload import ModelControl
@@ -196,7 +195,7 @@ class _Served:
         self.metadata = pb.ModelMetadataResponse(
             name=engine.name, versions=[engine.version], platform=engine.platform
         )
-        for specs, field in ((engine.inputs, "inputs"), (engine.outputs, "outputs")):
+        for specs, field in ((handle.inputs, "inputs"), (handle.outputs, "outputs")):
             for spec in specs:
                 getattr(self.metadata, field).add(
                     name=spec.name, datatype=spec.datatype, shape=list(spec.shape)
@@ -704,7 +703,7 @@ class GrpcServer:
         try:
             handle = self._handle(request.model_name, request.model_version).enter()
             served = self._served(handle)
-            return await self._infer(served.engine, request, context)
+            return await self._infer(handle, request, context)
         except _Abort as exc:
             code = exc.code
             raise
@@ -717,16 +716,17 @@ class GrpcServer:
             if served is not None and served.metrics is not None:
                 served.metrics.observe(code, time.perf_counter() - started)
 
-    async def _infer(self, engine: EngineLike, request: Any, context: Any) -> Any:
+    async def _infer(self, handle: ModelHandle, request: Any, context: Any) -> Any:
         held: tuple[Region, ...] = ()  # the shared-memory regions it named, until answered
+        engine = handle.engine
         try:
             if self.draining:
                 raise NotReadyError("the server is shutting down; retry elsewhere")
             decoded, held = self.regions.holding(
                 decode_infer_request,
                 request,
-                inputs=engine.inputs,
-                outputs=engine.outputs,
+                inputs=handle.inputs,
+                outputs=handle.outputs,
                 max_rows=engine.max_request_rows,
                 allow_nan=self.config.allow_nan,
                 regions=self.regions,
@@ -737,14 +737,14 @@ class GrpcServer:
             if remaining is not None and (timeout_s is None or remaining < timeout_s):
                 timeout_s = max(remaining, 1e-6)
             results = await engine.infer(
-                decoded.inputs, timeout_s=timeout_s, priority=decoded.priority
+                handle.one_request(decoded.inputs), timeout_s=timeout_s, priority=decoded.priority
             )
             return encode_infer_response(
                 model_name=engine.name,
                 model_version=engine.version,
                 request=decoded,
-                results=results,
-                outputs=engine.outputs,
+                results=handle.its_answer(results),
+                outputs=handle.outputs,
                 labels=engine.labels,
             )
         except ServeError as exc:

@@ -78,6 +78,10 @@ class LoadedModel:
     rebuild: Callable[[torch.device], nn.Module] | None = None
     #: class labels per output (Triton's classification extension): ``torchplace_labels``
     labels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Triton's ``max_batch_size: 0``: the model takes each request's tensors as sent, one
+    #: request per call; its declarations have a first dimension of one (the request) that
+    #: :class:`~torchplace.serve.reshape.Unbatched` takes off before the forward
+    unbatched: bool = False
 
 
 def set_eval(module: nn.Module) -> nn.Module:
@@ -106,6 +110,7 @@ def load_model(
     name: str | None = None,
     labels: Path | str | None = None,
     torchscript: Path | str | None = None,
+    unbatched: bool = False,
 ) -> LoadedModel:
     """Build the model on the CPU in eval mode, load optional weights, resolve declarations.
 
@@ -114,7 +119,8 @@ def load_model(
     file of class names, one per line, for every output (else the module's
     ``torchplace_labels``). With ``torchscript`` (a ``torch.jit.save`` archive, see
     :mod:`torchplace.serve.torchscript`) the archive is the model, as ``exported``; it records
-    no declarations, so ``inputs`` must be given.
+    no declarations, so ``inputs`` must be given. ``unbatched``: Triton's ``max_batch_size:
+    0`` (see :attr:`LoadedModel.unbatched`); its outputs must be declared.
     """
     declared_in: tuple[TensorSpec, ...] | None = None
     declared_out: tuple[TensorSpec, ...] | None = None
@@ -164,7 +170,12 @@ def load_model(
     called = name or (served if exported is not None or torchscript is not None else model)
     final_in = _declarations("inputs", inputs or declared_in, called)
     given_out = outputs or declared_out or ()
-    served_module, rebuild = _reshaped(module, rebuild, final_in, given_out)
+    if unbatched and not given_out:
+        raise ConfigError(
+            f"model {called!r} takes whole tensors (Triton's max_batch_size 0) and declares no "
+            "outputs, which a dry run cannot find without a batch dimension; declare them"
+        )
+    served_module, rebuild = _reshaped(module, rebuild, final_in, given_out, unbatched)
     final_out = _declarations(
         "outputs", given_out or infer_outputs(served_module, final_in, called), called
     )
@@ -182,6 +193,7 @@ def load_model(
         source=source,
         rebuild=rebuild,
         labels={**own, **_output_labels(final_out)},
+        unbatched=unbatched,
     )
 
 
@@ -190,28 +202,31 @@ def _reshaped(
     rebuild: Callable[[torch.device], nn.Module] | None,
     inputs: tuple[TensorSpec, ...],
     outputs: tuple[TensorSpec, ...],
+    unbatched: bool = False,
 ) -> tuple[nn.Module, Callable[[torch.device], nn.Module] | None]:
     """The module (and a replica's rebuild) wrapped to apply the declarations' ``reshape``
-    (see :mod:`torchplace.serve.reshape`), or as they are when none has one."""
-    if all(spec.reshape is None for spec in (*inputs, *outputs)):
+    and Triton's no batching (see :mod:`torchplace.serve.reshape`), or as they are when
+    neither applies."""
+    if not unbatched and all(spec.reshape is None for spec in (*inputs, *outputs)):
         return module, rebuild
     from torchplace.serve.reshape import reshaped
 
-    wrapped = reshaped(module, inputs, outputs)
+    wrapped = reshaped(module, inputs, outputs, unbatched)
     if rebuild is None or wrapped is module:
         return wrapped, rebuild
-    return wrapped, functools.partial(_rebuild_reshaped, rebuild, inputs, outputs)
+    return wrapped, functools.partial(_rebuild_reshaped, rebuild, inputs, outputs, unbatched)
 
 
 def _rebuild_reshaped(
     rebuild: Callable[[torch.device], nn.Module],
     inputs: tuple[TensorSpec, ...],
     outputs: tuple[TensorSpec, ...],
+    unbatched: bool,
     device: torch.device,
 ) -> nn.Module:
     from torchplace.serve.reshape import reshaped
 
-    return reshaped(rebuild(device), inputs, outputs)
+    return reshaped(rebuild(device), inputs, outputs, unbatched)
 
 
 def _output_labels(outputs: tuple[TensorSpec, ...]) -> dict[str, tuple[str, ...]]:
@@ -273,6 +288,7 @@ def load_configured(config: ServeConfig) -> LoadedModel:
         name=config.name,
         labels=config.labels,
         torchscript=config.torchscript,
+        unbatched=config.unbatched,
     )
 
 

@@ -894,11 +894,11 @@ def _checked_shape(
         for want, got in zip(declared, shape)  # noqa: B905
     ):
         _check_overflow(spec, shape)
+        batch = " (the first dimension is the batch: -1, any number of rows)"
         raise _ModelWords(
             lambda m: (
                 f"unexpected shape for input {name!r}{_for(m)}. Expected "
-                f"{_dims(declared)}, got {_dims(shape)} (the first dimension is the batch: -1, "
-                "any number of rows)"
+                f"{_dims(declared)}, got {_dims(shape)}{batch if declared[:1] == (-1,) else ''}"
             )
         )
     rows = shape[0]

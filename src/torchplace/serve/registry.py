@@ -16,10 +16,12 @@ or an unload.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import orjson
 
 from torchplace.errors import ModelNotFoundError
@@ -27,6 +29,7 @@ from torchplace.serve import protocol
 from torchplace.serve.triton import model_config
 
 if TYPE_CHECKING:
+    from torchplace.models import TensorSpec
     from torchplace.serve.app import EngineLike
 
 __all__ = ["ModelHandle", "Registry"]
@@ -39,8 +42,12 @@ class ModelHandle:
         self.engine = engine
         self.name = engine.name
         self.version = engine.version
-        self.inputs = tuple(engine.inputs)
-        self.outputs = tuple(engine.outputs)
+        #: Triton's max_batch_size 0: clients send and receive the tensors as the model takes
+        #: them; the protocol side adds the engine's first dimension (one request) and takes it
+        #: off again (see :func:`one_request` and :func:`its_answer`)
+        self.unbatched = bool(getattr(engine, "unbatched", False))
+        self.inputs = _on_the_wire(engine.inputs, self.unbatched)
+        self.outputs = _on_the_wire(engine.outputs, self.unbatched)
         self.max_request_rows = engine.max_request_rows
         #: the model's published versions, this one among them (what its metadata lists)
         self.versions: list[str] = []
@@ -53,6 +60,20 @@ class ModelHandle:
         self.active = 0
         #: per-protocol views of this version (the gRPC side keeps its messages here)
         self.views: dict[str, Any] = {}
+
+    def one_request(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """A decoded request's arrays as the engine takes them: as they are, or (unbatched)
+        each with a first dimension of one."""
+        if not self.unbatched:
+            return arrays
+        return {name: array[np.newaxis] for name, array in arrays.items()}
+
+    def its_answer(self, results: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The engine's results as the client gets them: as they are, or (unbatched) without
+        the engine's first dimension."""
+        if not self.unbatched:
+            return results
+        return {name: array[0] for name, array in results.items()}
 
     def set_versions(self, versions: Sequence[str]) -> None:
         """The versions of the model published next to this one (its metadata names them)."""
@@ -180,3 +201,11 @@ class Registry:
         if not ready_only:
             entries.extend({"name": n} for n in known if n not in seen)
         return sorted(entries, key=lambda e: (e["name"], e.get("version", "")))
+
+
+def _on_the_wire(specs: Sequence[TensorSpec], unbatched: bool) -> tuple[TensorSpec, ...]:
+    """The declarations as clients see them: the engine's, or (unbatched) without the first
+    dimension the engine batches along, which is the request itself."""
+    if not unbatched:
+        return tuple(specs)
+    return tuple(dataclasses.replace(spec, shape=spec.shape[1:]) for spec in specs)

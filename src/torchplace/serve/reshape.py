@@ -34,14 +34,43 @@ def _plan(spec: TensorSpec) -> _Plan:
 
 
 def reshaped(
-    module: nn.Module, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]
+    module: nn.Module,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+    unbatched: bool = False,
 ) -> nn.Module:
-    """``module`` wrapped in :class:`Reshaped` when a declaration's ``reshape`` is not its
-    ``dims``; else ``module`` itself."""
+    """``module`` wrapped in :class:`Unbatched` (``unbatched``: Triton's max_batch_size 0),
+    then in :class:`Reshaped` when a declaration's ``reshape`` is not its ``dims``."""
+    if unbatched:
+        module = Unbatched(module)
     ins, outs = tuple(map(_plan, inputs)), tuple(map(_plan, outputs))
     if all(plan is None for plan in (*ins, *outs)):
         return module
     return Reshaped(module, ins, outs)
+
+
+class Unbatched(nn.Module):
+    """A model of Triton's ``max_batch_size: 0``, which takes each request's tensors as sent:
+    the server runs one request per call, as a batch of one, and this takes that first
+    dimension off each input and puts it back on each output."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, *args: torch.Tensor) -> Any:
+        raw = self.model(*(x[0] for x in args))
+        if isinstance(raw, torch.Tensor):
+            return raw.unsqueeze(0)
+        if isinstance(raw, Mapping):
+            return {key: _one(value) for key, value in raw.items()}
+        if isinstance(raw, tuple | list):
+            return tuple(_one(value) for value in raw)
+        return raw  # not tensors: the execution's check names it
+
+
+def _one(value: Any) -> Any:
+    return value.unsqueeze(0) if isinstance(value, torch.Tensor) else value
 
 
 def _row(source: Sequence[int], got: Sequence[int], target: Sequence[int]) -> list[int]:

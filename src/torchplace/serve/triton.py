@@ -140,6 +140,9 @@ def model_config(engine: Any) -> dict[str, Any]:
     }
     if not doc["instance_group"]:
         del doc["instance_group"]
+    if getattr(engine, "unbatched", False):  # Triton's no batching: dims are the whole shape
+        doc["max_batch_size"] = 0
+        del doc["dynamic_batching"]
     if getattr(engine, "dtype", None) is not None:
         # Triton's free-form model parameters: where the serving precision is told
         doc["parameters"] = {"dtype": {"string_value": engine.dtype}}

@@ -55,7 +55,8 @@ SETTING_KEYS = ("source", "weights", "exported", "labels", "inputs", "outputs", 
                 "devices", "replicas", "batching", "version_policy")  # fmt: skip
 #: the keys of its ``[batching]`` table
 BATCHING_KEYS = ("max_batch_size", "max_delay_ms", "max_queue", "priority_levels",
-                 "default_priority", "priority_queue_limits", "default_timeout_ms")  # fmt: skip
+                 "default_priority", "priority_queue_limits", "default_timeout_ms",
+                 "unbatched")  # fmt: skip
 #: the fields of Triton's ``ModelConfig`` (model_config.proto, as protobuf names them): an inline
 #: config may carry any of them (what ``get_model_config`` returns may be sent back); the ones
 #: this server has no use for are not read
@@ -144,13 +145,6 @@ def pbtxt_settings(path: Path, name: str) -> dict[str, Any]:
 
     where = str(path)
     _check_pytorch(message, where, name)
-    if message.max_batch_size == 0:
-        raise ConfigError(
-            f"{where}: max_batch_size is 0 (or not given), Triton's 'no batching', where dims "
-            "are the whole shape; torchplace batches every model along a first dimension: "
-            "give max_batch_size: N (N >= 1) and dims without the batch dimension, as Triton "
-            "takes them with batching"
-        )
     filename = message.default_model_filename or TRITON_MODEL_FILE
     if "/" in filename or "\\" in filename or filename in (".", ".."):
         raise ConfigError(
@@ -159,6 +153,7 @@ def pbtxt_settings(path: Path, name: str) -> dict[str, Any]:
             f"{TRITON_MODEL_FILE!r})"
         )
     doc = json_format.MessageToDict(message, preserving_proto_field_name=True)
+    doc.setdefault("max_batch_size", 0)  # left out when 0: Triton's no batching
     settings = _Reader(where).mapped(doc, name)
     # the file's delay is Triton's, 0 when not given (MessageToDict leaves a 0 out): with
     # ``dynamic_batching {}``, or none, Triton runs what is queued without waiting for more,
@@ -344,6 +339,8 @@ class _Reader:
         batching: dict[str, Any] = dict(self.mapping(out.pop("batching", {}), "batching"))
         if "max_batch_size" in doc:
             batching["max_batch_size"] = self.integer(doc["max_batch_size"], "max_batch_size")
+        if batching.get("max_batch_size") == 0:  # Triton's no batching: dims are the whole shape
+            batching.update(max_batch_size=1, unbatched=True)
         dynamic = self.mapping(doc.get("dynamic_batching", {}), "dynamic_batching")
         delay = dynamic.get("max_queue_delay_microseconds")
         if delay is not None:
