@@ -37,6 +37,7 @@ from torchplace.errors import ConfigError
 from torchplace.serve.config import ServeConfig
 
 if TYPE_CHECKING:
+    from torchplace.models import TensorSpec
     from torchplace.serve.running import ServerThread
 
 __all__ = [
@@ -378,6 +379,20 @@ def deployment(
     return replica.bind(data, options.device_override)
 
 
+def _plain_spec(spec: TensorSpec) -> dict[str, Any]:
+    """A declaration as the table a config file gives (its reshape and labels file kept)."""
+    table: dict[str, Any] = {
+        "name": spec.name,
+        "datatype": spec.datatype,
+        "shape": list(spec.shape),
+    }
+    if spec.reshape is not None:
+        table["reshape"] = list(spec.reshape)
+    if spec.label_filename is not None:
+        table["label_filename"] = spec.label_filename
+    return table
+
+
 def _plain(config: ServeConfig) -> dict[str, Any]:
     """The config as plain values that travel to each replica (Ray pickles them)."""
     data: dict[str, Any] = {}
@@ -386,9 +401,7 @@ def _plain(config: ServeConfig) -> dict[str, Any]:
         if value is None:
             continue
         if name in ("inputs", "outputs"):
-            value = [
-                {"name": s.name, "datatype": s.datatype, "shape": list(s.shape)} for s in value
-            ]
+            value = [_plain_spec(s) for s in value]
         elif isinstance(value, tuple):
             value = list(value)
         elif isinstance(value, os.PathLike):
