@@ -324,3 +324,12 @@ def test_preserve_ordering_with_priority_levels_is_refused_as_triton_does(tmp_pa
     )
     with pytest.raises(ConfigError, match=r"Only one priority level is allowed when 'preserve_ord"):
         _settings(tmp_path, text)
+
+
+def test_a_decoupled_model_is_refused_naming_the_field(tmp_path: Path) -> None:
+    """``model_transaction_policy { decoupled: true }`` (one request, many responses) was
+    taken and ignored: each request got one answer, without a word."""
+    text = PRIORITY_LEVELS + "model_transaction_policy { decoupled: true }\n"
+    with pytest.raises(ConfigError, match=r"model_transaction_policy\.decoupled is not served"):
+        _settings(tmp_path, text)
+    assert _settings(tmp_path, PRIORITY_LEVELS + "model_transaction_policy { }\n")

@@ -385,6 +385,14 @@ class _Reader:
                         f"remove sequence_batching and take the {_SEQUENCE_TENSORS[field]} as "
                         "inputs the clients send"
                     )
+        policy = doc.get("model_transaction_policy")
+        if isinstance(policy, Mapping) and policy.get("decoupled") is True:
+            raise self.error(
+                "model_transaction_policy.decoupled is not served: a decoupled model answers a "
+                "request with any number of responses (Triton's Python backend), where this "
+                "server answers each request once with the model's outputs; remove it, or "
+                "serve the model with Triton"
+            )
         for field in ("batch_input", "batch_output"):
             if doc.get(field):
                 raise self.error(
