@@ -174,14 +174,19 @@ def test_a_version_policy_of_two_kinds_is_refused() -> None:
     assert _load('{"version_policy": {"latest": 2}}') == {"version_policy": {"latest": 2}}
 
 
-def test_instance_groups_of_different_counts_are_refused() -> None:
-    """Only the first group's count was read: groups of 1 and 2 served one replica. Groups of
-    one count (what ``get_model_config`` answers on several devices) are one count."""
+def test_instance_groups_add_up_per_device_and_must_be_even_across_devices() -> None:
+    """Only the first group's count was read: groups of 1 and 2 served one replica. On one
+    device they add up, as in Triton (3 CPU replicas); 1 on one GPU and 2 on another cannot be
+    served (replicas are per device) and are refused, naming them. Groups of one count (what
+    ``get_model_config`` answers on several devices) are one count."""
     two = {"instance_group": [{"kind": "KIND_CPU", "count": 1}, {"kind": "KIND_CPU", "count": 2}]}
+    assert _load(orjson.dumps(two).decode()) == {"replicas": 3, "devices": ["cpu"]}
+    uneven = {"instance_group": [{"kind": "KIND_GPU", "count": 1, "gpus": [0]},
+                                 {"kind": "KIND_GPU", "count": 2, "gpus": [1]}]}  # fmt: skip
     with pytest.raises(
-        ConfigError, match=r"instance_group has groups of different counts \(1, 2\)"
+        ConfigError, match=r"places different numbers of instances on its devices \(cuda:0: 1"
     ):
-        _load(orjson.dumps(two).decode())
+        _load(orjson.dumps(uneven).decode())
     same = {"instance_group": [{"kind": "KIND_GPU", "count": 2, "gpus": [0]},
                                {"kind": "KIND_GPU", "count": 2, "gpus": [1]}]}  # fmt: skip
     assert _load(orjson.dumps(same).decode()) == {"replicas": 2, "devices": ["cuda:0", "cuda:1"]}

@@ -290,7 +290,8 @@ def test_reshape_and_bad_dims_are_refused_in_triton_s_terms(
     [
         (
             "instance_group [ { count: 2 kind: KIND_CPU } ]",
-            "instance_group [ { count: 2 kind: KIND_CPU }, { count: 1 kind: KIND_CPU } ]",
+            "instance_group [ { count: 2 kind: KIND_GPU gpus: [ 0 ] },"
+            " { count: 1 kind: KIND_GPU gpus: [ 1 ] } ]",
         ),
         ('name: "affine"', 'name: "other"'),
         (

@@ -680,8 +680,9 @@ class _Reader:
         none, as in Triton; ``KIND_AUTO`` and ``KIND_MODEL`` the server's own devices (no
         ``devices``). A ``passive`` group, which takes no requests from the scheduler (the CPU
         fallback that ``get_model_config`` lists), is the server's ``--fallback``, not a device.
-        Groups of one count that place instances on the same device add up there, as in
-        Triton (each group makes its ``count`` instances on each of its devices)."""
+        Groups that place instances on the same device add up there, as in Triton (each
+        group makes its ``count`` instances on each of its devices); every device must then
+        hold the same number, the replicas per device here."""
         counts: set[int] = set()
         devices: list[str] = []
         per_device: dict[str, int] = {}
@@ -700,13 +701,6 @@ class _Reader:
             devices += placed
             for device in placed:
                 per_device[device] = per_device.get(device, 0) + count
-        if len(counts) > 1:  # replicas are per device: groups of 1 and 2 cannot both hold
-            raise self.error(
-                f"instance_group has groups of different counts "
-                f"({', '.join(map(str, sorted(counts)))}); this server places the same number "
-                "of replicas on each of the model's devices: give every group one count (the "
-                "replicas per device), or one group"
-            )
         if own and devices:
             raise self.error(
                 f"instance_group mixes groups on the server's own devices "
@@ -714,7 +708,7 @@ class _Reader:
                 f"({', '.join(devices)}); give every group its kind (KIND_GPU with gpus, KIND_CPU)"
             )
         totals = set(per_device.values()) or {own_count}
-        if len(totals) > 1:  # groups of one count overlapping on some devices, not all
+        if len(totals) > 1:  # replicas are per device: 1 on one GPU and 2 on another cannot hold
             listed = ", ".join(f"{d}: {n}" for d, n in per_device.items())
             raise self.error(
                 f"instance_group places different numbers of instances on its devices "
