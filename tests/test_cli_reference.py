@@ -32,3 +32,10 @@ def test_cli_reference_lists_every_command_and_option() -> None:
                 assert re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", section), (
                     f"{prog} {flag} missing from docs/cli.md: run scripts/cli-reference"
                 )
+
+
+def test_the_convention_names_a_trailing_slash_as_a_usage_error() -> None:
+    # was: not said; -o out/ is refused (exit 2) rather than writing the file out
+    convention = _reference_module().convention()
+    assert "`-o PATH/`" in convention
+    assert convention in (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")

@@ -7,18 +7,14 @@
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import IO
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
 HELP = [
     ["--help"],
     ["--version"],
@@ -72,21 +68,3 @@ def test_help_still_exits_0() -> None:
     done = _torchplace(["lint", "--help"], subprocess.PIPE)
     assert done.returncode == 0
     assert done.stdout.startswith("usage: torchplace lint")
-
-
-def _reference() -> ModuleType:
-    loader = importlib.machinery.SourceFileLoader(
-        "cli_reference", str(ROOT / "scripts" / "cli-reference")
-    )
-    spec = importlib.util.spec_from_loader("cli_reference", loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
-
-
-def test_the_convention_names_a_trailing_slash_as_a_usage_error() -> None:
-    # was: not said; -o out/ is refused (exit 2) rather than writing the file out
-    convention = _reference().convention()
-    assert "`-o PATH/`" in convention
-    assert convention in (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")

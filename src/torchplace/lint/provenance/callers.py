@@ -566,11 +566,7 @@ def _cousins(directory: str) -> tuple[str, ...]:
         place = os.path.join(parent, folder)
         if place == directory or not os.path.isfile(os.path.join(place, "__init__.py")):
             continue
-        try:
-            names = sorted(os.listdir(place))
-        except OSError:
-            continue
-        found.extend(os.path.join(place, n) for n in names if n.endswith(".py"))
+        found.extend(_python_files(place))
         if len(found) > _MAX_COUSINS:
             return ()
     return tuple(found)
@@ -1130,6 +1126,15 @@ def _find_calls(
 _MAX_SIBLINGS = 40
 
 
+def _python_files(place: str) -> list[str]:
+    """The ``.py`` files in the folder ``place``, by name (none when it cannot be listed)."""
+    try:
+        names = sorted(os.listdir(place))
+    except OSError:
+        return []
+    return [os.path.join(place, n) for n in names if n.endswith(".py")]
+
+
 @lru_cache(maxsize=256)
 def _siblings(directory: str) -> tuple[str, ...]:
     """The modules next to a file and one folder up (where its importers usually are), if
@@ -1137,11 +1142,7 @@ def _siblings(directory: str) -> tuple[str, ...]:
     found: list[str] = []
     places = [directory, os.path.dirname(directory)]
     for place in places:
-        try:
-            names = sorted(os.listdir(place))
-        except OSError:
-            continue
-        found.extend(os.path.join(place, n) for n in names if n.endswith(".py"))
+        found.extend(_python_files(place))
         if len(found) > _MAX_SIBLINGS:
             return ()
     return tuple(found)
