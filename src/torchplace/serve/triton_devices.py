@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from torchplace.serve.triton_metrics import family
+
 __all__ = ["CpuUsage", "GpuReading", "devices_text", "gpu_reading"]
 
 
@@ -144,11 +146,7 @@ def devices_text(
 def _gauge(
     lines: list[str], name: str, help_text: str, samples: list[tuple[str, float | int | None]]
 ) -> None:
+    """The gauge's family, of its known samples (none known: left out)."""
     known = [(labels, value) for labels, value in samples if value is not None]
-    if not known:
-        return
-    lines.append(f"# HELP {name} {help_text}\n# TYPE {name} gauge\n")
-    lines.extend(
-        f"{name}{{{labels}}} {value}\n" if labels else f"{name} {value}\n"
-        for labels, value in known
-    )
+    if known:
+        lines.append(family(name, help_text, "gauge", known))

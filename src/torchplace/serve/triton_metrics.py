@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-__all__ = ["triton_text"]
+__all__ = ["family", "triton_text"]
 
 #: (name, Triton's help, the value from a version's statistics document)
 _COUNTERS: tuple[tuple[str, str, Callable[[dict[str, Any]], int]], ...] = (
@@ -88,26 +88,26 @@ def triton_text(engines: Iterable[Any]) -> bytes:
         )
     if not versions:
         return b""
-    lines: list[str] = []
-    _family(lines, _COUNTERS[0][:2], "counter", [(v[0], _COUNTERS[0][2](v[1])) for v in versions])
+    name, help_text, value = _COUNTERS[0]
+    lines = [family(name, help_text, "counter", [(v[0], value(v[1])) for v in versions])]
     failures = [
         (f'{labels},reason="{reason}"', count)
         for labels, _, reasons, _ in versions
         for reason, count in reasons.items()
     ]
-    _family(lines, _FAILURE, "counter", failures)
+    lines.append(family(*_FAILURE, "counter", failures))
     for name, help_text, value in _COUNTERS[1:]:
-        _family(lines, (name, help_text), "counter", [(v[0], value(v[1])) for v in versions])
-    _family(lines, _PENDING, "gauge", [(v[0], v[3]) for v in versions])
+        lines.append(family(name, help_text, "counter", [(v[0], value(v[1])) for v in versions]))
+    lines.append(family(*_PENDING, "gauge", [(v[0], v[3]) for v in versions]))
     return "".join(lines).encode()
 
 
-def _family(
-    lines: list[str], named: tuple[str, str], kind: str, samples: list[tuple[str, int]]
-) -> None:
-    name, help_text = named
-    lines.append(f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n")
-    lines.extend(f"{name}{{{labels}}} {value}\n" for labels, value in samples)
+def family(name: str, help_text: str, kind: str, samples: Iterable[tuple[str, float | int]]) -> str:
+    """One family in Prometheus' text format: its HELP and TYPE, then each sample (its labels
+    written inside the braces; none, a sample without braces)."""
+    lines = [f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n"]
+    lines += [f"{name}{{{labels}}} {v}\n" if labels else f"{name} {v}\n" for labels, v in samples]
+    return "".join(lines)
 
 
 def _escaped(value: str) -> str:
