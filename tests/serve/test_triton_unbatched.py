@@ -172,3 +172,15 @@ def _tokens_calls(thread: ServerThread) -> int:
     entry = stats["model_stats"][0]
     assert entry["inference_count"] == entry["execution_count"]  # one request, one execution
     return int(entry["execution_count"])
+
+
+def test_the_first_dimension_is_the_model_s_not_bounded_as_rows(
+    server: tuple[ServerThread, Path],
+) -> None:
+    """--max-request-rows (4096) bounds a batched request's rows; here the first dimension
+    is the model's own (a sequence of 5000), bounded by the body's byte limit alone."""
+    thread, _ = server
+    x = np.ones((5000, 4), np.float32)
+    status, answer = _infer(thread.port, "tokens", "INPUT__0", x)
+    assert status == 200, answer
+    assert answer["outputs"][0]["shape"] == [5000, 4]

@@ -727,7 +727,7 @@ class GrpcServer:
                 request,
                 inputs=handle.inputs,
                 outputs=handle.outputs,
-                max_rows=engine.max_request_rows,
+                max_rows=handle.max_request_rows,
                 allow_nan=self.config.allow_nan,
                 regions=self.regions,
                 model=engine.name,

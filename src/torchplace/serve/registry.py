@@ -48,7 +48,9 @@ class ModelHandle:
         self.unbatched = bool(getattr(engine, "unbatched", False))
         self.inputs = _on_the_wire(engine.inputs, self.unbatched)
         self.outputs = _on_the_wire(engine.outputs, self.unbatched)
-        self.max_request_rows = engine.max_request_rows
+        #: rows a request may hold; unbatched, the first dimension is the model's own, which
+        #: the body's byte limit bounds
+        self.max_request_rows = _UNBOUNDED if self.unbatched else engine.max_request_rows
         #: the model's published versions, this one among them (what its metadata lists)
         self.versions: list[str] = []
         self.metadata = b""
@@ -201,6 +203,9 @@ class Registry:
         if not ready_only:
             entries.extend({"name": n} for n in known if n not in seen)
         return sorted(entries, key=lambda e: (e["name"], e.get("version", "")))
+
+
+_UNBOUNDED = 2**62
 
 
 def _on_the_wire(specs: Sequence[TensorSpec], unbatched: bool) -> tuple[TensorSpec, ...]:
