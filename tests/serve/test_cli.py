@@ -214,3 +214,8 @@ def test_serving_sets_the_gil_switch_interval(monkeypatch: pytest.MonkeyPatch) -
     finally:
         sys.setswitchinterval(before)
     assert seen == [pytest.approx(0.0005)]
+
+
+def test_unbatched_is_a_flag_and_off_by_default() -> None:
+    assert cli.config_from_args(_parse("--unbatched")).unbatched
+    assert not cli.config_from_args(_parse()).unbatched

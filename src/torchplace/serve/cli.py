@@ -211,6 +211,13 @@ def _batching_flags(batch: argparse._ArgumentGroup) -> None:
         help=f"most rows per batch; a larger request runs as several (default {_D.max_batch_size})",
     )
     batch.add_argument(
+        "--unbatched",
+        action="store_true",
+        help="the model takes whole tensors (Triton's max_batch_size 0): each request goes to "
+        "it as sent, one per call; declare shapes as -1 then the whole shape (the batching "
+        "flags are not used)",
+    )
+    batch.add_argument(
         "--max-request-rows",
         type=int,
         metavar="N",
