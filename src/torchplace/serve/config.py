@@ -160,9 +160,9 @@ _PATHS = ("weights", "exported", "torchscript", "labels", "auth_token_file", "tr
 
 #: why max_batch_size 0 (Triton's "no batching") is refused here, and what to do instead
 _NO_BATCHING = (
-    "0 is Triton's 'no batching', which a model repository serves: give the model "
-    "max_batch_size: 0 in its config.pbtxt, or unbatched = true in its config.toml's "
-    "[batching] table (each request then goes to the model as sent, one per call). Here, "
+    "0 is Triton's 'no batching', served as unbatched: give --unbatched, unbatched = true in "
+    "a config.toml's [batching] table, or max_batch_size: 0 in a Triton config.pbtxt (each "
+    "request then goes to the model as sent, one per call). Here, "
     "every model is batched along the first dimension of its inputs, a request's rows split "
     "into batches of at most max_batch_size"
 )
