@@ -122,17 +122,21 @@ def test_write_report_escapes_what_a_strict_stream_cannot_encode() -> None:
     assert buffer.getvalue() == b"f\\udcffind.py: finding\n"
 
 
-def _guard(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(cwd)}
+def _torchplace(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """``torchplace ARGS`` in ``cwd``, with ``env`` over this environment."""
     return subprocess.run(
-        [sys.executable, "-m", "torchplace", "guard", *args],
+        [sys.executable, "-m", "torchplace", *args],
         cwd=cwd,
-        env=env,
+        env={**os.environ, **env},
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
+
+
+def _guard(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return _torchplace(["guard", *args], cwd, PYTHONPATH=str(cwd))
 
 
 @pytest.mark.parametrize(
@@ -188,16 +192,7 @@ def test_a_torch_that_cannot_be_imported_is_named_not_a_traceback(
     command: list[str], tmp_path: Path
 ) -> None:
     (tmp_path / "prog.py").write_text("print('ran')\n")
-    env = {**os.environ, "TORCH_LOGS": "no-such-log"}  # torch raises on import
-    done = subprocess.run(
-        [sys.executable, "-m", "torchplace", *command],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = _torchplace(command, tmp_path, TORCH_LOGS="no-such-log")  # torch raises on import
     assert "Traceback" not in done.stderr, done.stderr
     assert done.returncode == 1
     assert done.stdout == ""

@@ -61,7 +61,7 @@ def test_model_settings_override_the_server_s_and_null_clears_them(tmp_path: Pat
     got = settings.update({"trace_level": ["OFF"], "trace_rate": ["2"]}, found, "a")
     assert (got["trace_level"], got["trace_rate"]) == (["OFF"], "2")
     assert (a.enabled, a.rate, b.enabled, b.rate) == (False, 2, True, 10)
-    assert settings.document([b], "b")["trace_level"] == ["TIMESTAMPS"]  # b follows the server
+    assert settings.document(found, "b")["trace_level"] == ["TIMESTAMPS"]  # b follows the server
     settings.update({"trace_level": None, "trace_rate": None}, found, "a")
     assert (a.enabled, a.rate) == (True, 10)
     settings.update({"trace_rate": None}, found)  # the server's back to its start-up value
@@ -107,7 +107,7 @@ def test_a_bad_setting_changes_nothing(
     with pytest.raises(error, match=words.replace("(", r"\(").replace("'", "'")):
         settings.update({"trace_rate": ["7"], **changes}, {"m": [tracer]})
     assert tracer.rate == 1
-    assert settings.document([tracer])["trace_rate"] == "1"
+    assert settings.document({"m": [tracer]})["trace_rate"] == "1"
 
 
 def test_rest_values_are_read_as_triton_s_strings() -> None:
@@ -195,5 +195,5 @@ def test_the_server_names_its_trace_file_and_a_model_its_own(tmp_path: Path) -> 
     """With several models each version writes its own file beside --trace-file."""
     a, b = _tracer(tmp_path, "a"), _tracer(tmp_path, "b")
     settings = TraceSettings(tmp_path / "trace.json")
-    assert settings.document([a, b])["trace_file"] == str(tmp_path / "trace.json")
-    assert settings.document([b], "b")["trace_file"] == str(tmp_path / "b.json")
+    assert settings.document({"a": [a], "b": [b]})["trace_file"] == str(tmp_path / "trace.json")
+    assert settings.document({"a": [a], "b": [b]}, "b")["trace_file"] == str(tmp_path / "b.json")

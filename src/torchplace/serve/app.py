@@ -642,33 +642,36 @@ class App:
 
     def _logging(self, request: Request) -> Response:
         """Triton's logging extension: GET answers the log settings, POST changes them."""
-        if request.method == b"POST":
-            try:
-                changes = _json_object(self._unencoded(request))
-                return Response(200, orjson.dumps(self.log_settings.update(changes)))
-            except ServeError as exc:
-                return error_response(exc.status, str(exc))
-        refused = _wrong_method(request, b"GET, HEAD, POST")
-        if request.method not in (b"GET", b"HEAD") and refused is not None:
-            return refused
-        return Response(200, orjson.dumps(self.log_settings.document()))
+        return self._settings(request, self.log_settings.document, self.log_settings.update)
 
     def _trace(self, request: Request, model: str | None = None) -> Response:
         """Triton's trace extension: GET answers the trace settings (the server's, or
         ``model``'s), POST changes them."""
         found = tracers(self.registry)
+        settings = self.trace_settings
+        return self._settings(
+            request,
+            lambda: settings.document(found, model),
+            lambda body: settings.update(from_json(body), found, model),
+        )
+
+    def _settings(
+        self,
+        request: Request,
+        read: Callable[[], dict[str, Any]],
+        change: Callable[[dict[str, Any]], dict[str, Any]],
+    ) -> Response:
+        """A settings route: GET (or HEAD) answers ``read()``, POST ``change(its JSON
+        object)``, a refused change its status and why."""
         if request.method == b"POST":
             try:
-                changes = from_json(_json_object(self._unencoded(request)))
-                answer = self.trace_settings.update(changes, found, model)
+                return Response(200, orjson.dumps(change(_json_object(self._unencoded(request)))))
             except ServeError as exc:
                 return error_response(exc.status, str(exc))
-            return Response(200, orjson.dumps(answer))
         refused = _wrong_method(request, b"GET, HEAD, POST")
         if request.method not in (b"GET", b"HEAD") and refused is not None:
             return refused
-        chosen = found.get(model, []) if model else [t for f in found.values() for t in f]
-        return Response(200, orjson.dumps(self.trace_settings.document(chosen, model)))
+        return Response(200, orjson.dumps(read()))
 
     def _metrics(self, request: Request) -> Response:
         if not self._metrics_on:

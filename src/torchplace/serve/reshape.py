@@ -12,7 +12,7 @@ its ``dims``. Imported only then.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -60,17 +60,24 @@ class Unbatched(nn.Module):
 
     def forward(self, *args: torch.Tensor) -> Any:
         raw = self.model(*(x[0] for x in args))
-        if isinstance(raw, torch.Tensor):
-            return raw.unsqueeze(0)
-        if isinstance(raw, Mapping):
-            return {key: _one(value) for key, value in raw.items()}
-        if isinstance(raw, tuple | list):
-            return tuple(_one(value) for value in raw)
-        return raw  # not tensors: the execution's check names it
+        return _each_output(raw, lambda value, _: _one(value))
 
 
 def _one(value: Any) -> Any:
     return value.unsqueeze(0) if isinstance(value, torch.Tensor) else value
+
+
+def _each_output(raw: Any, answer: Callable[[Any, int | str], Any]) -> Any:
+    """A forward's result with ``answer(output, its position or name)`` applied to each
+    output: a tensor (position 0), a mapping by name, or a sequence (a tuple back); anything
+    else as it is, for the execution's check to name."""
+    if isinstance(raw, torch.Tensor):
+        return answer(raw, 0)
+    if isinstance(raw, Mapping):
+        return {key: answer(value, key) for key, value in raw.items()}
+    if isinstance(raw, tuple | list):
+        return tuple(answer(value, i) for i, value in enumerate(raw))
+    return raw
 
 
 def _row(source: Sequence[int], got: Sequence[int], target: Sequence[int]) -> list[int]:
@@ -102,17 +109,14 @@ class Reshaped(nn.Module):
         plans = self.output_plans
         if all(plan is None for plan in plans):
             return raw
-        if isinstance(raw, torch.Tensor):
-            return self._answer(raw, plans[0])
-        if isinstance(raw, Mapping):
-            named = {plan[0]: plan for plan in plans if plan is not None}
-            return {key: self._answer(value, named.get(key)) for key, value in raw.items()}
-        if isinstance(raw, tuple | list):
-            return tuple(
-                self._answer(value, plans[i] if i < len(plans) else None)
-                for i, value in enumerate(raw)
-            )
-        return raw  # not tensors: the execution's check names it
+        named = {plan[0]: plan for plan in plans if plan is not None}
+
+        def plan_of(where: int | str) -> _Plan:
+            if isinstance(where, str):
+                return named.get(where)
+            return plans[where] if where < len(plans) else None
+
+        return _each_output(raw, lambda value, where: self._answer(value, plan_of(where)))
 
     @staticmethod
     def _answer(tensor: Any, plan: _Plan) -> Any:

@@ -56,10 +56,12 @@ class TraceSettings:
         self._models: dict[str, dict[str, Any]] = {}
         self._given: weakref.WeakSet[Tracer] = weakref.WeakSet()  # tracers told the settings
 
-    def document(self, tracers: Iterable[Tracer], model: str | None = None) -> dict[str, Any]:
-        """The settings of ``model`` (None: the server's), as Triton answers them; ``tracers``:
-        the model's (or every model's), which say where traces go."""
-        tracers = list(tracers)
+    def document(
+        self, found: Mapping[str, list[Tracer]], model: str | None = None
+    ) -> dict[str, Any]:
+        """The settings of ``model`` (None: the server's), as Triton answers them; ``found``:
+        every model's tracers, by model name (they say where traces go)."""
+        tracers = found.get(model, []) if model else [t for f in found.values() for t in f]
         current = self._effective(tracers, model)
         live = [t.count for t in tracers] if model is not None and tracers else []
         count = live[0] if live else current["trace_count"]
@@ -100,8 +102,7 @@ class TraceSettings:
         for name, found in tracers.items():
             if model is None or name == model:
                 self.apply(name, found, reset_count="trace_count" in checked)
-        chosen = tracers.get(model, []) if model is not None else every
-        return self.document(chosen, model)
+        return self.document(tracers, model)
 
     def adopt(self, tracers: Mapping[str, list[Tracer]]) -> None:
         """Give the tracers of models loaded since the last call their model's settings (the
