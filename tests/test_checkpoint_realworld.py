@@ -371,7 +371,13 @@ def test_a_whole_pickled_module_loads_as_its_state_dict_when_trusted(tmp_path: P
 
 @pytest.mark.parametrize(
     "prefix",
-    ["model.module.", "model._orig_mod.", "_orig_mod.model.", "model.module._orig_mod."],
+    [
+        "model.module.",
+        "model._orig_mod.",
+        "_orig_mod.model.",
+        "model.module._orig_mod.",
+        "net.module.",
+    ],  # any attribute a training wrapper holds the model under
 )
 def test_a_nested_wrapper_prefix_is_stripped_when_every_key_then_fits(
     tmp_path: Path, prefix: str, caplog: pytest.LogCaptureFixture

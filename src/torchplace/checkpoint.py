@@ -49,10 +49,6 @@ _DIRECTORY_FILES = (
 )
 # Prefixes that wrappers put before every key: DataParallel/DDP, torch.compile.
 _WRAPPER_PREFIXES = ("module.", "_orig_mod.")
-# Components a nested prefix is made of: the wrappers', and the attribute a training wrapper
-# (a LightningModule, a trainer's own class) holds the model under; "model.module." is a
-# DataParallel model saved from inside such a wrapper.
-_NESTED_PREFIXES = ("module.", "model.", "_orig_mod.")
 # Plain-data classes training scripts save beside the weights, safe to rebuild without code.
 _SAFE_EXTRAS: list[Any] = [argparse.Namespace]
 # Keys under which training scripts commonly nest the model's state dict, in order of preference.
@@ -900,15 +896,15 @@ def _match_keys(
     renames: list[tuple[str, str]] | None = None,
 ) -> dict[str, torch.Tensor]:
     """``state`` with its keys renamed to the module's where only a wrapper prefix differs: a
-    nested one (``model.module.``, ``module._orig_mod.``) stripped when every key then names
-    one of the module's, ``module.``/``_orig_mod.`` stripped (or added for a wrapped module),
-    and any other common first component stripped when every key then names one of the
-    module's."""
+    common first component and the wrapper prefixes after it (``model.``, ``model.module.``,
+    ``net._orig_mod.``) stripped when every key then names one of the module's,
+    ``module.``/``_orig_mod.`` stripped (or added for a wrapped module), and the first of that
+    again after them."""
     own = _known_keys(module)  # the old weight_norm names fit too: renamed after this
-    nested = _nested_prefix(own, state)
-    if nested:
-        _log.info("checkpoint %s: stripped the %r prefix of every key", file, nested)
-        return _rename(state, nested, "", renames)
+    prefix = _leading_prefix(own, state)
+    if prefix:
+        _log.info("checkpoint %s: stripped the %r prefix of every key", file, prefix)
+        return _rename(state, prefix, "", renames)
     done = False
     while not done:
         done = True
@@ -919,24 +915,27 @@ def _match_keys(
             elif _all_start(own, p) and _none_start(state, p):
                 state, done = _rename(state, "", p, renames), False
                 _log.info("checkpoint %s: added the %r prefix to every key", file, p)
-    first = _common_first(state)
-    if first and _none_start(own, first) and all(k.removeprefix(first) in own for k in state):
-        _log.info("checkpoint %s: stripped the %r prefix of every key", file, first)
-        state = _rename(state, first, "", renames)
+    prefix = _leading_prefix(own, state)
+    if prefix:
+        _log.info("checkpoint %s: stripped the %r prefix of every key", file, prefix)
+        state = _rename(state, prefix, "", renames)
     if any(k in own for k in state):
         return state
     return _match_base_model(own, state, file, renames)
 
 
-def _nested_prefix(own: set[str], state: Mapping[str, Any]) -> str:
-    """The longest run of wrapper components (:data:`_NESTED_PREFIXES`) that every key of
-    ``state`` starts with, none of ``own`` does, and whose removal makes every key one of
-    ``own`` (``"model.module."``, ``"module._orig_mod."``); "" when there is none."""
-    chain, runs = "", []
-    while True:
-        step = next((p for p in _NESTED_PREFIXES if _all_start(state, chain + p)), None)
-        if step is None:
-            break
+def _leading_prefix(own: set[str], state: Mapping[str, Any]) -> str:
+    """The longest run of leading components common to every key of ``state`` (wrapper
+    prefixes, :data:`_WRAPPER_PREFIXES`, and at most one other name: a LightningModule's
+    ``model.``, any attribute a training wrapper holds the model under; ``model.module.`` is a
+    DataParallel model saved inside such a wrapper) that none of ``own`` has and whose
+    removal makes every key one of ``own``; "" when there is none."""
+    chain, runs, named = "", [], False
+    while (step := _common_first([k[len(chain) :] for k in state])) is not None:
+        if step not in _WRAPPER_PREFIXES:
+            if named:
+                break
+            named = True
         chain += step
         runs.append(chain)
     for run in reversed(runs):  # the longest first: "model.module." before "model."
