@@ -118,7 +118,9 @@ class FakeEngine:
     def is_live(self) -> bool:
         return True
 
-    async def infer(self, inputs: dict[str, np.ndarray], **options: Any) -> dict[str, np.ndarray]:
+    async def infer(
+        self, inputs: dict[str, np.ndarray], *, stamps: Any = None, **options: Any
+    ) -> dict[str, np.ndarray]:
         self.calls += 1
         self.options.append(options)
         if not self.is_ready():
@@ -137,7 +139,13 @@ class FakeEngine:
             self.in_flight -= 1
 
     def submit(
-        self, inputs: dict[str, np.ndarray], *, caller: Any = None, rows: Any = None, **options: Any
+        self,
+        inputs: dict[str, np.ndarray],
+        *,
+        caller: Any = None,
+        rows: Any = None,
+        stamps: Any = None,
+        **options: Any,
     ) -> Any:
         """:meth:`infer` as a task, shaped like the engine's ``Submitted``."""
         return SimpleNamespace(

@@ -61,6 +61,7 @@ from torchplace.serve.trace_settings import TraceSettings, from_json, tracers
 from torchplace.serve.triton import NOT_SERVED, extensions, model_statistics
 from torchplace.serve.triton_devices import CpuUsage, devices_text
 from torchplace.serve.triton_metrics import triton_text
+from torchplace.serve.triton_trace import Stamps, monotonic_to_perf
 
 if TYPE_CHECKING:
     from torchplace.serve.config import ServeConfig
@@ -125,6 +126,7 @@ class EngineLike(Protocol):
         *,
         timeout_s: float | None = None,
         priority: int | None = None,
+        stamps: Stamps | None = None,
     ) -> dict[str, np.ndarray[Any, Any]]: ...
     def submit(
         self,
@@ -134,6 +136,7 @@ class EngineLike(Protocol):
         priority: int | None = None,
         caller: Any = None,
         rows: int | None = None,
+        stamps: Stamps | None = None,
     ) -> SubmittedLike: ...
     async def drain(self, timeout: float, reason: str | None = None) -> None: ...
     async def stop(self) -> None: ...
@@ -713,6 +716,7 @@ class App:
             self.regions.release(held)
             return self._finish(handle, error_response(exc.status, str(exc)), started)
         handle.enter()  # held to the answer: a reload drains this version before releasing it
+        stamps = _stamps(handle.engine, request, started, decoded.id)
         try:
             submitted = handle.engine.submit(
                 handle.one_request(decoded.inputs),
@@ -720,6 +724,7 @@ class App:
                 priority=decoded.priority,
                 caller=_caller(request.headers),
                 rows=1 if handle.unbatched else decoded.rows,
+                stamps=stamps,
             )
         except Exception as exc:
             handle.leave()
@@ -731,7 +736,9 @@ class App:
         if accepted is not None:  # the answer compressed, as the client allows
             encode = functools.partial(_compressed, encode, accepted)
         submitted.future.add_done_callback(
-            functools.partial(self._answer, encode, handle, decoded, started, submitted, answer)
+            functools.partial(
+                self._answer, encode, handle, decoded, (started, stamps), submitted, answer
+            )
         )
         if held:  # after the answer's callback, which writes the outputs into them
             submitted.future.add_done_callback(lambda _: self.regions.release(held))
@@ -826,17 +833,22 @@ class App:
         encode: Callable[..., Response],
         handle: ModelHandle,
         decoded: protocol.InferRequest,
-        started: float,
+        timed: tuple[float, Stamps | None],
         submitted: SubmittedLike,
         answer: _Answer,
         future: Ticket[dict[str, np.ndarray[Any, Any]]],
     ) -> None:
         """The engine is done with a request: encode its outputs (or its error) as the
         answer. An answer already cancelled (the client went away, or the request timed out)
-        is counted as a 503."""
+        is counted as a 503. ``timed``: when the request was read, and its front-end times
+        while it is traced in Triton's format (its answer's send timed here: writing it is
+        what setting the answer does)."""
         handle.leave()
+        started, stamps = timed
         if answer.done():
             self._finish(handle, Response(503), started, submitted.device)
+            if stamps is not None:
+                stamps.abandoned()
             return
         if future.cancelled():
             response = error_response(503, "the request was cancelled; retry", list(_RETRY))
@@ -847,7 +859,13 @@ class App:
                 response = encode(handle, decoded, handle.its_answer(future.result()))
             except Exception as exc:
                 response = self._failure(exc)
-        answer.set_result(self._finish(handle, response, started, submitted.device))
+        response = self._finish(handle, response, started, submitted.device)
+        if stamps is None:
+            answer.set_result(response)
+            return
+        sending = time.perf_counter()
+        answer.set_result(response)
+        stamps.sent(sending, time.perf_counter())
 
     @staticmethod
     def _encoded(
@@ -1059,6 +1077,16 @@ class _Answer(Ticket[Response]):
             return False
         self.work.cancel(msg)
         return True
+
+
+def _stamps(engine: Any, request: Request, started: float, request_id: str | None) -> Any:
+    """A request's front-end times when its model traces in Triton's format now: read from
+    its first bytes to ``started``; None otherwise (nothing is taken per request)."""
+    tracer = getattr(engine, "tracer", None)
+    if tracer is None or not (tracer.enabled and tracer.stamped):
+        return None
+    begun = monotonic_to_perf(request.received) if request.received else started
+    return Stamps("HTTP", min(begun, started), started, request_id)
 
 
 def _caller(headers: dict[bytes, bytes]) -> Any:

@@ -57,6 +57,7 @@ class Pending:
         "key",
         "level",
         "rows",
+        "stamps",
         "taken",
         "timing",
     )
@@ -71,6 +72,7 @@ class Pending:
         caller: Any = None,
         arrived: float | None = None,
         key: object = None,
+        stamps: Any = None,
     ) -> None:
         self.inputs = inputs
         self.rows = rows
@@ -80,6 +82,7 @@ class Pending:
         self.device = ""  # the device label of the replica that served it
         self.taken = False  # handed to a replica: it will run
         self.caller = caller  # the caller's trace context its spans join (tracing.CALLER)
+        self.stamps = stamps  # its front end's times, for Triton's trace format (or None)
         #: what a request must share with the others of its batch (see ``same_shape``)
         self.key = key
         #: its batch's (start, h2d s, forward s, d2h s) once it ran (statistics.BatchTiming)

@@ -21,6 +21,7 @@ from torchplace.serve.config import LOG_LEVELS, MIB, ServeConfig
 from torchplace.serve.datatypes import SERVING_DTYPES
 from torchplace.serve.kserve import add_kserve_flags, kserve_config
 from torchplace.serve.ray_cli import add_ray_flags, check_ray_flags, run_on_ray
+from torchplace.serve.tracing import TRACE_FORMATS
 
 __all__ = ["config_from_args", "configure", "run"]
 
@@ -356,7 +357,14 @@ def _observability_flags(obs: argparse._ArgumentGroup) -> None:
     obs.add_argument(
         "--trace-file",
         metavar="FILE.json",
-        help="write a Chrome/Perfetto trace of requests and stages",
+        help="write a trace of requests and stages (see --trace-format)",
+    )
+    obs.add_argument(
+        "--trace-format",
+        choices=TRACE_FORMATS,
+        help="the trace file's format: chrome (Chrome/Perfetto, one file per model version) or "
+        "triton (Triton's JSON trace, one file for the server, as its trace_summary.py reads "
+        f"it; log_frequency N writes FILE.0, FILE.1, ...) (default {_D.trace_format})",
     )
     obs.add_argument("--log-level", choices=LOG_LEVELS, help=f"log level (default {_D.log_level})")
 

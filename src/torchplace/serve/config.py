@@ -23,6 +23,7 @@ from typing import Any
 from torchplace.errors import ConfigError
 from torchplace.models import TensorSpec
 from torchplace.serve.datatypes import HOST_DTYPES, serving_dtype
+from torchplace.serve.tracing import TRACE_FORMATS
 
 __all__ = [
     "CONTROL_MODES",
@@ -234,6 +235,9 @@ class ServeConfig:
     metrics: bool = True
     auth_token_file: Path | None = None
     trace_file: Path | None = None
+    #: the trace file's format: chrome (Chrome/Perfetto, a file per model version) or triton
+    #: (Triton's JSON trace, the server's one file, as trace_summary.py reads it)
+    trace_format: str = "chrome"
     log_level: str = "info"
     #: more models served next to ``model``, each under its own name (``--model`` repeated)
     models: tuple[str, ...] = ()
@@ -259,6 +263,8 @@ class ServeConfig:
                 _fail(name, getattr(self, name), "give true or false")
         if self.log_level not in LOG_LEVELS:
             _fail("log_level", self.log_level, f"choose one of {', '.join(LOG_LEVELS)}")
+        if self.trace_format not in TRACE_FORMATS:
+            _fail("trace_format", self.trace_format, f"choose one of {', '.join(TRACE_FORMATS)}")
         self._check_repository(_fail)
 
     def _check_repository(self, fail: Any) -> None:

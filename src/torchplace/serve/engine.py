@@ -102,6 +102,7 @@ from torchplace.serve.startup import (
 from torchplace.serve.statistics import InferStatistics
 from torchplace.serve.ticket import TIMED_OUT, Ticket
 from torchplace.serve.tracing import CALLER, Tracer
+from torchplace.serve.triton_trace import Stamps
 
 if TYPE_CHECKING:
     import torch
@@ -233,6 +234,7 @@ class Engine:
         dtype: str | None = None,
         inline_batch_ms: float = 0.0,
         inline_full_batch_ms: float = 0.0,
+        trace_format: str = "chrome",
     ) -> None:
         _check_arguments(devices, replicas_per_device, max_batch_size, max_request_rows, fallback)
         for name, value in (
@@ -276,7 +278,7 @@ class Engine:
         self._input_checks = _input_checks(self.inputs)
         #: a dynamic non-batch dimension: only requests of the same row shapes share a batch
         self._same_shape = any(dim < 0 for spec in self.inputs for dim in spec.shape[1:])
-        self._observe(trace_file=trace_file, otel=otel)
+        self._observe(trace_file=trace_file, otel=otel, trace_format=trace_format)
         self.startup_record: dict[str, Any] = {}
         self._estimate = WaitEstimate()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -290,7 +292,9 @@ class Engine:
         self._started = False
         self._stopped = False
 
-    def _observe(self, *, trace_file: Path | str | None, otel: bool | None) -> None:
+    def _observe(
+        self, *, trace_file: Path | str | None, otel: bool | None, trace_format: str
+    ) -> None:
         """The metrics, tracer and statistics of this model version, and its replica pool."""
         self.metrics = ServeMetrics(
             self.name,
@@ -304,7 +308,12 @@ class Engine:
         )
         self._device_metrics = {r.label: self.metrics.device(r.label) for r in self.replicas}
         self.tracer = Tracer(
-            model=self.name, version=self.version, trace_file=trace_file, otel=otel
+            model=self.name,
+            version=self.version,
+            trace_file=trace_file,
+            otel=otel,
+            trace_format=trace_format,
+            datatypes={spec.name: spec.datatype for spec in (*self.inputs, *self.outputs)},
         )
         #: Triton's statistics extension (counts and ns), kept whether metrics are on or not
         self.statistics = InferStatistics()
@@ -375,6 +384,7 @@ class Engine:
             failure_threshold=config.failure_threshold,
             fallback=config.fallback,
             trace_file=config.trace_file,
+            trace_format=config.trace_format,
             torch_threads=config.torch_threads,
             metrics=config.metrics,
             dtype=config.dtype,
@@ -498,10 +508,13 @@ class Engine:
         *,
         timeout_s: float | None = None,
         priority: int | None = None,
+        stamps: Stamps | None = None,
     ) -> dict[str, np.ndarray]:
         """Run the rows of one request (see :meth:`submit`), in the caller's trace
         (:data:`~torchplace.serve.tracing.CALLER`); cancelling the call withdraws them."""
-        submitted = self.submit(inputs, timeout_s=timeout_s, priority=priority, caller=CALLER.get())
+        submitted = self.submit(
+            inputs, timeout_s=timeout_s, priority=priority, caller=CALLER.get(), stamps=stamps
+        )
         try:
             return await submitted.future
         finally:
@@ -515,6 +528,7 @@ class Engine:
         priority: int | None = None,
         caller: Any = None,
         rows: int | None = None,
+        stamps: Stamps | None = None,
     ) -> Submitted:
         """Queue the rows of one request (on the event loop); its future resolves to every
         declared output with as many rows. What is wrong with the request raises here.
@@ -523,15 +537,15 @@ class Engine:
         run on different replicas) and answered as one, rows in order. ``timeout_s`` (else the
         server default) bounds the time the request may stay queued; ``priority`` picks its
         level (1 is served first; 0 or None: the default); ``caller`` is the trace its spans
-        join. Cancelling the future withdraws what is still queued (counted, never run).
-        Every queued request is counted in :attr:`statistics` when it settles. ``rows`` says the
-        caller already checked ``inputs`` against the declared inputs and the row limit (the
+        join, ``stamps`` its front end's times (Triton's trace format). Cancelling the future
+        withdraws what is still queued (counted, never run). Every queued request is counted
+        in :attr:`statistics` when it settles. ``rows`` says the caller already checked ``inputs`` against the declared inputs and the row limit (the
         REST route passes what its codec checked), and how many rows they hold.
         """
         began = time.perf_counter()
         # refused before it was queued (invalid, full queue, not ready): as in Triton, no
         # statistic counts it (its status is in the metrics)
-        pendings = self._queue(inputs, priority, caller, rows, began)
+        pendings = self._queue(inputs, priority, caller, rows, began, stamps)
         loop = self._loop
         assert loop is not None
         timeout = self.policy.timeout(timeout_s)
@@ -547,6 +561,7 @@ class Engine:
         caller: Any,
         rows: int | None,
         began: float,
+        stamps: Stamps | None = None,
     ) -> Sequence[Pending]:
         """The request checked, admitted and queued as one :class:`Pending` per chunk."""
         if not (self._accepting and self._serving):
@@ -560,8 +575,9 @@ class Engine:
         key = self._shape_key(inputs) if self._same_shape else None
         if rows <= self.max_batch_size:  # one chunk: the common case
             pending = Pending(
-                inputs, rows, Ticket(), level=level, caller=caller, arrived=began, key=key
-            )
+                inputs, rows, Ticket(), level=level, caller=caller, arrived=began, key=key,
+                stamps=stamps,
+            )  # fmt: skip
             try:
                 batcher.submit(pending)
             except OverloadedError as exc:
@@ -569,7 +585,16 @@ class Engine:
             return (pending,)
         self._check_chunks(rows, level)
         pendings = [
-            Pending(chunk, n, Ticket(), level=level, caller=caller, arrived=began, key=key)
+            Pending(
+                chunk,
+                n,
+                Ticket(),
+                level=level,
+                caller=caller,
+                arrived=began,
+                key=key,
+                stamps=stamps,
+            )
             for chunk, n in self._chunks(inputs, rows)
         ]
         for index, pending in enumerate(pendings):

@@ -31,7 +31,7 @@ import contextlib
 import re
 import time
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import grpc
@@ -138,6 +138,9 @@ class Call:
         self.max_message_bytes = max_message_bytes
         self.task: asyncio.Task[None] | None = None
         self.timer: asyncio.TimerHandle | None = None  # its deadline
+        self.opened = time.perf_counter()  # its headers read (GRPC_WAITREAD_START in a trace)
+        #: told once the call is over, whether its last frame went out (True) or not
+        self.on_end: Callable[[bool], None] | None = None
         #: the answer bytes not yet sent (flow control), and the trailers to send after them
         self.pending = bytearray()
         self.trailers: bytes | None = None
@@ -322,6 +325,13 @@ class Call:
 
     def done(self) -> bool:
         return self.finished or self.reset
+
+    def ended(self) -> None:
+        """The call is over (its last frame out, or the stream or connection gone): tell
+        :attr:`on_end`, once."""
+        hook, self.on_end = self.on_end, None
+        if hook is not None:
+            hook(self.finished and not self.reset)
 
 
 def decode_metadata(name: bytes, value: bytes) -> tuple[str, str | bytes]:

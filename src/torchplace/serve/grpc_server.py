@@ -107,6 +107,7 @@ from torchplace.serve.shm import (
 )
 from torchplace.serve.trace_settings import TraceSettings, tracers
 from torchplace.serve.triton import extensions, model_statistics
+from torchplace.serve.triton_trace import Stamps
 
 if TYPE_CHECKING:
     from torchplace.serve.config import ServeConfig
@@ -571,7 +572,7 @@ class GrpcServer:
         try:
             if self._token is not None:
                 self._check_auth(context)
-            response = await self._answer(_parsed(pb.ModelInferRequest, data), context)
+            response = await self._answer(_parsed(pb.ModelInferRequest, data), context, True)
         except _Abort as exc:
             await context.abort(exc.code, str(exc))
         serialized: bytes = response.SerializeToString()
@@ -693,9 +694,10 @@ class GrpcServer:
             for task in (reader, *running):
                 task.cancel()
 
-    async def _answer(self, request: Any, context: Any) -> Any:
+    async def _answer(self, request: Any, context: Any, unary: bool = False) -> Any:
         """One inference request to its ``ModelInferResponse`` (the model, :meth:`_infer`,
-        its series); :class:`_Abort` once the call is counted."""
+        its series); :class:`_Abort` once the call is counted. ``unary``: the call's one
+        request (a ModelInfer, not a stream's), timed by its front end when traced."""
         started = time.perf_counter()
         code = grpc.StatusCode.OK
         served: _Served | None = None
@@ -703,7 +705,11 @@ class GrpcServer:
         try:
             handle = self._handle(request.model_name, request.model_version).enter()
             served = self._served(handle)
-            return await self._infer(handle, request, context)
+            stamps = _stamps(handle.engine, context, started, request.id) if unary else None
+            response = await self._infer(handle, request, context, stamps)
+            if stamps is not None:  # made: its send (serialized, written) starts
+                stamps.send_start = time.perf_counter()
+            return response
         except _Abort as exc:
             code = exc.code
             raise
@@ -716,7 +722,9 @@ class GrpcServer:
             if served is not None and served.metrics is not None:
                 served.metrics.observe(code, time.perf_counter() - started)
 
-    async def _infer(self, handle: ModelHandle, request: Any, context: Any) -> Any:
+    async def _infer(
+        self, handle: ModelHandle, request: Any, context: Any, stamps: Stamps | None = None
+    ) -> Any:
         held: tuple[Region, ...] = ()  # the shared-memory regions it named, until answered
         engine = handle.engine
         try:
@@ -737,7 +745,10 @@ class GrpcServer:
             if remaining is not None and (timeout_s is None or remaining < timeout_s):
                 timeout_s = max(remaining, 1e-6)
             results = await engine.infer(
-                handle.one_request(decoded.inputs), timeout_s=timeout_s, priority=decoded.priority
+                handle.one_request(decoded.inputs),
+                timeout_s=timeout_s,
+                priority=decoded.priority,
+                stamps=stamps,
             )
             return encode_infer_response(
                 model_name=engine.name,
@@ -758,6 +769,27 @@ class GrpcServer:
             ) from None
         finally:
             self.regions.release(held)
+
+
+def _stamps(engine: Any, call: Any, read: float, request_id: str) -> Stamps | None:
+    """A unary call's front-end times when its model traces in Triton's format now: from the
+    call's opening to ``read`` (its message read and parsed); its send is timed from now to
+    the call's end (see :meth:`GrpcServer._answer`). None otherwise (nothing is taken per
+    call)."""
+    tracer = getattr(engine, "tracer", None)
+    opened = getattr(call, "opened", None)
+    if tracer is None or opened is None or not (tracer.enabled and tracer.stamped):
+        return None
+    stamps = Stamps("GRPC", min(opened, read), read, request_id or None)
+
+    def ended(sent: bool) -> None:
+        if sent and stamps.send_start is not None:
+            stamps.sent(stamps.send_start, time.perf_counter())
+        else:
+            stamps.abandoned()
+
+    call.on_end = ended
+    return stamps
 
 
 def _one_repository(request: Any) -> None:

@@ -301,6 +301,7 @@ class Connection(asyncio.Protocol):
         self.abandon(reset=True)
         for call in self.calls.values():  # a call answered already has no handler to end it
             call.release()
+            call.ended()
         self._transport = None
 
     def _check_idle(self) -> None:
@@ -772,6 +773,7 @@ class Connection(asyncio.Protocol):
         self.calls.pop(call.stream, None)
         self._blocked.pop(call.stream, None)
         call.release()
+        call.ended()
         if call.stall is not None:
             self._unstall(call)
         if call.timer is not None:

@@ -222,6 +222,7 @@ class ReplicaPool:
             else None
         )
         parents = [pending.caller for pending in batch]
+        stamps = [pending.stamps for pending in batch]
         self.tracer.batch(
             BatchRecord(
                 replica=replica.name,
@@ -236,6 +237,9 @@ class ReplicaPool:
                 d2h=outcome.d2h_s,
                 sync=outcome.sync_s,
                 parents=parents if any(p is not None for p in parents) else None,
+                stamps=stamps if any(s is not None for s in stamps) else None,
+                inputs=[pending.inputs for pending in batch] if self.tracer.tensors else None,
+                outputs=outcome.results if self.tracer.tensors else None,
             )
         )
 

@@ -359,11 +359,13 @@ class ModelControl:
             raise ConfigError(named) from None
 
     def _traced(self, config: ServeConfig, loaded: LoadedModel) -> ServeConfig:
-        """With several models, each version writes its own trace file (the served NAME and
-        VERSION added, as the loader named them)."""
+        """With several models, each version writes its own Chrome trace file (the served NAME
+        and VERSION added, as the loader named them)."""
         path = config.trace_file
         if path is None or (self.root is None and not config.models and not self.config.models):
             return config
+        if config.trace_format == "triton":
+            return config  # Triton's trace file is the server's: every model writes to it
         stem = f"{path.stem}.{loaded.name}.{loaded.version}"
         return config.with_overrides({"trace_file": path.with_name(stem + path.suffix)})
 

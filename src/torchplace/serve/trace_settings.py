@@ -8,15 +8,18 @@ strings, as in Triton:
 
 ``trace_level``
     ``["TIMESTAMPS"]``: record requests and their stages (the server's tracing, see
-    :mod:`torchplace.serve.tracing`); ``["OFF"]``: record nothing. ``TENSORS`` (tensor data in
-    the trace) is not recorded here and is refused.
+    :mod:`torchplace.serve.tracing`); ``TENSORS``: their input and output tensors (Triton's
+    trace format, ``--trace-format triton``, only); ``["OFF"]``: record nothing.
 ``trace_rate``
     record one request in this many (a batch is recorded whole when it holds such a request)
 ``trace_count``
     how many more requests to record, per model version (``-1``: no limit); counts down as
     batches are recorded, the batch that reaches it whole
 ``log_frequency``
-    ``0``: the trace file is written when the server stops, the only way this server writes it
+    ``0``: the trace file is written when the server stops; ``N``: every ``N`` traces are
+    written to the next of ``FILE.0``, ``FILE.1``, ... (Triton's trace format,
+    ``--trace-format triton``, only: a Chrome trace is written when the server stops). The
+    file is the server's: its frequency is the one set last, the server's or a model's
 ``trace_file``, ``trace_mode``
     where the traces go (``--trace-file``) and how (``triton``: a trace file;
     ``opentelemetry``: an OpenTelemetry SDK); read-only over the network, as in Triton
@@ -41,6 +44,7 @@ __all__ = ["SETTINGS", "TraceSettings", "from_json", "tracers"]
 #: Triton's trace settings, in the order they are answered
 SETTINGS = ("trace_file", "trace_level", "trace_rate", "trace_count", "log_frequency", "trace_mode")
 _CHANGEABLE = ("trace_level", "trace_rate", "trace_count", "log_frequency")
+_LEVELS = ("TIMESTAMPS", "TENSORS")
 _MAX_RATE = 2**32 - 1
 _MAX_COUNT = 2**31 - 1
 
@@ -68,7 +72,7 @@ class TraceSettings:
         own = next((str(t.trace_file) for t in tracers if t.trace_file), "")
         return {
             "trace_file": own if model is not None else self.trace_file or own,
-            "trace_level": ["TIMESTAMPS" if current["trace_level"] else "OFF"],
+            "trace_level": list(current["trace_level"]) or ["OFF"],
             "trace_rate": str(current["trace_rate"]),
             "trace_count": str(count),
             "log_frequency": str(current["log_frequency"]),
@@ -88,10 +92,24 @@ class TraceSettings:
         a setting that cannot take its values."""
         checked = {name: _checked(name, values) for name, values in changes.items()}
         every = [t for found in tracers.values() for t in found]
-        if checked.get("trace_level") and not any(t.can_record for t in every):
+        levels = checked.get("trace_level") or ()
+        if levels and not any(t.can_record for t in every):
             raise InputError(
-                "trace_level TIMESTAMPS has nowhere to write: start the server with "
+                f"trace_level {levels[0]} has nowhere to write: start the server with "
                 "--trace-file FILE.json (or with an OpenTelemetry SDK tracer provider)"
+            )
+        if "TENSORS" in levels and not all(t.writes_segments for t in every if t.can_record):
+            raise InputError(
+                "trace_level TENSORS records tensor data in Triton's trace file, which this "
+                "server does not write; send TIMESTAMPS, or start it with --trace-file FILE "
+                "--trace-format triton"
+            )
+        frequency = checked.get("log_frequency")
+        if frequency and any(t.trace_file and not t.writes_segments for t in every):
+            raise InputError(
+                f"'log_frequency' {frequency} writes Triton's trace files (FILE.0, FILE.1, ...), "
+                "and this server writes a Chrome trace, when it stops; send 0, or start it "
+                "with --trace-format triton"
             )
         target = self._server if model is None else self._models.setdefault(model, {})
         for name, value in checked.items():
@@ -119,12 +137,18 @@ class TraceSettings:
         current = self._effective(tracers, model)
         for tracer in tracers:
             count = current["trace_count"] if reset_count else tracer.count
-            tracer.configure(on=current["trace_level"], rate=current["trace_rate"], count=count)
+            tracer.configure(
+                on="TIMESTAMPS" in current["trace_level"],
+                tensors="TENSORS" in current["trace_level"],
+                rate=current["trace_rate"],
+                count=count,
+                log_frequency=current["log_frequency"],
+            )
             self._given.add(tracer)
 
     def _effective(self, tracers: list[Tracer], model: str | None) -> dict[str, Any]:
         start = {
-            "trace_level": any(t.can_record for t in tracers),
+            "trace_level": ("TIMESTAMPS",) if any(t.can_record for t in tracers) else (),
             "trace_rate": 1,
             "trace_count": -1,
             "log_frequency": 0,
@@ -191,34 +215,30 @@ def _checked(name: str, values: list[str] | None) -> Any:
     return _integer(name, values[0])
 
 
-def _level(values: list[str]) -> bool:
+def _level(values: list[str]) -> tuple[str, ...]:
+    """The levels recorded (none: ``OFF``), in Triton's order."""
     if "OFF" in values:
         if len(values) != 1:
             raise InputError("Expect only one trace level 'OFF' is specified")
-        return False
+        return ()
     for value in values:
-        if value == "TENSORS":
+        if value not in _LEVELS:
             raise InputError(
-                "trace level TENSORS is not supported: this server's traces hold times, not "
-                "tensor data; send TIMESTAMPS"
+                f'unknown trace level {value[:100]!r}; send ["TIMESTAMPS"], '
+                '["TIMESTAMPS", "TENSORS"] or ["OFF"]'
             )
-        if value != "TIMESTAMPS":
-            raise InputError(f'unknown trace level {value[:100]!r}; send ["TIMESTAMPS"] or ["OFF"]')
-    return True
+    return tuple(level for level in _LEVELS if level in values)
 
 
 def _integer(name: str, text: str) -> int:
     """``text`` as ``name``'s integer, in its range, with Triton's words when it is not."""
-    low, high = {"trace_rate": (1, _MAX_RATE), "trace_count": (-1, _MAX_COUNT)}.get(name, (0, 0))
+    low, high = {"trace_rate": (1, _MAX_RATE), "trace_count": (-1, _MAX_COUNT)}.get(
+        name, (0, _MAX_COUNT)
+    )
     try:
         value = int(text, 10)
     except ValueError:
         raise InputError(f"Unable to parse {name!r}, got: {text[:100]}") from None
-    if name == "log_frequency" and value != 0:
-        raise InputError(
-            f"'log_frequency' {value} is not supported: this server writes its trace file "
-            "when it stops; send 0"
-        )
     if not low <= value <= high:
         raise InputError(
             f"Unable to parse {name!r}. Expecting value >= {low} (and at most {high}), "

@@ -9,6 +9,10 @@ timestamps the hot path takes anyway; when tracing is off nothing is recorded at
   ``queue`` slice. The hot path appends ONE compact record per batch; the JSON events are built
   when the file is written (:meth:`Tracer.close`, at shutdown). At most ``max_events`` events
   are kept; later batches are counted in ``dropped``.
+* **Triton's JSON trace** (``trace_file`` with ``trace_format="triton"``): the server's one
+  file, every model's requests with Triton's timestamps (and, at its ``TENSORS`` level, their
+  tensors), written by :class:`~torchplace.serve.triton_trace.TraceFile`, also every
+  ``log_frequency`` traces. Front ends time each request only while it is traced so.
 * **OpenTelemetry** (extra ``trace``): used when ``opentelemetry`` is importable *and* the
   application installed an SDK tracer provider (``trace.set_tracer_provider(...)``, or
   ``opentelemetry-instrument``); without a provider there is nowhere to export to, so no span
@@ -41,7 +45,18 @@ from typing import Any, NamedTuple
 
 import orjson
 
-__all__ = ["CALLER", "BatchRecord", "Tracer", "caller_context", "exports_spans"]
+from torchplace.serve.triton_trace import (
+    Stamps,
+    TensorEntry,
+    Traced,
+    TraceFile,
+    tensor_entry,
+)
+
+__all__ = ["CALLER", "TRACE_FORMATS", "BatchRecord", "Tracer", "caller_context", "exports_spans"]
+
+#: the trace file formats: Chrome's Trace Event Format, Triton's JSON trace
+TRACE_FORMATS: tuple[str, ...] = ("chrome", "triton")
 
 
 class BatchRecord(NamedTuple):
@@ -60,6 +75,12 @@ class BatchRecord(NamedTuple):
     sync: float = 0.0  # host seconds spent waiting for the device (CUDA); 0 = no wait
     #: per request: the caller's OpenTelemetry context its spans join (None: a root span)
     parents: Sequence[Any] | None = None
+    #: per request: its front end's times (:class:`~torchplace.serve.triton_trace.Stamps`),
+    #: for Triton's trace format; None: no request has them
+    stamps: Sequence[Stamps | None] | None = None
+    #: per request, while Triton's TENSORS level is on: its inputs, and its outputs (or error)
+    inputs: Sequence[Mapping[str, Any]] | None = None
+    outputs: Sequence[Any] | None = None
 
 
 #: The caller's OpenTelemetry context for the requests submitted in this task (None: none)
@@ -150,11 +171,28 @@ class Tracer:
         trace_file: Path | str | None = None,
         otel: bool | None = None,
         max_events: int = 500_000,
+        trace_format: str = "chrome",
+        datatypes: Mapping[str, str] | None = None,
     ) -> None:
+        if trace_format not in TRACE_FORMATS:
+            raise ValueError(f"trace_format {trace_format!r} is not one of {TRACE_FORMATS}")
         self.model = model
         self.version = version
         self.trace_file = Path(trace_file) if trace_file is not None else None
         self.max_events = max_events
+        #: the server's Triton trace file, shared with the other models' tracers
+        self._file = (
+            TraceFile.open(self.trace_file)
+            if trace_format == "triton" and self.trace_file is not None
+            else None
+        )
+        #: whether front ends give each request's times (:class:`Stamps`) while enabled
+        self.stamped = self._file is not None
+        #: the declared datatype of each input and output, by name (tensors in a trace)
+        self.datatypes = dict(datatypes or {})
+        #: Triton's trace levels: the times of each request, its tensors (Triton's format)
+        self.timestamps = True
+        self.tensors = False
         self._otel = _otel_tracer() if otel is not False else None
         if otel and self._otel is None:
             from opentelemetry import trace
@@ -180,12 +218,31 @@ class Tracer:
         """Whether spans go to OpenTelemetry."""
         return self._otel is not None
 
-    def configure(self, *, on: bool, rate: int = 1, count: int = -1) -> None:
+    def configure(
+        self,
+        *,
+        on: bool,
+        rate: int = 1,
+        count: int = -1,
+        log_frequency: int = 0,
+        tensors: bool = False,
+    ) -> None:
         """Triton's trace settings (:mod:`torchplace.serve.trace_settings`; on the loop):
-        record (``on``, where :attr:`can_record`) the batches that hold one request in
-        ``rate``, ``count`` more requests (-1: no limit)."""
+        record the times (``on``) and the tensors (``tensors``, in Triton's format) of the
+        batches that hold one request in ``rate``, ``count`` more requests (-1: no limit),
+        where :attr:`can_record`; a Triton trace file is written every ``log_frequency``
+        traces (0: when the server stops)."""
         self.rate, self.count = rate, count
-        self.enabled = self.can_record and on and count != 0
+        self.timestamps = on
+        self.tensors = tensors and self._file is not None
+        self.enabled = self.can_record and (on or self.tensors) and count != 0
+        if self._file is not None:
+            self._file.log_frequency = log_frequency
+
+    @property
+    def writes_segments(self) -> bool:
+        """Whether it can write its traces every N (``log_frequency``): in Triton's format."""
+        return self._file is not None
 
     def batch(self, record: BatchRecord) -> None:
         """Record one finished batch and the requests it answered (worker thread), when it
@@ -199,7 +256,9 @@ class Tracer:
                 self.count = max(0, self.count - requests)
                 if not self.count:
                     self.enabled = False
-        if self.trace_file is not None:
+        if self._file is not None:
+            self._file.add(self._traced(record))
+        elif self.trace_file is not None:
             cost = 4 + 4 * len(record.arrivals)
             with self._lock:
                 if cost > self._budget:
@@ -209,6 +268,30 @@ class Tracer:
                     self._records.append(record)
         if self._otel is not None:
             self._spans(record)
+
+    def _traced(self, record: BatchRecord) -> list[Traced]:
+        """The batch's requests as Triton's trace format records them."""
+        _, (_, input_end, _), (_, output_start, _), *_ = _stage_bounds(record)
+        stamps = record.stamps or [None] * len(record.arrivals)
+        return [
+            Traced(self.model, self.version, arrived, record.started, input_end, output_start,
+                   record.finished, stamps[i], self.timestamps, self._tensors(record, i))
+            for i, arrived in enumerate(record.arrivals)
+        ]  # fmt: skip
+
+    def _tensors(self, record: BatchRecord, i: int) -> tuple[TensorEntry, ...]:
+        """The request's inputs and outputs as Triton's trace writes them (as text now: the
+        arrays may be the batch's buffers, used again by the next one)."""
+        found: list[TensorEntry] = []
+        for activity, tensors in (
+            ("TENSOR_QUEUE_INPUT", record.inputs),
+            ("TENSOR_BACKEND_OUTPUT", record.outputs),
+        ):
+            arrays = tensors[i] if tensors is not None else None
+            if isinstance(arrays, Mapping):  # not a failed request's error
+                found += (tensor_entry(activity, name, array, self.datatypes.get(name))
+                          for name, array in arrays.items())  # fmt: skip
+        return tuple(found)
 
     # ------------------------------------------------------------------ Chrome trace
     def events(self) -> list[dict[str, Any]]:
@@ -269,9 +352,10 @@ class Tracer:
                 yield from _request_events(ident, us(arrived), start, end, args)
 
     def write(self, path: Path | str | None = None) -> Path | None:
-        """Write the Chrome trace JSON (to ``trace_file`` unless ``path`` is given)."""
+        """Write the Chrome trace JSON (to ``trace_file`` unless ``path`` is given); None in
+        Triton's format, whose file is the server's (written as its tracers close)."""
         target = Path(path) if path is not None else self.trace_file
-        if target is None:
+        if target is None or self._file is not None:
             return None
         other = {"model": self.model, "version": self.version, "dropped_batches": self.dropped}
         # streamed event by event: only the compact per-batch records are held in memory
@@ -288,7 +372,12 @@ class Tracer:
         return target
 
     def close(self) -> None:
-        """Flush: write the trace file if one was asked for."""
+        """Flush: write the trace file if one was asked for (Triton's: once its last tracer
+        closes)."""
+        if self._file is not None:
+            file, self._file = self._file, None
+            file.release()
+            return
         self.write()
 
     # ------------------------------------------------------------------ OpenTelemetry
