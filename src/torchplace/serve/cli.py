@@ -97,6 +97,15 @@ def _model_flags(model: argparse._ArgumentGroup) -> None:
         metavar="NAME:DATATYPE:DIMS",
         help="declare an output, e.g. output:FP32:-1,2; repeatable",
     )
+    model.add_argument(
+        "--dry-run-shape",
+        dest="dry_run_shapes",
+        action="append",
+        metavar="NAME:DIMS",
+        help="the row shape the start-up dry runs give an input with variable dimensions, e.g. "
+        "image:3,224,224 for an input declared image:FP32:-1,3,-1,-1 (Triton's model_warmup); "
+        "repeatable (default: each variable dimension 1)",
+    )
 
 
 def _repository_flags(repo: argparse._ArgumentGroup) -> None:

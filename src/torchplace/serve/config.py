@@ -47,6 +47,39 @@ MIB = 1024 * 1024
 MAX_ROW_ELEMENTS = 2**31
 
 
+def _dry_run_shapes(value: Any, source: str) -> dict[str, tuple[int, ...]]:
+    """``{name: [dims]}`` (a file's table) or ``["NAME:DIMS", ...]`` (the flag, repeated) as
+    row shapes by input name; each dimension a size of at least 1."""
+    fix = "give NAME:DIMS such as image:3,224,224 (a table of name = [dims] in a file)"
+    if isinstance(value, str):
+        value = [value]
+    if isinstance(value, list | tuple):
+        pairs: list[tuple[Any, Any]] = []
+        for item in value:
+            name, sep, dims = str(item).partition(":")
+            if not sep or not name or not dims:
+                raise ConfigError(
+                    f"{source}: dry_run_shapes entry {item!r:.100} is not NAME:DIMS; {fix}"
+                )
+            pairs.append((name, dims.split(",")))
+        value = dict(pairs)
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{source}: dry_run_shapes={value!r:.100} is not understood; {fix}")
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name, dims in value.items():
+        try:
+            shape = tuple(int(str(d).strip()) for d in dims)
+        except (TypeError, ValueError):
+            shape = ()
+        if not shape or any(d < 1 for d in shape) or isinstance(dims, str | bytes):
+            raise ConfigError(
+                f"{source}: dry_run_shapes of {name!r}: {dims!r:.100} is not a row shape of "
+                f"sizes >= 1; {fix}"
+            )
+        shapes[str(name)] = shape
+    return shapes
+
+
 def parse_tensor_spec(text: str) -> TensorSpec:
     """Parse ``NAME:DATATYPE:DIMS`` (e.g. ``input:FP32:-1,8``) into a :class:`TensorSpec`.
     A later ``-1`` is a variable dimension (the planner's sequence length)."""
@@ -198,6 +231,9 @@ class ServeConfig:
     #: Triton's ``max_batch_size: 0``: each request's tensors go to the model as sent, one
     #: request per call (declarations as Triton's ``dims``); batching settings are not used
     unbatched: bool = False
+    #: the row shape the start-up dry runs give an input, by name, where it has variable
+    #: dimensions (Triton's ``model_warmup``); None or an input left out: each variable one is 1
+    dry_run_shapes: Mapping[str, tuple[int, ...]] | None = None
     max_delay_ms: float = 2.0
     max_queue: int = 1024
     max_request_rows: int = 4096
@@ -263,6 +299,9 @@ class ServeConfig:
                 _fail(name, getattr(self, name), "give true or false")
         if self.log_level not in LOG_LEVELS:
             _fail("log_level", self.log_level, f"choose one of {', '.join(LOG_LEVELS)}")
+        if self.dry_run_shapes is not None:
+            shapes = _dry_run_shapes(self.dry_run_shapes, "serve config")
+            object.__setattr__(self, "dry_run_shapes", shapes)
         if self.trace_format not in TRACE_FORMATS:
             _fail("trace_format", self.trace_format, f"choose one of {', '.join(TRACE_FORMATS)}")
         self._check_repository(_fail)
@@ -486,6 +525,8 @@ def _convert(key: str, value: Any, source: str) -> Any:
         if not isinstance(items, list | tuple):
             raise ConfigError(f"{source}: {key}={value!r} must be a list of tensor declarations")
         return tuple(_to_spec(v, key) for v in items)
+    if key == "dry_run_shapes":
+        return _dry_run_shapes(value, source)
     if key == "priority_queue_limits":
         items = value.split(",") if isinstance(value, str) else value
         if not isinstance(items, list | tuple):

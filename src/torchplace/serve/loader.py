@@ -82,6 +82,13 @@ class LoadedModel:
     #: request per call; its declarations have a first dimension of one (the request) that
     #: :class:`~torchplace.serve.reshape.Unbatched` takes off before the forward
     unbatched: bool = False
+    #: the row shape the start-up dry runs give an input, by name (``dry_run_shapes``)
+    dry_rows: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+    def dry_row(self, spec: TensorSpec) -> tuple[int, ...]:
+        """The row shape of ``spec`` in a dry run: its own, each variable dimension the size
+        :attr:`dry_rows` gives (else 1)."""
+        return self.dry_rows.get(spec.name) or tuple(d if d > 0 else 1 for d in spec.shape[1:])
 
 
 def set_eval(module: nn.Module) -> nn.Module:
@@ -111,6 +118,7 @@ def load_model(
     labels: Path | str | None = None,
     torchscript: Path | str | None = None,
     unbatched: bool = False,
+    dry_run_shapes: Mapping[str, tuple[int, ...]] | None = None,
 ) -> LoadedModel:
     """Build the model on the CPU in eval mode, load optional weights, resolve declarations.
 
@@ -120,7 +128,8 @@ def load_model(
     ``torchplace_labels``). With ``torchscript`` (a ``torch.jit.save`` archive, see
     :mod:`torchplace.serve.torchscript`) the archive is the model, as ``exported``; it records
     no declarations, so ``inputs`` must be given. ``unbatched``: Triton's ``max_batch_size:
-    0`` (see :attr:`LoadedModel.unbatched`); its outputs must be declared.
+    0`` (see :attr:`LoadedModel.unbatched`); its outputs must be declared. ``dry_run_shapes``:
+    the row shape its dry runs give an input with variable dimensions (see :func:`dry_rows`).
     """
     declared_in: tuple[TensorSpec, ...] | None = None
     declared_out: tuple[TensorSpec, ...] | None = None
@@ -176,8 +185,9 @@ def load_model(
             "outputs, which a dry run cannot find without a batch dimension; declare them"
         )
     served_module, rebuild = _reshaped(module, rebuild, final_in, given_out, unbatched)
+    rows = dry_rows(final_in, dry_run_shapes or {}, called)
     final_out = _declarations(
-        "outputs", given_out or infer_outputs(served_module, final_in, called), called
+        "outputs", given_out or infer_outputs(served_module, final_in, called, rows), called
     )
     own = _labels(
         _read_labels(labels) if labels is not None else getattr(module, "torchplace_labels", None),
@@ -194,6 +204,7 @@ def load_model(
         rebuild=rebuild,
         labels={**own, **_output_labels(final_out)},
         unbatched=unbatched,
+        dry_rows=rows,
     )
 
 
@@ -289,23 +300,58 @@ def load_configured(config: ServeConfig) -> LoadedModel:
         labels=config.labels,
         torchscript=config.torchscript,
         unbatched=config.unbatched,
+        dry_run_shapes=config.dry_run_shapes,
     )
 
 
+def dry_rows(
+    inputs: tuple[TensorSpec, ...], given: Mapping[str, tuple[int, ...]], model: str
+) -> dict[str, tuple[int, ...]]:
+    """The row shape each input gets in a dry run: ``given``'s where it names the input (of
+    the declared rank, its fixed dimensions as declared), else each variable dimension 1."""
+    specs = {spec.name: spec for spec in inputs}
+    rows: dict[str, tuple[int, ...]] = {}
+    for name, shape in given.items():
+        spec = specs.get(name)
+        if spec is None:
+            raise ConfigError(
+                f"dry_run_shapes names input {name!r}, which model {model!r} does not have; its "
+                f"inputs are {', '.join(specs)}"
+            )
+        declared = spec.shape[1:]
+        if len(shape) != len(declared) or any(
+            d >= 0 and d != got for d, got in zip(declared, shape, strict=False)
+        ):
+            raise ConfigError(
+                f"dry_run_shapes gives input {name!r} of model {model!r} rows of shape "
+                f"{list(shape)}, but it is declared {list(declared)} (-1: variable); give "
+                "a shape of that rank with its fixed dimensions as declared"
+            )
+        rows[name] = tuple(shape)
+    for spec in inputs:
+        rows.setdefault(spec.name, tuple(d if d > 0 else 1 for d in spec.shape[1:]))
+    return rows
+
+
 def infer_outputs(
-    module: nn.Module, inputs: tuple[TensorSpec, ...], model: str
+    module: nn.Module,
+    inputs: tuple[TensorSpec, ...],
+    model: str,
+    rows_of: Mapping[str, tuple[int, ...]] | None = None,
 ) -> tuple[TensorSpec, ...]:
-    """The outputs of a dry run of the host model on zeros (see the module docstring)."""
+    """The outputs of a dry run of the host model on zeros (see the module docstring);
+    ``rows_of``: each input's row shape in it (:func:`dry_rows`), its variable dimensions
+    doubled in the second run."""
     import torch
 
-    def run(rows: int, free: int) -> list[tuple[str, torch.Tensor]]:
-        batch = [
-            torch.zeros(
-                (rows, *(dim if dim > 0 else free for dim in spec.shape[1:])),
-                dtype=torch_dtype(spec.datatype),
-            )
-            for spec in inputs
-        ]
+    given = dry_rows(inputs, rows_of or {}, model)
+
+    def run(rows: int, scale: int) -> list[tuple[str, torch.Tensor]]:
+        def shape(spec: TensorSpec) -> tuple[int, ...]:
+            dims = zip(spec.shape[1:], given[spec.name], strict=True)
+            return (rows, *(d if d > 0 else size * scale for d, size in dims))
+
+        batch = [torch.zeros(shape(spec), dtype=torch_dtype(spec.datatype)) for spec in inputs]
         try:
             with torch.inference_mode():
                 raw = module(*batch)

@@ -59,7 +59,7 @@ def _activation_peak(loaded: LoadedModel, rows: int, dtype: str | None = None) -
     batch = []
     for spec in loaded.inputs:
         host = host_torch_dtype(spec.datatype)
-        shape = (rows, *(d if d > 0 else 1 for d in spec.shape[1:]))
+        shape = (rows, *loaded.dry_row(spec))
         want = cast if cast is not None and host.is_floating_point else host
         batch.append(torch.zeros(shape, dtype=want, device="meta"))
     try:

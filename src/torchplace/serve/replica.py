@@ -214,8 +214,7 @@ class Replica(BatchExecutor):
         """Run ``rows`` rows of zeros through the request path; returns output row shapes."""
         request = {
             spec.name: np.zeros(
-                (rows, *(dim if dim > 0 else 1 for dim in spec.shape[1:])),
-                dtype=host_numpy_dtype(spec.datatype),
+                (rows, *self.loaded.dry_row(spec)), dtype=host_numpy_dtype(spec.datatype)
             )
             for spec in self.loaded.inputs
         }

@@ -20,6 +20,8 @@
     labels = "labels.txt"           # class names, one per line (classification extension)
     inputs = ["input:FP32:-1,8"]    # when they cannot be inferred (outputs come from a dry run)
     outputs = ["output:FP32:-1,2"]
+    dry_run_shapes = { input = [8] }  # the row shape the dry runs give an input with variable
+                                      # dimensions (default: each variable dimension 1)
     dtype = "float32"
     devices = ["cpu"]               # default: the server's --device/--devices
     replicas = 1                    # per device
@@ -451,7 +453,7 @@ def _settings(where: str, data: Mapping[str, Any], exported: bool) -> dict[str, 
         raise _fail(where, "field 'source'", f"= {source!r} is not a model",
                     "give an embedded model name or 'module:callable'")  # fmt: skip
     settings: dict[str, Any] = {"model": source or "seed-mlp"}
-    for key in ("inputs", "outputs", "dtype", "devices"):
+    for key in ("inputs", "outputs", "dtype", "devices", "dry_run_shapes"):
         if key in data:
             settings[key] = data[key]
     if RENAMED["replicas_per_device"] in data:

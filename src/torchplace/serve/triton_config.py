@@ -52,7 +52,7 @@ TRITON_MODEL_FILE = "model.pt"
 INLINE = "inline config"
 #: the keys of a ``config.toml`` (an inline config may give them too)
 SETTING_KEYS = ("source", "weights", "exported", "labels", "inputs", "outputs", "dtype",
-                "devices", "replicas", "batching", "version_policy")  # fmt: skip
+                "devices", "replicas", "batching", "version_policy", "dry_run_shapes")  # fmt: skip
 #: the keys of its ``[batching]`` table
 BATCHING_KEYS = ("max_batch_size", "max_delay_ms", "max_queue", "priority_levels",
                  "default_priority", "priority_queue_limits", "default_timeout_ms",
@@ -268,7 +268,7 @@ def _check_pytorch(message: Any, where: str, name: str) -> None:
 
 
 #: ``ModelConfig`` maps whose keys are the user's own, not field names
-_FREE_MAPS = frozenset({"parameters", "metric_tags", "cc_model_filenames"})
+_FREE_MAPS = frozenset({"parameters", "metric_tags", "cc_model_filenames", "inputs"})
 
 
 def _protobuf_names(value: Any, free: bool = False) -> Any:
@@ -359,11 +359,26 @@ class _Reader:
             if theirs in doc:
                 out[ours] = [self.tensor(t, f"{theirs}[{i}]")
                              for i, t in enumerate(self.array(doc[theirs], theirs))]  # fmt: skip
+        warmup = self.array(doc.get("model_warmup", []), "model_warmup")
+        if warmup:
+            out["dry_run_shapes"] = self.warmup_shapes(warmup[0])
         parameters = self.mapping(doc.get("parameters", {}), "parameters")
         source = self.mapping(parameters.get("source", {}), "parameters.source")
         if "string_value" in source:
             out["source"] = source["string_value"]
         return out
+
+    def warmup_shapes(self, sample: Any) -> dict[str, list[int]]:
+        """The row shapes of ``model_warmup``'s first sample, by input: what the start-up dry
+        runs give inputs with variable dimensions (its data, zeros or random, is not read)."""
+        inputs = self.mapping(self.mapping(sample, "model_warmup[0]").get("inputs", {}),
+                              "model_warmup[0].inputs")  # fmt: skip
+        shapes: dict[str, list[int]] = {}
+        for name, tensor in inputs.items():
+            where = f"model_warmup[0].inputs[{name!r}].dims"
+            dims = self.array(self.mapping(tensor, where).get("dims", []), where)
+            shapes[str(name)] = [self.integer(d, where) for d in dims]
+        return shapes
 
     def check_extra_tensors(self, doc: Mapping[str, Any]) -> None:
         """Refuse what makes Triton's PyTorch backend hand the model tensors, or batches, that no
