@@ -469,7 +469,9 @@ class Flow:
                 return _cuda_type(qualname, node.lineno)  # torch.float16, np.pi: a constant
             return self.eval(node.value, lookup)
         if isinstance(node, ast.Subscript):
-            return _one(self.eval(node.value, lookup))
+            found = self.eval(node.value, lookup)
+            # `parts[rank::n]` of a list of tensors is still a list; `parts[0]` is one of them
+            return found if isinstance(node.slice, ast.Slice) else _one(found)
         if isinstance(node, ast.Starred):
             return self.eval(node.value, lookup)
         if isinstance(node, ast.Await):

@@ -6,6 +6,7 @@ evidence is all inside a nested loop).
 from __future__ import annotations
 
 import ast
+import re
 from typing import TYPE_CHECKING
 
 from torchplace.lint.base import bindings, call_name
@@ -1668,9 +1669,14 @@ def _names_setting(node: ast.expr) -> bool:
     return any(part in _SETTINGS_HOLDERS for part in name.split(".")[:-1])
 
 
+#: the last word of a count of processes or GPUs: ``world_size``, ``num_gpus``, ``nprocs``
+_RANK_COUNT = re.compile(r"(.*world_size|n_?gpus|num_?gpus|n_?procs|num_?procs|num_processes)")
+
+
 def _walks_ranks(it: ast.expr) -> bool:
-    """``range(self.world_size)``, ``range(dist.get_world_size())``: the ranks of a process
-    group, each step one rank's turn (the source of a broadcast of its state), not a batch."""
+    """``range(self.world_size)``, ``range(dist.get_world_size())``, ``range(num_gpus)``: the
+    ranks of a process group (or the GPUs of one), each step one rank's turn (the source of a
+    broadcast of its state), not a batch."""
     if not (
         isinstance(it, ast.Call)
         and isinstance(it.func, ast.Name)
@@ -1680,7 +1686,7 @@ def _walks_ranks(it: ast.expr) -> bool:
         return False
     bound = it.args[0]
     name = dotted_name(bound.func if isinstance(bound, ast.Call) else bound)
-    return name is not None and name.rsplit(".", 1)[-1].lower().endswith("world_size")
+    return name is not None and _RANK_COUNT.fullmatch(name.rsplit(".", 1)[-1].lower()) is not None
 
 
 def _names_rank(node: ast.expr) -> bool:

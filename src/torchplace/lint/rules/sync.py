@@ -31,6 +31,7 @@ from torchplace.lint.provenance.loops import (
     _few_constants,
     _model_root,
     _stores_entries,
+    _walks_ranks,
     calls_backward,
     feeds_back,
     indexed_row,
@@ -1826,6 +1827,8 @@ def _per_element(ctx: Context, line: int | None) -> bool:
             return True
         if not isinstance(loop, (ast.For, ast.AsyncFor)) or _few_constants(loop.iter, scope):
             return False
+        if _walks_ranks(loop.iter):
+            return False  # `for src in range(num_gpus):` the same tensor, from each rank
         kind = facts.loop_kind(loop, scope)
         return kind is None or kind[0] != "items"  # a list of whole tensors: bulk copies
 
@@ -2017,7 +2020,8 @@ def _outer_feeds_device(ctx: Context, line: int) -> bool:
 
 def _walks_chunks(loop: ast.AST, scope: ast.AST) -> bool:
     """``for part in emb.split(64):`` (also through ``tqdm``/``enumerate``, ``torch.split``,
-    or a name bound once to a split): the chunks of one tensor, each a fresh piece of input,
+    or a name bound once to a split, or a slice of its chunks, ``parts[rank::num_gpus]``, a
+    rank's share): the chunks of one tensor, each a fresh piece of input,
     as a kaggle solution's ``vals += [topk(part @ bank.T).cpu()]``, then ``return
     torch.cat(vals)``: a chunked inference whose copies are its output, not per-row reads."""
     if not isinstance(loop, (ast.For, ast.AsyncFor)):
@@ -2027,6 +2031,8 @@ def _walks_chunks(loop: ast.AST, scope: ast.AST) -> bool:
         if not iterable.args:
             return False
         iterable = iterable.args[0]
+    if isinstance(iterable, ast.Subscript) and isinstance(iterable.slice, ast.Slice):
+        iterable = iterable.value  # `col_batches[rank::num_gpus]`: some of the chunks
     if isinstance(iterable, ast.Name):
         bound = bindings(scope).get(iterable.id, [])
         if len(bound) != 1 or bound[0] is None:
