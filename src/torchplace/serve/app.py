@@ -1079,7 +1079,7 @@ class _Answer(Ticket[Response]):
         return True
 
 
-def _stamps(engine: Any, request: Request, started: float, request_id: str | None) -> Any:
+def _stamps(engine: Any, request: Request, started: float, request_id: str | None) -> Stamps | None:
     """A request's front-end times when its model traces in Triton's format now: read from
     its first bytes to ``started``; None otherwise (nothing is taken per request)."""
     tracer = getattr(engine, "tracer", None)
