@@ -52,6 +52,7 @@ What each module is for, along the path of a request:
 ``log_settings``     Triton's logging extension: the log settings read and changed while serving
 ``trace_settings``   Triton's trace extension: the tracing of requests, changed while serving
 ``tracing``          Chrome/Perfetto traces and OpenTelemetry spans of batches
+``triton_trace``     Triton's JSON trace file: every model's requests, every ``log_frequency``
 ``onray``            the Ray Serve deployment: this server in each Ray replica, on Ray's devices
 ``ray_cli``          ``--engine ray``: deploying on a Ray cluster from the command line
 ``kserve``           the arguments, environment and model directory KServe passes
