@@ -96,6 +96,32 @@ def test_log_frequency_0_writes_every_trace_to_the_file_at_the_stop(tmp_path: Pa
     file.close()
     got = traces(path)
     assert [got[1]["names"], got[2]["names"]] == [CORE, HTTP[:2] + CORE]
+    empty = TraceFile(tmp_path / "none.json")
+    empty.close()
+    assert not (tmp_path / "none.json").exists()  # as Triton: no trace, no file
+
+
+def test_a_spent_count_writes_its_traces_apart_from_the_earlier_settings(
+    tmp_path: Path,
+) -> None:
+    """Triton's L0_trace: 10 requests traced, then ``trace_count`` 5 and 10 more requests:
+    the 5 counted ones go to FILE.0 as soon as the count is spent, the 10 earlier ones to
+    FILE at the stop."""
+    path = tmp_path / "trace.json"
+    tracer = Tracer(model="m", version="1", trace_file=path, otel=False, trace_format="triton")
+    settings = TraceSettings()
+    record = BatchRecord("cpu#0", "cpu", [1.0], [1], None, 2.0, 3.0, 0.1, 0.5, 0.2)
+    for _ in range(10):
+        tracer.batch(record)
+    settings.update({"trace_count": ["5"]}, {"m": [tracer]})
+    for _ in range(10):
+        if tracer.enabled:
+            tracer.batch(record)
+    assert tracer.count == 0
+    assert tracer._file is not None
+    tracer._file.close()  # waits for the write under way
+    assert sorted(traces(tmp_path / "trace.json.0")) == [11, 12, 13, 14, 15]
+    assert sorted(traces(path)) == list(range(1, 11))
 
 
 def test_past_max_traces_traces_are_dropped_and_counted(tmp_path: Path) -> None:

@@ -119,6 +119,8 @@ class TraceSettings:
                 target[name] = value
         for name, found in tracers.items():
             if model is None or name == model:
+                for tracer in found:
+                    tracer.seal()  # the traces so far are the earlier settings'
                 self.apply(name, found, reset_count="trace_count" in checked)
         return self.document(tracers, model)
 

@@ -239,6 +239,12 @@ class Tracer:
         if self._file is not None:
             self._file.log_frequency = log_frequency
 
+    def seal(self) -> None:
+        """The trace settings changed (Triton's trace extension): a Triton trace file writes
+        the traces of the earlier ones apart (see :meth:`TraceFile.seal`)."""
+        if self._file is not None:
+            self._file.seal()
+
     @property
     def writes_segments(self) -> bool:
         """Whether it can write its traces every N (``log_frequency``): in Triton's format."""
@@ -258,6 +264,8 @@ class Tracer:
                     self.enabled = False
         if self._file is not None:
             self._file.add(self._traced(record))
+            if not self.count:
+                self._file.spent()
         elif self.trace_file is not None:
             cost = 4 + 4 * len(record.arrivals)
             with self._lock:

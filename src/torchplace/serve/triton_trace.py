@@ -29,7 +29,10 @@ request's front-end times).
 ``log_frequency`` (Triton's trace setting) ``0`` writes the file when the server stops;
 ``N`` writes every ``N`` traces to ``FILE.0``, ``FILE.1``, ... as they complete (a trace
 completes once its answer is sent), off the event loop, and what is left at the stop to the
-next one. At most ``max_traces`` traces wait to be written; later ones are counted in
+next one. As in Triton, a ``trace_count`` that runs out writes the traces held to the next
+``FILE.N`` as they complete, and a change of the settings writes the traces of the earlier ones
+(to ``FILE`` at the stop with ``log_frequency`` 0, else to the next ``FILE.N``); ``FILE`` is
+only written when some trace goes there. At most ``max_traces`` traces wait to be written; later ones are counted in
 :attr:`TraceFile.dropped`.
 """
 
@@ -40,7 +43,7 @@ import io
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
@@ -166,12 +169,13 @@ class TraceFile:
         self.dropped = 0
         self._traces: list[tuple[int, Traced]] = []
         self._ready = 0  # how many traces at the head of _traces are complete
+        self._flush = 0  # how many at its head go to the next PATH.N once complete
+        self._base: list[tuple[int, Traced]] = []  # earlier settings' traces, for PATH
         self._next_id = 1
         self._index = 0  # the next PATH.N
         self._users = 0
         self._lock = threading.Lock()
         self._writer: ThreadPoolExecutor | None = None
-        self._writes: list[Future[None]] = []
 
     @classmethod
     def open(cls, path: Path | str) -> TraceFile:
@@ -197,7 +201,7 @@ class TraceFile:
     def add(self, traces: Sequence[Traced]) -> None:
         """Keep the traced requests of one batch (any thread), each under a new id."""
         with self._lock:
-            room = self.max_traces - len(self._traces)
+            room = self.max_traces - len(self._traces) - len(self._base)
             if room < len(traces):
                 self.dropped += len(traces) - max(room, 0)
                 traces = traces[: max(room, 0)]
@@ -208,38 +212,68 @@ class TraceFile:
                     trace.stamps._file = self
         self.completed()
 
+    def spent(self) -> None:
+        """A tracer's ``trace_count`` ran out: the traces held go to the next ``PATH.N`` once
+        they complete, as Triton writes a count's traces when it is reached."""
+        with self._lock:
+            self._flush = len(self._traces)
+        self.completed()
+
+    def seal(self) -> None:
+        """The trace settings changed: the traces held are the earlier settings', written as
+        Triton writes them when its settings object goes: to ``PATH`` at the stop
+        (``log_frequency`` 0), else to the next ``PATH.N`` once they complete."""
+        with self._lock:
+            if self.log_frequency:
+                self._flush = len(self._traces)
+            else:  # what a spent count waits to write stays; the rest is the base file's
+                self._base += self._traces[self._flush :]
+                del self._traces[self._flush :]
+                self._ready = min(self._ready, len(self._traces))
+        self.completed()
+
     def completed(self) -> None:
-        """A trace may have completed: write every ``log_frequency`` traces completed in a
-        row at the head, each group to the next ``PATH.N`` (on a writer thread)."""
+        """A trace may have completed: write the traces completed in a row at the head
+        that a spent count or a settings change asked for, and every ``log_frequency`` of
+        them, each group to the next ``PATH.N`` (on a writer thread)."""
         with self._lock:
             traces = self._traces
             while self._ready < len(traces) and _complete(traces[self._ready][1]):
                 self._ready += 1
-            every = self.log_frequency
-            while every > 0 and self._ready >= every:
-                segment = traces[:every]
-                del traces[:every]
-                self._ready -= every
+            while True:
+                if self._flush and self._ready >= self._flush:
+                    count, self._flush = self._flush, 0
+                elif 0 < self.log_frequency <= self._ready:
+                    count = self.log_frequency
+                    self._flush = max(0, self._flush - count)
+                else:
+                    break
+                segment = traces[:count]
+                del traces[:count]
+                self._ready -= count
                 target = self.path.with_name(f"{self.path.name}.{self._index}")
                 self._index += 1
                 if self._writer is None:
                     self._writer = ThreadPoolExecutor(1, thread_name_prefix="torchplace-trace")
-                self._writes = [w for w in self._writes if not w.done()]
-                self._writes.append(self._writer.submit(_write, target, segment))
+                self._writer.submit(_write, target, segment)
 
     def close(self) -> None:
-        """Write what is held: to ``PATH`` (log_frequency 0), else to the next ``PATH.N``
-        (when any is left); after the writes already under way."""
+        """Write what is held, after the writes already under way: the current traces to
+        ``PATH`` (log_frequency 0, with the earlier settings' ones) or to the next ``PATH.N``;
+        ``PATH`` only when some trace goes there, as Triton creates it."""
         with self._lock:
             traces, self._traces, self._ready = self._traces, [], 0
+            base, self._base = self._base, []
             writer, self._writer = self._writer, None
             index = self._index
         if writer is not None:
             writer.shutdown(wait=True)
         if self.log_frequency == 0:
-            _write(self.path, traces)
+            base += traces
         elif traces:
             _write(self.path.with_name(f"{self.path.name}.{index}"), traces)
+        if base:
+            _write(self.path, base)
 
 
 def _write(path: Path, traces: Sequence[tuple[int, Traced]]) -> None:
