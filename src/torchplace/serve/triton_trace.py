@@ -30,10 +30,10 @@ request's front-end times).
 ``N`` writes every ``N`` traces to ``FILE.0``, ``FILE.1``, ... as they complete (a trace
 completes once its answer is sent), off the event loop, and what is left at the stop to the
 next one. As in Triton, a ``trace_count`` that runs out writes the traces held to the next
-``FILE.N`` as they complete, and a change of the settings writes the traces of the earlier ones
-(to ``FILE`` at the stop with ``log_frequency`` 0, else to the next ``FILE.N``); ``FILE`` is
-only written when some trace goes there. At most ``max_traces`` traces wait to be written; later ones are counted in
-:attr:`TraceFile.dropped`.
+``FILE.N`` as they complete, and a change of the settings writes the traces of the earlier
+ones (to ``FILE`` at the stop with ``log_frequency`` 0, else to the next ``FILE.N``);
+``FILE`` is only written when some trace goes there. At most ``max_traces`` traces wait to be
+written; later ones are counted in :attr:`TraceFile.dropped`.
 """
 
 from __future__ import annotations
