@@ -304,6 +304,10 @@ def load_configured(config: ServeConfig) -> LoadedModel:
     )
 
 
+#: where a dry run's shapes come from, as its errors name them
+_DRY_RUN_SHAPES = "the dry-run shapes (--dry-run-shape, dry_run_shapes, a model_warmup's dims)"
+
+
 def dry_rows(
     inputs: tuple[TensorSpec, ...], given: Mapping[str, tuple[int, ...]], model: str
 ) -> dict[str, tuple[int, ...]]:
@@ -315,15 +319,15 @@ def dry_rows(
         spec = specs.get(name)
         if spec is None:
             raise ConfigError(
-                f"dry_run_shapes names input {name!r}, which model {model!r} does not have; its "
-                f"inputs are {', '.join(specs)}"
+                f"{_DRY_RUN_SHAPES} names input {name!r}, which model {model!r} does not have; "
+                f"its inputs are {', '.join(specs)}"
             )
         declared = spec.shape[1:]
         if len(shape) != len(declared) or any(
             d >= 0 and d != got for d, got in zip(declared, shape, strict=False)
         ):
             raise ConfigError(
-                f"dry_run_shapes gives input {name!r} of model {model!r} rows of shape "
+                f"{_DRY_RUN_SHAPES} gives input {name!r} of model {model!r} rows of shape "
                 f"{list(shape)}, but it is declared {list(declared)} (-1: variable); give "
                 "a shape of that rank with its fixed dimensions as declared"
             )
