@@ -695,11 +695,92 @@ def _after_rare_guard(parent: ast.AST, child: ast.AST | None, ctx: Context) -> b
             if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
                 rare = _rare_test(test.operand, ctx)
             else:
-                rare = remainder_nonzero(test)
+                rare = remainder_nonzero(test) or _tick_guard(test, block[at + 1 :], ctx)
             rest = ast.If(test=test, body=block[at + 1 :], orelse=[])
             if rare and not branch_trains(rest):
                 return True
     return False
+
+
+def _tick_guard(test: ast.expr, rest: list[ast.stmt], ctx: Context) -> bool:
+    """``if (not done) and (cur_tick != 0) and (cur_nimg < tick_start_nimg + every):
+    continue`` (StyleGAN's training loop): the statements after it run once per tick, when the
+    count passes the mark that they then restart (``tick_start_nimg = cur_nimg``), else only
+    on the first tick (``cur_tick`` a count the loop steps up) and the last step (``done``
+    bound to ``cur_nimg >= total``)."""
+    values = (
+        test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+    )
+    ticks = [value for value in values if _below_restarted_mark(value, rest)]
+    loops = [p for p in ctx.parents if isinstance(p, (ast.For, ast.AsyncFor, ast.While))]
+    if not ticks or not loops:
+        return False
+    scope = ctx.function_scope() or ctx.scope.root()
+    return all(
+        _first_steps_only(value, loops[-1]) or _until_done(value, scope, ctx)
+        for value in values
+        if value not in ticks
+    )
+
+
+def _below_restarted_mark(test: ast.expr, rest: list[ast.stmt]) -> bool:
+    """``count < mark + every`` whose ``mark`` the statements of ``rest`` rebind."""
+    if not (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], (ast.Lt, ast.LtE))
+        and isinstance(test.comparators[0], ast.BinOp)
+        and isinstance(test.comparators[0].op, ast.Add)
+    ):
+        return False
+    bound = test.comparators[0]
+    marks = {dotted_name(side) for side in (bound.left, bound.right)} - {None}
+    return any(
+        isinstance(sub, ast.Assign) and any(dotted_name(t) in marks for t in sub.targets)
+        for stmt in rest
+        for sub in walk(stmt)
+    )
+
+
+def _first_steps_only(test: ast.expr, loop: ast.AST) -> bool:
+    """``cur_tick != 0`` (also ``> 0``) of a count the loop steps up (``cur_tick += 1``):
+    false before its first step up only."""
+    if not (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], (ast.NotEq, ast.Gt))
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value == 0
+    ):
+        return False
+    name = dotted_name(test.left)
+    return name is not None and any(
+        isinstance(sub, ast.AugAssign)
+        and isinstance(sub.op, ast.Add)
+        and dotted_name(sub.target) == name
+        for sub in _loop_nodes(loop)
+    )
+
+
+def _until_done(test: ast.expr, scope: Scope, ctx: Context) -> bool:
+    """``not done`` with ``done`` bound only to ``count >= total`` (or ``>``), or to ``True``
+    (an abort): false once the run is over."""
+    if not (
+        isinstance(test, ast.UnaryOp)
+        and isinstance(test.op, ast.Not)
+        and isinstance(test.operand, ast.Name)
+    ):
+        return False
+    values = ctx.scope_bindings(scope).get(test.operand.id, [])
+    reached = [
+        value
+        for value in values
+        if isinstance(value, ast.Compare)
+        and len(value.ops) == 1
+        and isinstance(value.ops[0], (ast.GtE, ast.Gt))
+    ]
+    ended = [v for v in values if isinstance(v, ast.Constant) and v.value is True]
+    return bool(reached) and len(reached) + len(ended) == len(values)
 
 
 def _sets_once(branch: ast.If, child: ast.AST | None, ctx: Context) -> bool:
