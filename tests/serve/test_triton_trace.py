@@ -14,7 +14,7 @@ import numpy as np
 import orjson
 import pytest
 
-from torchplace.errors import ConfigError
+from torchplace.errors import ConfigError, InputError
 from torchplace.serve.running import ServerThread
 from torchplace.serve.trace_settings import TraceSettings
 from torchplace.serve.tracing import BatchRecord, Tracer
@@ -162,7 +162,7 @@ def test_log_frequency_above_0_needs_the_triton_format(tmp_path: Path) -> None:
     triton = Tracer(model="m", version="1", trace_file=tmp_path / "t.json", otel=False,
                     trace_format="triton")  # fmt: skip
     settings = TraceSettings()
-    with pytest.raises(Exception, match="--trace-format triton"):
+    with pytest.raises(InputError, match="--trace-format triton"):
         settings.update({"log_frequency": ["5"]}, {"m": [chrome]})
     got = settings.update({"log_frequency": ["5"]}, {"m": [triton]})
     assert got["log_frequency"] == "5"

@@ -1083,7 +1083,7 @@ def _stamps(engine: Any, request: Request, started: float, request_id: str | Non
     """A request's front-end times when its model traces in Triton's format now: read from
     its first bytes to ``started``; None otherwise (nothing is taken per request)."""
     tracer = getattr(engine, "tracer", None)
-    if tracer is None or not (tracer.enabled and tracer.stamped):
+    if tracer is None or not (tracer.enabled and tracer.triton_format):
         return None
     begun = monotonic_to_perf(request.received) if request.received else started
     return Stamps("HTTP", min(begun, started), started, request_id)

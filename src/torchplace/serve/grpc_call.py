@@ -129,6 +129,7 @@ class Call:
         deadline: float | None,
         encoding: bytes,
         max_message_bytes: int,
+        opened: float | None = None,
     ) -> None:
         self.connection = connection
         self.stream = stream
@@ -138,7 +139,8 @@ class Call:
         self.max_message_bytes = max_message_bytes
         self.task: asyncio.Task[None] | None = None
         self.timer: asyncio.TimerHandle | None = None  # its deadline
-        self.opened = time.perf_counter()  # its headers read (GRPC_WAITREAD_START in a trace)
+        #: ``time.monotonic()`` when its headers were read (GRPC_WAITREAD_START in a trace)
+        self.opened = opened
         #: told once the call is over, whether its last frame went out (True) or not
         self.on_end: Callable[[bool], None] | None = None
         #: the answer bytes not yet sent (flow control), and the trailers to send after them

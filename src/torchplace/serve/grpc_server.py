@@ -107,7 +107,7 @@ from torchplace.serve.shm import (
 )
 from torchplace.serve.trace_settings import TraceSettings, tracers
 from torchplace.serve.triton import extensions, model_statistics
-from torchplace.serve.triton_trace import Stamps
+from torchplace.serve.triton_trace import Stamps, monotonic_to_perf
 
 if TYPE_CHECKING:
     from torchplace.serve.config import ServeConfig
@@ -778,9 +778,9 @@ def _stamps(engine: Any, call: Any, read: float, request_id: str) -> Stamps | No
     call)."""
     tracer = getattr(engine, "tracer", None)
     opened = getattr(call, "opened", None)
-    if tracer is None or opened is None or not (tracer.enabled and tracer.stamped):
+    if tracer is None or opened is None or not (tracer.enabled and tracer.triton_format):
         return None
-    stamps = Stamps("GRPC", min(opened, read), read, request_id or None)
+    stamps = Stamps("GRPC", min(monotonic_to_perf(opened), read), read, request_id or None)
 
     def ended(sent: bool) -> None:
         if sent and stamps.send_start is not None:

@@ -566,7 +566,7 @@ class Connection(asyncio.Protocol):
             self._send(frame(FrameType.RST_STREAM, 0, stream,
                              int(ErrorCode.REFUSED_STREAM).to_bytes(4, "big")))  # fmt: skip
             return
-        self._active = time.monotonic()
+        self._active = opened = time.monotonic()
         if head.unlawful:  # a malformed request: a stream error
             self._send(frame(FrameType.RST_STREAM, 0, stream,
                              int(ErrorCode.PROTOCOL_ERROR).to_bytes(4, "big")))  # fmt: skip
@@ -577,7 +577,7 @@ class Connection(asyncio.Protocol):
         timeout = head.timeout
         deadline = None if timeout is None else time.monotonic() + timeout
         call = Call(self, stream, head.metadata, deadline, head.encoding,
-                    self.limits.max_message_bytes)  # fmt: skip
+                    self.limits.max_message_bytes, opened)  # fmt: skip
         self.calls[stream] = call
         if ended:
             call.end_of_requests()

@@ -88,7 +88,7 @@ class LoadedModel:
     def dry_row(self, spec: TensorSpec) -> tuple[int, ...]:
         """The row shape of ``spec`` in a dry run: its own, each variable dimension the size
         :attr:`dry_rows` gives (else 1)."""
-        return self.dry_rows.get(spec.name) or tuple(d if d > 0 else 1 for d in spec.shape[1:])
+        return self.dry_rows.get(spec.name) or _ones_row(spec)
 
 
 def set_eval(module: nn.Module) -> nn.Module:
@@ -333,8 +333,13 @@ def dry_rows(
             )
         rows[name] = tuple(shape)
     for spec in inputs:
-        rows.setdefault(spec.name, tuple(d if d > 0 else 1 for d in spec.shape[1:]))
+        rows.setdefault(spec.name, _ones_row(spec))
     return rows
+
+
+def _ones_row(spec: TensorSpec) -> tuple[int, ...]:
+    """A row of ``spec`` with each variable dimension 1."""
+    return tuple(d if d > 0 else 1 for d in spec.shape[1:])
 
 
 def infer_outputs(

@@ -98,14 +98,14 @@ class TraceSettings:
                 f"trace_level {levels[0]} has nowhere to write: start the server with "
                 "--trace-file FILE.json (or with an OpenTelemetry SDK tracer provider)"
             )
-        if "TENSORS" in levels and not all(t.writes_segments for t in every if t.can_record):
+        if "TENSORS" in levels and not all(t.triton_format for t in every if t.can_record):
             raise InputError(
                 "trace_level TENSORS records tensor data in Triton's trace file, which this "
                 "server does not write; send TIMESTAMPS, or start it with --trace-file FILE "
                 "--trace-format triton"
             )
         frequency = checked.get("log_frequency")
-        if frequency and any(t.trace_file and not t.writes_segments for t in every):
+        if frequency and any(t.trace_file and not t.triton_format for t in every):
             raise InputError(
                 f"'log_frequency' {frequency} writes Triton's trace files (FILE.0, FILE.1, ...), "
                 "and this server writes a Chrome trace, when it stops; send 0, or start it "

@@ -186,8 +186,9 @@ class Tracer:
             if trace_format == "triton" and self.trace_file is not None
             else None
         )
-        #: whether front ends give each request's times (:class:`Stamps`) while enabled
-        self.stamped = self._file is not None
+        #: whether it writes Triton's format: front ends give each request's times
+        #: (:class:`Stamps`) while it is enabled; ``log_frequency`` and ``TENSORS`` apply
+        self.triton_format = self._file is not None
         #: the declared datatype of each input and output, by name (tensors in a trace)
         self.datatypes = dict(datatypes or {})
         #: Triton's trace levels: the times of each request, its tensors (Triton's format)
@@ -244,11 +245,6 @@ class Tracer:
         the traces of the earlier ones apart (see :meth:`TraceFile.seal`)."""
         if self._file is not None:
             self._file.seal()
-
-    @property
-    def writes_segments(self) -> bool:
-        """Whether it can write its traces every N (``log_frequency``): in Triton's format."""
-        return self._file is not None
 
     def batch(self, record: BatchRecord) -> None:
         """Record one finished batch and the requests it answered (worker thread), when it

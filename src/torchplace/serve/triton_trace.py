@@ -50,6 +50,8 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 import orjson
 
+from torchplace.serve.datatypes import HOST_DTYPES
+
 __all__ = ["Stamps", "TensorEntry", "TraceFile", "Traced", "monotonic_to_perf", "tensor_entry"]
 
 _HTTP = ("HTTP_RECV_START", "HTTP_RECV_END", "HTTP_SEND_START", "HTTP_SEND_END")
@@ -125,12 +127,9 @@ def tensor_entry(
 
 
 def _datatype(dtype: np.dtype[Any]) -> str:
-    if dtype.kind == "b":
-        return "BOOL"
-    if dtype.kind in "OSU":
-        return "BYTES"
-    prefix = {"f": "FP", "i": "INT", "u": "UINT"}.get(dtype.kind, dtype.kind.upper())
-    return f"{prefix}{dtype.itemsize * 8}"
+    """The OIP datatype of a host array's dtype (the first that maps to it: FP32 before BF16);
+    BYTES for anything else (objects, strings)."""
+    return next((name for name, host in HOST_DTYPES.items() if host == dtype), "BYTES")
 
 
 class Traced(NamedTuple):
