@@ -107,8 +107,10 @@ def test_outputs_are_raw_little_endian_bf16_rounded() -> None:
         "y": np.array([[1.5, 2.5], [3.5, 4.5]], np.float32),
         "b": np.array([[1.0], [1.00390625 + 1e-4]], np.float32),
     }
-    response = encode_infer_response(
-        model_name="m", model_version="1", request=decoded, results=results, outputs=OUTPUTS
+    response = pb.ModelInferResponse.FromString(
+        encode_infer_response(
+            model_name="m", model_version="1", request=decoded, results=results, outputs=OUTPUTS
+        )
     )
     assert (response.model_name, response.model_version, response.id) == ("m", "1", "r1")
     assert [(o.name, o.datatype, list(o.shape)) for o in response.outputs] == [
@@ -119,6 +121,57 @@ def test_outputs_are_raw_little_endian_bf16_rounded() -> None:
     np.testing.assert_array_equal(y, results["y"])
     bits = np.frombuffer(response.raw_output_contents[1], "<u2")
     assert list(bits) == [0x3F80, 0x3F81]  # 1.0, and the next bfloat16 up
+
+
+def _built(
+    model_name: str,
+    model_version: str,
+    request_id: str | None,
+    arrays: dict[str, np.ndarray],
+    datatypes: dict[str, str],
+    final: bool,
+) -> bytes:
+    """The same answer made with protobuf's own message API, serialized."""
+    response = pb.ModelInferResponse(model_name=model_name, model_version=model_version)
+    if request_id is not None:
+        response.id = request_id
+    if final:
+        response.parameters["triton_final_response"].bool_param = True
+    for name, array in arrays.items():
+        response.outputs.add(name=name, datatype=datatypes[name], shape=array.shape)
+        response.raw_output_contents.append(array.astype(WIRE_DTYPES[datatypes[name]]).tobytes())
+    return response.SerializeToString()
+
+
+@pytest.mark.parametrize(
+    ("model_name", "version", "request_id", "rows", "width", "final"),
+    [
+        ("m", "1", None, 1, 2, False),
+        ("m", "", "r1", 3, 200, True),  # no version; an id; a length past one varint byte
+        ("é" * 70, "12", "x" * 300, 0, 5, False),  # names past 127 bytes; no rows
+        ("wide", "1", "", 1000, 512, True),  # an empty id is sent as none; a 2 MB raw entry
+    ],
+)
+def test_answers_are_the_bytes_protobuf_serializes(
+    model_name: str, version: str, request_id: str | None, rows: int, width: int, final: bool
+) -> None:
+    outputs = (TensorSpec("y", "FP32", (-1, width)), TensorSpec("k", "INT64", (-1, 1)))
+    results = {
+        "y": np.linspace(-1, 1, rows * width, dtype=np.float32).reshape(rows, width),
+        "k": np.arange(-rows, 0, dtype=np.int64).reshape(rows, 1),
+    }
+    decoded = decode_infer_request(
+        pb.ModelInferRequest(id=request_id or ""), inputs=(), outputs=outputs, max_rows=10**6
+    )
+    sent = encode_infer_response(
+        model_name=model_name, model_version=version, request=decoded, results=results,
+        outputs=outputs, final=final,
+    )  # fmt: skip
+    datatypes = {"y": "FP32", "k": "INT64"}
+    assert sent == _built(model_name, version, decoded.id, results, datatypes, final)
+    stream = pb.ModelStreamInferResponse.FromString(grpc_codec.stream_response(sent))
+    assert stream.infer_response.SerializeToString() == sent
+    assert not stream.error_message
 
 
 ONE_INPUT = (TensorSpec("x", "FP32", (-1, 3)),)

@@ -197,7 +197,8 @@ def test_concurrent_oip_requests_batched_on_both_replicas(service: Service) -> N
         assert rows > count, f"replica {key} never ran a batch of more than one row"
 
 
-def test_each_replica_also_answers_directly(service: Service) -> None:
+def _ask_each_replica(service: Service) -> None:
+    """One request straight to each replica, its answer checked."""
     rows = np.arange(16, dtype=np.float32).reshape(2, 8)
     for record in replicas(service.handle, 2).values():
         url = record["direct_url"].removeprefix("http://")
@@ -208,9 +209,14 @@ def test_each_replica_also_answers_directly(service: Service) -> None:
         client.close()
 
 
+def test_each_replica_also_answers_directly(service: Service) -> None:
+    _ask_each_replica(service)
+
+
 def test_device_labelled_metrics_reach_rays_metrics_export(service: Service) -> None:
     import ray
 
+    _ask_each_replica(service)  # each has served a batch, whichever tests ran before
     ports = [n["MetricsExportPort"] for n in ray.nodes() if n["Alive"]]
     pattern = re.compile(r'^ray_torchplace_batch_size_count\{[^}]*device="cpu"[^}]*\} (\S+)', re.M)
 
