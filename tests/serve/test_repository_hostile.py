@@ -525,8 +525,20 @@ def test_the_queue_of_dynamic_batching_is_the_model_s() -> None:
             r"\[1\] has its own default_timeout_microseconds \(9\)",
         ),
         (
-            {"priority_levels": 2, "priority_queue_policy": {"1": {"max_queue_size": 3}}},
+            {
+                "priority_levels": 2,
+                "default_priority_level": 1,
+                "priority_queue_policy": {"1": {"max_queue_size": 3}},
+            },
             r"level 2 has no max_queue_size",
+        ),
+        (  # Triton refuses levels without a default level (0 and none are one in proto3)
+            {"priority_levels": 2},
+            r"default_priority_level 0: default priority level must be in range \[1, 2\]",
+        ),
+        (
+            {"priority_levels": 2, "default_priority_level": 0},
+            r"default_priority_level 0: default priority level must be in range \[1, 2\]",
         ),
         (  # refused before any loop over the levels: 2**62 of them held the event loop
             {**QUEUE, "priority_levels": 2**62},

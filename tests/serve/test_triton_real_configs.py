@@ -230,6 +230,26 @@ def test_a_default_level_past_the_levels_is_refused_naming_the_field(tmp_path: P
         _settings(tmp_path, DEFAULT_LEVEL)
 
 
+# server: qa/L0_model_config/noautofill_platform/default_priority_level0/config.pbtxt
+NO_DEFAULT_LEVEL = """
+platform: "pytorch_libtorch"
+max_batch_size: 8
+dynamic_batching { priority_levels: 3 }
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
+
+def test_levels_without_a_default_level_are_refused_as_triton_does(tmp_path: Path) -> None:
+    """Triton refuses it (its qa expects "default priority level must be in range [1, 3]");
+    it was served, the requests that name no priority put at the lowest level."""
+    with pytest.raises(
+        ConfigError,
+        match=r"config.pbtxt: dynamic_batching.default_priority_level 0: default priority level "
+        r"must be in range \[1, 3\]",
+    ):
+        _settings(tmp_path, NO_DEFAULT_LEVEL)
+
+
 # pytorch_backend: README.md, "AOT Inductor Support" (platform: "torch_aoti", model.pt2)
 AOTI = """
 backend: "pytorch"

@@ -601,11 +601,12 @@ class _Reader:
                 f"({where}.priority_levels {levels_given}); drop preserve_ordering or the "
                 "priority levels"
             )
-        if levels_given and default is not None and default > levels_given:
+        if levels_given and (default is None or default > levels_given):
+            # Triton's check: proto3 cannot tell a 0 from a level not given, and neither is one
             raise self.error(
-                f"{where}.default_priority_level {default}: default priority level must be in "
-                f"range [1, {levels_given}] ({where}.priority_levels); give a level in "
-                f"1..{levels_given} (1 is served first)"
+                f"{where}.default_priority_level {default or 0}: default priority level must "
+                f"be in range [1, {levels_given}] ({where}.priority_levels); give a level in "
+                f"1..{levels_given} (1 is served first) to the requests that name none"
             )
         size, timeout = self.queue_policy(
             dynamic.get("default_queue_policy"), f"{where}.default_queue_policy"
