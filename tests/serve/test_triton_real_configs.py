@@ -250,6 +250,59 @@ def test_levels_without_a_default_level_are_refused_as_triton_does(tmp_path: Pat
         _settings(tmp_path, NO_DEFAULT_LEVEL)
 
 
+TENSORS = """
+input [ { name: "input" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "output" data_type: TYPE_FP32 dims: [ 1 ] } ]
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (  # server: qa/L0_model_config/noautofill_platform/negative_max_batch_size
+            "max_batch_size: -2" + TENSORS,
+            r"'max_batch_size' must be non-negative value \(max_batch_size -2\)",
+        ),
+        (  # .../zerodims_input0
+            'max_batch_size: 8 input [ { name: "input" data_type: TYPE_FP32 dims: [ 1, 0, 28 ] } ]',
+            r"input\[0\]: model input 'input' dimension must be integer >= 1, or -1 to "
+            r"indicate a variable-size dimension \(dims \[1, 0, 28\]\)",
+        ),
+        (  # .../zerodims_output1
+            'max_batch_size: 8 output [ { name: "output" data_type: TYPE_FP32 dims: [ 0 ] } ]',
+            r"output\[0\]: model output 'output' dimension must be integer >= 1",
+        ),
+        (  # .../reshape_nobatch_empty0
+            'max_batch_size: 0 input [ { name: "input" data_type: TYPE_FP32 dims: [ 1 ] '
+            "reshape { shape: [ ] } } ]",
+            r"input\[0\]: model input 'input' cannot have empty reshape for non-batching model "
+            r"as scalar tensors are not supported",
+        ),
+        (  # .../ensemble_scheduling_set
+            'name: "m" max_batch_size: 8 ensemble_scheduling { step [ { model_name: "model_a" '
+            'model_version: -1 input_map { key: "a" value: "input" } } ] }' + TENSORS,
+            r"ensemble scheduling cannot be set for model 'm' whose platform is not ensemble",
+        ),
+    ],
+    ids=["negative-max-batch", "zero-input-dim", "zero-output-dim", "empty-unbatched-reshape",
+         "ensemble-scheduling"],
+)  # fmt: skip
+def test_configs_triton_refuses_are_refused_in_its_words(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    """Each was served (a batch size of -2 failed later, with our words; a dimension of 0
+    made a tensor of no values; the ensemble's steps were not read)."""
+    with pytest.raises(ConfigError, match=message):
+        _settings(tmp_path, 'platform: "pytorch_libtorch"\n' + text)
+
+
+def test_an_empty_reshape_of_a_batching_model_stays_one_element(tmp_path: Path) -> None:
+    """With a batch dimension an empty reshape is a row of one value, which Triton serves."""
+    text = 'max_batch_size: 4 input [ { name: "x" data_type: TYPE_FP32 dims: [ 1 ] reshape { } } ]'
+    settings = _settings(tmp_path, 'platform: "pytorch_libtorch"\n' + text)
+    assert settings["inputs"][0]["reshape"] == []
+
+
 # pytorch_backend: README.md, "AOT Inductor Support" (platform: "torch_aoti", model.pt2)
 AOTI = """
 backend: "pytorch"

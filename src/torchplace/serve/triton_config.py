@@ -339,6 +339,12 @@ class _Reader:
         batching: dict[str, Any] = dict(self.mapping(out.pop("batching", {}), "batching"))
         if "max_batch_size" in doc:
             batching["max_batch_size"] = self.integer(doc["max_batch_size"], "max_batch_size")
+            if batching["max_batch_size"] < 0:  # Triton's words
+                raise self.error(
+                    f"'max_batch_size' must be non-negative value (max_batch_size "
+                    f"{batching['max_batch_size']}); give the most rows a batch may hold, or 0 "
+                    "for a model that takes no batch dimension"
+                )
         if batching.get("max_batch_size") == 0:  # Triton's no batching: dims are the whole shape
             batching.update(max_batch_size=1, unbatched=True)
         dynamic = self.mapping(doc.get("dynamic_batching", {}), "dynamic_batching")
@@ -359,6 +365,8 @@ class _Reader:
             if theirs in doc:
                 out[ours] = [self.tensor(t, f"{theirs}[{i}]")
                              for i, t in enumerate(self.array(doc[theirs], theirs))]  # fmt: skip
+                if batching.get("unbatched"):
+                    self.check_unbatched_reshapes(out[ours], theirs)
         warmup = self.array(doc.get("model_warmup", []), "model_warmup")
         if warmup:
             out["dry_run_shapes"] = self.warmup_shapes(warmup[0])
@@ -400,6 +408,15 @@ class _Reader:
                         f"remove sequence_batching and take the {_SEQUENCE_TENSORS[field]} as "
                         "inputs the clients send"
                     )
+        if doc.get("ensemble_scheduling"):  # Triton's words
+            name = doc.get("name")
+            raise self.error(
+                "ensemble scheduling cannot be set for model"
+                f"{f' {shown(name)!r}' if isinstance(name, str) and name else ''} "
+                "whose platform is not ensemble: this server serves the PyTorch model of the "
+                "directory and runs no ensembles; remove ensemble_scheduling, or chain the "
+                "models in one module (or serve the ensemble with Triton)"
+            )
         policy = doc.get("model_transaction_policy")
         if isinstance(policy, Mapping) and policy.get("decoupled") is True:
             raise self.error(
@@ -529,6 +546,13 @@ class _Reader:
                 f"{where}.dims {dims} has a dimension below -1; give each dimension its size, "
                 "or -1 for a variable one (the batch dimension is implicit: leave it out)"
             )
+        if 0 in dims:  # Triton's words
+            role = "input" if where.startswith("input") else "output"
+            raise self.error(
+                f"{where}: model {role} {shown(tensor['name'])!r} dimension must be integer >= 1, "
+                f"or -1 to indicate a variable-size dimension (dims {dims}); a tensor with a "
+                "dimension of 0 holds no values: give each dimension its size, or -1"
+            )
         datatype = tensor["data_type"].removeprefix("TYPE_")
         out: dict[str, Any] = {"name": tensor["name"], "datatype": datatype, "shape": [-1, *dims]}
         reshape = tensor.get("reshape")
@@ -555,6 +579,17 @@ class _Reader:
                 )
             out["label_filename"] = label
         return out
+
+    def check_unbatched_reshapes(self, tensors: list[dict[str, Any]], kind: str) -> None:
+        """Refuse an empty ``reshape`` in a model without batching (``max_batch_size: 0``), as
+        Triton does: the model's tensor would be a scalar, which reshape does not make."""
+        for i, tensor in enumerate(tensors):
+            if tensor.get("reshape") == []:
+                raise self.error(
+                    f"{kind}[{i}]: model {kind} {shown(tensor['name'])!r} cannot have empty "
+                    "reshape for non-batching model as scalar tensors are not supported; give "
+                    "reshape.shape the model's whole shape (such as [ 1 ]), or leave reshape out"
+                )
 
     def check_optional(self, tensor: Mapping[str, Any], where: str) -> None:
         """Refuse ``optional: true`` on an input, as Triton's PyTorch backend does: a TorchScript
