@@ -219,7 +219,7 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
     if (
         step is None
         and not nested_batch
-        and iters
+        and (iters or isinstance(loop, ast.While))
         and not few
         and not handed
         and not _rewrites_entries(loop)
@@ -769,6 +769,9 @@ def _updates_device(
     targets = walked | _carried(own) | _grown_back(own)
     per_pass = _from_whole_passes(facts, own, scope, walked)
     for node in own:
+        updated = _updated_in_place(facts, node, scope)
+        if updated is not None:
+            return "batch", updated
         if not isinstance(node, (ast.Assign, ast.AugAssign)):
             continue
         value = node.value
@@ -787,6 +790,31 @@ def _updates_device(
                 what = _short(facts.segment(value), 32)
                 return "batch", f"it computes `{what}` on the device every step ({fact.describe()})"
     return None
+
+
+def _updated_in_place(facts: FileFacts, node: ast.AST, scope: ast.AST) -> str | None:
+    """A statement that updates a device tensor in place, ``input_pos.add_(n)`` (litgpt's
+    speculative decoding advancing its device position each step): the loop's own state is
+    computed on the device every step. Why, or None."""
+    if not (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Call)
+        and isinstance(node.value.func, ast.Attribute)
+        and isinstance(node.value.func.value, ast.Name)
+    ):
+        return None
+    method = node.value.func.attr
+    if not method.endswith("_") or method.startswith("_") or method in _NOT_IN_PLACE:
+        return None
+    fact = facts.fact(node.value.func.value, scope)
+    if fact is None or not fact.moved:
+        return None
+    what = _short(facts.segment(node.value), 32)
+    return f"it updates `{what}` on the device every step ({fact.describe()})"
+
+
+#: methods whose name ends in ``_`` without being a tensor's in-place update
+_NOT_IN_PLACE = frozenset({"requires_grad_", "share_memory_", "retain_grad_"})
 
 
 def _bound_names(node: ast.Assign | ast.AugAssign) -> set[str]:

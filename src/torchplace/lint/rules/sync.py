@@ -2522,9 +2522,35 @@ def _yielded(read: ast.AST, ctx: Context) -> bool:
     if name is None:
         return False
     loop = ctx.loops()[-1] if ctx.loops() else None
-    return loop is not None and any(
-        isinstance(sub, ast.Yield) and isinstance(sub.value, ast.Name) and sub.value.id == name
-        for sub in walk(loop)
+    return loop is not None and _flows_to_yield(loop, name)
+
+
+def _flows_to_yield(loop: ast.AST, name: str) -> bool:
+    """``name`` is yielded in ``loop`` as it is, or every step through what the host makes of
+    it (sam2's demo server: ``masks = (...).cpu().numpy()``, ``rles = encode(masks)``, then
+    ``yield Response(frame, rles)`` in the loop's body itself): each item of the stream is
+    built from it on the host. A yield under a branch (FastChat's every ``stream_interval``
+    tokens) hands out only some steps' reads, and ``yield start, steps`` of the read itself
+    beside others could hand the tensor out as it is."""
+    if _yields_name(loop, name):
+        return True
+    derived = {name}
+    assigns = sorted(
+        (sub for sub in walk(loop) if isinstance(sub, (ast.Assign, ast.AnnAssign))),
+        key=lambda sub: (sub.lineno, sub.col_offset),
+    )
+    for assign in assigns:
+        if assign.value is not None and _mentions(assign.value, derived):
+            targets = assign.targets if isinstance(assign, ast.Assign) else [assign.target]
+            for target in targets:
+                derived.update(n.id for n in walk(target) if isinstance(n, ast.Name))
+    derived.discard(name)
+    return any(
+        isinstance(stmt, (ast.Expr, ast.Assign))
+        and isinstance(stmt.value, (ast.Yield, ast.YieldFrom))
+        and stmt.value.value is not None
+        and _mentions(stmt.value.value, derived)
+        for stmt in getattr(loop, "body", [])
     )
 
 
