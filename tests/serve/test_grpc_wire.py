@@ -113,6 +113,26 @@ def test_an_answer_waits_on_the_client_s_flow_control_window(server: ServerThrea
     assert b"grpc-status\x010" in rest[-1].payload
 
 
+def test_window_credits_for_answered_calls_keep_the_connection_serving(
+    server: ServerThread,
+) -> None:
+    """As a gRPC client does after each answer: a credit to the connection and one to the
+    finished stream (ignored, RFC 9113 section 6.9), then the next call is answered."""
+    connection = Connection(_port(server))
+    try:
+        _call(connection)
+        connection.read(lambda f: f.kind == HEADERS and bool(f.flags & END_STREAM))
+        credit = (1 << 16).to_bytes(4, "big")
+        connection.send(frame(WINDOW_UPDATE, 0, 0, credit) + frame(WINDOW_UPDATE, 0, 1, credit))
+        _call(connection, stream=3)
+        rest = connection.read(lambda f: f.kind == HEADERS and bool(f.flags & END_STREAM))
+    finally:
+        connection.close()
+    assert not any(f.kind == GOAWAY for f in rest)
+    assert rest[-1].stream == 3
+    assert b"grpc-status\x010" in rest[-1].payload
+
+
 def test_a_ping_is_acknowledged_with_its_payload(server: ServerThread) -> None:
     connection = Connection(_port(server))
     try:
