@@ -43,6 +43,7 @@ hpack = pytest.importorskip("hpack")
 from torchplace.serve.grpc_call import Call, parse_timeout  # noqa: E402
 from torchplace.serve.grpc_wire import Connection as WireConnection  # noqa: E402
 from torchplace.serve.grpc_wire import WireLimits, WireServer, _run  # noqa: E402
+from torchplace.serve.h2frames import frame as h2_frame  # noqa: E402
 from torchplace.serve.h2frames import header_block, percent_encode  # noqa: E402
 from torchplace.serve.proto import grpc_service_pb2 as pb  # noqa: E402
 
@@ -70,6 +71,13 @@ def test_header_blocks_decode_as_hpack() -> None:
         (b":status", b"200"), (b"grpc-status", b"0"), (b"grpc-message", long_value),
     ]  # fmt: skip
     assert hpack.Decoder().decode(header_block(415, ()), raw=True) == [(b":status", b"415")]
+
+
+def test_frames_carry_a_24_bit_length_type_flags_and_a_31_bit_stream() -> None:
+    assert h2_frame(0, 1, 3, b"abc") == b"\x00\x00\x03\x00\x01\x00\x00\x00\x03abc"
+    big = h2_frame(1, 4, 2**31 - 1, b"x" * 70000)  # past 16 bits of length
+    assert big[:9] == (70000).to_bytes(3, "big") + b"\x01\x04" + (2**31 - 1).to_bytes(4, "big")
+    assert len(big) == 9 + 70000
 
 
 def test_grpc_message_is_percent_encoded() -> None:

@@ -10,6 +10,7 @@ Decoding what clients send is :mod:`hpack`'s (Huffman codes and the dynamic tabl
 
 from __future__ import annotations
 
+import struct
 from enum import IntEnum
 
 __all__ = [
@@ -73,11 +74,14 @@ class ErrorCode(IntEnum):
     ENHANCE_YOUR_CALM = 11
 
 
+#: a frame's 9-byte header: length (24 bits, as its high byte and low 16), type, flags, stream
+_HEAD = struct.Struct(">BHBBI")
+
+
 def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
     """One frame: its 9-byte header, then ``payload``."""
-    return (
-        len(payload).to_bytes(3, "big") + bytes((kind, flags)) + stream.to_bytes(4, "big") + payload
-    )
+    size = len(payload)
+    return _HEAD.pack(size >> 16, size & 0xFFFF, kind, flags, stream) + payload
 
 
 def _integer(value: int, prefix_bits: int, first: int = 0) -> bytes:
