@@ -87,3 +87,39 @@ def test_a_stream_yielding_every_few_steps_reads_on_the_others_too() -> None:
         '            if i % 8 == 0:\n                yield {"frame": frame, "masks": rles}',
     )
     assert lines(source, "TPL201") == [16]
+
+
+# ---- TPL201: Python's min/max compares tensors with `<`, each comparison a `bool()` read
+
+BEST = """\
+import torch
+
+
+def train(model, loader, opt, device, params):
+    model.to(device)
+    best = 0.0
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        best = max(best, loss)
+        worst = min(loss.item(), 10.0)
+        longest = max(params.max_len, len(x))
+    return best, worst, longest
+"""
+
+
+def test_min_and_max_of_a_device_value_in_a_batch_loop_are_reads() -> None:
+    """``max(best, loss)`` compares ``loss > best``; ``.item()`` first reads once, as the
+    finding on that line says; a field of another object (an int beside its tensors) is not
+    taken for one."""
+    assert lines(BEST, "TPL201") == [12, 13]
+
+
+def test_min_and_max_after_the_loop_are_left_alone() -> None:
+    source = BEST.replace("        best = max(best, loss)\n", "")
+    source = source.replace(
+        "    return best, worst", "    best = max(best, loss)\n    return best, worst"
+    )
+    assert lines(source, "TPL201") == [12]

@@ -140,6 +140,23 @@ def _call(call: ast.Call, ctx: Context) -> None:
         if ctx.qualname(func) is None and not isinstance(call.args[0], _COMPS):
             _check(call, call.args[0], f"`{func.id}()` over the elements", ctx, explicit=False)
         return
+    if (
+        isinstance(func, ast.Name)
+        and func.id in {"min", "max"}
+        and call.args
+        and not call.keywords
+        and ctx.qualname(func) is None
+    ):
+        # Python's own min/max compares its arguments (or the elements of its one argument)
+        # with `<`: each comparison of a tensor is `bool()` of a device result
+        if len(call.args) == 1:
+            if not isinstance(call.args[0], _COMPS):
+                _check(call, call.args[0], f"`{func.id}()` over the elements", ctx, explicit=False)
+        else:  # not a field of another object (`max(params.max_seqlen, n)`): an int beside
+            # the object's tensors, as often as one of them
+            compared = [arg for arg in call.args if not _is_read(arg) and not _foreign_field(arg)]
+            _check_many(call, compared, f"`{func.id}()` comparison", ctx)
+        return
     if isinstance(func, ast.Name) and func.id in CASTS and len(call.args) == 1:
         arg = call.args[0]
         if not _is_read(arg) and ctx.qualname(func) is None:
@@ -686,6 +703,13 @@ def _is_read(node: ast.expr) -> bool:
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
         and node.func.attr in _READS
+    )
+
+
+def _foreign_field(node: ast.expr) -> bool:
+    """``params.max_seqlen``: an attribute of an object other than ``self``."""
+    return isinstance(node, ast.Attribute) and not (
+        isinstance(node.value, ast.Name) and node.value.id == "self"
     )
 
 
@@ -2693,7 +2717,11 @@ FAMILY = Family(
         "synchronize",
         ".add_scalar(",  # TensorBoard reads a tensor value with `.item()`
         # builtins, preceded by what can stand before them (not `call(`, `print(`, `hint(`)
-        *(f"{lead}{name}(" for lead in " (=[" for name in ("float", "int", "bool", "all", "any")),
+        *(
+            f"{lead}{name}("
+            for lead in " (=["
+            for name in ("float", "int", "bool", "all", "any", "min", "max")
+        ),
         *(f"{lead}{name}(" for lead in " (=[+" for name in ("str", "repr")),
         "print(",
         "tensor(",  # `torch.tensor(xyxy)`: a list of 0-dim tensors read element by element
