@@ -210,44 +210,33 @@ def test_a_string_tensor_is_refused_naming_the_field(tmp_path: Path) -> None:
     assert "token ids as TYPE_INT64" in message
 
 
-# server: qa/L0_model_config/noautofill_platform/default_priority_level1/config.pbtxt
+# server: qa/L0_model_config/noautofill_platform/default_priority_level1 (a default level of 5)
+# and default_priority_level0 (none: 0 in proto3)
 DEFAULT_LEVEL = """
 platform: "pytorch_libtorch"
 max_batch_size: 8
-dynamic_batching { priority_levels: 3 default_priority_level: 5 }
-input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+dynamic_batching {{ priority_levels: 3 {default} }}
+input [ {{ name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
 """
 
 
-def test_a_default_level_past_the_levels_is_refused_naming_the_field(tmp_path: Path) -> None:
-    """It failed as "serve config: default_priority=5 is invalid", naming neither the file
-    nor Triton's field."""
+@pytest.mark.parametrize(
+    ("default", "shown_as"),
+    [("default_priority_level: 5", 5), ("default_priority_level: 0", 0), ("", 0)],
+)
+def test_a_default_level_outside_the_levels_is_refused_naming_the_field(
+    tmp_path: Path, default: str, shown_as: int
+) -> None:
+    """A level past the levels failed as "serve config: default_priority=5 is invalid",
+    naming neither the file nor Triton's field; none (or 0) was served, the requests that name
+    no priority put at the lowest level, where Triton refuses it (its qa expects "default
+    priority level must be in range [1, 3]")."""
     with pytest.raises(
         ConfigError,
-        match=r"config.pbtxt: dynamic_batching.default_priority_level 5: default priority level "
-        r"must be in range \[1, 3\]",
+        match=rf"config.pbtxt: dynamic_batching.default_priority_level {shown_as}: default "
+        r"priority level must be in range \[1, 3\]",
     ):
-        _settings(tmp_path, DEFAULT_LEVEL)
-
-
-# server: qa/L0_model_config/noautofill_platform/default_priority_level0/config.pbtxt
-NO_DEFAULT_LEVEL = """
-platform: "pytorch_libtorch"
-max_batch_size: 8
-dynamic_batching { priority_levels: 3 }
-input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-"""
-
-
-def test_levels_without_a_default_level_are_refused_as_triton_does(tmp_path: Path) -> None:
-    """Triton refuses it (its qa expects "default priority level must be in range [1, 3]");
-    it was served, the requests that name no priority put at the lowest level."""
-    with pytest.raises(
-        ConfigError,
-        match=r"config.pbtxt: dynamic_batching.default_priority_level 0: default priority level "
-        r"must be in range \[1, 3\]",
-    ):
-        _settings(tmp_path, NO_DEFAULT_LEVEL)
+        _settings(tmp_path, DEFAULT_LEVEL.format(default=default))
 
 
 TENSORS = """

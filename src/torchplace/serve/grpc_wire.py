@@ -746,9 +746,7 @@ class Connection(asyncio.Protocol):
             and size <= self.send_window
             and size <= self.peer_window + call.window
         ):
-            self._send(frame(FrameType.DATA, 0, call.stream, data))
-            call.window -= size
-            self.send_window -= size
+            self._send_data(call, data)
             call.writable()
             return
         call.pending += data
@@ -828,6 +826,12 @@ class Connection(asyncio.Protocol):
         if not self.calls:
             self._active = time.monotonic()
 
+    def _send_data(self, call: Call, data: bytes) -> None:
+        """A DATA frame of ``call``'s answer bytes, taken from both windows it spends."""
+        self._send(frame(FrameType.DATA, 0, call.stream, data))
+        call.window -= len(data)
+        self.send_window -= len(data)
+
     def _pump(self, call: Call) -> None:
         """Send what the windows allow of ``call``'s answer bytes, then its trailers."""
         pending = call.pending
@@ -840,10 +844,8 @@ class Connection(asyncio.Protocol):
                 else:
                     self._blocked[call.stream] = call
                 return
-            self._send(frame(FrameType.DATA, 0, call.stream, bytes(pending[:room])))
+            self._send_data(call, bytes(pending[:room]))
             del pending[:room]
-            call.window -= room
-            self.send_window -= room
         self._blocked.pop(call.stream, None)
         call.writable()
         if call.trailers is not None:

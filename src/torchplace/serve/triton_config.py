@@ -395,7 +395,9 @@ class _Reader:
         forward argument), ``batch_input`` (element counts and shapes of the batch, each a
         forward argument), ``batch_output`` and an input's ``allow_ragged_batch`` (rows of
         different lengths concatenated into one dimension). Taken and not read, they loaded a
-        model whose forward was called without those arguments, or on rows it did not expect."""
+        model whose forward was called without those arguments, or on rows it did not expect.
+        So are what asks for another way of running it than one answer per request from one
+        PyTorch model: ``ensemble_scheduling`` and a decoupled transaction policy."""
         sequence = doc.get("sequence_batching")
         if isinstance(sequence, Mapping):
             for field in ("control_input", "state"):
@@ -546,10 +548,12 @@ class _Reader:
                 f"{where}.dims {dims} has a dimension below -1; give each dimension its size, "
                 "or -1 for a variable one (the batch dimension is implicit: leave it out)"
             )
+        # how Triton's messages name the tensor: "model input 'x' ..."
+        named = f"{where}: model {'input' if where.startswith('input') else 'output'} "
+        named += repr(shown(tensor["name"]))
         if 0 in dims:  # Triton's words
-            role = "input" if where.startswith("input") else "output"
             raise self.error(
-                f"{where}: model {role} {shown(tensor['name'])!r} dimension must be integer >= 1, "
+                f"{named} dimension must be integer >= 1, "
                 f"or -1 to indicate a variable-size dimension (dims {dims}); a tensor with a "
                 "dimension of 0 holds no values: give each dimension its size, or -1"
             )
@@ -564,9 +568,8 @@ class _Reader:
             ]
             problem = reshape_problem(dims, shape)
             if problem is not None:  # Triton's words: "model input 'x' has different size ..."
-                role = "input" if where.startswith("input") else "output"
                 raise self.error(
-                    f"{where}: model {role} {shown(tensor['name'])!r} {problem}; give "
+                    f"{named} {problem}; give "
                     "reshape.shape the model's shape of one row, with as many elements as dims "
                     "(the batch dimension left out of both)"
                 )

@@ -136,26 +136,24 @@ def _call(call: ast.Call, ctx: Context) -> None:
             if _check(call, element, f"`{ctx.segment(func)}()` of a list", ctx, explicit=False):
                 return
         return
-    if isinstance(func, ast.Name) and func.id in {"all", "any"} and len(call.args) == 1:
+    # Python's own all/any tests the elements of its one argument, and min/max compares them
+    # (or its arguments) with `<`: each a `bool()` of a device result
+    over_elements = {"all", "any"} | ({"min", "max"} if not call.keywords else set())
+    if isinstance(func, ast.Name) and func.id in over_elements and len(call.args) == 1:
         if ctx.qualname(func) is None and not isinstance(call.args[0], _COMPS):
             _check(call, call.args[0], f"`{func.id}()` over the elements", ctx, explicit=False)
         return
     if (
         isinstance(func, ast.Name)
         and func.id in {"min", "max"}
-        and call.args
+        and len(call.args) > 1
         and not call.keywords
         and ctx.qualname(func) is None
     ):
-        # Python's own min/max compares its arguments (or the elements of its one argument)
-        # with `<`: each comparison of a tensor is `bool()` of a device result
-        if len(call.args) == 1:
-            if not isinstance(call.args[0], _COMPS):
-                _check(call, call.args[0], f"`{func.id}()` over the elements", ctx, explicit=False)
-        else:  # not a field of another object (`max(params.max_seqlen, n)`): an int beside
-            # the object's tensors, as often as one of them
-            compared = [arg for arg in call.args if not _is_read(arg) and not _foreign_field(arg)]
-            _check_many(call, compared, f"`{func.id}()` comparison", ctx)
+        # not a field of another object (`max(params.max_seqlen, n)`): an int beside the
+        # object's tensors, as often as one of them
+        compared = [arg for arg in call.args if not _foreign_field(arg)]
+        _check_many(call, compared, f"`{func.id}()` comparison", ctx)
         return
     if isinstance(func, ast.Name) and func.id in CASTS and len(call.args) == 1:
         arg = call.args[0]
