@@ -16,7 +16,7 @@ import torch
 from torchplace.models import build_model
 from torchplace.serve.running import ServerThread
 
-from .conftest import INFER, LIMIT, Client, exchange, raw_request, seed_input
+from .conftest import INFER, LIMIT, Client, StartServer, exchange, raw_request, seed_input
 
 
 def _doc(inputs: object = None, **extra: object) -> bytes:
@@ -287,3 +287,23 @@ def test_still_ready_and_correct_after_the_corpus(hostile_server: ServerThread) 
     with torch.inference_mode():
         want = build_model("seed-mlp")(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        _doc(parameters={f"k{i}": 0 for i in range(300_000)}),
+        _doc([seed_input(shape=[300_000, 1], data=[[0.0]] * 300_000)]),
+    ],
+    ids=["300k keys", "300k one-value arrays"],
+)
+def test_a_body_dear_to_parse_is_refused_and_the_server_serves_on(
+    start_server: StartServer, body: bytes
+) -> None:
+    # within the default body limit: seconds of the event loop, were it parsed
+    running = start_server()
+    status, _, answer = running.client.post(INFER.decode(), body)
+    assert status == 400, answer[:300]
+    assert "one body may hold" in orjson.loads(answer)["error"]
+    assert running.client.get("/v2/health/ready")[0] == 200
+    assert running.client.post(INFER.decode(), _doc())[0] == 200

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 from typing import Any
 
 import numpy as np
@@ -308,6 +309,63 @@ def test_a_utf8_byte_order_mark_before_the_json_is_ignored() -> None:
         np.testing.assert_array_equal(req.inputs["input"], plain.inputs["input"])
     with pytest.raises(InputError, match="not valid JSON"):
         _decode(b"\xef\xbb" + body)  # a broken one is still an error
+
+
+def _unparsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make any parse of a JSON body fail the test: a refusal must come before it."""
+
+    def parse(data: object) -> None:
+        raise AssertionError("the body was parsed")
+
+    monkeypatch.setattr(protocol.orjson, "loads", parse)
+
+
+_MANY = protocol.MAX_JSON_STRUCTURES + 1
+
+
+@pytest.mark.parametrize(
+    ("what", "body"),
+    [
+        ("keys", _json_body([seed_input()], parameters={f"k{i}": 0 for i in range(_MANY)})),
+        ("arrays", _json_body([seed_input(shape=[_MANY, 1], data=[[0.5]] * _MANY)])),
+        ("objects", _json_body([seed_input()], outputs=[{}] * _MANY)),
+    ],
+)
+def test_a_body_of_too_many_structures_is_refused_before_it_is_parsed(
+    monkeypatch: pytest.MonkeyPatch, what: str, body: bytes
+) -> None:
+    _unparsed(monkeypatch)
+    with pytest.raises(InputError) as caught:
+        _decode(body, max_rows=2 * _MANY)
+    message = str(caught.value)
+    assert f"{protocol.MAX_JSON_STRUCTURES:,} one body may hold" in message, message
+    assert "one flat array in row-major order" in message, message
+    found = re.search(r"holds up to ([\d,]+) arrays and objects and ([\d,]+) keys", message)
+    assert found is not None, message
+    containers, keys = (int(n.replace(",", "")) for n in found.groups())
+    assert _MANY <= (keys if what == "keys" else containers) <= _MANY + 10, message
+    with pytest.raises(InputError, match="one body may hold"):  # and in the binary extension
+        _decode(body + b"\0" * 8, header_length=len(body), max_rows=2 * _MANY)
+
+
+def test_colons_and_brackets_in_strings_alone_do_not_refuse_a_body() -> None:
+    # one string full of colons: more colons than the bound, but few quotes, so few keys
+    stamps = "12:30:00," * (protocol.MAX_JSON_STRUCTURES // 2)
+    body = _json_body([seed_input()], parameters={"log": stamps})
+    assert body.count(b":") > protocol.MAX_JSON_STRUCTURES
+    assert _decode(body).inputs["input"].shape == (1, 8)
+
+
+def test_a_small_body_is_not_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    counted: list[int] = []
+    monkeypatch.setattr(protocol, "_check_structures", lambda data: counted.append(len(data)))
+    _decode(_json_body([seed_input()]))
+    assert counted == []
+    rows = np.zeros((4096, 8), np.float32)  # 4096 nested rows: counted, and well within
+    big = _json_body([seed_input(shape=[4096, 8], data=rows.tolist())])
+    monkeypatch.undo()
+    assert _decode(big, max_rows=4096).inputs["input"].shape == (4096, 8)
+    assert len(big) >= protocol._COUNTED_BODY
 
 
 def test_integer_out_of_range_is_refused() -> None:
