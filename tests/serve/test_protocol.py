@@ -328,7 +328,8 @@ _MANY = protocol.MAX_JSON_STRUCTURES + 1
     [
         ("keys", _json_body([seed_input()], parameters={f"k{i}": 0 for i in range(_MANY)})),
         ("arrays", _json_body([seed_input(shape=[_MANY, 1], data=[[0.5]] * _MANY)])),
-        ("objects", _json_body([seed_input()], outputs=[{}] * _MANY)),
+        # three bytes an object: padded to the size from which bodies are counted
+        ("objects", _json_body([seed_input()], outputs=[{}] * _MANY, pad="x" * 300_000)),
     ],
 )
 def test_a_body_of_too_many_structures_is_refused_before_it_is_parsed(
@@ -356,16 +357,22 @@ def test_colons_and_brackets_in_strings_alone_do_not_refuse_a_body() -> None:
     assert _decode(body).inputs["input"].shape == (1, 8)
 
 
-def test_a_small_body_is_not_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_body_is_counted_from_a_mib_and_nested_rows_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     counted: list[int] = []
+    check = protocol._check_structures
     monkeypatch.setattr(protocol, "_check_structures", lambda data: counted.append(len(data)))
     _decode(_json_body([seed_input()]))
     assert counted == []
-    rows = np.zeros((4096, 8), np.float32)  # 4096 nested rows: counted, and well within
-    big = _json_body([seed_input(shape=[4096, 8], data=rows.tolist())])
-    monkeypatch.undo()
-    assert _decode(big, max_rows=4096).inputs["input"].shape == (4096, 8)
-    assert len(big) >= protocol._COUNTED_BODY
+    # 4096 nested rows, a request at the default --max-request-rows: counted, and well within
+    wide = (TensorSpec("input", "FP32", (-1, 64)),)
+    rows = np.full((4096, 64), 0.5, np.float32)
+    big = _json_body([seed_input(shape=[4096, 64], data=rows.tolist())])
+    monkeypatch.setattr(protocol, "_check_structures", lambda data: counted.append(check(data)))
+    decoded = _decode(big, inputs=wide, max_rows=4096)
+    assert counted == [None]  # counted once, and let through
+    np.testing.assert_array_equal(decoded.inputs["input"], rows)
 
 
 def test_integer_out_of_range_is_refused() -> None:
