@@ -317,7 +317,7 @@ def _unparsed(monkeypatch: pytest.MonkeyPatch) -> None:
     def parse(data: object) -> None:
         raise AssertionError("the body was parsed")
 
-    monkeypatch.setattr(protocol.orjson, "loads", parse)
+    monkeypatch.setattr(orjson, "loads", parse)
 
 
 _MANY = protocol.MAX_JSON_STRUCTURES + 1
@@ -349,7 +349,7 @@ def test_a_body_of_too_many_structures_is_refused_before_it_is_parsed(
         _decode(body + b"\0" * 8, header_length=len(body), max_rows=2 * _MANY)
 
 
-def test_colons_and_brackets_in_strings_alone_do_not_refuse_a_body() -> None:
+def test_colons_in_strings_are_not_taken_for_keys() -> None:
     # one string full of colons: more colons than the bound, but few quotes, so few keys
     stamps = "12:30:00," * (protocol.MAX_JSON_STRUCTURES // 2)
     body = _json_body([seed_input()], parameters={"log": stamps})
@@ -360,7 +360,7 @@ def test_colons_and_brackets_in_strings_alone_do_not_refuse_a_body() -> None:
 def test_a_body_is_counted_from_a_mib_and_nested_rows_pass(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    counted: list[int] = []
+    counted: list[object] = []
     check = protocol._check_structures
     monkeypatch.setattr(protocol, "_check_structures", lambda data: counted.append(len(data)))
     _decode(_json_body([seed_input()]))
