@@ -863,6 +863,8 @@ class _GrpcMetrics:
 
     def _fold(self) -> None:
         devices, codes, seconds = self._devices, self._codes, self._seconds
+        if not seconds:
+            return
         self._devices, self._codes, self._seconds = [], [], []
         by_device: dict[str, list[float]] = {}
         for device, code, took in zip(devices, codes, seconds, strict=True):

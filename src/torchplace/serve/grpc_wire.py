@@ -67,6 +67,7 @@ from torchplace.serve.h2frames import (
     ACK,
     END_HEADERS,
     END_STREAM,
+    FRAME_HEAD,
     PADDED,
     PREFACE,
     PRIORITY_FLAG,
@@ -90,8 +91,6 @@ CONNECTION_WINDOW = 64 * 1024 * 1024
 #: a header block (HEADERS and its CONTINUATIONs) longer than this ends the connection
 _MAX_HEADER_BLOCK = 256 * 1024
 _WINDOW_MAX = 2**31 - 1
-#: a frame's 9-byte head (RFC 9113 section 4.1): its length in 24 bits, type, flags, stream
-_FRAME_HEAD = struct.Struct(">BHBBI")
 _WINDOW_INCREMENT = struct.Struct(">I")
 _GRPC_FIELDS = ((b"content-type", b"application/grpc"),)
 _ANSWER_HEADERS = header_block(
@@ -401,7 +400,7 @@ class Connection(asyncio.Protocol):
                     self._defer()
                     break
                 left -= 1
-                high, low, kind, flags, stream = _FRAME_HEAD.unpack_from(buffer, position)
+                high, low, kind, flags, stream = FRAME_HEAD.unpack_from(buffer, position)
                 size = high << 16 | low
                 if size > MAX_FRAME:
                     raise _ProtocolError(ErrorCode.FRAME_SIZE_ERROR, f"a frame of {size} B")

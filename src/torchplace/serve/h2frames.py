@@ -17,6 +17,7 @@ __all__ = [
     "ACK",
     "END_HEADERS",
     "END_STREAM",
+    "FRAME_HEAD",
     "PADDED",
     "PREFACE",
     "PRIORITY_FLAG",
@@ -74,14 +75,15 @@ class ErrorCode(IntEnum):
     ENHANCE_YOUR_CALM = 11
 
 
-#: a frame's 9-byte header: length (24 bits, as its high byte and low 16), type, flags, stream
-_HEAD = struct.Struct(">BHBBI")
+#: a frame's 9-byte header (RFC 9113 section 4.1): length (24 bits, as its high byte and low
+#: 16), type, flags, stream (the reserved bit included: a reader masks it off)
+FRAME_HEAD = struct.Struct(">BHBBI")
 
 
 def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
     """One frame: its 9-byte header, then ``payload``."""
     size = len(payload)
-    return _HEAD.pack(size >> 16, size & 0xFFFF, kind, flags, stream) + payload
+    return FRAME_HEAD.pack(size >> 16, size & 0xFFFF, kind, flags, stream) + payload
 
 
 def _integer(value: int, prefix_bits: int, first: int = 0) -> bytes:

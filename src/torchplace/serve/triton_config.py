@@ -363,10 +363,9 @@ class _Reader:
             out.update(self.instance_groups(groups))
         for ours, theirs in (("inputs", "input"), ("outputs", "output")):
             if theirs in doc:
-                out[ours] = [self.tensor(t, f"{theirs}[{i}]")
+                unbatched = bool(batching.get("unbatched"))
+                out[ours] = [self.tensor(t, f"{theirs}[{i}]", unbatched)
                              for i, t in enumerate(self.array(doc[theirs], theirs))]  # fmt: skip
-                if batching.get("unbatched"):
-                    self.check_unbatched_reshapes(out[ours], theirs)
         warmup = self.array(doc.get("model_warmup", []), "model_warmup")
         if warmup:
             out["dry_run_shapes"] = self.warmup_shapes(warmup[0])
@@ -514,13 +513,15 @@ class _Reader:
                 "without a name"
             )
 
-    def tensor(self, raw: object, where: str) -> dict[str, Any]:
+    def tensor(self, raw: object, where: str, unbatched: bool = False) -> dict[str, Any]:
         """One of Triton's ``input``/``output`` entries as our tensor declaration: the batch
         dimension (implicit in ``dims``, as with Triton's ``max_batch_size > 0``) first, then
         ``dims``, where ``-1`` is a variable dimension (each request gives its size; the
         engine stages such an input per batch). A ``reshape`` (the model's shape of a row,
-        checked against ``dims`` as Triton checks it) and an output's ``label_filename`` go
-        with it; an input's ``optional: true`` is refused (see :meth:`check_optional`)."""
+        checked against ``dims`` as Triton checks it; an empty one is refused in a model
+        without batching, ``unbatched``, whose tensor it would make a scalar) and an output's
+        ``label_filename`` go with it; an input's ``optional: true`` is refused (see
+        :meth:`check_optional`)."""
         tensor = self.mapping(raw, where)
         if not isinstance(tensor.get("name"), str) or not isinstance(tensor.get("data_type"), str):
             missing = [f for f in ("name", "data_type") if not isinstance(tensor.get(f), str)]
@@ -566,6 +567,12 @@ class _Reader:
                 self.integer(d, f"{where}.reshape.shape")
                 for d in self.array(shape, f"{where}.reshape.shape")
             ]
+            if unbatched and not shape:  # Triton's words
+                raise self.error(
+                    f"{named} cannot have empty reshape for non-batching model as scalar tensors "
+                    "are not supported; give reshape.shape the model's whole shape (such as "
+                    "[ 1 ]), or leave reshape out"
+                )
             problem = reshape_problem(dims, shape)
             if problem is not None:  # Triton's words: "model input 'x' has different size ..."
                 raise self.error(
@@ -582,17 +589,6 @@ class _Reader:
                 )
             out["label_filename"] = label
         return out
-
-    def check_unbatched_reshapes(self, tensors: list[dict[str, Any]], kind: str) -> None:
-        """Refuse an empty ``reshape`` in a model without batching (``max_batch_size: 0``), as
-        Triton does: the model's tensor would be a scalar, which reshape does not make."""
-        for i, tensor in enumerate(tensors):
-            if tensor.get("reshape") == []:
-                raise self.error(
-                    f"{kind}[{i}]: model {kind} {shown(tensor['name'])!r} cannot have empty "
-                    "reshape for non-batching model as scalar tensors are not supported; give "
-                    "reshape.shape the model's whole shape (such as [ 1 ]), or leave reshape out"
-                )
 
     def check_optional(self, tensor: Mapping[str, Any], where: str) -> None:
         """Refuse ``optional: true`` on an input, as Triton's PyTorch backend does: a TorchScript
