@@ -2,11 +2,15 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from torchplace.serve.statistics import InferStatistics
+from torchplace.serve.statistics import InferStatistics, batch_timing
 
 
 def _part(rows: int, arrived: float, timing: tuple[float, float, float, float] | None) -> object:
-    return SimpleNamespace(rows=rows, arrived=arrived, timing=timing)
+    """A queued request as the pool leaves it: stamped with its batch's times (in seconds
+    here), converted once per batch as the pool converts them."""
+    return SimpleNamespace(
+        rows=rows, arrived=arrived, timing=None if timing is None else batch_timing(*timing)
+    )
 
 
 def test_requests_and_batches_are_counted_in_nanoseconds() -> None:

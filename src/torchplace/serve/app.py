@@ -850,13 +850,15 @@ class App:
             if stamps is not None:
                 stamps.abandoned()
             return
-        if future.cancelled():
+        try:
+            outputs = future.result()
+        except asyncio.CancelledError:
             response = error_response(503, "the request was cancelled; retry", list(_RETRY))
-        elif (error := future.exception()) is not None:
+        except Exception as error:
             response = self._failure(error)
         else:
             try:
-                response = encode(handle, decoded, handle.its_answer(future.result()))
+                response = encode(handle, decoded, handle.its_answer(outputs))
             except Exception as exc:
                 response = self._failure(exc)
         response = self._finish(handle, response, started, submitted.device)

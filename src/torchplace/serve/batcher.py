@@ -85,8 +85,8 @@ class Pending:
         self.stamps = stamps  # its front end's times, for Triton's trace format (or None)
         #: what a request must share with the others of its batch (see ``same_shape``)
         self.key = key
-        #: its batch's (start, h2d s, forward s, d2h s) once it ran (statistics.BatchTiming)
-        self.timing: tuple[float, float, float, float] | None = None
+        #: its batch's (start s, h2d ns, forward ns, d2h ns) once it ran (statistics.BatchTiming)
+        self.timing: tuple[float, int, int, int] | None = None
 
 
 class Worker(Protocol):

@@ -991,7 +991,9 @@ class _Connection(asyncio.Protocol):
         self._busy = None
         self._current = None
         self._server.in_flight -= 1
-        if task.cancelled():
+        try:
+            response = task.result()
+        except asyncio.CancelledError:
             if self._timed_out:
                 seconds = self._server.request_timeout_s
                 response = error_response(
@@ -1007,13 +1009,9 @@ class _Connection(asyncio.Protocol):
                     "the request was cancelled before it was answered; retry",
                     [(b"retry-after", b"1")],
                 )
-        else:
-            exc = task.exception()
-            if exc is None:
-                response = task.result()
-            else:
-                logger.error("request handler failed", exc_info=exc)
-                response = error_response(500, "internal server error")
+        except Exception as exc:
+            logger.error("request handler failed", exc_info=exc)
+            response = error_response(500, "internal server error")
         self._write(response, request)
         self._next()
 

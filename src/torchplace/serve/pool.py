@@ -27,7 +27,7 @@ from torchplace.serve.batcher import Pending
 from torchplace.serve.execution import BatchOutcome
 from torchplace.serve.metrics import DeviceMetrics, ReplicaState
 from torchplace.serve.replica import Replica
-from torchplace.serve.statistics import InferStatistics
+from torchplace.serve.statistics import InferStatistics, batch_timing
 from torchplace.serve.tracing import BatchRecord, Tracer
 
 __all__ = ["Lane", "ReplicaPool"]
@@ -168,7 +168,7 @@ class ReplicaPool:
         if self.statistics is not None:
             # each request is counted when it settles (engine), with its batch's times; the
             # executions that answered rows are counted here, once per batch
-            timing = (outcome.started, outcome.h2d_s, outcome.compute_s, outcome.d2h_s)
+            timing = batch_timing(outcome.started, outcome.h2d_s, outcome.compute_s, outcome.d2h_s)
             for pending in batch:
                 pending.timing = timing
             if outcome.executions:

@@ -41,14 +41,20 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-__all__ = ["FAILURE_REASONS", "BatchTiming", "InferStatistics", "Timed"]
+__all__ = ["FAILURE_REASONS", "BatchTiming", "InferStatistics", "Timed", "batch_timing"]
 
 _NS = 1_000_000_000
 #: Triton's reasons a queued request failed (its metrics' ``reason`` label)
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 
-#: a batch's (start on the replica, h2d s, forward s, d2h s), shared by every request in it
-BatchTiming = tuple[float, float, float, float]
+#: a batch's (start on the replica in seconds, h2d ns, forward ns, d2h ns), shared by every
+#: request in it (see :func:`batch_timing`)
+BatchTiming = tuple[float, int, int, int]
+
+
+def batch_timing(started: float, h2d_s: float, infer_s: float, d2h_s: float) -> BatchTiming:
+    """A batch's times as its requests are stamped with them (converted once per batch)."""
+    return started, int(h2d_s * _NS), int(infer_s * _NS), int(d2h_s * _NS)
 
 
 class Timed(Protocol):
@@ -64,21 +70,26 @@ class InferStatistics:
 
     __slots__ = (
         "_batches",
-        "_counts",
+        "_fail",
         "_failures",
         "_lock",
-        "_times",
+        "_stages",
+        "_stamped",
+        "_success",
         "execution_count",
         "inference_count",
         "last_inference_ms",
     )
 
-    _KEYS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
+    #: the stages every stamped request adds its times to, in the order of _stages
+    _STAGES = ("queue", "compute_input", "compute_infer", "compute_output")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counts = dict.fromkeys(self._KEYS, 0)
-        self._times = dict.fromkeys(self._KEYS, 0)
+        self._success = [0, 0]  # requests answered, their ns
+        self._fail = [0, 0]  # requests failed after they were queued, their ns
+        self._stamped = 0  # successful requests with batch times: the count of every stage
+        self._stages = [0, 0, 0, 0]  # ns of each of _STAGES
         self._failures = dict.fromkeys(FAILURE_REASONS, 0)
         #: batch size -> [executions, compute_input ns, compute_infer ns, compute_output ns]
         self._batches: dict[int, list[int]] = {}
@@ -95,26 +106,28 @@ class InferStatistics:
         request counts in ``fail`` (and its reason) only."""
         if not ok:
             with self._lock:
-                self._counts["fail"] += 1
-                self._times["fail"] += int(seconds * _NS)
+                self._fail[0] += 1
+                self._fail[1] += int(seconds * _NS)
                 self._failures[reason] += 1
             return
-        rows, stamped = _summed(parts)
+        if len(parts) == 1:  # the common case, read without the loop
+            part = parts[0]
+            rows, timing = part.rows, part.timing
+            queue_ns = 0 if timing is None else int((timing[0] - part.arrived) * _NS)
+        else:
+            rows, queue_ns, timing = _summed(parts)
         with self._lock:
-            counts, times = self._counts, self._times
-            counts["success"] += 1
-            times["success"] += int(seconds * _NS)
+            success = self._success
+            success[0] += 1
+            success[1] += int(seconds * _NS)
             self.inference_count += rows
-            if stamped is not None:
-                queue_ns, h2d_ns, infer_ns, d2h_ns = stamped
-                counts["queue"] += 1
-                times["queue"] += max(queue_ns, 0)
-                counts["compute_input"] += 1
-                times["compute_input"] += h2d_ns
-                counts["compute_infer"] += 1
-                times["compute_infer"] += infer_ns
-                counts["compute_output"] += 1
-                times["compute_output"] += d2h_ns
+            if timing is not None:
+                self._stamped += 1
+                stages = self._stages
+                stages[0] += max(queue_ns, 0)
+                stages[1] += timing[1]
+                stages[2] += timing[2]
+                stages[3] += timing[3]
 
     def executions(self, runs: Iterable[tuple[int, float, float, float]]) -> None:
         """Model executions that answered rows: (rows, h2d s, forward s, d2h s) each."""
@@ -141,16 +154,17 @@ class InferStatistics:
 
     def snapshot(self, name: str, version: str) -> dict[str, Any]:
         """The ``model_stats`` entry of this version, as Triton's JSON spells it."""
-        with self._lock:
-            counts, times = dict(self._counts), dict(self._times)
-            batches = {size: list(entry) for size, entry in self._batches.items()}
-            inferences, executions = self.inference_count, self.execution_count
-            last = self.last_inference_ms
 
         def stat(count: int, ns: int) -> dict[str, int]:
             return {"count": count, "ns": ns}
 
-        inference_stats = {key: stat(counts[key], times[key]) for key in self._KEYS}
+        with self._lock:
+            inference_stats = {"success": stat(*self._success), "fail": stat(*self._fail)}
+            for key, ns in zip(self._STAGES, self._stages, strict=True):
+                inference_stats[key] = stat(self._stamped, ns)
+            batches = {size: list(entry) for size, entry in self._batches.items()}
+            inferences, executions = self.inference_count, self.execution_count
+            last = self.last_inference_ms
         inference_stats["cache_hit"] = stat(0, 0)
         inference_stats["cache_miss"] = stat(0, 0)
         return {
@@ -174,19 +188,10 @@ class InferStatistics:
         }
 
 
-def _summed(parts: Sequence[Timed]) -> tuple[int, tuple[int, int, int, int] | None]:
-    """The rows of a request's chunks, and (queue, h2d, forward, d2h) nanoseconds summed over
-    the batches they ran in (queue: from the earliest arrival to the first batch's start);
-    None for the times when no chunk ran. One chunk, the common case, is read without the
-    loop."""
-    if len(parts) == 1:
-        part = parts[0]
-        timing = part.timing
-        if timing is None:
-            return part.rows, None
-        started, h2d, infer, d2h = timing
-        queue_ns = int((started - part.arrived) * _NS)
-        return part.rows, (queue_ns, int(h2d * _NS), int(infer * _NS), int(d2h * _NS))
+def _summed(parts: Sequence[Timed]) -> tuple[int, int, BatchTiming | None]:
+    """The rows of a request's chunks, the nanoseconds from its earliest arrival to its first
+    batch's start, and the batch times of its chunks summed (the start: the first); None for
+    the times when no chunk ran."""
     rows = 0
     arrived = first = float("inf")
     h2d_ns = infer_ns = d2h_ns = 0
@@ -196,9 +201,9 @@ def _summed(parts: Sequence[Timed]) -> tuple[int, tuple[int, int, int, int] | No
         if part.timing is not None:
             started, h2d, infer, d2h = part.timing
             first = min(first, started)
-            h2d_ns += int(h2d * _NS)
-            infer_ns += int(infer * _NS)
-            d2h_ns += int(d2h * _NS)
+            h2d_ns += h2d
+            infer_ns += infer
+            d2h_ns += d2h
     if first == float("inf"):
-        return rows, None
-    return rows, (int((first - arrived) * _NS), h2d_ns, infer_ns, d2h_ns)
+        return rows, 0, None
+    return rows, int((first - arrived) * _NS), (first, h2d_ns, infer_ns, d2h_ns)

@@ -67,11 +67,14 @@ class Ticket(Generic[T]):
         """The exception it was settled with (None after a result); raises as :meth:`result`
         when cancelled or not settled."""
         state = self._state
+        if state == _RESULT:
+            return None
+        if state == _ERROR:
+            exc: BaseException = self._value
+            return exc
         if state == _CANCELLED:
             raise asyncio.CancelledError()
-        if state == _PENDING:
-            raise asyncio.InvalidStateError("the ticket is not settled yet")
-        return self._value if state == _ERROR else None
+        raise asyncio.InvalidStateError("the ticket is not settled yet")
 
     def set_result(self, value: T) -> None:
         self._settle(_RESULT, value)
@@ -103,8 +106,11 @@ class Ticket(Generic[T]):
             raise asyncio.InvalidStateError(f"the ticket is already settled: {self!r}")
         self._state, self._value = state, value
         callbacks, self._callbacks = self._callbacks, []
-        for fn in callbacks:
-            _call(fn, self)
+        for fn in callbacks:  # as _call does, without its frame: every answer passes here
+            try:
+                fn(self)
+            except Exception:
+                logger.exception("a callback of %r failed: %r", self, fn)
 
     def __await__(self) -> Generator[Any, None, T]:
         if self._state == _PENDING:
