@@ -192,6 +192,9 @@ def _root_name(node: ast.expr) -> str | None:
 
 
 def _unpinned_source(name: str, ctx: Context, scope: Scope, line: int) -> str | None:
+    rebuilt = _rebuilt_above(name, ctx, scope, line)
+    if rebuilt is not None:
+        return rebuilt
     # (a) a batch from a DataLoader without pin_memory=True.
     for loop in reversed(ctx.loops()):
         if not isinstance(loop, (ast.For, ast.AsyncFor)):
@@ -353,6 +356,29 @@ def _is_view_index(index: ast.expr) -> bool:
         or (isinstance(p, ast.Constant) and p.value is Ellipsis)
         for p in parts
     )
+
+
+def _rebuilt_above(name: str, ctx: Context, scope: Scope, line: int) -> str | None:
+    """``name`` bound, by a statement of a block that holds the copy, to a new host tensor
+    (a factory, or a join: ``images = torch.cat([v1, v2])``, then ``images =
+    images.cuda(non_blocking=True)`` under an ``if`` below): that binding reaches the copy,
+    whatever the loop's batch or the name held before, and its memory is pageable."""
+    bound = [value for value in _rebindings(ctx, scope).get(name, []) if value is not None]
+    value = _reaching(bound, line)
+    if not isinstance(value, ast.Call) or any(_pins(v) for v in bound):
+        return None
+    if not any(
+        isinstance(stmt, ast.Assign) and stmt.value is value
+        for body, index in ctx.stmt_path
+        for stmt in body[:index]
+    ):
+        return None
+    qualname = ctx.call_qualname(value)
+    if not _allocates_pageable(value, qualname, ctx):
+        return None
+    if qualname in _JOINS:
+        return f"`{name}` is joined by `{qualname}(...)` on line {value.lineno}, into new pageable memory"
+    return f"`{name}` is created on line {value.lineno} without `pin_memory=True`"
 
 
 def _just_above(value: ast.expr | None, ctx: Context) -> bool:
