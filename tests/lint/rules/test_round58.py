@@ -1,9 +1,14 @@
-"""Rule behaviour found on code the corpus does not hold: a join bound to a name, copied
-asynchronously in a later statement."""
+"""Rule behaviour found on code the corpus did not hold yet: a join bound to a name and copied
+asynchronously in a later statement (TPL701), a bare "cuda" default handed to a load as
+`device=str(device)` (TPL104), a model made by a builder function its class's module defines
+and a script imports (TPL201)."""
 
 from __future__ import annotations
 
+import pytest
+
 from .helpers import lines as _lines
+from .helpers import project as _project
 
 # ---- TPL701: a batch's views joined into a new tensor, then copied with non_blocking=True
 
@@ -51,3 +56,85 @@ def test_a_pinned_or_device_join_or_a_branch_binding_is_left_alone() -> None:
         "        if len(images) == 2:\n            images = torch.cat(",
     )
     assert _lines(branch, "TPL701") == []
+
+
+# ---- TPL104: a bare "cuda" default that reaches a load as `device=str(device)`
+
+FLUX_LOADER = """\
+import torch
+from safetensors.torch import load_file as load_sft
+
+
+def load_flow_model(name: str, device: str | torch.device = "cuda"):
+    model = build(name)
+    sd = load_sft(name + ".safetensors", device=str(device))
+    model.load_state_dict(sd)
+    return model
+"""
+
+
+def test_a_default_device_spelled_as_a_string_for_a_load_places_the_weights() -> None:
+    assert _lines(FLUX_LOADER, "TPL104", "flux/util.py") == [5]
+    # the device named in a record, or its string logged, places nothing
+    logged = FLUX_LOADER.replace(
+        'sd = load_sft(name + ".safetensors", device=str(device))',
+        'sd = load_sft(name + ".safetensors")\n    print(str(device))',
+    )
+    assert _lines(logged, "TPL104", "flux/util.py") == []
+
+
+# ---- TPL201: a model made by a builder function of its class's module, imported by a script
+
+
+RETRIEVAL = """\
+import torch
+from torch import nn
+
+
+class Retrieval(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, image, weights):
+        picked = []
+        for b in range(image.size(0)):
+            neg = torch.multinomial(weights[b], 1).item()
+            picked.append(image[neg])
+        return self.fc(torch.stack(picked)).sum()
+
+
+def retrieval(**kwargs):
+    model = Retrieval(**kwargs)
+    return model
+"""
+
+TRAIN = """\
+import torch
+from models.retrieval import retrieval
+
+
+def train(model, loader, optimizer, device):
+    for image, weights in loader:
+        loss = model(image.to(device), weights.to(device))
+        loss.backward()
+        optimizer.step()
+
+
+def main(loader):
+    device = torch.device("cuda")
+    model = retrieval().to(device)
+    train(model, loader, torch.optim.AdamW(model.parameters()), device)
+"""
+
+
+def test_a_model_built_by_an_imported_builder_runs_its_forward_per_batch(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    # (a project folder whose path names no test folder: tmp_path's does, `test_...0`)
+    files = {"models/__init__.py": "", "models/retrieval.py": RETRIEVAL, "train.py": TRAIN}
+    found = _project(tmp_path_factory.mktemp("project"), files, "TPL201")
+    assert found == [("models/retrieval.py", 13)]
+    # a model the script builds otherwise says nothing of the class's forward
+    other = {**files, "train.py": TRAIN.replace("retrieval().to(device)", "Other().to(device)")}
+    assert _project(tmp_path_factory.mktemp("project"), other, "TPL201") == []

@@ -631,6 +631,8 @@ def _from_instances(
         return None
     candidates: list[tuple[FileFacts, str | None]] = [(facts, None)]
     candidates += [(others, f"{stem}.{cls.name}") for others, stem in _importers(facts, cls.name)]
+    for maker in _makers(facts, cls, None):  # `model = blip_retrieval(...)`, imported from here
+        candidates += [(others, f"{stem}.{maker}") for others, stem in _importers(facts, maker)]
     named: set[str] = set()  # the plain names instances get where they are made
     fallback: PerBatch | None = None
     searched: set[str] = set()
@@ -722,16 +724,8 @@ def _instances(callers: FileFacts, cls: ast.ClassDef, qualified: str | None) -> 
 
 
 def _find_instances(callers: FileFacts, cls: ast.ClassDef, qualified: str | None) -> frozenset[str]:
-    if cls.name + "(" not in callers.text and cls.name + ".from_" not in callers.text:
-        return frozenset()
+    made = _made(callers, cls, qualified)
     names: set[str] = set()
-    made = [
-        node
-        for node in callers.assigned_calls(cls.name)
-        if isinstance(node.value, ast.Call) and _makes(callers, node.value, cls, qualified)
-    ]
-    for maker in _makers(callers, cls, qualified):  # `model = load_model(hparams)`
-        made += callers.assigned_calls(maker)
     for node in made:
         for target in node.targets:
             name = dotted_name(target)
@@ -739,6 +733,33 @@ def _find_instances(callers: FileFacts, cls: ast.ClassDef, qualified: str | None
                 names.add(name)
                 names.add(f"{node.lineno}:{name}")  # which assignment: see `_on_instance`
     return frozenset(names)
+
+
+def _made(callers: FileFacts, cls: ast.ClassDef, qualified: str | None) -> list[ast.Assign]:
+    """The assignments of ``callers`` that bind a new instance of ``cls``: built by the class
+    (``qualified``: as imported), by a maker function of ``callers``, or, when ``qualified``
+    names a maker function of the class's own module instead (``models.blip_retrieval.
+    blip_retrieval``), by a call of that function imported."""
+    from torchplace.lint.provenance.files import constructed  # files builds on this module
+
+    if qualified is not None and qualified.rpartition(".")[2] != cls.name:
+        maker = qualified.rpartition(".")[2]
+        return [
+            node
+            for node in callers.assigned_calls(maker)
+            if isinstance(node.value, ast.Call)
+            and _imported_as(callers, constructed(node.value), qualified)
+        ]
+    if cls.name + "(" not in callers.text and cls.name + ".from_" not in callers.text:
+        return []
+    made = [
+        node
+        for node in callers.assigned_calls(cls.name)
+        if isinstance(node.value, ast.Call) and _makes(callers, node.value, cls, qualified)
+    ]
+    for maker in _makers(callers, cls, qualified):  # `model = load_model(hparams)`
+        made += callers.assigned_calls(maker)
+    return made
 
 
 def _makes(callers: FileFacts, call: ast.Call, cls: ast.ClassDef, qualified: str | None) -> bool:

@@ -871,8 +871,9 @@ def _scopes(ctx: Context) -> list[Scope]:
 
 
 def _places_with(func: ast.FunctionDef | ast.AsyncFunctionDef, name: str, ctx: Context) -> bool:
-    """The parameter is used to place tensors (``device=name``, ``.to(name)``) and never
-    compared (a compared ``"cuda"`` is a backend name, such as ``device_type``)."""
+    """The parameter is used to place tensors (``device=name``, ``.to(name)``, also spelled
+    ``device=str(name)``, as a safetensors load takes it) and never compared (a compared
+    ``"cuda"`` is a backend name, such as ``device_type``)."""
     places = False
     for sub in walk(func):
         if isinstance(sub, ast.Compare):
@@ -880,6 +881,14 @@ def _places_with(func: ast.FunctionDef | ast.AsyncFunctionDef, name: str, ctx: C
                 return False
         elif isinstance(sub, ast.Call):
             target = device_argument(sub, ctx)
+            if (
+                isinstance(target, ast.Call)
+                and isinstance(target.func, ast.Name)
+                and target.func.id == "str"
+                and len(target.args) == 1
+                and not target.keywords
+            ):
+                target = target.args[0]  # `load_file(path, device=str(device))`
             if isinstance(target, ast.Name) and target.id == name:
                 places = True
             elif (
