@@ -138,3 +138,30 @@ def test_a_model_built_by_an_imported_builder_runs_its_forward_per_batch(
     # a model the script builds otherwise says nothing of the class's forward
     other = {**files, "train.py": TRAIN.replace("retrieval().to(device)", "Other().to(device)")}
     assert _project(tmp_path_factory.mktemp("project"), other, "TPL201") == []
+
+
+# ---- TPL103: a factory's values written into elements of another tensor in `forward`
+
+GRID = """\
+import torch
+from torch import nn
+
+
+class Predictor(nn.Module):
+    def forward(self, video, size):
+        step = video.shape[-1] // size
+        grid = torch.zeros((1, size * size, 3)).to(video.device)
+        for offset in range(step * step):
+            ox = offset % step
+            grid[:, :, 1] = torch.arange(size).repeat(size) * step + ox
+            grid[:, :, 2] = torch.arange(size)
+        return grid
+"""
+
+
+def test_a_factory_written_into_elements_of_another_tensor_is_left_alone() -> None:
+    # the store copies the values to the target's device: the target's allocation decides
+    assert _lines(GRID, "TPL103") == []
+    # combined on the way with a parameter (the input may be on the device), still reported
+    mixed = GRID.replace(".repeat(size) * step + ox", " * video[0, 0, :size]")
+    assert _lines(mixed, "TPL103") == [11]

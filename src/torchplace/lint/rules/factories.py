@@ -421,6 +421,39 @@ def _clamp_bound(call: ast.Call, ctx: Context) -> bool:
     return False
 
 
+def _stored_into_element(call: ast.Call, ctx: Context) -> bool:
+    """``grid[:, :, 1] = torch.arange(w).repeat(h) * step + ox``: the factory's values, through
+    host arithmetic and method calls on them, are written into elements of another tensor,
+    which copies them to that tensor's device (the target's own allocation decides where).
+    Not when the arithmetic takes a parameter of the function (``* video[0]``: the input may be
+    on the device, and a host tensor cannot meet it)."""
+    scope = ctx.function_scope()
+    func = scope.node if scope is not None else None
+    params = (
+        {a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)}
+        if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef))
+        else set()
+    ) - {"self"}
+    node: ast.AST = call
+    for parent in reversed(ctx.parents):
+        if isinstance(parent, ast.Assign):
+            return parent.value is node and all(
+                isinstance(target, ast.Subscript) for target in parent.targets
+            )
+        if isinstance(parent, ast.BinOp):
+            other = parent.right if parent.left is node else parent.left
+            if names_in(other) & params:
+                return False
+        elif not (
+            isinstance(parent, ast.UnaryOp)
+            or (isinstance(parent, ast.Attribute) and parent.value is node)
+            or (isinstance(parent, ast.Call) and parent.func is node)
+        ):
+            return False
+        node = parent
+    return False
+
+
 def _moved_later(call: ast.Call, ctx: Context) -> bool:
     """``t = torch.zeros(n)`` and, in the statements after it, ``t`` (or a value built
     from it) goes through ``.to(...)``/``.cuda()``: placed, only later."""
@@ -1012,7 +1045,10 @@ def check_factory(call: ast.Call, ctx: Context, name: str, method: Scope | None)
         assert method.cls is not None
         if not _copied_to_global(call, ctx) and (
             _used_on_host(call, ctx)
-            or (_moved_later(call, ctx) and not meets_device_tensor(call, ctx))
+            or (
+                (_moved_later(call, ctx) or _stored_into_element(call, ctx))
+                and not meets_device_tensor(call, ctx)
+            )
             or _placed_by_callers(call, ctx, method)
             or _bounds_slices(call, ctx)
             or _cpu_path(call, method)
