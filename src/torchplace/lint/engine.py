@@ -22,7 +22,7 @@ from io import BytesIO
 
 from torchplace.lint.base import Check, Context, Scope
 from torchplace.lint.finding import Finding, Fix
-from torchplace.lint.nodes import BLOCKS, FIELDS, children, forget
+from torchplace.lint.nodes import BLOCKS, FIELDS, children, forget, parse_module
 from torchplace.lint.resolver import Resolver, module_name_for
 from torchplace.lint.rules import ALL_RULES, FAMILIES
 
@@ -433,7 +433,7 @@ def lint_source(
     selected = frozenset(ALL_RULES) if select is None else frozenset(select)
     plan = _plan(selected)
     try:
-        tree = ast.parse(raw if raw is not None else source, filename=path)
+        tree = parse_module(raw if raw is not None else source, filename=path)
     except (SyntaxError, ValueError) as exc:
         if "TPL000" not in selected:
             return []

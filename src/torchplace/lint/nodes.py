@@ -22,6 +22,7 @@ __all__ = [
     "forget",
     "isinstance_test",
     "own_nodes",
+    "parse_module",
     "statements",
     "subtree",
     "walk",
@@ -213,3 +214,16 @@ def forget() -> None:
     is done)."""
     _OWN.clear()
     _SUBTREES.clear()
+
+
+def parse_module(source: str | bytes, filename: str = "<unknown>") -> ast.Module:
+    """``source`` parsed; code from before Python 3.7, where ``async`` was a plain name
+    (PyTorch 0.3's ``x.cuda(async=True)``), is parsed with that grammar when the current one
+    refuses it. The current grammar's error is raised when neither takes it."""
+    try:
+        return ast.parse(source, filename=filename)
+    except SyntaxError as exc:
+        try:
+            return ast.parse(source, filename=filename, feature_version=(3, 6))
+        except SyntaxError:
+            raise exc from None

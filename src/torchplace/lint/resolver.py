@@ -13,6 +13,8 @@ import ast
 import os
 from functools import lru_cache
 
+from torchplace.lint.nodes import parse_module
+
 __all__ = [
     "Resolver",
     "dotted_name",
@@ -253,7 +255,7 @@ def _classes_of(path: str) -> tuple[Resolver, dict[str, ast.ClassDef]] | None:
     """The imports and the module-level classes of a file of the linted tree."""
     try:
         with open(path, "rb") as handle:
-            tree = ast.parse(handle.read(), filename=path)
+            tree = parse_module(handle.read(), filename=path)
     except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     module, is_package = module_name_for(path)

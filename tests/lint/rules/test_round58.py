@@ -165,3 +165,80 @@ def test_a_factory_written_into_elements_of_another_tensor_is_left_alone() -> No
     # combined on the way with a parameter (the input may be on the device), still reported
     mixed = GRID.replace(".repeat(size) * step + ox", " * video[0, 0, :size]")
     assert _lines(mixed, "TPL103") == [11]
+
+
+# ---- TPL201: a failed-sample branch, a non-finite test or-ed with an outlier bound
+
+FAILED_SAMPLE = """\
+import torch
+
+
+def train(model, loader, device):
+    for queries, trajs in loader:
+        queries, trajs = queries.to(device), trajs.to(device)
+        if torch.isnan(queries).any() or queries.abs().max() > 1500:
+            print("failed sample", queries)
+        model(queries, trajs)
+"""
+
+
+def test_a_branch_for_a_nan_or_an_outlier_runs_on_failed_steps_only() -> None:
+    # the test itself reads every step and is reported; the print in its branch is not
+    assert _lines(FAILED_SAMPLE, "TPL201") == [7, 7]
+    # an or with a test that holds for healthy values (a sign, a comparison of two tensors)
+    for other in ("queries.sum() > 0", "queries.sum() > trajs.sum()"):
+        common = FAILED_SAMPLE.replace("queries.abs().max() > 1500", other)
+        assert 8 in _lines(common, "TPL201")
+
+
+# ---- TPL201: the rows of a device schedule walked through `zip` of its slices
+
+SAMPLER = """\
+import torch
+
+
+def sample(net, latents, n, s_min=0.0, s_max=1.0):
+    t_steps = torch.arange(n, dtype=torch.float64, device=latents.device)
+    for i, (t_cur, t_next) in enumerate(zip(t_steps[:-1], t_steps[1:])):
+        gamma = 0.5 if s_min <= t_cur <= s_max else 0
+        latents = net(latents, t_cur) * gamma
+    return latents
+"""
+
+
+def test_a_row_of_a_device_tensor_zipped_with_its_own_slice_is_read_per_step() -> None:
+    assert _lines(SAMPLER, "TPL201") == [7]
+    # a zipped list of strings is no tensor: comparing its items reads nothing
+    names = (
+        "def score(preds, labels, probs):\n"
+        "    n = 0\n"
+        "    for gt, pred, p in zip(labels, preds, probs.cuda()):\n"
+        "        if pred == gt:\n"
+        "            n += 1\n"
+        "    return n\n"
+    )
+    assert _lines(names, "TPL201") == []
+
+
+# ---- PyTorch 0.3 code: `async` as a keyword argument (a reserved word since Python 3.7)
+
+OLD_SCRIPT = """\
+import torch.utils.data as data
+
+
+def train(trainset, model):
+    trainloader = data.DataLoader(trainset, batch_size=128, shuffle=True)
+    for inputs, targets in trainloader:
+        inputs, targets = inputs.cuda(), targets.cuda(async=True)
+        model(inputs)
+"""
+
+
+def test_code_written_for_pytorch_0_3_is_linted_not_refused() -> None:
+    # parsed with the grammar it was written for; `async=True` is the old `non_blocking=True`
+    assert _lines(OLD_SCRIPT, "TPL000") == []
+    assert _lines(OLD_SCRIPT, "TPL701") == [7]
+    pinned = OLD_SCRIPT.replace("shuffle=True)", "shuffle=True, pin_memory=True)")
+    assert _lines(pinned, "TPL701") == []
+    # what no grammar takes is still a syntax error
+    assert _lines("x = (\n", "TPL000") == [1]

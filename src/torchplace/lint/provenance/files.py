@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from functools import lru_cache
 
 from torchplace.lint.base import Context, bindings
-from torchplace.lint.nodes import BLOCKS, assigned, own_nodes, statements, walk
+from torchplace.lint.nodes import BLOCKS, assigned, own_nodes, parse_module, statements, walk
 from torchplace.lint.provenance.callers import _RUN_METHODS, PerBatch, calls_in, find_per_batch
 from torchplace.lint.provenance.flow import Flow
 from torchplace.lint.provenance.given import given_seeds
@@ -720,7 +720,7 @@ def _parsed(path: str, mtime: float) -> FileFacts | None:
     try:
         with open(path, "rb") as handle:
             raw = handle.read()
-        tree = ast.parse(raw, filename=path)
+        tree = parse_module(raw, filename=path)
         text = raw.decode("utf-8", "replace")
     except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
         return None

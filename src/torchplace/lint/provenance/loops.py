@@ -463,8 +463,10 @@ def _iterates_device(
     facts: FileFacts, iters: list[ast.expr], scope: ast.AST
 ) -> tuple[LoopKind, str] | None:
     """A loop over a device value: its rows (a tensor) or its items (a list of tensors); or
-    over what a helper built for the device (``create_loader(ds, device=device)``): batches."""
-    for it in iters:
+    over what a helper built for the device (``create_loader(ds, device=device)``): batches.
+    The sequences a ``zip`` walks side by side count each (``for t_cur, t_next in
+    zip(t_steps[:-1], t_steps[1:])`` walks the rows of ``t_steps``)."""
+    for it in _zipped(iters):
         fact = facts.fact(it, scope)
         if fact is not None and fact.on_device and _loader_for_device(fact, facts.segment(it)):
             what = _short(facts.segment(it), 32)
@@ -479,6 +481,27 @@ def _iterates_device(
                 + (fact.describe()),
             )
     return None
+
+
+def _zipped(iters: list[ast.expr]) -> list[ast.expr]:
+    """``iters``, with a ``zip(a, b)`` (also under ``enumerate``/``tqdm``) taken as what it
+    walks side by side; a loader zipped with anything stays a loader (``zip(loader, names)``
+    is still checked as the loader it holds)."""
+    found: list[ast.expr] = []
+    for it in iters:
+        inner = _unwrapped(it)
+        if (
+            isinstance(inner, ast.Call)
+            and isinstance(inner.func, ast.Name)
+            and inner.func.id == "zip"
+            and inner.args
+            and not inner.keywords
+            and not any(isinstance(a, ast.Starred) for a in inner.args)
+        ):
+            found += inner.args
+        else:
+            found.append(it)
+    return found
 
 
 def _walks_handed(facts: FileFacts, it: ast.expr, scope: ast.AST) -> bool:

@@ -57,7 +57,8 @@ def _call(call: ast.Call, ctx: Context) -> None:
         return
     if func.attr not in {"to", "cuda"}:
         return
-    flag = keyword(call, "non_blocking")
+    # `async=True`: PyTorch 0.3's spelling of the flag, in code parsed with its grammar
+    flag = keyword(call, "non_blocking") or keyword(call, "async")
     if flag is None or not (isinstance(flag.value, ast.Constant) and flag.value.value is True):
         return
     target = call.args[0] if call.args else getattr(keyword(call, "device"), "value", None)
@@ -79,7 +80,7 @@ def _call(call: ast.Call, ctx: Context) -> None:
         ctx.report(
             PAGEABLE_NON_BLOCKING.code,
             call,
-            f"`non_blocking=True` from pageable memory ({source}): the copy cannot overlap "
+            f"`{flag.arg}=True` from pageable memory ({source}): the copy cannot overlap "
             "and runs synchronously; pin the source (`pin_memory=True`) or drop the flag",
         )
 
@@ -770,5 +771,5 @@ def _helper_loader(name: str, ctx: Context, index: int | None = None) -> ast.Cal
 FAMILY = Family(
     rules=(PAGEABLE_NON_BLOCKING, PIN_IN_LOOP),
     checks=((ast.Call, _call, (PAGEABLE_NON_BLOCKING.code, PIN_IN_LOOP.code)),),
-    triggers=("non_blocking", ".pin_memory("),
+    triggers=("non_blocking", "async=", ".pin_memory("),
 )

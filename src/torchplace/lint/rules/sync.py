@@ -652,8 +652,9 @@ def _container_annotation(annotation: ast.expr) -> bool:
 
 def _rows_walked(loop: ast.For | ast.AsyncFor, name: str) -> ast.expr | None:
     """The sequence whose items ``name`` takes in ``loop``: ``ids[0]`` in ``for m in ids[0]``
-    or ``for i, m in enumerate(ids[0])``; None for other targets (``zip`` pairs sequences of
-    any kind)."""
+    or ``for i, m in enumerate(ids[0])``, and the slice a ``zip`` walks for it (``t_steps[:-1]``
+    for ``t_cur`` in ``for t_cur, t_next in zip(t_steps[:-1], t_steps[1:])``: the caller asks
+    whether it is a tensor); None for other targets (a zipped name may hold any sequence)."""
     target, seq = loop.target, loop.iter
     if (
         isinstance(seq, ast.Call)
@@ -664,6 +665,19 @@ def _rows_walked(loop: ast.For | ast.AsyncFor, name: str) -> ast.expr | None:
         and len(target.elts) == 2
     ):
         target, seq = target.elts[1], seq.args[0]
+    if (
+        isinstance(seq, ast.Call)
+        and isinstance(seq.func, ast.Name)
+        and seq.func.id == "zip"
+        and not seq.keywords
+        and isinstance(target, ast.Tuple)
+        and len(target.elts) == len(seq.args)
+        and not any(isinstance(n, ast.Starred) for n in (*target.elts, *seq.args))
+    ):
+        for elt, arg in zip(target.elts, seq.args, strict=True):
+            if isinstance(elt, ast.Name) and elt.id == name and isinstance(arg, ast.Subscript):
+                return arg  # a slice or row of a tensor; a name may hold strings, ids, ...
+        return None
     return seq if isinstance(target, ast.Name) and target.id == name else None
 
 
@@ -836,9 +850,16 @@ def _nonfinite_test(test: ast.expr) -> bool | None:
         isinstance(test, ast.BinOp) and isinstance(test.op, ast.BitOr)
     ):
         values = test.values if isinstance(test, ast.BoolOp) else [test.left, test.right]
-        answers = {_nonfinite_test(value) for value in values}
+        answers = [_nonfinite_test(value) for value in values]
         either = isinstance(test, ast.BinOp) or isinstance(test.op, ast.Or)
-        return True if answers == {True} and either else None
+        # also with an outlier bound among them: `torch.isnan(q).any() or q.abs().max() > 1500`
+        return (
+            True
+            if either
+            and True in answers
+            and all(a is True or _outlier_bound(v) for a, v in zip(answers, values, strict=True))
+            else None
+        )
     if not isinstance(test, ast.Call):
         return None
     name = call_name(test)
@@ -853,6 +874,19 @@ def _nonfinite_test(test: ast.expr) -> bool | None:
     if word.endswith(("isfinite", "allfinite")):
         return False
     return True if word.endswith(("hasnan", "hasinf", "anynan", "anyinf")) else None
+
+
+def _outlier_bound(test: ast.expr) -> bool:
+    """A comparison with a nonzero numeric literal that a failed value crosses
+    (``x.abs().max() > 1500``): beside a non-finite test, it asks for a broken value too (not
+    a sign test, ``x > 0``)."""
+    return isinstance(test, ast.Compare) and any(
+        isinstance(side, ast.Constant)
+        and isinstance(side.value, (int, float))
+        and not isinstance(side.value, bool)
+        and side.value != 0
+        for side in (test.left, *test.comparators)
+    )
 
 
 def _in_assert_message(ctx: Context, node: ast.AST) -> bool:
