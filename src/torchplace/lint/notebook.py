@@ -21,7 +21,6 @@ final newline where it had one), outputs and metadata untouched.
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -31,6 +30,7 @@ from typing import Any
 from torchplace.lint.engine import lint_source, syntax_message
 from torchplace.lint.finding import Edit, Finding, Fix
 from torchplace.lint.fix import apply_fixes
+from torchplace.lint.nodes import parse_module
 from torchplace.lint.rules import ALL_RULES
 
 __all__ = [
@@ -325,7 +325,7 @@ def _syntax_error(source: str, cell: _Cell) -> Finding | None:
     """A ``TPL000`` finding, placed in ``cell``, when its inert source does not parse (an
     exercise's ``model = # TODO``): the kernel fails that cell alone."""
     try:
-        ast.parse(source)
+        parse_module(source)
     except (SyntaxError, ValueError) as exc:
         line = getattr(exc, "lineno", None) or 1
         col = (getattr(exc, "offset", None) or 1) + cell.shift(line)
