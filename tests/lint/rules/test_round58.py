@@ -1,7 +1,9 @@
 """Rule behaviour found on code the corpus did not hold yet: a join bound to a name and copied
 asynchronously in a later statement (TPL701), a bare "cuda" default handed to a load as
 `device=str(device)` (TPL104), a model made by a builder function its class's module defines
-and a script imports (TPL201)."""
+and a script imports (TPL201), a factory's values written into another tensor's elements
+(TPL103), a failed-sample branch, and the rows of a device schedule walked through `zip`
+(TPL201), and code written for PyTorch 0.3 (`async=True`)."""
 
 from __future__ import annotations
 
