@@ -40,6 +40,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from torchplace.errors import ConfigError, OverloadedError, ServeError
+from torchplace.serve.statistics import BatchTiming
 from torchplace.serve.ticket import Ticket
 
 __all__ = ["Batcher", "Pending", "Worker"]
@@ -85,8 +86,8 @@ class Pending:
         self.stamps = stamps  # its front end's times, for Triton's trace format (or None)
         #: what a request must share with the others of its batch (see ``same_shape``)
         self.key = key
-        #: its batch's (start s, h2d ns, forward ns, d2h ns) once it ran (statistics.BatchTiming)
-        self.timing: tuple[float, int, int, int] | None = None
+        #: its batch's times once it ran
+        self.timing: BatchTiming | None = None
 
 
 class Worker(Protocol):

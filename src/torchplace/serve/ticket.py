@@ -106,11 +106,8 @@ class Ticket(Generic[T]):
             raise asyncio.InvalidStateError(f"the ticket is already settled: {self!r}")
         self._state, self._value = state, value
         callbacks, self._callbacks = self._callbacks, []
-        for fn in callbacks:  # as _call does, without its frame: every answer passes here
-            try:
-                fn(self)
-            except Exception:
-                logger.exception("a callback of %r failed: %r", self, fn)
+        for fn in callbacks:
+            _call(fn, self)
 
     def __await__(self) -> Generator[Any, None, T]:
         if self._state == _PENDING:

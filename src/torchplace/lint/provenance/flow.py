@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 #: see :data:`~.callers.MOVED_SELF` (callers builds on this module: the name is repeated)
 MOVED_SELF = "<moved self>"
 
-__all__ = ["Flow"]
+__all__ = ["Flow", "zip_pairs"]
 
 Lookup = Callable[[str], "Fact | None"]
 
@@ -406,7 +406,7 @@ class Flow:
             and len(target.elts) == 2
         ):
             self.bind(target.elts[0], Fact("host", "enumerate"), line, None)
-            if iterable.args and _zipped(iterable.args[0], target.elts[1]) is not None:
+            if iterable.args and zip_pairs(iterable.args[0], target.elts[1]) is not None:
                 # `for i, (image, seed) in enumerate(zip(images, seeds))`: as zip's own
                 self.bind_loop_target(target.elts[1], iterable.args[0], fact, line)
                 return
@@ -416,7 +416,7 @@ class Flow:
             # `for name in subset` with `subset = {n: full[n] for n in names}`: the keys
             self.bind(target, Fact("host", "key"), line, None)
             return
-        zipped = _zipped(iterable, target)
+        zipped = zip_pairs(iterable, target)
         if zipped is not None:
             # `for image, name in zip(images, names)`: each name follows its own sequence.
             for elt, seq in zipped:
@@ -529,7 +529,7 @@ class Flow:
         for gen in node.generators:
             target = gen.target
             iterable = gen.iter
-            zipped = _zipped(iterable, target)
+            zipped = zip_pairs(iterable, target)
             if zipped is not None:
                 for elt, seq in zipped:
                     for name in _target_names(elt):
@@ -1001,7 +1001,7 @@ def _inspects_device(test: ast.expr) -> set[str]:
     }
 
 
-def _zipped(iterable: ast.expr, target: ast.expr) -> list[tuple[ast.expr, ast.expr]] | None:
+def zip_pairs(iterable: ast.expr, target: ast.expr) -> list[tuple[ast.expr, ast.expr]] | None:
     """``for a, b in zip(xs, ys)``: each target with the sequence it comes from (one target
     per sequence, no ``*`` on either side), else None."""
     if not (

@@ -466,7 +466,7 @@ def _iterates_device(
     over what a helper built for the device (``create_loader(ds, device=device)``): batches.
     The sequences a ``zip`` walks side by side count each (``for t_cur, t_next in
     zip(t_steps[:-1], t_steps[1:])`` walks the rows of ``t_steps``)."""
-    for it in _zipped(iters):
+    for it in _zip_arguments(iters):
         fact = facts.fact(it, scope)
         if fact is not None and fact.on_device and _loader_for_device(fact, facts.segment(it)):
             what = _short(facts.segment(it), 32)
@@ -483,7 +483,7 @@ def _iterates_device(
     return None
 
 
-def _zipped(iters: list[ast.expr]) -> list[ast.expr]:
+def _zip_arguments(iters: list[ast.expr]) -> list[ast.expr]:
     """``iters``, with a ``zip(a, b)`` (also under ``enumerate``/``tqdm``) taken as what it
     walks side by side; a loader zipped with anything stays a loader (``zip(loader, names)``
     is still checked as the loader it holds)."""

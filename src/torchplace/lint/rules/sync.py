@@ -27,6 +27,7 @@ from torchplace.lint.base import (
 from torchplace.lint.nodes import isinstance_test, own_nodes, subtree, walk, walk_body
 from torchplace.lint.provenance import Fact, FileFacts, PerBatch, file_facts, scope_node
 from torchplace.lint.provenance.callers import engine_step, imported_by_siblings
+from torchplace.lint.provenance.flow import zip_pairs
 from torchplace.lint.provenance.loops import (
     _few_constants,
     _model_root,
@@ -665,16 +666,9 @@ def _rows_walked(loop: ast.For | ast.AsyncFor, name: str) -> ast.expr | None:
         and len(target.elts) == 2
     ):
         target, seq = target.elts[1], seq.args[0]
-    if (
-        isinstance(seq, ast.Call)
-        and isinstance(seq.func, ast.Name)
-        and seq.func.id == "zip"
-        and not seq.keywords
-        and isinstance(target, ast.Tuple)
-        and len(target.elts) == len(seq.args)
-        and not any(isinstance(n, ast.Starred) for n in (*target.elts, *seq.args))
-    ):
-        for elt, arg in zip(target.elts, seq.args, strict=True):
+    pairs = zip_pairs(seq, target)
+    if pairs is not None:
+        for elt, arg in pairs:
             if isinstance(elt, ast.Name) and elt.id == name and isinstance(arg, ast.Subscript):
                 return arg  # a slice or row of a tensor; a name may hold strings, ids, ...
         return None
