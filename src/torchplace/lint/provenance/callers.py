@@ -52,6 +52,14 @@ __all__ = [
 
 # Methods a training framework calls once per batch, with the batch already on the device.
 _STEP_HOOKS = frozenset({"training_step", "validation_step", "test_step", "predict_step"})
+# Lightning's hooks (of a module or a callback) run once per batch, around its step: a batch
+# and the step's outputs they are handed are on the device.
+_BATCH_HOOKS = frozenset(
+    f"on_{stage}_batch_{when}"
+    for stage in ("train", "validation", "test", "predict")
+    for when in ("start", "end")
+) | {"on_before_backward", "on_after_backward", "on_before_optimizer_step", "on_before_zero_grad"}
+_HOOK_ARGUMENTS = ("batch", "outputs", "loss")
 # The Hugging Face `Trainer`'s per-batch methods a subclass overrides, `(self, model, inputs)`.
 _TRAINER_HOOKS = frozenset({"compute_loss", "training_step"})
 # Engines that call the function they are built from once per iteration, with the batch as
@@ -101,7 +109,17 @@ def find_per_batch(
                 "device", params[1], "moved to the device by the training framework"
             )
         how = f"`{function.name}` runs once per batch (a training-framework hook)"
+        seeds = _framework_moved(facts, function, seeds)
         return PerBatch(how, seeds, function.name == "training_step")
+    if function.name in _BATCH_HOOKS and _is_hook(facts, function):
+        seeds = {
+            a.arg: Fact("device", a.arg, "handed to the hook by the training framework")
+            for a in function.args.args
+            if a.arg in _HOOK_ARGUMENTS
+        }
+        how = f"`{function.name}` runs once per batch (a training-framework hook)"
+        trains = not function.name.startswith(("on_validation", "on_test", "on_predict"))
+        return PerBatch(how, _framework_moved(facts, function, seeds), trains)
     if engine_step(facts, function.name):
         how = f"`{function.name}` is an `Engine`'s process function, run once per iteration"
         return PerBatch(how, {}, calls_backward(function))
@@ -466,6 +484,18 @@ def _is_hook(facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunctionDef)
     return isinstance(facts.parent.get(id(function)), ast.ClassDef)
 
 
+def _framework_moved(
+    facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunctionDef, seeds: dict[str, Fact]
+) -> dict[str, Fact]:
+    """``seeds``, and the hook's own module moved (its buffers on the device) when its class
+    is an ``nn.Module`` (a Lightning module, not a callback): the framework moved it."""
+    cls = facts.parent.get(id(function))
+    if not (isinstance(cls, ast.ClassDef) and facts.resolver.is_module_class(cls)):
+        return seeds
+    moved = Fact("device", "self", "moved to the device by the training framework")
+    return {**seeds, MOVED_SELF: moved}
+
+
 def _trainer_hook(facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     """A method of a class derived from a trainer (``class RewardTrainer(Trainer):``, a base
     named ``...Trainer``) with the Hugging Face signature, ``(self, model, inputs, ...)``."""
@@ -537,7 +567,7 @@ def _mentioning(here: str) -> tuple[str, ...]:
         if other != here and stem in (_text_of(other) or "")
     ]
     package = os.path.basename(os.path.dirname(here))
-    if os.path.isfile(os.path.join(os.path.dirname(here), "__init__.py")) and stem != package:
+    if stem != package:
         # a module of a sibling package that imports this one by its package's name
         # (`from maskrcnn_benchmark.utils.metric_logger import MetricLogger` in `engine/`)
         dotted, relative = f"{package}.{stem}", f"{package} import "
@@ -554,22 +584,32 @@ _MAX_COUSINS = 120
 
 @lru_cache(maxsize=64)
 def _cousins(directory: str) -> tuple[str, ...]:
-    """The modules of the packages beside the package folder ``directory`` (one level down
-    each, ``pkg/engine/*.py`` for ``pkg/utils``), if there are few."""
+    """The modules of the packages beside the package folder ``directory``, and of their
+    subpackages (``pkg/engine/*.py`` and ``pkg/models/diffusion/*.py`` for ``pkg/utils``),
+    namespace packages too (folders without ``__init__.py``), if there are few."""
     parent = os.path.dirname(directory)
     found: list[str] = []
-    try:
-        folders = sorted(os.listdir(parent))
-    except OSError:
-        return ()
-    for folder in folders:
-        place = os.path.join(parent, folder)
-        if place == directory or not os.path.isfile(os.path.join(place, "__init__.py")):
+    for place in _folders(parent):
+        if place == directory:
             continue
-        found.extend(_python_files(place))
+        for inner in (place, *_folders(place)):
+            found.extend(_python_files(inner))
         if len(found) > _MAX_COUSINS:
             return ()
     return tuple(found)
+
+
+def _folders(place: str) -> list[str]:
+    """The folders in ``place`` that may be packages (not hidden, not ``__pycache__``)."""
+    try:
+        names = sorted(os.listdir(place))
+    except OSError:
+        return []
+    return [
+        os.path.join(place, n)
+        for n in names
+        if not n.startswith((".", "__")) and os.path.isdir(os.path.join(place, n))
+    ]
 
 
 def _module_stem(here: str) -> str:
@@ -956,12 +996,30 @@ def _from_callers(
             moved = callers.fact(receiver, scope, outer)
             if moved is not None and moved.on_device:
                 seeds[MOVED_SELF] = moved
+            elif outer and MOVED_SELF in outer and _submodule(receiver, facts, function):
+                seeds[MOVED_SELF] = outer[MOVED_SELF]  # `self.ema(...)`: moved with its owner
         elif outer and MOVED_SELF in outer and _on_self(call, function):
             seeds.setdefault(MOVED_SELF, outer[MOVED_SELF])
     if how is None:
         return None
     found = PerBatch(how, seeds, trains, far=not near)
     return _helper_step(found) if found.far else found
+
+
+def _submodule(
+    receiver: ast.expr, facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunctionDef
+) -> bool:
+    """``receiver`` is ``self.<name>``, and ``function`` a method of an ``nn.Module`` class:
+    the instance is a submodule of the caller's module (``self.ema = LitEma(self.model)``),
+    which moving that module moves too."""
+    cls = facts.parent.get(id(function))
+    return (
+        isinstance(receiver, ast.Attribute)
+        and isinstance(receiver.value, ast.Name)
+        and receiver.value.id == "self"
+        and isinstance(cls, ast.ClassDef)
+        and facts.resolver.is_module_class(cls)
+    )
 
 
 def _on_self(call: ast.Call, function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:

@@ -600,7 +600,7 @@ class Flow:
             if found is not None and found.on_device:
                 if facts.method_returns_host(func.value, method, self.node):
                     return Fact("host", f"{method}()")  # a helper that hands back NumPy
-                return found
+                return _many(found) if self.runs_heads(func) else found
             if receiver is not None and receiver.where == "host":
                 return Fact("host", method)
             if _device_helper(method, args) or _passes_device(node):
@@ -654,6 +654,35 @@ class Flow:
                 return Fact("host", f"preprocessor output `{_short(facts.segment(func), 32)}`")
             return Fact("device", _short(facts.segment(node)), _ran(called), called.name)
         return None
+
+    def runs_heads(self, func: ast.Attribute) -> bool:
+        """``self.net(images)``, with ``self.net = YoloBody(...)`` in the method's class and
+        a ``forward`` of that class whose every ``return`` is a tuple display (``return out0,
+        out1, out2``): the call hands back one whole tensor per head, not one tensor."""
+        if not (isinstance(func.value, ast.Name) and func.value.id == "self"):
+            return False
+        cls = self.facts.parent.get(id(self.node))
+        if not isinstance(cls, ast.ClassDef):
+            return False
+        for sub in walk(cls):
+            if not (
+                isinstance(sub, ast.Assign)
+                and isinstance(sub.value, ast.Call)
+                and any(dotted_name(t) == f"self.{func.attr}" for t in sub.targets)
+            ):
+                continue
+            call = sub.value
+            while isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Call):
+                call = call.func.value  # `Body().cuda().eval()`
+            made = self.facts.class_def(call.func)
+            if made is None:
+                return False
+            forward = next(
+                (f for f in made[1].body if isinstance(f, ast.FunctionDef) and f.name == "forward"),
+                None,
+            )
+            return forward is not None and _returns_tuples(forward)
+        return False
 
     def returns_own(
         self, node: ast.Call, name: str, qualname: str | None, arg_facts: list[Fact | None]

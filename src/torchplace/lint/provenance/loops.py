@@ -168,7 +168,7 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
         getattr(sub, "lineno", 0) for sub in nested if facts.loop_kind(sub, scope) is not None
     ]
     nested_batch = bool(nested_batch_lines)
-    offloaded = _offloaded(facts, own)
+    offloaded = _offloaded(facts, own) | _collective_uploads(facts, own)
     step = None
     for node in own:
         if not isinstance(node, ast.Call):
@@ -1226,7 +1226,14 @@ def _uploads_for_collective(
 ) -> bool:
     """``tensor = torch.tensor([m.avg for m in group], device=d)``, then
     ``dist.all_reduce(tensor)`` in the same step: host values packed for a collective, whose
-    result must come back to the host; nothing is computed on the device."""
+    result must come back to the host; nothing is computed on the device. Also packed, then
+    moved: ``avg = torch.tensor(avg).cuda()``."""
+    while (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr in {"to", "cuda"}
+    ):
+        value = value.func.value
     if not (
         isinstance(value, ast.Call)
         and facts.qualname(value.func) in {"torch.tensor", "torch.as_tensor"}
@@ -1427,6 +1434,20 @@ def _resets_epoch(call: ast.Call, own: list[ast.AST], nested_batch_lines: list[i
         and not _names_scheduler(sub.func.value)
         for sub in own
     )
+
+
+def _collective_uploads(facts: FileFacts, own: list[ast.AST]) -> set[int]:
+    """The moves of a loop step that upload host values packed for a collective of the same
+    step, ``avg = torch.tensor(avg).cuda()``, then ``dist.reduce(avg, dst=0)``: a metric's
+    average reduced once per metric, not a batch (see :func:`_uploads_for_collective`)."""
+    return {
+        id(node.value)
+        for node in own
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Call)
+        and _is_move_call(node.value)
+        and _uploads_for_collective(facts, node.value, _bound_names(node), own)
+    }
 
 
 def _offloaded(facts: FileFacts, own: list[ast.AST]) -> set[int]:

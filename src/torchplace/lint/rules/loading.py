@@ -732,12 +732,17 @@ _CUDA_CHOICE = re.compile(r"--cuda|use_gpu|\.cuda\b(?!\()")
 _FOLLOWS_TENSORS = re.compile(r"\bdevice\s*=\s*[A-Za-z_][\w.]*\.device\b")
 
 
-# `assert torch.cuda.is_available()` demands CUDA, and `torch.cuda.device_count()` (any
-# `torch.cuda.<name>` but `is_available`) on a line that tests nothing only asks about the GPUs
+# `assert torch.cuda.is_available()` demands CUDA, and `torch.cuda.device_count()` (a query
+# of the GPUs other than `is_available`) on a line that tests nothing only asks about them
 # (`device_ids=range(torch.cuda.device_count())`): neither is a CPU path. In a test
 # (`if torch.cuda.device_count() > 0:`) it chooses.
 _CUDA_DEMAND = re.compile(r"^[ \t]*assert[ \t]+torch\.cuda\.is_available\(\)", re.MULTILINE)
-_CUDA_QUERY = re.compile(r"\btorch\.cuda\.(?!is_available\b)\w+")
+_CUDA_QUERY = re.compile(r"\btorch\.cuda\.(?:device_count|current_device|get_device_\w+)\b")
+# Any other `torch.cuda.<name>` uses CUDA (`torch.cuda.amp.autocast(enabled=not args.fp32)`,
+# `torch.cuda.synchronize()`) whatever the line tests: it chooses nothing.
+_CUDA_USE = re.compile(
+    r"\btorch\.cuda\.(?!is_available\b|device_count\b|current_device\b|get_device_)\w+"
+)
 _TESTS = re.compile(r"\b(?:if|elif|else|while|and|or|not)\b|[<>]|[=!]=")
 
 
@@ -745,7 +750,7 @@ def _no_cuda_queries(source: str) -> str:
     """The source without what does not choose CUDA or not: an ``assert`` that CUDA is
     available (the script stops without it) and ``torch.cuda`` queries (``device_count()``)
     on lines that test nothing."""
-    lines = _CUDA_DEMAND.sub("", source).splitlines()
+    lines = _CUDA_USE.sub("", _CUDA_DEMAND.sub("", source)).splitlines()
     return "\n".join(
         line if _TESTS.search(_CUDA_QUERY.sub("", line)) else _CUDA_QUERY.sub("", line)
         for line in lines

@@ -1177,6 +1177,7 @@ def _registered_later(cls: Scope, ctx: Context) -> set[str]:
     if cached is not None:
         return cached
     found: set[str] = set()
+    branched = _in_branches(cls.node)
     for sub in walk(cls.node):
         if isinstance(sub, ast.Call) and _is_register(sub):
             for arg in sub.args[1:]:
@@ -1187,7 +1188,7 @@ def _registered_later(cls: Scope, ctx: Context) -> set[str]:
             held = {_self_attr(n) for arg in sub.value.args for n in walk(arg)} - {None}
             for target in sub.targets:
                 attr = _self_attr(target)
-                if attr is not None and attr in held:
+                if attr is not None and attr in held and id(sub) not in branched:
                     found.add(attr)
                 elif attr is not None and _module_container(sub.value, ctx):
                     found.update(a for a in held if a is not None)
@@ -1196,6 +1197,18 @@ def _registered_later(cls: Scope, ctx: Context) -> set[str]:
             if iterated and any(_is_register(n) for stmt in sub.body for n in walk(stmt)):
                 found.update(a for a in iterated if a is not None)
     cls.cache["registered-later"] = found
+    return found
+
+
+def _in_branches(cls: ast.AST) -> set[int]:
+    """The statements of the class's methods that run on one branch of an ``if`` only: ``if
+    self.learn_logvar: self.logvar = nn.Parameter(self.logvar)`` registers the tensor on
+    that branch, and leaves it a plain attribute on the other."""
+    found: set[int] = set()
+    for method in cls.body if isinstance(cls, ast.ClassDef) else []:
+        for node in walk(method):
+            if isinstance(node, ast.If):
+                found.update(id(sub) for stmt in (*node.body, *node.orelse) for sub in walk(stmt))
     return found
 
 

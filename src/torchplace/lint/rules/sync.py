@@ -26,7 +26,7 @@ from torchplace.lint.base import (
 )
 from torchplace.lint.nodes import isinstance_test, own_nodes, subtree, walk, walk_body
 from torchplace.lint.provenance import Fact, FileFacts, PerBatch, file_facts, scope_node
-from torchplace.lint.provenance.callers import engine_step, imported_by_siblings
+from torchplace.lint.provenance.callers import MOVED_SELF, engine_step, imported_by_siblings
 from torchplace.lint.provenance.flow import zip_pairs
 from torchplace.lint.provenance.loops import (
     _few_constants,
@@ -458,7 +458,10 @@ def _compare(node: ast.Compare, ctx: Context) -> None:
     read of the device."""
     if not all(isinstance(op, _TRUTH_OPS) for op in node.ops):
         return
-    if not ctx.loops() and not any(_torch_value(s, ctx) for s in (node.left, *node.comparators)):
+    sides = [node.left, *node.comparators]
+    if not ctx.loops() and not any(
+        _torch_value(s, ctx) or _reads_buffer(s, scope_node(ctx), ctx) for s in sides
+    ):
         return  # outside a loop, only a torch call of what a function's callers hand it
     child: ast.AST = node
     for parent in reversed(ctx.parents):
@@ -473,7 +476,6 @@ def _compare(node: ast.Compare, ctx: Context) -> None:
             tested = any(child is cond for gen in parent.generators for cond in gen.ifs)
         else:
             tested = False
-        sides = [node.left, *node.comparators]
         if any(isinstance(side, ast.Constant) and isinstance(side.value, str) for side in sides):
             return  # `r["label"] == "nsfw"`: a tensor never equals a string, nothing is read
         if tested and any(_repeated_operand(side, ctx) for side in sides):
@@ -494,11 +496,49 @@ def _truth(node: ast.If | ast.IfExp | ast.Assert, ctx: Context) -> None:
     looping = bool(ctx.loops())
     if not looping and not (_torch_test(node.test, ctx) and _called_here(scope_node(ctx), ctx)):
         return  # outside a loop, only a torch test of what a function's callers hand it
+    if looping and _latched(node, ctx):
+        return
     for leaf in _tested(node.test):
         if not looping and not isinstance(leaf, ast.Call):
             continue
         if _truth_operand(leaf, ctx) and _check(leaf, leaf, "a truth test", ctx, explicit=False):
             return
+
+
+def _latched(branch: ast.AST, ctx: Context) -> bool:
+    """``if use_the_queue or not torch.all(queue[i, -1] == 0): use_the_queue = True``: the
+    branch latches the flag its test starts with, and the ``or`` reads no more after it is
+    set: the test reads the device on the steps before the first that takes the branch, unless
+    the loop sets the flag elsewhere (back to False)."""
+    if not (
+        isinstance(branch, ast.If)
+        and isinstance(branch.test, ast.BoolOp)
+        and isinstance(branch.test.op, ast.Or)
+        and isinstance(branch.test.values[0], (ast.Name, ast.Attribute))
+    ):
+        return False
+    name = dotted_name(branch.test.values[0])
+    sets = [
+        stmt
+        for stmt in branch.body
+        if isinstance(stmt, ast.Assign) and any(dotted_name(t) == name for t in stmt.targets)
+    ]
+    if name is None or not sets:
+        return False
+    if not all(isinstance(s.value, ast.Constant) and s.value.value is True for s in sets):
+        return False
+    elsewhere = [
+        sub
+        for sub in walk(ctx.loops()[-1])
+        if isinstance(sub, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+        and sub not in sets
+        and any(dotted_name(t) == name for t in _targets(sub))
+    ]
+    return not elsewhere
+
+
+def _targets(stmt: ast.Assign | ast.AugAssign | ast.AnnAssign) -> list[ast.expr]:
+    return stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
 
 
 def _torch_test(test: ast.expr, ctx: Context) -> bool:
@@ -514,10 +554,11 @@ def _torch_test(test: ast.expr, ctx: Context) -> bool:
 def _repeated_operand(side: ast.expr, ctx: Context) -> bool:
     """A tensor operand of a condition that may run once per batch: in a loop, or, in a
     function something calls (a per-batch helper tests what its caller hands it on every call,
-    ``if torch.min(y) < -1.0:``), a torch call or a tensor reduction."""
+    ``if torch.min(y) < -1.0:``), a torch call, a tensor reduction or a buffer of the module."""
     if ctx.loops():
         return _tensor_operand(side, ctx)
-    return _torch_value(side, ctx) and _called_here(scope_node(ctx), ctx)
+    scope = scope_node(ctx)
+    return (_torch_value(side, ctx) or _reads_buffer(side, scope, ctx)) and _called_here(scope, ctx)
 
 
 # Tensor methods that compute a value from the elements (what a condition would then read).
@@ -1782,8 +1823,14 @@ def _seeded_device(receiver: ast.expr, per_batch: PerBatch | None, ctx: Context)
     """``lengths = lengths.cpu().numpy()`` in a function of a training step whose callers hand
     it device lengths: read before the function rebinds it, the parameter holds what the
     callers pass. (Outside training, a helper's ``output = output.cpu()`` before drawing or a
-    host search is taken for the result it hands back, as the rebinding says.)"""
-    if per_batch is None or not per_batch.seeds or not per_batch.trains:
+    host search is taken for the result it hands back, as the rebinding says.) The same for
+    a buffer ``self.count`` made on the host in ``__init__`` of a module its callers moved
+    (``self.ema(self.model)`` of a Lightning module's per-batch hook): it lives on the device."""
+    if per_batch is None or not per_batch.seeds:
+        return False
+    sides = [receiver.left, *receiver.comparators] if isinstance(receiver, ast.Compare) else []
+    on_self = any((dotted_name(x) or "").startswith("self.") for x in [receiver, *sides])
+    if not per_batch.trains and not (MOVED_SELF in per_batch.seeds and on_self):
         return False
     scope = scope_node(ctx)
     found = file_facts(ctx).fact(receiver, scope, per_batch.seeds, _enclosing_comps(ctx, receiver))
@@ -2295,7 +2342,9 @@ def _moved_value(
     if not seeds:
         return False
     early = facts.fact(receiver, scope, comps=comps)
-    if early is not None:  # else a value this function makes itself (on the host)
+    # a buffer made on the host in `__init__` lives where the callers moved the module
+    moved_buffer = MOVED_SELF in seeds and _reads_buffer(receiver, scope, ctx)
+    if early is not None and not moved_buffer:  # else a value this function makes itself
         return early.moved and (mentions or bool(facts.given(scope)))
     seeded = facts.fact(receiver, scope, seeds, comps)
     return seeded is not None and seeded.moved
@@ -2326,7 +2375,10 @@ def _handed_in(receiver: ast.expr, scope: ast.AST, ctx: Context) -> bool:
 def _reads_buffer(receiver: ast.expr, scope: ast.AST, ctx: Context) -> bool:
     """``receiver`` is ``self.<name>`` (or a part of it) for a buffer or parameter of the
     method's module class (``self.register_buffer("queue_ptr", ...)``): a tensor that lives
-    where the module was moved."""
+    where the module was moved; or a comparison of one (``self.num_updates >= 0``)."""
+    if isinstance(receiver, ast.Compare):
+        sides = (receiver.left, *receiver.comparators)
+        return any(_reads_buffer(side, scope, ctx) for side in sides)
     node = receiver
     while isinstance(node, (ast.Subscript, ast.Call)):
         node = node.value if isinstance(node, ast.Subscript) else node.func

@@ -1,0 +1,250 @@
+"""Rule behaviour found on code the corpus did not hold yet: Lightning's per-batch hooks
+(`on_train_batch_end`) and the submodules they call, whose buffers moved with the module,
+importers in namespace packages below a sibling folder, a test behind a flag its branch
+latches, host values packed and moved for a collective, the heads a model returns as a tuple
+(TPL201); `torch.cuda.amp` read as a use of CUDA, not a choice (TPL401); a tensor attribute
+registered on one branch only (TPL501)."""
+
+from __future__ import annotations
+
+import pytest
+
+from .helpers import lines as _lines
+from .helpers import project as _project
+
+# ---- TPL201: Lightning's batch hooks, and a submodule the module moved with it
+
+EMA = """\
+import torch
+from torch import nn
+
+
+class Ema(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.register_buffer("num_updates", torch.tensor(0, dtype=torch.int))
+        self.register_buffer("decay", torch.tensor(0.999))
+
+    def forward(self, model):
+        if self.num_updates >= 0:
+            self.num_updates += 1
+        print(self.decay.item())
+"""
+
+LIGHTNING = """\
+import pytorch_lightning as pl
+from torch import nn
+
+from pkg.modules.ema import Ema
+
+
+class Diffusion(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.model = nn.Linear(4, 4)
+        self.model_ema = Ema(self.model)
+
+    def training_step(self, batch, batch_idx):
+        return self.model(batch).mean()
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        self.model_ema(self.model)
+        print(outputs["loss"].item())
+"""
+
+
+def test_a_batch_hook_runs_per_batch_with_the_step_outputs_on_the_device() -> None:
+    source = EMA + LIGHTNING.replace("from pkg.modules.ema import Ema\n", "")
+    # the hook's own read of the step's outputs, and the submodule it calls: its buffers
+    # were moved with the module (the framework moved it), compared and read each batch
+    assert _lines(source, "TPL201") == [12, 14, 31]
+
+
+def test_a_submodule_called_from_another_namespace_package_is_followed(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    # `pkg/modules/ema.py` imported as `pkg.modules.ema` by `pkg/models/diffusion/ddpm.py`:
+    # folders without `__init__.py`, the importer two folders below a sibling folder
+    files = {"pkg/modules/ema.py": EMA, "pkg/models/diffusion/ddpm.py": LIGHTNING}
+    found = _project(tmp_path_factory.mktemp("project"), files, "TPL201")
+    assert found == [
+        ("pkg/models/diffusion/ddpm.py", 18),
+        ("pkg/modules/ema.py", 12),
+        ("pkg/modules/ema.py", 14),
+    ]
+
+
+def test_a_hook_of_a_callback_or_a_submodule_of_an_unmoved_owner_is_left_alone() -> None:
+    # a callback's hook: `self` is the callback, whose attributes no framework moves
+    callback = EMA + (
+        "import pytorch_lightning as pl\n\n\n"
+        "class Track(pl.Callback):\n"
+        "    def __init__(self):\n"
+        "        self.ema = Ema(None)\n\n"
+        "    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):\n"
+        "        self.ema(pl_module)\n"
+    )
+    assert _lines(callback, "TPL201") == []
+    # a helper object's method, not a hook: not per batch by its name
+    plain = EMA + LIGHTNING.replace("from pkg.modules.ema import Ema\n", "").replace(
+        "on_train_batch_end", "on_fit_end"
+    )
+    assert _lines(plain, "TPL201") == []
+
+
+# ---- TPL401: `torch.cuda.amp` in a line that tests something is no choice of CUDA
+
+CUDA_ONLY = """\
+import argparse
+
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--model")
+parser.add_argument("--benchmark", action="store_true")
+args = parser.parse_args()
+
+network = torch.nn.Linear(4, 4).cuda().eval()
+with torch.cuda.amp.autocast(enabled=not args.benchmark):
+    weights = torch.load(args.model, weights_only=True)
+    network.load_state_dict(weights)
+"""
+
+
+def test_autocast_in_a_cuda_only_script_is_not_a_cpu_path() -> None:
+    assert _lines(CUDA_ONLY, "TPL401") == []
+    # a real choice still makes the load one that may run elsewhere
+    choice = CUDA_ONLY.replace(
+        "network = torch.nn.Linear(4, 4).cuda().eval()",
+        "network = torch.nn.Linear(4, 4)\nif torch.cuda.is_available():\n"
+        "    network = network.cuda()",
+    )
+    assert _lines(choice, "TPL401") == [14]
+    counted = CUDA_ONLY.replace(
+        "with torch.cuda.amp", "if torch.cuda.device_count() > 1:\n    pass\nwith torch.cuda.amp"
+    )
+    assert _lines(counted, "TPL401") == [14]
+
+
+# ---- TPL501: a tensor attribute registered on one branch only
+
+LOGVAR = """\
+import torch
+from torch import nn
+
+
+class Diffusion(nn.Module):
+    def __init__(self, steps, learn_logvar=False):
+        super().__init__()
+        self.logvar = torch.full(fill_value=0.0, size=(steps,))
+        if learn_logvar:
+            self.logvar = nn.Parameter(self.logvar, requires_grad=True)
+
+    def forward(self, loss, t):
+        return loss / torch.exp(self.logvar[t])
+"""
+
+
+def test_a_tensor_registered_on_one_branch_stays_plain_on_the_other() -> None:
+    assert _lines(LOGVAR, "TPL501") == [8]
+    always = LOGVAR.replace(
+        "        if learn_logvar:\n            self.logvar = nn.Parameter(self.logvar, requires_grad=True)",
+        "        self.logvar = nn.Parameter(self.logvar, requires_grad=learn_logvar)",
+    )
+    assert _lines(always, "TPL501") == []
+
+
+# ---- TPL201: a test behind a flag the branch latches
+
+QUEUE = """\
+import torch
+
+
+def train(loader, model, queue_length):
+    queue = torch.zeros(queue_length, 128).cuda() if queue_length else None
+    use_the_queue = False
+    for inputs in loader:
+        out = model(inputs.cuda())
+        if queue is not None:
+            if use_the_queue or not torch.all(queue[-1, :] == 0):
+                use_the_queue = True
+                out = torch.cat((queue, out))
+        out.sum().backward()
+"""
+
+
+def test_a_test_behind_a_flag_the_branch_latches_runs_until_it_is_set() -> None:
+    assert _lines(QUEUE, "TPL201") == []
+    # unset again on every step, or with `and`: the test reads the device each step
+    reset = QUEUE.replace(
+        "        out = model(inputs.cuda())\n",
+        "        out = model(inputs.cuda())\n        use_the_queue = False\n",
+    )
+    assert _lines(reset, "TPL201") == [11]
+    joined = QUEUE.replace("if use_the_queue or not", "if use_the_queue and not")
+    assert _lines(joined, "TPL201") == [10]
+
+
+# ---- TPL201: a host average packed, moved and reduced once per metric
+
+REDUCED = """\
+import torch
+import torch.distributed as dist
+
+
+def finalize(values, counts, world_size, log):
+    for k, v in values.items():
+        avg = v / counts[k]
+        avg = torch.tensor(avg).cuda()
+        dist.reduce(avg, dst=0)
+        avg = (avg / world_size).cpu().item()
+        log(k, avg)
+"""
+
+
+def test_a_host_value_packed_and_moved_for_a_collective_is_no_batch() -> None:
+    assert _lines(REDUCED, "TPL201") == []
+    # moved and computed on, not reduced: the loop works on the device each step
+    computed = REDUCED.replace("        dist.reduce(avg, dst=0)\n", "        avg = avg.exp()\n")
+    assert _lines(computed, "TPL201") == [10]
+
+
+# ---- TPL201: the heads a model's forward returns as a tuple, walked one by one
+
+HEADS = """\
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from torch import nn
+
+
+class Body(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Conv2d(3, 8, 1), nn.Conv2d(3, 8, 1)
+
+    def forward(self, x):
+        return self.a(x), self.b(x)
+
+
+class Detector:
+    def __init__(self):
+        self.net = Body().cuda().eval()
+
+    def heatmap(self, images):
+        with torch.no_grad():
+            outputs = self.net(torch.from_numpy(images).cuda())
+        mask = np.zeros(images.shape[-2:])
+        for sub_output in outputs:
+            sub_output = sub_output.cpu().numpy()
+            mask = np.maximum(mask, np.max(sub_output[0], 0))
+        plt.imshow(mask)
+        plt.savefig("heatmap.png")
+"""
+
+
+def test_the_heads_a_forward_returns_as_a_tuple_are_whole_tensors_not_rows() -> None:
+    assert _lines(HEADS, "TPL201") == []
+    # a forward returning one tensor: iterating its output walks the batch's rows
+    one = HEADS.replace("return self.a(x), self.b(x)", "return self.a(x) + self.b(x)")
+    assert _lines(one, "TPL201") == [25]
