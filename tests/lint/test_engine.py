@@ -47,6 +47,21 @@ def test_resolver_relative_imports() -> None:
     assert resolver.qualname(_expr("Module")) == "torch.nn.modules.module.Module"
 
 
+def test_resolver_relative_imports_in_a_folder_without_init() -> None:
+    # `utils/callbacks.py` beside `utils/utils_bbox.py`, no `__init__.py`: its own module name
+    # is its stem, and `.` is the folder it sits in (a namespace package)
+    resolver, _ = _resolver(
+        "from .utils_bbox import DecodeBox\nfrom . import boxes\nfrom . import *\n",
+        module="callbacks",
+    )
+    assert resolver.qualname(_expr("DecodeBox")) == "utils_bbox.DecodeBox"
+    assert resolver.qualname(_expr("boxes.nms")) == "boxes.nms"
+    assert resolver.stars == []
+    # two levels up from such a file is not known
+    above, _ = _resolver("from ..utils_bbox import DecodeBox\n", module="callbacks")
+    assert above.qualname(_expr("DecodeBox")) is None
+
+
 def test_module_subclasses_direct_and_indirect() -> None:
     source = (
         "from torch import nn\n"

@@ -151,9 +151,10 @@ class Resolver:
             return
         for alias in node.names:
             if alias.name == "*":
-                self.stars.append(base)
+                if base:
+                    self.stars.append(base)
                 continue
-            self.names[alias.asname or alias.name] = f"{base}.{alias.name}"
+            self.names[alias.asname or alias.name] = f"{base}.{alias.name}" if base else alias.name
 
     def _absolute(self, module: str | None, level: int) -> str | None:
         if level == 0:
@@ -161,6 +162,10 @@ class Resolver:
         if self.module is None:
             return None
         parts = self.module.split(".")
+        if level == 1 and len(parts) == 1 and not self.is_package:
+            # a module of a folder without `__init__.py` (a namespace package): `from .boxes
+            # import decode` names its sibling module, found beside it as `boxes`
+            return module or ""
         drop = level - 1 if self.is_package else level
         if drop >= len(parts):
             return None

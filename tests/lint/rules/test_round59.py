@@ -248,3 +248,33 @@ def test_the_heads_a_forward_returns_as_a_tuple_are_whole_tensors_not_rows() -> 
     # a forward returning one tensor: iterating its output walks the batch's rows
     one = HEADS.replace("return self.a(x), self.b(x)", "return self.a(x) + self.b(x)")
     assert _lines(one, "TPL201") == [25]
+
+
+# ---- TPL501: a plain tensor attribute computed on, then the result placed
+
+PRIOR = """\
+import torch
+from torch import nn
+from torch.distributions import Gamma
+
+
+class Prior(nn.Module):
+    def __init__(self, shape):
+        super().__init__()
+        self.alpha = torch.tensor([shape])
+
+    def sample(self, n, device):
+        z = Gamma(self.alpha, self.alpha).sample((n,))
+        z = z.squeeze().to(device)
+        return z
+"""
+
+
+def test_an_attribute_computed_on_before_the_result_is_placed_stays_plain() -> None:
+    # the sampling runs where the attribute lives (the host), whatever the result's move
+    assert _lines(PRIOR, "TPL501") == [9]
+    # a view of the attribute, placed at its next use, is a placed copy (Point-BERT's seed)
+    view = PRIOR.replace(
+        "Gamma(self.alpha, self.alpha).sample((n,))", "self.alpha.unsqueeze(0).expand(n, -1)"
+    )
+    assert _lines(view, "TPL501") == []

@@ -1030,8 +1030,8 @@ def _placed_through_alias(item: ast.AST, attr: str, placed: set[int]) -> set[int
             and _self_attr(n) == attr
             and isinstance(n.ctx, ast.Load)
         ]
-        if not reads:
-            continue
+        if not reads or _self_attr(_chain_base(sub.value)) != attr:
+            continue  # `Gamma(self.alpha, self.beta).sample(n)`: computed where it lives
         name = sub.targets[0].id
         first = _next_use(item, name, sub.end_lineno or sub.lineno)
         if first is None or id(first) not in placed:
@@ -1044,6 +1044,18 @@ def _placed_through_alias(item: ast.AST, attr: str, placed: set[int]) -> set[int
         ):
             found.update(id(n) for n in reads)
     return found
+
+
+def _chain_base(node: ast.expr) -> ast.expr:
+    """What a chain of methods and subscripts starts from: ``self.seed`` of
+    ``self.seed.unsqueeze(2).expand(b, -1)[0]``, a view or copy of it."""
+    while True:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            node = node.func.value
+        elif isinstance(node, ast.Subscript):
+            node = node.value
+        else:
+            return node
 
 
 def _next_use(item: ast.AST, name: str, after: int) -> ast.Name | None:
