@@ -278,3 +278,36 @@ def test_an_attribute_computed_on_before_the_result_is_placed_stays_plain() -> N
         "Gamma(self.alpha, self.alpha).sample((n,))", "self.alpha.unsqueeze(0).expand(n, -1)"
     )
     assert _lines(view, "TPL501") == []
+
+
+# ---- TPL402: the hub's downloads unpickle with weights_only=False by default
+
+HUB = """\
+import torch
+
+try:
+    from torchvision.models.utils import load_state_dict_from_url
+except ImportError:
+    from torch.utils.model_zoo import load_url as load_state_dict_from_url
+
+
+def resnet50(url):
+    return torch.hub.load_state_dict_from_url(url, map_location="cpu")
+
+
+def inception(url):
+    return load_state_dict_from_url(url, progress=True)
+"""
+
+
+def test_a_hub_download_without_weights_only_is_reported_and_fixed() -> None:
+    assert _lines(HUB, "TPL402") == [10, 14]
+    fixed = HUB.replace('map_location="cpu")', 'map_location="cpu", weights_only=True)').replace(
+        "progress=True)", "progress=True, weights_only=True)"
+    )
+    assert _lines(fixed, "TPL402") == []
+    chosen = HUB.replace('map_location="cpu")', 'map_location="cpu", weights_only=False)')
+    assert _lines(chosen, "TPL402") == [14]
+    # a function of the project's own with the same name is no download of torch's
+    own = "def load_state_dict_from_url(url):\n    return {}\n\n\nload_state_dict_from_url('x')\n"
+    assert _lines(own, "TPL402") == []

@@ -39,7 +39,10 @@ __all__ = ["FAMILY"]
 
 NO_MAP_LOCATION = Rule("TPL401", "load-without-map-location", "`torch.load` without `map_location`")
 NO_WEIGHTS_ONLY = Rule(
-    "TPL402", "load-without-weights-only", "`torch.load` without `weights_only=True`", "safe"
+    "TPL402",
+    "load-without-weights-only",
+    "`torch.load` or a hub download without `weights_only=True`",
+    "safe",
 )
 LOAD_PER_REQUEST = Rule(
     "TPL403", "load-in-loop-or-handler", "model loaded inside a request handler or a loop"
@@ -62,10 +65,24 @@ _GRADIO_EVENTS = frozenset({"click", "submit", "change", "upload", "select"})
 _GRADIO_APPS = frozenset({"Interface", "ChatInterface"})
 
 
+# Downloads that unpickle what they fetch with `torch.load(..., weights_only=False)` unless told
+# otherwise: their default is False on every torch version.
+_HUB_LOADS = frozenset(
+    {
+        "torch.hub.load_state_dict_from_url",
+        "torch.utils.model_zoo.load_url",
+        "torchvision.models.utils.load_state_dict_from_url",
+        "torchvision._internally_replaced_utils.load_state_dict_from_url",
+    }
+)
+
+
 def _call(call: ast.Call, ctx: Context) -> None:
     name = ctx.call_qualname(call)
     if name == "torch.load":
         _torch_load(call, ctx)
+    elif name in _HUB_LOADS:
+        _hub_load(call, ctx, ctx.segment(call.func) or name)
     if name in LOADERS:
         _load_site(call, ctx, name)
     elif isinstance(call.func, ast.Attribute) and call.func.attr == "from_pretrained":
@@ -245,6 +262,34 @@ def _report_weights_only(
             "`weights_only=True`",
             fix,
         )
+
+
+def _hub_load(call: ast.Call, ctx: Context, name: str) -> None:
+    """``load_state_dict_from_url(url)``: the download is unpickled with ``weights_only=False``
+    (the default of these functions on every torch version, unlike ``torch.load``'s)."""
+    if (
+        keyword(call, "weights_only") is not None
+        or has_star_kwargs(call)
+        or any(isinstance(arg, ast.Starred) for arg in call.args)
+        or len(call.args) >= 7  # weights_only given by position
+        or in_test(ctx)
+        or _decided_elsewhere(ctx)
+        or _version_branch(call, ctx)
+    ):
+        return
+    fix = None
+    where = _after_last_argument(call, ctx)
+    if where is not None:
+        line, col = where
+        fix = Fix("add `weights_only=True`", (Edit(line, col, line, col, ", weights_only=True"),))
+    ctx.report(
+        NO_WEIGHTS_ONLY.code,
+        call,
+        f"`{name}` without `weights_only=True` unpickles the file it downloads with "
+        "`weights_only=False`, its default on every torch version (code execution on a "
+        "crafted file); pass `weights_only=True`",
+        fix,
+    )
 
 
 def _custom_unpickler(call: ast.Call) -> bool:
@@ -1522,5 +1567,5 @@ FAMILY = Family(
         (ast.AnnAssign, _loading_call, (LOAD_PER_REQUEST.code,)),
         (ast.Expr, _loading_call, (LOAD_PER_REQUEST.code,)),
     ),
-    triggers=("load(", "load_file(", "load_model(", "from_pretrained"),
+    triggers=("load(", "load_file(", "load_model(", "from_pretrained", "_url("),
 )
