@@ -311,3 +311,50 @@ def test_a_hub_download_without_weights_only_is_reported_and_fixed() -> None:
     # a function of the project's own with the same name is no download of torch's
     own = "def load_state_dict_from_url(url):\n    return {}\n\n\nload_state_dict_from_url('x')\n"
     assert _lines(own, "TPL402") == []
+
+
+# ---- TPL201: a fill value read as a Python number; a schedule moved by the class's setter
+
+SAMPLER = """\
+import torch
+
+
+class Sampler:
+    def __init__(self, model):
+        self.model = model
+
+    def register_buffer(self, name, attr):
+        if type(attr) == torch.Tensor:
+            if attr.device != torch.device("cuda"):
+                attr = attr.to(torch.device("cuda"))
+        setattr(self, name, attr)
+
+    def make_schedule(self, steps):
+        self.register_buffer("alphas", torch.linspace(0.9, 0.1, steps))
+
+    def sample(self, shape, steps, device):
+        self.make_schedule(steps)
+        x = torch.randn(shape, device=device)
+        for index in reversed(range(steps)):
+            t = torch.full((shape[0],), index, device=device, dtype=torch.long)
+            x = self.step(x, t, index)
+        return x
+
+    def step(self, x, t, index):
+        a_t = torch.full((x.shape[0], 1), self.alphas[index], device=x.device)
+        return self.model(x, t) * a_t
+"""
+
+
+def test_an_element_as_a_fill_value_of_a_schedule_moved_by_a_setter_is_read() -> None:
+    assert _lines(SAMPLER, "TPL201") == [26]
+    # a setter that keeps what it is given: the schedule stays on the host
+    keeps = SAMPLER.replace(
+        '            if attr.device != torch.device("cuda"):\n'
+        '                attr = attr.to(torch.device("cuda"))\n',
+        "            attr = attr.float()\n",
+    )
+    assert _lines(keeps, "TPL201") == []
+    # a fill value that is a Python number already
+    number = SAMPLER.replace("self.alphas[index]", "float(index)")
+    assert _lines(number, "TPL201") == []

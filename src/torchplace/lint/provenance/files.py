@@ -26,6 +26,7 @@ from torchplace.lint.provenance.values import (
     _places_self,
     _plainly_host,
     _short,
+    moves_to_device,
 )
 from torchplace.lint.resolver import (
     Resolver,
@@ -36,6 +37,69 @@ from torchplace.lint.resolver import (
 )
 
 __all__ = ["FileFacts", "facts_for_file", "file_facts", "scope_node", "unchain"]
+
+
+def _set_by_setters(cls: ast.ClassDef) -> dict[str, Fact]:
+    """``self.<name>`` set through a setter method of the class that moves what it sets:
+    latent diffusion's samplers define ``register_buffer(self, name, attr)`` as ``attr =
+    attr.to(torch.device("cuda"))``, then ``setattr(self, name, attr)``, so
+    ``self.register_buffer("ddim_alphas", alphas)`` puts ``self.ddim_alphas`` on the device."""
+    setters = {
+        item.name: item
+        for item in cls.body
+        if isinstance(item, ast.FunctionDef) and _moves_then_sets(item)
+    }
+    found: dict[str, Fact] = {}
+    if not setters:
+        return found
+    for sub in walk(cls):
+        if (
+            isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Attribute)
+            and isinstance(sub.func.value, ast.Name)
+            and sub.func.value.id == "self"
+            and sub.func.attr in setters
+            and sub.args
+            and isinstance(sub.args[0], ast.Constant)
+            and isinstance(sub.args[0].value, str)
+        ):
+            setter = setters[sub.func.attr]
+            key = f"self.{sub.args[0].value}"
+            move = f"moved to the device by `self.{setter.name}` (line {setter.lineno})"
+            found.setdefault(key, Fact("device", key, move))
+    return found
+
+
+def _moves_then_sets(method: ast.FunctionDef) -> bool:
+    """``def register_buffer(self, name, attr):`` that rebinds ``attr`` moved to a device
+    (``attr = attr.to(torch.device("cuda"))``) and stores it with ``setattr(self, name,
+    attr)``."""
+    params = [a.arg for a in method.args.args]
+    if len(params) < 3:
+        return False
+    name, value = params[1], params[2]
+    sets = moves = False
+    for sub in walk(method):
+        if (
+            isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Name)
+            and sub.func.id == "setattr"
+            and len(sub.args) == 3
+            and [dotted_name(a) for a in sub.args] == ["self", name, value]
+        ):
+            sets = True
+        if (
+            isinstance(sub, ast.Assign)
+            and [dotted_name(t) for t in sub.targets] == [value]
+            and isinstance(sub.value, ast.Call)
+            and isinstance(sub.value.func, ast.Attribute)
+            and sub.value.func.attr in {"to", "cuda"}
+            and dotted_name(sub.value.func.value) == value
+            and moves_to_device(sub.value)
+        ):
+            moves = True
+    return sets and moves
+
 
 # The containers of layers: iterating one yields the submodules a forward pass runs in turn.
 _LAYER_CONTAINERS = frozenset({"torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict"})
@@ -203,7 +267,8 @@ class FileFacts:
             return None
         attrs = self._self_attrs.get(id(cls))
         if attrs is None:
-            attrs = self._self_attrs[id(cls)] = {}
+            # what a setter sets needs no flow: known before the flows that read it are made
+            attrs = self._self_attrs[id(cls)] = _set_by_setters(cls)
             for item in cls.body:
                 if isinstance(item, _FUNCTIONS) and self._may_place(item) and _places_self(item):
                     for key, bound in self.flow(item).bindings.items():

@@ -137,6 +137,11 @@ def _call(call: ast.Call, ctx: Context) -> None:
             if _check(call, element, f"`{ctx.segment(func)}()` of a list", ctx, explicit=False):
                 return
         return
+    fill = _fill_element(call, ctx)
+    if fill is not None:
+        what = f"the fill value of `{ctx.segment(func)}()` (a Python number: `.item()`)"
+        _check(call, fill, what, ctx, explicit=False)
+        return
     # Python's own all/any tests the elements of its one argument, and min/max compares them
     # (or its arguments) with `<`: each a `bool()` of a device result
     over_elements = {"all", "any"} | ({"min", "max"} if not call.keywords else set())
@@ -389,6 +394,36 @@ def _is_key(node: ast.JoinedStr, ctx: Context) -> bool:
     if isinstance(parent, ast.Dict):
         return any(key is node for key in parent.keys)
     return isinstance(parent, ast.Subscript) and node is parent.slice
+
+
+# Fills whose value is a Python number: a tensor given there is read with `.item()`.
+_FILLS = {"torch.full": 1, "torch.full_like": 1}
+_FILL_METHODS = {"new_full": 1, "fill_": 0}
+
+
+def _fill_element(call: ast.Call, ctx: Context) -> ast.Subscript | None:
+    """``torch.full((b, 1, 1, 1), alphas[index], device=device)``: an element of a tensor as
+    the fill value (also of ``full_like``, ``x.new_full``, ``x.fill_``), which torch turns into a
+    Python number, a read of the device each call."""
+    func = call.func
+    name = ctx.call_qualname(call)
+    if name in _FILLS:
+        at, keyword_name = _FILLS[name], "fill_value"
+    elif isinstance(func, ast.Attribute) and func.attr in _FILL_METHODS and name is None:
+        at, keyword_name = (
+            _FILL_METHODS[func.attr],
+            "fill_value" if func.attr == "new_full" else "value",
+        )
+    else:
+        return None
+    value = call.args[at] if len(call.args) > at else keyword(call, keyword_name)
+    if (
+        isinstance(value, ast.Subscript)
+        and not isinstance(value.slice, ast.Slice)
+        and not _host_syntax(value.value)
+    ):
+        return value
+    return None
 
 
 def _slice(node: ast.Slice, ctx: Context) -> None:
@@ -2794,6 +2829,8 @@ FAMILY = Family(
         "numpy(",
         "synchronize",
         ".add_scalar(",  # TensorBoard reads a tensor value with `.item()`
+        "full(",  # `torch.full(size, t[i])` reads its fill value, as `.fill_(t[i])` does
+        "fill_(",
         # builtins, preceded by what can stand before them (not `call(`, `print(`, `hint(`)
         *(
             f"{lead}{name}("
