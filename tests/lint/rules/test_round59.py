@@ -358,3 +358,62 @@ def test_an_element_as_a_fill_value_of_a_schedule_moved_by_a_setter_is_read() ->
     # a fill value that is a Python number already
     number = SAMPLER.replace("self.alphas[index]", "float(index)")
     assert _lines(number, "TPL201") == []
+
+
+# ---- TPL102: `isinstance(x, torch.cuda.FloatTensor)` is the tensor's own CUDA test
+
+PADS = """\
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class ResNet(nn.Module):
+    def _downsample(self, x, planes, stride):
+        out = F.avg_pool3d(x, kernel_size=1, stride=stride)
+        zero_pads = torch.zeros(out.size(0), planes - out.size(1), *out.shape[2:])
+        if isinstance(out.data, torch.cuda.FloatTensor):
+            zero_pads = zero_pads.cuda()
+        return torch.cat([out.data, zero_pads], dim=1)
+"""
+
+
+def test_a_move_under_an_isinstance_test_of_a_cuda_tensor_type_follows_the_input() -> None:
+    assert _lines(PADS, "TPL102") == []
+    # a test of something else chooses the device for the module
+    other = PADS.replace("isinstance(out.data, torch.cuda.FloatTensor)", "self.use_gpu")
+    assert _lines(other, "TPL102") == [11]
+
+
+# ---- TPL501: a list display repeated with `*`, and a cache placed wherever it is read
+
+GRID = """\
+import torch
+from torch import nn
+
+
+class Detect(nn.Module):
+    def __init__(self, nl):
+        super().__init__()
+        self.nl = nl
+        self.grid = [torch.zeros(1)] * nl
+
+    def forward(self, x):
+        for i in range(self.nl):
+            ny, nx = x[i].shape[2:4]
+            if self.grid[i].shape[2:4] != x[i].shape[2:4]:
+                self.grid[i] = self._make_grid(nx, ny)
+            x[i] = x[i] + self.grid[i]
+        return x
+
+    @staticmethod
+    def _make_grid(nx, ny):
+        yv, xv = torch.meshgrid(torch.arange(ny), torch.arange(nx), indexing="ij")
+        return torch.stack((xv, yv), 2).view(1, 1, ny, nx, 2).float()
+"""
+
+
+def test_a_repeated_list_of_tensors_is_a_plain_container_unless_placed_where_read() -> None:
+    assert _lines(GRID, "TPL501") == [9]
+    placed = GRID.replace("x[i] + self.grid[i]", "x[i] + self.grid[i].to(x[i].device)")
+    assert _lines(placed, "TPL501") == []

@@ -474,9 +474,21 @@ def _in_orelse(branch: ast.If, child: ast.AST) -> bool:
 
 def _asks_cuda(test: ast.expr) -> bool:
     """``x.is_cuda``, ``x.device.type == "cuda"``, ``x.type() == "torch.cuda.HalfTensor"``: a
-    test that holds when the value is on CUDA (its ``else`` runs for CPU values too)."""
+    test that holds when the value is on CUDA (its ``else`` runs for CPU values too); also
+    ``isinstance(out.data, torch.cuda.FloatTensor)`` (a tuple of CUDA tensor types too)."""
     if isinstance(test, ast.Attribute):
         return test.attr == "is_cuda"
+    if (
+        isinstance(test, ast.Call)
+        and isinstance(test.func, ast.Name)
+        and test.func.id == "isinstance"
+        and len(test.args) == 2
+    ):
+        kinds = test.args[1].elts if isinstance(test.args[1], ast.Tuple) else [test.args[1]]
+        names = [dotted_name(kind) or "" for kind in kinds]
+        return bool(names) and all(
+            name.startswith("torch.cuda.") and name.endswith("Tensor") for name in names
+        )
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
         return False
     if not isinstance(test.ops[0], (ast.Eq, ast.Is)):
@@ -497,8 +509,10 @@ _BACKEND_QUERIES = frozenset({"type", "is_cuda", "is_cpu", "is_mps", "is_xpu"})
 def _device_type_test(test: ast.expr, ctx: Context, follow: bool = True) -> bool:
     """``device.type == "cpu"``, ``x.device.type == "mps"``, ``x.is_cuda``, a comparison with
     an accelerator's name in any case (``if self.args.accelerator.upper() == "GPU":``,
-    Lightning's spelling), or a name the function binds only to such a test (``is_mps =
-    x.device.type == "mps"``, then ``if is_mps:``)."""
+    Lightning's spelling), ``isinstance(x, torch.cuda.FloatTensor)``, or a name the function
+    binds only to such a test (``is_mps = x.device.type == "mps"``, then ``if is_mps:``)."""
+    if _asks_cuda(test):
+        return True
     for sub in walk(test):
         if (isinstance(sub, ast.Attribute) and sub.attr in _BACKEND_QUERIES) or (
             isinstance(sub, ast.Constant) and sub.value in {"cpu", "cuda"}

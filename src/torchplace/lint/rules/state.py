@@ -65,6 +65,16 @@ def _elements(container: ast.expr) -> list[ast.expr]:
     return []
 
 
+def _repeated(value: ast.expr) -> ast.expr:
+    """The display a list repeated with ``*`` repeats (``[torch.zeros(1)] * self.nl``, also
+    ``n * [...]``): the same kind of container; anything else as it is."""
+    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Mult):
+        for side in (value.left, value.right):
+            if isinstance(side, (ast.List, ast.Tuple)) and side.elts:
+                return side
+    return value
+
+
 def _contents(container: ast.expr, ctx: Context, scope: Scope) -> str | None:
     for element in _elements(container):
         held = _held(element, ctx, scope)
@@ -100,7 +110,7 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
             and not _scalar_lookup(value, ctx, method, attr)
         ):
             _report_attribute(ctx, node, method.cls, attr)
-        elif isinstance(value, _CONTAINERS):
+        elif isinstance(value := _repeated(value), _CONTAINERS):
             if isinstance(value, (ast.List, ast.Dict, ast.Set)) and not (
                 value.keys if isinstance(value, ast.Dict) else value.elts
             ):
@@ -111,7 +121,11 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
                 held = _named_tensors(value, ctx, method, node.lineno)
             if held == "tensors" and _pass_state(value, ctx, method):
                 return  # `self.hidden = (h0, c0)` rebuilt by each forward pass: per-call state
-            if held is not None and not _scratch_placeholders(value, ctx, method, attr):
+            if (
+                held is not None
+                and not _scratch_placeholders(value, ctx, method, attr)
+                and not (held == "tensors" and _placed_cache(method.cls, attr, method.name))
+            ):
                 _report(ctx, node, method.cls, attr, held)
         elif (
             isinstance(value, ast.Call)
@@ -936,10 +950,27 @@ def _overrides_placement(cls: Scope) -> bool:
     )
 
 
-def _moved_where_used(cls: Scope, attr: str, builder: str = "__init__") -> bool:
+def _placed_cache(cls: Scope, attr: str, builder: str) -> bool:
+    """A container of tensors (YOLO's ``self.grid = [torch.zeros(1)] * nl``) that other
+    methods read, placing every element they read (``self.grid[i].to(x[i].device)``)."""
+    assert isinstance(cls.node, ast.ClassDef)
+    read = any(
+        isinstance(sub, ast.Attribute) and _self_attr(sub) == attr
+        for item in cls.node.body
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and item.name not in {"__init__", builder}
+        for sub in walk(item)
+    )
+    return read and _moved_where_used(cls, attr, builder, listed=True)
+
+
+def _moved_where_used(
+    cls: Scope, attr: str, builder: str = "__init__", *, listed: bool = False
+) -> bool:
     """Every read of ``self.<attr>`` outside ``__init__`` (and the builder that set it)
     places it first (``self.mean.to(x.device)``, ``self.table[t].to(x)``), or nothing
-    reads it."""
+    reads it. ``listed``: the attribute is a Python list, whose element stores
+    (``self.grid[i] = ...``) replace an element, not write into a tensor."""
     assert isinstance(cls.node, ast.ClassDef)
     reads = 0
     methods = [
@@ -983,6 +1014,14 @@ def _moved_where_used(cls: Scope, attr: str, builder: str = "__init__") -> bool:
                 placed |= {id(n) for n in (sub.left, *sub.comparators)}
             if isinstance(sub, ast.Attribute) and sub.attr in _METADATA:
                 placed.add(id(sub.value))  # `self.freqs_cis.shape[0]` in an assert: no data
+                if isinstance(sub.value, ast.Subscript):
+                    placed.add(id(sub.value.value))  # `self.grid[i].shape`: an element's
+            if (
+                listed
+                and isinstance(sub, ast.Assign)
+                and isinstance(target := sub.targets[0], ast.Subscript)
+            ):
+                placed.add(id(target.value))  # `self.grid[i] = ...` replaces a list's element
             receiver = _type_name_receiver(sub)
             if receiver is not None:
                 # `if self.alpha.type() != x.type():` compares type names, reading no data
