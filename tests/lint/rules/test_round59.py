@@ -417,3 +417,28 @@ def test_a_repeated_list_of_tensors_is_a_plain_container_unless_placed_where_rea
     assert _lines(GRID, "TPL501") == [9]
     placed = GRID.replace("x[i] + self.grid[i]", "x[i] + self.grid[i].to(x[i].device)")
     assert _lines(placed, "TPL501") == []
+
+
+# ---- TPL501: a result computed from the attribute, then moved, is no placed read
+
+COORDS = """\
+import torch
+from torch import nn
+
+
+class AddCoords(nn.Module):
+    def __init__(self, height, width):
+        super().__init__()
+        self.y_coords = torch.arange(height).float().view(1, 1, height, 1).expand(1, 1, -1, width)
+
+    def forward(self, boundary):
+        zero = torch.zeros_like(boundary)
+        masked = torch.where(boundary > 0.05, self.y_coords, zero).to(zero.device)
+        return torch.cat([boundary, masked], dim=1)
+"""
+
+
+def test_a_result_computed_from_an_attribute_then_moved_is_not_a_placed_read() -> None:
+    assert _lines(COORDS, "TPL501") == [8]
+    placed = COORDS.replace("self.y_coords, zero)", "self.y_coords.to(zero.device), zero)")
+    assert _lines(placed, "TPL501") == []

@@ -1000,7 +1000,9 @@ def _moved_where_used(
                 and isinstance(sub.func, ast.Attribute)
                 and sub.func.attr in {"to", "cuda", "type_as"}
             ):
-                placed |= {id(n) for n in walk(sub.func.value)}
+                # the attribute moved, or a view of it (`self.table[t].to(x)`); not a result
+                # computed from it, `torch.where(m, self.y, z).to(d)`: that ran where it was
+                placed.add(id(_chain_base(sub.func.value)))
             if (
                 isinstance(sub, ast.Assign)
                 and any(_self_attr(t) == attr for t in sub.targets)
