@@ -442,3 +442,31 @@ def test_a_result_computed_from_an_attribute_then_moved_is_not_a_placed_read() -
     assert _lines(COORDS, "TPL501") == [8]
     placed = COORDS.replace("self.y_coords, zero)", "self.y_coords.to(zero.device), zero)")
     assert _lines(placed, "TPL501") == []
+
+
+# ---- TPL801: optimizers built from the modules a dict holds, before the owner moves
+
+SOLVER = """\
+import torch
+from torch import nn
+
+
+class Solver(nn.Module):
+    def __init__(self, nets, device):
+        super().__init__()
+        self.nets = nn.ModuleDict(nets)
+        self.optims = {}
+        for net in self.nets.keys():
+            self.optims[net] = torch.optim.Adam(params=self.nets[net].parameters(), lr=1e-4)
+        self.to(device)
+"""
+
+
+def test_an_optimizer_over_a_held_module_before_the_owner_moves_is_reported() -> None:
+    assert _lines(SOLVER, "TPL801") == [11]
+    # moved first, then the optimizers: they see the parameters where they will live
+    moved_first = SOLVER.replace("        self.to(device)\n", "").replace(
+        "        self.optims = {}\n", "        self.to(device)\n        self.optims = {}\n"
+    )
+    assert "self.to(device)\n        self.optims" in moved_first
+    assert _lines(moved_first, "TPL801") == []

@@ -487,13 +487,16 @@ def _parameters_owner(call: ast.Call, ctx: Context) -> str | None:
 def _owner(node: ast.AST) -> str | None:
     """``model`` of ``model.parameters()`` or ``model.named_parameters()``, or of a model's
     own method named for what it hands out (``model.get_1x_lr_params()``,
-    ``net.trainable_parameters()``)."""
+    ``net.trainable_parameters()``); ``self.nets`` of ``self.nets[name].parameters()``."""
     if (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
         and _names_parameters(node.func.attr)
     ):
-        return dotted_name(node.func.value)
+        held = node.func.value
+        while isinstance(held, ast.Subscript):
+            held = held.value  # `self.nets[net].parameters()`: a module the dict holds
+        return dotted_name(held)
     return None
 
 
