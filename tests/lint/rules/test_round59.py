@@ -470,3 +470,47 @@ def test_an_optimizer_over_a_held_module_before_the_owner_moves_is_reported() ->
     )
     assert "self.to(device)\n        self.optims" in moved_first
     assert _lines(moved_first, "TPL801") == []
+
+
+# ---- TPL201: an evaluation's bulk copies that update a NumPy metric in the same step
+
+EVALUATOR = """\
+import numpy as np
+import torch
+
+
+class Evaluator:
+    def __init__(self, num_class):
+        self.confusion_matrix = np.zeros((num_class, num_class))
+
+    def add_batch(self, gt, pred):
+        mask = (gt >= 0) & (gt < len(self.confusion_matrix))
+        np.add.at(self.confusion_matrix, (gt[mask], pred[mask]), 1)
+
+
+def validate(model, loader, device):
+    evaluator = Evaluator(21)
+    model.eval()
+    for image, target in loader:
+        with torch.no_grad():
+            output = model(image.to(device))
+        pred = output.cpu().numpy()
+        pred = np.argmax(pred, axis=1)
+        evaluator.add_batch(target.numpy(), pred)
+    return evaluator.confusion_matrix
+"""
+
+
+def test_a_bulk_copy_that_updates_a_numpy_metric_each_step_is_left_alone() -> None:
+    assert _lines(EVALUATOR, "TPL201") == []
+    # a metric that keeps tensors: the copy is not what it needs
+    kept = EVALUATOR.replace("np.zeros((num_class, num_class))", "[]").replace(
+        "        np.add.at(self.confusion_matrix, (gt[mask], pred[mask]), 1)\n",
+        "        self.confusion_matrix.append(pred)\n",
+    )
+    assert _lines(kept, "TPL201") == [20]
+    # copies collected for after the loop are still a read per batch
+    collected = EVALUATOR.replace(
+        "        evaluator.add_batch(target.numpy(), pred)\n", "        preds.append(pred)\n"
+    ).replace("    model.eval()\n", "    model.eval()\n    preds = []\n")
+    assert _lines(collected, "TPL201") == [21]

@@ -1296,6 +1296,82 @@ def _unwrapped(value: ast.expr) -> ast.expr:
     return value
 
 
+def _feeds_host_metric(read: ast.AST, ctx: Context) -> bool:
+    """``da_metric.addBatch(pred.cpu(), gt.cpu())``, or ``pred = output.cpu().numpy()``, then
+    ``pred = np.argmax(pred, axis=1)`` and ``self.evaluator.add_batch(target, pred)`` in the
+    same step: the copy updates a metric object of the linted tree that keeps its state in
+    NumPy (``self.confusion_matrix = np.zeros(...)``), which needs it on the host every step."""
+    stmt = next((p for p in reversed(ctx.parents) if isinstance(p, ast.stmt)), None)
+    if stmt is None:
+        return False
+    bound = assigned_name(stmt, read)
+    names = {bound} if bound is not None else set()
+    later: list[ast.stmt] = [stmt]
+    block = next((b for b in _blocks_of(ctx.loops()[-1]) if any(s is stmt for s in b)), None)
+    if block is not None:
+        later = block[[id(s) for s in block].index(id(stmt)) :]
+    for sub in later:
+        for node in walk(sub):
+            if isinstance(node, ast.Assign) and names & {
+                n.id for n in walk(node.value) if isinstance(n, ast.Name)
+            }:
+                names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            given = [*node.args, *(k.value for k in node.keywords)]
+            fed = any(
+                any(n is read for n in walk(a)) or (isinstance(a, ast.Name) and a.id in names)
+                for a in given
+            )
+            if fed and _numpy_state(node.func.value, ctx):
+                return True
+    return False
+
+
+def _blocks_of(loop: ast.AST) -> list[list[ast.stmt]]:
+    """The statement lists inside ``loop`` (its body and those nested in it)."""
+    return [
+        block
+        for sub in walk(loop)
+        for block in (getattr(sub, "body", None), getattr(sub, "orelse", None))
+        if isinstance(block, list) and block and isinstance(block[0], ast.stmt)
+    ]
+
+
+def _numpy_state(holder: ast.expr, ctx: Context) -> bool:
+    """``holder`` (``evaluator``, ``self.evaluator``) is bound to an instance of a class of the
+    linted tree that keeps an attribute in NumPy (``self.hist = np.zeros((n, n))``)."""
+    facts = file_facts(ctx)
+    name = dotted_name(holder)
+    if name is None:
+        return False
+    values: list[ast.expr | None] = []
+    if "." not in name:
+        scope = ctx.function_scope()
+        values = list(ctx.scope_bindings(scope).get(name, [])) if scope is not None else []
+    elif name.startswith("self.") and name.count(".") == 1:
+        cls = next((p for p in reversed(ctx.parents) if isinstance(p, ast.ClassDef)), None)
+        for sub in walk(cls) if cls is not None else ():
+            if isinstance(sub, ast.Assign) and any(dotted_name(t) == name for t in sub.targets):
+                values.append(sub.value)
+    for value in values:
+        if not isinstance(value, ast.Call):
+            continue
+        found = facts.class_def(value.func)
+        if found is None:
+            continue
+        owner, cls = found
+        if any(
+            isinstance(sub, ast.Assign)
+            and isinstance(sub.value, ast.Call)
+            and (owner.qualname(sub.value.func) or "").startswith("numpy.")
+            and any((dotted_name(t) or "").startswith("self.") for t in sub.targets)
+            for sub in walk(cls)
+        ):
+            return True
+    return False
+
+
 def _fills_store(read: ast.AST, ctx: Context) -> bool:
     """``store.index_copy_(0, i, x.cpu())``, ``ranks[a:b] = x.cpu()``: the copy fills a buffer
     (in place, or a host tensor or array by index), which is the loop's job."""
@@ -2288,6 +2364,8 @@ def _in_loop(
         and _is_output(read or node, ctx, returns=once)
     ):
         return False  # the copy to the host is the loop's output (images, a response, samples)
+    if bulk and kind == "batch" and not _trains(ctx) and _feeds_host_metric(read or node, ctx):
+        return False  # `evaluator.add_batch(target, pred)`: a NumPy metric updated each step
     if kind == "rows":
         where = f"in the loop at line {line}, once per row of a device tensor,"
     elif kind == "items":
