@@ -514,3 +514,47 @@ def test_a_bulk_copy_that_updates_a_numpy_metric_each_step_is_left_alone() -> No
         "        evaluator.add_batch(target.numpy(), pred)\n", "        preds.append(pred)\n"
     ).replace("    model.eval()\n", "    model.eval()\n    preds = []\n")
     assert _lines(collected, "TPL201") == [21]
+
+
+# ---- TPL201: a grown list of device scalars wrapped in a display for a legacy constructor
+
+CONTENT = """\
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class ContentLoss(nn.Module):
+    def __init__(self, extractor, weights):
+        super().__init__()
+        self.extractor, self.weights = extractor, weights
+
+    def forward(self, sr, gt):
+        losses = []
+        for scale in self.weights:
+            losses.append(F.mse_loss(sr * scale, gt * scale))
+        losses = torch.Tensor([losses]).to(sr.device)
+        return losses
+
+
+def train(loader, model, criterion: ContentLoss, optimizer, device):
+    for lr, gt in loader:
+        sr = model(lr.to(device))
+        loss = criterion(sr, gt.to(device)).sum()
+        loss.backward()
+        optimizer.step()
+
+
+def main(loader, model, optimizer, extractor, device):
+    criterion = ContentLoss(extractor, [1.0])
+    train(loader, model.to(device), criterion, optimizer, device)
+"""
+
+
+def test_a_grown_list_of_device_scalars_in_a_legacy_constructor_is_read_per_element() -> None:
+    assert _lines(CONTENT, "TPL201") == [15]
+    # the display holding host numbers is no read
+    floats = CONTENT.replace(
+        "losses.append(F.mse_loss(sr * scale, gt * scale))", "losses.append(float(scale))"
+    )
+    assert _lines(floats, "TPL201") == []

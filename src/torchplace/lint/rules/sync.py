@@ -266,9 +266,15 @@ def _elements(arg: ast.expr, ctx: Context) -> list[ast.expr]:
     a display (``torch.tensor([loss_a, loss_b])``), the starred target of an enclosing loop
     (``for *xyxy, conf, cls in reversed(det): torch.tensor(xyxy)``, YOLO's boxes), or a list
     the function starts empty and grows (``labels = []``, ``labels.append(y[i])``, then
-    ``torch.tensor(labels)``): what it appends."""
+    ``torch.tensor(labels)``): what it appends, also as the one element of a display
+    (``torch.Tensor([losses])``)."""
     if isinstance(arg, (ast.List, ast.Tuple)):
-        return [e.value if isinstance(e, ast.Starred) else e for e in arg.elts]
+        elements = [e.value if isinstance(e, ast.Starred) else e for e in arg.elts]
+        if len(elements) == 1 and isinstance(elements[0], ast.Name):
+            scope = ctx.function_scope()
+            grown = _appended(elements[0], scope.node) if scope is not None else []
+            return grown or elements
+        return elements
     if not isinstance(arg, ast.Name):
         return []
     for parent in ctx.parents:
