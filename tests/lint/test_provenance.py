@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import shutil
 import textwrap
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 from torchplace.cli import main
 from torchplace.lint import lint_source
 from torchplace.lint.provenance import Fact, FileFacts
+from torchplace.lint.provenance.callers import _cousins
 from torchplace.lint.provenance.loops import has_own_batch_loop
 
 EXAMPLES = Path(__file__).parent / "fixtures" / "examples"
@@ -438,3 +440,21 @@ def test_hooks_layer_walks_and_loops_over_models() -> None:
     # step are not batch loops; a loop that builds a loss module but moves its batch is one
     lines = [f.line for f in lint_source(OWN_FUNCTIONS, "nb.py", select={"TPL201"})]
     assert lines == [13, 53]
+
+
+def test_cousins_take_subpackages_and_namespace_folders_but_not_a_crowd(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    root = tmp_path_factory.mktemp("project")
+    (root / "pkg" / "modules").mkdir(parents=True)
+    (root / "pkg" / "models" / "diffusion").mkdir(parents=True)
+    (root / "pkg" / "models" / "diffusion" / "ddpm.py").write_text("x = 1\n")
+    (root / "pkg" / "models" / "autoencoder.py").write_text("x = 1\n")
+    found = {os.path.relpath(p, root) for p in _cousins(str(root / "pkg" / "modules"))}
+    assert found == {"pkg/models/autoencoder.py", "pkg/models/diffusion/ddpm.py"}
+    # a folder among many (a home, a cache of projects) has no cousins searched
+    crowd = tmp_path_factory.mktemp("crowd")
+    for n in range(41):
+        (crowd / f"p{n}").mkdir()
+    (crowd / "p0" / "a.py").write_text("x = 1\n")
+    assert _cousins(str(crowd / "p1")) == ()

@@ -580,6 +580,8 @@ def _mentioning(here: str) -> tuple[str, ...]:
 
 # Sibling packages with more modules than this in all are not searched for importers.
 _MAX_COUSINS = 120
+# Folders beside a package (or in one) past this are not a project's packages: not searched.
+_MAX_FOLDERS = 40
 
 
 @lru_cache(maxsize=64)
@@ -589,11 +591,15 @@ def _cousins(directory: str) -> tuple[str, ...]:
     namespace packages too (folders without ``__init__.py``), if there are few."""
     parent = os.path.dirname(directory)
     found: list[str] = []
-    for place in _folders(parent):
+    folders = _folders(parent)
+    if len(folders) > _MAX_FOLDERS:
+        return ()  # not a project's package folder (a home or a cache of many projects)
+    for place in folders:
         if place == directory:
             continue
-        for inner in (place, *_folders(place)):
-            found.extend(_python_files(inner))
+        inner = _folders(place)
+        for sub in (place, *(inner if len(inner) <= _MAX_FOLDERS else ())):
+            found.extend(_python_files(sub))
         if len(found) > _MAX_COUSINS:
             return ()
     return tuple(found)
