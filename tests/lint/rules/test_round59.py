@@ -558,3 +558,38 @@ def test_a_grown_list_of_device_scalars_in_a_legacy_constructor_is_read_per_elem
         "losses.append(F.mse_loss(sr * scale, gt * scale))", "losses.append(float(scale))"
     )
     assert _lines(floats, "TPL201") == []
+
+
+# ---- TPL401: the CUDA side of a branch whose `else` loads mapped to the CPU
+
+FLAG_BRANCH = """\
+import argparse
+
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--cuda", default=True, type=bool)
+parser.add_argument("--trained_model")
+args = parser.parse_args()
+
+if __name__ == "__main__":
+    net = torch.nn.Linear(2, 2)
+    if args.cuda:
+        net.load_state_dict(torch.load(args.trained_model, weights_only=True))
+    else:
+        net.load_state_dict(torch.load(args.trained_model, map_location="cpu", weights_only=True))
+    if args.cuda:
+        net = net.cuda()
+"""
+
+
+def test_a_load_whose_else_maps_to_the_cpu_is_the_cuda_side_of_a_choice() -> None:
+    assert _lines(FLAG_BRANCH, "TPL401") == []
+    # an `else` that loads without mapping says nothing of the test
+    unmapped = FLAG_BRANCH.replace('map_location="cpu", ', "")
+    assert _lines(unmapped, "TPL401") == [13, 15]
+
+
+def test_a_fill_value_given_by_keyword_is_read_as_well() -> None:
+    keyword = SAMPLER.replace("self.alphas[index], device", "fill_value=self.alphas[index], device")
+    assert _lines(keyword, "TPL201") == [26]

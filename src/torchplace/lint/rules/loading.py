@@ -903,6 +903,13 @@ def _under_cuda_check(ctx: Context) -> bool:
             return True
         if (
             isinstance(stmt, ast.If)
+            and inner is stmt.body
+            and _mapped_to_cpu(stmt.orelse)
+            and not any(isinstance(n, ast.Constant) and n.value == "cpu" for n in walk(stmt.test))
+        ):
+            return True  # `if args.cuda: torch.load(p)`, `else: torch.load(p, map_location="cpu")`
+        if (
+            isinstance(stmt, ast.If)
             and inner is stmt.orelse
             and isinstance(stmt.test, ast.UnaryOp)
             and isinstance(stmt.test.op, ast.Not)
@@ -910,6 +917,32 @@ def _under_cuda_check(ctx: Context) -> bool:
         ):
             return True
     return False
+
+
+def _mapped_to_cpu(orelse: list[ast.stmt]) -> bool:
+    """The ``else`` of a branch loads with ``map_location`` naming the CPU (``torch.load(p,
+    map_location="cpu")``): its test chose CUDA, whatever it is called (``if args.cuda:``),
+    and the branch's own load runs only there."""
+    return any(
+        isinstance(sub, ast.Call)
+        and call_name(sub) == "load"
+        and (given := keyword(sub, "map_location")) is not None
+        and _is_cpu_location(given.value)
+        for stmt in orelse
+        for sub in walk(stmt)
+    )
+
+
+def _is_cpu_location(node: ast.expr) -> bool:
+    """``"cpu"``, ``torch.device("cpu")``."""
+    if isinstance(node, ast.Constant):
+        return node.value == "cpu"
+    return (
+        isinstance(node, ast.Call)
+        and bool(node.args)
+        and isinstance(node.args[0], ast.Constant)
+        and node.args[0].value == "cpu"
+    )
 
 
 def _cuda_present(test: ast.expr, ctx: Context) -> bool:

@@ -422,7 +422,8 @@ def _fill_element(call: ast.Call, ctx: Context) -> ast.Subscript | None:
         )
     else:
         return None
-    value = call.args[at] if len(call.args) > at else keyword(call, keyword_name)
+    given = keyword(call, keyword_name)
+    value = call.args[at] if len(call.args) > at else given.value if given is not None else None
     if (
         isinstance(value, ast.Subscript)
         and not isinstance(value.slice, ast.Slice)
