@@ -24,6 +24,7 @@ __all__ = [
     "own_nodes",
     "parse_module",
     "statements",
+    "store_targets",
     "subtree",
     "walk",
     "walk_body",
@@ -184,6 +185,16 @@ def own_nodes(owner: ast.AST) -> tuple[ast.AST, ...]:
     found = tuple(walk_body(body)) if type(body) is list else ()
     _OWN[id(owner)] = (owner, found)
     return found
+
+
+def store_targets(node: ast.AST) -> list[ast.expr]:
+    """The targets an assignment statement stores to (``a = b = v``, ``a += v``, ``a: T = v``);
+    none for anything else."""
+    if isinstance(node, ast.Assign):
+        return list(node.targets)
+    if isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        return [node.target]
+    return []
 
 
 def assigned(owner: ast.AST) -> dict[str, list[ast.expr]]:

@@ -246,6 +246,13 @@ class Detector:
 def test_the_heads_a_forward_returns_as_a_tuple_are_whole_tensors_not_rows() -> None:
     assert _lines(HEADS, "TPL201") == []
     # a forward returning one tensor: iterating its output walks the batch's rows
+    # also when the attribute is rebound to a wrapper of the model after it is built
+    wrapped = HEADS.replace(
+        "        self.net = Body().cuda().eval()\n",
+        "        self.net = Body().cuda().eval()\n        self.net = torch.nn.DataParallel(self.net)\n",
+    )
+    assert "DataParallel" in wrapped
+    assert _lines(wrapped, "TPL201") == []
     one = HEADS.replace("return self.a(x), self.b(x)", "return self.a(x) + self.b(x)")
     assert _lines(one, "TPL201") == [25]
 

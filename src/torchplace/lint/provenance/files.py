@@ -39,6 +39,35 @@ from torchplace.lint.resolver import (
 __all__ = ["FileFacts", "facts_for_file", "file_facts", "scope_node", "unchain"]
 
 
+def _registered_names(cls: ast.ClassDef) -> frozenset[str]:
+    """The attributes ``cls`` registers as buffers (``self.register_buffer("step", ...)``) or
+    binds to parameters (``self.step = nn.Parameter(...)``)."""
+    found: set[str] = set()
+    for node in walk(cls):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "register_buffer"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            found.add(node.args[0].value)
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and (dotted_name(node.value.func) or "").rpartition(".")[2] == "Parameter"
+        ):
+            found.update(
+                t.attr
+                for t in node.targets
+                if isinstance(t, ast.Attribute)
+                and isinstance(t.value, ast.Name)
+                and t.value.id == "self"
+            )
+    return frozenset(found)
+
+
 def _set_by_setters(cls: ast.ClassDef) -> dict[str, Fact]:
     """``self.<name>`` set through a setter method of the class that moves what it sets:
     latent diffusion's samplers define ``register_buffer(self, name, attr)`` as ``attr =
@@ -132,6 +161,7 @@ class FileFacts:
         self._returns_args: dict[tuple[int, frozenset[str]], bool] = {}
         self._method_host: dict[tuple[int, str, str], bool] = {}
         self._moves: dict[int, bool] = {}
+        self._registered: dict[int, frozenset[str]] = {}
         # names bound to new instances of a class, by (class, import path): see callers
         self.instances: dict[tuple[int, str | None], frozenset[str]] = {}
         self._assigned_calls: dict[str, list[ast.Assign]] = {}
@@ -304,34 +334,14 @@ class FileFacts:
     def registered_tensor(self, method: ast.AST, attr: str) -> bool:
         """``self.<attr>`` is a buffer or parameter of the method's module class
         (``self.register_buffer("step", ...)``, ``self.step = nn.Parameter(...)``): a tensor
-        that moves with the module."""
+        that moves with the module. The class's registered names are found once."""
         cls = self.parent.get(id(method))
         if not isinstance(cls, ast.ClassDef):
             return False
-        for node in walk(cls):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "register_buffer"
-                and node.args
-                and isinstance(node.args[0], ast.Constant)
-                and node.args[0].value == attr
-            ):
-                return True
-            if (
-                isinstance(node, ast.Assign)
-                and any(
-                    isinstance(t, ast.Attribute)
-                    and isinstance(t.value, ast.Name)
-                    and t.value.id == "self"
-                    and t.attr == attr
-                    for t in node.targets
-                )
-                and isinstance(node.value, ast.Call)
-                and (dotted_name(node.value.func) or "").rpartition(".")[2] == "Parameter"
-            ):
-                return True
-        return False
+        names = self._registered.get(id(cls))
+        if names is None:
+            names = self._registered[id(cls)] = _registered_names(cls)
+        return attr in names
 
     def release(self) -> None:
         """Drop every cache: flows point back here, and a cycle would keep the file's whole

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from types import EllipsisType
 from typing import TYPE_CHECKING
 
-from torchplace.lint.nodes import isinstance_test, own_nodes, walk
+from torchplace.lint.nodes import isinstance_test, own_nodes, statements, walk
 from torchplace.lint.provenance.values import (
     _COMPS,
     _FACTORIES,
@@ -664,7 +664,7 @@ class Flow:
         cls = self.facts.parent.get(id(self.node))
         if not isinstance(cls, ast.ClassDef):
             return False
-        for sub in walk(cls):
+        for sub in statements(cls.body):
             if not (
                 isinstance(sub, ast.Assign)
                 and isinstance(sub.value, ast.Call)
@@ -676,7 +676,7 @@ class Flow:
                 call = call.func.value  # `Body().cuda().eval()`
             made = self.facts.class_def(call.func)
             if made is None:
-                return False
+                continue  # `self.net = nn.DataParallel(self.net)`: a wrapper of what was built
             forward = next(
                 (f for f in made[1].body if isinstance(f, ast.FunctionDef) and f.name == "forward"),
                 None,

@@ -22,6 +22,7 @@ from torchplace.lint.finding import Edit, Fix
 from torchplace.lint.nodes import assigned, own_nodes, walk
 from torchplace.lint.provenance import FileFacts, facts_for_file, file_facts
 from torchplace.lint.provenance.callers import _siblings, _text_of, call_sites
+from torchplace.lint.provenance.values import _is_cpu
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import in_test, loop_bound_names, only_used_by, receiver_root
 from torchplace.lint.rules.model_loads import (
@@ -246,13 +247,7 @@ def _report_weights_only(
                 "state dict and load it with `weights_only=True`",
             )
             return
-        fix = None
-        where = _after_last_argument(call, ctx)
-        if where is not None:
-            line, col = where
-            fix = Fix(
-                "add `weights_only=True`", (Edit(line, col, line, col, ", weights_only=True"),)
-            )
+        fix = _weights_only_fix(call, ctx)
         callers = " (no caller passes it through `**kwargs`)" if forwarded else ""
         ctx.report(
             NO_WEIGHTS_ONLY.code,
@@ -277,19 +272,24 @@ def _hub_load(call: ast.Call, ctx: Context, name: str) -> None:
         or _version_branch(call, ctx)
     ):
         return
-    fix = None
-    where = _after_last_argument(call, ctx)
-    if where is not None:
-        line, col = where
-        fix = Fix("add `weights_only=True`", (Edit(line, col, line, col, ", weights_only=True"),))
     ctx.report(
         NO_WEIGHTS_ONLY.code,
         call,
         f"`{name}` without `weights_only=True` unpickles the file it downloads with "
         "`weights_only=False`, its default on every torch version (code execution on a "
         "crafted file); pass `weights_only=True`",
-        fix,
+        _weights_only_fix(call, ctx),
     )
+
+
+def _weights_only_fix(call: ast.Call, ctx: Context) -> Fix | None:
+    """``weights_only=True`` added after the call's last argument (None where that place
+    cannot be found)."""
+    where = _after_last_argument(call, ctx)
+    if where is None:
+        return None
+    line, col = where
+    return Fix("add `weights_only=True`", (Edit(line, col, line, col, ", weights_only=True"),))
 
 
 def _custom_unpickler(call: ast.Call) -> bool:
@@ -927,21 +927,9 @@ def _mapped_to_cpu(orelse: list[ast.stmt]) -> bool:
         isinstance(sub, ast.Call)
         and call_name(sub) == "load"
         and (given := keyword(sub, "map_location")) is not None
-        and _is_cpu_location(given.value)
+        and _is_cpu(given.value)
         for stmt in orelse
         for sub in walk(stmt)
-    )
-
-
-def _is_cpu_location(node: ast.expr) -> bool:
-    """``"cpu"``, ``torch.device("cpu")``."""
-    if isinstance(node, ast.Constant):
-        return node.value == "cpu"
-    return (
-        isinstance(node, ast.Call)
-        and bool(node.args)
-        and isinstance(node.args[0], ast.Constant)
-        and node.args[0].value == "cpu"
     )
 
 

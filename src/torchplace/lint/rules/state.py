@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 
 from torchplace.lint.base import Context, Family, Rule, Scope, call_name
-from torchplace.lint.nodes import isinstance_test, own_nodes, walk
+from torchplace.lint.nodes import isinstance_test, own_nodes, store_targets, walk
 from torchplace.lint.rules.factories import _empty_shape, _number_annotation
 from torchplace.lint.rules.facts import (
     FACTORIES,
@@ -197,7 +197,7 @@ def _filled_placeholder(value: ast.expr, ctx: Context, method: Scope, attr: str)
         if item is method.node:
             continue
         if item.name in called:
-            if any(_self_attr(t) == attr for sub in walk(item) for t in _store_targets(sub)):
+            if any(_self_attr(t) == attr for sub in walk(item) for t in store_targets(sub)):
                 return False  # rebuilt by the class's own code: a cache kept across calls
             continue
         for sub in walk(item):
@@ -347,14 +347,6 @@ def _methods(cls: Scope) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
         for item in cls.node.body
         if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
     }
-
-
-def _store_targets(node: ast.AST) -> list[ast.expr]:
-    if isinstance(node, ast.Assign):
-        return list(node.targets)
-    if isinstance(node, (ast.AugAssign, ast.AnnAssign)):
-        return [node.target]
-    return []
 
 
 def _self_calls(node: ast.AST) -> set[str]:

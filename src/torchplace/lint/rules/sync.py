@@ -24,7 +24,15 @@ from torchplace.lint.base import (
     loop_items,
     names_in,
 )
-from torchplace.lint.nodes import isinstance_test, own_nodes, subtree, walk, walk_body
+from torchplace.lint.nodes import (
+    isinstance_test,
+    own_nodes,
+    statements,
+    store_targets,
+    subtree,
+    walk,
+    walk_body,
+)
 from torchplace.lint.provenance import Fact, FileFacts, PerBatch, file_facts, scope_node
 from torchplace.lint.provenance.callers import MOVED_SELF, engine_step, imported_by_siblings
 from torchplace.lint.provenance.flow import zip_pairs
@@ -569,18 +577,10 @@ def _latched(branch: ast.AST, ctx: Context) -> bool:
         return False
     if not all(isinstance(s.value, ast.Constant) and s.value.value is True for s in sets):
         return False
-    elsewhere = [
-        sub
+    return not any(
+        sub not in sets and any(dotted_name(t) == name for t in store_targets(sub))
         for sub in walk(ctx.loops()[-1])
-        if isinstance(sub, (ast.Assign, ast.AugAssign, ast.AnnAssign))
-        and sub not in sets
-        and any(dotted_name(t) == name for t in _targets(sub))
-    ]
-    return not elsewhere
-
-
-def _targets(stmt: ast.Assign | ast.AugAssign | ast.AnnAssign) -> list[ast.expr]:
-    return stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+    )
 
 
 def _torch_test(test: ast.expr, ctx: Context) -> bool:
@@ -1308,16 +1308,12 @@ def _feeds_host_metric(read: ast.AST, ctx: Context) -> bool:
     ``pred = np.argmax(pred, axis=1)`` and ``self.evaluator.add_batch(target, pred)`` in the
     same step: the copy updates a metric object of the linted tree that keeps its state in
     NumPy (``self.confusion_matrix = np.zeros(...)``), which needs it on the host every step."""
-    stmt = next((p for p in reversed(ctx.parents) if isinstance(p, ast.stmt)), None)
-    if stmt is None:
+    if not ctx.stmt_path:
         return False
-    bound = assigned_name(stmt, read)
+    block, index = ctx.stmt_path[-1]
+    bound = assigned_name(block[index], read)
     names = {bound} if bound is not None else set()
-    later: list[ast.stmt] = [stmt]
-    block = next((b for b in _blocks_of(ctx.loops()[-1]) if any(s is stmt for s in b)), None)
-    if block is not None:
-        later = block[[id(s) for s in block].index(id(stmt)) :]
-    for sub in later:
+    for sub in block[index:]:  # the read's statement and those after it in its block
         for node in walk(sub):
             if isinstance(node, ast.Assign) and names & {
                 n.id for n in walk(node.value) if isinstance(n, ast.Name)
@@ -1335,16 +1331,6 @@ def _feeds_host_metric(read: ast.AST, ctx: Context) -> bool:
     return False
 
 
-def _blocks_of(loop: ast.AST) -> list[list[ast.stmt]]:
-    """The statement lists inside ``loop`` (its body and those nested in it)."""
-    return [
-        block
-        for sub in walk(loop)
-        for block in (getattr(sub, "body", None), getattr(sub, "orelse", None))
-        if isinstance(block, list) and block and isinstance(block[0], ast.stmt)
-    ]
-
-
 def _numpy_state(holder: ast.expr, ctx: Context) -> bool:
     """``holder`` (``evaluator``, ``self.evaluator``) is bound to an instance of a class of the
     linted tree that keeps an attribute in NumPy (``self.hist = np.zeros((n, n))``)."""
@@ -1358,7 +1344,7 @@ def _numpy_state(holder: ast.expr, ctx: Context) -> bool:
         values = list(ctx.scope_bindings(scope).get(name, [])) if scope is not None else []
     elif name.startswith("self.") and name.count(".") == 1:
         cls = next((p for p in reversed(ctx.parents) if isinstance(p, ast.ClassDef)), None)
-        for sub in walk(cls) if cls is not None else ():
+        for sub in statements(cls.body) if cls is not None else ():
             if isinstance(sub, ast.Assign) and any(dotted_name(t) == name for t in sub.targets):
                 values.append(sub.value)
     for value in values:
@@ -1373,7 +1359,7 @@ def _numpy_state(holder: ast.expr, ctx: Context) -> bool:
             and isinstance(sub.value, ast.Call)
             and (owner.qualname(sub.value.func) or "").startswith("numpy.")
             and any((dotted_name(t) or "").startswith("self.") for t in sub.targets)
-            for sub in walk(cls)
+            for sub in statements(cls.body)
         ):
             return True
     return False
