@@ -13,6 +13,7 @@ from functools import lru_cache
 
 from torchplace.lint.base import Context, bindings
 from torchplace.lint.nodes import BLOCKS, assigned, own_nodes, parse_module, statements, walk
+from torchplace.lint.provenance import cycles
 from torchplace.lint.provenance.callers import _RUN_METHODS, PerBatch, calls_in, find_per_batch
 from torchplace.lint.provenance.flow import Flow
 from torchplace.lint.provenance.given import given_seeds
@@ -146,15 +147,15 @@ class FileFacts:
         self.defs: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}
         self.parent: dict[int, ast.AST] = {}
         self._index(tree.body, tree)
-        self._flows: dict[int, Flow | None] = {}
+        self._flows: dict[int, Flow] = {}
         self._given: dict[int, dict[str, Fact]] = {}
         self._own_flows: dict[int, Flow] = {}
+        self._own_running: dict[int, Flow] = {}
         self._loop_kinds: dict[int, tuple[LoopKind, str] | None] = {}
         self._calls: dict[str, list[tuple[ast.AST, ast.Call, tuple[ast.AST, ...]]]] = {}
         #: per function: the answer and the depth it was found at (a "no" found deep in a
         #: chain of callers, out of depth, may be a "yes" asked directly)
         self._per_batch: dict[int, tuple[PerBatch | None, int]] = {}
-        self._per_batch_busy: set[int] = set()
         self._self_attrs: dict[int, dict[str, Fact]] = {}
         self._returns_host: dict[str, bool] = {}
         self._returns_device: dict[str, Fact | None] = {}
@@ -230,17 +231,17 @@ class FileFacts:
             flow = Flow(self, node, {**self.given(node), **seeds})
             flow.run()
             return flow
-        key = id(node)
-        cached = self._flows.get(key)
+        cached = self._flows.get(id(node))
         if cached is not None:
             return cached
-        if key in self._flows:  # being computed (recursion through outer facts)
-            return Flow(self, node, {})
-        self._flows[key] = None
-        flow = Flow(self, node, self.given(node))
-        flow.run()
-        self._flows[key] = flow
-        return flow
+
+        def compute() -> Flow:
+            flow = Flow(self, node, self.given(node))
+            flow.run()
+            return flow
+
+        # being computed (recursion through outer facts): a flow that knows nothing
+        return cycles.answer(self._flows, id(node), compute, lambda: Flow(self, node, {}))
 
     def own_fact(self, node: ast.expr, scope: ast.AST) -> Fact | None:
         """Where ``node`` lives by its function's own code alone, not what its callers hand
@@ -248,8 +249,17 @@ class FileFacts:
         key = id(scope)
         flow = self._own_flows.get(key)
         if flow is None:
-            flow = self._own_flows[key] = Flow(self, scope, {})
-            flow.run()
+
+            def compute() -> Flow:
+                running = self._own_running[key] = Flow(self, scope, {})
+                try:
+                    running.run()
+                finally:
+                    del self._own_running[key]
+                return running
+
+            # asked while it runs: what it knows so far
+            flow = cycles.answer(self._own_flows, key, compute, lambda: self._own_running[key])
         return flow.eval(node, flow.at(getattr(node, "lineno", 0)))
 
     def given(self, node: ast.AST) -> dict[str, Fact]:
@@ -257,13 +267,10 @@ class FileFacts:
         values, found once per function (a cycle through the callers reads as none)."""
         if not isinstance(node, _FUNCTIONS):
             return {}
-        key = id(node)
-        if key in self._given:
-            return self._given[key]
-        self._given[key] = {}
-        found = given_seeds(self, node)
-        self._given[key] = found
-        return found
+        cached = self._given.get(id(node))
+        if cached is not None:
+            return cached
+        return cycles.answer(self._given, id(node), lambda: given_seeds(self, node), dict)
 
     def outer_fact(self, node: ast.AST, name: str) -> Fact | None:
         """A name a function reads but does not bind: the module's final binding of it."""
@@ -526,7 +533,14 @@ class FileFacts:
         device value it makes itself (``model = Net().cuda()``, then ``return model``)."""
         if name in self._returns_device:
             return self._returns_device[name]
-        self._returns_device[name] = None  # recursion: assume it does not
+        return cycles.answer(
+            self._returns_device,
+            name,
+            lambda: self._returned_device(name),
+            lambda: None,  # recursion: assume it does not
+        )
+
+    def _returned_device(self, name: str) -> Fact | None:
         defs = self.defs.get(name, [])
         if len(defs) != 1:
             return None
@@ -539,9 +553,7 @@ class FileFacts:
         first = found[0]
         if first is None or not all(f is not None and f.on_device for f in found):
             return None
-        result = Fact("device", f"{name}(...)", first.move, first.name)
-        self._returns_device[name] = result
-        return result
+        return Fact("device", f"{name}(...)", first.move, first.name)
 
     def callees(
         self, name: str, qualname: str | None
@@ -571,7 +583,16 @@ class FileFacts:
         cached = self._returns_args.get(key)
         if cached is not None:
             return cached
-        self._returns_args[key] = True  # recursion: assume it may
+        return cycles.answer(
+            self._returns_args,
+            key,
+            lambda: self._returned_arguments(callee, seeds),
+            lambda: True,  # recursion: assume it may
+        )
+
+    def _returned_arguments(
+        self, callee: ast.FunctionDef | ast.AsyncFunctionDef, seeds: dict[str, Fact]
+    ) -> bool:
         flow = self.flow(callee, seeds)
         nodes = own_nodes(callee)
         values = [n.value for n in nodes if isinstance(n, ast.Return) and n.value is not None]
@@ -582,10 +603,7 @@ class FileFacts:
         result = not values or any(
             (fact := flow.eval(v, flow.at(v.lineno))) is not None and fact.on_device for v in values
         )
-        if not result:
-            result = any(_stores_device(n, read, flow) for n in nodes)
-        self._returns_args[key] = result
-        return result
+        return result or any(_stores_device(n, read, flow) for n in nodes)
 
     # -- loops ------------------------------------------------------------------------------
     def loop_kind(self, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind, str] | None:
@@ -594,10 +612,9 @@ class FileFacts:
         key = id(loop)
         if key in self._loop_kinds:
             return self._loop_kinds[key]
-        self._loop_kinds[key] = None
-        result = classify(self, loop, scope)
-        self._loop_kinds[key] = result
-        return result
+        return cycles.answer(
+            self._loop_kinds, key, lambda: classify(self, loop, scope), lambda: None
+        )
 
     def local_def(
         self, func: ast.expr, scope: ast.AST
@@ -735,15 +752,13 @@ class FileFacts:
             (cached[0] is not None and not cached[0].far) or cached[1] <= depth
         ):
             return cached[0]  # a result found far down may be nearer from here
-        if key in self._per_batch_busy:
-            return None  # a cycle reads as "no"
-        self._per_batch_busy.add(key)
-        try:
-            result = find_per_batch(self, function, depth)
-        finally:
-            self._per_batch_busy.discard(key)
-        self._per_batch[key] = (result, depth)
-        return result
+        return cycles.answer(
+            self._per_batch,
+            key,
+            lambda: find_per_batch(self, function, depth),
+            lambda: None,  # a cycle reads as "no"
+            lambda result: (result, depth),
+        )
 
     def calls_of(self, name: str) -> list[tuple[ast.AST, ast.Call, tuple[ast.AST, ...]]]:
         """:func:`~.callers.calls_in`, once per name."""
