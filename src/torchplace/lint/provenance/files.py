@@ -9,6 +9,7 @@ import ast
 import os
 import re
 from collections.abc import Iterable
+from dataclasses import replace
 from functools import lru_cache
 
 from torchplace.lint.base import Context, bindings
@@ -24,6 +25,7 @@ from torchplace.lint.provenance.values import (
     LoopKind,
     _cut,
     _device_target,
+    _is_move_call,
     _places_self,
     _plainly_host,
     _short,
@@ -528,9 +530,20 @@ class FileFacts:
             directory = os.path.dirname(directory)
         return None
 
-    def returns_device(self, name: str) -> Fact | None:
+    def returns_device(self, name: str, qualname: str | None = None) -> Fact | None:
         """The one function of this file by that name whose every ``return`` hands back a
-        device value it makes itself (``model = Net().cuda()``, then ``return model``)."""
+        device value it makes itself (``model = Net().cuda()``, then ``return model``); with
+        ``qualname`` (``utils.get_network``), that function of the module of the linted tree
+        that the call imports it from."""
+        if qualname is not None:
+            module, _, function = qualname.rpartition(".")
+            other = self.module_facts(module) if module else None
+            if other is None or other is self or not other.returns_names(function):
+                return None  # a tuple's elements, or an object built there, are not followed
+            made = other.returns_device(function)
+            if made is None or made.move is None or ".py" in made.move:
+                return made
+            return replace(made, move=f"{made.move} of {os.path.basename(other.path)}")
         if name in self._returns_device:
             return self._returns_device[name]
         return cycles.answer(
@@ -538,6 +551,21 @@ class FileFacts:
             name,
             lambda: self._returned_device(name),
             lambda: None,  # recursion: assume it does not
+        )
+
+    def returns_names(self, name: str) -> bool:
+        """Every ``return`` of the functions of this file by that name hands back a name or a
+        move (``return net``, ``return model.cuda()``): not a tuple (``return model,
+        tokenizer``), nor an object it builds (``return Report(model, ...)``)."""
+        values = [
+            sub.value
+            for node in self.defs.get(name, [])
+            for sub in own_nodes(node)
+            if isinstance(sub, ast.Return)
+        ]
+        return bool(values) and all(
+            isinstance(v, ast.Name) or (isinstance(v, ast.Call) and _is_move_call(v))
+            for v in values
         )
 
     def _returned_device(self, name: str) -> Fact | None:

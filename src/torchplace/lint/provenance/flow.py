@@ -35,6 +35,7 @@ from torchplace.lint.provenance.values import (
     _moved_by,
     _one,
     _passes_device,
+    _plainly_host,
     _ran,
     _short,
     _target_names,
@@ -624,9 +625,9 @@ class Flow:
                 if _preprocessor_of_loader(func, called):
                     return Fact("host", f"preprocessor output `{_short(facts.segment(func), 32)}`")
                 return Fact("device", _short(facts.segment(node)), _ran(called), called.name)
-            if facts.returns_host(name):  # also when device values go in (``-> int``)
-                return Fact("host", name)
-            made = facts.returns_device(name)
+            if facts.returns_host(name) or _host_lambda(self.node, name):
+                return Fact("host", name)  # also when device values go in (``-> int``)
+            made = facts.returns_device(name, qualname)
             if made is not None:  # `model = load_model(cfg)`, which returns `Net().cuda()`
                 return made
             if facts.moves_argument(node, self.node):  # `to_var(x)`: a transfer helper
@@ -1032,7 +1033,11 @@ def _inspects_device(test: ast.expr) -> set[str]:
 
 def zip_pairs(iterable: ast.expr, target: ast.expr) -> list[tuple[ast.expr, ast.expr]] | None:
     """``for a, b in zip(xs, ys)``: each target with the sequence it comes from (one target
-    per sequence, no ``*`` on either side), else None."""
+    per sequence, no ``*`` on either side), else None. Also ``for name, m in (("VAE", vae),
+    ("VAR", var))``: each target with the column of the rows it takes."""
+    rows = _display_rows(iterable, target)
+    if rows is not None:
+        return rows
     if not (
         isinstance(iterable, ast.Call)
         and isinstance(iterable.func, ast.Name)
@@ -1045,3 +1050,39 @@ def zip_pairs(iterable: ast.expr, target: ast.expr) -> list[tuple[ast.expr, ast.
     if any(isinstance(n, ast.Starred) for pair in pairs for n in pair):
         return None
     return pairs
+
+
+def _host_lambda(scope: ast.AST, name: str) -> bool:
+    """``name`` is bound in ``scope`` only to lambdas whose body is plainly a host value
+    (``count = lambda m: f"{sum(p.numel() for p in m.parameters()) / 1e6:.2f}"``)."""
+    values = [
+        node.value
+        for node in own_nodes(scope)
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
+    ]
+    return bool(values) and all(isinstance(v, ast.Lambda) and _plainly_host(v.body) for v in values)
+
+
+def _display_rows(iterable: ast.expr, target: ast.expr) -> list[tuple[ast.expr, ast.expr]] | None:
+    """A tuple or list display of tuple displays as wide as the target, each target paired
+    with a display of its column (no ``*`` anywhere)."""
+    if not (
+        isinstance(iterable, (ast.Tuple, ast.List))
+        and iterable.elts
+        and isinstance(target, ast.Tuple)
+        and not any(isinstance(elt, ast.Starred) for elt in target.elts)
+        and all(
+            isinstance(row, ast.Tuple)
+            and len(row.elts) == len(target.elts)
+            and not any(isinstance(elt, ast.Starred) for elt in row.elts)
+            for row in iterable.elts
+        )
+    ):
+        return None
+    rows = [row.elts for row in iterable.elts if isinstance(row, ast.Tuple)]
+    columns = [
+        ast.copy_location(ast.Tuple(elts=list(column), ctx=ast.Load()), iterable)
+        for column in zip(*rows, strict=True)
+    ]
+    return list(zip(target.elts, columns, strict=True))

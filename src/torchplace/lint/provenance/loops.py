@@ -1113,8 +1113,10 @@ def _gathers_host_values(facts: FileFacts, iters: list[ast.expr], scope: ast.AST
         and len(node.args) == 2
         and isinstance(node.args[0], ast.Name)
         and node.args[0].id in names
-        and isinstance(node.args[1], ast.Name)
-        and node.args[1].id in packed
+        and (
+            (isinstance(node.args[1], ast.Name) and node.args[1].id in packed)
+            or _packs_host_values(facts, node.args[1], numbers)  # packed in the call itself
+        )
         for node in walk(scope)
     )
 

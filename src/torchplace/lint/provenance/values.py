@@ -85,6 +85,11 @@ HOST_ATTRS = frozenset(
         "index",
         "name",
         "columns",  # a DataFrame's column labels: tensors have no such attribute
+        # a model's settings (`model.hyperparams["burn_in"]`, `model.config.vocab_size`)
+        "hyperparams",
+        "hparams",
+        "config",
+        "cfg",
     }
 )
 # A MONAI MetaTensor's metadata (`img.meta["filename_or_obj"]`): Python values. Only of a
@@ -299,8 +304,9 @@ def _places_self(method: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
 
 
 def _plainly_host(value: ast.expr) -> bool:
-    """``loss.item()``, ``float(x)``, ``x.tolist()``, a literal: host, whatever ``x`` is."""
-    if isinstance(value, ast.Constant):
+    """``loss.item()``, ``float(x)``, ``x.tolist()``, a literal, an f-string: host, whatever
+    ``x`` is."""
+    if isinstance(value, (ast.Constant, ast.JoinedStr)):
         return True
     if isinstance(value, (ast.Tuple, ast.List)):
         return bool(value.elts) and all(_plainly_host(e) for e in value.elts)

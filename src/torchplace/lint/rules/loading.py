@@ -57,7 +57,7 @@ _LITAPI_METHODS = frozenset({"decode_request", "predict", "encode_response", "ba
 # Serving frameworks whose subclasses' methods answer requests: (package, base class, methods).
 _SERVING_BASES = (
     ("litserve", "LitAPI", _LITAPI_METHODS),
-    ("cog", "BasePredictor", frozenset({"predict"})),
+    ("cog", "Predictor", frozenset({"predict"})),  # `BasePredictor`, and the old `Predictor`
 )
 # Words of a handler's name that make loading its job.
 _LOAD_WORDS = frozenset({"load", "reload", "loader"})
@@ -844,19 +844,23 @@ def _slips_in_device_following_modules(ctx: Context) -> bool:
     return bool(calls) and all(id(call) in inside for call in calls)
 
 
+# `--gpu`, `-gpu` (argparse takes one dash too), `--gpus`
+_GPU_OPTION = re.compile(r"(?<![\w-])--?gpus?\b")
+
+
 def _gpu_choice(ctx: Context) -> bool:
     """A ``--gpu`` option that chooses the GPU or not: a flag (``action="store_true"``) or an
     option the code tests (``if args.gpu is not None:``, ``... if opt.gpu >= 0 else "cpu"``).
     One that only names the GPUs to use (``--gpu 0``, then ``CUDA_VISIBLE_DEVICES = args.gpu``)
     leaves no CPU path."""
-    if not re.search(r"--gpus?\b", ctx.source):
+    if not _GPU_OPTION.search(ctx.source):
         return False
     for sub in walk(ctx.scope.root().node):
         if isinstance(sub, ast.Call) and getattr(sub.func, "attr", "") == "add_argument":
             flags = [a.value for a in sub.args if isinstance(a, ast.Constant)]
             action = keyword(sub, "action")
             if (
-                any(isinstance(f, str) and re.fullmatch(r"--gpus?", f) for f in flags)
+                any(isinstance(f, str) and _GPU_OPTION.fullmatch(f) for f in flags)
                 and action is not None
                 and isinstance(action.value, ast.Constant)
                 and action.value.value in ("store_true", "store_false")

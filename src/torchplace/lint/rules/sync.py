@@ -131,6 +131,15 @@ def _call(call: ast.Call, ctx: Context) -> None:
             read=call,
         )
         return
+    if (
+        isinstance(func, ast.Attribute)
+        and func.attr == "get_scale"
+        and not call.args
+        and _grad_scaler(func.value, ctx)
+    ):
+        # `scaler.get_scale()` reads the scale tensor back with `.item()`
+        _check(call, func.value, "`GradScaler.get_scale()`", ctx, explicit=True, read=call)
+        return
     read = helper_read(call, ctx) if isinstance(func, (ast.Name, ast.Attribute)) else None
     if read is not None:
         if id(call) not in ctx.claimed:
@@ -231,6 +240,27 @@ def _call(call: ast.Call, ctx: Context) -> None:
             f"`{name}()` inside a loop stalls the host on every step; synchronize once "
             "after the loop (or record CUDA events)",
         )
+
+
+def _grad_scaler(receiver: ast.expr, ctx: Context) -> bool:
+    """``scaler``, or ``self.scaler``, bound in its function (or the class's methods) to
+    ``torch.amp.GradScaler(...)`` (also ``torch.cuda.amp``'s, or the name imported)."""
+    name = dotted_name(receiver)
+    if name is None:
+        return False
+    scope = ctx.function_scope()
+    if name.startswith("self.") and scope is not None:
+        owner = file_facts(ctx).parent.get(id(scope.node))
+        nodes = walk(owner) if isinstance(owner, ast.ClassDef) else own_nodes(scope.node)
+    else:
+        nodes = own_nodes(scope.node if scope is not None else ctx.scope.root().node)
+    return any(
+        isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Call)
+        and (ctx.qualname(node.value.func) or "").endswith("amp.GradScaler")
+        and any(dotted_name(target) == name for target in node.targets)
+        for node in nodes
+    )
 
 
 def _names_a_model(value: ast.expr, ctx: Context) -> bool:
@@ -2900,6 +2930,7 @@ FAMILY = Family(
         "numpy(",
         "synchronize",
         ".add_scalar(",  # TensorBoard reads a tensor value with `.item()`
+        ".get_scale(",  # `GradScaler.get_scale()` reads its scale with `.item()`
         "full(",  # `torch.full(size, t[i])` reads its fill value, as `.fill_(t[i])` does
         "fill_(",
         # builtins, preceded by what can stand before them (not `call(`, `print(`, `hint(`)

@@ -1,0 +1,221 @@
+"""Rule behaviour found on code the corpus did not hold yet: a model builder imported from
+another module of the tree, `GradScaler.get_scale()`, a packed
+all-gather argument written in the call, rows of a tuple display, a lambda that formats text
+and a model's settings (TPL201); a one-dash `-gpu` flag (TPL401); cog's old `Predictor`
+base (TPL403)."""
+
+from __future__ import annotations
+
+import pytest
+
+from .helpers import lines as _lines
+from .helpers import project as _project
+
+# ---- TPL201: a model built and moved by a function of another module
+
+BUILDER = """\
+from models import Net
+
+
+def get_network(args):
+    net = Net()
+    if args.gpu:
+        net = net.cuda()
+    return net
+"""
+
+TRAIN = """\
+from utils import get_network
+
+
+def train(args, loader, optimizer):
+    net = get_network(args)
+    for x, y in loader:
+        loss = net(x).sum()
+        loss.backward()
+        optimizer.step()
+        for name, p in net.named_parameters():
+            print(p.grad.norm())
+"""
+
+
+def test_a_model_moved_by_a_builder_of_another_module_is_on_the_device(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    files = {"utils.py": BUILDER, "train.py": TRAIN}
+    found = _project(tmp_path_factory.mktemp("project"), files, "TPL201")
+    assert found == [("train.py", 11)]
+
+
+def test_a_builder_of_another_module_returning_a_tuple_or_an_object_is_not_followed(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    # `return net, names`: which element is moved is not followed across files
+    builder = BUILDER.replace("return net", "return net, ['a']")
+    train = TRAIN.replace("net = get_network(args)", "net, names = get_network(args)")
+    files = {"utils.py": builder, "train.py": train}
+    assert _project(tmp_path_factory.mktemp("project"), files, "TPL201") == []
+    # nor an object it builds around the moved model (a report, a plan)
+    builder = BUILDER.replace("return net", "return Report(net)")
+    files = {"utils.py": builder, "train.py": TRAIN}
+    assert _project(tmp_path_factory.mktemp("project"), files, "TPL201") == []
+
+
+# ---- TPL201: GradScaler reads its scale back with `.item()`
+
+SCALER = """\
+import torch
+from torch.cuda.amp import GradScaler
+
+
+def fit(model, loader, opt):
+    scaler = GradScaler()
+    model.cuda()
+    for x in loader:
+        loss = model(x.cuda()).sum()
+        scaler.scale(loss).backward()
+        scale_before = scaler.get_scale()
+        scaler.step(opt)
+        scaler.update()
+        print(scale_before)
+    return scaler.get_scale()
+
+
+class Trainer:
+    def __init__(self, model):
+        self.model = model.cuda()
+        self.scaler = torch.amp.GradScaler("cuda")
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+    def step(self, x):
+        self.scaler.scale(self.model(x.cuda()).sum()).backward()
+        self.scaler.step(self.opt)
+        self.scaler.update()
+        return self.scaler.get_scale()
+"""
+
+
+def test_a_grad_scalers_scale_read_every_step_is_a_host_read() -> None:
+    # each step's reads (the loop, and a method that is one training step); not the one after
+    # the loop, nor a print of the Python float it gave
+    assert _lines(SCALER, "TPL201") == [11, 28]
+    # `get_scale()` of an object that is not a GradScaler
+    other = SCALER.replace("scaler = GradScaler()", "scaler = make_scaler()")
+    assert _lines(other, "TPL201") == [28]
+
+
+# ---- TPL201: each rank's size, packed in the all-gather's own call
+
+PACKED = """\
+import torch
+import torch.distributed as dist
+
+
+class Sampler:
+    def update(self, local_ts, local_losses):
+        sizes = [
+            torch.tensor([0], dtype=torch.int32, device=local_ts.device)
+            for _ in range(dist.get_world_size())
+        ]
+        dist.all_gather(sizes, torch.tensor([len(local_ts)], dtype=torch.int32, device=local_ts.device))
+        sizes = [x.item() for x in sizes]
+        return sizes
+
+
+def train(loader, sampler, model):
+    model.cuda()
+    for x in loader:
+        t = x.cuda()
+        loss = model(t)
+        sampler.update(t, loss)
+        loss.backward()
+"""
+
+
+def test_sizes_packed_in_the_all_gathers_call_are_host_values() -> None:
+    assert _lines(PACKED, "TPL201") == []
+    # the data itself gathered and read element by element is still reported
+    data = PACKED.replace(
+        "torch.tensor([len(local_ts)], dtype=torch.int32, device=local_ts.device)", "local_ts"
+    )
+    assert _lines(data, "TPL201") == [12]
+
+
+# ---- TPL201: rows of a tuple display, a lambda that formats text, a model's settings
+
+COUNTS = """\
+import torch
+
+
+def report(vae, var, loader, optimizer, device):
+    vae.to(device)
+    var.to(device)
+    count = lambda m: f"{sum(p.numel() for p in m.parameters()) / 1e6:.2f}"
+    print(", ".join([f"{k}={count(m)}" for k, m in (("VAE", vae), ("VAR", var))]))
+    for step, x in enumerate(loader):
+        loss = var(x.to(device)).sum()
+        loss.backward()
+        if step < var.hyperparams["burn_in"]:
+            optimizer.step()
+        for name, m in (("VAE", vae), ("VAR", var)):
+            print(name)
+            print(m(x.to(device)).mean())
+"""
+
+
+def test_names_beside_models_in_a_tuple_display_are_text() -> None:
+    # the names, the parameter counts and the model's settings are Python values; the
+    # output of each model, printed per step, is read
+    assert _lines(COUNTS, "TPL201") == [16]
+
+
+# ---- TPL401: a one-dash `-gpu` flag chooses the GPU or the CPU
+
+GPU_FLAG = """\
+import argparse
+
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("-gpu", action="store_true", default=False, help="use gpu or not")
+args = parser.parse_args()
+net = torch.nn.Linear(4, 4)
+if args.gpu:
+    net = net.cuda()
+net.load_state_dict(torch.load("weights.pth", weights_only=True))
+"""
+
+
+@pytest.mark.parametrize("flag", ["-gpu", "--gpu"])
+def test_a_gpu_flag_with_one_or_two_dashes_leaves_a_cpu_path(flag: str) -> None:
+    assert _lines(GPU_FLAG.replace('"-gpu"', f'"{flag}"'), "TPL401") == [11]
+
+
+def test_a_dash_inside_another_option_is_no_gpu_flag() -> None:
+    # `--use-gpu-ids`: a list of GPUs, no choice of the CPU; the file moves with `.cuda()` only
+    source = GPU_FLAG.replace('"-gpu", action="store_true", default=False', '"--use-gpu-ids"')
+    source = source.replace("if args.gpu:\n    net = net.cuda()", "net = net.cuda()")
+    assert _lines(source, "TPL401") == []
+
+
+# ---- TPL403: cog's old `Predictor` base answers requests in `predict`
+
+COG = """\
+import cog
+import torch
+
+
+class Predictor(cog.Predictor):
+    def setup(self):
+        self.model = torch.load("model.pt", map_location="cpu", weights_only=True)
+
+    @cog.input("image", type=cog.Path)
+    def predict(self, image):
+        model = torch.load("model.pt", map_location="cpu", weights_only=True)
+        return model(image)
+"""
+
+
+@pytest.mark.parametrize("base", ["cog.Predictor", "cog.BasePredictor"])
+def test_a_cog_predictors_predict_answers_each_request(base: str) -> None:
+    assert _lines(COG.replace("cog.Predictor)", f"{base})"), "TPL403") == [11]
