@@ -1,8 +1,8 @@
 """Rule behaviour found on code the corpus did not hold yet: a model builder imported from
-another module of the tree, `GradScaler.get_scale()`, a packed
-all-gather argument written in the call, rows of a tuple display, a lambda that formats text
-and a model's settings (TPL201); a one-dash `-gpu` flag (TPL401); cog's old `Predictor`
-base (TPL403)."""
+another module of the tree, `GradScaler.get_scale()`, a packed all-gather argument written in
+the call, rows of a tuple display, a lambda that formats text, a model's settings and a
+validation loop written inside `train()` (TPL201); a one-dash `-gpu` flag (TPL401); cog's old
+`Predictor` base (TPL403)."""
 
 from __future__ import annotations
 
@@ -219,3 +219,46 @@ class Predictor(cog.Predictor):
 @pytest.mark.parametrize("base", ["cog.Predictor", "cog.BasePredictor"])
 def test_a_cog_predictors_predict_answers_each_request(base: str) -> None:
     assert _lines(COG.replace("cog.Predictor)", f"{base})"), "TPL403") == [11]
+
+
+# ---- TPL201: a validation loop written inside `train()` trains nothing
+
+INLINE_VAL = """\
+import numpy as np
+import torch
+
+
+class RunningScore:
+    def __init__(self, n):
+        self.confusion_matrix = np.zeros((n, n))
+
+    def update(self, gt, pred):
+        self.confusion_matrix += np.bincount(gt * 3 + pred, minlength=9).reshape(3, 3)
+
+
+def train(model, trainloader, valloader, optimizer, device):
+    metrics = RunningScore(3)
+    for i, (images, labels) in enumerate(trainloader):
+        loss = model(images.to(device)).sum()
+        loss.backward()
+        optimizer.step()
+        print(loss.item())
+        if (i + 1) % 1000 == 0:
+            with torch.no_grad():
+                for images_val, labels_val in valloader:
+                    outputs = model(images_val.to(device))
+                    pred = outputs.max(1)[1].cpu().numpy()
+                    metrics.update(labels_val.numpy(), pred)
+"""
+
+
+def test_a_validation_loop_inside_train_feeds_its_numpy_metric() -> None:
+    # the training loop's read is reported; the validation copy for the metric is not
+    assert _lines(INLINE_VAL, "TPL201") == [19]
+    # a loop that steps the optimizer itself is a training loop
+    trains = INLINE_VAL.replace(
+        "                    metrics.update(labels_val.numpy(), pred)",
+        "                    metrics.update(labels_val.numpy(), pred)\n"
+        "                    optimizer.step()",
+    )
+    assert _lines(trains, "TPL201") == [19, 24]

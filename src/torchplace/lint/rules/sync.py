@@ -46,6 +46,7 @@ from torchplace.lint.provenance.loops import (
     indexed_row,
     narrowed_to_list,
     rare_test,
+    step_parts,
 )
 from torchplace.lint.provenance.values import HOST_METHODS, _passes_device
 from torchplace.lint.resolver import dotted_name
@@ -2819,6 +2820,18 @@ def _trains(ctx: Context) -> bool:
     scope = ctx.function_scope() or ctx.scope
     loops = ctx.loops() if ctx.function_scope() is None else []
     node = loops[0] if loops else scope.node
+    function = ctx.function_scope()
+    if (
+        function is not None
+        and isinstance(function.node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and not step_parts(function.node)[0]
+    ):
+        # the innermost batch loop around the read, when it has no step of its own and the
+        # function is no training step itself: a validation loop written inside `train()`,
+        # beside the training loop
+        batch = _innermost_batch_loop(ctx)
+        if batch is not None and not _steps_anywhere(batch):
+            node = batch
     key = f"trains:{id(node)}"
     cached = scope.cache.get(key)
     if cached is None:
@@ -2826,6 +2839,29 @@ def _trains(ctx: Context) -> bool:
             isinstance(sub, ast.Attribute) and sub.attr == "backward" for sub in walk(node)
         )
     return bool(cached)
+
+
+def _innermost_batch_loop(ctx: Context) -> ast.AST | None:
+    facts = file_facts(ctx)
+    scope = scope_node(ctx)
+    for loop in reversed(ctx.loops()):
+        kind = facts.loop_kind(loop, scope)
+        if kind is not None and kind[0] == "batch":
+            return loop
+    return None
+
+
+def _steps_anywhere(loop: ast.AST) -> bool:
+    """The loop calls ``.backward()``, ``.step()`` or ``.zero_grad()``, or a function named
+    for a training step (``train_step(batch)``): training, not evaluating."""
+    for sub in walk(loop):
+        if isinstance(sub, ast.Attribute) and sub.attr in {"backward", "zero_grad"}:
+            return True
+        if isinstance(sub, ast.Call):
+            name = (call_name(sub) or "").lower()
+            if name == "step" or ("train" in name and "step" in name):
+                return True
+    return False
 
 
 def _text(node: ast.AST, ctx: Context) -> str:
