@@ -2,7 +2,7 @@
 another module of the tree, `GradScaler.get_scale()`, a packed all-gather argument written in
 the call, rows of a tuple display, a lambda that formats text, a model's settings and a
 validation loop written inside `train()` (TPL201); a one-dash `-gpu` flag (TPL401); cog's old
-`Predictor` base (TPL403)."""
+`Predictor` base (TPL403); a `test.py` parsing its command line at the top level is linted."""
 
 from __future__ import annotations
 
@@ -262,3 +262,27 @@ def test_a_validation_loop_inside_train_feeds_its_numpy_metric() -> None:
         "                    optimizer.step()",
     )
     assert _lines(trains, "TPL201") == [19, 24]
+
+
+# ---- TPL401/402: a `test.py` that parses its command line at the top level is a script
+
+TOP_LEVEL_SCRIPT = """\
+import argparse
+
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--no-cuda", action="store_true")
+args = parser.parse_args()
+device = "cuda" if torch.cuda.is_available() and not args.no_cuda else "cpu"
+checkpoint = torch.load("./checkpoint/ckpt.t7")
+net_dict = checkpoint["net_dict"]
+"""
+
+
+def test_a_test_py_that_parses_its_command_line_at_the_top_level_is_a_script() -> None:
+    assert _lines(TOP_LEVEL_SCRIPT, "TPL401", "deep/test.py") == [9]
+    assert _lines(TOP_LEVEL_SCRIPT, "TPL402", "deep/test.py") == [9]
+    # a test module the runner collects parses nothing at import
+    module = TOP_LEVEL_SCRIPT.replace("args = parser.parse_args()", "args = None")
+    assert _lines(module, "TPL401", "deep/test.py") == []

@@ -240,11 +240,12 @@ def _imports_test_framework(ctx: Context) -> bool:
 
 
 def _evaluation_script(ctx: Context) -> bool:
-    """A ``test.py`` that is a program, not a test module: it imports no test framework, runs
-    from ``if __name__ == "__main__":`` (the evaluation script of a training repository), and
-    either parses the command line when imported or defines no ``test_*`` function or
-    ``Test*`` class for a runner to collect (a ``test_net(net, loader)`` the module itself calls
-    with arguments is a helper of the script, not a test)."""
+    """A ``test.py`` that is a program, not a test module: it imports no test framework, and
+    parses the command line when imported (with or without ``if __name__ == "__main__":``),
+    or runs from ``if __name__ == "__main__":`` (the evaluation script of a training
+    repository) and defines no ``test_*`` function or ``Test*`` class for a runner to collect
+    (a ``test_net(net, loader)`` the module itself calls with arguments is a helper of the
+    script, not a test)."""
     module = ctx.scope.root().node
     if not isinstance(module, ast.Module) or _imports_test_framework(ctx):
         return False
@@ -263,10 +264,12 @@ _SCRIPTS: dict[int, tuple[ast.Module, bool]] = {}
 
 
 def _runs_as_program(module: ast.Module) -> bool:
+    if _parses_command_line(module):
+        # a runner importing it would hand it the runner's own arguments: a script, also
+        # one with no `if __name__ == "__main__":` (its statements run at the top level)
+        return True
     if not any(main_test(node) is not None for node in module.body):
         return False
-    if _parses_command_line(module):
-        return True  # a runner importing it would hand it the runner's own arguments
     helpers = _called_with_arguments(module)
     collected = any(
         (
