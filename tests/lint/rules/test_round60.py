@@ -2,7 +2,8 @@
 another module of the tree, `GradScaler.get_scale()`, a packed all-gather argument written in
 the call, rows of a tuple display, a lambda that formats text, a model's settings and a
 validation loop written inside `train()` (TPL201); a one-dash `-gpu` flag (TPL401); cog's old
-`Predictor` base (TPL403); a `test.py` parsing its command line at the top level is linted."""
+`Predictor` base (TPL403); containers set up by one tuple assignment and filled with local
+names (TPL501); a `test.py` parsing its command line at the top level is linted."""
 
 from __future__ import annotations
 
@@ -286,3 +287,33 @@ def test_a_test_py_that_parses_its_command_line_at_the_top_level_is_a_script() -
     # a test module the runner collects parses nothing at import
     module = TOP_LEVEL_SCRIPT.replace("args = parser.parse_args()", "args = None")
     assert _lines(module, "TPL401", "deep/test.py") == []
+
+
+# ---- TPL501: containers set up by one tuple assignment, filled with local names
+
+GRIDS = """\
+import torch
+from torch import nn
+
+
+class YoloLoss(nn.Module):
+    def __init__(self, device=None, batch=2):
+        super().__init__()
+        self.masked_anchors, self.ref_anchors, self.grid_x = [], [], []
+        for i in range(3):
+            ref_anchors = torch.zeros(9, 4)
+            grid_x = torch.arange(76, dtype=torch.float).repeat(batch, 3, 76, 1).to(device)
+            host = ref_anchors.cpu()
+            self.ref_anchors.append(ref_anchors)
+            self.grid_x.append(grid_x)
+            self.masked_anchors.append([1.0, 2.0])
+            self.masked_anchors.append(host)
+
+    def forward(self, x):
+        return x + self.grid_x[0]
+"""
+
+
+def test_containers_set_up_by_a_tuple_assignment_keep_the_tensors_they_are_given() -> None:
+    # the tensors appended by their local names; not Python numbers, nor a host copy
+    assert _lines(GRIDS, "TPL501") == [13, 14]

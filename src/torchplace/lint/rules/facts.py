@@ -112,6 +112,8 @@ TENSOR_METHODS = frozenset(
         "permute",
         "transpose",
         "flatten",
+        "repeat",
+        "expand",
     }
 )
 

@@ -83,6 +83,19 @@ def _contents(container: ast.expr, ctx: Context, scope: Scope) -> str | None:
     return None
 
 
+def _empty_container(value: ast.expr) -> bool:
+    """``[]``, ``{}``, ``list()``, ``dict()``."""
+    if isinstance(value, (ast.List, ast.Dict)):
+        return not (value.keys if isinstance(value, ast.Dict) else value.elts)
+    return (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Name)
+        and value.func.id in {"list", "dict"}
+        and not value.args
+        and not value.keywords
+    )
+
+
 def _advice(held: str) -> str:
     return (
         "use `nn.ParameterList`/`ParameterDict` or `register_buffer`"
@@ -103,6 +116,15 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
     attr = _self_attr(target)
     value = node.value
     plain: set[str] = method.cls.cache.setdefault("plain-containers", set())
+    if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple):
+        # `self.grid_x, self.grid_y = [], []`: each attribute set to an empty container
+        if len(target.elts) == len(value.elts):
+            plain.update(
+                name
+                for element, part in zip(target.elts, value.elts, strict=True)
+                if (name := _self_attr(element)) is not None and _empty_container(part)
+            )
+        return
     if attr is not None:
         if (
             _plain_tensor(value, ctx, method, attr, node.lineno)
@@ -300,8 +322,21 @@ def _expr(node: ast.Expr, ctx: Context) -> None:
     if _host_copy(value):
         return  # `self._feats.append(x.cpu())`: a host buffer on purpose, gathered later
     held = _contents(value, ctx, method) if func.attr == "extend" else _held(value, ctx, method)
+    if held is None and func.attr != "extend" and isinstance(value, ast.Name):
+        held = _bound_to(value.id, ctx, method)
     if held is not None:
         _report(ctx, call, method.cls, attr, held)
+
+
+def _bound_to(name: str, ctx: Context, method: Scope) -> str | None:
+    """What a local name holds when the method binds it only to tensors (or only to modules)
+    it builds, none of them a host copy: ``grid_x = torch.arange(n).repeat(b, 1).to(device)``,
+    then ``self.grid_x.append(grid_x)``."""
+    values = ctx.scope_bindings(method).get(name) or []
+    if not values or any(v is None or _host_copy(v) for v in values):
+        return None
+    kinds = {_held(v, ctx, method) for v in values if v is not None}
+    return kinds.pop() if len(kinds) == 1 else None
 
 
 # Methods that keep a tensor's values and its device: `x.cpu().detach()` is still a host copy.
