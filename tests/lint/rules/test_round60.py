@@ -3,7 +3,8 @@ another module of the tree, `GradScaler.get_scale()`, a packed all-gather argume
 the call, rows of a tuple display, a lambda that formats text, a model's settings and a
 validation loop written inside `train()` (TPL201); a one-dash `-gpu` flag (TPL401); cog's old
 `Predictor` base (TPL403); containers set up by one tuple assignment and filled with local
-names (TPL501); a `test.py` parsing its command line at the top level is linted."""
+names (TPL501); a `test.py` parsing its command line at the top level, or holding code
+another module imports, is linted."""
 
 from __future__ import annotations
 
@@ -317,3 +318,35 @@ class YoloLoss(nn.Module):
 def test_containers_set_up_by_a_tuple_assignment_keep_the_tensors_they_are_given() -> None:
     # the tensors appended by their local names; not Python numbers, nor a host copy
     assert _lines(GRIDS, "TPL501") == [13, 14]
+
+
+# ---- TPL201: a `test.py` that holds a loop another module imports is code
+
+TEST_LOOP = """\
+import torch
+
+
+class Test:
+    def __init__(self, model, data_loader, criterion, device):
+        self.model = model
+        self.data_loader = data_loader
+        self.criterion = criterion
+        self.device = device
+
+    def run_epoch(self):
+        epoch_loss = 0.0
+        for inputs, labels in self.data_loader:
+            inputs, labels = inputs.to(self.device), labels.to(self.device)
+            loss = self.criterion(self.model(inputs), labels)
+            epoch_loss += loss.item()
+        return epoch_loss
+"""
+
+
+def test_a_test_py_holding_an_imported_loop_is_code() -> None:
+    assert _lines(TEST_LOOP, "TPL201", "test.py") == [16]
+    # a class pytest collects (no `__init__`), or a module-level `test*` function: a test
+    collected = TEST_LOOP.replace("    def __init__(", "    def setup(")
+    assert _lines(collected, "TPL201", "test.py") == []
+    function = TEST_LOOP + "\n\ndef test_epoch():\n    pass\n"
+    assert _lines(function, "TPL201", "test.py") == []

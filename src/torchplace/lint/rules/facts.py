@@ -270,8 +270,6 @@ def _runs_as_program(module: ast.Module) -> bool:
         # a runner importing it would hand it the runner's own arguments: a script, also
         # one with no `if __name__ == "__main__":` (its statements run at the top level)
         return True
-    if not any(main_test(node) is not None for node in module.body):
-        return False
     helpers = _called_with_arguments(module)
     collected = any(
         (
@@ -279,10 +277,31 @@ def _runs_as_program(module: ast.Module) -> bool:
             and node.name.startswith("test_")
             and (node.name not in helpers or _all_defaulted(node))
         )
-        or (isinstance(node, ast.ClassDef) and node.name.startswith("Test"))
+        or (isinstance(node, ast.ClassDef) and _collected_class(node))
         for node in module.body
     )
-    return not collected
+    if collected:
+        return False
+    if any(main_test(node) is not None for node in module.body):
+        return True
+    # no `__main__`: code other modules import (ENet's `test.py` holding the `Test` loop that
+    # `main.py` runs) when it defines something and nothing a runner would collect by name
+    # (pytest takes every module-level `test*` function, `def test(opt)` too)
+    return any(isinstance(node, _DEFINITIONS) for node in module.body) and not any(
+        isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test")
+        for node in module.body
+    )
+
+
+_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _collected_class(node: ast.ClassDef) -> bool:
+    """A ``Test*`` class a runner collects: one without an ``__init__`` of its own (pytest
+    skips a class that has one; ``unittest``'s are found by the framework import)."""
+    return node.name.startswith("Test") and not any(
+        isinstance(item, ast.FunctionDef) and item.name == "__init__" for item in node.body
+    )
 
 
 def _all_defaulted(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
