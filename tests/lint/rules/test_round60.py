@@ -1,10 +1,10 @@
 """Rule behaviour found on code the corpus did not hold yet: a model builder imported from
 another module of the tree, `GradScaler.get_scale()`, a packed all-gather argument written in
-the call, rows of a tuple display, a lambda that formats text, a model's settings and a
-validation loop written inside `train()` (TPL201); a one-dash `-gpu` flag (TPL401); cog's old
-`Predictor` base (TPL403); containers set up by one tuple assignment and filled with local
-names (TPL501); a `test.py` parsing its command line at the top level, or holding code
-another module imports, is linted."""
+the call, rows of a tuple display, a lambda that formats text, a model's settings, a
+validation loop written inside `train()` and a scheduler stepped under any name (TPL201); a
+one-dash `-gpu` flag (TPL401); cog's old `Predictor` base (TPL403); containers set up by one
+tuple assignment and filled with local names (TPL501); a `test.py` parsing its command line
+at the top level, or holding code another module imports, is linted."""
 
 from __future__ import annotations
 
@@ -350,3 +350,29 @@ def test_a_test_py_holding_an_imported_loop_is_code() -> None:
     assert _lines(collected, "TPL201", "test.py") == []
     function = TEST_LOOP + "\n\ndef test_epoch():\n    pass\n"
     assert _lines(function, "TPL201", "test.py") == []
+
+
+# ---- TPL201: a scheduler's `step()` under any name steps no optimizer
+
+EPOCHS = """\
+from torch.optim import lr_scheduler
+
+from train import Train
+
+
+def main(model, loader, optimizer, criterion, epochs, device):
+    model = model.to(device)
+    train = Train(model, loader, optimizer, criterion, device)
+    lr_updater = lr_scheduler.StepLR(optimizer, 10, 0.1)
+    for epoch in range(epochs):
+        epoch_loss = train.run_epoch()
+        lr_updater.step()
+        print("Epoch {0:d} loss {1:.4f}".format(epoch, epoch_loss))
+"""
+
+
+def test_a_schedulers_step_makes_no_batch_loop() -> None:
+    assert _lines(EPOCHS, "TPL201") == []
+    # an optimizer's step under that name would make the loop a batch loop
+    stepped = EPOCHS.replace("lr_scheduler.StepLR(optimizer, 10, 0.1)", "optimizer")
+    assert _lines(stepped, "TPL201") == [13]

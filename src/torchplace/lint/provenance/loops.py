@@ -182,6 +182,7 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
             and name in {"step", "zero_grad"}
             and not node.args
             and "sched" not in facts.segment(func.value).lower()
+            and not (name == "step" and _bound_to_scheduler(facts, func.value, scope))
             and not (name == "zero_grad" and _resets_epoch(node, own, nested_batch_lines))
         ):
             return "batch", f"it calls `{_short(facts.segment(func), 32)}()` on every step"
@@ -1795,6 +1796,22 @@ def _names_environment(node: ast.expr) -> bool:
     name = dotted_name(node)
     last = (name or "").rsplit(".", 1)[-1].lower()
     return any(part in {"env", "envs", "environment"} for part in last.split("_"))
+
+
+def _bound_to_scheduler(facts: FileFacts, node: ast.expr, scope: ast.AST) -> bool:
+    """``lr_updater``, bound in the function (or the module) to a learning-rate scheduler of
+    ``torch.optim.lr_scheduler`` (``lr_updater = lr_scheduler.StepLR(optimizer, 10)``): its
+    ``step()`` moves the schedule once per epoch, not an optimizer once per batch."""
+    name = dotted_name(node)
+    if name is None:
+        return False
+    return any(
+        isinstance(sub, ast.Assign)
+        and isinstance(sub.value, ast.Call)
+        and ".lr_scheduler." in (facts.qualname(sub.value.func) or "")
+        and any(dotted_name(target) == name for target in sub.targets)
+        for sub in [*walk(scope), *facts.tree.body]
+    )
 
 
 def _names_scheduler(node: ast.expr) -> bool:
