@@ -376,3 +376,14 @@ def test_a_schedulers_step_makes_no_batch_loop() -> None:
     # an optimizer's step under that name would make the loop a batch loop
     stepped = EPOCHS.replace("lr_scheduler.StepLR(optimizer, 10, 0.1)", "optimizer")
     assert _lines(stepped, "TPL201") == [13]
+
+
+# ---- TPL402: `model_zoo` as older torchvision modules re-export it
+
+
+def test_torchvisions_reexported_model_zoo_downloads_a_pickle() -> None:
+    source = (
+        "from torchvision.models.resnet import model_zoo\n\n"
+        "state = model_zoo.load_url('https://example.com/resnet.pth')\n"
+    )
+    assert _lines(source, "TPL402") == [3]
