@@ -1,7 +1,8 @@
 """Rule behaviour found on code the corpus did not hold yet: a model builder imported from
 another module of the tree, `GradScaler.get_scale()`, a packed all-gather argument written in
 the call, rows of a tuple display, a lambda that formats text, a model's settings, a
-validation loop written inside `train()` and a scheduler stepped under any name (TPL201); a
+validation loop written inside `train()`, a scheduler stepped under any name and the outputs
+an all-gather collects (TPL201); `model_zoo` re-exported by torchvision (TPL402); a
 one-dash `-gpu` flag (TPL401); cog's old `Predictor` base (TPL403); containers set up by one
 tuple assignment and filled with local names (TPL501); a `test.py` parsing its command line
 at the top level, or holding code another module imports, is linted."""
@@ -387,3 +388,31 @@ def test_torchvisions_reexported_model_zoo_downloads_a_pickle() -> None:
         "state = model_zoo.load_url('https://example.com/resnet.pth')\n"
     )
     assert _lines(source, "TPL402") == [3]
+
+
+# ---- TPL201: each rank's whole output, gathered to be saved
+
+GATHERED = """\
+import numpy as np
+import torch
+import torch.distributed as dist
+
+
+def sample_all(model, n, batch_size, device):
+    model.to(device)
+    all_images = []
+    while len(all_images) * batch_size < n:
+        noise = torch.randn(batch_size, 3, 32, 32, device=device)
+        sample = model(noise).clamp(0, 255).to(torch.uint8)
+        gathered = [torch.zeros_like(sample) for _ in range(dist.get_world_size())]
+        dist.all_gather(gathered, sample)
+        all_images.extend([s.cpu().numpy() for s in gathered])
+    return np.concatenate(all_images)
+"""
+
+
+def test_the_outputs_an_all_gather_collects_are_copied_once_per_rank() -> None:
+    assert _lines(GATHERED, "TPL201") == []
+    # a list of the step's own tensors, copied one by one, is still read per element
+    own = GATHERED.replace("[s.cpu().numpy() for s in gathered]", "[s.item() for s in sample]")
+    assert _lines(own, "TPL201") != []

@@ -78,21 +78,17 @@ _HUB_LOADS = frozenset(
 )
 
 
-def _reexported_model_zoo(name: str | None) -> bool:
+def _reexported_model_zoo(name: str) -> bool:
     """``model_zoo.load_url`` with ``from torchvision.models.resnet import model_zoo``: older
     torchvision modules re-export ``torch.utils.model_zoo``."""
-    return (
-        name is not None
-        and name.startswith("torchvision.models.")
-        and name.endswith(".model_zoo.load_url")
-    )
+    return name.startswith("torchvision.models.") and name.endswith(".model_zoo.load_url")
 
 
 def _call(call: ast.Call, ctx: Context) -> None:
     name = ctx.call_qualname(call)
     if name == "torch.load":
         _torch_load(call, ctx)
-    elif name in _HUB_LOADS or _reexported_model_zoo(name):
+    elif name is not None and (name in _HUB_LOADS or _reexported_model_zoo(name)):
         _hub_load(call, ctx, ctx.segment(call.func) or name)
     if name in LOADERS:
         _load_site(call, ctx, name)

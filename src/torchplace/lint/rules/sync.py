@@ -2390,6 +2390,8 @@ def _in_loop(
         return False  # the copy to the host is the loop's output (images, a response, samples)
     if bulk and kind == "batch" and not _trains(ctx) and _feeds_host_metric(read or node, ctx):
         return False  # `evaluator.add_batch(target, pred)`: a NumPy metric updated each step
+    if bulk and kind == "items" and not _trains(ctx) and _walks_gathered(ctx):
+        return False  # `[s.cpu().numpy() for s in gathered]`: each rank's whole output
     if kind == "rows":
         where = f"in the loop at line {line}, once per row of a device tensor,"
     elif kind == "items":
@@ -2839,6 +2841,27 @@ def _trains(ctx: Context) -> bool:
             isinstance(sub, ast.Attribute) and sub.attr == "backward" for sub in walk(node)
         )
     return bool(cached)
+
+
+def _walks_gathered(ctx: Context) -> bool:
+    """The innermost loop walks the list a ``dist.all_gather(gathered, x)`` of the function
+    fills: one whole tensor per rank (a sampler's outputs gathered to be saved)."""
+    loops = ctx.loops()
+    if not loops:
+        return False
+    loop = loops[-1]
+    iters = [g.iter for g in loop.generators] if isinstance(loop, _COMPS) else []
+    if isinstance(loop, (ast.For, ast.AsyncFor)):
+        iters = [loop.iter]
+    names = {it.id for it in iters if isinstance(it, ast.Name)}
+    return bool(names) and any(
+        isinstance(sub, ast.Call)
+        and (ctx.qualname(sub.func) or "").endswith("distributed.all_gather")
+        and sub.args
+        and isinstance(sub.args[0], ast.Name)
+        and sub.args[0].id in names
+        for sub in walk(scope_node(ctx))
+    )
 
 
 def _innermost_batch_loop(ctx: Context) -> ast.AST | None:
