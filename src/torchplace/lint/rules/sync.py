@@ -2845,7 +2845,8 @@ def _trains(ctx: Context) -> bool:
 
 def _walks_gathered(ctx: Context) -> bool:
     """The innermost loop walks the list a ``dist.all_gather(gathered, x)`` of the function
-    fills: one whole tensor per rank (a sampler's outputs gathered to be saved)."""
+    fills: one whole tensor per rank (a sampler's outputs gathered to be saved), in no loop
+    that feeds its own result back."""
     loops = ctx.loops()
     if not loops:
         return False
@@ -2854,6 +2855,8 @@ def _walks_gathered(ctx: Context) -> bool:
     if isinstance(loop, (ast.For, ast.AsyncFor)):
         iters = [loop.iter]
     names = {it.id for it in iters if isinstance(it, ast.Name)}
+    if any(feeds_back(outer) for outer in loops[:-1]):
+        return False  # a decoding loop's gathered tokens: one copy per token
     return bool(names) and any(
         isinstance(sub, ast.Call)
         and (ctx.qualname(sub.func) or "").endswith("distributed.all_gather")
