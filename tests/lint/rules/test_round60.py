@@ -1,11 +1,12 @@
 """Rule behaviour found on code the corpus did not hold yet: a model builder imported from
 another module of the tree, `GradScaler.get_scale()`, a packed all-gather argument written in
 the call, rows of a tuple display, a lambda that formats text, a model's settings, a
-validation loop written inside `train()`, a scheduler stepped under any name and the outputs
-an all-gather collects (TPL201); `model_zoo` re-exported by torchvision (TPL402); a
-one-dash `-gpu` flag (TPL401); cog's old `Predictor` base (TPL403); containers set up by one
-tuple assignment and filled with local names (TPL501); a `test.py` parsing its command line
-at the top level, or holding code another module imports, is linted."""
+validation loop written inside `train()`, a scheduler stepped under any name, the outputs an
+all-gather collects, TensorBoard's histograms and images (TPL201); `model_zoo` re-exported by
+torchvision (TPL402); a one-dash `-gpu` flag (TPL401); cog's old `Predictor` base (TPL403);
+containers set up by one tuple assignment and filled with local names (TPL501); a `test.py`
+parsing its command line at the top level, or holding code another module imports, is
+linted."""
 
 from __future__ import annotations
 
@@ -416,3 +417,40 @@ def test_the_outputs_an_all_gather_collects_are_copied_once_per_rank() -> None:
     # a list of the step's own tensors, copied one by one, is still read per element
     own = GATHERED.replace("[s.cpu().numpy() for s in gathered]", "[s.item() for s in sample]")
     assert _lines(own, "TPL201") != []
+
+
+# ---- TPL201: TensorBoard copies whole tensors to NumPy
+
+TENSORBOARD = """\
+import torchvision
+from torch.utils.tensorboard import SummaryWriter
+
+
+def train(model, loader, optimizer, criterion, device):
+    writer = SummaryWriter()
+    model.to(device)
+    for step, (data, targets) in enumerate(loader):
+        data, targets = data.to(device), targets.to(device)
+        loss = criterion(model(data), targets)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        writer.add_image("inputs", torchvision.utils.make_grid(data))
+        writer.add_histogram("fc1", model.fc1.weight)
+        if step % 100 == 0:
+            writer.add_histogram("fc2", model.fc2.weight, global_step=step)
+    writer.add_histogram("final", model.fc1.weight)
+
+
+def sample(model, loader, device):
+    writer = SummaryWriter()
+    model.to(device)
+    for i, x in enumerate(loader):
+        writer.add_images("samples", model(x.to(device)), i)
+"""
+
+
+def test_tensorboard_histograms_and_images_of_device_tensors_are_read_each_step() -> None:
+    # each training step's image and histogram; not the periodic one, the one after the
+    # loop, nor the samples a loop that trains nothing logs as its output
+    assert _lines(TENSORBOARD, "TPL201") == [14, 15]

@@ -717,6 +717,11 @@ class Flow:
         linted tree hands back the device values it is given, unless none of its returns
         does (YOLOv4's post-processing returns NumPy boxes). Other modules: unknown."""
         name = qualname.rpartition(".")[2]
+        if qualname.startswith(_TENSOR_IN_TENSOR_OUT) and args:
+            # `torchvision.utils.make_grid(images)`, `torchvision.ops.nms(boxes, scores, t)`:
+            # computed where the first tensor it is given lives
+            handed = self.eval(args[0], lookup)
+            return handed if handed is not None and handed.on_device else None
         callees = self.facts.callees(name, qualname)
         if not callees or all(_returns_tuples(callee) for _, callee in callees):
             # `name, args, opt = train_util.get_optimizer(args, params)`: which of the values
@@ -1050,6 +1055,10 @@ def zip_pairs(iterable: ast.expr, target: ast.expr) -> list[tuple[ast.expr, ast.
     if any(isinstance(n, ast.Starred) for pair in pairs for n in pair):
         return None
     return pairs
+
+
+# Libraries whose functions compute a tensor where the tensors they are given live.
+_TENSOR_IN_TENSOR_OUT = ("torchvision.utils.make_grid", "torchvision.ops.")
 
 
 def _host_lambda(scope: ast.AST, name: str) -> bool:

@@ -203,6 +203,17 @@ def _call(call: ast.Call, ctx: Context) -> None:
         if value is not None and not _is_read(value):
             _check(call, value, "`add_scalar()`", ctx, explicit=False)
         return
+    if isinstance(func, ast.Attribute) and func.attr in _TENSORBOARD_COPIES:
+        # `writer.add_histogram(tag, values, step)`, `add_image(tag, img)`: TensorBoard copies
+        # the whole tensor to NumPy (`make_np`: `.cpu().numpy()`)
+        keyword_name, index = _TENSORBOARD_COPIES[func.attr]
+        given = keyword(call, keyword_name)
+        value = call.args[index] if len(call.args) > index else (given.value if given else None)
+        if func.attr.startswith("add_image") and not _trains(ctx):
+            return  # samples logged as a loop that trains nothing makes them: its output
+        if value is not None and not _is_read(value):
+            _check(call, value, f"`{func.attr}()`", ctx, explicit=False, bulk=True)
+        return
     if len(call.args) == 1 and ctx.call_qualname(call) in _MATH_READS:
         arg = call.args[0]
         if not _is_read(arg):
@@ -241,6 +252,16 @@ def _call(call: ast.Call, ctx: Context) -> None:
             f"`{name}()` inside a loop stalls the host on every step; synchronize once "
             "after the loop (or record CUDA events)",
         )
+
+
+# TensorBoard writer methods that copy a whole tensor to NumPy: the argument's keyword and
+# position.
+_TENSORBOARD_COPIES = {
+    "add_histogram": ("values", 1),
+    "add_image": ("img_tensor", 1),
+    "add_images": ("img_tensor", 1),
+    "add_embedding": ("mat", 0),
+}
 
 
 def _grad_scaler(receiver: ast.expr, ctx: Context) -> bool:
@@ -2992,6 +3013,9 @@ FAMILY = Family(
         "numpy(",
         "synchronize",
         ".add_scalar(",  # TensorBoard reads a tensor value with `.item()`
+        ".add_histogram(",  # ... and copies a whole one to NumPy
+        ".add_image",
+        ".add_embedding(",
         ".get_scale(",  # `GradScaler.get_scale()` reads its scale with `.item()`
         "full(",  # `torch.full(size, t[i])` reads its fill value, as `.fill_(t[i])` does
         "fill_(",
