@@ -2,11 +2,11 @@
 another module of the tree, `GradScaler.get_scale()`, a packed all-gather argument written in
 the call, rows of a tuple display, a lambda that formats text, a model's settings, a
 validation loop written inside `train()`, a scheduler stepped under any name, the outputs an
-all-gather collects, TensorBoard's histograms and images (TPL201); `model_zoo` re-exported by
-torchvision (TPL402); a one-dash `-gpu` flag (TPL401); cog's old `Predictor` base (TPL403);
-containers set up by one tuple assignment and filled with local names (TPL501); a `test.py`
-parsing its command line at the top level, or holding code another module imports, is
-linted."""
+all-gather collects, TensorBoard's histograms and images, an f-string split over lines
+(TPL201); `model_zoo` re-exported by torchvision (TPL402); a one-dash `-gpu` flag (TPL401);
+cog's old `Predictor` base (TPL403); containers set up by one tuple assignment and filled
+with local names (TPL501); a `test.py` parsing its command line at the top level, or holding
+code another module imports, is linted."""
 
 from __future__ import annotations
 
@@ -454,3 +454,25 @@ def test_tensorboard_histograms_and_images_of_device_tensors_are_read_each_step(
     # each training step's image and histogram; not the periodic one, the one after the
     # loop, nor the samples a loop that trains nothing logs as its output
     assert _lines(TENSORBOARD, "TPL201") == [14, 15]
+
+
+# ---- TPL201: an f-string split over lines is reported where the value is
+
+SPLIT_FSTRING = """\
+def train(model, loader, optimizer, device):
+    model.to(device)
+    for x, target in loader:
+        out = model(x.to(device))
+        loss = out.sum()
+        loss.backward()
+        optimizer.step()
+        accuracy = (out.argmax(1) == target.to(device)).float().mean()
+        logger.info(
+            f"loss: {loss.item():.5f}; "
+            f"acc: {accuracy:.5f}"
+        )
+"""
+
+
+def test_a_split_f_string_is_reported_at_the_value_it_reads() -> None:
+    assert _lines(SPLIT_FSTRING, "TPL201") == [10, 11]

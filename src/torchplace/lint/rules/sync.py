@@ -447,7 +447,13 @@ def _joined(node: ast.JoinedStr, ctx: Context) -> None:
         if isinstance(parent, ast.stmt):
             break
     values = [v.value for v in node.values if isinstance(v, ast.FormattedValue)]
-    _check_many(node, values, "an f-string", ctx)
+    for value in values:
+        if _is_read(value) or isinstance(value, ast.Constant):
+            continue
+        # reported where the value is: an f-string split over lines (implicitly joined) has
+        # its own position at its first piece on some Python versions
+        if _check(value, value, "an f-string", ctx, explicit=False, read=node):
+            return
 
 
 def _is_key(node: ast.JoinedStr, ctx: Context) -> bool:
