@@ -5,7 +5,8 @@ validation loop written inside `train()`, a scheduler stepped under any name, th
 all-gather collects, TensorBoard's histograms and images, an f-string split over lines
 (TPL201); `model_zoo` re-exported by torchvision (TPL402); a one-dash `-gpu` flag (TPL401);
 cog's old `Predictor` base (TPL403); containers set up by one tuple assignment and filled
-with local names (TPL501); a `test.py` parsing its command line at the top level, or holding
+with local names (TPL501); a per-batch helper's arithmetic and conditions of its own
+reductions (TPL201); a `test.py` parsing its command line at the top level, or holding
 code another module imports, is linted."""
 
 from __future__ import annotations
@@ -476,3 +477,42 @@ def train(model, loader, optimizer, device):
 
 def test_a_split_f_string_is_reported_at_the_value_it_reads() -> None:
     assert _lines(SPLIT_FSTRING, "TPL201") == [10, 11]
+
+
+# ---- TPL201: a per-batch helper's casts and conditions of its own reductions
+
+HELPERS = """\
+import torch
+from torch import nn
+
+
+def get_dc(sr, gt, threshold=0.5):
+    sr = sr > threshold
+    inter = torch.sum((sr + (gt == torch.max(gt))) == 2)
+    return float(2 * inter) / (float(torch.sum(sr) + torch.sum(gt)) + 1e-6)
+
+
+class Loss(nn.Module):
+    def forward(self, net_output, target):
+        mask = target != 0
+        num_fg = mask.sum()
+        return net_output.mean() if num_fg > 0 else net_output.sum()
+
+
+def train(model, loader, optimizer, device):
+    model.to(device)
+    loss_fn = Loss()
+    for x, y in loader:
+        sr = model(x.to(device))
+        loss = loss_fn(sr, y.to(device))
+        loss.backward()
+        optimizer.step()
+        get_dc(sr, y.to(device))
+"""
+
+
+def test_a_per_batch_helper_reads_arithmetic_and_names_of_its_reductions() -> None:
+    assert _lines(HELPERS, "TPL201") == [8, 8, 15]
+    # arithmetic of numbers and sizes alone reads nothing
+    sizes = HELPERS.replace("float(2 * inter)", "float(2 * sr.size(0))")
+    assert _lines(sizes, "TPL201") == [8, 15]
