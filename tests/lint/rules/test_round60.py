@@ -6,7 +6,7 @@ all-gather collects, TensorBoard's histograms and images, an f-string split over
 (TPL201); `model_zoo` re-exported by torchvision (TPL402); a one-dash `-gpu` flag (TPL401);
 cog's old `Predictor` base (TPL403); containers set up by one tuple assignment and filled
 with local names (TPL501); a per-batch helper's arithmetic and conditions of its own
-reductions (TPL201); a `test.py` parsing its command line at the top level, or holding
+reductions, a closure the loop hands its optimizer (TPL201); a `test.py` parsing its command line at the top level, or holding
 code another module imports, is linted."""
 
 from __future__ import annotations
@@ -516,3 +516,28 @@ def test_a_per_batch_helper_reads_arithmetic_and_names_of_its_reductions() -> No
     # arithmetic of numbers and sizes alone reads nothing
     sizes = HELPERS.replace("float(2 * inter)", "float(2 * sr.size(0))")
     assert _lines(sizes, "TPL201") == [8, 15]
+
+
+# ---- TPL201: a closure defined and handed on in the loop is part of its step
+
+CLOSURE = """\
+def fit(model, loader, optimizer, criterion):
+    model.cuda()
+    for x, y in loader:
+        def closure():
+            optimizer.zero_grad()
+            loss = criterion(model(x), y)
+            loss.backward()
+            return loss
+
+        loss = optimizer.step(closure)
+        print(loss.item())
+"""
+
+
+def test_a_closure_the_loop_hands_its_optimizer_makes_it_a_training_loop() -> None:
+    assert _lines(CLOSURE, "TPL201") == [11]
+    # a function defined there but never used runs nothing
+    unused = CLOSURE.replace("optimizer.step(closure)", "optimizer.step()")
+    unused = unused.replace("            optimizer.zero_grad()\n", "")
+    assert _lines(unused.replace("optimizer.step()", "None"), "TPL201") == []

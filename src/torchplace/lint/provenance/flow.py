@@ -582,6 +582,8 @@ class Flow:
             qualname = facts.qualname(func)
             if qualname is not None:
                 return self.torch_call(node, qualname, args, lookup)
+            if method == "step" and args and _closure(args[0], facts.defs):
+                return None  # `optimizer.step(closure)`: what the closure returns, the loss
             if method in HOST_METHODS or isinstance(func.value, (ast.Constant, ast.JoinedStr)):
                 # also `"_".join(xs)`: a string's methods; `x.cpu()` and `.numpy()` are copies
                 return Fact("host", method, copy=method in _HOST_COPIES)
@@ -1059,6 +1061,11 @@ def zip_pairs(iterable: ast.expr, target: ast.expr) -> list[tuple[ast.expr, ast.
 
 # Libraries whose functions compute a tensor where the tensors they are given live.
 _TENSOR_IN_TENSOR_OUT = ("torchvision.utils.make_grid", "torchvision.ops.")
+
+
+def _closure(node: ast.expr, defs: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]]) -> bool:
+    """A lambda, or the name of a function the file defines (``optimizer.step(closure)``)."""
+    return isinstance(node, ast.Lambda) or (isinstance(node, ast.Name) and node.id in defs)
 
 
 def _host_lambda(scope: ast.AST, name: str) -> bool:

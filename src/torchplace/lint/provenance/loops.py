@@ -13,6 +13,7 @@ from torchplace.lint.base import bindings, call_name
 from torchplace.lint.nodes import children, isinstance_test, own_nodes, subtree, walk
 from torchplace.lint.provenance.values import (
     _COMPS,
+    _FUNCTIONS,
     _LOOPS,
     _SCOPES,
     Fact,
@@ -1489,6 +1490,7 @@ def _split_own(body: list[ast.AST]) -> tuple[list[ast.AST], list[ast.AST]]:
     own: list[ast.AST] = []
     nested: list[ast.AST] = []
     todo = list(reversed(body))
+    used: set[str] | None = None
     while todo:
         sub = todo.pop()
         if isinstance(sub, _LOOPS) and not _moves_items(sub):
@@ -1496,9 +1498,24 @@ def _split_own(body: list[ast.AST]) -> tuple[list[ast.AST], list[ast.AST]]:
             continue
         own.append(sub)
         if isinstance(sub, _SCOPES):
+            if isinstance(sub, _FUNCTIONS):
+                used = _names_used(body) if used is None else used
+                if sub.name in used and not sub.decorator_list:
+                    # `def train_step(): ...` then `gpu_timer(train_step)`, a closure handed
+                    # on or called where it is defined: its body runs as part of this one
+                    todo.extend(reversed(sub.body))
             continue
         todo.extend(reversed(children(sub)))
     return own, nested
+
+
+def _names_used(body: list[ast.AST]) -> set[str]:
+    return {
+        sub.id
+        for stmt in body
+        for sub in walk(stmt)
+        if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load)
+    }
 
 
 def _moves_items(loop: ast.AST) -> bool:
