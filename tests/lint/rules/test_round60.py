@@ -2,12 +2,12 @@
 another module of the tree, `GradScaler.get_scale()`, a packed all-gather argument written in
 the call, rows of a tuple display, a lambda that formats text, a model's settings, a
 validation loop written inside `train()`, a scheduler stepped under any name, the outputs an
-all-gather collects, TensorBoard's histograms and images, an f-string split over lines
-(TPL201); `model_zoo` re-exported by torchvision (TPL402); a one-dash `-gpu` flag (TPL401);
-cog's old `Predictor` base (TPL403); containers set up by one tuple assignment and filled
-with local names (TPL501); a per-batch helper's arithmetic and conditions of its own
-reductions, a closure the loop hands its optimizer (TPL201); a `test.py` parsing its command line at the top level, or holding
-code another module imports, is linted."""
+all-gather collects, TensorBoard's histograms and images, an f-string split over lines, a
+per-batch helper's arithmetic and conditions of its own reductions, a closure the loop hands
+its optimizer (TPL201); `model_zoo` re-exported by torchvision (TPL402); a one-dash `-gpu`
+flag (TPL401); cog's old `Predictor` base (TPL403); containers set up by one tuple assignment
+and filled with local names (TPL501); a `test.py` parsing its command line at the top level,
+or holding code another module imports, is linted."""
 
 from __future__ import annotations
 
