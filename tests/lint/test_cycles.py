@@ -85,3 +85,23 @@ def test_an_answer_that_raises_leaves_no_question_open() -> None:
         answer(cache, "k", broken, lambda: 0)
     assert answer(cache, "k", lambda: 7, lambda: 0) == 7
     assert cache == {"k": 7}
+
+
+def test_an_answer_dropped_once_is_kept_the_next_time() -> None:
+    cache: dict[str, str] = {}
+
+    def ask(key: str) -> str:
+        if key in cache:
+            return cache[key]
+        return answer(cache, key, lambda: compute(key), lambda: "stand-in")
+
+    def compute(key: str) -> str:
+        return f"{key}({ask('inner' if key == 'head' else 'head')})"
+
+    ask("head")
+    assert "inner" not in cache  # dropped once, when the head was answered
+    del cache["head"]
+    ask("head")
+    # provisional again: kept this time, so that a file full of cycles is not answered again
+    # and again
+    assert cache["inner"] == "inner(stand-in)"

@@ -4,8 +4,9 @@ A function's flow asks what its callers hand it, a caller's flow asks what the f
 returns, and so on: a question asked again while it is being answered reads as a stand-in (no
 device, not per batch). An answer built on such a stand-in is provisional. It is cached while
 the question it read is open, so the cycle is walked once, and dropped when that question (the
-cycle's head) is answered, so a later question computes it again from the head's answer. Else
-the verdicts would depend on which line the linter happened to look at first.
+cycle's head) is answered, so a later question computes it again from the head's answer (up
+to a few times per question). Else the verdicts would depend on which line the linter happened
+to look at first.
 """
 
 from __future__ import annotations
@@ -25,6 +26,12 @@ _open: list[tuple[int, Hashable]] = []
 _lowest: list[int] = []
 _provisional: list[list[tuple[_Cache, Hashable, object]]] = []
 _position: dict[tuple[int, Hashable], int] = {}
+# How often each answer was dropped: one that keeps landing inside cycles is kept after a few
+# tries (its answer may then depend on the order, as any answer did before), so that a file
+# with many cycles is not answered again and again.
+_dropped: dict[tuple[int, Hashable], int] = {}
+_RETRIES = 1
+_MAX_DROPPED = 100_000
 
 
 def answer(
@@ -55,10 +62,15 @@ def answer(
     entry = cache[key] = stored(value)
     if lowest < at:  # read a stand-in of an open question: provisional until it is answered
         _lowest[-1] = min(_lowest[-1], lowest)
-        _provisional[lowest].append((cache, key, entry))
+        if _dropped.get(token, 0) < _RETRIES:
+            _provisional[lowest].append((cache, key, entry))
         _provisional[lowest].extend(drops)
     else:
         for other, other_key, other_entry in drops:
             if other.get(other_key) is other_entry:
                 del other[other_key]
+                dropped = (id(other), other_key)
+                _dropped[dropped] = _dropped.get(dropped, 0) + 1
+        if len(_dropped) > _MAX_DROPPED:
+            _dropped.clear()  # counts of files long done (their caches' ids may be reused)
     return value

@@ -153,6 +153,8 @@ class FileFacts:
         self._given: dict[int, dict[str, Fact]] = {}
         self._own_flows: dict[int, Flow] = {}
         self._own_running: dict[int, Flow] = {}
+        self._host_lambdas: dict[int, frozenset[str]] = {}
+        self._returns_own_device: dict[str, Fact | None] = {}
         self._loop_kinds: dict[int, tuple[LoopKind, str] | None] = {}
         self._calls: dict[str, list[tuple[ast.AST, ast.Call, tuple[ast.AST, ...]]]] = {}
         #: per function: the answer and the depth it was found at (a "no" found deep in a
@@ -540,7 +542,7 @@ class FileFacts:
             other = self.module_facts(module) if module else None
             if other is None or other is self or not other.returns_names(function):
                 return None  # a tuple's elements, or an object built there, are not followed
-            made = other.returns_device(function)
+            made = other.returns_own_device(function)
             if made is None or made.move is None or ".py" in made.move:
                 return made
             return replace(made, move=f"{made.move} of {os.path.basename(other.path)}")
@@ -552,6 +554,24 @@ class FileFacts:
             lambda: self._returned_device(name),
             lambda: None,  # recursion: assume it does not
         )
+
+    def host_lambdas(self, scope: ast.AST) -> frozenset[str]:
+        """The names ``scope`` binds only to lambdas whose body is plainly a host value
+        (``count = lambda m: f"{sum(p.numel() for p in m.parameters()) / 1e6:.2f}"``)."""
+        found = self._host_lambdas.get(id(scope))
+        if found is None:
+            values: dict[str, list[ast.expr]] = {}
+            for node in own_nodes(scope):
+                if isinstance(node, ast.Assign):
+                    for target in node.targets:
+                        if isinstance(target, ast.Name):
+                            values.setdefault(target.id, []).append(node.value)
+            found = self._host_lambdas[id(scope)] = frozenset(
+                name
+                for name, bound in values.items()
+                if all(isinstance(v, ast.Lambda) and _plainly_host(v.body) for v in bound)
+            )
+        return found
 
     def returns_names(self, name: str) -> bool:
         """Every ``return`` of the functions of this file by that name hands back a name or a
@@ -568,7 +588,24 @@ class FileFacts:
             for v in values
         )
 
-    def _returned_device(self, name: str) -> Fact | None:
+    def returns_own_device(self, name: str) -> Fact | None:
+        """:meth:`returns_device` by the function's own code alone (what its callers hand it
+        is not asked), for a call from another module; a function that names no move or
+        device is not walked."""
+        if name in self._returns_own_device:
+            return self._returns_own_device[name]
+        defs = self.defs.get(name, [])
+        if len(defs) != 1 or not self._may_place(defs[0]):
+            self._returns_own_device[name] = None
+            return None
+        return cycles.answer(
+            self._returns_own_device,
+            name,
+            lambda: self._returned_device(name, own=True),
+            lambda: None,
+        )
+
+    def _returned_device(self, name: str, *, own: bool = False) -> Fact | None:
         defs = self.defs.get(name, [])
         if len(defs) != 1:
             return None
@@ -577,7 +614,7 @@ class FileFacts:
         values = [r.value for r in returns if r.value is not None]
         if not values or len(values) != len(returns):
             return None
-        found = [self.fact(value, node) for value in values]
+        found = [self.own_fact(v, node) if own else self.fact(v, node) for v in values]
         first = found[0]
         if first is None or not all(f is not None and f.on_device for f in found):
             return None

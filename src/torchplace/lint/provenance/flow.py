@@ -35,7 +35,6 @@ from torchplace.lint.provenance.values import (
     _moved_by,
     _one,
     _passes_device,
-    _plainly_host,
     _ran,
     _short,
     _target_names,
@@ -627,7 +626,7 @@ class Flow:
                 if _preprocessor_of_loader(func, called):
                     return Fact("host", f"preprocessor output `{_short(facts.segment(func), 32)}`")
                 return Fact("device", _short(facts.segment(node)), _ran(called), called.name)
-            if facts.returns_host(name) or _host_lambda(self.node, name):
+            if facts.returns_host(name) or name in facts.host_lambdas(self.node):
                 return Fact("host", name)  # also when device values go in (``-> int``)
             made = facts.returns_device(name, qualname)
             if made is not None:  # `model = load_model(cfg)`, which returns `Net().cuda()`
@@ -1066,18 +1065,6 @@ _TENSOR_IN_TENSOR_OUT = ("torchvision.utils.make_grid", "torchvision.ops.")
 def _closure(node: ast.expr, defs: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]]) -> bool:
     """A lambda, or the name of a function the file defines (``optimizer.step(closure)``)."""
     return isinstance(node, ast.Lambda) or (isinstance(node, ast.Name) and node.id in defs)
-
-
-def _host_lambda(scope: ast.AST, name: str) -> bool:
-    """``name`` is bound in ``scope`` only to lambdas whose body is plainly a host value
-    (``count = lambda m: f"{sum(p.numel() for p in m.parameters()) / 1e6:.2f}"``)."""
-    values = [
-        node.value
-        for node in own_nodes(scope)
-        if isinstance(node, ast.Assign)
-        and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
-    ]
-    return bool(values) and all(isinstance(v, ast.Lambda) and _plainly_host(v.body) for v in values)
 
 
 def _display_rows(iterable: ast.expr, target: ast.expr) -> list[tuple[ast.expr, ast.expr]] | None:

@@ -16,6 +16,7 @@ from torchplace.lint.base import (
     Context,
     Family,
     Rule,
+    Scope,
     assigned_name,
     at_method,
     bindings,
@@ -2876,6 +2877,8 @@ def _trains(ctx: Context) -> bool:
     scope = ctx.function_scope() or ctx.scope
     loops = ctx.loops() if ctx.function_scope() is None else []
     node = loops[0] if loops else scope.node
+    if not _backpropagates(node, scope):
+        return False
     function = ctx.function_scope()
     if (
         function is not None
@@ -2887,7 +2890,12 @@ def _trains(ctx: Context) -> bool:
         # beside the training loop
         batch = _innermost_batch_loop(ctx)
         if batch is not None and not _steps_anywhere(batch):
-            node = batch
+            return False
+    return True
+
+
+def _backpropagates(node: ast.AST, scope: Scope) -> bool:
+    """``node`` calls ``.backward()`` somewhere (cached on ``scope``)."""
     key = f"trains:{id(node)}"
     cached = scope.cache.get(key)
     if cached is None:
