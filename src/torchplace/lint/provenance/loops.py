@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import re
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from torchplace.lint.base import bindings, call_name
@@ -1490,7 +1491,7 @@ def _split_own(body: list[ast.AST]) -> tuple[list[ast.AST], list[ast.AST]]:
     own: list[ast.AST] = []
     nested: list[ast.AST] = []
     todo = list(reversed(body))
-    used: set[str] | None = None
+    used: frozenset[str] | None = None
     while todo:
         sub = todo.pop()
         if isinstance(sub, _LOOPS) and not _moves_items(sub):
@@ -1499,7 +1500,7 @@ def _split_own(body: list[ast.AST]) -> tuple[list[ast.AST], list[ast.AST]]:
         own.append(sub)
         if isinstance(sub, _SCOPES):
             if isinstance(sub, _FUNCTIONS):
-                used = _names_used(body) if used is None else used
+                used = _names_used(tuple(body)) if used is None else used
                 if sub.name in used and not sub.decorator_list:
                     # `def train_step(): ...` then `gpu_timer(train_step)`, a closure handed
                     # on or called where it is defined: its body runs as part of this one
@@ -1509,13 +1510,15 @@ def _split_own(body: list[ast.AST]) -> tuple[list[ast.AST], list[ast.AST]]:
     return own, nested
 
 
-def _names_used(body: list[ast.AST]) -> set[str]:
-    return {
+@lru_cache(maxsize=1024)
+def _names_used(body: tuple[ast.AST, ...]) -> frozenset[str]:
+    """The names a block reads (once per block: the loops and steps of a file ask again)."""
+    return frozenset(
         sub.id
         for stmt in body
         for sub in walk(stmt)
         if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load)
-    }
+    )
 
 
 def _moves_items(loop: ast.AST) -> bool:

@@ -569,12 +569,9 @@ def _compare(node: ast.Compare, ctx: Context) -> None:
         return
     sides = [node.left, *node.comparators]
     if not ctx.loops() and not any(
-        _torch_value(s, ctx)
-        or _bound_to_torch_values(s, ctx)
-        or _reads_buffer(s, scope_node(ctx), ctx)
-        for s in sides
+        _torch_value(s, ctx) or _reads_buffer(s, scope_node(ctx), ctx) for s in sides
     ):
-        return  # outside a loop, only a torch value of what a function's callers hand it
+        return  # outside a loop, only a torch call of what a function's callers hand it
     child: ast.AST = node
     for parent in reversed(ctx.parents):
         if isinstance(parent, ast.BoolOp) or (
@@ -658,16 +655,11 @@ def _torch_test(test: ast.expr, ctx: Context) -> bool:
 def _repeated_operand(side: ast.expr, ctx: Context) -> bool:
     """A tensor operand of a condition that may run once per batch: in a loop, or, in a
     function something calls (a per-batch helper tests what its caller hands it on every call,
-    ``if torch.min(y) < -1.0:``), a torch call, a tensor reduction, a name bound only to such
-    values, or a buffer of the module."""
+    ``if torch.min(y) < -1.0:``), a torch call, a tensor reduction or a buffer of the module."""
     if ctx.loops():
         return _tensor_operand(side, ctx)
     scope = scope_node(ctx)
-    return (
-        _torch_value(side, ctx)
-        or _bound_to_torch_values(side, ctx)  # `num_fg = mask.sum()`, then `num_fg > 0`
-        or _reads_buffer(side, scope, ctx)
-    ) and _called_here(scope, ctx)
+    return (_torch_value(side, ctx) or _reads_buffer(side, scope, ctx)) and _called_here(scope, ctx)
 
 
 # Tensor methods that compute a value from the elements (what a condition would then read).
