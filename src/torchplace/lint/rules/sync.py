@@ -2865,7 +2865,10 @@ def _yields_name(loop: ast.AST, name: str) -> bool:
 def _trains(ctx: Context) -> bool:
     """The enclosing function calls ``.backward()``: a training step, not an output loop. At
     a script's top level (a notebook's cells), the outermost loop around the read does: a
-    notebook that trains in one cell and predicts in a later one has an output loop there."""
+    notebook that trains in one cell and predicts in a later one has an output loop there.
+    In a function that is no training step itself, the innermost batch loop around the read
+    decides: a validation loop written inside ``train()`` beside the training loop trains
+    nothing."""
     scope = ctx.function_scope() or ctx.scope
     loops = ctx.loops() if ctx.function_scope() is None else []
     node = loops[0] if loops else scope.node
