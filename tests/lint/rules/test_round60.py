@@ -3,11 +3,11 @@ another module of the tree, `GradScaler.get_scale()`, a packed all-gather argume
 the call, rows of a tuple display, a lambda that formats text, a model's settings, a
 validation loop written inside `train()`, a scheduler stepped under any name, the outputs an
 all-gather collects, TensorBoard's histograms and images, an f-string split over lines, a
-per-batch helper's arithmetic of its own reductions, a closure the loop hands
-its optimizer (TPL201); `model_zoo` re-exported by torchvision (TPL402); a one-dash `-gpu`
-flag (TPL401); cog's old `Predictor` base (TPL403); containers set up by one tuple assignment
-and filled with local names (TPL501); a `test.py` parsing its command line at the top level,
-or holding code another module imports, is linted."""
+per-batch helper's arithmetic of its own reductions, a closure the loop hands its optimizer,
+a function picked from a registry (TPL201); `model_zoo` re-exported by torchvision (TPL402);
+a one-dash `-gpu` flag (TPL401); cog's old `Predictor` base (TPL403); containers set up by
+one tuple assignment and filled with local names (TPL501); a `test.py` parsing its command
+line at the top level, or holding code another module imports, is linted."""
 
 from __future__ import annotations
 
@@ -541,3 +541,41 @@ def test_a_closure_the_loop_hands_its_optimizer_makes_it_a_training_loop() -> No
     unused = CLOSURE.replace("optimizer.step(closure)", "optimizer.step()")
     unused = unused.replace("            optimizer.zero_grad()\n", "")
     assert _lines(unused.replace("optimizer.step()", "None"), "TPL201") == []
+
+
+# ---- TPL201: a function of the tree picked from a dict display
+
+LOSSES = """\
+def noise_estimation_loss(model, x0, t, e):
+    return (model(x0, t) - e).square().mean()
+
+
+loss_registry = {"simple": noise_estimation_loss}
+"""
+
+RUNNER = """\
+from functions.losses import loss_registry
+
+
+def train(model, loader, optimizer, writer, kind, device):
+    model.to(device)
+    for step, (x, t, e) in enumerate(loader):
+        x = x.to(device)
+        loss = loss_registry[kind](model, x, t, e)
+        writer.add_scalar("loss", loss, global_step=step)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def test_a_function_picked_from_a_registry_runs_on_what_it_is_given(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    files = {"functions/__init__.py": "", "functions/losses.py": LOSSES, "runner.py": RUNNER}
+    found = _project(tmp_path_factory.mktemp("project"), files, "TPL201")
+    assert found == [("runner.py", 9)]
+    # a dict of other things (strings, classes of elsewhere) is not such a registry
+    other = LOSSES.replace('{"simple": noise_estimation_loss}', '{"simple": "mse"}')
+    files = {"functions/__init__.py": "", "functions/losses.py": other, "runner.py": RUNNER}
+    assert _project(tmp_path_factory.mktemp("project"), files, "TPL201") == []

@@ -655,6 +655,11 @@ class Flow:
                 # back beside its model, given the device; it prepares inputs on the host
                 return Fact("host", f"preprocessor output `{_short(facts.segment(func), 32)}`")
             return Fact("device", _short(facts.segment(node)), _ran(called), called.name)
+        if _registry_call(func, facts):
+            # `loss_registry[config.model.type](model, x, t, e, b)`: one of the file's functions
+            # picked from a dict display, run on the device values it is given
+            found = _any_device([self.eval(arg, lookup) for arg in args])
+            return found if found is not None and found.on_device else None
         return None
 
     def runs_heads(self, func: ast.Attribute) -> bool:
@@ -1060,6 +1065,32 @@ def zip_pairs(iterable: ast.expr, target: ast.expr) -> list[tuple[ast.expr, ast.
 
 # Libraries whose functions compute a tensor where the tensors they are given live.
 _TENSOR_IN_TENSOR_OUT = ("torchvision.utils.make_grid", "torchvision.ops.")
+
+
+def _registry_call(func: ast.expr, facts: FileFacts) -> bool:
+    """``registry[key]`` with ``registry`` bound at the module's top level, once, to a dict
+    display whose every value names a function of the file (``loss_registry = {"simple":
+    noise_estimation_loss}``), or imported from a module of the linted tree that does."""
+    if not (isinstance(func, ast.Subscript) and isinstance(func.value, ast.Name)):
+        return False
+    name = func.value.id
+    qualname = facts.qualname(func.value)
+    if qualname is not None and "." in qualname:
+        # `from functions.losses import loss_registry`: the registry of that module
+        module, _, name = qualname.rpartition(".")
+        other = facts.module_facts(module)
+        if other is None or other is facts:
+            return False
+        facts = other
+    values = [
+        stmt.value
+        for stmt in facts.tree.body
+        if isinstance(stmt, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets)
+    ]
+    if len(values) != 1 or not isinstance(values[0], ast.Dict) or not values[0].values:
+        return False
+    return all(isinstance(v, ast.Name) and v.id in facts.defs for v in values[0].values)
 
 
 def _closure(node: ast.expr, defs: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]]) -> bool:
