@@ -560,16 +560,10 @@ class FileFacts:
         (``count = lambda m: f"{sum(p.numel() for p in m.parameters()) / 1e6:.2f}"``)."""
         found = self._host_lambdas.get(id(scope))
         if found is None:
-            values: dict[str, list[ast.expr]] = {}
-            for node in own_nodes(scope):
-                if isinstance(node, ast.Assign):
-                    for target in node.targets:
-                        if isinstance(target, ast.Name):
-                            values.setdefault(target.id, []).append(node.value)
             found = self._host_lambdas[id(scope)] = frozenset(
                 name
-                for name, bound in values.items()
-                if all(isinstance(v, ast.Lambda) and _plainly_host(v.body) for v in bound)
+                for name, values in bindings(scope).items()
+                if all(isinstance(v, ast.Lambda) and _plainly_host(v.body) for v in values)
             )
         return found
 

@@ -723,11 +723,6 @@ class Flow:
         linted tree hands back the device values it is given, unless none of its returns
         does (YOLOv4's post-processing returns NumPy boxes). Other modules: unknown."""
         name = qualname.rpartition(".")[2]
-        if qualname.startswith(_TENSOR_IN_TENSOR_OUT) and args:
-            # `torchvision.utils.make_grid(images)`, `torchvision.ops.nms(boxes, scores, t)`:
-            # computed where the first tensor it is given lives
-            handed = self.eval(args[0], lookup)
-            return handed if handed is not None and handed.on_device else None
         callees = self.facts.callees(name, qualname)
         if not callees or all(_returns_tuples(callee) for _, callee in callees):
             # `name, args, opt = train_util.get_optimizer(args, params)`: which of the values
@@ -750,6 +745,11 @@ class Flow:
                 if handed is not None and handed.on_device:
                     return handed  # `np.squeeze(t)` runs `t.squeeze()`: a tensor, where `t` is
             return Fact("host", qualname)
+        if qualname.startswith(_TENSOR_IN_TENSOR_OUT) and args:
+            # `torchvision.utils.make_grid(images)`, `torchvision.ops.nms(boxes, scores, t)`:
+            # computed where the first tensor it is given lives
+            handed = self.eval(args[0], lookup)
+            return handed if handed is not None and handed.on_device else None
         if top != "torch":
             return self.project_call(node, qualname, args, lookup)
         if qualname == "torch.Size" or qualname.startswith("torch.utils.benchmark."):

@@ -84,7 +84,7 @@ def _contents(container: ast.expr, ctx: Context, scope: Scope) -> str | None:
 
 
 def _empty_container(value: ast.expr) -> bool:
-    """``[]``, ``{}``, ``list()``, ``dict()``."""
+    """``[]``, ``{}``, ``list()``, ``dict()`` (also ``dict(k=v)``: filled later by key)."""
     if isinstance(value, (ast.List, ast.Dict)):
         return not (value.keys if isinstance(value, ast.Dict) else value.elts)
     return (
@@ -92,7 +92,6 @@ def _empty_container(value: ast.expr) -> bool:
         and isinstance(value.func, ast.Name)
         and value.func.id in {"list", "dict"}
         and not value.args
-        and not value.keywords
     )
 
 
@@ -126,18 +125,15 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
             )
         return
     if attr is not None:
-        if (
+        if _empty_container(value):
+            plain.add(attr)
+        elif (
             _plain_tensor(value, ctx, method, attr, node.lineno)
             and not _filled_placeholder(value, ctx, method, attr)
             and not _scalar_lookup(value, ctx, method, attr)
         ):
             _report_attribute(ctx, node, method.cls, attr)
         elif isinstance(value := _repeated(value), _CONTAINERS):
-            if isinstance(value, (ast.List, ast.Dict, ast.Set)) and not (
-                value.keys if isinstance(value, ast.Dict) else value.elts
-            ):
-                plain.add(attr)
-                return
             held = _contents(value, ctx, method)
             if held is None and _constructs(method):
                 held = _named_tensors(value, ctx, method, node.lineno)
@@ -149,13 +145,6 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
                 and not (held == "tensors" and _placed_cache(method.cls, attr, method.name))
             ):
                 _report(ctx, node, method.cls, attr, held)
-        elif (
-            isinstance(value, ast.Call)
-            and isinstance(value.func, ast.Name)
-            and value.func.id in {"list", "dict"}
-            and not value.args
-        ):
-            plain.add(attr)
         elif _registering(value, ctx):
             plain.discard(attr)
         return

@@ -39,7 +39,9 @@ from torchplace.lint.provenance.callers import MOVED_SELF, engine_step, imported
 from torchplace.lint.provenance.flow import zip_pairs
 from torchplace.lint.provenance.loops import (
     _few_constants,
+    _gathered_into,
     _model_root,
+    _parts,
     _stores_entries,
     _walks_ranks,
     calls_backward,
@@ -2901,25 +2903,19 @@ def _backpropagates(node: ast.AST, scope: Scope) -> bool:
 
 
 def _walks_gathered(ctx: Context) -> bool:
-    """The innermost loop walks the list a ``dist.all_gather(gathered, x)`` of the function
-    fills: one whole tensor per rank (a sampler's outputs gathered to be saved), in no loop
+    """The innermost loop walks the list a ``dist.all_gather(gathered, x)`` (or a gather to
+    one rank) of the function fills: one whole tensor per rank (a sampler's outputs gathered to be saved), in no loop
     that feeds its own result back."""
     loops = ctx.loops()
-    if not loops:
-        return False
-    loop = loops[-1]
-    iters = [g.iter for g in loop.generators] if isinstance(loop, _COMPS) else []
-    if isinstance(loop, (ast.For, ast.AsyncFor)):
-        iters = [loop.iter]
-    names = {it.id for it in iters if isinstance(it, ast.Name)}
-    if any(feeds_back(outer) for outer in loops[:-1]):
+    parts = _parts(loops[-1]) if loops else None
+    if parts is None or any(feeds_back(outer) for outer in loops[:-1]):
         return False  # a decoding loop's gathered tokens: one copy per token
+    names = {it.id for it in parts[0] if isinstance(it, ast.Name)}
+    facts = file_facts(ctx)
     return bool(names) and any(
         isinstance(sub, ast.Call)
-        and (ctx.qualname(sub.func) or "").endswith("distributed.all_gather")
-        and sub.args
-        and isinstance(sub.args[0], ast.Name)
-        and sub.args[0].id in names
+        and isinstance(received := _gathered_into(sub, facts), ast.Name)
+        and received.id in names
         for sub in walk(scope_node(ctx))
     )
 
