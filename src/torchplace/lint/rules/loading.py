@@ -22,6 +22,7 @@ from torchplace.lint.finding import Edit, Fix
 from torchplace.lint.nodes import assigned, own_nodes, walk
 from torchplace.lint.provenance import FileFacts, facts_for_file, file_facts
 from torchplace.lint.provenance.callers import _siblings, _text_of, call_sites
+from torchplace.lint.provenance.flow import _keeps_storage
 from torchplace.lint.provenance.values import _is_cpu
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import in_test, loop_bound_names, only_used_by, receiver_root
@@ -157,7 +158,8 @@ def _local_mapping_keys(call: ast.Call, ctx: Context) -> set[str] | None:
     """The keys the ``**`` mappings of ``call`` hold, when each is a name its function binds only
     to dict displays of string keys and never changes in place (skorch's ``load_kwargs =
     {"map_location": map_location}``, then ``torch.load(f, **load_kwargs)``); None when any may
-    hold more (a parameter, a mapping built elsewhere, updated, or handed to another call)."""
+    hold more (a parameter, a mapping built elsewhere, updated, or handed to another call
+    itself, not unpacked with ``**``)."""
     scope = ctx.function_scope()
     if scope is None:
         return None
@@ -206,7 +208,8 @@ def _local_mapping_keys(call: ast.Call, ctx: Context) -> set[str] | None:
                 and func.attr in _MAPPING_WRITES
             ):
                 return None
-            handed = [*node.args, *(kw.value for kw in node.keywords)]
+            # `g(**kwargs)` unpacks a copy: `g` cannot add a key to the mapping itself
+            handed = [*node.args, *(kw.value for kw in node.keywords if kw.arg is not None)]
             if any(isinstance(a, ast.Name) and a.id in names for a in handed):
                 return None
     # every store of the names is a display's target: any other, a loop target or an
@@ -267,10 +270,15 @@ def _report_weights_only(
 
 def _hub_load(call: ast.Call, ctx: Context, name: str) -> None:
     """``load_state_dict_from_url(url)``: the download is unpickled with ``weights_only=False``
-    (the default of these functions on every torch version, unlike ``torch.load``'s)."""
+    (the default of these functions on every torch version, unlike ``torch.load``'s). A
+    ``**mapping`` counts when it is a local dict display without that key (as for
+    ``torch.load``)."""
+    if has_star_kwargs(call):
+        keys = _local_mapping_keys(call, ctx)
+        if keys is None or "weights_only" in keys:
+            return
     if (
         keyword(call, "weights_only") is not None
-        or has_star_kwargs(call)
         or any(isinstance(arg, ast.Starred) for arg in call.args)
         or len(call.args) >= 7  # weights_only given by position
         or in_test(ctx)
@@ -773,8 +781,10 @@ _FALLBACK = re.compile(
 )
 
 
-# Words of code that runs one process per GPU (its rank set-up may live in another file).
+# Words of code that runs one process per GPU (its rank set-up may live in another file),
+# read outside import lines: `import torch.utils.data.distributed` left unused uses nothing.
 _RANKS = re.compile(r"rank|world_size|distributed")
+_IMPORT_LINES = re.compile(r"^[ \t]*(?:import|from)[ \t][^\n]*", re.MULTILINE)
 # CUDA as a choice (`--cuda`, `if opt.cuda:`, `torch.cuda.is_available()`): a CPU path exists.
 _CUDA_CHOICE = re.compile(r"--cuda|use_gpu|\.cuda\b(?!\()")
 # Code that follows its tensors' devices (`device = x.device`, `torch.zeros(b, t,
@@ -823,7 +833,7 @@ def _may_load_elsewhere(ctx: Context) -> bool:
             r"""((?i:device)\s*=\s*|torch\.device\(\s*|\.to\(\s*)["']cuda(:\d+)?["']""", source
         )
         bare = ".cuda()" in source and not (
-            _RANKS.search(source)
+            _RANKS.search(_IMPORT_LINES.sub("", source))
             or _CUDA_CHOICE.search(_no_cuda_queries(source))
             or _gpu_choice(ctx)
             or _slips_in_device_following_modules(ctx)
@@ -931,13 +941,14 @@ def _under_cuda_check(ctx: Context) -> bool:
 
 def _mapped_to_cpu(orelse: list[ast.stmt]) -> bool:
     """The ``else`` of a branch loads with ``map_location`` naming the CPU (``torch.load(p,
-    map_location="cpu")``): its test chose CUDA, whatever it is called (``if args.cuda:``),
-    and the branch's own load runs only there."""
+    map_location="cpu")``, or ``map_location=lambda storage, loc: storage``): its test chose
+    CUDA, whatever it is called (``if args.cuda:``), and the branch's own load runs only
+    there."""
     return any(
         isinstance(sub, ast.Call)
         and call_name(sub) == "load"
         and (given := keyword(sub, "map_location")) is not None
-        and _is_cpu(given.value)
+        and (_is_cpu(given.value) or _keeps_storage(given.value))
         for stmt in orelse
         for sub in walk(stmt)
     )

@@ -77,7 +77,11 @@ SYNCHRONIZE_IN_LOOP = Rule(
 _READS = frozenset({"item", "tolist", "cpu", "numpy"})
 # `math` functions convert a tensor argument with `float()`: a host read like the casts.
 _MATH_READS = frozenset(
-    f"math.{name}" for name in ("isnan", "isinf", "isfinite", "sqrt", "log", "exp", "floor", "ceil")
+    f"math.{name}"
+    for name in (
+        *("isnan", "isinf", "isfinite", "sqrt", "log", "log10", "log2", "log1p"),
+        *("exp", "expm1", "floor", "ceil", "fabs"),
+    )
 )
 _PRINTS = frozenset({"print"})
 # `str(loss)`, `repr(x)`: the text of a tensor's values, read like a print
@@ -1960,6 +1964,8 @@ def _check(
         return False
     if fact is None and not (explicit and per_batch.trains):
         return False  # outside a training step, an unknown value may well be on the host
+    if fact is None and _host_only_file(ctx):
+        return False  # a helper of a script that never names a device: its tensors stay there
     if per_batch.itself and fact is None and _unplaced_step_value(receiver, read, ctx, bulk=bulk):
         return False
     if bulk and _fills_store(read or node, ctx):

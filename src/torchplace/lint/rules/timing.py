@@ -11,6 +11,7 @@ from torchplace.lint.base import (
     Family,
     Rule,
     Scope,
+    bindings,
     call_name,
     has_star_kwargs,
     keyword,
@@ -1026,16 +1027,34 @@ def _placed_params(
     for caller, call, _loops in facts.calls_of(function.name):
         if caller is function or facts.local_def(call.func, caller) is not function:
             continue
+        optimizers = {
+            param for param, arg in _bound_args(call, function) if _an_optimizer(arg, caller, facts)
+        }
         found.update(
             param
             for param, fact in facts.arg_facts(call, function, caller).items()
-            if fact.on_device
+            if fact.on_device and param not in optimizers
         )
         placed = _placed_in(caller, ctx, depth + 1, call.lineno)
         for param, arg in _bound_args(call, function):
             if isinstance(arg, ast.Name) and arg.id in placed:
                 found.add(param)
     return found
+
+
+def _an_optimizer(arg: ast.expr, caller: ast.AST, facts: FileFacts) -> bool:
+    """``arg`` is a name the caller binds only to a ``torch.optim`` optimizer: it holds the
+    model's parameters, yet handing it on (``get_learning_rate(optimizer)`` reads its
+    ``param_groups``) computes nothing on the device; its own ``step()`` runs after a
+    ``backward()`` that is the device work."""
+    if not isinstance(arg, ast.Name):
+        return False
+    values = bindings(caller).get(arg.id) or [None]
+    return all(
+        isinstance(value, ast.Call)
+        and (facts.qualname(value.func) or "").startswith("torch.optim.")
+        for value in values
+    )
 
 
 def _bound_args(

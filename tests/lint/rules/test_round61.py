@@ -1,0 +1,200 @@
+"""Rule behaviour found on code the corpus did not hold yet (a fourth round of repositories):
+a per-batch helper of a script that never names a device (TPL201)."""
+
+from __future__ import annotations
+
+from .helpers import lines as _lines
+
+# ---- TPL201: a helper the batch loop calls, in a script that never names a device
+
+HOST_SCRIPT = """\
+import torch
+from torch.optim import Adam
+
+
+def ppo(ac, data, iters):
+    opt = Adam(ac.parameters())
+
+    def compute_loss(data):
+        logp = ac(data)
+        kl = logp.mean().item()
+        return -logp.mean(), kl
+
+    def update():
+        for i in range(iters):
+            opt.zero_grad()
+            loss, kl = compute_loss(data)
+            loss.backward()
+            opt.step()
+
+    for epoch in range(10):
+        update()
+
+
+if __name__ == "__main__":
+    ppo(torch.nn.Linear(2, 2), torch.zeros(2), 3)
+"""
+
+
+def test_a_per_batch_helper_of_a_script_that_names_no_device_reads_host_values() -> None:
+    assert _lines(HOST_SCRIPT, "TPL201") == []
+
+
+def test_the_same_helper_is_reported_once_the_script_moves_its_model() -> None:
+    moved = HOST_SCRIPT.replace("torch.nn.Linear(2, 2)", "torch.nn.Linear(2, 2).cuda()")
+    assert _lines(moved, "TPL201") == [10]
+
+
+def test_the_same_helper_of_a_library_module_is_still_reported() -> None:
+    # no `__main__` block: the module's tensors come from its callers
+    library = HOST_SCRIPT.split("\n\nif __name__")[0] + "\n"
+    assert _lines(library, "TPL201") == [10]
+
+
+# ---- TPL401: the CPU branch of a load maps each storage to itself
+
+CUDA_BRANCH = """\
+import torch
+
+
+def restore(args, model, path):
+    if args.cuda > 0:
+        checkpoint = torch.load(path)
+    else:
+        checkpoint = torch.load(path, map_location=(lambda storage, loc: storage))
+    model.load_state_dict(checkpoint["model"])
+"""
+
+
+def test_a_bare_load_whose_else_maps_storages_to_themselves_runs_only_with_cuda() -> None:
+    assert _lines(CUDA_BRANCH, "TPL401") == []
+
+
+def test_a_bare_load_whose_else_maps_elsewhere_is_still_reported() -> None:
+    other = CUDA_BRANCH.replace("lambda storage, loc: storage", "lambda storage, loc: loc")
+    assert _lines(other, "TPL401") == [6]
+
+
+# ---- TPL401: an unused import is no sign of one process per GPU
+
+CUDA_ONLY = """\
+import os
+
+import torch
+import torch.utils.data.distributed
+
+
+def main(args, model):
+    model = torch.nn.DataParallel(model).cuda()
+    if os.path.isfile(args.pretrained):
+        checkpoint = torch.load(args.pretrained)
+        model.load_state_dict(checkpoint["state_dict"])
+"""
+
+
+def test_a_cuda_only_script_importing_the_distributed_module_has_nothing_to_remap() -> None:
+    assert _lines(CUDA_ONLY, "TPL401") == []
+
+
+def test_a_cuda_only_script_that_uses_ranks_may_load_on_another_gpu() -> None:
+    sampler = "    sampler = torch.utils.data.distributed.DistributedSampler(args.data)\n"
+    ranked = CUDA_ONLY.replace("    model = torch.nn", sampler + "    model = torch.nn")
+    assert _lines(ranked, "TPL401") == [11]
+
+
+# ---- TPL301: an optimizer handed to a helper computes nothing on the device
+
+TIMED_EPOCH = """\
+import time
+
+import torch
+
+
+def get_learning_rate(optimizer):
+    return [g["lr"] for g in optimizer.param_groups]
+
+
+def train(loader, model, criterion, optimizer):
+    end = time.time()
+    current_lr = get_learning_rate(optimizer)[0]
+    for i, (x, y) in enumerate(loader):
+        data_time = time.time() - end
+        x = x.cuda()
+        y = y.cuda()
+        loss = criterion(model(x), y)
+        print(loss.item())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        batch_time = time.time() - end
+        end = time.time()
+
+
+def main(loader):
+    model = torch.nn.Linear(2, 2).cuda()
+    optimizer = torch.optim.SGD(model.parameters(), 0.1)
+    criterion = torch.nn.CrossEntropyLoss().cuda()
+    train(loader, model, criterion, optimizer)
+"""
+
+
+def test_reading_an_optimizers_settings_before_the_loop_is_host_work() -> None:
+    assert _lines(TIMED_EPOCH, "TPL301") == []
+
+
+def test_the_same_clock_is_reported_when_nothing_in_the_step_waits() -> None:
+    unsynced = TIMED_EPOCH.replace("        print(loss.item())\n", "")
+    assert _lines(unsynced, "TPL301") == [11]
+
+
+# ---- TPL402: a mapping unpacked into another call is a copy
+
+KWARGS_LOADS = """\
+import os
+
+import torch
+
+
+def load(model, apath, pre_train="", cpu=False):
+    kwargs = {}
+    if cpu:
+        kwargs = {"map_location": lambda storage, loc: storage}
+    if pre_train == "download":
+        state = torch.utils.model_zoo.load_url(model.url, **kwargs)
+    else:
+        state = torch.load(os.path.join(apath, "model_latest.pt"), **kwargs)
+    model.load_state_dict(state)
+"""
+
+
+def test_a_load_whose_kwargs_another_call_unpacks_still_lacks_weights_only() -> None:
+    assert _lines(KWARGS_LOADS, "TPL402") == [11, 13]
+
+
+def test_a_mapping_handed_on_itself_may_gain_weights_only() -> None:
+    handed = KWARGS_LOADS.replace("load_url(model.url, **kwargs)", "load_url(model.url, kwargs)")
+    assert _lines(handed, "TPL402") == [11]
+
+
+# ---- TPL201: every `math` function converts its tensor argument with `float()`
+
+PSNR = """\
+import math
+
+
+def evaluate(model, loader, device):
+    model = model.to(device)
+    for lr, hr in loader:
+        lr, hr = lr.to(device), hr.to(device)
+        mse = (model(lr) - hr).pow(2).mean()
+        print(-10 * math.log10(mse), math.log2(mse), math.fabs(mse))
+"""
+
+
+def test_math_log10_log2_and_fabs_of_a_device_value_read_it() -> None:
+    assert _lines(PSNR, "TPL201") == [9, 9, 9]
+
+
+def test_math_of_a_python_number_reads_nothing() -> None:
+    host = PSNR.replace("mse = (model(lr) - hr).pow(2).mean()", "mse = 0.5")
+    assert _lines(host, "TPL201") == []
