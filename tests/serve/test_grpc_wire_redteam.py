@@ -7,8 +7,7 @@ asked the same to decide what is right.
 Tried and found to behave as designed (not repeated here): frames over the 16 KiB frame size,
 CONTINUATION interleaved with another frame, padding as long as the frame, PUSH_PROMISE from a
 client, SETTINGS_INITIAL_WINDOW_SIZE past 2^31-1 and a connection WINDOW_UPDATE past it (each a
-GOAWAY with its code); a stream id lower than one opened before (ignored, as gRPC core does);
-DATA after END_STREAM (dropped); several messages on a unary call (the first is answered, as by
+GOAWAY with its code); several messages on a unary call (the first is answered, as by
 gRPC core); a message and its length prefix cut across many DATA frames; a client that never
 acknowledges SETTINGS (served); PING and SETTINGS floods from a client that does not read (its
 connection is read no further: memory flat); 1,000 connections with 10 streams each opened and
@@ -53,7 +52,14 @@ What is pinned here:
   all connections together: calls that each sent most of a 40 MiB message and never the rest
   made one connection grow the server by 2.4 GB in 7 s (each partial message was kept, its
   stream window replenished as it came); past the budget a call waits for room, its window
-  not replenished, and past 64 waiting a new one is ``RESOURCE_EXHAUSTED``.
+  not replenished, and past 64 waiting a new one is ``RESOURCE_EXHAUSTED``;
+- a call opened on a stream id at or below one opened before (a lower id, an id reused after
+  its answer or after the client reset it) ends the connection with PROTOCOL_ERROR (RFC 9113
+  section 5.1.1): it was dropped silently (as gRPC core does), and its client waited out its
+  deadline; frames still on their way to a stream the server reset are ignored; DATA after
+  the client's END_STREAM resets the stream (STREAM_CLOSED), trailers carrying a
+  pseudo-header reset it (PROTOCOL_ERROR), and a stream that depends on itself is a
+  PROTOCOL_ERROR.
 """
 
 from __future__ import annotations
@@ -464,11 +470,12 @@ def test_a_call_gRPC_core_refuses_is_internal_with_the_reason(
         (frame(HEADERS, END_HEADERS, 1, grpc_headers("/t.T/Echo"))
          + frame(RST_STREAM, 0, 1, b"\0\0\0"), FRAME_SIZE_ERROR),
         (frame(PRIORITY, 0, 1, b"\0\0\0\0"), FRAME_SIZE_ERROR),
+        (frame(PRIORITY, 0, 3, (3).to_bytes(4, "big") + b"\x10"), PROTOCOL_ERROR),
         (frame(WINDOW_UPDATE, 0, 7, (10).to_bytes(4, "big")), PROTOCOL_ERROR),
         (frame(WINDOW_UPDATE, 0, 0, (0).to_bytes(4, "big")), PROTOCOL_ERROR),
     ],
     ids=["ping-size", "settings-ack-payload", "enable-push", "rst-size", "priority-size",
-         "window-update-idle-stream", "connection-window-update-0"],
+         "priority-on-itself", "window-update-idle-stream", "connection-window-update-0"],
 )  # fmt: skip
 def test_connection_errors_carry_rfc_9113_s_code(served: _Served, sent: bytes, code: int) -> None:
     connection = Connection(served.port)
@@ -676,3 +683,96 @@ def test_a_message_let_into_the_budget_must_arrive_within_the_message_timeout() 
     finally:
         connection.close()
         served.stop()
+
+
+STREAM_CLOSED = 0x5
+
+
+def _goaway_code(frames: list[Frame]) -> int | None:
+    away = [f for f in frames if f.kind == GOAWAY]
+    return int.from_bytes(away[-1].payload[4:8], "big") if away else None
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [
+        _call(5, "/t.T/Echo", b"five") + _call(3, "/t.T/Echo", b"three"),
+        _call(1, "/t.T/Echo", b"one"),
+        frame(HEADERS, END_HEADERS, 1, grpc_headers("/t.T/Echo"))
+        + frame(RST_STREAM, 0, 1, CANCEL.to_bytes(4, "big")),
+    ],
+    ids=["lower-id", "id-reused-after-answer", "id-reused-after-reset"],
+)
+def test_a_call_on_a_closed_stream_ends_the_connection_at_once(
+    served: _Served, sent: bytes
+) -> None:
+    """A new stream's id must exceed every earlier one (RFC 9113 section 5.1.1): a call opened
+    on a lower or a used id got no answer at all, and its client waited out its deadline."""
+    connection = Connection(served.port)
+    try:
+        connection.send(sent)
+        if b"five" not in sent:  # stream 1 answered or reset, then opened again
+            connection.read(timeout=0.5)
+            connection.send(_call(1, "/t.T/Echo", b"again"))
+        frames = connection.read(lambda f: f.kind == GOAWAY)
+    finally:
+        connection.close()
+    assert _goaway_code(frames) == PROTOCOL_ERROR
+    _still_serves(served.port)
+
+
+def test_frames_late_on_a_stream_the_server_reset_are_ignored(served: _Served) -> None:
+    connection = Connection(served.port)
+    try:  # a malformed request is reset; the rest of its message was on its way already
+        connection.send(frame(HEADERS, END_HEADERS, 1, _block(*_REQUEST, ("connection", "x"))))
+        frames = connection.read(_ended(1))
+        assert (frames[-1].kind, frames[-1].error_code()) == (RST_STREAM, PROTOCOL_ERROR)
+        connection.send(frame(DATA, 0, 1, grpc_message(b"late")) + frame(HEADERS, 5, 1, b""))
+        connection.send(_call(3, "/t.T/Echo", b"next"))
+        frames = connection.read(_ended(3))
+    finally:
+        connection.close()
+    assert _status(frames, 3) == ("0", "")
+    assert _goaway_code(frames) is None
+
+
+def test_trailers_with_a_pseudo_header_reset_the_stream(served: _Served) -> None:
+    connection = Connection(served.port)
+    try:  # RFC 9113 section 8.1: pseudo-headers in trailers make the request malformed
+        connection.send(frame(HEADERS, END_HEADERS, 1, grpc_headers("/t.T/Echo"))
+                        + frame(DATA, 0, 1, grpc_message(b"hi"))
+                        + frame(HEADERS, END_HEADERS | END_STREAM, 1,
+                                literal(":path", "/t.T/Echo")))  # fmt: skip
+        frames = connection.read(_ended(1))
+    finally:
+        connection.close()
+    assert (frames[-1].kind, frames[-1].error_code()) == (RST_STREAM, PROTOCOL_ERROR)
+
+
+def test_data_after_the_clients_end_of_stream_resets_the_stream(served: _Served) -> None:
+    connection = Connection(served.port)
+    try:  # no window for answers: the call stays open after the client's END_STREAM
+        connection.send(_settings(INITIAL_WINDOW_SIZE, 0) + _call(1, "/t.T/Echo", b"hi"))
+
+        def answered() -> bool:
+            call = served.server_call(1)
+            return call is not None and call.finished
+
+        assert _until(lambda: bool(served.on_loop(answered)))
+        connection.send(frame(DATA, 0, 1, grpc_message(b"more")))
+        frames = connection.read(lambda f: f.kind == RST_STREAM and f.stream == 1)
+    finally:
+        connection.close()
+    assert frames[-1].error_code() == STREAM_CLOSED
+
+
+def test_a_stream_that_depends_on_itself_is_a_protocol_error(served: _Served) -> None:
+    connection = Connection(served.port)
+    try:  # RFC 9113 section 5.3.1, in a HEADERS frame's priority
+        priority = (1).to_bytes(4, "big") + b"\x10"
+        connection.send(frame(HEADERS, END_HEADERS | 0x20, 1,
+                              priority + grpc_headers("/t.T/Echo")))  # fmt: skip
+        frames = connection.read(lambda f: f.kind == GOAWAY)
+    finally:
+        connection.close()
+    assert _goaway_code(frames) == PROTOCOL_ERROR

@@ -120,6 +120,8 @@ _INDEXED_FIELDS = bytes(range(0x81, 0xFF))
 #: the distinct header blocks a connection keeps read (clients send a handful), and the
 #: longest kept (a call's block of indexed fields is a byte a field: about ten)
 _MOST_HEADS = 64
+# Streams reset by this side remembered at once, for their late frames (see `_reset_out`).
+_MOST_RESETS_KEPT = 1024
 _MOST_HEAD_BYTES = 128
 #: stale entries the stalled-calls heap may hold before it is rebuilt without them
 _STALE_ENTRIES = 64
@@ -233,6 +235,10 @@ class Connection(asyncio.Protocol):
         #: of every field; emptied when a block that may change the dynamic table is decoded
         self._heads: dict[bytes, _Head] = {}
         self._last_stream = 0
+        #: streams this side reset (RST_STREAM) while the client might still be sending on
+        #: them, oldest first: their late frames are ignored (RFC 9113 section 5.1); a frame
+        #: on any other closed stream is the client's error
+        self._reset_out: OrderedDict[int, None] = OrderedDict()
         self._headers: tuple[int, int, bytearray] | None = None  # a block awaiting CONTINUATION
         self._received = 0  # connection-window bytes not yet credited back
         self._out: list[bytes] = []
@@ -467,6 +473,8 @@ class Connection(asyncio.Protocol):
             raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "PRIORITY on stream 0")
         elif kind == FrameType.PRIORITY and len(payload) != 5:
             raise _ProtocolError(ErrorCode.FRAME_SIZE_ERROR, f"a PRIORITY of {len(payload)} B")
+        elif kind == FrameType.PRIORITY:
+            _own_dependency(stream, payload)
         # PRIORITY and unknown frame types are ignored (RFC 9113 sections 5.3.2, 5.5)
 
     def _data(self, flags: int, stream: int, payload: bytes) -> None:
@@ -482,18 +490,21 @@ class Connection(asyncio.Protocol):
         if flags & PADDED:
             payload = _unpad(payload)
         call = self.calls.get(stream)
-        if call is None or call.remote_closed:
+        if call is None:
             if stream > self._last_stream:
                 raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, f"DATA on idle stream {stream}")
-            return  # a call that ended already (refused, reset, answered): dropped
+            self._on_closed(stream, "DATA")  # late DATA on a stream this side reset: dropped
+            return
+        if call.remote_closed:  # after the client's END_STREAM (section 5.1, half-closed)
+            self.reset_stream(call, ErrorCode.STREAM_CLOSED)
+            return
         if call.finished:  # its status is decided (its answer may wait on the client's window)
             if flags & END_STREAM:  # what more it sends is not read, nor held
                 call.end_of_requests()
             return
         call.withheld += flow
         if call.withheld > STREAM_WINDOW:
-            self._send(frame(FrameType.RST_STREAM, 0, stream,
-                             int(ErrorCode.FLOW_CONTROL_ERROR).to_bytes(4, "big")))  # fmt: skip
+            self._send_reset(stream, ErrorCode.FLOW_CONTROL_ERROR)
             self._drop(stream)
             return
         ending = call.feed(payload)
@@ -518,6 +529,7 @@ class Connection(asyncio.Protocol):
         if flags & PADDED:
             payload = _unpad(payload)
         if flags & PRIORITY_FLAG:
+            _own_dependency(stream, payload)
             payload = payload[5:]
         if flags & END_HEADERS:
             self._headers_done(flags, stream, payload)
@@ -538,10 +550,16 @@ class Connection(asyncio.Protocol):
     def _headers_done(self, flags: int, stream: int, block: bytes) -> None:
         call = self.calls.get(stream)
         if call is not None or stream <= self._last_stream:  # trailers of a request
-            self._decode(block)
-            if call is not None and flags & END_STREAM:
+            fields = self._decode(block)  # decoded whatever follows: the HPACK table moves on
+            if call is None:
+                self._on_closed(stream, "HEADERS")
+            elif call.remote_closed:
+                self.reset_stream(call, ErrorCode.STREAM_CLOSED)  # after the client's END_STREAM
+            elif any(name.startswith(b":") for name, _ in fields):
+                self.reset_stream(call, ErrorCode.PROTOCOL_ERROR)  # pseudo-headers: malformed
+            elif flags & END_STREAM:
                 call.end_of_requests()
-            elif call is not None:
+            else:
                 self._end_stream_call(call, grpc.StatusCode.INTERNAL, "trailers without END_STREAM")
             return
         head = self._heads.get(block)
@@ -555,6 +573,27 @@ class Connection(asyncio.Protocol):
             raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, f"a client stream id {stream} is even")
         self._last_stream = stream
         self._open(stream, head, bool(flags & END_STREAM))
+
+    def _on_closed(self, stream: int, kind: str) -> None:
+        """A frame on a closed stream at or below the last one opened: ignored when this side
+        reset the stream (the client may have sent it before the reset reached it), else a
+        connection error: a new stream's id must exceed every earlier one, and a stream the
+        client ended or reset takes no more (RFC 9113 sections 5.1, 5.1.1)."""
+        if stream in self._reset_out:
+            return
+        raise _ProtocolError(
+            ErrorCode.STREAM_CLOSED if kind == "DATA" else ErrorCode.PROTOCOL_ERROR,
+            f"{kind} on stream {stream}, which is closed (streams opened so far reach "
+            f"{self._last_stream}; a new one needs a higher odd id)",
+        )
+
+    def _send_reset(self, stream: int, code: ErrorCode) -> None:
+        """RST_STREAM ``code`` on ``stream``, remembered: the client's frames already on their
+        way are ignored when they come (the most recent resets are kept)."""
+        self._send(frame(FrameType.RST_STREAM, 0, stream, int(code).to_bytes(4, "big")))
+        self._reset_out[stream] = None
+        if len(self._reset_out) > _MOST_RESETS_KEPT:
+            self._reset_out.popitem(last=False)
 
     def _decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
         """A header block's fields. A block that is not all indexed fields may change the
@@ -570,16 +609,16 @@ class Connection(asyncio.Protocol):
     def _open(self, stream: int, head: _Head, ended: bool) -> None:
         """A new call: check it, find its handler, run it."""
         if self._going_away or len(self.calls) >= self.limits.max_streams:
-            self._send(frame(FrameType.RST_STREAM, 0, stream,
-                             int(ErrorCode.REFUSED_STREAM).to_bytes(4, "big")))  # fmt: skip
+            self._send_reset(stream, ErrorCode.REFUSED_STREAM)
             return
         self._active = opened = time.monotonic()
         if head.unlawful:  # a malformed request: a stream error
-            self._send(frame(FrameType.RST_STREAM, 0, stream,
-                             int(ErrorCode.PROTOCOL_ERROR).to_bytes(4, "big")))  # fmt: skip
+            self._send_reset(stream, ErrorCode.PROTOCOL_ERROR)
             return
         if head.refusal is not None:
             self._headers_out(END_HEADERS | END_STREAM, stream, head.refusal)
+            if not ended:  # answered: what more the client sends is not wanted (section 8.1)
+                self._send_reset(stream, ErrorCode.NO_ERROR)
             return
         timeout = head.timeout
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -800,7 +839,7 @@ class Connection(asyncio.Protocol):
 
     def reset_stream(self, call: Call, code: ErrorCode) -> None:
         """End ``call``'s stream with RST_STREAM ``code``: nothing more is sent on it."""
-        self._send(frame(FrameType.RST_STREAM, 0, call.stream, int(code).to_bytes(4, "big")))
+        self._send_reset(call.stream, code)
         self._drop(call.stream)
         self._flush_later()
 
@@ -820,8 +859,7 @@ class Connection(asyncio.Protocol):
         is still sending on: it has its answer)."""
         self.forget(call)
         if not call.remote_closed:
-            self._send(frame(FrameType.RST_STREAM, 0, call.stream,
-                             int(ErrorCode.NO_ERROR).to_bytes(4, "big")))  # fmt: skip
+            self._send_reset(call.stream, ErrorCode.NO_ERROR)
         if not self.calls:
             self._active = time.monotonic()
 
@@ -946,6 +984,13 @@ def _read_head(fields: Iterable[tuple[bytes, bytes]]) -> _Head:
         encoding=headers.get(b"grpc-encoding", b"identity"),
         timeout=timeout,
     )
+
+
+def _own_dependency(stream: int, payload: bytes) -> None:
+    """A priority (of HEADERS or a PRIORITY frame) that makes a stream depend on itself: an
+    error (RFC 9113 section 5.3.1), taken here for the connection (section 5.4.1 allows it)."""
+    if len(payload) >= 4 and int.from_bytes(payload[:4], "big") & _WINDOW_MAX == stream:
+        raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, f"stream {stream} depends on itself")
 
 
 def _unpad(payload: bytes) -> bytes:
