@@ -116,7 +116,8 @@ def test_iso8601_puts_the_utc_time_first_and_default_takes_it_off(lines: _Lines)
     [
         ({"log_info": 1}, InputError, "expect boolean for 'log_info', got 1"),
         ({"log_error": "false"}, InputError, "expect boolean for 'log_error'"),
-        ({"log_verbose_level": -1}, InputError, "non-negative integer for 'log_verbose_level'"),
+        ({"log_verbose_level": -1}, InputError, "integer from 0 to 2147483647 for 'log_verb"),
+        ({"log_verbose_level": 2**40}, InputError, "'log_verbose_level', got 1099511627776"),
         ({"log_verbose_level": True}, InputError, "'log_verbose_level', got True"),
         ({"log_format": "json"}, InputError, "invalid argument for log_format, got: 'json'"),
         ({"log_file": "/tmp/x.log"}, UnsupportedSettingError, "can not be updated through"),

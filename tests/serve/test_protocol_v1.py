@@ -152,3 +152,26 @@ def test_outputs_without_a_shared_batch_cannot_be_rows(b: np.ndarray) -> None:
     y = np.zeros((2, 2), np.float32)
     with pytest.raises(InputError, match=r"outputs do not share a batch dimension .*'y': 2"):
         encode_predict_response({"y": y, "b": b}, TWO_OUT, model="m")
+
+
+@pytest.mark.parametrize(
+    ("doc", "inputs", "message"),
+    [
+        (
+            {"instances": [[[1, 2], [3, 4]], [[1, 2]]]},
+            ONE_IN,
+            r"instance 1 gives input 'x' in shape \[1, 2\], where instance 0 gives \[2, 2\]; "
+            r"give every instance the same shape \(the model takes \[2, 2\] per instance\)",
+        ),
+        (
+            {"instances": [{"a": [1, 2], "n": 1}, {"a": [1, 2, 3], "n": 2}]},
+            TWO_IN,
+            r"instance 1 gives input 'a' in shape \[3\], where instance 0 gives \[2\]",
+        ),
+    ],
+)
+def test_instances_of_uneven_shapes_name_the_one_that_differs(
+    doc: object, inputs: tuple[TensorSpec, ...], message: str
+) -> None:
+    with pytest.raises(InputError, match=message):
+        _decode(doc, inputs)

@@ -276,6 +276,7 @@ def test_curl_sends_a_file_after_100_continue(server: ServerThread, tmp_path: Pa
         ("/v2/models/nope/infer", None, 401, "missing bearer token"),
         ("/v2/models/nope/infer", TOKEN, 404, "'nope' is not found"),
         ("/v2/models/seed-mlp/versions/7/infer", TOKEN, 404, "version 7 is not found"),
+        ("/v1/models/nope:predict", TOKEN, 404, "'nope' is not found"),
         ("/v2/repository/models/seed-mlp/load", "wrong", 401, "wrong bearer token"),
     ],
 )

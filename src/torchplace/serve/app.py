@@ -324,8 +324,8 @@ class App:
 
     def expect_check(self, request: Request) -> Response | None:
         """The answer a request that asks for ``100-continue`` gets whatever its body, given
-        its head (no body): a missing or wrong token, an inference on a model or version not
-        served; None when the body is needed. Anything less plain waits for its body."""
+        its head (no body): a missing or wrong token, an inference (OIP's, or KServe V1's
+        ``:predict``) on a model or version not served; None when the body is needed. Anything less plain waits for its body."""
         path = request.path
         if path in self._routes:
             if self._token is not None and path not in self._open:
@@ -338,13 +338,20 @@ class App:
             if denied is not None:
                 return denied
         parts = path.split(b"/")
-        if len(parts) < 5 or parts[:3] != [b"", b"v2", b"models"]:
+        if not self._started:
             return None
-        versioned = len(parts) == 7 and parts[4] == b"versions" and parts[5]
-        if not self._started or parts[-1] != b"infer" or (len(parts) != 5 and not versioned):
+        key: tuple[str, str] | None = None
+        if len(parts) == 4 and parts[:3] == [b"", b"v1", b"models"] and request.method == b"POST":
+            name, colon, verb = _name(parts[3]).rpartition(":")  # KServe V1's :predict
+            key = (name, "") if colon and verb == "predict" else None
+        elif len(parts) >= 5 and parts[:3] == [b"", b"v2", b"models"] and parts[-1] == b"infer":
+            versioned = len(parts) == 7 and parts[4] == b"versions" and parts[5]
+            if len(parts) == 5 or versioned:
+                key = (_name(parts[3]), _name(parts[5]) if versioned else "")
+        if key is None:
             return None
         try:
-            self.registry.get(_name(parts[3]), _name(parts[5]) if versioned else "")
+            self.registry.get(*key)
         except ModelNotFoundError as exc:
             return error_response(404, str(exc))
         return None

@@ -158,12 +158,12 @@ def _checked(name: str, value: Any) -> Any:
             "goes where it was started to write it"
         )
     if name == "log_verbose_level":
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**31:
             raise InputError(
-                f"expect a non-negative integer for 'log_verbose_level', got {value!r:.100}; "
-                "send 0 (off) or 1 (DEBUG records on)"
+                f"expect an integer from 0 to {2**31 - 1} for 'log_verbose_level', got "
+                f"{value!r:.100}; send 0 (off) or 1 (DEBUG records on)"
             )
-        return min(value, 2**31 - 1)
+        return value
     if name == "log_format":
         if value not in _FORMATS:
             raise InputError(

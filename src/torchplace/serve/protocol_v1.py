@@ -53,6 +53,7 @@ def decode_predict_request(
     tensors = []
     for spec in inputs:
         column = [_value(row, index, spec, inputs) for index, row in enumerate(rows)]
+        _check_even(column, spec)
         tensors.append(
             {"name": spec.name, "datatype": spec.datatype, "shape": _shape(column), "data": column}
         )
@@ -214,6 +215,20 @@ def _value(row: Any, index: int, spec: TensorSpec, inputs: Sequence[TensorSpec])
             + "): give each instance as an object naming them"
         )
     return row
+
+
+def _check_even(column: list[Any], spec: TensorSpec) -> None:
+    """Every instance's part of input ``spec`` has the first one's shape (read as
+    :func:`_shape` reads it): else the instance that differs is named, with both shapes."""
+    first = _shape(column[:1])[1:]
+    for index in range(1, len(column)):
+        shape = _shape(column[index : index + 1])[1:]
+        if shape != first:
+            raise InputError(
+                f"instance {index} gives input {spec.name!r} in shape {shape}, where instance 0 "
+                f"gives {first}; give every instance the same shape (the model takes "
+                f"{list(spec.shape[1:])} per instance)"
+            )
 
 
 def _shape(column: list[Any]) -> list[int]:
