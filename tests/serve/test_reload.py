@@ -16,7 +16,8 @@ import numpy as np
 import orjson
 import pytest
 
-from torchplace.serve.memory import MemoryCheck
+from torchplace.serve import reload
+from torchplace.serve.memory import MemoryCheck, trim_host_heap
 from torchplace.serve.registry import Registry
 from torchplace.serve.reload import ModelControl
 from torchplace.serve.running import ServerThread
@@ -294,6 +295,25 @@ def test_the_engines_know_when_other_models_share_their_loop(server: ServerThrea
     assert shared() == {"a": False}
     assert call(server.port, "POST", "/v2/repository/models/b/load", b"")[0] == 200
     assert shared() == {"a": True, "b": True}
+
+
+def test_an_unload_hands_the_freed_host_memory_back(
+    server: ServerThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """glibc kept what a retired version's replicas freed in its arenas: the server's resident
+    size stayed at its loaded size after an unload. The heap is trimmed once the version's
+    engines have stopped."""
+    trims: list[int] = []
+    monkeypatch.setattr(reload, "trim_host_heap", lambda: trims.append(len(trims)) or True)
+    assert call(server.port, "POST", "/v2/repository/models/c/unload", b"")[0] == 200
+    assert trims == [0]
+
+
+def test_the_host_heap_is_trimmed_where_glibc_can() -> None:
+    import platform
+
+    trimmed = trim_host_heap()
+    assert trimmed is (platform.system() == "Linux" and platform.libc_ver()[0] == "glibc")
 
 
 def test_metrics_and_statistics_cover_every_model(server: ServerThread) -> None:

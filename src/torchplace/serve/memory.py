@@ -14,11 +14,15 @@ gives the numbers (needed, free, budget, model). ``free`` comes from an injectab
 ``--memory-budget`` (bytes per device, what the CPU is checked against): with a budget, what the
 loaded models reserve is subtracted from it; with a probe, the device's own free bytes already
 count them. With neither, there is nothing to check against and the load goes ahead.
+
+:func:`trim_host_heap` hands the host memory a retired version freed back to the system.
 """
 
 from __future__ import annotations
 
 import copy
+import ctypes
+import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
@@ -30,10 +34,28 @@ if TYPE_CHECKING:
 
     from torchplace.serve.loader import LoadedModel
 
-__all__ = ["MemoryCheck", "cuda_free_bytes", "estimate"]
+__all__ = ["MemoryCheck", "cuda_free_bytes", "estimate", "trim_host_heap"]
 
 #: free bytes of a device, or None when unknown (the CPU)
 FreeProbe = Callable[[str], "int | None"]
+
+
+def trim_host_heap() -> bool:
+    """Give the free pages of the C heap back to the system (glibc's ``malloc_trim``): glibc
+    keeps what each thread's arena freed for reuse, so the memory a version's replicas and
+    their worker threads let go of stayed in the server's resident size after an unload (one
+    of 16 replicas of a wide model: 390 MiB). True when trimmed; False where the C library has
+    no such call (not Linux, or not glibc)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    trim(0)
+    return True
 
 
 def cuda_free_bytes(label: str) -> int | None:

@@ -36,7 +36,7 @@ from torchplace.errors import (
     ModelNotFoundError,
     TorchplaceError,
 )
-from torchplace.serve.memory import MemoryCheck, estimate
+from torchplace.serve.memory import MemoryCheck, estimate, trim_host_heap
 from torchplace.serve.registry import ModelHandle, Registry
 from torchplace.serve.repository import (
     POLL_FAILED,
@@ -304,6 +304,8 @@ class ModelControl:
         finally:
             for handle in handles:
                 self.memory.release(handle.views.get("memory", ""))
+        # what their replicas freed goes back to the system, not only to the C heap
+        await asyncio.get_running_loop().run_in_executor(None, trim_host_heap)
 
     # -- building one version --------------------------------------------------------------
     async def _build(self, settings: Mapping[str, Any], *, source: str) -> ModelHandle:
