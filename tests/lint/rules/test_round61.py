@@ -3,6 +3,8 @@ a per-batch helper of a script that never names a device (TPL201)."""
 
 from __future__ import annotations
 
+import pytest
+
 from .helpers import lines as _lines
 
 # ---- TPL201: a helper the batch loop calls, in a script that never names a device
@@ -198,3 +200,68 @@ def test_math_log10_log2_and_fabs_of_a_device_value_read_it() -> None:
 def test_math_of_a_python_number_reads_nothing() -> None:
     host = PSNR.replace("mse = (model(lr) - hr).pow(2).mean()", "mse = 0.5")
     assert _lines(host, "TPL201") == []
+
+
+# ---- TPL401: a setting read from an object of settings is named by the setting
+
+RESUME = """\
+import torch
+
+
+def main(config, model):
+    device = torch.device("cuda" if config["n_gpu"] > 0 else "cpu")
+    checkpoint = torch.load(config.resume)
+    model.load_state_dict(checkpoint["state_dict"])
+"""
+
+
+def test_a_checkpoint_path_read_from_a_config_object_is_a_checkpoint() -> None:
+    assert _lines(RESUME, "TPL401") == [6]
+
+
+@pytest.mark.parametrize("path", ["config.vocab_file", "self.vocab.path", "args.config"])
+def test_a_path_whose_setting_or_owner_names_host_data_is_left_alone(path: str) -> None:
+    assert _lines(RESUME.replace("config.resume", path), "TPL401") == []
+
+
+# ---- TPL601: memory statistics answer 0 where CUDA was never initialised
+
+STATS = """\
+import torch
+
+
+def main(model, loader):
+    for x in loader:
+        model(x)
+    print(torch.cuda.max_memory_allocated() / 2**30, torch.cuda.memory_reserved())
+    print(torch.cuda.get_device_name(0))
+"""
+
+
+def test_memory_statistics_are_no_cuda_only_calls_but_the_device_name_is() -> None:
+    assert _lines(STATS, "TPL601") == [8]
+
+
+# ---- TPL501: a view of a whole factory result, and modules placed as they are built
+
+ENCODER = """\
+import torch
+import torch.nn as nn
+
+
+class Enc(nn.Module):
+    def __init__(self, means, n, d):
+        super().__init__()
+        self.channel_means = torch.tensor(means, dtype=torch.float32)[None, :, None, None]
+        self.first = torch.tensor(means)[0]
+        self.clist = [nn.Linear(d, n).cuda() for i in range(3)]
+        self.heads = nn.ModuleList([nn.Linear(d, n).cuda() for i in range(3)])
+
+    def forward(self, x):
+        return x - self.channel_means + self.first + self.clist[0](x) + self.heads[0](x)
+"""
+
+
+def test_a_view_of_a_factory_and_a_list_of_placed_modules_are_unregistered_state() -> None:
+    # `[0]` may pick one number: not reported; the ModuleList registers its modules
+    assert _lines(ENCODER, "TPL501") == [8, 10]

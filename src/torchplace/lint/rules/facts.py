@@ -140,7 +140,9 @@ TIMERS = frozenset(
     }
 )
 
-# torch.cuda functions that raise (or initialise CUDA) when no CUDA device is usable.
+# torch.cuda functions that raise (or initialise CUDA) when no CUDA device is usable. The
+# memory statistics (`memory_allocated`, `max_memory_reserved`, `memory_stats`, ...) are not
+# among them: where CUDA was never initialised they answer 0 (or an empty dict).
 CUDA_ONLY = frozenset(
     f"torch.cuda.{name}"
     for name in (
@@ -151,12 +153,7 @@ CUDA_ONLY = frozenset(
         "set_device",
         "mem_get_info",
         "synchronize",
-        "memory_allocated",
-        "max_memory_allocated",
-        "memory_reserved",
-        "max_memory_reserved",
         "reset_peak_memory_stats",
-        "memory_stats",
         "memory_summary",
         "current_stream",
         "default_stream",

@@ -396,8 +396,20 @@ def _path_words(node: ast.AST) -> list[str]:
         return [node.id]
     if isinstance(node, ast.Constant):
         return [node.value] if isinstance(node.value, str) else []
+    # `config.resume`: the setting's name says what the file holds, not the object of settings
+    # it is read from (`self.vocab.path` is named by its owner too)
+    if (
+        isinstance(node, ast.Attribute)
+        and node.attr.lower() not in _GENERIC_PATH_ATTRS
+        and isinstance(node.value, (ast.Name, ast.Attribute))
+    ):
+        return [node.attr]
     words = [node.attr] if isinstance(node, ast.Attribute) else []
     return words + [word for child in ast.iter_child_nodes(node) for word in _path_words(child)]
+
+
+# Attribute names that say only that they hold a path: their owner names the file.
+_GENERIC_PATH_ATTRS = frozenset({"path", "file", "filename", "fname", "filepath", "name"})
 
 
 def _loads_dataset(call: ast.Call, ctx: Context) -> bool:

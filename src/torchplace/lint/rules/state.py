@@ -47,9 +47,21 @@ def _held(node: ast.expr, ctx: Context, scope: Scope) -> str | None:
         return None
     if ctx.call_qualname(node) in _PARAMETERS or is_tensor_expr(node, ctx, scope):
         return "tensors"
+    # `nn.Linear(d, n).cuda()`: placing and casting a module hand back the module itself
+    while (
+        isinstance(node.func, ast.Attribute)
+        and node.func.attr in _MODULE_RETURNS_ITSELF
+        and isinstance(node.func.value, ast.Call)
+    ):
+        node = node.func.value
     if is_module_expr(node, ctx) and not stateless_module(node, ctx):
         return "modules"  # not a pooling or activation layer: `.to()` loses nothing of those
     return None
+
+
+_MODULE_RETURNS_ITSELF = frozenset(
+    {"cuda", "to", "half", "float", "double", "bfloat16", "train", "eval", "requires_grad_"}
+)
 
 
 def _elements(container: ast.expr) -> list[ast.expr]:
@@ -585,6 +597,9 @@ def _builds_tensor(
         return False
     if isinstance(value, ast.Attribute) and value.attr in _TENSOR_VIEWS:  # `freqs_cis.real`
         return _builds_tensor(value.value, ctx, function, line, cls, depth + 1)
+    if isinstance(value, ast.Subscript) and _keeps_elements(value.slice):
+        # `torch.tensor(means, device=d)[None, :, None, None]`: a view of all of it
+        return _builds_tensor(value.value, ctx, function, line, cls, depth)
     if isinstance(value, ast.BinOp):  # `2 ** torch.linspace(0, n - 1, n)`: the same shape
         return any(
             _builds_tensor(side, ctx, function, line, cls, depth + 1)
@@ -624,6 +639,17 @@ def _builds_tensor(
         return _builds_tensor(func.value, ctx, function, line, cls, depth + 1)
     callee = _local_function(value, ctx, cls)
     return callee is not None and _returns_tensor(callee, ctx, cls, depth + 1)
+
+
+def _keeps_elements(index: ast.expr) -> bool:
+    """An index of slices, ``None`` and ``...`` only (``[None, :]``, ``[::2]``): a view that
+    keeps every dimension, not one element (``[0]`` may be a single number)."""
+    parts = index.elts if isinstance(index, ast.Tuple) else [index]
+    return all(
+        isinstance(part, ast.Slice)
+        or (isinstance(part, ast.Constant) and (part.value is None or part.value is Ellipsis))
+        for part in parts
+    )
 
 
 # torch functions that wrap a NumPy array as a tensor of its shape
