@@ -265,3 +265,38 @@ class Enc(nn.Module):
 def test_a_view_of_a_factory_and_a_list_of_placed_modules_are_unregistered_state() -> None:
     # `[0]` may pick one number: not reported; the ModuleList registers its modules
     assert _lines(ENCODER, "TPL501") == [8, 10]
+
+
+# ---- TPL301: a nested timer's clock reads are not the outer timer's stop
+
+NESTED_TIMERS = """\
+import time
+
+import torch
+
+
+def main(model, images, device):
+    model = model.to(device)
+    buffer = torch.zeros(1, 3, 8, 8, device=device)
+    for im in images:
+        total_tic = time.time()
+        buffer.copy_(torch.from_numpy(im))
+        det_tic = time.time()
+        out = model(buffer)
+        det_toc = time.time()
+        detect_time = det_toc - det_tic
+        boxes = out.cpu().numpy()
+        total_toc = time.time()
+        total_time = total_toc - total_tic
+        print(detect_time, total_time, boxes)
+"""
+
+
+def test_an_outer_timer_is_read_at_its_own_stop_after_the_copy_back() -> None:
+    # the detection timer reads no result back: reported; the total one waits on `.cpu()`
+    assert _lines(NESTED_TIMERS, "TPL301") == [12]
+
+
+def test_an_outer_timer_read_before_any_copy_back_is_reported() -> None:
+    unsynced = NESTED_TIMERS.replace("boxes = out.cpu().numpy()", "boxes = out")
+    assert _lines(unsynced, "TPL301") == [10, 12]

@@ -409,7 +409,9 @@ def _until_read(block: list[ast.stmt], start: str, ctx: Context) -> Found | None
     clock. ``None`` when the block never reads the clock."""
     region: list[ast.AST] = []
     for position, stmt in enumerate(block):
-        if not (_reads_elapsed(stmt, start) or _reads_clock(stmt, ctx)):
+        if not (_reads_elapsed(stmt, start) or _reads_clock(stmt, ctx)) or _another_timers(
+            stmt, start, ctx
+        ):
             region.append(stmt)
             continue
         if isinstance(stmt, (ast.For, ast.AsyncFor)) and not _reads_clock(stmt.iter, ctx):
@@ -423,6 +425,43 @@ def _until_read(block: list[ast.stmt], start: str, ctx: Context) -> Found | None
         region.append(stmt)
         return region, block[position + 1 :]  # the stop: `end = time.time()` or `... - t0`
     return None
+
+
+def _another_timers(stmt: ast.stmt, start: str, ctx: Context) -> bool:
+    """``det_tic = time.time()`` inside the region of ``total_tic``: a clock read bound to a
+    name the function subtracts only from, or only with, other names than ``start``
+    (``det_toc - det_tic``): the start or the stop of a nested timer, not this one's stop."""
+    if not (
+        isinstance(stmt, ast.Assign)
+        and len(stmt.targets) == 1
+        and isinstance(stmt.targets[0], ast.Name)
+        and stmt.targets[0].id != start
+        and isinstance(stmt.value, ast.Call)
+        and _is_clock(stmt.value, ctx)
+    ):
+        return False
+    partners = _subtractions(ctx).get(stmt.targets[0].id, set())
+    return bool(partners) and start not in partners
+
+
+def _subtractions(ctx: Context) -> dict[str, set[str]]:
+    """Each name of the function (or module) that a subtraction of two names holds -> the
+    names on the other side (``toc - tic``: ``toc`` -> {``tic``}, ``tic`` -> {``toc``})."""
+    scope = ctx.function_scope() or ctx.scope.root()
+    found: dict[str, set[str]] | None = scope.cache.get("tpl301-subtractions")
+    if found is None:
+        found = {}
+        for sub in walk(scope.node):
+            if (
+                isinstance(sub, ast.BinOp)
+                and isinstance(sub.op, ast.Sub)
+                and isinstance(sub.left, ast.Name)
+                and isinstance(sub.right, ast.Name)
+            ):
+                found.setdefault(sub.left.id, set()).add(sub.right.id)
+                found.setdefault(sub.right.id, set()).add(sub.left.id)
+        scope.cache["tpl301-subtractions"] = found
+    return found
 
 
 def _later_reads(rest: list[ast.stmt], start: str, ctx: Context) -> list[ast.AST]:
