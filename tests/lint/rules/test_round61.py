@@ -300,3 +300,26 @@ def test_an_outer_timer_is_read_at_its_own_stop_after_the_copy_back() -> None:
 def test_an_outer_timer_read_before_any_copy_back_is_reported() -> None:
     unsynced = NESTED_TIMERS.replace("boxes = out.cpu().numpy()", "boxes = out")
     assert _lines(unsynced, "TPL301") == [10, 12]
+
+
+# ---- TPL201: a pathlib path and a string method's result are host values
+
+OUTPUT_PATH = """\
+from pathlib import Path
+
+import torch
+
+
+def generate(model, prompts, out, device):
+    model = model.to(device)
+    for prompt in prompts:
+        images, texts = model.sample(prompt)
+        name = texts[0]
+        folder = Path(out) / name.replace(" ", "_")[:100]
+        print(f"saving to {str(folder)}, {name.lower()!r}")
+        print(f"{images.mean()}")
+"""
+
+
+def test_a_path_built_from_any_value_and_a_string_method_read_no_tensor() -> None:
+    assert _lines(OUTPUT_PATH, "TPL201") == [13]

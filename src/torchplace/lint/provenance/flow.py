@@ -481,6 +481,8 @@ class Flow:
             self.bind(node.target, fact, node.lineno, node.value)
             return fact
         if isinstance(node, ast.BinOp):
+            if isinstance(node.op, ast.Div) and _a_path(node.left, self.facts):
+                return Fact("host", "a path")  # `Path(out) / name`: a path, whatever `name` is
             return _join(self.eval(node.left, lookup), self.eval(node.right, lookup))
         if isinstance(node, ast.UnaryOp):
             return self.eval(node.operand, lookup)
@@ -938,6 +940,16 @@ _SPLITS = frozenset({"split", "chunk", "tensor_split"})
 # Methods that copy a tensor to the host as a tensor or an array (not as Python numbers:
 # `loss.item() * scale` may be a device tensor again)
 _HOST_COPIES = frozenset({"cpu", "numpy"})
+
+
+_PATHS = frozenset({"pathlib.Path", "pathlib.PurePath", "pathlib.PosixPath", "pathlib.WindowsPath"})
+
+
+def _a_path(node: ast.expr, facts: FileFacts) -> bool:
+    """``Path(root)``, also divided on (``Path(root) / "a"``): a ``pathlib`` path."""
+    while isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+        node = node.left
+    return isinstance(node, ast.Call) and facts.qualname(node.func) in _PATHS
 
 
 def _keeps_storage(node: ast.expr | None) -> bool:

@@ -69,6 +69,7 @@ HOST_METHODS = frozenset(
         "load_state_dict",  # the missing and unexpected keys: lists of names
         # string methods a tensor lacks (`end_pos = response["text"].find(sep)`): Python values
         *("find", "rfind", "startswith", "endswith", "strip", "rstrip", "lstrip"),
+        *("replace", "lower", "upper", "title", "capitalize", "casefold", "zfill", "splitlines"),
     }
 )
 HOST_ATTRS = frozenset(
