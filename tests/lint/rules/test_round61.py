@@ -323,3 +323,33 @@ def generate(model, prompts, out, device):
 
 def test_a_path_built_from_any_value_and_a_string_method_read_no_tensor() -> None:
     assert _lines(OUTPUT_PATH, "TPL201") == [13]
+
+
+# ---- TPL201: images a loop that trains nothing logs, copied by hand
+
+LOGGED_IMAGES = """\
+import torch
+from torchvision.utils import make_grid
+
+
+def valid(model, loader, writer, device):
+    model.eval()
+    with torch.no_grad():
+        for batch_idx, (data, target) in enumerate(loader):
+            data, target = data.to(device), target.to(device)
+            output = model(data)
+            writer.add_image("input", make_grid(data.cpu(), nrow=8, normalize=True))
+            writer.add_image("out", output.cpu())
+"""
+
+
+def test_images_copied_for_tensorboard_by_a_loop_that_trains_nothing_are_its_output() -> None:
+    assert _lines(LOGGED_IMAGES, "TPL201") == []
+
+
+def test_the_same_copies_in_a_training_loop_are_reported() -> None:
+    training = LOGGED_IMAGES.replace(
+        '            writer.add_image("out"',
+        '            output.sum().backward()\n            writer.add_image("out"',
+    )
+    assert _lines(training, "TPL201") == [11, 13]

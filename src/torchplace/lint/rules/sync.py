@@ -103,6 +103,10 @@ _OUTPUT_WORDS = (
     "submit",
     "stream",
     "imshow",  # `cv2.imshow("image", flow_image)`: a demo's frame shown, its output
+    # TensorBoard's images and videos, `writer.add_image("input", make_grid(x.cpu()))`: what a
+    # loop that trains nothing logs (in training the copy is reported as any other)
+    "add_image",
+    "add_video",
 )
 
 
