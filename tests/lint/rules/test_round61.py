@@ -353,3 +353,29 @@ def test_the_same_copies_in_a_training_loop_are_reported() -> None:
         '            output.sum().backward()\n            writer.add_image("out"',
     )
     assert _lines(training, "TPL201") == [11, 13]
+
+
+# ---- TPL501: a table of numbers read one element at a time by a loop's counter
+
+WEIGHTS = """\
+import torch
+import torch.nn as nn
+
+
+class MultiScale(nn.Module):
+    def __init__(self, num_scales=5, l_weight=0.32):
+        super().__init__()
+        self.loss_weights = torch.FloatTensor([l_weight / 2**s for s in range(num_scales)])
+        self.table = torch.tensor([1.0, 2.0, 3.0])
+
+    def forward(self, output, target):
+        value = 0
+        for i, output_ in enumerate(output):
+            value += self.loss_weights[i] * (output_ - target).abs().mean()
+        return value + self.table[target]
+"""
+
+
+def test_a_table_of_numbers_picked_by_a_loop_counter_is_a_0_dim_value_each_time() -> None:
+    # `self.table[target]`: indexed by a tensor, which may live on the GPU
+    assert _lines(WEIGHTS, "TPL501") == [9]

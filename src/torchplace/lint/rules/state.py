@@ -7,6 +7,7 @@ import ast
 
 from torchplace.lint.base import Context, Family, Rule, Scope, call_name
 from torchplace.lint.nodes import isinstance_test, own_nodes, store_targets, walk
+from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.factories import _empty_shape, _number_annotation
 from torchplace.lint.rules.facts import (
     FACTORIES,
@@ -242,12 +243,49 @@ def _filled_placeholder(value: ast.expr, ctx: Context, method: Scope, attr: str)
 _ONE_DIM = frozenset({"torch.linspace", "torch.logspace", "torch.arange"})
 
 
+def _one_dimensional(call: ast.Call, ctx: Context) -> bool:
+    """``torch.linspace(a, b, n)``, or a table of numbers, ``torch.FloatTensor([w / 2**s for s
+    in range(n)])``: a constructor of a flat list display or comprehension."""
+    name = ctx.call_qualname(call)
+    if name in _ONE_DIM:
+        return True
+    if name not in _FROM_ELEMENTS or len(call.args) != 1:
+        return False
+    table = call.args[0]
+    if isinstance(table, ast.ListComp):
+        return not isinstance(table.elt, (ast.List, ast.Tuple, ast.ListComp))
+    return isinstance(table, ast.List) and not any(
+        isinstance(e, (ast.List, ast.Tuple, ast.ListComp, ast.Starred)) for e in table.elts
+    )
+
+
+_FROM_ELEMENTS = frozenset({"torch.tensor", "torch.Tensor", "torch.FloatTensor", "torch.as_tensor"})
+
+
+def _int_counters(function: ast.AST) -> set[str]:
+    """The counters ``function``'s loops bind to Python ints: ``i`` of ``for i, x in
+    enumerate(xs):`` and of ``for i in range(n):``."""
+    found: set[str] = set()
+    for sub in walk(function):
+        if not isinstance(sub, ast.For) or not isinstance(sub.iter, ast.Call):
+            continue
+        called = dotted_name(sub.iter.func)
+        target = sub.target
+        if called == "enumerate" and isinstance(target, ast.Tuple) and target.elts:
+            target = target.elts[0]
+        elif called != "range":
+            continue
+        if isinstance(target, ast.Name):
+            found.add(target.id)
+    return found
+
+
 def _scalar_lookup(value: ast.expr, ctx: Context, method: Scope, attr: str) -> bool:
     """``self.temps = torch.linspace(a, b, n)`` that other methods read only as one element
     picked by an integer, ``self.temps[epoch]`` with ``epoch: int | None``: a 0-dim value,
     which mixes with a tensor on any device. Not one indexed by a tensor of steps
     (``self.betas[t]`` with ``t`` unannotated): that index may live on the GPU."""
-    if not isinstance(value, ast.Call) or ctx.call_qualname(value) not in _ONE_DIM:
+    if not isinstance(value, ast.Call) or not _one_dimensional(value, ctx):
         return False
     assert method.cls is not None
     picked = False
@@ -259,7 +297,7 @@ def _scalar_lookup(value: ast.expr, ctx: Context, method: Scope, attr: str) -> b
             a.arg
             for a in [*params.posonlyargs, *params.args, *params.kwonlyargs]
             if _number_annotation(a.annotation)
-        }
+        } | _int_counters(item)
         subscripted: set[int] = set()
         for sub in walk(item):
             if isinstance(sub, ast.Subscript) and _self_attr(sub.value) == attr:
