@@ -379,3 +379,32 @@ class MultiScale(nn.Module):
 def test_a_table_of_numbers_picked_by_a_loop_counter_is_a_0_dim_value_each_time() -> None:
     # `self.table[target]`: indexed by a tensor, which may live on the GPU
     assert _lines(WEIGHTS, "TPL501") == [9]
+
+
+# ---- TPL401: a round trip through file objects opened on one path
+
+HANDLES = """\
+import argparse
+
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--cuda", action="store_true")
+args = parser.parse_args()
+model = Net()
+if args.cuda:
+    model.cuda()
+model_name = "poly_music.pt"
+for ep in range(10):
+    train(ep)
+    with open(model_name, "wb") as f:
+        torch.save(model, f)
+model = torch.load(open(model_name, "rb"))
+with open("other.pt", "rb") as f:
+    other = torch.load(f)
+"""
+
+
+def test_a_load_through_a_handle_on_the_path_a_handle_saved_to_is_a_round_trip() -> None:
+    # the second load reads another file through a handle of the same name
+    assert _lines(HANDLES, "TPL401") == [18]

@@ -12,6 +12,7 @@ from torchplace.lint.base import (
     Family,
     Rule,
     Scope,
+    bindings,
     call_name,
     has_star_kwargs,
     keyword,
@@ -572,7 +573,7 @@ def _round_trip(
     cached = owner.cache.get("saves")
     if cached is None:
         cached = owner.cache["saves"] = _saves(owner.node, ctx)
-    key = _path_key(source, ctx)
+    key = _path_key(_file_of(source, owner.node, call.lineno), ctx)
     earlier = [line for line in cached.get(key, ()) if line < call.lineno]
     if earlier and isinstance(source, ast.Name):
         # `buffer = io.BytesIO(received)` after the save: the name now holds other bytes; a
@@ -780,11 +781,62 @@ def _saves(function: ast.AST, ctx: Context) -> dict[str, list[int]]:
         if sub.func.attr == "seek":
             key = "seek"
         elif path is not None:
-            key = _path_key(path, ctx)
+            key = _path_key(_file_of(path, function, sub.lineno), ctx)
         else:
             continue
         found.setdefault(key, []).append(sub.lineno)
     return found
+
+
+def _file_of(path: ast.expr, owner: ast.AST, line: int) -> ast.expr:
+    """The path a file object was opened on: ``P`` of ``open(P, "rb")``, or of the nearest
+    ``with open(P, "wb") as f:`` above ``line`` for ``f``; anything else as it is. A save
+    through a handle and a load through another handle on the same path name one file."""
+    if _opens(path):
+        assert isinstance(path, ast.Call)
+        return _constant_of(path.args[0], owner)
+    if not isinstance(path, ast.Name):
+        return path
+    found: tuple[int, ast.expr] | None = None
+    for sub in walk(owner):
+        if isinstance(sub, (ast.With, ast.AsyncWith)) and sub.lineno <= line:
+            for item in sub.items:
+                named = item.optional_vars
+                if (
+                    isinstance(named, ast.Name)
+                    and named.id == path.id
+                    and _opens(item.context_expr)
+                    and (found is None or sub.lineno > found[0])
+                ):
+                    opened = item.context_expr
+                    assert isinstance(opened, ast.Call)
+                    found = (sub.lineno, opened.args[0])
+    return path if found is None else _constant_of(found[1], owner)
+
+
+def _constant_of(path: ast.expr, owner: ast.AST) -> ast.expr:
+    """The string a name the owner binds once, to that string alone, holds (``model_name =
+    "rnn_20_epoch.net"``, then ``open(model_name, "wb")``); anything else as it is."""
+    if not isinstance(path, ast.Name):
+        return path
+    values = bindings(owner).get(path.id, [])
+    if (
+        len(values) == 1
+        and isinstance(values[0], ast.Constant)
+        and isinstance(values[0].value, str)
+    ):
+        return values[0]
+    return path
+
+
+def _opens(node: ast.expr) -> bool:
+    """``open(path, ...)``, the builtin."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "open"
+        and bool(node.args)
+    )
 
 
 _FALLBACK = re.compile(
