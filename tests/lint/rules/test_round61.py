@@ -408,3 +408,28 @@ with open("other.pt", "rb") as f:
 def test_a_load_through_a_handle_on_the_path_a_handle_saved_to_is_a_round_trip() -> None:
     # the second load reads another file through a handle of the same name
     assert _lines(HANDLES, "TPL401") == [18]
+
+
+# ---- TPL401: code commented out chooses no CPU path
+
+PINNED = """\
+import torch
+
+
+def main(specs, path):
+    decoder = Decoder(specs).cuda()
+    # if torch.cuda.device_count() > 1:
+    #     decoder = torch.nn.DataParallel(decoder)
+    data = torch.load(path)
+    decoder.load_state_dict(data["model_state_dict"])
+"""
+
+
+def test_a_cuda_only_script_whose_cuda_test_is_commented_out_has_nothing_to_remap() -> None:
+    assert _lines(PINNED, "TPL401") == []
+
+
+def test_the_same_test_in_code_is_a_cpu_path() -> None:
+    live = PINNED.replace("    # if torch.cuda.device_count() > 0:", "")
+    live = live.replace("    # if", "    if").replace("    #     decoder", "        decoder")
+    assert _lines(live, "TPL401") == [8]

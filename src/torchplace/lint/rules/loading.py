@@ -849,6 +849,7 @@ _FALLBACK = re.compile(
 # read outside import lines: `import torch.utils.data.distributed` left unused uses nothing.
 _RANKS = re.compile(r"rank|world_size|distributed")
 _IMPORT_LINES = re.compile(r"^[ \t]*(?:import|from)[ \t][^\n]*", re.MULTILINE)
+_COMMENT_LINES = re.compile(r"^[ \t]*#[^\n]*", re.MULTILINE)
 # CUDA as a choice (`--cuda`, `if opt.cuda:`, `torch.cuda.is_available()`): a CPU path exists.
 _CUDA_CHOICE = re.compile(r"--cuda|use_gpu|\.cuda\b(?!\()")
 # Code that follows its tensors' devices (`device = x.device`, `torch.zeros(b, t,
@@ -890,7 +891,7 @@ def _may_load_elsewhere(ctx: Context) -> bool:
     scope = ctx.scope.root()
     cached = scope.cache.get("loads-elsewhere")
     if cached is None:
-        source = ctx.source
+        source = _COMMENT_LINES.sub("", ctx.source)  # code commented out chooses nothing
         # also a module constant in capitals, RAFT's `DEVICE = 'cuda'`, or a move to one GPU,
         # `pipe.to("cuda:1")`
         literal = re.search(
