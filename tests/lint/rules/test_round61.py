@@ -433,3 +433,26 @@ def test_the_same_test_in_code_is_a_cpu_path() -> None:
     live = PINNED.replace("    # if torch.cuda.device_count() > 0:", "")
     live = live.replace("    # if", "    if").replace("    #     decoder", "        decoder")
     assert _lines(live, "TPL401") == [8]
+
+
+# ---- a `test.py` that is a flat program is linted
+
+FLAT = """\
+import torch
+
+from retinanet import RetinaNet
+
+print("Loading model..")
+net = RetinaNet()
+net.load_state_dict(torch.load("./checkpoint/params.pth"))
+net.eval()
+"""
+
+
+def test_a_flat_program_named_test_py_is_linted() -> None:
+    assert _lines(FLAT, "TPL402", path="test.py") == [7]
+
+
+def test_a_test_module_of_constants_and_checks_is_left_alone() -> None:
+    module = "import torch\n\nSIZE = 4\n\n\ndef test_load():\n    torch.load('x.pt')\n"
+    assert _lines(module, "TPL402", path="test.py") == []

@@ -281,6 +281,13 @@ def _runs_as_program(module: ast.Module) -> bool:
         return False
     if any(main_test(node) is not None for node in module.body):
         return True
+    if not any(isinstance(node, _DEFINITIONS) for node in module.body):
+        # a flat program (pytorch-retinanet's `test.py`: load, predict, draw): it defines
+        # nothing, and its statements call things (not only imports and constants)
+        return any(
+            isinstance(node, (ast.Expr, ast.Assign)) and isinstance(node.value, ast.Call)
+            for node in module.body
+        )
     # no `__main__`: code other modules import (ENet's `test.py` holding the `Test` loop that
     # `main.py` runs) when it defines something and nothing a runner would collect by name
     # (pytest takes every module-level `test*` function, `def test(opt)` too)
