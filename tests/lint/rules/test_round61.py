@@ -456,3 +456,31 @@ def test_a_flat_program_named_test_py_is_linted() -> None:
 def test_a_test_module_of_constants_and_checks_is_left_alone() -> None:
     module = "import torch\n\nSIZE = 4\n\n\ndef test_load():\n    torch.load('x.pt')\n"
     assert _lines(module, "TPL402", path="test.py") == []
+
+
+# ---- TPL201: `.data[0]` of a loss, the `.item()` before PyTorch 0.4
+
+OLD_STYLE = """\
+import torch
+import torch.nn.functional as F
+from torch.autograd import Variable
+
+
+def train(net, criterion, optimizer, loader):
+    net.cuda()
+    train_loss = 0
+    for inputs, targets in loader:
+        inputs, targets = Variable(inputs.cuda()), Variable(targets.cuda())
+        optimizer.zero_grad()
+        out = net(inputs)
+        loss = criterion(out, targets)
+        loss.backward()
+        optimizer.step()
+        train_loss += loss.data[0]
+        test_loss = F.nll_loss(out, targets).data[0]
+        first = out.data[0]
+"""
+
+
+def test_the_data_index_of_a_loss_is_a_read_and_of_a_batch_a_row() -> None:
+    assert _lines(OLD_STYLE, "TPL201") == [16, 17]

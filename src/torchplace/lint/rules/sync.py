@@ -523,6 +523,50 @@ def _slice(node: ast.Slice, ctx: Context) -> None:
             return
 
 
+def _old_item(node: ast.Subscript, ctx: Context) -> None:
+    """``train_loss += loss.data[0]``: before PyTorch 0.4 a loss was a one-element tensor and
+    indexing its ``.data`` was how its value was read (what ``.item()`` is now). Only of a
+    loss by its name or its making (``criterion(out, y)``, a ``sum()``/``mean()``): the
+    ``.data[0]`` of a batch is its first row, a tensor."""
+    value = node.value
+    if not (
+        isinstance(node.ctx, ast.Load)
+        and isinstance(value, ast.Attribute)
+        and value.attr == "data"
+        and isinstance(node.slice, ast.Constant)
+        and type(node.slice.value) is int
+        and _a_loss(value.value, ctx)
+    ):
+        return
+    _check(node, value.value, "`.data[0]` (`.item()` before PyTorch 0.4)", ctx, explicit=True)
+
+
+_REDUCED = frozenset({"sum", "mean", "norm"})
+
+
+def _a_loss(node: ast.expr, ctx: Context) -> bool:
+    """A loss by its name (``loss``, ``self.cls_loss``), or a name bound only to a loss
+    function's result or a reduction (``kl = (p - q).pow(2).mean()``)."""
+    if isinstance(node, ast.Call):  # `F.nll_loss(output, target).data[0]`
+        return _makes_loss(node)
+    name = dotted_name(node)
+    if name is None:
+        return False
+    if "loss" in name.rpartition(".")[2].lower():
+        return True
+    if not isinstance(node, ast.Name):
+        return False
+    scope = ctx.function_scope() or ctx.scope.root()
+    values = ctx.scope_bindings(scope).get(node.id, [])
+    return bool(values) and all(isinstance(v, ast.Call) and _makes_loss(v) for v in values)
+
+
+def _makes_loss(call: ast.Call) -> bool:
+    """``criterion(out, y)``, ``F.nll_loss(...)``, ``x.sum()``: a loss, or a reduction."""
+    name = (call_name(call) or "").lower()
+    return "loss" in name or "criterion" in name or name in _REDUCED
+
+
 def _percent(node: ast.BinOp, ctx: Context) -> None:
     """``"loss %g" % loss``, ``("%11.4g" * 3) % (*mloss,)``: ``%`` formatting of a tensor
     reads it, as an f-string does. Reported at the formatted values."""
@@ -3044,6 +3088,7 @@ FAMILY = Family(
         (ast.Compare, _compare, (SYNC_IN_LOOP.code,)),
         (ast.BinOp, _percent, (SYNC_IN_LOOP.code,)),
         (ast.Slice, _slice, (SYNC_IN_LOOP.code,)),
+        (ast.Subscript, _old_item, (SYNC_IN_LOOP.code,)),
         (ast.If, _truth, (SYNC_IN_LOOP.code,)),
         (ast.IfExp, _truth, (SYNC_IN_LOOP.code,)),
         (ast.Assert, _truth, (SYNC_IN_LOOP.code,)),
@@ -3086,5 +3131,6 @@ FAMILY = Family(
         "while ",
         "assert ",
         "]:",  # a slice bounded by an element, `x[:, lengths[i]:]`
+        ".data[",  # `loss.data[0]`, `.item()` before PyTorch 0.4
     ),
 )
