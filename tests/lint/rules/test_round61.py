@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from torchplace.lint import lint_source
+
 from .helpers import lines as _lines
 
 # ---- TPL201: a helper the batch loop calls, in a script that never names a device
@@ -484,3 +486,24 @@ def train(net, criterion, optimizer, loader):
 
 def test_the_data_index_of_a_loss_is_a_read_and_of_a_batch_a_row() -> None:
     assert _lines(OLD_STYLE, "TPL201") == [16, 17]
+
+
+# ---- TPL101: no fix that would make a trainable leaf a computed copy
+
+LEAF = """\
+import torch
+
+
+def main(device):
+    w = torch.zeros(3, requires_grad=True)
+    w.to(device)
+    x = torch.zeros(3)
+    x.to(device)
+    opt = torch.optim.SGD([w], lr=0.1)
+"""
+
+
+def test_a_discarded_move_of_a_tensor_that_requires_grad_is_reported_without_a_fix() -> None:
+    found = lint_source(LEAF, "train.py", select={"TPL101"})
+    assert [(f.line, f.fix is not None) for f in found] == [(6, False), (8, True)]
+    assert "create it on the device" in found[0].message

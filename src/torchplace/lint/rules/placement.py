@@ -16,7 +16,7 @@ from torchplace.lint.base import (
     keyword,
 )
 from torchplace.lint.finding import Edit, Fix
-from torchplace.lint.nodes import walk
+from torchplace.lint.nodes import own_nodes, walk
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.factories import FACTORY, check_factory
 from torchplace.lint.rules.facts import (
@@ -64,6 +64,17 @@ def _discarded(node: ast.Expr, ctx: Context) -> None:
     if not is_tensor_expr(receiver, ctx, scope):
         return
     text = ctx.segment(receiver) or "x"
+    if _trainable_leaf(receiver, ctx, scope):
+        # `w = w.to(d)` would make `w` a copy computed from the leaf: an optimizer refuses it
+        ctx.report(
+            DISCARDED.code,
+            call,
+            f"result of `{text}.{method}(...)` is discarded: it returns a new tensor and leaves "
+            f"`{text}` where it was; `{text}` requires grad, so create it on the device "
+            f"instead (`device=...` where it is made): a moved copy is not a leaf tensor an "
+            "optimizer can train",
+        )
+        return
     fix = None
     if method != "cpu" and "\n" not in text:
         fix = Fix(
@@ -75,6 +86,35 @@ def _discarded(node: ast.Expr, ctx: Context) -> None:
         f"`{text}` where it was; write `{text} = {text}.{method}(...)`"
     )
     ctx.report(DISCARDED.code, call, message, fix)
+
+
+def _trainable_leaf(receiver: ast.expr, ctx: Context, scope: Scope | None) -> bool:
+    """``w`` bound to a tensor made to require grad (``torch.zeros(3, requires_grad=True)``,
+    ``...requires_grad_()``, ``nn.Parameter(...)``) or set to (``w.requires_grad = True``)."""
+    if not isinstance(receiver, ast.Name) or scope is None:
+        return False
+    for value in ctx.scope_bindings(scope).get(receiver.id, []):
+        for sub in walk(value) if value is not None else ():
+            if not isinstance(sub, ast.Call):
+                continue
+            flag = keyword(sub, "requires_grad")
+            if flag is not None and not (
+                isinstance(flag.value, ast.Constant) and flag.value.value is False
+            ):
+                return True
+            if call_name(sub) in {"requires_grad_", "Parameter"}:
+                return True
+    return any(
+        isinstance(sub, ast.Assign)
+        and any(
+            isinstance(t, ast.Attribute)
+            and t.attr == "requires_grad"
+            and isinstance(t.value, ast.Name)
+            and t.value.id == receiver.id
+            for t in sub.targets
+        )
+        for sub in own_nodes(scope.node)
+    )
 
 
 def _device_literal(node: ast.expr | None) -> str | None:
