@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import types
@@ -146,3 +147,23 @@ def test_an_os_error_naming_a_file_is_reported_not_raised(
     err = capsys.readouterr().err
     assert "/no/such/file" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "cp1252"])
+def test_a_report_to_an_output_that_cannot_encode_its_symbols_is_written_whole(
+    tmp_path: Path, encoding: str
+) -> None:
+    """``PYTHONIOENCODING=cp1252`` (a redirect on Windows): doctor's check marks stopped the
+    report half-written with ``UnicodeEncodeError``; they are written as escapes instead."""
+    env = {**os.environ, "PYTHONIOENCODING": encoding}
+    code = "import sys; from torchplace.cli import main; sys.exit(main(sys.argv[1:]))"
+    done = subprocess.run(
+        [sys.executable, "-c", code, "doctor", "--no-smoke", "--device", "cpu"],
+        cwd=tmp_path,
+        capture_output=True,
+        env=env,
+        timeout=300,
+    )
+    assert b"Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.returncode in (0, 1)
+    assert b"\\u2713" in done.stdout or b"\\u2717" in done.stdout

@@ -145,6 +145,7 @@ def _configure_logging(verbose: int, *, hosts_program: bool) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``torchplace`` console script; returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
+    _tolerant_stdout()
     parser = _main_parser()
     # Split at the first word that names a command: what precedes it is ours, the rest its own.
     split = next((i for i, word in enumerate(args) if word in COMMANDS), len(args))
@@ -185,6 +186,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_FAILED
+
+
+def _tolerant_stdout() -> None:
+    """Standard output that cannot encode every character (``PYTHONIOENCODING=cp1252``, a
+    redirect on Windows) writes what it cannot as ``\\u2713`` escapes, as Python's standard
+    error does, instead of stopping a report half-written with ``UnicodeEncodeError``."""
+    stream = sys.stdout
+    encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+    if encoding.startswith("utf") or not hasattr(stream, "reconfigure"):
+        return
+    with contextlib.suppress(ValueError, OSError):  # a stream that refuses: left as it is
+        stream.reconfigure(errors="backslashreplace")
 
 
 def _parse(parser: argparse.ArgumentParser, words: list[str]) -> argparse.Namespace:
