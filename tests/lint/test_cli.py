@@ -58,6 +58,20 @@ def test_usage_errors_exit_2(project: Path, capsys: pytest.CaptureFixture[str]) 
     assert exc.value.code == 2
 
 
+@pytest.mark.parametrize("given", ["", ",", " "])
+def test_a_selection_of_no_rule_is_a_usage_error(
+    project: Path, capsys: pytest.CaptureFixture[str], given: str
+) -> None:
+    """``--select "$CODES"`` with an empty variable checked nothing and passed every file."""
+    code, out, err = _run(capsys, "--select", given, "bad.py")
+    assert (code, out) == (2, "")
+    assert "--select was given an empty value, which selects no rule" in err
+    (project / "pyproject.toml").write_text("[tool.torchplace.lint]\nselect = ['']\n")
+    code, _, err = _run(capsys, "bad.py")
+    assert code == 2
+    assert "selects no rule" in err
+
+
 def test_select_and_ignore_prefixes(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _, out, _ = _run(capsys, "--select", "TPL4", "--ignore", "TPL402", "bad.py")
     assert "TPL401" in out

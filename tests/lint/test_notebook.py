@@ -115,6 +115,8 @@ def test_other_kernels_and_broken_files() -> None:
         "TPL001",
         "cannot read notebook: not a notebook: its JSON nests too deeply to read",
     )
+    [huge] = lint_notebook(b'{"cells": [], "metadata": {"n": ' + b"9" * 5000 + b"}}", "nb.ipynb")
+    assert (huge.code, "its JSON cannot be read" in huge.message) == ("TPL001", True)
     [old] = lint_notebook(b'{"worksheets": []}', "nb.ipynb")
     assert "nbformat" in old.message
     [syntax] = lint_notebook(_notebook(MOVE, _cell("x = (\n")), "nb.ipynb")

@@ -252,7 +252,8 @@ def test_os_exit_still_writes_the_report(tmp_path: Path) -> None:
         "-o",
         "r.json",
     )
-    assert proc.returncode == 3, proc.stderr
+    # guard's own status says the program failed (1), as for sys.exit(3); its 3 is reported
+    assert proc.returncode == 1, proc.stderr
     data = json.loads((tmp_path / "r.json").read_text())["result"]
     assert data["program"]["exit_status"] == 3
     assert data["totals"]["h2d"]["count"] == 1
@@ -512,3 +513,21 @@ def test_sigterm_ends_the_run_although_a_thread_of_the_program_still_runs(
     assert proc.returncode == 143, proc.stderr
     assert "the program was terminated (SIGTERM)" in proc.stderr
     assert "prog.py" in proc.stderr
+
+
+def test_the_programs_own_excepthook_reports_its_error(tmp_path: Path) -> None:
+    """A program that sends uncaught errors to its own hook (a logger, a crash reporter): under
+    guard the hook never ran, the default traceback was printed instead."""
+    proc = _guard_proc(
+        tmp_path,
+        """\
+        import sys
+        def hook(kind, value, tb):
+            print("custom hook:", value, file=sys.stderr)
+        sys.excepthook = hook
+        raise RuntimeError("oops")
+        """,
+    )
+    assert proc.returncode == 1
+    assert "custom hook: oops" in proc.stderr
+    assert "Traceback" not in proc.stderr

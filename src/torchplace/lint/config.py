@@ -46,6 +46,18 @@ def expand_codes(items: Iterable[str], *, origin: str) -> set[str]:
     return out
 
 
+def _some(chosen: set[str], origin: str, given: Sequence[str]) -> set[str]:
+    """A selection that names no rule (``--select ""`` from an empty variable) would check
+    nothing and pass everything: refused."""
+    if not chosen:
+        what = ", ".join(repr(g) for g in given) if given else "an empty value"
+        raise ConfigError(
+            f"{origin} was given {what}, which selects no rule; give codes or prefixes "
+            "(TPL201, TPL2, ALL), or leave it out to run every rule"
+        )
+    return chosen
+
+
 @dataclass(frozen=True)
 class Settings:
     """The resolved configuration of one run."""
@@ -147,9 +159,10 @@ def load_settings(
                     f"{origin}: unknown key(s) {sorted(unknown)}; known: {sorted(_KEYS)}"
                 )
     if select is not None:
-        chosen = expand_codes(select, origin="--select")
+        chosen = _some(expand_codes(select, origin="--select"), "--select", select)
     elif "select" in table:
-        chosen = expand_codes(_strings(table["select"], "select", origin), origin=origin)
+        given = _strings(table["select"], "select", origin)
+        chosen = _some(expand_codes(given, origin=origin), f"{origin}: select", given)
     else:
         chosen = set(ALL_RULES)
     if "extend-select" in table:

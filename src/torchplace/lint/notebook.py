@@ -261,6 +261,8 @@ def read_notebook(raw: bytes) -> Notebook:
         document = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise NotebookError(f"not a notebook: the file is not JSON ({exc})") from None
+    except ValueError as exc:  # JSON Python cannot hold: an integer past its digit limit
+        raise NotebookError(f"not a notebook: its JSON cannot be read ({exc})") from None
     except RecursionError:
         raise NotebookError("not a notebook: its JSON nests too deeply to read") from None
     cells = document.get("cells") if isinstance(document, dict) else None

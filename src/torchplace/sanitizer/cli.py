@@ -238,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
     terminated = False
     already_running = set(threading.enumerate())
     try:
-        with guard, _report_on_hard_exit(write, pid):
+        with guard, _report_on_hard_exit(write, pid, lambda status: _outcome(status, guard)):
             try:
                 if kind == "module":
                     runpy.run_module(target, run_name="__main__", alter_sys=True)
@@ -284,6 +284,13 @@ def run(args: argparse.Namespace) -> int:
             with contextlib.suppress(Exception):
                 stream_.flush()
         os._exit(code)
+    return _outcome(code, guard)
+
+
+def _outcome(code: int, guard: Any) -> int:
+    """Guard's exit status for a program that ended with ``code``: 1 when it failed (its own
+    status is in the report) or broke the contract, 0 else; an interrupt or SIGTERM keeps the
+    shell's 130 or 143."""
     if code in _STOPPED:
         return code  # interrupted or terminated: the shell's convention, as the top command does
     # --mode raise stopping a thread fails the run too, although the program went on and ended 0
@@ -354,20 +361,26 @@ _STOPPED = {130: "", 128 + signal.SIGTERM: "the program was terminated (SIGTERM)
 
 
 @contextlib.contextmanager
-def _report_on_hard_exit(write: Callable[[int], None], pid: int) -> Iterator[None]:
+def _report_on_hard_exit(
+    write: Callable[[int], None], pid: int, outcome: Callable[[int], int]
+) -> Iterator[None]:
     """Write the report also when the program leaves by ``os._exit`` or is sent SIGTERM.
 
     ``os._exit`` ends the process on the spot, and SIGTERM's default action kills it: either
     would lose the report. While the program runs, ``os._exit`` writes the report first (in this
-    process only: a forked child's ``os._exit``, as multiprocessing makes, writes nothing), and
-    SIGTERM, unless the program handles it itself, exits through ``SystemExit(143)``.
+    process only: a forked child's ``os._exit``, as multiprocessing makes, writes nothing) and
+    exits with guard's status for it (``outcome``: 1 for ``os._exit(4)``, whose 4 is in the
+    report), and SIGTERM, unless the program handles it itself, exits through
+    ``SystemExit(143)``.
     """
     real_exit = os._exit
 
     def _exit(status: int) -> NoReturn:
+        if os.getpid() != pid:  # a forked child leaves as it asked
+            real_exit(status)
         with contextlib.suppress(Exception):
-            write(status)  # which a forked child skips
-        real_exit(status)
+            write(status)
+        real_exit(outcome(status))
 
     def _on_sigterm(signum: int, frame: FrameType | None) -> None:
         if os.getpid() != pid:  # a forked child: die by the signal, as it would have
@@ -415,6 +428,13 @@ def _print_program_error(exc: BaseException) -> None:
     else:
         tb = _without_guard_layers(tb)
     _strip_chained(exc)
+    hook = sys.excepthook
+    if hook is not sys.__excepthook__:  # the program's own (a logger, a crash reporter)
+        try:
+            hook(type(exc), exc, tb)
+            return
+        except Exception:  # a hook that fails: the error is printed as python prints it
+            pass
     traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
 
 
