@@ -205,3 +205,28 @@ def test_a_cell_that_does_not_parse_leaves_the_others_linted() -> None:
     findings = lint_notebook(_notebook(MOVE, todo, late), "nb.ipynb")
     assert [(f.cell, f.line, f.code) for f in findings] == [(2, 1, "TPL000"), (3, 1, "TPL402")]
     assert lint_notebook(_notebook(MOVE, todo, late), "nb.ipynb", select={"TPL402"})[0].cell == 3
+
+
+@pytest.mark.parametrize(
+    ("layout", "indent", "separators", "newline"),
+    [
+        ("tabs", "\t", None, "\n"),
+        ("crlf", 1, None, "\r\n"),
+        ("compact", None, (",", ":"), "\n"),
+        ("one line", None, None, "\n"),
+    ],
+)
+def test_a_fixed_notebook_keeps_the_files_layout(
+    layout: str, indent: Any, separators: Any, newline: str
+) -> None:
+    """Only the fixed source changes: a tab-indented, CRLF or one-line notebook came back
+    indented by one space with LF line ends, every line of it a change in a diff."""
+    load = _cell(["import torch\n", "state = torch.load('m.pt')\n"])
+    document = json.loads(_notebook(load))
+    text = json.dumps(document, indent=indent, separators=separators) + "\n"
+    raw = text.replace("\n", newline).encode()
+    fixed, count = fix_notebook(raw, lint_notebook(raw, "nb.ipynb", select={"TPL402"}))
+    assert count == 1
+    document["cells"][0]["source"][1] = "state = torch.load('m.pt', weights_only=True)\n"
+    expected = json.dumps(document, indent=indent, separators=separators) + "\n"
+    assert fixed.decode() == expected.replace("\n", newline)

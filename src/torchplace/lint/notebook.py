@@ -14,9 +14,10 @@ cell its editor marks as another language (VS Code's ``metadata.vscode.languageI
 
 A finding's ``cell`` is the cell's 1-based position in the notebook, every cell counted
 (markdown ones too, as editors number them), and its ``line`` the line in that cell. ``--fix``
-edits the cells' sources and writes the notebook back as Jupyter writes it (JSON indented as the
-file was, by one space when it cannot tell; ``\\uXXXX`` escapes in a file that is all ASCII, a
-final newline where it had one), outputs and metadata untouched.
+edits the cells' sources and writes the notebook back laid out as the file was (JSON indented
+by its spaces or tabs, by one space when it cannot tell, or all on one line; its line ends;
+``\\uXXXX`` escapes in a file that is all ASCII; a final newline where it had one), outputs
+and metadata untouched.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ _LINE_REF = re.compile(r"\bline (\d+)\b")
 _SOURCE_LINE = re.compile(r"[^\n]*\n|[^\n]+")
 
 #: the indentation of a notebook's first key: kept when it is written back
-_INDENT = re.compile(rb"\{\r?\n( +)\"")
+_INDENT = re.compile(rb"\{\r?\n([ \t]+)\"")
 
 
 class NotebookError(ValueError):
@@ -356,11 +357,21 @@ def fix_notebook(raw: bytes, findings: Iterable[Finding]) -> tuple[bytes, int]:
             applied += count
     if not applied:
         return raw, 0
-    indent = _INDENT.match(raw)  # as the file has it; Jupyter's own is one space
-    width = len(indent.group(1)) if indent else 1
-    # An all-ASCII file keeps its \u escapes; a final newline only where the file had one.
-    text = json.dumps(notebook.document, indent=width, ensure_ascii=raw.isascii())
-    return (text + "\n" if raw.endswith(b"\n") else text).encode("utf-8"), applied
+    # As the file has it: its indentation (Jupyter's own is one space; tabs; none, all on one
+    # line), \u escapes where it is all ASCII, its line ends and its final newline.
+    indent = _INDENT.match(raw)
+    compact = indent is None and b"\n" not in raw.strip()
+    text = json.dumps(
+        notebook.document,
+        indent=None if compact else indent.group(1).decode() if indent else 1,
+        separators=(",", ":") if compact and b'":' in raw and b'": ' not in raw else None,
+        ensure_ascii=raw.isascii(),
+    )
+    if raw.endswith(b"\n"):
+        text += "\n"
+    if b"\r\n" in raw:  # the JSON text holds line breaks only between its values
+        text = text.replace("\n", "\r\n")
+    return text.encode("utf-8"), applied
 
 
 def _moved(edits: Sequence[Edit], cell: _Cell) -> tuple[Edit, ...]:
