@@ -125,7 +125,7 @@ def _list_rules(args: argparse.Namespace) -> int:
     if args.format != "text":
         raise ConfigError(
             f"--list-rules prints a text listing and has no {args.format} form; drop "
-            f"--format {args.format} (or --json)"
+            + ("--json (or --format json)" if args.format == "json" else f"--format {args.format}")
         )
     report.check_output(args.output)
     report.check_stdout(args.output)

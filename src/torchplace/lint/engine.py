@@ -406,6 +406,8 @@ def _suppressed(line_text: str, code: str) -> bool:
     if "noqa" not in line_text.lower():
         return False
     for match in _NOQA.finditer(line_text):
+        if _in_string(line_text, match.start()):
+            continue  # `h = "# noqa"`: text, not a comment
         codes = match.group("codes")
         if codes is None:
             return True
@@ -413,6 +415,29 @@ def _suppressed(line_text: str, code: str) -> bool:
             if item and code.upper().startswith(item.upper()):
                 return True
     return False
+
+
+def _in_string(line_text: str, at: int) -> bool:
+    """Position ``at`` of a line lies inside a string literal opened on that line (quotes
+    counted from the line's start, backslash escapes skipped): a ``#`` there starts no comment."""
+    quote = ""
+    index = 0
+    while index < at:
+        char = line_text[index]
+        if quote:
+            if char == "\\":
+                index += 1
+            elif line_text.startswith(quote, index):
+                index += len(quote) - 1
+                quote = ""
+        elif char in "'\"":
+            triple = char * 3
+            quote = triple if line_text.startswith(triple, index) else char
+            index += len(quote) - 1
+        elif char == "#":
+            return False  # a comment began before: what follows is in it
+        index += 1
+    return bool(quote)
 
 
 def lint_source(

@@ -233,7 +233,8 @@ def lint_paths(
         except ValueError:
             rel = display
         work.append((display, str(path), settings.codes_for(rel)))
-    workers = jobs if jobs is not None else (os.cpu_count() or 1)
+    # no more workers than files: `-j 60` on three files starts three
+    workers = min(jobs if jobs is not None else (os.cpu_count() or 1), len(work))
     if workers > 1 and len(work) >= _PARALLEL_MIN_FILES:
         import multiprocessing  # only paid for when used
         from concurrent.futures import ProcessPoolExecutor
