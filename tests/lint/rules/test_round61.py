@@ -507,3 +507,34 @@ def test_a_discarded_move_of_a_tensor_that_requires_grad_is_reported_without_a_f
     found = lint_source(LEAF, "train.py", select={"TPL101"})
     assert [(f.line, f.fix is not None) for f in found] == [(6, False), (8, True)]
     assert "create it on the device" in found[0].message
+
+
+# ---- TPL801: parameter groups appended from a list of the model's submodules
+
+GROUPS = """\
+import torch
+
+
+def main_worker(args, model):
+    modules_ori = [model.layer0, model.layer1, model.layer2]
+    params_list = []
+    for module in modules_ori:
+        params_list.append(dict(params=module.parameters(), lr=args.base_lr))
+    for module in [model.ppm, model.cls]:
+        params_list.append({"params": module.parameters(), "lr": args.base_lr * 10})
+    optimizer = torch.optim.SGD(params_list, lr=args.base_lr)
+    model = torch.nn.DataParallel(model.cuda())
+    return optimizer
+"""
+
+
+def test_groups_of_the_submodules_a_loop_walks_are_the_models_parameters() -> None:
+    assert _lines(GROUPS, "TPL801") == [11]
+
+
+def test_the_same_groups_built_after_the_move_are_left_alone() -> None:
+    moved = GROUPS.replace(
+        "    params_list = []\\n", "    model = model.cuda()\\n    params_list = []\\n"
+    )
+    moved = moved.replace("    model = torch.nn.DataParallel(model.cuda())\n", "")
+    assert _lines(moved, "TPL801") == []

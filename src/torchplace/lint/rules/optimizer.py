@@ -517,6 +517,9 @@ def _collected_owner(body: list[ast.stmt], names: set[str]) -> str | None:
             if isinstance(sub, ast.Assign) and any(names_in(t) & wanted for t in sub.targets):
                 source: ast.AST = sub.value
             elif isinstance(sub, (ast.For, ast.AsyncFor)) and _appends_to(sub.body, wanted):
+                walked = _walked_model(sub, nodes)
+                if walked is not None:
+                    return walked
                 source = sub.iter
             else:
                 continue
@@ -525,6 +528,34 @@ def _collected_owner(body: list[ast.stmt], names: set[str]) -> str | None:
                 return owner
             names |= names_in(source)
     return None
+
+
+def _walked_model(loop: ast.For | ast.AsyncFor, nodes: list[ast.AST]) -> str | None:
+    """``for module in [model.layer0, model.layer4]: groups.append(dict(params=
+    module.parameters()))`` (also over a name bound to that list): the model whose submodules
+    the loop walks, when its body hands out the walked module's parameters."""
+    if not isinstance(loop.target, ast.Name):
+        return None
+    walked = loop.target.id
+    if not any(_owner(n) == walked for n in walk_body(loop.body)):
+        return None
+    lists: list[ast.expr] = [loop.iter]
+    if isinstance(loop.iter, ast.Name):  # bound in each branch that picks the model
+        name = loop.iter.id
+        lists = [
+            sub.value
+            for sub in nodes
+            if isinstance(sub, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == name for t in sub.targets)
+        ]
+    roots: set[str | None] = set()
+    for listed in lists:
+        if not isinstance(listed, (ast.List, ast.Tuple)) or not listed.elts:
+            return None
+        roots |= {
+            dotted_name(e.value) if isinstance(e, ast.Attribute) else None for e in listed.elts
+        }
+    return roots.pop() if len(roots) == 1 else None
 
 
 def _appends_to(body: list[ast.stmt], names: set[str]) -> bool:
