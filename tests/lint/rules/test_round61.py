@@ -538,3 +538,42 @@ def test_the_same_groups_built_after_the_move_are_left_alone() -> None:
     )
     moved = moved.replace("    model = torch.nn.DataParallel(model.cuda())\n", "")
     assert _lines(moved, "TPL801") == []
+
+
+# ---- TPL201: a method called through a global the script binds to an instance
+
+GLOBAL_CRITERION = """\
+import torch
+import torch.nn as nn
+
+
+class FocalLoss(nn.Module):
+    def forward(self, preds, targets):
+        loss = (preds - targets).abs().sum()
+        print("loss: %.3f" % float(loss))
+        return loss
+
+
+net = nn.Linear(4, 2).cuda()
+criterion = FocalLoss()
+optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+
+
+def train(loader):
+    for x, y in loader:
+        x, y = x.cuda(), y.cuda()
+        loss = criterion(net(x), y)
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def test_a_method_of_an_instance_the_script_binds_globally_runs_in_the_batch_loop() -> None:
+    assert _lines(GLOBAL_CRITERION, "TPL201") == [8]
+
+
+def test_a_global_bound_to_something_else_as_well_is_not_followed() -> None:
+    other = GLOBAL_CRITERION.replace(
+        "optimizer = torch", "criterion = nn.MSELoss()\\noptimizer = torch"
+    )
+    assert _lines(other, "TPL201") == []

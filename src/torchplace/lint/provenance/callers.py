@@ -877,10 +877,13 @@ def _on_instance(
     function: ast.FunctionDef | ast.AsyncFunctionDef,
     instances: frozenset[str],
     parameters_only: bool = False,
+    callers: FileFacts | None = None,
 ) -> bool:
     """``aug.tune(...)`` (``aug`` bound to an instance), or ``model(...)`` for ``forward``;
     also through a parameter of the calling function named as the instance is where it is
-    made (``train(loader, decoder)`` handed ``decoder = Decoder(...)``)."""
+    made (``train(loader, decoder)`` handed ``decoder = Decoder(...)``), or through a global
+    the script's own statements bind to one (``criterion = FocalLoss()`` at the top level,
+    called in ``train()``)."""
     func = call.func
     if function.name in _RUN_METHODS:
         receiver: ast.expr = func
@@ -908,7 +911,26 @@ def _on_instance(
     if own is not None:
         return f"{own}:{name}" in instances  # `meter = Meter()` here: its own binding decides
     params = {a.arg for a in [*scope.args.posonlyargs, *scope.args.args, *scope.args.kwonlyargs]}
-    return name in params and any(i.rpartition(".")[2] == name for i in instances)
+    if name in params:
+        return any(i.rpartition(".")[2] == name for i in instances)
+    return callers is not None and _global_instance(callers, name, instances)
+
+
+def _global_instance(callers: FileFacts, name: str, instances: frozenset[str]) -> bool:
+    """``name``, free in a function, is bound by the module's own statements only to
+    instances (``criterion = FocalLoss()`` at the top level)."""
+    lines = [
+        stmt.lineno
+        for stmt in callers.tree.body
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+        and any(n == name for n in _stored(stmt))
+    ]
+    return bool(lines) and all(f"{line}:{name}" in instances for line in lines)
+
+
+def _stored(stmt: ast.Assign | ast.AnnAssign | ast.AugAssign) -> list[str]:
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+    return [t.id for target in targets for t in walk(target) if isinstance(t, ast.Name)]
 
 
 def _bound_here(scope: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> int | None:
@@ -952,7 +974,7 @@ def _from_callers(
             if callers.parent.get(id(scope)) is not base or not _on_self(call, function):
                 continue
         elif instances:
-            if not _on_instance(call, scope, function, instances, parameters_only):
+            if not _on_instance(call, scope, function, instances, parameters_only, callers):
                 continue
         elif qualified is None:
             if callers.local_def(call.func, scope) is not function:
