@@ -577,3 +577,24 @@ def test_a_global_bound_to_something_else_as_well_is_not_followed() -> None:
         "optimizer = torch", "criterion = nn.MSELoss()\\noptimizer = torch"
     )
     assert _lines(other, "TPL201") == []
+
+
+# ---- TPL102: a cast to a CUDA tensor type in a module's method
+
+CASTS = """\
+import torch
+import torch.nn as nn
+
+
+class RMILoss(nn.Module):
+    def forward(self, la_vectors, pr_vectors, n, c):
+        la_vectors = la_vectors.view([n, c, -1]).type(torch.cuda.DoubleTensor)
+        pr_vectors = pr_vectors.view([n, c, -1]).type("torch.cuda.FloatTensor")
+        host = pr_vectors.type(torch.FloatTensor)
+        same = pr_vectors.type(la_vectors.type())
+        return la_vectors + pr_vectors + host + same
+"""
+
+
+def test_a_cast_to_a_cuda_tensor_type_in_forward_picks_the_modules_device() -> None:
+    assert _lines(CASTS, "TPL102") == [7, 8]

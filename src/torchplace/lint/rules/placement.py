@@ -117,6 +117,16 @@ def _trainable_leaf(receiver: ast.expr, ctx: Context, scope: Scope | None) -> bo
     )
 
 
+def _cuda_type_cast(call: ast.Call, ctx: Context) -> bool:
+    """``x.type(torch.cuda.DoubleTensor)`` (also ``"torch.cuda.DoubleTensor"``): a cast to a
+    CUDA tensor type moves the data to the current CUDA device, as ``.cuda()`` does."""
+    if call_name(call) != "type" or len(call.args) != 1:
+        return False
+    given = call.args[0]
+    name = given.value if isinstance(given, ast.Constant) else ctx.qualname(given)
+    return isinstance(name, str) and name.startswith("torch.cuda.") and name.endswith("Tensor")
+
+
 def _device_literal(node: ast.expr | None) -> str | None:
     if (
         isinstance(node, ast.Constant)
@@ -141,16 +151,20 @@ def _call(call: ast.Call, ctx: Context) -> None:
     if (
         method is not None
         and isinstance(func, ast.Attribute)
-        and func.attr == "cuda"
-        and ctx.qualname(func) is None  # not torch.cuda itself
+        and (
+            (func.attr == "cuda" and ctx.qualname(func) is None)  # not torch.cuda itself
+            or _cuda_type_cast(call, ctx)
+        )
         and not _follows_tensor(call, ctx)
         and not _caller_device(call, method)
     ):
         assert method.cls is not None
+        assert isinstance(func, ast.Attribute)
+        what = "`.cuda()`" if func.attr == "cuda" else f"`.type({ctx.segment(call.args[0])})`"
         ctx.report(
             DEVICE_IN_MODULE.code,
             at_method(call),
-            f"`.cuda()` inside `{method.cls.name}.{method.name}`: the module decides its "
+            f"{what} inside `{method.cls.name}.{method.name}`: the module decides its "
             "own device; follow the input (`x.device`) or register a buffer",
         )
         return
