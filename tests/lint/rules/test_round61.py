@@ -598,3 +598,51 @@ class RMILoss(nn.Module):
 
 def test_a_cast_to_a_cuda_tensor_type_in_forward_picks_the_modules_device() -> None:
     assert _lines(CASTS, "TPL102") == [7, 8]
+
+
+LOSS_MAP = """\
+class Logger:
+    def __init__(self):
+        self.losses = {}
+
+    def log(self, losses):
+        for loss_name in losses:
+            self.losses[loss_name] = losses[loss_name].data[0]
+
+
+def train(netG, loader, optimizer):
+    netG.cuda()
+    logger = Logger()
+    for batch in loader:
+        real = batch.cuda()
+        optimizer.zero_grad()
+        loss_G = (netG(real) - real).abs().mean()
+        loss_G.backward()
+        optimizer.step()
+        logger.log({"loss_G": loss_G})
+"""
+
+
+def test_the_data_index_of_an_entry_of_a_map_of_losses_is_a_read() -> None:
+    assert _lines(LOSS_MAP, "TPL201") == [7]
+
+
+# ---- TPL103: a factory indexing an assignment's target is not placed by a later move
+
+INDEXED_TARGET = """\
+import torch
+import torch.nn as nn
+
+
+class ProbAttention(nn.Module):
+    def forward(self, context_in, V, scores, index):
+        B, H, L_V, D = V.shape
+        attn = torch.softmax(scores, dim=-1)
+        context_in[torch.arange(B)[:, None], index, :] = torch.matmul(attn, V)
+        attns = (torch.ones([B, H, L_V, L_V]) / L_V).type_as(attn).to(attn.device)
+        return context_in, attns
+"""
+
+
+def test_a_factory_indexing_the_target_is_not_placed_by_a_move_of_another_value() -> None:
+    assert _lines(INDEXED_TARGET, "TPL103") == [9]

@@ -549,6 +549,8 @@ def _a_loss(node: ast.expr, ctx: Context) -> bool:
     function's result or a reduction (``kl = (p - q).pow(2).mean()``)."""
     if isinstance(node, ast.Call):  # `F.nll_loss(output, target).data[0]`
         return _makes_loss(node)
+    if isinstance(node, ast.Subscript):  # `losses[name].data[0]`: an entry of a map of losses
+        node = node.value
     name = dotted_name(node)
     if name is None:
         return False
