@@ -8,6 +8,7 @@ import pytest
 from torchplace.lint import lint_source
 
 from .helpers import lines as _lines
+from .helpers import project as _project
 
 # ---- TPL201: a helper the batch loop calls, in a script that never names a device
 
@@ -646,3 +647,38 @@ class ProbAttention(nn.Module):
 
 def test_a_factory_indexing_the_target_is_not_placed_by_a_move_of_another_value() -> None:
     assert _lines(INDEXED_TARGET, "TPL103") == [9]
+
+
+# ---- TPL201: a script without the `.py` suffix calls the modules beside it
+
+UTILS = """\
+def tensor2image(tensor):
+    return 127.5 * (tensor[0].cpu().float().numpy() + 1.0)
+"""
+
+SCRIPT = """\
+#!/usr/bin/python3
+import torch
+
+from utils import tensor2image
+
+netG = torch.nn.Linear(4, 4).cuda()
+optimizer = torch.optim.Adam(netG.parameters())
+for batch in loader:
+    real = batch.cuda()
+    fake = netG(real)
+    loss = (fake - real).abs().mean()
+    loss.backward()
+    optimizer.step()
+    image = tensor2image(fake)
+"""
+
+
+def test_a_suffixless_python_script_is_a_caller_of_the_modules_beside_it(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    found = _project(tmp_path_factory.mktemp("p"), {"utils.py": UTILS, "train": SCRIPT}, "TPL201")
+    assert found == [("utils.py", 2)]
+    # without a Python shebang it is some other file
+    other = {"utils.py": UTILS, "train": SCRIPT.replace("#!/usr/bin/python3\n", "")}
+    assert _project(tmp_path_factory.mktemp("q"), other, "TPL201") == []

@@ -1234,12 +1234,28 @@ _MAX_SIBLINGS = 40
 
 
 def _python_files(place: str) -> list[str]:
-    """The ``.py`` files in the folder ``place``, by name (none when it cannot be listed)."""
+    """The ``.py`` files in the folder ``place``, by name (none when it cannot be listed),
+    and its Python scripts without the suffix (a ``train`` that starts ``#!/usr/bin/python3``:
+    it imports the modules beside it as a ``.py`` script would)."""
     try:
         names = sorted(os.listdir(place))
     except OSError:
         return []
-    return [os.path.join(place, n) for n in names if n.endswith(".py")]
+    return [
+        os.path.join(place, n)
+        for n in names
+        if n.endswith(".py") or ("." not in n and _python_script(os.path.join(place, n)))
+    ]
+
+
+def _python_script(path: str) -> bool:
+    """A file that starts with a shebang naming Python."""
+    try:
+        with open(path, "rb") as handle:
+            first = handle.readline(128)
+    except OSError:
+        return False
+    return first.startswith(b"#!") and b"python" in first
 
 
 @lru_cache(maxsize=256)
