@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from torchplace.lint.finding import Fix
-from torchplace.lint.nodes import own_nodes, walk, walk_body
+from torchplace.lint.nodes import kept, own_nodes, walk, walk_body
 from torchplace.lint.resolver import Resolver
 
 __all__ = [
@@ -156,7 +156,11 @@ def at_method(call: ast.Call) -> ast.AST:
 def bindings(node: ast.AST) -> dict[str, list[ast.expr | None]]:
     """Every name bound in ``node``'s own body (a function's parameters too) -> the values
     assigned to it (None where it is not one plain value: a loop's target, an unpacking, an
-    augmented assignment, an import)."""
+    augmented assignment, an import); found once per node (see :func:`~.nodes.kept`)."""
+    return kept("bindings", node, _bindings)
+
+
+def _bindings(node: ast.AST) -> dict[str, list[ast.expr | None]]:
     found: dict[str, list[ast.expr | None]] = {}
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         args = node.args

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import ast
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar, cast
+
+_T = TypeVar("_T")
 
 __all__ = [
     "BLOCKS",
@@ -72,6 +75,7 @@ BLOCKS = frozenset(
 # kept with its result, so its id cannot be taken by a new node while the entry lives.
 _OWN: dict[int, tuple[ast.AST, tuple[ast.AST, ...]]] = {}
 _SUBTREES: dict[int, tuple[ast.AST, tuple[ast.AST, ...]]] = {}
+_KEPT: dict[tuple[str, int], tuple[ast.AST, Any]] = {}
 
 
 class _FieldTable(dict[type[ast.AST], tuple[str, ...]]):
@@ -220,11 +224,25 @@ def subtree(node: ast.AST) -> tuple[ast.AST, ...]:
     return found
 
 
+def kept(kind: str, node: ast.AST, compute: Callable[[ast.AST], _T]) -> _T:
+    """``compute(node)``, computed once per ``node`` and ``kind`` and kept until
+    :func:`forget`: a file's checks ask the same of one node many times (a script of 2,000
+    loads asked its module's bindings once per pair of them). Callers must not change it."""
+    key = (kind, id(node))
+    hit = _KEPT.get(key)
+    if hit is not None and hit[0] is node:
+        return cast("_T", hit[1])
+    value = compute(node)
+    _KEPT[key] = (node, value)
+    return value
+
+
 def forget() -> None:
-    """Drop what :func:`own_nodes` and :func:`subtree` kept (the engine calls it once a file
-    is done)."""
+    """Drop what :func:`own_nodes`, :func:`subtree` and :func:`kept` kept (the engine calls
+    it once a file is done)."""
     _OWN.clear()
     _SUBTREES.clear()
+    _KEPT.clear()
 
 
 def parse_module(source: str | bytes, filename: str = "<unknown>") -> ast.Module:

@@ -20,7 +20,7 @@ from torchplace.lint.base import (
     names_in,
 )
 from torchplace.lint.finding import Edit, Fix
-from torchplace.lint.nodes import assigned, own_nodes, walk
+from torchplace.lint.nodes import assigned, kept, own_nodes, walk
 from torchplace.lint.provenance import FileFacts, facts_for_file, file_facts
 from torchplace.lint.provenance.callers import _siblings, _text_of, call_sites
 from torchplace.lint.provenance.flow import _keeps_storage
@@ -652,17 +652,26 @@ def _saved_by_call(call: ast.Call, ctx: Context) -> bool:
 def _saved_through_calls(source: ast.expr, owner: Scope, line: int, ctx: Context) -> bool:
     """:func:`_saved_by_call` of the path ``source`` read at ``line`` in ``owner``."""
     keys = _path_keys(source, owner, line, ctx)
-    facts = file_facts(ctx)
-    cls = owner.cls.node if owner.cls is not None else None
-    memo = ctx.scope.root().cache.setdefault("saves-memo", {})
-    return any(
-        _path_key(path, ctx) in keys
-        for sub in own_nodes(owner.node)
-        if isinstance(sub, ast.Call) and (sub.end_lineno or sub.lineno) < line
-        for path in saved_paths(
-            sub, facts, owner.node, cls if isinstance(cls, ast.ClassDef) else None, memo
-        )
-    )
+    return any(end < line and key in keys for end, key in _saves_by_call(owner, ctx))
+
+
+def _saves_by_call(owner: Scope, ctx: Context) -> list[tuple[int, str]]:
+    """Each path the calls of ``owner`` save to (through code of the tree), with the line the
+    call ends on: found once per function, not once per load."""
+    found: list[tuple[int, str]] | None = owner.cache.get("saves-by-call")
+    if found is None:
+        facts = file_facts(ctx)
+        cls = owner.cls.node if owner.cls is not None else None
+        memo = ctx.scope.root().cache.setdefault("saves-memo", {})
+        found = owner.cache["saves-by-call"] = [
+            (sub.end_lineno or sub.lineno, _path_key(path, ctx))
+            for sub in own_nodes(owner.node)
+            if isinstance(sub, ast.Call)
+            for path in saved_paths(
+                sub, facts, owner.node, cls if isinstance(cls, ast.ClassDef) else None, memo
+            )
+        ]
+    return found
 
 
 def _saved_by_callers(call: ast.Call, ctx: Context) -> bool:
@@ -1097,18 +1106,24 @@ def _saved_from_host(call: ast.Call, ctx: Context) -> bool:
 
 def _saves_host(facts: FileFacts, wanted: set[str]) -> bool:
     """A ``save`` call of the file writes a host value to one of the ``wanted`` file names."""
-    for scope in [facts.tree, *(f for fs in facts.defs.values() for f in fs)]:
-        for sub in own_nodes(scope):
-            if not (
-                isinstance(sub, ast.Call) and (facts.qualname(sub.func) or "").endswith("save")
-            ):
-                continue
-            payload, path = _save_parts(sub)
-            if payload is not None and path is not None and _file_names(path, scope) & wanted:
-                fact = facts.fact(payload, scope)
-                if fact is not None and fact.where == "host":
-                    return True
+    for scope, sub in kept("save-calls", facts.tree, lambda _: _save_calls(facts)):
+        payload, path = _save_parts(sub)
+        if payload is not None and path is not None and _file_names(path, scope) & wanted:
+            fact = facts.fact(payload, scope)
+            if fact is not None and fact.where == "host":
+                return True
     return False
+
+
+def _save_calls(facts: FileFacts) -> list[tuple[ast.AST, ast.Call]]:
+    """The ``save`` calls of a file, each with the function (or module) it is in: found once
+    per file, not once per load."""
+    return [
+        (scope, sub)
+        for scope in [facts.tree, *(f for fs in facts.defs.values() for f in fs)]
+        for sub in own_nodes(scope)
+        if isinstance(sub, ast.Call) and (facts.qualname(sub.func) or "").endswith("save")
+    ]
 
 
 # Calls that ask whether a file is there: `os.path.exists(p)`, `os.path.isfile(p)`,
