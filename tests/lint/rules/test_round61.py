@@ -682,3 +682,28 @@ def test_a_suffixless_python_script_is_a_caller_of_the_modules_beside_it(
     # without a Python shebang it is some other file
     other = {"utils.py": UTILS, "train": SCRIPT.replace("#!/usr/bin/python3\n", "")}
     assert _project(tmp_path_factory.mktemp("q"), other, "TPL201") == []
+
+
+# ---- TPL301: a batch whose entries are each replaced by their move is placed
+
+ENTRIES = """\
+import time
+
+
+def run_epoch(model, loader, optimizer, device):
+    end = time.time()
+    for iter_id, batch in enumerate(loader):
+        data_time = time.time() - end
+        for k in batch:
+            batch[k] = batch[k].to(device=device, non_blocking=True)
+        output, loss = model(batch)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        batch_time = time.time() - end
+        end = time.time()
+"""
+
+
+def test_a_step_on_a_batch_moved_entry_by_entry_is_timed_work() -> None:
+    assert _lines(ENTRIES, "TPL301") == [5]

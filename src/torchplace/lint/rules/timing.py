@@ -21,7 +21,7 @@ from torchplace.lint.base import (
 from torchplace.lint.nodes import children, walk
 from torchplace.lint.provenance import FileFacts, file_facts, is_device_expr, scope_node
 from torchplace.lint.provenance.loops import branch_trains
-from torchplace.lint.provenance.values import _is_cpu
+from torchplace.lint.provenance.values import _is_cpu, moved_in_place
 from torchplace.lint.rules.factory_match import _cpu_path
 from torchplace.lint.rules.facts import (
     CASTS,
@@ -1023,6 +1023,12 @@ def _placed_in(node: ast.AST, ctx: Context, depth: int, line: int) -> set[str]:
         if isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Call):
             if _places(_settled(sub.value), ctx):
                 names.update(t.id for t in sub.targets if isinstance(t, ast.Name))
+                # `batch[k] = batch[k].to(device)`: each entry replaced by its move
+                names.update(
+                    held.id
+                    for t in sub.targets
+                    if isinstance(held := moved_in_place(t, sub.value), ast.Name)
+                )
         elif isinstance(sub, ast.Expr) and isinstance(sub.value, ast.Call):
             call = _settled(sub.value)
             if (
