@@ -325,7 +325,8 @@ class App:
     def expect_check(self, request: Request) -> Response | None:
         """The answer a request that asks for ``100-continue`` gets whatever its body, given
         its head (no body): a missing or wrong token, an inference (OIP's, or KServe V1's
-        ``:predict``) on a model or version not served; None when the body is needed. Anything less plain waits for its body."""
+        ``:predict``) on a model or version not served; None when the body is needed. Anything
+        less plain waits for its body."""
         path = request.path
         if path in self._routes:
             if self._token is not None and path not in self._open:
