@@ -707,3 +707,23 @@ def run_epoch(model, loader, optimizer, device):
 
 def test_a_step_on_a_batch_moved_entry_by_entry_is_timed_work() -> None:
     assert _lines(ENTRIES, "TPL301") == [5]
+
+
+# ---- TPL401: a file named for a training log holds the numbers a run recorded
+
+LOGS = """\
+import os
+
+import torch
+
+
+class Checkpoint:
+    def __init__(self, args):
+        device = "cuda" if args.cuda else "cpu"
+        self.log = torch.load(os.path.join(args.dir, "psnr_log.pt"))
+        self.model = torch.load(os.path.join(args.log_dir, "model.pt"))
+"""
+
+
+def test_a_log_file_is_host_data_and_a_model_in_a_log_folder_is_not() -> None:
+    assert _lines(LOGS, "TPL401") == [10]

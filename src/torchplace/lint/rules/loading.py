@@ -363,10 +363,16 @@ _HOST_PAYLOADS = (
 )
 
 
+# A file named for a training log (`psnr_log.pt`, `loss_log.pt`, `Logs.pth`, a
+# `logs_filename` setting): the numbers a run recorded, not a model's tensors (a folder of
+# logs, `logs/model.pt`, or a `log_dir` setting names no payload).
+_LOG_FILE = re.compile(r"(?i)(?:^|_)logs?(?:\.\w+$|_?filename$)")
+
+
 def _host_only_payload(call: ast.Call, ctx: Context) -> bool:
     """What is loaded is named as state that holds no device tensors: RNG state, an LR
-    scheduler, metadata, a vocabulary, a config (in the path, the function's name or its
-    class's)."""
+    scheduler, metadata, a vocabulary, a config, a training log (in the path, the function's
+    name or its class's)."""
     words = [word for arg in call.args[:1] for word in _path_words(arg)]
     scope = ctx.function_scope()
     if scope is not None:
@@ -380,6 +386,7 @@ def _host_only_payload(call: ast.Call, ctx: Context) -> bool:
         owner = owner.parent
     return (
         any(payload in word.lower() for word in words for payload in _HOST_PAYLOADS)
+        or any(_LOG_FILE.search(word) for word in words)
         or any(_args_file(word) for word in words)
         or any(_sampler_state(sub) for arg in call.args[:1] for sub in walk(arg))
     )
