@@ -727,3 +727,21 @@ class Checkpoint:
 
 def test_a_log_file_is_host_data_and_a_model_in_a_log_folder_is_not() -> None:
     assert _lines(LOGS, "TPL401") == [10]
+
+
+# ---- TPL104: a flag-chosen fallback spelled with the CPU first
+
+HOLDER = """\
+import torch
+
+
+class Trainer:
+    def __init__(self, args, model):
+        self.model = model
+        self.device = torch.device("cpu") if args.cpu else torch.device("cuda")
+        self.other = torch.device("cuda")
+"""
+
+
+def test_a_device_chosen_by_a_flag_with_the_cpu_first_is_a_fallback() -> None:
+    assert _lines(HOLDER, "TPL104") == [8]

@@ -423,17 +423,16 @@ def _cpu_alternative(call: ast.Call, ctx: Context) -> bool:
     self.device = torch.device("cpu")``, the statement form of the ``"cuda" if ... else
     "cpu"`` fallback; also the body of ``if torch.cuda.is_available() and not self.nogpu:``,
     whose implicit alternative leaves the model and its inputs on the CPU; and the expression
-    itself spelled with devices, ``torch.device("cuda") if ... else torch.device("cpu")``."""
+    itself spelled with devices, ``torch.device("cuda") if ... else torch.device("cpu")`` (or
+    the CPU first, ``torch.device("cpu") if args.cpu else torch.device("cuda")``)."""
     node: ast.AST = call
     for parent in reversed(ctx.parents):
-        if (
-            isinstance(parent, ast.IfExp)
-            and node is parent.body
-            and any(
-                isinstance(sub, ast.Constant) and sub.value == "cpu" for sub in walk(parent.orelse)
-            )
-        ):
-            return True  # `torch.device("cuda") if ... else torch.device("cpu")`
+        if isinstance(parent, ast.IfExp) and node in (parent.body, parent.orelse):
+            other = parent.orelse if node is parent.body else parent.body
+            if any(isinstance(sub, ast.Constant) and sub.value == "cpu" for sub in walk(other)):
+                # `torch.device("cuda") if ... else torch.device("cpu")`, also the CPU first:
+                # `torch.device("cpu") if args.cpu else torch.device("cuda")`
+                return True
         if (
             isinstance(parent, ast.If)
             and any(node is stmt for stmt in parent.body)
