@@ -745,3 +745,39 @@ class Trainer:
 
 def test_a_device_chosen_by_a_flag_with_the_cpu_first_is_a_fallback() -> None:
     assert _lines(HOLDER, "TPL104") == [8]
+
+
+# ---- TPL501: helpers the forward calls once it has placed the attribute read it placed
+
+PLACED_IN_FORWARD = """\
+import torch
+import torch.nn as nn
+
+
+class ProposalTarget(nn.Module):
+    def __init__(self, means):
+        super().__init__()
+        self.MEANS = torch.FloatTensor(means)
+
+    def forward(self, rois, gt_boxes):
+        self.MEANS = self.MEANS.type_as(gt_boxes)
+        return self._sample(rois, gt_boxes)
+
+    def _sample(self, rois, gt_boxes):
+        return self._targets(rois - gt_boxes)
+
+    def _targets(self, targets):
+        return targets - self.MEANS.expand_as(targets)
+"""
+
+
+def test_helpers_called_after_the_placing_rebinding_read_the_placed_attribute() -> None:
+    assert _lines(PLACED_IN_FORWARD, "TPL501") == []
+
+
+def test_a_helper_also_called_before_the_placing_reads_it_where_it_was_built() -> None:
+    early = PLACED_IN_FORWARD.replace(
+        "        self.MEANS = self.MEANS.type_as(gt_boxes)\n",
+        "        self._targets(rois)\n        self.MEANS = self.MEANS.type_as(gt_boxes)\n",
+    )
+    assert _lines(early, "TPL501") == [8]

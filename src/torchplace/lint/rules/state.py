@@ -1070,7 +1070,10 @@ def _moved_where_used(
         for item in methods
         for sub in walk(item)
     )
+    after_placing = _called_after_placing(methods, attr)
     for item in methods:
+        if item.name in after_placing:
+            continue  # a helper the placing method calls once it has placed the attribute
         placed: set[int] = set()
         # `self.x = self.x.to(x.device)`: from there on, the method reads it placed
         placed_from: float = float("inf")
@@ -1129,6 +1132,49 @@ def _moved_where_used(
             ):
                 reads += 1
     return reads == 0
+
+
+def _called_after_placing(
+    methods: list[ast.FunctionDef | ast.AsyncFunctionDef], attr: str
+) -> set[str]:
+    """The methods called (``self.helper(...)``) only from methods that rebind ``self.<attr>``
+    placed above the call (faster-rcnn's ``forward`` runs ``self.BBOX_NORMALIZE_MEANS =
+    self.BBOX_NORMALIZE_MEANS.type_as(gt_boxes)``, then ``self._sample_rois_pytorch(...)``,
+    which reads it): they read it placed."""
+    placing: dict[str, int] = {}
+    for item in methods:
+        lines = [
+            sub.lineno
+            for sub in walk(item)
+            if isinstance(sub, ast.Assign)
+            and any(_self_attr(t) == attr for t in sub.targets)
+            and any(_places_attr(n, attr) for n in walk(sub.value))
+        ]
+        if lines:
+            placing[item.name] = min(lines)
+    if not placing:
+        return set()
+    # each `self.name(...)` call: (the calling method, whether it comes after the placing)
+    sites: dict[str, list[tuple[str, bool]]] = {}
+    for item in methods:
+        for sub in walk(item):
+            if (
+                isinstance(sub, ast.Call)
+                and isinstance(sub.func, ast.Attribute)
+                and isinstance(sub.func.value, ast.Name)
+                and sub.func.value.id == "self"
+            ):
+                after = item.name in placing and placing[item.name] < sub.lineno
+                sites.setdefault(sub.func.attr, []).append((item.name, after))
+    found: set[str] = set()
+    grew = True
+    while grew:  # also the helpers such a helper calls, and only it
+        grew = False
+        for name, calls in sites.items():
+            if name not in found and all(after or caller in found for caller, after in calls):
+                found.add(name)
+                grew = True
+    return found
 
 
 def _placed_through_alias(item: ast.AST, attr: str, placed: set[int]) -> set[int]:
