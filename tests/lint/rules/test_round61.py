@@ -781,3 +781,26 @@ def test_a_helper_also_called_before_the_placing_reads_it_where_it_was_built() -
         "        self._targets(rois)\n        self.MEANS = self.MEANS.type_as(gt_boxes)\n",
     )
     assert _lines(early, "TPL501") == [8]
+
+
+# ---- TPL201: a copy handed to a NumPy metric of scikit-image in a loop that trains nothing
+
+SKIMAGE = """\
+import torch
+from skimage.metrics import peak_signal_noise_ratio
+
+
+def evaluate(model, loader, device):
+    model.eval()
+    with torch.no_grad():
+        for lr, hr in loader:
+            lr, hr = lr.to(device), hr.to(device)
+            sr = model(lr)
+            psnr = peak_signal_noise_ratio(hr.cpu().numpy(), sr.cpu().numpy())
+            print(psnr)
+            other = sr.cpu().numpy().mean()
+"""
+
+
+def test_copies_for_a_numpy_metric_library_in_an_evaluation_loop_are_its_work() -> None:
+    assert _lines(SKIMAGE, "TPL201") == [13]

@@ -1422,7 +1422,8 @@ def _feeds_host_metric(read: ast.AST, ctx: Context) -> bool:
     """``da_metric.addBatch(pred.cpu(), gt.cpu())``, or ``pred = output.cpu().numpy()``, then
     ``pred = np.argmax(pred, axis=1)`` and ``self.evaluator.add_batch(target, pred)`` in the
     same step: the copy updates a metric object of the linted tree that keeps its state in
-    NumPy (``self.confusion_matrix = np.zeros(...)``), which needs it on the host every step."""
+    NumPy (``self.confusion_matrix = np.zeros(...)``), which needs it on the host every step;
+    or a NumPy metric function of scikit-image, scikit-learn or SciPy computes on it."""
     if not ctx.stmt_path:
         return False
     block, index = ctx.stmt_path[-1]
@@ -1434,16 +1435,24 @@ def _feeds_host_metric(read: ast.AST, ctx: Context) -> bool:
                 n.id for n in walk(node.value) if isinstance(n, ast.Name)
             }:
                 names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            if not isinstance(node, ast.Call):
                 continue
             given = [*node.args, *(k.value for k in node.keywords)]
             fed = any(
                 any(n is read for n in walk(a)) or (isinstance(a, ast.Name) and a.id in names)
                 for a in given
             )
-            if fed and _numpy_state(node.func.value, ctx):
+            if not fed:
+                continue
+            if isinstance(node.func, ast.Attribute) and _numpy_state(node.func.value, ctx):
                 return True
+            if (ctx.call_qualname(node) or "").startswith(_HOST_METRICS):
+                return True  # `peak_signal_noise_ratio(hr.cpu().numpy(), sr.cpu().numpy())`
     return False
+
+
+# Libraries of metrics computed on NumPy arrays: a copy handed to one is read on the host.
+_HOST_METRICS = ("skimage.metrics.", "sklearn.metrics.", "scipy.stats.", "scipy.spatial.")
 
 
 def _numpy_state(holder: ast.expr, ctx: Context) -> bool:
