@@ -804,3 +804,37 @@ def evaluate(model, loader, device):
 
 def test_copies_for_a_numpy_metric_library_in_an_evaluation_loop_are_its_work() -> None:
     assert _lines(SKIMAGE, "TPL201") == [13]
+
+
+# ---- TPL201: a function called after a loop's once-per-tick `continue` guard
+
+TICKS = """\
+import torch
+
+
+def report(value):
+    return float(value.cpu())
+
+
+def training_loop(G, loader, optimizer, device, kimg_per_tick):
+    G = G.to(device)
+    cur_nimg = tick_start_nimg = 0
+    for images in loader:
+        loss = G(images.to(device)).mean()
+        loss.backward()
+        optimizer.step()
+        cur_nimg += images.shape[0]
+        if cur_nimg < tick_start_nimg + kimg_per_tick * 1000:
+            continue
+        tick_start_nimg = cur_nimg
+        print(report(loss))
+"""
+
+
+def test_a_call_after_a_once_per_tick_guard_is_not_per_batch() -> None:
+    assert _lines(TICKS, "TPL201") == []
+
+
+def test_the_same_call_without_the_guard_is_per_batch() -> None:
+    every = TICKS.replace("            continue\n", "            pass\n")
+    assert _lines(every, "TPL201") == [5]

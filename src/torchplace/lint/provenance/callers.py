@@ -19,6 +19,7 @@ from torchplace.lint.provenance.loops import (
     _chain_root,
     _iterates_batches,
     _split_own,
+    below_restarted_mark,
     branch_trains,
     calls_backward,
     counter_names,
@@ -1184,7 +1185,10 @@ def _find_calls(
     hits: list[int],
     found: list[tuple[ast.AST, ast.Call, tuple[ast.AST, ...]]],
 ) -> None:
-    for stmt in body:
+    for position, stmt in enumerate(body):
+        if loops and _tick_guard(stmt, body[position + 1 :]):
+            loops = (*loops, stmt)  # what follows runs once per tick, not per step
+            continue
         first, last = stmt.lineno, stmt.end_lineno or stmt.lineno
         i = bisect.bisect_left(hits, first)
         if i == len(hits) or hits[i] > last:
@@ -1227,6 +1231,24 @@ def _find_calls(
                     called = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
                     if called == name:
                         found.append((scope, sub, loops))
+
+
+def _tick_guard(stmt: ast.stmt, rest: list[ast.stmt]) -> bool:
+    """``if (not done) and (cur_nimg < tick_start_nimg + every): continue`` in a loop
+    (StyleGAN's training loop): the statements after it run once per tick, when the count
+    passes the mark they restart (``tick_start_nimg = cur_nimg``)."""
+    if not (
+        isinstance(stmt, ast.If)
+        and not stmt.orelse
+        and len(stmt.body) == 1
+        and isinstance(stmt.body[0], ast.Continue)
+    ):
+        return False
+    test = stmt.test
+    values = (
+        test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+    )
+    return any(below_restarted_mark(value, rest) for value in values)
 
 
 # Directories with more modules than this are libraries: their callers are not searched.

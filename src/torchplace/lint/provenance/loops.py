@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from torchplace.lint.provenance.files import FileFacts
 
 __all__ = [
+    "below_restarted_mark",
     "branch_trains",
     "calls_backward",
     "classify",
@@ -1870,3 +1871,22 @@ def _progress_bar(scope: ast.AST, name: str) -> ast.Call | None:
     if len(values) != 1 or not isinstance(values[0], ast.Call):
         return None
     return values[0] if call_name(values[0]) in {"tqdm", "trange"} else None
+
+
+def below_restarted_mark(test: ast.expr, rest: list[ast.stmt]) -> bool:
+    """``count < mark + every`` whose ``mark`` the statements of ``rest`` rebind."""
+    if not (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], (ast.Lt, ast.LtE))
+        and isinstance(test.comparators[0], ast.BinOp)
+        and isinstance(test.comparators[0].op, ast.Add)
+    ):
+        return False
+    bound = test.comparators[0]
+    marks = {dotted_name(side) for side in (bound.left, bound.right)} - {None}
+    return any(
+        isinstance(sub, ast.Assign) and any(dotted_name(t) in marks for t in sub.targets)
+        for stmt in rest
+        for sub in walk(stmt)
+    )

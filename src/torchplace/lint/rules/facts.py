@@ -13,6 +13,7 @@ from collections.abc import Callable
 from torchplace.lint.base import Context, Scope, call_name, keyword, names_in
 from torchplace.lint.nodes import walk, walk_body
 from torchplace.lint.provenance.loops import (
+    below_restarted_mark,
     branch_trains,
     counter_names,
     rare_test,
@@ -739,7 +740,7 @@ def _tick_guard(test: ast.expr, rest: list[ast.stmt], ctx: Context) -> bool:
     values = (
         test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
     )
-    ticks = [value for value in values if _below_restarted_mark(value, rest)]
+    ticks = [value for value in values if below_restarted_mark(value, rest)]
     loops = [p for p in ctx.parents if isinstance(p, (ast.For, ast.AsyncFor, ast.While))]
     if not ticks or not loops:
         return False
@@ -748,25 +749,6 @@ def _tick_guard(test: ast.expr, rest: list[ast.stmt], ctx: Context) -> bool:
         _first_steps_only(value, loops[-1]) or _until_done(value, scope, ctx)
         for value in values
         if value not in ticks
-    )
-
-
-def _below_restarted_mark(test: ast.expr, rest: list[ast.stmt]) -> bool:
-    """``count < mark + every`` whose ``mark`` the statements of ``rest`` rebind."""
-    if not (
-        isinstance(test, ast.Compare)
-        and len(test.ops) == 1
-        and isinstance(test.ops[0], (ast.Lt, ast.LtE))
-        and isinstance(test.comparators[0], ast.BinOp)
-        and isinstance(test.comparators[0].op, ast.Add)
-    ):
-        return False
-    bound = test.comparators[0]
-    marks = {dotted_name(side) for side in (bound.left, bound.right)} - {None}
-    return any(
-        isinstance(sub, ast.Assign) and any(dotted_name(t) in marks for t in sub.targets)
-        for stmt in rest
-        for sub in walk(stmt)
     )
 
 
