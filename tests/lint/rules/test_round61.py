@@ -838,3 +838,40 @@ def test_a_call_after_a_once_per_tick_guard_is_not_per_batch() -> None:
 def test_the_same_call_without_the_guard_is_per_batch() -> None:
     every = TICKS.replace("            continue\n", "            pass\n")
     assert _lines(every, "TPL201") == [5]
+
+
+# ---- TPL201: a metric class's own method copying what it is handed into its NumPy state
+
+FEATURE_STATS = """\
+import numpy as np
+import torch
+
+
+class FeatureStats:
+    def __init__(self, dim):
+        self.raw_mean = np.zeros([dim], dtype=np.float64)
+
+    def append(self, x):
+        self.raw_mean += x.sum(axis=0)
+
+    def append_torch(self, x):
+        self.append(x.cpu().numpy())
+
+
+def compute(detector, loader, device, dim):
+    stats = FeatureStats(dim)
+    detector = detector.to(device)
+    with torch.no_grad():
+        for images in loader:
+            stats.append_torch(detector(images.to(device)))
+    return stats
+"""
+
+
+def test_a_metric_objects_own_copy_into_its_numpy_state_is_its_work() -> None:
+    assert _lines(FEATURE_STATS, "TPL201") == []
+
+
+def test_a_class_without_numpy_state_copying_per_batch_is_reported() -> None:
+    plain = FEATURE_STATS.replace("np.zeros([dim], dtype=np.float64)", "0.0")
+    assert _lines(plain, "TPL201") == [13]

@@ -1462,6 +1462,9 @@ def _numpy_state(holder: ast.expr, ctx: Context) -> bool:
     name = dotted_name(holder)
     if name is None:
         return False
+    if name == "self":  # `self.append(x.cpu().numpy())` in the metric class's own method
+        cls = next((p for p in reversed(ctx.parents) if isinstance(p, ast.ClassDef)), None)
+        return cls is not None and _keeps_numpy(facts, cls)
     values: list[ast.expr | None] = []
     if "." not in name:
         scope = ctx.function_scope()
@@ -1478,15 +1481,20 @@ def _numpy_state(holder: ast.expr, ctx: Context) -> bool:
         if found is None:
             continue
         owner, cls = found
-        if any(
-            isinstance(sub, ast.Assign)
-            and isinstance(sub.value, ast.Call)
-            and (owner.qualname(sub.value.func) or "").startswith("numpy.")
-            and any((dotted_name(t) or "").startswith("self.") for t in sub.targets)
-            for sub in statements(cls.body)
-        ):
+        if _keeps_numpy(owner, cls):
             return True
     return False
+
+
+def _keeps_numpy(owner: FileFacts, cls: ast.ClassDef) -> bool:
+    """A class of the tree that keeps an attribute in NumPy (``self.hist = np.zeros(...)``)."""
+    return any(
+        isinstance(sub, ast.Assign)
+        and isinstance(sub.value, ast.Call)
+        and (owner.qualname(sub.value.func) or "").startswith("numpy.")
+        and any((dotted_name(t) or "").startswith("self.") for t in sub.targets)
+        for sub in statements(cls.body)
+    )
 
 
 def _fills_store(read: ast.AST, ctx: Context) -> bool:
@@ -2029,6 +2037,8 @@ def _check(
         return False
     if bulk and _fills_store(read or node, ctx):
         return False
+    if bulk and not per_batch.trains and not _trains(ctx) and _feeds_host_metric(read or node, ctx):
+        return False  # `self.append(x.cpu().numpy())` of a metric that keeps NumPy state
     if explicit and _steps_environment(read or node, ctx):
         return False  # the action a host environment steps on: the loop's output
     if (
