@@ -813,21 +813,21 @@ def _file_of(path: ast.expr, owner: ast.AST, line: int) -> ast.expr:
         return _constant_of(path.args[0], owner)
     if not isinstance(path, ast.Name):
         return path
-    found: tuple[int, ast.expr] | None = None
+    opened = kept("opened-handles", owner, _opened_handles).get(path.id, [])
+    found = [(start, where) for start, where in opened if start <= line]
+    return path if not found else _constant_of(max(found, key=lambda f: f[0])[1], owner)
+
+
+def _opened_handles(owner: ast.AST) -> dict[str, list[tuple[int, ast.expr]]]:
+    """Each name ``owner`` binds with ``with open(P, ...) as name:`` -> (the line, ``P``)."""
+    found: dict[str, list[tuple[int, ast.expr]]] = {}
     for sub in walk(owner):
-        if isinstance(sub, (ast.With, ast.AsyncWith)) and sub.lineno <= line:
+        if isinstance(sub, (ast.With, ast.AsyncWith)):
             for item in sub.items:
-                named = item.optional_vars
-                if (
-                    isinstance(named, ast.Name)
-                    and named.id == path.id
-                    and _opens(item.context_expr)
-                    and (found is None or sub.lineno > found[0])
-                ):
-                    opened = item.context_expr
-                    assert isinstance(opened, ast.Call)
-                    found = (sub.lineno, opened.args[0])
-    return path if found is None else _constant_of(found[1], owner)
+                named, opened = item.optional_vars, item.context_expr
+                if isinstance(named, ast.Name) and isinstance(opened, ast.Call) and _opens(opened):
+                    found.setdefault(named.id, []).append((sub.lineno, opened.args[0]))
+    return found
 
 
 def _constant_of(path: ast.expr, owner: ast.AST) -> ast.expr:
