@@ -120,9 +120,9 @@ _INDEXED_FIELDS = bytes(range(0x81, 0xFF))
 #: the distinct header blocks a connection keeps read (clients send a handful), and the
 #: longest kept (a call's block of indexed fields is a byte a field: about ten)
 _MOST_HEADS = 64
-# Streams reset by this side remembered at once, for their late frames (see `_reset_out`).
-_MOST_RESETS_KEPT = 1024
 _MOST_HEAD_BYTES = 128
+#: streams reset by this side remembered at once, for their late frames (see `_reset_out`)
+_MOST_RESETS_KEPT = 1024
 #: stale entries the stalled-calls heap may hold before it is rebuilt without them
 _STALE_ENTRIES = 64
 

@@ -14,7 +14,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from torchplace.lint.base import call_name
-from torchplace.lint.nodes import own_nodes, walk
+from torchplace.lint.nodes import own_nodes, store_targets, walk
 from torchplace.lint.provenance.loops import (
     _chain_root,
     _iterates_batches,
@@ -923,15 +923,13 @@ def _global_instance(callers: FileFacts, name: str, instances: frozenset[str]) -
     lines = [
         stmt.lineno
         for stmt in callers.tree.body
-        if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign))
-        and any(n == name for n in _stored(stmt))
+        if any(
+            isinstance(n, ast.Name) and n.id == name
+            for target in store_targets(stmt)
+            for n in walk(target)
+        )
     ]
     return bool(lines) and all(f"{line}:{name}" in instances for line in lines)
-
-
-def _stored(stmt: ast.Assign | ast.AnnAssign | ast.AugAssign) -> list[str]:
-    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-    return [t.id for target in targets for t in walk(target) if isinstance(t, ast.Name)]
 
 
 def _bound_here(scope: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> int | None:
@@ -1255,10 +1253,10 @@ def _tick_guard(stmt: ast.stmt, rest: list[ast.stmt]) -> bool:
 _MAX_SIBLINGS = 40
 
 
-def _python_files(place: str) -> list[str]:
-    """The ``.py`` files in the folder ``place``, by name (none when it cannot be listed),
-    and its Python scripts without the suffix (a ``train`` that starts ``#!/usr/bin/python3``:
-    it imports the modules beside it as a ``.py`` script would)."""
+def _python_files(place: str, scripts: bool = False) -> list[str]:
+    """The ``.py`` files in the folder ``place``, by name (none when it cannot be listed);
+    with ``scripts``, also its Python scripts without the suffix (a ``train`` that starts
+    ``#!/usr/bin/python3``: it imports the modules beside it as a ``.py`` script would)."""
     try:
         names = sorted(os.listdir(place))
     except OSError:
@@ -1266,7 +1264,8 @@ def _python_files(place: str) -> list[str]:
     return [
         os.path.join(place, n)
         for n in names
-        if n.endswith(".py") or ("." not in n and _python_script(os.path.join(place, n)))
+        if n.endswith(".py")
+        or (scripts and "." not in n and _python_script(os.path.join(place, n)))
     ]
 
 
@@ -1287,7 +1286,7 @@ def _siblings(directory: str) -> tuple[str, ...]:
     found: list[str] = []
     places = [directory, os.path.dirname(directory)]
     for place in places:
-        found.extend(_python_files(place))
+        found.extend(_python_files(place, scripts=True))
         if len(found) > _MAX_SIBLINGS:
             return ()
     return tuple(found)

@@ -28,6 +28,7 @@ __all__ = [
     "CUDA_ONLY",
     "DEVICE_STRING",
     "FACTORIES",
+    "FROM_ELEMENTS",
     "PLACEMENT_API",
     "SYNC_CALLS",
     "TENSOR_FUNCTIONS",
@@ -47,6 +48,11 @@ __all__ = [
     "only_used_by",
     "receiver_root",
 ]
+
+# Constructors that copy a list of numbers element by element into a new tensor.
+FROM_ELEMENTS = frozenset(
+    {"torch.tensor", "torch.as_tensor", "torch.Tensor", "torch.FloatTensor", "torch.LongTensor"}
+)
 
 # Factories that allocate on the default device (the CPU) unless given ``device=``.
 FACTORIES = frozenset(

@@ -7,10 +7,11 @@ import ast
 
 from torchplace.lint.base import Context, Family, Rule, Scope, call_name
 from torchplace.lint.nodes import isinstance_test, own_nodes, store_targets, walk
-from torchplace.lint.resolver import dotted_name
+from torchplace.lint.provenance.loops import counter_names
 from torchplace.lint.rules.factories import _empty_shape, _number_annotation
 from torchplace.lint.rules.facts import (
     FACTORIES,
+    FROM_ELEMENTS,
     TENSOR_FUNCTIONS,
     TENSOR_METHODS,
     in_test,
@@ -249,7 +250,7 @@ def _one_dimensional(call: ast.Call, ctx: Context) -> bool:
     name = ctx.call_qualname(call)
     if name in _ONE_DIM:
         return True
-    if name not in _FROM_ELEMENTS or len(call.args) != 1:
+    if name not in FROM_ELEMENTS or len(call.args) != 1:
         return False
     table = call.args[0]
     if isinstance(table, ast.ListComp):
@@ -257,27 +258,6 @@ def _one_dimensional(call: ast.Call, ctx: Context) -> bool:
     return isinstance(table, ast.List) and not any(
         isinstance(e, (ast.List, ast.Tuple, ast.ListComp, ast.Starred)) for e in table.elts
     )
-
-
-_FROM_ELEMENTS = frozenset({"torch.tensor", "torch.Tensor", "torch.FloatTensor", "torch.as_tensor"})
-
-
-def _int_counters(function: ast.AST) -> set[str]:
-    """The counters ``function``'s loops bind to Python ints: ``i`` of ``for i, x in
-    enumerate(xs):`` and of ``for i in range(n):``."""
-    found: set[str] = set()
-    for sub in walk(function):
-        if not isinstance(sub, ast.For) or not isinstance(sub.iter, ast.Call):
-            continue
-        called = dotted_name(sub.iter.func)
-        target = sub.target
-        if called == "enumerate" and isinstance(target, ast.Tuple) and target.elts:
-            target = target.elts[0]
-        elif called != "range":
-            continue
-        if isinstance(target, ast.Name):
-            found.add(target.id)
-    return found
 
 
 def _scalar_lookup(value: ast.expr, ctx: Context, method: Scope, attr: str) -> bool:
@@ -297,7 +277,7 @@ def _scalar_lookup(value: ast.expr, ctx: Context, method: Scope, attr: str) -> b
             a.arg
             for a in [*params.posonlyargs, *params.args, *params.kwonlyargs]
             if _number_annotation(a.annotation)
-        } | _int_counters(item)
+        } | {name for sub in walk(item) if isinstance(sub, ast.For) for name in counter_names(sub)}
         subscripted: set[int] = set()
         for sub in walk(item):
             if isinstance(sub, ast.Subscript) and _self_attr(sub.value) == attr:
@@ -1076,7 +1056,7 @@ def _moved_where_used(
             continue  # a helper the placing method calls once it has placed the attribute
         placed: set[int] = set()
         # `self.x = self.x.to(x.device)`: from there on, the method reads it placed
-        placed_from: float = float("inf")
+        placed_from = _placing_line(item, attr)
         for sub in walk(item):
             if (
                 isinstance(sub, ast.Call)
@@ -1086,12 +1066,6 @@ def _moved_where_used(
                 # the attribute moved, or a view of it (`self.table[t].to(x)`); not a result
                 # computed from it, `torch.where(m, self.y, z).to(d)`: that ran where it was
                 placed.add(id(_chain_base(sub.func.value)))
-            if (
-                isinstance(sub, ast.Assign)
-                and any(_self_attr(t) == attr for t in sub.targets)
-                and any(_places_attr(n, attr) for n in walk(sub.value))
-            ):
-                placed_from = min(placed_from, sub.lineno)
             if isinstance(sub, ast.Compare) and all(
                 isinstance(op, (ast.Is, ast.IsNot)) for op in sub.ops
             ):
@@ -1134,6 +1108,21 @@ def _moved_where_used(
     return reads == 0
 
 
+def _placing_line(item: ast.AST, attr: str) -> float:
+    """The first line where ``item`` rebinds ``self.<attr>`` placed (``self.x =
+    self.x.to(x.device)``); infinity when it never does."""
+    return min(
+        (
+            sub.lineno
+            for sub in walk(item)
+            if isinstance(sub, ast.Assign)
+            and any(_self_attr(t) == attr for t in sub.targets)
+            and any(_places_attr(n, attr) for n in walk(sub.value))
+        ),
+        default=float("inf"),
+    )
+
+
 def _called_after_placing(
     methods: list[ast.FunctionDef | ast.AsyncFunctionDef], attr: str
 ) -> set[str]:
@@ -1141,17 +1130,9 @@ def _called_after_placing(
     placed above the call (faster-rcnn's ``forward`` runs ``self.BBOX_NORMALIZE_MEANS =
     self.BBOX_NORMALIZE_MEANS.type_as(gt_boxes)``, then ``self._sample_rois_pytorch(...)``,
     which reads it): they read it placed."""
-    placing: dict[str, int] = {}
-    for item in methods:
-        lines = [
-            sub.lineno
-            for sub in walk(item)
-            if isinstance(sub, ast.Assign)
-            and any(_self_attr(t) == attr for t in sub.targets)
-            and any(_places_attr(n, attr) for n in walk(sub.value))
-        ]
-        if lines:
-            placing[item.name] = min(lines)
+    placing = {
+        item.name: line for item in methods if (line := _placing_line(item, attr)) < float("inf")
+    }
     if not placing:
         return set()
     # each `self.name(...)` call: (the calling method, whether it comes after the placing)

@@ -56,6 +56,7 @@ from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import (
     CASTS,
     DEVICE_WORDS,
+    FROM_ELEMENTS,
     TIMERS,
     in_device_kernel,
     in_periodic_branch,
@@ -159,7 +160,8 @@ def _call(call: ast.Call, ctx: Context) -> None:
             what = f"`{ctx.segment(func)}()` (which returns `.{read}()` of its argument)"
             _check(call, call.args[0], what, ctx, explicit=True, bulk=read in _BULK, read=call)
         return
-    if len(call.args) == 1 and ctx.call_qualname(call) in _FROM_ELEMENTS:
+    # a list of 0-dim device tensors is read to the host one element at a time
+    if len(call.args) == 1 and ctx.call_qualname(call) in FROM_ELEMENTS:
         for element in _elements(call.args[0], ctx):  # each 0-dim tensor read to the host
             if _module_setting(element, ctx):
                 continue  # `torch.tensor([model.blank])`: an integer setting of a model
@@ -323,13 +325,6 @@ def _unpacked(target: ast.expr) -> list[ast.expr]:
     if isinstance(target, (ast.Tuple, ast.List)):
         return [t for e in target.elts for t in _unpacked(e)]
     return [target.value] if isinstance(target, ast.Starred) else [target]
-
-
-# Constructors that copy a list of numbers element by element: a list of 0-dim device tensors
-# is read to the host one element at a time.
-_FROM_ELEMENTS = frozenset(
-    {"torch.tensor", "torch.as_tensor", "torch.Tensor", "torch.FloatTensor", "torch.LongTensor"}
-)
 
 
 def _elements(arg: ast.expr, ctx: Context) -> list[ast.expr]:
