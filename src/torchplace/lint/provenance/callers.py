@@ -46,6 +46,7 @@ __all__ = [
     "PerBatch",
     "call_sites",
     "calls_in",
+    "decode_hook",
     "engine_step",
     "find_per_batch",
     "scoped_call_sites",
@@ -63,6 +64,9 @@ _BATCH_HOOKS = frozenset(
 _HOOK_ARGUMENTS = ("batch", "outputs", "loss")
 # The Hugging Face `Trainer`'s per-batch methods a subclass overrides, `(self, model, inputs)`.
 _TRAINER_HOOKS = frozenset({"compute_loss", "training_step"})
+# Hugging Face `generate` calls `__call__(input_ids, scores)` of these once per generated
+# token, with both on the model's device.
+_DECODE_HOOKS = frozenset({"StoppingCriteria", "LogitsProcessor", "LogitsWarper"})
 # Engines that call the function they are built from once per iteration, with the batch as
 # the loader gave it (ignite's `Engine(process_function)`).
 _ENGINES = frozenset({"Engine", "DeterministicEngine"})
@@ -121,6 +125,16 @@ def find_per_batch(
         how = f"`{function.name}` runs once per batch (a training-framework hook)"
         trains = not function.name.startswith(("on_validation", "on_test", "on_predict"))
         return PerBatch(how, _framework_moved(facts, function, seeds), trains)
+    if function.name == "__call__" and decode_hook(facts, function):
+        cls = facts.parent[id(function)]
+        assert isinstance(cls, ast.ClassDef)
+        seeds = {
+            a.arg: Fact("device", a.arg, "handed to the hook by `generate`, on the model's device")
+            for a in function.args.args[1:3]
+            if a.annotation is None or "Tensor" in ast.unparse(a.annotation)
+        }
+        how = f"`{cls.name}.__call__` runs once per generated token (a `generate` hook)"
+        return PerBatch(how, seeds, False)
     if engine_step(facts, function.name):
         how = f"`{function.name}` is an `Engine`'s process function, run once per iteration"
         return PerBatch(how, {}, calls_backward(function))
@@ -507,6 +521,18 @@ def _trainer_hook(facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunctio
     if params[1:3] != ["model", "inputs"]:
         return False
     return any((dotted_name(base) or "").endswith("Trainer") for base in cls.bases)
+
+
+def decode_hook(facts: FileFacts, function: ast.AST) -> bool:
+    """``function`` is ``__call__`` of a stopping criterion or logits processor (``class
+    StopOnTokens(StoppingCriteria)``): ``generate`` calls it once per generated token, with
+    the ids and scores on the model's device."""
+    cls = facts.parent.get(id(function))
+    return (
+        getattr(function, "name", None) == "__call__"
+        and isinstance(cls, ast.ClassDef)
+        and any((dotted_name(base) or "").rpartition(".")[2] in _DECODE_HOOKS for base in cls.bases)
+    )
 
 
 def engine_step(facts: FileFacts, name: str) -> bool:

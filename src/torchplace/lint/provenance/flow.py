@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable
+from dataclasses import replace
 from types import EllipsisType
 from typing import TYPE_CHECKING
 
@@ -55,6 +56,26 @@ MOVED_SELF = "<moved self>"
 __all__ = ["Flow", "zip_pairs"]
 
 Lookup = Callable[[str], "Fact | None"]
+
+
+def _skipped_keys(test: ast.expr, key: str, one: type, many: type) -> set[str]:
+    """The string keys ``test`` compares ``key`` with by ``one`` (``k != "meta"``) or finds
+    in a literal collection by ``many`` (``k not in ("meta", "id")``)."""
+    if not (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.left, ast.Name)
+        and test.left.id == key
+    ):
+        return set()
+    other = test.comparators[0]
+    if isinstance(test.ops[0], one):
+        values = [other]
+    elif isinstance(test.ops[0], many) and isinstance(other, (ast.Tuple, ast.List, ast.Set)):
+        values = other.elts
+    else:
+        return set()
+    return {v.value for v in values if isinstance(v, ast.Constant) and isinstance(v.value, str)}
 
 
 def _moved_through(call: ast.Call) -> str:
@@ -152,6 +173,7 @@ class Flow:
                 direct,
                 fact.many,
                 fact.copy,
+                fact.kept,
             )
         self.state[name] = fact
         self.bindings.setdefault(name, []).append((line, fact))
@@ -218,7 +240,8 @@ class Flow:
                 container = moved_in_place(target, node.value)
                 if container is not None and fact is not None and fact.on_device:
                     # `batch[key] = batch[key].to(device)`: the mapping now holds device items
-                    self.bind(container, fact, end, node.value)
+                    kept = self.kept_keys(target, node)
+                    self.bind(container, replace(fact, kept=kept), end, node.value)
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
             self.bind(node.target, self.eval(node.value, self.current), end, node.value)
         elif isinstance(node, ast.AugAssign):
@@ -339,6 +362,24 @@ class Flow:
             if else_first > _span(node.body)[1]:
                 self.bindings.setdefault(name, []).append((else_first, on_else[name]))
         return on_body, on_else
+
+    def kept_keys(self, target: ast.expr, move: ast.stmt) -> frozenset[str]:
+        """The keys the loop moving ``container[k]`` in place skips (an ``if k != "meta":``
+        around the move, or ``if k in ("meta", "id"): continue`` before it)."""
+        key = target.slice if isinstance(target, ast.Subscript) else None
+        if not isinstance(key, ast.Name):
+            return frozenset()
+        skipped: set[str] = set()
+        for sub in walk(self.node):
+            if isinstance(sub, ast.If) and move in sub.body:
+                skipped |= _skipped_keys(sub.test, key.id, ast.NotEq, ast.NotIn)
+            elif isinstance(sub, (ast.For, ast.AsyncFor)) and any(
+                move is inner for stmt in sub.body for inner in walk(stmt)
+            ):
+                for stmt in sub.body:
+                    if isinstance(stmt, ast.If) and isinstance(stmt.body[-1], ast.Continue):
+                        skipped |= _skipped_keys(stmt.test, key.id, ast.Eq, ast.In)
+        return frozenset(skipped)
 
     def aug_assign(self, node: ast.AugAssign) -> None:
         """``x += y``: a host value that gains a device term moves to the device."""
@@ -470,6 +511,13 @@ class Flow:
             return self.eval(node.value, lookup)
         if isinstance(node, ast.Subscript):
             found = self.eval(node.value, lookup)
+            if (
+                found is not None
+                and found.kept
+                and isinstance(node.slice, ast.Constant)
+                and node.slice.value in found.kept
+            ):
+                return Fact("host", "an item the loop that moves the others skips")
             # `parts[rank::n]` of a list of tensors is still a list; `parts[0]` is one of them
             return found if isinstance(node.slice, ast.Slice) else _one(found)
         if isinstance(node, ast.Starred):

@@ -1524,10 +1524,11 @@ def _names_used(body: tuple[ast.AST, ...]) -> frozenset[str]:
 
 def _moves_items(loop: ast.AST) -> bool:
     """``for key in batch.keys(): batch[key] = batch[key].to(device)`` (also under an ``if``
-    that picks the device): a loop whose every statement moves an item of a mapping in place."""
+    that picks the device, or a ``continue`` that skips some keys): a loop whose every
+    statement moves an item of a mapping in place."""
     if not isinstance(loop, (ast.For, ast.AsyncFor)) or loop.orelse:
         return False
-    leaves = _leaves(loop.body)
+    leaves = [stmt for stmt in _leaves(loop.body) if not isinstance(stmt, ast.Continue)]
     return bool(leaves) and all(
         isinstance(stmt, ast.Assign)
         and len(stmt.targets) == 1

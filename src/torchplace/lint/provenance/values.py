@@ -164,6 +164,9 @@ class Fact:
     # arithmetic with a value of unknown place stays on the host (a host tensor cannot meet a
     # device one, so the other operand is a number or on the host too)
     copy: bool = False
+    # keys of a mapping whose other items a loop moved in place (`for k in batch: if k !=
+    # "meta": batch[k] = batch[k].to(d)`): their items stay on the host
+    kept: frozenset[str] = frozenset()
 
     @property
     def on_device(self) -> bool:
@@ -472,13 +475,17 @@ def _moved_by(call: ast.Call) -> str:
 def _many(fact: Fact | None) -> Fact | None:
     if fact is None or fact.many:
         return fact
-    return Fact(fact.where, fact.source, fact.move, fact.name, fact.direct, True, fact.copy)
+    return Fact(
+        fact.where, fact.source, fact.move, fact.name, fact.direct, True, fact.copy, fact.kept
+    )
 
 
 def _one(fact: Fact | None) -> Fact | None:
     if fact is None or not fact.many:
         return fact
-    return Fact(fact.where, fact.source, fact.move, fact.name, fact.direct, False, fact.copy)
+    return Fact(
+        fact.where, fact.source, fact.move, fact.name, fact.direct, False, fact.copy, fact.kept
+    )
 
 
 def _join(a: Fact | None, b: Fact | None) -> Fact | None:

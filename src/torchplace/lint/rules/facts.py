@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from torchplace.lint.base import Context, Scope, call_name, keyword, names_in
 from torchplace.lint.nodes import walk, walk_body
@@ -365,30 +365,53 @@ DEVICE_WORDS = re.compile(
 def cpu_only_script_class(cls: Scope, ctx: Context) -> bool:
     """A class built by the module-level code of a script that never names a device, an
     accelerator or a placement (RWKV's ``math_demo/run.py``: ``model = RWKV_RNN(args)`` at
-    the top level, its weights loaded with ``map_location="cpu"``): its tensors and its
-    inputs stay on the CPU. A file that only builds the class under ``if __name__ ==
+    the top level, its weights loaded with ``map_location="cpu"``), or built by such a class
+    of the file (a ``Transformer`` whose ``__init__`` builds its ``Encoder``): its tensors and
+    its inputs stay on the CPU. A file that only builds the class under ``if __name__ ==
     "__main__":`` is a library with a smoke check: others import the class and move it;
     unless that block is the program itself, parsing a command line or training the model
     (``parser.parse_args()``, ``loss.backward()``, ``optimizer.step(closure)``: the PyTorch
     examples' ``time_sequence_prediction/train.py``), which runs on the CPU all the same."""
     root = ctx.scope.root()
-    key = f"cpu-only-builds:{cls.name}"
-    cached: bool | None = root.cache.get(key)
+    cached: frozenset[str] | None = root.cache.get("cpu-only-builds")
     if cached is None:
         module = root.node
-        cached = False
+        cached = frozenset()
         if isinstance(module, ast.Module) and DEVICE_WORDS.search(ctx.source) is None:
-            cached = any(
-                isinstance(sub, ast.Call)
-                and isinstance(sub.func, ast.Name)
-                and sub.func.id == cls.name
-                for stmt in module.body
-                if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                and (main_test(stmt) is None or _runs_program(stmt))
-                for sub in walk(stmt)
-            )
-        root.cache[key] = cached
-    return cached
+            cached = _built_classes(module)
+        root.cache["cpu-only-builds"] = cached
+    return cls.name in cached
+
+
+def _built_classes(module: ast.Module) -> frozenset[str]:
+    """The classes of ``module`` its own program builds (:func:`cpu_only_script_class`), and
+    those the classes it builds build in turn."""
+    classes = {c.name: c for c in module.body if isinstance(c, ast.ClassDef)}
+
+    def called(nodes: list[ast.AST]) -> set[str]:
+        return {
+            sub.func.id
+            for node in nodes
+            for sub in walk(node)
+            if isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Name)
+            and sub.func.id in classes
+        }
+
+    built = called(
+        [
+            stmt
+            for stmt in module.body
+            if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            and (main_test(stmt) is None or _runs_program(stmt))
+        ]
+    )
+    todo = list(built)
+    while todo:
+        for name in called([classes[todo.pop()]]) - built:
+            built.add(name)
+            todo.append(name)
+    return frozenset(built)
 
 
 def cpu_only_program(ctx: Context) -> bool:
@@ -802,23 +825,78 @@ def _until_done(test: ast.expr, scope: Scope, ctx: Context) -> bool:
 def _sets_once(branch: ast.If, child: ast.AST | None, ctx: Context) -> bool:
     """``if init_loss is None: init_loss = loss.item()``: the branch binds the very name it
     finds unset, so it runs on the first step only, unless the enclosing loop unsets the name
-    again (``hidden = None`` at the top of each step)."""
-    test = _branch_compare(branch, child, ast.Is)
-    if test is None or not _is_none(test.comparators[0]):
+    again (``hidden = None`` at the top of each step); also, outside a loop, an attribute of
+    ``self`` that such a branch fills (``if not exists(self.av): self.av = ...``, a lazy cache
+    of the instance), unless another method of the class unsets it."""
+    if child is None or child not in branch.body:
         return False
-    name = dotted_name(test.left)
+    name = _unset_name(branch.test, ctx)
     if name is None:
         return False
     sets = _assigned(branch.body, name)
     if not sets or any(_is_none(value) for value in sets):
         return False
     loops = [p for p in ctx.parents if isinstance(p, (ast.For, ast.AsyncFor, ast.While))]
-    return bool(loops) and not any(
+    if loops:
+        nodes: Iterable[ast.AST] = _loop_nodes(loops[-1])
+    else:
+        cls = next((p for p in reversed(ctx.parents) if isinstance(p, ast.ClassDef)), None)
+        if cls is None or not name.startswith("self."):
+            return False
+        nodes = (
+            sub
+            for item in cls.body
+            if not (isinstance(item, ast.FunctionDef) and item.name == "__init__")
+            for sub in walk(item)
+        )
+    return not any(
         isinstance(sub, ast.Assign)
         and _is_none(sub.value)
         and any(dotted_name(target) == name for target in sub.targets)
-        for sub in _loop_nodes(loops[-1])
+        for sub in nodes
     )
+
+
+def _unset_name(test: ast.expr, ctx: Context) -> str | None:
+    """The name ``test`` finds unset: ``x is None``, or ``not exists(x)`` of a function of
+    the file that only returns ``v is not None``."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        call = test.operand
+        if not (
+            isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Name)
+            and len(call.args) == 1
+            and _not_none_helper(call.func.id, ctx)
+        ):
+            return None
+        return dotted_name(call.args[0])
+    if (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.Is)
+        and _is_none(test.comparators[0])
+    ):
+        return dotted_name(test.left)
+    return None
+
+
+def _not_none_helper(name: str, ctx: Context) -> bool:
+    """``def exists(val): return val is not None``, a function of the file."""
+    module = ctx.scope.root().node
+    for item in getattr(module, "body", []):
+        if isinstance(item, ast.FunctionDef) and item.name == name and len(item.body) == 1:
+            ret = item.body[0]
+            params = [a.arg for a in item.args.args]
+            return (
+                isinstance(ret, ast.Return)
+                and isinstance(ret.value, ast.Compare)
+                and len(params) == 1
+                and isinstance(ret.value.left, ast.Name)
+                and ret.value.left.id == params[0]
+                and isinstance(ret.value.ops[0], ast.IsNot)
+                and _is_none(ret.value.comparators[0])
+            )
+    return False
 
 
 def _throttled(branch: ast.If, child: ast.AST | None) -> bool:

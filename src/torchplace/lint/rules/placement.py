@@ -872,6 +872,7 @@ def _defaults(node: ast.FunctionDef | ast.AsyncFunctionDef, ctx: Context) -> Non
             isinstance(value, ast.Constant)
             and value.value == "cuda"
             and (_places_with(node, arg.arg, ctx) or _stored_and_placed(node, arg.arg, ctx))
+            and not _stored_compared(node, arg.arg, ctx)
             and not _cpu_when_unavailable(node, arg.arg)
         ):
             ctx.report(
@@ -972,26 +973,8 @@ def _stored_and_placed(
 ) -> bool:
     """``def __init__(self, device="cuda"): self.device = device`` and a method of the class
     places with ``self.device``: the default decides where the class's tensors go."""
-    cls = ctx.scope
-    if cls.kind != "class" or func.name != "__init__":
-        return False
-    stored = {
-        target.attr
-        for sub in walk(func)
-        if isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Name) and sub.value.id == name
-        for target in sub.targets
-        if isinstance(target, ast.Attribute)
-        and isinstance(target.value, ast.Name)
-        and target.value.id == "self"
-    }
-    if not stored:
-        return False
-    for sub in walk(cls.node):
-        if isinstance(sub, ast.Compare) and _compares_as_name(
-            sub, lambda n: isinstance(n, ast.Attribute) and n.attr in stored
-        ):
-            return False
-    for sub in walk(cls.node):
+    stored = _stored(func, name) if ctx.scope.kind == "class" else set()
+    for sub in walk(ctx.scope.node) if stored else ():
         if isinstance(sub, ast.Call):
             target = device_argument(sub, ctx)
             if (
@@ -1002,6 +985,68 @@ def _stored_and_placed(
             ):
                 return True
     return False
+
+
+def _stored_compared(func: ast.FunctionDef | ast.AsyncFunctionDef, name: str, ctx: Context) -> bool:
+    """``__init__`` stores the parameter (``self.device = device``) and a method of the class
+    compares it (``if self.device == "cuda":``): a backend name, as a compared parameter is;
+    or the function only hands the parameter on, as the same keyword, to such a class of its
+    file (``PrefetchLoader(loader, device=device)``)."""
+    if ctx.scope.kind == "class":
+        return _compared_by_class(ctx.scope.node, func, name)
+    handed = [
+        sub
+        for sub in walk(func)
+        if isinstance(sub, ast.Call)
+        and any(isinstance(kw.value, ast.Name) and kw.value.id == name for kw in sub.keywords)
+    ]
+    module = ctx.scope.root().node
+    classes = {c.name: c for c in getattr(module, "body", []) if isinstance(c, ast.ClassDef)}
+    return bool(handed) and all(
+        isinstance(call.func, ast.Name)
+        and (cls := classes.get(call.func.id)) is not None
+        and (init := _init_of(cls)) is not None
+        and all(
+            _compared_by_class(cls, init, kw.arg)
+            for kw in call.keywords
+            if kw.arg is not None and isinstance(kw.value, ast.Name) and kw.value.id == name
+        )
+        for call in handed
+    )
+
+
+def _init_of(cls: ast.ClassDef) -> ast.FunctionDef | None:
+    return next(
+        (f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None
+    )
+
+
+def _compared_by_class(
+    cls: ast.AST, init: ast.FunctionDef | ast.AsyncFunctionDef, name: str
+) -> bool:
+    """``init`` (``__init__`` of ``cls``) stores its parameter ``name`` on ``self``, and a
+    method of the class compares that attribute as a name (``self.device == "cuda"``)."""
+    stored = _stored(init, name)
+    return bool(stored) and any(
+        isinstance(sub, ast.Compare)
+        and _compares_as_name(sub, lambda n: isinstance(n, ast.Attribute) and n.attr in stored)
+        for sub in walk(cls)
+    )
+
+
+def _stored(func: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> set[str]:
+    """The attributes of ``self`` that ``func``, an ``__init__``, binds to its parameter."""
+    if func.name != "__init__":
+        return set()
+    return {
+        target.attr
+        for sub in walk(func)
+        if isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Name) and sub.value.id == name
+        for target in sub.targets
+        if isinstance(target, ast.Attribute)
+        and isinstance(target.value, ast.Name)
+        and target.value.id == "self"
+    }
 
 
 def _compares_as_name(compare: ast.Compare, is_param: Callable[[ast.AST], bool]) -> bool:

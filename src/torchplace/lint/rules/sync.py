@@ -35,7 +35,12 @@ from torchplace.lint.nodes import (
     walk_body,
 )
 from torchplace.lint.provenance import Fact, FileFacts, PerBatch, file_facts, scope_node
-from torchplace.lint.provenance.callers import MOVED_SELF, engine_step, imported_by_siblings
+from torchplace.lint.provenance.callers import (
+    MOVED_SELF,
+    decode_hook,
+    engine_step,
+    imported_by_siblings,
+)
 from torchplace.lint.provenance.flow import zip_pairs
 from torchplace.lint.provenance.loops import (
     _few_constants,
@@ -2819,11 +2824,13 @@ def _called_here(scope: ast.AST, ctx: Context) -> bool:
     name = getattr(scope, "name", None)
     if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) or name is None:
         return False
+    facts = file_facts(ctx)
     if name.startswith("__") and name.endswith("__"):
-        return False  # __init__, __call__, ...: not called by this name (`self.__helper()` is)
+        # __init__, __call__, ...: not called by this name (`self.__helper()` is); a
+        # stopping criterion's `__call__` is called by `generate`, once per token
+        return decode_hook(facts, scope)
     if name in {"training_step", "validation_step", "test_step", "predict_step"}:
         return True
-    facts = file_facts(ctx)
     if name == "forward" and _module_class_method(facts, scope):
         return True  # `loss = criterion(pred, y)` runs the module's `forward` by its instance
     top = facts.parent.get(id(scope)) is facts.tree

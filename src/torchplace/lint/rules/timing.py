@@ -187,7 +187,7 @@ def _times_work(region: list[ast.AST], placed: set[str], ctx: Context) -> bool:
         or id(call) in decoded
         for call in calls
         if id(call) not in periodic
-    ) or any(_tests_placed(node, placed) for node in region):
+    ) or any(_tests_placed(node, placed) or _sized_by_values(node, placed) for node in region):
         return False
     if _steps_env_with(calls, region, placed, ctx):
         return False
@@ -910,6 +910,26 @@ def _tests_placed(node: ast.AST, placed: set[str]) -> bool:
         )
         for sub in walk(node)
     )
+
+
+def _sized_by_values(node: ast.AST, placed: set[str]) -> bool:
+    """``out[mask > 0]``, ``torch.nonzero(scores > t)`` of a placed tensor: a result whose
+    shape depends on the values, which the host waits for to size it."""
+
+    def on_device(sub: ast.AST) -> bool:
+        return any(
+            (isinstance(n, ast.Name) and n.id in placed)
+            or (isinstance(n, ast.Call) and call_name(n) in {"cuda", "to"})
+            for n in walk(sub)
+        )
+
+    for sub in walk(node):
+        if isinstance(sub, ast.Subscript) and isinstance(sub.slice, ast.Compare):
+            if not any(isinstance(op, _NO_VALUE_TESTS) for op in sub.slice.ops) and on_device(sub):
+                return True
+        elif isinstance(sub, ast.Call) and call_name(sub) in _SHAPE_READS and on_device(sub):
+            return True
+    return False
 
 
 def _reads_back(call: ast.Call, placed: set[str], ctx: Context) -> bool:

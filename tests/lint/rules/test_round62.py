@@ -1,0 +1,215 @@
+"""Rule behaviour found on code the corpus did not hold yet (an eighth round of repositories):
+generation hooks (TPL201), mappings moved but for some keys, lazy caches of an instance,
+submodules of a CPU-only script (TPL103), backend names kept on ``self`` (TPL104), and
+data-dependent shapes in a timed region (TPL301)."""
+
+from __future__ import annotations
+
+from .helpers import lines as _lines
+
+# ---- TPL201: a stopping criterion runs once per generated token
+
+STOPPING = """\
+import torch
+from transformers import StoppingCriteria
+
+
+class StopOnTokens(StoppingCriteria):
+    def __call__(self, input_ids, scores, **kwargs):
+        for stop_id in [2]:
+            if input_ids[0][-1] == stop_id:
+                return True
+        return False
+
+
+class StopOnWords(StoppingCriteria):
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor):
+        return bool(torch.all(input_ids[:, -2:] == 7).item())
+
+
+class ByLength(StoppingCriteria):
+    def __call__(self, input_ids, scores):
+        return input_ids.shape[-1] > 10
+
+
+class Grammar(LogitsProcessor):
+    def __call__(self, logits: torch.Tensor, states: list[int]):
+        for i in range(logits.shape[0]):
+            if states[i] == -1:
+                continue
+        return logits
+"""
+
+
+def test_a_stopping_criterion_reads_the_device_ids_once_per_token() -> None:
+    assert _lines(STOPPING, "TPL201") == [8, 15]
+
+
+def test_a_plain_class_with_the_same_call_is_not_a_generation_hook() -> None:
+    plain = STOPPING.replace("(StoppingCriteria)", "").replace("(LogitsProcessor)", "")
+    assert _lines(plain, "TPL201") == []
+
+
+# ---- TPL201: a loop that moves a mapping's items but for some keys
+
+SKIPPED_KEY = """\
+def run(model, loader, opt):
+    for batch in loader:
+        for k in batch:
+            if k != "meta":
+                batch[k] = batch[k].to(device=opt.device, non_blocking=True)
+        out = model(batch["input"])
+        centers = batch["meta"]["c"].cpu().numpy()
+        inputs = batch["input"].cpu().numpy()
+        print(centers, inputs)
+"""
+
+
+def test_the_key_a_moving_loop_skips_stays_on_the_host() -> None:
+    assert _lines(SKIPPED_KEY, "TPL201") == [8]
+
+
+def test_keys_skipped_with_continue_stay_on_the_host() -> None:
+    skipped = SKIPPED_KEY.replace(
+        '            if k != "meta":\n                batch[k]',
+        '            if k in ("meta", "id"):\n                continue\n            batch[k]',
+    )
+    assert _lines(skipped, "TPL201") == [9]
+
+
+def test_without_the_guard_every_item_is_on_the_device() -> None:
+    unguarded = SKIPPED_KEY.replace('            if k != "meta":\n    ', "        ")
+    assert _lines(unguarded, "TPL201") == [6, 7]
+
+
+# ---- TPL201: an instance's lazy cache, filled once
+
+LAZY = """\
+import numpy as np
+import torch
+
+
+def exists(val):
+    return val is not None
+
+
+class Trainer:
+    def __init__(self):
+        self.av = None
+
+    def truncate(self, S, t):
+        if not exists(self.av):
+            z = torch.randn(2000, 8, device="cuda")
+            self.av = np.mean(S(z).cpu().numpy(), axis=0)
+        return t - torch.from_numpy(self.av).cuda()
+
+    def sample(self, S, loader):
+        for t in loader:
+            self.truncate(S, t.cuda())
+"""
+
+
+def test_an_attribute_filled_once_by_the_branch_that_finds_it_unset_is_read_once() -> None:
+    assert _lines(LAZY, "TPL201") == []
+
+
+def test_a_cache_another_method_unsets_is_read_again() -> None:
+    reset = LAZY + "\n    def step(self):\n        self.av = None\n"
+    assert _lines(reset, "TPL201") == [16]
+
+
+# ---- TPL103: the submodules a CPU-only script's model builds
+
+CPU_SCRIPT = """\
+import torch
+import torch.nn as nn
+
+
+class Encoder(nn.Module):
+    def forward(self, x):
+        return x + torch.arange(x.size(1))
+
+
+class Transformer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = Encoder()
+
+    def forward(self, x):
+        return self.encoder(x)
+
+
+if __name__ == "__main__":
+    model = Transformer()
+    opt = torch.optim.Adam(model.parameters())
+    loss = model(torch.zeros(2, 3)).sum()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_submodule_built_by_a_cpu_only_script_model_stays_on_the_cpu() -> None:
+    assert _lines(CPU_SCRIPT, "TPL103") == []
+
+
+def test_the_submodule_is_checked_once_the_script_names_a_device() -> None:
+    moved = CPU_SCRIPT.replace("model = Transformer()", "model = Transformer().cuda()")
+    assert _lines(moved, "TPL103") == [7]
+
+
+# ---- TPL104: a default compared, through `self`, as a backend name
+
+PREFETCH = """\
+import torch
+
+
+class PrefetchLoader:
+    def __init__(self, loader, device="cuda"):
+        self.loader = loader
+        self.mean = torch.tensor([0.5]).to(device)
+        self.device = device
+
+    def __iter__(self):
+        for x in self.loader:
+            if self.device == "cuda":
+                x = x.cuda(non_blocking=True)
+            yield x
+
+
+def create_loader(loader, device="cuda"):
+    return PrefetchLoader(loader, device=device)
+"""
+
+
+def test_a_default_the_class_compares_as_a_name_is_a_backend_name() -> None:
+    assert _lines(PREFETCH, "TPL104") == []
+
+
+def test_the_default_is_reported_when_nothing_compares_it() -> None:
+    placed = PREFETCH.replace('if self.device == "cuda":', "if True:")
+    assert _lines(placed, "TPL104") == [5, 17]
+
+
+# ---- TPL301: a boolean mask's result is sized by the values
+
+MASKED = """\
+import time
+
+
+def evaluate(model, loader):
+    model = model.cuda()
+    for batch in loader:
+        t = time.time()
+        out = model(batch["input"].cuda())
+        out = out[batch["mask"].cuda() > 0]
+        print(time.time() - t)
+"""
+
+
+def test_indexing_by_a_device_mask_waits_for_the_device() -> None:
+    assert _lines(MASKED, "TPL301") == []
+
+
+def test_without_the_mask_the_timing_measures_the_launch() -> None:
+    unmasked = MASKED.replace('out = out[batch["mask"].cuda() > 0]', "out = out + 1")
+    assert _lines(unmasked, "TPL301") == [7]
