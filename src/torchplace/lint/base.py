@@ -176,6 +176,18 @@ def _bindings(node: ast.AST) -> dict[str, list[ast.expr | None]]:
             for target in sub.targets:
                 if isinstance(target, ast.Name):
                     found.setdefault(target.id, []).append(sub.value)
+                elif (
+                    isinstance(target, (ast.Tuple, ast.List))
+                    and isinstance(sub.value, (ast.Tuple, ast.List))
+                    and _paired(target.elts, sub.value.elts)
+                ):
+                    # `feat, label = head[i], target[i].long()`: each name takes its element
+                    for elt, value in zip(target.elts, sub.value.elts, strict=True):
+                        if isinstance(elt, ast.Name):
+                            found.setdefault(elt.id, []).append(value)
+                        else:
+                            for name in names_in(elt):
+                                found.setdefault(name, []).append(None)
                 else:
                     for name in names_in(target):
                         found.setdefault(name, []).append(None)
@@ -193,6 +205,13 @@ def _bindings(node: ast.AST) -> dict[str, list[ast.expr | None]]:
             for alias in sub.names:
                 found.setdefault((alias.asname or alias.name).split(".")[0], []).append(None)
     return found
+
+
+def _paired(targets: list[ast.expr], values: list[ast.expr]) -> bool:
+    """``a, b = x, y``: a display unpacked into as many targets, none starred."""
+    return len(targets) == len(values) and not any(
+        isinstance(e, ast.Starred) for e in (*targets, *values)
+    )
 
 
 def assigned_name(stmt: ast.AST | None, value: ast.AST) -> str | None:

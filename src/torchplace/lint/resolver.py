@@ -181,6 +181,8 @@ class Resolver:
         root = self.names.get(first)
         if root is None and first == "torch" and dot:
             return written  # `torch` from a star import (`from utils import *`): still torch
+        if root is None and first == "nn" and dot and self.stars:
+            return "torch." + written  # `nn.Module` from a star import (`from .common import *`)
         return None if root is None else root + dot + rest
 
     def is_module_class(self, node: ast.ClassDef) -> bool:

@@ -213,3 +213,94 @@ def test_indexing_by_a_device_mask_waits_for_the_device() -> None:
 def test_without_the_mask_the_timing_measures_the_launch() -> None:
     unmasked = MASKED.replace('out = out[batch["mask"].cuda() > 0]', "out = out + 1")
     assert _lines(unmasked, "TPL301") == [7]
+
+
+# ---- TPL801: parameters joined into a list first, the optimizer class imported by name
+
+JOINED_PARAMS = """\
+from torch.optim import Adam
+
+
+class Trainer:
+    def init(self, rank):
+        generator_params = list(self.G.parameters()) + list(self.S.parameters())
+        self.G_opt = Adam(generator_params, lr=1e-3)
+        self.cuda(rank)
+        self.G_opt.step()
+"""
+
+
+def test_a_list_of_parameters_joined_before_the_move() -> None:
+    assert _lines(JOINED_PARAMS, "TPL801") == [7]
+
+
+def test_the_same_list_after_the_move_is_fine() -> None:
+    moved = JOINED_PARAMS.replace("        self.cuda(rank)\n", "").replace(
+        "    def init(self, rank):\n", "    def init(self, rank):\n        self.cuda(rank)\n"
+    )
+    assert _lines(moved, "TPL801") == []
+
+
+# ---- TPL201: each name of `a, b = x, y` takes its own element
+
+PAIRED = """\
+def embed(model, loader):
+    kept = []
+    for batch in loader:
+        out = model(batch["input"].cuda())
+        ids = batch["ids"].cuda()
+        for i in range(out.shape[0]):
+            feat, label = out[i], ids[i].long()
+            if label != -1:
+                kept.append(feat)
+"""
+
+
+def test_an_unpacked_display_gives_each_name_its_element() -> None:
+    assert _lines(PAIRED, "TPL201") == [8]
+
+
+def test_a_host_element_beside_a_device_one_stays_on_the_host() -> None:
+    host = PAIRED.replace("feat, label = out[i], ids[i].long()", "feat, label = out[i], 3")
+    assert _lines(host, "TPL201") == []
+
+
+# ---- TPL201: a Python lookup table indexed by a device element
+
+TABLE = """\
+def decode(model, loader, vocab, device):
+    for batch in loader:
+        ids = model(batch.to(device)).argmax(-1)
+        for row in ids:
+            print(" ".join(vocab.itos[i] for i in row))
+        names = [vocab.itos[i] for i in range(3)]
+        host = ids.cpu()
+        words = [vocab.itos[i] for i in host[0]]
+        print(names, words)
+"""
+
+
+def test_a_vocabulary_indexed_by_device_ids_reads_each_id() -> None:
+    assert _lines(TABLE, "TPL201") == [5, 7]
+
+
+# ---- TPL501: `nn` from a star import of a module of the tree
+
+STAR = """\
+import torch
+from common import *
+
+
+class Detect(nn.Module):
+    def __init__(self, nl):
+        super().__init__()
+        self.grid = [torch.zeros(1)] * nl
+        self.anchor = torch.zeros(3, 2)
+
+    def forward(self, x):
+        return x * self.anchor + self.grid[0]
+"""
+
+
+def test_a_module_class_whose_nn_comes_from_a_star_import() -> None:
+    assert _lines(STAR, "TPL501") == [8, 9]

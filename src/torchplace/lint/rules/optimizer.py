@@ -598,5 +598,18 @@ def _move_of(stmt: ast.stmt, model: str, ctx: Context) -> ast.Call | None:
 FAMILY = Family(
     rules=(OPTIMIZER_BEFORE_MOVE,),
     checks=((ast.Call, _call, (OPTIMIZER_BEFORE_MOVE.code,)),),
-    triggers=("parameters(", "optim."),
+    # a class imported from `torch.optim` is called by its bare name, often on a list of
+    # parameters bound earlier (`Adam(generator_params)`)
+    triggers=(
+        "parameters(",
+        "optim.",
+        "Adam",
+        "SGD(",
+        "RMSprop(",
+        "Adagrad(",
+        "Adadelta(",
+        "LBFGS(",
+        "ASGD(",
+        "Rprop(",
+    ),
 )

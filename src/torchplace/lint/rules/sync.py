@@ -523,6 +523,34 @@ def _slice(node: ast.Slice, ctx: Context) -> None:
             return
 
 
+# Lookup tables of a vocabulary or a label set, by their usual names: Python lists (or
+# dicts), which turn a tensor index into a Python int (`vocab.itos[i]`, `idx2word[t]`).
+_TABLES = re.compile(
+    r"(?:^|_)(?:itos|i2w|i2c|(?:idx|id|index|int|ix)_?(?:2|to)_?[a-z]+|class_?names|classes)$",
+    re.IGNORECASE,
+)
+
+
+def _table_lookup(node: ast.Subscript, ctx: Context) -> None:
+    """``vocab.itos[i]`` with ``i`` an element of a device tensor (``for i in ids:``): a
+    Python list indexed by a 0-dim tensor calls ``__index__``, a read of the device per
+    element; a tensor indexed so stays on the device."""
+    name = dotted_name(node.value)
+    index = node.slice
+    if (
+        isinstance(node.ctx, ast.Load)
+        and name is not None
+        and _TABLES.search(name.rsplit(".", 1)[-1]) is not None
+        and isinstance(index, (ast.Name, ast.Subscript))
+    ):
+        _check(index, index, "an index into the Python table `" + name + "`", ctx, explicit=False)
+
+
+def _subscript(node: ast.Subscript, ctx: Context) -> None:
+    _old_item(node, ctx)
+    _table_lookup(node, ctx)
+
+
 def _old_item(node: ast.Subscript, ctx: Context) -> None:
     """``train_loss += loss.data[0]``: before PyTorch 0.4 a loss was a one-element tensor and
     indexing its ``.data`` was how its value was read (what ``.item()`` is now). Only of a
@@ -3111,7 +3139,7 @@ FAMILY = Family(
         (ast.Compare, _compare, (SYNC_IN_LOOP.code,)),
         (ast.BinOp, _percent, (SYNC_IN_LOOP.code,)),
         (ast.Slice, _slice, (SYNC_IN_LOOP.code,)),
-        (ast.Subscript, _old_item, (SYNC_IN_LOOP.code,)),
+        (ast.Subscript, _subscript, (SYNC_IN_LOOP.code,)),
         (ast.If, _truth, (SYNC_IN_LOOP.code,)),
         (ast.IfExp, _truth, (SYNC_IN_LOOP.code,)),
         (ast.Assert, _truth, (SYNC_IN_LOOP.code,)),
@@ -3155,5 +3183,8 @@ FAMILY = Family(
         "assert ",
         "]:",  # a slice bounded by an element, `x[:, lengths[i]:]`
         ".data[",  # `loss.data[0]`, `.item()` before PyTorch 0.4
+        # lookup tables indexed by a device element, `vocab.itos[i]` (see `_TABLES`)
+        *("itos[", "i2w[", "i2c[", "2word[", "2char[", "2label[", "2token[", "2tok["),
+        *("to_word[", "to_char[", "to_label[", "to_token[", "classes[", "names["),
     ),
 )
