@@ -56,7 +56,8 @@ def test_a_helper_a_sibling_calls_in_its_batch_loop_is_per_batch(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     path = _project(tmp_path_factory, TRAINS)
-    assert lines(MEL, "TPL201", str(path)) == [5, 6]
+    # the range test reads every batch; the print runs only for a value out of range
+    assert lines(MEL, "TPL201", str(path)) == [5]
 
 
 def test_a_helper_a_sibling_calls_once_is_left_alone(

@@ -304,3 +304,129 @@ class Detect(nn.Module):
 
 def test_a_module_class_whose_nn_comes_from_a_star_import() -> None:
     assert _lines(STAR, "TPL501") == [8, 9]
+
+
+# ---- TPL201: Lightning 1.x's `*_step_end` hooks run once per batch
+
+STEP_END = """\
+import pytorch_lightning as pl
+
+
+class Module(pl.LightningModule):
+    def validation_step_end(self, val_logs):
+        for i, fname in enumerate(val_logs["fname"]):
+            output = val_logs["output"][i].cpu().numpy()
+            print(fname, output)
+
+    def validation_epoch_end(self, outputs):
+        for out in outputs:
+            print(out["output"].cpu().numpy())
+"""
+
+
+def test_a_step_end_hook_reads_what_the_step_returned_every_batch() -> None:
+    assert _lines(STEP_END, "TPL201") == [7]
+
+
+# ---- TPL201: an optimizer's own `step` runs once per training step
+
+LARS = """\
+import torch
+from torch.optim.optimizer import Optimizer
+
+
+class LARS(Optimizer):
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                one = torch.Tensor([1.0]).to(p.device)
+                trust = torch.where(p.norm() > 0, p.grad.norm(), one).item()
+                p.data.add_(p.grad, alpha=-group["lr"] * trust)
+"""
+
+
+def test_a_read_in_an_optimizer_step_runs_every_training_step() -> None:
+    assert _lines(LARS, "TPL201") == [12]
+
+
+def test_the_same_method_of_another_class_is_not_a_step() -> None:
+    assert _lines(LARS.replace("LARS(Optimizer)", "LARS(object)"), "TPL201") == []
+
+
+# ---- TPL201: a warning taken only for a value out of its range
+
+RANGE = """\
+import torch
+
+
+def mel(y):
+    if torch.min(y) < -1.1:
+        print("min value is ", torch.min(y))
+    if y.max() > 1.1:
+        y = y / y.max().item()
+    return y
+
+
+def train(model, loader):
+    model.cuda()
+    for x in loader:
+        mel(model(x.cuda()))
+"""
+
+
+def test_a_print_for_a_value_out_of_range_runs_rarely() -> None:
+    assert _lines(RANGE, "TPL201") == [5, 7, 8]
+
+
+# ---- TPL201: host copies joined, reshaped and handed to the call whose result is returned
+
+JOINED = """\
+import numpy as np
+import torch
+import utils
+
+
+class Reader:
+    def __init__(self, device):
+        self.device = device
+        self.net = Net().to(device)
+
+    def extract(self, audio):
+        bits = []
+        for n in range(2):
+            signal = torch.FloatTensor(audio[n]).to(self.device)
+            bits.append((self.net(signal) >= 0.5).int().cpu().numpy())
+        bits = np.stack(bits).reshape(-1, 8)
+        return utils.bits_to_string(bits)
+"""
+
+
+def test_copies_reshaped_into_the_returned_answer_are_the_output() -> None:
+    assert _lines(JOINED, "TPL201") == []
+
+
+def test_copies_scored_instead_are_reported() -> None:
+    scored = JOINED.replace("utils.bits_to_string(bits)", "utils.f1_score(bits)")
+    assert _lines(scored, "TPL201") == [15]
+
+
+# ---- TPL103: a torch reduction of a host factory read back by a test
+
+REDUCED = """\
+import torch
+from torch import nn
+
+
+class Up(nn.Module):
+    def forward(self, x):
+        padding = [0, 0, 0, 0]
+        if torch.sum(torch.tensor(padding)) != 0:
+            x = nn.functional.pad(x, padding)
+        return x + torch.tensor([1.0, 2.0])
+"""
+
+
+def test_a_reduction_of_a_host_factory_in_a_test_stays_on_the_host() -> None:
+    assert _lines(REDUCED, "TPL103") == [10]

@@ -62,6 +62,10 @@ _BATCH_HOOKS = frozenset(
     for when in ("start", "end")
 ) | {"on_before_backward", "on_after_backward", "on_before_optimizer_step", "on_before_zero_grad"}
 _HOOK_ARGUMENTS = ("batch", "outputs", "loss")
+# Lightning 1.x's hooks that get what the step returned (on the device), once per batch.
+_STEP_END_HOOKS = frozenset(
+    f"{stage}_step_end" for stage in ("training", "validation", "test", "predict")
+)
 # The Hugging Face `Trainer`'s per-batch methods a subclass overrides, `(self, model, inputs)`.
 _TRAINER_HOOKS = frozenset({"compute_loss", "training_step"})
 # Hugging Face `generate` calls `__call__(input_ids, scores)` of these once per generated
@@ -116,6 +120,17 @@ def find_per_batch(
         how = f"`{function.name}` runs once per batch (a training-framework hook)"
         seeds = _framework_moved(facts, function, seeds)
         return PerBatch(how, seeds, function.name == "training_step")
+    if function.name == "step" and _optimizer_class(facts, function):
+        how = "an optimizer's `step` runs once per batch (a training step)"
+        return PerBatch(how, {}, True, itself=True)
+    if function.name in _STEP_END_HOOKS and _is_hook(facts, function):
+        params = [a.arg for a in function.args.args]
+        seeds = {
+            name: Fact("device", name, "what the step returned, handed on by the framework")
+            for name in params[1:2]
+        }
+        how = f"`{function.name}` runs once per batch (a training-framework hook)"
+        return PerBatch(how, seeds, function.name == "training_step_end")
     if function.name in _BATCH_HOOKS and _is_hook(facts, function):
         seeds = {
             a.arg: Fact("device", a.arg, "handed to the hook by the training framework")
@@ -509,6 +524,17 @@ def _framework_moved(
         return seeds
     moved = Fact("device", "self", "moved to the device by the training framework")
     return {**seeds, MOVED_SELF: moved}
+
+
+def _optimizer_class(facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A method of a class derived from ``torch.optim.Optimizer`` (LARS, a project's own
+    optimizer): its ``step`` is called once per training step."""
+    cls = facts.parent.get(id(function))
+    return isinstance(cls, ast.ClassDef) and any(
+        (facts.qualname(base) or dotted_name(base) or "").endswith("optim.Optimizer")
+        or (isinstance(base, ast.Name) and base.id == "Optimizer")
+        for base in cls.bases
+    )
 
 
 def _trainer_hook(facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:

@@ -874,7 +874,9 @@ def _used_on_host(call: ast.Call, ctx: Context) -> bool:
                 # host index is copied over before the (idle) move
                 return not (index and parent.attr in _PLACERS and meets_device_tensor(call, ctx))
         elif isinstance(parent, ast.Call):
-            if node is not parent.func and not _combines(parent, ctx):
+            if _reduces(parent, node, ctx):
+                pass  # `torch.sum(torch.tensor(padding)) != 0`: as `.sum()` of it
+            elif node is not parent.func and not _combines(parent, ctx):
                 if _passes_device(parent):  # _pin_and_move(torch.tensor(s), x.device): placed
                     return True
                 if parent.args and node is parent.args[0] and _places_argument(parent, ctx):
@@ -890,6 +892,20 @@ def _used_on_host(call: ast.Call, ctx: Context) -> bool:
             return False
         node = parent
     return False
+
+
+_REDUCTIONS = frozenset({"sum", "any", "all", "max", "min", "mean", "prod", "count_nonzero"})
+
+
+def _reduces(call: ast.Call, node: ast.AST, ctx: Context) -> bool:
+    """``torch.sum(node)``: a torch reduction of the factory, its first argument."""
+    name = ctx.call_qualname(call) or ""
+    return (
+        bool(call.args)
+        and call.args[0] is node
+        and name.startswith("torch.")
+        and name.rpartition(".")[2] in _REDUCTIONS
+    )
 
 
 def _places_argument(call: ast.Call, ctx: Context) -> bool:

@@ -1037,8 +1037,55 @@ def _on_failure(ctx: Context, node: ast.AST) -> bool:
             holds = _nonfinite_test(parent.test)
             if holds is not None and (child in parent.body) == holds:
                 return True
+            if child in parent.body and _warns_out_of_range(parent):
+                return True
         child = parent
     return False
+
+
+_WARNINGS = frozenset({"print", "warn", "warning", "error", "info", "debug", "log"})
+_EXTREMES = frozenset({"min", "max", "amin", "amax"})
+
+
+def _warns_out_of_range(branch: ast.If) -> bool:
+    """``if torch.min(y) < -1.1: print("min value is ", torch.min(y))``: a branch taken for a
+    value out of its range (an extreme compared with a nonzero bound) that only says so or
+    raises; rare, as a failure is."""
+    test = branch.test
+    tests = test.values if isinstance(test, ast.BoolOp) else [test]
+    if not all(
+        isinstance(t, ast.Compare)
+        and len(t.ops) == 1
+        and {_bound_kind(t.left), _bound_kind(t.comparators[0])} == {"extreme", "bound"}
+        for t in tests
+    ):
+        return False
+    return all(
+        isinstance(stmt, ast.Raise)
+        or (
+            isinstance(stmt, ast.Expr)
+            and isinstance(stmt.value, ast.Call)
+            and call_name(stmt.value) in _WARNINGS
+        )
+        for stmt in branch.body
+    )
+
+
+def _bound_kind(side: ast.expr) -> str | None:
+    """``"extreme"`` for ``torch.min(y)`` or ``y.abs().max()``, ``"bound"`` for a nonzero
+    number (``1.1``, ``-1.1``)."""
+    if isinstance(side, ast.Call):
+        return "extreme" if call_name(side) in _EXTREMES else None
+    if isinstance(side, ast.UnaryOp) and isinstance(side.op, ast.USub):
+        side = side.operand
+    if (
+        isinstance(side, ast.Constant)
+        and isinstance(side.value, (int, float))
+        and not isinstance(side.value, bool)
+        and side.value != 0
+    ):
+        return "bound"
+    return None
 
 
 def _after_finite_guard(parent: ast.AST, child: ast.AST) -> bool:
@@ -1435,12 +1482,12 @@ def _joins(value: ast.expr, carried: set[str]) -> bool:
 
 
 def _unwrapped(value: ast.expr) -> ast.expr:
-    """``torch.cat(parts).numpy()``: the joined host copies, as an array."""
+    """``torch.cat(parts).numpy()``, ``np.stack(bits).reshape(-1, 8)``: the joined host
+    copies, as an array (in another shape or dtype)."""
     while (
         isinstance(value, ast.Call)
         and isinstance(value.func, ast.Attribute)
-        and value.func.attr == "numpy"
-        and not value.args
+        and ((value.func.attr == "numpy" and not value.args) or value.func.attr in _RESHAPES)
     ):
         value = value.func.value
     return value
@@ -2857,8 +2904,8 @@ def _called_here(scope: ast.AST, ctx: Context) -> bool:
         # __init__, __call__, ...: not called by this name (`self.__helper()` is); a
         # stopping criterion's `__call__` is called by `generate`, once per token
         return decode_hook(facts, scope)
-    if name in {"training_step", "validation_step", "test_step", "predict_step"}:
-        return True
+    if name.endswith(("_step", "_step_end")) and name.split("_")[0] in _STAGES:
+        return True  # Lightning's step hooks: the framework calls them once per batch
     if name == "forward" and _module_class_method(facts, scope):
         return True  # `loss = criterion(pred, y)` runs the module's `forward` by its instance
     top = facts.parent.get(id(scope)) is facts.tree
@@ -2872,6 +2919,9 @@ def _called_here(scope: ast.AST, ctx: Context) -> bool:
             or (top and imported_by_siblings(facts, name))
         )
     return bool(cached)
+
+
+_STAGES = frozenset({"training", "validation", "test", "predict"})
 
 
 def _module_class_method(facts: FileFacts, scope: ast.AST) -> bool:
