@@ -430,3 +430,39 @@ class Up(nn.Module):
 
 def test_a_reduction_of_a_host_factory_in_a_test_stays_on_the_host() -> None:
     assert _lines(REDUCED, "TPL103") == [10]
+
+
+# ---- TPL501: a factory filled in place and element by element, returned by a method
+
+FILLED_MASK = """\
+import torch
+import torch.nn as nn
+
+
+class NTXent(nn.Module):
+    def __init__(self, batch_size):
+        super().__init__()
+        self.mask = self.correlated(batch_size)
+
+    def correlated(self, batch_size):
+        mask = torch.ones((2 * batch_size, 2 * batch_size), dtype=bool)
+        mask = mask.fill_diagonal_(0)
+        for i in range(batch_size):
+            mask[i, batch_size + i] = 0
+        return mask
+
+    def forward(self, sim):
+        return sim[self.mask]
+"""
+
+
+def test_a_mask_filled_in_place_is_still_the_factory_tensor() -> None:
+    assert _lines(FILLED_MASK, "TPL501") == [8]
+
+
+def test_the_same_mask_registered_is_fine() -> None:
+    registered = FILLED_MASK.replace(
+        "self.mask = self.correlated(batch_size)",
+        'self.register_buffer("mask", self.correlated(batch_size))',
+    )
+    assert _lines(registered, "TPL501") == []

@@ -719,6 +719,12 @@ _TENSOR_VIEWS = frozenset({"real", "imag", "T", "mT", "H", "mH"})
 # computed elementwise): the project's list of tensor methods, less the ones that move it to
 # the host, and a few more.
 _TENSOR_CHAIN = (TENSOR_METHODS - {"cpu", "pin_memory"}) | {
+    "fill_",
+    "fill_diagonal_",
+    "masked_fill_",
+    "zero_",
+    "triu_",
+    "tril_",
     "expand",
     "repeat",
     "clamp",
@@ -866,6 +872,8 @@ def _bound_before(function: ast.AST, name: str, line: int) -> ast.expr | str | N
             for target in sub.targets:
                 if isinstance(target, ast.Name) and target.id == name:
                     last = (sub_line, sub.value)
+                elif _stores_into(target, name):
+                    continue  # `mask[i, j] = 0`: an element written, the tensor kept
                 elif name in {n.id for n in walk(target) if isinstance(n, ast.Name)}:
                     last = (sub_line, None)
         elif isinstance(sub, ast.AnnAssign) and isinstance(sub.target, ast.Name):
@@ -887,6 +895,13 @@ def _bound_before(function: ast.AST, name: str, line: int) -> ast.expr | str | N
     ):
         return "parameter"
     return None
+
+
+def _stores_into(target: ast.expr, name: str) -> bool:
+    """``name[...] = v`` (also ``name[i][j] = v``): elements of the value written in place."""
+    while isinstance(target, ast.Subscript):
+        target = target.value
+    return isinstance(target, ast.Name) and target.id == name
 
 
 def _tensor_parameter(function: ast.AST, name: str, ctx: Context) -> bool:
