@@ -466,3 +466,22 @@ def test_the_same_mask_registered_is_fine() -> None:
         'self.register_buffer("mask", self.correlated(batch_size))',
     )
     assert _lines(registered, "TPL501") == []
+
+
+# ---- TPL201: an element of a device tensor as a bound of `narrow`
+
+NARROW = """\
+def generate(model, loader, device, results):
+    for batch in loader:
+        out = model(batch.to(device))
+        ends = (out > 0).sum(1)
+        rows = [out[i].narrow(0, 0, n) for i, n in enumerate(ends)]
+        fixed = [out[i].narrow(0, 0, 4) for i in range(len(rows))]
+        sizes = ends.tolist()
+        kept = [out[i].narrow(0, 0, n) for i, n in enumerate(sizes)]
+        results.append((fixed, kept))
+"""
+
+
+def test_a_narrow_bound_from_a_device_tensor_reads_each_row() -> None:
+    assert _lines(NARROW, "TPL201") == [5, 7]

@@ -149,6 +149,16 @@ def _call(call: ast.Call, ctx: Context) -> None:
             read=call,
         )
         return
+    if isinstance(func, ast.Attribute) and func.attr == "narrow" and len(call.args) == 3:
+        # `x.narrow(0, 0, n)` with `n` an element of a device tensor: `__index__`, a read
+        for bound in call.args[1:]:
+            if (
+                isinstance(bound, (ast.Subscript, ast.Name))
+                and not _host_syntax(bound)
+                and _check(bound, bound, "a `narrow` bound", ctx, explicit=False)
+            ):
+                return
+        return
     if (
         isinstance(func, ast.Attribute)
         and func.attr == "get_scale"
@@ -3232,6 +3242,7 @@ FAMILY = Family(
         "while ",
         "assert ",
         "]:",  # a slice bounded by an element, `x[:, lengths[i]:]`
+        ".narrow(",  # ... or narrowed to one, `x.narrow(0, 0, lengths[i])`
         ".data[",  # `loss.data[0]`, `.item()` before PyTorch 0.4
         # lookup tables indexed by a device element, `vocab.itos[i]` (see `_TABLES`)
         *("itos[", "i2w[", "i2c[", "2word[", "2char[", "2label[", "2token[", "2tok["),
