@@ -485,3 +485,24 @@ def generate(model, loader, device, results):
 
 def test_a_narrow_bound_from_a_device_tensor_reads_each_row() -> None:
     assert _lines(NARROW, "TPL201") == [5, 7]
+
+
+# ---- TPL201: a number grown by tensors, then compared
+
+GROWN = """\
+def generate(model, loader, device):
+    steps = 0
+    total = 0
+    for x in loader:
+        logits = model(x.to(device))
+        steps += (logits.argmax(-1) != 0).any().int()
+        total += logits.sum().item()
+        if steps > 0:
+            print("streaming")
+        if total > 10:
+            break
+"""
+
+
+def test_a_count_grown_by_device_values_is_read_by_its_test() -> None:
+    assert _lines(GROWN, "TPL201") == [7, 8]

@@ -848,7 +848,32 @@ def _tensor_operand(node: ast.expr, ctx: Context) -> bool:
             if rows is not None:
                 # `for mask in ids[0]: if mask == 1:`: a row of a tensor by its form
                 return _tensor_operand(rows, ctx)
-    return _bound_to_tensors(node, ctx)
+    return _bound_to_tensors(node, ctx) or _accumulates_tensors(node, ctx)
+
+
+def _accumulates_tensors(name: ast.Name, ctx: Context) -> bool:
+    """``n = 0``, then ``n += done.any().int()``: a number that grows by tensors (the first
+    such step makes it one), bound otherwise only to numbers."""
+    scope = ctx.function_scope()
+    if scope is None:
+        return False
+    values = ctx.scope_bindings(scope).get(name.id) or []
+    steps = [
+        sub.value
+        for sub in walk(scope.node)
+        if isinstance(sub, ast.AugAssign)
+        and isinstance(sub.target, ast.Name)
+        and sub.target.id == name.id
+    ]
+    return (
+        bool(steps)
+        and len(steps) < len(values)  # bound once plainly, else grown in steps
+        and all(
+            v is None or (isinstance(v, ast.Constant) and isinstance(v.value, (int, float)))
+            for v in values
+        )
+        and all(isinstance(v, (ast.Call, ast.Subscript)) and _tensor_operand(v, ctx) for v in steps)
+    )
 
 
 # Return annotations of a container or a Python value (`-> dict[str, Tensor] | None`).
