@@ -506,3 +506,120 @@ def generate(model, loader, device):
 
 def test_a_count_grown_by_device_values_is_read_by_its_test() -> None:
     assert _lines(GROWN, "TPL201") == [7, 8]
+
+
+# ---- TPL104: a command line's default, as an argparse default is
+
+FIRE = """\
+import fire
+import torch
+
+
+def run(checkpoint, device="cuda"):
+    return torch.load(checkpoint, map_location=device, weights_only=True).to(device)
+
+
+def helper(x, device="cuda"):
+    return x.to(device)
+
+
+if __name__ == "__main__":
+    fire.Fire(run)
+"""
+
+CLICK = """\
+import click
+import torch
+
+
+@click.command()
+@click.option("--steps", default=1)
+def main(steps, device=torch.device("cuda")):
+    return torch.zeros(steps).to(device)
+"""
+
+
+def test_a_fire_entry_point_default_is_a_flag_default() -> None:
+    assert _lines(FIRE, "TPL104") == [9]
+
+
+def test_a_click_command_parameter_no_option_sets_is_reported() -> None:
+    assert _lines(CLICK, "TPL104") == [7]
+    flagged = CLICK.replace('@click.option("--steps", default=1)', '@click.option("--device")')
+    assert _lines(flagged, "TPL104") == []
+
+
+# ---- TPL201: branches chosen by a setting's name, and saved every N steps
+
+SETTINGS = """\
+import torch
+
+
+def save_progress(encoder, path):
+    torch.save(encoder.weight.detach().cpu(), path)
+
+
+def train(self, encoder, loader, optimizer, args):
+    encoder.cuda()
+    last_save = 0
+    for step, batch in enumerate(loader):
+        loss = encoder(batch.cuda()).mean()
+        loss.backward()
+        optimizer.step()
+        if self.logger == "tensorboard" and self.accelerator.is_main_process:
+            self.writer.add_scalar("loss", loss.item(), step)
+        if args.save_steps and step - last_save >= args.save_steps:
+            if self.accelerator.is_main_process:
+                save_progress(encoder, "x.pt")
+                last_save = step
+"""
+
+
+def test_a_backend_chosen_by_name_logs_on_every_step() -> None:
+    assert _lines(SETTINGS, "TPL201") == [16]
+
+
+# ---- TPL201: a model run on each row, each written out as its own file
+
+PER_ROW = """\
+import torchaudio
+
+
+def vocode(model, vocoder, loader, device):
+    for batch in loader:
+        mels = model(batch.to(device))
+        for i, mel in enumerate(mels):
+            wave = vocoder(mel[None]).squeeze(0).cpu()
+            torchaudio.save(f"{i}.wav", wave, 24000)
+            row = mel.cpu()
+            torchaudio.save(f"{i}.mel.wav", row, 24000)
+"""
+
+
+def test_a_row_a_model_ran_on_written_as_its_file_is_the_output() -> None:
+    assert _lines(PER_ROW, "TPL201") == [10]
+
+
+# ---- TPL201: each pass's copy summed into a host array (a multi-scale test)
+
+SCALES = """\
+import numpy as np
+import torch
+
+
+def detect(model, img):
+    heat = np.zeros(img.shape)
+    total = 0
+    for scale in [x * 368 / img.shape[0] for x in (0.5, 1.0)]:
+        out = model(torch.from_numpy(img * scale).cuda())
+        h = out.cpu().numpy()
+        h = np.transpose(np.squeeze(h), (1, 2, 0))
+        heat += h / 2
+        loss = out.mean().cpu().numpy()
+        total += loss
+    return heat, total
+"""
+
+
+def test_copies_summed_into_a_host_array_fill_it() -> None:
+    assert _lines(SCALES, "TPL201") == [13]

@@ -25,6 +25,7 @@ from torchplace.lint.provenance.loops import (
     counter_names,
     has_own_batch_loop,
     rare_test,
+    restarts_mark,
     step_parts,
     steps_optimizer,
 )
@@ -1126,7 +1127,11 @@ def _matches(callers: FileFacts, func: ast.expr, qualified: str) -> bool:
 def _rare_branch(stmt: ast.stmt, scope: ast.AST, loops: tuple[ast.AST, ...]) -> bool:
     return (
         isinstance(stmt, ast.If)
-        and (_rare_condition(stmt.test, scope) or _chosen_step(stmt.test, scope, loops))
+        and (
+            _rare_condition(stmt.test, scope)
+            or _chosen_step(stmt.test, scope, loops)
+            or restarts_mark(stmt)
+        )
         and not branch_trains(stmt)
     )
 

@@ -45,6 +45,7 @@ __all__ = [
     "indexed_row",
     "moves_some",
     "rare_test",
+    "restarts_mark",
     "step_parts",
     "steps_optimizer",
 ]
@@ -1891,3 +1892,28 @@ def below_restarted_mark(test: ast.expr, rest: list[ast.stmt]) -> bool:
         for stmt in rest
         for sub in walk(stmt)
     )
+
+
+def restarts_mark(branch: ast.If) -> bool:
+    """``if t[-1] - last_display > 1.0: last_display = t[-1]``, also ``if now - self.last >=
+    every:`` and a step counter's ``if args.save_steps and step - last_save >= args.save_steps:
+    ... last_save = step``: the branch restarts the mark it measures from, so it runs once per
+    interval (a console line once a second, a checkpoint every N steps), not on every step."""
+    test = branch.test
+    terms = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+    for term in terms:
+        if (
+            isinstance(term, ast.Compare)
+            and len(term.ops) == 1
+            and isinstance(term.ops[0], (ast.Gt, ast.GtE))
+            and isinstance(term.left, ast.BinOp)
+            and isinstance(term.left.op, ast.Sub)
+        ):
+            mark = dotted_name(term.left.right)
+            if mark is not None and any(
+                isinstance(sub, ast.Assign) and any(dotted_name(t) == mark for t in sub.targets)
+                for stmt in branch.body
+                for sub in walk(stmt)
+            ):
+                return True
+    return False

@@ -18,6 +18,7 @@ from torchplace.lint.provenance.loops import (
     counter_names,
     rare_test,
     remainder_nonzero,
+    restarts_mark,
 )
 from torchplace.lint.provenance.values import FACTORY_NAMES, _is_cpu
 from torchplace.lint.provenance.values import moves_to_device as _moves_to_device
@@ -900,14 +901,9 @@ def _not_none_helper(name: str, ctx: Context) -> bool:
 
 
 def _throttled(branch: ast.If, child: ast.AST | None) -> bool:
-    """``if t[-1] - last_display > 1.0: last_display = t[-1]``, also ``if now - self.last >=
-    every:``: the branch restarts the mark it measures from, so it runs once per interval (a
-    console line once a second), not on every step."""
-    test = _branch_compare(branch, child, (ast.Gt, ast.GtE))
-    if test is None or not (isinstance(test.left, ast.BinOp) and isinstance(test.left.op, ast.Sub)):
-        return False
-    mark = dotted_name(test.left.right)
-    return mark is not None and bool(_assigned(branch.body, mark))
+    """In the body of a branch that restarts the mark it measures from (see
+    :func:`~torchplace.lint.provenance.loops.restarts_mark`): once per interval."""
+    return child is not None and child in branch.body and restarts_mark(branch)
 
 
 def _branch_compare(
@@ -949,10 +945,11 @@ def _rare_test(test: ast.expr, ctx: Context) -> bool:
     ):
         return True  # `if epoch_eval or step_eval:`: each alternative true on few steps
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        # rare when one of its terms is (`i % log_interval == 0 and master` with an interval
+        # of 1 is not; nor `self.logger == "tensorboard" and is_main`, a setting and a rank)
         rest = [value for value in test.values if not _every_step(value, ctx)]
-        if len(rest) < len(test.values):  # `i % log_interval == 0 and master`, interval 1
-            return any(_rare_test(value, ctx) for value in rest)
-    elif _every_step(test, ctx):
+        return any(_rare_test(value, ctx) for value in rest)
+    if _every_step(test, ctx):
         return False
     if rare_test(test):
         return not _fixed_setting(test, ctx)
@@ -1079,11 +1076,15 @@ def _fixed_setting(test: ast.expr, ctx: Context) -> bool:
         and len(test.ops) == 1
         and isinstance(test.left, (ast.Name, ast.Attribute))
         and isinstance(test.comparators[0], ast.Constant)
-        and not rare_test(test.left)
     ):
         return False
+    # `if self.logger == "tensorboard":` picks a backend by its name: a setting whatever the
+    # names say (a step counter is never a string)
+    named = isinstance(test.comparators[0].value, str)
+    if not named and rare_test(test.left):
+        return False
     root = dotted_name(test.left)
-    if root is None or root.split(".", 1)[0] == "self":
+    if root is None or (root.split(".", 1)[0] == "self" and not named):
         return False
     loops = [p for p in ctx.parents if isinstance(p, (ast.For, ast.AsyncFor, ast.While))]
     return bool(loops) and not any(

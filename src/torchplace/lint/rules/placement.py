@@ -874,6 +874,8 @@ def _defaults(node: ast.FunctionDef | ast.AsyncFunctionDef, ctx: Context) -> Non
             and (_places_with(node, arg.arg, ctx) or _stored_and_placed(node, arg.arg, ctx))
             and not _stored_compared(node, arg.arg, ctx)
             and not _cpu_when_unavailable(node, arg.arg)
+            # `fire.Fire(run)`: a command line's default, as an argparse one is (see below)
+            and (_rank_code(ctx) or not _command_line(node, arg.arg, ctx))
         ):
             ctx.report(
                 BARE_CUDA.code,
@@ -882,6 +884,40 @@ def _defaults(node: ast.FunctionDef | ast.AsyncFunctionDef, ctx: Context) -> Non
                 "by default and the GPU is whichever is current; default to None and resolve "
                 "it, or require the device",
             )
+
+
+_CLI_RUNNERS = frozenset({"fire.Fire", "typer.run", "jsonargparse.CLI", "jsonargparse.auto_cli"})
+
+
+def _command_line(func: ast.FunctionDef | ast.AsyncFunctionDef, name: str, ctx: Context) -> bool:
+    """Parameter ``name`` of ``func`` is a command line's flag: ``func`` is handed to
+    ``fire.Fire(run)`` (also ``typer.run``, jsonargparse's ``CLI``), or is a typer command,
+    whose parameters are all flags, or a click command with an option for it
+    (``@click.option("--device", ...)``; a parameter no option sets keeps its default)."""
+    decorators = [d.func if isinstance(d, ast.Call) else d for d in func.decorator_list]
+    if any((ctx.qualname(d) or "").startswith("click.") for d in decorators):
+        flag = "--" + name.replace("_", "-")
+        return any(
+            (ctx.call_qualname(d) or "") in {"click.option", "click.argument"}
+            and any(
+                isinstance(a, ast.Constant) and a.value in {name, flag, "--" + name} for a in d.args
+            )
+            for d in func.decorator_list
+            if isinstance(d, ast.Call)
+        )
+    if any((dotted_name(d) or "").endswith(".command") for d in decorators):
+        return True  # typer's `@app.command()`
+    root = ctx.scope.root()
+    handed: frozenset[str] | None = root.cache.get("cli-runs")
+    if handed is None:
+        handed = root.cache["cli-runs"] = frozenset(
+            a.id
+            for sub in walk(root.node)
+            if isinstance(sub, ast.Call) and (ctx.call_qualname(sub) or "") in _CLI_RUNNERS
+            for a in sub.args
+            if isinstance(a, ast.Name)
+        )
+    return func.name in handed
 
 
 def _cpu_when_unavailable(func: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> bool:

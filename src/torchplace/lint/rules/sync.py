@@ -62,6 +62,7 @@ from torchplace.lint.rules.facts import (
     CASTS,
     DEVICE_WORDS,
     FROM_ELEMENTS,
+    TENSOR_METHODS,
     TIMERS,
     in_device_kernel,
     in_periodic_branch,
@@ -1616,9 +1617,68 @@ def _fills_store(read: ast.AST, ctx: Context) -> bool:
             func = parent.func
             return isinstance(func, ast.Attribute) and func.attr.endswith("_")
         if isinstance(parent, ast.stmt):
-            return _into_host_buffer(parent, node, ctx) or _only_fills(parent, node, ctx)
+            return (
+                _into_host_buffer(parent, node, ctx)
+                or _only_fills(parent, node, ctx)
+                or _summed_on_host(parent, node, ctx)
+            )
         node = parent
     return False
+
+
+def _summed_on_host(stmt: ast.stmt, value: ast.AST, ctx: Context) -> bool:
+    """``h = out.cpu().numpy()``, then NumPy or OpenCV work on it (``h = cv2.resize(h, s)``)
+    ending in ``heat_avg += h / n`` into an array the function made on the host before the
+    loop (``heat_avg = np.zeros(shape)``): each pass's copy is summed into the host result
+    (a multi-scale test), which the loop exists to fill; not gathered into a list."""
+    name = assigned_name(stmt, value)
+    loops = ctx.loops()
+    if name is None or not loops:
+        return False
+    loop = loops[-1]
+    tainted = {name}
+    body = list(walk(loop))
+    for _ in range(3):
+        for sub in body:
+            if isinstance(sub, ast.Assign) and _mentions(sub.value, tainted):
+                for target in sub.targets:
+                    tainted |= _stored_names(target)
+    if any(_collector(sub, tainted) for sub in body):
+        return False  # `outs.append(h)`: gathered for after the loop
+    facts = file_facts(ctx)
+    scope = scope_node(ctx)
+    for sub in body:
+        if (
+            isinstance(sub, ast.AugAssign)
+            and isinstance(sub.op, ast.Add)
+            and _mentions(sub.value, tainted)
+        ):
+            target = sub.target
+            while isinstance(target, ast.Subscript):
+                target = target.value
+            if not isinstance(target, ast.Name) or target.id in tainted:
+                continue
+            fact = facts.fact(target, scope)
+            if fact is not None and fact.where == "host" and _host_array(target.id, ctx):
+                return True
+    return False
+
+
+_ARRAY_MAKERS = frozenset({"zeros", "zeros_like", "ones", "ones_like", "empty", "full"})
+
+
+def _host_array(name: str, ctx: Context) -> bool:
+    """``name`` is bound in its function only to a NumPy array constructor (``np.zeros(s)``):
+    a result array, not a running number (``total = 0``, then ``total += loss``)."""
+    function = ctx.function_scope()
+    bound = ctx.scope_bindings(function).get(name) if function is not None else None
+    values = [v for v in bound or [] if v is not None]  # None: its own `+=` steps
+    return bool(values) and all(
+        isinstance(v, ast.Call)
+        and (ctx.qualname(v.func) or "").startswith("numpy.")
+        and (ctx.qualname(v.func) or "").rpartition(".")[2] in _ARRAY_MAKERS
+        for v in values
+    )
 
 
 def _only_fills(stmt: ast.stmt, value: ast.AST, ctx: Context) -> bool:
@@ -2597,10 +2657,13 @@ def _in_loop(
         once = _outer_feeds_device(ctx, line)
     if (
         bulk
-        and kind != "rows"
         and not _trains(ctx)
         and not _per_element(ctx, line)
-        and _is_output(read or node, ctx, returns=once)
+        # a row's copy counts only when a model ran on the row and the loop's statement
+        # writes it out (`vocoder(mel).cpu()`, each utterance its own file): a row itself
+        # could be copied once, as its batch, and a comprehension's copies joined after it
+        and (kind != "rows" or (_ran_on_row(read or node) and not _enclosing_comps(ctx, node)))
+        and _is_output(read or node, ctx, returns=once and kind != "rows")
     ):
         return False  # the copy to the host is the loop's output (images, a response, samples)
     if bulk and kind == "batch" and not _trains(ctx) and _feeds_host_metric(read or node, ctx):
@@ -2621,6 +2684,17 @@ def _in_loop(
         f"({cause}); {_ADVICE}",
     )
     return True
+
+
+def _ran_on_row(read: ast.AST) -> bool:
+    """The copy ``read`` reads what a call other than a tensor method computed, through tensor
+    methods at most (``vocoder(mel).squeeze(0).cpu()``): a model run on the row."""
+    value: ast.AST = read
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+        if value.func.attr not in TENSOR_METHODS and value.func.attr not in _READS:
+            return True  # `vocoder.decode(mel)`
+        value = value.func.value
+    return isinstance(value, ast.Call)  # `vocoder(mel)`
 
 
 # Types whose `isinstance` test says a value is a Python scalar or text, not a tensor.
