@@ -623,3 +623,43 @@ def detect(model, img):
 
 def test_copies_summed_into_a_host_array_fill_it() -> None:
     assert _lines(SCALES, "TPL201") == [13]
+
+
+# ---- TPL501: a parameter appended through `requires_grad_`
+
+APPENDED = """\
+import torch
+import torch.nn as nn
+
+
+class KAN(nn.Module):
+    def __init__(self, dims):
+        super().__init__()
+        self.node_bias = []
+        for d in dims:
+            self.node_bias.append(nn.Parameter(torch.zeros(d)).requires_grad_(True))
+"""
+
+
+def test_a_parameter_set_trainable_in_a_plain_list() -> None:
+    assert _lines(APPENDED, "TPL501") == [10]
+
+
+# ---- TPL201: `torch.tensor` of a display of a device element, repeated
+
+REPEATED = """\
+import torch
+
+
+def prune(model, loader, device, arity):
+    for x in loader:
+        scores = model(x.to(device))
+        active = scores[0] > 0.5
+        mask = torch.tensor([active] * arity).to(device)
+        ones = torch.tensor([1.0] * arity).to(device)
+        yield mask * ones
+"""
+
+
+def test_a_repeated_display_of_a_device_element_is_read_element_by_element() -> None:
+    assert _lines(REPEATED, "TPL201") == [8]

@@ -49,6 +49,15 @@ def _held(node: ast.expr, ctx: Context, scope: Scope) -> str | None:
         return None
     if ctx.call_qualname(node) in _PARAMETERS or is_tensor_expr(node, ctx, scope):
         return "tensors"
+    inner = node  # `nn.Parameter(torch.zeros(d)).requires_grad_(flag)`: the parameter itself
+    while (
+        isinstance(inner.func, ast.Attribute)
+        and inner.func.attr in _MODULE_RETURNS_ITSELF
+        and isinstance(inner.func.value, ast.Call)
+    ):
+        inner = inner.func.value
+        if ctx.call_qualname(inner) in _PARAMETERS:
+            return "tensors"
     # `nn.Linear(d, n).cuda()`: placing and casting a module hand back the module itself
     while (
         isinstance(node.func, ast.Attribute)

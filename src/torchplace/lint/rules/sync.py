@@ -349,7 +349,9 @@ def _elements(arg: ast.expr, ctx: Context) -> list[ast.expr]:
     (``for *xyxy, conf, cls in reversed(det): torch.tensor(xyxy)``, YOLO's boxes), or a list
     the function starts empty and grows (``labels = []``, ``labels.append(y[i])``, then
     ``torch.tensor(labels)``): what it appends, also as the one element of a display
-    (``torch.Tensor([losses])``)."""
+    (``torch.Tensor([losses])``), and a display repeated (``[flag] * arity``)."""
+    if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Mult):
+        arg = next((s for s in (arg.left, arg.right) if isinstance(s, (ast.List, ast.Tuple))), arg)
     if isinstance(arg, (ast.List, ast.Tuple)):
         elements = [e.value if isinstance(e, ast.Starred) else e for e in arg.elts]
         if len(elements) == 1 and isinstance(elements[0], ast.Name):
