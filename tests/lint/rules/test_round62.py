@@ -663,3 +663,23 @@ def prune(model, loader, device, arity):
 
 def test_a_repeated_display_of_a_device_element_is_read_element_by_element() -> None:
     assert _lines(REPEATED, "TPL201") == [8]
+
+
+# ---- TPL701: a non-blocking copy_ of an unpinned batch into a device buffer
+
+COPY_INTO = """\
+import torch
+from torch.utils.data import DataLoader
+
+
+def run(ds, device):
+    buf = torch.empty(8, 3, 224, 224, device=device)
+    for batch in DataLoader(ds, batch_size=8):
+        buf[: batch.size(0)].copy_(batch, non_blocking=True)
+    for batch in DataLoader(ds, batch_size=8, pin_memory=True):
+        buf[: batch.size(0)].copy_(batch, non_blocking=True)
+"""
+
+
+def test_a_copy_into_a_device_buffer_from_an_unpinned_loader() -> None:
+    assert _lines(COPY_INTO, "TPL701") == [8]

@@ -55,17 +55,23 @@ def _call(call: ast.Call, ctx: Context) -> None:
                 "once: `DataLoader(pin_memory=True)` or a reused pinned staging buffer",
             )
         return
-    if func.attr not in {"to", "cuda"}:
+    if func.attr not in {"to", "cuda", "copy_"}:
         return
     # `async=True`: PyTorch 0.3's spelling of the flag, in code parsed with its grammar
     flag = keyword(call, "non_blocking") or keyword(call, "async")
     if flag is None or not (isinstance(flag.value, ast.Constant) and flag.value.value is True):
         return
-    target = call.args[0] if call.args else getattr(keyword(call, "device"), "value", None)
-    if isinstance(target, ast.Constant) and target.value == "cpu":
-        return
+    if func.attr == "copy_":  # `buffer.copy_(batch, non_blocking=True)`: `batch` is copied
+        if not call.args:
+            return
+        source_node: ast.expr = call.args[0]
+    else:
+        target = call.args[0] if call.args else getattr(keyword(call, "device"), "value", None)
+        if isinstance(target, ast.Constant) and target.value == "cpu":
+            return
+        source_node = func.value
     scope: Scope = ctx.function_scope() or ctx.scope
-    copied = _unconverted(func.value)  # `x.float().cuda(non_blocking=True)`: `x` converted
+    copied = _unconverted(source_node)  # `x.float().cuda(non_blocking=True)`: `x` converted
     if isinstance(copied, ast.Call):  # torch.from_numpy(a).to(d, non_blocking=True)
         source = _fresh_pageable(copied, ctx)
         helper = None if source is not None else _pageable_helper(copied, ctx, scope)
