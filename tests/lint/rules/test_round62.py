@@ -683,3 +683,27 @@ def run(ds, device):
 
 def test_a_copy_into_a_device_buffer_from_an_unpinned_loader() -> None:
     assert _lines(COPY_INTO, "TPL701") == [8]
+
+
+# ---- TPL104: an attribute of a model holder bound to bare "cuda" and placing with it
+
+HOLDER = """\
+class Sampler:
+    def __init__(self, model_id):
+        self.device = "cuda"
+        self.model = UNet.from_pretrained(model_id).to(self.device)
+
+
+class Chooser:
+    def __init__(self, model):
+        self.model = model
+        self.device = "cuda"
+
+    def run(self, x):
+        if self.device == "cuda":
+            return self.model(x)
+"""
+
+
+def test_a_model_holder_attribute_bound_to_bare_cuda() -> None:
+    assert _lines(HOLDER, "TPL104") == [3]

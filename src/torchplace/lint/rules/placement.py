@@ -1110,6 +1110,9 @@ def _bound_cuda(node: ast.Assign, ctx: Context) -> None:
     """``device = "cuda"`` in multi-rank code (StyleGAN2's ``train.py`` under ``if __name__
     == "__main__":``), the name's only binding in its scope, which then places tensors
     (``Generator(...).to(device)``): every such placement is a bare ``"cuda"``."""
+    if len(node.targets) == 1 and _self_attribute(node.targets[0]) is not None:
+        _bound_attribute_cuda(node, ctx)
+        return
     if len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
         return
     if _device_literal(node.value) != "cuda" or not _rank_code(ctx):
@@ -1137,6 +1140,58 @@ def _bound_cuda(node: ast.Assign, ctx: Context) -> None:
             "rank gets the current device, right only if `set_device` ran first; use "
             "`cuda:{local_rank}` or derive the device from the rank",
         )
+
+
+def _self_attribute(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return node.attr if node.value.id == "self" else None
+    return None
+
+
+def _bound_attribute_cuda(node: ast.Assign, ctx: Context) -> None:
+    """``self.device = "cuda"`` in a class that holds a model, the attribute's only binding in
+    the class, which then places (``UNet.from_pretrained(...).to(self.device)``): each such
+    placement is a bare ``"cuda"`` in a model holder, as ``.to("cuda")`` there is."""
+    attr = _self_attribute(node.targets[0])
+    if attr is None or _device_literal(node.value) != "cuda" or _cpu_alternative_bound(ctx):
+        return
+    holder = _model_holder(ctx)
+    scope = ctx.function_scope()
+    if holder is None or scope is None or scope.cls is None:
+        return
+    cls = scope.cls.node
+    bindings = [
+        sub
+        for sub in walk(cls)
+        if isinstance(sub, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+        for target in (sub.targets if isinstance(sub, ast.Assign) else [sub.target])
+        if _self_attribute(target) == attr
+    ]
+    if len(bindings) != 1:
+        return
+    places = False
+    for sub in walk(cls):
+        if isinstance(sub, ast.Compare) and any(
+            _self_attribute(side) == attr for side in (sub.left, *sub.comparators)
+        ):
+            return  # `if self.device == "cuda":` names a backend
+        if isinstance(sub, ast.Call):
+            target = device_argument(sub, ctx)
+            places = places or (target is not None and _self_attribute(target) == attr)
+    if places:
+        ctx.report(
+            BARE_CUDA.code,
+            node.value,
+            f'`self.{attr}` is bound to bare "cuda" in `{holder}`, which holds a model, and '
+            "places with it: its tensors land on the current GPU wherever the model is (and "
+            "fail without CUDA); take the device as a parameter or follow the model's",
+        )
+
+
+def _cpu_alternative_bound(ctx: Context) -> bool:
+    """The binding sits in a branch whose other arm names the CPU (``if cuda: self.device =
+    "cuda"`` ... ``else: self.device = "cpu"``), or in an ``except``: a fallback."""
+    return any(isinstance(p, (ast.If, ast.IfExp, ast.ExceptHandler, ast.Try)) for p in ctx.parents)
 
 
 def _has_index(call: ast.Call, ctx: Context) -> bool:
