@@ -707,3 +707,52 @@ class Chooser:
 
 def test_a_model_holder_attribute_bound_to_bare_cuda() -> None:
     assert _lines(HOLDER, "TPL104") == [3]
+
+
+# ---- TPL201: a run's setting that picks where it reports is on for the whole run
+
+WANDB = """\
+import wandb
+
+
+def train(args, model, loader, optimizer):
+    model.cuda()
+    for step, batch in enumerate(loader):
+        loss = model(batch.cuda()).mean()
+        loss.backward()
+        optimizer.step()
+        if args.rank == 0 and args.report_to_wandb:
+            wandb.log({"loss": loss.item()})
+        if args.verbose:
+            print(loss.item())
+"""
+
+
+def test_a_reporting_backend_setting_logs_every_step() -> None:
+    assert _lines(WANDB, "TPL201") == [11]
+
+
+# ---- TPL301: a copy to a name bound only to the CPU waits for the device
+
+CPU_NAME = """\
+import time
+import torch
+
+
+def evaluate(model, loader, device):
+    cpu_device = torch.device("cpu")
+    model.to(device)
+    for images in loader:
+        images = images.to(device)
+        torch.cuda.synchronize()
+        start = time.time()
+        outputs = model(images)
+        outputs = [{k: v.to(cpu_device) for k, v in t.items()} for t in outputs]
+        print(time.time() - start)
+"""
+
+
+def test_a_copy_to_a_cpu_name_ends_the_timed_work() -> None:
+    assert _lines(CPU_NAME, "TPL301") == []
+    unsynced = CPU_NAME.replace("v.to(cpu_device)", "v.to(cpu_device, non_blocking=True)")
+    assert _lines(unsynced, "TPL301") == [11]

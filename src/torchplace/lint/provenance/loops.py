@@ -1706,9 +1706,24 @@ def rare_test(test: ast.expr) -> bool:
         if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Mod):
             return True
         text = sub.id if isinstance(sub, ast.Name) else getattr(sub, "attr", "")
-        if text and _names_logging(text):
+        if text and _names_logging(text) and not _backend_setting(sub, text):
             return True
     return False
+
+
+# Where a run reports its metrics: a setting naming one is on for the whole run or off.
+_BACKENDS = ("wandb", "tensorboard", "mlflow", "neptune", "comet", "visdom", "clearml")
+
+
+def _backend_setting(node: ast.AST, text: str) -> bool:
+    """``args.report_to_wandb``, ``cfg.use_tensorboard``: a run's setting that picks where it
+    reports, the same on every step (not a flag for a few steps, as ``args.verbose`` is
+    rarely on, nor ``should_log``)."""
+    return (
+        isinstance(node, ast.Attribute)
+        and _names_setting(node)
+        and any(word in text.lower() for word in _BACKENDS)
+    )
 
 
 def _picks_element(node: ast.expr) -> bool:
