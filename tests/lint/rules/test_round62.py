@@ -756,3 +756,28 @@ def test_a_copy_to_a_cpu_name_ends_the_timed_work() -> None:
     assert _lines(CPU_NAME, "TPL301") == []
     unsynced = CPU_NAME.replace("v.to(cpu_device)", "v.to(cpu_device, non_blocking=True)")
     assert _lines(unsynced, "TPL301") == [11]
+
+
+# ---- TPL402: a buffer built over given bytes and rewound is not a round trip
+
+REWOUND = """\
+import io
+import torch
+
+
+def load_remote(content):
+    buf = io.BytesIO(content)
+    buf.seek(0)
+    return torch.load(buf, map_location="cpu")
+
+
+def round_trip(sd):
+    buf = io.BytesIO()
+    torch.save(sd, buf)
+    buf.seek(0)
+    return torch.load(buf, map_location="cpu")
+"""
+
+
+def test_bytes_from_elsewhere_rewound_are_still_untrusted() -> None:
+    assert _lines(REWOUND, "TPL402") == [8]

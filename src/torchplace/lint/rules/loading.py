@@ -1296,8 +1296,8 @@ def _names_buffer(source: ast.expr, ctx: Context, scope: Scope, *, wrapped: bool
 def _written_with_given_bytes(root: str, source: ast.expr, ctx: Context, scope: Scope) -> bool:
     """The function fills the empty buffer itself with bytes it was given (skorch's
     ``f.write(state["__cuda_dependent_attributes__"])`` into a ``SpooledTemporaryFile`` before
-    loading it), and never ``torch.save``s into it: like ``BytesIO(data)``, a buffer over
-    bytes from elsewhere."""
+    loading it), or builds it over them (``BytesIO(content)``, then ``seek(0)``), and never
+    ``torch.save``s into it: a buffer over bytes from elsewhere."""
     writes = [
         sub
         for sub in walk(scope.node)
@@ -1306,6 +1306,16 @@ def _written_with_given_bytes(root: str, source: ast.expr, ctx: Context, scope: 
         and sub.func.attr in {"write", "writelines"}
         and receiver_root(sub.func.value) == root
         and sub.lineno <= source.lineno
+    ] + [
+        stmt.value
+        for stmt in walk(scope.node)
+        if isinstance(stmt, ast.Assign)
+        and len(stmt.targets) == 1
+        and isinstance(stmt.targets[0], ast.Name)
+        and stmt.targets[0].id == root
+        and isinstance(stmt.value, ast.Call)
+        and _wraps_bytes(stmt.value)
+        and stmt.lineno <= source.lineno
     ]
     if not writes:
         return False
