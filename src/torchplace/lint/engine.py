@@ -82,6 +82,10 @@ def decode_source(raw: bytes) -> str:
         return raw.decode(encoding)
 
 
+# Statements after which the rest of their block never runs.
+_EXITS = frozenset({ast.Return, ast.Raise, ast.Continue, ast.Break})
+
+
 class _Walker:
     """One pass over a module's statements, visiting hot expressions with the context kept."""
 
@@ -104,6 +108,8 @@ class _Walker:
                 self.stmt(stmt)
             finally:
                 path.pop()
+            if stmt.__class__ in _EXITS:
+                break  # what follows in the block never runs: nothing there is checked
 
     def exprs(self, nodes: Iterable[ast.AST | None]) -> None:
         for node in nodes:
@@ -407,7 +413,7 @@ def _suppressed(line_text: str, code: str) -> bool:
         return False
     for match in _NOQA.finditer(line_text):
         if _in_string(line_text, match.start()):
-            continue  # `h = "# noqa"`: text, not a comment
+            continue  # a marker inside a string literal is text, not a comment
         codes = match.group("codes")
         if codes is None:
             return True

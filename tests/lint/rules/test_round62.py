@@ -5,7 +5,10 @@ data-dependent shapes in a timed region (TPL301)."""
 
 from __future__ import annotations
 
+import pytest
+
 from .helpers import lines as _lines
+from .helpers import project as _project
 
 # ---- TPL201: a stopping criterion runs once per generated token
 
@@ -781,3 +784,52 @@ def round_trip(sd):
 
 def test_bytes_from_elsewhere_rewound_are_still_untrusted() -> None:
     assert _lines(REWOUND, "TPL402") == [8]
+
+
+# ---- every rule: statements after a return never run
+
+DEAD = """\
+import torch
+
+
+def load(path):
+    return torch.load(path, map_location="cpu", weights_only=True)
+    state = torch.load(path)
+    return state
+"""
+
+
+def test_statements_after_a_return_are_not_checked() -> None:
+    assert _lines(DEAD, "TPL401") == []
+    assert _lines(DEAD, "TPL402") == []
+    alive = DEAD.replace('    return torch.load(path, map_location="cpu", weights_only=True)\n', "")
+    assert _lines(alive, "TPL401") == [5]
+
+
+# ---- TPL201: a helper of a sibling module called by the alias it is imported under
+
+METRICS = """\
+def accuracy_sbm(scores, targets):
+    return (scores.argmax(1) == targets).float().sum().item()
+"""
+
+TRAIN = """\
+from train.metrics import accuracy_sbm as accuracy
+
+
+def train_epoch(model, optimizer, device, loader):
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        scores = model(x)
+        (scores - y).pow(2).mean().backward()
+        optimizer.step()
+        accuracy(scores, y)
+"""
+
+
+def test_a_helper_called_by_its_import_alias_runs_per_batch(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    files = {"train/__init__.py": "", "train/metrics.py": METRICS, "train/loop.py": TRAIN}
+    found = _project(tmp_path_factory.mktemp("p"), files, "TPL201")
+    assert found == [("train/metrics.py", 2)]

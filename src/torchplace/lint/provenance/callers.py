@@ -603,7 +603,7 @@ def _importers(facts: FileFacts, name: str) -> Iterator[tuple[FileFacts, str]]:
     stem = _module_stem(here)
     for other in _mentioning(here):
         text = _text_of(other)
-        if text is None or name + "(" not in text:
+        if text is None or (name + "(" not in text and name + " as " not in text):
             continue
         others = facts_for_file(other)
         if others is not None:
@@ -1018,6 +1018,13 @@ def _from_callers(
     near = False  # a call site in a batch loop, or in a function found within three calls
     seeds: dict[str, Fact] = {}
     names = {i.rpartition(".")[2] for i in instances} if function.name in _RUN_METHODS else set()
+    if qualified is not None and not instances:
+        # `from train.metrics import accuracy_SBM as accuracy`: called by its alias
+        names = {function.name} | {
+            local
+            for local, full in callers.resolver.names.items()
+            if (full == qualified or full.endswith("." + qualified)) and local != function.name
+        }
     sites = [site for name in sorted(names or {function.name}) for site in callers.calls_of(name)]
     for scope, call, loops in sites:
         if scope is function:
