@@ -833,3 +833,33 @@ def test_a_helper_called_by_its_import_alias_runs_per_batch(
     files = {"train/__init__.py": "", "train/metrics.py": METRICS, "train/loop.py": TRAIN}
     found = _project(tmp_path_factory.mktemp("p"), files, "TPL201")
     assert found == [("train/metrics.py", 2)]
+
+
+# ---- TPL201: a module's forward called by its name
+
+FORWARD_NAMED = """\
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def forward(self, x, edges):
+        srcs = edges[0]
+        return torch.stack([x[srcs[i].item()] for i in range(len(srcs))])
+
+
+def train(model, loader, device, optimizer):
+    for x, edges in loader:
+        out = model.forward(x.to(device), edges.to(device))
+        out.sum().backward()
+        optimizer.step()
+
+
+def main(device):
+    model = Net().to(device)
+    train(model, [], device, None)
+"""
+
+
+def test_forward_called_by_name_runs_per_batch() -> None:
+    assert _lines(FORWARD_NAMED, "TPL201") == [8]

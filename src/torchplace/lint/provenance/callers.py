@@ -939,9 +939,12 @@ def _on_instance(
     the script's own statements bind to one (``criterion = FocalLoss()`` at the top level,
     called in ``train()``)."""
     func = call.func
-    if function.name in _RUN_METHODS:
+    if function.name in _RUN_METHODS and not (
+        isinstance(func, ast.Attribute) and func.attr == function.name
+    ):
         receiver: ast.expr = func
     elif isinstance(func, ast.Attribute) and func.attr == function.name:
+        # `aug.tune(...)`, also `model.forward(x)`: the run method named
         receiver = func.value
     else:
         return False
@@ -1018,6 +1021,8 @@ def _from_callers(
     near = False  # a call site in a batch loop, or in a function found within three calls
     seeds: dict[str, Fact] = {}
     names = {i.rpartition(".")[2] for i in instances} if function.name in _RUN_METHODS else set()
+    if names:
+        names.add(function.name)  # `model.forward(x)` as well as `model(x)`
     if qualified is not None and not instances:
         # `from train.metrics import accuracy_SBM as accuracy`: called by its alias
         names = {function.name} | {
