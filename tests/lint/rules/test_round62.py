@@ -863,3 +863,37 @@ def main(device):
 
 def test_forward_called_by_name_runs_per_batch() -> None:
     assert _lines(FORWARD_NAMED, "TPL201") == [8]
+
+
+# ---- TPL201: a helper called after `if steps % every: return` in a step method
+
+GUARDED = """\
+import torch
+
+
+class Trainer:
+    def __init__(self, model):
+        self.model = model.cuda()
+        self.steps = torch.zeros(1, device="cuda")
+
+    def save(self, path):
+        torch.save({"steps": self.steps.cpu()}, path)
+
+    def update(self, batch):
+        loss = self.model(batch.cuda()).mean()
+        loss.backward()
+        self.optimizer.step()
+        total = int(self.steps.sum().item())
+        if total % self.checkpoint_every:
+            return
+        self.save("x.pt")
+
+
+def fit(trainer, loader):
+    for batch in loader:
+        trainer.update(batch)
+"""
+
+
+def test_a_helper_after_a_remainder_guard_runs_once_in_n_steps() -> None:
+    assert _lines(GUARDED, "TPL201") == [16]

@@ -25,6 +25,7 @@ from torchplace.lint.provenance.loops import (
     counter_names,
     has_own_batch_loop,
     rare_test,
+    remainder_nonzero,
     restarts_mark,
     step_parts,
     steps_optimizer,
@@ -1051,7 +1052,7 @@ def _from_callers(
             for loop in loops
             if (k := callers.loop_kind(loop, scope)) is not None and k[0] == "batch"
         ]
-        if _in_rare_branch(loops, batch):
+        if _in_rare_branch(loops, batch) or _after_remainder_guard(scope, call):
             continue  # `if step % eval_every == 0: evaluate(...)`: not once per batch
         caller = getattr(scope, "name", "<module>")
         where_file = "" if callers is facts else f" of {os.path.basename(callers.path)}"
@@ -1208,6 +1209,27 @@ def _periodic_flag(test: ast.expr, scope: ast.AST) -> bool:
         )
         for sub in own_nodes(scope)
     )
+
+
+def _after_remainder_guard(scope: ast.AST, call: ast.Call) -> bool:
+    """``call`` sits in the function's own body after ``if steps % self.save_every: return``
+    (a truthy remainder, then leaving): it runs on one call in N (a checkpoint every N
+    steps, in the step method a training loop calls)."""
+    if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    guarded = False
+    for stmt in scope.body:
+        if guarded and any(sub is call for sub in walk(stmt)):
+            return True
+        if (
+            isinstance(stmt, ast.If)
+            and not stmt.orelse
+            and len(stmt.body) == 1
+            and isinstance(stmt.body[0], ast.Return)
+            and remainder_nonzero(stmt.test)
+        ):
+            guarded = True
+    return False
 
 
 def _in_rare_branch(enclosing: tuple[ast.AST, ...], batch: list[ast.AST]) -> bool:

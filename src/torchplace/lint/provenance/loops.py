@@ -45,6 +45,7 @@ __all__ = [
     "indexed_row",
     "moves_some",
     "rare_test",
+    "remainder_nonzero",
     "restarts_mark",
     "step_parts",
     "steps_optimizer",
