@@ -897,3 +897,37 @@ def fit(trainer, loader):
 
 def test_a_helper_after_a_remainder_guard_runs_once_in_n_steps() -> None:
     assert _lines(GUARDED, "TPL201") == [16]
+
+
+# ---- TPL102 and TPL201: an autograd Function's forward and backward are a model's own op
+
+SHAKE = """\
+import torch
+from torch.autograd import Function
+
+
+class ShakeDrop(Function):
+    @staticmethod
+    def forward(ctx, x, p_drop=0.5, slope=10.0):
+        gate = torch.cuda.FloatTensor([0]).bernoulli_(1 - p_drop)
+        ctx.save_for_backward(gate, torch.tensor(slope))
+        if gate.item() == 0:
+            return x * 0
+        return x
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        beta = torch.cuda.FloatTensor(grad_output.size(0)).uniform_(0, 1)
+        return grad_output * beta, None, None
+"""
+
+
+def test_cuda_constructors_in_an_autograd_function_are_a_modules() -> None:
+    assert _lines(SHAKE, "TPL102") == [8, 16]
+    assert _lines(SHAKE, "TPL103") == []
+
+
+def test_a_read_in_an_autograd_function_runs_each_time_it_is_applied() -> None:
+    assert _lines(SHAKE, "TPL201") == [10]
+    plain = SHAKE.replace("(Function)", "(object)")
+    assert _lines(plain, "TPL102") == []

@@ -819,6 +819,13 @@ class Flow:
             if _is_cpu(where) or _keeps_storage(where):  # `map_location="cpu"`: host tensors
                 return Fact("host", _short(self.facts.segment(node)))
         device = next((kw.value for kw in node.keywords if kw.arg == "device"), None)
+        if root == "torch.cuda" and last.endswith("Tensor") and device is None:
+            # `torch.cuda.FloatTensor(n)`: a legacy constructor of the current CUDA device
+            return Fact(
+                "device",
+                _short(self.facts.segment(node)),
+                f"created on the current CUDA device at line {node.lineno}",
+            )
         if last in _FACTORIES or root == "torch.cuda" or last == "device":
             if device is not None and not _is_cpu(device):
                 if isinstance(device, ast.Attribute) and device.attr == "device":

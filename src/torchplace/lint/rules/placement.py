@@ -127,6 +127,23 @@ def _cuda_type_cast(call: ast.Call, ctx: Context) -> bool:
     return isinstance(name, str) and name.startswith("torch.cuda.") and name.endswith("Tensor")
 
 
+def _autograd_step(ctx: Context) -> Scope | None:
+    """``forward`` or ``backward`` of a ``torch.autograd.Function`` subclass (ShakeDrop's
+    ``torch.cuda.FloatTensor(n).uniform_()``): a model's own operation, run inside a module's
+    ``forward`` on its inputs, which places as a module's method would."""
+    scope = ctx.function_scope()
+    if scope is None or scope.name not in {"forward", "backward"} or scope.cls is None:
+        return None
+    cls = scope.cls.node
+    if not isinstance(cls, ast.ClassDef):
+        return None
+    for base in cls.bases:
+        name = ctx.qualname(base) or dotted_name(base) or ""
+        if name.endswith("autograd.Function") or name.endswith("autograd.function.Function"):
+            return scope
+    return None
+
+
 def _device_literal(node: ast.expr | None) -> str | None:
     if (
         isinstance(node, ast.Constant)
@@ -143,6 +160,8 @@ def _call(call: ast.Call, ctx: Context) -> None:
         method = None  # the placement API itself, or a method named for it: placing is its job
     if method is not None and _outside_static(method):
         method = None  # a function the class only hosts: callers hand it their model and data
+    if method is None:
+        method = _autograd_step(ctx)  # a model's own op: its `forward`/`backward` as a module's
     if method is not None and in_test(ctx):
         method = None  # a test's stand-in module runs where the test puts it
     func = call.func
@@ -249,7 +268,12 @@ def _call(call: ast.Call, ctx: Context) -> None:
         return
     name = ctx.call_qualname(call)
     if name in FACTORIES and not _fallback_path(ctx):
-        check_factory(call, ctx, name, method)
+        # an autograd Function's `forward` is handed numbers beside tensors (`slope`): its
+        # factories are checked as any function's, not as a module's `forward`
+        module = (
+            method if method is not None and method.cls and method.cls.is_module_class else None
+        )
+        check_factory(call, ctx, name, module)
 
 
 _GPU_WORDS = frozenset({"gpu", "cuda"})
