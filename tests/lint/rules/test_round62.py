@@ -931,3 +931,37 @@ def test_a_read_in_an_autograd_function_runs_each_time_it_is_applied() -> None:
     assert _lines(SHAKE, "TPL201") == [10]
     plain = SHAKE.replace("(Function)", "(object)")
     assert _lines(plain, "TPL102") == []
+
+
+# ---- TPL101: a tensor attribute moved by a statement, its copy discarded
+
+ATTRIBUTES = """\
+import torch
+import torch.nn as nn
+
+
+class Alias(nn.Module):
+    def __init__(self, k):
+        super().__init__()
+        self.probs = None
+        self.probs = torch.zeros(k)
+        self.pos = nn.Parameter(torch.zeros(4, 4))
+        self.lin = nn.Linear(4, 4)
+
+    def draw(self, device):
+        self.probs.to(device)
+        self.pos.to(torch.float16)
+        self.lin.to(device)
+"""
+
+
+def test_a_discarded_move_of_a_tensor_attribute() -> None:
+    assert _lines(ATTRIBUTES, "TPL101") == [14, 15]
+
+
+def test_a_parameter_attribute_gets_no_fix_that_would_replace_it() -> None:
+    from torchplace.lint import lint_source
+
+    fixes = {f.line: f.fix for f in lint_source(ATTRIBUTES, path="m.py") if f.code == "TPL101"}
+    assert fixes[14] is not None
+    assert fixes[15] is None

@@ -61,9 +61,21 @@ def _discarded(node: ast.Expr, ctx: Context) -> None:
     if not _chain(receiver) or is_module_expr(receiver, ctx):
         return  # `torch.ones(3).to(d)` alone is written for its side effect, not forgotten
     scope: Scope | None = ctx.function_scope() or ctx.scope
-    if not is_tensor_expr(receiver, ctx, scope):
+    tensor = is_tensor_expr(receiver, ctx, scope)
+    attribute = None if tensor else _tensor_attribute(receiver, ctx)
+    if not tensor and attribute is None:
         return
     text = ctx.segment(receiver) or "x"
+    if attribute == "parameter":
+        # `self.w = self.w.to(d)` would assign a plain tensor over a registered parameter
+        ctx.report(
+            DISCARDED.code,
+            call,
+            f"result of `{text}.{method}(...)` is discarded: it returns a new tensor and leaves "
+            f"the parameter `{text}` as it was; convert its data in place (`{text}.data = "
+            f"{text}.data.{method}(...)`) or move the module",
+        )
+        return
     if _trainable_leaf(receiver, ctx, scope):
         # `w = w.to(d)` would make `w` a copy computed from the leaf: an optimizer refuses it
         ctx.report(
@@ -86,6 +98,58 @@ def _discarded(node: ast.Expr, ctx: Context) -> None:
         f"`{text}` where it was; write `{text} = {text}.{method}(...)`"
     )
     ctx.report(DISCARDED.code, call, message, fix)
+
+
+def _tensor_attribute(receiver: ast.expr, ctx: Context) -> str | None:
+    """``"tensor"`` for ``self.probs`` whose every binding in its class is a tensor factory
+    (``None`` aside), ``"parameter"`` when one is an ``nn.Parameter``:
+    ``self.probs.to(device)`` as a statement moves nothing (a module attribute would move in
+    place: those are bound to modules)."""
+    scope = ctx.function_scope()
+    if not (
+        isinstance(receiver, ast.Attribute)
+        and isinstance(receiver.value, ast.Name)
+        and receiver.value.id == "self"
+        and scope is not None
+        and scope.cls is not None
+    ):
+        return None
+    values = [
+        sub.value
+        for sub in walk(scope.cls.node)
+        if isinstance(sub, (ast.Assign, ast.AnnAssign))
+        and sub.value is not None
+        and any(
+            isinstance(t, ast.Attribute)
+            and isinstance(t.value, ast.Name)
+            and t.value.id == "self"
+            and t.attr == receiver.attr
+            for t in (sub.targets if isinstance(sub, ast.Assign) else [sub.target])
+        )
+    ]
+    made = [v for v in values if not (isinstance(v, ast.Constant) and v.value is None)]
+    kinds = {_makes_tensor(v, ctx) for v in made}
+    if not made or None in kinds:
+        return None
+    return "parameter" if "parameter" in kinds else "tensor"
+
+
+def _makes_tensor(value: ast.expr, ctx: Context) -> str | None:
+    """``"tensor"`` for a tensor factory, ``"parameter"`` for ``nn.Parameter(...)``, maybe
+    placed or cast after (``torch.zeros(k).cuda()``); None for anything else."""
+    while (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr in {"to", "cuda", "float", "half", "long", "int", "double", "bool"}
+        and ctx.qualname(value.func) is None
+    ):
+        value = value.func.value
+    if not isinstance(value, ast.Call):
+        return None
+    name = ctx.call_qualname(value) or ""
+    if name.endswith(("nn.Parameter", "nn.parameter.Parameter")):
+        return "parameter"
+    return "tensor" if name in FACTORIES else None
 
 
 def _trainable_leaf(receiver: ast.expr, ctx: Context, scope: Scope | None) -> bool:
