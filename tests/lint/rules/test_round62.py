@@ -965,3 +965,21 @@ def test_a_parameter_attribute_gets_no_fix_that_would_replace_it() -> None:
     fixes = {f.line: f.fix for f in lint_source(ATTRIBUTES, path="m.py") if f.code == "TPL101"}
     assert fixes[14] is not None
     assert fixes[15] is None
+
+
+# ---- TPL701: a tokenizer's tensors are built on the host, never pinned
+
+TOKENIZED = """\
+class Model:
+    def encode(self, texts):
+        encodings = self.tokenizer(texts, padding="longest", return_tensors="pt")
+        input_ids, attention_mask = encodings["input_ids"], encodings["attention_mask"]
+        input_ids = input_ids.to(self.device, non_blocking=True)
+        pinned = self.tokenizer(texts, return_tensors="pt")["input_ids"].pin_memory()
+        pinned = pinned.to(self.device, non_blocking=True)
+        return input_ids, attention_mask, pinned
+"""
+
+
+def test_a_non_blocking_copy_of_tokenizer_output() -> None:
+    assert _lines(TOKENIZED, "TPL701") == [5]

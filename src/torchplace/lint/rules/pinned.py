@@ -182,6 +182,11 @@ def _allocates_pageable(call: ast.Call, qualname: str | None, ctx: Context) -> b
         return False
     if qualname in FACTORIES or qualname == "torch.from_numpy":
         return True
+    if any(
+        kw.arg == "return_tensors" and isinstance(kw.value, ast.Constant) and kw.value.value == "pt"
+        for kw in call.keywords
+    ):
+        return True  # `tokenizer(texts, return_tensors="pt")`: built on the host, never pinned
     if qualname not in _JOINS or not call.args:
         return False
     facts, scope = file_facts(ctx), scope_node(ctx)
@@ -329,8 +334,11 @@ def _viewed_host(value: ast.expr, ctx: Context, scope: Scope, converted: str | N
             assert isinstance(node.func, ast.Attribute)
             converted = converted or _conversion_dtype(node)
             node = node.func.value
-        elif isinstance(node, ast.Subscript) and _is_view_index(node.slice):
-            node = node.value
+        elif isinstance(node, ast.Subscript) and (
+            _is_view_index(node.slice)
+            or (isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str))
+        ):
+            node = node.value  # also an entry of a mapping of host tensors, `enc["input_ids"]`
         else:
             break
     if not isinstance(node, ast.Name):
