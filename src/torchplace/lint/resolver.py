@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import os
+from collections.abc import Callable
 from functools import lru_cache
 
 from torchplace.lint.nodes import parse_module
@@ -19,6 +20,7 @@ __all__ = [
     "Resolver",
     "dotted_name",
     "imported_module_class",
+    "is_autograd_function",
     "is_module_base",
     "module_file",
     "module_name_for",
@@ -60,6 +62,18 @@ def _pretrained_model_class(qualname: str) -> bool:
         return False
     head, sep, task = last.partition("For")
     return last.endswith("Model") or bool(sep and head and task[:1].isupper())
+
+
+def is_autograd_function(cls: ast.ClassDef, qualname: Callable[[ast.AST], str | None]) -> bool:
+    """Whether ``cls`` derives from ``torch.autograd.Function`` (a model's own operation, whose
+    ``forward`` and ``backward`` run each time a module applies it), its bases resolved by
+    ``qualname``."""
+    return any(
+        (qualname(base) or dotted_name(base) or "").endswith(
+            ("autograd.Function", "autograd.function.Function")
+        )
+        for base in cls.bases
+    )
 
 
 def is_module_base(qualname: str) -> bool:

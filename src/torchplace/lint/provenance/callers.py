@@ -39,7 +39,7 @@ from torchplace.lint.provenance.values import (
     _is_move_call,
     _target_names,
 )
-from torchplace.lint.resolver import dotted_name, module_file
+from torchplace.lint.resolver import dotted_name, is_autograd_function, module_file
 
 if TYPE_CHECKING:
     from torchplace.lint.provenance.files import FileFacts
@@ -122,7 +122,12 @@ def find_per_batch(
         how = f"`{function.name}` runs once per batch (a training-framework hook)"
         seeds = _framework_moved(facts, function, seeds)
         return PerBatch(how, seeds, function.name == "training_step")
-    if function.name in {"forward", "backward"} and _autograd_function(facts, function):
+    cls = facts.parent.get(id(function))
+    if (
+        function.name in {"forward", "backward"}
+        and isinstance(cls, ast.ClassDef)
+        and is_autograd_function(cls, facts.qualname)
+    ):
         how = f"`{function.name}` of an autograd `Function` runs each time a model applies it"
         return PerBatch(how, {}, False)
     if function.name == "step" and _optimizer_class(facts, function):
@@ -529,17 +534,6 @@ def _framework_moved(
         return seeds
     moved = Fact("device", "self", "moved to the device by the training framework")
     return {**seeds, MOVED_SELF: moved}
-
-
-def _autograd_function(facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    """A method of a ``torch.autograd.Function`` subclass (a model's own operation)."""
-    cls = facts.parent.get(id(function))
-    return isinstance(cls, ast.ClassDef) and any(
-        (facts.qualname(base) or dotted_name(base) or "").endswith(
-            ("autograd.Function", "autograd.function.Function")
-        )
-        for base in cls.bases
-    )
 
 
 def _optimizer_class(facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:

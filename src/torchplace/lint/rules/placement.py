@@ -17,7 +17,7 @@ from torchplace.lint.base import (
 )
 from torchplace.lint.finding import Edit, Fix
 from torchplace.lint.nodes import own_nodes, walk
-from torchplace.lint.resolver import dotted_name
+from torchplace.lint.resolver import dotted_name, is_autograd_function
 from torchplace.lint.rules.factories import FACTORY, check_factory
 from torchplace.lint.rules.facts import (
     DEVICE_STRING,
@@ -199,13 +199,9 @@ def _autograd_step(ctx: Context) -> Scope | None:
     if scope is None or scope.name not in {"forward", "backward"} or scope.cls is None:
         return None
     cls = scope.cls.node
-    if not isinstance(cls, ast.ClassDef):
-        return None
-    for base in cls.bases:
-        name = ctx.qualname(base) or dotted_name(base) or ""
-        if name.endswith("autograd.Function") or name.endswith("autograd.function.Function"):
-            return scope
-    return None
+    return (
+        scope if isinstance(cls, ast.ClassDef) and is_autograd_function(cls, ctx.qualname) else None
+    )
 
 
 def _device_literal(node: ast.expr | None) -> str | None:
