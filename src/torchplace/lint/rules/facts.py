@@ -906,23 +906,6 @@ def _throttled(branch: ast.If, child: ast.AST | None) -> bool:
     return child is not None and child in branch.body and restarts_mark(branch)
 
 
-def _branch_compare(
-    branch: ast.If, child: ast.AST | None, ops: type[ast.cmpop] | tuple[type[ast.cmpop], ...]
-) -> ast.Compare | None:
-    """The test of ``branch``, whose body holds ``child``, when it is one comparison by one of
-    ``ops`` (``x is None``, ``now - mark > every``)."""
-    test = branch.test
-    if (
-        child is not None
-        and child in branch.body
-        and isinstance(test, ast.Compare)
-        and len(test.ops) == 1
-        and isinstance(test.ops[0], ops)
-    ):
-        return test
-    return None
-
-
 def _assigned(body: list[ast.stmt], name: str) -> list[ast.expr]:
     """The values that statements of ``body`` assign to ``name``."""
     return [
