@@ -26,8 +26,10 @@ __all__ = [
     "isinstance_test",
     "own_nodes",
     "parse_module",
+    "self_attribute",
     "statements",
     "store_targets",
+    "subscripted",
     "subtree",
     "walk",
     "walk_body",
@@ -235,6 +237,25 @@ def kept(kind: str, node: ast.AST, compute: Callable[[ast.AST], _T]) -> _T:
     value = compute(node)
     _KEPT[key] = (node, value)
     return value
+
+
+def self_attribute(node: ast.AST) -> str | None:
+    """``x`` of ``self.x``; None for anything else."""
+    if (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+    ):
+        return node.attr
+    return None
+
+
+def subscripted(node: ast.expr) -> ast.expr:
+    """What ``node`` indexes into: ``buf`` of ``buf[i, :n]`` (also ``buf[i][j]``); ``node``
+    itself when it is no subscript."""
+    while isinstance(node, ast.Subscript):
+        node = node.value
+    return node
 
 
 def forget() -> None:

@@ -18,6 +18,7 @@ from torchplace.lint.nodes import parse_module
 
 __all__ = [
     "Resolver",
+    "base_names",
     "dotted_name",
     "imported_module_class",
     "is_autograd_function",
@@ -64,15 +65,18 @@ def _pretrained_model_class(qualname: str) -> bool:
     return last.endswith("Model") or bool(sep and head and task[:1].isupper())
 
 
+def base_names(cls: ast.ClassDef, qualname: Callable[[ast.AST], str | None]) -> list[str]:
+    """The bases of ``cls``, each by the name its import resolves to (``qualname``), else as
+    written (``""`` for one that is no name)."""
+    return [qualname(base) or dotted_name(base) or "" for base in cls.bases]
+
+
 def is_autograd_function(cls: ast.ClassDef, qualname: Callable[[ast.AST], str | None]) -> bool:
     """Whether ``cls`` derives from ``torch.autograd.Function`` (a model's own operation, whose
-    ``forward`` and ``backward`` run each time a module applies it), its bases resolved by
-    ``qualname``."""
+    ``forward`` and ``backward`` run each time a module applies it)."""
     return any(
-        (qualname(base) or dotted_name(base) or "").endswith(
-            ("autograd.Function", "autograd.function.Function")
-        )
-        for base in cls.bases
+        name.endswith(("autograd.Function", "autograd.function.Function"))
+        for name in base_names(cls, qualname)
     )
 
 

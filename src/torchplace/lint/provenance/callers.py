@@ -23,6 +23,7 @@ from torchplace.lint.provenance.loops import (
     branch_trains,
     calls_backward,
     counter_names,
+    guard_test,
     has_own_batch_loop,
     rare_test,
     remainder_nonzero,
@@ -39,7 +40,7 @@ from torchplace.lint.provenance.values import (
     _is_move_call,
     _target_names,
 )
-from torchplace.lint.resolver import dotted_name, is_autograd_function, module_file
+from torchplace.lint.resolver import base_names, dotted_name, is_autograd_function, module_file
 
 if TYPE_CHECKING:
     from torchplace.lint.provenance.files import FileFacts
@@ -541,9 +542,8 @@ def _optimizer_class(facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunc
     optimizer): its ``step`` is called once per training step."""
     cls = facts.parent.get(id(function))
     return isinstance(cls, ast.ClassDef) and any(
-        (facts.qualname(base) or dotted_name(base) or "").endswith("optim.Optimizer")
-        or (isinstance(base, ast.Name) and base.id == "Optimizer")
-        for base in cls.bases
+        name == "Optimizer" or (name.startswith("torch.optim") and name.endswith(".Optimizer"))
+        for name in base_names(cls, facts.qualname)
     )
 
 
@@ -567,7 +567,9 @@ def decode_hook(facts: FileFacts, function: ast.AST) -> bool:
     return (
         getattr(function, "name", None) == "__call__"
         and isinstance(cls, ast.ClassDef)
-        and any((dotted_name(base) or "").rpartition(".")[2] in _DECODE_HOOKS for base in cls.bases)
+        and any(
+            name.rpartition(".")[2] in _DECODE_HOOKS for name in base_names(cls, facts.qualname)
+        )
     )
 
 
@@ -1229,14 +1231,8 @@ def _after_remainder_guard(scope: ast.AST, call: ast.Call) -> bool:
     for stmt in scope.body:
         if guarded and any(sub is call for sub in walk(stmt)):
             return True
-        if (
-            isinstance(stmt, ast.If)
-            and not stmt.orelse
-            and len(stmt.body) == 1
-            and isinstance(stmt.body[0], ast.Return)
-            and remainder_nonzero(stmt.test)
-        ):
-            guarded = True
+        test = guard_test(stmt, (ast.Return,))
+        guarded = guarded or (test is not None and remainder_nonzero(test))
     return False
 
 
@@ -1334,14 +1330,9 @@ def _tick_guard(stmt: ast.stmt, rest: list[ast.stmt]) -> bool:
     """``if (not done) and (cur_nimg < tick_start_nimg + every): continue`` in a loop
     (StyleGAN's training loop): the statements after it run once per tick, when the count
     passes the mark they restart (``tick_start_nimg = cur_nimg``)."""
-    if not (
-        isinstance(stmt, ast.If)
-        and not stmt.orelse
-        and len(stmt.body) == 1
-        and isinstance(stmt.body[0], ast.Continue)
-    ):
+    test = guard_test(stmt, (ast.Continue,))
+    if test is None:
         return False
-    test = stmt.test
     values = (
         test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
     )

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 #: see :data:`~.callers.MOVED_SELF` (callers builds on this module: the name is repeated)
 MOVED_SELF = "<moved self>"
 
-__all__ = ["Flow", "zip_pairs"]
+__all__ = ["Flow", "encodes_text", "zip_pairs"]
 
 Lookup = Callable[[str], "Fact | None"]
 
@@ -165,16 +165,8 @@ class Flow:
             return
         if fact is not None:
             direct = isinstance(value, ast.Call) and fact.move is not None and _is_move_call(value)
-            fact = Fact(
-                fact.where,
-                _short(self.facts.segment(value)) if value is not None else fact.source,
-                fact.move,
-                name,
-                direct,
-                fact.many,
-                fact.copy,
-                fact.kept,
-            )
+            source = _short(self.facts.segment(value)) if value is not None else fact.source
+            fact = replace(fact, source=source, name=name, direct=direct)
         self.state[name] = fact
         self.bindings.setdefault(name, []).append((line, fact))
 
@@ -618,7 +610,7 @@ class Flow:
         facts = self.facts
         func = node.func
         args = [*node.args, *(kw.value for kw in node.keywords)]
-        if _encodes_text(node):
+        if encodes_text(node):
             return Fact("host", f"tokenizer output `{_short(facts.segment(func), 32)}`")
         if isinstance(func, ast.Attribute):
             method = func.attr
@@ -970,7 +962,7 @@ def _preprocessor_of_loader(func: ast.expr, called: Fact) -> bool:
     return any(word in lowered for word in ("tokenizer", "processor"))
 
 
-def _encodes_text(call: ast.Call) -> bool:
+def encodes_text(call: ast.Call) -> bool:
     """``tokenizer(texts, return_tensors="pt")``, ``self.processing_class(text=...,
     return_tensors="pt")``: a tokenizer or processor builds its tensors on the host; only a
     ``.to(device)`` of the result (a separate call) moves them."""

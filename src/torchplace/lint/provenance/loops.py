@@ -41,6 +41,7 @@ __all__ = [
     "calls_backward",
     "classify",
     "feeds_back",
+    "guard_test",
     "has_own_batch_loop",
     "indexed_row",
     "moves_some",
@@ -1752,6 +1753,21 @@ def _outside_identity_tests(test: ast.expr) -> list[ast.AST]:
     return out
 
 
+def guard_test(
+    stmt: ast.AST, leaves: tuple[type[ast.stmt], ...] = (ast.Return, ast.Continue)
+) -> ast.expr | None:
+    """The test of ``if test: return`` (or ``continue``, or another of ``leaves``) with
+    nothing else in it: a guard after which the block runs only when ``test`` is false."""
+    if (
+        isinstance(stmt, ast.If)
+        and not stmt.orelse
+        and len(stmt.body) == 1
+        and isinstance(stmt.body[0], leaves)
+    ):
+        return stmt.test
+    return None
+
+
 def remainder_nonzero(test: ast.expr) -> bool:
     """``step % n`` as a truth value, or compared unequal to zero (``step % n != 0``,
     ``step % n > 0``): true on all steps but the multiples of ``n``."""
@@ -1902,10 +1918,14 @@ def below_restarted_mark(test: ast.expr, rest: list[ast.stmt]) -> bool:
     ):
         return False
     bound = test.comparators[0]
-    marks = {dotted_name(side) for side in (bound.left, bound.right)} - {None}
+    return _rebound(rest, {dotted_name(side) for side in (bound.left, bound.right)} - {None})
+
+
+def _rebound(block: list[ast.stmt], marks: set[str | None]) -> bool:
+    """A statement of ``block`` (or one inside it) assigns one of ``marks``."""
     return any(
         isinstance(sub, ast.Assign) and any(dotted_name(t) in marks for t in sub.targets)
-        for stmt in rest
+        for stmt in block
         for sub in walk(stmt)
     )
 
@@ -1926,10 +1946,6 @@ def restarts_mark(branch: ast.If) -> bool:
             and isinstance(term.left.op, ast.Sub)
         ):
             mark = dotted_name(term.left.right)
-            if mark is not None and any(
-                isinstance(sub, ast.Assign) and any(dotted_name(t) == mark for t in sub.targets)
-                for stmt in branch.body
-                for sub in walk(stmt)
-            ):
+            if mark is not None and _rebound(branch.body, {mark}):
                 return True
     return False

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from torchplace.lint.base import bindings
@@ -475,17 +475,13 @@ def _moved_by(call: ast.Call) -> str:
 def _many(fact: Fact | None) -> Fact | None:
     if fact is None or fact.many:
         return fact
-    return Fact(
-        fact.where, fact.source, fact.move, fact.name, fact.direct, True, fact.copy, fact.kept
-    )
+    return replace(fact, many=True)
 
 
 def _one(fact: Fact | None) -> Fact | None:
     if fact is None or not fact.many:
         return fact
-    return Fact(
-        fact.where, fact.source, fact.move, fact.name, fact.direct, False, fact.copy, fact.kept
-    )
+    return replace(fact, many=False)
 
 
 def _join(a: Fact | None, b: Fact | None) -> Fact | None:

@@ -22,7 +22,7 @@ from torchplace.lint.base import (
     keyword,
     names_in,
 )
-from torchplace.lint.nodes import own_nodes, walk
+from torchplace.lint.nodes import own_nodes, subscripted, walk
 from torchplace.lint.provenance.files import file_facts
 from torchplace.lint.provenance.values import _device_helper, _is_cpu, _passes_device
 from torchplace.lint.resolver import dotted_name
@@ -465,7 +465,7 @@ def _moved_later(call: ast.Call, ctx: Context) -> bool:
     if isinstance(stmt, ast.Assign):  # t = torch.arange(n).float() * 2, self.mask = ...
         if not any(sub is call for sub in walk(stmt.value)):
             return False  # `out[torch.arange(b), idx] = v`: an index of the target, not stored
-        names = {name for t in stmt.targets for name in _refs(_stored_in(t))}
+        names = {name for t in stmt.targets for name in _refs(subscripted(t))}
     elif (  # parts.append(torch.arange(n))
         isinstance(stmt, ast.Expr)
         and isinstance(stmt.value, ast.Call)
@@ -479,14 +479,6 @@ def _moved_later(call: ast.Call, ctx: Context) -> bool:
     scope = ctx.function_scope()
     own_body = getattr(scope.node, "body", None) if scope is not None else None
     return _moved_after(ctx.stmt_path, names, own_body)
-
-
-def _stored_in(target: ast.expr) -> ast.expr:
-    """What an assignment target stores into: ``buf`` of ``buf[i, :n]`` (not the names of
-    its index, ``i``, ``n``)."""
-    while isinstance(target, ast.Subscript):
-        target = target.value
-    return target
 
 
 def _moved_after(

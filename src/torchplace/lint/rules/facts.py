@@ -11,11 +11,13 @@ import re
 from collections.abc import Callable, Iterable
 
 from torchplace.lint.base import Context, Scope, call_name, keyword, names_in
-from torchplace.lint.nodes import walk, walk_body
+from torchplace.lint.nodes import kept, walk, walk_body
+from torchplace.lint.provenance import file_facts
 from torchplace.lint.provenance.loops import (
     below_restarted_mark,
     branch_trains,
     counter_names,
+    guard_test,
     rare_test,
     remainder_nonzero,
     restarts_mark,
@@ -373,15 +375,16 @@ def cpu_only_script_class(cls: Scope, ctx: Context) -> bool:
     unless that block is the program itself, parsing a command line or training the model
     (``parser.parse_args()``, ``loss.backward()``, ``optimizer.step(closure)``: the PyTorch
     examples' ``time_sequence_prediction/train.py``), which runs on the CPU all the same."""
-    root = ctx.scope.root()
-    cached: frozenset[str] | None = root.cache.get("cpu-only-builds")
-    if cached is None:
-        module = root.node
-        cached = frozenset()
-        if isinstance(module, ast.Module) and DEVICE_WORDS.search(ctx.source) is None:
-            cached = _built_classes(module)
-        root.cache["cpu-only-builds"] = cached
-    return cls.name in cached
+    built = kept(
+        "cpu-only-builds",
+        ctx.scope.root().node,
+        lambda module: (
+            _built_classes(module)
+            if isinstance(module, ast.Module) and DEVICE_WORDS.search(ctx.source) is None
+            else frozenset()
+        ),
+    )
+    return cls.name in built
 
 
 def _built_classes(module: ast.Module) -> frozenset[str]:
@@ -743,14 +746,9 @@ def _after_rare_guard(parent: ast.AST, child: ast.AST | None, ctx: Context) -> b
             continue
         index = block.index(child)
         for at, guard in enumerate(block[:index]):
-            if not (
-                isinstance(guard, ast.If)
-                and not guard.orelse
-                and len(guard.body) == 1
-                and isinstance(guard.body[0], (ast.Return, ast.Continue))
-            ):
+            test = guard_test(guard)
+            if test is None:
                 continue
-            test = guard.test
             if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
                 rare = _rare_test(test.operand, ctx)
             else:
@@ -883,21 +881,25 @@ def _unset_name(test: ast.expr, ctx: Context) -> str | None:
 
 def _not_none_helper(name: str, ctx: Context) -> bool:
     """``def exists(val): return val is not None``, a function of the file."""
-    module = ctx.scope.root().node
-    for item in getattr(module, "body", []):
-        if isinstance(item, ast.FunctionDef) and item.name == name and len(item.body) == 1:
-            ret = item.body[0]
-            params = [a.arg for a in item.args.args]
-            return (
-                isinstance(ret, ast.Return)
-                and isinstance(ret.value, ast.Compare)
-                and len(params) == 1
-                and isinstance(ret.value.left, ast.Name)
-                and ret.value.left.id == params[0]
-                and isinstance(ret.value.ops[0], ast.IsNot)
-                and _is_none(ret.value.comparators[0])
-            )
-    return False
+    facts = file_facts(ctx)
+    return any(
+        facts.parent.get(id(item)) is facts.tree and _returns_not_none(item)
+        for item in facts.defs.get(name, [])
+    )
+
+
+def _returns_not_none(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    params = [a.arg for a in function.args.args]
+    ret = function.body[0] if len(function.body) == 1 else None
+    return (
+        len(params) == 1
+        and isinstance(ret, ast.Return)
+        and isinstance(ret.value, ast.Compare)
+        and isinstance(ret.value.left, ast.Name)
+        and ret.value.left.id == params[0]
+        and isinstance(ret.value.ops[0], ast.IsNot)
+        and _is_none(ret.value.comparators[0])
+    )
 
 
 def _throttled(branch: ast.If, child: ast.AST | None) -> bool:

@@ -17,6 +17,7 @@ from torchplace.lint.base import (
 )
 from torchplace.lint.nodes import own_nodes, walk
 from torchplace.lint.provenance import file_facts, scope_node
+from torchplace.lint.provenance.flow import encodes_text
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import FACTORIES, in_periodic_branch, is_device_bound_loop
 
@@ -182,10 +183,7 @@ def _allocates_pageable(call: ast.Call, qualname: str | None, ctx: Context) -> b
         return False
     if qualname in FACTORIES or qualname == "torch.from_numpy":
         return True
-    if any(
-        kw.arg == "return_tensors" and isinstance(kw.value, ast.Constant) and kw.value.value == "pt"
-        for kw in call.keywords
-    ):
+    if encodes_text(call):
         return True  # `tokenizer(texts, return_tensors="pt")`: built on the host, never pinned
     if qualname not in _JOINS or not call.args:
         return False

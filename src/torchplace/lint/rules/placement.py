@@ -16,7 +16,7 @@ from torchplace.lint.base import (
     keyword,
 )
 from torchplace.lint.finding import Edit, Fix
-from torchplace.lint.nodes import own_nodes, walk
+from torchplace.lint.nodes import kept, own_nodes, self_attribute, walk
 from torchplace.lint.resolver import dotted_name, is_autograd_function
 from torchplace.lint.rules.factories import FACTORY, check_factory
 from torchplace.lint.rules.facts import (
@@ -106,13 +106,8 @@ def _tensor_attribute(receiver: ast.expr, ctx: Context) -> str | None:
     ``self.probs.to(device)`` as a statement moves nothing (a module attribute would move in
     place: those are bound to modules)."""
     scope = ctx.function_scope()
-    if not (
-        isinstance(receiver, ast.Attribute)
-        and isinstance(receiver.value, ast.Name)
-        and receiver.value.id == "self"
-        and scope is not None
-        and scope.cls is not None
-    ):
+    attr = self_attribute(receiver)
+    if attr is None or scope is None or scope.cls is None:
         return None
     values = [
         sub.value
@@ -120,10 +115,7 @@ def _tensor_attribute(receiver: ast.expr, ctx: Context) -> str | None:
         if isinstance(sub, (ast.Assign, ast.AnnAssign))
         and sub.value is not None
         and any(
-            isinstance(t, ast.Attribute)
-            and isinstance(t.value, ast.Name)
-            and t.value.id == "self"
-            and t.attr == receiver.attr
+            self_attribute(t) == attr
             for t in (sub.targets if isinstance(sub, ast.Assign) else [sub.target])
         )
     ]
@@ -991,16 +983,17 @@ def _command_line(func: ast.FunctionDef | ast.AsyncFunctionDef, name: str, ctx: 
         )
     if any((dotted_name(d) or "").endswith(".command") for d in decorators):
         return True  # typer's `@app.command()`
-    root = ctx.scope.root()
-    handed: frozenset[str] | None = root.cache.get("cli-runs")
-    if handed is None:
-        handed = root.cache["cli-runs"] = frozenset(
+    handed = kept(
+        "cli-runs",
+        ctx.scope.root().node,
+        lambda module: frozenset(
             a.id
-            for sub in walk(root.node)
+            for sub in walk(module)
             if isinstance(sub, ast.Call) and (ctx.call_qualname(sub) or "") in _CLI_RUNNERS
             for a in sub.args
             if isinstance(a, ast.Name)
-        )
+        ),
+    )
     return func.name in handed
 
 
@@ -1159,13 +1152,11 @@ def _stored(func: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> set[str]
     if func.name != "__init__":
         return set()
     return {
-        target.attr
+        attr
         for sub in walk(func)
         if isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Name) and sub.value.id == name
         for target in sub.targets
-        if isinstance(target, ast.Attribute)
-        and isinstance(target.value, ast.Name)
-        and target.value.id == "self"
+        if (attr := self_attribute(target)) is not None
     }
 
 
@@ -1194,7 +1185,7 @@ def _bound_cuda(node: ast.Assign, ctx: Context) -> None:
     """``device = "cuda"`` in multi-rank code (StyleGAN2's ``train.py`` under ``if __name__
     == "__main__":``), the name's only binding in its scope, which then places tensors
     (``Generator(...).to(device)``): every such placement is a bare ``"cuda"``."""
-    if len(node.targets) == 1 and _self_attribute(node.targets[0]) is not None:
+    if len(node.targets) == 1 and self_attribute(node.targets[0]) is not None:
         _bound_attribute_cuda(node, ctx)
         return
     if len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
@@ -1226,18 +1217,12 @@ def _bound_cuda(node: ast.Assign, ctx: Context) -> None:
         )
 
 
-def _self_attribute(node: ast.expr) -> str | None:
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-        return node.attr if node.value.id == "self" else None
-    return None
-
-
 def _bound_attribute_cuda(node: ast.Assign, ctx: Context) -> None:
     """``self.device = "cuda"`` in a class that holds a model, the attribute's only binding in
     the class, which then places (``UNet.from_pretrained(...).to(self.device)``): each such
     placement is a bare ``"cuda"`` in a model holder, as ``.to("cuda")`` there is."""
-    attr = _self_attribute(node.targets[0])
-    if attr is None or _device_literal(node.value) != "cuda" or _cpu_alternative_bound(ctx):
+    attr = self_attribute(node.targets[0])
+    if attr is None or _device_literal(node.value) != "cuda" or _under_branch(ctx):
         return
     holder = _model_holder(ctx)
     scope = ctx.function_scope()
@@ -1249,19 +1234,19 @@ def _bound_attribute_cuda(node: ast.Assign, ctx: Context) -> None:
         for sub in walk(cls)
         if isinstance(sub, (ast.Assign, ast.AnnAssign, ast.AugAssign))
         for target in (sub.targets if isinstance(sub, ast.Assign) else [sub.target])
-        if _self_attribute(target) == attr
+        if self_attribute(target) == attr
     ]
     if len(bindings) != 1:
         return
     places = False
     for sub in walk(cls):
         if isinstance(sub, ast.Compare) and any(
-            _self_attribute(side) == attr for side in (sub.left, *sub.comparators)
+            self_attribute(side) == attr for side in (sub.left, *sub.comparators)
         ):
             return  # `if self.device == "cuda":` names a backend
         if isinstance(sub, ast.Call):
             target = device_argument(sub, ctx)
-            places = places or (target is not None and _self_attribute(target) == attr)
+            places = places or (target is not None and self_attribute(target) == attr)
     if places:
         ctx.report(
             BARE_CUDA.code,
@@ -1272,9 +1257,10 @@ def _bound_attribute_cuda(node: ast.Assign, ctx: Context) -> None:
         )
 
 
-def _cpu_alternative_bound(ctx: Context) -> bool:
-    """The binding sits in a branch whose other arm names the CPU (``if cuda: self.device =
-    "cuda"`` ... ``else: self.device = "cpu"``), or in an ``except``: a fallback."""
+def _under_branch(ctx: Context) -> bool:
+    """Inside an ``if``, a conditional expression or a ``try``: the binding may be one arm of a
+    choice (``if cuda: self.device = "cuda"`` ... ``else: self.device = "cpu"``) or a
+    fallback, not the class's one device."""
     return any(isinstance(p, (ast.If, ast.IfExp, ast.ExceptHandler, ast.Try)) for p in ctx.parents)
 
 

@@ -6,7 +6,14 @@ from __future__ import annotations
 import ast
 
 from torchplace.lint.base import Context, Family, Rule, Scope, call_name
-from torchplace.lint.nodes import isinstance_test, own_nodes, store_targets, walk
+from torchplace.lint.nodes import (
+    isinstance_test,
+    own_nodes,
+    self_attribute,
+    store_targets,
+    subscripted,
+    walk,
+)
 from torchplace.lint.provenance.loops import counter_names
 from torchplace.lint.rules.factories import _empty_shape, _number_annotation
 from torchplace.lint.rules.facts import (
@@ -31,16 +38,6 @@ PLAIN_CONTAINER = Rule(
 
 _CONTAINERS = (ast.List, ast.Tuple, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)
 _PARAMETERS = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
-
-
-def _self_attr(node: ast.AST) -> str | None:
-    if (
-        isinstance(node, ast.Attribute)
-        and isinstance(node.value, ast.Name)
-        and node.value.id == "self"
-    ):
-        return node.attr
-    return None
 
 
 def _held(node: ast.expr, ctx: Context, scope: Scope) -> str | None:
@@ -135,7 +132,7 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
     if in_test(ctx):
         return  # a test's stand-in module runs where the test puts it, never moved or saved
     target = node.targets[0]
-    attr = _self_attr(target)
+    attr = self_attribute(target)
     value = node.value
     plain: set[str] = method.cls.cache.setdefault("plain-containers", set())
     if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple):
@@ -144,7 +141,7 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
             plain.update(
                 name
                 for element, part in zip(target.elts, value.elts, strict=True)
-                if (name := _self_attr(element)) is not None and _empty_container(part)
+                if (name := self_attribute(element)) is not None and _empty_container(part)
             )
         return
     if attr is not None:
@@ -173,7 +170,7 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
         return
     # self.cache[key] = torch.zeros(...)
     if isinstance(target, ast.Subscript):
-        attr = _self_attr(target.value)
+        attr = self_attribute(target.value)
         if attr in plain:
             held = _held(value, ctx, method)
             if held is not None:
@@ -200,9 +197,9 @@ def _scratch_placeholders(value: ast.expr, ctx: Context, method: Scope, attr: st
             continue
         reads = rebinds = False
         for sub in walk(item):
-            if isinstance(sub, ast.Attribute) and _self_attr(sub) == attr:
+            if isinstance(sub, ast.Attribute) and self_attribute(sub) == attr:
                 reads = reads or isinstance(sub.ctx, ast.Load)
-            if isinstance(sub, ast.Assign) and any(_self_attr(t) == attr for t in sub.targets):
+            if isinstance(sub, ast.Assign) and any(self_attribute(t) == attr for t in sub.targets):
                 rebinds = True
         if reads and not rebinds:
             return False
@@ -231,18 +228,19 @@ def _filled_placeholder(value: ast.expr, ctx: Context, method: Scope, attr: str)
         if item is method.node:
             continue
         if item.name in called:
-            if any(_self_attr(t) == attr for sub in walk(item) for t in store_targets(sub)):
+            if any(self_attribute(t) == attr for sub in walk(item) for t in store_targets(sub)):
                 return False  # rebuilt by the class's own code: a cache kept across calls
             continue
         for sub in walk(item):
             if isinstance(sub, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
                 targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
-                if not any(_self_attr(t) == attr for t in targets):
+                if not any(self_attribute(t) == attr for t in targets):
                     continue
                 if isinstance(sub, ast.AugAssign) or sub.value is None:
                     return False
                 if any(
-                    isinstance(n, ast.Attribute) and _self_attr(n) == attr for n in walk(sub.value)
+                    isinstance(n, ast.Attribute) and self_attribute(n) == attr
+                    for n in walk(sub.value)
                 ):
                     return False  # grown from itself: a cache kept across calls
                 filled = True
@@ -289,7 +287,7 @@ def _scalar_lookup(value: ast.expr, ctx: Context, method: Scope, attr: str) -> b
         } | {name for sub in walk(item) if isinstance(sub, ast.For) for name in counter_names(sub)}
         subscripted: set[int] = set()
         for sub in walk(item):
-            if isinstance(sub, ast.Subscript) and _self_attr(sub.value) == attr:
+            if isinstance(sub, ast.Subscript) and self_attribute(sub.value) == attr:
                 index = sub.slice
                 if isinstance(sub.ctx, ast.Load) and (
                     (isinstance(index, ast.Name) and index.id in ints)
@@ -302,7 +300,7 @@ def _scalar_lookup(value: ast.expr, ctx: Context, method: Scope, attr: str) -> b
         for sub in walk(item):
             if (
                 isinstance(sub, ast.Attribute)
-                and _self_attr(sub) == attr
+                and self_attribute(sub) == attr
                 and id(sub) not in subscripted
             ):
                 return False  # read whole, or rebound: not only a lookup of elements
@@ -338,7 +336,7 @@ def _expr(node: ast.Expr, ctx: Context) -> None:
     func = call.func
     if not isinstance(func, ast.Attribute) or func.attr not in {"append", "insert", "extend"}:
         return
-    attr = _self_attr(func.value)
+    attr = self_attribute(func.value)
     if attr is None or not call.args:
         return
     method = ctx.method_of_module()
@@ -500,10 +498,12 @@ def _made_host_later(function: ast.AST, attr: str, line: int) -> bool:
     for stmt in getattr(function, "body", []):
         if stmt.lineno <= line or not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
             continue
-        if _self_attr(stmt.targets[0]) != attr:
+        if self_attribute(stmt.targets[0]) != attr:
             continue
         value = stmt.value
-        if not (isinstance(value, ast.Call) and any(_self_attr(n) == attr for n in walk(value))):
+        if not (
+            isinstance(value, ast.Call) and any(self_attribute(n) == attr for n in walk(value))
+        ):
             return False
         if isinstance(value.func, ast.Attribute) and value.func.attr in _HOST_METHODS:
             return True
@@ -546,7 +546,9 @@ def _sets_up_forward(method: Scope, attr: str, ctx: Context) -> bool:
         return False  # rebuilt by the forward pass of the module that holds this one
     methods = _methods(cls)
     return any(
-        isinstance(sub, ast.Attribute) and _self_attr(sub) == attr and isinstance(sub.ctx, ast.Load)
+        isinstance(sub, ast.Attribute)
+        and self_attribute(sub) == attr
+        and isinstance(sub.ctx, ast.Load)
         for name in forward
         for sub in walk(methods[name])
     )
@@ -595,7 +597,7 @@ def _held_module_calls(function: ast.FunctionDef) -> set[str]:
         for sub in own_nodes(function)
         if isinstance(sub, ast.Call)
         and isinstance(sub.func, ast.Attribute)
-        and _self_attr(sub.func.value) is not None
+        and self_attribute(sub.func.value) is not None
     }
 
 
@@ -881,7 +883,7 @@ def _bound_before(function: ast.AST, name: str, line: int) -> ast.expr | str | N
             for target in sub.targets:
                 if isinstance(target, ast.Name) and target.id == name:
                     last = (sub_line, sub.value)
-                elif _stores_into(target, name):
+                elif isinstance(base := subscripted(target), ast.Name) and base.id == name:
                     continue  # `mask[i, j] = 0`: an element written, the tensor kept
                 elif name in {n.id for n in walk(target) if isinstance(n, ast.Name)}:
                     last = (sub_line, None)
@@ -904,13 +906,6 @@ def _bound_before(function: ast.AST, name: str, line: int) -> ast.expr | str | N
     ):
         return "parameter"
     return None
-
-
-def _stores_into(target: ast.expr, name: str) -> bool:
-    """``name[...] = v`` (also ``name[i][j] = v``): elements of the value written in place."""
-    while isinstance(target, ast.Subscript):
-        target = target.value
-    return isinstance(target, ast.Name) and target.id == name
 
 
 def _tensor_parameter(function: ast.AST, name: str, ctx: Context) -> bool:
@@ -1039,7 +1034,7 @@ def _placed_cache(cls: Scope, attr: str, builder: str) -> bool:
     methods read, placing every element they read (``self.grid[i].to(x[i].device)``)."""
     assert isinstance(cls.node, ast.ClassDef)
     read = any(
-        isinstance(sub, ast.Attribute) and _self_attr(sub) == attr
+        isinstance(sub, ast.Attribute) and self_attribute(sub) == attr
         for item in cls.node.body
         if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
         and item.name not in {"__init__", builder}
@@ -1068,7 +1063,7 @@ def _moved_where_used(
     constant = not any(
         isinstance(sub, (ast.Assign, ast.AugAssign, ast.AnnAssign))
         and any(
-            _self_attr(t) == attr
+            self_attribute(t) == attr
             for t in (sub.targets if isinstance(sub, ast.Assign) else [sub.target])
         )
         for item in methods
@@ -1123,7 +1118,7 @@ def _moved_where_used(
         for sub in walk(item):
             if (
                 isinstance(sub, ast.Attribute)
-                and _self_attr(sub) == attr
+                and self_attribute(sub) == attr
                 and isinstance(sub.ctx, ast.Load)
                 and id(sub) not in placed
                 and sub.lineno < placed_from
@@ -1140,7 +1135,7 @@ def _placing_line(item: ast.AST, attr: str) -> float:
             sub.lineno
             for sub in walk(item)
             if isinstance(sub, ast.Assign)
-            and any(_self_attr(t) == attr for t in sub.targets)
+            and any(self_attribute(t) == attr for t in sub.targets)
             and any(_places_attr(n, attr) for n in walk(sub.value))
         ),
         default=float("inf"),
@@ -1199,10 +1194,10 @@ def _placed_through_alias(item: ast.AST, attr: str, placed: set[int]) -> set[int
             n
             for n in walk(sub.value)
             if isinstance(n, ast.Attribute)
-            and _self_attr(n) == attr
+            and self_attribute(n) == attr
             and isinstance(n.ctx, ast.Load)
         ]
-        if not reads or _self_attr(_chain_base(sub.value)) != attr:
+        if not reads or self_attribute(_chain_base(sub.value)) != attr:
             continue  # `Gamma(self.alpha, self.beta).sample(n)`: computed where it lives
         name = sub.targets[0].id
         first = _next_use(item, name, sub.end_lineno or sub.lineno)
@@ -1253,11 +1248,11 @@ def _none_branch(node: ast.IfExp, attr: str) -> ast.expr | None:
         and isinstance(test.ops[0], (ast.Is, ast.IsNot))
         and isinstance(test.comparators[0], ast.Constant)
         and test.comparators[0].value is None
-        and _self_attr(test.left) == attr
+        and self_attribute(test.left) == attr
     ):
         return None
     branch = node.body if isinstance(test.ops[0], ast.Is) else node.orelse
-    return branch if _self_attr(branch) == attr else None
+    return branch if self_attribute(branch) == attr else None
 
 
 # What a tensor answers about itself without its data: open_lm's rotary embedding asserts on
@@ -1286,7 +1281,7 @@ def _places_attr(node: ast.AST, attr: str) -> bool:
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
         and node.func.attr in {"to", "cuda", "type_as"}
-        and any(_self_attr(n) == attr for n in walk(node.func.value))
+        and any(self_attribute(n) == attr for n in walk(node.func.value))
     )
 
 
@@ -1332,7 +1327,7 @@ def _registered_by_name(cls: Scope) -> set[str]:
             for arg in sub.args:
                 if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
                     found.add(arg.value)
-                found |= {_self_attr(n) or "" for n in walk(arg)} - {""}
+                found |= {self_attribute(n) or "" for n in walk(arg)} - {""}
     return found
 
 
@@ -1365,19 +1360,19 @@ def _registered_later(cls: Scope, ctx: Context) -> set[str]:
     for sub in walk(cls.node):
         if isinstance(sub, ast.Call) and _is_register(sub):
             for arg in sub.args[1:]:
-                attr = _self_attr(arg.value) if isinstance(arg, ast.Subscript) else None
+                attr = self_attribute(arg.value) if isinstance(arg, ast.Subscript) else None
                 if attr is not None:
                     found.add(attr)
         if isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Call):
-            held = {_self_attr(n) for arg in sub.value.args for n in walk(arg)} - {None}
+            held = {self_attribute(n) for arg in sub.value.args for n in walk(arg)} - {None}
             for target in sub.targets:
-                attr = _self_attr(target)
+                attr = self_attribute(target)
                 if attr is not None and attr in held and id(sub) not in branched:
                     found.add(attr)
                 elif attr is not None and _module_container(sub.value, ctx):
                     found.update(a for a in held if a is not None)
         elif isinstance(sub, (ast.For, ast.AsyncFor)):
-            iterated = {_self_attr(n) for n in walk(sub.iter)} - {None}
+            iterated = {self_attribute(n) for n in walk(sub.iter)} - {None}
             if iterated and any(_is_register(n) for stmt in sub.body for n in walk(stmt)):
                 found.update(a for a in iterated if a is not None)
     cls.cache["registered-later"] = found

@@ -30,6 +30,7 @@ from torchplace.lint.nodes import (
     own_nodes,
     statements,
     store_targets,
+    subscripted,
     subtree,
     walk,
     walk_body,
@@ -556,7 +557,7 @@ def _table_lookup(node: ast.Subscript, ctx: Context) -> None:
         and _TABLES.search(name.rsplit(".", 1)[-1]) is not None
         and isinstance(index, (ast.Name, ast.Subscript))
     ):
-        _check(index, index, "an index into the Python table `" + name + "`", ctx, explicit=False)
+        _check(index, index, f"an index into the Python table `{name}`", ctx, explicit=False)
 
 
 def _subscript(node: ast.Subscript, ctx: Context) -> None:
@@ -861,6 +862,14 @@ def _accumulates_tensors(name: ast.Name, ctx: Context) -> bool:
     if scope is None:
         return False
     values = ctx.scope_bindings(scope).get(name.id) or []
+    if not (
+        None in values  # its `+=` steps (or a loop target: those make no step below)
+        and all(
+            v is None or (isinstance(v, ast.Constant) and isinstance(v.value, (int, float)))
+            for v in values
+        )
+    ):
+        return False  # most names: no walk of the function
     steps = [
         sub.value
         for sub in walk(scope.node)
@@ -871,10 +880,6 @@ def _accumulates_tensors(name: ast.Name, ctx: Context) -> bool:
     return (
         bool(steps)
         and len(steps) < len(values)  # bound once plainly, else grown in steps
-        and all(
-            v is None or (isinstance(v, ast.Constant) and isinstance(v.value, (int, float)))
-            for v in values
-        )
         and all(isinstance(v, (ast.Call, ast.Subscript)) and _tensor_operand(v, ctx) for v in steps)
     )
 
@@ -1647,21 +1652,18 @@ def _summed_on_host(stmt: ast.stmt, value: ast.AST, ctx: Context) -> bool:
                     tainted |= _stored_names(target)
     if any(_collector(sub, tainted) for sub in body):
         return False  # `outs.append(h)`: gathered for after the loop
-    facts = file_facts(ctx)
-    scope = scope_node(ctx)
     for sub in body:
         if (
             isinstance(sub, ast.AugAssign)
             and isinstance(sub.op, ast.Add)
             and _mentions(sub.value, tainted)
         ):
-            target = sub.target
-            while isinstance(target, ast.Subscript):
-                target = target.value
-            if not isinstance(target, ast.Name) or target.id in tainted:
-                continue
-            fact = facts.fact(target, scope)
-            if fact is not None and fact.where == "host" and _host_array(target.id, ctx):
+            target = subscripted(sub.target)
+            if (
+                isinstance(target, ast.Name)
+                and target.id not in tainted
+                and _host_array(target.id, ctx)
+            ):
                 return True
     return False
 
