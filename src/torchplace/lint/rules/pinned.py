@@ -16,6 +16,7 @@ from torchplace.lint.base import (
     names_in,
 )
 from torchplace.lint.nodes import own_nodes, walk
+from torchplace.lint.project import pins_anywhere
 from torchplace.lint.provenance import file_facts, scope_node
 from torchplace.lint.provenance.flow import encodes_text
 from torchplace.lint.resolver import dotted_name
@@ -83,6 +84,8 @@ def _call(call: ast.Call, ctx: Context) -> None:
         if root is None:
             return
         source = _unpinned_source(root, ctx, scope, call.lineno)
+    if source is None and not (func.attr == "to" and _converts_only(call)):
+        source = _unpinned_project(source_node, ctx)
     if source is not None:
         ctx.report(
             PAGEABLE_NON_BLOCKING.code,
@@ -90,6 +93,27 @@ def _call(call: ast.Call, ctx: Context) -> None:
             f"`{flag.arg}=True` from pageable memory ({source}): the copy cannot overlap "
             "and runs synchronously; pin the source (`pin_memory=True`) or drop the flag",
         )
+
+
+def _converts_only(call: ast.Call) -> bool:
+    """``x.to(torch.float16, non_blocking=True)``: a dtype given, no device or tensor."""
+    if keyword(call, "device") is not None or len(call.args) > 1:
+        return False
+    if not call.args:
+        return True
+    return _dtype_of(call.args[0]) is not None
+
+
+def _unpinned_project(node: ast.expr, ctx: Context) -> str | None:
+    """Why ``node``, whose origin the file does not show, is pageable: nothing in its project
+    pins host memory (:mod:`torchplace.lint.project`), and it is not known to be on the
+    device already (a copy between devices needs no pinning)."""
+    if pins_anywhere(ctx.path) is not False:
+        return None
+    fact = file_facts(ctx).fact(node, scope_node(ctx))
+    if fact is not None and fact.on_device:
+        return None
+    return "nothing in this project pins host memory: no `pin_memory=True` or `.pin_memory()`"
 
 
 def _pinned_per_step(ctx: Context) -> str | None:
@@ -408,7 +432,14 @@ def _pageable_helper(call: ast.Call, ctx: Context, scope: Scope) -> str | None:
     """The name of the helper ``call`` runs, when it is a method of the enclosing class
     (``self._make_causal_mask(n, m)``) or a module-level function of the file whose every
     ``return`` hands back a host tensor it builds itself, in pageable memory: a factory
-    without ``device=``/``pin_memory=``, or reshapes, comparisons and arithmetic of such."""
+    without ``device=``/``pin_memory=``, or reshapes, comparisons and arithmetic of such;
+    also under such methods applied to its result (``image_to_tensor(img).unsqueeze_(0)``)."""
+    while (
+        isinstance(call.func, ast.Attribute)
+        and call.func.attr in _PAGEABLE_METHODS | _HOST_OPS
+        and isinstance(call.func.value, ast.Call)
+    ):
+        call = call.func.value
     func = call.func
     body: list[ast.stmt] = []
     if (
@@ -446,6 +477,9 @@ def _pageable_helper(call: ast.Call, ctx: Context, scope: Scope) -> str | None:
         elif isinstance(sub, (ast.AugAssign, ast.AnnAssign)):
             for var in names_in(sub.target):
                 bound.setdefault(var, []).append(ast.Constant(None))
+    for arg in (*helper.args.posonlyargs, *helper.args.args, *helper.args.kwonlyargs):
+        if arg.arg in bound:  # `x = x.float()` of what the caller hands: not built here
+            bound[arg.arg].append(ast.Constant(None))
     sizes = {
         arg.id
         for sub in own_nodes(helper)
@@ -469,17 +503,20 @@ def _host_built(
     sizes: set[str],
     ctx: Context,
     depth: int,
+    seen: frozenset[str] = frozenset(),
 ) -> bool:
     """``node`` is certainly a fresh pageable host tensor in the helper whose bindings are
-    ``bound``: every tensor it is computed from is a factory result of that helper."""
+    ``bound``: every tensor it is computed from is a factory result of that helper (a name
+    rebound from itself, ``t = t.half()``, through each of its bindings)."""
     if depth > 6:
         return False
     if isinstance(node, ast.Name):
+        if node.id in seen:
+            return True  # `t = t.mul(2)`: what `t` held before is its other bindings
         values = bound.get(node.id)
-        return (
-            values is not None
-            and len(values) == 1
-            and _host_built(values[0], bound, sizes, ctx, depth + 1)
+        return bool(values) and all(
+            _host_built(value, bound, sizes, ctx, depth + 1, seen | {node.id})
+            for value in values or ()
         )
     if isinstance(node, ast.Compare):
         parts = [node.left, *node.comparators]
@@ -490,7 +527,7 @@ def _host_built(
     elif isinstance(node, ast.Call):
         func = node.func
         if isinstance(func, ast.Attribute) and func.attr in _PAGEABLE_METHODS | _HOST_OPS:
-            return _host_built(func.value, bound, sizes, ctx, depth + 1)
+            return _host_built(func.value, bound, sizes, ctx, depth + 1, seen)
         qualname = ctx.call_qualname(node)
         if qualname not in FACTORIES and qualname != "torch.from_numpy":
             return False
@@ -502,7 +539,7 @@ def _host_built(
         return False
     tensors = [part for part in parts if not _host_number(part, sizes)]
     return bool(tensors) and all(
-        _host_built(part, bound, sizes, ctx, depth + 1) for part in tensors
+        _host_built(part, bound, sizes, ctx, depth + 1, seen) for part in tensors
     )
 
 
@@ -526,7 +563,11 @@ def _host_number(node: ast.expr, sizes: set[str]) -> bool:
 _COPIES = frozenset({"torch.tensor", "torch.as_tensor", "torch.Tensor"})
 
 # Tensor methods that hand back a new tensor where their receiver lives.
-_HOST_OPS = frozenset({"tril", "triu", "masked_fill", "fill_", "repeat", "repeat_interleave"})
+_HOST_OPS = frozenset(
+    {"tril", "triu", "masked_fill", "fill_", "repeat", "repeat_interleave", "clamp", "clip"}
+    | {"add", "sub", "mul", "div", "neg", "abs", "pow", "sqrt", "exp", "log"}
+    | {"unsqueeze_", "squeeze_", "t_", "transpose_", "clamp_", "add_", "sub_", "mul_", "div_"}
+)
 
 
 # Methods whose result is a new host tensor (or a view of one) in pageable memory.

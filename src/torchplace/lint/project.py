@@ -1,0 +1,108 @@
+"""What a linted file's project shows as a whole: whether any of its files pins host memory.
+
+A ``non_blocking=True`` copy to the device overlaps only when its source is page-locked. When
+no file of the project pins anything (no ``pin_memory=True`` loader or factory, no
+``.pin_memory()``, no setting that could turn pinning on), every host tensor it copies is
+pageable, wherever the copy's source was built. That is only trusted where the project shows
+where its batches come from: a data loader built by its top-level scripts or in the top-level
+folder of the file. The project is the folder above the file that holds ``.git``,
+``pyproject.toml``, ``setup.py`` or ``setup.cfg`` (an installed package's own folder); a file
+outside any such folder, or a project too large to read quickly, gives no answer.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from functools import lru_cache
+
+__all__ = ["pins_anywhere", "project_root"]
+
+_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
+_SUFFIXES = (".py", ".pyi", ".ipynb", ".yaml", ".yml", ".toml", ".cfg", ".ini")
+_INSTALLED = frozenset({"site-packages", "dist-packages"})
+_SKIPPED = _INSTALLED | {"node_modules", "__pycache__", "venv", "env"}
+_MAX_FILES = 5_000
+_MAX_BYTES = 64 << 20
+_MAX_LEVELS = 12
+
+# Evidence that something may be pinned: `.pin_memory()`, a pinning setting given anything but
+# False/None/0 (`pin_memory=True`, `pin_memory=args.pin_mem`, `"pin_memory": true`,
+# `pin_memory: ${train.pin}`), CUDA's own registration, a check that expects pinned memory,
+# and loaders that pin by themselves (Hugging Face's Trainer by default, FFCV, DALI).
+_PINS = re.compile(
+    rb"^[^#\n]*(?:\.pin_memory\s*\("
+    rb"|pin_mem\w*[\"']?\s*(?:=(?!=)|:)\s*(?!(?:False|None|0)\b)[^\s,)]"
+    rb"|cudaHostRegister|cudaHostAlloc|is_pinned\s*\(|TrainingArguments\b|\bffcv\b|nvidia\.dali)",
+    re.MULTILINE | re.IGNORECASE,
+)
+# A data loader built: the project's batches come from code it shows.
+_LOADS = re.compile(rb"^[^#\n]*\b(?:DataLoader|WebLoader|DataLoader2)\s*\(", re.MULTILINE)
+
+
+@lru_cache(maxsize=4096)
+def project_root(directory: str) -> str | None:
+    """The nearest folder at or above ``directory`` that marks a project, or None; for an
+    installed package, its own folder under ``site-packages``."""
+    for _ in range(_MAX_LEVELS):
+        parent = os.path.dirname(directory)
+        if os.path.basename(parent) in _INSTALLED:
+            return directory
+        if any(os.path.exists(os.path.join(directory, marker)) for marker in _MARKERS):
+            return directory
+        if parent == directory:
+            return None
+        directory = parent
+    return None
+
+
+def pins_anywhere(path: str) -> bool | None:
+    """Whether some file of ``path``'s project may pin host memory: True at the first sign of
+    it; False when its files were all read, none pins, and the project's top-level scripts or
+    the top-level folder that holds ``path`` build a data loader (the batches it copies come
+    from code the project shows); None otherwise: no project, no loader in sight, or a project
+    too large to read (more than 5,000 files or 64 MiB of them)."""
+    path = os.path.abspath(path)
+    if not os.path.isfile(path):
+        return None  # a source handed in (stdin, an editor's buffer): no project to read
+    root = project_root(os.path.dirname(path))
+    if root is None:
+        return None
+    found = _scan(root)
+    if found is None or isinstance(found, bool):
+        return found
+    return False if {"", _area(os.path.relpath(path, root))} & found else None
+
+
+def _area(relative: str) -> str:
+    """The top-level folder a file of the project is in (``src/<package>`` in the src
+    layout), or ``""`` for the project's own top-level files."""
+    parts = relative.replace(os.sep, "/").split("/")[:-1]
+    return "/".join(parts[:2] if parts[:1] == ["src"] else parts[:1])
+
+
+@lru_cache(maxsize=64)
+def _scan(root: str) -> bool | frozenset[str] | None:
+    """True when a file of ``root`` may pin; else the areas whose files build a loader."""
+    files = budget = 0
+    loads: set[str] = set()
+    for directory, subdirs, names in os.walk(root):
+        subdirs[:] = [d for d in subdirs if not d.startswith(".") and d not in _SKIPPED]
+        for name in names:
+            if not name.endswith(_SUFFIXES):
+                continue
+            files += 1
+            full = os.path.join(directory, name)
+            try:
+                with open(full, "rb") as handle:
+                    raw = handle.read(_MAX_BYTES - budget + 1)
+            except OSError:
+                continue
+            budget += len(raw)
+            if files > _MAX_FILES or budget > _MAX_BYTES:
+                return None
+            if _PINS.search(raw):
+                return True
+            if _LOADS.search(raw):
+                loads.add(_area(os.path.relpath(full, root)))
+    return frozenset(loads)

@@ -1,0 +1,87 @@
+"""Round 63: a non-blocking copy of a source the file cannot trace, in a project that pins
+nothing and builds its loaders in sight (:mod:`torchplace.lint.project`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from torchplace.lint import project as project_module
+
+from .helpers import lines as _lines
+from .helpers import project as _project
+
+TRAIN = """\
+from torch.utils.data import DataLoader
+from utils import to_gpu
+
+def main(ds, model):
+    loader = DataLoader(ds, batch_size=8, num_workers=2{pin})
+    for batch in loader:
+        model(to_gpu(batch))
+"""
+UTILS = """\
+import torch
+
+def to_gpu(x):
+    x = x.contiguous()
+    return x.cuda(non_blocking=True)
+
+def to_half(x):
+    return x.to(torch.float16, non_blocking=True)
+
+def between(model, x):
+    y = model.cuda()(x.cuda())
+    return y.to("cuda:1", non_blocking=True)
+"""
+
+
+def lint(root: Path, pin: str, extra: dict[str, str] | None = None) -> list[tuple[str, int]]:
+    project_module._scan.cache_clear()
+    project_module.project_root.cache_clear()
+    files = {"setup.cfg": "", "train.py": TRAIN.format(pin=pin), "utils.py": UTILS, **(extra or {})}
+    return _project(root, files, "TPL701")
+
+
+def test_a_helper_copying_batches_of_a_project_that_pins_nothing(tmp_path: Path) -> None:
+    assert lint(tmp_path, "") == [("utils.py", 5)]
+    assert lint(tmp_path / "off", ", pin_memory=False") == [("utils.py", 5)]
+
+
+def test_a_project_that_may_pin_leaves_the_helper_alone(tmp_path: Path) -> None:
+    assert lint(tmp_path, ", pin_memory=True") == []
+    assert lint(tmp_path / "flag", ", pin_memory=args.pin_memory") == []
+    elsewhere = {"data/build.py": "def pin(x):\n    return x.pin_memory()\n"}
+    assert lint(tmp_path / "other", "", elsewhere) == []
+
+
+def test_a_project_whose_loaders_are_out_of_sight_is_left_alone(tmp_path: Path) -> None:
+    project_module._scan.cache_clear()
+    project_module.project_root.cache_clear()
+    assert _project(tmp_path, {"setup.cfg": "", "utils.py": UTILS}, "TPL701") == []
+
+
+HELPER = """\
+import numpy as np
+import torch
+
+def image_to_tensor(image, half):
+    tensor = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1).float()
+    tensor = tensor.mul(2.0).sub(1.0)
+    if half:
+        tensor = tensor.half()
+    return tensor
+
+def as_float(tensor):
+    tensor = tensor.float()
+    return tensor
+
+def preprocess(image, device):
+    tensor = image_to_tensor(image, False).unsqueeze_(0)
+    tensor = tensor.to(device, non_blocking=True)
+    given = as_float(image).unsqueeze_(0)
+    return tensor, given.to(device, non_blocking=True)
+"""
+
+
+def test_a_helper_that_rebinds_the_host_tensor_it_builds() -> None:
+    assert _lines(HELPER, "TPL701", "/nonexistent/infer.py") == [17]
