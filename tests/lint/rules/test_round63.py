@@ -85,3 +85,28 @@ def preprocess(image, device):
 
 def test_a_helper_that_rebinds_the_host_tensor_it_builds() -> None:
     assert _lines(HELPER, "TPL701", "/nonexistent/infer.py") == [17]
+
+
+RESIZED = """\
+import torch.nn.functional as F
+
+def train(loader, model, zoom):
+    for input, target in loader:
+        if zoom != 8:
+            target = F.interpolate(target.unsqueeze(1).float(), size=(4, 4)).squeeze(1).long()
+        input = input.cuda(non_blocking=True)
+        target = target.cuda(non_blocking=True)
+        model(input, target)
+
+def moved_first(loader, model, zoom):
+    for input, target in loader:
+        target = target.cuda()
+        if zoom != 8:
+            target = F.interpolate(target.unsqueeze(1).float(), size=(4, 4)).long()
+        target = target.cuda(non_blocking=True)
+        model(input, target)
+"""
+
+
+def test_a_batch_resized_on_the_host_under_an_if_before_its_copy() -> None:
+    assert _lines(RESIZED, "TPL701", "/nonexistent/train.py") == [8]

@@ -404,18 +404,43 @@ def _rebuilt_above(name: str, ctx: Context, scope: Scope, line: int) -> str | No
     value = _reaching(bound, line)
     if not isinstance(value, ast.Call) or any(_pins(v) for v in bound):
         return None
-    if not any(
-        isinstance(stmt, ast.Assign) and stmt.value is value
-        for body, index in ctx.stmt_path
-        for stmt in body[:index]
-    ):
-        return None
+    above = [stmt for body, index in ctx.stmt_path for stmt in body[:index]]
+    if not any(isinstance(stmt, ast.Assign) and stmt.value is value for stmt in above):
+        reworked = _reworked_batch(value, name, ctx)
+        if reworked is None or not any(
+            isinstance(stmt, ast.If) and any(sub is value for sub in walk(stmt)) for stmt in above
+        ):
+            return None
+        return (
+            f"`{name}` is rebuilt on the host by `{reworked}(...)` on line {value.lineno} (under "
+            "an `if` above): new pageable memory, whatever the loader pinned"
+        )
     qualname = ctx.call_qualname(value)
     if not _allocates_pageable(value, qualname, ctx):
         return None
     if qualname in _JOINS:
         return f"`{name}` is joined by `{qualname}(...)` on line {value.lineno}, into new pageable memory"
     return f"`{name}` is created on line {value.lineno} without `pin_memory=True`"
+
+
+def _reworked_batch(value: ast.Call, name: str, ctx: Context) -> str | None:
+    """The torch function that ``value`` applies to the loop's own batch ``name`` before it is
+    copied (``target = F.interpolate(target.unsqueeze(1).float(), size=s).long()`` in ``for
+    input, target in loader``): its result is a new host tensor, never pinned."""
+    call = _unconverted(value)
+    if not isinstance(call, ast.Call) or not call.args:
+        return None
+    qualname = ctx.call_qualname(call)
+    if qualname is None or not qualname.startswith("torch.") or qualname in FACTORIES:
+        return None
+    first = _unconverted(call.args[0])
+    if _root_name(first) != name:
+        return None
+    fact = file_facts(ctx).fact(first, scope_node(ctx))
+    if fact is not None and fact.on_device:
+        return None  # moved above: the function runs on the device
+    loops = [loop for loop in ctx.loops() if isinstance(loop, (ast.For, ast.AsyncFor))]
+    return qualname if any(name in _batch_targets(loop) for loop in loops) else None
 
 
 def _just_above(value: ast.expr | None, ctx: Context) -> bool:
