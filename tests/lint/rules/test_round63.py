@@ -110,3 +110,47 @@ def moved_first(loader, model, zoom):
 
 def test_a_batch_resized_on_the_host_under_an_if_before_its_copy() -> None:
     assert _lines(RESIZED, "TPL701", "/nonexistent/train.py") == [8]
+
+
+SIZES = """\
+import torch
+
+def train(loader, model, opt, device, G):
+    model = model.to(device)
+    for x, lengths in loader:
+        x = x.to(device)
+        lengths = lengths.to(device)
+        mask = torch.arange(lengths.max(), device=device)
+        out = torch.zeros(x.shape[0], len(x), model.width, G.z_dim, device=device)
+        for H_, W_ in lengths:
+            grid = torch.linspace(0.5, H_ - 0.5, H_, device=device)
+        loss = model(x, mask).sum()
+        loss.backward()
+        opt.step()
+"""
+
+
+def test_a_device_element_given_as_a_factory_size_is_read() -> None:
+    assert _lines(SIZES, "TPL201", "/nonexistent/train.py") == [8, 11]
+
+
+CURRENT = """\
+import torch
+from torch import nn
+
+class Router(nn.Module):
+    def __init__(self, args):
+        super().__init__()
+        self.layer = nn.Linear(4, 2, device=torch.cuda.current_device())
+        if args.use_cpu_initialization:
+            self.weight = nn.Parameter(torch.empty(4, 4))
+        else:
+            self.weight = nn.Parameter(torch.empty(4, 4, device=torch.cuda.current_device()))
+
+    def forward(self, x):
+        return self.layer(x).to(torch.cuda.current_device())
+"""
+
+
+def test_the_current_cuda_device_inside_a_module_is_a_hard_coded_device() -> None:
+    assert _lines(CURRENT, "TPL102", "/nonexistent/router.py") == [7, 14]

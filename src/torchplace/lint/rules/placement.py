@@ -196,6 +196,14 @@ def _autograd_step(ctx: Context) -> Scope | None:
     )
 
 
+def _current_cuda(node: ast.expr | None, ctx: Context) -> str | None:
+    """``torch.cuda.current_device()`` as a device (Megatron's ``device=
+    torch.cuda.current_device()``): the current CUDA device, whatever the module's is."""
+    if isinstance(node, ast.Call) and ctx.call_qualname(node) == "torch.cuda.current_device":
+        return "torch.cuda.current_device()"
+    return None
+
+
 def _device_literal(node: ast.expr | None) -> str | None:
     if (
         isinstance(node, ast.Constant)
@@ -272,15 +280,16 @@ def _call(call: ast.Call, ctx: Context) -> None:
     argument = device_argument(call, ctx)
     literal = _device_literal(argument)
     if literal is None and method is not None:
-        literal = _availability_choice(argument)
+        literal = _availability_choice(argument) or _current_cuda(argument, ctx)
     if literal is not None and not _queried(call, ctx):
         if method is not None and not _load_location_only(call, method.node, ctx):
             assert method.cls is not None
             chosen = " (chosen by what the machine has)" if isinstance(argument, ast.IfExp) else ""
+            what = f"`{literal}`" if literal.startswith("torch.") else f'"{literal}"'
             ctx.report(
                 DEVICE_IN_MODULE.code,
                 call,
-                f'hard-coded device "{literal}"{chosen} inside `{method.cls.name}.{method.name}`: '
+                f"hard-coded device {what}{chosen} inside `{method.cls.name}.{method.name}`: "
                 "follow the input (`x.device`) or a registered buffer",
             )
         bare = _device_literal(argument) == "cuda"
@@ -654,6 +663,8 @@ def _device_type_test(test: ast.expr, ctx: Context, follow: bool = True) -> bool
             for side in [sub.left, *sub.comparators]
         ):
             return True
+    if _names_cpu_setting(test):
+        return True
     if not follow or not isinstance(test, ast.Name):
         return False
     scope = ctx.function_scope()
@@ -661,6 +672,15 @@ def _device_type_test(test: ast.expr, ctx: Context, follow: bool = True) -> bool
     return bool(values) and all(
         value is not None and _device_type_test(value, ctx, follow=False) for value in values
     )
+
+
+def _names_cpu_setting(test: ast.expr) -> bool:
+    """``if neox_args.use_cpu_initialization:``, ``if not args.cpu:``: a setting named for the
+    CPU, whose other branch is the accelerator's path on purpose."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test = test.operand
+    name = test.attr if isinstance(test, ast.Attribute) else getattr(test, "id", None)
+    return isinstance(name, str) and "cpu" in name.lower().split("_")
 
 
 # Names of a device type or an accelerator, compared in any case (`"GPU"`, `"cpu"`).

@@ -185,6 +185,9 @@ def _call(call: ast.Call, ctx: Context) -> None:
             if _check(call, element, f"`{ctx.segment(func)}()` of a list", ctx, explicit=False):
                 return
         return
+    what = f"a size given to `{ctx.segment(func)}()` (made a Python number)"
+    if any(_check(call, size, what, ctx, explicit=False) for size in _size_arguments(call, ctx)):
+        return
     fill = _fill_element(call, ctx)
     if fill is not None:
         what = f"the fill value of `{ctx.segment(func)}()` (a Python number: `.item()`)"
@@ -496,6 +499,63 @@ def _is_key(node: ast.JoinedStr, ctx: Context) -> bool:
 # Fills whose value is a Python number: a tensor given there is read with `.item()`.
 _FILLS = {"torch.full": 1, "torch.full_like": 1}
 _FILL_METHODS = {"new_full": 1, "fill_": 0}
+
+
+# Factories whose positional arguments are sizes, ends or counts: torch turns each into a
+# Python number (`torch.arange(lengths.max())`, `torch.linspace(0, h - 1, h)`), a read.
+_SIZED = frozenset(
+    f"torch.{name}"
+    for name in ("arange", "linspace", "logspace", "zeros", "ones", "empty", "rand", "randn")
+    + ("randint", "eye", "full", "randperm", "tril_indices", "triu_indices")
+)
+
+
+def _size_arguments(call: ast.Call, ctx: Context) -> list[ast.expr]:
+    """The sizes given to a factory (also in a tuple or list: ``torch.zeros((b, n.max()))``)
+    that are computed values, not literals, lengths or shapes; ``torch.full``'s size only."""
+    if ctx.call_qualname(call) not in _SIZED:
+        return []
+    args = call.args[:1] if ctx.call_qualname(call) == "torch.full" else call.args
+    scope = ctx.function_scope()
+    if scope is None:
+        return []
+    found: list[ast.expr] = []
+    for arg in args:
+        parts = arg.elts if isinstance(arg, (ast.Tuple, ast.List)) else [arg]
+        found.extend(part for part in parts if _element_valued(part, ctx, scope, 0))
+    return found
+
+
+# Tensor methods whose result is a 0-dim tensor where the tensor is (not a Python number).
+_REDUCTIONS = frozenset({"max", "min", "sum", "prod", "mean", "amax", "amin", "long", "int"})
+
+
+def _element_valued(node: ast.expr, ctx: Context, scope: Scope, depth: int) -> bool:
+    """``node`` is, by its syntax, a tensor element or reduction (``lengths.max()``,
+    ``counts[i]``, ``h - 1`` of a row's element ``h``), not a setting (``G.z_dim``), a shape or
+    what a function returns (``feat, h, w = extract(frame)``): only those are read."""
+    if depth > 3 or _host_syntax(node):
+        return False
+    if isinstance(node, ast.BinOp):
+        return any(_element_valued(side, ctx, scope, depth + 1) for side in (node.left, node.right))
+    if isinstance(node, ast.Subscript):
+        return not isinstance(node.slice, ast.Slice) and not _host_syntax(node.value)
+    if isinstance(node, ast.Call):
+        func = node.func
+        return isinstance(func, ast.Attribute) and func.attr in _REDUCTIONS and (
+            ctx.qualname(func) is None
+        )
+    if not isinstance(node, ast.Name):
+        return False
+    values = ctx.scope_bindings(scope).get(node.id)
+    if not values:
+        return False
+    if None in values:  # a loop's target over a tensor's rows, not a parameter
+        params = {a.arg for a in getattr(scope.node, "args", ast.arguments()).args}
+        return node.id not in params and len(values) == 1
+    return all(
+        value is not None and _element_valued(value, ctx, scope, depth + 1) for value in values
+    )
 
 
 def _fill_element(call: ast.Call, ctx: Context) -> ast.Subscript | None:
@@ -3319,6 +3379,9 @@ FAMILY = Family(
         ".add_embedding(",
         ".get_scale(",  # `GradScaler.get_scale()` reads its scale with `.item()`
         "full(",  # `torch.full(size, t[i])` reads its fill value, as `.fill_(t[i])` does
+        # a factory's sizes, `torch.arange(lengths.max())` (see `_SIZED`)
+        *("arange(", "linspace(", "logspace(", "zeros(", "ones(", "empty(", "rand(", "randn("),
+        *("randint(", "eye(", "randperm(", "_indices("),
         "fill_(",
         # builtins, preceded by what can stand before them (not `call(`, `print(`, `hint(`)
         *(
