@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from torchplace.lint import lint_source
 from torchplace.lint import project as project_module
 
 from .helpers import lines as _lines
@@ -154,3 +155,45 @@ class Router(nn.Module):
 
 def test_the_current_cuda_device_inside_a_module_is_a_hard_coded_device() -> None:
     assert _lines(CURRENT, "TPL102", "/nonexistent/router.py") == [7, 14]
+
+
+LOSS = """\
+import torch
+
+class ComputeLoss:
+    def __init__(self, model):
+        self.device = next(model.parameters()).device
+
+    def __call__(self, p, targets):
+        fg_mask = (p > 0).float()
+        if fg_mask.sum():
+            p = p * 2
+        return p.sum()
+
+def train(model, loader, opt, device, imgsz):
+    model = model.to(device)
+    batch_size = check_train_batch_size(model, imgsz)
+    loader = create_dataloader(loader, batch_size)
+    compute_loss = ComputeLoss(model)
+    for imgs, targets in loader:
+        pred = model(imgs.to(device))
+        loss = compute_loss(pred, targets.to(device))
+        loss.backward()
+        opt.step()
+        print("%g" % loss.detach())
+"""
+
+
+def test_a_loss_object_called_per_batch_tests_a_reduction_each_call() -> None:
+    found = lint_source(LOSS, "/nonexistent/train.py", select={"TPL201"})
+    assert [f.line for f in found] == [9, 23, 23]
+    # the loader a function named for one builds is a loader, not a device tensor: its loop
+    # steps through batches (not the rows of a tensor the moved model was handed to)
+    assert all("batch loop at line 18" in f.message for f in found if f.line == 23)
+
+
+def test_functions_named_for_a_loader_or_a_count_hand_back_host_values() -> None:
+    from torchplace.lint.provenance.values import names_host_result
+
+    assert all(map(names_host_result, ["create_dataloader", "build_dataset", "get_batch_size"]))
+    assert not any(map(names_host_result, ["load_model", "pad_to_size", "loader_step"]))

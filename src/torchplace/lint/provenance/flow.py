@@ -43,6 +43,7 @@ from torchplace.lint.provenance.values import (
     iterates_keys,
     looks_up_keys,
     moved_in_place,
+    names_host_result,
     moves_to_device,
 )
 from torchplace.lint.resolver import dotted_name
@@ -661,8 +662,8 @@ class Flow:
                 return Fact("host", "a `transformers.pipeline`, which answers in Python data")
             if qualname is not None and qualname.split(".")[0] in {"torch", *_HOST_ROOTS}:
                 return self.torch_call(node, qualname, args, lookup)
-            if name in _HOST_CALLS:
-                return Fact("host", name)
+            if name in _HOST_CALLS or (names_host_result(name) and not _passes_device(node)):
+                return Fact("host", name)  # not a loader built for the device, given `device=`
             called = lookup(name)
             if called is not None and called.on_device:  # a moved model, run
                 if _preprocessor_of_loader(func, called):

@@ -109,6 +109,17 @@ _HOST_CALLS = frozenset(
     {"float", "int", "bool", "str", "len", "round", "isinstance", "range", "repr", "print"}
 )
 _HOST_ROOTS = frozenset({"numpy", "math", "random", "time", "os", "json", "pandas", "PIL"})
+# The last word of a function named for what it hands back on the host: a loader or dataset
+# (whose batches are host data until moved), a count (`create_dataloader(..., batch_size)`,
+# `check_train_batch_size(model, imgsz)`), whatever device values it is given.
+_HOST_RESULT_WORDS = frozenset({"loader", "dataloader", "loaders", "dataset", "datasets", "count"})
+
+
+def names_host_result(name: str) -> bool:
+    """``create_dataloader``, ``build_dataset``, ``check_train_batch_size``: a function whose
+    name says it returns a loader, a dataset, a count or a batch size."""
+    lowered = name.lower()
+    return lowered.rsplit("_", 1)[-1] in _HOST_RESULT_WORDS or lowered.endswith("batch_size")
 _FOLLOW_CALLS = frozenset(
     {"sum", "max", "min", "abs", "list", "tuple", "zip", "enumerate", "reversed", "sorted", "iter"}
 )

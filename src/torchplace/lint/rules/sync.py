@@ -527,7 +527,7 @@ def _size_arguments(call: ast.Call, ctx: Context) -> list[ast.expr]:
 
 
 # Tensor methods whose result is a 0-dim tensor where the tensor is (not a Python number).
-_REDUCTIONS = frozenset({"max", "min", "sum", "prod", "mean", "amax", "amin", "long", "int"})
+_SIZE_REDUCTIONS = frozenset({"max", "min", "sum", "prod", "mean", "amax", "amin", "long", "int"})
 
 
 def _element_valued(node: ast.expr, ctx: Context, scope: Scope, depth: int) -> bool:
@@ -542,7 +542,7 @@ def _element_valued(node: ast.expr, ctx: Context, scope: Scope, depth: int) -> b
         return not isinstance(node.slice, ast.Slice) and not _host_syntax(node.value)
     if isinstance(node, ast.Call):
         func = node.func
-        return isinstance(func, ast.Attribute) and func.attr in _REDUCTIONS and (
+        return isinstance(func, ast.Attribute) and func.attr in _SIZE_REDUCTIONS and (
             ctx.qualname(func) is None
         )
     if not isinstance(node, ast.Name):
@@ -864,8 +864,14 @@ def _truth_operand(node: ast.expr, ctx: Context) -> bool:
         if qualname is not None:
             head, _, last = qualname.partition(".")
             return head == "torch" and "." not in last and _truth_function(last)
-        return isinstance(node.func, ast.Attribute) and node.func.attr in _TRUTH_METHODS
+        return isinstance(node.func, ast.Attribute) and node.func.attr in _TRUTH_METHODS | (
+            _TESTED_REDUCTIONS
+        )
     return isinstance(node, ast.Name) and _bound_to_tensors(node, ctx, arms=True)
+
+
+# Reductions tested for truth as counts (`if fg_mask.sum():`): `bool()` of the result.
+_TESTED_REDUCTIONS = frozenset({"sum", "max", "min", "count_nonzero", "amax", "prod"})
 
 
 def _alternatives(value: ast.expr | None) -> list[ast.expr | None]:
@@ -3075,7 +3081,10 @@ def _called_here(scope: ast.AST, ctx: Context) -> bool:
     facts = file_facts(ctx)
     if name.startswith("__") and name.endswith("__"):
         # __init__, __call__, ...: not called by this name (`self.__helper()` is); a
-        # stopping criterion's `__call__` is called by `generate`, once per token
+        # stopping criterion's `__call__` is called by `generate`, once per token; another
+        # `__call__` runs when an instance is called (`compute_loss(pred, targets)`)
+        if name == "__call__" and facts.per_batch(scope) is not None:
+            return True
         return decode_hook(facts, scope)
     if name.endswith(("_step", "_step_end")) and name.split("_")[0] in _STAGES:
         return True  # Lightning's step hooks: the framework calls them once per batch
