@@ -43,8 +43,8 @@ from torchplace.lint.provenance.values import (
     iterates_keys,
     looks_up_keys,
     moved_in_place,
-    names_host_result,
     moves_to_device,
+    names_host_result,
 )
 from torchplace.lint.resolver import dotted_name
 

@@ -120,6 +120,8 @@ def names_host_result(name: str) -> bool:
     name says it returns a loader, a dataset, a count or a batch size."""
     lowered = name.lower()
     return lowered.rsplit("_", 1)[-1] in _HOST_RESULT_WORDS or lowered.endswith("batch_size")
+
+
 _FOLLOW_CALLS = frozenset(
     {"sum", "max", "min", "abs", "list", "tuple", "zip", "enumerate", "reversed", "sorted", "iter"}
 )

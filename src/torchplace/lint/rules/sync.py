@@ -505,8 +505,10 @@ _FILL_METHODS = {"new_full": 1, "fill_": 0}
 # Python number (`torch.arange(lengths.max())`, `torch.linspace(0, h - 1, h)`), a read.
 _SIZED = frozenset(
     f"torch.{name}"
-    for name in ("arange", "linspace", "logspace", "zeros", "ones", "empty", "rand", "randn")
-    + ("randint", "eye", "full", "randperm", "tril_indices", "triu_indices")
+    for name in (
+        *("arange", "linspace", "logspace", "zeros", "ones", "empty", "rand", "randn"),
+        *("randint", "eye", "full", "randperm", "tril_indices", "triu_indices"),
+    )
 )
 
 
@@ -542,8 +544,10 @@ def _element_valued(node: ast.expr, ctx: Context, scope: Scope, depth: int) -> b
         return not isinstance(node.slice, ast.Slice) and not _host_syntax(node.value)
     if isinstance(node, ast.Call):
         func = node.func
-        return isinstance(func, ast.Attribute) and func.attr in _SIZE_REDUCTIONS and (
-            ctx.qualname(func) is None
+        return (
+            isinstance(func, ast.Attribute)
+            and func.attr in _SIZE_REDUCTIONS
+            and (ctx.qualname(func) is None)
         )
     if not isinstance(node, ast.Name):
         return False
@@ -551,7 +555,11 @@ def _element_valued(node: ast.expr, ctx: Context, scope: Scope, depth: int) -> b
     if not values:
         return False
     if None in values:  # a loop's target over a tensor's rows, not a parameter
-        params = {a.arg for a in getattr(scope.node, "args", ast.arguments()).args}
+        function = scope.node
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return False
+        params = {a.arg for a in (*function.args.posonlyargs, *function.args.args)}
+        params |= {a.arg for a in function.args.kwonlyargs}
         return node.id not in params and len(values) == 1
     return all(
         value is not None and _element_valued(value, ctx, scope, depth + 1) for value in values
