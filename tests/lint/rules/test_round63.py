@@ -197,3 +197,31 @@ def test_functions_named_for_a_loader_or_a_count_hand_back_host_values() -> None
 
     assert all(map(names_host_result, ["create_dataloader", "build_dataset", "get_batch_size"]))
     assert not any(map(names_host_result, ["load_model", "pad_to_size", "loader_step"]))
+
+
+SLICES = """\
+import torch.nn.functional as F
+
+def train(model, loader, opt, device, decoder):
+    model = model.to(device)
+    for mels, lengths, texts, adj in loader:
+        mels = mels.to(device)
+        lengths = lengths.to(device)
+        pred = model(mels)
+        loss = 0
+        for _pred, _text, _len in zip(pred, texts, lengths):
+            loss += F.cross_entropy(_pred[:_len], _text)
+        for bib in range(len(lengths)):
+            mel = mels[bib, :, :lengths[bib]]
+        edge_index, _, size = adj.to(device)
+        first = mels[:size[1]]
+        scores, decode_lengths = decoder(mels)
+        kept = scores[:decode_lengths[0]]
+        loss.backward()
+        opt.step()
+"""
+
+
+def test_a_device_element_as_a_slice_bound_is_read() -> None:
+    # not an element of what a call hands back unpacked (`size` of an `Adj` tuple, lists)
+    assert _lines(SLICES, "TPL201", "/nonexistent/train.py") == [11, 13]

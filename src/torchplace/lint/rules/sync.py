@@ -541,7 +541,16 @@ def _element_valued(node: ast.expr, ctx: Context, scope: Scope, depth: int) -> b
     if isinstance(node, ast.BinOp):
         return any(_element_valued(side, ctx, scope, depth + 1) for side in (node.left, node.right))
     if isinstance(node, ast.Subscript):
-        return not isinstance(node.slice, ast.Slice) and not _host_syntax(node.value)
+        # of a tensor by its name, not of what a call hands back unpacked (`scores, lengths =
+        # decoder(x)` may return lists) nor of a container's attribute (`batch.num_nodes[0]`)
+        base = node.value
+        named = isinstance(base, ast.Name) or (dotted_name(base) or "").startswith("self.")
+        return (
+            named
+            and not isinstance(node.slice, ast.Slice)
+            and not _host_syntax(base)
+            and not (isinstance(base, ast.Name) and _unpacked_from_call(base.id, scope))
+        )
     if isinstance(node, ast.Call):
         func = node.func
         return (
@@ -563,6 +572,17 @@ def _element_valued(node: ast.expr, ctx: Context, scope: Scope, depth: int) -> b
         return node.id not in params and len(values) == 1
     return all(
         value is not None and _element_valued(value, ctx, scope, depth + 1) for value in values
+    )
+
+
+def _unpacked_from_call(name: str, scope: Scope) -> bool:
+    """``name`` is bound in ``scope`` as one of several names unpacked from a call's result
+    (``edge_index, _, size = adj.to(device)``): which element is a tensor is unknown."""
+    return any(
+        isinstance(sub, ast.Assign)
+        and isinstance(sub.value, ast.Call)
+        and any(isinstance(t, ast.Tuple) and name in names_in(t) for t in sub.targets)
+        for sub in own_nodes(scope.node)
     )
 
 
@@ -595,13 +615,15 @@ def _fill_element(call: ast.Call, ctx: Context) -> ast.Subscript | None:
 def _slice(node: ast.Slice, ctx: Context) -> None:
     """``mask[i, :, lengths[i]:] = 0``: an element of a device tensor as a slice bound is
     turned into a Python index (``__index__``), a read of the device, once per row."""
+    scope = ctx.function_scope()
     for bound in (node.lower, node.upper):
-        if (
-            isinstance(bound, ast.Subscript)
-            and not _host_syntax(bound.value)
-            and not isinstance(bound.slice, ast.Slice)
-            and _check(bound, bound, "a slice bound", ctx, explicit=False)
-        ):
+        if bound is None:
+            continue
+        # an element (`lengths[i]`), also a row's element by name (`for row, n in zip(rows,
+        # lengths): row[:n]`) and arithmetic of one (`mask[:, cur:cur + h * w]`)
+        if scope is None or not _element_valued(bound, ctx, scope, 0):
+            continue
+        if _check(bound, bound, "a slice bound", ctx, explicit=False):
             return
 
 
@@ -3425,6 +3447,7 @@ FAMILY = Family(
         "while ",
         "assert ",
         "]:",  # a slice bounded by an element, `x[:, lengths[i]:]`
+        *("[:", ", :"),  # ... or ending at one, `x[:n]`, `mels[b, :, :lengths[b]]`
         ".narrow(",  # ... or narrowed to one, `x.narrow(0, 0, lengths[i])`
         ".data[",  # `loss.data[0]`, `.item()` before PyTorch 0.4
         # lookup tables indexed by a device element, `vocab.itos[i]` (see `_TABLES`)
