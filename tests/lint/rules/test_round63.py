@@ -225,3 +225,34 @@ def train(model, loader, opt, device, decoder):
 def test_a_device_element_as_a_slice_bound_is_read() -> None:
     # not an element of what a call hands back unpacked (`size` of an `Adj` tuple, lists)
     assert _lines(SLICES, "TPL201", "/nonexistent/train.py") == [11, 13]
+
+
+WRAPPED = """\
+class PPO:
+    def __init__(self, actor, optim, device):
+        self.actor = actor.to(device)
+        self.optim = optim
+
+    def update(self, batch, batch_size, repeat):
+        losses = []
+        for step in range(repeat):
+            for minibatch in batch.split(batch_size):
+                loss = -self.actor(minibatch.obs).log_prob(minibatch.act).mean()
+                self.optim.step(loss)
+                losses.append(loss.item())
+        return losses
+
+    def learn_once(self, batch):
+        loss = (self.actor(batch.obs) - batch.returns).pow(2).mean()
+        self.optim.step(loss)
+        return loss.item()
+
+    def tune(self, scaler, batches):
+        for batch in batches:
+            scaler.step(self.optim)
+            print(batch.sum().item())
+"""
+
+
+def test_an_optimizer_wrapper_handed_the_loss_is_a_training_step() -> None:
+    assert _lines(WRAPPED, "TPL201", "/nonexistent/ppo.py") == [12, 18]

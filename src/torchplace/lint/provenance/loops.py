@@ -183,6 +183,9 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
         if name == "backward":
             return "batch", "it calls `.backward()` on every step"
+        if wrapped_step(node):
+            what = _short(facts.segment(node), 40)
+            return "batch", f"it calls `{what}`, which backpropagates the loss, on every step"
         if (
             isinstance(func, ast.Attribute)
             and name in {"step", "zero_grad"}
@@ -1598,11 +1601,31 @@ def step_parts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[bool, bool
     for sub in own:
         if not isinstance(sub, ast.Call) or not isinstance(sub.func, ast.Attribute):
             continue
-        if sub.func.attr == "backward":
+        if sub.func.attr == "backward" or wrapped_step(sub):
             backward = True
-        elif sub.func.attr == "step" and _steps_an_optimizer(sub):
+        if sub.func.attr == "step" and _steps_an_optimizer(sub):
             stepped = True
     return backward, stepped
+
+
+def wrapped_step(call: ast.AST) -> bool:
+    """``self.optim.step(loss)``: an optimizer wrapper handed the loss (Tianshou's
+    ``Optimizer.step(loss)`` runs ``zero_grad``, ``loss.backward()`` and the step), not
+    ``optimizer.step(closure)`` nor ``scaler.step(optimizer)``."""
+    if not (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr == "step"
+        and len(call.args) == 1
+    ):
+        return False
+    receiver = (dotted_name(call.func.value) or "").rpartition(".")[2].lower()
+    if not any(word.startswith("opt") for word in receiver.split("_")):
+        return False
+    names = [
+        dotted_name(sub) for sub in walk(call.args[0]) if isinstance(sub, (ast.Name, ast.Attribute))
+    ]
+    return any("loss" in (name or "").rpartition(".")[2].lower() for name in names)
 
 
 def _steps_an_optimizer(call: ast.Call) -> bool:
@@ -1659,7 +1682,10 @@ def _names_batches(name: str) -> bool:
 
 
 def calls_backward(loop: ast.AST) -> bool:
-    return any(isinstance(sub, ast.Attribute) and sub.attr == "backward" for sub in walk(loop))
+    return any(
+        (isinstance(sub, ast.Attribute) and sub.attr == "backward") or wrapped_step(sub)
+        for sub in walk(loop)
+    )
 
 
 _RARE_WORDS = ("every", "interval", "verbose", "debug", "print_freq", "freq")
