@@ -256,3 +256,30 @@ class PPO:
 
 def test_an_optimizer_wrapper_handed_the_loss_is_a_training_step() -> None:
     assert _lines(WRAPPED, "TPL201", "/nonexistent/ppo.py") == [12, 18]
+
+
+CONFUSION = """\
+import numpy as np
+
+class ConfusionMatrix:
+    def __init__(self, nc):
+        self.matrix = np.zeros((nc + 1, nc + 1))
+        self.nc = nc
+
+def val(model, loader, device, nc):
+    model = model.to(device)
+    cm = ConfusionMatrix(nc)
+    counts = np.zeros(nc)
+    seen = [0] * nc
+    for imgs, targets in loader:
+        out = model(imgs.to(device))
+        classes = out[:, 5].int()
+        for i in range(len(classes)):
+            cm.matrix[classes[i], 0] += 1
+            counts[classes[i]] += 1
+            seen[int(i)] += 1
+"""
+
+
+def test_a_numpy_array_indexed_by_a_device_element_reads_it() -> None:
+    assert _lines(CONFUSION, "TPL201", "/nonexistent/val.py") == [18]

@@ -653,6 +653,54 @@ def _table_lookup(node: ast.Subscript, ctx: Context) -> None:
 def _subscript(node: ast.Subscript, ctx: Context) -> None:
     _old_item(node, ctx)
     _table_lookup(node, ctx)
+    _array_index(node, ctx)
+
+
+_NUMPY_FACTORIES = frozenset(
+    f"numpy.{name}" for name in ("zeros", "ones", "empty", "full", "zeros_like", "array")
+)
+
+
+def _array_index(node: ast.Subscript, ctx: Context) -> None:
+    """``self.matrix[gc, dc] += 1`` with ``self.matrix = np.zeros((nc, nc))`` and ``gc`` an
+    element of a device tensor: NumPy turns each tensor index into a Python int
+    (``__index__``), a read of the device per element."""
+    name = dotted_name(node.value)
+    if name is None or not _numpy_array(name, ctx):
+        return
+    index = node.slice
+    for part in index.elts if isinstance(index, ast.Tuple) else [index]:
+        if (
+            isinstance(part, (ast.Name, ast.Subscript))
+            and not _host_syntax(part)
+            and _check(part, part, f"an index into the NumPy array `{name}`", ctx, explicit=False)
+        ):
+            return
+
+
+def _numpy_array(name: str, ctx: Context) -> bool:
+    """``name`` (a local or ``self.<attr>``) is bound only to NumPy factories' results."""
+    scope = ctx.function_scope()
+    if scope is None:
+        return False
+    if name.startswith("self.") and name.count(".") == 1 and scope.cls is not None:
+        owner = scope.cls.node
+    elif "." not in name:
+        owner = scope.node
+        params = getattr(owner, "args", None)
+        if params is not None and name in {a.arg for a in (*params.args, *params.kwonlyargs)}:
+            return False
+    else:
+        return False
+    values = [
+        sub.value
+        for sub in walk(owner)
+        if isinstance(sub, ast.Assign) and any(dotted_name(t) == name for t in sub.targets)
+    ]
+    return bool(values) and all(
+        isinstance(value, ast.Call) and ctx.call_qualname(value) in _NUMPY_FACTORIES
+        for value in values
+    )
 
 
 def _old_item(node: ast.Subscript, ctx: Context) -> None:
@@ -3446,6 +3494,7 @@ FAMILY = Family(
         " if",  # also a comprehension's filter at the end of a line
         "while ",
         "assert ",
+        *("] +=", "] -="),  # a NumPy count indexed by an element, `matrix[gc, dc] += 1`
         "]:",  # a slice bounded by an element, `x[:, lengths[i]:]`
         *("[:", ", :"),  # ... or ending at one, `x[:n]`, `mels[b, :, :lengths[b]]`
         ".narrow(",  # ... or narrowed to one, `x.narrow(0, 0, lengths[i])`
