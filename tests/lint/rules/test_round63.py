@@ -283,3 +283,39 @@ def val(model, loader, device, nc):
 
 def test_a_numpy_array_indexed_by_a_device_element_reads_it() -> None:
     assert _lines(CONFUSION, "TPL201", "/nonexistent/val.py") == [18]
+
+
+MODELS = """\
+import torch.nn as nn
+from torch import optim
+
+class Generator(nn.Module):
+    def __init__(self, lr=1e-4):
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+        self.optim = optim.Adam(params=self.parameters(), lr=lr)
+
+class Discriminator(nn.Module):
+    def __init__(self, lr=1e-4):
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+        self.cuda()
+        self.optim = optim.Adam(params=self.parameters(), lr=lr)
+
+class Critic(nn.Module):
+    def __init__(self, lr=1e-4):
+        super().__init__()
+        self.optim = optim.Adam(params=self.parameters(), lr=lr)
+"""
+TRAIN_GAN = """\
+def run(config, device):
+    model = __import__(config["model"])
+    G = model.Generator(**config).to(device)
+    D = model.Discriminator(**config).to(device)
+    C = model.Critic(**config)
+"""
+
+
+def test_an_optimizer_a_module_builds_in_init_before_its_maker_moves_it(tmp_path: Path) -> None:
+    files = {"BigGAN.py": MODELS, "train.py": TRAIN_GAN}
+    assert _project(tmp_path, files, "TPL801") == [("BigGAN.py", 8)]

@@ -53,6 +53,8 @@ __all__ = [
     "engine_step",
     "find_per_batch",
     "scoped_call_sites",
+    "siblings",
+    "text_of",
 ]
 
 # Methods a training framework calls once per batch, with the batch already on the device.
@@ -1389,3 +1391,13 @@ def _text_of(path: str) -> str | None:
             return handle.read()
     except OSError:
         return None
+
+
+def siblings(directory: str) -> tuple[str, ...]:
+    """The modules in ``directory`` and one folder up, if there are few (see ``_siblings``)."""
+    return _siblings(directory)
+
+
+def text_of(path: str) -> str | None:
+    """The text of the file at ``path`` (read once), or None when it cannot be read."""
+    return _text_of(path)

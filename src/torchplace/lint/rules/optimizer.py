@@ -10,12 +10,14 @@ the caller moves what it passed; or a class whose ``__init__`` (or a method call
 from __future__ import annotations
 
 import ast
+import os
+import re
 
 from torchplace.lint.base import Context, Family, Rule, call_name, names_in, walk_body
 from torchplace.lint.base import keyword as keyword_of
 from torchplace.lint.nodes import walk
 from torchplace.lint.provenance import file_facts
-from torchplace.lint.provenance.callers import scoped_call_sites
+from torchplace.lint.provenance.callers import scoped_call_sites, siblings, text_of
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import moves_to_device
 
@@ -65,6 +67,54 @@ def _call(call: ast.Call, ctx: Context) -> None:
             break  # later statements of an enclosing scope run at another time
     if isinstance(own_body, list):
         _across_functions(call, model, scope.node, ctx)
+    if model == "self":
+        _moved_by_makers(call, ctx)
+
+
+def _moved_by_makers(call: ast.Call, ctx: Context) -> None:
+    """An optimizer a module builds over its own parameters in ``__init__`` (BigGAN's
+    ``self.optim = optim.Adam(params=self.parameters())``) while code of the linted tree moves
+    each new instance (``G = model.Generator(**config).to(device)``): the optimizer is built
+    before the move, whoever moves it. Not when ``__init__`` moves ``self`` first."""
+    method = ctx.method_of_module()
+    if method is None or method.name != "__init__" or method.cls is None:
+        return
+    line = call.lineno
+    if any(
+        isinstance(sub, ast.Call)
+        and isinstance(sub.func, ast.Attribute)
+        and call_name(sub) in {"to", "cuda"}
+        and dotted_name(sub.func.value) == "self"
+        and sub.lineno < line
+        for sub in walk(method.node)
+    ):
+        return
+    where = _moved_after_made(method.cls.name, ctx.path)
+    if where is not None:
+        ctx.report(
+            OPTIMIZER_BEFORE_MOVE.code,
+            call,
+            f"optimizer built from `self.parameters()` in `{method.cls.name}.__init__`, before "
+            f"{where} moves the new module: build the optimizer after the move",
+        )
+
+
+def _moved_after_made(cls: str, path: str) -> str | None:
+    """Where a file beside ``path`` (or ``path`` itself) makes an instance of ``cls`` and moves
+    it in the same expression (``Generator(**config).to(device)``, ``.cuda()``)."""
+    made = rf"\b{re.escape(cls)}\([^\n]*\)\s*\."
+    pattern = re.compile(rf"{made}(cuda)\(|{made}(to)\([^)\n]*(?:device|cuda|gpu|dev\b)")
+    if not os.path.isfile(path):
+        return None
+    here = os.path.abspath(path)
+    for other in (here, *siblings(os.path.dirname(here))):
+        text = text_of(other)
+        found = pattern.search(text) if text else None
+        if text is not None and found is not None:
+            line = text.count("\n", 0, found.start()) + 1
+            method = found.group(1) or found.group(2)
+            return f"`{cls}(...).{method}(...)` ({os.path.basename(other)}, line {line})"
+    return None
 
 
 _FUNCTION = (ast.FunctionDef, ast.AsyncFunctionDef)
