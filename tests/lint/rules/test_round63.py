@@ -319,3 +319,23 @@ def run(config, device):
 def test_an_optimizer_a_module_builds_in_init_before_its_maker_moves_it(tmp_path: Path) -> None:
     files = {"BigGAN.py": MODELS, "train.py": TRAIN_GAN}
     assert _project(tmp_path, files, "TPL801") == [("BigGAN.py", 8)]
+
+
+FEATURES = """\
+import numpy as np
+import torch
+from torch import nn
+
+class TGN(nn.Module):
+    def __init__(self, node_features, device):
+        super().__init__()
+        self.node_raw_features = torch.from_numpy(node_features.astype(np.float32)).to(device)
+        self.scale = torch.as_tensor(0.5)
+
+    def forward(self, nodes):
+        return self.node_raw_features[nodes] * self.scale
+"""
+
+
+def test_an_array_wrapped_by_from_numpy_is_a_plain_tensor_attribute() -> None:
+    assert _lines(FEATURES, "TPL501", "/nonexistent/tgn.py") == [8]

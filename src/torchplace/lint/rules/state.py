@@ -654,6 +654,8 @@ def _builds_tensor(
         return not _single_value(value, name)
     if name in _FROM_ARRAY and value.args and _literal_array(value.args[0], ctx):
         return True  # `torch.from_numpy(np.array([0, 0, 0, 0]).astype(np.float32))`
+    if name == "torch.from_numpy" and value.args:
+        return True  # `torch.from_numpy(node_features.astype(np.float32))`: a whole array
     if name in _TENSOR_OF_ARGS:
         args = [*value.args, *(kw.value for kw in value.keywords)]
         # `torch.stack([re, im], -1)`: the elements of a list or tuple argument count too
