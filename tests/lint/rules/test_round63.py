@@ -339,3 +339,20 @@ class TGN(nn.Module):
 
 def test_an_array_wrapped_by_from_numpy_is_a_plain_tensor_attribute() -> None:
     assert _lines(FEATURES, "TPL501", "/nonexistent/tgn.py") == [8]
+
+
+HOLDER = """\
+import torch
+
+class InferenceSpeedTest:
+    def __init__(self, path):
+        self.init_model(path)
+
+    def init_model(self, path):
+        self.device = "cuda"
+        self.model = torch.jit.load(path).to(self.device).eval()
+"""
+
+
+def test_a_holder_that_binds_its_model_in_a_set_up_method() -> None:
+    assert _lines(HOLDER, "TPL104", "/nonexistent/speed.py") == [8]

@@ -930,6 +930,22 @@ def _model_holder(ctx: Context) -> str | None:
     cached = cls.cache.get("model-holder")
     if cached is None:
         assert isinstance(cls.node, ast.ClassDef)
+        methods = {
+            item.name: item
+            for item in cls.node.body
+            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+        }
+        init = methods.get("__init__")
+        # `__init__` and the set-up methods it calls, `self.init_model()`
+        setup = [init] if init is not None else []
+        setup += [
+            methods[sub.func.attr]
+            for sub in (walk(init) if init is not None else ())
+            if isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Attribute)
+            and dotted_name(sub.func.value) == "self"
+            and sub.func.attr in methods
+        ]
         holds = any(
             isinstance(sub, ast.Assign)
             and any(
@@ -939,8 +955,7 @@ def _model_holder(ctx: Context) -> str | None:
                 and t.attr.lstrip("_") in {"model", "net", "module"}
                 for t in sub.targets
             )
-            for item in cls.node.body
-            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == "__init__"
+            for item in setup
             for sub in walk(item)
         )
         cached = cls.cache["model-holder"] = holds and not _cuda_specific(ctx, cls.name)
