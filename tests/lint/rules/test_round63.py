@@ -356,3 +356,21 @@ class InferenceSpeedTest:
 
 def test_a_holder_that_binds_its_model_in_a_set_up_method() -> None:
     assert _lines(HOLDER, "TPL104", "/nonexistent/speed.py") == [8]
+
+
+BENCH = """\
+import time
+import torch
+
+def main(model, loader):
+    for data in loader:
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        model(data)
+        torch.cuda.synchronize()
+        print(time.perf_counter() - start)
+"""
+
+
+def test_only_the_first_unguarded_cuda_call_of_a_block_is_reported() -> None:
+    assert _lines(BENCH, "TPL601", "/nonexistent/benchmark.py") == [6]

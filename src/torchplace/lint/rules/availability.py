@@ -98,6 +98,8 @@ def _guarded(ctx: Context) -> bool:
         for stmt in block[:index]:
             if _is_guard_statement(stmt) or _pins_cuda(stmt) or _calls_pinning(stmt, module):
                 return True
+            if _cuda_only_statement(stmt, ctx):
+                return True  # an earlier CUDA-only call raises first: that one is reported
     if _main_called_on_cuda(ctx, module):
         return True
     # Or the very next statement starts an NCCL process group (`torch.cuda.set_device(rank)`,
@@ -175,6 +177,16 @@ def _calls_main(node: ast.AST) -> bool:
 def _starts_nccl(stmt: ast.stmt) -> bool:
     value = stmt.value if isinstance(stmt, (ast.Expr, ast.Assign)) else None
     return isinstance(value, ast.Call) and _nccl_group(value)
+
+
+def _cuda_only_statement(stmt: ast.stmt, ctx: Context) -> bool:
+    """A statement that is a CUDA-only call, run unconditionally (``torch.cuda.synchronize()``
+    above a second one in the same loop body): the code needs CUDA once it has run."""
+    return (
+        isinstance(stmt, ast.Expr)
+        and isinstance(stmt.value, ast.Call)
+        and ctx.call_qualname(stmt.value) in CUDA_ONLY
+    )
 
 
 def _pins_cuda(stmt: ast.stmt) -> bool:
