@@ -374,3 +374,30 @@ def main(model, loader):
 
 def test_only_the_first_unguarded_cuda_call_of_a_block_is_reported() -> None:
     assert _lines(BENCH, "TPL601", "/nonexistent/benchmark.py") == [6]
+
+
+ACCUMULATED = """\
+import torch
+
+def train_step(G, D, x, config, device):
+    G.optim.zero_grad()
+    for accumulation_index in range(config["num_G_accumulations"]):
+        G_loss = D(G(x.to(device))).mean() / float(config["num_G_accumulations"])
+        G_loss.backward()
+    G.optim.step()
+    return {"G_loss": float(G_loss.item())}
+
+def epoch(G, D, loader, device):
+    for batch in loader:
+        G.optim.zero_grad()
+        for i in range(4):
+            loss = G(batch.to(device)).mean()
+            loss.backward()
+        G.optim.step()
+    return float(loss.item())
+"""
+
+
+def test_the_micro_batches_of_one_step_do_not_make_it_an_epoch() -> None:
+    # not a loop over a count that is not named for accumulation, nor the read after it
+    assert _lines(ACCUMULATED, "TPL201", "/nonexistent/train_fns.py") == [9]

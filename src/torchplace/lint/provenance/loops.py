@@ -1598,7 +1598,9 @@ def step_parts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[bool, bool
     ):
         return False, False  # an epoch: it walks the batches itself
     backward = stepped = False
-    for sub in own:
+    # the micro-steps of one step: `for _ in range(gradient_accumulation_steps): loss.backward()`
+    micro = [sub for loop in nested if accumulates(loop) for sub in walk(loop)]
+    for sub in [*own, *micro]:
         if not isinstance(sub, ast.Call) or not isinstance(sub.func, ast.Attribute):
             continue
         if sub.func.attr == "backward" or wrapped_step(sub):
@@ -1646,6 +1648,8 @@ def has_own_batch_loop(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     for loop in nested:
         if isinstance(loop, (ast.For, ast.AsyncFor)) and _iterates_batches(loop):
             return True
+        if accumulates(loop):
+            continue  # the micro-batches of one step, not an epoch
         for stmt in loop.body:  # type: ignore[attr-defined]
             for sub in walk(stmt):
                 if (
@@ -1655,6 +1659,25 @@ def has_own_batch_loop(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
                 ):
                     return True
     return False
+
+
+_ACCUMULATION_WORDS = ("accum", "micro")
+
+
+def accumulates(loop: ast.AST) -> bool:
+    """``for _ in range(neox_args.gradient_accumulation_steps):``, ``range(config[
+    "num_G_accumulations"])``: the micro-batches of one training step, by the count's name."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor)) or not isinstance(loop.iter, ast.Call):
+        return False
+    if call_name(loop.iter) != "range":
+        return False
+    words = [
+        (dotted_name(sub) or "") if not isinstance(sub, ast.Constant) else str(sub.value)
+        for arg in loop.iter.args
+        for sub in walk(arg)
+        if isinstance(sub, (ast.Name, ast.Attribute, ast.Constant))
+    ]
+    return any(w in word.lower() for word in words for w in _ACCUMULATION_WORDS)
 
 
 def _iterates_batches(loop: ast.For | ast.AsyncFor) -> bool:
