@@ -401,3 +401,25 @@ def epoch(G, D, loader, device):
 def test_the_micro_batches_of_one_step_do_not_make_it_an_epoch() -> None:
     # not a loop over a count that is not named for accumulation, nor the read after it
     assert _lines(ACCUMULATED, "TPL201", "/nonexistent/train_fns.py") == [9]
+
+
+DECODE = """\
+import time
+import torch
+
+def infer(args, device):
+    vq_model, llm, size = load_model(args)
+    helper = Helper()
+    index_sample = torch.zeros(1, 256, dtype=torch.long, device=device)
+    t2 = time.time()
+    samples = vq_model.decode_code(index_sample, (1, 8, 16, 16))
+    decoder_time = time.time() - t2
+    t3 = time.time()
+    prepared = helper.prepare(index_sample)
+    prepare_time = time.time() - t3
+    return samples, prepared, decoder_time, prepare_time
+"""
+
+
+def test_a_model_method_run_on_a_placed_tensor_is_device_work_to_time() -> None:
+    assert _lines(DECODE, "TPL301", "/nonexistent/app.py") == [8]

@@ -992,12 +992,24 @@ def _uses(call: ast.Call, placed: set[str], ctx: Context) -> bool:
         if isinstance(root, ast.Name) and root.id in placed:
             return func.attr not in _METADATA_METHODS
         name = ctx.qualname(func)
+        operands = [*call.args, *(kw.value for kw in call.keywords)]
+        if name is None and _names_model(root) and func.attr not in _METADATA_METHODS:
+            # `vq_model.decode_code(index_sample, shape)`: a model's method run on a tensor
+            # this function placed (the model may come from a loader it cannot see)
+            return any(n.id in placed for op in operands for n in _operand_names(op))
         if name is None or not name.startswith("torch.") or name.startswith("torch.cuda."):
             return False
-        operands = [*call.args, *(kw.value for kw in call.keywords)]
     else:
         return False
     return any(n.id in placed for op in operands for n in _operand_names(op))
+
+
+_MODEL_WORDS = frozenset({"model", "net", "vae", "unet", "encoder", "decoder", "generator"})
+
+
+def _names_model(node: ast.expr) -> bool:
+    """A name for a model by its last word (``vq_model``, ``net``, ``G_net``, ``vae``)."""
+    return isinstance(node, ast.Name) and node.id.lower().rsplit("_", 1)[-1] in _MODEL_WORDS
 
 
 def _operand_names(node: ast.AST) -> list[ast.Name]:
