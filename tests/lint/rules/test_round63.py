@@ -423,3 +423,28 @@ def infer(args, device):
 
 def test_a_model_method_run_on_a_placed_tensor_is_device_work_to_time() -> None:
     assert _lines(DECODE, "TPL301", "/nonexistent/app.py") == [8]
+
+
+PREPARED = """\
+from accelerate import Accelerator
+
+def main(model, optimizer, train_loader, val_loader, epochs):
+    accelerator = Accelerator()
+    model, optimizer, train_loader, val_loader = accelerator.prepare(
+        model, optimizer, train_loader, val_loader
+    )
+    for epoch in range(epochs):
+        for batch in train_loader:
+            loss = model(batch)
+            accelerator.backward(loss)
+            optimizer.step()
+        for batch in val_loader:
+            for seq in batch:
+                mask = seq == 3
+                if not mask.any():
+                    continue
+"""
+
+
+def test_the_loaders_accelerate_prepares_yield_device_batches() -> None:
+    assert _lines(PREPARED, "TPL201", "/nonexistent/train.py") == [16]

@@ -631,6 +631,11 @@ class Flow:
                 return Fact("host", method, copy=method in _HOST_COPIES)
             if facts.moves_argument(node, self.node):  # `self.to_var(x)`: a transfer helper
                 return Fact("device", _short(facts.segment(node)), _moved_through(node))
+            if method == "prepare" and _accelerator(func.value):
+                # `model, opt, loader = accelerator.prepare(model, opt, loader)`: Accelerate
+                # places the model and hands back loaders whose batches are on its device
+                what = _short(facts.segment(node), 32)
+                return Fact("device", what, f"moved by `{what}` (Accelerate)")
             if _decodes_text(func):
                 return Fact("host", f"text from `{_short(facts.segment(func), 32)}`")
             if _numpy_alias(func) and lookup("np") is None and lookup("numpy") is None:
@@ -1180,3 +1185,9 @@ def _display_rows(iterable: ast.expr, target: ast.expr) -> list[tuple[ast.expr, 
         for column in zip(*rows, strict=True)
     ]
     return list(zip(target.elts, columns, strict=True))
+
+
+def _accelerator(node: ast.expr) -> bool:
+    """``accelerator``, ``self.accelerator``, ``accel``: a name for an Accelerate accelerator."""
+    last = (dotted_name(node) or "").rpartition(".")[2].lower()
+    return "accelerator" in last or last == "accel"
