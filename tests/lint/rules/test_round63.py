@@ -448,3 +448,26 @@ def main(model, optimizer, train_loader, val_loader, epochs):
 
 def test_the_loaders_accelerate_prepares_yield_device_batches() -> None:
     assert _lines(PREPARED, "TPL201", "/nonexistent/train.py") == [16]
+
+
+CTC = """\
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+class CRNN(nn.Module):
+    def compute_loss(self, model_output, gt, seq_len):
+        batch_len = model_output.shape[0]
+        input_length = model_output.shape[1] * torch.ones(size=(batch_len,), dtype=torch.int32)
+        probs = F.log_softmax(model_output.permute(1, 0, 2), dim=-1)
+        return F.ctc_loss(probs, gt, input_length, torch.tensor(seq_len, dtype=torch.int))
+
+    def forward(self, x, gt=None, seq_len=None):
+        out = self.head(x)
+        scale = torch.ones(out.shape[0])
+        return self.compute_loss(out * scale, gt, seq_len)
+"""
+
+
+def test_the_lengths_a_ctc_loss_reads_on_the_host_are_left_alone() -> None:
+    assert _lines(CTC, "TPL103", "/nonexistent/crnn.py") == [14]

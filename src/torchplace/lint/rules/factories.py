@@ -1069,6 +1069,7 @@ def check_factory(call: ast.Call, ctx: Context, name: str, method: Scope | None)
             )
             or _placed_by_callers(call, ctx, method)
             or _bounds_slices(call, ctx)
+            or _ctc_lengths(call, ctx)
             or _cpu_path(call, method)
             or _works_on_host(method)
             or _collates(method, ctx)
@@ -1101,6 +1102,47 @@ def check_factory(call: ast.Call, ctx: Context, name: str, method: Scope | None)
         call,
         f"`torch.{short}(...)` in `{where}` {how} `{param}` but allocates on the default device "
         f"(the CPU) whatever `{param}`'s device; pass `device={param}.device`",
+    )
+
+
+_CTC_LENGTHS = frozenset({"input_lengths", "target_lengths"})
+
+
+def _ctc_lengths(call: ast.Call, ctx: Context) -> bool:
+    """The lengths a CTC loss takes (``F.ctc_loss(probs, targets, input_lengths,
+    target_lengths)``, also through arithmetic, ``t * torch.ones(b)``, or a name bound to it
+    once): CTC reads its lengths on the host, where cuDNN needs them."""
+    node: ast.AST = call
+    for parent in reversed(ctx.parents):
+        if isinstance(parent, ast.BinOp):
+            node = parent
+            continue
+        if isinstance(parent, ast.Call):
+            return _ctc_length_argument(parent, node)
+        if isinstance(parent, ast.Assign) and len(parent.targets) == 1:
+            target = parent.targets[0]
+            scope = ctx.function_scope()
+            if not isinstance(target, ast.Name) or scope is None:
+                return False
+            uses = [
+                (sub, arg)
+                for sub in walk(scope.node)
+                if isinstance(sub, ast.Call)
+                for arg in [*sub.args, *(kw.value for kw in sub.keywords)]
+                if isinstance(arg, ast.Name) and arg.id == target.id
+            ]
+            return bool(uses) and all(_ctc_length_argument(sub, arg) for sub, arg in uses)
+        return False
+    return False
+
+
+def _ctc_length_argument(call: ast.Call, node: ast.AST) -> bool:
+    """``node`` is the third or fourth argument, or a lengths keyword, of a CTC loss call
+    (``F.ctc_loss``, ``self.ctc_loss``, ``ctc_criterion``: a name with ``ctc`` in it)."""
+    if "ctc" not in (call_name(call) or "").lower():
+        return False
+    return any(arg is node for arg in call.args[2:4]) or any(
+        kw.value is node and kw.arg in _CTC_LENGTHS for kw in call.keywords
     )
 
 
