@@ -471,3 +471,23 @@ class CRNN(nn.Module):
 
 def test_the_lengths_a_ctc_loss_reads_on_the_host_are_left_alone() -> None:
     assert _lines(CTC, "TPL103", "/nonexistent/crnn.py") == [14]
+
+
+VALIDATE = """\
+VALIDATE_SEQ_LENS = (256, 512, 1024)
+
+def train(model, loader, val_loaders, opt, device, steps):
+    model = model.to(device)
+    for i in range(steps):
+        loss = model(next(loader).to(device))
+        loss.backward()
+        opt.step()
+        if i % 100 == 0:
+            for seq_len in VALIDATE_SEQ_LENS:
+                val_loss = model(next(val_loaders[seq_len]).to(device))
+                print(f"{seq_len}: {val_loss.item()}")
+"""
+
+
+def test_a_rare_branch_over_a_named_tuple_of_constants_is_rare() -> None:
+    assert _lines(VALIDATE, "TPL201", "/nonexistent/train.py") == []

@@ -2733,6 +2733,17 @@ def _not_batch(loop: ast.AST, scope: ast.AST, ctx: Context) -> bool:
         and not any(isinstance(e, ast.Starred) for e in loop.iter.elts)
     ):
         return True
+    if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.iter, ast.Name):
+        # the same through a name bound once to it, `VALIDATE_SEQ_LENS = (256, 512)`, in the
+        # function or, when the function binds no such name, at module level
+        name = loop.iter.id
+        local = any(
+            isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load)
+            for n in walk(scope)
+        )
+        module = ctx.scope.root().node
+        if _few_constants(loop.iter, scope if local else module):
+            return True
     kind = file_facts(ctx).loop_kind(loop, scope)
     return kind is None or kind[0] != "batch"
 
