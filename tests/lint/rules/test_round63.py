@@ -491,3 +491,30 @@ def train(model, loader, val_loaders, opt, device, steps):
 
 def test_a_rare_branch_over_a_named_tuple_of_constants_is_rare() -> None:
     assert _lines(VALIDATE, "TPL201", "/nonexistent/train.py") == []
+
+
+POSE = """\
+import cv2
+import numpy as np
+
+def estimate_pose(kpts0, kpts1, K0, K1):
+    E, mask = cv2.findEssentialMat(kpts0, kpts1, np.eye(3), method=cv2.RANSAC)
+    return E
+
+def validate(model, loader, device):
+    model = model.to(device)
+    errors = []
+    for batch in loader:
+        out = model(batch.to(device))
+        pts0 = out["mkpts0"].cpu().numpy()
+        pts1 = out["mkpts1"].cpu().numpy()
+        scores = out["scores"].cpu().numpy()
+        for b in range(len(pts0)):
+            errors.append(estimate_pose(pts0[b], pts1[b], None, None))
+        errors.append(scores.mean())
+    return errors
+"""
+
+
+def test_copies_an_opencv_helper_computes_on_are_left_alone_outside_training() -> None:
+    assert _lines(POSE, "TPL201", "/nonexistent/metrics.py") == [15]

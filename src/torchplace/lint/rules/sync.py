@@ -1701,7 +1701,7 @@ def _feeds_host_metric(read: ast.AST, ctx: Context) -> bool:
                 continue
             given = [*node.args, *(k.value for k in node.keywords)]
             fed = any(
-                any(n is read for n in walk(a)) or (isinstance(a, ast.Name) and a.id in names)
+                any(n is read or (isinstance(n, ast.Name) and n.id in names) for n in walk(a))
                 for a in given
             )
             if not fed:
@@ -1710,11 +1710,32 @@ def _feeds_host_metric(read: ast.AST, ctx: Context) -> bool:
                 return True
             if (ctx.call_qualname(node) or "").startswith(_HOST_METRICS):
                 return True  # `peak_signal_noise_ratio(hr.cpu().numpy(), sr.cpu().numpy())`
+            if _host_metric_helper(node, ctx):
+                return True  # `estimate_pose(pts0[mask], ...)` running OpenCV's RANSAC
     return False
 
 
-# Libraries of metrics computed on NumPy arrays: a copy handed to one is read on the host.
-_HOST_METRICS = ("skimage.metrics.", "sklearn.metrics.", "scipy.stats.", "scipy.spatial.")
+# Libraries of metrics computed on NumPy arrays (and OpenCV's geometry, which works on them):
+# a copy handed to one is read on the host.
+_HOST_METRICS = (
+    *("skimage.metrics.", "sklearn.metrics.", "scipy.stats.", "scipy.spatial."),
+    "scipy.optimize.",
+    "cv2.",
+)
+
+
+def _host_metric_helper(call: ast.Call, ctx: Context) -> bool:
+    """``call`` runs a module-level function of the file whose body calls one of those
+    libraries (``estimate_pose(kpts0, kpts1, K0, K1)`` calling ``cv2.findEssentialMat``)."""
+    if not isinstance(call.func, ast.Name):
+        return False
+    function = file_facts(ctx).top_level(call.func.id)
+    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    return any(
+        isinstance(sub, ast.Call) and (ctx.call_qualname(sub) or "").startswith(_HOST_METRICS)
+        for sub in walk(function)
+    )
 
 
 def _numpy_state(holder: ast.expr, ctx: Context) -> bool:
