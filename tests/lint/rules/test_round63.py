@@ -518,3 +518,22 @@ def validate(model, loader, device):
 
 def test_copies_an_opencv_helper_computes_on_are_left_alone_outside_training() -> None:
     assert _lines(POSE, "TPL201", "/nonexistent/metrics.py") == [15]
+
+
+PREFIX = """\
+def train(model, loader, opt, device):
+    model = model.to(device)
+    for data in loader:
+        for k in data.keys():
+            if not k.startswith("name"):
+                data[k] = data[k].to(device)
+        print(">>", data["name"][0], data["mel"][0])
+        loss = model(data["mel"]).mean()
+        loss.backward()
+        opt.step()
+"""
+
+
+def test_keys_a_moving_loop_skips_by_prefix_stay_on_the_host() -> None:
+    found = lint_source(PREFIX, "/nonexistent/solver.py", select={"TPL201"})
+    assert [f.line for f in found] == [7] and all('data["mel"]' in f.message for f in found)

@@ -61,7 +61,23 @@ Lookup = Callable[[str], "Fact | None"]
 
 def _skipped_keys(test: ast.expr, key: str, one: type, many: type) -> set[str]:
     """The string keys ``test`` compares ``key`` with by ``one`` (``k != "meta"``) or finds
-    in a literal collection by ``many`` (``k not in ("meta", "id")``)."""
+    in a literal collection by ``many`` (``k not in ("meta", "id")``); a prefix the key is
+    tested for (``not k.startswith("name")`` around a move, ``k.startswith("name")`` before a
+    ``continue``) as ``"name*"``."""
+    negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+    probe = test.operand if isinstance(test, ast.UnaryOp) and negated else test
+    if (
+        isinstance(probe, ast.Call)
+        and isinstance(probe.func, ast.Attribute)
+        and probe.func.attr == "startswith"
+        and isinstance(probe.func.value, ast.Name)
+        and probe.func.value.id == key
+        and len(probe.args) == 1
+        and isinstance(probe.args[0], ast.Constant)
+        and isinstance(probe.args[0].value, str)
+        and negated == (one is ast.NotEq)  # skipped: moved when not, or left when it is
+    ):
+        return {probe.args[0].value + "*"}
     if not (
         isinstance(test, ast.Compare)
         and len(test.ops) == 1
@@ -77,6 +93,11 @@ def _skipped_keys(test: ast.expr, key: str, one: type, many: type) -> set[str]:
     else:
         return set()
     return {v.value for v in values if isinstance(v, ast.Constant) and isinstance(v.value, str)}
+
+
+def _kept_key(key: str, kept: frozenset[str]) -> bool:
+    """``key`` is one of the ``kept`` keys, or starts with a kept prefix (``"name*"``)."""
+    return key in kept or any(k.endswith("*") and key.startswith(k[:-1]) for k in kept)
 
 
 def _moved_through(call: ast.Call) -> str:
@@ -508,7 +529,8 @@ class Flow:
                 found is not None
                 and found.kept
                 and isinstance(node.slice, ast.Constant)
-                and node.slice.value in found.kept
+                and isinstance(node.slice.value, str)
+                and _kept_key(node.slice.value, found.kept)
             ):
                 return Fact("host", "an item the loop that moves the others skips")
             # `parts[rank::n]` of a list of tensors is still a list; `parts[0]` is one of them
