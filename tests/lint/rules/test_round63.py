@@ -536,4 +536,5 @@ def train(model, loader, opt, device):
 
 def test_keys_a_moving_loop_skips_by_prefix_stay_on_the_host() -> None:
     found = lint_source(PREFIX, "/nonexistent/solver.py", select={"TPL201"})
-    assert [f.line for f in found] == [7] and all('data["mel"]' in f.message for f in found)
+    assert [f.line for f in found] == [7]
+    assert all('data["mel"]' in f.message for f in found)
