@@ -91,3 +91,15 @@ def test_a_project_too_large_to_read_gives_no_answer(
     monkeypatch.setattr(project, "_MAX_FILES", 2)
     project._scan.cache_clear()
     assert pins_anywhere(str(root / "m0.py")) is None
+
+
+def test_a_vendored_project_of_its_own_is_not_read(tmp_path: Path) -> None:
+    root = write(
+        tmp_path,
+        {
+            "train.py": LOADER.format(", pin_memory=False"),
+            "apex/setup.py": "from setuptools import setup\n",
+            "apex/examples/main.py": LOADER.format(", pin_memory=True"),
+        },
+    )
+    assert pins_anywhere(str(root / "train.py")) is False

@@ -87,7 +87,15 @@ def _scan(root: str) -> bool | frozenset[str] | None:
     files = budget = 0
     loads: set[str] = set()
     for directory, subdirs, names in os.walk(root):
-        subdirs[:] = [d for d in subdirs if not d.startswith(".") and d not in _SKIPPED]
+        # not hidden or installed folders, nor a vendored project of its own (`apex/` with
+        # its `setup.py`): what it pins is not this project's doing
+        subdirs[:] = [
+            d
+            for d in subdirs
+            if not d.startswith(".")
+            and d not in _SKIPPED
+            and not any(os.path.exists(os.path.join(directory, d, m)) for m in _MARKERS)
+        ]
         for name in names:
             if not name.endswith(_SUFFIXES):
                 continue
