@@ -538,3 +538,24 @@ def test_keys_a_moving_loop_skips_by_prefix_stay_on_the_host() -> None:
     found = lint_source(PREFIX, "/nonexistent/solver.py", select={"TPL201"})
     assert [f.line for f in found] == [7]
     assert all('data["mel"]' in f.message for f in found)
+
+
+BACKWARD = """\
+import time
+
+def bench(model, x, y, device):
+    model = model.to(device)
+    x = x.to(device)
+    outputs = model(x)
+    start = time.perf_counter()
+    outputs.loss.backward()
+    backward_time = time.perf_counter() - start
+    start = time.perf_counter()
+    y.backward()
+    other_time = time.perf_counter() - start
+    return backward_time, other_time
+"""
+
+
+def test_a_backward_pass_from_a_placed_models_output_is_device_work() -> None:
+    assert _lines(BACKWARD, "TPL301", "/nonexistent/bench.py") == [7]

@@ -991,6 +991,8 @@ def _uses(call: ast.Call, placed: set[str], ctx: Context) -> bool:
             root = root.value
         if isinstance(root, ast.Name) and root.id in placed:
             return func.attr not in _METADATA_METHODS
+        if func.attr == "backward" and isinstance(root, ast.Name):
+            return _computed_from(root.id, placed, ctx)  # `outputs.loss.backward()`
         name = ctx.qualname(func)
         operands = [*call.args, *(kw.value for kw in call.keywords)]
         if name is None and _names_model(root) and func.attr not in _METADATA_METHODS:
@@ -1002,6 +1004,20 @@ def _uses(call: ast.Call, placed: set[str], ctx: Context) -> bool:
     else:
         return False
     return any(n.id in placed for op in operands for n in _operand_names(op))
+
+
+def _computed_from(name: str, placed: set[str], ctx: Context) -> bool:
+    """``name`` is bound in the function to a value computed with a placed name (``outputs =
+    model(x)`` with ``model`` moved): a backward pass from it runs on the device."""
+    scope = ctx.function_scope()
+    if scope is None:
+        return False
+    return any(
+        isinstance(sub, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == name for t in sub.targets)
+        and any(isinstance(n, ast.Name) and n.id in placed for n in walk(sub.value))
+        for sub in walk(scope.node)
+    )
 
 
 _MODEL_WORDS = frozenset({"model", "net", "vae", "unet", "encoder", "decoder", "generator"})
