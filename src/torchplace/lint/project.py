@@ -6,8 +6,9 @@ no file of the project pins anything (no ``pin_memory=True`` loader or factory, 
 pageable, wherever the copy's source was built. That is only trusted where the project shows
 where its batches come from: a data loader built by its top-level scripts or in the top-level
 folder of the file. The project is the folder above the file that holds ``.git``,
-``pyproject.toml``, ``setup.py`` or ``setup.cfg`` (an installed package's own folder); a file
-outside any such folder, or a project too large to read quickly, gives no answer.
+``pyproject.toml``, ``setup.py`` or ``setup.cfg`` (an installed package's own folder), less the
+folders inside it that are projects of their own (a vendored ``apex/``); a file outside any
+such folder, or a project too large to read quickly, gives no answer.
 """
 
 from __future__ import annotations

@@ -559,3 +559,17 @@ def bench(model, x, y, device):
 
 def test_a_backward_pass_from_a_placed_models_output_is_device_work() -> None:
     assert _lines(BACKWARD, "TPL301", "/nonexistent/bench.py") == [7]
+
+
+DETACHED = """\
+def encode(model, texts, output_device):
+    output = model(texts)
+    encoded_text = output.last_hidden_state.detach()
+    encoded_text.to(output_device)
+    model.to(output_device)
+    return encoded_text
+"""
+
+
+def test_a_discarded_move_of_what_a_tensor_only_method_made() -> None:
+    assert _lines(DETACHED, "TPL101", "/nonexistent/t5.py") == [4]

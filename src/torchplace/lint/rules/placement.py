@@ -61,7 +61,7 @@ def _discarded(node: ast.Expr, ctx: Context) -> None:
     if not _chain(receiver) or is_module_expr(receiver, ctx):
         return  # `torch.ones(3).to(d)` alone is written for its side effect, not forgotten
     scope: Scope | None = ctx.function_scope() or ctx.scope
-    tensor = is_tensor_expr(receiver, ctx, scope)
+    tensor = is_tensor_expr(receiver, ctx, scope) or _tensor_only(receiver, ctx, scope)
     attribute = None if tensor else _tensor_attribute(receiver, ctx)
     if not tensor and attribute is None:
         return
@@ -98,6 +98,27 @@ def _discarded(node: ast.Expr, ctx: Context) -> None:
         f"`{text}` where it was; write `{text} = {text}.{method}(...)`"
     )
     ctx.report(DISCARDED.code, call, message, fix)
+
+
+# Methods only a tensor has (not an `nn.Module`, which has `float`/`half`/`to`, nor a NumPy
+# array, which has `reshape`/`transpose`/`squeeze`): what they return is a tensor.
+_TENSOR_ONLY_METHODS = frozenset(
+    {"detach", "bool", "long", "int", "masked_fill", "unsqueeze", "permute", "contiguous"}
+)
+
+
+def _tensor_only(receiver: ast.expr, ctx: Context, scope: Scope | None) -> bool:
+    """``receiver`` is a name every binding of which is the result of a method only a tensor
+    has (``encoded = output.last_hidden_state.detach()``, ``mask = mask[..., None].bool()``)."""
+    if not isinstance(receiver, ast.Name) or scope is None:
+        return False
+    values = ctx.scope_bindings(scope).get(receiver.id) or []
+    return bool(values) and all(
+        isinstance(v, ast.Call)
+        and isinstance(v.func, ast.Attribute)
+        and v.func.attr in _TENSOR_ONLY_METHODS
+        for v in values
+    )
 
 
 def _tensor_attribute(receiver: ast.expr, ctx: Context) -> str | None:
