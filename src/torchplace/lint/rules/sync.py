@@ -665,6 +665,9 @@ def _array_index(node: ast.Subscript, ctx: Context) -> None:
     """``self.matrix[gc, dc] += 1`` with ``self.matrix = np.zeros((nc, nc))`` and ``gc`` an
     element of a device tensor: NumPy turns each tensor index into a Python int
     (``__index__``), a read of the device per element."""
+    parent = ctx.parents[-1] if ctx.parents else None
+    if not (isinstance(parent, ast.AugAssign) and parent.target is node):
+        return  # a count grown in place, `matrix[dc, gc] += 1`
     name = dotted_name(node.value)
     if name is None or not _numpy_array(name, ctx):
         return
@@ -683,6 +686,16 @@ def _numpy_array(name: str, ctx: Context) -> bool:
     scope = ctx.function_scope()
     if scope is None:
         return False
+    key = f"numpy-array:{name}"
+    cached = scope.cache.get(key)
+    if cached is None:
+        cached = scope.cache[key] = _bound_to_numpy(name, scope, ctx)
+    return bool(cached)
+
+
+def _bound_to_numpy(name: str, scope: Scope, ctx: Context) -> bool:
+    """Every assignment to ``name`` in its function (or to ``self.<attr>`` in its class) is a
+    NumPy factory's result; a parameter of the function is not."""
     if name.startswith("self.") and name.count(".") == 1 and scope.cls is not None:
         owner = scope.cls.node
     elif "." not in name:
