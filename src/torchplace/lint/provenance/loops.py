@@ -183,7 +183,7 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
         if name == "backward":
             return "batch", "it calls `.backward()` on every step"
-        if wrapped_step(node):
+        if _wrapped_step(node):
             what = _short(facts.segment(node), 40)
             return "batch", f"it calls `{what}`, which backpropagates the loss, on every step"
         if (
@@ -1599,18 +1599,18 @@ def step_parts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[bool, bool
         return False, False  # an epoch: it walks the batches itself
     backward = stepped = False
     # the micro-steps of one step: `for _ in range(gradient_accumulation_steps): loss.backward()`
-    micro = [sub for loop in nested if accumulates(loop) for sub in walk(loop)]
+    micro = [sub for loop in nested if _accumulates(loop) for sub in walk(loop)]
     for sub in [*own, *micro]:
         if not isinstance(sub, ast.Call) or not isinstance(sub.func, ast.Attribute):
             continue
-        if sub.func.attr == "backward" or wrapped_step(sub):
+        if sub.func.attr == "backward" or _wrapped_step(sub):
             backward = True
         if sub.func.attr == "step" and _steps_an_optimizer(sub):
             stepped = True
     return backward, stepped
 
 
-def wrapped_step(call: ast.AST) -> bool:
+def _wrapped_step(call: ast.AST) -> bool:
     """``self.optim.step(loss)``: an optimizer wrapper handed the loss (Tianshou's
     ``Optimizer.step(loss)`` runs ``zero_grad``, ``loss.backward()`` and the step), not
     ``optimizer.step(closure)`` nor ``scaler.step(optimizer)``."""
@@ -1621,8 +1621,7 @@ def wrapped_step(call: ast.AST) -> bool:
         and len(call.args) == 1
     ):
         return False
-    receiver = (dotted_name(call.func.value) or "").rpartition(".")[2].lower()
-    if not any(word.startswith("opt") for word in receiver.split("_")):
+    if not _names_optimizer(call.func.value):
         return False
     names = [
         dotted_name(sub) for sub in walk(call.args[0]) if isinstance(sub, (ast.Name, ast.Attribute))
@@ -1634,12 +1633,14 @@ def _steps_an_optimizer(call: ast.Call) -> bool:
     """``optimizer.step()``, ``self.G_optimizer.step()``, ``scaler.step(opt)``: a name for an
     optimizer (``opt`` as the start of a word), not a scheduler's or an environment's step."""
     assert isinstance(call.func, ast.Attribute)
-    names = [dotted_name(call.func.value)] + [dotted_name(arg) for arg in call.args[:1]]
-    for name in names:
-        last = (name or "").rpartition(".")[2].lower()
-        if any(word.startswith("opt") for word in last.split("_")):
-            return True
-    return False
+    return any(_names_optimizer(node) for node in [call.func.value, *call.args[:1]])
+
+
+def _names_optimizer(node: ast.expr) -> bool:
+    """``optimizer``, ``self.G_optimizer``, ``opt``: ``opt`` as the start of a word of the
+    last name."""
+    last = (dotted_name(node) or "").rpartition(".")[2].lower()
+    return any(word.startswith("opt") for word in last.split("_"))
 
 
 def has_own_batch_loop(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
@@ -1648,7 +1649,7 @@ def has_own_batch_loop(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     for loop in nested:
         if isinstance(loop, (ast.For, ast.AsyncFor)) and _iterates_batches(loop):
             return True
-        if accumulates(loop):
+        if _accumulates(loop):
             continue  # the micro-batches of one step, not an epoch
         for stmt in loop.body:  # type: ignore[attr-defined]
             for sub in walk(stmt):
@@ -1664,7 +1665,7 @@ def has_own_batch_loop(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
 _ACCUMULATION_WORDS = ("accum", "micro")
 
 
-def accumulates(loop: ast.AST) -> bool:
+def _accumulates(loop: ast.AST) -> bool:
     """``for _ in range(neox_args.gradient_accumulation_steps):``, ``range(config[
     "num_G_accumulations"])``: the micro-batches of one training step, by the count's name."""
     if not isinstance(loop, (ast.For, ast.AsyncFor)) or not isinstance(loop.iter, ast.Call):
@@ -1706,7 +1707,7 @@ def _names_batches(name: str) -> bool:
 
 def calls_backward(loop: ast.AST) -> bool:
     return any(
-        (isinstance(sub, ast.Attribute) and sub.attr == "backward") or wrapped_step(sub)
+        (isinstance(sub, ast.Attribute) and sub.attr == "backward") or _wrapped_step(sub)
         for sub in walk(loop)
     )
 

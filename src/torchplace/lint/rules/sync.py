@@ -564,12 +564,8 @@ def _element_valued(node: ast.expr, ctx: Context, scope: Scope, depth: int) -> b
     if not values:
         return False
     if None in values:  # a loop's target over a tensor's rows, not a parameter
-        function = scope.node
-        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            return False
-        params = {a.arg for a in (*function.args.posonlyargs, *function.args.args)}
-        params |= {a.arg for a in function.args.kwonlyargs}
-        return node.id not in params and len(values) == 1
+        params = _parameter_names(scope.node)
+        return params is not None and node.id not in params and len(values) == 1
     return all(
         value is not None and _element_valued(value, ctx, scope, depth + 1) for value in values
     )
@@ -700,8 +696,7 @@ def _bound_to_numpy(name: str, scope: Scope, ctx: Context) -> bool:
         owner = scope.cls.node
     elif "." not in name:
         owner = scope.node
-        params = getattr(owner, "args", None)
-        if params is not None and name in {a.arg for a in (*params.args, *params.kwonlyargs)}:
+        if name in (_parameter_names(owner) or set()):
             return False
     else:
         return False
@@ -2770,11 +2765,8 @@ def _not_batch(loop: ast.AST, scope: ast.AST, ctx: Context) -> bool:
     if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.iter, ast.Name):
         # the same through a name bound once to it, `VALIDATE_SEQ_LENS = (256, 512)`, in the
         # function or, when the function binds no such name, at module level
-        name = loop.iter.id
-        local = any(
-            isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load)
-            for n in walk(scope)
-        )
+        function = ctx.function_scope()
+        local = function is None or loop.iter.id in ctx.scope_bindings(function)
         module = ctx.scope.root().node
         if _few_constants(loop.iter, scope if local else module):
             return True
