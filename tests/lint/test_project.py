@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from torchplace.lint import project
-from torchplace.lint.project import pins_anywhere, project_root
+from torchplace.lint.project import pins_anywhere, project_root, runs_models
 
 LOADER = "from torch.utils.data import DataLoader\nloader = DataLoader(ds, batch_size=8{})\n"
 
@@ -19,6 +19,7 @@ def write(root: Path, files: dict[str, str]) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     project._scan.cache_clear()
+    project._runs.cache_clear()
     project_root.cache_clear()
     return root
 
@@ -103,3 +104,26 @@ def test_a_vendored_project_of_its_own_is_not_read(tmp_path: Path) -> None:
         },
     )
     assert pins_anywhere(str(root / "train.py")) is False
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "loss.backward()\n",
+        "trainer = pl.Trainer(max_epochs=3)\n",
+        "model.fit(x, y)\n",
+        "model.eval()\n",
+        "with torch.inference_mode():\n    y = model(x)\n",
+        "for batch in train_loader:\n    pass\n",
+    ],
+)
+def test_any_code_running_models_is_a_project_that_runs_them(tmp_path: Path, text: str) -> None:
+    root = write(tmp_path, {"models.py": "class Net: ...\n", "scripts/run.py": text})
+    assert runs_models(str(root / "models.py")) is True
+
+
+def test_a_library_of_models_alone_runs_none(tmp_path: Path) -> None:
+    files = {"models.py": "class Net: ...\n# loss.backward()\n", "README.md": "model.eval()\n"}
+    root = write(tmp_path, files)
+    assert runs_models(str(root / "models.py")) is False
+    assert runs_models(str(root / "missing.py")) is None

@@ -1,4 +1,5 @@
-"""What a linted file's project shows as a whole: whether any of its files pins host memory.
+"""What a linted file's project shows as a whole: whether any of its files pins host memory,
+whether any runs models on data.
 
 A ``non_blocking=True`` copy to the device overlaps only when its source is page-locked. When
 no file of the project pins anything (no ``pin_memory=True`` loader or factory, no
@@ -15,9 +16,10 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from functools import lru_cache
 
-__all__ = ["pins_anywhere", "project_root"]
+__all__ = ["pins_anywhere", "project_root", "runs_models"]
 
 _MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 _SUFFIXES = (".py", ".pyi", ".ipynb", ".yaml", ".yml", ".toml", ".cfg", ".ini")
@@ -36,6 +38,13 @@ _PINS = re.compile(
     rb"|pin_mem\w*[\"']?\s*(?:=(?!=)|:)\s*(?!(?:False|None|0)\b)[^\s,)]"
     rb"|cudaHostRegister|cudaHostAlloc|is_pinned\s*\(|TrainingArguments\b|\bffcv\b|nvidia\.dali)",
     re.MULTILINE | re.IGNORECASE,
+)
+# Code that runs models on data: a backward pass, a trainer (`Trainer(...)`, `.fit(`), a loop
+# over a data loader, a model put in evaluation or inference mode.
+_RUNS = re.compile(
+    rb"^[^#\n]*(?:\.backward\s*\(|\bTrainer\b|\.fit\s*\(|\.eval\s*\(\s*\)|inference_mode"
+    rb"|\bfor\b[^\n]*\bin\b[^\n]*loader)",
+    re.MULTILINE,
 )
 # A data loader built: the project's batches come from code it shows.
 _LOADS = re.compile(rb"^[^#\n]*\b(?:DataLoader|WebLoader|DataLoader2)\s*\(", re.MULTILINE)
@@ -85,11 +94,46 @@ def _area(relative: str) -> str:
 @lru_cache(maxsize=64)
 def _scan(root: str) -> bool | frozenset[str] | None:
     """True when a file of ``root`` may pin; else the areas whose files build a loader."""
-    files = budget = 0
     loads: set[str] = set()
+    for full, raw in _files(root):
+        if raw is None:
+            return None
+        if _PINS.search(raw):
+            return True
+        if _LOADS.search(raw):
+            loads.add(_area(os.path.relpath(full, root)))
+    return frozenset(loads)
+
+
+def runs_models(path: str) -> bool | None:
+    """Whether ``path``'s project shows code that runs models on data (a backward pass, a
+    trainer, a loop over a data loader, an evaluation or inference mode): True at the first
+    sign, False when its files were all read and none shows it (a library of models its users
+    run), None for no project or one too large to read."""
+    path = os.path.abspath(path)
+    if not os.path.isfile(path):
+        return None
+    root = project_root(os.path.dirname(path))
+    return None if root is None else _runs(root)
+
+
+@lru_cache(maxsize=64)
+def _runs(root: str) -> bool | None:
+    for _, raw in _files(root):
+        if raw is None:
+            return None
+        if _RUNS.search(raw):
+            return True
+    return False
+
+
+def _files(root: str) -> Iterator[tuple[str, bytes | None]]:
+    """Each file of the project worth reading and its bytes; ``(path, None)`` last when the
+    project holds more than :data:`_MAX_FILES` files or :data:`_MAX_BYTES` bytes of them."""
+    files = budget = 0
     for directory, subdirs, names in os.walk(root):
         # not hidden or installed folders, nor a vendored project of its own (`apex/` with
-        # its `setup.py`): what it pins is not this project's doing
+        # its `setup.py`): what it holds is not this project's doing
         subdirs[:] = [
             d
             for d in subdirs
@@ -109,9 +153,6 @@ def _scan(root: str) -> bool | frozenset[str] | None:
                 continue
             budget += len(raw)
             if files > _MAX_FILES or budget > _MAX_BYTES:
-                return None
-            if _PINS.search(raw):
-                return True
-            if _LOADS.search(raw):
-                loads.add(_area(os.path.relpath(full, root)))
-    return frozenset(loads)
+                yield full, None
+                return
+            yield full, raw

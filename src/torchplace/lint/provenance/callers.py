@@ -100,6 +100,9 @@ class PerBatch:
     #: found through a model's ``forward`` three calls or more from the batch loop: it counts
     #: only for the device values handed down that far, not as part of a training step
     far: bool = False
+    #: a module's own ``forward``, found by no caller, in a project that runs models: its
+    #: scalar reads (``.item()``) count as a training step's would, whatever the value is
+    forward: bool = False
 
 
 def find_per_batch(

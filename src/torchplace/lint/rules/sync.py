@@ -35,6 +35,7 @@ from torchplace.lint.nodes import (
     walk,
     walk_body,
 )
+from torchplace.lint.project import runs_models
 from torchplace.lint.provenance import Fact, FileFacts, PerBatch, file_facts, scope_node
 from torchplace.lint.provenance.callers import (
     MOVED_SELF,
@@ -1700,11 +1701,17 @@ def _feeds_host_metric(read: ast.AST, ctx: Context) -> bool:
     bound = assigned_name(block[index], read)
     names = {bound} if bound is not None else set()
     for sub in block[index:]:  # the read's statement and those after it in its block
-        for node in walk(sub):
+        nodes = list(walk(sub))
+        for node in nodes:
             if isinstance(node, ast.Assign) and names & {
                 n.id for n in walk(node.value) if isinstance(n, ast.Name)
             }:
                 names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+            elif isinstance(node, ast.comprehension) and names & {
+                n.id for n in walk(node.iter) if isinstance(n, ast.Name)
+            }:  # `[linear_sum_assignment(c[i]) for i, c in enumerate(C.split(sizes, -1))]`
+                names |= names_in(node.target)
+        for node in nodes:
             if not isinstance(node, ast.Call):
                 continue
             given = [*node.args, *(k.value for k in node.keywords)]
@@ -1732,18 +1739,38 @@ _HOST_METRICS = (
 )
 
 
-def _host_metric_helper(call: ast.Call, ctx: Context) -> bool:
-    """``call`` runs a module-level function of the file whose body calls one of those
-    libraries (``estimate_pose(kpts0, kpts1, K0, K1)`` calling ``cv2.findEssentialMat``)."""
-    if not isinstance(call.func, ast.Name):
+def _host_metric_helper(call: ast.Call, ctx: Context, *, hops: int = 1) -> bool:
+    """``call`` runs a module-level function of the file, or a method of the class on
+    ``self``, whose body calls one of those libraries (``estimate_pose(kpts0, kpts1, K0, K1)``
+    calling ``cv2.findEssentialMat``), or a helper that does, or makes NumPy arrays of
+    tensors (``self.extract_single_image(img)`` doing ``image.cpu().numpy()`` for OpenCV's
+    SIFT): host work the copy is for."""
+    function = _helper_def(call.func, ctx)
+    if function is None:
         return False
-    function = file_facts(ctx).top_level(call.func.id)
-    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return False
-    return any(
-        isinstance(sub, ast.Call) and (ctx.call_qualname(sub) or "").startswith(_HOST_METRICS)
-        for sub in walk(function)
-    )
+    for sub in walk(function):
+        if not isinstance(sub, ast.Call):
+            continue
+        if (ctx.call_qualname(sub) or "").startswith(_HOST_METRICS):
+            return True
+        if isinstance(sub.func, ast.Attribute) and sub.func.attr == "numpy" and not sub.args:
+            return True
+        if hops and _host_metric_helper(sub, ctx, hops=hops - 1):
+            return True
+    return False
+
+
+def _helper_def(func: ast.expr, ctx: Context) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The module-level function ``helper(...)`` names, or the method ``self.helper(...)``
+    names in the enclosing class."""
+    found: ast.AST | None = None
+    if isinstance(func, ast.Name):
+        found = file_facts(ctx).top_level(func.id)
+    elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        cls = next((p for p in reversed(ctx.parents) if isinstance(p, ast.ClassDef)), None)
+        if func.value.id == "self" and cls is not None:
+            found = next((i for i in cls.body if getattr(i, "name", None) == func.attr), None)
+    return found if isinstance(found, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
 
 
 def _numpy_state(holder: ast.expr, ctx: Context) -> bool:
@@ -2344,7 +2371,7 @@ def _check(
         return False
     if in_device_kernel(ctx):
         return False  # a Triton kernel's body runs on the device: it reads nothing back
-    if _on_failure(ctx, read or node):
+    if _on_failure(ctx, read or node) or _not_a_tensor_here(receiver, node, ctx):
         return False
     if in_periodic_branch(ctx, node, through=lambda loop: _not_batch(loop, scope, ctx)):
         return False
@@ -2361,7 +2388,8 @@ def _check(
     if step is None:
         if not (_called_here(scope, ctx) or (explicit and _module_level(ctx))):
             return False
-        per_batch = facts.per_batch(scope)  # before any flow: most functions are not
+        # before any flow: most functions are not
+        per_batch = facts.per_batch(scope) or _module_forward(scope, ctx)
         if per_batch is None:
             return False
     fact = facts.fact(receiver, scope, comps=comps)
@@ -2376,7 +2404,7 @@ def _check(
     fact = facts.fact(receiver, scope, per_batch.seeds, comps) if per_batch.seeds else fact
     if fact is not None and not fact.on_device:
         return False
-    if fact is None and not (explicit and per_batch.trains):
+    if fact is None and not (explicit and (per_batch.trains or per_batch.forward)):
         return False  # outside a training step, an unknown value may well be on the host
     if fact is None and _host_only_file(ctx):
         return False  # a helper of a script that never names a device: its tensors stay there
@@ -2404,6 +2432,62 @@ def _check(
         f"for the device ({cause}); {_ADVICE}",
     )
     return True
+
+
+def _not_a_tensor_here(receiver: ast.expr, node: ast.AST, ctx: Context) -> bool:
+    """``int(seq_len)`` in the ``else`` of ``if torch.is_tensor(seq_len):`` (or of
+    ``isinstance(seq_len, torch.Tensor)``, or the body of ``if not ...``): whatever the flow
+    says it may hold, the name read is a Python value on this branch."""
+    root = receiver.args[0] if isinstance(receiver, ast.Call) and receiver.args else receiver
+    while isinstance(root, (ast.Attribute, ast.Subscript, ast.Call)):
+        root = root.func if isinstance(root, ast.Call) else root.value
+    if not isinstance(root, ast.Name):
+        return False
+    child = node  # the visited node: ctx.parents are its enclosing nodes
+    for parent in reversed(ctx.parents):
+        if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return False
+        if isinstance(parent, (ast.If, ast.IfExp)) and child is not parent.test:
+            test, negated = parent.test, False
+            if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                test, negated = test.operand, True
+            if _tests_tensor(test, root.id, ctx):
+                in_body = child is parent.body or (
+                    isinstance(parent.body, list) and child in parent.body
+                )
+                return in_body == negated
+        child = parent
+    return False
+
+
+def _tests_tensor(test: ast.expr, name: str, ctx: Context) -> bool:
+    """``torch.is_tensor(name)`` or ``isinstance(name, torch.Tensor)``."""
+    tested = isinstance_test(test)
+    if tested is not None:
+        return tested[0] == name and any(ctx.qualname(kind) == "torch.Tensor" for kind in tested[1])
+    return (
+        isinstance(test, ast.Call)
+        and ctx.qualname(test.func) == "torch.is_tensor"
+        and len(test.args) == 1
+        and isinstance(test.args[0], ast.Name)
+        and test.args[0].id == name
+    )
+
+
+def _module_forward(scope: ast.AST, ctx: Context) -> PerBatch | None:
+    """``forward`` of a module that no caller in sight runs per batch: a model runs it on
+    every batch it is given, wherever that happens (a script of another package, a framework's
+    loop), so its own device values are read per batch; what its callers hand it is unknown.
+    Not in a project that shows no code running models (a library of models alone)."""
+    method = ctx.method_of_module()
+    if method is None or method.node is not scope or method.name != "forward":
+        return None
+    runs = runs_models(ctx.path)
+    if runs is False:
+        return None  # a library of models that no code of its project runs
+    owner = method.cls.name if method.cls is not None else "the module"
+    how = f"`{owner}.forward` runs on every batch the module is given"
+    return PerBatch(how, {}, False, forward=runs is True)
 
 
 def _seeded_device(receiver: ast.expr, per_batch: PerBatch | None, ctx: Context) -> bool:
