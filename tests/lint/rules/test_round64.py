@@ -167,3 +167,44 @@ def test_a_module_forward_of_a_project_that_runs_models_reads_what_it_computes(
 
 def test_a_library_of_models_that_no_code_runs_is_left_alone(tmp_path: Path) -> None:
     assert lint(tmp_path, {"losses.py": LOSS}) == []
+
+
+INPUTS = """\
+import torch
+from torch import nn
+
+class Attention(nn.Module):
+    def forward(self, value, spatial_shapes, startp, layers, flag=False):
+        assert (spatial_shapes[:, 0] * spatial_shapes[:, 1]).sum() == value.shape[1]
+        name = "up_" + str(startp + 1)
+        if 3 == layers[-1]:
+            pass
+        return value
+
+class Quantizer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("inited", torch.tensor(False))
+
+    def forward(self, x):
+        if not self.inited:
+            self.inited.fill_(True)
+        n = x.sum()
+        if n:
+            x = x / n
+        return x
+"""
+SCRIPT = "def run(model, loader):\n    model.eval()\n    for x in loader:\n        model(x)\n"
+
+
+def test_a_module_forward_of_a_project_that_runs_models_takes_tensor_inputs_as_device(
+    tmp_path: Path,
+) -> None:
+    # inputs used as tensors (`spatial_shapes[:, 0]`, `x.sum()`) live where the module's
+    # weights do; a count or a list of layer indices (`startp`, `layers`) is no tensor
+    assert lint(tmp_path, {"attention.py": INPUTS, "run.py": SCRIPT}) == [
+        ("attention.py", 6),
+        ("attention.py", 18),
+        ("attention.py", 21),
+    ]
+    assert lint(tmp_path / "library", {"attention.py": INPUTS}) == []

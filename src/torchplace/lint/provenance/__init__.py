@@ -24,7 +24,8 @@ per process (:func:`facts_for_file`).
 
 One module per concept: :mod:`.values` (a :class:`Fact` and what one expression says by its
 shape), :mod:`.flow` (names followed through a function), :mod:`.loops` (loop
-classification), :mod:`.callers` (per-batch functions through their callers), :mod:`.given`
+classification), :mod:`.callers` (per-batch functions through their callers), :mod:`.forward`
+(a module's ``forward`` that no caller in sight runs), :mod:`.given`
 (what every caller of a function hands its parameters), :mod:`.cycles` (answers that ask each
 other in a cycle, cached so that the verdicts do not depend on which was asked first) and
 :mod:`.files` (:class:`FileFacts`, which ties them together and caches their answers).

@@ -17,6 +17,7 @@ from torchplace.lint.nodes import BLOCKS, assigned, own_nodes, parse_module, sta
 from torchplace.lint.provenance import cycles
 from torchplace.lint.provenance.callers import _RUN_METHODS, PerBatch, calls_in, find_per_batch
 from torchplace.lint.provenance.flow import Flow
+from torchplace.lint.provenance.forward import module_forward
 from torchplace.lint.provenance.given import given_seeds
 from torchplace.lint.provenance.loops import classify, moves_some
 from torchplace.lint.provenance.values import (
@@ -160,6 +161,7 @@ class FileFacts:
         #: per function: the answer and the depth it was found at (a "no" found deep in a
         #: chain of callers, out of depth, may be a "yes" asked directly)
         self._per_batch: dict[int, tuple[PerBatch | None, int]] = {}
+        self._forwards: dict[int, PerBatch | None] = {}
         self._self_attrs: dict[int, dict[str, Fact]] = {}
         self._returns_host: dict[str, bool] = {}
         self._returns_device: dict[str, Fact | None] = {}
@@ -799,10 +801,27 @@ class FileFacts:
 
         A training-framework hook (``training_step``, ...: the framework moves ``batch``), a
         function called inside a batch loop of this file or of a sibling module that imports
-        it, or one called by such a function.
+        it, or one called by such a function; asked of itself (``depth`` 0), also a module's
+        ``forward`` that none of those runs (:func:`~.forward.module_forward`).
         """
         if not isinstance(function, _FUNCTIONS) or depth > 4:
             return None
+        found = self._per_batch_at(function, depth)
+        if found is None and depth == 0 and function.name == "forward":
+            # a module's `forward` that no caller in sight runs, for its own reads only (not
+            # for the helpers it calls: those count what it hands them at their own calls)
+            key = id(function)
+            if key not in self._forwards:
+                made = module_forward(self, function)
+                self._forwards[key] = (
+                    None if made is None else PerBatch(made[0], made[1], False, forward=made[2])
+                )
+            found = self._forwards[key]
+        return found
+
+    def _per_batch_at(
+        self, function: ast.FunctionDef | ast.AsyncFunctionDef, depth: int
+    ) -> PerBatch | None:
         if depth == 4 and function.name not in _RUN_METHODS:
             return None  # a model's `forward` the batch loop runs is one hop more
         key = id(function)

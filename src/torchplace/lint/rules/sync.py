@@ -35,7 +35,6 @@ from torchplace.lint.nodes import (
     walk,
     walk_body,
 )
-from torchplace.lint.project import runs_models
 from torchplace.lint.provenance import Fact, FileFacts, PerBatch, file_facts, scope_node
 from torchplace.lint.provenance.callers import (
     MOVED_SELF,
@@ -813,9 +812,7 @@ def _compare(node: ast.Compare, ctx: Context) -> None:
     if not all(isinstance(op, _TRUTH_OPS) for op in node.ops):
         return
     sides = [node.left, *node.comparators]
-    if not ctx.loops() and not any(
-        _torch_value(s, ctx) or _reads_buffer(s, scope_node(ctx), ctx) for s in sides
-    ):
+    if not ctx.loops() and not any(_torch_operand(s, ctx) for s in sides):
         return  # outside a loop, only a torch call of what a function's callers hand it
     child: ast.AST = node
     for parent in reversed(ctx.parents):
@@ -853,7 +850,7 @@ def _truth(node: ast.If | ast.IfExp | ast.Assert, ctx: Context) -> None:
     if looping and _latched(node, ctx):
         return
     for leaf in _tested(node.test):
-        if not looping and not isinstance(leaf, ast.Call):
+        if not looping and not (isinstance(leaf, ast.Call) or _torch_operand(leaf, ctx)):
             continue
         if _truth_operand(leaf, ctx) and _check(leaf, leaf, "a truth test", ctx, explicit=False):
             return
@@ -894,7 +891,9 @@ def _torch_test(test: ast.expr, ctx: Context) -> bool:
         return any(_torch_test(value, ctx) for value in test.values)
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return _torch_test(test.operand, ctx)
-    return isinstance(test, ast.Call) and _truth_operand(test, ctx)
+    if isinstance(test, ast.Call):
+        return _truth_operand(test, ctx)
+    return _torch_operand(test, ctx)  # `if self.inited:`, `if n:` with `n = mask.sum()`
 
 
 def _repeated_operand(side: ast.expr, ctx: Context) -> bool:
@@ -903,8 +902,18 @@ def _repeated_operand(side: ast.expr, ctx: Context) -> bool:
     ``if torch.min(y) < -1.0:``), a torch call, a tensor reduction or a buffer of the module."""
     if ctx.loops():
         return _tensor_operand(side, ctx)
-    scope = scope_node(ctx)
-    return (_torch_value(side, ctx) or _reads_buffer(side, scope, ctx)) and _called_here(scope, ctx)
+    return _torch_operand(side, ctx) and _called_here(scope_node(ctx), ctx)
+
+
+def _torch_operand(side: ast.expr, ctx: Context) -> bool:
+    """A torch call or tensor reduction (:func:`_torch_value`), a name the function binds only
+    to such calls (``n = torch.sum(obj_mask)``, then ``if n != 0:``), or a buffer of the
+    module (``if self.inited:``): a tensor whatever the callers pass."""
+    return (
+        _torch_value(side, ctx)
+        or _reads_buffer(side, scope_node(ctx), ctx)
+        or _bound_to_torch_values(side, ctx)
+    )
 
 
 # Tensor methods that compute a value from the elements (what a condition would then read).
@@ -954,6 +963,8 @@ def _truth_operand(node: ast.expr, ctx: Context) -> bool:
         return isinstance(node.func, ast.Attribute) and node.func.attr in _TRUTH_METHODS | (
             _TESTED_REDUCTIONS
         )
+    if isinstance(node, ast.Attribute):
+        return _reads_buffer(node, scope_node(ctx), ctx)  # `if self.inited:`
     return isinstance(node, ast.Name) and _bound_to_tensors(node, ctx, arms=True)
 
 
@@ -2389,7 +2400,7 @@ def _check(
         if not (_called_here(scope, ctx) or (explicit and _module_level(ctx))):
             return False
         # before any flow: most functions are not
-        per_batch = facts.per_batch(scope) or _module_forward(scope, ctx)
+        per_batch = facts.per_batch(scope)
         if per_batch is None:
             return False
     fact = facts.fact(receiver, scope, comps=comps)
@@ -2472,22 +2483,6 @@ def _tests_tensor(test: ast.expr, name: str, ctx: Context) -> bool:
         and isinstance(test.args[0], ast.Name)
         and test.args[0].id == name
     )
-
-
-def _module_forward(scope: ast.AST, ctx: Context) -> PerBatch | None:
-    """``forward`` of a module that no caller in sight runs per batch: a model runs it on
-    every batch it is given, wherever that happens (a script of another package, a framework's
-    loop), so its own device values are read per batch; what its callers hand it is unknown.
-    Not in a project that shows no code running models (a library of models alone)."""
-    method = ctx.method_of_module()
-    if method is None or method.node is not scope or method.name != "forward":
-        return None
-    runs = runs_models(ctx.path)
-    if runs is False:
-        return None  # a library of models that no code of its project runs
-    owner = method.cls.name if method.cls is not None else "the module"
-    how = f"`{owner}.forward` runs on every batch the module is given"
-    return PerBatch(how, {}, False, forward=runs is True)
 
 
 def _seeded_device(receiver: ast.expr, per_batch: PerBatch | None, ctx: Context) -> bool:
@@ -3102,6 +3097,8 @@ def _reads_buffer(receiver: ast.expr, scope: ast.AST, ctx: Context) -> bool:
         isinstance(node, ast.Attribute)
         and isinstance(node.value, ast.Name)
         and node.value.id == "self"
+        # a file that registers nothing needs no facts built to say so
+        and ("register_buffer" in ctx.source or "Parameter(" in ctx.source)
         and file_facts(ctx).registered_tensor(scope, node.attr)
     )
 
