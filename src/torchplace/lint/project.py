@@ -10,6 +10,10 @@ folder of the file. The project is the folder above the file that holds ``.git``
 ``pyproject.toml``, ``setup.py`` or ``setup.cfg`` (an installed package's own folder), less the
 folders inside it that are projects of their own (a vendored ``apex/``); a file outside any
 such folder, or a project too large to read quickly, gives no answer.
+
+Whether the project runs models at all (a backward pass, a trainer, a loop over a data loader,
+a model put in evaluation or inference mode, in any of its files) tells a library of models,
+whose callers are its users' code, from a project whose own code runs its modules on data.
 """
 
 from __future__ import annotations

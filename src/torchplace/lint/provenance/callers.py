@@ -101,7 +101,8 @@ class PerBatch:
     #: only for the device values handed down that far, not as part of a training step
     far: bool = False
     #: a module's own ``forward``, found by no caller, in a project that runs models: its
-    #: scalar reads (``.item()``) count as a training step's would, whatever the value is
+    #: explicit reads (``.item()``, ``.cpu()``) count as a training step's would, whatever
+    #: the value is
     forward: bool = False
 
 
