@@ -208,3 +208,19 @@ def test_a_module_forward_of_a_project_that_runs_models_takes_tensor_inputs_as_d
         ("attention.py", 21),
     ]
     assert lint(tmp_path / "library", {"attention.py": INPUTS}) == []
+
+
+def test_a_module_forward_that_trains_is_not_a_batch_of_it(tmp_path: Path) -> None:
+    trainer = """\
+from torch import nn
+
+class Trainer(nn.Module):
+    def forward(self):
+        step = self.step.item()
+        for _ in range(self.num_train_steps):
+            loss = self.net(next(self.data))
+            self.accelerator.backward(loss)
+            self.optimizer.step()
+        return step
+"""
+    assert lint(tmp_path, {"trainer.py": trainer, "run.py": SCRIPT}) == []
