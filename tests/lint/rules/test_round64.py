@@ -224,3 +224,45 @@ class Trainer(nn.Module):
         return step
 """
     assert lint(tmp_path, {"trainer.py": trainer, "run.py": SCRIPT}) == []
+
+
+def test_a_rank_or_setting_looked_up_by_its_key_is_no_rare_branch() -> None:
+    source = """\
+def train(loader, model, opt, device, config):
+    for i, x in enumerate(loader):
+        loss = model(x.to(device))
+        loss.backward()
+        opt.step()
+        if config["global_rank"] == 0:
+            print(f"{loss.item():.3f}")
+        if i == 0:
+            print(loss.item())
+"""
+    # `i == 0` is the first step; `config["global_rank"] == 0` is every step of the main
+    # process
+    assert _lines(source, "TPL201") == [7]
+
+
+OLD_TIMER = """\
+import time
+
+def train(loader, model, criterion, opt):
+    model.cuda()
+    end = time.time()
+    for x, y in loader:
+        x, y = x.cuda(), y.cuda()
+        loss = criterion(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.update(loss.data[0], x.size(0))
+        batch_time.update(time.time() - end)
+        end = time.time()
+"""
+
+
+def test_a_step_timed_across_a_pre_0_4_loss_read_waits_for_the_device() -> None:
+    # `loss.data[0]` is `.item()` before PyTorch 0.4: the step's clock reads a finished step
+    assert _lines(OLD_TIMER, "TPL301") == []
+    # `x.data[0]` is the batch's first row: no wait
+    assert _lines(OLD_TIMER.replace("loss.data[0]", "x.data[0]"), "TPL301") == [5]

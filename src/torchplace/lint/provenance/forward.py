@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from torchplace.lint.nodes import walk
 from torchplace.lint.project import runs_models
 from torchplace.lint.provenance.flow import MOVED_SELF
-from torchplace.lint.provenance.loops import calls_backward, has_own_batch_loop
+from torchplace.lint.provenance.loops import calls_backward
 from torchplace.lint.provenance.values import Fact
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def module_forward(
     """``(how, seeds, runs)`` for the ``forward`` of a module class of the file: why it runs per
     batch, what its parameters and ``self`` hold (nothing known unless the project runs
     models), and whether it does; None for another function, a ``forward`` that trains (runs
-    backward passes or a batch loop of its own), or a library of models alone."""
+    backward passes itself), or a library of models alone."""
     cls = facts.parent.get(id(function))
     if function.name != "forward" or not isinstance(cls, ast.ClassDef):
         return None
@@ -50,8 +50,8 @@ def module_forward(
         or facts.resolver.is_module_class_elsewhere(cls, facts.path)
     ):
         return None
-    if has_own_batch_loop(function) or calls_backward(function):
-        return None  # a `forward` that trains (BYOL's trainer runs its epochs in one)
+    if calls_backward(function):
+        return None  # a `forward` that trains (BYOL's trainer runs its steps in one)
     runs = runs_models(facts.path)
     if runs is False:
         return None  # a library of models that no code of its project runs

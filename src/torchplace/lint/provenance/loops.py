@@ -1870,9 +1870,23 @@ def _walks_ranks(it: ast.expr) -> bool:
 
 
 def _names_rank(node: ast.expr) -> bool:
-    """``rank``, ``args.local_rank``, ``self.global_rank``: which process this is."""
-    name = dotted_name(node)
+    """``rank``, ``args.local_rank``, ``self.global_rank``, ``self.config["global_rank"]``:
+    which process this is."""
+    name = _keyed_name(node)
     return name is not None and "rank" in name.rsplit(".", 1)[-1].lower().split("_")
+
+
+def _keyed_name(node: ast.expr) -> str | None:
+    """:func:`dotted_name`, with a lookup by a constant string key read as an attribute:
+    ``self.config["global_rank"]`` is ``self.config.global_rank``."""
+    if (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.slice, ast.Constant)
+        and isinstance(node.slice.value, str)
+    ):
+        base = dotted_name(node.value)
+        return None if base is None else f"{base}.{node.slice.value}"
+    return dotted_name(node)
 
 
 def branch_trains(branch: ast.If) -> bool:
