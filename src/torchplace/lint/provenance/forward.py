@@ -23,6 +23,8 @@ from torchplace.lint.provenance.values import Fact
 if TYPE_CHECKING:
     from torchplace.lint.provenance.files import FileFacts
 
+__all__ = ["module_forward"]
+
 # Annotations of Python values: `int`, `Optional[float]`, `list[str]`, `bool`.
 _PLAIN = re.compile(r"\b(?:int|float|bool|str)\b")
 # What only a tensor has among the attributes and methods a name is used with.
