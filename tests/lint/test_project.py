@@ -19,7 +19,6 @@ def write(root: Path, files: dict[str, str]) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     project._scan.cache_clear()
-    project._runs.cache_clear()
     project_root.cache_clear()
     return root
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import lru_cache
 
 __all__ = ["pins_anywhere", "project_root", "runs_models"]
@@ -76,16 +77,32 @@ def pins_anywhere(path: str) -> bool | None:
     the top-level folder that holds ``path`` build a data loader (the batches it copies come
     from code the project shows); None otherwise: no project, no loader in sight, or a project
     too large to read (more than 5,000 files or 64 MiB of them)."""
+    found = _project_of(path)
+    if found is None:
+        return None
+    root, shows = found
+    if shows.pins is not False:
+        return shows.pins
+    return False if {"", _area(os.path.relpath(path, root))} & shows.loads else None
+
+
+def runs_models(path: str) -> bool | None:
+    """Whether ``path``'s project shows code that runs models on data (a backward pass, a
+    trainer, a loop over a data loader, an evaluation or inference mode): False when its files
+    were all read and none shows it (a library of models its users run), None for no project
+    or one too large to read."""
+    found = _project_of(path)
+    return None if found is None else found[1].runs
+
+
+def _project_of(path: str) -> tuple[str, _Shows] | None:
+    """The root of ``path``'s project and what its files show, or None: a source not on disk
+    (stdin, an editor's buffer), or no project."""
     path = os.path.abspath(path)
     if not os.path.isfile(path):
-        return None  # a source handed in (stdin, an editor's buffer): no project to read
-    root = project_root(os.path.dirname(path))
-    if root is None:
         return None
-    found = _scan(root)
-    if found is None or isinstance(found, bool):
-        return found
-    return False if {"", _area(os.path.relpath(path, root))} & found else None
+    root = project_root(os.path.dirname(path))
+    return None if root is None else (root, _scan(root))
 
 
 def _area(relative: str) -> str:
@@ -95,40 +112,33 @@ def _area(relative: str) -> str:
     return "/".join(parts[:2] if parts[:1] == ["src"] else parts[:1])
 
 
+@dataclass(frozen=True)
+class _Shows:
+    """What a project's files show: a sign of pinning, the areas whose files build a data
+    loader, a sign of code running models (None: no sign in the files read before the
+    project proved too large to read whole)."""
+
+    pins: bool | None
+    loads: frozenset[str]
+    runs: bool | None
+
+
 @lru_cache(maxsize=64)
-def _scan(root: str) -> bool | frozenset[str] | None:
-    """True when a file of ``root`` may pin; else the areas whose files build a loader."""
+def _scan(root: str) -> _Shows:
+    """What the files of ``root`` show, each file read once. The reading stops once a file
+    pins and one runs models (the loaders then matter no more)."""
+    pins = runs = False
     loads: set[str] = set()
     for full, raw in _files(root):
-        if raw is None:
-            return None
-        if _PINS.search(raw):
-            return True
-        if _LOADS.search(raw):
+        if raw is None:  # too large: only the signs found so far count
+            return _Shows(pins or None, frozenset(), runs or None)
+        pins = pins or _PINS.search(raw) is not None
+        runs = runs or _RUNS.search(raw) is not None
+        if pins and runs:
+            break
+        if not pins and _LOADS.search(raw):
             loads.add(_area(os.path.relpath(full, root)))
-    return frozenset(loads)
-
-
-def runs_models(path: str) -> bool | None:
-    """Whether ``path``'s project shows code that runs models on data (a backward pass, a
-    trainer, a loop over a data loader, an evaluation or inference mode): True at the first
-    sign, False when its files were all read and none shows it (a library of models its users
-    run), None for no project or one too large to read."""
-    path = os.path.abspath(path)
-    if not os.path.isfile(path):
-        return None
-    root = project_root(os.path.dirname(path))
-    return None if root is None else _runs(root)
-
-
-@lru_cache(maxsize=64)
-def _runs(root: str) -> bool | None:
-    for _, raw in _files(root):
-        if raw is None:
-            return None
-        if _RUNS.search(raw):
-            return True
-    return False
+    return _Shows(pins, frozenset(loads), runs)
 
 
 def _files(root: str) -> Iterator[tuple[str, bytes | None]]:

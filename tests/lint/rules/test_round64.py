@@ -149,7 +149,7 @@ def train(model, loader, opt):
 
 
 def lint(root: Path, files: dict[str, str]) -> list[tuple[str, int]]:
-    project_module._runs.cache_clear()
+    project_module._scan.cache_clear()
     project_module.project_root.cache_clear()
     return _project(root, {"setup.cfg": "", **files}, "TPL201")
 

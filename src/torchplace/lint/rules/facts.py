@@ -48,6 +48,7 @@ __all__ = [
     "main_test",
     "mentions",
     "moves_to_device",
+    "old_loss_read",
     "only_used_by",
     "receiver_root",
 ]
@@ -1144,3 +1145,49 @@ def is_env_step(call: ast.Call) -> bool:
         return False
     receiver = dotted_name(func.value)
     return receiver is not None and "env" in receiver.rpartition(".")[2].lower()
+
+
+def old_loss_read(node: ast.Subscript, ctx: Context) -> ast.expr | None:
+    """The loss of ``loss.data[0]``: before PyTorch 0.4 a loss was a one-element tensor and
+    indexing its ``.data`` was how its value was read (what ``.item()`` is now), a wait for the
+    device. Only of a loss by its name or its making (``criterion(out, y)``, a
+    ``sum()``/``mean()``): the ``.data[0]`` of a batch is its first row, a tensor."""
+    value = node.value
+    if (
+        isinstance(node.ctx, ast.Load)
+        and isinstance(value, ast.Attribute)
+        and value.attr == "data"
+        and isinstance(node.slice, ast.Constant)
+        and type(node.slice.value) is int
+        and _a_loss(value.value, ctx)
+    ):
+        return value.value
+    return None
+
+
+_REDUCED = frozenset({"sum", "mean", "norm"})
+
+
+def _a_loss(node: ast.expr, ctx: Context) -> bool:
+    """A loss by its name (``loss``, ``self.cls_loss``), or a name bound only to a loss
+    function's result or a reduction (``kl = (p - q).pow(2).mean()``)."""
+    if isinstance(node, ast.Call):  # `F.nll_loss(output, target).data[0]`
+        return _makes_loss(node)
+    if isinstance(node, ast.Subscript):  # `losses[name].data[0]`: an entry of a map of losses
+        node = node.value
+    name = dotted_name(node)
+    if name is None:
+        return False
+    if "loss" in name.rpartition(".")[2].lower():
+        return True
+    if not isinstance(node, ast.Name):
+        return False
+    scope = ctx.function_scope() or ctx.scope.root()
+    values = ctx.scope_bindings(scope).get(node.id, [])
+    return bool(values) and all(isinstance(v, ast.Call) and _makes_loss(v) for v in values)
+
+
+def _makes_loss(call: ast.Call) -> bool:
+    """``criterion(out, y)``, ``F.nll_loss(...)``, ``x.sum()``: a loss, or a reduction."""
+    name = (call_name(call) or "").lower()
+    return "loss" in name or "criterion" in name or name in _REDUCED

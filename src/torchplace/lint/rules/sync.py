@@ -70,6 +70,7 @@ from torchplace.lint.rules.facts import (
     in_test,
     is_env_step,
     is_tensor_expr,
+    old_loss_read,
 )
 from torchplace.lint.rules.read_helpers import helper_read
 
@@ -712,49 +713,11 @@ def _bound_to_numpy(name: str, scope: Scope, ctx: Context) -> bool:
 
 
 def _old_item(node: ast.Subscript, ctx: Context) -> None:
-    """``train_loss += loss.data[0]``: before PyTorch 0.4 a loss was a one-element tensor and
-    indexing its ``.data`` was how its value was read (what ``.item()`` is now). Only of a
-    loss by its name or its making (``criterion(out, y)``, a ``sum()``/``mean()``): the
-    ``.data[0]`` of a batch is its first row, a tensor."""
-    value = node.value
-    if not (
-        isinstance(node.ctx, ast.Load)
-        and isinstance(value, ast.Attribute)
-        and value.attr == "data"
-        and isinstance(node.slice, ast.Constant)
-        and type(node.slice.value) is int
-        and _a_loss(value.value, ctx)
-    ):
-        return
-    _check(node, value.value, "`.data[0]` (`.item()` before PyTorch 0.4)", ctx, explicit=True)
-
-
-_REDUCED = frozenset({"sum", "mean", "norm"})
-
-
-def _a_loss(node: ast.expr, ctx: Context) -> bool:
-    """A loss by its name (``loss``, ``self.cls_loss``), or a name bound only to a loss
-    function's result or a reduction (``kl = (p - q).pow(2).mean()``)."""
-    if isinstance(node, ast.Call):  # `F.nll_loss(output, target).data[0]`
-        return _makes_loss(node)
-    if isinstance(node, ast.Subscript):  # `losses[name].data[0]`: an entry of a map of losses
-        node = node.value
-    name = dotted_name(node)
-    if name is None:
-        return False
-    if "loss" in name.rpartition(".")[2].lower():
-        return True
-    if not isinstance(node, ast.Name):
-        return False
-    scope = ctx.function_scope() or ctx.scope.root()
-    values = ctx.scope_bindings(scope).get(node.id, [])
-    return bool(values) and all(isinstance(v, ast.Call) and _makes_loss(v) for v in values)
-
-
-def _makes_loss(call: ast.Call) -> bool:
-    """``criterion(out, y)``, ``F.nll_loss(...)``, ``x.sum()``: a loss, or a reduction."""
-    name = (call_name(call) or "").lower()
-    return "loss" in name or "criterion" in name or name in _REDUCED
+    """``train_loss += loss.data[0]``: a loss read as it was before PyTorch 0.4
+    (:func:`~.facts.old_loss_read`)."""
+    loss = old_loss_read(node, ctx)
+    if loss is not None:
+        _check(node, loss, "`.data[0]` (`.item()` before PyTorch 0.4)", ctx, explicit=True)
 
 
 def _percent(node: ast.BinOp, ctx: Context) -> None:

@@ -22,7 +22,6 @@ from torchplace.lint.nodes import children, walk
 from torchplace.lint.provenance import FileFacts, file_facts, is_device_expr, scope_node
 from torchplace.lint.provenance.loops import branch_trains
 from torchplace.lint.provenance.values import _is_cpu, cpu_names, moved_in_place
-from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.factory_match import _cpu_path
 from torchplace.lint.rules.facts import (
     CASTS,
@@ -31,6 +30,7 @@ from torchplace.lint.rules.facts import (
     TIMERS,
     is_env_step,
     moves_to_device,
+    old_loss_read,
 )
 
 __all__ = ["FAMILY"]
@@ -190,8 +190,12 @@ def _times_work(region: list[ast.AST], placed: set[str], ctx: Context) -> bool:
         if id(call) not in periodic
     ) or any(_tests_placed(node, placed) or _sized_by_values(node, placed) for node in region):
         return False
-    if any(_old_item(sub) for node in region for sub in walk(node)):
-        return False
+    if any(
+        isinstance(sub, ast.Subscript) and old_loss_read(sub, ctx) is not None
+        for node in region
+        for sub in walk(node)
+    ):
+        return False  # `loss.data[0]`, `.item()` before PyTorch 0.4
     if _steps_env_with(calls, region, placed, ctx):
         return False
     copies = {  # also under an `if`: `if use_cuda: img = img.cuda()`
@@ -858,23 +862,6 @@ def _syncs(call: ast.Call, ctx: Context) -> bool:
         return True  # `model.to("cpu", dtype)`: a blocking copy back, as `.cpu()` is
     qualname = ctx.call_qualname(call)
     return qualname is not None and "synchronize" in qualname
-
-
-def _old_item(node: ast.AST) -> bool:
-    """``loss.data[0]``, ``self.loss.data[0]``: how a loss was read before PyTorch 0.4 (what
-    ``.item()`` is now), a wait for the device as that is; ``x.data[0]`` of another value is
-    its first row."""
-    if not (
-        isinstance(node, ast.Subscript)
-        and isinstance(node.ctx, ast.Load)
-        and isinstance(node.value, ast.Attribute)
-        and node.value.attr == "data"
-        and isinstance(node.slice, ast.Constant)
-        and type(node.slice.value) is int
-    ):
-        return False
-    name = dotted_name(node.value.value)
-    return name is not None and "loss" in name.rpartition(".")[2].lower()
 
 
 def _to_cpu(call: ast.Call, ctx: Context) -> bool:
