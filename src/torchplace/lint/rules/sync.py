@@ -152,6 +152,16 @@ def _call(call: ast.Call, ctx: Context) -> None:
             read=call,
         )
         return
+    counted = _unique_counted(call, ctx)
+    if counted is not None:
+        what = "the size of `unique()`'s result (data-dependent: the host waits for it)"
+        _check(call, counted, what, ctx, explicit=True, read=call)
+        return
+    bound = _clamp_bound_beside_number(call, ctx)
+    if bound is not None:
+        what = "a `clamp` bound beside a Python number (made one: `.item()`)"
+        _check(call, bound, what, ctx, explicit=False)
+        return
     if isinstance(func, ast.Attribute) and func.attr == "narrow" and len(call.args) == 3:
         # `x.narrow(0, 0, n)` with `n` an element of a device tensor: `__index__`, a read
         for bound in call.args[1:]:
@@ -286,6 +296,66 @@ def _call(call: ast.Call, ctx: Context) -> None:
             f"`{name}()` inside a loop stalls the host on every step; synchronize once "
             "after the loop (or record CUDA events)",
         )
+
+
+_UNIQUE = frozenset({"unique", "unique_consecutive"})
+_CLAMPS = frozenset({"clamp", "clamp_", "clip", "clip_"})
+
+
+def _number(node: ast.expr | None) -> bool:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        node = node.operand
+    return (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, (int, float))
+        and not isinstance(node.value, bool)
+    )
+
+
+def _clamp_bound_beside_number(call: ast.Call, ctx: Context) -> ast.expr | None:
+    """The tensor bound of ``x.clamp(0, t.max())`` (or ``min=0, max=t``): with one bound a
+    Python number, PyTorch takes the number overload and turns the other into one with
+    ``.item()``. Two tensor bounds, or one alone, stay on the device."""
+    func = call.func
+    if not isinstance(func, ast.Attribute) or func.attr not in _CLAMPS:
+        return None
+    args = list(call.args)
+    if ctx.call_qualname(call) in {"torch.clamp", "torch.clip"}:
+        args = args[1:]
+    elif ctx.qualname(func) is not None:
+        return None  # `np.clip(a, 0, m)`: NumPy's
+    given = {kw.arg: kw.value for kw in call.keywords if kw.arg in {"min", "max"}}
+    low = args[0] if args else given.get("min")
+    high = args[1] if len(args) > 1 else given.get("max")
+    if _number(low) and high is not None and not _number(high):
+        return high
+    if _number(high) and low is not None and not _number(low):
+        return low
+    return None
+
+
+def _unique_counted(call: ast.Call, ctx: Context) -> ast.expr | None:
+    """The tensor whose distinct values ``call`` counts: ``x.unique().numel()``,
+    ``len(torch.unique(x))``, ``x.unique().size(0)``. The result's size depends on the data,
+    so the host waits for the device to learn it (the count is what the code reads)."""
+    func = call.func
+    if isinstance(func, ast.Attribute) and func.attr in {"numel", "size", "nelement"}:
+        inner = func.value
+    elif isinstance(func, ast.Name) and func.id == "len" and len(call.args) == 1:
+        if ctx.qualname(func) is not None:
+            return None
+        inner = call.args[0]
+    else:
+        return None
+    if not isinstance(inner, ast.Call) or not isinstance(inner.func, ast.Attribute):
+        return None
+    if inner.func.attr not in _UNIQUE:
+        return None
+    if ctx.call_qualname(inner) in {f"torch.{name}" for name in _UNIQUE}:
+        return inner.args[0] if inner.args else None
+    if ctx.qualname(inner.func) is not None:
+        return None  # `np.unique(a)`: a host array's distinct values
+    return inner.func.value
 
 
 # TensorBoard writer methods that copy a whole tensor to NumPy: the argument's keyword and
@@ -3580,6 +3650,8 @@ FAMILY = Family(
         *("[:", ", :"),  # ... or ending at one, `x[:n]`, `mels[b, :, :lengths[b]]`
         ".narrow(",  # ... or narrowed to one, `x.narrow(0, 0, lengths[i])`
         ".data[",  # `loss.data[0]`, `.item()` before PyTorch 0.4
+        "unique",  # `x.unique().numel()`: a count of a data-dependent result
+        *("clamp", "clip"),  # `x.clamp(0, t.max())`: a tensor bound beside a number, `.item()`
         # lookup tables indexed by a device element, `vocab.itos[i]` (see `_TABLES`)
         *("itos[", "i2w[", "i2c[", "2word[", "2char[", "2label[", "2token[", "2tok["),
         *("to_word[", "to_char[", "to_label[", "to_token[", "classes[", "names["),
