@@ -77,3 +77,44 @@ def run(model, loader, device):
         z = np.clip(y, 0, y.max())
 """
     assert _lines(source, "TPL201") == []
+
+
+FILL = """\
+import torch
+
+def train(model, loader, opt, device):
+    for x in loader:
+        x = x.to(device)
+        m = x.max()
+        a = torch.full((3,), m, device=x.device)
+        b = torch.full((3,), torch.tensor(1.0, device=device), device=device)
+        c = x.clone().fill_(m)
+        d = torch.zeros(3).fill_(m)
+        e = torch.full((3,), torch.finfo(x.dtype).min, device=device)
+        f = x.new_full((3,), float("-inf"))
+        model(x).sum().backward()
+        opt.step()
+"""
+
+
+def test_a_whole_device_tensor_as_a_fill_value_is_read() -> None:
+    # `fill_` copies a tensor of its own device on the device: a read only into a tensor made
+    # on the host; a number, or a float made of a dtype's limits, is none
+    assert _lines(FILL, "TPL201") == [7, 8, 10]
+
+
+def test_a_read_under_a_debugging_setting_is_rare() -> None:
+    source = """\
+import torch
+
+def train(model, loader, opt, device, debug_value=None, log_writer=None):
+    for x in loader:
+        x = x.to(device)
+        if debug_value is not None:
+            print(x.max().item())
+        if log_writer is not None:
+            log_writer.add(x.mean().item())
+        model(x).sum().backward()
+        opt.step()
+"""
+    assert _lines(source, "TPL201") == [9]

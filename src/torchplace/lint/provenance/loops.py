@@ -1741,8 +1741,9 @@ def rare_test(test: ast.expr) -> bool:
         right = test.comparators[0]
         if isinstance(test.ops[0], (ast.Is, ast.IsNot)):
             # `if log_writer is not None:`: whether a setting is present, the same on every
-            # step (all of them or none), whatever the name says
-            return False
+            # step (all of them or none), whatever the name says; a debugging setting
+            # (`if debug_percentile is not None:`) is off in the runs that matter
+            return "debug" in (dotted_name(test.left) or "").lower()
         if isinstance(right, ast.Constant) and isinstance(right.value, int):
             op = test.ops[0]
             if isinstance(op, ast.Eq) or (isinstance(op, (ast.Lt, ast.LtE)) and right.value <= 100):

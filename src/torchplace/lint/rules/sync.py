@@ -199,7 +199,7 @@ def _call(call: ast.Call, ctx: Context) -> None:
     what = f"a size given to `{ctx.segment(func)}()` (made a Python number)"
     if any(_check(call, size, what, ctx, explicit=False) for size in _size_arguments(call, ctx)):
         return
-    fill = _fill_element(call, ctx)
+    fill = _fill_value(call, ctx)
     if fill is not None:
         what = f"the fill value of `{ctx.segment(func)}()` (a Python number: `.item()`)"
         _check(call, fill, what, ctx, explicit=False)
@@ -653,10 +653,12 @@ def _unpacked_from_call(name: str, scope: Scope) -> bool:
     )
 
 
-def _fill_element(call: ast.Call, ctx: Context) -> ast.Subscript | None:
-    """``torch.full((b, 1, 1, 1), alphas[index], device=device)``: an element of a tensor as
-    the fill value (also of ``full_like``, ``x.new_full``, ``x.fill_``), which torch turns into a
-    Python number, a read of the device each call."""
+def _fill_value(call: ast.Call, ctx: Context) -> ast.expr | None:
+    """``torch.full((b, 1, 1, 1), alphas[index], device=device)``: a tensor as the fill value
+    (an element, ``torch.tensor(v, device=d)``, a reduction; also of ``full_like`` and
+    ``x.new_full``), which torch turns into a Python number, a read of the device each call.
+    ``x.fill_(t)`` copies a tensor of ``x``'s device on the device instead: a read only into
+    a tensor built on the host (``torch.zeros(n).fill_(t[i])``)."""
     func = call.func
     name = ctx.call_qualname(call)
     if name in _FILLS:
@@ -670,13 +672,20 @@ def _fill_element(call: ast.Call, ctx: Context) -> ast.Subscript | None:
         return None
     given = keyword(call, keyword_name)
     value = call.args[at] if len(call.args) > at else given.value if given is not None else None
-    if (
-        isinstance(value, ast.Subscript)
-        and not isinstance(value.slice, ast.Slice)
-        and not _host_syntax(value.value)
-    ):
-        return value
-    return None
+    if isinstance(func, ast.Attribute) and func.attr == "fill_" and not _host_factory(func.value):
+        return None
+    if isinstance(value, ast.Subscript):
+        return None if isinstance(value.slice, ast.Slice) or _host_syntax(value.value) else value
+    return value if isinstance(value, (ast.Name, ast.Call, ast.Attribute)) else None
+
+
+def _host_factory(node: ast.expr) -> bool:
+    """``torch.zeros(n)``, ``torch.Tensor(n)``, ``x.new(n)``: a tensor made in the expression
+    without a device, on the host."""
+    if not isinstance(node, ast.Call) or keyword(node, "device") is not None:
+        return False
+    name = call_name(node) or ""
+    return name in {"zeros", "ones", "empty", "Tensor", "FloatTensor", "LongTensor"}
 
 
 def _slice(node: ast.Slice, ctx: Context) -> None:
