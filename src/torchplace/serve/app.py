@@ -269,8 +269,8 @@ class App:
         """Drain, losing nothing: readiness false at once; for ``grace`` seconds connections
         are still taken (new inference requests get 503 + ``Connection: close``) so that load
         balancers notice; then the listener closes without resetting a connection the kernel
-        accepted; queued and in-flight requests finish within ``timeout`` seconds of the
-        start."""
+        accepted; queued and in-flight requests finish, and bodies still arriving are read and
+        answered 503, within ``timeout`` seconds of the start."""
         deadline = time.monotonic() + timeout
         self.server.draining = True
         engine_drain = asyncio.ensure_future(self._drain_engine(deadline))
@@ -278,7 +278,10 @@ class App:
             await asyncio.sleep(grace)
         await self.server.close_listener(max(0.5, min(2.0, deadline - time.monotonic())))
         await engine_drain
-        while (self.server.in_flight or self.server.unsent) and time.monotonic() < deadline:
+        server = self.server
+        while (server.in_flight or server.unsent or server.receiving) and (
+            time.monotonic() < deadline
+        ):
             await asyncio.sleep(0.005)
         # Open keep-alive connections get a short grace in which any request still gets a
         # clean 503 + Connection: close instead of a closed socket.
@@ -308,6 +311,10 @@ class App:
     # -- dispatch --------------------------------------------------------------------------
     def handle(self, request: Request) -> Answer:
         """Route one request (the HTTP server's handler)."""
+        if len(request.body) >= _INFLATE_OFF_LOOP and request.inflated is None:
+            coding = _CODINGS.get(request.headers.get(b"content-encoding", b"").lower())
+            if coding is not None and (self._token is None or self._check_auth(request) is None):
+                return self._inflated_then(request, coding)
         route = self._routes.get(request.path)
         if route is None:
             return self._route_slow(request)
@@ -321,6 +328,20 @@ class App:
             if refused is not None:
                 return refused
         return fn(request)
+
+    async def _inflated_then(self, request: Request, coding: tuple[str, int]) -> Response:
+        """Undo a large body's content coding in a worker thread (zlib lets go of the GIL),
+        then route the request: a small body inflated to many MiB would hold the event loop,
+        and every client with it, for as long as inflating takes."""
+        loop = asyncio.get_running_loop()
+        try:
+            request.inflated = await loop.run_in_executor(
+                None, _inflate, request.body, coding, self.config.max_body_bytes
+            )
+        except ServeError as exc:
+            request.inflated = exc  # told by the route that reads the body, as it would be
+        answer = self.handle(request)
+        return answer if isinstance(answer, Response) else await answer
 
     def expect_check(self, request: Request) -> Response | None:
         """The answer a request that asks for ``100-continue`` gets whatever its body, given
@@ -815,7 +836,7 @@ class App:
         body = request.body  # _unencoded, inline: this is every inference's path
         encoding = headers.get(b"content-encoding")
         if encoding is not None and encoding.lower() not in (b"identity", b""):
-            body = self._decompress(body, encoding.lower())
+            body = self._decompress(request, encoding.lower())
         if not body:
             raise InputError(f"the request body is empty; send {wanted}, with its Content-Length")
         return body
@@ -826,15 +847,20 @@ class App:
         encoding = request.headers.get(b"content-encoding")
         if encoding is None or encoding.lower() in (b"identity", b""):
             return request.body
-        return self._decompress(request.body, encoding.lower())
+        return self._decompress(request, encoding.lower())
 
-    def _decompress(self, body: bytes, encoding: bytes) -> bytes:
+    def _decompress(self, request: Request, encoding: bytes) -> bytes:
+        done = request.inflated
+        if isinstance(done, bytes):
+            return done
+        if done is not None:
+            raise done
         coding = _CODINGS.get(encoding)
         if coding is None:
             raise UnsupportedMediaTypeError(
                 f"content encoding {_text(encoding)!r} is not supported; use gzip, deflate or none"
             )
-        return _inflate(body, coding, self.config.max_body_bytes)
+        return _inflate(request.body, coding, self.config.max_body_bytes)
 
     def _answer(
         self,
@@ -961,6 +987,8 @@ _GZIP_MAGIC = b"\x1f\x8b"
 #: the most gzip members one body may have: real ones have one, or a few (concatenated files);
 #: an empty member is 20 bytes, so a body of millions of them would be inflated one by one
 _MAX_GZIP_MEMBERS = 64
+#: a compressed body this large or larger is inflated off the event loop (see _inflated_then)
+_INFLATE_OFF_LOOP = 4 << 10
 _INFLATE_STEP = 1 << 20  # input fed to the inflater at a time: what a member's end copies
 
 

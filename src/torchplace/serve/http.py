@@ -141,6 +141,9 @@ class Request:
     #: answered within the server's request timeout (a handler clears it for work that takes
     #: as long as it takes, such as a model load: the client still going away cancels it)
     timed: bool = True
+    #: the body with its Content-Encoding undone off the event loop, or the error that undoing
+    #: it raised (a handler sets it before it reads the body; None: not done)
+    inflated: bytes | Exception | None = None
 
 
 @dataclass(slots=True)
@@ -193,8 +196,14 @@ def _unsent(transport: asyncio.BaseTransport) -> int:
     return int(unsent)
 
 
-#: a body this large or larger (by Content-Length) counts against HttpServer.body_budget
+#: a body this large or larger (by Content-Length, or a chunked one once it has come this far)
+#: counts against HttpServer.body_budget
 _LARGE_BODY = 1_000_000
+#: while other bodies wait for room in that budget, one that holds room must come at least
+#: this fast (bytes a second, over each _BODY_STALL_S), or it is refused with 408: a client
+#: that declares a large body and sends none holds no one up for the whole request timeout
+_BODY_MIN_RATE = 64 << 10
+_BODY_STALL_S = 2.0
 #: file descriptors kept for everything but HTTP connections (gRPC, model files, shared memory)
 _FD_RESERVE = 128
 
@@ -420,6 +429,8 @@ def _version_not_supported(what: str) -> Response:
 class _Connection(asyncio.Protocol):
     __slots__ = (
         "_body",
+        "_body_mark",
+        "_body_mark_at",
         "_body_reserved",
         "_body_wait",
         "_busy",
@@ -497,6 +508,10 @@ class _Connection(asyncio.Protocol):
         self._line_start = b""  # the start of the last line of what was read (chunked only)
         self._body_reserved = 0  # the large body being read, counted in the server's budget
         self._body_wait = False  # waiting for room in that budget: not read meanwhile
+        #: while others wait for that budget, the body's length when its rate was last
+        #: checked, and when (0.0: not being checked; see _body_stalled)
+        self._body_mark = 0
+        self._body_mark_at = 0.0
 
     # -- asyncio.Protocol ----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -838,8 +853,12 @@ class _Connection(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         limit = self._server.max_body_bytes
-        if len(self._body) + len(body) > limit:
+        size = len(self._body) + len(body)
+        if size > limit:
             self._refuse(413, _body_over(limit))
+        if self._chunked and size >= _LARGE_BODY and not self._body_reserved:
+            # its length is unknown until its last chunk: room for the most it may be
+            self._reserve_body(limit)
         self._add_body(body)
 
     def _add_body(self, part: bytes) -> None:
@@ -1060,6 +1079,7 @@ class _Connection(asyncio.Protocol):
         self._rejected = True
         self._expect_continue = False
         self._release_body()
+        self._body = b""  # what came of the refused request's body is never read
         response.headers.append((b"connection", b"close"))
         response.close = False
         self._final = response
@@ -1117,6 +1137,15 @@ class _Connection(asyncio.Protocol):
             self._current.cancel(TIMED_OUT)
         elif self._rejected:
             return
+        elif self._body_stalled(now):
+            self._reject(
+                error_response(
+                    408,
+                    f"request body arriving at under {_BODY_MIN_RATE >> 10} KiB/s while other "
+                    "large bodies wait for room; closing. Send the body without pauses, or "
+                    "retry",
+                )
+            )
         elif (
             self._reading_since and not self._paused_reading and now - self._reading_since > timeout
         ):
@@ -1128,6 +1157,33 @@ class _Connection(asyncio.Protocol):
             and now - self._last_active > self._server.keepalive_timeout_s
         ):
             transport.close()
+
+    def _body_stalled(self, now: float) -> bool:
+        """This connection holds room in the body budget that others wait for, and its body
+        came slower than :data:`_BODY_MIN_RATE` over the last :data:`_BODY_STALL_S` (checked
+        only while some connection waits, so a slow client alone is held to the request
+        timeout only)."""
+        if not self._body_reserved or self._body_wait or not self._server.body_waiting:
+            self._body_mark_at = 0.0
+            return False
+        size = len(self._body)
+        if not self._body_mark_at:
+            self._body_mark, self._body_mark_at = size, now
+            return False
+        elapsed = now - self._body_mark_at
+        if elapsed < _BODY_STALL_S:
+            return False
+        if size - self._body_mark < _BODY_MIN_RATE * elapsed:
+            return True
+        self._body_mark, self._body_mark_at = size, now
+        return False
+
+    def receiving(self) -> bool:
+        """A request whose head is in and whose body is still arriving (closing now would
+        leave its client not knowing whether it ran)."""
+        if self._rejected or self._transport is None:
+            return False
+        return (bool(self._reading_since) and self._in_trailers) or self._upgrade_body is not None
 
     def unsent(self) -> bool:
         """Answers written that are still in the transport's buffer (lost if it closed now)."""
@@ -1271,6 +1327,12 @@ class HttpServer:
     def unsent(self) -> bool:
         """Some connection still has answers in its transport's buffer (a slow reader)."""
         return any(conn.unsent() for conn in self.connections)
+
+    @property
+    def receiving(self) -> bool:
+        """Some connection is still receiving a request's body (a drain waits for it, then
+        answers it 503 with ``Connection: close``)."""
+        return any(conn.receiving() for conn in self.connections)
 
     def stop_accepting(self) -> None:
         """Close the listening socket at once; open connections stay."""
