@@ -29,6 +29,7 @@ from torchplace.errors import InputError
 from torchplace.models import TensorSpec
 from torchplace.serve.classification import classify, serialize_bytes
 from torchplace.serve.datatypes import HOST_DTYPES
+from torchplace.serve.h2frames import MAX_DETAILS_BYTES, status_details
 from torchplace.serve.protocol import (
     _NO_LABELS,
     _NO_REGIONS,
@@ -68,12 +69,6 @@ __all__ = [
     "status_details",
     "stream_response",
 ]
-
-#: the most bytes an error's message takes in the ``grpc-message`` trailer, percent-encoded:
-#: clients refuse trailers over 8 KiB (16 KiB hard), and would then report the call as
-#: RESOURCE_EXHAUSTED instead of its status, so a message that quotes a long client-given
-#: string (a model name, a datatype) is cut to this
-MAX_DETAILS_BYTES = 4096
 
 #: OIP datatype -> the typed ``InferTensorContents`` field that may carry it
 _CONTENTS: dict[str, str] = {
@@ -165,20 +160,6 @@ def _varint(data: memoryview, pos: int, end: int) -> tuple[int, int]:
             return value, pos
         shift += 7
     return value, end
-
-
-def status_details(message: str, limit: int = MAX_DETAILS_BYTES) -> str:
-    """``message`` as an RPC status's details: cut, with a note of what was left out, where its
-    percent-encoded form (what the ``grpc-message`` trailer carries) is over ``limit`` bytes."""
-    if len(message) * 12 <= limit:  # quick: even all 4-byte UTF-8, each byte as %XX, fits
-        return message
-    size = 0
-    for index, char in enumerate(message):
-        literal = " " <= char <= "~" and char != "%"
-        size += 1 if literal else 3 * len(char.encode("utf-8", "surrogatepass"))
-        if size > limit - 64:  # room for the note
-            return f"{message[:index]}... ({len(message) - index} more characters)"
-    return message
 
 
 def decode_infer_request(

@@ -9,7 +9,10 @@ is registered here as request-streaming (the client cannot tell: the wire is the
 handler reads the one message itself through ``context.read()``, within the request timeout;
 past it the call ends with ``DEADLINE_EXCEEDED`` and a message that says so. The read is the
 same single receive the transport would have made (the request iterator is never touched, so
-nothing more runs per call than a timer).
+nothing more runs per call than a timer); then the transport is told the call reads no more
+(``stop_reading``), so that what a client sends after its one message is dropped, not held for
+a handler that will never read it (a health ``Watch`` stays open for as long as the client
+likes).
 
 Calls that wait on their client (a unary call whose message has not come, an open stream with
 nothing to compute, a health ``Watch``, a reflection stream between requests) cost the server
@@ -128,6 +131,9 @@ async def read_request(context: Any, timeout_s: float, calls: OpenCalls | None =
     within ``timeout_s`` seconds, ``INVALID_ARGUMENT`` when the client sent none,
     ``RESOURCE_EXHAUSTED`` when ``calls`` ends it to make room while it waits."""
     data = await read_next(context, timeout_s, calls)
+    stop_reading = getattr(context, "stop_reading", None)  # grpc_wire's calls
+    if stop_reading is not None:  # the one message is in: what more comes is dropped, not held
+        stop_reading()
     if data is None:
         await context.abort(
             grpc.StatusCode.INVALID_ARGUMENT,

@@ -16,8 +16,10 @@ What it keeps of the protocol, and of gRPC core's server:
 
 - flow control both ways: answers wait on the client's windows (a window frame costs the calls
   it lets send, not every call waiting); a call's stream window is replenished as its handler
-  reads (a client that streams faster than the server reads is held); a client that does not
-  read what was written is read no further and its streaming handlers wait;
+  reads (a client that streams faster than the server reads is held), a unary-request call's
+  never past its one message (what its client sends after it is dropped, as gRPC core
+  ignores it); a client that does not read what was written is read no further and its
+  streaming handlers wait;
 - fairness: a connection is read :data:`_FRAMES_PER_PASS` frames per pass of the loop;
 - a call's deadline (``grpc-timeout``): past it the handler is cancelled and the call ends
   with ``DEADLINE_EXCEEDED`` (an answer still waiting on the client's window then is given up,
@@ -29,6 +31,11 @@ What it keeps of the protocol, and of gRPC core's server:
   :class:`~torchplace.serve.grpc_call.MessageBudget`), open connections (past it a new one is
   closed at once), the time a new connection has to send its preface, and how long one may
   stay open without a call (then GOAWAY);
+- the frames written keep to the client's SETTINGS_MAX_FRAME_SIZE (a header block past it goes
+  on in CONTINUATION frames), and a status's details to 4 KiB percent-encoded (many quote what
+  the client sent);
+- frames that come late on a stream this side reset are ignored (RFC 9113 section 5.1) for
+  :data:`_RESETS_KEPT_S` seconds after the reset (or the next :data:`_MOST_RESETS_KEPT` resets);
 - a protocol error ends the connection with GOAWAY and its code (RFC 9113's), and a connection
   closed while its client leaves bytes unread is cut after :data:`_LINGER_S`; a malformed
   request (a connection-specific field; a pseudo-header unknown, repeated, after a regular field;
@@ -76,7 +83,9 @@ from torchplace.serve.h2frames import (
     Setting,
     frame,
     header_block,
+    header_frames,
     percent_encode,
+    status_details,
 )
 
 __all__ = ["Connection", "WireLimits", "WireServer"]
@@ -121,8 +130,12 @@ _INDEXED_FIELDS = bytes(range(0x81, 0xFF))
 #: longest kept (a call's block of indexed fields is a byte a field: about ten)
 _MOST_HEADS = 64
 _MOST_HEAD_BYTES = 128
-#: streams reset by this side remembered at once, for their late frames (see `_reset_out`)
-_MOST_RESETS_KEPT = 1024
+#: how long a stream this side reset is remembered at least, its late frames ignored (see
+#: _RecentResets): what the client sent before our RST_STREAM reached it comes within an RTT
+_RESETS_KEPT_S = 10.0
+#: the resets a connection remembers from those seconds, at most (twice this at once: memory
+#: against a client that makes the server reset streams as fast as it can open them)
+_MOST_RESETS_KEPT = 8192
 #: stale entries the stalled-calls heap may hold before it is rebuilt without them
 _STALE_ENTRIES = 64
 
@@ -152,10 +165,49 @@ class _Details(NamedTuple):  # grpc.HandlerCallDetails, as a generic handler rea
 
 
 def _status_trailers(code: grpc.StatusCode, details: str) -> bytes:
+    """The trailers of a status: its details cut to what clients take (many quote what the
+    client sent: a header's value, a metadata key)."""
     fields = [(b"grpc-status", str(code.value[0]).encode())]
     if details:
-        fields.append((b"grpc-message", percent_encode(details)))
+        fields.append((b"grpc-message", percent_encode(status_details(details))))
     return header_block(200, tuple(fields))[1:]
+
+
+class _RecentResets:
+    """The streams this side reset lately, whose late frames are ignored (RFC 9113 section
+    5.1: the client may have sent them before our RST_STREAM reached it). Two generations of
+    ids, a new one begun when the last is :data:`_RESETS_KEPT_S` old or holds
+    :data:`_MOST_RESETS_KEPT`: a reset is remembered at least that long, unless that many
+    came after it, with no timer and no clock per stream."""
+
+    def __init__(self) -> None:
+        self._new: set[int] = set()
+        self._old: set[int] = set()
+        self._since = time.monotonic()
+
+    def __len__(self) -> int:
+        return len(self._new) + len(self._old)
+
+    def __contains__(self, stream: int) -> bool:
+        self._age()
+        return stream in self._new or stream in self._old
+
+    def add(self, stream: int) -> None:
+        self._age()
+        if len(self._new) >= _MOST_RESETS_KEPT:
+            self._old, self._new = self._new, set()
+        self._new.add(stream)
+
+    def _age(self) -> None:
+        """Begin a new generation once this one is :data:`_RESETS_KEPT_S` old, dropping the
+        one before (its ids are all older than that). Once it is twice that old, it goes too:
+        each of its ids was added within its first :data:`_RESETS_KEPT_S` (a later add would
+        have begun a new one), so all are past the time."""
+        now = time.monotonic()
+        age = now - self._since
+        if age >= _RESETS_KEPT_S:
+            self._old = self._new if age < 2 * _RESETS_KEPT_S else set()
+            self._new, self._since = set(), now
 
 
 class WireServer:
@@ -235,10 +287,10 @@ class Connection(asyncio.Protocol):
         #: of every field; emptied when a block that may change the dynamic table is decoded
         self._heads: dict[bytes, _Head] = {}
         self._last_stream = 0
-        #: streams this side reset (RST_STREAM) while the client might still be sending on
-        #: them, oldest first: their late frames are ignored (RFC 9113 section 5.1); a frame
-        #: on any other closed stream is the client's error
-        self._reset_out: OrderedDict[int, None] = OrderedDict()
+        #: streams this side reset (RST_STREAM) lately, while the client might still be
+        #: sending on them: their late frames are ignored (RFC 9113 section 5.1); a frame on
+        #: any other closed stream is the client's error
+        self._reset_out = _RecentResets()
         self._headers: tuple[int, int, bytearray] | None = None  # a block awaiting CONTINUATION
         self._received = 0  # connection-window bytes not yet credited back
         self._out: list[bytes] = []
@@ -516,7 +568,11 @@ class Connection(asyncio.Protocol):
             self.credit(call)  # else credited as the handler reads, or its message is let in
 
     def credit(self, call: Call) -> None:
-        """Give back a call's withheld stream window (its handler read what held it)."""
+        """Give back a call's withheld stream window (its handler read what held it); none
+        to a call whose handler reads no more (its withheld bytes still count against the
+        window, so a client that sends past it is reset)."""
+        if not call.reading:
+            return
         if call.withheld and not call.remote_closed and call.stream in self.calls:
             self._send(frame(FrameType.WINDOW_UPDATE, 0, call.stream,
                              call.withheld.to_bytes(4, "big")))  # fmt: skip
@@ -589,11 +645,9 @@ class Connection(asyncio.Protocol):
 
     def _send_reset(self, stream: int, code: ErrorCode) -> None:
         """RST_STREAM ``code`` on ``stream``, remembered: the client's frames already on their
-        way are ignored when they come (the most recent resets are kept)."""
+        way are ignored when they come (see :class:`_RecentResets`)."""
         self._send(frame(FrameType.RST_STREAM, 0, stream, int(code).to_bytes(4, "big")))
-        self._reset_out[stream] = None
-        if len(self._reset_out) > _MOST_RESETS_KEPT:
-            self._reset_out.popitem(last=False)
+        self._reset_out.add(stream)
 
     def _decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
         """A header block's fields. A block that is not all indexed fields may change the
@@ -753,7 +807,7 @@ class Connection(asyncio.Protocol):
         if self._table_update:  # the client shrank the HPACK table: say ours is 0 (RFC 7541 4.2)
             self._table_update = False
             block = _TABLE_SIZE_0 + block
-        self._send(frame(FrameType.HEADERS, flags, stream, block))
+        self._send(header_frames(flags, stream, block, self.peer_frame))
 
     def _flush_later(self) -> None:
         if not self._flush_soon:
@@ -1034,6 +1088,7 @@ async def _run(call: Call, handler: grpc.RpcMethodHandler) -> None:
             requests: Any = call.requests() if deserialize is None else _mapped(call, deserialize)
         else:
             message = await call.read()
+            call.stop_reading()  # its one message: what more the client sends is dropped
             if message is grpc.aio.EOF:
                 raise Aborted(grpc.StatusCode.INTERNAL, "the call ended without a request message")
             requests = message if deserialize is None else deserialize(message)

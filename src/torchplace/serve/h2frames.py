@@ -18,6 +18,7 @@ __all__ = [
     "END_HEADERS",
     "END_STREAM",
     "FRAME_HEAD",
+    "MAX_DETAILS_BYTES",
     "PADDED",
     "PREFACE",
     "PRIORITY_FLAG",
@@ -26,7 +27,9 @@ __all__ = [
     "Setting",
     "frame",
     "header_block",
+    "header_frames",
     "percent_encode",
+    "status_details",
 ]
 
 #: what a client sends first (RFC 9113 section 3.4)
@@ -86,6 +89,21 @@ def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
     return FRAME_HEAD.pack(size >> 16, size & 0xFFFF, kind, flags, stream) + payload
 
 
+def header_frames(flags: int, stream: int, block: bytes, max_frame: int) -> bytes:
+    """A header block as one HEADERS frame, or, past ``max_frame`` bytes (the client's
+    SETTINGS_MAX_FRAME_SIZE, which no frame may exceed: RFC 9113 section 4.2), as HEADERS
+    then CONTINUATION frames: END_STREAM (of ``flags``) stays on the HEADERS, END_HEADERS
+    moves to the last frame."""
+    if len(block) <= max_frame:
+        return frame(FrameType.HEADERS, flags, stream, block)
+    size = len(block)
+    out = [frame(FrameType.HEADERS, flags & ~END_HEADERS, stream, block[:max_frame])]
+    for start in range(max_frame, size, max_frame):
+        last = flags & END_HEADERS if start + max_frame >= size else 0
+        out.append(frame(FrameType.CONTINUATION, last, stream, block[start : start + max_frame]))
+    return b"".join(out)
+
+
 def _integer(value: int, prefix_bits: int, first: int = 0) -> bytes:
     """An HPACK integer with a ``prefix_bits`` prefix (RFC 7541 section 5.1)."""
     limit = (1 << prefix_bits) - 1
@@ -109,6 +127,31 @@ def header_block(status: int, fields: tuple[tuple[bytes, bytes], ...]) -> bytes:
     """``:status`` (the static table's entry for 200, a literal else) then ``fields``."""
     head = b"\x88" if status == 200 else _literal(b":status", str(status).encode())
     return head + b"".join(_literal(name, value) for name, value in fields)
+
+
+#: the most bytes an error's message takes in the ``grpc-message`` trailer, percent-encoded:
+#: clients refuse trailers over 8 KiB (16 KiB hard), and would then report the call as
+#: RESOURCE_EXHAUSTED instead of its status, so a message that quotes a long client-given
+#: string (a model name, a datatype, a header's value) is cut to this
+MAX_DETAILS_BYTES = 4096
+
+
+def status_details(message: str, limit: int = MAX_DETAILS_BYTES) -> str:
+    """``message`` as an RPC status's details: cut, with a note of what was left out, where its
+    percent-encoded form (what the ``grpc-message`` trailer carries) is over ``limit`` bytes.
+    A message cut once is left as it is (the transport cuts every status it writes, and a
+    handler's may have been cut already)."""
+    if len(message) * 12 <= limit:  # quick: even all 4-byte UTF-8, each byte as %XX, fits
+        return message
+    size, cut = 0, 0
+    for index, char in enumerate(message):
+        literal = " " <= char <= "~" and char != "%"
+        size += 1 if literal else 3 * len(char.encode("utf-8", "surrogatepass"))
+        if size <= limit - 64:  # room for the note
+            cut = index + 1
+        elif size > limit:
+            return f"{message[:cut]}... ({len(message) - cut} more characters)"
+    return message
 
 
 def percent_encode(message: str) -> bytes:
