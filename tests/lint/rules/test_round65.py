@@ -1,9 +1,15 @@
-"""Round 65: counts of a data-dependent result and a tensor `clamp` bound beside a number, both
-made Python numbers on the host (TPL201)."""
+"""Round 65: counts of a data-dependent result, a tensor `clamp` bound beside a number and a
+device tensor as a fill value, all made Python numbers on the host; reads under a debugging
+setting; a module derived from one of its own file; `.to("cpu")` in a chain of reads (TPL201)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from torchplace.lint import project as project_module
+
 from .helpers import lines as _lines
+from .helpers import project as _project
 
 UNIQUE = """\
 import numpy as np
@@ -118,3 +124,68 @@ def train(model, loader, opt, device, debug_value=None, log_writer=None):
         opt.step()
 """
     assert _lines(source, "TPL201") == [9]
+
+
+SUBCLASSED = """\
+import torch
+from torch import nn
+
+class MultiHeadAttn(nn.Module):
+    def forward(self, h, attn_mask=None):
+        if attn_mask is not None and attn_mask.any().item():
+            h = h.masked_fill(attn_mask, 0)
+        return h
+
+class RelMultiHeadAttn(MultiHeadAttn):
+    pass
+
+class RelPartialAttn(RelMultiHeadAttn):
+    def forward(self, h, attn_mask=None):
+        if attn_mask is not None and attn_mask.any().item():
+            h = h.masked_fill(attn_mask, 0)
+        return h
+"""
+
+RUNS = """\
+def train(model, loader, opt):
+    for x in loader:
+        model(x).sum().backward()
+        opt.step()
+"""
+
+
+def test_a_forward_of_a_module_derived_from_one_of_its_file_is_per_batch(tmp_path: Path) -> None:
+    # the class two derivations from `nn.Module` through classes of its own file is a module
+    assert _lint(tmp_path, {"attn.py": SUBCLASSED, "train.py": RUNS}) == [
+        ("attn.py", 6),
+        ("attn.py", 15),
+    ]
+
+
+def _lint(root: Path, files: dict[str, str]) -> list[tuple[str, int]]:
+    project_module._scan.cache_clear()
+    project_module.project_root.cache_clear()
+    return _project(root, {"setup.cfg": "", **files}, "TPL201")
+
+
+TO_CPU = """\
+import torch
+
+def train(model, loader, opt, device):
+    cpu = torch.device("cpu")
+    for x in loader:
+        x = x.to(device)
+        loss = model(x).sum()
+        loss.backward()
+        opt.step()
+        a = loss.to("cpu").numpy()
+        b = loss.detach().to(device=cpu).item()
+        c = loss.to("cpu", non_blocking=True).numpy()
+        outputs = [o.to(cpu) for o in model(x)]
+"""
+
+
+def test_a_copy_to_the_cpu_by_to_then_read_is_one_read() -> None:
+    # `.to("cpu")` alone is left to the rules on moves (detectors move result objects that
+    # have no `.cpu()` so); a non-blocking copy reads nothing at once
+    assert _lines(TO_CPU, "TPL201") == [10, 11]

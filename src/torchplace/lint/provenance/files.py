@@ -190,6 +190,8 @@ class FileFacts:
                 self.parent[id(node)] = owner
                 if isinstance(node, _FUNCTIONS):
                     self.defs.setdefault(node.name, []).append(node)
+                else:
+                    self._module_class(node)
                 self._index(node.body, node)
             else:
                 for field in ("body", "orelse", "finalbody", "handlers", "cases"):
@@ -199,6 +201,16 @@ class FileFacts:
                             if isinstance(item, (ast.ExceptHandler, ast.match_case)):
                                 self._index(item.body, owner)
                         self._index([i for i in inner if isinstance(i, ast.stmt)], owner)
+
+    def _module_class(self, node: ast.ClassDef) -> None:
+        """Know ``node`` for a module class, as the rules' walk does, so that a class derived
+        from it (``class RelAttn(RelMultiHeadAttn)``) is one too."""
+        resolver = self.resolver
+        if resolver.is_module_class(node):
+            resolver.local_module_classes.add(node.name)
+        elif resolver.module is not None and resolver.is_module_class_elsewhere(node, self.path):
+            resolver.local_module_classes.add(node.name)
+            resolver.elsewhere_module_classes.add(node.name)
 
     # -- text and names ---------------------------------------------------------------------
     def segment(self, node: ast.AST | None) -> str:

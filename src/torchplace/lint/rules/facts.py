@@ -22,7 +22,7 @@ from torchplace.lint.provenance.loops import (
     remainder_nonzero,
     restarts_mark,
 )
-from torchplace.lint.provenance.values import FACTORY_NAMES, _is_cpu
+from torchplace.lint.provenance.values import FACTORY_NAMES, _is_cpu, cpu_names
 from torchplace.lint.provenance.values import moves_to_device as _moves_to_device
 from torchplace.lint.resolver import dotted_name
 
@@ -674,6 +674,21 @@ def _over_loader(loop: ast.AST) -> bool:
 
 def _to_cpu(call: ast.Call) -> bool:
     target = call.args[0] if call.args else getattr(keyword(call, "device"), "value", None)
+    return _is_cpu(target)
+
+
+def copies_to_cpu(call: ast.Call, ctx: Context) -> bool:
+    """``x.to("cpu")``, ``model.to(torch.device("cpu"), dtype)``, ``x.to(device="cpu")``, or
+    ``x.to(cpu_device)`` with ``cpu_device = torch.device("cpu")`` the name's only binding in
+    the function, without ``non_blocking=True``: a copy to the host, which waits for the
+    device as ``.cpu()`` does."""
+    flag = keyword(call, "non_blocking")
+    if flag is not None and not (isinstance(flag.value, ast.Constant) and not flag.value.value):
+        return False
+    target = call.args[0] if call.args else getattr(keyword(call, "device"), "value", None)
+    if isinstance(target, ast.Name):
+        scope = ctx.function_scope()
+        return scope is not None and target.id in cpu_names(scope.node)
     return _is_cpu(target)
 
 

@@ -65,6 +65,7 @@ from torchplace.lint.rules.facts import (
     FROM_ELEMENTS,
     TENSOR_METHODS,
     TIMERS,
+    copies_to_cpu,
     in_device_kernel,
     in_periodic_branch,
     in_test,
@@ -119,38 +120,49 @@ _OUTPUT_WORDS = (
 )
 
 
+def _host_copy(call: ast.Call, ctx: Context, *, chained: bool = False) -> str | None:
+    """The read ``call`` makes by its method: ``.item()``, ``.tolist()``, ``.cpu()``,
+    ``.numpy()``; in a chain of them, ``.to("cpu")`` (also to a name bound only to the CPU)
+    reads as ``.cpu()`` (``target.to("cpu").numpy()``). Alone it is left to the rules on moves:
+    detectors' result objects have ``.to`` and no ``.cpu``, and move their outputs so
+    (``[o.to(cpu_device) for o in output]``, collected as the evaluation's input)."""
+    func = call.func
+    if not isinstance(func, ast.Attribute):
+        return None
+    if func.attr in _READS and not call.args:
+        return func.attr
+    if chained and func.attr == "to" and (call.args or call.keywords):
+        return "cpu" if copies_to_cpu(call, ctx) else None
+    return None
+
+
 def _call(call: ast.Call, ctx: Context) -> None:
     func = call.func
-    if isinstance(func, ast.Attribute) and func.attr in _READS and not call.args:
+    copy = _host_copy(call, ctx)
+    if copy is not None:
+        assert isinstance(func, ast.Attribute)
         if ctx.qualname(func) is not None:  # np.something.item: a module path, not a tensor
             return
         if id(call) in ctx.claimed:  # the inner `.cpu()` of `x.cpu().numpy()`: one finding
             return
         inner = func.value
         while isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute):
-            if inner.func.attr not in _READS and inner.func.attr != "detach":
+            if inner.func.attr != "detach" and _host_copy(inner, ctx, chained=True) is None:
                 break
             ctx.claimed.add(id(inner))
             inner = inner.func.value
         if isinstance(inner, ast.Call) and helper_read(inner, ctx) is not None:
             ctx.claimed.add(id(inner))  # `to_cpu(loss).item()`: one finding, the outer read
-        if func.attr == "cpu" and inner is func.value and _runs_as_module(inner, ctx):
+        if copy == "cpu" and inner is func.value and _runs_as_module(inner, ctx):
             return  # `layer.cpu()` of a layer the function runs: a module moved back, no read
-        if func.attr == "cpu" and inner is func.value and _moved_in_place(call, inner, ctx):
+        if copy == "cpu" and inner is func.value and _moved_in_place(call, inner, ctx):
             return  # `model.cpu()` as a statement: a module offloaded in place, no read
-        if func.attr == "cpu" and inner is func.value and _parked_back(call, ctx):
+        if copy == "cpu" and inner is func.value and _parked_back(call, ctx):
             return  # `acts[i] = [a.cpu() for a in acts[i]]` after their `.cuda()`: offloaded
-        if func.attr == "numpy" and keyword(call, "force") is None and not _moves(func.value):
+        if copy == "numpy" and keyword(call, "force") is None and not _moves(func.value):
             return  # `x.float().numpy()` raises for a device tensor: `x` is on the host
-        _check(
-            at_method(call),
-            inner,
-            f"`.{func.attr}()`",
-            ctx,
-            explicit=True,
-            bulk=func.attr in _BULK,
-            read=call,
-        )
+        what = f"`.{copy}()`"
+        _check(at_method(call), inner, what, ctx, explicit=True, bulk=copy in _BULK, read=call)
         return
     counted = _unique_counted(call, ctx)
     if counted is not None:
@@ -3618,6 +3630,7 @@ FAMILY = Family(
         ".item(",
         ".tolist(",
         "cpu(",  # also a project helper's call, `to_cpu(loss)` (see `helper_read`)
+        *('"cpu"', "'cpu'", "cpu_device"),  # `x.to("cpu")`: a copy back, as `.cpu()` is
         "numpy(",
         "synchronize",
         ".add_scalar(",  # TensorBoard reads a tensor value with `.item()`

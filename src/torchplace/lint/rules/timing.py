@@ -21,13 +21,14 @@ from torchplace.lint.base import (
 from torchplace.lint.nodes import children, walk
 from torchplace.lint.provenance import FileFacts, file_facts, is_device_expr, scope_node
 from torchplace.lint.provenance.loops import branch_trains
-from torchplace.lint.provenance.values import _is_cpu, cpu_names, moved_in_place
+from torchplace.lint.provenance.values import _is_cpu, moved_in_place
 from torchplace.lint.rules.factory_match import _cpu_path
 from torchplace.lint.rules.facts import (
     CASTS,
     DEVICE_STRING,
     SYNC_CALLS,
     TIMERS,
+    copies_to_cpu,
     is_env_step,
     moves_to_device,
     old_loss_read,
@@ -858,32 +859,10 @@ def _syncs(call: ast.Call, ctx: Context) -> bool:
         return True  # a project's own helper: sync(), device_sync(), time_sync()
     if name is not None and _copies_to_host(name):
         return True  # `to_python_float(loss)`, `tensor_to_numpy(x)`: a read back
-    if name == "to" and _to_cpu(call, ctx):
+    if name == "to" and copies_to_cpu(call, ctx):
         return True  # `model.to("cpu", dtype)`: a blocking copy back, as `.cpu()` is
     qualname = ctx.call_qualname(call)
     return qualname is not None and "synchronize" in qualname
-
-
-def _to_cpu(call: ast.Call, ctx: Context) -> bool:
-    """``x.to("cpu")``, ``model.to(torch.device("cpu"), dtype)``, ``x.to(device="cpu")``, or
-    ``x.to(cpu_device)`` with ``cpu_device = torch.device("cpu")`` the name's only binding in
-    the function, without ``non_blocking=True``: a copy to the host, which waits for the
-    device as ``.cpu()`` does."""
-    flag = keyword(call, "non_blocking")
-    if flag is not None and not (isinstance(flag.value, ast.Constant) and not flag.value.value):
-        return False
-    target = call.args[0] if call.args else getattr(keyword(call, "device"), "value", None)
-    if isinstance(target, ast.Name):
-        scope = ctx.function_scope()
-        return scope is not None and target.id in cpu_names(scope.node)
-    if (
-        isinstance(target, ast.Call)
-        and call_name(target) == "device"
-        and len(target.args) == 1
-        and not target.keywords
-    ):
-        target = target.args[0]  # torch.device("cpu")
-    return isinstance(target, ast.Constant) and target.value == "cpu"
 
 
 # What a helper named `..._to_<word>` hands back: a host value, copied from the device.
