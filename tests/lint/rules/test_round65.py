@@ -189,3 +189,37 @@ def test_a_copy_to_the_cpu_by_to_then_read_is_one_read() -> None:
     # `.to("cpu")` alone is left to the rules on moves (detectors move result objects that
     # have no `.cpu()` so); a non-blocking copy reads nothing at once
     assert _lines(TO_CPU, "TPL201") == [10, 11]
+
+
+LAMBDA_HELPER = """\
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+to_np = lambda x: x.data.cpu().numpy()
+to_list = lambda x: x.tolist()
+scale_np = lambda x: x * 2
+
+def train(net, loader, opt):
+    for data, target in loader:
+        data, target = data.cuda(), target.cuda()
+        loss = F.cross_entropy(net(data), target)
+        loss.backward()
+        opt.step()
+        l = to_np(loss)
+        s = scale_np(loss)
+
+def scores(net, loader):
+    kept = []
+    with torch.no_grad():
+        for data, _ in loader:
+            out = net(data.cuda())
+            kept.append(to_np(out.max(1)[0]))
+    return np.concatenate(kept).copy()
+"""
+
+
+def test_a_module_lambda_that_copies_its_argument_to_the_host_is_a_read() -> None:
+    # a lambda that hands back something else is no copy; scores collected and returned (a
+    # copy of the joined array) are the function's output
+    assert _lines(LAMBDA_HELPER, "TPL201") == [15]

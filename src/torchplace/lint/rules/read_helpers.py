@@ -1,8 +1,9 @@
 """Project helpers that read their argument back to the host: ``to_cpu(x)``.
 
 A helper of the linted code whose every ``return`` hands back its first parameter copied to
-the host (``def to_cpu(tensor): return tensor.detach().cpu()``) is the read itself at each of
-its call sites, in its own file or in a module that imports it (``from .utils import to_cpu``).
+the host (``def to_cpu(tensor): return tensor.detach().cpu()``, also a module's lambda,
+``to_np = lambda x: x.data.cpu().numpy()``) is the read itself at each of its call sites, in
+its own file or in a module that imports it (``from .utils import to_cpu``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ _READS = frozenset({*_COPIES, "numpy"})
 # The methods a helper's chain may take on the way (`.detach()`, `.float()`).
 _PASSES = frozenset({*_READS, "detach", "float", "clone", "contiguous"})
 # The names such a helper goes by, and the lines the sync rules read for them (`cpu(`).
-_NAMED_FOR_READ = re.compile(r"cpu|numpy", re.IGNORECASE)
+_NAMED_FOR_READ = re.compile(r"cpu|numpy|(?:^|_|2)np(?:_|$)", re.IGNORECASE)
 # Libraries whose functions are never the project's helpers (`torch.from_numpy(a)`).
 _LIBRARIES = frozenset({"torch", "numpy", "np", "cupy", "jax", "tensorflow"})
 
@@ -39,7 +40,7 @@ def helper_read(call: ast.Call, ctx: Context) -> str | None:
     facts = file_facts(ctx)
     node: ast.AST | None = None
     if isinstance(func, ast.Name):
-        node = facts.top_level(func.id)
+        node = facts.top_level(func.id) or _top_lambda(facts.tree, func.id)
     if node is None:
         qualname = ctx.call_qualname(call)
         module, _, name = (qualname or "").rpartition(".")
@@ -47,9 +48,24 @@ def helper_read(call: ast.Call, ctx: Context) -> str | None:
             return None  # `torch.from_numpy(a)`: not a helper of the project
         other = facts.module_facts(module) if module else None
         node = other.top_level(name) if other is not None else None
+    if isinstance(node, ast.Lambda):
+        params = [*node.args.posonlyargs, *node.args.args]
+        return _chain_read(node.body, params[0].arg) if params else None
     if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return None
     return _reads_first_param(node)
+
+
+def _top_lambda(tree: ast.Module, name: str) -> ast.Lambda | None:
+    """``to_np = lambda x: x.data.cpu().numpy()``: a lambda the module binds ``name`` to, its
+    only module-level binding."""
+    found = [
+        stmt.value
+        for stmt in tree.body
+        if isinstance(stmt, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets)
+    ]
+    return found[0] if len(found) == 1 and isinstance(found[0], ast.Lambda) else None
 
 
 def _reads_first_param(function: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:

@@ -2247,7 +2247,7 @@ _JOINS = frozenset(
 
 
 # Methods that hand back the same values in another dtype or shape.
-_RESHAPES = frozenset({"astype", "reshape", "squeeze", "ravel", "flatten"})
+_RESHAPES = frozenset({"astype", "reshape", "squeeze", "ravel", "flatten", "copy"})
 
 
 def _returned(scope: ast.AST, names: set[str], read: ast.AST | None = None) -> bool:
@@ -3632,6 +3632,7 @@ FAMILY = Family(
         "cpu(",  # also a project helper's call, `to_cpu(loss)` (see `helper_read`)
         *('"cpu"', "'cpu'", "cpu_device"),  # `x.to("cpu")`: a copy back, as `.cpu()` is
         "numpy(",
+        *("_np(", "2np("),  # a project helper's copy, `to_np(x)` (see `helper_read`)
         "synchronize",
         ".add_scalar(",  # TensorBoard reads a tensor value with `.item()`
         ".add_histogram(",  # ... and copies a whole one to NumPy
