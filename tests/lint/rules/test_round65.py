@@ -223,3 +223,29 @@ def test_a_module_lambda_that_copies_its_argument_to_the_host_is_a_read() -> Non
     # a lambda that hands back something else is no copy; scores collected and returned (a
     # copy of the joined array) are the function's output
     assert _lines(LAMBDA_HELPER, "TPL201") == [15]
+
+
+NCCL = """\
+import logging
+import torch
+logger = logging.getLogger(__name__)
+
+def main(args):
+    if args.local_rank == -1:
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        torch.cuda.set_device(args.local_rank)
+        device = torch.device("cuda", args.local_rank)
+        torch.distributed.init_process_group(backend="nccl")
+
+"""
+
+
+def test_a_device_pick_a_few_set_up_lines_before_its_nccl_group_is_its_set_up() -> None:
+    # (TPL601) a device named or a log line between them changes nothing; with no NCCL group
+    # after them the pick is reported, as with real work between them
+    assert _lines(NCCL, "TPL601") == []
+    alone = NCCL.replace('        torch.distributed.init_process_group(backend="nccl")\n', "")
+    assert _lines(alone, "TPL601") == [9]
+    work = NCCL.replace("device = torch.device(", "model = build(")
+    assert _lines(work, "TPL601") == [9]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from torchplace.lint.base import Context, Family, Rule, Scope
+from torchplace.lint.base import Context, Family, Rule, Scope, call_name
 from torchplace.lint.nodes import walk
 from torchplace.lint.rules.facts import CUDA_ONLY, in_test, main_test, mentions
 
@@ -102,9 +102,10 @@ def _guarded(ctx: Context) -> bool:
                 return True  # an earlier CUDA-only call raises first: that one is reported
     if _main_called_on_cuda(ctx, module):
         return True
-    # Or the very next statement starts an NCCL process group (`torch.cuda.set_device(rank)`,
-    # then `init_process_group(backend="nccl")`): NCCL runs on CUDA only, and the device pick
-    # is its per-rank set-up, so the script is CUDA-only by design.
+    # Or an NCCL process group starts next (`torch.cuda.set_device(rank)`, then
+    # `init_process_group(backend="nccl")`, maybe after a log line or `device =
+    # torch.device("cuda", rank)`): NCCL runs on CUDA only, and the device pick is its
+    # per-rank set-up, so the script is CUDA-only by design.
     if ctx.stmt_path:
         block, index = ctx.stmt_path[-1]
         if _pins_cuda(block[index]):
@@ -112,7 +113,30 @@ def _guarded(ctx: Context) -> bool:
             # model.cuda(), device_ids=[torch.cuda.current_device()])`): a check would only
             # change which of its calls raises
             return True
-        return index + 1 < len(block) and _starts_nccl(block[index + 1])
+        return _nccl_next(block[index + 1 :])
+    return False
+
+
+# Calls a statement between a device pick and its NCCL group may make: a device named, a log
+# line, a setting read.
+_SETUP_CALLS = frozenset(
+    {"device", "print", "info", "debug", "warning", "log", "int", "str", "getenv", "get"}
+    | {"format", "current_device", "device_count"}
+)
+
+
+def _nccl_next(after: list[ast.stmt]) -> bool:
+    """The statements after a call start an NCCL process group, after at most three set-up
+    statements (bindings or log lines that call nothing but :data:`_SETUP_CALLS`)."""
+    for stmt in after[:4]:
+        if _starts_nccl(stmt):
+            return True
+        if not isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.Expr)):
+            return False
+        if any(
+            isinstance(sub, ast.Call) and call_name(sub) not in _SETUP_CALLS for sub in walk(stmt)
+        ):
+            return False
     return False
 
 
