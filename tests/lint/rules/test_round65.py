@@ -249,3 +249,47 @@ def test_a_device_pick_a_few_set_up_lines_before_its_nccl_group_is_its_set_up() 
     assert _lines(alone, "TPL601") == [9]
     work = NCCL.replace("device = torch.device(", "model = build(")
     assert _lines(work, "TPL601") == [9]
+
+
+OWN_OPTIMIZER = """\
+from torch.optim import Optimizer
+
+class OpenAIAdam(Optimizer):
+    def __init__(self, params, lr):
+        super().__init__(params, dict(lr=lr))
+"""
+
+BUILDS = """\
+import torch
+from torch import nn
+from opt import OpenAIAdam
+
+class Net(nn.Module):
+    pass
+
+def with_own(device):
+    model = Net()
+    opt = OpenAIAdam(model.parameters(), lr=1e-3)
+    model.to(device)
+    return opt
+
+def wrapped():
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model = nn.DataParallel(model).cuda()
+    return opt
+
+def wrapped_first():
+    model = nn.DataParallel(Net()).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    return opt
+"""
+
+
+def test_a_project_optimizer_and_a_move_through_a_data_parallel_wrapper(tmp_path: Path) -> None:
+    # (TPL801) the project's optimizer class derives from torch.optim's; the wrapper built
+    # around the model holds its parameters, moved with it
+    found = _project(
+        tmp_path, {"setup.cfg": "", "opt.py": OWN_OPTIMIZER, "train.py": BUILDS}, "TPL801"
+    )
+    assert found == [("train.py", 10), ("train.py", 16)]

@@ -30,6 +30,8 @@ OPTIMIZER_BEFORE_MOVE = Rule(
 
 def _call(call: ast.Call, ctx: Context) -> None:
     name = ctx.call_qualname(call) or _default_class(call, ctx)
+    if name is not None and not name.startswith("torch.") and _project_optimizer(call, ctx):
+        name = "torch.optim.Optimizer"  # the project's own, `class OpenAIAdam(Optimizer)`
     if name is None or not name.startswith("torch.optim."):
         return
     last = name.rsplit(".", 1)[-1]
@@ -69,6 +71,23 @@ def _call(call: ast.Call, ctx: Context) -> None:
         _across_functions(call, model, scope.node, ctx)
     if model == "self":
         _moved_by_makers(call, ctx)
+
+
+def _project_optimizer(call: ast.Call, ctx: Context) -> bool:
+    """``call`` builds a class of the linted tree (of this file, or imported from a module of
+    it) that derives from a ``torch.optim`` class (``class OpenAIAdam(Optimizer)``)."""
+    facts = file_facts(ctx)
+    func = call.func
+    cls = facts.defs_class(func.id) if isinstance(func, ast.Name) else None
+    owner = facts
+    if cls is None:
+        module, _, name = (ctx.call_qualname(call) or "").rpartition(".")
+        other = facts.module_facts(module) if module else None
+        found = other.defs_class(name) if other is not None else None
+        if other is None or found is None:
+            return False
+        cls, owner = found, other
+    return any((owner.qualname(base) or "").startswith("torch.optim.") for base in cls.bases)
 
 
 def _moved_by_makers(call: ast.Call, ctx: Context) -> None:
@@ -502,7 +521,7 @@ def _aliases(stmt: ast.stmt, names: set[str]) -> set[str]:
 
 def _moved(move: ast.Call) -> str:
     func = move.func
-    return (dotted_name(func.value) if isinstance(func, ast.Attribute) else None) or "the model"
+    return (_receiver(func.value) if isinstance(func, ast.Attribute) else None) or "the model"
 
 
 def _holds(moved: str | None, model: str) -> bool:
@@ -640,9 +659,18 @@ def _move_of(stmt: ast.stmt, model: str, ctx: Context) -> ast.Call | None:
         and isinstance(sub.func, ast.Attribute)
         and call_name(sub) in {"to", "cuda"}
         and moves_to_device(sub, ctx)
-        and _holds(dotted_name(sub.func.value), model)
+        and _holds(_receiver(sub.func.value), model)
     ]
     return min(moves, key=lambda c: (c.lineno, c.col_offset), default=None)
+
+
+def _receiver(node: ast.expr) -> str | None:
+    """What a move moves: ``model`` of ``model.cuda()``, also of a data-parallel wrapper built
+    around it there, ``nn.DataParallel(model).cuda()`` (the wrapper holds the same
+    parameters)."""
+    if isinstance(node, ast.Call) and node.args and "DataParallel" in (call_name(node) or ""):
+        return dotted_name(node.args[0])
+    return dotted_name(node)
 
 
 FAMILY = Family(

@@ -3664,10 +3664,10 @@ FAMILY = Family(
         ") %",
         'f"',
         "f'",
-        "if ",
+        *("if ", "if("),  # also written as a call, `if(x.sum() > 0):`
         " if",  # also a comprehension's filter at the end of a line
-        "while ",
-        "assert ",
+        *("while ", "while("),
+        *("assert ", "assert("),
         *("] +=", "] -="),  # a NumPy count indexed by an element, `matrix[gc, dc] += 1`
         "]:",  # a slice bounded by an element, `x[:, lengths[i]:]`
         *("[:", ", :"),  # ... or ending at one, `x[:n]`, `mels[b, :, :lengths[b]]`
