@@ -293,3 +293,26 @@ def test_a_project_optimizer_and_a_move_through_a_data_parallel_wrapper(tmp_path
         tmp_path, {"setup.cfg": "", "opt.py": OWN_OPTIMIZER, "train.py": BUILDS}, "TPL801"
     )
     assert found == [("train.py", 10), ("train.py", 16)]
+
+
+MIXUP = """\
+import torch
+
+def train(model, loader, opt):
+    for (x, y), (u, u2) in loader:
+        x, y = x.cuda(), y.cuda(non_blocking=True)
+        u, u2 = u.cuda(), u2.cuda()
+        idx = torch.randperm(x.size(0))
+        first = x[idx]
+        every = torch.cat([x, u, u2], dim=0)
+        mixed = every[torch.randperm(every.size(0))]
+        host, kept = u.cpu(), torch.cat([u, host])
+        other = kept[torch.randperm(4)]
+        model(first + mixed).sum().backward()
+        opt.step()
+"""
+
+
+def test_names_moved_by_a_tuple_assignment_and_their_joins_are_placed() -> None:
+    # (TPL103) a join with a host value is not placed
+    assert _lines(MIXUP, "TPL103") == [7, 10]

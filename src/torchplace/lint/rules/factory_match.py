@@ -211,13 +211,50 @@ def _placed(scope: Scope, ctx: Context) -> set[str]:
     found: set[str] = set()
     if not _file_facts(scope)[0] and not _host_function(scope, ctx):
         for sub in subtree(scope.node):
-            if isinstance(sub, ast.Assign) and len(sub.targets) == 1 and _moved(sub.value):
-                name = dotted_name(sub.targets[0])
-                if name is not None:
-                    found.add(name)
+            if isinstance(sub, ast.Assign) and len(sub.targets) == 1:
+                for target, value in _pairs(sub.targets[0], sub.value):
+                    name = dotted_name(target) if _moved(value) else None
+                    if name is not None:
+                        found.add(name)
+        found |= _joins_of_placed(scope, found)
         found |= _submodule_outputs(scope)
     scope.cache["tpl103-placed"] = found
     return found
+
+
+_JOIN_CALLS = frozenset({"cat", "concat", "concatenate", "stack"})
+
+
+def _joins_of_placed(scope: Scope, placed: set[str]) -> set[str]:
+    """Names bound to a join of placed names only, ``all_inputs = torch.cat([x, u, u2])``."""
+    found: set[str] = set()
+    for sub in subtree(scope.node):
+        if not (isinstance(sub, ast.Assign) and len(sub.targets) == 1):
+            continue
+        value, target = sub.value, sub.targets[0]
+        if not (isinstance(value, ast.Call) and call_name(value) in _JOIN_CALLS and value.args):
+            continue
+        parts = value.args[0]
+        if (
+            isinstance(target, ast.Name)
+            and isinstance(parts, (ast.List, ast.Tuple))
+            and parts.elts
+            and all(isinstance(e, ast.Name) and e.id in placed for e in parts.elts)
+        ):
+            found.add(target.id)
+    return found
+
+
+def _pairs(target: ast.expr, value: ast.expr) -> list[tuple[ast.expr, ast.expr]]:
+    """``x, y = x.cuda(), y.cuda()``: each name with its own value; else the one pair."""
+    if (
+        isinstance(target, (ast.Tuple, ast.List))
+        and isinstance(value, (ast.Tuple, ast.List))
+        and len(target.elts) == len(value.elts)
+        and not any(isinstance(e, ast.Starred) for e in [*target.elts, *value.elts])
+    ):
+        return list(zip(target.elts, value.elts, strict=True))
+    return [(target, value)]
 
 
 # Reads that turn a tensor into host data: what they give is not on the module's device.
