@@ -316,3 +316,25 @@ def train(model, loader, opt):
 def test_names_moved_by_a_tuple_assignment_and_their_joins_are_placed() -> None:
     # (TPL103) a join with a host value is not placed
     assert _lines(MIXUP, "TPL103") == [7, 10]
+
+
+PASSES = """\
+import numpy as np
+import torch
+
+def evaluate(loader, model, crops):
+    scores = []
+    for crop in range(crops):
+        for i, (x, y) in enumerate(loader):
+            out = model(x.cuda())
+            if crop < 1:
+                scores.append(torch.sum(out, 0).cpu().numpy())
+            if i == 0:
+                print(out.mean().item())
+    return float(np.concatenate(scores).mean())
+"""
+
+
+def test_a_test_of_a_counter_of_a_loop_around_the_batch_loop_is_not_rare() -> None:
+    # `crop < 1` holds on every step of the first pass; `i == 0` picks one step of each
+    assert _lines(PASSES, "TPL201") == [10]

@@ -938,6 +938,24 @@ def _is_none(value: ast.expr) -> bool:
     return isinstance(value, ast.Constant) and value.value is None
 
 
+def _outer_counter(test: ast.expr, ctx: Context) -> bool:
+    """``if crop < 1:`` where ``crop`` counts a loop around the loop the branch is in (``for
+    crop in range(n): for x in loader: if crop < 1:``): it picks whole passes of the inner
+    loop, and holds on every step of the first. (``if batch_i == 0:`` right in the loop that
+    ``batch_i`` counts picks one step.)"""
+    if not (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name)):
+        return False
+    parents = ctx.parents
+    at = next((i for i, p in enumerate(parents) if getattr(p, "test", None) is test), None)
+    if at is None:
+        return False
+    loops = [p for p in parents[:at] if isinstance(p, (ast.For, ast.AsyncFor, ast.While))]
+    return any(
+        isinstance(loop, (ast.For, ast.AsyncFor)) and test.left.id in names_in(loop.target)
+        for loop in loops[:-1]
+    )
+
+
 def _rare_test(test: ast.expr, ctx: Context) -> bool:
     if (
         isinstance(test, ast.BoolOp)
@@ -950,7 +968,7 @@ def _rare_test(test: ast.expr, ctx: Context) -> bool:
         # of 1 is not; nor `self.logger == "tensorboard" and is_main`, a setting and a rank)
         rest = [value for value in test.values if not _every_step(value, ctx)]
         return any(_rare_test(value, ctx) for value in rest)
-    if _every_step(test, ctx):
+    if _every_step(test, ctx) or _outer_counter(test, ctx):
         return False
     if rare_test(test):
         return not _fixed_setting(test, ctx)
