@@ -338,3 +338,34 @@ def evaluate(loader, model, crops):
 def test_a_test_of_a_counter_of_a_loop_around_the_batch_loop_is_not_rare() -> None:
     # `crop < 1` holds on every step of the first pass; `i == 0` picks one step of each
     assert _lines(PASSES, "TPL201") == [10]
+
+
+FILLED = """\
+import torch
+from torch import nn
+
+class Decoder(nn.Module):
+    def forward(self, x_rnn, x_lengths):
+        N, T, n = x_rnn.size()
+        for i in range(N):
+            if x_lengths[i] < T:
+                x_rnn[i, x_lengths[i]:, :] = torch.zeros(T - x_lengths[i], n, device=x_rnn.device)
+        return x_rnn
+
+def train(model, loader, opt):
+    decoder = Decoder().cuda()
+    for x, lengths in loader:
+        x, lengths = x.cuda(), lengths.cuda()
+        out = decoder(model(x), lengths)
+        out.sum().backward()
+        opt.step()
+"""
+
+
+def test_a_loop_that_fills_rows_of_a_tensor_keeps_its_callers_per_batch_reads(
+    tmp_path: Path,
+) -> None:
+    # the row loop stores into `rnn_out` in place and carries nothing from step to step: it is
+    # no batch loop of its own, and the lengths its per-batch caller moved are read per row
+    found = _project(tmp_path, {"train.py": FILLED}, "TPL201")
+    assert found == [("train.py", 8), ("train.py", 9), ("train.py", 9)]  # a bound and a size

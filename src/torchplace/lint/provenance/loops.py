@@ -811,6 +811,8 @@ def _updates_device(
         bound = _bound_names(node)
         if not (_names(value) & (targets | bound)) or isinstance(node, ast.AugAssign):
             continue
+        if _fills_rows(node, own):
+            continue  # `x[i, n:] = torch.zeros(...)`: a tensor filled in place, nothing carried
         if _uploads_for_collective(facts, value, bound, own):
             continue
         if _runs_whole_pass(facts, value, scope) or _pins(value) or bound <= per_pass:
@@ -823,6 +825,39 @@ def _updates_device(
                 what = _short(facts.segment(value), 32)
                 return "batch", f"it computes `{what}` on the device every step ({fact.describe()})"
     return None
+
+
+def _fills_rows(node: ast.Assign | ast.AugAssign, own: list[ast.AST]) -> bool:
+    """Every target of ``node`` is an item of a name the loop never binds
+    (``x_rnn[i, lengths[i]:, :] = torch.zeros(...)``): the loop fills a tensor in place; what
+    it computes is not carried from one step to the next."""
+    if not isinstance(node, ast.Assign):
+        return False
+    roots: set[str] = set()
+    for target in node.targets:
+        root = target
+        while isinstance(root, ast.Subscript):
+            root = root.value
+        if root is target or not isinstance(root, ast.Name):
+            return False
+        roots.add(root.id)
+    return not roots & _plainly_bound(own)
+
+
+def _plainly_bound(own: list[ast.AST]) -> set[str]:
+    """Names the statements ``own`` bind as names (not items of them)."""
+    found: set[str] = set()
+    for node in own:
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        else:
+            continue
+        for target in targets:
+            elts = target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]
+            found |= {e.id for e in elts if isinstance(e, ast.Name)}
+    return found
 
 
 def _updated_in_place(facts: FileFacts, node: ast.AST, scope: ast.AST) -> str | None:
