@@ -285,3 +285,10 @@ def test_internal_error_exits_2(
     code, _, err = _run(capsys, "--jobs", "1", "bad.py")
     assert code == 2
     assert "internal error on bad.py: RuntimeError: engine bug" in err
+
+
+def test_an_empty_path_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    # `torchplace lint "$SRC"` with SRC unset must not lint the current folder under made-up
+    # absolute names (`/a.py`), which `--fix` then cannot write
+    assert main(["lint", ""]) == 2
+    assert "an empty path was given" in capsys.readouterr().err

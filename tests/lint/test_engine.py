@@ -255,3 +255,35 @@ def test_a_test_named_evaluation_script_is_linted_as_code() -> None:
     assert lint_source(framework, "test_load.py", select={"TPL402"}) == []
     no_main = script.split("if __name__")[0]
     assert lint_source(no_main, "test_load.py", select={"TPL402"}) == []
+
+
+def test_a_file_with_lone_carriage_returns_is_linted_line_by_line() -> None:
+    # Python ends a line at a lone `\r` too: the rules' lines are found where they are
+    from torchplace.lint import lint_source
+
+    found = lint_source('import torch\rx = torch.load("a.pt")\r', "m.py", select={"TPL401"})
+    assert [(f.line, f.code) for f in found] == [(2, "TPL401")]
+
+
+def test_deeply_nested_loops_are_walked_without_doubling_per_level() -> None:
+    # each loop's body was walked twice, then each nested loop's twice per walk: 2**depth
+    import subprocess
+    import sys
+
+    depth = 40
+    lines = ["import torch", "def g(loader, model, opt):"]
+    lines += ["    " * (i + 1) + f"for a{i} in loader:" for i in range(depth)]
+    lines.append(
+        "    " * (depth + 1) + f"loss = model(a{depth - 1}.cuda()).sum(); print(loss.item())"
+    )
+    code = "from torchplace.lint import lint_source; import sys; "
+    code += "print(len(lint_source(sys.stdin.read(), 'deep.py', select={'TPL201'})))"
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=300,  # a guard against a run that never ends, not a timing
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "1"

@@ -230,3 +230,14 @@ def test_a_fixed_notebook_keeps_the_files_layout(
     document["cells"][0]["source"][1] = "state = torch.load('m.pt', weights_only=True)\n"
     expected = json.dumps(document, indent=indent, separators=separators) + "\n"
     assert fixed.decode() == expected.replace("\n", newline)
+
+
+@pytest.mark.parametrize(
+    "cells", [["import torch", 5, None], [{"source": "x = 1"}]], ids=["not objects", "no type"]
+)
+def test_cells_that_are_not_cells_make_the_notebook_unreadable(cells: list[object]) -> None:
+    # reported as TPL001, not passed as clean
+    raw = json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+    found = lint_notebook(raw.encode(), "nb.ipynb")
+    assert [f.code for f in found] == ["TPL001"]
+    assert "cell 1 is" in found[0].message

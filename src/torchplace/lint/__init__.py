@@ -19,6 +19,7 @@ What each module is for, from the command line down to a finding:
 ``rules``       the rule families, one module each (``TPL<family><number>``)
 ``provenance``  where values live (device or host), which loops step through batches
 ``project``     what the file's project shows as a whole: whether any of its files pins memory
+``sources``     reading the files around the one linted: regular files only, and up to a size
 ``finding``     what is reported: a :class:`Finding` at a place, with an optional :class:`Fix`
 ``fix``         applying the safe fixes of findings to source text
 ``notebook``    Jupyter notebooks: code cells linted as one module, findings placed by cell

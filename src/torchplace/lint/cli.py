@@ -145,6 +145,11 @@ def run(args: argparse.Namespace) -> int:
     report.check_distinct([args.output], _linted_files(args.paths, args.output))
     if args.jobs is not None and args.jobs < 1:
         raise ConfigError(f"--jobs must be at least 1, got {args.jobs}")
+    if "" in args.paths:  # `torchplace lint "$SRC"` with SRC unset
+        raise ConfigError(
+            "an empty path was given (an unset variable?); name a file or folder, or '.' for "
+            "the current one"
+        )
     settings = load_settings(
         select=_codes(args.select),
         ignore=_codes(args.ignore),

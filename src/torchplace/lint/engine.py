@@ -510,7 +510,9 @@ def _lint_tree(
 ) -> list[Finding]:
     if not plan.dispatch or _other_framework(tree, source):
         return []
-    hot = _hot_lines(source, plan.triggers)
+    # line numbers count `\n`: a lone `\r` ends a line too (Python's, and Context.lines())
+    text = source.replace("\r\n", "\n").replace("\r", "\n") if "\r" in source else source
+    hot = _hot_lines(text, plan.triggers)
     found: list[tuple[str, ast.AST, str, Fix | None]] = []
 
     selected = plan.selected

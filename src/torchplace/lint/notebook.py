@@ -277,7 +277,13 @@ def read_notebook(raw: bytes) -> Notebook:
     broken: list[Finding] = []
     line = 1
     for number, cell in enumerate(cells, start=1):
-        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+        if not isinstance(cell, dict) or not isinstance(cell.get("cell_type"), str):
+            what = "an object without a 'cell_type'" if isinstance(cell, dict) else "not an object"
+            raise NotebookError(
+                f"not a notebook: cell {number} is {what} (nbformat 4 cells are objects with a "
+                "'cell_type' and a 'source'); open and save it in Jupyter to repair it"
+            )
+        if cell["cell_type"] != "code":
             continue
         indent, lines, shifted = _dedented(_lines(_text(cell.get("source", ""))))
         lines = _inert(lines) if _python_cell(cell) else [""] * len(lines)

@@ -160,6 +160,8 @@ def _files(root: str) -> Iterator[tuple[str, bytes | None]]:
                 continue
             files += 1
             full = os.path.join(directory, name)
+            if not os.path.isfile(full):
+                continue  # a FIFO or a device named like a module: never opened
             try:
                 with open(full, "rb") as handle:
                     raw = handle.read(_MAX_BYTES - budget + 1)

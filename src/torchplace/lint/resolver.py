@@ -15,6 +15,7 @@ from collections.abc import Callable
 from functools import lru_cache
 
 from torchplace.lint.nodes import parse_module
+from torchplace.lint.sources import read_neighbour
 
 __all__ = [
     "Resolver",
@@ -278,10 +279,12 @@ def _module_file_from(directory: str, module: str) -> str | None:
 @lru_cache(maxsize=512)
 def _classes_of(path: str) -> tuple[Resolver, dict[str, ast.ClassDef]] | None:
     """The imports and the module-level classes of a file of the linted tree."""
+    raw = read_neighbour(path)
+    if raw is None:
+        return None
     try:
-        with open(path, "rb") as handle:
-            tree = parse_module(handle.read(), filename=path)
-    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+        tree = parse_module(raw, filename=path)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     module, is_package = module_name_for(path)
     resolver = Resolver(module, is_package=is_package)

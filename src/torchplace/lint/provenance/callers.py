@@ -41,6 +41,7 @@ from torchplace.lint.provenance.values import (
     _target_names,
 )
 from torchplace.lint.resolver import base_names, dotted_name, is_autograd_function, module_file
+from torchplace.lint.sources import read_neighbour
 
 if TYPE_CHECKING:
     from torchplace.lint.provenance.files import FileFacts
@@ -1367,11 +1368,8 @@ def _python_files(place: str, scripts: bool = False) -> list[str]:
 
 def _python_script(path: str) -> bool:
     """A file that starts with a shebang naming Python."""
-    try:
-        with open(path, "rb") as handle:
-            first = handle.readline(128)
-    except OSError:
-        return False
+    data = read_neighbour(path)
+    first = data[:128].partition(b"\n")[0] if data is not None else b""
     return first.startswith(b"#!") and b"python" in first
 
 
@@ -1390,11 +1388,8 @@ def _siblings(directory: str) -> tuple[str, ...]:
 
 @lru_cache(maxsize=256)
 def _text_of(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except OSError:
-        return None
+    data = read_neighbour(path)
+    return None if data is None else data.decode("utf-8", "replace")
 
 
 def siblings(directory: str) -> tuple[str, ...]:

@@ -39,6 +39,7 @@ from torchplace.lint.resolver import (
     is_module_base,
     module_name_for,
 )
+from torchplace.lint.sources import read_neighbour
 
 __all__ = ["FileFacts", "facts_for_file", "file_facts", "scope_node", "unchain"]
 
@@ -897,12 +898,13 @@ class FileFacts:
 
 @lru_cache(maxsize=64)
 def _parsed(path: str, mtime: float) -> FileFacts | None:
+    raw = read_neighbour(path)
+    if raw is None:
+        return None
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read()
         tree = parse_module(raw, filename=path)
         text = raw.decode("utf-8", "replace")
-    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     return FileFacts(tree, re.split(r"\r\n|\r|\n", text), path)
 

@@ -276,8 +276,11 @@ class Flow:
             self.for_loop(node)
         elif isinstance(node, ast.While):
             self.loops.add((node.lineno, node.end_lineno or node.lineno))
-            for _ in range(2):
+            for attempt in range(2):
+                before = dict(self.state)
                 self.block(node.body)
+                if attempt == 0 and self.state == before:
+                    break  # nothing carried over (see for_loop)
             self.block(node.orelse)
         elif isinstance(node, ast.If):
             self.branches(node)
@@ -416,12 +419,16 @@ class Flow:
             iter_fact = Fact("host", "a batch item that is never moved")
         # `for name in subset: subset[name]`: a mapping's keys, never a tensor's rows
         keys = looks_up_keys(node, self.node)
-        for _ in range(2):  # twice: values carried from one step to the next
+        for attempt in range(2):  # twice: values carried from one step to the next
+            before = dict(self.state)
             if keys:
                 self.bind(node.target, Fact("host", "key"), node.lineno, None)
             else:
                 self.bind_loop_target(node.target, node.iter, iter_fact, node.lineno)
             self.block(node.body)
+            if attempt == 0 and self.state == before:
+                break  # nothing carried over: a second pass finds the same (and nested loops
+                # would each double the work)
         self.block(node.orelse)
 
     def casts_some(self, node: ast.For | ast.AsyncFor) -> bool:
