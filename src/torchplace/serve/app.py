@@ -53,7 +53,7 @@ from torchplace.serve.http import Answer, HttpServer, Request, Response, error_r
 from torchplace.serve.log_settings import LogSettings
 from torchplace.serve.metrics import merged_text
 from torchplace.serve.registry import ModelHandle
-from torchplace.serve.repository import inline_config, model_names, unload_parameters
+from torchplace.serve.repository import inline_config, unload_parameters
 from torchplace.serve.routes import MODEL, REPOSITORY, ROUTES, SHARED_MEMORY
 from torchplace.serve.shm import Region, SharedMemoryRegions
 from torchplace.serve.ticket import Ticket
@@ -586,9 +586,7 @@ class App:
         return Response(200, b"")
 
     def _index(self, ready: bool) -> list[dict[str, str]]:
-        root = self.config.model_repository
-        known = model_names(root) if root is not None and root.is_dir() else []
-        return self.registry.index(ready, known)
+        return self.registry.index(ready, self.control.repository_models())
 
     async def _control(self, name: str, load: bool, body: dict[str, Any]) -> Response:
         try:

@@ -76,6 +76,12 @@ def _dry_run_shapes(value: Any, source: str) -> dict[str, tuple[int, ...]]:
                 f"{source}: dry_run_shapes of {name!r}: {dims!r:.100} is not a row shape of "
                 f"sizes >= 1; {fix}"
             )
+        if math.prod(shape) > MAX_ROW_ELEMENTS:  # each dry run allocates max_batch_size rows
+            raise ConfigError(
+                f"{source}: dry_run_shapes of {name!r}: {list(shape)!r:.100} makes a row of "
+                f"more than {MAX_ROW_ELEMENTS:,} elements (a declared row's limit); give the "
+                "row shape of a request the model takes"
+            )
         shapes[str(name)] = shape
     return shapes
 
@@ -103,6 +109,11 @@ def parse_tensor_spec(text: str) -> TensorSpec:
 def _checked_spec(spec: TensorSpec, *, where: str) -> TensorSpec:
     """``spec`` checked: -1 first (the batch); a later -1 is a variable dimension (Triton's
     ``dims: [-1]``), whose rows the engine stages per batch at the size each request sends."""
+    if not spec.name:  # Triton refuses it too ("must specify 'name'")
+        raise ConfigError(
+            f"{where} {spec.name!r}: a tensor declaration must specify a name; give the "
+            "name requests send the tensor under"
+        )
     if spec.datatype not in DATATYPES:
         raise ConfigError(
             f"{where} {spec.name!r}: datatype {spec.datatype!r} is not servable; "
@@ -181,8 +192,12 @@ _MOST_THREADS = 1024
 _MOST_SECONDS = 1e7  # the longest duration setting
 #: the most priority levels a queue may have (each is a queue of its own)
 MAX_PRIORITY_LEVELS = 1024
+#: the longest queue: what Triton's ModelQueuePolicy.max_queue_size (uint32) holds, as a
+#: model's configuration document states the queue (its gRPC ModelConfig failed past it)
+MAX_QUEUE = 2**32 - 1
 _MOST: dict[str, int | float] = {
     "max_batch_size": 1 << 20,
+    "max_queue": MAX_QUEUE,
     "replicas_per_device": 1024,
     "max_delay_ms": 3_600_000.0,
     "priority_levels": MAX_PRIORITY_LEVELS,
@@ -407,7 +422,7 @@ class ServeConfig:
                 fail(name, value, f"give an integer >= {low}")
             if value > _MOST_COUNT:
                 fail(name, value, f"give an integer <= {_MOST_COUNT} (2**63 - 1)")
-        for name in ("max_batch_size", "replicas_per_device", "priority_levels"):
+        for name in ("max_batch_size", "max_queue", "replicas_per_device", "priority_levels"):
             if getattr(self, name) > _MOST[name]:
                 fail(name, getattr(self, name), f"give an integer <= {_MOST[name]}")
         if self.torch_threads is not None and (
@@ -468,14 +483,15 @@ class ServeConfig:
             not isinstance(limits, tuple)
             or len(limits) != levels
             or not all(
-                isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= _MOST_COUNT
+                isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_QUEUE
                 for n in limits
             )
         ):
             fail(
                 "priority_queue_limits",
                 limits,
-                f"give one queue limit >= 1 per priority level ({levels}), highest first",
+                f"give one queue limit in 1..{MAX_QUEUE} per priority level ({levels}), "
+                "highest first",
             )
 
     # -- construction helpers ------------------------------------------------------------

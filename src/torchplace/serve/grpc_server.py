@@ -99,7 +99,7 @@ from torchplace.serve.http import grpc_connection_limit
 from torchplace.serve.log_settings import LogSettings
 from torchplace.serve.proto import grpc_service_pb2 as pb
 from torchplace.serve.proto import model_config_pb2 as config_pb
-from torchplace.serve.repository import inline_config, model_names
+from torchplace.serve.repository import inline_config
 from torchplace.serve.shm import (
     Region,
     SharedMemoryExistsError,
@@ -481,9 +481,7 @@ class GrpcServer:
 
     async def _repository_index(self, request: Any, context: Any) -> Any:
         _one_repository(request)
-        root = self.config.model_repository
-        known = model_names(root) if root is not None and root.is_dir() else []
-        entries = self.registry.index(request.ready, known)
+        entries = self.registry.index(request.ready, self.control.repository_models())
         return json_format.ParseDict({"models": entries}, pb.RepositoryIndexResponse())
 
     async def _repository_load(self, request: Any, context: Any) -> Any:

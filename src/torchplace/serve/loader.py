@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import math
 import warnings
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LoadedModel",
+    "batch_bytes",
     "infer_outputs",
     "load_configured",
     "load_model",
@@ -340,6 +342,27 @@ def dry_rows(
 def _ones_row(spec: TensorSpec) -> tuple[int, ...]:
     """A row of ``spec`` with each variable dimension 1."""
     return tuple(d if d > 0 else 1 for d in spec.shape[1:])
+
+
+def batch_bytes(
+    rows: int,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+    dry: Mapping[str, tuple[int, ...]],
+) -> int:
+    """Bytes of a dry run's batch of ``rows`` rows: each input at its row shape in ``dry``
+    (:func:`dry_rows`; else each variable dimension 1), each output at its declared row, each
+    variable dimension 1 (its size is the model's to say, known only once it ran)."""
+    total = 0
+    for spec in inputs:
+        total += math.prod(dry.get(spec.name) or _ones_row(spec)) * _itemsize(spec)
+    for spec in outputs:
+        total += math.prod(_ones_row(spec)) * _itemsize(spec)
+    return rows * total
+
+
+def _itemsize(spec: TensorSpec) -> int:
+    return int(host_numpy_dtype(spec.datatype).itemsize)
 
 
 def infer_outputs(

@@ -90,8 +90,11 @@ def _activation_peak(loaded: LoadedModel, rows: int, dtype: str | None = None) -
             module = module.to(cast)
         return trace_forward(module, batch, (), batch=rows, seq=None).peak()
     except Exception:  # cannot run on meta: count the batch's inputs and outputs
-        return sum(_spec_bytes(spec.shape, spec.datatype, rows) for spec in
-                   (*loaded.inputs, *loaded.outputs))  # fmt: skip
+        from torchplace.serve.loader import batch_bytes
+
+        # at the row shapes the replicas' dry runs give the inputs (dry_run_shapes, a
+        # model_warmup's dims), not each variable dimension 1: those runs allocate them
+        return batch_bytes(rows, loaded.inputs, loaded.outputs, loaded.dry_rows)
 
 
 def _on_meta(module: torch.nn.Module) -> torch.nn.Module:
@@ -108,16 +111,6 @@ def _on_meta(module: torch.nn.Module) -> torch.nn.Module:
         memo[id(buffer)] = torch.empty_like(buffer, device="meta")
     copied: torch.nn.Module = copy.deepcopy(module, memo)
     return copied
-
-
-def _spec_bytes(shape: tuple[int, ...], datatype: str, rows: int) -> int:
-    import torch
-
-    count = rows
-    for dim in shape[1:]:
-        count *= max(dim, 1)
-    element: int = torch.empty((), dtype=host_torch_dtype(datatype)).element_size()
-    return count * element
 
 
 def estimate(loaded: LoadedModel, max_batch_size: int, dtype: str | None = None) -> int:

@@ -43,6 +43,7 @@ from torchplace.serve.repository import (
     RENAMED,
     ModelDir,
     Notices,
+    check_inline_batch,
     check_model_name,
     load_failed,
     model_names,
@@ -116,7 +117,7 @@ class ModelControl:
                 await self._start_model(settings)
         if self.root is None:
             return
-        for name in self._initial(model_names(self.root)):
+        for name in self._initial(model_names(self.root, self._notices)):
             with contextlib.suppress(ModelLoadError):
                 await self._load(name, None)
         if self.mode == "poll":
@@ -135,6 +136,16 @@ class ModelControl:
         handles = self.registry.handles()
         for handle in handles:
             handle.engine.share_loop(len(handles) > 1)
+
+    def repository_models(self) -> list[str]:
+        """The model directories of the repository, as its index lists them (none when there
+        is no repository, or it cannot be read now)."""
+        if self.root is None:
+            return []
+        try:
+            return model_names(self.root, self._notices)
+        except ConfigError:  # gone or unreadable: the index lists what was loaded
+            return []
 
     def _initial(self, names: list[str]) -> list[str]:
         if self.mode != "explicit":
@@ -217,8 +228,7 @@ class ModelControl:
             try:
                 recipes, policy = self._versions(name, inline)
             except ConfigError as exc:
-                root = self.root
-                if root is not None and root.is_dir() and name in model_names(root):
+                if name in self.repository_models():
                     self.registry.mark(name, "", "UNAVAILABLE", str(exc))
                 logger.error(
                     "model %r: %s", name, exc
@@ -228,13 +238,13 @@ class ModelControl:
             try:
                 for settings, where in recipes:
                     self.registry.mark(name, settings.get("model_version", ""), "LOADING")
-                    fresh.append(await self._build(settings, source=where))
-            except BaseException as exc:
+                    fresh.append(await self._build(settings, source=where, inline=inline))
+                for handle in fresh:
+                    if policy is not None:
+                        handle.set_policy(policy)
+            except BaseException as exc:  # whatever failed, the versions built are released
                 await self._failed(name, settings, fresh, exc)
                 raise self._load_error(exc, name, settings.get("model_version", "")) from None
-            for handle in fresh:
-                if policy is not None:
-                    handle.set_policy(policy)
             await self._retire(self.registry.publish(name, fresh))
             logger.info("model %s: serving versions %s", name, [h.version for h in fresh])
 
@@ -254,8 +264,7 @@ class ModelControl:
             return [(s, "command line") for s in self._recipes[name]], None
         raise ModelNotFoundError(
             f"failed to load {name!r}, {POLL_FAILED}: no model of that name; the repository "
-            "holds "
-            + (", ".join(repr(n) for n in model_names(self.root)) if self.root else "nothing")
+            "holds " + (", ".join(repr(n) for n in self.repository_models()) or "nothing")
         )
 
     async def _failed(
@@ -308,12 +317,21 @@ class ModelControl:
         await asyncio.get_running_loop().run_in_executor(None, trim_host_heap)
 
     # -- building one version --------------------------------------------------------------
-    async def _build(self, settings: Mapping[str, Any], *, source: str) -> ModelHandle:
-        """One version: host model, memory check, engine placed and warmed (dry run)."""
+    async def _build(
+        self,
+        settings: Mapping[str, Any],
+        *,
+        source: str,
+        inline: Mapping[str, Any] | None = None,
+    ) -> ModelHandle:
+        """One version: host model, memory check, engine placed and warmed (dry run). With a
+        load's ``inline`` config, its batch is checked first (nothing allocated yet)."""
         from torchplace.serve.loader import load_configured
         from torchplace.serve.startup import full_device, resolve_devices
 
         config = self._configured(settings, source)
+        if inline is not None:
+            check_inline_batch(inline, config)
         loop = asyncio.get_running_loop()
         loaded: LoadedModel = await loop.run_in_executor(
             None,
@@ -380,11 +398,16 @@ class ModelControl:
                 await self.poll_once()
             except TorchplaceError as exc:
                 logger.error("polling the model repository: %s", exc)
+            except Exception:  # logged, and the next scan runs: else polling stopped unseen
+                logger.exception("polling the model repository failed; polling on")
 
     async def poll_once(self) -> None:
         """One scan: load new or changed models, unload removed ones."""
         assert self.root is not None
-        names = model_names(self.root)
+        names = model_names(self.root, self._notices)
+        for name in [n for n in self._stamps if n not in names]:
+            # gone from the repository: back, even unchanged (``mv`` keeps mtimes), it is new
+            del self._stamps[name]
         for name in names:
             stamp: Any
             try:

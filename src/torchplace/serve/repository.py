@@ -53,19 +53,20 @@ keys, or Triton's ``ModelConfig`` JSON (``max_batch_size``, ``dynamic_batching``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchplace.errors import ConfigError, ModelLoadError
-from torchplace.models import EMBEDDED_MODELS
+from torchplace.models import EMBEDDED_MODELS, TensorSpec
 from torchplace.serve.config import load_config_file
 from torchplace.serve.datatypes import HOST_DTYPES
 from torchplace.serve.kserve import CONFIG_NAME as KSERVE_CONFIG
+from torchplace.serve.loader import batch_bytes, dry_rows
 from torchplace.serve.triton_config import (
     BATCHING_KEYS,
     CONFIG_NAME,
@@ -78,6 +79,9 @@ from torchplace.serve.triton_config import (
     shown,
     triton_settings,
 )
+
+if TYPE_CHECKING:
+    from torchplace.serve.config import ServeConfig
 
 __all__ = [
     "CONFIG_NAME",
@@ -92,6 +96,7 @@ __all__ = [
     "Notices",
     "RepositoryPollError",
     "VersionPolicy",
+    "check_inline_batch",
     "check_model_name",
     "inline_config",
     "load_failed",
@@ -158,7 +163,12 @@ class ModelDir:
     archives: frozenset[Path] = frozenset()
 
     def version_settings(self, version: str) -> dict[str, Any]:
-        """The ServeConfig fields of one version (its weights or program resolved)."""
+        """The ServeConfig fields of one version (its weights or program resolved); a version
+        directory that cannot be read is the model's ConfigError."""
+        with _reading(f"model {self.name!r}"):
+            return self._version_settings(version)
+
+    def _version_settings(self, version: str) -> dict[str, Any]:
         folder = self.directory if self.flat else self.directory / version
         settings = {**self.settings, "name": self.name, "model_version": version,
                     "weights": None, "exported": None, "torchscript": None}  # fmt: skip
@@ -188,27 +198,60 @@ class ModelDir:
         return path.suffix != ".safetensors" and _is_torchscript(path)
 
     def fingerprint(self) -> tuple[Any, ...]:
-        """Changes when the config or a version directory changes (for polling)."""
+        """Changes when the config or a version directory changes (for polling). A directory
+        that cannot be listed is the model's ConfigError, not one that stops the poll."""
         configs = (self.directory / CONFIG_NAME, self.directory / PBTXT_NAME)
         paths = [*configs, *(self.directory / v for v in self.versions)]
         paths = [self.directory] if self.flat else paths
         stamps: list[Any] = [self.versions]
-        for path in paths:
-            for item in [path, *(path.iterdir() if path.is_dir() else ())]:
-                if item.exists():
-                    stat = item.stat()
+        with _reading(f"model {self.name!r}"):
+            for path in paths:
+                for item in [path, *(path.iterdir() if path.is_dir() else ())]:
+                    try:
+                        stat = item.stat()
+                    except FileNotFoundError:  # not there, or removed since it was listed
+                        continue
                     stamps.append((str(item), stat.st_mtime_ns, stat.st_size))
         return tuple(stamps)
 
 
-def model_names(root: Path) -> list[str]:
-    """The model directories of the repository (hidden ones skipped), sorted."""
+def model_names(root: Path, notices: Notices | None = None) -> list[str]:
+    """The model directories of the repository, sorted: hidden ones skipped, and those whose
+    name cannot be a model's (not UTF-8 text, such as a Latin-1 name unpacked from an archive:
+    no index could list it), each with a warning, told once per directory of ``notices``."""
     if not root.is_dir():
         raise ConfigError(
             f"model repository {str(root)!r} is not a directory; create it with one "
             "directory per model (see docs/serve.md, 'Model repository')"
         )
-    return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    told = notices or Notices()
+    names = []
+    with _reading(f"model repository {str(root)!r}"):
+        for path in root.iterdir():
+            if not path.is_dir() or path.name.startswith("."):
+                continue
+            try:
+                check_model_name(path.name)
+            except ConfigError as exc:
+                told.skipped(path, exc)
+                continue
+            names.append(path.name)
+    return sorted(names)
+
+
+@contextlib.contextmanager
+def _reading(what: str) -> Iterator[None]:
+    """An OSError while ``what`` is read (a directory the server may not read, a file removed
+    meanwhile) as ``what``'s ConfigError: a model's error, which leaves the others loading, and
+    a poll polling."""
+    try:
+        yield
+    except OSError as exc:
+        path = f"{exc.filename!r}: " if exc.filename else ""
+        raise ConfigError(
+            f"{what}: cannot read its directory ({path}{exc.strerror or exc}); check the "
+            "repository's files and permissions"
+        ) from None
 
 
 def _fail(where: str, key: str, problem: str, fix: str) -> ConfigError:
@@ -249,8 +292,15 @@ def check_model_name(name: str) -> None:
             f"model name must not contain path traversal characters: {shown!r} is not a "
             "directory name of the repository; give the name of one of its model directories"
         )
+    try:  # a directory name that is not UTF-8 is read with surrogate escapes (caf\udce9)
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigError(
+            f"model name {shown!r} is not UTF-8 text, which a model's name must be (clients "
+            "and the repository index send it as text); rename its directory in UTF-8"
+        ) from None
     bad = name == "." or "\0" in name
-    if bad or len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+    if bad or len(name.encode("utf-8")) > MAX_NAME_BYTES:
         raise ConfigError(
             f"model name {shown!r} is not a directory name of the repository; give the name "
             f"of one of its model directories (at most {MAX_NAME_BYTES} bytes)"
@@ -264,6 +314,15 @@ class Notices:
 
     def __init__(self) -> None:
         self._both: set[Path] = set()
+        self._skipped: set[Path] = set()
+
+    def skipped(self, directory: Path, why: ConfigError) -> None:
+        """Log (once per directory) that it is not a model: its name cannot be one."""
+        if directory in self._skipped:
+            return
+        self._skipped.add(directory)
+        # %r: the path as Python escapes it, a name that is not UTF-8 too
+        logger.warning("model repository: %r is skipped: %s", str(directory), why)
 
     def both_configs(self, directory: Path) -> None:
         """Log (once per directory) that its config.toml is read and its config.pbtxt is not."""
@@ -286,13 +345,8 @@ def read_model(
     """Read and check ``root/name`` (its ``config.toml``, then ``inline`` over it). What the
     read logs is told once per directory of ``notices`` (without it, at every read)."""
     check_model_name(name)
-    try:
+    with _reading(f"model {name!r}"):
         return _read_model(root, name, inline, notices or Notices())
-    except OSError as exc:  # unreadable, or removed while it is read
-        raise ConfigError(
-            f"model {name!r}: cannot read its directory ({exc.strerror or exc}); check the "
-            "repository's files and permissions"
-        ) from None
 
 
 def _read_model(
@@ -370,6 +424,7 @@ def _checked(
             raise _fail(where, f"field {key!r}", f"= {value!r} is not a file name",
                         f"give the file's name inside {inside}")  # fmt: skip
     if files["labels"] is not None:
+        _check_labels(where, "field 'labels'", files["labels"])
         settings["labels"] = str(directory / files["labels"])
     if "outputs" in settings:
         settings["outputs"] = _label_paths(where, directory, settings["outputs"])
@@ -391,9 +446,24 @@ def _label_paths(where: str, directory: Path, outputs: Any) -> Any:
                 raise _fail(where, f"label_filename of output {shown(str(entry.get('name')))!r}",
                             f"= {name!r} is not a file name",
                             "give the name of a file in the model directory")  # fmt: skip
+            _check_labels(where, f"label_filename of output {shown(str(entry.get('name')))!r}",
+                          name)  # fmt: skip
             entry = {**entry, "label_filename": str(directory / name)}
         found.append(entry)
     return found
+
+
+#: files of a model directory that hold no class labels: labels naming one (a load's inline
+#: config may) read it back to clients, a line a class name
+_NOT_LABELS = frozenset(n.casefold() for n in (CONFIG_NAME, PBTXT_NAME, KSERVE_CONFIG))
+
+
+def _check_labels(where: str, key: str, name: str) -> None:
+    """Refuse class labels read from the model's configuration or a model file."""
+    if name.casefold() in _NOT_LABELS or Path(name).suffix.lower() in (".pt2", *_WEIGHTS):
+        raise _fail(where, key, f"= {name!r} is the model's configuration or a model file, "
+                    "not class labels", "give a file of class names, one per line, such as "
+                    "labels.txt")  # fmt: skip
 
 
 def _is_torchscript(path: Path) -> bool:
@@ -466,6 +536,13 @@ def _settings(where: str, data: Mapping[str, Any], exported: bool) -> dict[str, 
     return settings
 
 
+#: the ranges of the version policy's numbers: what Triton's ModelVersionPolicy fields hold
+#: (``latest.num_versions`` uint32, ``specific.versions`` int64), as the model's configuration
+#: document states the policy (past them, its gRPC ModelConfig and ModelMetadata failed)
+_MOST_LATEST = 2**32 - 1
+_MOST_VERSION = 2**63 - 1
+
+
 def _policy(where: str, raw: Any) -> VersionPolicy:
     fix = "write latest = N, all = true, or specific = [1, 3] under [version_policy]"
     if not isinstance(raw, Mapping) or len(raw) > 1:
@@ -473,7 +550,7 @@ def _policy(where: str, raw: Any) -> VersionPolicy:
     if not raw:
         return VersionPolicy()
     ((kind, value),) = raw.items()
-    if kind == "latest" and isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+    if kind == "latest" and _number(value, 1, _MOST_LATEST):
         return VersionPolicy("latest", value)
     if kind == "all" and value is True:
         return VersionPolicy("all")
@@ -481,44 +558,100 @@ def _policy(where: str, raw: Any) -> VersionPolicy:
         kind == "specific"
         and isinstance(value, list)
         and value
-        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
+        and all(_number(v, 0, _MOST_VERSION) for v in value)
     ):
         return VersionPolicy("specific", versions=tuple(value))
-    raise _fail(where, f"version_policy.{kind}", f"= {value!r} is invalid", fix)
+    shown_value = repr(value) if len(repr(value)) <= 80 else f"{repr(value)[:80]}..."
+    ranges = f"latest in 1..{_MOST_LATEST:,}; specific versions in 0..{_MOST_VERSION:,}"
+    raise _fail(where, f"version_policy.{kind}", f"= {shown_value} is invalid ({ranges})", fix)
+
+
+def _number(value: object, least: int, most: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and least <= value <= most
 
 
 def _check_inline_batch(settings: Mapping[str, Any]) -> None:
     """An inline config's batch within :data:`MAX_INLINE_BATCH_ROWS` rows and, with the
-    tensors it declares, :data:`MAX_INLINE_BATCH_BYTES`: each replica stages and dry-runs a
-    whole batch before the load can fail."""
+    tensors it declares at their dry-run rows, :data:`MAX_INLINE_BATCH_BYTES`, as far as the
+    config alone tells (its own rows, else 1): refused before the model is read.
+    :func:`check_inline_batch` checks the whole batch once the model's settings are known."""
     batching = settings.get("batching")
     rows = batching.get("max_batch_size") if isinstance(batching, Mapping) else None
-    fix = f"set a larger batch in the model's {CONFIG_NAME}"
     if type(rows) is int and rows > MAX_INLINE_BATCH_ROWS:
         raise ConfigError(
             f"an inline config may ask for batches of at most {MAX_INLINE_BATCH_ROWS} rows, "
-            f"not {rows}: every replica holds a whole batch; {fix}"
+            f"not {rows}: every replica holds a whole batch; {_BIGGER}"
         )
-    tensors = [*settings.get("inputs", ()), *settings.get("outputs", ())]
-    row_bytes = sum(_row_bytes(t) for t in tensors if isinstance(t, Mapping))
-    size = row_bytes * (rows if type(rows) is int and rows > 0 else 1)
+    inputs, outputs = (_declared(settings.get(key)) for key in ("inputs", "outputs"))
+    shapes = settings.get("dry_run_shapes")
+    given = shapes if isinstance(shapes, Mapping) else {}
+    dry = {s.name: tuple(given[s.name]) for s in inputs if _dims(given.get(s.name))}
+    _check_batch_bytes(rows if type(rows) is int and rows > 0 else 1, inputs, outputs, dry)
+
+
+#: what an inline config's batch limits tell the client to do instead
+_BIGGER = f"set a larger batch in the model's {CONFIG_NAME}"
+#: the settings by which an inline config changes the batch a load dry-runs
+_BATCH_KEYS = frozenset(
+    {"source", "inputs", "outputs", "dry_run_shapes", "max_batch_size", "unbatched"}
+)
+
+
+def check_inline_batch(inline: Mapping[str, Any], config: ServeConfig) -> None:
+    """Refuse (ConfigError) a load whose ``inline`` config makes a batch of more than
+    :data:`MAX_INLINE_BATCH_BYTES`, before anything is allocated. ``config`` is the version's
+    settings with it: the rows are its ``max_batch_size`` (the inline config's, the file's or
+    the server's), each input at the row shape its dry run gets (``dry_run_shapes``, a
+    ``model_warmup``'s dims), as every replica stages and dry-runs that batch before the load
+    can fail. Checked when the inline config shapes the batch (its tensors, dry-run shapes or
+    rows); an input the model declares only once built (a factory's) counts at 8 bytes an
+    element (the widest datatype) when the config gives its dry-run shape."""
+    batching = inline.get("batching")
+    keys = set(inline) | (set(batching) if isinstance(batching, Mapping) else set())
+    if not keys & _BATCH_KEYS:
+        return
+    own = None if config.exported or config.torchscript else EMBEDDED_MODELS.get(config.model)
+    inputs = config.inputs or (own.inputs if own else ())
+    outputs = config.outputs or (own.outputs if own else ())
+    given = dict(config.dry_run_shapes or {})
+    if not inputs:  # the datatypes are the model's, known once it is built
+        inputs = tuple(TensorSpec(name, "FP64", (-1, *shape)) for name, shape in given.items())
+    dry = dry_rows(inputs, given, config.name or config.model)  # its errors, before the build
+    _check_batch_bytes(config.max_batch_size, inputs, outputs, dry)
+
+
+def _check_batch_bytes(
+    rows: int,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+    dry: Mapping[str, tuple[int, ...]],
+) -> None:
+    size = batch_bytes(rows, inputs, outputs, dry)
     if size > MAX_INLINE_BATCH_BYTES:
         raise ConfigError(
-            f"an inline config's batch would stage {size:,} bytes of the tensors it declares "
-            f"({row_bytes:,} a row), over the {MAX_INLINE_BATCH_BYTES:,} an inline config may "
-            f"ask for; send fewer rows or smaller dims, or {fix}"
+            f"an inline config's batch would stage {size:,} bytes ({size // rows:,} a row of "
+            f"its tensors at their dry-run shapes, {rows:,} rows), over the "
+            f"{MAX_INLINE_BATCH_BYTES:,} an inline config may ask for; send fewer rows, "
+            f"smaller dims or a smaller model_warmup, or {_BIGGER}"
         )
 
 
-def _row_bytes(tensor: Mapping[str, Any]) -> int:
-    """Bytes of one row of a declared tensor (0 for a datatype without a fixed size). A
-    variable dimension (-1) counts as 1: the load stages and dry-runs it at that size (a
-    request's rows are staged per batch, at the size it sends, bounded as requests are)."""
-    dtype = HOST_DTYPES.get(str(tensor.get("datatype")))
-    shape = tensor.get("shape")
-    if dtype is None or not isinstance(shape, list):
-        return 0
-    return dtype.itemsize * math.prod(max(d, 1) for d in shape[1:] if type(d) is int)
+def _declared(value: object) -> list[TensorSpec]:
+    """The tensor declarations of an inline config's ``inputs``/``outputs`` that are tables
+    of a known datatype and integer dims (Triton's, as mapped); the rest fail their load."""
+    found = []
+    for entry in value if isinstance(value, list) else ():
+        if not isinstance(entry, Mapping) or str(entry.get("datatype")) not in HOST_DTYPES:
+            continue
+        shape = entry.get("shape")
+        if isinstance(shape, list) and all(type(d) is int for d in shape):
+            found.append(TensorSpec(str(entry.get("name")), str(entry["datatype"]), tuple(shape)))
+    return found
+
+
+def _dims(value: object) -> bool:
+    """A dry-run row shape: a list of sizes >= 1 (another is refused when the model loads)."""
+    return isinstance(value, list | tuple) and all(type(d) is int and d >= 1 for d in value)
 
 
 def load_failed(name: str, why: object) -> str:

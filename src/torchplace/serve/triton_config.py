@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from torchplace.errors import ConfigError
-from torchplace.serve.config import MAX_PRIORITY_LEVELS
+from torchplace.serve.config import MAX_PRIORITY_LEVELS, MAX_QUEUE
 
 __all__ = [
     "BATCHING_KEYS",
@@ -523,12 +523,15 @@ class _Reader:
         ``label_filename`` go with it; an input's ``optional: true`` is refused (see
         :meth:`check_optional`)."""
         tensor = self.mapping(raw, where)
-        if not isinstance(tensor.get("name"), str) or not isinstance(tensor.get("data_type"), str):
-            missing = [f for f in ("name", "data_type") if not isinstance(tensor.get(f), str)]
+        # an empty string is protobuf's default, no value: Triton's "must specify 'name'"
+        missing = [f for f in ("name", "data_type") if not isinstance(tensor.get(f), str)
+                   or not tensor[f]]  # fmt: skip
+        if missing:
             raise self.error(
                 f"{where} needs a 'name' and a 'data_type' string (it has no {missing[0]} "
-                'string); give both, e.g. name: "INPUT__0" data_type: TYPE_FP32 (Triton\'s '
-                "PyTorch backend does not fill them in from the model)"
+                f"string), as Triton's 'must specify {missing[0]!r}' says; give both, e.g. "
+                'name: "INPUT__0" data_type: TYPE_FP32 (Triton\'s PyTorch backend does not '
+                "fill them in from the model)"
             )
         self.check_optional(tensor, where)
         if tensor["data_type"] == "TYPE_STRING":
@@ -673,6 +676,11 @@ class _Reader:
                 "give REJECT"
             )
         size = self.integer(policy.get("max_queue_size", 0), f"{where}.max_queue_size")
+        if size > MAX_QUEUE:  # the model's document states it: its gRPC ModelConfig failed
+            raise self.error(
+                f"{where}.max_queue_size {size} is past the {MAX_QUEUE:,} that the field "
+                "(uint32) holds; give a queue size of at most that (0: the server's --max-queue)"
+            )
         timeout = policy.get("default_timeout_microseconds")
         micros = (
             None
