@@ -369,3 +369,42 @@ def test_a_loop_that_fills_rows_of_a_tensor_keeps_its_callers_per_batch_reads(
     # no batch loop of its own, and the lengths its per-batch caller moved are read per row
     found = _project(tmp_path, {"train.py": FILLED}, "TPL201")
     assert found == [("train.py", 8), ("train.py", 9), ("train.py", 9)]  # a bound and a size
+
+
+VARIABLE = """\
+import torch
+from torch import nn
+from torch.autograd import Variable
+
+class Encoding(nn.Module):
+    def __init__(self, b, c):
+        super().__init__()
+        self.G = Variable(torch.Tensor(b, c, c), requires_grad=True)
+        self.w = nn.Parameter(torch.Tensor(b, c))
+
+    def forward(self, x):
+        return x @ self.G
+"""
+
+
+def test_a_tensor_wrapped_in_a_legacy_variable_is_a_plain_tensor_attribute() -> None:
+    # (TPL501) `Variable(...)` hands back the tensor it wraps
+    assert _lines(VARIABLE, "TPL501") == [8]
+
+
+SCATTER = """\
+import torch
+from torch.nn.parallel import DataParallel
+
+class MultiEval(DataParallel):
+    def parallel_forward(self, inputs):
+        inputs = [(x.unsqueeze(0).cuda(d),) for x, d in zip(inputs, self.device_ids)]
+        first = inputs[0][0].cuda(self.device_ids[0])
+        anywhere = inputs[0][0].cuda()
+        return inputs, first, anywhere
+"""
+
+
+def test_a_data_parallel_wrapper_places_on_the_devices_it_was_given() -> None:
+    # (TPL102) scattering over `self.device_ids` follows what the caller chose
+    assert _lines(SCATTER, "TPL102") == [8]

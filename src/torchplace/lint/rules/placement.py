@@ -14,6 +14,7 @@ from torchplace.lint.base import (
     at_method,
     call_name,
     keyword,
+    names_in,
 )
 from torchplace.lint.finding import Edit, Fix
 from torchplace.lint.nodes import kept, own_nodes, self_attribute, walk
@@ -437,12 +438,36 @@ def _caller_device(call: ast.Call, method: Scope) -> bool:
     target = call.args[0] if call.args else getattr(keyword(call, "device"), "value", None)
     if isinstance(target, ast.Subscript):
         target = target.value
+    if isinstance(target, ast.Attribute) and target.attr in _GIVEN_DEVICES:
+        return True  # `self.device_ids[0]`, `self.output_device`: what the wrapper was given
     if not isinstance(target, ast.Name):
         return False
     node = method.node
     assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
     params = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
-    return any(arg.arg == target.id for arg in params)
+    return any(arg.arg == target.id for arg in params) or _walks_given_devices(node, target.id)
+
+
+# What a data-parallel wrapper holds of the devices it was given.
+_GIVEN_DEVICES = frozenset({"device_ids", "output_device"})
+
+
+def _walks_given_devices(function: ast.AST, name: str) -> bool:
+    """``name`` is a loop's or a comprehension's target over the devices a data-parallel
+    wrapper was given (``for input, device in zip(inputs, self.device_ids)``: scattering)."""
+    for node in walk(function):
+        pairs: list[tuple[ast.expr, ast.expr]] = []
+        if isinstance(node, (ast.For, ast.AsyncFor)):
+            pairs.append((node.target, node.iter))
+        elif isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+            pairs += [(gen.target, gen.iter) for gen in node.generators]
+        for target, iterable in pairs:
+            if name in names_in(target) and any(
+                isinstance(sub, ast.Attribute) and sub.attr in _GIVEN_DEVICES
+                for sub in walk(iterable)
+            ):
+                return True
+    return False
 
 
 def _follows_tensor(call: ast.Call, ctx: Context) -> bool:

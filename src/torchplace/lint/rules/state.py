@@ -134,6 +134,12 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
     target = node.targets[0]
     attr = self_attribute(target)
     value = node.value
+    if (
+        isinstance(value, ast.Call)
+        and value.args
+        and ctx.call_qualname(value) == "torch.autograd.Variable"
+    ):
+        value = value.args[0]  # `Variable(torch.Tensor(b, c), requires_grad=True)`: the tensor
     plain: set[str] = method.cls.cache.setdefault("plain-containers", set())
     if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple):
         # `self.grid_x, self.grid_y = [], []`: each attribute set to an empty container
