@@ -36,6 +36,28 @@ def test_the_size_of_unique_is_read_on_the_host() -> None:
     assert _lines(UNIQUE, "TPL201") == [8, 9, 10]
 
 
+MASKED = """\
+import torch
+
+def train(model, loader, opt):
+    for x, idx in loader:
+        x, idx = x.cuda(), idx.cuda()
+        select = model(x).max(1)[0].ge(0.9).long()
+        if idx[select == 1].nelement() != 0:
+            pass
+        n = torch.nonzero(select).size(0)
+        k = idx[:3].numel()
+        m = idx[idx.long()].numel()
+        model(x).sum().backward()
+        opt.step()
+"""
+
+
+def test_the_size_of_a_masked_selection_or_of_nonzero_is_read_on_the_host() -> None:
+    # a slice's or an index tensor's selection has a size the host knows
+    assert _lines(MASKED, "TPL201") == [7, 9]
+
+
 def test_a_count_of_unique_after_the_loop_is_read_once() -> None:
     source = """\
 import torch

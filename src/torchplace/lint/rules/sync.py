@@ -166,7 +166,7 @@ def _call(call: ast.Call, ctx: Context) -> None:
         return
     counted = _unique_counted(call, ctx)
     if counted is not None:
-        what = "the size of `unique()`'s result (data-dependent: the host waits for it)"
+        what = "the size of a data-dependent result (the host waits to learn it)"
         _check(call, counted, what, ctx, explicit=True, read=call)
         return
     bound = _clamp_bound_beside_number(call, ctx)
@@ -310,7 +310,7 @@ def _call(call: ast.Call, ctx: Context) -> None:
         )
 
 
-_UNIQUE = frozenset({"unique", "unique_consecutive"})
+_UNIQUE = frozenset({"unique", "unique_consecutive", "nonzero", "argwhere", "masked_select"})
 _CLAMPS = frozenset({"clamp", "clamp_", "clip", "clip_"})
 
 
@@ -347,11 +347,15 @@ def _clamp_bound_beside_number(call: ast.Call, ctx: Context) -> ast.expr | None:
 
 
 def _unique_counted(call: ast.Call, ctx: Context) -> ast.expr | None:
-    """The tensor whose distinct values ``call`` counts: ``x.unique().numel()``,
-    ``len(torch.unique(x))``, ``x.unique().size(0)``. The result's size depends on the data,
-    so the host waits for the device to learn it (the count is what the code reads)."""
+    """The tensor whose data-dependent part ``call`` counts: its distinct values,
+    ``x.unique().numel()``, ``len(torch.unique(x))``; its nonzero entries, ``x.nonzero().size(0)``
+    (also ``argwhere``, ``masked_select``); what a boolean mask selects,
+    ``x[select == 1].nelement()``. The result's size depends on the data, so the host waits
+    for the device to learn it (the count is what the code reads)."""
     func = call.func
-    if isinstance(func, ast.Attribute) and func.attr in {"numel", "size", "nelement"}:
+    if isinstance(func, ast.Attribute) and (
+        func.attr in {"numel", "nelement"} or (func.attr == "size" and call.args)
+    ):
         inner = func.value
     elif isinstance(func, ast.Name) and func.id == "len" and len(call.args) == 1:
         if ctx.qualname(func) is not None:
@@ -359,6 +363,12 @@ def _unique_counted(call: ast.Call, ctx: Context) -> ast.expr | None:
         inner = call.args[0]
     else:
         return None
+    if (
+        isinstance(inner, ast.Subscript)
+        and isinstance(inner.slice, ast.Compare)
+        and len(inner.slice.ops) == 1
+    ):
+        return inner.value  # `x[select == 1].nelement()`: a boolean mask's selection
     if not isinstance(inner, ast.Call) or not isinstance(inner.func, ast.Attribute):
         return None
     if inner.func.attr not in _UNIQUE:
@@ -3673,7 +3683,8 @@ FAMILY = Family(
         *("[:", ", :"),  # ... or ending at one, `x[:n]`, `mels[b, :, :lengths[b]]`
         ".narrow(",  # ... or narrowed to one, `x.narrow(0, 0, lengths[i])`
         ".data[",  # `loss.data[0]`, `.item()` before PyTorch 0.4
-        "unique",  # `x.unique().numel()`: a count of a data-dependent result
+        # `x.unique().numel()`, `x[m == 1].nelement()`: a count of a data-dependent result
+        *("unique", "nonzero", "argwhere", "masked_select", "numel(", "nelement("),
         *("clamp", "clip"),  # `x.clamp(0, t.max())`: a tensor bound beside a number, `.item()`
         # lookup tables indexed by a device element, `vocab.itos[i]` (see `_TABLES`)
         *("itos[", "i2w[", "i2c[", "2word[", "2char[", "2label[", "2token[", "2tok["),
