@@ -242,7 +242,10 @@ class App:
                     path = template.replace("{MODEL_NAME}", name)
                     path = path.replace("{MODEL_VERSION}", version)
                     bound = functools.partial(handler, key=(name, version))
-                    table[path.encode()] = (route.method.encode(), bound)
+                    method = route.method.encode()
+                    if path.encode() in table and table[path.encode()][0] != method:
+                        method = b""  # more than one method: the handler tells them apart
+                    table[path.encode()] = (method, bound)
         table[b"/v2/"] = table[b"/v2"]
         return table, public
 
@@ -673,6 +676,9 @@ class App:
     def _logging(self, request: Request) -> Response:
         """Triton's logging extension: GET answers the log settings, POST changes them."""
         return self._settings(request, self.log_settings.document, self.log_settings.update)
+
+    def _model_trace(self, request: Request, key: tuple[str, str]) -> Response:
+        return self._trace(request, key[0])
 
     def _trace(self, request: Request, model: str | None = None) -> Response:
         """Triton's trace extension: GET answers the trace settings (the server's, or

@@ -33,6 +33,18 @@ CLASSIFIABLE = frozenset(
 )  # fmt: skip
 
 
+def _descending(rows: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Keys that sort ``rows`` from the largest value down: an integer type's own bits
+    inverted (exact past 2**53, where float64 would tie 2**53 and 2**53 + 1; no overflow at the
+    type's least value), a float's negation."""
+    if rows.dtype == np.bool_:
+        rows = rows.astype(np.uint8)
+    if np.issubdtype(rows.dtype, np.integer):
+        inverted: np.ndarray[Any, Any] = np.invert(rows)
+        return inverted
+    return -rows.astype(np.float64)
+
+
 def classify(
     array: np.ndarray[Any, Any], datatype: str, count: int, labels: Sequence[str] = ()
 ) -> tuple[list[bytes], list[int]]:
@@ -45,7 +57,7 @@ def classify(
             f"{MAX_CLASSIFIED:,} can be ranked; ask for the output's values instead"
         )
     k = min(count, rows.shape[1])
-    order = np.argsort(-rows.astype(np.float64), axis=1, kind="stable")[:, :k]
+    order = np.argsort(_descending(rows), axis=1, kind="stable")[:, :k]
     floats = datatype.startswith(("FP", "BF"))
     found: list[bytes] = []
     for row, indices in zip(rows.tolist(), order.tolist(), strict=True):

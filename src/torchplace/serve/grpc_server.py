@@ -381,12 +381,14 @@ class GrpcServer:
 
     def _check_auth(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         assert self._token is not None
-        given = b""
-        for key, value in context.invocation_metadata() or ():
-            if key == "authorization":
-                given = value.encode() if isinstance(value, str) else value
-        if not bearer_matches(given, self._token):
-            why = "missing" if not given else "wrong"
+        given = [
+            value.encode() if isinstance(value, str) else value
+            for key, value in context.invocation_metadata() or ()
+            if key == "authorization"
+        ]
+        # one token, as over HTTP: a repeated header is refused whatever its values say
+        if len(given) != 1 or not bearer_matches(given[0], self._token):
+            why = "missing" if not given else "repeated" if len(given) > 1 else "wrong"
             raise _Abort(
                 grpc.StatusCode.UNAUTHENTICATED,
                 f"{why} bearer token; send metadata 'authorization: Bearer TOKEN'",

@@ -105,14 +105,13 @@ def openapi_document(models: Sequence[DocumentedModel], *, auth: bool = False) -
     paths: dict[str, Any] = {}
     for route in ROUTES:
         for path, operation_id in route.paths():
-            item: dict[str, Any] = {}
+            item: dict[str, Any] = paths.setdefault(path, {})  # GET and POST of one path
             parameters = _path_parameters(path, first.name, first.version)
             if parameters:
                 item["parameters"] = parameters
             item[route.method.lower()] = _operation(
                 route, operation_id, auth=auth, inputs=first.inputs, rows=rows
             )
-            paths[path] = item
     served = ", ".join(f"model {m.name!r} version {m.version!r}" for m in models)
     doc: dict[str, Any] = {
         "openapi": "3.0.3",

@@ -25,7 +25,7 @@ _VERSION = "/versions/{MODEL_VERSION}"
 
 #: every error status the server gives, and what it means
 ERRORS: dict[int, str] = {
-    400: "Bad Request: the request does not match the model's inputs",
+    400: "Bad Request: the request is malformed, or does not match what the route takes",
     401: "Unauthorized: missing or wrong bearer token",
     403: "Forbidden: load/unload refused by the model control mode, or client shared memory off",
     404: "Not Found: unknown model, version, route or shared-memory region",
@@ -115,6 +115,10 @@ ROUTES: tuple[Route, ...] = (
           "Trace settings (Triton's)"),
     Route("/v2/trace/setting", "POST", "_trace", "post-v2-trace-setting",
           "Change trace settings (Triton's)", errors=(400, 501)),
+    Route(MODEL + "/trace/setting", "GET", "_model_trace", "get-v2-models-name-trace-setting",
+          "A model's trace settings (Triton's)", errors=(404,)),
+    Route(MODEL + "/trace/setting", "POST", "_model_trace", "post-v2-models-name-trace-setting",
+          "Change a model's trace settings (Triton's)", errors=(400, 404, 501)),
     Route("/v2/logging", "GET", "_logging", "get-v2-logging", "Log settings (Triton's)"),
     Route("/v2/logging", "POST", "_logging", "post-v2-logging",
           "Change log settings (Triton's)", errors=(400, 501)),
