@@ -430,3 +430,29 @@ class MultiEval(DataParallel):
 def test_a_data_parallel_wrapper_places_on_the_devices_it_was_given() -> None:
     # (TPL102) scattering over `self.device_ids` follows what the caller chose
     assert _lines(SCATTER, "TPL102") == [8]
+
+
+ACCUMULATES = """\
+import torch
+
+def train_disc(disc, opt, batches, device):
+    opt.zero_grad()
+    for batch in batches:
+        logits = disc(batch["obs"].to(device))
+        loss = logits.mean()
+        loss.backward()
+    opt.step()
+    print(loss.item())
+
+def epoch(model, opt, batches, device):
+    for batch in batches:
+        loss = model(batch.to(device)).mean()
+        loss.backward()
+        opt.step()
+    print(loss.item())
+"""
+
+
+def test_a_loop_of_backward_passes_before_one_step_is_the_step_s_micro_batches() -> None:
+    # the function is one training step; an epoch that steps in its loop reads once after it
+    assert _lines(ACCUMULATES, "TPL201") == [10]

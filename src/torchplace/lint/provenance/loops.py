@@ -1628,13 +1628,28 @@ def step_parts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[bool, bool
     """Whether ``node`` calls ``.backward()`` and whether it steps an optimizer, each outside
     any loop of its own; neither when it walks the batches itself (an epoch)."""
     own, nested = _split_own(list(node.body))
+    steps_after = any(
+        isinstance(sub, ast.Call)
+        and isinstance(sub.func, ast.Attribute)
+        and sub.func.attr == "step"
+        and _steps_an_optimizer(sub)
+        for sub in own
+    )
+    # the micro-steps of one step: `for _ in range(gradient_accumulation_steps): loss.backward()`,
+    # also over the micro-batches, `for batch in batch_iter: loss.backward()`, then one
+    # `optimizer.step()` after the loop
+    micro_loops = [
+        loop for loop in nested if _accumulates(loop) or (steps_after and _backward_only(loop))
+    ]
     if any(
-        isinstance(loop, (ast.For, ast.AsyncFor)) and _iterates_batches(loop) for loop in nested
+        isinstance(loop, (ast.For, ast.AsyncFor))
+        and _iterates_batches(loop)
+        and loop not in micro_loops
+        for loop in nested
     ):
         return False, False  # an epoch: it walks the batches itself
     backward = stepped = False
-    # the micro-steps of one step: `for _ in range(gradient_accumulation_steps): loss.backward()`
-    micro = [sub for loop in nested if _accumulates(loop) for sub in walk(loop)]
+    micro = [sub for loop in micro_loops for sub in walk(loop)]
     for sub in [*own, *micro]:
         if not isinstance(sub, ast.Call) or not isinstance(sub.func, ast.Attribute):
             continue
@@ -1643,6 +1658,17 @@ def step_parts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[bool, bool
         if sub.func.attr == "step" and _steps_an_optimizer(sub):
             stepped = True
     return backward, stepped
+
+
+def _backward_only(loop: ast.AST) -> bool:
+    """A loop that runs backward passes and steps no optimizer: it accumulates gradients for
+    a step taken after it."""
+    backward = stepped = False
+    for sub in walk(loop):
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
+            backward = backward or sub.func.attr == "backward"
+            stepped = stepped or (sub.func.attr == "step" and _steps_an_optimizer(sub))
+    return backward and not stepped
 
 
 def _wrapped_step(call: ast.AST) -> bool:
