@@ -456,3 +456,35 @@ def epoch(model, opt, batches, device):
 def test_a_loop_of_backward_passes_before_one_step_is_the_step_s_micro_batches() -> None:
     # the function is one training step; an epoch that steps in its loop reads once after it
     assert _lines(ACCUMULATES, "TPL201") == [10]
+
+
+OPTIMIZER_HELPER = """\
+import torch
+
+def get_optimizer(net, lr):
+    decay = [p for n, p in net.named_parameters() if "bn" not in n]
+    return torch.optim.SGD(decay, lr=lr)
+
+def load_optimizer(model):
+    return torch.optim.Adam(model.parameters(), lr=3e-4)
+"""
+
+CALLER = """\
+from train_utils import get_optimizer, load_optimizer
+
+def main(model, wrapper, gpu):
+    optimizer = get_optimizer(model.model, 0.03)
+    model.model = model.model.cuda(gpu)
+    wrapper = wrapper.to("cuda")
+    second = load_optimizer(wrapper)
+    wrapper = wrapper.to("cuda")
+    return optimizer, second
+"""
+
+
+def test_a_caller_in_another_module_moves_the_model_after_the_helper_built_its_optimizer(
+    tmp_path: Path,
+) -> None:
+    # (TPL801) a caller that moved the model before handing it over moves nothing later
+    files = {"setup.cfg": "", "train_utils.py": OPTIMIZER_HELPER, "fixmatch.py": CALLER}
+    assert _project(tmp_path, files, "TPL801") == [("train_utils.py", 5)]

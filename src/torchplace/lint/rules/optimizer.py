@@ -377,9 +377,21 @@ def _moved_by_caller(
     if model not in keywords:
         return None
     method = bool(params) and params[0] in ("self", "cls")
-    for scope, site, _loops in file_facts(ctx).calls_of(function.name):
+    facts = file_facts(ctx)
+    sites = [(scope, site) for scope, site, _loops in facts.calls_of(function.name)]
+    if not method:  # and in the modules of the linted tree that import it
+        seen = {id(site) for _, site in sites}
+        sites += [p for p in scoped_call_sites(facts, function) if id(p[1]) not in seen]
+    for scope, site in sites:
         passed = _argument(site, model, params, method)
         name = dotted_name(passed) if passed is not None else None
+        body = getattr(scope, "body", None)
+        if (
+            name is not None
+            and isinstance(body, list)
+            and _moved_before_site(body, site, name, ctx)
+        ):
+            continue  # on the device already when it is handed over: a later move is a no-op
         move = _move_after(scope, site, name, ctx) if name is not None else None
         if move is not None:
             return move, f"its caller (line {site.lineno}) passes `{name}` and"
