@@ -22,6 +22,8 @@ import argparse
 import importlib.metadata
 import json
 import os
+import re
+import stat
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -185,6 +187,7 @@ def _check_writable(path: Path, flag: str, fix: str) -> None:
     if path.is_dir():
         raise ConfigError(f"{flag} {given!r} is a directory; {fix}")
     if path.exists() and not path.is_file():
+        _check_special(path, given, flag, fix)
         return  # a pipe, a terminal, /dev/stdout (a link to one): the write itself will say
     if path.is_symlink():  # written through: where the link leads must be writable
         try:
@@ -202,6 +205,7 @@ def _check_writable(path: Path, flag: str, fix: str) -> None:
     longest = pathconf(parent, "PC_NAME_MAX") if pathconf is not None else 255
     if len(os.fsencode(path.name)) > longest:
         raise ConfigError(f"{flag} {given!r}: the file name is too long; {fix}")
+    _check_file_system(path, given, flag, fix)
     if path.exists():
         if not os.access(path, os.W_OK):
             raise ConfigError(f"{flag} {given!r} is not writable; fix its permissions or {fix}")
@@ -211,6 +215,86 @@ def _check_writable(path: Path, flag: str, fix: str) -> None:
             f"fix its permissions or {fix}"
         )
     _try_writing(path)
+
+
+def _check_special(path: Path, given: str, flag: str, fix: str) -> None:
+    """Refuse a file that is no file to write a report to and is not a stream: a socket, which
+    cannot be opened, or a block device (a disk), which the report would overwrite."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return
+    if stat.S_ISSOCK(mode):
+        raise ConfigError(f"{flag} {given!r} is a socket, which cannot be written as a file; {fix}")
+    if stat.S_ISBLK(mode):
+        raise ConfigError(
+            f"{flag} {given!r} is a block device (a disk or partition), which the report "
+            f"would overwrite; {fix}"
+        )
+
+
+#: kernel file systems, whose files are the kernel's settings and reports, not storage: a
+#: write is a command to the kernel (a setting in /sys or /proc/sys) or fails only once the
+#: work is done (/proc/version, hugetlbfs)
+_KERNEL_FILE_SYSTEMS = frozenset(
+    {
+        "autofs",
+        "binfmt_misc",
+        "bpf",
+        "cgroup",
+        "cgroup2",
+        "configfs",
+        "debugfs",
+        "efivarfs",
+        "fusectl",
+        "hugetlbfs",
+        "mqueue",
+        "nsfs",
+        "proc",
+        "pstore",
+        "rpc_pipefs",
+        "securityfs",
+        "selinuxfs",
+        "sysfs",
+        "tracefs",
+    }
+)
+
+
+def _check_file_system(path: Path, given: str, flag: str, fix: str) -> None:
+    """Refuse a regular file (or a new one) on a kernel file system: root may open
+    ``/proc/version`` for writing, and the write fails after the work is done."""
+    kind = _file_system(path)
+    if kind in _KERNEL_FILE_SYSTEMS:
+        raise ConfigError(
+            f"{flag} {given!r} is on {kind!r}, a kernel file system whose files are the "
+            f"kernel's settings and reports, not storage, so it cannot take a report; {fix}"
+        )
+
+
+def _file_system(path: str | Path) -> str | None:
+    """The type of the file system ``path`` is (or would be created) on, as Linux's
+    ``/proc/self/mountinfo`` names it (``ext4``, ``proc``, ``tmpfs``); None elsewhere."""
+    try:
+        table = Path("/proc/self/mountinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    target = os.path.realpath(path)
+    best, kind = "", None
+    for line in table.splitlines():
+        head, separator, tail = line.partition(" - ")
+        fields, types = head.split(), tail.split()
+        if not separator or len(fields) < 5 or not types:
+            continue
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+        # the longest mount point holding the path; of equal ones, the last (mounted over)
+        if _holds(point, target) and len(point) >= len(best):
+            best, kind = point, types[0]
+    return kind
+
+
+def _holds(point: str, target: str) -> bool:
+    return point == "/" or target == point or target.startswith(point.rstrip("/") + "/")
 
 
 def _try_writing(path: Path) -> None:

@@ -10,7 +10,8 @@ compared with a float64 CPU reference. Each problem comes with a verdict and a f
 Exit status: 0 when the requested device is usable, 1 when it is not, 2 for a usage error.
 
 A driver or GPU that hangs must not hang the doctor: after ``--timeout`` seconds (300 by default,
-0 for no limit) it says where it was stuck and exits 1.
+at least 1; 0 for no limit) it says where it was stuck and exits 1, with a driver's fixes where a
+driver or device is involved, else saying that the limit is likely too short for the machine.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ __all__ = ["configure", "run"]
 
 _DEFAULT_TIMEOUT_S = 300.0
 _MAX_TIMEOUT_S = 1e6
+#: the shortest limit: the checks themselves take a good part of a second on a healthy machine
+_MIN_TIMEOUT_S = 1.0
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -57,7 +60,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=_DEFAULT_TIMEOUT_S,
         metavar="SECONDS",
         help="give up on a driver, GPU or probe that does not answer: say where it was stuck "
-        f"and exit 1 after this long (default {_DEFAULT_TIMEOUT_S:g}; 0: no limit)",
+        f"and exit 1 after this long (default {_DEFAULT_TIMEOUT_S:g}, at least "
+        f"{_MIN_TIMEOUT_S:g}; 0: no limit)",
     )
     report.add_output_options(parser)
 
@@ -95,6 +99,14 @@ def _timeout(seconds: float) -> float:
             f"--timeout {seconds:g} {what}; give a number of seconds such as "
             f"{_DEFAULT_TIMEOUT_S:g} (the default), or 0 for no limit"
         )
+    if 0 < seconds < _MIN_TIMEOUT_S:
+        raise ConfigError(
+            f"--timeout {seconds:g} is under {_MIN_TIMEOUT_S:g} s, too short for the checks "
+            "themselves (torch's device modules, a device context, the smoke tests), which take "
+            "a good part of a second on a healthy machine: the limit would stop work that is "
+            f"not stuck; give {_MIN_TIMEOUT_S:g} or more (the default is "
+            f"{_DEFAULT_TIMEOUT_S:g}), or 0 for no limit"
+        )
     if seconds > _MAX_TIMEOUT_S:  # past what the watchdog's timers can wait for
         raise ConfigError(
             f"--timeout {seconds:g} is over {_MAX_TIMEOUT_S:g} seconds (11 days); give 0 for "
@@ -118,12 +130,9 @@ def _watchdog(seconds: float) -> Iterator[None]:
     stuck = threading.get_ident()
 
     def give_up() -> None:
-        where = _where(stuck)
         print(
-            f"torchplace doctor: no answer within {seconds:g} s{where}: a driver, GPU or probe "
-            "that hangs. Fix: run 'nvidia-smi' (if it hangs too, the driver is stuck: look for "
-            "Xid errors in 'dmesg', then reset the GPU or reboot); 'torchplace doctor "
-            f"--no-smoke' skips the smoke tests; --timeout SECONDS changes the limit.",
+            f"torchplace doctor: no answer within {seconds:g} s{_where(stuck)}: "
+            f"{_hang_advice(stuck)}",
             file=sys.__stderr__,
             flush=True,
         )
@@ -143,6 +152,52 @@ def _watchdog(seconds: float) -> Iterator[None]:
         timer.cancel()
         if backstop:
             faulthandler.cancel_dump_traceback_later()
+
+
+#: where a thread that waits is waiting on a driver or a device: the device probes, torch's
+#: device modules, NVML
+_DEVICE_CODE = (
+    f"{os.sep}torchplace{os.sep}devices{os.sep}",
+    f"{os.sep}torchplace{os.sep}doctor{os.sep}probes.py",
+    f"{os.sep}torch{os.sep}cuda{os.sep}",
+    f"{os.sep}torch{os.sep}mps{os.sep}",
+    f"{os.sep}torch{os.sep}xpu{os.sep}",
+    f"{os.sep}pynvml",
+)
+#: what a GPU driver leaves on a Linux machine: NVIDIA's, and AMD's (ROCm)
+_DRIVER_FILES = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/kfd")
+
+
+def _hang_advice(thread: int) -> str:
+    """What to do about a doctor stuck in ``thread``: a driver's fixes where a driver or device
+    is involved; else the limit, which is likely too short for this machine."""
+    limit = "--timeout SECONDS changes the limit (0: no limit)."
+    if _driver_loaded() or _waiting_on_a_device(thread):
+        return (
+            "a driver, GPU or probe that hangs. Fix: run 'nvidia-smi' (or 'rocm-smi'; if it "
+            "hangs too, the driver is stuck: look for Xid errors in 'dmesg', then reset the GPU "
+            "or reboot); 'torchplace doctor --no-smoke' skips the smoke tests; if the machine "
+            f"is only slow (loaded, swapping), {limit}"
+        )
+    return (
+        "no GPU driver is loaded here and the doctor was not waiting on a device, so the limit "
+        "is likely too short for this machine (loaded, swapping, slow to import). Fix: run "
+        f"again with a longer --timeout (default {_DEFAULT_TIMEOUT_S:g}), or 0 for no limit."
+    )
+
+
+def _driver_loaded() -> bool:
+    return any(os.path.exists(path) for path in _DRIVER_FILES)
+
+
+def _waiting_on_a_device(thread: int) -> bool:
+    """Whether ``thread`` is in a call that asks a driver or a device (its frames, inner out)."""
+    frame = sys._current_frames().get(thread)
+    while frame is not None:
+        if any(part in frame.f_code.co_filename for part in _DEVICE_CODE):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _where(thread: int) -> str:

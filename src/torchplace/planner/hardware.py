@@ -195,6 +195,16 @@ def assume_devices(spec: str, *, link: str | None = None) -> list[DeviceSpec]:
     ]
 
 
+#: the refusal of ``--devices cpu``: the CPU is no device a plan places a model on
+_CPU_REFUSED = (
+    "--devices names {name!r}, the CPU, but --devices takes this machine's accelerators only "
+    "('all', or a list such as cuda:0,cuda:1), the devices a plan places the model on. On a "
+    "machine without one, leave --devices out and plan for assumed devices (--assume 2xH200, "
+    "the default, or a size such as --assume 1x24GiB); --verify then runs the plan on the CPU, "
+    "as logical devices"
+)
+
+
 def inventory_devices(
     which: str, *, link: str | None = None, probe: DeviceProbe | None = None
 ) -> list[DeviceSpec]:
@@ -226,6 +236,8 @@ def inventory_devices(
     out = []
     for name in names:
         info = found.get(name)
+        if info is None and name.partition(":")[0].lower() == "cpu":
+            raise ConfigError(_CPU_REFUSED.format(name=name))
         if info is None:
             raise ConfigError(
                 f"--devices names {name!r}, which is not visible here (visible: "

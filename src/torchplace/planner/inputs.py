@@ -287,6 +287,18 @@ def _refuse_packed(module: nn.Module) -> None:
             )
 
 
+def _refuse_shape_inputs(model: str, default_seq: int, inputs: Sequence[TensorSpec]) -> None:
+    """A built-in transformer shape declares its one input itself: ``--input`` would be
+    ignored, so it is refused, naming what the shape takes instead."""
+    given = ", ".join(repr(spec.name) for spec in inputs)
+    raise ConfigError(
+        f"--input {given} given, but {model!r} is a built-in transformer shape, whose one input "
+        "is input_ids (int64 token ids, batch x sequence) and cannot be declared; leave --input "
+        f"out and give --batch for the batch sizes and --seq for the sequence length (default "
+        f"{default_seq}), or plan your own model with --model module:callable --input ..."
+    )
+
+
 def _from_tensor_specs(specs: Sequence[TensorSpec]) -> tuple[InputSpec, ...]:
     out = []
     for spec in specs:
@@ -319,6 +331,8 @@ def load_plan_model(
 
     if model in SHAPES and exported is None:
         shape = SHAPES[model]
+        if inputs:
+            _refuse_shape_inputs(model, shape.default_seq, inputs)
         ids = InputSpec("input_ids", "int64", (BATCH, SEQ), high=shape.vocab)
         module = build_shape(model, device=device, layers=layers)
         kv = shape.kv_cache if layers is None else None

@@ -22,6 +22,8 @@ Modules:
 * ``events``: :class:`Event`, :class:`Site`, :class:`Operand`, :class:`GuardWarning`;
 * ``report``: :class:`GuardReport`, the per-line summary, the table and the JSON;
 * ``cli``: ``torchplace guard -- python script.py``;
+* ``interpreter``: python's own options on that command line (``-u``, ``-B``, ``-W`` applied,
+  the others refused with their environment variable);
 * ``pytest_plugin``: the ``torchplace_guard`` fixture and the ``max_transfers`` /
   ``max_syncs`` markers.
 """

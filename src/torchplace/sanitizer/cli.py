@@ -37,9 +37,10 @@ from typing import Any, NoReturn, TextIO
 
 from torchplace import report
 from torchplace.errors import ConfigError, GuardViolation
+from torchplace.sanitizer.interpreter import InterpreterOptions, split_options
 from torchplace.sanitizer.report import DEFAULT_MAX_EVENTS, MODES, GuardReport
 
-__all__ = ["configure", "run", "split_program"]
+__all__ = ["configure", "run", "split_command", "split_program"]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -72,27 +73,39 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "program",
         nargs=argparse.REMAINDER,
-        help="the program: [python] script.py args, or [python] -m module args (after --)",
+        help="the program (after --): [python] script.py args, or [python] -m module args; "
+        "python's -u, -B and -W ARG before them apply to it",
     )
 
 
 def split_program(words: Sequence[str]) -> tuple[str, str, list[str]]:
     """``(kind, target, argv)`` for a command line: kind is ``"path"`` or ``"module"``."""
+    return split_command(words)[1:]
+
+
+def split_command(words: Sequence[str]) -> tuple[InterpreterOptions, str, str, list[str]]:
+    """:func:`split_program`, with python's own options (``-u``, ``-B``, ``-W arg``) first."""
     rest = list(words)
     if rest and rest[0] == "--":
         rest = rest[1:]
     if rest and _is_python(rest[0]):
         rest = rest[1:]
+    options, rest = split_options(rest)
     if not rest:
         raise ConfigError("no program given; use: torchplace guard -- python script.py [args]")
     if rest[0] == "-m":
         if len(rest) < 2:
             raise ConfigError("-m needs a module name: torchplace guard -- python -m pkg.mod")
-        return "module", rest[1], rest[1:]
+        return options, "module", rest[1], rest[1:]
     if rest[0].startswith("-"):
         raise ConfigError(
             f"unsupported interpreter option {rest[0]!r}; give a script path or -m module"
         )
+    return (options, *_script(rest))
+
+
+def _script(rest: list[str]) -> tuple[str, str, list[str]]:
+    """``("path", script, argv)`` for a script, a directory or a zip app python can run."""
     if not rest[0]:  # Path("") is the working directory, which python would not run
         raise ConfigError(f"the script name is empty; {_PYTHON_ONLY}")
     if Path(rest[0]).is_dir():
@@ -202,7 +215,7 @@ def _find_spec(name: str, search: Sequence[str] | None) -> importlib.machinery.M
 
 def run(args: argparse.Namespace) -> int:
     """Run the program under a guard; report; 0 when the program ended well, else 1."""
-    kind, target, argv = split_program(args.program)
+    options, kind, target, argv = split_command(args.program)
     if args.top is not None and args.top < 0:
         raise ConfigError(f"--top must be >= 0, got {args.top}")
     if args.max_events is not None and args.max_events < 0:
@@ -238,7 +251,11 @@ def run(args: argparse.Namespace) -> int:
     terminated = False
     already_running = set(threading.enumerate())
     try:
-        with guard, _report_on_hard_exit(write, pid, lambda status: _outcome(status, guard)):
+        with (
+            guard,
+            _report_on_hard_exit(write, pid, lambda status: _outcome(status, guard)),
+            options.applied(),
+        ):
             try:
                 if kind == "module":
                     runpy.run_module(target, run_name="__main__", alter_sys=True)

@@ -28,7 +28,9 @@ SYNC_KINDS: Final = frozenset({"sync"})
 
 
 class GuardWarning(UserWarning):
-    """Issued once per new (line, kind) by a guard in ``"warn"`` mode."""
+    """Issued once per new (line, kind) by a guard in ``"warn"`` mode; a warnings filter that
+    says ``"error"`` gets it shown instead of raised: the guard never stops the program it
+    watches (``"raise"`` mode does that)."""
 
 
 @dataclass(frozen=True, order=True)

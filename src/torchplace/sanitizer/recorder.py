@@ -326,12 +326,7 @@ class Guard:
             key = (site, kind)
             if key not in self._warned:
                 self._warned.add(key)
-                warnings.warn_explicit(
-                    f"torchplace guard: {event.describe()}",
-                    GuardWarning,
-                    site.filename,
-                    site.lineno,
-                )
+                _warn(f"torchplace guard: {event.describe()}", site)
         elif self.mode == "raise":
             self._violations[0] += 1
             raise GuardViolation(
@@ -339,6 +334,18 @@ class Guard:
                 f"allow=[{kind!r}] or allow=[{site.short!r}]; on the command line "
                 f"--allow {kind} or --allow {site.short})"
             )
+
+
+def _warn(message: str, site: Site) -> None:
+    """Issue a :class:`GuardWarning` at the user's line, as a warning and never as an error:
+    where a filter would raise it into the program (``PYTHONWARNINGS=error``, ``-W error``,
+    ``warnings.simplefilter("error")``), it is shown instead, through ``warnings.showwarning``
+    (on stderr, or into ``catch_warnings(record=True)`` and pytest's summary), so that watching
+    a program never changes what it does. ``mode="raise"`` is the mode that stops at the op."""
+    try:
+        warnings.warn_explicit(message, GuardWarning, site.filename, site.lineno)
+    except GuardWarning as raised:
+        warnings.showwarning(raised, GuardWarning, site.filename, site.lineno)
 
 
 def guard(
@@ -353,7 +360,8 @@ def guard(
 
     ``mode``: ``"record"`` (default) only records; ``"warn"`` also issues a
     :class:`~torchplace.sanitizer.events.GuardWarning` once per new (line, kind), pointing at the
-    line; ``"raise"`` raises :class:`~torchplace.errors.GuardViolation` at the op, before it runs.
+    line (shown, never raised into the program, where a filter says ``"error"``); ``"raise"``
+    raises :class:`~torchplace.errors.GuardViolation` at the op, before it runs.
     ``allow``: event kinds (``"h2d"``, ``"d2h"``, ``"d2d"``, ``"transfer"``, ``"sync"``,
     ``"pageable_non_blocking"``, ``"mixed_device"``) and/or source locations (``"train.py"``,
     ``"train.py:42"``, ``"train.py:42:step"``) whose events are ignored entirely.
