@@ -488,3 +488,36 @@ def test_a_caller_in_another_module_moves_the_model_after_the_helper_built_its_o
     # (TPL801) a caller that moved the model before handing it over moves nothing later
     files = {"setup.cfg": "", "train_utils.py": OPTIMIZER_HELPER, "fixmatch.py": CALLER}
     assert _project(tmp_path, files, "TPL801") == [("train_utils.py", 5)]
+
+
+OLD_ACCURACY = """\
+import torch
+from torch.autograd import Variable
+
+def train(loader, model, criterion, optimizer, top1, losses):
+    for input, target in loader:
+        target = target.cuda(non_blocking=True)
+        input_var, target_var = Variable(input.cuda()), Variable(target)
+        output = model(input_var)
+        loss = criterion(output, target_var)
+        prec1, prec5 = accuracy(output.data, target, topk=(1, 5))
+        losses.update(loss.data[0], input.size(0))
+        top1.update(prec1[0], input.size(0))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+def validate(loader, model, criterion, top1, losses):
+    for input, target in loader:
+        output = model(input.cuda())
+        loss = criterion(output, target.cuda())
+        acc1, acc5 = accuracy(output, target.cuda(), topk=(1, 5))
+        losses.update(loss.item(), input.size(0))
+        top1.update(acc1[0], input.size(0))
+"""
+
+
+def test_an_accuracy_indexed_in_code_written_before_pytorch_0_4_is_read() -> None:
+    # where the function reads its loss with `.data[0]`; in later code `acc1[0]` is a 0-dim
+    # tensor, left on the device
+    assert _lines(OLD_ACCURACY, "TPL201") == [11, 12, 22]

@@ -815,10 +815,59 @@ def _bound_to_numpy(name: str, scope: Scope, ctx: Context) -> bool:
 
 def _old_item(node: ast.Subscript, ctx: Context) -> None:
     """``train_loss += loss.data[0]``: a loss read as it was before PyTorch 0.4
-    (:func:`~.facts.old_loss_read`)."""
+    (:func:`~.facts.old_loss_read`); in the same function, ``top1.update(prec1[0], n)`` of an
+    accuracy unpacked from ``prec1, prec5 = accuracy(output.data, target, topk=(1, 5))``."""
     loss = old_loss_read(node, ctx)
     if loss is not None:
         _check(node, loss, "`.data[0]` (`.item()` before PyTorch 0.4)", ctx, explicit=True)
+        return
+    metric = _old_metric(node, ctx)
+    if metric is not None:
+        what = "`[0]` of a one-element accuracy (`.item()` before PyTorch 0.4)"
+        _check(node, metric, what, ctx, explicit=True)
+
+
+def _old_metric(node: ast.Subscript, ctx: Context) -> ast.expr | None:
+    """``prec1`` of ``prec1[0]``, a name the function unpacks from a call named for accuracy
+    (``prec1, prec5 = accuracy(output.data, target, topk=(1, 5))``), in a function written for
+    PyTorch before 0.4 (it reads a loss's ``.data[0]``): indexing the one-element result read
+    its value then. In later code ``acc1[0]`` is a 0-dim tensor, no read."""
+    if not (
+        isinstance(node.ctx, ast.Load)
+        and isinstance(node.value, ast.Name)
+        and isinstance(node.slice, ast.Constant)
+        and type(node.slice.value) is int
+    ):
+        return None
+    scope = ctx.function_scope()
+    if scope is None:
+        return None
+    names: frozenset[str] | None = scope.cache.get("old-accuracies")
+    if names is None:
+        old = any(
+            isinstance(sub, ast.Subscript) and old_loss_read(sub, ctx) is not None
+            for sub in own_nodes(scope.node)
+        )
+        names = scope.cache["old-accuracies"] = (
+            _unpacked_accuracies(scope.node) if old else frozenset()
+        )
+    return node.value if node.value.id in names else None
+
+
+def _unpacked_accuracies(function: ast.AST) -> frozenset[str]:
+    """The names bound by unpacking a call named for accuracy (``accuracy(...)``,
+    ``utils.accuracy(...)``, ``compute_acc(...)``)."""
+    found: set[str] = set()
+    for sub in own_nodes(function):
+        if not (isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Call)):
+            continue
+        called = (call_name(sub.value) or "").lower()
+        if "acc" not in called and "prec" not in called:
+            continue
+        for target in sub.targets:
+            if isinstance(target, (ast.Tuple, ast.List)):
+                found |= {e.id for e in target.elts if isinstance(e, ast.Name)}
+    return frozenset(found)
 
 
 def _percent(node: ast.BinOp, ctx: Context) -> None:
@@ -3683,6 +3732,7 @@ FAMILY = Family(
         *("[:", ", :"),  # ... or ending at one, `x[:n]`, `mels[b, :, :lengths[b]]`
         ".narrow(",  # ... or narrowed to one, `x.narrow(0, 0, lengths[i])`
         ".data[",  # `loss.data[0]`, `.item()` before PyTorch 0.4
+        "[0]",  # ... and `prec1[0]` of an accuracy beside it
         # `x.unique().numel()`, `x[m == 1].nelement()`: a count of a data-dependent result
         *("unique", "nonzero", "argwhere", "masked_select", "numel(", "nelement("),
         *("clamp", "clip"),  # `x.clamp(0, t.max())`: a tensor bound beside a number, `.item()`
