@@ -35,6 +35,7 @@ __all__ = [
     "keyword",
     "loop_items",
     "names_in",
+    "unpacked_pairs",
     "walk_body",
 ]
 
@@ -176,13 +177,9 @@ def _bindings(node: ast.AST) -> dict[str, list[ast.expr | None]]:
             for target in sub.targets:
                 if isinstance(target, ast.Name):
                     found.setdefault(target.id, []).append(sub.value)
-                elif (
-                    isinstance(target, (ast.Tuple, ast.List))
-                    and isinstance(sub.value, (ast.Tuple, ast.List))
-                    and _paired(target.elts, sub.value.elts)
-                ):
+                elif (pairs := unpacked_pairs(target, sub.value)) is not None:
                     # `feat, label = head[i], target[i].long()`: each name takes its element
-                    for elt, value in zip(target.elts, sub.value.elts, strict=True):
+                    for elt, value in pairs:
                         if isinstance(elt, ast.Name):
                             found.setdefault(elt.id, []).append(value)
                         else:
@@ -207,11 +204,15 @@ def _bindings(node: ast.AST) -> dict[str, list[ast.expr | None]]:
     return found
 
 
-def _paired(targets: list[ast.expr], values: list[ast.expr]) -> bool:
-    """``a, b = x, y``: a display unpacked into as many targets, none starred."""
-    return len(targets) == len(values) and not any(
-        isinstance(e, ast.Starred) for e in (*targets, *values)
-    )
+def unpacked_pairs(target: ast.expr, value: ast.expr) -> list[tuple[ast.expr, ast.expr]] | None:
+    """``a, b = x, y``: each target with its element of the display unpacked into as many
+    targets, none starred; None for any other assignment."""
+    if not (isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List))):
+        return None
+    targets, values = target.elts, value.elts
+    if len(targets) != len(values) or any(isinstance(e, ast.Starred) for e in (*targets, *values)):
+        return None
+    return list(zip(targets, values, strict=True))
 
 
 def assigned_name(stmt: ast.AST | None, value: ast.AST) -> str | None:

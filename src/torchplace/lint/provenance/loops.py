@@ -11,7 +11,14 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from torchplace.lint.base import bindings, call_name
-from torchplace.lint.nodes import children, isinstance_test, own_nodes, subtree, walk
+from torchplace.lint.nodes import (
+    children,
+    isinstance_test,
+    own_nodes,
+    store_targets,
+    subtree,
+    walk,
+)
 from torchplace.lint.provenance.values import (
     _COMPS,
     _FUNCTIONS,
@@ -847,16 +854,9 @@ def _fills_rows(node: ast.Assign | ast.AugAssign, own: list[ast.AST]) -> bool:
 def _plainly_bound(own: list[ast.AST]) -> set[str]:
     """Names the statements ``own`` bind as names (not items of them)."""
     found: set[str] = set()
-    for node in own:
-        if isinstance(node, ast.Assign):
-            targets = node.targets
-        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
-            targets = [node.target]
-        else:
-            continue
-        for target in targets:
-            elts = target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]
-            found |= {e.id for e in elts if isinstance(e, ast.Name)}
+    for target in (t for node in own for t in store_targets(node)):
+        elts = target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]
+        found |= {e.id for e in elts if isinstance(e, ast.Name)}
     return found
 
 

@@ -12,7 +12,14 @@ from __future__ import annotations
 import ast
 from typing import Literal
 
-from torchplace.lint.base import Context, Scope, assigned_name, call_name, keyword
+from torchplace.lint.base import (
+    Context,
+    Scope,
+    assigned_name,
+    call_name,
+    keyword,
+    unpacked_pairs,
+)
 from torchplace.lint.nodes import children, subtree, walk
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import (
@@ -212,7 +219,8 @@ def _placed(scope: Scope, ctx: Context) -> set[str]:
     if not _file_facts(scope)[0] and not _host_function(scope, ctx):
         for sub in subtree(scope.node):
             if isinstance(sub, ast.Assign) and len(sub.targets) == 1:
-                for target, value in _pairs(sub.targets[0], sub.value):
+                whole = (sub.targets[0], sub.value)
+                for target, value in unpacked_pairs(*whole) or [whole]:
                     name = dotted_name(target) if _moved(value) else None
                     if name is not None:
                         found.add(name)
@@ -243,18 +251,6 @@ def _joins_of_placed(scope: Scope, placed: set[str]) -> set[str]:
         ):
             found.add(target.id)
     return found
-
-
-def _pairs(target: ast.expr, value: ast.expr) -> list[tuple[ast.expr, ast.expr]]:
-    """``x, y = x.cuda(), y.cuda()``: each name with its own value; else the one pair."""
-    if (
-        isinstance(target, (ast.Tuple, ast.List))
-        and isinstance(value, (ast.Tuple, ast.List))
-        and len(target.elts) == len(value.elts)
-        and not any(isinstance(e, ast.Starred) for e in [*target.elts, *value.elts])
-    ):
-        return list(zip(target.elts, value.elts, strict=True))
-    return [(target, value)]
 
 
 # Reads that turn a tensor into host data: what they give is not on the module's device.

@@ -310,7 +310,8 @@ def _call(call: ast.Call, ctx: Context) -> None:
         )
 
 
-_UNIQUE = frozenset({"unique", "unique_consecutive", "nonzero", "argwhere", "masked_select"})
+# torch functions whose result has a size the data decides: the host waits to learn it
+_DATA_SIZED = frozenset({"unique", "unique_consecutive", "nonzero", "argwhere", "masked_select"})
 _CLAMPS = frozenset({"clamp", "clamp_", "clip", "clip_"})
 
 
@@ -371,9 +372,9 @@ def _unique_counted(call: ast.Call, ctx: Context) -> ast.expr | None:
         return inner.value  # `x[select == 1].nelement()`: a boolean mask's selection
     if not isinstance(inner, ast.Call) or not isinstance(inner.func, ast.Attribute):
         return None
-    if inner.func.attr not in _UNIQUE:
+    if inner.func.attr not in _DATA_SIZED:
         return None
-    if ctx.call_qualname(inner) in {f"torch.{name}" for name in _UNIQUE}:
+    if ctx.call_qualname(inner) in {f"torch.{name}" for name in _DATA_SIZED}:
         return inner.args[0] if inner.args else None
     if ctx.qualname(inner.func) is not None:
         return None  # `np.unique(a)`: a host array's distinct values
