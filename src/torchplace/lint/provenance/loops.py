@@ -342,15 +342,44 @@ def _few_constants(it: ast.expr, scope: ast.AST, bound: bool = False) -> bool:
     if not isinstance(it, ast.Name) or bound:
         return False
     values: list[ast.expr] = []
+    own_keys = _own_keys(scope, it.id)
     for node in subtree(scope):
         if isinstance(node, ast.Name) and node.id == it.id and not isinstance(node.ctx, ast.Load):
             parent_value = _assigned(scope, node)
             if parent_value is None:
                 return False
             values.append(parent_value)
-        elif _grows(node, it.id):
+        elif _grows(node, it.id) and not _keyed_by(node, own_keys):
             return False
     return len(values) == 1 and _few_constants(values[0], scope, bound=True)
+
+
+def _own_keys(scope: ast.AST, name: str) -> set[str]:
+    """The names that loops over ``name``'s own keys bind (``for k in d:``, ``d.keys()``,
+    ``for k, v in d.items():``): a store under one of them rewrites an entry, it adds none."""
+    keys: set[str] = set()
+    for node in subtree(scope):
+        if not isinstance(node, (ast.For, ast.AsyncFor)):
+            continue
+        it, target = node.iter, node.target
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and not it.args:
+            if it.func.attr == "items" and isinstance(target, ast.Tuple) and target.elts:
+                target = target.elts[0]
+            elif it.func.attr != "keys":
+                continue
+            it = it.func.value
+        if isinstance(it, ast.Name) and it.id == name and isinstance(target, ast.Name):
+            keys.add(target.id)
+    return keys
+
+
+def _keyed_by(node: ast.AST, keys: set[str]) -> bool:
+    """``d[k] += v`` with ``k`` one of ``keys``."""
+    return (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.slice, ast.Name)
+        and node.slice.id in keys
+    )
 
 
 def _grows(node: ast.AST, name: str) -> bool:

@@ -1006,6 +1006,7 @@ def _under_cuda_check(ctx: Context) -> bool:
             isinstance(stmt, ast.If)
             and inner is stmt.body
             and _mapped_to_cpu(stmt.orelse)
+            and _names_a_device(stmt.test)
             and not any(isinstance(n, ast.Constant) and n.value == "cpu" for n in walk(stmt.test))
         ):
             return True  # `if args.cuda: torch.load(p)`, `else: torch.load(p, map_location="cpu")`
@@ -1016,6 +1017,17 @@ def _under_cuda_check(ctx: Context) -> bool:
             and isinstance(stmt.test.op, ast.Not)
             and _cuda_present(stmt.test.operand, ctx)
         ):
+            return True
+    return False
+
+
+def _names_a_device(test: ast.expr) -> bool:
+    """A test whose names speak of the device (``args.cuda``, ``use_gpu``, ``self.device``), not
+    of something else a CPU-mapped ``else`` happens to sit under (``if safe_only:``)."""
+    words = ("cuda", "gpu", "device", "accel")
+    for sub in walk(test):
+        name = sub.id if isinstance(sub, ast.Name) else getattr(sub, "attr", None)
+        if isinstance(name, str) and any(word in name.lower() for word in words):
             return True
     return False
 

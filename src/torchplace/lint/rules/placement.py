@@ -301,16 +301,18 @@ def _call(call: ast.Call, ctx: Context) -> None:
         return
     argument = device_argument(call, ctx)
     literal = _device_literal(argument)
+    held = _one_binding(argument, method, ctx) if method is not None else argument
     if literal is None and method is not None:
-        literal = _availability_choice(argument) or _current_cuda(argument, ctx)
+        literal = _availability_choice(held) or _current_cuda(argument, ctx)
     if literal is not None and not _queried(call, ctx):
         if method is not None and not _load_location_only(call, method.node, ctx):
             assert method.cls is not None
-            chosen = " (chosen by what the machine has)" if isinstance(argument, ast.IfExp) else ""
+            chosen = " (chosen by what the machine has)" if isinstance(held, ast.IfExp) else ""
             what = f"`{literal}`" if literal.startswith("torch.") else f'"{literal}"'
             ctx.report(
                 DEVICE_IN_MODULE.code,
-                call,
+                # through a name: where the choice is made
+                held if held is not argument and isinstance(held, ast.IfExp) else call,
                 f"hard-coded device {what}{chosen} inside `{method.cls.name}.{method.name}`: "
                 "follow the input (`x.device`) or a registered buffer",
             )
@@ -411,15 +413,41 @@ def _outside_static(method: Scope) -> bool:
     )
 
 
+def _one_binding(node: ast.expr | None, method: Scope, ctx: Context) -> ast.expr | None:
+    """What a name bound once in ``method`` holds (``DEVICE = "cuda" if ... else "cpu"``, then
+    ``image.to(DEVICE)``); anything else as it is."""
+    if isinstance(node, ast.Name):
+        values = ctx.scope_bindings(method).get(node.id) or []
+        if len(values) == 1 and values[0] is not None:
+            return values[0]
+    return node
+
+
 def _availability_choice(node: ast.expr | None) -> str | None:
-    """The accelerator of ``"cuda" if torch.cuda.is_available() else "cpu"``: inside a module,
-    a choice by what the machine has, not by where the module's input lives."""
+    """The accelerator of ``"cuda" if torch.cuda.is_available() else "cpu"`` (also a chain,
+    ``"cuda" if ... else "mps" if ... else "cpu"``): inside a module, a choice by what the
+    machine has, not by where the module's input lives."""
     if not isinstance(node, ast.IfExp):
         return None
-    arms = (node.body, node.orelse)
+    arms: list[ast.expr] = []
+    while isinstance(node, ast.IfExp):
+        if _asks_where(node.test):
+            return None  # `"cuda" if x.is_cuda else "cpu"`: where the input is
+        arms.append(node.body)
+        node = node.orelse
+    arms.append(node)
     if not any(isinstance(arm, ast.Constant) and arm.value == "cpu" for arm in arms):
         return None
     return next((lit for arm in arms if (lit := _device_literal(arm)) is not None), None)
+
+
+def _asks_where(test: ast.expr) -> bool:
+    """``x.is_cuda``, ``x.device.type == "cuda"``: a question about where a tensor is, not
+    about the machine or a setting (``torch.cuda.is_available()``, ``args.cpu``)."""
+    return any(
+        isinstance(sub, ast.Attribute) and sub.attr in {"is_cuda", "is_mps", "device"}
+        for sub in walk(test)
+    )
 
 
 def _cuda_tensor_type(call: ast.Call, ctx: Context) -> str | None:

@@ -666,7 +666,10 @@ def _builds_tensor(
         args = [*value.args, *(kw.value for kw in value.keywords)]
         # `torch.stack([re, im], -1)`: the elements of a list or tuple argument count too
         args += [
-            elt for arg in value.args if isinstance(arg, (ast.List, ast.Tuple)) for elt in arg.elts
+            elt
+            for arg in map(_repeated, value.args)  # `torch.stack([t] * 2)` as `[t, t]`
+            if isinstance(arg, (ast.List, ast.Tuple))
+            for elt in arg.elts
         ]
         return any(_builds_tensor(arg, ctx, function, line, cls, depth + 1) for arg in args)
     func = value.func
@@ -1090,9 +1093,13 @@ def _moved_where_used(
                 and isinstance(sub.func, ast.Attribute)
                 and sub.func.attr in {"to", "cuda", "type_as"}
             ):
-                # the attribute moved, or a view of it (`self.table[t].to(x)`); not a result
-                # computed from it, `torch.where(m, self.y, z).to(d)`: that ran where it was
-                placed.add(id(_chain_base(sub.func.value)))
+                # the attribute moved, or a view of it (`self.table[t].to(x)`), or an arm of
+                # a choice moved (`(self.feats if given is None else given).to(x.device)`);
+                # not a result computed from it, `torch.where(m, self.y, z).to(d)`: that ran
+                # where it was
+                base = _chain_base(sub.func.value)
+                arms = (base.body, base.orelse) if isinstance(base, ast.IfExp) else (base,)
+                placed |= {id(_chain_base(arm)) for arm in arms}
             if isinstance(sub, ast.Compare) and all(
                 isinstance(op, (ast.Is, ast.IsNot)) for op in sub.ops
             ):

@@ -259,6 +259,13 @@ def _call(call: ast.Call, ctx: Context) -> None:
         if value is not None and not _is_read(value):
             _check(call, value, "`add_scalar()`", ctx, explicit=False)
         return
+    if isinstance(func, ast.Attribute) and func.attr == "add_scalars":
+        # `writer.add_scalars("loss", {"train": loss}, step)`: each value as `add_scalar`'s
+        given = keyword(call, "tag_scalar_dict")
+        table = call.args[1] if len(call.args) >= 2 else (given.value if given else None)
+        if isinstance(table, ast.Dict):
+            _check_many(call, list(table.values), "`add_scalars()`", ctx)
+        return
     if isinstance(func, ast.Attribute) and func.attr in _TENSORBOARD_COPIES:
         # `writer.add_histogram(tag, values, step)`, `add_image(tag, img)`: TensorBoard copies
         # the whole tensor to NumPy (`make_np`: `.cpu().numpy()`)
@@ -282,15 +289,20 @@ def _call(call: ast.Call, ctx: Context) -> None:
             if isinstance(sub, ast.JoinedStr):
                 ctx.claimed.add(id(sub))
         values = [a for a in call.args if not isinstance(a, (ast.Constant, ast.JoinedStr))]
-        values += [
-            v.value
+        pieces = [
+            (v.value, a.lineno != a.end_lineno)
             for a in call.args
             if isinstance(a, ast.JoinedStr)
             for v in a.values
             if isinstance(v, ast.FormattedValue)
         ]
-        values = [v for v in values if not _names_a_model(v, ctx)]
         what = "`print()`" if isinstance(func, ast.Name) else "`str.format()`"
+        # an f-string split over lines is reported where its value is, as `_joined` does
+        split = [v for v, spread in pieces if spread and not _names_a_model(v, ctx)]
+        if any(not _is_read(v) and _check(v, v, what, ctx, explicit=False) for v in split):
+            return
+        values += [v for v, spread in pieces if not spread]
+        values = [v for v in values if not _names_a_model(v, ctx)]
         _check_many(call, values, what, ctx)
         return
     name = ctx.call_qualname(call)
@@ -364,6 +376,28 @@ def _unique_counted(call: ast.Call, ctx: Context) -> ast.expr | None:
         inner = call.args[0]
     else:
         return None
+    return _data_sized(_sized_value(inner), ctx)
+
+
+# views that keep a tensor's size: `x.nonzero().squeeze(-1).numel()` counts as much
+_SIZE_KEEPING = frozenset({"squeeze", "flatten", "view", "reshape", "contiguous", "long", "t"})
+
+
+def _sized_value(node: ast.expr) -> ast.expr:
+    """What a size-keeping view (``x.nonzero().squeeze(-1)``) views. A name bound to such a
+    result is not followed: the host waited where it was made, and its size is then known."""
+    while (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in _SIZE_KEEPING
+    ):
+        node = node.func.value
+    return node
+
+
+def _data_sized(inner: ast.expr, ctx: Context) -> ast.expr | None:
+    """The tensor ``inner`` selects from, where ``inner`` is a result whose size the data
+    decides (``x.nonzero()``, ``torch.unique(x)``, ``x[mask == 1]``), else None."""
     if (
         isinstance(inner, ast.Subscript)
         and isinstance(inner.slice, ast.Compare)
@@ -624,6 +658,9 @@ def _size_arguments(call: ast.Call, ctx: Context) -> list[ast.expr]:
 
 # Tensor methods whose result is a 0-dim tensor where the tensor is (not a Python number).
 _SIZE_REDUCTIONS = frozenset({"max", "min", "sum", "prod", "mean", "amax", "amin", "long", "int"})
+_TORCH_SIZE_REDUCTIONS = frozenset(
+    f"torch.{name}" for name in ("max", "min", "sum", "prod", "amax", "amin", "count_nonzero")
+)
 
 
 def _element_valued(node: ast.expr, ctx: Context, scope: Scope, depth: int) -> bool:
@@ -647,6 +684,8 @@ def _element_valued(node: ast.expr, ctx: Context, scope: Scope, depth: int) -> b
         )
     if isinstance(node, ast.Call):
         func = node.func
+        if ctx.call_qualname(node) in _TORCH_SIZE_REDUCTIONS:
+            return len(node.args) == 1  # `torch.sum(keep)`, as `keep.sum()`
         return (
             isinstance(func, ast.Attribute)
             and func.attr in _SIZE_REDUCTIONS
@@ -3695,6 +3734,7 @@ FAMILY = Family(
         *("_np(", "2np("),  # a project helper's copy, `to_np(x)` (see `helper_read`)
         "synchronize",
         ".add_scalar(",  # TensorBoard reads a tensor value with `.item()`
+        ".add_scalars(",
         ".add_histogram(",  # ... and copies a whole one to NumPy
         ".add_image",
         ".add_embedding(",
