@@ -206,3 +206,24 @@ def train(model, loader, opt):
 def test_the_size_of_a_view_of_nonzero_is_read_but_not_that_of_a_name_bound_to_it() -> None:
     # the host waits where the result is made; the size of a name bound to it is then known
     assert _lines(EXPERTS, "TPL201") == [7]
+
+
+IN_PLACE_HELPER = """\
+from torchtune import utils
+
+class Recipe:
+    def train(self):
+        for batch in self._dataloader:
+            utils.batch_to_device(batch, self._device)
+            num_tokens = (batch["labels"] != -100).sum()
+            loss = self._loss_step(batch) * num_tokens
+            loss.backward()
+            self._optimizer.step()
+            self._log(f"tokens: {num_tokens}")
+"""
+
+
+def test_a_statement_helper_named_for_the_move_moves_its_mapping_in_place() -> None:
+    assert _lines(IN_PLACE_HELPER, "TPL201") == [11]
+    dropped = IN_PLACE_HELPER.replace("utils.batch_to_device(batch, self._device)", "pass")
+    assert _lines(dropped, "TPL201") == []

@@ -40,6 +40,7 @@ from torchplace.lint.provenance.values import (
     _short,
     _target_names,
     cpu_names,
+    in_place_helper,
     iterates_keys,
     looks_up_keys,
     moved_in_place,
@@ -272,6 +273,11 @@ class Flow:
                 and not self.to_cpu(call)
             ):
                 self.bind(func.value, self.facts.move_fact(call, func.value), node.lineno, call)
+            elif (moved := in_place_helper(call)) is not None:
+                batch, device = moved
+                what = f"`{batch.id}` moved to `{_short(self.facts.segment(device), 24)}`"
+                fact = Fact("device", _short(self.facts.segment(call)), f"{what} at line {end}")
+                self.bind(batch, fact, end, call)
         elif isinstance(node, (ast.For, ast.AsyncFor)):
             self.for_loop(node)
         elif isinstance(node, ast.While):

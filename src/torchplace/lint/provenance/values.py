@@ -414,6 +414,21 @@ def _is_move_call(call: ast.Call) -> bool:
     return isinstance(call.func, ast.Attribute) and call.func.attr in {"to", "cuda"}
 
 
+def in_place_helper(call: ast.Call) -> tuple[ast.Name, ast.expr] | None:
+    """``(batch, device)`` of a statement ``utils.batch_to_device(batch, device)``: a helper
+    named for moving to a device, called for its effect with a name and a device (as
+    ``device=`` too), moves what the name holds in place (its result is dropped)."""
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    if not name.lower().endswith(("to_device", "to_cuda", "to_gpu")):
+        return None
+    given = next((kw.value for kw in call.keywords if kw.arg == "device"), None)
+    device = call.args[1] if len(call.args) > 1 else given
+    if not call.args or not isinstance(call.args[0], ast.Name) or device is None:
+        return None
+    return call.args[0], device
+
+
 def moved_in_place(target: ast.expr, value: ast.expr) -> ast.expr | None:
     """The container of ``batch[key] = batch[key].to(device)``: an item replaced by its own
     move (same subscript on both sides), which leaves the container's items on the device.
