@@ -227,3 +227,25 @@ def test_a_statement_helper_named_for_the_move_moves_its_mapping_in_place() -> N
     assert _lines(IN_PLACE_HELPER, "TPL201") == [11]
     dropped = IN_PLACE_HELPER.replace("utils.batch_to_device(batch, self._device)", "pass")
     assert _lines(dropped, "TPL201") == []
+
+
+COG = """\
+from cog import BasePredictor
+from min_dalle import MinDalle
+
+class Predictor(BasePredictor):
+    def setup(self):
+        self.model = MinDalle(is_mega=True, device="cuda")
+
+    def predict(self, text):
+        return self.model.generate_image(text)
+
+class Helper:
+    def setup(self):
+        self.model = MinDalle(is_mega=True, device="cuda")
+"""
+
+
+def test_a_serving_frameworks_set_up_hook_holds_the_model_as_init_does() -> None:
+    # a plain class's method that happens to be named `setup` is no such hook
+    assert _lines(COG, "TPL104") == [6]

@@ -993,6 +993,23 @@ def _argparse_default(call: ast.Call, ctx: Context) -> None:
         )
 
 
+# Serving frameworks' predictor bases -> the method they call once to load the model.
+_SERVING_HOOKS = {"BasePredictor": "setup", "BaseHandler": "initialize", "LitAPI": "setup"}
+
+
+def _serving_hook(cls: ast.ClassDef) -> str | None:
+    """The set-up hook of a serving framework's predictor class: Cog's ``BasePredictor.setup``,
+    TorchServe's ``BaseHandler.initialize``, LitServe's ``LitAPI.setup``, a Triton Python
+    backend's ``TritonPythonModel.initialize``."""
+    if cls.name == "TritonPythonModel":
+        return "initialize"
+    for base in cls.bases:
+        name = (dotted_name(base) or "").rpartition(".")[2]
+        if name in _SERVING_HOOKS:
+            return _SERVING_HOOKS[name]
+    return None
+
+
 def _model_holder(ctx: Context) -> str | None:
     """The class of the enclosing method when it keeps a model (``self.model = model``, also
     private: ``self._model``) and is not itself an ``nn.Module`` (TPL102 covers those) nor
@@ -1010,8 +1027,12 @@ def _model_holder(ctx: Context) -> str | None:
             if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
         }
         init = methods.get("__init__")
-        # `__init__` and the set-up methods it calls, `self.init_model()`
+        # `__init__` and the set-up methods it calls, `self.init_model()`; and the hook a
+        # serving framework calls once to load the model (Cog's `BasePredictor.setup`)
         setup = [init] if init is not None else []
+        hook = _serving_hook(cls.node)
+        if hook is not None and hook in methods:
+            setup.append(methods[hook])
         setup += [
             methods[sub.func.attr]
             for sub in (walk(init) if init is not None else ())
