@@ -66,6 +66,12 @@ def _pretrained_model_class(qualname: str) -> bool:
     return last.endswith("Model") or bool(sep and head and task[:1].isupper())
 
 
+def class_bases(cls: ast.ClassDef) -> list[ast.expr]:
+    """The bases of ``cls`` as classes: a generic one subscripted, ``Embeddings[Sentence]``, is
+    the class ``Embeddings``."""
+    return [base.value if isinstance(base, ast.Subscript) else base for base in cls.bases]
+
+
 def base_names(cls: ast.ClassDef, qualname: Callable[[ast.AST], str | None]) -> list[str]:
     """The bases of ``cls``, each by the name its import resolves to (``qualname``), else as
     written (``""`` for one that is no name)."""
@@ -206,7 +212,7 @@ class Resolver:
 
     def is_module_class(self, node: ast.ClassDef) -> bool:
         """Whether a class derives from ``nn.Module`` by import or through a class of this file."""
-        for base in node.bases:
+        for base in class_bases(node):
             if isinstance(base, ast.Name) and base.id in self.local_module_classes:
                 if base.id not in self.elsewhere_module_classes:
                     return True
@@ -226,7 +232,7 @@ class Resolver:
         through a class another module of the linted tree defines (``from .kernel import
         Kernel``, where ``class Kernel(Module)`` and ``class Module(nn.Module)`` are in files
         of the same package), also through a class of this file that does."""
-        for base in node.bases:
+        for base in class_bases(node):
             if isinstance(base, ast.Name) and base.id in self.elsewhere_module_classes:
                 return True
             name = self.qualname(base)
@@ -322,7 +328,7 @@ def imported_module_class(path: str, qualname: str, depth: int = 0) -> bool:
         return again is not None and (
             is_module_base(again) or imported_module_class(found, again, depth + 1)
         )
-    for base in node.bases:
+    for base in class_bases(node):
         if isinstance(base, ast.Name) and base.id in classes:
             if base.id != name and imported_module_class(found, f"{module}.{base.id}", depth + 1):
                 return True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import itertools
 
 from torchplace.lint.base import Context, Family, Rule, Scope, call_name
 from torchplace.lint.nodes import walk
@@ -18,7 +19,7 @@ _SKIP_WORDS = ("skip", "exit")
 
 def _call(call: ast.Call, ctx: Context) -> None:
     name = ctx.call_qualname(call)
-    if name not in CUDA_ONLY or not _entry_point(ctx) or _guarded(ctx):
+    if name not in CUDA_ONLY or not _entry_point(ctx) or _guarded(call, ctx):
         return
     ctx.report(
         UNGUARDED.code,
@@ -54,19 +55,23 @@ def _test_entry(scope: Scope, ctx: Context) -> bool:
     return scope.parent is None or scope.parent.kind != "class" or in_test(ctx)
 
 
-def _guarded(ctx: Context) -> bool:
+def _guarded(call: ast.Call, ctx: Context) -> bool:
     path = ctx.path.replace("\\", "/")
     # The CUDA API's own implementation runs on CUDA by contract.
     if "/cuda/" in path:
         return True
     if ctx.function_scope() is None and _cuda_module(path):
         return True  # module-level code of a backend module, imported for that backend only
-    for parent in ctx.parents:
+    path_nodes = [*ctx.parents, call]
+    for parent, child in itertools.pairwise(path_nodes):
         if isinstance(parent, (ast.If, ast.While, ast.IfExp)):
-            if mentions(parent.test):
+            # the test guards its branches, not itself: `if torch.cuda.current_device() == 0:`
+            if child is not parent.test and mentions(parent.test):
                 return True
         elif isinstance(parent, ast.BoolOp):
-            if any(mentions(value) for value in parent.values):
+            # `is_available() and current_device() == 0`: only the operands before it
+            before = parent.values[: parent.values.index(child)] if child in parent.values else []
+            if any(mentions(value) for value in before):
                 return True
         elif isinstance(parent, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
             # `[get_device_name(d.index) for d in devices if d.type == "cuda"]`: the filter

@@ -203,12 +203,14 @@ def _allocates_pageable(call: ast.Call, qualname: str | None, ctx: Context) -> b
     """``call`` builds a new host tensor in pageable memory: a factory or ``torch.from_numpy``
     without ``pin_memory=``/``device=``, or a join (``torch.cat(crops)``) of tensors not known
     to be on the device (a join of host tensors is never pinned, whatever its inputs were)."""
+    if encodes_text(call):
+        # `tokenizer(texts, return_tensors="pt")`, also given its text as `**kw`: built on
+        # the host, never pinned (a tokenizer takes no `pin_memory`)
+        return True
     if has_star_kwargs(call) or keyword(call, "pin_memory") or keyword(call, "device"):
         return False
     if qualname in FACTORIES or qualname == "torch.from_numpy":
         return True
-    if encodes_text(call):
-        return True  # `tokenizer(texts, return_tensors="pt")`: built on the host, never pinned
     if qualname not in _JOINS or not call.args:
         return False
     facts, scope = file_facts(ctx), scope_node(ctx)
@@ -277,6 +279,10 @@ def _unpinned_source(name: str, ctx: Context, scope: Scope, line: int) -> str | 
                 return f"`{name}` {origin}"
     if not isinstance(value, ast.Call):
         return None
+    base = _unconverted(value)
+    if base is not value and isinstance(base, ast.Call):
+        # `gt = torch.arange(n).long()`: a factory's tensor, converted on the host
+        value = base
     if not _allocates_pageable(value, ctx.call_qualname(value), ctx):
         helper = _pageable_helper(value, ctx, scope)
         if helper is None:

@@ -183,6 +183,12 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
                 _report(ctx, node, method.cls, attr, held)
 
 
+def _ann_assign(node: ast.AnnAssign, ctx: Context) -> None:
+    """``self.w: Optional[Tensor] = torch.zeros(3)``: as the assignment without its type."""
+    if node.value is not None and self_attribute(node.target) is not None:
+        _assign(ast.copy_location(ast.Assign(targets=[node.target], value=node.value), node), ctx)
+
+
 def _scratch_placeholders(value: ast.expr, ctx: Context, method: Scope, attr: str) -> bool:
     """``self._features = {layer: torch.empty(0) for layer in layers}``: empty placeholders
     (no values to move or save) that no other method reads, or that each method reading them
@@ -353,11 +359,24 @@ def _expr(node: ast.Expr, ctx: Context) -> None:
     value = call.args[-1]
     if _host_copy(value):
         return  # `self._feats.append(x.cpu())`: a host buffer on purpose, gathered later
+    if isinstance(value, ast.Name) and _registered_here(value.id, method):
+        return  # `self.add_module(f"qf{i}", q_net)`, then `self.q_networks.append(q_net)`
     held = _contents(value, ctx, method) if func.attr == "extend" else _held(value, ctx, method)
     if held is None and func.attr != "extend" and isinstance(value, ast.Name):
         held = _bound_to(value.id, ctx, method)
     if held is not None:
         _report(ctx, call, method.cls, attr, held)
+
+
+def _registered_here(name: str, method: Scope) -> bool:
+    """The method registers what ``name`` holds itself (``add_module``, ``register_module``,
+    ``register_buffer``, ``register_parameter``): a list of it only aliases the registered."""
+    return any(
+        _is_register(sub)
+        and isinstance(sub, ast.Call)
+        and any(isinstance(arg, ast.Name) and arg.id == name for arg in sub.args[1:])
+        for sub in walk(method.node)
+    )
 
 
 def _bound_to(name: str, ctx: Context, method: Scope) -> str | None:
@@ -1421,6 +1440,7 @@ FAMILY = Family(
     rules=(PLAIN_CONTAINER,),
     checks=(
         (ast.Assign, _assign, (PLAIN_CONTAINER.code,)),
+        (ast.AnnAssign, _ann_assign, (PLAIN_CONTAINER.code,)),
         (ast.Expr, _expr, (PLAIN_CONTAINER.code,)),
     ),
     triggers=(),

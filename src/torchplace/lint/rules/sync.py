@@ -109,7 +109,6 @@ _OUTPUT_WORDS = (
     "fromarray",
     "dump",
     "send",
-    "compute",  # `metric.compute(predictions=preds)`: host copies collected for a host metric
     "submit",
     "stream",
     "imshow",  # `cv2.imshow("image", flow_image)`: a demo's frame shown, its output
@@ -2176,6 +2175,11 @@ def _writes(call: ast.Call) -> bool:
     lowered = name.lower()
     if any(word in lowered for word in _OUTPUT_WORDS):
         return True
+    if "compute" in lowered:
+        # `metric.compute(predictions=preds)`, `compute_errors(gt, pred)`: host copies handed
+        # to a host metric; not a model's own `model.compute_itm(...)`, which runs on it
+        receiver = dotted_name(func.value) if isinstance(func, ast.Attribute) else None
+        return receiver is None or "model" not in receiver.rpartition(".")[2].lower()
     # `queue.put(x)`, `put_nowait`: "put" as a word of its own, not inside `InputPadder`,
     # `compute_output` or `outputs`; and the input handed to another runtime, OpenCV DNN's
     # `net.setInput(blob)`, `set_input_tensor(...)`: NumPy in, whatever the loop does
