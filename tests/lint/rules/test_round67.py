@@ -123,3 +123,65 @@ if __name__ == "__main__":
 
 def test_a_cuda_call_in_an_if_test_is_guarded_only_by_what_comes_before_it() -> None:
     assert _lines(IF_TEST, "TPL601") == [4, 8]
+
+
+MODE_SWITCH = """\
+import time
+import torch
+
+def main(model, loader, opt, epochs):
+    model = model.cuda()
+    end = time.time()
+    for epoch in range(epochs):
+        model.train()
+        for x in loader:
+            loss = model(x.cuda(non_blocking=True)).sum()
+            loss.backward()
+            opt.step()
+            batch_time = time.time() - end
+            end = time.time()
+"""
+
+
+def test_a_modules_mode_switch_is_not_a_whole_training_run() -> None:
+    assert _lines(MODE_SWITCH, "TPL301") == [6]
+
+
+SAVED = """\
+import time
+import torch
+
+def main(model, loader, opt, path):
+    model = model.cuda()
+    for x in loader:
+        model(x.cuda()).sum().backward()
+        opt.step()
+    t1 = time.time()
+    torch.save({"state_dict": model.state_dict(), "optimizer": opt.state_dict()}, path)
+    print("saved in", time.time() - t1)
+"""
+
+
+def test_torch_save_copies_device_tensors_to_the_host_and_waits() -> None:
+    assert _lines(SAVED, "TPL301") == []
+
+
+SET_UP = """\
+import time
+import torch
+
+wall = time.perf_counter()
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+data = load_graph()
+data.to(device, "x", "y")
+model = get_model("gcn").to(device)
+optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+print(f"set up in {time.perf_counter() - wall:.4f}s")
+"""
+
+
+def test_set_up_that_copies_host_data_and_builds_an_optimizer_is_no_device_work() -> None:
+    # an object moved in place and a model moved as it is built are blocking copies
+    assert _lines(SET_UP, "TPL301") == []
+    ran = SET_UP.replace("optimizer = ", "out = model(data)\noptimizer = ")
+    assert _lines(ran, "TPL301") == [4]

@@ -51,6 +51,8 @@ _NOT_WORK = frozenset(
     # `torch.compile(model)` wraps the module and returns at once: it compiles on the first
     # call, which is where the device work (and any wait) is
     | {"compile"}
+    # a module's own bookkeeping, `optim.Adam(model.parameters())`: handles, no kernels
+    | {"parameters", "named_parameters", "buffers", "named_buffers", "modules", "children"}
 )
 # Tensor metadata, kept on the host: reading it launches no device work (``tuple(y[0].shape)``,
 # ``y.size(0)``).
@@ -178,7 +180,9 @@ _MOVES = frozenset({"cuda", "to", "to_device", "prepare"})
 def _times_work(region: list[ast.AST], placed: set[str], ctx: Context) -> bool:
     """The region runs device work and nothing in it waits for the device (on most steps:
     a wait inside ``if step % every == 0:`` before the clock's read is skipped on the others)."""
-    calls = [sub for node in region for sub in walk(node) if isinstance(sub, ast.Call)]
+    # not the bodies of functions the region defines (`def train(epoch):` in a script): they
+    # run, if at all, where they are called
+    calls = [sub for sub in walk_body(region) if isinstance(sub, ast.Call)]
     periodic = _periodic_calls(region[:-1])
     decoded = _pipeline_outputs(region)
     periodic |= _batch_reads(calls, placed, ctx)
@@ -203,7 +207,7 @@ def _times_work(region: list[ast.AST], placed: set[str], ctx: Context) -> bool:
         id(sub)
         for node in region
         for stmt in walk(node)
-        if isinstance(stmt, ast.Assign)
+        if isinstance(stmt, (ast.Assign, ast.Expr))
         for sub in _host_copy(stmt, placed, ctx)
     }
     # `torch.from_numpy(img.transpose(2, 0, 1))`: NumPy work on the host, whatever the name
@@ -217,7 +221,10 @@ def _times_work(region: list[ast.AST], placed: set[str], ctx: Context) -> bool:
     return any(
         (_uses(call, placed, ctx) or _async_copy(call, ctx))
         for call in calls
-        if call_name(call) not in _NOT_WORK and id(call) not in copies
+        if call_name(call) not in _NOT_WORK
+        and id(call) not in copies
+        and not _mode_switch(call)
+        and not (ctx.call_qualname(call) or "").startswith("torch.optim.")  # holds handles
     )
 
 
@@ -338,6 +345,8 @@ def _host_copy(stmt: ast.AST, placed: set[str], ctx: Context) -> list[ast.Call]:
     data (``torch.from_numpy``, ``torch.tensor``) to the device (the name is placed by this
     very move), which the host waits for, as it does for a load of weights. Not a copy with ``non_blocking=True``, nor one whose chain
     computes with a value placed elsewhere (``y = model(x).to(device)``)."""
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        return _moved_in_place(stmt.value, ctx)
     if not (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call)):
         return []
     move = stmt.value
@@ -351,11 +360,41 @@ def _host_copy(stmt: ast.AST, placed: set[str], ctx: Context) -> list[ast.Call]:
     if (names_in(move.func.value) & placed) - targets:
         return []
     calls = [sub for sub in walk(move) if isinstance(sub, ast.Call)]
-    if not any(ctx.call_qualname(sub) in _FROM_HOST for sub in calls) and not _host_name(
-        move.func.value, ctx
+    if (
+        not any(ctx.call_qualname(sub) in _FROM_HOST for sub in calls)
+        and not _host_name(move.func.value, ctx)
+        and not _built_model(move.func.value, ctx)
     ):
         return []  # `inps = inps.to(dtype)`: nothing says the data is on the host
     return calls
+
+
+def _moved_in_place(move: ast.Call, ctx: Context) -> list[ast.Call]:
+    """``data.to(device, "x", "y")``, ``model.cuda()`` as a statement: an object moved in
+    place, its host memory copied to the device, which the host waits for (not with
+    ``non_blocking=True``; a move of what is there already does nothing)."""
+    func = move.func
+    if not (
+        call_name(move) in {"to", "cuda"}
+        and isinstance(func, ast.Attribute)
+        and isinstance(func.value, ast.Name)
+        and _places(move, ctx)
+        and keyword(move, "non_blocking") is None
+    ):
+        return []
+    return [move]
+
+
+def _built_model(node: ast.expr, ctx: Context) -> bool:
+    """``get_model(name)`` or ``Net(...)`` moved as it is built (``model =
+    get_model(args.model).to(device)``): its weights, made in host memory, are copied to the
+    device, which the host waits for."""
+    if not isinstance(node, ast.Call):
+        return False
+    name = (call_name(node) or "").lower()
+    return file_facts(ctx).builds_module(node) or (
+        "model" in name and name.startswith(("get_", "build_", "create_", "make_", "load_"))
+    )
 
 
 def _host_name(node: ast.expr, ctx: Context) -> bool:
@@ -552,7 +591,23 @@ def _whole_run(call: ast.Call) -> bool:
     name = (call_name(call) or "").lower()
     if "step" in name or "batch" in name:
         return False  # `train_step(batch)`, `train_batch(x)`: one step's launches
+    if _mode_switch(call):
+        return False  # `model.train()`: sets a flag on the module, runs nothing
     return any(word in name for word in _RUN_WORDS)
+
+
+def _mode_switch(call: ast.Call) -> bool:
+    """``model.train()``, ``model.train(False)``, ``net.eval()``: a module's mode switch."""
+    func = call.func
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr in {"train", "eval"}
+        and not call.keywords
+        and (
+            not call.args
+            or (len(call.args) == 1 and isinstance(call.args[0], (ast.Constant, ast.Name)))
+        )
+    )
 
 
 def _runs_synced(call: ast.Call, ctx: Context) -> bool:
@@ -862,6 +917,8 @@ def _syncs(call: ast.Call, ctx: Context) -> bool:
     if name == "to" and copies_to_cpu(call, ctx):
         return True  # `model.to("cpu", dtype)`: a blocking copy back, as `.cpu()` is
     qualname = ctx.call_qualname(call)
+    if qualname == "torch.save":
+        return True  # serialising copies every device tensor it is given to host memory
     return qualname is not None and "synchronize" in qualname
 
 
