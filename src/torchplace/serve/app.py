@@ -23,7 +23,6 @@ token configured every route but the health probes needs ``Authorization: Bearer
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import hmac
 import logging
@@ -957,27 +956,52 @@ class App:
 
 
 def _compressed(encode: Callable[..., Response], accepted: bytes, *args: Any) -> Response:
-    """``encode``'s answer in the first of gzip and deflate that ``Accept-Encoding`` allows
-    (q=0 refuses one), as Triton compresses; as it is when it allows neither. Either way it
-    says ``Vary: Accept-Encoding`` (RFC 9110, 12.5.5): a cache between client and server
-    must not hand one client's compressed answer to a client that cannot read it."""
+    """``encode``'s answer in the coding ``Accept-Encoding`` weighs highest of gzip, deflate
+    and identity (:func:`_chosen_coding`), as Triton compresses; as it is when that is identity.
+    Either way it says ``Vary: Accept-Encoding`` (RFC 9110, 12.5.5): a cache between client and
+    server must not hand one client's compressed answer to a client that cannot read it."""
     response = encode(*args)
     response.headers = [*response.headers, _VARY]
-    allowed = set()
-    for item in accepted.lower().split(b","):
-        name, _, param = item.partition(b";")
-        key, _, quality = param.strip().partition(b"=")
-        with contextlib.suppress(ValueError):
-            if key == b"q" and float(quality) == 0:
-                continue
-        allowed.add(name.strip())
-    for coding, wbits in ((b"gzip", 16 + zlib.MAX_WBITS), (b"deflate", zlib.MAX_WBITS)):
-        if coding in allowed:
-            packer = zlib.compressobj(1, zlib.DEFLATED, wbits)
-            response.body = packer.compress(response.body) + packer.flush()
-            response.headers.append((b"content-encoding", coding))
-            return response
+    chosen = _chosen_coding(accepted)
+    if chosen is not None:
+        coding, wbits = chosen
+        packer = zlib.compressobj(1, zlib.DEFLATED, wbits)
+        response.body = packer.compress(response.body) + packer.flush()
+        response.headers.append((b"content-encoding", coding))
     return response
+
+
+#: the codings an answer is compressed in, with their zlib ``wbits``: gzip first where a client
+#: weighs them alike
+_ANSWER_CODINGS = ((b"gzip", 16 + zlib.MAX_WBITS), (b"deflate", zlib.MAX_WBITS))
+#: an entry of ``Accept-Encoding`` (lower-cased): a coding and its weight, RFC 9110 12.4.2's
+#: qvalue (0 to 1, three decimals at most), if any
+_WEIGHTED = re.compile(
+    rb"[ \t]*([!#$%&'*+.^_`|~0-9a-z-]+)[ \t]*"  # the coding, a token
+    rb"(?:;[ \t]*q=(0(?:\.[0-9]{0,3})?|1(?:\.0{0,3})?))?[ \t]*"
+)
+
+
+@functools.lru_cache(maxsize=32)  # clients send one value over and over: read once
+def _chosen_coding(accepted: bytes) -> tuple[bytes, int] | None:
+    """The coding (and its ``wbits``) that an ``Accept-Encoding`` value weighs highest of gzip,
+    deflate and identity; None for identity (RFC 9110 12.5.3, as Triton's
+    ``CompressionTypeUsed`` reads it). An entry whose weight does not parse is skipped, as
+    Triton skips it; ``*`` weighs each coding not named; identity, unless weighed, is taken
+    below any coding weighed above 0; a tie goes to gzip, then deflate, then identity."""
+    weights: dict[bytes, float] = {}
+    for item in accepted.lower().split(b","):
+        entry = _WEIGHTED.fullmatch(item)
+        if entry is not None:  # named twice: the higher weight, as Triton's reading gives it
+            coding, weight = entry.groups()
+            weights[coding] = max(weights.get(coding, 0.0), float(weight or 1))
+    rest = weights.get(b"*", 0.0)
+    chosen, top = None, 0.0
+    for coding, wbits in _ANSWER_CODINGS:
+        weight = weights.get(coding, rest)
+        if weight > top:
+            chosen, top = (coding, wbits), weight
+    return chosen if top >= weights.get(b"identity", rest) else None
 
 
 #: a ``Content-Encoding`` -> the coding's name and its zlib ``wbits`` (x-gzip is gzip, RFC 9110

@@ -42,8 +42,6 @@ from torchplace.serve.protocol import (
     _check_complete,
     _check_finite,
     _checked_shape,
-    _dims,
-    _for,
     _given_twice,
     _ModelWords,
     _quick_raw_array,
@@ -52,6 +50,7 @@ from torchplace.serve.protocol import (
     _unknown_output,
     _write_output,
     check_output_room,
+    check_rank,
     check_request_id,
     check_reserved,
     class_count,
@@ -265,8 +264,7 @@ def _decode_request(
             raise _unknown_input(tensor.name, inputs)
         if tensor.name in arrays:
             raise _given_twice(tensor.name)
-        if len(tensor.shape) > _MOST_DIMS:  # told without making a list of millions
-            raise _far_too_many_dims(spec, tensor.shape)
+        check_rank(spec, tensor.shape)  # told without making a list of millions
         shape = _checked_shape(
             {"datatype": tensor.datatype, "shape": list(tensor.shape)}, spec, max_rows, json=False
         )
@@ -305,19 +303,6 @@ def _decode_request(
         binary_output=True,
         timeout_us=timeout_us,
         priority=priority,
-    )
-
-
-#: dimensions past which a shape is refused as such, before it is read
-_MOST_DIMS = 64
-
-
-def _far_too_many_dims(spec: TensorSpec, shape: Sequence[int]) -> InputError:
-    return _ModelWords(
-        lambda m: (
-            f"unexpected shape for input {spec.name!r}{_for(m)}. Expected {_dims(spec.shape)}, "
-            f"got {_dims(shape)}: {len(shape)} dimensions, where it has {len(spec.shape)}"
-        )
     )
 
 

@@ -353,6 +353,16 @@ _REQUEST_LINE_HINT = (
 )
 
 
+def _content_length(value: bytes) -> int:
+    """A ``Content-Length`` as a number: its leading zeros dropped first, which RFC 9110 8.6's
+    ``1*DIGIT`` allows any number of, and which would take it past the 4,300 digits ``int()``
+    reads (Python's integer-string conversion limit: a ValueError inside the parser's callback,
+    a 400 that named nothing). The parser lets no value of 2**64 or more through (20 digits);
+    one would read as 2**64 here, over any body limit."""
+    digits = value.lstrip(b"0")
+    return int(digits or b"0") if len(digits) <= 20 else 1 << 64
+
+
 def _parser_hint(data: bytes, reason: str) -> str:
     """What to send instead of what the parser refused (``reason``, its words), and a line of
     ``data`` that shows it where one can be found."""
@@ -717,8 +727,9 @@ class _Connection(asyncio.Protocol):
         if b"connection" in headers or not self._parser.should_keep_alive():
             self._check_version()
         length = headers.get(b"content-length")
+        size = None
         if length is not None and length.isdigit():
-            size, limit = int(length), self._server.max_body_bytes
+            size, limit = _content_length(length), self._server.max_body_bytes
             if size > limit:
                 self._refuse(
                     413,
@@ -731,7 +742,7 @@ class _Connection(asyncio.Protocol):
         if coding is not None:
             self._check_transfer_coding(coding)
         if b"expect" in headers:
-            self._continue(headers[b"expect"], length is not None and length != b"0")
+            self._continue(headers[b"expect"], length is not None and size != 0)
 
     def _reserve_body(self, length: int) -> None:
         """Count a large body against the server's :attr:`HttpServer.body_budget` before it is
@@ -944,7 +955,7 @@ class _Connection(asyncio.Protocol):
                 )
             )
             return True
-        length = int(request.headers.get(b"content-length", b"0") or b"0")
+        length = _content_length(request.headers.get(b"content-length", b"0"))
         if length:
             self._upgrade_body = (request, length)
         return length > 0

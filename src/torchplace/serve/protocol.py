@@ -24,8 +24,9 @@ import math
 import reprlib
 import sys
 from array import array as c_array
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any, cast
 
 import numpy as np
@@ -38,19 +39,23 @@ from torchplace.serve.datatypes import HOST_DTYPES
 from torchplace.serve.shm import SharedMemoryRegions, Target, check_region_named
 
 __all__ = [
+    "MOST_DIMS",
     "WIRE_DTYPES",
     "InferRequest",
     "RequestedOutput",
     "bf16_values",
     "check_json_finite",
     "check_output_room",
+    "check_rank",
     "check_request_id",
     "check_reserved",
+    "check_shape",
     "class_count",
     "decode_infer_request",
     "encode_infer_response",
     "json_loads",
     "model_metadata",
+    "nested_shape",
     "number_hint",
     "output_target",
     "server_metadata",
@@ -173,10 +178,30 @@ def _for(model: str) -> str:
     return f" for model {model!r}" if model else ""
 
 
-def _dims(shape: Sequence[int]) -> str:
-    """A shape as Triton writes one: ``[-1,16]`` (past 16 dimensions, cut)."""
+def _dims(shape: Sequence[object]) -> str:
+    """A shape as Triton writes one: ``[-1,16]`` (past 16 dimensions, cut; an entry that is
+    not an integer, as a client sent it, cut too)."""
     more = f",... {len(shape) - 16} more" if len(shape) > 16 else ""
-    return "[" + ",".join(str(d) for d in shape[:16]) + more + "]"
+    return "[" + ",".join(str(d) if type(d) is int else shown(d) for d in shape[:16]) + more + "]"
+
+
+#: dimensions past which a shape the model does not declare so is refused by its rank alone,
+#: before any dimension is read (numpy's arrays have at most 64): a shape of millions of them
+#: would otherwise be walked, over REST and gRPC, before the rank was compared
+MOST_DIMS = 64
+
+
+def check_rank(spec: TensorSpec, shape: Sequence[object]) -> None:
+    """Refuse a shape of more than :data:`MOST_DIMS` dimensions where ``spec`` has another
+    number, by its length alone: none of its dimensions is read."""
+    if len(shape) > MOST_DIMS and len(shape) != len(spec.shape):
+        raise _ModelWords(
+            lambda m: (
+                f"unexpected shape for input {spec.name!r}{_for(m)}. Expected "
+                f"{_dims(spec.shape)}, got {_dims(shape)}: {len(shape)} dimensions, where it "
+                f"has {len(spec.shape)}"
+            )
+        )
 
 
 def _unknown_input(name: str, inputs: Sequence[TensorSpec]) -> InputError:
@@ -876,7 +901,11 @@ def _checked_shape(
             )
         )
     shape = raw.get("shape")
-    if type(shape) is not list or not all(type(d) is int and d >= 0 for d in shape):
+    if type(shape) is list and len(shape) > MOST_DIMS and _unsigned(shape[:MOST_DIMS]):
+        # the rank told before the rest is read (a first dimension that is no unsigned
+        # integer is told first, in Triton's words, as in a short shape)
+        check_rank(spec, shape)
+    if type(shape) is not list or not _unsigned(shape):
         # Triton's words first for a dimension that is not an unsigned integer
         triton = (
             "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as "
@@ -912,7 +941,21 @@ def _checked_shape(
     return shape
 
 
+def check_shape(spec: TensorSpec, shape: list[int], max_rows: int, model: str = "") -> None:
+    """Refuse a ``shape`` that ``spec`` does not take, as :func:`decode_infer_request` would
+    (``model`` named where its words name it): for a caller that knows a request's shape before
+    it writes the request (KServe V1's rows, refused before they are written out as one)."""
+    try:
+        _checked_shape({"datatype": spec.datatype, "shape": shape}, spec, max_rows)
+    except _ModelWords as exc:
+        raise exc.of_model(model) from None
+
+
 _INT64_MAX = 2**63 - 1
+
+
+def _unsigned(dims: list[Any]) -> bool:
+    return all(type(d) is int and d >= 0 for d in dims)
 
 
 def _missing_datatype(spec: TensorSpec, datatype: object, json: bool) -> InputError:
@@ -1057,9 +1100,9 @@ _TOO_FEW = "Failed to parse 'data' field: shape does not match true shape"
 def _json_array(
     spec: TensorSpec, data: object, shape: list[int], count: int
 ) -> np.ndarray[Any, Any]:
-    """The input's JSON ``data``, as an array of its host dtype (range-checked)."""
+    """The input's JSON ``data``, as an array of its host dtype (range-checked); ``data`` that
+    numpy cannot find the memory for is a 413 naming the input, not a server error."""
     name = spec.name
-    dtype: np.dtype[Any] = HOST_DTYPES[spec.datatype]  # the arrays' dtype in the server
     if not isinstance(data, list):
         # a scalar is no $tensor_data (MLServer's TensorData takes one; KServe's, a List, not)
         given = "" if data is None else f", not {_kind_name(data)} {shown(data)}"
@@ -1073,44 +1116,128 @@ def _json_array(
             f"{_TOO_MANY}: input {name!r}: shape {shape} needs {count} values but 'data' holds "
             f"{len(data)}{nested}"
         )
-    if data and isinstance(data[0], list):
-        data = _unnested(name, data)
+    data, kinds = _checked_values(spec, data, shape, count)
+    try:
+        return _converted(spec, data, kinds)
+    except MemoryError:
+        raise PayloadTooLargeError(
+            f"input {name!r}: its {count} {spec.datatype} values in JSON 'data' do not fit in "
+            "the server's free memory now; send fewer rows per request, or the values as "
+            "binary tensor data"
+        ) from None
+
+
+_LISTS = frozenset((list,))
+_INTS = frozenset((int,))
+_BOOL_KINDS = frozenset((bool,))
+
+
+def _all_bools(spec: TensorSpec, data: list[Any]) -> bool:
+    """Whether a BOOL input's flat ``data`` holds only values equal to true or false (so no
+    string, list or null), told by two passes in C that compare by identity first: a third of
+    the time of looking at each value's type. A 1 or a 0 passes here, and is refused once numpy
+    has read it as an integer."""
+    return spec.datatype == "BOOL" and data.count(True) + data.count(False) == len(data)
+
+
+def _checked_values(
+    spec: TensorSpec, data: list[Any], shape: list[int], count: int
+) -> tuple[list[Any], Set[type]]:
+    """``data`` (a deep nesting's singleton levels dropped) checked before numpy reads it, and
+    the types of its values. Nested, every list above the values must be as long as the first
+    at its level, and those lengths hold ``count`` values, told from the lists alone; then no
+    value may be a string: numpy makes every value of an array that holds one text as long as
+    the longest (a string of 8,000 characters among 32,768 zeros took 1 GB, and one of a
+    million more than any memory). The types are looked at once here for the checks after
+    numpy too (booleans among numbers, integers past 64 bits)."""
+    if data and type(data[0]) is list:
+        data = _unnested(spec.name, data)
+        dims = nested_shape(data)
+        rows = _innermost(data, dims)
+        if rows is None:
+            raise _ragged(spec)
+        _check_count(spec.name, shape, count, math.prod(dims))
+        kinds: Set[type] = set(map(type, chain.from_iterable(rows)))
+    else:
+        kinds = _BOOL_KINDS if _all_bools(spec, data) else set(map(type, data))
+        if list not in kinds:
+            _check_count(spec.name, shape, count, len(data))
+    if list in kinds:  # a value beside lists, or a list below the first one's depth
+        raise _ragged(spec)
+    if str in kinds:
+        raise _fail(f"input {spec.name!r}: 'data' holds strings, not {spec.datatype} values")
+    return data, kinds
+
+
+def nested_shape(values: object) -> list[int]:
+    """The shape of nested lists, read along the first entry of each level (whether the other
+    lists fit it is the caller's to check)."""
+    shape = []
+    value: Any = values
+    while type(value) is list:
+        shape.append(len(value))
+        value = value[0] if value else None
+    return shape
+
+
+def _innermost(data: list[Any], dims: Sequence[int]) -> list[Any] | None:
+    """The innermost lists of nested ``data`` (those that hold the values), when every list
+    above them holds lists only, each as long as ``dims`` says for its level; None otherwise.
+    One pass in C a level: a request of 4,096 rows looks at 4,096 lists, none of their values."""
+    rows = data
+    for depth, width in enumerate(dims[1:], 2):
+        if set(map(type, rows)) != _LISTS or set(map(len, rows)) != {width}:
+            return None
+        if depth < len(dims):
+            rows = list(chain.from_iterable(rows))
+    return rows
+
+
+def _check_count(name: str, shape: list[int], count: int, held: int) -> None:
+    if held != count:
+        raise _fail(
+            f"{_TOO_MANY if held > count else _TOO_FEW}: input {name!r}: shape {shape} needs "
+            f"{count} values but 'data' holds {held}"
+        )
+
+
+def _ragged(spec: TensorSpec) -> InputError:
+    return _fail(
+        f"input {spec.name!r}: 'data' must be a flat or regularly nested array of "
+        f"{spec.datatype} numbers"
+    )
+
+
+def _converted(spec: TensorSpec, data: list[Any], kinds: Set[type]) -> np.ndarray[Any, Any]:
+    """``data``, checked by :func:`_checked_values` (its value ``kinds``), as an array of the
+    input's host dtype, refused where its values are not the datatype's."""
+    name = spec.name
+    dtype: np.dtype[Any] = HOST_DTYPES[spec.datatype]  # the arrays' dtype in the server
     try:
         array = np.array(data)
-    except (ValueError, TypeError, OverflowError):
-        raise _fail(
-            f"input {name!r}: 'data' must be a flat or regularly nested array of "
-            f"{spec.datatype} numbers"
-        ) from None
-    if array.size != count:
-        raise _fail(
-            f"{_TOO_MANY if array.size > count else _TOO_FEW}: input {name!r}: shape {shape} "
-            f"needs {count} values but 'data' holds {array.size}"
-        )
+    except (ValueError, TypeError, OverflowError):  # nested past numpy's 64 dimensions
+        raise _ragged(spec) from None
     if array.dtype.kind == "O" and dtype.kind == "f":
         array = _nulls_as_nan(array)
-    if (
-        array.dtype.kind in "fO"
-        and dtype.kind in "iu"
-        and _all_ints(data)  # past int64 (or int64 and uint64 rows): numpy fell back to float
-    ):
+    if array.dtype.kind in "fO" and dtype.kind in "iu" and kinds == _INTS:
+        # past int64 (or int64 and uint64 rows): numpy fell back to float
         try:
             array = np.array(data, dtype=dtype)
         except OverflowError:
             raise _out_of_range(spec, np.array(data, object).ravel().tolist()) from None
-    if array.dtype.kind in "iuf" and dtype.kind != "b" and _holds_bool(data):
+    if array.dtype.kind in "iuf" and dtype.kind != "b" and bool in kinds:  # numpy read them as 1s
         raise _fail(
             f"input {name!r}: 'data' mixes booleans with numbers; send {spec.datatype} numbers "
             "only (true and false are not numbers here)"
         )
     if array.dtype.kind == "f" and dtype.kind in "iu" and _whole_past(array, dtype):
         raise _out_of_range(spec, array.ravel().tolist())  # an integer past 64 bits, read as float
-    if array.dtype.kind not in _JSON_KINDS[spec.datatype] and count:
+    if array.dtype.kind not in _JSON_KINDS[spec.datatype] and array.size:
         raise _fail(
             _whole_floats(name, spec.datatype, array, dtype, data)
             or f"input {name!r}: 'data' holds {_kind_label(array)}, not {spec.datatype} values"
         )
-    if array.dtype.kind in "iu" and dtype.kind in "iu" and count:
+    if array.dtype.kind in "iu" and dtype.kind in "iu" and array.size:
         info = np.iinfo(dtype)
         if array.min() < info.min or array.max() > info.max:
             raise _out_of_range(spec, array.ravel().tolist())
@@ -1153,22 +1280,6 @@ def _nulls_as_nan(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     flat = np.array([nan if v is None else v for v in values], np.float64)
     read: np.ndarray[Any, Any] = flat.reshape(array.shape)
     return read
-
-
-def _all_ints(data: list[Any]) -> bool:
-    """Whether a (nested) JSON list holds integers only (and at least one, at the bottom)."""
-    kinds = set(map(type, data))
-    if kinds == {int}:
-        return True
-    return kinds == {list} and all(_all_ints(item) for item in data)
-
-
-def _holds_bool(data: list[Any]) -> bool:
-    """Whether a (nested) JSON list holds a boolean (numpy reads true as 1 next to numbers)."""
-    kinds = set(map(type, data))
-    if bool in kinds:
-        return True
-    return list in kinds and any(_holds_bool(item) for item in data if type(item) is list)
 
 
 _BOM = b"\xef\xbb\xbf"
@@ -1352,8 +1463,6 @@ def _whole_floats(
 def _kind_label(array: np.ndarray[Any, Any]) -> str:
     return {
         "b": "booleans",
-        "U": "strings",
-        "S": "strings",
         "O": "mixed or nested values",
         "f": "non-integer numbers",
         "i": "integers",

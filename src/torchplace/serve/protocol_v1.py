@@ -25,11 +25,14 @@ import orjson
 from torchplace.errors import InputError, PayloadTooLargeError
 from torchplace.models import TensorSpec
 from torchplace.serve.protocol import (
+    MOST_DIMS,
     InferRequest,
     bf16_values,
     check_json_finite,
+    check_shape,
     decode_infer_request,
     json_loads,
+    nested_shape,
     number_hint,
     shown,
 )
@@ -54,13 +57,14 @@ def decode_predict_request(
     for spec in inputs:
         column = [_value(row, index, spec, inputs) for index, row in enumerate(rows)]
         _check_even(column, spec)
+        shape = _column_shape(column, spec, max_rows, model)
         tensors.append(
-            {"name": spec.name, "datatype": spec.datatype, "shape": _shape(column), "data": column}
+            {"name": spec.name, "datatype": spec.datatype, "shape": shape, "data": column}
         )
     try:
         document = orjson.dumps({"inputs": tensors})
     except TypeError as exc:  # nested past orjson's depth limit
-        raise InputError(f"the instances are nested too deeply to be tensor rows ({exc})") from None
+        raise _too_deep(str(exc)) from None
     return decode_infer_request(
         document,
         inputs=inputs,
@@ -69,6 +73,22 @@ def decode_predict_request(
         allow_nan=allow_nan,
         model=model,
     )
+
+
+def _column_shape(column: list[Any], spec: TensorSpec, max_rows: int, model: str) -> list[int]:
+    """The shape of input ``spec``'s rows, checked against the model's before the rows are
+    written out as an OIP request and parsed again (rows of the wrong shape cost both, for a
+    refusal their first values already told)."""
+    shape = nested_shape(column)
+    if len(shape) > MOST_DIMS:  # no tensor is this deep (and orjson may not write it out)
+        levels, takes = len(shape) - 1, len(spec.shape) - 1
+        raise _too_deep(f"{levels} levels in a row, where input {spec.name!r} has {takes}")
+    check_shape(spec, shape, max_rows, model)
+    return shape
+
+
+def _too_deep(detail: str) -> InputError:
+    return InputError(f"the instances are nested too deeply to be tensor rows ({detail})")
 
 
 def encode_predict_response(
@@ -219,27 +239,17 @@ def _value(row: Any, index: int, spec: TensorSpec, inputs: Sequence[TensorSpec])
 
 def _check_even(column: list[Any], spec: TensorSpec) -> None:
     """Every instance's part of input ``spec`` has the first one's shape (read as
-    :func:`_shape` reads it): else the instance that differs is named, with both shapes."""
-    first = _shape(column[:1])[1:]
+    :func:`~torchplace.serve.protocol.nested_shape` reads it): else the instance that differs is
+    named, with both shapes."""
+    first = nested_shape(column[0])
     for index in range(1, len(column)):
-        shape = _shape(column[index : index + 1])[1:]
+        shape = nested_shape(column[index])
         if shape != first:
             raise InputError(
                 f"instance {index} gives input {spec.name!r} in shape {shape}, where instance 0 "
                 f"gives {first}; give every instance the same shape (the model takes "
                 f"{list(spec.shape[1:])} per instance)"
             )
-
-
-def _shape(column: list[Any]) -> list[int]:
-    """The stacked rows' shape, read along the first element of each level (the OIP decoder
-    then checks that the values fill it)."""
-    shape = [len(column)]
-    value = column[0]
-    while isinstance(value, list):
-        shape.append(len(value))
-        value = value[0] if value else None
-    return shape
 
 
 def _plain(array: np.ndarray[Any, Any], datatype: str) -> np.ndarray[Any, Any]:
