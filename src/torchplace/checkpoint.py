@@ -19,6 +19,7 @@ import pickle
 import pickletools
 import re
 import zipfile
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -446,6 +447,30 @@ def _refuse_foreign(file: Path) -> None:
             "map_location=device), or pass its weights, saved with "
             "torch.save(torch.jit.load(path).state_dict(), 'weights.pt')"
         )
+    if names:
+        _refuse_damaged(file)
+
+
+def _refuse_damaged(file: Path) -> None:
+    """Refuse a zip archive a member of which fails its CRC check: torch.load does not check
+    them, and a flipped byte in a tensor's storage (a bad disk, a corrupted copy) would load as
+    wrong weights without a word. Reading every member through zipfile checks it, at the cost
+    of one read of the file (which also warms the page cache for torch.load)."""
+    try:
+        with zipfile.ZipFile(file) as archive:
+            bad = archive.testzip()  # the first member whose CRC does not match, else None
+    except (zipfile.BadZipFile, EOFError, ValueError, zlib.error) as exc:  # a member cut short
+        raise _damaged(file, f"a member cannot be read ({exc})") from exc
+    if bad is not None:
+        raise _damaged(file, f"CRC mismatch in {bad}")
+
+
+def _damaged(file: Path, what: str) -> CheckpointError:
+    return CheckpointError(
+        f"cannot load checkpoint {str(file)!r}: it is damaged: {what}, so its data is not what "
+        "was saved (a bad disk, a corrupted copy, an interrupted write). Fix: re-save it or "
+        "re-download it"
+    )
 
 
 def _load_pickle(file: Path, device: torch.device, allow_pickle: bool) -> object:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 import functools
 import logging
-from collections import UserList, deque
+from collections import UserDict, UserList, deque
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -25,6 +25,7 @@ from torchplace.placement.canonical import DeviceLike
 from torchplace.placement.containers import (
     ATOMS,
     SEQUENCES,
+    children,
     dataclass_items,
     dtype_name,
     is_dataclass_instance,
@@ -38,7 +39,7 @@ from torchplace.placement.containers import (
     shape_of,
 )
 
-__all__ = ["map_tensors", "move", "no_data_error", "tensor_mover"]
+__all__ = ["map_tensors", "move", "move_object", "no_data_error", "tensor_mover"]
 
 _log = logging.getLogger("torchplace.placement")
 
@@ -83,20 +84,26 @@ def _walk(where: str, mapper: _Mapper, obj: Any) -> Any:
         return mapper.map(obj)
     except RecursionError as exc:
         raise nesting_error(where, obj, "value", exc) from None
-    except _OneShotFound as found:
-        path = path_to(obj, found.obj, "value")
-        if is_one_shot(found.obj) or is_view(found.obj):
-            raise one_shot_error(where, found.obj, path) from None
-        raise opaque_error(where, found.obj, path) from None
+    except _Refused as refused:
+        path = path_to(obj, refused.obj, "value")
+        raise refused.error(where, refused.obj, path) from refused.cause
 
 
-class _OneShotFound(Exception):
-    """Raised inside the walk at a generator or iterator, or a plain object holding tensors;
-    :func:`_walk` names its path."""
+#: Makes the error for a value the walk refused, from (the function's name, the value, its path).
+_ErrorFor = Callable[[str, Any, str], TorchplaceError]
 
-    def __init__(self, obj: object) -> None:
+
+class _Refused(Exception):
+    """Raised inside the walk at a value it cannot map (a generator, a plain object holding
+    tensors, a mapping that cannot be rebuilt, an object whose ``to`` failed): the walk does
+    not track paths, which would cost every leaf, so :func:`_walk` finds the value's path once
+    it is known to be needed and raises ``error(where, obj, path)``, chained to ``cause``."""
+
+    def __init__(self, obj: object, error: _ErrorFor, cause: BaseException | None = None) -> None:
         super().__init__()
         self.obj = obj
+        self.error = error
+        self.cause = cause
 
 
 class _Mapper:
@@ -144,7 +151,7 @@ class _Mapper:
         if isinstance(obj, Mapping):
             return self._mapping(obj)
         if is_one_shot(obj) or is_view(obj):
-            raise _OneShotFound(obj)
+            raise _Refused(obj, one_shot_error)
         if isinstance(obj, SEQUENCES):  # namedtuples too, rebuilt without their own __new__
             items = [self.map(v) for v in obj]
             if not self._copy and not _changed(obj, items):
@@ -164,7 +171,7 @@ class _Mapper:
         if not callable(_readable(obj, "to")) and any(
             self.tensor(t) is not t for _, t in object_tensors(obj, "")
         ):  # a plain object whose tensors would change: it cannot be rebuilt, so refused
-            raise _OneShotFound(obj)
+            raise _Refused(obj, opaque_error)
         return obj
 
     def _mapping(self, obj: Mapping[Any, Any]) -> Any:
@@ -176,17 +183,18 @@ class _Mapper:
             dict.update(out, new)  # not the subclass's update: Counter.update adds counts
             self._set_fields(obj, out)  # a ModelOutput's fields are attributes too
             return out
-        try:
-            return type(obj)(new)  # type: ignore[call-arg]
-        except TypeError as exc:  # its constructor takes other arguments than its items
-            if not _changed(obj.values(), new.values()):
-                return obj
-            raise ConfigError(
-                f"cannot rebuild a {type(obj).__name__} (a mapping that is not a dict) with its "
-                f"tensors mapped: {type(obj).__name__}(items) raised {exc}, so it was refused "
-                "rather than turned into a plain dict. Fix: give it a to(device) method, or "
-                "pass a dict (dict(mapping))"
-            ) from None
+        if isinstance(obj, UserDict):  # a dict kept in .data, as a UserList keeps a list
+            # its copy keeps the subclass and its attributes; its __init__ is not re-run, as it
+            # may take other arguments first (Features(split, **items))
+            twin = copy.copy(obj)
+            twin.data = new
+            return twin
+        rebuilt = _rebuilt_mapping(type(obj), new)
+        if rebuilt is not None:
+            return rebuilt
+        if not _changed(obj.values(), new.values()):
+            return obj
+        raise _Refused(obj, _unrebuildable_error)
 
     def _dataclass(self, obj: Any) -> Any:
         items = dataclass_items(obj)  # an init=False field never set is left unset
@@ -219,6 +227,31 @@ class _Mapper:
         if is_dataclass_instance(obj):
             for name, v in dataclass_items(obj):
                 object.__setattr__(out, name, self.map(v))
+
+
+def _rebuilt_mapping(cls: Any, items: dict[Any, Any]) -> Any:
+    """``cls(items)`` when that gives back a mapping of exactly ``items`` (the same keys, each
+    to the very value given), else None: a constructor that takes other arguments first may
+    take the items for one of them and come back empty, which would lose them silently."""
+    try:
+        out = cls(items)
+    except TypeError:  # its constructor takes other arguments than its items
+        return None
+    if len(out) != len(items) or any(k not in out or out[k] is not v for k, v in items.items()):
+        return None
+    return out
+
+
+def _unrebuildable_error(where: str, obj: Any, path: str) -> ConfigError:
+    kind = type(obj).__name__
+    return ConfigError(
+        f"{where}: cannot rebuild a {kind} (a mapping that is not a dict) at {path} with its "
+        f"tensors mapped: {kind}(items) does not give back a {kind} of those items (its "
+        "constructor takes other arguments), so it was refused rather than passed back "
+        "without them or turned into a plain dict. Fix: give it a to(device) method that "
+        f"returns it moved, let {kind}(items) build it from its items alone, or pass a dict "
+        "(dict(mapping))"
+    )
 
 
 def _readable(obj: object, name: str) -> Any:
@@ -323,8 +356,15 @@ def move(
       :class:`~torchplace.errors.DeviceUnavailableError`); a structure that contains itself or
       nests too deep raises :class:`~torchplace.errors.ConfigError`.
     - Objects with their own ``to`` method (``PackedSequence``, ``BatchEncoding``, ``TensorDict``,
-      ...) are moved with ``obj.to(device)``; ``dtype`` and ``non_blocking`` are not passed on,
-      as their meaning there is unknown. Any other plain object keeping tensors as attributes
+      ...) are moved with ``obj.to(device)``, called on a shallow copy of ``obj`` (a ``to``
+      that moves in place and returns ``self`` would change the input); ``dtype`` and
+      ``non_blocking`` are not passed on, as their meaning there is unknown. A ``to`` that
+      returns None, or fails (one that is no device move), raises
+      :class:`~torchplace.errors.ConfigError` naming the object's path (``PlacementError`` when
+      it holds meta tensors); torch's own ``RuntimeError`` (out of memory) is raised as it is.
+      A mapping that is not a dict is rebuilt as ``type(m)(items)`` (a ``UserDict`` as a copy
+      holding them), and refused with ``ConfigError`` when that does not give back exactly
+      those items. Any other plain object keeping tensors as attributes
       raises :class:`~torchplace.errors.ConfigError` naming its path: it cannot be rebuilt.
     - ``nn.Module`` instances are returned untouched: ``Module.to()`` moves in place, which
       ``move`` never does behind the caller's back. Call ``module.to(device)`` yourself.
@@ -367,7 +407,7 @@ def move(
     try:
         if type(obj) is torch.Tensor:
             return fn(obj)  # type: ignore[return-value, arg-type]
-        mapper = _Mapper(fn, True, lambda o: o.to(target))
+        mapper = _Mapper(fn, True, functools.partial(move_object, device=target))
         return _walk("move", mapper, obj)  # type: ignore[no-any-return]
     except TorchplaceError:
         raise
@@ -396,6 +436,99 @@ def _raise_if_unusable(device: torch.device, exc: Exception) -> None:
             f"import the torch extension that provides {device.type!r} devices, or ask for "
             "'auto' or 'cpu'."
         ) from probe_exc
+
+
+def move_object(obj: Any, device: torch.device) -> Any:
+    """``obj`` moved by its own ``to(device)`` (``BatchEncoding``, ``PackedSequence``, ...), as
+    :func:`move` and :class:`~torchplace.prefetch.DevicePrefetcher` move such objects.
+
+    ``to`` is called on a shallow copy: many such methods move in place and return the object
+    itself (transformers' ``BatchEncoding`` and ``BatchFeature`` replace their ``data``), which
+    would change the caller's batch; an object that cannot be copied is moved itself. A ``to``
+    that returns None (it worked in place only) raises :class:`~torchplace.errors.ConfigError`,
+    as does one that fails (a ``to`` that is no device move: a pint quantity's, an arrow
+    date's), naming the object's path; one holding meta tensors that fails going to a real
+    device raises :class:`~torchplace.errors.PlacementError`. A ``RuntimeError`` (torch's own
+    failure of the copy: out of memory, a device error) is raised as it is, as for a tensor.
+    It is the ``objects`` of a walk (:func:`map_tensors`), which names the path in those errors.
+    """
+    try:
+        twin = copy.copy(obj)
+    except Exception:  # no copy to be had: moved as it is, by its own contract
+        twin = obj
+    try:
+        out = twin.to(device)
+    except TorchplaceError:
+        raise
+    except Exception as exc:
+        meta = device.type != "meta" and _holds_meta(obj)
+        if isinstance(exc, RuntimeError) and not meta:
+            raise  # torch's own failure of the copy (out of memory, ...), as for a tensor
+        if not meta:
+            _raise_if_unusable(device, exc)  # no such device here: its DeviceError says why
+        error = _meta_object_error if meta else _to_failed_error
+        raise _Refused(obj, functools.partial(error, device=device, exc=exc), exc) from None
+    if out is None:
+        raise _Refused(obj, functools.partial(_to_returned_none_error, device=device))
+    return out
+
+
+def _holds_meta(obj: object) -> bool:
+    """Whether a meta tensor is anywhere inside ``obj`` (its items, its attributes)."""
+    seen: set[int] = set()
+    stack: list[object] = [obj]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, torch.Tensor):
+            if value.is_meta:
+                return True
+        elif id(value) not in seen:
+            seen.add(id(value))
+            stack += [v for _, v in children(value, "") or object_tensors(value, "")]
+    return False
+
+
+def _cause(exc: BaseException) -> str:
+    """The first line of ``exc``, short, for a message that names what its own ``to`` raised."""
+    lines = str(exc).splitlines()
+    return f"{type(exc).__name__}: {lines[0][:120] if lines else ''}"
+
+
+def _to_failed_error(
+    where: str, obj: Any, path: str, *, device: torch.device, exc: BaseException
+) -> ConfigError:
+    kind = type(obj).__name__
+    return ConfigError(
+        f"{where}: the {kind} at {path} cannot be moved to {device}: an object with a to "
+        f"method is moved by calling it with the device, and its to({str(device)!r}) raised "
+        f"{_cause(exc)}, so {kind}.to takes something else (a unit, a time zone, ...) or cannot "
+        "move it. Fix: leave it out of the batch, or give it a to that takes a device and "
+        "returns it moved"
+    )
+
+
+def _to_returned_none_error(
+    where: str, obj: Any, path: str, *, device: torch.device
+) -> ConfigError:
+    kind = type(obj).__name__
+    return ConfigError(
+        f"{where}: the {kind} at {path} cannot be moved to {device}: its own "
+        f"to({str(device)!r}) returned None (it moves in place only), so the moved structure "
+        "would hold None in its place. Fix: make its to return the moved object (return self "
+        "at its end), or leave it out of the batch and move it yourself"
+    )
+
+
+def _meta_object_error(
+    where: str, obj: Any, path: str, *, device: torch.device, exc: BaseException
+) -> PlacementError:
+    kind = type(obj).__name__
+    return PlacementError(
+        f"{where}: the {kind} at {path} holds meta tensors, and its own to({str(device)!r}) "
+        f"raised {_cause(exc)}: a meta tensor has a shape and dtype but no data to copy. Fix: "
+        "create its tensors on the device they are used on, or load real values into them, "
+        "before moving it"
+    )
 
 
 def no_data_error(t: torch.Tensor, device: torch.device) -> PlacementError:

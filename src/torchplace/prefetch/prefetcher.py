@@ -20,7 +20,7 @@ import torch
 import torchplace.prefetch.streams as stream_backend
 from torchplace.errors import ConfigError
 from torchplace.placement import map_tensors
-from torchplace.placement.nested import tensor_mover
+from torchplace.placement.nested import move_object, tensor_mover
 from torchplace.prefetch.copies import BatchCopier, InFlight
 from torchplace.prefetch.staging import DEFAULT_PIN_POOL_BYTES, PinFn, PinnedPool
 from torchplace.prefetch.stats import PrefetchStats, StatsAccumulator
@@ -260,8 +260,9 @@ class DevicePrefetcher(Generic[T]):
         )
 
     def _move_object(self, obj: Any) -> Any:
-        """An object with its own ``to`` (``PackedSequence``, ...) moves itself, blocking."""
-        return obj.to(self.device)
+        """An object with its own ``to`` (``PackedSequence``, ...) moves itself, blocking, as
+        :func:`torchplace.move` moves it (a copy of it, so the source's batch is unchanged)."""
+        return move_object(obj, self.device)
 
     # ---------------------------------------------------------------------------------------
     # Without streams: move when asked

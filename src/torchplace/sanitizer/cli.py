@@ -7,7 +7,8 @@ expects; ``script.py args`` and ``-m module args`` work too. The report goes to 
 is sent SIGTERM, so that the program's own stdout stays clean; a child it forks writes none.
 Threads the program starts through :mod:`threading` (thread pools included) are guarded too,
 and, as python does, the non-daemon ones still running when the program's code ends are waited
-for before the report.
+for before the report, and then the :mod:`atexit` handlers the program registered are run,
+guarded too (a checkpoint saved at exit), and not again when this process exits.
 
 Exit status: 0 when the program ended well, 1 when it failed (a nonzero exit, an exception, or
 ``--mode raise`` stopping it, in any thread; its own exit status and the number of violations
@@ -17,6 +18,7 @@ raised are in the JSON report), 2 for a usage error.
 from __future__ import annotations
 
 import argparse
+import atexit
 import builtins
 import contextlib
 import importlib.machinery
@@ -250,11 +252,13 @@ def run(args: argparse.Namespace) -> int:
     code = 0
     terminated = False
     already_running = set(threading.enumerate())
+    exit_handlers = _ExitHandlers()
     try:
         with (
             guard,
             _report_on_hard_exit(write, pid, lambda status: _outcome(status, guard)),
             options.applied(),
+            exit_handlers,
         ):
             try:
                 if kind == "module":
@@ -269,10 +273,12 @@ def run(args: argparse.Namespace) -> int:
             except BaseException:
                 if os.getpid() == pid:
                     _join_program_threads(already_running)
+                exit_handlers.run()
                 raise
             else:
                 if os.getpid() == pid:
                     _join_program_threads(already_running)
+                exit_handlers.run()
     except _Terminated as exc:
         code = _exit_code(exc)
         terminated = True
@@ -367,6 +373,51 @@ def _program_threads(already_running: set[threading.Thread]) -> list[threading.T
         and t.is_alive()
         and getattr(getattr(t, "_target", None), "__module__", "") != "concurrent.futures.thread"
     ]
+
+
+class _ExitHandlers:
+    """The :mod:`atexit` handlers the program registers while it runs, to run inside the guard.
+
+    Python runs them after the program's code ends (and its threads are joined), which here is
+    after the guard has ended and written its report: their crossings would be left out. So
+    ``atexit.register`` keeps them here instead, and :meth:`run` runs them as python would, last
+    registered first, an error in one printed and the next run. Only the program's: this
+    process's other handlers (torch's, or a test runner's when guard runs in it) are not run
+    early. A handler registered while they run is dropped, as python drops it.
+    """
+
+    def __init__(self) -> None:
+        self._handlers: list[tuple[Callable[..., object], tuple[Any, ...], dict[str, Any]]] = []
+        self._saved = (atexit.register, atexit.unregister)
+
+    def __enter__(self) -> _ExitHandlers:
+        atexit.register = self._register  # type: ignore[assignment]
+        atexit.unregister = self._unregister
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        atexit.register, atexit.unregister = self._saved
+
+    def _register(self, func: Callable[..., object], /, *args: Any, **kwargs: Any) -> object:
+        self._handlers.append((func, args, kwargs))
+        return func  # as atexit.register returns it: it is used as a decorator
+
+    def _unregister(self, func: Callable[..., object], /) -> None:
+        self._handlers = [h for h in self._handlers if h[0] != func]
+        self._saved[1](func)  # one registered before the program started
+
+    def run(self) -> None:
+        handlers, self._handlers = self._handlers, []
+        for func, args, kwargs in reversed(handlers):
+            try:
+                func(*args, **kwargs)
+            except _Terminated:
+                raise  # SIGTERM ends the process on the spot, exit handlers or not
+            except BaseException as exc:  # python prints it and goes on, sys.exit() too
+                print(f"Exception ignored in atexit callback: {func!r}", file=sys.stderr)
+                tb = exc.__traceback__
+                # from the handler's own frame on, as python shows it
+                traceback.print_exception(type(exc), exc, tb and tb.tb_next, file=sys.stderr)
 
 
 class _Terminated(SystemExit):
