@@ -1007,7 +1007,8 @@ _PACKERS = frozenset(
 )
 
 
-_SEQUENCES = frozenset({"list", "tuple"})
+# `collections.abc.Sequence` too: no tensor is one (`isinstance(outputs, Sequence)`)
+_SEQUENCES = frozenset({"list", "tuple", "Sequence", "MutableSequence"})
 
 
 def narrowed_to_list(loop: ast.AST, scope: ast.AST) -> bool:
@@ -1151,7 +1152,9 @@ def _tests_sequence(test: ast.expr, names: set[str]) -> bool:
         return False
     elements = tested[1]
     return bool(elements) and all(
-        isinstance(kind, ast.Name) and kind.id in _SEQUENCES for kind in elements
+        (isinstance(kind, ast.Name) and kind.id in _SEQUENCES)
+        or (isinstance(kind, ast.Attribute) and kind.attr in _SEQUENCES)  # `abc.Sequence`
+        for kind in elements
     )
 
 
@@ -1728,7 +1731,9 @@ def _steps_an_optimizer(call: ast.Call) -> bool:
 
 def _names_optimizer(node: ast.expr) -> bool:
     """``optimizer``, ``self.G_optimizer``, ``opt``: ``opt`` as the start of a word of the
-    last name."""
+    last name; also an entry of a mapping of them, ``self.optimizers["critic"]``."""
+    if isinstance(node, ast.Subscript):
+        node = node.value
     last = (dotted_name(node) or "").rpartition(".")[2].lower()
     return any(word.startswith("opt") for word in last.split("_"))
 

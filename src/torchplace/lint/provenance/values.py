@@ -229,9 +229,13 @@ def moves_to_device(call: ast.Call, qualname: object = None) -> bool:
         return False  # torch.float16 and friends: a dtype
     if isinstance(first, ast.Attribute) and "dtype" in first.attr:
         return False
-    if isinstance(first, ast.Name) and "dtype" in first.id:
-        return False
+    if isinstance(first, ast.Name) and ("dtype" in first.id or first.id in _PYTHON_TYPES):
+        return False  # `x.to(int)`: a cast to the dtype torch maps Python's type to
     return not (isinstance(first, ast.Constant) and not isinstance(first.value, str))
+
+
+# Python's number types, which `Tensor.to` takes as dtypes (`done.to(int)` is `torch.int64`).
+_PYTHON_TYPES = frozenset({"int", "float", "bool", "complex"})
 
 
 def _device_target(call: ast.Call) -> ast.expr | None:

@@ -24,7 +24,12 @@ from torchplace.lint.base import (
 )
 from torchplace.lint.nodes import own_nodes, subscripted, walk
 from torchplace.lint.provenance.files import file_facts
-from torchplace.lint.provenance.values import _device_helper, _is_cpu, _passes_device
+from torchplace.lint.provenance.values import (
+    _device_helper,
+    _is_cpu,
+    _passes_device,
+    moves_to_device,
+)
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.factory_match import (
     COMBINERS,
@@ -861,7 +866,9 @@ def _used_on_host(call: ast.Call, ctx: Context) -> bool:
         if isinstance(parent, ast.Subscript) and parent.slice is node:
             index = True
         if isinstance(parent, ast.Attribute) and parent.value is node:
-            if parent.attr in _HOST_READS:
+            if parent.attr == "to" and _cast_only(parent, ctx):
+                pass  # `torch.ones(n).to(x.dtype)`: a cast, still on the host; what then?
+            elif parent.attr in _HOST_READS:
                 # `mask[torch.arange(b)].to(device)` with `mask` on the device already: the
                 # host index is copied over before the (idle) move
                 return not (index and parent.attr in _PLACERS and meets_device_tensor(call, ctx))
@@ -887,6 +894,13 @@ def _used_on_host(call: ast.Call, ctx: Context) -> bool:
 
 
 _REDUCTIONS = frozenset({"sum", "any", "all", "max", "min", "mean", "prod", "count_nonzero"})
+
+
+def _cast_only(attribute: ast.Attribute, ctx: Context) -> bool:
+    """The ``.to`` of ``attribute`` is called with a dtype alone (``.to(x.dtype)``,
+    ``.to(torch.float16)``): a cast that leaves the tensor where it is."""
+    call = next((p for p in ctx.parents if isinstance(p, ast.Call) and p.func is attribute), None)
+    return call is not None and not moves_to_device(call, ctx.qualname)
 
 
 def _reduces(call: ast.Call, node: ast.AST, ctx: Context) -> bool:

@@ -932,6 +932,11 @@ _COLLECTIVES = frozenset(
         "reduce_scatter",
         "reduce_scatter_tensor",
         "scatter",
+        # the object collectives pickle through tensors on the current device too
+        "broadcast_object_list",
+        "all_gather_object",
+        "gather_object",
+        "scatter_object_list",
     }
 )
 
@@ -939,7 +944,7 @@ _COLLECTIVES = frozenset(
 def _calls_collective(tree: ast.AST, ctx: Context) -> bool:
     """The file runs a tensor collective of ``torch.distributed`` (``dist.all_gather``): a
     helper of multi-rank code, whose rank set-up (``set_device``) is in another file."""
-    if "all_" not in ctx.source and "broadcast" not in ctx.source and "reduce" not in ctx.source:
+    if not any(word in ctx.source for word in ("all_", "broadcast", "reduce", "_object")):
         return False
     for node in walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):

@@ -15,6 +15,7 @@ from torchplace.lint.nodes import (
     walk,
 )
 from torchplace.lint.provenance.loops import counter_names
+from torchplace.lint.provenance.values import moves_to_device
 from torchplace.lint.rules.factories import _empty_shape, _number_annotation
 from torchplace.lint.rules.facts import (
     FACTORIES,
@@ -1111,6 +1112,7 @@ def _moved_where_used(
                 isinstance(sub, ast.Call)
                 and isinstance(sub.func, ast.Attribute)
                 and sub.func.attr in {"to", "cuda", "type_as"}
+                and (sub.func.attr != "to" or moves_to_device(sub))  # not `.to(t.dtype)`: a cast
             ):
                 # the attribute moved, or a view of it (`self.table[t].to(x)`), or an arm of
                 # a choice moved (`(self.feats if given is None else given).to(x.device)`);

@@ -1,0 +1,124 @@
+"""Round 68: `.to(int)` and `.to(x.dtype)` are casts, not moves (TPL201, TPL501, TPL103); the
+object collectives make a file multi-rank (TPL104); `isinstance(out, Sequence)` finds whole
+tensors, and an optimizer kept in a mapping steps a training step (TPL201)."""
+
+from __future__ import annotations
+
+from torchplace.lint import lint_source
+
+from .helpers import lines as _lines
+
+CAST_INT = """\
+import numpy as np
+import torch
+
+def evaluate(env, policy, n):
+    sums = []
+    for batch in range(n):
+        done = torch.from_numpy(env.step()).to(int)
+        done_indices = torch.argmax(done, dim=1)
+        sums.extend(done_indices.tolist())
+        moved = torch.from_numpy(env.step()).to("cuda")
+        print(moved.sum().item())
+    return sums
+"""
+
+
+def test_to_a_python_type_is_a_cast_that_leaves_the_tensor_on_the_host() -> None:
+    assert _lines(CAST_INT, "TPL201") == [11]
+
+
+DTYPE_READ = """\
+import torch
+from torch import nn
+
+class Rotary(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.freqs_sin = torch.arange(4).float().sin().cuda()
+        self.freqs_cos = torch.arange(4).float().cos()
+
+    def forward(self, t):
+        return t * self.freqs_sin.to(t.dtype) + self.freqs_cos.to(t.device)
+"""
+
+
+def test_an_attribute_cast_where_it_is_read_is_not_moved_there() -> None:
+    assert _lines(DTYPE_READ, "TPL501") == [7]
+
+
+DTYPE_FACTORY = """\
+import torch
+from torch import nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        ones = torch.ones((2, 3)).to(x.dtype)
+        placed = torch.ones((2, 3)).to(x.device)
+        return self.lin(x) + ones + placed
+"""
+
+
+def test_a_factory_cast_to_the_inputs_dtype_stays_on_the_host() -> None:
+    assert _lines(DTYPE_FACTORY, "TPL103") == [10]
+
+
+OBJECTS = """\
+import torch.distributed as dist
+
+def share(obj, rank):
+    object_list = [obj]
+    dist.broadcast_object_list(object_list, src=rank, device="cuda")
+    return object_list[0]
+"""
+
+
+def test_an_object_collective_makes_the_file_multi_rank() -> None:
+    assert _lines(OBJECTS, "TPL104") == [5]
+
+
+SEQUENCE = """\
+from collections.abc import Sequence
+import torch
+
+def evaluate(model, loader, metric):
+    model = model.cuda()
+    for x in loader:
+        outputs = model(x.cuda())
+        if isinstance(outputs, Sequence):
+            for v in outputs:
+                metric.update(v.cpu())
+        else:
+            for row in outputs:
+                metric.update(row.cpu())
+"""
+
+
+def test_a_loop_over_a_sequence_walks_whole_tensors_not_rows() -> None:
+    found = [f for f in lint_source(SEQUENCE, "train.py", select={"TPL201"}) if f.line == 10]
+    assert found
+    assert "row" not in found[0].message
+
+
+OPTIMIZERS = """\
+import torch
+
+class SAC:
+    def __init__(self, policy, device):
+        self.policy = policy.to(device)
+
+    def update(self, batch):
+        loss = self.policy.critic_loss(batch)
+        self.optimizers["critic"].zero_grad()
+        loss.backward()
+        self.optimizers["critic"].step()
+        self.logger.log("loss_critic", loss.item())
+"""
+
+
+def test_an_optimizer_kept_in_a_mapping_steps_a_training_step() -> None:
+    assert _lines(OPTIMIZERS, "TPL201") == [12]
