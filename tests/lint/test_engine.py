@@ -287,3 +287,11 @@ def test_deeply_nested_loops_are_walked_without_doubling_per_level() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "1"
+
+
+def test_a_coding_cookie_python_cannot_use_is_an_unreadable_file_not_a_syntax_error() -> None:
+    unknown = lint_bytes(b"# -*- coding: bogus -*-\nx = 1\n", "a.py")
+    clash = lint_bytes(b"\xef\xbb\xbf# -*- coding: latin-1 -*-\nx = 1\n", "b.py")
+    assert [(f.code, f.line) for f in unknown] == [("TPL001", 1)]
+    assert "bogus" in unknown[0].message
+    assert [f.code for f in clash] == ["TPL001"]

@@ -458,3 +458,13 @@ def test_cousins_take_subpackages_and_namespace_folders_but_not_a_crowd(
         (crowd / f"p{n}").mkdir()
     (crowd / "p0" / "a.py").write_text("x = 1\n")
     assert _cousins(str(crowd / "p1")) == ()
+
+
+def test_a_files_call_words_are_read_once_by_whole_names() -> None:
+    from torchplace.lint.provenance.callers import _read_call_words
+
+    words = _read_call_words("def step(x):\n    pass\nself.step(y)\nrestep(z)\nEngine(step, f)\n")
+    assert words.called["step"] == 2  # its `def` and `self.step(`, not `restep(`
+    assert words.called["restep"] == 1
+    assert "step" in words.handed  # `Engine(step, ...)`
+    assert "Engine" not in words.handed

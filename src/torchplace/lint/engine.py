@@ -70,13 +70,15 @@ def _char_col(line: str, byte_col: int) -> int:
 
 
 def decode_source(raw: bytes) -> str:
-    """Decode source bytes as Python does (BOM, PEP 263 cookie, else UTF-8); may raise."""
+    """Decode source bytes as Python does (BOM, PEP 263 cookie, else UTF-8); may raise (a
+    cookie naming no known encoding, or another than a UTF-8 BOM: Python cannot read the
+    file, whatever its bytes)."""
+    encoding, _ = tokenize.detect_encoding(BytesIO(raw).readline)
     if raw.startswith(codecs.BOM_UTF8):
         return raw[3:].decode("utf-8")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
-        encoding, _ = tokenize.detect_encoding(BytesIO(raw).readline)
         if encoding in {"utf-8", "utf-8-sig"}:
             raise
         return raw.decode(encoding)

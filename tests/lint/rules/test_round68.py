@@ -4,7 +4,10 @@ tensors, and an optimizer kept in a mapping steps a training step (TPL201)."""
 
 from __future__ import annotations
 
+import ast
+
 from torchplace.lint import lint_source
+from torchplace.lint.provenance.loops import steps_optimizer
 
 from .helpers import lines as _lines
 
@@ -122,3 +125,52 @@ class SAC:
 
 def test_an_optimizer_kept_in_a_mapping_steps_a_training_step() -> None:
     assert _lines(OPTIMIZERS, "TPL201") == [12]
+
+
+CLOSURE_IN_LOOP = """\
+import torch
+from copy import deepcopy
+
+def main(model, data, num_steps, optimizer, booster):
+    model = model.cuda()
+    ema = deepcopy(model).cpu().eval().requires_grad_(False)
+
+    def run_iter(batch):
+        loss = model(batch.cuda()).sum()
+        booster.backward(loss, optimizer)
+        optimizer.step()
+        return loss
+
+    for step in range(num_steps):
+        run_iter(next(data))
+"""
+
+
+def test_a_closure_called_in_a_nested_loop_is_no_step_of_the_function_itself() -> None:
+    # `main` walks the batches; the closure it calls in that loop is the step, not `main`
+    main = ast.parse(CLOSURE_IN_LOOP).body[2]
+    assert isinstance(main, ast.FunctionDef)
+    assert not steps_optimizer(main)
+    called = CLOSURE_IN_LOOP.replace(
+        "    for step in range(num_steps):\n        run_iter(next(data))\n", "    run_iter(data)\n"
+    )
+    once = ast.parse(called).body[2]
+    assert isinstance(once, ast.FunctionDef)
+    assert steps_optimizer(once)
+
+
+REWRITTEN = """\
+import torch
+
+def log_videos(model, batch, writer):
+    model = model.cuda()
+    videos = model.log_video(batch.cuda())
+    for k in videos:
+        if isinstance(videos[k], torch.Tensor):
+            videos[k] = videos[k].detach().float().cpu()
+    writer.save(videos)
+"""
+
+
+def test_a_loop_that_rewrites_a_mappings_entries_under_their_keys_walks_no_rows() -> None:
+    assert _lines(REWRITTEN, "TPL201") == []

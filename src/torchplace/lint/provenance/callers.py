@@ -8,13 +8,14 @@ from __future__ import annotations
 import ast
 import bisect
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from torchplace.lint.base import call_name
-from torchplace.lint.nodes import own_nodes, store_targets, walk
+from torchplace.lint.nodes import kept, own_nodes, store_targets, walk
 from torchplace.lint.provenance.loops import (
     _chain_root,
     _iterates_batches,
@@ -47,8 +48,10 @@ if TYPE_CHECKING:
     from torchplace.lint.provenance.files import FileFacts
 
 __all__ = [
+    "CallWords",
     "PerBatch",
     "call_sites",
+    "call_words",
     "calls_in",
     "decode_hook",
     "engine_step",
@@ -172,7 +175,7 @@ def find_per_batch(
         how = f"`{function.name}` is an `Engine`'s process function, run once per iteration"
         return PerBatch(how, {}, calls_backward(function))
     result: PerBatch | None = None
-    if facts.text.count(function.name + "(") > 1:
+    if call_words(facts).called.get(function.name, 0) > 1:
         result = _from_callers(facts, function, depth, facts, None)
     if result is None and depth == 0 and facts.parent.get(id(function)) is facts.tree:
         result = _from_importers(facts, function)
@@ -580,10 +583,40 @@ def decode_hook(facts: FileFacts, function: ast.AST) -> bool:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class CallWords:
+    """What a file's text says of its names, read in one pass: how often each is followed by
+    ``(`` (called, or defined), and which are followed by ``)`` or ``,`` (handed on). Asking
+    the text once per function made a file of 10,000 functions take 5 s."""
+
+    called: dict[str, int]
+    handed: frozenset[str]
+
+
+_WORD_BEFORE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)([(),])")
+
+
+def call_words(facts: FileFacts) -> CallWords:
+    """The :class:`CallWords` of ``facts``' file, found once per file."""
+    return kept("call-words", facts.tree, lambda _: _read_call_words(facts.text))
+
+
+def _read_call_words(text: str) -> CallWords:
+    called: dict[str, int] = {}
+    handed: set[str] = set()
+    for match in _WORD_BEFORE.finditer(text):
+        word, mark = match.groups()
+        if mark == "(":
+            called[word] = called.get(word, 0) + 1
+        else:
+            handed.add(word)
+    return CallWords(called, frozenset(handed))
+
+
 def engine_step(facts: FileFacts, name: str) -> bool:
     """``name`` is handed to an engine of the file as its process function: ``trainer =
     Engine(train_step)`` calls ``train_step(engine, batch)`` once per iteration."""
-    if name + ")" not in facts.text and name + "," not in facts.text:
+    if name not in call_words(facts).handed:
         return False
     return any(
         call.args and isinstance(call.args[0], ast.Name) and call.args[0].id == name

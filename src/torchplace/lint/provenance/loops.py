@@ -162,6 +162,8 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
         and all(_returns_dict(facts, i, scope) for i in iters)
     ):
         found = None  # `for key in coeffs:` of `coeffs = split_coeff(x)`: a dict's keys, not rows
+    if found is not None and found[0] == "rows" and _rewrites_entries(loop):
+        found = None  # `for k in videos: videos[k] = videos[k].cpu()`: a mapping's keys
     if found is not None and found[0] == "rows" and narrowed_to_list(loop, scope):
         # `if isinstance(out, list): out = [o.cpu() for o in out]`: one whole tensor per head
         return "items", found[1]
@@ -590,11 +592,35 @@ def _walks_mapping(iterable: ast.expr) -> bool:
     )
 
 
+def _rewrites_by_key(loop: ast.For | ast.AsyncFor, key: str) -> bool:
+    """``for k in videos: videos[k] = videos[k].float().cpu()`` (also over ``videos.keys()``,
+    through ``list(...)``): each key's entry rewritten under the key, a pass over one
+    mapping's entries (a list is not indexed by its own elements)."""
+    walked = loop.iter
+    if isinstance(walked, ast.Call) and isinstance(walked.func, ast.Name) and walked.args:
+        walked = walked.args[0] if walked.func.id in {"list", "sorted", "tuple"} else walked
+    if isinstance(walked, ast.Call) and isinstance(walked.func, ast.Attribute):
+        walked = walked.func.value if walked.func.attr == "keys" and not walked.args else walked
+    mapping = dotted_name(walked)
+    return mapping is not None and any(
+        isinstance(target, ast.Subscript)
+        and dotted_name(target.value) == mapping
+        and isinstance(target.slice, ast.Name)
+        and target.slice.id == key
+        for part in loop.body
+        for stmt in walk(part)
+        if isinstance(stmt, ast.Assign)
+        for target in stmt.targets
+    )
+
+
 def _rewrites_entries(loop: ast.AST) -> bool:
     """``for key, value in list(results.items()):`` that converts each value (StyleGAN3's
     broadcast of every metric, ``value = float(value.cpu())``) and stores it back,
     ``results[key] = value``: a pass over the entries of one mapping, as a loop that moves
     them in place is, not a loop over batches."""
+    if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.target, ast.Name):
+        return _rewrites_by_key(loop, loop.target.id)
     if not isinstance(loop, (ast.For, ast.AsyncFor)) or not isinstance(loop.target, ast.Tuple):
         return False
     walked = loop.iter
@@ -1586,13 +1612,19 @@ def _split_own(body: list[ast.AST]) -> tuple[list[ast.AST], list[ast.AST]]:
 
 @lru_cache(maxsize=1024)
 def _names_used(body: tuple[ast.AST, ...]) -> frozenset[str]:
-    """The names a block reads (once per block: the loops and steps of a file ask again)."""
-    return frozenset(
-        sub.id
-        for stmt in body
-        for sub in walk(stmt)
-        if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load)
-    )
+    """The names a block reads outside its nested loops (a closure called in a nested loop,
+    Open-Sora's ``run_iter`` in ``main``'s loop over batches, runs per step of that loop, not
+    as part of the block)."""
+    found: set[str] = set()
+    todo = list(body)
+    while todo:
+        sub = todo.pop()
+        if isinstance(sub, _LOOPS):
+            continue
+        if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load):
+            found.add(sub.id)
+        todo.extend(children(sub))
+    return frozenset(found)
 
 
 def _moves_items(loop: ast.AST) -> bool:

@@ -38,6 +38,7 @@ from torchplace.lint.nodes import (
 from torchplace.lint.provenance import Fact, FileFacts, PerBatch, file_facts, scope_node
 from torchplace.lint.provenance.callers import (
     MOVED_SELF,
+    call_words,
     decode_hook,
     engine_step,
     imported_by_siblings,
@@ -3449,7 +3450,7 @@ def _called_here(scope: ast.AST, ctx: Context) -> bool:
     cached = cache.get(key)
     if cached is None:
         cached = cache[key] = (
-            ctx.source.count(name + "(") > 1
+            call_words(facts).called.get(name, 0) > 1
             or engine_step(facts, name)
             or (top and imported_by_siblings(facts, name))
         )
