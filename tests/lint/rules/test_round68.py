@@ -174,3 +174,22 @@ def log_videos(model, batch, writer):
 
 def test_a_loop_that_rewrites_a_mappings_entries_under_their_keys_walks_no_rows() -> None:
     assert _lines(REWRITTEN, "TPL201") == []
+
+
+GATHERED = """\
+import torch
+
+def pick(x: torch.Tensor, n: int) -> torch.Tensor:
+    return x.index_select(0, torch.arange(n))
+
+def pick_fn(x: torch.Tensor, n: int) -> torch.Tensor:
+    idx = torch.arange(n)
+    return torch.index_select(x, 0, idx)
+
+def pick_placed(x: torch.Tensor, n: int) -> torch.Tensor:
+    return torch.gather(x, 0, torch.arange(n, device=x.device))
+"""
+
+
+def test_a_factory_handed_to_a_gather_of_a_tensor_is_combined_with_it() -> None:
+    assert _lines(GATHERED, "TPL103") == [4, 7]

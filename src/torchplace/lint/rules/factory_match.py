@@ -123,7 +123,11 @@ _TENSOR_ONLY = frozenset(
 # torch functions whose tensor arguments must share a device.
 _JOINERS = COMBINERS | frozenset(
     {"torch.where", "torch.maximum", "torch.minimum", "torch.matmul", "torch.bmm", "torch.mm"}
+    # an index handed to a gather is copied to its source's device on every call
+    | {"torch.index_select", "torch.gather", "torch.take_along_dim", "torch.take"}
 )
+# The same gathers as methods of their source, `x.index_select(0, torch.linspace(...))`.
+_GATHERS = frozenset({"index_select", "gather", "take_along_dim", "take"})
 
 
 def matched_to_parameter(call: ast.Call, ctx: Context) -> tuple[Scope, str, str] | None:
@@ -990,6 +994,14 @@ def _joined(
             return None
     if isinstance(parent, ast.Subscript):  # x[torch.arange(n)]
         return _tensor_of(parent.value, tensors)
+    if (
+        isinstance(parent, ast.Call)
+        and isinstance(parent.func, ast.Attribute)
+        and parent.func.attr in _GATHERS
+        and node in parent.args
+        and ctx.qualname(parent.func) is None
+    ):
+        return _tensor_of(parent.func.value, tensors)  # x.index_select(0, torch.arange(n))
     if isinstance(parent, ast.Call) and ctx.call_qualname(parent) in _JOINERS:
         for arg in parent.args:
             elts = arg.elts if isinstance(arg, (ast.List, ast.Tuple)) else [arg]
