@@ -193,3 +193,26 @@ def pick_placed(x: torch.Tensor, n: int) -> torch.Tensor:
 
 def test_a_factory_handed_to_a_gather_of_a_tensor_is_combined_with_it() -> None:
     assert _lines(GATHERED, "TPL103") == [4, 7]
+
+
+NORMALISED = """\
+import torch
+
+def mixstyle(x, alpha, eps=1e-6):
+    sizes = x.size()
+    mean = x.mean(-1, keepdim=True)
+    var = x.var(-1, keepdim=True)
+    x = (x - mean) / (var + eps).sqrt()
+    idx_swap = torch.randperm(sizes[0])
+    mean = alpha * mean + (1 - alpha) * mean[idx_swap]
+    return x * mean
+
+def rebuilt(x):
+    x = torch.FloatTensor(x)
+    return x[torch.randperm(3)]
+"""
+
+
+def test_a_parameter_rebound_to_arithmetic_on_itself_is_still_its_tensor() -> None:
+    # a parameter rebound to a new tensor built from it is another value
+    assert _lines(NORMALISED, "TPL103") == [8]

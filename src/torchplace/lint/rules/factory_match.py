@@ -514,7 +514,14 @@ def _bare_names(target: ast.expr | None) -> list[str]:
 
 def _same_tensor(value: ast.expr, param: str) -> bool:
     """``x = x.float()``, ``x = x.view(-1)``: still the parameter's tensor, on its device
-    (never ``x = torch.FloatTensor(x)``, a new tensor built from a list)."""
+    (never ``x = torch.FloatTensor(x)``, a new tensor built from a list); also arithmetic on it,
+    ``x = (x - mean) / std``, which runs where it is."""
+    if isinstance(value, ast.BinOp):
+        return _same_tensor(value.left, param) or _same_tensor(value.right, param)
+    if isinstance(value, ast.UnaryOp):
+        return _same_tensor(value.operand, param)
+    if isinstance(value, ast.Name):
+        return value.id == param
     while isinstance(value, (ast.Call, ast.Subscript, ast.Attribute)):
         if isinstance(value, ast.Call):
             func = value.func
