@@ -216,3 +216,24 @@ def rebuilt(x):
 def test_a_parameter_rebound_to_arithmetic_on_itself_is_still_its_tensor() -> None:
     # a parameter rebound to a new tensor built from it is another value
     assert _lines(NORMALISED, "TPL103") == [8]
+
+
+CLAMPED = """\
+import torch
+
+def uniform_temporal_subsample(x: torch.Tensor, num_samples: int) -> torch.Tensor:
+    t = x.shape[-3]
+    indices = torch.linspace(0, t - 1, num_samples)
+    indices = torch.clamp(indices, 0, t - 1).long()
+    return torch.index_select(x, -3, indices)
+
+def placed(x: torch.Tensor, num_samples: int) -> torch.Tensor:
+    indices = torch.linspace(0, 3, num_samples)
+    indices = indices.long().to(x.device)
+    return x[indices]
+"""
+
+
+def test_a_factory_rebound_to_a_torch_function_of_itself_is_still_on_the_host() -> None:
+    # rebound to a move, it is placed
+    assert _lines(CLAMPED, "TPL103") == [5]

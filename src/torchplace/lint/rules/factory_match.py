@@ -1067,6 +1067,8 @@ def _uses_meet(
                 if found is not None:
                     return found
         if isinstance(sub.ctx, ast.Store):
+            if _rebinds_itself(sub, name, parents, ctx):
+                continue  # `idx = torch.clamp(idx, 0, n - 1).long()`: the same host tensor
             break  # rebound: what follows is another value
         outer, where = _climb(sub, parents)
         found = _joined(outer, where, parents, ctx, tensors) or _masked_by(
@@ -1084,6 +1086,30 @@ def _uses_meet(
             if found is not None:
                 return found
     return None
+
+
+def _rebinds_itself(use: ast.Name, name: str, parents: dict[int, ast.AST], ctx: Context) -> bool:
+    """``use`` binds ``name`` to a view, cast or torch function of its own value (``idx =
+    torch.clamp(idx, 0, n - 1).long()``), which stays where it was: not to a move."""
+    stmt = parents.get(id(use))
+    if not (isinstance(stmt, ast.Assign) and stmt.targets == [use]):
+        return False
+    value = stmt.value
+    if _same_tensor(value, name):
+        return True
+    while (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr not in {"to", "cuda", "type_as"}
+        and ctx.qualname(value.func) is None
+    ):
+        value = value.func.value  # `.long()` of the function's result
+    return (
+        isinstance(value, ast.Call)
+        and (ctx.call_qualname(value) or "").startswith("torch.")
+        and bool(value.args)
+        and _same_tensor(value.args[0], name)
+    )
 
 
 def _takes_effect(use: ast.Name, parents: dict[int, ast.AST]) -> tuple[int, int]:
