@@ -357,22 +357,15 @@ def _few_constants(it: ast.expr, scope: ast.AST, bound: bool = False) -> bool:
 
 
 def _own_keys(scope: ast.AST, name: str) -> set[str]:
-    """The names that loops over ``name``'s own keys bind (``for k in d:``, ``d.keys()``,
-    ``for k, v in d.items():``): a store under one of them rewrites an entry, it adds none."""
-    keys: set[str] = set()
-    for node in subtree(scope):
-        if not isinstance(node, (ast.For, ast.AsyncFor)):
-            continue
-        it, target = node.iter, node.target
-        if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and not it.args:
-            if it.func.attr == "items" and isinstance(target, ast.Tuple) and target.elts:
-                target = target.elts[0]
-            elif it.func.attr != "keys":
-                continue
-            it = it.func.value
-        if isinstance(it, ast.Name) and it.id == name and isinstance(target, ast.Name):
-            keys.add(target.id)
-    return keys
+    """The names that loops over ``name``'s own keys bind (see :func:`_walked_keys`): a store
+    under one of them rewrites an entry, it adds none."""
+    return {
+        walked[1]
+        for node in subtree(scope)
+        if isinstance(node, (ast.For, ast.AsyncFor))
+        and (walked := _walked_keys(node)) is not None
+        and walked[0] == name
+    }
 
 
 def _keyed_by(node: ast.AST, keys: set[str]) -> bool:
@@ -592,17 +585,44 @@ def _walks_mapping(iterable: ast.expr) -> bool:
     )
 
 
-def _rewrites_by_key(loop: ast.For | ast.AsyncFor, key: str) -> bool:
-    """``for k in videos: videos[k] = videos[k].float().cpu()`` (also over ``videos.keys()``,
-    through ``list(...)``): each key's entry rewritten under the key, a pass over one
-    mapping's entries (a list is not indexed by its own elements)."""
-    walked = loop.iter
-    if isinstance(walked, ast.Call) and isinstance(walked.func, ast.Name) and walked.args:
-        walked = walked.args[0] if walked.func.id in {"list", "sorted", "tuple"} else walked
-    if isinstance(walked, ast.Call) and isinstance(walked.func, ast.Attribute):
-        walked = walked.func.value if walked.func.attr == "keys" and not walked.args else walked
+def _walked_keys(loop: ast.For | ast.AsyncFor) -> tuple[str, str] | None:
+    """``(mapping, key)`` of a loop over a mapping's own keys: ``for k in d:``, ``for k in
+    d.keys():``, ``for k, v in d.items():``, also through ``list(...)``, ``sorted(...)`` or
+    ``tuple(...)``; None for any other loop."""
+    walked, target = loop.iter, loop.target
+    if (
+        isinstance(walked, ast.Call)
+        and isinstance(walked.func, ast.Name)
+        and walked.func.id in {"list", "sorted", "tuple"}
+        and len(walked.args) == 1
+    ):
+        walked = walked.args[0]
+    if isinstance(walked, ast.Call) and isinstance(walked.func, ast.Attribute) and not walked.args:
+        if walked.func.attr == "items" and isinstance(target, ast.Tuple) and target.elts:
+            target = target.elts[0]
+        elif walked.func.attr != "keys":
+            return None
+        walked = walked.func.value
     mapping = dotted_name(walked)
-    return mapping is not None and any(
+    if mapping is None or not isinstance(target, ast.Name):
+        return None
+    return mapping, target.id
+
+
+def _rewrites_entries(loop: ast.AST) -> bool:
+    """A loop over a mapping's keys (:func:`_walked_keys`) that stores each entry back under
+    its key: StyleGAN3's broadcast of every metric, ``for key, value in list(results.items()):
+    value = float(value.cpu()); results[key] = value``, CogVideo's ``for k in videos:
+    videos[k] = videos[k].float().cpu()`` (a list is not indexed by its own elements): a pass
+    over the entries of one mapping, as a loop that moves them in place is, not a loop over
+    batches or rows."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor)):
+        return False
+    walked = _walked_keys(loop)
+    if walked is None:
+        return False
+    mapping, key = walked
+    return any(
         isinstance(target, ast.Subscript)
         and dotted_name(target.value) == mapping
         and isinstance(target.slice, ast.Name)
@@ -611,43 +631,6 @@ def _rewrites_by_key(loop: ast.For | ast.AsyncFor, key: str) -> bool:
         for stmt in walk(part)
         if isinstance(stmt, ast.Assign)
         for target in stmt.targets
-    )
-
-
-def _rewrites_entries(loop: ast.AST) -> bool:
-    """``for key, value in list(results.items()):`` that converts each value (StyleGAN3's
-    broadcast of every metric, ``value = float(value.cpu())``) and stores it back,
-    ``results[key] = value``: a pass over the entries of one mapping, as a loop that moves
-    them in place is, not a loop over batches."""
-    if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.target, ast.Name):
-        return _rewrites_by_key(loop, loop.target.id)
-    if not isinstance(loop, (ast.For, ast.AsyncFor)) or not isinstance(loop.target, ast.Tuple):
-        return False
-    walked = loop.iter
-    if (
-        isinstance(walked, ast.Call)
-        and isinstance(walked.func, ast.Name)
-        and walked.func.id in {"list", "sorted", "tuple"}
-        and len(walked.args) == 1
-    ):
-        walked = walked.args[0]
-    if not (_walks_mapping(walked) and isinstance(walked, ast.Call)):
-        return False
-    mapping = dotted_name(walked.func.value) if isinstance(walked.func, ast.Attribute) else None
-    key = loop.target.elts[0] if loop.target.elts else None
-    return (
-        mapping is not None
-        and isinstance(key, ast.Name)
-        and any(
-            isinstance(target, ast.Subscript)
-            and dotted_name(target.value) == mapping
-            and isinstance(target.slice, ast.Name)
-            and target.slice.id == key.id
-            for part in loop.body
-            for stmt in walk(part)
-            if isinstance(stmt, ast.Assign)
-            for target in stmt.targets
-        )
     )
 
 
