@@ -158,6 +158,31 @@ def test_deeply_nested_expression_does_not_crash() -> None:
     lint_source(source)  # no exception
 
 
+_TRAIN = (
+    "import torch\n"
+    "model = torch.nn.Linear(2, 2).cuda()\n"
+    "{before}"
+    "def train(loader):\n"
+    "    for x, y in loader:\n"
+    "        loss = model(x.cuda()).sum()\n"
+    "        loss.backward()\n"
+    "        print(loss.item())\n"
+    "{after}"
+)
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_a_deeply_nested_statement_hides_nothing_else_in_its_module(where: str) -> None:
+    # a generated 2,000-term sum parses, and is too deep to follow; the module's flow read
+    # for `model` stopped there and the loop's finding was lost with it
+    long = "x = " + " + ".join(["1"] * 2000) + "\n"
+    source = _TRAIN.format(
+        before=long if where == "before" else "", after="" if where == "before" else long
+    )
+    [finding] = lint_source(source, select={"TPL201"})
+    assert "`.item()` of `loss`" in finding.message
+
+
 def test_import_does_not_pull_in_torch() -> None:
     code = (
         "import sys, torchplace.lint, torchplace.lint.cli, torchplace.lint.engine\n"

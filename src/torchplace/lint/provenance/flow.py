@@ -159,7 +159,12 @@ class Flow:
         self.guards.append({})
         try:
             for stmt in body:
-                self.stmt(stmt)
+                try:
+                    self.stmt(stmt)
+                except RecursionError:
+                    # an absurdly nested expression (a generated 2,000-term sum): what this
+                    # statement binds stays unknown, and the statements after it are read
+                    continue
         finally:
             self.guards.pop()
 
