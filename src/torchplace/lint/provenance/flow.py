@@ -663,7 +663,12 @@ class Flow:
                 return self.eval(func.value, lookup)  # .to(torch.float16)
             qualname = facts.qualname(func)
             if qualname is not None:
-                return self.torch_call(node, qualname, args, lookup)
+                fact = self.torch_call(node, qualname, args, lookup)
+                if fact is not None or not self.unknown_function(qualname):
+                    return fact
+                # `shared.model(input_ids=tokens)`: no function of that name is known in
+                # the module; an object it holds (a model loaded into a settings module),
+                # called as any object is below
             if method == "step" and args and _closure(args[0], facts.defs):
                 return None  # `optimizer.step(closure)`: what the closure returns, the loss
             if method in HOST_METHODS or isinstance(func.value, (ast.Constant, ast.JoinedStr)):
@@ -822,6 +827,14 @@ class Flow:
             return None
         return None if self.returns_own(node, name, qualname, arg_facts) else found
 
+    def unknown_function(self, qualname: str) -> bool:
+        """``shared.model``: an attribute of an imported module that is neither torch's, nor
+        a host library's, nor a function the linted tree defines there."""
+        top = qualname.split(".")[0]
+        if top == "torch" or top in _HOST_ROOTS or qualname.startswith(_TENSOR_IN_TENSOR_OUT):
+            return False
+        return not self.facts.callees(qualname.rpartition(".")[2], qualname)
+
     def torch_call(
         self, node: ast.Call, qualname: str, args: list[ast.expr], lookup: Lookup
     ) -> Fact | None:
@@ -882,7 +895,34 @@ class Flow:
             return None
         facts = [self.eval(arg, lookup) for arg in args]
         found = _any_device(facts) if facts else None
+        if (found is None or not found.on_device) and last in _GRAD_NORMS and node.args:
+            ran = self.ran_on_device(node.args[0])
+            return ran if ran is not None else found
         return _many(found) if last in _SPLITS and root == "torch" else found
+
+    def ran_on_device(self, params: ast.expr) -> Fact | None:
+        """``clip_grad_norm_(model.parameters(), ...)`` in a function that runs ``model`` on
+        device inputs (``loss = model(**batch)``, the batch moved by a helper): the norm of
+        gradients that live where the module ran, whatever placed it."""
+        if not (
+            isinstance(params, ast.Call)
+            and isinstance(params.func, ast.Attribute)
+            and params.func.attr == "parameters"
+        ):
+            return None
+        owner = dotted_name(params.func.value)
+        if owner is None:
+            return None
+        for sub in own_nodes(self.node):
+            if not (isinstance(sub, ast.Call) and dotted_name(sub.func) == owner):
+                continue
+            lookup = self.at(sub.lineno)
+            for arg in [*sub.args, *(kw.value for kw in sub.keywords)]:
+                value = arg.value if isinstance(arg, ast.Starred) else arg
+                fact = self.eval(value, lookup)
+                if fact is not None and fact.on_device:
+                    return Fact("device", f"{owner}'s gradient norm", _ran(fact))
+        return None
 
     # -- queries ----------------------------------------------------------------------------
     def at(self, line: int) -> Lookup:
@@ -1030,6 +1070,8 @@ def _returns_tuples(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
 
 # `z.split(batch_gpu)`, `x.chunk(n)`: a tuple of whole tensors, a few per batch, not its rows.
 _SPLITS = frozenset({"split", "chunk", "tensor_split"})
+#: torch functions that hand back the norm of the gradients of the parameters they are given
+_GRAD_NORMS = frozenset({"clip_grad_norm_", "clip_grad_norm", "get_total_norm"})
 # Methods that copy a tensor to the host as a tensor or an array (not as Python numbers:
 # `loss.item() * scale` may be a device tensor again)
 _HOST_COPIES = frozenset({"cpu", "numpy"})

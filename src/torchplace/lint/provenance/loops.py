@@ -1775,6 +1775,14 @@ def has_own_batch_loop(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
 _ACCUMULATION_WORDS = ("accum", "micro")
 
 
+def _accumulation_count(node: ast.expr) -> bool:
+    """``accum_grad``, ``args.gradient_accumulation_steps``, ``update_freq``: the micro-batches of one
+    optimizer step, by the name's words; ``(i + 1) % accum_grad == 0`` is that step's cadence
+    (every step of the optimizer), not a logging interval."""
+    name = (dotted_name(node) or "").rsplit(".", 1)[-1].lower()
+    return "accum" in name or name.endswith("update_freq")  # fairseq's and ConvNeXt's name
+
+
 def _accumulates(loop: ast.AST) -> bool:
     """``for _ in range(neox_args.gradient_accumulation_steps):``, ``range(config[
     "num_G_accumulations"])``: the micro-batches of one training step, by the count's name."""
@@ -1867,7 +1875,7 @@ def rare_test(test: ast.expr) -> bool:
                 )
     for sub in _outside_identity_tests(test):
         if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Mod):
-            return True
+            return not _accumulation_count(sub.right)
         text = sub.id if isinstance(sub, ast.Name) else getattr(sub, "attr", "")
         if text and _names_logging(text) and not _backend_setting(sub, text):
             return True

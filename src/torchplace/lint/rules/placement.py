@@ -768,7 +768,7 @@ _DISTRIBUTED_WORDS = frozenset({"distributed", "ddp", "fsdp", "dist", "multiproc
 def _single_process_branch(ctx: Context) -> bool:
     """Code that runs only when the script is not distributed: the ``else`` of ``if
     cfg.enable_fsdp:`` (also through ``elif``), or the body of ``if not args.distributed:``
-    (alone or in an ``and``). One process: the current device is the only one it uses."""
+    or of ``if single_device:`` (alone or in an ``and``). One process: the current device is the only one it uses."""
     for index, parent in enumerate(ctx.parents[:-1]):
         if not isinstance(parent, ast.If):
             continue
@@ -778,13 +778,30 @@ def _single_process_branch(ctx: Context) -> bool:
         ):
             return True
         if any(child is stmt for stmt in parent.body) and any(
-            isinstance(term, ast.UnaryOp)
-            and isinstance(term.op, ast.Not)
-            and _names_distributed(term.operand)
+            (
+                isinstance(term, ast.UnaryOp)
+                and isinstance(term.op, ast.Not)
+                and _names_distributed(term.operand)
+            )
+            or _names_single_process(term)
             for term in _conjuncts(parent.test)
         ):
             return True
     return False
+
+
+# Words that, with "single", name a one-process mode: `single_device`, `args.single_gpu`.
+_ONE_PROCESS_WORDS = frozenset({"device", "gpu", "process", "proc", "rank", "worker"})
+
+
+def _names_single_process(test: ast.expr) -> bool:
+    """``if single_device:`` (lm-evaluation-harness, after ruling out accelerate and model
+    parallelism), ``if args.single_gpu:``: a flag for the one-process mode, by its words."""
+    name = dotted_name(test)
+    if name is None:
+        return False
+    words = set(name.rsplit(".", 1)[-1].lower().split("_"))
+    return "single" in words and bool(words & _ONE_PROCESS_WORDS)
 
 
 def _sets_up_group(body: list[ast.stmt]) -> bool:

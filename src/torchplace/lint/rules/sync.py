@@ -1346,6 +1346,17 @@ def _row_by_counter(
 _ADVICE = "keep it on the device and read it once after the loop (or every N steps)"
 
 
+_STEP_LOOPS = (
+    ast.For,
+    ast.AsyncFor,
+    ast.While,
+    ast.ListComp,
+    ast.SetComp,
+    ast.DictComp,
+    ast.GeneratorExp,
+)
+
+
 def _exits(ctx: Context, node: ast.AST) -> bool:
     """Inside a branch that leaves the loop (``raise``, ``sys.exit()``, ``break``), or an
     ``except`` handler of the loop's body (a step that failed): runs once, not every step."""
@@ -1353,12 +1364,14 @@ def _exits(ctx: Context, node: ast.AST) -> bool:
         return False
     child = node
     for parent in reversed(ctx.parents):
-        if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)):
-            return False
+        if isinstance(parent, _STEP_LOOPS):
+            return False  # the loop is inside the branch: it runs every row, then leaves
         if isinstance(parent, ast.ExceptHandler):
             return True
         if isinstance(parent, ast.If) and child is not parent.test:
-            last = parent.body[-1]
+            # the branch that holds the read, not its sibling (`if done: return` / `else:`)
+            in_else = any(child is stmt for stmt in parent.orelse)
+            last = (parent.orelse if in_else else parent.body)[-1]
             if isinstance(last, (ast.Raise, ast.Break, ast.Return)):
                 return True
             if isinstance(last, ast.Expr) and isinstance(last.value, ast.Call):
