@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from .helpers import lines as _lines
+from .helpers import project as _project
 
 SINGLE_DEVICE = """\
 import torch
@@ -97,3 +100,136 @@ def train_epoch(model, loader, optim, accum_grad, log_every, to_device, device):
 def test_a_step_of_gradient_accumulation_is_every_optimizer_step_not_a_log_interval() -> None:
     # the norm of a module that ran on device inputs (whatever placed it) is on the device
     assert _lines(ACCUMULATION, "TPL201") == [10]
+
+
+ANNEALED_POLICY = """\
+import torch
+
+def main(model, loader, opt, policy, log_every, device):
+    model.to(device)
+    for optim_step, batch in enumerate(loader):
+        loss = model(batch.to(device))
+        loss.backward()
+        opt.step()
+        if (optim_step + 1) % log_every == 0:
+            print(loss.item())
+            policy[1].step(optim_step)
+"""
+
+
+def test_a_step_given_a_count_trains_nothing_in_a_logging_branch() -> None:
+    # TorchRL's exploration-noise annealing, `policy[1].step(frames)`, is no optimizer step
+    assert _lines(ANNEALED_POLICY, "TPL201") == []
+
+
+LAYER_WALK = """\
+import matplotlib.pyplot as plt
+import torch
+
+def show_attention(model, src, device):
+    model.to(device)
+    model(src.to(device))
+    for i, layer in enumerate(model.encoder.encoder_layers):
+        plt.imshow(layer.attention.weights.cpu().numpy()[0])
+    for module in model.modules():
+        print(module.weight.sum().item())
+"""
+
+
+def test_a_walk_over_a_models_layers_is_not_a_walk_over_rows() -> None:
+    assert _lines(LAYER_WALK, "TPL201") == []
+
+
+CUDA_PICKED = """\
+import os
+import torch
+
+def main():
+    if int(os.environ.get("WORLD_SIZE", 1)) > 1:
+        local_rank = int(os.environ["LOCAL_RANK"])
+        device = torch.device("cuda:{}".format(local_rank))
+    else:
+        device = torch.device("cuda:%d" % 0)
+    torch.cuda.set_device(device)
+
+if __name__ == "__main__":
+    x = torch.ones(2).to(0)
+    torch.cuda.synchronize()
+"""
+
+MAYBE_CPU = """\
+import os
+import torch
+
+def main():
+    if os.environ.get("X"):
+        device = torch.device("cuda:{}".format(1))
+    else:
+        device = "cpu"
+    torch.cuda.set_device(device)
+"""
+
+
+def test_cuda_picked_on_every_path_or_by_index_needs_no_check() -> None:
+    assert _lines(CUDA_PICKED, "TPL601") == []
+    assert _lines(MAYBE_CPU, "TPL601") == [9]  # the other arm runs on the CPU
+
+
+LAZY_OR = """\
+import gradio as gr
+from transformers import BlipForConditionalGeneration
+
+blip_model = None
+
+def run(image):
+    global blip_model
+    blip_model = blip_model or BlipForConditionalGeneration.from_pretrained("b").to("cuda")
+    return blip_model.generate(image)
+
+demo = gr.Interface(fn=run, inputs="image", outputs="text")
+"""
+
+
+def test_a_load_behind_or_runs_once_per_process() -> None:
+    assert _lines(LAZY_OR, "TPL403") == []
+
+
+ENCODER = """\
+import torch
+from torch import nn
+
+class TextEncoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x, lengths, skip_head=None):
+        x = self.proj(x)
+        if skip_head is not None:
+            head = int(skip_head.item()) if isinstance(skip_head, torch.Tensor) else int(skip_head)
+            x = x[:, head:]
+        n = int(lengths.max().item())
+        return x[:, :n]
+"""
+
+TRAIN = """\
+import torch
+from models import TextEncoder
+
+def main(loader, device):
+    model = TextEncoder().to(device)
+    opt = torch.optim.Adam(model.parameters())
+    for x, lengths in loader:
+        loss = model(x.to(device), lengths.to(device)).sum()
+        loss.backward()
+        opt.step()
+"""
+
+
+def test_the_tensor_arm_of_an_optional_number_or_tensor_is_not_a_device_read(
+    tmp_path: Path,
+) -> None:
+    # RVC's `int(skip_head.item()) if isinstance(skip_head, torch.Tensor) else int(skip_head)`
+    # of a forward's `skip_head=None`: a number or a tensor, and nothing says which
+    found = _project(tmp_path, {"models.py": ENCODER, "train.py": TRAIN}, "TPL201")
+    assert found == [("models.py", 14)]

@@ -280,8 +280,12 @@ def _builds_optimizer(facts: FileFacts, own: list[ast.AST]) -> bool:
 
 def _walks_layers(facts: FileFacts, it: ast.expr) -> bool:
     """``it`` is a model's container of layers (``model.layers``, ``enumerate(self.blocks)``,
-    an attribute the file sets to an ``nn.Sequential``/``nn.ModuleList``/``nn.ModuleDict``)."""
+    ``encoder.encoder_layers``, by the name's end, or an attribute the file sets to an
+    ``nn.Sequential``/``nn.ModuleList``/``nn.ModuleDict``), or a walk over its submodules
+    (``model.modules()``)."""
     it = _unwrapped(it)
+    if _submodules(it):
+        return True
     return isinstance(it, ast.Attribute) and it.attr in facts.layer_lists
 
 
@@ -522,6 +526,19 @@ def _iterates_device(
                 + (fact.describe()),
             )
     return None
+
+
+_SUBMODULE_LISTS = ("layers", "blocks")
+_SUBMODULE_WALKS = frozenset({"modules", "children", "named_modules", "named_children"})
+
+
+def _submodules(it: ast.expr) -> bool:
+    """``encoder.encoder_layers``, ``self.blocks``, ``model.modules()``: a model's submodules,
+    one module per step, not the rows of a tensor nor a list of tensors."""
+    inner = it
+    if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute):
+        return inner.func.attr in _SUBMODULE_WALKS
+    return isinstance(inner, ast.Attribute) and inner.attr.lower().endswith(_SUBMODULE_LISTS)
 
 
 def _zip_arguments(iters: list[ast.expr]) -> list[ast.expr]:
@@ -2014,17 +2031,37 @@ def branch_trains(branch: ast.If) -> bool:
     learning-rate scheduler's ``step`` (``scheduler.step(val_score)`` after an evaluation)
     trains nothing, and neither does a read of a step counter (lingua's logging branch
     formats ``f"step: {train_state.step}"``): only a call of ``.step`` is a step. Nor does an
-    environment's ``test_data = env.step(policy(env.reset()))`` in an evaluation branch."""
+    environment's ``test_data = env.step(policy(env.reset()))`` in an evaluation branch, nor
+    a step given a count (``policy[1].step(frames)``)."""
     return any(
         isinstance(sub, ast.Call)
         and isinstance(sub.func, ast.Attribute)
         and sub.func.attr in {"backward", "step"}
         and not (
             sub.func.attr == "step"
-            and (_names_scheduler(sub.func.value) or _names_environment(sub.func.value))
+            and (
+                _names_scheduler(sub.func.value)
+                or _names_environment(sub.func.value)
+                or not _steps_parameters(sub)
+            )
         )
         for stmt in branch.body
         for sub in walk(stmt)
+    )
+
+
+def _steps_parameters(call: ast.Call) -> bool:
+    """``optimizer.step()``, ``optimizer.step(closure)``, ``scaler.step(optimizer)``: a step
+    of the parameters. Not a step given a count, ``policy[1].step(frames)`` (TorchRL's
+    exploration-noise annealing), which trains nothing."""
+    if not call.args:
+        return True
+    first = call.args[0]
+    if isinstance(first, ast.Lambda):
+        return True
+    name = (dotted_name(first) or "").rsplit(".", 1)[-1].lower()
+    return name in {"opt", "optim", "closure"} or name.endswith(
+        ("optimizer", "optimiser", "_opt", "_optim", "closure")
     )
 
 

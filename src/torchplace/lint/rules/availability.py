@@ -103,6 +103,8 @@ def _guarded(call: ast.Call, ctx: Context) -> bool:
         for stmt in block[:index]:
             if _is_guard_statement(stmt) or _pins_cuda(stmt) or _calls_pinning(stmt, module):
                 return True
+            if _pins_on_both_arms(stmt):
+                return True
             if _cuda_only_statement(stmt, ctx):
                 return True  # an earlier CUDA-only call raises first: that one is reported
     if _main_called_on_cuda(ctx, module):
@@ -218,6 +220,17 @@ def _cuda_only_statement(stmt: ast.stmt, ctx: Context) -> bool:
     )
 
 
+def _pins_on_both_arms(stmt: ast.stmt) -> bool:
+    """An ``if`` whose every arm needs CUDA (TransFuser's ``device =
+    torch.device("cuda:{}".format(local_rank))`` under both ``if`` and ``else``)."""
+    if not isinstance(stmt, ast.If) or not stmt.orelse:
+        return False
+    return all(
+        any(_pins_cuda(sub) or _pins_on_both_arms(sub) for sub in arm)
+        for arm in (stmt.body, stmt.orelse)
+    )
+
+
 def _pins_cuda(stmt: ast.stmt) -> bool:
     """A statement that runs unconditionally and needs CUDA: ``device = "cuda"``,
     ``model.cuda()``, ``pipe.to("cuda")``, ``Fabric(accelerator="cuda")``,
@@ -233,9 +246,9 @@ def _pins_cuda(stmt: ast.stmt) -> bool:
         if isinstance(sub.func, ast.Attribute) and sub.func.attr == "cuda":
             return True
         move = isinstance(sub.func, ast.Attribute) and sub.func.attr == "to" and sub.args
-        if move and _is_cuda(sub.args[0]):  # `pipe = Pipeline.from_pretrained(p).to("cuda")`
+        if move and _is_cuda_place(sub.args[0]):  # `pipe = Pipeline.from_pretrained(p).to("cuda")`
             return True
-        if any(kw.arg in _CUDA_KEYWORDS and _is_cuda(kw.value) for kw in sub.keywords):
+        if any(kw.arg in _CUDA_KEYWORDS and _is_cuda_place(kw.value) for kw in sub.keywords):
             return True
         if _nccl_group(sub):
             return True
@@ -278,7 +291,8 @@ def _defaults_to_nccl(node: ast.expr | None) -> bool:
 
 
 def _is_cuda(node: ast.expr) -> bool:
-    """``"cuda"``, ``"cuda:0"``, ``f"cuda:{rank}"``, ``torch.device("cuda")``."""
+    """``"cuda"``, ``"cuda:0"``, ``f"cuda:{rank}"``, ``"cuda:{}".format(rank)``,
+    ``torch.device("cuda")``."""
     if isinstance(node, ast.Call) and len(node.args) >= 1:
         func = node.func
         if (isinstance(func, ast.Attribute) and func.attr == "device") or (
@@ -292,11 +306,28 @@ def _is_cuda(node: ast.expr) -> bool:
             and isinstance(node.value, str)
             and node.value.startswith("cuda:")
         )
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "format"
+    ):
+        node = node.func.value  # "cuda:{}".format(rank)
+    elif isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mod, ast.Add)):
+        node = node.left  # "cuda:%d" % rank, "cuda:" + str(rank)
+        return isinstance(node, ast.Constant) and str(node.value).startswith("cuda:")
     return (
         isinstance(node, ast.Constant)
         and isinstance(node.value, str)
         and (node.value == "cuda" or node.value.startswith("cuda:"))
     )
+
+
+def _is_cuda_place(node: ast.expr) -> bool:
+    """Where ``.to(...)`` or ``device=`` places: a CUDA device, or a bare index, which torch
+    reads as a CUDA device (``input_ids.to(0)`` is ``cuda:0``)."""
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return True
+    return _is_cuda(node)
 
 
 _BACKEND_WORDS = frozenset({"cuda", "rocm", "hip", "nccl", "cudnn", "cublas", "cutlass"})

@@ -1453,8 +1453,17 @@ def _load_site(call: ast.Call, ctx: Context, what: str, via: Load | None = None)
 def _lazy(ctx: Context) -> bool:
     """The load runs under a test that nothing is loaded yet (``if model_dict[name] is None:
     model_dict[name] = torch.hub.load(...)``): the first request for a model loads it, the
-    others reuse it."""
-    return any(isinstance(p, ast.If) and not_loaded_yet(p.test) for p in ctx.parents)
+    others reuse it. Also as an expression: ``blip_model = blip_model or
+    Blip.from_pretrained(p)``, ``model = load(p) if model is None else model``."""
+    return any(
+        (isinstance(p, (ast.If, ast.IfExp)) and not_loaded_yet(p.test))
+        or (
+            isinstance(p, ast.BoolOp)
+            and isinstance(p.op, ast.Or)
+            and dotted_name(p.values[0]) is not None
+        )
+        for p in ctx.parents
+    )
 
 
 def _installs_global(call: ast.Call, ctx: Context) -> bool:

@@ -2590,6 +2590,8 @@ def _check(
         return False  # outside a training step, an unknown value may well be on the host
     if fact is None and _host_only_file(ctx):
         return False  # a helper of a script that never names a device: its tensors stay there
+    if fact is None and _optional_tensor_arm(receiver, node, scope, ctx):
+        return False  # `int(n.item()) if isinstance(n, torch.Tensor) else int(n)`
     if per_batch.itself and fact is None and _unplaced_step_value(receiver, read, ctx, bulk=bulk):
         return False
     if bulk and _fills_store(read or node, ctx):
@@ -2638,6 +2640,39 @@ def _not_a_tensor_here(receiver: ast.expr, node: ast.AST, ctx: Context) -> bool:
                     isinstance(parent.body, list) and child in parent.body
                 )
                 return in_body == negated
+        child = parent
+    return False
+
+
+def _optional_tensor_arm(receiver: ast.expr, node: ast.AST, scope: ast.AST, ctx: Context) -> bool:
+    """``head = int(skip_head.item()) if isinstance(skip_head, torch.Tensor) else
+    int(skip_head)`` of a parameter with a default (``skip_head=None``): the function takes
+    a number or a tensor and says so; nothing says its callers hand it a device tensor."""
+    root = receiver
+    while isinstance(root, ast.Call) and isinstance(root.func, ast.Attribute):
+        root = root.func.value
+    if not isinstance(root, ast.Name) or not isinstance(
+        scope, (ast.FunctionDef, ast.AsyncFunctionDef)
+    ):
+        return False
+    args = scope.args
+    positional = [*args.posonlyargs, *args.args]
+    defaulted = {a.arg for a in positional[len(positional) - len(args.defaults) :]}
+    defaulted |= {
+        a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None
+    }
+    if root.id not in defaulted:
+        return False
+    child = node
+    for parent in reversed(ctx.parents):
+        if parent is scope:
+            return False
+        if isinstance(parent, (ast.If, ast.IfExp)) and child is not parent.test:
+            in_body = child is parent.body or (
+                isinstance(parent.body, list) and child in parent.body
+            )
+            if in_body and _tests_tensor(parent.test, root.id, ctx):
+                return True
         child = parent
     return False
 
