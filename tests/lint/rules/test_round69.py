@@ -233,3 +233,60 @@ def test_the_tensor_arm_of_an_optional_number_or_tensor_is_not_a_device_read(
     # of a forward's `skip_head=None`: a number or a tensor, and nothing says which
     found = _project(tmp_path, {"models.py": ENCODER, "train.py": TRAIN}, "TPL201")
     assert found == [("models.py", 14)]
+
+
+HELPER_MOVES = """\
+import torch
+
+class Engine:
+    def __init__(self, model, loader_val, device):
+        self.model, self.dataloader_val, self.device = model, loader_val, device
+
+    def load_data_compute_loss(self, data):
+        rgb = data["rgb"].to(self.device, dtype=torch.float32)
+        label = data["label"].to(self.device)
+        return {"l1": (self.model(rgb) - label).abs().mean()}
+
+    @torch.inference_mode()
+    def validate(self):
+        total = 0.0
+        for data in self.dataloader_val:
+            losses = self.load_data_compute_loss(data)
+            loss = torch.tensor(0.0).to(self.device)
+            for key, value in losses.items():
+                loss += value
+            total += float(loss.item())
+        return total
+"""
+
+
+def test_a_loop_that_hands_its_batch_to_a_method_that_moves_it_is_a_batch_loop() -> None:
+    assert _lines(HELPER_MOVES, "TPL201") == [20]
+
+
+SCALER_METHOD = """\
+import torch
+from torch.cuda.amp.grad_scaler import GradScaler
+
+class Trainer:
+    def __init__(self, model, opt):
+        self.model = model.cuda()
+        self.opt = opt
+        self.grad_scaler = GradScaler(enabled=True)
+
+    def train_iteration(self, batch):
+        loss = self.model(batch.cuda()).sum()
+        self.grad_scaler.scale(loss).backward()
+        self.grad_scaler.step(self.opt)
+        scale = self.grad_scaler.get_scale()
+        self.grad_scaler.update()
+        return scale
+
+    def train(self, loader):
+        for batch in loader:
+            self.train_iteration(batch)
+"""
+
+
+def test_get_scale_in_a_step_method_reads_the_scale_kept_with_the_loss() -> None:
+    assert _lines(SCALER_METHOD, "TPL201") == [14]

@@ -233,6 +233,9 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
                 what = _short(facts.segment(moved), 24)
                 its = "what it iterates" if iters else "what it reads"
                 return "batch", f"it moves {its} to a device (`{what}`, line {node.lineno})"
+        if derived and _moves_handed(facts, node, derived, scope):
+            what = _short(facts.segment(func), 32)
+            return "batch", f"it hands what it iterates to `{what}`, which moves it to a device"
         if step is None and not nested_batch and name is not None and not _given(node, fresh):
             step = _step_call(facts, node, scope) or _fetches_batch(facts, node, name, scope)
     if (
@@ -1428,6 +1431,50 @@ def _step_call(facts: FileFacts, call: ast.Call, scope: ast.AST) -> tuple[LoopKi
     if callee is not None and _is_step_function(callee):
         return "batch", f"it calls the training step `{callee.name}` on every step"
     return None
+
+
+def _moves_handed(facts: FileFacts, call: ast.Call, derived: set[str], scope: ast.AST) -> bool:
+    """``losses = self.load_data_compute_loss(data)`` with ``data`` what the loop iterates,
+    and a method of the class (or a function of the file) that moves its first parameter, or
+    items of it, to a device (``rgb = data["rgb"].to(self.device)``): each step's batch goes
+    to the device through the helper."""
+    if not call.args or not isinstance(call.args[0], ast.Name) or call.args[0].id not in derived:
+        return False
+    func = call.func
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        if func.value.id != "self":
+            return False
+        cls = facts.parent.get(id(scope))
+        found = [
+            node
+            for node in (cls.body if isinstance(cls, ast.ClassDef) else [])
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == func.attr
+        ]
+        skip = 1
+    elif isinstance(func, ast.Name):
+        found = [node for _, node in facts.callees(func.id, facts.qualname(func))]
+        skip = 0
+    else:
+        return False
+    if len(found) != 1:
+        return False
+    params = [a.arg for a in [*found[0].args.posonlyargs, *found[0].args.args]][skip:]
+    if not params:
+        return False
+    first = params[0]
+    for sub in walk(found[0]):
+        if not (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute)):
+            continue
+        if not (_is_move_call(sub) and moves_to_device(sub, facts.qualname)):
+            continue
+        if _is_cpu(_device_target(sub)):
+            continue
+        root = sub.func.value
+        while isinstance(root, (ast.Subscript, ast.Attribute)):
+            root = root.value
+        if isinstance(root, ast.Name) and root.id == first:
+            return True
+    return False
 
 
 def _fetches_batch(

@@ -190,8 +190,13 @@ def _call(call: ast.Call, ctx: Context) -> None:
         and not call.args
         and _grad_scaler(func.value, ctx)
     ):
-        # `scaler.get_scale()` reads the scale tensor back with `.item()`
-        _check(call, func.value, "`GradScaler.get_scale()`", ctx, explicit=True, read=call)
+        # `scaler.get_scale()` reads the scale tensor back with `.item()`; it lives where the
+        # loss the scaler scales does (`scaler.scale(loss).backward()` in the same function)
+        scaled = _scaled_loss(func.value, ctx)
+        receiver = scaled if scaled is not None else func.value
+        _check(
+            call, receiver, "`GradScaler.get_scale()` for the scale", ctx, explicit=True, read=call
+        )
         return
     read = helper_read(call, ctx) if isinstance(func, (ast.Name, ast.Attribute)) else None
     if read is not None:
@@ -427,7 +432,8 @@ _TENSORBOARD_COPIES = {
 
 def _grad_scaler(receiver: ast.expr, ctx: Context) -> bool:
     """``scaler``, or ``self.scaler``, bound in its function (or the class's methods) to
-    ``torch.amp.GradScaler(...)`` (also ``torch.cuda.amp``'s, or the name imported)."""
+    ``torch.amp.GradScaler(...)`` (also ``torch.cuda.amp``'s, from its module or the name
+    imported)."""
     name = dotted_name(receiver)
     if name is None:
         return False
@@ -440,10 +446,34 @@ def _grad_scaler(receiver: ast.expr, ctx: Context) -> bool:
     return any(
         isinstance(node, ast.Assign)
         and isinstance(node.value, ast.Call)
-        and (ctx.qualname(node.value.func) or "").endswith("amp.GradScaler")
+        and _names_grad_scaler(ctx.qualname(node.value.func) or "")
         and any(dotted_name(target) == name for target in node.targets)
         for node in nodes
     )
+
+
+def _scaled_loss(scaler: ast.expr, ctx: Context) -> ast.expr | None:
+    """The loss ``scaler.scale(loss)`` scales in the function, where the scale tensor lives."""
+    name = dotted_name(scaler)
+    scope = ctx.function_scope()
+    if name is None or scope is None:
+        return None
+    for node in own_nodes(scope.node):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "scale"
+            and len(node.args) == 1
+            and dotted_name(node.func.value) == name
+        ):
+            return node.args[0]
+    return None
+
+
+def _names_grad_scaler(qualname: str) -> bool:
+    """``torch.amp.GradScaler``, ``torch.cuda.amp.grad_scaler.GradScaler`` (nerfstudio's
+    import), FSDP's ``ShardedGradScaler``."""
+    return qualname.startswith("torch.") and qualname.rsplit(".", 1)[-1].endswith("GradScaler")
 
 
 def _names_a_model(value: ast.expr, ctx: Context) -> bool:
