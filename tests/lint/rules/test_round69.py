@@ -290,3 +290,46 @@ class Trainer:
 
 def test_get_scale_in_a_step_method_reads_the_scale_kept_with_the_loss() -> None:
     assert _lines(SCALER_METHOD, "TPL201") == [14]
+
+
+DECODED = """\
+import numpy as np
+import torch
+
+@torch.no_grad()
+def generate_until(model, tokenizer, chunks, device):
+    res = []
+    for chunk in chunks:
+        ids = tokenizer(chunk, return_tensors="pt").input_ids.to(device)
+        cont = model.generate(ids)
+        cont_toks_list = cont.tolist()
+        for toks in cont_toks_list:
+            res.append(tokenizer.decode(toks))
+    return res
+
+@torch.no_grad()
+def greedy(model, tokenizer, ids, device, max_len):
+    ids = ids.to(device)
+    text = []
+    for _ in range(max_len):
+        nxt = model(ids).argmax(-1)
+        text.append(tokenizer.decode(nxt.tolist()))
+        ids = torch.cat([ids, nxt[:, None]], 1)
+    return text
+
+@torch.no_grad()
+def recognize(model, converter, loader, device):
+    out = []
+    for images in loader:
+        prob = model(images.to(device)).softmax(2)
+        prob = prob.cpu().numpy()
+        prob = prob / prob.sum(axis=2, keepdims=True)
+        prob = torch.from_numpy(prob).to(device)
+        out.append(converter.decode_greedy(prob.argmax(2)))
+    return out
+"""
+
+
+def test_each_batchs_generated_ids_copied_to_be_decoded_are_the_loops_output() -> None:
+    # not a decoding loop of one token a step, nor a round trip back to the device
+    assert _lines(DECODED, "TPL201") == [21, 30]

@@ -1678,6 +1678,75 @@ def _decoded_text(value: ast.expr, read: ast.AST) -> bool:
     )
 
 
+def _decoded_batch(read: ast.AST, ctx: Context) -> bool:
+    """A loop over data (requests, chunks of a dataset: not ``range(max_len)``, a stream of
+    generated tokens nor ``while``, which step a decoding one token at a time) whose copy of each batch's generated ids is
+    decoded into text (``cont_toks_list = cont.tolist()``, then ``self.tok_decode(toks)``):
+    the text is what the loop makes, one copy per batch."""
+    loop = ctx.loops()[-1]
+    if not isinstance(loop, (ast.For, ast.AsyncFor)):
+        return False
+    walked = loop.iter
+    while isinstance(walked, ast.Call) and call_name(walked) in {"enumerate", "tqdm", "zip"}:
+        if not walked.args:
+            return False
+        walked = walked.args[0]
+    if isinstance(walked, ast.Call):
+        words = set((call_name(walked) or "").lower().split("_"))
+        if "range" in words or words & {"stream", "generate"}:
+            return False  # a token a step: `for tok in generate_text_stream(model, ids):`
+    if _sent_back(ctx, loop):
+        return False  # EasyOCR's probabilities copied, renormalised and moved back
+    return _flows_into(read, ctx, _decodes, returns=False, attributes=False, optional=True)
+
+
+def _sent_back(ctx: Context, loop: ast.AST) -> bool:
+    """The names the read's statement binds are bound again, later in the loop, to a value
+    moved back to a device (``x = x.cpu().numpy()`` ... ``x = torch.from_numpy(x).to(device)``):
+    a round trip through the host, not the loop's output."""
+    if not ctx.stmt_path:
+        return False
+    block, index = ctx.stmt_path[-1]
+    stmt = block[index]
+    if not isinstance(stmt, ast.Assign):
+        return False
+    names = {t.id for t in stmt.targets if isinstance(t, ast.Name)}
+    return any(
+        isinstance(later, ast.Assign)
+        and names & {t.id for t in later.targets if isinstance(t, ast.Name)}
+        and any(
+            isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Attribute)
+            and sub.func.attr in {"to", "cuda"}
+            and not _is_cpu_move(sub)
+            for sub in walk(later.value)
+        )
+        for later in block[index + 1 :]
+    )
+
+
+def _is_cpu_move(call: ast.Call) -> bool:
+    """``.to("cpu")``, ``.to(torch.device("cpu"))``."""
+    return any(
+        isinstance(sub, ast.Constant) and sub.value == "cpu"
+        for arg in call.args
+        for sub in walk(arg)
+    )
+
+
+def _decodes(call: ast.Call) -> bool:
+    """``tokenizer.decode(ids)``, ``batch_decode``, ``self.tok_decode(toks)``,
+    ``converter.decode_greedy(preds)``: ids to text; not a dataset's ``decode_target(pred)``,
+    which colours a segmentation map."""
+    name = call_name(call) or ""
+    if "decode" not in name.lower().split("_"):
+        return False
+    func = call.func
+    receiver = dotted_name(func.value) if isinstance(func, ast.Attribute) else None
+    last = (receiver or "").rsplit(".", 1)[-1].lower()
+    return not any(word in last for word in ("dataset", "dst"))
+
+
 def _steps_environment(read: ast.AST, ctx: Context) -> bool:
     """The read's result is the action handed to an environment (``envs.step(a.cpu().numpy())``,
     or through a name: ``actions = q.argmax(1).cpu().numpy()``, then ``env.step(actions)``): a
@@ -3166,6 +3235,8 @@ def _in_loop(
         and _is_output(read or node, ctx, returns=once and kind != "rows")
     ):
         return False  # the copy to the host is the loop's output (images, a response, samples)
+    if bulk and kind == "batch" and not _trains(ctx) and _decoded_batch(read or node, ctx):
+        return False  # `cont.tolist()` of a batch's generated ids, decoded into its texts
     if bulk and kind == "batch" and not _trains(ctx) and _feeds_host_metric(read or node, ctx):
         return False  # `evaluator.add_batch(target, pred)`: a NumPy metric updated each step
     if bulk and kind == "items" and not _trains(ctx) and _walks_gathered(ctx):
