@@ -333,3 +333,35 @@ def recognize(model, converter, loader, device):
 def test_each_batchs_generated_ids_copied_to_be_decoded_are_the_loops_output() -> None:
     # not a decoding loop of one token a step, nor a round trip back to the device
     assert _lines(DECODED, "TPL201") == [21, 30]
+
+
+COMPARED = """\
+import torch
+from transformers import AutoModelForCausalLM
+
+def train_loop(model, optimizer, loader, steps):
+    history = []
+    for step, batch in enumerate(loader):
+        loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        history.append(loss.item())
+    return history
+
+def main(args, loader):
+    trainer_args = dict(per_device_train_batch_size=8, use_cpu=True)
+    results = {}
+    for label, make_opt in [("a", torch.optim.SGD), ("b", torch.optim.AdamW)]:
+        model = AutoModelForCausalLM.from_pretrained(args.model)
+        results[label] = train_loop(model, make_opt(model.parameters()), loader, 10)
+    return results
+
+if __name__ == "__main__":
+    main(None, [])
+"""
+
+
+def test_a_cpu_script_comparing_optimizers_from_fresh_weights_is_left_alone() -> None:
+    # `per_device_train_batch_size` names no device; each compared run trains a fresh load
+    assert _lines(COMPARED, "TPL201") == []
+    assert _lines(COMPARED, "TPL403") == []

@@ -361,7 +361,9 @@ def _called_with_arguments(module: ast.Module) -> set[str]:
 # Words of code that places work on an accelerator, or hands that to a framework or a helper.
 # `xla` as a word of its own (`torch_xla`, `xla_device`), not matplotlib's `plt.xlabel(...)`
 DEVICE_WORDS = re.compile(
-    r"(?<![a-z])(?:cuda|device|gpu|accelerat|fabric|mps|xla(?![a-z])|tpu|distributed)|\.to\(",
+    # not `per_device_train_batch_size`, a Trainer's batch size that names no device
+    r"(?<![a-z])(?<!per_)(?:cuda|device|gpu|accelerat|fabric|mps|xla(?![a-z])|tpu|distributed)"
+    r"|\.to\(",
     re.I,
 )
 

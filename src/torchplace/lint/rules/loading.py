@@ -1556,7 +1556,16 @@ def _trains_each_step(loop: ast.AST, load: ast.Call, ctx: Context) -> bool:
             return True
         if method in {"train", "step"} and not sub.args and receiver & built:
             return True
-    return False
+    # `history = train_loop(model, optimizer, loader, steps)`: handed to a training function
+    return any(
+        isinstance(sub, ast.Call)
+        and _TRAINING_WORDS & set((call_name(sub) or "").lower().split("_"))
+        and any(names_in(arg) & holders for arg in [*sub.args, *(k.value for k in sub.keywords)])
+        for sub in nodes
+    )
+
+
+_TRAINING_WORDS = frozenset({"train", "fit", "finetune"})
 
 
 def _bound_by(load: ast.Call, ctx: Context) -> set[str]:
