@@ -365,3 +365,36 @@ def test_a_cpu_script_comparing_optimizers_from_fresh_weights_is_left_alone() ->
     # `per_device_train_batch_size` names no device; each compared run trains a fresh load
     assert _lines(COMPARED, "TPL201") == []
     assert _lines(COMPARED, "TPL403") == []
+
+
+CLAMPED = """\
+import torch
+from torch import nn
+
+class SSIMLoss(nn.Module):
+    def forward(self, y_hat, y):
+        ssim_loss = 1 - torch.cosine_similarity(y_hat, y).mean()
+        if ssim_loss.item() > 1.0:
+            print(f" > SSIM loss is out-of-range {ssim_loss.item()}, setting it 1.0")
+            ssim_loss = torch.tensor(1.0, device=ssim_loss.device)
+        return ssim_loss
+"""
+
+CLAMPED_TRAIN = """\
+import torch
+from losses import SSIMLoss
+
+def main(model, loader, device):
+    model = model.to(device)
+    crit = SSIMLoss()
+    opt = torch.optim.Adam(model.parameters())
+    for x, y in loader:
+        loss = crit(model(x.to(device)), y.to(device))
+        loss.backward()
+        opt.step()
+"""
+
+
+def test_a_branch_that_says_a_value_is_out_of_range_and_clamps_it_is_rare(tmp_path: Path) -> None:
+    found = _project(tmp_path, {"losses.py": CLAMPED, "train.py": CLAMPED_TRAIN}, "TPL201")
+    assert found == [("losses.py", 7)]  # the test itself runs every step

@@ -1440,7 +1440,7 @@ def _on_failure(ctx: Context, node: ast.AST) -> bool:
             holds = _nonfinite_test(parent.test)
             if holds is not None and (child in parent.body) == holds:
                 return True
-            if child in parent.body and _warns_out_of_range(parent):
+            if child in parent.body and (_warns_out_of_range(parent) or _clamps_and_warns(parent)):
                 return True
         child = parent
     return False
@@ -1472,6 +1472,43 @@ def _warns_out_of_range(branch: ast.If) -> bool:
         )
         for stmt in branch.body
     )
+
+
+def _clamps_and_warns(branch: ast.If) -> bool:
+    """``if ssim_loss.item() > 1.0: print(f"out-of-range {ssim_loss.item()}")`` then
+    ``ssim_loss = torch.tensor(1.0, device=...)``: a value compared with a number, the branch
+    saying so and setting it back in range; taken for a broken value, as a failure is."""
+    test = branch.test
+    if not (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], (ast.Gt, ast.GtE, ast.Lt, ast.LtE))
+        and _number(test.comparators[0])
+    ):
+        return False
+    value = test.left
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and not value.args:
+        value = value.func.value  # `loss.item() > 1.0`
+    compared = dotted_name(value)
+    if compared is None:
+        return False
+    warns = resets = False
+    for stmt in branch.body:
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+            if call_name(stmt.value) not in _WARNINGS:
+                return False
+            warns = True
+        elif isinstance(stmt, ast.Assign) and [dotted_name(t) for t in stmt.targets] == [compared]:
+            resets = True
+        else:
+            return False
+    return warns and resets
+
+
+def _number(node: ast.expr) -> bool:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        node = node.operand
+    return isinstance(node, ast.Constant) and type(node.value) in (int, float)
 
 
 def _bound_kind(side: ast.expr) -> str | None:
