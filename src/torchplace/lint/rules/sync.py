@@ -1505,12 +1505,6 @@ def _clamps_and_warns(branch: ast.If) -> bool:
     return warns and resets
 
 
-def _number(node: ast.expr) -> bool:
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        node = node.operand
-    return isinstance(node, ast.Constant) and type(node.value) in (int, float)
-
-
 def _bound_kind(side: ast.expr) -> str | None:
     """``"extreme"`` for ``torch.min(y)`` or ``y.abs().max()``, ``"bound"`` for a nonzero
     number (``1.1``, ``-1.1``)."""
