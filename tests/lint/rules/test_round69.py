@@ -398,3 +398,41 @@ def main(model, loader, device):
 def test_a_branch_that_says_a_value_is_out_of_range_and_clamps_it_is_rare(tmp_path: Path) -> None:
     found = _project(tmp_path, {"losses.py": CLAMPED, "train.py": CLAMPED_TRAIN}, "TPL201")
     assert found == [("losses.py", 7)]  # the test itself runs every step
+
+
+COMPREHENDED = """\
+import torch
+
+def train(model, loader, opt, device, n):
+    model.to(device)
+    for x, mask in loader:
+        mask = mask.to(device)
+        loss = model(x.to(device)).sum()
+        counts = torch.tensor([mask[i].sum() for i in range(n)], device=device)
+        loss.backward()
+        opt.step()
+"""
+
+
+def test_torch_tensor_of_a_comprehension_of_device_scalars_reads_each() -> None:
+    assert _lines(COMPREHENDED, "TPL201") == [8]
+
+
+NCCL_EITHER_WAY = """\
+import os
+import torch
+import torch.distributed as dist
+
+def main(args):
+    try:
+        rank = int(os.environ["RANK"])
+        dist.init_process_group("nccl")
+    except KeyError:
+        rank = 0
+        dist.init_process_group(backend="nccl", init_method="tcp://127.0.0.1:12584", rank=0, world_size=1)
+    torch.cuda.set_device(args.local_rank)
+"""
+
+
+def test_nccl_started_in_a_try_and_in_its_handler_already_needs_cuda() -> None:
+    assert _lines(NCCL_EITHER_WAY, "TPL601") == []

@@ -222,13 +222,17 @@ def _cuda_only_statement(stmt: ast.stmt, ctx: Context) -> bool:
 
 def _pins_on_both_arms(stmt: ast.stmt) -> bool:
     """An ``if`` whose every arm needs CUDA (TransFuser's ``device =
-    torch.device("cuda:{}".format(local_rank))`` under both ``if`` and ``else``)."""
-    if not isinstance(stmt, ast.If) or not stmt.orelse:
+    torch.device("cuda:{}".format(local_rank))`` under both ``if`` and ``else``), or a ``try``
+    whose body and every handler do."""
+    if isinstance(stmt, ast.If) and stmt.orelse:
+        arms = [stmt.body, stmt.orelse]
+    elif isinstance(stmt, ast.Try) and stmt.handlers:
+        # `try: dist.init_process_group("nccl")` / `except KeyError: init_process_group(
+        # backend="nccl", ...)` (arcface_torch's launcher): NCCL whichever way it starts
+        arms = [stmt.body, *(handler.body for handler in stmt.handlers)]
+    else:
         return False
-    return all(
-        any(_pins_cuda(sub) or _pins_on_both_arms(sub) for sub in arm)
-        for arm in (stmt.body, stmt.orelse)
-    )
+    return all(any(_pins_cuda(sub) or _pins_on_both_arms(sub) for sub in arm) for arm in arms)
 
 
 def _pins_cuda(stmt: ast.stmt) -> bool:

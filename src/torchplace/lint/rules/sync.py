@@ -511,7 +511,8 @@ def _elements(arg: ast.expr, ctx: Context) -> list[ast.expr]:
     (``for *xyxy, conf, cls in reversed(det): torch.tensor(xyxy)``, YOLO's boxes), or a list
     the function starts empty and grows (``labels = []``, ``labels.append(y[i])``, then
     ``torch.tensor(labels)``): what it appends, also as the one element of a display
-    (``torch.Tensor([losses])``), and a display repeated (``[flag] * arity``)."""
+    (``torch.Tensor([losses])``), a display repeated (``[flag] * arity``), and the element of
+    a list comprehension."""
     if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Mult):
         arg = next((s for s in (arg.left, arg.right) if isinstance(s, (ast.List, ast.Tuple))), arg)
     if isinstance(arg, (ast.List, ast.Tuple)):
@@ -521,6 +522,8 @@ def _elements(arg: ast.expr, ctx: Context) -> list[ast.expr]:
             grown = _appended(elements[0], scope.node) if scope is not None else []
             return grown or elements
         return elements
+    if isinstance(arg, ast.ListComp):
+        return [arg.elt]  # `torch.tensor([mask.sum().float() for _ in range(n)])`
     if not isinstance(arg, ast.Name):
         return []
     for parent in ctx.parents:
