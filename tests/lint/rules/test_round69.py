@@ -436,3 +436,27 @@ def main(args):
 
 def test_nccl_started_in_a_try_and_in_its_handler_already_needs_cuda() -> None:
     assert _lines(NCCL_EITHER_WAY, "TPL601") == []
+
+
+REDUCED_AT_BOUNDARY = """\
+import torch
+
+def main(args, model, optimizer, dataloader, accelerator, device):
+    model, optimizer, dataloader = accelerator.prepare(model, optimizer, dataloader)
+    local_metrics = torch.zeros((5,), device=device)
+    training_step = 0
+    for data in dataloader:
+        training_step += 1
+        loss = model(data).mean()
+        accelerator.backward(loss)
+        optimizer.step()
+        if training_step % args.gradient_accumulation_steps == 0:
+            local_metrics[0] = loss
+            print(local_metrics.tolist())
+        if training_step % args.logging_steps == 0:
+            print(local_metrics.tolist())
+"""
+
+
+def test_a_read_at_every_accumulation_boundary_is_read_every_optimizer_step() -> None:
+    assert _lines(REDUCED_AT_BOUNDARY, "TPL201") == [14]

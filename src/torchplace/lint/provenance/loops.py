@@ -1916,6 +1916,13 @@ def rare_test(test: ast.expr) -> bool:
     truth (``if step % 50:``, ``step % 50 != 0``) holds on every step but one in N: frequent."""
     if remainder_nonzero(test):
         return False
+    if any(
+        isinstance(sub, ast.BinOp)
+        and isinstance(sub.op, ast.Mod)
+        and _accumulation_count(sub.right)
+        for sub in _outside_identity_tests(test)
+    ):
+        return False  # `(i + 1) % accum_grad == 0`: every step of the optimizer
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
         # each operand by itself: `if self.log_coef is not None and ...` names no logging
         return any(rare_test(value) for value in test.values)
@@ -1939,7 +1946,7 @@ def rare_test(test: ast.expr) -> bool:
                 )
     for sub in _outside_identity_tests(test):
         if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Mod):
-            return not _accumulation_count(sub.right)
+            return True
         text = sub.id if isinstance(sub, ast.Name) else getattr(sub, "attr", "")
         if text and _names_logging(text) and not _backend_setting(sub, text):
             return True
