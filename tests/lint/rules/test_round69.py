@@ -460,3 +460,30 @@ def main(args, model, optimizer, dataloader, accelerator, device):
 
 def test_a_read_at_every_accumulation_boundary_is_read_every_optimizer_step() -> None:
     assert _lines(REDUCED_AT_BOUNDARY, "TPL201") == [14]
+
+
+GAN_CADENCE = """\
+import torch
+
+def train(netG, netD, loader, optG, optD, ratio, log_every, device):
+    for step, (lr, hr) in enumerate(loader):
+        lr, hr = lr.to(device), hr.to(device)
+        fake = netG(lr)
+        if step % ratio == 0:
+            optG.zero_grad()
+            g_loss = (fake - hr).abs().mean()
+            g_loss.backward()
+            optG.step()
+        optD.zero_grad()
+        d_loss = netD(fake.detach()).mean() - netD(hr).mean()
+        d_loss.backward()
+        optD.step()
+        if step % ratio == 0:
+            print(g_loss.item())
+        if step % log_every == 0:
+            print(d_loss.item())
+"""
+
+
+def test_a_log_under_the_test_of_a_branch_that_trains_runs_at_that_training_cadence() -> None:
+    assert _lines(GAN_CADENCE, "TPL201") == [17]

@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Iterable
 
 from torchplace.lint.base import Context, Scope, call_name, keyword, names_in
-from torchplace.lint.nodes import kept, walk, walk_body
+from torchplace.lint.nodes import kept, own_nodes, walk, walk_body
 from torchplace.lint.provenance import file_facts
 from torchplace.lint.provenance.loops import (
     below_restarted_mark,
@@ -731,10 +731,28 @@ def in_periodic_branch(
                 )
             )
             and not branch_trains(parent)
+            and not _tests_as_a_training_branch(parent, ctx)
         ):
             return through is None or all(through(loop) for loop in passed)
         child = parent
     return False
+
+
+def _tests_as_a_training_branch(branch: ast.If, ctx: Context) -> bool:
+    """KAIR's GAN step: ``if current_step % self.D_update_ratio == 0 and ...:`` steps the
+    generator, and a later branch of the very same test logs its losses: read on every
+    generator step, the cadence of that training, not a rare one."""
+    scope = ctx.function_scope()
+    if scope is None:
+        return False
+    shape = ast.dump(branch.test)
+    return any(
+        isinstance(node, ast.If)
+        and node is not branch
+        and ast.dump(node.test) == shape
+        and branch_trains(node)
+        for node in own_nodes(scope.node)
+    )
 
 
 def _rare_else(branch: ast.If, ctx: Context) -> bool:
