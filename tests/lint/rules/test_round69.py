@@ -487,3 +487,34 @@ def train(netG, netD, loader, optG, optD, ratio, log_every, device):
 
 def test_a_log_under_the_test_of_a_branch_that_trains_runs_at_that_training_cadence() -> None:
     assert _lines(GAN_CADENCE, "TPL201") == [17]
+
+
+BATCHIFIED = """\
+import torch
+
+def batchify(func, x, y, batch_size, device, *args, **kwargs):
+    results = []
+    for start in range(0, len(x), batch_size):
+        results.append(func(x[start:start + batch_size].to(device), y.to(device), *args, **kwargs))
+    return torch.cat(results)
+
+def evaluate(scores, positives, batch_size, device, recall_k_list):
+    metrics = {}
+    for recall_k in recall_k_list:
+        hits = batchify(torch.topk, scores, positives, batch_size, device, k=recall_k)
+        metrics[recall_k] = (hits.values > 0).float().mean().item()
+    return metrics
+
+def get_batch(split, data, device):
+    return data[split].to(device)
+
+def estimate(model, data, device, iters):
+    for _ in range(iters):
+        x = get_batch("val", data, device)
+        print(model(x).mean().item())
+"""
+
+
+def test_a_helper_named_batchify_fetches_no_batch_per_step() -> None:
+    # a loop over a few values of k, each scored in batches; `get_batch` does fetch one
+    assert _lines(BATCHIFIED, "TPL201") == [22]

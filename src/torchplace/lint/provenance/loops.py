@@ -1485,8 +1485,8 @@ def _fetches_batch(
     rows and moves them (``x.pin_memory().to(device, non_blocking=True)``): each turn
     takes a fresh batch on the device, whatever the loop counts."""
     words = [w for w in name.lower().split("_") if w]
-    if not words or "batch" not in words[-1]:
-        return None
+    if not words or not words[-1].endswith(("batch", "batches")):
+        return None  # `get_batch`, `next_minibatch`; not `batchify(fn, x, bs, device, k=k)`
     fact = facts.fact(call, scope)
     if fact is None or not fact.on_device:
         return None
