@@ -518,3 +518,23 @@ def estimate(model, data, device, iters):
 def test_a_helper_named_batchify_fetches_no_batch_per_step() -> None:
     # a loop over a few values of k, each scored in batches; `get_batch` does fetch one
     assert _lines(BATCHIFIED, "TPL201") == [22]
+
+
+GATHERED_LOSSES = """\
+import torch
+import torch.distributed as dist
+
+def train(model, loader, opt, device):
+    for x in loader:
+        loss = model(x.to(device)).mean()
+        loss.backward()
+        opt.step()
+        loss_list = [torch.zeros_like(loss) for _ in range(dist.get_world_size())]
+        dist.all_gather(loss_list, loss)
+        loss_list = torch.tensor(loss_list)
+        print(loss_list.mean())
+"""
+
+
+def test_torch_tensor_of_a_gathered_list_of_device_losses_reads_each() -> None:
+    assert _lines(GATHERED_LOSSES, "TPL201") == [11]

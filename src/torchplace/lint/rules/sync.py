@@ -533,7 +533,14 @@ def _elements(arg: ast.expr, ctx: Context) -> list[ast.expr]:
         ):
             return [arg]
     scope = ctx.function_scope()
-    return _appended(arg, scope.node) if scope is not None else []
+    if scope is None:
+        return []
+    for value in ctx.scope_bindings(scope).get(arg.id, []):
+        if isinstance(value, ast.ListComp) and value.lineno < arg.lineno:
+            # `loss_list = [torch.zeros_like(loss) for _ in range(n)]`, filled in place by
+            # `dist.all_gather(loss_list, loss)`, then `torch.tensor(loss_list)`
+            return [value.elt]
+    return _appended(arg, scope.node)
 
 
 # Methods only a module has: a name they are called on holds a model, not a tensor.
