@@ -538,3 +538,23 @@ def train(model, loader, opt, device):
 
 def test_torch_tensor_of_a_gathered_list_of_device_losses_reads_each() -> None:
     assert _lines(GATHERED_LOSSES, "TPL201") == [11]
+
+
+LION = """\
+import torch
+
+class Lion(torch.optim.Optimizer):
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                state = self.state[p]
+                moment_norm = torch.linalg.vector_norm(state["exp_avg"])
+                scale = moment_norm.item()
+                p.add_(p.grad, alpha=-group["lr"] * scale)
+"""
+
+
+def test_an_optimizer_step_reads_its_parameters_wherever_the_model_runs() -> None:
+    # no device named in the file: an optimizer's parameters are the model's
+    assert _lines(LION, "TPL201") == [10]

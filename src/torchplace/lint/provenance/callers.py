@@ -143,7 +143,9 @@ def find_per_batch(
         return PerBatch(how, {}, False)
     if function.name == "step" and _optimizer_class(facts, function):
         how = "an optimizer's `step` runs once per batch (a training step)"
-        return PerBatch(how, {}, True, itself=True)
+        # what it reads comes from its parameter groups, the model's parameters, wherever
+        # the model runs: not the values of unknown place a step's own body is handed
+        return PerBatch(how, {}, True)
     if function.name in _STEP_END_HOOKS and _is_hook(facts, function):
         params = [a.arg for a in function.args.args]
         seeds = {
