@@ -558,3 +558,22 @@ class Lion(torch.optim.Optimizer):
 def test_an_optimizer_step_reads_its_parameters_wherever_the_model_runs() -> None:
     # no device named in the file: an optimizer's parameters are the model's
     assert _lines(LION, "TPL201") == [10]
+
+
+CHAT_LOOP = """\
+import torch
+from utils.chat import chat
+
+def main(model, tokenizer):
+    model = model.cuda()
+    history = None
+    while True:
+        query = input("User: ")
+        response, history, cache = chat(query, model, tokenizer, history=history)
+        print("Model: " + response)
+"""
+
+
+def test_a_string_joined_to_a_literal_is_text() -> None:
+    # a tensor beside a str raises: `response` is the decoded answer
+    assert _lines(CHAT_LOOP, "TPL201") == []

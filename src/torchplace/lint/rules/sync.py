@@ -3587,6 +3587,13 @@ def _host_syntax(node: ast.expr) -> bool:
     """Plainly a host value: a literal, ``len(x)``, ``x.shape``, ``x.dtype``, a string op."""
     if isinstance(node, (ast.Constant, ast.JoinedStr)):
         return True
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        # `"Model: " + response`: a string joined to a string (a tensor beside a str raises)
+        return any(
+            isinstance(side, ast.JoinedStr)
+            or (isinstance(side, ast.Constant) and isinstance(side.value, str))
+            for side in (node.left, node.right)
+        )
     if isinstance(node, ast.Attribute):
         # a dunder (`module.__class__`, `fn.__qualname__`) is Python's own data, never a tensor
         dunder = node.attr.startswith("__") and node.attr.endswith("__")
