@@ -577,3 +577,38 @@ def main(model, tokenizer):
 def test_a_string_joined_to_a_literal_is_text() -> None:
     # a tensor beside a str raises: `response` is the decoded answer
     assert _lines(CHAT_LOOP, "TPL201") == []
+
+
+NAN_ALERT = """\
+import numpy as np
+import torch
+
+def train(model, loader, opt, device, main_node, project):
+    for x in loader:
+        loss = model(x.to(device)).mean()
+        loss.backward()
+        opt.step()
+        if main_node and project is not None and np.isnan(loss.item()):
+            print(f"NaN loss {loss.item()}")
+"""
+
+
+def test_a_branch_for_a_nan_behind_settings_is_taken_on_failure_only() -> None:
+    assert _lines(NAN_ALERT, "TPL201") == [9]  # the test itself runs every step
+
+
+CACHE_IN_HANDLER = """\
+import torch
+
+def get_features(path, examples, tokenizer, device):
+    try:
+        features = torch.load(path, weights_only=True)
+    except FileNotFoundError:
+        features = [tokenizer(e) for e in examples]
+        torch.save(features, path)
+    return torch.tensor(features).to(device)
+"""
+
+
+def test_a_cache_its_handler_computes_and_saves_is_host_data() -> None:
+    assert _lines(CACHE_IN_HANDLER, "TPL401") == []

@@ -1157,7 +1157,8 @@ def _host_cache(call: ast.Call, ctx: Context) -> bool:
     branch of that test computes the value and saves it to the same path (Hugging Face's
     ``if os.path.exists(cached_features_file): features = torch.load(cached_features_file)``,
     ``else: features = convert_examples_to_features(...)``, ``torch.save(features,
-    cached_features_file)``; the SNLI example's cached word vectors). What it reads back is
+    cached_features_file)``; the SNLI example's cached word vectors), or as a ``try`` whose
+    handler computes and saves what its body failed to load. What it reads back is
     what that branch saved; when the saved value is not a device value nor a model's state
     (``model.state_dict()``, a checkpoint), it is host data and holds no device tensors. A
     resume whose other branch trains and saves a checkpoint, or a load into a name for a
@@ -1183,6 +1184,14 @@ def _host_cache(call: ast.Call, ctx: Context) -> bool:
                 )
                 if any(stmt is inner for stmt in loads):
                     return _fills_from_host(fills, key, owner, ctx)
+        # `try: bert = torch.load(bert_path)`, `except Exception: bert = get_bert(...)`,
+        # `torch.save(bert, bert_path)` (MeloTTS): the handler fills what the body reads
+        if (
+            isinstance(parent, ast.Try)
+            and any(stmt is inner for stmt in parent.body)
+            and any(_fills_from_host(h.body, key, owner, ctx) for h in parent.handlers)
+        ):
+            return True
         inner = parent
     return False
 

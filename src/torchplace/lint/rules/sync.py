@@ -1552,7 +1552,7 @@ def _after_finite_guard(parent: ast.AST, child: ast.AST) -> bool:
 
 def _nonfinite_test(test: ast.expr) -> bool | None:
     """True when ``test`` holds only for a value that is not finite (``torch.isnan(x)``, ``not
-    math.isfinite(v)``, ``x.isinf().any()``, ``or``/``|`` of such tests), False when it holds
+    math.isfinite(v)``, ``x.isinf().any()``, ``or``/``|`` of such tests, ``and`` with one), False when it holds
     only for a finite one (``torch.isfinite(x).all()``), None when it asks something else."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         inner = _nonfinite_test(test.operand)
@@ -1563,6 +1563,9 @@ def _nonfinite_test(test: ast.expr) -> bool | None:
         values = test.values if isinstance(test, ast.BoolOp) else [test.left, test.right]
         answers = [_nonfinite_test(value) for value in values]
         either = isinstance(test, ast.BinOp) or isinstance(test.op, ast.Or)
+        if not either and True in answers:
+            # `main and wandb_project is not None and np.isnan(loss)`: holds only with it
+            return True
         # also with an outlier bound among them: `torch.isnan(q).any() or q.abs().max() > 1500`
         return (
             True
