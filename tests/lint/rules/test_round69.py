@@ -612,3 +612,22 @@ def get_features(path, examples, tokenizer, device):
 
 def test_a_cache_its_handler_computes_and_saves_is_host_data() -> None:
     assert _lines(CACHE_IN_HANDLER, "TPL401") == []
+
+
+SHAPED = """\
+import torch
+
+def train(model, loader, opt, device):
+    for x, valid in loader:
+        valid = valid.to(device)
+        out = model(x.to(device))
+        sel = out[valid].view(valid.sum(), -1)
+        flat = out.reshape(x.shape[0], -1)
+        loss = sel.mean() + flat.mean()
+        loss.backward()
+        opt.step()
+"""
+
+
+def test_a_device_reduction_given_as_a_size_to_view_is_read() -> None:
+    assert _lines(SHAPED, "TPL201") == [7]  # a shape is no read

@@ -682,10 +682,15 @@ _SIZED = frozenset(
 
 def _size_arguments(call: ast.Call, ctx: Context) -> list[ast.expr]:
     """The sizes given to a factory (also in a tuple or list: ``torch.zeros((b, n.max()))``)
-    that are computed values, not literals, lengths or shapes; ``torch.full``'s size only."""
-    if ctx.call_qualname(call) not in _SIZED:
+    or to a tensor method that shapes (``x.view(valid.sum(), -1)``) that are computed values,
+    not literals, lengths or shapes; ``torch.full``'s and ``new_full``'s size only."""
+    func = call.func
+    if isinstance(func, ast.Attribute) and func.attr in _SHAPING and ctx.qualname(func) is None:
+        args = call.args[:1] if func.attr == "new_full" else call.args  # `x.view(m.sum(), -1)`
+    elif ctx.call_qualname(call) not in _SIZED:
         return []
-    args = call.args[:1] if ctx.call_qualname(call) == "torch.full" else call.args
+    else:
+        args = call.args[:1] if ctx.call_qualname(call) == "torch.full" else call.args
     scope = ctx.function_scope()
     if scope is None:
         return []
@@ -696,6 +701,10 @@ def _size_arguments(call: ast.Call, ctx: Context) -> list[ast.expr]:
     return found
 
 
+# Tensor methods given sizes, which they read as Python ints (`x.view(valid.sum(), -1)`).
+_SHAPING = frozenset(
+    {"view", "reshape", "expand", "repeat", "new_zeros", "new_ones", "new_empty", "new_full"}
+)
 # Tensor methods whose result is a 0-dim tensor where the tensor is (not a Python number).
 _SIZE_REDUCTIONS = frozenset({"max", "min", "sum", "prod", "mean", "amax", "amin", "long", "int"})
 _TORCH_SIZE_REDUCTIONS = frozenset(
@@ -3948,6 +3957,8 @@ FAMILY = Family(
         # a factory's sizes, `torch.arange(lengths.max())` (see `_SIZED`)
         *("arange(", "linspace(", "logspace(", "zeros(", "ones(", "empty(", "rand(", "randn("),
         *("randint(", "eye(", "randperm(", "_indices("),
+        # ... and those of the methods that shape, `x.view(valid.sum(), -1)` (see `_SHAPING`)
+        *(".view(", ".reshape(", ".expand(", ".repeat(", ".new_"),
         "fill_(",
         # builtins, preceded by what can stand before them (not `call(`, `print(`, `hint(`)
         *(
