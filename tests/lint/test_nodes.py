@@ -107,3 +107,10 @@ def test_statements_finds_every_statement(tree: ast.Module) -> None:
     found = [id(n) for n in nodes.statements(tree.body)]
     assert len(found) == len(set(found))
     assert set(found) == expected
+
+
+def test_parameter_defaults_pairs_positional_and_keyword_only_parameters() -> None:
+    func = ast.parse("def f(a, /, b, c=1, *args, d, e=None, **kw): pass").body[0]
+    assert isinstance(func, ast.FunctionDef)
+    found = {name: ast.unparse(value) for name, value in nodes.parameter_defaults(func).items()}
+    assert found == {"c": "1", "e": "None"}

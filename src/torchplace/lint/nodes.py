@@ -25,6 +25,7 @@ __all__ = [
     "forget",
     "isinstance_test",
     "own_nodes",
+    "parameter_defaults",
     "parse_module",
     "self_attribute",
     "statements",
@@ -237,6 +238,19 @@ def kept(kind: str, node: ast.AST, compute: Callable[[ast.AST], _T]) -> _T:
     value = compute(node)
     _KEPT[key] = (node, value)
     return value
+
+
+def parameter_defaults(function: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, ast.expr]:
+    """Each parameter of ``function`` that has a default -> that default (positional and
+    keyword-only alike)."""
+    args = function.args
+    positional = [*args.posonlyargs, *args.args]
+    given = positional[len(positional) - len(args.defaults) :]
+    found = {a.arg: d for a, d in zip(given, args.defaults, strict=True)}
+    found.update(
+        {a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None}
+    )
+    return found
 
 
 def self_attribute(node: ast.AST) -> str | None:

@@ -538,10 +538,9 @@ _SUBMODULE_WALKS = frozenset({"modules", "children", "named_modules", "named_chi
 def _submodules(it: ast.expr) -> bool:
     """``encoder.encoder_layers``, ``self.blocks``, ``model.modules()``: a model's submodules,
     one module per step, not the rows of a tensor nor a list of tensors."""
-    inner = it
-    if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute):
-        return inner.func.attr in _SUBMODULE_WALKS
-    return isinstance(inner, ast.Attribute) and inner.attr.lower().endswith(_SUBMODULE_LISTS)
+    if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute):
+        return it.func.attr in _SUBMODULE_WALKS
+    return isinstance(it, ast.Attribute) and it.attr.lower().endswith(_SUBMODULE_LISTS)
 
 
 def _zip_arguments(iters: list[ast.expr]) -> list[ast.expr]:
@@ -1441,21 +1440,13 @@ def _moves_handed(facts: FileFacts, call: ast.Call, derived: set[str], scope: as
     if not call.args or not isinstance(call.args[0], ast.Name) or call.args[0].id not in derived:
         return False
     func = call.func
-    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
-        if func.value.id != "self":
-            return False
-        cls = facts.parent.get(id(scope))
-        found = [
-            node
-            for node in (cls.body if isinstance(cls, ast.ClassDef) else [])
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == func.attr
-        ]
-        skip = 1
-    elif isinstance(func, ast.Name):
+    if isinstance(func, ast.Name):
         found = [node for _, node in facts.callees(func.id, facts.qualname(func))]
         skip = 0
     else:
-        return False
+        method = facts.local_def(func, scope)  # `self.load_data_compute_loss(data)`
+        found = [method] if method is not None else []
+        skip = 1
     if len(found) != 1:
         return False
     params = [a.arg for a in [*found[0].args.posonlyargs, *found[0].args.args]][skip:]

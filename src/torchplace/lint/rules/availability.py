@@ -103,7 +103,7 @@ def _guarded(call: ast.Call, ctx: Context) -> bool:
         for stmt in block[:index]:
             if _is_guard_statement(stmt) or _pins_cuda(stmt) or _calls_pinning(stmt, module):
                 return True
-            if _pins_on_both_arms(stmt):
+            if _pins_on_every_path(stmt):
                 return True
             if _cuda_only_statement(stmt, ctx):
                 return True  # an earlier CUDA-only call raises first: that one is reported
@@ -220,7 +220,7 @@ def _cuda_only_statement(stmt: ast.stmt, ctx: Context) -> bool:
     )
 
 
-def _pins_on_both_arms(stmt: ast.stmt) -> bool:
+def _pins_on_every_path(stmt: ast.stmt) -> bool:
     """An ``if`` whose every arm needs CUDA (TransFuser's ``device =
     torch.device("cuda:{}".format(local_rank))`` under both ``if`` and ``else``), or a ``try``
     whose body and every handler do."""
@@ -232,7 +232,7 @@ def _pins_on_both_arms(stmt: ast.stmt) -> bool:
         arms = [stmt.body, *(handler.body for handler in stmt.handlers)]
     else:
         return False
-    return all(any(_pins_cuda(sub) or _pins_on_both_arms(sub) for sub in arm) for arm in arms)
+    return all(any(_pins_cuda(sub) or _pins_on_every_path(sub) for sub in arm) for arm in arms)
 
 
 def _pins_cuda(stmt: ast.stmt) -> bool:

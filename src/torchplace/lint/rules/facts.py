@@ -745,10 +745,11 @@ def _tests_as_a_training_branch(branch: ast.If, ctx: Context) -> bool:
     scope = ctx.function_scope()
     if scope is None:
         return False
-    shape = ast.dump(branch.test)
+    kind, shape = type(branch.test), ast.dump(branch.test)
     return any(
         isinstance(node, ast.If)
         and node is not branch
+        and type(node.test) is kind  # before the dump: most tests differ by their kind
         and ast.dump(node.test) == shape
         and branch_trains(node)
         for node in own_nodes(scope.node)

@@ -15,7 +15,7 @@ import re
 
 from torchplace.lint.base import Context, Family, Rule, call_name, names_in, walk_body
 from torchplace.lint.base import keyword as keyword_of
-from torchplace.lint.nodes import walk
+from torchplace.lint.nodes import parameter_defaults, walk
 from torchplace.lint.provenance import file_facts
 from torchplace.lint.provenance.callers import scoped_call_sites, siblings, text_of
 from torchplace.lint.resolver import dotted_name
@@ -175,15 +175,7 @@ def _is_parameter(node: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> bo
 
 def _default(node: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> ast.expr | None:
     """The default value of parameter ``name``, if any."""
-    args = node.args
-    positional = [*args.posonlyargs, *args.args]
-    pairs = list(
-        zip(positional[len(positional) - len(args.defaults) :], args.defaults, strict=True)
-    )
-    pairs += [
-        (a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None
-    ]
-    return next((d for a, d in pairs if a.arg == name), None)
+    return parameter_defaults(node).get(name)
 
 
 def _moved_before(model: str, own_body: object, ctx: Context) -> bool:

@@ -797,10 +797,7 @@ _ONE_PROCESS_WORDS = frozenset({"device", "gpu", "process", "proc", "rank", "wor
 def _names_single_process(test: ast.expr) -> bool:
     """``if single_device:`` (lm-evaluation-harness, after ruling out accelerate and model
     parallelism), ``if args.single_gpu:``: a flag for the one-process mode, by its words."""
-    name = dotted_name(test)
-    if name is None:
-        return False
-    words = set(name.rsplit(".", 1)[-1].lower().split("_"))
+    words = _flag_words(test)
     return "single" in words and bool(words & _ONE_PROCESS_WORDS)
 
 
@@ -840,11 +837,13 @@ def _conjuncts(test: ast.expr) -> list[ast.expr]:
 def _names_distributed(test: ast.expr) -> bool:
     """``args.distributed``, ``cfg.enable_fsdp``, ``ddp``: a flag for the distributed mode
     (by the words of its name: ``args.distance`` is no such flag)."""
+    return bool(_flag_words(test) & _DISTRIBUTED_WORDS)
+
+
+def _flag_words(test: ast.expr) -> set[str]:
+    """The words of the last name of a flag (``cfg.enable_fsdp`` -> ``enable``, ``fsdp``)."""
     name = dotted_name(test)
-    if name is None:
-        return False
-    words = set(name.rsplit(".", 1)[-1].lower().split("_"))
-    return bool(words & _DISTRIBUTED_WORDS)
+    return set(name.rsplit(".", 1)[-1].lower().split("_")) if name is not None else set()
 
 
 def _compared(ctx: Context) -> bool:

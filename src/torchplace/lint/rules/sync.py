@@ -28,6 +28,7 @@ from torchplace.lint.base import (
 from torchplace.lint.nodes import (
     isinstance_test,
     own_nodes,
+    parameter_defaults,
     statements,
     store_targets,
     subscripted,
@@ -58,7 +59,7 @@ from torchplace.lint.provenance.loops import (
     rare_test,
     step_parts,
 )
-from torchplace.lint.provenance.values import HOST_METHODS, _passes_device
+from torchplace.lint.provenance.values import HOST_METHODS, _device_target, _is_cpu, _passes_device
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import (
     CASTS,
@@ -1771,19 +1772,10 @@ def _sent_back(ctx: Context, loop: ast.AST) -> bool:
             isinstance(sub, ast.Call)
             and isinstance(sub.func, ast.Attribute)
             and sub.func.attr in {"to", "cuda"}
-            and not _is_cpu_move(sub)
+            and not _is_cpu(_device_target(sub))
             for sub in walk(later.value)
         )
         for later in block[index + 1 :]
-    )
-
-
-def _is_cpu_move(call: ast.Call) -> bool:
-    """``.to("cpu")``, ``.to(torch.device("cpu"))``."""
-    return any(
-        isinstance(sub, ast.Constant) and sub.value == "cpu"
-        for arg in call.args
-        for sub in walk(arg)
     )
 
 
@@ -2807,13 +2799,7 @@ def _optional_tensor_arm(receiver: ast.expr, node: ast.AST, scope: ast.AST, ctx:
         scope, (ast.FunctionDef, ast.AsyncFunctionDef)
     ):
         return False
-    args = scope.args
-    positional = [*args.posonlyargs, *args.args]
-    defaulted = {a.arg for a in positional[len(positional) - len(args.defaults) :]}
-    defaulted |= {
-        a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None
-    }
-    if root.id not in defaulted:
+    if root.id not in parameter_defaults(scope):
         return False
     child = node
     for parent in reversed(ctx.parents):

@@ -18,7 +18,7 @@ from torchplace.lint.base import (
     names_in,
     walk_body,
 )
-from torchplace.lint.nodes import children, walk
+from torchplace.lint.nodes import children, parameter_defaults, walk
 from torchplace.lint.provenance import FileFacts, file_facts, is_device_expr, scope_node
 from torchplace.lint.provenance.loops import branch_trains
 from torchplace.lint.provenance.values import _is_cpu, moved_in_place
@@ -683,15 +683,7 @@ def _absent(call: ast.Call, callee: ast.FunctionDef | ast.AsyncFunctionDef) -> f
         return frozenset()
     args = callee.args
     positional = [*args.posonlyargs, *args.args]
-    defaults: dict[str, ast.expr] = {
-        a.arg: d
-        for a, d in zip(
-            positional[len(positional) - len(args.defaults) :], args.defaults, strict=True
-        )
-    }
-    defaults.update(
-        {a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None}
-    )
+    defaults = parameter_defaults(callee)
     names = [a.arg for a in positional]
     if names and names[0] in {"self", "cls"} and isinstance(call.func, ast.Attribute):
         names = names[1:]
