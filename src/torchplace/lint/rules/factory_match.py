@@ -522,6 +522,15 @@ def _same_tensor(value: ast.expr, param: str) -> bool:
         return _same_tensor(value.operand, param)
     if isinstance(value, ast.Name):
         return value.id == param
+    if (  # `x = torch.where(ignore, -1, x)`, `x = torch.clamp(x, 0, 1)`: an op of x, not a new one
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and isinstance(value.func.value, ast.Name)
+        and value.func.value.id == "torch"
+        and value.func.attr not in _NOT_TENSOR
+        and f"torch.{value.func.attr}" not in _BUILDERS
+    ):
+        return any(_same_tensor(arg, param) for arg in value.args)
     while isinstance(value, (ast.Call, ast.Subscript, ast.Attribute)):
         if isinstance(value, ast.Call):
             func = value.func
@@ -907,8 +916,16 @@ def _tensor_of(node: ast.AST, params: set[str], *, built: bool = True) -> str | 
             and func.value.id == "torch"
             and func.attr not in _NOT_TENSOR
         ):
-            if not built and f"torch.{func.attr}" in _BUILDERS:
-                return None
+            if f"torch.{func.attr}" in _BUILDERS:  # `torch.zeros(n, device=x.device)`: x's
+                device = keyword(node, "device")
+                if (
+                    device is not None
+                    and isinstance(device.value, ast.Attribute)
+                    and device.value.attr == "device"
+                ):
+                    return _tensor_of(device.value.value, params, built=built)
+                if not built:
+                    return None
             for arg in node.args:
                 found = _tensor_of(arg, params, built=built)
                 if found is not None:

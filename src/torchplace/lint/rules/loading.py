@@ -30,6 +30,7 @@ from torchplace.lint.rules.facts import in_test, loop_bound_names, only_used_by,
 from torchplace.lint.rules.model_loads import (
     LOADERS,
     Load,
+    call_targets,
     in_tree,
     is_loader,
     load_behind,
@@ -1669,8 +1670,8 @@ def _handler_of(function: Scope, ctx: Context) -> str | None:
     while scope is not None:
         node = scope.node
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            if _LOAD_WORDS & set(node.name.lower().split("_")):
-                return None
+            if (_LOAD_WORDS | _TRAINING_WORDS) & set(node.name.lower().split("_")):
+                return None  # a "load" or "train" button's handler: loading is part of its job
             if any(_route(decorator) for decorator in node.decorator_list):
                 return node.name
             if scope.cls is not None:
@@ -1719,22 +1720,54 @@ def _gradio_handlers(ctx: Context) -> frozenset[str]:
 
 
 def _registered_handlers(tree: ast.AST, ctx: Context) -> frozenset[str]:
-    if not any(name.split(".")[0] == "gradio" for name in ctx.resolver.names.values()):
+    if not _imports_gradio(file_facts(ctx)):
         return frozenset()
     names: set[str] = set()
     for node in walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        qualname = ctx.qualname(node.func) or ""
-        app = qualname.startswith("gradio.") and qualname.rsplit(".", 1)[-1] in _GRADIO_APPS
-        event = isinstance(node.func, ast.Attribute) and node.func.attr in _GRADIO_EVENTS
-        if not (app or event) or (event and qualname):
-            continue
-        fn = keyword(node, "fn")
-        handler = fn.value if fn is not None else (node.args[0] if node.args else None)
-        if isinstance(handler, ast.Name):
-            names.add(handler.id)
+        if isinstance(node, ast.Call):
+            handler = _registered(node, file_facts(ctx))
+            if isinstance(handler, ast.Name):
+                names.add(handler.id)
+            names |= _handed_to_registrar(node, ctx)
     return frozenset(names)
+
+
+def _imports_gradio(facts: FileFacts) -> bool:
+    return any(name.split(".")[0] == "gradio" for name in facts.resolver.names.values())
+
+
+def _registered(call: ast.Call, facts: FileFacts) -> ast.expr | None:
+    """The function ``call`` registers with Gradio (``gr.Interface(fn, ...)``,
+    ``button.click(fn=run)``), else None."""
+    qualname = facts.qualname(call.func) or ""
+    app = qualname.startswith("gradio.") and qualname.rsplit(".", 1)[-1] in _GRADIO_APPS
+    event = isinstance(call.func, ast.Attribute) and call.func.attr in _GRADIO_EVENTS
+    if not (app or event) or (event and qualname):
+        return None
+    fn = keyword(call, "fn")
+    return fn.value if fn is not None else (call.args[0] if call.args else None)
+
+
+def _handed_to_registrar(call: ast.Call, ctx: Context) -> set[str]:
+    """Functions ``call`` hands to a function of the linted tree that registers the
+    parameter it gets them as with Gradio (``create_demo_sketch(run)``, whose
+    ``run_button.click(fn=run, ...)`` makes ``run`` a handler)."""
+    given = [(i, a.id) for i, a in enumerate(call.args) if isinstance(a, ast.Name)]
+    if not given:
+        return set()
+    names: set[str] = set()
+    for owner, node, _ in call_targets(file_facts(ctx), call.func):
+        if not _imports_gradio(owner):
+            continue
+        params = [a.arg for a in (*node.args.posonlyargs, *node.args.args)]
+        registered = {
+            handler.id
+            for sub in walk(node)
+            if isinstance(sub, ast.Call)
+            and isinstance(handler := _registered(sub, owner), ast.Name)
+        }
+        names |= {name for i, name in given if i < len(params) and params[i] in registered}
+    return names
 
 
 FAMILY = Family(

@@ -75,15 +75,15 @@ def load_behind(
     tree (this file's, or imported from a module file of the tree; with ``cls``, also a method
     of that class called on ``self``), else None. ``memo`` keeps what each function was found
     to load (by node and depth) for the next call."""
-    for owner, node, owner_cls in _targets(facts, call.func, cls):
+    for owner, node, owner_cls in call_targets(facts, call.func, cls):
         found = _loads(owner, node, owner_cls, _DEPTH, memo)
         if found is not None:
             return found
     return None
 
 
-def _targets(
-    facts: FileFacts, func: ast.expr, cls: ast.ClassDef | None
+def call_targets(
+    facts: FileFacts, func: ast.expr, cls: ast.ClassDef | None = None
 ) -> list[tuple[FileFacts, _Def, ast.ClassDef | None]]:
     """The functions a call of ``func`` runs: a function of the file or of an imported module,
     the ``__init__`` of a class (constructing it), or a method of ``cls`` (``self.f(...)``)."""
@@ -189,7 +189,7 @@ def _search(
     if depth <= 1:
         return None
     for call in calls:
-        for owner, callee, owner_cls in _targets(facts, call.func, cls):
+        for owner, callee, owner_cls in call_targets(facts, call.func, cls):
             found = _loads(owner, callee, owner_cls, depth - 1, memo)
             if found is not None:
                 return found

@@ -132,6 +132,8 @@ def _pinned_per_step(ctx: Context) -> str | None:
         return "inside a loop"
     facts, scope = file_facts(ctx), scope_node(ctx)
     for loop in loops:
+        if copied and _yields(loop):  # a generator pinning and moving each batch it yields
+            return "inside a generator loop that moves each item it yields"
         kind = facts.loop_kind(loop, scope)
         if kind is None or kind[0] != "batch" or (_yields(loop) and not copied):
             continue  # a generator pinning what it hands out works as a pinning loader

@@ -22,6 +22,7 @@ from torchplace.lint.nodes import children, parameter_defaults, walk
 from torchplace.lint.provenance import FileFacts, file_facts, is_device_expr, scope_node
 from torchplace.lint.provenance.loops import branch_trains
 from torchplace.lint.provenance.values import _is_cpu, moved_in_place
+from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.factory_match import _cpu_path
 from torchplace.lint.rules.facts import (
     CASTS,
@@ -83,7 +84,9 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
     if _cpu_path(node, scope):
         return  # the `else` of `if device.type == "cuda":`: the CPU path, which needs no sync
     placed = _device_names(scope, ctx, node.lineno)
-    if not placed:
+    if not placed and not any(
+        isinstance(sub, ast.Call) and _placed_here(sub, ctx) for sub in walk_body(region)
+    ):
         return
     if not _times_work(region, placed - _host_bound(region, placed), ctx):
         later = [] if _restarts(region[-1], start, ctx) else _later_reads(rest, start, ctx)
@@ -1034,11 +1037,42 @@ def _uses(call: ast.Call, placed: set[str], ctx: Context) -> bool:
             # `vq_model.decode_code(index_sample, shape)`: a model's method run on a tensor
             # this function placed (the model may come from a loader it cannot see)
             return any(n.id in placed for op in operands for n in _operand_names(op))
+        if name is None and _own_object(func, ctx):
+            # `self.gpt(codes, torch.tensor([n], device=codes.device))`: an object the class
+            # built in `__init__` run on a placed tensor, or on one the call itself places
+            return any(
+                _placed_here(op, ctx) or any(n.id in placed for n in _operand_names(op))
+                for op in operands
+            )
         if name is None or not name.startswith("torch.") or name.startswith("torch.cuda."):
             return False
     else:
         return False
     return any(n.id in placed for op in operands for n in _operand_names(op))
+
+
+def _placed_here(node: ast.AST, ctx: Context) -> bool:
+    """``x.to(device)``, ``torch.tensor([n], device=x.device)``: an argument the call's own
+    expression puts on the device."""
+    return isinstance(node, ast.Call) and _places(_settled(node), ctx)
+
+
+def _own_object(func: ast.Attribute, ctx: Context) -> bool:
+    """``self.gpt`` of ``self.gpt(...)``, where the class's ``__init__`` binds ``self.gpt`` to
+    an object it builds (``self.gpt = UnifiedVoice(**cfg)``), not a method of the class."""
+    scope = ctx.function_scope()
+    cls = scope.cls if scope is not None else None
+    if not (cls is not None and isinstance(func.value, ast.Name) and func.value.id == "self"):
+        return False
+    for item in getattr(cls.node, "body", []):
+        if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+            return any(
+                isinstance(sub, ast.Assign)
+                and isinstance(sub.value, ast.Call)
+                and any(dotted_name(t) == f"self.{func.attr}" for t in sub.targets)
+                for sub in walk(item)
+            )
+    return False
 
 
 def _computed_from(name: str, placed: set[str], ctx: Context) -> bool:
@@ -1330,9 +1364,17 @@ def _places(call: ast.Call, ctx: Context, *, told: bool = True) -> bool:
     device = getattr(keyword(call, "device"), "value", None)
     if isinstance(device, ast.Constant):
         return isinstance(device.value, str) and DEVICE_STRING.fullmatch(device.value) is not None
+    if told and device is None:  # `to_device(batch, self.device)`: a helper named for the move
+        words = set((name or "").lower().split("_"))
+        if words & _MOVE_WORDS:
+            device = next((a for a in call.args[1:] if is_device_expr(a)), None)
     if not told or device is None or _is_cpu(device):
         return False
     return is_device_expr(device) or _device_of(device)
+
+
+# Words of a project helper's name that say it puts what it is handed on the device given.
+_MOVE_WORDS = frozenset({"device", "cuda", "gpu", "move", "transfer"})
 
 
 def _device_of(node: ast.expr) -> bool:

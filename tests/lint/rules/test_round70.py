@@ -1,0 +1,191 @@
+"""Round 70: factories matched to tensors the function derives from its parameters (TPL103);
+timings around a helper's move and an own model run on inline device tensors (TPL301); a
+generator pinning and moving what it yields (TPL702); Gradio handlers registered through a
+function they are handed to, and a "Train" button's handler (TPL403)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .helpers import lines as _lines
+from .helpers import project as _project
+
+REBOUND_BY_WHERE = """\
+import torch
+
+def stats(output: torch.LongTensor, target: torch.LongTensor, classes: int, ignore=None):
+    batch = output.shape[0]
+    if ignore is not None:
+        skip = target == ignore
+        output = torch.where(skip, -1, output)
+        target = torch.where(skip, -1, target)
+    counts = torch.zeros(batch, classes, dtype=torch.long)
+    for i in range(batch):
+        matched = torch.where(output[i] == target[i], target[i], -1)
+        counts[i] = torch.histc(matched.float(), bins=classes).long()
+    return counts
+"""
+
+
+def test_a_parameter_rebound_to_a_torch_op_of_itself_stays_a_tensor() -> None:
+    assert _lines(REBOUND_BY_WHERE, "TPL103") == [9]
+
+
+def test_a_parameter_rebound_to_a_new_tensor_is_no_longer_matched() -> None:
+    rebuilt = REBOUND_BY_WHERE.replace(
+        "torch.where(skip, -1, output)", "torch.tensor(output.tolist())"
+    ).replace("torch.where(skip, -1, target)", "torch.as_tensor(target.tolist())")
+    assert _lines(rebuilt, "TPL103") == []
+
+
+ON_A_PARAMETERS_DEVICE = """\
+import torch
+
+def shuffle(x1, n, d):
+    k = torch.zeros(n * (d + 1), n * (d + 1), device=x1.device)
+    perm = torch.arange(n * (d + 1)).view(d + 1, n).t().reshape(-1)
+    return k[..., perm, :]
+"""
+
+
+def test_an_index_into_a_tensor_built_on_a_parameters_device() -> None:
+    assert _lines(ON_A_PARAMETERS_DEVICE, "TPL103") == [5]
+
+
+def test_a_tensor_built_on_a_host_device_is_left_alone() -> None:
+    host = ON_A_PARAMETERS_DEVICE.replace("device=x1.device", 'device="cpu"')
+    assert _lines(host, "TPL103") == []
+
+
+HELPER_MOVE = """\
+import time
+
+def to_device(data, device, non_blocking=False):
+    if isinstance(data, dict):
+        return {k: to_device(v, device, non_blocking) for k, v in data.items()}
+    return data.to(device, non_blocking=non_blocking)
+
+class Trainer:
+    def train_epoch(self, model, optim, loader):
+        stats = {}
+        for batch in loader:
+            batch = to_device(batch, self.device, non_blocking=True)
+            began = time.perf_counter()
+            loss = model(**batch)
+            stats["forward"] = time.perf_counter() - began
+            loss.backward()
+            optim.step()
+"""
+
+
+def test_a_helper_named_for_the_move_places_the_batch_it_is_handed() -> None:
+    assert _lines(HELPER_MOVE, "TPL301") == [13]
+
+
+def test_a_helper_handed_no_device_places_nothing() -> None:
+    unmoved = HELPER_MOVE.replace(
+        "to_device(batch, self.device, non_blocking=True)", "to_device(batch, None)"
+    )
+    assert _lines(unmoved, "TPL301") == []
+
+
+OWN_MODEL = """\
+import time
+import torch
+
+class Synth:
+    def __init__(self, cfg):
+        self.gpt = UnifiedVoice(**cfg)
+
+    def infer(self, tokens, codes):
+        total = 0.0
+        for i in range(len(codes)):
+            began = time.perf_counter()
+            latent = self.gpt(tokens, torch.tensor([tokens.shape[-1]], device=tokens.device), codes[i])
+            total += time.perf_counter() - began
+        return total
+"""
+
+
+def test_an_own_model_run_on_a_tensor_the_call_puts_on_the_device() -> None:
+    assert _lines(OWN_MODEL, "TPL301") == [11]
+
+
+def test_a_method_of_the_class_run_on_a_host_tensor_is_not_device_work() -> None:
+    host = OWN_MODEL.replace("device=tokens.device", 'device="cpu"')
+    assert _lines(host, "TPL301") == []
+
+
+LABELS = """\
+import numpy as np
+import torch
+
+def iterate_random_labels(dataset, device, batch):
+    while True:
+        c = [dataset.get_label(np.random.randint(len(dataset))) for _ in range(batch)]
+        c = torch.from_numpy(np.stack(c)).pin_memory().to(device)
+        yield c
+"""
+
+
+def test_a_generator_pinning_and_moving_each_item_it_yields() -> None:
+    assert _lines(LABELS, "TPL702") == [7]
+
+
+def test_a_generator_pinning_what_it_yields_works_as_a_loader() -> None:
+    pinned_only = LABELS.replace(".pin_memory().to(device)", ".pin_memory()")
+    assert _lines(pinned_only, "TPL702") == []
+
+
+DEMO = """\
+import gradio as gr
+
+def create_demo(run):
+    with gr.Blocks() as demo:
+        button = gr.Button("Run")
+        button.click(fn=run, inputs=[], outputs=[])
+    return demo
+"""
+
+APP = """\
+import gradio as gr
+import torch
+from demo import create_demo
+
+def run(image):
+    adapter = torch.load("adapter.pth", map_location="cpu", weights_only=True)
+    return adapter
+
+def keep(image):
+    return torch.load("other.pth", map_location="cpu", weights_only=True)
+
+with gr.Blocks() as app:
+    create_demo(run)
+    keep_fn = keep
+"""
+
+
+def test_a_handler_registered_by_the_function_it_is_handed_to(tmp_path: Path) -> None:
+    found = _project(tmp_path, {"demo.py": DEMO, "app.py": APP}, "TPL403")
+    assert found == [("app.py", 6)]
+
+
+TRAIN_BUTTON = """\
+import gradio as gr
+import torch
+
+def do_train(name, epochs):
+    state = torch.load(f"loras/{name}.bin", map_location="cpu", weights_only=True)
+    return state
+
+def do_predict(name):
+    return torch.load(f"loras/{name}.bin", map_location="cpu", weights_only=True)
+
+with gr.Blocks() as app:
+    gr.Button("Train").click(do_train, [], [])
+    gr.Button("Predict").click(do_predict, [], [])
+"""
+
+
+def test_a_train_buttons_handler_loads_what_it_trains() -> None:
+    assert _lines(TRAIN_BUTTON, "TPL403") == [9]
