@@ -189,3 +189,116 @@ with gr.Blocks() as app:
 
 def test_a_train_buttons_handler_loads_what_it_trains() -> None:
     assert _lines(TRAIN_BUTTON, "TPL403") == [9]
+
+
+DEMO_CALLBACK = """\
+import torch
+
+class Demo:
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if (trainer.global_step - 1) % self.demo_every != 0 or self.last == trainer.global_step:
+            return
+        self.last = trainer.global_step
+        noise = torch.randn([4, 2, 100]).to(module.device)
+        fakes = module.sample(noise)
+        return fakes.cpu()
+"""
+
+
+def test_a_guard_leaving_on_most_steps_joined_by_or_makes_what_follows_rare() -> None:
+    assert _lines(DEMO_CALLBACK, "TPL201") == []
+
+
+def test_a_guard_on_a_setting_alone_leaves_what_follows_per_batch() -> None:
+    setting = DEMO_CALLBACK.replace(
+        "(trainer.global_step - 1) % self.demo_every != 0 or self.last == trainer.global_step",
+        "self.last == trainer.global_step",
+    )
+    assert _lines(setting, "TPL201") == [10]
+
+
+LAZY_IN_A_LOOP = """\
+import torch
+
+vocoder = None
+
+def init_vocoder():
+    global vocoder
+    vocoder = torch.load("vocoder.pt", map_location="cpu", weights_only=True)
+
+def synthesize(chunks):
+    out = []
+    for chunk in chunks:
+        if vocoder == None:
+            init_vocoder()
+        out.append(vocoder(chunk))
+    return out
+"""
+
+
+def test_a_load_under_an_equals_none_test_in_a_loop_runs_once() -> None:
+    assert _lines(LAZY_IN_A_LOOP, "TPL403") == []
+
+
+def test_a_load_in_a_loop_without_the_test_is_reported() -> None:
+    eager = LAZY_IN_A_LOOP.replace(
+        "        if vocoder == None:\n            init_vocoder()", "        init_vocoder()"
+    )
+    assert _lines(eager, "TPL403") == [12]
+
+
+PICKER = """\
+import gradio as gr
+import torch
+
+def change_gpt_weights(path):
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+def change_image(path):
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+with gr.Blocks() as app:
+    gr.Dropdown([]).change(change_gpt_weights, [], [])
+    gr.Image().change(change_image, [], [])
+"""
+
+
+def test_a_model_pickers_handler_loads_the_model_picked() -> None:
+    assert _lines(PICKER, "TPL403") == [8]
+
+
+TRAIN_THEN_MOVE = """\
+import torch
+from torch import nn
+
+def main(device):
+    net = nn.Linear(4, 4)
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+    net.train().to(device)
+    for _ in range(3):
+        net(torch.randn(2, 4, device=device)).sum().backward()
+        opt.step()
+"""
+
+
+def test_a_move_after_a_mode_setting_moves_the_model() -> None:
+    assert _lines(TRAIN_THEN_MOVE, "TPL801") == [6]
+
+
+LOSSES = """\
+from torch import nn
+
+class PixLoss(nn.Module):
+    def __init__(self, weight):
+        super().__init__()
+        self.plain = {"bce": nn.BCELoss(), "mae": nn.L1Loss(), "ce": nn.CrossEntropyLoss()}
+        self.weighted = {"ce": nn.CrossEntropyLoss(weight=weight)}
+        self.positional = [nn.NLLLoss(weight)]
+
+    def forward(self, pred, gt):
+        return sum(f(pred, gt) for f in [*self.plain.values(), *self.weighted.values()])
+"""
+
+
+def test_losses_without_class_weights_hold_nothing_in_a_plain_container() -> None:
+    assert _lines(LOSSES, "TPL501") == [7, 8]

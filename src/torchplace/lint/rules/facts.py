@@ -786,14 +786,22 @@ def _after_rare_guard(parent: ast.AST, child: ast.AST | None, ctx: Context) -> b
             test = guard_test(guard)
             if test is None:
                 continue
-            if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-                rare = _rare_test(test.operand, ctx)
-            else:
-                rare = remainder_nonzero(test) or _tick_guard(test, block[at + 1 :], ctx)
+            rare = _leaves_on_most(test, ctx) or _tick_guard(test, block[at + 1 :], ctx)
             rest = ast.If(test=test, body=block[at + 1 :], orelse=[])
             if rare and not branch_trains(rest):
                 return True
     return False
+
+
+def _leaves_on_most(test: ast.expr, ctx: Context) -> bool:
+    """The test of a guard that leaves on all but a few steps: ``step % every`` (or ``!= 0``),
+    a rare test negated (``not should_log(step)``), or either joined by ``or`` with anything
+    (``(step - 1) % every != 0 or self.last == step``: what follows needs every part false)."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
+        return any(_leaves_on_most(value, ctx) for value in test.values)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _rare_test(test.operand, ctx)
+    return remainder_nonzero(test)
 
 
 def _tick_guard(test: ast.expr, rest: list[ast.stmt], ctx: Context) -> bool:

@@ -64,6 +64,10 @@ _SERVING_BASES = (
 )
 # Words of a handler's name that make loading its job.
 _LOAD_WORDS = frozenset({"load", "reload", "loader"})
+# A handler named for choosing a model (`change_gpt_weights`, `switch_model`): loading the
+# chosen one is its job, as a "load" button's is.
+_CHOOSE_WORDS = frozenset({"change", "switch", "select", "set", "use"})
+_MODEL_NOUNS = frozenset({"model", "weights", "ckpt", "checkpoint", "lora", "vae"})
 # Gradio calls that register an event handler (its `fn`, or first argument).
 _GRADIO_EVENTS = frozenset({"click", "submit", "change", "upload", "select"})
 _GRADIO_APPS = frozenset({"Interface", "ChatInterface"})
@@ -1431,8 +1435,10 @@ def _load_site(call: ast.Call, ctx: Context, what: str, via: Load | None = None)
             "model; load it once at start-up and reuse it",
         )
         return
-    used = _names(call) | _placed_at(call, ctx)
     loops = ctx.loops()
+    if loops and _lazy(ctx):
+        return  # `if bigvgan_model is None: init_bigvgan()` in a loop: loaded on the first step
+    used = _names(call) | _placed_at(call, ctx)
     if loops and loops[-1] in ctx.parents:
         inside = ctx.parents[ctx.parents.index(loops[-1]) + 1 :]
         if any(isinstance(p, ast.Try) for p in inside):
@@ -1670,7 +1676,7 @@ def _handler_of(function: Scope, ctx: Context) -> str | None:
     while scope is not None:
         node = scope.node
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            if (_LOAD_WORDS | _TRAINING_WORDS) & set(node.name.lower().split("_")):
+            if _loads_by_name(node.name):
                 return None  # a "load" or "train" button's handler: loading is part of its job
             if any(_route(decorator) for decorator in node.decorator_list):
                 return node.name
@@ -1681,6 +1687,16 @@ def _handler_of(function: Scope, ctx: Context) -> str | None:
                 return node.name
         scope = scope.parent
     return None
+
+
+def _loads_by_name(name: str) -> bool:
+    """A handler whose name says that loading is its job: ``load_model``, ``reload``, a
+    "Train" button's ``do_train`` (it loads what it then trains), a model picker's
+    ``change_gpt_weights``."""
+    words = set(name.lower().split("_"))
+    return bool(
+        (_LOAD_WORDS | _TRAINING_WORDS) & words or (_CHOOSE_WORDS & words and _MODEL_NOUNS & words)
+    )
 
 
 def _route(decorator: ast.expr) -> bool:
@@ -1725,7 +1741,7 @@ def _registered_handlers(tree: ast.AST, ctx: Context) -> frozenset[str]:
     names: set[str] = set()
     for node in walk(tree):
         if isinstance(node, ast.Call):
-            handler = _registered(node, file_facts(ctx))
+            handler = _registered(node, file_facts(ctx).qualname(node.func))
             if isinstance(handler, ast.Name):
                 names.add(handler.id)
             names |= _handed_to_registrar(node, ctx)
@@ -1736,10 +1752,10 @@ def _imports_gradio(facts: FileFacts) -> bool:
     return any(name.split(".")[0] == "gradio" for name in facts.resolver.names.values())
 
 
-def _registered(call: ast.Call, facts: FileFacts) -> ast.expr | None:
-    """The function ``call`` registers with Gradio (``gr.Interface(fn, ...)``,
-    ``button.click(fn=run)``), else None."""
-    qualname = facts.qualname(call.func) or ""
+def _registered(call: ast.Call, qualname: str | None) -> ast.expr | None:
+    """The function ``call`` (of ``qualname``, when it resolves) registers with Gradio
+    (``gr.Interface(fn, ...)``, ``button.click(fn=run)``), else None."""
+    qualname = qualname or ""
     app = qualname.startswith("gradio.") and qualname.rsplit(".", 1)[-1] in _GRADIO_APPS
     event = isinstance(call.func, ast.Attribute) and call.func.attr in _GRADIO_EVENTS
     if not (app or event) or (event and qualname):
@@ -1764,7 +1780,7 @@ def _handed_to_registrar(call: ast.Call, ctx: Context) -> set[str]:
             handler.id
             for sub in walk(node)
             if isinstance(sub, ast.Call)
-            and isinstance(handler := _registered(sub, owner), ast.Name)
+            and isinstance(handler := _registered(sub, owner.qualname(sub.func)), ast.Name)
         }
         names |= {name for i, name in given if i < len(params) and params[i] in registered}
     return names

@@ -266,7 +266,7 @@ def _memoised(node: _Def) -> set[int]:
 
 
 def not_loaded_yet(test: ast.expr) -> bool:
-    """``if self.model is None:``, ``if cache[name] is None:``, ``if key not in cache:``,
+    """``if self.model is None:`` (or ``== None``), ``if cache[name] is None:``, ``if key not in cache:``,
     ``if not hasattr(self, "net"):``: a test that holds until something is loaded; also
     ``if model is None or name != current_name:``, a cache that reloads only when the choice
     changes."""
@@ -282,7 +282,7 @@ def not_loaded_yet(test: ast.expr) -> bool:
         )
     if isinstance(test, ast.Compare) and len(test.ops) == 1:
         op, right = test.ops[0], test.comparators[0]
-        if isinstance(op, ast.Is):
+        if isinstance(op, (ast.Is, ast.Eq)):  # `model == None`: the same test, spelled loosely
             return isinstance(right, ast.Constant) and right.value is None
         return isinstance(op, ast.NotIn)
     return False

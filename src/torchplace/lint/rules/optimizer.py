@@ -347,7 +347,7 @@ def _moved_before_site(body: list[ast.stmt], site: ast.Call, model: str, ctx: Co
         if c.lineno < site.lineno
         and isinstance(c.func, ast.Attribute)
         and call_name(c) in {"to", "cuda"}
-        and _holds(dotted_name(c.func.value), model)
+        and _holds(dotted_name(_past_modes(c.func.value)), model)
         and moves_to_device(c, ctx)
     ]
     if not moves:
@@ -461,7 +461,7 @@ def _first_move(body: list[ast.stmt], model: str, ctx: Context, *, after: int) -
         if c.lineno > after
         and isinstance(c.func, ast.Attribute)
         and call_name(c) in {"to", "cuda"}
-        and _holds(dotted_name(c.func.value), model)
+        and _holds(dotted_name(_past_modes(c.func.value)), model)
         and moves_to_device(c, ctx)
     ]
     if not moves:
@@ -526,6 +526,21 @@ def _aliases(stmt: ast.stmt, names: set[str]) -> set[str]:
 def _moved(move: ast.Call) -> str:
     func = move.func
     return (_receiver(func.value) if isinstance(func, ast.Attribute) else None) or "the model"
+
+
+def _past_modes(node: ast.expr) -> ast.expr:
+    """``model`` of ``model.train()`` or ``model.eval().half()``: the module a chain of mode
+    and dtype settings returns, whose move (``model.train().to(device)``) moves it."""
+    while (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in _MODE_SETTERS
+    ):
+        node = node.func.value
+    return node
+
+
+_MODE_SETTERS = frozenset({"train", "eval", "requires_grad_", "float", "half", "bfloat16"})
 
 
 def _holds(moved: str | None, model: str) -> bool:
@@ -674,7 +689,7 @@ def _receiver(node: ast.expr) -> str | None:
     parameters)."""
     if isinstance(node, ast.Call) and node.args and "DataParallel" in (call_name(node) or ""):
         return dotted_name(node.args[0])
-    return dotted_name(node)
+    return dotted_name(_past_modes(node))
 
 
 FAMILY = Family(

@@ -70,6 +70,19 @@ _STATELESS_LAYERS = frozenset(
     }
 )
 
+#: ``torch.nn`` losses that hold nothing.
+_STATELESS_LOSSES = frozenset(
+    {"L1Loss", "MSELoss", "SmoothL1Loss", "HuberLoss", "KLDivLoss", "PoissonNLLLoss"}
+    | {"GaussianNLLLoss", "CosineEmbeddingLoss", "MarginRankingLoss", "HingeEmbeddingLoss"}
+    | {"TripletMarginLoss", "CTCLoss", "MultiLabelMarginLoss", "SoftMarginLoss"}
+)
+#: ``torch.nn`` losses that register a ``weight`` (or ``pos_weight``) buffer: empty unless one
+#: is given (the first positional argument, or by keyword).
+_WEIGHTED_LOSSES = frozenset(
+    {"BCELoss", "BCEWithLogitsLoss", "CrossEntropyLoss", "NLLLoss", "MultiMarginLoss"}
+    | {"MultiLabelSoftMarginLoss"}
+)
+
 #: ``nn.Module`` itself, as a base class resolves.
 _MODULE = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
 
@@ -79,12 +92,19 @@ _REGISTERS = frozenset({"register_buffer", "register_parameter", "add_module", "
 
 def stateless_module(call: ast.Call, ctx: Context, seen: frozenset[str] = frozenset()) -> bool:
     """Whether ``call`` builds a module that holds nothing: a parameter-free ``torch.nn`` layer
-    (pooling, an activation, padding, ``Identity``), or a class of the file deriving from
+    (pooling, an activation, padding, ``Identity``, a loss given no class weights), or a class of the file deriving from
     ``nn.Module`` itself whose methods store only such modules and plain values (never called
     as modules), register nothing, build no tensor on ``self`` and never read ``self.training``."""
     name = ctx.call_qualname(call)
     if name is not None:
-        return name.startswith("torch.nn.") and name.rsplit(".", 1)[-1] in _STATELESS_LAYERS
+        if not name.startswith("torch.nn."):
+            return False
+        last = name.rsplit(".", 1)[-1]
+        if last in _WEIGHTED_LOSSES:  # `nn.CrossEntropyLoss()`; not `(weight=w)`, a buffer
+            multi = last == "MultiMarginLoss"  # its weight comes third, after p and margin
+            weighted = {kw.arg for kw in call.keywords} & {"weight", "pos_weight", None}
+            return not weighted and len(call.args) <= (2 if multi else 0)
+        return last in _STATELESS_LAYERS | _STATELESS_LOSSES
     func = call.func
     if not isinstance(func, ast.Name) or func.id in seen:
         return False
