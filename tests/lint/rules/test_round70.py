@@ -302,3 +302,50 @@ class PixLoss(nn.Module):
 
 def test_losses_without_class_weights_hold_nothing_in_a_plain_container() -> None:
     assert _lines(LOSSES, "TPL501") == [7, 8]
+
+
+MEMBERSHIP = """\
+import torch
+
+def decode(model, x, eos, device, steps, output_name):
+    model = model.to(device)
+    y = torch.zeros(1, 1, dtype=torch.long, device=device)
+    for _ in range(steps):
+        outputs = model(x, y)
+        if output_name not in outputs:
+            break
+        samples = torch.argmax(outputs["logits"], dim=-1)
+        if eos in samples[:, 0]:
+            break
+        y = torch.cat([y, samples], dim=1)
+    return y
+"""
+
+
+def test_membership_in_a_device_tensor_reads_it_back_a_key_in_a_mapping_does_not() -> None:
+    assert _lines(MEMBERSHIP, "TPL201") == [11]
+
+
+KERNEL = """\
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+class Ternary(nn.Module):
+    def __init__(self, alpha: float = 0.5):
+        super().__init__()
+        w = np.eye(49).reshape((7, 7, 1, 49))
+        self.w = torch.tensor(w).float().to(device)
+        a = np.float32(alpha)
+        self.alpha = torch.tensor(a).float().to(device)
+
+    def forward(self, img):
+        return F.conv2d(img, self.w, padding=3) * self.alpha
+"""
+
+
+def test_a_tensor_of_a_numpy_array_built_from_a_shape_is_kept_as_a_plain_attribute() -> None:
+    assert _lines(KERNEL, "TPL501") == [12]

@@ -718,6 +718,29 @@ _FROM_ARRAY = frozenset({"torch.from_numpy", "torch.as_tensor"})
 _ARRAY_KEEPS = frozenset({"astype", "copy", "reshape", "squeeze", "flatten", "ravel"})
 
 
+# NumPy functions that build an array of more than one value from a shape or arrays
+_ARRAY_BUILDERS = frozenset(
+    {"eye", "identity", "zeros", "ones", "full", "arange", "linspace", "stack", "concatenate"}
+    | {"transpose", "tile", "outer", "kron", "diag", "vstack", "hstack"}
+)
+
+
+def _numpy_array(node: ast.expr, ctx: Context) -> bool:
+    """``np.eye(49).reshape((7, 7, 1, 49))``, ``np.stack(rows)``: a NumPy array built from a
+    shape or from arrays (cast or reshaped), never a single number."""
+    while (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in _ARRAY_KEEPS
+        and ctx.call_qualname(node) is None
+    ):
+        node = node.func.value
+    if not isinstance(node, ast.Call):
+        return False
+    name = ctx.call_qualname(node) or ""
+    return name.startswith("numpy.") and name.rpartition(".")[2] in _ARRAY_BUILDERS
+
+
 def _literal_array(node: ast.expr, ctx: Context) -> bool:
     """``np.array([0.1, 0.1, 0.2, 0.2])`` (also ``np.asarray``, cast or copied:
     ``.astype(np.float32)``): an array of a literal sequence of more than one element."""
@@ -787,6 +810,8 @@ def _of_number(call: ast.Call, name: str, function: ast.AST, ctx: Context) -> bo
     bound = _bound_before(function, arg.id, call.lineno)
     if isinstance(bound, (ast.List, ast.Tuple, ast.ListComp)):
         return False
+    if isinstance(bound, ast.expr) and _numpy_array(bound, ctx):
+        return False  # `w = np.eye(n).reshape(...)`, then `torch.tensor(w)`: an array
     if bound == "parameter":
         args = getattr(function, "args", None)
         for a in [*args.posonlyargs, *args.args, *args.kwonlyargs] if args else []:

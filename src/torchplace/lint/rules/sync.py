@@ -1010,11 +1010,16 @@ _TORCH_QUERIES = frozenset(
 
 def _compare(node: ast.Compare, ctx: Context) -> None:
     """``if x[i] == 1:``, ``while loss > tol:``, ``[i for i, t in enumerate(ts) if t != end]``,
-    ``assert mask.max() <= 1``: a comparison used as a condition is ``bool()`` of its result, a
+    ``assert mask.max() <= 1``, ``if eos in tokens:``: a comparison used as a condition is ``bool()`` of its result, a
     read of the device."""
-    if not all(isinstance(op, _TRUTH_OPS) for op in node.ops):
+    if all(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
+        if _names_key(node.left):
+            return  # `if rgb_output_name not in outputs:`: a key of a mapping, not a value
+        sides = list(node.comparators)  # `eos in samples[:, 0]`: `Tensor.__contains__` reads
+    elif all(isinstance(op, _TRUTH_OPS) for op in node.ops):
+        sides = [node.left, *node.comparators]
+    else:
         return
-    sides = [node.left, *node.comparators]
     if not ctx.loops() and not any(_torch_operand(s, ctx) for s in sides):
         return  # outside a loop, only a torch call of what a function's callers hand it
     child: ast.AST = node
@@ -1035,6 +1040,17 @@ def _compare(node: ast.Compare, ctx: Context) -> None:
         if tested and any(_repeated_operand(side, ctx) for side in sides):
             _check(node, node, "a condition", ctx, explicit=False)
         return
+
+
+def _names_key(node: ast.expr) -> bool:
+    """``"rgb"``, ``f"{k}_loss"``, ``output_name``, ``key``: a string or a name for a key, which
+    a mapping holds and a tensor never does."""
+    if isinstance(node, ast.JoinedStr) or (
+        isinstance(node, ast.Constant) and isinstance(node.value, str)
+    ):
+        return True
+    name = (dotted_name(node) or "").rsplit(".", 1)[-1].lower()
+    return name in {"k", "key", "name"} or name.endswith(("_key", "_name", "_keys", "_names"))
 
 
 # Tensor methods whose result a condition would read: reductions and elementwise tests.
