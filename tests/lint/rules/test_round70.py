@@ -349,3 +349,35 @@ class Ternary(nn.Module):
 
 def test_a_tensor_of_a_numpy_array_built_from_a_shape_is_kept_as_a_plain_attribute() -> None:
     assert _lines(KERNEL, "TPL501") == [12]
+
+
+CHOSEN_LOAD = """\
+import torch
+
+def load(p):
+    return torch.load(p, weights_only=True) if torch.cuda.is_available() else torch.load(p, map_location="cpu", weights_only=True)
+
+def load_by_flag(p, use):
+    return torch.load(p, weights_only=True) if use else torch.load(p, map_location="cpu", weights_only=True)
+"""
+
+
+def test_the_cuda_arm_of_a_conditional_load_runs_only_where_cuda_is() -> None:
+    assert _lines(CHOSEN_LOAD, "TPL401") == [7]
+
+
+ACCELERATE = """\
+import torch
+from accelerate import Accelerator
+
+def main(cfg):
+    accelerator = Accelerator(gradient_accumulation_steps=cfg.steps)
+    vae = build_vae().to("cuda", dtype=torch.float16)
+    net = build_net()
+    net, opt = accelerator.prepare(net, torch.optim.AdamW(net.parameters()))
+"""
+
+
+def test_a_bare_cuda_placement_in_an_accelerate_script_is_multi_rank() -> None:
+    assert _lines(ACCELERATE, "TPL104") == [6]
+    assert _lines(ACCELERATE.replace("Accelerator(", "Settings("), "TPL104") == []

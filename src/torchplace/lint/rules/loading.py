@@ -141,7 +141,7 @@ def _torch_load(call: ast.Call, ctx: Context) -> None:
         and not _saved_from_host(call, ctx)
         and not _host_cache(call, ctx)
         and _may_load_elsewhere(ctx)
-        and not _cuda_only_branch(ctx)
+        and not _cuda_only_branch(call, ctx)
         and not _saved_by_call(call, ctx)
         and not _saved_by_callers(call, ctx)
     ):
@@ -977,7 +977,7 @@ def _gpu_choice(ctx: Context) -> bool:
     return False
 
 
-def _cuda_only_branch(ctx: Context) -> bool:
+def _cuda_only_branch(call: ast.Call, ctx: Context) -> bool:
     """The statements around the load move things with ``.cuda()``: a CUDA-only code path
     (a TensorRT engine, a GPU-only branch), where the saving device is the loading one."""
     if not ctx.stmt_path:
@@ -985,7 +985,7 @@ def _cuda_only_branch(ctx: Context) -> bool:
     block, _ = ctx.stmt_path[-1]
     if len(ctx.stmt_path) < 2:
         return False  # a whole function or module body is not a branch
-    if _under_cuda_check(ctx):
+    if _under_cuda_check(call, ctx):
         return True
     if any(isinstance(stmt, ast.If) and _asks_for_cuda(stmt.test) for stmt in block):
         return False  # `if torch.cuda.is_available(): model = model.cuda()`: a CPU path too
@@ -998,10 +998,18 @@ def _cuda_only_branch(ctx: Context) -> bool:
     )
 
 
-def _under_cuda_check(ctx: Context) -> bool:
+def _under_cuda_check(call: ast.Call, ctx: Context) -> bool:
     """The load is in the body of ``if torch.cuda.is_available():`` (its ``else`` is where
     a CPU-only machine goes): it runs only where CUDA is. Also the ``else`` of ``if not
-    torch.cuda.is_available():`` (robomimic's checkpoint loader, the CPU path first)."""
+    torch.cuda.is_available():`` (robomimic's checkpoint loader, the CPU path first), and the
+    first arm of ``torch.load(p) if torch.cuda.is_available() else ...``."""
+    for parent, child in zip(ctx.parents, [*ctx.parents[1:], call], strict=True):
+        if (
+            isinstance(parent, ast.IfExp)
+            and child is parent.body
+            and _cuda_present(parent.test, ctx)
+        ):
+            return True  # `torch.load(p) if torch.cuda.is_available() else torch.load(p, ...)`
     path = ctx.stmt_path
     for (outer, index), (inner, _) in itertools.pairwise(path):
         stmt = outer[index]

@@ -971,7 +971,13 @@ def _calls_collective(tree: ast.AST, ctx: Context) -> bool:
     return False
 
 
-_RANK_WORDS = ("LOCAL_RANK", "local_rank", "init_process_group", "DistributedDataParallel")
+_RANK_WORDS = (
+    "LOCAL_RANK",
+    "local_rank",
+    "init_process_group",
+    "DistributedDataParallel",
+    "Accelerator",
+)
 
 
 def _uses_ranks(tree: ast.AST) -> bool:
@@ -980,7 +986,8 @@ def _uses_ranks(tree: ast.AST) -> bool:
         if isinstance(node, ast.Call):
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-            if name in {"init_process_group", "DistributedDataParallel", "DDP"}:
+            # an Accelerate `Accelerator`: `accelerate launch` runs its script on every rank
+            if name in {"init_process_group", "DistributedDataParallel", "DDP", "Accelerator"}:
                 return True
         elif (isinstance(node, ast.Name) and node.id == "local_rank") or (
             isinstance(node, ast.Attribute) and node.attr == "local_rank"
