@@ -381,3 +381,53 @@ def main(cfg):
 def test_a_bare_cuda_placement_in_an_accelerate_script_is_multi_rank() -> None:
     assert _lines(ACCELERATE, "TPL104") == [6]
     assert _lines(ACCELERATE.replace("Accelerator(", "Settings("), "TPL104") == []
+
+
+ANOMALY = """\
+import torch
+
+def train(model, loader, opt, device):
+    model = model.to(device)
+    for x in loader:
+        out = model(x.to(device))
+        if torch.is_anomaly_enabled():
+            assert torch.all(torch.isfinite(out))
+        out.sum().backward()
+        opt.step()
+"""
+
+
+def test_a_check_under_autograds_anomaly_mode_runs_only_when_debugging() -> None:
+    assert _lines(ANOMALY, "TPL201") == []
+    assert _lines(ANOMALY.replace("if torch.is_anomaly_enabled():", "if True:"), "TPL201") == [8]
+
+
+SWAPS = """\
+import torch
+from torch import nn
+
+class ControlLDM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.control_model = nn.Linear(4, 4)
+        self.diffusion_model = nn.Linear(4, 4)
+
+    def low_vram_shift(self, is_diffusing):
+        if is_diffusing:
+            self.control_model = self.control_model.cuda()
+        else:
+            self.control_model = self.control_model.cpu()
+
+    def shift(self):
+        self.diffusion_model = self.diffusion_model.cuda()
+
+    def to_ddp(self):
+        self.diffusion_model = self.diffusion_model.cuda()
+
+    def _batch_shuffle_ddp(self, x):
+        return x[torch.randperm(x.shape[0]).cuda()]
+"""
+
+
+def test_a_method_named_for_gpu_memory_or_for_wrapping_per_rank_places_on_purpose() -> None:
+    assert _lines(SWAPS, "TPL102") == [17, 23]

@@ -1885,7 +1885,8 @@ def calls_backward(loop: ast.AST) -> bool:
     )
 
 
-_RARE_WORDS = ("every", "interval", "verbose", "debug", "print_freq", "freq")
+# (`torch.is_anomaly_enabled()`: autograd's anomaly mode, a debugging mode)
+_RARE_WORDS = ("every", "interval", "verbose", "debug", "print_freq", "freq", "anomaly")
 # "log" as a word of the name (`log_every`, `should_log`, `logging_steps`, `logger`), not as
 # the start of another word (`logits`, `logprobs`, `log_softmax` name data, not logging).
 _LOG_WORDS = frozenset({"log", "logs", "logging", "logger", "logged", "tensorboard", "wandb"})

@@ -361,7 +361,8 @@ def _call(call: ast.Call, ctx: Context) -> None:
         check_factory(call, ctx, name, module)
 
 
-_GPU_WORDS = frozenset({"gpu", "cuda"})
+# also GPU memory (`low_vram_shift`, swapping submodules in and out)
+_GPU_WORDS = frozenset({"gpu", "cuda", "vram"})
 
 
 def _helper_cuda(call: ast.Call, ctx: Context) -> bool:
@@ -395,8 +396,10 @@ def _helper_cuda(call: ast.Call, ctx: Context) -> bool:
 
 def _places_by_name(name: str) -> bool:
     """``one_unet_in_gpu``, ``to_gpu``, ``move_to_cuda``: a method whose name says it puts the
-    module (or part of it) on the GPU, which callers run on purpose, for CUDA only."""
-    return bool(_GPU_WORDS & set(name.lower().strip("_").split("_")))
+    module (or part of it) on the GPU, which callers run on purpose, for CUDA only; also one
+    that puts it there to wrap it per rank (``to_ddp``; not ``_batch_shuffle_ddp``)."""
+    words = set(name.lower().strip("_").split("_"))
+    return bool(_GPU_WORDS & words) or ("ddp" in words and bool({"to", "wrap"} & words))
 
 
 def _outside_static(method: Scope) -> bool:
