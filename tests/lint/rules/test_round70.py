@@ -431,3 +431,24 @@ class ControlLDM(nn.Module):
 
 def test_a_method_named_for_gpu_memory_or_for_wrapping_per_rank_places_on_purpose() -> None:
     assert _lines(SWAPS, "TPL102") == [17, 23]
+
+
+ANY_NAN = """\
+import torch
+
+def train(G, D, loader, opt, device):
+    G, D = G.to(device), D.to(device)
+    for x in loader:
+        g_loss = G(x.to(device)).mean()
+        d_loss = D(x.to(device)).mean()
+        if any(torch.isnan(l) for l in (g_loss, d_loss)):
+            raise ValueError("nan")
+        if any(k.startswith("lr") for k in ("lr", "wd")):
+            pass
+        (g_loss + d_loss).backward()
+        opt.step()
+"""
+
+
+def test_any_over_a_torch_test_of_listed_device_tensors_reads_each() -> None:
+    assert _lines(ANY_NAN, "TPL201") == [8]

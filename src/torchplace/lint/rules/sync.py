@@ -228,6 +228,10 @@ def _call(call: ast.Call, ctx: Context) -> None:
     if isinstance(func, ast.Name) and func.id in over_elements and len(call.args) == 1:
         if ctx.qualname(func) is None and not isinstance(call.args[0], _COMPS):
             _check(call, call.args[0], f"`{func.id}()` over the elements", ctx, explicit=False)
+        elif ctx.qualname(func) is None:
+            # `any(torch.isnan(l) for l in (g_loss, d_loss))`: a test of each listed tensor
+            what = f"`{func.id}()` over a torch test"
+            _check_many(call, _tested_elements(call.args[0], ctx), what, ctx)
         return
     if (
         isinstance(func, ast.Name)
@@ -1040,6 +1044,28 @@ def _compare(node: ast.Compare, ctx: Context) -> None:
         if tested and any(_repeated_operand(side, ctx) for side in sides):
             _check(node, node, "a condition", ctx, explicit=False)
         return
+
+
+def _tested_elements(comp: ast.expr, ctx: Context) -> list[ast.expr]:
+    """The values a one-loop comprehension over a literal tuple or list tests with a torch
+    function of its target (``torch.isnan(l) for l in (g_loss, d_loss)``): each of them."""
+    if not isinstance(comp, (ast.GeneratorExp, ast.ListComp)) or len(comp.generators) != 1:
+        return []
+    loop = comp.generators[0]
+    if (
+        loop.ifs
+        or not isinstance(loop.target, ast.Name)
+        or not isinstance(loop.iter, (ast.Tuple, ast.List))
+    ):
+        return []
+    elt = comp.elt
+    if not (
+        isinstance(elt, ast.Call)
+        and (ctx.call_qualname(elt) or "").startswith("torch.")
+        and any(isinstance(a, ast.Name) and a.id == loop.target.id for a in elt.args)
+    ):
+        return []
+    return [value for value in loop.iter.elts if isinstance(value, ast.Name)]
 
 
 def _names_key(node: ast.expr) -> bool:
