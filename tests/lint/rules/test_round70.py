@@ -452,3 +452,24 @@ def train(G, D, loader, opt, device):
 
 def test_any_over_a_torch_test_of_listed_device_tensors_reads_each() -> None:
     assert _lines(ANY_NAN, "TPL201") == [8]
+
+
+LIBRARY_OPTIMIZER = """\
+import torch
+from torch import nn
+from adabelief_pytorch import AdaBelief
+from transformers.optimization import Adafactor
+from schedulers import Warmup
+
+class Trainer:
+    def __init__(self, rank):
+        self.G = nn.Linear(4, 4)
+        self.G_opt = AdaBelief(self.G.parameters(), lr=1e-4)
+        self.G_ada = Adafactor(self.G.parameters(), lr=1e-4)
+        self.G_warm = Warmup(self.G.parameters(), steps=10)
+        self.cuda(rank)
+"""
+
+
+def test_another_librarys_optimizer_built_before_the_move() -> None:
+    assert _lines(LIBRARY_OPTIMIZER, "TPL801") == [10, 11]

@@ -32,6 +32,8 @@ def _call(call: ast.Call, ctx: Context) -> None:
     name = ctx.call_qualname(call) or _default_class(call, ctx)
     if name is not None and not name.startswith("torch.") and _project_optimizer(call, ctx):
         name = "torch.optim.Optimizer"  # the project's own, `class OpenAIAdam(Optimizer)`
+    if name is not None and not name.startswith("torch.") and _library_optimizer(name):
+        name = "torch.optim.Optimizer"  # `adabelief_pytorch.AdaBelief`, a `torch.optim` subclass
     if name is None or not name.startswith("torch.optim."):
         return
     last = name.rsplit(".", 1)[-1]
@@ -166,6 +168,24 @@ def _optimizer_class(qualname: str) -> bool:
     """``torch.optim.AdamW``, ``bitsandbytes.optim.AdamW8bit``: a class of an ``optim`` package."""
     parts = qualname.split(".")
     return len(parts) > 2 and "optim" in parts[:-1] and parts[-1][:1].isupper()
+
+
+# Optimizers other libraries publish, all `torch.optim.Optimizer` subclasses.
+_LIBRARY_OPTIMIZERS = frozenset(
+    {"AdaBelief", "Lion", "Adafactor", "Lamb", "LAMB", "RAdam", "Ranger", "Adan", "SophiaG"}
+    | {"Prodigy", "NovoGrad", "Shampoo", "LARS", "FusedAdam", "FusedLAMB", "FusedSGD"}
+)
+
+
+def _library_optimizer(qualname: str) -> bool:
+    """``adabelief_pytorch.AdaBelief``, ``lion_pytorch.Lion``, ``apex.optimizers.FusedAdam``,
+    ``transformers.optimization.Adafactor``: an optimizer class of an installed library (by its
+    module's name, or by a name the field gives its optimizers)."""
+    module, _, last = qualname.rpartition(".")
+    named = any(part in {"optimizers", "optimization"} for part in module.split("."))
+    return (
+        _optimizer_class(qualname) or (named and last[:1].isupper()) or last in _LIBRARY_OPTIMIZERS
+    )
 
 
 def _is_parameter(node: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> bool:
