@@ -473,3 +473,24 @@ class Trainer:
 
 def test_another_librarys_optimizer_built_before_the_move() -> None:
     assert _lines(LIBRARY_OPTIMIZER, "TPL801") == [10, 11]
+
+
+PADDED = """\
+import torch
+
+def add_tensors_with_padding(tensor1, tensor2):
+    new_shape = tuple(max(a, b) for a, b in zip(tensor1.shape, tensor2.shape))
+    padded = torch.zeros(new_shape)
+    padded[tuple(slice(0, s) for s in tensor1.shape)] = tensor1
+    return padded + tensor2
+
+def add_arrays_with_padding(a1, a2):
+    new_shape = tuple(max(a, b) for a, b in zip(a1.shape, a2.shape))
+    padded = torch.zeros(new_shape)
+    padded[tuple(slice(0, s) for s in a1.shape)] = a1
+    return padded + a2
+"""
+
+
+def test_a_parameter_named_for_a_tensor_is_one() -> None:
+    assert _lines(PADDED, "TPL103") == [5]

@@ -547,10 +547,12 @@ def _same_tensor(value: ast.expr, param: str) -> bool:
 def _tensor_evidence(scope: Scope, param: str, ctx: Context) -> bool:
     """The function uses ``param``, or a name it binds to tensor ops of ``param``, as only a
     tensor can be used (``x.unsqueeze(1)``, ``x.argmax(1, keepdim=True)``, ``m = x.argmax(1)``
-    then ``m.unsqueeze(1)``)."""
+    then ``m.unsqueeze(1)``), or names it for one (``tensor1``, ``input_tensor``)."""
     annotation = ctx.param_annotation(scope, param)
     if annotation is not None:
         return True  # kept by `_parameters`: annotated as a tensor
+    if "tensor" in param.lower():
+        return True  # `def add_padded(tensor1, tensor2):`: named for what it holds
     chains = _derive(scope, {param}, f"tpl103-chains-{param}", chain=True)
     names = {param, *chains}
     for sub in subtree(scope.node):
