@@ -266,10 +266,10 @@ def _memoised(node: _Def) -> set[int]:
 
 
 def not_loaded_yet(test: ast.expr) -> bool:
-    """``if self.model is None:`` (or ``== None``), ``if cache[name] is None:``, ``if key not in cache:``,
-    ``if not hasattr(self, "net"):``: a test that holds until something is loaded; also
-    ``if model is None or name != current_name:``, a cache that reloads only when the choice
-    changes."""
+    """``if self.model is None:`` (or ``== None``), ``if cache[name] is None:``, ``if key not
+    in cache:``, ``if not hasattr(self, "net"):``: a test that holds until something is
+    loaded; also ``if model is None or name != current_name:``, a cache that reloads only when
+    the choice changes."""
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
         return any(not_loaded_yet(value) for value in test.values) and all(
             not_loaded_yet(value) or _changed(value) for value in test.values

@@ -92,9 +92,10 @@ _REGISTERS = frozenset({"register_buffer", "register_parameter", "add_module", "
 
 def stateless_module(call: ast.Call, ctx: Context, seen: frozenset[str] = frozenset()) -> bool:
     """Whether ``call`` builds a module that holds nothing: a parameter-free ``torch.nn`` layer
-    (pooling, an activation, padding, ``Identity``, a loss given no class weights), or a class of the file deriving from
-    ``nn.Module`` itself whose methods store only such modules and plain values (never called
-    as modules), register nothing, build no tensor on ``self`` and never read ``self.training``."""
+    (pooling, an activation, padding, ``Identity``, a loss given no class weights), or a class
+    of the file deriving from ``nn.Module`` itself whose methods store only such modules and
+    plain values (never called as modules), register nothing, build no tensor on ``self`` and
+    never read ``self.training``."""
     name = ctx.call_qualname(call)
     if name is not None:
         if not name.startswith("torch.nn."):

@@ -1014,8 +1014,8 @@ _TORCH_QUERIES = frozenset(
 
 def _compare(node: ast.Compare, ctx: Context) -> None:
     """``if x[i] == 1:``, ``while loss > tol:``, ``[i for i, t in enumerate(ts) if t != end]``,
-    ``assert mask.max() <= 1``, ``if eos in tokens:``: a comparison used as a condition is ``bool()`` of its result, a
-    read of the device."""
+    ``assert mask.max() <= 1``, ``if eos in tokens:``: a comparison used as a condition is
+    ``bool()`` of its result, a read of the device."""
     if all(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
         if _names_key(node.left):
             return  # `if rgb_output_name not in outputs:`: a key of a mapping, not a value
