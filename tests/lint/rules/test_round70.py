@@ -494,3 +494,18 @@ def add_arrays_with_padding(a1, a2):
 
 def test_a_parameter_named_for_a_tensor_is_one() -> None:
     assert _lines(PADDED, "TPL103") == [5]
+
+
+RANK_PLACED = """\
+import torch
+
+def main(gpu, cfg):
+    model = build_model(cfg).to(cfg.rank)
+    torch.cuda.set_device(gpu)
+    return model
+"""
+
+
+def test_a_model_placed_on_a_rank_is_cuda_only_code() -> None:
+    assert _lines(RANK_PLACED, "TPL601") == []
+    assert _lines(RANK_PLACED.replace("cfg.rank", "cfg.device"), "TPL601") == [5]

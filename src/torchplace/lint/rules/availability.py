@@ -7,6 +7,7 @@ import itertools
 
 from torchplace.lint.base import Context, Family, Rule, Scope, call_name
 from torchplace.lint.nodes import walk
+from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import CUDA_ONLY, in_test, main_test, mentions
 
 __all__ = ["FAMILY"]
@@ -328,8 +329,12 @@ def _is_cuda(node: ast.expr) -> bool:
 
 def _is_cuda_place(node: ast.expr) -> bool:
     """Where ``.to(...)`` or ``device=`` places: a CUDA device, or a bare index, which torch
-    reads as a CUDA device (``input_ids.to(0)`` is ``cuda:0``)."""
+    reads as a CUDA device (``input_ids.to(0)`` is ``cuda:0``; ``model.to(cfg.rank)``, a
+    process's rank, is one too)."""
     if isinstance(node, ast.Constant) and type(node.value) is int:
+        return True
+    name = (dotted_name(node) or "").rsplit(".", 1)[-1].lower()
+    if name in {"rank", "local_rank", "gpu", "gpu_id", "device_id"}:
         return True
     return _is_cuda(node)
 
