@@ -509,3 +509,19 @@ def main(gpu, cfg):
 def test_a_model_placed_on_a_rank_is_cuda_only_code() -> None:
     assert _lines(RANK_PLACED, "TPL601") == []
     assert _lines(RANK_PLACED.replace("cfg.rank", "cfg.device"), "TPL601") == [5]
+
+
+SAVED_BY_HELPER = """\
+import torch
+import misc
+
+def train(model, args, model_name):
+    misc.save_on_master(model.state_dict(), args.output + model_name)
+    state = torch.load(args.output + model_name)
+    other = torch.load(args.output + "other.pth")
+    return state, other
+"""
+
+
+def test_a_load_of_what_a_save_helper_wrote_above_is_a_round_trip() -> None:
+    assert _lines(SAVED_BY_HELPER, "TPL401") == [7]

@@ -798,7 +798,9 @@ def _saves(function: ast.AST, ctx: Context) -> dict[str, list[int]]:
     for sub in own_nodes(function) if isinstance(function, ast.Module) else walk(function):
         if not (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute)):
             continue
-        path = _save_parts(sub)[1] if sub.func.attr == "save" else None
+        # also a helper named for the save, `misc.save_on_master(sd, path)`, `save_checkpoint`
+        saves = sub.func.attr == "save" or sub.func.attr.startswith("save_")
+        path = _save_parts(sub)[1] if saves else None
         if sub.func.attr == "seek":
             key = "seek"
         elif path is not None:
