@@ -525,3 +525,31 @@ def train(model, args, model_name):
 
 def test_a_load_of_what_a_save_helper_wrote_above_is_a_round_trip() -> None:
     assert _lines(SAVED_BY_HELPER, "TPL401") == [7]
+
+
+WARM_UP = """\
+import time
+import torch
+
+def run_benchmark(fn, n_warmup, n_repeat):
+    times = []
+    for _ in range(n_warmup):
+        fn()
+        torch.cuda.synchronize()
+    for _ in range(n_repeat):
+        torch.cuda.synchronize()
+        began = time.time()
+        fn()
+        torch.cuda.synchronize()
+        times.append(time.time() - began)
+    return times
+
+def train(step, n):
+    for _ in range(n):
+        step()
+        torch.cuda.synchronize()
+"""
+
+
+def test_the_warm_up_of_a_loop_that_times_each_step_synchronises_as_it_does() -> None:
+    assert _lines(WARM_UP, "TPL202") == [20]

@@ -320,6 +320,8 @@ def _call(call: ast.Call, ctx: Context) -> None:
         loops = ctx.loops()
         if not loops or any(_times_each_step(loop, ctx) for loop in loops) or in_test(ctx):
             return  # timing each step, or a test making failures surface at the right step
+        if _warms_up(loops[-1], ctx):
+            return  # the warm-up of a benchmark whose next loop times each step
         if in_periodic_branch(ctx):
             return  # `if step % log_every == 0:`: once every N steps, not every step
         if all(_not_a_step(loop, call) for loop in loops):
@@ -3913,6 +3915,20 @@ def _flag_test(test: ast.expr, loop: ast.AST) -> bool:
         isinstance(sub, ast.Name) and sub.id == root.id and isinstance(sub.ctx, ast.Store)
         for sub in walk(loop)
     )
+
+
+def _warms_up(loop: ast.AST, ctx: Context) -> bool:
+    """``for _ in range(n_warmup): fn(); torch.cuda.synchronize()`` followed in its block by a
+    loop that times each step (``time_s = time.time()``, ``fn()``, ``synchronize()``,
+    ``time_e = time.time()``): a benchmark's warm-up, synchronised as the timed steps are."""
+    for block, index in ctx.stmt_path:
+        if block[index] is loop:
+            later = block[index + 1 :]
+            return any(
+                isinstance(stmt, (ast.For, ast.While)) and _times_each_step(stmt, ctx)
+                for stmt in later
+            )
+    return False
 
 
 def _times_each_step(loop: ast.AST, ctx: Context) -> bool:
