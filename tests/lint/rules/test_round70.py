@@ -553,3 +553,25 @@ def train(step, n):
 
 def test_the_warm_up_of_a_loop_that_times_each_step_synchronises_as_it_does() -> None:
     assert _lines(WARM_UP, "TPL202") == [20]
+
+
+ASKS = """\
+import torch
+
+def pick_placeholder(tokenizer, device):
+    while True:
+        text = input("Enter a placeholder string: ")
+        tokens = tokenizer(text).to(device)
+        if torch.count_nonzero(tokens) == 3:
+            return tokens[0, 1]
+
+def first_single_token(tokenizer, texts, device):
+    for text in texts:
+        tokens = tokenizer(text).to(device)
+        if torch.count_nonzero(tokens) == 3:
+            return tokens[0, 1]
+"""
+
+
+def test_a_loop_paced_by_a_person_typing_is_not_a_batch_loop() -> None:
+    assert _lines(ASKS, "TPL201") == [13]

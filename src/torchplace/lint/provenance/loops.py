@@ -128,6 +128,15 @@ def _bound_before(scope: ast.AST, name: ast.Name) -> ast.expr | None:
     return last.value if last is not None else None
 
 
+def _asks_the_user(nodes: list[ast.AST]) -> bool:
+    """The step reads a line a person types (Python's own ``input()``): an interactive loop,
+    one step per answer, not a batch loop."""
+    return any(
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "input"
+        for node in nodes
+    )
+
+
 def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind, str] | None:
     """``("batch"|"rows"|"items", evidence)`` for a loop or comprehension of ``scope``, or None
     (once per epoch, or nothing says it touches a device)."""
@@ -148,6 +157,8 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
     own, nested = _split_own(body)
     if not _steps_itself(own) and (_capped(loop) or _builds_optimizer(facts, own)):
         return None  # a few steps per run, or a whole training run set up per step
+    if _asks_the_user(own):
+        return None  # `while True: s = input("Another string: ")`: paced by a person typing
     if not _steps_itself(own) and any(_walks_ranks(it) for it in iters):
         return None  # `for rank in range(world_size):` one rank's turn in a collective
     streamed = any(_streams(it) for it in iters)
