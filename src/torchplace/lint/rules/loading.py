@@ -1746,12 +1746,13 @@ def _gradio_handlers(ctx: Context) -> frozenset[str]:
 
 
 def _registered_handlers(tree: ast.AST, ctx: Context) -> frozenset[str]:
-    if not _imports_gradio(file_facts(ctx)):
+    facts = file_facts(ctx)
+    if not _imports_gradio(facts):
         return frozenset()
     names: set[str] = set()
     for node in walk(tree):
         if isinstance(node, ast.Call):
-            handler = _registered(node, file_facts(ctx).qualname(node.func))
+            handler = _registered(node, facts.qualname(node.func))
             if isinstance(handler, ast.Name):
                 names.add(handler.id)
             names |= _handed_to_registrar(node, ctx)

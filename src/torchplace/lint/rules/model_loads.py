@@ -20,6 +20,7 @@ from torchplace.lint.resolver import dotted_name, module_file
 __all__ = [
     "LOADERS",
     "Load",
+    "call_targets",
     "in_tree",
     "is_loader",
     "load_behind",

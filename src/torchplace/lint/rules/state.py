@@ -725,9 +725,9 @@ _ARRAY_BUILDERS = frozenset(
 )
 
 
-def _numpy_array(node: ast.expr, ctx: Context) -> bool:
-    """``np.eye(49).reshape((7, 7, 1, 49))``, ``np.stack(rows)``: a NumPy array built from a
-    shape or from arrays (cast or reshaped), never a single number."""
+def _past_array_keeps(node: ast.expr, ctx: Context) -> ast.expr:
+    """The array a chain of NumPy methods that keep its elements starts from: ``np.eye(n)`` of
+    ``np.eye(n).reshape(...).astype(np.float32)``."""
     while (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
@@ -735,6 +735,13 @@ def _numpy_array(node: ast.expr, ctx: Context) -> bool:
         and ctx.call_qualname(node) is None
     ):
         node = node.func.value
+    return node
+
+
+def _numpy_array(node: ast.expr, ctx: Context) -> bool:
+    """``np.eye(49).reshape((7, 7, 1, 49))``, ``np.stack(rows)``: a NumPy array built from a
+    shape or from arrays (cast or reshaped), never a single number."""
+    node = _past_array_keeps(node, ctx)
     if not isinstance(node, ast.Call):
         return False
     name = ctx.call_qualname(node) or ""
@@ -744,13 +751,7 @@ def _numpy_array(node: ast.expr, ctx: Context) -> bool:
 def _literal_array(node: ast.expr, ctx: Context) -> bool:
     """``np.array([0.1, 0.1, 0.2, 0.2])`` (also ``np.asarray``, cast or copied:
     ``.astype(np.float32)``): an array of a literal sequence of more than one element."""
-    while (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr in _ARRAY_KEEPS
-        and ctx.call_qualname(node) is None
-    ):
-        node = node.func.value
+    node = _past_array_keeps(node, ctx)
     if not isinstance(node, ast.Call) or not node.args:
         return False
     if ctx.call_qualname(node) not in {"numpy.array", "numpy.asarray"}:

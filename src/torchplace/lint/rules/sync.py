@@ -1778,9 +1778,9 @@ def _decoded_text(value: ast.expr, read: ast.AST) -> bool:
 
 def _decoded_batch(read: ast.AST, ctx: Context) -> bool:
     """A loop over data (requests, chunks of a dataset: not ``range(max_len)``, a stream of
-    generated tokens nor ``while``, which step a decoding one token at a time) whose copy of each batch's generated ids is
-    decoded into text (``cont_toks_list = cont.tolist()``, then ``self.tok_decode(toks)``):
-    the text is what the loop makes, one copy per batch."""
+    generated tokens nor ``while``, which step a decoding one token at a time) whose copy of
+    each batch's generated ids is decoded into text (``cont_toks_list = cont.tolist()``, then
+    ``self.tok_decode(toks)``): the text is what the loop makes, one copy per batch."""
     loop = ctx.loops()[-1]
     if not isinstance(loop, (ast.For, ast.AsyncFor)):
         return False

@@ -21,7 +21,7 @@ from torchplace.lint.base import (
 from torchplace.lint.nodes import children, parameter_defaults, walk
 from torchplace.lint.provenance import FileFacts, file_facts, is_device_expr, scope_node
 from torchplace.lint.provenance.loops import branch_trains
-from torchplace.lint.provenance.values import _is_cpu, moved_in_place
+from torchplace.lint.provenance.values import _device_helper, _is_cpu, moved_in_place
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.factory_match import _cpu_path
 from torchplace.lint.rules.facts import (
@@ -1364,17 +1364,13 @@ def _places(call: ast.Call, ctx: Context, *, told: bool = True) -> bool:
     device = getattr(keyword(call, "device"), "value", None)
     if isinstance(device, ast.Constant):
         return isinstance(device.value, str) and DEVICE_STRING.fullmatch(device.value) is not None
-    if told and device is None:  # `to_device(batch, self.device)`: a helper named for the move
-        words = set((name or "").lower().split("_"))
-        if words & _MOVE_WORDS:
-            device = next((a for a in call.args[1:] if is_device_expr(a)), None)
+    if (  # `to_device(batch, self.device)`: the project's transfer helper, handed the device
+        told and device is None and name is not None and _device_helper(name.lstrip("_"), call.args)
+    ):
+        device = next((a for a in call.args[1:] if is_device_expr(a)), None)
     if not told or device is None or _is_cpu(device):
         return False
     return is_device_expr(device) or _device_of(device)
-
-
-# Words of a project helper's name that say it puts what it is handed on the device given.
-_MOVE_WORDS = frozenset({"device", "cuda", "gpu", "move", "transfer"})
 
 
 def _device_of(node: ast.expr) -> bool:
