@@ -433,6 +433,14 @@ class FileFacts:
         values = [
             (self, v) for v in _assigned_to(own_nodes(scope) if home is scope else walk(home), name)
         ]
+        if not values and home is scope and isinstance(scope, _FUNCTIONS):
+            # `def train(model: WaveRNN, ...)`: a parameter of a class of the linted code
+            annotated = self._annotated_class(scope, name)
+            if annotated is not None:
+                owner, cls = annotated
+                values_host = owner._class_method_host(cls, method, 0)
+                self._method_host[key] = values_host
+                return values_host
         if not values and isinstance(home, ast.ClassDef):
             # bound in a base class's `__init__`, of this file or of a module beside it
             for base in home.bases:
@@ -472,6 +480,24 @@ class FileFacts:
                 break
         self._method_host[key] = result
         return result
+
+    def _annotated_class(
+        self, scope: ast.FunctionDef | ast.AsyncFunctionDef, name: str
+    ) -> tuple[FileFacts, ast.ClassDef] | None:
+        """The class of the linted code that parameter ``name`` of ``scope`` is annotated with
+        (``model: WaveRNN``, or the forward reference ``"WaveRNN"``)."""
+        args = scope.args
+        for arg in (*args.posonlyargs, *args.args, *args.kwonlyargs):
+            if arg.arg != name or arg.annotation is None:
+                continue
+            annotation = arg.annotation
+            if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+                try:
+                    annotation = ast.parse(annotation.value, mode="eval").body
+                except SyntaxError:
+                    return None
+            return self.class_def(annotation)
+        return None
 
     def _class_method_host(self, cls: ast.ClassDef, method: str, depth: int) -> bool:
         for item in cls.body:

@@ -568,6 +568,8 @@ class Flow:
         if isinstance(node, ast.UnaryOp):
             return self.eval(node.operand, lookup)
         if isinstance(node, ast.Compare):
+            if all(isinstance(op, (ast.Is, ast.IsNot)) for op in node.ops):
+                return Fact("host", "identity test")  # `targets is None`: a Python bool
             fact = self.eval(node.left, lookup)
             for other in node.comparators:
                 fact = _join(fact, self.eval(other, lookup))

@@ -87,12 +87,18 @@ SYNCHRONIZE_IN_LOOP = Rule(
 )
 
 _READS = frozenset({"item", "tolist", "cpu", "numpy"})
-# `math` functions convert a tensor argument with `float()`: a host read like the casts.
+# `math` functions convert a tensor argument with `float()`: a host read like the casts; NumPy's
+# scalar tests convert it with `__array__` (a copy to the host, refused for a CUDA tensor).
 _MATH_READS = frozenset(
-    f"math.{name}"
-    for name in (
-        *("isnan", "isinf", "isfinite", "sqrt", "log", "log10", "log2", "log1p"),
-        *("exp", "expm1", "floor", "ceil", "fabs"),
+    (
+        *(
+            f"math.{name}"
+            for name in (
+                *("isnan", "isinf", "isfinite", "sqrt", "log", "log10", "log2", "log1p"),
+                *("exp", "expm1", "floor", "ceil", "fabs", "sin", "cos", "tan", "atan"),
+            )
+        ),
+        *(f"numpy.{name}" for name in ("isnan", "isinf", "isfinite")),
     )
 )
 _PRINTS = frozenset({"print"})
@@ -1092,15 +1098,31 @@ def _truth(node: ast.If | ast.IfExp | ast.Assert, ctx: Context) -> None:
     mask.any() else y``, ``assert not x.isnan().any()``: a tensor tested for truth is
     ``bool()`` of it, a read of the device."""
     looping = bool(ctx.loops())
-    if not looping and not (_torch_test(node.test, ctx) and _called_here(scope_node(ctx), ctx)):
+    if not looping and not (_torch_test(node.test, ctx) and _repeated_scope(ctx)):
         return  # outside a loop, only a torch test of what a function's callers hand it
     if looping and _latched(node, ctx):
         return
     for leaf in _tested(node.test):
         if not looping and not (isinstance(leaf, ast.Call) or _torch_operand(leaf, ctx)):
             continue
-        if _truth_operand(leaf, ctx) and _check(leaf, leaf, "a truth test", ctx, explicit=False):
+        # a torch test outside a loop (`if torch.isfinite(grad_norm):` in a training step
+        # function) is a tensor's read as plainly as `.item()` is
+        explicit = not looping and isinstance(leaf, ast.Call)
+        if _truth_operand(leaf, ctx) and _check(leaf, leaf, "a truth test", ctx, explicit=explicit):
             return
+
+
+def _repeated_scope(ctx: Context) -> bool:
+    """The function of a torch test outside any loop is called again and again: by name in
+    its file (:func:`_called_here`), or once per step of a training loop (``run_step``, which
+    a base trainer's loop in another file calls between its `.backward()` and optimizer step)."""
+    scope = scope_node(ctx)
+    if _called_here(scope, ctx):
+        return True
+    if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    found = file_facts(ctx).per_batch(scope)
+    return found is not None and found.trains
 
 
 def _latched(branch: ast.AST, ctx: Context) -> bool:
@@ -2823,13 +2845,33 @@ def _not_a_tensor_here(receiver: ast.expr, node: ast.AST, ctx: Context) -> bool:
             test, negated = parent.test, False
             if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
                 test, negated = test.operand, True
+            in_body = child is parent.body or (
+                isinstance(parent.body, list) and child in parent.body
+            )
             if _tests_tensor(test, root.id, ctx):
-                in_body = child is parent.body or (
-                    isinstance(parent.body, list) and child in parent.body
-                )
                 return in_body == negated
+            if _tests_number(test, root.id):  # `if isinstance(grad_norm, float):`
+                return in_body != negated
         child = parent
     return False
+
+
+_NUMBER_TYPES = frozenset({"float", "int", "bool", "numbers.Number", "numbers.Real"})
+
+
+def _tests_number(test: ast.expr, name: str) -> bool:
+    """``isinstance(name, float)`` (or ``int``, or a tuple of Python number types)."""
+    if not (
+        isinstance(test, ast.Call)
+        and isinstance(test.func, ast.Name)
+        and test.func.id == "isinstance"
+        and len(test.args) == 2
+        and isinstance(test.args[0], ast.Name)
+        and test.args[0].id == name
+    ):
+        return False
+    kinds = test.args[1].elts if isinstance(test.args[1], ast.Tuple) else [test.args[1]]
+    return all(dotted_name(kind) in _NUMBER_TYPES for kind in kinds)
 
 
 def _optional_tensor_arm(receiver: ast.expr, node: ast.AST, scope: ast.AST, ctx: Context) -> bool:
