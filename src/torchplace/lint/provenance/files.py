@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from functools import lru_cache
 
@@ -73,11 +73,15 @@ def _registered_names(cls: ast.ClassDef) -> frozenset[str]:
     return frozenset(found)
 
 
-def _set_by_setters(cls: ast.ClassDef) -> dict[str, Fact]:
+def _set_by_setters(
+    cls: ast.ClassDef, numpy_value: Callable[[ast.expr, ast.AST, int], bool]
+) -> dict[str, Fact]:
     """``self.<name>`` set through a setter method of the class that moves what it sets:
     latent diffusion's samplers define ``register_buffer(self, name, attr)`` as ``attr =
     attr.to(torch.device("cuda"))``, then ``setattr(self, name, attr)``, so
-    ``self.register_buffer("ddim_alphas", alphas)`` puts ``self.ddim_alphas`` on the device."""
+    ``self.register_buffer("ddim_alphas", alphas)`` puts ``self.ddim_alphas`` on the device.
+    A setter that moves only tensors (``if type(attr) == torch.Tensor:``) leaves a NumPy array
+    (``numpy_value`` of the value, at the setter's call) where it is: not a device value."""
     setters = {
         item.name: item
         for item in cls.body
@@ -86,22 +90,42 @@ def _set_by_setters(cls: ast.ClassDef) -> dict[str, Fact]:
     found: dict[str, Fact] = {}
     if not setters:
         return found
-    for sub in walk(cls):
-        if (
-            isinstance(sub, ast.Call)
-            and isinstance(sub.func, ast.Attribute)
-            and isinstance(sub.func.value, ast.Name)
-            and sub.func.value.id == "self"
-            and sub.func.attr in setters
-            and sub.args
-            and isinstance(sub.args[0], ast.Constant)
-            and isinstance(sub.args[0].value, str)
-        ):
-            setter = setters[sub.func.attr]
-            key = f"self.{sub.args[0].value}"
-            move = f"moved to the device by `self.{setter.name}` (line {setter.lineno})"
-            found.setdefault(key, Fact("device", key, move))
+    for method in cls.body:
+        if not isinstance(method, _FUNCTIONS):
+            continue
+        for sub in walk(method):
+            if (
+                isinstance(sub, ast.Call)
+                and isinstance(sub.func, ast.Attribute)
+                and isinstance(sub.func.value, ast.Name)
+                and sub.func.value.id == "self"
+                and sub.func.attr in setters
+                and len(sub.args) >= 2
+                and isinstance(sub.args[0], ast.Constant)
+                and isinstance(sub.args[0].value, str)
+            ):
+                setter = setters[sub.func.attr]
+                if _moves_tensors_only(setter) and numpy_value(sub.args[1], method, sub.lineno):
+                    continue
+                key = f"self.{sub.args[0].value}"
+                move = f"moved to the device by `self.{setter.name}` (line {setter.lineno})"
+                found.setdefault(key, Fact("device", key, move))
     return found
+
+
+def _moves_tensors_only(setter: ast.FunctionDef) -> bool:
+    """The setter's move sits under a test that its value is a tensor (``if type(attr) ==
+    torch.Tensor:``, ``if isinstance(attr, torch.Tensor):``)."""
+    value = setter.args.args[2].arg
+    return any(
+        isinstance(sub, ast.If)
+        and any(isinstance(n, ast.Name) and n.id == value for n in ast.walk(sub.test))
+        and "Tensor" in ast.unparse(sub.test)
+        for sub in walk(setter)
+    )
+
+
+_NUMPY_BUILDS = frozenset({"numpy.asarray", "numpy.array"})
 
 
 def _moves_then_sets(method: ast.FunctionDef) -> bool:
@@ -324,7 +348,7 @@ class FileFacts:
         attrs = self._self_attrs.get(id(cls))
         if attrs is None:
             # what a setter sets needs no flow: known before the flows that read it are made
-            attrs = self._self_attrs[id(cls)] = _set_by_setters(cls)
+            attrs = self._self_attrs[id(cls)] = _set_by_setters(cls, self._numpy_value)
             for item in cls.body:
                 if isinstance(item, _FUNCTIONS) and self._may_place(item) and _places_self(item):
                     for key, bound in self.flow(item).bindings.items():
@@ -333,6 +357,61 @@ class FileFacts:
                             if device:
                                 attrs[key] = device[0]
         return attrs.get(name)
+
+    def _numpy_value(self, value: ast.expr, scope: ast.AST, line: int) -> bool:
+        """``value``, read at ``line`` of ``scope``, is a NumPy array by construction:
+        ``np.asarray(...)`` or ``np.array(...)``, or a name whose last binding before that
+        line is such, or that element of what a function of the linted code returns
+        (``sigmas, alphas, alphas_prev = make_ddim_sampling_parameters(...)`` whose
+        ``alphas_prev = np.asarray(...)``)."""
+        if isinstance(value, ast.Call):
+            return self.qualname(value.func) in _NUMPY_BUILDS
+        if not isinstance(value, ast.Name):
+            return False
+        bound = sorted(
+            (node.lineno, node.targets[0], node.value)
+            for node in own_nodes(scope)
+            if isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and node.lineno < line
+            and value.id in {n.id for n in ast.walk(node.targets[0]) if isinstance(n, ast.Name)}
+        )
+        return bool(bound) and self._numpy_bound(value.id, *bound[-1][1:])
+
+    def _numpy_bound(self, name: str, target: ast.expr, made: ast.expr) -> bool:
+        if isinstance(target, ast.Name):
+            return isinstance(made, ast.Call) and self.qualname(made.func) in _NUMPY_BUILDS
+        if not (isinstance(target, ast.Tuple) and isinstance(made, ast.Call)):
+            return False
+        names = [e.id if isinstance(e, ast.Name) else None for e in target.elts]
+        index = names.index(name)
+        found = self._function_def(made.func)
+        if found is None:
+            return False
+        facts, function = found
+        returns = [r.value for r in own_nodes(function) if isinstance(r, ast.Return)]
+        return bool(returns) and all(
+            isinstance(r, ast.Tuple)
+            and len(r.elts) == len(names)
+            and facts._numpy_value(r.elts[index], function, r.lineno)
+            for r in returns
+        )
+
+    def _function_def(
+        self, func: ast.expr
+    ) -> tuple[FileFacts, ast.FunctionDef | ast.AsyncFunctionDef] | None:
+        """The module-level function of the linted code that ``func`` names: this file's
+        own, or one imported from a module file of the tree."""
+        if isinstance(func, ast.Name) and self.defs.get(func.id):
+            own = self.defs[func.id][0]
+            return (self, own) if self.parent.get(id(own)) is self.tree else None
+        qualname = self.qualname(func)
+        module, _, name = (qualname or "").rpartition(".")
+        other = self.module_facts(module) if module else None
+        if other is None or other is self or not other.defs.get(name):
+            return None
+        found = other.defs[name][0]
+        return (other, found) if other.parent.get(id(found)) is other.tree else None
 
     def moves_argument(self, call: ast.Call, scope: ast.AST) -> bool:
         """``self.to_var(x)`` in a method, or ``to_var(x)``, running a transfer helper of the

@@ -234,6 +234,10 @@ def _call(call: ast.Call, ctx: Context) -> None:
     if isinstance(func, ast.Name) and func.id in over_elements and len(call.args) == 1:
         if ctx.qualname(func) is None and not isinstance(call.args[0], _COMPS):
             _check(call, call.args[0], f"`{func.id}()` over the elements", ctx, explicit=False)
+        elif ctx.qualname(func) is None and _tests_each_parameter(call.args[0], ctx):
+            # `any(not p.grad.isfinite().all() for p in self.model_params)`: one read a parameter
+            what = f"`{func.id}()` over a test of each parameter"
+            _check(call, call.args[0], what, ctx, explicit=True)
         elif ctx.qualname(func) is None:
             # `any(torch.isnan(l) for l in (g_loss, d_loss))`: a test of each listed tensor
             what = f"`{func.id}()` over a torch test"
@@ -458,8 +462,11 @@ def _grad_scaler(receiver: ast.expr, ctx: Context) -> bool:
         nodes = own_nodes(scope.node if scope is not None else ctx.scope.root().node)
     return any(
         isinstance(node, ast.Assign)
-        and isinstance(node.value, ast.Call)
-        and _names_grad_scaler(ctx.qualname(node.value.func) or "")
+        and any(
+            isinstance(value, ast.Call) and _names_grad_scaler(ctx.qualname(value.func) or "")
+            # also one arm of a choice, `torch.GradScaler() if fp16 else None`
+            for value in _alternatives(node.value)
+        )
         and any(dotted_name(target) == name for target in node.targets)
         for node in nodes
     )
@@ -1052,6 +1059,25 @@ def _compare(node: ast.Compare, ctx: Context) -> None:
         if tested and any(_repeated_operand(side, ctx) for side in sides):
             _check(node, node, "a condition", ctx, explicit=False)
         return
+
+
+def _tests_each_parameter(comp: ast.expr, ctx: Context) -> bool:
+    """A one-loop comprehension over a model's parameters (``model.parameters()``, or a name
+    for them, ``self.model_params``) that tests each with a torch predicate or reduction of it
+    or its gradient (``not p.grad.isfinite().all()``, ``torch.isnan(p.grad).any()``)."""
+    if not isinstance(comp, (ast.GeneratorExp, ast.ListComp)) or len(comp.generators) != 1:
+        return False
+    loop = comp.generators[0]
+    source = loop.iter.func if isinstance(loop.iter, ast.Call) else loop.iter
+    named = (dotted_name(source) or "").rsplit(".", 1)[-1]
+    if not isinstance(loop.target, ast.Name) or "param" not in named.lower():
+        return False
+    elt = comp.elt
+    while isinstance(elt, ast.UnaryOp) and isinstance(elt.op, ast.Not):
+        elt = elt.operand
+    if not (isinstance(elt, ast.Call) and _truth_operand(elt, ctx)):
+        return False
+    return any(isinstance(sub, ast.Name) and sub.id == loop.target.id for sub in ast.walk(elt))
 
 
 def _tested_elements(comp: ast.expr, ctx: Context) -> list[ast.expr]:
