@@ -915,7 +915,7 @@ def _tensor_of(node: ast.AST, params: set[str], *, built: bool = True) -> str | 
         if (
             isinstance(func, ast.Attribute)
             and isinstance(func.value, ast.Name)
-            and func.value.id == "torch"
+            and func.value.id in {"torch", "F"}  # `F`: torch.nn.functional, as imported
             and func.attr not in _NOT_TENSOR
         ):
             if f"torch.{func.attr}" in _BUILDERS:  # `torch.zeros(n, device=x.device)`: x's
@@ -1050,12 +1050,27 @@ def _combined_with(call: ast.Call, ctx: Context, scope: Scope, tensors: set[str]
     found = _joined(node, parent, parents, ctx, tensors) or _masked_by(call, node, parents, tensors)
     if found is not None:
         return found
-    name = assigned_name(parent, node)
-    if name is None:
+    stmt, name = _bound_through_arithmetic(node, parent, parents)
+    if name is None or stmt is None:
         return None
-    assert isinstance(parent, ast.Assign)
-    after = (parent.end_lineno or parent.lineno, parent.end_col_offset or 0)
+    after = (stmt.end_lineno or stmt.lineno, stmt.end_col_offset or 0)
     return _uses_meet(name, after, ctx, scope, parents, tensors, depth=0)
+
+
+def _bound_through_arithmetic(
+    node: ast.AST, parent: ast.AST | None, parents: dict[int, ast.AST]
+) -> tuple[ast.Assign | None, str | None]:
+    """The statement and the one plain name it binds to ``node``, also to arithmetic of
+    ``node`` with host numbers (``q = torch.arange(n)[:, None] * scale``: ``q`` holds the
+    factory's values, where they are)."""
+    for _ in range(_CHAIN_DEPTH):
+        if not isinstance(parent, ast.BinOp):
+            break
+        node, parent = parent, parents.get(id(parent))
+    name = assigned_name(parent, node)
+    if name is None or not isinstance(parent, ast.Assign):
+        return None, None
+    return parent, name
 
 
 def _uses_meet(
@@ -1089,12 +1104,21 @@ def _uses_meet(
             if _rebinds_itself(sub, name, parents, ctx):
                 continue  # `idx = torch.clamp(idx, 0, n - 1).long()`: the same host tensor
             break  # rebound: what follows is another value
+        if _element_by_counter(sub, parents):
+            continue  # `x[perm[i]]` for `i in range(n)`: one 0-dim element, an int index
         outer, where = _climb(sub, parents)
         found = _joined(outer, where, parents, ctx, tensors) or _masked_by(
             sub, outer, parents, tensors
         )
         if found is not None:
             return found
+        bound_at, bound = _bound_through_arithmetic(outer, where, parents)
+        if bound is not None and bound_at is not None and bound != name and depth < 2:
+            # `relative = (q - k) + offset`, then `table[relative.long()]`
+            end = (bound_at.end_lineno or bound_at.lineno, bound_at.end_col_offset or 0)
+            found = _uses_meet(bound, end, ctx, scope, parents, tensors, depth=depth + 1)
+            if found is not None:
+                return found
         # t[i] = x[j]: the parameter's values copied into the factory's tensor
         if (
             isinstance(where, ast.Assign)
@@ -1105,6 +1129,34 @@ def _uses_meet(
             if found is not None:
                 return found
     return None
+
+
+def _element_by_counter(use: ast.Name, parents: dict[int, ast.AST]) -> bool:
+    """``x[perm[i]]`` with ``i`` an integer literal or the counter of an enclosing ``for i in
+    range(...)`` loop: one element of the host tensor as an index, which reads it as an int."""
+    item = parents.get(id(use))
+    if not (isinstance(item, ast.Subscript) and item.value is use):
+        return False
+    outer = parents.get(id(item))
+    if not (isinstance(outer, ast.Subscript) and outer.slice is item):
+        return False
+    index = item.slice
+    if isinstance(index, ast.Constant):
+        return isinstance(index.value, int)
+    if not isinstance(index, ast.Name):
+        return False
+    node: ast.AST | None = item
+    while node is not None:
+        if (
+            isinstance(node, ast.For)
+            and isinstance(node.target, ast.Name)
+            and node.target.id == index.id
+            and isinstance(node.iter, ast.Call)
+            and dotted_name(node.iter.func) == "range"
+        ):
+            return True
+        node = parents.get(id(node))
+    return False
 
 
 def _rebinds_itself(use: ast.Name, name: str, parents: dict[int, ast.AST], ctx: Context) -> bool:
