@@ -131,7 +131,7 @@ def _torch_load(call: ast.Call, ctx: Context) -> None:
         return
     if (
         len(call.args) < 2
-        and keyword(call, "map_location") is None
+        and _no_map_location(call, ctx)
         and not in_test(ctx)
         and not _in_dataset(ctx)
         and not _round_trip(call, ctx, wrapped=True, script=True)
@@ -189,16 +189,10 @@ def _local_mapping_keys(call: ast.Call, ctx: Context) -> set[str] | None:
         if isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if any(isinstance(t, ast.Name) and t.id in names for t in targets):
-                value = node.value
-                if not isinstance(value, ast.Dict) or not all(
-                    isinstance(k, ast.Constant) and isinstance(k.value, str) for k in value.keys
-                ):
+                found = _display_keys(node.value)
+                if found is None:
                     return None
-                keys |= {
-                    k.value
-                    for k in value.keys
-                    if isinstance(k, ast.Constant) and isinstance(k.value, str)
-                }
+                keys |= found
                 displays += 1
         elif isinstance(node, ast.Name) and node.id in names and isinstance(node.ctx, ast.Store):
             stores += 1
@@ -223,6 +217,26 @@ def _local_mapping_keys(call: ast.Call, ctx: Context) -> set[str] | None:
     return keys if displays == stores > 0 else None
 
 
+def _display_keys(value: ast.expr | None) -> set[str] | None:
+    """The keys of a dict display of string keys (``{"map_location": "cpu"}``), or of a
+    ``dict(...)`` call of keywords only (``dict(map_location="cpu")``); None for anything else."""
+    if isinstance(value, ast.Dict):
+        if not all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in value.keys):
+            return None
+        return {
+            k.value for k in value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)
+        }
+    if (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Name)
+        and value.func.id == "dict"
+        and not value.args
+        and all(kw.arg is not None for kw in value.keywords)
+    ):
+        return {kw.arg for kw in value.keywords if kw.arg is not None}
+    return None
+
+
 def _callers_leave_out(call: ast.Call, ctx: Context, name: str) -> bool:
     """``def load(path, **kwargs): return torch.load(path, **kwargs)``: the enclosing
     module-level function forwards its ``**kwargs`` to the load, it is called (in its file or
@@ -239,6 +253,41 @@ def _callers_leave_out(call: ast.Call, ctx: Context, name: str) -> bool:
     sites = call_sites(file_facts(ctx), node)
     return bool(sites) and not any(
         kw.arg is None or kw.arg == name for site in sites for kw in site.keywords
+    )
+
+
+def _no_map_location(call: ast.Call, ctx: Context) -> bool:
+    """No ``map_location=``, or one that is ``None``: given so, or a parameter of the
+    enclosing module-level function that defaults to ``None`` and that none of its calls
+    passes (LaMa's ``def load_url(url, model_dir, map_location=None)``, called without it)."""
+    given = keyword(call, "map_location")
+    if given is None:
+        return True
+    value = given.value
+    if isinstance(value, ast.Constant):
+        return value.value is None
+    scope = ctx.function_scope()
+    if not isinstance(value, ast.Name) or scope is None or scope.parent is None:
+        return False
+    node = scope.node
+    if scope.parent.kind != "module" or not isinstance(
+        node, (ast.FunctionDef, ast.AsyncFunctionDef)
+    ):
+        return False
+    names = [a.arg for a in (*node.args.posonlyargs, *node.args.args)]
+    first_default = len(names) - len(node.args.defaults)
+    if value.id not in names or names.index(value.id) < first_default:
+        return False
+    index = names.index(value.id)
+    default = node.args.defaults[index - first_default]
+    if not (isinstance(default, ast.Constant) and default.value is None):
+        return False
+    sites = call_sites(file_facts(ctx), node)
+    return bool(sites) and not any(
+        len(site.args) > index
+        or any(isinstance(a, ast.Starred) for a in site.args)
+        or any(kw.arg is None or kw.arg == value.id for kw in site.keywords)
+        for site in sites
     )
 
 
@@ -1028,6 +1077,13 @@ def _under_cuda_check(call: ast.Call, ctx: Context) -> bool:
         if (
             isinstance(stmt, ast.If)
             and inner is stmt.orelse
+            and _mapped_to_cpu(stmt.body)
+            and _names_the_cpu(stmt.test)
+        ):
+            return True  # `if cpu: torch.load(p, map_location="cpu")`, `else: torch.load(p)`
+        if (
+            isinstance(stmt, ast.If)
+            and inner is stmt.orelse
             and isinstance(stmt.test, ast.UnaryOp)
             and isinstance(stmt.test.op, ast.Not)
             and _cuda_present(stmt.test.operand, ctx)
@@ -1045,6 +1101,22 @@ def _names_a_device(test: ast.expr) -> bool:
         if isinstance(name, str) and any(word in name.lower() for word in words):
             return True
     return False
+
+
+def _names_the_cpu(test: ast.expr) -> bool:
+    """A plain test that the CPU was chosen: ``if cpu:``, ``if args.use_cpu:``, ``if device ==
+    "cpu":`` (not a negation, ``if not cpu:``, nor a test joined with others)."""
+    if isinstance(test, ast.Compare):
+        return (
+            len(test.ops) == 1
+            and isinstance(test.ops[0], ast.Eq)
+            and any(
+                isinstance(side, ast.Constant) and side.value == "cpu"
+                for side in (test.left, *test.comparators)
+            )
+        )
+    name = dotted_name(test)
+    return name is not None and "cpu" in name.rsplit(".", 1)[-1].lower()
 
 
 def _mapped_to_cpu(orelse: list[ast.stmt]) -> bool:
