@@ -764,8 +764,11 @@ def _host_function(scope: Scope, ctx: Context) -> bool:
             if any(word in text for word in _HOST_CLASS_WORDS):
                 return True
         outer = outer.parent
-    for sub in subtree(scope.node):
-        if isinstance(sub, ast.Call):
+    calls = [sub for sub in subtree(scope.node) if isinstance(sub, ast.Call)]
+    if not any(_to_a_tensors_device(call) for call in calls):
+        # not one that places its own tensors where an input is (`.to(annotation.device)`,
+        # then `show.cpu().numpy()` for a plot): it works on the device, then hands back NumPy
+        for sub in calls:
             if isinstance(sub.func, ast.Attribute) and sub.func.attr == "numpy":
                 return True
             if ctx.call_qualname(sub) in {"torch.from_numpy", "numpy.asarray", "numpy.array"}:
@@ -773,6 +776,17 @@ def _host_function(scope: Scope, ctx: Context) -> bool:
     if scope.parent is not None and scope.parent.kind == "module":
         return _serves_host_code(scope.name, scope.root().node, ctx, depth=2)
     return False
+
+
+def _to_a_tensors_device(call: ast.Call) -> bool:
+    """``t.to(x.device)``: a move to where another tensor lives."""
+    return (
+        isinstance(call.func, ast.Attribute)
+        and call.func.attr == "to"
+        and len(call.args) == 1
+        and isinstance(call.args[0], ast.Attribute)
+        and call.args[0].attr == "device"
+    )
 
 
 def _serves_host_code(name: str, tree: ast.AST, ctx: Context, depth: int) -> bool:
@@ -1050,11 +1064,39 @@ def _combined_with(call: ast.Call, ctx: Context, scope: Scope, tensors: set[str]
     found = _joined(node, parent, parents, ctx, tensors) or _masked_by(call, node, parents, tensors)
     if found is not None:
         return found
+    grids = _grids_of(node, parent, parents, ctx)
+    if grids is not None:  # `h, w = torch.meshgrid(torch.arange(n), torch.arange(m))`
+        end = (grids[0].end_lineno or grids[0].lineno, grids[0].end_col_offset or 0)
+        for target in grids[1]:
+            found = _uses_meet(target, end, ctx, scope, parents, tensors, depth=1)
+            if found is not None:
+                return found
+        return None
     stmt, name = _bound_through_arithmetic(node, parent, parents)
     if name is None or stmt is None:
         return None
     after = (stmt.end_lineno or stmt.lineno, stmt.end_col_offset or 0)
     return _uses_meet(name, after, ctx, scope, parents, tensors, depth=0)
+
+
+def _grids_of(
+    node: ast.AST, parent: ast.AST | None, parents: dict[int, ast.AST], ctx: Context
+) -> tuple[ast.Assign, list[str]] | None:
+    """The statement and names of ``gy, gx = torch.meshgrid(node, ...)``, the factory an
+    argument of the call itself: the grids live where it does."""
+    if isinstance(parent, (ast.List, ast.Tuple)):
+        parent = parents.get(id(parent))
+    stmt = parents.get(id(parent)) if parent is not None else None
+    if not (
+        isinstance(parent, ast.Call)
+        and (ctx.call_qualname(parent) or "").endswith("meshgrid")
+        and isinstance(stmt, ast.Assign)
+        and stmt.value is parent
+        and len(stmt.targets) == 1
+        and isinstance(stmt.targets[0], (ast.Tuple, ast.List))
+    ):
+        return None
+    return stmt, [elt.id for elt in stmt.targets[0].elts if isinstance(elt, ast.Name)]
 
 
 def _bound_through_arithmetic(

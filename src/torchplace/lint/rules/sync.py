@@ -2781,7 +2781,10 @@ def _check(
     if not explicit and (
         not isinstance(receiver, _READ_FORMS)
         or _host_syntax(receiver)
-        or (isinstance(receiver, ast.BinOp) and not _arithmetic_of_values(receiver))
+        or (
+            isinstance(receiver, ast.BinOp)
+            and not _arithmetic_of_values(receiver, _stepped_attributes(loops))
+        )
         or not (_mentions_device(ctx) or _handed_in(receiver, scope, ctx))
     ):
         return False  # a print/f-string/cast needs a device value, and nothing here makes one
@@ -3680,17 +3683,35 @@ def _root_name(node: ast.expr) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
-def _arithmetic_of_values(node: ast.expr) -> bool:
+def _arithmetic_of_values(node: ast.expr, stepped: frozenset[str] = frozenset()) -> bool:
     """Arithmetic with an operand that may hold a tensor's data: a name, an element or a call
-    (``bbox[0] / scale``, ``running_mfu * 100``), not only sizes and attributes
+    (``bbox[0] / scale``, ``running_mfu * 100``), or an attribute the loop accumulates into
+    (``stepped``: ``self.tokens += (y >= 0).sum()``), not only sizes and settings
     (``int(x.shape[-2] / model.patch_embed.patch_size)``: a shape over a module's setting)."""
     if isinstance(node, ast.BinOp):
-        return _arithmetic_of_values(node.left) or _arithmetic_of_values(node.right)
+        return _arithmetic_of_values(node.left, stepped) or _arithmetic_of_values(
+            node.right, stepped
+        )
     if isinstance(node, ast.UnaryOp):
-        return _arithmetic_of_values(node.operand)
+        return _arithmetic_of_values(node.operand, stepped)
     if isinstance(node, ast.Subscript) and _host_syntax(node.value):
         return False  # `x.shape[-2]`
+    if isinstance(node, ast.Attribute) and dotted_name(node) in stepped:
+        return True
     return isinstance(node, (ast.Name, ast.Subscript, ast.Call)) and not _host_syntax(node)
+
+
+def _stepped_attributes(loops: list[ast.AST] | tuple[ast.AST, ...]) -> frozenset[str]:
+    """The attributes the innermost loop accumulates into (``self.tokens += n``)."""
+    if not loops:
+        return frozenset()
+    return frozenset(
+        name
+        for sub in walk(loops[-1])
+        if isinstance(sub, ast.AugAssign)
+        and isinstance(sub.target, ast.Attribute)
+        and (name := dotted_name(sub.target)) is not None
+    )
 
 
 def _host_syntax(node: ast.expr) -> bool:
