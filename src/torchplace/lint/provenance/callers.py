@@ -56,6 +56,7 @@ __all__ = [
     "decode_hook",
     "engine_step",
     "find_per_batch",
+    "mentioning",
     "scoped_call_sites",
     "siblings",
     "text_of",
@@ -1425,6 +1426,14 @@ def _siblings(directory: str) -> tuple[str, ...]:
 def _text_of(path: str) -> str | None:
     data = read_neighbour(path)
     return None if data is None else data.decode("utf-8", "replace")
+
+
+def mentioning(path: str) -> tuple[str, ...]:
+    """The modules beside the file at ``path`` (and of the packages beside its package) whose
+    text names its module: those that may import it."""
+    if not os.path.isfile(path):
+        return ()
+    return _mentioning(os.path.abspath(path))
 
 
 def siblings(directory: str) -> tuple[str, ...]:

@@ -14,6 +14,8 @@ from torchplace.lint.nodes import (
     subscripted,
     walk,
 )
+from torchplace.lint.provenance.callers import mentioning, text_of
+from torchplace.lint.provenance.files import facts_for_file
 from torchplace.lint.provenance.loops import counter_names
 from torchplace.lint.provenance.values import moves_to_device
 from torchplace.lint.rules.factories import _empty_shape, _number_annotation
@@ -1368,9 +1370,16 @@ def _mapped_by_apply(ctx: Context) -> frozenset[str]:
     root = ctx.scope.root()
     cached: frozenset[str] | None = root.cache.get("mapped-by-apply")
     if cached is None:
+        trees = [root.node]
+        for other in mentioning(ctx.path):  # YOLOv6's `Model._apply` in yolo.py, for its head's
+            text = text_of(other)
+            facts = facts_for_file(other) if text is not None and "def _apply" in text else None
+            if facts is not None:
+                trees.append(facts.tree)
         cached = root.cache["mapped-by-apply"] = frozenset(
             target.attr
-            for sub in walk(root.node)
+            for tree in trees
+            for sub in walk(tree)
             if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)) and sub.name == "_apply"
             for stmt in own_nodes(sub)
             if isinstance(stmt, ast.Assign)
