@@ -1133,7 +1133,7 @@ def _truth(node: ast.If | ast.IfExp | ast.Assert, ctx: Context) -> None:
             continue
         # a torch test outside a loop (`if torch.isfinite(grad_norm):` in a training step
         # function) is a tensor's read as plainly as `.item()` is
-        explicit = not looping and isinstance(leaf, ast.Call)
+        explicit = isinstance(leaf, ast.Call)
         if _truth_operand(leaf, ctx) and _check(leaf, leaf, "a truth test", ctx, explicit=explicit):
             return
 
