@@ -925,7 +925,7 @@ class FileFacts:
         if not isinstance(function, _FUNCTIONS) or depth > 4:
             return None
         found = self._per_batch_at(function, depth)
-        if found is None and depth == 0 and function.name == "forward":
+        if found is None and depth <= 1 and function.name == "forward":
             # a module's `forward` that no caller in sight runs, for its own reads only (not
             # for the helpers it calls: those count what it hands them at their own calls)
             key = id(function)
