@@ -15,7 +15,7 @@ from torchplace.lint.nodes import (
     walk,
 )
 from torchplace.lint.provenance.callers import mentioning, text_of
-from torchplace.lint.provenance.files import facts_for_file
+from torchplace.lint.provenance.files import facts_for_file, file_facts
 from torchplace.lint.provenance.loops import counter_names
 from torchplace.lint.provenance.values import moves_to_device
 from torchplace.lint.rules.factories import _empty_shape, _number_annotation
@@ -171,7 +171,7 @@ def _assign(node: ast.Assign, ctx: Context) -> None:
             if (
                 held is not None
                 and not _scratch_placeholders(value, ctx, method, attr)
-                and not (held == "tensors" and _placed_cache(method.cls, attr, method.name))
+                and not (held == "tensors" and _placed_cache(method.cls, attr, method.name, ctx))
             ):
                 _report(ctx, node, method.cls, attr, held)
         elif _registering(value, ctx):
@@ -511,7 +511,10 @@ def _plain_tensor(value: ast.expr, ctx: Context, method: Scope, attr: str, line:
         return False
     if _made_host_later(method.node, attr, line):
         return False
-    return not (_overrides_placement(cls) or _moved_where_used(cls, attr, method.name))
+    return not (
+        _overrides_placement(cls)
+        or _moved_where_used(cls, attr, method.name, none_tests=_none_tests(ctx))
+    )
 
 
 _HOST_METHODS = frozenset({"tolist", "numpy", "item"})
@@ -1088,7 +1091,7 @@ def _overrides_placement(cls: Scope) -> bool:
     )
 
 
-def _placed_cache(cls: Scope, attr: str, builder: str) -> bool:
+def _placed_cache(cls: Scope, attr: str, builder: str, ctx: Context) -> bool:
     """A container of tensors (YOLO's ``self.grid = [torch.zeros(1)] * nl``) that other
     methods read, placing every element they read (``self.grid[i].to(x[i].device)``)."""
     assert isinstance(cls.node, ast.ClassDef)
@@ -1099,11 +1102,16 @@ def _placed_cache(cls: Scope, attr: str, builder: str) -> bool:
         and item.name not in {"__init__", builder}
         for sub in walk(item)
     )
-    return read and _moved_where_used(cls, attr, builder, listed=True)
+    return read and _moved_where_used(cls, attr, builder, listed=True, none_tests=_none_tests(ctx))
 
 
 def _moved_where_used(
-    cls: Scope, attr: str, builder: str = "__init__", *, listed: bool = False
+    cls: Scope,
+    attr: str,
+    builder: str = "__init__",
+    *,
+    listed: bool = False,
+    none_tests: frozenset[str] = frozenset(),
 ) -> bool:
     """Every read of ``self.<attr>`` outside ``__init__`` (and the builder that set it)
     places it first (``self.mean.to(x.device)``, ``self.table[t].to(x)``), or nothing
@@ -1154,6 +1162,13 @@ def _moved_where_used(
             ):
                 # `if self.k_cache is None:` asks whether the cache is set, reading no tensor
                 placed |= {id(n) for n in (sub.left, *sub.comparators)}
+            if (
+                isinstance(sub, ast.Call)
+                and isinstance(sub.func, ast.Name)
+                and sub.func.id in none_tests
+                and len(sub.args) == 1
+            ):
+                placed.add(id(sub.args[0]))  # `if exists(self.mask):` asks the same
             if isinstance(sub, ast.Attribute) and sub.attr in _METADATA:
                 placed.add(id(sub.value))  # `self.freqs_cis.shape[0]` in an assert: no data
                 if isinstance(sub.value, ast.Subscript):
@@ -1189,6 +1204,57 @@ def _moved_where_used(
             ):
                 reads += 1
     return reads == 0
+
+
+def _none_tests(ctx: Context) -> frozenset[str]:
+    """The names of the file's functions, its own or imported from a module of the linted
+    tree, that only say whether their one argument is ``None`` (``exists``)."""
+    root = ctx.scope.root()
+    cached: frozenset[str] | None = root.cache.get("none-tests")
+    if cached is None:
+        found = set(_none_test_functions(root.node))
+        facts = file_facts(ctx)
+        for node in getattr(root.node, "body", []):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            for alias in node.names:
+                name = alias.asname or alias.name
+                qualname = facts.qualname(ast.Name(id=name, ctx=ast.Load()))
+                module = (qualname or "").rpartition(".")[0]
+                other = facts.module_facts(module) if module else None
+                if other is not None and alias.name in _none_test_functions(other.tree):
+                    found.add(name)
+        cached = root.cache["none-tests"] = frozenset(found)
+    return cached
+
+
+def _none_test_functions(module: ast.AST) -> frozenset[str]:
+    """The module's functions of one parameter whose body only says whether it is ``None``
+    (``def exists(val): return val is not None``)."""
+    found = set()
+    for item in getattr(module, "body", []):
+        if not isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        params = item.args.args
+        body = [
+            stmt
+            for stmt in item.body
+            if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant))
+        ]
+        if (
+            len(params) == 1
+            and len(body) == 1
+            and isinstance(body[0], ast.Return)
+            and isinstance(test := body[0].value, ast.Compare)
+            and len(test.ops) == 1
+            and isinstance(test.ops[0], (ast.Is, ast.IsNot))
+            and isinstance(test.left, ast.Name)
+            and test.left.id == params[0].arg
+            and isinstance(test.comparators[0], ast.Constant)
+            and test.comparators[0].value is None
+        ):
+            found.add(item.name)
+    return frozenset(found)
 
 
 def _placing_line(item: ast.AST, attr: str) -> float:

@@ -1526,15 +1526,9 @@ def _exits(ctx: Context, node: ast.AST) -> bool:
 
 # Predicates true for a value that is not finite; `isfinite` is true for one that is.
 _NONFINITE = frozenset({"isnan", "isinf", "isneginf", "isposinf"})
-# Where the search for an enclosing failure branch stops: the step loop, or the function.
-_LOOPS_AND_SCOPES = (
-    ast.For,
-    ast.AsyncFor,
-    ast.While,
-    ast.FunctionDef,
-    ast.AsyncFunctionDef,
-    ast.Lambda,
-)
+# Where the search for an enclosing failure branch stops: the function (a loop inside the
+# branch, `for i in range(n):` over the rows, runs with the failed step, as the branch does).
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
 
 def _on_failure(ctx: Context, node: ast.AST) -> bool:
@@ -1546,7 +1540,7 @@ def _on_failure(ctx: Context, node: ast.AST) -> bool:
     for parent in reversed(ctx.parents):
         if _after_finite_guard(parent, child):
             return True
-        if isinstance(parent, _LOOPS_AND_SCOPES):
+        if isinstance(parent, _SCOPES):
             return False
         if isinstance(parent, ast.If) and child is not parent.test:
             holds = _nonfinite_test(parent.test)
