@@ -699,7 +699,10 @@ class Flow:
                     return Fact("host", f"{method}()")  # a helper that hands back NumPy
                 return _many(found) if self.runs_heads(func) else found
             if receiver is not None and receiver.where == "host":
-                return Fact("host", method)
+                # a tensor method of a host copy is a host tensor too (`x.cpu().squeeze(0)`),
+                # whose arithmetic stays there; a Python number's (`.item()`) may meet anything
+                kept = receiver.copy and method not in {"item", "tolist"}
+                return Fact("host", method, copy=kept)
             if _device_helper(method, args) or _passes_device(node):
                 return Fact("device", _short(facts.segment(node)), _moved_by(node))
             return None
