@@ -3978,7 +3978,12 @@ _CLOCK_METHODS = frozenset({"elapsed_time", "record", "perf_counter", "time", "t
 
 def _flag_test(test: ast.expr, loop: ast.AST) -> bool:
     """``if timer:``, ``if timer is not None:``, ``if not args.profile:``: a test of a name (or
-    an attribute of one) that the loop never rebinds holds on every step or on none."""
+    an attribute of one) that the loop never rebinds holds on every step or on none; also
+    with the steps after a warm-up, ``if count_time and i >= 5:``."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return any(_flag_test(value, loop) for value in test.values) and all(
+            _flag_test(value, loop) or _past_warm_up(value, loop) for value in test.values
+        )
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         test = test.operand
     if (
@@ -3997,6 +4002,19 @@ def _flag_test(test: ast.expr, loop: ast.AST) -> bool:
     return not any(
         isinstance(sub, ast.Name) and sub.id == root.id and isinstance(sub.ctx, ast.Store)
         for sub in walk(loop)
+    )
+
+
+def _past_warm_up(test: ast.expr, loop: ast.AST) -> bool:
+    """``i >= 5`` (or ``i > 5``) with ``i`` the loop's counter: every step after the first few."""
+    return (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], (ast.Gt, ast.GtE))
+        and isinstance(test.left, ast.Name)
+        and isinstance(test.comparators[0], ast.Constant)
+        and isinstance(loop, (ast.For, ast.AsyncFor))
+        and test.left.id in names_in(loop.target)
     )
 
 
