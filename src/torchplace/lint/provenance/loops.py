@@ -535,11 +535,23 @@ def _iterates_device(
             return "batch", f"it iterates `{what}`, a loader of device batches ({fact.describe()})"
         if fact is not None and fact.on_device:
             return (
-                "items" if fact.many or _walks_mapping(it) else "rows",
+                "items" if fact.many or _walks_mapping(it) or _transposes(it) else "rows",
                 f"it iterates `{_short(facts.segment(it), 32)}` on the device: "
                 + (fact.describe()),
             )
     return None
+
+
+def _transposes(it: ast.expr) -> bool:
+    """``zip(*meshes)``: the items of the sequences a value holds, side by side (GET3D's
+    per-mesh vertices, faces and textures), not the rows of one tensor."""
+    inner = _unwrapped(it)
+    return (
+        isinstance(inner, ast.Call)
+        and isinstance(inner.func, ast.Name)
+        and inner.func.id == "zip"
+        and any(isinstance(a, ast.Starred) for a in inner.args)
+    )
 
 
 _SUBMODULE_LISTS = ("layers", "blocks")
