@@ -1083,6 +1083,15 @@ def _model_holder(ctx: Context) -> str | None:
             )
             for item in setup
             for sub in walk(item)
+        ) or any(
+            # a diffusers pipeline holds its models through `self.register_modules(unet=...)`
+            isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Attribute)
+            and sub.func.attr == "register_modules"
+            and dotted_name(sub.func.value) == "self"
+            and sub.keywords
+            for item in setup
+            for sub in walk(item)
         )
         cached = cls.cache["model-holder"] = holds and not _cuda_specific(ctx, cls.name)
     return cls.name if cached else None
