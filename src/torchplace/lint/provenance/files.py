@@ -384,6 +384,8 @@ class FileFacts:
         if not (isinstance(target, ast.Tuple) and isinstance(made, ast.Call)):
             return False
         names = [e.id if isinstance(e, ast.Name) else None for e in target.elts]
+        if name not in names:
+            return False  # bound inside a nested unpacking: not followed
         index = names.index(name)
         found = self._function_def(made.func)
         if found is None:
@@ -926,8 +928,8 @@ class FileFacts:
             return None
         found = self._per_batch_at(function, depth)
         if found is None and depth <= 1 and function.name == "forward":
-            # a module's `forward` that no caller in sight runs, for its own reads only (not
-            # for the helpers it calls: those count what it hands them at their own calls)
+            # a module's `forward` that no caller in sight runs; asked one call down too, for
+            # the helpers it calls, which count what it hands them at those calls
             key = id(function)
             if key not in self._forwards:
                 made = module_forward(self, function)

@@ -235,7 +235,7 @@ def _call(call: ast.Call, ctx: Context) -> None:
         if ctx.qualname(func) is None and not isinstance(call.args[0], _COMPS):
             _check(call, call.args[0], f"`{func.id}()` over the elements", ctx, explicit=False)
         elif ctx.qualname(func) is None and _tests_each_parameter(call.args[0], ctx):
-            # `any(not p.grad.isfinite().all() for p in self.model_params)`: one read a parameter
+            # `any(not p.grad.isfinite().all() for p in self.model_params)`: one read per parameter
             what = f"`{func.id}()` over a test of each parameter"
             _check(call, call.args[0], what, ctx, explicit=True)
         elif ctx.qualname(func) is None:
