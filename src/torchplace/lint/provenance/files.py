@@ -387,7 +387,7 @@ class FileFacts:
         if name not in names:
             return False  # bound inside a nested unpacking: not followed
         index = names.index(name)
-        found = self._function_def(made.func)
+        found = self.function_def(made.func)
         if found is None:
             return False
         facts, function = found
@@ -399,7 +399,7 @@ class FileFacts:
             for r in returns
         )
 
-    def _function_def(
+    def function_def(
         self, func: ast.expr
     ) -> tuple[FileFacts, ast.FunctionDef | ast.AsyncFunctionDef] | None:
         """The module-level function of the linted code that ``func`` names: this file's

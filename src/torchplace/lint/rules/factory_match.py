@@ -21,6 +21,7 @@ from torchplace.lint.base import (
     unpacked_pairs,
 )
 from torchplace.lint.nodes import children, subtree, walk
+from torchplace.lint.provenance.loops import counter_names
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import (
     FACTORIES,
@@ -1072,9 +1073,10 @@ def _combined_with(call: ast.Call, ctx: Context, scope: Scope, tensors: set[str]
             if found is not None:
                 return found
         return None
-    stmt, name = _bound_through_arithmetic(node, parent, parents)
-    if name is None or stmt is None:
+    bound = _bound_through_arithmetic(node, parent, parents)
+    if bound is None:
         return None
+    stmt, name = bound
     after = (stmt.end_lineno or stmt.lineno, stmt.end_col_offset or 0)
     return _uses_meet(name, after, ctx, scope, parents, tensors, depth=0)
 
@@ -1087,21 +1089,29 @@ def _grids_of(
     if isinstance(parent, (ast.List, ast.Tuple)):
         parent = parents.get(id(parent))
     stmt = parents.get(id(parent)) if parent is not None else None
+    names = _meshgrid_names(stmt, ctx)
+    if names is None or not isinstance(stmt, ast.Assign) or stmt.value is not parent:
+        return None
+    return stmt, names
+
+
+def _meshgrid_names(stmt: ast.AST | None, ctx: Context) -> list[str] | None:
+    """The names ``gy, gx = torch.meshgrid(...)`` binds to the grids; None for another
+    statement."""
     if not (
-        isinstance(parent, ast.Call)
-        and (ctx.call_qualname(parent) or "").endswith("meshgrid")
-        and isinstance(stmt, ast.Assign)
-        and stmt.value is parent
+        isinstance(stmt, ast.Assign)
         and len(stmt.targets) == 1
         and isinstance(stmt.targets[0], (ast.Tuple, ast.List))
+        and isinstance(stmt.value, ast.Call)
+        and (ctx.call_qualname(stmt.value) or "").endswith("meshgrid")
     ):
         return None
-    return stmt, [elt.id for elt in stmt.targets[0].elts if isinstance(elt, ast.Name)]
+    return [elt.id for elt in stmt.targets[0].elts if isinstance(elt, ast.Name)]
 
 
 def _bound_through_arithmetic(
     node: ast.AST, parent: ast.AST | None, parents: dict[int, ast.AST]
-) -> tuple[ast.Assign | None, str | None]:
+) -> tuple[ast.Assign, str] | None:
     """The statement and the one plain name it binds to ``node``, also to arithmetic of
     ``node`` with host numbers (``q = torch.arange(n)[:, None] * scale``: ``q`` holds the
     factory's values, where they are)."""
@@ -1111,7 +1121,7 @@ def _bound_through_arithmetic(
         node, parent = parent, parents.get(id(parent))
     name = assigned_name(parent, node)
     if name is None or not isinstance(parent, ast.Assign):
-        return None, None
+        return None
     return parent, name
 
 
@@ -1154,11 +1164,11 @@ def _uses_meet(
         )
         if found is not None:
             return found
-        bound_at, bound = _bound_through_arithmetic(outer, where, parents)
-        if bound is not None and bound_at is not None and bound != name and depth < 2:
+        bound = _bound_through_arithmetic(outer, where, parents)
+        if bound is not None and bound[1] != name and depth < 2:
             # `relative = (q - k) + offset`, then `table[relative.long()]`
-            end = (bound_at.end_lineno or bound_at.lineno, bound_at.end_col_offset or 0)
-            found = _uses_meet(bound, end, ctx, scope, parents, tensors, depth=depth + 1)
+            end = (bound[0].end_lineno or bound[0].lineno, bound[0].end_col_offset or 0)
+            found = _uses_meet(bound[1], end, ctx, scope, parents, tensors, depth=depth + 1)
             if found is not None:
                 return found
         # t[i] = x[j]: the parameter's values copied into the factory's tensor
@@ -1174,8 +1184,9 @@ def _uses_meet(
 
 
 def _element_by_counter(use: ast.Name, parents: dict[int, ast.AST]) -> bool:
-    """``x[perm[i]]`` with ``i`` an integer literal or the counter of an enclosing ``for i in
-    range(...)`` loop: one element of the host tensor as an index, which reads it as an int."""
+    """``x[perm[i]]`` with ``i`` an integer literal or the counter of an enclosing loop
+    (``for i in range(n):``): one element of the host tensor as an index, which reads it as an
+    int."""
     item = parents.get(id(use))
     if not (isinstance(item, ast.Subscript) and item.value is use):
         return False
@@ -1185,17 +1196,9 @@ def _element_by_counter(use: ast.Name, parents: dict[int, ast.AST]) -> bool:
     index = item.slice
     if isinstance(index, ast.Constant):
         return isinstance(index.value, int)
-    if not isinstance(index, ast.Name):
-        return False
-    node: ast.AST | None = item
-    while node is not None:
-        if (
-            isinstance(node, ast.For)
-            and isinstance(node.target, ast.Name)
-            and node.target.id == index.id
-            and isinstance(node.iter, ast.Call)
-            and dotted_name(node.iter.func) == "range"
-        ):
+    node = parents.get(id(item))
+    while isinstance(index, ast.Name) and node is not None:
+        if isinstance(node, (ast.For, ast.AsyncFor)) and index.id in counter_names(node):
             return True
         node = parents.get(id(node))
     return False
@@ -1267,15 +1270,11 @@ def _gridded(
     while node is not None and not isinstance(node, ast.stmt):
         node = parents.get(id(node))
     stmt = node
-    if not (
-        isinstance(stmt, ast.Assign)
-        and len(stmt.targets) == 1
-        and isinstance(stmt.targets[0], (ast.Tuple, ast.List))
-        and isinstance(stmt.value, ast.Call)
-        and (ctx.call_qualname(stmt.value) or "").endswith("meshgrid")
-    ):
+    names = _meshgrid_names(stmt, ctx)
+    if names is None:
         return None
-    tup = stmt.targets[0]
+    assert isinstance(stmt, ast.Assign)
+    assert isinstance(stmt.value, ast.Call)
     args = [
         elt
         for arg in stmt.value.args
@@ -1283,7 +1282,6 @@ def _gridded(
     ]
     if not any(isinstance(arg, ast.Name) and arg.id == name for arg in args):
         return None
-    names = [elt.id for elt in tup.elts if isinstance(elt, ast.Name)]
     return stmt, names
 
 

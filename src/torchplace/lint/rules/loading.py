@@ -20,7 +20,7 @@ from torchplace.lint.base import (
     names_in,
 )
 from torchplace.lint.finding import Edit, Fix
-from torchplace.lint.nodes import assigned, kept, own_nodes, walk
+from torchplace.lint.nodes import assigned, kept, own_nodes, parameter_defaults, walk
 from torchplace.lint.provenance import FileFacts, facts_for_file, file_facts
 from torchplace.lint.provenance.callers import _siblings, _text_of, call_sites
 from torchplace.lint.provenance.flow import _keeps_storage
@@ -274,14 +274,11 @@ def _no_map_location(call: ast.Call, ctx: Context) -> bool:
         node, (ast.FunctionDef, ast.AsyncFunctionDef)
     ):
         return False
+    default = parameter_defaults(node).get(value.id)
     names = [a.arg for a in (*node.args.posonlyargs, *node.args.args)]
-    first_default = len(names) - len(node.args.defaults)
-    if value.id not in names or names.index(value.id) < first_default:
+    if not (isinstance(default, ast.Constant) and default.value is None) or value.id not in names:
         return False
     index = names.index(value.id)
-    default = node.args.defaults[index - first_default]
-    if not (isinstance(default, ast.Constant) and default.value is None):
-        return False
     sites = call_sites(file_facts(ctx), node)
     return bool(sites) and not any(
         len(site.args) > index

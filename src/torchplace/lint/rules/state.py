@@ -4,6 +4,7 @@ plain containers, and tensors kept as plain attributes."""
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 
 from torchplace.lint.base import Context, Family, Rule, Scope, call_name
 from torchplace.lint.nodes import (
@@ -513,7 +514,7 @@ def _plain_tensor(value: ast.expr, ctx: Context, method: Scope, attr: str, line:
         return False
     return not (
         _overrides_placement(cls)
-        or _moved_where_used(cls, attr, method.name, none_tests=_none_tests(ctx))
+        or _moved_where_used(cls, attr, method.name, says_none=_none_tests(ctx))
     )
 
 
@@ -1102,7 +1103,7 @@ def _placed_cache(cls: Scope, attr: str, builder: str, ctx: Context) -> bool:
         and item.name not in {"__init__", builder}
         for sub in walk(item)
     )
-    return read and _moved_where_used(cls, attr, builder, listed=True, none_tests=_none_tests(ctx))
+    return read and _moved_where_used(cls, attr, builder, listed=True, says_none=_none_tests(ctx))
 
 
 def _moved_where_used(
@@ -1111,12 +1112,13 @@ def _moved_where_used(
     builder: str = "__init__",
     *,
     listed: bool = False,
-    none_tests: frozenset[str] = frozenset(),
+    says_none: Callable[[ast.Call], bool],
 ) -> bool:
     """Every read of ``self.<attr>`` outside ``__init__`` (and the builder that set it)
     places it first (``self.mean.to(x.device)``, ``self.table[t].to(x)``), or nothing
     reads it. ``listed``: the attribute is a Python list, whose element stores
-    (``self.grid[i] = ...``) replace an element, not write into a tensor."""
+    (``self.grid[i] = ...``) replace an element, not write into a tensor. ``says_none``: the
+    calls that only ask whether their argument is set (``exists(self.mask)``)."""
     assert isinstance(cls.node, ast.ClassDef)
     reads = 0
     methods = [
@@ -1164,9 +1166,9 @@ def _moved_where_used(
                 placed |= {id(n) for n in (sub.left, *sub.comparators)}
             if (
                 isinstance(sub, ast.Call)
-                and isinstance(sub.func, ast.Name)
-                and sub.func.id in none_tests
                 and len(sub.args) == 1
+                and self_attribute(sub.args[0]) == attr
+                and says_none(sub)
             ):
                 placed.add(id(sub.args[0]))  # `if exists(self.mask):` asks the same
             if isinstance(sub, ast.Attribute) and sub.attr in _METADATA:
@@ -1206,55 +1208,39 @@ def _moved_where_used(
     return reads == 0
 
 
-def _none_tests(ctx: Context) -> frozenset[str]:
-    """The names of the file's functions, its own or imported from a module of the linted
-    tree, that only say whether their one argument is ``None`` (``exists``)."""
-    root = ctx.scope.root()
-    cached: frozenset[str] | None = root.cache.get("none-tests")
-    if cached is None:
-        found = set(_none_test_functions(root.node))
-        facts = file_facts(ctx)
-        for node in getattr(root.node, "body", []):
-            if not isinstance(node, ast.ImportFrom):
-                continue
-            for alias in node.names:
-                name = alias.asname or alias.name
-                qualname = facts.qualname(ast.Name(id=name, ctx=ast.Load()))
-                module = (qualname or "").rpartition(".")[0]
-                other = facts.module_facts(module) if module else None
-                if other is not None and alias.name in _none_test_functions(other.tree):
-                    found.add(name)
-        cached = root.cache["none-tests"] = frozenset(found)
-    return cached
+def _none_tests(ctx: Context) -> Callable[[ast.Call], bool]:
+    """Whether a call runs a function of the file, or one imported from a module of the
+    linted tree, that only says whether its one argument is ``None`` (``exists(self.mask)``
+    with ``def exists(val): return val is not None``)."""
+    facts = file_facts(ctx)
+
+    def says_none(call: ast.Call) -> bool:
+        found = facts.function_def(call.func)
+        return found is not None and _says_none(found[1])
+
+    return says_none
 
 
-def _none_test_functions(module: ast.AST) -> frozenset[str]:
-    """The module's functions of one parameter whose body only says whether it is ``None``
-    (``def exists(val): return val is not None``)."""
-    found = set()
-    for item in getattr(module, "body", []):
-        if not isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        params = item.args.args
-        body = [
-            stmt
-            for stmt in item.body
-            if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant))
-        ]
-        if (
-            len(params) == 1
-            and len(body) == 1
-            and isinstance(body[0], ast.Return)
-            and isinstance(test := body[0].value, ast.Compare)
-            and len(test.ops) == 1
-            and isinstance(test.ops[0], (ast.Is, ast.IsNot))
-            and isinstance(test.left, ast.Name)
-            and test.left.id == params[0].arg
-            and isinstance(test.comparators[0], ast.Constant)
-            and test.comparators[0].value is None
-        ):
-            found.add(item.name)
-    return frozenset(found)
+def _says_none(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """``def exists(val): return val is not None`` (a docstring aside)."""
+    params = function.args.args
+    body = [
+        stmt
+        for stmt in function.body
+        if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant))
+    ]
+    if len(params) != 1 or len(body) != 1 or not isinstance(body[0], ast.Return):
+        return False
+    test = body[0].value
+    return (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], (ast.Is, ast.IsNot))
+        and isinstance(test.left, ast.Name)
+        and test.left.id == params[0].arg
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value is None
+    )
 
 
 def _placing_line(item: ast.AST, attr: str) -> float:

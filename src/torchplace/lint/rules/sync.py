@@ -53,6 +53,7 @@ from torchplace.lint.provenance.loops import (
     _stores_entries,
     _walks_ranks,
     calls_backward,
+    counter_names,
     feeds_back,
     indexed_row,
     narrowed_to_list,
@@ -2884,17 +2885,12 @@ _NUMBER_TYPES = frozenset({"float", "int", "bool", "numbers.Number", "numbers.Re
 
 def _tests_number(test: ast.expr, name: str) -> bool:
     """``isinstance(name, float)`` (or ``int``, or a tuple of Python number types)."""
-    if not (
-        isinstance(test, ast.Call)
-        and isinstance(test.func, ast.Name)
-        and test.func.id == "isinstance"
-        and len(test.args) == 2
-        and isinstance(test.args[0], ast.Name)
-        and test.args[0].id == name
-    ):
-        return False
-    kinds = test.args[1].elts if isinstance(test.args[1], ast.Tuple) else [test.args[1]]
-    return all(dotted_name(kind) in _NUMBER_TYPES for kind in kinds)
+    tested = isinstance_test(test)
+    return (
+        tested is not None
+        and tested[0] == name
+        and all(dotted_name(kind) in _NUMBER_TYPES for kind in tested[1])
+    )
 
 
 def _optional_tensor_arm(receiver: ast.expr, node: ast.AST, scope: ast.AST, ctx: Context) -> bool:
@@ -4014,7 +4010,7 @@ def _past_warm_up(test: ast.expr, loop: ast.AST) -> bool:
         and isinstance(test.left, ast.Name)
         and isinstance(test.comparators[0], ast.Constant)
         and isinstance(loop, (ast.For, ast.AsyncFor))
-        and test.left.id in names_in(loop.target)
+        and test.left.id in counter_names(loop)
     )
 
 
