@@ -186,7 +186,9 @@ def _bindings(node: ast.AST) -> dict[str, list[ast.expr | None]]:
                             for name in names_in(elt):
                                 found.setdefault(name, []).append(None)
                 else:
-                    for name in names_in(target):
+                    # `ends[tmp:tmp + n] = v` changes `ends`, not the names of its index
+                    stored = target.value if isinstance(target, ast.Subscript) else target
+                    for name in names_in(stored):
                         found.setdefault(name, []).append(None)
         elif isinstance(sub, ast.AnnAssign) and isinstance(sub.target, ast.Name):
             found.setdefault(sub.target.id, []).append(sub.value)

@@ -170,16 +170,18 @@ def _optimizer_class(qualname: str) -> bool:
     return len(parts) > 2 and "optim" in parts[:-1] and parts[-1][:1].isupper()
 
 
-# Optimizers other libraries publish, all `torch.optim.Optimizer` subclasses.
+# Optimizers other libraries publish, all `torch.optim.Optimizer` subclasses; with the names
+# of torch's own that libraries publish again (`from transformers import AdamW`).
 _LIBRARY_OPTIMIZERS = frozenset(
     {"AdaBelief", "Lion", "Adafactor", "Lamb", "LAMB", "RAdam", "Ranger", "Adan", "SophiaG"}
     | {"Prodigy", "NovoGrad", "Shampoo", "LARS", "FusedAdam", "FusedLAMB", "FusedSGD"}
+    | {"Adam", "AdamW", "SGD", "Adagrad", "Adamax", "NAdam", "RMSprop", "AdamP", "SGDP"}
 )
 
 
 def _library_optimizer(qualname: str) -> bool:
     """``adabelief_pytorch.AdaBelief``, ``lion_pytorch.Lion``, ``apex.optimizers.FusedAdam``,
-    ``transformers.optimization.Adafactor``: an optimizer class of an installed library (by its
+    ``transformers.optimization.Adafactor``, ``transformers.AdamW``: an optimizer class of an installed library (by its
     module's name, or by a name the field gives its optimizers)."""
     module, _, last = qualname.rpartition(".")
     named = any(part in {"optimizers", "optimization"} for part in module.split("."))

@@ -397,9 +397,11 @@ def _helper_cuda(call: ast.Call, ctx: Context) -> bool:
 def _places_by_name(name: str) -> bool:
     """``one_unet_in_gpu``, ``to_gpu``, ``move_to_cuda``: a method whose name says it puts the
     module (or part of it) on the GPU, which callers run on purpose, for CUDA only; also one
-    that puts it there to wrap it per rank (``to_ddp``; not ``_batch_shuffle_ddp``)."""
+    that puts it there to wrap it per rank (``to_ddp``; not ``_batch_shuffle_ddp``) or spreads
+    it over the GPUs (``parallelize``, transformers' model parallelism, and its undoing)."""
     words = set(name.lower().strip("_").split("_"))
-    return bool(_GPU_WORDS & words) or ("ddp" in words and bool({"to", "wrap"} & words))
+    spread = bool({"parallelize", "deparallelize"} & words)  # transformers' model parallelism
+    return bool(_GPU_WORDS & words) or spread or ("ddp" in words and bool({"to", "wrap"} & words))
 
 
 def _outside_static(method: Scope) -> bool:

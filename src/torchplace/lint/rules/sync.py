@@ -48,6 +48,7 @@ from torchplace.lint.provenance.flow import zip_pairs
 from torchplace.lint.provenance.loops import (
     _few_constants,
     _gathered_into,
+    _gathers_host_values,
     _model_root,
     _parts,
     _stores_entries,
@@ -2139,10 +2140,11 @@ def _feeds_host_metric(read: ast.AST, ctx: Context) -> bool:
 
 
 # Libraries of metrics computed on NumPy arrays (and OpenCV's geometry, which works on them):
-# a copy handed to one is read on the host.
+# a copy handed to one is read on the host. Speech quality and separation scores (PESQ,
+# STOI, mir_eval's) take NumPy audio only.
 _HOST_METRICS = (
     *("skimage.metrics.", "sklearn.metrics.", "scipy.stats.", "scipy.spatial."),
-    "scipy.optimize.",
+    *("scipy.optimize.", "pesq.", "pystoi.", "mir_eval."),
     "cv2.",
 )
 
@@ -2710,25 +2712,42 @@ def _mentions(node: ast.AST, names: set[str]) -> bool:
 _READ_FORMS = (ast.Name, ast.Attribute, ast.Subscript, ast.Call, ast.Compare, ast.BinOp)
 
 
+def _sort_key(call: ast.Call, lam: ast.Lambda) -> bool:
+    """``lam`` is the ``key`` of ``sorted``, ``min``, ``max`` or a list's ``sort``."""
+    func = call.func
+    named = isinstance(func, ast.Name) and func.id in {"sorted", "min", "max"}
+    method = isinstance(func, ast.Attribute) and func.attr == "sort" and not call.args
+    return (named or method) and any(k.arg == "key" and k.value is lam for k in call.keywords)
+
+
+def _sorted_items(call: ast.Call) -> ast.expr | None:
+    """What a sort key is applied to: ``sorted(items, key=...)``'s items, ``items.sort()``'s."""
+    if isinstance(call.func, ast.Attribute):
+        return call.func.value
+    return call.args[0] if len(call.args) == 1 else None
+
+
 def _mapped_element(lam: ast.Lambda, receiver: ast.expr, ctx: Context) -> ast.expr | None:
     """What the parameter of a lambda that ``map`` applies right there stands for, when the
     read is of that parameter itself: ``map(lambda t: t.item(), (sigma, sigma_next, gamma))``
     reads each element (the one on the device, if any, of a display), ``map(lambda x:
-    x.cpu(), outs)`` each item of ``outs``. None for any other lambda, which runs when
-    something calls it (a timer, a callback, a sort key), not here."""
+    x.cpu(), outs)`` each item of ``outs``; the key of a sort, ``min`` or ``max``, which runs
+    once per item there too, reads each item, or what it reads of them (``ids.sort(key=lambda
+    x: scores[i][x].item())``). None for any other lambda, which runs when something calls
+    it (a timer, a callback), not here."""
     args = lam.args
     params = [*args.posonlyargs, *args.args]
-    if (
-        len(params) != 1
-        or args.vararg
-        or args.kwarg
-        or args.kwonlyargs
-        or not isinstance(receiver, ast.Name)
-        or receiver.id != params[0].arg
-    ):
+    if len(params) != 1 or args.vararg or args.kwarg or args.kwonlyargs:
         return None
     index = next((i for i, p in enumerate(ctx.parents) if p is lam), None)
     call = ctx.parents[index - 1] if index else None
+    own = isinstance(receiver, ast.Name) and receiver.id == params[0].arg
+    keyed = ctx.parents[index - 2] if index and index > 1 else None
+    if isinstance(call, ast.keyword) and isinstance(keyed, ast.Call) and _sort_key(keyed, lam):
+        # a key runs once per element, right there: `ids.sort(key=lambda x: out[i][x].item())`
+        return _sorted_items(keyed) if own else receiver
+    if not own:
+        return None
     if not (
         isinstance(call, ast.Call)
         and isinstance(call.func, ast.Name)
@@ -2806,7 +2825,7 @@ def _check(
             return False
         # before any flow: most functions are not
         per_batch = facts.per_batch(scope)
-        if per_batch is None:
+        if per_batch is None or _walks_gathered_sizes([*loops, *comps], facts, scope):
             return False
     fact = facts.fact(receiver, scope, comps=comps)
     if fact is not None and fact.where == "host" and not _seeded_device(receiver, per_batch, ctx):
@@ -3927,6 +3946,17 @@ def _walks_gathered(ctx: Context) -> bool:
         and received.id in names
         for sub in walk(scope_node(ctx))
     )
+
+
+def _walks_gathered_sizes(loops: list[ast.AST], facts: FileFacts, scope: ast.AST) -> bool:
+    """One of ``loops`` (or comprehensions) walks each rank's packed size that an all-gather
+    hands back, ``[t.item() for t in all_T]`` after ``dist.all_gather(all_T, torch.tensor([n],
+    device=d))``: a function run per batch reads them once per rank, not per batch."""
+    for loop in loops:
+        parts = _parts(loop)
+        if parts is not None and _gathers_host_values(facts, parts[0], scope):
+            return True
+    return False
 
 
 def _innermost_batch_loop(ctx: Context) -> ast.AST | None:
