@@ -119,6 +119,7 @@ class Flow:
         "node",
         "seeds",
         "state",
+        "walking",
     )
 
     def __init__(self, facts: FileFacts, node: ast.AST, seeds: dict[str, Fact]) -> None:
@@ -137,6 +138,8 @@ class Flow:
         # per block being walked: for each `if` test (by its text), the names an `if` of that
         # test rebound, as `name -> (line, after the if, after its body, after its else)`
         self.guards: list[dict[str, dict[str, _Guarded]]] = []
+        # the `for` statements enclosing the statement being walked, innermost last
+        self.walking: list[ast.For | ast.AsyncFor] = []
 
     def to_cpu(self, call: ast.Call) -> bool:
         """``.to("cpu")``, ``.to(cpu_device)``, or ``.to(eval_device)`` where the scope binds
@@ -257,11 +260,13 @@ class Flow:
             fact = self.eval(node.value, self.current)
             for target in node.targets:
                 self.bind(target, fact, end, node.value)
-                container = moved_in_place(target, node.value)
+                container = moved_in_place(target, node.value) or self.moved_entry(target, node)
                 if container is not None and fact is not None and fact.on_device:
                     # `batch[key] = batch[key].to(device)`: the mapping now holds device items
-                    kept = self.kept_keys(target, node)
-                    self.bind(container, replace(fact, kept=kept), end, node.value)
+                    held = replace(fact, kept=self.kept_keys(target, node))
+                    self.bind(container, held, end, node.value)
+                    if (walked := self.walked_list(container)) is not None:
+                        self.bind(walked, held, end, node.value)  # and so does each of its list
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
             self.bind(node.target, self.eval(node.value, self.current), end, node.value)
         elif isinstance(node, ast.AugAssign):
@@ -391,6 +396,46 @@ class Flow:
                 self.bindings.setdefault(name, []).append((else_first, on_else[name]))
         return on_body, on_else
 
+    def moved_entry(self, target: ast.expr, node: ast.Assign) -> ast.expr | None:
+        """The mapping of ``t[k] = v.to(device)`` in ``for k, v in t.items():``: each entry
+        replaced by its own move, as ``t[k] = t[k].to(device)`` does."""
+        value = node.value
+        if not (
+            isinstance(target, ast.Subscript)
+            and isinstance(target.slice, ast.Name)
+            and isinstance(value, ast.Call)
+            and _is_move_call(value)
+            and isinstance(value.func, ast.Attribute)
+            and isinstance(value.func.value, ast.Name)
+        ):
+            return None
+        container = dotted_name(target.value)
+        if container is None:
+            return None
+        for loop in reversed(self.walking):
+            pair, items = loop.target, loop.iter
+            if (
+                _iterates_items(items)
+                and isinstance(items, ast.Call)
+                and isinstance(items.func, ast.Attribute)
+                and dotted_name(items.func.value) == container
+                and isinstance(pair, ast.Tuple)
+                and len(pair.elts) == 2
+                and [dotted_name(e) for e in pair.elts] == [target.slice.id, value.func.value.id]
+            ):
+                return target.value
+        return None
+
+    def walked_list(self, container: ast.expr) -> ast.Name | None:
+        """The list an enclosing ``for t in targets:`` walks when ``container`` is its ``t``:
+        moving each dict's entries in place moves what the list holds."""
+        if not isinstance(container, ast.Name):
+            return None
+        for loop in reversed(self.walking):
+            if isinstance(loop.target, ast.Name) and loop.target.id == container.id:
+                return loop.iter if isinstance(loop.iter, ast.Name) else None
+        return None
+
     def kept_keys(self, target: ast.expr, move: ast.stmt) -> frozenset[str]:
         """The keys the loop moving ``container[k]`` in place skips (an ``if k != "meta":``
         around the move, or ``if k in ("meta", "id"): continue`` before it)."""
@@ -436,7 +481,11 @@ class Flow:
                 self.bind(node.target, Fact("host", "key"), node.lineno, None)
             else:
                 self.bind_loop_target(node.target, node.iter, iter_fact, node.lineno)
-            self.block(node.body)
+            self.walking.append(node)
+            try:
+                self.block(node.body)
+            finally:
+                self.walking.pop()
             if attempt == 0 and self.state == before:
                 break  # nothing carried over: a second pass finds the same (and nested loops
                 # would each double the work)
