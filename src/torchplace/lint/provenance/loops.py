@@ -1446,6 +1446,9 @@ def _step_call(facts: FileFacts, call: ast.Call, scope: ast.AST) -> tuple[LoopKi
         if fact is not None and fact.on_device and _names(func) - {"self"}:
             name = _short(facts.segment(func), 24)
             return "batch", f"it runs `{name}` on every step ({fact.describe()})"
+    if isinstance(func, ast.Name) and func.id == "self" and _module_method(facts, scope):
+        # a module's own decoding loop, `outputs = self(**model_inputs)` in `generate`
+        return "batch", "it runs the module's own `forward` (`self(...)`) on every step"
     if isinstance(func, ast.Attribute) and func.attr in _FRAMEWORK_STEPS:
         name = _short(facts.segment(func), 32)
         return "batch", f"it calls the framework step `{name}` on every step"
@@ -1453,6 +1456,12 @@ def _step_call(facts: FileFacts, call: ast.Call, scope: ast.AST) -> tuple[LoopKi
     if callee is not None and _is_step_function(callee):
         return "batch", f"it calls the training step `{callee.name}` on every step"
     return None
+
+
+def _module_method(facts: FileFacts, scope: ast.AST) -> bool:
+    """``scope`` is a method of an ``nn.Module`` class of the file."""
+    cls = facts.parent.get(id(scope))
+    return isinstance(cls, ast.ClassDef) and cls.name in facts.resolver.local_module_classes
 
 
 def _moves_handed(facts: FileFacts, call: ast.Call, derived: set[str], scope: ast.AST) -> bool:

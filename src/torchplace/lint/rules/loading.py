@@ -647,8 +647,9 @@ def _round_trip(
             return False
     if earlier:
         return True
-    if "seek" in cached:
-        root = receiver_root(source) if isinstance(source, (ast.Name, ast.Attribute)) else None
+    root = receiver_root(source) if isinstance(source, (ast.Name, ast.Attribute)) else None
+    # a buffer the function rewinds, not another object's `seek` (a TSV reader's row)
+    if "seek" in cached and (root is None or f"seek:{root}" in cached):
         return (
             wrapped
             or root is None
@@ -836,7 +837,8 @@ def _name_template(path: ast.expr | None) -> str | None:
 
 
 def _saves(function: ast.AST, ctx: Context) -> dict[str, list[int]]:
-    """The paths ``function`` saves to (``"seek"`` for a buffer it rewinds), each with the
+    """The paths ``function`` saves to (``"seek"`` for a buffer it rewinds, and ``"seek:f"``
+    for the name ``f`` of what it rewinds), each with the
     lines that do: a load above every save of its path (a resume at start-up) reads what an
     earlier run wrote, perhaps on another machine."""
     found: dict[str, list[int]] = {}
@@ -849,6 +851,9 @@ def _saves(function: ast.AST, ctx: Context) -> dict[str, list[int]]:
         path = _save_parts(sub)[1] if saves else None
         if sub.func.attr == "seek":
             key = "seek"
+            rewound = receiver_root(sub.func.value)
+            if rewound is not None:
+                found.setdefault(f"seek:{rewound}", []).append(sub.lineno)
         elif path is not None:
             key = _path_key(_file_of(path, function, sub.lineno), ctx)
         else:

@@ -1095,8 +1095,25 @@ def _model_holder(ctx: Context) -> str | None:
             for item in setup
             for sub in walk(item)
         )
+        holds = holds or any(_moves_to_given(method) for method in methods.values())
         cached = cls.cache["model-holder"] = holds and not _cuda_specific(ctx, cls.name)
     return cls.name if cached else None
+
+
+def _moves_to_given(method: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A placement method of the class's own, ``def to_device(self, s="cuda:0")`` moving what
+    it holds with ``.to(s)`` (FoundationPose's estimator): the class lets its caller choose
+    the device, which a bare ``"cuda"`` in its other methods ignores."""
+    if method.name not in {"to", "to_device", "set_device", "move_to"}:
+        return False
+    params = {a.arg for a in [*method.args.posonlyargs, *method.args.args][1:]}
+    return any(
+        isinstance(sub, ast.Call)
+        and isinstance(sub.func, ast.Attribute)
+        and sub.func.attr == "to"
+        and any(isinstance(a, ast.Name) and a.id in params for a in sub.args)
+        for sub in walk(method)
+    )
 
 
 def _defaults(node: ast.FunctionDef | ast.AsyncFunctionDef, ctx: Context) -> None:

@@ -214,8 +214,14 @@ def _call(call: ast.Call, ctx: Context) -> None:
             what = f"`{ctx.segment(func)}()` (which returns `.{read}()` of its argument)"
             _check(call, call.args[0], what, ctx, explicit=True, bulk=read in _BULK, read=call)
         return
-    # a list of 0-dim device tensors is read to the host one element at a time
-    if len(call.args) == 1 and ctx.call_qualname(call) in FROM_ELEMENTS:
+    # a list of 0-dim device tensors is read to the host one element at a time (also by the
+    # tensor methods that build a new tensor from data, `scores.new([x[0] for x in beams])`)
+    from_elements = ctx.call_qualname(call) in FROM_ELEMENTS or (
+        isinstance(func, ast.Attribute)
+        and func.attr in {"new", "new_tensor"}
+        and ctx.qualname(func) is None
+    )
+    if len(call.args) == 1 and from_elements:
         for element in _elements(call.args[0], ctx):  # each 0-dim tensor read to the host
             if _module_setting(element, ctx):
                 continue  # `torch.tensor([model.blank])`: an integer setting of a model
@@ -4129,7 +4135,7 @@ FAMILY = Family(
         *("arange(", "linspace(", "logspace(", "zeros(", "ones(", "empty(", "rand(", "randn("),
         *("randint(", "eye(", "randperm(", "_indices("),
         # ... and those of the methods that shape, `x.view(valid.sum(), -1)` (see `_SHAPING`)
-        *(".view(", ".reshape(", ".expand(", ".repeat(", ".new_"),
+        *(".view(", ".reshape(", ".expand(", ".repeat(", ".new_", ".new("),
         "fill_(",
         # builtins, preceded by what can stand before them (not `call(`, `print(`, `hint(`)
         *(
