@@ -66,6 +66,23 @@ def _pretrained_model_class(qualname: str) -> bool:
     return last.endswith("Model") or bool(sep and head and task[:1].isupper())
 
 
+# diffusers classes under `diffusers.models` that are not modules: outputs, attention
+# processors (callables a module holds), a VAE's posterior distribution
+_DIFFUSERS_NOT_MODULES = ("Output", "Processor", "Distribution", "Config")
+
+
+def _diffusers_model_class(qualname: str) -> bool:
+    """A diffusers model or layer: ``diffusers.UNet2DConditionModel``, ``diffusers.ModelMixin``,
+    ``diffusers.models.attention.CrossAttention`` (a class of ``diffusers.models``), not an
+    output, an attention processor or a pipeline."""
+    if not qualname.startswith("diffusers."):
+        return False
+    last = qualname.rpartition(".")[2]
+    if not last[:1].isupper() or any(word in last for word in _DIFFUSERS_NOT_MODULES):
+        return False
+    return qualname.startswith("diffusers.models.") or last.endswith(("Model", "ModelMixin"))
+
+
 def class_bases(cls: ast.ClassDef) -> list[ast.expr]:
     """The bases of ``cls`` as classes: a generic one subscripted, ``Embeddings[Sentence]``, is
     the class ``Embeddings``."""
@@ -89,8 +106,11 @@ def is_autograd_function(cls: ast.ClassDef, qualname: Callable[[ast.AST], str | 
 
 def is_module_base(qualname: str) -> bool:
     """Whether a resolved base-class name is ``nn.Module`` or one of torch's module classes
-    (or a pretrained model class of Hugging Face's libraries, all of which are modules)."""
+    (or a pretrained model class of Hugging Face's libraries, or a diffusers model or layer,
+    all of which are modules)."""
     if qualname in _MODULE_ROOTS or _pretrained_model_class(qualname):
+        return True
+    if _diffusers_model_class(qualname):
         return True
     if not qualname.startswith("torch.nn."):
         return False

@@ -829,6 +829,7 @@ def _moves_any(stmt: ast.stmt, names: set[str]) -> bool:
             isinstance(sub.func, ast.Attribute)
             and sub.func.attr in {"to", "cuda", "type_as", "type"}
             and (sub.func.attr != "type" or bool(sub.args))
+            and (sub.func.attr != "to" or moves_to_device(sub))  # not a cast, `.to(x.dtype)`
             and _refs(sub.func.value) & names
         ):
             return True

@@ -518,7 +518,8 @@ _RECORDS = frozenset({"dict", "OrderedDict", "SimpleNamespace", "Namespace", "up
 def device_argument(call: ast.Call, ctx: Context) -> ast.expr | None:
     """The expression a call passes as its device, if it is a placement call.
 
-    ``torch.device(X)``, ``t.to(X)``, ``t.to(device=X)``, ``t.cuda(X)`` and any ``device=X``,
+    ``torch.device(X)``, ``torch.Generator(X)``, ``t.to(X)``, ``t.to(device=X)``, ``t.cuda(X)``
+    and any ``device=X``,
     except in a record (``dict(device=X, rank=r)``, ``SimpleNamespace(device=X)``,
     ``config.update(device=X)``), which stores the device's name for a caller.
     """
@@ -530,6 +531,8 @@ def device_argument(call: ast.Call, ctx: Context) -> ast.expr | None:
         return call.args[0]
     if name == "device" and call.args and ctx.call_qualname(call) == "torch.device":
         return call.args[0]
+    if name == "Generator" and call.args and ctx.call_qualname(call) == "torch.Generator":
+        return call.args[0]  # `torch.Generator("cuda")`: the device it draws on
     return None
 
 

@@ -1080,7 +1080,10 @@ def _model_holder(ctx: Context) -> str | None:
                 isinstance(t, ast.Attribute)
                 and isinstance(t.value, ast.Name)
                 and t.value.id == "self"
-                and t.attr.lstrip("_") in {"model", "net", "module"}
+                and (
+                    t.attr.lstrip("_") in {"model", "net", "module"}
+                    or (t.attr.lstrip("_") in {"pipe", "pipeline"} and _builds_pipeline(sub.value))
+                )
                 for t in sub.targets
             )
             for item in setup
@@ -1098,6 +1101,15 @@ def _model_holder(ctx: Context) -> str | None:
         holds = holds or any(_moves_to_given(method) for method in methods.values())
         cached = cls.cache["model-holder"] = holds and not _cuda_specific(ctx, cls.name)
     return cls.name if cached else None
+
+
+def _builds_pipeline(value: ast.expr) -> bool:
+    """``StableDiffusionPipeline.from_pretrained(...)``, ``VideoUpscalePipeline(...)``,
+    ``pipe.to(device)``: a model pipeline, not a renderer's settings (``edict({...})``)."""
+    if not isinstance(value, ast.Call):
+        return False
+    name = call_name(value) or ""
+    return name in {"to", "from_pretrained", "from_single_file"} or name.endswith("Pipeline")
 
 
 def _moves_to_given(method: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:

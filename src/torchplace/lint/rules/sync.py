@@ -770,6 +770,8 @@ def _element_valued(node: ast.expr, ctx: Context, scope: Scope, depth: int) -> b
         )
     if not isinstance(node, ast.Name):
         return False
+    if _comprehension_target(node.id, ctx):
+        return True  # `[u[:v] for u, v in zip(context, seq_lens)]`: a row's element by name
     values = ctx.scope_bindings(scope).get(node.id)
     if not values:
         return False
@@ -778,6 +780,14 @@ def _element_valued(node: ast.expr, ctx: Context, scope: Scope, depth: int) -> b
         return params is not None and node.id not in params and len(values) == 1
     return all(
         value is not None and _element_valued(value, ctx, scope, depth + 1) for value in values
+    )
+
+
+def _comprehension_target(name: str, ctx: Context) -> bool:
+    """``name`` is bound by a generator of a comprehension that encloses the node."""
+    return any(
+        isinstance(parent, _COMPS) and any(name in names_in(g.target) for g in parent.generators)
+        for parent in ctx.parents
     )
 
 
