@@ -1461,7 +1461,7 @@ def _step_call(facts: FileFacts, call: ast.Call, scope: ast.AST) -> tuple[LoopKi
 def _module_method(facts: FileFacts, scope: ast.AST) -> bool:
     """``scope`` is a method of an ``nn.Module`` class of the file."""
     cls = facts.parent.get(id(scope))
-    return isinstance(cls, ast.ClassDef) and cls.name in facts.resolver.local_module_classes
+    return isinstance(cls, ast.ClassDef) and facts.resolver.is_module_class(cls)
 
 
 def _moves_handed(facts: FileFacts, call: ast.Call, derived: set[str], scope: ast.AST) -> bool:

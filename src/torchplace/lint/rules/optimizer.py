@@ -181,8 +181,8 @@ _LIBRARY_OPTIMIZERS = frozenset(
 
 def _library_optimizer(qualname: str) -> bool:
     """``adabelief_pytorch.AdaBelief``, ``lion_pytorch.Lion``, ``apex.optimizers.FusedAdam``,
-    ``transformers.optimization.Adafactor``, ``transformers.AdamW``: an optimizer class of an installed library (by its
-    module's name, or by a name the field gives its optimizers)."""
+    ``transformers.optimization.Adafactor``, ``transformers.AdamW``: an optimizer class of an
+    installed library (by its module's name, or by a name the field gives its optimizers)."""
     module, _, last = qualname.rpartition(".")
     named = any(part in {"optimizers", "optimization"} for part in module.split("."))
     return (
