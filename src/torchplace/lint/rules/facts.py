@@ -518,8 +518,8 @@ _RECORDS = frozenset({"dict", "OrderedDict", "SimpleNamespace", "Namespace", "up
 def device_argument(call: ast.Call, ctx: Context) -> ast.expr | None:
     """The expression a call passes as its device, if it is a placement call.
 
-    ``torch.device(X)``, ``torch.Generator(X)``, ``t.to(X)``, ``t.to(device=X)``, ``t.cuda(X)``
-    and any ``device=X``,
+    ``torch.device(X)``, ``torch.Generator(X)``, ``t.to(X)``, ``t.to(device=X)``, ``t.cuda(X)``,
+    any ``device=X`` and a ``device_map=X`` that names one device (not ``"auto"``, nor a map),
     except in a record (``dict(device=X, rank=r)``, ``SimpleNamespace(device=X)``,
     ``config.update(device=X)``), which stores the device's name for a caller.
     """
@@ -533,6 +533,9 @@ def device_argument(call: ast.Call, ctx: Context) -> ast.expr | None:
         return call.args[0]
     if name == "Generator" and call.args and ctx.call_qualname(call) == "torch.Generator":
         return call.args[0]  # `torch.Generator("cuda")`: the device it draws on
+    mapped = keyword(call, "device_map")  # `from_pretrained(p, device_map="cuda")`: one device
+    if mapped is not None and isinstance(mapped.value, ast.Constant):
+        return mapped.value
     return None
 
 

@@ -242,6 +242,8 @@ def _call(call: ast.Call, ctx: Context) -> None:
         method = None  # the placement API itself, or a method named for it: placing is its job
     if method is not None and _outside_static(method):
         method = None  # a function the class only hosts: callers hand it their model and data
+    if method is not None and _moves_given_batch(call, method):
+        method = None  # a training step the module hosts moves the batch it is handed
     if method is None:
         method = _autograd_step(ctx)  # a model's own op: its `forward`/`backward` as a module's
     if method is not None and in_test(ctx):
@@ -402,6 +404,50 @@ def _places_by_name(name: str) -> bool:
     words = set(name.lower().strip("_").split("_"))
     spread = bool({"parallelize", "deparallelize"} & words)  # transformers' model parallelism
     return bool(_GPU_WORDS & words) or spread or ("ddp" in words and bool({"to", "wrap"} & words))
+
+
+def _moves_given_batch(call: ast.Call, method: Scope) -> bool:
+    """``data["crops"].cuda(non_blocking=True)`` in a training step a module hosts (a method
+    that runs ``.backward()``, itself or through a method of its class, DINOv3's
+    ``forward_backward``): the batch its caller hands it is moved, not the module placed."""
+    func = call.func
+    node = method.node
+    if not isinstance(func, ast.Attribute) or not isinstance(
+        node, (ast.FunctionDef, ast.AsyncFunctionDef)
+    ):
+        return False
+    root = func.value
+    while isinstance(root, (ast.Subscript, ast.Attribute)):
+        root = root.value
+    params = {a.arg for a in [*node.args.posonlyargs, *node.args.args][1:]}
+    if not (isinstance(root, ast.Name) and root.id in params):
+        return False
+    cls = method.cls.node if method.cls is not None else None
+    helpers = {
+        item.name: item
+        for item in (cls.body if isinstance(cls, ast.ClassDef) else [])
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+    return any(
+        _backpropagates(item)
+        for item in [node, *(helpers.get(name) for name in _self_calls(node))]
+        if item is not None
+    )
+
+
+def _backpropagates(node: ast.AST) -> bool:
+    return any(isinstance(sub, ast.Attribute) and sub.attr == "backward" for sub in walk(node))
+
+
+def _self_calls(node: ast.AST) -> set[str]:
+    """The methods ``node`` calls on ``self``."""
+    return {
+        sub.func.attr
+        for sub in walk(node)
+        if isinstance(sub, ast.Call)
+        and isinstance(sub.func, ast.Attribute)
+        and dotted_name(sub.func.value) == "self"
+    }
 
 
 def _outside_static(method: Scope) -> bool:
