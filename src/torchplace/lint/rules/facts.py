@@ -51,6 +51,7 @@ __all__ = [
     "old_loss_read",
     "only_used_by",
     "receiver_root",
+    "returns_none_test",
 ]
 
 # Constructors that copy a list of numbers element by element into a new tensor.
@@ -934,21 +935,32 @@ def _not_none_helper(name: str, ctx: Context) -> bool:
     """``def exists(val): return val is not None``, a function of the file."""
     facts = file_facts(ctx)
     return any(
-        facts.parent.get(id(item)) is facts.tree and _returns_not_none(item)
+        facts.parent.get(id(item)) is facts.tree and returns_none_test(item)
         for item in facts.defs.get(name, [])
     )
 
 
-def _returns_not_none(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+def returns_none_test(
+    function: ast.FunctionDef | ast.AsyncFunctionDef,
+    ops: tuple[type[ast.cmpop], ...] = (ast.IsNot,),
+) -> bool:
+    """``def exists(val): return val is not None`` (a docstring aside): a function of one
+    parameter that only tests it against ``None`` with one of ``ops``."""
     params = [a.arg for a in function.args.args]
-    ret = function.body[0] if len(function.body) == 1 else None
+    body = [
+        stmt
+        for stmt in function.body
+        if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant))
+    ]
+    ret = body[0] if len(body) == 1 else None
     return (
         len(params) == 1
         and isinstance(ret, ast.Return)
         and isinstance(ret.value, ast.Compare)
+        and len(ret.value.ops) == 1
         and isinstance(ret.value.left, ast.Name)
         and ret.value.left.id == params[0]
-        and isinstance(ret.value.ops[0], ast.IsNot)
+        and isinstance(ret.value.ops[0], ops)
         and _is_none(ret.value.comparators[0])
     )
 

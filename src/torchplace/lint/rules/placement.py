@@ -18,8 +18,9 @@ from torchplace.lint.base import (
 )
 from torchplace.lint.finding import Edit, Fix
 from torchplace.lint.nodes import kept, own_nodes, self_attribute, walk
+from torchplace.lint.provenance.loops import calls_backward
 from torchplace.lint.resolver import dotted_name, is_autograd_function
-from torchplace.lint.rules.factories import FACTORY, check_factory
+from torchplace.lint.rules.factories import FACTORY, _self_calls, check_factory
 from torchplace.lint.rules.facts import (
     DEVICE_STRING,
     FACTORIES,
@@ -429,25 +430,10 @@ def _moves_given_batch(call: ast.Call, method: Scope) -> bool:
         if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
     }
     return any(
-        _backpropagates(item)
+        calls_backward(item)
         for item in [node, *(helpers.get(name) for name in _self_calls(node))]
         if item is not None
     )
-
-
-def _backpropagates(node: ast.AST) -> bool:
-    return any(isinstance(sub, ast.Attribute) and sub.attr == "backward" for sub in walk(node))
-
-
-def _self_calls(node: ast.AST) -> set[str]:
-    """The methods ``node`` calls on ``self``."""
-    return {
-        sub.func.attr
-        for sub in walk(node)
-        if isinstance(sub, ast.Call)
-        and isinstance(sub.func, ast.Attribute)
-        and dotted_name(sub.func.value) == "self"
-    }
 
 
 def _outside_static(method: Scope) -> bool:

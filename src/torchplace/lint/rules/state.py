@@ -4,7 +4,6 @@ plain containers, and tensors kept as plain attributes."""
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable
 
 from torchplace.lint.base import Context, Family, Rule, Scope, call_name
 from torchplace.lint.nodes import (
@@ -16,7 +15,7 @@ from torchplace.lint.nodes import (
     walk,
 )
 from torchplace.lint.provenance.callers import mentioning, text_of
-from torchplace.lint.provenance.files import facts_for_file, file_facts
+from torchplace.lint.provenance.files import FileFacts, facts_for_file, file_facts
 from torchplace.lint.provenance.loops import counter_names
 from torchplace.lint.provenance.values import moves_to_device
 from torchplace.lint.rules.factories import _empty_shape, _number_annotation
@@ -29,6 +28,7 @@ from torchplace.lint.rules.facts import (
     is_module_expr,
     is_tensor_annotation,
     is_tensor_expr,
+    returns_none_test,
 )
 from torchplace.lint.rules.stateless import stateless_module
 
@@ -514,7 +514,7 @@ def _plain_tensor(value: ast.expr, ctx: Context, method: Scope, attr: str, line:
         return False
     return not (
         _overrides_placement(cls)
-        or _moved_where_used(cls, attr, method.name, says_none=_none_tests(ctx))
+        or _moved_where_used(cls, attr, method.name, facts=file_facts(ctx))
     )
 
 
@@ -1103,7 +1103,7 @@ def _placed_cache(cls: Scope, attr: str, builder: str, ctx: Context) -> bool:
         and item.name not in {"__init__", builder}
         for sub in walk(item)
     )
-    return read and _moved_where_used(cls, attr, builder, listed=True, says_none=_none_tests(ctx))
+    return read and _moved_where_used(cls, attr, builder, listed=True, facts=file_facts(ctx))
 
 
 def _moved_where_used(
@@ -1112,13 +1112,13 @@ def _moved_where_used(
     builder: str = "__init__",
     *,
     listed: bool = False,
-    says_none: Callable[[ast.Call], bool],
+    facts: FileFacts,
 ) -> bool:
     """Every read of ``self.<attr>`` outside ``__init__`` (and the builder that set it)
     places it first (``self.mean.to(x.device)``, ``self.table[t].to(x)``), or nothing
     reads it. ``listed``: the attribute is a Python list, whose element stores
-    (``self.grid[i] = ...``) replace an element, not write into a tensor. ``says_none``: the
-    calls that only ask whether their argument is set (``exists(self.mask)``)."""
+    (``self.grid[i] = ...``) replace an element, not write into a tensor. ``facts``: the file's,
+    to tell a call that only asks whether its argument is set (``exists(self.mask)``)."""
     assert isinstance(cls.node, ast.ClassDef)
     reads = 0
     methods = [
@@ -1168,7 +1168,7 @@ def _moved_where_used(
                 isinstance(sub, ast.Call)
                 and len(sub.args) == 1
                 and self_attribute(sub.args[0]) == attr
-                and says_none(sub)
+                and _says_none(sub, facts)
             ):
                 placed.add(id(sub.args[0]))  # `if exists(self.mask):` asks the same
             if isinstance(sub, ast.Attribute) and sub.attr in _METADATA:
@@ -1208,39 +1208,12 @@ def _moved_where_used(
     return reads == 0
 
 
-def _none_tests(ctx: Context) -> Callable[[ast.Call], bool]:
-    """Whether a call runs a function of the file, or one imported from a module of the
-    linted tree, that only says whether its one argument is ``None`` (``exists(self.mask)``
-    with ``def exists(val): return val is not None``)."""
-    facts = file_facts(ctx)
-
-    def says_none(call: ast.Call) -> bool:
-        found = facts.function_def(call.func)
-        return found is not None and _says_none(found[1])
-
-    return says_none
-
-
-def _says_none(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    """``def exists(val): return val is not None`` (a docstring aside)."""
-    params = function.args.args
-    body = [
-        stmt
-        for stmt in function.body
-        if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant))
-    ]
-    if len(params) != 1 or len(body) != 1 or not isinstance(body[0], ast.Return):
-        return False
-    test = body[0].value
-    return (
-        isinstance(test, ast.Compare)
-        and len(test.ops) == 1
-        and isinstance(test.ops[0], (ast.Is, ast.IsNot))
-        and isinstance(test.left, ast.Name)
-        and test.left.id == params[0].arg
-        and isinstance(test.comparators[0], ast.Constant)
-        and test.comparators[0].value is None
-    )
+def _says_none(call: ast.Call, facts: FileFacts) -> bool:
+    """``call`` runs a function of the file, or one imported from a module of the linted tree,
+    that only says whether its one argument is ``None`` (``exists(self.mask)`` with ``def
+    exists(val): return val is not None``)."""
+    found = facts.function_def(call.func)
+    return found is not None and returns_none_test(found[1], (ast.Is, ast.IsNot))
 
 
 def _placing_line(item: ast.AST, attr: str) -> float:
