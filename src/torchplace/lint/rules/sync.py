@@ -140,9 +140,22 @@ def _host_copy(call: ast.Call, ctx: Context, *, chained: bool = False) -> str | 
         return None
     if func.attr in _READS and not call.args:
         return func.attr
-    if chained and func.attr == "to" and (call.args or call.keywords):
+    detached = _is_detach(func.value)  # `loss.detach().to("cpu")`: a tensor's own copy
+    if (chained or detached) and func.attr == "to" and (call.args or call.keywords):
         return "cpu" if copies_to_cpu(call, ctx) else None
+    if func.attr == "detach" and not call.args and isinstance(func.value, ast.Call):
+        # `loss.to("cpu").detach()`: the copy's result is a tensor, the copy a read
+        return "cpu" if _host_copy(func.value, ctx, chained=True) == "cpu" else None
     return None
+
+
+def _is_detach(node: ast.expr) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "detach"
+        and not node.args
+    )
 
 
 def _call(call: ast.Call, ctx: Context) -> None:
@@ -170,7 +183,7 @@ def _call(call: ast.Call, ctx: Context) -> None:
             return  # `acts[i] = [a.cpu() for a in acts[i]]` after their `.cuda()`: offloaded
         if copy == "numpy" and keyword(call, "force") is None and not _moves(func.value):
             return  # `x.float().numpy()` raises for a device tensor: `x` is on the host
-        what = f"`.{copy}()`"
+        what = f"`.{copy}()`" if func.attr in _READS else '`.to("cpu")`'
         _check(at_method(call), inner, what, ctx, explicit=True, bulk=copy in _BULK, read=call)
         return
     counted = _unique_counted(call, ctx)
@@ -2231,14 +2244,25 @@ def _numpy_state(holder: ast.expr, ctx: Context) -> bool:
 
 
 def _keeps_numpy(owner: FileFacts, cls: ast.ClassDef) -> bool:
-    """A class of the tree that keeps an attribute in NumPy (``self.hist = np.zeros(...)``)."""
+    """A class of the tree that keeps an array in NumPy (``self.hist = np.zeros(...)``), not
+    one that runs a statistic through NumPy's math (``self.std = np.sqrt(self.var)``)."""
     return any(
         isinstance(sub, ast.Assign)
         and isinstance(sub.value, ast.Call)
-        and (owner.qualname(sub.value.func) or "").startswith("numpy.")
+        and (owner.qualname(sub.value.func) or "").removeprefix("numpy.") in _NUMPY_ARRAYS
         and any((dotted_name(t) or "").startswith("self.") for t in sub.targets)
         for sub in statements(cls.body)
     )
+
+
+# NumPy functions that make or grow an array a metric keeps as its state.
+_NUMPY_ARRAYS = frozenset(
+    {
+        *("zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like"),
+        *("full_like", "array", "asarray", "concatenate", "stack", "vstack", "hstack"),
+        *("append", "bincount", "histogram", "histogram2d", "arange"),
+    }
+)
 
 
 def _fills_store(read: ast.AST, ctx: Context) -> bool:
@@ -3609,12 +3633,32 @@ def _reads_parameter(receiver: ast.expr, scope: ast.AST, ctx: Context) -> bool:
         return False
     function = ctx.function_scope()
     bindings = ctx.scope_bindings(function) if function is not None else {}
+    # the rows of a parameter a loop walks, for a computed read of them (a bare loop name may
+    # be any row: a file name of the batch)
+    rows = _loop_rows(scope) if not isinstance(receiver, ast.Name) else {}
     names = names_in(receiver)
     for _ in range(5):
         if names & params:
             return True
-        names = {n for name in names for v in bindings.get(name) or [] if v for n in names_in(v)}
+        names = {
+            n
+            for name in names
+            for v in [*(bindings.get(name) or []), *rows.get(name, [])]
+            if v
+            for n in names_in(v)
+        }
     return False
+
+
+def _loop_rows(scope: ast.AST) -> dict[str, list[ast.expr]]:
+    """The names a loop of ``scope`` binds to the rows of what it iterates -> what that is
+    (``for ids, embeds in zip(input_ids, inputs_embeds):``: each name to the ``zip``)."""
+    found: dict[str, list[ast.expr]] = {}
+    for sub in own_nodes(scope):
+        if isinstance(sub, (ast.For, ast.AsyncFor)):
+            for name in names_in(sub.target):
+                found.setdefault(name, []).append(sub.iter)
+    return found
 
 
 def _unplaced_step_value(

@@ -1,0 +1,116 @@
+"""Round 94, what the older corpus and round 34 showed: a meter whose running statistics go through a
+NumPy function (``self.std = np.sqrt(...)``, segmentation_models.pytorch's
+``AverageValueMeter``) keeps no NumPy state, so a per-step host copy of the loss handed to it
+is still a per-step sync; a confusion matrix kept in ``np.zeros`` still needs the copy. A
+copy to the CPU spelled ``.to("cpu")`` beside ``.detach()`` is a read (AST's per-batch
+validation loss)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .helpers import lines as _lines
+from .helpers import project as _project
+
+EPOCH = """\
+import numpy as np
+import torch
+
+
+class AverageValueMeter:
+    def __init__(self):
+        self.n, self.sum, self.m_s = 0, 0.0, 0.0
+
+    def add(self, value):
+        self.n += 1
+        self.sum += value
+        self.m_s += value * value
+        self.std = np.sqrt(self.m_s / self.n)
+
+
+class Confusion:
+    def __init__(self, n):
+        self.hist = np.zeros((n, n))
+
+    def add(self, pred):
+        self.hist += np.bincount(pred, minlength=self.hist.size).reshape(self.hist.shape)
+
+
+def evaluate(model, criterion, loader, device):
+    meter = AverageValueMeter()
+    confusion = Confusion(10)
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        loss = criterion(model(x), y)
+        loss_value = loss.cpu().detach().numpy()
+        meter.add(loss_value)
+        pred = model(x).argmax(1).cpu().numpy()
+        confusion.add(pred)
+"""
+
+
+def test_a_meter_of_numpy_math_keeps_no_numpy_state() -> None:
+    assert _lines(EPOCH, "TPL201") == [30]
+
+
+VALIDATE = """\
+import numpy as np
+import torch
+
+
+def validate(audio_model, val_loader, loss_fn, device):
+    predictions, losses = [], []
+    with torch.no_grad():
+        for audio, labels in val_loader:
+            output = torch.sigmoid(audio_model(audio.to(device)))
+            predictions.append(output.to("cpu").detach())
+            loss = loss_fn(output, labels.to(device))
+            losses.append(loss.to("cpu").detach())
+            losses.append(loss.detach().to("cpu"))
+    return torch.cat(predictions), np.mean(losses)
+"""
+
+
+def test_a_copy_to_the_cpu_of_a_tensor_it_detaches_is_a_read() -> None:
+    """``.to("cpu")`` beside ``.detach()`` is a tensor's copy, read like ``.cpu()``; the
+    per-batch outputs collected for after the loop stay the result."""
+    assert _lines(VALIDATE, "TPL201") == [12, 13]
+
+
+MULTIMODAL = """\
+import torch
+from torch import nn
+
+
+class VideoModel(nn.Module):
+    def forward(self, input_ids, inputs_embeds, features, token=32000):
+        if input_ids.shape[1] == 1:
+            return inputs_embeds
+        features = self.projector(features)
+        embeds = []
+        for cur_ids, cur_embeds in zip(input_ids, inputs_embeds):
+            if (cur_ids == token).sum() == 0:
+                embeds.append(cur_embeds)
+                continue
+            for name in self.names:
+                print(name)
+            embeds.append(torch.cat([cur_embeds, features[0]]))
+        return torch.stack(embeds)
+"""
+
+
+TRAIN = """\
+def train(model, loader, optimizer):
+    for batch in loader:
+        model(**batch).mean().backward()
+        optimizer.step()
+"""
+
+
+def test_a_count_over_the_rows_of_a_forward_input_is_tested_per_sample(tmp_path: Path) -> None:
+    """The rows a loop walks of what the caller hands in (``zip(input_ids, inputs_embeds)``)
+    are read as the inputs are: a test of their token count reads a device count per sample;
+    a row printed bare may be anything (a file name of the batch) and stays unreported."""
+    files = {"model.py": MULTIMODAL, "train.py": TRAIN, "setup.py": ""}
+    found = _project(tmp_path, files, "TPL201")
+    assert found == [("model.py", 12)]
