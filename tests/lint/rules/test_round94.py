@@ -114,3 +114,71 @@ def test_a_count_over_the_rows_of_a_forward_input_is_tested_per_sample(tmp_path:
     files = {"model.py": MULTIMODAL, "train.py": TRAIN, "setup.py": ""}
     found = _project(tmp_path, files, "TPL201")
     assert found == [("model.py", 12)]
+
+
+UNET = """\
+from torch import nn
+
+
+class UNet(nn.Module):
+    def forward(self, x, timesteps):
+        if timesteps[0].item() > 1000:
+            raise RuntimeError("timesteps larger than diffusion steps.",
+                               timesteps[0].item(), 1000)
+        if timesteps[0].item() < 0:
+            return x * timesteps[1].item()
+        return self.net(x, timesteps)
+"""
+
+
+def test_a_read_in_the_error_a_forward_raises_runs_on_failure_only(tmp_path: Path) -> None:
+    """Outside a loop, a branch that raises is a failed call; its tests still run every call,
+    and a branch that returns ends every call that takes it."""
+    files = {"unet.py": UNET, "train.py": TRAIN, "setup.py": ""}
+    found = _project(tmp_path, files, "TPL201")
+    assert found == [("unet.py", 6), ("unet.py", 9), ("unet.py", 10)]
+
+
+VALIDATION = """\
+import torch
+
+
+def log_validation(accelerator, model, device):
+    unwrap_model = accelerator.unwrap_model(model)
+    guid_types = unwrap_model.guidance_types
+    encoders = {
+        f"guidance_encoder_{g}": getattr(unwrap_model, f"guidance_encoder_{g}") for g in guid_types
+    }
+    return encoders
+
+
+def main(model, optimizer, loader, accelerator):
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for batch in loader:
+        accelerator.backward(model(batch))
+        optimizer.step()
+        log_validation(accelerator, model, accelerator.device)
+"""
+
+
+def test_an_f_string_naming_an_attribute_is_a_name() -> None:
+    assert _lines(VALIDATION, "TPL201") == []
+
+
+HOOK = """\
+import torch
+
+
+def forward(x, param, mask):
+    param.hint = torch.cat([param.hint, mask], dim=1)
+    param.hint.to(x.dtype).to(x.device)
+    mask.to(x.device)
+    return x
+"""
+
+
+def test_a_conversion_chain_of_an_attribute_the_function_set_to_a_tensor() -> None:
+    """``param.hint``, set to ``torch.cat(...)`` just before, converted and moved as a
+    statement: the copy is discarded (ControlNet's inpaint hint); ``mask``, of unknown type,
+    is left alone."""
+    assert _lines(HOOK, "TPL101") == [6]

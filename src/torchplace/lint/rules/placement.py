@@ -60,10 +60,16 @@ def _discarded(node: ast.Expr, ctx: Context) -> None:
     if method not in {"to", "cuda", "cpu"}:
         return
     receiver = call.func.value
+    while _converts(receiver):  # `x.to(dtype).to(device)`: the chain's copy of `x`, discarded
+        receiver = receiver.func.value  # type: ignore[attr-defined]
     if not _chain(receiver) or is_module_expr(receiver, ctx):
         return  # `torch.ones(3).to(d)` alone is written for its side effect, not forgotten
     scope: Scope | None = ctx.function_scope() or ctx.scope
-    tensor = is_tensor_expr(receiver, ctx, scope) or _tensor_only(receiver, ctx, scope)
+    tensor = (
+        is_tensor_expr(receiver, ctx, scope)
+        or _tensor_only(receiver, ctx, scope)
+        or _bound_to_tensor_before(receiver, node, ctx, scope)
+    )
     attribute = None if tensor else _tensor_attribute(receiver, ctx)
     if not tensor and attribute is None:
         return
@@ -107,6 +113,41 @@ def _discarded(node: ast.Expr, ctx: Context) -> None:
 _TENSOR_ONLY_METHODS = frozenset(
     {"detach", "bool", "long", "int", "masked_fill", "unsqueeze", "permute", "contiguous"}
 )
+
+
+def _converts(node: ast.expr) -> bool:
+    """``x.to(dtype)``, ``x.cuda()``, ``x.float()``: a copy of ``x`` converted."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in {"to", "cuda", "cpu", "float", "half", "double", "bfloat16"}
+    )
+
+
+def _bound_to_tensor_before(
+    receiver: ast.expr, node: ast.stmt, ctx: Context, scope: Scope | None
+) -> bool:
+    """``param.hint``, an attribute of another object the function itself set last, before
+    ``node``, to a tensor (``param.hint = torch.cat([param.hint, mask], dim=1)``)."""
+    name = dotted_name(receiver)
+    if scope is None or name is None or "." not in name or name.startswith("self."):
+        return False
+    bound = [
+        sub
+        for sub in own_nodes(scope.node)
+        if isinstance(sub, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+        and sub.lineno < node.lineno
+        and any(
+            dotted_name(t) == name
+            for t in (sub.targets if isinstance(sub, ast.Assign) else [sub.target])
+        )
+    ]
+    last = max(bound, key=lambda sub: sub.lineno, default=None)
+    return (
+        isinstance(last, ast.Assign)
+        and last.value is not None
+        and is_tensor_expr(last.value, ctx, scope)
+    )
 
 
 def _tensor_only(receiver: ast.expr, ctx: Context, scope: Scope | None) -> bool:

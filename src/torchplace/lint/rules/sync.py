@@ -695,14 +695,25 @@ def _joined(node: ast.JoinedStr, ctx: Context) -> None:
 
 def _is_key(node: ast.JoinedStr, ctx: Context) -> bool:
     """The f-string is a key (``{f"loss/{phase}_{k}": v for k, v in losses.items()}``,
-    ``logs[f"{name}_acc"] = acc``): a name built from names, never the text of a tensor's
+    ``logs[f"{name}_acc"] = acc``) or an attribute's name: a name built from names, never the text of a tensor's
     values, whatever the provenance says of the names it joins."""
     parent = ctx.parents[-1] if ctx.parents else None
     if isinstance(parent, ast.DictComp):
         return node is parent.key
     if isinstance(parent, ast.Dict):
         return any(key is node for key in parent.keys)
+    if (  # the name of an attribute: `getattr(model, f"guidance_encoder_{g}")`
+        isinstance(parent, ast.Call)
+        and isinstance(parent.func, ast.Name)
+        and parent.func.id in _ATTRIBUTE_LOOKUPS
+        and len(parent.args) >= 2
+        and node is parent.args[1]
+    ):
+        return True
     return isinstance(parent, ast.Subscript) and node is parent.slice
+
+
+_ATTRIBUTE_LOOKUPS = frozenset({"getattr", "hasattr", "setattr", "delattr"})
 
 
 # Fills whose value is a Python number: a tensor given there is read with `.item()`.
@@ -1532,20 +1543,22 @@ _STEP_LOOPS = (
 
 def _exits(ctx: Context, node: ast.AST) -> bool:
     """Inside a branch that leaves the loop (``raise``, ``sys.exit()``, ``break``), or an
-    ``except`` handler of the loop's body (a step that failed): runs once, not every step."""
-    if not ctx.loops():
-        return False
+    ``except`` handler of the loop's body (a step that failed): runs once, not every step.
+    In a function its callers run per batch, outside a loop of its own, a branch that raises
+    or exits (``if t[0].item() > n: raise RuntimeError(..., t[0].item())`` in a ``forward``):
+    a failed call, not every call (a ``return`` there ends each call)."""
+    looping = bool(ctx.loops())
     child = node
     for parent in reversed(ctx.parents):
         if isinstance(parent, _STEP_LOOPS):
             return False  # the loop is inside the branch: it runs every row, then leaves
-        if isinstance(parent, ast.ExceptHandler):
+        if isinstance(parent, ast.ExceptHandler) and looping:
             return True
         if isinstance(parent, ast.If) and child is not parent.test:
             # the branch that holds the read, not its sibling (`if done: return` / `else:`)
             in_else = any(child is stmt for stmt in parent.orelse)
             last = (parent.orelse if in_else else parent.body)[-1]
-            if isinstance(last, (ast.Raise, ast.Break, ast.Return)):
+            if isinstance(last, ast.Raise if not looping else (ast.Raise, ast.Break, ast.Return)):
                 return True
             if isinstance(last, ast.Expr) and isinstance(last.value, ast.Call):
                 name = getattr(last.value.func, "attr", getattr(last.value.func, "id", ""))
