@@ -182,3 +182,32 @@ def test_a_conversion_chain_of_an_attribute_the_function_set_to_a_tensor() -> No
     statement: the copy is discarded (ControlNet's inpaint hint); ``mask``, of unknown type,
     is left alone."""
     assert _lines(HOOK, "TPL101") == [6]
+
+
+COUNTS = """\
+import random
+
+import torch
+
+
+def train(model, loader, opt, device, steps):
+    for x, mask in loader:
+        x, mask = x.to(device), mask.to(device)
+        n = mask.sum(-1).amin()
+        t = random.randrange(0, n - 1)
+        for i in range(n + 1):
+            print(i)
+        for j in range(steps):
+            print(j)
+        for k in range(x.shape[0]):
+            print(k)
+        model(x[:, t]).backward()
+        opt.step()
+"""
+
+
+def test_python_counts_of_a_device_reduction_read_it() -> None:
+    """``range(n + 1)`` and ``random.randrange(0, n - 1)`` make a device count a Python int
+    with ``__index__`` (xtuner's per-sample image count, soundstorm's mask length); a setting
+    or a shape is no read."""
+    assert _lines(COUNTS, "TPL201") == [10, 11]

@@ -739,6 +739,8 @@ def _size_arguments(call: ast.Call, ctx: Context) -> list[ast.expr]:
     func = call.func
     if isinstance(func, ast.Attribute) and func.attr in _SHAPING and ctx.qualname(func) is None:
         args = call.args[:1] if func.attr == "new_full" else call.args  # `x.view(m.sum(), -1)`
+    elif _index_bounds(call, ctx):
+        args = call.args  # `range(num_images + 1)`: `__index__` of each bound
     elif ctx.call_qualname(call) not in _SIZED:
         return []
     else:
@@ -751,6 +753,15 @@ def _size_arguments(call: ast.Call, ctx: Context) -> list[ast.expr]:
         parts = arg.elts if isinstance(arg, (ast.Tuple, ast.List)) else [arg]
         found.extend(part for part in parts if _element_valued(part, ctx, scope, 0))
     return found
+
+
+def _index_bounds(call: ast.Call, ctx: Context) -> bool:
+    """Python's ``range(...)`` (not a name the file rebinds) or ``random.randrange``/
+    ``random.randint``: each bound is made a Python int with ``__index__``."""
+    func = call.func
+    if isinstance(func, ast.Name) and func.id == "range":
+        return ctx.qualname(func) is None and "range" not in ctx.scope_bindings(ctx.scope)
+    return ctx.call_qualname(call) in {"random.randrange", "random.randint"}
 
 
 # Tensor methods given sizes, which they read as Python ints (`x.view(valid.sum(), -1)`).
@@ -4201,6 +4212,7 @@ FAMILY = Family(
         # a factory's sizes, `torch.arange(lengths.max())` (see `_SIZED`)
         *("arange(", "linspace(", "logspace(", "zeros(", "ones(", "empty(", "rand(", "randn("),
         *("randint(", "eye(", "randperm(", "_indices("),
+        *(" range(", "(range(", "randrange("),  # Python's counts, `range(n.max())` (`__index__`)
         # ... and those of the methods that shape, `x.view(valid.sum(), -1)` (see `_SHAPING`)
         *(".view(", ".reshape(", ".expand(", ".repeat(", ".new_", ".new("),
         "fill_(",
