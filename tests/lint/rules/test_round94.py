@@ -211,3 +211,41 @@ def test_python_counts_of_a_device_reduction_read_it() -> None:
     with ``__index__`` (xtuner's per-sample image count, soundstorm's mask length); a setting
     or a shape is no read."""
     assert _lines(COUNTS, "TPL201") == [10, 11]
+
+
+TERNARY = """\
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+class Ternary(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = np.eye(49).reshape((7, 7, 1, 49))
+        self.w = np.transpose(self.w, (3, 2, 0, 1))
+        self.w = torch.tensor(self.w).float().to(device)
+
+    def forward(self, img):
+        return F.conv2d(img, self.w, padding=3)
+
+
+class Sin(nn.Module):
+    def __init__(self, dim, w=10, train_freq=True):
+        super().__init__()
+        self.freq = nn.Parameter(w * torch.ones(1, dim)) if train_freq else w * torch.ones(1, dim)
+        self.scale = nn.Parameter(torch.ones(dim)) if train_freq else None
+
+    def forward(self, x):
+        return torch.sin(self.freq * x) * self.scale
+"""
+
+
+def test_plain_tensors_built_from_an_array_or_on_one_branch() -> None:
+    """``torch.tensor(self.w)`` of the NumPy array the constructor just built (a NumPy
+    function of ``self.w`` registers nothing), and the plain branch of ``nn.Parameter(...) if
+    train_freq else w * torch.ones(1, dim)`` (Practical-RIFE's Ternary, safari's Sin)."""
+    assert _lines(TERNARY, "TPL501") == [14, 23]

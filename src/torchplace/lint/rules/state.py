@@ -327,6 +327,13 @@ _REGISTERING = frozenset({"ModuleDict", "ModuleList", "ParameterDict", "Paramete
 _MODULE_CONTAINERS = frozenset({"ModuleDict", "ModuleList", "Sequential"})
 
 
+def _is_parameter(value: ast.expr, ctx: Context) -> bool:
+    return isinstance(value, ast.Call) and ctx.call_qualname(value) in {
+        "torch.nn.Parameter",
+        "torch.nn.parameter.Parameter",
+    }
+
+
 def _registering(value: ast.expr, ctx: Context) -> bool:
     """``self.node_embeds = nn.ModuleDict()``: a container that registers what it holds. In
     DGL's ``DistEmbedLayer`` one branch keeps ``DistEmbedding``s in a plain ``{}`` and the
@@ -669,7 +676,10 @@ def _builds_tensor(
     if isinstance(value, ast.UnaryOp):  # `-torch.arange(n)`
         return _builds_tensor(value.operand, ctx, function, line, cls, depth + 1)
     if isinstance(value, ast.IfExp):  # `torch.tensor(mean) if mean else None`
-        branches = [b for b in (value.body, value.orelse) if not _is_none(b)]
+        # `nn.Parameter(w) if train else w * torch.ones(1, d)`: the other branch's tensor
+        branches = [
+            b for b in (value.body, value.orelse) if not _is_none(b) and not _is_parameter(b, ctx)
+        ]
         return bool(branches) and all(
             _builds_tensor(b, ctx, function, line, cls, depth) for b in branches
         )
@@ -683,6 +693,12 @@ def _builds_tensor(
             return False  # `torch.tensor(drop_rate)` with `drop_rate: float`: 0-dim
         if name == "torch.tensor" and value.args and _module_number(value.args[0], function, ctx):
             return False  # `torch.tensor(np.log(init_alpha))` with `init_alpha = 0.01`: 0-dim
+        if (
+            name == "torch.tensor"
+            and value.args
+            and _self_array(value.args[0], function, line, ctx)
+        ):
+            return True  # `self.w = np.eye(n).reshape(...)`, then `torch.tensor(self.w)`
         return not _single_value(value, name)
     if name in _FROM_ARRAY and value.args and _literal_array(value.args[0], ctx):
         return True  # `torch.from_numpy(np.array([0, 0, 0, 0]).astype(np.float32))`
@@ -752,6 +768,24 @@ def _numpy_array(node: ast.expr, ctx: Context) -> bool:
         return False
     name = ctx.call_qualname(node) or ""
     return name.startswith("numpy.") and name.rpartition(".")[2] in _ARRAY_BUILDERS
+
+
+def _self_array(node: ast.expr, function: ast.AST, line: int, ctx: Context) -> bool:
+    """``self.w``, last set before ``line`` in ``function``'s own body to a NumPy array built
+    from a shape or from arrays (``self.w = np.transpose(self.w, (3, 2, 0, 1))``)."""
+    attr = self_attribute(node)
+    if attr is None:
+        return False
+    bound = [
+        sub
+        for sub in own_nodes(function)
+        if isinstance(sub, ast.Assign)
+        and sub.lineno < line
+        and len(sub.targets) == 1
+        and self_attribute(sub.targets[0]) == attr
+    ]
+    last = max(bound, key=lambda sub: sub.lineno, default=None)
+    return last is not None and _numpy_array(last.value, ctx)
 
 
 def _literal_array(node: ast.expr, ctx: Context) -> bool:
@@ -1460,6 +1494,8 @@ def _registered_later(cls: Scope, ctx: Context) -> set[str]:
                 if attr is not None:
                     found.add(attr)
         if isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Call):
+            if _computes(sub.value, ctx):
+                continue  # `self.w = np.transpose(self.w, ...)`: an array, not a registration
             held = {self_attribute(n) for arg in sub.value.args for n in walk(arg)} - {None}
             for target in sub.targets:
                 attr = self_attribute(target)
@@ -1473,6 +1509,12 @@ def _registered_later(cls: Scope, ctx: Context) -> set[str]:
                 found.update(a for a in iterated if a is not None)
     cls.cache["registered-later"] = found
     return found
+
+
+def _computes(call: ast.Call, ctx: Context) -> bool:
+    """A NumPy function (``np.transpose(w, ...)``): it computes an array from its arguments
+    and registers nothing."""
+    return (ctx.call_qualname(call) or "").startswith("numpy.")
 
 
 def _in_branches(cls: ast.AST) -> set[int]:
