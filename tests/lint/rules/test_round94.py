@@ -249,3 +249,26 @@ def test_plain_tensors_built_from_an_array_or_on_one_branch() -> None:
     function of ``self.w`` registers nothing), and the plain branch of ``nn.Parameter(...) if
     train_freq else w * torch.ones(1, dim)`` (Practical-RIFE's Ternary, safari's Sin)."""
     assert _lines(TERNARY, "TPL501") == [14, 23]
+
+
+LAMBADA = """\
+import torch
+
+
+def evaluate(model, data, tokenizer, device):
+    results = []
+    for prompt in data:
+        target = tokenizer.encode(prompt.split(" ")[-1])
+        out = model(torch.tensor([tokenizer.encode(prompt)]).to(device=device))
+        preds = out.logits[0].argmax(-1)
+        acc = all([pred == answer for pred, answer in zip(preds[-len(target):], target)])
+        same = all(a == b for a, b in zip(target, target[::-1]))
+        results.append(acc and same)
+    return results
+"""
+
+
+def test_all_over_comparisons_of_the_rows_of_a_device_tensor() -> None:
+    """``all([pred == answer for pred, answer in zip(preds, target)])``: one ``bool()`` of a
+    device element per token (safari's LAMBADA); the same over host lists is none."""
+    assert _lines(LAMBADA, "TPL201") == [10]

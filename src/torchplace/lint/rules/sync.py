@@ -262,7 +262,10 @@ def _call(call: ast.Call, ctx: Context) -> None:
         elif ctx.qualname(func) is None:
             # `any(torch.isnan(l) for l in (g_loss, d_loss))`: a test of each listed tensor
             what = f"`{func.id}()` over a torch test"
-            _check_many(call, _tested_elements(call.args[0], ctx), what, ctx)
+            if not _check_many(call, _tested_elements(call.args[0], ctx), what, ctx):
+                # `all([p == a for p, a in zip(preds, answers)])`: each row of `preds` compared
+                what = f"`{func.id}()` over comparisons of the rows"
+                _check_many(call, _compared_rows(call.args[0]), what, ctx)
         return
     if (
         isinstance(func, ast.Name)
@@ -1155,6 +1158,23 @@ def _tested_elements(comp: ast.expr, ctx: Context) -> list[ast.expr]:
     return [value for value in loop.iter.elts if isinstance(value, ast.Name)]
 
 
+def _compared_rows(comp: ast.expr) -> list[ast.expr]:
+    """What a one-loop comprehension walks (``preds`` of ``zip(preds, answers)``) when each of
+    its elements is a comparison of a row it yields (``pred == answer``): each a ``bool()``."""
+    if not isinstance(comp, (ast.GeneratorExp, ast.ListComp)) or len(comp.generators) != 1:
+        return []
+    loop = comp.generators[0]
+    if loop.ifs or not isinstance(comp.elt, ast.Compare):
+        return []
+    compared = {
+        side.id for side in (comp.elt.left, *comp.elt.comparators) if isinstance(side, ast.Name)
+    }
+    if isinstance(loop.target, ast.Name):
+        return [loop.iter] if loop.target.id in compared else []
+    pairs = zip_pairs(loop.iter, loop.target) or []
+    return [row for name, row in pairs if isinstance(name, ast.Name) and name.id in compared]
+
+
 def _names_key(node: ast.expr) -> bool:
     """``"rgb"``, ``f"{k}_loss"``, ``output_name``, ``key``: a string or a name for a key, which
     a mapping holds and a tensor never does."""
@@ -1500,12 +1520,13 @@ def _foreign_field(node: ast.expr) -> bool:
     )
 
 
-def _check_many(node: ast.AST, values: list[ast.expr], what: str, ctx: Context) -> None:
+def _check_many(node: ast.AST, values: list[ast.expr], what: str, ctx: Context) -> bool:
     for value in values:
         if _is_read(value) or isinstance(value, ast.Constant):
             continue
         if _check(node, value, what, ctx, explicit=False):
-            return
+            return True
+    return False
 
 
 def _per_step(ctx: Context, facts: FileFacts, scope: ast.AST) -> tuple[str, int, str] | None:
