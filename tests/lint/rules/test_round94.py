@@ -272,3 +272,21 @@ def test_all_over_comparisons_of_the_rows_of_a_device_tensor() -> None:
     """``all([pred == answer for pred, answer in zip(preds, target)])``: one ``bool()`` of a
     device element per token (safari's LAMBADA); the same over host lists is none."""
     assert _lines(LAMBADA, "TPL201") == [10]
+
+
+PRODIGY = """\
+import torch
+import torch.distributed.nn as dist_nn
+
+
+def step(params):
+    d_numerator = torch.tensor(0.0, device="cuda")
+    dist_nn.all_reduce(d_numerator)
+    return d_numerator
+"""
+
+
+def test_a_collective_of_torch_distributed_nn_makes_a_file_multi_rank() -> None:
+    """``torch.distributed.nn.all_reduce`` (the autograd collectives) runs on every rank as
+    ``torch.distributed``'s own does (schedule_free's Prodigy submission)."""
+    assert _lines(PRODIGY, "TPL104") == [6]

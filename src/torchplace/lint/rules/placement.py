@@ -1036,7 +1036,9 @@ _COLLECTIVES = frozenset(
 
 
 def _calls_collective(tree: ast.AST, ctx: Context) -> bool:
-    """The file runs a tensor collective of ``torch.distributed`` (``dist.all_gather``): a
+    """The file runs a tensor collective of ``torch.distributed`` (``dist.all_gather``; also
+    its autograd twins, ``torch.distributed.nn.all_reduce``, DeepSpeed's ``deepspeed.comm``,
+    or a project's own wrapper module named ``distributed``, ``nanotron.distributed``): a
     helper of multi-rank code, whose rank set-up (``set_device``) is in another file."""
     if not any(word in ctx.source for word in ("all_", "broadcast", "reduce", "_object")):
         return False
@@ -1044,9 +1046,17 @@ def _calls_collective(tree: ast.AST, ctx: Context) -> bool:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             name = ctx.qualname(node.func) or ""
             module, _, last = name.rpartition(".")
-            if module == "torch.distributed" and last in _COLLECTIVES:
+            if last in _COLLECTIVES and _collective_module(module):
                 return True
     return False
+
+
+def _collective_module(module: str) -> bool:
+    return (
+        module in {"torch.distributed", "deepspeed.comm"}
+        or module.startswith("torch.distributed.nn")
+        or module.endswith(".distributed")
+    )
 
 
 _RANK_WORDS = (
