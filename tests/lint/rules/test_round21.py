@@ -69,7 +69,9 @@ def test_a_main_called_before_the_cuda_move_is_reported() -> None:
         '    model = CifarNet().cuda()\n    main("warmup", model)\n',
         '    main("warmup", None)\n    model = CifarNet().cuda()\n',
     )
-    assert lines(source, "TPL601") == [5, 8]
+    # the nested helper's synchronize runs only after `starter = torch.cuda.Event(...)`,
+    # which raises first where CUDA is missing: that one is reported
+    assert lines(source, "TPL601") == [5]
 
 
 # ---- TPL201: chunks of one tensor, each copied to the host and returned (a Kaggle solution)

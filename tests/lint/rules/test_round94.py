@@ -290,3 +290,62 @@ def test_a_collective_of_torch_distributed_nn_makes_a_file_multi_rank() -> None:
     """``torch.distributed.nn.all_reduce`` (the autograd collectives) runs on every rank as
     ``torch.distributed``'s own does (schedule_free's Prodigy submission)."""
     assert _lines(PRODIGY, "TPL104") == [6]
+
+
+WARP = """\
+import torch
+import torch.nn as nn
+from torch.autograd import Variable
+
+
+class PWCDCNet(nn.Module):
+    def warp(self, x, flo):
+        B, C, H, W = x.size()
+        grid = torch.ones(B, 2, H, W)
+        if x.is_cuda:
+            grid = grid.cuda()
+        vgrid = Variable(grid) + flo
+        output = nn.functional.grid_sample(x, vgrid)
+        mask = torch.autograd.Variable(torch.ones(x.size())).cuda()
+        mask = nn.functional.grid_sample(mask, vgrid)
+        return output * mask
+"""
+
+
+def test_a_factory_in_a_legacy_variable_placed_right_away() -> None:
+    """``Variable(torch.ones(n)).cuda()``: the wrapper returns the tensor it is given, which
+    is placed at once (PWC-Net's warp)."""
+    assert _lines(WARP, "TPL103") == []
+
+
+FLOWNET = """\
+import torch.nn as nn
+
+
+class FlowNet(nn.Module):
+    def compute_flow(self, im1, im2):
+        if im1.get_device() != self.device:
+            self.flowNet.cuda(im1.get_device())
+        return self.flowNet(im1, im2)
+"""
+
+
+def test_a_move_onto_the_gpu_of_an_input_follows_it() -> None:
+    """``.cuda(im1.get_device())``: the index of the GPU the input is on (few-shot-vid2vid)."""
+    assert _lines(FLOWNET, "TPL102") == []
+
+
+EVENTS = """\
+import torch
+
+if __name__ == "__main__":
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+"""
+
+
+def test_a_bound_cuda_only_call_needs_cuda_for_what_follows() -> None:
+    """``start = torch.cuda.Event(...)`` raises first where CUDA is missing: the calls after it
+    are not reported again (DPIR's and SCUNet's timing)."""
+    assert _lines(EVENTS, "TPL601") == [4]

@@ -213,12 +213,11 @@ def _starts_nccl(stmt: ast.stmt) -> bool:
 
 def _cuda_only_statement(stmt: ast.stmt, ctx: Context) -> bool:
     """A statement that is a CUDA-only call, run unconditionally (``torch.cuda.synchronize()``
-    above a second one in the same loop body): the code needs CUDA once it has run."""
-    return (
-        isinstance(stmt, ast.Expr)
-        and isinstance(stmt.value, ast.Call)
-        and ctx.call_qualname(stmt.value) in CUDA_ONLY
-    )
+    above a second one in the same loop body), also bound to a name (``start =
+    torch.cuda.Event(enable_timing=True)`` above ``end = ...``): the code needs CUDA once it
+    has run."""
+    value = stmt.value if isinstance(stmt, (ast.Expr, ast.Assign, ast.AnnAssign)) else None
+    return isinstance(value, ast.Call) and ctx.call_qualname(value) in CUDA_ONLY
 
 
 def _pins_on_every_path(stmt: ast.stmt) -> bool:

@@ -876,6 +876,8 @@ def _used_on_host(call: ast.Call, ctx: Context) -> bool:
         elif isinstance(parent, ast.Call):
             if _reduces(parent, node, ctx):
                 pass  # `torch.sum(torch.tensor(padding)) != 0`: as `.sum()` of it
+            elif _wraps(parent, node, ctx):
+                pass  # `Variable(torch.ones(n)).cuda()`: the legacy wrapper is the tensor
             elif node is not parent.func and not _combines(parent, ctx):
                 if _passes_device(parent):  # _pin_and_move(torch.tensor(s), x.device): placed
                     return True
@@ -895,6 +897,16 @@ def _used_on_host(call: ast.Call, ctx: Context) -> bool:
 
 
 _REDUCTIONS = frozenset({"sum", "any", "all", "max", "min", "mean", "prod", "count_nonzero"})
+
+
+def _wraps(call: ast.Call, node: ast.AST, ctx: Context) -> bool:
+    """``Variable(node)``: autograd's legacy wrapper, which returns the tensor it is given."""
+    return (
+        bool(call.args)
+        and call.args[0] is node
+        and ctx.call_qualname(call)
+        in {"torch.autograd.Variable", "torch.autograd.variable.Variable"}
+    )
 
 
 def _cast_only(attribute: ast.Attribute, ctx: Context) -> bool:

@@ -588,6 +588,14 @@ def _follows_tensor(call: ast.Call, ctx: Context) -> bool:
 
 
 def _is_device_of(node: ast.expr | None) -> bool:
+    """``x.device``, or ``x.get_device()``, the index of the GPU a tensor is on."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "get_device"
+        and not node.args
+    ):
+        return True
     return isinstance(node, ast.Attribute) and node.attr == "device"
 
 
