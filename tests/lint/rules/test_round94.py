@@ -349,3 +349,27 @@ def test_a_bound_cuda_only_call_needs_cuda_for_what_follows() -> None:
     """``start = torch.cuda.Event(...)`` raises first where CUDA is missing: the calls after it
     are not reported again (DPIR's and SCUNet's timing)."""
     assert _lines(EVENTS, "TPL601") == [4]
+
+
+TRACKER = """\
+import torch
+
+
+class Tracker:
+    def __init__(self, params, network):
+        network.load_state_dict(torch.load(params.checkpoint, map_location="cpu")["net"])
+        self.network = network.cuda()
+"""
+
+
+def test_a_package_test_folder_of_inference_code_is_no_test_suite(tmp_path: Path) -> None:
+    """``lib/test/tracker/`` (the pytracking family's trackers as they run at test time) holds
+    the model's inference code; the project's own ``test/`` folder is its test suite."""
+    files = {
+        "setup.py": "",
+        "lib/test/tracker/online.py": TRACKER,
+        "test/helpers.py": TRACKER,
+        "lib/test/test_online.py": TRACKER,
+    }
+    found = _project(tmp_path, files, "TPL402")
+    assert found == [("lib/test/tracker/online.py", 6)]

@@ -7,11 +7,13 @@ unknown receiver, a computed device or a value passed through ``**kwargs`` keeps
 from __future__ import annotations
 
 import ast
+import os
 import re
 from collections.abc import Callable, Iterable
 
 from torchplace.lint.base import Context, Scope, call_name, keyword, names_in
 from torchplace.lint.nodes import kept, own_nodes, walk, walk_body
+from torchplace.lint.project import project_root
 from torchplace.lint.provenance import file_facts
 from torchplace.lint.provenance.loops import (
     below_restarted_mark,
@@ -199,6 +201,8 @@ def in_test(ctx: Context) -> bool:
     evaluation loop, not a test)."""
     *folders, filename = ctx.path.replace("\\", "/").lower().split("/")
     named = [part for part in folders if part.startswith(("test", "_test"))]
+    if named and _test_time_package(folders, filename, ctx):
+        return False
     if named and not (
         all(_TEST_SUITE.fullmatch(part) is None for part in named)
         and not _test_file_name(filename)
@@ -236,6 +240,20 @@ def in_device_kernel(ctx: Context) -> bool:
             return True
         scope = scope.parent
     return False
+
+
+def _test_time_package(folders: list[str], filename: str, ctx: Context) -> bool:
+    """A package's ``test`` folder, below another (``lib/test/tracker/mixformer_online.py``
+    of the pytracking family: the tracker as it runs at test time), holding a module that is
+    no test file and imports no test framework: the model's inference code, not a test."""
+    if _test_file_name(filename) or _imports_test_framework(ctx):
+        return False
+    path = os.path.abspath(ctx.path)
+    root = project_root(os.path.dirname(path))
+    if root is not None:  # the folders inside the project: its own `test/` is a suite
+        folders = os.path.relpath(path, root).replace("\\", "/").lower().split("/")[:-1]
+    tests = [i for i, part in enumerate(folders) if part.startswith(("test", "_test"))]
+    return bool(tests) and all(folders[i] == "test" and i > 0 for i in tests)
 
 
 def _test_file_name(name: str) -> bool:
