@@ -373,3 +373,22 @@ def test_a_package_test_folder_of_inference_code_is_no_test_suite(tmp_path: Path
     }
     found = _project(tmp_path, files, "TPL402")
     assert found == [("lib/test/tracker/online.py", 6)]
+
+
+DROPOUT = """\
+import torch
+import torch.nn as nn
+
+
+class RandomDropout(nn.Module):
+    def forward(self, x):
+        theta = torch.Tensor(1).uniform_(0, 0.875)[0]
+        noise = torch.Tensor(1)
+        return x * theta + noise
+"""
+
+
+def test_a_one_element_tensor_filled_at_random_is_a_draw() -> None:
+    """``torch.Tensor(1).uniform_(0, p)[0]``: a host random scalar, as ``torch.rand(1)`` is
+    (votenet's ``RandomDropout``); an unfilled ``torch.Tensor(1)`` meeting the input is not."""
+    assert _lines(DROPOUT, "TPL103") == [8]

@@ -205,6 +205,10 @@ _PLACERS = frozenset({"to", "cuda", "type_as"})
 _DRAWS = frozenset(
     {"torch.rand", "torch.randn", "torch.randint", "torch.empty", "torch.zeros", "torch.randperm"}
 )
+# In-place random fills: `torch.Tensor(1).uniform_(0, p)` is a draw, as `torch.rand(1)` is.
+_RANDOM_FILLS = frozenset(
+    {"uniform_", "normal_", "random_", "bernoulli_", "exponential_", "geometric_", "cauchy_"}
+)
 
 
 def _takes_tensor(method: Scope) -> bool:
@@ -257,6 +261,18 @@ def _scalar_draw(call: ast.Call, name: str) -> bool:
         isinstance(shape, ast.Constant)
         and shape.value == 1
         and (name != "torch.randint" or len(call.args) >= 2 or size is not None)
+    )
+
+
+def _filled_draw(call: ast.Call, name: str, ctx: Context) -> bool:
+    """``torch.Tensor(1).uniform_(0, p)[0]``: one element filled at random in place, the
+    legacy spelling of a host-side random scalar."""
+    parent = ctx.parents[-1] if ctx.parents else None
+    return (
+        isinstance(parent, ast.Attribute)
+        and parent.value is call
+        and parent.attr in _RANDOM_FILLS
+        and _scalar_draw(call, "torch.zeros" if name in _SHAPED else name)
     )
 
 
@@ -1078,6 +1094,8 @@ def check_factory(call: ast.Call, ctx: Context, name: str, method: Scope | None)
     if keyword(call, "device") is not None or keyword(call, "out") is not None:
         return
     if has_star_kwargs(call) or _scalar_draw(call, name) or _empty_shape(call, name):
+        return
+    if _filled_draw(call, name, ctx):
         return
     if (
         (_scalar_tensor(call, name) and not _sized_data(call, ctx))
