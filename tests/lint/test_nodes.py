@@ -114,3 +114,24 @@ def test_parameter_defaults_pairs_positional_and_keyword_only_parameters() -> No
     assert isinstance(func, ast.FunctionDef)
     found = {name: ast.unparse(value) for name, value in nodes.parameter_defaults(func).items()}
     assert found == {"c": "1", "e": "None"}
+
+
+def test_last_assignment_is_the_latest_before_the_line_in_the_own_body() -> None:
+    source = (
+        "def f(p, m):\n"
+        "    p.hint = m\n"
+        "    p.hint += 1\n"
+        "    def g():\n"
+        "        p.hint = 0\n"
+        "    p.hint.to(m)\n"
+        "    p.hint = None\n"
+    )
+    function = ast.parse(source).body[0]
+
+    def is_hint(target: ast.expr) -> bool:
+        return ast.unparse(target) == "p.hint"
+
+    found = nodes.last_assignment(function, 6, is_hint)
+    assert isinstance(found, ast.AugAssign)
+    assert found.lineno == 3
+    assert nodes.last_assignment(function, 2, is_hint) is None

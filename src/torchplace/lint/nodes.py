@@ -264,6 +264,21 @@ def self_attribute(node: ast.AST) -> str | None:
     return None
 
 
+def last_assignment(
+    scope: ast.AST, line: int, target: Callable[[ast.expr], bool]
+) -> ast.Assign | ast.AugAssign | ast.AnnAssign | None:
+    """The last statement of ``scope``'s own body before ``line`` that assigns a target
+    ``target`` accepts (``param.hint = torch.cat(...)``, ``self.w = np.transpose(...)``)."""
+    found: ast.Assign | ast.AugAssign | ast.AnnAssign | None = None
+    for sub in own_nodes(scope):
+        if not isinstance(sub, (ast.Assign, ast.AugAssign, ast.AnnAssign)) or sub.lineno >= line:
+            continue
+        targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
+        if any(target(t) for t in targets) and (found is None or sub.lineno > found.lineno):
+            found = sub
+    return found
+
+
 def subscripted(node: ast.expr) -> ast.expr:
     """What ``node`` indexes into: ``buf`` of ``buf[i, :n]`` (also ``buf[i][j]``); ``node``
     itself when it is no subscript."""

@@ -17,7 +17,7 @@ from torchplace.lint.base import (
     names_in,
 )
 from torchplace.lint.finding import Edit, Fix
-from torchplace.lint.nodes import kept, own_nodes, self_attribute, walk
+from torchplace.lint.nodes import kept, last_assignment, own_nodes, self_attribute, walk
 from torchplace.lint.provenance.loops import calls_backward
 from torchplace.lint.resolver import dotted_name, is_autograd_function
 from torchplace.lint.rules.factories import FACTORY, _self_calls, check_factory
@@ -132,22 +132,8 @@ def _bound_to_tensor_before(
     name = dotted_name(receiver)
     if scope is None or name is None or "." not in name or name.startswith("self."):
         return False
-    bound = [
-        sub
-        for sub in own_nodes(scope.node)
-        if isinstance(sub, (ast.Assign, ast.AugAssign, ast.AnnAssign))
-        and sub.lineno < node.lineno
-        and any(
-            dotted_name(t) == name
-            for t in (sub.targets if isinstance(sub, ast.Assign) else [sub.target])
-        )
-    ]
-    last = max(bound, key=lambda sub: sub.lineno, default=None)
-    return (
-        isinstance(last, ast.Assign)
-        and last.value is not None
-        and is_tensor_expr(last.value, ctx, scope)
-    )
+    last = last_assignment(scope.node, node.lineno, lambda t: dotted_name(t) == name)
+    return isinstance(last, ast.Assign) and is_tensor_expr(last.value, ctx, scope)
 
 
 def _tensor_only(receiver: ast.expr, ctx: Context, scope: Scope | None) -> bool:

@@ -8,6 +8,7 @@ import ast
 from torchplace.lint.base import Context, Family, Rule, Scope, call_name
 from torchplace.lint.nodes import (
     isinstance_test,
+    last_assignment,
     own_nodes,
     self_attribute,
     store_targets,
@@ -776,16 +777,8 @@ def _self_array(node: ast.expr, function: ast.AST, line: int, ctx: Context) -> b
     attr = self_attribute(node)
     if attr is None:
         return False
-    bound = [
-        sub
-        for sub in own_nodes(function)
-        if isinstance(sub, ast.Assign)
-        and sub.lineno < line
-        and len(sub.targets) == 1
-        and self_attribute(sub.targets[0]) == attr
-    ]
-    last = max(bound, key=lambda sub: sub.lineno, default=None)
-    return last is not None and _numpy_array(last.value, ctx)
+    last = last_assignment(function, line, lambda t: self_attribute(t) == attr)
+    return isinstance(last, ast.Assign) and _numpy_array(last.value, ctx)
 
 
 def _literal_array(node: ast.expr, ctx: Context) -> bool:

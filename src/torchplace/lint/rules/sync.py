@@ -698,8 +698,8 @@ def _joined(node: ast.JoinedStr, ctx: Context) -> None:
 
 def _is_key(node: ast.JoinedStr, ctx: Context) -> bool:
     """The f-string is a key (``{f"loss/{phase}_{k}": v for k, v in losses.items()}``,
-    ``logs[f"{name}_acc"] = acc``) or an attribute's name: a name built from names, never the text of a tensor's
-    values, whatever the provenance says of the names it joins."""
+    ``logs[f"{name}_acc"] = acc``) or an attribute's name: a name built from names, never the
+    text of a tensor's values, whatever the provenance says of the names it joins."""
     parent = ctx.parents[-1] if ctx.parents else None
     if isinstance(parent, ast.DictComp):
         return node is parent.key
