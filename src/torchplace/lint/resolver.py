@@ -41,6 +41,12 @@ _MODULE_ROOTS = _STATE_BASES | frozenset(
         "lightning.LightningModule",
         "lightning.pytorch.LightningModule",
         "pytorch_lightning.LightningModule",
+        # ... also as the modules that define it export it
+        "pytorch_lightning.core.LightningModule",
+        "pytorch_lightning.core.lightning.LightningModule",
+        "pytorch_lightning.core.module.LightningModule",
+        "lightning.pytorch.core.LightningModule",
+        "lightning.pytorch.core.module.LightningModule",
         # PyTorch Geometric's base of every graph layer (an nn.Module)
         "torch_geometric.nn.MessagePassing",
         "torch_geometric.nn.conv.MessagePassing",
@@ -83,6 +89,24 @@ def _diffusers_model_class(qualname: str) -> bool:
     return qualname.startswith("diffusers.models.") or last.endswith(("Model", "ModelMixin"))
 
 
+# OpenMMLab's libraries, whose model code derives from `BaseModule` (an `nn.Module`).
+_OPENMMLAB = ("mmcv.", "mmengine.", "mmdet.", "mmdet3d.", "mmseg.", "mmpose.", "mmaction.")
+_OPENMMLAB_MODULES = (
+    *("Module", "Head", "Neck", "Backbone", "Detector", "Segmentor", "Recognizer"),
+    *("Classifier", "Loss", "Encoder", "Decoder", "Transformer", "Attention", "Layer"),
+)
+
+
+def _openmmlab_model_class(qualname: str) -> bool:
+    """A model part of OpenMMLab's libraries, named for what it is in a model:
+    ``mmdet3d.models.dense_heads.centerpoint_head.CenterHead``, ``mmcv.runner.BaseModule``,
+    ``mmdet.models.detectors.TwoStageDetector`` (not a dataset, hook, runner or pipeline)."""
+    if not qualname.startswith(_OPENMMLAB):
+        return False
+    last = qualname.rpartition(".")[2]
+    return last[:1].isupper() and last.endswith(_OPENMMLAB_MODULES)
+
+
 def class_bases(cls: ast.ClassDef) -> list[ast.expr]:
     """The bases of ``cls`` as classes: a generic one subscripted, ``Embeddings[Sentence]``, is
     the class ``Embeddings``."""
@@ -110,7 +134,7 @@ def is_module_base(qualname: str) -> bool:
     all of which are modules)."""
     if qualname in _MODULE_ROOTS or _pretrained_model_class(qualname):
         return True
-    if _diffusers_model_class(qualname):
+    if _diffusers_model_class(qualname) or _openmmlab_model_class(qualname):
         return True
     if not qualname.startswith("torch.nn."):
         return False

@@ -392,3 +392,27 @@ def test_a_one_element_tensor_filled_at_random_is_a_draw() -> None:
     """``torch.Tensor(1).uniform_(0, p)[0]``: a host random scalar, as ``torch.rand(1)`` is
     (votenet's ``RandomDropout``); an unfilled ``torch.Tensor(1)`` meeting the input is not."""
     assert _lines(DROPOUT, "TPL103") == [8]
+
+
+HEAD = """\
+import torch
+from mmdet3d.models.dense_heads.centerpoint_head import CenterHead
+from pytorch_lightning.core import LightningModule
+
+
+class DepthHead(CenterHead):
+    def get_targets_single(self, gt_bboxes_3d):
+        return gt_bboxes_3d.new_zeros((4, 4), device="cuda")
+
+
+class DepthModel(LightningModule):
+    def training_step(self, batch):
+        images, labels = batch
+        return self(images.cuda()).mean()
+"""
+
+
+def test_openmmlab_model_parts_and_lightning_core_are_modules() -> None:
+    """A head derived from mmdet3d's ``CenterHead`` (BEVDepth's), and a ``LightningModule``
+    imported from ``pytorch_lightning.core``, are modules whose methods place by hand."""
+    assert _lines(HEAD, "TPL102") == [8, 14]
