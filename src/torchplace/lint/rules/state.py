@@ -329,10 +329,7 @@ _MODULE_CONTAINERS = frozenset({"ModuleDict", "ModuleList", "Sequential"})
 
 
 def _is_parameter(value: ast.expr, ctx: Context) -> bool:
-    return isinstance(value, ast.Call) and ctx.call_qualname(value) in {
-        "torch.nn.Parameter",
-        "torch.nn.parameter.Parameter",
-    }
+    return isinstance(value, ast.Call) and ctx.call_qualname(value) in _PARAMETERS
 
 
 def _registering(value: ast.expr, ctx: Context) -> bool:

@@ -27,6 +27,7 @@ from torchplace.lint.base import (
 )
 from torchplace.lint.nodes import (
     isinstance_test,
+    kept,
     own_nodes,
     parameter_defaults,
     statements,
@@ -3697,7 +3698,12 @@ def _reads_parameter(receiver: ast.expr, scope: ast.AST, ctx: Context) -> bool:
 
 def _loop_rows(scope: ast.AST) -> dict[str, list[ast.expr]]:
     """The names a loop of ``scope`` binds to the rows of what it iterates -> what that is
-    (``for ids, embeds in zip(input_ids, inputs_embeds):``: each name to the ``zip``)."""
+    (``for ids, embeds in zip(input_ids, inputs_embeds):``: each name to the ``zip``); found
+    once per scope."""
+    return kept("loop-rows", scope, _find_loop_rows)
+
+
+def _find_loop_rows(scope: ast.AST) -> dict[str, list[ast.expr]]:
     found: dict[str, list[ast.expr]] = {}
     for sub in own_nodes(scope):
         if isinstance(sub, (ast.For, ast.AsyncFor)):
