@@ -308,7 +308,6 @@ class Net(nn.Module):
 
 def train(loader, device, {params}):
     {build}
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for x, y in loader:
         loss = nn.functional.cross_entropy(model(x.to(device)), y.to(device))
         optimizer.zero_grad()
@@ -319,12 +318,18 @@ def train(loader, device, {params}):
 
 
 def test_a_printed_value_moved_but_of_unknown_kind_is_found() -> None:
-    source = PRINT_MODEL.format(params="model", build="model = model.to(device)")
-    assert lines(source, "TPL201") == [19]
+    source = PRINT_MODEL.format(params="model, optimizer", build="model = model.to(device)")
+    assert lines(source, "TPL201") == [18]
 
 
 def test_a_printed_model_the_function_builds_is_clean() -> None:
-    source = PRINT_MODEL.format(params="lr", build="model = Net().to(device)")
+    source = PRINT_MODEL.format(params="optimizer", build="model = Net().to(device)")
+    assert lines(source, "TPL201") == []
+
+
+def test_a_printed_value_whose_parameters_the_function_asks_for_is_a_module() -> None:
+    build = "model = model.to(device)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)"
+    source = PRINT_MODEL.format(params="model", build=build)
     assert lines(source, "TPL201") == []
 
 

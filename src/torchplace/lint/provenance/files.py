@@ -1134,8 +1134,16 @@ def _stores_device(node: ast.AST, names: set[str], flow: Flow) -> bool:
     return any((fact := flow.eval(v, lookup)) is not None and fact.on_device for v in values)
 
 
+#: containers an annotation may name around host types (``list[float]``, ``Sequence[int]``)
+_HOST_CONTAINERS = frozenset(
+    {"list", "tuple", "dict", "set", "List", "Tuple", "Dict", "Set", "Sequence", "Optional"}
+    | {"Iterable", "Mapping", "Iterator"}
+)
+
+
 def _host_annotation(annotation: ast.expr | None) -> bool:
-    """``-> int``, ``-> float``, ``-> "str"``, ``-> list[float]``, ``-> tuple[int, ...]``."""
+    """``-> int``, ``-> float``, ``-> "str"``, ``-> list[float]``, ``-> tuple[int, ...]``,
+    ``-> Sequence[float]``."""
     if isinstance(annotation, ast.Constant):
         if annotation.value is None:
             return True
@@ -1144,8 +1152,11 @@ def _host_annotation(annotation: ast.expr | None) -> bool:
         return annotation.value is Ellipsis
     if isinstance(annotation, ast.Name):
         return annotation.id in _HOST_TYPES
-    if isinstance(annotation, ast.Subscript) and isinstance(annotation.value, ast.Name):
-        if annotation.value.id not in ("list", "tuple", "dict", "set"):
+    if isinstance(annotation, ast.Subscript):
+        container = annotation.value
+        name = container.attr if isinstance(container, ast.Attribute) else None
+        name = container.id if isinstance(container, ast.Name) else name
+        if name not in _HOST_CONTAINERS:
             return False
         inner = annotation.slice
         parts = inner.elts if isinstance(inner, ast.Tuple) else [inner]

@@ -907,7 +907,7 @@ class Flow:
             return handed if handed is not None and handed.on_device else None
         if top != "torch":
             return self.project_call(node, qualname, args, lookup)
-        if qualname == "torch.Size" or qualname.startswith("torch.utils.benchmark."):
+        if qualname in _METADATA or qualname.startswith("torch.utils.benchmark."):
             # a shape, `torch.Size([*lead, *spec.shape])`: ints; a benchmark `Timer`, whatever
             # its `globals=` hold, measures on the host (`timer.blocked_autorange()`)
             return Fact("host", qualname)
@@ -949,6 +949,10 @@ class Flow:
             return None
         facts = [self.eval(arg, lookup) for arg in args]
         found = _any_device(facts) if facts else None
+        if found is None and facts and facts[0] is not None and node.args:
+            # `torch.kthvalue(rand_vals, k)` of a host tensor: the op runs where its tensor
+            # is, whatever the other arguments (a size, a count) turn out to be
+            found = facts[0]
         if (found is None or not found.on_device) and last in _GRAD_NORMS and node.args:
             ran = self.ran_on_device(node.args[0])
             return ran if ran is not None else found
@@ -1100,6 +1104,11 @@ def _preprocessor_of_loader(func: ast.expr, called: Fact) -> bool:
     name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
     lowered = name.lower()
     return any(word in lowered for word in ("tokenizer", "processor"))
+
+
+# torch functions answering on the host: a shape (`torch.Size([*lead, n])`) or a count read
+# from a tensor's metadata (`torch.numel(layer.weight)`)
+_METADATA = frozenset({"torch.Size", "torch.numel", "torch.is_tensor", "torch.is_floating_point"})
 
 
 def encodes_text(call: ast.Call) -> bool:

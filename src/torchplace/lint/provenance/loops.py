@@ -886,7 +886,7 @@ def _updates_device(
 ) -> tuple[LoopKind, str] | None:
     """The loop recomputes a device value from its items or its own previous value."""
     walked = set(_target_names(loop.target)) if isinstance(loop, (ast.For, ast.AsyncFor)) else set()
-    targets = walked | _carried(own) | _grown_back(own)
+    targets = _offsets(own, walked) | _carried(own) | _grown_back(own)
     per_pass = _from_whole_passes(facts, own, scope, walked)
     for node in own:
         updated = _updated_in_place(facts, node, scope)
@@ -912,6 +912,41 @@ def _updates_device(
                 what = _short(facts.segment(value), 32)
                 return "batch", f"it computes `{what}` on the device every step ({fact.describe()})"
     return None
+
+
+def _offsets(own: list[ast.AST], walked: set[str]) -> set[str]:
+    """``walked`` and the names a loop body computes from them by plain arithmetic
+    (``start = i * seqlen``, ``end = min(start + bs, n)``): offsets of the same step, which
+    slice the step's window out of a tensor (``data[:, start:end]``)."""
+    found = set(walked)
+    for node in own:
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and _names(node.value) & found
+            and _arithmetic(node.value)
+        ):
+            found.add(node.targets[0].id)
+    return found
+
+
+def _arithmetic(node: ast.expr) -> bool:
+    """``node`` is integer arithmetic of names and numbers (``min``/``max``/``int`` allowed)."""
+    if isinstance(node, ast.BinOp):
+        return _arithmetic(node.left) and _arithmetic(node.right)
+    if isinstance(node, ast.UnaryOp):
+        return _arithmetic(node.operand)
+    if isinstance(node, ast.Call):
+        return (
+            isinstance(node.func, ast.Name)
+            and node.func.id in {"min", "max", "int"}
+            and not node.keywords
+            and all(_arithmetic(arg) for arg in node.args)
+        )
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, int) and not isinstance(node.value, bool)
+    return isinstance(node, (ast.Name, ast.Attribute))
 
 
 def _fills_rows(node: ast.Assign | ast.AugAssign, own: list[ast.AST]) -> bool:

@@ -22,6 +22,8 @@ def _call(call: ast.Call, ctx: Context) -> None:
     name = ctx.call_qualname(call)
     if name not in CUDA_ONLY or not _entry_point(ctx) or _guarded(call, ctx):
         return
+    if _after_cuda_only(call, ctx):
+        return
     ctx.report(
         UNGUARDED.code,
         call,
@@ -217,7 +219,22 @@ def _cuda_only_statement(stmt: ast.stmt, ctx: Context) -> bool:
     torch.cuda.Event(enable_timing=True)`` above ``end = ...``): the code needs CUDA once it
     has run."""
     value = stmt.value if isinstance(stmt, (ast.Expr, ast.Assign, ast.AnnAssign)) else None
-    return isinstance(value, ast.Call) and ctx.call_qualname(value) in CUDA_ONLY
+    # `starter, ender = torch.cuda.Event(...), torch.cuda.Event(...)`: hlb-CIFAR10's timers
+    values = value.elts if isinstance(value, ast.Tuple) else [value]
+    return any(isinstance(v, ast.Call) and ctx.call_qualname(v) in CUDA_ONLY for v in values)
+
+
+def _after_cuda_only(call: ast.Call, ctx: Context) -> bool:
+    """``call`` is a later element of a tuple whose earlier element is a CUDA-only call
+    (the second ``torch.cuda.Event(...)`` of ``a, b = Event(...), Event(...)``): the first
+    raises before it runs, and is the one reported."""
+    parent = ctx.parents[-1] if ctx.parents else None
+    if not isinstance(parent, ast.Tuple) or call not in parent.elts:
+        return False
+    return any(
+        isinstance(v, ast.Call) and ctx.call_qualname(v) in CUDA_ONLY
+        for v in parent.elts[: parent.elts.index(call)]
+    )
 
 
 def _pins_on_every_path(stmt: ast.stmt) -> bool:

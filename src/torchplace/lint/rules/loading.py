@@ -507,15 +507,31 @@ def _args_file(word: str) -> bool:
     return bool(dot) and stem.endswith("args")
 
 
+def _lists_safe_globals(manager: ast.expr, ctx: Context) -> bool:
+    """``safe_globals([...])``, or a name the function binds to it in some branch (captum's
+    ``ctx = torch.serialization.safe_globals(...)`` else ``ctx = nullcontext()``)."""
+    values: list[ast.expr] = [manager]
+    scope = ctx.function_scope()
+    if isinstance(manager, ast.Name) and scope is not None:
+        values = [
+            node.value
+            for node in walk(scope.node)
+            if isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == manager.id for t in node.targets)
+        ]
+    return any(
+        isinstance(value, ast.Call) and (ctx.call_qualname(value) or "").endswith("safe_globals")
+        for value in values
+    )
+
+
 def _decided_elsewhere(ctx: Context) -> bool:
     """Inside ``if not weights_only:`` (the caller chose, and this branch honours it), or in a
     ``with torch.serialization.safe_globals([...]):`` block (code for torch >= 2.6, where
     ``weights_only=True`` is the default and the block lists what it may unpickle)."""
     for parent in ctx.parents:
         if isinstance(parent, (ast.With, ast.AsyncWith)) and any(
-            isinstance(item.context_expr, ast.Call)
-            and (ctx.call_qualname(item.context_expr) or "").endswith("safe_globals")
-            for item in parent.items
+            _lists_safe_globals(item.context_expr, ctx) for item in parent.items
         ):
             return True
     return any(

@@ -191,7 +191,7 @@ def _fresh_pageable(call: ast.Call, ctx: Context) -> str | None:
     qualname = ctx.call_qualname(call)
     if not _allocates_pageable(call, qualname, ctx):
         return None
-    return f"`{qualname}(...)` returns pageable memory"
+    return f"`{qualname or dotted_name(call.func)}(...)` returns pageable memory"
 
 
 # Joins that allocate their result where their inputs are: new pageable memory on the host.
@@ -205,9 +205,10 @@ def _allocates_pageable(call: ast.Call, qualname: str | None, ctx: Context) -> b
     """``call`` builds a new host tensor in pageable memory: a factory or ``torch.from_numpy``
     without ``pin_memory=``/``device=``, or a join (``torch.cat(crops)``) of tensors not known
     to be on the device (a join of host tensors is never pinned, whatever its inputs were)."""
-    if encodes_text(call):
-        # `tokenizer(texts, return_tensors="pt")`, also given its text as `**kw`: built on
-        # the host, never pinned (a tokenizer takes no `pin_memory`)
+    if encodes_text(call) or _tokenizes(call):
+        # `tokenizer(texts, return_tensors="pt")`, also given its text as `**kw`, or
+        # `clip.tokenize(texts)`: built on the host, never pinned (a tokenizer takes no
+        # `pin_memory`)
         return True
     if has_star_kwargs(call) or keyword(call, "pin_memory") or keyword(call, "device"):
         return False
@@ -221,6 +222,14 @@ def _allocates_pageable(call: ast.Call, qualname: str | None, ctx: Context) -> b
     return not any(
         (fact := facts.fact(part, scope)) is not None and fact.on_device for part in parts
     )
+
+
+def _tokenizes(call: ast.Call) -> bool:
+    """``tokenize(texts)``, ``self.model.tokenizer(prompts)``, ``clip_tokenizer(text)``: a
+    tokenizer's call, which encodes text into new host tensors."""
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    return bool(call.args) and name.lower().endswith(("tokenize", "tokenizer"))
 
 
 def _root_name(node: ast.expr) -> str | None:
@@ -290,6 +299,8 @@ def _unpinned_source(name: str, ctx: Context, scope: Scope, line: int) -> str | 
         if helper is None:
             return None
         return f"`{name}` is the host tensor `{helper}` builds on line {value.lineno}"
+    if encodes_text(value) or _tokenizes(value):
+        return f"`{name}` is a tokenizer's output, built on the host on line {value.lineno}"
     return f"`{name}` is created on line {value.lineno} without `pin_memory=True`"
 
 
@@ -428,6 +439,8 @@ def _rebuilt_above(name: str, ctx: Context, scope: Scope, line: int) -> str | No
         return None
     if qualname in _JOINS:
         return f"`{name}` is joined by `{qualname}(...)` on line {value.lineno}, into new pageable memory"
+    if encodes_text(value) or _tokenizes(value):
+        return f"`{name}` is a tokenizer's output, built on the host on line {value.lineno}"
     return f"`{name}` is created on line {value.lineno} without `pin_memory=True`"
 
 

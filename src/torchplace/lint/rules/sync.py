@@ -347,7 +347,7 @@ def _call(call: ast.Call, ctx: Context) -> None:
         if any(not _is_read(v) and _check(v, v, what, ctx, explicit=False) for v in split):
             return
         values += [v for v, spread in pieces if not spread]
-        values = [v for v in values if not _names_a_model(v, ctx)]
+        values = [v for v in values if not (_names_a_model(v, ctx) or _holds_module(v, ctx))]
         _check_many(call, values, what, ctx)
         return
     name = ctx.call_qualname(call)
@@ -541,6 +541,16 @@ def _names_a_model(value: ast.expr, ctx: Context) -> bool:
                 return False  # unpacked, stepped or looped over: not one plain model
     facts = file_facts(ctx)
     return bool(values) and all(_model_root(facts, v) for v in values)
+
+
+def _holds_module(value: ast.expr, ctx: Context) -> bool:
+    """``print(layer)`` of a name the function calls a module's own method on, or binds from
+    an item of a container whose items it does (:func:`_used_as_module`)."""
+    text = dotted_name(value)
+    scope = ctx.function_scope()
+    if text is None or scope is None:
+        return False
+    return _used_as_module(text, list(walk(scope.node)))
 
 
 def _unpacked(target: ast.expr) -> list[ast.expr]:
@@ -1804,7 +1814,74 @@ def _runs_as_module(node: ast.expr, ctx: Context) -> bool:
         if not isinstance(module, ast.Module):
             return False
         nodes = walk_body(module.body)  # not the file's functions: their names are their own
-    return any(isinstance(sub, ast.Call) and dotted_name(sub.func) == text for sub in nodes)
+    nodes = list(nodes)
+    if any(isinstance(sub, ast.Call) and dotted_name(sub.func) == text for sub in nodes):
+        return True
+    return _used_as_module(text, nodes) or _handed_as_module(text, nodes, ctx)
+
+
+def _handed_as_module(text: str, nodes: list[ast.AST], ctx: Context) -> bool:
+    """``update_outs(layer, ...)`` where that function of the file annotates the parameter
+    it binds ``layer`` to as a module (``layer: nn.Module``)."""
+    facts, scope = file_facts(ctx), scope_node(ctx)
+    for sub in nodes:
+        if not isinstance(sub, ast.Call):
+            continue
+        at = [i for i, arg in enumerate(sub.args) if dotted_name(arg) == text]
+        if not at:
+            continue
+        called = facts.local_def(sub.func, scope)
+        if called is None:
+            continue
+        params = [*called.args.posonlyargs, *called.args.args]
+        if params and params[0].arg in {"self", "cls"} and isinstance(sub.func, ast.Attribute):
+            params = params[1:]
+        for i in at:
+            annotation = params[i].annotation if i < len(params) else None
+            if annotation is not None and dotted_name(annotation) in _MODULE_TYPES:
+                return True
+    return False
+
+
+_MODULE_TYPES = frozenset({"nn.Module", "torch.nn.Module", "Module"})
+
+
+#: methods only a module has: a name they are called on holds a module, never a tensor
+_MODULE_METHODS = frozenset(
+    {"parameters", "named_parameters", "modules", "named_modules", "children"}
+    | {"named_children", "buffers", "named_buffers", "load_state_dict", "eval", "train"}
+    | {"register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook"}
+)
+
+
+def _used_as_module(text: str, nodes: list[ast.AST]) -> bool:
+    """The name ``text`` holds a module: ``nodes`` call a module's own method on it
+    (``for sub in layer.modules():``), or bind it from an item of a container whose items
+    they call one on (``layer = layers[i].to(dev)`` beside ``next(layers[i].parameters())``)."""
+    containers = {
+        dotted_name(_item_root(sub.func.value))
+        for sub in nodes
+        if isinstance(sub, ast.Call)
+        and isinstance(sub.func, ast.Attribute)
+        and sub.func.attr in _MODULE_METHODS
+    }
+    if text in containers:
+        return True
+    for sub in nodes:
+        if isinstance(sub, ast.Assign) and any(dotted_name(t) == text for t in sub.targets):
+            value = sub.value
+            while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+                value = value.func.value  # `layers[i].to(dev)`, `.cuda().half()`
+            if isinstance(value, ast.Subscript) and f"{dotted_name(value.value)}[]" in containers:
+                return True
+    return False
+
+
+def _item_root(node: ast.expr) -> ast.expr:
+    """``layers[i]`` as the name ``layers[]`` (an item of ``layers``), other nodes as they are."""
+    if isinstance(node, ast.Subscript) and dotted_name(node.value) is not None:
+        return ast.Name(id=f"{dotted_name(node.value)}[]")
+    return node
 
 
 def _parked_back(call: ast.Call, ctx: Context) -> bool:
