@@ -153,3 +153,118 @@ def kernel_shap_perturb(original_inp, num_features, distribution):
 def test_an_op_on_a_host_tensor_runs_on_the_host() -> None:
     # captum's KernelSHAP sampler: whatever `k` is, `kthvalue` of a host draw is on the host
     assert _lines(DRAWS, "TPL201") == []
+
+
+TRAINER = """\
+import torch
+
+
+class Trainer:
+    def __init__(self, model, criterion, optimizer, loader, device):
+        self.model, self.criterion, self.optimizer = model, criterion, optimizer
+        self.loader, self.device = loader, device
+        self.total = {"mel": 0.0}
+
+    def _train_epoch(self):
+        for batch in self.loader:
+            self._train_step(batch)
+
+    def _train_step(self, batch):
+        x, y, lengths = self._parse_batch(batch)
+        mel_loss = self.criterion["mel"](self.model["generator"](*x), y)
+        self.total["mel"] += mel_loss.item()
+        print(lengths.item())
+        self.optimizer["generator"].zero_grad()
+        mel_loss.backward()
+        self.optimizer["generator"].step()
+
+    def _parse_batch(self, batch):
+        inputs, targets = batch
+        lengths = torch.tensor([len(t) for t in targets])
+        if isinstance(inputs, torch.Tensor):
+            x = [inputs.to(self.device)]
+        else:
+            x = [None if x is None else x.to(self.device) for x in inputs]
+        return x, targets.to(self.device), lengths
+"""
+
+
+def test_a_criterion_kept_in_a_dict_runs_on_what_a_method_moves() -> None:
+    # ParallelWaveGAN's trainer: `self._parse_batch(batch)` hands back the batch it moves
+    # (not the host lengths it counts beside it), and `self.criterion["mel"](y_, y)` runs on it
+    assert _lines(TRAINER, "TPL201") == [17]
+
+
+COACH = """\
+import torch
+import torch.nn.functional as F
+
+
+class LPIPS(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 1)
+
+    def forward(self, x, y):
+        return self.lin(x - y).mean()
+
+
+class Coach:
+    def __init__(self, net, loader, device):
+        self.net, self.loader, self.device = net.to(device), loader, device
+        self.lpips_loss = LPIPS().to(self.device).eval()
+        self.optimizer = torch.optim.Adam(self.net.parameters())
+
+    def train(self):
+        for x, y in self.loader:
+            x, y = x.to(self.device), y.to(self.device)
+            loss, logs = self.calc_loss(y, self.net(x))
+            loss.backward()
+            self.optimizer.step()
+
+    def calc_loss(self, y, y_hat):
+        logs = {}
+        loss_lpips = self.lpips_loss(y_hat, y)
+        logs["loss_lpips"] = float(loss_lpips)
+        return loss_lpips, logs
+"""
+
+
+def test_the_output_of_a_module_the_class_builds_is_a_tensor() -> None:
+    # pixel2style2pixel's coach: `float()` of what its LPIPS loss module answers, per batch
+    assert _lines(COACH, "TPL201") == [30]
+
+
+OBSERVER = """\
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+
+
+class AWQObserver(torch.nn.Module):
+    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor]):
+        super().__init__()
+        self.weight, self.bias = weight, bias
+        self.bias = bias
+        self.device = self.weight.device
+        if self.bias is not None:
+            self.bias.to(self.device)
+
+    def calculate_qparams(self):
+        if self.bias is not None:
+            self.bias = self.bias.to(self.device)
+
+
+def sync_found_inf(per_device):
+    for v in per_device.values():
+        v_on_cuda = v.cuda()
+        dist.all_reduce(v_on_cuda, async_op=True)
+        v_on_cuda.cpu()
+"""
+
+
+def test_a_tensor_parameter_kept_or_a_reduced_name_is_a_tensor() -> None:
+    # torchao's AWQ observer keeps `bias: Optional[torch.Tensor]`; fairscale's grad scaler
+    # reduces `v_on_cuda` in place: a `.to()`/`.cpu()` of either as a statement is lost
+    assert _lines(OBSERVER, "TPL101") == [14, 25]

@@ -721,6 +721,44 @@ class FileFacts:
             lambda: None,
         )
 
+    def method_returns_device(self, func: ast.expr, scope: ast.AST) -> Fact | None:
+        """``self._parse_batch(batch)`` in a method, running a method of its class whose every
+        ``return`` hands back a device value it makes, or a tuple holding one (ParallelWaveGAN's
+        ``return x, y`` of ``inputs.to(self.device)``, ``targets.to(self.device)``)."""
+        if not (
+            isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and func.value.id == "self"
+        ):
+            return None
+        callee = self.local_def(func, scope)
+        if callee is None:
+            return None
+        key = f"self.{id(callee)}"
+        if key in self._returns_device:
+            return self._returns_device[key]
+        return cycles.answer(
+            self._returns_device, key, lambda: self._method_device(callee), lambda: None
+        )
+
+    def _method_device(self, callee: ast.FunctionDef | ast.AsyncFunctionDef) -> Fact | None:
+        returns = [r.value for r in own_nodes(callee) if isinstance(r, ast.Return)]
+        if not returns or any(v is None for v in returns):
+            return None
+        first: Fact | None = None
+        for value in returns:
+            assert value is not None
+            elements = value.elts if isinstance(value, ast.Tuple) else [value]
+            found = next(
+                (f for e in elements if (f := self.fact(e, callee)) is not None and f.on_device),
+                None,
+            )
+            if found is None:
+                return None
+            first = first or found
+        assert first is not None
+        return Fact("device", f"self.{callee.name}(...)", first.move, first.name)
+
     def _returned_device(self, name: str, *, own: bool = False) -> Fact | None:
         defs = self.defs.get(name, [])
         if len(defs) != 1:

@@ -209,9 +209,14 @@ class Flow:
         for it; an element the callee's own flow puts on the device, or cannot say, is ``...``
         (the call's fact as a whole)."""
         func = call.func
-        if not isinstance(func, ast.Name) or any(isinstance(a, ast.Starred) for a in call.args):
+        if any(isinstance(a, ast.Starred) for a in call.args):
             return None
-        callees = self.facts.callees(func.id, self.facts.qualname(func))
+        method = None
+        if isinstance(func, ast.Name):
+            callees = self.facts.callees(func.id, self.facts.qualname(func))
+        else:  # `self._parse_batch(batch)`: a method of the class
+            method = self.facts.local_def(func, self.node)
+            callees = [] if method is None else [(self.facts, method)]
         if len(callees) != 1:
             return None
         owner, callee = callees[0]
@@ -220,6 +225,8 @@ class Flow:
         if not values or not all(isinstance(v, ast.Tuple) and len(v.elts) == count for v in values):
             return None
         params = [a.arg for a in [*callee.args.posonlyargs, *callee.args.args]]
+        if not isinstance(func, ast.Name):
+            params = params[1:]  # `self`
         given: dict[str, ast.expr] = dict(zip(params, call.args, strict=False))
         given.update({kw.arg: kw.value for kw in call.keywords if kw.arg is not None})
         rebound = {
@@ -240,8 +247,10 @@ class Flow:
                     continue
             found = [owner.fact(e, callee) for e in elements]
             if all(f is not None and f.where == "host" for f in found):
-                parts.append(Fact("host", f"{func.id}(...)[{index}]"))
-            elif any(f is not None and f.on_device for f in found):
+                parts.append(Fact("host", f"{callee.name}(...)[{index}]"))
+            elif any(f is not None and f.on_device for f in found) or method is not None:
+                # a method's element made from what it is given (DeepCTR's `self._get_emb(X)`
+                # of a moved `X`) goes where the call's fact as a whole says
                 parts.append(...)
             else:
                 parts.append(None)  # nothing in the callee says where it lives
@@ -736,6 +745,9 @@ class Flow:
                 return Fact("host", f"text from `{_short(facts.segment(func), 32)}`")
             if _numpy_alias(func) and lookup("np") is None and lookup("numpy") is None:
                 return Fact("host", _short(facts.segment(func), 32))  # `np` from a star import
+            made = facts.method_returns_device(func, self.node)
+            if made is not None:  # `x, y = self._parse_batch(batch)`, moving what it returns
+                return made
             receiver = self.eval(func.value, lookup)
             if receiver is not None and receiver.on_device:
                 if facts.method_returns_host(func.value, method, self.node):
@@ -802,9 +814,13 @@ class Flow:
                 # back beside its model, given the device; it prepares inputs on the host
                 return Fact("host", f"preprocessor output `{_short(facts.segment(func), 32)}`")
             return Fact("device", _short(facts.segment(node)), _ran(called), called.name)
-        if _registry_call(func, facts):
+        if _registry_call(func, facts) or (
+            isinstance(func, ast.Subscript) and isinstance(func.value, ast.Attribute)
+        ):
             # `loss_registry[config.model.type](model, x, t, e, b)`: one of the file's functions
-            # picked from a dict display, run on the device values it is given
+            # picked from a dict display, or a module an object keeps in a dict
+            # (ParallelWaveGAN's `self.criterion["mel"](y_, y)`), run on the device values it
+            # is given
             found = _any_device([self.eval(arg, lookup) for arg in args])
             return found if found is not None and found.on_device else None
         return None

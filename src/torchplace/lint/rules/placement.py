@@ -28,6 +28,7 @@ from torchplace.lint.rules.facts import (
     device_argument,
     in_test,
     is_module_expr,
+    is_tensor_annotation,
     is_tensor_expr,
 )
 from torchplace.lint.rules.module_helpers import module_helper_caller
@@ -69,6 +70,7 @@ def _discarded(node: ast.Expr, ctx: Context) -> None:
         is_tensor_expr(receiver, ctx, scope)
         or _tensor_only(receiver, ctx, scope)
         or _bound_to_tensor_before(receiver, node, ctx, scope)
+        or _reduced_in_place(receiver, ctx, scope)
     )
     attribute = None if tensor else _tensor_attribute(receiver, ctx)
     if not tensor and attribute is None:
@@ -136,6 +138,24 @@ def _bound_to_tensor_before(
     return isinstance(last, ast.Assign) and is_tensor_expr(last.value, ctx, scope)
 
 
+# torch.distributed collectives that write their result into the tensor they are given
+_IN_PLACE_COLLECTIVES = frozenset({"all_reduce", "broadcast", "reduce", "recv", "irecv"})
+
+
+def _reduced_in_place(receiver: ast.expr, ctx: Context, scope: Scope | None) -> bool:
+    """``receiver`` is a name the function hands to a collective that writes into it
+    (``dist.all_reduce(v_on_cuda, async_op=True)``, fairscale's sharded grad scaler): a
+    tensor, whose ``.cpu()`` as a statement copies the reduced value nowhere."""
+    if not isinstance(receiver, ast.Name) or scope is None:
+        return False
+    for sub in walk(scope.node):
+        if isinstance(sub, ast.Call) and sub.args and dotted_name(sub.args[0]) == receiver.id:
+            module, _, name = (ctx.call_qualname(sub) or "").rpartition(".")
+            if module.startswith("torch.distributed") and name in _IN_PLACE_COLLECTIVES:
+                return True
+    return False
+
+
 def _tensor_only(receiver: ast.expr, ctx: Context, scope: Scope | None) -> bool:
     """``receiver`` is a name every binding of which is the result of a method only a tensor
     has (``encoded = output.last_hidden_state.detach()``, ``mask = mask[..., None].bool()``)."""
@@ -159,9 +179,11 @@ def _tensor_attribute(receiver: ast.expr, ctx: Context) -> str | None:
     attr = self_attribute(receiver)
     if attr is None or scope is None or scope.cls is None:
         return None
-    values = [
-        sub.value
-        for sub in walk(scope.cls.node)
+    values: list[tuple[ast.expr, ast.AST]] = [
+        (sub.value, method)
+        for method in scope.cls.node.body  # type: ignore[attr-defined]
+        if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef))
+        for sub in walk(method)
         if isinstance(sub, (ast.Assign, ast.AnnAssign))
         and sub.value is not None
         and any(
@@ -169,11 +191,36 @@ def _tensor_attribute(receiver: ast.expr, ctx: Context) -> str | None:
             for t in (sub.targets if isinstance(sub, ast.Assign) else [sub.target])
         )
     ]
-    made = [v for v in values if not (isinstance(v, ast.Constant) and v.value is None)]
-    kinds = {_makes_tensor(v, ctx) for v in made}
+    made = [
+        (v, m)
+        for v, m in values
+        if not (isinstance(v, ast.Constant) and v.value is None) and not _converted_self(v, attr)
+    ]
+    kinds = {_makes_tensor(v, ctx) or _tensor_parameter(v, m, ctx) for v, m in made}
     if not made or None in kinds:
         return None
     return "parameter" if "parameter" in kinds else "tensor"
+
+
+def _converted_self(value: ast.expr, attr: str) -> bool:
+    """``self.bias.to(self.device)``: the attribute's own value moved or cast, whatever it is."""
+    while _converts(value):
+        value = value.func.value  # type: ignore[attr-defined]
+    return self_attribute(value) == attr and isinstance(value, ast.Attribute)
+
+
+def _tensor_parameter(value: ast.expr, method: ast.AST, ctx: Context) -> str | None:
+    """``"tensor"`` for ``self.bias = bias`` in a method taking ``bias: Optional[torch.Tensor]``
+    (torchao's AWQ observer): what the attribute holds is a tensor (or None)."""
+    if not isinstance(value, ast.Name) or not isinstance(
+        method, ast.FunctionDef | ast.AsyncFunctionDef
+    ):
+        return None
+    args = method.args
+    for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
+        if arg.arg == value.id and arg.annotation is not None:
+            return "tensor" if is_tensor_annotation(arg.annotation, ctx, optional=True) else None
+    return None
 
 
 def _makes_tensor(value: ast.expr, ctx: Context) -> str | None:

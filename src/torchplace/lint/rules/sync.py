@@ -1307,7 +1307,32 @@ def _torch_value(node: ast.expr, ctx: Context) -> bool:
     qualname = ctx.qualname(node.func)
     if qualname is not None:
         return qualname.startswith("torch.") and qualname.rpartition(".")[2] not in _TORCH_QUERIES
+    if _runs_own_module(node.func, ctx):
+        return True
     return isinstance(node.func, ast.Attribute) and node.func.attr in _REDUCTIONS
+
+
+def _runs_own_module(func: ast.expr, ctx: Context) -> bool:
+    """``self.lpips_loss(y_hat, y)`` where the class binds ``self.lpips_loss`` only to modules
+    it builds (``LPIPS(net_type="alex").to(self.device).eval()``): a module's output, a tensor."""
+    if not (
+        isinstance(func, ast.Attribute)
+        and isinstance(func.value, ast.Name)
+        and func.value.id == "self"
+    ):
+        return False
+    scope = ctx.function_scope()
+    cls = scope.cls if scope is not None else None
+    if cls is None:
+        return False
+    facts = file_facts(ctx)
+    values = [
+        node.value
+        for node in walk(cls.node)
+        if isinstance(node, ast.Assign)
+        and any(dotted_name(t) == f"self.{func.attr}" for t in node.targets)
+    ]
+    return bool(values) and all(_model_root(facts, v) for v in values)
 
 
 def _tested(test: ast.expr) -> list[ast.expr]:
