@@ -268,3 +268,50 @@ def test_a_tensor_parameter_kept_or_a_reduced_name_is_a_tensor() -> None:
     # torchao's AWQ observer keeps `bias: Optional[torch.Tensor]`; fairscale's grad scaler
     # reduces `v_on_cuda` in place: a `.to()`/`.cpu()` of either as a statement is lost
     assert _lines(OBSERVER, "TPL101") == [14, 25]
+
+
+WARMUP = """\
+import torch
+
+
+def capture(decode, input_ids, state, graph):
+    for _ in range(1):
+        torch.cuda.synchronize()
+        decode(input_ids, state)
+        torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        return decode(input_ids, state)
+"""
+
+
+def test_a_loop_over_range_one_is_no_step_loop() -> None:
+    # lightllm's warm-up before a CUDA-graph capture runs its body once
+    assert _lines(WARMUP, "TPL202") == []
+
+
+RESTORER = """\
+import torch
+
+
+class TrainingRestorer:
+    def __init__(self, cfg, model, optimizer):
+        self.global_step = 0
+        self.model, self.optimizer = model, optimizer
+
+
+def train(cfg, model, loader, optimizer, writer, device):
+    model.to(device)
+    restorer = TrainingRestorer(cfg, model, optimizer)
+    global_step = restorer.global_step
+    for batch in loader:
+        loss = model(batch.to(device))
+        loss.backward()
+        optimizer.step()
+        global_step += 1
+        writer.add_scalar("epoch", int(cfg.batch_size * global_step / cfg.examples))
+"""
+
+
+def test_the_state_of_a_plain_object_is_its_own() -> None:
+    # ClipBERT: the step count a restorer object keeps is a Python int, whatever it was given
+    assert _lines(RESTORER, "TPL201") == []

@@ -878,6 +878,25 @@ class FileFacts:
                     self._top.setdefault(node.name, node)
         return self._top.get(name)
 
+    def plain_instance(self, call: ast.Call, name: str, qualname: str | None) -> bool:
+        """``call`` constructs an object of a plain class of the linted tree (no base but
+        ``object``, no decorator, none of :data:`_NOT_PLAIN`: ClipBERT's
+        ``TrainingRestorer(cfg, model, optimizer)``): an object holding its own state, not a
+        tensor or a model to run."""
+        if qualname is None:
+            found = self.top_level(name)
+        else:
+            module, _, attr = qualname.rpartition(".")
+            other = self.module_facts(module) if module else None
+            found = None if other is None or other is self else other.top_level(attr)
+        if not isinstance(found, ast.ClassDef) or found.decorator_list:
+            return False
+        if any(not (isinstance(b, ast.Name) and b.id == "object") for b in found.bases):
+            return False  # a base of elsewhere may make it a module, or a tensor subclass
+        return not any(
+            isinstance(item, _FUNCTIONS) and item.name in _NOT_PLAIN for item in found.body
+        )
+
     def builds_module(self, node: ast.expr, depth: int = 0) -> bool:
         """``node`` constructs an ``nn.Module``: a torch module class (``nn.Linear(4, n)``), a
         class of this file that derives from one (``BaseNetwork(act_fn=fn)``), or one that a
@@ -1177,6 +1196,11 @@ _HOST_CONTAINERS = frozenset(
     {"list", "tuple", "dict", "set", "List", "Tuple", "Dict", "Set", "Sequence", "Optional"}
     | {"Iterable", "Mapping", "Iterator"}
 )
+
+
+#: methods that make an object run a model (``__call__``, ``forward``), stand for another
+#: (``__new__``) or hand out what it holds (SAM's ``MaskData["masks"]``, ``__iter__``)
+_NOT_PLAIN = frozenset({"__call__", "forward", "__new__", "__getitem__", "__iter__", "__getattr__"})
 
 
 def _host_annotation(annotation: ast.expr | None) -> bool:

@@ -792,6 +792,10 @@ class Flow:
                 return made
             if facts.moves_argument(node, self.node):  # `to_var(x)`: a transfer helper
                 return Fact("device", _short(facts.segment(node)), _moved_through(node))
+            if facts.plain_instance(node, name, qualname):
+                # `restorer = TrainingRestorer(cfg, model, optimizer)`: an object of a class of
+                # the linted tree that is no module; its attributes (a step count) are its own
+                return None
             arg_facts = [self.eval(arg, lookup) for arg in args]
             found = _any_device(arg_facts)
             if found is not None and found.on_device:

@@ -668,6 +668,21 @@ def _moves(node: ast.expr) -> bool:
     return False
 
 
+def _single_pass(iterable: ast.expr) -> bool:
+    """``range(1)`` (or ``range(0, 1)``): a loop that runs its body once."""
+    if not (
+        isinstance(iterable, ast.Call)
+        and isinstance(iterable.func, ast.Name)
+        and iterable.func.id == "range"
+        and 1 <= len(iterable.args) <= 2
+        and all(isinstance(a, ast.Constant) and type(a.value) is int for a in iterable.args)
+    ):
+        return False
+    bounds = [a.value for a in iterable.args]  # type: ignore[attr-defined]
+    start, stop = (0, bounds[0]) if len(bounds) == 1 else bounds
+    return bool(stop - start <= 1)
+
+
 def _not_a_step(loop: ast.AST, call: ast.Call) -> bool:
     """A loop over a literal list (``for t in [a, b]:``), or one that synchronizes the device
     it iterates (``for d in devices: torch.cuda.synchronize(d)``, also by index: ``for i in
@@ -675,8 +690,8 @@ def _not_a_step(loop: ast.AST, call: ast.Call) -> bool:
     few fixed things or devices, not a step of work."""
     if not isinstance(loop, (ast.For, ast.AsyncFor)):
         return False
-    if isinstance(loop.iter, (ast.List, ast.Tuple, ast.Set)):
-        return True
+    if isinstance(loop.iter, (ast.List, ast.Tuple, ast.Set)) or _single_pass(loop.iter):
+        return True  # also `for _ in range(1):`, lightllm's warm-up before a graph capture
     device = call.args[0] if call.args else getattr(keyword(call, "device"), "value", None)
     if isinstance(device, ast.Call) and call_name(device) == "device" and device.args:
         device = device.args[0]  # torch.device(f"cuda:{i}")
