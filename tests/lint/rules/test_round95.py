@@ -315,3 +315,44 @@ def train(cfg, model, loader, optimizer, writer, device):
 def test_the_state_of_a_plain_object_is_its_own() -> None:
     # ClipBERT: the step count a restorer object keeps is a Python int, whatever it was given
     assert _lines(RESTORER, "TPL201") == []
+
+
+MAIN_BLOCK = """\
+import numpy as np
+import torch
+
+if __name__ == "__main__":
+    net = build().cuda()
+    test_feats = []
+    with torch.no_grad():
+        for data in eval_loader:
+            feat = net(data["x_lb"].cuda())
+            test_feats.append(feat.cpu().numpy())
+    test_feats = np.concatenate(test_feats)
+"""
+
+
+def test_copies_joined_after_the_loop_of_a_main_block_are_its_result() -> None:
+    # USB's eval.py: the script's top level under `if __name__ == "__main__":`
+    assert _lines(MAIN_BLOCK, "TPL201") == []
+
+
+CUDA_DEFAULT = """\
+import torch
+from torch import optim
+
+if args.cuda:
+    torch.set_default_tensor_type("torch.cuda.FloatTensor")
+
+
+def train(net):
+    optimizer = optim.SGD(net.parameters(), lr=0.1)
+    net = net.cuda()
+    return optimizer
+"""
+
+
+def test_an_optimizer_of_parameters_born_on_the_gpu_is_built_in_time() -> None:
+    # YOLACT: with CUDA torch's default tensor type, `Yolact()` is built on the GPU
+    assert _lines(CUDA_DEFAULT, "TPL801") == []
+    assert _lines(CUDA_DEFAULT.replace("torch.cuda.FloatTensor", "torch.FloatTensor"), "TPL801")

@@ -39,6 +39,8 @@ def _call(call: ast.Call, ctx: Context) -> None:
     last = name.rsplit(".", 1)[-1]
     if not last[:1].isupper() or "lr_scheduler" in name or "swa_utils" in name:
         return
+    if _cuda_by_default(ctx):
+        return  # `torch.set_default_tensor_type("torch.cuda.FloatTensor")`: born on the GPU
     model = _parameters_owner(call, ctx)
     if model is None:
         _handed_parameters(call, ctx)
@@ -73,6 +75,28 @@ def _call(call: ast.Call, ctx: Context) -> None:
         _across_functions(call, model, scope.node, ctx)
     if model == "self":
         _moved_by_makers(call, ctx)
+
+
+def _cuda_by_default(ctx: Context) -> bool:
+    """The file makes CUDA torch's default device (``torch.set_default_tensor_type(
+    "torch.cuda.FloatTensor")``, YOLACT's and SSD's scripts; ``torch.set_default_device(
+    "cuda")``): the model's parameters are created on the GPU, so an optimizer built before
+    a ``.cuda()`` already holds them there."""
+    root = ctx.scope.root()
+    cached = root.cache.get("tpl801-cuda-default")
+    if cached is None:
+        cached = root.cache["tpl801-cuda-default"] = any(
+            isinstance(node, ast.Call)
+            and ctx.call_qualname(node) in _DEFAULT_SETTERS
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and str(node.args[0].value).startswith(("torch.cuda.", "cuda"))
+            for node in walk(root.node)
+        )
+    return bool(cached)
+
+
+_DEFAULT_SETTERS = frozenset({"torch.set_default_tensor_type", "torch.set_default_device"})
 
 
 def _project_optimizer(call: ast.Call, ctx: Context) -> bool:

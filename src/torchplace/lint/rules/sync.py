@@ -2227,7 +2227,7 @@ def _kept_joined(ctx: Context, body: ast.AST, names: set[str]) -> bool:
         and stmt.lineno > end
         and any(names_in(target) & names for target in stmt.targets)
         and _carries(_unwrapped(stmt.value), names)
-        for stmt in body.body
+        for stmt in walk_body(body.body)  # also under `if __name__ == "__main__":`
     )
 
 
