@@ -203,11 +203,12 @@ class Flow:
 
     def returned_parts(self, call: ast.Call, count: int) -> list[Fact | EllipsisType | None] | None:
         """``model, optimizer, epoch = load_checkpoint(path, model, optimizer)``: the fact of
-        each element of the tuple that the project's one function of that name returns
-        (``return model, optimizer, epoch`` in every ``return``), so that the host epoch is not
-        taken for the device model beside it. A returned parameter follows the argument given
-        for it; an element the callee's own flow puts on the device, or cannot say, is ``...``
-        (the call's fact as a whole)."""
+        each element of the tuple that the project's one function of that name (or the
+        method of the class, ``self._parse_batch(batch)``) returns (``return model, optimizer,
+        epoch`` in every ``return``), so that the host epoch is not taken for the device model
+        beside it. A returned parameter follows the argument given for it; an element the
+        callee's own flow puts on the device is ``...`` (the call's fact as a whole), as is one
+        a method's flow cannot place; one a function's flow cannot place is None."""
         func = call.func
         if any(isinstance(a, ast.Starred) for a in call.args):
             return None
