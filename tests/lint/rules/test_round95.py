@@ -356,3 +356,27 @@ def test_an_optimizer_of_parameters_born_on_the_gpu_is_built_in_time() -> None:
     # YOLACT: with CUDA torch's default tensor type, `Yolact()` is built on the GPU
     assert _lines(CUDA_DEFAULT, "TPL801") == []
     assert _lines(CUDA_DEFAULT.replace("torch.cuda.FloatTensor", "torch.FloatTensor"), "TPL801")
+
+
+GATHERED = """\
+import torch
+import torch.distributed as dist
+
+
+def gather_scalar(fn, world_size):
+    value = torch.tensor(fn(), device=torch.cuda.current_device()).float()
+    parts = [torch.zeros_like(value) for _ in range(world_size)]
+    dist.gather(value, gather_list=parts, dst=0)
+    values = []
+    for tensor in parts:
+        if tensor == tensor.int():
+            values.append(int(tensor.item()))
+        else:
+            values.append(float(tensor.item()))
+    return values
+"""
+
+
+def test_a_walk_over_the_list_a_gather_fills_is_a_pass_over_ranks() -> None:
+    # axolotl's per-rank metric: one value per rank after one collective, not per batch
+    assert _lines(GATHERED, "TPL201") == []

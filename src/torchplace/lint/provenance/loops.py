@@ -165,6 +165,14 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
     found = None if few or handed or streamed else _iterates_device(facts, iters, scope)
     if found is not None and found[0] == "items" and _gathers_host_values(facts, iters, scope):
         return None  # `dist.all_gather(sizes, local_size)` of a packed `.numel()`: sizes
+    if (
+        found is not None
+        and found[0] == "items"
+        and isinstance(loop, (ast.For, ast.AsyncFor))
+        and _walks_gathered(facts, iters, scope)
+        and not _copies_whole(own)
+    ):
+        return None  # `dist.gather(x, gather_list=parts)`, then `for t in parts:`: each rank's
     if found is not None and found[0] == "items" and _unpickles_gathered(facts, loop, iters, scope):
         return None  # each rank's pickled bytes from `dist.all_gather`, decoded one by one
     if (
@@ -1242,6 +1250,65 @@ def _tests_sequence(test: ast.expr, names: set[str]) -> bool:
         or (isinstance(kind, ast.Attribute) and kind.attr in _SEQUENCES)  # `abc.Sequence`
         for kind in elements
     )
+
+
+def _copies_whole(own: list[ast.AST]) -> bool:
+    """A loop step copies whole tensors to the host (``.cpu()``, ``.numpy()``, ``.tolist()``),
+    as a sampler's gathered images are, rather than reading one number per item."""
+    return any(
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in {"cpu", "numpy", "tolist"}
+        for node in own
+    )
+
+
+def _walks_gathered(facts: FileFacts, iters: list[ast.expr], scope: ast.AST) -> bool:
+    """The loop walks the list a gather collective fills with one tensor per rank
+    (``dist.all_gather(parts, x)``, ``dist.gather(x, gather_list=parts, dst=0)``, axolotl's
+    per-rank metric read with ``.item()``): a pass over the ranks after one collective, not
+    over batches."""
+    names = {it.id for it in iters if isinstance(it, ast.Name)}
+    for node in walk(scope) if names else ():
+        if not isinstance(node, ast.Call):
+            continue
+        name = (facts.qualname(node.func) or "").rpartition(".")[2]
+        if not (facts.qualname(node.func) or "").startswith("torch.distributed."):
+            continue
+        filled = node.args[0] if name == "all_gather" and node.args else None
+        sent = node.args[1] if name == "all_gather" and len(node.args) > 1 else None
+        if name == "gather":
+            filled = next((k.value for k in node.keywords if k.arg == "gather_list"), None)
+            filled = filled or (node.args[1] if len(node.args) > 1 else None)
+            sent = node.args[0] if node.args else None
+        if isinstance(filled, ast.Name) and filled.id in names and _packed(facts, sent, scope):
+            return True
+    return False
+
+
+def _packed(facts: FileFacts, sent: ast.expr | None, scope: ast.AST) -> bool:
+    """``sent`` is a name the function binds only to a tensor constructor's packing of a value
+    (``torch.tensor(fn(), device=d).float()``): a number each rank reports, not a result it
+    computed on the device (``stats.cuda().cumsum(0)``)."""
+    if not isinstance(sent, ast.Name):
+        return False
+    values = [
+        node.value
+        for node in walk(scope)
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == sent.id for t in node.targets)
+    ]
+
+    def packs(value: ast.expr) -> bool:
+        while (
+            isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Attribute)
+            and value.func.attr in {"to", "cuda", "float", "long", "int", "double"}
+        ):
+            value = value.func.value
+        return isinstance(value, ast.Call) and facts.qualname(value.func) in _PACKERS
+
+    return bool(values) and all(packs(v) for v in values)
 
 
 def _gathers_host_values(facts: FileFacts, iters: list[ast.expr], scope: ast.AST) -> bool:
