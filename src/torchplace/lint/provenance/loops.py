@@ -172,7 +172,7 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
         and _walks_gathered(facts, iters, scope)
         and not _copies_whole(own)
     ):
-        return None  # `dist.gather(x, gather_list=parts)`, then `for t in parts:`: each rank's
+        return None  # `dist.gather(x, gather_list=parts)`, then `for t in parts:`: the ranks
     if found is not None and found[0] == "items" and _unpickles_gathered(facts, loop, iters, scope):
         return None  # each rank's pickled bytes from `dist.all_gather`, decoded one by one
     if (
@@ -1272,8 +1272,8 @@ def _walks_gathered(facts: FileFacts, iters: list[ast.expr], scope: ast.AST) -> 
     for node in walk(scope) if names else ():
         if not isinstance(node, ast.Call):
             continue
-        name = (facts.qualname(node.func) or "").rpartition(".")[2]
-        if not (facts.qualname(node.func) or "").startswith("torch.distributed."):
+        module, _, name = (facts.qualname(node.func) or "").rpartition(".")
+        if not module.startswith("torch.distributed"):
             continue
         filled = node.args[0] if name == "all_gather" and node.args else None
         sent = node.args[1] if name == "all_gather" and len(node.args) > 1 else None
