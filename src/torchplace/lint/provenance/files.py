@@ -190,6 +190,7 @@ class FileFacts:
         self._self_attrs: dict[int, dict[str, Fact]] = {}
         self._returns_host: dict[str, bool] = {}
         self._returns_device: dict[str, Fact | None] = {}
+        self._method_device_facts: dict[int, Fact | None] = {}
         self._returns_args: dict[tuple[int, frozenset[str]], bool] = {}
         self._method_host: dict[tuple[int, str, str], bool] = {}
         self._moves: dict[int, bool] = {}
@@ -734,11 +735,11 @@ class FileFacts:
         callee = self.local_def(func, scope)
         if callee is None:
             return None
-        key = f"self.{id(callee)}"
-        if key in self._returns_device:
-            return self._returns_device[key]
+        key = id(callee)
+        if key in self._method_device_facts:
+            return self._method_device_facts[key]
         return cycles.answer(
-            self._returns_device, key, lambda: self._method_device(callee), lambda: None
+            self._method_device_facts, key, lambda: self._method_device(callee), lambda: None
         )
 
     def _method_device(self, callee: ast.FunctionDef | ast.AsyncFunctionDef) -> Fact | None:

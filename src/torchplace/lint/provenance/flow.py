@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 #: see :data:`~.callers.MOVED_SELF` (callers builds on this module: the name is repeated)
 MOVED_SELF = "<moved self>"
 
-__all__ = ["Flow", "encodes_text", "zip_pairs"]
+__all__ = ["TORCH_QUERIES", "Flow", "encodes_text", "zip_pairs"]
 
 Lookup = Callable[[str], "Fact | None"]
 
@@ -928,7 +928,11 @@ class Flow:
             return handed if handed is not None and handed.on_device else None
         if top != "torch":
             return self.project_call(node, qualname, args, lookup)
-        if qualname in _METADATA or qualname.startswith("torch.utils.benchmark."):
+        if (
+            qualname == "torch.Size"
+            or (root == "torch" and last in TORCH_QUERIES)
+            or qualname.startswith("torch.utils.benchmark.")
+        ):
             # a shape, `torch.Size([*lead, *spec.shape])`: ints; a benchmark `Timer`, whatever
             # its `globals=` hold, measures on the host (`timer.blocked_autorange()`)
             return Fact("host", qualname)
@@ -1127,9 +1131,12 @@ def _preprocessor_of_loader(func: ast.expr, called: Fact) -> bool:
     return any(word in lowered for word in ("tokenizer", "processor"))
 
 
-# torch functions answering on the host: a shape (`torch.Size([*lead, n])`) or a count read
-# from a tensor's metadata (`torch.numel(layer.weight)`)
-_METADATA = frozenset({"torch.Size", "torch.numel", "torch.is_tensor", "torch.is_floating_point"})
+#: torch functions that answer from a tensor's metadata or types, on the host
+#: (``torch.numel(layer.weight)``, ``torch.is_tensor(x)``): no device value comes back
+TORCH_QUERIES = frozenset(
+    {"numel", "is_tensor", "is_floating_point", "is_complex", "is_storage", "typename"}
+    | {"get_device", "result_type", "promote_types", "can_cast", "is_same_size"}
+)
 
 
 def encodes_text(call: ast.Call) -> bool:

@@ -1265,41 +1265,30 @@ def _copies_whole(own: list[ast.AST]) -> bool:
 
 def _walks_gathered(facts: FileFacts, iters: list[ast.expr], scope: ast.AST) -> bool:
     """The loop walks the list a gather collective fills with one tensor per rank
-    (``dist.all_gather(parts, x)``, ``dist.gather(x, gather_list=parts, dst=0)``, axolotl's
-    per-rank metric read with ``.item()``): a pass over the ranks after one collective, not
-    over batches."""
+    (:func:`_gathered_into`: ``dist.gather(x, gather_list=parts, dst=0)``, axolotl's per-rank
+    metric read with ``.item()``), each rank's a value it packs (:func:`_packed`): a pass over
+    the ranks after one collective, not over batches."""
     names = {it.id for it in iters if isinstance(it, ast.Name)}
     for node in walk(scope) if names else ():
-        if not isinstance(node, ast.Call):
+        if not isinstance(node, ast.Call) or not node.args:
             continue
-        module, _, name = (facts.qualname(node.func) or "").rpartition(".")
-        if not module.startswith("torch.distributed"):
+        filled = _gathered_into(node, facts)
+        if not (isinstance(filled, ast.Name) and filled.id in names):
             continue
-        filled = node.args[0] if name == "all_gather" and node.args else None
-        sent = node.args[1] if name == "all_gather" and len(node.args) > 1 else None
-        if name == "gather":
-            filled = next((k.value for k in node.keywords if k.arg == "gather_list"), None)
-            filled = filled or (node.args[1] if len(node.args) > 1 else None)
-            sent = node.args[0] if node.args else None
-        if isinstance(filled, ast.Name) and filled.id in names and _packed(facts, sent, scope):
+        # `all_gather(parts, x)` sends its second argument, `gather(x, parts)` its first
+        sent = node.args[1] if filled is node.args[0] and len(node.args) > 1 else node.args[0]
+        if _packed(facts, sent, scope):
             return True
     return False
 
 
-def _packed(facts: FileFacts, sent: ast.expr | None, scope: ast.AST) -> bool:
+def _packed(facts: FileFacts, sent: ast.expr, scope: ast.AST) -> bool:
     """``sent`` is a name the function binds only to a tensor constructor's packing of a value
     (``torch.tensor(fn(), device=d).float()``): a number each rank reports, not a result it
     computed on the device (``stats.cuda().cumsum(0)``)."""
-    if not isinstance(sent, ast.Name):
-        return False
-    values = [
-        node.value
-        for node in walk(scope)
-        if isinstance(node, ast.Assign)
-        and any(isinstance(t, ast.Name) and t.id == sent.id for t in node.targets)
-    ]
+    values = bindings(scope).get(sent.id, []) if isinstance(sent, ast.Name) else []
 
-    def packs(value: ast.expr) -> bool:
+    def packs(value: ast.expr | None) -> bool:
         while (
             isinstance(value, ast.Call)
             and isinstance(value.func, ast.Attribute)

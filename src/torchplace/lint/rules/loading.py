@@ -510,15 +510,10 @@ def _args_file(word: str) -> bool:
 def _lists_safe_globals(manager: ast.expr, ctx: Context) -> bool:
     """``safe_globals([...])``, or a name the function binds to it in some branch (captum's
     ``ctx = torch.serialization.safe_globals(...)`` else ``ctx = nullcontext()``)."""
-    values: list[ast.expr] = [manager]
+    values: list[ast.expr | None] = [manager]
     scope = ctx.function_scope()
     if isinstance(manager, ast.Name) and scope is not None:
-        values = [
-            node.value
-            for node in walk(scope.node)
-            if isinstance(node, ast.Assign)
-            and any(isinstance(t, ast.Name) and t.id == manager.id for t in node.targets)
-        ]
+        values = bindings(scope.node).get(manager.id, [])
     return any(
         isinstance(value, ast.Call) and (ctx.call_qualname(value) or "").endswith("safe_globals")
         for value in values

@@ -205,11 +205,8 @@ def _allocates_pageable(call: ast.Call, qualname: str | None, ctx: Context) -> b
     """``call`` builds a new host tensor in pageable memory: a factory or ``torch.from_numpy``
     without ``pin_memory=``/``device=``, or a join (``torch.cat(crops)``) of tensors not known
     to be on the device (a join of host tensors is never pinned, whatever its inputs were)."""
-    if encodes_text(call) or _tokenizes(call):
-        # `tokenizer(texts, return_tensors="pt")`, also given its text as `**kw`, or
-        # `clip.tokenize(texts)`: built on the host, never pinned (a tokenizer takes no
-        # `pin_memory`)
-        return True
+    if _tokenizer_output(call):
+        return True  # built on the host, never pinned (a tokenizer takes no `pin_memory`)
     if has_star_kwargs(call) or keyword(call, "pin_memory") or keyword(call, "device"):
         return False
     if qualname in FACTORIES or qualname == "torch.from_numpy":
@@ -224,9 +221,12 @@ def _allocates_pageable(call: ast.Call, qualname: str | None, ctx: Context) -> b
     )
 
 
-def _tokenizes(call: ast.Call) -> bool:
-    """``tokenize(texts)``, ``self.model.tokenizer(prompts)``, ``clip_tokenizer(text)``: a
-    tokenizer's call, which encodes text into new host tensors."""
+def _tokenizer_output(call: ast.Call) -> bool:
+    """``tokenizer(texts, return_tensors="pt")`` (also given its text as ``**kw``), or a
+    tokenizer's own call, ``tokenize(texts)``, ``self.model.tokenizer(prompts)``: new host
+    tensors encoding text."""
+    if encodes_text(call):
+        return True
     func = call.func
     name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
     return bool(call.args) and name.lower().endswith(("tokenize", "tokenizer"))
@@ -299,7 +299,7 @@ def _unpinned_source(name: str, ctx: Context, scope: Scope, line: int) -> str | 
         if helper is None:
             return None
         return f"`{name}` is the host tensor `{helper}` builds on line {value.lineno}"
-    if encodes_text(value) or _tokenizes(value):
+    if _tokenizer_output(value):
         return f"`{name}` is a tokenizer's output, built on the host on line {value.lineno}"
     return f"`{name}` is created on line {value.lineno} without `pin_memory=True`"
 
@@ -439,7 +439,7 @@ def _rebuilt_above(name: str, ctx: Context, scope: Scope, line: int) -> str | No
         return None
     if qualname in _JOINS:
         return f"`{name}` is joined by `{qualname}(...)` on line {value.lineno}, into new pageable memory"
-    if encodes_text(value) or _tokenizes(value):
+    if _tokenizer_output(value):
         return f"`{name}` is a tokenizer's output, built on the host on line {value.lineno}"
     return f"`{name}` is created on line {value.lineno} without `pin_memory=True`"
 

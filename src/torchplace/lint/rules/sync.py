@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from torchplace.lint.base import (
     Context,
@@ -45,7 +45,7 @@ from torchplace.lint.provenance.callers import (
     engine_step,
     imported_by_siblings,
 )
-from torchplace.lint.provenance.flow import zip_pairs
+from torchplace.lint.provenance.flow import TORCH_QUERIES, zip_pairs
 from torchplace.lint.provenance.loops import (
     _few_constants,
     _gathered_into,
@@ -63,7 +63,7 @@ from torchplace.lint.provenance.loops import (
     step_parts,
 )
 from torchplace.lint.provenance.values import HOST_METHODS, _device_target, _is_cpu, _passes_device
-from torchplace.lint.resolver import dotted_name
+from torchplace.lint.resolver import dotted_name, is_module_base
 from torchplace.lint.rules.facts import (
     CASTS,
     DEVICE_WORDS,
@@ -544,13 +544,9 @@ def _names_a_model(value: ast.expr, ctx: Context) -> bool:
 
 
 def _holds_module(value: ast.expr, ctx: Context) -> bool:
-    """``print(layer)`` of a name the function calls a module's own method on, or binds from
-    an item of a container whose items it does (:func:`_used_as_module`)."""
-    text = dotted_name(value)
+    """``print(layer)`` of a name the function uses as a module (:func:`_module_holders`)."""
     scope = ctx.function_scope()
-    if text is None or scope is None:
-        return False
-    return _used_as_module(text, list(walk(scope.node)))
+    return scope is not None and dotted_name(value) in _module_holders(scope.node)
 
 
 def _unpacked(target: ast.expr) -> list[ast.expr]:
@@ -1090,23 +1086,6 @@ _TRIMS = frozenset({"strip", "rstrip", "lstrip"})
 
 
 _TRUTH_OPS = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
-# torch functions that answer from a tensor's metadata, on the host: `torch.numel(x) == 0`
-# reads nothing from the device.
-_TORCH_QUERIES = frozenset(
-    {
-        "numel",
-        "is_tensor",
-        "is_floating_point",
-        "is_complex",
-        "is_storage",
-        "typename",
-        "get_device",
-        "result_type",
-        "promote_types",
-        "can_cast",
-        "is_same_size",
-    }
-)
 
 
 def _compare(node: ast.Compare, ctx: Context) -> None:
@@ -1321,7 +1300,7 @@ def _torch_value(node: ast.expr, ctx: Context) -> bool:
         return False
     qualname = ctx.qualname(node.func)
     if qualname is not None:
-        return qualname.startswith("torch.") and qualname.rpartition(".")[2] not in _TORCH_QUERIES
+        return qualname.startswith("torch.") and qualname.rpartition(".")[2] not in TORCH_QUERIES
     if _runs_own_module(node.func, ctx):
         return True
     return isinstance(node.func, ast.Attribute) and node.func.attr in _REDUCTIONS
@@ -1401,7 +1380,7 @@ def _alternatives(value: ast.expr | None) -> list[ast.expr | None]:
 def _truth_function(name: str) -> bool:
     """``torch.isnan``, ``torch.any``, ``torch.equal``: answers from the values; not
     ``torch.is_grad_enabled`` or ``torch.numel``, which answer on the host."""
-    return not name.startswith(("is_", "_")) and name not in _TORCH_QUERIES
+    return not name.startswith(("is_", "_")) and name not in TORCH_QUERIES
 
 
 def _tensor_operand(node: ast.expr, ctx: Context) -> bool:
@@ -1416,7 +1395,7 @@ def _tensor_operand(node: ast.expr, ctx: Context) -> bool:
         qualname = ctx.qualname(node.func)
         if qualname is not None:
             return qualname.startswith("torch.") and qualname.rpartition(".")[2] not in (
-                _TORCH_QUERIES
+                TORCH_QUERIES
             )
         return (
             isinstance(node.func, ast.Attribute)
@@ -1842,22 +1821,38 @@ def _in_assert_message(ctx: Context, node: ast.AST) -> bool:
 def _runs_as_module(node: ast.expr, ctx: Context) -> bool:
     """``node`` (a name or ``self.`` attribute) is called in the enclosing function, or in a
     script's own module-level statements (``model = model.cpu()``, then ``HR = model(x)``): a
-    module or another callable, whose ``.cpu()`` moves it rather than reading a tensor back."""
+    module or another callable, whose ``.cpu()`` moves it rather than reading a tensor back.
+    Also one the function uses as a module (:func:`_module_holders`), or hands to a parameter
+    annotated as one."""
     text = dotted_name(node)
-    if text is None:
+    owner = _owner(ctx)
+    if text is None or owner is None:
         return False
-    scope = ctx.function_scope()
-    if scope is not None:
-        nodes: Iterable[ast.AST] = walk(scope.node)
-    else:
-        module = ctx.scope.root().node
-        if not isinstance(module, ast.Module):
-            return False
-        nodes = walk_body(module.body)  # not the file's functions: their names are their own
-    nodes = list(nodes)
+    nodes = _owned_nodes(owner)
     if any(isinstance(sub, ast.Call) and dotted_name(sub.func) == text for sub in nodes):
         return True
-    return _used_as_module(text, nodes) or _handed_as_module(text, nodes, ctx)
+    return text in _module_holders(owner) or _handed_as_module(text, nodes, ctx)
+
+
+def _owner(ctx: Context) -> ast.AST | None:
+    """The enclosing function, or a script's module (its own statements); None elsewhere."""
+    scope = ctx.function_scope()
+    if scope is not None:
+        return scope.node
+    module = ctx.scope.root().node
+    return module if isinstance(module, ast.Module) else None
+
+
+def _owned_nodes(owner: ast.AST) -> list[ast.AST]:
+    """Every node of a function, or of a module's own statements (not the file's functions:
+    their names are their own); found once per owner."""
+    if isinstance(owner, ast.Module):
+        return kept("module-statements", owner, _module_statements)
+    return kept("function-nodes", owner, lambda f: list(walk(f)))
+
+
+def _module_statements(module: ast.AST) -> list[ast.AST]:
+    return list(walk_body(getattr(module, "body", [])))
 
 
 def _handed_as_module(text: str, nodes: list[ast.AST], ctx: Context) -> bool:
@@ -1878,12 +1873,9 @@ def _handed_as_module(text: str, nodes: list[ast.AST], ctx: Context) -> bool:
             params = params[1:]
         for i in at:
             annotation = params[i].annotation if i < len(params) else None
-            if annotation is not None and dotted_name(annotation) in _MODULE_TYPES:
+            if annotation is not None and is_module_base(ctx.qualname(annotation) or ""):
                 return True
     return False
-
-
-_MODULE_TYPES = frozenset({"nn.Module", "torch.nn.Module", "Module"})
 
 
 #: methods only a module has: a name they are called on holds a module, never a tensor
@@ -1894,34 +1886,41 @@ _MODULE_METHODS = frozenset(
 )
 
 
-def _used_as_module(text: str, nodes: list[ast.AST]) -> bool:
-    """The name ``text`` holds a module: ``nodes`` call a module's own method on it
-    (``for sub in layer.modules():``), or bind it from an item of a container whose items
-    they call one on (``layer = layers[i].to(dev)`` beside ``next(layers[i].parameters())``)."""
-    containers = {
-        dotted_name(_item_root(sub.func.value))
-        for sub in nodes
-        if isinstance(sub, ast.Call)
-        and isinstance(sub.func, ast.Attribute)
-        and sub.func.attr in _MODULE_METHODS
-    }
-    if text in containers:
-        return True
-    for sub in nodes:
-        if isinstance(sub, ast.Assign) and any(dotted_name(t) == text for t in sub.targets):
+def _module_holders(owner: ast.AST) -> frozenset[str]:
+    """The names ``owner`` uses as modules: it calls a module's own method on them
+    (``for sub in layer.modules():``), or binds them from an item of a container whose items
+    it does (``layer = layers[i].to(dev)`` beside ``next(layers[i].parameters())``, the
+    container's items named ``layers[]``); found once per owner."""
+
+    def find(node: ast.AST) -> frozenset[str]:
+        nodes = _owned_nodes(node)
+        found = {
+            key
+            for sub in nodes
+            if isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Attribute)
+            and sub.func.attr in _MODULE_METHODS
+            and (key := _item_key(sub.func.value)) is not None
+        }
+        for sub in nodes:
+            if not isinstance(sub, ast.Assign):
+                continue
             value = sub.value
             while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
                 value = value.func.value  # `layers[i].to(dev)`, `.cuda().half()`
-            if isinstance(value, ast.Subscript) and f"{dotted_name(value.value)}[]" in containers:
-                return True
-    return False
+            if isinstance(value, ast.Subscript) and _item_key(value) in found:
+                found |= {t for t in map(dotted_name, sub.targets) if t is not None}
+        return frozenset(found)
+
+    return kept("module-holders", owner, find)
 
 
-def _item_root(node: ast.expr) -> ast.expr:
-    """``layers[i]`` as the name ``layers[]`` (an item of ``layers``), other nodes as they are."""
-    if isinstance(node, ast.Subscript) and dotted_name(node.value) is not None:
-        return ast.Name(id=f"{dotted_name(node.value)}[]")
-    return node
+def _item_key(node: ast.expr) -> str | None:
+    """``layers[i]`` as ``layers[]`` (an item of ``layers``), other nodes by their dotted name."""
+    if isinstance(node, ast.Subscript):
+        root = dotted_name(node.value)
+        return None if root is None else f"{root}[]"
+    return dotted_name(node)
 
 
 def _parked_back(call: ast.Call, ctx: Context) -> bool:
