@@ -76,6 +76,27 @@ _HOOK_ARGUMENTS = ("batch", "outputs", "loss")
 _STEP_END_HOOKS = frozenset(
     f"{stage}_step_end" for stage in ("training", "validation", "test", "predict")
 )
+# OpenMMLab's training methods of a model or a head (2.x `loss`, 1.x `forward_train`), and
+# the packages whose import marks a file as OpenMMLab code.
+_MM_LOSS_HOOKS = frozenset({"loss", "forward_train"})
+_MM_PACKAGES = frozenset(
+    {
+        "mmengine",
+        "mmcv",
+        "mmdet",
+        "mmdet3d",
+        "mmpose",
+        "mmseg",
+        "mmocr",
+        "mmaction",
+        "mmpretrain",
+        "mmcls",
+        "mmrotate",
+        "mmtrack",
+        "mmagic",
+        "mmedit",
+    }
+)
 # The Hugging Face `Trainer`'s per-batch methods a subclass overrides, `(self, model, inputs)`.
 _TRAINER_HOOKS = frozenset({"compute_loss", "training_step"})
 # Hugging Face `generate` calls `__call__(input_ids, scores)` of these once per generated
@@ -123,6 +144,16 @@ def find_per_batch(
             for name in ("model", "inputs")
         }
         how = f"`{function.name}` runs once per batch (a `Trainer` hook)"
+        return PerBatch(how, seeds, True)
+    if openmmlab_loss(facts, function):
+        # `loss(self, feats, batch_data_samples)` of an OpenMMLab model or head: the runner's
+        # `train_step` runs it on every iteration, with the features computed on the device
+        params = [a.arg for a in function.args.args]
+        seeds = {
+            name: Fact("device", name, "computed on the device by the model's forward")
+            for name in params[1:2]
+        }
+        how = f"`{function.name}` runs once per batch (OpenMMLab's training step)"
         return PerBatch(how, seeds, True)
     if function.name in _STEP_HOOKS and _is_hook(facts, function):
         params = [a.arg for a in function.args.args]
@@ -558,6 +589,20 @@ def _optimizer_class(facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunc
         name == "Optimizer" or (name.startswith("torch.optim") and name.endswith(".Optimizer"))
         for name in base_names(cls, facts.qualname)
     )
+
+
+def openmmlab_loss(facts: FileFacts, function: ast.AST) -> bool:
+    """``function`` is the training method (``loss``, ``forward_train``) of a class in a file
+    that imports an OpenMMLab package (``mmengine``, ``mmdet``, ``mmpose``, ...): the runner
+    calls it on every iteration, with the features the model computed."""
+    if not (
+        isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and function.name in _MM_LOSS_HOOKS
+        and isinstance(facts.parent.get(id(function)), ast.ClassDef)
+        and len(function.args.args) >= 2
+    ):
+        return False
+    return any(name.split(".")[0] in _MM_PACKAGES for name in facts.resolver.names.values())
 
 
 def _trainer_hook(facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:

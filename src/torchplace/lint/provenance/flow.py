@@ -39,6 +39,7 @@ from torchplace.lint.provenance.values import (
     _ran,
     _short,
     _target_names,
+    closure_step,
     cpu_names,
     in_place_helper,
     iterates_keys,
@@ -730,7 +731,7 @@ class Flow:
                 # `shared.model(input_ids=tokens)`: no function of that name is known in
                 # the module; an object it holds (a model loaded into a settings module),
                 # called as any object is below
-            if method == "step" and args and _closure(args[0], facts.defs):
+            if closure_step(node, facts.defs):
                 return None  # `optimizer.step(closure)`: what the closure returns, the loss
             if method in HOST_METHODS or isinstance(func.value, (ast.Constant, ast.JoinedStr)):
                 # also `"_".join(xs)`: a string's methods; `x.cpu()` and `.numpy()` are copies
@@ -1329,11 +1330,6 @@ def _registry_call(func: ast.expr, facts: FileFacts) -> bool:
     if len(values) != 1 or not isinstance(values[0], ast.Dict) or not values[0].values:
         return False
     return all(isinstance(v, ast.Name) and v.id in facts.defs for v in values[0].values)
-
-
-def _closure(node: ast.expr, defs: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]]) -> bool:
-    """A lambda, or the name of a function the file defines (``optimizer.step(closure)``)."""
-    return isinstance(node, ast.Lambda) or (isinstance(node, ast.Name) and node.id in defs)
 
 
 def _display_rows(iterable: ast.expr, target: ast.expr) -> list[tuple[ast.expr, ast.expr]] | None:

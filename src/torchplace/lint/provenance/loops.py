@@ -34,6 +34,7 @@ from torchplace.lint.provenance.values import (
     _passes_device,
     _short,
     _target_names,
+    closure_step,
     moved_in_place,
     moves_to_device,
 )
@@ -137,6 +138,21 @@ def _asks_the_user(nodes: list[ast.AST]) -> bool:
     )
 
 
+def single_pass(iterable: ast.expr) -> bool:
+    """``range(1)`` (or ``range(0, 1)``): a loop that runs its body once."""
+    if not (
+        isinstance(iterable, ast.Call)
+        and isinstance(iterable.func, ast.Name)
+        and iterable.func.id == "range"
+        and 1 <= len(iterable.args) <= 2
+        and all(isinstance(a, ast.Constant) and type(a.value) is int for a in iterable.args)
+    ):
+        return False
+    bounds = [a.value for a in iterable.args]  # type: ignore[attr-defined]
+    start, stop = (0, bounds[0]) if len(bounds) == 1 else bounds
+    return bool(stop - start <= 1)
+
+
 def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind, str] | None:
     """``("batch"|"rows"|"items", evidence)`` for a loop or comprehension of ``scope``, or None
     (once per epoch, or nothing says it touches a device)."""
@@ -144,6 +160,8 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
     if parts is None:
         return None
     iters, body, targets = parts
+    if isinstance(loop, (ast.For, ast.AsyncFor)) and single_pass(loop.iter):
+        return None  # `for _ in range(1):` runs its body once
     if any(_walks_state(facts, it, scope) for it in iters):
         return None  # a pass over parameters or a state dict: conversion, not batches
     if any(_walks_layers(facts, it) for it in iters):
@@ -217,12 +235,13 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
         if (
             isinstance(func, ast.Attribute)
             and name in {"step", "zero_grad"}
-            and not node.args
+            and (not node.args or closure_step(node, facts.defs))
             and "sched" not in facts.segment(func.value).lower()
             and not (name == "step" and _bound_to_scheduler(facts, func.value, scope))
             and not (name == "zero_grad" and _resets_epoch(node, own, nested_batch_lines))
         ):
-            return "batch", f"it calls `{_short(facts.segment(func), 32)}()` on every step"
+            what = facts.segment(node) if node.args else f"{facts.segment(func)}()"
+            return "batch", f"it calls `{_short(what, 40)}` on every step"
         if derived and (
             (
                 _is_move_call(node)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -22,6 +23,7 @@ __all__ = [
     "METADATA_ATTRS",
     "Fact",
     "LoopKind",
+    "closure_step",
     "is_device_expr",
     "moved_in_place",
     "moves_to_device",
@@ -204,6 +206,20 @@ class Fact:
 def _short(text: str | None, limit: int = 48) -> str:
     text = " ".join((text or "?").split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def closure_step(call: ast.Call, defs: Mapping[str, object]) -> bool:
+    """``optimizer.step(closure)`` (LBFGS's form): a ``step`` handed the function that
+    recomputes the loss and its gradients, a lambda, a function of the file (``defs``) or a
+    name for a closure; it returns that loss."""
+    func = call.func
+    given = [*call.args, *(k.value for k in call.keywords if k.arg == "closure")]
+    if not (isinstance(func, ast.Attribute) and func.attr == "step" and len(given) == 1):
+        return False
+    arg = given[0]
+    return isinstance(arg, ast.Lambda) or (
+        isinstance(arg, ast.Name) and (arg.id in defs or "closure" in arg.id.lower())
+    )
 
 
 def moves_to_device(call: ast.Call, qualname: object = None) -> bool:

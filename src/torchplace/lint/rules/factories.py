@@ -710,7 +710,9 @@ def _bounds_slices(call: ast.Call, ctx: Context) -> bool:
     in x]), return_counts=True)[1], 0)``, then ``for end_idx in idx_crops:
     torch.cat(x[start_idx:end_idx])``: host bookkeeping, meant to stay on the CPU. Its elements
     count as such bookkeeping too where they are read as Python numbers (:func:`_host_element`):
-    a layer-drop draw ``keep = torch.rand(n)``, then ``if keep[i] > p:``."""
+    a layer-drop draw ``keep = torch.rand(n)``, then ``if keep[i] > p:``, and so does the
+    tensor read back whole (DiffusionDet's ``times = torch.linspace(...)``, then
+    ``list(reversed(times.int().tolist()))``)."""
     scope = ctx.function_scope()
     if scope is None or not ctx.stmt_path:
         return False
@@ -727,7 +729,10 @@ def _bounds_slices(call: ast.Call, ctx: Context) -> bool:
     for sub in walk(scope.node):
         if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load):
             uses.setdefault(sub.id, []).append(sub)
-    todo, seen, bounds = [(stmt.targets[0].id, True)], set(), False
+    bound = stmt.targets[0].id
+    until = _rebound(block[index + 1 :], bound)  # `times = list(times.tolist())`: a new value
+    uses[bound] = [use for use in uses.get(bound, []) if use.lineno <= until]
+    todo, seen, bounds = [(bound, True)], set(), False
     while todo:
         name, whole = todo.pop()  # `whole`: the tensor itself, which a loop may walk
         if name in seen:
@@ -751,9 +756,40 @@ def _bounds_slices(call: ast.Call, ctx: Context) -> bool:
                 todo.append((zipped, False))  # `for block, drop in zip(blocks, to_drop)`
             elif not whole and _truth_test(use, parent, parents):
                 bounds = True  # `[b for b, drop in zip(blocks, to_drop) if not drop]`
+            elif _read_back(use, parents):
+                bounds = True  # `times.int().tolist()`
             elif whole or not isinstance(parent, ast.Compare):  # `if start_idx == 0:`
                 return False
     return bounds
+
+
+def _rebound(block: list[ast.stmt], name: str) -> float:
+    """The last line of the first statement of ``block`` that binds ``name`` anew: later
+    reads of the name read that value (infinity where none does)."""
+    for stmt in block:
+        if isinstance(stmt, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in stmt.targets
+        ):
+            return stmt.end_lineno or stmt.lineno
+    return float("inf")
+
+
+def _read_back(use: ast.Name, parents: dict[int, ast.AST]) -> bool:
+    """``times.int().tolist()``: tensor methods of ``use`` (none of them a move) that end in
+    a read to the host, so what the host gets is Python numbers or an array."""
+    node: ast.AST = use
+    parent = parents.get(id(node))
+    while isinstance(parent, ast.Attribute) and parent.value is node:
+        call = parents.get(id(parent))
+        if not isinstance(call, ast.Call) or call.func is not parent or parent.attr in _MOVES:
+            return False
+        if parent.attr in {"tolist", "item", "numpy"}:
+            return True
+        node, parent = call, parents.get(id(call))
+    return False
+
+
+_MOVES = frozenset({"to", "cuda", "type", "type_as", "pin_memory"})
 
 
 def _zipped_item(use: ast.Name, parent: ast.AST | None, parents: dict[int, ast.AST]) -> str | None:

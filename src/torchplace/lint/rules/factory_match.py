@@ -29,6 +29,7 @@ from torchplace.lint.rules.facts import (
     is_tensor_annotation,
     only_used_by,
 )
+from torchplace.lint.rules.module_helpers import construction_only
 
 __all__ = ["COMBINERS", "HOST_CASTS", "matched_to_parameter", "meets_device_tensor"]
 
@@ -138,7 +139,7 @@ def matched_to_parameter(call: ast.Call, ctx: Context) -> tuple[Scope, str, str]
     scope = ctx.function_scope()
     if scope is None or scope.name in PLACEMENT_API:  # placing is an override's job
         return None
-    if scope.name == "__init__" and scope.cls is not None and scope.cls.is_module_class:
+    if scope.cls is not None and scope.cls.is_module_class and _constructing(scope):
         return None  # a module's parameters are built on the CPU and moved with it
     if _documentation(ctx):
         return None
@@ -168,6 +169,11 @@ def matched_to_parameter(call: ast.Call, ctx: Context) -> tuple[Scope, str, str]
     return None
 
 
+def _constructing(scope: Scope) -> bool:
+    """``__init__``, or a helper only it runs (:func:`.module_helpers.construction_only`)."""
+    return scope.name == "__init__" or construction_only(scope)
+
+
 def meets_device_tensor(call: ast.Call, ctx: Context) -> bool:
     """The factory's tensor meets, before anything places it, a tensor known to be on the
     device: the module's own parameters and what is built from them
@@ -176,7 +182,7 @@ def meets_device_tensor(call: ast.Call, ctx: Context) -> bool:
     scope = ctx.function_scope()
     if scope is None or scope.name in PLACEMENT_API or _documentation(ctx):
         return False
-    if scope.name == "__init__" and scope.cls is not None and scope.cls.is_module_class:
+    if scope.cls is not None and scope.cls.is_module_class and _constructing(scope):
         return False
     device = _module_tensors(scope) | _moved_before(scope, ctx, call)
     if not device or _cpu_path(call, scope):

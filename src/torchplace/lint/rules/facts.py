@@ -1286,6 +1286,10 @@ def _a_loss(node: ast.expr, ctx: Context) -> bool:
 
 
 def _makes_loss(call: ast.Call) -> bool:
-    """``criterion(out, y)``, ``F.nll_loss(...)``, ``x.sum()``: a loss, or a reduction."""
+    """``criterion(out, y)``, ``F.nll_loss(...)``, ``F.cross_entropy(...)``, ``x.sum()``: a
+    loss, or a reduction."""
     name = (call_name(call) or "").lower()
-    return "loss" in name or "criterion" in name or name in _REDUCED
+    return any(word in name for word in _LOSS_WORDS) or name in _REDUCED
+
+
+_LOSS_WORDS = ("loss", "criterion", "entropy", "kl_div")

@@ -8,11 +8,18 @@ from __future__ import annotations
 import ast
 
 from torchplace.lint.base import Context, Scope
-from torchplace.lint.nodes import walk
+from torchplace.lint.nodes import own_nodes, walk
 from torchplace.lint.provenance.callers import imported_by_siblings
 from torchplace.lint.provenance.files import file_facts
 
-__all__ = ["module_helper_caller"]
+__all__ = [
+    "PLACEMENT_API",
+    "class_methods",
+    "construction_helpers",
+    "construction_only",
+    "module_helper_caller",
+    "self_calls",
+]
 
 
 def module_helper_caller(ctx: Context) -> str | None:
@@ -82,3 +89,61 @@ def _references(node: ast.AST, functions: set[str]) -> set[str]:
         for sub in walk(node)
         if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and sub.id in functions
     }
+
+
+def class_methods(cls: Scope) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    assert isinstance(cls.node, ast.ClassDef)
+    return {
+        item.name: item
+        for item in cls.node.body
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+
+
+def self_calls(node: ast.AST) -> set[str]:
+    return {
+        sub.func.attr
+        for sub in own_nodes(node)
+        if isinstance(sub, ast.Call)
+        and isinstance(sub.func, ast.Attribute)
+        and isinstance(sub.func.value, ast.Name)
+        and sub.func.value.id == "self"
+    }
+
+
+def construction_helpers(cls: Scope) -> set[str]:
+    """Methods ``__init__`` calls through ``self.name(...)``, directly or through another such
+    method (``forward`` and the placement API excluded)."""
+    cached: set[str] | None = cls.cache.get("construction-helpers")
+    if cached is not None:
+        return cached
+    methods = class_methods(cls)
+    found: set[str] = set()
+    todo = [methods["__init__"]] if "__init__" in methods else []
+    for _ in range(8):  # a bounded walk: helpers of helpers, a few levels deep
+        if not todo:
+            break
+        called = set().union(*(self_calls(m) for m in todo)) & set(methods)
+        called -= found | {"__init__", "forward", "__call__"} | PLACEMENT_API
+        found |= called
+        todo = [methods[name] for name in called]
+    cls.cache["construction-helpers"] = found
+    return found
+
+
+PLACEMENT_API = frozenset({"_apply", "to", "cuda", "cpu", "half", "float", "double", "type"})
+
+
+def construction_only(method: Scope) -> bool:
+    """``method`` is a construction helper (:func:`construction_helpers`) that no other
+    method of its class calls: it runs while ``__init__`` builds the module, before anything
+    can move it (smplx's ``create_mean_pose``, joined with the CPU buffers just registered)."""
+    cls = method.cls
+    if cls is None or method.name not in construction_helpers(cls):
+        return False
+    builders = construction_helpers(cls) | {"__init__"}
+    return not any(
+        method.name in self_calls(item)
+        for name, item in class_methods(cls).items()
+        if name not in builders
+    )

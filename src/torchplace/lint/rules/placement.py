@@ -1110,7 +1110,9 @@ _RANK_WORDS = (
 
 
 def _uses_ranks(tree: ast.AST) -> bool:
-    """The code (not its docstrings) builds a process group or DDP, or reads a local rank."""
+    """The code (not its docstrings) builds a process group or DDP, or reads a local rank
+    (not a name only ever set to a number, BitNet's ``local_rank = 0``)."""
+    fixed = _fixed_local_rank(tree)
     for node in walk(tree):
         if isinstance(node, ast.Call):
             func = node.func
@@ -1118,7 +1120,7 @@ def _uses_ranks(tree: ast.AST) -> bool:
             # an Accelerate `Accelerator`: `accelerate launch` runs its script on every rank
             if name in {"init_process_group", "DistributedDataParallel", "DDP", "Accelerator"}:
                 return True
-        elif (isinstance(node, ast.Name) and node.id == "local_rank") or (
+        elif (isinstance(node, ast.Name) and node.id == "local_rank" and not fixed) or (
             isinstance(node, ast.Attribute) and node.attr == "local_rank"
         ):
             return True
@@ -1127,6 +1129,29 @@ def _uses_ranks(tree: ast.AST) -> bool:
             if isinstance(key, ast.Constant) and key.value in {"LOCAL_RANK", "RANK"}:
                 return True
     return False
+
+
+def _fixed_local_rank(tree: ast.AST) -> bool:
+    """Every binding of the name ``local_rank`` sets it to an integer literal (no parameter,
+    loop or unpacking binds it): one process on a fixed GPU."""
+    stores: set[int] = set()
+    literal: set[int] = set()
+    for node in walk(tree):
+        if isinstance(node, ast.arg) and node.arg == "local_rank":
+            return False
+        if (
+            isinstance(node, ast.Name)
+            and node.id == "local_rank"
+            and isinstance(node.ctx, ast.Store)
+        ):
+            stores.add(id(node))
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant)
+            and type(node.value.value) is int
+        ):
+            literal |= {id(t) for t in node.targets}
+    return bool(stores) and stores <= literal
 
 
 _VISIBLE_PER_RANK = re.compile(r"""environ\[\s*["']CUDA_VISIBLE_DEVICES["']\s*\]\s*=""")

@@ -31,6 +31,12 @@ from torchplace.lint.rules.facts import (
     is_tensor_expr,
     returns_none_test,
 )
+from torchplace.lint.rules.module_helpers import (
+    PLACEMENT_API,
+    class_methods,
+    construction_helpers,
+    self_calls,
+)
 from torchplace.lint.rules.stateless import stateless_module
 
 __all__ = ["FAMILY"]
@@ -209,7 +215,7 @@ def _scratch_placeholders(value: ast.expr, ctx: Context, method: Scope, attr: st
     ):
         return False
     assert method.cls is not None
-    for item in _methods(method.cls).values():
+    for item in class_methods(method.cls).values():
         if item is method.node:
             continue
         reads = rebinds = False
@@ -238,8 +244,8 @@ def _filled_placeholder(value: ast.expr, ctx: Context, method: Scope, attr: str)
     ):
         return False
     assert method.cls is not None
-    methods = _methods(method.cls)
-    called = {name for item in methods.values() for name in _self_calls(item)}
+    methods = class_methods(method.cls)
+    called = {name for item in methods.values() for name in self_calls(item)}
     filled = False
     for item in methods.values():
         if item is method.node:
@@ -293,7 +299,7 @@ def _scalar_lookup(value: ast.expr, ctx: Context, method: Scope, attr: str) -> b
         return False
     assert method.cls is not None
     picked = False
-    for item in _methods(method.cls).values():
+    for item in class_methods(method.cls).values():
         if item is method.node:
             continue
         params = item.args
@@ -431,51 +437,10 @@ def _constructs(method: Scope) -> bool:
     """``__init__``, or a method ``__init__`` calls through ``self.name(...)`` (a builder such
     as ``self.init_states(x)``, ``self._build_cache(n)``): code that runs at construction."""
     return method.name == "__init__" or (
-        method.cls is not None and method.name in _construction_helpers(method.cls)
+        method.cls is not None and method.name in construction_helpers(method.cls)
     )
 
 
-def _methods(cls: Scope) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
-    assert isinstance(cls.node, ast.ClassDef)
-    return {
-        item.name: item
-        for item in cls.node.body
-        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
-    }
-
-
-def _self_calls(node: ast.AST) -> set[str]:
-    return {
-        sub.func.attr
-        for sub in own_nodes(node)
-        if isinstance(sub, ast.Call)
-        and isinstance(sub.func, ast.Attribute)
-        and isinstance(sub.func.value, ast.Name)
-        and sub.func.value.id == "self"
-    }
-
-
-def _construction_helpers(cls: Scope) -> set[str]:
-    """Methods ``__init__`` calls through ``self.name(...)``, directly or through another such
-    method (``forward`` and the placement API excluded)."""
-    cached: set[str] | None = cls.cache.get("construction-helpers")
-    if cached is not None:
-        return cached
-    methods = _methods(cls)
-    found: set[str] = set()
-    todo = [methods["__init__"]] if "__init__" in methods else []
-    for _ in range(8):  # a bounded walk: helpers of helpers, a few levels deep
-        if not todo:
-            break
-        called = set().union(*(_self_calls(m) for m in todo)) & set(methods)
-        called -= found | {"__init__", "forward", "__call__"} | _PLACEMENT_API
-        found |= called
-        todo = [methods[name] for name in called]
-    cls.cache["construction-helpers"] = found
-    return found
-
-
-_PLACEMENT_API = frozenset({"_apply", "to", "cuda", "cpu", "half", "float", "double", "type"})
 # torch functions of a tensor argument that return a new tensor on the argument's device.
 _TENSOR_OF_ARGS = TENSOR_FUNCTIONS | frozenset(
     f"torch.{name}"
@@ -554,13 +519,13 @@ def _forward_methods(cls: Scope) -> set[str]:
     cached: set[str] | None = cls.cache.get("forward-methods")
     if cached is not None:
         return cached
-    methods = _methods(cls)
+    methods = class_methods(cls)
     found: set[str] = {name for name in ("forward", "__call__") if name in methods}
     todo = [methods[name] for name in found]
     for _ in range(8):  # a bounded walk, as for the construction helpers
         if not todo:
             break
-        called = set().union(*(_self_calls(m) for m in todo)) & set(methods)
+        called = set().union(*(self_calls(m) for m in todo)) & set(methods)
         called -= found | {"__init__"}
         found |= called
         todo = [methods[name] for name in called]
@@ -574,14 +539,14 @@ def _sets_up_forward(method: Scope, attr: str, ctx: Context) -> bool:
     reads: state the module keeps from call to call, as if built at construction. The
     placement API (``to``, ``_apply``, ...) is not one."""
     cls = method.cls
-    if cls is None or method.name in _PLACEMENT_API or method.name in {"__init__"}:
+    if cls is None or method.name in PLACEMENT_API or method.name in {"__init__"}:
         return False
     forward = _forward_methods(cls)
     if not forward or method.name in forward:
         return False  # rebuilt by the forward pass itself, from its inputs
     if _run_by_outer_forward(method, ctx):
         return False  # rebuilt by the forward pass of the module that holds this one
-    methods = _methods(cls)
+    methods = class_methods(cls)
     return any(
         isinstance(sub, ast.Attribute)
         and self_attribute(sub) == attr
@@ -598,7 +563,7 @@ def _pass_state(value: ast.expr, ctx: Context, method: Scope) -> bool:
     an RNN's ``(h, c)`` state, rebuilt per call, that ``.to()``, ``state_dict()`` and
     ``parameters()`` have no reason to see."""
     cls = method.cls
-    if cls is None or _constructs(method) or method.name in _PLACEMENT_API:
+    if cls is None or _constructs(method) or method.name in PLACEMENT_API:
         return False
     if any(
         isinstance(element, ast.Call) and ctx.call_qualname(element) in _PARAMETERS
@@ -1048,7 +1013,7 @@ def _local_function(
         and func.value.id == "self"
         and cls is not None
     ):
-        return _methods(cls).get(func.attr)
+        return class_methods(cls).get(func.attr)
     if isinstance(func, ast.Name):
         scope: Scope | None = ctx.scope
         while scope is not None and scope.kind != "module":
@@ -1163,12 +1128,14 @@ def _moved_where_used(
         for sub in walk(item)
     )
     after_placing = _called_after_placing(methods, attr)
+    placers = _placing_methods(cls.node, attr)
     for item in methods:
         if item.name in after_placing:
             continue  # a helper the placing method calls once it has placed the attribute
         placed: set[int] = set()
-        # `self.x = self.x.to(x.device)`: from there on, the method reads it placed
-        placed_from = _placing_line(item, attr)
+        # `self.x = self.x.to(x.device)`, or a call of a method that does so
+        # (`self.extend_pe(x)`): from there on, the method reads it placed
+        placed_from = min(_placing_line(item, attr), _first_call(item, placers))
         for sub in walk(item):
             if (
                 isinstance(sub, ast.Call)
@@ -1250,6 +1217,34 @@ def _placing_line(item: ast.AST, attr: str) -> float:
             if isinstance(sub, ast.Assign)
             and any(self_attribute(t) == attr for t in sub.targets)
             and any(_places_attr(n, attr) for n in walk(sub.value))
+        ),
+        default=float("inf"),
+    )
+
+
+def _placing_methods(cls: ast.ClassDef, attr: str) -> set[str]:
+    """The methods of ``cls`` other than ``__init__`` that rebind ``self.<attr>`` placed
+    (VALL-E-X's ``extend_pe(x)``: ``self.pe = self.pe.to(dtype=x.dtype, device=x.device)``)."""
+    return {
+        item.name
+        for item in cls.body
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and item.name != "__init__"
+        and _placing_line(item, attr) < float("inf")
+    }
+
+
+def _first_call(item: ast.AST, names: set[str]) -> float:
+    """The first line where ``item`` calls ``self.<name>(...)`` for one of ``names``."""
+    return min(
+        (
+            sub.lineno
+            for sub in walk(item)
+            if isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Attribute)
+            and isinstance(sub.func.value, ast.Name)
+            and sub.func.value.id == "self"
+            and sub.func.attr in names
         ),
         default=float("inf"),
     )
@@ -1339,7 +1334,12 @@ def _chain_base(node: ast.expr) -> ast.expr:
 
 
 def _next_use(item: ast.AST, name: str, after: int) -> ast.Name | None:
-    """The first read of ``name`` in ``item`` on a line after ``after``."""
+    """The first read of ``name``'s data in ``item`` on a line after ``after``: a question
+    about its metadata (GPT-J's ``if embed_positions.device != position_ids.device:``) reads
+    none."""
+    asked = {
+        id(n.value) for n in walk(item) if isinstance(n, ast.Attribute) and n.attr in _METADATA
+    }
     uses = [
         n
         for n in walk(item)
@@ -1347,6 +1347,7 @@ def _next_use(item: ast.AST, name: str, after: int) -> ast.Name | None:
         and n.id == name
         and isinstance(n.ctx, ast.Load)
         and n.lineno > after
+        and id(n) not in asked
     ]
     return min(uses, key=lambda n: (n.lineno, n.col_offset), default=None)
 

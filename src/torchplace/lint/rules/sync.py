@@ -44,6 +44,7 @@ from torchplace.lint.provenance.callers import (
     decode_hook,
     engine_step,
     imported_by_siblings,
+    openmmlab_loss,
 )
 from torchplace.lint.provenance.flow import TORCH_QUERIES, zip_pairs
 from torchplace.lint.provenance.loops import (
@@ -60,6 +61,7 @@ from torchplace.lint.provenance.loops import (
     indexed_row,
     narrowed_to_list,
     rare_test,
+    single_pass,
     step_parts,
 )
 from torchplace.lint.provenance.values import HOST_METHODS, _device_target, _is_cpu, _passes_device
@@ -664,21 +666,6 @@ def _moves(node: ast.expr) -> bool:
     return False
 
 
-def _single_pass(iterable: ast.expr) -> bool:
-    """``range(1)`` (or ``range(0, 1)``): a loop that runs its body once."""
-    if not (
-        isinstance(iterable, ast.Call)
-        and isinstance(iterable.func, ast.Name)
-        and iterable.func.id == "range"
-        and 1 <= len(iterable.args) <= 2
-        and all(isinstance(a, ast.Constant) and type(a.value) is int for a in iterable.args)
-    ):
-        return False
-    bounds = [a.value for a in iterable.args]  # type: ignore[attr-defined]
-    start, stop = (0, bounds[0]) if len(bounds) == 1 else bounds
-    return bool(stop - start <= 1)
-
-
 def _not_a_step(loop: ast.AST, call: ast.Call) -> bool:
     """A loop over a literal list (``for t in [a, b]:``), or one that synchronizes the device
     it iterates (``for d in devices: torch.cuda.synchronize(d)``, also by index: ``for i in
@@ -686,7 +673,7 @@ def _not_a_step(loop: ast.AST, call: ast.Call) -> bool:
     few fixed things or devices, not a step of work."""
     if not isinstance(loop, (ast.For, ast.AsyncFor)):
         return False
-    if isinstance(loop.iter, (ast.List, ast.Tuple, ast.Set)) or _single_pass(loop.iter):
+    if isinstance(loop.iter, (ast.List, ast.Tuple, ast.Set)) or single_pass(loop.iter):
         return True  # also `for _ in range(1):`, lightllm's warm-up before a graph capture
     device = call.args[0] if call.args else getattr(keyword(call, "device"), "value", None)
     if isinstance(device, ast.Call) and call_name(device) == "device" and device.args:
@@ -1002,26 +989,33 @@ def _bound_to_numpy(name: str, scope: Scope, ctx: Context) -> bool:
 
 def _old_item(node: ast.Subscript, ctx: Context) -> None:
     """``train_loss += loss.data[0]``: a loss read as it was before PyTorch 0.4
-    (:func:`~.facts.old_loss_read`); in the same function, ``top1.update(prec1[0], n)`` of an
-    accuracy unpacked from ``prec1, prec5 = accuracy(output.data, target, topk=(1, 5))``."""
+    (:func:`~.facts.old_loss_read`); ``top1.update(prec1.data[0], n)`` of an accuracy unpacked
+    from ``prec1, prec5 = accuracy(output.data, target, topk=(1, 5))``, also ``prec1[0]`` in a
+    function that reads its loss so."""
     loss = old_loss_read(node, ctx)
     if loss is not None:
         _check(node, loss, "`.data[0]` (`.item()` before PyTorch 0.4)", ctx, explicit=True)
         return
     metric = _old_metric(node, ctx)
     if metric is not None:
-        what = "`[0]` of a one-element accuracy (`.item()` before PyTorch 0.4)"
+        index = "`.data[0]`" if isinstance(node.value, ast.Attribute) else "`[0]`"
+        what = f"{index} of a one-element accuracy (`.item()` before PyTorch 0.4)"
         _check(node, metric, what, ctx, explicit=True)
 
 
 def _old_metric(node: ast.Subscript, ctx: Context) -> ast.expr | None:
-    """``prec1`` of ``prec1[0]``, a name the function unpacks from a call named for accuracy
-    (``prec1, prec5 = accuracy(output.data, target, topk=(1, 5))``), in a function written for
-    PyTorch before 0.4 (it reads a loss's ``.data[0]``): indexing the one-element result read
-    its value then. In later code ``acc1[0]`` is a 0-dim tensor, no read."""
+    """``prec1`` of ``prec1.data[0]``, a name the function unpacks from a call named for
+    accuracy (``prec1, prec5 = accuracy(output.data, target, topk=(1, 5))``): indexing the
+    one-element result's ``.data`` read its value before PyTorch 0.4. So did ``prec1[0]`` in a
+    function written for that PyTorch (it reads a loss's ``.data[0]``); in later code ``acc1[0]``
+    is a 0-dim tensor, no read."""
+    value = node.value
+    data = isinstance(value, ast.Attribute) and value.attr == "data"
+    if data:
+        value = value.value  # type: ignore[attr-defined]
     if not (
         isinstance(node.ctx, ast.Load)
-        and isinstance(node.value, ast.Name)
+        and isinstance(value, ast.Name)
         and isinstance(node.slice, ast.Constant)
         and type(node.slice.value) is int
     ):
@@ -1029,16 +1023,20 @@ def _old_metric(node: ast.Subscript, ctx: Context) -> ast.expr | None:
     scope = ctx.function_scope()
     if scope is None:
         return None
-    names: frozenset[str] | None = scope.cache.get("old-accuracies")
+    names: frozenset[str] | None = scope.cache.get("accuracies")
     if names is None:
-        old = any(
+        names = scope.cache["accuracies"] = _unpacked_accuracies(scope.node)
+    if value.id not in names:
+        return None
+    if data:
+        return value
+    old: bool | None = scope.cache.get("old-loss-reads")
+    if old is None:
+        old = scope.cache["old-loss-reads"] = any(
             isinstance(sub, ast.Subscript) and old_loss_read(sub, ctx) is not None
             for sub in own_nodes(scope.node)
         )
-        names = scope.cache["old-accuracies"] = (
-            _unpacked_accuracies(scope.node) if old else frozenset()
-        )
-    return node.value if node.value.id in names else None
+    return value if old else None
 
 
 def _unpacked_accuracies(function: ast.AST) -> frozenset[str]:
@@ -4008,6 +4006,8 @@ def _called_here(scope: ast.AST, ctx: Context) -> bool:
         return True  # Lightning's step hooks: the framework calls them once per batch
     if name == "forward" and _module_class_method(facts, scope):
         return True  # `loss = criterion(pred, y)` runs the module's `forward` by its instance
+    if openmmlab_loss(facts, scope):
+        return True  # OpenMMLab's runner calls a model's or head's `loss` every iteration
     top = facts.parent.get(id(scope)) is facts.tree
     key = f"called:{name}:{top}"
     cache = ctx.scope.root().cache  # per file: the answer depends on the name (and level) only

@@ -1,0 +1,261 @@
+"""Round 96, what the whole corpus and round 41 showed: a factory's tensor that the function
+only reads back to the host (``times.int().tolist()``, DiffusionDet's sampling schedule) is host
+bookkeeping, as one that only bounds slices is."""
+
+from __future__ import annotations
+
+from torchplace.lint import lint_source
+
+from .helpers import lines as _lines
+
+SCHEDULE = """\
+import torch
+
+
+class Detector(torch.nn.Module):
+    def forward(self, feats, steps):
+        return self.sample(feats, steps, 1000), self.noisy(feats, steps)
+
+    def sample(self, feats, steps, total):
+        noise = torch.randn(feats.shape, device=feats.device)
+        times = torch.linspace(-1, total - 1, steps=steps + 1)
+        times = list(reversed(times.int().tolist()))
+        pairs = list(zip(times[:-1], times[1:]))
+        out = feats + noise
+        for t, _ in pairs:
+            out = self.head(out, t)
+        return out
+
+    def noisy(self, feats, steps):
+        feats = feats.unsqueeze(0)
+        scale = torch.linspace(0, 1, steps=steps)
+        first = scale.float().tolist()[0]
+        return feats * scale, first
+"""
+
+
+def test_a_factory_only_read_back_to_the_host_stays_there() -> None:
+    assert _lines(SCHEDULE, "TPL103") == [20]
+
+
+EXTENDED = """\
+import math
+
+import torch
+from torch import nn
+
+
+class SinePositions(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.dim = dim
+        self.pe = None
+        self.extend_pe(torch.tensor(0.0).expand(1, 4000))
+
+    def extend_pe(self, x):
+        if self.pe is not None:
+            if self.pe.size(1) >= x.size(1):
+                if self.pe.dtype != x.dtype or self.pe.device != x.device:
+                    self.pe = self.pe.to(dtype=x.dtype, device=x.device)
+                return
+        pe = torch.zeros(x.size(1), self.dim)
+        position = torch.arange(0, x.size(1), dtype=torch.float32).unsqueeze(1)
+        div = torch.exp(torch.arange(0, self.dim, 2).float() * -(math.log(1e4) / self.dim))
+        pe[:, 0::2] = torch.sin(position * div)
+        pe[:, 1::2] = torch.cos(position * div)
+        self.pe = pe.unsqueeze(0).to(device=x.device, dtype=x.dtype)
+
+    def forward(self, x):
+        self.extend_pe(x)
+        return x + self.pe[:, : x.size(1)]
+
+    def peek(self, x):
+        return x + self.pe[:, : x.size(1)]
+"""
+
+
+def test_a_cache_each_reader_places_first_through_a_method_is_not_left_behind() -> None:
+    assert _lines(EXTENDED, "TPL501") == [25]
+    kept = EXTENDED.replace("    def peek(self, x):\n        return x + self.pe[:, : x.size(1)]\n", "")
+    assert _lines(kept, "TPL501") == []
+
+
+OLD_LOSS = """\
+import torch.nn.functional as F
+
+
+def test(model, loader):
+    total = 0
+    for data, target in loader:
+        data, target = data.cuda(), target.cuda()
+        output = model(data)
+        total += F.cross_entropy(output, target, size_average=False).data[0]
+        first = output.data[0]
+    return total, first
+"""
+
+
+def test_the_old_read_of_a_functional_loss_is_a_sync() -> None:
+    assert _lines(OLD_LOSS, "TPL201") == [9]
+
+
+HEAD = """\
+import torch
+from mmengine.model import BaseModule
+from mmpose.registry import MODELS
+
+
+def to_numpy(x):
+    return x.detach().cpu().numpy()
+
+
+@MODELS.register_module()
+class HeatmapHead(BaseModule):
+    def loss(self, feats, batch_data_samples, train_cfg={}):
+        pred_fields = self.forward(feats)
+        losses = dict(loss_kpt=self.loss_module(pred_fields, batch_data_samples))
+        acc = float(pred_fields.max())
+        losses.update(acc_pose=torch.tensor(acc, device=pred_fields.device))
+        return losses
+"""
+
+
+def test_an_openmmlab_heads_loss_runs_every_training_step() -> None:
+    assert _lines(HEAD, "TPL201") == [15]
+    plain = HEAD.replace("mmengine.model", "base").replace("mmpose.registry", "registry")
+    assert _lines(plain, "TPL201") == []
+
+
+MEAN_POSE = """\
+import torch
+from torch import nn
+
+
+class Hand(nn.Module):
+    def __init__(self, data):
+        super().__init__()
+        self.register_buffer("hand_mean", torch.tensor(data["mean"]))
+        self.register_buffer("pose_mean", self.create_mean_pose())
+        self.register_buffer("rest", self.rest_pose())
+
+    def create_mean_pose(self):
+        orient = torch.zeros([3], dtype=self.hand_mean.dtype)
+        return torch.cat([orient, self.hand_mean], dim=0)
+
+    def rest_pose(self):
+        orient = torch.zeros([3], dtype=self.hand_mean.dtype)
+        return torch.cat([orient, self.hand_mean], dim=0)
+
+    def forward(self, pose):
+        return pose + self.pose_mean + self.rest_pose()
+"""
+
+
+def test_a_helper_only_the_constructor_runs_builds_with_the_cpu_buffers() -> None:
+    assert _lines(MEAN_POSE, "TPL103") == [17]
+
+
+SINCOS = """\
+import torch
+from torch import nn
+
+
+def sinusoidal(n, dim):
+    inv = 1.0 / (10000 ** (torch.arange(0, dim, 2) / dim))
+    table = torch.einsum("i,j->ij", torch.arange(n).float(), inv)
+    return torch.cat((torch.sin(table), torch.cos(table)), dim=1)
+
+
+class Attention(nn.Module):
+    def __init__(self, n, dim):
+        super().__init__()
+        self.embed_positions = sinusoidal(n, dim)
+        self.table = sinusoidal(n, dim)
+
+    def forward(self, x, position_ids):
+        embed_positions = self.embed_positions
+        if embed_positions.device != position_ids.device:
+            embed_positions = embed_positions.to(position_ids.device)
+            self.embed_positions = embed_positions
+        table = self.table
+        if table.dtype != x.dtype:
+            table = table.to(x.dtype)
+        return x * embed_positions[position_ids] + table[position_ids]
+"""
+
+
+def test_a_table_each_forward_moves_after_asking_its_device_is_placed() -> None:
+    assert _lines(SINCOS, "TPL501") == [15]
+
+
+FIXED_RANK = """\
+import torch
+
+
+def generate(model, tokens):
+    seqinfo = tokens.to("cuda")
+    return model(seqinfo)
+
+
+def main(ckpt_dir):
+    local_rank = 0
+    device = f"cuda:{local_rank}"
+    torch.cuda.set_device(local_rank)
+    return device
+"""
+
+
+def test_a_local_rank_only_ever_zero_is_one_process() -> None:
+    assert _lines(FIXED_RANK, "TPL104") == []
+    ranked = FIXED_RANK.replace("def main(ckpt_dir):\n    local_rank = 0", "def main(local_rank):")
+    assert _lines(ranked, "TPL104") == [5]
+
+
+OLD_ACCURACY = """\
+import utils
+
+
+def train(model, loader, criterion, top1):
+    for step, (x, y) in enumerate(loader):
+        x, y = x.cuda(), y.cuda()
+        logits = model(x)
+        prec1, prec5 = utils.accuracy(logits, y, topk=(1, 5))
+        top1.update(prec1.data[0], x.size(0))
+        first = logits.data[0]
+        top1.update(prec5[0], x.size(0))
+    return first
+"""
+
+
+def test_the_old_read_of_an_accuracy_through_data_is_a_sync() -> None:
+    assert _lines(OLD_ACCURACY, "TPL201") == [9]
+
+
+CLOSURE = """\
+import torch
+
+
+def minimize(optimizer, closure, params, maxiters=100, ftol=1e-9):
+    prev_loss = None
+    for n in range(maxiters):
+        loss = optimizer.step(closure)
+        if prev_loss is not None and abs(prev_loss - loss.item()) < ftol:
+            break
+        prev_loss = loss.item()
+    return prev_loss
+
+
+def rollout(env, policy, steps):
+    total = 0.0
+    obs = env.reset()
+    for t in range(steps):
+        obs, reward, done, info = env.step(policy(obs))
+        total += reward.item()
+    return total
+"""
+
+
+def test_an_optimizer_step_handed_a_closure_is_a_training_step_returning_the_loss() -> None:
+    found = lint_source(CLOSURE, "fit.py", select={"TPL201"})
+    assert [f.line for f in found] == [8, 10]
+    assert "`optimizer.step(closure)`" in found[0].message
