@@ -186,7 +186,9 @@ def train(model, loader, opt, device, imgsz):
 
 def test_a_loss_object_called_per_batch_tests_a_reduction_each_call() -> None:
     found = lint_source(LOSS, "/nonexistent/train.py", select={"TPL201"})
-    assert [f.line for f in found] == [9, 23, 23]
+    # line 23 once, at the formatting of the loss: what `%` builds is a host string
+    assert [f.line for f in found] == [9, 23]
+    assert "`%` formatting" in found[1].message
     # the loader a function named for one builds is a loader, not a device tensor: its loop
     # steps through batches (not the rows of a tensor the moved model was handed to)
     assert all("batch loop at line 18" in f.message for f in found if f.line == 23)

@@ -76,7 +76,9 @@ class SinePositions(nn.Module):
 
 def test_a_cache_each_reader_places_first_through_a_method_is_not_left_behind() -> None:
     assert _lines(EXTENDED, "TPL501") == [25]
-    kept = EXTENDED.replace("    def peek(self, x):\n        return x + self.pe[:, : x.size(1)]\n", "")
+    kept = EXTENDED.replace(
+        "    def peek(self, x):\n        return x + self.pe[:, : x.size(1)]\n", ""
+    )
     assert _lines(kept, "TPL501") == []
 
 
@@ -259,3 +261,129 @@ def test_an_optimizer_step_handed_a_closure_is_a_training_step_returning_the_los
     found = lint_source(CLOSURE, "fit.py", select={"TPL201"})
     assert [f.line for f in found] == [8, 10]
     assert "`optimizer.step(closure)`" in found[0].message
+
+
+NO_RANK = """\
+import deepspeed
+import torch
+
+
+def main(args):
+    if args.local_rank == -1:
+        device = torch.device("cuda")
+    else:
+        torch.cuda.set_device(args.local_rank)
+        device = torch.device("cuda", args.local_rank)
+        deepspeed.init_distributed()
+    if args.local_rank != -1:
+        pass
+    else:
+        other = torch.device("cuda")
+    return device, other
+"""
+
+
+def test_the_branch_without_a_launcher_rank_is_one_process() -> None:
+    assert _lines(NO_RANK, "TPL104") == []
+    ranked = NO_RANK.replace("== -1", "== 0").replace("!= -1", "!= 0")
+    assert _lines(ranked, "TPL104") == [7, 15]
+
+
+IDENTITY_ZERO = """\
+def train(model, loader, optimizer, translate):
+    for i, (x, y) in enumerate(loader):
+        x, y = x.cuda(), y.cuda()
+        loss = model(x, y)
+        loss.backward()
+        optimizer.step()
+        if i % 100 is 0:
+            print(i, loss.item())
+"""
+
+
+def test_a_remainder_tested_with_is_zero_is_a_rare_branch() -> None:
+    assert _lines(IDENTITY_ZERO, "TPL201") == []
+    assert _lines(IDENTITY_ZERO.replace("is 0", "is not None"), "TPL201") == [8]
+
+
+WRAPPED = """\
+import torch
+from torch import nn
+from torch.autograd import Variable
+
+
+def create_variable(tensor):
+    if torch.cuda.is_available():
+        return Variable(tensor.cuda())
+    else:
+        return Variable(tensor)
+
+
+class Classifier(nn.Module):
+    def forward(self, x):
+        hidden = self._init_hidden(x.size(0))
+        scores = create_variable(torch.zeros(x.size(1)))
+        cell = Variable(torch.zeros(x.size(1)))
+        return self.gru(x, hidden), scores + cell
+
+    def _init_hidden(self, batch_size):
+        hidden = torch.zeros(2, batch_size, 8)
+        return create_variable(hidden)
+"""
+
+
+def test_a_helper_returning_its_argument_moved_inside_variable_places_it() -> None:
+    assert _lines(WRAPPED, "TPL103") == [17]
+
+
+SET_DEVICE_HELPER = """\
+import torch
+from classy_vision.generic.distributed_util import set_cuda_device_index
+
+
+def setup(local_rank):
+    torch.distributed.init_process_group(backend="nccl")
+    set_cuda_device_index(local_rank)
+    return torch.zeros(1).cuda()
+"""
+
+
+def test_a_helper_named_for_setting_the_device_picks_the_gpu() -> None:
+    assert _lines(SET_DEVICE_HELPER, "TPL104") == []
+    unpinned = SET_DEVICE_HELPER.replace("    set_cuda_device_index(local_rank)\n", "")
+    assert _lines(unpinned, "TPL104") == [7]
+
+
+FORMATTED = """\
+def detect(model, dataset, device, names):
+    for img in dataset:
+        det = model(img.to(device))
+        s = ""
+        for c in det[:, -1].unique():
+            s += "%g %ss, " % (c, names[0])
+        print("%sDone." % s)
+"""
+
+
+def test_text_formatted_with_percent_is_a_host_string() -> None:
+    assert _lines(FORMATTED, "TPL201") == [6]
+
+
+EVAL_STEP = """\
+import torch
+
+
+class ClassificationTask:
+    def eval_step(self):
+        sample = next(self.data_iterator)
+        sample = {k: v.cuda(non_blocking=True) for k, v in sample.items()}
+        with torch.no_grad():
+            output = self.model(sample["input"])
+            loss = self.loss(output, sample["target"])
+        self.losses.append(loss.data.cpu().item())
+"""
+
+
+def test_a_tasks_eval_step_runs_once_per_batch() -> None:
+    assert _lines(EVAL_STEP, "TPL201") == [11]
+    assert _lines(EVAL_STEP.replace("def eval_step", "def report"), "TPL201") == []

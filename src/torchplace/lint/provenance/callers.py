@@ -63,7 +63,13 @@ __all__ = [
 ]
 
 # Methods a training framework calls once per batch, with the batch already on the device.
-_STEP_HOOKS = frozenset({"training_step", "validation_step", "test_step", "predict_step"})
+_LIGHTNING_STEPS = frozenset({"training_step", "validation_step", "test_step", "predict_step"})
+_STEP_HOOKS = _LIGHTNING_STEPS | frozenset(
+    # the same steps of other trainers' tasks and models (ClassyVision's and vissl's
+    # `train_step`/`eval_step`, MMEngine's `val_step`, fairseq's `valid_step`)
+    {"train_step", "eval_step", "val_step", "valid_step"}
+)
+_TRAINING_STEPS = frozenset({"training_step", "train_step"})
 # Lightning's hooks (of a module or a callback) run once per batch, around its step: a batch
 # and the step's outputs they are handed are on the device.
 _BATCH_HOOKS = frozenset(
@@ -76,9 +82,9 @@ _HOOK_ARGUMENTS = ("batch", "outputs", "loss")
 _STEP_END_HOOKS = frozenset(
     f"{stage}_step_end" for stage in ("training", "validation", "test", "predict")
 )
-# OpenMMLab's training methods of a model or a head (2.x `loss`, 1.x `forward_train`), and
-# the packages whose import marks a file as OpenMMLab code.
-_MM_LOSS_HOOKS = frozenset({"loss", "forward_train"})
+# OpenMMLab's training methods of a model or a head (2.x `loss` and a head's `loss_by_feat`,
+# 1.x `forward_train`), and the packages whose import marks a file as OpenMMLab code.
+_MM_LOSS_HOOKS = frozenset({"loss", "loss_by_feat", "forward_train"})
 _MM_PACKAGES = frozenset(
     {
         "mmengine",
@@ -155,7 +161,11 @@ def find_per_batch(
         }
         how = f"`{function.name}` runs once per batch (OpenMMLab's training step)"
         return PerBatch(how, seeds, True)
-    if function.name in _STEP_HOOKS and _is_hook(facts, function):
+    if (
+        function.name in _STEP_HOOKS
+        and _is_hook(facts, function)
+        and (function.name in _LIGHTNING_STEPS or not has_own_batch_loop(function))
+    ):
         params = [a.arg for a in function.args.args]
         seeds = {}
         if len(params) > 1:
@@ -164,7 +174,7 @@ def find_per_batch(
             )
         how = f"`{function.name}` runs once per batch (a training-framework hook)"
         seeds = _framework_moved(facts, function, seeds)
-        return PerBatch(how, seeds, function.name == "training_step")
+        return PerBatch(how, seeds, function.name in _TRAINING_STEPS)
     cls = facts.parent.get(id(function))
     if (
         function.name in {"forward", "backward"}

@@ -2062,6 +2062,10 @@ def rare_test(test: ast.expr) -> bool:
         return any(rare_test(value) for value in test.values)
     if isinstance(test, ast.Compare) and len(test.ops) == 1:
         right = test.comparators[0]
+        number = isinstance(right, ast.Constant) and type(right.value) is int
+        if isinstance(test.ops[0], ast.Is) and number:
+            # `i % 100 is 0`: an identity test of a small int, read as `==`
+            return rare_test(ast.Compare(left=test.left, ops=[ast.Eq()], comparators=[right]))
         if isinstance(test.ops[0], (ast.Is, ast.IsNot)):
             # `if log_writer is not None:`: whether a setting is present, the same on every
             # step (all of them or none), whatever the name says; a debugging setting

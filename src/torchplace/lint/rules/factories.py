@@ -499,7 +499,22 @@ def _moved_later(call: ast.Call, ctx: Context) -> bool:
         return False
     scope = ctx.function_scope()
     own_body = getattr(scope.node, "body", None) if scope is not None else None
-    return _moved_after(ctx.stmt_path, names, own_body)
+    return _moved_after(ctx.stmt_path, names, own_body, placers=_placing_functions(ctx))
+
+
+def _placing_functions(ctx: Context) -> frozenset[str]:
+    """The functions of the file that hand back their first argument moved (or as it is on
+    the CPU path): PyTorchZeroToAll's ``create_variable(tensor)``."""
+    root = ctx.scope.root()
+    cached: frozenset[str] | None = root.cache.get("placing-functions")
+    if cached is None:
+        facts = file_facts(ctx)
+        cached = root.cache["placing-functions"] = frozenset(
+            name
+            for name, found in facts.defs.items()
+            if found and all(_returns_moved_parameter(node) for node in found)
+        )
+    return cached
 
 
 def _moved_after(
@@ -507,6 +522,7 @@ def _moved_after(
     names: set[str],
     own_body: object,
     always: bool = False,
+    placers: frozenset[str] = frozenset(),
 ) -> bool:
     """In the statements after the innermost one of ``stmt_path`` (also after the blocks
     holding it, up to the function's own body), ``names`` (or a value built from them) go
@@ -517,16 +533,16 @@ def _moved_after(
         for later in block[index + 1 :]:
             if always:
                 if isinstance(later, (ast.Assign, ast.AugAssign, ast.Expr, ast.Return)):
-                    if _moves_any(later, names):
+                    if _moves_any(later, names, placers):
                         return True
                     names |= _holders(later, names)
                 continue
-            if _moves_any(later, names):
+            if _moves_any(later, names, placers):
                 return True
             inner = _in_order(later)  # also into a later loop's body, twice: carried
             for stmt in inner * (2 if len(inner) > 1 else 1):
                 names |= _holders(stmt, names)
-            if _moves_any(later, names):
+            if _moves_any(later, names, placers):
                 return True
         if block is own_body:
             break
@@ -864,10 +880,11 @@ def _returns_any(function: ast.AST, names: set[str]) -> bool:
     )
 
 
-def _moves_any(stmt: ast.stmt, names: set[str]) -> bool:
+def _moves_any(stmt: ast.stmt, names: set[str], placers: frozenset[str] = frozenset()) -> bool:
     """``t.to(x)``, ``t.cuda()``, or a transfer helper handed ``t``: ``self._to_device(ids)``
-    (a ``to_device`` of the owner, private or not), ``move_to_cuda(t)``; also element by
-    element, through the target of a comprehension over them: ``[s.to(d) for s in t]``."""
+    (a ``to_device`` of the owner, private or not), ``move_to_cuda(t)``, a function of the
+    file that returns its first argument moved (``placers``); also element by element,
+    through the target of a comprehension over them: ``[s.to(d) for s in t]``."""
     names = names | {
         name
         for sub in walk(stmt)
@@ -890,6 +907,13 @@ def _moves_any(stmt: ast.stmt, names: set[str]) -> bool:
             name is not None
             and _device_helper(name.lstrip("_"), sub.args)
             and any(_refs(arg) & names for arg in sub.args)
+        ):
+            return True
+        if (
+            isinstance(sub.func, ast.Name)
+            and sub.func.id in placers
+            and sub.args
+            and _refs(sub.args[0]) & names
         ):
             return True
     return False
@@ -996,7 +1020,11 @@ def _returns_moved_parameter(func: ast.FunctionDef | ast.AsyncFunctionDef) -> bo
     if not params:
         return False
     first = params[0].arg
-    values = [r.value for r in own_nodes(func) if isinstance(r, ast.Return)]
+    values = [
+        _unwrapped(r.value)
+        for r in own_nodes(func)
+        if isinstance(r, ast.Return) and r.value is not None
+    ]
     moved = [
         v
         for v in values
@@ -1009,6 +1037,18 @@ def _returns_moved_parameter(func: ast.FunctionDef | ast.AsyncFunctionDef) -> bo
     ]
     as_given = [v for v in values if isinstance(v, ast.Name) and v.id == first]
     return bool(moved) and len(moved) + len(as_given) == len(values)
+
+
+def _unwrapped(value: ast.expr) -> ast.expr:
+    """The tensor of ``Variable(t)``, autograd's legacy wrapper (``return Variable(t.cuda())``
+    in PyTorchZeroToAll's ``create_variable``); else ``value``."""
+    if (
+        isinstance(value, ast.Call)
+        and len(value.args) == 1
+        and (dotted_name(value.func) or "").rpartition(".")[2] == "Variable"
+    ):
+        return value.args[0]
+    return value
 
 
 def _copied_to_global(call: ast.Call, ctx: Context) -> bool:

@@ -893,7 +893,9 @@ def _single_process_branch(ctx: Context) -> bool:
             continue
         child = ctx.parents[index + 1]
         if any(child is stmt for stmt in parent.orelse) and (
-            _names_distributed(parent.test) or _sets_up_group(parent.body)
+            _names_distributed(parent.test)
+            or _sets_up_group(parent.body)
+            or _no_rank(parent.test, negated=True)
         ):
             return True
         if any(child is stmt for stmt in parent.body) and any(
@@ -903,10 +905,28 @@ def _single_process_branch(ctx: Context) -> bool:
                 and _names_distributed(term.operand)
             )
             or _names_single_process(term)
+            or _no_rank(term)
             for term in _conjuncts(parent.test)
         ):
             return True
     return False
+
+
+def _no_rank(test: ast.expr, *, negated: bool = False) -> bool:
+    """``args.local_rank == -1`` (``negated``: ``local_rank != -1``): the launcher gave the
+    process no rank, the one-process run of Hugging Face's and DeepSpeed's scripts."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return False
+    name = (dotted_name(test.left) or "").rpartition(".")[2]
+    right = test.comparators[0]
+    minus_one = (
+        isinstance(right, ast.UnaryOp)
+        and isinstance(right.op, ast.USub)
+        and isinstance(right.operand, ast.Constant)
+        and right.operand.value == 1
+    )
+    op = ast.NotEq if negated else ast.Eq
+    return name in {"local_rank", "rank"} and minus_one and isinstance(test.ops[0], op)
 
 
 # Words that, with "single", name a one-process mode: `single_device`, `args.single_gpu`.
@@ -1032,7 +1052,8 @@ def _one(node: ast.expr) -> bool:
 
 def _unpinned_setup(ctx: Context) -> bool:
     """The file sets up the ranks itself (calls ``init_process_group``) and never picks a GPU
-    per rank (no ``torch.cuda.set_device(...)``, no ``with torch.cuda.device(...)``): a bare
+    per rank (no ``torch.cuda.set_device(...)`` nor a helper named for setting the device, no
+    ``with torch.cuda.device(...)``): a bare
     ``.cuda()`` there lands on GPU 0 in every rank. A file whose set-up is a helper elsewhere
     (``utils.init_distributed_mode(args)``) may pick the GPU there, and is left alone."""
     scope = ctx.scope.root()
@@ -1043,7 +1064,9 @@ def _unpinned_setup(ctx: Context) -> bool:
             if isinstance(node, ast.Call):
                 name = call_name(node)
                 inits = inits or name == "init_process_group"
-                picks = picks or name == "set_device"
+                # `torch.cuda.set_device(r)`, or a helper named for it, ClassyVision's
+                # `set_cuda_device_index(local_rank)`
+                picks = picks or bool(name and name.startswith("set") and "device" in name)
                 picks = picks or (
                     isinstance(node.func, ast.Attribute)
                     and ctx.qualname(node.func) == "torch.cuda.device"

@@ -4021,7 +4021,7 @@ def _called_here(scope: ast.AST, ctx: Context) -> bool:
     return bool(cached)
 
 
-_STAGES = frozenset({"training", "validation", "test", "predict"})
+_STAGES = frozenset({"training", "validation", "test", "predict", "train", "eval", "val", "valid"})
 
 
 def _module_class_method(facts: FileFacts, scope: ast.AST) -> bool:
