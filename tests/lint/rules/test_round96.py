@@ -387,3 +387,60 @@ class ClassificationTask:
 def test_a_tasks_eval_step_runs_once_per_batch() -> None:
     assert _lines(EVAL_STEP, "TPL201") == [11]
     assert _lines(EVAL_STEP.replace("def eval_step", "def report"), "TPL201") == []
+
+
+PERIODIC_VALID = """\
+import torch
+
+
+class Trainer:
+    def valid_step(self):
+        data = next(self.valid_dl_iter).to(self.device)
+        loss = self.model(data)
+        return loss.item()
+
+    def train(self):
+        step = 0
+        while step < self.num_train_steps:
+            self.train_step()
+            if not (step % self.validate_every_step):
+                self.valid_step()
+            step += 1
+"""
+
+
+def test_a_step_method_the_file_calls_only_on_few_steps_is_not_per_batch() -> None:
+    assert _lines(PERIODIC_VALID, "TPL201") == []
+    always = PERIODIC_VALID.replace(
+        "            if not (step % self.validate_every_step):\n                self.valid_step()",
+        "            self.valid_step()",
+    )
+    assert _lines(always, "TPL201") == [8]
+
+
+CPU_SCRIPT = """\
+import torch
+
+device = "cpu"
+
+
+def run_learning(data, steps):
+    model = torch.nn.Linear(2, 1).to(device)
+    optimizer = torch.optim.Adam(model.parameters())
+    noise = torch.rand(1, 2, device=device)
+    for step in range(steps):
+        optimizer.zero_grad()
+        loss = model(data + noise).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        print(loss.item())
+
+
+run_learning(torch.ones(4, 2), 100)
+"""
+
+
+def test_a_script_whose_one_device_is_the_cpu_reads_host_values() -> None:
+    assert _lines(CPU_SCRIPT, "TPL201") == []
+    assert _lines(CPU_SCRIPT.replace('device = "cpu"', 'device = "cuda"'), "TPL201") == [15]
+

@@ -164,7 +164,7 @@ def find_per_batch(
     if (
         function.name in _STEP_HOOKS
         and _is_hook(facts, function)
-        and (function.name in _LIGHTNING_STEPS or not has_own_batch_loop(function))
+        and (function.name in _LIGHTNING_STEPS or _framework_step(facts, function))
     ):
         params = [a.arg for a in function.args.args]
         seeds = {}
@@ -599,6 +599,31 @@ def _optimizer_class(facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunc
         name == "Optimizer" or (name.startswith("torch.optim") and name.endswith(".Optimizer"))
         for name in base_names(cls, facts.qualname)
     )
+
+
+def _framework_step(facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Another trainer's step method (``train_step``, ``eval_step``, ...) its framework calls:
+    not one the file itself calls only on a few steps (a trainer's ``train()`` running
+    ``self.valid_step()`` under ``if not (step % self.validate_every_step):``)."""
+    calls = [
+        node
+        for node in walk(facts.tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == function.name
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "self"
+    ]
+    if not calls:
+        return True
+    rare = {
+        id(sub)
+        for node in walk(facts.tree)
+        if isinstance(node, ast.If) and rare_test(node.test)
+        for stmt in node.body
+        for sub in walk(stmt)
+    }
+    return not all(id(call) in rare for call in calls)
 
 
 def openmmlab_loss(facts: FileFacts, function: ast.AST) -> bool:

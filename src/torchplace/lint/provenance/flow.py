@@ -42,6 +42,7 @@ from torchplace.lint.provenance.values import (
     closure_step,
     cpu_names,
     in_place_helper,
+    inherited_cpu_names,
     iterates_keys,
     looks_up_keys,
     moved_in_place,
@@ -144,14 +145,18 @@ class Flow:
 
     def to_cpu(self, call: ast.Call) -> bool:
         """``.to("cpu")``, ``.to(cpu_device)``, or ``.to(eval_device)`` where the scope binds
-        ``eval_device`` only to ``"cpu"``."""
-        target = _device_target(call)
+        ``eval_device`` only to ``"cpu"`` (:meth:`cpu_target`)."""
+        return self.cpu_target(_device_target(call))
+
+    def cpu_target(self, target: ast.expr | None) -> bool:
+        """``"cpu"``, ``cpu_device``, or a name the scope binds only to the CPU, also one the
+        module binds so that the scope leaves alone (``device = "cpu"`` of a CPU script)."""
         if _is_cpu(target):
             return True
         if not isinstance(target, ast.Name):
             return False
         if self.cpu is None:
-            self.cpu = cpu_names(self.node)
+            self.cpu = cpu_names(self.node) | inherited_cpu_names(self.node, self.facts.tree)
         return target.id in self.cpu
 
     # -- the in-order pass ------------------------------------------------------------------
@@ -960,7 +965,7 @@ class Flow:
                 f"created on the current CUDA device at line {node.lineno}",
             )
         if last in _FACTORIES or root == "torch.cuda" or last == "device":
-            if device is not None and not _is_cpu(device):
+            if device is not None and not self.cpu_target(device):
                 if isinstance(device, ast.Attribute) and device.attr == "device":
                     fact = self.eval(device.value, lookup)  # device=x.device: follows x
                     if fact is not None:

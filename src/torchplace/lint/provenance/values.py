@@ -24,6 +24,7 @@ __all__ = [
     "Fact",
     "LoopKind",
     "closure_step",
+    "inherited_cpu_names",
     "is_device_expr",
     "moved_in_place",
     "moves_to_device",
@@ -297,6 +298,25 @@ def cpu_names(node: ast.AST) -> frozenset[str]:
         for name, found in values.items()
         if name not in params and all(v is not None and _is_cpu(v) for v in found)
     )
+
+
+def inherited_cpu_names(function: ast.AST, module: ast.Module) -> frozenset[str]:
+    """Names the module binds only to the CPU (theseus' ``device = "cpu"``) that ``function``
+    neither binds nor takes as a parameter: there they still hold the CPU."""
+    if function is module:
+        return frozenset()
+    found = cpu_names(module)
+    if not found:
+        return found
+    args = getattr(function, "args", None)
+    bound = {a.arg for a in walk(args) if isinstance(a, ast.arg)} if args else set()
+    for sub in own_nodes(function):
+        bound |= _bound_names(sub)
+        if isinstance(sub, ast.NamedExpr):
+            bound.add(sub.target.id)
+        if isinstance(sub, ast.Global):
+            bound |= set(sub.names)
+    return found - bound
 
 
 def _bound_names(node: ast.AST) -> set[str]:

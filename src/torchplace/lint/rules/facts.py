@@ -387,6 +387,52 @@ DEVICE_WORDS = re.compile(
 )
 
 
+# The words that name an accelerator or a way to reach one (DEVICE_WORDS without `device`).
+_ACCELERATOR_WORDS = re.compile(
+    r"(?<![a-z])(?:cuda|gpu|accelerat|fabric|mps|xla(?![a-z])|tpu|distributed)", re.I
+)
+
+
+def names_no_device(ctx: Context) -> bool:
+    """The file names no device, accelerator or placement, or only the CPU: no accelerator
+    word, and every name it binds for a device holds the CPU (theseus' state-estimation
+    example, ``device = "cpu"``, then ``torch.empty(n, device=device)`` and
+    ``model.to(device)``), with no parameter for one."""
+    root = ctx.scope.root()
+    cached: bool | None = root.cache.get("names-no-device")
+    if cached is None:
+        source = ctx.source
+        cached = DEVICE_WORDS.search(source) is None or (
+            _ACCELERATOR_WORDS.search(source) is None and _binds_cpu_only(root.node)
+        )
+        root.cache["names-no-device"] = cached
+    return cached
+
+
+def _binds_cpu_only(tree: ast.AST) -> bool:
+    bound = False
+    for node in walk(tree):
+        if isinstance(node, ast.arg) and "device" in node.arg.lower():
+            return False  # a device handed in: any
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        names = [dotted_name(t) or "" for t in targets]
+        if not any("device" in name.lower() for name in names):
+            continue
+        if node.value is None or not _names_cpu(node.value):
+            return False
+        bound = True
+    return bound
+
+
+def _names_cpu(value: ast.expr) -> bool:
+    """``"cpu"`` or ``torch.device("cpu")``."""
+    if isinstance(value, ast.Call) and (dotted_name(value.func) or "").endswith("device"):
+        value = value.args[0] if len(value.args) == 1 and not value.keywords else value
+    return isinstance(value, ast.Constant) and value.value == "cpu"
+
+
 def cpu_only_script_class(cls: Scope, ctx: Context) -> bool:
     """A class built by the module-level code of a script that never names a device, an
     accelerator or a placement (RWKV's ``math_demo/run.py``: ``model = RWKV_RNN(args)`` at
@@ -402,7 +448,7 @@ def cpu_only_script_class(cls: Scope, ctx: Context) -> bool:
         ctx.scope.root().node,
         lambda module: (
             _built_classes(module)
-            if isinstance(module, ast.Module) and DEVICE_WORDS.search(ctx.source) is None
+            if isinstance(module, ast.Module) and names_no_device(ctx)
             else frozenset()
         ),
     )
@@ -452,7 +498,7 @@ def cpu_only_program(ctx: Context) -> bool:
     if cached is None:
         module = root.node
         cached = False
-        if isinstance(module, ast.Module) and DEVICE_WORDS.search(ctx.source) is None:
+        if isinstance(module, ast.Module) and names_no_device(ctx):
             defs = {
                 d.name: d
                 for d in module.body

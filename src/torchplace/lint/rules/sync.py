@@ -68,16 +68,17 @@ from torchplace.lint.provenance.values import HOST_METHODS, _device_target, _is_
 from torchplace.lint.resolver import dotted_name, is_module_base
 from torchplace.lint.rules.facts import (
     CASTS,
-    DEVICE_WORDS,
     FROM_ELEMENTS,
     TENSOR_METHODS,
     TIMERS,
     copies_to_cpu,
+    cpu_only_program,
     in_device_kernel,
     in_periodic_branch,
     in_test,
     is_env_step,
     is_tensor_expr,
+    names_no_device,
     old_loss_read,
 )
 from torchplace.lint.rules.read_helpers import helper_read
@@ -3543,21 +3544,23 @@ _MAIN_GUARD = re.compile(r"^if\s+__name__\s*==", re.M)
 
 
 def _host_only_file(ctx: Context) -> bool:
-    """A script that never names a device, an accelerator or a placement (minimalRL's
-    ``a3c.py``, a tutorial's ``05_linear_regression.py``): its models and tensors stay on the
+    """A script that never names a device, an accelerator or a placement, or only the CPU
+    (:func:`~.facts.names_no_device`; minimalRL's ``a3c.py``, a tutorial's
+    ``05_linear_regression.py``): its models and tensors stay on the
     CPU, where reading a loss of unknown origin (``loss.item()``) waits for nothing. A script
     runs itself (a ``__main__`` block, or the read in its module-level code; a notebook,
-    whose cells call the functions it defines, as d2l's ``train_ch3(net, ...)``); a library
+    whose cells call the functions it defines, as d2l's ``train_ch3(net, ...)``; module-level
+    statements that train through its functions, :func:`~.facts.cpu_only_program`); a library
     module's tensors come from its callers (an agent's ``update(rollouts)``)."""
     root = ctx.scope.root()
     cached: tuple[bool, bool] | None = root.cache.get("host-only")
     if cached is None:
         text = "\n".join(ctx.lines())
         runs = ctx.path.endswith(".ipynb") or _MAIN_GUARD.search(text) is not None
-        cached = (DEVICE_WORDS.search(text) is None, runs)
+        cached = (names_no_device(ctx), runs)
         root.cache["host-only"] = cached
     host_only, runs_itself = cached
-    return host_only and (runs_itself or ctx.function_scope() is None)
+    return host_only and (runs_itself or ctx.function_scope() is None or cpu_only_program(ctx))
 
 
 def _in_loop(
@@ -3834,7 +3837,7 @@ def _unplaced_step_value(
     a device (a CPU policy's ``value.item()``), what the step is handed (``batch["lengths"]``),
     or a bulk copy handed on to another object (``mem.update_priorities(idx,
     loss.cpu().numpy())``: host data for a host structure, such as a replay's sum tree)."""
-    if DEVICE_WORDS.search(ctx.source) is None:
+    if names_no_device(ctx):
         return True
     scope = scope_node(ctx)
     if _handed_value(receiver, scope, ctx) and not _backpropagated(receiver, scope):
