@@ -177,9 +177,11 @@ def test_factories_of_a_helper_that_keeps_its_targets_on_the_device_are_reported
 SAVE_RELOAD = """\
 import torch
 
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
 
 def save():
-    net1 = train(build_net())
+    net1 = train(build_net().to(DEVICE))
     torch.save(net1, "net.pkl")
     torch.save(net1.state_dict(), "net_params.pkl")
 
@@ -208,8 +210,8 @@ def test_loads_after_the_script_called_its_saving_function_are_left_alone() -> N
 
 def test_loads_before_the_script_calls_its_saving_function_are_reported() -> None:
     source = SAVE_RELOAD.replace("save()\nrestore_net()\n", "restore_net()\nsave()\n")
-    assert lines(source, "TPL401", "save_reload.py") == [11]
-    assert lines(source, "TPL402", "save_reload.py") == [11]
+    assert lines(source, "TPL401", "save_reload.py") == [13]
+    assert lines(source, "TPL402", "save_reload.py") == [13]
 
 
 # ---- TPL201: the counter of an enumerate wrapped in `list(...)`

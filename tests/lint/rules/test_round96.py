@@ -442,5 +442,196 @@ run_learning(torch.ones(4, 2), 100)
 
 def test_a_script_whose_one_device_is_the_cpu_reads_host_values() -> None:
     assert _lines(CPU_SCRIPT, "TPL201") == []
+    commented = CPU_SCRIPT.replace(
+        'device = "cpu"\n', 'device = torch.device("cpu")\n# device = torch.device("cuda")\n'
+    )
+    assert _lines(commented, "TPL201") == []
     assert _lines(CPU_SCRIPT.replace('device = "cpu"', 'device = "cuda"'), "TPL201") == [15]
 
+
+BARE_MATH = """\
+from math import log10
+
+
+def validate(model, loader):
+    psnr = 0.0
+    for lr, hr in loader:
+        hr = hr.cuda()
+        sr = model(lr.cuda())
+        mse = ((sr - hr) ** 2).mean()
+        psnr += 10 * log10(1 / mse)
+    return psnr
+"""
+
+
+def test_a_math_function_imported_bare_reads_its_tensor() -> None:
+    assert _lines(BARE_MATH, "TPL201") == [10]
+
+
+MADE_ITER = """\
+import torch
+
+
+class TrainManager:
+    def train_and_validate(self, train_data):
+        self.train_iter = train_data.make_iter(32, device=self.device)
+        for epoch in range(10):
+            for i, batch in enumerate(self.train_iter):
+                loss = self._train_step(batch)
+
+    def _train_step(self, batch):
+        loss = self.model(batch)
+        loss.backward()
+        return loss.item()
+"""
+
+
+def test_an_iterator_a_call_builds_for_the_device_yields_batches() -> None:
+    assert _lines(MADE_ITER, "TPL201") == [14]
+
+
+GPU_OR_NOT = """\
+import torch
+from torch import nn
+
+
+class SWAVLoss(nn.Module):
+    def forward(self, out):
+        q = out / 0.05
+        k = q.shape[1]
+        if self.gpus > 0:
+            u = torch.zeros(k).cuda(non_blocking=True)
+            r = torch.ones(k).cuda(non_blocking=True) / k
+        else:
+            u = torch.zeros(k)
+            r = torch.ones(k) / k
+        if self.debug:
+            w = torch.ones(k)
+        return q * r + u + w
+"""
+
+
+def test_the_else_of_a_branch_that_builds_on_cuda_is_the_cpu_path() -> None:
+    assert _lines(GPU_OR_NOT, "TPL103") == [16]
+
+
+HELPER_TEST = """\
+def divisible_by(num, den):
+    return (num % den) == 0
+
+
+def train(model, loader, optimizer):
+    for i, (x, y) in enumerate(loader):
+        loss = model(x.cuda(), y.cuda())
+        loss.backward()
+        optimizer.step()
+        if divisible_by(i, 10):
+            print(loss.item())
+"""
+
+
+def test_a_branch_on_a_helper_returning_a_remainder_test_is_periodic() -> None:
+    assert _lines(HELPER_TEST, "TPL201") == []
+    assert _lines(HELPER_TEST.replace("if divisible_by(i, 10):", "if True:"), "TPL201") == [11]
+
+
+CONVERTER = """\
+import torch
+
+from models import Encoder
+
+
+def loader(model):
+    model.load_state_dict(torch.load("pth_models/encoder.pth"))
+    model.head.load_state_dict(torch.load("pth_models/head.pth"))
+
+
+if __name__ == "__main__":
+    encoder = Encoder()
+    torch.save(encoder.state_dict(), "pth_models/encoder.pth")
+"""
+
+
+def test_a_file_that_names_no_device_saves_host_data_for_its_loads() -> None:
+    assert _lines(CONVERTER, "TPL401", "/nonexistent/lib/convert.py") == [8]
+
+
+STATS = """\
+import time
+
+import torch
+
+
+class Trainer:
+    def cycle_dataset(self, loader):
+        for i, data in enumerate(loader, 1):
+            loss = self.actor(data)
+            loss.backward()
+            self.optimizer.step()
+            torch.cuda.synchronize()
+            self._print_stats(i, loader)
+
+    def _print_stats(self, i, loader):
+        current_time = time.time()
+        self.fps = 1.0 / (current_time - self.prev_time)
+        self.prev_time = current_time
+"""
+
+
+def test_a_loop_timing_each_step_through_a_method_synchronizes_on_purpose() -> None:
+    assert _lines(STATS, "TPL202") == []
+    untimed = STATS.replace("current_time = time.time()", "current_time = self.clock")
+    assert _lines(untimed, "TPL202") == [12]
+
+
+AGENT = """\
+import torch
+from torch import nn
+from torch.optim import Adam
+
+
+class Agent(nn.Module):
+    def __init__(self, dim, lr):
+        super().__init__()
+        self.actor = nn.Linear(dim, dim)
+        self.opt_actor = Adam(self.actor.parameters(), lr=lr)
+
+
+def main(device):
+    agent = Agent(
+        4,
+        lr=max(1e-4, 3e-4),
+    ).to(device)
+    return agent
+"""
+
+
+def test_an_optimizer_over_a_submodule_built_before_its_module_is_moved(tmp_path) -> None:
+    path = tmp_path / "moved" / "agent.py"
+    path.parent.mkdir()
+    path.write_text(AGENT)
+    assert _lines(AGENT, "TPL801", str(path)) == [10]
+    unmoved = tmp_path / "unmoved" / "agent.py"
+    unmoved.parent.mkdir()
+    unmoved.write_text(AGENT.replace(").to(device)", ")"))
+    assert _lines(unmoved.read_text(), "TPL801", str(unmoved)) == []
+
+
+ITER_HOOK = """\
+from mmengine.hooks import Hook
+
+
+class PGGANFetchDataHook(Hook):
+    def before_train_iter(self, runner, batch_idx, data_batch=None):
+        model = runner.model
+        _next_scale_int = model._next_scale_int
+        if _next_scale_int.item() != self._last_scale:
+            self.update_dataloader(runner.train_dataloader, _next_scale_int.item())
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+        runner.message_hub.update_scalar("train/loss", outputs["loss"].item())
+"""
+
+
+def test_an_openmmlab_iteration_hook_runs_every_iteration() -> None:
+    assert _lines(ITER_HOOK, "TPL201") == [8, 9, 12]

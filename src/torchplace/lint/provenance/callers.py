@@ -85,6 +85,9 @@ _STEP_END_HOOKS = frozenset(
 # OpenMMLab's training methods of a model or a head (2.x `loss` and a head's `loss_by_feat`,
 # 1.x `forward_train`), and the packages whose import marks a file as OpenMMLab code.
 _MM_LOSS_HOOKS = frozenset({"loss", "loss_by_feat", "forward_train"})
+_MM_ITER_HOOKS = frozenset(
+    f"{when}_{stage}_iter" for when in ("before", "after") for stage in ("train", "val", "test")
+)
 _MM_PACKAGES = frozenset(
     {
         "mmengine",
@@ -151,10 +154,20 @@ def find_per_batch(
         }
         how = f"`{function.name}` runs once per batch (a `Trainer` hook)"
         return PerBatch(how, seeds, True)
-    if openmmlab_loss(facts, function):
+    if openmmlab_step(facts, function):
+        params = [a.arg for a in function.args.args]
+        if function.name in _MM_ITER_HOOKS:
+            # `after_train_iter(self, runner, batch_idx, data_batch, outputs)` of a hook: the
+            # runner calls it around every iteration, `outputs` what the step returned
+            seeds = {
+                name: Fact("device", name, "what the step returned, handed on by the runner")
+                for name in params
+                if name == "outputs"
+            }
+            how = f"`{function.name}` runs once per iteration (an OpenMMLab hook)"
+            return PerBatch(how, seeds, "_train_" in function.name)
         # `loss(self, feats, batch_data_samples)` of an OpenMMLab model or head: the runner's
         # `train_step` runs it on every iteration, with the features computed on the device
-        params = [a.arg for a in function.args.args]
         seeds = {
             name: Fact("device", name, "computed on the device by the model's forward")
             for name in params[1:2]
@@ -626,13 +639,14 @@ def _framework_step(facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunct
     return not all(id(call) in rare for call in calls)
 
 
-def openmmlab_loss(facts: FileFacts, function: ast.AST) -> bool:
-    """``function`` is the training method (``loss``, ``forward_train``) of a class in a file
-    that imports an OpenMMLab package (``mmengine``, ``mmdet``, ``mmpose``, ...): the runner
-    calls it on every iteration, with the features the model computed."""
+def openmmlab_step(facts: FileFacts, function: ast.AST) -> bool:
+    """``function`` is the training method (``loss``, ``forward_train``) or an iteration
+    hook (``before_train_iter``, ``after_val_iter``, ...) of a class in a file that imports an
+    OpenMMLab package (``mmengine``, ``mmdet``, ``mmpose``, ...): the runner calls it on every
+    iteration."""
     if not (
         isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
-        and function.name in _MM_LOSS_HOOKS
+        and function.name in _MM_LOSS_HOOKS | _MM_ITER_HOOKS
         and isinstance(facts.parent.get(id(function)), ast.ClassDef)
         and len(function.args.args) >= 2
     ):

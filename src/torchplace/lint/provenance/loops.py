@@ -859,12 +859,13 @@ def _keyed_collection(iterable: ast.expr) -> ast.expr:
 
 
 def _loader_for_device(fact: Fact, text: str) -> bool:
-    """A loader a call built for the device (``create_loader(ds, device=device)``), not a
-    tensor the code moved: what it yields are batches, not rows."""
+    """A loader a call built for the device (``create_loader(ds, device=device)``, also an
+    iterator, JoeyNMT's ``self.train_iter = train_data.make_iter(..., device=self.device)``),
+    not a tensor the code moved: what it yields are batches, not rows."""
     if fact.many or fact.move is None or not fact.move.startswith("placed by"):
         return False
     words = f"{text} {fact.source}".lower()
-    return any(word in words for word in _BATCH_WORDS)
+    return any(word in words for word in (*_BATCH_WORDS, "iter"))
 
 
 # Calls that hand back what they wrap, item by item.

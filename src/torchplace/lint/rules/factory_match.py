@@ -22,6 +22,7 @@ from torchplace.lint.base import (
 )
 from torchplace.lint.nodes import children, subtree, walk
 from torchplace.lint.provenance.loops import counter_names
+from torchplace.lint.provenance.values import FACTORY_NAMES
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import (
     FACTORIES,
@@ -893,8 +894,11 @@ def _cpu_path(node: ast.AST, scope: Scope) -> bool:
         if isinstance(parent, (ast.If, ast.IfExp, ast.While)) and child is not parent.test:
             on_true, on_false = _device_test(parent.test)
             body = parent.body if isinstance(parent.body, list) else [parent.body]
-            if (on_true if any(s is child for s in body) else on_false) == "cpu":
+            in_body = any(s is child for s in body)
+            if (on_true if in_body else on_false) == "cpu":
                 return True
+            if isinstance(parent, ast.If) and not in_body and _builds_on_cuda(parent.body):
+                return True  # `if self.gpus > 0: u = torch.zeros(k).cuda()`, `else:` the CPU
         for field in ("body", "orelse", "finalbody"):
             block = getattr(parent, field, None)
             if not isinstance(block, list) or not any(s is child for s in block):
@@ -911,6 +915,24 @@ def _cpu_path(node: ast.AST, scope: Scope) -> bool:
             break
         child, parent = parent, parents.get(id(parent))
     return False
+
+
+def _builds_on_cuda(body: list[ast.stmt]) -> bool:
+    """A branch that builds its tensors with a factory and moves them with ``.cuda()``
+    (lightning-bolts' SwAV loss, ``if self.gpus > 0: u = torch.zeros(k).cuda()``): its
+    ``else`` builds the same on the CPU, for a run without GPUs."""
+    return any(
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "cuda"
+        and any(
+            isinstance(sub, ast.Call)
+            and (dotted_name(sub.func) or "").rpartition(".")[2] in FACTORY_NAMES
+            for sub in walk(node.func.value)
+        )
+        for stmt in body
+        for node in walk(stmt)
+    )
 
 
 def _tensor_of(node: ast.AST, params: set[str], *, built: bool = True) -> str | None:

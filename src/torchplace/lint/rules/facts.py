@@ -401,12 +401,17 @@ def names_no_device(ctx: Context) -> bool:
     root = ctx.scope.root()
     cached: bool | None = root.cache.get("names-no-device")
     if cached is None:
-        source = ctx.source
-        cached = DEVICE_WORDS.search(source) is None or (
-            _ACCELERATOR_WORDS.search(source) is None and _binds_cpu_only(root.node)
-        )
-        root.cache["names-no-device"] = cached
+        cached = root.cache["names-no-device"] = source_names_no_device(ctx.source, root.node)
     return cached
+
+
+def source_names_no_device(source: str, tree: ast.AST) -> bool:
+    """:func:`names_no_device` of a file's text and tree."""
+    # code only: `# device = torch.device("cuda")  # Uncomment this to run on GPU`
+    code = "\n".join(line.partition("#")[0] for line in source.splitlines())
+    return DEVICE_WORDS.search(source) is None or (
+        _ACCELERATOR_WORDS.search(code) is None and _binds_cpu_only(tree)
+    )
 
 
 def _binds_cpu_only(tree: ast.AST) -> bool:
@@ -1067,6 +1072,23 @@ def _outer_counter(test: ast.expr, ctx: Context) -> bool:
     )
 
 
+def _helper_test(test: ast.expr, ctx: Context) -> ast.expr | None:
+    """The test a function of the file (or of a module of the linted tree it imports) returns
+    when it is one ``return`` of a comparison: lucidrains' ``divisible_by(num, den)``,
+    ``return (num % den) == 0``."""
+    if not isinstance(test, ast.Call):
+        return None
+    found = file_facts(ctx).function_def(test.func)
+    if found is None:
+        return None
+    body = [s for s in found[1].body if not isinstance(s, ast.Expr)]  # past a docstring
+    if len(body) == 1 and isinstance(body[0], ast.Return):
+        value = body[0].value
+        if isinstance(value, (ast.Compare, ast.BoolOp)):
+            return value
+    return None
+
+
 def _rare_test(test: ast.expr, ctx: Context) -> bool:
     if (
         isinstance(test, ast.BoolOp)
@@ -1083,6 +1105,9 @@ def _rare_test(test: ast.expr, ctx: Context) -> bool:
         return False
     if rare_test(test):
         return not _fixed_setting(test, ctx)
+    wrapped = _helper_test(test, ctx)
+    if wrapped is not None and rare_test(wrapped):
+        return True  # `if divisible_by(i, 10):` with `return (num % den) == 0`
     if _one_count(test, ctx):
         return True
     flag = test.operand if isinstance(test, ast.UnaryOp) else test

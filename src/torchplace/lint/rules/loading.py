@@ -26,7 +26,13 @@ from torchplace.lint.provenance.callers import _siblings, _text_of, call_sites
 from torchplace.lint.provenance.flow import _keeps_storage
 from torchplace.lint.provenance.values import _is_cpu
 from torchplace.lint.resolver import dotted_name
-from torchplace.lint.rules.facts import in_test, loop_bound_names, only_used_by, receiver_root
+from torchplace.lint.rules.facts import (
+    in_test,
+    loop_bound_names,
+    only_used_by,
+    receiver_root,
+    source_names_no_device,
+)
 from torchplace.lint.rules.model_loads import (
     LOADERS,
     Load,
@@ -1224,14 +1230,41 @@ def _saved_from_host(call: ast.Call, ctx: Context) -> bool:
 
 
 def _saves_host(facts: FileFacts, wanted: set[str]) -> bool:
-    """A ``save`` call of the file writes a host value to one of the ``wanted`` file names."""
+    """A ``save`` call of the file writes a host value to one of the ``wanted`` file names
+    (also a value it built itself, in a file that names no device: FastPhotoStyle's
+    ``converter.py`` saving ``e1.state_dict()`` of modules it never moves)."""
+    anywhere = kept(
+        "names-no-device",
+        facts.tree,
+        lambda tree: source_names_no_device("\n".join(facts.lines), tree),
+    )
     for scope, sub in kept("save-calls", facts.tree, lambda _: _save_calls(facts)):
         payload, path = _save_parts(sub)
         if payload is not None and path is not None and _file_names(path, scope) & wanted:
             fact = facts.fact(payload, scope)
+            if fact is None and anywhere and _built_here(payload, scope):
+                return True
             if fact is not None and fact.where == "host":
                 return True
     return False
+
+
+def _built_here(payload: ast.expr, scope: ast.AST) -> bool:
+    """``e1.state_dict()`` with ``e1 = VGGEncoder(1)`` in the same scope: a value the saving
+    code built itself, not one it was handed (a checkpoint helper saving a trainer's
+    ``self.optimizer.state_dict()``)."""
+    root = payload
+    while isinstance(root, (ast.Call, ast.Attribute, ast.Subscript)):
+        root = root.func if isinstance(root, ast.Call) else root.value
+    if not isinstance(root, ast.Name):
+        return False
+    values = [
+        sub.value
+        for sub in own_nodes(scope)
+        if isinstance(sub, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == root.id for t in sub.targets)
+    ]
+    return bool(values) and all(isinstance(v, ast.Call) for v in values)
 
 
 def _save_calls(facts: FileFacts) -> list[tuple[ast.AST, ast.Call]]:

@@ -73,8 +73,8 @@ def _call(call: ast.Call, ctx: Context) -> None:
             break  # later statements of an enclosing scope run at another time
     if isinstance(own_body, list):
         _across_functions(call, model, scope.node, ctx)
-    if model == "self":
-        _moved_by_makers(call, ctx)
+    if model == "self" or model.startswith("self."):
+        _moved_by_makers(call, model, ctx)
 
 
 def _cuda_by_default(ctx: Context) -> bool:
@@ -116,9 +116,10 @@ def _project_optimizer(call: ast.Call, ctx: Context) -> bool:
     return any((owner.qualname(base) or "").startswith("torch.optim.") for base in cls.bases)
 
 
-def _moved_by_makers(call: ast.Call, ctx: Context) -> None:
+def _moved_by_makers(call: ast.Call, model: str, ctx: Context) -> None:
     """An optimizer a module builds over its own parameters in ``__init__`` (BigGAN's
-    ``self.optim = optim.Adam(params=self.parameters())``) while code of the linted tree moves
+    ``self.optim = optim.Adam(params=self.parameters())``; also over a submodule's,
+    ``Adam(self.actor.parameters())``, which moves with it) while code of the linted tree moves
     each new instance (``G = model.Generator(**config).to(device)``): the optimizer is built
     before the move, whoever moves it. Not when ``__init__`` moves ``self`` first."""
     method = ctx.method_of_module()
@@ -139,15 +140,18 @@ def _moved_by_makers(call: ast.Call, ctx: Context) -> None:
         ctx.report(
             OPTIMIZER_BEFORE_MOVE.code,
             call,
-            f"optimizer built from `self.parameters()` in `{method.cls.name}.__init__`, before "
+            f"optimizer built from `{model}.parameters()` in `{method.cls.name}.__init__`, before "
             f"{where} moves the new module: build the optimizer after the move",
         )
 
 
 def _moved_after_made(cls: str, path: str) -> str | None:
     """Where a file beside ``path`` (or ``path`` itself) makes an instance of ``cls`` and moves
-    it in the same expression (``Generator(**config).to(device)``, ``.cuda()``)."""
-    made = rf"\b{re.escape(cls)}\([^\n]*\)\s*\."
+    it in the same expression (``Generator(**config).to(device)``, ``.cuda()``, also with the
+    arguments over several lines)."""
+    # the call's arguments, also over lines, with calls of their own two deep:
+    # `Agent(\n dim,\n lr = f(x),\n).to(device)`
+    made = rf"\b{re.escape(cls)}\((?:[^()]|\((?:[^()]|\([^()]*\))*\))*\)\s*\."
     pattern = re.compile(rf"{made}(cuda)\(|{made}(to)\([^)\n]*(?:device|cuda|gpu|dev\b)")
     if not os.path.isfile(path):
         return None

@@ -44,7 +44,7 @@ from torchplace.lint.provenance.callers import (
     decode_hook,
     engine_step,
     imported_by_siblings,
-    openmmlab_loss,
+    openmmlab_step,
 )
 from torchplace.lint.provenance.flow import TORCH_QUERIES, zip_pairs
 from torchplace.lint.provenance.loops import (
@@ -4009,8 +4009,8 @@ def _called_here(scope: ast.AST, ctx: Context) -> bool:
         return True  # Lightning's step hooks: the framework calls them once per batch
     if name == "forward" and _module_class_method(facts, scope):
         return True  # `loss = criterion(pred, y)` runs the module's `forward` by its instance
-    if openmmlab_loss(facts, scope):
-        return True  # OpenMMLab's runner calls a model's or head's `loss` every iteration
+    if openmmlab_step(facts, scope):
+        return True  # OpenMMLab's runner calls a head's `loss`, a hook's `after_train_iter`
     top = facts.parent.get(id(scope)) is facts.tree
     key = f"called:{name}:{top}"
     cache = ctx.scope.root().cache  # per file: the answer depends on the name (and level) only
@@ -4319,12 +4319,33 @@ def _times_each_step(loop: ast.AST, ctx: Context) -> bool:
                     result = True
                 elif isinstance(sub.func, ast.Name) and "time" in sub.func.id.lower():
                     result = True  # a project's own clock helper (time_sync(), timer())
+                elif _method_reads_clock(sub, ctx):
+                    result = True  # `self._print_stats(i)`, whose body reads `time.time()`
             if result:
                 break
         if result:
             break
     ctx.scope.cache[key] = result
     return result
+
+
+def _method_reads_clock(call: ast.Call, ctx: Context) -> bool:
+    """``self.method(...)`` of the class, whose own statements (not a branch of them) read a
+    clock on every call (SeqTrack's ``_print_stats``, ``current_time = time.time()``)."""
+    scope = ctx.function_scope()
+    if scope is None or not (
+        isinstance(call.func, ast.Attribute)
+        and isinstance(call.func.value, ast.Name)
+        and call.func.value.id == "self"
+    ):
+        return False
+    method = file_facts(ctx).local_def(call.func, scope.node)
+    return method is not None and any(
+        isinstance(sub, ast.Call) and ctx.call_qualname(sub) in TIMERS
+        for stmt in method.body
+        if not isinstance(stmt, ast.If)
+        for sub in walk(stmt)
+    )
 
 
 FAMILY = Family(
@@ -4373,6 +4394,12 @@ FAMILY = Family(
         "tensor(",  # `torch.tensor(xyxy)`: a list of 0-dim tensors read element by element
         "Tensor(",
         "math.",
+        # ... also imported bare, `from math import log10`, then `10 * log10(1 / mse)`
+        *(
+            f"{lead}{name}("
+            for lead in " (=*/+-"
+            for name in ("log10", "log2", "log1p", "log", "sqrt", "exp", "floor", "ceil")
+        ),
         "isnan(",
         "isinf(",
         "isfinite(",
