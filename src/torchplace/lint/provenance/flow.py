@@ -43,6 +43,7 @@ from torchplace.lint.provenance.values import (
     cpu_names,
     in_place_helper,
     inherited_cpu_names,
+    is_text,
     iterates_keys,
     looks_up_keys,
     moved_in_place,
@@ -629,7 +630,7 @@ class Flow:
         if isinstance(node, ast.BinOp):
             if isinstance(node.op, ast.Div) and _a_path(node.left, self.facts):
                 return Fact("host", "a path")  # `Path(out) / name`: a path, whatever `name` is
-            if _text(node):
+            if is_text(node):
                 return Fact("host", "text")  # `"%g %ss, " % (n, name)`: a string
             return _join(self.eval(node.left, lookup), self.eval(node.right, lookup))
         if isinstance(node, ast.UnaryOp):
@@ -1337,20 +1338,6 @@ def _registry_call(func: ast.expr, facts: FileFacts) -> bool:
     if len(values) != 1 or not isinstance(values[0], ast.Dict) or not values[0].values:
         return False
     return all(isinstance(v, ast.Name) and v.id in facts.defs for v in values[0].values)
-
-
-def _text(node: ast.expr) -> bool:
-    """A string by its form: a string literal or f-string, formatted with ``%`` (``"%g " %
-    n``), joined or repeated (``"a" + name``, ``"%g " * 5``)."""
-    if isinstance(node, ast.JoinedStr):
-        return True
-    if isinstance(node, ast.Constant):
-        return isinstance(node.value, str)
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
-        return _text(node.left)
-    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
-        return _text(node.left) or _text(node.right)
-    return False
 
 
 def _display_rows(iterable: ast.expr, target: ast.expr) -> list[tuple[ast.expr, ast.expr]] | None:

@@ -26,6 +26,7 @@ __all__ = [
     "closure_step",
     "inherited_cpu_names",
     "is_device_expr",
+    "is_text",
     "moved_in_place",
     "moves_to_device",
 ]
@@ -221,6 +222,27 @@ def closure_step(call: ast.Call, defs: Mapping[str, object]) -> bool:
     return isinstance(arg, ast.Lambda) or (
         isinstance(arg, ast.Name) and (arg.id in defs or "closure" in arg.id.lower())
     )
+
+
+def is_text(node: ast.expr) -> bool:
+    """A string by its form: a string literal or f-string, formatted with ``%`` (``"%g " %
+    n``), joined or repeated (``"a" + name``, ``"%g " * 5``), also trimmed by a string method
+    (``("%g " * len(line)).rstrip()``, YOLO's label lines)."""
+    if isinstance(node, ast.JoinedStr):
+        return True
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+        return is_text(node.left)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
+        return is_text(node.left) or is_text(node.right)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return node.func.attr in _TRIMS and is_text(node.func.value)
+    return False
+
+
+# String methods that hand back the text they trim: a format string stays one.
+_TRIMS = frozenset({"strip", "rstrip", "lstrip"})
 
 
 def moves_to_device(call: ast.Call, qualname: object = None) -> bool:

@@ -64,7 +64,13 @@ from torchplace.lint.provenance.loops import (
     single_pass,
     step_parts,
 )
-from torchplace.lint.provenance.values import HOST_METHODS, _device_target, _is_cpu, _passes_device
+from torchplace.lint.provenance.values import (
+    HOST_METHODS,
+    _device_target,
+    _is_cpu,
+    _passes_device,
+    is_text,
+)
 from torchplace.lint.resolver import dotted_name, is_module_base
 from torchplace.lint.rules.facts import (
     CASTS,
@@ -1059,29 +1065,12 @@ def _unpacked_accuracies(function: ast.AST) -> frozenset[str]:
 def _percent(node: ast.BinOp, ctx: Context) -> None:
     """``"loss %g" % loss``, ``("%11.4g" * 3) % (*mloss,)``: ``%`` formatting of a tensor
     reads it, as an f-string does. Reported at the formatted values."""
-    if not isinstance(node.op, ast.Mod) or not ctx.loops() or not _is_text(node.left):
+    if not isinstance(node.op, ast.Mod) or not ctx.loops() or not is_text(node.left):
         return
     right = node.right
     values = right.elts if isinstance(right, ast.Tuple) else [right]
     operands = [v.value if isinstance(v, ast.Starred) else v for v in values]
     _check_many(right, operands, "`%` formatting", ctx)
-
-
-def _is_text(node: ast.expr) -> bool:
-    """A format string by its form: a string literal, or literals joined or repeated, also
-    trimmed by a string method (``("%g " * len(line)).rstrip() % line``, YOLO's label
-    lines)."""
-    if isinstance(node, ast.Constant):
-        return isinstance(node.value, str)
-    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
-        return _is_text(node.left) or _is_text(node.right)
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-        return node.func.attr in _TRIMS and _is_text(node.func.value)
-    return isinstance(node, ast.JoinedStr)
-
-
-# String methods that hand back the text they trim: a format string stays one.
-_TRIMS = frozenset({"strip", "rstrip", "lstrip"})
 
 
 _TRUTH_OPS = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
