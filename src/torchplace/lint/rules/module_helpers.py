@@ -92,6 +92,7 @@ def _references(node: ast.AST, functions: set[str]) -> set[str]:
 
 
 def class_methods(cls: Scope) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    """The methods ``cls`` defines in its own body, by name."""
     assert isinstance(cls.node, ast.ClassDef)
     return {
         item.name: item
@@ -101,6 +102,7 @@ def class_methods(cls: Scope) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDe
 
 
 def self_calls(node: ast.AST) -> set[str]:
+    """The names ``node`` calls as ``self.name(...)`` in its own body."""
     return {
         sub.func.attr
         for sub in own_nodes(node)
@@ -131,6 +133,7 @@ def construction_helpers(cls: Scope) -> set[str]:
     return found
 
 
+# The placement API a module may override: never a construction helper.
 PLACEMENT_API = frozenset({"_apply", "to", "cuda", "cpu", "half", "float", "double", "type"})
 
 
