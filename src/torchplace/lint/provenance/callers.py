@@ -629,14 +629,19 @@ def _framework_step(facts: FileFacts, function: ast.FunctionDef | ast.AsyncFunct
     ]
     if not calls:
         return True
-    rare = {
+    rare = kept("rare-branch-nodes", facts.tree, _in_rare_branches)
+    return not all(id(call) in rare for call in calls)
+
+
+def _in_rare_branches(tree: ast.AST) -> frozenset[int]:
+    """The ids of the nodes of ``tree`` in the body of an ``if`` taken on few steps."""
+    return frozenset(
         id(sub)
-        for node in walk(facts.tree)
+        for node in walk(tree)
         if isinstance(node, ast.If) and rare_test(node.test)
         for stmt in node.body
         for sub in walk(stmt)
-    }
-    return not all(id(call) in rare for call in calls)
+    )
 
 
 def openmmlab_step(facts: FileFacts, function: ast.AST) -> bool:

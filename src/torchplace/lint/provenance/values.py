@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from torchplace.lint.base import bindings
-from torchplace.lint.nodes import own_nodes, walk
+from torchplace.lint.nodes import kept, own_nodes, walk
 from torchplace.lint.resolver import dotted_name
 
 __all__ = [
@@ -327,7 +327,7 @@ def inherited_cpu_names(function: ast.AST, module: ast.Module) -> frozenset[str]
     neither binds nor takes as a parameter: there they still hold the CPU."""
     if function is module:
         return frozenset()
-    found = cpu_names(module)
+    found = kept("cpu-names", module, cpu_names)
     if not found:
         return found
     args = getattr(function, "args", None)

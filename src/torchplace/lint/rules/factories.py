@@ -805,7 +805,7 @@ def _read_back(use: ast.Name, parents: dict[int, ast.AST]) -> bool:
     return False
 
 
-_MOVES = frozenset({"to", "cuda", "type", "type_as", "pin_memory"})
+_MOVES = _PLACERS | {"type", "pin_memory"}
 
 
 def _zipped_item(use: ast.Name, parent: ast.AST | None, parents: dict[int, ast.AST]) -> str | None:

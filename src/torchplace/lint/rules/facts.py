@@ -398,15 +398,15 @@ def names_no_device(ctx: Context) -> bool:
     word, and every name it binds for a device holds the CPU (theseus' state-estimation
     example, ``device = "cpu"``, then ``torch.empty(n, device=device)`` and
     ``model.to(device)``), with no parameter for one."""
-    root = ctx.scope.root()
-    cached: bool | None = root.cache.get("names-no-device")
-    if cached is None:
-        cached = root.cache["names-no-device"] = source_names_no_device(ctx.source, root.node)
-    return cached
+    return file_names_no_device(ctx.scope.root().node, ctx.source)
 
 
-def source_names_no_device(source: str, tree: ast.AST) -> bool:
-    """:func:`names_no_device` of a file's text and tree."""
+def file_names_no_device(tree: ast.AST, source: str) -> bool:
+    """:func:`names_no_device` of a file's tree and text, worked out once per tree."""
+    return kept("names-no-device", tree, lambda node: _names_no_device(node, source))
+
+
+def _names_no_device(tree: ast.AST, source: str) -> bool:
     # code only: `# device = torch.device("cuda")  # Uncomment this to run on GPU`
     code = "\n".join(line.partition("#")[0] for line in source.splitlines())
     return DEVICE_WORDS.search(source) is None or (

@@ -27,11 +27,11 @@ from torchplace.lint.provenance.flow import _keeps_storage
 from torchplace.lint.provenance.values import _is_cpu
 from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.facts import (
+    file_names_no_device,
     in_test,
     loop_bound_names,
     only_used_by,
     receiver_root,
-    source_names_no_device,
 )
 from torchplace.lint.rules.model_loads import (
     LOADERS,
@@ -1233,11 +1233,7 @@ def _saves_host(facts: FileFacts, wanted: set[str]) -> bool:
     """A ``save`` call of the file writes a host value to one of the ``wanted`` file names
     (also a value it built itself, in a file that names no device: FastPhotoStyle's
     ``converter.py`` saving ``e1.state_dict()`` of modules it never moves)."""
-    anywhere = kept(
-        "names-no-device",
-        facts.tree,
-        lambda tree: source_names_no_device("\n".join(facts.lines), tree),
-    )
+    anywhere = file_names_no_device(facts.tree, "\n".join(facts.lines))
     for scope, sub in kept("save-calls", facts.tree, lambda _: _save_calls(facts)):
         payload, path = _save_parts(sub)
         if payload is not None and path is not None and _file_names(path, scope) & wanted:
