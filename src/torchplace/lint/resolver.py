@@ -107,6 +107,23 @@ def _openmmlab_model_class(qualname: str) -> bool:
     return last[:1].isupper() and last.endswith(_OPENMMLAB_MODULES)
 
 
+# The model libraries whose classes (capitalised) are modules: torchvision's models and
+# layers (`torchvision.models.ResNet`, `torchvision.ops.FeaturePyramidNetwork`), timm's.
+_VISION_MODELS = ("torchvision.models.", "torchvision.ops.", "timm.models.", "timm.layers.")
+# Their classes that are no modules: weights enums, configs, detection bookkeeping.
+_VISION_NOT_MODULES = ("Weights", "Cfg", "Config", "ImageList", "BoxCoder", "Matcher", "Sampler")
+
+
+def _vision_model_class(qualname: str) -> bool:
+    """A model or layer of torchvision or timm: ``torchvision.models.ResNet`` (a ReID network
+    subclassing it), ``timm.models.vision_transformer.VisionTransformer``; not a weights enum
+    (``ResNet50_Weights``), a config or detection bookkeeping (``ImageList``, ``BoxCoder``)."""
+    if not qualname.startswith(_VISION_MODELS):
+        return False
+    last = qualname.rpartition(".")[2]
+    return last[:1].isupper() and not last.endswith(_VISION_NOT_MODULES)
+
+
 def class_bases(cls: ast.ClassDef) -> list[ast.expr]:
     """The bases of ``cls`` as classes: a generic one subscripted, ``Embeddings[Sentence]``, is
     the class ``Embeddings``."""
@@ -130,11 +147,13 @@ def is_autograd_function(cls: ast.ClassDef, qualname: Callable[[ast.AST], str | 
 
 def is_module_base(qualname: str) -> bool:
     """Whether a resolved base-class name is ``nn.Module`` or one of torch's module classes
-    (or a pretrained model class of Hugging Face's libraries, or a diffusers model or layer,
-    all of which are modules)."""
+    (or a pretrained model class of Hugging Face's libraries, a diffusers model or layer, or a
+    model or layer of torchvision or timm, all of which are modules)."""
     if qualname in _MODULE_ROOTS or _pretrained_model_class(qualname):
         return True
     if _diffusers_model_class(qualname) or _openmmlab_model_class(qualname):
+        return True
+    if _vision_model_class(qualname):
         return True
     if not qualname.startswith("torch.nn."):
         return False

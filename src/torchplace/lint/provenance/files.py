@@ -317,11 +317,19 @@ class FileFacts:
         return cycles.answer(self._given, id(node), lambda: given_seeds(self, node), dict)
 
     def outer_fact(self, node: ast.AST, name: str) -> Fact | None:
-        """A name a function reads but does not bind: the module's final binding of it."""
+        """A name a function reads but does not bind: for a function nested in another, the
+        enclosing function's binding where the ``def`` stands (a closure: Latent Diffusion's
+        ``get_x_prev_and_pred_x0`` reading ``alphas`` of ``p_sample_plms``), else the module's
+        final binding of it."""
         if isinstance(node, ast.Module):
             return None
         if "." in name:
             return None
+        owner = self.parent.get(id(node))
+        if isinstance(owner, _FUNCTIONS):
+            enclosing = self.flow(owner)
+            if name in enclosing.bindings or name in enclosing.seeds:
+                return enclosing.at(getattr(node, "lineno", 0))(name)
         module = self.flow(self.tree)
         found = module.bindings.get(name)
         return found[-1][1] if found else None

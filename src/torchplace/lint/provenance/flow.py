@@ -49,6 +49,7 @@ from torchplace.lint.provenance.values import (
     moved_in_place,
     moves_to_device,
     names_host_result,
+    reads_learning_rate,
 )
 from torchplace.lint.resolver import dotted_name
 
@@ -183,7 +184,7 @@ class Flow:
             elts = value.elts if isinstance(value, (ast.Tuple, ast.List)) else None
             parts = (
                 self.returned_parts(value, len(target.elts))
-                if elts is None and isinstance(value, ast.Call) and fact is not None
+                if elts is None and isinstance(value, ast.Call)
                 else None
             )
             for index, elt in enumerate(target.elts):
@@ -253,8 +254,9 @@ class Flow:
                 if name in given and name not in rebound:
                     parts.append(self.eval(given[name], self.current))
                     continue
-            found = [owner.fact(e, callee) for e in elements]
-            if all(f is not None and f.where == "host" for f in found):
+            # `return None, None` on a failure path: no tensor, where the others say
+            found = [owner.fact(e, callee) for e in elements if not isinstance(e, ast.Constant)]
+            if found and all(f is not None and f.where == "host" for f in found):
                 parts.append(Fact("host", f"{callee.name}(...)[{index}]"))
             elif any(f is not None and f.on_device for f in found) or method is not None:
                 # a method's element made from what it is given (DeepCTR's `self._get_emb(X)`
@@ -751,6 +753,8 @@ class Flow:
                 # places the model and hands back loaders whose batches are on its device
                 what = _short(facts.segment(node), 32)
                 return Fact("device", what, f"moved by `{what}` (Accelerate)")
+            if reads_learning_rate(func):
+                return Fact("host", f"a learning rate from `{_short(facts.segment(func), 32)}`")
             if _decodes_text(func):
                 return Fact("host", f"text from `{_short(facts.segment(func), 32)}`")
             if _numpy_alias(func) and lookup("np") is None and lookup("numpy") is None:

@@ -29,6 +29,7 @@ __all__ = [
     "is_text",
     "moved_in_place",
     "moves_to_device",
+    "reads_learning_rate",
 ]
 
 Where = Literal["device", "host"]
@@ -470,6 +471,13 @@ def _decodes_text(func: ast.Attribute) -> bool:
     return func.attr in TEXT_METHODS and (
         any(word in owner for word in _TEXT_OWNERS) or bool(_VOCAB_WORDS & set(owner.split("_")))
     )
+
+
+def reads_learning_rate(func: ast.Attribute) -> bool:
+    """``lr_scheduler.get_epoch_values(epoch)``, ``self.lr_sched.get_lr()``: a learning-rate
+    scheduler's getters answer Python floats (a diffusion ``noise_scheduler`` is not one)."""
+    owner = (dotted_name(func.value) or "").rsplit(".", 1)[-1].lower()
+    return func.attr.startswith("get_") and "lr" in owner.split("_") and "sched" in owner
 
 
 def _is_move_call(call: ast.Call) -> bool:

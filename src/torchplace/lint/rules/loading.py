@@ -1038,13 +1038,31 @@ def _gpu_choice(ctx: Context) -> bool:
                 and action.value.value in ("store_true", "store_false")
             ):
                 return True
-        elif isinstance(sub, (ast.If, ast.IfExp, ast.While)) and any(
-            (isinstance(n, ast.Attribute) and n.attr in ("gpu", "gpus"))
-            or (isinstance(n, ast.Name) and n.id in ("gpu", "gpus"))
-            for n in walk(sub.test)
+        elif (
+            isinstance(sub, (ast.If, ast.IfExp, ast.While))
+            and any(
+                (isinstance(n, ast.Attribute) and n.attr in ("gpu", "gpus"))
+                or (isinstance(n, ast.Name) and n.id in ("gpu", "gpus"))
+                for n in walk(sub.test)
+            )
+            and not _copies_option(sub)
         ):
             return True
     return False
+
+
+def _copies_option(test: ast.AST) -> bool:
+    """``if args.gpus: config.GPUS = args.gpus``: an option given overrides a setting (HRNet's
+    GPU list); nothing chooses between a GPU and the CPU."""
+    return (
+        isinstance(test, ast.If)
+        and isinstance(test.test, (ast.Attribute, ast.Name))
+        and not test.orelse
+        and all(
+            isinstance(stmt, ast.Assign) and ast.dump(stmt.value) == ast.dump(test.test)
+            for stmt in test.body
+        )
+    )
 
 
 def _cuda_only_branch(call: ast.Call, ctx: Context) -> bool:

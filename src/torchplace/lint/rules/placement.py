@@ -389,7 +389,7 @@ def _call(call: ast.Call, ctx: Context) -> None:
             ctx.report(
                 DEVICE_IN_MODULE.code,
                 # through a name: where the choice is made
-                held if held is not argument and isinstance(held, ast.IfExp) else call,
+                held if held is not None and _chosen_in(held, argument, method) else call,
                 f"hard-coded device {what}{chosen} inside `{method.cls.name}.{method.name}`: "
                 "follow the input (`x.device`) or a registered buffer",
             )
@@ -526,11 +526,44 @@ def _outside_static(method: Scope) -> bool:
 
 def _one_binding(node: ast.expr | None, method: Scope, ctx: Context) -> ast.expr | None:
     """What a name bound once in ``method`` holds (``DEVICE = "cuda" if ... else "cpu"``, then
-    ``image.to(DEVICE)``); anything else as it is."""
-    if isinstance(node, ast.Name):
-        values = ctx.scope_bindings(method).get(node.id) or []
-        if len(values) == 1 and values[0] is not None:
+    ``image.to(DEVICE)``), or, for a name the method does not bind, the machine's choice a
+    module global is bound to once (``device = torch.device("cuda" if ... else "cpu")`` at the
+    top of the file, then ``torch.arange(t, device=device)`` in ``forward``); anything else as
+    it is."""
+    if not isinstance(node, ast.Name):
+        return node
+    values = ctx.scope_bindings(method).get(node.id)
+    if values is None:
+        root = method
+        while root.parent is not None:
+            root = root.parent
+        values = [_unwrapped_device(value) for value in ctx.scope_bindings(root).get(node.id, [])]
+        if len(values) == 1 and _availability_choice(values[0]) is not None:
             return values[0]
+    elif len(values) == 1 and values[0] is not None:
+        return values[0]
+    return node
+
+
+def _chosen_in(held: ast.expr | None, argument: ast.expr | None, method: Scope) -> bool:
+    """The method binds a name to the machine's choice it places with: reported where the
+    choice is made (a module global's is reported at each placement that reads it)."""
+    return (
+        held is not argument
+        and isinstance(held, ast.IfExp)
+        and any(sub is held for sub in walk(method.node))
+    )
+
+
+def _unwrapped_device(node: ast.expr | None) -> ast.expr | None:
+    """The choice inside ``torch.device("cuda" if ... else "cpu")``; anything else as it is."""
+    if (
+        isinstance(node, ast.Call)
+        and dotted_name(node.func) in {"torch.device", "device"}
+        and len(node.args) == 1
+        and isinstance(node.args[0], ast.IfExp)
+    ):
+        return node.args[0]
     return node
 
 

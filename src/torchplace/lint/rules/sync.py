@@ -48,6 +48,7 @@ from torchplace.lint.provenance.callers import (
 )
 from torchplace.lint.provenance.flow import TORCH_QUERIES, zip_pairs
 from torchplace.lint.provenance.loops import (
+    _accumulates,
     _few_constants,
     _gathered_into,
     _gathers_host_values,
@@ -1600,7 +1601,7 @@ def _exits(ctx: Context, node: ast.AST) -> bool:
     looping = bool(ctx.loops())
     child = node
     for parent in reversed(ctx.parents):
-        if isinstance(parent, _STEP_LOOPS):
+        if isinstance(parent, _STEP_LOOPS) and not _in_iterable(node, parent):
             return False  # the loop is inside the branch: it runs every row, then leaves
         if isinstance(parent, ast.ExceptHandler) and looping:
             return True
@@ -1616,6 +1617,18 @@ def _exits(ctx: Context, node: ast.AST) -> bool:
                     return True
         child = parent
     return False
+
+
+def _in_iterable(node: ast.AST, loop: ast.AST) -> bool:
+    """``node`` is part of what the loop walks, evaluated once before its first turn (``for
+    r, n in enumerate(norms.tolist())``), not of its body."""
+    if isinstance(loop, (ast.For, ast.AsyncFor)):
+        walked: ast.AST = loop.iter
+    elif isinstance(loop, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+        walked = loop.generators[0].iter
+    else:
+        return False
+    return any(sub is node for sub in walk(walked))
 
 
 # Predicates true for a value that is not finite; `isfinite` is true for one that is.
@@ -3039,6 +3052,13 @@ def _check(
         return False
     if bulk and _fills_store(read or node, ctx):
         return False
+    if (
+        bulk
+        and not per_batch.trains
+        and not _trains(ctx)
+        and _after_own_steps(read or node, scope, facts, ctx)
+    ):
+        return False  # once per call of a function that runs a whole loop of steps first
     if bulk and not per_batch.trains and not _trains(ctx) and _feeds_host_metric(read or node, ctx):
         return False  # `self.append(x.cpu().numpy())` of a metric that keeps NumPy state
     if explicit and _steps_environment(read or node, ctx):
@@ -3059,6 +3079,25 @@ def _check(
         f"for the device ({cause}); {_ADVICE}",
     )
     return True
+
+
+def _after_own_steps(node: ast.AST, scope: ast.AST, facts: FileFacts, ctx: Context) -> bool:
+    """A copy in the function's own body after a loop of its own that runs per batch (not
+    the micro-batches of one step): FourCastNet's ``autoregressive_inference`` copies its
+    forecast to the host once, after stepping the model through every lead time, however
+    often a caller runs it."""
+    if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) or ctx.loops():
+        return False
+    line = getattr(node, "lineno", 0)
+    return any(
+        isinstance(stmt, (ast.For, ast.AsyncFor, ast.While))
+        and stmt.end_lineno is not None
+        and stmt.end_lineno < line
+        and not _accumulates(stmt)
+        and (kind := facts.loop_kind(stmt, scope)) is not None
+        and kind[0] == "batch"
+        for stmt in own_nodes(scope)
+    )
 
 
 def _not_a_tensor_here(receiver: ast.expr, node: ast.AST, ctx: Context) -> bool:
