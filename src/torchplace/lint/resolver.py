@@ -109,15 +109,22 @@ def _openmmlab_model_class(qualname: str) -> bool:
 
 # The model libraries whose classes (capitalised) are modules: torchvision's models and
 # layers (`torchvision.models.ResNet`, `torchvision.ops.FeaturePyramidNetwork`), timm's.
-_VISION_MODELS = ("torchvision.models.", "torchvision.ops.", "timm.models.", "timm.layers.")
+_VISION_MODELS = (
+    *("torchvision.models.", "torchvision.ops.", "timm.models.", "timm.layers."),
+    *("detectron2.modeling.", "detectron2.layers."),  # UniDet's `CascadeROIHeads` subclass
+)
 # Their classes that are no modules: weights enums, configs, detection bookkeeping.
-_VISION_NOT_MODULES = ("Weights", "Cfg", "Config", "ImageList", "BoxCoder", "Matcher", "Sampler")
+_VISION_NOT_MODULES = (
+    *("Weights", "Cfg", "Config", "ImageList", "BoxCoder", "Matcher", "Sampler"),
+    *("Transform", "TransformRotated", "ShapeSpec", "Registry", "Instances", "Boxes"),
+)
 
 
 def _vision_model_class(qualname: str) -> bool:
-    """A model or layer of torchvision or timm: ``torchvision.models.ResNet`` (a ReID network
-    subclassing it), ``timm.models.vision_transformer.VisionTransformer``; not a weights enum
-    (``ResNet50_Weights``), a config or detection bookkeeping (``ImageList``, ``BoxCoder``)."""
+    """A model or layer of torchvision, timm or detectron2: ``torchvision.models.ResNet`` (a
+    ReID network subclassing it), ``timm.models.vision_transformer.VisionTransformer``,
+    ``detectron2.modeling.CascadeROIHeads``; not a weights enum (``ResNet50_Weights``), a
+    config or detection bookkeeping (``ImageList``, ``BoxCoder``, ``Box2BoxTransform``)."""
     if not qualname.startswith(_VISION_MODELS):
         return False
     last = qualname.rpartition(".")[2]

@@ -176,3 +176,179 @@ def train(model, loader, opt):
 
 def test_a_read_walked_once_by_a_failure_branchs_message_is_rare() -> None:
     assert _lines(ERROR_DETAIL, "TPL201") == [10]
+
+
+LOADER_INFO = """\
+import torch
+
+model = build().cuda()
+for data in progressbar(test_loader, max_value=len(test_loader)):
+    rgb = data["rgb"]
+    msk = data["gt"][0]
+    info = data["info"]
+    gt_obj = info["gt_obj"]
+    processor = Core(model, rgb)
+    for i, frame_idx in enumerate(sorted(gt_obj.keys())):
+        obj_idx = gt_obj[frame_idx][0].tolist()
+        obj_idx = [info["label_convert"][o].item() for o in obj_idx]
+        with_bg = torch.cat([msk[:, frame_idx], msk[:, frame_idx]], 0).cuda()
+        scores = processor.interact(with_bg, frame_idx, obj_idx)
+        best = scores[0].item()
+"""
+
+
+def test_a_part_of_a_loaders_batch_that_nothing_moves_is_read_on_the_host() -> None:
+    assert _lines(LOADER_INFO, "TPL201") == [15]
+
+
+DATASET_SCORES = """\
+import torch
+
+
+def evaluate(net, eval_dataset, loader, device):
+    net.to(device)
+    detections = []
+    for example in loader:
+        detections += net(example["voxels"].to(device))
+    result = eval_dataset.evaluation(detections, "out")
+    for k, v in result["results"].items():
+        print(k, v)
+"""
+
+
+def test_what_a_dataset_scores_is_host_data() -> None:
+    assert _lines(DATASET_SCORES, "TPL201") == []
+
+
+MESH_GRID = """\
+import torch
+from torch import nn
+
+
+class Corner(nn.Module):
+    def __init__(self, size, stride):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 1, 1)
+        with torch.no_grad():
+            self.indice = torch.arange(0, size).view(-1, 1) * stride
+            self.coord_x = self.indice.repeat((size, 1)).view((size * size,)).float().cuda()
+
+    def forward(self, x):
+        score = self.conv(x).flatten(1).softmax(-1)
+        return (score * self.coord_x).sum(-1)
+"""
+
+
+def test_a_plain_attribute_built_from_an_earlier_plain_tensor_attribute() -> None:
+    assert _lines(MESH_GRID, "TPL501") == [11]
+
+
+NAMED_NET = """\
+import torch
+
+
+class InferenceCore:
+    def __init__(self, prop_net, images, num_objects):
+        self.prop_net = prop_net
+        self.images = images
+        self.device = "cuda"
+        self.prob = torch.zeros((num_objects + 1, *images.shape[1:]), device=self.device)
+"""
+
+
+def test_a_class_holding_a_network_named_for_one_holds_a_model() -> None:
+    assert _lines(NAMED_NET, "TPL104") == [8]
+
+
+REDEFINED = """\
+import torch
+
+
+def model_fn_decorator(criterion):
+    def model_fn(model, data):
+        return criterion(model(data), data)
+
+    return model_fn
+
+
+def model_fn_decorator(criterion):
+    def model_fn(model, data):
+        loss = criterion(model(data.cuda()), data.cuda())
+        return loss, {"loss": loss.item()}
+
+    return model_fn
+
+
+if __name__ == "__main__":
+    model = build().cuda()
+    model_fn = model_fn_decorator(torch.nn.MSELoss())
+    for data in loader:
+        loss, stats = model_fn(model, data)
+        loss.backward()
+"""
+
+
+def test_a_function_defined_twice_runs_as_its_last_definition() -> None:
+    assert _lines(REDEFINED, "TPL201") == [14]
+
+
+FIRST_ONLY = """\
+import torch
+
+
+class CheckBatchGradient:
+    def on_train_start(self, trainer, model):
+        x = model.example_input_array.to(model.device)
+        x.requires_grad = True
+        output = model(x)
+        for key, out in output.items():
+            out[0].abs().sum().backward()
+            if x.grad[1:].abs().sum().item() > 0:
+                raise RuntimeError(f"mixes the batch for {key}")
+            break
+"""
+
+
+def test_a_loop_that_breaks_after_its_first_turn_runs_once() -> None:
+    assert _lines(FIRST_ONLY, "TPL201") == []
+
+
+STATEMENT_CHOICE = """\
+import torch
+import torch.nn as nn
+
+device = torch.device("cpu")
+if torch.cuda.is_available():
+    device = torch.device("cuda:0")
+    torch.cuda.empty_cache()
+
+
+class ActorCritic(nn.Module):
+    def __init__(self, dim, std):
+        super().__init__()
+        self.action_var = torch.full((dim,), std * std).to(device)
+        self.actor = nn.Linear(dim, dim)
+
+
+policy = ActorCritic(4, 0.5).to(device)
+"""
+
+
+def test_the_statement_form_of_the_machines_choice_is_a_hard_coded_device() -> None:
+    assert _lines(STATEMENT_CHOICE, "TPL102") == [13]
+
+
+DETECTRON_BASE = """\
+import torch
+from detectron2.modeling.roi_heads.roi_heads import StandardROIHeads
+
+
+class UnifiedROIHeads(StandardROIHeads):
+    def _init_box_head(self, cfg, input_shape):
+        self.dataset_inds = [torch.tensor(ids).long() for ids in cfg.LABEL_MAP]
+        return super()._init_box_head(cfg, input_shape)
+"""
+
+
+def test_a_detectron2_model_subclass_is_a_module() -> None:
+    assert _lines(DETECTRON_BASE, "TPL501") == [7]

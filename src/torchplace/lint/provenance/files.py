@@ -175,6 +175,7 @@ class FileFacts:
         self.defs: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}
         self.parent: dict[int, ast.AST] = {}
         self._index(tree.body, tree)
+        self._drop_shadowed(tree.body)
         self._flows: dict[int, Flow] = {}
         self._given: dict[int, dict[str, Fact]] = {}
         self._own_flows: dict[int, Flow] = {}
@@ -227,6 +228,21 @@ class FileFacts:
                             if isinstance(item, (ast.ExceptHandler, ast.match_case)):
                                 self._index(item.body, owner)
                         self._index([i for i in inner if isinstance(i, ast.stmt)], owner)
+
+    def _drop_shadowed(self, body: list[ast.stmt]) -> None:
+        """A function the module's own statements define twice runs as its last definition
+        (PointWeb's second ``model_fn_decorator``): the earlier one is dead code."""
+        seen: dict[str, ast.AST] = {}
+        for node in body:
+            if isinstance(node, _FUNCTIONS):
+                earlier = seen.get(node.name)
+                if earlier is not None:  # and the functions nested in it
+                    for dead in walk(earlier):
+                        if isinstance(dead, _FUNCTIONS) and dead.name in self.defs:
+                            self.defs[dead.name] = [
+                                d for d in self.defs[dead.name] if d is not dead
+                            ]
+                seen[node.name] = node
 
     def _module_class(self, node: ast.ClassDef) -> None:
         """Know ``node`` for a module class, as the rules' walk does, so that a class derived

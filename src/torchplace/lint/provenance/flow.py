@@ -762,6 +762,9 @@ class Flow:
             made = facts.method_returns_device(func, self.node)
             if made is not None:  # `x, y = self._parse_batch(batch)`, moving what it returns
                 return made
+            if _dataset_method(func) and not _device_helper(method, args):
+                # `eval_dataset.evaluation(detections, path)`: a dataset scores on the host
+                return Fact("host", f"`{_short(facts.segment(func), 32)}` of a dataset")
             receiver = self.eval(func.value, lookup)
             if receiver is not None and receiver.on_device:
                 if facts.method_returns_host(func.value, method, self.node):
@@ -1162,6 +1165,18 @@ def encodes_text(call: ast.Call) -> bool:
         and kw.value.value in _TENSOR_KINDS
         for kw in call.keywords
     ) and not any(kw.arg == "device" for kw in call.keywords)
+
+
+def _dataset_method(func: ast.Attribute) -> bool:
+    """``eval_dataset.dataset.evaluation(...)``, ``self.val_dataset.evaluate(...)``: a scoring
+    method of an object named as a dataset, which scores on the host (its ``transform_batch``
+    may move the batch)."""
+    owner = (dotted_name(func.value) or "").rsplit(".", 1)[-1].lower()
+    return owner.endswith(("dataset", "_ds")) and func.attr.startswith(_SCORING)
+
+
+# What a dataset's scoring methods are named for (not `transform_batch`, which may move).
+_SCORING = ("eval", "score", "compute_metric", "metric")
 
 
 def _returns_tuples(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:

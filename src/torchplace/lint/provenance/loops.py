@@ -153,6 +153,16 @@ def single_pass(iterable: ast.expr) -> bool:
     return bool(stop - start <= 1)
 
 
+def _breaks_first(loop: ast.For | ast.AsyncFor | ast.While) -> bool:
+    """The loop's body ends in a ``break`` that nothing skips (no ``continue`` before it): it
+    runs once (PARE's batch-gradient check on the first output only)."""
+    return (
+        bool(loop.body)
+        and isinstance(loop.body[-1], ast.Break)
+        and not any(isinstance(sub, ast.Continue) for stmt in loop.body for sub in walk(stmt))
+    )
+
+
 def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind, str] | None:
     """``("batch"|"rows"|"items", evidence)`` for a loop or comprehension of ``scope``, or None
     (once per epoch, or nothing says it touches a device)."""
@@ -162,6 +172,8 @@ def classify(facts: FileFacts, loop: ast.AST, scope: ast.AST) -> tuple[LoopKind,
     iters, body, targets = parts
     if isinstance(loop, (ast.For, ast.AsyncFor)) and single_pass(loop.iter):
         return None  # `for _ in range(1):` runs its body once
+    if isinstance(loop, (ast.For, ast.AsyncFor, ast.While)) and _breaks_first(loop):
+        return None  # `for key, out in output.items(): ...; break`: the first item only
     if any(_walks_state(facts, it, scope) for it in iters):
         return None  # a pass over parameters or a state dict: conversion, not batches
     if any(_walks_layers(facts, it) for it in iters):

@@ -540,6 +540,7 @@ def _one_binding(node: ast.expr | None, method: Scope, ctx: Context) -> ast.expr
         values = [_unwrapped_device(value) for value in ctx.scope_bindings(root).get(node.id, [])]
         if len(values) == 1 and _availability_choice(values[0]) is not None:
             return values[0]
+        return _statement_choice(node.id, root.node) or node
     elif len(values) == 1 and values[0] is not None:
         return values[0]
     return node
@@ -553,6 +554,50 @@ def _chosen_in(held: ast.expr | None, argument: ast.expr | None, method: Scope) 
         and isinstance(held, ast.IfExp)
         and any(sub is held for sub in walk(method.node))
     )
+
+
+def _statement_choice(name: str, module: ast.AST) -> ast.expr | None:
+    """The statement form of the machine's choice at the top of a file, ``device =
+    torch.device("cpu")`` then ``if torch.cuda.is_available(): device =
+    torch.device("cuda:0")`` (PPO-PyTorch), as the ``"cuda:0" if ... else "cpu"`` it spells."""
+    cpu: ast.expr | None = None
+    chosen: ast.IfExp | None = None
+    for stmt in getattr(module, "body", []):
+        if _assigns(stmt, name):
+            assert isinstance(stmt, ast.Assign)
+            named = _device_named(stmt.value)
+            if cpu is not None or named is None or named.value != "cpu":
+                return None
+            cpu = stmt.value
+        elif isinstance(stmt, ast.If) and any(_assigns(sub, name) for sub in stmt.body):
+            picks = [sub for sub in stmt.body if _assigns(sub, name)]
+            if chosen is not None or len(picks) != 1 or not _asks_machine(stmt.test):
+                return None
+            assert isinstance(picks[0], ast.Assign)
+            picked = _device_named(picks[0].value)
+            if picked is None:
+                return None
+            chosen = ast.IfExp(test=stmt.test, body=picked, orelse=ast.Constant("cpu"))
+            ast.copy_location(chosen, picks[0].value)
+    return chosen if cpu is not None and _availability_choice(chosen) is not None else None
+
+
+def _device_named(node: ast.expr) -> ast.Constant | None:
+    """``"cuda:0"`` of ``torch.device("cuda:0")`` or of the string itself."""
+    if isinstance(node, ast.Call) and dotted_name(node.func) in {"torch.device", "device"}:
+        node = node.args[0] if len(node.args) == 1 else node
+    return node if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def _assigns(stmt: ast.stmt, name: str) -> bool:
+    return isinstance(stmt, ast.Assign) and any(
+        isinstance(t, ast.Name) and t.id == name for t in stmt.targets
+    )
+
+
+def _asks_machine(test: ast.expr) -> bool:
+    """``torch.cuda.is_available()`` (or MPS's) somewhere in the test."""
+    return any(isinstance(sub, ast.Attribute) and sub.attr == "is_available" for sub in walk(test))
 
 
 def _unwrapped_device(node: ast.expr | None) -> ast.expr | None:
@@ -1250,7 +1295,7 @@ def _serving_hook(cls: ast.ClassDef) -> str | None:
 
 def _model_holder(ctx: Context) -> str | None:
     """The class of the enclosing method when it keeps a model (``self.model = model``, also
-    private: ``self._model``) and is not itself an ``nn.Module`` (TPL102 covers those) nor
+    private: ``self._model``, or named for one, ``self.prop_net``) and is not itself an ``nn.Module`` (TPL102 covers those) nor
     CUDA-specific by name."""
     scope = ctx.function_scope()
     if scope is None or scope.cls is None or scope.cls.is_module_class or in_test(ctx):
@@ -1287,6 +1332,7 @@ def _model_holder(ctx: Context) -> str | None:
                 and t.value.id == "self"
                 and (
                     t.attr.lstrip("_") in {"model", "net", "module"}
+                    or t.attr.endswith(("_model", "_net"))  # STCN's `self.prop_net`
                     or (t.attr.lstrip("_") in {"pipe", "pipeline"} and _builds_pipeline(sub.value))
                 )
                 for t in sub.targets

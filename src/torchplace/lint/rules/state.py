@@ -19,6 +19,7 @@ from torchplace.lint.provenance.callers import mentioning, text_of
 from torchplace.lint.provenance.files import FileFacts, facts_for_file, file_facts
 from torchplace.lint.provenance.loops import counter_names
 from torchplace.lint.provenance.values import moves_to_device
+from torchplace.lint.resolver import dotted_name
 from torchplace.lint.rules.factories import _empty_shape, _number_annotation
 from torchplace.lint.rules.facts import (
     FACTORIES,
@@ -478,6 +479,21 @@ def _plain_tensor(value: ast.expr, ctx: Context, method: Scope, attr: str, line:
     cls = method.cls
     if not (_constructs(method) or _sets_up_forward(method, attr, ctx)):
         return False
+    earlier = _self_bound_before(method.node, attr, line)
+    if (
+        earlier is not None
+        and any(
+            isinstance(sub, ast.Attribute) and sub.attr == attr and dotted_name(sub.value) == "self"
+            for sub in walk(value)
+        )
+        and not any(
+            isinstance(sub, ast.Call) and call_name(sub) in {"cuda", "to"} for sub in walk(value)
+        )
+        and _builds_tensor(earlier, ctx, method.node, earlier.lineno, cls)
+    ):
+        # `self.bands = self.bands * 2`: reported where the tensor was first kept (a move,
+        # `self.w = torch.FloatTensor(self.w).cuda()`, is reported where it places)
+        return False
     if not _builds_tensor(value, ctx, method.node, line, cls):
         return False
     if _made_host_later(method.node, attr, line):
@@ -626,6 +642,12 @@ def _builds_tensor(
                 and not (cls is not None and _built_per_call(cls, ctx))
             )
         return False
+    if isinstance(value, ast.Attribute) and dotted_name(value.value) == "self":
+        # `self.coord_x = self.indice.repeat(n, 1)` after `self.indice = torch.arange(n)`
+        earlier = _self_bound_before(function, value.attr, line)
+        return earlier is not None and _builds_tensor(
+            earlier, ctx, function, earlier.lineno, cls, depth + 1
+        )
     if isinstance(value, ast.Attribute) and value.attr in _TENSOR_VIEWS:  # `freqs_cis.real`
         return _builds_tensor(value.value, ctx, function, line, cls, depth + 1)
     if isinstance(value, ast.Subscript) and _keeps_elements(value.slice):
@@ -958,6 +980,22 @@ def _bound_before(function: ast.AST, name: str, line: int) -> ast.expr | str | N
     ):
         return "parameter"
     return None
+
+
+def _self_bound_before(function: ast.AST, attr: str, line: int) -> ast.expr | None:
+    """The value the function's own body last assigns to ``self.<attr>`` before ``line``."""
+    last: ast.expr | None = None
+    for sub in own_nodes(function):
+        if isinstance(sub, ast.Assign) and sub.lineno < line and len(sub.targets) == 1:
+            target = sub.targets[0]
+            if (
+                isinstance(target, ast.Attribute)
+                and target.attr == attr
+                and dotted_name(target.value) == "self"
+                and (last is None or sub.lineno > last.lineno)
+            ):
+                last = sub.value
+    return last
 
 
 def _tensor_parameter(function: ast.AST, name: str, ctx: Context) -> bool:

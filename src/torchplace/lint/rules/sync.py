@@ -78,6 +78,7 @@ from torchplace.lint.rules.facts import (
     FROM_ELEMENTS,
     TENSOR_METHODS,
     TIMERS,
+    _over_loader,
     copies_to_cpu,
     cpu_only_program,
     in_device_kernel,
@@ -3036,6 +3037,8 @@ def _check(
     text = _text(receiver, ctx)
     if fact is None and step is not None and _read_before_its_move(receiver, read or node, ctx):
         return False  # the step moves this value only after the read: it is read on the host
+    if fact is None and step is not None and _unmoved_loader_item(receiver, ctx):
+        return False  # a part of a loader's batch that nothing moves: host tensors
     if step is not None:
         return _in_loop(node, what, text, fact, step, ctx, explicit=explicit, bulk=bulk, read=read)
     assert per_batch is not None
@@ -3098,6 +3101,74 @@ def _after_own_steps(node: ast.AST, scope: ast.AST, facts: FileFacts, ctx: Conte
         and kind[0] == "batch"
         for stmt in own_nodes(scope)
     )
+
+
+def _unmoved_loader_item(receiver: ast.expr, ctx: Context) -> bool:
+    """``gt_obj[i][0].tolist()`` of ``gt_obj = info["gt_obj"]`` and ``info = data["info"]``,
+    ``data`` an item of ``for data in test_loader:``: a loader yields host tensors, and nothing
+    moves that part of the batch (STCN's evaluation moves only the masks, frame by frame)."""
+    name = _root_name(receiver)
+    scope = ctx.function_scope() or ctx.scope
+    bindings = ctx.scope_bindings(scope)
+    chain: list[str] = []
+    for _ in range(4):
+        if name is None:
+            return False
+        loop = next(
+            (
+                parent
+                for parent in reversed(ctx.parents)
+                if isinstance(parent, (ast.For, ast.AsyncFor)) and name in names_in(parent.target)
+            ),
+            None,
+        )
+        if loop is not None:
+            return (
+                len(bindings.get(name, [])) == 1
+                and _over_loader(loop)
+                and not _collates_here(loop, bindings)
+                and not _moves_any([*chain, name], loop)
+            )
+        values = bindings.get(name) or []
+        if len(values) != 1 or not isinstance(values[0], (ast.Subscript, ast.Attribute)):
+            return False
+        chain.append(name)
+        name = _root_name(values[0])
+    return False
+
+
+def _collates_here(
+    loop: ast.For | ast.AsyncFor, bindings: dict[str, list[ast.expr | None]]
+) -> bool:
+    """The loader the loop walks is built in the function with a ``collate_fn`` of its own,
+    which may put the batches on the device."""
+    names = {sub.id for sub in walk(loop.iter) if isinstance(sub, ast.Name)}
+    return any(
+        isinstance(value, ast.Call) and keyword(value, "collate_fn") is not None
+        for name in names
+        for value in bindings.get(name, [])
+    )
+
+
+def _moves_any(names: list[str], loop: ast.AST) -> bool:
+    """Something in ``loop`` moves one of ``names`` (``x.cuda()``, ``x["a"].to(device)``) or
+    hands it whole to a helper named for a device (``to_device(info, device)``)."""
+    for sub in walk(loop):
+        if not isinstance(sub, ast.Call):
+            continue
+        func = sub.func
+        if (
+            isinstance(func, ast.Attribute)
+            and func.attr in {"cuda", "to"}
+            and _root_name(func.value) in names
+        ):
+            return True
+        called = (dotted_name(func) or "").lower()
+        if any(word in called for word in ("device", "cuda", "gpu")) and any(
+            isinstance(arg, ast.Name) and arg.id in names for arg in sub.args
+        ):
+            return True
+    return False
 
 
 def _not_a_tensor_here(receiver: ast.expr, node: ast.AST, ctx: Context) -> bool:
