@@ -352,3 +352,78 @@ class UnifiedROIHeads(StandardROIHeads):
 
 def test_a_detectron2_model_subclass_is_a_module() -> None:
     assert _lines(DETECTRON_BASE, "TPL501") == [7]
+
+
+GRAPH_FEATURE = """\
+import torch
+import torch.nn as nn
+
+
+def get_graph_feature(x, k=20):
+    batch_size, num_points = x.shape[0], x.shape[2]
+    device = torch.device("cuda")
+    idx_base = torch.arange(0, batch_size, device=device).view(-1, 1, 1) * num_points
+    return x, idx_base
+
+
+class DGCNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(3, 8, 1)
+
+    def forward(self, x):
+        x, idx = get_graph_feature(x)
+        return self.conv(x) + idx.sum()
+"""
+
+
+def test_a_hard_coded_device_in_a_helper_only_a_module_calls() -> None:
+    assert _lines(GRAPH_FEATURE, "TPL102") == [7]
+
+
+PLAIN_EPOCH = """\
+import time
+
+from torch.cuda.amp import GradScaler
+
+
+def train(model, loader, loss_fn, optimizer, epochs):
+    model.cuda()
+    scaler = GradScaler()
+    for epoch in range(epochs):
+        start = time.time()
+        for x, y in loader:
+            loss = loss_fn(model(x.cuda()), y.cuda())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        print(time.time() - start)
+"""
+
+
+def test_a_grad_scalers_step_reads_back_and_waits() -> None:
+    assert _lines(PLAIN_EPOCH, "TPL301") == [10]
+    scaled = PLAIN_EPOCH.replace(
+        "            loss.backward()\n            optimizer.step()\n",
+        "            scaler.scale(loss).backward()\n            scaler.step(optimizer)\n",
+    )
+    assert _lines(scaled, "TPL301") == []
+
+
+WEB_LOADER = """\
+import torch
+import webdataset as wds
+
+
+def train(model, dataset, device, pinned):
+    model.to(device)
+    loader = wds.WebLoader(dataset, batch_size=None, num_workers=4, pin_memory=pinned)
+    for x, y in loader:
+        x = x.to(device, non_blocking=True)
+        model(x).sum().backward()
+"""
+
+
+def test_a_webdataset_loader_pins_as_a_data_loader_does() -> None:
+    assert _lines(WEB_LOADER.replace(", pin_memory=pinned", ""), "TPL701") == [9]
+    assert _lines(WEB_LOADER.replace("pinned)", "True)"), "TPL701") == []

@@ -29,7 +29,15 @@ PAGEABLE_NON_BLOCKING = Rule(
 )
 PIN_IN_LOOP = Rule("TPL702", "pin-memory-in-loop", "`.pin_memory()` inside a device loop")
 
-_DATALOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
+_DATALOADERS = frozenset(
+    {
+        "torch.utils.data.DataLoader",
+        "torch.utils.data.dataloader.DataLoader",
+        # webdataset's loader is a `DataLoader` that takes the same `pin_memory=`
+        "webdataset.WebLoader",
+        "webdataset.compat.WebLoader",
+    }
+)
 _WRAPPERS = frozenset({"enumerate", "tqdm", "iter", "zip", "islice", "track"})
 _PROGRESS_WORDS = ("log", "progress", "tqdm", "track", "meter", "metric")
 _MOVING_WORDS = ("prefetch", "pin", "device", "cuda", "gpu", "prepare", "to_")

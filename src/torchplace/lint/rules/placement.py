@@ -393,6 +393,8 @@ def _call(call: ast.Call, ctx: Context) -> None:
                 f"hard-coded device {what}{chosen} inside `{method.cls.name}.{method.name}`: "
                 "follow the input (`x.device`) or a registered buffer",
             )
+        elif method is None and _helper_device(call, literal, ctx):
+            return
         bare = _device_literal(argument) == "cuda"
         if bare and not _has_index(call, ctx) and not _compared(ctx):
             if (
@@ -467,6 +469,26 @@ def _helper_cuda(call: ast.Call, ctx: Context) -> bool:
         at_method(call),
         f"`.cuda()` inside `{scope.name}`, which `{caller}` calls: the module decides its "
         "own device; follow the input (`x.device`)",
+    )
+    return True
+
+
+def _helper_device(call: ast.Call, literal: str, ctx: Context) -> bool:
+    """``device = torch.device("cuda")`` in a function of the file that only an
+    ``nn.Module``'s methods call (DGCNN's ``get_graph_feature``, called from ``forward``): the
+    module's own placement, as :func:`_helper_cuda` reports for ``.cuda()``."""
+    caller = module_helper_caller(ctx)
+    scope = ctx.function_scope()
+    if caller is None or scope is None or _places_by_name(scope.name):
+        return False
+    if in_test(ctx) or _fallback_path(ctx) or _caller_device(call, scope):
+        return False
+    what = f"`{literal}`" if literal.startswith("torch.") else f'"{literal}"'
+    ctx.report(
+        DEVICE_IN_MODULE.code,
+        call,
+        f"hard-coded device {what} inside `{scope.name}`, which `{caller}` calls: the module "
+        "decides its own device; follow the input (`x.device`)",
     )
     return True
 

@@ -914,7 +914,29 @@ def _syncs(call: ast.Call, ctx: Context) -> bool:
     qualname = ctx.call_qualname(call)
     if qualname == "torch.save":
         return True  # serialising copies every device tensor it is given to host memory
+    if name == "step" and _grad_scaler(call.func, ctx):
+        return True  # `scaler.step(optimizer)` reads `found_inf` back with `.item()`
     return qualname is not None and "synchronize" in qualname
+
+
+# torch's gradient scalers, whose `step` reads back whether the gradients hold an inf.
+_SCALERS = frozenset(
+    {"torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.cpu.amp.GradScaler"}
+)
+
+
+def _grad_scaler(func: ast.expr, ctx: Context) -> bool:
+    """``scaler`` of ``scaler.step(optimizer)``, a name the function (or the module) binds to
+    one of torch's ``GradScaler``s."""
+    if not isinstance(func, ast.Attribute):
+        return False
+    name = dotted_name(func.value)
+    scopes = [s for s in (ctx.function_scope(), ctx.scope.root()) if s is not None]
+    return name is not None and any(
+        isinstance(value, ast.Call) and ctx.call_qualname(value) in _SCALERS
+        for scope in scopes
+        for value in ctx.scope_bindings(scope).get(name) or []
+    )
 
 
 # What a helper named `..._to_<word>` hands back: a host value, copied from the device.
