@@ -108,7 +108,8 @@ def _openmmlab_model_class(qualname: str) -> bool:
 
 
 # The model libraries whose classes (capitalised) are modules: torchvision's models and
-# layers (`torchvision.models.ResNet`, `torchvision.ops.FeaturePyramidNetwork`), timm's.
+# layers (`torchvision.models.ResNet`, `torchvision.ops.FeaturePyramidNetwork`), timm's,
+# detectron2's.
 _VISION_MODELS = (
     *("torchvision.models.", "torchvision.ops.", "timm.models.", "timm.layers."),
     *("detectron2.modeling.", "detectron2.layers."),  # UniDet's `CascadeROIHeads` subclass
@@ -155,7 +156,7 @@ def is_autograd_function(cls: ast.ClassDef, qualname: Callable[[ast.AST], str | 
 def is_module_base(qualname: str) -> bool:
     """Whether a resolved base-class name is ``nn.Module`` or one of torch's module classes
     (or a pretrained model class of Hugging Face's libraries, a diffusers model or layer, or a
-    model or layer of torchvision or timm, all of which are modules)."""
+    model or layer of torchvision, timm or detectron2, all of which are modules)."""
     if qualname in _MODULE_ROOTS or _pretrained_model_class(qualname):
         return True
     if _diffusers_model_class(qualname) or _openmmlab_model_class(qualname):

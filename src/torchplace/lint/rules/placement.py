@@ -563,7 +563,7 @@ def _one_binding(node: ast.expr | None, method: Scope, ctx: Context) -> ast.expr
         if len(values) == 1 and _availability_choice(values[0]) is not None:
             return values[0]
         return _statement_choice(node.id, root.node) or node
-    elif len(values) == 1 and values[0] is not None:
+    if len(values) == 1 and values[0] is not None:
         return values[0]
     return node
 
