@@ -456,14 +456,10 @@ def _helper_cuda(call: ast.Call, ctx: Context) -> bool:
         and ctx.qualname(func) is None  # not torch.cuda itself
     ):
         return False
-    caller = module_helper_caller(ctx)
-    scope = ctx.function_scope()
-    if caller is None or scope is None or _places_by_name(scope.name):
+    helper = _module_helper(call, ctx)
+    if helper is None or _follows_tensor(call, ctx):
         return False
-    if in_test(ctx) or _fallback_path(ctx) or _follows_tensor(call, ctx):
-        return False
-    if _caller_device(call, scope):
-        return False
+    caller, scope = helper
     ctx.report(
         DEVICE_IN_MODULE.code,
         at_method(call),
@@ -473,16 +469,27 @@ def _helper_cuda(call: ast.Call, ctx: Context) -> bool:
     return True
 
 
+def _module_helper(call: ast.Call, ctx: Context) -> tuple[str, Scope] | None:
+    """``(caller, function)`` when the call sits in a function of the file that only an
+    ``nn.Module``'s methods call, placing on its own (not a test, an OOM handler or a
+    device-type branch, nor a function named for the GPU or given the device)."""
+    caller = module_helper_caller(ctx)
+    scope = ctx.function_scope()
+    if caller is None or scope is None or _places_by_name(scope.name):
+        return None
+    if in_test(ctx) or _fallback_path(ctx) or _caller_device(call, scope):
+        return None
+    return caller, scope
+
+
 def _helper_device(call: ast.Call, literal: str, ctx: Context) -> bool:
     """``device = torch.device("cuda")`` in a function of the file that only an
     ``nn.Module``'s methods call (DGCNN's ``get_graph_feature``, called from ``forward``): the
     module's own placement, as :func:`_helper_cuda` reports for ``.cuda()``."""
-    caller = module_helper_caller(ctx)
-    scope = ctx.function_scope()
-    if caller is None or scope is None or _places_by_name(scope.name):
+    helper = _module_helper(call, ctx)
+    if helper is None:
         return False
-    if in_test(ctx) or _fallback_path(ctx) or _caller_device(call, scope):
-        return False
+    caller, scope = helper
     what = f"`{literal}`" if literal.startswith("torch.") else f'"{literal}"'
     ctx.report(
         DEVICE_IN_MODULE.code,
