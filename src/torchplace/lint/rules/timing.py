@@ -34,6 +34,7 @@ from torchplace.lint.rules.facts import (
     moves_to_device,
     old_loss_read,
 )
+from torchplace.lint.rules.sync import _names_grad_scaler
 
 __all__ = ["FAMILY"]
 
@@ -919,21 +920,16 @@ def _syncs(call: ast.Call, ctx: Context) -> bool:
     return qualname is not None and "synchronize" in qualname
 
 
-# torch's gradient scalers, whose `step` reads back whether the gradients hold an inf.
-_SCALERS = frozenset(
-    {"torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.cpu.amp.GradScaler"}
-)
-
-
 def _grad_scaler(func: ast.expr, ctx: Context) -> bool:
     """``scaler`` of ``scaler.step(optimizer)``, a name the function (or the module) binds to
-    one of torch's ``GradScaler``s."""
+    one of torch's ``GradScaler``s, whose ``step`` reads back whether the gradients hold an
+    inf."""
     if not isinstance(func, ast.Attribute):
         return False
     name = dotted_name(func.value)
     scopes = [s for s in (ctx.function_scope(), ctx.scope.root()) if s is not None]
     return name is not None and any(
-        isinstance(value, ast.Call) and ctx.call_qualname(value) in _SCALERS
+        isinstance(value, ast.Call) and _names_grad_scaler(ctx.call_qualname(value) or "")
         for scope in scopes
         for value in ctx.scope_bindings(scope).get(name) or []
     )
